@@ -1,0 +1,25 @@
+"""Errors a user can act on.
+
+The library raises these; the CLI prints the message as one line and exits with code 2.
+Anything else escaping the library is a bug and keeps its traceback.
+"""
+
+
+class PipeplanError(Exception):
+    """Base class: the message is the whole story, written for the user."""
+
+
+class UnknownModelError(PipeplanError):
+    pass
+
+
+class InputFileError(PipeplanError):
+    """A file the user gave is missing, unreadable, malformed or of the wrong kind."""
+
+
+class BadArgumentError(PipeplanError):
+    pass
+
+
+class OutputError(PipeplanError):
+    """An output path cannot be written."""

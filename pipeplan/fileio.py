@@ -1,0 +1,44 @@
+"""Writing output files so that a failure never leaves a partial or clobbered file."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from pipeplan.errors import OutputError
+
+
+def check_writable(path: str | Path) -> Path:
+    """Fail early, before expensive work, if `path` cannot be created or replaced."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise OutputError(f"{path}: is a directory, not a file")
+    if not parent.is_dir():
+        raise OutputError(f"{path}: directory {parent} does not exist")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".pipeplan-probe-")
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write in {parent} ({exc.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
+    return path
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write to a temporary file beside `path`, fsync, then rename over it."""
+    path = check_writable(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise OutputError(f"{path}: write failed ({exc.strerror})") from None
+        raise

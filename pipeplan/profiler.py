@@ -1,0 +1,377 @@
+"""Measure every layer of a LayerSequence on the actual device: time and memory.
+
+For each layer and micro-batch size: forward (with autograd recording), backward, and
+forward-only (no-grad, what a frozen layer costs) times; parameters; output bytes; bytes saved
+for backward (counted with `saved_tensors_hooks`, so it works on CPU too); on CUDA the peak
+memory above what was allocated before the forward. Timing follows DESIGN.md's noise rules:
+warm-up rounds, then repeats interleaved across layers and sizes so that a slow spell of a shared
+machine hits all layers alike; medians and interquartile ranges are recorded.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from pipeplan.errors import BadArgumentError
+from pipeplan.models import LayerSequence
+from pipeplan.schema import (
+    DeviceInfo,
+    LayerProfile,
+    MicroBatchTiming,
+    ModelInfo,
+    Profile,
+    ProfileSettings,
+)
+
+DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
+
+Progress = Callable[[int, int], None]
+
+
+def parse_micro_batches(text: str) -> list[int]:
+    """'1,2,4,8' → [1, 2, 4, 8]; anything but positive integers is a BadArgumentError."""
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise BadArgumentError(
+                f"micro-batch sizes must be positive integers separated by commas, got '{text}'"
+            )
+        sizes.append(int(part))
+    return sorted(set(sizes))
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text
+    )
+
+
+# --------------------------------------------------------------------------- timing
+
+
+class Timer:
+    """Measures an interval on the device: perf_counter on CPU, CUDA events on CUDA."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    @contextmanager
+    def interval(self, out: list[float]) -> Iterator[None]:
+        if self.cuda:
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            stop.record()
+            stop.synchronize()
+            out.append(start.elapsed_time(stop) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            yield
+            out.append(time.perf_counter() - t0)
+
+
+@dataclass
+class _Cell:
+    """Measurements of one (layer, micro-batch) pair."""
+
+    fwd: list[float] = field(default_factory=list)
+    bwd: list[float] = field(default_factory=list)
+    nograd: list[float] = field(default_factory=list)
+    peak: int | None = None
+    error: str | None = None
+
+
+def _median_iqr(values: list[float]) -> tuple[float, float]:
+    q1, med, q3 = np.percentile(values, [25, 50, 75])
+    return float(med), float(q3 - q1)
+
+
+# --------------------------------------------------------------------------- saved bytes
+
+
+def saved_bytes(fn: Callable[[], torch.Tensor], exclude: set[int]) -> int:
+    """Bytes of distinct tensor storages autograd saves for backward while running `fn`,
+    leaving out storages in `exclude` (parameters: they exist anyway)."""
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr not in exclude and ptr != 0:
+            seen[ptr] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
+
+
+def _fit_line(xs: list[int], ys: list[float]) -> tuple[float, float]:
+    """Least-squares y = fixed + slope·x, clipped to non-negative parts."""
+    if len(set(xs)) == 1:
+        return 0.0, ys[0] / xs[0]
+    slope, fixed = np.polyfit(np.array(xs, float), np.array(ys, float), 1)
+    if fixed < 0:  # force through the origin rather than report negative memory
+        slope, fixed = float(np.dot(xs, ys) / np.dot(xs, xs)), 0.0
+    return max(float(fixed), 0.0), max(float(slope), 0.0)
+
+
+# --------------------------------------------------------------------------- the profiler
+
+
+def device_info(device: torch.device, threads: int) -> DeviceInfo:
+    import transformers
+
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        name, memory, count = props.name, props.total_memory, torch.cuda.device_count()
+    else:
+        name = platform.processor() or platform.machine()
+        try:
+            with open("/proc/cpuinfo") as f:
+                name = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+        except (OSError, StopIteration):
+            pass
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        count = 1
+    return DeviceInfo(
+        kind=device.type,
+        name=name,
+        memory_bytes=memory,
+        threads=threads,
+        count=count,
+        torch_version=torch.__version__,
+        transformers_version=transformers.__version__,
+        python_version=platform.python_version(),
+        hostname=socket.gethostname(),
+    )
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise BadArgumentError("--device cuda: no CUDA device is available here")
+        return torch.device("cuda", torch.cuda.current_device())
+    raise BadArgumentError(f"unknown device '{name}'; use cpu or cuda")
+
+
+class LayerProfiler:
+    """Holds one model on one device and measures its layers."""
+
+    def __init__(
+        self,
+        seq: LayerSequence,
+        device: torch.device,
+        micro_batches: list[int],
+        seed: int = 0,
+    ):
+        self.seq = seq
+        self.device = device
+        self.sizes = micro_batches
+        self.timer = Timer(device)
+        self.layers = seq.layers.to(device).train()
+        self.param_ptrs = {p.untyped_storage().data_ptr() for p in self.layers.parameters()}
+        gen = torch.Generator().manual_seed(seed)
+        # Real inputs for every layer: the previous layers' outputs on one random batch.
+        self.inputs: dict[int, list[torch.Tensor]] = {}
+        self.labels: dict[int, torch.Tensor] = {}
+        self.grads: dict[tuple[int, int], torch.Tensor] = {}
+        self.cells = {(i, m): _Cell() for m in self.sizes for i in range(len(self.layers))}
+        for m in self.sizes:
+            x, y = seq.example_batch(m, gen)
+            self.labels[m] = y.to(device)
+            self.inputs[m] = []
+            x = x.to(device)
+            try:
+                with torch.no_grad():
+                    for layer in self.layers:
+                        self.inputs[m].append(x)
+                        x = layer(x)
+            except Exception as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                self._mark_infeasible(m, range(len(self.inputs[m]) - 1, len(self.layers)), exc)
+                self._free()
+
+    def _mark_infeasible(self, m: int, layers: range, exc: BaseException) -> None:
+        reason = f"out of memory: {str(exc).splitlines()[0][:200]}"
+        for i in layers:
+            self.cells[i, m].error = reason
+
+    def _free(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _run(self, i: int, m: int, with_grad: bool) -> torch.Tensor:
+        x = self.inputs[m][i]
+        if with_grad and x.is_floating_point():
+            x = x.detach().requires_grad_(True)  # stage inputs need input-gradients
+        out = self.layers[i](x)
+        if i == len(self.layers) - 1:
+            out = self.seq.loss(out, self.labels[m])
+        return out
+
+    def _grad_for(self, i: int, m: int, out: torch.Tensor) -> torch.Tensor | None:
+        if out.dim() == 0:
+            return None
+        key = (i, m)
+        if key not in self.grads:
+            self.grads[key] = torch.randn_like(out)
+        return self.grads[key]
+
+    def measure_once(self, i: int, m: int, record: bool) -> None:
+        """One forward, backward and no-grad forward of layer i at micro-batch m."""
+        cell = self.cells[i, m]
+        if cell.error:
+            return
+        fwd, bwd, nograd = ([], [], []) if not record else (cell.fwd, cell.bwd, cell.nograd)
+        layer = self.layers[i]
+        cuda = self.device.type == "cuda"
+        try:
+            if cuda:
+                torch.cuda.synchronize(self.device)
+                base = torch.cuda.memory_allocated(self.device)
+                torch.cuda.reset_peak_memory_stats(self.device)
+            with self.timer.interval(fwd):
+                out = self._run(i, m, with_grad=True)
+            grad = self._grad_for(i, m, out)
+            with self.timer.interval(bwd):
+                out.backward(grad)
+            if cuda and record:
+                peak = torch.cuda.max_memory_allocated(self.device) - base
+                cell.peak = max(cell.peak or 0, peak)
+            del out
+            layer.zero_grad(set_to_none=True)
+            with torch.no_grad(), self.timer.interval(nograd):
+                self._run(i, m, with_grad=False)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            layer.zero_grad(set_to_none=True)
+            self._mark_infeasible(m, range(i, i + 1), exc)
+            self._free()
+
+    def saved_bytes(self, i: int, m: int) -> int | None:
+        if self.cells[i, m].error:
+            return None
+        nbytes = saved_bytes(lambda: self._run(i, m, with_grad=True), self.param_ptrs)
+        self.layers[i].zero_grad(set_to_none=True)
+        return nbytes
+
+    def out_bytes_per_sample(self, i: int) -> int:
+        for m in self.sizes:
+            if i + 1 < len(self.layers) and not self.cells[i, m].error:
+                nxt = self.inputs[m][i + 1]
+                return nxt.numel() * nxt.element_size() // m
+        return self.seq.num_labels * 4  # the head's logits
+
+    def run(self, warmup: int, repeats: int, progress: Progress | None = None) -> list[LayerProfile]:
+        n = len(self.layers)
+        total, done = (warmup + repeats) * n * len(self.sizes), 0
+        for rep in range(warmup + repeats):
+            for m in self.sizes:
+                for i in range(n):
+                    self.measure_once(i, m, record=rep >= warmup)
+                    done += 1
+                    if progress:
+                        progress(done, total)
+        return [self._layer_profile(i) for i in range(n)]
+
+    def _layer_profile(self, i: int) -> LayerProfile:
+        layer = self.layers[i]
+        params = sum(p.numel() for p in layer.parameters())
+        param_bytes = sum(p.numel() * p.element_size() for p in layer.parameters())
+        saved = [(m, self.saved_bytes(i, m)) for m in self.sizes]
+        saved = [(m, b) for m, b in saved if b is not None]
+        fixed, per_sample = _fit_line([m for m, _ in saved], [b for _, b in saved]) if saved else (
+            0.0,
+            0.0,
+        )
+        timings = []
+        for m in self.sizes:
+            cell = self.cells[i, m]
+            if cell.error:
+                timings.append(MicroBatchTiming(micro_batch=m, feasible=False, error=cell.error))
+                continue
+            (f, fs), (b, bs), (g, gs) = map(_median_iqr, (cell.fwd, cell.bwd, cell.nograd))
+            timings.append(
+                MicroBatchTiming(
+                    micro_batch=m,
+                    fwd_s=f,
+                    fwd_spread_s=fs,
+                    bwd_s=b,
+                    bwd_spread_s=bs,
+                    fwd_nograd_s=g,
+                    fwd_nograd_spread_s=gs,
+                    peak_mem_bytes=cell.peak,
+                )
+            )
+        return LayerProfile(
+            index=i,
+            name=self.seq.layer_name(i),
+            kind=self.seq.kind(i),
+            params=params,
+            param_bytes=param_bytes,
+            out_bytes_per_sample=self.out_bytes_per_sample(i),
+            saved_bytes_per_sample=per_sample,
+            saved_bytes_fixed=fixed,
+            timings=timings,
+        )
+
+
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def profile_layers(
+    seq: LayerSequence,
+    *,
+    device: str = "cpu",
+    micro_batches: list[int] = list(DEFAULT_MICRO_BATCHES),
+    warmup: int = 2,
+    repeats: int = 5,
+    threads: int = 1,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> Profile:
+    """Profile every layer of `seq`; returns a Profile without link measurements."""
+    if warmup < 0 or repeats < 1 or threads < 1:
+        raise BadArgumentError("need warmup ≥ 0, repeats ≥ 1 and threads ≥ 1")
+    if not micro_batches or min(micro_batches) < 1:
+        raise BadArgumentError("micro-batch sizes must be positive integers")
+    dev = resolve_device(device)
+    with torch_threads(threads), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        profiler = LayerProfiler(seq, dev, sorted(set(micro_batches)), seed)
+        layers = profiler.run(warmup, repeats, progress)
+    return Profile(
+        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        model=ModelInfo(**seq.describe()),
+        device=device_info(dev, threads),
+        settings=ProfileSettings(
+            micro_batches=sorted(set(micro_batches)), warmup=warmup, repeats=repeats, seed=seed
+        ),
+        layers=layers,
+    )
