@@ -44,7 +44,9 @@ PRESETS: dict[str, Preset] = {
     "bert-base": Preset("bert", {}, seq_len=128, description="BERT-base, 12 blocks, hidden 768"),
     "bert-large": Preset(
         "bert",
-        dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
+        dict(
+            hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
+        ),
         seq_len=128,
         description="BERT-large, 24 blocks, hidden 1024",
     ),

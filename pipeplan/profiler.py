@@ -31,6 +31,7 @@ from pipeplan.schema import (
     ModelInfo,
     Profile,
     ProfileSettings,
+    dumps,
 )
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
@@ -281,7 +282,9 @@ class LayerProfiler:
                 return nxt.numel() * nxt.element_size() // m
         return self.seq.num_labels * 4  # the head's logits
 
-    def run(self, warmup: int, repeats: int, progress: Progress | None = None) -> list[LayerProfile]:
+    def run(
+        self, warmup: int, repeats: int, progress: Progress | None = None
+    ) -> list[LayerProfile]:
         n = len(self.layers)
         total, done = (warmup + repeats) * n * len(self.sizes), 0
         for rep in range(warmup + repeats):
@@ -299,9 +302,13 @@ class LayerProfiler:
         param_bytes = sum(p.numel() * p.element_size() for p in layer.parameters())
         saved = [(m, self.saved_bytes(i, m)) for m in self.sizes]
         saved = [(m, b) for m, b in saved if b is not None]
-        fixed, per_sample = _fit_line([m for m, _ in saved], [b for _, b in saved]) if saved else (
-            0.0,
-            0.0,
+        fixed, per_sample = (
+            _fit_line([m for m, _ in saved], [b for _, b in saved])
+            if saved
+            else (
+                0.0,
+                0.0,
+            )
         )
         timings = []
         for m in self.sizes:
@@ -375,3 +382,44 @@ def profile_layers(
         ),
         layers=layers,
     )
+
+
+def profile_to_file(
+    model: str,
+    out: str,
+    *,
+    micro_batches: str = ",".join(map(str, DEFAULT_MICRO_BATCHES)),
+    device: str = "cpu",
+    nproc: int = 1,
+    warmup: int = 2,
+    repeats: int = 5,
+    threads: int = 1,
+    seq_len: int | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> Profile:
+    """`pipeplan profile`: validate everything cheap first, then measure, then write
+    atomically, so a bad argument or an interruption never leaves a partial file."""
+    from pipeplan import links, models
+    from pipeplan.fileio import check_writable, write_atomic
+
+    sizes = parse_micro_batches(micro_batches)
+    if nproc < 1:
+        raise BadArgumentError("--nproc must be at least 1")
+    resolve_device(device)
+    check_writable(out)
+    seq = models.build(model, seq_len=seq_len, seed=seed)
+    profile = profile_layers(
+        seq,
+        device=device,
+        micro_batches=sizes,
+        warmup=warmup,
+        repeats=repeats,
+        threads=threads,
+        seed=seed,
+        progress=progress,
+    )
+    if nproc >= 2:
+        profile.comm = links.measure_links(nproc, device=device)
+    write_atomic(out, dumps(profile))
+    return profile
