@@ -117,7 +117,8 @@ def profile(
         console.print(
             f"links ({c.backend}, {c.nproc} ranks): p2p {c.p2p.latency_s * 1e6:.0f} µs + "
             f"{c.p2p.bandwidth_bytes_per_s / 1e9:.2f} GB/s; all-reduce "
-            f"{c.allreduce.latency_s * 1e6:.0f} µs + {c.allreduce.bandwidth_bytes_per_s / 1e9:.2f} GB/s"
+            f"{c.allreduce.latency_s * 1e6:.0f} µs + "
+            f"{c.allreduce.bandwidth_bytes_per_s / 1e9:.2f} GB/s"
         )
     console.print(f"wrote {out}")
 

@@ -71,7 +71,7 @@ def _worker(rank: int, nproc: int, port: int, device: str, sizes, repeats, out_p
         for nbytes in sizes:
             buf = torch.ones(nbytes // 4, dtype=torch.float32, device=dev)
 
-            def ping_pong():
+            def ping_pong(buf=buf):
                 if rank == 0:
                     dist.send(buf, 1)
                     dist.recv(buf, 1)
@@ -82,7 +82,7 @@ def _worker(rank: int, nproc: int, port: int, device: str, sizes, repeats, out_p
             times = _time_repeats(ping_pong, repeats, 2, sync)
             results["p2p"].append((nbytes, [t / 2 for t in times]))  # one way
             dist.barrier()
-            times = _time_repeats(lambda: dist.all_reduce(buf), repeats, 2, sync)
+            times = _time_repeats(lambda buf=buf: dist.all_reduce(buf), repeats, 2, sync)
             # The slowest rank finishes the collective; take rank-wise maxima.
             t = torch.tensor(times, dtype=torch.float64, device=dev)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)

@@ -356,7 +356,7 @@ def profile_layers(
     seq: LayerSequence,
     *,
     device: str = "cpu",
-    micro_batches: list[int] = list(DEFAULT_MICRO_BATCHES),
+    micro_batches: tuple[int, ...] | list[int] = DEFAULT_MICRO_BATCHES,
     warmup: int = 2,
     repeats: int = 5,
     threads: int = 1,
