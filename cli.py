@@ -79,7 +79,8 @@ def profile(
     from pipeplan.profiler import profile_to_file
 
     columns = [TextColumn("profiling {task.description}"), BarColumn(), TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=True) as bar:
+    live = console.is_terminal  # a progress bar in a log file is noise
+    with Progress(*columns, console=console, transient=True, disable=not live) as bar:
         task = bar.add_task(model, total=None)
         result = profile_to_file(
             model,

@@ -179,12 +179,16 @@ class LayerSequence:
         labels = torch.randint(0, self.num_labels, (batch_size,), generator=generator)
         return inputs, labels
 
+    def config_json(self) -> dict[str, Any]:
+        """The full config as plain JSON data (integer label keys become strings)."""
+        return json.loads(self.config.to_json_string(use_diff=False))
+
     def describe(self) -> dict[str, Any]:
         """The identity recorded in profiles and plans."""
         return dict(
             name=self.name,
             family=self.family,
-            config=self.config.to_dict(),
+            config=self.config_json(),
             input_shape=list(self.input_shape),
             input_dtype=str(self.input_dtype).removeprefix("torch."),
             num_labels=self.num_labels,

@@ -1,0 +1,111 @@
+"""The layer profiler: what it records, and that it survives out-of-memory sizes."""
+
+import pytest
+import torch
+
+from pipeplan import models, profiler, schema
+from pipeplan.errors import BadArgumentError
+
+
+@pytest.fixture(scope="module")
+def synth_profile():
+    seq = models.build("bert-synth")
+    return seq, profiler.profile_layers(seq, micro_batches=[1, 2, 4], warmup=1, repeats=3)
+
+
+def test_profile_covers_every_layer_and_size(synth_profile):
+    seq, prof = synth_profile
+    assert [layer.index for layer in prof.layers] == list(range(seq.num_blocks + 2))
+    assert [layer.kind for layer in prof.layers] == [seq.kind(i) for i in range(len(seq.layers))]
+    for layer in prof.layers:
+        assert [t.micro_batch for t in layer.timings] == [1, 2, 4]
+        for t in layer.timings:
+            assert t.feasible and t.fwd_s > 0 and t.bwd_s > 0 and t.fwd_nograd_s > 0
+            assert t.fwd_spread_s >= 0 and t.peak_mem_bytes is None  # CPU: no CUDA peak
+
+
+def test_profile_records_exact_identity(synth_profile):
+    seq, prof = synth_profile
+    assert prof.model.config == seq.config_json()
+    assert prof.model.input_shape == [32] and prof.model.input_dtype == "int64"
+    assert prof.device.kind == "cpu" and prof.device.threads == 1
+    assert prof.device.torch_version == torch.__version__
+    assert prof.settings.micro_batches == [1, 2, 4] and prof.settings.repeats == 3
+
+
+def test_sizes_and_params(synth_profile):
+    seq, prof = synth_profile
+    hidden = seq.config.hidden_size
+    assert sum(layer.params for layer in prof.layers) == sum(
+        p.numel() for p in seq.layers.parameters()
+    )
+    assert all(layer.param_bytes == 4 * layer.params for layer in prof.layers)
+    for layer in prof.layers[:-1]:
+        assert layer.out_bytes_per_sample == 32 * hidden * 4  # seq_len × hidden × fp32
+    assert prof.layers[-1].out_bytes_per_sample == seq.num_labels * 4
+    blocks = [layer.saved_bytes_per_sample for layer in prof.layers if layer.kind == "block"]
+    assert len(set(blocks)) == 1  # identical blocks save identical bytes
+    assert blocks[0] > 10 * 32 * hidden * 4  # a block keeps many activations, not just its input
+
+
+def test_profile_round_trips_through_json(synth_profile):
+    _, prof = synth_profile
+    again = schema.parse(schema.Profile, schema.dumps(prof))
+    assert again == prof
+
+
+def test_saved_bytes_counts_activations_not_parameters():
+    lin = torch.nn.Linear(8, 16)
+    x = torch.randn(4, 8, requires_grad=True)
+    params = {p.untyped_storage().data_ptr() for p in lin.parameters()}
+    # Linear saves its input (and the weight, a parameter); exp saves its output.
+    counted = profiler.saved_bytes(lambda: lin(x).exp(), params)
+    assert counted == x.numel() * 4 + 4 * 16 * 4
+
+
+def test_saved_bytes_counts_a_shared_storage_once():
+    x = torch.randn(10, requires_grad=True)
+    assert profiler.saved_bytes(lambda: x * x, set()) == 40
+
+
+def test_out_of_memory_size_is_recorded_infeasible(monkeypatch):
+    seq = models.build("bert-synth")
+    block = seq.layers[2]
+    real_forward = block.forward
+
+    def forward(hidden):
+        if hidden.shape[0] >= 4:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_forward(hidden)
+
+    monkeypatch.setattr(block, "forward", forward)
+    prof = profiler.profile_layers(seq, micro_batches=[1, 4], warmup=0, repeats=1)
+    timing = {t.micro_batch: t for t in prof.layers[2].timings}
+    assert timing[1].feasible and not timing[4].feasible
+    assert "out of memory" in timing[4].error and timing[4].fwd_s is None
+    assert all(t.feasible for t in prof.layers[1].timings)  # other layers unaffected
+    schema.parse(schema.Profile, schema.dumps(prof))  # still a valid profile
+
+
+def test_other_errors_are_not_swallowed(monkeypatch):
+    seq = models.build("bert-synth")
+    monkeypatch.setattr(seq.layers[1], "forward", lambda h: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        profiler.profile_layers(seq, micro_batches=[1], warmup=0, repeats=1)
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "1,x", "1.5", "", "2,,4"])
+def test_bad_micro_batch_sizes(text):
+    with pytest.raises(BadArgumentError):
+        profiler.parse_micro_batches(text)
+
+
+def test_micro_batch_sizes_parse_sorted_unique():
+    assert profiler.parse_micro_batches(" 8,1,2,2 ") == [1, 2, 8]
+
+
+def test_cuda_is_refused_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    with pytest.raises(BadArgumentError, match="no CUDA device"):
+        profiler.resolve_device("cuda")

@@ -1,0 +1,105 @@
+"""File-format loading: every problem is one line naming the field."""
+
+import copy
+import json
+
+import pytest
+
+from pipeplan import schema
+from pipeplan.errors import InputFileError
+
+LAYER = {
+    "index": 0,
+    "name": "embeddings",
+    "kind": "embeddings",
+    "params": 10,
+    "param_bytes": 40,
+    "out_bytes_per_sample": 8,
+    "saved_bytes_per_sample": 0.0,
+    "timings": [
+        {"micro_batch": 1, "fwd_s": 0.1, "bwd_s": 0.2, "fwd_nograd_s": 0.1},
+    ],
+}
+
+
+def minimal_profile() -> dict:
+    layers = []
+    for i, kind in enumerate(["embeddings", "block", "head"]):
+        layers.append({**copy.deepcopy(LAYER), "index": i, "name": kind, "kind": kind})
+    return {
+        "schema_version": 1,
+        "created_at": "2026-11-29T00:00:00+00:00",
+        "model": {
+            "name": "m",
+            "family": "bert",
+            "config": {},
+            "input_shape": [8],
+            "input_dtype": "int64",
+            "num_labels": 2,
+        },
+        "device": {
+            "kind": "cpu",
+            "name": "cpu",
+            "memory_bytes": 1,
+            "threads": 1,
+            "torch_version": "x",
+            "transformers_version": "y",
+            "python_version": "3.11",
+            "hostname": "h",
+        },
+        "settings": {"micro_batches": [1], "warmup": 0, "repeats": 1, "seed": 0},
+        "layers": layers,
+    }
+
+
+def test_minimal_profile_loads():
+    prof = schema.parse(schema.Profile, json.dumps(minimal_profile()))
+    assert prof.comm is None and len(prof.layers) == 3
+
+
+def mutate(path: str, value) -> str:
+    data = minimal_profile()
+    *parents, last = path.split(".")
+    node = data
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if value is KeyError:
+        del node[last]
+    else:
+        node[last] = value
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("{", "not valid JSON"),
+        ("[]", "JSON object"),
+        (mutate("schema_version", 2), "schema_version 2"),
+        (mutate("schema_version", KeyError), "schema_version None"),
+        (mutate("layers.1.params", -5), "layers.1.params"),
+        (mutate("layers.1.params", "many"), "layers.1.params"),
+        (mutate("layers.1.kind", "decoder"), "layers.1.kind"),
+        (mutate("device", KeyError), "'device'"),
+        (mutate("layers.0.index", 3), "indexed"),
+        (mutate("surprise", 1), "surprise"),
+        (mutate("layers.0.timings.0.fwd_s", KeyError), "fwd_s"),
+        (mutate("layers.0.timings.0.bwd_s", 1e400), "not valid JSON"),
+        (json.dumps(minimal_profile()).replace('"fwd_s": 0.1', '"fwd_s": NaN', 1), "NaN"),
+    ],
+)
+def test_bad_profiles_give_one_line_naming_the_problem(text, fragment):
+    with pytest.raises(InputFileError) as err:
+        schema.parse(schema.Profile, text, "p.json")
+    message = str(err.value)
+    assert fragment in message and "\n" not in message and message.startswith("p.json")
+
+
+def test_deep_nesting_is_an_input_error():
+    with pytest.raises(InputFileError):
+        schema.parse(schema.Profile, "[" * 100000 + "]" * 100000)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputFileError, match="no such file"):
+        schema.load(schema.Profile, tmp_path / "nope.json")
