@@ -26,13 +26,14 @@ def check_writable(path: str | Path) -> Path:
     return path
 
 
-def write_atomic(path: str | Path, text: str) -> None:
+def write_atomic(path: str | Path, content: str | bytes) -> None:
     """Write to a temporary file beside `path`, fsync, then rename over it."""
     path = check_writable(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -1,0 +1,380 @@
+"""Charts of a pipeline × data-parallel training run, written as PNG files.
+
+* `plot_timeline`: Gantt chart of one training step (one row per pipeline stage) from a
+  simulated or measured timeline.
+* `plot_measured_vs_simulated`: two such charts stacked on a shared time axis.
+* `plot_epochs`: per-epoch throughput with the plan shape (stages, replicas, frozen layers).
+
+Inputs are duck-typed: a timeline is anything with `events`, `step_s` and `num_stages`, an event
+anything with `stage`, `kind`, `micro_batch`, `start_s` and `end_s`, an epoch row anything with
+`epoch`, `samples_per_s`, `stages`, `replicas` and `frozen_layers`; attributes and dict keys both
+work. Nothing here imports `pipeplan.simulate`.
+
+Empty input is not an error: a timeline without events (or an empty list of epochs) gives the
+usual axes with a "no events"/"no epochs" note, so a report can always be written.
+
+Figures are built with the object-oriented `matplotlib.figure.Figure` API and rendered by Agg,
+so there is no pyplot global state and no display is needed.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
+
+from pipeplan.errors import BadArgumentError, OutputError
+from pipeplan.fileio import write_atomic
+
+DPI = 120
+FIG_WIDTH_IN = 12.0
+
+# kind -> (legend label, bar colour, text colour); the order is the legend order.
+KINDS: dict[str, tuple[str, str, str]] = {
+    "fwd": ("forward", "#4C72B0", "white"),
+    "bwd": ("backward", "#DD8452", "black"),
+    "send": ("transfer", "#8C8C8C", "white"),
+    "allreduce": ("all-reduce", "#55A868", "white"),
+    "optimizer": ("optimizer", "#C44E52", "white"),
+}
+OTHER = ("other", "#BBBBBB", "black")
+# Communication may overlap computation on the same stage, so it gets its own lane in each row
+# (row centred on the stage index, y axis inverted): (ymin, height) in data units.
+COMPUTE_LANE = (-0.40, 0.52)
+COMM_LANE = (0.15, 0.25)
+COMM_KINDS = frozenset({"send", "allreduce"})
+MAX_LABELS = 2000  # more micro-batch labels than this would be unreadable and slow: draw none
+LABEL_PX_PER_CHAR = 7.0
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def plot_timeline(timeline: Any, path: str | Path, title: str = "") -> Path:
+    """Write a Gantt chart of one step (rows = stages, stage 0 at top) to `path` as PNG."""
+    return _save(_timeline_figure(timeline, title), path)
+
+
+def plot_measured_vs_simulated(
+    measured: Any, simulated: Any, path: str | Path, title: str = ""
+) -> Path:
+    """Write two stacked Gantt charts, measured above simulated, sharing the time axis."""
+    return _save(_comparison_figure(measured, simulated, title), path)
+
+
+def plot_epochs(
+    rows: Iterable[Any],
+    path: str | Path,
+    title: str = "",
+    baseline_samples_per_s: float | None = None,
+) -> Path:
+    """Write the per-epoch chart: throughput bars (left), stages/replicas/frozen layers (right).
+
+    `baseline_samples_per_s`, when given, is drawn as a dashed horizontal line (e.g. the
+    throughput without freezing).
+    """
+    return _save(_epochs_figure(rows, title, baseline_samples_per_s), path)
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+def _timeline_figure(timeline: Any, title: str = "") -> Figure:
+    """The Gantt figure of `plot_timeline`, without writing it (tests inspect it)."""
+    tl = _Timeline.of(timeline, "timeline")
+    fig = Figure(figsize=(FIG_WIDTH_IN, _gantt_height_in(tl.num_stages)), layout="constrained")
+    ax = fig.add_subplot()
+    _draw_gantt(ax, tl, _x_range_ms([tl]))
+    ax.set_xlabel("time (ms)")
+    step_label = f"step end ({tl.step_s * 1e3:.4g} ms)" if tl.step_s > 0 else "step end"
+    _gantt_legend(fig, step_label, tl)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _comparison_figure(measured: Any, simulated: Any, title: str = "") -> Figure:
+    m = _Timeline.of(measured, "measured timeline")
+    s = _Timeline.of(simulated, "simulated timeline")
+    heights = [_gantt_height_in(m.num_stages), _gantt_height_in(s.num_stages)]
+    fig = Figure(figsize=(FIG_WIDTH_IN, sum(heights)), layout="constrained")
+    ax_m, ax_s = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": heights})
+    x_range = _x_range_ms([m, s])
+    _draw_gantt(ax_m, m, x_range)
+    _draw_gantt(ax_s, s, x_range)
+    ax_m.set_title(f"measured: step {m.step_s * 1e3:.4g} ms", loc="left", fontsize=10)
+    ax_s.set_title(f"simulated: step {s.step_s * 1e3:.4g} ms", loc="left", fontsize=10)
+    ax_s.set_xlabel("time (ms)")
+    _gantt_legend(fig, "step end", m, s)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+class _Event:
+    __slots__ = ("end_ms", "kind", "micro_batch", "stage", "start_ms")
+
+    def __init__(self, raw: Any, where: str, num_stages: int) -> None:
+        stage = _get(raw, "stage", where)
+        if isinstance(stage, bool) or not isinstance(stage, int):
+            raise BadArgumentError(f"{where}: stage must be an integer, got {stage!r}")
+        if not 0 <= stage < num_stages:
+            raise BadArgumentError(f"{where}: stage {stage} is outside 0..{num_stages - 1}")
+        kind = _get(raw, "kind", where)
+        self.stage = stage
+        self.kind = str(getattr(kind, "value", kind))  # also accept an Enum of kinds
+        self.micro_batch = _get(raw, "micro_batch", where)
+        start = _finite(_get(raw, "start_s", where), f"{where}: start_s")
+        end = _finite(_get(raw, "end_s", where), f"{where}: end_s")
+        if end < start:
+            raise BadArgumentError(f"{where}: end_s {end} is before start_s {start}")
+        self.start_ms = start * 1e3
+        self.end_ms = end * 1e3
+
+
+class _Timeline:
+    def __init__(self, events: list[_Event], step_s: float, num_stages: int) -> None:
+        self.events = events
+        self.step_s = step_s
+        self.num_stages = num_stages
+
+    @classmethod
+    def of(cls, raw: Any, what: str) -> _Timeline:
+        num_stages = _get(raw, "num_stages", what)
+        if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
+            raise BadArgumentError(f"{what}: num_stages must be a positive integer")
+        step_s = _finite(_get(raw, "step_s", what), f"{what}: step_s")
+        events = [
+            _Event(e, f"{what} event {i}", num_stages)
+            for i, e in enumerate(_get(raw, "events", what))
+        ]
+        return cls(events, step_s, num_stages)
+
+
+def _gantt_height_in(num_stages: int) -> float:
+    return min(max(2.6, 1.3 + 0.32 * num_stages), 18.0)
+
+
+def _x_range_ms(timelines: Sequence[_Timeline]) -> tuple[float, float]:
+    lo = min([0.0] + [e.start_ms for t in timelines for e in t.events])
+    hi = max([t.step_s * 1e3 for t in timelines] + [e.end_ms for t in timelines for e in t.events])
+    if hi <= lo:
+        hi = lo + 1.0
+    pad = 0.01 * (hi - lo)
+    return lo - pad, hi + pad
+
+
+def _draw_gantt(ax: Axes, tl: _Timeline, x_range: tuple[float, float]) -> None:
+    bars: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    for e in tl.events:
+        bars[(e.stage, e.kind)].append((e.start_ms, e.end_ms - e.start_ms))
+
+    # White separators help when bars are wide; with very many bars they would hide the colours.
+    edge = 0.5 if len(tl.events) <= 150 * tl.num_stages else 0.0
+    for (stage, kind), xranges in bars.items():
+        _, colour, _ = KINDS.get(kind, OTHER)
+        y0, h = COMM_LANE if kind in COMM_KINDS else COMPUTE_LANE
+        ax.broken_barh(
+            xranges, (stage + y0, h), facecolors=colour, edgecolors="white", linewidths=edge
+        )
+    _label_micro_batches(ax, tl, x_range)
+
+    if tl.step_s > 0:
+        ax.axvline(tl.step_s * 1e3, color="black", linestyle="--", linewidth=1.2)
+    if not tl.events:
+        _note(ax, "no events")
+
+    ax.set_xlim(*x_range)
+    ax.set_ylim(tl.num_stages - 0.5, -0.5)  # inverted: stage 0 at the top
+    ax.set_yticks(range(tl.num_stages))
+    ax.set_yticklabels(
+        [f"stage {s}" for s in range(tl.num_stages)], fontsize=9 if tl.num_stages <= 24 else 6
+    )
+    ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
+    ax.set_axisbelow(True)
+
+
+def _label_micro_batches(ax: Axes, tl: _Timeline, x_range: tuple[float, float]) -> None:
+    """Write the micro-batch number inside compute bars that are wide enough for it."""
+    px_per_ms = 0.85 * FIG_WIDTH_IN * DPI / (x_range[1] - x_range[0])  # ~axes width in pixels
+    labels = []
+    for e in tl.events:
+        if e.micro_batch is None or e.kind in COMM_KINDS:
+            continue
+        text = str(e.micro_batch)
+        if (e.end_ms - e.start_ms) * px_per_ms >= LABEL_PX_PER_CHAR * len(text) + 4:
+            labels.append((e, text))
+    if len(labels) > MAX_LABELS:
+        return
+    y0, h = COMPUTE_LANE
+    fontsize = 7 if tl.num_stages <= 24 else 5
+    for e, text in labels:
+        ax.text(
+            (e.start_ms + e.end_ms) / 2,
+            e.stage + y0 + h / 2,
+            text,
+            ha="center",
+            va="center",
+            fontsize=fontsize,
+            color=KINDS.get(e.kind, OTHER)[2],
+            clip_on=True,
+        )
+
+
+def _gantt_legend(fig: Figure, step_label: str, *timelines: _Timeline) -> None:
+    styles = list(KINDS.values())
+    if any(e.kind not in KINDS for t in timelines for e in t.events):
+        styles.append(OTHER)
+    handles: list[Any] = [Patch(color=c, label=label) for label, c, _ in styles]
+    handles.append(Line2D([], [], color="black", linestyle="--", label=step_label))
+    _bottom_legend(fig, handles)
+
+
+def _bottom_legend(fig: Figure, handles: list[Any]) -> None:
+    """One row of legend entries below the axes, out of the data's and the title's way."""
+    fig.legend(
+        handles=handles, loc="outside lower center", ncol=len(handles), frameon=False, fontsize=8
+    )
+
+
+# --------------------------------------------------------------------------- epochs
+
+EPOCH_FIELDS = ("epoch", "samples_per_s", "stages", "replicas", "frozen_layers")
+THROUGHPUT_COLOUR = "#4C72B0"
+MAX_BAR_LABELS = 40  # beyond this many epochs the "stages×replicas" labels would collide
+
+
+def _epochs_figure(
+    rows: Iterable[Any], title: str = "", baseline_samples_per_s: float | None = None
+) -> Figure:
+    """The figure of `plot_epochs`, without writing it (tests inspect it)."""
+    data = sorted(
+        (
+            {f: _finite(_get(r, f, f"epoch row {i}"), f"epoch row {i}: {f}") for f in EPOCH_FIELDS}
+            for i, r in enumerate(rows)
+        ),
+        key=lambda d: d["epoch"],
+    )
+    epochs = [d["epoch"] for d in data]
+
+    fig = Figure(figsize=(10.0, 4.8), layout="constrained")
+    ax = fig.add_subplot()
+    right = ax.twinx()
+    bars = ax.bar(
+        epochs,
+        [d["samples_per_s"] for d in data],
+        width=0.7,
+        color=THROUGHPUT_COLOUR,
+        alpha=0.85,
+        label="throughput",
+    )
+    handles: list[Any] = [Patch(color=THROUGHPUT_COLOUR, alpha=0.85, label="throughput")]
+    if baseline_samples_per_s is not None:
+        base = _finite(baseline_samples_per_s, "baseline_samples_per_s")
+        handles.append(
+            ax.axhline(
+                base,
+                color="black",
+                linestyle="--",
+                linewidth=1.2,
+                label=f"baseline {base:.4g} samples/s",
+            )
+        )
+    for field, label, colour in (
+        ("stages", "pipeline stages", "#C44E52"),
+        ("replicas", "replicas", "#55A868"),
+        ("frozen_layers", "frozen layers", "#8172B3"),
+    ):
+        (line,) = right.plot(
+            epochs,
+            [d[field] for d in data],
+            drawstyle="steps-mid",
+            marker="o",
+            markersize=3,
+            linewidth=1.8,
+            color=colour,
+            label=label,
+        )
+        handles.append(line)
+
+    annotate = 0 < len(data) <= MAX_BAR_LABELS
+    if annotate:  # plan shape "stages×replicas" above each bar
+        for b, d in zip(bars, data, strict=True):
+            ax.annotate(
+                f"{d['stages']:g}×{d['replicas']:g}",
+                (b.get_x() + b.get_width() / 2, b.get_height()),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="#333333",
+            )
+    if not data:
+        _note(ax, "no epochs")
+        ax.set_xticks([])
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+    ax.set_xlabel("epoch" + ("  (bar labels: stages×replicas)" if annotate else ""))
+    ax.set_ylabel("samples / s")
+    right.set_ylabel("count")
+    top = max([d["samples_per_s"] for d in data] + [baseline_samples_per_s or 0.0, 0.0])
+    ax.set_ylim(0, 1.12 * top or 1.0)  # headroom for the bar labels
+    right.set_ylim(0, 1.12 * max([d[f] for d in data for f in EPOCH_FIELDS[2:]] + [0.0]) or 1.0)
+    right.yaxis.set_major_locator(MaxNLocator(integer=True))
+    _bottom_legend(fig, handles)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _note(ax: Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="grey")
+
+
+def _get(obj: Any, name: str, where: str) -> Any:
+    """`obj.name` or `obj[name]`, with a one-line error naming what is missing."""
+    if isinstance(obj, Mapping):
+        if name in obj:
+            return obj[name]
+    elif hasattr(obj, name):
+        return getattr(obj, name)
+    raise BadArgumentError(f"{where}: missing field {name!r}")
+
+
+def _finite(value: Any, what: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise BadArgumentError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(x):
+        raise BadArgumentError(f"{what} must be finite, got {value!r}")
+    return x
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    """Render `fig` as PNG and write it atomically to `path`, creating parent directories."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(
+            f"{path}: cannot create directory {path.parent} ({exc.strerror or exc})"
+        ) from None
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    write_atomic(path, buf.getvalue())
+    return path

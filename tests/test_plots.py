@@ -1,0 +1,212 @@
+"""Charts: PNGs are written, one Gantt row per stage, bad input and bad paths give clear errors."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from pipeplan.errors import BadArgumentError, OutputError
+from pipeplan.plots import (
+    _epochs_figure,
+    _timeline_figure,
+    plot_epochs,
+    plot_measured_vs_simulated,
+    plot_timeline,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclass
+class Event:
+    stage: int
+    kind: str
+    micro_batch: int | None
+    start_s: float
+    end_s: float
+
+
+@dataclass
+class Timeline:
+    events: list[Event] = field(default_factory=list)
+    step_s: float = 0.0
+    num_stages: int = 1
+
+
+@dataclass
+class EpochRow:
+    epoch: int
+    samples_per_s: float
+    stages: int
+    replicas: int
+    frozen_layers: int
+
+
+def gpipe(stages: int, micro_batches: int, fwd: float = 0.004, bwd: float = 0.008) -> Timeline:
+    """A plausible GPipe step: all forwards, all backwards, all-reduce, optimizer."""
+    events: list[Event] = []
+    free = [0.0] * stages
+    done: dict[tuple[int, int], float] = {}
+    for kind, dur, order in (
+        ("fwd", fwd, range(stages)),
+        ("bwd", bwd, range(stages - 1, -1, -1)),
+    ):
+        done.clear()
+        step = 1 if kind == "fwd" else -1
+        for m in range(micro_batches):
+            for s in order:
+                start = max(free[s], done.get((s - step, m), 0.0))
+                events.append(Event(s, kind, m, start, start + dur))
+                free[s] = done[(s, m)] = start + dur
+                if (s + step) in range(stages):
+                    events.append(Event(s, "send", m, start + dur, start + dur + 0.0005))
+    for s in range(stages):
+        events.append(Event(s, "allreduce", None, free[s], free[s] + 0.003))
+        events.append(Event(s, "optimizer", None, free[s] + 0.003, free[s] + 0.004))
+    return Timeline(events, max(free) + 0.004, stages)
+
+
+def assert_png(path: Path, min_bytes: int = 5_000) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert len(data) > min_bytes
+
+
+def test_timeline_png_written_in_new_directory(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b" / "step.png"
+    assert plot_timeline(gpipe(4, 8), out, title="GPipe 4×8") == out
+    assert_png(out)
+    assert not [p for p in out.parent.iterdir() if p.name != "step.png"]  # no temp files left
+
+
+def test_one_row_per_stage_stage_0_on_top() -> None:
+    fig = _timeline_figure(gpipe(5, 3))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"stage {s}" for s in range(5)]
+    bottom, top = ax.get_ylim()
+    assert bottom > top  # inverted: stage 0 is drawn at the top
+    assert ax.get_xlabel() == "time (ms)"
+
+
+def test_micro_batch_labels_and_step_line() -> None:
+    tl = gpipe(2, 3)
+    ax = _timeline_figure(tl).axes[0]
+    texts = sorted(t.get_text() for t in ax.texts)
+    assert texts == sorted(["0", "1", "2"] * 4)  # fwd and bwd on two stages, wide bars
+    step_ms = tl.step_s * 1e3
+    assert any(list(line.get_xdata()) == [step_ms, step_ms] for line in ax.get_lines())
+
+
+def test_bars_grouped_per_stage_and_kind() -> None:
+    tl = gpipe(3, 4)
+    ax = _timeline_figure(tl).axes[0]
+    groups = {(e.stage, e.kind) for e in tl.events}
+    assert len(ax.collections) == len(groups)
+
+
+def test_many_stages_and_events_is_fast(tmp_path: Path) -> None:
+    tl = gpipe(64, 32)
+    assert len(tl.events) > 8000
+    t0 = time.perf_counter()
+    plot_timeline(tl, tmp_path / "big.png")
+    assert time.perf_counter() - t0 < 5.0
+    assert_png(tmp_path / "big.png")
+    labels = _timeline_figure(tl).axes[0].get_yticklabels()
+    assert len(labels) == 64
+
+
+def test_empty_timeline_gives_empty_chart(tmp_path: Path) -> None:
+    """Documented choice: no events is not an error, the chart says "no events"."""
+    tl = Timeline([], 0.0, 3)
+    ax = _timeline_figure(tl).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["stage 0", "stage 1", "stage 2"]
+    assert "no events" in [t.get_text() for t in ax.texts]
+    assert_png(plot_timeline(tl, tmp_path / "empty.png"), min_bytes=1_000)
+
+
+def test_dict_timeline_and_unknown_kind_accepted() -> None:
+    tl = {
+        "events": [
+            {"stage": 0, "kind": "fwd", "micro_batch": 0, "start_s": 0.0, "end_s": 0.01},
+            {"stage": 1, "kind": "recompute", "micro_batch": 0, "start_s": 0.01, "end_s": 0.02},
+        ],
+        "step_s": 0.02,
+        "num_stages": 2,
+    }
+    fig = _timeline_figure(tl)
+    assert len(fig.axes[0].collections) == 2
+    assert "other" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+@pytest.mark.parametrize(
+    ("events", "num_stages", "message"),
+    [
+        ([Event(2, "fwd", 0, 0.0, 0.1)], 2, "stage 2 is outside 0..1"),
+        ([Event(0, "fwd", 0, 0.2, 0.1)], 1, "before start_s"),
+        ([Event(0, "fwd", 0, 0.0, float("nan"))], 1, "end_s must be finite"),
+        ([], 0, "num_stages must be a positive integer"),
+    ],
+)
+def test_bad_timeline_rejected(events: list[Event], num_stages: int, message: str) -> None:
+    with pytest.raises(BadArgumentError, match=message):
+        _timeline_figure(Timeline(events, 0.1, num_stages))
+
+
+def test_missing_field_named() -> None:
+    with pytest.raises(BadArgumentError, match="timeline event 0: missing field 'end_s'"):
+        _timeline_figure(
+            {
+                "events": [{"stage": 0, "kind": "fwd", "micro_batch": 0, "start_s": 0.0}],
+                "step_s": 1.0,
+                "num_stages": 1,
+            }
+        )
+
+
+def test_measured_vs_simulated(tmp_path: Path) -> None:
+    out = plot_measured_vs_simulated(gpipe(4, 8), gpipe(2, 8), tmp_path / "cmp.png")
+    assert_png(out)
+
+
+def epoch_rows() -> list[EpochRow]:
+    return [
+        EpochRow(e, 100.0 + 20 * e, max(1, 8 >> (e // 3)), 1 << min(3, e // 3), 3 * e)
+        for e in range(10)
+    ]
+
+
+def test_epochs_png_with_baseline(tmp_path: Path) -> None:
+    out = plot_epochs(epoch_rows(), tmp_path / "sub" / "epochs.png", "freeze", 120.0)
+    assert out == tmp_path / "sub" / "epochs.png"
+    assert_png(out)
+
+
+def test_epochs_accepts_dicts_in_any_order() -> None:
+    rows = [vars(r) for r in reversed(epoch_rows())]
+    ax, right = _epochs_figure(rows, baseline_samples_per_s=150.0).axes
+    heights = [b.get_height() for b in ax.patches]
+    assert heights == [r.samples_per_s for r in epoch_rows()]  # sorted by epoch
+    assert [list(line.get_ydata()) for line in right.get_lines()] == [
+        [r.stages for r in epoch_rows()],
+        [r.replicas for r in epoch_rows()],
+        [r.frozen_layers for r in epoch_rows()],
+    ]
+    assert any(line.get_linestyle() == "--" for line in ax.get_lines())  # baseline
+
+
+def test_epochs_empty_and_bad(tmp_path: Path) -> None:
+    assert_png(plot_epochs([], tmp_path / "none.png"), min_bytes=1_000)
+    with pytest.raises(BadArgumentError, match="epoch row 0: missing field 'replicas'"):
+        _epochs_figure([{"epoch": 0, "samples_per_s": 1.0, "stages": 1, "frozen_layers": 0}])
+
+
+def test_unwritable_path_raises_output_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OutputError, match="cannot create directory"):
+        plot_timeline(gpipe(1, 1), blocker / "step.png")
+    with pytest.raises(OutputError, match="is a directory"):
+        plot_epochs(epoch_rows(), tmp_path)
