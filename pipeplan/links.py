@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -20,20 +19,14 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from scipy.optimize import nnls
 
-from pipeplan.errors import BadArgumentError, PipeplanError
+from pipeplan.errors import BadArgumentError
 from pipeplan.schema import CommProfile, LinkFit, LinkSample
+from pipeplan.spawn import free_port, run_ranks
 
 DEFAULT_SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 8 << 20, 32 << 20)
 COLLECTIVE_TIMEOUT_S = 60
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _time_repeats(fn, repeats: int, warmup: int, sync) -> list[float]:
@@ -129,27 +122,8 @@ def measure_links(
         )
     with tempfile.TemporaryDirectory(prefix="pipeplan-links-") as tmp:
         out_path = os.path.join(tmp, "links.json")
-        ctx = mp.start_processes(
-            _worker,
-            args=(nproc, free_port(), device, sizes, repeats, out_path),
-            nprocs=nproc,
-            join=False,
-            start_method="spawn",
-        )
-        deadline = time.monotonic() + deadline_s
-        try:
-            while not ctx.join(timeout=1.0):
-                if time.monotonic() > deadline:
-                    raise PipeplanError(f"link measurement did not finish in {deadline_s:.0f} s")
-        except mp.ProcessRaisedException as exc:
-            last = str(exc).strip().splitlines()[-1]
-            raise PipeplanError(f"link measurement failed on a rank: {last}") from None
-        except mp.ProcessExitedException as exc:
-            raise PipeplanError(f"link measurement: a rank died ({exc})") from None
-        finally:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
+        args = (nproc, free_port(), device, sizes, repeats, out_path)
+        run_ranks(_worker, nproc, args, deadline_s, "link measurement")
         raw = json.loads(Path(out_path).read_text())
     p2p = _fit(_samples(raw["p2p"]), 1.0, 1.0)
     ring = 2.0 * (nproc - 1)

@@ -199,17 +199,22 @@ def known_models() -> list[str]:
     return list(PRESETS)
 
 
-def build(name_or_path: str, *, seq_len: int | None = None, seed: int = 0) -> LayerSequence:
+def build(
+    name_or_path: str, *, seq_len: int | None = None, seed: int = 0, dropout: float | None = None
+) -> LayerSequence:
     """Build a LayerSequence from a built-in name or a path to an HF config.json (or its
-    directory). Weights are random, drawn from `seed`."""
-    return build_with_hf(name_or_path, seq_len=seq_len, seed=seed)[0]
+    directory). Weights are random, drawn from `seed`; `dropout` overrides the config's hidden
+    and attention dropout (0 makes training deterministic, for equivalence tests)."""
+    return build_with_hf(name_or_path, seq_len=seq_len, seed=seed, dropout=dropout)[0]
 
 
 def build_with_hf(
-    name_or_path: str, *, seq_len: int | None = None, seed: int = 0
+    name_or_path: str, *, seq_len: int | None = None, seed: int = 0, dropout: float | None = None
 ) -> tuple[LayerSequence, nn.Module]:
     """Like `build`, also returning the transformers model whose parameters the layers share."""
     family, config_dict, preset_seq_len = _resolve(name_or_path)
+    if dropout is not None:
+        config_dict.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     config = _make_config(family, config_dict, name_or_path)
     if family == "vit":
         if seq_len is not None:

@@ -1,0 +1,249 @@
+"""Parallelism applied in one place: one phase's pipeline × data-parallel runtime on one rank.
+
+A phase fixes the freeze point, the stage boundaries, the rank map, the micro-batch count and
+the schedule. `PhaseRuntime` builds this rank's stage (the layers between its boundaries),
+wraps it in a `torch.distributed.pipelining.PipelineStage` over its replica's pipeline group,
+runs the plan's schedule (GPipe or 1F1B), then averages the active gradients over the stage's
+data-parallel group with one bucketed all-reduce. DDP is deliberately not used: DESIGN.md
+records that GPipe + DDP crashes and DDP(static_graph=True) gives silently wrong gradients
+inside a pipeline, while a manual all-reduce after `schedule.step()` is exact.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from executor.topology import Topology, build_topology
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    """What the executor needs of a plan's phase."""
+
+    frozen_layers: int
+    cached: bool
+    boundaries: tuple[int, ...]
+    rank_map: tuple[tuple[int, ...], ...]
+    micro_batches: int
+    schedule: str
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.boundaries) - 1
+
+    @property
+    def replicas(self) -> int:
+        return len(self.rank_map)
+
+    def stage_of_layer(self, layer: int) -> int:
+        return next(s for s in range(self.num_stages) if layer < self.boundaries[s + 1])
+
+    def check(self, num_layers: int, world_size: int) -> None:
+        b = self.boundaries
+        if b[0] != 0 or b[-1] != num_layers or any(x >= y for x, y in itertools.pairwise(b)):
+            raise ValueError(f"boundaries {b} do not split {num_layers} layers")
+        if self.num_stages > 1 and b[1] <= self.frozen_layers:
+            # Frozen layers run without autograd; a later stage would get no input gradient.
+            raise ValueError("frozen layers must all lie in stage 0")
+        ranks = [r for row in self.rank_map for r in row]
+        if len(set(ranks)) != len(ranks) or not all(0 <= r < world_size for r in ranks):
+            raise ValueError(f"rank map {self.rank_map} is not a set of distinct ranks")
+        if any(len(row) != self.num_stages for row in self.rank_map):
+            raise ValueError("every replica needs one rank per stage")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}")
+
+
+class StageModule(nn.Module):
+    """Layers [start, stop) of a LayerSequence. Frozen layers (index < frozen_layers) run in
+    eval mode without autograd: they are a fixed feature extractor, which is also what makes
+    their outputs cacheable. With `skip_frozen` (stage 0 reading the cache) they are not run."""
+
+    def __init__(
+        self, layers: nn.ModuleList, start: int, stop: int, frozen_layers: int, skip_frozen: bool
+    ):
+        super().__init__()
+        self.first = max(start, frozen_layers) if skip_frozen else start
+        self.frozen_layers = frozen_layers
+        self.layers = nn.ModuleList(layers[self.first : stop])
+        self.fwd_s = 0.0
+
+    def train(self, mode: bool = True) -> StageModule:
+        super().train(mode)
+        for index, layer in self.indexed():
+            if index < self.frozen_layers:
+                layer.eval()
+        return self
+
+    def indexed(self) -> list[tuple[int, nn.Module]]:
+        return list(enumerate(self.layers, start=self.first))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t0 = time.perf_counter()
+        for index, layer in self.indexed():
+            if index < self.frozen_layers:
+                with torch.no_grad():
+                    x = layer(x)
+            else:
+                x = layer(x)
+        self.fwd_s += time.perf_counter() - t0
+        return x
+
+
+@dataclass
+class StepTimes:
+    """One rank's view of one training step, in seconds."""
+
+    step_s: float = 0.0
+    fwd_s: float = 0.0
+    bwd_s: float = 0.0
+    wait_s: float = 0.0  # inside the schedule but not computing: transfers and bubbles
+    allreduce_s: float = 0.0
+    optimizer_s: float = 0.0
+    loss: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def active_parameters(module: nn.Module) -> list[nn.Parameter]:
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def set_frozen(layers: nn.ModuleList, frozen_layers: int) -> None:
+    for index, layer in enumerate(layers):
+        layer.requires_grad_(index >= frozen_layers)
+
+
+class PhaseRuntime:
+    """This rank's part of one phase. Collective to construct (process groups)."""
+
+    def __init__(
+        self,
+        layers: nn.ModuleList,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        spec: PhaseSpec,
+        rank: int,
+        example_input: Callable[[int], torch.Tensor],
+        micro_batch_size: int,
+        device: torch.device,
+        make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer],
+    ):
+        self.spec = spec
+        self.device = device
+        self.topology: Topology = build_topology(rank, spec.rank_map)
+        set_frozen(layers, spec.frozen_layers)
+        self.module: StageModule | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        if not self.topology.active:
+            return
+        stage = self.topology.stage
+        start, stop = spec.boundaries[stage], spec.boundaries[stage + 1]
+        self.module = StageModule(
+            layers, start, stop, spec.frozen_layers, skip_frozen=spec.cached and stage == 0
+        ).train()
+        input_args = (example_input(micro_batch_size).to(device),) if stage == 0 else None
+        self.pipe_stage = PipelineStage(
+            self.module,
+            stage,
+            spec.num_stages,
+            device,
+            input_args=input_args,
+            group=self.topology.pipeline_group,
+        )
+        self.bwd_s = 0.0
+        self._time_backward()
+        self.schedule = SCHEDULES[spec.schedule](
+            self.pipe_stage, spec.micro_batches, loss_fn=loss_fn
+        )
+        self.params = active_parameters(self.module)
+        self.optimizer = make_optimizer(self.params)
+        # Per-layer gradient norms summed over steps, for AutoFreeze.
+        self.grad_norm_sums: dict[int, float] = {}
+        self.grad_norm_steps = 0
+
+    def _time_backward(self) -> None:
+        inner = self.pipe_stage.backward_one_chunk
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.bwd_s += time.perf_counter() - t0
+
+        self.pipe_stage.backward_one_chunk = timed
+
+    @property
+    def is_first(self) -> bool:
+        return self.topology.stage == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.topology.stage == self.spec.num_stages - 1
+
+    def step(self, inputs: torch.Tensor | None, labels: torch.Tensor | None) -> StepTimes:
+        """One optimizer step on this replica's share of the global batch: `inputs` on stage 0
+        (raw or cached), `labels` on the last stage."""
+        times = StepTimes()
+        if not self.topology.active:
+            return times
+        assert self.module is not None and self.optimizer is not None
+        t0 = time.perf_counter()
+        self.module.fwd_s = self.bwd_s = 0.0
+        args = (inputs.to(self.device),) if self.is_first else ()
+        losses: list[torch.Tensor] = []
+        kwargs = dict(target=labels.to(self.device), losses=losses) if self.is_last else {}
+        self.schedule.step(*args, **kwargs)
+        t1 = time.perf_counter()
+        self.all_reduce_gradients()
+        t2 = time.perf_counter()
+        for index, norm in self.layer_grad_norms().items():
+            self.grad_norm_sums[index] = self.grad_norm_sums.get(index, 0.0) + norm
+        self.grad_norm_steps += 1
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        t3 = time.perf_counter()
+        times.fwd_s, times.bwd_s = self.module.fwd_s, self.bwd_s
+        times.wait_s = max(0.0, (t1 - t0) - times.fwd_s - times.bwd_s)
+        times.allreduce_s, times.optimizer_s, times.step_s = t2 - t1, t3 - t2, t3 - t0
+        if losses:
+            times.loss = float(torch.stack([loss.detach() for loss in losses]).mean())
+        return times
+
+    def all_reduce_gradients(self) -> None:
+        """Average active gradients over the replicas of this stage: one flat bucket."""
+        if self.spec.replicas == 1 or not self.params:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.topology.dp_group)
+        flat /= self.spec.replicas
+        offset = 0
+        for p, g in zip(self.params, grads, strict=True):
+            p.grad = flat[offset : offset + g.numel()].view_as(g)
+            offset += g.numel()
+
+    def layer_grad_norms(self) -> dict[int, float]:
+        """Gradient norm of each active layer this rank owns (valid between the all-reduce
+        and zero_grad)."""
+        norms: dict[int, float] = {}
+        if self.module is None:
+            return norms
+        for index, layer in self.module.indexed():
+            grads = [p.grad for p in layer.parameters() if p.grad is not None]
+            if grads:
+                norms[index] = float(torch.sqrt(sum((g.float() ** 2).sum() for g in grads)))
+        return norms
+
+    def destroy(self) -> None:
+        self.topology.destroy()
