@@ -1,0 +1,346 @@
+"""Training data for the executor: a `--data` spec → train and eval datasets.
+
+Built-ins need no download: `digits` reads the 8×8 handwritten digits that ship inside
+scikit-learn's package data (without importing scikit-learn), and `synth-text` generates a
+seeded token-classification task sized to the model. Anything else is `module:function` or
+`path/to/file.py:function`, a user function returning a `TaskData` or `(train, eval[,
+augmented])`.
+
+Every dataset item is `(input, label)`: `input` has the model's per-sample shape and dtype,
+`label` is an int64 scalar tensor. Items are deterministic unless `TaskData.augmented` is set,
+because the executor caches frozen layers' activations per sample index.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from pipeplan.errors import BadArgumentError, InputFileError
+
+if TYPE_CHECKING:
+    from pipeplan.models import LayerSequence
+
+BUILTINS = ("digits", "synth-text")
+DEFAULT_DATA = {"vit-digits": "digits", "bert-synth": "synth-text"}
+
+EVAL_FRACTION = 0.2  # digits: stratified held-out share
+SYNTH_TRAIN, SYNTH_EVAL = 4096, 1024
+FIRST_TOKEN = 3  # ids 0..2 are reserved (padding, CLS/SEP in BERT; <s>, <pad>, </s> in RoBERTa)
+
+
+@dataclass(frozen=True)
+class TaskData:
+    name: str
+    train: Dataset  # item i -> (input tensor, int64 scalar label tensor)
+    eval: Dataset
+    augmented: bool = False  # train items are randomly augmented: never cache activations
+
+
+class TensorPairs(Dataset):
+    """`(inputs[i], labels[i])` from two tensors held in memory."""
+
+    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor):
+        if len(inputs) != len(labels):
+            raise ValueError(f"{len(inputs)} inputs but {len(labels)} labels")
+        self.inputs = inputs
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.inputs[index], self.labels[index]
+
+
+def load_data(spec: str, seq: LayerSequence, seed: int = 0) -> TaskData:
+    """The datasets named by `spec` for model `seq`; built-ins are drawn from `seed`."""
+    if spec == "digits":
+        return load_digits(seed)
+    if spec == "synth-text":
+        return synth_text(seq, seed)
+    if ":" in spec:
+        return _load_user(spec, seed)
+    raise BadArgumentError(
+        f"unknown data '{spec}'; built-ins: {', '.join(BUILTINS)} "
+        "(or module:function, or path/to/file.py:function)"
+    )
+
+
+def default_data_for(model_name: str) -> str:
+    """The built-in dataset that goes with a built-in executor model."""
+    if model_name in DEFAULT_DATA:
+        return DEFAULT_DATA[model_name]
+    raise BadArgumentError(
+        f"no default data for model '{model_name}'; pass --data "
+        f"({', '.join(BUILTINS)}, or module:function)"
+    )
+
+
+def check_compatible(data: TaskData, seq: LayerSequence) -> None:
+    """Raise BadArgumentError when the model cannot take the dataset's samples."""
+    for split, dataset in (("train", data.train), ("eval", data.eval)):
+        if len(dataset) == 0:
+            if split == "train":
+                raise BadArgumentError(f"data '{data.name}' has no training samples")
+            continue
+        inputs, labels = _samples(dataset, data.name, split)
+        _check_inputs(inputs, data.name, seq)
+        if labels.dtype != torch.int64:
+            raise BadArgumentError(
+                f"data '{data.name}': {split} labels must be int64, not {_dtype(labels.dtype)}"
+            )
+        low, high = int(labels.min()), int(labels.max())
+        if low < 0 or high >= seq.num_labels:
+            raise BadArgumentError(
+                f"data '{data.name}' has {split} labels in {low}..{high} but model "
+                f"'{seq.name}' has {seq.num_labels} classes (0..{seq.num_labels - 1})"
+            )
+
+
+# --- digits ------------------------------------------------------------------------------
+
+
+def digits_path() -> Path:
+    """Where scikit-learn's installed package data keeps the digits (sklearn isn't imported)."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise BadArgumentError(
+            "data 'digits' needs scikit-learn's package data: pip install scikit-learn"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "datasets/data/digits.csv.gz"
+
+
+def load_digits(seed: int = 0) -> TaskData:
+    """1797 8×8 digits, float32 (1, 8, 8), standardised with the train split's mean/std; a
+    stratified 20 % of each class, drawn from `seed`, is held out for eval."""
+    path = digits_path()
+    try:
+        with gzip.open(path, "rt", encoding="ascii") as f:
+            table = np.loadtxt(f, delimiter=",", dtype=np.float32)
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputFileError(f"{path}: cannot read the digits data ({_one_line(exc)})") from None
+    if table.ndim != 2 or table.shape[1] != 65:
+        raise InputFileError(f"{path}: expected 65 columns (64 pixels + label)")
+    pixels = table[:, :64].reshape(-1, 1, 8, 8) / 16.0
+    labels = table[:, 64].astype(np.int64)
+
+    rng = np.random.default_rng(seed)
+    held_out = np.zeros(len(labels), dtype=bool)
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        held_out[members[: round(EVAL_FRACTION * len(members))]] = True
+    mean, std = pixels[~held_out].mean(), pixels[~held_out].std()
+    pixels = (pixels - mean) / std
+
+    def split(mask: np.ndarray) -> TensorPairs:
+        return TensorPairs(torch.from_numpy(pixels[mask].copy()), torch.from_numpy(labels[mask]))
+
+    return TaskData("digits", split(~held_out), split(held_out), augmented=False)
+
+
+# --- synth-text --------------------------------------------------------------------------
+
+
+def synth_text(
+    seq: LayerSequence, seed: int = 0, n_train: int = SYNTH_TRAIN, n_eval: int = SYNTH_EVAL
+) -> TaskData:
+    """Generated token-id sequences for a text model with C = num_labels classes.
+
+    The usable ids [3, vocab_size) are cut into C contiguous bands; a sample's label is the
+    band that holds the most of its tokens (for 2 classes: lower half of the vocabulary
+    outnumbers the upper half → 0, else 1). Samples whose top band wins by less than
+    max(1, length // 8) tokens are not drawn, so the rule is cleanly learnable. Classes are
+    balanced exactly in both splits.
+    """
+    if seq.input_dtype != torch.int64 or len(seq.input_shape) != 1:
+        raise BadArgumentError(
+            f"data 'synth-text' is token ids for a text model; model '{seq.name}' takes "
+            f"{_shape(seq.input_shape)} {_dtype(seq.input_dtype)}"
+        )
+    length, vocab, classes = seq.input_shape[0], seq.config.vocab_size, seq.num_labels
+    if length < 4 or vocab < 8:
+        raise BadArgumentError(
+            f"data 'synth-text' needs sequence length ≥ 4 and vocab_size ≥ 8; model "
+            f"'{seq.name}' has {length} and {vocab}"
+        )
+    if not 2 <= classes <= vocab - FIRST_TOKEN:
+        raise BadArgumentError(
+            f"data 'synth-text' needs 2..{vocab - FIRST_TOKEN} classes (vocab_size - 3); "
+            f"model '{seq.name}' has {classes}"
+        )
+    rng = np.random.default_rng(seed)
+    train = _synth_split(rng, n_train, length, vocab, classes)
+    eval_ = _synth_split(rng, n_eval, length, vocab, classes)
+    return TaskData("synth-text", train, eval_, augmented=False)
+
+
+def _synth_split(
+    rng: np.random.Generator, n: int, length: int, vocab: int, classes: int
+) -> TensorPairs:
+    edges = np.linspace(FIRST_TOKEN, vocab, classes + 1).astype(np.int64)  # band b: [e_b, e_b+1)
+    margin = max(1, length // 8)
+    quota = [n // classes + (c < n % classes) for c in range(classes)]
+    kept: list[list[np.ndarray]] = [[] for _ in range(classes)]
+    have = [0] * classes
+    while have != quota:
+        m = max(256, 2 * n)
+        # Each candidate mixes the bands in its own random proportions.
+        cumulative = np.cumsum(rng.dirichlet(np.ones(classes), size=m), axis=1)
+        band = (rng.random((m, length, 1)) > cumulative[:, None, :-1]).sum(axis=2)
+        offset = np.floor(rng.random((m, length)) * (edges[band + 1] - edges[band]))
+        tokens = edges[band] + offset.astype(np.int64)
+        counts = np.stack([(band == b).sum(axis=1) for b in range(classes)], axis=1)
+        top2 = np.sort(counts, axis=1)[:, -2:]
+        clear = top2[:, 1] - top2[:, 0] >= margin
+        label = counts.argmax(axis=1)
+        for c in range(classes):
+            take = tokens[clear & (label == c)][: quota[c] - have[c]]
+            kept[c].append(take)
+            have[c] += len(take)
+    inputs = np.concatenate([np.concatenate(k) for k in kept])
+    labels = np.repeat(np.arange(classes), quota)
+    order = rng.permutation(n)
+    return TensorPairs(torch.from_numpy(inputs[order]), torch.from_numpy(labels[order]))
+
+
+# --- module:function ---------------------------------------------------------------------
+
+
+def _load_user(spec: str, seed: int) -> TaskData:
+    target, _, func_name = spec.rpartition(":")
+    if not target or not func_name.isidentifier():
+        raise BadArgumentError(f"data '{spec}': expected module:function or file.py:function")
+    module = _import(target, spec)
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise BadArgumentError(f"data '{spec}': '{target}' has no function '{func_name}'")
+    result = func(seed=seed) if _takes_seed(func) else func()
+    return _as_task_data(result, spec)
+
+
+def _import(target: str, spec: str) -> Any:
+    try:
+        if target.endswith(".py") or "/" in target or "\\" in target:
+            path = Path(target)
+            if not path.is_file():
+                raise BadArgumentError(f"data '{spec}': no such file {target}")
+            name = f"_pipeplan_data_{path.stem}"
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise BadArgumentError(f"data '{spec}': {target} is not a Python file")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module  # dataclasses and pickle look classes up here
+            try:
+                module_spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(name, None)
+                raise
+            return module
+        return importlib.import_module(target)
+    except BadArgumentError:
+        raise
+    except Exception as exc:
+        raise BadArgumentError(f"data '{spec}': cannot import {target}: {_one_line(exc)}") from exc
+
+
+def _takes_seed(func: Any) -> bool:
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "seed" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _as_task_data(result: Any, spec: str) -> TaskData:
+    if isinstance(result, TaskData):
+        data = result
+    elif isinstance(result, tuple | list) and len(result) in (2, 3):
+        augmented = result[2] if len(result) == 3 else False
+        if not isinstance(augmented, bool):
+            raise BadArgumentError(
+                f"data '{spec}': the third returned value (augmented) must be True or False"
+            )
+        data = TaskData(spec, result[0], result[1], augmented)
+    else:
+        raise BadArgumentError(
+            f"data '{spec}' returned {type(result).__name__}; expected a TaskData or a "
+            "(train, eval) or (train, eval, augmented) tuple of datasets"
+        )
+    for split, dataset in (("train", data.train), ("eval", data.eval)):
+        if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+            raise BadArgumentError(
+                f"data '{spec}': the {split} set ({type(dataset).__name__}) is not a "
+                "map-style dataset with __len__ and __getitem__"
+            )
+    return data
+
+
+# --- helpers -----------------------------------------------------------------------------
+
+
+def _samples(dataset: Any, name: str, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """All inputs and labels of an in-memory dataset, else those of its first and last item."""
+    if isinstance(dataset, TensorPairs):
+        return dataset.inputs, dataset.labels
+    items = [dataset[0], dataset[len(dataset) - 1]]
+    for item in items:
+        if not (isinstance(item, tuple | list) and len(item) == 2):
+            raise BadArgumentError(f"data '{name}': {split} items must be (input, label) pairs")
+        x, y = item
+        if not isinstance(x, torch.Tensor):
+            raise BadArgumentError(f"data '{name}': {split} inputs must be tensors")
+        if not (isinstance(y, torch.Tensor) and y.dtype == torch.int64 and y.dim() == 0):
+            raise BadArgumentError(
+                f"data '{name}': {split} labels must be int64 scalar tensors "
+                f"(torch.tensor(label)), got {_describe(y)}"
+            )
+    if items[0][0].shape != items[1][0].shape or items[0][0].dtype != items[1][0].dtype:
+        raise BadArgumentError(f"data '{name}': {split} inputs differ in shape or dtype")
+    return torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
+
+
+def _check_inputs(inputs: torch.Tensor, name: str, seq: LayerSequence) -> None:
+    shape, dtype = tuple(inputs.shape[1:]), inputs.dtype
+    if shape != tuple(seq.input_shape) or dtype != seq.input_dtype:
+        raise BadArgumentError(
+            f"data '{name}' gives inputs of shape {_shape(shape)} {_dtype(dtype)} but model "
+            f"'{seq.name}' takes {_shape(seq.input_shape)} {_dtype(seq.input_dtype)}"
+        )
+    vocab = getattr(seq.config, "vocab_size", None)
+    if dtype == torch.int64 and vocab is not None:
+        low, high = int(inputs.min()), int(inputs.max())
+        if low < 0 or high >= vocab:
+            raise BadArgumentError(
+                f"data '{name}' has token ids in {low}..{high} but model '{seq.name}' has "
+                f"vocab_size {vocab}"
+            )
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return str(tuple(shape))
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{_dtype(value.dtype)} tensor of shape {_shape(tuple(value.shape))}"
+    return type(value).__name__
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

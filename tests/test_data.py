@@ -1,0 +1,343 @@
+"""Executor data: built-in datasets fit their models, are deterministic and learnable; user
+`module:function` specs load; every mistake is a one-line BadArgumentError."""
+
+import importlib.util
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from executor import data as D
+from pipeplan import models
+from pipeplan.errors import BadArgumentError, PipeplanError
+
+needs_sklearn = pytest.mark.skipif(
+    importlib.util.find_spec("sklearn") is None, reason="digits ship with scikit-learn"
+)
+
+
+@pytest.fixture(scope="module")
+def vit():
+    return models.build("vit-digits")
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return models.build("bert-synth")
+
+
+@pytest.fixture(scope="module")
+def digits():
+    if importlib.util.find_spec("sklearn") is None:
+        pytest.skip("digits ship with scikit-learn")
+    return D.load_digits(seed=0)
+
+
+@pytest.fixture(scope="module")
+def synth(bert):
+    return D.load_data("synth-text", bert, seed=0)
+
+
+def _fake_text_model(vocab_size: int, length: int, num_labels: int) -> SimpleNamespace:
+    config = SimpleNamespace(vocab_size=vocab_size, num_labels=num_labels)
+    return SimpleNamespace(
+        name="fake",
+        input_shape=(length,),
+        input_dtype=torch.int64,
+        config=config,
+        num_labels=num_labels,
+    )
+
+
+def _one_line_error(call, *args, match: str | None = None) -> str:
+    with pytest.raises(BadArgumentError, match=match) as info:
+        call(*args)
+    message = str(info.value)
+    assert message and "\n" not in message
+    return message
+
+
+def _assert_items_fit(task: D.TaskData, seq) -> None:
+    for dataset in (task.train, task.eval):
+        for i in (0, len(dataset) - 1):
+            x, y = dataset[i]
+            assert tuple(x.shape) == tuple(seq.input_shape) and x.dtype == seq.input_dtype
+            assert y.dtype == torch.int64 and y.dim() == 0 and 0 <= int(y) < seq.num_labels
+    D.check_compatible(task, seq)
+
+
+# --- digits ------------------------------------------------------------------------------
+
+
+@needs_sklearn
+def test_digits_fit_vit_digits(vit, digits):
+    assert D.load_data("digits", vit).name == "digits"
+    _assert_items_fit(digits, vit)
+    assert not digits.augmented
+    assert D.default_data_for("vit-digits") == "digits"
+
+
+@needs_sklearn
+def test_digits_split_is_stratified_disjoint_and_standardised(digits):
+    assert len(digits.train) + len(digits.eval) == 1797
+    assert len(digits.eval) == pytest.approx(0.2 * 1797, abs=10)
+    train_counts = torch.bincount(digits.train.labels, minlength=10)
+    eval_counts = torch.bincount(digits.eval.labels, minlength=10)
+    assert torch.all((eval_counts.float() / (train_counts + eval_counts) - 0.2).abs() < 0.02)
+    train_rows = {tuple(x.flatten().tolist()) for x in digits.train.inputs}
+    assert not any(tuple(x.flatten().tolist()) in train_rows for x in digits.eval.inputs)
+    assert digits.train.inputs.mean().abs() < 1e-4
+    assert digits.train.inputs.std() == pytest.approx(1.0, abs=1e-3)
+
+
+@needs_sklearn
+def test_digits_deterministic_by_seed(digits):
+    again = D.load_digits(seed=0)
+    assert torch.equal(again.train.inputs, digits.train.inputs)
+    assert torch.equal(again.eval.labels, digits.eval.labels)
+    x0, y0 = digits.train[5]
+    assert torch.equal(digits.train[5][0], x0) and torch.equal(digits.train[5][1], y0)
+    other = D.load_digits(seed=1)
+    assert not torch.equal(other.eval.inputs, digits.eval.inputs)
+
+
+def test_digits_without_sklearn_says_how_to_get_it(monkeypatch, vit):
+    no_sklearn = SimpleNamespace(util=SimpleNamespace(find_spec=lambda name: None))
+    monkeypatch.setattr(D, "importlib", no_sklearn)
+    message = _one_line_error(D.load_data, "digits", vit)
+    assert "pip install scikit-learn" in message
+
+
+# --- synth-text --------------------------------------------------------------------------
+
+
+def test_synth_text_fits_bert_synth(bert, synth):
+    _assert_items_fit(synth, bert)
+    assert (len(synth.train), len(synth.eval)) == (4096, 1024)
+    for split in (synth.train, synth.eval):
+        assert split.inputs.min() >= 3 and split.inputs.max() < bert.config.vocab_size
+    assert not synth.augmented
+    assert D.default_data_for("bert-synth") == "synth-text"
+
+
+def test_synth_text_classes_balanced(synth):
+    assert torch.bincount(synth.train.labels).tolist() == [2048, 2048]
+    assert torch.bincount(synth.eval.labels).tolist() == [512, 512]
+
+
+def test_synth_text_deterministic_by_seed(bert, synth):
+    again = D.load_data("synth-text", bert, seed=0)
+    assert torch.equal(again.train.inputs, synth.train.inputs)
+    assert torch.equal(again.eval.labels, synth.eval.labels)
+    other = D.load_data("synth-text", bert, seed=1)
+    assert not torch.equal(other.train.inputs, synth.train.inputs)
+
+
+def test_synth_text_label_follows_the_majority_rule(bert, synth):
+    vocab = bert.config.vocab_size
+    lower = (synth.train.inputs < 3 + (vocab - 3) // 2).sum(dim=1)
+    upper = synth.train.inputs.shape[1] - lower
+    assert torch.equal(synth.train.labels, (upper > lower).long())
+
+
+def test_synth_text_is_learnable_from_token_histograms(bert, synth):
+    # A linear model on bag-of-tokens: far above chance shows the labels are not noise.
+    vocab = bert.config.vocab_size
+
+    def histograms(split):
+        counts = torch.zeros(len(split), vocab)
+        counts.scatter_add_(1, split.inputs, torch.ones(split.inputs.shape))
+        return counts / split.inputs.shape[1]
+
+    x_train, x_eval = histograms(synth.train), histograms(synth.eval)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(vocab, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    for _ in range(200):
+        loss = torch.nn.functional.cross_entropy(model(x_train), synth.train.labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    accuracy = (model(x_eval).argmax(1) == synth.eval.labels).float().mean().item()
+    assert accuracy > 0.9
+
+
+@pytest.mark.parametrize(
+    ("vocab", "length", "labels"), [(8, 4, 2), (8, 5, 5), (30, 7, 3), (600, 64, 10)]
+)
+def test_synth_text_any_small_model(vocab, length, labels):
+    seq = _fake_text_model(vocab, length, labels)
+    task = D.synth_text(seq, seed=3, n_train=101, n_eval=37)
+    _assert_items_fit(task, seq)
+    assert len(task.train) == 101 and len(task.eval) == 37
+    counts = torch.bincount(task.train.labels, minlength=labels)
+    assert counts.max() - counts.min() <= 1
+    # Label = the band of the vocabulary holding most tokens.
+    edges = torch.linspace(3, vocab, labels + 1).long()
+    band = torch.bucketize(task.train.inputs, edges[1:-1], right=True)
+    per_band = torch.stack([(band == b).sum(1) for b in range(labels)], dim=1)
+    assert torch.equal(per_band.argmax(1), task.train.labels)
+
+
+@pytest.mark.parametrize(
+    ("vocab", "length", "labels", "match"),
+    [(7, 32, 2, "vocab_size"), (512, 3, 2, "length"), (10, 8, 8, "classes"), (512, 8, 1, "2..")],
+)
+def test_synth_text_rejects_models_it_cannot_serve(vocab, length, labels, match):
+    _one_line_error(D.load_data, "synth-text", _fake_text_model(vocab, length, labels), match=match)
+
+
+def test_synth_text_rejects_image_model(vit):
+    _one_line_error(D.load_data, "synth-text", vit, match="text model")
+
+
+# --- module:function ---------------------------------------------------------------------
+
+USER_DATA = """
+import torch
+from executor.data import TaskData, TensorPairs
+
+def _pairs(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return TensorPairs(torch.randint(3, 512, (n, 32), generator=g), torch.arange(n) % 2)
+
+def as_pair(seed=0):
+    return _pairs(8, seed), _pairs(4, seed + 100)
+
+def as_triple():
+    return _pairs(8, 0), _pairs(4, 1), True
+
+def as_task(**kwargs):
+    return TaskData("mine", _pairs(8, kwargs["seed"]), _pairs(4, 1))
+
+def as_list_items():
+    items = [(torch.randint(3, 512, (32,)), torch.tensor(i % 2)) for i in range(5)]
+    return items, items[:2]
+
+def wrong_type():
+    return 42
+
+def bad_augmented():
+    return _pairs(2, 0), _pairs(2, 0), "yes"
+
+def not_datasets():
+    return 1, 2
+
+def int_labels():
+    return [(torch.zeros(32, dtype=torch.long), 1)], []
+
+not_callable = 3
+"""
+
+
+@pytest.fixture
+def user_file(tmp_path):
+    path = tmp_path / "my_data.py"
+    path.write_text(textwrap.dedent(USER_DATA))
+    return path
+
+
+def test_user_file_returning_pair_gets_seed(user_file, bert):
+    task = D.load_data(f"{user_file}:as_pair", bert, seed=7)
+    assert task.name == f"{user_file}:as_pair" and not task.augmented
+    assert (len(task.train), len(task.eval)) == (8, 4)
+    expected = torch.randint(3, 512, (8, 32), generator=torch.Generator().manual_seed(7))
+    assert torch.equal(task.train.inputs, expected)
+    D.check_compatible(task, bert)
+
+
+def test_user_file_other_return_forms(user_file, bert):
+    assert D.load_data(f"{user_file}:as_triple", bert).augmented is True
+    task = D.load_data(f"{user_file}:as_task", bert, seed=2)
+    assert task.name == "mine"
+    plain = D.load_data(f"{user_file}:as_list_items", bert)
+    D.check_compatible(plain, bert)
+
+
+def test_user_module_by_import_name(user_file, bert, monkeypatch):
+    monkeypatch.syspath_prepend(str(user_file.parent))
+    try:
+        task = D.load_data("my_data:as_pair", bert)
+    finally:
+        sys.modules.pop("my_data", None)
+    assert len(task.train) == 8
+    D.check_compatible(task, bert)
+
+
+@pytest.mark.parametrize(
+    ("function", "match"),
+    [
+        ("missing", "no function 'missing'"),
+        ("not_callable", "no function"),
+        ("wrong_type", "returned int"),
+        ("bad_augmented", "augmented"),
+        ("not_datasets", "map-style dataset"),
+    ],
+)
+def test_user_function_errors(user_file, bert, function, match):
+    message = _one_line_error(D.load_data, f"{user_file}:{function}", bert, match=match)
+    assert f"{user_file}:{function}" in message
+
+
+def test_user_import_errors(tmp_path, bert):
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n    pass\n")
+    assert "SyntaxError" in _one_line_error(D.load_data, f"{broken}:f", bert, match="cannot import")
+    raising = tmp_path / "raising.py"
+    raising.write_text("raise RuntimeError('no\\ndata\\there')\n")
+    _one_line_error(D.load_data, f"{raising}:f", bert, match="RuntimeError: no data here")
+    _one_line_error(D.load_data, f"{tmp_path}/absent.py:f", bert, match="no such file")
+    (tmp_path / "notes.txt").write_text("hello")
+    _one_line_error(D.load_data, f"{tmp_path}/notes.txt:f", bert, match="not a Python file")
+    message = _one_line_error(D.load_data, "no_such_module_xyz:f", bert, match="cannot import")
+    assert "no_such_module_xyz:f" in message
+    _one_line_error(D.load_data, "some_module:", bert, match="module:function")
+
+
+def test_unknown_spec_lists_builtins(bert):
+    message = _one_line_error(D.load_data, "mnist", bert)
+    assert "digits" in message and "synth-text" in message and "module:function" in message
+
+
+def test_default_data_for_other_models_asks_for_data():
+    message = _one_line_error(D.default_data_for, "bert-tiny")
+    assert "--data" in message
+
+
+# --- check_compatible --------------------------------------------------------------------
+
+
+@needs_sklearn
+def test_check_compatible_rejects_digits_for_bert(digits, bert):
+    message = _one_line_error(D.check_compatible, digits, bert)
+    assert message == (
+        "data 'digits' gives inputs of shape (1, 8, 8) float32 but model 'bert-synth' "
+        "takes (32,) int64"
+    )
+
+
+def test_check_compatible_rejects_text_for_vit(synth, vit):
+    _one_line_error(D.check_compatible, synth, vit, match="takes \\(1, 8, 8\\) float32")
+
+
+def test_check_compatible_rejects_out_of_range_labels_and_tokens(synth, bert):
+    shifted = D.TensorPairs(synth.eval.inputs, synth.eval.labels + 1)
+    three_classes = D.TaskData("x", synth.eval, shifted)
+    _one_line_error(D.check_compatible, three_classes, bert, match="eval labels in 1..2")
+    too_big = D.TensorPairs(synth.eval.inputs + 1000, synth.eval.labels)
+    _one_line_error(D.check_compatible, D.TaskData("x", too_big, too_big), bert, match="token ids")
+
+
+def test_check_compatible_rejects_bad_items(user_file, synth, bert):
+    task = D.load_data(f"{user_file}:int_labels", bert)
+    _one_line_error(D.check_compatible, task, bert, match="int64 scalar")
+    int32 = D.TensorPairs(synth.eval.inputs, synth.eval.labels.int())
+    _one_line_error(D.check_compatible, D.TaskData("x", int32, int32), bert, match="int64")
+    empty = D.TaskData("x", D.TensorPairs(torch.zeros(0, 32).long(), torch.zeros(0).long()), [])
+    _one_line_error(D.check_compatible, empty, bert, match="no training samples")
+
+
+def test_errors_are_pipeplan_errors():
+    assert issubclass(BadArgumentError, PipeplanError)

@@ -1,0 +1,151 @@
+"""Elastic transitions move parameters and optimizer state exactly, and a run that changes
+layout twice ends where single-process training with the same freezes ends."""
+
+import datetime
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from executor.migrate import install_states, migrate, moves, optimizer_states
+from executor.parallel import PhaseRuntime, PhaseSpec, set_frozen
+from pipeplan import models
+from pipeplan.spawn import free_port, run_ranks
+
+GLOBAL_BATCH, STEPS_PER_PHASE, LR = 8, 2, 1e-3
+PHASES = [  # 2×1 → 1×2 → 2×1 with a growing freeze point (bert-synth has 8 layers)
+    PhaseSpec(0, False, (0, 4, 8), ((0, 1),), 2, "1f1b"),
+    PhaseSpec(2, False, (0, 8), ((0,), (1,)), 2, "gpipe"),
+    PhaseSpec(4, False, (0, 6, 8), ((0, 1),), 2, "1f1b"),
+]
+
+
+def batches(seq):
+    gen = torch.Generator().manual_seed(5)
+    return [seq.example_batch(GLOBAL_BATCH, gen) for _ in range(STEPS_PER_PHASE * len(PHASES))]
+
+
+def reference() -> torch.Tensor:
+    seq = models.build("bert-synth", dropout=0.0)
+    opt = torch.optim.AdamW(seq.layers.parameters(), lr=LR)  # frozen params get no grad: skipped
+    data = iter(batches(seq))
+    for spec in PHASES:
+        set_frozen(seq.layers, spec.frozen_layers)
+        for _ in range(STEPS_PER_PHASE):
+            x, y = next(data)
+            with torch.no_grad():
+                h = seq.forward(x, 0, spec.frozen_layers)
+            seq.loss(seq.forward(h, spec.frozen_layers), y).backward()
+            opt.step()
+            opt.zero_grad()
+    return torch.cat([p.detach().flatten() for p in seq.layers.parameters()])
+
+
+def snapshot(seq, runtime):
+    """Owned layers' parameters and AdamW state, by (layer, parameter name)."""
+    out = {}
+    if runtime.module is None:
+        return out
+    states = optimizer_states(runtime.optimizer)
+    for index, layer in runtime.module.indexed():
+        for name, p in layer.named_parameters():
+            state = {k: v.clone() for k, v in states.get(p, {}).items()}
+            out[index, name] = (p.detach().clone(), state)
+    return out
+
+
+def _rank(rank, world, port, out):
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    seq = models.build("bert-synth", dropout=0.0)
+    data = iter(batches(seq))
+    runtime, record = None, {}
+    for k, spec in enumerate(PHASES):
+
+        def make(params):
+            return torch.optim.AdamW(params, lr=LR)
+
+        m = GLOBAL_BATCH // (spec.replicas * spec.micro_batches)
+        example = lambda n: batches(seq)[0][0][:n]  # noqa: E731
+        if runtime is None:
+            runtime = PhaseRuntime(
+                seq.layers, seq.loss, spec, rank, example, m, torch.device("cpu"), make
+            )
+        else:
+            record[f"before{k}"] = snapshot(seq, runtime)
+            states = migrate(
+                seq.layers, runtime.spec, optimizer_states(runtime.optimizer), spec, rank
+            )
+            runtime.destroy()
+            runtime = PhaseRuntime(
+                seq.layers, seq.loss, spec, rank, example, m, torch.device("cpu"), make
+            )
+            install_states(runtime.optimizer, states)
+            record[f"after{k}"] = snapshot(seq, runtime)
+        for _ in range(STEPS_PER_PHASE):
+            x, y = next(data)
+            r = runtime.topology.replica or 0
+            shard = slice(
+                r * GLOBAL_BATCH // spec.replicas, (r + 1) * GLOBAL_BATCH // spec.replicas
+            )
+            runtime.step(x[shard], y[shard])
+    record["final"] = snapshot(seq, runtime)
+    torch.save(record, f"{out}/rank{rank}.pt")
+    runtime.destroy()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    out = tmp_path_factory.mktemp("migrate")
+    run_ranks(_rank, 2, (2, free_port(), str(out)), 150, "migration test ranks")
+    return [torch.load(out / f"rank{r}.pt") for r in range(2)]
+
+
+def merged(records, key):
+    result = {}
+    for rank_record in records:
+        result.update(rank_record[key])
+    return result
+
+
+def test_moves_send_each_layer_from_its_old_owner_to_its_new_stage():
+    planned = moves(PHASES[0], PHASES[1], 8)
+    assert [m.src for m in planned] == [0] * 4 + [1] * 4
+    assert [m.dsts for m in planned] == [(1,)] * 4 + [(0,)] * 4
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("k", [1, 2])
+def test_transition_preserves_parameters_and_optimizer_state_exactly(records, k):
+    before, frozen = merged(records, f"before{k}"), PHASES[k].frozen_layers
+    for rank_record in records:
+        for (layer, name), (param, state) in rank_record[f"after{k}"].items():
+            old_param, old_state = before[layer, name]
+            assert torch.equal(param, old_param)
+            if layer >= frozen:
+                assert state.keys() == old_state.keys() == {"step", "exp_avg", "exp_avg_sq"}
+                assert all(torch.equal(state[key], old_state[key]) for key in state)
+            else:
+                assert state == {}  # frozen layers drop their optimizer state
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_two_transitions_end_where_single_process_training_ends(records):
+    final = merged(records, "final")
+    seq = models.build("bert-synth", dropout=0.0)
+    params = []
+    for index, layer in enumerate(seq.layers):
+        for name, _ in layer.named_parameters():
+            params.append(final[index, name][0].flatten())
+    ours, expected = torch.cat(params), reference()
+    assert float((ours - expected).norm() / expected.norm()) <= 1e-5
