@@ -149,13 +149,22 @@ class Profile(Strict):
 
 # --------------------------------------------------------------------------- loading
 
+# pipeplan.cluster and pipeplan.plan add "cluster" and "plan" when imported (see _all_schemas).
 SCHEMAS: dict[str, type[BaseModel]] = {"profile": Profile}
 
 M = TypeVar("M", bound=BaseModel)
 
 
+def _all_schemas() -> dict[str, type[BaseModel]]:
+    # Imported here, not at the top: those modules import this one.
+    import pipeplan.cluster
+    import pipeplan.plan  # noqa: F401
+
+    return SCHEMAS
+
+
 def json_schema(name: str) -> dict[str, Any]:
-    if name not in SCHEMAS:
+    if name not in _all_schemas():
         raise PipeplanError(f"unknown schema '{name}'; known: {', '.join(sorted(SCHEMAS))}")
     return SCHEMAS[name].model_json_schema()
 

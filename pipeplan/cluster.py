@@ -1,0 +1,205 @@
+"""Cluster description: the devices a plan is made for, and the links between them.
+
+A `Cluster` is read from a JSON file (`schema_version: 1`) or built from command-line flags
+with human units (`16GiB`, `15.75GB/s`, `10Gbit/s`, `5us`). Links not given on the command line
+default to what the profile measured (`Profile.comm`): the point-to-point fit for stage-to-stage
+transfers and the all-reduce fit for data-parallel groups inside a node. Without a measurement
+they default to the documented constants below.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field
+
+from pipeplan.errors import BadArgumentError
+from pipeplan.schema import SCHEMAS, NonNegFloat, PosFloat, PosInt, Profile, Strict
+
+# Defaults when neither a flag nor the profile says otherwise. PCIe 3.0 x16 inside a node,
+# 25 Gbit/s Ethernet between nodes (a common cloud instance), pinned host-to-device copies.
+DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S = 15.75e9
+DEFAULT_INTRA_LATENCY_S = 5e-6
+DEFAULT_INTER_BANDWIDTH_BYTES_PER_S = 25e9 / 8
+DEFAULT_INTER_LATENCY_S = 20e-6
+DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S = 12e9
+
+
+class Link(Strict):
+    """A link's fit t = latency_s + bytes / bandwidth_bytes_per_s (for an all-reduce link the
+    same two numbers are used in ring terms, see `costmodel.allreduce_s`)."""
+
+    bandwidth_bytes_per_s: PosFloat
+    latency_s: NonNegFloat = 0.0
+
+
+class Cluster(Strict):
+    schema_version: Literal[1] = 1
+    name: str | None = None
+    nodes: PosInt
+    devices_per_node: PosInt
+    device_memory_bytes: PosInt
+    intra_node: Link = Field(description="Point-to-point link between devices of one node.")
+    intra_node_allreduce: Link | None = Field(
+        None,
+        description="All-reduce fit (ring terms) inside a node; intra_node when absent.",
+    )
+    inter_node: Link = Field(description="Link between nodes (slowest link of a crossing group).")
+    host_to_device_bandwidth_bytes_per_s: PosFloat = Field(
+        DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S,
+        description="Reading cached activations from host memory.",
+    )
+
+    @property
+    def num_devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    @property
+    def allreduce_link(self) -> Link:
+        return self.intra_node_allreduce or self.intra_node
+
+
+SCHEMAS["cluster"] = Cluster
+
+
+# --------------------------------------------------------------------------- human units
+
+_NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "t": 10**12,
+}
+_SI = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_DURATION_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def _split(text: str | float | int, what: str, example: str) -> tuple[float, str]:
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return float(text), ""
+    match = re.fullmatch(_NUMBER + r"(\S*)\s*", str(text))
+    if not match:
+        raise BadArgumentError(f"cannot read {what} '{text}' (example: {example})")
+    return float(match.group(1)), match.group(2)
+
+
+def parse_bytes(text: str | int | float, what: str = "size") -> int:
+    """'16GiB' → 17179869184; '512MB' → 512e6; a bare number is bytes."""
+    value, unit = _split(text, what, "16GiB, 512MB, 1000000")
+    factor = _BYTE_UNITS.get(unit.lower())
+    if factor is None:
+        raise BadArgumentError(f"unknown unit '{unit}' in {what} '{text}' (use B, MB, GiB, ...)")
+    return round(value * factor)
+
+
+def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
+    """Bytes per second from '15.75GB/s', '100Gbit/s', '10Gbps', '12GiB/s' or a bare number."""
+    value, unit = _split(text, what, "15.75GB/s, 100Gbit/s")
+    unit = unit.removesuffix("/s").removesuffix("ps")
+    match = re.fullmatch(r"([kKmMgGtT]?)(i?)(bit|b|B|byte|Byte)?", unit)
+    if not match or (match.group(2) and match.group(3) in (None, "bit")):
+        raise BadArgumentError(
+            f"unknown unit in {what} '{text}' (use e.g. GB/s, GiB/s, Gbit/s, Gbps)"
+        )
+    prefix, binary, base = match.group(1).lower(), match.group(2), match.group(3) or "B"
+    scale = (2 ** (10 * "kmgt".index(prefix) + 10) if prefix else 1) if binary else _SI[prefix]
+    bits = base in ("bit", "b")
+    result = value * scale / (8 if bits else 1)
+    if result <= 0:
+        raise BadArgumentError(f"{what} must be positive, got '{text}'")
+    return result
+
+
+def parse_duration(text: str | int | float, what: str = "duration") -> float:
+    """Seconds from '5us', '1.5ms', '2s' or a bare number of seconds."""
+    value, unit = _split(text, what, "5us, 1.5ms, 0.002")
+    factor = _DURATION_UNITS.get(unit.lower() if unit != "µs" else unit)
+    if factor is None:
+        raise BadArgumentError(f"unknown unit '{unit}' in {what} '{text}' (use s, ms, us, ns)")
+    return value * factor
+
+
+# --------------------------------------------------------------------------- builder
+
+
+def cluster_from_flags(
+    *,
+    nodes: int,
+    devices_per_node: int,
+    device_memory: str | int | None = None,
+    intra_bw: str | float | None = None,
+    intra_latency: str | float | None = None,
+    inter_bw: str | float | None = None,
+    inter_latency: str | float | None = None,
+    host_to_device_bw: str | float | None = None,
+    name: str | None = None,
+    profile: Profile | None = None,
+) -> Cluster:
+    """Build a Cluster from CLI flags. Unset links come from `profile.comm` where measured,
+    else from the DEFAULT_* constants; unset device memory comes from the profiled device."""
+    if nodes < 1:
+        raise BadArgumentError(f"--nodes must be at least 1 (got {nodes})")
+    if devices_per_node < 1:
+        raise BadArgumentError(f"--devices-per-node must be at least 1 (got {devices_per_node})")
+    if device_memory is None:
+        if profile is None:
+            raise BadArgumentError("give --device-memory (e.g. 16GiB)")
+        memory_bytes = profile.device.memory_bytes
+    else:
+        memory_bytes = parse_bytes(device_memory, "--device-memory")
+    if memory_bytes <= 0:
+        raise BadArgumentError(f"--device-memory must be positive (got '{device_memory}')")
+
+    comm = profile.comm if profile is not None else None
+    p2p_bw = comm.p2p.bandwidth_bytes_per_s if comm else DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S
+    p2p_lat = comm.p2p.latency_s if comm else DEFAULT_INTRA_LATENCY_S
+    intra = Link(
+        bandwidth_bytes_per_s=p2p_bw
+        if intra_bw is None
+        else parse_bandwidth(intra_bw, "--intra-bw"),
+        latency_s=p2p_lat
+        if intra_latency is None
+        else parse_duration(intra_latency, "--intra-latency"),
+    )
+    # A measured all-reduce fit is only meaningful while the user keeps the measured link.
+    allreduce = None
+    if comm is not None and intra_bw is None and intra_latency is None:
+        allreduce = Link(
+            bandwidth_bytes_per_s=comm.allreduce.bandwidth_bytes_per_s,
+            latency_s=comm.allreduce.latency_s,
+        )
+    inter = Link(
+        bandwidth_bytes_per_s=DEFAULT_INTER_BANDWIDTH_BYTES_PER_S
+        if inter_bw is None
+        else parse_bandwidth(inter_bw, "--inter-bw"),
+        latency_s=DEFAULT_INTER_LATENCY_S
+        if inter_latency is None
+        else parse_duration(inter_latency, "--inter-latency"),
+    )
+    h2d = (
+        DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S
+        if host_to_device_bw is None
+        else parse_bandwidth(host_to_device_bw, "--host-to-device-bw")
+    )
+    return Cluster(
+        name=name,
+        nodes=nodes,
+        devices_per_node=devices_per_node,
+        device_memory_bytes=memory_bytes,
+        intra_node=intra,
+        intra_node_allreduce=allreduce,
+        inter_node=inter,
+        host_to_device_bandwidth_bytes_per_s=h2d,
+    )

@@ -1,0 +1,433 @@
+"""Cost model: time and memory of the stages of one candidate plan, from a profile.
+
+Per-layer times. For every layer and each of forward, backward and no-grad forward, the
+profile's medians at the feasible micro-batch sizes are fitted by least squares to
+t = a + c·m with a, c ≥ 0 (one measured size: t = c·m). A line, not piecewise interpolation,
+because the medians are noisy (1.3–1.7× on a shared machine) and a line averages the noise.
+Micro-batch sizes above `extrapolation_factor` (2) × the largest measured feasible size, or at
+or above a size the profiler found infeasible, are refused (BadArgumentError); the solver only
+proposes sizes inside that range.
+
+A phase is one freeze point: `frozen_layers` leading layers frozen, optionally `cached`.
+- Frozen layers run the no-grad forward and no backward; they keep their weights but no
+  gradients, optimizer state or saved activations.
+- Cached: the frozen prefix is not computed; the stage holding the first non-cached layer
+  reads the prefix's output from host memory (out_bytes·m / host-to-device bandwidth). The
+  cached layers stay on stage 0 with their weights (conservative: the epoch that fills the
+  cache needs them), so a cached plan's first boundary lies after the cached prefix.
+- Backward = Σ g_i over active layers. Approximation: the profiled g_i includes the input
+  gradient; the first active layer after a frozen prefix does not need it, so its backward
+  is slightly overestimated (for a block the skipped part is one projection's input-grad).
+
+Transfers between stages: out_bytes_per_sample(boundary layer)·m / bandwidth + latency on the
+intra-node link when every replica's two ranks share a node, else the inter-node link; the
+gradient of the boundary activation goes back the same way when the sending side has active
+layers. All-reduce of a stage's active gradient bytes over its D replicas, ring formula
+2(D−1)·latency + 2(D−1)/D · bytes / bandwidth on the slowest link the group crosses.
+Optimizer step: active parameter bytes × `optimizer_s_per_byte` (AdamW streams parameter,
+gradient and two moments: ~7 bytes moved per parameter byte; the default divides that by a
+typical memory bandwidth of the device kind; calibration may fit it).
+Memory of stage s: weights of all its layers + (gradients + 2 AdamW moments) of its active
+layers + (saved_bytes_per_sample·m + saved_bytes_fixed) · micro-batches in flight (GPipe M,
+1F1B min(S−s, M)) + `reserve_bytes`. Transition between phases: see `transition_s`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy.optimize import nnls
+
+from pipeplan.cluster import Cluster, Link
+from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.schema import Profile
+from pipeplan.simulate import Schedule, StageWork, Timeline, in_flight, simulate
+
+GIB = 1 << 30
+# Bytes AdamW moves per parameter byte (read p, g, m, v; write p, m, v), over memory bandwidth.
+ADAMW_BYTES_MOVED_PER_PARAM_BYTE = 7
+TYPICAL_MEMORY_BANDWIDTH_BYTES_PER_S = {"cpu": 10e9, "cuda": 1e12}
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Constants of the cost model that calibration may fit."""
+
+    optimizer_s_per_byte: float | None = None  # None: from the profiled device kind
+    reserve_bytes: int = GIB  # allocator slack, CUDA context, communication buffers
+    group_rebuild_s: float = 2.0  # new process groups + barrier when the layout changes
+    extrapolation_factor: float = 2.0
+    adam_state_per_param_byte: float = 2.0  # exp_avg and exp_avg_sq in fp32
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a phase runs: S stages × D replicas, M micro-batches, boundaries, rank map."""
+
+    num_stages: int
+    replicas: int
+    micro_batches: int
+    micro_batch_size: int  # global batch = replicas · micro_batches · micro_batch_size
+    schedule: Schedule
+    boundaries: tuple[int, ...]  # 0 = b0 < b1 < … < bS = number of layers
+    rank_map: tuple[tuple[int, ...], ...]  # [replica][stage] → global rank
+
+
+@dataclass(frozen=True)
+class PhaseCosts:
+    """Per-layer costs of one phase (freeze point, cache) at one micro-batch size m."""
+
+    micro_batch_size: int
+    frozen_layers: int
+    cached: bool
+    fwd_s: np.ndarray  # forward actually computed (0 for cached layers, + cache read)
+    bwd_s: np.ndarray  # 0 for frozen layers
+    active: np.ndarray  # bool
+    boundary_bytes: np.ndarray  # activation bytes leaving layer i for one micro-batch
+    static_bytes: np.ndarray  # weights (+ grads + optimizer state when active)
+    saved_bytes_per_micro_batch: np.ndarray  # activations kept for backward, per micro-batch
+    grad_bytes: np.ndarray  # bytes all-reduced (active parameters)
+
+    @property
+    def first_computed_layer(self) -> int:
+        return self.frozen_layers if self.cached else 0
+
+
+@dataclass(frozen=True)
+class StageReport:
+    first_layer: int
+    stop_layer: int  # exclusive
+    fwd_s: float  # per micro-batch
+    bwd_s: float
+    send_fwd_s: float
+    send_bwd_s: float
+    allreduce_s: float
+    optimizer_s: float
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    layout: Layout
+    stages: list[StageReport]
+    timeline: Timeline
+    fits: bool
+
+    @property
+    def step_s(self) -> float:
+        return self.timeline.step_s
+
+    @property
+    def peak_memory_bytes(self) -> int:
+        return max(stage.memory_bytes for stage in self.stages)
+
+
+def _fit_line(sizes: Sequence[int], times: Sequence[float]) -> tuple[float, float]:
+    """Least squares t = a + c·m with a, c ≥ 0."""
+    m = np.asarray(sizes, dtype=float)
+    t = np.asarray(times, dtype=float)
+    if len(m) == 1:
+        return 0.0, float(t[0] / m[0])
+    (a, c), _ = nnls(np.column_stack([np.ones_like(m), m]), t)
+    return float(a), float(c)
+
+
+def check_profile(profile: Profile) -> None:
+    """The layer sequence must be embeddings, the model's blocks, head, each with a timing."""
+    layers = profile.layers
+    expected = profile.model.config.get("num_hidden_layers")
+    if expected is not None and len(layers) != expected + 2:
+        raise InputFileError(
+            f"profile of '{profile.model.name}' has {len(layers)} layers but the model has "
+            f"{expected} blocks (expected {expected + 2} layers); re-run pipeplan profile"
+        )
+    kinds = [layer.kind for layer in layers]
+    if kinds != ["embeddings", *["block"] * (len(layers) - 2), "head"]:
+        raise InputFileError(
+            "profile layers must be embeddings, blocks, head in that order (got "
+            f"{', '.join(kinds[:4])}{', …' if len(kinds) > 4 else ''})"
+        )
+    for layer in layers:
+        if not any(t.feasible for t in layer.timings):
+            raise InputFileError(
+                f"profile layer {layer.index} ({layer.name}) has no feasible micro-batch size"
+            )
+
+
+class CostModel:
+    """Time and memory of candidate plans for one profile on one cluster."""
+
+    def __init__(self, profile: Profile, cluster: Cluster, params: CostParams | None = None):
+        check_profile(profile)
+        self.profile = profile
+        self.cluster = cluster
+        self.params = params or CostParams()
+        layers = profile.layers
+        self.num_layers = len(layers)
+        self.num_blocks = self.num_layers - 2
+        fits = {"fwd": [], "bwd": [], "nograd": []}
+        largest_feasible, smallest_infeasible = [], []
+        for layer in layers:
+            ok = [t for t in layer.timings if t.feasible]
+            sizes = [t.micro_batch for t in ok]
+            fits["fwd"].append(_fit_line(sizes, [t.fwd_s for t in ok]))
+            fits["bwd"].append(_fit_line(sizes, [t.bwd_s for t in ok]))
+            fits["nograd"].append(_fit_line(sizes, [t.fwd_nograd_s for t in ok]))
+            largest_feasible.append(max(sizes))
+            bad = [t.micro_batch for t in layer.timings if not t.feasible]
+            smallest_infeasible.append(min(bad) if bad else None)
+        self._fits = {key: np.array(value) for key, value in fits.items()}
+        limit = int(self.params.extrapolation_factor * min(largest_feasible))
+        bad_sizes = [b for b in smallest_infeasible if b is not None]
+        if bad_sizes:
+            limit = min(limit, min(bad_sizes) - 1)
+        self.max_micro_batch_size = max(1, limit)
+        self.param_bytes = np.array([layer.param_bytes for layer in layers], dtype=float)
+        self.out_bytes_per_sample = np.array(
+            [layer.out_bytes_per_sample for layer in layers], dtype=float
+        )
+        self.saved_per_sample = np.array(
+            [layer.saved_bytes_per_sample for layer in layers], dtype=float
+        )
+        self.saved_fixed = np.array([layer.saved_bytes_fixed for layer in layers], dtype=float)
+        if self.params.optimizer_s_per_byte is not None:
+            self.optimizer_s_per_byte = self.params.optimizer_s_per_byte
+        else:
+            bandwidth = TYPICAL_MEMORY_BANDWIDTH_BYTES_PER_S[profile.device.kind]
+            self.optimizer_s_per_byte = ADAMW_BYTES_MOVED_PER_PARAM_BYTE / bandwidth
+        self._phase_costs = lru_cache(maxsize=4096)(self._phase_costs_uncached)
+
+    # ------------------------------------------------------------------ per layer
+
+    def layer_times(self, kind: str, m: int) -> np.ndarray:
+        """Fitted time of every layer at micro-batch size m: kind in fwd, bwd, nograd."""
+        self.check_micro_batch_size(m)
+        fit = self._fits[kind]
+        return fit[:, 0] + fit[:, 1] * m
+
+    def check_micro_batch_size(self, m: int) -> None:
+        if m < 1:
+            raise BadArgumentError(f"micro-batch size must be at least 1 (got {m})")
+        if m > self.max_micro_batch_size:
+            raise BadArgumentError(
+                f"micro-batch size {m} is beyond what the profile supports "
+                f"(at most {self.max_micro_batch_size}: 2× the largest measured size, below any "
+                "size that ran out of memory); profile larger --micro-batches or use more "
+                "micro-batches"
+            )
+
+    def phase_costs(self, m: int, frozen_layers: int, cached: bool) -> PhaseCosts:
+        return self._phase_costs(m, frozen_layers, cached)
+
+    def _phase_costs_uncached(self, m: int, frozen_layers: int, cached: bool) -> PhaseCosts:
+        if not 0 <= frozen_layers <= self.num_layers - 1:
+            raise BadArgumentError(
+                f"frozen layers {frozen_layers} outside 0..{self.num_layers - 1} "
+                "(the head is never frozen)"
+            )
+        cached = cached and frozen_layers > 0
+        active = np.arange(self.num_layers) >= frozen_layers
+        fwd = np.where(active, self.layer_times("fwd", m), self.layer_times("nograd", m))
+        bwd = np.where(active, self.layer_times("bwd", m), 0.0)
+        if cached:
+            fwd[:frozen_layers] = 0.0
+            cache_bytes = self.out_bytes_per_sample[frozen_layers - 1] * m
+            fwd[frozen_layers] += cache_bytes / self.cluster.host_to_device_bandwidth_bytes_per_s
+        state = 1.0 + self.params.adam_state_per_param_byte  # gradient + moments
+        static = self.param_bytes * (1.0 + np.where(active, state, 0.0))
+        saved = np.where(active, self.saved_per_sample * m + self.saved_fixed, 0.0)
+        return PhaseCosts(
+            micro_batch_size=m,
+            frozen_layers=frozen_layers,
+            cached=cached,
+            fwd_s=fwd,
+            bwd_s=bwd,
+            active=active,
+            boundary_bytes=self.out_bytes_per_sample * m,
+            static_bytes=static,
+            saved_bytes_per_micro_batch=saved,
+            grad_bytes=np.where(active, self.param_bytes, 0.0),
+        )
+
+    # ------------------------------------------------------------------ links
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.cluster.devices_per_node
+
+    def boundary_crosses_nodes(self, rank_map: Sequence[Sequence[int]]) -> list[bool]:
+        """For s in 0..S−2: does any replica's stage s → s+1 transfer leave its node?"""
+        return [
+            any(self.node_of(r[s]) != self.node_of(r[s + 1]) for r in rank_map)
+            for s in range(len(rank_map[0]) - 1)
+        ]
+
+    def boundary_links(self, rank_map: Sequence[Sequence[int]]) -> list[Link]:
+        """Link between stage s and s+1: inter-node if any replica crosses."""
+        return [
+            self.cluster.inter_node if crosses else self.cluster.intra_node
+            for crosses in self.boundary_crosses_nodes(rank_map)
+        ]
+
+    def allreduce_links(self, rank_map: Sequence[Sequence[int]]) -> list[Link]:
+        num_stages = len(rank_map[0])
+        links = []
+        for s in range(num_stages):
+            nodes = {self.node_of(r[s]) for r in rank_map}
+            links.append(self.cluster.inter_node if len(nodes) > 1 else self.cluster.allreduce_link)
+        return links
+
+    @staticmethod
+    def transfer_s(nbytes: float, link: Link) -> float:
+        return link.latency_s + nbytes / link.bandwidth_bytes_per_s
+
+    @staticmethod
+    def allreduce_s(nbytes: float, replicas: int, link: Link) -> float:
+        if replicas <= 1 or nbytes <= 0:
+            return 0.0
+        steps = 2 * (replicas - 1)
+        return steps * link.latency_s + steps / replicas * nbytes / link.bandwidth_bytes_per_s
+
+    def optimizer_s(self, active_param_bytes: float) -> float:
+        return active_param_bytes * self.optimizer_s_per_byte
+
+    # ------------------------------------------------------------------ stages
+
+    def stage_memory_bytes(
+        self, costs: PhaseCosts, first: int, stop: int, in_flight_micro_batches: int
+    ) -> int:
+        static = float(costs.static_bytes[first:stop].sum())
+        saved = float(costs.saved_bytes_per_micro_batch[first:stop].sum())
+        return int(np.ceil(static + saved * in_flight_micro_batches + self.params.reserve_bytes))
+
+    def evaluate(
+        self, layout: Layout, frozen_layers: int, cached: bool, record: bool = True
+    ) -> Evaluation:
+        """Per-stage costs, memory and the simulated step of `layout` in one phase."""
+        works, reports = self.stages(layout, frozen_layers, cached)
+        timeline = simulate(works, layout.micro_batches, layout.schedule, record=record)
+        fits = max(r.memory_bytes for r in reports) <= self.cluster.device_memory_bytes
+        return Evaluation(layout, reports, timeline, fits)
+
+    def stages(
+        self, layout: Layout, frozen_layers: int, cached: bool
+    ) -> tuple[list[StageWork], list[StageReport]]:
+        """Per-stage work (for the simulation) and report (time and memory) of `layout`."""
+        S, D, M = layout.num_stages, layout.replicas, layout.micro_batches
+        check_layout(layout, self.num_layers, self.cluster.num_devices)
+        m = layout.micro_batch_size
+        costs = self.phase_costs(m, frozen_layers, cached)
+        links = self.boundary_links(layout.rank_map)
+        ar_links = self.allreduce_links(layout.rank_map)
+        b = layout.boundaries
+        works, reports = [], []
+        for s in range(S):
+            first, stop = b[s], b[s + 1]
+            fwd = float(costs.fwd_s[first:stop].sum())
+            bwd = float(costs.bwd_s[first:stop].sum())
+            has_backward = bool(costs.active[first:stop].any())
+            send_fwd = (
+                self.transfer_s(costs.boundary_bytes[stop - 1], links[s]) if s < S - 1 else 0.0
+            )
+            # A gradient goes back only if the previous stage has layers to train.
+            send_bwd = (
+                self.transfer_s(costs.boundary_bytes[first - 1], links[s - 1])
+                if s > 0 and costs.active[first - 1]
+                else 0.0
+            )
+            grad_bytes = float(costs.grad_bytes[first:stop].sum())
+            allreduce = self.allreduce_s(grad_bytes, D, ar_links[s])
+            optimizer = self.optimizer_s(grad_bytes)
+            memory = self.stage_memory_bytes(
+                costs, first, stop, in_flight(layout.schedule, S, s, M)
+            )
+            works.append(
+                StageWork(fwd, bwd, has_backward, send_fwd, send_bwd, allreduce, optimizer)
+            )
+            reports.append(
+                StageReport(first, stop, fwd, bwd, send_fwd, send_bwd, allreduce, optimizer, memory)
+            )
+        return works, reports
+
+    # ------------------------------------------------------------------ transitions
+
+    def transition_s(
+        self,
+        old: Layout,
+        old_frozen_layers: int,
+        new: Layout,
+        new_frozen_layers: int,
+    ) -> float:
+        """Bytes that change owner / bandwidth + group rebuild time.
+
+        Every rank that must hold a layer it did not hold receives its weights, plus the AdamW
+        moments when the layer stays trainable (gradients are recomputed, not moved). Ranks
+        receive in parallel; the slowest receiver over the slowest link bounds the time.
+        """
+        if old == new:
+            return 0.0
+        holders_old, holders_new = _holders(old), _holders(new)
+        received = dict.fromkeys(range(self.cluster.num_devices), 0.0)
+        moments = self.params.adam_state_per_param_byte
+        for layer in range(self.num_layers):
+            per_copy = self.param_bytes[layer] * (
+                1.0 + (moments if layer >= new_frozen_layers else 0.0)
+            )
+            for rank in holders_new[layer] - holders_old[layer]:
+                received[rank] += per_copy
+        busiest = max(received.values())
+        crosses_nodes = self.cluster.nodes > 1
+        link = self.cluster.inter_node if crosses_nodes else self.cluster.intra_node
+        move = self.transfer_s(busiest, link) if busiest > 0 else 0.0
+        return move + self.params.group_rebuild_s
+
+
+def _holders(layout: Layout) -> list[set[int]]:
+    holders: list[set[int]] = [set() for _ in range(layout.boundaries[-1])]
+    for replica in layout.rank_map:
+        for s, rank in enumerate(replica):
+            for layer in range(layout.boundaries[s], layout.boundaries[s + 1]):
+                holders[layer].add(rank)
+    return holders
+
+
+def check_layout(layout: Layout, num_layers: int, num_devices: int) -> None:
+    b = layout.boundaries
+    S = layout.num_stages
+    if len(b) != S + 1 or b[0] != 0 or b[-1] != num_layers:
+        raise BadArgumentError(
+            f"boundaries {list(b)} must start at 0, end at {num_layers} and give {S} stages"
+        )
+    if any(b[i] >= b[i + 1] for i in range(S)):
+        raise BadArgumentError(f"boundaries {list(b)} must be strictly increasing")
+    if S * layout.replicas > num_devices:
+        raise BadArgumentError(
+            f"{S} stages × {layout.replicas} replicas need more than the {num_devices} devices"
+        )
+
+
+def rank_map(num_stages: int, replicas: int, devices_per_node: int, nodes: int) -> list[list[int]]:
+    """[replica][stage] → global rank. With S ≤ devices per node, whole pipelines are packed
+    into nodes (fast links between stages) and the remaining replicas take leftover devices in
+    order; with S larger than a node, each replica's stages take consecutive ranks, so a
+    pipeline crosses as few node boundaries as possible."""
+    S, G = num_stages, devices_per_node
+    if S > G:
+        return [[r * S + s for s in range(S)] for r in range(replicas)]
+    per_node = G // S
+    result: list[list[int]] = []
+    used: set[int] = set()
+    for node in range(nodes):
+        for slot in range(per_node):
+            if len(result) == replicas:
+                break
+            ranks = [node * G + slot * S + s for s in range(S)]
+            result.append(ranks)
+            used.update(ranks)
+    leftover = [r for r in range(nodes * G) if r not in used]
+    while len(result) < replicas:
+        result.append(leftover[:S])
+        leftover = leftover[S:]
+    return result

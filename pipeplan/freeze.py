@@ -1,0 +1,152 @@
+"""Freeze schedules: how many leading layers are frozen in each epoch, and the phases they make.
+
+Everything here counts `frozen_layers`: the number of leading layers of the layer sequence
+(0 = embeddings, 1..n = blocks, n+1 = head) that are frozen. 0 means nothing is frozen;
+k + 1 means embeddings and blocks 1..k are frozen (DESIGN's freeze point k). The head is never
+frozen, so frozen_layers ≤ n + 1. Freezing only ever grows.
+
+Three sources:
+- the α bound of PipeTransformer/AutoFreeze: at epoch T (from 0) at most ⌈L·(1−(1−α)^T)⌉ of
+  the L blocks are frozen; the embeddings freeze with the first block;
+- a fixed list, one frozen_layers value per epoch;
+- a trajectory recorded by an earlier run: a JSON list of per-epoch frozen_layers, or an
+  object with a "frozen_layers" list.
+Lists shorter than the training are extended with their last value; longer ones are cut.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.schema import NonNegInt, PosInt, Strict
+
+
+class FreezeSchedule(Strict):
+    """The schedule as echoed in a plan: where it came from and the per-epoch result."""
+
+    source: Literal["none", "alpha", "list", "trajectory"]
+    alpha: float | None = None
+    path: str | None = None
+    frozen_layers: list[NonNegInt] = Field(description="Frozen leading layers per epoch.")
+
+
+class FreezePhase(Strict):
+    start_epoch: NonNegInt
+    epochs: PosInt
+    frozen_layers: NonNegInt
+
+
+def alpha_frozen_blocks(alpha: float, epoch: int, num_blocks: int) -> int:
+    """⌈L·(1−(1−α)^T)⌉ frozen blocks at epoch T, never more than L."""
+    # Round before the ceiling so that float noise (e.g. 2.0000000000000004) does not add a block.
+    bound = round(num_blocks * (1.0 - (1.0 - alpha) ** epoch), 9)
+    return min(num_blocks, math.ceil(bound))
+
+
+def blocks_to_frozen_layers(frozen_blocks: int) -> int:
+    return 0 if frozen_blocks == 0 else frozen_blocks + 1
+
+
+def alpha_schedule(alpha: float, epochs: int, num_blocks: int) -> FreezeSchedule:
+    _check_epochs(epochs)
+    if not (isinstance(alpha, int | float) and 0.0 < alpha < 1.0):
+        raise BadArgumentError(f"--alpha must be strictly between 0 and 1 (got {alpha})")
+    per_epoch = [
+        blocks_to_frozen_layers(alpha_frozen_blocks(alpha, t, num_blocks)) for t in range(epochs)
+    ]
+    return FreezeSchedule(source="alpha", alpha=alpha, frozen_layers=per_epoch)
+
+
+def no_freezing(epochs: int) -> FreezeSchedule:
+    _check_epochs(epochs)
+    return FreezeSchedule(source="none", frozen_layers=[0] * epochs)
+
+
+def list_schedule(
+    frozen_layers: list[int], epochs: int, num_blocks: int, source: str = "list"
+) -> FreezeSchedule:
+    _check_epochs(epochs)
+    if not frozen_layers:
+        raise BadArgumentError("the freeze schedule is empty; give one value per epoch")
+    limit = num_blocks + 1
+    for epoch, value in enumerate(frozen_layers):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+            raise BadArgumentError(
+                f"freeze schedule epoch {epoch}: {value!r} is not a frozen-layer count in "
+                f"0..{limit} (the head, layer {limit}, is never frozen)"
+            )
+    for epoch in range(1, len(frozen_layers)):
+        if frozen_layers[epoch] < frozen_layers[epoch - 1]:
+            raise BadArgumentError(
+                f"freeze schedule epoch {epoch}: {frozen_layers[epoch]} < "
+                f"{frozen_layers[epoch - 1]}; freezing only ever grows"
+            )
+    per_epoch = (list(frozen_layers) + [frozen_layers[-1]] * epochs)[:epochs]
+    return FreezeSchedule(source=source, frozen_layers=per_epoch)  # type: ignore[arg-type]
+
+
+def parse_list(text: str) -> list[int]:
+    """'0,0,3,5' → [0, 0, 3, 5] (the --freeze-schedule flag's inline form)."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise BadArgumentError(
+            f"cannot read freeze schedule '{text}' (expected comma-separated integers)"
+        ) from None
+
+
+def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> FreezeSchedule:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputFileError(f"{path}: cannot read freeze trajectory ({exc})") from None
+    if isinstance(data, dict):
+        data = data.get("frozen_layers")
+    if not isinstance(data, list):
+        raise InputFileError(
+            f"{path}: expected a JSON list of frozen-layer counts or an object with 'frozen_layers'"
+        )
+    schedule = list_schedule(data, epochs, num_blocks, source="trajectory")
+    schedule.path = str(path)
+    return schedule
+
+
+def schedule_from_flags(
+    alpha: float | None, freeze_schedule: str | None, epochs: int, num_blocks: int
+) -> FreezeSchedule:
+    """--alpha A, or --freeze-schedule given as a JSON file (a recorded trajectory) or an
+    inline list '0,0,3,5'; neither means nothing is frozen."""
+    if alpha is not None and freeze_schedule is not None:
+        raise BadArgumentError("give --alpha or --freeze-schedule, not both")
+    if alpha is not None:
+        return alpha_schedule(alpha, epochs, num_blocks)
+    if freeze_schedule is None:
+        return no_freezing(epochs)
+    if freeze_schedule.endswith(".json") or Path(freeze_schedule).is_file():
+        return trajectory_schedule(freeze_schedule, epochs, num_blocks)
+    return list_schedule(parse_list(freeze_schedule), epochs, num_blocks)
+
+
+def phases(schedule: FreezeSchedule) -> list[FreezePhase]:
+    """Maximal runs of epochs with the same freeze point, in order."""
+    result: list[FreezePhase] = []
+    for epoch, frozen in enumerate(schedule.frozen_layers):
+        if result and result[-1].frozen_layers == frozen:
+            result[-1].epochs += 1
+        else:
+            result.append(FreezePhase(start_epoch=epoch, epochs=1, frozen_layers=frozen))
+    return result
+
+
+def _check_epochs(epochs: int) -> None:
+    if epochs < 1:
+        raise BadArgumentError(f"--epochs must be at least 1 (got {epochs})")

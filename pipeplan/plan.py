@@ -1,0 +1,535 @@
+"""Elastic plans and previews: the library side of `pipeplan plan` and `pipeplan preview`.
+
+`make_plan` turns a profile, a cluster, the training shape (global batch, samples, epochs) and a
+freeze schedule into a `Plan`: one phase per distinct freeze point, each with its own layout
+from the solver. A phase keeps the previous phase's layout unless switching saves more over
+the phase's epochs than the transition costs (the next freeze point decides again, so only the
+phase's own epochs are counted). A cached phase fills the cache in its first epoch (computing
+the frozen prefix as usual) and reads it afterwards; caching is used for phases of at least two
+epochs. Same inputs → byte-identical `dumps(plan)`: no timestamps, floats rounded to 9
+significant digits.
+
+`make_preview` adds the baseline (best static plan with nothing frozen, every epoch), per-epoch
+rows, the total predicted speedup and an ablation in PipeTransformer's spirit:
+freeze only → + elastic re-partition (D kept) → + wider data parallelism → + cache.
+`compare_partitions` sets the solver's partition against the three partition baselines for the
+same S, D, M and schedule (benchmark).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from pydantic import Field
+
+from pipeplan.cluster import Cluster
+from pipeplan.costmodel import CostModel, CostParams, Evaluation, Layout
+from pipeplan.errors import BadArgumentError
+from pipeplan.freeze import FreezeSchedule, phases
+from pipeplan.schema import (
+    SCHEMAS,
+    NonNegFloat,
+    NonNegInt,
+    PosInt,
+    Profile,
+    Strict,
+    dumps,
+)
+from pipeplan.simulate import Schedule, Timeline
+from pipeplan.solver import BaselineName, Pins, baseline_boundaries, solve_phase
+
+SIGNIFICANT_DIGITS = 9
+
+
+def _r(x: float) -> float:
+    """Stable float formatting: the same value always prints the same, across platforms."""
+    return float(f"{x:.{SIGNIFICANT_DIGITS}g}")
+
+
+# --------------------------------------------------------------------------- format
+
+
+class StagePlan(Strict):
+    first_layer: NonNegInt
+    stop_layer: PosInt = Field(description="Exclusive.")
+    fwd_s: NonNegFloat = Field(description="Forward per micro-batch.")
+    bwd_s: NonNegFloat = Field(description="Backward per micro-batch.")
+    send_fwd_s: NonNegFloat
+    send_bwd_s: NonNegFloat
+    allreduce_s: NonNegFloat
+    optimizer_s: NonNegFloat
+    memory_bytes: NonNegInt
+
+
+class RunnerUp(Strict):
+    num_stages: PosInt
+    replicas: PosInt
+    micro_batches: PosInt
+    micro_batch_size: PosInt
+    schedule: Schedule
+    step_s: NonNegFloat
+
+
+class PhasePlan(Strict):
+    start_epoch: NonNegInt
+    epochs: PosInt
+    frozen_layers: NonNegInt = Field(description="Leading layers frozen (0 = none).")
+    cached: bool
+    num_stages: PosInt
+    replicas: PosInt
+    micro_batches: PosInt
+    micro_batch_size: PosInt
+    schedule: Schedule
+    boundaries: list[NonNegInt]
+    rank_map: list[list[NonNegInt]] = Field(description="[replica][stage] → global rank.")
+    step_s: NonNegFloat = Field(description="Predicted step (cached steady state if cached).")
+    epoch_s: NonNegFloat = Field(description="Predicted epoch (cached steady state if cached).")
+    first_epoch_s: NonNegFloat = Field(description="First epoch (fills the cache if cached).")
+    transition_s: NonNegFloat = Field(description="Re-partitioning before the phase starts.")
+    total_s: NonNegFloat = Field(description="transition + all epochs of the phase.")
+    stages: list[StagePlan]
+    runner_ups: list[RunnerUp]
+
+
+class ProfileIdentity(Strict):
+    model: str
+    device: str
+    sha256: str = Field(description="sha256 of the profile's canonical JSON (schema.dumps).")
+
+
+class PlanInputs(Strict):
+    profile: ProfileIdentity
+    cluster: Cluster
+    global_batch: PosInt
+    samples: PosInt
+    epochs: PosInt
+    steps_per_epoch: PosInt
+    freeze: FreezeSchedule
+    cache: bool
+    pinned: dict[str, int | str | list[int]]
+
+
+class Plan(Strict):
+    schema_version: Literal[1] = 1
+    inputs: PlanInputs
+    phases: list[PhasePlan]
+    predicted_total_s: NonNegFloat
+
+
+SCHEMAS["plan"] = Plan
+
+
+class EpochRow(Strict):
+    epoch: NonNegInt
+    frozen_layers: NonNegInt
+    cached: bool
+    num_stages: PosInt
+    replicas: PosInt
+    micro_batches: PosInt
+    epoch_s: NonNegFloat
+    samples_per_s: NonNegFloat
+
+
+class StaticPlanSummary(Strict):
+    num_stages: PosInt
+    replicas: PosInt
+    micro_batches: PosInt
+    schedule: Schedule
+    boundaries: list[NonNegInt]
+    step_s: NonNegFloat
+    epoch_s: NonNegFloat
+    total_s: NonNegFloat
+
+
+class AblationRow(Strict):
+    name: str
+    total_s: NonNegFloat
+    speedup: NonNegFloat = Field(description="Baseline total / this total.")
+
+
+class Preview(Strict):
+    model: str
+    devices: PosInt
+    baseline: StaticPlanSummary
+    epochs: list[EpochRow]
+    total_s: NonNegFloat
+    predicted_speedup: NonNegFloat
+    ablation: list[AblationRow]
+    plan: Plan
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class TrainingShape:
+    global_batch: int
+    samples: int
+    epochs: int
+
+    def __post_init__(self) -> None:
+        if self.global_batch < 1:
+            raise BadArgumentError(f"--global-batch must be at least 1 (got {self.global_batch})")
+        if self.samples < 1:
+            raise BadArgumentError(f"--samples must be at least 1 (got {self.samples})")
+        if self.epochs < 1:
+            raise BadArgumentError(f"--epochs must be at least 1 (got {self.epochs})")
+        if self.samples < self.global_batch:
+            raise BadArgumentError(
+                f"--samples {self.samples} is less than one global batch ({self.global_batch})"
+            )
+
+    @property
+    def steps_per_epoch(self) -> int:
+        # The last partial batch is dropped, as the executor does: every step sees the same
+        # global batch, so training semantics do not depend on the layout.
+        return self.samples // self.global_batch
+
+
+def profile_identity(profile: Profile) -> ProfileIdentity:
+    digest = hashlib.sha256(dumps(profile).encode("utf-8")).hexdigest()
+    return ProfileIdentity(model=profile.model.name, device=profile.device.name, sha256=digest)
+
+
+def _pins_dict(pins: Pins) -> dict[str, int | str | list[int]]:
+    pinned: dict[str, int | str | list[int]] = {}
+    for key in ("num_stages", "replicas", "micro_batches", "schedule"):
+        value = getattr(pins, key)
+        if value is not None:
+            pinned[key] = value
+    if pins.boundaries is not None:
+        pinned["boundaries"] = list(pins.boundaries)
+    return pinned
+
+
+def _check_freeze(freeze: FreezeSchedule, shape: TrainingShape, model: CostModel) -> None:
+    if len(freeze.frozen_layers) != shape.epochs:
+        raise BadArgumentError(
+            f"the freeze schedule covers {len(freeze.frozen_layers)} epochs, training has "
+            f"{shape.epochs}"
+        )
+    too_many = [k for k in freeze.frozen_layers if k > model.num_layers - 1]
+    if too_many:
+        raise BadArgumentError(
+            f"the freeze schedule freezes {too_many[0]} layers but the profile has "
+            f"{model.num_layers} (the head is never frozen)"
+        )
+
+
+# --------------------------------------------------------------------------- elastic plan
+
+
+@dataclass(frozen=True)
+class _Choice:
+    layout: Layout
+    steady: Evaluation  # the phase's steady state (cached if cached)
+    first_epoch_s: float
+    epoch_s: float
+    transition_s: float
+    runner_ups: list[Evaluation]
+
+    def total_s(self, epochs: int) -> float:
+        return self.transition_s + self.first_epoch_s + (epochs - 1) * self.epoch_s
+
+
+def _phase_choice(
+    model: CostModel,
+    shape: TrainingShape,
+    frozen: int,
+    cached: bool,
+    layout: Layout,
+    transition_s: float,
+    runner_ups: list[Evaluation],
+) -> _Choice:
+    steady = model.evaluate(layout, frozen, cached, record=False)
+    epoch_s = shape.steps_per_epoch * steady.step_s
+    first = epoch_s
+    if cached:
+        first = shape.steps_per_epoch * model.evaluate(layout, frozen, False).step_s
+    return _Choice(layout, steady, first, epoch_s, transition_s, runner_ups)
+
+
+def _elastic(
+    model: CostModel,
+    shape: TrainingShape,
+    freeze: FreezeSchedule,
+    cache: bool,
+    pins: Pins,
+    fixed_layout: Layout | None = None,
+) -> list[tuple[int, int, int, bool, _Choice]]:
+    """Per phase (start, epochs, frozen, cached, choice). With `fixed_layout` every phase
+    keeps that layout (the "freeze only" ablation)."""
+    result = []
+    previous: tuple[Layout, int] | None = None
+    for phase in phases(freeze):
+        frozen, epochs = phase.frozen_layers, phase.epochs
+        cached = cache and frozen > 0 and epochs >= 2
+        if fixed_layout is not None:
+            choice = _phase_choice(model, shape, frozen, cached, fixed_layout, 0.0, [])
+        else:
+            solution = solve_phase(model, shape.global_batch, frozen, cached, pins)
+            new_layout = solution.best.layout
+            transition = 0.0
+            if previous is not None:
+                transition = model.transition_s(previous[0], previous[1], new_layout, frozen)
+            choice = _phase_choice(
+                model, shape, frozen, cached, new_layout, transition, solution.runner_ups
+            )
+            if previous is not None and previous[0] != new_layout:
+                keep = _phase_choice(model, shape, frozen, cached, previous[0], 0.0, [])
+                if keep.steady.fits and keep.total_s(epochs) <= choice.total_s(epochs):
+                    choice = keep
+        previous = (choice.layout, frozen)
+        result.append((phase.start_epoch, epochs, frozen, cached, choice))
+    return result
+
+
+def _phase_plan(start: int, epochs: int, frozen: int, cached: bool, c: _Choice) -> PhasePlan:
+    layout = c.layout
+    return PhasePlan(
+        start_epoch=start,
+        epochs=epochs,
+        frozen_layers=frozen,
+        cached=cached,
+        num_stages=layout.num_stages,
+        replicas=layout.replicas,
+        micro_batches=layout.micro_batches,
+        micro_batch_size=layout.micro_batch_size,
+        schedule=layout.schedule,
+        boundaries=list(layout.boundaries),
+        rank_map=[list(r) for r in layout.rank_map],
+        step_s=_r(c.steady.step_s),
+        epoch_s=_r(c.epoch_s),
+        first_epoch_s=_r(c.first_epoch_s),
+        transition_s=_r(c.transition_s),
+        total_s=_r(c.total_s(epochs)),
+        stages=[
+            StagePlan(
+                first_layer=st.first_layer,
+                stop_layer=st.stop_layer,
+                fwd_s=_r(st.fwd_s),
+                bwd_s=_r(st.bwd_s),
+                send_fwd_s=_r(st.send_fwd_s),
+                send_bwd_s=_r(st.send_bwd_s),
+                allreduce_s=_r(st.allreduce_s),
+                optimizer_s=_r(st.optimizer_s),
+                memory_bytes=st.memory_bytes,
+            )
+            for st in c.steady.stages
+        ],
+        runner_ups=[
+            RunnerUp(
+                num_stages=e.layout.num_stages,
+                replicas=e.layout.replicas,
+                micro_batches=e.layout.micro_batches,
+                micro_batch_size=e.layout.micro_batch_size,
+                schedule=e.layout.schedule,
+                step_s=_r(e.step_s),
+            )
+            for e in c.runner_ups
+        ],
+    )
+
+
+def make_plan(
+    profile: Profile,
+    cluster: Cluster,
+    *,
+    global_batch: int,
+    samples: int,
+    epochs: int,
+    freeze: FreezeSchedule,
+    cache: bool = True,
+    pins: Pins | None = None,
+    params: CostParams | None = None,
+) -> Plan:
+    """The elastic plan (one phase per distinct freeze point). Raises PipeplanError."""
+    model = CostModel(profile, cluster, params)
+    shape = TrainingShape(global_batch, samples, epochs)
+    _check_freeze(freeze, shape, model)
+    return _plan_from(model, profile, shape, freeze, cache, pins or Pins())
+
+
+def _plan_from(
+    model: CostModel,
+    profile: Profile,
+    shape: TrainingShape,
+    freeze: FreezeSchedule,
+    cache: bool,
+    pins: Pins,
+) -> Plan:
+    chosen = _elastic(model, shape, freeze, cache, pins)
+    phase_plans = [_phase_plan(*row) for row in chosen]
+    return Plan(
+        inputs=PlanInputs(
+            profile=profile_identity(profile),
+            cluster=model.cluster,
+            global_batch=shape.global_batch,
+            samples=shape.samples,
+            epochs=shape.epochs,
+            steps_per_epoch=shape.steps_per_epoch,
+            freeze=freeze,
+            cache=cache,
+            pinned=_pins_dict(pins),
+        ),
+        phases=phase_plans,
+        predicted_total_s=_r(sum(row[4].total_s(row[1]) for row in chosen)),
+    )
+
+
+def layout_of(phase: PhasePlan) -> Layout:
+    return Layout(
+        num_stages=phase.num_stages,
+        replicas=phase.replicas,
+        micro_batches=phase.micro_batches,
+        micro_batch_size=phase.micro_batch_size,
+        schedule=phase.schedule,
+        boundaries=tuple(phase.boundaries),
+        rank_map=tuple(tuple(r) for r in phase.rank_map),
+    )
+
+
+def phase_timelines(
+    profile: Profile, plan: Plan, params: CostParams | None = None
+) -> list[Timeline]:
+    """One simulated step per phase (steady state), for the Gantt plot."""
+    model = CostModel(profile, plan.inputs.cluster, params)
+    return [
+        model.evaluate(layout_of(p), p.frozen_layers, p.cached, record=True).timeline
+        for p in plan.phases
+    ]
+
+
+# --------------------------------------------------------------------------- preview
+
+
+def make_preview(
+    profile: Profile,
+    cluster: Cluster,
+    *,
+    global_batch: int,
+    samples: int,
+    epochs: int,
+    freeze: FreezeSchedule,
+    cache: bool = True,
+    pins: Pins | None = None,
+    params: CostParams | None = None,
+) -> Preview:
+    """Per-epoch prediction of the elastic plan against the best static plan, with ablation."""
+    model = CostModel(profile, cluster, params)
+    shape = TrainingShape(global_batch, samples, epochs)
+    _check_freeze(freeze, shape, model)
+    pins = pins or Pins()
+    steps = shape.steps_per_epoch
+
+    base = solve_phase(model, global_batch, 0, False, pins).best
+    base_epoch_s = steps * base.step_s
+    base_total = epochs * base_epoch_s
+
+    def total(rows: list) -> float:
+        return sum(row[4].total_s(row[1]) for row in rows)
+
+    freeze_only = _elastic(model, shape, freeze, False, pins, fixed_layout=base.layout)
+    repartition = _elastic(
+        model, shape, freeze, False, replace(pins, replicas=base.layout.replicas)
+    )
+    wider = _elastic(model, shape, freeze, False, pins)
+    plan = _plan_from(model, profile, shape, freeze, cache, pins)
+    full_total = plan.predicted_total_s
+
+    rows = []
+    for phase in plan.phases:
+        for k in range(phase.epochs):
+            epoch_s = phase.first_epoch_s if k == 0 else phase.epoch_s
+            if k == 0:
+                epoch_s += phase.transition_s
+            rows.append(
+                EpochRow(
+                    epoch=phase.start_epoch + k,
+                    frozen_layers=phase.frozen_layers,
+                    cached=phase.cached and k > 0,
+                    num_stages=phase.num_stages,
+                    replicas=phase.replicas,
+                    micro_batches=phase.micro_batches,
+                    epoch_s=_r(epoch_s),
+                    samples_per_s=_r(samples / epoch_s) if epoch_s > 0 else 0.0,
+                )
+            )
+
+    def row(name: str, value: float) -> AblationRow:
+        return AblationRow(name=name, total_s=_r(value), speedup=_r(base_total / value))
+
+    ablation = [
+        row("baseline (static, nothing frozen)", base_total),
+        row("freeze only", total(freeze_only)),
+        row("+ elastic re-partition (D kept)", total(repartition)),
+        row("+ wider data parallelism", total(wider)),
+    ]
+    if cache:
+        ablation.append(row("+ cache", full_total))
+    return Preview(
+        model=profile.model.name,
+        devices=cluster.num_devices,
+        baseline=StaticPlanSummary(
+            num_stages=base.layout.num_stages,
+            replicas=base.layout.replicas,
+            micro_batches=base.layout.micro_batches,
+            schedule=base.layout.schedule,
+            boundaries=list(base.layout.boundaries),
+            step_s=_r(base.step_s),
+            epoch_s=_r(base_epoch_s),
+            total_s=_r(base_total),
+        ),
+        epochs=rows,
+        total_s=full_total,
+        predicted_speedup=_r(base_total / full_total),
+        ablation=ablation,
+        plan=plan,
+    )
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+class PartitionComparison(Strict):
+    name: str
+    boundaries: list[NonNegInt]
+    step_s: NonNegFloat
+    fits: bool
+    ratio_to_solver: NonNegFloat = Field(description="step_s / the solver's step_s.")
+
+
+def compare_partitions(
+    profile: Profile,
+    cluster: Cluster,
+    global_batch: int,
+    *,
+    frozen_layers: int = 0,
+    cached: bool = False,
+    pins: Pins | None = None,
+    params: CostParams | None = None,
+) -> list[PartitionComparison]:
+    """The solver's best plan against equal / parameter / time-balanced partitions with the
+    same S, D, M and schedule."""
+    model = CostModel(profile, cluster, params)
+    best = solve_phase(model, global_batch, frozen_layers, cached, pins).best
+    layout = best.layout
+    costs = model.phase_costs(layout.micro_batch_size, frozen_layers, cached)
+    rows = [("solver", best)]
+    names: tuple[BaselineName, ...] = ("equal", "params", "time")
+    for name in names:
+        boundaries = baseline_boundaries(name, model, costs, layout.num_stages)
+        other = replace(layout, boundaries=boundaries)
+        rows.append((name, model.evaluate(other, frozen_layers, cached, record=False)))
+    return [
+        PartitionComparison(
+            name=name,
+            boundaries=list(e.layout.boundaries),
+            step_s=_r(e.step_s),
+            fits=e.fits,
+            ratio_to_solver=_r(e.step_s / best.step_s) if best.step_s > 0 else 1.0,
+        )
+        for name, e in rows
+    ]

@@ -1,0 +1,141 @@
+"""Cost model: per-layer fits, phases (frozen, cached), links, memory, rank maps, transitions."""
+
+import numpy as np
+import pytest
+
+from pipeplan.cluster import Cluster, Link, cluster_from_flags
+from pipeplan.costmodel import CostModel, CostParams, Layout, check_profile, rank_map
+from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.synthetic import SyntheticLayer, synthetic_profile
+
+GIB = 1 << 30
+
+
+def small_profile(num_blocks: int = 4, micro_batches=(1, 2, 4, 8)):
+    layers = [SyntheticLayer("embeddings", 1000, 1e-3, 2e-3, 400, 800.0, overhead_s=1e-4)]
+    layers += [
+        SyntheticLayer("block", 2000, 4e-3, 8e-3, 400, 4000.0, overhead_s=2e-4)
+        for _ in range(num_blocks)
+    ]
+    layers.append(SyntheticLayer("head", 500, 1e-3, 2e-3, 8, 100.0, overhead_s=1e-4))
+    return synthetic_profile(layers, micro_batches=micro_batches)
+
+
+def cluster(nodes=2, per_node=2, memory=16 * GIB) -> Cluster:
+    return Cluster(
+        nodes=nodes,
+        devices_per_node=per_node,
+        device_memory_bytes=memory,
+        intra_node=Link(bandwidth_bytes_per_s=1e9, latency_s=1e-5),
+        inter_node=Link(bandwidth_bytes_per_s=1e8, latency_s=1e-4),
+        host_to_device_bandwidth_bytes_per_s=1e9,
+    )
+
+
+def test_layer_times_follow_the_fitted_line():
+    model = CostModel(small_profile(), cluster())
+    np.testing.assert_allclose(model.layer_times("fwd", 3)[1], 2e-4 + 3 * 4e-3)
+    np.testing.assert_allclose(model.layer_times("bwd", 16)[0], 1e-4 + 16 * 2e-3)
+
+
+def test_extrapolating_beyond_twice_the_largest_measured_size_is_refused():
+    model = CostModel(small_profile(), cluster())
+    assert model.max_micro_batch_size == 16
+    with pytest.raises(BadArgumentError, match="beyond what the profile supports"):
+        model.layer_times("fwd", 17)
+
+
+def test_a_size_that_ran_out_of_memory_caps_the_micro_batch():
+    profile = small_profile()
+    timing = profile.layers[2].timings[-1]
+    profile.layers[2].timings[-1] = timing.model_copy(
+        update=dict(feasible=False, fwd_s=None, bwd_s=None, fwd_nograd_s=None, error="oom")
+    )
+    assert CostModel(profile, cluster()).max_micro_batch_size == 7
+
+
+def test_frozen_layers_run_no_grad_forward_and_no_backward():
+    model = CostModel(small_profile(), cluster())
+    costs = model.phase_costs(4, frozen_layers=2, cached=False)
+    np.testing.assert_allclose(costs.fwd_s[:2], model.layer_times("nograd", 4)[:2])
+    assert (costs.bwd_s[:2] == 0).all() and (costs.bwd_s[2:] > 0).all()
+    # Frozen: weights only; active: weights + gradient + two AdamW moments.
+    np.testing.assert_allclose(costs.static_bytes, model.param_bytes * [1, 1, 4, 4, 4, 4])
+    assert (costs.saved_bytes_per_micro_batch[:2] == 0).all()
+    assert (costs.grad_bytes[:2] == 0).all()
+
+
+def test_a_cached_prefix_costs_only_the_cache_read():
+    model = CostModel(small_profile(), cluster())
+    costs = model.phase_costs(4, frozen_layers=3, cached=True)
+    assert (costs.fwd_s[:3] == 0).all()
+    read_s = 400 * 4 / 1e9
+    np.testing.assert_allclose(costs.fwd_s[3], model.layer_times("fwd", 4)[3] + read_s)
+
+
+def test_ring_allreduce_formula():
+    link = Link(bandwidth_bytes_per_s=1e9, latency_s=1e-5)
+    assert CostModel.allreduce_s(1e9, 1, link) == 0.0
+    assert CostModel.allreduce_s(1e9, 4, link) == pytest.approx(6 * 1e-5 + 1.5)
+
+
+def test_rank_map_keeps_a_pipeline_inside_a_node_when_it_fits():
+    ranks = rank_map(num_stages=3, replicas=5, devices_per_node=8, nodes=2)
+    assert ranks[:4] == [[0, 1, 2], [3, 4, 5], [8, 9, 10], [11, 12, 13]]
+    flat = [r for replica in ranks for r in replica]
+    assert len(set(flat)) == len(flat) == 15
+    wide = rank_map(num_stages=4, replicas=2, devices_per_node=2, nodes=4)
+    assert wide == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_boundaries_use_the_link_between_their_ranks():
+    model = CostModel(small_profile(), cluster(nodes=2, per_node=2))
+    ranks = rank_map(4, 1, 2, 2)
+    assert model.boundary_crosses_nodes(ranks) == [False, True, False]
+    # A data-parallel group spanning nodes all-reduces over the inter-node link.
+    links = model.allreduce_links(rank_map(1, 4, 2, 2))
+    assert links[0] == model.cluster.inter_node
+
+
+def test_stage_memory_counts_micro_batches_in_flight():
+    model = CostModel(small_profile(), cluster(), CostParams(reserve_bytes=0))
+    layout = Layout(2, 1, 4, 2, "gpipe", (0, 3, 6), tuple([tuple([0, 1])]))
+    gpipe = model.evaluate(layout, 0, False)
+    onef = model.evaluate(Layout(2, 1, 4, 2, "1f1b", (0, 3, 6), ((0, 1),)), 0, False)
+    costs = model.phase_costs(2, 0, False)
+    static = costs.static_bytes[:3].sum()
+    saved = costs.saved_bytes_per_micro_batch[:3].sum()
+    assert gpipe.stages[0].memory_bytes == int(np.ceil(static + 4 * saved))
+    assert onef.stages[0].memory_bytes == int(np.ceil(static + 2 * saved))
+    assert onef.stages[1].memory_bytes < gpipe.stages[1].memory_bytes
+
+
+def test_transition_cost_is_zero_without_a_change_and_moves_bytes_otherwise():
+    model = CostModel(small_profile(), cluster(), CostParams(group_rebuild_s=1.0))
+    a = Layout(2, 2, 1, 4, "1f1b", (0, 3, 6), tuple(map(tuple, rank_map(2, 2, 2, 2))))
+    b = Layout(1, 4, 1, 2, "1f1b", (0, 6), tuple(map(tuple, rank_map(1, 4, 2, 2))))
+    assert model.transition_s(a, 0, a, 0) == 0.0
+    assert model.transition_s(a, 0, b, 2) > 1.0
+
+
+def test_profile_and_model_layer_counts_must_agree():
+    profile = small_profile()
+    profile.model.config["num_hidden_layers"] = 6
+    with pytest.raises(InputFileError, match="has 6 layers but the model has 6 blocks"):
+        check_profile(profile)
+
+
+def test_cluster_defaults_to_the_measured_links():
+    from pipeplan.schema import CommProfile, LinkFit
+
+    profile = small_profile()
+    fit = LinkFit(latency_s=3e-5, bandwidth_bytes_per_s=2e9, samples=[])
+    profile.comm = CommProfile(backend="gloo", nproc=2, p2p=fit, allreduce=fit)
+    built = cluster_from_flags(nodes=1, devices_per_node=2, device_memory="1GiB", profile=profile)
+    assert built.intra_node.bandwidth_bytes_per_s == 2e9
+    assert built.allreduce_link.latency_s == 3e-5
+    overridden = cluster_from_flags(
+        nodes=1, devices_per_node=2, device_memory="1GiB", intra_bw="10GB/s", profile=profile
+    )
+    assert overridden.intra_node.bandwidth_bytes_per_s == 10e9
+    assert overridden.intra_node_allreduce is None

@@ -1,0 +1,77 @@
+"""Freeze schedules: the α bound, fixed lists, recorded trajectories, phases."""
+
+import json
+
+import pytest
+
+from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.freeze import (
+    alpha_frozen_blocks,
+    alpha_schedule,
+    list_schedule,
+    parse_list,
+    phases,
+    schedule_from_flags,
+    trajectory_schedule,
+)
+
+
+def test_alpha_bound_matches_the_formula():
+    # ⌈12·(1−0.7^T)⌉ for T = 0..4
+    assert [alpha_frozen_blocks(0.3, t, 12) for t in range(5)] == [0, 4, 7, 8, 10]
+    assert alpha_frozen_blocks(0.99, 50, 12) == 12  # never more than every block
+
+
+def test_alpha_schedule_freezes_embeddings_with_the_first_block():
+    schedule = alpha_schedule(0.3, 4, 12)
+    assert schedule.frozen_layers == [0, 5, 8, 9]
+    assert schedule.source == "alpha"
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0, -0.1, 1.5])
+def test_alpha_outside_the_open_unit_interval_is_refused(alpha):
+    with pytest.raises(BadArgumentError, match="strictly between 0 and 1"):
+        alpha_schedule(alpha, 3, 12)
+
+
+def test_lists_are_validated_extended_and_cut():
+    assert list_schedule([0, 2], 4, 4).frozen_layers == [0, 2, 2, 2]
+    assert list_schedule([0, 2, 3, 5], 2, 4).frozen_layers == [0, 2]
+    with pytest.raises(BadArgumentError, match="only ever grows"):
+        list_schedule([0, 3, 2], 3, 4)
+    with pytest.raises(BadArgumentError, match="never frozen"):
+        list_schedule([0, 6], 2, 4)
+    with pytest.raises(BadArgumentError, match="comma-separated"):
+        parse_list("0,a")
+    assert parse_list("0, 1,3") == [0, 1, 3]
+
+
+def test_trajectory_file(tmp_path):
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps({"frozen_layers": [0, 0, 3]}))
+    assert trajectory_schedule(path, 4, 6).frozen_layers == [0, 0, 3, 3]
+    path.write_text("[0, 1")
+    with pytest.raises(InputFileError, match="cannot read"):
+        trajectory_schedule(path, 4, 6)
+    with pytest.raises(InputFileError, match="no such file"):
+        trajectory_schedule(tmp_path / "missing.json", 4, 6)
+
+
+def test_phases_are_runs_of_the_same_freeze_point():
+    schedule = list_schedule([0, 0, 3, 3, 3, 5], 6, 6)
+    assert [(p.start_epoch, p.epochs, p.frozen_layers) for p in phases(schedule)] == [
+        (0, 2, 0),
+        (2, 3, 3),
+        (5, 1, 5),
+    ]
+
+
+def test_schedule_from_flags(tmp_path):
+    assert schedule_from_flags(None, None, 3, 4).frozen_layers == [0, 0, 0]
+    assert schedule_from_flags(0.5, None, 2, 4).frozen_layers == [0, 3]
+    assert schedule_from_flags(None, "0,2", 3, 4).frozen_layers == [0, 2, 2]
+    path = tmp_path / "t.json"
+    path.write_text("[0, 1, 3]")
+    assert schedule_from_flags(None, str(path), 3, 4).source == "trajectory"
+    with pytest.raises(BadArgumentError, match="not both"):
+        schedule_from_flags(0.5, "0,1", 3, 4)

@@ -1,0 +1,144 @@
+"""Plans and previews: determinism, the format, bad inputs as one-line errors."""
+
+import json
+
+import pytest
+
+from pipeplan.cluster import cluster_from_flags, parse_bandwidth, parse_bytes, parse_duration
+from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
+from pipeplan.freeze import alpha_schedule, list_schedule, no_freezing
+from pipeplan.plan import Plan, compare_partitions, make_plan, make_preview, phase_timelines
+from pipeplan.schema import dumps, json_schema, parse
+from pipeplan.synthetic import preset_profile
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return preset_profile("bert-base")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    return cluster_from_flags(nodes=2, devices_per_node=4, device_memory="16GiB", inter_bw="5GB/s")
+
+
+def shape(**overrides):
+    return {"global_batch": 64, "samples": 6400, "epochs": 6, **overrides}
+
+
+def test_same_inputs_give_byte_identical_plans(profile, cluster):
+    freeze = alpha_schedule(0.3, 6, 12)
+    first = dumps(make_plan(profile, cluster, freeze=freeze, **shape()))
+    second = dumps(make_plan(profile, cluster, freeze=freeze, **shape()))
+    assert first == second
+    plan = parse(Plan, first)  # the file validates against its own schema
+    assert plan.inputs.profile.sha256 and len(plan.inputs.profile.sha256) == 64
+    assert [p.frozen_layers for p in plan.phases] == sorted({0, *freeze.frozen_layers})
+    for phase in plan.phases:
+        assert phase.boundaries[0] == 0 and phase.boundaries[-1] == 14
+        assert len(phase.stages) == phase.num_stages
+        assert phase.num_stages * phase.replicas <= 8
+        assert phase.replicas * phase.micro_batches * phase.micro_batch_size == 64
+        assert all(s.memory_bytes <= cluster.device_memory_bytes for s in phase.stages)
+    assert "plan" in json_schema("plan")["title"].lower()
+    assert json_schema("cluster")["properties"]["nodes"]
+
+
+def test_preview_reports_speedup_and_ablation(profile, cluster):
+    freeze = list_schedule([0, 0, 5, 5, 9, 9], 6, 12)
+    preview = make_preview(profile, cluster, freeze=freeze, **shape())
+    assert [row.epoch for row in preview.epochs] == list(range(6))
+    assert [row.frozen_layers for row in preview.epochs] == [0, 0, 5, 5, 9, 9]
+    assert preview.predicted_speedup > 1.0
+    names = [row.name for row in preview.ablation]
+    assert names[0].startswith("baseline") and names[-1] == "+ cache"
+    assert preview.ablation[-1].total_s == pytest.approx(preview.total_s)
+    # Freezing cannot slow the baseline layout down.
+    assert preview.ablation[1].speedup >= 1.0
+    data = json.loads(dumps(preview))
+    assert data["predicted_speedup"] == preview.predicted_speedup
+    timelines = phase_timelines(profile, preview.plan)
+    assert len(timelines) == len(preview.plan.phases)
+    assert all(t.events and t.step_s > 0 for t in timelines)
+
+
+def test_nothing_frozen_means_no_speedup(profile, cluster):
+    preview = make_preview(profile, cluster, freeze=no_freezing(2), **shape(epochs=2))
+    assert preview.predicted_speedup == pytest.approx(1.0)
+
+
+def test_solver_is_never_worse_than_the_partition_baselines(profile, cluster):
+    rows = compare_partitions(profile, cluster, 64)
+    assert rows[0].name == "solver"
+    assert all(r.ratio_to_solver >= 1.0 - 1e-9 for r in rows if r.fits)
+
+
+def one_line(exc_info) -> str:
+    message = str(exc_info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_bad_alpha(profile, cluster):
+    with pytest.raises(BadArgumentError) as info:
+        make_plan(profile, cluster, freeze=alpha_schedule(1.2, 6, 12), **shape())
+    assert "alpha" in one_line(info)
+
+
+def test_zero_devices():
+    with pytest.raises(BadArgumentError) as info:
+        cluster_from_flags(nodes=0, devices_per_node=8, device_memory="16GiB")
+    assert "--nodes" in one_line(info)
+    with pytest.raises(InputFileError) as info:
+        parse(
+            __import__("pipeplan.cluster", fromlist=["Cluster"]).Cluster,
+            json.dumps({"schema_version": 1, "nodes": 0}),
+        )
+    assert "nodes" in one_line(info)
+
+
+def test_indivisible_global_batch(profile):
+    # 14 layers on 32 devices: D = ⌊32/S⌋ is never 1, and 7 splits over none of them.
+    cluster = cluster_from_flags(nodes=2, devices_per_node=16, device_memory="16GiB")
+    with pytest.raises(BadArgumentError) as info:
+        make_plan(profile, cluster, freeze=no_freezing(1), **shape(global_batch=7, epochs=1))
+    assert "global batch 7" in one_line(info)
+
+
+def test_profile_model_mismatch(cluster):
+    profile = preset_profile("bert-base")
+    profile.model.config["num_hidden_layers"] = 24
+    with pytest.raises(InputFileError) as info:
+        make_plan(profile, cluster, freeze=no_freezing(1), **shape(epochs=1))
+    assert "24 blocks" in one_line(info)
+
+
+def test_model_that_does_not_fit(profile):
+    tiny = cluster_from_flags(nodes=1, devices_per_node=2, device_memory="1.5GiB")
+    with pytest.raises(PipeplanError) as info:
+        make_plan(profile, tiny, freeze=no_freezing(1), **shape(epochs=1))
+    message = one_line(info)
+    assert "smallest achievable per-device memory" in message and "1.50 GiB" in message
+
+
+def test_freeze_schedule_must_cover_the_training(profile, cluster):
+    with pytest.raises(BadArgumentError, match="covers 3 epochs"):
+        make_plan(profile, cluster, freeze=no_freezing(3), **shape(epochs=6))
+
+
+def test_human_units():
+    assert parse_bytes("16GiB") == 16 << 30
+    assert parse_bytes("512MB") == 512_000_000
+    assert parse_bandwidth("15.75GB/s") == pytest.approx(15.75e9)
+    assert parse_bandwidth("10Gbit/s") == pytest.approx(1.25e9)
+    assert parse_bandwidth("100Gbps") == pytest.approx(12.5e9)
+    assert parse_bandwidth("1GiB/s") == pytest.approx(2**30)
+    assert parse_duration("5us") == pytest.approx(5e-6)
+    assert parse_duration("1.5ms") == pytest.approx(1.5e-3)
+    for bad, parser in [
+        ("16 parsecs", parse_bytes),
+        ("fast", parse_bandwidth),
+        ("5yr", parse_duration),
+    ]:
+        with pytest.raises(BadArgumentError):
+            parser(bad)

@@ -1,0 +1,112 @@
+"""Event-level pipeline simulation: closed forms on uniform stages, dependencies, bounds."""
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeplan.simulate import (
+    StageWork,
+    in_flight,
+    simulate,
+    stage_order,
+    step_lower_bound_s,
+)
+
+
+def uniform(num_stages: int, f: float, b: float, **kw) -> list[StageWork]:
+    return [StageWork(f, b, True, **kw) for _ in range(num_stages)]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize(("S", "M"), [(1, 1), (1, 5), (2, 1), (3, 4), (4, 8), (5, 3)])
+def test_uniform_stages_match_the_closed_form(schedule, S, M):
+    f, b = 1.0, 2.0
+    timeline = simulate(uniform(S, f, b), M, schedule)
+    assert timeline.step_s == pytest.approx((M + S - 1) * (f + b))
+
+
+def test_one_f_one_b_holds_fewer_micro_batches_than_gpipe():
+    S, M = 4, 8
+    assert [in_flight("gpipe", S, s, M) for s in range(S)] == [8, 8, 8, 8]
+    assert [in_flight("1f1b", S, s, M) for s in range(S)] == [4, 3, 2, 1]
+    # The simulated order realises that bound: count forwards not yet matched by backwards.
+    for s in range(S):
+        live = peak = 0
+        for kind, _ in stage_order("1f1b", S, s, M, True):
+            live += 1 if kind == "fwd" else -1
+            peak = max(peak, live)
+        assert peak == in_flight("1f1b", S, s, M)
+
+
+def test_transfers_delay_the_dependent_operation():
+    stages = [StageWork(1.0, 2.0, True, send_fwd_s=0.5), StageWork(1.0, 2.0, True, send_bwd_s=0.25)]
+    timeline = simulate(stages, 1, "gpipe")
+    # F0, send, F1, B1, send back, B0
+    assert timeline.step_s == pytest.approx(1 + 0.5 + 1 + 2 + 0.25 + 2)
+    sends = [e for e in timeline.events if e.kind == "send"]
+    assert [(e.stage, e.start_s, e.end_s) for e in sends] == [(0, 1.0, 1.5), (1, 4.5, 4.75)]
+
+
+def test_allreduce_and_optimizer_follow_the_last_backward():
+    stages = [StageWork(1.0, 1.0, True, allreduce_s=3.0, optimizer_s=0.5)]
+    timeline = simulate(stages, 2, "1f1b")
+    kinds = [(e.kind, e.start_s, e.end_s) for e in timeline.events]
+    assert kinds[-2:] == [("allreduce", 4.0, 7.0), ("optimizer", 7.0, 7.5)]
+    assert timeline.step_s == pytest.approx(7.5)
+
+
+def test_frozen_stages_run_forward_only():
+    stages = [StageWork(1.0, 0.0, False, send_fwd_s=0.0), StageWork(1.0, 1.0, True)]
+    timeline = simulate(stages, 3, "1f1b")
+    assert not [e for e in timeline.events if e.stage == 0 and e.kind == "bwd"]
+    assert timeline.step_s == pytest.approx(1 + 3 * 2)
+    with pytest.raises(ValueError, match="prefix"):
+        simulate([StageWork(1.0, 1.0, True), StageWork(1.0, 0.0, False)], 1, "gpipe")
+
+
+def test_timeline_events_have_the_plotting_format():
+    timeline = simulate(uniform(3, 1.0, 1.0, send_fwd_s=0.1, send_bwd_s=0.1), 4, "1f1b")
+    assert timeline.num_stages == 3
+    event = timeline.events[0]
+    assert set(type(event).model_fields) == {"stage", "kind", "micro_batch", "start_s", "end_s"}
+    # Each stage computes one operation at a time.
+    for s in range(3):
+        ops = sorted(
+            (e.start_s, e.end_s)
+            for e in timeline.events
+            if e.stage == s and e.kind in ("fwd", "bwd")
+        )
+        assert len(ops) == 8
+        assert all(a[1] <= b[0] + 1e-12 for a, b in itertools.pairwise(ops))
+    assert max(e.end_s for e in timeline.events) == pytest.approx(timeline.step_s)
+
+
+def test_dependencies_are_respected():
+    stages = [StageWork(1.0 + s, 2.0, True, send_fwd_s=0.3, send_bwd_s=0.2) for s in range(3)]
+    timeline = simulate(stages, 4, "1f1b")
+    ends = {(e.stage, e.kind, e.micro_batch): e for e in timeline.events if e.kind != "send"}
+    for j in range(4):
+        for s in range(1, 3):
+            assert ends[s, "fwd", j].start_s >= ends[s - 1, "fwd", j].end_s + 0.3 - 1e-12
+            assert ends[s - 1, "bwd", j].start_s >= ends[s, "bwd", j].end_s + 0.2 - 1e-12
+
+
+work = st.floats(0.0, 5.0, allow_nan=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.lists(st.tuples(work, work, work, work, work, work), min_size=1, max_size=5),
+    frozen=st.integers(0, 5),
+    M=st.integers(1, 6),
+    schedule=st.sampled_from(["gpipe", "1f1b"]),
+)
+def test_lower_bound_never_exceeds_the_simulated_step(data, frozen, M, schedule):
+    stages = [
+        StageWork(f, b if s >= frozen else 0.0, s >= frozen, sf, sb, ar, opt)
+        for s, (f, b, sf, sb, ar, opt) in enumerate(data)
+    ]
+    step = simulate(stages, M, schedule, record=False).step_s
+    assert step_lower_bound_s(stages, M) <= step * (1 + 1e-9) + 1e-12
