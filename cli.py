@@ -53,7 +53,7 @@ def models() -> None:
 
 
 @app.command()
-def schema(name: Annotated[str, typer.Argument(help="profile")]) -> None:
+def schema(name: Annotated[str, typer.Argument(help="profile, cluster or plan")]) -> None:
     """Print the JSON Schema of a file format."""
     from pipeplan.schema import json_schema
 
@@ -122,6 +122,153 @@ def profile(
             f"{c.allreduce.bandwidth_bytes_per_s / 1e9:.2f} GB/s"
         )
     console.print(f"wrote {out}")
+
+
+# --------------------------------------------------------------------------- plan / preview
+
+Opt = typer.Option
+
+
+def _request(**flags):
+    from pipeplan.inputs import request_from_flags
+
+    return request_from_flags(**flags)
+
+
+ProfileFlag = Annotated[
+    str, Opt(help="Profile JSON (see `pipeplan profile`; profiles/ ships some).")
+]
+ClusterFlag = Annotated[str | None, Opt(help="Cluster JSON; or describe it with the flags below.")]
+NodesFlag = Annotated[int | None, Opt(help="Nodes (default 1).")]
+DevicesPerNodeFlag = Annotated[int | None, Opt(help="Devices per node (default 1).")]
+DeviceMemoryFlag = Annotated[str | None, Opt(help="Per-device memory, e.g. 16GiB.")]
+IntraBwFlag = Annotated[str | None, Opt(help="Intra-node bandwidth, e.g. 15.75GB/s.")]
+InterBwFlag = Annotated[str | None, Opt(help="Inter-node bandwidth, e.g. 5GB/s.")]
+GlobalBatchFlag = Annotated[int, Opt(help="Global batch (fixed across phases).")]
+SamplesFlag = Annotated[int, Opt(help="Training-set size (steps per epoch).")]
+EpochsFlag = Annotated[int, Opt(help="Epochs.")]
+AlphaFlag = Annotated[float | None, Opt(help="Freeze bound α in (0,1) (default 0.3).")]
+FreezeScheduleFlag = Annotated[str | None, Opt(help="Frozen layers per epoch: 0,0,3 or a JSON.")]
+CacheFlag = Annotated[bool, Opt(help="Cache the frozen prefix's activations.")]
+StagesFlag = Annotated[int | None, Opt(help="Pin the stage count S.")]
+MicroBatchesFlag = Annotated[int | None, Opt(help="Pin the micro-batch count M.")]
+ScheduleFlag = Annotated[str | None, Opt(help="Pin the schedule: gpipe or 1f1b.")]
+BoundariesFlag = Annotated[str | None, Opt(help="Pin stage boundaries, e.g. 0,3,6.")]
+
+
+@app.command()
+def plan(
+    out: Annotated[str, Opt("--out", "-o", help="Plan JSON to write.")],
+    profile: ProfileFlag,
+    cluster: ClusterFlag = None,
+    nodes: NodesFlag = None,
+    devices_per_node: DevicesPerNodeFlag = None,
+    device_memory: DeviceMemoryFlag = None,
+    intra_bw: IntraBwFlag = None,
+    inter_bw: InterBwFlag = None,
+    global_batch: GlobalBatchFlag = 256,
+    samples: SamplesFlag = 50_000,
+    epochs: EpochsFlag = 10,
+    alpha: AlphaFlag = None,
+    freeze_schedule: FreezeScheduleFlag = None,
+    cache: CacheFlag = True,
+    stages: StagesFlag = None,
+    micro_batches: MicroBatchesFlag = None,
+    schedule: ScheduleFlag = None,
+    boundaries: BoundariesFlag = None,
+) -> None:
+    """Write the elastic plan (one layout per freeze point) as JSON."""
+    flags = dict(locals())
+    from pipeplan.fileio import check_writable, write_atomic
+    from pipeplan.plan import make_plan
+    from pipeplan.schema import dumps
+
+    check_writable(flags.pop("out"))
+    request = _request(**flags)
+    result = make_plan(request.profile, request.cluster, **request.kwargs())
+    write_atomic(out, dumps(result))
+    for p in result.phases:
+        console.print(
+            f"epoch {p.start_epoch}+{p.epochs}: frozen {p.frozen_layers}, "
+            f"{p.num_stages}×{p.replicas}, M={p.micro_batches} {p.schedule}, "
+            f"boundaries {p.boundaries}, step {p.step_s * 1e3:.1f} ms"
+        )
+    console.print(f"wrote {out} (predicted total {result.predicted_total_s:.1f} s)")
+
+
+@app.command()
+def preview(
+    profile: ProfileFlag,
+    cluster: ClusterFlag = None,
+    nodes: NodesFlag = None,
+    devices_per_node: DevicesPerNodeFlag = None,
+    device_memory: DeviceMemoryFlag = None,
+    intra_bw: IntraBwFlag = None,
+    inter_bw: InterBwFlag = None,
+    global_batch: GlobalBatchFlag = 256,
+    samples: SamplesFlag = 50_000,
+    epochs: EpochsFlag = 10,
+    alpha: AlphaFlag = None,
+    freeze_schedule: FreezeScheduleFlag = None,
+    cache: CacheFlag = True,
+    stages: StagesFlag = None,
+    micro_batches: MicroBatchesFlag = None,
+    schedule: ScheduleFlag = None,
+    boundaries: BoundariesFlag = None,
+    as_json: Annotated[bool, Opt("--json", help="Print one JSON object instead.")] = False,
+    plot: Annotated[str | None, Opt(help="Directory for Gantt and per-epoch PNGs.")] = None,
+) -> None:
+    """Predict the elastic plan's speedup over the best static plan, epoch by epoch."""
+    flags = dict(locals())
+    from pipeplan.plan import make_preview, phase_timelines
+    from pipeplan.schema import dumps
+
+    flags.pop("as_json"), flags.pop("plot")
+    request = _request(**flags)
+    result = make_preview(request.profile, request.cluster, **request.kwargs())
+    if plot:
+        from pipeplan.plots import write_preview_plots
+
+        written = write_preview_plots(result, phase_timelines(request.profile, result.plan), plot)
+        console.print(f"wrote {len(written)} plots to {plot}")
+    if as_json:
+        print(dumps(result), end="")
+        return
+    out = Console()
+    table = Table(
+        "epoch",
+        "frozen",
+        "S×D",
+        "M",
+        "cached",
+        "epoch s",
+        "samples/s",
+        title=f"{result.model} on {result.devices} devices",
+    )
+    for row in result.epochs:
+        table.add_row(
+            str(row.epoch),
+            str(row.frozen_layers),
+            f"{row.num_stages}×{row.replicas}",
+            str(row.micro_batches),
+            "yes" if row.cached else "",
+            f"{row.epoch_s:.2f}",
+            f"{row.samples_per_s:,.0f}",
+        )
+    out.print(table)
+    b = result.baseline
+    out.print(
+        f"baseline (best static plan, nothing frozen): {b.num_stages}×{b.replicas}, "
+        f"M={b.micro_batches} {b.schedule}, {b.epoch_s:.2f} s/epoch, {b.total_s:.1f} s"
+    )
+    ablation = Table("configuration", "total s", "speedup", title="ablation")
+    for row in result.ablation:
+        ablation.add_row(row.name, f"{row.total_s:.1f}", f"{row.speedup:.2f}×")
+    out.print(ablation)
+    out.print(
+        f"predicted total {result.total_s:.1f} s, speedup "
+        f"[bold]{result.predicted_speedup:.2f}×[/] over the baseline"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -378,3 +378,40 @@ def _save(fig: Figure, path: str | Path) -> Path:
     fig.savefig(buf, format="png", dpi=DPI)
     write_atomic(path, buf.getvalue())
     return path
+
+
+def write_preview_plots(
+    preview: Any, timelines: Sequence[Any], directory: str | Path
+) -> list[Path]:
+    """`pipeplan preview --plot DIR`: one Gantt per phase and the per-epoch chart."""
+    directory = Path(directory)
+    written = []
+    for index, (phase, timeline) in enumerate(zip(preview.plan.phases, timelines, strict=True)):
+        title = (
+            f"phase {index}: epochs {phase.start_epoch}–{phase.start_epoch + phase.epochs - 1}, "
+            f"{phase.frozen_layers} frozen, {phase.num_stages}×{phase.replicas}, "
+            f"M={phase.micro_batches} {phase.schedule}" + (", cached" if phase.cached else "")
+        )
+        written.append(plot_timeline(timeline, directory / f"phase{index}-step.png", title))
+    rows = [
+        dict(
+            epoch=row.epoch,
+            samples_per_s=row.samples_per_s,
+            stages=row.num_stages,
+            replicas=row.replicas,
+            frozen_layers=row.frozen_layers,
+        )
+        for row in preview.epochs
+    ]
+    baseline = preview.baseline
+    steps = preview.plan.inputs.steps_per_epoch * preview.plan.inputs.global_batch
+    written.append(
+        plot_epochs(
+            rows,
+            directory / "epochs.png",
+            f"{preview.model}: predicted throughput per epoch "
+            f"(speedup {preview.predicted_speedup:.2f}×)",
+            baseline_samples_per_s=steps / baseline.epoch_s if baseline.epoch_s else None,
+        )
+    )
+    return written

@@ -370,7 +370,9 @@ class PhaseSearch:
 
 
 def _gib(nbytes: float) -> str:
-    return f"{nbytes / (1 << 30):.2f} GiB"
+    if nbytes >= 1 << 30:
+        return f"{nbytes / (1 << 30):.2f} GiB"
+    return f"{nbytes / (1 << 20):.1f} MiB"
 
 
 def _min_max_memory(problem: PartitionProblem, pinned: tuple[int, ...] | None) -> float:

@@ -75,3 +75,60 @@ def test_models_lists_presets(capsys):
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out
     assert "vit-digits" in out and "bert-synth" in out
+
+
+PROFILE = str(ROOT / "profiles" / "bert-tiny@cpu-1t.json")
+CLUSTER = ["--nodes", "2", "--devices-per-node", "8", "--device-memory", "16GiB"]
+
+
+def test_plan_is_byte_identical_and_valid_against_its_schema(tmp_path, capsys):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    for out in (first, second):
+        assert cli.main(["plan", "--profile", PROFILE, *CLUSTER, "--out", str(out)]) == 0
+    assert first.read_bytes() == second.read_bytes()
+    capsys.readouterr()
+    assert cli.main(["schema", "plan"]) == 0
+    jsonschema.validate(json.loads(first.read_text()), json.loads(capsys.readouterr().out))
+
+
+def test_preview_json_has_the_speedup_and_writes_plots(tmp_path, capsys):
+    args = ["preview", "--profile", PROFILE, *CLUSTER, "--json", "--plot", str(tmp_path)]
+    assert cli.main(args) == 0
+    preview = json.loads(capsys.readouterr().out)
+    assert preview["predicted_speedup"] > 1.0  # freezing (α = 0.3 by default) pays off
+    assert len(preview["epochs"]) == 10
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert "epochs.png" in pngs and "phase0-step.png" in pngs
+
+
+def test_preview_table(capsys):
+    assert cli.main(["preview", "--profile", PROFILE, *CLUSTER, "--epochs", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "ablation" in out and "speedup" in out and "baseline" in out
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--alpha", "1.5"], "strictly between 0 and 1"),
+        (["--nodes", "0"], "--nodes must be at least 1"),
+        (["--global-batch", "97", "--devices-per-node", "4"], "global batch 97"),
+        (["--device-memory", "1MiB"], "does not fit"),
+        (["--device-memory", "lots"], "--device-memory"),
+        (["--schedule", "zigzag"], "gpipe or 1f1b"),
+        (["--epochs", "2", "--freeze-schedule", "0,9"], "freeze"),
+    ],
+)
+def test_preview_bad_input_is_one_line(capsys, args, fragment):
+    assert cli.main(["preview", "--profile", PROFILE, *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and fragment in err
+
+
+def test_malformed_cluster_and_profile_files_name_the_field(tmp_path, capsys):
+    bad = tmp_path / "cluster.json"
+    bad.write_text('{"schema_version": 1, "nodes": "x"}')
+    assert cli.main(["preview", "--profile", PROFILE, "--cluster", str(bad)]) == 2
+    assert "field 'nodes'" in capsys.readouterr().err
+    assert cli.main(["preview", "--profile", str(bad)]) == 2
+    assert "invalid profile" in capsys.readouterr().err
