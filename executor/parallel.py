@@ -65,6 +65,15 @@ class PhaseSpec:
             raise ValueError(f"unknown schedule {self.schedule!r}")
 
 
+@dataclass
+class PhaseChoice:
+    """A phase as rank 0 decided it (layout, micro-batch size, prediction), broadcast."""
+
+    spec: PhaseSpec
+    micro_batch_size: int
+    predicted_step_s: float | None
+
+
 class StageModule(nn.Module):
     """Layers [start, stop) of a LayerSequence. Frozen layers (index < frozen_layers) run in
     eval mode without autograd: they are a fixed feature extractor, which is also what makes

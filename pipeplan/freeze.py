@@ -150,3 +150,31 @@ def phases(schedule: FreezeSchedule) -> list[FreezePhase]:
 def _check_epochs(epochs: int) -> None:
     if epochs < 1:
         raise BadArgumentError(f"--epochs must be at least 1 (got {epochs})")
+
+
+def gradient_freeze_point(history: list[dict[int, float]], frozen_layers: int) -> int:
+    """AutoFreeze's gradient criterion on per-layer gradient norms measured at each decision.
+
+    A layer's change rate is |g_t − g_{t−1}| / g_{t−1} between the last two decisions; layers
+    whose gradients have stopped changing have converged. Freeze up to (not including) the
+    first active layer whose rate is at least the median rate of the active layers; the head
+    never counts. With fewer than two measurements nothing new is frozen.
+    """
+    if len(history) < 2:
+        return frozen_layers
+    before, now = history[-2], history[-1]
+    rates = {}
+    for layer in sorted(now):
+        if layer >= frozen_layers and layer in before and before[layer] > 0:
+            rates[layer] = abs(now[layer] - before[layer]) / before[layer]
+    if not rates:
+        return frozen_layers
+    head = max(rates) if len(rates) > 1 else None  # the last layer measured is the head
+    candidates = {k: v for k, v in rates.items() if k != head}
+    if not candidates:
+        return frozen_layers
+    median = sorted(candidates.values())[len(candidates) // 2]
+    for layer in sorted(candidates):
+        if candidates[layer] >= median:
+            return max(frozen_layers, layer)
+    return frozen_layers

@@ -75,3 +75,20 @@ def test_schedule_from_flags(tmp_path):
     assert schedule_from_flags(None, str(path), 3, 4).source == "trajectory"
     with pytest.raises(BadArgumentError, match="not both"):
         schedule_from_flags(0.5, "0,1", 3, 4)
+
+
+def test_gradient_criterion_freezes_up_to_the_first_still_changing_layer():
+    from pipeplan.freeze import gradient_freeze_point
+
+    before = {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0}
+    # Layers 0 and 1 barely change, layer 2 changes a lot: freeze 0 and 1.
+    now = {0: 1.01, 1: 0.99, 2: 1.5, 3: 1.2, 4: 1.3, 5: 9.0}
+    assert gradient_freeze_point([before, now], 0) == 2
+    # From freeze point 3 only layers 3 and 4 compete (5 is the head): 3 changes least.
+    assert gradient_freeze_point([before, now], 3) == 4
+    # Never unfreezes, and needs two measurements.
+    assert gradient_freeze_point([before, now], 5) == 5
+    assert gradient_freeze_point([now], 0) == 0
+    # Everything changing alike: the first active layer is at the median, nothing new frozen.
+    same = {k: 2.0 for k in before}
+    assert gradient_freeze_point([before, same], 1) == 1

@@ -1,0 +1,216 @@
+"""Start a run: local ranks spawned once (`pipeplan run --nproc N`) or one rank under torchrun.
+
+The parent checks everything it can before any process starts (model, data, plan against the
+world size), creates `runs/NAME/` with `run.json`, spawns the ranks, waits with no deadline but
+kills every rank as soon as one fails or on Ctrl-C, and finally writes `summary.json` from the
+records rank 0 wrote. Under torchrun each process calls `torchrun_main`, which reads RANK,
+WORLD_SIZE and the rendezvous from the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from executor.data import check_compatible, load_data
+from executor.planning import RunPlanner
+from executor.worker import Trainer, init_distributed
+from pipeplan import models
+from pipeplan.errors import BadArgumentError, OutputError
+from pipeplan.fileio import write_atomic
+from pipeplan.records import (
+    EpochRecord,
+    PhaseRecord,
+    PhaseSummary,
+    RunConfig,
+    RunSummary,
+    StepRecord,
+    read_records,
+)
+from pipeplan.schema import dumps
+from pipeplan.spawn import free_port, run_ranks
+
+log = logging.getLogger("pipeplan.run")
+WARMUP_STEPS_PER_PHASE = 2  # the first steps of a phase build buffers and shapes: not measured
+
+
+def prepare(cfg: RunConfig, runs_root: str | Path) -> Path:
+    """Checks that need no process group, then the run directory with run.json."""
+    if cfg.device == "cuda":
+        if not torch.cuda.is_available():
+            raise BadArgumentError("--device cuda: no CUDA device is available here")
+        if torch.cuda.device_count() < cfg.nproc:
+            raise BadArgumentError(
+                f"--nproc {cfg.nproc} needs {cfg.nproc} GPUs; this host has "
+                f"{torch.cuda.device_count()}"
+            )
+    elif cfg.nproc > (os.cpu_count() or 1):
+        log.warning("--nproc %d is more than the %d CPU cores", cfg.nproc, os.cpu_count())
+    seq = models.build(cfg.model, dropout=cfg.dropout)
+    data = load_data(cfg.data, seq, seed=cfg.seed)
+    check_compatible(data, seq)
+    if len(data.train) < cfg.global_batch:
+        raise BadArgumentError(
+            f"--global-batch {cfg.global_batch} is larger than the {len(data.train)} training "
+            "samples"
+        )
+    RunPlanner.from_config(cfg).check()
+    run_dir = Path(runs_root) / cfg.name
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise OutputError(f"{run_dir}: already holds a run; pick another --name")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{run_dir}: cannot create ({exc.strerror})") from None
+    write_atomic(run_dir / "run.json", dumps(cfg))
+    return run_dir
+
+
+def rank_main(rank: int, world: int, master: str, run_dir: str, progress: bool) -> None:
+    """One rank of a local run (spawned) or of a torchrun job."""
+    cfg = RunConfig.model_validate_json(Path(run_dir, "run.json").read_text())
+    device = init_distributed(rank, world, master, cfg.device)
+    try:
+        trainer = Trainer(cfg, Path(run_dir), RunPlanner.from_config(cfg), device)
+        if rank == 0 and progress:
+            from executor.progress import ProgressView
+
+            with ProgressView(trainer) as view:
+                trainer.on_step = view.update
+                trainer.train()
+        else:
+            trainer.train()
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def run_local(cfg: RunConfig, run_dir: Path, progress: bool = True) -> RunSummary:
+    master = f"tcp://127.0.0.1:{free_port()}"
+    args = (cfg.nproc, master, str(run_dir), progress)
+    run_ranks(rank_main, cfg.nproc, args, deadline_s=float("inf"), what="training")
+    return summarize(run_dir)
+
+
+def torchrun_main() -> None:
+    """Entry point under torchrun: `torchrun ... -m executor.launch RUN_DIR`."""
+    run_dir = sys.argv[1]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank_main(rank, world, "env://", run_dir, progress=rank == 0)
+    if rank == 0:
+        summarize(Path(run_dir))
+
+
+def summarize(run_dir: Path) -> RunSummary:
+    """Measured vs predicted step time per phase, from run.jsonl; written to summary.json."""
+    cfg = RunConfig.model_validate_json((run_dir / "run.json").read_text())
+    records = read_records(run_dir / "run.jsonl")
+    phases = [r for r in records if isinstance(r, PhaseRecord)]
+    steps = [r for r in records if isinstance(r, StepRecord)]
+    epochs = [r for r in records if isinstance(r, EpochRecord)]
+    summaries = []
+    for phase in phases:
+        times = [s.step_s for s in steps if s.phase == phase.phase]
+        steady = times[WARMUP_STEPS_PER_PHASE:] or times
+        measured = statistics.median(steady) if steady else None
+        spread = None
+        if len(steady) >= 2:
+            q = statistics.quantiles(steady, n=4)
+            spread = q[2] - q[0]
+        predicted = phase.predicted_step_s
+        error = (predicted - measured) / measured if predicted and measured else None
+        summaries.append(
+            PhaseSummary(
+                phase=phase.phase,
+                frozen_layers=phase.frozen_layers,
+                layout=f"{phase.num_stages}x{phase.replicas}" + (" cached" if phase.cached else ""),
+                steps=len(times),
+                predicted_step_s=predicted,
+                measured_step_s=measured,
+                measured_spread_s=spread,
+                error=error,
+            )
+        )
+    summary = RunSummary(
+        name=cfg.name,
+        total_s=sum(e.epoch_s for e in epochs) + sum(p.transition_s for p in phases),
+        steps=len(steps),
+        final_eval_accuracy=epochs[-1].eval_accuracy if epochs else None,
+        phases=summaries,
+    )
+    write_atomic(run_dir / "summary.json", dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    torchrun_main()
+
+
+def run_from_flags(
+    *,
+    model: str,
+    data: str | None,
+    nproc: int,
+    device: str,
+    global_batch: int,
+    epochs: int,
+    lr: float,
+    freeze: str,
+    alpha: float,
+    freeze_every: int | None,
+    cache: bool,
+    cache_budget: str,
+    device_memory: str | None,
+    profile: str | None,
+    plan: str | None,
+    name: str | None,
+    runs_dir: str,
+    max_steps_per_epoch: int | None,
+    seed: int,
+) -> tuple[Path, RunSummary]:
+    """`pipeplan run`: flags → RunConfig → checks → ranks → summary."""
+    from pydantic import ValidationError
+
+    from executor.data import default_data_for
+    from pipeplan.cluster import parse_bytes
+    from pipeplan.freeze import parse_list
+
+    freeze_list = None
+    if freeze not in ("auto", "alpha", "none"):
+        freeze_list, freeze = parse_list(freeze), "list"
+    try:
+        cfg = RunConfig(
+            name=name or time.strftime("run-%Y%m%d-%H%M%S"),
+            model=model,
+            data=data or default_data_for(model),
+            nproc=nproc,
+            device=device,
+            global_batch=global_batch,
+            epochs=epochs,
+            max_steps_per_epoch=max_steps_per_epoch,
+            lr=lr,
+            freeze=freeze,
+            alpha=alpha,
+            freeze_list=freeze_list,
+            freeze_every=freeze_every,
+            cache=cache,
+            cache_budget_bytes=parse_bytes(cache_budget, "--cache-budget"),
+            seed=seed,
+            device_memory_bytes=parse_bytes(device_memory, "--device-memory")
+            if device_memory
+            else None,
+            profile=profile,
+            plan=plan,
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise BadArgumentError(f"--{'-'.join(map(str, err['loc']))}: {err['msg']}") from None
+    run_dir = prepare(cfg, runs_dir)
+    return run_dir, run_local(cfg, run_dir)

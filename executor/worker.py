@@ -1,0 +1,411 @@
+"""The training loop every rank runs: epochs, steps, AutoFreeze, elastic transitions, records.
+
+Read top to bottom: set up the process group and the model, then per epoch shard the data
+with a `DistributedSampler` per replica, feed stage 0 (from the AutoCache when the frozen
+prefix is cached), step the phase runtime, gather every rank's timings to rank 0, which writes
+`run.jsonl` and drives the progress bar. At each freeze decision rank 0 picks the new freeze
+point, re-plans, and broadcasts the new phase; every rank then migrates state and rebuilds.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DistributedSampler
+
+from executor.cache import ActivationCache, cache_allowed
+from executor.data import TaskData, check_compatible, load_data
+from executor.migrate import install_states, migrate, optimizer_states
+from executor.parallel import PhaseChoice, PhaseRuntime, PhaseSpec, StepTimes
+from pipeplan import freeze, models
+from pipeplan.records import EpochRecord, PhaseRecord, RankTimes, RunConfig, StepRecord
+
+log = logging.getLogger("pipeplan.run")
+COLLECTIVE_TIMEOUT_S = 120
+TIMES_FIELDS = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
+
+
+Planner = Callable[[int, bool], PhaseChoice]  # (frozen_layers, cached) → phase
+
+
+def init_distributed(rank: int, world: int, master: str, device: str) -> torch.device:
+    torch.set_num_threads(1)
+    if device == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+    else:
+        dev = torch.device("cpu")
+    dist.init_process_group(
+        "nccl" if device == "cuda" else "gloo",
+        init_method=master,
+        rank=rank,
+        world_size=world,
+        timeout=_dt.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+    )
+    return dev
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, run_dir: Path, planner: Planner, device: torch.device):
+        self.cfg, self.run_dir, self.planner, self.device = cfg, run_dir, planner, device
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        torch.manual_seed(cfg.seed)
+        self.seq = models.build(cfg.model, seed=cfg.seed, dropout=cfg.dropout)
+        self.seq.layers.to(device)
+        self.data: TaskData = load_data(cfg.data, self.seq, seed=cfg.seed)
+        check_compatible(self.data, self.seq)
+        self.use_cache, reason = cache_allowed(self.data.augmented)
+        self.use_cache = self.use_cache and cfg.cache
+        if cfg.cache and not self.use_cache and self.rank == 0:
+            log.warning("AutoCache off: %s", reason)
+        self.steps_per_epoch = len(self.data.train) // cfg.global_batch
+        if cfg.max_steps_per_epoch:
+            self.steps_per_epoch = min(self.steps_per_epoch, cfg.max_steps_per_epoch)
+        self.total_steps = self.steps_per_epoch * cfg.epochs
+        self.frozen_layers = 0
+        self.step_index = 0
+        self.phase_index = 0
+        self.grad_history: list[dict[int, float]] = []  # per decision: mean norm per layer
+        self.cache: ActivationCache | None = None
+        self.runtime: PhaseRuntime | None = None
+        self.choice: PhaseChoice | None = None
+        # Closed in finish(); rank 0 alone writes the records.
+        self.records = open(run_dir / "run.jsonl", "a") if self.rank == 0 else None  # noqa: SIM115
+
+    # ----------------------------------------------------------------- phases
+
+    def decide_phase(self, frozen_layers: int) -> PhaseChoice:
+        """Rank 0 plans; everyone receives the same choice."""
+        box: list[PhaseChoice | None] = [None]
+        if self.rank == 0:
+            box[0] = self.planner(frozen_layers, self.use_cache and frozen_layers > 0)
+        dist.broadcast_object_list(box, src=0)
+        assert box[0] is not None
+        return box[0]
+
+    def enter_phase(self, choice: PhaseChoice, epoch: int) -> None:
+        t0 = time.perf_counter()
+        choice.spec.check(len(self.seq.layers), self.world)
+        states = {}
+        if self.runtime is not None:
+            old = self.runtime
+            states = migrate(
+                self.seq.layers, old.spec, optimizer_states(old.optimizer), choice.spec, self.rank
+            )
+            old.destroy()
+        self.choice = choice
+        self.runtime = PhaseRuntime(
+            self.seq.layers,
+            self.seq.loss,
+            choice.spec,
+            self.rank,
+            example_input=self.example_stage0_input,
+            micro_batch_size=choice.micro_batch_size,
+            device=self.device,
+            make_optimizer=self.make_optimizer,
+        )
+        install_states(self.runtime.optimizer, states)
+        self.prepare_cache(choice.spec)
+        dist.barrier()
+        transition_s = time.perf_counter() - t0
+        spec = choice.spec
+        self.write(
+            PhaseRecord(
+                phase=self.phase_index,
+                start_step=self.step_index,
+                start_epoch=epoch,
+                frozen_layers=spec.frozen_layers,
+                cached=spec.cached,
+                num_stages=spec.num_stages,
+                replicas=spec.replicas,
+                micro_batches=spec.micro_batches,
+                micro_batch_size=choice.micro_batch_size,
+                schedule=spec.schedule,
+                boundaries=list(spec.boundaries),
+                rank_map=[list(row) for row in spec.rank_map],
+                predicted_step_s=choice.predicted_step_s,
+                transition_s=transition_s,
+            )
+        )
+
+    def make_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+
+    def lr_at(self, step: int) -> float:
+        """Linear warm-up, then cosine decay to 10 %, by global step (layout-independent)."""
+        cfg = self.cfg
+        if step < cfg.warmup_steps:
+            return cfg.lr * (step + 1) / cfg.warmup_steps
+        progress = (step - cfg.warmup_steps) / max(1, self.total_steps - cfg.warmup_steps)
+        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+    # ----------------------------------------------------------------- data and cache
+
+    def frozen_prefix(self, inputs: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.seq.forward(inputs.to(self.device), 0, self.choice.spec.frozen_layers)
+
+    def example_stage0_input(self, n: int) -> torch.Tensor:
+        x = torch.stack([self.data.train[i][0] for i in range(n)])
+        return self.frozen_prefix(x) if self.choice.spec.cached else x
+
+    def prepare_cache(self, spec: PhaseSpec) -> None:
+        stage0 = self.runtime is not None and self.runtime.topology.stage == 0
+        if not (spec.cached and stage0):
+            if self.cache is not None:
+                self.cache.clear()
+                self.cache = None
+            return
+        if self.cache is None:
+            sample = self.frozen_prefix(self.data.train[0][0].unsqueeze(0))[0]
+            self.cache = ActivationCache(
+                len(self.data.train),
+                tuple(sample.shape),
+                sample.dtype,
+                self.cfg.cache_budget_bytes,
+                self.run_dir / "cache" / f"rank{self.rank}",
+                name=f"cache-r{self.rank}",
+            )
+            (self.run_dir / "cache" / f"rank{self.rank}").mkdir(parents=True, exist_ok=True)
+            self.cache.advance(spec.frozen_layers, None)
+        elif self.cache.frozen_layers < spec.frozen_layers:
+            start, stop = self.cache.frozen_layers, spec.frozen_layers
+
+            def newly_frozen(hidden: torch.Tensor) -> torch.Tensor:
+                return self.seq.forward(hidden.to(self.device), start, stop).cpu()
+
+            self.cache.advance(spec.frozen_layers, newly_frozen)
+
+    def stage0_input(self, indices: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """The batch stage 0 feeds the pipeline, and how many rows came from the cache."""
+        if self.cache is None:
+            return torch.stack([self.data.train[int(i)][0] for i in indices]), 0
+        values, hit = self.cache.lookup(indices)
+        if not bool(hit.all()):
+            missing = indices[~hit]
+            raw = torch.stack([self.data.train[int(i)][0] for i in missing])
+            computed = self.frozen_prefix(raw).cpu()
+            self.cache.store(missing, computed, self.cache.frozen_layers)
+            values[~hit] = computed
+        return values, int(hit.sum())
+
+    # ----------------------------------------------------------------- training
+
+    def train(self) -> None:
+        cfg = self.cfg
+        self.enter_phase(self.decide_phase(0), epoch=0)
+        for epoch in range(cfg.epochs):
+            norms = self.run_epoch(epoch)
+            if epoch + 1 < cfg.epochs:
+                self.maybe_refreeze(epoch + 1, norms)
+        self.finish()
+
+    def run_epoch(self, epoch: int) -> dict[int, float]:
+        """Train one epoch; returns the mean gradient norm per layer over its last steps."""
+        t0 = time.perf_counter()
+        losses = []
+        start_phase, batches_phase = self.phase_index, None
+        for step_in_epoch in range(self.steps_per_epoch):
+            if batches_phase != self.phase_index:  # a new layout shards the data anew
+                batches = self.replica_batches(epoch, skip=step_in_epoch)
+                batches_phase = self.phase_index
+            indices = next(batches)
+            record = self.train_step(epoch, indices)
+            if record.loss is not None:
+                losses.append(record.loss)
+            if (
+                self.cfg.freeze_every
+                and (self.step_index % self.cfg.freeze_every == 0)
+                and step_in_epoch + 1 < self.steps_per_epoch
+            ):
+                self.maybe_refreeze(epoch, self.gather_grad_norms())
+        accuracy = self.evaluate()
+        norms = self.gather_grad_norms()
+        elapsed = time.perf_counter() - t0
+        self.write(
+            EpochRecord(
+                epoch=epoch,
+                phase=start_phase,
+                frozen_layers=self.frozen_layers,
+                steps=self.steps_per_epoch,
+                epoch_s=elapsed,
+                train_loss=sum(losses) / len(losses) if losses else None,
+                eval_accuracy=accuracy,
+                samples_per_s=self.steps_per_epoch * self.cfg.global_batch / elapsed,
+                grad_norms={str(k): v for k, v in sorted(norms.items())},
+            )
+        )
+        return norms
+
+    def replica_batches(self, epoch: int, skip: int):
+        """This replica's index batches for the epoch, from step `skip` on. The union of the
+        replicas' batches at a step is the same global batch whatever the layout."""
+        spec = self.choice.spec
+        replica = self.runtime.topology.replica or 0
+        sampler = DistributedSampler(
+            self.data.train,
+            num_replicas=spec.replicas,
+            rank=replica,
+            shuffle=True,
+            seed=self.cfg.seed,
+            drop_last=True,
+        )
+        sampler.set_epoch(epoch)
+        local = self.cfg.global_batch // spec.replicas
+        order = torch.tensor(list(sampler), dtype=torch.int64)
+        for step in range(skip, self.steps_per_epoch):
+            yield order[step * local : (step + 1) * local]
+
+    def train_step(self, epoch: int, indices: torch.Tensor) -> StepRecord:
+        runtime = self.runtime
+        t0 = time.perf_counter()
+        inputs, hits = (None, 0)
+        if runtime.topology.stage == 0:
+            inputs, hits = self.stage0_input(indices)
+        labels = torch.stack([self.data.train[int(i)][1] for i in indices])
+        input_s = time.perf_counter() - t0
+        for group in runtime.optimizer.param_groups if runtime.optimizer else []:
+            group["lr"] = self.lr_at(self.step_index)
+        times = runtime.step(inputs, labels)
+        times.step_s += input_s
+        record = self.gather_step(epoch, times, input_s, hits)
+        self.step_index += 1
+        return record
+
+    def gather_step(self, epoch: int, times: StepTimes, input_s: float, hits: int) -> StepRecord:
+        """All ranks' timings and the loss to rank 0, in one small all-gather."""
+        topo = self.runtime.topology
+        loss = times.loss if times.loss is not None else float("nan")
+        row = [getattr(times, f) for f in TIMES_FIELDS[:-1]] + [input_s, loss, float(hits)]
+        row += [float(topo.stage if topo.stage is not None else -1)]
+        row += [float(topo.replica if topo.replica is not None else -1)]
+        mine = torch.tensor(row, dtype=torch.float64)
+        rows = [torch.zeros_like(mine) for _ in range(self.world)]
+        dist.all_gather(rows, mine)
+        ranks, losses, hit_count = [], [], 0
+        for rank, r in enumerate(rows):
+            v = r.tolist()
+            ranks.append(
+                RankTimes(
+                    rank=rank,
+                    stage=None if v[9] < 0 else int(v[9]),
+                    replica=None if v[10] < 0 else int(v[10]),
+                    **dict(zip(TIMES_FIELDS, v[:7], strict=True)),
+                )
+            )
+            if not math.isnan(v[7]):
+                losses.append(v[7])
+            if v[9] == 0:
+                hit_count += int(v[8])
+        step_s = max(r.step_s for r in ranks)
+        record = StepRecord(
+            step=self.step_index,
+            epoch=epoch,
+            phase=self.phase_index,
+            step_s=step_s,
+            loss=sum(losses) / len(losses) if losses else None,
+            samples_per_s=self.cfg.global_batch / step_s if step_s > 0 else 0.0,
+            cache_hits=hit_count,
+            ranks=ranks,
+        )
+        self.write(record)
+        if self.rank == 0 and self.on_step:
+            self.on_step(record)
+        return record
+
+    on_step: Callable[[StepRecord], None] | None = None
+
+    # ----------------------------------------------------------------- evaluation
+
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        """Held-out accuracy through the pipeline (forward only), summed over replicas."""
+        if len(self.data.eval) == 0:
+            return None
+        runtime, spec = self.runtime, self.choice.spec
+        correct = torch.zeros(2, dtype=torch.float64)  # correct, counted
+        if runtime.topology.active:
+            runtime.module.train(False)
+            replica, local = runtime.topology.replica, self.cfg.global_batch // spec.replicas
+            indices = torch.arange(len(self.data.eval))[replica :: spec.replicas]
+            for start in range(0, len(indices), local):
+                chunk = indices[start : start + local]
+                valid = len(chunk)
+                if valid < local:  # pad the last batch; padded rows are not counted
+                    chunk = torch.cat([chunk, chunk[:1].repeat(local - valid)])
+                x = torch.stack([self.data.eval[int(i)][0] for i in chunk])
+                y = torch.stack([self.data.eval[int(i)][1] for i in chunk])
+                if runtime.is_first and spec.cached:
+                    x = self.frozen_prefix(x)
+                args = (x.to(self.device),) if runtime.is_first else ()
+                # The schedule computes the loss on the last stage, so it needs the targets.
+                kwargs = dict(target=y.to(self.device), losses=[]) if runtime.is_last else {}
+                out = runtime.schedule.eval(*args, **kwargs)
+                if runtime.is_last:
+                    pred = out.argmax(-1).cpu()
+                    correct[0] += float((pred[:valid] == y[:valid]).sum())
+                    correct[1] += valid
+            runtime.module.train(True)
+        dist.all_reduce(correct)
+        return float(correct[0] / correct[1]) if correct[1] > 0 else None
+
+    # ----------------------------------------------------------------- AutoFreeze
+
+    def gather_grad_norms(self) -> dict[int, float]:
+        """Mean gradient norm per layer since the last call, from replica 0's owners."""
+        runtime = self.runtime
+        norms = torch.zeros(len(self.seq.layers), dtype=torch.float64)
+        if runtime.topology.replica == 0 and runtime.grad_norm_steps:
+            for index, total in runtime.grad_norm_sums.items():
+                norms[index] = total / runtime.grad_norm_steps
+        runtime.grad_norm_sums, runtime.grad_norm_steps = {}, 0
+        dist.all_reduce(norms)
+        return {i: float(v) for i, v in enumerate(norms.tolist()) if v > 0}
+
+    def next_freeze_point(self, epoch: int, norms: dict[int, float]) -> int:
+        cfg, blocks = self.cfg, self.seq.num_blocks
+        if cfg.freeze == "none":
+            return 0
+        if cfg.freeze == "list":
+            listed = cfg.freeze_list or [0]
+            return listed[min(epoch, len(listed) - 1)]
+        bound = freeze.blocks_to_frozen_layers(freeze.alpha_frozen_blocks(cfg.alpha, epoch, blocks))
+        if cfg.freeze == "alpha":
+            return bound
+        self.grad_history.append(norms)
+        return min(bound, freeze.gradient_freeze_point(self.grad_history, self.frozen_layers))
+
+    def maybe_refreeze(self, epoch: int, norms: dict[int, float]) -> None:
+        box = [self.next_freeze_point(epoch, norms) if self.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        new_point = max(self.frozen_layers, min(int(box[0]), len(self.seq.layers) - 1))
+        if new_point == self.frozen_layers:
+            return
+        self.frozen_layers = new_point
+        self.phase_index += 1
+        self.enter_phase(self.decide_phase(new_point), epoch)
+
+    # ----------------------------------------------------------------- output
+
+    def write(self, record) -> None:
+        if self.records is not None:
+            self.records.write(json.dumps(record.model_dump(mode="json")) + "\n")
+            self.records.flush()
+
+    def finish(self) -> None:
+        if self.runtime is not None:
+            self.runtime.destroy()
+        if self.cache is not None:
+            self.cache.clear()
+        if self.records is not None:
+            self.records.close()

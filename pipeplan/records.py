@@ -1,0 +1,151 @@
+"""Run records: what `pipeplan run` writes under runs/NAME/, read back by report and calibrate.
+
+- `run.json` — `RunConfig`: everything the run was started with.
+- `run.jsonl` — one JSON object per line: `PhaseRecord` when a layout starts, `StepRecord`
+  per optimizer step (with every rank's timings), `EpochRecord` per epoch.
+- `summary.json` — `RunSummary`: measured vs predicted step time per phase, accuracy, totals.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+from pipeplan.errors import InputFileError
+from pipeplan.schema import NonNegFloat, NonNegInt, PosInt, Strict
+
+FreezeMode = Literal["auto", "alpha", "list", "none"]
+
+
+class RunConfig(Strict):
+    schema_version: Literal[1] = 1
+    name: str
+    model: str
+    data: str
+    nproc: PosInt
+    device: Literal["cpu", "cuda"] = "cpu"
+    global_batch: PosInt
+    epochs: PosInt
+    max_steps_per_epoch: PosInt | None = Field(None, description="Cap for quick runs.")
+    lr: Annotated[float, Field(gt=0)] = 1e-3
+    weight_decay: NonNegFloat = 0.01
+    warmup_steps: NonNegInt = 0
+    freeze: FreezeMode = "auto"
+    alpha: Annotated[float, Field(gt=0, lt=1)] = 0.3
+    freeze_list: list[NonNegInt] | None = Field(
+        None, description="Frozen layers per epoch (freeze=list)."
+    )
+    freeze_every: PosInt | None = Field(None, description="Decide every N steps, not per epoch.")
+    cache: bool = True
+    cache_budget_bytes: NonNegInt = 1 << 30
+    seed: int = 0
+    dropout: NonNegFloat | None = None
+    device_memory_bytes: PosInt | None = None
+    profile: str | None = None
+    plan: str | None = Field(None, description="Plan file the run started from, if any.")
+
+
+class RankTimes(Strict):
+    rank: NonNegInt
+    stage: NonNegInt | None
+    replica: NonNegInt | None
+    step_s: NonNegFloat
+    fwd_s: NonNegFloat
+    bwd_s: NonNegFloat
+    wait_s: NonNegFloat
+    allreduce_s: NonNegFloat
+    optimizer_s: NonNegFloat
+    input_s: NonNegFloat = Field(description="Reading the batch (and the cache) on stage 0.")
+
+
+class PhaseRecord(Strict):
+    kind: Literal["phase"] = "phase"
+    phase: NonNegInt
+    start_step: NonNegInt
+    start_epoch: NonNegInt
+    frozen_layers: NonNegInt
+    cached: bool
+    num_stages: PosInt
+    replicas: PosInt
+    micro_batches: PosInt
+    micro_batch_size: PosInt
+    schedule: Literal["gpipe", "1f1b"]
+    boundaries: list[NonNegInt]
+    rank_map: list[list[NonNegInt]]
+    predicted_step_s: NonNegFloat | None
+    transition_s: NonNegFloat = Field(description="Measured time to move state and rebuild.")
+
+
+class StepRecord(Strict):
+    kind: Literal["step"] = "step"
+    step: NonNegInt
+    epoch: NonNegInt
+    phase: NonNegInt
+    step_s: NonNegFloat = Field(description="Wall time of the step on the slowest rank.")
+    loss: float | None
+    samples_per_s: NonNegFloat
+    cache_hits: NonNegInt = 0
+    ranks: list[RankTimes]
+
+
+class EpochRecord(Strict):
+    kind: Literal["epoch"] = "epoch"
+    epoch: NonNegInt
+    phase: NonNegInt
+    frozen_layers: NonNegInt
+    steps: NonNegInt
+    epoch_s: NonNegFloat
+    train_loss: float | None
+    eval_accuracy: Annotated[float, Field(ge=0, le=1)] | None
+    samples_per_s: NonNegFloat
+    grad_norms: dict[str, NonNegFloat] = Field(
+        default_factory=dict, description="Mean gradient norm per active layer this epoch."
+    )
+
+
+Record = Annotated[PhaseRecord | StepRecord | EpochRecord, Field(discriminator="kind")]
+_RECORD = TypeAdapter(Record)
+
+
+class PhaseSummary(Strict):
+    phase: NonNegInt
+    frozen_layers: NonNegInt
+    layout: str
+    steps: NonNegInt
+    predicted_step_s: NonNegFloat | None
+    measured_step_s: NonNegFloat | None = Field(description="Median, first steps excluded.")
+    measured_spread_s: NonNegFloat | None
+    error: float | None = Field(description="(predicted − measured) / measured.")
+
+
+class RunSummary(Strict):
+    schema_version: Literal[1] = 1
+    name: str
+    total_s: NonNegFloat
+    steps: NonNegInt
+    final_eval_accuracy: float | None
+    phases: list[PhaseSummary]
+
+
+def read_records(path: str | Path) -> list[PhaseRecord | StepRecord | EpochRecord]:
+    """Parse run.jsonl; a bad line is an InputFileError naming the line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFileError(f"{path}: cannot read ({exc})") from None
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(_RECORD.validate_python(json.loads(line)))
+        except (ValueError, ValidationError) as exc:
+            first = str(exc).splitlines()[0][:200]
+            raise InputFileError(f"{path}:{number}: not a run record ({first})") from None
+    return records
