@@ -52,12 +52,17 @@ ADAMW_BYTES_MOVED_PER_PARAM_BYTE = 7
 TYPICAL_MEMORY_BANDWIDTH_BYTES_PER_S = {"cpu": 10e9, "cuda": 1e12}
 
 
+# A CUDA context and NCCL buffers take about a GiB; a CPU rank's extra is the gloo buffers.
+RESERVE_BYTES = {"cuda": GIB, "cpu": 64 << 20}
+
+
 @dataclass(frozen=True)
 class CostParams:
     """Constants of the cost model that calibration may fit."""
 
     optimizer_s_per_byte: float | None = None  # None: from the profiled device kind
-    reserve_bytes: int = GIB  # allocator slack, CUDA context, communication buffers
+    # Allocator slack, CUDA context, communication buffers; None: by device kind (RESERVE_BYTES).
+    reserve_bytes: int | None = None
     group_rebuild_s: float = 2.0  # new process groups + barrier when the layout changes
     extrapolation_factor: float = 2.0
     adam_state_per_param_byte: float = 2.0  # exp_avg and exp_avg_sq in fp32
@@ -198,6 +203,11 @@ class CostModel:
         else:
             bandwidth = TYPICAL_MEMORY_BANDWIDTH_BYTES_PER_S[profile.device.kind]
             self.optimizer_s_per_byte = ADAMW_BYTES_MOVED_PER_PARAM_BYTE / bandwidth
+        self.reserve_bytes = (
+            self.params.reserve_bytes
+            if self.params.reserve_bytes is not None
+            else RESERVE_BYTES[profile.device.kind]
+        )
         self._phase_costs = lru_cache(maxsize=4096)(self._phase_costs_uncached)
 
     # ------------------------------------------------------------------ per layer
@@ -300,7 +310,7 @@ class CostModel:
     ) -> int:
         static = float(costs.static_bytes[first:stop].sum())
         saved = float(costs.saved_bytes_per_micro_batch[first:stop].sum())
-        return int(np.ceil(static + saved * in_flight_micro_batches + self.params.reserve_bytes))
+        return int(np.ceil(static + saved * in_flight_micro_batches + self.reserve_bytes))
 
     def evaluate(
         self, layout: Layout, frozen_layers: int, cached: bool, record: bool = True

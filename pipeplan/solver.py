@@ -134,7 +134,7 @@ class PhaseSearch:
         self.max_stages = model.num_layers - frozen_layers
         self.cluster = model.cluster
         # Memory the layers may use: the reserve is part of every stage.
-        self.memory_limit_bytes = self.cluster.device_memory_bytes - model.params.reserve_bytes
+        self.memory_limit_bytes = self.cluster.device_memory_bytes - model.reserve_bytes
 
     def costs(self, m: int) -> PhaseCosts:
         return self.model.phase_costs(m, self.frozen_layers, self.cached)
@@ -357,7 +357,7 @@ class PhaseSearch:
             for schedule in self.schedules():
                 problem = self.problem(shape, schedule, self.layout_ranks(shape))
                 best = min(best, _min_max_memory(problem, self.pins.boundaries))
-        return int(np.ceil(best + self.model.params.reserve_bytes))
+        return int(np.ceil(best + self.model.reserve_bytes))
 
     def _does_not_fit_message(self, shapes: list[Shape]) -> str:
         smallest = self.smallest_peak_memory_bytes(shapes)

@@ -222,7 +222,7 @@ def test_a_model_that_cannot_fit_names_the_smallest_memory_and_the_limit():
         solve_phase(model, 8)
     message = str(info.value)
     assert "smallest achievable per-device memory" in message
-    assert "a device has 0.00 GiB" in message and "\n" not in message
+    assert "a device has 1.0 MiB" in message and "\n" not in message
 
 
 def test_baseline_partitions():
