@@ -1,0 +1,106 @@
+"""`pipeplan run` end to end on 2 gloo ranks: records, layout changes, bad input, a dying rank."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import cli
+from pipeplan.records import EpochRecord, PhaseRecord, StepRecord, read_records
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# 100 MiB per rank: vit-digits needs a 2-stage pipeline until layers freeze (see the planner).
+def spawned_workers() -> set[int]:
+    """PIDs of multiprocessing spawn children on this machine."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"spawn_main" in (entry / "cmdline").read_bytes():
+                pids.add(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+ELASTIC = ["--model", "vit-digits", "--nproc", "2", "--device-memory", "100MiB"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_elastic_run_writes_its_records_and_changes_layout(tmp_path, capsys):
+    args = ["run", *ELASTIC, "--epochs", "3", "--max-steps-per-epoch", "4", "--freeze", "0,5,7"]
+    assert cli.main([*args, "--name", "r", "--runs-dir", str(tmp_path)]) == 0
+    run_dir = tmp_path / "r"
+    assert {p.name for p in run_dir.iterdir()} >= {"run.json", "run.jsonl", "summary.json"}
+    records = read_records(run_dir / "run.jsonl")
+    phases = [r for r in records if isinstance(r, PhaseRecord)]
+    steps = [r for r in records if isinstance(r, StepRecord)]
+    epochs = [r for r in records if isinstance(r, EpochRecord)]
+    assert [(p.frozen_layers, p.num_stages, p.replicas) for p in phases] == [
+        (0, 2, 1),
+        (5, 1, 2),
+        (7, 1, 2),
+    ]
+    assert phases[1].cached and phases[1].predicted_step_s > 0
+    assert len(steps) == 12 and len(epochs) == 3
+    assert all(len(s.ranks) == 2 and s.loss is not None for s in steps)
+    assert all(r.fwd_s > 0 and r.bwd_s > 0 for r in steps[0].ranks)
+    assert steps[-1].cache_hits > 0  # the third epoch reads the frozen prefix from the cache
+    assert all(e.eval_accuracy is not None for e in epochs)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [p["layout"] for p in summary["phases"]] == ["2x1", "1x2 cached", "1x2 cached"]
+    assert "measured ms" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--model", "bert-synth", "--data", "digits"], "model 'bert-synth' takes"),
+        (["--freeze", "0,x"], "freeze schedule"),
+        (["--global-batch", "5000"], "larger than the"),
+        (["--device-memory", "1MiB"], "does not fit"),
+        (["--model", "bert-base", "--data", "synth-text"], "no shipped profile"),
+    ],
+)
+def test_bad_input_fails_before_any_process_starts(tmp_path, capsys, args, fragment):
+    assert cli.main(["run", *args, "--name", "x", "--runs-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and fragment in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_plan_for_another_world_size_is_refused(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    profile = str(ROOT / "profiles" / "vit-digits@cpu-1t.json")
+    made = ["plan", "--profile", profile, "--devices-per-node", "4", "--global-batch", "64"]
+    assert cli.main([*made, "--samples", "1400", "--epochs", "2", "--out", str(plan)]) == 0
+    args = ["run", "--nproc", "2", "--plan", str(plan), "--runs-dir", str(tmp_path)]
+    assert cli.main(args) == 2
+    assert "the plan is for 4 devices but --nproc is 2" in capsys.readouterr().err
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_dying_rank_stops_the_run_names_the_rank_and_leaves_no_process(tmp_path):
+    before = spawned_workers()
+    code = "import sys, cli; sys.exit(cli.main())"
+    args = ["run", "--nproc", "2", "--data", "tests.killer_data:digits_then_die", "--epochs", "2"]
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args, "--runs-dir", str(tmp_path), "--name", "k"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=150,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode != 0
+    assert "rank 1" in result.stderr.splitlines()[-1]
+    assert time.monotonic() - started < 90
+    assert spawned_workers() - before == set()
