@@ -297,12 +297,21 @@ def run(
     runs_dir: Annotated[str, Opt(help="Where run directories go.")] = "runs",
     max_steps_per_epoch: Annotated[int | None, Opt(help="Cap steps per epoch.")] = None,
     seed: Annotated[int, Opt(help="Seed for weights, data order and dropout.")] = 0,
+    prepare_only: Annotated[
+        bool, Opt(help="Only check and create runs/NAME/ for torchrun; print its command.")
+    ] = False,
 ) -> None:
     """Train for real: elastic pipeline × data parallel with AutoFreeze and AutoCache."""
+    flags = dict(locals())
     from executor.launch import run_from_flags
 
-    flags = {k: v for k, v in locals().items() if k != "run_from_flags"}
     run_dir, summary = run_from_flags(**flags)
+    if summary is None:
+        print(
+            f"torchrun --nnodes NODES --nproc-per-node RANKS_PER_NODE --rdzv-backend c10d "
+            f"--rdzv-endpoint HOST:29500 -m executor.launch {run_dir}"
+        )
+        return
     table = Table(
         "phase",
         "frozen",

@@ -174,7 +174,8 @@ def run_from_flags(
     runs_dir: str,
     max_steps_per_epoch: int | None,
     seed: int,
-) -> tuple[Path, RunSummary]:
+    prepare_only: bool = False,
+) -> tuple[Path, RunSummary | None]:
     """`pipeplan run`: flags → RunConfig → checks → ranks → summary."""
     from pydantic import ValidationError
 
@@ -213,4 +214,6 @@ def run_from_flags(
         err = exc.errors()[0]
         raise BadArgumentError(f"--{'-'.join(map(str, err['loc']))}: {err['msg']}") from None
     run_dir = prepare(cfg, runs_dir)
+    if prepare_only:
+        return run_dir, None
     return run_dir, run_local(cfg, run_dir)
