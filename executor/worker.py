@@ -30,7 +30,7 @@ from pipeplan import freeze, models
 from pipeplan.records import EpochRecord, PhaseRecord, RankTimes, RunConfig, StepRecord
 
 log = logging.getLogger("pipeplan.run")
-COLLECTIVE_TIMEOUT_S = 120
+COLLECTIVE_TIMEOUT_S = 60
 TIMES_FIELDS = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
 
 
