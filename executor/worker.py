@@ -229,9 +229,10 @@ class Trainer:
                 and step_in_epoch + 1 < self.steps_per_epoch
             ):
                 self.maybe_refreeze(epoch, self.gather_grad_norms())
+        elapsed = time.perf_counter() - t0
         accuracy = self.evaluate()
         norms = self.gather_grad_norms()
-        elapsed = time.perf_counter() - t0
+        eval_s = time.perf_counter() - t0 - elapsed
         self.write(
             EpochRecord(
                 epoch=epoch,
@@ -239,6 +240,7 @@ class Trainer:
                 frozen_layers=self.frozen_layers,
                 steps=self.steps_per_epoch,
                 epoch_s=elapsed,
+                eval_s=eval_s,
                 train_loss=sum(losses) / len(losses) if losses else None,
                 eval_accuracy=accuracy,
                 samples_per_s=self.steps_per_epoch * self.cfg.global_batch / elapsed,

@@ -97,7 +97,8 @@ class EpochRecord(Strict):
     phase: NonNegInt
     frozen_layers: NonNegInt
     steps: NonNegInt
-    epoch_s: NonNegFloat
+    epoch_s: NonNegFloat = Field(description="Training time of the epoch (evaluation excluded).")
+    eval_s: NonNegFloat = 0.0
     train_loss: float | None
     eval_accuracy: Annotated[float, Field(ge=0, le=1)] | None
     samples_per_s: NonNegFloat
