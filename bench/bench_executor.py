@@ -166,7 +166,7 @@ def run_summary(tmp: Path, name: str, *extra: str) -> tuple[RunSummary, list[Epo
 
 
 def elastic(tmp: Path) -> None:
-    static, static_epochs = run_summary(tmp, "static", "--freeze", "none")
+    static, _ = run_summary(tmp, "static", "--freeze", "none")
     ours, our_epochs = run_summary(tmp, "elastic", "--freeze", "auto")
     measured = static.total_s / ours.total_s
     trajectory = tmp / "trajectory.json"
