@@ -59,9 +59,10 @@ class Trainer:
     def __init__(self, cfg: RunConfig, run_dir: Path, planner: Planner, device: torch.device):
         self.cfg, self.run_dir, self.planner, self.device = cfg, run_dir, planner, device
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        torch.manual_seed(cfg.seed)
         self.seq = models.build(cfg.model, seed=cfg.seed, dropout=cfg.dropout)
         self.seq.layers.to(device)
+        # Same weights everywhere (seeded build); from here each rank draws its own dropout.
+        torch.manual_seed(cfg.seed * 1000 + self.rank + 1)
         self.data: TaskData = load_data(cfg.data, self.seq, seed=cfg.seed)
         check_compatible(self.data, self.seq)
         self.use_cache, reason = cache_allowed(self.data.augmented)
