@@ -9,6 +9,7 @@ point, re-plans, and broadcasts the new phase; every rank then migrates state an
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import logging
@@ -410,5 +411,8 @@ class Trainer:
             self.runtime.destroy()
         if self.cache is not None:
             self.cache.clear()
+            for directory in (self.cache.spill_dir, self.cache.spill_dir.parent):
+                with contextlib.suppress(OSError):  # removes only empty directories
+                    directory.rmdir()
         if self.records is not None:
             self.records.close()
