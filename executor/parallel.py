@@ -72,6 +72,7 @@ class PhaseChoice:
     spec: PhaseSpec
     micro_batch_size: int
     predicted_step_s: float | None
+    predicted_stages: list | None = None  # pipeplan.plan.StagePlan per stage
 
 
 class StageModule(nn.Module):

@@ -16,7 +16,7 @@ from executor.parallel import PhaseChoice, PhaseSpec
 from pipeplan.cluster import Cluster, cluster_from_flags
 from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError
-from pipeplan.plan import Plan
+from pipeplan.plan import Plan, stage_plans
 from pipeplan.records import RunConfig
 from pipeplan.schema import Profile, load
 from pipeplan.solver import Pins, solve_phase
@@ -76,7 +76,7 @@ class RunPlanner:
                         phase.micro_batches,
                         phase.schedule,
                     )
-                    return PhaseChoice(spec, phase.micro_batch_size, phase.step_s)
+                    return PhaseChoice(spec, phase.micro_batch_size, phase.step_s, phase.stages)
         model = CostModel(self.profile, self.cluster)
         best = solve_phase(model, self.global_batch, frozen_layers, cached, Pins()).best
         layout = best.layout
@@ -88,7 +88,7 @@ class RunPlanner:
             layout.micro_batches,
             layout.schedule,
         )
-        return PhaseChoice(spec, layout.micro_batch_size, best.step_s)
+        return PhaseChoice(spec, layout.micro_batch_size, best.step_s, stage_plans(best.stages))
 
 
 def check_plan(plan: Plan, profile: Profile, cfg: RunConfig) -> None:

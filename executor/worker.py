@@ -136,6 +136,7 @@ class Trainer:
                 boundaries=list(spec.boundaries),
                 rank_map=[list(row) for row in spec.rank_map],
                 predicted_step_s=choice.predicted_step_s,
+                predicted_stages=choice.predicted_stages,
                 transition_s=transition_s,
             )
         )

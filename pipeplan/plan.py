@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import Field
 
 from pipeplan.cluster import Cluster
-from pipeplan.costmodel import CostModel, CostParams, Evaluation, Layout
+from pipeplan.costmodel import CostModel, CostParams, Evaluation, Layout, StageReport
 from pipeplan.errors import BadArgumentError
 from pipeplan.freeze import FreezeSchedule, phases
 from pipeplan.schema import (
@@ -286,6 +286,23 @@ def _elastic(
     return result
 
 
+def stage_plans(stages: list[StageReport]) -> list[StagePlan]:
+    return [
+        StagePlan(
+            first_layer=st.first_layer,
+            stop_layer=st.stop_layer,
+            fwd_s=_r(st.fwd_s),
+            bwd_s=_r(st.bwd_s),
+            send_fwd_s=_r(st.send_fwd_s),
+            send_bwd_s=_r(st.send_bwd_s),
+            allreduce_s=_r(st.allreduce_s),
+            optimizer_s=_r(st.optimizer_s),
+            memory_bytes=st.memory_bytes,
+        )
+        for st in stages
+    ]
+
+
 def _phase_plan(start: int, epochs: int, frozen: int, cached: bool, c: _Choice) -> PhasePlan:
     layout = c.layout
     return PhasePlan(
@@ -305,20 +322,7 @@ def _phase_plan(start: int, epochs: int, frozen: int, cached: bool, c: _Choice) 
         first_epoch_s=_r(c.first_epoch_s),
         transition_s=_r(c.transition_s),
         total_s=_r(c.total_s(epochs)),
-        stages=[
-            StagePlan(
-                first_layer=st.first_layer,
-                stop_layer=st.stop_layer,
-                fwd_s=_r(st.fwd_s),
-                bwd_s=_r(st.bwd_s),
-                send_fwd_s=_r(st.send_fwd_s),
-                send_bwd_s=_r(st.send_bwd_s),
-                allreduce_s=_r(st.allreduce_s),
-                optimizer_s=_r(st.optimizer_s),
-                memory_bytes=st.memory_bytes,
-            )
-            for st in c.steady.stages
-        ],
+        stages=stage_plans(c.steady.stages),
         runner_ups=[
             RunnerUp(
                 num_stages=e.layout.num_stages,

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, TypeAdapter, ValidationError
 
 from pipeplan.errors import InputFileError
+from pipeplan.plan import StagePlan
 from pipeplan.schema import NonNegFloat, NonNegInt, PosInt, Strict
 
 FreezeMode = Literal["auto", "alpha", "list", "none"]
@@ -76,6 +77,9 @@ class PhaseRecord(Strict):
     boundaries: list[NonNegInt]
     rank_map: list[list[NonNegInt]]
     predicted_step_s: NonNegFloat | None
+    predicted_stages: list[StagePlan] | None = Field(
+        None, description="The planner's per-stage times (per micro-batch) for this layout."
+    )
     transition_s: NonNegFloat = Field(description="Measured time to move state and rebuild.")
 
 
