@@ -271,6 +271,35 @@ def preview(
     )
 
 
+# --------------------------------------------------------------------------- calibrate
+
+
+@app.command()
+def calibrate(
+    run_dirs: Annotated[list[str], typer.Argument(help="Run directories (runs/NAME).")],
+    profile: Annotated[str, Opt(help="Profile to correct (left untouched).")],
+    out: Annotated[str, Opt("--out", "-o", help="Calibrated profile to write.")],
+) -> None:
+    """Fit the cost model to measured runs; writes a profile with a calibration section."""
+    from pipeplan.calibrate import calibrate_to_file
+
+    c = calibrate_to_file(run_dirs, profile, out).calibration
+    console.print(
+        f"compute scales: forward {c.fwd_scale:.3f}, backward {c.bwd_scale:.3f}, "
+        f"no-grad {c.nograd_scale:.3f}; step overhead {c.step_overhead_s * 1e3:.2f} ms + "
+        f"{c.input_s_per_sample * 1e6:.1f} µs/sample"
+    )
+    if c.allreduce:
+        console.print(
+            f"all-reduce: {c.allreduce.latency_s * 1e6:.0f} µs + "
+            f"{c.allreduce.bandwidth_bytes_per_s / 1e9:.2f} GB/s"
+        )
+    console.print(
+        f"fit over {c.phases_used} phases, {c.steps_used} steps: step-time error median "
+        f"{c.residual_median:.1%}, worst {c.residual_max:.1%}; wrote {out}"
+    )
+
+
 # --------------------------------------------------------------------------- run
 
 

@@ -67,10 +67,11 @@ class RunPlanner:
     def __call__(self, frozen_layers: int, cached: bool) -> PhaseChoice:
         if self.plan is not None:
             for phase in self.plan.phases:
-                if phase.frozen_layers == frozen_layers and phase.cached == cached:
+                # The plan decides whether its phase reads the cache.
+                if phase.frozen_layers == frozen_layers:
                     spec = PhaseSpec(
                         frozen_layers,
-                        cached,
+                        phase.cached,
                         tuple(phase.boundaries),
                         tuple(tuple(row) for row in phase.rank_map),
                         phase.micro_batches,

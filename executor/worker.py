@@ -32,6 +32,9 @@ from pipeplan.records import EpochRecord, PhaseRecord, RankTimes, RunConfig, Ste
 
 log = logging.getLogger("pipeplan.run")
 COLLECTIVE_TIMEOUT_S = 60
+# Online recalibration: after this many steps of a phase, rank 0 refits the cost model on what
+# the run has measured so far (2 warm-up steps are skipped), so the next re-plan uses it.
+RECALIBRATE_AFTER_STEPS = 8
 TIMES_FIELDS = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
 
 
@@ -106,6 +109,7 @@ class Trainer:
             )
             old.destroy()
         self.choice = choice
+        self.phase_steps = 0
         self.runtime = PhaseRuntime(
             self.seq.layers,
             self.seq.loss,
@@ -206,7 +210,9 @@ class Trainer:
 
     def train(self) -> None:
         cfg = self.cfg
-        self.enter_phase(self.decide_phase(0), epoch=0)
+        # A fixed freeze list may start frozen (e.g. fine-tuning a model's top layers only).
+        self.frozen_layers = cfg.freeze_list[0] if cfg.freeze == "list" and cfg.freeze_list else 0
+        self.enter_phase(self.decide_phase(self.frozen_layers), epoch=0)
         for epoch in range(cfg.epochs):
             norms = self.run_epoch(epoch)
             if epoch + 1 < cfg.epochs:
@@ -285,7 +291,20 @@ class Trainer:
         times.step_s += input_s
         record = self.gather_step(epoch, times, input_s, hits)
         self.step_index += 1
+        self.phase_steps += 1
+        if self.rank == 0 and self.phase_steps == RECALIBRATE_AFTER_STEPS:
+            self.recalibrate()
         return record
+
+    def recalibrate(self) -> None:
+        """Refit the planner's cost model on this run's records so far (rank 0 only)."""
+        from pipeplan.calibrate import calibrate
+        from pipeplan.errors import PipeplanError
+
+        try:
+            self.planner.profile = calibrate([self.run_dir], self.planner.profile)
+        except PipeplanError as exc:  # too few steps yet: keep planning with what we have
+            log.info("recalibration skipped: %s", exc)
 
     def gather_step(self, epoch: int, times: StepTimes, input_s: float, hits: int) -> StepRecord:
         """All ranks' timings and the loss to rank 0, in one small all-gather."""

@@ -185,6 +185,11 @@ class CostModel:
             bad = [t.micro_batch for t in layer.timings if not t.feasible]
             smallest_infeasible.append(min(bad) if bad else None)
         self._fits = {key: np.array(value) for key, value in fits.items()}
+        self.calibration = profile.calibration
+        if self.calibration is not None:
+            self._fits["fwd"] *= self.calibration.fwd_scale
+            self._fits["bwd"] *= self.calibration.bwd_scale
+            self._fits["nograd"] *= self.calibration.nograd_scale
         limit = int(self.params.extrapolation_factor * min(largest_feasible))
         bad_sizes = [b for b in smallest_infeasible if b is not None]
         if bad_sizes:
@@ -200,6 +205,8 @@ class CostModel:
         self.saved_fixed = np.array([layer.saved_bytes_fixed for layer in layers], dtype=float)
         if self.params.optimizer_s_per_byte is not None:
             self.optimizer_s_per_byte = self.params.optimizer_s_per_byte
+        elif self.calibration and self.calibration.optimizer_s_per_byte is not None:
+            self.optimizer_s_per_byte = self.calibration.optimizer_s_per_byte
         else:
             bandwidth = TYPICAL_MEMORY_BANDWIDTH_BYTES_PER_S[profile.device.kind]
             self.optimizer_s_per_byte = ADAMW_BYTES_MOVED_PER_PARAM_BYTE / bandwidth
@@ -207,6 +214,12 @@ class CostModel:
             self.params.reserve_bytes
             if self.params.reserve_bytes is not None
             else RESERVE_BYTES[profile.device.kind]
+        )
+        fitted = self.calibration.allreduce if self.calibration else None
+        self.intra_allreduce_link = (
+            Link(latency_s=fitted.latency_s, bandwidth_bytes_per_s=fitted.bandwidth_bytes_per_s)
+            if fitted
+            else cluster.allreduce_link
         )
         self._phase_costs = lru_cache(maxsize=4096)(self._phase_costs_uncached)
 
@@ -286,7 +299,7 @@ class CostModel:
         links = []
         for s in range(num_stages):
             nodes = {self.node_of(r[s]) for r in rank_map}
-            links.append(self.cluster.inter_node if len(nodes) > 1 else self.cluster.allreduce_link)
+            links.append(self.cluster.inter_node if len(nodes) > 1 else self.intra_allreduce_link)
         return links
 
     @staticmethod
@@ -318,8 +331,19 @@ class CostModel:
         """Per-stage costs, memory and the simulated step of `layout` in one phase."""
         works, reports = self.stages(layout, frozen_layers, cached)
         timeline = simulate(works, layout.micro_batches, layout.schedule, record=record)
+        overhead = self.step_overhead_s(layout)
+        if overhead:
+            timeline = timeline.model_copy(update={"step_s": timeline.step_s + overhead})
         fits = max(r.memory_bytes for r in reports) <= self.cluster.device_memory_bytes
         return Evaluation(layout, reports, timeline, fits)
+
+    def step_overhead_s(self, layout: Layout) -> float:
+        """Calibrated time outside the schedule: batch input per replica, fixed per-step cost."""
+        c = self.calibration
+        if c is None:
+            return 0.0
+        per_replica = layout.micro_batches * layout.micro_batch_size
+        return max(0.0, c.step_overhead_s + c.input_s_per_sample * per_replica)
 
     def stages(
         self, layout: Layout, frozen_layers: int, cached: bool

@@ -122,6 +122,31 @@ class CommProfile(Strict):
     allreduce: LinkFit
 
 
+class FittedLink(Strict):
+    latency_s: NonNegFloat
+    bandwidth_bytes_per_s: PosFloat
+
+
+class Calibration(Strict):
+    """Corrections fitted from measured runs (`pipeplan calibrate`); the cost model applies
+    them on top of the profile's measurements."""
+
+    fwd_scale: PosFloat = 1.0
+    bwd_scale: PosFloat = 1.0
+    nograd_scale: PosFloat = 1.0
+    allreduce: FittedLink | None = Field(None, description="Ring terms, as in comm.allreduce.")
+    optimizer_s_per_byte: NonNegFloat | None = None
+    step_overhead_s: float = Field(0.0, description="Per step, outside the simulated schedule.")
+    input_s_per_sample: NonNegFloat = Field(
+        0.0, description="Reading a replica's batch (or its cached activations), per sample."
+    )
+    runs: list[str] = Field(description="Run directories the fit used.")
+    phases_used: NonNegInt
+    steps_used: NonNegInt
+    residual_median: NonNegFloat = Field(description="Median |relative error| of fitted steps.")
+    residual_max: NonNegFloat
+
+
 class ProfileSettings(Strict):
     micro_batches: list[PosInt]
     warmup: NonNegInt
@@ -137,6 +162,7 @@ class Profile(Strict):
     settings: ProfileSettings
     layers: list[LayerProfile]
     comm: CommProfile | None = None
+    calibration: Calibration | None = None
 
     @model_validator(mode="after")
     def _layers_indexed_in_order(self) -> Profile:

@@ -1,0 +1,295 @@
+"""Fit the cost model to measured runs: the loop from `pipeplan run` back to the planner.
+
+From one or more run directories, every phase's steady steps (the first steps of a phase and
+straggler steps are left out) give, per rank, the measured forward, backward, all-reduce and
+optimizer time and the step time. Against the same phases predicted from the profile alone,
+robust least squares (scipy, soft-L1 loss on relative errors, so one odd phase cannot drag the
+fit) gives:
+
+- compute scales for forward, backward and no-grad forward (a profile times layers one at a
+  time; in training they share the machine with other ranks and the schedule's bookkeeping);
+- the all-reduce link in ring terms (latency, bandwidth), where runs had replicas;
+- the optimizer's time per parameter byte;
+- a per-step overhead outside the simulated schedule: a fixed part and a part per sample of a
+  replica's batch (reading it, or its cached activations).
+
+The result is the input profile with a `calibration` section recording its provenance (runs,
+phases and steps used, fit residuals); the cost model applies it when it loads the profile.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from pipeplan.cluster import Cluster, cluster_from_flags
+from pipeplan.costmodel import CostModel, Layout
+from pipeplan.errors import InputFileError
+from pipeplan.records import PhaseRecord, RunConfig, StepRecord, read_records
+from pipeplan.schema import Calibration, FittedLink, Profile
+
+WARMUP_STEPS = 2  # first steps of a phase: buffers, shapes and caches being built
+MIN_STEADY_STEPS = 3
+STRAGGLER_FACTOR = 3.0  # a step this many times the phase median is a straggler, not data
+
+
+@dataclass(frozen=True)
+class RankObservation:
+    """Steady-state medians of one rank in one phase, and what the profile predicts."""
+
+    measured_fwd_s: float
+    measured_bwd_s: float
+    measured_allreduce_s: float
+    measured_optimizer_s: float
+    active_fwd_s: float  # profile: forward of trainable layers, whole step
+    nograd_fwd_s: float  # profile: forward of frozen layers run without autograd
+    bwd_s: float
+    grad_bytes: float
+    replicas: int
+
+
+@dataclass(frozen=True)
+class PhaseObservation:
+    run: str
+    record: PhaseRecord
+    layout: Layout
+    cluster: Cluster
+    measured_step_s: float
+    steps: int
+    ranks: list[RankObservation]
+
+    @property
+    def samples_per_replica(self) -> int:
+        return self.layout.micro_batches * self.layout.micro_batch_size
+
+
+def layout_of_record(record: PhaseRecord) -> Layout:
+    return Layout(
+        num_stages=record.num_stages,
+        replicas=record.replicas,
+        micro_batches=record.micro_batches,
+        micro_batch_size=record.micro_batch_size,
+        schedule=record.schedule,
+        boundaries=tuple(record.boundaries),
+        rank_map=tuple(tuple(row) for row in record.rank_map),
+    )
+
+
+def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
+    """The cluster a local run had: its ranks on one node, links as profiled."""
+    memory = config.device_memory_bytes or profile.device.memory_bytes
+    return cluster_from_flags(
+        nodes=1, devices_per_node=config.nproc, device_memory=memory, profile=profile
+    )
+
+
+def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputFileError(f"{run_dir}: no such run directory")
+    config_path = run_dir / "run.json"
+    if not config_path.exists() or not (run_dir / "run.jsonl").exists():
+        raise InputFileError(f"{run_dir}: incomplete run (needs run.json and run.jsonl)")
+    try:
+        config = RunConfig.model_validate_json(config_path.read_text())
+    except ValueError as exc:
+        raise InputFileError(f"{config_path}: not a run configuration ({exc})") from None
+    if config.model != profile.model.name:
+        raise InputFileError(
+            f"{run_dir}: a run of '{config.model}', but the profile is of '{profile.model.name}'"
+        )
+    return config, read_records(run_dir / "run.jsonl")
+
+
+def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservation]:
+    """Every phase with enough steady steps, from every run."""
+    base = profile.model_copy(update={"calibration": None})
+    observations = []
+    for run_dir in run_dirs:
+        config, records = load_run(run_dir, profile)
+        model = CostModel(base, run_cluster(config, profile))
+        steps = [r for r in records if isinstance(r, StepRecord)]
+        for phase in (r for r in records if isinstance(r, PhaseRecord)):
+            mine = [s for s in steps if s.phase == phase.phase][WARMUP_STEPS:]
+            if len(mine) < MIN_STEADY_STEPS:
+                continue
+            median = statistics.median(s.step_s for s in mine)
+            steady = [s for s in mine if s.step_s <= STRAGGLER_FACTOR * median]
+            observations.append(_phase_observation(str(run_dir), phase, steady, model))
+    if not observations:
+        raise InputFileError(
+            "the runs have no phase with enough steps to fit: a phase needs "
+            f"{WARMUP_STEPS + MIN_STEADY_STEPS} steps ({WARMUP_STEPS} warm-up, "
+            f"{MIN_STEADY_STEPS} measured)"
+        )
+    return observations
+
+
+def _phase_observation(
+    run: str, phase: PhaseRecord, steps: list[StepRecord], model: CostModel
+) -> PhaseObservation:
+    layout = layout_of_record(phase)
+    m, M, k = layout.micro_batch_size, layout.micro_batches, phase.frozen_layers
+    f, g, n = (model.layer_times(kind, m) for kind in ("fwd", "bwd", "nograd"))
+    active = np.arange(model.num_layers) >= k
+    ranks = []
+    for rank in {r.rank for r in steps[0].ranks if r.stage is not None}:
+        times = [next(r for r in s.ranks if r.rank == rank) for s in steps]
+        stage = times[0].stage
+        first, stop = layout.boundaries[stage], layout.boundaries[stage + 1]
+        inside = np.zeros(model.num_layers, dtype=bool)
+        inside[first:stop] = True
+        runs_frozen = inside & ~active & (not (phase.cached and stage == 0))
+        ranks.append(
+            RankObservation(
+                measured_fwd_s=statistics.median(t.fwd_s for t in times),
+                measured_bwd_s=statistics.median(t.bwd_s for t in times),
+                measured_allreduce_s=statistics.median(t.allreduce_s for t in times),
+                measured_optimizer_s=statistics.median(t.optimizer_s for t in times),
+                active_fwd_s=M * float(f[inside & active].sum()),
+                nograd_fwd_s=M * float(n[runs_frozen].sum()),
+                bwd_s=M * float(g[inside & active].sum()),
+                grad_bytes=float(model.param_bytes[inside & active].sum()),
+                replicas=layout.replicas,
+            )
+        )
+    return PhaseObservation(
+        run,
+        phase,
+        layout,
+        model.cluster,
+        statistics.median(s.step_s for s in steps),
+        len(steps),
+        ranks,
+    )
+
+
+def _robust(residuals, x0: list[float], lower: float = 0.0) -> np.ndarray:
+    return least_squares(residuals, x0, bounds=(lower, np.inf), loss="soft_l1", f_scale=0.1).x
+
+
+def fit_compute(ranks: list[RankObservation]) -> tuple[float, float, float]:
+    fwd = [r for r in ranks if r.measured_fwd_s > 0 and r.active_fwd_s + r.nograd_fwd_s > 0]
+    has_nograd = any(r.nograd_fwd_s > 0 for r in fwd)
+
+    def fwd_residuals(x: np.ndarray) -> np.ndarray:
+        a, c = x[0], (x[1] if has_nograd else x[0])
+        return np.array(
+            [(a * r.active_fwd_s + c * r.nograd_fwd_s) / r.measured_fwd_s - 1 for r in fwd]
+        )
+
+    fwd_scale, nograd_scale = 1.0, 1.0
+    if fwd:
+        x = _robust(fwd_residuals, [1.0, 1.0] if has_nograd else [1.0], lower=1e-3)
+        fwd_scale = float(x[0])
+        nograd_scale = float(x[1]) if has_nograd else fwd_scale
+    bwd = [r for r in ranks if r.measured_bwd_s > 0 and r.bwd_s > 0]
+    bwd_scale = fwd_scale
+    if bwd:
+        x = _robust(
+            lambda x: np.array([x[0] * r.bwd_s / r.measured_bwd_s - 1 for r in bwd]),
+            [1.0],
+            lower=1e-3,
+        )
+        bwd_scale = float(x[0])
+    return fwd_scale, bwd_scale, nograd_scale
+
+
+def fit_allreduce(ranks: list[RankObservation]) -> FittedLink | None:
+    points = [r for r in ranks if r.replicas > 1 and r.grad_bytes > 0 and r.measured_allreduce_s]
+    if len({r.grad_bytes for r in points}) < 2:
+        return None  # one message size cannot separate latency from bandwidth
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        lat, inv_bw = x
+        out = []
+        for r in points:
+            steps = 2 * (r.replicas - 1)
+            model = steps * lat + steps / r.replicas * r.grad_bytes * inv_bw
+            out.append(model / r.measured_allreduce_s - 1)
+        return np.array(out)
+
+    lat, inv_bw = _robust(residuals, [1e-4, 1e-9])
+    return FittedLink(latency_s=float(lat), bandwidth_bytes_per_s=1.0 / max(inv_bw, 1e-15))
+
+
+def fit_optimizer(ranks: list[RankObservation]) -> float | None:
+    points = [r for r in ranks if r.grad_bytes > 0 and r.measured_optimizer_s > 0]
+    if not points:
+        return None
+    ratios = [r.measured_optimizer_s / r.grad_bytes for r in points]
+    return float(statistics.median(ratios))
+
+
+def fit_overhead(
+    observations: list[PhaseObservation], predicted: list[float]
+) -> tuple[float, float]:
+    """Step time outside the simulated schedule: fixed + per sample of a replica's batch."""
+    gaps = [o.measured_step_s - p for o, p in zip(observations, predicted, strict=True)]
+    samples = [o.samples_per_replica for o in observations]
+    if len(set(samples)) < 2:
+        return float(statistics.median(gaps)), 0.0
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return np.array(
+            [
+                (x[0] + x[1] * s - gap) / o.measured_step_s
+                for s, gap, o in zip(samples, gaps, observations, strict=True)
+            ]
+        )
+
+    fixed, per_sample = least_squares(
+        residuals, [0.0, 0.0], bounds=([-np.inf, 0.0], np.inf), loss="soft_l1", f_scale=0.1
+    ).x
+    return float(fixed), float(per_sample)
+
+
+def predict(profile: Profile, observation: PhaseObservation) -> float:
+    model = CostModel(profile, observation.cluster)
+    record = observation.record
+    return model.evaluate(observation.layout, record.frozen_layers, record.cached, False).step_s
+
+
+def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
+    """The profile with a calibration fitted to the runs (replacing any earlier one)."""
+    observations = observe(run_dirs, profile)
+    ranks = [r for o in observations for r in o.ranks]
+    fwd_scale, bwd_scale, nograd_scale = fit_compute(ranks)
+    partial = Calibration(
+        fwd_scale=fwd_scale,
+        bwd_scale=bwd_scale,
+        nograd_scale=nograd_scale,
+        allreduce=fit_allreduce(ranks),
+        optimizer_s_per_byte=fit_optimizer(ranks),
+        runs=sorted({o.run for o in observations}),
+        phases_used=len(observations),
+        steps_used=sum(o.steps for o in observations),
+        residual_median=0.0,
+        residual_max=0.0,
+    )
+    without_overhead = profile.model_copy(update={"calibration": partial})
+    fixed, per_sample = fit_overhead(
+        observations, [predict(without_overhead, o) for o in observations]
+    )
+    fitted = partial.model_copy(update={"step_overhead_s": fixed, "input_s_per_sample": per_sample})
+    calibrated = profile.model_copy(update={"calibration": fitted})
+    errors = [abs(predict(calibrated, o) / o.measured_step_s - 1) for o in observations]
+    final = fitted.model_copy(
+        update={"residual_median": float(np.median(errors)), "residual_max": float(max(errors))}
+    )
+    return profile.model_copy(update={"calibration": final})
+
+
+def calibrate_to_file(run_dirs: list[str], profile_path: str, out: str) -> Profile:
+    """`pipeplan calibrate`: check the output first, write atomically; the input is untouched."""
+    from pipeplan.fileio import check_writable, write_atomic
+    from pipeplan.schema import dumps, load
+
+    check_writable(out)
+    calibrated = calibrate(run_dirs, load(Profile, profile_path))
+    write_atomic(out, dumps(calibrated))
+    return calibrated
