@@ -23,6 +23,7 @@ from executor.data import check_compatible, load_data
 from executor.planning import RunPlanner
 from executor.worker import Trainer, init_distributed
 from pipeplan import models
+from pipeplan.calibrate import steady_step
 from pipeplan.errors import BadArgumentError, OutputError
 from pipeplan.fileio import write_atomic
 from pipeplan.records import (
@@ -117,7 +118,8 @@ def summarize(run_dir: Path) -> RunSummary:
     epochs = [r for r in records if isinstance(r, EpochRecord)]
     summaries = []
     for phase in phases:
-        times = [s.step_s for s in steps if s.phase == phase.phase]
+        mine = [s for s in steps if s.phase == phase.phase]
+        times = [s.step_s for s in mine if steady_step(s, phase, cfg)]
         steady = times[WARMUP_STEPS_PER_PHASE:] or times
         measured = statistics.median(steady) if steady else None
         spread = None
@@ -131,7 +133,7 @@ def summarize(run_dir: Path) -> RunSummary:
                 phase=phase.phase,
                 frozen_layers=phase.frozen_layers,
                 layout=f"{phase.num_stages}x{phase.replicas}" + (" cached" if phase.cached else ""),
-                steps=len(times),
+                steps=len(mine),
                 predicted_step_s=predicted,
                 measured_step_s=measured,
                 measured_spread_s=spread,

@@ -105,6 +105,12 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
     return config, read_records(run_dir / "run.jsonl")
 
 
+def steady_step(step: StepRecord, phase: PhaseRecord, config: RunConfig) -> bool:
+    """A cached phase's first epoch fills the cache (it computes the frozen prefix): those
+    steps are not the steady state the phase was planned for."""
+    return not phase.cached or step.cache_hits >= config.global_batch
+
+
 def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservation]:
     """Every phase with enough steady steps, from every run."""
     base = profile.model_copy(update={"calibration": None})
@@ -114,7 +120,8 @@ def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservati
         model = CostModel(base, run_cluster(config, profile))
         steps = [r for r in records if isinstance(r, StepRecord)]
         for phase in (r for r in records if isinstance(r, PhaseRecord)):
-            mine = [s for s in steps if s.phase == phase.phase][WARMUP_STEPS:]
+            mine = [s for s in steps if s.phase == phase.phase and steady_step(s, phase, config)]
+            mine = mine[WARMUP_STEPS:]
             if len(mine) < MIN_STEADY_STEPS:
                 continue
             median = statistics.median(s.step_s for s in mine)

@@ -121,7 +121,10 @@ class PhaseSummary(Strict):
     layout: str
     steps: NonNegInt
     predicted_step_s: NonNegFloat | None
-    measured_step_s: NonNegFloat | None = Field(description="Median, first steps excluded.")
+    measured_step_s: NonNegFloat | None = Field(
+        description="Median of steady steps: the first steps of the phase and, when cached, the "
+        "steps that still fill the cache are excluded."
+    )
     measured_spread_s: NonNegFloat | None
     error: float | None = Field(description="(predicted − measured) / measured.")
 

@@ -1,0 +1,510 @@
+"""`pipeplan report`: what a run measured, next to what the planner predicted for it.
+
+`make_report(run_dir)` reads a run directory written by `pipeplan run` (`run.json`,
+`run.jsonl`) and compares, for every phase (one layout between two freeze points), the step
+time the planner predicted before the phase started with the measured one, and stage by stage
+the predicted compute, transfer, all-reduce and optimizer time with the per-rank timings the
+run recorded. With a baseline run (e.g. the same run with `--freeze none`) it adds the measured
+speedup and the speedup the two runs' own predictions previewed.
+
+`write_report_plots(report, directory)` draws, per phase, the measured step above the
+planner's simulated one, and the per-epoch throughput chart.
+
+Measured numbers are medians over a phase's steps without its first `WARMUP_STEPS_PER_PHASE`
+steps, as in `summary.json`. Every per-step quantity is a total over the step (the planner's
+per-micro-batch times are multiplied by M). Errors are fractions: (predicted − measured) /
+measured, so −0.25 means the planner predicted 25 % less time than was measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.plan import StagePlan
+from pipeplan.records import (
+    EpochRecord,
+    PhaseRecord,
+    RankTimes,
+    RunConfig,
+    StepRecord,
+    read_records,
+)
+from pipeplan.schema import NonNegFloat, NonNegInt, PosInt, Strict, load
+from pipeplan.simulate import StageWork, Timeline, TimelineEvent, simulate
+
+# Must equal executor.launch.WARMUP_STEPS_PER_PHASE (a test checks): the first steps of a phase
+# build buffers and shapes. Not imported, so that reading a report needs no torch.
+WARMUP_STEPS_PER_PHASE = 2
+
+ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
+
+
+# --------------------------------------------------------------------------- format
+
+
+class Comparison(Strict):
+    """One per-step quantity: the planner's prediction next to the measured median."""
+
+    predicted_s: NonNegFloat | None
+    measured_s: NonNegFloat | None
+    error: float | None = Field(description=ERROR_DESCRIPTION)
+
+
+class RankBreakdown(Strict):
+    """Median per-step totals of one rank; the measured Gantt chart draws replica 0's."""
+
+    rank: NonNegInt
+    fwd_s: NonNegFloat
+    bwd_s: NonNegFloat
+    wait_s: NonNegFloat
+    allreduce_s: NonNegFloat
+    optimizer_s: NonNegFloat
+    input_s: NonNegFloat
+
+
+class StageReport(Strict):
+    stage: NonNegInt
+    first_layer: NonNegInt
+    stop_layer: PosInt = Field(description="Exclusive.")
+    ranks: list[NonNegInt] = Field(description="One rank per replica.")
+    compute: Comparison = Field(description="Forward + backward: M·(fwd_s + bwd_s) predicted.")
+    transfer: Comparison = Field(
+        description="Predicted M·(send_fwd_s + send_bwd_s); measured is the ranks' wait_s: time "
+        "inside the pipeline schedule not spent computing, so it also contains pipeline bubbles "
+        "and waiting for slower stages, not only transfers."
+    )
+    allreduce: Comparison
+    optimizer: Comparison
+    measured_input_s: NonNegFloat | None = Field(
+        description="Reading the batch (and the cache); part of the step, not of the prediction."
+    )
+    replica0: RankBreakdown | None = Field(description="The rank of replica 0 of this stage.")
+
+
+class PhaseReport(Strict):
+    phase: NonNegInt
+    start_epoch: NonNegInt
+    start_step: NonNegInt
+    frozen_layers: NonNegInt
+    cached: bool
+    num_stages: PosInt
+    replicas: PosInt
+    micro_batches: PosInt
+    micro_batch_size: PosInt
+    schedule: Literal["gpipe", "1f1b"]
+    boundaries: list[NonNegInt]
+    layout: str = Field(description="S×D, M, schedule and cached, in words.")
+    steps: NonNegInt
+    measured_steps: NonNegInt = Field(description="Steps the medians are taken over.")
+    transition_s: NonNegFloat
+    predicted_step_s: NonNegFloat | None = Field(description="Made before the phase started.")
+    measured_step_s: NonNegFloat | None = Field(description="Median step of the slowest rank.")
+    measured_iqr_s: NonNegFloat | None = Field(description="Interquartile range of the same.")
+    error: float | None = Field(description=ERROR_DESCRIPTION)
+    predicted_stages: list[StagePlan] | None = Field(
+        description="The planner's per-micro-batch stage times, to simulate the predicted step."
+    )
+    stages: list[StageReport]
+
+
+class EpochReport(Strict):
+    epoch: NonNegInt
+    phase: NonNegInt = Field(description="The phase at the end of the epoch.")
+    frozen_layers: NonNegInt
+    stages: PosInt
+    replicas: PosInt
+    steps: NonNegInt
+    epoch_s: NonNegFloat
+    samples_per_s: NonNegFloat
+    eval_accuracy: float | None
+
+
+class BaselineReport(Strict):
+    run_dir: str
+    name: str
+    steps: NonNegInt
+    training_s: NonNegFloat
+    predicted_training_s: NonNegFloat | None
+    samples_per_s: NonNegFloat | None = Field(description="Mean training throughput.")
+    final_eval_accuracy: float | None
+    measured_speedup: float | None = Field(description="Baseline training_s / this run's.")
+    previewed_speedup: float | None = Field(
+        description="Baseline predicted_training_s / this run's: both runs' own predictions."
+    )
+
+
+class Report(Strict):
+    schema_version: Literal[1] = 1
+    name: str
+    run_dir: str
+    model: str
+    data: str
+    nproc: PosInt
+    global_batch: PosInt
+    freeze: str
+    epochs_planned: PosInt
+    epochs_completed: NonNegInt
+    steps: NonNegInt
+    training_s: NonNegFloat = Field(description="Σ epoch training time + Σ transitions.")
+    predicted_training_s: NonNegFloat | None = Field(
+        description="Σ over phases of predicted_step_s × steps (no transitions, no evaluation)."
+    )
+    final_eval_accuracy: float | None
+    phases: list[PhaseReport]
+    epochs: list[EpochReport]
+    baseline: BaselineReport | None = None
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _Run:
+    """A run directory's records, checked for what a report needs."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.dir = Path(run_dir)
+        if not self.dir.is_dir():
+            what = "is not a directory" if self.dir.exists() else "no such run directory"
+            raise InputFileError(f"{self.dir}: {what}")
+        for name in ("run.json", "run.jsonl"):
+            if not (self.dir / name).is_file():
+                raise InputFileError(f"{self.dir}: not a run directory (no {name})")
+        self.config = load(RunConfig, self.dir / "run.json")
+        records = read_records(self.dir / "run.jsonl")
+        self.phases = [r for r in records if isinstance(r, PhaseRecord)]
+        self.steps = [r for r in records if isinstance(r, StepRecord)]
+        self.epochs = [r for r in records if isinstance(r, EpochRecord)]
+        self._check()
+
+    def _check(self) -> None:
+        where = self.dir / "run.jsonl"
+        if not self.steps:
+            raise InputFileError(f"{where}: no step records; the run is incomplete")
+        known = {p.phase for p in self.phases}
+        for record in [*self.steps, *self.epochs]:
+            if record.phase not in known:
+                kind = f"{record.kind} {getattr(record, record.kind)}"
+                raise InputFileError(f"{where}: {kind} is in phase {record.phase}, never started")
+        for p in self.phases:
+            if len(p.boundaries) != p.num_stages + 1:
+                raise InputFileError(
+                    f"{where}: phase {p.phase} has {len(p.boundaries)} boundaries for "
+                    f"{p.num_stages} stages"
+                )
+            if p.predicted_stages is not None and len(p.predicted_stages) != p.num_stages:
+                raise InputFileError(
+                    f"{where}: phase {p.phase} predicts {len(p.predicted_stages)} stages for a "
+                    f"{p.num_stages}-stage layout"
+                )
+
+    def phase_steps(self, phase: int) -> list[StepRecord]:
+        return [s for s in self.steps if s.phase == phase]
+
+    @property
+    def training_s(self) -> float:
+        return sum(e.epoch_s for e in self.epochs) + sum(p.transition_s for p in self.phases)
+
+    @property
+    def predicted_training_s(self) -> float | None:
+        total = 0.0
+        for p in self.phases:
+            steps = len(self.phase_steps(p.phase))
+            if p.predicted_step_s is None and steps:
+                return None
+            total += (p.predicted_step_s or 0.0) * steps
+        return total
+
+    @property
+    def final_eval_accuracy(self) -> float | None:
+        return self.epochs[-1].eval_accuracy if self.epochs else None
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def steady(steps: Sequence[StepRecord]) -> list[StepRecord]:
+    """The steps medians are taken over; a phase shorter than the warm-up keeps all."""
+    return list(steps[WARMUP_STEPS_PER_PHASE:]) or list(steps)
+
+
+def median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def iqr(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return q3 - q1
+
+
+def relative_error(predicted: float | None, measured: float | None) -> float | None:
+    # A zero on either side (no all-reduce with one replica, no transfer with one stage) makes
+    # a relative error meaningless; the two numbers are still reported.
+    if not predicted or not measured:
+        return None
+    return (predicted - measured) / measured
+
+
+def compare(predicted: float | None, measured: float | None) -> Comparison:
+    return Comparison(
+        predicted_s=predicted, measured_s=measured, error=relative_error(predicted, measured)
+    )
+
+
+def stage_median(
+    steps: Sequence[StepRecord], stage: int, value: Callable[[RankTimes], float]
+) -> float | None:
+    """Median over steps of the mean over the stage's ranks (its replicas) of `value`."""
+    per_step = []
+    for step in steps:
+        ranks = [r for r in step.ranks if r.stage == stage]
+        if ranks:
+            per_step.append(sum(value(r) for r in ranks) / len(ranks))
+    return median(per_step)
+
+
+def rank_breakdown(steps: Sequence[StepRecord], stage: int, replica: int) -> RankBreakdown | None:
+    rows = [r for s in steps for r in s.ranks if r.stage == stage and r.replica == replica]
+    if not rows:
+        return None
+    fields = ("fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
+    medians = {f: statistics.median(getattr(r, f) for r in rows) for f in fields}
+    return RankBreakdown(rank=rows[0].rank, **medians)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def layout_label(phase: PhaseRecord) -> str:
+    cached = " cached" if phase.cached else ""
+    return f"{phase.num_stages}x{phase.replicas} M={phase.micro_batches} {phase.schedule}{cached}"
+
+
+def stage_report(phase: PhaseRecord, stage: int, steps: Sequence[StepRecord]) -> StageReport:
+    plan = phase.predicted_stages[stage] if phase.predicted_stages else None
+    m = phase.micro_batches
+
+    def predicted(per_step: Callable[[StagePlan], float]) -> float | None:
+        return per_step(plan) if plan else None
+
+    return StageReport(
+        stage=stage,
+        first_layer=phase.boundaries[stage],
+        stop_layer=phase.boundaries[stage + 1],
+        ranks=[row[stage] for row in phase.rank_map if stage < len(row)],
+        compute=compare(
+            predicted(lambda p: m * (p.fwd_s + p.bwd_s)),
+            stage_median(steps, stage, lambda r: r.fwd_s + r.bwd_s),
+        ),
+        transfer=compare(
+            predicted(lambda p: m * (p.send_fwd_s + p.send_bwd_s)),
+            stage_median(steps, stage, lambda r: r.wait_s),
+        ),
+        allreduce=compare(
+            predicted(lambda p: p.allreduce_s), stage_median(steps, stage, lambda r: r.allreduce_s)
+        ),
+        optimizer=compare(
+            predicted(lambda p: p.optimizer_s), stage_median(steps, stage, lambda r: r.optimizer_s)
+        ),
+        measured_input_s=stage_median(steps, stage, lambda r: r.input_s) if stage == 0 else None,
+        replica0=rank_breakdown(steps, stage, replica=0),
+    )
+
+
+def phase_report(phase: PhaseRecord, steps: Sequence[StepRecord]) -> PhaseReport:
+    used = steady(steps)
+    times = [s.step_s for s in used]
+    measured = median(times)
+    return PhaseReport(
+        phase=phase.phase,
+        start_epoch=phase.start_epoch,
+        start_step=phase.start_step,
+        frozen_layers=phase.frozen_layers,
+        cached=phase.cached,
+        num_stages=phase.num_stages,
+        replicas=phase.replicas,
+        micro_batches=phase.micro_batches,
+        micro_batch_size=phase.micro_batch_size,
+        schedule=phase.schedule,
+        boundaries=phase.boundaries,
+        layout=layout_label(phase),
+        steps=len(steps),
+        measured_steps=len(used),
+        transition_s=phase.transition_s,
+        predicted_step_s=phase.predicted_step_s,
+        measured_step_s=measured,
+        measured_iqr_s=iqr(times),
+        error=relative_error(phase.predicted_step_s, measured),
+        predicted_stages=phase.predicted_stages,
+        stages=[stage_report(phase, s, used) for s in range(phase.num_stages)],
+    )
+
+
+def epoch_reports(run: _Run) -> list[EpochReport]:
+    phases = {p.phase: p for p in run.phases}
+    return [
+        EpochReport(
+            epoch=e.epoch,
+            phase=e.phase,
+            frozen_layers=e.frozen_layers,
+            stages=phases[e.phase].num_stages,
+            replicas=phases[e.phase].replicas,
+            steps=e.steps,
+            epoch_s=e.epoch_s,
+            samples_per_s=e.samples_per_s,
+            eval_accuracy=e.eval_accuracy,
+        )
+        for e in run.epochs
+    ]
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return numerator / denominator if numerator and denominator else None
+
+
+def check_comparable(run: _Run, baseline: _Run) -> None:
+    for field in ("model", "global_batch"):
+        mine, theirs = getattr(run.config, field), getattr(baseline.config, field)
+        if mine != theirs:
+            raise BadArgumentError(
+                f"baseline {baseline.dir} has {field.replace('_', ' ')} {theirs!r}, "
+                f"but the run {run.dir} has {mine!r}: not comparable"
+            )
+
+
+def baseline_report(run: _Run, baseline: _Run) -> BaselineReport:
+    check_comparable(run, baseline)
+    trained_s = sum(e.epoch_s for e in baseline.epochs)
+    samples = baseline.config.global_batch * sum(e.steps for e in baseline.epochs)
+    return BaselineReport(
+        run_dir=str(baseline.dir),
+        name=baseline.config.name,
+        steps=len(baseline.steps),
+        training_s=baseline.training_s,
+        predicted_training_s=baseline.predicted_training_s,
+        samples_per_s=samples / trained_s if trained_s else None,
+        final_eval_accuracy=baseline.final_eval_accuracy,
+        measured_speedup=ratio(baseline.training_s, run.training_s),
+        previewed_speedup=ratio(baseline.predicted_training_s, run.predicted_training_s),
+    )
+
+
+def make_report(run_dir: str | Path, baseline_dir: str | Path | None = None) -> Report:
+    """Read a run directory (and a baseline run's) and compare measured with predicted."""
+    run = _Run(run_dir)
+    baseline = _Run(baseline_dir) if baseline_dir is not None else None
+    cfg = run.config
+    return Report(
+        name=cfg.name,
+        run_dir=str(run.dir),
+        model=cfg.model,
+        data=cfg.data,
+        nproc=cfg.nproc,
+        global_batch=cfg.global_batch,
+        freeze=cfg.freeze,
+        epochs_planned=cfg.epochs,
+        epochs_completed=len(run.epochs),
+        steps=len(run.steps),
+        training_s=run.training_s,
+        predicted_training_s=run.predicted_training_s,
+        final_eval_accuracy=run.final_eval_accuracy,
+        phases=[phase_report(p, run.phase_steps(p.phase)) for p in run.phases],
+        epochs=epoch_reports(run),
+        baseline=baseline_report(run, baseline) if baseline else None,
+    )
+
+
+# --------------------------------------------------------------------------- plots
+
+MEASURED_NOTE = "measured per-rank totals (order within the step not recorded)"
+MEASURED_PARTS = "replica 0, wait drawn as transfer, reading the input not drawn"
+
+
+def measured_timeline(phase: PhaseReport) -> Timeline:
+    """Replica 0's median per-step totals per stage, laid end to end: the records keep totals,
+    not when each operation ran, so this shows how much, not when. Wait is drawn as "send"."""
+    events = []
+    for stage in phase.stages:
+        r = stage.replica0
+        if r is None:
+            continue
+        start = 0.0
+        parts = [
+            ("fwd", r.fwd_s),
+            ("bwd", r.bwd_s),
+            ("send", r.wait_s),
+            ("allreduce", r.allreduce_s),
+            ("optimizer", r.optimizer_s),
+        ]
+        for kind, duration in parts:
+            if duration > 0:
+                events.append(
+                    TimelineEvent(
+                        stage=stage.stage,
+                        kind=kind,
+                        micro_batch=None,
+                        start_s=start,
+                        end_s=start + duration,
+                    )
+                )
+                start += duration
+    return Timeline(events=events, step_s=phase.measured_step_s or 0.0, num_stages=phase.num_stages)
+
+
+def simulated_timeline(phase: PhaseReport) -> Timeline | None:
+    """The planner's step, simulated again from the per-stage times the phase record kept."""
+    if not phase.predicted_stages:
+        return None
+    works = [
+        StageWork(
+            fwd_s=p.fwd_s,
+            bwd_s=p.bwd_s,
+            # Frozen layers form a prefix: a stage trains when it holds any layer past it.
+            has_backward=p.stop_layer > phase.frozen_layers,
+            send_fwd_s=p.send_fwd_s,
+            send_bwd_s=p.send_bwd_s,
+            allreduce_s=p.allreduce_s,
+            optimizer_s=p.optimizer_s,
+        )
+        for p in phase.predicted_stages
+    ]
+    return simulate(works, phase.micro_batches, phase.schedule)
+
+
+def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
+    """`pipeplan report --plot DIR`: per phase measured vs simulated step, and the epochs."""
+    from pipeplan.plots import plot_epochs, plot_measured_vs_simulated, plot_timeline
+
+    directory = Path(directory)
+    written = []
+    for phase in report.phases:
+        heading = f"phase {phase.phase}: {phase.frozen_layers} frozen, {phase.layout}"
+        path = directory / f"phase{phase.phase}-measured-vs-simulated.png"
+        measured, simulated = measured_timeline(phase), simulated_timeline(phase)
+        if simulated is None:
+            title = f"{heading} (no prediction recorded)\n{MEASURED_NOTE}; {MEASURED_PARTS}"
+            written.append(plot_timeline(measured, path, title))
+        else:
+            title = (
+                f"{heading}\ntop: {MEASURED_NOTE}; {MEASURED_PARTS}\n"
+                "bottom: the planner's step, simulated from its per-stage predictions"
+            )
+            written.append(plot_measured_vs_simulated(measured, simulated, path, title))
+    baseline = report.baseline
+    written.append(
+        plot_epochs(
+            report.epochs,
+            directory / "epochs.png",
+            f"{report.name} ({report.model}): measured throughput per epoch"
+            + (f", baseline {baseline.name} dashed" if baseline else ""),
+            baseline_samples_per_s=baseline.samples_per_s if baseline else None,
+        )
+    )
+    return written
