@@ -271,6 +271,35 @@ def preview(
     )
 
 
+# --------------------------------------------------------------------------- demo
+
+
+@app.command()
+def demo(
+    runs_dir: Annotated[str, Opt(help="Where the demo's run directories go.")] = "runs",
+) -> None:
+    """The whole loop in a few minutes: preview, static and elastic runs, calibrate, compare."""
+    from executor.demo import run_demo
+
+    result = run_demo(runs_dir, say=console.print)
+    table = Table("", "static baseline", "elastic", title="pipeplan demo: vit-digits, 2 ranks")
+    s, e = result.static, result.elastic
+    table.add_row(
+        "layouts", " → ".join(p.layout for p in s.phases), " → ".join(p.layout for p in e.phases)
+    )
+    table.add_row("training time", f"{s.total_s:.1f} s", f"{e.total_s:.1f} s")
+    table.add_row(
+        "held-out accuracy", f"{s.final_eval_accuracy:.1%}", f"{e.final_eval_accuracy:.1%}"
+    )
+    Console().print(table)
+    Console().print(
+        f"speedup: previewed {result.previewed_speedup:.2f}× before running (raw profile, "
+        f"α schedule); {result.calibrated_speedup:.2f}× after calibration (the freeze "
+        f"trajectory the run took); measured [bold]{result.measured_speedup:.2f}×[/]"
+    )
+    console.print(f"runs, records and the calibrated profile are in {result.run_dir}")
+
+
 # --------------------------------------------------------------------------- calibrate
 
 
@@ -372,6 +401,109 @@ def run(
         f"{summary.steps} steps in {summary.total_s:.1f} s; held-out accuracy "
         f"{'-' if acc is None else f'{acc:.1%}'}; records in {run_dir}"
     )
+
+
+# --------------------------------------------------------------------------- report
+
+
+@app.command()
+def report(
+    run_dir: Annotated[str, typer.Argument(help="Run directory written by `pipeplan run`.")],
+    baseline: Annotated[
+        str | None, Opt(help="Another run of the same model and global batch to compare with.")
+    ] = None,
+    as_json: Annotated[bool, Opt("--json", help="Print one JSON object instead.")] = False,
+    plot: Annotated[str | None, Opt(help="Directory for measured-vs-simulated PNGs.")] = None,
+) -> None:
+    """Compare a run's measured step times with the planner's predictions, stage by stage."""
+    from pipeplan.report import make_report, write_report_plots
+    from pipeplan.schema import dumps
+
+    result = make_report(run_dir, baseline)
+    if plot:
+        written = write_report_plots(result, plot)
+        console.print(f"wrote {len(written)} plots to {plot}")
+    if as_json:
+        print(dumps(result), end="")
+        return
+
+    def ms(v):
+        return "-" if v is None else f"{v * 1e3:.1f}"
+
+    def pct(v):
+        return "-" if v is None else f"{v:+.0%}"
+
+    def cell(c):
+        return f"{ms(c.predicted_s)} / {ms(c.measured_s)}" + (
+            f" ({pct(c.error)})" if c.error is not None else ""
+        )
+
+    out = Console()
+    table = Table(
+        "phase",
+        "frozen",
+        "layout",
+        "steps used/all",
+        "predicted ms",
+        "measured ms ± IQR",
+        "error",
+        title=f"run {result.name}: {result.model}, {result.nproc} ranks",
+        caption="used: steady steps (no warm-up, none still filling the cache)",
+    )
+    for p in result.phases:
+        table.add_row(
+            str(p.phase),
+            str(p.frozen_layers),
+            p.layout,
+            f"{p.measured_steps}/{p.steps}",
+            ms(p.predicted_step_s),
+            ms(p.measured_step_s)
+            + ("" if p.measured_iqr_s is None else f" ± {ms(p.measured_iqr_s)}"),
+            pct(p.error),
+        )
+    out.print(table)
+    for p in result.phases:
+        stages = Table(
+            "stage",
+            "layers",
+            "ranks",
+            "compute",
+            "transfer / wait",
+            "all-reduce",
+            "optimizer",
+            "input",
+            title=f"phase {p.phase}: predicted / measured ms per step (error)",
+            caption="measured wait also contains pipeline bubbles; input is measured only",
+        )
+        for s in p.stages:
+            stages.add_row(
+                str(s.stage),
+                f"{s.first_layer}-{s.stop_layer - 1}",
+                ",".join(map(str, s.ranks)),
+                cell(s.compute),
+                cell(s.transfer),
+                cell(s.allreduce),
+                cell(s.optimizer),
+                ms(s.measured_input_s),
+            )
+        out.print(stages)
+    acc = result.final_eval_accuracy
+    out.print(
+        f"{result.steps} steps, {result.epochs_completed}/{result.epochs_planned} epochs, "
+        f"training {result.training_s:.1f} s; held-out accuracy "
+        f"{'-' if acc is None else f'{acc:.1%}'}"
+    )
+    b = result.baseline
+    if b:
+        base_acc = "-" if b.final_eval_accuracy is None else f"{b.final_eval_accuracy:.1%}"
+        speedup = "-" if b.measured_speedup is None else f"{b.measured_speedup:.2f}×"
+        previewed = "-" if b.previewed_speedup is None else f"{b.previewed_speedup:.2f}×"
+        out.print(
+            f"speedup over {b.name}: measured [bold]{speedup}[/] (previewed {previewed}); "
+            f"training {b.training_s:.1f} s, held-out accuracy {base_acc}"
+        )
+        if b.steps != result.steps:
+            console.print(f"note: the baseline ran {b.steps} steps, this run {result.steps}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,10 +10,12 @@ speedup and the speedup the two runs' own predictions previewed.
 `write_report_plots(report, directory)` draws, per phase, the measured step above the
 planner's simulated one, and the per-epoch throughput chart.
 
-Measured numbers are medians over a phase's steps without its first `WARMUP_STEPS_PER_PHASE`
-steps, as in `summary.json`. Every per-step quantity is a total over the step (the planner's
-per-micro-batch times are multiplied by M). Errors are fractions: (predicted − measured) /
-measured, so −0.25 means the planner predicted 25 % less time than was measured.
+Measured numbers are medians over a phase's steady steps, as in `summary.json`: a cached
+phase's steps that still fill the cache are left out (see `pipeplan.calibrate.steady_step`),
+then the first `WARMUP_STEPS_PER_PHASE` of the rest. Every per-step quantity is a total over
+the step (the planner's per-micro-batch times are multiplied by M). Errors are fractions:
+(predicted − measured) / measured, so −0.25 means the planner predicted 25 % less time than was
+measured.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from pipeplan.calibrate import steady_step
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.plan import StagePlan
 from pipeplan.records import (
@@ -101,12 +104,19 @@ class PhaseReport(Strict):
     boundaries: list[NonNegInt]
     layout: str = Field(description="S×D, M, schedule and cached, in words.")
     steps: NonNegInt
+    cache_filling_steps: NonNegInt = Field(
+        description="Steps of a cached phase that still computed the frozen prefix: not steady."
+    )
     measured_steps: NonNegInt = Field(description="Steps the medians are taken over.")
     transition_s: NonNegFloat
     predicted_step_s: NonNegFloat | None = Field(description="Made before the phase started.")
     measured_step_s: NonNegFloat | None = Field(description="Median step of the slowest rank.")
     measured_iqr_s: NonNegFloat | None = Field(description="Interquartile range of the same.")
     error: float | None = Field(description=ERROR_DESCRIPTION)
+    predicted_overhead_s: NonNegFloat | None = Field(
+        description="Part of predicted_step_s outside the simulated schedule (a calibrated "
+        "profile's per-step overhead, e.g. reading the input); None without predicted_stages."
+    )
     predicted_stages: list[StagePlan] | None = Field(
         description="The planner's per-micro-batch stage times, to simulate the predicted step."
     )
@@ -228,9 +238,11 @@ class _Run:
 # --------------------------------------------------------------------------- statistics
 
 
-def steady(steps: Sequence[StepRecord]) -> list[StepRecord]:
-    """The steps medians are taken over; a phase shorter than the warm-up keeps all."""
-    return list(steps[WARMUP_STEPS_PER_PHASE:]) or list(steps)
+def steady(steps: Sequence[StepRecord], phase: PhaseRecord, config: RunConfig) -> list[StepRecord]:
+    """The steps medians are taken over, as summary.json takes them: without the steps that
+    fill the cache, then without the warm-up steps unless no others are left."""
+    settled = [s for s in steps if steady_step(s, phase, config)]
+    return settled[WARMUP_STEPS_PER_PHASE:] or settled
 
 
 def median(values: Sequence[float]) -> float | None:
@@ -318,8 +330,8 @@ def stage_report(phase: PhaseRecord, stage: int, steps: Sequence[StepRecord]) ->
     )
 
 
-def phase_report(phase: PhaseRecord, steps: Sequence[StepRecord]) -> PhaseReport:
-    used = steady(steps)
+def phase_report(phase: PhaseRecord, steps: Sequence[StepRecord], config: RunConfig) -> PhaseReport:
+    used = steady(steps, phase, config)
     times = [s.step_s for s in used]
     measured = median(times)
     return PhaseReport(
@@ -336,12 +348,14 @@ def phase_report(phase: PhaseRecord, steps: Sequence[StepRecord]) -> PhaseReport
         boundaries=phase.boundaries,
         layout=layout_label(phase),
         steps=len(steps),
+        cache_filling_steps=sum(not steady_step(s, phase, config) for s in steps),
         measured_steps=len(used),
         transition_s=phase.transition_s,
         predicted_step_s=phase.predicted_step_s,
         measured_step_s=measured,
         measured_iqr_s=iqr(times),
         error=relative_error(phase.predicted_step_s, measured),
+        predicted_overhead_s=predicted_overhead(phase),
         predicted_stages=phase.predicted_stages,
         stages=[stage_report(phase, s, used) for s in range(phase.num_stages)],
     )
@@ -415,7 +429,7 @@ def make_report(run_dir: str | Path, baseline_dir: str | Path | None = None) -> 
         training_s=run.training_s,
         predicted_training_s=run.predicted_training_s,
         final_eval_accuracy=run.final_eval_accuracy,
-        phases=[phase_report(p, run.phase_steps(p.phase)) for p in run.phases],
+        phases=[phase_report(p, run.phase_steps(p.phase), cfg) for p in run.phases],
         epochs=epoch_reports(run),
         baseline=baseline_report(run, baseline) if baseline else None,
     )
@@ -458,8 +472,8 @@ def measured_timeline(phase: PhaseReport) -> Timeline:
     return Timeline(events=events, step_s=phase.measured_step_s or 0.0, num_stages=phase.num_stages)
 
 
-def simulated_timeline(phase: PhaseReport) -> Timeline | None:
-    """The planner's step, simulated again from the per-stage times the phase record kept."""
+def simulated_schedule(phase: PhaseRecord | PhaseReport) -> Timeline | None:
+    """The planner's schedule, simulated again from the per-stage times the phase record kept."""
     if not phase.predicted_stages:
         return None
     works = [
@@ -478,6 +492,23 @@ def simulated_timeline(phase: PhaseReport) -> Timeline | None:
     return simulate(works, phase.micro_batches, phase.schedule)
 
 
+def predicted_overhead(phase: PhaseRecord) -> float | None:
+    schedule = simulated_schedule(phase)
+    if schedule is None or phase.predicted_step_s is None:
+        return None
+    # Rounding in the stored stage times can put the schedule a hair past the prediction.
+    return max(0.0, phase.predicted_step_s - schedule.step_s)
+
+
+def simulated_timeline(phase: PhaseReport) -> Timeline | None:
+    """The simulated schedule, its step ending at the prediction (which may add a per-step
+    overhead outside the schedule, as the cost model does)."""
+    schedule = simulated_schedule(phase)
+    if schedule is None or phase.predicted_step_s is None:
+        return schedule
+    return schedule.model_copy(update={"step_s": max(schedule.step_s, phase.predicted_step_s)})
+
+
 def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
     """`pipeplan report --plot DIR`: per phase measured vs simulated step, and the epochs."""
     from pipeplan.plots import plot_epochs, plot_measured_vs_simulated, plot_timeline
@@ -486,6 +517,8 @@ def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
     written = []
     for phase in report.phases:
         heading = f"phase {phase.phase}: {phase.frozen_layers} frozen, {phase.layout}"
+        if phase.measured_step_s is None:
+            heading += " (no steady step measured)"
         path = directory / f"phase{phase.phase}-measured-vs-simulated.png"
         measured, simulated = measured_timeline(phase), simulated_timeline(phase)
         if simulated is None:
@@ -494,7 +527,8 @@ def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
         else:
             title = (
                 f"{heading}\ntop: {MEASURED_NOTE}; {MEASURED_PARTS}\n"
-                "bottom: the planner's step, simulated from its per-stage predictions"
+                "bottom: the planner's step simulated from its per-stage predictions "
+                "(ends at the prediction, which may add overhead outside the schedule)"
             )
             written.append(plot_measured_vs_simulated(measured, simulated, path, title))
     baseline = report.baseline

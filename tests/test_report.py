@@ -1,0 +1,388 @@
+"""`pipeplan report` on small hand-made run directories: medians, errors, speedup, bad input."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+import cli
+from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.plan import StagePlan
+from pipeplan.records import EpochRecord, PhaseRecord, RankTimes, RunConfig, StepRecord
+from pipeplan.report import (
+    WARMUP_STEPS_PER_PHASE,
+    Report,
+    make_report,
+    measured_timeline,
+    simulated_timeline,
+)
+from pipeplan.schema import dumps
+
+WARMUP_S = 9.0  # warm-up steps are this slow: any leak into a median shows at once
+
+
+def stage_plan(first: int, stop: int, **times: float) -> StagePlan:
+    fields = ("fwd_s", "bwd_s", "send_fwd_s", "send_bwd_s", "allreduce_s", "optimizer_s")
+    return StagePlan(
+        first_layer=first, stop_layer=stop, memory_bytes=0, **{f: times.get(f, 0.0) for f in fields}
+    )
+
+
+def phase_record(phase: int, *, stages: int, replicas: int, **fields) -> PhaseRecord:
+    per_replica = [[r * stages + s for s in range(stages)] for r in range(replicas)]
+    defaults = dict(
+        start_step=0,
+        start_epoch=0,
+        frozen_layers=0,
+        cached=False,
+        micro_batches=1,
+        micro_batch_size=8,
+        schedule="1f1b",
+        boundaries=[10 * s // stages for s in range(stages + 1)],
+        rank_map=per_replica,
+        predicted_step_s=None,
+        transition_s=0.0,
+    )
+    return PhaseRecord(phase=phase, num_stages=stages, replicas=replicas, **{**defaults, **fields})
+
+
+def rank(rank: int, stage: int | None, replica: int | None, **times: float) -> RankTimes:
+    fields = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
+    return RankTimes(
+        rank=rank, stage=stage, replica=replica, **{f: times.get(f, 0.0) for f in fields}
+    )
+
+
+def step(
+    number: int, epoch: int, phase: int, step_s: float, ranks: list[RankTimes], cache_hits: int = 0
+):
+    return StepRecord(
+        cache_hits=cache_hits,
+        step=number,
+        epoch=epoch,
+        phase=phase,
+        step_s=step_s,
+        loss=1.0,
+        samples_per_s=64 / step_s,
+        ranks=ranks,
+    )
+
+
+def epoch(number: int, phase: int, epoch_s: float, accuracy: float | None, steps: int):
+    return EpochRecord(
+        epoch=number,
+        phase=phase,
+        frozen_layers=0,
+        steps=steps,
+        epoch_s=epoch_s,
+        train_loss=1.0,
+        eval_accuracy=accuracy,
+        samples_per_s=64 * steps / epoch_s,
+    )
+
+
+def write_run(directory: Path, records: list, **config) -> Path:
+    directory.mkdir(parents=True)
+    cfg = dict(name=directory.name, model="vit-digits", data="digits", nproc=2, global_batch=64)
+    cfg["epochs"] = sum(isinstance(r, EpochRecord) for r in records) or 1
+    (directory / "run.json").write_text(dumps(RunConfig(**{**cfg, **config})))
+    lines = [r.model_dump_json() + "\n" for r in records]
+    (directory / "run.jsonl").write_text("".join(lines))
+    return directory
+
+
+def elastic_records() -> list:
+    """Phase 0: 2 stages × 1 replica, M=4, 7 steps; phase 1: 1 stage × 2 replicas, 3 steps."""
+    p0 = phase_record(
+        0,
+        stages=2,
+        replicas=1,
+        micro_batches=4,
+        predicted_step_s=0.1,
+        transition_s=0.1,
+        predicted_stages=[
+            stage_plan(0, 5, fwd_s=0.01, bwd_s=0.02, send_fwd_s=0.001, optimizer_s=0.002),
+            stage_plan(5, 10, fwd_s=0.01, bwd_s=0.02, send_bwd_s=0.001, optimizer_s=0.002),
+        ],
+    )
+    records: list = [p0]
+    slow = dict(step_s=WARMUP_S, fwd_s=WARMUP_S, bwd_s=WARMUP_S, wait_s=WARMUP_S)
+    for n in range(WARMUP_STEPS_PER_PHASE):
+        records.append(step(n, 0, 0, WARMUP_S, [rank(0, 0, 0, **slow), rank(1, 1, 0, **slow)]))
+    for i, step_s in enumerate([0.5, 0.1, 0.4, 0.2, 0.3]):
+        stage0 = rank(
+            0,
+            0,
+            0,
+            step_s=step_s,
+            fwd_s=0.01 * (i + 1),
+            bwd_s=0.1,
+            wait_s=0.02,
+            optimizer_s=0.004,
+            input_s=0.001,
+        )
+        stage1 = rank(1, 1, 0, step_s=step_s, fwd_s=0.02, bwd_s=0.1, wait_s=0.01 * i)
+        records.append(step(2 + i, 0, 0, step_s, [stage0, stage1]))
+    records.append(epoch(0, 0, epoch_s=2.0, accuracy=0.5, steps=7))
+    p1 = phase_record(
+        1,
+        stages=1,
+        replicas=2,
+        start_step=7,
+        start_epoch=1,
+        frozen_layers=3,
+        cached=True,
+        predicted_step_s=0.07,
+        transition_s=0.2,
+        predicted_stages=[
+            stage_plan(0, 10, fwd_s=0.02, bwd_s=0.03, allreduce_s=0.007, optimizer_s=0.002)
+        ],
+    )
+    records.append(p1)
+    for n in range(3):
+        step_s = WARMUP_S if n < WARMUP_STEPS_PER_PHASE else 0.06
+        replica0 = rank(0, 0, 0, fwd_s=0.02, bwd_s=0.01, allreduce_s=0.006, optimizer_s=0.004)
+        replica1 = rank(1, 0, 1, fwd_s=0.04, bwd_s=0.03, allreduce_s=0.008, optimizer_s=0.004)
+        records.append(step(7 + n, 1, 1, step_s, [replica0, replica1], cache_hits=64))
+    records.append(epoch(1, 1, epoch_s=1.0, accuracy=0.8, steps=3))
+    return records
+
+
+def static_records(steps: int = 10, predicted_step_s: float = 0.182) -> list:
+    records: list = [
+        phase_record(0, stages=2, replicas=1, predicted_step_s=predicted_step_s, transition_s=0.6)
+    ]
+    for n in range(steps):
+        records.append(step(n, 0, 0, 0.6, [rank(0, 0, 0), rank(1, 1, 0)]))
+    records.append(epoch(0, 0, epoch_s=6.0, accuracy=0.7, steps=steps))
+    return records
+
+
+@pytest.fixture
+def elastic(tmp_path) -> Path:
+    return write_run(tmp_path / "elastic", elastic_records())
+
+
+@pytest.fixture
+def static(tmp_path) -> Path:
+    return write_run(tmp_path / "static", static_records())
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def test_phase_step_median_skips_the_warmup_steps_and_gives_error_and_iqr(elastic):
+    p0 = make_report(elastic).phases[0]
+    assert (p0.steps, p0.measured_steps) == (7, 5)
+    assert p0.measured_step_s == pytest.approx(0.3)  # median of 0.1..0.5, not of the 9 s steps
+    # Quartiles of 0.1..0.5 (statistics.quantiles, exclusive): 0.15 and 0.45.
+    assert p0.measured_iqr_s == pytest.approx(0.3)
+    assert p0.error == pytest.approx((0.1 - 0.3) / 0.3)
+    assert p0.layout == "2x1 M=4 1f1b" and p0.predicted_step_s == 0.1
+
+
+def test_stage_predictions_are_per_step_and_measurements_are_medians(elastic):
+    s0, s1 = make_report(elastic).phases[0].stages
+    assert (s0.first_layer, s0.stop_layer, s0.ranks) == (0, 5, [0])
+    # Predicted: M=4 micro-batches × (fwd + bwd); measured: median of 0.11..0.15.
+    assert s0.compute.predicted_s == pytest.approx(0.12)
+    assert s0.compute.measured_s == pytest.approx(0.13)
+    assert s0.compute.error == pytest.approx((0.12 - 0.13) / 0.13)
+    assert s0.transfer.predicted_s == pytest.approx(0.004)
+    assert s0.transfer.measured_s == pytest.approx(0.02)
+    assert s0.optimizer.error == pytest.approx((0.002 - 0.004) / 0.004)
+    assert s0.measured_input_s == pytest.approx(0.001) and s1.measured_input_s is None
+    # A zero prediction (no replicas to all-reduce with) has no relative error.
+    assert s0.allreduce.predicted_s == 0.0 and s0.allreduce.error is None
+    assert s1.transfer.measured_s == pytest.approx(0.02)  # median of 0, 0.01, ..., 0.04
+
+
+def test_stage_measurement_averages_the_replicas_of_a_stage(elastic):
+    (stage,) = make_report(elastic).phases[1].stages
+    assert stage.ranks == [0, 1]
+    assert stage.compute.measured_s == pytest.approx(0.05)  # mean of 0.03 and 0.07
+    assert stage.compute.predicted_s == pytest.approx(0.05) and stage.compute.error == 0.0
+    assert stage.allreduce.measured_s == pytest.approx(0.007)
+    assert stage.replica0 is not None and stage.replica0.fwd_s == pytest.approx(0.02)
+
+
+def test_training_time_accuracy_and_epochs(elastic):
+    report = make_report(elastic)
+    assert report.training_s == pytest.approx(2.0 + 1.0 + 0.1 + 0.2)
+    assert report.predicted_training_s == pytest.approx(0.1 * 7 + 0.07 * 3)
+    assert report.final_eval_accuracy == 0.8 and report.steps == 10
+    assert [(e.epoch, e.stages, e.replicas) for e in report.epochs] == [(0, 2, 1), (1, 1, 2)]
+    assert report.baseline is None
+
+
+def test_a_phase_shorter_than_the_warmup_keeps_all_its_steps(tmp_path):
+    records = static_records(steps=WARMUP_STEPS_PER_PHASE)
+    phase = make_report(write_run(tmp_path / "short", records)).phases[0]
+    assert phase.measured_steps == WARMUP_STEPS_PER_PHASE
+    assert phase.measured_step_s == pytest.approx(0.6)
+
+
+def test_steps_that_fill_the_cache_are_not_steady(tmp_path):
+    records = elastic_records()
+    filling = [r for r in records if isinstance(r, StepRecord) and r.phase == 1][:2]
+    for r in filling:
+        r.cache_hits = 63  # one sample short of the global batch: the prefix still ran
+        r.step_s = 1.0
+    phase = make_report(write_run(tmp_path / "filling", records)).phases[1]
+    assert (phase.steps, phase.cache_filling_steps, phase.measured_steps) == (3, 2, 1)
+    # The one settled step is fewer than the warm-up: kept, as in summary.json, rather than
+    # measuring nothing; the 1 s cache-filling steps are not in the median.
+    assert phase.measured_step_s == pytest.approx(0.06)
+
+
+def test_speedup_against_a_baseline_uses_each_runs_own_prediction(elastic, static):
+    baseline = make_report(elastic, static).baseline
+    assert baseline is not None and baseline.name == "static"
+    assert baseline.measured_speedup == pytest.approx((6.0 + 0.6) / 3.3)
+    assert baseline.previewed_speedup == pytest.approx(0.182 * 10 / 0.91)
+    assert (baseline.final_eval_accuracy, baseline.steps) == (0.7, 10)
+
+
+def test_warmup_matches_the_executor():
+    from executor.launch import WARMUP_STEPS_PER_PHASE as executor_warmup
+
+    assert executor_warmup == WARMUP_STEPS_PER_PHASE
+
+
+def test_timelines_for_the_plots(elastic):
+    phase = make_report(elastic).phases[0]
+    measured = measured_timeline(phase)
+    stage0 = [(e.kind, e.start_s, e.end_s) for e in measured.events if e.stage == 0]
+    # Laid end to end in a fixed order; zero-length parts (all-reduce here) are left out.
+    assert [kind for kind, _, _ in stage0] == ["fwd", "bwd", "send", "optimizer"]
+    assert all(a[2] == pytest.approx(b[1]) for a, b in itertools.pairwise(stage0))
+    assert measured.step_s == pytest.approx(0.3)
+    simulated = simulated_timeline(phase)
+    assert simulated is not None and simulated.num_stages == 2
+    assert sum(e.kind == "fwd" for e in simulated.events) == 2 * 4  # S × M
+
+
+def test_the_prediction_beyond_the_simulated_schedule_is_overhead(elastic):
+    phase = make_report(elastic).phases[1]
+    # One stage, one micro-batch: 0.02 + 0.03 compute, 0.007 all-reduce, 0.002 optimizer.
+    assert phase.predicted_overhead_s == pytest.approx(0.07 - 0.059)
+    simulated = simulated_timeline(phase)
+    assert simulated is not None and simulated.step_s == pytest.approx(0.07)
+    assert max(e.end_s for e in simulated.events) == pytest.approx(0.059)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def malformed_line(tmp_path: Path) -> Path:
+    run = write_run(tmp_path / "bad", elastic_records())
+    with (run / "run.jsonl").open("a") as f:
+        f.write('{"kind": "step", "step": 99\n')
+    return run
+
+
+def a_file(tmp_path: Path) -> Path:
+    path = tmp_path / "run.jsonl"
+    path.write_text("")
+    return path
+
+
+def other_version(tmp_path: Path) -> Path:
+    run = write_run(tmp_path / "v2", elastic_records())
+    config = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**config, "schema_version": 2}))
+    return run
+
+
+def without(name: str):
+    def make(tmp_path: Path) -> Path:
+        run = write_run(tmp_path / "partial", elastic_records())
+        (run / name).unlink()
+        return run
+
+    return make
+
+
+BAD_RUNS = {
+    "missing": (lambda tmp: tmp / "nope", "no such run directory"),
+    "a file": (a_file, "not a directory"),
+    "no run.json": (without("run.json"), "no run.json"),
+    "no run.jsonl": (without("run.jsonl"), "no run.jsonl"),
+    "run.json of another version": (other_version, "schema_version 2 is not supported"),
+    "no steps": (
+        lambda tmp: write_run(tmp / "empty", elastic_records()[:1]),
+        "incomplete",
+    ),
+    "malformed record": (malformed_line, "run.jsonl:15: not a run record"),
+    "step without phase": (
+        lambda tmp: write_run(tmp / "orphan", elastic_records()[1:3]),
+        "never started",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_RUNS)
+def test_bad_run_directory_is_one_input_error_line(tmp_path, capsys, case):
+    make, fragment = BAD_RUNS[case]
+    run = make(tmp_path)
+    with pytest.raises(InputFileError, match=fragment):
+        make_report(run)
+    assert cli.main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and fragment in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "config, fragment",
+    [({"model": "bert-tiny"}, "model 'bert-tiny'"), ({"global_batch": 32}, "global batch 32")],
+)
+def test_baseline_of_another_model_or_batch_is_refused(tmp_path, elastic, capsys, config, fragment):
+    other = write_run(tmp_path / "other", static_records(), **config)
+    with pytest.raises(BadArgumentError, match=fragment):
+        make_report(elastic, other)
+    assert cli.main(["report", str(elastic), "--baseline", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "not comparable" in err
+
+
+def test_a_broken_baseline_is_an_input_error(tmp_path, elastic):
+    with pytest.raises(InputFileError, match="no such run directory"):
+        make_report(elastic, tmp_path / "nope")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_cli_prints_the_phase_and_stage_tables_and_the_speedup(
+    elastic, static, capsys, monkeypatch
+):
+    monkeypatch.setenv("COLUMNS", "160")  # rich wraps headers in a narrower console
+    assert cli.main(["report", str(elastic), "--baseline", str(static)]) == 0
+    out = capsys.readouterr().out
+    assert "predicted ms" in out and "2x1 M=4 1f1b" in out and "-67%" in out
+    assert "phase 1: predicted / measured" in out and "pipeline bubbles" in out
+    assert "speedup over static: measured 2.00×" in out and "previewed 2.00×" in out
+
+
+def test_cli_json_parses_and_validates(elastic, static, capsys):
+    assert cli.main(["report", str(elastic), "--baseline", str(static), "--json"]) == 0
+    text = capsys.readouterr().out
+    report = Report.model_validate(json.loads(text))
+    assert report.schema_version == 1 and report.baseline is not None
+    assert report == make_report(elastic, static)
+
+
+def test_cli_plot_writes_pngs(elastic, static, tmp_path, capsys):
+    out = tmp_path / "plots"
+    assert cli.main(["report", str(elastic), "--baseline", str(static), "--plot", str(out)]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [
+        "epochs.png",
+        "phase0-measured-vs-simulated.png",
+        "phase1-measured-vs-simulated.png",
+    ]
+    assert all((out / n).read_bytes().startswith(b"\x89PNG") for n in names)
+    assert "wrote 3 plots" in capsys.readouterr().err
