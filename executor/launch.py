@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,23 +22,18 @@ from executor.data import check_compatible, load_data
 from executor.planning import RunPlanner
 from executor.worker import Trainer, init_distributed
 from pipeplan import models
-from pipeplan.calibrate import steady_step
 from pipeplan.errors import BadArgumentError, OutputError
 from pipeplan.fileio import write_atomic
 from pipeplan.records import (
-    EpochRecord,
-    PhaseRecord,
     PhaseSummary,
     RunConfig,
     RunSummary,
-    StepRecord,
-    read_records,
 )
+from pipeplan.report import make_report
 from pipeplan.schema import dumps
 from pipeplan.spawn import free_port, run_ranks
 
 log = logging.getLogger("pipeplan.run")
-WARMUP_STEPS_PER_PHASE = 2  # the first steps of a phase build buffers and shapes: not measured
 
 
 def prepare(cfg: RunConfig, runs_root: str | Path) -> Path:
@@ -111,48 +105,28 @@ def torchrun_main() -> None:
 
 def summarize(run_dir: Path) -> RunSummary:
     """Measured vs predicted step time per phase, from run.jsonl; written to summary.json."""
-    cfg = RunConfig.model_validate_json((run_dir / "run.json").read_text())
-    records = read_records(run_dir / "run.jsonl")
-    phases = [r for r in records if isinstance(r, PhaseRecord)]
-    steps = [r for r in records if isinstance(r, StepRecord)]
-    epochs = [r for r in records if isinstance(r, EpochRecord)]
-    summaries = []
-    for phase in phases:
-        mine = [s for s in steps if s.phase == phase.phase]
-        times = [s.step_s for s in mine if steady_step(s, phase, cfg)]
-        steady = times[WARMUP_STEPS_PER_PHASE:] or times
-        measured = statistics.median(steady) if steady else None
-        spread = None
-        if len(steady) >= 2:
-            q = statistics.quantiles(steady, n=4)
-            spread = q[2] - q[0]
-        predicted = phase.predicted_step_s
-        error = (predicted - measured) / measured if predicted and measured else None
-        summaries.append(
-            PhaseSummary(
-                phase=phase.phase,
-                frozen_layers=phase.frozen_layers,
-                layout=f"{phase.num_stages}x{phase.replicas}" + (" cached" if phase.cached else ""),
-                steps=len(mine),
-                predicted_step_s=predicted,
-                measured_step_s=measured,
-                measured_spread_s=spread,
-                error=error,
-            )
-        )
+    report = make_report(run_dir)
     summary = RunSummary(
-        name=cfg.name,
-        total_s=sum(e.epoch_s for e in epochs) + sum(p.transition_s for p in phases),
-        steps=len(steps),
-        final_eval_accuracy=epochs[-1].eval_accuracy if epochs else None,
-        phases=summaries,
+        name=report.name,
+        total_s=report.training_s,
+        steps=report.steps,
+        final_eval_accuracy=report.final_eval_accuracy,
+        phases=[
+            PhaseSummary(
+                phase=p.phase,
+                frozen_layers=p.frozen_layers,
+                layout=f"{p.num_stages}x{p.replicas}" + (" cached" if p.cached else ""),
+                steps=p.steps,
+                predicted_step_s=p.predicted_step_s,
+                measured_step_s=p.measured_step_s,
+                measured_spread_s=p.measured_iqr_s,
+                error=p.error,
+            )
+            for p in report.phases
+        ],
     )
     write_atomic(run_dir / "summary.json", dumps(summary))
     return summary
-
-
-if __name__ == "__main__":
-    torchrun_main()
 
 
 def run_from_flags(

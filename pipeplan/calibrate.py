@@ -29,10 +29,16 @@ from scipy.optimize import least_squares
 from pipeplan.cluster import Cluster, cluster_from_flags
 from pipeplan.costmodel import CostModel, Layout
 from pipeplan.errors import InputFileError
-from pipeplan.records import PhaseRecord, RunConfig, StepRecord, read_records
+from pipeplan.records import (
+    WARMUP_STEPS_PER_PHASE,
+    PhaseRecord,
+    RunConfig,
+    StepRecord,
+    read_records,
+    steady_step,
+)
 from pipeplan.schema import Calibration, FittedLink, Profile
 
-WARMUP_STEPS = 2  # first steps of a phase: buffers, shapes and caches being built
 MIN_STEADY_STEPS = 3
 STRAGGLER_FACTOR = 3.0  # a step this many times the phase median is a straggler, not data
 
@@ -105,12 +111,6 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
     return config, read_records(run_dir / "run.jsonl")
 
 
-def steady_step(step: StepRecord, phase: PhaseRecord, config: RunConfig) -> bool:
-    """A cached phase's first epoch fills the cache (it computes the frozen prefix): those
-    steps are not the steady state the phase was planned for."""
-    return not phase.cached or step.cache_hits >= config.global_batch
-
-
 def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservation]:
     """Every phase with enough steady steps, from every run."""
     base = profile.model_copy(update={"calibration": None})
@@ -120,8 +120,8 @@ def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservati
         model = CostModel(base, run_cluster(config, profile))
         steps = [r for r in records if isinstance(r, StepRecord)]
         for phase in (r for r in records if isinstance(r, PhaseRecord)):
-            mine = [s for s in steps if s.phase == phase.phase and steady_step(s, phase, config)]
-            mine = mine[WARMUP_STEPS:]
+            settled = [s for s in steps if s.phase == phase.phase and steady_step(s, phase, config)]
+            mine = settled[WARMUP_STEPS_PER_PHASE:]
             if len(mine) < MIN_STEADY_STEPS:
                 continue
             median = statistics.median(s.step_s for s in mine)
@@ -130,7 +130,7 @@ def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservati
     if not observations:
         raise InputFileError(
             "the runs have no phase with enough steps to fit: a phase needs "
-            f"{WARMUP_STEPS + MIN_STEADY_STEPS} steps ({WARMUP_STEPS} warm-up, "
+            f"{WARMUP_STEPS_PER_PHASE + MIN_STEADY_STEPS} steps ({WARMUP_STEPS_PER_PHASE} warm-up, "
             f"{MIN_STEADY_STEPS} measured)"
         )
     return observations

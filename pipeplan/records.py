@@ -138,6 +138,25 @@ class RunSummary(Strict):
     phases: list[PhaseSummary]
 
 
+# The first steps of a phase build buffers, shapes and process-group state: not measured.
+WARMUP_STEPS_PER_PHASE = 2
+
+
+def steady_step(step: StepRecord, phase: PhaseRecord, config: RunConfig) -> bool:
+    """A cached phase's steps that still fill the cache (they compute the frozen prefix) are
+    not the steady state the phase was planned for."""
+    return not phase.cached or step.cache_hits >= config.global_batch
+
+
+def steady_steps(
+    steps: list[StepRecord], phase: PhaseRecord, config: RunConfig
+) -> list[StepRecord]:
+    """The steps medians are taken over: without cache-filling steps, then without the
+    warm-up steps unless no others are left."""
+    settled = [s for s in steps if steady_step(s, phase, config)]
+    return settled[WARMUP_STEPS_PER_PHASE:] or settled
+
+
 def read_records(path: str | Path) -> list[PhaseRecord | StepRecord | EpochRecord]:
     """Parse run.jsonl; a bad line is an InputFileError naming the line."""
     path = Path(path)

@@ -11,7 +11,7 @@ speedup and the speedup the two runs' own predictions previewed.
 planner's simulated one, and the per-epoch throughput chart.
 
 Measured numbers are medians over a phase's steady steps, as in `summary.json`: a cached
-phase's steps that still fill the cache are left out (see `pipeplan.calibrate.steady_step`),
+phase's steps that still fill the cache are left out (see `pipeplan.records.steady_step`),
 then the first `WARMUP_STEPS_PER_PHASE` of the rest. Every per-step quantity is a total over
 the step (the planner's per-micro-batch times are multiplied by M). Errors are fractions:
 (predicted − measured) / measured, so −0.25 means the planner predicted 25 % less time than was
@@ -27,7 +27,6 @@ from typing import Literal
 
 from pydantic import Field
 
-from pipeplan.calibrate import steady_step
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.plan import StagePlan
 from pipeplan.records import (
@@ -37,13 +36,11 @@ from pipeplan.records import (
     RunConfig,
     StepRecord,
     read_records,
+    steady_step,
+    steady_steps,
 )
 from pipeplan.schema import NonNegFloat, NonNegInt, PosInt, Strict, load
 from pipeplan.simulate import StageWork, Timeline, TimelineEvent, simulate
-
-# Must equal executor.launch.WARMUP_STEPS_PER_PHASE (a test checks): the first steps of a phase
-# build buffers and shapes. Not imported, so that reading a report needs no torch.
-WARMUP_STEPS_PER_PHASE = 2
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
 
@@ -238,13 +235,6 @@ class _Run:
 # --------------------------------------------------------------------------- statistics
 
 
-def steady(steps: Sequence[StepRecord], phase: PhaseRecord, config: RunConfig) -> list[StepRecord]:
-    """The steps medians are taken over, as summary.json takes them: without the steps that
-    fill the cache, then without the warm-up steps unless no others are left."""
-    settled = [s for s in steps if steady_step(s, phase, config)]
-    return settled[WARMUP_STEPS_PER_PHASE:] or settled
-
-
 def median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -331,7 +321,7 @@ def stage_report(phase: PhaseRecord, stage: int, steps: Sequence[StepRecord]) ->
 
 
 def phase_report(phase: PhaseRecord, steps: Sequence[StepRecord], config: RunConfig) -> PhaseReport:
-    used = steady(steps, phase, config)
+    used = steady_steps(steps, phase, config)
     times = [s.step_s for s in used]
     measured = median(times)
     return PhaseReport(

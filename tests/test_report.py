@@ -11,9 +11,15 @@ import pytest
 import cli
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.plan import StagePlan
-from pipeplan.records import EpochRecord, PhaseRecord, RankTimes, RunConfig, StepRecord
-from pipeplan.report import (
+from pipeplan.records import (
     WARMUP_STEPS_PER_PHASE,
+    EpochRecord,
+    PhaseRecord,
+    RankTimes,
+    RunConfig,
+    StepRecord,
+)
+from pipeplan.report import (
     Report,
     make_report,
     measured_timeline,
@@ -244,12 +250,6 @@ def test_speedup_against_a_baseline_uses_each_runs_own_prediction(elastic, stati
     assert baseline.measured_speedup == pytest.approx((6.0 + 0.6) / 3.3)
     assert baseline.previewed_speedup == pytest.approx(0.182 * 10 / 0.91)
     assert (baseline.final_eval_accuracy, baseline.steps) == (0.7, 10)
-
-
-def test_warmup_matches_the_executor():
-    from executor.launch import WARMUP_STEPS_PER_PHASE as executor_warmup
-
-    assert executor_warmup == WARMUP_STEPS_PER_PHASE
 
 
 def test_timelines_for_the_plots(elastic):
