@@ -53,7 +53,9 @@ def models() -> None:
 
 
 @app.command()
-def schema(name: Annotated[str, typer.Argument(help="profile, cluster or plan")]) -> None:
+def schema(
+    name: Annotated[str, typer.Argument(help="profile, cluster, plan, run, summary or report")],
+) -> None:
     """Print the JSON Schema of a file format."""
     from pipeplan.schema import json_schema
 

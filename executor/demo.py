@@ -38,31 +38,38 @@ class DemoResult:
     run_dir: Path
 
 
-def _config(name: str, freeze: str) -> RunConfig:
+def _config(name: str, freeze: str, epochs: int, max_steps: int | None) -> RunConfig:
     return RunConfig(
         name=name,
         model=MODEL,
         data=DATA,
         nproc=NPROC,
         global_batch=GLOBAL_BATCH,
-        epochs=EPOCHS,
+        epochs=epochs,
+        max_steps_per_epoch=max_steps,
         freeze=freeze,
         alpha=ALPHA,
         device_memory_bytes=DEVICE_MEMORY_BYTES,
     )
 
 
-def _speedup(profile: Profile, freeze, samples: int) -> float:
+def _speedup(profile: Profile, freeze, samples: int, epochs: int) -> float:
     cluster = cluster_from_flags(
         nodes=1, devices_per_node=NPROC, device_memory=DEVICE_MEMORY_BYTES, profile=profile
     )
     preview = make_preview(
-        profile, cluster, global_batch=GLOBAL_BATCH, samples=samples, epochs=EPOCHS, freeze=freeze
+        profile, cluster, global_batch=GLOBAL_BATCH, samples=samples, epochs=epochs, freeze=freeze
     )
     return preview.predicted_speedup
 
 
-def run_demo(runs_dir: str, say: Callable[[str], None]) -> DemoResult:
+def run_demo(
+    runs_dir: str,
+    say: Callable[[str], None],
+    epochs: int = EPOCHS,
+    max_steps_per_epoch: int | None = None,
+) -> DemoResult:
+    """`max_steps_per_epoch` shortens the runs (tests); then `samples` shrinks to match."""
     from executor.data import load_data
     from pipeplan import models
 
@@ -73,18 +80,20 @@ def run_demo(runs_dir: str, say: Callable[[str], None]) -> DemoResult:
     say(f"1/5 profile: using the shipped CPU profile {path.name} (measured on this kind of host)")
     profile = load(Profile, path)
     samples = len(load_data(DATA, models.build(MODEL)).train)
+    if max_steps_per_epoch:
+        samples = min(samples, max_steps_per_epoch * GLOBAL_BATCH)
     blocks = len(profile.layers) - 2
-    previewed = _speedup(profile, alpha_schedule(ALPHA, EPOCHS, blocks), samples)
+    previewed = _speedup(profile, alpha_schedule(ALPHA, epochs, blocks), samples, epochs)
     say(
-        f"2/5 preview: {MODEL} on {NPROC} ranks × {DEVICE_MEMORY_BYTES >> 20} MiB, {EPOCHS} "
+        f"2/5 preview: {MODEL} on {NPROC} ranks × {DEVICE_MEMORY_BYTES >> 20} MiB, {epochs} "
         f"epochs, α = {ALPHA}: predicted speedup of freezing + elastic re-partition + cache "
         f"over the best static plan: {previewed:.2f}×"
     )
     summaries = {}
     for step, (name, freeze) in enumerate((("static", "none"), ("elastic", "auto")), start=3):
         what = "static baseline, nothing frozen" if freeze == "none" else "elastic, AutoFreeze"
-        say(f"{step}/5 run: {what} ({EPOCHS} epochs on {NPROC} local ranks)…")
-        cfg = _config(name, freeze)
+        say(f"{step}/5 run: {what} ({epochs} epochs on {NPROC} local ranks)…")
+        cfg = _config(name, freeze, epochs, max_steps_per_epoch)
         summaries[name] = run_local(cfg, prepare(cfg, root))
         s = summaries[name]
         say(
@@ -97,11 +106,11 @@ def run_demo(runs_dir: str, say: Callable[[str], None]) -> DemoResult:
     epochs = [r for r in read_records(root / "elastic" / "run.jsonl") if isinstance(r, EpochRecord)]
     trajectory = root / "elastic" / "freeze-trajectory.json"
     write_atomic(trajectory, json.dumps([e.frozen_layers for e in epochs]))
-    freeze = trajectory_schedule(trajectory, EPOCHS, blocks)
+    freeze = trajectory_schedule(trajectory, epochs, blocks)
     static, elastic = summaries["static"], summaries["elastic"]
     return DemoResult(
         previewed_speedup=previewed,
-        calibrated_speedup=_speedup(calibrated, freeze, samples),
+        calibrated_speedup=_speedup(calibrated, freeze, samples, epochs),
         measured_speedup=static.total_s / elastic.total_s,
         static=static,
         elastic=elastic,

@@ -16,7 +16,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from pipeplan.errors import InputFileError
 from pipeplan.plan import StagePlan
-from pipeplan.schema import NonNegFloat, NonNegInt, PosInt, Strict
+from pipeplan.schema import SCHEMAS, NonNegFloat, NonNegInt, PosInt, Strict
 
 FreezeMode = Literal["auto", "alpha", "list", "none"]
 
@@ -155,6 +155,10 @@ def steady_steps(
     warm-up steps unless no others are left."""
     settled = [s for s in steps if steady_step(s, phase, config)]
     return settled[WARMUP_STEPS_PER_PHASE:] or settled
+
+
+SCHEMAS["run"] = RunConfig
+SCHEMAS["summary"] = RunSummary
 
 
 def read_records(path: str | Path) -> list[PhaseRecord | StepRecord | EpochRecord]:

@@ -39,7 +39,7 @@ from pipeplan.records import (
     steady_step,
     steady_steps,
 )
-from pipeplan.schema import NonNegFloat, NonNegInt, PosInt, Strict, load
+from pipeplan.schema import SCHEMAS, NonNegFloat, NonNegInt, PosInt, Strict, load
 from pipeplan.simulate import StageWork, Timeline, TimelineEvent, simulate
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
@@ -167,6 +167,8 @@ class Report(Strict):
     epochs: list[EpochReport]
     baseline: BaselineReport | None = None
 
+
+SCHEMAS["report"] = Report
 
 # --------------------------------------------------------------------------- reading
 

@@ -175,7 +175,7 @@ class Profile(Strict):
 
 # --------------------------------------------------------------------------- loading
 
-# pipeplan.cluster and pipeplan.plan add "cluster" and "plan" when imported (see _all_schemas).
+# pipeplan.cluster, .plan, .records and .report add their formats when imported (_all_schemas).
 SCHEMAS: dict[str, type[BaseModel]] = {"profile": Profile}
 
 M = TypeVar("M", bound=BaseModel)
@@ -184,7 +184,9 @@ M = TypeVar("M", bound=BaseModel)
 def _all_schemas() -> dict[str, type[BaseModel]]:
     # Imported here, not at the top: those modules import this one.
     import pipeplan.cluster
-    import pipeplan.plan  # noqa: F401
+    import pipeplan.plan
+    import pipeplan.records
+    import pipeplan.report  # noqa: F401
 
     return SCHEMAS
 

@@ -1,0 +1,18 @@
+"""`pipeplan demo` end to end, shortened: both runs, calibration, and the speedups it prints."""
+
+import pytest
+
+from executor.demo import run_demo
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_demo_runs_the_whole_loop(tmp_path):
+    said = []
+    result = run_demo(str(tmp_path), said.append, epochs=3, max_steps_per_epoch=6)
+    assert [line[:3] for line in said if line[1] == "/"] == ["1/5", "2/5", "3/5", "4/5", "5/5"]
+    assert result.static.phases[0].layout == "2x1"  # 100 MiB per rank needs a pipeline
+    assert result.previewed_speedup > 1 and result.calibrated_speedup > 0
+    assert result.measured_speedup > 0
+    assert (result.run_dir / "calibrated-profile.json").exists()
+    assert {p.name for p in result.run_dir.iterdir()} >= {"static", "elastic"}
