@@ -22,7 +22,7 @@ from executor.data import check_compatible, load_data
 from executor.planning import RunPlanner
 from executor.worker import Trainer, init_distributed
 from pipeplan import models
-from pipeplan.errors import BadArgumentError, OutputError
+from pipeplan.errors import BadArgumentError, OutputError, PipeplanError
 from pipeplan.fileio import write_atomic
 from pipeplan.records import (
     PhaseSummary,
@@ -30,7 +30,7 @@ from pipeplan.records import (
     RunSummary,
 )
 from pipeplan.report import make_report
-from pipeplan.schema import dumps
+from pipeplan.schema import dumps, load
 from pipeplan.spawn import free_port, run_ranks
 
 log = logging.getLogger("pipeplan.run")
@@ -70,7 +70,7 @@ def prepare(cfg: RunConfig, runs_root: str | Path) -> Path:
 
 def rank_main(rank: int, world: int, master: str, run_dir: str, progress: bool) -> None:
     """One rank of a local run (spawned) or of a torchrun job."""
-    cfg = RunConfig.model_validate_json(Path(run_dir, "run.json").read_text())
+    cfg = load(RunConfig, Path(run_dir, "run.json"))
     device = init_distributed(rank, world, master, cfg.device)
     try:
         trainer = Trainer(cfg, Path(run_dir), RunPlanner.from_config(cfg), device)
@@ -96,11 +96,19 @@ def run_local(cfg: RunConfig, run_dir: Path, progress: bool = True) -> RunSummar
 
 def torchrun_main() -> None:
     """Entry point under torchrun: `torchrun ... -m executor.launch RUN_DIR`."""
+    if len(sys.argv) != 2:
+        sys.exit(
+            "usage: torchrun … -m executor.launch RUN_DIR (made by pipeplan run --prepare-only)"
+        )
     run_dir = sys.argv[1]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    rank_main(rank, world, "env://", run_dir, progress=rank == 0)
-    if rank == 0:
-        summarize(Path(run_dir))
+    try:
+        rank_main(rank, world, "env://", run_dir, progress=rank == 0)
+        if rank == 0:
+            summarize(Path(run_dir))
+    except PipeplanError as exc:
+        print(f"pipeplan: error: rank {rank}: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 def summarize(run_dir: Path) -> RunSummary:

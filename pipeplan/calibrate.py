@@ -37,7 +37,7 @@ from pipeplan.records import (
     read_records,
     steady_step,
 )
-from pipeplan.schema import Calibration, FittedLink, Profile
+from pipeplan.schema import Calibration, FittedLink, Profile, load
 
 MIN_STEADY_STEPS = 3
 STRAGGLER_FACTOR = 3.0  # a step this many times the phase median is a straggler, not data
@@ -100,10 +100,7 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
     config_path = run_dir / "run.json"
     if not config_path.exists() or not (run_dir / "run.jsonl").exists():
         raise InputFileError(f"{run_dir}: incomplete run (needs run.json and run.jsonl)")
-    try:
-        config = RunConfig.model_validate_json(config_path.read_text())
-    except ValueError as exc:
-        raise InputFileError(f"{config_path}: not a run configuration ({exc})") from None
+    config = load(RunConfig, config_path)
     if config.model != profile.model.name:
         raise InputFileError(
             f"{run_dir}: a run of '{config.model}', but the profile is of '{profile.model.name}'"
