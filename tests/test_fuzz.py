@@ -1,0 +1,130 @@
+"""Hostile inputs: random and mutated JSON never escape the loaders as anything but one line."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeplan.cluster import Cluster
+from pipeplan.errors import InputFileError
+from pipeplan.plan import Plan
+from pipeplan.records import RunConfig, read_records
+from pipeplan.schema import Profile, parse
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = json.loads((ROOT / "profiles" / "bert-tiny@cpu-1t.json").read_text())
+CLUSTER = {
+    "schema_version": 1,
+    "nodes": 2,
+    "devices_per_node": 8,
+    "device_memory_bytes": 1 << 34,
+    "intra_node": {"bandwidth_bytes_per_s": 1.5e10, "latency_s": 5e-6},
+    "inter_node": {"bandwidth_bytes_per_s": 5e9, "latency_s": 2e-5},
+}
+RUN = {
+    "schema_version": 1,
+    "name": "r",
+    "model": "vit-digits",
+    "data": "digits",
+    "nproc": 2,
+    "global_batch": 64,
+    "epochs": 2,
+}
+VALID = {Profile: PROFILE, Cluster: CLUSTER, RunConfig: RUN}
+
+leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+)
+json_values = st.recursive(
+    leaves,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def paths(doc, prefix=()):
+    """Every path to a value inside a JSON document."""
+    yield prefix
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            yield from paths(value, (*prefix, key))
+    elif isinstance(doc, list):
+        for index, value in enumerate(doc):
+            yield from paths(value, (*prefix, index))
+
+
+def mutate(doc, path, action, value):
+    doc = json.loads(json.dumps(doc))
+    if not path:
+        return value
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    if action == "delete" and isinstance(parent, dict):
+        del parent[path[-1]]
+    elif action == "nest":
+        parent[path[-1]] = [[[[[[[[parent[path[-1]]]]]]]]]]
+    else:
+        parent[path[-1]] = value
+    return doc
+
+
+def expect_one_line_or_valid(model, text: str) -> None:
+    try:
+        parse(model, text, "fuzz.json")
+    except InputFileError as exc:
+        message = str(exc)
+        assert message.startswith("fuzz.json") and "\n" not in message
+
+
+@pytest.mark.parametrize("model", [Profile, Cluster, Plan, RunConfig], ids=lambda m: m.__name__)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=json_values)
+def test_random_json(model, value):
+    expect_one_line_or_valid(model, json.dumps(value))
+    expect_one_line_or_valid(model, json.dumps({"schema_version": 1, "x": value}))
+
+
+@pytest.mark.parametrize("model", list(VALID), ids=lambda m: m.__name__)
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_mutated_valid_documents(model, data):
+    doc = VALID[model]
+    path = data.draw(st.sampled_from(list(paths(doc))))
+    action = data.draw(st.sampled_from(["replace", "delete", "nest"]))
+    value = data.draw(json_values)
+    expect_one_line_or_valid(model, json.dumps(mutate(doc, path, action, value)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.text(max_size=200))
+def test_garbage_text(text):
+    expect_one_line_or_valid(Profile, text)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(lines=st.lists(json_values, max_size=5))
+def test_run_records(tmp_path, lines):
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    try:
+        read_records(path)
+    except InputFileError as exc:
+        assert "\n" not in str(exc)
+
+
+def test_deep_nesting_and_huge_numbers():
+    expect_one_line_or_valid(Profile, "[" * 50_000 + "]" * 50_000)
+    expect_one_line_or_valid(Cluster, json.dumps({**CLUSTER, "nodes": 10**400}))
+    expect_one_line_or_valid(Cluster, json.dumps({**CLUSTER, "device_memory_bytes": -1}))
+    expect_one_line_or_valid(Cluster, json.dumps(CLUSTER).replace("5e9", "NaN"))
