@@ -338,7 +338,9 @@ def calibrate(
 def run(
     model: Annotated[str, Opt(help="Built-in model or HF config path.")] = "vit-digits",
     data: Annotated[str | None, Opt(help="digits, synth-text or module:function.")] = None,
-    nproc: Annotated[int, Opt(help="Local ranks (one process each, spawned once).")] = 2,
+    nproc: Annotated[
+        int | None, Opt(help="Local ranks, one process each, spawned once (default 2).")
+    ] = None,
     device: Annotated[str, Opt(help="cpu (gloo) or cuda (NCCL, one GPU per rank).")] = "cpu",
     global_batch: Annotated[int, Opt(help="Global batch, fixed across phases.")] = 64,
     epochs: Annotated[int, Opt(help="Epochs.")] = 4,
@@ -360,6 +362,12 @@ def run(
     prepare_only: Annotated[
         bool, Opt(help="Only check and create runs/NAME/ for torchrun; print its command.")
     ] = False,
+    checkpoint_every: Annotated[
+        int | None, Opt(help="Checkpoint every N steps and at every layout change.")
+    ] = None,
+    resume: Annotated[
+        str | None, Opt(help="Continue runs/NAME from its latest checkpoint (re-planned).")
+    ] = None,
 ) -> None:
     """Train for real: elastic pipeline × data parallel with AutoFreeze and AutoCache."""
     flags = dict(locals())

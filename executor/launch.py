@@ -68,7 +68,9 @@ def prepare(cfg: RunConfig, runs_root: str | Path) -> Path:
     return run_dir
 
 
-def rank_main(rank: int, world: int, master: str, run_dir: str, progress: bool) -> None:
+def rank_main(
+    rank: int, world: int, master: str, run_dir: str, progress: bool, resume: bool = False
+) -> None:
     """One rank of a local run (spawned) or of a torchrun job."""
     cfg = load(RunConfig, Path(run_dir, "run.json"))
     device = init_distributed(rank, world, master, cfg.device)
@@ -79,17 +81,19 @@ def rank_main(rank: int, world: int, master: str, run_dir: str, progress: bool) 
 
             with ProgressView(trainer) as view:
                 trainer.on_step = view.update
-                trainer.train()
+                trainer.train(resume)
         else:
-            trainer.train()
+            trainer.train(resume)
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
-def run_local(cfg: RunConfig, run_dir: Path, progress: bool = True) -> RunSummary:
+def run_local(
+    cfg: RunConfig, run_dir: Path, progress: bool = True, resume: bool = False
+) -> RunSummary:
     master = f"tcp://127.0.0.1:{free_port()}"
-    args = (cfg.nproc, master, str(run_dir), progress)
+    args = (cfg.nproc, master, str(run_dir), progress, resume)
     run_ranks(rank_main, cfg.nproc, args, deadline_s=float("inf"), what="training")
     return summarize(run_dir)
 
@@ -137,11 +141,26 @@ def summarize(run_dir: Path) -> RunSummary:
     return summary
 
 
+def resume_run(run_dir: str, nproc: int | None) -> tuple[Path, RunSummary]:
+    """`pipeplan run --resume RUN_DIR`: continue from the latest checkpoint, on `nproc` ranks
+    if given (the layout is re-planned), else on the run's own."""
+    from executor.checkpoint import latest
+
+    path = Path(run_dir)
+    cfg = load(RunConfig, path / "run.json")
+    latest(path)  # fail before any process starts if there is nothing to resume
+    if nproc is not None and nproc != cfg.nproc:
+        cfg = cfg.model_copy(update={"nproc": nproc})
+        RunPlanner.from_config(cfg).check()
+        write_atomic(path / "run.json", dumps(cfg))
+    return path, run_local(cfg, path, resume=True)
+
+
 def run_from_flags(
     *,
     model: str,
     data: str | None,
-    nproc: int,
+    nproc: int | None,
     device: str,
     global_batch: int,
     epochs: int,
@@ -159,8 +178,13 @@ def run_from_flags(
     max_steps_per_epoch: int | None,
     seed: int,
     prepare_only: bool = False,
+    checkpoint_every: int | None = None,
+    resume: str | None = None,
 ) -> tuple[Path, RunSummary | None]:
     """`pipeplan run`: flags → RunConfig → checks → ranks → summary."""
+    if resume:
+        return resume_run(resume, nproc)
+    nproc = 2 if nproc is None else nproc
     from pydantic import ValidationError
 
     from executor.data import default_data_for
@@ -185,6 +209,7 @@ def run_from_flags(
             alpha=alpha,
             freeze_list=freeze_list,
             freeze_every=freeze_every,
+            checkpoint_every=checkpoint_every,
             cache=cache,
             cache_budget_bytes=parse_bytes(cache_budget, "--cache-budget"),
             seed=seed,

@@ -28,6 +28,7 @@ from executor.data import TaskData, check_compatible, load_data
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseChoice, PhaseRuntime, PhaseSpec, StepTimes
 from pipeplan import freeze, models
+from pipeplan.fileio import write_atomic
 from pipeplan.records import EpochRecord, PhaseRecord, RankTimes, RunConfig, StepRecord
 
 log = logging.getLogger("pipeplan.run")
@@ -208,23 +209,100 @@ class Trainer:
 
     # ----------------------------------------------------------------- training
 
-    def train(self) -> None:
+    def train(self, resume: bool = False) -> None:
         cfg = self.cfg
-        # A fixed freeze list may start frozen (e.g. fine-tuning a model's top layers only).
-        self.frozen_layers = cfg.freeze_list[0] if cfg.freeze == "list" and cfg.freeze_list else 0
-        self.enter_phase(self.decide_phase(self.frozen_layers), epoch=0)
-        for epoch in range(cfg.epochs):
-            norms = self.run_epoch(epoch)
+        start_epoch, skip = self.resume() if resume else (0, 0)
+        if not resume:
+            # A fixed freeze list may start frozen (e.g. fine-tuning a model's top layers).
+            listed = cfg.freeze == "list" and cfg.freeze_list
+            self.frozen_layers = cfg.freeze_list[0] if listed else 0
+            self.enter_phase(self.decide_phase(self.frozen_layers), epoch=0)
+        for epoch in range(start_epoch, cfg.epochs):
+            norms = self.run_epoch(epoch, skip if epoch == start_epoch else 0)
             if epoch + 1 < cfg.epochs:
                 self.maybe_refreeze(epoch + 1, norms)
+        if cfg.checkpoint_every:
+            self.checkpoint(cfg.epochs, 0)
         self.finish()
 
-    def run_epoch(self, epoch: int) -> dict[int, float]:
-        """Train one epoch; returns the mean gradient norm per layer over its last steps."""
+    # ----------------------------------------------------------------- checkpoints
+
+    def checkpoint(self, epoch: int, step_in_epoch: int) -> None:
+        """Collective: every rank's state to rank 0, written atomically (executor.checkpoint)."""
+        from executor import checkpoint
+
+        runtime = self.runtime
+        sums = torch.zeros(len(self.seq.layers), dtype=torch.float64)
+        if runtime.topology.replica == 0:
+            for index, total in runtime.grad_norm_sums.items():
+                sums[index] = total
+        dist.all_reduce(sums)
+        steps = torch.tensor([runtime.grad_norm_steps if runtime.topology.replica == 0 else 0])
+        dist.all_reduce(steps, op=dist.ReduceOp.MAX)
+        manifest = checkpoint.CheckpointManifest(
+            step=self.step_index,
+            epoch=epoch,
+            step_in_epoch=step_in_epoch,
+            phase=self.phase_index,
+            frozen_layers=self.frozen_layers,
+            grad_history=[{str(k): v for k, v in h.items()} for h in self.grad_history],
+            grad_norm_sums={str(i): v for i, v in enumerate(sums.tolist()) if v > 0},
+            grad_norm_steps=int(steps),
+            world_size=self.world,
+            model=self.cfg.model,
+            cache=self.cache.manifest() if self.cache is not None else None,
+        )
+        states = optimizer_states(runtime.optimizer)
+        checkpoint.save(self.run_dir, self.seq.layers, runtime.spec, states, manifest)
+
+    def resume(self) -> tuple[int, int]:
+        """Continue from the latest checkpoint, re-planned for this world size."""
+        from executor import checkpoint
+
+        manifest, model, optimizer, rng = checkpoint.load_checkpoint(
+            checkpoint.latest(self.run_dir)
+        )
+        states = checkpoint.restore(self.seq.layers, model, optimizer)
+        self.frozen_layers, self.phase_index = manifest.frozen_layers, manifest.phase
+        self.step_index = manifest.step
+        self.grad_history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
+        if self.rank == 0:
+            self.truncate_records(manifest)
+        self.enter_phase(self.decide_phase(self.frozen_layers), manifest.epoch)
+        owned = {p for p in self.runtime.params} if self.runtime.module is not None else set()
+        install_states(self.runtime.optimizer, {p: s for p, s in states.items() if p in owned})
+        if self.runtime.topology.replica == 0 and self.runtime.module is not None:
+            mine = {i for i, _ in self.runtime.module.indexed()}
+            self.runtime.grad_norm_sums = {
+                int(k): v for k, v in manifest.grad_norm_sums.items() if int(k) in mine
+            }
+            self.runtime.grad_norm_steps = manifest.grad_norm_steps
+        if manifest.world_size == self.world:  # same ranks: the same random streams
+            torch.set_rng_state(rng[str(self.rank)])
+        return manifest.epoch, manifest.step_in_epoch
+
+    def truncate_records(self, manifest) -> None:
+        """Drop records written after the checkpoint: the resumed run writes them again."""
+        from pipeplan.records import read_records
+
+        kept = [
+            r
+            for r in read_records(self.run_dir / "run.jsonl")
+            if (isinstance(r, PhaseRecord) and r.phase < manifest.phase)
+            or (isinstance(r, StepRecord) and r.step < manifest.step)
+            or (isinstance(r, EpochRecord) and r.epoch < manifest.epoch)
+        ]
+        self.records.close()
+        text = "".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in kept)
+        write_atomic(self.run_dir / "run.jsonl", text)
+        self.records = open(self.run_dir / "run.jsonl", "a")  # noqa: SIM115
+
+    def run_epoch(self, epoch: int, skip: int = 0) -> dict[int, float]:
+        """Train one epoch from step `skip`; returns the mean gradient norm per layer."""
         t0 = time.perf_counter()
         losses = []
         start_phase, batches_phase = self.phase_index, None
-        for step_in_epoch in range(self.steps_per_epoch):
+        for step_in_epoch in range(skip, self.steps_per_epoch):
             if batches_phase != self.phase_index:  # a new layout shards the data anew
                 batches = self.replica_batches(epoch, skip=step_in_epoch)
                 batches_phase = self.phase_index
@@ -238,6 +316,9 @@ class Trainer:
                 and step_in_epoch + 1 < self.steps_per_epoch
             ):
                 self.maybe_refreeze(epoch, self.gather_grad_norms())
+            every = self.cfg.checkpoint_every
+            if every and self.step_index % every == 0 and step_in_epoch + 1 < self.steps_per_epoch:
+                self.checkpoint(epoch, step_in_epoch + 1)
         elapsed = time.perf_counter() - t0
         accuracy = self.evaluate()
         norms = self.gather_grad_norms()
@@ -418,6 +499,8 @@ class Trainer:
         self.frozen_layers = new_point
         self.phase_index += 1
         self.enter_phase(self.decide_phase(new_point), epoch)
+        if self.cfg.checkpoint_every:  # every transition is a checkpoint
+            self.checkpoint(epoch, 0)
 
     # ----------------------------------------------------------------- output
 

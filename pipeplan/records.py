@@ -40,6 +40,9 @@ class RunConfig(Strict):
         None, description="Frozen layers per epoch (freeze=list)."
     )
     freeze_every: PosInt | None = Field(None, description="Decide every N steps, not per epoch.")
+    checkpoint_every: PosInt | None = Field(
+        None, description="Checkpoint every N steps (and at every transition)."
+    )
     cache: bool = True
     cache_budget_bytes: NonNegInt = 1 << 30
     seed: int = 0

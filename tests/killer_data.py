@@ -26,3 +26,12 @@ class DiesOnRank1:
 def digits_then_die(seed: int = 0) -> TaskData:
     data = load_data("digits", models.build("vit-digits"), seed=seed)
     return TaskData("digits-die", DiesOnRank1(data.train, after=200), data.eval, False)
+
+
+def digits_die_once(seed: int = 0) -> TaskData:
+    """Digits; rank 1 dies after PIPEPLAN_TEST_KILL_AFTER item reads if that is set (the
+    resumed run, started without it, reads the same data and lives)."""
+    data = load_data("digits", models.build("vit-digits"), seed=seed)
+    after = int(os.environ.get("PIPEPLAN_TEST_KILL_AFTER", "0"))
+    train = DiesOnRank1(data.train, after=after) if after else data.train
+    return TaskData("digits", train, data.eval, False)

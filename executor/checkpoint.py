@@ -1,0 +1,135 @@
+"""Layout-independent checkpoints: everything needed to continue a run, on any layout.
+
+A checkpoint gathers every layer's parameters and the AdamW state of the active ones to rank 0
+(with the same point-to-point moves an elastic transition uses), together with every rank's RNG
+state, the freeze state and gradient history, and the position in training (global step, epoch,
+step within the epoch; the learning rate follows from the global step, the data order from the
+epoch). Rank 0 writes it into a temporary directory, fsyncs, renames it to
+`checkpoints/step-N/` and only then points `checkpoints/latest` at it, so a crash mid-write
+leaves the previous checkpoint intact. Tensors are saved as plain dicts of tensors and loaded
+with `torch.load(weights_only=True)`: never unrestricted pickle.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+from pydantic import Field
+from torch import nn
+
+from executor.migrate import OptimizerState, migrate
+from executor.parallel import PhaseSpec
+from pipeplan.errors import InputFileError, OutputError
+from pipeplan.fileio import write_atomic
+from pipeplan.schema import NonNegInt, PosInt, Strict, dumps, load
+
+KEEP = 2  # checkpoints kept: the newest and the one before it
+
+
+class CheckpointManifest(Strict):
+    schema_version: Literal[1] = 1
+    step: NonNegInt = Field(description="Global steps completed.")
+    epoch: NonNegInt
+    step_in_epoch: NonNegInt
+    phase: NonNegInt
+    frozen_layers: NonNegInt
+    grad_history: list[dict[str, float]]
+    grad_norm_sums: dict[str, float] = Field(description="Gradient norms summed this epoch.")
+    grad_norm_steps: NonNegInt
+    world_size: PosInt
+    model: str
+    cache: dict | None = Field(None, description="Stage-0 cache manifest (rebuilt on resume).")
+
+
+def _gather_spec(frozen_layers: int, num_layers: int) -> PhaseSpec:
+    """A pseudo-layout with every layer on rank 0: where a checkpoint collects the state."""
+    return PhaseSpec(frozen_layers, False, (0, num_layers), ((0,),), 1, "1f1b")
+
+
+def _names(layers: nn.ModuleList) -> dict[nn.Parameter, str]:
+    return {
+        p: f"{i}.{name}" for i, layer in enumerate(layers) for name, p in layer.named_parameters()
+    }
+
+
+def save(
+    run_dir: Path,
+    layers: nn.ModuleList,
+    spec: PhaseSpec,
+    states: dict[nn.Parameter, OptimizerState],
+    manifest: CheckpointManifest,
+) -> Path | None:
+    """Collective. Returns the checkpoint directory on rank 0."""
+    rank = dist.get_rank()
+    gathered = migrate(layers, spec, states, _gather_spec(spec.frozen_layers, len(layers)), rank)
+    rng = [None] * dist.get_world_size()
+    dist.all_gather_object(rng, torch.get_rng_state())
+    if rank != 0:
+        return None
+    root = run_dir / "checkpoints"
+    final = root / f"step-{manifest.step}"
+    tmp = root / f".tmp-step-{manifest.step}"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        names = _names(layers)
+        torch.save({names[p]: p.detach().cpu() for p in names}, tmp / "model.pt")
+        torch.save({names[p]: s for p, s in gathered.items()}, tmp / "optimizer.pt")
+        torch.save({str(r): state for r, state in enumerate(rng)}, tmp / "rng.pt")
+        (tmp / "manifest.json").write_text(dumps(manifest))
+        for f in tmp.iterdir():
+            with open(f, "rb") as handle:
+                os.fsync(handle.fileno())
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        write_atomic(root / "latest", final.name + "\n")
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError(f"{final}: cannot write checkpoint ({exc.strerror})") from None
+    for old in sorted(root.glob("step-*"), key=lambda p: int(p.name[5:]))[:-KEEP]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest(run_dir: Path) -> Path:
+    pointer = run_dir / "checkpoints" / "latest"
+    if not pointer.exists():
+        raise InputFileError(f"{run_dir}: no checkpoint to resume from")
+    path = run_dir / "checkpoints" / pointer.read_text().strip()
+    if not (path / "manifest.json").exists():
+        raise InputFileError(f"{path}: checkpoint is incomplete")
+    return path
+
+
+def load_checkpoint(
+    path: Path,
+) -> tuple[CheckpointManifest, dict[str, torch.Tensor], dict[str, OptimizerState], dict]:
+    manifest = load(CheckpointManifest, path / "manifest.json")
+    try:
+        model = torch.load(path / "model.pt", weights_only=True)
+        optimizer = torch.load(path / "optimizer.pt", weights_only=True)
+        rng = torch.load(path / "rng.pt", weights_only=True)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise InputFileError(
+            f"{path}: unreadable checkpoint ({str(exc).splitlines()[0]})"
+        ) from None
+    return manifest, model, optimizer, rng
+
+
+def restore(
+    layers: nn.ModuleList, model: dict[str, torch.Tensor], optimizer: dict[str, OptimizerState]
+) -> dict[nn.Parameter, OptimizerState]:
+    """Load every layer's parameters; return the optimizer state by parameter."""
+    names = _names(layers)
+    missing = [n for n in names.values() if n not in model]
+    if missing:
+        raise InputFileError(f"checkpoint lacks parameter {missing[0]} (another model?)")
+    with torch.no_grad():
+        for p, name in names.items():
+            p.copy_(model[name])
+    return {p: optimizer[name] for p, name in names.items() if name in optimizer}
