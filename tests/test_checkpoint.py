@@ -84,3 +84,60 @@ def test_resume_without_a_checkpoint_is_one_line(tmp_path, capsys):
 
     assert cli.main(["run", "--resume", str(tmp_path)]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+@pytest.fixture
+def single_rank_group():
+    import datetime
+
+    import torch.distributed as dist
+
+    from pipeplan.spawn import free_port
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{free_port()}",
+        rank=0,
+        world_size=1,
+        timeout=datetime.timedelta(seconds=30),
+    )
+    yield
+    dist.destroy_process_group()
+
+
+def test_a_failed_write_is_a_clear_error_and_keeps_the_previous_checkpoint(
+    tmp_path, single_rank_group
+):
+    from executor import checkpoint
+    from executor.parallel import PhaseSpec
+    from pipeplan import models
+    from pipeplan.errors import OutputError
+
+    seq = models.build("bert-synth")
+    spec = PhaseSpec(0, False, (0, len(seq.layers)), ((0,),), 1, "1f1b")
+
+    def manifest(step):
+        return checkpoint.CheckpointManifest(
+            step=step,
+            epoch=0,
+            step_in_epoch=step,
+            phase=0,
+            frozen_layers=0,
+            grad_history=[],
+            grad_norm_sums={},
+            grad_norm_steps=0,
+            world_size=1,
+            model="bert-synth",
+        )
+
+    checkpoint.save(tmp_path, seq.layers, spec, {}, manifest(4))
+    before = (tmp_path / "checkpoints" / "step-4" / "model.pt").read_bytes()
+    # The next write cannot create its temporary directory: a file is in the way.
+    (tmp_path / "checkpoints" / ".tmp-step-8").write_text("in the way")
+    with pytest.raises(OutputError, match="cannot write checkpoint") as err:
+        checkpoint.save(tmp_path, seq.layers, spec, {}, manifest(8))
+    assert "\n" not in str(err.value)
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step-4"
+    assert (tmp_path / "checkpoints" / "step-4" / "model.pt").read_bytes() == before
+    m, model, _, _ = checkpoint.load_checkpoint(checkpoint.latest(tmp_path))
+    assert m.step == 4 and len(model) == len(list(seq.layers.parameters()))
