@@ -4,9 +4,9 @@
 
 vit-digits on 2 ranks × 100 MiB with AutoFreeze and AutoCache: 2×1, transitions to 1×2 as
 layers freeze, then epochs in the final layout until Ctrl-C (SIGINT) after --minutes. Every
-10 s the RSS (from /proc/PID/status) and the number of open file descriptors of each rank are sampled. Target: each rank's RSS
-stays within 10 % of its level after the first phase; no growth in file handles; no process
-left after the run.
+10 s the RSS (from /proc/PID/status) and the open file descriptors of each rank are sampled.
+Target: each rank's RSS stays within 10 % of its level after the first minute (by then the
+layout has settled); no growth in file handles; no process left after the run.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeplan.records import PhaseRecord, read_records  # noqa: E402
+from pipeplan.records import EpochRecord, PhaseRecord, read_records  # noqa: E402
 
 
 def children(pid: int) -> list[int]:
