@@ -10,8 +10,10 @@ fit) gives:
   time; in training they share the machine with other ranks and the schedule's bookkeeping);
 - the all-reduce link in ring terms (latency, bandwidth), where runs had replicas;
 - the optimizer's time per parameter byte;
-- a per-step overhead outside the simulated schedule: a fixed part and a part per sample of a
-  replica's batch (reading it, or its cached activations).
+- the stage-to-stage transfer latency as the pipeline sees it (send/recv bookkeeping per
+  micro-batch; only pipelined phases inform it) and a per-step overhead outside the simulated
+  schedule: a fixed part and a part per sample of a replica's batch (reading it, or its cached
+  activations); these two are fitted jointly with the simulator in the loop.
 
 The result is the input profile with a `calibration` section recording its provenance (runs,
 phases and steps used, fit residuals); the cost model applies it when it loads the profile.
@@ -229,27 +231,44 @@ def fit_optimizer(ranks: list[RankObservation]) -> float | None:
     return float(statistics.median(ratios))
 
 
-def fit_overhead(
-    observations: list[PhaseObservation], predicted: list[float]
-) -> tuple[float, float]:
-    """Step time outside the simulated schedule: fixed + per sample of a replica's batch."""
-    gaps = [o.measured_step_s - p for o, p in zip(observations, predicted, strict=True)]
-    samples = [o.samples_per_replica for o in observations]
-    if len(set(samples)) < 2:
-        return float(statistics.median(gaps)), 0.0
+def fit_transfers_and_overhead(
+    profile: Profile, partial: Calibration, observations: list[PhaseObservation]
+) -> tuple[FittedLink | None, float, float]:
+    """Jointly, with the simulator in the loop: the stage-to-stage transfer latency as the
+    pipeline sees it (send/recv bookkeeping per micro-batch included; only pipelined phases
+    inform it, and the bandwidth stays as profiled: these messages are too small to separate
+    it), and the step time outside the schedule, fixed + per sample of a replica's batch."""
+    base = observations[0].cluster.intra_node
+    pipelined = any(o.layout.num_stages > 1 for o in observations)
+    several_sizes = len({o.samples_per_replica for o in observations}) > 1
+
+    def calibration(latency: float) -> Calibration:
+        link = FittedLink(latency_s=latency, bandwidth_bytes_per_s=base.bandwidth_bytes_per_s)
+        return partial.model_copy(update={"p2p": link if pipelined else None})
 
     def residuals(x: np.ndarray) -> np.ndarray:
+        latency, fixed, per_sample = x
+        trial = profile.model_copy(update={"calibration": calibration(latency)})
         return np.array(
             [
-                (x[0] + x[1] * s - gap) / o.measured_step_s
-                for s, gap, o in zip(samples, gaps, observations, strict=True)
+                (predict(trial, o) + fixed + per_sample * o.samples_per_replica) / o.measured_step_s
+                - 1
+                for o in observations
             ]
         )
 
-    fixed, per_sample = least_squares(
-        residuals, [0.0, 0.0], bounds=([-np.inf, 0.0], np.inf), loss="soft_l1", f_scale=0.1
+    # Parameters the data cannot inform are pinned by tight bounds.
+    lower = [0.0 if pipelined else base.latency_s, -np.inf, 0.0]
+    upper = [
+        np.inf if pipelined else base.latency_s * (1 + 1e-9),
+        np.inf,
+        np.inf if several_sizes else 1e-12,
+    ]
+    x0 = [base.latency_s, 0.0, 0.0]
+    latency, fixed, per_sample = least_squares(
+        residuals, x0, bounds=(lower, upper), loss="soft_l1", f_scale=0.1
     ).x
-    return float(fixed), float(per_sample)
+    return calibration(float(latency)).p2p, float(fixed), float(per_sample)
 
 
 def predict(profile: Profile, observation: PhaseObservation) -> float:
@@ -275,11 +294,10 @@ def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
         residual_median=0.0,
         residual_max=0.0,
     )
-    without_overhead = profile.model_copy(update={"calibration": partial})
-    fixed, per_sample = fit_overhead(
-        observations, [predict(without_overhead, o) for o in observations]
+    p2p, fixed, per_sample = fit_transfers_and_overhead(profile, partial, observations)
+    fitted = partial.model_copy(
+        update={"p2p": p2p, "step_overhead_s": fixed, "input_s_per_sample": per_sample}
     )
-    fitted = partial.model_copy(update={"step_overhead_s": fixed, "input_s_per_sample": per_sample})
     calibrated = profile.model_copy(update={"calibration": fitted})
     errors = [abs(predict(calibrated, o) / o.measured_step_s - 1) for o in observations]
     final = fitted.model_copy(

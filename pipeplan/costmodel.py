@@ -215,6 +215,15 @@ class CostModel:
             if self.params.reserve_bytes is not None
             else RESERVE_BYTES[profile.device.kind]
         )
+        fitted_p2p = self.calibration.p2p if self.calibration else None
+        self.intra_p2p_link = (
+            Link(
+                latency_s=fitted_p2p.latency_s,
+                bandwidth_bytes_per_s=fitted_p2p.bandwidth_bytes_per_s,
+            )
+            if fitted_p2p
+            else cluster.intra_node
+        )
         fitted = self.calibration.allreduce if self.calibration else None
         self.intra_allreduce_link = (
             Link(latency_s=fitted.latency_s, bandwidth_bytes_per_s=fitted.bandwidth_bytes_per_s)
@@ -290,7 +299,7 @@ class CostModel:
     def boundary_links(self, rank_map: Sequence[Sequence[int]]) -> list[Link]:
         """Link between stage s and s+1: inter-node if any replica crosses."""
         return [
-            self.cluster.inter_node if crosses else self.cluster.intra_node
+            self.cluster.inter_node if crosses else self.intra_p2p_link
             for crosses in self.boundary_crosses_nodes(rank_map)
         ]
 

@@ -135,6 +135,9 @@ class Calibration(Strict):
     bwd_scale: PosFloat = 1.0
     nograd_scale: PosFloat = 1.0
     allreduce: FittedLink | None = Field(None, description="Ring terms, as in comm.allreduce.")
+    p2p: FittedLink | None = Field(
+        None, description="Stage-to-stage transfers inside a node, as the pipeline sees them."
+    )
     optimizer_s_per_byte: NonNegFloat | None = None
     step_overhead_s: float = Field(0.0, description="Per step, outside the simulated schedule.")
     input_s_per_sample: NonNegFloat = Field(
