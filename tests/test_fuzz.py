@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from executor.checkpoint import CheckpointManifest
 from pipeplan.cluster import Cluster
 from pipeplan.errors import InputFileError
 from pipeplan.plan import Plan
@@ -32,7 +33,20 @@ RUN = {
     "global_batch": 64,
     "epochs": 2,
 }
-VALID = {Profile: PROFILE, Cluster: CLUSTER, RunConfig: RUN}
+MANIFEST = {
+    "schema_version": 1,
+    "step": 8,
+    "epoch": 1,
+    "step_in_epoch": 2,
+    "phase": 1,
+    "frozen_layers": 3,
+    "grad_history": [{"0": 1.5}],
+    "grad_norm_sums": {"4": 2.0},
+    "grad_norm_steps": 2,
+    "world_size": 2,
+    "model": "vit-digits",
+}
+VALID = {Profile: PROFILE, Cluster: CLUSTER, RunConfig: RUN, CheckpointManifest: MANIFEST}
 
 leaves = st.one_of(
     st.none(),
@@ -85,7 +99,9 @@ def expect_one_line_or_valid(model, text: str) -> None:
         assert message.startswith("fuzz.json") and "\n" not in message
 
 
-@pytest.mark.parametrize("model", [Profile, Cluster, Plan, RunConfig], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "model", [Profile, Cluster, Plan, RunConfig, CheckpointManifest], ids=lambda m: m.__name__
+)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=json_values)
 def test_random_json(model, value):
