@@ -24,14 +24,10 @@ from executor.worker import Trainer, init_distributed
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, OutputError, PipeplanError
 from pipeplan.fileio import write_atomic
-from pipeplan.records import (
-    PhaseSummary,
-    RunConfig,
-    RunSummary,
-)
+from pipeplan.records import PhaseSummary, RunConfig, RunSummary, StepRecord, read_records
 from pipeplan.report import make_report
 from pipeplan.schema import dumps, load
-from pipeplan.spawn import free_port, run_ranks
+from pipeplan.spawn import RankFailedError, free_port, run_ranks
 
 log = logging.getLogger("pipeplan.run")
 
@@ -94,7 +90,15 @@ def run_local(
 ) -> RunSummary:
     master = f"tcp://127.0.0.1:{free_port()}"
     args = (cfg.nproc, master, str(run_dir), progress, resume)
-    run_ranks(rank_main, cfg.nproc, args, deadline_s=float("inf"), what="training")
+    try:
+        run_ranks(rank_main, cfg.nproc, args, deadline_s=float("inf"), what="training")
+    except RankFailedError as exc:
+        steps = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, StepRecord)]
+        at = f"at step {steps[-1].step + 1}" if steps else "before the first step"
+        resume_hint = ""
+        if (run_dir / "checkpoints" / "latest").exists():
+            resume_hint = f"; resume with: pipeplan run --resume {run_dir}"
+        raise RankFailedError(f"{exc} ({at}){resume_hint}", exc.rank) from None
     return summarize(run_dir)
 
 
