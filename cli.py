@@ -318,7 +318,8 @@ def calibrate(
     console.print(
         f"compute scales: forward {c.fwd_scale:.3f}, backward {c.bwd_scale:.3f}, "
         f"no-grad {c.nograd_scale:.3f}; step overhead {c.step_overhead_s * 1e3:.2f} ms + "
-        f"{c.input_s_per_sample * 1e6:.1f} µs/sample"
+        f"{c.input_s_per_sample * 1e6:.1f} µs/sample; "
+        f"{c.micro_batch_overhead_s * 1e3:.2f} ms per micro-batch and stage"
     )
     if c.allreduce:
         console.print(

@@ -61,6 +61,8 @@ class PhaseSpec:
             raise ValueError(f"rank map {self.rank_map} is not a set of distinct ranks")
         if any(len(row) != self.num_stages for row in self.rank_map):
             raise ValueError("every replica needs one rank per stage")
+        if self.micro_batches < self.num_stages:
+            raise ValueError("a pipeline needs at least as many micro-batches as stages")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}")
 

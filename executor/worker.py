@@ -193,6 +193,22 @@ class Trainer:
                 return self.seq.forward(hidden.to(self.device), start, stop).cpu()
 
             self.cache.advance(spec.frozen_layers, newly_frozen)
+        self.fill_cache()
+
+    @torch.no_grad()
+    def fill_cache(self, chunk: int = 256) -> None:
+        """Compute the frozen prefix for every training sample not cached yet. Filling lazily
+        would never finish: the sampler deals each replica a different share of the data every
+        epoch (and drops a partial batch), so every replica would keep missing. Filled here, at
+        the start of the phase (its time counts as transition time), every step is a full hit."""
+        n = len(self.data.train)
+        for start in range(0, n, chunk):
+            indices = torch.arange(start, min(n, start + chunk))
+            _, hit = self.cache.lookup(indices)
+            missing = indices[~hit]
+            if len(missing):
+                raw = torch.stack([self.data.train[int(i)][0] for i in missing])
+                self.cache.store(missing, self.frozen_prefix(raw).cpu(), self.cache.frozen_layers)
 
     def stage0_input(self, indices: torch.Tensor) -> tuple[torch.Tensor, int]:
         """The batch stage 0 feeds the pipeline, and how many rows came from the cache."""

@@ -10,10 +10,10 @@ fit) gives:
   time; in training they share the machine with other ranks and the schedule's bookkeeping);
 - the all-reduce link in ring terms (latency, bandwidth), where runs had replicas;
 - the optimizer's time per parameter byte;
-- the stage-to-stage transfer latency as the pipeline sees it (send/recv bookkeeping per
-  micro-batch; only pipelined phases inform it) and a per-step overhead outside the simulated
-  schedule: a fixed part and a part per sample of a replica's batch (reading it, or its cached
-  activations); these two are fitted jointly with the simulator in the loop.
+- jointly, with the simulator in the loop: the stage-to-stage transfer latency as the pipeline
+  sees it (only pipelined phases inform it), the schedule's own work per micro-batch and stage,
+  and a per-step overhead outside the simulated schedule: a fixed part and a part per sample of
+  a replica's batch (reading it, or its cached activations).
 
 The result is the input profile with a `calibration` section recording its provenance (runs,
 phases and steps used, fit residuals); the cost model applies it when it loads the profile.
@@ -233,7 +233,7 @@ def fit_optimizer(ranks: list[RankObservation]) -> float | None:
 
 def fit_transfers_and_overhead(
     profile: Profile, partial: Calibration, observations: list[PhaseObservation]
-) -> tuple[FittedLink | None, float, float]:
+) -> tuple[Calibration, float, float]:
     """Jointly, with the simulator in the loop: the stage-to-stage transfer latency as the
     pipeline sees it (send/recv bookkeeping per micro-batch included; only pipelined phases
     inform it, and the bandwidth stays as profiled: these messages are too small to separate
@@ -242,13 +242,14 @@ def fit_transfers_and_overhead(
     pipelined = any(o.layout.num_stages > 1 for o in observations)
     several_sizes = len({o.samples_per_replica for o in observations}) > 1
 
-    def calibration(latency: float) -> Calibration:
+    def calibration(latency: float, per_micro_batch: float) -> Calibration:
         link = FittedLink(latency_s=latency, bandwidth_bytes_per_s=base.bandwidth_bytes_per_s)
-        return partial.model_copy(update={"p2p": link if pipelined else None})
+        update = {"p2p": link if pipelined else None, "micro_batch_overhead_s": per_micro_batch}
+        return partial.model_copy(update=update)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        latency, fixed, per_sample = x
-        trial = profile.model_copy(update={"calibration": calibration(latency)})
+        latency, fixed, per_sample, per_micro_batch = x
+        trial = profile.model_copy(update={"calibration": calibration(latency, per_micro_batch)})
         return np.array(
             [
                 (predict(trial, o) + fixed + per_sample * o.samples_per_replica) / o.measured_step_s
@@ -258,17 +259,19 @@ def fit_transfers_and_overhead(
         )
 
     # Parameters the data cannot inform are pinned by tight bounds.
-    lower = [0.0 if pipelined else base.latency_s, -np.inf, 0.0]
+    several_counts = len({o.layout.micro_batches for o in observations}) > 1
+    lower = [0.0 if pipelined else base.latency_s, -np.inf, 0.0, 0.0]
     upper = [
         np.inf if pipelined else base.latency_s * (1 + 1e-9),
         np.inf,
         np.inf if several_sizes else 1e-12,
+        np.inf if several_counts else 1e-12,
     ]
-    x0 = [base.latency_s, 0.0, 0.0]
-    latency, fixed, per_sample = least_squares(
+    x0 = [base.latency_s, 0.0, 0.0, 0.0]
+    latency, fixed, per_sample, per_micro_batch = least_squares(
         residuals, x0, bounds=(lower, upper), loss="soft_l1", f_scale=0.1
     ).x
-    return calibration(float(latency)).p2p, float(fixed), float(per_sample)
+    return calibration(float(latency), float(per_micro_batch)), float(fixed), float(per_sample)
 
 
 def predict(profile: Profile, observation: PhaseObservation) -> float:
@@ -294,9 +297,9 @@ def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
         residual_median=0.0,
         residual_max=0.0,
     )
-    p2p, fixed, per_sample = fit_transfers_and_overhead(profile, partial, observations)
-    fitted = partial.model_copy(
-        update={"p2p": p2p, "step_overhead_s": fixed, "input_s_per_sample": per_sample}
+    with_transfers, fixed, per_sample = fit_transfers_and_overhead(profile, partial, observations)
+    fitted = with_transfers.model_copy(
+        update={"step_overhead_s": fixed, "input_s_per_sample": per_sample}
     )
     calibrated = profile.model_copy(update={"calibration": fitted})
     errors = [abs(predict(calibrated, o) / o.measured_step_s - 1) for o in observations]

@@ -215,6 +215,9 @@ class CostModel:
             if self.params.reserve_bytes is not None
             else RESERVE_BYTES[profile.device.kind]
         )
+        self.micro_batch_overhead_s = (
+            self.calibration.micro_batch_overhead_s if self.calibration else 0.0
+        )
         fitted_p2p = self.calibration.p2p if self.calibration else None
         self.intra_p2p_link = (
             Link(
@@ -368,7 +371,7 @@ class CostModel:
         works, reports = [], []
         for s in range(S):
             first, stop = b[s], b[s + 1]
-            fwd = float(costs.fwd_s[first:stop].sum())
+            fwd = float(costs.fwd_s[first:stop].sum()) + self.micro_batch_overhead_s
             bwd = float(costs.bwd_s[first:stop].sum())
             has_backward = bool(costs.active[first:stop].any())
             send_fwd = (

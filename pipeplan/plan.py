@@ -4,10 +4,11 @@
 freeze schedule into a `Plan`: one phase per distinct freeze point, each with its own layout
 from the solver. A phase keeps the previous phase's layout unless switching saves more over
 the phase's epochs than the transition costs (the next freeze point decides again, so only the
-phase's own epochs are counted). A cached phase fills the cache in its first epoch (computing
-the frozen prefix as usual) and reads it afterwards; caching is used for phases of at least two
-epochs. Same inputs → byte-identical `dumps(plan)`: no timestamps, floats rounded to 9
-significant digits.
+phase's own epochs are counted). A cached phase first fills the cache: every stage-0 rank
+runs the frozen prefix without autograd over the whole training set (the executor does this at
+the phase start, so that every step is a full hit), then every step reads it; caching is used
+for phases of at least two epochs. Same inputs → byte-identical `dumps(plan)`: no timestamps,
+floats rounded to 9 significant digits.
 
 `make_preview` adds the baseline (best static plan with nothing frozen, every epoch), per-epoch
 rows, the total predicted speedup and an ablation in PipeTransformer's spirit:
@@ -19,6 +20,7 @@ same S, D, M and schedule (benchmark).
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -247,8 +249,13 @@ def _phase_choice(
     epoch_s = shape.steps_per_epoch * steady.step_s
     first = epoch_s
     if cached:
-        first = shape.steps_per_epoch * model.evaluate(layout, frozen, False).step_s
+        first += cache_fill_s(model, frozen, layout.micro_batch_size, shape.samples)
     return _Choice(layout, steady, first, epoch_s, transition_s, runner_ups)
+
+
+def cache_fill_s(model: CostModel, frozen: int, m: int, samples: int) -> float:
+    """Running the frozen prefix without autograd over every training sample, m at a time."""
+    return math.ceil(samples / m) * float(model.layer_times("nograd", m)[:frozen].sum())
 
 
 def _elastic(
@@ -265,25 +272,47 @@ def _elastic(
     previous: tuple[Layout, int] | None = None
     for phase in phases(freeze):
         frozen, epochs = phase.frozen_layers, phase.epochs
-        cached = cache and frozen > 0 and epochs >= 2
-        if fixed_layout is not None:
-            choice = _phase_choice(model, shape, frozen, cached, fixed_layout, 0.0, [])
-        else:
-            solution = solve_phase(model, shape.global_batch, frozen, cached, pins)
-            new_layout = solution.best.layout
-            transition = 0.0
-            if previous is not None:
-                transition = model.transition_s(previous[0], previous[1], new_layout, frozen)
-            choice = _phase_choice(
-                model, shape, frozen, cached, new_layout, transition, solution.runner_ups
-            )
-            if previous is not None and previous[0] != new_layout:
-                keep = _phase_choice(model, shape, frozen, cached, previous[0], 0.0, [])
-                if keep.steady.fits and keep.total_s(epochs) <= choice.total_s(epochs):
-                    choice = keep
+        # Filling the cache costs a prefix forward over the whole training set on every
+        # stage-0 rank: with many replicas it can cost more than it saves, so both are priced.
+        options = [True, False] if cache and frozen > 0 and epochs >= 2 else [False]
+        best: tuple[bool, _Choice] | None = None
+        for cached in options:
+            choice = _choose(model, shape, frozen, cached, epochs, pins, previous, fixed_layout)
+            if best is None or choice.total_s(epochs) < best[1].total_s(epochs):
+                best = (cached, choice)
+        cached, choice = best
         previous = (choice.layout, frozen)
         result.append((phase.start_epoch, epochs, frozen, cached, choice))
     return result
+
+
+def _choose(
+    model: CostModel,
+    shape: TrainingShape,
+    frozen: int,
+    cached: bool,
+    epochs: int,
+    pins: Pins,
+    previous: tuple[Layout, int] | None,
+    fixed_layout: Layout | None,
+) -> _Choice:
+    """The layout of one phase: the solver's, unless keeping the previous one is cheaper
+    once the transition is paid for."""
+    if fixed_layout is not None:
+        return _phase_choice(model, shape, frozen, cached, fixed_layout, 0.0, [])
+    solution = solve_phase(model, shape.global_batch, frozen, cached, pins)
+    new_layout = solution.best.layout
+    transition = 0.0
+    if previous is not None:
+        transition = model.transition_s(previous[0], previous[1], new_layout, frozen)
+    choice = _phase_choice(
+        model, shape, frozen, cached, new_layout, transition, solution.runner_ups
+    )
+    if previous is not None and previous[0] != new_layout:
+        keep = _phase_choice(model, shape, frozen, cached, previous[0], 0.0, [])
+        if keep.steady.fits and keep.total_s(epochs) <= choice.total_s(epochs):
+            choice = keep
+    return choice
 
 
 def stage_plans(stages: list[StageReport]) -> list[StagePlan]:
@@ -453,7 +482,7 @@ def make_preview(
                 EpochRow(
                     epoch=phase.start_epoch + k,
                     frozen_layers=phase.frozen_layers,
-                    cached=phase.cached and k > 0,
+                    cached=phase.cached,
                     num_stages=phase.num_stages,
                     replicas=phase.replicas,
                     micro_batches=phase.micro_batches,

@@ -139,6 +139,9 @@ class Calibration(Strict):
         None, description="Stage-to-stage transfers inside a node, as the pipeline sees them."
     )
     optimizer_s_per_byte: NonNegFloat | None = None
+    micro_batch_overhead_s: NonNegFloat = Field(
+        0.0, description="Per micro-batch and stage: the schedule's own work around each chunk."
+    )
     step_overhead_s: float = Field(0.0, description="Per step, outside the simulated schedule.")
     input_s_per_sample: NonNegFloat = Field(
         0.0, description="Reading a replica's batch (or its cached activations), per sample."

@@ -87,7 +87,9 @@ def candidate_shapes(
             continue
         per_replica = global_batch // D
         for M in [pins.micro_batches] if pins.micro_batches else divisors(per_replica):
-            if per_replica % M:
+            # torch.distributed.pipelining's GPipe and 1F1B need at least one micro-batch
+            # per stage.
+            if per_replica % M or M < S:
                 continue
             m = per_replica // M
             if m <= model.max_micro_batch_size:
@@ -101,6 +103,11 @@ def _no_shape_message(model: CostModel, global_batch: int, max_stages: int, pins
         return (
             f"--stages {pins.num_stages} is more than the {min(max_stages, N)} stages possible "
             f"({max_stages} partitionable layers, {N} devices)"
+        )
+    if pins.micro_batches and pins.num_stages and pins.micro_batches < pins.num_stages:
+        return (
+            f"--micro-batches {pins.micro_batches} is fewer than --stages {pins.num_stages}: "
+            "a pipeline needs at least one micro-batch per stage"
         )
     replicas = sorted({pins.replicas or N // S for S in range(1, min(max_stages, N) + 1)})
     return (
