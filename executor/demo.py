@@ -103,9 +103,10 @@ def run_demo(
     say("5/5 calibrate: fitting the cost model to both runs' measured steps")
     calibrated = calibrate([root / "static", root / "elastic"], profile)
     write_atomic(root / "calibrated-profile.json", dumps(calibrated))
-    epochs = [r for r in read_records(root / "elastic" / "run.jsonl") if isinstance(r, EpochRecord)]
+    records = read_records(root / "elastic" / "run.jsonl")
     trajectory = root / "elastic" / "freeze-trajectory.json"
-    write_atomic(trajectory, json.dumps([e.frozen_layers for e in epochs]))
+    frozen_per_epoch = [r.frozen_layers for r in records if isinstance(r, EpochRecord)]
+    write_atomic(trajectory, json.dumps(frozen_per_epoch))
     freeze = trajectory_schedule(trajectory, epochs, blocks)
     static, elastic = summaries["static"], summaries["elastic"]
     return DemoResult(
