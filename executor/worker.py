@@ -237,8 +237,7 @@ class Trainer:
             norms = self.run_epoch(epoch, skip if epoch == start_epoch else 0)
             if epoch + 1 < cfg.epochs:
                 self.maybe_refreeze(epoch + 1, norms)
-        if cfg.checkpoint_every:
-            self.checkpoint(cfg.epochs, 0)
+        self.checkpoint(cfg.epochs, 0)  # the final state, resumable for more epochs
         self.finish()
 
     # ----------------------------------------------------------------- checkpoints
@@ -515,8 +514,7 @@ class Trainer:
         self.frozen_layers = new_point
         self.phase_index += 1
         self.enter_phase(self.decide_phase(new_point), epoch)
-        if self.cfg.checkpoint_every:  # every transition is a checkpoint
-            self.checkpoint(epoch, 0)
+        self.checkpoint(epoch, 0)  # every transition is a checkpoint
 
     # ----------------------------------------------------------------- output
 

@@ -41,7 +41,7 @@ class RunConfig(Strict):
     )
     freeze_every: PosInt | None = Field(None, description="Decide every N steps, not per epoch.")
     checkpoint_every: PosInt | None = Field(
-        None, description="Checkpoint every N steps (and at every transition)."
+        None, description="Also checkpoint every N steps (transitions and the end always are)."
     )
     cache: bool = True
     cache_budget_bytes: NonNegInt = 1 << 30
