@@ -28,7 +28,7 @@ from pydantic import Field
 
 from pipeplan.cluster import Cluster
 from pipeplan.costmodel import CostModel, CostParams, Evaluation, Layout, StageReport
-from pipeplan.errors import BadArgumentError
+from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.freeze import FreezeSchedule, phases
 from pipeplan.schema import (
     SCHEMAS,
@@ -274,12 +274,19 @@ def _elastic(
         frozen, epochs = phase.frozen_layers, phase.epochs
         # Filling the cache costs a prefix forward over the whole training set on every
         # stage-0 rank: with many replicas it can cost more than it saves, so both are priced.
-        options = [True, False] if cache and frozen > 0 and epochs >= 2 else [False]
+        options = [True, False] if cache and frozen > 0 else [False]
         best: tuple[bool, _Choice] | None = None
+        error: PipeplanError | None = None
         for cached in options:
-            choice = _choose(model, shape, frozen, cached, epochs, pins, previous, fixed_layout)
+            try:
+                choice = _choose(model, shape, frozen, cached, epochs, pins, previous, fixed_layout)
+            except PipeplanError as exc:  # e.g. only the cached layout fits in memory
+                error = exc
+                continue
             if best is None or choice.total_s(epochs) < best[1].total_s(epochs):
                 best = (cached, choice)
+        if best is None:
+            raise error
         cached, choice = best
         previous = (choice.layout, frozen)
         result.append((phase.start_epoch, epochs, frozen, cached, choice))
