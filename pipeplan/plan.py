@@ -6,8 +6,8 @@ from the solver. A phase keeps the previous phase's layout unless switching save
 the phase's epochs than the transition costs (the next freeze point decides again, so only the
 phase's own epochs are counted). A cached phase first fills the cache: every stage-0 rank
 runs the frozen prefix without autograd over the whole training set (the executor does this at
-the phase start, so that every step is a full hit), then every step reads it; caching is used
-for phases of at least two epochs. Same inputs → byte-identical `dumps(plan)`: no timestamps,
+the phase start, so that every step is a full hit), then every step reads it; each frozen phase
+is priced with and without the cache and the faster layout that fits is kept. Same inputs → byte-identical `dumps(plan)`: no timestamps,
 floats rounded to 9 significant digits.
 
 `make_preview` adds the baseline (best static plan with nothing frozen, every epoch), per-epoch
