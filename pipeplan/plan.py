@@ -7,8 +7,8 @@ the phase's epochs than the transition costs (the next freeze point decides agai
 phase's own epochs are counted). A cached phase first fills the cache: every stage-0 rank
 runs the frozen prefix without autograd over the whole training set (the executor does this at
 the phase start, so that every step is a full hit), then every step reads it; each frozen phase
-is priced with and without the cache and the faster layout that fits is kept. Same inputs → byte-identical `dumps(plan)`: no timestamps,
-floats rounded to 9 significant digits.
+is priced with and without the cache and the faster layout that fits is kept. Same inputs →
+byte-identical `dumps(plan)`: no timestamps, floats rounded to 9 significant digits.
 
 `make_preview` adds the baseline (best static plan with nothing frozen, every epoch), per-epoch
 rows, the total predicted speedup and an ablation in PipeTransformer's spirit:
