@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from executor.parallel import PhaseChoice, PhaseSpec
-from pipeplan.cluster import Cluster, cluster_from_flags
+from pipeplan.calibrate import run_cluster
+from pipeplan.cluster import Cluster
 from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError
 from pipeplan.plan import Plan, stage_plans
@@ -54,10 +55,7 @@ class RunPlanner:
             check_plan(plan, profile, cfg)
             cluster = plan.inputs.cluster
         else:
-            memory = cfg.device_memory_bytes or profile.device.memory_bytes // cfg.nproc
-            cluster = cluster_from_flags(
-                nodes=1, devices_per_node=cfg.nproc, device_memory=memory, profile=profile
-            )
+            cluster = run_cluster(cfg, profile)
         return cls(profile, cluster, cfg.global_batch, plan)
 
     def check(self) -> None:

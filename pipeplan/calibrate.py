@@ -88,8 +88,9 @@ def layout_of_record(record: PhaseRecord) -> Layout:
 
 
 def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
-    """The cluster a local run had: its ranks on one node, links as profiled."""
-    memory = config.device_memory_bytes or profile.device.memory_bytes
+    """The cluster a local run plans for: its ranks on one node, links as profiled, each rank
+    limited to --device-memory or else an equal share of the profiled host's memory."""
+    memory = config.device_memory_bytes or profile.device.memory_bytes // config.nproc
     return cluster_from_flags(
         nodes=1, devices_per_node=config.nproc, device_memory=memory, profile=profile
     )
