@@ -57,7 +57,7 @@ def schema(
     name: Annotated[str, typer.Argument(help="profile, cluster, plan, run, summary or report")],
 ) -> None:
     """Print the JSON Schema of a file format."""
-    from pipeplan.schema import json_schema
+    from pipeplan.formats import json_schema
 
     print(json.dumps(json_schema(name), indent=2))
 
@@ -182,8 +182,8 @@ def plan(
     """Write the elastic plan (one layout per freeze point) as JSON."""
     flags = dict(locals())
     from pipeplan.fileio import check_writable, write_atomic
+    from pipeplan.formats import dumps
     from pipeplan.plan import make_plan
-    from pipeplan.schema import dumps
 
     check_writable(flags.pop("out"))
     request = _request(**flags)
@@ -191,9 +191,9 @@ def plan(
     write_atomic(out, dumps(result))
     for p in result.phases:
         console.print(
-            f"epoch {p.start_epoch}+{p.epochs}: frozen {p.frozen_layers}, "
-            f"{p.num_stages}×{p.replicas}, M={p.micro_batches} {p.schedule}, "
-            f"boundaries {p.boundaries}, step {p.step_s * 1e3:.1f} ms"
+            f"epoch {p.start_epoch}+{p.epochs}: frozen {p.layout.frozen_layers}, "
+            f"{p.layout.label()}, boundaries {list(p.layout.boundaries)}, "
+            f"step {p.step_s * 1e3:.1f} ms"
         )
     console.print(f"wrote {out} (predicted total {result.predicted_total_s:.1f} s)")
 
@@ -222,8 +222,8 @@ def preview(
 ) -> None:
     """Predict the elastic plan's speedup over the best static plan, epoch by epoch."""
     flags = dict(locals())
+    from pipeplan.formats import dumps
     from pipeplan.plan import make_preview, phase_timelines
-    from pipeplan.schema import dumps
 
     flags.pop("as_json"), flags.pop("plot")
     request = _request(**flags)
@@ -240,9 +240,7 @@ def preview(
     table = Table(
         "epoch",
         "frozen",
-        "S×D",
-        "M",
-        "cached",
+        "layout",
         "epoch s",
         "samples/s",
         title=f"{result.model} on {result.devices} devices",
@@ -250,18 +248,16 @@ def preview(
     for row in result.epochs:
         table.add_row(
             str(row.epoch),
-            str(row.frozen_layers),
-            f"{row.num_stages}×{row.replicas}",
-            str(row.micro_batches),
-            "yes" if row.cached else "",
+            str(row.layout.frozen_layers),
+            row.layout.label(),
             f"{row.epoch_s:.2f}",
             f"{row.samples_per_s:,.0f}",
         )
     out.print(table)
     b = result.baseline
     out.print(
-        f"baseline (best static plan, nothing frozen): {b.num_stages}×{b.replicas}, "
-        f"M={b.micro_batches} {b.schedule}, {b.epoch_s:.2f} s/epoch, {b.total_s:.1f} s"
+        f"baseline (best static plan, nothing frozen): {b.layout.label()}, "
+        f"{b.epoch_s:.2f} s/epoch, {b.total_s:.1f} s"
     )
     ablation = Table("configuration", "total s", "speedup", title="ablation")
     for row in result.ablation:
@@ -287,7 +283,9 @@ def demo(
     table = Table("", "static baseline", "elastic", title="pipeplan demo: vit-digits, 2 ranks")
     s, e = result.static, result.elastic
     table.add_row(
-        "layouts", " → ".join(p.layout for p in s.phases), " → ".join(p.layout for p in e.phases)
+        "layouts",
+        " → ".join(p.layout.label() for p in s.phases),
+        " → ".join(p.layout.label() for p in e.phases),
     )
     table.add_row("training time", f"{s.total_s:.1f} s", f"{e.total_s:.1f} s")
     table.add_row(
@@ -399,8 +397,8 @@ def run(
         error = "-" if p.error is None else f"{p.error:+.0%}"
         table.add_row(
             str(p.phase),
-            str(p.frozen_layers),
-            p.layout,
+            str(p.layout.frozen_layers),
+            p.layout.label(),
             str(p.steps),
             ms(p.predicted_step_s),
             ms(p.measured_step_s),
@@ -427,8 +425,8 @@ def report(
     plot: Annotated[str | None, Opt(help="Directory for measured-vs-simulated PNGs.")] = None,
 ) -> None:
     """Compare a run's measured step times with the planner's predictions, stage by stage."""
+    from pipeplan.formats import dumps
     from pipeplan.report import make_report, write_report_plots
-    from pipeplan.schema import dumps
 
     result = make_report(run_dir, baseline)
     if plot:
@@ -464,8 +462,8 @@ def report(
     for p in result.phases:
         table.add_row(
             str(p.phase),
-            str(p.frozen_layers),
-            p.layout,
+            str(p.layout.frozen_layers),
+            p.layout.label(),
             f"{p.measured_steps}/{p.steps}",
             ms(p.predicted_step_s),
             ms(p.measured_step_s)

@@ -22,8 +22,8 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from executor import checkpoint
+from executor.checkpoint import _gather_layout
 from executor.migrate import optimizer_states
-from executor.parallel import PhaseSpec
 from pipeplan import models
 from pipeplan.spawn import free_port
 
@@ -43,7 +43,7 @@ def main() -> None:
     for p in params:
         p.grad = torch.zeros_like(p)
     opt.step()
-    spec = PhaseSpec(0, False, (0, len(seq.layers)), ((0,),), 1, "1f1b")
+    spec = _gather_layout(0, len(seq.layers))
     nbytes = sum(p.numel() * 4 * 3 for p in params)
     writes, reads = [], []
     with tempfile.TemporaryDirectory() as tmp:

@@ -34,9 +34,14 @@ sys.path.insert(0, str(ROOT))
 
 from executor.data import load_data  # noqa: E402
 from executor.migrate import migrate, optimizer_states  # noqa: E402
-from executor.parallel import PhaseSpec  # noqa: E402
 from pipeplan import models  # noqa: E402
-from pipeplan.records import EpochRecord, RunSummary, StepRecord, read_records  # noqa: E402
+from pipeplan.formats import (  # noqa: E402
+    EpochRecord,
+    Layout,
+    RunSummary,
+    StepRecord,
+    read_records,
+)
 from pipeplan.spawn import free_port, run_ranks  # noqa: E402
 
 PROFILE = ROOT / "profiles" / "vit-digits@cpu-1t.json"
@@ -224,8 +229,16 @@ def _transition_rank(rank: int, world: int, port: int, out: str) -> None:
     )
     seq = models.build("bert-base")
     n = len(seq.layers)
-    old = PhaseSpec(0, False, (0, n // 2, n), ((0, 1),), 2, "1f1b")
-    new = PhaseSpec(0, False, (0, n), ((0,), (1,)), 2, "1f1b")
+    old = Layout(
+        frozen_layers=0,
+        cached=False,
+        micro_batches=2,
+        micro_batch_size=1,
+        schedule="1f1b",
+        boundaries=(0, n // 2, n),
+        rank_map=((0, 1),),
+    )
+    new = old.model_copy(update={"boundaries": (0, n), "rank_map": ((0,), (1,))})
     start, stop = old.boundaries[rank], old.boundaries[rank + 1]
     params = [p for layer in seq.layers[start:stop] for p in layer.parameters()]
     opt = torch.optim.AdamW(params)

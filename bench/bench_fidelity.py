@@ -45,8 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from pipeplan.calibrate import calibrate, observe, predict  # noqa: E402
 from pipeplan.errors import PipeplanError  # noqa: E402
-from pipeplan.records import EpochRecord, RunSummary, read_records  # noqa: E402
-from pipeplan.schema import Profile, dumps, load  # noqa: E402
+from pipeplan.formats import EpochRecord, Profile, RunSummary, dumps, load, read_records  # noqa: E402  # noqa: E402
 
 MODELS = {
     # model: (training samples, frozen layers at "half": embeddings + half the blocks)
@@ -178,10 +177,10 @@ def plan_config(cfg: Config, tmp: Path) -> Path | None:
         str(out),
     )
     phases = json.loads(out.read_text())["phases"]
-    p = phases[0]
+    p = phases[0]["layout"]
     got = (
-        p["num_stages"],
-        p["replicas"],
+        len(p["boundaries"]) - 1,
+        len(p["rank_map"]),
         p["micro_batches"],
         p["frozen_layers"],
         p["cached"],
@@ -388,11 +387,12 @@ def end_to_end(tmp: Path, vit_runs: list[Path]) -> None:
     trajectory.write_text(json.dumps([e.frozen_layers for e in epochs]))
     raw = previewed_speedup(profile_path("vit-digits"), trajectory)
     print(
-        f"  static:  {static.total_s:.1f} s, layouts {[p.layout for p in static.phases]}, "
+        f"  static:  {static.total_s:.1f} s, layouts {[p.layout.label() for p in static.phases]}, "
         f"accuracy {static.final_eval_accuracy:.1%}"
     )
     print(
-        f"  elastic: {elastic.total_s:.1f} s, layouts {[p.layout for p in elastic.phases]}, "
+        f"  elastic: {elastic.total_s:.1f} s, "
+        f"layouts {[p.layout.label() for p in elastic.phases]}, "
         f"frozen per epoch {[e.frozen_layers for e in epochs]}, "
         f"accuracy {elastic.final_eval_accuracy:.1%}"
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeplan.records import EpochRecord, PhaseRecord, read_records  # noqa: E402
+from pipeplan.formats import EpochRecord, PhaseRecord, read_records  # noqa: E402
 
 
 def children(pid: int) -> list[int]:
@@ -103,7 +103,7 @@ def main() -> None:
         f"run exit code {proc.returncode} (130: stopped by SIGINT as planned); "
         f"{sum(isinstance(r, EpochRecord) for r in records)} epochs in "
         f"{time.monotonic() - started:.0f} s; layouts: "
-        f"{[f'{p.num_stages}x{p.replicas}' for p in phases]}"
+        f"{[p.layout.label() for p in phases]}"
     )
     if proc.returncode and stderr.strip():
         print(stderr.strip().splitlines()[-1])

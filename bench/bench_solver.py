@@ -115,13 +115,13 @@ def bench_plan_exactness(instances: int) -> None:
                     if boundaries[1] <= search.frozen_layers:  # frozen prefix in stage 0
                         continue
                     layout = Layout(
-                        shape.num_stages,
-                        shape.replicas,
-                        shape.micro_batches,
-                        shape.micro_batch_size,
-                        schedule,
-                        boundaries,
-                        ranks,
+                        frozen_layers=search.frozen_layers,
+                        cached=search.cached,
+                        micro_batches=shape.micro_batches,
+                        micro_batch_size=shape.micro_batch_size,
+                        schedule=schedule,
+                        boundaries=boundaries,
+                        rank_map=ranks,
                     )
                     evaluation = search.evaluate(layout)
                     if evaluation.fits:
@@ -178,8 +178,8 @@ def bench_speed(big: bool) -> None:
     )
     for phase in plan.phases:
         print(
-            f"  frozen {phase.frozen_layers:4d}: S={phase.num_stages} D={phase.replicas} "
-            f"M={phase.micro_batches} {phase.schedule} step {phase.step_s:.2f} s"
+            f"  frozen {phase.layout.frozen_layers:4d}: {phase.layout.label()} "
+            f"step {phase.step_s:.2f} s"
         )
 
 
@@ -211,7 +211,7 @@ def bench_baselines() -> None:
                 freeze=alpha_schedule(0.5, 1, profile.model.config["num_hidden_layers"]),
                 pins=pins,
             ).phases[0]
-            shape = f"{plan.num_stages}×{plan.replicas} {plan.micro_batches}"
+            shape = f"{plan.layout.num_stages}×{plan.layout.replicas} {plan.layout.micro_batches}"
             print(
                 f"  {name:18s} {pin or 'best'!s:6s} {shape:10s} {solver.step_s:9.4f} "
                 + " ".join(f"{r:>7s}" for r in ratios)

@@ -15,40 +15,30 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Literal
 
 import torch
 import torch.distributed as dist
-from pydantic import Field
 from torch import nn
 
 from executor.migrate import OptimizerState, migrate
-from executor.parallel import PhaseSpec
 from pipeplan.errors import InputFileError, OutputError
 from pipeplan.fileio import write_atomic
-from pipeplan.schema import NonNegInt, PosInt, Strict, dumps, load
+from pipeplan.formats import CheckpointManifest, Layout, dumps, load
 
 KEEP = 2  # checkpoints kept: the newest and the one before it
 
 
-class CheckpointManifest(Strict):
-    schema_version: Literal[1] = 1
-    step: NonNegInt = Field(description="Global steps completed.")
-    epoch: NonNegInt
-    step_in_epoch: NonNegInt
-    phase: NonNegInt
-    frozen_layers: NonNegInt
-    grad_history: list[dict[str, float]]
-    grad_norm_sums: dict[str, float] = Field(description="Gradient norms summed this epoch.")
-    grad_norm_steps: NonNegInt
-    world_size: PosInt
-    model: str
-    cache: dict | None = Field(None, description="Stage-0 cache manifest (rebuilt on resume).")
-
-
-def _gather_spec(frozen_layers: int, num_layers: int) -> PhaseSpec:
+def _gather_layout(frozen_layers: int, num_layers: int) -> Layout:
     """A pseudo-layout with every layer on rank 0: where a checkpoint collects the state."""
-    return PhaseSpec(frozen_layers, False, (0, num_layers), ((0,),), 1, "1f1b")
+    return Layout(
+        frozen_layers=frozen_layers,
+        cached=False,
+        micro_batches=1,
+        micro_batch_size=1,
+        schedule="1f1b",
+        boundaries=(0, num_layers),
+        rank_map=((0,),),
+    )
 
 
 def _names(layers: nn.ModuleList) -> dict[nn.Parameter, str]:
@@ -60,13 +50,15 @@ def _names(layers: nn.ModuleList) -> dict[nn.Parameter, str]:
 def save(
     run_dir: Path,
     layers: nn.ModuleList,
-    spec: PhaseSpec,
+    layout: Layout,
     states: dict[nn.Parameter, OptimizerState],
     manifest: CheckpointManifest,
 ) -> Path | None:
     """Collective. Returns the checkpoint directory on rank 0."""
     rank = dist.get_rank()
-    gathered = migrate(layers, spec, states, _gather_spec(spec.frozen_layers, len(layers)), rank)
+    gathered = migrate(
+        layers, layout, states, _gather_layout(layout.frozen_layers, len(layers)), rank
+    )
     rng = [None] * dist.get_world_size()
     dist.all_gather_object(rng, torch.get_rng_state())
     if rank != 0:

@@ -18,10 +18,9 @@ from executor.planning import shipped_profile
 from pipeplan.calibrate import calibrate
 from pipeplan.cluster import cluster_from_flags
 from pipeplan.fileio import write_atomic
+from pipeplan.formats import EpochRecord, Profile, RunConfig, RunSummary, dumps, load, read_records
 from pipeplan.freeze import alpha_schedule, trajectory_schedule
 from pipeplan.plan import make_preview
-from pipeplan.records import EpochRecord, RunConfig, RunSummary, read_records
-from pipeplan.schema import Profile, dumps, load
 
 MODEL, DATA, NPROC, EPOCHS, GLOBAL_BATCH = "vit-digits", "digits", 2, 10, 64
 DEVICE_MEMORY_BYTES = 100 << 20  # per rank: the full model needs a 2-stage pipeline
@@ -97,7 +96,7 @@ def run_demo(
         summaries[name] = run_local(cfg, prepare(cfg, root))
         s = summaries[name]
         say(
-            f"    {s.total_s:.1f} s, layouts {' → '.join(p.layout for p in s.phases)}, "
+            f"    {s.total_s:.1f} s, layouts {' → '.join(p.layout.label() for p in s.phases)}, "
             f"held-out accuracy {s.final_eval_accuracy:.1%}"
         )
     say("5/5 calibrate: fitting the cost model to both runs' measured steps")

@@ -3,8 +3,9 @@
 The parent checks everything it can before any process starts (model, data, plan against the
 world size), creates `runs/NAME/` with `run.json`, spawns the ranks, waits with no deadline but
 kills every rank as soon as one fails or on Ctrl-C, and finally writes `summary.json` from the
-records rank 0 wrote. Under torchrun each process calls `torchrun_main`, which reads RANK,
-WORLD_SIZE and the rendezvous from the environment.
+records rank 0 wrote. This module sits on top, with the CLI: it ties the executor to the
+analysis layer (the summary, online recalibration). Under torchrun each process calls
+`torchrun_main`, which reads RANK, WORLD_SIZE and the rendezvous from the environment.
 """
 
 from __future__ import annotations
@@ -19,14 +20,22 @@ import torch
 import torch.distributed as dist
 
 from executor.data import check_compatible, load_data
-from executor.planning import RunPlanner
+from executor.planning import RUN_PROFILE, RunPlanner
 from executor.worker import Trainer, init_distributed
 from pipeplan import models
+from pipeplan.calibrate import calibrate
 from pipeplan.errors import BadArgumentError, OutputError, PipeplanError
 from pipeplan.fileio import write_atomic
-from pipeplan.records import PhaseSummary, RunConfig, RunSummary, StepRecord, read_records
+from pipeplan.formats import (
+    PhaseSummary,
+    RunConfig,
+    RunSummary,
+    StepRecord,
+    dumps,
+    load,
+    read_records,
+)
 from pipeplan.report import make_report
-from pipeplan.schema import dumps, load
 from pipeplan.spawn import RankFailedError, free_port, run_ranks
 
 log = logging.getLogger("pipeplan.run")
@@ -52,7 +61,8 @@ def prepare(cfg: RunConfig, runs_root: str | Path) -> Path:
             f"--global-batch {cfg.global_batch} is larger than the {len(data.train)} training "
             "samples"
         )
-    RunPlanner.from_config(cfg).check()
+    planner = RunPlanner.from_config(cfg)
+    planner.check()
     run_dir = Path(runs_root) / cfg.name
     if run_dir.exists() and any(run_dir.iterdir()):
         raise OutputError(f"{run_dir}: already holds a run; pick another --name")
@@ -61,6 +71,8 @@ def prepare(cfg: RunConfig, runs_root: str | Path) -> Path:
     except OSError as exc:
         raise OutputError(f"{run_dir}: cannot create ({exc.strerror})") from None
     write_atomic(run_dir / "run.json", dumps(cfg))
+    # The run prices every phase with this copy: the run directory alone reproduces its plans.
+    write_atomic(run_dir / RUN_PROFILE, dumps(planner.profile))
     return run_dir
 
 
@@ -71,7 +83,8 @@ def rank_main(
     cfg = load(RunConfig, Path(run_dir, "run.json"))
     device = init_distributed(rank, world, master, cfg.device)
     try:
-        trainer = Trainer(cfg, Path(run_dir), RunPlanner.from_config(cfg), device)
+        planner = RunPlanner.for_run(Path(run_dir), cfg)
+        trainer = Trainer(cfg, Path(run_dir), planner, device, recalibrate=calibrate)
         if rank == 0 and progress:
             from executor.progress import ProgressView
 
@@ -130,8 +143,7 @@ def summarize(run_dir: Path) -> RunSummary:
         phases=[
             PhaseSummary(
                 phase=p.phase,
-                frozen_layers=p.frozen_layers,
-                layout=f"{p.num_stages}x{p.replicas}" + (" cached" if p.cached else ""),
+                layout=p.layout,
                 steps=p.steps,
                 predicted_step_s=p.predicted_step_s,
                 measured_step_s=p.measured_step_s,

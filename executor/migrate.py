@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from executor.parallel import PhaseSpec
+from pipeplan.formats import Layout
 
 OptimizerState = dict[str, torch.Tensor]
 ADAMW_STATE_KEYS = ("step", "exp_avg", "exp_avg_sq")
@@ -30,7 +30,7 @@ class Move:
     dsts: tuple[int, ...]
 
 
-def moves(old: PhaseSpec, new: PhaseSpec, num_layers: int) -> list[Move]:
+def moves(old: Layout, new: Layout, num_layers: int) -> list[Move]:
     """For every layer: who has its current state and which ranks need it next."""
     result = []
     for layer in range(num_layers):
@@ -47,9 +47,9 @@ def _layer_tensors(layer: nn.Module) -> list[torch.Tensor]:
 
 def migrate(
     layers: nn.ModuleList,
-    old: PhaseSpec,
+    old: Layout,
     old_states: dict[nn.Parameter, OptimizerState],
-    new: PhaseSpec,
+    new: Layout,
     rank: int,
 ) -> dict[nn.Parameter, OptimizerState]:
     """Collective over the world. Returns the optimizer state this rank needs for the active

@@ -1,17 +1,17 @@
 """Parallelism applied in one place: one phase's pipeline × data-parallel runtime on one rank.
 
-A phase fixes the freeze point, the stage boundaries, the rank map, the micro-batch count and
-the schedule. `PhaseRuntime` builds this rank's stage (the layers between its boundaries),
-wraps it in a `torch.distributed.pipelining.PipelineStage` over its replica's pipeline group,
-runs the plan's schedule (GPipe or 1F1B), then averages the active gradients over the stage's
-data-parallel group with one bucketed all-reduce. DDP is deliberately not used: DESIGN.md
-records that GPipe + DDP crashes and DDP(static_graph=True) gives silently wrong gradients
-inside a pipeline, while a manual all-reduce after `schedule.step()` is exact.
+A phase's `Layout` fixes the freeze point, the cache, the stage boundaries, the rank map, the
+micro-batch count and size, and the schedule. `PhaseRuntime` builds this rank's stage (the
+layers between its boundaries), wraps it in a `torch.distributed.pipelining.PipelineStage`
+over its replica's pipeline group, runs the plan's schedule (GPipe or 1F1B), then averages the
+active gradients over the stage's data-parallel group with one bucketed all-reduce. DDP is
+deliberately not used: GPipe + DDP crashes and DDP(static_graph=True) gives silently wrong
+gradients inside a pipeline, while a manual all-reduce after `schedule.step()` is exact
+(docs/architecture.md §5).
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,58 +23,9 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from executor.topology import Topology, build_topology
+from pipeplan.formats import Layout
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
-
-
-@dataclass(frozen=True)
-class PhaseSpec:
-    """What the executor needs of a plan's phase."""
-
-    frozen_layers: int
-    cached: bool
-    boundaries: tuple[int, ...]
-    rank_map: tuple[tuple[int, ...], ...]
-    micro_batches: int
-    schedule: str
-
-    @property
-    def num_stages(self) -> int:
-        return len(self.boundaries) - 1
-
-    @property
-    def replicas(self) -> int:
-        return len(self.rank_map)
-
-    def stage_of_layer(self, layer: int) -> int:
-        return next(s for s in range(self.num_stages) if layer < self.boundaries[s + 1])
-
-    def check(self, num_layers: int, world_size: int) -> None:
-        b = self.boundaries
-        if b[0] != 0 or b[-1] != num_layers or any(x >= y for x, y in itertools.pairwise(b)):
-            raise ValueError(f"boundaries {b} do not split {num_layers} layers")
-        if self.num_stages > 1 and b[1] <= self.frozen_layers:
-            # Frozen layers run without autograd; a later stage would get no input gradient.
-            raise ValueError("frozen layers must all lie in stage 0")
-        ranks = [r for row in self.rank_map for r in row]
-        if len(set(ranks)) != len(ranks) or not all(0 <= r < world_size for r in ranks):
-            raise ValueError(f"rank map {self.rank_map} is not a set of distinct ranks")
-        if any(len(row) != self.num_stages for row in self.rank_map):
-            raise ValueError("every replica needs one rank per stage")
-        if self.micro_batches < self.num_stages:
-            raise ValueError("a pipeline needs at least as many micro-batches as stages")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {self.schedule!r}")
-
-
-@dataclass
-class PhaseChoice:
-    """A phase as rank 0 decided it (layout, micro-batch size, prediction), broadcast."""
-
-    spec: PhaseSpec
-    micro_batch_size: int
-    predicted_step_s: float | None
-    predicted_stages: list | None = None  # pipeplan.plan.StagePlan per stage
 
 
 class StageModule(nn.Module):
@@ -143,39 +94,38 @@ class PhaseRuntime:
         self,
         layers: nn.ModuleList,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-        spec: PhaseSpec,
+        layout: Layout,
         rank: int,
         example_input: Callable[[int], torch.Tensor],
-        micro_batch_size: int,
         device: torch.device,
         make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer],
     ):
-        self.spec = spec
+        self.layout = layout
         self.device = device
-        self.topology: Topology = build_topology(rank, spec.rank_map)
-        set_frozen(layers, spec.frozen_layers)
+        self.topology: Topology = build_topology(rank, layout.rank_map)
+        set_frozen(layers, layout.frozen_layers)
         self.module: StageModule | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         if not self.topology.active:
             return
         stage = self.topology.stage
-        start, stop = spec.boundaries[stage], spec.boundaries[stage + 1]
+        start, stop = layout.boundaries[stage], layout.boundaries[stage + 1]
         self.module = StageModule(
-            layers, start, stop, spec.frozen_layers, skip_frozen=spec.cached and stage == 0
+            layers, start, stop, layout.frozen_layers, skip_frozen=layout.cached and stage == 0
         ).train()
-        input_args = (example_input(micro_batch_size).to(device),) if stage == 0 else None
+        input_args = (example_input(layout.micro_batch_size).to(device),) if stage == 0 else None
         self.pipe_stage = PipelineStage(
             self.module,
             stage,
-            spec.num_stages,
+            layout.num_stages,
             device,
             input_args=input_args,
             group=self.topology.pipeline_group,
         )
         self.bwd_s = 0.0
         self._time_backward()
-        self.schedule = SCHEDULES[spec.schedule](
-            self.pipe_stage, spec.micro_batches, loss_fn=loss_fn
+        self.schedule = SCHEDULES[layout.schedule](
+            self.pipe_stage, layout.micro_batches, loss_fn=loss_fn
         )
         self.params = active_parameters(self.module)
         self.optimizer = make_optimizer(self.params)
@@ -201,7 +151,7 @@ class PhaseRuntime:
 
     @property
     def is_last(self) -> bool:
-        return self.topology.stage == self.spec.num_stages - 1
+        return self.topology.stage == self.layout.num_stages - 1
 
     def step(self, inputs: torch.Tensor | None, labels: torch.Tensor | None) -> StepTimes:
         """One optimizer step on this replica's share of the global batch: `inputs` on stage 0
@@ -234,12 +184,12 @@ class PhaseRuntime:
 
     def all_reduce_gradients(self) -> None:
         """Average active gradients over the replicas of this stage: one flat bucket."""
-        if self.spec.replicas == 1 or not self.params:
+        if self.layout.replicas == 1 or not self.params:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat, group=self.topology.dp_group)
-        flat /= self.spec.replicas
+        flat /= self.layout.replicas
         offset = 0
         for p, g in zip(self.params, grads, strict=True):
             p.grad = flat[offset : offset + g.numel()].view_as(g)

@@ -3,8 +3,17 @@
 Rank 0 asks the `RunPlanner` whenever the freeze point moves. A plan file fixes the layout for
 the freeze points it covers; a freeze point it does not cover (AutoFreeze decided differently)
 is solved afresh with the same profile and cluster. Without a plan the cluster is this run's
-ranks on one node, with the per-rank memory limit `--device-memory` (so a CPU run can be made to
-need a pipeline the way a large model does on real GPUs).
+ranks on one node (`pipeplan.cluster.run_cluster`), with the per-rank memory limit
+`--device-memory` (so a CPU run can be made to need a pipeline the way a large model does on
+real GPUs).
+
+Every decision carries its `Pricing`: the profile file in the run directory (`profile.json`
+as the run started, `calibration-N.json` once the run has recalibrated itself), its sha256, and
+the cluster, so any phase can be re-planned from the run directory alone
+(docs/architecture.md §6).
+
+    planner = RunPlanner.for_run(run_dir, cfg)   # on rank 0 of a run
+    decision = planner(frozen_layers=3, cached=True)
 """
 
 from __future__ import annotations
@@ -12,17 +21,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from executor.parallel import PhaseChoice, PhaseSpec
-from pipeplan.calibrate import run_cluster
-from pipeplan.cluster import Cluster
+from pipeplan.cluster import run_cluster
 from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError
-from pipeplan.plan import Plan, stage_plans
-from pipeplan.records import RunConfig
-from pipeplan.schema import Profile, load
-from pipeplan.solver import Pins, solve_phase
+from pipeplan.fileio import write_atomic
+from pipeplan.formats import (
+    Cluster,
+    PhaseDecision,
+    Plan,
+    Pricing,
+    Profile,
+    RunConfig,
+    dumps,
+    load,
+)
+from pipeplan.plan import profile_identity, stage_plans
+from pipeplan.solver import solve_phase
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
+RUN_PROFILE = "profile.json"  # the profile a run started with, copied into its directory
 
 
 def shipped_profile(model: str, device: str) -> Path | None:
@@ -30,68 +47,117 @@ def shipped_profile(model: str, device: str) -> Path | None:
     return path if path.exists() else None
 
 
+def config_profile(cfg: RunConfig) -> Profile:
+    """The profile a run configuration names (`--profile`, else the shipped one)."""
+    path = Path(cfg.profile) if cfg.profile else shipped_profile(cfg.model, cfg.device)
+    if path is None:
+        raise BadArgumentError(
+            f"no shipped profile for {cfg.model} on {cfg.device}; run `pipeplan profile "
+            f"{cfg.model} --out P.json --nproc {max(2, cfg.nproc)}` and pass --profile P.json"
+        )
+    profile = load(Profile, path)
+    if profile.model.name != cfg.model:
+        raise BadArgumentError(
+            f"{path} profiles '{profile.model.name}', not the model '{cfg.model}' of this run"
+        )
+    return profile
+
+
 @dataclass
 class RunPlanner:
     profile: Profile
-    cluster: Cluster
-    global_batch: int
+    profile_file: str  # the profile's file in the run directory (Pricing.profile)
+    online: bool  # whether `profile` was fitted during this run
+    config: RunConfig
     plan: Plan | None = None
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> RunPlanner:
-        path = Path(cfg.profile) if cfg.profile else shipped_profile(cfg.model, cfg.device)
-        if path is None:
-            raise BadArgumentError(
-                f"no shipped profile for {cfg.model} on {cfg.device}; run `pipeplan profile "
-                f"{cfg.model} --out P.json --nproc {max(2, cfg.nproc)}` and pass --profile P.json"
-            )
-        profile = load(Profile, path)
-        if profile.model.name != cfg.model:
-            raise BadArgumentError(
-                f"{path} profiles '{profile.model.name}', not the model '{cfg.model}' of this run"
-            )
+        """Before the run directory exists: the profile the configuration names."""
+        profile = config_profile(cfg)
         plan = load(Plan, cfg.plan) if cfg.plan else None
         if plan is not None:
             check_plan(plan, profile, cfg)
-            cluster = plan.inputs.cluster
-        else:
-            cluster = run_cluster(cfg, profile)
-        return cls(profile, cluster, cfg.global_batch, plan)
+        return cls(profile, RUN_PROFILE, False, cfg, plan)
+
+    @classmethod
+    def for_run(cls, run_dir: Path, cfg: RunConfig) -> RunPlanner:
+        """Inside a run: the profile copied into the run directory when it was prepared."""
+        planner = cls.from_config(cfg)
+        planner.profile = load(Profile, run_dir / RUN_PROFILE)
+        return planner
+
+    @property
+    def cluster(self) -> Cluster:
+        if self.plan is not None:
+            return self.plan.inputs.cluster
+        return run_cluster(self.config, self.profile)
 
     def check(self) -> None:
         """Fail before any process starts if not even the first phase can be planned."""
         self(0, False)
 
-    def __call__(self, frozen_layers: int, cached: bool) -> PhaseChoice:
+    def adopt(self, profile: Profile, run_dir: Path, number: int) -> None:
+        """Plan from now on with `profile`, fitted during the run: written to the run
+        directory first, so every phase it prices can be re-planned from there."""
+        name = f"calibration-{number}.json"
+        write_atomic(run_dir / name, dumps(profile))
+        self.profile, self.profile_file, self.online = profile, name, True
+
+    def pricing(self, source: str) -> Pricing:
+        calibration = "online" if self.online else "profile" if self.profile.calibration else "none"
+        return Pricing(
+            source=source,
+            profile=self.profile_file,
+            profile_sha256=profile_identity(self.profile).sha256,
+            calibration=calibration,
+            cluster=self.cluster,
+        )
+
+    def __call__(self, frozen_layers: int, cached: bool) -> PhaseDecision:
         if self.plan is not None:
             for phase in self.plan.phases:
                 # The plan decides whether its phase reads the cache.
-                if phase.frozen_layers == frozen_layers:
-                    spec = PhaseSpec(
-                        frozen_layers,
-                        phase.cached,
-                        tuple(phase.boundaries),
-                        tuple(tuple(row) for row in phase.rank_map),
-                        phase.micro_batches,
-                        phase.schedule,
+                if phase.layout.frozen_layers == frozen_layers:
+                    return PhaseDecision(
+                        layout=phase.layout,
+                        predicted_step_s=phase.step_s,
+                        predicted_stages=phase.stages,
+                        pricing=self.pricing("plan"),
                     )
-                    return PhaseChoice(spec, phase.micro_batch_size, phase.step_s, phase.stages)
         model = CostModel(self.profile, self.cluster)
-        best = solve_phase(model, self.global_batch, frozen_layers, cached, Pins()).best
-        layout = best.layout
-        spec = PhaseSpec(
-            frozen_layers,
-            cached,
-            tuple(layout.boundaries),
-            tuple(tuple(row) for row in layout.rank_map),
-            layout.micro_batches,
-            layout.schedule,
+        best = solve_phase(model, self.config.global_batch, frozen_layers, cached).best
+        return PhaseDecision(
+            layout=best.layout,
+            predicted_step_s=best.step_s,
+            predicted_stages=stage_plans(best.stages),
+            pricing=self.pricing("solver"),
         )
-        return PhaseChoice(spec, layout.micro_batch_size, best.step_s, stage_plans(best.stages))
+
+
+def replan(run_dir: Path, decision: PhaseDecision, global_batch: int) -> PhaseDecision:
+    """Price a recorded phase again from the run directory alone: its profile file (checked
+    against the recorded sha256) and its cluster. The solver is deterministic, so a phase the
+    run solved comes out with the same layout."""
+    pricing = decision.pricing
+    profile = load(Profile, run_dir / pricing.profile)
+    if profile_identity(profile).sha256 != pricing.profile_sha256:
+        raise BadArgumentError(
+            f"{run_dir / pricing.profile}: sha256 differs from what the phase record names"
+        )
+    layout = decision.layout
+    model = CostModel(profile, pricing.cluster)
+    best = solve_phase(model, global_batch, layout.frozen_layers, layout.cached).best
+    return PhaseDecision(
+        layout=best.layout,
+        predicted_step_s=best.step_s,
+        predicted_stages=stage_plans(best.stages),
+        pricing=pricing,
+    )
 
 
 def check_plan(plan: Plan, profile: Profile, cfg: RunConfig) -> None:
-    devices = plan.inputs.cluster.nodes * plan.inputs.cluster.devices_per_node
+    devices = plan.inputs.cluster.num_devices
     if devices != cfg.nproc:
         raise BadArgumentError(f"the plan is for {devices} devices but --nproc is {cfg.nproc}")
     if plan.inputs.profile.model != cfg.model:
@@ -102,5 +168,14 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig) -> None:
         raise BadArgumentError(
             f"the plan is for global batch {plan.inputs.global_batch}, not {cfg.global_batch}"
         )
-    if plan.inputs.profile.model != profile.model.name:
-        raise BadArgumentError("the plan was made from another model's profile")
+    if plan.inputs.profile.sha256 != profile_identity(profile).sha256:
+        raise BadArgumentError(
+            "the plan was made from another profile (its sha256 differs from the run's "
+            "profile); pass the plan's profile with --profile or re-plan"
+        )
+    num_layers = len(profile.layers)
+    for i, phase in enumerate(plan.phases):
+        try:
+            phase.layout.check(num_layers, devices)
+        except BadArgumentError as exc:
+            raise BadArgumentError(f"the plan's phase {i} cannot run: {exc}") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from pipeplan.records import StepRecord
+from pipeplan.formats import StepRecord
 
 
 class ProgressView:
@@ -34,12 +34,10 @@ class ProgressView:
         self.progress.__exit__(*exc)
 
     def update(self, record: StepRecord) -> None:
-        spec = self.trainer.choice.spec
-        layout = f"{spec.num_stages}×{spec.replicas}" + (" cached" if spec.cached else "")
         self.progress.update(
             self.task,
             completed=record.step + 1,
-            layout=layout,
+            layout=self.trainer.decision.layout.label(),
             epoch=record.epoch,
             loss="-" if record.loss is None else f"{record.loss:.3f}",
             rate=f"{record.samples_per_s:.0f}",

@@ -26,10 +26,23 @@ from torch.utils.data import DistributedSampler
 from executor.cache import ActivationCache, cache_allowed
 from executor.data import TaskData, check_compatible, load_data
 from executor.migrate import install_states, migrate, optimizer_states
-from executor.parallel import PhaseChoice, PhaseRuntime, PhaseSpec, StepTimes
+from executor.parallel import PhaseRuntime, StepTimes
+from executor.planning import RunPlanner
 from pipeplan import freeze, models
+from pipeplan.errors import PipeplanError
 from pipeplan.fileio import write_atomic
-from pipeplan.records import EpochRecord, PhaseRecord, RankTimes, RunConfig, StepRecord
+from pipeplan.formats import (
+    CheckpointManifest,
+    EpochRecord,
+    Layout,
+    PhaseDecision,
+    PhaseRecord,
+    Profile,
+    RankTimes,
+    RunConfig,
+    StepRecord,
+    read_records,
+)
 
 log = logging.getLogger("pipeplan.run")
 COLLECTIVE_TIMEOUT_S = 60
@@ -39,7 +52,9 @@ RECALIBRATE_AFTER_STEPS = 8
 TIMES_FIELDS = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
 
 
-Planner = Callable[[int, bool], PhaseChoice]  # (frozen_layers, cached) → phase
+# Fits a calibrated profile to run directories (pipeplan.calibrate.calibrate, passed in by the
+# launcher: the executor does not import the analysis layer).
+Recalibrate = Callable[[list[Path], Profile], Profile]
 
 
 def init_distributed(rank: int, world: int, master: str, device: str) -> torch.device:
@@ -61,8 +76,17 @@ def init_distributed(rank: int, world: int, master: str, device: str) -> torch.d
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, run_dir: Path, planner: Planner, device: torch.device):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        planner: RunPlanner,
+        device: torch.device,
+        recalibrate: Recalibrate | None = None,
+    ):
         self.cfg, self.run_dir, self.planner, self.device = cfg, run_dir, planner, device
+        self.fit_profile = recalibrate
+        self.calibrations = 0
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.seq = models.build(cfg.model, seed=cfg.seed, dropout=cfg.dropout)
         self.seq.layers.to(device)
@@ -84,65 +108,53 @@ class Trainer:
         self.grad_history: list[dict[int, float]] = []  # per decision: mean norm per layer
         self.cache: ActivationCache | None = None
         self.runtime: PhaseRuntime | None = None
-        self.choice: PhaseChoice | None = None
+        self.decision: PhaseDecision | None = None
         # Closed in finish(); rank 0 alone writes the records.
         self.records = open(run_dir / "run.jsonl", "a") if self.rank == 0 else None  # noqa: SIM115
 
     # ----------------------------------------------------------------- phases
 
-    def decide_phase(self, frozen_layers: int) -> PhaseChoice:
-        """Rank 0 plans; everyone receives the same choice."""
-        box: list[PhaseChoice | None] = [None]
+    def decide_phase(self, frozen_layers: int) -> PhaseDecision:
+        """Rank 0 plans; everyone receives the same decision."""
+        box: list[PhaseDecision | None] = [None]
         if self.rank == 0:
             box[0] = self.planner(frozen_layers, self.use_cache and frozen_layers > 0)
         dist.broadcast_object_list(box, src=0)
         assert box[0] is not None
         return box[0]
 
-    def enter_phase(self, choice: PhaseChoice, epoch: int) -> None:
+    def enter_phase(self, decision: PhaseDecision, epoch: int) -> None:
         t0 = time.perf_counter()
-        choice.spec.check(len(self.seq.layers), self.world)
+        layout = decision.layout
+        layout.check(len(self.seq.layers), self.world)
         states = {}
         if self.runtime is not None:
             old = self.runtime
             states = migrate(
-                self.seq.layers, old.spec, optimizer_states(old.optimizer), choice.spec, self.rank
+                self.seq.layers, old.layout, optimizer_states(old.optimizer), layout, self.rank
             )
             old.destroy()
-        self.choice = choice
+        self.decision = decision
         self.phase_steps = 0
         self.runtime = PhaseRuntime(
             self.seq.layers,
             self.seq.loss,
-            choice.spec,
+            layout,
             self.rank,
             example_input=self.example_stage0_input,
-            micro_batch_size=choice.micro_batch_size,
             device=self.device,
             make_optimizer=self.make_optimizer,
         )
         install_states(self.runtime.optimizer, states)
-        self.prepare_cache(choice.spec)
+        self.prepare_cache(layout)
         dist.barrier()
-        transition_s = time.perf_counter() - t0
-        spec = choice.spec
         self.write(
             PhaseRecord(
+                **dict(decision),
                 phase=self.phase_index,
                 start_step=self.step_index,
                 start_epoch=epoch,
-                frozen_layers=spec.frozen_layers,
-                cached=spec.cached,
-                num_stages=spec.num_stages,
-                replicas=spec.replicas,
-                micro_batches=spec.micro_batches,
-                micro_batch_size=choice.micro_batch_size,
-                schedule=spec.schedule,
-                boundaries=list(spec.boundaries),
-                rank_map=[list(row) for row in spec.rank_map],
-                predicted_step_s=choice.predicted_step_s,
-                predicted_stages=choice.predicted_stages,
-                transition_s=transition_s,
+                transition_s=time.perf_counter() - t0,
             )
         )
 
@@ -161,15 +173,15 @@ class Trainer:
 
     def frozen_prefix(self, inputs: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return self.seq.forward(inputs.to(self.device), 0, self.choice.spec.frozen_layers)
+            return self.seq.forward(inputs.to(self.device), 0, self.decision.layout.frozen_layers)
 
     def example_stage0_input(self, n: int) -> torch.Tensor:
         x = torch.stack([self.data.train[i][0] for i in range(n)])
-        return self.frozen_prefix(x) if self.choice.spec.cached else x
+        return self.frozen_prefix(x) if self.decision.layout.cached else x
 
-    def prepare_cache(self, spec: PhaseSpec) -> None:
+    def prepare_cache(self, layout: Layout) -> None:
         stage0 = self.runtime is not None and self.runtime.topology.stage == 0
-        if not (spec.cached and stage0):
+        if not (layout.cached and stage0):
             if self.cache is not None:
                 self.cache.clear()
                 self.cache = None
@@ -185,14 +197,14 @@ class Trainer:
                 name=f"cache-r{self.rank}",
             )
             (self.run_dir / "cache" / f"rank{self.rank}").mkdir(parents=True, exist_ok=True)
-            self.cache.advance(spec.frozen_layers, None)
-        elif self.cache.frozen_layers < spec.frozen_layers:
-            start, stop = self.cache.frozen_layers, spec.frozen_layers
+            self.cache.advance(layout.frozen_layers, None)
+        elif self.cache.frozen_layers < layout.frozen_layers:
+            start, stop = self.cache.frozen_layers, layout.frozen_layers
 
             def newly_frozen(hidden: torch.Tensor) -> torch.Tensor:
                 return self.seq.forward(hidden.to(self.device), start, stop).cpu()
 
-            self.cache.advance(spec.frozen_layers, newly_frozen)
+            self.cache.advance(layout.frozen_layers, newly_frozen)
         self.fill_cache()
 
     @torch.no_grad()
@@ -254,7 +266,7 @@ class Trainer:
         dist.all_reduce(sums)
         steps = torch.tensor([runtime.grad_norm_steps if runtime.topology.replica == 0 else 0])
         dist.all_reduce(steps, op=dist.ReduceOp.MAX)
-        manifest = checkpoint.CheckpointManifest(
+        manifest = CheckpointManifest(
             step=self.step_index,
             epoch=epoch,
             step_in_epoch=step_in_epoch,
@@ -268,7 +280,7 @@ class Trainer:
             cache=self.cache.manifest() if self.cache is not None else None,
         )
         states = optimizer_states(runtime.optimizer)
-        checkpoint.save(self.run_dir, self.seq.layers, runtime.spec, states, manifest)
+        checkpoint.save(self.run_dir, self.seq.layers, runtime.layout, states, manifest)
 
     def resume(self) -> tuple[int, int]:
         """Continue from the latest checkpoint, re-planned for this world size."""
@@ -298,8 +310,6 @@ class Trainer:
 
     def truncate_records(self, manifest) -> None:
         """Drop records written after the checkpoint: the resumed run writes them again."""
-        from pipeplan.records import read_records
-
         kept = [
             r
             for r in read_records(self.run_dir / "run.jsonl")
@@ -357,18 +367,18 @@ class Trainer:
     def replica_batches(self, epoch: int, skip: int):
         """This replica's index batches for the epoch, from step `skip` on. The union of the
         replicas' batches at a step is the same global batch whatever the layout."""
-        spec = self.choice.spec
+        layout = self.decision.layout
         replica = self.runtime.topology.replica or 0
         sampler = DistributedSampler(
             self.data.train,
-            num_replicas=spec.replicas,
+            num_replicas=layout.replicas,
             rank=replica,
             shuffle=True,
             seed=self.cfg.seed,
             drop_last=True,
         )
         sampler.set_epoch(epoch)
-        local = self.cfg.global_batch // spec.replicas
+        local = self.cfg.global_batch // layout.replicas
         order = torch.tensor(list(sampler), dtype=torch.int64)
         for step in range(skip, self.steps_per_epoch):
             yield order[step * local : (step + 1) * local]
@@ -393,14 +403,17 @@ class Trainer:
         return record
 
     def recalibrate(self) -> None:
-        """Refit the planner's cost model on this run's records so far (rank 0 only)."""
-        from pipeplan.calibrate import calibrate
-        from pipeplan.errors import PipeplanError
-
+        """Refit the planner's cost model on this run's records so far (rank 0 only); the
+        fitted profile is written to the run directory before any phase is priced with it."""
+        if self.fit_profile is None:
+            return
         try:
-            self.planner.profile = calibrate([self.run_dir], self.planner.profile)
+            fitted = self.fit_profile([self.run_dir], self.planner.profile)
         except PipeplanError as exc:  # too few steps yet: keep planning with what we have
             log.info("recalibration skipped: %s", exc)
+            return
+        self.calibrations += 1
+        self.planner.adopt(fitted, self.run_dir, self.calibrations)
 
     def gather_step(self, epoch: int, times: StepTimes, input_s: float, hits: int) -> StepRecord:
         """All ranks' timings and the loss to rank 0, in one small all-gather."""
@@ -452,12 +465,12 @@ class Trainer:
         """Held-out accuracy through the pipeline (forward only), summed over replicas."""
         if len(self.data.eval) == 0:
             return None
-        runtime, spec = self.runtime, self.choice.spec
+        runtime, layout = self.runtime, self.decision.layout
         correct = torch.zeros(2, dtype=torch.float64)  # correct, counted
         if runtime.topology.active:
             runtime.module.train(False)
-            replica, local = runtime.topology.replica, self.cfg.global_batch // spec.replicas
-            indices = torch.arange(len(self.data.eval))[replica :: spec.replicas]
+            replica, local = runtime.topology.replica, self.cfg.global_batch // layout.replicas
+            indices = torch.arange(len(self.data.eval))[replica :: layout.replicas]
             for start in range(0, len(indices), local):
                 chunk = indices[start : start + local]
                 valid = len(chunk)
@@ -465,7 +478,7 @@ class Trainer:
                     chunk = torch.cat([chunk, chunk[:1].repeat(local - valid)])
                 x = torch.stack([self.data.eval[int(i)][0] for i in chunk])
                 y = torch.stack([self.data.eval[int(i)][1] for i in chunk])
-                if runtime.is_first and spec.cached:
+                if runtime.is_first and layout.cached:
                     x = self.frozen_prefix(x)
                 args = (x.to(self.device),) if runtime.is_first else ()
                 # The schedule computes the loss on the last stage, so it needs the targets.

@@ -28,18 +28,23 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from pipeplan.cluster import Cluster, cluster_from_flags
-from pipeplan.costmodel import CostModel, Layout
+from pipeplan.costmodel import CostModel
 from pipeplan.errors import InputFileError
-from pipeplan.records import (
-    WARMUP_STEPS_PER_PHASE,
+from pipeplan.formats import (
+    Calibration,
+    Cluster,
+    FittedLink,
+    Layout,
     PhaseRecord,
+    Profile,
     RunConfig,
     StepRecord,
+    dumps,
+    load,
     read_records,
     steady_step,
 )
-from pipeplan.schema import Calibration, FittedLink, Profile, load
+from pipeplan.formats.run import WARMUP_STEPS_PER_PHASE
 
 MIN_STEADY_STEPS = 3
 STRAGGLER_FACTOR = 3.0  # a step this many times the phase median is a straggler, not data
@@ -64,36 +69,22 @@ class RankObservation:
 class PhaseObservation:
     run: str
     record: PhaseRecord
-    layout: Layout
-    cluster: Cluster
     measured_step_s: float
     steps: int
     ranks: list[RankObservation]
 
     @property
+    def layout(self) -> Layout:
+        return self.record.layout
+
+    @property
+    def cluster(self) -> Cluster:
+        """The cluster the run priced the phase on (its phase record says)."""
+        return self.record.pricing.cluster
+
+    @property
     def samples_per_replica(self) -> int:
         return self.layout.micro_batches * self.layout.micro_batch_size
-
-
-def layout_of_record(record: PhaseRecord) -> Layout:
-    return Layout(
-        num_stages=record.num_stages,
-        replicas=record.replicas,
-        micro_batches=record.micro_batches,
-        micro_batch_size=record.micro_batch_size,
-        schedule=record.schedule,
-        boundaries=tuple(record.boundaries),
-        rank_map=tuple(tuple(row) for row in record.rank_map),
-    )
-
-
-def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
-    """The cluster a local run plans for: its ranks on one node, links as profiled, each rank
-    limited to --device-memory or else an equal share of the profiled host's memory."""
-    memory = config.device_memory_bytes or profile.device.memory_bytes // config.nproc
-    return cluster_from_flags(
-        nodes=1, devices_per_node=config.nproc, device_memory=memory, profile=profile
-    )
 
 
 def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
@@ -117,9 +108,9 @@ def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservati
     observations = []
     for run_dir in run_dirs:
         config, records = load_run(run_dir, profile)
-        model = CostModel(base, run_cluster(config, profile))
         steps = [r for r in records if isinstance(r, StepRecord)]
         for phase in (r for r in records if isinstance(r, PhaseRecord)):
+            model = CostModel(base, phase.pricing.cluster)
             settled = [s for s in steps if s.phase == phase.phase and steady_step(s, phase, config)]
             mine = settled[WARMUP_STEPS_PER_PHASE:]
             if len(mine) < MIN_STEADY_STEPS:
@@ -139,8 +130,8 @@ def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservati
 def _phase_observation(
     run: str, phase: PhaseRecord, steps: list[StepRecord], model: CostModel
 ) -> PhaseObservation:
-    layout = layout_of_record(phase)
-    m, M, k = layout.micro_batch_size, layout.micro_batches, phase.frozen_layers
+    layout = phase.layout
+    m, M, k = layout.micro_batch_size, layout.micro_batches, layout.frozen_layers
     f, g, n = (model.layer_times(kind, m) for kind in ("fwd", "bwd", "nograd"))
     active = np.arange(model.num_layers) >= k
     ranks = []
@@ -150,7 +141,7 @@ def _phase_observation(
         first, stop = layout.boundaries[stage], layout.boundaries[stage + 1]
         inside = np.zeros(model.num_layers, dtype=bool)
         inside[first:stop] = True
-        runs_frozen = inside & ~active & (not (phase.cached and stage == 0))
+        runs_frozen = inside & ~active & (not (layout.cached and stage == 0))
         ranks.append(
             RankObservation(
                 measured_fwd_s=statistics.median(t.fwd_s for t in times),
@@ -167,8 +158,6 @@ def _phase_observation(
     return PhaseObservation(
         run,
         phase,
-        layout,
-        model.cluster,
         statistics.median(s.step_s for s in steps),
         len(steps),
         ranks,
@@ -277,8 +266,7 @@ def fit_transfers_and_overhead(
 
 def predict(profile: Profile, observation: PhaseObservation) -> float:
     model = CostModel(profile, observation.cluster)
-    record = observation.record
-    return model.evaluate(observation.layout, record.frozen_layers, record.cached, False).step_s
+    return model.evaluate(observation.layout, record=False).step_s
 
 
 def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
@@ -313,7 +301,6 @@ def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
 def calibrate_to_file(run_dirs: list[str], profile_path: str, out: str) -> Profile:
     """`pipeplan calibrate`: check the output first, write atomically; the input is untouched."""
     from pipeplan.fileio import check_writable, write_atomic
-    from pipeplan.schema import dumps, load
 
     check_writable(out)
     calibrated = calibrate(run_dirs, load(Profile, profile_path))

@@ -1,67 +1,25 @@
 """Cluster description: the devices a plan is made for, and the links between them.
 
-A `Cluster` is read from a JSON file (`schema_version: 1`) or built from command-line flags
+A `Cluster` (`pipeplan.formats.cluster`) is read from a JSON file or built from command-line flags
 with human units (`16GiB`, `15.75GB/s`, `10Gbit/s`, `5us`). Links not given on the command line
 default to what the profile measured (`Profile.comm`): the point-to-point fit for stage-to-stage
 transfers and the all-reduce fit for data-parallel groups inside a node. Without a measurement
-they default to the documented constants below.
+they default to the documented constants of the format.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
-
-from pydantic import Field
 
 from pipeplan.errors import BadArgumentError
-from pipeplan.schema import SCHEMAS, NonNegFloat, PosFloat, PosInt, Profile, Strict
-
-# Defaults when neither a flag nor the profile says otherwise. PCIe 3.0 x16 inside a node,
-# 25 Gbit/s Ethernet between nodes (a common cloud instance), pinned host-to-device copies.
-DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S = 15.75e9
-DEFAULT_INTRA_LATENCY_S = 5e-6
-DEFAULT_INTER_BANDWIDTH_BYTES_PER_S = 25e9 / 8
-DEFAULT_INTER_LATENCY_S = 20e-6
-DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S = 12e9
-
-
-class Link(Strict):
-    """A link's fit t = latency_s + bytes / bandwidth_bytes_per_s (for an all-reduce link the
-    same two numbers are used in ring terms, see `costmodel.allreduce_s`)."""
-
-    bandwidth_bytes_per_s: PosFloat
-    latency_s: NonNegFloat = 0.0
-
-
-class Cluster(Strict):
-    schema_version: Literal[1] = 1
-    name: str | None = None
-    nodes: PosInt
-    devices_per_node: PosInt
-    device_memory_bytes: PosInt
-    intra_node: Link = Field(description="Point-to-point link between devices of one node.")
-    intra_node_allreduce: Link | None = Field(
-        None,
-        description="All-reduce fit (ring terms) inside a node; intra_node when absent.",
-    )
-    inter_node: Link = Field(description="Link between nodes (slowest link of a crossing group).")
-    host_to_device_bandwidth_bytes_per_s: PosFloat = Field(
-        DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S,
-        description="Reading cached activations from host memory.",
-    )
-
-    @property
-    def num_devices(self) -> int:
-        return self.nodes * self.devices_per_node
-
-    @property
-    def allreduce_link(self) -> Link:
-        return self.intra_node_allreduce or self.intra_node
-
-
-SCHEMAS["cluster"] = Cluster
-
+from pipeplan.formats import Cluster, Link, Profile, RunConfig
+from pipeplan.formats.cluster import (
+    DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S,
+    DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
+    DEFAULT_INTER_LATENCY_S,
+    DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
+    DEFAULT_INTRA_LATENCY_S,
+)
 
 # --------------------------------------------------------------------------- human units
 
@@ -202,4 +160,13 @@ def cluster_from_flags(
         intra_node_allreduce=allreduce,
         inter_node=inter,
         host_to_device_bandwidth_bytes_per_s=h2d,
+    )
+
+
+def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
+    """The cluster a local run plans for: its ranks on one node, links as profiled, each rank
+    limited to --device-memory or else an equal share of the profiled host's memory."""
+    memory = config.device_memory_bytes or profile.device.memory_bytes // config.nproc
+    return cluster_from_flags(
+        nodes=1, devices_per_node=config.nproc, device_memory=memory, profile=profile
     )

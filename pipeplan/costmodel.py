@@ -41,10 +41,9 @@ from functools import lru_cache
 import numpy as np
 from scipy.optimize import nnls
 
-from pipeplan.cluster import Cluster, Link
 from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.schema import Profile
-from pipeplan.simulate import Schedule, StageWork, Timeline, in_flight, simulate
+from pipeplan.formats import Cluster, Layout, Link, Profile
+from pipeplan.simulate import StageWork, Timeline, in_flight, simulate
 
 GIB = 1 << 30
 # Bytes AdamW moves per parameter byte (read p, g, m, v; write p, m, v), over memory bandwidth.
@@ -66,19 +65,6 @@ class CostParams:
     group_rebuild_s: float = 2.0  # new process groups + barrier when the layout changes
     extrapolation_factor: float = 2.0
     adam_state_per_param_byte: float = 2.0  # exp_avg and exp_avg_sq in fp32
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where a phase runs: S stages × D replicas, M micro-batches, boundaries, rank map."""
-
-    num_stages: int
-    replicas: int
-    micro_batches: int
-    micro_batch_size: int  # global batch = replicas · micro_batches · micro_batch_size
-    schedule: Schedule
-    boundaries: tuple[int, ...]  # 0 = b0 < b1 < … < bS = number of layers
-    rank_map: tuple[tuple[int, ...], ...]  # [replica][stage] → global rank
 
 
 @dataclass(frozen=True)
@@ -339,11 +325,9 @@ class CostModel:
         saved = float(costs.saved_bytes_per_micro_batch[first:stop].sum())
         return int(np.ceil(static + saved * in_flight_micro_batches + self.reserve_bytes))
 
-    def evaluate(
-        self, layout: Layout, frozen_layers: int, cached: bool, record: bool = True
-    ) -> Evaluation:
-        """Per-stage costs, memory and the simulated step of `layout` in one phase."""
-        works, reports = self.stages(layout, frozen_layers, cached)
+    def evaluate(self, layout: Layout, record: bool = True) -> Evaluation:
+        """Per-stage costs, memory and the simulated step of `layout`."""
+        works, reports = self.stages(layout)
         timeline = simulate(works, layout.micro_batches, layout.schedule, record=record)
         overhead = self.step_overhead_s(layout)
         if overhead:
@@ -359,14 +343,12 @@ class CostModel:
         per_replica = layout.micro_batches * layout.micro_batch_size
         return max(0.0, c.step_overhead_s + c.input_s_per_sample * per_replica)
 
-    def stages(
-        self, layout: Layout, frozen_layers: int, cached: bool
-    ) -> tuple[list[StageWork], list[StageReport]]:
+    def stages(self, layout: Layout) -> tuple[list[StageWork], list[StageReport]]:
         """Per-stage work (for the simulation) and report (time and memory) of `layout`."""
         S, D, M = layout.num_stages, layout.replicas, layout.micro_batches
-        check_layout(layout, self.num_layers, self.cluster.num_devices)
+        layout.check_placement(self.num_layers, self.cluster.num_devices)
         m = layout.micro_batch_size
-        costs = self.phase_costs(m, frozen_layers, cached)
+        costs = self.phase_costs(m, layout.frozen_layers, layout.cached)
         links = self.boundary_links(layout.rank_map)
         ar_links = self.allreduce_links(layout.rank_map)
         b = layout.boundaries
@@ -401,27 +383,21 @@ class CostModel:
 
     # ------------------------------------------------------------------ transitions
 
-    def transition_s(
-        self,
-        old: Layout,
-        old_frozen_layers: int,
-        new: Layout,
-        new_frozen_layers: int,
-    ) -> float:
+    def transition_s(self, old: Layout, new: Layout) -> float:
         """Bytes that change owner / bandwidth + group rebuild time.
 
         Every rank that must hold a layer it did not hold receives its weights, plus the AdamW
         moments when the layer stays trainable (gradients are recomputed, not moved). Ranks
         receive in parallel; the slowest receiver over the slowest link bounds the time.
         """
-        if old == new:
+        if same_placement(old, new):
             return 0.0
         holders_old, holders_new = _holders(old), _holders(new)
         received = dict.fromkeys(range(self.cluster.num_devices), 0.0)
         moments = self.params.adam_state_per_param_byte
         for layer in range(self.num_layers):
             per_copy = self.param_bytes[layer] * (
-                1.0 + (moments if layer >= new_frozen_layers else 0.0)
+                1.0 + (moments if layer >= new.frozen_layers else 0.0)
             )
             for rank in holders_new[layer] - holders_old[layer]:
                 received[rank] += per_copy
@@ -432,6 +408,12 @@ class CostModel:
         return move + self.params.group_rebuild_s
 
 
+def same_placement(old: Layout, new: Layout) -> bool:
+    """Equal but for the freeze point and the cache: the next phase keeps the process groups,
+    and every rank keeps its layers."""
+    return old.model_copy(update={"frozen_layers": new.frozen_layers, "cached": new.cached}) == new
+
+
 def _holders(layout: Layout) -> list[set[int]]:
     holders: list[set[int]] = [set() for _ in range(layout.boundaries[-1])]
     for replica in layout.rank_map:
@@ -439,21 +421,6 @@ def _holders(layout: Layout) -> list[set[int]]:
             for layer in range(layout.boundaries[s], layout.boundaries[s + 1]):
                 holders[layer].add(rank)
     return holders
-
-
-def check_layout(layout: Layout, num_layers: int, num_devices: int) -> None:
-    b = layout.boundaries
-    S = layout.num_stages
-    if len(b) != S + 1 or b[0] != 0 or b[-1] != num_layers:
-        raise BadArgumentError(
-            f"boundaries {list(b)} must start at 0, end at {num_layers} and give {S} stages"
-        )
-    if any(b[i] >= b[i + 1] for i in range(S)):
-        raise BadArgumentError(f"boundaries {list(b)} must be strictly increasing")
-    if S * layout.replicas > num_devices:
-        raise BadArgumentError(
-            f"{S} stages × {layout.replicas} replicas need more than the {num_devices} devices"
-        )
 
 
 def rank_map(num_stages: int, replicas: int, devices_per_node: int, nodes: int) -> list[list[int]]:

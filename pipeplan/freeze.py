@@ -2,7 +2,7 @@
 
 Everything here counts `frozen_layers`: the number of leading layers of the layer sequence
 (0 = embeddings, 1..n = blocks, n+1 = head) that are frozen. 0 means nothing is frozen;
-k + 1 means embeddings and blocks 1..k are frozen (DESIGN's freeze point k). The head is never
+k + 1 means embeddings and blocks 1..k are frozen (the freeze point k). The head is never
 frozen, so frozen_layers ≤ n + 1. Freezing only ever grows.
 
 Three sources:
@@ -19,27 +19,9 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field
 
 from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.schema import NonNegInt, PosInt, Strict
-
-
-class FreezeSchedule(Strict):
-    """The schedule as echoed in a plan: where it came from and the per-epoch result."""
-
-    source: Literal["none", "alpha", "list", "trajectory"]
-    alpha: float | None = None
-    path: str | None = None
-    frozen_layers: list[NonNegInt] = Field(description="Frozen leading layers per epoch.")
-
-
-class FreezePhase(Strict):
-    start_epoch: NonNegInt
-    epochs: PosInt
-    frozen_layers: NonNegInt
+from pipeplan.formats import FreezePhase, FreezeSchedule
 
 
 def alpha_frozen_blocks(alpha: float, epoch: int, num_blocks: int) -> int:

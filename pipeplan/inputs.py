@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeplan.cluster import Cluster, cluster_from_flags
+from pipeplan.cluster import cluster_from_flags
 from pipeplan.errors import BadArgumentError
-from pipeplan.freeze import FreezeSchedule, schedule_from_flags
-from pipeplan.schema import Profile, load
+from pipeplan.formats import Cluster, FreezeSchedule, Profile, load
+from pipeplan.freeze import schedule_from_flags
 from pipeplan.solver import Pins
 
 DEFAULT_ALPHA = 0.3

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from scipy.optimize import nnls
 
 from pipeplan.errors import BadArgumentError
-from pipeplan.schema import CommProfile, LinkFit, LinkSample
+from pipeplan.formats import CommProfile, LinkFit, LinkSample
 from pipeplan.spawn import free_port, run_ranks
 
 DEFAULT_SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 8 << 20, 32 << 20)

@@ -22,24 +22,33 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from pydantic import Field
 
-from pipeplan.cluster import Cluster
-from pipeplan.costmodel import CostModel, CostParams, Evaluation, Layout, StageReport
+from pipeplan.costmodel import CostModel, CostParams, Evaluation, StageReport, same_placement
 from pipeplan.errors import BadArgumentError, PipeplanError
-from pipeplan.freeze import FreezeSchedule, phases
-from pipeplan.schema import (
-    SCHEMAS,
+from pipeplan.formats import (
+    AblationRow,
+    Cluster,
+    EpochRow,
+    FreezeSchedule,
+    Layout,
     NonNegFloat,
     NonNegInt,
-    PosInt,
+    PhasePlan,
+    Plan,
+    PlanInputs,
+    Preview,
     Profile,
+    ProfileIdentity,
+    ScoredLayout,
+    StagePlan,
+    StaticPlanSummary,
     Strict,
     dumps,
 )
-from pipeplan.simulate import Schedule, Timeline
+from pipeplan.freeze import phases
+from pipeplan.simulate import Timeline
 from pipeplan.solver import BaselineName, Pins, baseline_boundaries, solve_phase
 
 SIGNIFICANT_DIGITS = 9
@@ -48,118 +57,6 @@ SIGNIFICANT_DIGITS = 9
 def _r(x: float) -> float:
     """Stable float formatting: the same value always prints the same, across platforms."""
     return float(f"{x:.{SIGNIFICANT_DIGITS}g}")
-
-
-# --------------------------------------------------------------------------- format
-
-
-class StagePlan(Strict):
-    first_layer: NonNegInt
-    stop_layer: PosInt = Field(description="Exclusive.")
-    fwd_s: NonNegFloat = Field(description="Forward per micro-batch.")
-    bwd_s: NonNegFloat = Field(description="Backward per micro-batch.")
-    send_fwd_s: NonNegFloat
-    send_bwd_s: NonNegFloat
-    allreduce_s: NonNegFloat
-    optimizer_s: NonNegFloat
-    memory_bytes: NonNegInt
-
-
-class RunnerUp(Strict):
-    num_stages: PosInt
-    replicas: PosInt
-    micro_batches: PosInt
-    micro_batch_size: PosInt
-    schedule: Schedule
-    step_s: NonNegFloat
-
-
-class PhasePlan(Strict):
-    start_epoch: NonNegInt
-    epochs: PosInt
-    frozen_layers: NonNegInt = Field(description="Leading layers frozen (0 = none).")
-    cached: bool
-    num_stages: PosInt
-    replicas: PosInt
-    micro_batches: PosInt
-    micro_batch_size: PosInt
-    schedule: Schedule
-    boundaries: list[NonNegInt]
-    rank_map: list[list[NonNegInt]] = Field(description="[replica][stage] → global rank.")
-    step_s: NonNegFloat = Field(description="Predicted step (cached steady state if cached).")
-    epoch_s: NonNegFloat = Field(description="Predicted epoch (cached steady state if cached).")
-    first_epoch_s: NonNegFloat = Field(description="First epoch (fills the cache if cached).")
-    transition_s: NonNegFloat = Field(description="Re-partitioning before the phase starts.")
-    total_s: NonNegFloat = Field(description="transition + all epochs of the phase.")
-    stages: list[StagePlan]
-    runner_ups: list[RunnerUp]
-
-
-class ProfileIdentity(Strict):
-    model: str
-    device: str
-    sha256: str = Field(description="sha256 of the profile's canonical JSON (schema.dumps).")
-
-
-class PlanInputs(Strict):
-    profile: ProfileIdentity
-    cluster: Cluster
-    global_batch: PosInt
-    samples: PosInt
-    epochs: PosInt
-    steps_per_epoch: PosInt
-    freeze: FreezeSchedule
-    cache: bool
-    pinned: dict[str, int | str | list[int]]
-
-
-class Plan(Strict):
-    schema_version: Literal[1] = 1
-    inputs: PlanInputs
-    phases: list[PhasePlan]
-    predicted_total_s: NonNegFloat
-
-
-SCHEMAS["plan"] = Plan
-
-
-class EpochRow(Strict):
-    epoch: NonNegInt
-    frozen_layers: NonNegInt
-    cached: bool
-    num_stages: PosInt
-    replicas: PosInt
-    micro_batches: PosInt
-    epoch_s: NonNegFloat
-    samples_per_s: NonNegFloat
-
-
-class StaticPlanSummary(Strict):
-    num_stages: PosInt
-    replicas: PosInt
-    micro_batches: PosInt
-    schedule: Schedule
-    boundaries: list[NonNegInt]
-    step_s: NonNegFloat
-    epoch_s: NonNegFloat
-    total_s: NonNegFloat
-
-
-class AblationRow(Strict):
-    name: str
-    total_s: NonNegFloat
-    speedup: NonNegFloat = Field(description="Baseline total / this total.")
-
-
-class Preview(Strict):
-    model: str
-    devices: PosInt
-    baseline: StaticPlanSummary
-    epochs: list[EpochRow]
-    total_s: NonNegFloat
-    predicted_speedup: NonNegFloat
-    ablation: list[AblationRow]
-    plan: Plan
 
 
 # --------------------------------------------------------------------------- inputs
@@ -239,17 +136,15 @@ class _Choice:
 def _phase_choice(
     model: CostModel,
     shape: TrainingShape,
-    frozen: int,
-    cached: bool,
     layout: Layout,
     transition_s: float,
     runner_ups: list[Evaluation],
 ) -> _Choice:
-    steady = model.evaluate(layout, frozen, cached, record=False)
+    steady = model.evaluate(layout, record=False)
     epoch_s = shape.steps_per_epoch * steady.step_s
     first = epoch_s
-    if cached:
-        first += cache_fill_s(model, frozen, layout.micro_batch_size, shape.samples)
+    if layout.cached:
+        first += cache_fill_s(model, layout.frozen_layers, layout.micro_batch_size, shape.samples)
     return _Choice(layout, steady, first, epoch_s, transition_s, runner_ups)
 
 
@@ -265,11 +160,11 @@ def _elastic(
     cache: bool,
     pins: Pins,
     fixed_layout: Layout | None = None,
-) -> list[tuple[int, int, int, bool, _Choice]]:
-    """Per phase (start, epochs, frozen, cached, choice). With `fixed_layout` every phase
-    keeps that layout (the "freeze only" ablation)."""
+) -> list[tuple[int, int, _Choice]]:
+    """Per phase (start epoch, epochs, choice). With `fixed_layout` every phase keeps that
+    placement (the "freeze only" ablation)."""
     result = []
-    previous: tuple[Layout, int] | None = None
+    previous: Layout | None = None
     for phase in phases(freeze):
         frozen, epochs = phase.frozen_layers, phase.epochs
         # Filling the cache costs a prefix forward over the whole training set on every
@@ -287,9 +182,9 @@ def _elastic(
                 best = (cached, choice)
         if best is None:
             raise error
-        cached, choice = best
-        previous = (choice.layout, frozen)
-        result.append((phase.start_epoch, epochs, frozen, cached, choice))
+        choice = best[1]
+        previous = choice.layout
+        result.append((phase.start_epoch, epochs, choice))
     return result
 
 
@@ -300,26 +195,42 @@ def _choose(
     cached: bool,
     epochs: int,
     pins: Pins,
-    previous: tuple[Layout, int] | None,
+    previous: Layout | None,
     fixed_layout: Layout | None,
 ) -> _Choice:
-    """The layout of one phase: the solver's, unless keeping the previous one is cheaper
-    once the transition is paid for."""
+    """The layout of one phase: the solver's, unless keeping the previous placement is
+    cheaper once the transition is paid for."""
     if fixed_layout is not None:
-        return _phase_choice(model, shape, frozen, cached, fixed_layout, 0.0, [])
+        # Priced as is, even where the frozen prefix reaches past stage 0: an ablation, not
+        # a layout the plan emits.
+        kept = fixed_layout.model_copy(
+            update={"frozen_layers": frozen, "cached": cached and frozen > 0}
+        )
+        return _phase_choice(model, shape, kept, 0.0, [])
     solution = solve_phase(model, shape.global_batch, frozen, cached, pins)
     new_layout = solution.best.layout
     transition = 0.0
     if previous is not None:
-        transition = model.transition_s(previous[0], previous[1], new_layout, frozen)
-    choice = _phase_choice(
-        model, shape, frozen, cached, new_layout, transition, solution.runner_ups
-    )
-    if previous is not None and previous[0] != new_layout:
-        keep = _phase_choice(model, shape, frozen, cached, previous[0], 0.0, [])
-        if keep.steady.fits and keep.total_s(epochs) <= choice.total_s(epochs):
-            choice = keep
+        transition = model.transition_s(previous, new_layout)
+    choice = _phase_choice(model, shape, new_layout, transition, solution.runner_ups)
+    if previous is not None and not same_placement(previous, new_layout):
+        kept = _with_freeze(previous, frozen, cached, model)
+        if kept is not None:
+            keep = _phase_choice(model, shape, kept, 0.0, [])
+            if keep.steady.fits and keep.total_s(epochs) <= choice.total_s(epochs):
+                choice = keep
     return choice
+
+
+def _with_freeze(layout: Layout, frozen: int, cached: bool, model: CostModel) -> Layout | None:
+    """`layout`'s placement with the new freeze point, or None when that placement cannot run
+    it (the frozen prefix would reach past stage 0): the same check the executor applies."""
+    kept = layout.model_copy(update={"frozen_layers": frozen, "cached": cached and frozen > 0})
+    try:
+        kept.check(model.num_layers, model.cluster.num_devices)
+    except BadArgumentError:
+        return None
+    return kept
 
 
 def stage_plans(stages: list[StageReport]) -> list[StagePlan]:
@@ -339,37 +250,18 @@ def stage_plans(stages: list[StageReport]) -> list[StagePlan]:
     ]
 
 
-def _phase_plan(start: int, epochs: int, frozen: int, cached: bool, c: _Choice) -> PhasePlan:
-    layout = c.layout
+def _phase_plan(start: int, epochs: int, c: _Choice) -> PhasePlan:
     return PhasePlan(
         start_epoch=start,
         epochs=epochs,
-        frozen_layers=frozen,
-        cached=cached,
-        num_stages=layout.num_stages,
-        replicas=layout.replicas,
-        micro_batches=layout.micro_batches,
-        micro_batch_size=layout.micro_batch_size,
-        schedule=layout.schedule,
-        boundaries=list(layout.boundaries),
-        rank_map=[list(r) for r in layout.rank_map],
+        layout=c.layout,
         step_s=_r(c.steady.step_s),
         epoch_s=_r(c.epoch_s),
         first_epoch_s=_r(c.first_epoch_s),
         transition_s=_r(c.transition_s),
         total_s=_r(c.total_s(epochs)),
         stages=stage_plans(c.steady.stages),
-        runner_ups=[
-            RunnerUp(
-                num_stages=e.layout.num_stages,
-                replicas=e.layout.replicas,
-                micro_batches=e.layout.micro_batches,
-                micro_batch_size=e.layout.micro_batch_size,
-                schedule=e.layout.schedule,
-                step_s=_r(e.step_s),
-            )
-            for e in c.runner_ups
-        ],
+        runner_ups=[ScoredLayout(layout=e.layout, step_s=_r(e.step_s)) for e in c.runner_ups],
     )
 
 
@@ -415,19 +307,7 @@ def _plan_from(
             pinned=_pins_dict(pins),
         ),
         phases=phase_plans,
-        predicted_total_s=_r(sum(row[4].total_s(row[1]) for row in chosen)),
-    )
-
-
-def layout_of(phase: PhasePlan) -> Layout:
-    return Layout(
-        num_stages=phase.num_stages,
-        replicas=phase.replicas,
-        micro_batches=phase.micro_batches,
-        micro_batch_size=phase.micro_batch_size,
-        schedule=phase.schedule,
-        boundaries=tuple(phase.boundaries),
-        rank_map=tuple(tuple(r) for r in phase.rank_map),
+        predicted_total_s=_r(sum(c.total_s(epochs) for _, epochs, c in chosen)),
     )
 
 
@@ -436,10 +316,7 @@ def phase_timelines(
 ) -> list[Timeline]:
     """One simulated step per phase (steady state), for the Gantt plot."""
     model = CostModel(profile, plan.inputs.cluster, params)
-    return [
-        model.evaluate(layout_of(p), p.frozen_layers, p.cached, record=True).timeline
-        for p in plan.phases
-    ]
+    return [model.evaluate(p.layout, record=True).timeline for p in plan.phases]
 
 
 # --------------------------------------------------------------------------- preview
@@ -469,7 +346,7 @@ def make_preview(
     base_total = epochs * base_epoch_s
 
     def total(rows: list) -> float:
-        return sum(row[4].total_s(row[1]) for row in rows)
+        return sum(c.total_s(epochs) for _, epochs, c in rows)
 
     freeze_only = _elastic(model, shape, freeze, False, pins, fixed_layout=base.layout)
     repartition = _elastic(
@@ -488,11 +365,7 @@ def make_preview(
             rows.append(
                 EpochRow(
                     epoch=phase.start_epoch + k,
-                    frozen_layers=phase.frozen_layers,
-                    cached=phase.cached,
-                    num_stages=phase.num_stages,
-                    replicas=phase.replicas,
-                    micro_batches=phase.micro_batches,
+                    layout=phase.layout,
                     epoch_s=_r(epoch_s),
                     samples_per_s=_r(samples / epoch_s) if epoch_s > 0 else 0.0,
                 )
@@ -513,11 +386,7 @@ def make_preview(
         model=profile.model.name,
         devices=cluster.num_devices,
         baseline=StaticPlanSummary(
-            num_stages=base.layout.num_stages,
-            replicas=base.layout.replicas,
-            micro_batches=base.layout.micro_batches,
-            schedule=base.layout.schedule,
-            boundaries=list(base.layout.boundaries),
+            layout=base.layout,
             step_s=_r(base.step_s),
             epoch_s=_r(base_epoch_s),
             total_s=_r(base_total),
@@ -561,8 +430,8 @@ def compare_partitions(
     names: tuple[BaselineName, ...] = ("equal", "params", "time")
     for name in names:
         boundaries = baseline_boundaries(name, model, costs, layout.num_stages)
-        other = replace(layout, boundaries=boundaries)
-        rows.append((name, model.evaluate(other, frozen_layers, cached, record=False)))
+        other = layout.model_copy(update={"boundaries": boundaries})
+        rows.append((name, model.evaluate(other, record=False)))
     return [
         PartitionComparison(
             name=name,

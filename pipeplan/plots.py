@@ -389,20 +389,10 @@ def write_preview_plots(
     for index, (phase, timeline) in enumerate(zip(preview.plan.phases, timelines, strict=True)):
         title = (
             f"phase {index}: epochs {phase.start_epoch}–{phase.start_epoch + phase.epochs - 1}, "
-            f"{phase.frozen_layers} frozen, {phase.num_stages}×{phase.replicas}, "
-            f"M={phase.micro_batches} {phase.schedule}" + (", cached" if phase.cached else "")
+            f"{phase.layout.frozen_layers} frozen, {phase.layout.label()}"
         )
         written.append(plot_timeline(timeline, directory / f"phase{index}-step.png", title))
-    rows = [
-        dict(
-            epoch=row.epoch,
-            samples_per_s=row.samples_per_s,
-            stages=row.num_stages,
-            replicas=row.replicas,
-            frozen_layers=row.frozen_layers,
-        )
-        for row in preview.epochs
-    ]
+    rows = preview.epochs
     baseline = preview.baseline
     steps = preview.plan.inputs.steps_per_epoch * preview.plan.inputs.global_batch
     written.append(

@@ -3,7 +3,7 @@
 For each layer and micro-batch size: forward (with autograd recording), backward, and
 forward-only (no-grad, what a frozen layer costs) times; parameters; output bytes; bytes saved
 for backward (counted with `saved_tensors_hooks`, so it works on CPU too); on CUDA the peak
-memory above what was allocated before the forward. Timing follows DESIGN.md's noise rules:
+memory above what was allocated before the forward. Timing is made for shared machines:
 warm-up rounds, then repeats interleaved across layers and sizes so that a slow spell of a shared
 machine hits all layers alike; medians and interquartile ranges are recorded.
 """
@@ -23,8 +23,7 @@ import numpy as np
 import torch
 
 from pipeplan.errors import BadArgumentError
-from pipeplan.models import LayerSequence
-from pipeplan.schema import (
+from pipeplan.formats import (
     DeviceInfo,
     LayerProfile,
     MicroBatchTiming,
@@ -33,6 +32,7 @@ from pipeplan.schema import (
     ProfileSettings,
     dumps,
 )
+from pipeplan.models import LayerSequence
 
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
 

@@ -11,7 +11,7 @@ speedup and the speedup the two runs' own predictions previewed.
 planner's simulated one, and the per-epoch throughput chart.
 
 Measured numbers are medians over a phase's steady steps, as in `summary.json`: a cached
-phase's steps that still fill the cache are left out (see `pipeplan.records.steady_step`),
+phase's steps that still fill the cache are left out (see `pipeplan.formats.run.steady_step`),
 then the first `WARMUP_STEPS_PER_PHASE` of the rest. Every per-step quantity is a total over
 the step (the planner's per-micro-batch times are multiplied by M). Errors are fractions:
 (predicted − measured) / measured, so −0.25 means the planner predicted 25 % less time than was
@@ -23,152 +23,31 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
 
-from pydantic import Field
-
-from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.plan import StagePlan
-from pipeplan.records import (
+from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
+from pipeplan.formats import (
+    BaselineReport,
+    Comparison,
     EpochRecord,
+    EpochReport,
     PhaseRecord,
+    PhaseReport,
+    RankBreakdown,
     RankTimes,
+    Report,
     RunConfig,
+    StagePlan,
+    StageReport,
     StepRecord,
+    load,
     read_records,
     steady_step,
     steady_steps,
 )
-from pipeplan.schema import SCHEMAS, NonNegFloat, NonNegInt, PosInt, Strict, load
 from pipeplan.simulate import StageWork, Timeline, TimelineEvent, simulate
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
 
-
-# --------------------------------------------------------------------------- format
-
-
-class Comparison(Strict):
-    """One per-step quantity: the planner's prediction next to the measured median."""
-
-    predicted_s: NonNegFloat | None
-    measured_s: NonNegFloat | None
-    error: float | None = Field(description=ERROR_DESCRIPTION)
-
-
-class RankBreakdown(Strict):
-    """Median per-step totals of one rank; the measured Gantt chart draws replica 0's."""
-
-    rank: NonNegInt
-    fwd_s: NonNegFloat
-    bwd_s: NonNegFloat
-    wait_s: NonNegFloat
-    allreduce_s: NonNegFloat
-    optimizer_s: NonNegFloat
-    input_s: NonNegFloat
-
-
-class StageReport(Strict):
-    stage: NonNegInt
-    first_layer: NonNegInt
-    stop_layer: PosInt = Field(description="Exclusive.")
-    ranks: list[NonNegInt] = Field(description="One rank per replica.")
-    compute: Comparison = Field(description="Forward + backward: M·(fwd_s + bwd_s) predicted.")
-    transfer: Comparison = Field(
-        description="Predicted M·(send_fwd_s + send_bwd_s); measured is the ranks' wait_s: time "
-        "inside the pipeline schedule not spent computing, so it also contains pipeline bubbles "
-        "and waiting for slower stages, not only transfers."
-    )
-    allreduce: Comparison
-    optimizer: Comparison
-    measured_input_s: NonNegFloat | None = Field(
-        description="Reading the batch (and the cache); part of the step, not of the prediction."
-    )
-    replica0: RankBreakdown | None = Field(description="The rank of replica 0 of this stage.")
-
-
-class PhaseReport(Strict):
-    phase: NonNegInt
-    start_epoch: NonNegInt
-    start_step: NonNegInt
-    frozen_layers: NonNegInt
-    cached: bool
-    num_stages: PosInt
-    replicas: PosInt
-    micro_batches: PosInt
-    micro_batch_size: PosInt
-    schedule: Literal["gpipe", "1f1b"]
-    boundaries: list[NonNegInt]
-    layout: str = Field(description="S×D, M, schedule and cached, in words.")
-    steps: NonNegInt
-    cache_filling_steps: NonNegInt = Field(
-        description="Steps of a cached phase that still computed the frozen prefix: not steady."
-    )
-    measured_steps: NonNegInt = Field(description="Steps the medians are taken over.")
-    transition_s: NonNegFloat
-    predicted_step_s: NonNegFloat | None = Field(description="Made before the phase started.")
-    measured_step_s: NonNegFloat | None = Field(description="Median step of the slowest rank.")
-    measured_iqr_s: NonNegFloat | None = Field(description="Interquartile range of the same.")
-    error: float | None = Field(description=ERROR_DESCRIPTION)
-    predicted_overhead_s: NonNegFloat | None = Field(
-        description="Part of predicted_step_s outside the simulated schedule (a calibrated "
-        "profile's per-step overhead, e.g. reading the input); None without predicted_stages."
-    )
-    predicted_stages: list[StagePlan] | None = Field(
-        description="The planner's per-micro-batch stage times, to simulate the predicted step."
-    )
-    stages: list[StageReport]
-
-
-class EpochReport(Strict):
-    epoch: NonNegInt
-    phase: NonNegInt = Field(description="The phase at the end of the epoch.")
-    frozen_layers: NonNegInt
-    stages: PosInt
-    replicas: PosInt
-    steps: NonNegInt
-    epoch_s: NonNegFloat
-    samples_per_s: NonNegFloat
-    eval_accuracy: float | None
-
-
-class BaselineReport(Strict):
-    run_dir: str
-    name: str
-    steps: NonNegInt
-    training_s: NonNegFloat
-    predicted_training_s: NonNegFloat | None
-    samples_per_s: NonNegFloat | None = Field(description="Mean training throughput.")
-    final_eval_accuracy: float | None
-    measured_speedup: float | None = Field(description="Baseline training_s / this run's.")
-    previewed_speedup: float | None = Field(
-        description="Baseline predicted_training_s / this run's: both runs' own predictions."
-    )
-
-
-class Report(Strict):
-    schema_version: Literal[1] = 1
-    name: str
-    run_dir: str
-    model: str
-    data: str
-    nproc: PosInt
-    global_batch: PosInt
-    freeze: str
-    epochs_planned: PosInt
-    epochs_completed: NonNegInt
-    steps: NonNegInt
-    training_s: NonNegFloat = Field(description="Σ epoch training time + Σ transitions.")
-    predicted_training_s: NonNegFloat | None = Field(
-        description="Σ over phases of predicted_step_s × steps (no transitions, no evaluation)."
-    )
-    final_eval_accuracy: float | None
-    phases: list[PhaseReport]
-    epochs: list[EpochReport]
-    baseline: BaselineReport | None = None
-
-
-SCHEMAS["report"] = Report
 
 # --------------------------------------------------------------------------- reading
 
@@ -201,16 +80,10 @@ class _Run:
                 kind = f"{record.kind} {getattr(record, record.kind)}"
                 raise InputFileError(f"{where}: {kind} is in phase {record.phase}, never started")
         for p in self.phases:
-            if len(p.boundaries) != p.num_stages + 1:
-                raise InputFileError(
-                    f"{where}: phase {p.phase} has {len(p.boundaries)} boundaries for "
-                    f"{p.num_stages} stages"
-                )
-            if p.predicted_stages is not None and len(p.predicted_stages) != p.num_stages:
-                raise InputFileError(
-                    f"{where}: phase {p.phase} predicts {len(p.predicted_stages)} stages for a "
-                    f"{p.num_stages}-stage layout"
-                )
+            try:
+                p.layout.check(p.layout.boundaries[-1], p.pricing.cluster.num_devices)
+            except PipeplanError as exc:
+                raise InputFileError(f"{where}: phase {p.phase}: {exc}") from None
 
     def phase_steps(self, phase: int) -> list[StepRecord]:
         return [s for s in self.steps if s.phase == phase]
@@ -286,23 +159,19 @@ def rank_breakdown(steps: Sequence[StepRecord], stage: int, replica: int) -> Ran
 # --------------------------------------------------------------------------- report
 
 
-def layout_label(phase: PhaseRecord) -> str:
-    cached = " cached" if phase.cached else ""
-    return f"{phase.num_stages}x{phase.replicas} M={phase.micro_batches} {phase.schedule}{cached}"
-
-
 def stage_report(phase: PhaseRecord, stage: int, steps: Sequence[StepRecord]) -> StageReport:
     plan = phase.predicted_stages[stage] if phase.predicted_stages else None
-    m = phase.micro_batches
+    layout = phase.layout
+    m = layout.micro_batches
 
     def predicted(per_step: Callable[[StagePlan], float]) -> float | None:
         return per_step(plan) if plan else None
 
     return StageReport(
         stage=stage,
-        first_layer=phase.boundaries[stage],
-        stop_layer=phase.boundaries[stage + 1],
-        ranks=[row[stage] for row in phase.rank_map if stage < len(row)],
+        first_layer=layout.boundaries[stage],
+        stop_layer=layout.boundaries[stage + 1],
+        ranks=[row[stage] for row in layout.rank_map],
         compute=compare(
             predicted(lambda p: m * (p.fwd_s + p.bwd_s)),
             stage_median(steps, stage, lambda r: r.fwd_s + r.bwd_s),
@@ -330,15 +199,7 @@ def phase_report(phase: PhaseRecord, steps: Sequence[StepRecord], config: RunCon
         phase=phase.phase,
         start_epoch=phase.start_epoch,
         start_step=phase.start_step,
-        frozen_layers=phase.frozen_layers,
-        cached=phase.cached,
-        num_stages=phase.num_stages,
-        replicas=phase.replicas,
-        micro_batches=phase.micro_batches,
-        micro_batch_size=phase.micro_batch_size,
-        schedule=phase.schedule,
-        boundaries=phase.boundaries,
-        layout=layout_label(phase),
+        layout=phase.layout,
         steps=len(steps),
         cache_filling_steps=sum(not steady_step(s, phase, config) for s in steps),
         measured_steps=len(used),
@@ -349,7 +210,7 @@ def phase_report(phase: PhaseRecord, steps: Sequence[StepRecord], config: RunCon
         error=relative_error(phase.predicted_step_s, measured),
         predicted_overhead_s=predicted_overhead(phase),
         predicted_stages=phase.predicted_stages,
-        stages=[stage_report(phase, s, used) for s in range(phase.num_stages)],
+        stages=[stage_report(phase, s, used) for s in range(phase.layout.num_stages)],
     )
 
 
@@ -359,9 +220,7 @@ def epoch_reports(run: _Run) -> list[EpochReport]:
         EpochReport(
             epoch=e.epoch,
             phase=e.phase,
-            frozen_layers=e.frozen_layers,
-            stages=phases[e.phase].num_stages,
-            replicas=phases[e.phase].replicas,
+            layout=phases[e.phase].layout,
             steps=e.steps,
             epoch_s=e.epoch_s,
             samples_per_s=e.samples_per_s,
@@ -461,7 +320,9 @@ def measured_timeline(phase: PhaseReport) -> Timeline:
                     )
                 )
                 start += duration
-    return Timeline(events=events, step_s=phase.measured_step_s or 0.0, num_stages=phase.num_stages)
+    return Timeline(
+        events=events, step_s=phase.measured_step_s or 0.0, num_stages=phase.layout.num_stages
+    )
 
 
 def simulated_schedule(phase: PhaseRecord | PhaseReport) -> Timeline | None:
@@ -473,7 +334,7 @@ def simulated_schedule(phase: PhaseRecord | PhaseReport) -> Timeline | None:
             fwd_s=p.fwd_s,
             bwd_s=p.bwd_s,
             # Frozen layers form a prefix: a stage trains when it holds any layer past it.
-            has_backward=p.stop_layer > phase.frozen_layers,
+            has_backward=p.stop_layer > phase.layout.frozen_layers,
             send_fwd_s=p.send_fwd_s,
             send_bwd_s=p.send_bwd_s,
             allreduce_s=p.allreduce_s,
@@ -481,7 +342,7 @@ def simulated_schedule(phase: PhaseRecord | PhaseReport) -> Timeline | None:
         )
         for p in phase.predicted_stages
     ]
-    return simulate(works, phase.micro_batches, phase.schedule)
+    return simulate(works, phase.layout.micro_batches, phase.layout.schedule)
 
 
 def predicted_overhead(phase: PhaseRecord) -> float | None:
@@ -508,7 +369,9 @@ def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
     directory = Path(directory)
     written = []
     for phase in report.phases:
-        heading = f"phase {phase.phase}: {phase.frozen_layers} frozen, {phase.layout}"
+        heading = (
+            f"phase {phase.phase}: {phase.layout.frozen_layers} frozen, {phase.layout.label()}"
+        )
         if phase.measured_step_s is None:
             heading += " (no steady step measured)"
         path = directory / f"phase{phase.phase}-measured-vs-simulated.png"

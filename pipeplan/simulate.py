@@ -20,8 +20,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-Schedule = Literal["gpipe", "1f1b"]
-SCHEDULES: tuple[Schedule, ...] = ("gpipe", "1f1b")
+from pipeplan.formats import Schedule
 
 
 class TimelineEvent(BaseModel):

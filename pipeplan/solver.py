@@ -29,10 +29,11 @@ from typing import Literal
 
 import numpy as np
 
-from pipeplan.costmodel import CostModel, Evaluation, Layout, PhaseCosts, rank_map
+from pipeplan.costmodel import CostModel, Evaluation, PhaseCosts, rank_map
 from pipeplan.errors import BadArgumentError, PipeplanError
+from pipeplan.formats import SCHEDULES, Layout, Schedule
 from pipeplan.partition import PartitionProblem, solve_partition
-from pipeplan.simulate import SCHEDULES, Schedule, in_flight, step_lower_bound_s
+from pipeplan.simulate import in_flight, step_lower_bound_s
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,6 @@ class Shape:
 
 @dataclass
 class PhaseSolution:
-    frozen_layers: int
-    cached: bool
     best: Evaluation
     runner_ups: list[Evaluation] = field(default_factory=list)
     evaluated: int = 0  # candidates whose partition was solved and simulated
@@ -259,8 +258,8 @@ class PhaseSearch:
                     return None
                 boundaries = result.boundaries
         return Layout(
-            num_stages=shape.num_stages,
-            replicas=shape.replicas,
+            frozen_layers=self.frozen_layers,
+            cached=self.cached,
             micro_batches=shape.micro_batches,
             micro_batch_size=shape.micro_batch_size,
             schedule=schedule,
@@ -269,7 +268,7 @@ class PhaseSearch:
         )
 
     def evaluate(self, layout: Layout, record: bool = False) -> Evaluation:
-        return self.model.evaluate(layout, self.frozen_layers, self.cached, record=record)
+        return self.model.evaluate(layout, record=record)
 
     # ------------------------------------------------------------------ search
 
@@ -315,7 +314,7 @@ class PhaseSearch:
                     continue
                 earlier = layout.boundaries
                 for candidate in self.alternatives(layout):
-                    works, _ = self.model.stages(candidate, self.frozen_layers, self.cached)
+                    works, _ = self.model.stages(candidate)
                     layout_bound = step_lower_bound_s(works, shape.micro_batches)
                     heapq.heappush(queue, (layout_bound, next(order), candidate))
         simulate_queued_below(np.inf)
@@ -323,7 +322,7 @@ class PhaseSearch:
             raise PipeplanError(self._does_not_fit_message(shapes))
         ranked = [e for _, _, e in sorted(simulated, key=lambda item: item[:2])][: runner_ups + 1]
         best = self.evaluate(ranked[0].layout, record=True)
-        return PhaseSolution(self.frozen_layers, self.cached, best, ranked[1:], len(simulated))
+        return PhaseSolution(best, ranked[1:], len(simulated))
 
     def alternatives(self, layout: Layout) -> list[Layout]:
         """The DP's min-bottleneck layout and, when they fit, the baseline partitions of the
@@ -347,7 +346,7 @@ class PhaseSearch:
             boundaries = baseline_boundaries(name, self.model, costs, layout.num_stages)
             if boundaries not in seen and problem.valid(boundaries):
                 seen.add(boundaries)
-                result.append(replace(layout, boundaries=boundaries))
+                result.append(layout.model_copy(update={"boundaries": boundaries}))
         return result
 
     # ------------------------------------------------------------------ nothing fits

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeplan.schema import (
+from pipeplan.formats import (
     DeviceInfo,
     LayerProfile,
     MicroBatchTiming,

@@ -11,3 +11,38 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def fake_pricing(devices: int = 2):
+    """A phase record's pricing for hand-made run records: the shipped vit-digits profile on a
+    local cluster of `devices` ranks."""
+    from pipeplan.formats import Cluster, Link, Pricing
+
+    return Pricing(
+        source="solver",
+        profile="profile.json",
+        profile_sha256="0" * 64,
+        calibration="none",
+        cluster=Cluster(
+            nodes=1,
+            devices_per_node=devices,
+            device_memory_bytes=1 << 30,
+            intra_node=Link(bandwidth_bytes_per_s=1e9, latency_s=1e-5),
+            inter_node=Link(bandwidth_bytes_per_s=1e9, latency_s=1e-5),
+        ),
+    )
+
+
+def make_layout(global_batch, frozen_layers, cached, boundaries, rank_map, micro_batches, schedule):
+    """A Layout from the parts a test names, its micro-batch size from the global batch."""
+    from pipeplan.formats import Layout
+
+    return Layout(
+        frozen_layers=frozen_layers,
+        cached=cached,
+        micro_batches=micro_batches,
+        micro_batch_size=global_batch // (len(rank_map) * micro_batches),
+        schedule=schedule,
+        boundaries=tuple(boundaries),
+        rank_map=tuple(tuple(row) for row in rank_map),
+    )

@@ -5,13 +5,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import fake_pricing
 
 import cli
-from pipeplan.calibrate import calibrate, observe, predict, run_cluster
-from pipeplan.costmodel import CostModel, Layout
+from pipeplan.calibrate import calibrate, observe, predict
+from pipeplan.cluster import run_cluster
+from pipeplan.costmodel import CostModel
 from pipeplan.errors import InputFileError
-from pipeplan.records import PhaseRecord, RankTimes, RunConfig, StepRecord
-from pipeplan.schema import Calibration, FittedLink, Profile, dumps, load
+from pipeplan.formats import (
+    Calibration,
+    FittedLink,
+    Layout,
+    PhaseRecord,
+    Profile,
+    RankTimes,
+    RunConfig,
+    StepRecord,
+    dumps,
+    load,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE_PATH = ROOT / "profiles" / "vit-digits@cpu-1t.json"
@@ -80,23 +92,24 @@ def write_run(run_dir: Path, profile: Profile, steps_per_phase: int = 8) -> None
     lines, step = [], 0
     for index, (frozen, S, D, M, schedule, boundaries) in enumerate(PHASES):
         rank_map = tuple(tuple(r * S + s for s in range(S)) for r in range(D))
-        layout = Layout(S, D, M, 64 // (D * M), schedule, boundaries, rank_map)
-        step_s = model.evaluate(layout, frozen, False, record=False).step_s
+        layout = Layout(
+            frozen_layers=frozen,
+            cached=False,
+            micro_batches=M,
+            micro_batch_size=64 // (D * M),
+            schedule=schedule,
+            boundaries=boundaries,
+            rank_map=rank_map,
+        )
+        step_s = model.evaluate(layout, record=False).step_s
         lines.append(
             PhaseRecord(
                 phase=index,
                 start_step=step,
                 start_epoch=0,
-                frozen_layers=frozen,
-                cached=False,
-                num_stages=S,
-                replicas=D,
-                micro_batches=M,
-                micro_batch_size=64 // (D * M),
-                schedule=schedule,
-                boundaries=list(boundaries),
-                rank_map=[list(r) for r in rank_map],
+                layout=layout,
                 predicted_step_s=None,
+                pricing=fake_pricing().model_copy(update={"cluster": model.cluster}),
                 transition_s=0.0,
             )
         )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeplan.records import StepRecord, read_records
+from pipeplan.formats import StepRecord, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = [
@@ -109,12 +109,12 @@ def test_a_failed_write_is_a_clear_error_and_keeps_the_previous_checkpoint(
     tmp_path, single_rank_group
 ):
     from executor import checkpoint
-    from executor.parallel import PhaseSpec
+    from executor.checkpoint import _gather_layout
     from pipeplan import models
     from pipeplan.errors import OutputError
 
     seq = models.build("bert-synth")
-    spec = PhaseSpec(0, False, (0, len(seq.layers)), ((0,),), 1, "1f1b")
+    spec = _gather_layout(0, len(seq.layers))
 
     def manifest(step):
         return checkpoint.CheckpointManifest(

@@ -99,9 +99,17 @@ def test_boundaries_use_the_link_between_their_ranks():
 
 def test_stage_memory_counts_micro_batches_in_flight():
     model = CostModel(small_profile(), cluster(), CostParams(reserve_bytes=0))
-    layout = Layout(2, 1, 4, 2, "gpipe", (0, 3, 6), tuple([tuple([0, 1])]))
-    gpipe = model.evaluate(layout, 0, False)
-    onef = model.evaluate(Layout(2, 1, 4, 2, "1f1b", (0, 3, 6), ((0, 1),)), 0, False)
+    layout = Layout(
+        frozen_layers=0,
+        cached=False,
+        micro_batches=4,
+        micro_batch_size=2,
+        schedule="gpipe",
+        boundaries=(0, 3, 6),
+        rank_map=((0, 1),),
+    )
+    gpipe = model.evaluate(layout)
+    onef = model.evaluate(layout.model_copy(update={"schedule": "1f1b"}))
     costs = model.phase_costs(2, 0, False)
     static = costs.static_bytes[:3].sum()
     saved = costs.saved_bytes_per_micro_batch[:3].sum()
@@ -112,10 +120,25 @@ def test_stage_memory_counts_micro_batches_in_flight():
 
 def test_transition_cost_is_zero_without_a_change_and_moves_bytes_otherwise():
     model = CostModel(small_profile(), cluster(), CostParams(group_rebuild_s=1.0))
-    a = Layout(2, 2, 1, 4, "1f1b", (0, 3, 6), tuple(map(tuple, rank_map(2, 2, 2, 2))))
-    b = Layout(1, 4, 1, 2, "1f1b", (0, 6), tuple(map(tuple, rank_map(1, 4, 2, 2))))
-    assert model.transition_s(a, 0, a, 0) == 0.0
-    assert model.transition_s(a, 0, b, 2) > 1.0
+    a = Layout(
+        frozen_layers=0,
+        cached=False,
+        micro_batches=2,
+        micro_batch_size=4,
+        schedule="1f1b",
+        boundaries=(0, 3, 6),
+        rank_map=tuple(map(tuple, rank_map(2, 2, 2, 2))),
+    )
+    b = a.model_copy(
+        update={
+            "frozen_layers": 2,
+            "micro_batches": 1,
+            "boundaries": (0, 6),
+            "rank_map": tuple(map(tuple, rank_map(1, 4, 2, 2))),
+        }
+    )
+    assert model.transition_s(a, a) == 0.0
+    assert model.transition_s(a, b) > 1.0
 
 
 def test_profile_and_model_layer_counts_must_agree():
@@ -126,7 +149,7 @@ def test_profile_and_model_layer_counts_must_agree():
 
 
 def test_cluster_defaults_to_the_measured_links():
-    from pipeplan.schema import CommProfile, LinkFit
+    from pipeplan.formats import CommProfile, LinkFit
 
     profile = small_profile()
     fit = LinkFit(latency_s=3e-5, bandwidth_bytes_per_s=2e9, samples=[])

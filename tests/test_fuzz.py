@@ -10,9 +10,8 @@ from hypothesis import strategies as st
 from executor.checkpoint import CheckpointManifest
 from pipeplan.cluster import Cluster
 from pipeplan.errors import InputFileError
+from pipeplan.formats import Profile, RunConfig, parse, read_records
 from pipeplan.plan import Plan
-from pipeplan.records import RunConfig, read_records
-from pipeplan.schema import Profile, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = json.loads((ROOT / "profiles" / "bert-tiny@cpu-1t.json").read_text())

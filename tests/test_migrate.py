@@ -6,17 +6,18 @@ import datetime
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import make_layout
 
 from executor.migrate import install_states, migrate, moves, optimizer_states
-from executor.parallel import PhaseRuntime, PhaseSpec, set_frozen
+from executor.parallel import PhaseRuntime, set_frozen
 from pipeplan import models
 from pipeplan.spawn import free_port, run_ranks
 
 GLOBAL_BATCH, STEPS_PER_PHASE, LR = 8, 2, 1e-3
 PHASES = [  # 2×1 → 1×2 → 2×1 with a growing freeze point (bert-synth has 8 layers)
-    PhaseSpec(0, False, (0, 4, 8), ((0, 1),), 2, "1f1b"),
-    PhaseSpec(2, False, (0, 8), ((0,), (1,)), 2, "gpipe"),
-    PhaseSpec(4, False, (0, 6, 8), ((0, 1),), 2, "1f1b"),
+    make_layout(GLOBAL_BATCH, 0, False, (0, 4, 8), ((0, 1),), 2, "1f1b"),
+    make_layout(GLOBAL_BATCH, 2, False, (0, 8), ((0,), (1,)), 2, "gpipe"),
+    make_layout(GLOBAL_BATCH, 4, False, (0, 6, 8), ((0, 1),), 2, "1f1b"),
 ]
 
 
@@ -71,20 +72,19 @@ def _rank(rank, world, port, out):
         def make(params):
             return torch.optim.AdamW(params, lr=LR)
 
-        m = GLOBAL_BATCH // (spec.replicas * spec.micro_batches)
         example = lambda n: batches(seq)[0][0][:n]  # noqa: E731
         if runtime is None:
             runtime = PhaseRuntime(
-                seq.layers, seq.loss, spec, rank, example, m, torch.device("cpu"), make
+                seq.layers, seq.loss, spec, rank, example, torch.device("cpu"), make
             )
         else:
             record[f"before{k}"] = snapshot(seq, runtime)
             states = migrate(
-                seq.layers, runtime.spec, optimizer_states(runtime.optimizer), spec, rank
+                seq.layers, runtime.layout, optimizer_states(runtime.optimizer), spec, rank
             )
             runtime.destroy()
             runtime = PhaseRuntime(
-                seq.layers, seq.loss, spec, rank, example, m, torch.device("cpu"), make
+                seq.layers, seq.loss, spec, rank, example, torch.device("cpu"), make
             )
             install_states(runtime.optimizer, states)
             record[f"after{k}"] = snapshot(seq, runtime)

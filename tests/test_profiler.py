@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pipeplan import models, profiler, schema
+from pipeplan import formats, models, profiler
 from pipeplan.errors import BadArgumentError
 
 
@@ -50,7 +50,7 @@ def test_sizes_and_params(synth_profile):
 
 def test_profile_round_trips_through_json(synth_profile):
     _, prof = synth_profile
-    again = schema.parse(schema.Profile, schema.dumps(prof))
+    again = formats.parse(formats.Profile, formats.dumps(prof))
     assert again == prof
 
 
@@ -84,7 +84,7 @@ def test_out_of_memory_size_is_recorded_infeasible(monkeypatch):
     assert timing[1].feasible and not timing[4].feasible
     assert "out of memory" in timing[4].error and timing[4].fwd_s is None
     assert all(t.feasible for t in prof.layers[1].timings)  # other layers unaffected
-    schema.parse(schema.Profile, schema.dumps(prof))  # still a valid profile
+    formats.parse(formats.Profile, formats.dumps(prof))  # still a valid profile
 
 
 def test_other_errors_are_not_swallowed(monkeypatch):

@@ -7,17 +7,20 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import fake_pricing
 
 import cli
 from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.plan import StagePlan
-from pipeplan.records import (
+from pipeplan.formats import (
     WARMUP_STEPS_PER_PHASE,
     EpochRecord,
+    Layout,
     PhaseRecord,
     RankTimes,
     RunConfig,
+    StagePlan,
     StepRecord,
+    dumps,
 )
 from pipeplan.report import (
     Report,
@@ -25,7 +28,6 @@ from pipeplan.report import (
     measured_timeline,
     simulated_timeline,
 )
-from pipeplan.schema import dumps
 
 WARMUP_S = 9.0  # warm-up steps are this slow: any leak into a median shows at once
 
@@ -37,22 +39,30 @@ def stage_plan(first: int, stop: int, **times: float) -> StagePlan:
     )
 
 
+LAYOUT_FIELDS = set(Layout.model_fields)
+
+
 def phase_record(phase: int, *, stages: int, replicas: int, **fields) -> PhaseRecord:
     per_replica = [[r * stages + s for s in range(stages)] for r in range(replicas)]
-    defaults = dict(
-        start_step=0,
-        start_epoch=0,
+    layout = dict(
         frozen_layers=0,
         cached=False,
-        micro_batches=1,
+        micro_batches=stages,
         micro_batch_size=8,
         schedule="1f1b",
         boundaries=[10 * s // stages for s in range(stages + 1)],
         rank_map=per_replica,
+    )
+    layout.update({k: v for k, v in fields.items() if k in LAYOUT_FIELDS})
+    record = dict(
+        start_step=0,
+        start_epoch=0,
         predicted_step_s=None,
         transition_s=0.0,
+        pricing=fake_pricing(stages * replicas),
     )
-    return PhaseRecord(phase=phase, num_stages=stages, replicas=replicas, **{**defaults, **fields})
+    record.update({k: v for k, v in fields.items() if k not in LAYOUT_FIELDS})
+    return PhaseRecord(phase=phase, layout=Layout(**layout), **record)
 
 
 def rank(rank: int, stage: int | None, replica: int | None, **times: float) -> RankTimes:
@@ -187,7 +197,7 @@ def test_phase_step_median_skips_the_warmup_steps_and_gives_error_and_iqr(elasti
     # Quartiles of 0.1..0.5 (statistics.quantiles, exclusive): 0.15 and 0.45.
     assert p0.measured_iqr_s == pytest.approx(0.3)
     assert p0.error == pytest.approx((0.1 - 0.3) / 0.3)
-    assert p0.layout == "2x1 M=4 1f1b" and p0.predicted_step_s == 0.1
+    assert p0.layout.label() == "2x1 M=4 1f1b" and p0.predicted_step_s == 0.1
 
 
 def test_stage_predictions_are_per_step_and_measurements_are_medians(elastic):
@@ -371,7 +381,7 @@ def test_cli_json_parses_and_validates(elastic, static, capsys):
     assert cli.main(["report", str(elastic), "--baseline", str(static), "--json"]) == 0
     text = capsys.readouterr().out
     report = Report.model_validate(json.loads(text))
-    assert report.schema_version == 1 and report.baseline is not None
+    assert report.schema_version == 2 and report.baseline is not None
     assert report == make_report(elastic, static)
 
 

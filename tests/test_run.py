@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import cli
-from pipeplan.records import EpochRecord, PhaseRecord, StepRecord, read_records
+from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,12 +42,12 @@ def test_elastic_run_writes_its_records_and_changes_layout(tmp_path, capsys):
     phases = [r for r in records if isinstance(r, PhaseRecord)]
     steps = [r for r in records if isinstance(r, StepRecord)]
     epochs = [r for r in records if isinstance(r, EpochRecord)]
-    assert [(p.frozen_layers, p.num_stages, p.replicas) for p in phases] == [
+    assert [(p.layout.frozen_layers, p.layout.num_stages, p.layout.replicas) for p in phases] == [
         (0, 2, 1),
         (5, 1, 2),
         (7, 1, 2),
     ]
-    assert phases[1].cached and phases[1].predicted_step_s > 0
+    assert phases[1].layout.cached and phases[1].predicted_step_s > 0
     assert len(steps) == 12 and len(epochs) == 3
     assert all(len(s.ranks) == 2 and s.loss is not None for s in steps)
     assert all(r.fwd_s > 0 and r.bwd_s > 0 for r in steps[0].ranks)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pipeplan import schema
+from pipeplan import formats
 from pipeplan.errors import InputFileError
 
 LAYER = {
@@ -53,7 +53,7 @@ def minimal_profile() -> dict:
 
 
 def test_minimal_profile_loads():
-    prof = schema.parse(schema.Profile, json.dumps(minimal_profile()))
+    prof = formats.parse(formats.Profile, json.dumps(minimal_profile()))
     assert prof.comm is None and len(prof.layers) == 3
 
 
@@ -90,16 +90,16 @@ def mutate(path: str, value) -> str:
 )
 def test_bad_profiles_give_one_line_naming_the_problem(text, fragment):
     with pytest.raises(InputFileError) as err:
-        schema.parse(schema.Profile, text, "p.json")
+        formats.parse(formats.Profile, text, "p.json")
     message = str(err.value)
     assert fragment in message and "\n" not in message and message.startswith("p.json")
 
 
 def test_deep_nesting_is_an_input_error():
     with pytest.raises(InputFileError):
-        schema.parse(schema.Profile, "[" * 100000 + "]" * 100000)
+        formats.parse(formats.Profile, "[" * 100000 + "]" * 100000)
 
 
 def test_missing_file(tmp_path):
     with pytest.raises(InputFileError, match="no such file"):
-        schema.load(schema.Profile, tmp_path / "nope.json")
+        formats.load(formats.Profile, tmp_path / "nope.json")

@@ -150,13 +150,13 @@ def brute_force_best_step(model: CostModel, global_batch: int, frozen: int) -> f
                 if cuts and cuts[0] <= frozen:  # the frozen prefix lives in stage 0
                     continue
                 candidate = Layout(
-                    shape.num_stages,
-                    shape.replicas,
-                    shape.micro_batches,
-                    shape.micro_batch_size,
-                    schedule,
-                    (0, *cuts, L),
-                    ranks,
+                    frozen_layers=search.frozen_layers,
+                    cached=search.cached,
+                    micro_batches=shape.micro_batches,
+                    micro_batch_size=shape.micro_batch_size,
+                    schedule=schedule,
+                    boundaries=(0, *cuts, L),
+                    rank_map=ranks,
                 )
                 evaluation = search.evaluate(candidate)
                 if evaluation.fits:

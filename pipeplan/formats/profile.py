@@ -1,33 +1,13 @@
-"""File formats: pydantic models for everything pipeplan reads or writes.
-
-Every top-level format carries `schema_version`; loaders reject other versions, unknown fields
-and non-finite numbers with a message that names the offending field. `json_schema(name)`
-gives the JSON Schema the CLI prints with `pipeplan schema NAME`.
-"""
+"""The profile format: what `pipeplan profile` measured of a model's layers and the links, and
+the corrections `pipeplan calibrate` fitted on top (docs/architecture.md §3)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from pipeplan.errors import InputFileError, PipeplanError
-
-NonNegFloat = Annotated[float, Field(ge=0.0)]
-PosFloat = Annotated[float, Field(gt=0.0)]
-NonNegInt = Annotated[int, Field(ge=0)]
-PosInt = Annotated[int, Field(ge=1)]
-
-
-class Strict(BaseModel):
-    """Base for every format: unknown fields and NaN/inf are errors, not silently kept."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=False)
-
-
-# --------------------------------------------------------------------------- profile
+from pipeplan.formats.base import NonNegFloat, NonNegInt, PosFloat, PosInt, Strict
 
 
 class ModelInfo(Strict):
@@ -177,79 +157,3 @@ class Profile(Strict):
         if len(self.layers) < 3:
             raise ValueError("a profile needs embeddings, at least one block and a head")
         return self
-
-
-# --------------------------------------------------------------------------- loading
-
-# pipeplan.cluster, .plan, .records and .report add their formats when imported (_all_schemas).
-SCHEMAS: dict[str, type[BaseModel]] = {"profile": Profile}
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def _all_schemas() -> dict[str, type[BaseModel]]:
-    # Imported here, not at the top: those modules import this one.
-    import pipeplan.cluster
-    import pipeplan.plan
-    import pipeplan.records
-    import pipeplan.report  # noqa: F401
-
-    return SCHEMAS
-
-
-def json_schema(name: str) -> dict[str, Any]:
-    if name not in _all_schemas():
-        raise PipeplanError(f"unknown schema '{name}'; known: {', '.join(sorted(SCHEMAS))}")
-    return SCHEMAS[name].model_json_schema()
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"field '{where}': {err['msg']}{more}"
-
-
-def _reject_constant(token: str) -> float:
-    raise ValueError(f"{token} is not valid JSON")
-
-
-def parse(model: type[M], text: str, source: str = "input") -> M:
-    """Parse JSON text into `model`, raising InputFileError with one line on any problem."""
-    kind = model.__name__.lower()
-    try:
-        data = json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        raise InputFileError(f"{source}: not valid JSON ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise InputFileError(f"{source}: expected a JSON object for a {kind}")
-    version = data.get("schema_version")
-    if version != 1:
-        raise InputFileError(
-            f"{source}: {kind} schema_version {version!r} is not supported (this pipeplan reads 1)"
-        )
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise InputFileError(f"{source}: invalid {kind}: {_first_error(exc)}") from None
-    except RecursionError:
-        raise InputFileError(f"{source}: {kind} is nested too deeply") from None
-
-
-def load(model: type[M], path: str | Path) -> M:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
-    return parse(model, text, str(path))
-
-
-def dumps(obj: BaseModel) -> str:
-    """Canonical JSON: field order from the model, two-space indent, trailing newline."""
-    try:
-        return json.dumps(obj.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
-    except ValueError as exc:
-        raise PipeplanError(f"refusing to write a {type(obj).__name__.lower()}: {exc}") from None

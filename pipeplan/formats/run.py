@@ -1,8 +1,9 @@
 """Run records: what `pipeplan run` writes under runs/NAME/, read back by report and calibrate.
 
 - `run.json` — `RunConfig`: everything the run was started with.
-- `run.jsonl` — one JSON object per line: `PhaseRecord` when a layout starts, `StepRecord`
-  per optimizer step (with every rank's timings), `EpochRecord` per epoch.
+- `run.jsonl` — one JSON object per line: `PhaseRecord` when a layout starts (the layout, the
+  prediction and what priced it), `StepRecord` per optimizer step (with every rank's timings),
+  `EpochRecord` per epoch.
 - `summary.json` — `RunSummary`: measured vs predicted step time per phase, accuracy, totals.
 """
 
@@ -12,11 +13,13 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from pipeplan.errors import InputFileError
-from pipeplan.plan import StagePlan
-from pipeplan.schema import SCHEMAS, NonNegFloat, NonNegInt, PosInt, Strict
+from pipeplan.formats.base import NonNegFloat, NonNegInt, PosInt, Strict
+from pipeplan.formats.cluster import Cluster
+from pipeplan.formats.layout import Layout
+from pipeplan.formats.plan import StagePlan, check_stages
 
 FreezeMode = Literal["auto", "alpha", "list", "none"]
 
@@ -65,24 +68,46 @@ class RankTimes(Strict):
     input_s: NonNegFloat = Field(description="Reading the batch (and the cache) on stage 0.")
 
 
-class PhaseRecord(Strict):
-    kind: Literal["phase"] = "phase"
-    phase: NonNegInt
-    start_step: NonNegInt
-    start_epoch: NonNegInt
-    frozen_layers: NonNegInt
-    cached: bool
-    num_stages: PosInt
-    replicas: PosInt
-    micro_batches: PosInt
-    micro_batch_size: PosInt
-    schedule: Literal["gpipe", "1f1b"]
-    boundaries: list[NonNegInt]
-    rank_map: list[list[NonNegInt]]
+class Pricing(Strict):
+    """What priced a phase, so that it can be re-planned from the run directory alone."""
+
+    source: Literal["solver", "plan"] = Field(
+        description="Solved during the run, or taken from the --plan file."
+    )
+    profile: str = Field(
+        description="The profile the cost model used, a file in the run directory: "
+        "profile.json as given, or calibration-N.json when fitted during the run."
+    )
+    profile_sha256: str = Field(description="sha256 of that profile's canonical JSON.")
+    calibration: Literal["none", "profile", "online"] = Field(
+        description="The calibration applied: none, the one the profile came with, or one "
+        "fitted during this run (then `profile` names the file it was written to)."
+    )
+    cluster: Cluster
+
+
+class PhaseDecision(Strict):
+    """A phase as rank 0 decided it: the layout, what the planner predicted for it, and what
+    priced the prediction. Broadcast to every rank and recorded as a `PhaseRecord`."""
+
+    layout: Layout
     predicted_step_s: NonNegFloat | None
     predicted_stages: list[StagePlan] | None = Field(
         None, description="The planner's per-stage times (per micro-batch) for this layout."
     )
+    pricing: Pricing
+
+    @model_validator(mode="after")
+    def _stages_match_layout(self) -> PhaseDecision:
+        check_stages(self.layout, self.predicted_stages)
+        return self
+
+
+class PhaseRecord(PhaseDecision):
+    kind: Literal["phase"] = "phase"
+    phase: NonNegInt
+    start_step: NonNegInt
+    start_epoch: NonNegInt
     transition_s: NonNegFloat = Field(description="Measured time to move state and rebuild.")
 
 
@@ -120,8 +145,7 @@ _RECORD = TypeAdapter(Record)
 
 class PhaseSummary(Strict):
     phase: NonNegInt
-    frozen_layers: NonNegInt
-    layout: str
+    layout: Layout
     steps: NonNegInt
     predicted_step_s: NonNegFloat | None
     measured_step_s: NonNegFloat | None = Field(
@@ -133,7 +157,7 @@ class PhaseSummary(Strict):
 
 
 class RunSummary(Strict):
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     name: str
     total_s: NonNegFloat
     steps: NonNegInt
@@ -148,7 +172,7 @@ WARMUP_STEPS_PER_PHASE = 2
 def steady_step(step: StepRecord, phase: PhaseRecord, config: RunConfig) -> bool:
     """A cached phase's steps that still fill the cache (they compute the frozen prefix) are
     not the steady state the phase was planned for."""
-    return not phase.cached or step.cache_hits >= config.global_batch
+    return not phase.layout.cached or step.cache_hits >= config.global_batch
 
 
 def steady_steps(
@@ -158,10 +182,6 @@ def steady_steps(
     warm-up steps unless no others are left."""
     settled = [s for s in steps if steady_step(s, phase, config)]
     return settled[WARMUP_STEPS_PER_PHASE:] or settled
-
-
-SCHEMAS["run"] = RunConfig
-SCHEMAS["summary"] = RunSummary
 
 
 def read_records(path: str | Path) -> list[PhaseRecord | StepRecord | EpochRecord]:

@@ -1,0 +1,162 @@
+"""File formats: a pydantic model for everything pipeplan reads or writes, each with a
+`schema_version` (docs/architecture.md §3). The bottom layer: it imports nothing of pipeplan
+but `pipeplan.errors`.
+
+    from pipeplan.formats import Plan, load, dumps
+    plan = load(Plan, "plan.json")
+
+`SCHEMAS` is the registry `pipeplan schema NAME` prints from, written out here in full.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from pipeplan.errors import PipeplanError
+from pipeplan.formats.base import (
+    NonNegFloat,
+    NonNegInt,
+    PosFloat,
+    PosInt,
+    Strict,
+    dumps,
+    load,
+    parse,
+    schema_version,
+)
+from pipeplan.formats.checkpoint import CheckpointManifest
+from pipeplan.formats.cluster import Cluster, Link
+from pipeplan.formats.freeze import FreezePhase, FreezeSchedule
+from pipeplan.formats.layout import SCHEDULES, Layout, Schedule
+from pipeplan.formats.plan import (
+    AblationRow,
+    EpochRow,
+    PhasePlan,
+    Plan,
+    PlanInputs,
+    Preview,
+    ProfileIdentity,
+    ScoredLayout,
+    StagePlan,
+    StaticPlanSummary,
+)
+from pipeplan.formats.profile import (
+    Calibration,
+    CommProfile,
+    DeviceInfo,
+    FittedLink,
+    LayerProfile,
+    LinkFit,
+    LinkSample,
+    MicroBatchTiming,
+    ModelInfo,
+    Profile,
+    ProfileSettings,
+)
+from pipeplan.formats.report import (
+    BaselineReport,
+    Comparison,
+    EpochReport,
+    PhaseReport,
+    RankBreakdown,
+    Report,
+    StageReport,
+)
+from pipeplan.formats.run import (
+    WARMUP_STEPS_PER_PHASE,
+    EpochRecord,
+    FreezeMode,
+    PhaseDecision,
+    PhaseRecord,
+    PhaseSummary,
+    Pricing,
+    RankTimes,
+    RunConfig,
+    RunSummary,
+    StepRecord,
+    read_records,
+    steady_step,
+    steady_steps,
+)
+
+SCHEMAS: dict[str, type[BaseModel]] = {
+    "profile": Profile,
+    "cluster": Cluster,
+    "plan": Plan,
+    "run": RunConfig,
+    "summary": RunSummary,
+    "report": Report,
+    "checkpoint": CheckpointManifest,
+}
+
+
+def json_schema(name: str) -> dict[str, Any]:
+    if name not in SCHEMAS:
+        raise PipeplanError(f"unknown schema '{name}'; known: {', '.join(sorted(SCHEMAS))}")
+    return SCHEMAS[name].model_json_schema()
+
+
+__all__ = [
+    "SCHEDULES",
+    "SCHEMAS",
+    "WARMUP_STEPS_PER_PHASE",
+    "AblationRow",
+    "BaselineReport",
+    "Calibration",
+    "CheckpointManifest",
+    "Cluster",
+    "CommProfile",
+    "Comparison",
+    "DeviceInfo",
+    "EpochRecord",
+    "EpochReport",
+    "EpochRow",
+    "FittedLink",
+    "FreezeMode",
+    "FreezePhase",
+    "FreezeSchedule",
+    "LayerProfile",
+    "Layout",
+    "Link",
+    "LinkFit",
+    "LinkSample",
+    "MicroBatchTiming",
+    "ModelInfo",
+    "NonNegFloat",
+    "NonNegInt",
+    "PhaseDecision",
+    "PhasePlan",
+    "PhaseRecord",
+    "PhaseReport",
+    "PhaseSummary",
+    "Plan",
+    "PlanInputs",
+    "PosFloat",
+    "PosInt",
+    "Preview",
+    "Pricing",
+    "ProfileIdentity",
+    "ProfileSettings",
+    "RankBreakdown",
+    "RankTimes",
+    "Report",
+    "RunConfig",
+    "RunSummary",
+    "Schedule",
+    "ScoredLayout",
+    "StagePlan",
+    "StageReport",
+    "StaticPlanSummary",
+    "StepRecord",
+    "Strict",
+    "dumps",
+    "json_schema",
+    "load",
+    "parse",
+    "read_records",
+    "schema_version",
+    "steady_step",
+    "steady_steps",
+]

@@ -1,0 +1,91 @@
+"""The base of every file format: a strict pydantic model, its numeric types, and the one way
+files are parsed, loaded and written.
+
+    cluster = load(Cluster, "cluster.json")   # InputFileError with one line on any problem
+    text = dumps(cluster)                      # canonical JSON, same value → same bytes
+
+Loaders reject other schema versions, unknown fields, NaN and infinities, naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pipeplan.errors import InputFileError, PipeplanError
+
+NonNegFloat = Annotated[float, Field(ge=0.0)]
+PosFloat = Annotated[float, Field(gt=0.0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PosInt = Annotated[int, Field(ge=1)]
+
+
+class Strict(BaseModel):
+    """Base for every format: unknown fields and NaN/inf are errors, not silently kept."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=False)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def schema_version(model: type[BaseModel]) -> int:
+    """The version a top-level format writes and reads (its `schema_version` default)."""
+    return model.model_fields["schema_version"].default
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"field '{where}': {err['msg']}{more}"
+
+
+def _reject_constant(token: str) -> float:
+    raise ValueError(f"{token} is not valid JSON")
+
+
+def parse(model: type[M], text: str, source: str = "input") -> M:
+    """Parse JSON text into `model`, raising InputFileError with one line on any problem."""
+    kind = model.__name__.lower()
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise InputFileError(f"{source}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise InputFileError(f"{source}: expected a JSON object for a {kind}")
+    version, expected = data.get("schema_version"), schema_version(model)
+    # `true == 1` in Python: the type is checked too, so a boolean is not a version.
+    if type(version) is not int or version != expected:
+        raise InputFileError(
+            f"{source}: {kind} schema_version {version!r} is not supported "
+            f"(this pipeplan reads {expected})"
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InputFileError(f"{source}: invalid {kind}: {_first_error(exc)}") from None
+    except RecursionError:
+        raise InputFileError(f"{source}: {kind} is nested too deeply") from None
+
+
+def load(model: type[M], path: str | Path) -> M:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+    return parse(model, text, str(path))
+
+
+def dumps(obj: BaseModel) -> str:
+    """Canonical JSON: field order from the model, two-space indent, trailing newline."""
+    try:
+        return json.dumps(obj.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
+    except ValueError as exc:
+        raise PipeplanError(f"refusing to write a {type(obj).__name__.lower()}: {exc}") from None

@@ -1,0 +1,25 @@
+"""The checkpoint manifest: `checkpoints/step-N/manifest.json`, the position and freeze state a
+checkpoint's tensors belong to (the tensors themselves: `executor.checkpoint`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pipeplan.formats.base import NonNegInt, PosInt, Strict
+
+
+class CheckpointManifest(Strict):
+    schema_version: Literal[1] = 1
+    step: NonNegInt = Field(description="Global steps completed.")
+    epoch: NonNegInt
+    step_in_epoch: NonNegInt
+    phase: NonNegInt
+    frozen_layers: NonNegInt
+    grad_history: list[dict[str, float]]
+    grad_norm_sums: dict[str, float] = Field(description="Gradient norms summed this epoch.")
+    grad_norm_steps: NonNegInt
+    world_size: PosInt
+    model: str
+    cache: dict | None = Field(None, description="Stage-0 cache manifest (rebuilt on resume).")

@@ -1,0 +1,52 @@
+"""The cluster format: the devices a plan is made for and the links between them
+(`pipeplan schema cluster`). Human units and building one from flags: `pipeplan.cluster`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pipeplan.formats.base import NonNegFloat, PosFloat, PosInt, Strict
+
+# Defaults when neither a flag nor the profile says otherwise. PCIe 3.0 x16 inside a node,
+# 25 Gbit/s Ethernet between nodes (a common cloud instance), pinned host-to-device copies.
+DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S = 15.75e9
+DEFAULT_INTRA_LATENCY_S = 5e-6
+DEFAULT_INTER_BANDWIDTH_BYTES_PER_S = 25e9 / 8
+DEFAULT_INTER_LATENCY_S = 20e-6
+DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S = 12e9
+
+
+class Link(Strict):
+    """A link's fit t = latency_s + bytes / bandwidth_bytes_per_s (for an all-reduce link the
+    same two numbers are used in ring terms, see `costmodel.allreduce_s`)."""
+
+    bandwidth_bytes_per_s: PosFloat
+    latency_s: NonNegFloat = 0.0
+
+
+class Cluster(Strict):
+    schema_version: Literal[1] = 1
+    name: str | None = None
+    nodes: PosInt
+    devices_per_node: PosInt
+    device_memory_bytes: PosInt
+    intra_node: Link = Field(description="Point-to-point link between devices of one node.")
+    intra_node_allreduce: Link | None = Field(
+        None,
+        description="All-reduce fit (ring terms) inside a node; intra_node when absent.",
+    )
+    inter_node: Link = Field(description="Link between nodes (slowest link of a crossing group).")
+    host_to_device_bandwidth_bytes_per_s: PosFloat = Field(
+        DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S,
+        description="Reading cached activations from host memory.",
+    )
+
+    @property
+    def num_devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    @property
+    def allreduce_link(self) -> Link:
+        return self.intra_node_allreduce or self.intra_node

@@ -1,0 +1,25 @@
+"""The freeze schedule as a plan echoes it: where it came from and the frozen leading layers
+per epoch. Building and reading schedules: `pipeplan.freeze`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pipeplan.formats.base import NonNegInt, PosInt, Strict
+
+
+class FreezeSchedule(Strict):
+    """The schedule as echoed in a plan: where it came from and the per-epoch result."""
+
+    source: Literal["none", "alpha", "list", "trajectory"]
+    alpha: float | None = None
+    path: str | None = None
+    frozen_layers: list[NonNegInt] = Field(description="Frozen leading layers per epoch.")
+
+
+class FreezePhase(Strict):
+    start_epoch: NonNegInt
+    epochs: PosInt
+    frozen_layers: NonNegInt

@@ -1,0 +1,111 @@
+"""The one layout type: where and how one phase of training runs.
+
+    layout = Layout(frozen_layers=2, cached=True, micro_batches=4, micro_batch_size=8,
+                    schedule="1f1b", boundaries=(0, 5, 14), rank_map=((0, 1), (2, 3)))
+    layout.num_stages, layout.replicas   # 2, 2 (derived, never stored twice)
+    layout.check(num_layers=14, world_size=4)   # the one validity check
+    layout.label()                              # '2x2 M=4 1f1b cached'
+
+The solver returns it, the plan file and the run records store it, the executor runs it and
+the report reads it. Every layout the planner emits passes `check`, and the executor applies
+the same `check` before running one, so a written plan always runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Literal
+
+from pydantic import ConfigDict
+
+from pipeplan.errors import BadArgumentError
+from pipeplan.formats.base import NonNegInt, PosInt, Strict
+
+Schedule = Literal["gpipe", "1f1b"]
+SCHEDULES: tuple[Schedule, ...] = ("gpipe", "1f1b")
+
+
+class Layout(Strict):
+    """One phase: the freeze point, whether the frozen prefix is read from the cache, S stages
+    (boundaries 0 = b0 < … < bS = layers) × D replicas (rank_map[replica][stage] → global
+    rank), M micro-batches of m samples each per replica and step, and the schedule."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+    frozen_layers: NonNegInt
+    cached: bool
+    micro_batches: PosInt
+    micro_batch_size: PosInt
+    schedule: Schedule
+    boundaries: tuple[NonNegInt, ...]
+    rank_map: tuple[tuple[NonNegInt, ...], ...]
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.boundaries) - 1
+
+    @property
+    def replicas(self) -> int:
+        return len(self.rank_map)
+
+    @property
+    def global_batch(self) -> int:
+        return self.replicas * self.micro_batches * self.micro_batch_size
+
+    def stage_of_layer(self, layer: int) -> int:
+        return next(s for s in range(self.num_stages) if layer < self.boundaries[s + 1])
+
+    def stage_layers(self, stage: int) -> range:
+        return range(self.boundaries[stage], self.boundaries[stage + 1])
+
+    def check_placement(self, num_layers: int, world_size: int) -> None:
+        """Raise BadArgumentError (one line) unless the boundaries split `num_layers` layers
+        and the rank map places every stage of every replica on a distinct rank of
+        `world_size`: what the cost model needs to price the layout."""
+        b, S = self.boundaries, self.num_stages
+        if S < 1 or b[0] != 0 or b[-1] != num_layers:
+            raise BadArgumentError(
+                f"boundaries {list(b)} must start at 0 and end at {num_layers} (the layer count)"
+            )
+        if any(x >= y for x, y in itertools.pairwise(b)):
+            raise BadArgumentError(f"boundaries {list(b)} must be strictly increasing")
+        if self.frozen_layers > num_layers - 1:
+            raise BadArgumentError(
+                f"{self.frozen_layers} frozen layers of {num_layers} (the head is never frozen)"
+            )
+        if self.replicas < 1 or any(len(row) != S for row in self.rank_map):
+            raise BadArgumentError(
+                f"rank map {[list(r) for r in self.rank_map]} needs one row of {S} ranks per "
+                "replica"
+            )
+        ranks = [r for row in self.rank_map for r in row]
+        if len(set(ranks)) != len(ranks) or not all(0 <= r < world_size for r in ranks):
+            raise BadArgumentError(
+                f"rank map {[list(r) for r in self.rank_map]} must use distinct ranks of "
+                f"0..{world_size - 1}"
+            )
+
+    def check(self, num_layers: int, world_size: int) -> None:
+        """The one check of a layout the planner emits and the executor runs: a valid
+        placement, and what the executor's pipeline needs. BadArgumentError otherwise."""
+        self.check_placement(num_layers, world_size)
+        b, S = self.boundaries, self.num_stages
+        if self.cached and self.frozen_layers == 0:
+            raise BadArgumentError("a cached layout needs a frozen prefix to cache")
+        if S > 1 and b[1] <= self.frozen_layers:
+            # Frozen layers run without autograd; a later stage would get no input gradient.
+            raise BadArgumentError(
+                f"the {self.frozen_layers} frozen layers must all lie in stage 0 "
+                f"(boundaries {list(b)})"
+            )
+        if self.micro_batches < S:
+            # torch.distributed.pipelining's GPipe and 1F1B need a micro-batch per stage.
+            raise BadArgumentError(
+                f"{self.micro_batches} micro-batches for {S} stages: a pipeline needs at least "
+                "one micro-batch per stage"
+            )
+
+    def label(self) -> str:
+        """The one text form of a layout, as tables, progress bars and summaries show it."""
+        cached = " cached" if self.cached else ""
+        return f"{self.num_stages}x{self.replicas} M={self.micro_batches} {self.schedule}{cached}"

@@ -1,0 +1,140 @@
+"""The report format (`pipeplan report --json`): a run's measured step times next to the
+planner's predictions, per phase and per stage, and an optional baseline run."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pipeplan.formats.base import NonNegFloat, NonNegInt, PosInt, Strict
+from pipeplan.formats.layout import Layout
+from pipeplan.formats.plan import StagePlan
+
+ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
+
+
+# --------------------------------------------------------------------------- format
+
+
+class Comparison(Strict):
+    """One per-step quantity: the planner's prediction next to the measured median."""
+
+    predicted_s: NonNegFloat | None
+    measured_s: NonNegFloat | None
+    error: float | None = Field(description=ERROR_DESCRIPTION)
+
+
+class RankBreakdown(Strict):
+    """Median per-step totals of one rank; the measured Gantt chart draws replica 0's."""
+
+    rank: NonNegInt
+    fwd_s: NonNegFloat
+    bwd_s: NonNegFloat
+    wait_s: NonNegFloat
+    allreduce_s: NonNegFloat
+    optimizer_s: NonNegFloat
+    input_s: NonNegFloat
+
+
+class StageReport(Strict):
+    stage: NonNegInt
+    first_layer: NonNegInt
+    stop_layer: PosInt = Field(description="Exclusive.")
+    ranks: list[NonNegInt] = Field(description="One rank per replica.")
+    compute: Comparison = Field(description="Forward + backward: M·(fwd_s + bwd_s) predicted.")
+    transfer: Comparison = Field(
+        description="Predicted M·(send_fwd_s + send_bwd_s); measured is the ranks' wait_s: time "
+        "inside the pipeline schedule not spent computing, so it also contains pipeline bubbles "
+        "and waiting for slower stages, not only transfers."
+    )
+    allreduce: Comparison
+    optimizer: Comparison
+    measured_input_s: NonNegFloat | None = Field(
+        description="Reading the batch (and the cache); part of the step, not of the prediction."
+    )
+    replica0: RankBreakdown | None = Field(description="The rank of replica 0 of this stage.")
+
+
+class PhaseReport(Strict):
+    phase: NonNegInt
+    start_epoch: NonNegInt
+    start_step: NonNegInt
+    layout: Layout
+    steps: NonNegInt
+    cache_filling_steps: NonNegInt = Field(
+        description="Steps of a cached phase that still computed the frozen prefix: not steady."
+    )
+    measured_steps: NonNegInt = Field(description="Steps the medians are taken over.")
+    transition_s: NonNegFloat
+    predicted_step_s: NonNegFloat | None = Field(description="Made before the phase started.")
+    measured_step_s: NonNegFloat | None = Field(description="Median step of the slowest rank.")
+    measured_iqr_s: NonNegFloat | None = Field(description="Interquartile range of the same.")
+    error: float | None = Field(description=ERROR_DESCRIPTION)
+    predicted_overhead_s: NonNegFloat | None = Field(
+        description="Part of predicted_step_s outside the simulated schedule (a calibrated "
+        "profile's per-step overhead, e.g. reading the input); None without predicted_stages."
+    )
+    predicted_stages: list[StagePlan] | None = Field(
+        description="The planner's per-micro-batch stage times, to simulate the predicted step."
+    )
+    stages: list[StageReport]
+
+
+class EpochReport(Strict):
+    epoch: NonNegInt
+    phase: NonNegInt = Field(description="The phase at the end of the epoch.")
+    layout: Layout = Field(description="The layout at the end of the epoch.")
+    steps: NonNegInt
+    epoch_s: NonNegFloat
+    samples_per_s: NonNegFloat
+    eval_accuracy: float | None
+
+    # What the per-epoch chart (pipeplan.plots.plot_epochs) reads.
+    @property
+    def stages(self) -> int:
+        return self.layout.num_stages
+
+    @property
+    def replicas(self) -> int:
+        return self.layout.replicas
+
+    @property
+    def frozen_layers(self) -> int:
+        return self.layout.frozen_layers
+
+
+class BaselineReport(Strict):
+    run_dir: str
+    name: str
+    steps: NonNegInt
+    training_s: NonNegFloat
+    predicted_training_s: NonNegFloat | None
+    samples_per_s: NonNegFloat | None = Field(description="Mean training throughput.")
+    final_eval_accuracy: float | None
+    measured_speedup: float | None = Field(description="Baseline training_s / this run's.")
+    previewed_speedup: float | None = Field(
+        description="Baseline predicted_training_s / this run's: both runs' own predictions."
+    )
+
+
+class Report(Strict):
+    schema_version: Literal[2] = 2
+    name: str
+    run_dir: str
+    model: str
+    data: str
+    nproc: PosInt
+    global_batch: PosInt
+    freeze: str
+    epochs_planned: PosInt
+    epochs_completed: NonNegInt
+    steps: NonNegInt
+    training_s: NonNegFloat = Field(description="Σ epoch training time + Σ transitions.")
+    predicted_training_s: NonNegFloat | None = Field(
+        description="Σ over phases of predicted_step_s × steps (no transitions, no evaluation)."
+    )
+    final_eval_accuracy: float | None
+    phases: list[PhaseReport]
+    epochs: list[EpochReport]
+    baseline: BaselineReport | None = None
