@@ -11,7 +11,8 @@ def test_demo_runs_the_whole_loop(tmp_path):
     said = []
     result = run_demo(str(tmp_path), said.append, epochs=3, max_steps_per_epoch=6)
     assert [line[:3] for line in said if line[1] == "/"] == ["1/5", "2/5", "3/5", "4/5", "5/5"]
-    assert result.static.phases[0].layout == "2x1"  # 100 MiB per rank needs a pipeline
+    layout = result.static.phases[0].layout
+    assert (layout.num_stages, layout.replicas) == (2, 1)  # 100 MiB per rank needs a pipeline
     assert result.previewed_speedup > 1 and result.calibrated_speedup > 0
     assert result.measured_speedup > 0
     assert (result.run_dir / "calibrated-profile.json").exists()
