@@ -35,11 +35,12 @@ sys.path.insert(0, str(ROOT))
 from executor.data import load_data  # noqa: E402
 from executor.migrate import migrate, optimizer_states  # noqa: E402
 from executor.parallel import PhaseSpec  # noqa: E402
+from executor.planning import shipped_profile  # noqa: E402
 from pipeplan import models  # noqa: E402
 from pipeplan.records import EpochRecord, RunSummary, StepRecord, read_records  # noqa: E402
 from pipeplan.spawn import free_port, run_ranks  # noqa: E402
 
-PROFILE = ROOT / "profiles" / "vit-digits@cpu-1t.json"
+PROFILE = shipped_profile("vit-digits", "cpu")
 
 
 def pipeplan_cli(*args: str) -> str:

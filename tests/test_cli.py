@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 import cli
+from executor.planning import shipped_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--micro-batches", "1,2", "--warmup", "0", "--repeats", "1"]
@@ -77,7 +78,7 @@ def test_models_lists_presets(capsys):
     assert "vit-digits" in out and "bert-synth" in out
 
 
-PROFILE = str(ROOT / "profiles" / "bert-tiny@cpu-1t.json")
+PROFILE = str(shipped_profile("bert-tiny", "cpu"))
 CLUSTER = ["--nodes", "2", "--devices-per-node", "8", "--device-memory", "16GiB"]
 
 
