@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from pipeplan import log
 from pipeplan.errors import PipeplanError
 
 app = typer.Typer(
@@ -39,6 +40,7 @@ def _root(
     ] = False,
 ) -> None:
     _debug["on"] = debug
+    log.setup(debug=debug)
 
 
 @app.command()
