@@ -33,10 +33,24 @@ except ImportError:
     _USAGE_ERRORS = (typer.TyperException,)
 
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from pipeplan import __version__
+
+        print(f"pipeplan {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     debug: Annotated[
         bool, typer.Option(help="Show tracebacks instead of one-line errors.")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", is_eager=True, callback=_print_version
+        ),
     ] = False,
 ) -> None:
     _debug["on"] = debug

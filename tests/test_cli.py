@@ -1,6 +1,8 @@
 """The command line: real runs, and bad input as one line with exit code 2."""
 
+import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +11,7 @@ import jsonschema
 import pytest
 
 import cli
+import pipeplan
 from executor.planning import shipped_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,6 +73,16 @@ def test_not_an_encoder_config_in_a_fresh_process(tmp_path):
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "not a supported encoder" in result.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_version_prints_the_package_version_and_exits_0():
+    result = run_cli("--version")
+    assert result.returncode == 0, result.stderr
+    # tomllib is 3.11+; the project's version is the only top-level `version = ` line.
+    version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M)[1]
+    assert result.stdout == f"pipeplan {version}\n"
+    # From the installed package's metadata, so it cannot drift from what pip installed.
+    assert pipeplan.__version__ == importlib.metadata.version("pipeplan")
 
 
 def test_models_lists_presets(capsys):
