@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from pipeplan import log
 from pipeplan.errors import PipeplanError
 
 app = typer.Typer(
@@ -32,13 +33,29 @@ except ImportError:
     _USAGE_ERRORS = (typer.TyperException,)
 
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from pipeplan import __version__
+
+        print(f"pipeplan {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     debug: Annotated[
-        bool, typer.Option(help="Show tracebacks instead of one-line errors.")
+        bool,
+        typer.Option(help="Show tracebacks instead of one-line errors (anywhere on the line)."),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", is_eager=True, callback=_print_version
+        ),
     ] = False,
 ) -> None:
     _debug["on"] = debug
+    log.setup(debug=debug)
 
 
 @app.command()
@@ -515,11 +532,23 @@ def report(
             console.print(f"note: the baseline ran {b.steps} steps, this run {result.steps}")
 
 
+def _hoist_debug(args: list[str]) -> list[str]:
+    """`_hoist_debug(["plan", "--debug"])` → `["--debug", "plan"]`.
+
+    --debug is the root's option, but one adds it where the error was seen: after the
+    subcommand, where the subcommand would refuse it. Tokens after `--` are left alone.
+    """
+    end = args.index("--") if "--" in args else len(args)
+    rest = [a for a in args[:end] if a != "--debug"] + args[end:]
+    return ["--debug", *rest] if len(rest) < len(args) else rest
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one line on stderr and exit code 2."""
     command = typer.main.get_command(app)
+    args = _hoist_debug(sys.argv[1:] if argv is None else list(argv))
     try:
-        result = command.main(args=argv, prog_name="pipeplan", standalone_mode=False)
+        result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except PipeplanError as exc:
         if _debug["on"]:

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from executor.data import load_data  # noqa: E402
 from executor.migrate import migrate, optimizer_states  # noqa: E402
+from executor.planning import shipped_profile  # noqa: E402
 from pipeplan import models  # noqa: E402
 from pipeplan.formats import (  # noqa: E402
     EpochRecord,
@@ -44,7 +45,7 @@ from pipeplan.formats import (  # noqa: E402
 )
 from pipeplan.spawn import free_port, run_ranks  # noqa: E402
 
-PROFILE = ROOT / "profiles" / "vit-digits@cpu-1t.json"
+PROFILE = shipped_profile("vit-digits", "cpu")
 
 
 def pipeplan_cli(*args: str) -> str:

@@ -43,6 +43,7 @@ from scipy.stats import kendalltau
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from executor.planning import shipped_profile  # noqa: E402
 from pipeplan.calibrate import calibrate, observe, predict  # noqa: E402
 from pipeplan.errors import PipeplanError  # noqa: E402
 from pipeplan.formats import EpochRecord, Profile, RunSummary, dumps, load, read_records  # noqa: E402  # noqa: E402
@@ -131,7 +132,9 @@ TARGET_MEDIAN, TARGET_WORST, TARGET_TAU = 0.05, 0.15, 0.8
 
 
 def profile_path(model: str) -> Path:
-    return ROOT / "profiles" / f"{model}@cpu-1t.json"
+    path = shipped_profile(model, "cpu")
+    assert path is not None, f"no shipped CPU profile for {model}"
+    return path
 
 
 def pipeplan_cli(*args: str) -> str:

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("pipeplan.cache")
 
 DEFAULT_BLOCK_BYTES = 32 << 20
 """Host memory is allocated in blocks of about this many bytes (at least one row each)."""

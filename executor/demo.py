@@ -75,7 +75,7 @@ def run_demo(
     root = Path(runs_dir) / time.strftime("demo-%Y%m%d-%H%M%S")
     path = shipped_profile(MODEL, "cpu")
     if path is None:  # pragma: no cover - the profile ships with the project
-        raise FileNotFoundError("profiles/vit-digits@cpu-1t.json is missing from the checkout")
+        raise FileNotFoundError("profiles/vit-digits@cpu-1t.json is missing from the package")
     say(f"1/5 profile: using the shipped CPU profile {path.name} (measured on this kind of host)")
     profile = load(Profile, path)
     samples = len(load_data(DATA, models.build(MODEL)).train)

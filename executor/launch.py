@@ -22,6 +22,7 @@ import torch.distributed as dist
 from executor.data import check_compatible, load_data
 from executor.planning import RUN_PROFILE, RunPlanner
 from executor.worker import Trainer, init_distributed
+from pipeplan import log as pipeplan_log
 from pipeplan import models
 from pipeplan.calibrate import calibrate
 from pipeplan.errors import BadArgumentError, OutputError, PipeplanError
@@ -77,9 +78,17 @@ def prepare(cfg: RunConfig, runs_root: str | Path) -> Path:
 
 
 def rank_main(
-    rank: int, world: int, master: str, run_dir: str, progress: bool, resume: bool = False
+    rank: int,
+    world: int,
+    master: str,
+    run_dir: str,
+    progress: bool,
+    resume: bool = False,
+    debug: bool = False,
 ) -> None:
     """One rank of a local run (spawned) or of a torchrun job."""
+    # A fresh process (spawned or torchrun): set up first, so its messages carry the rank.
+    pipeplan_log.setup(rank=rank, debug=debug)
     cfg = load(RunConfig, Path(run_dir, "run.json"))
     device = init_distributed(rank, world, master, cfg.device)
     try:
@@ -102,7 +111,8 @@ def run_local(
     cfg: RunConfig, run_dir: Path, progress: bool = True, resume: bool = False
 ) -> RunSummary:
     master = f"tcp://127.0.0.1:{free_port()}"
-    args = (cfg.nproc, master, str(run_dir), progress, resume)
+    debug = log.isEnabledFor(logging.DEBUG)  # the ranks log at the level the command does
+    args = (cfg.nproc, master, str(run_dir), progress, resume, debug)
     try:
         run_ranks(rank_main, cfg.nproc, args, deadline_s=float("inf"), what="training")
     except RankFailedError as exc:

@@ -19,6 +19,7 @@ the cluster, so any phase can be re-planned from the run directory alone
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from pipeplan.cluster import run_cluster
@@ -38,12 +39,20 @@ from pipeplan.formats import (
 from pipeplan.plan import profile_identity, stage_plans
 from pipeplan.solver import solve_phase
 
-PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 RUN_PROFILE = "profile.json"  # the profile a run started with, copied into its directory
 
 
+def profiles_dir() -> Path:
+    """The folder of shipped profiles: `profiles_dir() / "vit-digits@cpu-1t.json"`."""
+    # Package data, not a path next to this file: an installed wheel has no checkout around it.
+    # pip unpacks wheels, so the package is a real folder (zip imports are not supported).
+    return Path(resources.files("profiles"))
+
+
 def shipped_profile(model: str, device: str) -> Path | None:
-    path = PROFILES_DIR / f"{model}@{device}-1t.json"
+    """`shipped_profile("vit-digits", "cpu")` → the profile measured with one thread per rank,
+    or None when none ships for that model and device."""
+    path = profiles_dir() / f"{model}@{device}-1t.json"
     return path if path.exists() else None
 
 

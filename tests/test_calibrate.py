@@ -8,6 +8,7 @@ import pytest
 from conftest import fake_pricing
 
 import cli
+from executor.planning import shipped_profile
 from pipeplan.calibrate import calibrate, observe, predict
 from pipeplan.cluster import run_cluster
 from pipeplan.costmodel import CostModel
@@ -25,8 +26,7 @@ from pipeplan.formats import (
     load,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-PROFILE_PATH = ROOT / "profiles" / "vit-digits@cpu-1t.json"
+PROFILE_PATH = shipped_profile("vit-digits", "cpu")
 TRUTH = Calibration(
     fwd_scale=1.3,
     bwd_scale=1.15,
@@ -165,7 +165,7 @@ def test_bad_runs_are_one_line_errors(tmp_path, profile):
     write_run(tmp_path / "short", profile, steps_per_phase=4)
     with pytest.raises(InputFileError, match="needs 5 steps"):
         calibrate([tmp_path / "short"], profile)
-    other = load(Profile, ROOT / "profiles" / "bert-synth@cpu-1t.json")
+    other = load(Profile, shipped_profile("bert-synth", "cpu"))
     with pytest.raises(InputFileError, match="profile is of 'bert-synth'"):
         calibrate([tmp_path / "short"], other)
 

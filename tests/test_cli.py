@@ -1,6 +1,8 @@
 """The command line: real runs, and bad input as one line with exit code 2."""
 
+import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +11,9 @@ import jsonschema
 import pytest
 
 import cli
+import pipeplan
+from executor.planning import shipped_profile
+from pipeplan.errors import PipeplanError
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--micro-batches", "1,2", "--warmup", "0", "--repeats", "1"]
@@ -71,13 +76,46 @@ def test_not_an_encoder_config_in_a_fresh_process(tmp_path):
     assert not (tmp_path / "p.json").exists()
 
 
+def test_version_prints_the_package_version_and_exits_0():
+    result = run_cli("--version")
+    assert result.returncode == 0, result.stderr
+    # tomllib is 3.11+; the project's version is the only top-level `version = ` line.
+    version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M)[1]
+    assert result.stdout == f"pipeplan {version}\n"
+    # From the installed package's metadata, so it cannot drift from what pip installed.
+    assert pipeplan.__version__ == importlib.metadata.version("pipeplan")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--debug", "schema", "nonsense"],
+        ["schema", "--debug", "nonsense"],
+        ["schema", "nonsense", "--debug"],
+    ],
+)
+def test_debug_anywhere_on_the_line_raises_instead_of_one_line(args):
+    with pytest.raises(PipeplanError, match="unknown schema"):
+        cli.main(args)
+
+
+def test_debug_after_the_subcommand_shows_the_traceback_in_a_fresh_process(capsys):
+    plain = run_cli("schema", "nonsense")
+    assert plain.returncode == 2 and plain.stderr.count("\n") == 1
+    assert plain.stderr.startswith("pipeplan: error: unknown schema")
+    debug = run_cli("schema", "nonsense", "--debug")
+    assert debug.returncode == 1 and debug.stderr.startswith("Traceback")
+    assert "unknown schema" in debug.stderr.splitlines()[-1]
+    assert cli.main(["--help"]) == 0 and "--debug" in capsys.readouterr().out  # still documented
+
+
 def test_models_lists_presets(capsys):
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out
     assert "vit-digits" in out and "bert-synth" in out
 
 
-PROFILE = str(ROOT / "profiles" / "bert-tiny@cpu-1t.json")
+PROFILE = str(shipped_profile("bert-tiny", "cpu"))
 CLUSTER = ["--nodes", "2", "--devices-per-node", "8", "--device-memory", "16GiB"]
 
 

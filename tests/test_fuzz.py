@@ -1,20 +1,19 @@
 """Hostile inputs: random and mutated JSON never escape the loaders as anything but one line."""
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from executor.checkpoint import CheckpointManifest
+from executor.planning import shipped_profile
 from pipeplan.cluster import Cluster
 from pipeplan.errors import InputFileError
 from pipeplan.formats import Profile, RunConfig, parse, read_records
 from pipeplan.plan import Plan
 
-ROOT = Path(__file__).resolve().parents[1]
-PROFILE = json.loads((ROOT / "profiles" / "bert-tiny@cpu-1t.json").read_text())
+PROFILE = json.loads(shipped_profile("bert-tiny", "cpu").read_text())
 CLUSTER = {
     "schema_version": 1,
     "nodes": 2,

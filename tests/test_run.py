@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import cli
+from executor.planning import shipped_profile
 from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +83,7 @@ def test_bad_input_fails_before_any_process_starts(tmp_path, capsys, args, fragm
 
 def test_a_plan_for_another_world_size_is_refused(tmp_path, capsys):
     plan = tmp_path / "plan.json"
-    profile = str(ROOT / "profiles" / "vit-digits@cpu-1t.json")
+    profile = str(shipped_profile("vit-digits", "cpu"))
     made = ["plan", "--profile", profile, "--devices-per-node", "4", "--global-batch", "64"]
     assert cli.main([*made, "--samples", "1400", "--epochs", "2", "--out", str(plan)]) == 0
     args = ["run", "--nproc", "2", "--plan", str(plan), "--runs-dir", str(tmp_path)]

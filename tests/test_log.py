@@ -1,0 +1,82 @@
+"""One logging set-up: the command's messages say `pipeplan:`, a rank's say which rank."""
+
+import contextlib
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from executor.launch import rank_main
+from pipeplan import log
+from pipeplan.errors import InputFileError
+from pipeplan.spawn import run_ranks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def pipeplan_logger():
+    """The "pipeplan" logger, put back as it was afterwards (setup changes it process-wide)."""
+    logger = logging.getLogger("pipeplan")
+    handlers, level = list(logger.handlers), logger.level
+    yield logger
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+
+
+def test_setup_twice_keeps_one_handler_and_takes_the_last_format_and_level(pipeplan_logger, capsys):
+    log.setup(rank=3, debug=True)
+    assert pipeplan_logger.level == logging.DEBUG
+    log.setup()
+    assert len(pipeplan_logger.handlers) == 1 and pipeplan_logger.level == logging.INFO
+    logging.getLogger("pipeplan.run").info("hello")
+    logging.getLogger("pipeplan.run").debug("not shown")
+    assert capsys.readouterr().err == "pipeplan: INFO: hello\n"
+
+
+def test_every_logger_is_under_the_pipeplan_namespace():
+    """setup() configures "pipeplan" only; a logger outside it would bypass the format."""
+    sources = [ROOT / "cli.py", *ROOT.glob("pipeplan/*.py"), *ROOT.glob("executor/*.py")]
+    names = [
+        name
+        for path in sources
+        for name in re.findall(r"getLogger\(([^)]*)\)", path.read_text())
+        if path.name != "log.py"
+    ]
+    assert names and all(re.fullmatch(r'"pipeplan\.[a-z]+"', n) for n in names), names
+
+
+def test_the_commands_own_warnings_use_the_command_format(tmp_path):
+    """`prepare` warns about too many ranks before the unknown model stops it."""
+    code = "import sys, cli; sys.exit(cli.main())"
+    args = ["run", "--nproc", "9999", "--model", "gpt-9", "--data", "digits"]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args, "--runs-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    warning, error = done.stderr.splitlines()
+    assert re.fullmatch(r"pipeplan: WARNING: --nproc 9999 is more than the \d+ CPU cores", warning)
+    assert error.startswith("pipeplan: error: unknown model 'gpt-9'")
+
+
+def _rank_warns(rank: int, run_dir: str) -> None:
+    """The real rank entry, until the missing run.json stops it; then rank 1 warns."""
+    with contextlib.suppress(InputFileError):
+        rank_main(rank, 2, "tcp://127.0.0.1:1", run_dir, progress=False)
+    if rank == 1:
+        logging.getLogger("pipeplan.run").warning("something to see")
+
+
+@pytest.mark.multiprocess
+def test_a_spawned_ranks_warning_reaches_the_parents_stderr_with_its_rank(tmp_path, capfd):
+    run_ranks(_rank_warns, 2, (str(tmp_path / "no-run"),), 120, "logging test ranks")
+    err = capfd.readouterr().err
+    assert "pipeplan: rank 1: WARNING: something to see\n" in err
+    assert "rank 0" not in err

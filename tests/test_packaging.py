@@ -1,0 +1,60 @@
+"""A non-editable install works: the wheel carries the shipped profiles, and they are found."""
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Build from a copy: pip builds in the source tree, and a stale build/ there leaks into wheels.
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git", "build", "runs", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", ".venv"
+)
+
+
+def pip(*args: str, cwd: Path) -> None:
+    # --no-index: everything is local, and a bare name must never be fetched from an index.
+    command = [sys.executable, "-m", "pip", *args, "--no-index", "--no-deps"]
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("wheel")
+    shutil.copytree(ROOT, tmp / "src", ignore=NOT_SOURCE)
+    # No build isolation: setuptools is installed here, and the build needs no network.
+    # A path, not "src": pip would take a bare word for a package name.
+    pip("wheel", "--no-build-isolation", "-w", str(tmp / "dist"), str(tmp / "src"), cwd=tmp)
+    (built,) = (tmp / "dist").glob("pipeplan-*.whl")
+    return built
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_wheel_carries_every_shipped_profile(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {f"profiles/{p.name}" for p in (ROOT / "profiles").glob("*.json")}
+    assert shipped and shipped <= names
+    assert "profiles/__init__.py" in names
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_installed_wheel_finds_its_profiles_outside_the_checkout(wheel, tmp_path):
+    site = tmp_path / "site"
+    pip("install", "--target", str(site), str(wheel), cwd=tmp_path)
+    code = (
+        "from executor.planning import shipped_profile; print(shipped_profile('vit-digits', 'cpu'))"
+    )
+    # Only the installed copy on the path, run from elsewhere: nothing can fall back on ROOT.
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()) == site / "profiles" / "vit-digits@cpu-1t.json"
