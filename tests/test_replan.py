@@ -1,0 +1,79 @@
+"""Every phase of a finished elastic run can be re-planned from its run directory alone: the
+phase record names the profile file (the one the run started with, or the calibration the
+run fitted online), its sha256 and the cluster, and pricing them again gives the same layout."""
+
+import json
+
+import pytest
+
+import cli
+from executor.planning import RUN_PROFILE, replan
+from pipeplan.costmodel import CostModel
+from pipeplan.formats import PhaseRecord, Profile, RunConfig, load, read_records
+from pipeplan.plan import profile_identity
+
+ARGS = ["--model", "vit-digits", "--nproc", "2", "--device-memory", "100MiB", "--epochs", "3"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("replan")
+    # 10 steps a phase: the run recalibrates itself after 8, so later phases are priced with
+    # a profile fitted during the run.
+    args = ["run", *ARGS, "--max-steps-per-epoch", "10", "--freeze", "0,5,7"]
+    assert cli.main([*args, "--name", "r", "--runs-dir", str(root)]) == 0
+    return root / "r"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_each_phase_replans_to_the_same_layout_from_the_run_directory(run_dir, tmp_path):
+    # Only the run directory: copied away from everything else first.
+    moved = tmp_path / "copy"
+    moved.mkdir()
+    for path in run_dir.iterdir():
+        if path.is_file():
+            (moved / path.name).write_bytes(path.read_bytes())
+    config = load(RunConfig, moved / "run.json")
+    phases = [r for r in read_records(moved / "run.jsonl") if isinstance(r, PhaseRecord)]
+    assert len(phases) == 3
+    for phase in phases:
+        again = replan(moved, phase, config.global_batch)
+        assert again.layout == phase.layout
+        assert again.predicted_step_s == pytest.approx(phase.predicted_step_s, rel=1e-12)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_online_calibration_is_written_down_and_named_by_the_phases_it_priced(run_dir):
+    phases = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, PhaseRecord)]
+    first, later = phases[0].pricing, [p.pricing for p in phases[1:]]
+    assert (first.profile, first.calibration) == (RUN_PROFILE, "none")
+    assert all(p.calibration == "online" and p.profile.startswith("calibration-") for p in later)
+    for pricing in [first, *later]:
+        profile = load(Profile, run_dir / pricing.profile)
+        assert profile_identity(profile).sha256 == pricing.profile_sha256
+        assert pricing.cluster.num_devices == 2
+        assert pricing.cluster.device_memory_bytes == 100 << 20
+    # The calibration matters: the starting profile prices phase 1 differently.
+    calibrated = load(Profile, run_dir / later[0].profile)
+    assert calibrated.calibration is not None
+    start = load(Profile, run_dir / RUN_PROFILE)
+    layout = phases[1].layout
+    before = CostModel(start, first.cluster).evaluate(layout).step_s
+    after = CostModel(calibrated, later[0].cluster).evaluate(layout).step_s
+    assert after == pytest.approx(phases[1].predicted_step_s, rel=1e-9)
+    assert abs(after - before) > 1e-3 * before
+
+
+def test_a_tampered_profile_is_refused(tmp_path):
+    from executor.planning import RunPlanner
+    from pipeplan.errors import BadArgumentError
+
+    cfg = RunConfig(name="t", model="vit-digits", data="digits", nproc=2, global_batch=64, epochs=1)
+    planner = RunPlanner.from_config(cfg)
+    decision = planner(0, False)
+    profile = planner.profile.model_copy(update={"created_at": "tampered"})
+    (tmp_path / RUN_PROFILE).write_text(json.dumps(profile.model_dump(mode="json")))
+    with pytest.raises(BadArgumentError, match="sha256"):
+        replan(tmp_path, decision, cfg.global_batch)
