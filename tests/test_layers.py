@@ -15,10 +15,20 @@ LAYERS = [  # bottom first
         "planner",
         [
             f"pipeplan.{name}"
-            for name in (
-                "models profiler links cluster costmodel simulate partition solver freeze plan "
-                "inputs synthetic"
-            ).split()
+            for name in [
+                "models",
+                "profiler",
+                "links",
+                "cluster",
+                "costmodel",
+                "simulate",
+                "partition",
+                "solver",
+                "freeze",
+                "plan",
+                "inputs",
+                "synthetic",
+            ]
         ],
     ),
     (
@@ -27,9 +37,17 @@ LAYERS = [  # bottom first
             "executor",
             *(
                 f"executor.{name}"
-                for name in (
-                    "worker parallel topology migrate cache checkpoint data planning progress"
-                ).split()
+                for name in [
+                    "worker",
+                    "parallel",
+                    "topology",
+                    "migrate",
+                    "cache",
+                    "checkpoint",
+                    "data",
+                    "planning",
+                    "progress",
+                ]
             ),
         ],
     ),
