@@ -1,22 +1,9 @@
 """Fit the cost model to measured runs: the loop from `pipeplan run` back to the planner.
 
-From one or more run directories, every phase's steady steps (the first steps of a phase and
-straggler steps are left out) give, per rank, the measured forward, backward, all-reduce and
-optimizer time and the step time. Against the same phases predicted from the profile alone,
-robust least squares (scipy, soft-L1 loss on relative errors, so one odd phase cannot drag the
-fit) gives:
+    calibrated = calibrate([run_dir], profile)   # the profile with a `calibration` section
 
-- compute scales for forward, backward and no-grad forward (a profile times layers one at a
-  time; in training they share the machine with other ranks and the schedule's bookkeeping);
-- the all-reduce link in ring terms (latency, bandwidth), where runs had replicas;
-- the optimizer's time per parameter byte;
-- jointly, with the simulator in the loop: the stage-to-stage transfer latency as the pipeline
-  sees it (only pipelined phases inform it), the schedule's own work per micro-batch and stage,
-  and a per-step overhead outside the simulated schedule: a fixed part and a part per sample of
-  a replica's batch (reading it, or its cached activations).
-
-The result is the input profile with a `calibration` section recording its provenance (runs,
-phases and steps used, fit residuals); the cost model applies it when it loads the profile.
+Each phase is priced on the cluster its phase record names; what is fitted, and how, is in
+docs/architecture.md §4.15.
 """
 
 from __future__ import annotations

@@ -1,35 +1,12 @@
-"""Cost model: time and memory of the stages of one candidate plan, from a profile.
+"""Cost model: time and memory of the stages of one layout, from a profile and a cluster.
 
-Per-layer times. For every layer and each of forward, backward and no-grad forward, the
-profile's medians at the feasible micro-batch sizes are fitted by least squares to
-t = a + c·m with a, c ≥ 0 (one measured size: t = c·m). A line, not piecewise interpolation,
-because the medians are noisy (1.3–1.7× on a shared machine) and a line averages the noise.
-Micro-batch sizes above `extrapolation_factor` (2) × the largest measured feasible size, or at
-or above a size the profiler found infeasible, are refused (BadArgumentError); the solver only
-proposes sizes inside that range.
+    model = CostModel(profile, cluster)
+    evaluation = model.evaluate(layout)        # per-stage times and memory, simulated step
+    model.transition_s(old_layout, new_layout) # moving state between two phases
 
-A phase is one freeze point: `frozen_layers` leading layers frozen, optionally `cached`.
-- Frozen layers run the no-grad forward and no backward; they keep their weights but no
-  gradients, optimizer state or saved activations.
-- Cached: the frozen prefix is not computed; the stage holding the first non-cached layer
-  reads the prefix's output from host memory (out_bytes·m / host-to-device bandwidth). The
-  cached layers stay on stage 0 with their weights (conservative: the epoch that fills the
-  cache needs them), so a cached plan's first boundary lies after the cached prefix.
-- Backward = Σ g_i over active layers. Approximation: the profiled g_i includes the input
-  gradient; the first active layer after a frozen prefix does not need it, so its backward
-  is slightly overestimated (for a block the skipped part is one projection's input-grad).
-
-Transfers between stages: out_bytes_per_sample(boundary layer)·m / bandwidth + latency on the
-intra-node link when every replica's two ranks share a node, else the inter-node link; the
-gradient of the boundary activation goes back the same way when the sending side has active
-layers. All-reduce of a stage's active gradient bytes over its D replicas, ring formula
-2(D−1)·latency + 2(D−1)/D · bytes / bandwidth on the slowest link the group crosses.
-Optimizer step: active parameter bytes × `optimizer_s_per_byte` (AdamW streams parameter,
-gradient and two moments: ~7 bytes moved per parameter byte; the default divides that by a
-typical memory bandwidth of the device kind; calibration may fit it).
-Memory of stage s: weights of all its layers + (gradients + 2 AdamW moments) of its active
-layers + (saved_bytes_per_sample·m + saved_bytes_fixed) · micro-batches in flight (GPipe M,
-1F1B min(S−s, M)) + `reserve_bytes`. Transition between phases: see `transition_s`.
+The formulas and their approximations are in docs/architecture.md: per-layer fits §4.2,
+frozen and cached layers §4.3, stage compute and transfers §4.4, all-reduce and optimizer §4.5,
+stage memory §4.6, transitions §4.11.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
-"""Exact contiguous partition of a layer sequence into S stages minimising the bottleneck.
+"""Exact contiguous partition of a layer sequence into S stages minimising the bottleneck stage
+under each stage's memory limit (docs/architecture.md §4.9).
 
-A stage s holding layers [i, j) costs compute(i, j) + transfer(s, j): the per-micro-batch
-forward + backward of its layers plus the transfers across its outgoing boundary (activation
-forward, gradient back) on the link that boundary uses (a property of the stage position, from
-the rank map). The last stage has no outgoing boundary. A stage fits when its memory
-static(i, j) + in_flight(s) · saved(i, j) stays within the limit; memory is a feasibility
-predicate inside the DP, so a partition that balances time but overflows memory never hides
-one that fits. `min_first_boundary` forces stage 0 to include the frozen prefix.
+    result = solve_partition(problem)   # None when no partition fits; result.boundaries
 
-Two exact methods:
-- `dense`: B[s][j] = min_i max(B[s−1][i], cost(s, i, j)) over all (i, j) with numpy,
-  O(S·L²) — used for short sequences and as a reference.
-- `parametric`: bisection on the bottleneck value T with an O(S·L) feasibility check
-  (for each stage and end j the feasible starts form an interval, found with searchsorted on
-  prefix sums; reachability is a prefix count). Stops when the bracket is within a relative
-  1e-7, then returns the partition found at the feasible end, whose bottleneck is within that
-  tolerance of the optimum (far below the profile's noise; `dense` is exact).
-`brute_force_partition` enumerates every partition; the tests compare all three.
+Two exact methods, `dense` (O(S·L²), the reference) and `parametric` (bisection on the
+bottleneck with an O(S·L) feasibility test); `brute_force_partition` enumerates every
+partition. The tests compare all three.
 """
 
 from __future__ import annotations

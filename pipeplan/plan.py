@@ -1,20 +1,12 @@
-"""Elastic plans and previews: the library side of `pipeplan plan` and `pipeplan preview`.
+"""Elastic plans and previews: the library side of `pipeplan plan` and `pipeplan preview`
+(docs/architecture.md §4.12, §4.13).
 
-`make_plan` turns a profile, a cluster, the training shape (global batch, samples, epochs) and a
-freeze schedule into a `Plan`: one phase per distinct freeze point, each with its own layout
-from the solver. A phase keeps the previous phase's layout unless switching saves more over
-the phase's epochs than the transition costs (the next freeze point decides again, so only the
-phase's own epochs are counted). A cached phase first fills the cache: every stage-0 rank
-runs the frozen prefix without autograd over the whole training set (the executor does this at
-the phase start, so that every step is a full hit), then every step reads it; each frozen phase
-is priced with and without the cache and the faster layout that fits is kept. Same inputs →
-byte-identical `dumps(plan)`: no timestamps, floats rounded to 9 significant digits.
+    plan = make_plan(profile, cluster, global_batch=64, samples=1024, epochs=10, freeze=schedule)
+    preview = make_preview(...same arguments...)   # + baseline, per-epoch rows, ablation
 
-`make_preview` adds the baseline (best static plan with nothing frozen, every epoch), per-epoch
-rows, the total predicted speedup and an ablation in PipeTransformer's spirit:
-freeze only → + elastic re-partition (D kept) → + wider data parallelism → + cache.
-`compare_partitions` sets the solver's partition against the three partition baselines for the
-same S, D, M and schedule (benchmark).
+One phase per distinct freeze point, each with the solver's layout unless keeping the previous
+placement is cheaper once the transition is paid; every emitted layout passes `Layout.check`,
+the check the executor applies. Same inputs give byte-identical `dumps(plan)`.
 """
 
 from __future__ import annotations

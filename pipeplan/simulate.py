@@ -1,12 +1,8 @@
-"""Event-level simulation of one training step of a pipeline schedule (GPipe, 1F1B).
+"""Event-level simulation of one training step of a pipeline schedule (GPipe, 1F1B)
+(docs/architecture.md §4.7; its lower bound §4.8).
 
-Each of the S stages is one timeline that executes its operations one at a time in schedule
-order. Dependencies: F(s, j) waits for the activation of micro-batch j sent by stage s−1;
-B(s, j) waits for F(s, j) (schedule order) and for the gradient sent back by stage s+1.
-Transfers are asynchronous: they do not occupy the sender's compute, but each directed link
-(s→s+1 activations, s+1→s gradients) carries one transfer at a time. After its last backward a
-stage all-reduces its gradients over its replicas, then runs its optimizer step. The step time
-is the latest finish. Stages that hold only frozen layers run no backward at all.
+    timeline = simulate(stage_works, micro_batches=4, schedule="1f1b")
+    timeline.step_s, timeline.events
 
 The `Timeline` format (events with stage, kind, micro_batch, start_s, end_s) is what
 `pipeplan.plots` draws; keep it stable.

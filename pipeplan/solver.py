@@ -1,23 +1,11 @@
-"""Search for the best layout of one phase: stages S, replicas D, micro-batches M, schedule,
-boundaries and rank map.
+"""The search for the best layout of one phase: stages S, replicas D, micro-batches M, schedule,
+boundaries and rank map (docs/architecture.md §4.10, bounds §4.8).
 
-For every stage count S in 1..min(N, layers) (not only powers of two) with D = ⌊N/S⌋ replicas,
-every micro-batch count M that splits the global batch B into whole micro-batches of size
-m = B/(D·M) inside the profiled range, and both schedules, the exact partition DP
-(`pipeplan.partition`) finds the memory-feasible partition with the smallest bottleneck
-stage (compute + outgoing transfer); the survivors are scored by the event-level simulation
-(`pipeplan.simulate`) and the best and the runner-ups are returned.
+    solution = solve_phase(CostModel(profile, cluster), global_batch=64, frozen_layers=3)
+    solution.best.layout, solution.best.step_s
 
-Pruning never changes the answer: candidates are visited in order of a lower bound on their
-simulated step time, and the search stops when the bound reaches the worst step time still
-kept. The bound is the larger of (a) the pipeline bound (M−1)·c_max + Σ c over stages with
-c_max ≥ max(W/S, largest layer) and Σ c = W, W the compute of one micro-batch, and (b) the
-forward of one micro-batch + the all-reduce and optimizer step of an even share of the
-gradients on the fastest link. Both hold for the simulated schedules (tested).
-
-Baselines for comparison: equal layer counts, greedy balance by parameter count (DeepSpeed's
-default and the original PipeTransformer), and balance by time in the style of torchgpipe's
-`balance_by_time` (greedy on profiled forward + backward times).
+Also the partition baselines the solver is compared against: equal layer counts, greedy
+balance by parameters, and by time (torchgpipe's `balance_by_time` style).
 """
 
 from __future__ import annotations
