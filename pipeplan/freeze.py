@@ -16,12 +16,12 @@ Lists shorter than the training are extended with their last value; longer ones 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import FreezePhase, FreezeSchedule
+from pipeplan.formats.base import check_json
 
 
 def alpha_frozen_blocks(alpha: float, epoch: int, num_blocks: int) -> int:
@@ -86,11 +86,12 @@ def parse_list(text: str) -> list[int]:
 def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> FreezeSchedule:
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{path}: cannot read freeze trajectory ({exc})") from None
+    data = check_json(text, str(path))
     if isinstance(data, dict):
         data = data.get("frozen_layers")
     if not isinstance(data, list):

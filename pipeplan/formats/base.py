@@ -10,8 +10,9 @@ Loaders reject other schema versions, unknown fields, NaN and infinities, naming
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,6 +22,22 @@ NonNegFloat = Annotated[float, Field(ge=0.0)]
 PosFloat = Annotated[float, Field(gt=0.0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 PosInt = Annotated[int, Field(ge=1)]
+
+# Physical bounds, far beyond any real machine and far below what overflows the cost model:
+# a file that says a link moves 1e400 B/s or a layer takes 1e308 s is wrong, not fast or slow.
+MAX_BYTES = 1 << 60  # 1 EiB
+MAX_SECONDS = 1e6  # 11.6 days for one timed operation
+MAX_LATENCY_S = 60.0
+MIN_BANDWIDTH, MAX_BANDWIDTH = 1.0, 1e15  # bytes/s: 1 B/s .. 1 PB/s
+MAX_COUNT = 1 << 20  # devices, nodes, micro-batch sizes, samples in a step
+Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
+PosBytes = Annotated[int, Field(ge=1, le=MAX_BYTES)]
+FloatBytes = Annotated[float, Field(ge=0.0, le=MAX_BYTES)]
+Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS)]
+Latency = Annotated[float, Field(ge=0.0, le=MAX_LATENCY_S)]
+Bandwidth = Annotated[float, Field(ge=MIN_BANDWIDTH, le=MAX_BANDWIDTH)]
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+Scale = Annotated[float, Field(ge=1e-6, le=1e6)]
 
 
 class Strict(BaseModel):
@@ -39,7 +56,8 @@ def schema_version(model: type[BaseModel]) -> int:
 
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    # Keys come from the file: escaped, so a key with a line break cannot break the one line.
+    where = ".".join(str(p).encode("unicode_escape").decode() for p in err["loc"]) or "(top level)"
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return f"field '{where}': {err['msg']}{more}"
 
@@ -48,13 +66,30 @@ def _reject_constant(token: str) -> float:
     raise ValueError(f"{token} is not valid JSON")
 
 
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):  # 1e400 parses to inf without a word
+        raise ValueError(f"{token} is out of range for a number")
+    return value
+
+
+def check_json(text: str, source: str) -> Any:
+    """Syntax, NaN/Infinity and out-of-range numbers, nesting depth: InputFileError."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError) as exc:
+        raise InputFileError(f"{source}: not valid JSON ({str(exc).splitlines()[0]})") from None
+
+
+def first_error(exc: ValidationError) -> str:
+    """The first of a ValidationError's errors, as one line naming the field."""
+    return _first_error(exc)
+
+
 def parse(model: type[M], text: str, source: str = "input") -> M:
     """Parse JSON text into `model`, raising InputFileError with one line on any problem."""
     kind = model.__name__.lower()
-    try:
-        data = json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        raise InputFileError(f"{source}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    data = check_json(text, source)
     if not isinstance(data, dict):
         raise InputFileError(f"{source}: expected a JSON object for a {kind}")
     version, expected = data.get("schema_version"), schema_version(model)
@@ -65,7 +100,8 @@ def parse(model: type[M], text: str, source: str = "input") -> M:
             f"(this pipeplan reads {expected})"
         )
     try:
-        return model.model_validate(data)
+        # Strict JSON validation: "2" is not 2 and true is not 1; a JSON array may be a tuple.
+        return model.model_validate_json(text, strict=True)
     except ValidationError as exc:
         raise InputFileError(f"{source}: invalid {kind}: {_first_error(exc)}") from None
     except RecursionError:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from pipeplan.formats.base import NonNegFloat, PosFloat, PosInt, Strict
+from pipeplan.formats.base import Bandwidth, Count, Latency, PosBytes, Strict
 
 # Defaults when neither a flag nor the profile says otherwise. PCIe 3.0 x16 inside a node,
 # 25 Gbit/s Ethernet between nodes (a common cloud instance), pinned host-to-device copies.
@@ -22,23 +22,23 @@ class Link(Strict):
     """A link's fit t = latency_s + bytes / bandwidth_bytes_per_s (for an all-reduce link the
     same two numbers are used in ring terms, see `costmodel.allreduce_s`)."""
 
-    bandwidth_bytes_per_s: PosFloat
-    latency_s: NonNegFloat = 0.0
+    bandwidth_bytes_per_s: Bandwidth
+    latency_s: Latency = 0.0
 
 
 class Cluster(Strict):
     schema_version: Literal[1] = 1
     name: str | None = None
-    nodes: PosInt
-    devices_per_node: PosInt
-    device_memory_bytes: PosInt
+    nodes: Count
+    devices_per_node: Count
+    device_memory_bytes: PosBytes
     intra_node: Link = Field(description="Point-to-point link between devices of one node.")
     intra_node_allreduce: Link | None = Field(
         None,
         description="All-reduce fit (ring terms) inside a node; intra_node when absent.",
     )
     inter_node: Link = Field(description="Link between nodes (slowest link of a crossing group).")
-    host_to_device_bandwidth_bytes_per_s: PosFloat = Field(
+    host_to_device_bandwidth_bytes_per_s: Bandwidth = Field(
         DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S,
         description="Reading cached activations from host memory.",
     )

@@ -7,25 +7,38 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from pipeplan.formats.base import NonNegFloat, NonNegInt, PosFloat, PosInt, Strict
+from pipeplan.formats.base import (
+    MAX_SECONDS,
+    Bandwidth,
+    Bytes,
+    Count,
+    FloatBytes,
+    Latency,
+    NonNegFloat,
+    NonNegInt,
+    PosBytes,
+    Scale,
+    Seconds,
+    Strict,
+)
 
 
 class ModelInfo(Strict):
     name: str = Field(description="Built-in name or the config path the model was built from.")
     family: Literal["bert", "roberta", "vit"]
     config: dict[str, Any] = Field(description="The exact transformers config (to_dict()).")
-    input_shape: list[PosInt] = Field(description="Shape of one sample's input, without batch.")
+    input_shape: list[Count] = Field(description="Shape of one sample's input, without batch.")
     input_dtype: Literal["int64", "float32"]
-    num_labels: PosInt
+    num_labels: Count
     dtype: Literal["float32"] = "float32"
 
 
 class DeviceInfo(Strict):
     kind: Literal["cpu", "cuda"]
     name: str
-    memory_bytes: NonNegInt = Field(description="Total device memory (host RAM for CPU).")
-    threads: PosInt = Field(description="torch intra-op threads the layers were timed with.")
-    count: PosInt = Field(1, description="Devices of this kind on the profiled host.")
+    memory_bytes: Bytes = Field(description="Total device memory (host RAM for CPU).")
+    threads: Count = Field(description="torch intra-op threads the layers were timed with.")
+    count: Count = Field(1, description="Devices of this kind on the profiled host.")
     torch_version: str
     transformers_version: str
     python_version: str
@@ -36,15 +49,15 @@ class MicroBatchTiming(Strict):
     """One layer at one micro-batch size. Times are medians over repeats; spreads are the
     interquartile range of the same repeats."""
 
-    micro_batch: PosInt
+    micro_batch: Count
     feasible: bool = Field(True, description="False when this size ran out of memory.")
-    fwd_s: NonNegFloat | None = None
-    fwd_spread_s: NonNegFloat | None = None
-    bwd_s: NonNegFloat | None = None
-    bwd_spread_s: NonNegFloat | None = None
-    fwd_nograd_s: NonNegFloat | None = None
-    fwd_nograd_spread_s: NonNegFloat | None = None
-    peak_mem_bytes: NonNegInt | None = Field(
+    fwd_s: Seconds | None = None
+    fwd_spread_s: Seconds | None = None
+    bwd_s: Seconds | None = None
+    bwd_spread_s: Seconds | None = None
+    fwd_nograd_s: Seconds | None = None
+    fwd_nograd_spread_s: Seconds | None = None
+    peak_mem_bytes: Bytes | None = Field(
         None, description="CUDA only: max_memory_allocated during forward+backward."
     )
     error: str | None = Field(None, description="Why the size is infeasible.")
@@ -60,14 +73,14 @@ class LayerProfile(Strict):
     index: NonNegInt
     name: str
     kind: Literal["embeddings", "block", "head"]
-    params: NonNegInt
-    param_bytes: NonNegInt
-    out_bytes_per_sample: NonNegInt = Field(description="Bytes of the layer's output per sample.")
-    saved_bytes_per_sample: NonNegFloat = Field(
+    params: Bytes
+    param_bytes: Bytes
+    out_bytes_per_sample: Bytes = Field(description="Bytes of the layer's output per sample.")
+    saved_bytes_per_sample: FloatBytes = Field(
         description="Activation bytes autograd saves for backward, per sample (parameters "
         "excluded; slope over micro-batch sizes)."
     )
-    saved_bytes_fixed: NonNegFloat = Field(
+    saved_bytes_fixed: FloatBytes = Field(
         0.0, description="Saved bytes that do not grow with the micro-batch (intercept)."
     )
     timings: list[MicroBatchTiming]
@@ -81,17 +94,17 @@ class LayerProfile(Strict):
 
 
 class LinkSample(Strict):
-    bytes: PosInt
-    time_s: NonNegFloat
-    spread_s: NonNegFloat
+    bytes: PosBytes
+    time_s: Seconds
+    spread_s: Seconds
 
 
 class LinkFit(Strict):
     """t = latency_s + bytes / bandwidth_bytes_per_s for point-to-point. For all-reduce the
     fit is in ring terms: t = 2(N-1)·latency_s + 2(N-1)/N · bytes / bandwidth_bytes_per_s."""
 
-    latency_s: NonNegFloat
-    bandwidth_bytes_per_s: PosFloat
+    latency_s: Latency
+    bandwidth_bytes_per_s: Bandwidth
     samples: list[LinkSample]
 
 
@@ -103,27 +116,29 @@ class CommProfile(Strict):
 
 
 class FittedLink(Strict):
-    latency_s: NonNegFloat
-    bandwidth_bytes_per_s: PosFloat
+    latency_s: Latency
+    bandwidth_bytes_per_s: Bandwidth
 
 
 class Calibration(Strict):
     """Corrections fitted from measured runs (`pipeplan calibrate`); the cost model applies
     them on top of the profile's measurements."""
 
-    fwd_scale: PosFloat = 1.0
-    bwd_scale: PosFloat = 1.0
-    nograd_scale: PosFloat = 1.0
+    fwd_scale: Scale = 1.0
+    bwd_scale: Scale = 1.0
+    nograd_scale: Scale = 1.0
     allreduce: FittedLink | None = Field(None, description="Ring terms, as in comm.allreduce.")
     p2p: FittedLink | None = Field(
         None, description="Stage-to-stage transfers inside a node, as the pipeline sees them."
     )
-    optimizer_s_per_byte: NonNegFloat | None = None
-    micro_batch_overhead_s: NonNegFloat = Field(
+    optimizer_s_per_byte: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    micro_batch_overhead_s: Seconds = Field(
         0.0, description="Per micro-batch and stage: the schedule's own work around each chunk."
     )
-    step_overhead_s: float = Field(0.0, description="Per step, outside the simulated schedule.")
-    input_s_per_sample: NonNegFloat = Field(
+    step_overhead_s: Annotated[float, Field(ge=-MAX_SECONDS, le=MAX_SECONDS)] = Field(
+        0.0, description="Per step, outside the simulated schedule."
+    )
+    input_s_per_sample: Seconds = Field(
         0.0, description="Reading a replica's batch (or its cached activations), per sample."
     )
     runs: list[str] = Field(description="Run directories the fit used.")
@@ -134,9 +149,9 @@ class Calibration(Strict):
 
 
 class ProfileSettings(Strict):
-    micro_batches: list[PosInt]
+    micro_batches: list[Count]
     warmup: NonNegInt
-    repeats: PosInt
+    repeats: Count
     seed: int
 
 

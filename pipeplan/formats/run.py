@@ -9,14 +9,20 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from pipeplan.errors import InputFileError
-from pipeplan.formats.base import NonNegFloat, NonNegInt, PosInt, Strict
+from pipeplan.formats.base import (
+    NonNegFloat,
+    NonNegInt,
+    PosInt,
+    Strict,
+    check_json,
+    first_error,
+)
 from pipeplan.formats.cluster import Cluster
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.plan import StagePlan, check_stages
@@ -197,9 +203,15 @@ def read_records(path: str | Path) -> list[PhaseRecord | StepRecord | EpochRecor
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        where = f"{path}:{number}"
         try:
-            records.append(_RECORD.validate_python(json.loads(line)))
-        except (ValueError, ValidationError) as exc:
-            first = str(exc).splitlines()[0][:200]
-            raise InputFileError(f"{path}:{number}: not a run record ({first})") from None
+            check_json(line, "")
+        except InputFileError as exc:
+            raise InputFileError(f"{where}: not a run record{exc}") from None
+        try:
+            records.append(_RECORD.validate_json(line, strict=True))
+        except ValidationError as exc:
+            raise InputFileError(f"{where}: not a run record ({first_error(exc)})") from None
+        except RecursionError:
+            raise InputFileError(f"{where}: nested too deeply") from None
     return records

@@ -1,0 +1,124 @@
+"""Hostile inputs, by class: each case asserts exit code 2, exactly one line
+`pipeplan: error: …` naming what is wrong, and that no file changed.
+
+Classes: files (meaning and magnitude inside a file), records (run directories that
+`report` and `calibrate` read). More classes (flags, resources, faults, concurrency) live
+with the commands they concern.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+import cli
+from executor.planning import shipped_profile
+
+PROFILE = json.loads(shipped_profile("bert-tiny", "cpu").read_text())
+CLUSTER = {
+    "schema_version": 1,
+    "nodes": 2,
+    "devices_per_node": 4,
+    "device_memory_bytes": 1 << 34,
+    "intra_node": {"bandwidth_bytes_per_s": 1.5e10, "latency_s": 5e-6},
+    "inter_node": {"bandwidth_bytes_per_s": 5e9, "latency_s": 2e-5},
+}
+PREVIEW = ["--global-batch", "64", "--samples", "6400", "--epochs", "3"]
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def refused(argv: list[str], root: Path, capsys, fragment: str) -> None:
+    before = snapshot(root)
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("pipeplan: error: "), lines[0]
+    assert fragment in lines[0], lines[0]
+    assert snapshot(root) == before
+
+
+def with_path(doc: dict, path: tuple, value) -> dict:
+    doc = json.loads(json.dumps(doc))
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return doc
+
+
+# (what, document, the field the message must name)
+CLUSTER_CASES = {
+    "nodes as a string": (with_path(CLUSTER, ("nodes",), "2"), "nodes"),
+    "version true": (with_path(CLUSTER, ("schema_version",), True), "schema_version"),
+    "nodes 10**400": (with_path(CLUSTER, ("nodes",), 10**400), "nodes"),
+    "memory 10**400 bytes": (with_path(CLUSTER, ("device_memory_bytes",), 10**400), "memory"),
+    "bandwidth 1e-300": (
+        with_path(CLUSTER, ("inter_node", "bandwidth_bytes_per_s"), 1e-300),
+        "bandwidth",
+    ),
+    "latency 1e300 s": (with_path(CLUSTER, ("intra_node", "latency_s"), 1e300), "latency"),
+    "unknown key": ({**CLUSTER, "gpus": 8}, "gpus"),
+}
+
+
+@pytest.mark.parametrize("case", CLUSTER_CASES, ids=str)
+def test_cluster_files_with_wrong_meaning_or_magnitude(tmp_path, capsys, case):
+    doc, fragment = CLUSTER_CASES[case]
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(doc))
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    argv = ["preview", "--profile", str(profile), "--cluster", str(path), *PREVIEW]
+    refused(argv, tmp_path, capsys, fragment)
+
+
+TEXT_CASES = {  # the first layer's first forward time, written as text
+    "time NaN": ("NaN", "NaN"),
+    "time 1e400": ("1e400", "out of range"),
+    "time 1e308 s": ("1e308", "fwd_s"),
+}
+
+
+@pytest.mark.parametrize("case", TEXT_CASES, ids=str)
+def test_profile_text_with_out_of_range_numbers(tmp_path, capsys, case):
+    token, fragment = TEXT_CASES[case]
+    marker = 123456.75  # a value no profile holds, replaced by the raw token
+    text = json.dumps(with_path(PROFILE, ("layers", 0, "timings", 0, "fwd_s"), marker))
+    path = tmp_path / "profile.json"
+    path.write_text(text.replace(str(marker), token, 1))
+    refused(["preview", "--profile", str(path), *PREVIEW], tmp_path, capsys, fragment)
+
+
+def test_model_config_number_out_of_range(tmp_path, capsys):
+    text = json.dumps(PROFILE)
+    old = f'"hidden_size": {PROFILE["model"]["config"]["hidden_size"]}'
+    assert old in text
+    path = tmp_path / "profile.json"
+    path.write_text(text.replace(old, '"hidden_size": 1e400', 1))
+    refused(["preview", "--profile", str(path), *PREVIEW], tmp_path, capsys, "out of range")
+
+
+def test_profile_param_bytes_beyond_any_machine(tmp_path, capsys):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(with_path(PROFILE, ("layers", 1, "param_bytes"), 10**400)))
+    refused(["preview", "--profile", str(path), *PREVIEW], tmp_path, capsys, "param_bytes")
+
+
+def test_deeply_nested_freeze_trajectory(tmp_path, capsys):
+    path = tmp_path / "trajectory.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    argv = ["preview", "--profile", str(profile), "--freeze-schedule", str(path), *PREVIEW]
+    refused(argv, tmp_path, capsys, "trajectory.json")
