@@ -13,6 +13,7 @@ with `torch.load(weights_only=True)`: never unrestricted pickle.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -92,7 +93,14 @@ def latest(run_dir: Path) -> Path:
     pointer = run_dir / "checkpoints" / "latest"
     if not pointer.exists():
         raise InputFileError(f"{run_dir}: no checkpoint to resume from")
-    path = run_dir / "checkpoints" / pointer.read_text().strip()
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFileError(f"{pointer}: unreadable ({exc.__class__.__name__})") from None
+    # The pointer names a sibling folder, nothing else: not a path out of the run directory.
+    if not re.fullmatch(r"step-[0-9]{1,12}", name):
+        raise InputFileError(f"{pointer}: does not name a checkpoint (step-N)")
+    path = run_dir / "checkpoints" / name
     if not (path / "manifest.json").exists():
         raise InputFileError(f"{path}: checkpoint is incomplete")
     return path

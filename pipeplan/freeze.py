@@ -91,7 +91,10 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
         raise InputFileError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{path}: cannot read freeze trajectory ({exc})") from None
-    data = check_json(text, str(path))
+    try:
+        data = check_json(text, "")
+    except InputFileError as exc:
+        raise InputFileError(f"{path}: cannot read freeze trajectory{exc}") from None
     if isinstance(data, dict):
         data = data.get("frozen_layers")
     if not isinstance(data, list):

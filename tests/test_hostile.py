@@ -122,3 +122,80 @@ def test_deeply_nested_freeze_trajectory(tmp_path, capsys):
     profile.write_text(json.dumps(PROFILE))
     argv = ["preview", "--profile", str(profile), "--freeze-schedule", str(path), *PREVIEW]
     refused(argv, tmp_path, capsys, "trajectory.json")
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def run_lines(directory: Path) -> list[dict]:
+    return [json.loads(line) for line in (directory / "run.jsonl").read_text().splitlines()]
+
+
+def rewrite(directory: Path, lines: list) -> None:
+    text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+    (directory / "run.jsonl").write_text(text)
+
+
+def broken_boundaries(lines):
+    lines[0]["layout"]["boundaries"] = [0, 10]  # one stage, but the rank map has two
+    return lines
+
+
+def stage_out_of_range(lines):
+    step = next(line for line in lines if line["kind"] == "step")
+    step["ranks"][0]["stage"] = 7
+    return lines
+
+
+def wrong_rank(lines):
+    step = next(line for line in lines if line["kind"] == "step")
+    step["ranks"][0]["rank"], step["ranks"][1]["rank"] = 1, 0
+    return lines
+
+
+def huge_time(lines):
+    step = next(line for line in lines if line["kind"] == "step")
+    step["step_s"] = 1e308
+    return lines
+
+
+def deep(lines):
+    return [*lines[:3], "[" * 100_000 + "]" * 100_000]
+
+
+RECORD_CASES = {
+    "boundaries inconsistent with the rank map": (broken_boundaries, "run.jsonl:1"),
+    "stage index out of range": (stage_out_of_range, "stage 7"),
+    "rank not where the rank map puts it": (wrong_rank, "rank map"),
+    "step time 1e308": (huge_time, "step_s"),
+    "a line nested 100,000 deep": (deep, "run.jsonl:4"),
+}
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+@pytest.mark.parametrize("case", RECORD_CASES, ids=str)
+def test_run_records_with_wrong_meaning(tmp_path, capsys, case, command):
+    from test_report import elastic_records, write_run
+
+    run = write_run(tmp_path / "run", elastic_records())
+    mutate, fragment = RECORD_CASES[case]
+    rewrite(run, mutate(run_lines(run)))
+    profile = shipped_profile("vit-digits", "cpu")
+    argv = ["report", str(run)]
+    if command == "calibrate":
+        argv = ["calibrate", str(run), "--profile", str(profile), "--out", str(tmp_path / "c.json")]
+    refused(argv, tmp_path, capsys, fragment)
+
+
+@pytest.mark.parametrize("pointer", ["garbage", "../../../etc", "directory"])
+def test_a_bad_latest_checkpoint_pointer(tmp_path, capsys, pointer):
+    from test_report import elastic_records, write_run
+
+    run = write_run(tmp_path / "run", elastic_records())
+    latest = run / "checkpoints" / "latest"
+    latest.parent.mkdir()
+    if pointer == "directory":
+        latest.mkdir()
+    else:
+        latest.write_text(pointer + "\n")
+    refused(["run", "--resume", str(run)], tmp_path, capsys, "latest")

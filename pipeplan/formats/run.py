@@ -14,11 +14,13 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
-from pipeplan.errors import InputFileError
+from pipeplan.errors import InputFileError, PipeplanError
 from pipeplan.formats.base import (
+    MAX_COUNT,
     NonNegFloat,
     NonNegInt,
     PosInt,
+    Seconds,
     Strict,
     check_json,
     first_error,
@@ -61,17 +63,20 @@ class RunConfig(Strict):
     plan: str | None = Field(None, description="Plan file the run started from, if any.")
 
 
+Count0 = Annotated[int, Field(ge=0, lt=MAX_COUNT)]  # a rank, stage or replica index
+
+
 class RankTimes(Strict):
-    rank: NonNegInt
-    stage: NonNegInt | None
-    replica: NonNegInt | None
-    step_s: NonNegFloat
-    fwd_s: NonNegFloat
-    bwd_s: NonNegFloat
-    wait_s: NonNegFloat
-    allreduce_s: NonNegFloat
-    optimizer_s: NonNegFloat
-    input_s: NonNegFloat = Field(description="Reading the batch (and the cache) on stage 0.")
+    rank: Count0
+    stage: Count0 | None
+    replica: Count0 | None
+    step_s: Seconds
+    fwd_s: Seconds
+    bwd_s: Seconds
+    wait_s: Seconds
+    allreduce_s: Seconds
+    optimizer_s: Seconds
+    input_s: Seconds = Field(description="Reading the batch (and the cache) on stage 0.")
 
 
 class Pricing(Strict):
@@ -97,7 +102,7 @@ class PhaseDecision(Strict):
     priced the prediction. Broadcast to every rank and recorded as a `PhaseRecord`."""
 
     layout: Layout
-    predicted_step_s: NonNegFloat | None
+    predicted_step_s: Seconds | None
     predicted_stages: list[StagePlan] | None = Field(
         None, description="The planner's per-stage times (per micro-batch) for this layout."
     )
@@ -114,7 +119,7 @@ class PhaseRecord(PhaseDecision):
     phase: NonNegInt
     start_step: NonNegInt
     start_epoch: NonNegInt
-    transition_s: NonNegFloat = Field(description="Measured time to move state and rebuild.")
+    transition_s: Seconds = Field(description="Measured time to move state and rebuild.")
 
 
 class StepRecord(Strict):
@@ -122,7 +127,7 @@ class StepRecord(Strict):
     step: NonNegInt
     epoch: NonNegInt
     phase: NonNegInt
-    step_s: NonNegFloat = Field(description="Wall time of the step on the slowest rank.")
+    step_s: Seconds = Field(description="Wall time of the step on the slowest rank.")
     loss: float | None
     samples_per_s: NonNegFloat
     cache_hits: NonNegInt = 0
@@ -135,8 +140,8 @@ class EpochRecord(Strict):
     phase: NonNegInt
     frozen_layers: NonNegInt
     steps: NonNegInt
-    epoch_s: NonNegFloat = Field(description="Training time of the epoch (evaluation excluded).")
-    eval_s: NonNegFloat = 0.0
+    epoch_s: Seconds = Field(description="Training time of the epoch (evaluation excluded).")
+    eval_s: Seconds = 0.0
     train_loss: float | None
     eval_accuracy: Annotated[float, Field(ge=0, le=1)] | None
     samples_per_s: NonNegFloat
@@ -153,7 +158,7 @@ class PhaseSummary(Strict):
     phase: NonNegInt
     layout: Layout
     steps: NonNegInt
-    predicted_step_s: NonNegFloat | None
+    predicted_step_s: Seconds | None
     measured_step_s: NonNegFloat | None = Field(
         description="Median of steady steps: the first steps of the phase and, when cached, the "
         "steps that still fill the cache are excluded."
@@ -214,4 +219,49 @@ def read_records(path: str | Path) -> list[PhaseRecord | StepRecord | EpochRecor
             raise InputFileError(f"{where}: not a run record ({first_error(exc)})") from None
         except RecursionError:
             raise InputFileError(f"{where}: nested too deeply") from None
+    check_records(records, str(path))
     return records
+
+
+def check_records(records: list, where: str) -> None:
+    """What a run's records mean together: every step and epoch belongs to a phase that
+    started before it, every layout runs on its cluster, and every rank's stage and replica
+    exist in its phase's layout. InputFileError with one line otherwise."""
+    phases: dict[int, PhaseRecord] = {}
+    for record in records:
+        if isinstance(record, PhaseRecord):
+            layout, cluster = record.layout, record.pricing.cluster
+            try:
+                layout.check(layout.boundaries[-1], cluster.num_devices)
+            except PipeplanError as exc:
+                raise InputFileError(f"{where}: phase {record.phase}: {exc}") from None
+            phases[record.phase] = record
+            continue
+        phase = phases.get(record.phase)
+        if phase is None:
+            what = f"{record.kind} {getattr(record, record.kind)}"
+            raise InputFileError(f"{where}: {what} is in phase {record.phase}, never started")
+        if isinstance(record, StepRecord):
+            _check_ranks(record, phase.layout, where)
+
+
+def _check_ranks(step: StepRecord, layout: Layout, where: str) -> None:
+    for times in step.ranks:
+        stage, replica = times.stage, times.replica
+        if (stage is None) != (replica is None):
+            raise InputFileError(
+                f"{where}: step {step.step}: rank {times.rank} has a stage "
+                "but no replica or the reverse"
+            )
+        if stage is None:
+            continue
+        if stage >= layout.num_stages or replica >= layout.replicas:
+            raise InputFileError(
+                f"{where}: step {step.step}: rank {times.rank} is stage {stage} of replica "
+                f"{replica}, outside the phase's {layout.label()}"
+            )
+        if layout.rank_map[replica][stage] != times.rank:
+            raise InputFileError(
+                f"{where}: step {step.step}: rank {times.rank} is not stage {stage} of replica "
+                f"{replica} in the phase's rank map"
+            )
