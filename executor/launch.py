@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from pipeplan import log as pipeplan_log
 from pipeplan import models
 from pipeplan.calibrate import calibrate
 from pipeplan.errors import BadArgumentError, OutputError, PipeplanError
-from pipeplan.fileio import write_atomic
+from pipeplan.fileio import claim_directory, write_atomic
 from pipeplan.formats import (
     PhaseSummary,
     RunConfig,
@@ -64,17 +65,22 @@ def prepare(cfg: RunConfig, runs_root: str | Path) -> Path:
         )
     planner = RunPlanner.from_config(cfg)
     planner.check()
-    run_dir = Path(runs_root) / cfg.name
-    if run_dir.exists() and any(run_dir.iterdir()):
+    run_dir = claim_directory(Path(runs_root) / run_name(cfg.name))
+    if any(p.name != ".lock" for p in run_dir.iterdir()):
         raise OutputError(f"{run_dir}: already holds a run; pick another --name")
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"{run_dir}: cannot create ({exc.strerror})") from None
     write_atomic(run_dir / "run.json", dumps(cfg))
     # The run prices every phase with this copy: the run directory alone reproduces its plans.
     write_atomic(run_dir / RUN_PROFILE, dumps(planner.profile))
     return run_dir
+
+
+def run_name(name: str) -> str:
+    """A run's name is one plain folder name: never a path out of --runs-dir."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name):
+        raise BadArgumentError(
+            f"--name {name!r}: use letters, digits, '.', '_' and '-' (a folder name, not a path)"
+        )
+    return name
 
 
 def rank_main(
@@ -174,7 +180,8 @@ def resume_run(run_dir: str, nproc: int | None) -> tuple[Path, RunSummary]:
 
     path = Path(run_dir)
     cfg = load(RunConfig, path / "run.json")
-    latest(path)  # fail before any process starts if there is nothing to resume
+    latest(path)  # fail before any process starts (and before claiming) if nothing to resume
+    claim_directory(path)
     if nproc is not None and nproc != cfg.nproc:
         cfg = cfg.model_copy(update={"nproc": nproc})
         RunPlanner.from_config(cfg).check()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -43,3 +44,32 @@ def write_atomic(path: str | Path, content: str | bytes) -> None:
         if isinstance(exc, OSError):
             raise OutputError(f"{path}: write failed ({exc.strerror})") from None
         raise
+
+
+# Locks held until this process exits (the kernel drops them when it dies, however it dies).
+_HELD: dict[Path, object] = {}
+
+
+def claim_directory(directory: str | Path) -> Path:
+    """Hold an exclusive lock on `directory` (its `.lock` file) for the life of this process,
+    so two runs, or two resumes, can never share a run directory. OutputError if another
+    process holds it. Claiming a directory this process already holds is a no-op.
+
+        run_dir = claim_directory(runs / name)   # then check it is empty, write run.json
+    """
+    directory = Path(directory)
+    key = directory.resolve()
+    if key in _HELD:
+        return directory
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handle = open(directory / ".lock", "a")  # noqa: SIM115 - held open on purpose
+    except OSError as exc:
+        raise OutputError(f"{directory}: cannot create ({exc.strerror})") from None
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise OutputError(f"{directory}: in use by another pipeplan process") from None
+    _HELD[key] = handle
+    return directory

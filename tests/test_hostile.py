@@ -199,3 +199,49 @@ def test_a_bad_latest_checkpoint_pointer(tmp_path, capsys, pointer):
     else:
         latest.write_text(pointer + "\n")
     refused(["run", "--resume", str(run)], tmp_path, capsys, "latest")
+
+
+# ----------------------------------------------------------------------------- run directories
+
+
+@pytest.mark.parametrize("name", ["../../x", "/abs", "a/b", "..", ".hidden", "x" * 200])
+def test_run_names_stay_inside_the_runs_dir(tmp_path, capsys, name):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    argv = ["run", "--model", "vit-digits", "--name", name, "--runs-dir", str(runs)]
+    refused([*argv, "--prepare-only"], tmp_path, capsys, "--name")
+
+
+CLAIM = """
+import sys, time
+from pipeplan.fileio import claim_directory
+claim_directory(sys.argv[1])
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_run_directory_is_held_by_one_process(tmp_path):
+    """A second claim of the same directory fails while the first process lives, and
+    succeeds once it is gone (the kernel drops the lock, whatever killed the holder)."""
+    import subprocess
+    import sys
+
+    from pipeplan.fileio import claim_directory
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", CLAIM, str(tmp_path / "r")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        probe = [sys.executable, "-c", CLAIM.replace("time.sleep(60)", ""), str(tmp_path / "r")]
+        second = subprocess.run(probe, capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0 and "in use by another pipeplan process" in second.stderr
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    claim_directory(tmp_path / "r")  # free again, and now held here
+    import fcntl
+
+    with open(tmp_path / "r" / ".lock", "a") as other, pytest.raises(BlockingIOError):
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
