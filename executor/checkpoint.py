@@ -12,6 +12,8 @@ with `torch.load(weights_only=True)`: never unrestricted pickle.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import re
 import shutil
@@ -26,6 +28,7 @@ from pipeplan.errors import InputFileError, OutputError
 from pipeplan.fileio import write_atomic
 from pipeplan.formats import CheckpointManifest, Layout, dumps, load
 
+log = logging.getLogger("pipeplan.checkpoint")
 KEEP = 2  # checkpoints kept: the newest and the one before it
 
 
@@ -67,13 +70,19 @@ def save(
     root = run_dir / "checkpoints"
     final = root / f"step-{manifest.step}"
     tmp = root / f".tmp-step-{manifest.step}"
+    names = _names(layers)
+    tensors = {
+        "model.pt": {names[p]: p.detach().cpu() for p in names},
+        "optimizer.pt": {names[p]: s for p, s in gathered.items()},
+        "rng.pt": {str(r): state for r, state in enumerate(rng)},
+    }
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        names = _names(layers)
-        torch.save({names[p]: p.detach().cpu() for p in names}, tmp / "model.pt")
-        torch.save({names[p]: s for p, s in gathered.items()}, tmp / "optimizer.pt")
-        torch.save({str(r): state for r, state in enumerate(rng)}, tmp / "rng.pt")
+        for name, value in tensors.items():
+            torch.save(value, tmp / name)
+        files = {name: _sha256(tmp / name) for name in tensors}
+        manifest = manifest.model_copy(update={"files": files})
         (tmp / "manifest.json").write_text(dumps(manifest))
         for f in tmp.iterdir():
             with open(f, "rb") as handle:
@@ -81,12 +90,27 @@ def save(
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         write_atomic(root / "latest", final.name + "\n")
-    except OSError as exc:
+    except Exception as exc:
+        # torch.save reports a full disk as a RuntimeError from its zip writer, not an
+        # OSError: any failure removes the partial directory and keeps the previous one.
         shutil.rmtree(tmp, ignore_errors=True)
-        raise OutputError(f"{final}: cannot write checkpoint ({exc.strerror})") from None
+        free = shutil.disk_usage(root).free if root.exists() else 0
+        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0][:120]
+        raise OutputError(
+            f"{final}: cannot write checkpoint ({reason}; {free >> 20} MiB free on its disk); "
+            "the previous checkpoint is kept"
+        ) from None
     for old in sorted(root.glob("step-*"), key=lambda p: int(p.name[5:]))[:-KEEP]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def latest(run_dir: Path) -> Path:
@@ -106,10 +130,19 @@ def latest(run_dir: Path) -> Path:
     return path
 
 
-def load_checkpoint(
-    path: Path,
-) -> tuple[CheckpointManifest, dict[str, torch.Tensor], dict[str, OptimizerState], dict]:
+Loaded = tuple[CheckpointManifest, dict[str, torch.Tensor], dict[str, OptimizerState], dict]
+
+
+def load_checkpoint(path: Path) -> Loaded:
+    """One checkpoint, verified: every file's sha256 as the manifest recorded it, and finite
+    parameters. InputFileError (one line) if anything is off."""
     manifest = load(CheckpointManifest, path / "manifest.json")
+    for name in ("model.pt", "optimizer.pt", "rng.pt"):
+        recorded = manifest.files.get(name)
+        if recorded is None:
+            raise InputFileError(f"{path}: the manifest has no checksum for {name}")
+        if not (path / name).is_file() or _sha256(path / name) != recorded:
+            raise InputFileError(f"{path / name}: checksum mismatch (corrupted or replaced)")
     try:
         model = torch.load(path / "model.pt", weights_only=True)
         optimizer = torch.load(path / "optimizer.pt", weights_only=True)
@@ -118,7 +151,34 @@ def load_checkpoint(
         raise InputFileError(
             f"{path}: unreadable checkpoint ({str(exc).splitlines()[0]})"
         ) from None
+    bad = next((n for n, t in model.items() if not torch.isfinite(t).all()), None)
+    if bad is not None:
+        raise InputFileError(f"{path}: parameter {bad} holds NaN or infinite values")
     return manifest, model, optimizer, rng
+
+
+def load_latest(run_dir: Path) -> Loaded:
+    """The newest checkpoint that verifies; an older one, with a notice, when the newest is
+    corrupt. InputFileError when none does."""
+    newest = latest(run_dir)
+    candidates = sorted(
+        (p for p in (run_dir / "checkpoints").glob("step-*") if p.is_dir()),
+        key=lambda p: int(p.name[5:]) if p.name[5:].isdigit() else -1,
+        reverse=True,
+    )
+    candidates = [newest, *(p for p in candidates if p != newest)]
+    first_error: InputFileError | None = None
+    for path in candidates:
+        try:
+            loaded = load_checkpoint(path)
+        except InputFileError as exc:
+            first_error = first_error or exc
+            continue
+        if path != newest:
+            log.warning("%s; resuming from the older %s", first_error, path.name)
+        return loaded
+    assert first_error is not None
+    raise first_error
 
 
 def restore(

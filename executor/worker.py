@@ -286,11 +286,11 @@ class Trainer:
         """Continue from the latest checkpoint, re-planned for this world size."""
         from executor import checkpoint
 
-        manifest, model, optimizer, rng = checkpoint.load_checkpoint(
-            checkpoint.latest(self.run_dir)
-        )
+        manifest, model, optimizer, rng = checkpoint.load_latest(self.run_dir)
         states = checkpoint.restore(self.seq.layers, model, optimizer)
-        self.frozen_layers, self.phase_index = manifest.frozen_layers, manifest.phase
+        # The resumed run is a new phase: the steps before the checkpoint keep the record of
+        # the layout they ran on, and the layout may differ now (another world size).
+        self.frozen_layers, self.phase_index = manifest.frozen_layers, manifest.phase + 1
         self.step_index = manifest.step
         self.grad_history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
         if self.rank == 0:
@@ -313,7 +313,7 @@ class Trainer:
         kept = [
             r
             for r in read_records(self.run_dir / "run.jsonl")
-            if (isinstance(r, PhaseRecord) and r.phase < manifest.phase)
+            if (isinstance(r, PhaseRecord) and r.phase <= manifest.phase)
             or (isinstance(r, StepRecord) and r.step < manifest.step)
             or (isinstance(r, EpochRecord) and r.epoch < manifest.epoch)
         ]

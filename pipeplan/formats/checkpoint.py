@@ -23,3 +23,7 @@ class CheckpointManifest(Strict):
     world_size: PosInt
     model: str
     cache: dict | None = Field(None, description="Stage-0 cache manifest (rebuilt on resume).")
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description="sha256 of each tensor file, verified before a resume trusts it.",
+    )
