@@ -9,10 +9,12 @@ they default to the documented constants of the format.
 
 from __future__ import annotations
 
+import math
 import re
 
 from pipeplan.errors import BadArgumentError
 from pipeplan.formats import Cluster, Link, Profile, RunConfig
+from pipeplan.formats.base import MAX_BANDWIDTH, MAX_BYTES, MAX_LATENCY_S, MIN_BANDWIDTH
 from pipeplan.formats.cluster import (
     DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
@@ -59,7 +61,14 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
     factor = _BYTE_UNITS.get(unit.lower())
     if factor is None:
         raise BadArgumentError(f"unknown unit '{unit}' in {what} '{text}' (use B, MB, GiB, ...)")
-    return round(value * factor)
+    return int(_within(value * factor, 0, MAX_BYTES, what, text, "bytes"))
+
+
+def _within(value: float, low: float, high: float, what: str, text, unit: str) -> float:
+    """A parsed flag as a finite number inside physical bounds, or one line naming it."""
+    if not math.isfinite(value) or not low <= value <= high:
+        raise BadArgumentError(f"{what} '{text}' is outside {low:g}..{high:g} {unit}")
+    return value
 
 
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
@@ -75,9 +84,7 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     scale = (2 ** (10 * "kmgt".index(prefix) + 10) if prefix else 1) if binary else _SI[prefix]
     bits = base in ("bit", "b")
     result = value * scale / (8 if bits else 1)
-    if result <= 0:
-        raise BadArgumentError(f"{what} must be positive, got '{text}'")
-    return result
+    return _within(result, MIN_BANDWIDTH, MAX_BANDWIDTH, what, text, "bytes/s")
 
 
 def parse_duration(text: str | int | float, what: str = "duration") -> float:
@@ -86,7 +93,7 @@ def parse_duration(text: str | int | float, what: str = "duration") -> float:
     factor = _DURATION_UNITS.get(unit.lower() if unit != "µs" else unit)
     if factor is None:
         raise BadArgumentError(f"unknown unit '{unit}' in {what} '{text}' (use s, ms, us, ns)")
-    return value * factor
+    return _within(value * factor, 0, MAX_LATENCY_S, what, text, "s")
 
 
 # --------------------------------------------------------------------------- builder

@@ -39,6 +39,7 @@ from pipeplan.formats import (
     Strict,
     dumps,
 )
+from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_SAMPLES
 from pipeplan.freeze import phases
 from pipeplan.simulate import Timeline
 from pipeplan.solver import BaselineName, Pins, baseline_boundaries, solve_phase
@@ -67,6 +68,13 @@ class TrainingShape:
             raise BadArgumentError(f"--samples must be at least 1 (got {self.samples})")
         if self.epochs < 1:
             raise BadArgumentError(f"--epochs must be at least 1 (got {self.epochs})")
+        for flag, value, limit in (
+            ("--global-batch", self.global_batch, MAX_COUNT),
+            ("--samples", self.samples, MAX_SAMPLES),
+            ("--epochs", self.epochs, MAX_EPOCHS),
+        ):
+            if value > limit:
+                raise BadArgumentError(f"{flag} {value} is beyond the limit of {limit}")
         if self.samples < self.global_batch:
             raise BadArgumentError(
                 f"--samples {self.samples} is less than one global batch ({self.global_batch})"

@@ -20,6 +20,7 @@ import numpy as np
 from pipeplan.costmodel import CostModel, Evaluation, PhaseCosts, rank_map
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import SCHEDULES, Layout, Schedule
+from pipeplan.formats.base import MAX_MICRO_BATCHES
 from pipeplan.partition import PartitionProblem, solve_partition
 from pipeplan.simulate import in_flight, step_lower_bound_s
 
@@ -73,7 +74,8 @@ def candidate_shapes(
         if D < 1 or num_devices < S * D or global_batch % D:
             continue
         per_replica = global_batch // D
-        for M in [pins.micro_batches] if pins.micro_batches else divisors(per_replica):
+        counts = [pins.micro_batches] if pins.micro_batches else divisors(per_replica)
+        for M in (M for M in counts if M <= MAX_MICRO_BATCHES):
             # torch.distributed.pipelining's GPipe and 1F1B need at least one micro-batch
             # per stage.
             if per_replica % M or M < S:
@@ -91,6 +93,8 @@ def _no_shape_message(model: CostModel, global_batch: int, max_stages: int, pins
             f"--stages {pins.num_stages} is more than the {min(max_stages, N)} stages possible "
             f"({max_stages} partitionable layers, {N} devices)"
         )
+    if pins.micro_batches and pins.micro_batches > MAX_MICRO_BATCHES:
+        return f"--micro-batches {pins.micro_batches} is beyond the limit of {MAX_MICRO_BATCHES}"
     if pins.micro_batches and pins.num_stages and pins.micro_batches < pins.num_stages:
         return (
             f"--micro-batches {pins.micro_batches} is fewer than --stages {pins.num_stages}: "

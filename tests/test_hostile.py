@@ -245,3 +245,64 @@ def test_a_run_directory_is_held_by_one_process(tmp_path):
 
     with open(tmp_path / "r" / ".lock", "a") as other, pytest.raises(BlockingIOError):
         fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+# ----------------------------------------------------------------------------- flags, resources
+
+FLAG_CASES = {
+    "memory 1e400B": (["--device-memory", "1e400B"], "--device-memory"),
+    "bandwidth 1e400GB/s": (["--inter-bw", "1e400GB/s"], "--inter-bw"),
+    "bandwidth 1e-300B/s": (["--intra-bw", "1e-300B/s"], "--intra-bw"),
+    "global batch 1000000007": (["--global-batch", "1000000007"], "limit of"),
+    "epochs 10000000": (["--epochs", "10000000"], "limit of"),
+    "micro-batches 100000": (["--micro-batches", "100000"], "limit of"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", FLAG_CASES, ids=str)
+def test_flags_in_human_units_and_sizes_are_bounded(tmp_path, capsys, case):
+    """Each of these used to give a traceback, run out of memory, or run for minutes."""
+    extra, fragment = FLAG_CASES[case]
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    base = ["--profile", str(profile), "--nodes", "1", "--devices-per-node", "2"]
+    shape = {"--global-batch": "64", "--samples": "6400", "--epochs": "3"}
+    for flag in extra[::2]:
+        shape.pop(flag, None)
+    argv = ["preview", *base, *extra, *(x for kv in shape.items() for x in kv)]
+    refused(argv, tmp_path, capsys, fragment)
+
+
+HUGE = """
+import resource, sys, cli
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "extra",
+    [["--global-batch", "1048576", "--samples", "1099511627776"], ["--epochs", "10000"]],
+    ids=["largest batch", "most epochs"],
+)
+def test_the_largest_allowed_inputs_finish_within_memory_and_time(tmp_path, extra):
+    """At the stated limits, under a 4 GiB address-space cap: an answer, not a hang."""
+    import subprocess
+    import sys
+    import time
+
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    shape = {"--global-batch": "64", "--samples": "6400", "--epochs": "3"}
+    for flag in extra[::2]:
+        shape.pop(flag)
+    argv = ["preview", "--profile", str(profile), "--nodes", "1", "--devices-per-node", "2"]
+    argv += [*extra, *(x for kv in shape.items() for x in kv)]
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", HUGE, *argv], capture_output=True, text=True)
+    assert time.monotonic() - start < 60
+    assert done.returncode in (0, 2), done.stderr[-2000:]
+    if done.returncode == 2:
+        assert len(done.stderr.strip().splitlines()) == 1

@@ -30,6 +30,10 @@ MAX_SECONDS = 1e6  # 11.6 days for one timed operation
 MAX_LATENCY_S = 60.0
 MIN_BANDWIDTH, MAX_BANDWIDTH = 1.0, 1e15  # bytes/s: 1 B/s .. 1 PB/s
 MAX_COUNT = 1 << 20  # devices, nodes, micro-batch sizes, samples in a step
+# Limits on what scales the planner's work, stated in the errors that enforce them.
+MAX_EPOCHS = 10_000
+MAX_SAMPLES = 1 << 40
+MAX_MICRO_BATCHES = 1024  # per replica and step; the simulator materialises each one
 Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
 PosBytes = Annotated[int, Field(ge=1, le=MAX_BYTES)]
 FloatBytes = Annotated[float, Field(ge=0.0, le=MAX_BYTES)]
