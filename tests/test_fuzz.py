@@ -137,8 +137,53 @@ def test_run_records(tmp_path, lines):
         assert "\n" not in str(exc)
 
 
-def test_deep_nesting_and_huge_numbers():
-    expect_one_line_or_valid(Profile, "[" * 50_000 + "]" * 50_000)
-    expect_one_line_or_valid(Cluster, json.dumps({**CLUSTER, "nodes": 10**400}))
-    expect_one_line_or_valid(Cluster, json.dumps({**CLUSTER, "device_memory_bytes": -1}))
-    expect_one_line_or_valid(Cluster, json.dumps(CLUSTER).replace("5e9", "NaN"))
+def expect_rejected(model, text: str, fragment: str) -> None:
+    """A document that is certainly invalid: one line naming what is wrong, never accepted."""
+    with pytest.raises(InputFileError) as err:
+        parse(model, text, "fuzz.json")
+    message = str(err.value)
+    assert message.startswith("fuzz.json") and "\n" not in message
+    assert fragment in message, message
+
+
+def test_every_valid_document_is_accepted():
+    for model, doc in VALID.items():
+        parse(model, json.dumps(doc), "valid.json")
+
+
+BANDWIDTH = "123456789.5"  # a marker value only the inter-node bandwidth holds
+MARKED = json.dumps(
+    {**CLUSTER, "inter_node": {**CLUSTER["inter_node"], "bandwidth_bytes_per_s": 123456789.5}}
+)
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("[" * 50_000 + "]" * 50_000, "fuzz.json"),
+        (json.dumps({**CLUSTER, "nodes": 10**400}), "nodes"),
+        (json.dumps({**CLUSTER, "nodes": "2"}), "nodes"),
+        (json.dumps({**CLUSTER, "nodes": 2.0}), "nodes"),
+        (json.dumps({**CLUSTER, "schema_version": True}), "schema_version"),
+        (json.dumps({**CLUSTER, "device_memory_bytes": -1}), "device_memory_bytes"),
+        (json.dumps({**CLUSTER, "gpus": 8}), "gpus"),
+        (MARKED.replace(BANDWIDTH, "NaN"), "NaN"),
+        (MARKED.replace(BANDWIDTH, "Infinity"), "Infinity"),
+        (MARKED.replace(BANDWIDTH, "1e400"), "out of range"),
+    ],
+    ids=[
+        "nested 50,000 deep",
+        "nodes 10**400",
+        "nodes as a string",
+        "nodes as a float",
+        "version true",
+        "negative memory",
+        "unknown key",
+        "NaN",
+        "Infinity",
+        "1e400",
+    ],
+)
+def test_certainly_invalid_documents_are_rejected(text, fragment):
+    assert MARKED.count(BANDWIDTH) == 1  # the replacements above reach exactly one number
+    expect_rejected(Cluster if text.startswith("{") else Profile, text, fragment)
