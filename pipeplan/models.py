@@ -523,6 +523,8 @@ def export(seq: LayerSequence, out_dir: str | Path) -> Path:
 
     The layers are views of `seq.hf_model`, so saving that model saves what was trained. The
     directory must not exist (or be empty); it appears whole or not at all."""
+    if seq.hf_model is None:
+        raise BadArgumentError(f"'{seq.name}' was not built by models.build: nothing to export")
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputError(f"{out}: exists and is not an empty directory; export needs a new one")
