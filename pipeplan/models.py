@@ -1,29 +1,60 @@
-"""Model zoo: a built-in name or an HF `config.json` → a `LayerSequence`.
+"""Model zoo: a built-in name or a transformers directory → a `LayerSequence`.
 
 A LayerSequence is the ordered list of layers that profiler, planner and executor all index
-the same way: 0 = embeddings, 1..n = encoder blocks, n+1 = head (final norm / pooler and
-classifier; the loss is `LayerSequence.loss`). Every layer maps one tensor to one tensor, so a
-contiguous range of layers is a valid pipeline stage. The layers share their parameters with
-the transformers model they were cut from, and running them in order gives exactly that
-model's forward. Models are built from configs with random weights; nothing is downloaded.
+the same way: 0 = embeddings, 1..n = blocks, n+1 = head (final norm / pooler and classifier, or
+the language-model head; the loss is `LayerSequence.loss`). Every layer maps one tensor to one
+tensor, so a contiguous range of layers is a valid pipeline stage. The layers are views of the
+transformers model they were cut from (`LayerSequence.hf_model`): running them in order gives
+exactly that model's forward, training them trains that model, and `export` saves it.
+
+    models.build("bert-tiny")                          # built-in shape, random weights
+    models.build("ckpt/")                              # weights of ckpt/model.safetensors
+    models.build("ckpt/", num_labels=3)                # … with a fresh 3-class head if needed
+    models.build("config-only/", init="random")        # a config alone: say so
+    models.build("llama-tiny", task="classification")  # decoders: causal LM or classification
+    models.export(seq, "out/")                         # AutoModelFor….from_pretrained("out/")
+
+What travels between layers (docs/architecture.md §4.17): the hidden state only. Decoder blocks
+recompute positions, rotary embeddings and the causal mask from its shape. With
+`padding_mask=True` it has one extra trailing channel (1.0 = token, 0.0 = padding, i.e. an
+input id equal to pad_token_id) that each block turns into the attention mask.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeplan.errors import InputFileError, UnknownModelError
+from pipeplan.errors import BadArgumentError, InputFileError, OutputError, UnknownModelError
+
+log = logging.getLogger("pipeplan.models")
 
 # Sequence length of the text presets and of text models built from a config path.
 DEFAULT_SEQ_LEN = 128
+# What `from_pretrained` loads, in its order of preference (the index files are shards).
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+TASKS = ("classification", "causal-lm")
+IGNORE_INDEX = -100  # label of a token the causal-LM loss skips, as in transformers
+
+Init = Literal["pretrained", "random"]
+Task = Literal["classification", "causal-lm"]
 
 
 @dataclass(frozen=True)
@@ -83,60 +114,235 @@ PRESETS: dict[str, Preset] = {
         seq_len=32,
         description="small BERT for the generated text-classification task (executor task)",
     ),
+    "gpt2-tiny": Preset(
+        "gpt2",
+        dict(
+            vocab_size=512,
+            n_positions=128,
+            n_embd=64,
+            n_layer=4,
+            n_head=4,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+        seq_len=32,
+        description="GPT-2, 4 blocks, hidden 64, 512 tokens (causal LM unless task given)",
+    ),
+    "llama-tiny": Preset(
+        "llama",
+        dict(
+            vocab_size=512,
+            hidden_size=64,
+            intermediate_size=176,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+        seq_len=32,
+        description="Llama-style decoder (rotary, RMSNorm, gated MLP, grouped KV), 4 blocks",
+    ),
 }
 
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "vit")
+
+# --------------------------------------------------------------------------- layers
+
+
+def _with_mask(hidden: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+    """Append the padding mask (B, T) bool as a trailing channel: 1.0 token, 0.0 padding."""
+    return torch.cat([hidden, padding.unsqueeze(-1).to(hidden.dtype)], dim=-1)
+
+
+def _split_mask(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # Contiguous, so the block gets the memory layout the transformers model gives it and
+    # runs the same kernels: the results agree bit for bit.
+    return x[..., :-1].contiguous(), x[..., -1] != 0
 
 
 class Embeddings(nn.Module):
-    """Layer 0: token/patch embeddings (inputs → hidden states)."""
+    """Layer 0: token/patch embeddings (inputs → hidden states); with `pad_token_id` also the
+    padding-mask channel, taken from the input ids."""
 
-    def __init__(self, embeddings: nn.Module, input_name: str):
+    def __init__(
+        self,
+        embeddings: nn.Module,
+        input_name: str,
+        *,
+        project: nn.Module | None = None,
+        pad_token_id: int | None = None,
+    ):
         super().__init__()
         self.embeddings = embeddings
         self.input_name = input_name
+        self.project = project  # ELECTRA: embedding size → hidden size
+        self.pad_token_id = pad_token_id
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.embeddings(**{self.input_name: inputs})
+        hidden = self.embeddings(**{self.input_name: inputs})
+        if self.project is not None:
+            hidden = self.project(hidden)
+        if self.pad_token_id is None:
+            return hidden
+        return _with_mask(hidden, inputs != self.pad_token_id)
+
+
+class GPT2Embeddings(nn.Module):
+    """GPT-2 has no embeddings module: token plus learned position embeddings, then dropout,
+    computed as `GPT2Model.forward` does."""
+
+    def __init__(self, transformer: nn.Module):
+        super().__init__()
+        self.wte, self.wpe, self.drop = transformer.wte, transformer.wpe, transformer.drop
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        inputs_embeds = self.wte(input_ids)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        return self.drop(inputs_embeds + self.wpe(positions))
+
+
+class EncoderMask(nn.Module):
+    """An encoder block's attention arguments: the padding mask, expanded by transformers'
+    own `create_bidirectional_mask` (so every attention implementation gets its form)."""
+
+    def __init__(self, config: Any):
+        super().__init__()
+        self.config = config
+
+    def forward(self, hidden: torch.Tensor, padding: torch.Tensor | None) -> dict[str, Any]:
+        from transformers.masking_utils import create_bidirectional_mask
+
+        mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden, attention_mask=padding
+        )
+        return {"attention_mask": mask}
+
+
+class CausalContext(nn.Module):
+    """A decoder block's attention arguments, recomputed from the hidden state's shape as the
+    transformers model computes them once for all blocks: positions 0..T−1, the causal mask
+    (with padding when the mask channel travels) and, for Llama, the rotary cos/sin. Nothing
+    but the hidden state has to cross a stage boundary."""
+
+    def __init__(self, config: Any, rotary: nn.Module | None = None):
+        super().__init__()
+        self.config = config
+        self.rotary = rotary
+
+    def forward(self, hidden: torch.Tensor, padding: torch.Tensor | None) -> dict[str, Any]:
+        from transformers.masking_utils import create_causal_mask
+
+        positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
+        # Positional: the cache argument was renamed (past_key_values → cache) in 5.x.
+        mask = create_causal_mask(self.config, hidden, padding, None, positions)
+        kwargs: dict[str, Any] = {"attention_mask": mask, "position_ids": positions}
+        if self.rotary is not None:
+            kwargs["position_embeddings"] = self.rotary(hidden, position_ids=positions)
+        return kwargs
 
 
 class Block(nn.Module):
-    """Layers 1..n: one encoder block, hidden states → hidden states, no attention mask
-    (samples are fixed-length and unpadded)."""
+    """Layers 1..n: one transformer block, hidden states → hidden states. `context` gives the
+    block's attention arguments (none for unpadded encoders: samples are fixed-length)."""
 
-    def __init__(self, block: nn.Module):
+    def __init__(
+        self, block: nn.Module, context: nn.Module | None = None, carries_mask: bool = False
+    ):
         super().__init__()
         self.block = block
+        self.context = context
+        self.carries_mask = carries_mask
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        out = self.block(hidden)
-        return out[0] if isinstance(out, tuple) else out  # transformers 4.x returned a tuple
+        padding = None
+        if self.carries_mask:
+            hidden, padding = _split_mask(hidden)
+        kwargs = {} if self.context is None else self.context(hidden, padding)
+        out = self.block(hidden, **kwargs)
+        out = out[0] if isinstance(out, tuple) else out  # transformers 4.x returned a tuple
+        return out if padding is None else _with_mask(out, padding)
+
+
+class FirstToken(nn.Module):
+    """The first token's hidden state ([CLS]), where a head pools it between two parts."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden[:, 0]
+
+
+def _last_token(logits: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
+    """Each sample's logits at its rightmost token that is not padding, found and gathered as
+    transformers' …ForSequenceClassification does (left and right padding both work)."""
+    batch, length = logits.shape[:2]
+    if padding is None:  # no pad tokens travel: every sample is full length
+        last = torch.full((batch,), length - 1, device=logits.device)
+    else:
+        positions = torch.arange(length, device=logits.device, dtype=torch.int32)
+        last = (positions * padding.to(torch.int32)).argmax(-1)
+    return logits[torch.arange(batch, device=logits.device), last]
 
 
 class Head(nn.Module):
     """Layer n+1: everything after the last block up to the logits."""
 
-    def __init__(self, parts: list[nn.Module], take_first_token: bool):
+    def __init__(
+        self,
+        parts: list[nn.Module],
+        take_first_token: bool = False,
+        *,
+        carries_mask: bool = False,
+        pool_last_token: bool = False,
+    ):
         super().__init__()
         self.parts = nn.ModuleList(parts)
         self.take_first_token = take_first_token
+        self.carries_mask = carries_mask
+        self.pool_last_token = pool_last_token  # decoder classification
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        padding = None
+        if self.carries_mask:
+            hidden, padding = _split_mask(hidden)
         for i, part in enumerate(self.parts):
             hidden = part(hidden)
             if i == 0 and self.take_first_token:
                 hidden = hidden[:, 0]
-        return hidden
+        return _last_token(hidden, padding) if self.pool_last_token else hidden
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy as `…ForCausalLM(labels=input_ids)` computes it: position t
+    predicts labels[t+1]; labels equal to IGNORE_INDEX (padding) are skipped.
+
+        loss = causal_lm_loss(logits, input_ids)   # logits (B, T, V), input_ids (B, T)
+    """
+    logits = logits.float()  # transformers upcasts before the loss
+    shifted = F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:].contiguous()
+    return F.cross_entropy(
+        logits.view(-1, logits.shape[-1]), shifted.view(-1), ignore_index=IGNORE_INDEX
+    )
+
+
+# --------------------------------------------------------------------------- the sequence
 
 
 @dataclass
 class LayerSequence:
+    """The layers of one transformers model (`hf_model`) in pipeline order, with what the
+    profiler, planner and executor need to know about them."""
+
     name: str
     family: str
     config: Any  # transformers PretrainedConfig
     layers: nn.ModuleList
     input_shape: tuple[int, ...]
     input_dtype: torch.dtype
+    task: str = "classification"  # or "causal-lm"
+    padding_mask: bool = False  # the hidden state carries the padding-mask channel
+    hf_model: nn.Module | None = field(default=None, repr=False)  # what the layers view
 
     @property
     def num_blocks(self) -> int:
@@ -144,7 +350,15 @@ class LayerSequence:
 
     @property
     def num_labels(self) -> int:
-        return self.config.num_labels
+        """Classes each prediction chooses among: the vocabulary for a causal LM."""
+        return self.config.vocab_size if self.task == "causal-lm" else self.config.num_labels
+
+    @property
+    def logits_shape(self) -> tuple[int, ...]:
+        """The head's output for one sample: (classes,) or (tokens, vocabulary)."""
+        if self.task == "causal-lm":
+            return (self.input_shape[0], self.num_labels)
+        return (self.num_labels,)
 
     def kind(self, index: int) -> str:
         if index == 0:
@@ -161,23 +375,47 @@ class LayerSequence:
             x = layer(x)
         return x
 
-    @staticmethod
-    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy over classes; for a causal LM over next tokens (labels = input ids,
+        padding set to IGNORE_INDEX)."""
+        if self.task == "causal-lm":
+            return causal_lm_loss(logits, labels)
         return F.cross_entropy(logits, labels)
 
     def example_batch(
         self, batch_size: int, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Random inputs and labels of the right shape and range (for profiling and tests)."""
+        """Random inputs and labels of the right shape and range (for profiling and tests).
+        With a padding mask, samples are right-padded to random lengths ≥ half the sequence,
+        so profiles time the masked attention that padded data runs."""
         shape = (batch_size, *self.input_shape)
-        if self.input_dtype == torch.int64:
-            # Token 0 is padding in BERT vocabularies; RoBERTa also reserves 1 and 2.
-            low = 3 if self.family == "roberta" else 1
-            inputs = torch.randint(low, self.config.vocab_size, shape, generator=generator)
-        else:
+        if self.input_dtype != torch.int64:
             inputs = torch.randn(shape, generator=generator)
+        else:
+            inputs = self._example_tokens(shape, generator)
+        if self.task == "causal-lm":
+            labels = inputs.clone()
+            if self.padding_mask:
+                labels[inputs == self.config.pad_token_id] = IGNORE_INDEX
+            return inputs, labels
         labels = torch.randint(0, self.num_labels, (batch_size,), generator=generator)
         return inputs, labels
+
+    def _example_tokens(
+        self, shape: tuple[int, ...], generator: torch.Generator | None
+    ) -> torch.Tensor:
+        # Token 0 is padding in BERT vocabularies; RoBERTa also reserves 1 and 2.
+        low = 3 if self.family == "roberta" else 1
+        vocab, pad = self.config.vocab_size, self.config.pad_token_id
+        skip_pad = pad is not None and low <= pad < vocab  # e.g. GPT-2 padding with eos
+        inputs = torch.randint(low, vocab - skip_pad, shape, generator=generator)
+        if skip_pad:  # draw around the pad token: a real token never reads as padding
+            inputs += (inputs >= pad).long()
+        if self.padding_mask:
+            length = shape[1]
+            lengths = torch.randint((length + 1) // 2, length + 1, shape[:1], generator=generator)
+            inputs[torch.arange(length) >= lengths[:, None]] = pad
+        return inputs
 
     def config_json(self) -> dict[str, Any]:
         """The full config as plain JSON data (integer label keys become strings)."""
@@ -192,6 +430,8 @@ class LayerSequence:
             input_shape=list(self.input_shape),
             input_dtype=str(self.input_dtype).removeprefix("torch."),
             num_labels=self.num_labels,
+            task=self.task,
+            padding_mask=self.padding_mask,
         )
 
 
@@ -199,56 +439,124 @@ def known_models() -> list[str]:
     return list(PRESETS)
 
 
+# --------------------------------------------------------------------------- build
+
+
 def build(
-    name_or_path: str, *, seq_len: int | None = None, seed: int = 0, dropout: float | None = None
+    name_or_path: str,
+    *,
+    seq_len: int | None = None,
+    seed: int = 0,
+    dropout: float | None = None,
+    init: Init | None = None,
+    task: Task | None = None,
+    num_labels: int | None = None,
+    padding_mask: bool = False,
 ) -> LayerSequence:
-    """Build a LayerSequence from a built-in name or a path to an HF config.json (or its
-    directory). Weights are random, drawn from `seed`; `dropout` overrides the config's hidden
-    and attention dropout (0 makes training deterministic, for equivalence tests)."""
-    return build_with_hf(name_or_path, seq_len=seq_len, seed=seed, dropout=dropout)[0]
+    """Build a LayerSequence from a built-in name, or a transformers directory (or the path of
+    its config.json).
+
+        models.build("bert-synth", dropout=0.0)          # 0 makes training deterministic
+        models.build("ckpt/")                            # pretrained weights, offline
+        models.build("ckpt/", init="random", seed=3)     # the config only
+        models.build("gpt2-tiny", task="classification", num_labels=4, padding_mask=True)
+
+    `init`: None loads the directory's weights (model.safetensors or pytorch_model.bin) and
+    refuses a directory without any; "random" draws every weight from `seed`. Presets are
+    always random. A checkpoint without this task's head (or sized for other `num_labels`)
+    gets a fresh head from `seed` and one warning. `task`: "classification" (default) or, for
+    decoders, "causal-lm" (the default for a decoder not saved as a classifier).
+    `padding_mask`: input ids equal to pad_token_id are padding; the mask travels with the
+    hidden state (module docstring)."""
+    return build_with_hf(
+        name_or_path,
+        seq_len=seq_len,
+        seed=seed,
+        dropout=dropout,
+        init=init,
+        task=task,
+        num_labels=num_labels,
+        padding_mask=padding_mask,
+    )[0]
 
 
 def build_with_hf(
-    name_or_path: str, *, seq_len: int | None = None, seed: int = 0, dropout: float | None = None
+    name_or_path: str,
+    *,
+    seq_len: int | None = None,
+    seed: int = 0,
+    dropout: float | None = None,
+    init: Init | None = None,
+    task: Task | None = None,
+    num_labels: int | None = None,
+    padding_mask: bool = False,
 ) -> tuple[LayerSequence, nn.Module]:
     """Like `build`, also returning the transformers model whose parameters the layers share."""
-    family, config_dict, preset_seq_len = _resolve(name_or_path)
-    if dropout is not None:
-        config_dict.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
-    config = _make_config(family, config_dict, name_or_path)
-    if family == "vit":
-        if seq_len is not None:
-            raise InputFileError("--seq-len applies to text models only; ViT input is an image")
-    else:
-        seq_len = seq_len or preset_seq_len or min(DEFAULT_SEQ_LEN, _max_len(family, config))
-        if not 1 <= seq_len <= _max_len(family, config):
-            raise InputFileError(
-                f"sequence length {seq_len} is outside 1..{_max_len(family, config)} "
-                "(max_position_embeddings)"
-            )
+    source = _resolve(name_or_path)
+    family = FAMILIES[source.family]
+    task = _choose_task(source, family, task)
+    config = _make_config(source, family, name_or_path, dropout, task, num_labels)
+    init = _choose_init(source, init, name_or_path)  # a broken config is reported first
+    _check_padding_mask(family, config, padding_mask, name_or_path)
+    shape, dtype = _input(family, config, seq_len or source.seq_len, seq_len is not None)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        hf_model, build_sequence = _FAMILIES[family](config)
-    layers = build_sequence(hf_model)
-    if family == "vit":
-        shape = (config.num_channels, config.image_size, config.image_size)
-        dtype = torch.float32
-    else:
-        shape, dtype = (seq_len,), torch.int64
-    seq = LayerSequence(name_or_path, family, config, layers, shape, dtype)
+        hf_model, loading = _instantiate(family, task, config, source, init)
+    pad = config.pad_token_id if padding_mask else None
+    layers = family.cut(hf_model, task, pad)
+    if _untie(layers):
+        config.tie_word_embeddings = False
+    seq = LayerSequence(
+        name_or_path, source.family, config, layers, shape, dtype, task, padding_mask, hf_model
+    )
+    if loading is not None:
+        _check_loaded(loading, seq, source, seed)
     return seq, hf_model
 
 
-def _max_len(family: str, config: Any) -> int:
-    # RoBERTa offsets positions by padding_idx + 1.
-    offset = config.pad_token_id + 1 if family == "roberta" else 0
-    return config.max_position_embeddings - offset
+def export(seq: LayerSequence, out_dir: str | Path) -> Path:
+    """Write `seq`'s current weights as a standard transformers directory (config.json and
+    model.safetensors) and return its path:
+
+        models.export(seq, "runs/r/model")
+        AutoModelForSequenceClassification.from_pretrained("runs/r/model")  # …ForCausalLM
+
+    The layers are views of `seq.hf_model`, so saving that model saves what was trained. The
+    directory must not exist (or be empty); it appears whole or not at all."""
+    if seq.hf_model is None:
+        raise BadArgumentError(f"'{seq.name}' was not built by models.build: nothing to export")
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise OutputError(f"{out}: exists and is not an empty directory; export needs a new one")
+    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        with _quiet_transformers():
+            seq.hf_model.save_pretrained(tmp)
+        tmp.replace(out)  # an empty `out` is replaced
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError(f"{out}: cannot write ({exc})") from None
+    return out
 
 
-def _resolve(name_or_path: str) -> tuple[str, dict[str, Any], int | None]:
+# --------------------------------------------------------------------------- sources
+
+
+@dataclass(frozen=True)
+class _Source:
+    family: str
+    config: dict[str, Any]
+    seq_len: int | None  # a preset's
+    directory: Path | None = None  # None for presets
+    weights: str | None = None  # the weight file found in `directory`
+
+
+def _resolve(name_or_path: str) -> _Source:
     if name_or_path in PRESETS:
         preset = PRESETS[name_or_path]
-        return preset.family, dict(preset.config), preset.seq_len
+        return _Source(preset.family, dict(preset.config), preset.seq_len)
     path = Path(name_or_path)
     if path.is_dir():
         path = path / "config.json"
@@ -256,8 +564,21 @@ def _resolve(name_or_path: str) -> tuple[str, dict[str, Any], int | None]:
     if not looks_like_path:
         raise UnknownModelError(
             f"unknown model '{name_or_path}'; known: {', '.join(PRESETS)} "
-            "(or a path to an HF config.json)"
+            "(or a transformers directory / config.json path)"
         )
+    data = _read_config(path)
+    model_type = data.pop("model_type", None)
+    if model_type not in FAMILIES:
+        raise InputFileError(
+            f"{path}: model_type {model_type!r} is not a supported encoder or decoder "
+            f"(supported: {', '.join(FAMILIES)})"
+        )
+    directory = path.parent
+    weights = next((f for f in WEIGHT_FILES if (directory / f).is_file()), None)
+    return _Source(model_type, data, None, directory, weights)
+
+
+def _read_config(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -268,63 +589,295 @@ def _resolve(name_or_path: str) -> tuple[str, dict[str, Any], int | None]:
         raise InputFileError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: a config must be a JSON object")
-    model_type = data.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    return data
+
+
+def _choose_init(source: _Source, init: str | None, name: str) -> str:
+    if init not in (None, "pretrained", "random"):
+        raise BadArgumentError(f"init must be pretrained or random, got {init!r}")
+    if source.directory is None:
+        if init == "pretrained":
+            raise BadArgumentError(
+                f"'{name}' is a built-in shape without weights; pretrained weights come from "
+                "a directory with model.safetensors or pytorch_model.bin"
+            )
+        return "random"
+    if source.weights is None and init != "random":
         raise InputFileError(
-            f"{path}: model_type {model_type!r} is not a supported encoder "
-            f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+            f"{source.directory}: a config without weights (no model.safetensors or "
+            "pytorch_model.bin); pass --init random to train from random weights"
         )
-    data.pop("model_type")
-    return model_type, data, None
+    return init or "pretrained"
 
 
-def _make_config(family: str, config_dict: dict[str, Any], source: str) -> Any:
-    from transformers import BertConfig, RobertaConfig, ViTConfig
+def _choose_task(source: _Source, family: Family, task: str | None) -> str:
+    if task is None:
+        if family.kind != "decoder":
+            return "classification"
+        # A decoder saved as a classifier stays one; any other decoder is a language model.
+        saved_as = source.config.get("architectures") or []
+        classifier = any(a.endswith("ForSequenceClassification") for a in saved_as)
+        return "classification" if classifier else "causal-lm"
+    if task not in family.models:
+        raise BadArgumentError(
+            f"task {task!r} is not available for {source.family} "
+            f"(available: {', '.join(family.models)}; causal-lm needs a decoder: "
+            f"{', '.join(n for n, f in FAMILIES.items() if f.kind == 'decoder')})"
+        )
+    return task
 
-    cls = {"bert": BertConfig, "roberta": RobertaConfig, "vit": ViTConfig}[family]
+
+def _make_config(
+    source: _Source,
+    family: Family,
+    name: str,
+    dropout: float | None,
+    task: str,
+    num_labels: int | None,
+) -> Any:
+    import transformers
+
+    config_dict = dict(source.config)
+    if dropout is not None:
+        config_dict.update(dict.fromkeys(family.dropout, dropout))
     try:
-        config = cls(**config_dict)
+        config = getattr(transformers, family.config_class)(**config_dict)
     except (TypeError, ValueError) as exc:
-        raise InputFileError(f"{source}: invalid {family} config ({exc})") from None
-    if family == "vit" and config.image_size % config.patch_size:
-        raise InputFileError(f"{source}: image_size must be a multiple of patch_size")
-    if getattr(config, "is_decoder", False):
-        raise InputFileError(f"{source}: is_decoder is set; only encoders are supported")
-    if config.num_labels < 1 or config.num_hidden_layers < 1:
-        raise InputFileError(f"{source}: needs num_labels ≥ 1 and num_hidden_layers ≥ 1")
+        raise InputFileError(f"{name}: invalid {source.family} config ({exc})") from None
+    if num_labels is not None:
+        if task == "causal-lm":
+            raise BadArgumentError("num_labels applies to classification, not causal-lm")
+        config.num_labels = num_labels  # also resizes id2label/label2id
+    _check_config(config, family, source.family, name, task)
     return config
 
 
-def _bert(config: Any) -> tuple[nn.Module, Callable[[nn.Module], nn.ModuleList]]:
-    from transformers import BertForSequenceClassification
-
-    def cut(m: nn.Module) -> nn.ModuleList:
-        head = Head([m.bert.pooler, m.dropout, m.classifier], take_first_token=False)
-        return _sequence(Embeddings(m.bert.embeddings, "input_ids"), _blocks(m.bert), head)
-
-    return BertForSequenceClassification(config), cut
-
-
-def _roberta(config: Any) -> tuple[nn.Module, Callable[[nn.Module], nn.ModuleList]]:
-    from transformers import RobertaForSequenceClassification
-
-    def cut(m: nn.Module) -> nn.ModuleList:
-        head = Head([m.classifier], take_first_token=False)
-        emb = Embeddings(m.roberta.embeddings, "input_ids")
-        return _sequence(emb, _blocks(m.roberta), head)
-
-    return RobertaForSequenceClassification(config), cut
+def _check_config(config: Any, family: Family, family_name: str, name: str, task: str) -> None:
+    if family.kind == "image" and config.image_size % config.patch_size:
+        raise InputFileError(f"{name}: image_size must be a multiple of patch_size")
+    if family.kind == "encoder" and getattr(config, "is_decoder", False):
+        raise InputFileError(f"{name}: is_decoder is set; only encoders are supported")
+    if getattr(config, "add_cross_attention", False):
+        raise InputFileError(
+            f"{name}: add_cross_attention is set; cross-attention is not supported"
+        )
+    if config.num_labels < 1 or config.num_hidden_layers < 1:
+        raise InputFileError(f"{name}: needs num_labels ≥ 1 and num_hidden_layers ≥ 1")
+    if family.kind == "decoder" and task == "classification" and config.pad_token_id is None:
+        raise InputFileError(
+            f"{name}: {family_name} classification needs pad_token_id in the config "
+            "(transformers pools the last token that is not padding; GPT-2 checkpoints "
+            "commonly use their eos_token_id)"
+        )
 
 
-def _vit(config: Any) -> tuple[nn.Module, Callable[[nn.Module], nn.ModuleList]]:
-    from transformers import ViTForImageClassification
+def _check_padding_mask(family: Family, config: Any, padding_mask: bool, name: str) -> None:
+    if not padding_mask:
+        return
+    if family.kind == "image":
+        raise BadArgumentError("a padding mask applies to text models only; images have none")
+    if config.pad_token_id is None:
+        raise InputFileError(f"{name}: a padding mask needs pad_token_id in the config")
 
-    def cut(m: nn.Module) -> nn.ModuleList:
-        head = Head([m.vit.layernorm, m.classifier], take_first_token=True)
-        emb = Embeddings(m.vit.embeddings, "pixel_values")
-        return _sequence(emb, _blocks(m.vit), head)
 
-    return ViTForImageClassification(config), cut
+def _input(
+    family: Family, config: Any, seq_len: int | None, explicit: bool
+) -> tuple[tuple[int, ...], torch.dtype]:
+    if family.kind == "image":
+        if explicit:
+            raise InputFileError("--seq-len applies to text models only; images are fixed size")
+        return (config.num_channels, config.image_size, config.image_size), torch.float32
+    longest = _max_len(family, config)
+    seq_len = seq_len or min(DEFAULT_SEQ_LEN, longest)
+    if not 1 <= seq_len <= longest:
+        raise InputFileError(
+            f"sequence length {seq_len} is outside 1..{longest} (max_position_embeddings)"
+        )
+    return (seq_len,), torch.int64
+
+
+def _max_len(family: Family, config: Any) -> int:
+    return config.max_position_embeddings - family.position_offset(config)
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def _instantiate(
+    family: Family, task: str, config: Any, source: _Source, init: str
+) -> tuple[nn.Module, dict[str, Any] | None]:
+    """The transformers model with random weights, or loaded from the source directory
+    (offline, float32) together with its loading report."""
+    import transformers
+
+    cls = getattr(transformers, family.models[task])
+    if init == "random":
+        return cls(config), None
+    try:
+        with _quiet_transformers():
+            model, loading = cls.from_pretrained(
+                source.directory,
+                config=config,
+                local_files_only=True,
+                output_loading_info=True,
+                ignore_mismatched_sizes=True,  # a head for other num_labels: fresh, warned
+                dtype=torch.float32,
+            )
+    except (OSError, ValueError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputFileError(
+            f"{source.directory}: cannot load {source.weights} ({first})"
+        ) from None
+    return model.train(), loading  # from_pretrained returns eval mode; a build is in train mode
+
+
+def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, seed: int) -> None:
+    """Weights the checkpoint lacked: in the head, a fresh head and one warning; anywhere
+    else the checkpoint is not of this model and using it would silently train from noise."""
+    missing = set(loading.get("missing_keys", ()))
+    resized = {k[0] if isinstance(k, tuple) else k for k in loading.get("mismatched_keys", ())}
+    owner = _tensor_owners(seq)
+    head = len(seq.layers) - 1
+    body = sorted(k for k in missing | resized if owner.get(k, head) != head)
+    if body:
+        raise InputFileError(
+            f"{source.directory}: {source.weights} lacks {len(body)} weights of the embeddings "
+            f"and blocks (e.g. {body[0]}); is it a {source.family} checkpoint of this config?"
+        )
+    lacking = sorted(k for k in missing if owner.get(k) == head)
+    other_size = sorted(k for k in resized if owner.get(k) == head)
+    if not (lacking or other_size):
+        return
+    why = "; ".join(
+        part
+        for part in (
+            lacking and f"no {', '.join(lacking)}",
+            other_size and f"{', '.join(other_size)} sized for another number of labels",
+        )
+        if part
+    )
+    log.warning(
+        f"{source.directory}: the checkpoint has no head for this task ({why}); the head "
+        f"starts from random weights (seed {seed}) with {seq.num_labels} outputs"
+    )
+
+
+def _tensor_owners(seq: LayerSequence) -> dict[str, int]:
+    """transformers' parameter and buffer names → the index of the layer that holds them."""
+    index: dict[int, int] = {}
+    for i, layer in enumerate(seq.layers):
+        for t in [*layer.parameters(), *layer.buffers()]:
+            index.setdefault(id(t), i)
+    named = [
+        *seq.hf_model.named_parameters(remove_duplicate=False),
+        *seq.hf_model.named_buffers(remove_duplicate=False),
+    ]
+    return {name: index[id(t)] for name, t in named if id(t) in index}
+
+
+def _untie(layers: nn.ModuleList) -> bool:
+    """Give every layer its own parameters; True if any were shared. GPT-2 ties its LM head to
+    the token embeddings: a tie spanning layer 0 and the head would keep a frozen layer 0
+    changing (its cached outputs going stale) and need a gradient exchange between the first
+    and last stage. The head gets a copy with the same values: the forward is unchanged, the
+    two then train apart (the config, and so the export, says tie_word_embeddings=false)."""
+    owner: dict[int, int] = {}
+    untied = False
+    for i, layer in enumerate(layers):
+        for module in layer.modules():
+            for name, p in list(module.named_parameters(recurse=False)):
+                if owner.setdefault(id(p), i) != i:
+                    copy_ = nn.Parameter(p.detach().clone(), requires_grad=p.requires_grad)
+                    setattr(module, name, copy_)
+                    owner[id(copy_)] = i
+                    untied = True
+    return untied
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers reports a missing head as a many-line table and draws progress bars; the
+    one line that matters is `_check_loaded`'s."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+# --------------------------------------------------------------------------- families
+
+Cut = Callable[[nn.Module, str, "int | None"], nn.ModuleList]
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one transformers architecture becomes a LayerSequence."""
+
+    kind: Literal["encoder", "decoder", "image"]
+    config_class: str
+    models: dict[str, str]  # task → transformers model class
+    dropout: tuple[str, ...]  # the config keys `build(dropout=…)` sets
+    cut: Cut
+    offset_positions: bool = False  # RoBERTa numbers positions from padding_idx + 1
+
+    def position_offset(self, config: Any) -> int:
+        return config.pad_token_id + 1 if self.offset_positions else 0
+
+
+def _sequence(
+    emb: nn.Module, blocks: nn.ModuleList, head: nn.Module, context: Callable[[], nn.Module | None]
+) -> nn.ModuleList:
+    """Embeddings, one Block per transformers block (each with its own context), head."""
+    carries_mask = getattr(emb, "pad_token_id", None) is not None
+    wrapped = (Block(b, context(), carries_mask) for b in blocks)
+    return nn.ModuleList([emb, *wrapped, head])
+
+
+def _encoder(
+    m: nn.Module, emb: nn.Module, blocks: nn.ModuleList, parts: list[nn.Module], pad: int | None
+) -> nn.ModuleList:
+    # Unpadded encoder blocks take no attention arguments, as before masks could travel.
+    context = (lambda: EncoderMask(m.config)) if pad is not None else (lambda: None)
+    return _sequence(emb, blocks, Head(parts, carries_mask=pad is not None), context)
+
+
+def _cut_bert(m: nn.Module, task: str, pad: int | None) -> nn.ModuleList:
+    emb = Embeddings(m.bert.embeddings, "input_ids", pad_token_id=pad)
+    return _encoder(m, emb, _blocks(m.bert), [m.bert.pooler, m.dropout, m.classifier], pad)
+
+
+def _cut_roberta(m: nn.Module, task: str, pad: int | None) -> nn.ModuleList:
+    emb = Embeddings(m.roberta.embeddings, "input_ids", pad_token_id=pad)
+    return _encoder(m, emb, _blocks(m.roberta), [m.classifier], pad)  # pools [CLS] itself
+
+
+def _cut_electra(m: nn.Module, task: str, pad: int | None) -> nn.ModuleList:
+    project = getattr(m.electra, "embeddings_project", None)
+    emb = Embeddings(m.electra.embeddings, "input_ids", project=project, pad_token_id=pad)
+    return _encoder(m, emb, _blocks(m.electra), [m.classifier], pad)  # pools [CLS] itself
+
+
+def _cut_distilbert(m: nn.Module, task: str, pad: int | None) -> nn.ModuleList:
+    emb = Embeddings(m.distilbert.embeddings, "input_ids", pad_token_id=pad)
+    parts = [FirstToken(), m.pre_classifier, nn.ReLU(), m.dropout, m.classifier]
+    return _encoder(m, emb, m.distilbert.transformer.layer, parts, pad)
+
+
+def _cut_image(base_name: str) -> Cut:
+    def cut(m: nn.Module, task: str, pad: int | None) -> nn.ModuleList:
+        base = getattr(m, base_name)
+        head = Head([base.layernorm, m.classifier], take_first_token=True)
+        emb = Embeddings(base.embeddings, "pixel_values")
+        return _sequence(emb, _blocks(base), head, lambda: None)
+
+    return cut
 
 
 def _blocks(base: nn.Module) -> nn.ModuleList:
@@ -332,8 +885,70 @@ def _blocks(base: nn.Module) -> nn.ModuleList:
     return base.layers if hasattr(base, "layers") else base.encoder.layer
 
 
-def _sequence(emb: nn.Module, blocks: nn.ModuleList, head: nn.Module) -> nn.ModuleList:
-    return nn.ModuleList([emb, *(Block(b) for b in blocks), head])
+def _decoder_head(m: nn.Module, norm: nn.Module, task: str, pad: int | None) -> Head:
+    if task == "causal-lm":
+        return Head([norm, m.lm_head], carries_mask=pad is not None)
+    # As transformers: score every position, then keep the last non-padding one.
+    return Head([norm, m.score], carries_mask=pad is not None, pool_last_token=True)
 
 
-_FAMILIES = {"bert": _bert, "roberta": _roberta, "vit": _vit}
+def _cut_gpt2(m: nn.Module, task: str, pad: int | None) -> nn.ModuleList:
+    base = m.transformer
+    emb = Embeddings(GPT2Embeddings(base), "input_ids", pad_token_id=pad)
+    head = _decoder_head(m, base.ln_f, task, pad)
+    return _sequence(emb, base.h, head, lambda: CausalContext(m.config))
+
+
+def _cut_llama(m: nn.Module, task: str, pad: int | None) -> nn.ModuleList:
+    base = m.model
+    emb = Embeddings(base.embed_tokens, "input", pad_token_id=pad)  # nn.Embedding's argument
+
+    def context() -> CausalContext:
+        # Each block its own copy of the (parameter-free) rotary module, so a layer is whole
+        # wherever it runs; the config stays shared.
+        rotary = copy.deepcopy(base.rotary_emb, memo={id(m.config): m.config})
+        return CausalContext(m.config, rotary)
+
+    return _sequence(emb, base.layers, _decoder_head(m, base.norm, task, pad), context)
+
+
+_ENCODER_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+
+FAMILIES: dict[str, Family] = {
+    "bert": Family(
+        "encoder", "BertConfig", {"classification": "BertForSequenceClassification"},
+        _ENCODER_DROPOUT, _cut_bert,
+    ),
+    "roberta": Family(
+        "encoder", "RobertaConfig", {"classification": "RobertaForSequenceClassification"},
+        _ENCODER_DROPOUT, _cut_roberta, offset_positions=True,
+    ),
+    "distilbert": Family(
+        "encoder", "DistilBertConfig", {"classification": "DistilBertForSequenceClassification"},
+        ("dropout", "attention_dropout", "seq_classif_dropout"), _cut_distilbert,
+    ),
+    "electra": Family(
+        "encoder", "ElectraConfig", {"classification": "ElectraForSequenceClassification"},
+        _ENCODER_DROPOUT, _cut_electra,
+    ),
+    "vit": Family(
+        "image", "ViTConfig", {"classification": "ViTForImageClassification"},
+        _ENCODER_DROPOUT, _cut_image("vit"),
+    ),
+    "deit": Family(
+        "image", "DeiTConfig", {"classification": "DeiTForImageClassification"},
+        _ENCODER_DROPOUT, _cut_image("deit"),
+    ),
+    "gpt2": Family(
+        "decoder", "GPT2Config",
+        {"classification": "GPT2ForSequenceClassification", "causal-lm": "GPT2LMHeadModel"},
+        ("resid_pdrop", "embd_pdrop", "attn_pdrop"), _cut_gpt2,
+    ),
+    "llama": Family(
+        "decoder", "LlamaConfig",
+        {"classification": "LlamaForSequenceClassification", "causal-lm": "LlamaForCausalLM"},
+        ("attention_dropout",), _cut_llama,
+    ),
+}  # fmt: skip
+
+SUPPORTED_MODEL_TYPES = tuple(FAMILIES)

@@ -11,6 +11,7 @@ machine hits all layers alike; medians and interquartile ranges are recorded.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import platform
 import socket
@@ -193,6 +194,7 @@ class LayerProfiler:
         self.inputs: dict[int, list[torch.Tensor]] = {}
         self.labels: dict[int, torch.Tensor] = {}
         self.grads: dict[tuple[int, int], torch.Tensor] = {}
+        self.logits_bytes: dict[int, int] = {}  # per micro-batch size: the head's output
         self.cells = {(i, m): _Cell() for m in self.sizes for i in range(len(self.layers))}
         for m in self.sizes:
             x, y = seq.example_batch(m, gen)
@@ -204,6 +206,7 @@ class LayerProfiler:
                     for layer in self.layers:
                         self.inputs[m].append(x)
                         x = layer(x)
+                self.logits_bytes[m] = x.numel() * x.element_size()
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
@@ -280,7 +283,10 @@ class LayerProfiler:
             if i + 1 < len(self.layers) and not self.cells[i, m].error:
                 nxt = self.inputs[m][i + 1]
                 return nxt.numel() * nxt.element_size() // m
-        return self.seq.num_labels * 4  # the head's logits
+            if i + 1 == len(self.layers) and m in self.logits_bytes:
+                return self.logits_bytes[m] // m
+        # Nothing ran at any size: the logits' shape, fp32 (a causal LM's are per token).
+        return math.prod(self.seq.logits_shape) * 4
 
     def run(
         self, warmup: int, repeats: int, progress: Progress | None = None
@@ -408,7 +414,8 @@ def profile_to_file(
         raise BadArgumentError("--nproc must be at least 1")
     resolve_device(device)
     check_writable(out)
-    seq = models.build(model, seq_len=seq_len, seed=seed)
+    # Times and bytes do not depend on the weights' values: a checkpoint's are not loaded.
+    seq = models.build(model, seq_len=seq_len, seed=seed, init="random")
     profile = profile_layers(
         seq,
         device=device,

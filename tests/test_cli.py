@@ -69,7 +69,7 @@ def test_bad_input_is_one_line_exit_2_and_keeps_existing_output(tmp_path, capsys
 
 def test_not_an_encoder_config_in_a_fresh_process(tmp_path):
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))
+    config.write_text(json.dumps({"model_type": "t5", "num_layers": 2}))
     result = run_cli("profile", str(config), "--out", str(tmp_path / "p.json"))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "not a supported encoder" in result.stderr

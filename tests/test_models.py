@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pipeplan import models
-from pipeplan.errors import InputFileError, UnknownModelError
+from pipeplan.errors import BadArgumentError, InputFileError, UnknownModelError
 
 SMALL_CONFIGS = {
     "roberta": dict(
@@ -39,17 +39,86 @@ SMALL_CONFIGS = {
         intermediate_size=64,
         num_labels=7,
     ),
+    "distilbert": dict(
+        model_type="distilbert",
+        vocab_size=100,
+        dim=32,
+        n_layers=2,
+        n_heads=4,
+        hidden_dim=64,
+        max_position_embeddings=40,
+        num_labels=3,
+    ),
+    "electra": dict(  # embeddings narrower than the blocks: layer 0 projects them
+        model_type="electra",
+        vocab_size=100,
+        embedding_size=16,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=40,
+        num_labels=4,
+    ),
+    "deit": dict(  # [CLS] and distillation tokens before the patches
+        model_type="deit",
+        image_size=16,
+        patch_size=4,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=6,
+    ),
+    "gpt2": dict(
+        model_type="gpt2",
+        vocab_size=100,
+        n_positions=40,
+        n_embd=32,
+        n_layer=3,
+        n_head=4,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        num_labels=3,
+    ),
+    "llama": dict(  # grouped KV heads; attention dropout so that training draws
+        model_type="llama",
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=80,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=40,
+        attention_dropout=0.1,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        num_labels=3,
+    ),
 }
+DECODERS = ["gpt2", "llama"]
+TEXT = ["bert", "roberta", "distilbert", "electra", *DECODERS]
+
+
+def _write_config(tmp_path, family, **changes):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**SMALL_CONFIGS[family], **changes}))
+    return path
 
 
 def _hf_outputs(seq, hf, x, y):
-    key = "pixel_values" if seq.family == "vit" else "input_ids"
+    key = "pixel_values" if seq.family in ("vit", "deit") else "input_ids"
+    if seq.padding_mask:  # what a transformers user passes with padded input ids
+        return hf(input_ids=x, attention_mask=(x != seq.config.pad_token_id).long(), labels=y)
     return hf(**{key: x}, labels=y)
 
 
-def _check_exact(seq, hf, train: bool):
+def _check_exact(seq, hf, train: bool, batch=None):
     hf.train(train)
-    x, y = seq.example_batch(3, torch.Generator().manual_seed(1))
+    x, y = batch or seq.example_batch(3, torch.Generator().manual_seed(1))
     torch.manual_seed(7)
     expected = _hf_outputs(seq, hf, x, y)
     torch.manual_seed(7)  # same dropout draws, in the same order, when training
@@ -58,7 +127,9 @@ def _check_exact(seq, hf, train: bool):
     assert torch.equal(seq.loss(logits, y), expected.loss)
 
 
-@pytest.mark.parametrize("name", ["bert-tiny", "vit-digits", "bert-synth"])
+@pytest.mark.parametrize(
+    "name", ["bert-tiny", "vit-digits", "bert-synth", "gpt2-tiny", "llama-tiny"]
+)
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
 def test_presets_match_hf_forward_exactly(name, train):
     seq, hf = models.build_with_hf(name)
@@ -70,19 +141,144 @@ def test_presets_match_hf_forward_exactly(name, train):
 def test_config_files_match_hf_forward_exactly(tmp_path, family, train):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(SMALL_CONFIGS[family]))
-    seq, hf = models.build_with_hf(str(path))
+    seq, hf = models.build_with_hf(str(path), init="random")
     assert seq.family == family
+    assert seq.task == ("causal-lm" if family in DECODERS else "classification")
     _check_exact(seq, hf, train)
+
+
+@pytest.mark.parametrize("family", DECODERS)
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_decoder_classification_matches_hf_forward_exactly(tmp_path, family, train):
+    path = _write_config(tmp_path, family)
+    seq, hf = models.build_with_hf(str(path), init="random", task="classification")
+    assert type(hf).__name__.endswith("ForSequenceClassification")
+    assert seq.logits_shape == (3,)
+    _check_exact(seq, hf, train)
+
+
+def test_decoder_saved_as_a_classifier_stays_one(tmp_path):
+    path = _write_config(tmp_path, "gpt2", architectures=["GPT2ForSequenceClassification"])
+    assert models.build(str(path), init="random").task == "classification"
+
+
+def _padded_batch(seq, left=False):
+    """Three samples of lengths T, T-3 and 2, padded on the right (or on the left)."""
+    gen = torch.Generator().manual_seed(1)
+    pad, length = seq.config.pad_token_id, seq.input_shape[0]
+    x = torch.randint(3, seq.config.vocab_size, (3, length), generator=gen)  # no special ids
+    y = torch.randint(0, seq.num_labels, (3,), generator=gen)
+    for row, keep in [(1, length - 3), (2, 2)]:
+        if left:
+            x[row, : length - keep] = pad
+        else:
+            x[row, keep:] = pad
+    if seq.task == "causal-lm":
+        y = x.masked_fill(x == pad, models.IGNORE_INDEX)
+    return x, y
+
+
+@pytest.mark.parametrize(
+    "family, task",
+    [(f, "classification") for f in TEXT] + [(f, "causal-lm") for f in DECODERS],
+)
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_padding_mask_matches_hf_with_attention_mask_exactly(tmp_path, family, task, train):
+    path = _write_config(tmp_path, family)
+    seq, hf = models.build_with_hf(str(path), init="random", task=task, padding_mask=True)
+    _check_exact(seq, hf, train, _padded_batch(seq))
+    if family in DECODERS and task == "classification":
+        _check_exact(seq, hf, train, _padded_batch(seq, left=True))
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_padding_mask_changes_what_padded_samples_see(tmp_path, family):
+    """The mask is used: without it the padded samples' logits differ (left padding, so that
+    a causal model's real tokens would attend to the pads)."""
+    path = _write_config(tmp_path, family)
+    masked = models.build(str(path), init="random", task="classification", padding_mask=True)
+    plain = models.build(str(path), init="random", task="classification")
+    masked.layers.eval(), plain.layers.eval()
+    x, _ = _padded_batch(masked, left=True)
+    with torch.no_grad():  # the last block's output, without the mask channel
+        a, b = masked.forward(x, 0, -1)[..., :-1], plain.forward(x, 0, -1)
+    # The unpadded sample agrees up to rounding (a masked batch takes another kernel); the
+    # two real tokens of sample 2 see something else.
+    assert torch.allclose(a[0], b[0], atol=1e-4)
+    assert (a[2, -2:] - b[2, -2:]).abs().max() > 1e-2
+
+
+def test_padding_mask_travels_as_one_trailing_channel():
+    seq = models.build("gpt2-tiny", padding_mask=True)
+    seq.layers.eval()
+    x, _ = _padded_batch(seq)
+    with torch.no_grad():
+        hidden = seq.forward(x, 0, 1)
+        assert hidden.shape == (3, 32, seq.config.hidden_size + 1)
+        assert torch.equal(hidden[..., -1], (x != 0).float())
+        after = seq.forward(hidden, 1, 3)
+        assert torch.equal(after[..., -1], hidden[..., -1])
+        assert torch.equal(seq.forward(after, 3), seq.forward(x))
+
+
+def test_decoder_blocks_take_and_give_only_the_hidden_state():
+    seq = models.build("llama-tiny")
+    seq.layers.eval()
+    x, _ = seq.example_batch(2)
+    with torch.no_grad():
+        hidden = seq.forward(x, 0, 2)
+        assert hidden.shape == (2, 32, seq.config.hidden_size)
+        assert torch.equal(seq.forward(hidden, 2), seq.forward(x))
+    assert seq.forward(x).shape == (2, *seq.logits_shape) == (2, 32, 512)
+
+
+def test_causal_lm_example_batch_labels_are_the_inputs():
+    x, y = models.build("gpt2-tiny").example_batch(4)
+    assert torch.equal(x, y) and (x != 0).all()
+    seq = models.build("gpt2-tiny", padding_mask=True)
+    x, y = seq.example_batch(4, torch.Generator().manual_seed(0))
+    assert ((x == 0) == (y == models.IGNORE_INDEX)).all() and (x == 0).any()
+    assert torch.equal(x[x != 0], y[y != models.IGNORE_INDEX])
+
+
+def test_causal_lm_loss_skips_ignored_labels_and_the_last_position():
+    logits = torch.randn(1, 4, 5)
+    labels = torch.tensor([[1, 2, models.IGNORE_INDEX, 3]])
+    # Positions 0 and 1 predict tokens 2 and -100 (skipped); 2 predicts 3; 3 predicts nothing.
+    expected = torch.nn.functional.cross_entropy(logits[0, [0, 2]], torch.tensor([2, 3]))
+    assert torch.allclose(models.causal_lm_loss(logits, labels), expected)
+
+
+def test_gpt2_language_model_head_is_untied_from_the_embeddings():
+    seq, hf = models.build_with_hf("gpt2-tiny")
+    wte, head = hf.transformer.wte.weight, hf.lm_head.weight
+    assert wte is not head and torch.equal(wte, head)
+    assert not seq.config.tie_word_embeddings
+    first, last = set(seq.layers[0].parameters()), set(seq.layers[-1].parameters())
+    assert not first & last
+
+
+def test_dropout_override_reaches_every_family(tmp_path):
+    for family in SMALL_CONFIGS:
+        path = _write_config(tmp_path, family)
+        seq = models.build(str(path), init="random", dropout=0.0)
+        modules = list(seq.layers.modules())
+        rates = [m.p for m in modules if isinstance(m, torch.nn.Dropout)]
+        for name in ("attention_dropout", "dropout", "dropout_prob"):  # rates sdpa is given
+            rates += [getattr(m, name) for m in modules if isinstance(getattr(m, name, 0), float)]
+        assert rates and not any(rates), family
 
 
 def test_config_directory_is_accepted(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(SMALL_CONFIGS["bert"]))
-    seq = models.build(str(tmp_path), seq_len=16)
+    seq = models.build(str(tmp_path), seq_len=16, init="random")
     assert seq.input_shape == (16,)
     assert seq.num_blocks == 3
 
 
-@pytest.mark.parametrize("name", ["bert-tiny", "bert-synth", "vit-digits", "vit-base"])
+@pytest.mark.parametrize(
+    "name", ["bert-tiny", "bert-synth", "vit-digits", "vit-base", "gpt2-tiny", "llama-tiny"]
+)
 def test_param_counts_sum_to_hf_num_parameters(name):
     seq, hf = models.build_with_hf(name)
     assert sum(p.numel() for p in seq.layers.parameters()) == hf.num_parameters()
@@ -126,7 +322,7 @@ def test_unknown_model_lists_known_names():
         (None, "no such config file"),
         ("{not json", "not valid JSON"),
         ("[1, 2]", "JSON object"),
-        (json.dumps({"model_type": "gpt2", "n_layer": 2}), "not a supported encoder"),
+        (json.dumps({"model_type": "t5", "num_layers": 2}), "not a supported encoder"),
         (json.dumps({"hidden_size": 32}), "not a supported encoder"),
         (json.dumps({"model_type": "vit", "image_size": 10, "patch_size": 4}), "multiple"),
         (json.dumps({"model_type": "bert", "is_decoder": True}), "only encoders"),
@@ -137,7 +333,41 @@ def test_bad_config_files(tmp_path, content, fragment):
     if content is not None:
         path.write_text(content)
     with pytest.raises(InputFileError, match=fragment):
-        models.build(str(path))
+        models.build(str(path), init="random")
+
+
+def test_unsupported_model_type_names_every_supported_one(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(InputFileError) as err:
+        models.build(str(path), init="random")
+    message = str(err.value)
+    assert "\n" not in message
+    assert all(family in message for family in models.SUPPORTED_MODEL_TYPES)
+
+
+@pytest.mark.parametrize(
+    "family, kwargs, error, fragment",
+    [
+        ("bert", dict(task="causal-lm"), BadArgumentError, "causal-lm needs a decoder"),
+        ("gpt2", dict(task="causal-lm", num_labels=3), BadArgumentError, "classification"),
+        ("vit", dict(padding_mask=True), BadArgumentError, "text models only"),
+        ("llama", dict(task="summarise"), BadArgumentError, "available: classification"),
+    ],
+)
+def test_unsupported_choices_are_one_line(tmp_path, family, kwargs, error, fragment):
+    path = _write_config(tmp_path, family)
+    with pytest.raises(error, match=fragment) as err:
+        models.build(str(path), init="random", **kwargs)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs", [dict(task="classification"), dict(padding_mask=True)])
+def test_decoder_padding_needs_a_pad_token(tmp_path, kwargs):
+    path = _write_config(tmp_path, "gpt2", pad_token_id=None)
+    with pytest.raises(InputFileError, match="needs pad_token_id"):
+        models.build(str(path), init="random", **kwargs)
+    models.build(str(path), init="random")  # a causal LM needs no padding
 
 
 def test_sequence_length_is_checked():

@@ -109,3 +109,25 @@ def test_cuda_is_refused_without_a_gpu():
         pytest.skip("this host has a GPU")
     with pytest.raises(BadArgumentError, match="no CUDA device"):
         profiler.resolve_device("cuda")
+
+
+def test_profiles_a_decoder_language_model():
+    seq = models.build("llama-tiny")
+    prof = profiler.profile_layers(seq, micro_batches=[1, 2], warmup=0, repeats=1)
+    assert prof.model.family == "llama" and prof.model.task == "causal-lm"
+    assert prof.model.num_labels == seq.config.vocab_size
+    assert all(t.feasible for layer in prof.layers for t in layer.timings)
+    hidden, length = seq.config.hidden_size, seq.input_shape[0]
+    assert [layer.out_bytes_per_sample for layer in prof.layers[:-1]] == [length * hidden * 4] * (
+        seq.num_blocks + 1
+    )
+    assert prof.layers[-1].out_bytes_per_sample == length * seq.config.vocab_size * 4  # logits
+    formats.parse(formats.Profile, formats.dumps(prof))
+
+
+def test_profile_records_the_padding_mask_channel():
+    seq = models.build("gpt2-tiny", task="classification", padding_mask=True)
+    prof = profiler.profile_layers(seq, micro_batches=[2], warmup=0, repeats=1)
+    assert prof.model.padding_mask and prof.model.task == "classification"
+    assert prof.layers[1].out_bytes_per_sample == 32 * (seq.config.hidden_size + 1) * 4
+    assert prof.layers[-1].out_bytes_per_sample == seq.num_labels * 4

@@ -25,11 +25,17 @@ from pipeplan.formats.base import (
 
 class ModelInfo(Strict):
     name: str = Field(description="Built-in name or the config path the model was built from.")
-    family: Literal["bert", "roberta", "vit"]
+    family: Literal["bert", "roberta", "distilbert", "electra", "vit", "deit", "gpt2", "llama"]
     config: dict[str, Any] = Field(description="The exact transformers config (to_dict()).")
     input_shape: list[Count] = Field(description="Shape of one sample's input, without batch.")
     input_dtype: Literal["int64", "float32"]
-    num_labels: Count
+    num_labels: Count = Field(
+        description="Classes each prediction chooses among (the vocabulary for causal-lm)."
+    )
+    task: Literal["classification", "causal-lm"] = "classification"
+    padding_mask: bool = Field(
+        False, description="The hidden state carries a padding-mask channel (one more value)."
+    )
     dtype: Literal["float32"] = "float32"
 
 

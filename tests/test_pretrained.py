@@ -1,0 +1,237 @@
+"""Pretrained weights in, a transformers model out: a checkpoint directory loads exactly, a
+missing head is replaced (and said so), and `export` writes what `from_pretrained` reads."""
+
+import logging
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file
+
+from pipeplan import models
+from pipeplan.errors import BadArgumentError, InputFileError, OutputError
+
+BERT = dict(
+    vocab_size=100,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=40,
+)
+GPT2 = dict(vocab_size=100, n_positions=40, n_embd=32, n_layer=2, n_head=2, pad_token_id=0)
+LLAMA = dict(
+    vocab_size=100,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=40,
+    pad_token_id=0,
+)
+
+
+CLASSIFIER, LM = "AutoModelForSequenceClassification", "AutoModelForCausalLM"
+
+
+def _save(tmp_path, cls, config_cls, seed=5, **config):
+    """A transformers model with random weights (from `seed`), saved as a directory."""
+    torch.manual_seed(seed)
+    model = getattr(transformers, cls)(getattr(transformers, config_cls)(**config))
+    model.save_pretrained(tmp_path)
+    return model.eval()
+
+
+def _batch(seq, n=4):
+    return seq.example_batch(n, torch.Generator().manual_seed(2))
+
+
+def _same_loss(seq, reference, x, y):
+    """The sequence's eval loss and the transformers model's own loss on the same batch."""
+    seq.layers.eval()
+    with torch.no_grad():
+        ours = seq.loss(seq.forward(x), y)
+        theirs = reference(input_ids=x, labels=y).loss
+    return ours, theirs
+
+
+def test_pretrained_weights_load_exactly_and_the_loss_is_the_models_own(tmp_path):
+    reference = _save(tmp_path, "BertForSequenceClassification", "BertConfig", num_labels=3, **BERT)
+    seq = models.build(str(tmp_path))
+    saved = load_file(tmp_path / "model.safetensors")
+    params = dict(seq.hf_model.named_parameters())
+    assert set(params) == set(saved)
+    assert all(torch.equal(params[name], saved[name]) for name in saved)
+    in_layers = sum(p.numel() for p in seq.layers.parameters())
+    assert in_layers == sum(t.numel() for t in saved.values())  # the layers hold all of them
+    assert seq.num_labels == 3 and seq.hf_model.training  # like a random build
+    ours, theirs = _same_loss(seq, reference, *_batch(seq))
+    assert torch.equal(ours, theirs)
+
+
+def test_pytorch_model_bin_loads_too(tmp_path):
+    torch.manual_seed(1)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(**BERT))
+    model.config.save_pretrained(tmp_path)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    seq = models.build(str(tmp_path / "config.json"))  # the config path: weights beside it
+    word = seq.hf_model.bert.embeddings.word_embeddings.weight
+    assert torch.equal(word, model.bert.embeddings.word_embeddings.weight)
+
+
+def test_a_config_without_weights_needs_init_random(tmp_path):
+    transformers.BertConfig(**BERT).save_pretrained(tmp_path)
+    with pytest.raises(InputFileError, match="--init random") as err:
+        models.build(str(tmp_path))
+    assert "\n" not in str(err.value) and "model.safetensors" in str(err.value)
+    with pytest.raises(InputFileError, match="--init random"):
+        models.build(str(tmp_path), init="pretrained")
+    models.build(str(tmp_path), init="random")
+
+
+def test_init_random_ignores_the_checkpoint(tmp_path):
+    _save(tmp_path, "BertForSequenceClassification", "BertConfig", **BERT)
+    seq = models.build(str(tmp_path), init="random", seed=4)
+    saved = load_file(tmp_path / "model.safetensors")
+    word = seq.hf_model.bert.embeddings.word_embeddings.weight
+    assert not torch.equal(word, saved["bert.embeddings.word_embeddings.weight"])
+
+
+def test_presets_have_no_weights_to_load():
+    with pytest.raises(BadArgumentError, match="without weights"):
+        models.build("bert-tiny", init="pretrained")
+    with pytest.raises(BadArgumentError, match="pretrained or random"):
+        models.build("bert-tiny", init="zeros")
+
+
+def _warnings(caplog):
+    return [r for r in caplog.records if r.name == "pipeplan.models" and r.levelname == "WARNING"]
+
+
+@pytest.mark.parametrize(
+    "cls, fresh",
+    [
+        ("BertModel", ["classifier.weight", "classifier.bias"]),
+        ("BertForMaskedLM", ["bert.pooler.dense.weight", "classifier.weight"]),
+    ],
+)
+def test_a_checkpoint_without_the_head_gets_a_fresh_one_and_one_warning(
+    tmp_path, caplog, capfd, cls, fresh
+):
+    reference = _save(tmp_path, cls, "BertConfig", **BERT)
+    capfd.readouterr()
+    with caplog.at_level(logging.WARNING, logger="pipeplan.models"):
+        seq = models.build(str(tmp_path), num_labels=4, seed=9)
+    (record,) = _warnings(caplog)
+    message = record.getMessage()
+    assert "\n" not in message and all(name in message for name in fresh)
+    assert "4 outputs" in message and "seed 9" in message
+    assert "LOAD REPORT" not in capfd.readouterr().err  # transformers' table stays quiet
+    assert seq.hf_model.classifier.weight.shape == (4, BERT["hidden_size"])
+    base = reference.bert if hasattr(reference, "bert") else reference
+    assert torch.equal(
+        seq.hf_model.bert.encoder.layer[1].output.dense.weight,
+        base.encoder.layer[1].output.dense.weight,
+    )
+    again = models.build(str(tmp_path), num_labels=4, seed=9)  # every rank gets the same head
+    assert torch.equal(again.hf_model.classifier.weight, seq.hf_model.classifier.weight)
+
+
+def test_a_head_for_other_num_labels_is_replaced(tmp_path, caplog):
+    _save(tmp_path, "BertForSequenceClassification", "BertConfig", num_labels=2, **BERT)
+    with caplog.at_level(logging.WARNING, logger="pipeplan.models"):
+        seq = models.build(str(tmp_path), num_labels=5)
+    (record,) = _warnings(caplog)
+    assert "sized for another number of labels" in record.getMessage()
+    assert seq.num_labels == 5 and len(seq.config.id2label) == 5
+    x, _ = _batch(seq)
+    assert seq.forward(x).shape == (4, 5)
+
+
+def test_a_complete_checkpoint_loads_without_a_warning(tmp_path, caplog):
+    _save(tmp_path, "BertForSequenceClassification", "BertConfig", num_labels=3, **BERT)
+    with caplog.at_level(logging.WARNING, logger="pipeplan.models"):
+        models.build(str(tmp_path), num_labels=3)
+    assert not _warnings(caplog)
+
+
+def test_a_checkpoint_missing_blocks_is_refused(tmp_path):
+    _save(tmp_path, "BertForSequenceClassification", "BertConfig", **BERT)
+    config = transformers.BertConfig.from_pretrained(tmp_path)
+    config.num_hidden_layers = 3  # the checkpoint has 2 blocks
+    config.save_pretrained(tmp_path)
+    with pytest.raises(InputFileError, match=r"lacks \d+ weights of the embeddings and blocks"):
+        models.build(str(tmp_path))
+
+
+def test_gpt2_language_model_checkpoint_loads_its_tied_head(tmp_path):
+    reference = _save(tmp_path, "GPT2LMHeadModel", "GPT2Config", **GPT2)
+    seq = models.build(str(tmp_path))
+    assert seq.task == "causal-lm"
+    head = seq.hf_model.lm_head.weight
+    assert torch.equal(head, reference.transformer.wte.weight)
+    assert head is not seq.hf_model.transformer.wte.weight  # untied (models._untie)
+    x, y = _batch(seq)
+    ours, theirs = _same_loss(seq, reference, x, y)
+    assert torch.equal(ours, theirs)
+
+
+def test_llama_without_a_language_model_head_gets_a_fresh_one(tmp_path, caplog):
+    reference = _save(tmp_path, "LlamaModel", "LlamaConfig", **LLAMA)
+    with caplog.at_level(logging.WARNING, logger="pipeplan.models"):
+        seq = models.build(str(tmp_path))
+    (record,) = _warnings(caplog)
+    assert "lm_head.weight" in record.getMessage()
+    assert seq.task == "causal-lm"
+    assert torch.equal(seq.hf_model.model.norm.weight, reference.norm.weight)
+
+
+def test_a_language_model_checkpoint_fine_tunes_as_a_classifier(tmp_path, caplog):
+    reference = _save(tmp_path, "LlamaForCausalLM", "LlamaConfig", **LLAMA)
+    with caplog.at_level(logging.WARNING, logger="pipeplan.models"):
+        seq = models.build(str(tmp_path), task="classification", num_labels=3)
+    (record,) = _warnings(caplog)
+    assert "score.weight" in record.getMessage()
+    assert torch.equal(seq.hf_model.model.embed_tokens.weight, reference.model.embed_tokens.weight)
+
+
+def _train_a_little(seq, steps=2):
+    """A few optimizer steps, so the export is not just the initial weights."""
+    seq.layers.train()
+    opt = torch.optim.SGD(seq.layers.parameters(), lr=0.5)
+    for step in range(steps):
+        x, y = seq.example_batch(4, torch.Generator().manual_seed(step))
+        seq.loss(seq.forward(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+
+@pytest.mark.parametrize(
+    "name, kwargs, auto",
+    [
+        ("bert-synth", dict(), CLASSIFIER),
+        ("gpt2-tiny", dict(), LM),
+        ("llama-tiny", dict(), LM),
+        ("llama-tiny", dict(task="classification", num_labels=3), CLASSIFIER),
+    ],
+)
+def test_export_is_a_transformers_directory_with_the_trained_weights(tmp_path, name, kwargs, auto):
+    seq, initial = models.build(name, **kwargs), models.build(name, **kwargs)
+    _train_a_little(seq)
+    out = models.export(seq, tmp_path / "model")
+    assert {"config.json", "model.safetensors"} <= {p.name for p in out.iterdir()}
+    loaded = getattr(transformers, auto).from_pretrained(out, local_files_only=True).eval()
+    seq.layers.eval(), initial.layers.eval()
+    x, _ = _batch(seq)
+    with torch.no_grad():
+        logits = seq.forward(x)
+        assert torch.equal(loaded(input_ids=x).logits, logits)
+        assert not torch.equal(initial.forward(x), logits)  # trained weights, not the initial
+
+
+def test_export_refuses_a_directory_with_files(tmp_path):
+    (tmp_path / "old.txt").write_text("keep me")
+    with pytest.raises(OutputError, match="not an empty directory"):
+        models.export(models.build("gpt2-tiny"), tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["old.txt"]
