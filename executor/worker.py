@@ -105,7 +105,9 @@ class Trainer:
         self.frozen_layers = 0
         self.step_index = 0
         self.phase_index = 0
-        self.grad_history: list[dict[int, float]] = []  # per decision: mean norm per layer
+        self.autofreeze = freeze.AutoFreeze(
+            cfg.freeze, self.seq.num_blocks, cfg.alpha, list(cfg.freeze_list or [])
+        )
         self.cache: ActivationCache | None = None
         self.runtime: PhaseRuntime | None = None
         self.decision: PhaseDecision | None = None
@@ -241,9 +243,7 @@ class Trainer:
         cfg = self.cfg
         start_epoch, skip = self.resume() if resume else (0, 0)
         if not resume:
-            # A fixed freeze list may start frozen (e.g. fine-tuning a model's top layers).
-            listed = cfg.freeze == "list" and cfg.freeze_list
-            self.frozen_layers = cfg.freeze_list[0] if listed else 0
+            self.frozen_layers = self.autofreeze.first
             self.enter_phase(self.decide_phase(self.frozen_layers), epoch=0)
         for epoch in range(start_epoch, cfg.epochs):
             norms = self.run_epoch(epoch, skip if epoch == start_epoch else 0)
@@ -272,7 +272,7 @@ class Trainer:
             step_in_epoch=step_in_epoch,
             phase=self.phase_index,
             frozen_layers=self.frozen_layers,
-            grad_history=[{str(k): v for k, v in h.items()} for h in self.grad_history],
+            grad_history=[{str(k): v for k, v in h.items()} for h in self.autofreeze.history],
             grad_norm_sums={str(i): v for i, v in enumerate(sums.tolist()) if v > 0},
             grad_norm_steps=int(steps),
             world_size=self.world,
@@ -292,7 +292,7 @@ class Trainer:
         states = checkpoint.restore(self.seq.layers, model, optimizer)
         self.frozen_layers, self.phase_index = manifest.frozen_layers, manifest.phase
         self.step_index = manifest.step
-        self.grad_history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
+        self.autofreeze.history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
         if self.rank == 0:
             self.truncate_records(manifest)
         self.enter_phase(self.decide_phase(self.frozen_layers), manifest.epoch)
@@ -505,23 +505,11 @@ class Trainer:
         dist.all_reduce(norms)
         return {i: float(v) for i, v in enumerate(norms.tolist()) if v > 0}
 
-    def next_freeze_point(self, epoch: int, norms: dict[int, float]) -> int:
-        cfg, blocks = self.cfg, self.seq.num_blocks
-        if cfg.freeze == "none":
-            return 0
-        if cfg.freeze == "list":
-            listed = cfg.freeze_list or [0]
-            return listed[min(epoch, len(listed) - 1)]
-        bound = freeze.blocks_to_frozen_layers(freeze.alpha_frozen_blocks(cfg.alpha, epoch, blocks))
-        if cfg.freeze == "alpha":
-            return bound
-        self.grad_history.append(norms)
-        return min(bound, freeze.gradient_freeze_point(self.grad_history, self.frozen_layers))
-
     def maybe_refreeze(self, epoch: int, norms: dict[int, float]) -> None:
-        box = [self.next_freeze_point(epoch, norms) if self.rank == 0 else None]
+        """Rank 0 decides the freeze point (pipeplan.freeze.AutoFreeze), everyone follows."""
+        box = [self.autofreeze.decide(epoch, norms, self.frozen_layers) if self.rank == 0 else None]
         dist.broadcast_object_list(box, src=0)
-        new_point = max(self.frozen_layers, min(int(box[0]), len(self.seq.layers) - 1))
+        new_point = int(box[0])
         if new_point == self.frozen_layers:
             return
         self.frozen_layers = new_point
