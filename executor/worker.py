@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import logging
 import math
 import os
@@ -28,9 +27,9 @@ from executor.data import TaskData, check_compatible, load_data
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseRuntime, StepTimes
 from executor.planning import RunPlanner
+from executor.records import Recorder
 from pipeplan import freeze, models
 from pipeplan.errors import PipeplanError
-from pipeplan.fileio import write_atomic
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
@@ -41,7 +40,6 @@ from pipeplan.formats import (
     RankTimes,
     RunConfig,
     StepRecord,
-    read_records,
 )
 
 log = logging.getLogger("pipeplan.run")
@@ -111,8 +109,7 @@ class Trainer:
         self.cache: ActivationCache | None = None
         self.runtime: PhaseRuntime | None = None
         self.decision: PhaseDecision | None = None
-        # Closed in finish(); rank 0 alone writes the records.
-        self.records = open(run_dir / "run.jsonl", "a") if self.rank == 0 else None  # noqa: SIM115
+        self.recorder = Recorder(run_dir / "run.jsonl", writes=self.rank == 0)  # closed in finish()
 
     # ----------------------------------------------------------------- phases
 
@@ -150,7 +147,7 @@ class Trainer:
         install_states(self.runtime.optimizer, states)
         self.prepare_cache(layout)
         dist.barrier()
-        self.write(
+        self.recorder.write(
             PhaseRecord(
                 **dict(decision),
                 phase=self.phase_index,
@@ -293,8 +290,7 @@ class Trainer:
         self.frozen_layers, self.phase_index = manifest.frozen_layers, manifest.phase
         self.step_index = manifest.step
         self.autofreeze.history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
-        if self.rank == 0:
-            self.truncate_records(manifest)
+        self.recorder.truncate(manifest)
         self.enter_phase(self.decide_phase(self.frozen_layers), manifest.epoch)
         owned = {p for p in self.runtime.params} if self.runtime.module is not None else set()
         install_states(self.runtime.optimizer, {p: s for p, s in states.items() if p in owned})
@@ -307,20 +303,6 @@ class Trainer:
         if manifest.world_size == self.world:  # same ranks: the same random streams
             torch.set_rng_state(rng[str(self.rank)])
         return manifest.epoch, manifest.step_in_epoch
-
-    def truncate_records(self, manifest) -> None:
-        """Drop records written after the checkpoint: the resumed run writes them again."""
-        kept = [
-            r
-            for r in read_records(self.run_dir / "run.jsonl")
-            if (isinstance(r, PhaseRecord) and r.phase < manifest.phase)
-            or (isinstance(r, StepRecord) and r.step < manifest.step)
-            or (isinstance(r, EpochRecord) and r.epoch < manifest.epoch)
-        ]
-        self.records.close()
-        text = "".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in kept)
-        write_atomic(self.run_dir / "run.jsonl", text)
-        self.records = open(self.run_dir / "run.jsonl", "a")  # noqa: SIM115
 
     def run_epoch(self, epoch: int, skip: int = 0) -> dict[int, float]:
         """Train one epoch from step `skip`; returns the mean gradient norm per layer."""
@@ -348,7 +330,7 @@ class Trainer:
         accuracy = self.evaluate()
         norms = self.gather_grad_norms()
         eval_s = time.perf_counter() - t0 - elapsed
-        self.write(
+        self.recorder.write(
             EpochRecord(
                 epoch=epoch,
                 phase=start_phase,
@@ -451,12 +433,8 @@ class Trainer:
             cache_hits=hit_count,
             ranks=ranks,
         )
-        self.write(record)
-        if self.rank == 0 and self.on_step:
-            self.on_step(record)
+        self.recorder.write(record)
         return record
-
-    on_step: Callable[[StepRecord], None] | None = None
 
     # ----------------------------------------------------------------- evaluation
 
@@ -517,13 +495,6 @@ class Trainer:
         self.enter_phase(self.decide_phase(new_point), epoch)
         self.checkpoint(epoch, 0)  # every transition is a checkpoint
 
-    # ----------------------------------------------------------------- output
-
-    def write(self, record) -> None:
-        if self.records is not None:
-            self.records.write(json.dumps(record.model_dump(mode="json")) + "\n")
-            self.records.flush()
-
     def finish(self) -> None:
         if self.runtime is not None:
             self.runtime.destroy()
@@ -532,5 +503,4 @@ class Trainer:
             for directory in (self.cache.spill_dir, self.cache.spill_dir.parent):
                 with contextlib.suppress(OSError):  # removes only empty directories
                     directory.rmdir()
-        if self.records is not None:
-            self.records.close()
+        self.recorder.close()
