@@ -117,6 +117,7 @@ class StepTimes:
     wait_s: float = 0.0  # inside the schedule but not computing: transfers and bubbles
     allreduce_s: float = 0.0
     optimizer_s: float = 0.0
+    input_s: float = 0.0  # reading the batch (and the cache) on stage 0: the trainer's part
     loss: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

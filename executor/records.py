@@ -1,26 +1,86 @@
-"""`run.jsonl`, the run's records (docs/architecture.md §3.7), written here and nowhere else.
+"""The run's records (docs/architecture.md §3.7): each rank's share of a step record, and
+`run.jsonl`, written by the `Recorder` and nowhere else.
 
-Rank 0 alone writes: one JSON object per line, flushed at once, so that a run killed mid-step
-keeps every record before the kill (`launch` names the failed step from them, `--resume` cuts
-them back to the checkpoint). On the other ranks the recorder drops what it is given.
+Every rank contributes one row of numbers to each step record; `STEP_ROW` names its fields, so
+that packing and unpacking cannot drift apart. Rank 0 alone writes `run.jsonl`: one JSON object
+per line, flushed at once, so that a run killed mid-step keeps every record before the kill
+(`launch` names the failed step from them, `--resume` cuts them back to the checkpoint). On the
+other ranks the recorder drops what it is given.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
 
 from pipeplan.fileio import write_atomic
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
     PhaseRecord,
+    RankTimes,
     StepRecord,
     read_records,
 )
 
+if TYPE_CHECKING:
+    from executor.parallel import StepTimes
+
 Record = PhaseRecord | StepRecord | EpochRecord
+
+# A rank's share of a step record travels as one float64 row: one small all_gather per step
+# (all_gather_object would pickle, which is slower). A missing loss travels as NaN, a missing
+# stage or replica (a rank outside the layout) as -1.
+RANK_TIMES = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
+STEP_ROW = (*RANK_TIMES, "loss", "cache_hits", "stage", "replica")
+
+
+def step_row(
+    times: StepTimes, cache_hits: int, stage: int | None, replica: int | None
+) -> torch.Tensor:
+    """This rank's row of a step record."""
+    values = {name: getattr(times, name) for name in RANK_TIMES}
+    values.update(
+        loss=math.nan if times.loss is None else times.loss,
+        cache_hits=cache_hits,
+        stage=-1 if stage is None else stage,
+        replica=-1 if replica is None else replica,
+    )
+    return torch.tensor([float(values[name]) for name in STEP_ROW], dtype=torch.float64)
+
+
+def step_record(
+    rows: list[torch.Tensor], *, step: int, epoch: int, phase: int, global_batch: int
+) -> StepRecord:
+    """The step record from every rank's row, in rank order: the slowest rank's time, the mean
+    loss of the ranks that computed one, and the cache hits of the stage-0 ranks."""
+    fields = [dict(zip(STEP_ROW, row.tolist(), strict=True)) for row in rows]
+    ranks = [
+        RankTimes(
+            rank=rank,
+            stage=None if f["stage"] < 0 else int(f["stage"]),
+            replica=None if f["replica"] < 0 else int(f["replica"]),
+            **{name: f[name] for name in RANK_TIMES},
+        )
+        for rank, f in enumerate(fields)
+    ]
+    losses = [f["loss"] for f in fields if not math.isnan(f["loss"])]
+    step_s = max(r.step_s for r in ranks)
+    return StepRecord(
+        step=step,
+        epoch=epoch,
+        phase=phase,
+        step_s=step_s,
+        loss=sum(losses) / len(losses) if losses else None,
+        samples_per_s=global_batch / step_s if step_s > 0 else 0.0,
+        cache_hits=sum(int(f["cache_hits"]) for f in fields if f["stage"] == 0),
+        ranks=ranks,
+    )
 
 
 class Recorder:

@@ -27,7 +27,7 @@ from executor.data import TaskData, check_compatible, load_data
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseRuntime, StepTimes
 from executor.planning import RunPlanner
-from executor.records import Recorder
+from executor.records import Recorder, step_record, step_row
 from pipeplan import freeze, models
 from pipeplan.errors import PipeplanError
 from pipeplan.formats import (
@@ -37,7 +37,6 @@ from pipeplan.formats import (
     PhaseDecision,
     PhaseRecord,
     Profile,
-    RankTimes,
     RunConfig,
     StepRecord,
 )
@@ -47,7 +46,6 @@ COLLECTIVE_TIMEOUT_S = 60
 # Online recalibration: after this many steps of a phase, rank 0 refits the cost model on what
 # the run has measured so far (2 warm-up steps are skipped), so the next re-plan uses it.
 RECALIBRATE_AFTER_STEPS = 8
-TIMES_FIELDS = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
 
 
 # Fits a calibrated profile to run directories (pipeplan.calibrate.calibrate, passed in by the
@@ -376,8 +374,9 @@ class Trainer:
         for group in runtime.optimizer.param_groups if runtime.optimizer else []:
             group["lr"] = self.lr_at(self.step_index)
         times = runtime.step(inputs, labels)
+        times.input_s = input_s
         times.step_s += input_s
-        record = self.gather_step(epoch, times, input_s, hits)
+        record = self.gather_step(epoch, times, hits)
         self.step_index += 1
         self.phase_steps += 1
         if self.rank == 0 and self.phase_steps == RECALIBRATE_AFTER_STEPS:
@@ -397,41 +396,19 @@ class Trainer:
         self.calibrations += 1
         self.planner.adopt(fitted, self.run_dir, self.calibrations)
 
-    def gather_step(self, epoch: int, times: StepTimes, input_s: float, hits: int) -> StepRecord:
-        """All ranks' timings and the loss to rank 0, in one small all-gather."""
-        topo = self.runtime.topology
-        loss = times.loss if times.loss is not None else float("nan")
-        row = [getattr(times, f) for f in TIMES_FIELDS[:-1]] + [input_s, loss, float(hits)]
-        row += [float(topo.stage if topo.stage is not None else -1)]
-        row += [float(topo.replica if topo.replica is not None else -1)]
-        mine = torch.tensor(row, dtype=torch.float64)
+    def gather_step(self, epoch: int, times: StepTimes, hits: int) -> StepRecord:
+        """Every rank's row (executor.records.STEP_ROW) to every rank in one small all-gather;
+        rank 0 records the step."""
+        topology = self.runtime.topology
+        mine = step_row(times, hits, topology.stage, topology.replica)
         rows = [torch.zeros_like(mine) for _ in range(self.world)]
         dist.all_gather(rows, mine)
-        ranks, losses, hit_count = [], [], 0
-        for rank, r in enumerate(rows):
-            v = r.tolist()
-            ranks.append(
-                RankTimes(
-                    rank=rank,
-                    stage=None if v[9] < 0 else int(v[9]),
-                    replica=None if v[10] < 0 else int(v[10]),
-                    **dict(zip(TIMES_FIELDS, v[:7], strict=True)),
-                )
-            )
-            if not math.isnan(v[7]):
-                losses.append(v[7])
-            if v[9] == 0:
-                hit_count += int(v[8])
-        step_s = max(r.step_s for r in ranks)
-        record = StepRecord(
+        record = step_record(
+            rows,
             step=self.step_index,
             epoch=epoch,
             phase=self.phase_index,
-            step_s=step_s,
-            loss=sum(losses) / len(losses) if losses else None,
-            samples_per_s=self.cfg.global_batch / step_s if step_s > 0 else 0.0,
-            cache_hits=hit_count,
-            ranks=ranks,
+            global_batch=self.cfg.global_batch,
         )
         self.recorder.write(record)
         return record

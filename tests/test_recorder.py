@@ -1,7 +1,9 @@
-"""The recorder: rank 0 appends run.jsonl and feeds the progress bar; a resume cuts the records
-back to the checkpoint; other ranks write nothing."""
+"""The run's records: each rank's row of a step record packs and unpacks by name; rank 0
+appends run.jsonl and feeds the progress bar; a resume cuts the records back to the
+checkpoint; other ranks write nothing."""
 
-from executor.records import Recorder
+from executor.parallel import StepTimes
+from executor.records import RANK_TIMES, Recorder, step_record, step_row
 from pipeplan.formats import CheckpointManifest, EpochRecord, StepRecord, read_records
 
 
@@ -74,3 +76,29 @@ def test_other_ranks_write_nothing(tmp_path):
     recorder.truncate(manifest(steps_done=0, epoch=0))
     recorder.close()
     assert not path.exists() and shown == []
+
+
+def times(base: float, loss: float | None) -> StepTimes:
+    """Distinct values per field, so a field read from the wrong place shows."""
+    values = {name: base + index / 100 for index, name in enumerate(RANK_TIMES)}
+    return StepTimes(**values, loss=loss)
+
+
+def test_a_step_record_reads_every_ranks_row_by_name():
+    rows = [
+        step_row(times(1.0, None), cache_hits=4, stage=0, replica=0),  # stage 0: no loss
+        step_row(times(2.0, 0.5), cache_hits=0, stage=1, replica=0),
+        step_row(times(3.0, 1.5), cache_hits=0, stage=1, replica=1),
+        step_row(times(0.0, None), cache_hits=0, stage=None, replica=None),  # outside the layout
+    ]
+    record = step_record(rows, step=7, epoch=1, phase=2, global_batch=16)
+    assert (record.step, record.epoch, record.phase) == (7, 1, 2)
+    assert record.loss == 1.0 and record.cache_hits == 4
+    assert record.step_s == 3.0 and record.samples_per_s == 16 / 3.0
+    for rank, (base, stage, replica) in enumerate([(1.0, 0, 0), (2.0, 1, 0), (3.0, 1, 1)]):
+        measured, sent = record.ranks[rank], times(base, None)
+        assert (measured.rank, measured.stage, measured.replica) == (rank, stage, replica)
+        assert [getattr(measured, name) for name in RANK_TIMES] == [
+            getattr(sent, name) for name in RANK_TIMES
+        ]
+    assert (record.ranks[3].stage, record.ranks[3].replica) == (None, None)
