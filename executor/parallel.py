@@ -148,9 +148,16 @@ class PhaseRuntime:
         self.device = device
         self.topology: Topology = build_topology(rank, layout.rank_map)
         set_frozen(layers, layout.frozen_layers)
+        # A rank outside the layout keeps these empty: it idles through the phase.
         self.module: StageModule | None = None
+        self.pipe_stage: PipelineStage | None = None
+        self.schedule: ScheduleGPipe | Schedule1F1B | None = None
+        self.params: list[nn.Parameter] = []
         self.optimizer: torch.optim.Optimizer | None = None
         self.backward_clock: BackwardClock | None = None
+        # Per-layer gradient norms summed over steps, for AutoFreeze.
+        self.grad_norm_sums: dict[int, float] = {}
+        self.grad_norm_steps = 0
         if not self.topology.active:
             return
         stage = self.topology.stage
@@ -173,9 +180,6 @@ class PhaseRuntime:
         self.params = active_parameters(self.module)
         self.backward_clock = BackwardClock(self.module, self.params)
         self.optimizer = make_optimizer(self.params)
-        # Per-layer gradient norms summed over steps, for AutoFreeze.
-        self.grad_norm_sums: dict[int, float] = {}
-        self.grad_norm_steps = 0
 
     @property
     def is_first(self) -> bool:
