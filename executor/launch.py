@@ -104,7 +104,7 @@ def rank_main(
             from executor.progress import ProgressView
 
             with ProgressView(trainer) as view:
-                trainer.on_step = view.update
+                trainer.recorder.on_step = view.update
                 trainer.train(resume)
         else:
             trainer.train(resume)

@@ -64,6 +64,49 @@ class StageModule(nn.Module):
         return x
 
 
+class BackwardClock:
+    """Sums the wall time a stage spends in backward, from autograd hooks.
+
+    `torch.distributed.pipelining` (torch 2.13) has no callback around a stage's backward, so
+    hooks on the stage time it. A micro-batch's backward starts when the gradient of the stage's
+    output arrives (a gradient hook that a forward hook puts on each output) and ends when the
+    last of the stage's trainable parameters has accumulated its gradient (post-accumulate-grad
+    hooks). Not the module's full backward (pre-)hooks: stage 0's input never requires grad
+    (data, or the cached frozen prefix), so its full backward hook fires as the backward starts,
+    and torch warns about it on every run. Every stage trains a layer (`Layout.check`: frozen
+    layers lie in stage 0, which also holds the first active one), so some parameter always
+    marks the end. Not counted, as torch runs them before the first hook or after the last: the
+    loss's own backward on the last stage and handing the input gradient to the send, both
+    small next to the stage's layers.
+
+    The parameter hooks live on the model's layers, which outlive the phase: `remove` them when
+    the phase ends (PhaseRuntime.destroy)."""
+
+    def __init__(self, module: nn.Module, params: list[nn.Parameter]):
+        self.seconds = 0.0
+        self._mark = 0.0
+        self._handles = [module.register_forward_hook(self._watch_output)]
+        self._handles += [p.register_post_accumulate_grad_hook(self._accumulated) for p in params]
+
+    def _watch_output(self, module: nn.Module, args: Any, output: torch.Tensor) -> None:
+        if output.requires_grad:  # not in evaluation (no_grad)
+            output.register_hook(self._started)
+
+    def _started(self, grad: torch.Tensor) -> None:
+        self._mark = time.perf_counter()
+
+    def _accumulated(self, param: torch.Tensor) -> None:
+        # Summing the gaps between hooks adds up, per micro-batch, (last accumulation − start).
+        now = time.perf_counter()
+        self.seconds += now - self._mark
+        self._mark = now
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
 @dataclass
 class StepTimes:
     """One rank's view of one training step, in seconds."""
@@ -74,6 +117,7 @@ class StepTimes:
     wait_s: float = 0.0  # inside the schedule but not computing: transfers and bubbles
     allreduce_s: float = 0.0
     optimizer_s: float = 0.0
+    input_s: float = 0.0  # reading the batch (and the cache) on stage 0: the trainer's part
     loss: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -104,8 +148,16 @@ class PhaseRuntime:
         self.device = device
         self.topology: Topology = build_topology(rank, layout.rank_map)
         set_frozen(layers, layout.frozen_layers)
+        # A rank outside the layout keeps these empty: it idles through the phase.
         self.module: StageModule | None = None
+        self.pipe_stage: PipelineStage | None = None
+        self.schedule: ScheduleGPipe | Schedule1F1B | None = None
+        self.params: list[nn.Parameter] = []
         self.optimizer: torch.optim.Optimizer | None = None
+        self.backward_clock: BackwardClock | None = None
+        # Per-layer gradient norms summed over steps, for AutoFreeze.
+        self.grad_norm_sums: dict[int, float] = {}
+        self.grad_norm_steps = 0
         if not self.topology.active:
             return
         stage = self.topology.stage
@@ -122,28 +174,12 @@ class PhaseRuntime:
             input_args=input_args,
             group=self.topology.pipeline_group,
         )
-        self.bwd_s = 0.0
-        self._time_backward()
         self.schedule = SCHEDULES[layout.schedule](
             self.pipe_stage, layout.micro_batches, loss_fn=loss_fn
         )
         self.params = active_parameters(self.module)
+        self.backward_clock = BackwardClock(self.module, self.params)
         self.optimizer = make_optimizer(self.params)
-        # Per-layer gradient norms summed over steps, for AutoFreeze.
-        self.grad_norm_sums: dict[int, float] = {}
-        self.grad_norm_steps = 0
-
-    def _time_backward(self) -> None:
-        inner = self.pipe_stage.backward_one_chunk
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                self.bwd_s += time.perf_counter() - t0
-
-        self.pipe_stage.backward_one_chunk = timed
 
     @property
     def is_first(self) -> bool:
@@ -160,8 +196,9 @@ class PhaseRuntime:
         if not self.topology.active:
             return times
         assert self.module is not None and self.optimizer is not None
+        assert self.backward_clock is not None
         t0 = time.perf_counter()
-        self.module.fwd_s = self.bwd_s = 0.0
+        self.module.fwd_s = self.backward_clock.seconds = 0.0
         args = (inputs.to(self.device),) if self.is_first else ()
         losses: list[torch.Tensor] = []
         kwargs = dict(target=labels.to(self.device), losses=losses) if self.is_last else {}
@@ -175,7 +212,7 @@ class PhaseRuntime:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         t3 = time.perf_counter()
-        times.fwd_s, times.bwd_s = self.module.fwd_s, self.bwd_s
+        times.fwd_s, times.bwd_s = self.module.fwd_s, self.backward_clock.seconds
         times.wait_s = max(0.0, (t1 - t0) - times.fwd_s - times.bwd_s)
         times.allreduce_s, times.optimizer_s, times.step_s = t2 - t1, t3 - t2, t3 - t0
         if losses:
@@ -208,4 +245,6 @@ class PhaseRuntime:
         return norms
 
     def destroy(self) -> None:
+        if self.backward_clock is not None:
+            self.backward_clock.remove()
         self.topology.destroy()

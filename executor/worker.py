@@ -1,22 +1,25 @@
 """The training loop every rank runs: epochs, steps, AutoFreeze, elastic transitions, records.
 
-Read top to bottom: set up the process group and the model, then per epoch shard the data
-with a `DistributedSampler` per replica, feed stage 0 (from the AutoCache when the frozen
-prefix is cached), step the phase runtime, gather every rank's timings to rank 0, which writes
-`run.jsonl` and drives the progress bar. At each freeze decision rank 0 picks the new freeze
-point, re-plans, and broadcasts the new phase; every rank then migrates state and rebuilds.
+`Trainer` reads top to bottom: `__init__` sets all state (the whole model built from the seed,
+the data, the freeze decision, the recorder); `train` is the loop, epochs → steps → freeze
+decisions → checkpoints; the helpers follow in the order the loop calls them. A phase is one
+layout: rank 0 plans it and broadcasts it, every rank migrates state and builds its
+`PhaseRuntime`. A step feeds stage 0 (from the AutoCache when the frozen prefix is cached),
+steps the runtime and gathers every rank's timings into one `step` record, which rank 0's
+`Recorder` writes to `run.jsonl`. Early in each phase rank 0 refits the cost model on the
+records so far. At each freeze decision rank 0 asks `pipeplan.freeze.AutoFreeze` and broadcasts
+the answer; a grown freeze point starts a new phase, then a checkpoint (docs/architecture.md §5).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -28,9 +31,9 @@ from executor.data import TaskData, check_compatible, load_data
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseRuntime, StepTimes
 from executor.planning import RunPlanner
+from executor.records import Recorder, step_record, step_row
 from pipeplan import freeze, models
 from pipeplan.errors import PipeplanError
-from pipeplan.fileio import write_atomic
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
@@ -38,10 +41,8 @@ from pipeplan.formats import (
     PhaseDecision,
     PhaseRecord,
     Profile,
-    RankTimes,
     RunConfig,
     StepRecord,
-    read_records,
 )
 
 log = logging.getLogger("pipeplan.run")
@@ -49,7 +50,6 @@ COLLECTIVE_TIMEOUT_S = 60
 # Online recalibration: after this many steps of a phase, rank 0 refits the cost model on what
 # the run has measured so far (2 warm-up steps are skipped), so the next re-plan uses it.
 RECALIBRATE_AFTER_STEPS = 8
-TIMES_FIELDS = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
 
 
 # Fits a calibrated profile to run directories (pipeplan.calibrate.calibrate, passed in by the
@@ -103,14 +103,80 @@ class Trainer:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.max_steps_per_epoch)
         self.total_steps = self.steps_per_epoch * cfg.epochs
         self.frozen_layers = 0
-        self.step_index = 0
+        self.step_index = 0  # global steps done
         self.phase_index = 0
-        self.grad_history: list[dict[int, float]] = []  # per decision: mean norm per layer
+        self.phase_steps = 0  # steps done in this phase (online recalibration)
+        self.autofreeze = freeze.AutoFreeze(
+            cfg.freeze, self.seq.num_blocks, cfg.alpha, list(cfg.freeze_list or [])
+        )
         self.cache: ActivationCache | None = None
         self.runtime: PhaseRuntime | None = None
         self.decision: PhaseDecision | None = None
-        # Closed in finish(); rank 0 alone writes the records.
-        self.records = open(run_dir / "run.jsonl", "a") if self.rank == 0 else None  # noqa: SIM115
+        self.recorder = Recorder(run_dir / "run.jsonl", writes=self.rank == 0)  # closed in finish()
+
+    def train(self, resume: bool = False) -> None:
+        """The loop: epochs → steps → freeze decisions → checkpoints."""
+        cfg = self.cfg
+        start_epoch, skip = self.resume() if resume else self.begin()
+        for epoch in range(start_epoch, cfg.epochs):
+            t0, losses, phase = time.perf_counter(), [], self.phase_index
+            for step_in_epoch, indices in self.epoch_batches(epoch, skip):
+                record = self.train_step(epoch, indices)
+                if record.loss is not None:
+                    losses.append(record.loss)
+                if self.rank == 0 and self.phase_steps == RECALIBRATE_AFTER_STEPS:
+                    self.recalibrate()
+                if step_in_epoch + 1 < self.steps_per_epoch:  # else the epoch's end does both
+                    if self.due(cfg.freeze_every):
+                        self.maybe_refreeze(epoch, self.gather_grad_norms())
+                    if self.due(cfg.checkpoint_every):
+                        self.checkpoint(epoch, step_in_epoch + 1)
+            norms = self.end_epoch(epoch, phase, time.perf_counter() - t0, losses)
+            if epoch + 1 < cfg.epochs:
+                self.maybe_refreeze(epoch + 1, norms)
+            skip = 0  # only a resumed epoch starts mid-way
+        self.checkpoint(cfg.epochs, 0)  # the final state, resumable for more epochs
+        self.finish()
+
+    # ----------------------------------------------------------------- start or resume
+
+    def begin(self) -> tuple[int, int]:
+        """A fresh run enters its first phase; returns where to start: (epoch, step in epoch)."""
+        self.frozen_layers = self.autofreeze.first
+        self.enter_phase(self.decide_phase(self.frozen_layers), epoch=0)
+        return 0, 0
+
+    def resume(self) -> tuple[int, int]:
+        """Continue from the latest checkpoint, re-planned for this world size; returns where
+        to start: (epoch, step in epoch)."""
+        from executor import checkpoint
+
+        manifest, model, optimizer, rng = checkpoint.load_latest(self.run_dir)
+        states = checkpoint.restore(self.seq.layers, model, optimizer)
+        # The resumed run is a new phase: the steps before the checkpoint keep the record of
+        # the layout they ran on, and the layout may differ now (another world size).
+        self.frozen_layers, self.phase_index = manifest.frozen_layers, manifest.phase + 1
+        self.step_index = manifest.step
+        self.autofreeze.history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
+        self.recorder.truncate(manifest)
+        self.enter_phase(self.decide_phase(self.frozen_layers), manifest.epoch)
+        self.restore_runtime(manifest, states)
+        if manifest.world_size == self.world:  # same ranks: the same random streams
+            torch.set_rng_state(rng[str(self.rank)])
+        return manifest.epoch, manifest.step_in_epoch
+
+    def restore_runtime(self, manifest: CheckpointManifest, states: dict) -> None:
+        """The resumed phase's runtime takes the optimizer state and the gradient-norm sums of
+        the layers this rank owns."""
+        runtime = self.runtime
+        owned = set(runtime.params) if runtime.module is not None else set()
+        install_states(runtime.optimizer, {p: s for p, s in states.items() if p in owned})
+        if runtime.topology.replica == 0 and runtime.module is not None:
+            mine = {i for i, _ in runtime.module.indexed()}
+            runtime.grad_norm_sums = {
+                int(k): v for k, v in manifest.grad_norm_sums.items() if int(k) in mine
+            }
+            runtime.grad_norm_steps = manifest.grad_norm_steps
 
     # ----------------------------------------------------------------- phases
 
@@ -124,18 +190,12 @@ class Trainer:
         return box[0]
 
     def enter_phase(self, decision: PhaseDecision, epoch: int) -> None:
+        """Move to the decided layout; the time it takes is the phase's transition_s."""
         t0 = time.perf_counter()
         layout = decision.layout
         layout.check(len(self.seq.layers), self.world)
-        states = {}
-        if self.runtime is not None:
-            old = self.runtime
-            states = migrate(
-                self.seq.layers, old.layout, optimizer_states(old.optimizer), layout, self.rank
-            )
-            old.destroy()
-        self.decision = decision
-        self.phase_steps = 0
+        states = self.leave_phase(layout)
+        self.decision, self.phase_steps = decision, 0
         self.runtime = PhaseRuntime(
             self.seq.layers,
             self.seq.loss,
@@ -148,7 +208,7 @@ class Trainer:
         install_states(self.runtime.optimizer, states)
         self.prepare_cache(layout)
         dist.barrier()
-        self.write(
+        self.recorder.write(
             PhaseRecord(
                 **dict(decision),
                 phase=self.phase_index,
@@ -158,18 +218,20 @@ class Trainer:
             )
         )
 
+    def leave_phase(self, layout: Layout) -> dict:
+        """Send the old phase's parameters, buffers and optimizer state to their owners in
+        `layout` and drop its runtime; returns the optimizer state this rank receives."""
+        if self.runtime is None:
+            return {}
+        old = self.runtime
+        states = migrate(
+            self.seq.layers, old.layout, optimizer_states(old.optimizer), layout, self.rank
+        )
+        old.destroy()
+        return states
+
     def make_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
         return torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
-
-    def lr_at(self, step: int) -> float:
-        """Linear warm-up, then cosine decay to 10 %, by global step (layout-independent)."""
-        cfg = self.cfg
-        if step < cfg.warmup_steps:
-            return cfg.lr * (step + 1) / cfg.warmup_steps
-        progress = (step - cfg.warmup_steps) / max(1, self.total_steps - cfg.warmup_steps)
-        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
-
-    # ----------------------------------------------------------------- data and cache
 
     def frozen_prefix(self, inputs: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
@@ -222,6 +284,49 @@ class Trainer:
                 raw = torch.stack([self.data.train[int(i)][0] for i in missing])
                 self.cache.store(missing, self.frozen_prefix(raw).cpu(), self.cache.frozen_layers)
 
+    # ----------------------------------------------------------------- steps
+
+    def epoch_batches(self, epoch: int, skip: int) -> Iterator[tuple[int, torch.Tensor]]:
+        """(step in epoch, this replica's indices) from step `skip` on. The union of the
+        replicas' batches at a step is the same global batch whatever the layout; a new layout
+        mid-epoch (--freeze-every) deals the rest of the epoch anew."""
+        order, phase = None, None
+        for step in range(skip, self.steps_per_epoch):
+            if phase != self.phase_index:
+                order, phase = self.replica_order(epoch), self.phase_index
+            local = self.cfg.global_batch // self.decision.layout.replicas
+            yield step, order[step * local : (step + 1) * local]
+
+    def replica_order(self, epoch: int) -> torch.Tensor:
+        """This replica's sample order for the epoch, from a seeded `DistributedSampler`."""
+        sampler = DistributedSampler(
+            self.data.train,
+            num_replicas=self.decision.layout.replicas,
+            rank=self.runtime.topology.replica or 0,
+            shuffle=True,
+            seed=self.cfg.seed,
+            drop_last=True,
+        )
+        sampler.set_epoch(epoch)
+        return torch.tensor(list(sampler), dtype=torch.int64)
+
+    def train_step(self, epoch: int, indices: torch.Tensor) -> StepRecord:
+        """One optimizer step on the global batch; every rank returns the step's record."""
+        runtime = self.runtime
+        t0 = time.perf_counter()
+        inputs, hits = self.stage0_input(indices) if runtime.is_first else (None, 0)
+        labels = torch.stack([self.data.train[int(i)][1] for i in indices])
+        input_s = time.perf_counter() - t0
+        for group in runtime.optimizer.param_groups if runtime.optimizer else []:
+            group["lr"] = self.lr_at(self.step_index)
+        times = runtime.step(inputs, labels)
+        times.input_s = input_s
+        times.step_s += input_s
+        record = self.gather_step(epoch, times, hits)
+        self.step_index += 1
+        self.phase_steps += 1
+        return record
+
     def stage0_input(self, indices: torch.Tensor) -> tuple[torch.Tensor, int]:
         """The batch stage 0 feeds the pipeline, and how many rows came from the cache."""
         if self.cache is None:
@@ -235,176 +340,34 @@ class Trainer:
             values[~hit] = computed
         return values, int(hit.sum())
 
-    # ----------------------------------------------------------------- training
-
-    def train(self, resume: bool = False) -> None:
+    def lr_at(self, step: int) -> float:
+        """Linear warm-up, then cosine decay to 10 %, by global step (layout-independent)."""
         cfg = self.cfg
-        start_epoch, skip = self.resume() if resume else (0, 0)
-        if not resume:
-            # A fixed freeze list may start frozen (e.g. fine-tuning a model's top layers).
-            listed = cfg.freeze == "list" and cfg.freeze_list
-            self.frozen_layers = cfg.freeze_list[0] if listed else 0
-            self.enter_phase(self.decide_phase(self.frozen_layers), epoch=0)
-        for epoch in range(start_epoch, cfg.epochs):
-            norms = self.run_epoch(epoch, skip if epoch == start_epoch else 0)
-            if epoch + 1 < cfg.epochs:
-                self.maybe_refreeze(epoch + 1, norms)
-        self.checkpoint(cfg.epochs, 0)  # the final state, resumable for more epochs
-        self.finish()
+        if step < cfg.warmup_steps:
+            return cfg.lr * (step + 1) / cfg.warmup_steps
+        progress = (step - cfg.warmup_steps) / max(1, self.total_steps - cfg.warmup_steps)
+        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
-    # ----------------------------------------------------------------- checkpoints
-
-    def checkpoint(self, epoch: int, step_in_epoch: int) -> None:
-        """Collective: every rank's state to rank 0, written atomically (executor.checkpoint)."""
-        from executor import checkpoint
-
-        runtime = self.runtime
-        sums = torch.zeros(len(self.seq.layers), dtype=torch.float64)
-        if runtime.topology.replica == 0:
-            for index, total in runtime.grad_norm_sums.items():
-                sums[index] = total
-        dist.all_reduce(sums)
-        steps = torch.tensor([runtime.grad_norm_steps if runtime.topology.replica == 0 else 0])
-        dist.all_reduce(steps, op=dist.ReduceOp.MAX)
-        manifest = CheckpointManifest(
+    def gather_step(self, epoch: int, times: StepTimes, hits: int) -> StepRecord:
+        """Every rank's row (executor.records.STEP_ROW) to every rank in one small all-gather;
+        rank 0 records the step."""
+        topology = self.runtime.topology
+        mine = step_row(times, hits, topology.stage, topology.replica)
+        rows = [torch.zeros_like(mine) for _ in range(self.world)]
+        dist.all_gather(rows, mine)
+        record = step_record(
+            rows,
             step=self.step_index,
             epoch=epoch,
-            step_in_epoch=step_in_epoch,
             phase=self.phase_index,
-            frozen_layers=self.frozen_layers,
-            grad_history=[{str(k): v for k, v in h.items()} for h in self.grad_history],
-            grad_norm_sums={str(i): v for i, v in enumerate(sums.tolist()) if v > 0},
-            grad_norm_steps=int(steps),
-            world_size=self.world,
-            model=self.cfg.model,
-            cache=self.cache.manifest() if self.cache is not None else None,
+            global_batch=self.cfg.global_batch,
         )
-        states = optimizer_states(runtime.optimizer)
-        checkpoint.save(self.run_dir, self.seq.layers, runtime.layout, states, manifest)
-
-    def resume(self) -> tuple[int, int]:
-        """Continue from the latest checkpoint, re-planned for this world size."""
-        from executor import checkpoint
-
-        manifest, model, optimizer, rng = checkpoint.load_latest(self.run_dir)
-        states = checkpoint.restore(self.seq.layers, model, optimizer)
-        # The resumed run is a new phase: the steps before the checkpoint keep the record of
-        # the layout they ran on, and the layout may differ now (another world size).
-        self.frozen_layers, self.phase_index = manifest.frozen_layers, manifest.phase + 1
-        self.step_index = manifest.step
-        self.grad_history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
-        if self.rank == 0:
-            self.truncate_records(manifest)
-        self.enter_phase(self.decide_phase(self.frozen_layers), manifest.epoch)
-        owned = {p for p in self.runtime.params} if self.runtime.module is not None else set()
-        install_states(self.runtime.optimizer, {p: s for p, s in states.items() if p in owned})
-        if self.runtime.topology.replica == 0 and self.runtime.module is not None:
-            mine = {i for i, _ in self.runtime.module.indexed()}
-            self.runtime.grad_norm_sums = {
-                int(k): v for k, v in manifest.grad_norm_sums.items() if int(k) in mine
-            }
-            self.runtime.grad_norm_steps = manifest.grad_norm_steps
-        if manifest.world_size == self.world:  # same ranks: the same random streams
-            torch.set_rng_state(rng[str(self.rank)])
-        return manifest.epoch, manifest.step_in_epoch
-
-    def truncate_records(self, manifest) -> None:
-        """Drop records written after the checkpoint: the resumed run writes them again."""
-        kept = [
-            r
-            for r in read_records(self.run_dir / "run.jsonl")
-            if (isinstance(r, PhaseRecord) and r.phase <= manifest.phase)
-            or (isinstance(r, StepRecord) and r.step < manifest.step)
-            or (isinstance(r, EpochRecord) and r.epoch < manifest.epoch)
-        ]
-        self.records.close()
-        text = "".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in kept)
-        write_atomic(self.run_dir / "run.jsonl", text)
-        self.records = open(self.run_dir / "run.jsonl", "a")  # noqa: SIM115
-
-    def run_epoch(self, epoch: int, skip: int = 0) -> dict[int, float]:
-        """Train one epoch from step `skip`; returns the mean gradient norm per layer."""
-        t0 = time.perf_counter()
-        losses = []
-        start_phase, batches_phase = self.phase_index, None
-        for step_in_epoch in range(skip, self.steps_per_epoch):
-            if batches_phase != self.phase_index:  # a new layout shards the data anew
-                batches = self.replica_batches(epoch, skip=step_in_epoch)
-                batches_phase = self.phase_index
-            indices = next(batches)
-            record = self.train_step(epoch, indices)
-            if record.loss is not None:
-                losses.append(record.loss)
-            if (
-                self.cfg.freeze_every
-                and (self.step_index % self.cfg.freeze_every == 0)
-                and step_in_epoch + 1 < self.steps_per_epoch
-            ):
-                self.maybe_refreeze(epoch, self.gather_grad_norms())
-            every = self.cfg.checkpoint_every
-            if every and self.step_index % every == 0 and step_in_epoch + 1 < self.steps_per_epoch:
-                self.checkpoint(epoch, step_in_epoch + 1)
-        elapsed = time.perf_counter() - t0
-        accuracy = self.evaluate()
-        norms = self.gather_grad_norms()
-        eval_s = time.perf_counter() - t0 - elapsed
-        self.write(
-            EpochRecord(
-                epoch=epoch,
-                phase=start_phase,
-                frozen_layers=self.frozen_layers,
-                steps=self.steps_per_epoch,
-                epoch_s=elapsed,
-                eval_s=eval_s,
-                train_loss=sum(losses) / len(losses) if losses else None,
-                eval_accuracy=accuracy,
-                samples_per_s=self.steps_per_epoch * self.cfg.global_batch / elapsed,
-                grad_norms={str(k): v for k, v in sorted(norms.items())},
-            )
-        )
-        return norms
-
-    def replica_batches(self, epoch: int, skip: int):
-        """This replica's index batches for the epoch, from step `skip` on. The union of the
-        replicas' batches at a step is the same global batch whatever the layout."""
-        layout = self.decision.layout
-        replica = self.runtime.topology.replica or 0
-        sampler = DistributedSampler(
-            self.data.train,
-            num_replicas=layout.replicas,
-            rank=replica,
-            shuffle=True,
-            seed=self.cfg.seed,
-            drop_last=True,
-        )
-        sampler.set_epoch(epoch)
-        local = self.cfg.global_batch // layout.replicas
-        order = torch.tensor(list(sampler), dtype=torch.int64)
-        for step in range(skip, self.steps_per_epoch):
-            yield order[step * local : (step + 1) * local]
-
-    def train_step(self, epoch: int, indices: torch.Tensor) -> StepRecord:
-        runtime = self.runtime
-        t0 = time.perf_counter()
-        inputs, hits = (None, 0)
-        if runtime.topology.stage == 0:
-            inputs, hits = self.stage0_input(indices)
-        labels = torch.stack([self.data.train[int(i)][1] for i in indices])
-        input_s = time.perf_counter() - t0
-        for group in runtime.optimizer.param_groups if runtime.optimizer else []:
-            group["lr"] = self.lr_at(self.step_index)
-        times = runtime.step(inputs, labels)
-        times.step_s += input_s
-        record = self.gather_step(epoch, times, input_s, hits)
-        self.step_index += 1
-        self.phase_steps += 1
-        if self.rank == 0 and self.phase_steps == RECALIBRATE_AFTER_STEPS:
-            self.recalibrate()
+        self.recorder.write(record)
         return record
 
     def recalibrate(self) -> None:
-        """Refit the planner's cost model on this run's records so far (rank 0 only); the
-        fitted profile is written to the run directory before any phase is priced with it."""
+        """Refit the planner's cost model on this run's records so far (rank 0); the fitted
+        profile is written to the run directory before any phase is priced with it."""
         if self.fit_profile is None:
             return
         try:
@@ -415,82 +378,9 @@ class Trainer:
         self.calibrations += 1
         self.planner.adopt(fitted, self.run_dir, self.calibrations)
 
-    def gather_step(self, epoch: int, times: StepTimes, input_s: float, hits: int) -> StepRecord:
-        """All ranks' timings and the loss to rank 0, in one small all-gather."""
-        topo = self.runtime.topology
-        loss = times.loss if times.loss is not None else float("nan")
-        row = [getattr(times, f) for f in TIMES_FIELDS[:-1]] + [input_s, loss, float(hits)]
-        row += [float(topo.stage if topo.stage is not None else -1)]
-        row += [float(topo.replica if topo.replica is not None else -1)]
-        mine = torch.tensor(row, dtype=torch.float64)
-        rows = [torch.zeros_like(mine) for _ in range(self.world)]
-        dist.all_gather(rows, mine)
-        ranks, losses, hit_count = [], [], 0
-        for rank, r in enumerate(rows):
-            v = r.tolist()
-            ranks.append(
-                RankTimes(
-                    rank=rank,
-                    stage=None if v[9] < 0 else int(v[9]),
-                    replica=None if v[10] < 0 else int(v[10]),
-                    **dict(zip(TIMES_FIELDS, v[:7], strict=True)),
-                )
-            )
-            if not math.isnan(v[7]):
-                losses.append(v[7])
-            if v[9] == 0:
-                hit_count += int(v[8])
-        step_s = max(r.step_s for r in ranks)
-        record = StepRecord(
-            step=self.step_index,
-            epoch=epoch,
-            phase=self.phase_index,
-            step_s=step_s,
-            loss=sum(losses) / len(losses) if losses else None,
-            samples_per_s=self.cfg.global_batch / step_s if step_s > 0 else 0.0,
-            cache_hits=hit_count,
-            ranks=ranks,
-        )
-        self.write(record)
-        if self.rank == 0 and self.on_step:
-            self.on_step(record)
-        return record
-
-    on_step: Callable[[StepRecord], None] | None = None
-
-    # ----------------------------------------------------------------- evaluation
-
-    @torch.no_grad()
-    def evaluate(self) -> float | None:
-        """Held-out accuracy through the pipeline (forward only), summed over replicas."""
-        if len(self.data.eval) == 0:
-            return None
-        runtime, layout = self.runtime, self.decision.layout
-        correct = torch.zeros(2, dtype=torch.float64)  # correct, counted
-        if runtime.topology.active:
-            runtime.module.train(False)
-            replica, local = runtime.topology.replica, self.cfg.global_batch // layout.replicas
-            indices = torch.arange(len(self.data.eval))[replica :: layout.replicas]
-            for start in range(0, len(indices), local):
-                chunk = indices[start : start + local]
-                valid = len(chunk)
-                if valid < local:  # pad the last batch; padded rows are not counted
-                    chunk = torch.cat([chunk, chunk[:1].repeat(local - valid)])
-                x = torch.stack([self.data.eval[int(i)][0] for i in chunk])
-                y = torch.stack([self.data.eval[int(i)][1] for i in chunk])
-                if runtime.is_first and layout.cached:
-                    x = self.frozen_prefix(x)
-                args = (x.to(self.device),) if runtime.is_first else ()
-                # The schedule computes the loss on the last stage, so it needs the targets.
-                kwargs = dict(target=y.to(self.device), losses=[]) if runtime.is_last else {}
-                out = runtime.schedule.eval(*args, **kwargs)
-                if runtime.is_last:
-                    pred = out.argmax(-1).cpu()
-                    correct[0] += float((pred[:valid] == y[:valid]).sum())
-                    correct[1] += valid
-            runtime.module.train(True)
-        dist.all_reduce(correct)
-        return float(correct[0] / correct[1]) if correct[1] > 0 else None
+    def due(self, every: int | None) -> bool:
+        """Whether a per-N-steps action (--freeze-every, --checkpoint-every) is due now."""
+        return bool(every) and self.step_index % every == 0
 
     # ----------------------------------------------------------------- AutoFreeze
 
@@ -505,23 +395,11 @@ class Trainer:
         dist.all_reduce(norms)
         return {i: float(v) for i, v in enumerate(norms.tolist()) if v > 0}
 
-    def next_freeze_point(self, epoch: int, norms: dict[int, float]) -> int:
-        cfg, blocks = self.cfg, self.seq.num_blocks
-        if cfg.freeze == "none":
-            return 0
-        if cfg.freeze == "list":
-            listed = cfg.freeze_list or [0]
-            return listed[min(epoch, len(listed) - 1)]
-        bound = freeze.blocks_to_frozen_layers(freeze.alpha_frozen_blocks(cfg.alpha, epoch, blocks))
-        if cfg.freeze == "alpha":
-            return bound
-        self.grad_history.append(norms)
-        return min(bound, freeze.gradient_freeze_point(self.grad_history, self.frozen_layers))
-
     def maybe_refreeze(self, epoch: int, norms: dict[int, float]) -> None:
-        box = [self.next_freeze_point(epoch, norms) if self.rank == 0 else None]
+        """Rank 0 decides the freeze point (pipeplan.freeze.AutoFreeze), everyone follows."""
+        box = [self.autofreeze.decide(epoch, norms, self.frozen_layers) if self.rank == 0 else None]
         dist.broadcast_object_list(box, src=0)
-        new_point = max(self.frozen_layers, min(int(box[0]), len(self.seq.layers) - 1))
+        new_point = int(box[0])
         if new_point == self.frozen_layers:
             return
         self.frozen_layers = new_point
@@ -529,12 +407,105 @@ class Trainer:
         self.enter_phase(self.decide_phase(new_point), epoch)
         self.checkpoint(epoch, 0)  # every transition is a checkpoint
 
-    # ----------------------------------------------------------------- output
+    # ----------------------------------------------------------------- checkpoints
 
-    def write(self, record) -> None:
-        if self.records is not None:
-            self.records.write(json.dumps(record.model_dump(mode="json")) + "\n")
-            self.records.flush()
+    def checkpoint(self, epoch: int, step_in_epoch: int) -> None:
+        """Collective: every rank's state to rank 0, written atomically (executor.checkpoint)."""
+        from executor import checkpoint
+
+        sums, steps = self.grad_norm_state()
+        manifest = CheckpointManifest(
+            step=self.step_index,
+            epoch=epoch,
+            step_in_epoch=step_in_epoch,
+            phase=self.phase_index,
+            frozen_layers=self.frozen_layers,
+            grad_history=[{str(k): v for k, v in h.items()} for h in self.autofreeze.history],
+            grad_norm_sums=sums,
+            grad_norm_steps=steps,
+            world_size=self.world,
+            model=self.cfg.model,
+            cache=self.cache.manifest() if self.cache is not None else None,
+        )
+        states = optimizer_states(self.runtime.optimizer)
+        checkpoint.save(self.run_dir, self.seq.layers, self.runtime.layout, states, manifest)
+
+    def grad_norm_state(self) -> tuple[dict[str, float], int]:
+        """Collective: the gradient-norm sums since the last freeze decision (replica 0's
+        owners hold them) and their step count, on every rank."""
+        runtime = self.runtime
+        sums = torch.zeros(len(self.seq.layers), dtype=torch.float64)
+        if runtime.topology.replica == 0:
+            for index, total in runtime.grad_norm_sums.items():
+                sums[index] = total
+        dist.all_reduce(sums)
+        steps = torch.tensor([runtime.grad_norm_steps if runtime.topology.replica == 0 else 0])
+        dist.all_reduce(steps, op=dist.ReduceOp.MAX)
+        return {str(i): v for i, v in enumerate(sums.tolist()) if v > 0}, int(steps)
+
+    # ----------------------------------------------------------------- end of an epoch
+
+    def end_epoch(
+        self, epoch: int, phase: int, epoch_s: float, losses: list[float]
+    ) -> dict[int, float]:
+        """Held-out accuracy, the epoch's gradient norms and its record; returns the norms."""
+        t0 = time.perf_counter()
+        accuracy = self.evaluate()
+        norms = self.gather_grad_norms()
+        self.recorder.write(
+            EpochRecord(
+                epoch=epoch,
+                phase=phase,
+                frozen_layers=self.frozen_layers,
+                steps=self.steps_per_epoch,
+                epoch_s=epoch_s,
+                eval_s=time.perf_counter() - t0,
+                train_loss=sum(losses) / len(losses) if losses else None,
+                eval_accuracy=accuracy,
+                samples_per_s=self.steps_per_epoch * self.cfg.global_batch / epoch_s,
+                grad_norms={str(k): v for k, v in sorted(norms.items())},
+            )
+        )
+        return norms
+
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        """Held-out accuracy through the pipeline (forward only), summed over replicas."""
+        if len(self.data.eval) == 0:
+            return None
+        runtime, replicas = self.runtime, self.decision.layout.replicas
+        correct = torch.zeros(2, dtype=torch.float64)  # correct, counted
+        if runtime.topology.active:
+            runtime.module.train(False)
+            local = self.cfg.global_batch // replicas
+            indices = torch.arange(len(self.data.eval))[runtime.topology.replica :: replicas]
+            for start in range(0, len(indices), local):
+                correct += self.evaluate_batch(indices[start : start + local], local)
+            runtime.module.train(True)
+        dist.all_reduce(correct)
+        return float(correct[0] / correct[1]) if correct[1] > 0 else None
+
+    def evaluate_batch(self, indices: torch.Tensor, local: int) -> torch.Tensor:
+        """(correct, counted) on one batch of held-out samples, as the last stage sees it
+        (zeros elsewhere). A short last batch is padded to the layout's size; padded rows are
+        not counted."""
+        runtime, valid = self.runtime, len(indices)
+        if valid < local:
+            indices = torch.cat([indices, indices[:1].repeat(local - valid)])
+        x = torch.stack([self.data.eval[int(i)][0] for i in indices])
+        y = torch.stack([self.data.eval[int(i)][1] for i in indices])
+        if runtime.is_first and self.decision.layout.cached:
+            x = self.frozen_prefix(x)
+        args = (x.to(self.device),) if runtime.is_first else ()
+        # The schedule computes the loss on the last stage, so it needs the targets.
+        kwargs = dict(target=y.to(self.device), losses=[]) if runtime.is_last else {}
+        out = runtime.schedule.eval(*args, **kwargs)
+        if not runtime.is_last:
+            return torch.zeros(2, dtype=torch.float64)
+        hits = float((out.argmax(-1).cpu()[:valid] == y[:valid]).sum())
+        return torch.tensor([hits, valid], dtype=torch.float64)
+
+    # ----------------------------------------------------------------- the end
 
     def finish(self) -> None:
         if self.runtime is not None:
@@ -544,5 +515,4 @@ class Trainer:
             for directory in (self.cache.spill_dir, self.cache.spill_dir.parent):
                 with contextlib.suppress(OSError):  # removes only empty directories
                     directory.rmdir()
-        if self.records is not None:
-            self.records.close()
+        self.recorder.close()

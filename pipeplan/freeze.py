@@ -12,11 +12,15 @@ Three sources:
 - a trajectory recorded by an earlier run: a JSON list of per-epoch frozen_layers, or an
   object with a "frozen_layers" list.
 Lists shorter than the training are extended with their last value; longer ones are cut.
+
+During `pipeplan run`, `AutoFreeze` makes the same decision online (docs/architecture.md §4.14):
+none, a list, the α bound, or `auto`, the α bound capped by the gradient criterion.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, InputFileError
@@ -164,3 +168,46 @@ def gradient_freeze_point(history: list[dict[int, float]], frozen_layers: int) -
         if candidates[layer] >= median:
             return max(frozen_layers, layer)
     return frozen_layers
+
+
+FREEZE_MODES = ("none", "list", "alpha", "auto")
+
+
+@dataclass
+class AutoFreeze:
+    """The freeze decision of a run: rank 0 asks it at each decision point, the trainer
+    broadcasts the answer. `history` holds, per `auto` decision, the mean gradient norm of each
+    layer since the previous one; checkpoints save it, so a resumed run decides alike."""
+
+    mode: str  # one of FREEZE_MODES
+    num_blocks: int
+    alpha: float = 0.3
+    freeze_list: list[int] = field(default_factory=list)
+    history: list[dict[int, float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.mode not in FREEZE_MODES:
+            raise ValueError(f"freeze mode {self.mode!r} is not one of {FREEZE_MODES}")
+
+    @property
+    def first(self) -> int:
+        """The freeze point training starts at: a fixed list may start frozen (fine-tuning)."""
+        return self.freeze_list[0] if self.mode == "list" and self.freeze_list else 0
+
+    def decide(self, epoch: int, norms: dict[int, float], frozen_layers: int) -> int:
+        """The freeze point from `epoch` on, given the mean gradient norm per layer since the
+        last decision: never below `frozen_layers` (freezing only grows), never the head."""
+        head = self.num_blocks + 1
+        return max(frozen_layers, min(self._proposal(epoch, norms, frozen_layers), head))
+
+    def _proposal(self, epoch: int, norms: dict[int, float], frozen_layers: int) -> int:
+        if self.mode == "none":
+            return 0
+        if self.mode == "list":
+            listed = self.freeze_list or [0]
+            return listed[min(epoch, len(listed) - 1)]
+        bound = blocks_to_frozen_layers(alpha_frozen_blocks(self.alpha, epoch, self.num_blocks))
+        if self.mode == "alpha":
+            return bound
+        self.history.append(norms)
+        return min(bound, gradient_freeze_point(self.history, frozen_layers))

@@ -1,4 +1,5 @@
-"""Freeze schedules: the α bound, fixed lists, recorded trajectories, phases."""
+"""Freeze schedules: the α bound, fixed lists, recorded trajectories, phases; AutoFreeze's
+decisions during a run, one mode at a time."""
 
 import json
 
@@ -6,6 +7,7 @@ import pytest
 
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.freeze import (
+    AutoFreeze,
     alpha_frozen_blocks,
     alpha_schedule,
     list_schedule,
@@ -92,3 +94,47 @@ def test_gradient_criterion_freezes_up_to_the_first_still_changing_layer():
     # Everything changing alike: the first active layer is at the median, nothing new frozen.
     same = {k: 2.0 for k in before}
     assert gradient_freeze_point([before, same], 1) == 1
+
+
+def test_autofreeze_none_never_freezes_more():
+    never = AutoFreeze("none", num_blocks=4)
+    assert never.first == 0
+    assert [never.decide(epoch, {0: 1.0}, 0) for epoch in range(3)] == [0, 0, 0]
+    assert never.decide(1, {}, 3) == 3  # nor unfreezes
+    assert never.history == []
+
+
+def test_autofreeze_list_follows_the_list_then_repeats_its_last_value():
+    listed = AutoFreeze("list", num_blocks=4, freeze_list=[0, 2, 3])
+    assert listed.first == 0
+    assert [listed.decide(epoch, {}, 0) for epoch in range(5)] == [0, 2, 3, 3, 3]
+    assert listed.decide(1, {}, 4) == 4  # freezing only grows
+    assert AutoFreeze("list", num_blocks=4, freeze_list=[2, 3]).first == 2  # may start frozen
+    beyond = AutoFreeze("list", num_blocks=4, freeze_list=[0, 9])
+    assert beyond.decide(1, {}, 0) == 5  # never the head
+    assert AutoFreeze("list", num_blocks=4).decide(3, {}, 0) == 0  # an empty list freezes nothing
+
+
+def test_autofreeze_alpha_is_the_alpha_bound():
+    bound = AutoFreeze("alpha", num_blocks=12, alpha=0.3)
+    # ⌈12·(1−0.7^T)⌉ blocks, plus the embeddings once anything is frozen
+    assert [bound.decide(epoch, {}, 0) for epoch in range(5)] == [0, 5, 8, 9, 11]
+    assert bound.decide(1, {}, 7) == 7
+    assert bound.history == []  # the gradients are not consulted
+
+
+def test_autofreeze_auto_is_the_alpha_bound_capped_by_the_gradient_criterion():
+    before = {i: 1.0 for i in range(7)}  # 5 blocks: layers 0..6, the head is 6
+    now = {0: 1.0, 1: 1.0, 2: 1.0, 3: 2.0, 4: 2.0, 5: 2.0, 6: 5.0}
+    auto = AutoFreeze("auto", num_blocks=5, alpha=0.5)
+    assert auto.decide(1, before, 0) == 0  # one measurement: the criterion keeps k
+    assert auto.decide(2, now, 0) == 3  # the criterion (3) under the α bound (5)
+    assert auto.history == [before, now]
+    capped = AutoFreeze("auto", num_blocks=5, alpha=0.2, history=[before])
+    assert capped.decide(1, now, 0) == 2  # the α bound (⌈5·0.2⌉ block + embeddings) under 3
+    assert capped.decide(2, now, 4) == 4  # never unfreezes
+
+
+def test_autofreeze_refuses_an_unknown_mode():
+    with pytest.raises(ValueError, match="not one of"):
+        AutoFreeze("sometimes", num_blocks=4)

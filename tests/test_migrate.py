@@ -1,7 +1,10 @@
-"""Elastic transitions move parameters and optimizer state exactly, and a run that changes
-layout twice ends where single-process training with the same freezes ends."""
+"""Elastic transitions move parameters and optimizer state exactly, a run that changes layout
+twice ends where single-process training with the same freezes ends, and each old phase's
+runtime is freed as soon as it is dropped."""
 
 import datetime
+import gc
+import weakref
 
 import pytest
 import torch
@@ -83,9 +86,16 @@ def _rank(rank, world, port, out):
                 seq.layers, runtime.layout, optimizer_states(runtime.optimizer), spec, rank
             )
             runtime.destroy()
-            runtime = PhaseRuntime(
-                seq.layers, seq.loss, spec, rank, example, torch.device("cpu"), make
-            )
+            old = [weakref.ref(runtime), weakref.ref(runtime.module)]
+            old.append(weakref.ref(runtime.backward_clock))  # its hooks left the shared layers
+            gc.disable()  # reference counting alone must free it: no cycle holds the old stage
+            try:
+                runtime = PhaseRuntime(
+                    seq.layers, seq.loss, spec, rank, example, torch.device("cpu"), make
+                )
+                record[f"freed{k}"] = [ref() is None for ref in old]
+            finally:
+                gc.enable()
             install_states(runtime.optimizer, states)
             record[f"after{k}"] = snapshot(seq, runtime)
         for _ in range(STEPS_PER_PHASE):
@@ -136,6 +146,14 @@ def test_transition_preserves_parameters_and_optimizer_state_exactly(records, k)
                 assert all(torch.equal(state[key], old_state[key]) for key in state)
             else:
                 assert state == {}  # frozen layers drop their optimizer state
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_old_phase_runtime_is_freed_without_the_garbage_collector(records, k):
+    # runtime, its stage module, its backward clock: on every rank
+    assert [rank_record[f"freed{k}"] for rank_record in records] == [[True] * 3] * 2
 
 
 @pytest.mark.multiprocess

@@ -1,0 +1,119 @@
+"""The run's records (docs/architecture.md §3.7): each rank's share of a step record, and
+`run.jsonl`, written by the `Recorder` and nowhere else.
+
+Every rank contributes one row of numbers to each step record; `STEP_ROW` names its fields, so
+that packing and unpacking cannot drift apart. Rank 0 alone writes `run.jsonl`: one JSON object
+per line, flushed at once, so that a run killed mid-step keeps every record before the kill
+(`launch` names the failed step from them, `--resume` cuts them back to the checkpoint). On the
+other ranks the recorder drops what it is given.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from pipeplan.fileio import write_atomic
+from pipeplan.formats import (
+    CheckpointManifest,
+    EpochRecord,
+    PhaseRecord,
+    RankTimes,
+    StepRecord,
+    read_records,
+)
+
+if TYPE_CHECKING:
+    from executor.parallel import StepTimes
+
+Record = PhaseRecord | StepRecord | EpochRecord
+
+# A rank's share of a step record travels as one float64 row: one small all_gather per step
+# (all_gather_object would pickle, which is slower). A missing loss travels as NaN, a missing
+# stage or replica (a rank outside the layout) as -1.
+RANK_TIMES = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
+STEP_ROW = (*RANK_TIMES, "loss", "cache_hits", "stage", "replica")
+
+
+def step_row(
+    times: StepTimes, cache_hits: int, stage: int | None, replica: int | None
+) -> torch.Tensor:
+    """This rank's row of a step record."""
+    values = {name: getattr(times, name) for name in RANK_TIMES}
+    values.update(
+        loss=math.nan if times.loss is None else times.loss,
+        cache_hits=cache_hits,
+        stage=-1 if stage is None else stage,
+        replica=-1 if replica is None else replica,
+    )
+    return torch.tensor([float(values[name]) for name in STEP_ROW], dtype=torch.float64)
+
+
+def step_record(
+    rows: list[torch.Tensor], *, step: int, epoch: int, phase: int, global_batch: int
+) -> StepRecord:
+    """The step record from every rank's row, in rank order: the slowest rank's time, the mean
+    loss of the ranks that computed one, and the cache hits of the stage-0 ranks."""
+    fields = [dict(zip(STEP_ROW, row.tolist(), strict=True)) for row in rows]
+    ranks = [
+        RankTimes(
+            rank=rank,
+            stage=None if f["stage"] < 0 else int(f["stage"]),
+            replica=None if f["replica"] < 0 else int(f["replica"]),
+            **{name: f[name] for name in RANK_TIMES},
+        )
+        for rank, f in enumerate(fields)
+    ]
+    losses = [f["loss"] for f in fields if not math.isnan(f["loss"])]
+    step_s = max(r.step_s for r in ranks)
+    return StepRecord(
+        step=step,
+        epoch=epoch,
+        phase=phase,
+        step_s=step_s,
+        loss=sum(losses) / len(losses) if losses else None,
+        samples_per_s=global_batch / step_s if step_s > 0 else 0.0,
+        cache_hits=sum(int(f["cache_hits"]) for f in fields if f["stage"] == 0),
+        ranks=ranks,
+    )
+
+
+class Recorder:
+    def __init__(self, path: Path, writes: bool):
+        self.path = path
+        # Called with each step record (rank 0's progress bar), after the record is written.
+        self.on_step: Callable[[StepRecord], None] | None = None
+        self._file = open(path, "a") if writes else None  # noqa: SIM115 (closed in close())
+
+    def write(self, record: Record) -> None:
+        if self._file is None:
+            return
+        self._file.write(json.dumps(record.model_dump(mode="json")) + "\n")
+        self._file.flush()
+        if isinstance(record, StepRecord) and self.on_step is not None:
+            self.on_step(record)
+
+    def truncate(self, manifest: CheckpointManifest) -> None:
+        """Drop the records written after the checkpoint: the resumed run writes them again."""
+        if self._file is None:
+            return
+        kept = [
+            r
+            for r in read_records(self.path)
+            if (isinstance(r, PhaseRecord) and r.phase <= manifest.phase)
+            or (isinstance(r, StepRecord) and r.step < manifest.step)
+            or (isinstance(r, EpochRecord) and r.epoch < manifest.epoch)
+        ]
+        self._file.close()
+        write_atomic(self.path, "".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in kept))
+        self._file = open(self.path, "a")  # noqa: SIM115
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
