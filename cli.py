@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,6 +13,8 @@ from rich.table import Table
 
 from pipeplan import log
 from pipeplan.errors import PipeplanError
+from pipeplan.formats import RunConfig
+from pipeplan.options import build, options
 
 app = typer.Typer(
     name="pipeplan",
@@ -351,45 +353,28 @@ def calibrate(
 
 
 @app.command()
+@options(RunConfig)
 def run(
-    model: Annotated[str, Opt(help="Built-in model or HF config path.")] = "vit-digits",
-    data: Annotated[str | None, Opt(help="digits, synth-text or module:function.")] = None,
-    nproc: Annotated[
-        int | None, Opt(help="Local ranks, one process each, spawned once (default 2).")
-    ] = None,
-    device: Annotated[str, Opt(help="cpu (gloo) or cuda (NCCL, one GPU per rank).")] = "cpu",
-    global_batch: Annotated[int, Opt(help="Global batch, fixed across phases.")] = 64,
-    epochs: Annotated[int, Opt(help="Epochs.")] = 4,
-    lr: Annotated[float, Opt(help="Peak learning rate (AdamW).")] = 1e-3,
-    freeze: Annotated[
-        str, Opt(help="auto, alpha, none, or frozen layers per epoch: 0,2,4")
-    ] = "auto",
-    alpha: Annotated[float, Opt(help="α bound of AutoFreeze.")] = 0.3,
-    freeze_every: Annotated[int | None, Opt(help="Decide every N steps, not per epoch.")] = None,
-    cache: Annotated[bool, Opt(help="AutoCache the frozen prefix's activations.")] = True,
-    cache_budget: Annotated[str, Opt(help="Host memory for the cache per rank.")] = "1GiB",
-    device_memory: Annotated[str | None, Opt(help="Per-rank memory the planner respects.")] = None,
-    profile: Annotated[str | None, Opt(help="Profile (default: the shipped one).")] = None,
-    plan: Annotated[str | None, Opt(help="Plan JSON to run (default: plan here).")] = None,
-    name: Annotated[str | None, Opt(help="Run name: runs/NAME/ (default: a timestamp).")] = None,
+    given: dict[str, Any],
     runs_dir: Annotated[str, Opt(help="Where run directories go.")] = "runs",
-    max_steps_per_epoch: Annotated[int | None, Opt(help="Cap steps per epoch.")] = None,
-    seed: Annotated[int, Opt(help="Seed for weights, data order and dropout.")] = 0,
     prepare_only: Annotated[
         bool, Opt(help="Only check and create runs/NAME/ for torchrun; print its command.")
     ] = False,
-    checkpoint_every: Annotated[
-        int | None, Opt(help="Checkpoint every N steps and at every layout change.")
-    ] = None,
     resume: Annotated[
-        str | None, Opt(help="Continue runs/NAME from its latest checkpoint (re-planned).")
+        str | None,
+        Opt(
+            help="Continue runs/NAME from its latest checkpoint, re-planned; with --nproc N on "
+            "N ranks. The run's other options come from its run.json."
+        ),
     ] = None,
 ) -> None:
     """Train for real: elastic pipeline × data parallel with AutoFreeze and AutoCache."""
-    flags = dict(locals())
-    from executor.launch import run_from_flags
+    from executor.launch import resume_run, start_run
 
-    run_dir, summary = run_from_flags(**flags)
+    if resume:
+        run_dir, summary = resume_run(resume, given.get("nproc"))
+    else:
+        run_dir, summary = start_run(build(RunConfig, given), runs_dir, prepare_only)
     if summary is None:
         print(
             f"torchrun --nnodes NODES --nproc-per-node RANKS_PER_NODE --rdzv-backend c10d "
