@@ -14,6 +14,7 @@ from rich.table import Table
 from pipeplan import log
 from pipeplan.errors import PipeplanError
 from pipeplan.formats import RunConfig
+from pipeplan.inputs import PlanRequest, ProfileRequest
 from pipeplan.options import build, options
 
 app = typer.Typer(
@@ -82,39 +83,18 @@ def schema(
 
 
 @app.command()
-def profile(
-    model: Annotated[str, typer.Argument(help="Built-in model name or path to an HF config.json.")],
-    out: Annotated[str, typer.Option("--out", "-o", help="Profile JSON to write.")],
-    micro_batches: Annotated[str, typer.Option(help="Micro-batch sizes to time.")] = "1,2,4,8",
-    device: Annotated[str, typer.Option(help="cpu (gloo) or cuda (NCCL).")] = "cpu",
-    nproc: Annotated[int, typer.Option(help="With N ≥ 2 also measure links between N ranks.")] = 1,
-    threads: Annotated[
-        int, typer.Option(help="Intra-op threads (the executor uses 1 per rank).")
-    ] = 1,
-    warmup: Annotated[int, typer.Option(help="Warm-up rounds, not recorded.")] = 2,
-    repeats: Annotated[int, typer.Option(help="Recorded rounds; medians are reported.")] = 5,
-    seq_len: Annotated[int | None, typer.Option(help="Sequence length of text models.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for weights and inputs.")] = 0,
-) -> None:
+@options(ProfileRequest)
+def profile(given: dict[str, Any]) -> None:
     """Measure each layer's time and memory (and with --nproc the links) on this host."""
     from pipeplan.profiler import profile_to_file
 
+    request = build(ProfileRequest, given)
     columns = [TextColumn("profiling {task.description}"), BarColumn(), TimeRemainingColumn()]
     live = console.is_terminal  # a progress bar in a log file is noise
     with Progress(*columns, console=console, transient=True, disable=not live) as bar:
-        task = bar.add_task(model, total=None)
+        task = bar.add_task(request.model, total=None)
         result = profile_to_file(
-            model,
-            out,
-            micro_batches=micro_batches,
-            device=device,
-            nproc=nproc,
-            warmup=warmup,
-            repeats=repeats,
-            threads=threads,
-            seq_len=seq_len,
-            seed=seed,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
+            request, progress=lambda done, total: bar.update(task, completed=done, total=total)
         )
     table = Table("layer", "kind", "params", "fwd ms", "bwd ms", "no-grad ms", "saved KiB/sample")
     for layer in result.layers:
@@ -142,7 +122,7 @@ def profile(
             f"{c.allreduce.latency_s * 1e6:.0f} µs + "
             f"{c.allreduce.bandwidth_bytes_per_s / 1e9:.2f} GB/s"
         )
-    console.print(f"wrote {out}")
+    console.print(f"wrote {request.out}")
 
 
 # --------------------------------------------------------------------------- plan / preview
@@ -150,63 +130,20 @@ def profile(
 Opt = typer.Option
 
 
-def _request(**flags):
-    from pipeplan.inputs import request_from_flags
-
-    return request_from_flags(**flags)
-
-
-ProfileFlag = Annotated[
-    str, Opt(help="Profile JSON (see `pipeplan profile`; profiles/ ships some).")
-]
-ClusterFlag = Annotated[str | None, Opt(help="Cluster JSON; or describe it with the flags below.")]
-NodesFlag = Annotated[int | None, Opt(help="Nodes (default 1).")]
-DevicesPerNodeFlag = Annotated[int | None, Opt(help="Devices per node (default 1).")]
-DeviceMemoryFlag = Annotated[str | None, Opt(help="Per-device memory, e.g. 16GiB.")]
-IntraBwFlag = Annotated[str | None, Opt(help="Intra-node bandwidth, e.g. 15.75GB/s.")]
-InterBwFlag = Annotated[str | None, Opt(help="Inter-node bandwidth, e.g. 5GB/s.")]
-GlobalBatchFlag = Annotated[int, Opt(help="Global batch (fixed across phases).")]
-SamplesFlag = Annotated[int, Opt(help="Training-set size (steps per epoch).")]
-EpochsFlag = Annotated[int, Opt(help="Epochs.")]
-AlphaFlag = Annotated[float | None, Opt(help="Freeze bound α in (0,1) (default 0.3).")]
-FreezeScheduleFlag = Annotated[str | None, Opt(help="Frozen layers per epoch: 0,0,3 or a JSON.")]
-CacheFlag = Annotated[bool, Opt(help="Cache the frozen prefix's activations.")]
-StagesFlag = Annotated[int | None, Opt(help="Pin the stage count S.")]
-MicroBatchesFlag = Annotated[int | None, Opt(help="Pin the micro-batch count M.")]
-ScheduleFlag = Annotated[str | None, Opt(help="Pin the schedule: gpipe or 1f1b.")]
-BoundariesFlag = Annotated[str | None, Opt(help="Pin stage boundaries, e.g. 0,3,6.")]
-
-
 @app.command()
+@options(PlanRequest)
 def plan(
+    given: dict[str, Any],
     out: Annotated[str, Opt("--out", "-o", help="Plan JSON to write.")],
-    profile: ProfileFlag,
-    cluster: ClusterFlag = None,
-    nodes: NodesFlag = None,
-    devices_per_node: DevicesPerNodeFlag = None,
-    device_memory: DeviceMemoryFlag = None,
-    intra_bw: IntraBwFlag = None,
-    inter_bw: InterBwFlag = None,
-    global_batch: GlobalBatchFlag = 256,
-    samples: SamplesFlag = 50_000,
-    epochs: EpochsFlag = 10,
-    alpha: AlphaFlag = None,
-    freeze_schedule: FreezeScheduleFlag = None,
-    cache: CacheFlag = True,
-    stages: StagesFlag = None,
-    micro_batches: MicroBatchesFlag = None,
-    schedule: ScheduleFlag = None,
-    boundaries: BoundariesFlag = None,
 ) -> None:
     """Write the elastic plan (one layout per freeze point) as JSON."""
-    flags = dict(locals())
     from pipeplan.fileio import check_writable, write_atomic
     from pipeplan.formats import dumps
     from pipeplan.plan import make_plan
 
-    check_writable(flags.pop("out"))
-    request = _request(**flags)
-    result = make_plan(request.profile, request.cluster, **request.kwargs())
+    check_writable(out)
+    args = build(PlanRequest, given).resolve()
+    result = make_plan(args.profile, args.cluster, **args.kwargs())
     write_atomic(out, dumps(result))
     for p in result.phases:
         console.print(
@@ -218,39 +155,22 @@ def plan(
 
 
 @app.command()
+@options(PlanRequest)
 def preview(
-    profile: ProfileFlag,
-    cluster: ClusterFlag = None,
-    nodes: NodesFlag = None,
-    devices_per_node: DevicesPerNodeFlag = None,
-    device_memory: DeviceMemoryFlag = None,
-    intra_bw: IntraBwFlag = None,
-    inter_bw: InterBwFlag = None,
-    global_batch: GlobalBatchFlag = 256,
-    samples: SamplesFlag = 50_000,
-    epochs: EpochsFlag = 10,
-    alpha: AlphaFlag = None,
-    freeze_schedule: FreezeScheduleFlag = None,
-    cache: CacheFlag = True,
-    stages: StagesFlag = None,
-    micro_batches: MicroBatchesFlag = None,
-    schedule: ScheduleFlag = None,
-    boundaries: BoundariesFlag = None,
+    given: dict[str, Any],
     as_json: Annotated[bool, Opt("--json", help="Print one JSON object instead.")] = False,
     plot: Annotated[str | None, Opt(help="Directory for Gantt and per-epoch PNGs.")] = None,
 ) -> None:
     """Predict the elastic plan's speedup over the best static plan, epoch by epoch."""
-    flags = dict(locals())
     from pipeplan.formats import dumps
     from pipeplan.plan import make_preview, phase_timelines
 
-    flags.pop("as_json"), flags.pop("plot")
-    request = _request(**flags)
-    result = make_preview(request.profile, request.cluster, **request.kwargs())
+    args = build(PlanRequest, given).resolve()
+    result = make_preview(args.profile, args.cluster, **args.kwargs())
     if plot:
         from pipeplan.plots import write_preview_plots
 
-        written = write_preview_plots(result, phase_timelines(request.profile, result.plan), plot)
+        written = write_preview_plots(result, phase_timelines(args.profile, result.plan), plot)
         console.print(f"wrote {len(written)} plots to {plot}")
     if as_json:
         print(dumps(result), end="")
