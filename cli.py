@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,6 +13,9 @@ from rich.table import Table
 
 from pipeplan import log
 from pipeplan.errors import PipeplanError
+from pipeplan.formats import RunConfig
+from pipeplan.inputs import PlanRequest, ProfileRequest
+from pipeplan.options import build, options
 
 app = typer.Typer(
     name="pipeplan",
@@ -80,39 +83,18 @@ def schema(
 
 
 @app.command()
-def profile(
-    model: Annotated[str, typer.Argument(help="Built-in model name or path to an HF config.json.")],
-    out: Annotated[str, typer.Option("--out", "-o", help="Profile JSON to write.")],
-    micro_batches: Annotated[str, typer.Option(help="Micro-batch sizes to time.")] = "1,2,4,8",
-    device: Annotated[str, typer.Option(help="cpu (gloo) or cuda (NCCL).")] = "cpu",
-    nproc: Annotated[int, typer.Option(help="With N ≥ 2 also measure links between N ranks.")] = 1,
-    threads: Annotated[
-        int, typer.Option(help="Intra-op threads (the executor uses 1 per rank).")
-    ] = 1,
-    warmup: Annotated[int, typer.Option(help="Warm-up rounds, not recorded.")] = 2,
-    repeats: Annotated[int, typer.Option(help="Recorded rounds; medians are reported.")] = 5,
-    seq_len: Annotated[int | None, typer.Option(help="Sequence length of text models.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for weights and inputs.")] = 0,
-) -> None:
+@options(ProfileRequest)
+def profile(given: dict[str, Any]) -> None:
     """Measure each layer's time and memory (and with --nproc the links) on this host."""
     from pipeplan.profiler import profile_to_file
 
+    request = build(ProfileRequest, given)
     columns = [TextColumn("profiling {task.description}"), BarColumn(), TimeRemainingColumn()]
     live = console.is_terminal  # a progress bar in a log file is noise
     with Progress(*columns, console=console, transient=True, disable=not live) as bar:
-        task = bar.add_task(model, total=None)
+        task = bar.add_task(request.model, total=None)
         result = profile_to_file(
-            model,
-            out,
-            micro_batches=micro_batches,
-            device=device,
-            nproc=nproc,
-            warmup=warmup,
-            repeats=repeats,
-            threads=threads,
-            seq_len=seq_len,
-            seed=seed,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
+            request, progress=lambda done, total: bar.update(task, completed=done, total=total)
         )
     table = Table("layer", "kind", "params", "fwd ms", "bwd ms", "no-grad ms", "saved KiB/sample")
     for layer in result.layers:
@@ -140,7 +122,7 @@ def profile(
             f"{c.allreduce.latency_s * 1e6:.0f} µs + "
             f"{c.allreduce.bandwidth_bytes_per_s / 1e9:.2f} GB/s"
         )
-    console.print(f"wrote {out}")
+    console.print(f"wrote {request.out}")
 
 
 # --------------------------------------------------------------------------- plan / preview
@@ -148,63 +130,20 @@ def profile(
 Opt = typer.Option
 
 
-def _request(**flags):
-    from pipeplan.inputs import request_from_flags
-
-    return request_from_flags(**flags)
-
-
-ProfileFlag = Annotated[
-    str, Opt(help="Profile JSON (see `pipeplan profile`; profiles/ ships some).")
-]
-ClusterFlag = Annotated[str | None, Opt(help="Cluster JSON; or describe it with the flags below.")]
-NodesFlag = Annotated[int | None, Opt(help="Nodes (default 1).")]
-DevicesPerNodeFlag = Annotated[int | None, Opt(help="Devices per node (default 1).")]
-DeviceMemoryFlag = Annotated[str | None, Opt(help="Per-device memory, e.g. 16GiB.")]
-IntraBwFlag = Annotated[str | None, Opt(help="Intra-node bandwidth, e.g. 15.75GB/s.")]
-InterBwFlag = Annotated[str | None, Opt(help="Inter-node bandwidth, e.g. 5GB/s.")]
-GlobalBatchFlag = Annotated[int, Opt(help="Global batch (fixed across phases).")]
-SamplesFlag = Annotated[int, Opt(help="Training-set size (steps per epoch).")]
-EpochsFlag = Annotated[int, Opt(help="Epochs.")]
-AlphaFlag = Annotated[float | None, Opt(help="Freeze bound α in (0,1) (default 0.3).")]
-FreezeScheduleFlag = Annotated[str | None, Opt(help="Frozen layers per epoch: 0,0,3 or a JSON.")]
-CacheFlag = Annotated[bool, Opt(help="Cache the frozen prefix's activations.")]
-StagesFlag = Annotated[int | None, Opt(help="Pin the stage count S.")]
-MicroBatchesFlag = Annotated[int | None, Opt(help="Pin the micro-batch count M.")]
-ScheduleFlag = Annotated[str | None, Opt(help="Pin the schedule: gpipe or 1f1b.")]
-BoundariesFlag = Annotated[str | None, Opt(help="Pin stage boundaries, e.g. 0,3,6.")]
-
-
 @app.command()
+@options(PlanRequest)
 def plan(
+    given: dict[str, Any],
     out: Annotated[str, Opt("--out", "-o", help="Plan JSON to write.")],
-    profile: ProfileFlag,
-    cluster: ClusterFlag = None,
-    nodes: NodesFlag = None,
-    devices_per_node: DevicesPerNodeFlag = None,
-    device_memory: DeviceMemoryFlag = None,
-    intra_bw: IntraBwFlag = None,
-    inter_bw: InterBwFlag = None,
-    global_batch: GlobalBatchFlag = 256,
-    samples: SamplesFlag = 50_000,
-    epochs: EpochsFlag = 10,
-    alpha: AlphaFlag = None,
-    freeze_schedule: FreezeScheduleFlag = None,
-    cache: CacheFlag = True,
-    stages: StagesFlag = None,
-    micro_batches: MicroBatchesFlag = None,
-    schedule: ScheduleFlag = None,
-    boundaries: BoundariesFlag = None,
 ) -> None:
     """Write the elastic plan (one layout per freeze point) as JSON."""
-    flags = dict(locals())
     from pipeplan.fileio import check_writable, write_atomic
     from pipeplan.formats import dumps
     from pipeplan.plan import make_plan
 
-    check_writable(flags.pop("out"))
-    request = _request(**flags)
-    result = make_plan(request.profile, request.cluster, **request.kwargs())
+    check_writable(out)
+    args = build(PlanRequest, given).resolve()
+    result = make_plan(args.profile, args.cluster, **args.kwargs())
     write_atomic(out, dumps(result))
     for p in result.phases:
         console.print(
@@ -216,39 +155,22 @@ def plan(
 
 
 @app.command()
+@options(PlanRequest)
 def preview(
-    profile: ProfileFlag,
-    cluster: ClusterFlag = None,
-    nodes: NodesFlag = None,
-    devices_per_node: DevicesPerNodeFlag = None,
-    device_memory: DeviceMemoryFlag = None,
-    intra_bw: IntraBwFlag = None,
-    inter_bw: InterBwFlag = None,
-    global_batch: GlobalBatchFlag = 256,
-    samples: SamplesFlag = 50_000,
-    epochs: EpochsFlag = 10,
-    alpha: AlphaFlag = None,
-    freeze_schedule: FreezeScheduleFlag = None,
-    cache: CacheFlag = True,
-    stages: StagesFlag = None,
-    micro_batches: MicroBatchesFlag = None,
-    schedule: ScheduleFlag = None,
-    boundaries: BoundariesFlag = None,
+    given: dict[str, Any],
     as_json: Annotated[bool, Opt("--json", help="Print one JSON object instead.")] = False,
     plot: Annotated[str | None, Opt(help="Directory for Gantt and per-epoch PNGs.")] = None,
 ) -> None:
     """Predict the elastic plan's speedup over the best static plan, epoch by epoch."""
-    flags = dict(locals())
     from pipeplan.formats import dumps
     from pipeplan.plan import make_preview, phase_timelines
 
-    flags.pop("as_json"), flags.pop("plot")
-    request = _request(**flags)
-    result = make_preview(request.profile, request.cluster, **request.kwargs())
+    args = build(PlanRequest, given).resolve()
+    result = make_preview(args.profile, args.cluster, **args.kwargs())
     if plot:
         from pipeplan.plots import write_preview_plots
 
-        written = write_preview_plots(result, phase_timelines(request.profile, result.plan), plot)
+        written = write_preview_plots(result, phase_timelines(args.profile, result.plan), plot)
         console.print(f"wrote {len(written)} plots to {plot}")
     if as_json:
         print(dumps(result), end="")
@@ -351,45 +273,28 @@ def calibrate(
 
 
 @app.command()
+@options(RunConfig)
 def run(
-    model: Annotated[str, Opt(help="Built-in model or HF config path.")] = "vit-digits",
-    data: Annotated[str | None, Opt(help="digits, synth-text or module:function.")] = None,
-    nproc: Annotated[
-        int | None, Opt(help="Local ranks, one process each, spawned once (default 2).")
-    ] = None,
-    device: Annotated[str, Opt(help="cpu (gloo) or cuda (NCCL, one GPU per rank).")] = "cpu",
-    global_batch: Annotated[int, Opt(help="Global batch, fixed across phases.")] = 64,
-    epochs: Annotated[int, Opt(help="Epochs.")] = 4,
-    lr: Annotated[float, Opt(help="Peak learning rate (AdamW).")] = 1e-3,
-    freeze: Annotated[
-        str, Opt(help="auto, alpha, none, or frozen layers per epoch: 0,2,4")
-    ] = "auto",
-    alpha: Annotated[float, Opt(help="α bound of AutoFreeze.")] = 0.3,
-    freeze_every: Annotated[int | None, Opt(help="Decide every N steps, not per epoch.")] = None,
-    cache: Annotated[bool, Opt(help="AutoCache the frozen prefix's activations.")] = True,
-    cache_budget: Annotated[str, Opt(help="Host memory for the cache per rank.")] = "1GiB",
-    device_memory: Annotated[str | None, Opt(help="Per-rank memory the planner respects.")] = None,
-    profile: Annotated[str | None, Opt(help="Profile (default: the shipped one).")] = None,
-    plan: Annotated[str | None, Opt(help="Plan JSON to run (default: plan here).")] = None,
-    name: Annotated[str | None, Opt(help="Run name: runs/NAME/ (default: a timestamp).")] = None,
+    given: dict[str, Any],
     runs_dir: Annotated[str, Opt(help="Where run directories go.")] = "runs",
-    max_steps_per_epoch: Annotated[int | None, Opt(help="Cap steps per epoch.")] = None,
-    seed: Annotated[int, Opt(help="Seed for weights, data order and dropout.")] = 0,
     prepare_only: Annotated[
         bool, Opt(help="Only check and create runs/NAME/ for torchrun; print its command.")
     ] = False,
-    checkpoint_every: Annotated[
-        int | None, Opt(help="Checkpoint every N steps and at every layout change.")
-    ] = None,
     resume: Annotated[
-        str | None, Opt(help="Continue runs/NAME from its latest checkpoint (re-planned).")
+        str | None,
+        Opt(
+            help="Continue runs/NAME from its latest checkpoint, re-planned; with --nproc N on "
+            "N ranks. The run's other options come from its run.json."
+        ),
     ] = None,
 ) -> None:
     """Train for real: elastic pipeline × data parallel with AutoFreeze and AutoCache."""
-    flags = dict(locals())
-    from executor.launch import run_from_flags
+    from executor.launch import resume_run, start_run
 
-    run_dir, summary = run_from_flags(**flags)
+    if resume:
+        run_dir, summary = resume_run(resume, given.get("nproc"))
+    else:
+        run_dir, summary = start_run(build(RunConfig, given), runs_dir, prepare_only)
     if summary is None:
         print(
             f"torchrun --nnodes NODES --nproc-per-node RANKS_PER_NODE --rdzv-backend c10d "

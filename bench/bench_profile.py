@@ -3,7 +3,7 @@
     python bench/bench_profile.py            # all three parts (about 2.5 minutes)
     python bench/bench_profile.py --quick    # skip the bert-base wall-time part
 
-1. Wall time of `pipeplan profile bert-base` at micro-batches 1,2,4,8 (target ≤ 3 min), run as a
+1. Wall time of `pipeplan profile bert-base` at micro-batch sizes 1,2,4,8 (target ≤ 3 min), run as a
    user runs it, in a fresh process (imports and model build included).
 2. Repeatability: two profiles of bert-tiny one after the other; per layer and micro-batch size,
    the relative difference of the median forward+backward times (target ≤ 10 %, worst reported).
@@ -45,7 +45,7 @@ def bert_block_saved_bytes(seq_len: int, hidden: int, intermediate: int, heads: 
 def wall_time_bert_base() -> float:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = ["pipeplan", "profile", "bert-base", "--out", f"{tmp}/p.json"]
-        cmd += ["--micro-batches", "1,2,4,8"]
+        cmd += ["--micro-batch-sizes", "1,2,4,8"]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True)
         return time.perf_counter() - t0

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
 
 BUILTINS = ("digits", "synth-text")
-DEFAULT_DATA = {"vit-digits": "digits", "bert-synth": "synth-text"}
 
 EVAL_FRACTION = 0.2  # digits: stratified held-out share
 SYNTH_TRAIN, SYNTH_EVAL = 4096, 1024
@@ -74,16 +73,6 @@ def load_data(spec: str, seq: LayerSequence, seed: int = 0) -> TaskData:
     raise BadArgumentError(
         f"unknown data '{spec}'; built-ins: {', '.join(BUILTINS)} "
         "(or module:function, or path/to/file.py:function)"
-    )
-
-
-def default_data_for(model_name: str) -> str:
-    """The built-in dataset that goes with a built-in executor model."""
-    if model_name in DEFAULT_DATA:
-        return DEFAULT_DATA[model_name]
-    raise BadArgumentError(
-        f"no default data for model '{model_name}'; pass --data "
-        f"({', '.join(BUILTINS)}, or module:function)"
     )
 
 

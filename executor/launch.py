@@ -14,7 +14,6 @@ import logging
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -189,73 +188,10 @@ def resume_run(run_dir: str, nproc: int | None) -> tuple[Path, RunSummary]:
     return path, run_local(cfg, path, resume=True)
 
 
-def run_from_flags(
-    *,
-    model: str,
-    data: str | None,
-    nproc: int | None,
-    device: str,
-    global_batch: int,
-    epochs: int,
-    lr: float,
-    freeze: str,
-    alpha: float,
-    freeze_every: int | None,
-    cache: bool,
-    cache_budget: str,
-    device_memory: str | None,
-    profile: str | None,
-    plan: str | None,
-    name: str | None,
-    runs_dir: str,
-    max_steps_per_epoch: int | None,
-    seed: int,
-    prepare_only: bool = False,
-    checkpoint_every: int | None = None,
-    resume: str | None = None,
+def start_run(
+    cfg: RunConfig, runs_root: str | Path, prepare_only: bool = False
 ) -> tuple[Path, RunSummary | None]:
-    """`pipeplan run`: flags → RunConfig → checks → ranks → summary."""
-    if resume:
-        return resume_run(resume, nproc)
-    nproc = 2 if nproc is None else nproc
-    from pydantic import ValidationError
-
-    from executor.data import default_data_for
-    from pipeplan.cluster import parse_bytes
-    from pipeplan.freeze import parse_list
-
-    freeze_list = None
-    if freeze not in ("auto", "alpha", "none"):
-        freeze_list, freeze = parse_list(freeze), "list"
-    try:
-        cfg = RunConfig(
-            name=name or time.strftime("run-%Y%m%d-%H%M%S"),
-            model=model,
-            data=data or default_data_for(model),
-            nproc=nproc,
-            device=device,
-            global_batch=global_batch,
-            epochs=epochs,
-            max_steps_per_epoch=max_steps_per_epoch,
-            lr=lr,
-            freeze=freeze,
-            alpha=alpha,
-            freeze_list=freeze_list,
-            freeze_every=freeze_every,
-            checkpoint_every=checkpoint_every,
-            cache=cache,
-            cache_budget_bytes=parse_bytes(cache_budget, "--cache-budget"),
-            seed=seed,
-            device_memory_bytes=parse_bytes(device_memory, "--device-memory")
-            if device_memory
-            else None,
-            profile=profile,
-            plan=plan,
-        )
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise BadArgumentError(f"--{'-'.join(map(str, err['loc']))}: {err['msg']}") from None
-    run_dir = prepare(cfg, runs_dir)
-    if prepare_only:
-        return run_dir, None
-    return run_dir, run_local(cfg, run_dir)
+    """`pipeplan run`: the checks and `runs/NAME/`, then the ranks unless only preparing (for
+    torchrun); no summary then."""
+    run_dir = prepare(cfg, runs_root)
+    return run_dir, None if prepare_only else run_local(cfg, run_dir)

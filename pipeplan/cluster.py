@@ -71,6 +71,23 @@ def _within(value: float, low: float, high: float, what: str, text, unit: str) -
     return value
 
 
+def format_bytes(size: int) -> str:
+    """17179869184 → '16GiB', 512000000 → '512MB', 1023 → '1023': the unit that divides
+    exactly with the smallest count, so that `parse_bytes` gives the number back."""
+    units = ("TiB", "GiB", "MiB", "KiB", "TB", "GB", "MB", "KB")
+    exact = [(size // _BYTE_UNITS[u.lower()], u) for u in units]
+    exact = [(n, u) for n, u in exact if size and n * _BYTE_UNITS[u.lower()] == size]
+    return "{}{}".format(*min(exact)) if exact else str(size)
+
+
+def format_bandwidth(bytes_per_s: float) -> str:
+    """15.75e9 → '15.75GB/s', 3.125e9 → '3.125GB/s', 5e5 → '500kB/s' (read by `parse_bandwidth`)."""
+    for prefix in ("T", "G", "M", "k"):
+        if bytes_per_s >= _SI[prefix.lower()]:
+            return f"{bytes_per_s / _SI[prefix.lower()]:g}{prefix}B/s"
+    return f"{bytes_per_s:g}B/s"
+
+
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     """Bytes per second from '15.75GB/s', '100Gbit/s', '10Gbps', '12GiB/s' or a bare number."""
     value, unit = _split(text, what, "15.75GB/s, 100Gbit/s")

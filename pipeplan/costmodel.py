@@ -213,7 +213,7 @@ class CostModel:
             raise BadArgumentError(
                 f"micro-batch size {m} is beyond what the profile supports "
                 f"(at most {self.max_micro_batch_size}: 2× the largest measured size, below any "
-                "size that ran out of memory); profile larger --micro-batches or use more "
+                "size that ran out of memory); profile larger --micro-batch-sizes or use more "
                 "micro-batches"
             )
 

@@ -1,25 +1,223 @@
-"""Planner inputs from command-line flags: profile, cluster, training shape, freeze, pins.
+"""What `pipeplan profile` and `pipeplan plan`/`preview` are asked to do, as typed models whose
+fields are the commands' options (`pipeplan.options` derives the flags from them).
 
-`plan` and `preview` take the same flags; this module turns them into the arguments of
-`make_plan` / `make_preview`, checking each one with a message that names the flag.
+    request = PlanRequest(profile="profiles/bert-tiny@cpu-1t.json", devices_per_node=8)
+    args = request.resolve()    # the Profile, Cluster, freeze schedule and pins it names
+    make_plan(args.profile, args.cluster, **args.kwargs())
+
+    profile_to_file(ProfileRequest(model="bert-tiny", out="p.json", micro_batch_sizes="1,2"))
+
+These are requests, not file formats: nothing writes them. What a plan was made from is recorded
+resolved, in `Plan.inputs`; a run's options are `RunConfig`, a format, since run.json is it.
+Checks that need the profile (a freeze list against the model's depth, the cluster) happen in
+`resolve`, with messages that name the flag as field validation does. Only light imports here:
+cli.py builds its options from these models at start-up.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pipeplan.cluster import cluster_from_flags
+from pydantic import Field, field_validator
+
+from pipeplan.cluster import cluster_from_flags, format_bandwidth
 from pipeplan.errors import BadArgumentError
-from pipeplan.formats import Cluster, FreezeSchedule, Profile, load
+from pipeplan.formats import (
+    Cluster,
+    Flag,
+    FreezeSchedule,
+    NonNegInt,
+    PosFloat,
+    PosInt,
+    Profile,
+    Schedule,
+    Strict,
+    flag_of,
+    load,
+)
+from pipeplan.formats.cluster import (
+    DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
+    DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
+)
 from pipeplan.freeze import schedule_from_flags
-from pipeplan.solver import Pins
+
+if TYPE_CHECKING:
+    from pipeplan.solver import Pins
 
 DEFAULT_ALPHA = 0.3
+DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
+
+
+def parse_micro_batches(text: str) -> list[int]:
+    """'1,2,4,8' → [1, 2, 4, 8]; anything but positive integers is a BadArgumentError."""
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise BadArgumentError(
+                f"micro-batch sizes must be positive integers separated by commas, got '{text}'"
+            )
+        sizes.append(int(part))
+    return sorted(set(sizes))
+
+
+class ProfileRequest(Strict):
+    """`pipeplan profile MODEL --out FILE …`: what to measure, how often, where to write it."""
+
+    model: Annotated[str, Flag(argument=True)] = Field(
+        description="Built-in model name or path to an HF config.json."
+    )
+    out: Annotated[str, Flag(short="-o")] = Field(description="Profile JSON to write.")
+    micro_batch_sizes: list[PosInt] = Field(
+        list(DEFAULT_MICRO_BATCH_SIZES), description="Micro-batch sizes to time, comma-separated."
+    )
+    device: str = Field("cpu", description="cpu (gloo) or cuda (NCCL).")
+    nproc: PosInt = Field(1, description="With N ≥ 2 also measure links between N ranks.")
+    threads: PosInt = Field(1, description="Intra-op threads (the executor uses 1 per rank).")
+    warmup: NonNegInt = Field(2, description="Warm-up rounds, not recorded.")
+    repeats: PosInt = Field(5, description="Recorded rounds; medians are reported.")
+    seq_len: Annotated[PosInt | None, Flag(default="the model's own")] = Field(
+        None, description="Sequence length of text models."
+    )
+    seed: int = Field(0, description="Seed for weights and inputs.")
+
+    @field_validator("micro_batch_sizes", mode="before")
+    @classmethod
+    def _sizes(cls, value: Any) -> Any:
+        """The flag's form, '1,2,4,8'."""
+        if not isinstance(value, str):
+            return value
+        try:
+            return parse_micro_batches(value)
+        except BadArgumentError as exc:
+            raise ValueError(str(exc)) from None
+
+
+# The flags that describe a cluster, refused beside --cluster.
+CLUSTER_FIELDS = (
+    "nodes",
+    "devices_per_node",
+    "device_memory_bytes",
+    "intra_bandwidth_bytes_per_s",
+    "inter_bandwidth_bytes_per_s",
+)
+
+
+class PlanRequest(Strict):
+    """`pipeplan plan` / `preview`: the profile, the cluster, the training shape, the freeze
+    schedule, and the choices the user pins."""
+
+    profile: str = Field(description="Profile JSON (see `pipeplan profile`; profiles/ ships some).")
+    cluster: str | None = Field(
+        None, description="Cluster JSON; or describe it with the flags below."
+    )
+    # Not constrained here: cluster_from_flags checks them, in words that name the flag.
+    nodes: int = Field(1, description="Nodes.")
+    devices_per_node: int = Field(1, description="Devices per node.")
+    device_memory_bytes: Annotated[
+        PosInt | None, Flag("--device-memory", unit="bytes", default="the profiled device's")
+    ] = Field(None, description="Memory per device, in bytes.")
+    intra_bandwidth_bytes_per_s: Annotated[
+        PosFloat | None,
+        Flag(
+            "--intra-bw",
+            unit="bandwidth",
+            default="the profile's measured link, else "
+            + format_bandwidth(DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S),
+        ),
+    ] = Field(None, description="Intra-node bandwidth, in bytes/s.")
+    inter_bandwidth_bytes_per_s: Annotated[PosFloat, Flag("--inter-bw", unit="bandwidth")] = Field(
+        DEFAULT_INTER_BANDWIDTH_BYTES_PER_S, description="Inter-node bandwidth, in bytes/s."
+    )
+    global_batch: PosInt = Field(256, description="Global batch, fixed across phases.")
+    samples: PosInt = Field(
+        50_000, description="Training-set size: steps per epoch = samples // global batch."
+    )
+    epochs: PosInt = Field(10, description="Epochs.")
+    # Not constrained here: the freeze schedule checks it ("strictly between 0 and 1").
+    alpha: Annotated[float | None, Flag(default=f"{DEFAULT_ALPHA} without --freeze-schedule")] = (
+        Field(None, description="Freeze bound α in (0,1).")
+    )
+    freeze_schedule: str | None = Field(
+        None, description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory."
+    )
+    cache: bool = Field(True, description="Cache the frozen prefix's activations.")
+    stages: Annotated[PosInt | None, Flag(default="searched")] = Field(
+        None, description="Pin the stage count S."
+    )
+    micro_batches: Annotated[PosInt | None, Flag(default="searched")] = Field(
+        None, description="Pin the micro-batch count M."
+    )
+    schedule: Annotated[Schedule | None, Flag(default="searched")] = Field(
+        None, description="Pin the schedule: gpipe or 1f1b."
+    )
+    boundaries: Annotated[tuple[int, ...] | None, Flag(default="searched")] = Field(
+        None, description="Pin the stage boundaries, e.g. 0,3,6."
+    )
+
+    @field_validator("boundaries", mode="before")
+    @classmethod
+    def _boundaries(cls, value: Any) -> Any:
+        """The flag's form, '0,3,6'."""
+        if not isinstance(value, str):
+            return value
+        try:
+            return tuple(int(part) for part in value.split(","))
+        except ValueError:
+            raise ValueError(
+                f"must be comma-separated layer indices like 0,5,14, not '{value}'"
+            ) from None
+
+    def resolve(self) -> PlanArgs:
+        """Load the profile and cluster, build the freeze schedule and the pins."""
+        from pipeplan.solver import Pins  # the solver pulls in scipy: not at start-up
+
+        profile = load(Profile, self.profile)
+        cluster = self._cluster(profile)
+        alpha = self.alpha
+        if alpha is None and self.freeze_schedule is None:
+            alpha = DEFAULT_ALPHA
+        freeze = schedule_from_flags(
+            alpha, self.freeze_schedule, self.epochs, len(profile.layers) - 2
+        )
+        pins = Pins(
+            num_stages=self.stages,
+            micro_batches=self.micro_batches,
+            schedule=self.schedule,
+            boundaries=self.boundaries,
+        )
+        return PlanArgs(
+            profile,
+            cluster,
+            self.global_batch,
+            self.samples,
+            self.epochs,
+            freeze,
+            self.cache,
+            pins,
+        )
+
+    def _cluster(self, profile: Profile) -> Cluster:
+        if self.cluster is None:
+            return cluster_from_flags(
+                nodes=self.nodes,
+                devices_per_node=self.devices_per_node,
+                device_memory=self.device_memory_bytes,
+                intra_bw=self.intra_bandwidth_bytes_per_s,
+                inter_bw=self.inter_bandwidth_bytes_per_s,
+                profile=profile,
+            )
+        given = [f for f in CLUSTER_FIELDS if f in self.model_fields_set]
+        if given:
+            raise BadArgumentError(f"give --cluster or {flag_of(PlanRequest, given[0])}, not both")
+        return load(Cluster, self.cluster)
 
 
 @dataclass
-class PlanRequest:
+class PlanArgs:
+    """A resolved `PlanRequest`: `make_plan(args.profile, args.cluster, **args.kwargs())`."""
+
     profile: Profile
     cluster: Cluster
     global_batch: int
@@ -38,71 +236,3 @@ class PlanRequest:
             cache=self.cache,
             pins=self.pins,
         )
-
-
-def request_from_flags(
-    *,
-    profile: str,
-    cluster: str | None,
-    nodes: int | None,
-    devices_per_node: int | None,
-    device_memory: str | None,
-    intra_bw: str | None,
-    inter_bw: str | None,
-    global_batch: int,
-    samples: int,
-    epochs: int,
-    alpha: float | None,
-    freeze_schedule: str | None,
-    cache: bool,
-    stages: int | None,
-    micro_batches: int | None,
-    schedule: str | None,
-    boundaries: str | None,
-) -> PlanRequest:
-    prof = load(Profile, profile)
-    if cluster is not None:
-        given = [
-            f
-            for f, v in (
-                ("--nodes", nodes),
-                ("--devices-per-node", devices_per_node),
-                ("--device-memory", device_memory),
-                ("--intra-bw", intra_bw),
-                ("--inter-bw", inter_bw),
-            )
-            if v is not None
-        ]
-        if given:
-            raise BadArgumentError(f"give --cluster or {given[0]}, not both")
-        clus = load(Cluster, cluster)
-    else:
-        clus = cluster_from_flags(
-            nodes=1 if nodes is None else nodes,
-            devices_per_node=1 if devices_per_node is None else devices_per_node,
-            device_memory=device_memory,
-            intra_bw=intra_bw,
-            inter_bw=inter_bw,
-            profile=prof,
-        )
-    if alpha is None and freeze_schedule is None:
-        alpha = DEFAULT_ALPHA
-    freeze = schedule_from_flags(alpha, freeze_schedule, epochs, len(prof.layers) - 2)
-    if schedule is not None and schedule not in ("gpipe", "1f1b"):
-        raise BadArgumentError(f"--schedule must be gpipe or 1f1b, not '{schedule}'")
-    pins = Pins(
-        num_stages=stages,
-        micro_batches=micro_batches,
-        schedule=schedule,
-        boundaries=_parse_boundaries(boundaries) if boundaries else None,
-    )
-    return PlanRequest(prof, clus, global_batch, samples, epochs, freeze, cache, pins)
-
-
-def _parse_boundaries(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise BadArgumentError(
-            f"--boundaries must be comma-separated layer indices like 0,5,14, not '{text}'"
-        ) from None

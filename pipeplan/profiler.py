@@ -33,24 +33,10 @@ from pipeplan.formats import (
     ProfileSettings,
     dumps,
 )
+from pipeplan.inputs import DEFAULT_MICRO_BATCH_SIZES, ProfileRequest
 from pipeplan.models import LayerSequence
 
-DEFAULT_MICRO_BATCHES = (1, 2, 4, 8)
-
 Progress = Callable[[int, int], None]
-
-
-def parse_micro_batches(text: str) -> list[int]:
-    """'1,2,4,8' → [1, 2, 4, 8]; anything but positive integers is a BadArgumentError."""
-    sizes = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) < 1:
-            raise BadArgumentError(
-                f"micro-batch sizes must be positive integers separated by commas, got '{text}'"
-            )
-        sizes.append(int(part))
-    return sorted(set(sizes))
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -362,7 +348,7 @@ def profile_layers(
     seq: LayerSequence,
     *,
     device: str = "cpu",
-    micro_batches: tuple[int, ...] | list[int] = DEFAULT_MICRO_BATCHES,
+    micro_batches: tuple[int, ...] | list[int] = DEFAULT_MICRO_BATCH_SIZES,
     warmup: int = 2,
     repeats: int = 5,
     threads: int = 1,
@@ -390,43 +376,27 @@ def profile_layers(
     )
 
 
-def profile_to_file(
-    model: str,
-    out: str,
-    *,
-    micro_batches: str = ",".join(map(str, DEFAULT_MICRO_BATCHES)),
-    device: str = "cpu",
-    nproc: int = 1,
-    warmup: int = 2,
-    repeats: int = 5,
-    threads: int = 1,
-    seq_len: int | None = None,
-    seed: int = 0,
-    progress: Progress | None = None,
-) -> Profile:
+def profile_to_file(request: ProfileRequest, progress: Progress | None = None) -> Profile:
     """`pipeplan profile`: validate everything cheap first, then measure, then write
     atomically, so a bad argument or an interruption never leaves a partial file."""
     from pipeplan import links, models
     from pipeplan.fileio import check_writable, write_atomic
 
-    sizes = parse_micro_batches(micro_batches)
-    if nproc < 1:
-        raise BadArgumentError("--nproc must be at least 1")
-    resolve_device(device)
-    check_writable(out)
+    resolve_device(request.device)
+    check_writable(request.out)
     # Times and bytes do not depend on the weights' values: a checkpoint's are not loaded.
-    seq = models.build(model, seq_len=seq_len, seed=seed, init="random")
+    seq = models.build(request.model, seq_len=request.seq_len, seed=request.seed, init="random")
     profile = profile_layers(
         seq,
-        device=device,
-        micro_batches=sizes,
-        warmup=warmup,
-        repeats=repeats,
-        threads=threads,
-        seed=seed,
+        device=request.device,
+        micro_batches=request.micro_batch_sizes,
+        warmup=request.warmup,
+        repeats=request.repeats,
+        threads=request.threads,
+        seed=request.seed,
         progress=progress,
     )
-    if nproc >= 2:
-        profile.comm = links.measure_links(nproc, device=device)
-    write_atomic(out, dumps(profile))
+    if request.nproc >= 2:
+        profile.comm = links.measure_links(request.nproc, device=request.device)
+    write_atomic(request.out, dumps(profile))
     return profile

@@ -9,14 +9,17 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import typer
 
 import cli
 import pipeplan
 from executor.planning import shipped_profile
+from pipeplan.cluster import parse_bytes
 from pipeplan.errors import PipeplanError
+from pipeplan.formats import RunConfig, dumps, flag_marker, flag_of
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["--micro-batches", "1,2", "--warmup", "0", "--repeats", "1"]
+FAST = ["--micro-batch-sizes", "1,2", "--warmup", "0", "--repeats", "1"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -47,8 +50,8 @@ def test_profile_writes_a_profile_valid_against_the_printed_schema(tmp_path, cap
     [
         (["profile", "gpt-9", "--out", "{out}"], "known: bert-tiny"),
         (["profile", "{tmp}/missing.json", "--out", "{out}"], "no such config"),
-        (["profile", "bert-synth", "--out", "{out}", "--micro-batches", "0,2"], "positive"),
-        (["profile", "bert-synth", "--out", "{out}", "--micro-batches", "1.5"], "positive"),
+        (["profile", "bert-synth", "--out", "{out}", "--micro-batch-sizes", "0,2"], "positive"),
+        (["profile", "bert-synth", "--out", "{out}", "--micro-batch-sizes", "1.5"], "positive"),
         (["profile", "bert-synth", "--out", "{tmp}/no/such/dir/p.json"], "does not exist"),
         (["profile", "bert-synth", "--out", "{tmp}"], "is a directory"),
         (["profile", "bert-synth", "--out", "{out}", "--nproc", "two"], "--nproc"),
@@ -170,3 +173,105 @@ def test_malformed_cluster_and_profile_files_name_the_field(tmp_path, capsys):
     assert "field 'nodes'" in capsys.readouterr().err
     assert cli.main(["preview", "--profile", str(bad)]) == 2
     assert "invalid profile" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- options and models
+
+
+def command_params(name: str) -> dict:
+    """The click parameters of a subcommand, by name."""
+    return {p.name: p for p in typer.main.get_command(cli.app).commands[name].params}
+
+
+NOT_RUN_OPTIONS = {"schema_version", "weight_decay", "warmup_steps", "dropout", "freeze_list"}
+
+
+def test_every_run_option_is_a_run_config_field_with_its_default(capsys, monkeypatch):
+    params = command_params("run")
+    fields = RunConfig.model_fields
+    assert set(fields) - set(params) == NOT_RUN_OPTIONS
+    assert set(params) - set(fields) == {"runs_dir", "prepare_only", "resume"}  # not config
+    monkeypatch.setenv("COLUMNS", "400")  # one help row per option
+    assert cli.main(["run", "--help"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    for name in set(fields) - NOT_RUN_OPTIONS:
+        field, param, flag = fields[name], params[name], flag_of(RunConfig, name)
+        assert flag in param.opts
+        assert param.help.startswith(field.description)
+        (row,) = [r for r in rows if re.match(rf"\W*{re.escape(flag)}\s", r)]
+        if field.default_factory is not None or field.default is None:
+            # Decided at run time: shown in words, in parentheses, from the field's marker.
+            assert param.default is None
+            shown = flag_marker(RunConfig, name).default
+            assert shown is None or f"[default: ({shown})]" in row, row
+            continue
+        default = param.default
+        if flag_marker(RunConfig, name).unit == "bytes":
+            default = parse_bytes(default)
+        assert default == field.default, name
+        shown = param.default
+        if isinstance(shown, bool):  # a --x/--no-x switch shows the side that is on
+            shown = name if shown else f"no-{name}"
+        assert f"[default: {shown}]" in row, row
+
+
+def test_run_json_is_the_run_config_of_the_flags(tmp_path, capsys):
+    flags = ["--name", "x", "--epochs", "2", "--lr", "0.002", "--freeze", "0,1", "--seed", "3"]
+    flags += ["--cache-budget", "512MiB", "--device-memory", "100MiB", "--no-cache"]
+    assert cli.main(["run", *flags, "--prepare-only", "--runs-dir", str(tmp_path)]) == 0
+    assert f"-m executor.launch {tmp_path / 'x'}" in capsys.readouterr().out
+    expected = RunConfig(
+        name="x",
+        epochs=2,
+        lr=0.002,
+        freeze="0,1",
+        seed=3,
+        cache_budget_bytes=512 << 20,
+        device_memory_bytes=100 << 20,
+        cache=False,
+    )
+    written = (tmp_path / "x" / "run.json").read_text()
+    assert written == dumps(expected)
+    assert (expected.freeze, expected.freeze_list, expected.data) == ("list", [0, 1], "digits")
+
+
+@pytest.mark.parametrize(
+    "command, args, flag",
+    [
+        (["run"], ["--lr", "-1"], "--lr"),
+        (["run"], ["--global-batch", "0"], "--global-batch"),
+        (["run"], ["--cache-budget", "12XB"], "--cache-budget"),
+        (["run"], ["--alpha", "1"], "--alpha"),
+        (["run"], ["--freeze", "0,x"], "--freeze"),
+        (["run"], ["--freeze", "0,-1"], "--freeze"),
+        (["run"], ["--device", "tpu"], "--device"),
+        (
+            ["plan", "--profile", PROFILE, "--out", "{tmp}/plan.json"],
+            ["--samples", "0"],
+            "--samples",
+        ),
+        (["preview", "--profile", PROFILE], ["--inter-bw", "fast"], "--inter-bw"),
+        (["preview", "--profile", PROFILE], ["--boundaries", "0,x"], "--boundaries"),
+        (["preview", "--profile", PROFILE], ["--stages", "0"], "--stages"),
+        (["profile", "bert-tiny", "--out", "{tmp}/p.json"], ["--repeats", "0"], "--repeats"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_flag(tmp_path, capsys, command, args, flag):
+    command = [a.format(tmp=tmp_path) for a in command]
+    if command == ["run"]:
+        command += ["--name", "x", "--runs-dir", str(tmp_path)]
+    assert cli.main([*command, *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"pipeplan: error: {flag}: "), err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_profile_takes_micro_batch_sizes_and_no_longer_micro_batches(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    args = ["profile", "bert-tiny", "--out", str(out), "--warmup", "0", "--repeats", "1"]
+    assert cli.main([*args, "--micro-batches", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No such option: --micro-batches" in err
+    assert not out.exists()
+    assert cli.main([*args, "--micro-batch-sizes", "2,1"]) == 0
+    assert json.loads(out.read_text())["settings"]["micro_batches"] == [1, 2]

@@ -12,6 +12,7 @@ import torch
 from executor import data as D
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, PipeplanError
+from pipeplan.formats.run import default_data
 
 needs_sklearn = pytest.mark.skipif(
     importlib.util.find_spec("sklearn") is None, reason="digits ship with scikit-learn"
@@ -76,7 +77,7 @@ def test_digits_fit_vit_digits(vit, digits):
     assert D.load_data("digits", vit).name == "digits"
     _assert_items_fit(digits, vit)
     assert not digits.augmented
-    assert D.default_data_for("vit-digits") == "digits"
+    assert default_data("vit-digits") == "digits"
 
 
 @needs_sklearn
@@ -119,7 +120,7 @@ def test_synth_text_fits_bert_synth(bert, synth):
     for split in (synth.train, synth.eval):
         assert split.inputs.min() >= 3 and split.inputs.max() < bert.config.vocab_size
     assert not synth.augmented
-    assert D.default_data_for("bert-synth") == "synth-text"
+    assert default_data("bert-synth") == "synth-text"
 
 
 def test_synth_text_classes_balanced(synth):
@@ -302,7 +303,7 @@ def test_unknown_spec_lists_builtins(bert):
 
 
 def test_default_data_for_other_models_asks_for_data():
-    message = _one_line_error(D.default_data_for, "bert-tiny")
+    message = _one_line_error(default_data, "bert-tiny")
     assert "--data" in message
 
 

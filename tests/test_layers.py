@@ -52,7 +52,7 @@ LAYERS = [  # bottom first
         ],
     ),
     ("analysis", ["pipeplan.calibrate", "pipeplan.report", "pipeplan.plots"]),
-    ("top", ["cli", "executor.launch", "executor.demo"]),
+    ("top", ["cli", "pipeplan.options", "executor.launch", "executor.demo"]),
 ]
 
 

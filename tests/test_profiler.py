@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pipeplan import formats, models, profiler
+from pipeplan import formats, inputs, models, profiler
 from pipeplan.errors import BadArgumentError
 
 
@@ -97,11 +97,11 @@ def test_other_errors_are_not_swallowed(monkeypatch):
 @pytest.mark.parametrize("text", ["0", "-1", "1,x", "1.5", "", "2,,4"])
 def test_bad_micro_batch_sizes(text):
     with pytest.raises(BadArgumentError):
-        profiler.parse_micro_batches(text)
+        inputs.parse_micro_batches(text)
 
 
 def test_micro_batch_sizes_parse_sorted_unique():
-    assert profiler.parse_micro_batches(" 8,1,2,2 ") == [1, 2, 8]
+    assert inputs.parse_micro_batches(" 8,1,2,2 ") == [1, 2, 8]
 
 
 def test_cuda_is_refused_without_a_gpu():

@@ -3,6 +3,7 @@ appends run.jsonl and feeds the progress bar; a resume cuts the records back to 
 checkpoint; other ranks write nothing."""
 
 from conftest import fake_pricing, make_layout
+
 from executor.parallel import StepTimes
 from executor.records import RANK_TIMES, Recorder, step_record, step_row
 from pipeplan.formats import (

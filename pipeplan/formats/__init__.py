@@ -16,12 +16,16 @@ from pydantic import BaseModel
 
 from pipeplan.errors import PipeplanError
 from pipeplan.formats.base import (
+    NOT_A_FLAG,
+    Flag,
     NonNegFloat,
     NonNegInt,
     PosFloat,
     PosInt,
     Strict,
     dumps,
+    flag_marker,
+    flag_of,
     load,
     parse,
     schema_version,
@@ -99,6 +103,7 @@ def json_schema(name: str) -> dict[str, Any]:
 
 
 __all__ = [
+    "NOT_A_FLAG",
     "SCHEDULES",
     "SCHEMAS",
     "WARMUP_STEPS_PER_PHASE",
@@ -114,6 +119,7 @@ __all__ = [
     "EpochReport",
     "EpochRow",
     "FittedLink",
+    "Flag",
     "FreezeMode",
     "FreezePhase",
     "FreezeSchedule",
@@ -152,6 +158,8 @@ __all__ = [
     "StepRecord",
     "Strict",
     "dumps",
+    "flag_marker",
+    "flag_of",
     "json_schema",
     "load",
     "parse",

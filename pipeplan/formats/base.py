@@ -5,14 +5,17 @@ files are parsed, loaded and written.
     text = dumps(cluster)                      # canonical JSON, same value → same bytes
 
 Loaders reject other schema versions, unknown fields, NaN and infinities, naming the field.
+A model that is also a command's input marks how its fields are given on the command line with
+`Flag` (`pipeplan.options` builds the typer options from the fields).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -51,6 +54,44 @@ class Strict(BaseModel):
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a model field is given on the command line; pydantic ignores it, `pipeplan.options`
+    reads it. Without a marker a field is `--field-name`, its default shown as is.
+
+        cache_budget_bytes: Annotated[NonNegInt, Flag("--cache-budget", unit="bytes")] = 1 << 30
+
+    `unit`: the flag takes human units (`1GiB`, `15.75GB/s`) and parses them into the field.
+    `default`: how to show a default decided at run time (a factory, or None meaning
+    something). `argument`: positional, not an option. `cli=False` (`NOT_A_FLAG`): the field
+    is set elsewhere, never on the command line.
+    """
+
+    name: str | None = None
+    short: str | None = None
+    unit: Literal["bytes", "bandwidth"] | None = None
+    default: str | None = None
+    argument: bool = False
+    cli: bool = True
+
+
+NOT_A_FLAG = Flag(cli=False)
+
+
+def flag_marker(model: type[BaseModel], field: str) -> Flag:
+    """The field's `Flag`, or the default one when it has none."""
+    return next((m for m in model.model_fields[field].metadata if isinstance(m, Flag)), Flag())
+
+
+def flag_of(model: type[BaseModel], field: str) -> str:
+    """`flag_of(RunConfig, "cache_budget_bytes")` → `"--cache-budget"`: for messages that name
+    what the user typed."""
+    marker = flag_marker(model, field)
+    if marker.argument:
+        return field.upper()
+    return marker.name or "--" + field.replace("_", "-")
 
 
 def schema_version(model: type[BaseModel]) -> int:

@@ -1,6 +1,7 @@
 """Run records: what `pipeplan run` writes under runs/NAME/, read back by report and calibrate.
 
-- `run.json` — `RunConfig`: everything the run was started with.
+- `run.json` — `RunConfig`: everything the run was started with; the options of `pipeplan run`
+  are its fields.
 - `run.jsonl` — one JSON object per line: `PhaseRecord` when a layout starts (the layout, the
   prediction and what priced it), `StepRecord` per optimizer step (with every rank's timings),
   `EpochRecord` per epoch.
@@ -9,14 +10,17 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import Field, TypeAdapter, ValidationError, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from pipeplan.errors import InputFileError, PipeplanError
+from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.formats.base import (
     MAX_COUNT,
+    NOT_A_FLAG,
+    Flag,
     NonNegFloat,
     NonNegInt,
     PosInt,
@@ -31,36 +35,124 @@ from pipeplan.formats.plan import StagePlan, check_stages
 
 FreezeMode = Literal["auto", "alpha", "list", "none"]
 
+# The built-in dataset that goes with a built-in executor model: `--data`'s default.
+DEFAULT_DATA = {"vit-digits": "digits", "bert-synth": "synth-text"}
+
+
+def default_data(model: str) -> str:
+    """`default_data("vit-digits")` → `"digits"`; other models need `--data`."""
+    if model in DEFAULT_DATA:
+        return DEFAULT_DATA[model]
+    builtins = ", ".join(sorted(set(DEFAULT_DATA.values())))
+    raise BadArgumentError(
+        f"no default data for model '{model}'; pass --data ({builtins}, or module:function)"
+    )
+
+
+def _data_for_model(validated: dict[str, Any]) -> str:
+    # `model` is missing only when it failed validation; that error is the one reported.
+    return default_data(validated["model"]) if "model" in validated else ""
+
+
+def _timestamp() -> str:
+    return time.strftime("run-%Y%m%d-%H%M%S")
+
+
+def _freeze_list(text: str) -> list[int] | None:
+    """'0,2,4' → [0, 2, 4]; None when it is not such a list."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        return None
+
 
 class RunConfig(Strict):
+    """A run's configuration, `runs/NAME/run.json`, and the options of `pipeplan run`: each
+    option is a field here, with its default, description and unit (`pipeplan.options`)."""
+
     schema_version: Literal[1] = 1
-    name: str
-    model: str
-    data: str
-    nproc: PosInt
-    device: Literal["cpu", "cuda"] = "cpu"
-    global_batch: PosInt
-    epochs: PosInt
-    max_steps_per_epoch: PosInt | None = Field(None, description="Cap for quick runs.")
-    lr: Annotated[float, Field(gt=0)] = 1e-3
-    weight_decay: NonNegFloat = 0.01
-    warmup_steps: NonNegInt = 0
-    freeze: FreezeMode = "auto"
-    alpha: Annotated[float, Field(gt=0, lt=1)] = 0.3
-    freeze_list: list[NonNegInt] | None = Field(
+    name: Annotated[str, Flag(default="run-DATE-TIME")] = Field(
+        default_factory=_timestamp, description="Run name: the run directory is runs/NAME/."
+    )
+    model: str = Field("vit-digits", description="Built-in model or path to an HF config.json.")
+    data: Annotated[str, Flag(default="the model's own task")] = Field(
+        default_factory=_data_for_model,
+        description="Training data: digits, synth-text or module:function.",
+    )
+    nproc: PosInt = Field(
+        2, description="Ranks, one process each: spawned once here, or the torchrun world size."
+    )
+    device: Literal["cpu", "cuda"] = Field(
+        "cpu", description="cpu (gloo) or cuda (NCCL, one GPU per rank)."
+    )
+    global_batch: PosInt = Field(64, description="Global batch, fixed across phases.")
+    epochs: PosInt = Field(4, description="Epochs.")
+    max_steps_per_epoch: Annotated[PosInt | None, Flag(default="no cap")] = Field(
+        None, description="Cap on the steps of an epoch, for quick runs."
+    )
+    lr: float = Field(1e-3, gt=0, description="Peak learning rate (AdamW).")
+    weight_decay: Annotated[NonNegFloat, NOT_A_FLAG] = 0.01
+    warmup_steps: Annotated[NonNegInt, NOT_A_FLAG] = 0
+    freeze: FreezeMode = Field(
+        "auto",
+        description="auto (α bound and gradient criterion), alpha, none, or the frozen layers "
+        "per epoch: 0,2,4 (then stored as list, with freeze_list).",
+    )
+    alpha: float = Field(0.3, gt=0, lt=1, description="α bound of AutoFreeze.")
+    # Filled by --freeze 0,2,4: its errors name that flag.
+    freeze_list: Annotated[list[NonNegInt] | None, Flag("--freeze", cli=False)] = Field(
         None, description="Frozen layers per epoch (freeze=list)."
     )
-    freeze_every: PosInt | None = Field(None, description="Decide every N steps, not per epoch.")
-    checkpoint_every: PosInt | None = Field(
-        None, description="Also checkpoint every N steps (transitions and the end always are)."
+    freeze_every: Annotated[PosInt | None, Flag(default="each epoch")] = Field(
+        None, description="Decide the freeze point every N steps, not per epoch."
     )
-    cache: bool = True
-    cache_budget_bytes: NonNegInt = 1 << 30
-    seed: int = 0
-    dropout: NonNegFloat | None = None
-    device_memory_bytes: PosInt | None = None
-    profile: str | None = None
-    plan: str | None = Field(None, description="Plan file the run started from, if any.")
+    checkpoint_every: Annotated[
+        PosInt | None, Flag(default="only at layout changes and the end")
+    ] = Field(None, description="Also checkpoint every N steps.")
+    cache: bool = Field(True, description="AutoCache the frozen prefix's activations.")
+    cache_budget_bytes: Annotated[NonNegInt, Flag("--cache-budget", unit="bytes")] = Field(
+        1 << 30,
+        description="Host memory for the cache per rank, in bytes; beyond it, memory-mapped files.",
+    )
+    seed: int = Field(0, description="Seed for weights, data order and dropout.")
+    dropout: Annotated[NonNegFloat | None, NOT_A_FLAG] = None
+    device_memory_bytes: Annotated[
+        PosInt | None,
+        Flag("--device-memory", unit="bytes", default="the profiled host's memory / nproc"),
+    ] = Field(None, description="Per-rank memory the planner respects, in bytes.")
+    profile: Annotated[str | None, Flag(default="the shipped one")] = Field(
+        None, description="Profile the run plans with."
+    )
+    plan: Annotated[str | None, Flag(default="plan during the run")] = Field(
+        None, description="Plan file to run (the run plans each phase itself without one)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _freeze_flag(cls, values: Any) -> Any:
+        """`--freeze 0,2,4` is freeze=list with freeze_list [0, 2, 4]."""
+        freeze = values.get("freeze") if isinstance(values, dict) else None
+        if isinstance(freeze, str) and freeze not in get_args(FreezeMode):
+            layers = _freeze_list(freeze)
+            if layers is not None:
+                return {**values, "freeze": "list", "freeze_list": layers}
+        return values
+
+    @field_validator("freeze", mode="before")
+    @classmethod
+    def _freeze_mode(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in get_args(FreezeMode):
+            raise ValueError(
+                f"cannot read freeze schedule '{value}' (auto, alpha, none, or comma-separated "
+                "frozen layers per epoch like 0,2,4)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _list_has_layers(self) -> RunConfig:
+        if self.freeze == "list" and self.freeze_list is None:
+            raise ValueError("freeze=list needs freeze_list: give the layers, --freeze 0,2,4")
+        return self
 
 
 Count0 = Annotated[int, Field(ge=0, lt=MAX_COUNT)]  # a rank, stage or replica index

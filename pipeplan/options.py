@@ -1,0 +1,212 @@
+"""Command-line options derived from a pydantic model: each flag is defined once, on a field.
+
+    @app.command()
+    @options(RunConfig)
+    def run(given: dict[str, Any], runs_dir: Annotated[str, typer.Option()] = "runs") -> None:
+        cfg = build(RunConfig, given)
+
+Every field becomes `--field-name` (or what its `Flag` marker says, see
+`pipeplan.formats.base.Flag`): the help is the field's description, plus the units a `unit`
+flag takes; typer shows the field's default as `[default: 1GiB]`, or one decided at run time in
+parentheses, `[default: (run-DATE-TIME)]`, the same way in every command. Adding a field adds
+the flag. The command's own parameters after `given` (outputs, switches that configure nothing
+in the model) stay ordinary typer parameters.
+
+The command receives only the flags given on the command line, already in the field's unit
+(`--cache-budget 1GiB` → 1073741824): the model's defaults are the only defaults, and
+`model_fields_set` tells what the user chose (`--cluster` beside `--nodes`, `--nproc` on
+resume). `build` constructs the model; a validation error becomes one line naming the flag.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+
+import typer
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+
+from pipeplan.cluster import format_bandwidth, format_bytes, parse_bandwidth, parse_bytes
+from pipeplan.errors import BadArgumentError
+from pipeplan.formats.base import Flag, flag_marker, flag_of
+
+M = TypeVar("M", bound=BaseModel)
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Human units a flag takes: parsed into the field, and how its default is shown."""
+
+    what: str
+    parse: Callable[[str, str], Any]
+    show: Callable[[Any], str]
+    examples: str
+
+
+UNITS = {
+    "bytes": Unit("size", parse_bytes, format_bytes, "16GiB, 512MB"),
+    "bandwidth": Unit("bandwidth", parse_bandwidth, format_bandwidth, "15.75GB/s, 10Gbit/s"),
+}
+
+# Sources of a value the user did not type (click's ParameterSource names).
+_NOT_GIVEN = {"DEFAULT", "DEFAULT_MAP"}
+_CONTEXT = "_typer_context"
+_TEXT_TYPES = (bool, int, float, str)
+
+
+def _bare(annotation: Any) -> tuple[Any, bool]:
+    """`Annotated[int, Field(ge=1)] | None` → (int, True): the type and whether None is allowed."""
+    optional = False
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin is Union or origin is types.UnionType:
+            args = [a for a in get_args(annotation) if a is not type(None)]
+            optional = optional or len(args) < len(get_args(annotation))
+            if len(args) != 1:
+                return str, optional
+            annotation = args[0]
+        else:
+            return annotation, optional
+
+
+@dataclass(frozen=True)
+class Option:
+    """One model field as a command-line option (or argument)."""
+
+    field: str
+    info: FieldInfo
+    flag: Flag
+    spelling: str  # `--cache-budget`, or `MODEL` for an argument
+
+    @property
+    def unit(self) -> Unit | None:
+        return UNITS[self.flag.unit] if self.flag.unit else None
+
+    def parse(self, value: Any) -> Any:
+        """The field's value from what typer gives: human units parsed, the rest as typed
+        (comma lists stay text: the model's validators read them, with their own messages)."""
+        if self.unit is None or value is None:
+            return value
+        try:
+            return self.unit.parse(value, self.unit.what)
+        except BadArgumentError as exc:
+            raise BadArgumentError(f"{self.spelling}: {exc}") from None
+
+    def shown(self, value: Any) -> Any:
+        """The default as the user would type it: `1GiB`, `1,2,4,8`, or the value itself."""
+        if value is None:
+            return None
+        if self.unit is not None:
+            return self.unit.show(value)
+        if isinstance(value, list | tuple):
+            return ",".join(map(str, value))
+        return value
+
+    def parameter(self) -> inspect.Parameter:
+        """The typer parameter: the field's type as the command line spells it, its default
+        as the user would type it, the description as help."""
+        bare, _ = _bare(self.info.annotation)
+        # Units, lists and choices arrive as text; pydantic (or `parse`) reads them, so the
+        # messages are the model's, not typer's.
+        kind = bare if bare in _TEXT_TYPES and self.unit is None else str
+        required = self.info.is_required()
+        # A factory's default (and None) is decided later: the option's own default is None.
+        concrete = not required and self.info.default_factory is None
+        default = self.shown(self.info.default) if concrete else None
+        typed = kind if required or default is not None else kind | None
+        help_text = self.info.description or ""
+        if self.unit is not None:
+            help_text += f" Takes units: {self.unit.examples}."
+        show = self.flag.default or True  # a text is shown in parentheses: decided at run time
+        if self.flag.argument:
+            info: Any = typer.Argument(help=help_text, show_default=show, metavar=self.spelling)
+        else:
+            decls = [self.spelling, *([self.flag.short] if self.flag.short else [])]
+            if kind is bool:
+                decls[0] = f"{self.spelling}/--no-{self.spelling[2:]}"
+            info = typer.Option(*decls, help=help_text, show_default=show)
+        return inspect.Parameter(
+            self.field,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if required else default,
+            annotation=Annotated[typed, info],
+        )
+
+
+def model_options(model: type[BaseModel]) -> list[Option]:
+    """The command-line options of `model`, in field order: every field but constants
+    (a one-value Literal such as `schema_version`) and fields marked `NOT_A_FLAG`."""
+    result = []
+    for name, info in model.model_fields.items():
+        marker = flag_marker(model, name)
+        bare, _ = _bare(info.annotation)
+        constant = get_origin(bare) is Literal and len(get_args(bare)) == 1
+        if marker.cli and not constant:
+            result.append(Option(name, info, marker, flag_of(model, name)))
+    return result
+
+
+def options(model: type[BaseModel]) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Give a typer command `model`'s fields as options; its first parameter receives the
+    ones given on the command line, as a dict for `build(model, given)`."""
+    derived = model_options(model)
+
+    def decorate(fn: Callable[..., R]) -> Callable[..., R]:
+        own = list(inspect.signature(fn, eval_str=True).parameters.values())[1:]
+        clash = {o.field for o in derived} & {p.name for p in own}
+        if clash:
+            raise TypeError(f"{fn.__name__}: parameters {sorted(clash)} are fields of the model")
+
+        def command(**values: Any) -> R:
+            context = values.pop(_CONTEXT)
+            given = {}
+            for option in derived:
+                value = values.pop(option.field)
+                if context.get_parameter_source(option.field).name not in _NOT_GIVEN:
+                    given[option.field] = option.parse(value)
+            return fn(given, **values)
+
+        context = inspect.Parameter(
+            _CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context
+        )
+        extra = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+        params = [context, *(o.parameter() for o in derived), *extra]
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
+            setattr(command, attribute, getattr(fn, attribute))
+        return command
+
+    return decorate
+
+
+def build(model: type[M], given: dict[str, Any]) -> M:
+    """`build(RunConfig, given)` is `RunConfig(**given)`, with a validation error as one line
+    naming the flag: `--lr: Input should be greater than 0`."""
+    try:
+        return model(**given)
+    except ValidationError as exc:
+        raise BadArgumentError(one_line(model, exc)) from None
+
+
+def one_line(model: type[BaseModel], exc: ValidationError) -> str:
+    """The first error of `exc` as `--flag: message` (just the message when it concerns no one
+    field)."""
+    err = exc.errors()[0]
+    context = err.get("ctx") or {}
+    if err["type"] == "value_error":
+        message = str(context["error"])  # a validator's own words, without "Value error, "
+    elif err["type"] == "literal_error":
+        message = f"must be {context['expected'].replace(chr(39), '')}, not {err['input']!r}"
+    else:
+        message = err["msg"]
+    loc = err["loc"]
+    if loc and loc[0] in model.model_fields:
+        return f"{flag_of(model, str(loc[0]))}: {message}"
+    return message
