@@ -16,9 +16,10 @@ least SEPARABLE away from the span of the effects of the parameters admitted bef
 - the all-reduce latency and bandwidth need data-parallel ranks inside one node with two
   different gradient bytes per replica G/D (else none: the cluster's link);
 - optimizer_s_per_byte a rank with trainable parameters (else none: the device kind's constant);
-- in the step fit, admitted in this order: the fixed overhead (always), the per-micro-batch
-  overhead (else 0), the per-sample input time (else 0) and the p2p latency (else none: the
-  cluster's link) — the parameter with a measured default goes last.
+- in the step fit, admitted in this order: the fixed overhead (always; the overhead stays ≥ 0 on
+  every fitted phase, as the cost model clamps it), the per-micro-batch overhead (else 0), the
+  per-sample input time (else 0) and the p2p latency (else none: the cluster's link) — the
+  parameter with a measured default goes last.
 
 Every fit is solved to the exact optimum, so exact data give back exact parameters: the compute,
 all-reduce and optimizer models are linear in their parameters (bounded linear least squares on
@@ -355,7 +356,8 @@ def fit_optimizer(ranks: list[RankObservation]) -> tuple[float | None, dict[str,
 
 # --------------------------------------------------------------------------- step fit
 
-# x = (fixed, per micro-batch, per sample, p2p latency), admitted in this order (module docstring).
+# x = (overhead of the smallest batch, per micro-batch, per sample, p2p latency), admitted in this
+# order (module docstring); step_overhead_s = x[SMALLEST] − per sample · smallest M·m.
 STEP_PARAMETERS = ("step_overhead_s", "micro_batch_overhead_s", "input_s_per_sample", "p2p")
 STEP_NEEDS = {
     "micro_batch_overhead_s": "phases with different numbers of micro-batches",
@@ -363,14 +365,18 @@ STEP_NEEDS = {
     "e.g. other micro-batch sizes m",
     "p2p": "pipelined phases whose transfers on the critical path vary unlike the other terms",
 }
-FIXED, MICRO_BATCH, PER_SAMPLE, P2P = range(len(STEP_PARAMETERS))
-STEP_LOWER = np.array([-np.inf, 0.0, 0.0, 0.0])  # the fixed overhead may be negative
+SMALLEST, MICRO_BATCH, PER_SAMPLE, P2P = range(len(STEP_PARAMETERS))
+# The cost model prices max(0, fixed + per sample·M·m): an overhead below 0 on a fitted phase would
+# be a value the model never uses. So the overhead is ≥ 0 on every phase (x[SMALLEST] ≥ 0 and
+# per sample ≥ 0), which leaves fixed free to be negative.
+STEP_LOWER = np.zeros(len(STEP_PARAMETERS))
 
 
 @dataclass(frozen=True)
 class StepFit:
     """The joint fit of the step terms the simulator sees: measured step =
-    simulated step (μ per micro-batch and stage, p2p latency λ) + max(0, fixed + per sample·M·m).
+    simulated step (μ per micro-batch and stage, p2p latency λ) + max(0, fixed + per sample·M·m),
+    with that overhead ≥ 0 on every fitted phase.
 
         fit = StepFit(profile, partial, observations)
         calibration = fit.solve()
@@ -385,8 +391,14 @@ class StepFit:
         return np.array([o.measured_step_s for o in self.observations])
 
     @property
-    def samples(self) -> np.ndarray:
-        return np.array([float(o.samples_per_replica) for o in self.observations])
+    def extra_samples(self) -> np.ndarray:
+        """Samples per replica beyond the smallest fitted batch, M·m − min M·m."""
+        samples = np.array([float(o.samples_per_replica) for o in self.observations])
+        return samples - samples.min()
+
+    @property
+    def smallest_batch(self) -> int:
+        return min(o.samples_per_replica for o in self.observations)
 
     def default(self) -> np.ndarray:
         """Where pinned parameters stay: no overheads, the cluster's own p2p latency."""
@@ -398,7 +410,7 @@ class StepFit:
         bandwidth = self.observations[0].cluster.intra_node.bandwidth_bytes_per_s
         link = FittedLink(latency_s=float(x[P2P]), bandwidth_bytes_per_s=bandwidth)
         update = {
-            "step_overhead_s": float(x[FIXED]),
+            "step_overhead_s": float(x[SMALLEST] - x[PER_SAMPLE] * self.smallest_batch),
             "micro_batch_overhead_s": float(x[MICRO_BATCH]),
             "input_s_per_sample": float(x[PER_SAMPLE]),
             "p2p": link if p2p else None,
@@ -410,14 +422,11 @@ class StepFit:
         return np.array([predict(trial, o) for o in self.observations])
 
     def jacobian(self, x: np.ndarray, p2p: bool) -> np.ndarray:
-        """d prediction / dx: the overhead terms exactly (zero where the cost model clamps the
-        overhead at 0), μ and λ by forward differences (the simulated step is piecewise linear
-        in them, so a small step gives the slope of the current piece)."""
+        """d prediction / dx: the overhead terms exactly, μ and λ by forward differences (the
+        simulated step is piecewise linear in them, so a small step gives the slope of the
+        current piece)."""
         h = 1e-6 * float(np.median(self.measured))
-        # The right-hand slope where the overhead is 0 (to rounding): the fit may end there.
-        overhead = x[FIXED] + x[PER_SAMPLE] * self.samples
-        on = (overhead >= -CONVERGED * self.measured).astype(float)
-        columns = [on, None, on * self.samples, None]
+        columns = [np.ones(len(self.observations)), None, self.extra_samples, None]
         for j, with_p2p in ((MICRO_BATCH, p2p), (P2P, True)):
             step = np.zeros(len(x))
             step[j] = h

@@ -423,3 +423,27 @@ def test_one_gradient_size_per_replica_leaves_the_allreduce_to_the_cluster(tmp_p
     for name in set(want) - {"allreduce latency", "allreduce bandwidth", "p2p latency"}:
         assert got[name] == pytest.approx(want[name], rel=1e-6, abs=1e-12), name
     assert c.residual_max < 1e-12
+
+
+def scale_steps(run_dir: Path, factor: float) -> None:
+    """Every step of the run `factor` times as long (its per-rank times unchanged)."""
+    lines = []
+    for line in (run_dir / "run.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["kind"] == "step":
+            record["step_s"] *= factor
+        lines.append(json.dumps(record) + "\n")
+    (run_dir / "run.jsonl").write_text("".join(lines))
+
+
+def test_steps_faster_than_the_schedule_leave_no_overhead(tmp_path, profile):
+    # One phase measured 20 % faster than its ranks' own times simulate (online recalibration
+    # after a phase sees this): no overhead ≥ 0 helps, and a negative one is clamped to 0 by the
+    # cost model, so the fit is an overhead of 0 — not a negative value it would never use.
+    truth = TRUTH.model_copy(update={"step_overhead_s": 0.0, "input_s_per_sample": 0.0})
+    write_run(tmp_path / "run", profile, phases=PHASES[:1], truth=truth, step_jitter=0.0)
+    scale_steps(tmp_path / "run", 0.8)
+    c = calibrate([tmp_path / "run"], profile).calibration
+    assert c.step_overhead_s == 0.0 and c.input_s_per_sample == 0.0
+    assert c.residual_max == pytest.approx(1 / 0.8 - 1, rel=1e-9)
+    assert set(c.not_fitted) >= {"micro_batch_overhead_s", "input_s_per_sample", "p2p"}
