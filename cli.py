@@ -263,6 +263,8 @@ def calibrate(
             f"all-reduce: {c.allreduce.latency_s * 1e6:.0f} µs + "
             f"{c.allreduce.bandwidth_bytes_per_s / 1e9:.2f} GB/s"
         )
+    for name, why in c.not_fitted.items():
+        console.print(f"not fitted: {name} — {why}")
     console.print(
         f"fit over {c.phases_used} phases, {c.steps_used} steps: step-time error median "
         f"{c.residual_median:.1%}, worst {c.residual_max:.1%}; wrote {out}"

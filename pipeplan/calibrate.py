@@ -1,9 +1,31 @@
 """Fit the cost model to measured runs: the loop from `pipeplan run` back to the planner.
 
     calibrated = calibrate([run_dir], profile)   # the profile with a `calibration` section
+    calibrated.calibration.not_fitted            # {"p2p": "no pipelined phase: ..."}
 
 Each phase is priced on the cluster its phase record names; what is fitted, and how, is in
 docs/architecture.md §4.15.
+
+A parameter is fitted only when the runs identify it; otherwise it keeps its default and
+`Calibration.not_fitted` says why, rather than taking whatever value the optimiser stopped at.
+Identified means that its effect on the fitted times (relative, scaled to unit norm) is at
+least SEPARABLE away from the span of the effects of the parameters admitted before it:
+
+- nograd_scale needs ranks whose frozen and trainable forward time differ in proportion (else it
+  is tied to fwd_scale); bwd_scale a rank with backward time (else = fwd_scale);
+- the all-reduce latency and bandwidth need data-parallel ranks inside one node with two
+  different gradient bytes per replica G/D (else none: the cluster's link);
+- optimizer_s_per_byte a rank with trainable parameters (else none: the device kind's constant);
+- in the step fit, admitted in this order: the fixed overhead (always; the overhead stays ≥ 0 on
+  every fitted phase, as the cost model clamps it), the per-micro-batch overhead (else 0), the
+  per-sample input time (else 0) and the p2p latency (else none: the cluster's link) — the
+  parameter with a measured default goes last.
+
+Every fit is solved to the exact optimum, so exact data give back exact parameters: the compute,
+all-reduce and optimizer models are linear in their parameters (bounded linear least squares on
+columns scaled to unit norm: the parameters span ten orders of magnitude), the step fit is
+piecewise linear through the simulator (Gauss–Newton with bounded linear steps); the soft-L1
+loss on relative errors is applied by reweighting.
 """
 
 from __future__ import annotations
@@ -13,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import lsq_linear
 
 from pipeplan.costmodel import CostModel
 from pipeplan.errors import InputFileError
@@ -35,6 +57,15 @@ from pipeplan.formats.run import WARMUP_STEPS_PER_PHASE
 
 MIN_STEADY_STEPS = 3
 STRAGGLER_FACTOR = 3.0  # a step this many times the phase median is a straggler, not data
+SOFT_L1_SCALE = 0.1  # relative error where the soft-L1 loss turns from quadratic to linear
+MIN_SCALE = 1e-3  # compute scales stay positive (the format requires it)
+# Distance of a parameter's unit column from the span of those admitted before it, below which
+# the runs cannot tell it apart from them. Exact collinearity leaves ~1e-11 (finite differences
+# through the simulator); the designs the tests use give 0.16 and more.
+SEPARABLE = 1e-6
+MAX_ITERATIONS = 100
+# A fit ends when its next step changes no relative prediction (or IRLS weight) by this much.
+CONVERGED = 1e-13
 
 
 @dataclass(frozen=True)
@@ -50,6 +81,7 @@ class RankObservation:
     bwd_s: float
     grad_bytes: float
     replicas: int
+    allreduce_in_node: bool  # its stage's replicas share a node: the link calibration fits
 
 
 @dataclass(frozen=True)
@@ -129,6 +161,7 @@ def _phase_observation(
         inside = np.zeros(model.num_layers, dtype=bool)
         inside[first:stop] = True
         runs_frozen = inside & ~active & (not (layout.cached and stage == 0))
+        nodes = {model.node_of(row[stage]) for row in layout.rank_map}
         ranks.append(
             RankObservation(
                 measured_fwd_s=statistics.median(t.fwd_s for t in times),
@@ -140,6 +173,7 @@ def _phase_observation(
                 bwd_s=M * float(g[inside & active].sum()),
                 grad_bytes=float(model.param_bytes[inside & active].sum()),
                 replicas=layout.replicas,
+                allreduce_in_node=len(nodes) == 1,
             )
         )
     return PhaseObservation(
@@ -151,104 +185,322 @@ def _phase_observation(
     )
 
 
-def _robust(residuals, x0: list[float], lower: float = 0.0) -> np.ndarray:
-    return least_squares(residuals, x0, bounds=(lower, np.inf), loss="soft_l1", f_scale=0.1).x
+# --------------------------------------------------------------------------- solvers
 
 
-def fit_compute(ranks: list[RankObservation]) -> tuple[float, float, float]:
-    fwd = [r for r in ranks if r.measured_fwd_s > 0 and r.active_fwd_s + r.nograd_fwd_s > 0]
-    has_nograd = any(r.nograd_fwd_s > 0 for r in fwd)
+def separable(columns: np.ndarray) -> list[int]:
+    """The columns, in order, that the data can tell apart: each is kept when, scaled to unit
+    norm, it lies at least SEPARABLE from the span of the columns kept before it.
 
-    def fwd_residuals(x: np.ndarray) -> np.ndarray:
-        a, c = x[0], (x[1] if has_nograd else x[0])
-        return np.array(
-            [(a * r.active_fwd_s + c * r.nograd_fwd_s) / r.measured_fwd_s - 1 for r in fwd]
-        )
+        separable(np.array([[1.0, 2.0, 0.0], [1.0, 2.0, 1.0]]))  # [0, 2]: column 1 = 2 × column 0
+    """
+    unit, norms = _unit_columns(columns)
+    kept: list[int] = []
+    for j in np.flatnonzero(norms > 0):
+        column = unit[:, j]
+        if kept:
+            basis = unit[:, kept]
+            column = column - basis @ np.linalg.lstsq(basis, column, rcond=None)[0]
+        if np.linalg.norm(column) >= SEPARABLE:
+            kept.append(int(j))
+    return kept
 
-    fwd_scale, nograd_scale = 1.0, 1.0
-    if fwd:
-        x = _robust(fwd_residuals, [1.0, 1.0] if has_nograd else [1.0], lower=1e-3)
-        fwd_scale = float(x[0])
-        nograd_scale = float(x[1]) if has_nograd else fwd_scale
+
+def _unit_columns(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    norms = np.linalg.norm(matrix, axis=0)
+    return matrix / np.where(norms > 0, norms, 1.0), norms
+
+
+def bounded_lstsq(matrix: np.ndarray, target: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    """argmin ‖matrix · x − target‖ subject to x ≥ lower (−inf: free), solved exactly.
+
+        x = bounded_lstsq(np.array([[1.0], [1.0]]), np.array([-1.0, -3.0]), np.zeros(1))  # [0.]
+
+    Columns are scaled to unit norm first: seconds and seconds per byte differ by ten orders of
+    magnitude (unscaled, scipy's trust region stopped with the all-reduce latency at its
+    starting guess). A zero column (a parameter with no effect here) gets 0.
+    """
+    unit, norms = _unit_columns(matrix)
+    x = np.zeros(matrix.shape[1])
+    used = norms > 0
+    if used.any():
+        bounds = (lower[used] * norms[used], np.inf)
+        x[used] = lsq_linear(unit[:, used], target, bounds=bounds, method="bvls").x / norms[used]
+    return x
+
+
+def soft_l1_weights(residuals: np.ndarray) -> np.ndarray:
+    """IRLS weights of the soft-L1 loss ρ(r) = 2f²(√(1 + (r/f)²) − 1) at relative residuals r:
+    ρ'(r) / 2r = 1/√(1 + (r/f)²), f = SOFT_L1_SCALE (scipy's soft_l1 with f_scale f)."""
+    return 1.0 / np.sqrt(1.0 + (residuals / SOFT_L1_SCALE) ** 2)
+
+
+def soft_l1(residuals: np.ndarray) -> float:
+    """Σ ρ(r), the loss every fit minimises (the step fit's damping compares it)."""
+    f = SOFT_L1_SCALE
+    return float(np.sum(2 * f * f * (np.sqrt(1.0 + (residuals / f) ** 2) - 1.0)))
+
+
+def robust_linear(matrix: np.ndarray, measured: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    """x ≥ lower minimising Σ soft-L1(matrix · x / measured − 1), by iteratively reweighted
+    bounded least squares (convex: one optimum, the exact one on exact data).
+
+        latency, inverse_bandwidth = robust_linear(terms, measured_s, lower=np.zeros(2))
+    """
+    relative = matrix / measured[:, None]
+    weights = np.ones(len(measured))
+    for _ in range(MAX_ITERATIONS):
+        root = np.sqrt(weights)
+        x = bounded_lstsq(relative * root[:, None], root, np.asarray(lower, dtype=float))
+        updated = soft_l1_weights(relative @ x - 1.0)
+        if np.max(np.abs(updated - weights)) < CONVERGED:
+            break
+        weights = updated
+    return x
+
+
+# --------------------------------------------------------------------------- per-rank fits
+
+
+def fit_compute(ranks: list[RankObservation]) -> tuple[tuple[float, float, float], dict[str, str]]:
+    """Forward, backward and no-grad scales, and why any of them was not fitted.
+
+        (fwd_scale, bwd_scale, nograd_scale), not_fitted = fit_compute(ranks)
+
+    bwd_scale = fwd_scale when no rank ran a backward.
+    """
+    why: dict[str, str] = {}
+    fwd_scale, nograd_scale, why_fwd = _fit_forward(ranks)
+    why.update(why_fwd)
     bwd = [r for r in ranks if r.measured_bwd_s > 0 and r.bwd_s > 0]
-    bwd_scale = fwd_scale
     if bwd:
-        x = _robust(
-            lambda x: np.array([x[0] * r.bwd_s / r.measured_bwd_s - 1 for r in bwd]),
-            [1.0],
-            lower=1e-3,
-        )
-        bwd_scale = float(x[0])
-    return fwd_scale, bwd_scale, nograd_scale
+        terms = np.array([[r.bwd_s] for r in bwd])
+        measured = np.array([r.measured_bwd_s for r in bwd])
+        bwd_scale = float(robust_linear(terms, measured, np.array([MIN_SCALE]))[0])
+    else:
+        bwd_scale = fwd_scale
+        why["bwd_scale"] = "no rank measured a backward: set to fwd_scale"
+    return (fwd_scale, bwd_scale, nograd_scale), why
 
 
-def fit_allreduce(ranks: list[RankObservation]) -> FittedLink | None:
-    points = [r for r in ranks if r.replicas > 1 and r.grad_bytes > 0 and r.measured_allreduce_s]
-    if len({r.grad_bytes for r in points}) < 2:
-        return None  # one message size cannot separate latency from bandwidth
+def _fit_forward(ranks: list[RankObservation]) -> tuple[float, float, dict[str, str]]:
+    """(fwd_scale, nograd_scale) from a·P_f + c·P_n = measured forward; c = a when the ranks
+    cannot tell frozen from trainable forward time."""
+    fwd = [r for r in ranks if r.measured_fwd_s > 0 and r.active_fwd_s + r.nograd_fwd_s > 0]
+    if not fwd:
+        reason = "no rank measured a forward"
+        return 1.0, 1.0, {"fwd_scale": reason, "nograd_scale": reason}
+    terms = np.array([[r.active_fwd_s, r.nograd_fwd_s] for r in fwd])
+    measured = np.array([r.measured_fwd_s for r in fwd])
+    if separable(terms / measured[:, None]) == [0, 1]:
+        fwd_scale, nograd_scale = robust_linear(terms, measured, np.full(2, MIN_SCALE))
+        return float(fwd_scale), float(nograd_scale), {}
+    # One scale for both; which case it is decides the reason.
+    both = terms.sum(axis=1, keepdims=True)
+    scale = float(robust_linear(both, measured, np.array([MIN_SCALE]))[0])
+    reason = (
+        "no frozen layer ran without the cache"
+        if not terms[:, 1].any()
+        else "frozen and trainable layers ran in the same proportion on every rank"
+    )
+    return scale, scale, {"nograd_scale": f"{reason}: set to fwd_scale"}
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        lat, inv_bw = x
-        out = []
-        for r in points:
-            steps = 2 * (r.replicas - 1)
-            model = steps * lat + steps / r.replicas * r.grad_bytes * inv_bw
-            out.append(model / r.measured_allreduce_s - 1)
-        return np.array(out)
 
-    lat, inv_bw = _robust(residuals, [1e-4, 1e-9])
-    return FittedLink(latency_s=float(lat), bandwidth_bytes_per_s=1.0 / max(inv_bw, 1e-15))
+def fit_allreduce(ranks: list[RankObservation]) -> tuple[FittedLink | None, dict[str, str]]:
+    """Ring all-reduce (λ, β) inside a node from 2(D−1)·λ + 2(D−1)/D·G/β = measured, or None
+    and why.
+
+        link, not_fitted = fit_allreduce(ranks)
+
+    Points whose replicas span nodes measured the inter-node link, which is not fitted.
+    """
+    points = [
+        r
+        for r in ranks
+        if r.replicas > 1
+        and r.grad_bytes > 0
+        and r.measured_allreduce_s > 0
+        and r.allreduce_in_node
+    ]
+    if not points:
+        return None, {"allreduce": "no data-parallel stage with gradients inside one node"}
+    steps = np.array([2.0 * (r.replicas - 1) for r in points])
+    per_replica = np.array([r.grad_bytes / r.replicas for r in points])
+    terms = np.column_stack([steps, steps * per_replica])
+    measured = np.array([r.measured_allreduce_s for r in points])
+    if separable(terms / measured[:, None]) != [0, 1]:
+        # Latency and bandwidth trade off exactly when every point has the same G/D.
+        return None, {
+            "allreduce": "every all-reduce had the same gradient bytes per replica (G/D): "
+            "latency and bandwidth cannot be told apart"
+        }
+    latency, inverse_bandwidth = robust_linear(terms, measured, np.zeros(2))
+    # No bandwidth term at all is an infinitely fast link; the format needs a finite one.
+    bandwidth = 1.0 / max(float(inverse_bandwidth), 1e-15)
+    return FittedLink(latency_s=float(latency), bandwidth_bytes_per_s=bandwidth), {}
 
 
-def fit_optimizer(ranks: list[RankObservation]) -> float | None:
+def fit_optimizer(ranks: list[RankObservation]) -> tuple[float | None, dict[str, str]]:
+    """ω = median over ranks of optimizer time / active parameter bytes, or None and why.
+
+        seconds_per_byte, not_fitted = fit_optimizer(ranks)
+
+    None leaves the cost model's constant for the device kind.
+    """
     points = [r for r in ranks if r.grad_bytes > 0 and r.measured_optimizer_s > 0]
     if not points:
-        return None
+        return None, {"optimizer_s_per_byte": "no rank with trainable parameters measured a step"}
     ratios = [r.measured_optimizer_s / r.grad_bytes for r in points]
-    return float(statistics.median(ratios))
+    return float(statistics.median(ratios)), {}
+
+
+# --------------------------------------------------------------------------- step fit
+
+# x = (overhead of the smallest batch, per micro-batch, per sample, p2p latency), admitted in this
+# order (module docstring); step_overhead_s = x[SMALLEST] − per sample · smallest M·m.
+STEP_PARAMETERS = ("step_overhead_s", "micro_batch_overhead_s", "input_s_per_sample", "p2p")
+STEP_NEEDS = {
+    "micro_batch_overhead_s": "phases with different numbers of micro-batches",
+    "input_s_per_sample": "samples per replica M·m that do not follow the micro-batch counts, "
+    "e.g. other micro-batch sizes m",
+    "p2p": "pipelined phases whose transfers on the critical path vary unlike the other terms",
+}
+SMALLEST, MICRO_BATCH, PER_SAMPLE, P2P = range(len(STEP_PARAMETERS))
+# The cost model prices max(0, fixed + per sample·M·m): an overhead below 0 on a fitted phase would
+# be a value the model never uses. So the overhead is ≥ 0 on every phase (x[SMALLEST] ≥ 0 and
+# per sample ≥ 0), which leaves fixed free to be negative.
+STEP_LOWER = np.zeros(len(STEP_PARAMETERS))
+
+
+@dataclass(frozen=True)
+class StepFit:
+    """The joint fit of the step terms the simulator sees: measured step =
+    simulated step (μ per micro-batch and stage, p2p latency λ) + max(0, fixed + per sample·M·m),
+    with that overhead ≥ 0 on every fitted phase.
+
+        fit = StepFit(profile, partial, observations)
+        calibration = fit.solve()
+    """
+
+    profile: Profile
+    partial: Calibration
+    observations: list[PhaseObservation]
+
+    @property
+    def measured(self) -> np.ndarray:
+        return np.array([o.measured_step_s for o in self.observations])
+
+    @property
+    def extra_samples(self) -> np.ndarray:
+        """Samples per replica beyond the smallest fitted batch, M·m − min M·m."""
+        samples = np.array([float(o.samples_per_replica) for o in self.observations])
+        return samples - samples.min()
+
+    @property
+    def smallest_batch(self) -> int:
+        return min(o.samples_per_replica for o in self.observations)
+
+    def default(self) -> np.ndarray:
+        """Where pinned parameters stay: no overheads, the cluster's own p2p latency."""
+        return np.array([0.0, 0.0, 0.0, self.observations[0].cluster.intra_node.latency_s])
+
+    def calibration(self, x: np.ndarray, p2p: bool) -> Calibration:
+        """The partial calibration with x; p2p False keeps each phase's cluster link."""
+        # The bandwidth stays as profiled: stage-to-stage messages are too small to separate it.
+        bandwidth = self.observations[0].cluster.intra_node.bandwidth_bytes_per_s
+        link = FittedLink(latency_s=float(x[P2P]), bandwidth_bytes_per_s=bandwidth)
+        update = {
+            "step_overhead_s": float(x[SMALLEST] - x[PER_SAMPLE] * self.smallest_batch),
+            "micro_batch_overhead_s": float(x[MICRO_BATCH]),
+            "input_s_per_sample": float(x[PER_SAMPLE]),
+            "p2p": link if p2p else None,
+        }
+        return self.partial.model_copy(update=update)
+
+    def predictions(self, x: np.ndarray, p2p: bool) -> np.ndarray:
+        trial = self.profile.model_copy(update={"calibration": self.calibration(x, p2p)})
+        return np.array([predict(trial, o) for o in self.observations])
+
+    def jacobian(self, x: np.ndarray, p2p: bool) -> np.ndarray:
+        """d prediction / dx: the overhead terms exactly, μ and λ by forward differences (the
+        simulated step is piecewise linear in them, so a small step gives the slope of the
+        current piece)."""
+        h = 1e-6 * float(np.median(self.measured))
+        columns = [np.ones(len(self.observations)), None, self.extra_samples, None]
+        for j, with_p2p in ((MICRO_BATCH, p2p), (P2P, True)):
+            step = np.zeros(len(x))
+            step[j] = h
+            columns[j] = (self.predictions(x + step, with_p2p) - self.predictions(x, with_p2p)) / h
+        return np.column_stack(columns)
+
+    def identified(self, x: np.ndarray, among: list[int]) -> list[int]:
+        """The parameters of `among` the phases identify at x, in admission order."""
+        relative = self.jacobian(x, p2p=True) / self.measured[:, None]
+        return [among[i] for i in separable(relative[:, among])]
+
+    def gauss_newton(self, free: list[int]) -> np.ndarray:
+        """Minimise Σ soft-L1(predicted/measured − 1) over the free parameters: each step solves
+        the reweighted, linearised problem within the bounds; halved while it does not help."""
+        x, p2p, measured = self.default(), P2P in free, self.measured
+        for _ in range(MAX_ITERATIONS):
+            residuals = self.predictions(x, p2p) / measured - 1.0
+            root = np.sqrt(soft_l1_weights(residuals))[:, None]
+            jacobian = self.jacobian(x, p2p)[:, free] / measured[:, None]
+            # Solved for the step, so that a parameter without effect here stays where it is.
+            proposal = np.zeros(len(x))
+            proposal[free] = bounded_lstsq(
+                root * jacobian, -root[:, 0] * residuals, STEP_LOWER[free] - x[free]
+            )
+            step = self.damped(x, proposal, soft_l1(residuals), p2p)
+            x = x + step
+            if np.max(np.abs(jacobian * step[free])) < CONVERGED:
+                break
+        return x
+
+    def damped(self, x: np.ndarray, step: np.ndarray, cost: float, p2p: bool) -> np.ndarray:
+        """The step, halved until it does not raise the loss (a kink of the simulated step can
+        make the linearised problem overshoot)."""
+        t = 1.0
+        while t > 1e-6 and soft_l1(self.predictions(x + t * step, p2p) / self.measured - 1) > cost:
+            t /= 2
+        return t * step
+
+    def solve(self) -> Calibration:
+        """Fit what the phases identify (checked where the fit starts and where it ends: the
+        critical path, and so the slopes, may change on the way); pin the rest with a reason."""
+        free = self.identified(self.default(), list(range(len(STEP_PARAMETERS))))
+        x = self.gauss_newton(free)
+        while (still := self.identified(x, free)) != free:
+            free = still
+            x = self.gauss_newton(free)
+        pinned = [j for j in range(len(STEP_PARAMETERS)) if j not in free]
+        x[pinned] = self.default()[pinned]
+        why = {STEP_PARAMETERS[j]: self.reason(j, free) for j in pinned}
+        fitted = self.calibration(x, p2p=P2P in free)
+        return fitted.model_copy(update={"not_fitted": {**self.partial.not_fitted, **why}})
+
+    def reason(self, j: int, free: list[int]) -> str:
+        """Why parameter j keeps its default."""
+        name = STEP_PARAMETERS[j]
+        default = "the cluster's link" if j == P2P else "0"
+        if j == P2P and not any(o.layout.num_stages > 1 for o in self.observations):
+            return f"no pipelined phase: {default}"
+        before = ", ".join(STEP_PARAMETERS[i] for i in free if i < j)
+        if not before:
+            return f"no phase informs it: {default}"
+        return f"not separable from {before} by these phases (needs {STEP_NEEDS[name]}): {default}"
 
 
 def fit_transfers_and_overhead(
     profile: Profile, partial: Calibration, observations: list[PhaseObservation]
-) -> tuple[Calibration, float, float]:
-    """Jointly, with the simulator in the loop: the stage-to-stage transfer latency as the
-    pipeline sees it (send/recv bookkeeping per micro-batch included; only pipelined phases
-    inform it, and the bandwidth stays as profiled: these messages are too small to separate
-    it), and the step time outside the schedule, fixed + per sample of a replica's batch."""
-    base = observations[0].cluster.intra_node
-    pipelined = any(o.layout.num_stages > 1 for o in observations)
-    several_sizes = len({o.samples_per_replica for o in observations}) > 1
+) -> Calibration:
+    """The partial calibration with the step terms fitted jointly, with the simulator in the loop.
 
-    def calibration(latency: float, per_micro_batch: float) -> Calibration:
-        link = FittedLink(latency_s=latency, bandwidth_bytes_per_s=base.bandwidth_bytes_per_s)
-        update = {"p2p": link if pipelined else None, "micro_batch_overhead_s": per_micro_batch}
-        return partial.model_copy(update=update)
+        calibration = fit_transfers_and_overhead(profile, partial, observations)
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        latency, fixed, per_sample, per_micro_batch = x
-        trial = profile.model_copy(update={"calibration": calibration(latency, per_micro_batch)})
-        return np.array(
-            [
-                (predict(trial, o) + fixed + per_sample * o.samples_per_replica) / o.measured_step_s
-                - 1
-                for o in observations
-            ]
-        )
-
-    # Parameters the data cannot inform are pinned by tight bounds.
-    several_counts = len({o.layout.micro_batches for o in observations}) > 1
-    lower = [0.0 if pipelined else base.latency_s, -np.inf, 0.0, 0.0]
-    upper = [
-        np.inf if pipelined else base.latency_s * (1 + 1e-9),
-        np.inf,
-        np.inf if several_sizes else 1e-12,
-        np.inf if several_counts else 1e-12,
-    ]
-    x0 = [base.latency_s, 0.0, 0.0, 0.0]
-    latency, fixed, per_sample, per_micro_batch = least_squares(
-        residuals, x0, bounds=(lower, upper), loss="soft_l1", f_scale=0.1
-    ).x
-    return calibration(float(latency), float(per_micro_batch)), float(fixed), float(per_sample)
+    What the phases do not identify keeps its default, with the reason in `not_fitted`.
+    """
+    return StepFit(profile, partial, observations).solve()
 
 
 def predict(profile: Profile, observation: PhaseObservation) -> float:
@@ -260,23 +512,23 @@ def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
     """The profile with a calibration fitted to the runs (replacing any earlier one)."""
     observations = observe(run_dirs, profile)
     ranks = [r for o in observations for r in o.ranks]
-    fwd_scale, bwd_scale, nograd_scale = fit_compute(ranks)
+    (fwd_scale, bwd_scale, nograd_scale), why_compute = fit_compute(ranks)
+    allreduce, why_allreduce = fit_allreduce(ranks)
+    optimizer, why_optimizer = fit_optimizer(ranks)
     partial = Calibration(
         fwd_scale=fwd_scale,
         bwd_scale=bwd_scale,
         nograd_scale=nograd_scale,
-        allreduce=fit_allreduce(ranks),
-        optimizer_s_per_byte=fit_optimizer(ranks),
+        allreduce=allreduce,
+        optimizer_s_per_byte=optimizer,
         runs=sorted({o.run for o in observations}),
         phases_used=len(observations),
         steps_used=sum(o.steps for o in observations),
         residual_median=0.0,
         residual_max=0.0,
+        not_fitted={**why_compute, **why_allreduce, **why_optimizer},
     )
-    with_transfers, fixed, per_sample = fit_transfers_and_overhead(profile, partial, observations)
-    fitted = with_transfers.model_copy(
-        update={"step_overhead_s": fixed, "input_s_per_sample": per_sample}
-    )
+    fitted = fit_transfers_and_overhead(profile, partial, observations)
     calibrated = profile.model_copy(update={"calibration": fitted})
     errors = [abs(predict(calibrated, o) / o.measured_step_s - 1) for o in observations]
     final = fitted.model_copy(

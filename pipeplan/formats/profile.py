@@ -152,6 +152,10 @@ class Calibration(Strict):
     steps_used: NonNegInt
     residual_median: NonNegFloat = Field(description="Median |relative error| of fitted steps.")
     residual_max: NonNegFloat
+    not_fitted: dict[str, str] = Field(
+        default_factory=dict,
+        description="Parameters the runs cannot identify, left at their defaults: name → why.",
+    )
 
 
 class ProfileSettings(Strict):
