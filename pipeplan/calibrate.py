@@ -131,7 +131,8 @@ def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservati
         for phase in (r for r in records if isinstance(r, PhaseRecord)):
             model = CostModel(base, phase.pricing.cluster)
             settled = [s for s in steps if s.phase == phase.phase and steady_step(s, phase, config)]
-            mine = settled[WARMUP_STEPS_PER_PHASE:]
+            # A step measured at zero time on a rank that computes is not a measurement.
+            mine = [s for s in settled[WARMUP_STEPS_PER_PHASE:] if measured(s)]
             if len(mine) < MIN_STEADY_STEPS:
                 continue
             median = statistics.median(s.step_s for s in mine)
@@ -144,6 +145,12 @@ def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservati
             f"{MIN_STEADY_STEPS} measured)"
         )
     return observations
+
+
+def measured(step: StepRecord) -> bool:
+    """Every rank with a stage spent time computing, and the step took time."""
+    computing = [r for r in step.ranks if r.stage is not None]
+    return step.step_s > 0 and bool(computing) and all(r.fwd_s > 0 for r in computing)
 
 
 def _phase_observation(

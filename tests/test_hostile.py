@@ -159,6 +159,15 @@ def huge_time(lines):
     return lines
 
 
+def zero_times(lines):
+    for line in lines:
+        if line["kind"] == "step":
+            line["step_s"] = 0.0
+            for rank in line["ranks"]:
+                rank.update({k: 0.0 for k in rank if k.endswith("_s")})
+    return lines
+
+
 def deep(lines):
     return [*lines[:3], "[" * 100_000 + "]" * 100_000]
 
@@ -169,12 +178,15 @@ RECORD_CASES = {
     "rank not where the rank map puts it": (wrong_rank, "rank map"),
     "step time 1e308": (huge_time, "step_s"),
     "a line nested 100,000 deep": (deep, "run.jsonl:4"),
+    "all-zero step times": (zero_times, "no phase with enough steps"),
 }
 
 
 @pytest.mark.parametrize("command", ["report", "calibrate"])
 @pytest.mark.parametrize("case", RECORD_CASES, ids=str)
 def test_run_records_with_wrong_meaning(tmp_path, capsys, case, command):
+    if case == "all-zero step times" and command == "report":
+        pytest.skip("a report shows what was measured, zeros included")
     from test_report import elastic_records, write_run
 
     run = write_run(tmp_path / "run", elastic_records())
