@@ -9,7 +9,6 @@ Parameters and AdamW state of all of bert-base (110 M parameters, fp32: 1.2 GiB)
 
 from __future__ import annotations
 
-import datetime
 import statistics
 import sys
 import tempfile
@@ -17,7 +16,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -25,18 +23,16 @@ from executor import checkpoint
 from executor.checkpoint import _gather_layout
 from executor.migrate import optimizer_states
 from pipeplan import models
-from pipeplan.spawn import free_port
+from pipeplan.spawn import single_rank_group
 
 
 def main() -> None:
     torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{free_port()}",
-        rank=0,
-        world_size=1,
-        timeout=datetime.timedelta(seconds=300),
-    )
+    with single_rank_group(collective_timeout_s=300):
+        measure()
+
+
+def measure() -> None:
     seq = models.build("bert-base")
     params = list(seq.layers.parameters())
     opt = torch.optim.AdamW(params)
@@ -64,10 +60,9 @@ def main() -> None:
             checkpoint.save(Path(tmp), seq.layers, spec, optimizer_states(opt), manifest)
             writes.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            _, model, optimizer, _ = checkpoint.load_checkpoint(checkpoint.latest(Path(tmp)))
+            _, model, optimizer, _ = checkpoint.load_latest(Path(tmp))
             checkpoint.restore(seq.layers, model, optimizer)
             reads.append(time.perf_counter() - t0)
-    dist.destroy_process_group()
     w, r = statistics.median(writes), statistics.median(reads)
     print(f"bert-base state: {nbytes / 2**30:.2f} GiB (parameters + AdamW exp_avg, exp_avg_sq)")
     print(

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import statistics
 import subprocess
@@ -43,7 +42,7 @@ from pipeplan.formats import (  # noqa: E402
     StepRecord,
     read_records,
 )
-from pipeplan.spawn import free_port, run_ranks  # noqa: E402
+from pipeplan.spawn import run_gloo_ranks  # noqa: E402
 
 PROFILE = shipped_profile("vit-digits", "cpu")
 
@@ -219,15 +218,7 @@ def elastic(tmp: Path) -> None:
 # --------------------------------------------------------------------------- 3. transition
 
 
-def _transition_rank(rank: int, world: int, port: int, out: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=120),
-    )
+def _transition_rank(rank: int, world: int, out: str) -> None:
     seq = models.build("bert-base")
     n = len(seq.layers)
     old = Layout(
@@ -256,12 +247,11 @@ def _transition_rank(rank: int, world: int, port: int, out: str) -> None:
     if rank == 0:
         moved = sum(p.numel() * 4 * 3 for p in seq.layers.parameters())  # + exp_avg, exp_avg_sq
         Path(out).write_text(json.dumps({"times": times, "bytes": moved}))
-    dist.destroy_process_group()
 
 
 def transition(tmp: Path) -> None:
     out = tmp / "transition.json"
-    run_ranks(_transition_rank, 2, (2, free_port(), str(out)), 600, "transition benchmark")
+    run_gloo_ranks(_transition_rank, 2, (str(out),), deadline_s=600, what="transition benchmark")
     result = json.loads(out.read_text())
     t = statistics.median(result["times"])
     print(

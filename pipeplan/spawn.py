@@ -51,3 +51,72 @@ def run_ranks(
                 process.kill()
         for process in ctx.processes:
             process.join(timeout=5)
+
+
+def _in_group(rank: int, fn: Callable[..., None], world: int, port: int, timeout_s: float, *args):
+    """A spawned rank: one thread, a gloo process group, `fn(rank, world, *args)`, then a
+    barrier (rank 0 hosts the store and must outlive the rest) and a clean exit."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    try:
+        fn(rank, world, *args)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def run_gloo_ranks(
+    fn: Callable[..., None],
+    nproc: int,
+    args: tuple = (),
+    deadline_s: float = 300.0,
+    what: str = "ranks",
+    collective_timeout_s: float = 60.0,
+) -> None:
+    """Run `fn(rank, world, *args)` on `nproc` local CPU ranks inside one gloo process group:
+    the set-up tests and benchmarks share. `fn` must be importable (spawned processes).
+
+        run_gloo_ranks(train_one_phase, 2, (out_dir,), deadline_s=150, what="migration")
+    """
+    args = (fn, nproc, free_port(), collective_timeout_s, *args)
+    run_ranks(_in_group, nproc, args, deadline_s, what)
+
+
+def single_rank_group(collective_timeout_s: float = 60.0):
+    """A one-rank gloo process group in this process, as a context manager (checkpoint code
+    that gathers to rank 0 needs a group even alone).
+
+        with single_rank_group():
+            checkpoint.save(...)
+    """
+    import contextlib
+    import datetime
+
+    import torch.distributed as dist
+
+    @contextlib.contextmanager
+    def group():
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{free_port()}",
+            rank=0,
+            world_size=1,
+            timeout=datetime.timedelta(seconds=collective_timeout_s),
+        )
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+
+    return group()

@@ -1,7 +1,10 @@
-"""Shared fixtures: small models are built once per session (transformers import is slow)."""
+"""Shared fixtures: one thread per test, the distributed set-up every multi-process test uses
+(`gloo_ranks`, `single_rank_group`), and small record builders."""
 
 import pytest
 import torch
+
+from pipeplan import spawn
 
 
 @pytest.fixture(autouse=True)
@@ -11,6 +14,35 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def gloo_ranks():
+    """`gloo_ranks(fn, nproc, *args, deadline_s=…)` runs `fn(rank, world, *args)` on `nproc`
+    spawned CPU ranks in one gloo process group (every collective times out after 60 s, the
+    whole run after `deadline_s`); `fn` must be a module-level function."""
+
+    def run(fn, nproc, *args, deadline_s=300.0, what="test ranks"):
+        spawn.run_gloo_ranks(fn, nproc, args, deadline_s=deadline_s, what=what)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def gloo_ranks_module():
+    """`gloo_ranks` for module-scoped fixtures."""
+
+    def run(fn, nproc, *args, deadline_s=300.0, what="test ranks"):
+        spawn.run_gloo_ranks(fn, nproc, args, deadline_s=deadline_s, what=what)
+
+    return run
+
+
+@pytest.fixture
+def single_rank_group():
+    """A one-rank gloo process group in the test's own process."""
+    with spawn.single_rank_group(collective_timeout_s=30):
+        yield
 
 
 def fake_pricing(devices: int = 2):

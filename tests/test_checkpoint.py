@@ -86,25 +86,6 @@ def test_resume_without_a_checkpoint_is_one_line(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
 
 
-@pytest.fixture
-def single_rank_group():
-    import datetime
-
-    import torch.distributed as dist
-
-    from pipeplan.spawn import free_port
-
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{free_port()}",
-        rank=0,
-        world_size=1,
-        timeout=datetime.timedelta(seconds=30),
-    )
-    yield
-    dist.destroy_process_group()
-
-
 def test_a_failed_write_is_a_clear_error_and_keeps_the_previous_checkpoint(
     tmp_path, single_rank_group
 ):

@@ -2,19 +2,16 @@
 twice ends where single-process training with the same freezes ends, and each old phase's
 runtime is freed as soon as it is dropped."""
 
-import datetime
 import gc
 import weakref
 
 import pytest
 import torch
-import torch.distributed as dist
 from conftest import make_layout
 
 from executor.migrate import install_states, migrate, moves, optimizer_states
 from executor.parallel import PhaseRuntime, set_frozen
 from pipeplan import models
-from pipeplan.spawn import free_port, run_ranks
 
 GLOBAL_BATCH, STEPS_PER_PHASE, LR = 8, 2, 1e-3
 PHASES = [  # 2×1 → 1×2 → 2×1 with a growing freeze point (bert-synth has 8 layers)
@@ -58,15 +55,7 @@ def snapshot(seq, runtime):
     return out
 
 
-def _rank(rank, world, port, out):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=60),
-    )
+def _rank(rank, world, out):
     seq = models.build("bert-synth", dropout=0.0)
     data = iter(batches(seq))
     runtime, record = None, {}
@@ -108,14 +97,12 @@ def _rank(rank, world, port, out):
     record["final"] = snapshot(seq, runtime)
     torch.save(record, f"{out}/rank{rank}.pt")
     runtime.destroy()
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory):
+def records(tmp_path_factory, gloo_ranks_module):
     out = tmp_path_factory.mktemp("migrate")
-    run_ranks(_rank, 2, (2, free_port(), str(out)), 150, "migration test ranks")
+    gloo_ranks_module(_rank, 2, str(out), deadline_s=150, what="migration test ranks")
     return [torch.load(out / f"rank{r}.pt") for r in range(2)]
 
 

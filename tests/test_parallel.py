@@ -1,6 +1,5 @@
 """Pipeline × data parallel on gloo equals single-process training (relative error ≤ 1e-5)."""
 
-import datetime
 import itertools
 
 import pytest
@@ -11,7 +10,6 @@ from conftest import make_layout
 from executor.parallel import PhaseRuntime, set_frozen
 from pipeplan import models
 from pipeplan.formats import Layout
-from pipeplan.spawn import free_port, run_ranks
 
 GLOBAL_BATCH, STEPS, LR = 8, 3, 1e-3
 
@@ -65,21 +63,12 @@ def _train(rank, spec, out):
     runtime.destroy()
 
 
-def _rank(rank, world, port, specs, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=60),
-    )
+def _rank(rank, world, specs, out_dir):
     # One process group for every case: each phase builds and destroys its groups in place,
     # the way the executor re-partitions, and start-up (about 7 s a process) is paid once.
     for name, spec in specs.items():
         _train(rank, spec, f"{out_dir}/{name}")
-        dist.barrier()  # idle ranks wait; rank 0 hosts the store and must outlive the rest
-    dist.destroy_process_group()
+        dist.barrier()  # idle ranks wait for the others before the next case
 
 
 def collect(spec: Layout, prefix) -> tuple[torch.Tensor, list[float]]:
@@ -113,9 +102,9 @@ SPECS["frozen3-cached"] = make_layout(GLOBAL_BATCH, 3, True, (0, 5, 8), ((1, 3),
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(tmp_path_factory, gloo_ranks_module):
     out = tmp_path_factory.mktemp("parallel")
-    run_ranks(_rank, 4, (4, free_port(), SPECS, str(out)), 200, "parallel test ranks")
+    gloo_ranks_module(_rank, 4, SPECS, str(out), deadline_s=200, what="parallel test ranks")
     return {name: collect(spec, out / name) for name, spec in SPECS.items()}
 
 
