@@ -127,8 +127,13 @@ def active_parameters(module: nn.Module) -> list[nn.Parameter]:
 
 
 def set_frozen(layers: nn.ModuleList, frozen_layers: int) -> None:
+    """Frozen layers train no more and run in eval mode wherever they run (inside a stage, or
+    outside every stage when their output is cached): a fixed feature extractor, with no
+    dropout, whose outputs may be cached. Freezing only grows, so nothing is ever unfrozen."""
     for index, layer in enumerate(layers):
         layer.requires_grad_(index >= frozen_layers)
+        if index < frozen_layers:
+            layer.eval()
 
 
 class PhaseRuntime:

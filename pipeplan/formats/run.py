@@ -115,7 +115,9 @@ class RunConfig(Strict):
         description="Host memory for the cache per rank, in bytes; beyond it, memory-mapped files.",
     )
     seed: int = Field(0, description="Seed for weights, data order and dropout.")
-    dropout: Annotated[NonNegFloat | None, NOT_A_FLAG] = None
+    dropout: Annotated[NonNegFloat | None, Flag(default="the model's")] = Field(
+        None, le=1.0, description="Dropout probability of every dropout in the model."
+    )
     device_memory_bytes: Annotated[
         PosInt | None,
         Flag("--device-memory", unit="bytes", default="the profiled host's memory / nproc"),
