@@ -128,7 +128,7 @@ class Trainer:
                     self.recalibrate()
                 if step_in_epoch + 1 < self.steps_per_epoch:  # else the epoch's end does both
                     if self.due(cfg.freeze_every):
-                        self.maybe_refreeze(epoch, self.gather_grad_norms())
+                        self.maybe_refreeze(epoch, self.gather_grad_norms(), step_in_epoch + 1)
                     if self.due(cfg.checkpoint_every):
                         self.checkpoint(epoch, step_in_epoch + 1)
             norms = self.end_epoch(epoch, phase, time.perf_counter() - t0, losses)
@@ -395,8 +395,10 @@ class Trainer:
         dist.all_reduce(norms)
         return {i: float(v) for i, v in enumerate(norms.tolist()) if v > 0}
 
-    def maybe_refreeze(self, epoch: int, norms: dict[int, float]) -> None:
-        """Rank 0 decides the freeze point (pipeplan.freeze.AutoFreeze), everyone follows."""
+    def maybe_refreeze(self, epoch: int, norms: dict[int, float], step_in_epoch: int = 0) -> None:
+        """Rank 0 decides the freeze point (pipeplan.freeze.AutoFreeze), everyone follows.
+        (epoch, step_in_epoch) is where training continues: the transition's checkpoint
+        resumes there, mid-epoch with --freeze-every."""
         box = [self.autofreeze.decide(epoch, norms, self.frozen_layers) if self.rank == 0 else None]
         dist.broadcast_object_list(box, src=0)
         new_point = int(box[0])
@@ -405,7 +407,7 @@ class Trainer:
         self.frozen_layers = new_point
         self.phase_index += 1
         self.enter_phase(self.decide_phase(new_point), epoch)
-        self.checkpoint(epoch, 0)  # every transition is a checkpoint
+        self.checkpoint(epoch, step_in_epoch)  # every transition is a checkpoint
 
     # ----------------------------------------------------------------- checkpoints
 

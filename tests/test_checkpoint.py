@@ -201,3 +201,47 @@ def test_a_corrupted_checkpoint_is_refused_and_the_previous_one_used(
         manifest = checkpoint.load_latest(tmp_path)[0]
     assert manifest.step == (8 if damage == "NaN weights" else 4)
     assert "resuming from the older" in caplog.text
+
+
+MID_EPOCH = [
+    *["--model", "vit-digits", "--nproc", "2", "--device-memory", "100MiB", "--epochs", "3"],
+    *["--max-steps-per-epoch", "6", "--freeze", "auto", "--alpha", "0.9", "--freeze-every", "1"],
+    *["--dropout", "0.1"],
+]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_mid_epoch_layout_change_checkpoint_resumes_bitwise(tmp_path):
+    """--freeze-every changes the layout mid-epoch; its checkpoint must resume at that step of
+    the epoch (it said step 0 and replayed steps past the schedule's end), with the dropout
+    random streams restored: the resumed run ends bitwise where the uninterrupted one does."""
+    import shutil
+
+    from pipeplan.formats import CheckpointManifest, PhaseRecord, load
+
+    runs = ["--runs-dir", str(tmp_path)]
+    assert pipeplan("run", *MID_EPOCH, *runs, "--name", "full").returncode == 0
+    full = tmp_path / "full"
+    phases = [r for r in read_records(full / "run.jsonl") if isinstance(r, PhaseRecord)]
+    mid = [p for p in phases if p.start_step % 6]  # 6 steps an epoch
+    assert mid, [p.start_step for p in phases]  # the schedule does change layout mid-epoch
+    transition = mid[-1].start_step
+    # The uninterrupted run, cut back to that transition's checkpoint.
+    cut = tmp_path / "cut"
+    shutil.copytree(full, cut, ignore=shutil.ignore_patterns(".lock"))
+    for checkpoint in (cut / "checkpoints").glob("step-*"):
+        if checkpoint.name != f"step-{transition}":
+            shutil.rmtree(checkpoint)
+    (cut / "checkpoints" / "latest").write_text(f"step-{transition}\n")
+    manifest = load(
+        CheckpointManifest, cut / "checkpoints" / f"step-{transition}" / "manifest.json"
+    )
+    assert (manifest.epoch, manifest.step_in_epoch) == divmod(transition, 6)
+    resumed = pipeplan("run", "--resume", str(cut))
+    assert resumed.returncode == 0, resumed.stderr
+    a = torch.load(full / "checkpoints" / "step-18" / "model.pt", weights_only=True)
+    b = torch.load(cut / "checkpoints" / "step-18" / "model.pt", weights_only=True)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    steps = [r.step for r in read_records(cut / "run.jsonl") if isinstance(r, StepRecord)]
+    assert steps == list(range(18))
