@@ -1,0 +1,67 @@
+"""`pipeplan run` modes no other test runs, each through the real command on 2 ranks:
+`--plan FILE` (the plan's layouts are the ones run), `--freeze alpha` with a cache budget so
+small that the cache spills to disk, and `--freeze none`."""
+
+import json
+
+import pytest
+
+import cli
+from executor.planning import shipped_profile
+from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
+from pipeplan.freeze import alpha_schedule
+
+BASE = ["--model", "vit-digits", "--nproc", "2", "--device-memory", "100MiB"]
+
+
+def records(run_dir):
+    found = read_records(run_dir / "run.jsonl")
+    return (
+        [r for r in found if isinstance(r, PhaseRecord)],
+        [r for r in found if isinstance(r, StepRecord)],
+        [r for r in found if isinstance(r, EpochRecord)],
+    )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_written_plan_runs_as_planned(tmp_path):
+    plan = tmp_path / "plan.json"
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--nodes", "1"]
+    argv += ["--devices-per-node", "2", "--device-memory", "100MiB", "--global-batch", "64"]
+    argv += ["--samples", "1438", "--epochs", "2", "--freeze-schedule", "0,5", "--out", str(plan)]
+    assert cli.main(argv) == 0
+    planned = [p["layout"] for p in json.loads(plan.read_text())["phases"]]
+    run = ["run", *BASE, "--plan", str(plan), "--freeze", "0,5", "--epochs", "2"]
+    run += ["--max-steps-per-epoch", "3", "--name", "p", "--runs-dir", str(tmp_path)]
+    assert cli.main(run) == 0
+    phases, steps, _ = records(tmp_path / "p")
+    assert [p.layout.model_dump(mode="json") for p in phases] == planned
+    assert all(p.pricing.source == "plan" for p in phases)
+    assert len(steps) == 6
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_alpha_freezing_with_a_cache_that_spills_to_disk(tmp_path):
+    run = ["run", *BASE, "--freeze", "alpha", "--alpha", "0.5", "--epochs", "3"]
+    run += ["--max-steps-per-epoch", "3", "--cache-budget", "4KiB"]
+    assert cli.main([*run, "--name", "a", "--runs-dir", str(tmp_path)]) == 0
+    phases, steps, epochs = records(tmp_path / "a")
+    expected = alpha_schedule(0.5, 3, 8).frozen_layers  # vit-digits has 8 blocks
+    assert [e.frozen_layers for e in epochs] == expected
+    assert expected[-1] > 0 and phases[-1].layout.cached
+    # Every cached step reads the whole batch from the cache, here from memory-mapped files:
+    # 4 KiB holds not even one sample's activations.
+    cached = [s for s in steps if phases[s.phase].layout.cached]
+    assert cached and all(s.cache_hits == 64 for s in cached)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_freeze_none_keeps_one_phase(tmp_path):
+    run = ["run", *BASE, "--freeze", "none", "--epochs", "2", "--max-steps-per-epoch", "3"]
+    assert cli.main([*run, "--name", "n", "--runs-dir", str(tmp_path)]) == 0
+    phases, steps, epochs = records(tmp_path / "n")
+    assert len(phases) == 1 and phases[0].layout.frozen_layers == 0
+    assert [e.frozen_layers for e in epochs] == [0, 0] and len(steps) == 6
