@@ -1,0 +1,57 @@
+"""The README's commands, read from the README itself and run: the preview verbatim; run,
+calibrate and report verbatim in a scratch folder, with the runs shortened to three steps an
+epoch (the only words added). The torchrun block has its own test; `pipeplan demo` runs in
+tests/test_demo.py."""
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORTER = ["--max-steps-per-epoch", "3"]
+
+
+def readme_commands() -> list[list[str]]:
+    """Every `pipeplan …` command in the README's sh blocks, optional [parts] left out."""
+    text = (ROOT / "README.md").read_text()
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\[[^\]]*\]", "", line).strip()
+            if line.startswith("pipeplan "):
+                commands.append(shlex.split(line)[1:])
+    return commands
+
+
+def command(name: str, containing: str = "") -> list[str]:
+    found = [c for c in readme_commands() if c[0] == name and containing in " ".join(c)]
+    assert found, f"the README shows no `pipeplan {name}` command containing {containing!r}"
+    return found[0]
+
+
+def test_the_readme_preview(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the README's paths are relative to the checkout
+    assert cli.main(command("preview")) == 0
+    assert "speedup" in capsys.readouterr().out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(400)
+def test_the_readme_run_calibrate_and_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    os.symlink(ROOT / "profiles", tmp_path / "profiles")  # the README's profiles/ paths
+    run = command("run", "--data digits")
+    assert cli.main([*run, *SHORTER, "--name", "A", "--freeze", "none"]) == 0
+    assert cli.main([*run, *SHORTER, "--name", "B"]) == 0
+    assert cli.main(command("calibrate")) == 0
+    assert (tmp_path / "calibrated.json").exists()
+    report = command("report")
+    assert cli.main(report) == 0
+    capsys.readouterr()
+    assert cli.main([*report, "--baseline", "runs/A"]) == 0
+    assert "speedup" in capsys.readouterr().out
