@@ -27,12 +27,12 @@ import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
 from executor.cache import ActivationCache, cache_allowed
-from executor.data import TaskData, check_compatible, load_data
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseRuntime, StepTimes
 from executor.planning import RunPlanner
 from executor.records import Recorder, step_record, step_row
-from pipeplan import freeze, models
+from executor.task import build_task
+from pipeplan import freeze
 from pipeplan.errors import PipeplanError
 from pipeplan.formats import (
     CheckpointManifest,
@@ -88,12 +88,12 @@ class Trainer:
         self.fit_profile = recalibrate
         self.calibrations = 0
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.seq = models.build(cfg.model, seed=cfg.seed, dropout=cfg.dropout)
+        # Same weights everywhere: the checkpoint's, or drawn from the seed (a fresh head
+        # too); launch.prepare already gave the builder's notices once.
+        self.seq, self.data = build_task(cfg, quiet=True)
         self.seq.layers.to(device)
-        # Same weights everywhere (seeded build); from here each rank draws its own dropout.
+        # From here each rank draws its own dropout.
         torch.manual_seed(cfg.seed * 1000 + self.rank + 1)
-        self.data: TaskData = load_data(cfg.data, self.seq, seed=cfg.seed)
-        check_compatible(self.data, self.seq)
         self.use_cache, reason = cache_allowed(self.data.augmented)
         self.use_cache = self.use_cache and cfg.cache
         if cfg.cache and not self.use_cache and self.rank == 0:

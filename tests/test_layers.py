@@ -45,6 +45,8 @@ LAYERS = [  # bottom first
                     "cache",
                     "checkpoint",
                     "data",
+                    "text",
+                    "task",
                     "planning",
                     "progress",
                 ]
