@@ -54,7 +54,7 @@ LAYERS = [  # bottom first
         ],
     ),
     ("analysis", ["pipeplan.calibrate", "pipeplan.report", "pipeplan.plots"]),
-    ("top", ["cli", "pipeplan.options", "executor.launch", "executor.demo"]),
+    ("top", ["cli", "pipeplan.options", "pipeplan.api", "executor.launch", "executor.demo"]),
 ]
 
 
