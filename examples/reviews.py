@@ -12,7 +12,9 @@ The contract, all of it:
 - `ds[i]` is `(input, label)`: `input` has the shape and dtype the model takes (text models:
   int64 token ids of length --seq-len; images: float32 channels × height × width), `label` is
   `torch.tensor(class)`, an int64 scalar (a causal LM's label is instead its int64 token ids,
-  -100 where the loss skips them). The head is sized to the largest label + 1.
+  -100 where the loss skips them).
+- The classifier's head has `TaskData(..., num_labels=C)` outputs; without it, the largest
+  label + 1 when the sets are `TensorPairs` (labels in memory), else the model's own.
 - Items are deterministic: `ds[i]` gives the same sample every time it is read, because the
   activations of frozen layers are cached per sample index. Random augmentation must say so
   (`augmented=True`); the cache is then off.
@@ -59,4 +61,5 @@ class Reviews(Dataset):
 
 def load(seed: int = 0) -> TaskData:
     """2000 training and 400 held-out reviews, the same for the same seed."""
-    return TaskData("reviews", Reviews(2000, seed, split=0), Reviews(400, seed, split=1))
+    train, held_out = Reviews(2000, seed, split=0), Reviews(400, seed, split=1)
+    return TaskData("reviews", train, held_out, num_labels=2)

@@ -52,6 +52,9 @@ class TaskData:
     # Token inputs are padded with the model's pad_token_id: the model is built with the
     # padding-mask channel, so padding is not attended to (docs/architecture.md §4.17).
     padded: bool = False
+    # Classes, for the head's size; None: read from in-memory labels (TensorPairs), else the
+    # model's own. Never found by reading every item: that may be slow, or have effects.
+    num_labels: int | None = None
 
 
 class TensorPairs(Dataset):
@@ -157,18 +160,16 @@ def data_task(data: TaskData) -> str:
     return "causal-lm" if isinstance(label, torch.Tensor) and label.dim() == 1 else "classification"
 
 
-def label_count(data: TaskData) -> int:
-    """Classes the data's labels use: the largest label + 1 over both splits (the head is
-    sized to it). In-memory datasets are read at once, others item by item."""
-    high = -1
-    for dataset in (data.train, data.eval):
-        if isinstance(dataset, TensorPairs):
-            labels = dataset.labels
-        else:
-            labels = torch.tensor([int(dataset[i][1]) for i in range(len(dataset))])
-        if len(labels):
-            high = max(high, int(labels.max()))
-    return max(1, high + 1)
+def label_count(data: TaskData) -> int | None:
+    """Classes the data's labels use, the head's size: `data.num_labels`, else the largest
+    label + 1 when both splits hold their labels in memory (TensorPairs), else None (the
+    model keeps its own; check_compatible still checks the labels it sees)."""
+    if data.num_labels is not None:
+        return data.num_labels
+    splits = [d for d in (data.train, data.eval) if len(d)]
+    if not all(isinstance(d, TensorPairs) for d in splits):
+        return None
+    return 1 + max(int(d.labels.max()) for d in splits)
 
 
 # --- digits ------------------------------------------------------------------------------

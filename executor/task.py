@@ -92,14 +92,11 @@ def _text_task(corpus: text.Corpus, task: str | None, spec: str) -> str:
 
 
 def _classes(data: TaskData, task: str) -> int | None:
-    """The head's size for classification data; None when the labels cannot say (then the
-    model keeps its own and check_compatible names what is wrong with the data)."""
+    """The head's size for classification data; None when the data does not say (then the
+    model keeps its own and check_compatible names any label outside it)."""
     if task != "classification" or len(data.train) == 0:
         return None
-    try:
-        return label_count(data)
-    except (TypeError, ValueError, RuntimeError):
-        return None
+    return label_count(data)
 
 
 def _name_labels(seq: LayerSequence, names: list[str] | None) -> None:
