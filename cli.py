@@ -292,6 +292,7 @@ def run(
 ) -> None:
     """Train for real: elastic pipeline × data parallel with AutoFreeze and AutoCache."""
     from executor.launch import resume_run, start_run
+    from executor.task import MODEL_DIR
 
     if resume:
         run_dir, summary = resume_run(resume, given.get("nproc"))
@@ -332,8 +333,28 @@ def run(
     acc = summary.final_eval_accuracy
     console.print(
         f"{summary.steps} steps in {summary.total_s:.1f} s; held-out accuracy "
-        f"{'-' if acc is None else f'{acc:.1%}'}; records in {run_dir}"
+        f"{'-' if acc is None else f'{acc:.1%}'}; records in {run_dir}, the trained "
+        f"model in {run_dir / MODEL_DIR}"
     )
+
+
+# --------------------------------------------------------------------------- export
+
+
+@app.command()
+def export(
+    run_dir: Annotated[str, typer.Argument(help="Run directory written by `pipeplan run`.")],
+    out: Annotated[str, Opt("--out", "-o", help="New directory for the transformers model.")],
+    checkpoint: Annotated[
+        str | None,
+        Opt(help="Checkpoint to export, step-N.", show_default="the latest that verifies"),
+    ] = None,
+) -> None:
+    """Write a run's model from a checkpoint as a transformers directory (from_pretrained)."""
+    from executor.task import export_run
+
+    path = export_run(run_dir, out, checkpoint)
+    console.print(f"wrote {path} (config.json, model.safetensors: from_pretrained({path}))")
 
 
 # --------------------------------------------------------------------------- report

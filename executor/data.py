@@ -2,22 +2,27 @@
 
 Built-ins need no download: `digits` reads the 8×8 handwritten digits that ship inside
 scikit-learn's package data (without importing scikit-learn), and `synth-text` generates a
-seeded token-classification task sized to the model. Anything else is `module:function` or
+seeded token task sized to the model (classes, or for a causal LM the token sequences
+themselves). Text files, `FILE.jsonl` or `FILE.csv` (or `TRAIN,EVAL`), are tokenized with a
+local tokenizer (`executor.text`). Anything else is `module:function` or
 `path/to/file.py:function`, a user function returning a `TaskData` or `(train, eval[,
-augmented])`.
+augmented])`; a module in the current directory is found (README, "Your own data").
 
 Every dataset item is `(input, label)`: `input` has the model's per-sample shape and dtype,
-`label` is an int64 scalar tensor. Items are deterministic unless `TaskData.augmented` is set,
-because the executor caches frozen layers' activations per sample index.
+`label` is an int64 scalar tensor, or for a causal LM the int64 token ids the model predicts
+(the input ids, IGNORE_INDEX at padding). Items are deterministic unless `TaskData.augmented`
+is set, because the executor caches frozen layers' activations per sample index.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import importlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,9 +46,15 @@ FIRST_TOKEN = 3  # ids 0..2 are reserved (padding, CLS/SEP in BERT; <s>, <pad>, 
 @dataclass(frozen=True)
 class TaskData:
     name: str
-    train: Dataset  # item i -> (input tensor, int64 scalar label tensor)
+    train: Dataset  # item i -> (input tensor, int64 label tensor: scalar, or token ids)
     eval: Dataset
     augmented: bool = False  # train items are randomly augmented: never cache activations
+    # Token inputs are padded with the model's pad_token_id: the model is built with the
+    # padding-mask channel, so padding is not attended to (docs/architecture.md §4.17).
+    padded: bool = False
+    # Classes, for the head's size; None: read from in-memory labels (TensorPairs), else the
+    # model's own. Never found by reading every item: that may be slow, or have effects.
+    num_labels: int | None = None
 
 
 class TensorPairs(Dataset):
@@ -62,18 +73,32 @@ class TensorPairs(Dataset):
         return self.inputs[index], self.labels[index]
 
 
-def load_data(spec: str, seq: LayerSequence, seed: int = 0) -> TaskData:
-    """The datasets named by `spec` for model `seq`; built-ins are drawn from `seed`."""
+def load_data(
+    spec: str, seq: LayerSequence | None = None, seed: int = 0, tokenizer: str | None = None
+) -> TaskData:
+    """The datasets named by `spec`; built-ins are drawn from `seed`. `synth-text` and text
+    files are made for the model `seq` (its sequence length, vocabulary, task); text files
+    also need the `tokenizer` directory. digits and user functions do not need `seq`."""
+    from executor import text
+
     if spec == "digits":
         return load_digits(seed)
     if spec == "synth-text":
-        return synth_text(seq, seed)
+        return synth_text(_needs_model(seq, spec), seed)
+    if text.is_text_spec(spec):
+        return text.tokenize(text.read_corpus(spec, seed), tokenizer, _needs_model(seq, spec))
     if ":" in spec:
         return _load_user(spec, seed)
     raise BadArgumentError(
         f"unknown data '{spec}'; built-ins: {', '.join(BUILTINS)} "
-        "(or module:function, or path/to/file.py:function)"
+        "(or FILE.jsonl, FILE.csv, module:function, or path/to/file.py:function)"
     )
+
+
+def _needs_model(seq: LayerSequence | None, spec: str) -> LayerSequence:
+    if seq is None:
+        raise BadArgumentError(f"data '{spec}' is made for a model: pass the model")
+    return seq
 
 
 def check_compatible(data: TaskData, seq: LayerSequence) -> None:
@@ -89,12 +114,62 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
             raise BadArgumentError(
                 f"data '{data.name}': {split} labels must be int64, not {_dtype(labels.dtype)}"
             )
+        if getattr(seq, "task", "classification") == "causal-lm":
+            _check_token_labels(labels, inputs, data.name, split, seq)
+            continue
+        if labels.dim() != 1:
+            raise BadArgumentError(
+                f"data '{data.name}' gives {split} labels of shape "
+                f"{_shape(tuple(labels.shape[1:]))}, token sequences, but model '{seq.name}' "
+                "is a classifier; a decoder trains on them with --task causal-lm"
+            )
         low, high = int(labels.min()), int(labels.max())
         if low < 0 or high >= seq.num_labels:
             raise BadArgumentError(
                 f"data '{data.name}' has {split} labels in {low}..{high} but model "
                 f"'{seq.name}' has {seq.num_labels} classes (0..{seq.num_labels - 1})"
             )
+
+
+def _check_token_labels(
+    labels: torch.Tensor, inputs: torch.Tensor, name: str, split: str, seq: LayerSequence
+) -> None:
+    """A causal LM's labels: one token id per input position (the input ids themselves),
+    IGNORE_INDEX where the loss skips a position (padding)."""
+    from pipeplan.models import IGNORE_INDEX
+
+    if labels.shape != inputs.shape:
+        raise BadArgumentError(
+            f"data '{name}' gives {split} labels of shape {_shape(tuple(labels.shape[1:]))} "
+            f"but causal-lm model '{seq.name}' predicts a token at each of "
+            f"{_shape(tuple(inputs.shape[1:]))} positions: labels are the input ids "
+            f"({IGNORE_INDEX} at padding)"
+        )
+    kept = labels[labels != IGNORE_INDEX]
+    if len(kept) and (int(kept.min()) < 0 or int(kept.max()) >= seq.num_labels):
+        raise BadArgumentError(
+            f"data '{name}' has {split} token labels in {int(kept.min())}..{int(kept.max())} "
+            f"but model '{seq.name}' has vocab_size {seq.num_labels} (or {IGNORE_INDEX}: skip)"
+        )
+
+
+def data_task(data: TaskData) -> str:
+    """What the data trains: "causal-lm" when its labels are token sequences, else
+    "classification"."""
+    _, label = data.train[0]
+    return "causal-lm" if isinstance(label, torch.Tensor) and label.dim() == 1 else "classification"
+
+
+def label_count(data: TaskData) -> int | None:
+    """Classes the data's labels use, the head's size: `data.num_labels`, else the largest
+    label + 1 when both splits hold their labels in memory (TensorPairs), else None (the
+    model keeps its own; check_compatible still checks the labels it sees)."""
+    if data.num_labels is not None:
+        return data.num_labels
+    splits = [d for d in (data.train, data.eval) if len(d)]
+    if not all(isinstance(d, TensorPairs) for d in splits):
+        return None
+    return 1 + max(int(d.labels.max()) for d in splits)
 
 
 # --- digits ------------------------------------------------------------------------------
@@ -157,7 +232,9 @@ def synth_text(
             f"data 'synth-text' is token ids for a text model; model '{seq.name}' takes "
             f"{_shape(seq.input_shape)} {_dtype(seq.input_dtype)}"
         )
-    length, vocab, classes = seq.input_shape[0], seq.config.vocab_size, seq.num_labels
+    length, vocab = seq.input_shape[0], seq.config.vocab_size
+    # A causal LM's sequences are drawn as for a 2-class task.
+    classes = 2 if getattr(seq, "task", "classification") == "causal-lm" else seq.num_labels
     if length < 4 or vocab < 8:
         raise BadArgumentError(
             f"data 'synth-text' needs sequence length ≥ 4 and vocab_size ≥ 8; model "
@@ -171,6 +248,10 @@ def synth_text(
     rng = np.random.default_rng(seed)
     train = _synth_split(rng, n_train, length, vocab, classes)
     eval_ = _synth_split(rng, n_eval, length, vocab, classes)
+    if getattr(seq, "task", "classification") == "causal-lm":
+        # A language model predicts the sequences themselves: within a sample the tokens
+        # keep to a few bands of the vocabulary, which it learns.
+        train, eval_ = (TensorPairs(s.inputs, s.inputs.clone()) for s in (train, eval_))
     return TaskData("synth-text", train, eval_, augmented=False)
 
 
@@ -236,11 +317,28 @@ def _import(target: str, spec: str) -> Any:
                 sys.modules.pop(name, None)
                 raise
             return module
-        return importlib.import_module(target)
+        with _current_directory_on_path():
+            return importlib.import_module(target)
     except BadArgumentError:
         raise
     except Exception as exc:
         raise BadArgumentError(f"data '{spec}': cannot import {target}: {_one_line(exc)}") from exc
+
+
+@contextlib.contextmanager
+def _current_directory_on_path() -> Iterator[None]:
+    """`--data mydata:load` finds mydata.py in the directory the command runs in, as
+    `python -c` would: the `pipeplan` script's sys.path starts at its own folder instead.
+    Appended, so it never shadows an installed package, and only for this import."""
+    here = str(Path.cwd())
+    added = here not in sys.path and "" not in sys.path
+    if added:
+        sys.path.append(here)
+    try:
+        yield
+    finally:
+        if added:
+            sys.path.remove(here)
 
 
 def _takes_seed(func: Any) -> bool:
@@ -289,13 +387,15 @@ def _samples(dataset: Any, name: str, split: str) -> tuple[torch.Tensor, torch.T
         x, y = item
         if not isinstance(x, torch.Tensor):
             raise BadArgumentError(f"data '{name}': {split} inputs must be tensors")
-        if not (isinstance(y, torch.Tensor) and y.dtype == torch.int64 and y.dim() == 0):
+        if not (isinstance(y, torch.Tensor) and y.dtype == torch.int64 and y.dim() <= 1):
             raise BadArgumentError(
                 f"data '{name}': {split} labels must be int64 scalar tensors "
-                f"(torch.tensor(label)), got {_describe(y)}"
+                f"(torch.tensor(label)), or int64 token ids for causal-lm, got {_describe(y)}"
             )
     if items[0][0].shape != items[1][0].shape or items[0][0].dtype != items[1][0].dtype:
         raise BadArgumentError(f"data '{name}': {split} inputs differ in shape or dtype")
+    if items[0][1].shape != items[1][1].shape:
+        raise BadArgumentError(f"data '{name}': {split} labels differ in shape")
     return torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
 
 

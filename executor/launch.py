@@ -19,11 +19,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from executor.data import check_compatible, load_data
 from executor.planning import RUN_PROFILE, RunPlanner
+from executor.task import build_task
 from executor.worker import Trainer, init_distributed
 from pipeplan import log as pipeplan_log
-from pipeplan import models
 from pipeplan.calibrate import calibrate
 from pipeplan.errors import BadArgumentError, OutputError, PipeplanError
 from pipeplan.fileio import claim_directory, write_atomic
@@ -54,16 +53,14 @@ def prepare(cfg: RunConfig, runs_root: str | Path) -> Path:
             )
     elif cfg.nproc > (os.cpu_count() or 1):
         log.warning("--nproc %d is more than the %d CPU cores", cfg.nproc, os.cpu_count())
-    seq = models.build(cfg.model, dropout=cfg.dropout)
-    data = load_data(cfg.data, seq, seed=cfg.seed)
-    check_compatible(data, seq)
+    seq, data = build_task(cfg)
     if len(data.train) < cfg.global_batch:
         raise BadArgumentError(
             f"--global-batch {cfg.global_batch} is larger than the {len(data.train)} training "
             "samples"
         )
     planner = RunPlanner.from_config(cfg)
-    planner.check()
+    planner.check(seq)
     run_dir = claim_directory(Path(runs_root) / run_name(cfg.name))
     if any(p.name != ".lock" for p in run_dir.iterdir()):
         raise OutputError(f"{run_dir}: already holds a run; pick another --name")

@@ -148,9 +148,11 @@ class PhaseRuntime:
         example_input: Callable[[int], torch.Tensor],
         device: torch.device,
         make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer],
+        clip_grad_norm: float | None = None,
     ):
         self.layout = layout
         self.device = device
+        self.clip_grad_norm = clip_grad_norm  # max global gradient norm, or None
         self.topology: Topology = build_topology(rank, layout.rank_map)
         set_frozen(layers, layout.frozen_layers)
         # A rank outside the layout keeps these empty: it idles through the phase.
@@ -199,6 +201,8 @@ class PhaseRuntime:
         (raw or cached), `labels` on the last stage."""
         times = StepTimes()
         if not self.topology.active:
+            if self.clip_grad_norm is not None:
+                self.clip_gradients()  # collective over the world: this rank adds nothing
             return times
         assert self.module is not None and self.optimizer is not None
         assert self.backward_clock is not None
@@ -211,15 +215,24 @@ class PhaseRuntime:
         t1 = time.perf_counter()
         self.all_reduce_gradients()
         t2 = time.perf_counter()
+        # AutoFreeze reads the gradients before clipping: a step's clip scales every layer
+        # alike and would blur the per-layer change rates it compares.
         for index, norm in self.layer_grad_norms().items():
             self.grad_norm_sums[index] = self.grad_norm_sums.get(index, 0.0) + norm
         self.grad_norm_steps += 1
+        clip_s = 0.0
+        if self.clip_grad_norm is not None:
+            started = time.perf_counter()
+            self.clip_gradients()
+            clip_s = time.perf_counter() - started
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         t3 = time.perf_counter()
         times.fwd_s, times.bwd_s = self.module.fwd_s, self.backward_clock.seconds
         times.wait_s = max(0.0, (t1 - t0) - times.fwd_s - times.bwd_s)
-        times.allreduce_s, times.optimizer_s, times.step_s = t2 - t1, t3 - t2, t3 - t0
+        # The clip's one-number all-reduce is communication, not optimizer work.
+        times.allreduce_s, times.optimizer_s = t2 - t1 + clip_s, t3 - t2 - clip_s
+        times.step_s = t3 - t0
         if losses:
             times.loss = float(torch.stack([loss.detach() for loss in losses]).mean())
         return times
@@ -236,6 +249,24 @@ class PhaseRuntime:
         for p, g in zip(self.params, grads, strict=True):
             p.grad = flat[offset : offset + g.numel()].view_as(g)
             offset += g.numel()
+
+    def clip_gradients(self) -> float:
+        """Scale the active gradients so that the global norm, over the parameters of every
+        stage, is at most `clip_grad_norm`, exactly as `torch.nn.utils.clip_grad_norm_` on one
+        process; returns the norm before clipping. Collective over the world: each stage's
+        squared norm counts once (from replica 0: after the all-reduce the replicas' gradients
+        are equal), and ranks outside the layout add 0."""
+        squares = torch.zeros(1, dtype=torch.float64, device=self.device)
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if self.topology.replica == 0 and grads:
+            squares += sum(g.double().pow(2).sum() for g in grads)
+        dist.all_reduce(squares)
+        norm = float(squares.sqrt())
+        scale = self.clip_grad_norm / (norm + 1e-6)  # torch's epsilon
+        if scale < 1.0:
+            for g in grads:
+                g.mul_(scale)
+        return norm
 
     def layer_grad_norms(self) -> dict[int, float]:
         """Gradient norm of each active layer this rank owns (valid between the all-reduce

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeplan.cluster import run_cluster
 from pipeplan.costmodel import CostModel
@@ -38,6 +39,9 @@ from pipeplan.formats import (
 )
 from pipeplan.plan import profile_identity, stage_plans
 from pipeplan.solver import solve_phase
+
+if TYPE_CHECKING:
+    from pipeplan.models import LayerSequence
 
 RUN_PROFILE = "profile.json"  # the profile a run started with, copied into its directory
 
@@ -72,6 +76,31 @@ def config_profile(cfg: RunConfig) -> Profile:
     return profile
 
 
+def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> None:
+    """A profile times one input shape: a run that feeds another (a longer sequence, padded
+    text, another task) would be planned with times that do not hold for it."""
+    measured = profile.model
+    have = _input_words(
+        measured.input_shape, measured.input_dtype, measured.task, measured.padding_mask
+    )
+    dtype = str(seq.input_dtype).removeprefix("torch.")
+    want = _input_words(list(seq.input_shape), dtype, seq.task, seq.padding_mask)
+    if have == want:
+        return
+    flags = f" --seq-len {seq.input_shape[0]}" if dtype == "int64" else ""
+    flags += f" --task {seq.task}" + (" --padding-mask" if seq.padding_mask else "")
+    raise BadArgumentError(
+        f"the profile was measured for {have}, but this run feeds {want}; profile that: "
+        f"pipeplan profile {cfg.model}{flags} --out P.json, and pass --profile P.json"
+    )
+
+
+def _input_words(shape: list[int], dtype: str, task: str, padded: bool) -> str:
+    """`input (32,) int64 float32 causal-lm, padded`: what a profile's times hold for."""
+    text = f"input {tuple(shape)} {dtype}, float32 weights, {task}"
+    return text + (", padded" if padded else "")
+
+
 @dataclass
 class RunPlanner:
     profile: Profile
@@ -102,8 +131,11 @@ class RunPlanner:
             return self.plan.inputs.cluster
         return run_cluster(self.config, self.profile)
 
-    def check(self) -> None:
-        """Fail before any process starts if not even the first phase can be planned."""
+    def check(self, seq: LayerSequence | None = None) -> None:
+        """Fail before any process starts if the profile was measured for another input than
+        the model `seq` takes, or if not even the first phase can be planned."""
+        if seq is not None:
+            check_profile_fits(self.profile, seq, self.config)
         self(0, False)
 
     def adopt(self, profile: Profile, run_dir: Path, number: int) -> None:

@@ -1,5 +1,5 @@
 """The run's records (docs/architecture.md §3.7): each rank's share of a step record, and
-`run.jsonl`, written by the `Recorder` and nowhere else.
+`run.jsonl` and `metrics.csv`, written by the `Recorder` and nowhere else.
 
 Every rank contributes one row of numbers to each step record; `STEP_ROW` names its fields, so
 that packing and unpacking cannot drift apart. Rank 0 alone writes `run.jsonl`: one JSON object
@@ -10,6 +10,8 @@ other ranks the recorder drops what it is given.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 from collections.abc import Callable
@@ -83,12 +85,43 @@ def step_record(
     )
 
 
+# metrics.csv: one row per epoch, the numbers a fine-tuning user follows.
+METRICS_FILE = "metrics.csv"
+METRICS = (
+    "epoch",
+    "train_loss",
+    "eval_loss",
+    "eval_accuracy",
+    "samples_per_s",
+    "frozen_layers",
+    "layout",
+)
+
+
+def metrics_csv(epochs: list[EpochRecord], layouts: dict[int, str]) -> str:
+    """The rows of metrics.csv: epoch records with their phase's layout label; a value the
+    epoch does not have (no held-out set) is an empty cell."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(METRICS)
+    for e in epochs:
+        values = dict(e.model_dump(), layout=layouts.get(e.phase, ""))
+        writer.writerow("" if values[name] is None else values[name] for name in METRICS)
+    return out.getvalue()
+
+
 class Recorder:
+    """Rank 0's `run.jsonl`, and beside it `metrics.csv`: one row per epoch (METRICS), for a
+    spreadsheet or pandas, rewritten whole at each epoch so it always matches the records."""
+
     def __init__(self, path: Path, writes: bool):
         self.path = path
+        self.metrics_path = path.with_name(METRICS_FILE)
         # Called with each step record (rank 0's progress bar), after the record is written.
         self.on_step: Callable[[StepRecord], None] | None = None
         self._file = open(path, "a") if writes else None  # noqa: SIM115 (closed in close())
+        self._layouts: dict[int, str] = {}  # phase → layout label, for the metrics rows
+        self._epochs: list[EpochRecord] = []
 
     def write(self, record: Record) -> None:
         if self._file is None:
@@ -97,6 +130,14 @@ class Recorder:
         self._file.flush()
         if isinstance(record, StepRecord) and self.on_step is not None:
             self.on_step(record)
+        self._remember(record)
+
+    def _remember(self, record: Record) -> None:
+        if isinstance(record, PhaseRecord):
+            self._layouts[record.phase] = record.layout.label()
+        elif isinstance(record, EpochRecord):
+            self._epochs.append(record)
+            write_atomic(self.metrics_path, metrics_csv(self._epochs, self._layouts))
 
     def truncate(self, manifest: CheckpointManifest) -> None:
         """Drop the records written after the checkpoint: the resumed run writes them again."""
@@ -112,6 +153,11 @@ class Recorder:
         self._file.close()
         write_atomic(self.path, "".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in kept))
         self._file = open(self.path, "a")  # noqa: SIM115
+        self._layouts, self._epochs = {}, []
+        for record in kept:
+            self._remember(record)
+        if not self._epochs:  # nothing kept to show: no stale rows either
+            self.metrics_path.unlink(missing_ok=True)
 
     def close(self) -> None:
         if self._file is not None:

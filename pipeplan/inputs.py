@@ -33,6 +33,7 @@ from pipeplan.formats import (
     Profile,
     Schedule,
     Strict,
+    Task,
     flag_of,
     load,
 )
@@ -79,6 +80,12 @@ class ProfileRequest(Strict):
     repeats: PosInt = Field(5, description="Recorded rounds; medians are reported.")
     seq_len: Annotated[PosInt | None, Flag(default="the model's own")] = Field(
         None, description="Sequence length of text models."
+    )
+    task: Annotated[Task | None, Flag(default="the model's own")] = Field(
+        None, description="classification, or causal-lm for decoders: the run's task."
+    )
+    padding_mask: bool = Field(
+        False, description="Time padded text, as runs on text files feed it (§4.17)."
     )
     seed: int = Field(0, description="Seed for weights and inputs.")
 

@@ -31,13 +31,14 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, UnknownModelError
+from pipeplan.formats import Init, Task  # defined once, with the run options that take them
 
 log = logging.getLogger("pipeplan.models")
 
@@ -50,11 +51,8 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
-TASKS = ("classification", "causal-lm")
+TASKS = get_args(Task)
 IGNORE_INDEX = -100  # label of a token the causal-LM loss skips, as in transformers
-
-Init = Literal["pretrained", "random"]
-Task = Literal["classification", "causal-lm"]
 
 
 @dataclass(frozen=True)

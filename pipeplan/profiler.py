@@ -385,7 +385,14 @@ def profile_to_file(request: ProfileRequest, progress: Progress | None = None) -
     resolve_device(request.device)
     check_writable(request.out)
     # Times and bytes do not depend on the weights' values: a checkpoint's are not loaded.
-    seq = models.build(request.model, seq_len=request.seq_len, seed=request.seed, init="random")
+    seq = models.build(
+        request.model,
+        seq_len=request.seq_len,
+        seed=request.seed,
+        init="random",
+        task=request.task,
+        padding_mask=request.padding_mask,
+    )
     profile = profile_layers(
         seq,
         device=request.device,

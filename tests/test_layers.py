@@ -45,6 +45,8 @@ LAYERS = [  # bottom first
                     "cache",
                     "checkpoint",
                     "data",
+                    "text",
+                    "task",
                     "planning",
                     "progress",
                 ]
@@ -52,7 +54,7 @@ LAYERS = [  # bottom first
         ],
     ),
     ("analysis", ["pipeplan.calibrate", "pipeplan.report", "pipeplan.plots"]),
-    ("top", ["cli", "pipeplan.options", "executor.launch", "executor.demo"]),
+    ("top", ["cli", "pipeplan.options", "pipeplan.api", "executor.launch", "executor.demo"]),
 ]
 
 

@@ -58,6 +58,7 @@ from pipeplan.formats.profile import (
     ModelInfo,
     Profile,
     ProfileSettings,
+    Task,
 )
 from pipeplan.formats.report import (
     BaselineReport,
@@ -72,6 +73,7 @@ from pipeplan.formats.run import (
     WARMUP_STEPS_PER_PHASE,
     EpochRecord,
     FreezeMode,
+    Init,
     PhaseDecision,
     PhaseRecord,
     PhaseSummary,
@@ -123,6 +125,7 @@ __all__ = [
     "FreezeMode",
     "FreezePhase",
     "FreezeSchedule",
+    "Init",
     "LayerProfile",
     "Layout",
     "Link",
@@ -157,6 +160,7 @@ __all__ = [
     "StaticPlanSummary",
     "StepRecord",
     "Strict",
+    "Task",
     "dumps",
     "flag_marker",
     "flag_of",

@@ -22,6 +22,10 @@ from pipeplan.formats.base import (
     Strict,
 )
 
+# What a model is trained for: classes, or the next token (decoders). Defined once, here: the
+# profile records it, `pipeplan run --task` takes it, `pipeplan.models.build` builds it.
+Task = Literal["classification", "causal-lm"]
+
 
 class ModelInfo(Strict):
     name: str = Field(description="Built-in name or the config path the model was built from.")
@@ -32,7 +36,7 @@ class ModelInfo(Strict):
     num_labels: Count = Field(
         description="Classes each prediction chooses among (the vocabulary for causal-lm)."
     )
-    task: Literal["classification", "causal-lm"] = "classification"
+    task: Task = "classification"
     padding_mask: bool = Field(
         False, description="The hidden state carries a padding-mask channel (one more value)."
     )

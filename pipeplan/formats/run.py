@@ -19,10 +19,10 @@ from pydantic import Field, TypeAdapter, ValidationError, field_validator, model
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.formats.base import (
     MAX_COUNT,
-    NOT_A_FLAG,
     Flag,
     NonNegFloat,
     NonNegInt,
+    PosFloat,
     PosInt,
     Seconds,
     Strict,
@@ -32,8 +32,11 @@ from pipeplan.formats.base import (
 from pipeplan.formats.cluster import Cluster
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.plan import StagePlan, check_stages
+from pipeplan.formats.profile import Task
 
 FreezeMode = Literal["auto", "alpha", "list", "none"]
+# Where a run's weights come from: the model directory's checkpoint, or drawn from the seed.
+Init = Literal["pretrained", "random"]
 
 # The built-in dataset that goes with a built-in executor model: `--data`'s default.
 DEFAULT_DATA = {"vit-digits": "digits", "bert-synth": "synth-text"}
@@ -74,10 +77,32 @@ class RunConfig(Strict):
     name: Annotated[str, Flag(default="run-DATE-TIME")] = Field(
         default_factory=_timestamp, description="Run name: the run directory is runs/NAME/."
     )
-    model: str = Field("vit-digits", description="Built-in model or path to an HF config.json.")
+    model: str = Field(
+        "vit-digits",
+        description="Built-in model, or a transformers directory (or its config.json); its "
+        "weights are loaded.",
+    )
+    init: Annotated[
+        Init | None, Flag(default="pretrained for a directory with weights, else random")
+    ] = Field(
+        None,
+        description="pretrained (the directory's weights) or random (its config alone; a "
+        "directory without weights needs it).",
+    )
+    task: Annotated[
+        Task | None,
+        Flag(default="from the data: labelled text classification, plain text causal-lm"),
+    ] = Field(None, description="classification, or causal-lm for decoders (GPT-2, Llama).")
     data: Annotated[str, Flag(default="the model's own task")] = Field(
         default_factory=_data_for_model,
-        description="Training data: digits, synth-text or module:function.",
+        description="Training data: digits, synth-text, a text file FILE.jsonl or FILE.csv "
+        "(20 % held out; or TRAIN,EVAL), or module:function.",
+    )
+    tokenizer: Annotated[str | None, Flag(default="the model directory's")] = Field(
+        None, description="Local tokenizer directory for text files."
+    )
+    seq_len: Annotated[PosInt | None, Flag(default="the model's own")] = Field(
+        None, description="Tokens per sample of text models: text is padded or cut to it."
     )
     nproc: PosInt = Field(
         2, description="Ranks, one process each: spawned once here, or the torchrun world size."
@@ -91,8 +116,16 @@ class RunConfig(Strict):
         None, description="Cap on the steps of an epoch, for quick runs."
     )
     lr: float = Field(1e-3, gt=0, description="Peak learning rate (AdamW).")
-    weight_decay: Annotated[NonNegFloat, NOT_A_FLAG] = 0.01
-    warmup_steps: Annotated[NonNegInt, NOT_A_FLAG] = 0
+    weight_decay: NonNegFloat = Field(
+        0.01, description="AdamW weight decay, on every trainable parameter."
+    )
+    warmup_steps: NonNegInt = Field(
+        0, description="Steps of linear learning-rate warm-up; then cosine decay to 10 % of --lr."
+    )
+    clip_grad_norm: Annotated[PosFloat | None, Flag(default="no clipping")] = Field(
+        None,
+        description="Clip the gradient norm, taken over all stages and replicas, to this value.",
+    )
     freeze: FreezeMode = Field(
         "auto",
         description="auto (α bound and gradient criterion), alpha, none, or the frozen layers "
@@ -237,7 +270,12 @@ class EpochRecord(Strict):
     epoch_s: Seconds = Field(description="Training time of the epoch (evaluation excluded).")
     eval_s: Seconds = 0.0
     train_loss: float | None
-    eval_accuracy: Annotated[float, Field(ge=0, le=1)] | None
+    eval_loss: float | None = Field(
+        None, description="Held-out loss: per sample, or per predicted token (causal-lm)."
+    )
+    eval_accuracy: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        description="Held-out accuracy: of classes, or of next tokens (causal-lm)."
+    )
     samples_per_s: NonNegFloat
     grad_norms: dict[str, NonNegFloat] = Field(
         default_factory=dict, description="Mean gradient norm per active layer this epoch."

@@ -1,0 +1,174 @@
+"""A run's task: its model and data resolved together, and the trained model written out.
+
+The data decides what the model is built for: labels → classification with a head of as many
+classes as the labels use (a checkpoint without a head of that size gets a fresh one, drawn
+from --seed, with one notice); plain text or token-sequence labels → causal-lm; padded text →
+the padding-mask channel. `launch.prepare` and then every rank build the same way from the
+same seed, so all ranks hold the same weights: the checkpoint's, a fresh head included.
+
+    seq, data = build_task(cfg)                      # launch.prepare and every rank
+    save_model(seq, run_dir)                         # the end of a run: runs/NAME/model/
+    export_run("runs/r", "out/")                     # `pipeplan export`: the latest checkpoint
+    export_run("runs/r", "out/", "step-40")          # … or a named one
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from executor import text
+from executor.data import TaskData, check_compatible, data_task, label_count, load_data
+from pipeplan import models
+from pipeplan.errors import BadArgumentError, InputFileError, OutputError
+from pipeplan.formats import RunConfig, load
+
+if TYPE_CHECKING:
+    from pipeplan.models import LayerSequence
+
+log = logging.getLogger("pipeplan.run")
+MODEL_DIR = "model"  # runs/NAME/model/: the trained transformers model
+
+
+def build_task(cfg: RunConfig, quiet: bool = False) -> tuple[LayerSequence, TaskData]:
+    """The run's model and data, checked against each other. `quiet` keeps the fresh-head
+    notice for the first build (launch.prepare) only, not once per rank."""
+    spec = cfg.data
+    if cfg.tokenizer is not None and not text.is_text_spec(spec):
+        raise BadArgumentError("--tokenizer applies to text files: --data FILE.jsonl or FILE.csv")
+    with _notices(quiet):
+        if spec == "synth-text":  # generated for the model: its task, length and vocabulary
+            seq = _build(cfg, cfg.task)
+            data = load_data(spec, seq, cfg.seed)
+        elif text.is_text_spec(spec):
+            corpus = text.read_corpus(spec, cfg.seed)
+            task = _text_task(corpus, cfg.task, spec)
+            classes = corpus.num_labels if task == "classification" else None
+            seq = _build(cfg, task, classes, padding_mask=True)
+            _name_labels(seq, corpus.label_names)
+            data = text.tokenize(corpus, cfg.tokenizer, seq)
+        else:
+            data = load_data(spec, None, cfg.seed)
+            task = cfg.task or data_task(data)
+            seq = _build(cfg, task, _classes(data, task), data.padded)
+    check_compatible(data, seq)
+    return seq, data
+
+
+def _build(
+    cfg: RunConfig,
+    task: str | None,
+    num_labels: int | None = None,
+    padding_mask: bool = False,
+) -> LayerSequence:
+    return models.build(
+        cfg.model,
+        seq_len=cfg.seq_len,
+        seed=cfg.seed,
+        dropout=cfg.dropout,
+        init=cfg.init,
+        task=task,
+        num_labels=num_labels,
+        padding_mask=padding_mask,
+    )
+
+
+def _text_task(corpus: text.Corpus, task: str | None, spec: str) -> str:
+    """Labelled text is classification, plain text causal-lm, unless --task says otherwise
+    (a causal LM may train on labelled text: the labels are then not used)."""
+    if task is None:
+        return "classification" if corpus.labelled else "causal-lm"
+    if task == "classification" and not corpus.labelled:
+        raise BadArgumentError(
+            f"--task classification needs labels, and {spec} has text only; add a label to "
+            "every row, or train a decoder with --task causal-lm"
+        )
+    return task
+
+
+def _classes(data: TaskData, task: str) -> int | None:
+    """The head's size for classification data; None when the data does not say (then the
+    model keeps its own and check_compatible names any label outside it)."""
+    if task != "classification" or len(data.train) == 0:
+        return None
+    return label_count(data)
+
+
+def _name_labels(seq: LayerSequence, names: list[str] | None) -> None:
+    """Label names from the data become the exported model's id2label."""
+    if not names:
+        return
+    for config in {id(c): c for c in (seq.config, seq.hf_model.config)}.values():
+        config.id2label = dict(enumerate(names))
+        config.label2id = {name: i for i, name in enumerate(names)}
+
+
+@contextlib.contextmanager
+def _notices(quiet: bool) -> Iterator[None]:
+    """Without the model builder's warnings when `quiet` (they were given once already)."""
+    logger = logging.getLogger("pipeplan.models")
+    level = logger.level
+    if quiet:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+# --------------------------------------------------------------------------- the model out
+
+
+def save_model(seq: LayerSequence, run_dir: Path) -> Path:
+    """`runs/NAME/model/`: the sequence's weights as a transformers directory. Rank 0 calls it
+    after the final checkpoint, which gathered every layer's current values there; a resumed
+    run replaces the directory."""
+    out = run_dir / MODEL_DIR
+    shutil.rmtree(out, ignore_errors=True)
+    models.export(seq, out)
+    log.info("trained model: %s (transformers: from_pretrained)", out)
+    return out
+
+
+def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = None) -> Path:
+    """`pipeplan export RUN [--checkpoint step-N] --out DIR`: a checkpoint's weights (the
+    latest that verifies, or the named one) in the model the run builds, as a transformers
+    directory. The run's data is read again: it sizes the head as it did in the run."""
+    from executor.checkpoint import load_checkpoint, load_latest, restore
+
+    run_dir, out = Path(run_dir), Path(out)
+    _check_new_directory(out)
+    cfg = load(RunConfig, run_dir / "run.json")
+    path = _checkpoint_path(run_dir, checkpoint) if checkpoint else None
+    _, weights, _, _ = load_checkpoint(path) if path else load_latest(run_dir)
+    # Random init: every weight comes from the checkpoint, the model directory's are not read.
+    seq, _ = build_task(cfg.model_copy(update={"init": "random"}), quiet=True)
+    try:
+        restore(seq.layers, weights, {})
+    except RuntimeError as exc:
+        raise InputFileError(
+            f"{run_dir}: the checkpoint does not fit the model the run builds now "
+            f"({str(exc).splitlines()[0]}); did the model or the data change?"
+        ) from None
+    return models.export(seq, out)
+
+
+def _checkpoint_path(run_dir: Path, name: str) -> Path:
+    if not re.fullmatch(r"step-[0-9]{1,12}", name):
+        raise BadArgumentError(f"--checkpoint {name!r}: name a checkpoint as step-N")
+    path = run_dir / "checkpoints" / name
+    if not path.is_dir():
+        kept = sorted(p.name for p in (run_dir / "checkpoints").glob("step-*"))
+        raise InputFileError(f"{path}: no such checkpoint (kept: {', '.join(kept) or 'none'})")
+    return path
+
+
+def _check_new_directory(out: Path) -> None:
+    """Before any work: export writes a new directory (models.export checks it again)."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise OutputError(f"{out}: exists and is not an empty directory; export needs a new one")

@@ -1,0 +1,248 @@
+"""Text files as training data: JSONL or CSV rows of text (and a label), tokenized offline with
+a local tokenizer directory and padded or cut to the model's sequence length.
+
+    corpus = read_corpus("reviews.jsonl", seed=0)     # 20 % held out, drawn from the seed
+    corpus = read_corpus("train.jsonl,eval.csv")      # or both splits given, in that order
+    data = tokenize(corpus, "tok/", seq)              # a TaskData with padded=True
+
+JSONL: one object per line with a string "text" and, for classification, a "label": an
+integer ≥ 0, or a name (names are numbered in sorted order and become the exported model's
+id2label). CSV: a header row naming a `text` column and optionally a `label` column. Text
+without labels trains a causal LM: its labels are the input ids, IGNORE_INDEX at padding.
+Padding is the tokenizer's pad token, which must be the model's pad_token_id: the model then
+carries the padding mask between stages (docs/architecture.md §4.17).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from executor.data import TaskData, TensorPairs
+from pipeplan.errors import BadArgumentError, InputFileError
+
+if TYPE_CHECKING:
+    from pipeplan.models import LayerSequence
+
+TEXT_SUFFIXES = (".jsonl", ".csv")
+EVAL_FRACTION = 0.2  # held out of a single file
+# What marks a directory as holding a tokenizer (transformers writes both).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+Row = tuple[str, Any]  # (text, label as written, or None)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Texts and labels (label ids; None for plain text) of both splits."""
+
+    name: str
+    train: list[str]
+    eval: list[str]
+    train_labels: list[int] | None
+    eval_labels: list[int] | None
+    label_names: list[str] | None = None  # when the files name their labels
+
+    @property
+    def labelled(self) -> bool:
+        return self.train_labels is not None
+
+    @property
+    def num_labels(self) -> int:
+        """Classes: the named labels, or the largest label id + 1."""
+        if self.label_names is not None:
+            return len(self.label_names)
+        return 1 + max([*(self.train_labels or []), *(self.eval_labels or []), 0])
+
+
+def is_text_spec(spec: str) -> bool:
+    """`reviews.jsonl`, `train.csv,eval.csv`: one or two text files."""
+    parts = spec.split(",")
+    return len(parts) <= 2 and all(p.lower().endswith(TEXT_SUFFIXES) for p in parts)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_corpus(spec: str, seed: int = 0) -> Corpus:
+    """The texts and labels of `spec`: one file (EVAL_FRACTION of it held out, drawn from
+    `seed`) or `TRAIN,EVAL`. InputFileError naming file and line on anything malformed."""
+    files = [Path(p) for p in spec.split(",")]
+    rows = [_read_rows(path) for path in files]
+    if not rows[0]:
+        raise InputFileError(f"{files[0]}: no rows of text")
+    labelled = {label is not None for split in rows for _, label in split}
+    if len(labelled) > 1:
+        raise InputFileError(
+            f"{spec}: some rows have a label and some do not; label every row (classification) "
+            "or none (causal-lm)"
+        )
+    names = None  # plain text
+    if True in labelled:
+        names = _label_names([label for split in rows for _, label in split])
+    if len(rows) == 1:
+        rows = _hold_out(rows[0], seed)
+    (train, train_labels), (eval_, eval_labels) = (_columns(split, names) for split in rows)
+    return Corpus(spec, train, eval_, train_labels, eval_labels, names or None)
+
+
+def _read_rows(path: Path) -> list[Row]:
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            if path.suffix.lower() == ".csv":
+                return _csv_rows(handle, path)
+            return _jsonl_rows(handle, path)
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InputFileError(f"{path}: cannot read ({exc})") from None
+
+
+def _jsonl_rows(handle: Any, path: Path) -> list[Row]:
+    rows = []
+    for number, line in enumerate(handle, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise InputFileError(f"{path}:{number}: not a JSON object ({exc})") from None
+        if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+            raise InputFileError(f'{path}:{number}: expected an object with a string "text"')
+        rows.append((item["text"], _label(item.get("label"), f"{path}:{number}")))
+    return rows
+
+
+def _csv_rows(handle: Any, path: Path) -> list[Row]:
+    reader = csv.DictReader(handle)
+    if reader.fieldnames is None or "text" not in reader.fieldnames:
+        raise InputFileError(f"{path}: the header row must name a 'text' column")
+    has_label = "label" in reader.fieldnames
+    rows = []
+    for row in reader:
+        where = f"{path}:{reader.line_num}"
+        if row["text"] is None:
+            raise InputFileError(f"{where}: the row has no text")
+        rows.append((row["text"], _label(row["label"], where) if has_label else None))
+    return rows
+
+
+def _label(value: Any, where: str) -> int | str | None:
+    """An integer label, a label name, or None (no label); digits in a CSV cell are an
+    integer."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise InputFileError(f"{where}: a label is an integer ≥ 0 or a name, not {value!r}")
+
+
+def _label_names(labels: list[int | str]) -> list[str]:
+    """Names in sorted order when any label is a name (ids are then positions in it); []
+    when every label is already an id."""
+    if all(isinstance(label, int) for label in labels):
+        return []
+    return sorted({str(label) for label in labels})
+
+
+def _hold_out(rows: list[Row], seed: int) -> list[list[Row]]:
+    """(train, eval) rows of one file: a seeded EVAL_FRACTION is held out, order kept."""
+    held = np.zeros(len(rows), dtype=bool)
+    count = round(EVAL_FRACTION * len(rows)) if len(rows) > 1 else 0
+    held[np.random.default_rng(seed).permutation(len(rows))[:count]] = True
+    return [[r for r, h in zip(rows, held, strict=True) if h == want] for want in (False, True)]
+
+
+def _columns(rows: list[Row], names: list[str] | None) -> tuple[list[str], list[int] | None]:
+    texts = [text for text, _ in rows]
+    if names is None:
+        return texts, None
+    ids = {name: i for i, name in enumerate(names)}
+    return texts, [ids[str(label)] if names else int(label) for _, label in rows]
+
+
+# --------------------------------------------------------------------------- tokenizing
+
+
+def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskData:
+    """Token ids padded or cut to the model's length; labels, or for a causal LM the ids
+    with IGNORE_INDEX at padding."""
+    tok = load_tokenizer(tokenizer_directory(tokenizer, seq, corpus.name))
+    pad = _pad_id(tok, seq)
+    length = seq.input_shape[0]
+
+    def encode(texts: list[str]) -> torch.Tensor:
+        if not texts:
+            return torch.zeros((0, length), dtype=torch.int64)
+        out = tok(texts, padding="max_length", truncation=True, max_length=length)
+        return torch.tensor(out["input_ids"], dtype=torch.int64)
+
+    def split(texts: list[str], labels: list[int] | None) -> TensorPairs:
+        ids = encode(texts)
+        if seq.task != "causal-lm":
+            return TensorPairs(ids, torch.tensor(labels or [], dtype=torch.int64))
+        from pipeplan.models import IGNORE_INDEX
+
+        targets = ids.clone()
+        targets[ids == pad] = IGNORE_INDEX
+        return TensorPairs(ids, targets)
+
+    train = split(corpus.train, corpus.train_labels)
+    eval_ = split(corpus.eval, corpus.eval_labels)
+    return TaskData(corpus.name, train, eval_, augmented=False, padded=True)
+
+
+def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Path:
+    """--tokenizer, else the model's own directory when it holds a tokenizer."""
+    if given is not None:
+        return Path(given)
+    model = Path(seq.name)
+    model = model.parent if model.suffix == ".json" else model
+    if any((model / name).is_file() for name in TOKENIZER_FILES):
+        return model
+    raise BadArgumentError(
+        f"data '{data}' is text: pass --tokenizer DIR, a local tokenizer directory (nothing "
+        "is downloaded)"
+    )
+
+
+def load_tokenizer(directory: Path) -> Any:
+    """A tokenizer saved by transformers (`save_pretrained`), offline; a bare tokenizer.json
+    of the `tokenizers` library works too."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if not directory.is_dir():
+        raise InputFileError(f"{directory}: no such tokenizer directory")
+    try:
+        return AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        if (directory / "tokenizer.json").is_file():
+            return PreTrainedTokenizerFast(tokenizer_file=str(directory / "tokenizer.json"))
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputFileError(f"{directory}: cannot load a tokenizer ({first})") from None
+
+
+def _pad_id(tok: Any, seq: LayerSequence) -> int:
+    """The tokenizer's padding must be what the model reads as padding."""
+    pad, model_pad = tok.pad_token_id, seq.config.pad_token_id
+    if pad is None:
+        raise BadArgumentError(
+            "the tokenizer has no pad token; text is padded to --seq-len: set one "
+            "(tokenizer.pad_token = ...) and save it again"
+        )
+    if pad != model_pad:
+        raise BadArgumentError(
+            f"the tokenizer pads with id {pad} but the model's pad_token_id is {model_pad}; "
+            "they must agree (set pad_token_id in the model's config.json)"
+        )
+    return pad

@@ -1,0 +1,114 @@
+"""The Python API, for notebooks: the commands as functions, their options as keyword arguments
+named as on the command line without the dashes (or as the model's fields); paths may be
+`Path`s.
+
+    import pipeplan
+    pipeplan.profile("bert-synth", out="p.json", micro_batch_sizes="1,2,4")   # → Profile
+    preview = pipeplan.preview(profile="p.json", devices_per_node=4, epochs=5) # → Preview
+    preview.predicted_speedup
+    pipeplan.plan(profile="p.json", devices_per_node=4, out="plan.json")       # → Plan
+    summary = pipeplan.run(model="vit-digits", epochs=2, device_memory="100MiB", name="r")
+    pipeplan.export("runs/r", out="trained/")                                 # → Path
+
+Each function builds its command's typed request (`ProfileRequest`, `PlanRequest`,
+`RunConfig`; docs/architecture.md §3.10), so a value is checked exactly as the command line
+checks it and a bad one raises `PipeplanError` with the command's one-line message (`--lr:
+Input should be greater than 0`). Sizes and bandwidths take numbers or text with units
+("100MiB", "15.75GB/s"). `import pipeplan` stays light: the package loads this module on the
+first call (`pipeplan.__getattr__`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from pipeplan import log
+from pipeplan.errors import BadArgumentError
+from pipeplan.formats import RunConfig
+from pipeplan.inputs import PlanRequest, ProfileRequest
+from pipeplan.options import Option, build, model_options
+
+if TYPE_CHECKING:
+    from pipeplan.formats import Plan, Preview, Profile, RunSummary
+
+__all__ = ["export", "plan", "preview", "profile", "run"]
+
+
+def profile(model: str, **options: Any) -> Profile:
+    """`pipeplan profile MODEL --out FILE …`: measure and write the profile; returns it."""
+    from pipeplan.profiler import profile_to_file
+
+    return profile_to_file(_request(ProfileRequest, {"model": model, **options}))
+
+
+def plan(profile: str, out: str | Path | None = None, **options: Any) -> Plan:
+    """`pipeplan plan --profile P …`: the elastic plan, also written to `out` when given."""
+    from pipeplan.fileio import check_writable, write_atomic
+    from pipeplan.formats import dumps
+    from pipeplan.plan import make_plan
+
+    if out is not None:
+        check_writable(str(out))
+    args = _request(PlanRequest, {"profile": profile, **options}).resolve()
+    result = make_plan(args.profile, args.cluster, **args.kwargs())
+    if out is not None:
+        write_atomic(out, dumps(result))
+    return result
+
+
+def preview(profile: str, **options: Any) -> Preview:
+    """`pipeplan preview --profile P …`: the predicted speedup (`.predicted_speedup`), per
+    epoch rows, the baseline and the ablation."""
+    from pipeplan.plan import make_preview
+
+    args = _request(PlanRequest, {"profile": profile, **options}).resolve()
+    return make_preview(args.profile, args.cluster, **args.kwargs())
+
+
+def run(runs_dir: str | Path = "runs", **options: Any) -> RunSummary:
+    """`pipeplan run …`: train on local ranks; returns the summary (the run directory is
+    `runs_dir/summary.name`: records, metrics.csv, the trained model in model/). The epoch
+    lines and warnings go to stderr through the `pipeplan` logger."""
+    from executor.launch import start_run
+
+    if not logging.getLogger("pipeplan").handlers:  # the caller has not configured it
+        log.setup()
+    _, summary = start_run(_request(RunConfig, options), runs_dir)
+    assert summary is not None  # not prepare-only
+    return summary
+
+
+def export(run_dir: str | Path, out: str | Path, checkpoint: str | None = None) -> Path:
+    """`pipeplan export RUN --out DIR [--checkpoint step-N]`: a transformers directory."""
+    from executor.task import export_run
+
+    return export_run(run_dir, out, checkpoint)
+
+
+def _request(model: type[BaseModel], options: dict[str, Any]) -> Any:
+    """The command's model from keyword options, as the command line builds it."""
+    known = _options_by_name(model)
+    given = {}
+    for key, value in options.items():
+        option = known.get(key)
+        if option is None:
+            names = ", ".join(sorted({o.field for o in known.values()}))
+            raise BadArgumentError(f"no option {key!r}; the options are: {names}")
+        if isinstance(value, PurePath):  # files and directories are text on the command line
+            value = str(value)
+        given[option.field] = option.parse(value) if isinstance(value, str) else value
+    return build(model, given)
+
+
+def _options_by_name(model: type[BaseModel]) -> dict[str, Option]:
+    """Each option under its field name and its flag's name: `device_memory_bytes` and
+    `device_memory` are the same option."""
+    known = {}
+    for option in model_options(model):
+        known[option.field] = option
+        known[option.spelling.lstrip("-").replace("-", "_").lower()] = option
+    return known

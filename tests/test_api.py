@@ -1,0 +1,96 @@
+"""The Python API: `import pipeplan` stays light, each function is its command (same options,
+same results, same one-line errors), and `pipeplan.plan` is callable next to the planner
+module of the same name."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cli
+import pipeplan
+from executor.planning import shipped_profile
+from pipeplan.errors import PipeplanError
+from pipeplan.formats import Profile, RunConfig, RunSummary, dumps
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = str(shipped_profile("bert-tiny", "cpu"))
+SHAPE = dict(devices_per_node=4, epochs=3, global_batch=64, samples=6400)
+FLAGS = ["--devices-per-node", "4", "--epochs", "3", "--global-batch", "64", "--samples", "6400"]
+
+
+def test_import_pipeplan_loads_no_torch_and_no_api_until_called():
+    code = (
+        "import sys, pipeplan\n"
+        "heavy = {'torch', 'transformers', 'pipeplan.api'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+        "assert callable(pipeplan.preview) and 'pipeplan.api' in sys.modules\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert {"profile", "plan", "preview", "run", "export"} <= set(pipeplan.__all__)
+
+
+def test_preview_and_plan_are_the_commands(tmp_path, capsys):
+    preview = pipeplan.preview(profile=PROFILE, device_memory="16GiB", **SHAPE)
+    assert (
+        cli.main(["preview", "--profile", PROFILE, "--device-memory", "16GiB", *FLAGS, "--json"])
+        == 0
+    )
+    assert dumps(preview) == capsys.readouterr().out
+    assert preview.predicted_speedup > 1
+
+    ours, theirs = tmp_path / "api.json", tmp_path / "cli.json"
+    plan = pipeplan.plan(profile=PROFILE, out=ours, **SHAPE)
+    assert cli.main(["plan", "--profile", PROFILE, *FLAGS, "--out", str(theirs)]) == 0
+    assert ours.read_bytes() == theirs.read_bytes() == dumps(plan).encode()
+
+
+def test_plan_stays_callable_beside_the_planner_module():
+    import pipeplan.plan as planner  # binds the module as the package's attribute
+
+    assert pipeplan.plan is planner and callable(planner.make_plan)
+    assert pipeplan.plan(profile=PROFILE, **SHAPE).phases  # the API function answers
+
+
+def test_profile_returns_the_profile_it_writes(tmp_path):
+    out = tmp_path / "p.json"
+    result = pipeplan.profile("bert-synth", out=out, micro_batch_sizes="1,2", warmup=0, repeats=1)
+    assert isinstance(result, Profile) and len(result.layers) == 8
+    assert out.read_text() == dumps(result)
+
+
+@pytest.mark.parametrize(
+    "call, options, message",
+    [
+        (pipeplan.preview, dict(stages=0), "--stages: Input should be greater than or equal to 1"),
+        (pipeplan.preview, dict(inter_bw="fast"), "--inter-bw: "),
+        (pipeplan.preview, dict(stagez=2), "no option 'stagez'"),
+    ],
+)
+def test_bad_options_raise_the_commands_one_line_error(call, options, message):
+    with pytest.raises(PipeplanError) as info:
+        call(profile=PROFILE, **options)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_run_builds_the_run_config_as_the_command_line_does(tmp_path, monkeypatch):
+    seen = {}
+
+    def start_run(cfg, runs_dir, prepare_only=False):  # no processes: what would run
+        seen.update(cfg=cfg, runs_dir=runs_dir)
+        return Path(runs_dir) / cfg.name, RunSummary(
+            name=cfg.name, total_s=0.0, steps=0, final_eval_accuracy=None, phases=[]
+        )
+
+    monkeypatch.setattr("executor.launch.start_run", start_run)
+    summary = pipeplan.run(
+        runs_dir=tmp_path, model="vit-digits", epochs=2, device_memory="100MiB", name="nb"
+    )
+    assert summary.name == "nb" and seen["runs_dir"] == tmp_path
+    expected = RunConfig(model="vit-digits", epochs=2, device_memory_bytes=100 << 20, name="nb")
+    assert seen["cfg"] == expected
+    assert pipeplan.run.__module__ == "pipeplan.api"

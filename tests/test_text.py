@@ -1,0 +1,213 @@
+"""Text data and what a run builds from it, without processes: JSONL and CSV files, labels by
+name or number, the held-out split, tokenization with padding (labels −100 at padding for a
+causal LM), the model the data asks for, `module:function` from the current directory, and
+every mistake as one line."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from text_data import bert_checkpoint, make_tokenizer, reviews, write_jsonl
+
+import cli
+from executor import text
+from executor.data import check_compatible
+from executor.task import build_task
+from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.formats import RunConfig
+from pipeplan.models import IGNORE_INDEX
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("text")
+    return dict(
+        tokenizer=make_tokenizer(root / "tok"),
+        labelled=write_jsonl(root / "reviews.jsonl", reviews(50, seed=1)),
+        plain=write_jsonl(root / "plain.jsonl", [{"text": r["text"]} for r in reviews(20, 2)]),
+        checkpoint=bert_checkpoint(root / "bert", num_labels=2),
+    )
+
+
+def _one_line(error: type, call, *args, match: str) -> str:
+    with pytest.raises(error, match=match) as info:
+        call(*args)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+def test_one_file_holds_out_a_fifth_drawn_from_the_seed(files):
+    corpus = text.read_corpus(str(files["labelled"]), seed=0)
+    assert (len(corpus.train), len(corpus.eval)) == (40, 10)
+    rows = reviews(50, seed=1)
+    assert sorted(corpus.train + corpus.eval) == sorted(r["text"] for r in rows)
+    assert corpus.label_names == ["negative", "positive"] and corpus.num_labels == 2
+    by_text = {r["text"]: r["label"] for r in rows}
+    assert [corpus.label_names[i] for i in corpus.eval_labels] == [by_text[t] for t in corpus.eval]
+    assert text.read_corpus(str(files["labelled"]), seed=0) == corpus  # deterministic
+    assert text.read_corpus(str(files["labelled"]), seed=1).eval != corpus.eval
+
+
+def test_csv_and_two_files_train_then_eval(tmp_path):
+    train = tmp_path / "train.csv"
+    train.write_text('text,label\n"great, fun",1\nawful,0\nfine film,2\n', encoding="utf-8")
+    held = tmp_path / "eval.csv"
+    held.write_text("label,text\n0,dull\n", encoding="utf-8")
+    corpus = text.read_corpus(f"{train},{held}")
+    assert corpus.train == ["great, fun", "awful", "fine film"] and corpus.eval == ["dull"]
+    assert (corpus.train_labels, corpus.eval_labels) == ([1, 0, 2], [0])
+    assert corpus.label_names is None and corpus.num_labels == 3
+    assert text.is_text_spec(f"{train},{held}") and not text.is_text_spec("mod:load")
+
+
+def test_plain_text_has_no_labels(files):
+    corpus = text.read_corpus(str(files["plain"]))
+    assert not corpus.labelled and corpus.train_labels is None and len(corpus.train) == 16
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ('{"text": "a", "label": 1}\n{"text": "b", \n', r"bad\.jsonl:2: not a JSON object"),
+        ('{"text": "a"}\n[1, 2]\n', r"bad\.jsonl:2: expected an object"),
+        ('{"label": 1}\n', r"bad\.jsonl:1: expected an object with a string \"text\""),
+        ('{"text": "a", "label": 1}\n{"text": "b"}\n', "some rows have a label"),
+        ('{"text": "a", "label": -1}\n', r"bad\.jsonl:1: a label is an integer ≥ 0"),
+        ("\n\n", "no rows of text"),
+    ],
+)
+def test_malformed_files_are_one_line_naming_file_and_line(tmp_path, content, match):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content, encoding="utf-8")
+    _one_line(InputFileError, text.read_corpus, str(path), match=match)
+
+
+def test_csv_needs_a_text_column_and_files_must_exist(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("sentence,label\nhello,1\n", encoding="utf-8")
+    _one_line(InputFileError, text.read_corpus, str(path), match="must name a 'text' column")
+    _one_line(InputFileError, text.read_corpus, str(tmp_path / "no.jsonl"), match="no such file")
+
+
+# --- tokenizing and the model the data asks for -----------------------------------------
+
+
+def _config(files, data, **options) -> RunConfig:
+    return RunConfig(model=str(files["checkpoint"]), data=data, seq_len=12, **options)
+
+
+def test_labelled_text_builds_a_padded_classifier_with_named_labels(files):
+    cfg = _config(files, str(files["labelled"]), tokenizer=str(files["tokenizer"]))
+    seq, data = build_task(cfg)
+    assert seq.task == "classification" and seq.padding_mask and data.padded
+    assert seq.num_labels == 2 and seq.hf_model.config.id2label == {0: "negative", 1: "positive"}
+    ids, labels = data.train.inputs, data.train.labels
+    assert ids.shape == (40, 12) and ids.dtype == torch.int64 and labels.shape == (40,)
+    assert (ids == 0).any() and (ids[:, 0] != 0).all()  # right-padded with the pad id 0
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(files["tokenizer"], local_files_only=True)
+    corpus = text.read_corpus(cfg.data, cfg.seed)
+    expected = tok(corpus.train, padding="max_length", truncation=True, max_length=12)
+    assert ids.tolist() == expected["input_ids"]
+
+
+def test_plain_text_trains_a_causal_lm_with_padding_ignored(files):
+    cfg = RunConfig(
+        model="llama-tiny", data=str(files["plain"]), tokenizer=str(files["tokenizer"]), seq_len=12
+    )
+    seq, data = build_task(cfg)
+    assert seq.task == "causal-lm" and seq.padding_mask
+    ids, labels = data.train.inputs, data.train.labels
+    assert torch.equal(labels[ids != 0], ids[ids != 0])
+    assert (labels[ids == 0] == IGNORE_INDEX).all() and (ids == 0).any()
+    check_compatible(data, seq)
+
+
+def test_the_model_directory_holds_the_tokenizer_by_default(files, tmp_path):
+    model = bert_checkpoint(tmp_path / "with-tok")
+    make_tokenizer(model)
+    seq, _ = build_task(RunConfig(model=str(model), data=str(files["labelled"]), seq_len=12))
+    assert seq.padding_mask
+    message = _one_line(
+        BadArgumentError, build_task, _config(files, str(files["labelled"])), match="--tokenizer"
+    )
+    assert "nothing is downloaded" in message
+
+
+@pytest.mark.parametrize(
+    "data, options, match",
+    [
+        ("plain", dict(task="classification"), "needs labels"),
+        ("plain", {}, "'causal-lm' is not available for bert"),
+        ("synth-text", {}, "--tokenizer applies to text files"),
+    ],
+)
+def test_what_the_data_cannot_train_is_one_line(files, data, options, match):
+    spec = "synth-text" if data == "synth-text" else str(files[data])
+    cfg = _config(files, spec, tokenizer=str(files["tokenizer"]), **options)
+    with pytest.raises((BadArgumentError, InputFileError), match=match) as info:
+        build_task(cfg)
+    assert "\n" not in str(info.value)
+
+
+def test_the_tokenizer_must_pad_with_the_models_pad_token(files, tmp_path):
+    model = bert_checkpoint(tmp_path / "pad1")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "pad_token_id": 1}))
+    cfg = RunConfig(
+        model=str(model), data=str(files["labelled"]), tokenizer=str(files["tokenizer"])
+    )
+    _one_line(BadArgumentError, build_task, cfg, match="pads with id 0 but .* pad_token_id is 1")
+
+
+def test_a_config_without_weights_needs_init_random(files, tmp_path, capsys):
+    config_only = tmp_path / "config-only"
+    config_only.mkdir()
+    (config_only / "config.json").write_text((files["checkpoint"] / "config.json").read_text())
+    args = ["run", "--model", str(config_only), "--data", "synth-text", "--runs-dir", str(tmp_path)]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pass --init random" in err
+    seq, _ = build_task(RunConfig(model=str(config_only), data="synth-text", init="random"))
+    assert seq.num_labels == 2
+
+
+# --- module:function ---------------------------------------------------------------------
+
+
+def test_a_module_in_the_current_directory_is_found(tmp_path, monkeypatch):
+    (tmp_path / "mydata_here.py").write_text(
+        "import torch\n"
+        "from executor.data import TensorPairs\n"
+        "def load(seed=0):\n"
+        "    x = torch.randint(3, 512, (40, 32), generator=torch.Generator().manual_seed(seed))\n"
+        "    return TensorPairs(x, torch.arange(40) % 3), TensorPairs(x[:8], torch.arange(8) % 3)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    path_before = list(sys.path)
+    try:
+        seq, data = build_task(RunConfig(model="bert-synth", data="mydata_here:load"))
+    finally:
+        sys.modules.pop("mydata_here", None)
+    assert sys.path == path_before  # found for the import only
+    assert seq.num_labels == 3 and len(data.train) == 40  # the head sized from the labels
+
+
+def test_the_worked_example_is_deterministic_and_fits_bert_synth():
+    cfg = RunConfig(model="bert-synth", data=f"{ROOT}/examples/reviews.py:load", seed=4)
+    data = build_task(cfg)[1]
+    again = build_task(cfg)[1]
+    assert len(data.train) == 2000 and len(data.eval) == 400
+    for i in (0, 7, 1999):
+        x, y = data.train[i]
+        assert torch.equal(x, again.train[i][0]) and int(y) == int(again.train[i][1])
+        assert x.shape == (32,) and x.dtype == torch.int64 and y.dim() == 0
+    assert {int(data.eval[i][1]) for i in range(40)} == {0, 1}

@@ -1,0 +1,199 @@
+"""What a fine-tuning trainer offers besides the loop: gradient clipping over all stages and
+replicas (equal to single-process clip_grad_norm_, with a rank outside the layout taking part),
+the learning-rate schedule, held-out loss and token accuracy, the epoch line, metrics.csv."""
+
+import datetime
+import itertools
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+from conftest import fake_pricing, make_layout
+
+from executor.parallel import PhaseRuntime
+from executor.records import Recorder
+from executor.worker import Trainer, epoch_line, eval_sums
+from pipeplan import models
+from pipeplan.formats import CheckpointManifest, EpochRecord, PhaseRecord
+from pipeplan.spawn import free_port, run_ranks
+
+GLOBAL_BATCH, STEPS, LR, CLIP = 8, 3, 1e-3, 0.05
+
+
+def _batches(seq):
+    gen = torch.Generator().manual_seed(321)
+    return [seq.example_batch(GLOBAL_BATCH, gen) for _ in range(STEPS)]
+
+
+def _reference() -> torch.Tensor:
+    """One process, the whole model, torch's own clipping."""
+    seq = models.build("bert-synth", dropout=0.0)
+    params = list(seq.layers.parameters())
+    opt = torch.optim.AdamW(params, lr=LR)
+    norms = []
+    for x, y in _batches(seq):
+        seq.loss(seq.forward(x), y).backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(params, CLIP)))
+        opt.step()
+        opt.zero_grad()
+    assert min(norms) > 10 * CLIP  # every step is clipped
+    return torch.cat([p.detach().flatten() for p in seq.layers.parameters()])
+
+
+def _train(rank, spec, path):
+    seq = models.build("bert-synth", dropout=0.0)
+    data = _batches(seq)
+    runtime = PhaseRuntime(
+        seq.layers,
+        seq.loss,
+        spec,
+        rank,
+        example_input=lambda n: data[0][0][:n],
+        device=torch.device("cpu"),
+        make_optimizer=lambda params: torch.optim.AdamW(params, lr=LR),
+        clip_grad_norm=CLIP,
+    )
+    for x, y in data:
+        r = runtime.topology.replica or 0
+        shard = slice(r * GLOBAL_BATCH // spec.replicas, (r + 1) * GLOBAL_BATCH // spec.replicas)
+        runtime.step(x[shard], y[shard])
+    if runtime.topology.replica == 0:
+        start, stop = spec.boundaries[runtime.topology.stage : runtime.topology.stage + 2]
+        owned = {i: seq.layers[i].state_dict() for i in range(start, stop)}
+        torch.save(owned, f"{path}-stage{runtime.topology.stage}.pt")
+    runtime.destroy()
+
+
+def _rank(rank, world, port, specs, out_dir):
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    for name, spec in specs.items():
+        _train(rank, spec, f"{out_dir}/{name}")
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+# bert-synth's 8 layers on 3 ranks: one or two of them idle in every layout.
+SPECS = {
+    "1x1": make_layout(GLOBAL_BATCH, 0, False, (0, 8), ((2,),), 2, "1f1b"),
+    "2x1": make_layout(GLOBAL_BATCH, 0, False, (0, 4, 8), ((0, 1),), 2, "gpipe"),
+    "1x2": make_layout(GLOBAL_BATCH, 0, False, (0, 8), ((0,), (1,)), 2, "1f1b"),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_clipping_is_global_over_stages_and_replicas(tmp_path):
+    run_ranks(_rank, 3, (3, free_port(), SPECS, str(tmp_path)), 180, "clipping ranks")
+    expected = _reference()
+    for name, spec in SPECS.items():
+        seq = models.build("bert-synth", dropout=0.0)
+        for s in range(spec.num_stages):
+            for i, state in torch.load(tmp_path / f"{name}-stage{s}.pt").items():
+                seq.layers[i].load_state_dict(state)
+        got = torch.cat([p.detach().flatten() for p in seq.layers.parameters()])
+        assert float((got - expected).norm() / expected.norm()) <= 1e-5, name
+
+
+def test_learning_rate_warms_up_linearly_then_decays_by_cosine_to_a_tenth():
+    trainer = SimpleNamespace(cfg=SimpleNamespace(lr=1.0, warmup_steps=4), total_steps=104)
+    lr = [Trainer.lr_at(trainer, s) for s in range(105)]
+    assert lr[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert lr[4] == 1.0 and lr[54] == pytest.approx(0.55) and lr[104] == pytest.approx(0.1)
+    assert all(a >= b for a, b in itertools.pairwise(lr[4:]))
+
+
+def test_held_out_sums_per_sample_and_per_next_token():
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]])
+    labels = torch.tensor([0, 0, 0])
+    loss, count, correct, predicted = eval_sums(logits, labels, "classification").tolist()
+    assert (count, correct, predicted) == (3, 2, 3)
+    assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, labels)) * 3)
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 5, 7, generator=gen)
+    ids = torch.randint(1, 7, (2, 5), generator=gen)
+    ids[1, 3:] = models.IGNORE_INDEX  # padding: not predicted, not scored
+    loss, count, correct, predicted = eval_sums(logits, ids, "causal-lm").tolist()
+    assert count == predicted == 4 + 2  # position t predicts t+1
+    assert loss / count == pytest.approx(float(models.causal_lm_loss(logits, ids)))
+    hits = (logits[0, :4].argmax(-1) == ids[0, 1:]).sum() + (
+        logits[1, :2].argmax(-1) == ids[1, 1:3]
+    ).sum()
+    assert correct == float(hits)
+
+
+def _epoch(epoch: int, phase: int, accuracy: float | None = 0.5) -> EpochRecord:
+    return EpochRecord(
+        epoch=epoch,
+        phase=phase,
+        frozen_layers=phase * 2,
+        steps=10,
+        epoch_s=1.0,
+        train_loss=0.7 - 0.1 * epoch,
+        eval_loss=None if accuracy is None else 0.6,
+        eval_accuracy=accuracy,
+        samples_per_s=640.0,
+    )
+
+
+def test_the_epoch_line_says_what_a_batch_log_needs():
+    line = epoch_line(_epoch(1, 1, 0.861), 4, "1x2 M=2 1f1b cached")
+    assert line == (
+        "epoch 2/4: train loss 0.6000, held-out loss 0.6000, accuracy 86.1%, 640 samples/s, "
+        "2 layers frozen, 1x2 M=2 1f1b cached"
+    )
+    assert "held-out loss -, accuracy -" in epoch_line(_epoch(0, 0, None), 4, "1x1")
+
+
+def _phase(phase: int, stages: int) -> PhaseRecord:
+    boundaries = (0, 8) if stages == 1 else (0, 4, 8)
+    rank_map = ((0,), (1,)) if stages == 1 else ((0, 1),)
+    layout = make_layout(8, phase * 2, False, boundaries, rank_map, 2, "gpipe")
+    return PhaseRecord(
+        layout=layout,
+        predicted_step_s=0.1,
+        pricing=fake_pricing(),
+        phase=phase,
+        start_step=phase * 10,
+        start_epoch=phase,
+        transition_s=0.0,
+    )
+
+
+def test_metrics_csv_has_a_row_per_epoch_and_follows_a_resume(tmp_path):
+    recorder = Recorder(tmp_path / "run.jsonl", writes=True)
+    for record in (_phase(0, 2), _epoch(0, 0), _phase(1, 1), _epoch(1, 1), _epoch(2, 1, None)):
+        recorder.write(record)
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert rows == [
+        "epoch,train_loss,eval_loss,eval_accuracy,samples_per_s,frozen_layers,layout",
+        "0,0.7,0.6,0.5,640.0,0,2x1 M=2 gpipe",
+        "1,0.6,0.6,0.5,640.0,2,1x2 M=2 gpipe",
+        "2,0.49999999999999994,,,640.0,2,1x2 M=2 gpipe",
+    ]
+    manifest = CheckpointManifest(
+        step=10,
+        epoch=1,
+        step_in_epoch=0,
+        phase=0,
+        frozen_layers=0,
+        grad_history=[],
+        grad_norm_sums={},
+        grad_norm_steps=0,
+        world_size=2,
+        model="m",
+    )
+    recorder.truncate(manifest)  # a resume from the end of epoch 0 rewrites the rest
+    assert (tmp_path / "metrics.csv").read_text().splitlines() == rows[:2]
+    recorder.close()
+    other = Recorder(tmp_path / "sub" / "run.jsonl", writes=False)  # ranks other than 0
+    other.write(_epoch(0, 0))
+    assert not other.metrics_path.exists()
