@@ -40,3 +40,8 @@ def setup(rank: int | None = None, debug: bool = False) -> logging.Logger:
     handler.setFormatter(logging.Formatter(f"pipeplan: {where}%(levelname)s: %(message)s"))
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     return logger
+
+
+def configured() -> bool:
+    """Whether the `pipeplan` logger has a handler (set up here or by the caller)."""
+    return bool(logging.getLogger(LOGGER).handlers)
