@@ -405,47 +405,69 @@ def _finish_alone(stages: Sequence[StageWork], played: _Schedule, ends: list[flo
 
 
 def _one_f_one_b_bound(stages: Sequence[StageWork], micro_batches: int) -> float:
-    S, M = len(stages), micro_batches
-    F = np.array([st.fwd_s for st in stages])
-    B = np.array([st.bwd_s if st.has_backward else 0.0 for st in stages])
+    S = len(stages)
     trains = np.array([st.has_backward for st in stages])
-    sf = np.array([st.send_fwd_s if s < S - 1 else 0.0 for s, st in enumerate(stages)])
-    # sb[s]: gradient s → s−1, sent only when s−1 trains.
-    sb = np.array(
-        [st.send_bwd_s if s > 0 and trains[s - 1] else 0.0 for s, st in enumerate(stages)]
+    return one_f_one_b_bound(
+        fwd=np.array([st.fwd_s for st in stages]),
+        bwd=np.array([st.bwd_s if st.has_backward else 0.0 for st in stages]),
+        trains=trains,
+        send_fwd=np.array([st.send_fwd_s if s < S - 1 else 0.0 for s, st in enumerate(stages)]),
+        # Gradient s → s−1, sent only when s−1 trains.
+        send_bwd=np.array(
+            [st.send_bwd_s if s > 0 and trains[s - 1] else 0.0 for s, st in enumerate(stages)]
+        ),
+        own_tail=np.array([st.allreduce_s + st.optimizer_s for st in stages]),
+        micro_batches=micro_batches,
     )
-    own_tail = np.array([st.allreduce_s + st.optimizer_s for st in stages])
+
+
+def one_f_one_b_bound(
+    fwd: np.ndarray,
+    bwd: np.ndarray,
+    trains: np.ndarray,
+    send_fwd: np.ndarray,
+    send_bwd: np.ndarray,
+    own_tail: np.ndarray,
+    micro_batches: int,
+) -> float:
+    """`step_lower_bound_s` for 1F1B on per-stage arrays (send_bwd[s]: s → s−1; own_tail: the
+    all-reduce alone + optimizer)."""
+    F, B, sf, sb, M = fwd, bwd, send_fwd, send_bwd, micro_batches
+    S = len(F)
     arrival = np.concatenate([[0.0], np.cumsum(F + sf)[:-1]])  # a_k
-    first = int(np.argmax(trains)) if trains.any() else S
-    bound = 0.0
-    if first == S:  # nothing trains: the forward pipeline
-        return float(sum(F) + sum(sf[:-1]) + (M - 1) * max(F.max(), sf.max()))
+    if not trains.any():  # nothing trains: the forward flow shop
+        return float(F.sum() + sf[:-1].sum() + (M - 1) * max(F.max(), sf.max()))
+    first = int(np.argmax(trains))
     # Down from k to the first trainable stage, then its all-reduce and optimizer.
-    down = np.zeros(S)
-    for k in range(first + 1, S):
-        down[k] = down[k - 1] + B[k - 1] + sb[k]
-    tail = np.where(trains, np.maximum(down + own_tail[first], own_tail), 0.0)
+    steps_down = np.where(np.arange(S) >= first, B + np.append(sb[1:], 0.0), 0.0)
+    down = np.concatenate([[0.0], np.cumsum(steps_down)[:-1]])
+    down = np.where(np.arange(S) >= first, down - down[first], 0.0)
+    tail = np.maximum(down + own_tail[first], own_tail)
     # Micro-batch 0's round trip below stage k: forwards down, backwards up.
-    below = np.zeros(S)
-    for k in range(S - 2, -1, -1):
-        below[k] = below[k + 1] + sf[k] + F[k + 1] + B[k + 1] + sb[k + 1]
-    rest_down = np.zeros(S)  # frozen k: its last forward on to the end, and back to `first`
-    for k in range(S - 2, -1, -1):
-        rest_down[k] = rest_down[k + 1] + sf[k] + F[k + 1]
+    hop = np.append(sf[:-1] + F[1:] + B[1:] + sb[1:], 0.0)  # k → k+1 and back
+    below = np.cumsum(hop[::-1])[::-1]
+    bound = 0.0
+    # A frozen stage k: its last forward on to the end, the last stage's backward, and the
+    # gradient's way back to the first trainable stage.
+    on_down = np.append(np.cumsum((sf[:-1] + F[1:])[::-1])[::-1], 0.0)
     back_up = down[S - 1] + B[S - 1] + own_tail[first]
-    for k in range(S):
-        if not trains[k]:
-            bound = max(bound, arrival[k] + M * F[k] + rest_down[k] + back_up)
-            continue
+    for k in range(first):
+        bound = max(bound, arrival[k] + M * F[k] + on_down[k] + back_up)
+    pace = 0.0  # when stage k's last forward can leave k−1 (see `_pace`)
+    for k in range(first, S):
         bound = max(bound, arrival[k] + M * (F[k] + B[k]) + tail[k])
         before = min(S - k, M)
+        # Stage k's last forward follows some stage t's last forward (after t's M forwards
+        # and the backwards before it) down the pipeline; then k's last `before` backwards.
+        bound = max(bound, pace + F[k] + before * B[k] + tail[k])
+        pace = max(pace + F[k], arrival[k] + M * F[k] + (M - before) * B[k]) + sf[k]
         first_bwd_end = arrival[k] + max(before * F[k], F[k] + below[k]) + B[k]
-        bound = max(bound, first_bwd_end + (M - 1) * B[k] + (M - before) * F[k] + tail[k])
-        bound = max(bound, _window_bound(k, first, F, B, sf, sb, M, first_bwd_end) + tail[k])
+        windows = window_cycles(k, first, F, B, sf, sb, M, first_bwd_end)
+        bound = max(bound, windows + tail[k])
     return float(bound)
 
 
-def _window_bound(
+def window_cycles(
     k: int,
     first: int,
     F: np.ndarray,
@@ -455,24 +477,31 @@ def _window_bound(
     M: int,
     first_bwd_end: float,
 ) -> float:
-    """Stage k's last backward through the cycles of windows [t, k], t ≥ first trainable:
-    B_j@k → gradients up to t → t's next forward F_x (x = w_t + j + 1) down to k → B_{j+n}@k,
-    n = w_t + 1 − w_k (k − t + 1 when the warm-ups are not cut at M), repeated q times while t
-    still has a forward after B_j; then k's remaining forwards and backwards."""
-    S = len(F)
-    best = 0.0
-    warm_k = min(S - k - 1, M)
-    cycle = F[k] + B[k]
-    for t in range(k - 1, first - 1, -1):
-        cycle += F[t] + B[t] + sf[t] + sb[t + 1]
-        warm_t = min(S - t - 1, M)
-        n = warm_t + 1 - warm_k
-        last_j = M - warm_t - 2  # t runs a forward after B_j only while j ≤ last_j
-        if n < 1 or last_j < 0:
-            continue
-        q = last_j // n + 1
-        done = q * n  # B_done@k ends after first_bwd_end + q·cycle
-        fwd_left = max(M - warm_k - done - 1, 0)
-        bwd_left = M - 1 - done
-        best = max(best, first_bwd_end + q * cycle + fwd_left * F[k] + bwd_left * B[k])
-    return best
+    """When stage k's ops can end, through the cycles of windows [t, k], first ≤ t ≤ k (see
+    `window_counts`); `first_bwd_end`: when B_0@k can end."""
+    t = np.arange(first, k + 1)
+    # Each round: the window's forwards and backwards and the transfers inside it.
+    inside = F + B + np.append(sf[:-1] + sb[1:], 0.0)  # stage u and boundary u → u+1
+    cycle = np.cumsum(inside[t][::-1])[::-1] - (inside[k] - F[k] - B[k])
+    rounds, fwd_left, bwd_left = window_counts(k, first, len(F), M)
+    return float(first_bwd_end + np.max(rounds * cycle + fwd_left * F[k] + bwd_left * B[k]))
+
+
+def window_counts(k: int, first: int, S: int, M: int) -> tuple[np.ndarray, ...]:
+    """For windows [t, k], t = first..k of a 1F1B pipeline: after B_0@k, stage k's ops end at
+    least rounds·(the window's work and transfers) + fwd_left·F_k + bwd_left·B_k later.
+    A round: B_j@k → gradients up to t → t's next forward F_x (x = w_t + j + 1) down to k →
+    B_{j+n}@k with n = w_t + 1 − w_k (k − t + 1 when the warm-ups w are not cut at M); it
+    repeats while t still has a forward after B_j; then k's remaining forwards and backwards.
+    t = k is the stage's own order."""
+    t = np.arange(first, k + 1)
+    warm = np.minimum(S - 1 - np.arange(S), M)
+    n = warm[t] + 1 - warm[k]
+    last_j = M - warm[t] - 2  # t runs a forward after B_j only while j ≤ last_j
+    ok = (n >= 1) & (last_j >= 0)
+    rounds = np.where(ok, last_j // np.maximum(n, 1) + 1, 0)
+    done = rounds * np.where(ok, n, 0)
+    # Without a round the stage still runs its other backwards and its forwards after B_0.
+    fwd_left = np.where(ok, np.maximum(M - warm[k] - done - 1, 0), M - min(S - k, M))
+    bwd_left = M - 1 - done
+    return rounds, fwd_left, bwd_left
