@@ -12,7 +12,7 @@ stage memory §4.6, transitions §4.11.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -20,7 +20,7 @@ from scipy.optimize import nnls
 
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import Cluster, Layout, Link, Profile
-from pipeplan.simulate import StageWork, Timeline, in_flight, simulate
+from pipeplan.simulate import StageWork, Timeline, in_flight, simulate_step, timeline_of
 
 GIB = 1 << 30
 # Bytes AdamW moves per parameter byte (read p, g, m, v; write p, m, v), over memory bandwidth.
@@ -264,24 +264,65 @@ class CostModel:
             for s in range(len(rank_map[0]) - 1)
         ]
 
+    def p2p_link(self, crosses_nodes: bool) -> Link:
+        """The one pricing of a stage-to-stage transfer: the inter-node link, else the
+        calibrated point-to-point link (the cluster's intra-node link without calibration)."""
+        return self.cluster.inter_node if crosses_nodes else self.intra_p2p_link
+
+    def boundary_shares(self, rank_map: Sequence[Sequence[int]]) -> list[int]:
+        """For s in 0..S−2: how many of the replicas' simultaneous s → s+1 transfers share one
+        node's network link (the most on any node, out or in; 1 when none crosses)."""
+        shares = []
+        for s in range(len(rank_map[0]) - 1):
+            out: dict[int, int] = {}
+            into: dict[int, int] = {}
+            for r in rank_map:
+                a, b = self.node_of(r[s]), self.node_of(r[s + 1])
+                if a != b:
+                    out[a] = out.get(a, 0) + 1
+                    into[b] = into.get(b, 0) + 1
+            shares.append(max([1, *out.values(), *into.values()]))
+        return shares
+
     def boundary_links(self, rank_map: Sequence[Sequence[int]]) -> list[Link]:
-        """Link between stage s and s+1: inter-node if any replica crosses."""
-        return [
-            self.cluster.inter_node if crosses else self.intra_p2p_link
-            for crosses in self.boundary_crosses_nodes(rank_map)
-        ]
+        """Link between stage s and s+1 as its transfer sees it: inter-node if any replica
+        crosses (its bandwidth divided among the replicas' transfers sharing a node's link),
+        else the intra-node point-to-point link."""
+        links = []
+        crossing = self.boundary_crosses_nodes(rank_map)
+        for crosses, share in zip(crossing, self.boundary_shares(rank_map), strict=True):
+            link = self.p2p_link(crosses)
+            if share > 1:
+                shared = link.bandwidth_bytes_per_s / share
+                link = Link(latency_s=link.latency_s, bandwidth_bytes_per_s=shared)
+            links.append(link)
+        return links
+
+    def allreduce_nodes(self, rank_map: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+        """Per stage: the nodes whose network link its data-parallel ring crosses (all the
+        nodes it spans, when more than one), else ()."""
+        result = []
+        for s in range(len(rank_map[0])):
+            nodes = tuple(sorted({self.node_of(r[s]) for r in rank_map}))
+            result.append(nodes if len(nodes) > 1 else ())
+        return result
 
     def allreduce_links(self, rank_map: Sequence[Sequence[int]]) -> list[Link]:
-        num_stages = len(rank_map[0])
-        links = []
-        for s in range(num_stages):
-            nodes = {self.node_of(r[s]) for r in rank_map}
-            links.append(self.cluster.inter_node if len(nodes) > 1 else self.intra_allreduce_link)
-        return links
+        """Per stage: the inter-node link if its replicas span nodes, else the calibrated
+        all-reduce link (the cluster's without calibration)."""
+        return [
+            self.cluster.inter_node if nodes else self.intra_allreduce_link
+            for nodes in self.allreduce_nodes(rank_map)
+        ]
 
     @staticmethod
     def transfer_s(nbytes: float, link: Link) -> float:
         return link.latency_s + nbytes / link.bandwidth_bytes_per_s
+
+    @staticmethod
+    def allreduce_latency_s(replicas: int, link: Link) -> float:
+        """The ring's 2(D−1) latency terms (the part of an all-reduce that moves no bytes)."""
+        return 2 * (replicas - 1) * link.latency_s if replicas > 1 else 0.0
 
     @staticmethod
     def allreduce_s(nbytes: float, replicas: int, link: Link) -> float:
@@ -303,31 +344,41 @@ class CostModel:
         return int(np.ceil(static + saved * in_flight_micro_batches + self.reserve_bytes))
 
     def evaluate(self, layout: Layout, record: bool = True) -> Evaluation:
-        """Per-stage costs, memory and the simulated step of `layout`."""
+        """Per-stage costs, memory and the simulated step of `layout` (each stage's reported
+        all-reduce as long as the shared node links made it, §4.5)."""
         works, reports = self.stages(layout)
-        timeline = simulate(works, layout.micro_batches, layout.schedule, record=record)
+        result = simulate_step(works, layout.micro_batches, layout.schedule)
         overhead = self.step_overhead_s(layout)
         if overhead:
-            timeline = timeline.model_copy(update={"step_s": timeline.step_s + overhead})
+            result = replace(result, step_s=result.step_s + overhead)
+        timeline = timeline_of(works, layout.micro_batches, layout.schedule, result, record)
+        reports = [
+            replace(report, allreduce_s=result.allreduce_s(s)) if work.has_backward else report
+            for s, (work, report) in enumerate(zip(works, reports, strict=True))
+        ]
         fits = max(r.memory_bytes for r in reports) <= self.cluster.device_memory_bytes
         return Evaluation(layout, reports, timeline, fits)
 
     def step_overhead_s(self, layout: Layout) -> float:
         """Calibrated time outside the schedule: batch input per replica, fixed per-step cost."""
+        return self.overhead_s(layout.micro_batches * layout.micro_batch_size)
+
+    def overhead_s(self, samples_per_replica: int) -> float:
         c = self.calibration
         if c is None:
             return 0.0
-        per_replica = layout.micro_batches * layout.micro_batch_size
-        return max(0.0, c.step_overhead_s + c.input_s_per_sample * per_replica)
+        return max(0.0, c.step_overhead_s + c.input_s_per_sample * samples_per_replica)
 
     def stages(self, layout: Layout) -> tuple[list[StageWork], list[StageReport]]:
-        """Per-stage work (for the simulation) and report (time and memory) of `layout`."""
+        """Per-stage work (for the simulation) and report (time and memory) of `layout`; the
+        all-reduce is priced alone on its links here (the simulation shares them)."""
         S, D, M = layout.num_stages, layout.replicas, layout.micro_batches
         layout.check_placement(self.num_layers, self.cluster.num_devices)
         m = layout.micro_batch_size
         costs = self.phase_costs(m, layout.frozen_layers, layout.cached)
         links = self.boundary_links(layout.rank_map)
         ar_links = self.allreduce_links(layout.rank_map)
+        ar_nodes = self.allreduce_nodes(layout.rank_map)
         b = layout.boundaries
         works, reports = [], []
         for s in range(S):
@@ -346,12 +397,23 @@ class CostModel:
             )
             grad_bytes = float(costs.grad_bytes[first:stop].sum())
             allreduce = self.allreduce_s(grad_bytes, D, ar_links[s])
+            latency = self.allreduce_latency_s(D, ar_links[s]) if allreduce > 0 else 0.0
             optimizer = self.optimizer_s(grad_bytes)
             memory = self.stage_memory_bytes(
                 costs, first, stop, in_flight(layout.schedule, S, s, M)
             )
             works.append(
-                StageWork(fwd, bwd, has_backward, send_fwd, send_bwd, allreduce, optimizer)
+                StageWork(
+                    fwd,
+                    bwd,
+                    has_backward,
+                    send_fwd,
+                    send_bwd,
+                    allreduce,
+                    optimizer,
+                    allreduce_latency_s=latency,
+                    allreduce_nodes=ar_nodes[s],
+                )
             )
             reports.append(
                 StageReport(first, stop, fwd, bwd, send_fwd, send_bwd, allreduce, optimizer, memory)
@@ -379,8 +441,7 @@ class CostModel:
             for rank in holders_new[layer] - holders_old[layer]:
                 received[rank] += per_copy
         busiest = max(received.values())
-        crosses_nodes = self.cluster.nodes > 1
-        link = self.cluster.inter_node if crosses_nodes else self.cluster.intra_node
+        link = self.p2p_link(crosses_nodes=self.cluster.nodes > 1)
         move = self.transfer_s(busiest, link) if busiest > 0 else 0.0
         return move + self.params.group_rebuild_s
 

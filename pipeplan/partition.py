@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeplan.simulate import StageWork, step_lower_bound_s, window_counts
+
 DENSE_MAX_LAYERS = 160
 RELATIVE_TOLERANCE = 1e-7
 
@@ -93,6 +95,23 @@ def solve_partition(problem: PartitionProblem, method: str = "auto") -> Partitio
     if boundaries is None:
         return None
     return PartitionResult(problem.bottleneck_s(boundaries), boundaries)
+
+
+def bottlenecks(compute_s: np.ndarray, min_first_boundary: int, max_stages: int) -> np.ndarray:
+    """For S = 1..max_stages, the smallest largest stage sum of `compute_s` over contiguous
+    partitions into S stages with b₁ ≥ min_first_boundary (inf when there is none): one
+    dense DP, whose s-th step is the answer for s + 1 stages, O(max_stages·L²)."""
+    L = len(compute_s)
+    C = np.concatenate([[0.0], np.cumsum(compute_s)])
+    starts = np.arange(L + 1)
+    cost = np.where(starts[:, None] < starts[None, :], C[None, :] - C[:, None], np.inf)
+    best = np.where(starts >= min_first_boundary, C, np.inf)  # one stage: [0, j)
+    result = np.full(max_stages, np.inf)
+    result[0] = best[L]
+    for s in range(1, max_stages):
+        best = np.maximum(best[:, None], cost).min(axis=0)
+        result[s] = best[L]
+    return result
 
 
 def brute_force_partition(problem: PartitionProblem) -> PartitionResult | None:
@@ -248,3 +267,401 @@ def _greedy_time_balance(C: np.ndarray, S: int, min_first: int) -> tuple[int, ..
         boundaries.append(int(min(max(cut, low), high)))
     boundaries.append(L)
     return tuple(boundaries)
+
+
+# --------------------------------------------------------------------------- branch and bound
+#
+# The exact search over partitions (docs/architecture.md §4.9, §4.10): stages are fixed left
+# to right; a node is a prefix of stages 0..k−1 covering [0, b_k). Its bound holds for every
+# completion: what the fixed stages already imply (exact) combined with the smallest value the
+# remaining stages can give each family of the step's lower bounds (§4.8), from tables over
+# (stage, first layer) computed once per shape. Leaves are simulated.
+
+
+@dataclass(frozen=True)
+class StagePricing:
+    """Everything that prices a stage of one shape (S, D, M, m, schedule, rank map) from its
+    layer range [i, j), as the cost model does (§4.4–4.6), on prefix sums over layers.
+    All stages train: the frozen prefix lies in stage 0, whose last layer is active."""
+
+    fwd_prefix: np.ndarray  # Σ fwd_l for l < i, per micro-batch
+    bwd_prefix: np.ndarray
+    grad_prefix: np.ndarray  # active parameter bytes
+    micro_batch_overhead_s: float  # μ, added to every stage's forward
+    send_s: np.ndarray  # [boundary s, position j]: activation of layer j−1 over boundary s
+    grad_send_s: np.ndarray  # the gradient back over it (0 when layer j−1 is frozen)
+    allreduce_latency_s: np.ndarray  # per stage: 2(D−1)·λ (0 when D = 1)
+    allreduce_s_per_byte: np.ndarray  # per stage: 2(D−1)/(D·β) (0 when D = 1)
+    optimizer_s_per_byte: float
+    memory_prefix: np.ndarray  # [stage, position]: static + in_flight·saved, prefix sums
+    memory_limit_bytes: float  # device memory − reserve, with rounding slack
+    forwards_first: tuple[int, ...]  # per stage: forwards before its first backward
+    micro_batches: int
+    schedule: str
+    min_first_boundary: int
+    overhead_s: float  # outside the schedule (calibrated)
+    # All-reduces that cross one node's link share it (§4.5): per such link (deduplicated),
+    # which stages' all-reduces cross it, and the inter-node ring's latency and time per byte.
+    shared_links: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+    shared_latency_s: float = 0.0
+    shared_s_per_byte: float = 0.0
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.fwd_prefix) - 1
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.forwards_first)
+
+
+@dataclass(frozen=True)
+class Node:
+    """Stages 0..depth−1 fixed, covering [0, boundaries[-1]); `sums` are what they imply:
+    (a, d, tail0, l1, l1own, p3, pf, pb, win, nic, pace), see `PartitionSpace`; `cycles` holds each
+    fixed stage's c_u + X_u (its work and the transfers over its last boundary)."""
+
+    depth: int
+    boundaries: tuple[int, ...]
+    sums: tuple[float, ...]
+    cycles: tuple[float, ...] = ()
+    shared: tuple[float, ...] = ()  # per shared link: gradient bytes of fixed stages crossing it
+
+    @property
+    def position(self) -> int:
+        return self.boundaries[-1]
+
+
+ROOT_SUMS = (0.0,) * 11
+
+
+class PartitionSpace:
+    """The contiguous partitions of one shape, with bounds for branch and bound.
+
+        space = PartitionSpace(pricing)
+        for bound, child in space.expand(space.root(), limit=best): ...
+
+    With a_k = Σ_{t<k}(F_t + sf_t) (micro-batch 0's arrival at stage k), d_k = Σ_{t<k}(B_t +
+    sb_{t+1}) (the last gradient's way from k down to stage 0), c_k = F_k + B_k, X_t = sf_t +
+    sb_{t+1} and tail0 = A_0 + O_0, every step is at least (§4.8)
+      L1_k = a_k + M·c_k + d_k + tail0 and a_k + M·c_k + A_k + O_k, for every stage k;
+      1F1B: Σc + ΣX + (M−1)·B_k + (M − nF_k)·F_k + tail0 (micro-batch 0's round trip);
+      GPipe: Σc + ΣX + (M−1)·(max F, sf + max B, sb) + tail0 (two flow shops).
+      1F1B, per stage k and window [t, k]: when B_0@k can end (a_k, then its forwards before
+      B_0 or micro-batch 0's round trip below k), then the window's rounds and k's remaining
+      ops (`simulate.window_counts`), then k's tail.
+    A node keeps, over its fixed stages, a = a_depth, d = d_depth, tail0, the largest L1 (l1),
+    the largest own-tail term (l1own), the largest (M−1)·B + (M−nF)·F (p3), the largest
+    forward and backward machine times (pf, pb), the largest window term (win, the round
+    trip below k bounded by the work left), the shared-link term (nic: a node link every
+    all-reduce of stages ≤ k crosses carries their bytes after stage k's last op, stages
+    ending in reverse order) and when the last forward can leave the last fixed stage
+    (pace: from some stage t's last forward, a_t + M·F_t + (M − nF_t)·B_t, down through the
+    stages after t). For the stages still to place, the tables
+    give per (stage k, first layer i) the smallest over their placements of each family's
+    largest term, relaxed where needed (transfers between unplaced stages dropped from L1,
+    latency from A) so that a bisection on one crossing point computes them (O(S·L·log L)).
+    """
+
+    def __init__(self, pricing: StagePricing):
+        self.p = pricing
+        self._tables: dict[str, list[np.ndarray]] | None = None
+
+    # ------------------------------------------------------------------ ranges
+
+    def root(self) -> Node:
+        return Node(0, (0,), ROOT_SUMS, (), (0.0,) * len(self.p.shared_links))
+
+    def last_ends(self, k: int, i: np.ndarray) -> np.ndarray:
+        """The largest end j of stage k starting at i: it fits memory and leaves a layer for
+        every later stage."""
+        p = self.p
+        mem = p.memory_prefix[k]
+        fits = np.searchsorted(mem, mem[i] + p.memory_limit_bytes, side="right") - 1
+        return np.minimum(fits, p.num_layers - (p.num_stages - 1 - k))
+
+    def ends(self, k: int, i: int) -> np.ndarray:
+        p = self.p
+        if k == p.num_stages - 1:
+            last = int(self.last_ends(k, np.array([i]))[0])
+            return np.array([p.num_layers]) if last >= p.num_layers else np.array([], dtype=int)
+        lo = max(i + 1, p.min_first_boundary if k == 0 else 0)
+        hi = int(self.last_ends(k, np.array([i]))[0])
+        return np.arange(lo, hi + 1)
+
+    # ------------------------------------------------------------------ expansion
+
+    def expand(self, node: Node, limit: float = np.inf) -> list[tuple[float, Node]]:
+        """The children of `node` whose bound is below `limit`, with their bounds."""
+        k, i = node.depth, node.position
+        j = self.ends(k, i)
+        if j.size == 0:
+            return []
+        sums, cycle, shared = self._child_sums(node, j)
+        bounds = self.bounds(k + 1, j, sums)
+        keep = np.flatnonzero(bounds < limit)
+        columns = np.stack(sums, axis=1)
+        return [
+            (
+                float(bounds[n]),
+                Node(
+                    k + 1,
+                    (*node.boundaries, int(j[n])),
+                    tuple(columns[n].tolist()),
+                    (*node.cycles, float(cycle[n])),
+                    tuple(shared[:, n].tolist()),
+                ),
+            )
+            for n in keep
+        ]
+
+    def _child_sums(
+        self, node: Node, j: np.ndarray
+    ) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+        """The sums of the children whose stage `node.depth` ends at each j, that stage's
+        c + X (for later windows) and the gradient bytes on each shared link."""
+        p = self.p
+        k, i = node.depth, node.position
+        a, d, tail0, l1, l1own, p3, pf, pb, win, nic, pace = node.sums
+        M = p.micro_batches
+        F = p.fwd_prefix[j] - p.fwd_prefix[i] + p.micro_batch_overhead_s
+        B = p.bwd_prefix[j] - p.bwd_prefix[i]
+        c = F + B
+        if k < p.num_stages - 1:
+            sf, sb = p.send_s[k][j], p.grad_send_s[k][j]
+        else:
+            sf = sb = np.zeros_like(F)
+        grads = p.grad_prefix[j] - p.grad_prefix[i]
+        allreduce = np.where(
+            grads > 0, p.allreduce_latency_s[k] + p.allreduce_s_per_byte[k] * grads, 0.0
+        )
+        own = allreduce + p.optimizer_s_per_byte * grads
+        tail = own if k == 0 else np.full_like(F, tail0)
+        ops_end = self._ops_end(node, j, F, B, sf + sb)
+        before = p.forwards_first[k]
+        # Stage k's last forward comes from its predecessors' last forwards (pace), after
+        # which it still runs its remaining backwards.
+        ops_end = np.maximum(ops_end, pace + F + min(before, M) * B)
+        pace = np.maximum(pace + F + sf, a + M * F + max(M - before, 0) * B + sf)
+        win = np.maximum(win, ops_end + np.maximum(d + tail, own))
+        shared = np.array(node.shared)[:, None] + grads[None, :] * p.shared_links[:, k][:, None]
+        crossing = p.shared_links[:, k]
+        if crossing.any():
+            # The link's later all-reduces all start after this stage's (stages end in
+            # reverse order): its bytes of stages ≤ k pass after this one starts.
+            most = shared[crossing].max(axis=0)
+            nic = np.maximum(nic, ops_end + p.shared_latency_s + p.shared_s_per_byte * most)
+        sums = (
+            a + F + sf,
+            d + B + sb,
+            tail,
+            np.maximum(l1, a + M * c + d),
+            np.maximum(l1own, a + M * c + own),
+            np.maximum(p3, (M - 1) * B + (M - p.forwards_first[k]) * F),
+            np.maximum(pf, np.maximum(F, sf)),
+            np.maximum(pb, np.maximum(B, sb)),
+            win,
+            np.broadcast_to(nic, F.shape),
+            pace,
+        )
+        return sums, c + sf + sb, shared
+
+    def _ops_end(
+        self, node: Node, j: np.ndarray, F: np.ndarray, B: np.ndarray, X: np.ndarray
+    ) -> np.ndarray:
+        """When the new stage k = node.depth (ending at each j) can end its last op: after its
+        M·c of work from micro-batch 0's arrival, or after B_0 (its forwards before it or
+        micro-batch 0's round trip below k, at least the work left after j, the transfer
+        over j and the cheapest transfers after it), then for 1F1B the rounds of each window
+        [t, k] of fixed stages (`simulate.window_counts`), for GPipe all its other work."""
+        p = self.p
+        S, M, L = p.num_stages, p.micro_batches, p.num_layers
+        k = node.depth
+        a = node.sums[0]
+        if k < S - 1:
+            work_left = p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[j] - p.bwd_prefix[j]
+            below = work_left + (S - 1 - k) * p.micro_batch_overhead_s + X
+            below = below + self.tables()["sends"][k + 1][j]
+        else:
+            below = np.zeros_like(F)
+        busy = a + M * (F + B)
+        if p.schedule == "gpipe":
+            return np.maximum(busy, a + M * F + below + M * B)
+        first_bwd_end = a + np.maximum(p.forwards_first[k] * F, F + below) + B
+        rounds, fwd_left, bwd_left = window_counts(k, 0, S, M)
+        # Work and transfers of the fixed stages t..k−1 of each window, then stage k's.
+        fixed = np.append(np.cumsum(np.array(node.cycles[::-1]))[::-1], 0.0)
+        cycle = fixed[:, None] + (F + B)[None, :]
+        terms = rounds[:, None] * cycle + fwd_left[:, None] * F + bwd_left[:, None] * B
+        return np.maximum(busy, first_bwd_end + terms.max(axis=0))
+
+    def bounds(self, k: int, i: np.ndarray, sums: tuple[np.ndarray, ...]) -> np.ndarray:
+        """Lower bounds on the step of every completion of prefixes of k stages ending at
+        positions i with the given sums (k = S: complete partitions)."""
+        p = self.p
+        a, d, tail0, l1, l1own, p3, pf, pb, win, nic, _ = sums
+        M, S = p.micro_batches, p.num_stages
+        placed = a + d  # Σ_{t<k} (c_t + X_t)
+        bound = np.maximum.reduce([l1 + tail0, l1own, win, nic])
+        if k == S:
+            if p.schedule == "gpipe":
+                bound = np.maximum(bound, placed + (M - 1) * (pf + pb) + tail0)
+            else:
+                bound = np.maximum(bound, placed + p3 + tail0)
+            return bound + p.overhead_s
+        t = self.tables()
+        mu = p.micro_batch_overhead_s
+        shift = k * mu
+        bound = np.maximum(
+            bound, placed - p.fwd_prefix[i] - p.bwd_prefix[i] - shift + t["l1"][k][i] + tail0
+        )
+        bound = np.maximum(bound, a - p.fwd_prefix[i] - shift + t["l1own"][k][i])
+        if "nic" in t:
+            nic_rest = a - p.fwd_prefix[i] - shift + p.shared_latency_s + t["nic"][k][i]
+            bound = np.maximum(bound, nic_rest)
+        total = (
+            placed
+            + (p.fwd_prefix[-1] + p.bwd_prefix[-1] - p.fwd_prefix[i] - p.bwd_prefix[i])
+            + (S - k) * mu
+            + t["sends"][k][i]
+        )
+        if p.schedule == "gpipe":
+            machines = np.maximum(pf, t["fwd"][k][i]) + np.maximum(pb, t["bwd"][k][i])
+            bound = np.maximum(bound, total + (M - 1) * machines + tail0)
+        else:
+            bound = np.maximum(bound, total + np.maximum(p3, t["round"][k][i]) + tail0)
+        return bound + p.overhead_s
+
+    # ------------------------------------------------------------------ tables
+
+    def tables(self) -> dict[str, list[np.ndarray]]:
+        if self._tables is None:
+            self._tables = self._build_tables()
+        return self._tables
+
+    def _build_tables(self) -> dict[str, list[np.ndarray]]:
+        p = self.p
+        M, mu = p.micro_batches, p.micro_batch_overhead_s
+        Fp, Bp, Gp = p.fwd_prefix, p.bwd_prefix, p.grad_prefix
+        Cp = Fp + Bp
+
+        def l1(k: int):
+            return M * Cp, (M - 1) * Cp, (k + M) * mu
+
+        def l1own(k: int):
+            rate = p.allreduce_s_per_byte[k] + p.optimizer_s_per_byte
+            Q = M * Cp + rate * Gp
+            return Q, Q - Fp, (k + M) * mu
+
+        def round_trip(k: int):
+            Q = (M - 1) * Bp + (M - p.forwards_first[k]) * Fp
+            return Q, Q, (M - p.forwards_first[k]) * mu
+
+        def nic(k: int):  # every stage's all-reduce crosses one link: stages ≤ k's bytes
+            Q = M * Cp + p.shared_s_per_byte * Gp
+            return Q, M * Cp - Fp, (k + M) * mu
+
+        tables = {
+            "l1": self._minmax(l1),
+            "l1own": self._minmax(l1own),
+            "sends": self._min_sends(),
+        }
+        if p.shared_links.shape[0] and p.shared_links.all(axis=1).any():
+            tables["nic"] = self._minmax(nic)
+        if p.schedule == "gpipe":
+            tables["fwd"] = self._minmax(lambda k: (Fp, Fp, mu))
+            tables["bwd"] = self._minmax(lambda k: (Bp, Bp, 0.0))
+        else:
+            tables["round"] = self._minmax(round_trip)
+        return tables
+
+    def _positions(self, k: int) -> np.ndarray:
+        """Where stage k may start: after k one-layer stages (stage 1 after the frozen prefix)
+        and before one layer for each stage from k on."""
+        p = self.p
+        L = p.num_layers
+        valid = np.zeros(L + 1, dtype=bool)
+        lo = k + (p.min_first_boundary - 1 if k >= 1 else 0)
+        valid[lo : L - (p.num_stages - k) + 1] = True
+        return valid
+
+    def _minmax(self, cost) -> list[np.ndarray]:
+        """T[k][i] ≤ min over placements of stages k..S−1 on [i, L) of max_t u_t, with
+        u_t(i', j) = Q_t[j] − R_t[i'] + κ_t nondecreasing in j (`cost(t)` → Q_t, R_t, κ_t).
+        Backwards over k: T[k][i] = min_j max(u_k(i, j), T'[j]) with T' the running minimum
+        of T[k+1] (nonincreasing, ≤ T[k+1]), so the best j is at the crossing of a
+        nondecreasing and a nonincreasing sequence: found by bisection on Q_k − T'."""
+        p = self.p
+        S, L = p.num_stages, p.num_layers
+        positions = np.arange(L + 1)
+        tables: list[np.ndarray] = [np.full(L + 1, np.inf) for _ in range(S + 1)]
+        Q, R, kappa = cost(S - 1)
+        last = np.where(self.last_ends(S - 1, positions) >= L, Q[L] - R + kappa, np.inf)
+        tables[S - 1] = np.where(self._positions(S - 1), last, np.inf)
+        for k in range(S - 2, 0, -1):
+            Q, R, kappa = cost(k)
+            after = np.minimum.accumulate(tables[k + 1])
+            with np.errstate(invalid="ignore"):
+                crossing = np.maximum.accumulate(Q - after)
+            split = np.searchsorted(crossing, R - kappa, side="left")
+            lo, hi = positions + 1, self.last_ends(k, positions)
+            j1 = np.maximum(split, lo)
+            above = np.where(j1 <= hi, Q[np.minimum(j1, L)] - R + kappa, np.inf)
+            j2 = np.minimum(split - 1, hi)
+            below = np.where(j2 >= lo, after[np.clip(j2, 0, L)], np.inf)
+            tables[k] = np.where(self._positions(k), np.minimum(above, below), np.inf)
+        return tables
+
+    def _min_sends(self) -> list[np.ndarray]:
+        """X[k][i]: the smallest sum of boundary transfers X_t(b_{t+1}) over stages k..S−2
+        starting at i (memory ignored: a relaxation)."""
+        p = self.p
+        S, L = p.num_stages, p.num_layers
+        tables = [np.zeros(L + 1) for _ in range(S + 1)]
+        for k in range(S - 2, 0, -1):
+            value = p.send_s[k] + p.grad_send_s[k] + tables[k + 1]
+            value[L - (S - 1 - k) + 1 :] = np.inf  # leave a layer for each later stage
+            value[0] = np.inf
+            best_from = np.minimum.accumulate(value[::-1])[::-1]  # min over j ≥ index
+            tables[k] = np.append(best_from[1:], np.inf)  # j ≥ i + 1
+        return tables
+
+    def leaf_bound(self, boundaries: tuple[int, ...]) -> float:
+        """`simulate.step_lower_bound_s` of a complete partition (all-reduces alone)."""
+        works = self.stage_works(boundaries)
+        return step_lower_bound_s(works, self.p.micro_batches, self.p.schedule) + self.p.overhead_s
+
+    def stage_works(self, boundaries: tuple[int, ...]) -> list[StageWork]:
+        p = self.p
+        S = p.num_stages
+        works = []
+        for k in range(S):
+            i, j = boundaries[k], boundaries[k + 1]
+            grads = p.grad_prefix[j] - p.grad_prefix[i]
+            allreduce = (
+                p.allreduce_latency_s[k] + p.allreduce_s_per_byte[k] * grads if grads > 0 else 0.0
+            )
+            works.append(
+                StageWork(
+                    fwd_s=float(p.fwd_prefix[j] - p.fwd_prefix[i] + p.micro_batch_overhead_s),
+                    bwd_s=float(p.bwd_prefix[j] - p.bwd_prefix[i]),
+                    has_backward=True,
+                    send_fwd_s=float(p.send_s[k][j]) if k < S - 1 else 0.0,
+                    send_bwd_s=float(p.grad_send_s[k - 1][i]) if k > 0 else 0.0,
+                    allreduce_s=float(allreduce),
+                    optimizer_s=float(p.optimizer_s_per_byte * grads),
+                )
+            )
+        return works
+
+    # ------------------------------------------------------------------ heuristics
+
+    def dive(self) -> Node | None:
+        """A complete partition by always taking the child with the smallest bound."""
+        node = self.root()
+        while node.depth < self.p.num_stages:
+            children = self.expand(node)
+            if not children:
+                return None
+            node = min(children, key=lambda item: item[0])[1]
+        return node

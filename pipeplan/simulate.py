@@ -1,8 +1,11 @@
-"""Event-level simulation of one training step of a pipeline schedule (GPipe, 1F1B)
-(docs/architecture.md §4.7; its lower bound §4.8).
+"""Event-level simulation of one training step of a pipeline schedule (GPipe, 1F1B), the
+sharing of node network links by all-reduces, and the step's lower bound
+(docs/architecture.md §4.7, contention §4.5, bounds §4.8).
 
     timeline = simulate(stage_works, micro_batches=4, schedule="1f1b")
     timeline.step_s, timeline.events
+    result = simulate_step(stage_works, 4, "1f1b")    # step_s and each stage's all-reduce span
+    step_lower_bound_s(stage_works, 4, "1f1b") <= timeline.step_s
 
 The `Timeline` format (events with stage, kind, micro_batch, start_s, end_s) is what
 `pipeplan.plots` draws; keep it stable.
@@ -14,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel
 
 from pipeplan.formats import Schedule
@@ -35,7 +39,11 @@ class Timeline(BaseModel):
 
 @dataclass(frozen=True)
 class StageWork:
-    """Per-micro-batch work of one stage, in seconds."""
+    """Per-micro-batch work of one stage, in seconds.
+
+    `allreduce_s` is the all-reduce alone on its links; when `allreduce_nodes` names the nodes
+    whose network link the all-reduce crosses, the part beyond `allreduce_latency_s` shares
+    those links with the other stages' all-reduces (§4.5), so it may take longer."""
 
     fwd_s: float
     bwd_s: float
@@ -44,10 +52,26 @@ class StageWork:
     send_bwd_s: float = 0.0  # gradient to stage s−1 (unused when s−1 has no backward)
     allreduce_s: float = 0.0
     optimizer_s: float = 0.0
+    allreduce_latency_s: float = 0.0
+    allreduce_nodes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One simulated step: its time and each stage's all-reduce as it ran (shared links
+    stretch it)."""
+
+    step_s: float
+    allreduce_start_s: tuple[float, ...]
+    allreduce_end_s: tuple[float, ...]
+
+    def allreduce_s(self, stage: int) -> float:
+        return self.allreduce_end_s[stage] - self.allreduce_start_s[stage]
 
 
 def in_flight(schedule: Schedule, num_stages: int, stage: int, micro_batches: int) -> int:
-    """Micro-batches whose activations stage `stage` holds at its peak."""
+    """Micro-batches whose activations stage `stage` holds at its peak; also the number of
+    forwards it runs before its first backward."""
     if schedule == "gpipe":
         return micro_batches
     return min(num_stages - stage, micro_batches)
@@ -70,19 +94,33 @@ def stage_order(
     return order + backwards[micro_batches - warmup :]
 
 
-def simulate(
-    stages: Sequence[StageWork],
-    micro_batches: int,
-    schedule: Schedule,
-    record: bool = True,
-) -> Timeline:
-    """Simulate one step; with record=False the timeline has no events (faster, same step_s)."""
-    num_stages = len(stages)
-    if num_stages < 1 or micro_batches < 1:
+def _check(stages: Sequence[StageWork], micro_batches: int) -> None:
+    if len(stages) < 1 or micro_batches < 1:
         raise ValueError("need at least one stage and one micro-batch")
-    for s in range(1, num_stages):
+    for s in range(1, len(stages)):
         if stages[s - 1].has_backward and not stages[s].has_backward:
             raise ValueError("frozen layers must form a prefix: a frozen stage follows an active")
+
+
+# --------------------------------------------------------------------------- the schedule
+
+
+@dataclass
+class _Schedule:
+    """When each stage's last operation and each directed link's last transfer end."""
+
+    stage_free: list[float]
+    link_fwd: list[float]  # link s → s+1
+    link_bwd: list[float]  # link s → s−1
+    events: list[tuple[int, str, int | None, float, float]]
+
+
+def _event_schedule(
+    stages: Sequence[StageWork], micro_batches: int, schedule: Schedule, record: bool
+) -> _Schedule:
+    """Play every operation: an op starts at max(stage free, input ready); transfers do not
+    occupy the sender, and each directed link carries one at a time."""
+    num_stages = len(stages)
     last = num_stages - 1
     orders = [
         stage_order(schedule, num_stages, s, micro_batches, st.has_backward)
@@ -94,8 +132,8 @@ def simulate(
     fwd_ready[0] = [0.0] * micro_batches
     # The last stage's backward of j follows its own forward of j (stage order).
     bwd_ready[last] = [0.0] * micro_batches
-    link_free_fwd = [0.0] * num_stages  # link s→s+1
-    link_free_bwd = [0.0] * num_stages  # link s→s−1
+    link_free_fwd = [0.0] * num_stages
+    link_free_bwd = [0.0] * num_stages
     stage_free = [0.0] * num_stages
     position = [0] * num_stages
     events: list[tuple[int, str, int | None, float, float]] = []
@@ -109,6 +147,7 @@ def simulate(
         queued[s] = False
         work, order, pos = stages[s], orders[s], position[s]
         f_ready, b_ready = fwd_ready[s], bwd_ready[s]
+        fwd_s, bwd_s = work.fwd_s, work.bwd_s
         free = stage_free[s]
         sends_bwd = s > 0 and stages[s - 1].has_backward
         while pos < len(order):
@@ -118,12 +157,12 @@ def simulate(
             if ready is None:
                 break
             start = free if free > ready else ready
-            free = start + (work.fwd_s if is_fwd else work.bwd_s)
+            free = start + (fwd_s if is_fwd else bwd_s)
             if record:
                 events.append((s, kind, j, start, free))
             if is_fwd:
                 if s < last:
-                    send_start = max(free, link_free_fwd[s])
+                    send_start = free if free > link_free_fwd[s] else link_free_fwd[s]
                     send_end = send_start + work.send_fwd_s
                     link_free_fwd[s] = send_end
                     fwd_ready[s + 1][j] = send_end
@@ -133,7 +172,7 @@ def simulate(
                         queued[s + 1] = True
                         pending.append(s + 1)
             elif sends_bwd:
-                send_start = max(free, link_free_bwd[s])
+                send_start = free if free > link_free_bwd[s] else link_free_bwd[s]
                 send_end = send_start + work.send_bwd_s
                 link_free_bwd[s] = send_end
                 bwd_ready[s - 1][j] = send_end
@@ -147,21 +186,174 @@ def simulate(
         stage_free[s] = free
     if any(position[s] != len(orders[s]) for s in range(num_stages)):  # pragma: no cover
         raise RuntimeError("pipeline schedule deadlocked")
+    return _Schedule(stage_free, link_free_fwd, link_free_bwd, events)
 
+
+def _gpipe_schedule(stages: Sequence[StageWork], micro_batches: int) -> _Schedule:
+    """GPipe in closed form: the forwards are a flow shop of M identical jobs over the
+    machines stage 0, link 0→1, stage 1, …, stage S−1, and the backwards another from the last
+    stage (once its forwards end) up to the first trainable stage. With identical jobs a flow
+    shop's last job leaves machine q at Σ_{r≤q} p_r + (M−1)·max_{r≤q} p_r. Equal to the event
+    simulation (tested), in O(S) instead of O(S·M)."""
+    S, M = len(stages), micro_batches
+    stage_free = [0.0] * S
+    link_fwd = [0.0] * S
+    link_bwd = [0.0] * S
+    total = largest = 0.0
+    for s, work in enumerate(stages):
+        total += work.fwd_s
+        largest = max(largest, work.fwd_s)
+        stage_free[s] = total + (M - 1) * largest
+        if s < S - 1:
+            total += work.send_fwd_s
+            largest = max(largest, work.send_fwd_s)
+            link_fwd[s] = total + (M - 1) * largest
+    forwards_end = stage_free[S - 1]
+    total = largest = 0.0
+    for s in range(S - 1, -1, -1):
+        work = stages[s]
+        if not work.has_backward:
+            break
+        total += work.bwd_s
+        largest = max(largest, work.bwd_s)
+        stage_free[s] = forwards_end + total + (M - 1) * largest
+        if s > 0 and stages[s - 1].has_backward:
+            total += work.send_bwd_s
+            largest = max(largest, work.send_bwd_s)
+            link_bwd[s] = forwards_end + total + (M - 1) * largest
+    return _Schedule(stage_free, link_fwd, link_bwd, [])
+
+
+# --------------------------------------------------------------------------- shared links
+
+
+def shared_allreduce_ends(stages: Sequence[StageWork], starts: Sequence[float]) -> list[float]:
+    """End of each trainable stage's all-reduce started at `starts[s]` (§4.5): after its
+    latency terms, the bytes of the all-reduces crossing one node's network link share it
+    equally; an all-reduce moves at the rate of its most shared link (fluid model, recomputed
+    whenever one starts or ends). Unshared all-reduces take `allreduce_s`."""
+    ends = [start + work.allreduce_s for start, work in zip(starts, stages, strict=True)]
+    flows = [
+        s
+        for s, work in enumerate(stages)
+        if work.has_backward
+        and work.allreduce_nodes
+        and work.allreduce_s - work.allreduce_latency_s > 0
+    ]
+    nodes = sorted({n for s in flows for n in stages[s].allreduce_nodes})
+    if len(flows) < 2:
+        return ends
+    column = {n: i for i, n in enumerate(nodes)}
+    uses = np.zeros((len(flows), len(nodes)))
+    for row, s in enumerate(flows):
+        uses[row, [column[n] for n in stages[s].allreduce_nodes]] = 1.0
+    shared = uses.sum(axis=0) > 1  # a link only one all-reduce crosses never slows it
+    if not shared.any():
+        return ends
+    uses = uses[:, shared]
+    release = np.array([starts[s] + stages[s].allreduce_latency_s for s in flows])
+    left = np.array([stages[s].allreduce_s - stages[s].allreduce_latency_s for s in flows])
+    finish = _fluid(uses, release, left)
+    for row, s in enumerate(flows):
+        ends[s] = float(finish[row])
+    return ends
+
+
+def _fluid(uses: np.ndarray, release: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """Completion times of flows (rows of `uses`: the links each crosses) released at
+    `release` with `left` seconds of work at full rate, each link shared equally."""
+    n = len(release)
+    finish = np.full(n, np.inf)
+    left = left.astype(float).copy()
+    active = np.zeros(n, dtype=bool)
+    waiting = np.ones(n, dtype=bool)
+    now = float(release.min())
+    while waiting.any() or active.any():
+        arriving = waiting & (release <= now)
+        active |= arriving
+        waiting &= ~arriving
+        if not active.any():
+            now = float(release[waiting].min())
+            continue
+        counts = active.astype(float) @ uses
+        rate = np.where(active, 1.0 / np.maximum((uses * counts).max(axis=1), 1.0), 0.0)
+        with np.errstate(divide="ignore"):
+            to_finish = np.where(active, left / np.where(rate > 0, rate, 1.0), np.inf)
+        step = float(to_finish.min())
+        next_release = float(release[waiting].min()) if waiting.any() else np.inf
+        if next_release - now < step:
+            step = next_release - now
+            done = np.zeros(n, dtype=bool)
+        else:
+            done = active & (to_finish <= step)
+        left = np.where(active, left - rate * step, left)
+        now += step
+        finish[done] = now
+        left[done] = 0.0
+        active &= ~done
+    return finish
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def simulate_step(
+    stages: Sequence[StageWork], micro_batches: int, schedule: Schedule
+) -> StepResult:
+    """The simulated step without recording events (GPipe in closed form)."""
+    _check(stages, micro_batches)
+    if schedule == "gpipe":
+        played = _gpipe_schedule(stages, micro_batches)
+    else:
+        played = _event_schedule(stages, micro_batches, schedule, record=False)
+    return _finish(stages, played)
+
+
+def _finish(stages: Sequence[StageWork], played: _Schedule) -> StepResult:
+    """After its last op a training stage all-reduces (sharing node links), then steps its
+    optimizer; the step ends when every op, transfer and optimizer has."""
+    starts = played.stage_free
+    ends = shared_allreduce_ends(stages, starts)
     step_s = 0.0
     for s, work in enumerate(stages):
-        # The stage's own compute and its outgoing transfers must finish.
-        finish = max(stage_free[s], link_free_fwd[s], link_free_bwd[s])
+        finish = max(played.stage_free[s], played.link_fwd[s], played.link_bwd[s])
         if work.has_backward:
-            if record and work.allreduce_s > 0:
-                events.append(
-                    (s, "allreduce", None, stage_free[s], stage_free[s] + work.allreduce_s)
-                )
-            opt_start = stage_free[s] + work.allreduce_s
-            if record and work.optimizer_s > 0:
-                events.append((s, "optimizer", None, opt_start, opt_start + work.optimizer_s))
-            finish = max(finish, opt_start + work.optimizer_s)
+            finish = max(finish, ends[s] + work.optimizer_s)
         step_s = max(step_s, finish)
+    return StepResult(step_s, tuple(starts), tuple(ends))
+
+
+def simulate(
+    stages: Sequence[StageWork],
+    micro_batches: int,
+    schedule: Schedule,
+    record: bool = True,
+) -> Timeline:
+    """Simulate one step; with record=False the timeline has no events (faster, same step_s)."""
+    result = simulate_step(stages, micro_batches, schedule)
+    return timeline_of(stages, micro_batches, schedule, result, record)
+
+
+def timeline_of(
+    stages: Sequence[StageWork],
+    micro_batches: int,
+    schedule: Schedule,
+    result: StepResult,
+    record: bool = True,
+) -> Timeline:
+    """The Timeline of a simulated step: its events when `record` (every op and transfer, and
+    each all-reduce as long as the shared links made it), else none."""
+    events = []
+    if record:
+        events = _event_schedule(stages, micro_batches, schedule, record=True).events
+        for s, work in enumerate(stages):
+            if not work.has_backward:
+                continue
+            start, end = result.allreduce_start_s[s], result.allreduce_end_s[s]
+            if end > start:
+                events.append((s, "allreduce", None, start, end))
+            if work.optimizer_s > 0:
+                events.append((s, "optimizer", None, end, end + work.optimizer_s))
     return Timeline(
         events=[
             TimelineEvent.model_construct(
@@ -169,31 +361,147 @@ def simulate(
             )
             for s, kind, j, start, end in events
         ],
-        step_s=step_s,
-        num_stages=num_stages,
+        step_s=result.step_s,
+        num_stages=len(stages),
     )
 
 
-def step_lower_bound_s(stages: Sequence[StageWork], micro_batches: int) -> float:
-    """A lower bound on the simulated step of either schedule, for pruning (tested against
-    `simulate`). Stage s cannot start before micro-batch 0's activations reach it, then has
-    M·(f + b) of work, then its all-reduce and optimizer, and its last gradient still has to
-    travel down to the first trainable stage, which then all-reduces; and any pipeline takes at
-    least (M−1)·max_s c_s + Σ_s c_s."""
-    M = micro_batches
-    work = [st.fwd_s + (st.bwd_s if st.has_backward else 0.0) for st in stages]
-    first_active = next((s for s, st in enumerate(stages) if st.has_backward), None)
-    bound = (M - 1) * max(work) + sum(work)
-    arrival = 0.0
-    chain = 0.0  # the last gradient's way down from stage s to the first trainable stage
-    for s, st in enumerate(stages):
-        busy_end = arrival + M * work[s]
-        bound = max(bound, busy_end)
-        if st.has_backward and first_active is not None:
-            if s > first_active:
-                chain += stages[s - 1].bwd_s + st.send_bwd_s
-            bound = max(bound, busy_end + st.allreduce_s + st.optimizer_s)
-            head = stages[first_active]
-            bound = max(bound, busy_end + chain + head.allreduce_s + head.optimizer_s)
-        arrival += st.fwd_s + st.send_fwd_s
-    return bound
+# --------------------------------------------------------------------------- lower bound
+
+
+def step_lower_bound_s(
+    stages: Sequence[StageWork], micro_batches: int, schedule: Schedule | None = None
+) -> float:
+    """A lower bound on the simulated step of `schedule` (of either, when None), for pruning
+    (§4.8; tested against `simulate`). GPipe: its closed-form schedule with every all-reduce
+    alone on its links. 1F1B: the largest of, per stage k,
+    - arrival a_k of micro-batch 0, then all M·c_k of its work, then its own all-reduce and
+      optimizer, or its last gradient's way down to the first trainable stage and that
+      stage's all-reduce and optimizer (the tail);
+    - a_k, the forwards before its first backward or micro-batch 0's round trip below k,
+      whichever ends later, the rest of its work, the tail;
+    - the same with the cycles of a window of stages [t, k]: micro-batch j's gradient goes up
+      to t, t's next forward comes down to k, and k's backward n = k−t+1 micro-batches later
+      follows, so every such round adds the window's work and transfers."""
+    _check(stages, micro_batches)
+    if schedule is None:
+        return min(step_lower_bound_s(stages, micro_batches, s) for s in ("gpipe", "1f1b"))
+    if schedule == "gpipe":
+        played = _gpipe_schedule(stages, micro_batches)
+        starts = played.stage_free
+        alone = [start + work.allreduce_s for start, work in zip(starts, stages, strict=True)]
+        return _finish_alone(stages, played, alone)
+    return _one_f_one_b_bound(stages, micro_batches)
+
+
+def _finish_alone(stages: Sequence[StageWork], played: _Schedule, ends: list[float]) -> float:
+    step_s = 0.0
+    for s, work in enumerate(stages):
+        finish = max(played.stage_free[s], played.link_fwd[s], played.link_bwd[s])
+        if work.has_backward:
+            finish = max(finish, ends[s] + work.optimizer_s)
+        step_s = max(step_s, finish)
+    return step_s
+
+
+def _one_f_one_b_bound(stages: Sequence[StageWork], micro_batches: int) -> float:
+    S = len(stages)
+    trains = np.array([st.has_backward for st in stages])
+    return one_f_one_b_bound(
+        fwd=np.array([st.fwd_s for st in stages]),
+        bwd=np.array([st.bwd_s if st.has_backward else 0.0 for st in stages]),
+        trains=trains,
+        send_fwd=np.array([st.send_fwd_s if s < S - 1 else 0.0 for s, st in enumerate(stages)]),
+        # Gradient s → s−1, sent only when s−1 trains.
+        send_bwd=np.array(
+            [st.send_bwd_s if s > 0 and trains[s - 1] else 0.0 for s, st in enumerate(stages)]
+        ),
+        own_tail=np.array([st.allreduce_s + st.optimizer_s for st in stages]),
+        micro_batches=micro_batches,
+    )
+
+
+def one_f_one_b_bound(
+    fwd: np.ndarray,
+    bwd: np.ndarray,
+    trains: np.ndarray,
+    send_fwd: np.ndarray,
+    send_bwd: np.ndarray,
+    own_tail: np.ndarray,
+    micro_batches: int,
+) -> float:
+    """`step_lower_bound_s` for 1F1B on per-stage arrays (send_bwd[s]: s → s−1; own_tail: the
+    all-reduce alone + optimizer)."""
+    F, B, sf, sb, M = fwd, bwd, send_fwd, send_bwd, micro_batches
+    S = len(F)
+    arrival = np.concatenate([[0.0], np.cumsum(F + sf)[:-1]])  # a_k
+    if not trains.any():  # nothing trains: the forward flow shop
+        return float(F.sum() + sf[:-1].sum() + (M - 1) * max(F.max(), sf.max()))
+    first = int(np.argmax(trains))
+    # Down from k to the first trainable stage, then its all-reduce and optimizer.
+    steps_down = np.where(np.arange(S) >= first, B + np.append(sb[1:], 0.0), 0.0)
+    down = np.concatenate([[0.0], np.cumsum(steps_down)[:-1]])
+    down = np.where(np.arange(S) >= first, down - down[first], 0.0)
+    tail = np.maximum(down + own_tail[first], own_tail)
+    # Micro-batch 0's round trip below stage k: forwards down, backwards up.
+    hop = np.append(sf[:-1] + F[1:] + B[1:] + sb[1:], 0.0)  # k → k+1 and back
+    below = np.cumsum(hop[::-1])[::-1]
+    bound = 0.0
+    # A frozen stage k: its last forward on to the end, the last stage's backward, and the
+    # gradient's way back to the first trainable stage.
+    on_down = np.append(np.cumsum((sf[:-1] + F[1:])[::-1])[::-1], 0.0)
+    back_up = down[S - 1] + B[S - 1] + own_tail[first]
+    for k in range(first):
+        bound = max(bound, arrival[k] + M * F[k] + on_down[k] + back_up)
+    pace = 0.0  # when stage k's last forward can leave k−1 (see `_pace`)
+    for k in range(first, S):
+        bound = max(bound, arrival[k] + M * (F[k] + B[k]) + tail[k])
+        before = min(S - k, M)
+        # Stage k's last forward follows some stage t's last forward (after t's M forwards
+        # and the backwards before it) down the pipeline; then k's last `before` backwards.
+        bound = max(bound, pace + F[k] + before * B[k] + tail[k])
+        pace = max(pace + F[k], arrival[k] + M * F[k] + (M - before) * B[k]) + sf[k]
+        first_bwd_end = arrival[k] + max(before * F[k], F[k] + below[k]) + B[k]
+        windows = window_cycles(k, first, F, B, sf, sb, M, first_bwd_end)
+        bound = max(bound, windows + tail[k])
+    return float(bound)
+
+
+def window_cycles(
+    k: int,
+    first: int,
+    F: np.ndarray,
+    B: np.ndarray,
+    sf: np.ndarray,
+    sb: np.ndarray,
+    M: int,
+    first_bwd_end: float,
+) -> float:
+    """When stage k's ops can end, through the cycles of windows [t, k], first ≤ t ≤ k (see
+    `window_counts`); `first_bwd_end`: when B_0@k can end."""
+    t = np.arange(first, k + 1)
+    # Each round: the window's forwards and backwards and the transfers inside it.
+    inside = F + B + np.append(sf[:-1] + sb[1:], 0.0)  # stage u and boundary u → u+1
+    cycle = np.cumsum(inside[t][::-1])[::-1] - (inside[k] - F[k] - B[k])
+    rounds, fwd_left, bwd_left = window_counts(k, first, len(F), M)
+    return float(first_bwd_end + np.max(rounds * cycle + fwd_left * F[k] + bwd_left * B[k]))
+
+
+def window_counts(k: int, first: int, S: int, M: int) -> tuple[np.ndarray, ...]:
+    """For windows [t, k], t = first..k of a 1F1B pipeline: after B_0@k, stage k's ops end at
+    least rounds·(the window's work and transfers) + fwd_left·F_k + bwd_left·B_k later.
+    A round: B_j@k → gradients up to t → t's next forward F_x (x = w_t + j + 1) down to k →
+    B_{j+n}@k with n = w_t + 1 − w_k (k − t + 1 when the warm-ups w are not cut at M); it
+    repeats while t still has a forward after B_j; then k's remaining forwards and backwards.
+    t = k is the stage's own order."""
+    t = np.arange(first, k + 1)
+    warm = np.minimum(S - 1 - np.arange(S), M)
+    n = warm[t] + 1 - warm[k]
+    last_j = M - warm[t] - 2  # t runs a forward after B_j only while j ≤ last_j
+    ok = (n >= 1) & (last_j >= 0)
+    rounds = np.where(ok, last_j // np.maximum(n, 1) + 1, 0)
+    done = rounds * np.where(ok, n, 0)
+    # Without a round the stage still runs its other backwards and its forwards after B_0.
+    fwd_left = np.where(ok, np.maximum(M - warm[k] - done - 1, 0), M - min(S - k, M))
+    bwd_left = M - 1 - done
+    return rounds, fwd_left, bwd_left

@@ -2,16 +2,23 @@
 boundaries and rank map (docs/architecture.md §4.10, bounds §4.8).
 
     solution = solve_phase(CostModel(profile, cluster), global_batch=64, frozen_layers=3)
-    solution.best.layout, solution.best.step_s
+    solution.best.layout, solution.best.step_s, solution.proven
 
-Also the partition baselines the solver is compared against: equal layer counts, greedy
-balance by parameters, and by time (torchgpipe's `balance_by_time` style).
+The search is exact over its space (every S ≤ min(N, L−k), D = 1..⌊N/S⌋ dividing the batch,
+M ≥ S dividing B/D with m ≤ m_max, both schedules, every contiguous partition that fits memory
+and keeps the frozen prefix in stage 0): branch and bound with lower bounds that never exceed
+the simulated step, so a layout is only left unsimulated when something already simulated is
+at least as fast. Also the partition baselines the solver is compared against: equal layer
+counts, greedy balance by parameters, and by time (torchgpipe's `balance_by_time` style).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import logging
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -19,10 +26,29 @@ import numpy as np
 
 from pipeplan.costmodel import CostModel, Evaluation, PhaseCosts, rank_map
 from pipeplan.errors import BadArgumentError, PipeplanError
-from pipeplan.formats import SCHEDULES, Layout, Schedule
+from pipeplan.formats import SCHEDULES, Layout, Link, Schedule
 from pipeplan.formats.base import MAX_MICRO_BATCHES
-from pipeplan.partition import PartitionProblem, solve_partition
+from pipeplan.partition import (
+    DENSE_MAX_LAYERS,
+    Node,
+    PartitionProblem,
+    PartitionSpace,
+    StagePricing,
+    bottlenecks,
+    solve_partition,
+)
 from pipeplan.simulate import in_flight, step_lower_bound_s
+
+log = logging.getLogger("pipeplan.solver")
+
+# Bounds within this relative distance of the best step prune: what is lost is below the
+# floating-point noise of summing stage times in a different order.
+PRUNE_TOLERANCE = 1e-12
+# Work (partial partitions generated + operations simulated) after which the search stops
+# with the best layout so far and reports how far from proven it is; never reached by
+# models of tens of layers, only by very long pipelines whose many near-equal partitions
+# the bounds cannot separate.
+DEFAULT_WORK_LIMIT = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -48,7 +74,26 @@ class Shape:
 class PhaseSolution:
     best: Evaluation
     runner_ups: list[Evaluation] = field(default_factory=list)
-    evaluated: int = 0  # candidates whose partition was solved and simulated
+    evaluated: int = 0  # layouts simulated
+    # Proven: no layout of the space is faster than `best` (all the rest was pruned). When the
+    # work limit stopped the search first, `lower_bound_s` is what is proven instead.
+    proven: bool = True
+    lower_bound_s: float = 0.0
+
+
+class DoesNotFitError(PipeplanError):
+    """Nothing fits memory. The message (a min-max memory search over every shape) is built
+    only when shown: the plan tries cached and uncached phases and often drops this error."""
+
+    def __init__(self, build: Callable[[], str]):
+        super().__init__()
+        self._build = build
+        self._message: str | None = None
+
+    def __str__(self) -> str:
+        if self._message is None:
+            self._message = self._build()
+        return self._message
 
 
 def divisors(n: int) -> list[int]:
@@ -59,7 +104,8 @@ def divisors(n: int) -> list[int]:
 def candidate_shapes(
     model: CostModel, global_batch: int, max_stages: int, pins: Pins
 ) -> list[Shape]:
-    """Every (S, D, M, m) the search considers, before partitioning."""
+    """Every (S, D, M, m) the search considers, before partitioning: D from 1 to ⌊N/S⌋
+    (idle devices allowed: fewer replicas may be faster, e.g. inside one node)."""
     num_devices = model.cluster.num_devices
     if num_devices < 1:
         raise BadArgumentError("the cluster has no devices")
@@ -70,19 +116,20 @@ def candidate_shapes(
     for S in stage_counts:
         if max_stages < S or num_devices < S:
             continue
-        D = pins.replicas if pins.replicas else num_devices // S
-        if D < 1 or num_devices < S * D or global_batch % D:
-            continue
-        per_replica = global_batch // D
-        counts = [pins.micro_batches] if pins.micro_batches else divisors(per_replica)
-        for M in (M for M in counts if M <= MAX_MICRO_BATCHES):
-            # torch.distributed.pipelining's GPipe and 1F1B need at least one micro-batch
-            # per stage.
-            if per_replica % M or M < S:
+        replica_counts = [pins.replicas] if pins.replicas else range(1, num_devices // S + 1)
+        for D in replica_counts:
+            if D < 1 or num_devices < S * D or global_batch % D:
                 continue
-            m = per_replica // M
-            if m <= model.max_micro_batch_size:
-                shapes.append(Shape(S, D, M, m))
+            per_replica = global_batch // D
+            counts = [pins.micro_batches] if pins.micro_batches else divisors(per_replica)
+            for M in (M for M in counts if M <= MAX_MICRO_BATCHES):
+                # torch.distributed.pipelining's GPipe and 1F1B need at least one micro-batch
+                # per stage.
+                if per_replica % M or M < S:
+                    continue
+                m = per_replica // M
+                if m <= model.max_micro_batch_size:
+                    shapes.append(Shape(S, D, M, m))
     return shapes
 
 
@@ -100,11 +147,11 @@ def _no_shape_message(model: CostModel, global_batch: int, max_stages: int, pins
             f"--micro-batches {pins.micro_batches} is fewer than --stages {pins.num_stages}: "
             "a pipeline needs at least one micro-batch per stage"
         )
-    replicas = sorted({pins.replicas or N // S for S in range(1, min(max_stages, N) + 1)})
+    replicas = f"{pins.replicas}" if pins.replicas else f"1..{N}"
     return (
         f"global batch {global_batch} cannot be split into whole micro-batches of at most "
-        f"{model.max_micro_batch_size} samples over any replica count "
-        f"({', '.join(map(str, replicas))} for 1..{min(max_stages, N)} stages"
+        f"{model.max_micro_batch_size} samples over any replica count ({replicas} for "
+        f"1..{min(max_stages, N)} stages"
         + (f", {pins.micro_batches} micro-batches" if pins.micro_batches else "")
         + "); choose a global batch divisible by one of them"
     )
@@ -120,12 +167,14 @@ class PhaseSearch:
         frozen_layers: int,
         cached: bool,
         pins: Pins | None = None,
+        work_limit: int = DEFAULT_WORK_LIMIT,
     ):
         self.model = model
         self.global_batch = global_batch
         self.frozen_layers = frozen_layers
         self.cached = cached and frozen_layers > 0
         self.pins = pins or Pins()
+        self.work_limit = work_limit
         self.first_computed = frozen_layers if self.cached else 0
         # The frozen prefix lives in stage 0, as in PipeTransformer: it runs without autograd,
         # so a later stage holding frozen layers would have no input gradient to send back.
@@ -133,6 +182,8 @@ class PhaseSearch:
         self.cluster = model.cluster
         # Memory the layers may use: the reserve is part of every stage.
         self.memory_limit_bytes = self.cluster.device_memory_bytes - model.reserve_bytes
+        self._ranks: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
+        self._bottlenecks: dict[int, np.ndarray] = {}
 
     def costs(self, m: int) -> PhaseCosts:
         return self.model.phase_costs(m, self.frozen_layers, self.cached)
@@ -163,44 +214,266 @@ class PhaseSearch:
         # One stage: both schedules run the same ops; 1F1B keeps one micro-batch in flight.
         return ("1f1b",) if num_stages == 1 else SCHEDULES
 
-    # ------------------------------------------------------------------ bounds
-
-    def lower_bound_s(self, shape: Shape) -> float:
-        costs = self.costs(shape.micro_batch_size)
-        per_layer = costs.fwd_s + costs.bwd_s
-        W = float(per_layer.sum())
-        # Some stage holds at least ⌈L/S⌉ consecutive layers (cached ones cost nothing).
-        computed = per_layer[self.first_computed :]
-        window = -(-len(computed) // shape.num_stages)
-        prefix = np.concatenate([[0.0], np.cumsum(computed)])
-        smallest_window = float((prefix[window:] - prefix[:-window]).min())
-        c_max = max(W / shape.num_stages, float(per_layer.max()), smallest_window)
-        pipeline = (shape.micro_batches - 1) * c_max + W
-        grads = float(costs.grad_bytes.sum()) / shape.num_stages
-        fastest = min(
-            (self.cluster.allreduce_link, self.cluster.inter_node),
-            key=lambda link: self.model.allreduce_s(grads, shape.replicas, link),
-        )
-        tail = (
-            float(costs.fwd_s.sum())
-            + self.model.allreduce_s(grads, shape.replicas, fastest)
-            + self.model.optimizer_s(grads)
-        )
-        return max(pipeline, tail)
-
-    # ------------------------------------------------------------------ one candidate
-
     def layout_ranks(self, shape: Shape) -> tuple[tuple[int, ...], ...]:
-        ranks = rank_map(
-            shape.num_stages, shape.replicas, self.cluster.devices_per_node, self.cluster.nodes
+        key = (shape.num_stages, shape.replicas)
+        if key not in self._ranks:
+            ranks = rank_map(
+                shape.num_stages, shape.replicas, self.cluster.devices_per_node, self.cluster.nodes
+            )
+            self._ranks[key] = tuple(tuple(r) for r in ranks)
+        return self._ranks[key]
+
+    def layout(self, shape: Shape, schedule: Schedule, boundaries: tuple[int, ...]) -> Layout:
+        return Layout(
+            frozen_layers=self.frozen_layers,
+            cached=self.cached,
+            micro_batches=shape.micro_batches,
+            micro_batch_size=shape.micro_batch_size,
+            schedule=schedule,
+            boundaries=boundaries,
+            rank_map=self.layout_ranks(shape),
         )
-        return tuple(tuple(r) for r in ranks)
+
+    def evaluate(self, layout: Layout, record: bool = False) -> Evaluation:
+        return self.model.evaluate(layout, record=record)
+
+    # ------------------------------------------------------------------ shape bounds
+
+    def shape_bounds(self, candidates: list[tuple[Shape, Schedule]]) -> np.ndarray:
+        """A lower bound on the step of every partition of each (shape, schedule), in closed
+        form and vectorised over the candidates (§4.8)."""
+        bounds = np.zeros(len(candidates))
+        sizes = np.array([shape.micro_batch_size for shape, _ in candidates])
+        for m in np.unique(sizes):
+            rows = np.flatnonzero(sizes == m)
+            bounds[rows] = self._shape_bounds_at(int(m), [candidates[r] for r in rows])
+        return bounds
+
+    def _shape_bounds_at(self, m: int, candidates: list[tuple[Shape, Schedule]]) -> np.ndarray:
+        """See `shape_bounds`. With stage 0 holding at least layers 0..k (the frozen prefix and
+        the first active layer), Σc = W + S·μ, and c_max, F_max, B_max bounded below by the
+        average, the largest layer, stage 0's least, the lightest window of ⌈L_c/S⌉
+        consecutive computed layers (some stage holds that many) and, for models of at most
+        DENSE_MAX_LAYERS layers, the exact smallest bottleneck of c (`partition.bottlenecks`):
+        - M·c_max (the busiest stage's own work);
+        - κ·Σc, κ = 1/(1 − (1 − 1/M)^S): a convex combination of L1_k = Σ_{t<k} c_t + M·c_k
+          with weights that give every stage's work the same coefficient; and the same with
+          stage 0 at least its forced part;
+        - 1F1B: Σc + (M−1)·B_0 + (M − nF_0)·F_0 and Σc + (M − min(S, M))·c_max; GPipe: Σc +
+          (M−1)·(F_max + B_max);
+        - all-reduce terms (`_allreduce_bounds`);
+        plus the calibrated overhead outside the schedule."""
+        model = self.model
+        costs = self.costs(m)
+        S = np.array([shape.num_stages for shape, _ in candidates], dtype=float)
+        D = np.array([shape.replicas for shape, _ in candidates], dtype=float)
+        M = np.array([shape.micro_batches for shape, _ in candidates], dtype=float)
+        gpipe = np.array([schedule == "gpipe" for _, schedule in candidates])
+        mu = model.micro_batch_overhead_s
+        f, b = costs.fwd_s, costs.bwd_s
+        c = f + b
+        k = self.frozen_layers
+        F0, B0 = float(f[: k + 1].sum()) + mu, float(b[: k + 1].sum())
+        Wf, Wb = float(f.sum()), float(b.sum())
+        work = Wf + Wb + S * mu
+        windows = self._lightest_windows(costs, S)
+        c_max = np.maximum.reduce(
+            [work / S, np.full_like(S, c.max() + mu), np.full_like(S, F0 + B0), windows[0] + mu]
+        )
+        known = self._bottleneck(S, m)
+        if known is not None:
+            c_max = np.maximum(c_max, known)
+        f_max = np.maximum.reduce(
+            [Wf / S + mu, np.full_like(S, f.max() + mu), np.full_like(S, F0), windows[1] + mu]
+        )
+        b_max = np.maximum.reduce(
+            [Wb / S, np.full_like(S, b.max()), np.full_like(S, B0), windows[2]]
+        )
+        bound = np.maximum(M * c_max, work / (1 - (1 - 1 / M) ** S))
+        rest = 1 / (1 - (1 - 1 / M) ** np.maximum(S - 1, 1))
+        balanced_first = np.where(S > 1, rest * work / (M + rest - 1), work)
+        bound = np.maximum(bound, M * np.maximum(F0 + B0, balanced_first))
+        before = np.where(gpipe, M, np.minimum(S, M))
+        bound = np.maximum(bound, work + (M - 1) * B0 + (M - before) * F0)
+        bound = np.maximum(bound, work + (M - before) * c_max)
+        flow_shop = work + (M - 1) * np.maximum(f_max + b_max, c_max)
+        bound = np.where(gpipe, np.maximum(bound, flow_shop), bound)
+        # The last stage's last op (the first all-reduce to start, stages end in reverse
+        # order) follows micro-batch M−1's forward through every stage, and the last forward
+        # of the busiest stage, which ran M forwards and M − nF backwards before it.
+        last_stage_end = np.maximum(
+            Wf + S * mu, np.where(gpipe, Wf + S * mu + (M - 1) * f_max, (M - before) * c_max)
+        )
+        bound = np.maximum(bound, self._allreduce_bounds(costs, S, D, M, work, last_stage_end))
+        overhead = np.array([model.overhead_s(shape.micro_batches * m) for shape, _ in candidates])
+        return bound + overhead
+
+    def _lightest_windows(self, costs: PhaseCosts, S: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Per S, the lightest sum of c, fwd and bwd over ⌈L_c/S⌉ consecutive computed
+        layers (L_c of them: cached layers cost nothing)."""
+        per_layer = [
+            (costs.fwd_s + costs.bwd_s)[self.first_computed :],
+            costs.fwd_s[self.first_computed :],
+            costs.bwd_s[self.first_computed :],
+        ]
+        width = np.ceil(len(per_layer[0]) / S).astype(int)
+        result = []
+        for values in per_layer:
+            prefix = np.concatenate([[0.0], np.cumsum(values)])
+            lightest = {w: float((prefix[w:] - prefix[:-w]).min()) for w in np.unique(width)}
+            result.append(np.array([lightest[w] for w in width]))
+        return tuple(result)
+
+    def _allreduce_bounds(
+        self,
+        costs: PhaseCosts,
+        S: np.ndarray,
+        D: np.ndarray,
+        M: np.ndarray,
+        work: np.ndarray,
+        release: np.ndarray,
+    ) -> np.ndarray:
+        """All-reduce terms of `_shape_bounds_at`, with A_k alone = λ_A + ρ_A·G_k and every
+        all-reduce starting after `release` (a bound on the last stage's last op). With S ≤ G
+        devices per node, a group crosses nodes iff the D replicas do not fit the ⌊G/S⌋
+        pipelines of a node, and then every group crosses node 0's link; with S > G, each
+        group spans D nodes and the ⌈D·S/G⌉ nodes' links carry 2(D−1)·G bytes in all.
+        - The stage with the most gradient bytes (≥ G/S): its all-reduce alone and optimizer.
+        - The average over k of M·c_k + A_k + O_k (every stage's own tail).
+        - A node link all the all-reduces cross (or, with S > G, the busiest node's link at
+          its average share) carries their bytes after `release`."""
+        model, cluster = self.model, self.cluster
+        G = float(costs.grad_bytes.sum())
+        per_node = cluster.devices_per_node
+        packed = per_node >= S  # whole pipelines inside a node
+        crosses = np.where(packed, per_node // np.maximum(S, 1) < D, D >= 2)
+        inter, intra = cluster.inter_node, model.intra_allreduce_link
+        steps = 2 * (D - 1)
+        many = D > 1
+
+        def latency(link: Link) -> np.ndarray:
+            return np.where(many, steps * link.latency_s, 0.0)
+
+        def per_byte(link: Link) -> np.ndarray:
+            return np.where(many, steps / D / link.bandwidth_bytes_per_s, 0.0)
+
+        lat = np.where(crosses, latency(inter), latency(intra))
+        rate = np.where(crosses, per_byte(inter), per_byte(intra))
+        omega = model.optimizer_s(1.0)
+        share = G / S
+        busiest = release + np.where(share > 0, lat + rate * share, 0.0) + omega * share
+        # Every stage holds an active layer; with parameters in each, every stage all-reduces.
+        active = costs.grad_bytes[self.frozen_layers :]
+        every = bool((active > 0).all())
+        own = (M * work + (rate + omega) * G) / S + (lat if every else 0.0)
+        bound = np.maximum(busiest, own)
+        if G <= 0:
+            return bound
+        nodes_used = np.maximum(np.ceil(D * S / per_node), 1)
+        link_bytes = np.where(packed, steps / D * G, steps * G / nodes_used)
+        link = release + latency(inter) + link_bytes / inter.bandwidth_bytes_per_s
+        return np.where(crosses, np.maximum(bound, link), bound)
+
+    def _bottleneck(self, S: np.ndarray, m: int) -> np.ndarray | None:
+        """Per S, the exact smallest largest stage work c over the partitions (memory and
+        transfers ignored, so a lower bound on c_max); None for long models, where the DP
+        would cost more than it saves."""
+        if self.model.num_layers > DENSE_MAX_LAYERS:
+            return None
+        if m not in self._bottlenecks:
+            costs = self.costs(m)
+            values = bottlenecks(costs.fwd_s + costs.bwd_s, self.frozen_layers + 1, self.max_stages)
+            # Prefix sums in the DP: a hair of slack keeps the value a lower bound.
+            self._bottlenecks[m] = values * (1 - 1e-12) + self.model.micro_batch_overhead_s
+        return self._bottlenecks[m][S.astype(int) - 1]
+
+    # ------------------------------------------------------------------ one shape
+
+    def pricing(self, shape: Shape, schedule: Schedule) -> StagePricing:
+        """The cost model's stage pricing of a shape, on prefix sums (links, contention,
+        calibration as `CostModel.evaluate` prices them)."""
+        model = self.model
+        S, D, M, m = shape.num_stages, shape.replicas, shape.micro_batches, shape.micro_batch_size
+        costs = self.costs(m)
+        ranks = self.layout_ranks(shape)
+        L = model.num_layers
+        sends = np.zeros((max(S - 1, 0), L + 1))
+        for s, link in enumerate(model.boundary_links(ranks)):
+            sends[s, 1:] = link.latency_s + costs.boundary_bytes / link.bandwidth_bytes_per_s
+        gradient_back = np.concatenate([[False], costs.active])
+        ar_links = model.allreduce_links(ranks)
+        ring = 2 * (D - 1)
+        latency = np.array([ring * link.latency_s if D > 1 else 0.0 for link in ar_links])
+        per_byte = np.array(
+            [ring / D / link.bandwidth_bytes_per_s if D > 1 else 0.0 for link in ar_links]
+        )
+        static = np.concatenate([[0.0], np.cumsum(costs.static_bytes)])
+        saved = np.concatenate([[0.0], np.cumsum(costs.saved_bytes_per_micro_batch)])
+        held = [in_flight(schedule, S, s, M) for s in range(S)]
+        memory = np.array([static + n * saved for n in held])
+        # Memory is checked exactly on the simulated layout; here only rounding slack.
+        slack = 1e-9 * float(memory[:, -1].max(initial=0.0)) + 2.0
+        inter = self.cluster.inter_node
+        return StagePricing(
+            fwd_prefix=np.concatenate([[0.0], np.cumsum(costs.fwd_s)]),
+            bwd_prefix=np.concatenate([[0.0], np.cumsum(costs.bwd_s)]),
+            grad_prefix=np.concatenate([[0.0], np.cumsum(costs.grad_bytes)]),
+            micro_batch_overhead_s=model.micro_batch_overhead_s,
+            send_s=sends,
+            grad_send_s=np.where(gradient_back[None, :], sends, 0.0),
+            allreduce_latency_s=latency,
+            allreduce_s_per_byte=per_byte,
+            optimizer_s_per_byte=model.optimizer_s_per_byte,
+            memory_prefix=memory,
+            memory_limit_bytes=self.memory_limit_bytes + slack,
+            forwards_first=tuple(held),
+            micro_batches=M,
+            schedule=schedule,
+            min_first_boundary=self.frozen_layers + 1,
+            overhead_s=model.overhead_s(M * m),
+            shared_links=self._shared_links(ranks),
+            shared_latency_s=ring * inter.latency_s if D > 1 else 0.0,
+            shared_s_per_byte=ring / D / inter.bandwidth_bytes_per_s if D > 1 else 0.0,
+        )
+
+    def _shared_links(self, ranks: tuple[tuple[int, ...], ...]) -> np.ndarray:
+        """Per node link crossed by two or more stages' all-reduces (deduplicated): which."""
+        crossing: dict[int, set[int]] = {}
+        for s, nodes in enumerate(self.model.allreduce_nodes(ranks)):
+            for node in nodes:
+                crossing.setdefault(node, set()).add(s)
+        S = len(ranks[0])
+        masks = {tuple(s in stages for s in range(S)) for stages in crossing.values()}
+        rows = sorted(mask for mask in masks if sum(mask) > 1)
+        return np.array(rows, dtype=bool).reshape(len(rows), S)
+
+    # ------------------------------------------------------------------ search
+
+    def solve(self, runner_ups: int = 2) -> PhaseSolution:
+        """Best-first branch and bound over (shape, schedule, partial partition): pop the
+        smallest bound; a shape opens into its first stage's choices, a partial partition
+        into the next stage's, a complete one is simulated. Children whose bound reaches the
+        best step are dropped; the search ends when the smallest bound left does, so `best`
+        is the exhaustive optimum (up to PRUNE_TOLERANCE), or when the work limit is spent
+        (then `proven` is False and `lower_bound_s` the smallest bound left)."""
+        shapes = self.shapes()
+        run = _Run(self)
+        candidates = [(shape, sch) for shape in shapes for sch in self.schedules(shape.num_stages)]
+        for bound, candidate in zip(self.shape_bounds(candidates), candidates, strict=True):
+            run.push(float(bound), "shape", candidate)
+        run.search()
+        if not run.simulated:
+            raise DoesNotFitError(lambda: self._does_not_fit_message(shapes))
+        return run.solution(runner_ups)
+
+    # ------------------------------------------------------------------ nothing fits
 
     def problem(
         self, shape: Shape, schedule: Schedule, ranks: tuple[tuple[int, ...], ...]
     ) -> PartitionProblem:
+        """The min-bottleneck partition problem of a shape (§4.9), on the links
+        `CostModel.evaluate` uses."""
         costs = self.costs(shape.micro_batch_size)
-        link_kinds = (self.cluster.intra_node, self.cluster.inter_node)  # row 0, row 1
         crosses = self.model.boundary_crosses_nodes(ranks)
         L = self.model.num_layers
         # Boundary at position j carries layer j−1's output, and its gradient back if that
@@ -211,7 +484,7 @@ class PhaseSearch:
             [
                 np.where(needs_grad, 2.0, 1.0)
                 * (link.latency_s + size / link.bandwidth_bytes_per_s)
-                for link in link_kinds
+                for link in (self.model.p2p_link(False), self.model.p2p_link(True))
             ]
         )
         transfer[:, 0] = 0.0
@@ -227,121 +500,6 @@ class PhaseSearch:
             memory_limit_bytes=self.memory_limit_bytes,
             min_first_boundary=self.frozen_layers + 1,
         )
-
-    def layout(
-        self,
-        shape: Shape,
-        schedule: Schedule,
-        method: str = "auto",
-        reuse: tuple[int, ...] | None = None,
-    ) -> Layout | None:
-        """The min-bottleneck layout of a shape, or None when nothing fits. `reuse`: an optimal
-        partition of a problem with looser memory, taken as is when it fits this one."""
-        ranks = self.layout_ranks(shape)
-        if self.pins.boundaries is not None:
-            boundaries = tuple(self.pins.boundaries)
-        else:
-            problem = self.problem(shape, schedule, ranks)
-            if reuse is not None and problem.valid(reuse):
-                boundaries = reuse
-            else:
-                result = solve_partition(problem, method)
-                if result is None:
-                    return None
-                boundaries = result.boundaries
-        return Layout(
-            frozen_layers=self.frozen_layers,
-            cached=self.cached,
-            micro_batches=shape.micro_batches,
-            micro_batch_size=shape.micro_batch_size,
-            schedule=schedule,
-            boundaries=boundaries,
-            rank_map=ranks,
-        )
-
-    def evaluate(self, layout: Layout, record: bool = False) -> Evaluation:
-        return self.model.evaluate(layout, record=record)
-
-    # ------------------------------------------------------------------ search
-
-    def solve(self, runner_ups: int = 2) -> PhaseSolution:
-        """Best-first: shapes in order of their bound; each shape's partitions are solved and
-        queued by the tighter bound of their actual stages; a queued layout is simulated when
-        no unvisited shape can have a lower bound. Stops when no bound beats the best, so the
-        best is exact (for the DP's partitions) and the runner-ups are the next best of the
-        layouts simulated on the way, not necessarily the second and third overall."""
-        shapes = self.shapes()
-        bounds = sorted(
-            ((self.lower_bound_s(shape), i, shape) for i, shape in enumerate(shapes)),
-            key=lambda item: (item[0], item[1]),
-        )
-        simulated: list[tuple[float, int, Evaluation]] = []
-        queue: list[tuple[float, int, Layout]] = []  # min-heap on the layout's bound
-        order = itertools.count()
-        best_step_s = np.inf
-
-        def simulate_queued_below(limit: float) -> None:
-            nonlocal best_step_s
-            while queue and queue[0][0] < min(limit, best_step_s):
-                _, rank, layout = heapq.heappop(queue)
-                evaluation = self.evaluate(layout)
-                if not evaluation.fits:  # only with pinned boundaries
-                    continue
-                simulated.append((evaluation.step_s, rank, evaluation))
-                best_step_s = min(best_step_s, evaluation.step_s)
-
-        def worst_kept() -> float:
-            return best_step_s
-
-        for bound, _, shape in bounds:
-            simulate_queued_below(bound)
-            if bound >= worst_kept():
-                break
-            # 1F1B first: its memory bound is looser, so when its optimal partition also fits
-            # under GPipe's memory it is GPipe's optimum too (same bottleneck objective).
-            earlier: tuple[int, ...] | None = None
-            for schedule in sorted(self.schedules(shape.num_stages), key=lambda x: x != "1f1b"):
-                layout = self.layout(shape, schedule, reuse=earlier)
-                if layout is None:
-                    continue
-                earlier = layout.boundaries
-                for candidate in self.alternatives(layout):
-                    works, _ = self.model.stages(candidate)
-                    layout_bound = step_lower_bound_s(works, shape.micro_batches)
-                    heapq.heappush(queue, (layout_bound, next(order), candidate))
-        simulate_queued_below(np.inf)
-        if not simulated:
-            raise PipeplanError(self._does_not_fit_message(shapes))
-        ranked = [e for _, _, e in sorted(simulated, key=lambda item: item[:2])][: runner_ups + 1]
-        best = self.evaluate(ranked[0].layout, record=True)
-        return PhaseSolution(best, ranked[1:], len(simulated))
-
-    def alternatives(self, layout: Layout) -> list[Layout]:
-        """The DP's min-bottleneck layout and, when they fit, the baseline partitions of the
-        same shape. The bottleneck is what the DP guarantees; the simulated step also depends
-        on the other stages (where the all-reduce-heavy layers sit, ties between equally
-        balanced partitions), so the baselines are scored too and a plan is never worse than
-        a baseline with its S, D, M and schedule."""
-        if self.pins.boundaries is not None:
-            return [layout]
-        problem = self.problem(
-            Shape(
-                layout.num_stages, layout.replicas, layout.micro_batches, layout.micro_batch_size
-            ),
-            layout.schedule,
-            layout.rank_map,
-        )
-        costs = self.costs(layout.micro_batch_size)
-        seen = {layout.boundaries}
-        result = [layout]
-        for name in ("equal", "params", "time"):
-            boundaries = baseline_boundaries(name, self.model, costs, layout.num_stages)
-            if boundaries not in seen and problem.valid(boundaries):
-                seen.add(boundaries)
-                result.append(layout.model_copy(update={"boundaries": boundaries}))
-        return result
-
-    # ------------------------------------------------------------------ nothing fits
 
     def smallest_peak_memory_bytes(self, shapes: list[Shape]) -> int:
         """The smallest per-device peak over every shape and schedule (min-max memory DP)."""
@@ -365,6 +523,109 @@ class PhaseSearch:
             f"{_gib(smallest)} but a device has {_gib(self.cluster.device_memory_bytes)} "
             "(use devices with more memory, more devices, or a smaller micro-batch)"
         )
+
+
+class _Run:
+    """One best-first search: the heap of (bound, order, kind, item), the best step so far,
+    the layouts simulated and the work done."""
+
+    def __init__(self, phase: PhaseSearch):
+        self.phase = phase
+        self.heap: list[tuple[float, int, str, object]] = []
+        self.order = itertools.count()
+        self.best_s = math.inf
+        self.simulated: list[tuple[float, int, Evaluation]] = []
+        self.work = 0
+        self.stopped_at: float | None = None
+
+    def push(self, bound: float, kind: str, item: object) -> None:
+        if bound < self.limit():
+            heapq.heappush(self.heap, (bound, next(self.order), kind, item))
+
+    def limit(self) -> float:
+        return self.best_s * (1 - PRUNE_TOLERANCE)
+
+    def search(self) -> None:
+        while self.heap and self.heap[0][0] < self.limit():
+            if self.work > self.phase.work_limit and self.simulated:
+                self.stopped_at = self.heap[0][0]
+                log.info(
+                    "layout search stopped at its work limit: best step %.6g s, at most %.3g%% "
+                    "above the optimum",
+                    self.best_s,
+                    100 * (self.best_s / self.stopped_at - 1),
+                )
+                return
+            _, _, kind, item = heapq.heappop(self.heap)
+            if kind == "shape":
+                self.open_shape(*item)  # type: ignore[misc]
+            elif kind == "node":
+                self.open_node(*item)  # type: ignore[misc]
+            else:
+                self.simulate(*item)  # type: ignore[misc]
+
+    def open_shape(self, shape: Shape, schedule: Schedule) -> None:
+        search = self.phase
+        pinned = search.pins.boundaries
+        if pinned is not None:
+            layout = search.layout(shape, schedule, tuple(pinned))
+            if _runs(layout, search):
+                works, _ = search.model.stages(layout)
+                bound = step_lower_bound_s(works, shape.micro_batches, schedule)
+                overhead = search.model.step_overhead_s(layout)
+                self.push(bound + overhead, "leaf", (shape, schedule, layout.boundaries))
+            return
+        space = PartitionSpace(search.pricing(shape, schedule))
+        if self.best_s == math.inf:  # a first layout to prune against
+            node = space.dive()
+            if node is not None:
+                self.simulate(shape, schedule, node.boundaries)
+        self.open_node(shape, schedule, space, space.root())
+
+    def open_node(self, shape: Shape, schedule: Schedule, space: PartitionSpace, node: Node):
+        children = space.expand(node, self.limit())
+        self.work += len(children) + 1
+        for bound, child in children:
+            if child.depth == shape.num_stages:
+                # The complete layout's own bound (all windows) often spares a simulation.
+                bound = max(bound, space.leaf_bound(child.boundaries))
+                self.push(bound, "leaf", (shape, schedule, child.boundaries))
+            else:
+                self.push(bound, "node", (shape, schedule, space, child))
+
+    def simulate(self, shape: Shape, schedule: Schedule, boundaries: tuple[int, ...]) -> None:
+        search = self.phase
+        layout = search.layout(shape, schedule, boundaries)
+        self.work += shape.num_stages * (shape.micro_batches if schedule == "1f1b" else 1)
+        evaluation = search.evaluate(layout)
+        if not evaluation.fits or not _runs(layout, search):
+            return
+        self.simulated.append((evaluation.step_s, next(self.order), evaluation))
+        self.best_s = min(self.best_s, evaluation.step_s)
+
+    def solution(self, runner_ups: int) -> PhaseSolution:
+        ranked = [e for _, _, e in sorted(self.simulated, key=lambda item: item[:2])]
+        best = ranked[0]
+        seen = {best.layout}
+        others = []
+        for evaluation in ranked[1:]:
+            if len(others) == runner_ups:
+                break
+            if evaluation.layout not in seen:
+                seen.add(evaluation.layout)
+                others.append(evaluation)
+        proven = self.stopped_at is None
+        lower = best.step_s if proven else float(self.stopped_at)
+        return PhaseSolution(best, others, len(self.simulated), proven, lower)
+
+
+def _runs(layout: Layout, search: PhaseSearch) -> bool:
+    """What the executor checks before running a layout (frozen prefix in stage 0, M ≥ S)."""
+    try:
+        layout.check(search.model.num_layers, search.cluster.num_devices)
+    except BadArgumentError:
+        return False
+    return True
 
 
 def _gib(nbytes: float) -> str:

@@ -1,11 +1,14 @@
 """Cost model: per-layer fits, phases (frozen, cached), links, memory, rank maps, transitions."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from pipeplan.cluster import Cluster, Link, cluster_from_flags
 from pipeplan.costmodel import CostModel, CostParams, Layout, check_profile, rank_map
 from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.simulate import simulate
 from pipeplan.synthetic import SyntheticLayer, synthetic_profile
 
 GIB = 1 << 30
@@ -162,3 +165,75 @@ def test_cluster_defaults_to_the_measured_links():
     )
     assert overridden.intra_node.bandwidth_bytes_per_s == 10e9
     assert overridden.intra_node_allreduce is None
+
+
+def calibrated(profile, **fields):
+    from pipeplan.formats import Calibration, FittedLink
+
+    p2p = fields.pop("p2p", None)
+    calibration = Calibration(
+        runs=[],
+        phases_used=0,
+        steps_used=0,
+        residual_median=0.0,
+        residual_max=0.0,
+        p2p=FittedLink(**p2p) if p2p else None,
+        **fields,
+    )
+    return profile.model_copy(update={"calibration": calibration})
+
+
+def test_transfers_inside_a_node_use_the_calibrated_point_to_point_link():
+    profile = calibrated(small_profile(), p2p={"latency_s": 1e-3, "bandwidth_bytes_per_s": 1e6})
+    model = CostModel(profile, cluster(nodes=2, per_node=2))
+    ranks = rank_map(4, 1, 2, 2)  # boundaries inside, across, inside
+    links = model.boundary_links(ranks)
+    assert links[0] == links[2] == model.intra_p2p_link != model.cluster.intra_node
+    assert links[1] == model.cluster.inter_node
+    assert model.p2p_link(False) == model.intra_p2p_link
+
+
+def test_allreduces_that_cross_one_node_link_share_it_in_the_step():
+    # Two 2-stage replicas on 2 nodes × 2 devices, one replica per node: both stages'
+    # data-parallel rings cross between the nodes, through the same two node links. Large
+    # blocks: the all-reduces last longer than the stages' finishing times differ.
+    layers = [SyntheticLayer("embeddings", 1000, 1e-3, 2e-3, 400, 800.0)]
+    layers += [SyntheticLayer("block", 2_000_000, 4e-3, 8e-3, 400, 4000.0) for _ in range(4)]
+    layers.append(SyntheticLayer("head", 500, 1e-3, 2e-3, 8, 100.0))
+    profile = synthetic_profile(layers, micro_batches=(1, 2, 4))
+    model = CostModel(profile, cluster(nodes=2, per_node=2), CostParams(reserve_bytes=0))
+    layout = Layout(
+        frozen_layers=0,
+        cached=False,
+        micro_batches=2,
+        micro_batch_size=2,
+        schedule="gpipe",
+        boundaries=(0, 3, 6),
+        rank_map=tuple(map(tuple, rank_map(2, 2, 2, 2))),
+    )
+    assert model.allreduce_nodes(layout.rank_map) == [(0, 1), (0, 1)]
+    works, alone = model.stages(layout)
+    shared = model.evaluate(layout)
+    # Each all-reduce as simulated is at least as long as alone, and the two overlap, so at
+    # least one is longer; the timeline shows them as they ran.
+    pairs = list(zip(shared.stages, alone, strict=True))
+    assert all(s.allreduce_s >= a.allreduce_s - 1e-15 for s, a in pairs)
+    assert any(s.allreduce_s > a.allreduce_s * 1.01 for s, a in pairs)
+    bars = [e for e in shared.timeline.events if e.kind == "allreduce"]
+    assert sorted(e.end_s - e.start_s for e in bars) == pytest.approx(
+        sorted(s.allreduce_s for s in shared.stages)
+    )
+    unshared = simulate([replace(w, allreduce_nodes=()) for w in works], 2, "gpipe")
+    assert shared.step_s > unshared.step_s
+
+
+def test_simultaneous_transfers_of_replicas_crossing_one_node_link_share_it():
+    model = CostModel(small_profile(), cluster(nodes=2, per_node=4))
+    # Two replicas whose stage 0 is on node 0 and stage 1 on node 1.
+    ranks = ((0, 4), (1, 5))
+    assert model.boundary_shares(ranks) == [2]
+    link = model.boundary_links(ranks)[0]
+    assert link.bandwidth_bytes_per_s == pytest.approx(
+        model.cluster.inter_node.bandwidth_bytes_per_s / 2
+    )
+    assert model.boundary_shares(((0, 4), (5, 1))) == [1]  # opposite directions: full duplex

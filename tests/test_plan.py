@@ -9,6 +9,7 @@ from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.formats import dumps, json_schema, parse
 from pipeplan.freeze import alpha_schedule, list_schedule, no_freezing
 from pipeplan.plan import Plan, compare_partitions, make_plan, make_preview, phase_timelines
+from pipeplan.solver import Pins
 from pipeplan.synthetic import preset_profile
 
 
@@ -101,10 +102,17 @@ def test_zero_devices():
 
 
 def test_indivisible_global_batch(profile):
-    # 14 layers on 32 devices: D = ⌊32/S⌋ is never 1, and 7 splits over none of them.
+    # 14 layers on 32 devices: D may be 1 (idle devices), so 7 splits as 1 × 7 micro-batches,
+    # but not into 2 micro-batches per replica for any D.
     cluster = cluster_from_flags(nodes=2, devices_per_node=16, device_memory="16GiB")
     with pytest.raises(BadArgumentError) as info:
-        make_plan(profile, cluster, freeze=no_freezing(1), **shape(global_batch=7, epochs=1))
+        make_plan(
+            profile,
+            cluster,
+            freeze=no_freezing(1),
+            pins=Pins(micro_batches=2),
+            **shape(global_batch=7, epochs=1),
+        )
     assert "global batch 7" in one_line(info)
 
 

@@ -1,6 +1,7 @@
 """Event-level pipeline simulation: closed forms on uniform stages, dependencies, bounds."""
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -110,3 +111,67 @@ def test_lower_bound_never_exceeds_the_simulated_step(data, frozen, M, schedule)
     ]
     step = simulate(stages, M, schedule, record=False).step_s
     assert step_lower_bound_s(stages, M) <= step * (1 + 1e-9) + 1e-12
+
+
+def random_stages(data, frozen):
+    return [
+        StageWork(f, b if s >= frozen else 0.0, s >= frozen, sf, sb, ar, opt)
+        for s, (f, b, sf, sb, ar, opt) in enumerate(data)
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.lists(st.tuples(work, work, work, work, work, work), min_size=1, max_size=6),
+    frozen=st.integers(0, 6),
+    M=st.integers(1, 8),
+)
+def test_gpipe_closed_form_equals_the_event_simulation(data, frozen, M):
+    from pipeplan.simulate import _event_schedule, _finish
+
+    stages = random_stages(data, frozen)
+    events = _finish(stages, _event_schedule(stages, M, "gpipe", record=False)).step_s
+    assert simulate(stages, M, "gpipe", record=False).step_s == pytest.approx(events, rel=1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.lists(st.tuples(work, work, work, work, work, work), min_size=1, max_size=6),
+    frozen=st.integers(0, 6),
+    M=st.integers(1, 10),
+    schedule=st.sampled_from(["gpipe", "1f1b"]),
+    shared=st.booleans(),
+)
+def test_schedule_bound_never_exceeds_the_simulated_step(data, frozen, M, schedule, shared):
+    stages = random_stages(data, frozen)
+    if shared:  # every all-reduce crosses the same two node links: the bound prices them alone
+        stages = [replace(s, allreduce_nodes=(0, 1)) for s in stages]
+    step = simulate(stages, M, schedule, record=False).step_s
+    assert step_lower_bound_s(stages, M, schedule) <= step * (1 + 1e-9) + 1e-12
+
+
+def test_the_classic_pipeline_term_is_not_a_bound_for_1f1b():
+    # Issue 12's counterexample: (M−1)·max c + Σ c = 3·10 + 11 = 41, but 1F1B overlaps the
+    # light stage entirely with the heavy one's forwards and backwards.
+    stages = [StageWork(5.0, 5.0, True), StageWork(0.5, 0.5, True)]
+    assert simulate(stages, 4, "1f1b").step_s == pytest.approx(40.0)
+    assert simulate(stages, 4, "gpipe").step_s == pytest.approx(41.0)
+    assert step_lower_bound_s(stages, 4, "1f1b") == pytest.approx(40.0)
+    assert step_lower_bound_s(stages, 4, "gpipe") == pytest.approx(41.0)
+    assert step_lower_bound_s(stages, 4) == pytest.approx(40.0)
+
+
+def test_allreduces_crossing_the_same_node_link_share_it():
+    alone = StageWork(1.0, 1.0, True, allreduce_s=4.0, allreduce_latency_s=1.0)
+    both = [replace(alone, allreduce_nodes=(0, 1)), replace(alone, allreduce_nodes=(0, 1))]
+    timeline = simulate(both, 1, "gpipe")
+    spans = {e.stage: (e.start_s, e.end_s) for e in timeline.events if e.kind == "allreduce"}
+    # Stage 1 ends its backward at 3 s, stage 0 at 4 s. After 1 s of latency each has 3 s of
+    # bytes at full rate: stage 1 moves 1 s alone (4 → 5), then both share the links, so its
+    # last 2 s take 4 s (→ 9); stage 0 has moved 2 s by then and ends alone at 10.
+    assert spans[1] == pytest.approx((3.0, 9.0))
+    assert spans[0] == pytest.approx((4.0, 10.0))
+    assert timeline.step_s == pytest.approx(10.0)
+    apart = simulate([alone, replace(alone, allreduce_nodes=(2, 3))], 1, "gpipe")
+    assert apart.step_s == pytest.approx(4.0 + 4.0)
+    assert step_lower_bound_s(both, 1, "gpipe") == pytest.approx(8.0)

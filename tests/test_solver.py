@@ -8,9 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan.cluster import Cluster, Link
-from pipeplan.costmodel import CostModel, CostParams, Layout
+from pipeplan.costmodel import CostModel, CostParams, Layout, rank_map
 from pipeplan.errors import BadArgumentError, PipeplanError
-from pipeplan.partition import PartitionProblem, brute_force_partition, solve_partition
+from pipeplan.partition import (
+    PartitionProblem,
+    PartitionSpace,
+    bottlenecks,
+    brute_force_partition,
+    solve_partition,
+)
 from pipeplan.solver import (
     PhaseSearch,
     Pins,
@@ -108,16 +114,12 @@ def random_cluster(rng: np.random.Generator, memory: int) -> Cluster:
 
 
 def exhaustive_best_step(search: PhaseSearch) -> float:
-    """Every shape and schedule, the DP's partition and the baselines, simulated, no pruning."""
-    best = np.inf
-    for shape in search.shapes():
-        for schedule in search.schedules(shape.num_stages):
-            layout = search.layout(shape, schedule)
-            if layout is None:
-                continue
-            for candidate in search.alternatives(layout):
-                best = min(best, search.evaluate(candidate).step_s)
-    return best
+    """Every shape, schedule and partition the executor can run, simulated, no pruning (this
+    enumerated only the old search's DP partition and three baselines per shape; the search
+    is now exact over every partition, so this is the brute force below)."""
+    return brute_force_best_step(
+        search.model, search.global_batch, search.frozen_layers, search.cached
+    )
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -138,29 +140,45 @@ def test_pruning_never_changes_the_best_plan(seed):
     assert all(r.step_s >= solution.best.step_s for r in solution.runner_ups)
 
 
-def brute_force_best_step(model: CostModel, global_batch: int, frozen: int) -> float:
-    """Every shape, schedule and contiguous partition, simulated."""
-    search = PhaseSearch(model, global_batch, frozen, False)
+def brute_force_best_step(
+    model: CostModel, global_batch: int, frozen: int, cached: bool = False
+) -> float:
+    """Independent of the solver: every S ≤ min(N, L − k), D = 1..⌊N/S⌋ dividing the batch,
+    M ≥ S dividing B/D with m ≤ m_max, both schedules and every contiguous partition; each
+    layout evaluated by the cost model, kept when it fits and passes Layout.check."""
+    N, L = model.cluster.num_devices, model.num_layers
     best = np.inf
-    L = model.num_layers
-    for shape in search.shapes():
-        ranks = search.layout_ranks(shape)
-        for schedule in search.schedules(shape.num_stages):
-            for cuts in itertools.combinations(range(1, L), shape.num_stages - 1):
-                if cuts and cuts[0] <= frozen:  # the frozen prefix lives in stage 0
+    for S in range(1, min(N, L - frozen) + 1):
+        for D in range(1, N // S + 1):
+            if global_batch % D:
+                continue
+            per_replica = global_batch // D
+            ranks = tuple(
+                tuple(r)
+                for r in rank_map(S, D, model.cluster.devices_per_node, model.cluster.nodes)
+            )
+            for M in range(S, per_replica + 1):
+                m = per_replica // M
+                if per_replica % M or m > model.max_micro_batch_size:
                     continue
-                candidate = Layout(
-                    frozen_layers=search.frozen_layers,
-                    cached=search.cached,
-                    micro_batches=shape.micro_batches,
-                    micro_batch_size=shape.micro_batch_size,
-                    schedule=schedule,
-                    boundaries=(0, *cuts, L),
-                    rank_map=ranks,
-                )
-                evaluation = search.evaluate(candidate)
-                if evaluation.fits:
-                    best = min(best, evaluation.step_s)
+                for schedule in ("gpipe", "1f1b"):
+                    for cuts in itertools.combinations(range(1, L), S - 1):
+                        candidate = Layout(
+                            frozen_layers=frozen,
+                            cached=cached and frozen > 0,
+                            micro_batches=M,
+                            micro_batch_size=m,
+                            schedule=schedule,
+                            boundaries=(0, *cuts, L),
+                            rank_map=ranks,
+                        )
+                        try:
+                            candidate.check(L, N)
+                        except BadArgumentError:
+                            continue
+                        evaluation = model.evaluate(candidate)
+                        if evaluation.fits:
+                            best = min(best, evaluation.step_s)
     return best
 
 
@@ -208,9 +226,10 @@ def test_indivisible_global_batch_is_one_line():
     rng = np.random.default_rng(1)
     model = CostModel(random_profile(rng, 2), random_cluster(rng, 64 * GIB))
     model.cluster.nodes, model.cluster.devices_per_node = 1, 8
-    # 4 layers: S in 1..4 gives D = 8, 4, 2, 2; an odd batch splits over none of them.
+    # 4 layers on 8 devices: D may be 1..8/S, so any batch splits (D = 1, M = B) unless the
+    # micro-batches are pinned: 7 = D·2·m has no solution.
     with pytest.raises(BadArgumentError) as info:
-        solve_phase(model, 7)
+        solve_phase(model, 7, pins=Pins(micro_batches=2))
     message = str(info.value)
     assert "global batch 7" in message and "\n" not in message
 
@@ -252,3 +271,161 @@ def test_parametric_search_matches_the_dense_dp_on_longer_sequences(seed):
     if dense is not None:
         assert problem.valid(parametric.boundaries)
         assert parametric.bottleneck_s == pytest.approx(dense.bottleneck_s, rel=2e-7)
+
+
+# --------------------------------------------------------------------------- exactness
+
+
+def calibration(rng: np.random.Generator):
+    from pipeplan.formats import Calibration, FittedLink
+
+    def link():
+        return FittedLink(
+            latency_s=float(rng.uniform(0, 1e-3)),
+            bandwidth_bytes_per_s=float(rng.uniform(1e8, 1e10)),
+        )
+
+    return Calibration(
+        fwd_scale=float(rng.uniform(0.5, 2)),
+        bwd_scale=float(rng.uniform(0.5, 2)),
+        nograd_scale=float(rng.uniform(0.5, 2)),
+        allreduce=link(),
+        p2p=link(),
+        micro_batch_overhead_s=float(rng.uniform(0, 1e-3)),
+        step_overhead_s=float(rng.uniform(-1e-2, 1e-2)),
+        input_s_per_sample=float(rng.uniform(0, 1e-4)),
+        runs=[],
+        phases_used=0,
+        steps_used=0,
+        residual_median=0.0,
+        residual_max=0.0,
+    )
+
+
+def random_instance(seed: int) -> tuple[CostModel, int, int, bool]:
+    """3–9 layers, 1–6 devices on one or two nodes, tight memory, random freeze point and
+    cache, a calibration section half of the time."""
+    rng = np.random.default_rng(seed)
+    profile = random_profile(rng, int(rng.integers(1, 8)))
+    if rng.integers(0, 2):
+        profile = profile.model_copy(update={"calibration": calibration(rng)})
+    devices = int(rng.integers(1, 7))
+    nodes = 2 if devices % 2 == 0 and rng.integers(0, 2) else 1
+    cluster = Cluster(
+        nodes=nodes,
+        devices_per_node=devices // nodes,
+        device_memory_bytes=int(rng.integers(40, 400)) << 20,
+        intra_node=Link(bandwidth_bytes_per_s=float(rng.uniform(1e8, 1e10)), latency_s=1e-5),
+        inter_node=Link(
+            bandwidth_bytes_per_s=float(10 ** rng.uniform(6, 9)),
+            latency_s=float(10 ** rng.uniform(-6, -3)),
+        ),
+    )
+    model = CostModel(profile, cluster, CostParams(reserve_bytes=0))
+    frozen = int(rng.integers(0, model.num_layers))
+    batch = int(rng.choice([12, 16, 24, 48]))
+    return model, batch, frozen, bool(rng.integers(0, 2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_solver_equals_exhaustive_search(seed):
+    model, batch, frozen, cached = random_instance(seed)
+    try:
+        solution = PhaseSearch(model, batch, frozen, cached).solve()
+    except PipeplanError:
+        assert brute_force_best_step(model, batch, frozen, cached) == np.inf
+        return
+    assert solution.proven and solution.best.fits
+    solution.best.layout.check(model.num_layers, model.cluster.num_devices)
+    expected = brute_force_best_step(model, batch, frozen, cached)
+    assert solution.best.step_s == pytest.approx(expected, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), pick=st.integers(0, 10**6))
+def test_partition_bounds_never_exceed_a_completion(seed, pick):
+    """Every node of the branch and bound bounds all its completions' simulated steps."""
+    model, batch, frozen, cached = random_instance(seed)
+    search = PhaseSearch(model, batch, frozen, cached)
+    try:
+        shapes = search.shapes()
+    except BadArgumentError:
+        return
+    deep = sorted(shapes, key=lambda s: -s.num_stages)[: max(1, len(shapes) // 3)]
+    shape = deep[pick % len(deep)]  # many stages: deep trees
+    schedule = ("gpipe", "1f1b")[pick % 2]
+    space = PartitionSpace(search.pricing(shape, schedule))
+    nodes, leaves = [], {}
+    stack = [space.root()]
+    while stack:
+        for bound, child in space.expand(stack.pop()):
+            if child.depth == shape.num_stages:
+                layout = search.layout(shape, schedule, child.boundaries)
+                step = model.evaluate(layout).step_s
+                leaves[child.boundaries] = step
+                assert space.leaf_bound(child.boundaries) <= step * (1 + 1e-9)
+            else:
+                stack.append(child)
+            nodes.append((bound, child.boundaries))
+    for bound, prefix in nodes:
+        below = [s for b, s in leaves.items() if b[: len(prefix)] == prefix]
+        if below:
+            assert bound <= min(below) * (1 + 1e-9)
+    closed = search.shape_bounds([(shape, schedule)])[0]
+    assert closed <= min(leaves.values(), default=np.inf) * (1 + 1e-9)
+
+
+def test_bottlenecks_for_every_stage_count_match_brute_force():
+    rng = np.random.default_rng(5)
+    for _ in range(30):
+        L = int(rng.integers(1, 9))
+        compute = rng.uniform(0, 1, L)
+        first = int(rng.integers(1, L + 1))
+        values = bottlenecks(compute, first, L)
+        for S in range(1, L + 1):
+            best = np.inf
+            for cuts in itertools.combinations(range(1, L), S - 1):
+                b = (0, *cuts, L)
+                if b[1] >= first:
+                    best = min(best, max(compute[b[s] : b[s + 1]].sum() for s in range(S)))
+            assert values[S - 1] == pytest.approx(best, rel=1e-12)
+
+
+def test_fewer_replicas_inside_one_node_can_beat_spreading_over_two():
+    # Large gradients and activations, a slow network: a pipeline or data-parallel group
+    # that crosses it loses to two devices inside node 0 (two devices idle).
+    layers = [SyntheticLayer("embeddings", 50_000_000, 1e-4, 2e-4, 10**7, 1e4)]
+    layers += [SyntheticLayer("block", 50_000_000, 1e-3, 2e-3, 10**7, 1e4) for _ in range(2)]
+    layers.append(SyntheticLayer("head", 1000, 1e-4, 2e-4, 8, 1e3))
+    cluster = Cluster(
+        nodes=2,
+        devices_per_node=2,
+        device_memory_bytes=64 * GIB,
+        intra_node=Link(bandwidth_bytes_per_s=1e11, latency_s=1e-6),
+        inter_node=Link(bandwidth_bytes_per_s=1e8, latency_s=1e-4),
+    )
+    model = CostModel(synthetic_profile(layers, micro_batches=(1, 2, 4)), cluster)
+    best = solve_phase(model, 16).best.layout
+    assert best.num_stages * best.replicas < cluster.num_devices
+    assert {rank // 2 for row in best.rank_map for rank in row} == {0}
+
+
+def test_the_does_not_fit_message_is_built_only_when_shown(monkeypatch):
+    rng = np.random.default_rng(2)
+    model = CostModel(random_profile(rng, 3), random_cluster(rng, 1 << 20))
+    calls = []
+    original = PhaseSearch.smallest_peak_memory_bytes
+
+    def counting(self, shapes):
+        calls.append(1)
+        return original(self, shapes)
+
+    monkeypatch.setattr(PhaseSearch, "smallest_peak_memory_bytes", counting)
+    with pytest.raises(PipeplanError) as info:
+        solve_phase(model, 8)
+    assert calls == []
+    assert "smallest achievable per-device memory" in str(info.value)
+    assert calls == [1]
+    str(info.value)
+    assert calls == [1]
