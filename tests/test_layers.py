@@ -47,6 +47,7 @@ LAYERS = [  # bottom first
                     "data",
                     "planning",
                     "progress",
+                    "faults",
                 ]
             ),
         ],
