@@ -80,7 +80,9 @@ class RunConfig(Strict):
         description="Training data: digits, synth-text or module:function.",
     )
     nproc: PosInt = Field(
-        2, description="Ranks, one process each: spawned once here, or the torchrun world size."
+        2,
+        description="Ranks, one process each: started here by torch's elastic launcher, or the "
+        "torchrun world size.",
     )
     device: Literal["cpu", "cuda"] = Field(
         "cpu", description="cpu (gloo) or cuda (NCCL, one GPU per rank)."
@@ -115,6 +117,14 @@ class RunConfig(Strict):
         description="Host memory for the cache per rank, in bytes; beyond it, memory-mapped files.",
     )
     seed: int = Field(0, description="Seed for weights, data order and dropout.")
+    collective_timeout_s: Annotated[Seconds, Flag("--collective-timeout")] = Field(
+        600.0,
+        gt=0,
+        description="Seconds a rank waits in a collective or pipeline transfer before the run "
+        "stops, naming the rank that did not respond. A dead rank stops the run at once "
+        "whatever this is; long one-sided work (checkpoint writes, cache fills, evaluation, "
+        "re-planning) is waited for apart from it.",
+    )
     dropout: Annotated[NonNegFloat | None, NOT_A_FLAG] = None
     device_memory_bytes: Annotated[
         PosInt | None,
