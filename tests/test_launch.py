@@ -6,15 +6,18 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import rank_processes
 
 from executor import faults
+from pipeplan.spawn import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -34,6 +37,129 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> Non
         assert process.poll() is None, "the run ended before it paused"
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.05)
+
+
+# ----------------------------------------------------------------------------- the README
+
+
+def readme_torchrun_block() -> list[str]:
+    """The shell lines of the README's torchrun block, continuation lines joined."""
+    start = README.index("```sh\n", README.index("Across machines")) + len("```sh\n")
+    block = README[start : README.index("```", start)]
+    return [
+        line.strip()
+        for line in re.sub(r"\\\n\s*", "", block).splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+
+def readme_commands(port: int, resume: bool = False) -> tuple[list[str], list[list[str]]]:
+    """(prepare command, [torchrun on node 0, torchrun on node 1]) as the README writes them,
+    HOST0:29500 replaced by 127.0.0.1 and a free port; the programs by this interpreter."""
+    prepare, node0 = readme_torchrun_block()
+    node0 = node0.replace("HOST0:29500", f"127.0.0.1:{port}") + " --resume" * resume
+    node1 = node0.replace("--node-rank 0", "--node-rank 1")
+    assert prepare.startswith("pipeplan ") and node0.startswith("torchrun ") and node1 != node0
+    return PIPEPLAN + prepare.split()[1:], [TORCHRUN + n.split()[1:] for n in (node0, node1)]
+
+
+def start_agents(commands: list[list[str]], cwd: Path, port: int, node1_env=None) -> list:
+    """Both torchrun agents, each the leader of its own process group; node 0 first, so that
+    it hosts the rendezvous store."""
+    logs = [open(cwd / f"agent{i}.log", "w") for i in range(2)]  # noqa: SIM115
+    agents = []
+    for i, (command, log) in enumerate(zip(commands, logs, strict=True)):
+        env = environment(**(node1_env or {})) if i == 1 else environment()
+        agents.append(
+            subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        if i == 0:
+            deadline = time.monotonic() + 60
+            while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+                assert time.monotonic() < deadline and agents[0].poll() is None
+                time.sleep(0.1)
+    return agents
+
+
+def final_model(run_dir: Path) -> dict[str, torch.Tensor]:
+    pointer = (run_dir / "checkpoints" / "latest").read_text().strip()
+    return torch.load(run_dir / "checkpoints" / pointer / "model.pt", weights_only=True)
+
+
+def same_parameters(a: Path, b: Path) -> bool:
+    first, second = final_model(a), final_model(b)
+    return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """`pipeplan run --nproc 2` with the README's flags: the parameters torchrun must reach."""
+    cwd = tmp_path_factory.mktemp("local")
+    prepare, _ = readme_commands(free_port())
+    command = [a for a in prepare if a != "--prepare-only"]
+    done = subprocess.run(
+        command, cwd=cwd, env=environment(), capture_output=True, text=True, timeout=400
+    )
+    assert done.returncode == 0, done.stderr
+    return cwd / "runs" / "exp1"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(900)
+def test_the_readme_torchrun_commands_train_like_pipeplan_run(tmp_path, reference):
+    port = free_port()
+    prepare, nodes = readme_commands(port)
+    done = subprocess.run(
+        prepare, cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"-m executor.launch {Path('runs') / 'exp1'}" in done.stdout  # the printed command
+    agents = start_agents(nodes, tmp_path, port)
+    codes = [agent.wait(timeout=400) for agent in agents]
+    assert codes == [0, 0], (tmp_path / "agent0.log").read_text()[-3000:]
+    run_dir = tmp_path / "runs" / "exp1"
+    assert (run_dir / "summary.json").exists()  # rank 0 summarised, as under pipeplan run
+    assert same_parameters(run_dir, reference)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(900)
+def test_killing_one_agent_stops_the_other_and_the_run_resumes_under_torchrun(tmp_path, reference):
+    port = free_port()
+    prepare, nodes = readme_commands(port)
+    extra = ["--data", "tests.killer_data:digits_pause_once", "--checkpoint-every", "2"]
+    assert (
+        subprocess.run([*prepare, *extra], cwd=tmp_path, env=environment(), timeout=120).returncode
+        == 0
+    )
+    paused = tmp_path / "paused"
+    pause = {"PIPEPLAN_TEST_PAUSE_AFTER": "300", "PIPEPLAN_TEST_PAUSED": str(paused)}
+    agents = start_agents(nodes, tmp_path, port, node1_env=pause)
+    wait_for(paused, agents[0])
+    run_dir = tmp_path / "runs" / "exp1"
+    assert (run_dir / "checkpoints" / "latest").exists()
+    assert len(rank_processes(run_dir)) == 2
+    killed = time.monotonic()
+    os.killpg(agents[1].pid, signal.SIGKILL)
+    assert agents[0].wait(timeout=60) != 0
+    assert time.monotonic() - killed < 60
+    deadline = time.monotonic() + 10  # the kernel kills the orphaned rank (PR_SET_PDEATHSIG)
+    while rank_processes(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert rank_processes(run_dir) == {}
+
+    _, resumed = readme_commands(port := free_port(), resume=True)
+    agents = start_agents(resumed, tmp_path, port)
+    codes = [agent.wait(timeout=400) for agent in agents]
+    assert codes == [0, 0], (tmp_path / "agent0.log").read_text()[-3000:]
+    assert same_parameters(run_dir, reference)
 
 
 # ----------------------------------------------------------------------------- faults
