@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.utils.store import barrier
 from torch.utils.data import DistributedSampler
 
 from executor.cache import ActivationCache, cache_allowed
@@ -79,6 +80,7 @@ def init_distributed(device: str, timeout_s: float) -> torch.device:
         dev = torch.device("cuda", local)
     else:
         dev = torch.device("cpu")
+    wait_for_every_rank()
     dist.init_process_group(
         "nccl" if device == "cuda" else "gloo",
         init_method="env://",
@@ -88,6 +90,22 @@ def init_distributed(device: str, timeout_s: float) -> torch.device:
     timeout = _dt.timedelta(seconds=max(timeout_s, ONE_SIDED_TIMEOUT_S))
     _one_sided[:] = [dist.new_group(backend="gloo", timeout=timeout)]
     return dev
+
+
+def wait_for_every_rank() -> None:
+    """Wait (ONE_SIDED_TIMEOUT_S at most) until every rank of the job has started. Joining the
+    process group is bounded by the collective timeout, and one rank may take longer than that
+    to import torch or set up its GPU. Only under torch's launchers, whose agent hosts the
+    store (MASTER_ADDR:MASTER_PORT); a rank that dies before it gets here stops the run anyway."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return
+    timeout = _dt.timedelta(seconds=ONE_SIDED_TIMEOUT_S)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout
+    )
+    attempt = [os.environ.get(f"TORCHELASTIC_{key}", "") for key in ("RUN_ID", "RESTART_COUNT")]
+    prefix = "pipeplan/started/" + "/".join(attempt)  # once per start: keys stay in the store
+    barrier(store, int(os.environ["WORLD_SIZE"]), prefix, barrier_timeout=ONE_SIDED_TIMEOUT_S)
 
 
 def one_sided_done() -> None:

@@ -6,6 +6,7 @@ import signal
 import time
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from executor.data import TaskData, load_data
@@ -90,3 +91,31 @@ def digits_pause_once(seed: int = 0) -> TaskData:
     here = only is None or only == os.environ.get("RANK")
     train = Pauses(data.train, after) if after and here else data.train
     return TaskData("digits", train, data.eval, False)
+
+
+class SlowToEvaluate:
+    """Sleeps `seconds` on its first read under no_grad: the first evaluation batch."""
+
+    def __init__(self, inner, seconds: float):
+        self.inner, self.seconds, self.slept = inner, seconds, False
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, index):
+        if not self.slept and not torch.is_grad_enabled():
+            self.slept = True
+            time.sleep(self.seconds)
+        return self.inner[index]
+
+
+def digits_slow_one_sided(seed: int = 0) -> TaskData:
+    """Digits with one-sided work longer than a 3 s collective timeout: rank 1 takes 8 s more
+    to load its data than rank 0 (which waits to broadcast its plan), and rank 0 takes 8 s more
+    to evaluate than rank 1."""
+    data = load_data("digits", models.build("vit-digits"), seed=seed)
+    rank = dist.get_rank() if dist.is_initialized() else None
+    if rank == 1:
+        time.sleep(8)
+    evaluation = SlowToEvaluate(data.eval, 8) if rank == 0 else data.eval
+    return TaskData("digits", data.train, evaluation, False)

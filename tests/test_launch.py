@@ -258,6 +258,16 @@ def test_a_stopped_rank_ends_the_run_after_the_collective_timeout(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
+def test_long_one_sided_work_does_not_trip_the_collective_timeout(tmp_path):
+    data = "tests.killer_data:digits_slow_one_sided"
+    args = ["--data", data, "--collective-timeout", "3", "--max-steps-per-epoch", "2"]
+    run = start_run(tmp_path, *args)
+    _, err = run.communicate(timeout=150)
+    assert run.returncode == 0, err
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
 def test_ctrl_c_prints_interrupted_exits_130_and_leaves_no_process(tmp_path):
     run, _ = paused_run(tmp_path)
     run.send_signal(signal.SIGINT)
