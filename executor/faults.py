@@ -26,6 +26,7 @@ import json
 import os
 import signal
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,12 +45,19 @@ class Report:
     kind: str  # raised, interrupted, lost or timeout
     time: float  # time.time() when the rank caught it
     message: str  # one line for the user
+    callstack: str = ""  # the traceback, which torchrun's summary shows
 
     def to_json(self) -> str:
+        """torch's error-file format (`ErrorHandler.record_exception`), and ours beside it."""
         return json.dumps(
             {
-                "message": f"rank {self.rank}: {self.message}",  # what torchrun prints
-                "timestamp": int(self.time),
+                "message": {
+                    "message": f"rank {self.rank}: {self.message}",
+                    "extraInfo": {
+                        "py_callstack": self.callstack or self.message,
+                        "timestamp": str(int(self.time)),
+                    },
+                },
                 "pipeplan": {
                     "rank": self.rank,
                     "kind": self.kind,
@@ -121,7 +129,8 @@ def describe(exc: BaseException, kind: str) -> str:
 def write_report(exc: BaseException, rank: int) -> Report:
     """Write this rank's report to its error file (when a launcher gave one); returns it."""
     kind = classify(exc)
-    report = Report(rank=rank, kind=kind, time=time.time(), message=describe(exc, kind))
+    callstack = "".join(traceback.format_exception(exc))
+    report = Report(rank, kind, time.time(), describe(exc, kind), callstack)
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if path:
         tmp = f"{path}.tmp"
