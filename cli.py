@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 from typing import Annotated, Any
 
 import typer
@@ -12,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from pipeplan import log
-from pipeplan.errors import PipeplanError
+from pipeplan.errors import Interrupted, PipeplanError
 from pipeplan.formats import RunConfig
 from pipeplan.inputs import PlanRequest, ProfileRequest
 from pipeplan.options import build, options
@@ -300,8 +302,9 @@ def run(
         run_dir, summary = start_run(build(RunConfig, given), runs_dir, prepare_only)
     if summary is None:
         print(
-            f"torchrun --nnodes NODES --nproc-per-node RANKS_PER_NODE --rdzv-backend c10d "
-            f"--rdzv-endpoint HOST:29500 -m executor.launch {run_dir}"
+            f"torchrun --nnodes NODES --nproc-per-node RANKS_PER_NODE --node-rank NODE "
+            f"--rdzv-backend c10d --rdzv-endpoint HOST0:29500 --rdzv-conf=last_call_timeout=1 "
+            f"-m executor.launch {run_dir}"
         )
         return
     table = Table(
@@ -471,10 +474,24 @@ def _hoist_debug(args: list[str]) -> list[str]:
     return ["--debug", *rest] if len(rest) < len(args) else rest
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise Interrupted
+
+
+def _on_ctrl_c(handler):
+    """Install `handler` for SIGINT, returning the previous one (None off the main thread,
+    where Python allows no handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: user errors become one line on stderr and exit code 2."""
+    """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C is
+    `pipeplan: interrupted` and exit code 130."""
     command = typer.main.get_command(app)
     args = _hoist_debug(sys.argv[1:] if argv is None else list(argv))
+    previous = _on_ctrl_c(_interrupt)
     try:
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         return result if isinstance(result, int) else 0
@@ -487,9 +504,12 @@ def main(argv: list[str] | None = None) -> int:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         print(f"pipeplan: error: {message}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, typer.Abort):
+    except (Interrupted, KeyboardInterrupt, typer.Abort):
         print("pipeplan: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            _on_ctrl_c(previous)
 
 
 if __name__ == "__main__":

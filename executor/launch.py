@@ -1,30 +1,57 @@
-"""Start a run: local ranks spawned once (`pipeplan run --nproc N`) or one rank under torchrun.
+"""Start a run: the checks, `runs/NAME/`, and its ranks through torch's elastic launcher.
 
-The parent checks everything it can before any process starts (model, data, plan against the
-world size), creates `runs/NAME/` with `run.json`, spawns the ranks, waits with no deadline but
-kills every rank as soon as one fails or on Ctrl-C, and finally writes `summary.json` from the
-records rank 0 wrote. This module sits on top, with the CLI: it ties the executor to the
-analysis layer (the summary, online recalibration). Under torchrun each process calls
-`torchrun_main`, which reads RANK, WORLD_SIZE and the rendezvous from the environment.
+One worker entry serves both ways of starting ranks, and it is the same command line:
+
+    pipeplan run --nproc 2 …                                # this host, through elastic_launch
+    torchrun … -m executor.launch runs/NAME [--resume]      # each node of a multi-node job
+
+`pipeplan run` checks everything it can before any process starts (model, data, plan against
+the world size), creates `runs/NAME/` with `run.json`, and then has
+`torch.distributed.launcher.api.elastic_launch` start `python -m executor.launch RUN_DIR` once
+per rank, exactly what torchrun starts on each node. Either way rank, world size, LOCAL_RANK
+and the rendezvous come from the launcher's environment, and the process group is created with
+`init_method="env://"`. Rank 0 writes `summary.json` at the end.
+
+Faults: torch's agent watches the ranks and stops them all as soon as one fails. Each failing
+rank writes its own report first (`executor.faults`), so the launcher names the rank that failed
+first, not the first to notice. Under `pipeplan run` each rank sends its output to
+`RUN/logs/rank-R.log` and keeps the console for pipeplan's own lines (warnings, rank 0's
+progress bar), and the agent logs to `RUN/logs/launcher.log`: a failure prints one line.
+This module sits on top, with the CLI: it ties the executor to the analysis layer (the summary,
+online recalibration).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import ctypes
 import logging
 import os
 import re
+import signal
 import sys
+import traceback
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing import SignalException
+from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+import executor
+from executor import faults
 from executor.planning import RUN_PROFILE, RunPlanner
 from executor.task import build_task
 from executor.worker import Trainer, init_distributed
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
-from pipeplan.errors import BadArgumentError, OutputError, PipeplanError
+from pipeplan.errors import BadArgumentError, Interrupted, OutputError, PipeplanError
 from pipeplan.fileio import claim_directory, write_atomic
 from pipeplan.formats import (
     PhaseSummary,
@@ -36,22 +63,32 @@ from pipeplan.formats import (
     read_records,
 )
 from pipeplan.report import make_report
-from pipeplan.spawn import RankFailedError, free_port, run_ranks
+from pipeplan.spawn import RankFailedError
 
 log = logging.getLogger("pipeplan.run")
 
+# Seconds the agent gives the ranks to exit after Ctrl-C before it kills them.
+SHUTDOWN_S = 10
+# What torch's launcher changes in this process while it runs, put back afterwards.
+AGENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
+LAUNCHER_PID = "PIPEPLAN_LAUNCHER_PID"  # set for the ranks `pipeplan run` starts
+AGENT_ENV = ("TORCHELASTIC_SIGNALS_TO_HANDLE", "PYTHONPATH", LAUNCHER_PID)
 
-def prepare(cfg: RunConfig, runs_root: str | Path) -> Path:
-    """Checks that need no process group, then the run directory with run.json."""
+
+class RunStoppedError(PipeplanError):
+    """The launcher itself got SIGTERM, SIGHUP or SIGQUIT."""
+
+
+# ----------------------------------------------------------------------------- before any rank
+
+
+def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
+    """Checks that need no process group, then the run directory with run.json. `local`: the
+    ranks run on this host (else torchrun starts them, some on other nodes)."""
     if cfg.device == "cuda":
-        if not torch.cuda.is_available():
-            raise BadArgumentError("--device cuda: no CUDA device is available here")
-        if torch.cuda.device_count() < cfg.nproc:
-            raise BadArgumentError(
-                f"--nproc {cfg.nproc} needs {cfg.nproc} GPUs; this host has "
-                f"{torch.cuda.device_count()}"
-            )
-    elif cfg.nproc > (os.cpu_count() or 1):
+        check_gpus(cfg.nproc if local else 1)
+    elif local and cfg.nproc > (os.cpu_count() or 1):
         log.warning("--nproc %d is more than the %d CPU cores", cfg.nproc, os.cpu_count())
     seq, data = build_task(cfg)
     if len(data.train) < cfg.global_batch:
@@ -70,6 +107,17 @@ def prepare(cfg: RunConfig, runs_root: str | Path) -> Path:
     return run_dir
 
 
+def check_gpus(per_node: int) -> None:
+    """`check_gpus(2)`: this host has 2 GPUs for its 2 ranks. A run prepared for torchrun is
+    checked for one here; each rank checks its LOCAL_RANK against its own node's GPUs."""
+    if not torch.cuda.is_available():
+        raise BadArgumentError("--device cuda: no CUDA device is available here")
+    if torch.cuda.device_count() < per_node:
+        raise BadArgumentError(
+            f"--nproc {per_node} needs {per_node} GPUs; this host has {torch.cuda.device_count()}"
+        )
+
+
 def run_name(name: str) -> str:
     """A run's name is one plain folder name: never a path out of --runs-dir."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name):
@@ -79,69 +127,231 @@ def run_name(name: str) -> str:
     return name
 
 
-def rank_main(
-    rank: int,
-    world: int,
-    master: str,
-    run_dir: str,
-    progress: bool,
-    resume: bool = False,
-    debug: bool = False,
-) -> None:
-    """One rank of a local run (spawned) or of a torchrun job."""
-    # A fresh process (spawned or torchrun): set up first, so its messages carry the rank.
-    pipeplan_log.setup(rank=rank, debug=debug)
-    cfg = load(RunConfig, Path(run_dir, "run.json"))
-    device = init_distributed(rank, world, master, cfg.device)
-    try:
-        planner = RunPlanner.for_run(Path(run_dir), cfg)
-        trainer = Trainer(cfg, Path(run_dir), planner, device, recalibrate=calibrate)
-        if rank == 0 and progress:
-            from executor.progress import ProgressView
+# ----------------------------------------------------------------------------- one rank
 
-            with ProgressView(trainer) as view:
-                trainer.recorder.on_step = view.update
-                trainer.train(resume)
-        else:
+
+def main(argv: list[str] | None = None) -> None:
+    """One rank: `python -m executor.launch RUN_DIR [--resume] [--log-dir DIR] [--debug]`,
+    started by torchrun on every node or by `pipeplan run` through elastic_launch. Exits 0, or
+    with the code of its report (`executor.faults`) after writing it."""
+    args = _parse(argv)
+    rank = int(os.environ["RANK"])
+    die_with_launcher()
+    console = rank_console(Path(args.log_dir), rank) if args.log_dir else sys.stderr
+    pipeplan_log.setup(rank=rank, debug=args.debug, stream=console if args.log_dir else None)
+    try:
+        train_rank(Path(args.run_dir), args.resume, console)
+    except BaseException as exc:  # every failure is reported, then the rank exits
+        report = faults.write_report(exc, rank)
+        traceback.print_exc()  # into the rank's log (or torchrun's console)
+        if not args.log_dir:  # under torchrun: one line of ours after torch's traceback
+            print(f"pipeplan: error: rank {rank}: {report.message}", file=console)
+        for stream in (sys.stdout, sys.stderr, console):
+            stream.flush()
+        # No interpreter teardown: a process group broken by a dead peer can hang it.
+        os._exit(faults.exit_code(report))
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m executor.launch",
+        description="One rank of a pipeplan run (made by pipeplan run --prepare-only), started "
+        "by torchrun: RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous come from its environment.",
+    )
+    parser.add_argument("run_dir", help="The run directory, runs/NAME.")
+    parser.add_argument("--resume", action="store_true", help="Continue from its checkpoint.")
+    parser.add_argument("--log-dir", help="Send this rank's output to DIR/rank-R.log.")
+    parser.add_argument("--debug", action="store_true", help="Log DEBUG messages too.")
+    args = parser.parse_args(argv)
+    if "RANK" not in os.environ:
+        parser.error("RANK is not set: start it with torchrun (or run pipeplan run --nproc N)")
+    return args
+
+
+def die_with_launcher() -> None:
+    """Linux: the kernel kills this rank when the process that started it (torchrun's agent,
+    or `pipeplan run`) dies, however it dies. torch starts each rank in a session of its own,
+    so nothing else would stop an orphaned rank from training on."""
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    # The launcher may have died before that (a rank takes seconds to import torch): then this
+    # rank's parent is no longer it (`pipeplan run` says who it is; torchrun does not).
+    launcher = int(os.environ.get(LAUNCHER_PID, 0))
+    if os.getppid() == 1 or launcher not in (0, os.getppid()):
+        os._exit(faults.EXIT_FAILED)
+
+
+def rank_console(log_dir: Path, rank: int) -> TextIO:
+    """Send everything this process writes to stdout and stderr (torch's warnings, C++ logs,
+    tracebacks) to `log_dir/rank-R.log`; returns a stream on the original stderr for
+    pipeplan's own lines.
+
+        console = rank_console(Path("runs/exp1/logs"), 1)
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    console = os.fdopen(os.dup(2), "w", buffering=1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_dir / f"rank-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    print(f"--- rank {rank}, pid {os.getpid()}", flush=True)  # a resume appends
+    return console
+
+
+def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
+    """This rank's share of the run: join the job, train, and on rank 0 write summary.json."""
+    cfg = rank_config(run_dir, resume)
+    device = init_distributed(cfg.device, cfg.collective_timeout_s)
+    rank = dist.get_rank()
+    trainer = Trainer(cfg, run_dir, RunPlanner.for_run(run_dir, cfg), device, recalibrate=calibrate)
+    if rank == 0:
+        from executor.progress import ProgressView
+
+        with ProgressView(trainer, console) as view:  # shown only on a terminal
+            trainer.recorder.on_step = view.update
             trainer.train(resume)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    else:
+        trainer.train(resume)
+    dist.barrier()
+    if rank == 0:
+        summarize(run_dir)
+    dist.destroy_process_group()
 
 
-def run_local(
-    cfg: RunConfig, run_dir: Path, progress: bool = True, resume: bool = False
-) -> RunSummary:
-    master = f"tcp://127.0.0.1:{free_port()}"
-    debug = log.isEnabledFor(logging.DEBUG)  # the ranks log at the level the command does
-    args = (cfg.nproc, master, str(run_dir), progress, resume, debug)
-    try:
-        run_ranks(rank_main, cfg.nproc, args, deadline_s=float("inf"), what="training")
-    except RankFailedError as exc:
-        steps = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, StepRecord)]
-        at = f"at step {steps[-1].step + 1}" if steps else "before the first step"
-        resume_hint = ""
-        if (run_dir / "checkpoints" / "latest").exists():
-            resume_hint = f"; resume with: pipeplan run --resume {run_dir}"
-        raise RankFailedError(f"{exc} ({at}){resume_hint}", exc.rank) from None
-    return summarize(run_dir)
-
-
-def torchrun_main() -> None:
-    """Entry point under torchrun: `torchrun ... -m executor.launch RUN_DIR`."""
-    if len(sys.argv) != 2:
-        sys.exit(
-            "usage: torchrun … -m executor.launch RUN_DIR (made by pipeplan run --prepare-only)"
+def rank_config(run_dir: Path, resume: bool) -> RunConfig:
+    """run.json, for the world size the launcher started: a fresh run must match it; a resumed
+    run is re-planned for it (rank 0 records the new size)."""
+    cfg = load(RunConfig, run_dir / "run.json")
+    world = int(os.environ["WORLD_SIZE"])
+    if world == cfg.nproc:
+        return cfg
+    if not resume:
+        raise BadArgumentError(
+            f"{run_dir} is prepared for {cfg.nproc} ranks but the launcher started {world}; "
+            f"prepare it with --nproc {world}"
         )
-    run_dir = sys.argv[1]
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    cfg = cfg.model_copy(update={"nproc": world})
+    if int(os.environ["RANK"]) == 0:
+        write_atomic(run_dir / "run.json", dumps(cfg))
+    return cfg
+
+
+# ----------------------------------------------------------------------------- local ranks
+
+
+def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary:
+    """Train on `cfg.nproc` ranks of this host, started by torch's elastic launcher; returns
+    the summary rank 0 wrote. RankFailedError names the rank that failed first; Ctrl-C raises
+    Interrupted once every rank is gone."""
+    logs = run_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    args = ["-u", "-m", "executor.launch", str(run_dir), "--log-dir", str(logs)]
+    args += ["--resume"] * resume + ["--debug"] * log.isEnabledFor(logging.DEBUG)
     try:
-        rank_main(rank, world, "env://", run_dir, progress=rank == 0)
-        if rank == 0:
-            summarize(Path(run_dir))
-    except PipeplanError as exc:
-        print(f"pipeplan: error: rank {rank}: {exc}", file=sys.stderr)
-        sys.exit(2)
+        with agent_scope(logs / "launcher.log"):
+            elastic_launch(local_config(cfg.nproc, logs), sys.executable)(*args)
+    except ChildFailedError as exc:
+        rank, why = faults.verdict(exc.failures, cfg.collective_timeout_s)
+        raise RankFailedError(failure_line(rank, why, run_dir), rank) from None
+    except SignalException as exc:  # the agent has stopped every rank by now
+        if exc.sigval == signal.SIGINT:
+            raise Interrupted from None
+        raise RunStoppedError(f"training stopped by {exc.sigval.name}") from None
+    return load(RunSummary, run_dir / "summary.json")
+
+
+def local_config(nproc: int, logs: Path) -> LaunchConfig:
+    """torch's LaunchConfig for `nproc` ranks on this host (as `torchrun --standalone`: a
+    rendezvous store on a free port), no restarts: a failed rank fails the run, and
+    `--resume` continues it."""
+    return LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=f"pipeplan-{uuid.uuid4().hex}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        monitor_interval=0.1,
+        logs_specs=RankLogs(logs),
+        shutdown_timeout=SHUTDOWN_S,
+    )
+
+
+class RankLogs(LogsSpecs):
+    """Where torch's agent points each rank: its error file is `logs/rank-R.error.json`, a
+    fresh one per start; stdout and stderr stay the rank's own (it redirects them itself,
+    keeping the console for pipeplan's lines).
+
+        LaunchConfig(..., logs_specs=RankLogs(Path("runs/exp1/logs")))
+    """
+
+    def __init__(self, logs: Path):
+        super().__init__(log_dir=str(logs))
+        self.logs = logs
+
+    @property
+    def root_log_dir(self) -> str:
+        return str(self.logs)
+
+    def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
+        errors = {}
+        for local_rank, env in envs.items():
+            path = self.logs / f"rank-{env['RANK']}.error.json"
+            path.unlink(missing_ok=True)  # a report from an earlier start is not this one's
+            env["TORCHELASTIC_ERROR_FILE"] = errors[local_rank] = str(path)
+        console = dict.fromkeys(envs, "")  # "": the process's own stdout and stderr
+        return LogsDest(stdouts=console, stderrs=dict(console), error_files=errors)
+
+
+@contextlib.contextmanager
+def agent_scope(log_file: Path) -> Iterator[None]:
+    """While torch's agent runs in this process: its log lines go to `log_file`, not the
+    console; the ranks import the executor this process imported and know its pid; and the
+    signal handlers and environment the agent changes are put back afterwards (the CLI's
+    Ctrl-C, or pytest's)."""
+    handlers = {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS}
+    env = {key: os.environ.get(key) for key in AGENT_ENV}
+    root = str(Path(executor.__file__).resolve().parents[1])
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env["PYTHONPATH"]]))
+    os.environ[LAUNCHER_PID] = str(os.getpid())
+    file_handler = logging.FileHandler(log_file)
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    loggers = {logger: logger.propagate for logger in map(logging.getLogger, AGENT_LOGGERS)}
+    for logger in loggers:
+        logger.addHandler(file_handler)
+        logger.propagate = False
+    try:
+        yield
+    finally:
+        for logger, propagate in loggers.items():
+            logger.removeHandler(file_handler)
+            logger.propagate = propagate
+        file_handler.close()
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def failure_line(rank: int, why: str, run_dir: Path) -> str:
+    """`training failed on rank 1: killed by SIGKILL (at step 7); rank logs in runs/k/logs;
+    resume with: pipeplan run --resume runs/k`"""
+    steps = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, StepRecord)]
+    at = f"at step {steps[-1].step + 1}" if steps else "before the first step"
+    line = f"training failed on rank {rank}: {why} ({at}); rank logs in {run_dir / 'logs'}"
+    if (run_dir / "checkpoints" / "latest").exists():
+        line += f"; resume with: pipeplan run --resume {run_dir}"
+    return line
+
+
+# ----------------------------------------------------------------------------- the command
 
 
 def summarize(run_dir: Path) -> RunSummary:
@@ -190,5 +400,9 @@ def start_run(
 ) -> tuple[Path, RunSummary | None]:
     """`pipeplan run`: the checks and `runs/NAME/`, then the ranks unless only preparing (for
     torchrun); no summary then."""
-    run_dir = prepare(cfg, runs_root)
+    run_dir = prepare(cfg, runs_root, local=not prepare_only)
     return run_dir, None if prepare_only else run_local(cfg, run_dir)
+
+
+if __name__ == "__main__":
+    main()

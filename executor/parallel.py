@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -137,7 +138,8 @@ def set_frozen(layers: nn.ModuleList, frozen_layers: int) -> None:
 
 
 class PhaseRuntime:
-    """This rank's part of one phase. Collective to construct (process groups)."""
+    """This rank's part of one phase. Collective to construct (process groups, whose
+    collectives fail after `timeout`: torch's default for new groups when None)."""
 
     def __init__(
         self,
@@ -149,11 +151,12 @@ class PhaseRuntime:
         device: torch.device,
         make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer],
         clip_grad_norm: float | None = None,
+        timeout: timedelta | None = None,
     ):
         self.layout = layout
         self.device = device
         self.clip_grad_norm = clip_grad_norm  # max global gradient norm, or None
-        self.topology: Topology = build_topology(rank, layout.rank_map)
+        self.topology: Topology = build_topology(rank, layout.rank_map, timeout)
         set_frozen(layers, layout.frozen_layers)
         # A rank outside the layout keeps these empty: it idles through the phase.
         self.module: StageModule | None = None

@@ -9,9 +9,11 @@ from pipeplan.formats import StepRecord
 
 
 class ProgressView:
-    def __init__(self, trainer):
+    """`with ProgressView(trainer, sys.stderr) as view:` a bar on `stream`, if it is a terminal."""
+
+    def __init__(self, trainer, stream):
         self.trainer = trainer
-        self.console = Console(stderr=True)
+        self.console = Console(file=stream)
         self.progress = Progress(
             TextColumn("[bold]{task.fields[layout]}[/] epoch {task.fields[epoch]}"),
             BarColumn(),
@@ -20,6 +22,9 @@ class ProgressView:
             TimeRemainingColumn(),
             console=self.console,
             disable=not self.console.is_terminal,
+            # A rank's stderr is its log file (executor.launch.rank_console): keep it there.
+            redirect_stdout=False,
+            redirect_stderr=False,
         )
         self.task = None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -52,8 +53,12 @@ def place(rank: int, rank_map: Sequence[Sequence[int]]) -> tuple[int | None, int
     return None, None
 
 
-def build_topology(rank: int, rank_map: Sequence[Sequence[int]]) -> Topology:
-    """Create all pipeline and data-parallel groups of a phase (collective over the world)."""
+def build_topology(
+    rank: int, rank_map: Sequence[Sequence[int]], timeout: timedelta | None = None
+) -> Topology:
+    """Create all pipeline and data-parallel groups of a phase (collective over the world).
+    Their collectives fail after `timeout` (None: torch's default for new groups, not the
+    world group's timeout)."""
     rank_map = tuple(tuple(int(r) for r in row) for row in rank_map)
     for row in rank_map:
         # new_group orders members by global rank; stage s must be group rank s.
@@ -62,11 +67,11 @@ def build_topology(rank: int, rank_map: Sequence[Sequence[int]]) -> Topology:
     replica, stage = place(rank, rank_map)
     topo = Topology(rank, rank_map, replica, stage)
     for r, row in enumerate(rank_map):
-        group = dist.new_group(list(row))
+        group = dist.new_group(list(row), timeout=timeout)
         if r == replica:
             topo.pipeline_group = group
     for s in range(len(rank_map[0])):
-        group = dist.new_group([row[s] for row in rank_map])
+        group = dist.new_group([row[s] for row in rank_map], timeout=timeout)
         if s == stage:
             topo.dp_group = group
     # Only groups this rank belongs to are real objects to destroy later.

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.distributed.elastic.utils.store import barrier
 from torch.utils.data import DistributedSampler
 
 from executor.cache import ActivationCache, cache_allowed
@@ -47,10 +48,15 @@ from pipeplan.formats import (
 )
 
 log = logging.getLogger("pipeplan.run")
-COLLECTIVE_TIMEOUT_S = 60
+# How long the ranks wait for one-sided work: rank 0 writing a checkpoint or re-planning,
+# stage-0 ranks filling the cache, the pipeline's ranks evaluating. No collective timeout can
+# fit all of it, and a rank that dies meanwhile stops the run at once through the launcher's
+# agent; only a rank that hangs inside such work waits this long.
+ONE_SIDED_TIMEOUT_S = 24 * 3600
 # Online recalibration: after this many steps of a phase, rank 0 refits the cost model on what
 # the run has measured so far (2 warm-up steps are skipped), so the next re-plan uses it.
 RECALIBRATE_AFTER_STEPS = 8
+_one_sided: list[dist.ProcessGroup] = []  # the group one_sided_done waits on, once joined
 
 
 # Fits a calibrated profile to run directories (pipeplan.calibrate.calibrate, passed in by the
@@ -58,22 +64,56 @@ RECALIBRATE_AFTER_STEPS = 8
 Recalibrate = Callable[[list[Path], Profile], Profile]
 
 
-def init_distributed(rank: int, world: int, master: str, device: str) -> torch.device:
+def init_distributed(device: str, timeout_s: float) -> torch.device:
+    """`init_distributed("cpu", 600)` → this rank's device, once it has joined the job its
+    launcher (torchrun, or `pipeplan run` through elastic_launch) started: RANK, WORLD_SIZE,
+    LOCAL_RANK and the rendezvous (MASTER_ADDR, MASTER_PORT) come from the environment.
+    Collectives fail after `timeout_s`."""
     torch.set_num_threads(1)
     if device == "cuda":
-        local = int(os.environ.get("LOCAL_RANK", rank))
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        if local >= torch.cuda.device_count():
+            raise PipeplanError(
+                f"LOCAL_RANK {local}: this node has {torch.cuda.device_count()} GPUs; start at "
+                "most that many ranks per node (--nproc-per-node)"
+            )
         torch.cuda.set_device(local)
         dev = torch.device("cuda", local)
     else:
         dev = torch.device("cpu")
+    wait_for_every_rank()
     dist.init_process_group(
         "nccl" if device == "cuda" else "gloo",
-        init_method=master,
-        rank=rank,
-        world_size=world,
-        timeout=_dt.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+        init_method="env://",
+        timeout=_dt.timedelta(seconds=timeout_s),
     )
+    # gloo on every backend: a barrier needs no device, and NCCL's cannot wait this long.
+    timeout = _dt.timedelta(seconds=max(timeout_s, ONE_SIDED_TIMEOUT_S))
+    _one_sided[:] = [dist.new_group(backend="gloo", timeout=timeout)]
     return dev
+
+
+def wait_for_every_rank() -> None:
+    """Wait (ONE_SIDED_TIMEOUT_S at most) until every rank of the job has started. Joining the
+    process group is bounded by the collective timeout, and one rank may take longer than that
+    to import torch or set up its GPU. Only under torch's launchers, whose agent hosts the
+    store (MASTER_ADDR:MASTER_PORT); a rank that dies before it gets here stops the run anyway."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return
+    timeout = _dt.timedelta(seconds=ONE_SIDED_TIMEOUT_S)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout
+    )
+    attempt = [os.environ.get(f"TORCHELASTIC_{key}", "") for key in ("RUN_ID", "RESTART_COUNT")]
+    prefix = "pipeplan/started/" + "/".join(attempt)  # once per start: keys stay in the store
+    barrier(store, int(os.environ["WORLD_SIZE"]), prefix, barrier_timeout=ONE_SIDED_TIMEOUT_S)
+
+
+def one_sided_done() -> None:
+    """Collective: wait until every rank has finished its one-sided work (a checkpoint write,
+    the cache fill, evaluation, rank 0's planning), under ONE_SIDED_TIMEOUT_S rather than the
+    collective timeout, so the next collective starts together."""
+    dist.barrier(group=_one_sided[0] if _one_sided else None)
 
 
 class Trainer:
@@ -125,7 +165,7 @@ class Trainer:
                 record = self.train_step(epoch, indices)
                 if record.loss is not None:
                     losses.append(record.loss)
-                if self.rank == 0 and self.phase_steps == RECALIBRATE_AFTER_STEPS:
+                if self.phase_steps == RECALIBRATE_AFTER_STEPS:
                     self.recalibrate()
                 if step_in_epoch + 1 < self.steps_per_epoch:  # else the epoch's end does both
                     if self.due(cfg.freeze_every):
@@ -188,6 +228,7 @@ class Trainer:
         box: list[PhaseDecision | None] = [None]
         if self.rank == 0:
             box[0] = self.planner(frozen_layers, self.use_cache and frozen_layers > 0)
+        one_sided_done()
         dist.broadcast_object_list(box, src=0)
         assert box[0] is not None
         return box[0]
@@ -208,10 +249,11 @@ class Trainer:
             device=self.device,
             make_optimizer=self.make_optimizer,
             clip_grad_norm=self.cfg.clip_grad_norm,
+            timeout=_dt.timedelta(seconds=self.cfg.collective_timeout_s),
         )
         install_states(self.runtime.optimizer, states)
         self.prepare_cache(layout)
-        dist.barrier()
+        one_sided_done()
         self.recorder.write(
             PhaseRecord(
                 **dict(decision),
@@ -371,8 +413,14 @@ class Trainer:
         return record
 
     def recalibrate(self) -> None:
-        """Refit the planner's cost model on this run's records so far (rank 0); the fitted
-        profile is written to the run directory before any phase is priced with it."""
+        """Collective: rank 0 refits the planner's cost model on this run's records so far; the
+        fitted profile is written to the run directory before any phase is priced with it."""
+        if self.rank == 0:
+            self.refit()
+        one_sided_done()
+
+    def refit(self) -> None:
+        """Rank 0's part of `recalibrate`."""
         if self.fit_profile is None:
             return
         try:
@@ -436,6 +484,7 @@ class Trainer:
         )
         states = optimizer_states(self.runtime.optimizer)
         checkpoint.save(self.run_dir, self.seq.layers, self.runtime.layout, states, manifest)
+        one_sided_done()  # rank 0 writes it
 
     def grad_norm_state(self) -> tuple[dict[str, float], int]:
         """Collective: the gradient-norm sums since the last freeze decision (replica 0's
@@ -493,6 +542,7 @@ class Trainer:
             for start in range(0, len(indices), local):
                 sums += self.evaluate_batch(indices[start : start + local], local)
             runtime.module.train(True)
+        one_sided_done()  # ranks outside the layout wait for the pipeline's
         dist.all_reduce(sums)
         loss = float(sums[0] / sums[1]) if sums[1] > 0 else None
         return loss, float(sums[2] / sums[3]) if sums[3] > 0 else None

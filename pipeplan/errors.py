@@ -23,3 +23,8 @@ class BadArgumentError(PipeplanError):
 
 class OutputError(PipeplanError):
     """An output path cannot be written."""
+
+
+class Interrupted(BaseException):
+    """Ctrl-C. The CLI prints `pipeplan: interrupted` and exits 130. Not a KeyboardInterrupt:
+    typer turns that into exit code 130 silently, before the CLI could say anything."""

@@ -4,6 +4,7 @@
     log.setup()                  # the CLI:  "pipeplan: WARNING: --nproc 9 is more than …"
     log.setup(rank=1)            # a rank:   "pipeplan: rank 1: WARNING: AutoCache off: …"
     log.setup(debug=True)        # DEBUG instead of INFO
+    log.setup(rank=1, stream=f)  # to `f`, not stderr: a rank whose stderr goes to its log file
 
 Modules log to loggers under "pipeplan." (`logging.getLogger("pipeplan.run")`); nothing else
 configures logging.
@@ -19,24 +20,28 @@ LOGGER = "pipeplan"
 
 class _Stderr(logging.StreamHandler):
     """Writes to whatever `sys.stderr` is when a record comes: rich's live progress bar and
-    pytest swap it, and a stream fixed at set-up time would bypass or outlive them."""
+    pytest swap it, and a stream fixed at set-up time would bypass or outlive them. Unless
+    given a stream of its own (`fixed`)."""
 
     def __init__(self) -> None:
         logging.Handler.__init__(self)
+        self.fixed = None
 
     @property
     def stream(self):  # type: ignore[override]
-        return sys.stderr
+        return self.fixed or sys.stderr
 
 
-def setup(rank: int | None = None, debug: bool = False) -> logging.Logger:
-    """Configure the "pipeplan" logger; calling it again only updates the format and level."""
+def setup(rank: int | None = None, debug: bool = False, stream=None) -> logging.Logger:
+    """Configure the "pipeplan" logger; calling it again only updates the format, level and
+    stream (None: whatever `sys.stderr` is)."""
     logger = logging.getLogger(LOGGER)
     handler = next((h for h in logger.handlers if isinstance(h, _Stderr)), None)
     if handler is None:
         handler = _Stderr()
         logger.addHandler(handler)
     where = "" if rank is None else f"rank {rank}: "
+    handler.fixed = stream
     handler.setFormatter(logging.Formatter(f"pipeplan: {where}%(levelname)s: %(message)s"))
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     return logger

@@ -1,7 +1,9 @@
 """Start N local rank processes once, wait with a deadline, and never leave one behind.
 
-Used by the link measurement and by the executor's local launch. A rank that raises or dies
-fails the whole group: the others are killed and the error names the rank.
+Used by the link measurement (`pipeplan profile --nproc N`: a few seconds of ping-pong under a
+deadline, nothing to resume or report per rank) and by tests. Training runs start their ranks
+through torch's elastic launcher instead (executor/launch.py). A rank that raises or dies fails
+the whole group: the others are killed and the error names the rank.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Shared fixtures: one thread per test, the distributed set-up every multi-process test uses
 (`gloo_ranks`, `single_rank_group`), and small record builders."""
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -78,3 +81,25 @@ def make_layout(global_batch, frozen_layers, cached, boundaries, rank_map, micro
         boundaries=tuple(boundaries),
         rank_map=tuple(tuple(row) for row in rank_map),
     )
+
+
+def rank_processes(run_dir: Path) -> dict[int, int]:
+    """rank → pid of the live rank processes of `run_dir` (`-m executor.launch RUN_DIR`,
+    whichever launcher started them, RUN_DIR relative to their working directory or not)."""
+    found, wanted = {}, Path(run_dir).resolve()
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode().split("\0")
+            if "executor.launch" not in argv:
+                continue
+            cwd = Path(os.readlink(entry / "cwd"))
+            if all(
+                (cwd / arg).resolve() != wanted for arg in argv[argv.index("executor.launch") :]
+            ):
+                continue
+            environ = (entry / "environ").read_bytes().decode().split("\0")
+            env = dict(line.split("=", 1) for line in environ if "=" in line)
+            found[int(env["RANK"])] = int(entry.name)
+        except (OSError, ValueError, KeyError, UnicodeDecodeError):
+            continue
+    return found

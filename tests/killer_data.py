@@ -1,8 +1,12 @@
-"""A `--data module:function` for fault tests: rank 1 SIGKILLs itself while reading a batch."""
+"""`--data module:function`s for fault tests: rank 1 SIGKILLs itself, raises or pauses while
+reading a batch."""
 
 import os
 import signal
+import time
+from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from executor.data import TaskData, load_data
@@ -35,3 +39,83 @@ def digits_die_once(seed: int = 0) -> TaskData:
     after = int(os.environ.get("PIPEPLAN_TEST_KILL_AFTER", "0"))
     train = DiesOnRank1(data.train, after=after) if after else data.train
     return TaskData("digits", train, data.eval, False)
+
+
+class RaisesOnRank1:
+    """Rank 1 raises ValueError on its read number `after + 1`."""
+
+    def __init__(self, inner, after: int):
+        self.inner, self.after, self.reads = inner, after, 0
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, index):
+        self.reads += 1
+        if self.reads > self.after and dist.is_initialized() and dist.get_rank() == 1:
+            raise ValueError(f"sample {index} is unreadable")
+        return self.inner[index]
+
+
+class Pauses:
+    """On its read number `after + 1` a rank touches the file PIPEPLAN_TEST_PAUSED and sleeps
+    for an hour: long enough for a test to signal it, or its launcher."""
+
+    def __init__(self, inner, after: int):
+        self.inner, self.after, self.reads = inner, after, 0
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, index):
+        self.reads += 1
+        if self.reads == self.after + 1:
+            Path(os.environ["PIPEPLAN_TEST_PAUSED"]).touch()
+            time.sleep(3600)
+        return self.inner[index]
+
+
+def digits_then_raise(seed: int = 0) -> TaskData:
+    """Digits; rank 1 raises ValueError on its read number 201."""
+    data = load_data("digits", models.build("vit-digits"), seed=seed)
+    return TaskData("digits-raise", RaisesOnRank1(data.train, 200), data.eval, False)
+
+
+def digits_pause_once(seed: int = 0) -> TaskData:
+    """Digits; a rank pauses after PIPEPLAN_TEST_PAUSE_AFTER reads if that is set in its
+    environment and PIPEPLAN_TEST_PAUSE_RANK, if set, is its rank (a resumed run, started
+    without them, reads the same data and goes on)."""
+    data = load_data("digits", models.build("vit-digits"), seed=seed)
+    after = int(os.environ.get("PIPEPLAN_TEST_PAUSE_AFTER", "0"))
+    only = os.environ.get("PIPEPLAN_TEST_PAUSE_RANK")
+    here = only is None or only == os.environ.get("RANK")
+    train = Pauses(data.train, after) if after and here else data.train
+    return TaskData("digits", train, data.eval, False)
+
+
+class SlowToEvaluate:
+    """Sleeps `seconds` on its first read under no_grad: the first evaluation batch."""
+
+    def __init__(self, inner, seconds: float):
+        self.inner, self.seconds, self.slept = inner, seconds, False
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, index):
+        if not self.slept and not torch.is_grad_enabled():
+            self.slept = True
+            time.sleep(self.seconds)
+        return self.inner[index]
+
+
+def digits_slow_one_sided(seed: int = 0) -> TaskData:
+    """Digits with one-sided work longer than a 3 s collective timeout: rank 1 takes 8 s more
+    to load its data than rank 0 (which waits to broadcast its plan), and rank 0 takes 8 s more
+    to evaluate than rank 1."""
+    data = load_data("digits", models.build("vit-digits"), seed=seed)
+    rank = dist.get_rank() if dist.is_initialized() else None
+    if rank == 1:
+        time.sleep(8)
+    evaluation = SlowToEvaluate(data.eval, 8) if rank == 0 else data.eval
+    return TaskData("digits", data.train, evaluation, False)

@@ -49,6 +49,7 @@ LAYERS = [  # bottom first
                     "task",
                     "planning",
                     "progress",
+                    "faults",
                 ]
             ),
         ],

@@ -1,6 +1,5 @@
 """One logging set-up: the command's messages say `pipeplan:`, a rank's say which rank."""
 
-import contextlib
 import logging
 import re
 import subprocess
@@ -9,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from executor.launch import rank_main
+from executor.launch import rank_console
 from pipeplan import log
-from pipeplan.errors import InputFileError
 from pipeplan.spawn import run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,17 +64,20 @@ def test_the_commands_own_warnings_use_the_command_format(tmp_path):
     assert error.startswith("pipeplan: error: unknown model 'gpt-9'")
 
 
-def _rank_warns(rank: int, run_dir: str) -> None:
-    """The real rank entry, until the missing run.json stops it; then rank 1 warns."""
-    with contextlib.suppress(InputFileError):
-        rank_main(rank, 2, "tcp://127.0.0.1:1", run_dir, progress=False)
+def _rank_warns(rank: int, log_dir: str) -> None:
+    """A rank set up as `pipeplan run` sets it up (its output to its log file, pipeplan's lines
+    to the console); both print noise, then rank 1 warns."""
+    log.setup(rank=rank, stream=rank_console(Path(log_dir), rank))
+    print("torch noise", file=sys.stderr, flush=True)
     if rank == 1:
         logging.getLogger("pipeplan.run").warning("something to see")
 
 
 @pytest.mark.multiprocess
 def test_a_spawned_ranks_warning_reaches_the_parents_stderr_with_its_rank(tmp_path, capfd):
-    run_ranks(_rank_warns, 2, (str(tmp_path / "no-run"),), 120, "logging test ranks")
+    run_ranks(_rank_warns, 2, (str(tmp_path / "logs"),), 120, "logging test ranks")
     err = capfd.readouterr().err
     assert "pipeplan: rank 1: WARNING: something to see\n" in err
     assert "rank 0" not in err
+    assert "torch noise" not in err  # the rank's own output went to its log file
+    assert "torch noise" in (tmp_path / "logs" / "rank-1.log").read_text()

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import rank_processes
 
 import cli
 from executor.planning import shipped_profile
@@ -110,3 +111,4 @@ def test_a_dying_rank_stops_the_run_names_the_rank_and_leaves_no_process(tmp_pat
     assert "rank 1" in result.stderr.splitlines()[-1] and "at step" in result.stderr
     assert time.monotonic() - started < 90
     assert spawned_workers() - before == set()
+    assert rank_processes(tmp_path / "k") == {}  # the ranks elastic_launch started

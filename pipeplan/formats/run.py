@@ -105,7 +105,9 @@ class RunConfig(Strict):
         None, description="Tokens per sample of text models: text is padded or cut to it."
     )
     nproc: PosInt = Field(
-        2, description="Ranks, one process each: spawned once here, or the torchrun world size."
+        2,
+        description="Ranks, one process each: started here by torch's elastic launcher, or the "
+        "torchrun world size.",
     )
     device: Literal["cpu", "cuda"] = Field(
         "cpu", description="cpu (gloo) or cuda (NCCL, one GPU per rank)."
@@ -148,6 +150,14 @@ class RunConfig(Strict):
         description="Host memory for the cache per rank, in bytes; beyond it, memory-mapped files.",
     )
     seed: int = Field(0, description="Seed for weights, data order and dropout.")
+    collective_timeout_s: Annotated[Seconds, Flag("--collective-timeout")] = Field(
+        600.0,
+        gt=0,
+        description="Seconds a rank waits in a collective or pipeline transfer before the run "
+        "stops, naming the rank that did not respond. A dead rank stops the run at once "
+        "whatever this is; long one-sided work (checkpoint writes, cache fills, evaluation, "
+        "re-planning) is waited for apart from it.",
+    )
     dropout: Annotated[NonNegFloat | None, Flag(default="the model's")] = Field(
         None, le=1.0, description="Dropout probability of every dropout in the model."
     )

@@ -1,0 +1,185 @@
+"""Which rank failed first, and why: each rank's own report, and the launcher's verdict.
+
+A rank that fails writes one report before it exits, into the error file torch's elastic agent
+gives it (`TORCHELASTIC_ERROR_FILE`, torch's "message" format, so torchrun's own summary shows
+it too), with a precise time and a kind:
+
+- `raised`: its own code failed (a data error, a full disk, a bug);
+- `interrupted`: it got SIGINT;
+- `lost`: a collective failed because a peer went away (connection closed or reset);
+- `timeout`: a collective waited longer than the collective timeout.
+
+The last two are what the *other* ranks see once one rank has failed, often before the failing
+rank's own exit is noticed. So the launcher does not take the failure the agent observed first:
+`verdict` names the rank whose own fault came first (the earliest `raised` or `interrupted`
+report), else a rank that died without a report (killed by a signal or crashed: the others only
+lost it), else the earliest report. When the others timed out, the rank that died without a
+report was killed by the agent after it stopped responding (stopped or hung).
+
+    write_report(exc, rank=1)                     # in the rank, before it exits
+    rank, why = verdict(failures, timeout_s=600)  # in the launcher, from ChildFailedError
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeplan.errors import PipeplanError
+
+OWN_FAULT = ("raised", "interrupted")
+EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
+EXIT_FAILED = 1
+
+
+@dataclass(frozen=True)
+class Report:
+    """A rank's account of its own failure, as written to its error file."""
+
+    rank: int
+    kind: str  # raised, interrupted, lost or timeout
+    time: float  # time.time() when the rank caught it
+    message: str  # one line for the user
+    callstack: str = ""  # the traceback, which torchrun's summary shows
+
+    def to_json(self) -> str:
+        """torch's error-file format (`ErrorHandler.record_exception`), and ours beside it."""
+        return json.dumps(
+            {
+                "message": {
+                    "message": f"rank {self.rank}: {self.message}",
+                    "extraInfo": {
+                        "py_callstack": self.callstack or self.message,
+                        "timestamp": str(int(self.time)),
+                    },
+                },
+                "pipeplan": {
+                    "rank": self.rank,
+                    "kind": self.kind,
+                    "time": self.time,
+                    "error": self.message,
+                },
+            }
+        )
+
+    @classmethod
+    def from_error_data(cls, data: dict) -> Report | None:
+        """The report in an error file's data (torch's `ProcessFailure.error_file_data`), or
+        None when the file is not one of ours."""
+        mine = data.get("pipeplan") if isinstance(data, dict) else None
+        if not isinstance(mine, dict):
+            return None
+        try:
+            return cls(
+                int(mine["rank"]), str(mine["kind"]), float(mine["time"]), str(mine["error"])
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def classify(exc: BaseException) -> str:
+    """`classify(KeyboardInterrupt())` → "interrupted"; a gloo/NCCL error caused by a peer →
+    "lost" or "timeout"; anything else → "raised"."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    backend = _backend_error(exc)
+    if backend is None:
+        return "raised"
+    text = str(backend).lower()
+    return "timeout" if "timed out" in text or "timeout" in text else "lost"
+
+
+def _backend_error(exc: BaseException) -> BaseException | None:
+    """The communication error behind `exc`, if any: torch raises its own `DistError`s for
+    store and NCCL failures, but gloo's are plain RuntimeErrors that name gloo's sources."""
+    import torch.distributed as dist
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, dist.DistError) or (
+            isinstance(current, RuntimeError) and "gloo" in str(current)
+        ):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def describe(exc: BaseException, kind: str) -> str:
+    """One line for the user: a pipeplan error's own message, else the exception's type and
+    the last line of its message (gloo's carry a source path first)."""
+    if kind == "interrupted":
+        return "interrupted by SIGINT"
+    lines = str(exc).strip().splitlines()
+    last = lines[-1].strip() if lines else ""
+    if isinstance(exc, PipeplanError):
+        return last
+    if kind in ("lost", "timeout"):
+        gloo = last.rsplit("] ", 1)[-1]  # drop "[/…/gloo/transport/tcp/pair.cc:537] "
+        return f"a collective failed: {gloo}"
+    return f"{type(exc).__name__}: {last}" if last else type(exc).__name__
+
+
+def write_report(exc: BaseException, rank: int) -> Report:
+    """Write this rank's report to its error file (when a launcher gave one); returns it."""
+    kind = classify(exc)
+    callstack = "".join(traceback.format_exception(exc))
+    report = Report(rank, kind, time.time(), describe(exc, kind), callstack)
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        tmp = f"{path}.tmp"
+        Path(tmp).write_text(report.to_json())
+        os.replace(tmp, path)  # the agent never reads half a report
+    return report
+
+
+def exit_code(report: Report) -> int:
+    return EXIT_INTERRUPTED if report.kind == "interrupted" else EXIT_FAILED
+
+
+# ----------------------------------------------------------------------------- the launcher
+
+
+def _signal_name(exitcode: int) -> str:
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def verdict(failures: dict, timeout_s: float) -> tuple[int, str]:
+    """(rank, why) of the failure that came first, from torch's `ChildFailedError.failures`
+    (global rank → `ProcessFailure`).
+
+        verdict({0: <lost, from its file>, 1: <exit -9, no file>}, 600)
+        → (1, "killed by SIGKILL")
+    """
+    reports = {
+        rank: report
+        for rank, failure in failures.items()
+        if (report := Report.from_error_data(failure.error_file_data)) is not None
+    }
+    own = [r for r in reports.values() if r.kind in OWN_FAULT]
+    if own:
+        first = min(own, key=lambda r: r.time)
+        return first.rank, first.message
+    silent = {rank: f.exitcode for rank, f in failures.items() if rank not in reports}
+    if silent:
+        # The agent stops the other ranks with SIGTERM once one has failed: a SIGTERM death is
+        # the least likely to be the first.
+        rank = min(silent, key=lambda r: (silent[r] == -signal.SIGTERM, r))
+        if any(r.kind == "timeout" for r in reports.values()):
+            return (
+                rank,
+                f"no response within the collective timeout of {timeout_s:g} s (stopped or hung)",
+            )
+        code = silent[rank]
+        return rank, f"killed by {_signal_name(code)}" if code < 0 else f"exited with code {code}"
+    first = min(reports.values(), key=lambda r: r.time)
+    return first.rank, first.message

@@ -1,0 +1,346 @@
+"""One launch path: `pipeplan run` starts its ranks through torch's elastic launcher, torchrun
+runs the same worker (the README's commands, verbatim), and every fault ends the run with its
+exit code and exactly one line naming the rank that failed first."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import rank_processes
+
+from executor import faults
+from pipeplan.spawn import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+PIPEPLAN = [sys.executable, "-m", "cli"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """This interpreter's environment, the checkout first on the path, and test switches."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIPEPLAN_TEST_")}
+    return {**env, "PYTHONPATH": str(ROOT), **extra}
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, "the run ended before it paused"
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+# ----------------------------------------------------------------------------- the README
+
+
+def readme_torchrun_block() -> list[str]:
+    """The shell lines of the README's torchrun block, continuation lines joined."""
+    start = README.index("```sh\n", README.index("Across machines")) + len("```sh\n")
+    block = README[start : README.index("```", start)]
+    return [
+        line.strip()
+        for line in re.sub(r"\\\n\s*", "", block).splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+
+def readme_commands(port: int, resume: bool = False) -> tuple[list[str], list[list[str]]]:
+    """(prepare command, [torchrun on node 0, torchrun on node 1]) as the README writes them,
+    HOST0:29500 replaced by 127.0.0.1 and a free port; the programs by this interpreter."""
+    prepare, node0 = readme_torchrun_block()
+    node0 = node0.replace("HOST0:29500", f"127.0.0.1:{port}") + " --resume" * resume
+    node1 = node0.replace("--node-rank 0", "--node-rank 1")
+    assert prepare.startswith("pipeplan ") and node0.startswith("torchrun ") and node1 != node0
+    return PIPEPLAN + prepare.split()[1:], [TORCHRUN + n.split()[1:] for n in (node0, node1)]
+
+
+def start_agents(commands: list[list[str]], cwd: Path, port: int, node1_env=None) -> list:
+    """Both torchrun agents, each the leader of its own process group; node 0 first, so that
+    it hosts the rendezvous store."""
+    logs = [open(cwd / f"agent{i}.log", "w") for i in range(2)]  # noqa: SIM115
+    agents = []
+    for i, (command, log) in enumerate(zip(commands, logs, strict=True)):
+        env = environment(**(node1_env or {})) if i == 1 else environment()
+        agents.append(
+            subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        if i == 0:
+            deadline = time.monotonic() + 60
+            while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+                assert time.monotonic() < deadline and agents[0].poll() is None
+                time.sleep(0.1)
+    return agents
+
+
+def final_model(run_dir: Path) -> dict[str, torch.Tensor]:
+    pointer = (run_dir / "checkpoints" / "latest").read_text().strip()
+    return torch.load(run_dir / "checkpoints" / pointer / "model.pt", weights_only=True)
+
+
+def same_parameters(a: Path, b: Path) -> bool:
+    first, second = final_model(a), final_model(b)
+    return first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """`pipeplan run --nproc 2` with the README's flags: the parameters torchrun must reach."""
+    cwd = tmp_path_factory.mktemp("local")
+    prepare, _ = readme_commands(free_port())
+    command = [a for a in prepare if a != "--prepare-only"]
+    done = subprocess.run(
+        command, cwd=cwd, env=environment(), capture_output=True, text=True, timeout=400
+    )
+    assert done.returncode == 0, done.stderr
+    return cwd / "runs" / "exp1"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(900)
+def test_the_readme_torchrun_commands_train_like_pipeplan_run(tmp_path, reference):
+    port = free_port()
+    prepare, nodes = readme_commands(port)
+    done = subprocess.run(
+        prepare, cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"-m executor.launch {Path('runs') / 'exp1'}" in done.stdout  # the printed command
+    agents = start_agents(nodes, tmp_path, port)
+    codes = [agent.wait(timeout=400) for agent in agents]
+    assert codes == [0, 0], (tmp_path / "agent0.log").read_text()[-3000:]
+    run_dir = tmp_path / "runs" / "exp1"
+    assert (run_dir / "summary.json").exists()  # rank 0 summarised, as under pipeplan run
+    assert same_parameters(run_dir, reference)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(900)
+def test_killing_one_agent_stops_the_other_and_the_run_resumes_under_torchrun(tmp_path, reference):
+    port = free_port()
+    prepare, nodes = readme_commands(port)
+    extra = ["--data", "tests.killer_data:digits_pause_once", "--checkpoint-every", "2"]
+    assert (
+        subprocess.run([*prepare, *extra], cwd=tmp_path, env=environment(), timeout=120).returncode
+        == 0
+    )
+    paused = tmp_path / "paused"
+    pause = {"PIPEPLAN_TEST_PAUSE_AFTER": "300", "PIPEPLAN_TEST_PAUSED": str(paused)}
+    agents = start_agents(nodes, tmp_path, port, node1_env=pause)
+    wait_for(paused, agents[0])
+    run_dir = tmp_path / "runs" / "exp1"
+    assert (run_dir / "checkpoints" / "latest").exists()
+    assert len(rank_processes(run_dir)) == 2
+    killed = time.monotonic()
+    os.killpg(agents[1].pid, signal.SIGKILL)
+    assert agents[0].wait(timeout=60) != 0
+    assert time.monotonic() - killed < 60
+    deadline = time.monotonic() + 10  # the kernel kills the orphaned rank (PR_SET_PDEATHSIG)
+    while rank_processes(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert rank_processes(run_dir) == {}
+
+    _, resumed = readme_commands(port := free_port(), resume=True)
+    agents = start_agents(resumed, tmp_path, port)
+    codes = [agent.wait(timeout=400) for agent in agents]
+    assert codes == [0, 0], (tmp_path / "agent0.log").read_text()[-3000:]
+    assert same_parameters(run_dir, reference)
+
+
+# ----------------------------------------------------------------------------- faults
+
+
+def start_run(tmp_path: Path, *args: str, **env: str) -> subprocess.Popen:
+    """`pipeplan run` on 2 ranks in a process of its own, its stderr piped."""
+    command = [*PIPEPLAN, "run", "--nproc", "2", "--epochs", "1", "--freeze", "none"]
+    return subprocess.Popen(
+        [*command, *args, "--runs-dir", str(tmp_path), "--name", "k"],
+        cwd=ROOT,
+        env=environment(**env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def paused_run(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, int]:
+    """A run whose rank 1 has paused mid-step; returns it and rank 1's pid."""
+    paused = tmp_path / "paused"
+    run = start_run(
+        tmp_path,
+        "--data",
+        "tests.killer_data:digits_pause_once",
+        *args,
+        PIPEPLAN_TEST_PAUSE_AFTER="200",
+        PIPEPLAN_TEST_PAUSE_RANK="1",
+        PIPEPLAN_TEST_PAUSED=str(paused),
+    )
+    wait_for(paused, run)
+    return run, rank_processes(tmp_path / "k")[1]
+
+
+def one_line(run: subprocess.Popen, code: int, pattern: str, timeout: float = 120) -> str:
+    """The run's whole stderr is one line matching `pattern`, and its exit code is `code`."""
+    _, err = run.communicate(timeout=timeout)
+    assert run.returncode == code, err
+    assert len(err.splitlines()) == 1 and re.fullmatch(pattern, err.strip()), err
+    return err
+
+
+def no_rank_left(tmp_path: Path) -> bool:
+    return rank_processes(tmp_path / "k") == {}
+
+
+LOGS = r" \(at step \d+\); rank logs in .*/k/logs"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_a_rank_that_raises_is_named_with_its_error(tmp_path):
+    run = start_run(tmp_path, "--data", "tests.killer_data:digits_then_raise")
+    one_line(
+        run,
+        2,
+        r"pipeplan: error: training failed on rank 1: ValueError: sample \d+ is "
+        r"unreadable" + LOGS,
+    )
+    assert no_rank_left(tmp_path)
+    assert "Traceback" in (tmp_path / "k" / "logs" / "rank-1.log").read_text()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(
+    "sig, what", [(signal.SIGKILL, "killed by SIGKILL"), (signal.SIGINT, "interrupted by SIGINT")]
+)
+def test_a_signalled_rank_is_named_not_the_rank_that_noticed(tmp_path, sig, what):
+    run, rank1 = paused_run(tmp_path)
+    os.kill(rank1, sig)
+    one_line(run, 2, f"pipeplan: error: training failed on rank 1: {what}" + LOGS)
+    assert no_rank_left(tmp_path)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_a_stopped_rank_ends_the_run_after_the_collective_timeout(tmp_path):
+    run, rank1 = paused_run(tmp_path, "--collective-timeout", "5")
+    stopped = time.monotonic()
+    os.kill(rank1, signal.SIGSTOP)
+    try:
+        one_line(
+            run,
+            2,
+            r"pipeplan: error: training failed on rank 1: no response within the "
+            r"collective timeout of 5 s \(stopped or hung\)" + LOGS,
+        )
+    finally:
+        if run.poll() is None:
+            os.kill(rank1, signal.SIGKILL)
+    # the timeout, torch's 30 s grace before it kills a rank that ignored SIGTERM, a margin
+    assert time.monotonic() - stopped < 5 + 30 + 25
+    assert no_rank_left(tmp_path)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_long_one_sided_work_does_not_trip_the_collective_timeout(tmp_path):
+    data = "tests.killer_data:digits_slow_one_sided"
+    args = ["--data", data, "--collective-timeout", "3", "--max-steps-per-epoch", "2"]
+    run = start_run(tmp_path, *args)
+    _, err = run.communicate(timeout=150)
+    assert run.returncode == 0, err
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_ctrl_c_prints_interrupted_exits_130_and_leaves_no_process(tmp_path):
+    run, _ = paused_run(tmp_path)
+    run.send_signal(signal.SIGINT)
+    one_line(run, 130, "pipeplan: interrupted")
+    assert no_rank_left(tmp_path)
+
+
+# ----------------------------------------------------------------------------- the verdict
+
+
+class Failure:
+    """What the verdict reads of torch's ProcessFailure."""
+
+    def __init__(self, exitcode: int, report: faults.Report | None = None):
+        self.exitcode = exitcode
+        self.error_file_data = {"message": "<NONE>"}
+        if report is not None:
+            self.error_file_data = json.loads(report.to_json())
+
+
+def report(rank: int, kind: str, at: float, message: str = "m") -> faults.Report:
+    return faults.Report(rank=rank, kind=kind, time=at, message=message)
+
+
+@pytest.mark.parametrize(
+    "failures, expected",
+    [
+        # the rank that raised first, though another noticed and failed earlier
+        (
+            {0: Failure(1, report(0, "lost", 1.0)), 1: Failure(1, report(1, "raised", 2.0, "E"))},
+            (1, "E"),
+        ),
+        (
+            {
+                0: Failure(1, report(0, "raised", 3.0, "A")),
+                2: Failure(1, report(2, "raised", 2.0, "B")),
+            },
+            (2, "B"),
+        ),
+        # a rank killed without a word, while the agent stopped another with SIGTERM
+        (
+            {0: Failure(1, report(0, "lost", 1.0)), 1: Failure(-9), 2: Failure(-15)},
+            (1, "killed by SIGKILL"),
+        ),
+        (
+            {0: Failure(1, report(0, "timeout", 1.0)), 1: Failure(-9)},
+            (1, "no response within the collective timeout of 5 s (stopped or hung)"),
+        ),
+        ({0: Failure(1, report(0, "lost", 1.0)), 1: Failure(3)}, (1, "exited with code 3")),
+        (
+            {
+                1: Failure(1, report(1, "lost", 2.0, "B")),
+                0: Failure(1, report(0, "lost", 1.0, "A")),
+            },
+            (0, "A"),
+        ),
+    ],
+)
+def test_the_verdict_names_the_first_to_fail(failures, expected):
+    assert faults.verdict(failures, timeout_s=5) == expected
+
+
+@pytest.mark.parametrize(
+    "exc, kind",
+    [
+        (KeyboardInterrupt(), "interrupted"),
+        (ValueError("bad sample"), "raised"),
+        (RuntimeError("[../gloo/transport/tcp/pair.cc:537] Connection reset by peer"), "lost"),
+        (
+            RuntimeError("[../gloo/unbound_buffer.cc:78] Timed out waiting 5000ms for recv"),
+            "timeout",
+        ),
+    ],
+)
+def test_a_rank_classifies_its_own_failure(exc, kind):
+    assert faults.classify(exc) == kind
