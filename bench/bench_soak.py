@@ -28,7 +28,7 @@ from pipeplan.formats import EpochRecord, PhaseRecord, read_records  # noqa: E40
 
 
 def children(pid: int) -> list[int]:
-    """All descendants of `pid` (the spawned ranks and their helpers)."""
+    """All descendants of `pid` (the ranks and their helpers)."""
     kids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -47,7 +47,8 @@ def rank_processes(pid: int) -> list[int]:
     out = []
     for child in children(pid):
         try:
-            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+            # `pipeplan run` starts `python -m executor.launch RUN_DIR` per rank.
+            if b"executor.launch" in Path(f"/proc/{child}/cmdline").read_bytes():
                 out.append(child)
         except OSError:
             pass

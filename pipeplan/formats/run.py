@@ -155,8 +155,8 @@ class RunConfig(Strict):
         gt=0,
         description="Seconds a rank waits in a collective or pipeline transfer before the run "
         "stops, naming the rank that did not respond. A dead rank stops the run at once "
-        "whatever this is; long one-sided work (checkpoint writes, cache fills, evaluation, "
-        "re-planning) is waited for apart from it.",
+        "whatever this is; long one-sided work (start-up, checkpoint writes, cache fills, "
+        "evaluation, re-planning) is waited for apart from it.",
     )
     dropout: Annotated[NonNegFloat | None, Flag(default="the model's")] = Field(
         None, le=1.0, description="Dropout probability of every dropout in the model."
