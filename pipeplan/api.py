@@ -20,7 +20,6 @@ first call (`pipeplan.__getattr__`).
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +74,7 @@ def run(runs_dir: str | Path = "runs", **options: Any) -> RunSummary:
     lines and warnings go to stderr through the `pipeplan` logger."""
     from executor.launch import start_run
 
-    if not logging.getLogger(log.LOGGER).handlers:  # the caller has not configured it
+    if not log.configured():
         log.setup()
     _, summary = start_run(_request(RunConfig, options), runs_dir)
     assert summary is not None  # not prepare-only

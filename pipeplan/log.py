@@ -40,3 +40,9 @@ def setup(rank: int | None = None, debug: bool = False) -> logging.Logger:
     handler.setFormatter(logging.Formatter(f"pipeplan: {where}%(levelname)s: %(message)s"))
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     return logger
+
+
+def configured() -> bool:
+    """Whether the "pipeplan" logger has a handler already (set up here, or by the caller of
+    the Python API, whose set-up is then left alone)."""
+    return bool(logging.getLogger(LOGGER).handlers)
