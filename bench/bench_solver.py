@@ -13,9 +13,10 @@ import time
 
 import numpy as np
 
-from pipeplan.cluster import Cluster, Link, cluster_from_flags
-from pipeplan.costmodel import CostModel, CostParams, Layout
+from pipeplan.cluster import cluster_from_flags
+from pipeplan.costmodel import CostModel, CostParams
 from pipeplan.errors import BadArgumentError, PipeplanError
+from pipeplan.formats import Cluster, Layout, Link
 from pipeplan.freeze import alpha_schedule
 from pipeplan.partition import PartitionProblem, brute_force_partition, solve_partition
 from pipeplan.plan import compare_partitions, make_plan
