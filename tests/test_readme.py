@@ -55,3 +55,22 @@ def test_the_readme_run_calibrate_and_report(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert cli.main([*report, "--baseline", "runs/A"]) == 0
     assert "speedup" in capsys.readouterr().out
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(400)
+def test_the_readme_python_api_block(tmp_path, monkeypatch, capsys):
+    """The README's notebook example, read from the README and executed as written."""
+    text = (ROOT / "README.md").read_text()
+    blocks = [
+        b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "import pipeplan" in b
+    ]
+    assert len(blocks) == 1, "the README's Python API example"
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), scope)  # the README's own code, as written
+    assert scope["preview"].predicted_speedup > 0
+    assert (tmp_path / "p.json").exists() and (tmp_path / "plan.json").exists()
+    assert scope["summary"].steps > 0 and (tmp_path / "runs" / "nb" / "metrics.csv").exists()
+    assert (tmp_path / "trained" / "config.json").exists()
+    assert (tmp_path / "trained" / "model.safetensors").exists()
