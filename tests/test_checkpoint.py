@@ -97,26 +97,12 @@ def test_a_failed_write_is_a_clear_error_and_keeps_the_previous_checkpoint(
     seq = models.build("bert-synth")
     spec = _gather_layout(0, len(seq.layers))
 
-    def manifest(step):
-        return checkpoint.CheckpointManifest(
-            step=step,
-            epoch=0,
-            step_in_epoch=step,
-            phase=0,
-            frozen_layers=0,
-            grad_history=[],
-            grad_norm_sums={},
-            grad_norm_steps=0,
-            world_size=1,
-            model="bert-synth",
-        )
-
-    checkpoint.save(tmp_path, seq.layers, spec, {}, manifest(4))
+    checkpoint.save(tmp_path, seq.layers, spec, {}, _manifest(4))
     before = (tmp_path / "checkpoints" / "step-4" / "model.pt").read_bytes()
     # The next write cannot create its temporary directory: a file is in the way.
     (tmp_path / "checkpoints" / ".tmp-step-8").write_text("in the way")
     with pytest.raises(OutputError, match="cannot write checkpoint") as err:
-        checkpoint.save(tmp_path, seq.layers, spec, {}, manifest(8))
+        checkpoint.save(tmp_path, seq.layers, spec, {}, _manifest(8))
     assert "\n" not in str(err.value)
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step-4"
     assert (tmp_path / "checkpoints" / "step-4" / "model.pt").read_bytes() == before

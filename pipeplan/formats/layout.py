@@ -109,3 +109,22 @@ class Layout(Strict):
         """The one text form of a layout, as tables, progress bars and summaries show it."""
         cached = " cached" if self.cached else ""
         return f"{self.num_stages}x{self.replicas} M={self.micro_batches} {self.schedule}{cached}"
+
+
+class EpochShape(Strict):
+    """Base of the per-epoch rows (preview and report): the epoch's layout, and the three
+    numbers the per-epoch chart (`pipeplan.plots.plot_epochs`) reads from it."""
+
+    layout: Layout
+
+    @property
+    def stages(self) -> int:
+        return self.layout.num_stages
+
+    @property
+    def replicas(self) -> int:
+        return self.layout.replicas
+
+    @property
+    def frozen_layers(self) -> int:
+        return self.layout.frozen_layers

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from pipeplan.formats.base import NonNegFloat, NonNegInt, PosInt, Strict
 from pipeplan.formats.cluster import Cluster
 from pipeplan.formats.freeze import FreezeSchedule
-from pipeplan.formats.layout import Layout
+from pipeplan.formats.layout import EpochShape, Layout
 
 
 class StagePlan(Strict):
@@ -106,24 +106,10 @@ class Plan(Strict):
         return self
 
 
-class EpochRow(Strict):
+class EpochRow(EpochShape):
     epoch: NonNegInt
-    layout: Layout
     epoch_s: NonNegFloat
     samples_per_s: NonNegFloat
-
-    # What the per-epoch chart (pipeplan.plots.plot_epochs) reads.
-    @property
-    def stages(self) -> int:
-        return self.layout.num_stages
-
-    @property
-    def replicas(self) -> int:
-        return self.layout.replicas
-
-    @property
-    def frozen_layers(self) -> int:
-        return self.layout.frozen_layers
 
 
 class StaticPlanSummary(Strict):

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from pipeplan.formats.base import NonNegFloat, NonNegInt, PosInt, Strict
-from pipeplan.formats.layout import Layout
+from pipeplan.formats.layout import EpochShape, Layout
 from pipeplan.formats.plan import StagePlan
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
@@ -81,7 +81,7 @@ class PhaseReport(Strict):
     stages: list[StageReport]
 
 
-class EpochReport(Strict):
+class EpochReport(EpochShape):
     epoch: NonNegInt
     phase: NonNegInt = Field(description="The phase at the end of the epoch.")
     layout: Layout = Field(description="The layout at the end of the epoch.")
@@ -89,19 +89,6 @@ class EpochReport(Strict):
     epoch_s: NonNegFloat
     samples_per_s: NonNegFloat
     eval_accuracy: float | None
-
-    # What the per-epoch chart (pipeplan.plots.plot_epochs) reads.
-    @property
-    def stages(self) -> int:
-        return self.layout.num_stages
-
-    @property
-    def replicas(self) -> int:
-        return self.layout.replicas
-
-    @property
-    def frozen_layers(self) -> int:
-        return self.layout.frozen_layers
 
 
 class BaselineReport(Strict):
