@@ -35,6 +35,7 @@ from pipeplan.partition import (
     StagePricing,
     bottlenecks,
     solve_partition,
+    suffix_bottlenecks,
 )
 from pipeplan.simulate import in_flight, step_lower_bound_s
 
@@ -43,11 +44,16 @@ log = logging.getLogger(__name__)
 # Bounds within this relative distance of the best step prune: what is lost is below the
 # floating-point noise of summing stage times in a different order.
 PRUNE_TOLERANCE = 1e-12
-# Work (partial partitions generated + operations simulated) after which the search stops
-# with the best layout so far and reports how far from proven it is; never reached by
-# models of tens of layers, only by very long pipelines whose many near-equal partitions
-# the bounds cannot separate.
-DEFAULT_WORK_LIMIT = 4_000_000
+# Work after which the search stops with the best layout so far and reports how far from
+# proven it is, in units of about 2 µs here (deterministic, so a plan is reproducible):
+# operations simulated, partial partitions generated, tables built. Models of tens of layers
+# stay far below it (bert-large on 16 devices: at most ~10 %); long pipelines of near-equal
+# partitions, which the bounds cannot separate, reach it.
+DEFAULT_WORK_LIMIT = 120_000
+WORK_PER_EXPANSION = 40
+WORK_PER_CHILD = 8
+WORK_PER_TABLE_STAGE = 30
+WORK_PER_LEAF_STAGE = 10
 
 
 @dataclass(frozen=True)
@@ -179,7 +185,8 @@ class PhaseSearch:
         # Memory the layers may use: the reserve is part of every stage.
         self.memory_limit_bytes = self.cluster.device_memory_bytes - model.reserve_bytes
         self._ranks: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
-        self._bottlenecks: dict[int, np.ndarray] = {}
+        self._bottlenecks: dict[object, np.ndarray] = {}
+        self._shared_tables: dict[tuple, dict] = {}
 
     def costs(self, m: int) -> PhaseCosts:
         return self.model.phase_costs(m, self.frozen_layers, self.cached)
@@ -294,15 +301,40 @@ class PhaseSearch:
         bound = np.maximum(bound, work + (M - before) * c_max)
         flow_shop = work + (M - 1) * np.maximum(f_max + b_max, c_max)
         bound = np.where(gpipe, np.maximum(bound, flow_shop), bound)
+        rounds_all = np.where(M > S, (M - S - 1) // S + 1, 0)
+        bound = np.where(gpipe, bound, np.maximum(bound, windows_from_zero(S, M) * work))
         # The last stage's last op (the first all-reduce to start, stages end in reverse
-        # order) follows micro-batch M−1's forward through every stage, and the last forward
-        # of the busiest stage, which ran M forwards and M − nF backwards before it.
+        # order) follows micro-batch M−1's forward through every stage, the last forward of
+        # the busiest stage (which ran M forwards and M − nF backwards before it) and, 1F1B,
+        # the rounds of the whole pipeline's window.
         last_stage_end = np.maximum(
-            Wf + S * mu, np.where(gpipe, Wf + S * mu + (M - 1) * f_max, (M - before) * c_max)
+            Wf + S * mu,
+            np.where(
+                gpipe,
+                Wf + S * mu + (M - 1) * f_max,
+                np.maximum((M - before) * c_max, Wf + S * mu + rounds_all * work),
+            ),
         )
         bound = np.maximum(bound, self._allreduce_bounds(costs, S, D, M, work, last_stage_end))
         overhead = np.array([model.overhead_s(shape.micro_batches * m) for shape, _ in candidates])
-        return bound + overhead
+        return np.where(self._may_fit(costs, S, M, gpipe), bound + overhead, np.inf)
+
+    def _may_fit(
+        self, costs: PhaseCosts, S: np.ndarray, M: np.ndarray, gpipe: np.ndarray
+    ) -> np.ndarray:
+        """Necessary for some partition to fit memory (§4.6): stage 0 with layers 0..k and
+        its in-flight micro-batches; every layer alone with the fewest in flight (1 for
+        1F1B's last stage, M for GPipe); all layers over S devices."""
+        static, saved = costs.static_bytes, costs.saved_bytes_per_micro_batch
+        k = self.frozen_layers
+        limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
+        fewest = np.where(gpipe, M, 1.0)
+        first = np.where(gpipe, M, np.minimum(S, M))
+        stage0 = float(static[: k + 1].sum()) + first * float(saved[: k + 1].sum())
+        counts, where = np.unique(fewest, return_inverse=True)
+        alone = np.array([float((static + n * saved).max()) for n in counts])[where]
+        total = float(static.sum()) + fewest * float(saved.sum())
+        return (stage0 <= limit) & (alone <= limit) & (total <= S * limit)
 
     def _lightest_windows(self, costs: PhaseCosts, S: np.ndarray) -> tuple[np.ndarray, ...]:
         """Per S, the lightest sum of c, fwd and bwd over ⌈L_c/S⌉ consecutive computed
@@ -430,20 +462,33 @@ class PhaseSearch:
             shared_links=self._shared_links(ranks),
             shared_latency_s=ring * inter.latency_s if D > 1 else 0.0,
             shared_s_per_byte=ring / D / inter.bandwidth_bytes_per_s if D > 1 else 0.0,
+            suffix_bottleneck=self._suffix_bottleneck(m),
         )
+
+    def shared_tables(self, key: tuple) -> dict:
+        """Partition tables that shapes differing only in D share (`PartitionSpace`)."""
+        return self._shared_tables.setdefault(key, {})
+
+    def _suffix_bottleneck(self, m: int) -> np.ndarray | None:
+        """`partition.suffix_bottlenecks` of stage work at m, with a hair of slack (prefix
+        sums); None for long models, where the O(L³) table would cost more than it saves."""
+        if self.model.num_layers > DENSE_MAX_LAYERS:
+            return None
+        key = ("suffix", m)
+        if key not in self._bottlenecks:
+            costs = self.costs(m)
+            table = suffix_bottlenecks(costs.fwd_s + costs.bwd_s, self.max_stages)
+            self._bottlenecks[key] = table * (1 - 1e-12)
+        return self._bottlenecks[key]
 
     def _shared_links(self, ranks: tuple[tuple[int, ...], ...]) -> np.ndarray:
         """Per node link crossed by two or more stages' all-reduces (deduplicated): which."""
-        crossing: dict[int, set[int]] = {}
-        for s, nodes in enumerate(self.model.allreduce_nodes(ranks)):
-            for node in nodes:
-                crossing.setdefault(node, set()).add(s)
         S = len(ranks[0])
-        masks = {tuple(s in stages for s in range(S)) for stages in crossing.values()}
-        rows = sorted(mask for mask in masks if sum(mask) > 1)
-        return np.array(rows, dtype=bool).reshape(len(rows), S)
-
-    # ------------------------------------------------------------------ search
+        crossing = np.zeros((self.cluster.nodes, S), dtype=bool)  # [node, stage]
+        for s, nodes in enumerate(self.model.allreduce_nodes(ranks)):
+            crossing[list(nodes), s] = True
+        rows = np.unique(crossing[crossing.sum(axis=1) > 1], axis=0)
+        return rows.reshape(len(rows), S)
 
     def solve(self, runner_ups: int = 2) -> PhaseSolution:
         """Best-first branch and bound over (shape, schedule, partial partition): pop the
@@ -523,11 +568,16 @@ class PhaseSearch:
 
 class _Run:
     """One best-first search: the heap of (bound, order, kind, item), the best step so far,
-    the layouts simulated and the work done."""
+    the layouts simulated and the work done. For long models (more than DENSE_MAX_LAYERS
+    layers) the partitions of an opened shape wait in `later` until every shape has been
+    opened and its time-balanced partition simulated: their nodes are costly and their
+    bounds loose, so the budget goes to comparing shapes first."""
 
     def __init__(self, phase: PhaseSearch):
         self.phase = phase
         self.heap: list[tuple[float, int, str, object]] = []
+        self.later: list[tuple[float, int, str, object]] = []
+        self.deferring = phase.model.num_layers > DENSE_MAX_LAYERS
         self.order = itertools.count()
         self.best_s = math.inf
         self.simulated: list[tuple[float, int, Evaluation]] = []
@@ -536,21 +586,21 @@ class _Run:
 
     def push(self, bound: float, kind: str, item: object) -> None:
         if bound < self.limit():
-            heapq.heappush(self.heap, (bound, next(self.order), kind, item))
+            heap = self.later if self.deferring and kind == "node" else self.heap
+            heapq.heappush(heap, (bound, next(self.order), kind, item))
 
     def limit(self) -> float:
         return self.best_s * (1 - PRUNE_TOLERANCE)
 
     def search(self) -> None:
-        while self.heap and self.heap[0][0] < self.limit():
+        while True:
+            if not (self.heap and self.heap[0][0] < self.limit()):
+                if not self.later:
+                    return
+                self.heap, self.later, self.deferring = self.later, [], False
+                continue
             if self.work > self.phase.work_limit and self.simulated:
-                self.stopped_at = self.heap[0][0]
-                log.info(
-                    "layout search stopped at its work limit: best step %.6g s, at most %.3g%% "
-                    "above the optimum",
-                    self.best_s,
-                    100 * (self.best_s / self.stopped_at - 1),
-                )
+                self.stop()
                 return
             _, _, kind, item = heapq.heappop(self.heap)
             if kind == "shape":
@@ -559,6 +609,17 @@ class _Run:
                 self.open_node(*item)  # type: ignore[misc]
             else:
                 self.simulate(*item)  # type: ignore[misc]
+
+    def stop(self) -> None:
+        """Out of work: what is proven is the smallest bound still waiting."""
+        waiting = [entries[0][0] for entries in (self.heap, self.later) if entries]
+        self.stopped_at = min(min(waiting), self.best_s)
+        log.info(
+            "layout search stopped at its work limit: best step %.6g s, at most %.3g%% above "
+            "the optimum",
+            self.best_s,
+            100 * (self.best_s / self.stopped_at - 1),
+        )
 
     def open_shape(self, shape: Shape, schedule: Schedule) -> None:
         search = self.phase
@@ -571,23 +632,47 @@ class _Run:
                 overhead = search.model.step_overhead_s(layout)
                 self.push(bound + overhead, "leaf", (shape, schedule, layout.boundaries))
             return
-        space = PartitionSpace(search.pricing(shape, schedule))
-        if self.best_s == math.inf:  # a first layout to prune against
-            node = space.dive()
-            if node is not None:
-                self.simulate(shape, schedule, node.boundaries)
+        key = (shape.num_stages, shape.micro_batches, shape.micro_batch_size, schedule)
+        space = PartitionSpace(search.pricing(shape, schedule), search.shared_tables(key))
+        L = search.model.num_layers
+        self.work += WORK_PER_TABLE_STAGE * shape.num_stages * (1 + L // 200)
+        long = L > DENSE_MAX_LAYERS
+        if self.best_s == math.inf or long:
+            # A layout to prune against: for tens of layers the first shape's greedy descent
+            # in its bounds; for long models, where nodes are costly and bounds far from
+            # tight, every shape's time-balanced partition.
+            boundaries = self.long_heuristic(shape, schedule, space) if long else _dived(space)
+            if boundaries is not None and self.leaf_bound(space, boundaries) < self.limit():
+                self.simulate(shape, schedule, boundaries)
         self.open_node(shape, schedule, space, space.root())
+
+    def long_heuristic(
+        self, shape: Shape, schedule: Schedule, space: PartitionSpace
+    ) -> tuple[int, ...] | None:
+        """The time-balanced partition, or when it does not fit memory the min-bottleneck
+        one (which fits whenever any partition does)."""
+        balanced = space.balanced()
+        if balanced is not None:
+            return balanced
+        self.work += WORK_PER_TABLE_STAGE * shape.num_stages * 10
+        ranks = self.phase.layout_ranks(shape)
+        result = solve_partition(self.phase.problem(shape, schedule, ranks))
+        return None if result is None else result.boundaries
 
     def open_node(self, shape: Shape, schedule: Schedule, space: PartitionSpace, node: Node):
         children = space.expand(node, self.limit())
-        self.work += len(children) + 1
+        self.work += WORK_PER_EXPANSION + len(children) * (WORK_PER_CHILD + node.depth // 100)
         for bound, child in children:
             if child.depth == shape.num_stages:
                 # The complete layout's own bound (all windows) often spares a simulation.
-                bound = max(bound, space.leaf_bound(child.boundaries))
+                bound = max(bound, self.leaf_bound(space, child.boundaries))
                 self.push(bound, "leaf", (shape, schedule, child.boundaries))
             else:
                 self.push(bound, "node", (shape, schedule, space, child))
+
+    def leaf_bound(self, space: PartitionSpace, boundaries: tuple[int, ...]) -> float:
+        self.work += WORK_PER_LEAF_STAGE * (len(boundaries) - 1)
+        return space.leaf_bound(boundaries)
 
     def simulate(self, shape: Shape, schedule: Schedule, boundaries: tuple[int, ...]) -> None:
         search = self.phase
@@ -613,6 +698,49 @@ class _Run:
         proven = self.stopped_at is None
         lower = best.step_s if proven else float(self.stopped_at)
         return PhaseSolution(best, others, len(self.simulated), proven, lower)
+
+
+def windows_from_zero(S: np.ndarray, M: np.ndarray, pairs: int = 8) -> np.ndarray:
+    """1F1B with M ≥ S: z such that every partition's step ≥ z·Σc. The window [0, k] gives
+    step ≥ Σc + q_k·Σ_{t≤k} c_t + r_k·c_k (micro-batch 0's round trip, q_k rounds of the
+    window, k's remaining ops; `simulate.window_counts`); a convex combination of the terms
+    for k = S−1 and one k₁ ∈ S−2..S−1−pairs, its weight chosen where the two smallest
+    per-stage coefficients meet, bounds every stage's coefficient (vectorised)."""
+    S = np.asarray(S, dtype=float)
+    M = np.asarray(M, dtype=float)
+
+    def term(k):
+        rounds = np.where(M > S, np.floor((M - S - 1) / (k + 1)) + 1, 0.0)
+        fwd_left = np.where(
+            rounds > 0, np.maximum(M - (S - 1 - k) - rounds * (k + 1) - 1, 0), M - S + k
+        )
+        bwd_left = M - 1 - rounds * (k + 1)
+        return rounds, np.maximum(np.minimum(fwd_left, bwd_left), 0.0)
+
+    q2, r2 = term(S - 1)
+    best = np.where(S > 1, 1 + q2, 1 + q2 + r2)
+    for back in range(2, pairs + 2):
+        k1 = S - back
+        q1, r1 = term(np.maximum(k1, 0))
+        last_between = k1 == S - 2  # no stage strictly between k1 and S−1
+        a0, a1 = 1 + q2, q1 - q2 + np.where(k1 == 0, r1, 0.0)
+        b0 = 1 + q2 + np.where(last_between, r2, 0.0)
+        b1 = -q2 - np.where(last_between, r2, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            meet = np.clip((b0 - a0) / (a1 - b1), 0.0, 1.0)
+        value = np.maximum.reduce(
+            [
+                np.minimum(a0 + a1 * x, b0 + b1 * x)
+                for x in (np.zeros_like(S), np.ones_like(S), np.nan_to_num(meet))
+            ]
+        )
+        best = np.where((k1 >= 0) & (M >= S), np.maximum(best, value), best)
+    return np.where(M >= S, best, 1.0)
+
+
+def _dived(space: PartitionSpace) -> tuple[int, ...] | None:
+    node = space.dive()
+    return None if node is None else node.boundaries
 
 
 def _runs(layout: Layout, search: PhaseSearch) -> bool:
