@@ -706,8 +706,8 @@ def windows_from_zero(S: np.ndarray, M: np.ndarray, pairs: int = 8) -> np.ndarra
     window, k's remaining ops; `simulate.window_counts`); a convex combination of the terms
     for k = S−1 and one k₁ ∈ S−2..S−1−pairs, its weight chosen where the two smallest
     per-stage coefficients meet, bounds every stage's coefficient (vectorised)."""
-    S = np.asarray(S, dtype=float)
-    M = np.asarray(M, dtype=float)
+    S = np.asarray(S, dtype=float)[:, None]
+    M = np.asarray(M, dtype=float)[:, None]
 
     def term(k):
         rounds = np.where(M > S, np.floor((M - S - 1) / (k + 1)) + 1, 0.0)
@@ -718,24 +718,19 @@ def windows_from_zero(S: np.ndarray, M: np.ndarray, pairs: int = 8) -> np.ndarra
         return rounds, np.maximum(np.minimum(fwd_left, bwd_left), 0.0)
 
     q2, r2 = term(S - 1)
-    best = np.where(S > 1, 1 + q2, 1 + q2 + r2)
-    for back in range(2, pairs + 2):
-        k1 = S - back
-        q1, r1 = term(np.maximum(k1, 0))
-        last_between = k1 == S - 2  # no stage strictly between k1 and S−1
-        a0, a1 = 1 + q2, q1 - q2 + np.where(k1 == 0, r1, 0.0)
-        b0 = 1 + q2 + np.where(last_between, r2, 0.0)
-        b1 = -q2 - np.where(last_between, r2, 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            meet = np.clip((b0 - a0) / (a1 - b1), 0.0, 1.0)
-        value = np.maximum.reduce(
-            [
-                np.minimum(a0 + a1 * x, b0 + b1 * x)
-                for x in (np.zeros_like(S), np.ones_like(S), np.nan_to_num(meet))
-            ]
-        )
-        best = np.where((k1 >= 0) & (M >= S), np.maximum(best, value), best)
-    return np.where(M >= S, best, 1.0)
+    single = np.where(S > 1, 1 + q2, 1 + q2 + r2)[:, 0]
+    k1 = S - np.arange(2, pairs + 2)[None, :]  # [candidate, pair]
+    q1, r1 = term(np.maximum(k1, 0))
+    last_between = k1 == S - 2  # no stage strictly between k1 and S−1
+    # The two smallest coefficients as lines in k1's weight x: before k1 and after it.
+    a0, a1 = 1 + q2, q1 - q2 + np.where(k1 == 0, r1, 0.0)
+    b0 = 1 + q2 + np.where(last_between, r2, 0.0)
+    b1 = -q2 - np.where(last_between, r2, 0.0)
+    slope = a1 - b1
+    meet = np.clip(np.where(slope != 0, (b0 - a0) / np.where(slope != 0, slope, 1), 0), 0, 1)
+    value = np.maximum.reduce([np.minimum(a0 + a1 * x, b0 + b1 * x) for x in (0.0, 1.0, meet)])
+    value = np.where(k1 >= 0, value, 0.0).max(axis=1)
+    return np.where(M[:, 0] >= S[:, 0], np.maximum(single, value), 1.0)
 
 
 def _dived(space: PartitionSpace) -> tuple[int, ...] | None:
