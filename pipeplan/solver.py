@@ -37,7 +37,7 @@ from pipeplan.partition import (
     solve_partition,
     suffix_bottlenecks,
 )
-from pipeplan.simulate import in_flight, step_lower_bound_s
+from pipeplan.simulate import MAX_PERIOD, in_flight, step_lower_bound_s
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +292,9 @@ class PhaseSearch:
         b_max = np.maximum.reduce(
             [Wb / S, np.full_like(S, b.max()), np.full_like(S, B0), windows[2]]
         )
+        if known is not None:
+            f_max = np.maximum(f_max, self._bottleneck(S, m, "f"))
+            b_max = np.maximum(b_max, self._bottleneck(S, m, "b"))
         bound = np.maximum(M * c_max, work / (1 - (1 - 1 / M) ** S))
         rest = 1 / (1 - (1 - 1 / M) ** np.maximum(S - 1, 1))
         balanced_first = np.where(S > 1, rest * work / (M + rest - 1), work)
@@ -303,6 +306,9 @@ class PhaseSearch:
         bound = np.where(gpipe, np.maximum(bound, flow_shop), bound)
         rounds_all = np.where(M > S, (M - S - 1) // S + 1, 0)
         bound = np.where(gpipe, bound, np.maximum(bound, windows_from_zero(S, M) * work))
+        # Each term above ends with stage 0's all-reduce and optimizer (tail0): stage 0 holds
+        # at least the first active layer's gradient.
+        bound = bound + self._first_stage_tail(costs, S, D)
         # The last stage's last op (the first all-reduce to start, stages end in reverse
         # order) follows micro-batch M−1's forward through every stage, the last forward of
         # the busiest stage (which ran M forwards and M − nF backwards before it) and, 1F1B,
@@ -352,6 +358,29 @@ class PhaseSearch:
             result.append(np.array([lightest[w] for w in width]))
         return tuple(result)
 
+    def _crosses(self, S: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(packed, crosses): with S ≤ G devices per node whole pipelines share a node, and a
+        group crosses nodes iff the D replicas do not fit a node's ⌊G/S⌋ pipelines; with
+        S > G each group spans D nodes."""
+        per_node = self.cluster.devices_per_node
+        packed = per_node >= S
+        return packed, np.where(packed, per_node // np.maximum(S, 1) < D, D >= 2)
+
+    def _first_stage_tail(self, costs: PhaseCosts, S: np.ndarray, D: np.ndarray) -> np.ndarray:
+        """A lower bound on A_0 + O_0: stage 0 all-reduces at least layer k's gradient."""
+        first = float(costs.grad_bytes[self.frozen_layers])
+        if first <= 0:
+            return np.zeros_like(S)
+        _, crosses = self._crosses(S, D)
+        inter, intra = self.cluster.inter_node, self.model.intra_allreduce_link
+        steps = 2 * (D - 1)
+        ring = [
+            steps * link.latency_s + steps / D * first / link.bandwidth_bytes_per_s
+            for link in (inter, intra)
+        ]
+        alone = np.where(D > 1, np.where(crosses, ring[0], ring[1]), 0.0)
+        return alone + self.model.optimizer_s(first)
+
     def _allreduce_bounds(
         self,
         costs: PhaseCosts,
@@ -373,8 +402,7 @@ class PhaseSearch:
         model, cluster = self.model, self.cluster
         G = float(costs.grad_bytes.sum())
         per_node = cluster.devices_per_node
-        packed = per_node >= S  # whole pipelines inside a node
-        crosses = np.where(packed, per_node // np.maximum(S, 1) < D, D >= 2)
+        packed, crosses = self._crosses(S, D)
         inter, intra = cluster.inter_node, model.intra_allreduce_link
         steps = 2 * (D - 1)
         many = D > 1
@@ -402,18 +430,21 @@ class PhaseSearch:
         link = release + latency(inter) + link_bytes / inter.bandwidth_bytes_per_s
         return np.where(crosses, np.maximum(bound, link), bound)
 
-    def _bottleneck(self, S: np.ndarray, m: int) -> np.ndarray | None:
-        """Per S, the exact smallest largest stage work c over the partitions (memory and
-        transfers ignored, so a lower bound on c_max); None for long models, where the DP
-        would cost more than it saves."""
+    def _bottleneck(self, S: np.ndarray, m: int, kind: str = "c") -> np.ndarray | None:
+        """Per S, the exact smallest largest stage sum of c (fwd + bwd + μ), "f" (fwd + μ) or
+        "b" (bwd) over the partitions (memory and transfers ignored, so a lower bound on the
+        largest stage's); None for long models, where the DP would cost more than it saves."""
         if self.model.num_layers > DENSE_MAX_LAYERS:
             return None
-        if m not in self._bottlenecks:
+        key = (kind, m)
+        if key not in self._bottlenecks:
             costs = self.costs(m)
-            values = bottlenecks(costs.fwd_s + costs.bwd_s, self.frozen_layers + 1, self.max_stages)
+            per_layer = {"c": costs.fwd_s + costs.bwd_s, "f": costs.fwd_s, "b": costs.bwd_s}
+            values = bottlenecks(per_layer[kind], self.frozen_layers + 1, self.max_stages)
+            mu = self.model.micro_batch_overhead_s if kind != "b" else 0.0
             # Prefix sums in the DP: a hair of slack keeps the value a lower bound.
-            self._bottlenecks[m] = values * (1 - 1e-12) + self.model.micro_batch_overhead_s
-        return self._bottlenecks[m][S.astype(int) - 1]
+            self._bottlenecks[key] = values * (1 - 1e-12) + mu
+        return self._bottlenecks[key][S.astype(int) - 1]
 
     # ------------------------------------------------------------------ one shape
 
@@ -677,7 +708,7 @@ class _Run:
     def simulate(self, shape: Shape, schedule: Schedule, boundaries: tuple[int, ...]) -> None:
         search = self.phase
         layout = search.layout(shape, schedule, boundaries)
-        self.work += shape.num_stages * (shape.micro_batches if schedule == "1f1b" else 1)
+        self.work += _simulation_work(shape, schedule)
         evaluation = search.evaluate(layout)
         if not evaluation.fits or not _runs(layout, search):
             return
@@ -731,6 +762,15 @@ def windows_from_zero(S: np.ndarray, M: np.ndarray, pairs: int = 8) -> np.ndarra
     value = np.maximum.reduce([np.minimum(a0 + a1 * x, b0 + b1 * x) for x in (0.0, 1.0, meet)])
     value = np.where(k1 >= 0, value, 0.0).max(axis=1)
     return np.where(M[:, 0] >= S[:, 0], np.maximum(single, value), 1.0)
+
+
+def _simulation_work(shape: Shape, schedule: Schedule) -> int:
+    """GPipe is a closed form; 1F1B plays S·M operations, or about S·(4S + 2·period) when
+    its steady rounds repeat and are skipped (`simulate._one_f_one_b_rounds`)."""
+    S, M = shape.num_stages, shape.micro_batches
+    if schedule == "gpipe":
+        return S
+    return S * (min(M, 4 * S + 2 * MAX_PERIOD) if M >= 4 * S else M)
 
 
 def _dived(space: PartitionSpace) -> tuple[int, ...] | None:
