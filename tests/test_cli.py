@@ -150,7 +150,11 @@ def test_preview_table(capsys):
     [
         (["--alpha", "1.5"], "strictly between 0 and 1"),
         (["--nodes", "0"], "--nodes must be at least 1"),
-        (["--global-batch", "97", "--devices-per-node", "4"], "global batch 97"),
+        # D may be 1 (idle devices), so 97 splits as 97 micro-batches of 1; 2 never divides it.
+        (
+            ["--global-batch", "97", "--devices-per-node", "4", "--micro-batches", "2"],
+            "global batch 97",
+        ),
         (["--device-memory", "1MiB"], "does not fit"),
         (["--device-memory", "lots"], "--device-memory"),
         (["--schedule", "zigzag"], "gpipe or 1f1b"),
