@@ -39,7 +39,7 @@ from pipeplan.partition import (
 )
 from pipeplan.simulate import MAX_PERIOD, in_flight, step_lower_bound_s
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("pipeplan.solver")
 
 # Bounds within this relative distance of the best step prune: what is lost is below the
 # floating-point noise of summing stage times in a different order.
