@@ -285,7 +285,7 @@ def _greedy_time_balance(C: np.ndarray, S: int, min_first: int) -> tuple[int, ..
 
 # --------------------------------------------------------------------------- branch and bound
 #
-# The exact search over partitions (docs/architecture.md §4.9, §4.10): stages are fixed left
+# The exact search over partitions (docs/architecture.md §4.10, §4.17): stages are fixed left
 # to right; a node is a prefix of stages 0..k−1 covering [0, b_k). Its bound holds for every
 # completion: what the fixed stages already imply (exact) combined with the smallest value the
 # remaining stages can give each family of the step's lower bounds (§4.8), from tables over
@@ -490,16 +490,7 @@ class PartitionSpace:
         ops_end = np.maximum(ops_end, pace + F + min(before, M) * B)
         pace = np.maximum(pace + F + sf, a + M * F + max(M - before, 0) * B + sf)
         win = np.maximum(win, ops_end + np.maximum(d + tail, own))
-        before_k = np.zeros((len(p.shared_links), 1))
-        before_k[self.open[k], 0] = node.shared
-        with_k = before_k + grads[None, :] * p.shared_links[:, k][:, None]
-        crossing = p.shared_links[:, k]
-        if crossing.any():
-            # The link's later all-reduces all start after this stage's (stages end in
-            # reverse order): its bytes of stages ≤ k pass after this one starts.
-            most = with_k[crossing].max(axis=0)
-            nic = np.maximum(nic, ops_end + p.shared_latency_s + p.shared_s_per_byte * most)
-        shared = with_k[self.open[k + 1]]
+        nic, shared = self._shared_links(node, grads, ops_end, nic)
         sums = (
             a + F + sf,
             d + B + sb,
@@ -510,10 +501,27 @@ class PartitionSpace:
             np.maximum(pf, np.maximum(F, sf)),
             np.maximum(pb, np.maximum(B, sb)),
             win,
-            np.broadcast_to(nic, F.shape),
+            nic,
             pace,
         )
         return sums, c + sf + sb, shared
+
+    def _shared_links(
+        self, node: Node, grads: np.ndarray, ops_end: np.ndarray, nic: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The new stage k's shared-link term and the bytes on the links left open: a link's
+        all-reduces of stages ≤ k start after stage k's (stages end in reverse order), so
+        their bytes pass after stage k's last op."""
+        p = self.p
+        k = node.depth
+        before_k = np.zeros((len(p.shared_links), 1))
+        before_k[self.open[k], 0] = node.shared
+        with_k = before_k + grads[None, :] * p.shared_links[:, k][:, None]
+        crossing = p.shared_links[:, k]
+        if crossing.any():
+            most = with_k[crossing].max(axis=0)
+            nic = np.maximum(nic, ops_end + p.shared_latency_s + p.shared_s_per_byte * most)
+        return np.broadcast_to(nic, grads.shape), with_k[self.open[k + 1]]
 
     def _ops_end(
         self, node: Node, j: np.ndarray, F: np.ndarray, B: np.ndarray, X: np.ndarray

@@ -159,6 +159,32 @@ def _no_shape_message(model: CostModel, global_batch: int, max_stages: int, pins
     )
 
 
+@dataclass(frozen=True)
+class _LayerPrefixes:
+    """Prefix sums over layers at one micro-batch size (position j: layers < j)."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    grad: np.ndarray
+    static: np.ndarray
+    saved: np.ndarray
+    boundary_bytes: np.ndarray  # at j: layer j−1's output
+    gradient_back: np.ndarray  # at j: layer j−1 trains
+
+
+@dataclass(frozen=True)
+class _RankLinks:
+    """Links of one (S, D) rank map: per boundary and per stage, and the shared node links."""
+
+    latency: np.ndarray
+    per_byte: np.ndarray
+    allreduce_latency: np.ndarray
+    allreduce_per_byte: np.ndarray
+    shared: np.ndarray
+    shared_latency: float
+    shared_per_byte: float
+
+
 class PhaseSearch:
     """The search for one phase (freeze point, cache) of one training shape."""
 
@@ -187,6 +213,8 @@ class PhaseSearch:
         self._ranks: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         self._bottlenecks: dict[object, np.ndarray] = {}
         self._shared_tables: dict[tuple, dict] = {}
+        self._prefixes: dict[int, _LayerPrefixes] = {}
+        self._links: dict[tuple[int, int], _RankLinks] = {}
 
     def costs(self, m: int) -> PhaseCosts:
         return self.model.phase_costs(m, self.frozen_layers, self.cached)
@@ -452,36 +480,24 @@ class PhaseSearch:
         """The cost model's stage pricing of a shape, on prefix sums (links, contention,
         calibration as `CostModel.evaluate` prices them)."""
         model = self.model
-        S, D, M, m = shape.num_stages, shape.replicas, shape.micro_batches, shape.micro_batch_size
-        costs = self.costs(m)
-        ranks = self.layout_ranks(shape)
-        L = model.num_layers
-        sends = np.zeros((max(S - 1, 0), L + 1))
-        for s, link in enumerate(model.boundary_links(ranks)):
-            sends[s, 1:] = link.latency_s + costs.boundary_bytes / link.bandwidth_bytes_per_s
-        gradient_back = np.concatenate([[False], costs.active])
-        ar_links = model.allreduce_links(ranks)
-        ring = 2 * (D - 1)
-        latency = np.array([ring * link.latency_s if D > 1 else 0.0 for link in ar_links])
-        per_byte = np.array(
-            [ring / D / link.bandwidth_bytes_per_s if D > 1 else 0.0 for link in ar_links]
-        )
-        static = np.concatenate([[0.0], np.cumsum(costs.static_bytes)])
-        saved = np.concatenate([[0.0], np.cumsum(costs.saved_bytes_per_micro_batch)])
+        S, M, m = shape.num_stages, shape.micro_batches, shape.micro_batch_size
+        layers = self._layer_prefixes(m)
+        links = self._rank_links(shape)
+        # Boundary s at position j carries layer j−1's output, its gradient back if it trains.
+        sends = links.latency[:, None] + layers.boundary_bytes[None, :] * links.per_byte[:, None]
         held = [in_flight(schedule, S, s, M) for s in range(S)]
-        memory = np.array([static + n * saved for n in held])
+        memory = layers.static[None, :] + np.array(held, dtype=float)[:, None] * layers.saved
         # Memory is checked exactly on the simulated layout; here only rounding slack.
         slack = 1e-9 * float(memory[:, -1].max(initial=0.0)) + 2.0
-        inter = self.cluster.inter_node
         return StagePricing(
-            fwd_prefix=np.concatenate([[0.0], np.cumsum(costs.fwd_s)]),
-            bwd_prefix=np.concatenate([[0.0], np.cumsum(costs.bwd_s)]),
-            grad_prefix=np.concatenate([[0.0], np.cumsum(costs.grad_bytes)]),
+            fwd_prefix=layers.fwd,
+            bwd_prefix=layers.bwd,
+            grad_prefix=layers.grad,
             micro_batch_overhead_s=model.micro_batch_overhead_s,
             send_s=sends,
-            grad_send_s=np.where(gradient_back[None, :], sends, 0.0),
-            allreduce_latency_s=latency,
-            allreduce_s_per_byte=per_byte,
+            grad_send_s=np.where(layers.gradient_back[None, :], sends, 0.0),
+            allreduce_latency_s=links.allreduce_latency,
+            allreduce_s_per_byte=links.allreduce_per_byte,
             optimizer_s_per_byte=model.optimizer_s_per_byte,
             memory_prefix=memory,
             memory_limit_bytes=self.memory_limit_bytes + slack,
@@ -490,11 +506,57 @@ class PhaseSearch:
             schedule=schedule,
             min_first_boundary=self.frozen_layers + 1,
             overhead_s=model.overhead_s(M * m),
-            shared_links=self._shared_links(ranks),
-            shared_latency_s=ring * inter.latency_s if D > 1 else 0.0,
-            shared_s_per_byte=ring / D / inter.bandwidth_bytes_per_s if D > 1 else 0.0,
+            shared_links=links.shared,
+            shared_latency_s=links.shared_latency,
+            shared_s_per_byte=links.shared_per_byte,
             suffix_bottleneck=self._suffix_bottleneck(m),
         )
+
+    def _layer_prefixes(self, m: int) -> _LayerPrefixes:
+        if m not in self._prefixes:
+            costs = self.costs(m)
+
+            def prefix(values: np.ndarray) -> np.ndarray:
+                return np.concatenate([[0.0], np.cumsum(values)])
+
+            self._prefixes[m] = _LayerPrefixes(
+                fwd=prefix(costs.fwd_s),
+                bwd=prefix(costs.bwd_s),
+                grad=prefix(costs.grad_bytes),
+                static=prefix(costs.static_bytes),
+                saved=prefix(costs.saved_bytes_per_micro_batch),
+                boundary_bytes=np.concatenate([[0.0], costs.boundary_bytes]),
+                gradient_back=np.concatenate([[False], costs.active]),
+            )
+        return self._prefixes[m]
+
+    def _rank_links(self, shape: Shape) -> _RankLinks:
+        """What the rank map of (S, D) decides: each boundary's and each stage's link, and
+        which node links the all-reduces share."""
+        key = (shape.num_stages, shape.replicas)
+        if key not in self._links:
+            model, D = self.model, shape.replicas
+            ranks = self.layout_ranks(shape)
+            boundary = model.boundary_links(ranks)
+            ring = [model.allreduce_links(ranks), self.cluster.inter_node]
+            steps = 2 * (D - 1)
+
+            def latency(link: Link) -> float:
+                return steps * link.latency_s if D > 1 else 0.0
+
+            def per_byte(link: Link) -> float:
+                return steps / D / link.bandwidth_bytes_per_s if D > 1 else 0.0
+
+            self._links[key] = _RankLinks(
+                latency=np.array([link.latency_s for link in boundary]),
+                per_byte=np.array([1 / link.bandwidth_bytes_per_s for link in boundary]),
+                allreduce_latency=np.array([latency(link) for link in ring[0]]),
+                allreduce_per_byte=np.array([per_byte(link) for link in ring[0]]),
+                shared=self._shared_links(ranks),
+                shared_latency=latency(ring[1]),
+                shared_per_byte=per_byte(ring[1]),
+            )
+        return self._links[key]
 
     def shared_tables(self, key: tuple) -> dict:
         """Partition tables that shapes differing only in D share (`PartitionSpace`)."""
