@@ -45,10 +45,11 @@ log = logging.getLogger("pipeplan.solver")
 # floating-point noise of summing stage times in a different order.
 PRUNE_TOLERANCE = 1e-12
 # Work after which the search stops with the best layout so far and reports how far from
-# proven it is, in units of about 2 µs here (deterministic, so a plan is reproducible):
+# proven it is, in units of a few µs here (counted, not timed, so a plan is reproducible):
 # operations simulated, partial partitions generated, tables built. Models of tens of layers
-# stay far below it (bert-large on 16 devices: at most ~10 %); long pipelines of near-equal
-# partitions, which the bounds cannot separate, reach it.
+# stay below it (bert-large on 16 devices: at most 61 % of it, every phase proven); long
+# pipelines of near-equal partitions, which the bounds cannot separate, reach it (the
+# 1,000-layer benchmark: 0.2–0.6 s a phase on 2 cores).
 DEFAULT_WORK_LIMIT = 120_000
 WORK_PER_EXPANSION = 40
 WORK_PER_CHILD = 8
