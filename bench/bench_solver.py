@@ -1,27 +1,221 @@
-"""Planner benchmark (issue 3): exactness against brute force, solver speed, and the solver's
-predicted step time against the partition baselines. Prints its figures; run from the repo root:
+"""Planner benchmark (issues 3, 12): the solver against an exhaustive search, its speed, the
+gain of allowing fewer replicas than ⌊N/S⌋, and the solver's step against the partition
+baselines. Prints its figures; run from the repository root:
 
-    python bench/bench_solver.py            # everything (a few minutes on 2 cores)
-    python bench/bench_solver.py --quick    # fewer instances, no 1,000-layer plan
+    python bench/bench_solver.py            # everything (about 5 minutes on 2 cores)
+    python bench/bench_solver.py --quick    # 300 instances, no 1,000-layer plan
+    python bench/bench_solver.py --only exact|speed|baselines [--instances N] [--seed S]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import statistics
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from pipeplan.cluster import cluster_from_flags
-from pipeplan.costmodel import CostModel, CostParams
+from pipeplan.costmodel import CostModel, CostParams, rank_map
 from pipeplan.errors import BadArgumentError, PipeplanError
-from pipeplan.formats import Cluster, Layout, Link
+from pipeplan.formats import Calibration, Cluster, FittedLink, Layout, Link
 from pipeplan.freeze import alpha_schedule
 from pipeplan.partition import PartitionProblem, brute_force_partition, solve_partition
 from pipeplan.plan import compare_partitions, make_plan
 from pipeplan.solver import PhaseSearch, Pins
 from pipeplan.synthetic import SyntheticLayer, preset_profile, synthetic_profile, transformer_layers
+
+# --------------------------------------------------------------------------- instances
+
+
+def random_profile(rng: np.random.Generator, num_blocks: int):
+    layers = [
+        SyntheticLayer(
+            kind,
+            int(rng.integers(1, 2_000_000)),
+            float(rng.uniform(1e-4, 3e-3)),
+            float(rng.uniform(1e-4, 6e-3)),
+            int(rng.integers(1_000, 400_000)),
+            float(rng.uniform(1e4, 4e6)),
+            overhead_s=float(rng.uniform(0, 1e-3)),
+        )
+        for kind in ["embeddings"] + ["block"] * num_blocks + ["head"]
+    ]
+    return synthetic_profile(layers, micro_batches=(1, 2, 4))
+
+
+def random_calibration(rng: np.random.Generator) -> Calibration:
+    def link() -> FittedLink:
+        return FittedLink(
+            latency_s=float(rng.uniform(0, 1e-3)),
+            bandwidth_bytes_per_s=float(rng.uniform(1e8, 1e10)),
+        )
+
+    return Calibration(
+        fwd_scale=float(rng.uniform(0.5, 2)),
+        bwd_scale=float(rng.uniform(0.5, 2)),
+        nograd_scale=float(rng.uniform(0.5, 2)),
+        allreduce=link(),
+        p2p=link(),
+        micro_batch_overhead_s=float(rng.uniform(0, 1e-3)),
+        step_overhead_s=float(rng.uniform(-1e-2, 1e-2)),
+        input_s_per_sample=float(rng.uniform(0, 1e-4)),
+        runs=[],
+        phases_used=0,
+        steps_used=0,
+        residual_median=0.0,
+        residual_max=0.0,
+    )
+
+
+@dataclass(frozen=True)
+class Instance:
+    seed: int
+    model: CostModel
+    global_batch: int
+    frozen_layers: int
+    cached: bool
+
+    def describe(self) -> str:
+        c = self.model.cluster
+        return (
+            f"{self.model.num_layers} layers, {c.nodes}×{c.devices_per_node} devices, "
+            f"B={self.global_batch}, k={self.frozen_layers}, cached={self.cached}, "
+            f"calibrated={self.model.calibration is not None}"
+        )
+
+
+def random_instance(seed: int) -> Instance:
+    """3–9 layers, 1–6 devices on one or two nodes (inter-node 1 MB/s–1 GB/s), 40–400 MiB per
+    device, a random freeze point and cache, a calibration section half of the time."""
+    rng = np.random.default_rng(seed)
+    profile = random_profile(rng, int(rng.integers(1, 8)))
+    if rng.integers(0, 2):
+        profile = profile.model_copy(update={"calibration": random_calibration(rng)})
+    devices = int(rng.integers(1, 7))
+    nodes = 2 if devices % 2 == 0 and rng.integers(0, 2) else 1
+    cluster = Cluster(
+        nodes=nodes,
+        devices_per_node=devices // nodes,
+        device_memory_bytes=int(rng.integers(40, 400)) << 20,
+        intra_node=Link(bandwidth_bytes_per_s=float(rng.uniform(1e8, 1e10)), latency_s=1e-5),
+        inter_node=Link(
+            bandwidth_bytes_per_s=float(10 ** rng.uniform(6, 9)),
+            latency_s=float(10 ** rng.uniform(-6, -3)),
+        ),
+    )
+    model = CostModel(profile, cluster, CostParams(reserve_bytes=0))
+    frozen = int(rng.integers(0, model.num_layers))
+    batch = int(rng.choice([12, 16, 24, 48, 60]))
+    return Instance(seed, model, batch, frozen, bool(rng.integers(0, 2)))
+
+
+# --------------------------------------------------------------------------- exhaustive
+
+
+def exhaustive(instance: Instance) -> tuple[float, float]:
+    """Independent of the solver: (best step over the whole space, best step with D = ⌊N/S⌋
+    only), every S, D, M, schedule and contiguous partition evaluated by the cost model,
+    kept when it fits and passes Layout.check; inf when nothing does."""
+    model, B, k = instance.model, instance.global_batch, instance.frozen_layers
+    N, L = model.cluster.num_devices, model.num_layers
+    best = best_full = np.inf
+    for S in range(1, min(N, L - k) + 1):
+        for D in range(1, N // S + 1):
+            if B % D:
+                continue
+            ranks = tuple(
+                tuple(r)
+                for r in rank_map(S, D, model.cluster.devices_per_node, model.cluster.nodes)
+            )
+            for M in range(S, B // D + 1):
+                m = B // D // M
+                if (B // D) % M or m > model.max_micro_batch_size:
+                    continue
+                for schedule in ("gpipe", "1f1b"):
+                    for cuts in itertools.combinations(range(1, L), S - 1):
+                        layout = Layout(
+                            frozen_layers=k,
+                            cached=instance.cached and k > 0,
+                            micro_batches=M,
+                            micro_batch_size=m,
+                            schedule=schedule,
+                            boundaries=(0, *cuts, L),
+                            rank_map=ranks,
+                        )
+                        try:
+                            layout.check(L, N)
+                        except BadArgumentError:
+                            continue
+                        evaluation = model.evaluate(layout, record=False)
+                        if evaluation.fits:
+                            best = min(best, evaluation.step_s)
+                            if D == N // S:
+                                best_full = min(best_full, evaluation.step_s)
+    return best, best_full
+
+
+def bench_exactness(instances: int, first_seed: int) -> None:
+    equal = nothing = 0
+    misses: list[tuple[int, float, float]] = []
+    gains: list[float] = []
+    old_space_empty = 0
+    solve_times: list[float] = []
+    for seed in range(first_seed, first_seed + instances):
+        instance = random_instance(seed)
+        start = time.perf_counter()
+        try:
+            solution = PhaseSearch(
+                instance.model, instance.global_batch, instance.frozen_layers, instance.cached
+            ).solve()
+            got = solution.best.step_s
+        except PipeplanError:
+            got = np.inf
+        solve_times.append(time.perf_counter() - start)
+        best, best_full = exhaustive(instance)
+        if got == best == np.inf:
+            nothing += 1
+        elif abs(got - best) <= 1e-9 * best:
+            equal += 1
+        else:
+            misses.append((seed, got, best))
+        if best < np.inf:
+            if best_full == np.inf:
+                old_space_empty += 1
+            elif best < best_full * (1 - 1e-9):
+                gains.append(best_full / best - 1)
+    feasible = instances - nothing
+    print(
+        f"exactness: {instances} random instances (seeds {first_seed}.."
+        f"{first_seed + instances - 1}; 3–9 layers, 1–6 devices on 1 or 2 nodes, random freeze "
+        "point, cache and calibration)"
+    )
+    print(f"  nothing fits (solver and exhaustive agree): {nothing}")
+    print(f"  solver = exhaustive optimum (relative 1e-9): {equal}/{feasible}")
+    print(f"  misses: {len(misses)}")
+    for seed, got, best in misses:
+        described = random_instance(seed).describe()
+        print(f"    MISS seed {seed}: solver {got!r}, exhaustive {best!r}, {described}")
+    print(
+        f"  solve time per instance: median {1e3 * statistics.median(solve_times):.1f} ms, "
+        f"max {1e3 * max(solve_times):.1f} ms"
+    )
+    print("D from 1 to ⌊N/S⌋ against D = ⌊N/S⌋ only (the exhaustive optimum of each space):")
+    print(
+        f"  feasible instances: {feasible}; strictly faster with fewer replicas: {len(gains)}"
+        f" ({100 * len(gains) / max(feasible, 1):.1f} %)"
+    )
+    if gains:
+        print(
+            f"  gain (old step / new step − 1): median {100 * statistics.median(gains):.1f} %, "
+            f"90th percentile {100 * np.percentile(gains, 90):.1f} %, max {100 * max(gains):.1f} %"
+        )
+    print(f"  feasible only with fewer replicas (nothing fits at D = ⌊N/S⌋): {old_space_empty}")
+
+
+# --------------------------------------------------------------------------- partition DP
 
 
 def random_problem(rng: np.random.Generator) -> PartitionProblem:
@@ -41,14 +235,13 @@ def random_problem(rng: np.random.Generator) -> PartitionProblem:
     )
 
 
-def bench_partition_exactness(instances: int) -> None:
+def bench_partition_dp(instances: int) -> None:
+    """The min-bottleneck DP (used for heuristics and the does-not-fit message)."""
     rng = np.random.default_rng(0)
     agree = {"dense": 0, "parametric": 0}
-    infeasible = 0
     for _ in range(instances):
         problem = random_problem(rng)
         expected = brute_force_partition(problem)
-        infeasible += expected is None
         for method in agree:
             got = solve_partition(problem, method)
             if expected is None:
@@ -57,109 +250,65 @@ def bench_partition_exactness(instances: int) -> None:
                 agree[method] += abs(got.bottleneck_s - expected.bottleneck_s) <= 1e-6 * max(
                     expected.bottleneck_s, 1e-12
                 )
-    print(f"partition DP vs brute force on {instances} random instances (≤10 layers, ≤6 stages,")
-    print(f"  memory-constrained, {infeasible} with no fitting partition):")
+    print(f"min-bottleneck partition DP vs brute force, {instances} random problems:")
     for method, count in agree.items():
         print(f"  {method:10s} agrees on {count}/{instances}")
 
 
-def random_profile(rng: np.random.Generator, num_blocks: int):
-    layers = [
-        SyntheticLayer(
-            kind,
-            int(rng.integers(1, 2_000_000)),
-            float(rng.uniform(1e-4, 3e-3)),
-            float(rng.uniform(1e-4, 6e-3)),
-            int(rng.integers(1_000, 400_000)),
-            float(rng.uniform(1e4, 4e6)),
-            overhead_s=float(rng.uniform(0, 1e-3)),
+# --------------------------------------------------------------------------- speed
+
+
+def timed_plan(profile, cluster, repeats: int, **kwargs) -> tuple[list[float], object]:
+    timings, plan = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        plan = make_plan(profile, cluster, **kwargs)
+        timings.append(time.perf_counter() - start)
+    return timings, plan
+
+
+def proven(profile, cluster, plan, global_batch: int) -> list[tuple[int, bool, float]]:
+    """Per phase: frozen layers, whether its solve was proven optimal, the proven gap."""
+    model = CostModel(profile, cluster)
+    rows = []
+    for phase in plan.phases:
+        layout = phase.layout
+        solution = PhaseSearch(model, global_batch, layout.frozen_layers, layout.cached).solve()
+        rows.append(
+            (
+                layout.frozen_layers,
+                solution.proven,
+                solution.best.step_s / solution.lower_bound_s - 1,
+            )
         )
-        for kind in ["embeddings"] + ["block"] * num_blocks + ["head"]
-    ]
-    return synthetic_profile(layers, micro_batches=(1, 2, 4))
+    return rows
 
 
-def bench_plan_exactness(instances: int) -> None:
-    """The solver's best simulated step against every shape × schedule × partition."""
-    rng = np.random.default_rng(1)
-    equal = 0
-    gaps = []
-    checked = 0
-    for _ in range(instances):
-        num_devices = int(rng.integers(1, 7))
-        nodes = 2 if num_devices % 2 == 0 and rng.integers(0, 2) else 1
-        cluster = Cluster(
-            nodes=nodes,
-            devices_per_node=num_devices // nodes,
-            device_memory_bytes=int(rng.integers(40, 400)) << 20,
-            intra_node=Link(bandwidth_bytes_per_s=float(rng.uniform(1e8, 1e10)), latency_s=1e-5),
-            inter_node=Link(bandwidth_bytes_per_s=float(rng.uniform(1e7, 1e9)), latency_s=1e-4),
-        )
-        model = CostModel(
-            random_profile(rng, int(rng.integers(1, 9))), cluster, CostParams(reserve_bytes=0)
-        )
-        frozen = int(rng.integers(0, model.num_layers))
-        search = PhaseSearch(model, 60, frozen, bool(rng.integers(0, 2)))
-        try:
-            solver_step = search.solve().best.step_s
-        except BadArgumentError:  # no shape at all (batch vs devices): nothing to compare
-            continue
-        except PipeplanError:  # nothing fits: brute force must agree
-            solver_step = np.inf
-        brute = np.inf
-        L = model.num_layers
-        for shape in search.shapes():
-            ranks = search.layout_ranks(shape)
-            for schedule in search.schedules(shape.num_stages):
-                for cuts in itertools.combinations(range(1, L), shape.num_stages - 1):
-                    boundaries = (0, *cuts, L)
-                    if boundaries[1] <= search.frozen_layers:  # frozen prefix in stage 0
-                        continue
-                    layout = Layout(
-                        frozen_layers=search.frozen_layers,
-                        cached=search.cached,
-                        micro_batches=shape.micro_batches,
-                        micro_batch_size=shape.micro_batch_size,
-                        schedule=schedule,
-                        boundaries=boundaries,
-                        rank_map=ranks,
-                    )
-                    evaluation = search.evaluate(layout)
-                    if evaluation.fits:
-                        brute = min(brute, evaluation.step_s)
-        checked += 1
-        if solver_step == brute or abs(solver_step - brute) <= 1e-9 * brute:
-            equal += 1
-        elif solver_step < brute:
-            raise AssertionError("the solver beat brute force: brute force is broken")
-        else:
-            gaps.append(solver_step / brute - 1)
-    print("plan level: solver's simulated step vs brute force over every S, M, schedule and")
-    print(f"  partition, {checked} random instances (≤10 layers, ≤6 devices, random freeze/cache):")
-    print(f"  equal on {equal}/{checked}; worse on {len(gaps)}", end="")
-    if gaps:
-        print(f" (median +{100 * np.median(gaps):.2f}%, worst +{100 * max(gaps):.2f}%)")
-    else:
-        print()
-
-
-def bench_speed(big: bool) -> None:
+def bench_speed(big: bool, repeats: int) -> None:
     profile = preset_profile("bert-large")
     cluster = cluster_from_flags(
         nodes=2, devices_per_node=8, device_memory="16GiB", inter_bw="5GB/s"
     )
     freeze = alpha_schedule(0.2, 10, 24)
-    timings = []
-    for _ in range(3):
-        start = time.perf_counter()
-        plan = make_plan(
-            profile, cluster, global_batch=512, samples=100_000, epochs=10, freeze=freeze
-        )
-        timings.append(time.perf_counter() - start)
-    print(
-        f"speed: bert-large (26 layers) on 2×8, {len(plan.phases)} phases, α=0.2 over 10 epochs: "
-        f"full elastic plan in {min(timings):.2f} s (best of 3; median {np.median(timings):.2f} s)"
+    timings, plan = timed_plan(
+        profile, cluster, repeats, global_batch=512, samples=100_000, epochs=10, freeze=freeze
     )
+    print(
+        f"speed: bert-large (26 layers) on 2×8, α=0.2 over 10 epochs, {len(plan.phases)} phases "
+        f"(each solved cached and uncached when frozen): full elastic plan in "
+        f"min {min(timings):.3f} s, median {statistics.median(timings):.3f} s, "
+        f"max {max(timings):.3f} s ({repeats} repeats)"
+    )
+    rows = proven(profile, cluster, plan, 512)
+    print(
+        "  every phase's layout proven optimal: "
+        + ("yes" if all(p for _, p, _ in rows) else f"no ({rows})")
+    )
+    for phase in plan.phases:
+        print(
+            f"  frozen {phase.layout.frozen_layers:3d}: {phase.layout.label():26s} "
+            f"step {phase.step_s:.4f} s"
+        )
     if not big:
         return
     layers = transformer_layers(num_blocks=998, hidden=2048, seq_len=512, vocab=32000)
@@ -168,20 +317,34 @@ def bench_speed(big: bool) -> None:
         nodes=512, devices_per_node=8, device_memory="80GiB", inter_bw="25GB/s"
     )
     freeze = alpha_schedule(0.2, 10, 998)
-    start = time.perf_counter()
-    plan = make_plan(
-        profile, cluster, global_batch=8192, samples=1_000_000, epochs=10, freeze=freeze
+    timings, plan = timed_plan(
+        profile,
+        cluster,
+        max(1, repeats // 2),
+        global_batch=8192,
+        samples=1_000_000,
+        epochs=10,
+        freeze=freeze,
     )
-    elapsed = time.perf_counter() - start
     print(
         f"speed: synthetic 1,000 layers on 512×8 = 4,096 devices, {len(plan.phases)} phases: "
-        f"full elastic plan in {elapsed:.1f} s"
+        f"full elastic plan in min {min(timings):.2f} s, max {max(timings):.2f} s "
+        f"({len(timings)} repeats)"
     )
-    for phase in plan.phases:
+    for (frozen, is_proven, gap), phase in zip(
+        proven(profile, cluster, plan, 8192), plan.phases, strict=True
+    ):
         print(
-            f"  frozen {phase.layout.frozen_layers:4d}: {phase.layout.label()} "
-            f"step {phase.step_s:.2f} s"
+            f"  frozen {frozen:4d}: {phase.layout.label():28s} step {phase.step_s:8.3f} s, "
+            + (
+                "proven optimal"
+                if is_proven
+                else f"within {100 * gap:.1f} % of the optimum (proven)"
+            )
         )
+
+
+# --------------------------------------------------------------------------- baselines
 
 
 def bench_baselines() -> None:
@@ -223,11 +386,19 @@ def bench_baselines() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", choices=["exact", "speed", "baselines"])
+    parser.add_argument("--instances", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    bench_partition_exactness(200 if args.quick else 1000)
-    bench_plan_exactness(60 if args.quick else 500)
-    bench_speed(big=not args.quick)
-    bench_baselines()
+    instances = args.instances or (300 if args.quick else 2000)
+    if args.only in (None, "exact"):
+        bench_partition_dp(200 if args.quick else 1000)
+        bench_exactness(instances, args.seed)
+    if args.only in (None, "speed"):
+        bench_speed(big=not args.quick, repeats=args.repeats)
+    if args.only in (None, "baselines"):
+        bench_baselines()
 
 
 if __name__ == "__main__":

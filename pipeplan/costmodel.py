@@ -257,12 +257,14 @@ class CostModel:
     def node_of(self, rank: int) -> int:
         return rank // self.cluster.devices_per_node
 
+    def _nodes(self, rank_map: Sequence[Sequence[int]]) -> np.ndarray:
+        """[replica, stage] → node."""
+        return np.asarray(rank_map, dtype=np.int64) // self.cluster.devices_per_node
+
     def boundary_crosses_nodes(self, rank_map: Sequence[Sequence[int]]) -> list[bool]:
         """For s in 0..S−2: does any replica's stage s → s+1 transfer leave its node?"""
-        return [
-            any(self.node_of(r[s]) != self.node_of(r[s + 1]) for r in rank_map)
-            for s in range(len(rank_map[0]) - 1)
-        ]
+        nodes = self._nodes(rank_map)
+        return [bool(x) for x in (nodes[:, :-1] != nodes[:, 1:]).any(axis=0)]
 
     def p2p_link(self, crosses_nodes: bool) -> Link:
         """The one pricing of a stage-to-stage transfer: the inter-node link, else the
@@ -272,16 +274,16 @@ class CostModel:
     def boundary_shares(self, rank_map: Sequence[Sequence[int]]) -> list[int]:
         """For s in 0..S−2: how many of the replicas' simultaneous s → s+1 transfers share one
         node's network link (the most on any node, out or in; 1 when none crosses)."""
+        nodes = self._nodes(rank_map)
         shares = []
-        for s in range(len(rank_map[0]) - 1):
-            out: dict[int, int] = {}
-            into: dict[int, int] = {}
-            for r in rank_map:
-                a, b = self.node_of(r[s]), self.node_of(r[s + 1])
-                if a != b:
-                    out[a] = out.get(a, 0) + 1
-                    into[b] = into.get(b, 0) + 1
-            shares.append(max([1, *out.values(), *into.values()]))
+        for s in range(nodes.shape[1] - 1):
+            out, into = nodes[:, s], nodes[:, s + 1]
+            crossing = out != into
+            most = 1
+            for side in (out[crossing], into[crossing]):
+                if side.size:
+                    most = max(most, int(np.unique(side, return_counts=True)[1].max()))
+            shares.append(most)
         return shares
 
     def boundary_links(self, rank_map: Sequence[Sequence[int]]) -> list[Link]:
@@ -302,9 +304,9 @@ class CostModel:
         """Per stage: the nodes whose network link its data-parallel ring crosses (all the
         nodes it spans, when more than one), else ()."""
         result = []
-        for s in range(len(rank_map[0])):
-            nodes = tuple(sorted({self.node_of(r[s]) for r in rank_map}))
-            result.append(nodes if len(nodes) > 1 else ())
+        for column in self._nodes(rank_map).T:
+            nodes = np.unique(column)
+            result.append(tuple(int(n) for n in nodes) if len(nodes) > 1 else ())
         return result
 
     def allreduce_links(self, rank_map: Sequence[Sequence[int]]) -> list[Link]:
@@ -431,16 +433,19 @@ class CostModel:
         """
         if same_placement(old, new):
             return 0.0
-        holders_old, holders_new = _holders(old), _holders(new)
-        received = dict.fromkeys(range(self.cluster.num_devices), 0.0)
         moments = self.params.adam_state_per_param_byte
-        for layer in range(self.num_layers):
-            per_copy = self.param_bytes[layer] * (
-                1.0 + (moments if layer >= new.frozen_layers else 0.0)
-            )
-            for rank in holders_new[layer] - holders_old[layer]:
-                received[rank] += per_copy
-        busiest = max(received.values())
+        per_copy = self.param_bytes * (
+            1.0 + np.where(np.arange(self.num_layers) >= new.frozen_layers, moments, 0.0)
+        )
+        prefix = np.concatenate([[0.0], np.cumsum(per_copy)])
+        new_first, new_stop = _held(new, self.cluster.num_devices)
+        old_first, old_stop = _held(old, self.cluster.num_devices)
+        # A rank holds one contiguous range in each layout: it receives the new one minus
+        # what it already had.
+        kept_first = np.maximum(new_first, old_first)
+        kept_stop = np.maximum(np.minimum(new_stop, old_stop), kept_first)
+        received = (prefix[new_stop] - prefix[new_first]) - (prefix[kept_stop] - prefix[kept_first])
+        busiest = float(received.max())
         link = self.p2p_link(crosses_nodes=self.cluster.nodes > 1)
         move = self.transfer_s(busiest, link) if busiest > 0 else 0.0
         return move + self.params.group_rebuild_s
@@ -452,13 +457,15 @@ def same_placement(old: Layout, new: Layout) -> bool:
     return old.model_copy(update={"frozen_layers": new.frozen_layers, "cached": new.cached}) == new
 
 
-def _holders(layout: Layout) -> list[set[int]]:
-    holders: list[set[int]] = [set() for _ in range(layout.boundaries[-1])]
-    for replica in layout.rank_map:
-        for s, rank in enumerate(replica):
-            for layer in range(layout.boundaries[s], layout.boundaries[s + 1]):
-                holders[layer].add(rank)
-    return holders
+def _held(layout: Layout, num_devices: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank, the [first, stop) layers it holds (an empty range when it holds none)."""
+    first = np.zeros(num_devices, dtype=np.int64)
+    stop = np.zeros(num_devices, dtype=np.int64)
+    ranks = np.asarray(layout.rank_map, dtype=np.int64)
+    b = np.asarray(layout.boundaries)
+    first[ranks] = b[:-1][None, :]
+    stop[ranks] = b[1:][None, :]
+    return first, stop
 
 
 def rank_map(num_stages: int, replicas: int, devices_per_node: int, nodes: int) -> list[list[int]]:

@@ -114,6 +114,20 @@ def bottlenecks(compute_s: np.ndarray, min_first_boundary: int, max_stages: int)
     return result
 
 
+def suffix_bottlenecks(compute_s: np.ndarray, max_parts: int) -> np.ndarray:
+    """[p, i]: the smallest largest part sum of compute_s[i:] split into p contiguous parts
+    (inf when there are fewer layers than parts; p = 0 is inf), by a dense DP, O(p·L²)."""
+    L = len(compute_s)
+    C = np.concatenate([[0.0], np.cumsum(compute_s)])
+    starts = np.arange(L + 1)
+    cost = np.where(starts[:, None] < starts[None, :], C[None, :] - C[:, None], np.inf)  # [i, j]
+    table = np.full((max_parts + 1, L + 1), np.inf)
+    table[1, :L] = C[L] - C[:L]
+    for parts in range(2, max_parts + 1):
+        table[parts] = np.maximum(cost, table[parts - 1][None, :]).min(axis=1)
+    return table
+
+
 def brute_force_partition(problem: PartitionProblem) -> PartitionResult | None:
     L, S = problem.num_layers, problem.num_stages
     best: PartitionResult | None = None
@@ -271,7 +285,7 @@ def _greedy_time_balance(C: np.ndarray, S: int, min_first: int) -> tuple[int, ..
 
 # --------------------------------------------------------------------------- branch and bound
 #
-# The exact search over partitions (docs/architecture.md §4.9, §4.10): stages are fixed left
+# The exact search over partitions (docs/architecture.md §4.10, §4.18): stages are fixed left
 # to right; a node is a prefix of stages 0..k−1 covering [0, b_k). Its bound holds for every
 # completion: what the fixed stages already imply (exact) combined with the smallest value the
 # remaining stages can give each family of the step's lower bounds (§4.8), from tables over
@@ -305,6 +319,9 @@ class StagePricing:
     shared_links: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
     shared_latency_s: float = 0.0
     shared_s_per_byte: float = 0.0
+    # [p, i]: the smallest largest part of layers [i, L) split into p parts (fwd + bwd, no μ;
+    # `suffix_bottlenecks`), or None (long models).
+    suffix_bottleneck: np.ndarray | None = None
 
     @property
     def num_layers(self) -> int:
@@ -315,23 +332,42 @@ class StagePricing:
         return len(self.forwards_first)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Node:
-    """Stages 0..depth−1 fixed, covering [0, boundaries[-1]); `sums` are what they imply:
-    (a, d, tail0, l1, l1own, p3, pf, pb, win, nic, pace), see `PartitionSpace`; `cycles` holds each
-    fixed stage's c_u + X_u (its work and the transfers over its last boundary)."""
+    """Stages 0..depth−1 fixed, covering [0, position); `sums` are what they imply:
+    (a, d, tail0, l1, l1own, p3, pf, pb, win, nic, pace), see `PartitionSpace`. Linked to its
+    parent, so a node costs the same memory at any depth: `cycle` is the last fixed stage's
+    c + X (its work and the transfers over its last boundary, for windows), `shared` the
+    gradient bytes of fixed stages on each shared link still open (`PartitionSpace.open`)."""
 
     depth: int
-    boundaries: tuple[int, ...]
+    position: int
     sums: tuple[float, ...]
-    cycles: tuple[float, ...] = ()
-    shared: tuple[float, ...] = ()  # per shared link: gradient bytes of fixed stages crossing it
+    parent: Node | None = None
+    cycle: float = 0.0
+    shared: tuple[float, ...] = ()
 
     @property
-    def position(self) -> int:
-        return self.boundaries[-1]
+    def boundaries(self) -> tuple[int, ...]:
+        positions = []
+        node: Node | None = self
+        while node is not None:
+            positions.append(node.position)
+            node = node.parent
+        return tuple(reversed(positions))
+
+    def cycles(self, count: int) -> np.ndarray:
+        """c + X of the last `count` fixed stages (fewer near the root), in stage order."""
+        values = []
+        node: Node | None = self
+        while node is not None and node.parent is not None and len(values) < count:
+            values.append(node.cycle)
+            node = node.parent
+        return np.array(values[::-1])
 
 
+# Windows of at most this many fixed stages enter a node's bound (all, for shorter pipelines).
+MAX_WINDOW_STAGES = 64
 ROOT_SUMS = (0.0,) * 11
 
 
@@ -363,31 +399,44 @@ class PartitionSpace:
     latency from A) so that a bisection on one crossing point computes them (O(S·L·log L)).
     """
 
-    def __init__(self, pricing: StagePricing):
+    def __init__(self, pricing: StagePricing, shared: dict | None = None):
+        """`shared`: tables that do not depend on the replicas and links, kept by the caller
+        for the other shapes with the same S, M, m and schedule."""
         self.p = pricing
         self._tables: dict[str, list[np.ndarray]] | None = None
+        self._shared = {} if shared is None else shared
+        self._last: dict[int, np.ndarray] = {}
+        self._windows: dict[int, tuple[np.ndarray, ...]] = {}
+        links = pricing.shared_links
+        S = pricing.num_stages
+        stages = np.arange(S)
+        first = np.where(links, stages, S).min(axis=1, initial=S)
+        last = np.where(links, stages, -1).max(axis=1, initial=-1)
+        # open[d]: the shared links with a stage fixed and one not, at depth d (stages < d).
+        self.open = [np.flatnonzero((first < d) & (d <= last)) for d in range(S + 1)]
 
     # ------------------------------------------------------------------ ranges
 
     def root(self) -> Node:
-        return Node(0, (0,), ROOT_SUMS, (), (0.0,) * len(self.p.shared_links))
+        return Node(0, 0, ROOT_SUMS)
 
-    def last_ends(self, k: int, i: np.ndarray) -> np.ndarray:
-        """The largest end j of stage k starting at i: it fits memory and leaves a layer for
+    def last_ends(self, k: int) -> np.ndarray:
+        """Per start i, the largest end j of stage k: it fits memory and leaves a layer for
         every later stage."""
-        p = self.p
-        mem = p.memory_prefix[k]
-        fits = np.searchsorted(mem, mem[i] + p.memory_limit_bytes, side="right") - 1
-        return np.minimum(fits, p.num_layers - (p.num_stages - 1 - k))
+        if k not in self._last:
+            p = self.p
+            mem = p.memory_prefix[k]
+            fits = np.searchsorted(mem, mem + p.memory_limit_bytes, side="right") - 1
+            self._last[k] = np.minimum(fits, p.num_layers - (p.num_stages - 1 - k))
+        return self._last[k]
 
     def ends(self, k: int, i: int) -> np.ndarray:
         p = self.p
+        last = int(self.last_ends(k)[i])
         if k == p.num_stages - 1:
-            last = int(self.last_ends(k, np.array([i]))[0])
             return np.array([p.num_layers]) if last >= p.num_layers else np.array([], dtype=int)
         lo = max(i + 1, p.min_first_boundary if k == 0 else 0)
-        hi = int(self.last_ends(k, np.array([i]))[0])
-        return np.arange(lo, hi + 1)
+        return np.arange(lo, last + 1)
 
     # ------------------------------------------------------------------ expansion
 
@@ -400,19 +449,16 @@ class PartitionSpace:
         sums, cycle, shared = self._child_sums(node, j)
         bounds = self.bounds(k + 1, j, sums)
         keep = np.flatnonzero(bounds < limit)
-        columns = np.stack(sums, axis=1)
+        columns = np.stack(sums, axis=1)[keep].tolist()
+        shared = shared[:, keep].T.tolist()
         return [
             (
                 float(bounds[n]),
                 Node(
-                    k + 1,
-                    (*node.boundaries, int(j[n])),
-                    tuple(columns[n].tolist()),
-                    (*node.cycles, float(cycle[n])),
-                    tuple(shared[:, n].tolist()),
+                    k + 1, int(j[n]), tuple(columns[row]), node, float(cycle[n]), tuple(shared[row])
                 ),
             )
-            for n in keep
+            for row, n in enumerate(keep)
         ]
 
     def _child_sums(
@@ -444,13 +490,7 @@ class PartitionSpace:
         ops_end = np.maximum(ops_end, pace + F + min(before, M) * B)
         pace = np.maximum(pace + F + sf, a + M * F + max(M - before, 0) * B + sf)
         win = np.maximum(win, ops_end + np.maximum(d + tail, own))
-        shared = np.array(node.shared)[:, None] + grads[None, :] * p.shared_links[:, k][:, None]
-        crossing = p.shared_links[:, k]
-        if crossing.any():
-            # The link's later all-reduces all start after this stage's (stages end in
-            # reverse order): its bytes of stages ≤ k pass after this one starts.
-            most = shared[crossing].max(axis=0)
-            nic = np.maximum(nic, ops_end + p.shared_latency_s + p.shared_s_per_byte * most)
+        nic, shared = self._shared_links(node, grads, ops_end, nic)
         sums = (
             a + F + sf,
             d + B + sb,
@@ -461,10 +501,27 @@ class PartitionSpace:
             np.maximum(pf, np.maximum(F, sf)),
             np.maximum(pb, np.maximum(B, sb)),
             win,
-            np.broadcast_to(nic, F.shape),
+            nic,
             pace,
         )
         return sums, c + sf + sb, shared
+
+    def _shared_links(
+        self, node: Node, grads: np.ndarray, ops_end: np.ndarray, nic: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The new stage k's shared-link term and the bytes on the links left open: a link's
+        all-reduces of stages ≤ k start after stage k's (stages end in reverse order), so
+        their bytes pass after stage k's last op."""
+        p = self.p
+        k = node.depth
+        before_k = np.zeros((len(p.shared_links), 1))
+        before_k[self.open[k], 0] = node.shared
+        with_k = before_k + grads[None, :] * p.shared_links[:, k][:, None]
+        crossing = p.shared_links[:, k]
+        if crossing.any():
+            most = with_k[crossing].max(axis=0)
+            nic = np.maximum(nic, ops_end + p.shared_latency_s + p.shared_s_per_byte * most)
+        return np.broadcast_to(nic, grads.shape), with_k[self.open[k + 1]]
 
     def _ops_end(
         self, node: Node, j: np.ndarray, F: np.ndarray, B: np.ndarray, X: np.ndarray
@@ -488,9 +545,12 @@ class PartitionSpace:
         if p.schedule == "gpipe":
             return np.maximum(busy, a + M * F + below + M * B)
         first_bwd_end = a + np.maximum(p.forwards_first[k] * F, F + below) + B
-        rounds, fwd_left, bwd_left = window_counts(k, 0, S, M)
+        if k not in self._windows:
+            self._windows[k] = window_counts(k, max(0, k - MAX_WINDOW_STAGES + 1), S, M)
+        rounds, fwd_left, bwd_left = self._windows[k]
         # Work and transfers of the fixed stages t..k−1 of each window, then stage k's.
-        fixed = np.append(np.cumsum(np.array(node.cycles[::-1]))[::-1], 0.0)
+        recent = node.cycles(len(rounds) - 1)
+        fixed = np.append(np.cumsum(recent[::-1])[::-1], 0.0)
         cycle = fixed[:, None] + (F + B)[None, :]
         terms = rounds[:, None] * cycle + fwd_left[:, None] * F + bwd_left[:, None] * B
         return np.maximum(busy, first_bwd_end + terms.max(axis=0))
@@ -530,7 +590,26 @@ class PartitionSpace:
             bound = np.maximum(bound, total + (M - 1) * machines + tail0)
         else:
             bound = np.maximum(bound, total + np.maximum(p3, t["round"][k][i]) + tail0)
+            bound = np.maximum(bound, self._suffix_windows(k, i, a + d + tail0))
         return bound + p.overhead_s
+
+    def _suffix_windows(self, k: int, i: np.ndarray, around: np.ndarray) -> np.ndarray:
+        """1F1B: some window of w stages among the S − k unplaced ones holds at least the
+        smallest bottleneck of [i, L) in ⌈(S−k)/w⌉ parts (group them w by w), and cycles at
+        least ⌊(M − S + k − 1)/w⌋ + 1 rounds (`simulate.window_counts`: its first stage t ≥ k
+        has w_t ≤ S−1−k), between micro-batch 0's arrival and the last gradient's way down
+        (`around`: a + d + tail0 of the placed stages)."""
+        p = self.p
+        table = p.suffix_bottleneck
+        left = p.num_stages - k
+        slack = p.micro_batches - p.num_stages + k - 1
+        if table is None or left < 1 or slack < 0:
+            return np.zeros_like(around)
+        w = np.arange(1, left + 1)
+        rounds = slack // w + 1
+        parts = -(-left // w)
+        windows = table[parts][:, i] + p.micro_batch_overhead_s
+        return around + (rounds[:, None] * windows).max(axis=0)
 
     # ------------------------------------------------------------------ tables
 
@@ -561,18 +640,23 @@ class PartitionSpace:
             Q = M * Cp + p.shared_s_per_byte * Gp
             return Q, M * Cp - Fp, (k + M) * mu
 
+        def shared(name: str, cost) -> list[np.ndarray]:
+            if name not in self._shared:
+                self._shared[name] = self._minmax(cost)
+            return self._shared[name]
+
         tables = {
-            "l1": self._minmax(l1),
+            "l1": shared("l1", l1),
             "l1own": self._minmax(l1own),
             "sends": self._min_sends(),
         }
         if p.shared_links.shape[0] and p.shared_links.all(axis=1).any():
             tables["nic"] = self._minmax(nic)
         if p.schedule == "gpipe":
-            tables["fwd"] = self._minmax(lambda k: (Fp, Fp, mu))
-            tables["bwd"] = self._minmax(lambda k: (Bp, Bp, 0.0))
+            tables["fwd"] = shared("fwd", lambda k: (Fp, Fp, mu))
+            tables["bwd"] = shared("bwd", lambda k: (Bp, Bp, 0.0))
         else:
-            tables["round"] = self._minmax(round_trip)
+            tables["round"] = shared("round", round_trip)
         return tables
 
     def _positions(self, k: int) -> np.ndarray:
@@ -596,7 +680,7 @@ class PartitionSpace:
         positions = np.arange(L + 1)
         tables: list[np.ndarray] = [np.full(L + 1, np.inf) for _ in range(S + 1)]
         Q, R, kappa = cost(S - 1)
-        last = np.where(self.last_ends(S - 1, positions) >= L, Q[L] - R + kappa, np.inf)
+        last = np.where(self.last_ends(S - 1) >= L, Q[L] - R + kappa, np.inf)
         tables[S - 1] = np.where(self._positions(S - 1), last, np.inf)
         for k in range(S - 2, 0, -1):
             Q, R, kappa = cost(k)
@@ -604,7 +688,7 @@ class PartitionSpace:
             with np.errstate(invalid="ignore"):
                 crossing = np.maximum.accumulate(Q - after)
             split = np.searchsorted(crossing, R - kappa, side="left")
-            lo, hi = positions + 1, self.last_ends(k, positions)
+            lo, hi = positions + 1, self.last_ends(k)
             j1 = np.maximum(split, lo)
             above = np.where(j1 <= hi, Q[np.minimum(j1, L)] - R + kappa, np.inf)
             j2 = np.minimum(split - 1, hi)
@@ -655,6 +739,19 @@ class PartitionSpace:
         return works
 
     # ------------------------------------------------------------------ heuristics
+
+    def balanced(self) -> tuple[int, ...] | None:
+        """Cuts where the prefix sum of stage work crosses k/S of the total (stage 0 holding
+        the frozen prefix), if that fits memory."""
+        p = self.p
+        C = p.fwd_prefix + p.bwd_prefix
+        boundaries = _greedy_time_balance(C, p.num_stages, p.min_first_boundary)
+        if boundaries is None:
+            return None
+        for k in range(p.num_stages):
+            if boundaries[k + 1] > self.last_ends(k)[boundaries[k]]:
+                return None
+        return boundaries
 
     def dive(self) -> Node | None:
         """A complete partition by always taking the child with the smallest bound."""

@@ -300,13 +300,109 @@ def _fluid(uses: np.ndarray, release: np.ndarray, left: np.ndarray) -> np.ndarra
 def simulate_step(
     stages: Sequence[StageWork], micro_batches: int, schedule: Schedule
 ) -> StepResult:
-    """The simulated step without recording events (GPipe in closed form)."""
+    """The simulated step without recording events (GPipe in closed form, 1F1B by rounds when
+    every stage trains and M ≥ S)."""
     _check(stages, micro_batches)
     if schedule == "gpipe":
         played = _gpipe_schedule(stages, micro_batches)
+    elif micro_batches >= len(stages) and all(st.has_backward for st in stages):
+        played = _one_f_one_b_rounds(stages, micro_batches)
     else:
         played = _event_schedule(stages, micro_batches, schedule, record=False)
     return _finish(stages, played)
+
+
+# A steady 1F1B state repeats with a period of at most this many rounds when it repeats.
+MAX_PERIOD = 16
+
+
+def _one_f_one_b_rounds(stages: Sequence[StageWork], M: int) -> _Schedule:
+    """1F1B, every stage training, M ≥ S: the same operations as the event simulation, in
+    rounds. Stage s (warm-up w_s = S−1−s forwards) runs F_{w_s+i} then B_i in round i; round
+    i's forwards need round i−1's (stage s−1 is one forward ahead), so each round runs its
+    forwards from stage 0 down, then its backwards from the last stage up.
+
+    While every stage is in its steady part (i ≤ M − S) a round maps the state (when each
+    stage and link is free) by the same max-plus map, so once the state repeats shifted by a
+    constant δ after c rounds it does so to the end of the steady part: the rounds between are
+    skipped (exact up to floating-point rounding)."""
+    S = len(stages)
+    F = [st.fwd_s for st in stages]
+    B = [st.bwd_s for st in stages]
+    sf = [st.send_fwd_s for st in stages]
+    sb = [st.send_bwd_s for st in stages]
+    free = [0.0] * S
+    link_fwd = [0.0] * S
+    link_bwd = [0.0] * S
+    arrive = [[0.0] * M for _ in range(S)]  # [s][j]: micro-batch j's activation at s
+    grad = [[0.0] * M for _ in range(S)]  # [s][j]: its gradient at s
+    for j in range(S - 1):  # warm-up forwards, a flow shop
+        for s in range(S - 1 - j):
+            start = free[s] if free[s] > arrive[s][j] else arrive[s][j]
+            free[s] = end = start + F[s]
+            send = end if end > link_fwd[s] else link_fwd[s]
+            link_fwd[s] = arrive[s + 1][j] = send + sf[s]
+    history: list[list[float]] = []
+    steady_end = M - S  # last round with every stage's forward
+    i = 0
+    while i < M:
+        for s in range(S):  # forwards F_{w_s + i}
+            j = S - 1 - s + i
+            if j >= M:  # stage s has run all its forwards (stages after it have not)
+                continue
+            ready = arrive[s][j]
+            start = free[s] if free[s] > ready else ready
+            free[s] = end = start + F[s]
+            if s < S - 1:
+                send = end if end > link_fwd[s] else link_fwd[s]
+                link_fwd[s] = arrive[s + 1][j] = send + sf[s]
+        for s in range(S - 1, -1, -1):  # backwards B_i
+            ready = grad[s][i]
+            start = free[s] if free[s] > ready else ready
+            free[s] = end = start + B[s]
+            if s > 0:
+                send = end if end > link_bwd[s] else link_bwd[s]
+                link_bwd[s] = grad[s - 1][i] = send + sb[s]
+        if i < steady_end and M >= 4 * S:
+            skip = _period(history, free + link_fwd[:-1] + link_bwd[1:])
+            if skip is not None:
+                period, shift = skip
+                jumps = (steady_end - i) // period
+                i = _jump(i, jumps * period, jumps * shift, free, link_fwd, link_bwd, arrive, S)
+                history.clear()
+        i += 1
+    return _Schedule(free, link_fwd, link_bwd, [])
+
+
+def _period(history: list[list[float]], state: list[float]) -> tuple[int, float] | None:
+    """(c, δ) when `state` is the state c rounds ago plus δ in every component."""
+    history.append(state)
+    if len(history) > MAX_PERIOD + 1:
+        history.pop(0)
+    for period in range(1, len(history)):
+        before = history[-1 - period]
+        shift = state[0] - before[0]
+        tolerance = 1e-12 * max(abs(state[0]), abs(state[-1]), 1e-300)
+        if shift > 0 and all(
+            abs(now - then - shift) <= tolerance for now, then in zip(state, before, strict=True)
+        ):
+            return period, shift
+    return None
+
+
+def _jump(i, rounds, shift, free, link_fwd, link_bwd, arrive, S) -> int:
+    """Advance the state by `rounds` rounds of `shift` total; the next forward each stage
+    needs arrived with its predecessor's last send. Returns the new round index."""
+    for s in range(S):
+        free[s] += shift
+        link_fwd[s] += shift if s < S - 1 else 0.0
+        link_bwd[s] += shift if s > 0 else 0.0
+    i += rounds
+    for s in range(1, S):
+        j = S - 1 - s + i + 1  # the forward stage s runs next round
+        if j < len(arrive[s]):
+            arrive[s][j] = link_fwd[s - 1]
+    return i
 
 
 def _finish(stages: Sequence[StageWork], played: _Schedule) -> StepResult:

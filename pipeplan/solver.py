@@ -36,19 +36,26 @@ from pipeplan.partition import (
     StagePricing,
     bottlenecks,
     solve_partition,
+    suffix_bottlenecks,
 )
-from pipeplan.simulate import in_flight, step_lower_bound_s
+from pipeplan.simulate import MAX_PERIOD, in_flight, step_lower_bound_s
 
 log = logging.getLogger("pipeplan.solver")
 
 # Bounds within this relative distance of the best step prune: what is lost is below the
 # floating-point noise of summing stage times in a different order.
 PRUNE_TOLERANCE = 1e-12
-# Work (partial partitions generated + operations simulated) after which the search stops
-# with the best layout so far and reports how far from proven it is; never reached by
-# models of tens of layers, only by very long pipelines whose many near-equal partitions
-# the bounds cannot separate.
-DEFAULT_WORK_LIMIT = 4_000_000
+# Work after which the search stops with the best layout so far and reports how far from
+# proven it is, in units of a few µs here (counted, not timed, so a plan is reproducible):
+# operations simulated, partial partitions generated, tables built. Models of tens of layers
+# stay below it (bert-large on 16 devices: at most 61 % of it, every phase proven); long
+# pipelines of near-equal partitions, which the bounds cannot separate, reach it (the
+# 1,000-layer benchmark: 0.2–0.6 s a phase on 2 cores).
+DEFAULT_WORK_LIMIT = 120_000
+WORK_PER_EXPANSION = 40
+WORK_PER_CHILD = 8
+WORK_PER_TABLE_STAGE = 30
+WORK_PER_LEAF_STAGE = 10
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,32 @@ def _no_shape_message(model: CostModel, global_batch: int, max_stages: int, pins
     )
 
 
+@dataclass(frozen=True)
+class _LayerPrefixes:
+    """Prefix sums over layers at one micro-batch size (position j: layers < j)."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    grad: np.ndarray
+    static: np.ndarray
+    saved: np.ndarray
+    boundary_bytes: np.ndarray  # at j: layer j−1's output
+    gradient_back: np.ndarray  # at j: layer j−1 trains
+
+
+@dataclass(frozen=True)
+class _RankLinks:
+    """Links of one (S, D) rank map: per boundary and per stage, and the shared node links."""
+
+    latency: np.ndarray
+    per_byte: np.ndarray
+    allreduce_latency: np.ndarray
+    allreduce_per_byte: np.ndarray
+    shared: np.ndarray
+    shared_latency: float
+    shared_per_byte: float
+
+
 class PhaseSearch:
     """The search for one phase (freeze point, cache) of one training shape."""
 
@@ -183,7 +216,10 @@ class PhaseSearch:
         # Memory the layers may use: the reserve is part of every stage.
         self.memory_limit_bytes = self.cluster.device_memory_bytes - model.reserve_bytes
         self._ranks: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
-        self._bottlenecks: dict[int, np.ndarray] = {}
+        self._bottlenecks: dict[object, np.ndarray] = {}
+        self._shared_tables: dict[tuple, dict] = {}
+        self._prefixes: dict[int, _LayerPrefixes] = {}
+        self._links: dict[tuple[int, int], _RankLinks] = {}
 
     def costs(self, m: int) -> PhaseCosts:
         return self.model.phase_costs(m, self.frozen_layers, self.cached)
@@ -289,6 +325,9 @@ class PhaseSearch:
         b_max = np.maximum.reduce(
             [Wb / S, np.full_like(S, b.max()), np.full_like(S, B0), windows[2]]
         )
+        if known is not None:
+            f_max = np.maximum(f_max, self._bottleneck(S, m, "f"))
+            b_max = np.maximum(b_max, self._bottleneck(S, m, "b"))
         bound = np.maximum(M * c_max, work / (1 - (1 - 1 / M) ** S))
         rest = 1 / (1 - (1 - 1 / M) ** np.maximum(S - 1, 1))
         balanced_first = np.where(S > 1, rest * work / (M + rest - 1), work)
@@ -298,15 +337,43 @@ class PhaseSearch:
         bound = np.maximum(bound, work + (M - before) * c_max)
         flow_shop = work + (M - 1) * np.maximum(f_max + b_max, c_max)
         bound = np.where(gpipe, np.maximum(bound, flow_shop), bound)
+        rounds_all = np.where(M > S, (M - S - 1) // S + 1, 0)
+        bound = np.where(gpipe, bound, np.maximum(bound, windows_from_zero(S, M) * work))
+        # Each term above ends with stage 0's all-reduce and optimizer (tail0): stage 0 holds
+        # at least the first active layer's gradient.
+        bound = bound + self._first_stage_tail(costs, S, D)
         # The last stage's last op (the first all-reduce to start, stages end in reverse
-        # order) follows micro-batch M−1's forward through every stage, and the last forward
-        # of the busiest stage, which ran M forwards and M − nF backwards before it.
+        # order) follows micro-batch M−1's forward through every stage, the last forward of
+        # the busiest stage (which ran M forwards and M − nF backwards before it) and, 1F1B,
+        # the rounds of the whole pipeline's window.
         last_stage_end = np.maximum(
-            Wf + S * mu, np.where(gpipe, Wf + S * mu + (M - 1) * f_max, (M - before) * c_max)
+            Wf + S * mu,
+            np.where(
+                gpipe,
+                Wf + S * mu + (M - 1) * f_max,
+                np.maximum((M - before) * c_max, Wf + S * mu + rounds_all * work),
+            ),
         )
         bound = np.maximum(bound, self._allreduce_bounds(costs, S, D, M, work, last_stage_end))
         overhead = np.array([model.overhead_s(shape.micro_batches * m) for shape, _ in candidates])
-        return bound + overhead
+        return np.where(self._may_fit(costs, S, M, gpipe), bound + overhead, np.inf)
+
+    def _may_fit(
+        self, costs: PhaseCosts, S: np.ndarray, M: np.ndarray, gpipe: np.ndarray
+    ) -> np.ndarray:
+        """Necessary for some partition to fit memory (§4.6): stage 0 with layers 0..k and
+        its in-flight micro-batches; every layer alone with the fewest in flight (1 for
+        1F1B's last stage, M for GPipe); all layers over S devices."""
+        static, saved = costs.static_bytes, costs.saved_bytes_per_micro_batch
+        k = self.frozen_layers
+        limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
+        fewest = np.where(gpipe, M, 1.0)
+        first = np.where(gpipe, M, np.minimum(S, M))
+        stage0 = float(static[: k + 1].sum()) + first * float(saved[: k + 1].sum())
+        counts, where = np.unique(fewest, return_inverse=True)
+        alone = np.array([float((static + n * saved).max()) for n in counts])[where]
+        total = float(static.sum()) + fewest * float(saved.sum())
+        return (stage0 <= limit) & (alone <= limit) & (total <= S * limit)
 
     def _lightest_windows(self, costs: PhaseCosts, S: np.ndarray) -> tuple[np.ndarray, ...]:
         """Per S, the lightest sum of c, fwd and bwd over ⌈L_c/S⌉ consecutive computed
@@ -323,6 +390,29 @@ class PhaseSearch:
             lightest = {w: float((prefix[w:] - prefix[:-w]).min()) for w in np.unique(width)}
             result.append(np.array([lightest[w] for w in width]))
         return tuple(result)
+
+    def _crosses(self, S: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(packed, crosses): with S ≤ G devices per node whole pipelines share a node, and a
+        group crosses nodes iff the D replicas do not fit a node's ⌊G/S⌋ pipelines; with
+        S > G each group spans D nodes."""
+        per_node = self.cluster.devices_per_node
+        packed = per_node >= S
+        return packed, np.where(packed, per_node // np.maximum(S, 1) < D, D >= 2)
+
+    def _first_stage_tail(self, costs: PhaseCosts, S: np.ndarray, D: np.ndarray) -> np.ndarray:
+        """A lower bound on A_0 + O_0: stage 0 all-reduces at least layer k's gradient."""
+        first = float(costs.grad_bytes[self.frozen_layers])
+        if first <= 0:
+            return np.zeros_like(S)
+        _, crosses = self._crosses(S, D)
+        inter, intra = self.cluster.inter_node, self.model.intra_allreduce_link
+        steps = 2 * (D - 1)
+        ring = [
+            steps * link.latency_s + steps / D * first / link.bandwidth_bytes_per_s
+            for link in (inter, intra)
+        ]
+        alone = np.where(D > 1, np.where(crosses, ring[0], ring[1]), 0.0)
+        return alone + self.model.optimizer_s(first)
 
     def _allreduce_bounds(
         self,
@@ -345,8 +435,7 @@ class PhaseSearch:
         model, cluster = self.model, self.cluster
         G = float(costs.grad_bytes.sum())
         per_node = cluster.devices_per_node
-        packed = per_node >= S  # whole pipelines inside a node
-        crosses = np.where(packed, per_node // np.maximum(S, 1) < D, D >= 2)
+        packed, crosses = self._crosses(S, D)
         inter, intra = cluster.inter_node, model.intra_allreduce_link
         steps = 2 * (D - 1)
         many = D > 1
@@ -374,18 +463,21 @@ class PhaseSearch:
         link = release + latency(inter) + link_bytes / inter.bandwidth_bytes_per_s
         return np.where(crosses, np.maximum(bound, link), bound)
 
-    def _bottleneck(self, S: np.ndarray, m: int) -> np.ndarray | None:
-        """Per S, the exact smallest largest stage work c over the partitions (memory and
-        transfers ignored, so a lower bound on c_max); None for long models, where the DP
-        would cost more than it saves."""
+    def _bottleneck(self, S: np.ndarray, m: int, kind: str = "c") -> np.ndarray | None:
+        """Per S, the exact smallest largest stage sum of c (fwd + bwd + μ), "f" (fwd + μ) or
+        "b" (bwd) over the partitions (memory and transfers ignored, so a lower bound on the
+        largest stage's); None for long models, where the DP would cost more than it saves."""
         if self.model.num_layers > DENSE_MAX_LAYERS:
             return None
-        if m not in self._bottlenecks:
+        key = (kind, m)
+        if key not in self._bottlenecks:
             costs = self.costs(m)
-            values = bottlenecks(costs.fwd_s + costs.bwd_s, self.frozen_layers + 1, self.max_stages)
+            per_layer = {"c": costs.fwd_s + costs.bwd_s, "f": costs.fwd_s, "b": costs.bwd_s}
+            values = bottlenecks(per_layer[kind], self.frozen_layers + 1, self.max_stages)
+            mu = self.model.micro_batch_overhead_s if kind != "b" else 0.0
             # Prefix sums in the DP: a hair of slack keeps the value a lower bound.
-            self._bottlenecks[m] = values * (1 - 1e-12) + self.model.micro_batch_overhead_s
-        return self._bottlenecks[m][S.astype(int) - 1]
+            self._bottlenecks[key] = values * (1 - 1e-12) + mu
+        return self._bottlenecks[key][S.astype(int) - 1]
 
     # ------------------------------------------------------------------ one shape
 
@@ -393,36 +485,24 @@ class PhaseSearch:
         """The cost model's stage pricing of a shape, on prefix sums (links, contention,
         calibration as `CostModel.evaluate` prices them)."""
         model = self.model
-        S, D, M, m = shape.num_stages, shape.replicas, shape.micro_batches, shape.micro_batch_size
-        costs = self.costs(m)
-        ranks = self.layout_ranks(shape)
-        L = model.num_layers
-        sends = np.zeros((max(S - 1, 0), L + 1))
-        for s, link in enumerate(model.boundary_links(ranks)):
-            sends[s, 1:] = link.latency_s + costs.boundary_bytes / link.bandwidth_bytes_per_s
-        gradient_back = np.concatenate([[False], costs.active])
-        ar_links = model.allreduce_links(ranks)
-        ring = 2 * (D - 1)
-        latency = np.array([ring * link.latency_s if D > 1 else 0.0 for link in ar_links])
-        per_byte = np.array(
-            [ring / D / link.bandwidth_bytes_per_s if D > 1 else 0.0 for link in ar_links]
-        )
-        static = np.concatenate([[0.0], np.cumsum(costs.static_bytes)])
-        saved = np.concatenate([[0.0], np.cumsum(costs.saved_bytes_per_micro_batch)])
+        S, M, m = shape.num_stages, shape.micro_batches, shape.micro_batch_size
+        layers = self._layer_prefixes(m)
+        links = self._rank_links(shape)
+        # Boundary s at position j carries layer j−1's output, its gradient back if it trains.
+        sends = links.latency[:, None] + layers.boundary_bytes[None, :] * links.per_byte[:, None]
         held = [in_flight(schedule, S, s, M) for s in range(S)]
-        memory = np.array([static + n * saved for n in held])
+        memory = layers.static[None, :] + np.array(held, dtype=float)[:, None] * layers.saved
         # Memory is checked exactly on the simulated layout; here only rounding slack.
         slack = 1e-9 * float(memory[:, -1].max(initial=0.0)) + 2.0
-        inter = self.cluster.inter_node
         return StagePricing(
-            fwd_prefix=np.concatenate([[0.0], np.cumsum(costs.fwd_s)]),
-            bwd_prefix=np.concatenate([[0.0], np.cumsum(costs.bwd_s)]),
-            grad_prefix=np.concatenate([[0.0], np.cumsum(costs.grad_bytes)]),
+            fwd_prefix=layers.fwd,
+            bwd_prefix=layers.bwd,
+            grad_prefix=layers.grad,
             micro_batch_overhead_s=model.micro_batch_overhead_s,
             send_s=sends,
-            grad_send_s=np.where(gradient_back[None, :], sends, 0.0),
-            allreduce_latency_s=latency,
-            allreduce_s_per_byte=per_byte,
+            grad_send_s=np.where(layers.gradient_back[None, :], sends, 0.0),
+            allreduce_latency_s=links.allreduce_latency,
+            allreduce_s_per_byte=links.allreduce_per_byte,
             optimizer_s_per_byte=model.optimizer_s_per_byte,
             memory_prefix=memory,
             memory_limit_bytes=self.memory_limit_bytes + slack,
@@ -431,23 +511,82 @@ class PhaseSearch:
             schedule=schedule,
             min_first_boundary=self.frozen_layers + 1,
             overhead_s=model.overhead_s(M * m),
-            shared_links=self._shared_links(ranks),
-            shared_latency_s=ring * inter.latency_s if D > 1 else 0.0,
-            shared_s_per_byte=ring / D / inter.bandwidth_bytes_per_s if D > 1 else 0.0,
+            shared_links=links.shared,
+            shared_latency_s=links.shared_latency,
+            shared_s_per_byte=links.shared_per_byte,
+            suffix_bottleneck=self._suffix_bottleneck(m),
         )
+
+    def _layer_prefixes(self, m: int) -> _LayerPrefixes:
+        if m not in self._prefixes:
+            costs = self.costs(m)
+
+            def prefix(values: np.ndarray) -> np.ndarray:
+                return np.concatenate([[0.0], np.cumsum(values)])
+
+            self._prefixes[m] = _LayerPrefixes(
+                fwd=prefix(costs.fwd_s),
+                bwd=prefix(costs.bwd_s),
+                grad=prefix(costs.grad_bytes),
+                static=prefix(costs.static_bytes),
+                saved=prefix(costs.saved_bytes_per_micro_batch),
+                boundary_bytes=np.concatenate([[0.0], costs.boundary_bytes]),
+                gradient_back=np.concatenate([[False], costs.active]),
+            )
+        return self._prefixes[m]
+
+    def _rank_links(self, shape: Shape) -> _RankLinks:
+        """What the rank map of (S, D) decides: each boundary's and each stage's link, and
+        which node links the all-reduces share."""
+        key = (shape.num_stages, shape.replicas)
+        if key not in self._links:
+            model, D = self.model, shape.replicas
+            ranks = self.layout_ranks(shape)
+            boundary = model.boundary_links(ranks)
+            ring = [model.allreduce_links(ranks), self.cluster.inter_node]
+            steps = 2 * (D - 1)
+
+            def latency(link: Link) -> float:
+                return steps * link.latency_s if D > 1 else 0.0
+
+            def per_byte(link: Link) -> float:
+                return steps / D / link.bandwidth_bytes_per_s if D > 1 else 0.0
+
+            self._links[key] = _RankLinks(
+                latency=np.array([link.latency_s for link in boundary]),
+                per_byte=np.array([1 / link.bandwidth_bytes_per_s for link in boundary]),
+                allreduce_latency=np.array([latency(link) for link in ring[0]]),
+                allreduce_per_byte=np.array([per_byte(link) for link in ring[0]]),
+                shared=self._shared_links(ranks),
+                shared_latency=latency(ring[1]),
+                shared_per_byte=per_byte(ring[1]),
+            )
+        return self._links[key]
+
+    def shared_tables(self, key: tuple) -> dict:
+        """Partition tables that shapes differing only in D share (`PartitionSpace`)."""
+        return self._shared_tables.setdefault(key, {})
+
+    def _suffix_bottleneck(self, m: int) -> np.ndarray | None:
+        """`partition.suffix_bottlenecks` of stage work at m, with a hair of slack (prefix
+        sums); None for long models, where the O(L³) table would cost more than it saves."""
+        if self.model.num_layers > DENSE_MAX_LAYERS:
+            return None
+        key = ("suffix", m)
+        if key not in self._bottlenecks:
+            costs = self.costs(m)
+            table = suffix_bottlenecks(costs.fwd_s + costs.bwd_s, self.max_stages)
+            self._bottlenecks[key] = table * (1 - 1e-12)
+        return self._bottlenecks[key]
 
     def _shared_links(self, ranks: tuple[tuple[int, ...], ...]) -> np.ndarray:
         """Per node link crossed by two or more stages' all-reduces (deduplicated): which."""
-        crossing: dict[int, set[int]] = {}
-        for s, nodes in enumerate(self.model.allreduce_nodes(ranks)):
-            for node in nodes:
-                crossing.setdefault(node, set()).add(s)
         S = len(ranks[0])
-        masks = {tuple(s in stages for s in range(S)) for stages in crossing.values()}
-        rows = sorted(mask for mask in masks if sum(mask) > 1)
-        return np.array(rows, dtype=bool).reshape(len(rows), S)
-
-    # ------------------------------------------------------------------ search
+        crossing = np.zeros((self.cluster.nodes, S), dtype=bool)  # [node, stage]
+        for s, nodes in enumerate(self.model.allreduce_nodes(ranks)):
+            crossing[list(nodes), s] = True
+        rows = np.unique(crossing[crossing.sum(axis=1) > 1], axis=0)
+        return rows.reshape(len(rows), S)
 
     def solve(self, runner_ups: int = 2) -> PhaseSolution:
         """Best-first branch and bound over (shape, schedule, partial partition): pop the
@@ -527,11 +666,16 @@ class PhaseSearch:
 
 class _Run:
     """One best-first search: the heap of (bound, order, kind, item), the best step so far,
-    the layouts simulated and the work done."""
+    the layouts simulated and the work done. For long models (more than DENSE_MAX_LAYERS
+    layers) the partitions of an opened shape wait in `later` until every shape has been
+    opened and its time-balanced partition simulated: their nodes are costly and their
+    bounds loose, so the budget goes to comparing shapes first."""
 
     def __init__(self, phase: PhaseSearch):
         self.phase = phase
         self.heap: list[tuple[float, int, str, object]] = []
+        self.later: list[tuple[float, int, str, object]] = []
+        self.deferring = phase.model.num_layers > DENSE_MAX_LAYERS
         self.order = itertools.count()
         self.best_s = math.inf
         self.simulated: list[tuple[float, int, Evaluation]] = []
@@ -540,21 +684,21 @@ class _Run:
 
     def push(self, bound: float, kind: str, item: object) -> None:
         if bound < self.limit():
-            heapq.heappush(self.heap, (bound, next(self.order), kind, item))
+            heap = self.later if self.deferring and kind == "node" else self.heap
+            heapq.heappush(heap, (bound, next(self.order), kind, item))
 
     def limit(self) -> float:
         return self.best_s * (1 - PRUNE_TOLERANCE)
 
     def search(self) -> None:
-        while self.heap and self.heap[0][0] < self.limit():
+        while True:
+            if not (self.heap and self.heap[0][0] < self.limit()):
+                if not self.later:
+                    return
+                self.heap, self.later, self.deferring = self.later, [], False
+                continue
             if self.work > self.phase.work_limit and self.simulated:
-                self.stopped_at = self.heap[0][0]
-                log.info(
-                    "layout search stopped at its work limit: best step %.6g s, at most %.3g%% "
-                    "above the optimum",
-                    self.best_s,
-                    100 * (self.best_s / self.stopped_at - 1),
-                )
+                self.stop()
                 return
             _, _, kind, item = heapq.heappop(self.heap)
             if kind == "shape":
@@ -563,6 +707,17 @@ class _Run:
                 self.open_node(*item)  # type: ignore[misc]
             else:
                 self.simulate(*item)  # type: ignore[misc]
+
+    def stop(self) -> None:
+        """Out of work: what is proven is the smallest bound still waiting."""
+        waiting = [entries[0][0] for entries in (self.heap, self.later) if entries]
+        self.stopped_at = min(min(waiting), self.best_s)
+        log.info(
+            "layout search stopped at its work limit: best step %.6g s, at most %.3g%% above "
+            "the optimum",
+            self.best_s,
+            100 * (self.best_s / self.stopped_at - 1),
+        )
 
     def open_shape(self, shape: Shape, schedule: Schedule) -> None:
         search = self.phase
@@ -575,28 +730,52 @@ class _Run:
                 overhead = search.model.step_overhead_s(layout)
                 self.push(bound + overhead, "leaf", (shape, schedule, layout.boundaries))
             return
-        space = PartitionSpace(search.pricing(shape, schedule))
-        if self.best_s == math.inf:  # a first layout to prune against
-            node = space.dive()
-            if node is not None:
-                self.simulate(shape, schedule, node.boundaries)
+        key = (shape.num_stages, shape.micro_batches, shape.micro_batch_size, schedule)
+        space = PartitionSpace(search.pricing(shape, schedule), search.shared_tables(key))
+        L = search.model.num_layers
+        self.work += WORK_PER_TABLE_STAGE * shape.num_stages * (1 + L // 200)
+        long = L > DENSE_MAX_LAYERS
+        if self.best_s == math.inf or long:
+            # A layout to prune against: for tens of layers the first shape's greedy descent
+            # in its bounds; for long models, where nodes are costly and bounds far from
+            # tight, every shape's time-balanced partition.
+            boundaries = self.long_heuristic(shape, schedule, space) if long else _dived(space)
+            if boundaries is not None and self.leaf_bound(space, boundaries) < self.limit():
+                self.simulate(shape, schedule, boundaries)
         self.open_node(shape, schedule, space, space.root())
+
+    def long_heuristic(
+        self, shape: Shape, schedule: Schedule, space: PartitionSpace
+    ) -> tuple[int, ...] | None:
+        """The time-balanced partition, or when it does not fit memory the min-bottleneck
+        one (which fits whenever any partition does)."""
+        balanced = space.balanced()
+        if balanced is not None:
+            return balanced
+        self.work += WORK_PER_TABLE_STAGE * shape.num_stages * 10
+        ranks = self.phase.layout_ranks(shape)
+        result = solve_partition(self.phase.problem(shape, schedule, ranks))
+        return None if result is None else result.boundaries
 
     def open_node(self, shape: Shape, schedule: Schedule, space: PartitionSpace, node: Node):
         children = space.expand(node, self.limit())
-        self.work += len(children) + 1
+        self.work += WORK_PER_EXPANSION + len(children) * (WORK_PER_CHILD + node.depth // 100)
         for bound, child in children:
             if child.depth == shape.num_stages:
                 # The complete layout's own bound (all windows) often spares a simulation.
-                bound = max(bound, space.leaf_bound(child.boundaries))
+                bound = max(bound, self.leaf_bound(space, child.boundaries))
                 self.push(bound, "leaf", (shape, schedule, child.boundaries))
             else:
                 self.push(bound, "node", (shape, schedule, space, child))
 
+    def leaf_bound(self, space: PartitionSpace, boundaries: tuple[int, ...]) -> float:
+        self.work += WORK_PER_LEAF_STAGE * (len(boundaries) - 1)
+        return space.leaf_bound(boundaries)
+
     def simulate(self, shape: Shape, schedule: Schedule, boundaries: tuple[int, ...]) -> None:
         search = self.phase
         layout = search.layout(shape, schedule, boundaries)
-        self.work += shape.num_stages * (shape.micro_batches if schedule == "1f1b" else 1)
+        self.work += _simulation_work(shape, schedule)
         evaluation = search.evaluate(layout)
         if not evaluation.fits or not _runs(layout, search):
             return
@@ -617,6 +796,53 @@ class _Run:
         proven = self.stopped_at is None
         lower = best.step_s if proven else float(self.stopped_at)
         return PhaseSolution(best, others, len(self.simulated), proven, lower)
+
+
+def windows_from_zero(S: np.ndarray, M: np.ndarray, pairs: int = 8) -> np.ndarray:
+    """1F1B with M ≥ S: z such that every partition's step ≥ z·Σc. The window [0, k] gives
+    step ≥ Σc + q_k·Σ_{t≤k} c_t + r_k·c_k (micro-batch 0's round trip, q_k rounds of the
+    window, k's remaining ops; `simulate.window_counts`); a convex combination of the terms
+    for k = S−1 and one k₁ ∈ S−2..S−1−pairs, its weight chosen where the two smallest
+    per-stage coefficients meet, bounds every stage's coefficient (vectorised)."""
+    S = np.asarray(S, dtype=float)[:, None]
+    M = np.asarray(M, dtype=float)[:, None]
+
+    def term(k):
+        rounds = np.where(M > S, np.floor((M - S - 1) / (k + 1)) + 1, 0.0)
+        fwd_left = np.where(
+            rounds > 0, np.maximum(M - (S - 1 - k) - rounds * (k + 1) - 1, 0), M - S + k
+        )
+        bwd_left = M - 1 - rounds * (k + 1)
+        return rounds, np.maximum(np.minimum(fwd_left, bwd_left), 0.0)
+
+    q2, r2 = term(S - 1)
+    single = np.where(S > 1, 1 + q2, 1 + q2 + r2)[:, 0]
+    k1 = S - np.arange(2, pairs + 2)[None, :]  # [candidate, pair]
+    q1, r1 = term(np.maximum(k1, 0))
+    last_between = k1 == S - 2  # no stage strictly between k1 and S−1
+    # The two smallest coefficients as lines in k1's weight x: before k1 and after it.
+    a0, a1 = 1 + q2, q1 - q2 + np.where(k1 == 0, r1, 0.0)
+    b0 = 1 + q2 + np.where(last_between, r2, 0.0)
+    b1 = -q2 - np.where(last_between, r2, 0.0)
+    slope = a1 - b1
+    meet = np.clip(np.where(slope != 0, (b0 - a0) / np.where(slope != 0, slope, 1), 0), 0, 1)
+    value = np.maximum.reduce([np.minimum(a0 + a1 * x, b0 + b1 * x) for x in (0.0, 1.0, meet)])
+    value = np.where(k1 >= 0, value, 0.0).max(axis=1)
+    return np.where(M[:, 0] >= S[:, 0], np.maximum(single, value), 1.0)
+
+
+def _simulation_work(shape: Shape, schedule: Schedule) -> int:
+    """GPipe is a closed form; 1F1B plays S·M operations, or about S·(4S + 2·period) when
+    its steady rounds repeat and are skipped (`simulate._one_f_one_b_rounds`)."""
+    S, M = shape.num_stages, shape.micro_batches
+    if schedule == "gpipe":
+        return S
+    return S * (min(M, 4 * S + 2 * MAX_PERIOD) if M >= 4 * S else M)
+
+
+def _dived(space: PartitionSpace) -> tuple[int, ...] | None:
+    node = space.dive()
+    return None if node is None else node.boundaries
 
 
 def _runs(layout: Layout, search: PhaseSearch) -> bool:

@@ -153,7 +153,7 @@ def test_preview_table(capsys):
     [
         (["--alpha", "1.5"], "strictly between 0 and 1"),
         (["--nodes", "0"], "--nodes must be at least 1"),
-        # 97 is prime: with 2 micro-batches no replica count (now 1..N/S) splits it.
+        # D may be 1 (idle devices), so 97 splits as 97 micro-batches of 1; 2 never divides it.
         (
             ["--global-batch", "97", "--devices-per-node", "4", "--micro-batches", "2"],
             "global batch 97",
