@@ -2,12 +2,19 @@
 
 A checkpoint gathers every layer's parameters and the AdamW state of the active ones to rank 0
 (with the same point-to-point moves an elastic transition uses), together with every rank's RNG
-state, the freeze state and gradient history, and the position in training (global step, epoch,
-step within the epoch; the learning rate follows from the global step, the data order from the
-epoch). Rank 0 writes it into a temporary directory, fsyncs, renames it to
-`checkpoints/step-N/` and only then points `checkpoints/latest` at it, so a crash mid-write
-leaves the previous checkpoint intact. Tensors are saved as plain dicts of tensors and loaded
-with `torch.load(weights_only=True)`: never unrestricted pickle.
+states (CPU, and CUDA where the rank has a GPU), the freeze state and gradient history, and
+the position in training (global step, epoch, step within the epoch; the learning rate
+follows from the global step, the data order from the epoch). Rank 0 writes it into a
+temporary directory, fsyncs, renames it to `checkpoints/step-N/` and only then points
+`checkpoints/latest` at it, so a crash mid-write leaves the previous checkpoint intact. Tensors
+are saved as plain dicts of tensors and loaded with `torch.load(weights_only=True)`: never
+unrestricted pickle.
+
+Device discipline: the gather runs over the host's gloo group on CPU tensors (a rank's GPU
+state is copied to the host as it is sent), so rank 0 collects the model and its AdamW state in
+host memory, never on its GPU, and every file holds CPU tensors. Loading maps every tensor to
+the CPU (`map_location`), so a checkpoint written by any device loads on a CPU-only host; the
+resumed runtime moves what each rank owns onto its device (`PhaseRuntime`, `install_states`).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from executor.migrate import OptimizerState, migrate
+from executor.topology import host_group
 from pipeplan.errors import InputFileError, OutputError
 from pipeplan.fileio import write_atomic
 from pipeplan.formats import CheckpointManifest, Layout, dumps, load
@@ -59,12 +67,12 @@ def save(
     manifest: CheckpointManifest,
 ) -> Path | None:
     """Collective. Returns the checkpoint directory on rank 0."""
-    rank = dist.get_rank()
+    rank, host = dist.get_rank(), host_group()
     gathered = migrate(
-        layers, layout, states, _gather_layout(layout.frozen_layers, len(layers)), rank
+        layers, layout, states, _gather_layout(layout.frozen_layers, len(layers)), rank, host
     )
     rng = [None] * dist.get_world_size()
-    dist.all_gather_object(rng, torch.get_rng_state())
+    dist.all_gather_object(rng, rng_states(), group=host)
     if rank != 0:
         return None
     root = run_dir / "checkpoints"
@@ -73,8 +81,9 @@ def save(
     names = _names(layers)
     tensors = {
         "model.pt": {names[p]: p.detach().cpu() for p in names},
-        "optimizer.pt": {names[p]: s for p, s in gathered.items()},
-        "rng.pt": {str(r): state for r, state in enumerate(rng)},
+        # Rank 0's own layers' state may be on its GPU: the file holds host copies.
+        "optimizer.pt": {names[p]: {k: v.cpu() for k, v in s.items()} for p, s in gathered.items()},
+        "rng.pt": {f"{r}{kind}": state for r, states in enumerate(rng) for kind, state in states},
     }
     try:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -103,6 +112,29 @@ def save(
     for old in sorted(root.glob("step-*"), key=lambda p: int(p.name[5:]))[:-KEEP]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def rng_states() -> list[tuple[str, torch.Tensor]]:
+    """This rank's random states, keyed as rng.pt stores them after the rank: "" for the CPU
+    generator, ".cuda" for the current GPU's (dropout on a GPU draws from it)."""
+    states = [("", torch.get_rng_state())]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states.append((".cuda", torch.cuda.get_rng_state()))
+    return states
+
+
+def restore_rng(rng: dict[str, torch.Tensor], rank: int, device: torch.device) -> None:
+    """Put back `rank`'s random states from rng.pt: the CPU one always, the GPU one when this
+    rank runs on a GPU and the checkpoint has one for it."""
+    torch.set_rng_state(rng[str(rank)])
+    if device.type == "cuda" and f"{rank}.cuda" in rng:
+        torch.cuda.set_rng_state(rng[f"{rank}.cuda"], device)
+
+
+def read_tensors(path: Path) -> dict:
+    """A checkpoint file's tensors, on the host whatever device wrote them, without
+    unrestricted pickle (`read_tensors(step / "model.pt")`)."""
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def _sha256(path: Path) -> str:
@@ -144,9 +176,9 @@ def load_checkpoint(path: Path) -> Loaded:
         if not (path / name).is_file() or _sha256(path / name) != recorded:
             raise InputFileError(f"{path / name}: checksum mismatch (corrupted or replaced)")
     try:
-        model = torch.load(path / "model.pt", weights_only=True)
-        optimizer = torch.load(path / "optimizer.pt", weights_only=True)
-        rng = torch.load(path / "rng.pt", weights_only=True)
+        model = read_tensors(path / "model.pt")
+        optimizer = read_tensors(path / "optimizer.pt")
+        rng = read_tensors(path / "rng.pt")
     except (OSError, RuntimeError, ValueError) as exc:
         raise InputFileError(
             f"{path}: unreadable checkpoint ({str(exc).splitlines()[0]})"

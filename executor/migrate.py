@@ -6,7 +6,10 @@ of the stage that held it) to every rank of the stage that holds it next: parame
 and, for layers that stay active, the AdamW state. Layers that become frozen drop their
 optimizer state (PipeTransformer rebuilt optimizers every epoch and lost it; this keeps it).
 Transfers are point-to-point, posted all at once with a tag per tensor, so a rank only sends
-and receives what changes hands.
+and receives what changes hands. Every tensor travels on the group's device
+(`executor.topology.comm_device`): under NCCL a CPU tensor (AdamW's `state["step"]`, a layer
+still on the host) is staged through the rank's GPU and copied back, under gloo a GPU tensor
+through the host.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from executor.topology import comm_device
 from pipeplan.formats import Layout
 
 OptimizerState = dict[str, torch.Tensor]
@@ -51,11 +55,15 @@ def migrate(
     old_states: dict[nn.Parameter, OptimizerState],
     new: Layout,
     rank: int,
+    group: dist.ProcessGroup | None = None,
 ) -> dict[nn.Parameter, OptimizerState]:
-    """Collective over the world. Returns the optimizer state this rank needs for the active
-    parameters it owns in `new` (taken from `old_states` when it already held them)."""
+    """Collective over `group` (default: the world; ranks are global ranks either way).
+    Returns the optimizer state this rank needs for the active parameters it owns in `new`
+    (taken from `old_states` when it already held them)."""
+    wire = comm_device(group)
     requests: list[dist.Work] = []
     in_flight: list[torch.Tensor] = []  # keep sent buffers alive until their sends complete
+    landing: list[tuple[torch.Tensor, torch.Tensor]] = []  # (staged receive, its destination)
     received: dict[nn.Parameter, OptimizerState] = {}
     tag = 0  # every rank numbers every tensor of every move the same way
     for move in moves(old, new, len(layers)):
@@ -74,14 +82,20 @@ def migrate(
                 tensors += [state[k] for k in ADAMW_STATE_KEYS]
         for tensor in tensors:
             if rank == move.src:
+                staged = on_wire(tensor, wire)
                 for dst in move.dsts:
-                    in_flight.append(tensor.contiguous())
-                    requests.append(dist.isend(in_flight[-1], dst, tag=tag))
+                    in_flight.append(staged)
+                    requests.append(dist.isend(staged, dst, group=group, tag=tag))
             elif rank in move.dsts:
-                requests.append(dist.irecv(tensor, move.src, tag=tag))
+                buffer = on_wire(tensor, wire)
+                if buffer is not tensor:
+                    landing.append((buffer, tensor))
+                requests.append(dist.irecv(buffer, move.src, group=group, tag=tag))
             tag += 1
     for request in requests:
         request.wait()
+    for buffer, tensor in landing:
+        tensor.copy_(buffer)
     states: dict[nn.Parameter, OptimizerState] = {}
     for move in moves(old, new, len(layers)):
         if move.layer < new.frozen_layers or not (rank == move.src or rank in move.dsts):
@@ -91,6 +105,14 @@ def migrate(
             if state is not None:
                 states[p] = state
     return states
+
+
+def on_wire(tensor: torch.Tensor, wire: torch.device) -> torch.Tensor:
+    """`tensor` itself when a transfer can use it in place (contiguous, on the wire's device),
+    else a contiguous copy on `wire`."""
+    if tensor.device == wire and tensor.is_contiguous():
+        return tensor
+    return tensor.to(wire, memory_format=torch.contiguous_format, copy=True)
 
 
 def empty_adamw_state(p: nn.Parameter) -> OptimizerState:
@@ -115,4 +137,11 @@ def install_states(
     for group in optimizer.param_groups:
         for p in group["params"]:
             if p in states:
-                optimizer.state[p] = dict(states[p])
+                optimizer.state[p] = on_param_device(p, states[p])
+
+
+def on_param_device(p: nn.Parameter, state: OptimizerState) -> OptimizerState:
+    """AdamW's state where AdamW keeps it: the moments beside their parameter (a state
+    received or loaded on the host while the parameter moved to its GPU), `step` as it is (a
+    CPU scalar unless AdamW is fused or capturable)."""
+    return {k: v if k == "step" else v.to(p.device) for k, v in state.items()}

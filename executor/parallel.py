@@ -12,7 +12,6 @@ gradients inside a pipeline, while a manual all-reduce after `schedule.step()` i
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -23,7 +22,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from executor.topology import Topology, build_topology
+from executor.clock import Clock, Mark
+from executor.topology import Topology, build_topology, comm_device
 from pipeplan.formats import Layout
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -32,16 +32,24 @@ SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 class StageModule(nn.Module):
     """Layers [start, stop) of a LayerSequence. Frozen layers (index < frozen_layers) run in
     eval mode without autograd: they are a fixed feature extractor, which is also what makes
-    their outputs cacheable. With `skip_frozen` (stage 0 reading the cache) they are not run."""
+    their outputs cacheable. With `skip_frozen` (stage 0 reading the cache) they are not run.
+    Each forward adds its span on `clock` to `spans` (read after the step's sync)."""
 
     def __init__(
-        self, layers: nn.ModuleList, start: int, stop: int, frozen_layers: int, skip_frozen: bool
+        self,
+        layers: nn.ModuleList,
+        start: int,
+        stop: int,
+        frozen_layers: int,
+        skip_frozen: bool,
+        clock: Clock,
     ):
         super().__init__()
         self.first = max(start, frozen_layers) if skip_frozen else start
         self.frozen_layers = frozen_layers
         self.layers = nn.ModuleList(layers[self.first : stop])
-        self.fwd_s = 0.0
+        self.clock = clock
+        self.spans: list[tuple[Mark, Mark]] = []
 
     def train(self, mode: bool = True) -> StageModule:
         super().train(mode)
@@ -54,19 +62,19 @@ class StageModule(nn.Module):
         return list(enumerate(self.layers, start=self.first))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t0 = time.perf_counter()
+        start = self.clock.mark()
         for index, layer in self.indexed():
             if index < self.frozen_layers:
                 with torch.no_grad():
                     x = layer(x)
             else:
                 x = layer(x)
-        self.fwd_s += time.perf_counter() - t0
+        self.spans.append((start, self.clock.mark()))
         return x
 
 
 class BackwardClock:
-    """Sums the wall time a stage spends in backward, from autograd hooks.
+    """The spans a stage spends in backward, from autograd hooks, on the step's clock.
 
     `torch.distributed.pipelining` (torch 2.13) has no callback around a stage's backward, so
     hooks on the stage time it. A micro-batch's backward starts when the gradient of the stage's
@@ -83,9 +91,10 @@ class BackwardClock:
     The parameter hooks live on the model's layers, which outlive the phase: `remove` them when
     the phase ends (PhaseRuntime.destroy)."""
 
-    def __init__(self, module: nn.Module, params: list[nn.Parameter]):
-        self.seconds = 0.0
-        self._mark = 0.0
+    def __init__(self, module: nn.Module, params: list[nn.Parameter], clock: Clock):
+        self.clock = clock
+        self.spans: list[tuple[Mark, Mark]] = []
+        self._mark: Mark | None = None
         self._handles = [module.register_forward_hook(self._watch_output)]
         self._handles += [p.register_post_accumulate_grad_hook(self._accumulated) for p in params]
 
@@ -94,12 +103,12 @@ class BackwardClock:
             output.register_hook(self._started)
 
     def _started(self, grad: torch.Tensor) -> None:
-        self._mark = time.perf_counter()
+        self._mark = self.clock.mark()
 
     def _accumulated(self, param: torch.Tensor) -> None:
         # Summing the gaps between hooks adds up, per micro-batch, (last accumulation − start).
-        now = time.perf_counter()
-        self.seconds += now - self._mark
+        now = self.clock.mark()
+        self.spans.append((self._mark, now))
         self._mark = now
 
     def remove(self) -> None:
@@ -137,6 +146,17 @@ def set_frozen(layers: nn.ModuleList, frozen_layers: int) -> None:
             layer.eval()
 
 
+def place_layers(layers: nn.ModuleList, owned: range, device: torch.device) -> None:
+    """Layers in `owned` on `device`, every other layer on the host: a rank's GPU holds only
+    its stage, as the plan counts its memory (`place_layers(layers, range(0, 4), cuda0)`).
+    In place: parameters keep their identity, so optimizer state keyed by them stays valid."""
+    host = torch.device("cpu")
+    for index, layer in enumerate(layers):
+        layer.to(device if index in owned else host)
+    if device.type == "cuda":  # give the memory of layers moved off back to the device
+        torch.cuda.empty_cache()
+
+
 class PhaseRuntime:
     """This rank's part of one phase. Collective to construct (process groups, whose
     collectives fail after `timeout`: torch's default for new groups when None)."""
@@ -157,7 +177,12 @@ class PhaseRuntime:
         self.device = device
         self.clip_grad_norm = clip_grad_norm  # max global gradient norm, or None
         self.topology: Topology = build_topology(rank, layout.rank_map, timeout)
+        self.clock = Clock(device)
         set_frozen(layers, layout.frozen_layers)
+        stage = self.topology.stage
+        # Stage 0 holds the frozen prefix too (Layout.check): it computes the cache from it.
+        owned = range(0) if stage is None else range(*layout.boundaries[stage : stage + 2])
+        place_layers(layers, owned, device)
         # A rank outside the layout keeps these empty: it idles through the phase.
         self.module: StageModule | None = None
         self.pipe_stage: PipelineStage | None = None
@@ -170,10 +195,13 @@ class PhaseRuntime:
         self.grad_norm_steps = 0
         if not self.topology.active:
             return
-        stage = self.topology.stage
-        start, stop = layout.boundaries[stage], layout.boundaries[stage + 1]
         self.module = StageModule(
-            layers, start, stop, layout.frozen_layers, skip_frozen=layout.cached and stage == 0
+            layers,
+            owned.start,
+            owned.stop,
+            layout.frozen_layers,
+            skip_frozen=layout.cached and stage == 0,
+            clock=self.clock,
         ).train()
         input_args = (example_input(layout.micro_batch_size).to(device),) if stage == 0 else None
         self.pipe_stage = PipelineStage(
@@ -188,7 +216,7 @@ class PhaseRuntime:
             self.pipe_stage, layout.micro_batches, loss_fn=loss_fn
         )
         self.params = active_parameters(self.module)
-        self.backward_clock = BackwardClock(self.module, self.params)
+        self.backward_clock = BackwardClock(self.module, self.params, self.clock)
         self.optimizer = make_optimizer(self.params)
 
     @property
@@ -209,33 +237,38 @@ class PhaseRuntime:
             return times
         assert self.module is not None and self.optimizer is not None
         assert self.backward_clock is not None
-        t0 = time.perf_counter()
-        self.module.fwd_s = self.backward_clock.seconds = 0.0
+        clock = self.clock
+        self.module.spans, self.backward_clock.spans = [], []
+        t0 = clock.mark()
         args = (inputs.to(self.device),) if self.is_first else ()
         losses: list[torch.Tensor] = []
         kwargs = dict(target=labels.to(self.device), losses=losses) if self.is_last else {}
         self.schedule.step(*args, **kwargs)
-        t1 = time.perf_counter()
+        t1 = clock.mark()
         self.all_reduce_gradients()
-        t2 = time.perf_counter()
+        t2 = clock.mark()
         # AutoFreeze reads the gradients before clipping: a step's clip scales every layer
         # alike and would blur the per-layer change rates it compares.
         for index, norm in self.layer_grad_norms().items():
             self.grad_norm_sums[index] = self.grad_norm_sums.get(index, 0.0) + norm
         self.grad_norm_steps += 1
-        clip_s = 0.0
+        clip = None
         if self.clip_grad_norm is not None:
-            started = time.perf_counter()
+            started = clock.mark()
             self.clip_gradients()
-            clip_s = time.perf_counter() - started
+            clip = (started, clock.mark())
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        t3 = time.perf_counter()
-        times.fwd_s, times.bwd_s = self.module.fwd_s, self.backward_clock.seconds
-        times.wait_s = max(0.0, (t1 - t0) - times.fwd_s - times.bwd_s)
+        t3 = clock.mark()
+        clock.sync()  # once per step: every mark above has happened
+        times.fwd_s = clock.total(self.module.spans)
+        times.bwd_s = clock.total(self.backward_clock.spans)
+        times.wait_s = max(0.0, clock.elapsed(t0, t1) - times.fwd_s - times.bwd_s)
         # The clip's one-number all-reduce is communication, not optimizer work.
-        times.allreduce_s, times.optimizer_s = t2 - t1 + clip_s, t3 - t2 - clip_s
-        times.step_s = t3 - t0
+        clip_s = clock.elapsed(*clip) if clip else 0.0
+        times.allreduce_s = clock.elapsed(t1, t2) + clip_s
+        times.optimizer_s = clock.elapsed(t2, t3) - clip_s
+        times.step_s = clock.elapsed(t0, t3)
         if losses:
             times.loss = float(torch.stack([loss.detach() for loss in losses]).mean())
         return times
@@ -245,9 +278,10 @@ class PhaseRuntime:
         if self.layout.replicas == 1 or not self.params:
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        wire = comm_device(self.topology.dp_group)
+        flat = torch.cat([g.reshape(-1) for g in grads]).to(wire)
         dist.all_reduce(flat, group=self.topology.dp_group)
-        flat /= self.layout.replicas
+        flat = flat.to(self.device) / self.layout.replicas
         offset = 0
         for p, g in zip(self.params, grads, strict=True):
             p.grad = flat[offset : offset + g.numel()].view_as(g)
@@ -259,10 +293,10 @@ class PhaseRuntime:
         process; returns the norm before clipping. Collective over the world: each stage's
         squared norm counts once (from replica 0: after the all-reduce the replicas' gradients
         are equal), and ranks outside the layout add 0."""
-        squares = torch.zeros(1, dtype=torch.float64, device=self.device)
+        squares = torch.zeros(1, dtype=torch.float64, device=comm_device())
         grads = [p.grad for p in self.params if p.grad is not None]
         if self.topology.replica == 0 and grads:
-            squares += sum(g.double().pow(2).sum() for g in grads)
+            squares += sum(g.double().pow(2).sum() for g in grads).to(squares.device)
         dist.all_reduce(squares)
         norm = float(squares.sqrt())
         scale = self.clip_grad_norm / (norm + 1e-6)  # torch's epsilon
@@ -274,16 +308,27 @@ class PhaseRuntime:
     def layer_grad_norms(self) -> dict[int, float]:
         """Gradient norm of each active layer this rank owns (valid between the all-reduce
         and zero_grad)."""
-        norms: dict[int, float] = {}
         if self.module is None:
-            return norms
+            return {}
+        indices, squares = [], []
         for index, layer in self.module.indexed():
             grads = [p.grad for p in layer.parameters() if p.grad is not None]
             if grads:
-                norms[index] = float(torch.sqrt(sum((g.float() ** 2).sum() for g in grads)))
-        return norms
+                indices.append(index)
+                squares.append(sum((g.float() ** 2).sum() for g in grads))
+        if not squares:
+            return {}
+        # One transfer to the host for all layers, not a synchronisation per layer.
+        return dict(zip(indices, torch.stack(squares).sqrt().tolist(), strict=True))
 
     def destroy(self) -> None:
+        """End the phase: its hooks leave the shared layers, its groups are destroyed, and its
+        stage, schedule and optimizer state are dropped here, so that they are freed as soon
+        as the caller lets go of the runtime (before the next phase allocates its own)."""
         if self.backward_clock is not None:
             self.backward_clock.remove()
         self.topology.destroy()
+        self.schedule = self.pipe_stage = self.module = self.backward_clock = None
+        self.optimizer, self.params = None, []
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()

@@ -8,11 +8,54 @@ creation and in the global collectives of a transition.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
+
+# The world group over gloo that init_distributed adds beside an NCCL world: host-side work
+# (checkpoint gathers on CPU, barriers that wait longer than NCCL can) goes through it.
+_host_group: list[dist.ProcessGroup] = []
+
+
+def backend_device(backend: str, local_rank: int) -> torch.device:
+    """`backend_device("nccl", 1)` → cuda:1; `backend_device("gloo", 1)` → cpu: where the
+    tensors of a collective on that backend must live. A device-mapped backend
+    ("cpu:gloo,cuda:nccl") sends device tensors through its CUDA part: that is where the
+    runtime's data already is, and the CPU part exists for host metadata."""
+    parts = backend.lower().split(",")
+    devices = {part.partition(":")[0] for part in parts if ":" in part}
+    names = {part.rpartition(":")[2] for part in parts}
+    if "cuda" in devices or "nccl" in names:
+        return torch.device("cuda", local_rank)
+    if names == {"gloo"} and devices <= {"cpu"}:
+        return torch.device("cpu")
+    raise ValueError(f"no device known for process-group backend {backend!r}")
+
+
+def comm_device(group: dist.ProcessGroup | None = None) -> torch.device:
+    """The device every tensor passed to a collective or send/recv on `group` (default: the
+    world) must be on: this rank's GPU under NCCL (LOCAL_RANK, as torchrun numbers the ranks
+    of a node), the CPU under gloo. The one place that knows it; callers move with `.to()`."""
+    return backend_device(str(dist.get_backend(group)), int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def set_host_group(group: dist.ProcessGroup | None) -> None:
+    """Remember the world's gloo group (init_distributed makes one under NCCL)."""
+    _host_group[:] = [group] if group is not None else []
+
+
+def host_group() -> dist.ProcessGroup | None:
+    """A world group whose collectives take CPU tensors: the gloo group beside an NCCL world,
+    else the world group itself (None) when the world already runs on gloo."""
+    if _host_group:
+        return _host_group[0]
+    if comm_device().type != "cpu":
+        raise RuntimeError("the world runs on a device backend and has no gloo group")
+    return None
 
 
 @dataclass

@@ -34,6 +34,7 @@ from executor.parallel import PhaseRuntime, StepTimes
 from executor.planning import RunPlanner
 from executor.records import Recorder, step_record, step_row
 from executor.task import build_task, save_model
+from executor.topology import comm_device, set_host_group
 from pipeplan import freeze, models
 from pipeplan.errors import PipeplanError
 from pipeplan.formats import (
@@ -90,6 +91,8 @@ def init_distributed(device: str, timeout_s: float) -> torch.device:
     # gloo on every backend: a barrier needs no device, and NCCL's cannot wait this long.
     timeout = _dt.timedelta(seconds=max(timeout_s, ONE_SIDED_TIMEOUT_S))
     _one_sided[:] = [dist.new_group(backend="gloo", timeout=timeout)]
+    # The same group carries host-side gathers (checkpoints) on CPU under NCCL.
+    set_host_group(_one_sided[0])
     return dev
 
 
@@ -132,7 +135,7 @@ class Trainer:
         # Same weights everywhere: the checkpoint's, or drawn from the seed (a fresh head
         # too); launch.prepare already gave the builder's notices once.
         self.seq, self.data = build_task(cfg, quiet=True)
-        self.seq.layers.to(device)
+        # The layers stay on the host: each phase's runtime puts only its stage on `device`.
         # From here each rank draws its own dropout.
         torch.manual_seed(cfg.seed * 1000 + self.rank + 1)
         self.use_cache, reason = cache_allowed(self.data.augmented)
@@ -178,6 +181,7 @@ class Trainer:
             skip = 0  # only a resumed epoch starts mid-way
         self.checkpoint(cfg.epochs, 0)  # the final state, resumable for more epochs
         if self.rank == 0:  # the checkpoint gathered every layer's current values here
+            self.seq.layers.cpu()  # its own stage's from its device: the export is host tensors
             save_model(self.seq, self.run_dir)
         self.finish()
 
@@ -205,7 +209,7 @@ class Trainer:
         self.enter_phase(self.decide_phase(self.frozen_layers), manifest.epoch)
         self.restore_runtime(manifest, states)
         if manifest.world_size == self.world:  # same ranks: the same random streams
-            torch.set_rng_state(rng[str(self.rank)])
+            checkpoint.restore_rng(rng, self.rank, self.device)
         return manifest.epoch, manifest.step_in_epoch
 
     def restore_runtime(self, manifest: CheckpointManifest, states: dict) -> None:
@@ -274,6 +278,8 @@ class Trainer:
             self.seq.layers, old.layout, optimizer_states(old.optimizer), layout, self.rank
         )
         old.destroy()
+        # Nothing else holds the old stage and optimizer: freed before the next phase builds.
+        self.runtime = None
         return states
 
     def make_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -399,11 +405,11 @@ class Trainer:
         """Every rank's row (executor.records.STEP_ROW) to every rank in one small all-gather;
         rank 0 records the step."""
         topology = self.runtime.topology
-        mine = step_row(times, hits, topology.stage, topology.replica)
+        mine = step_row(times, hits, topology.stage, topology.replica).to(comm_device())
         rows = [torch.zeros_like(mine) for _ in range(self.world)]
         dist.all_gather(rows, mine)
         record = step_record(
-            rows,
+            [row.cpu() for row in rows],
             step=self.step_index,
             epoch=epoch,
             phase=self.phase_index,
@@ -445,6 +451,7 @@ class Trainer:
             for index, total in runtime.grad_norm_sums.items():
                 norms[index] = total / runtime.grad_norm_steps
         runtime.grad_norm_sums, runtime.grad_norm_steps = {}, 0
+        norms = norms.to(comm_device())
         dist.all_reduce(norms)
         return {i: float(v) for i, v in enumerate(norms.tolist()) if v > 0}
 
@@ -494,8 +501,10 @@ class Trainer:
         if runtime.topology.replica == 0:
             for index, total in runtime.grad_norm_sums.items():
                 sums[index] = total
+        sums = sums.to(comm_device())
         dist.all_reduce(sums)
-        steps = torch.tensor([runtime.grad_norm_steps if runtime.topology.replica == 0 else 0])
+        mine = runtime.grad_norm_steps if runtime.topology.replica == 0 else 0
+        steps = torch.tensor([mine], device=comm_device())
         dist.all_reduce(steps, op=dist.ReduceOp.MAX)
         return {str(i): v for i, v in enumerate(sums.tolist()) if v > 0}, int(steps)
 
@@ -543,7 +552,9 @@ class Trainer:
                 sums += self.evaluate_batch(indices[start : start + local], local)
             runtime.module.train(True)
         one_sided_done()  # ranks outside the layout wait for the pipeline's
+        sums = sums.to(comm_device())
         dist.all_reduce(sums)
+        sums = sums.cpu()
         loss = float(sums[0] / sums[1]) if sums[1] > 0 else None
         return loss, float(sums[2] / sums[3]) if sums[3] > 0 else None
 

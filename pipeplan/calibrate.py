@@ -46,6 +46,7 @@ from pipeplan.formats import (
     Layout,
     PhaseRecord,
     Profile,
+    RankTimes,
     RunConfig,
     StepRecord,
     dumps,
@@ -57,6 +58,14 @@ from pipeplan.formats.run import WARMUP_STEPS_PER_PHASE
 
 MIN_STEADY_STEPS = 3
 STRAGGLER_FACTOR = 3.0  # a step this many times the phase median is a straggler, not data
+# A rank's parts (input, forward, backward, wait, all-reduce, optimizer) are spans of one step
+# on one clock (executor/clock.py), so they add up to its step time: exactly on CPU (the wait
+# is the remainder), to the events' 0.5 µs resolution per span on CUDA (a few hundred spans:
+# < 1e-4 s). A rank whose parts miss by more than 2 % of its step plus 1e-4 s was timed wrongly
+# (a host clock around asynchronous GPU work puts the step in whichever part synchronises; a
+# negative remainder is clamped), and fitting it would learn the wrong split: refused.
+PARTS_TOLERANCE_REL, PARTS_TOLERANCE_ABS_S = 0.02, 1e-4
+RANK_PARTS = ("input_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s")
 SOFT_L1_SCALE = 0.1  # relative error where the soft-L1 loss turns from quadratic to linear
 MIN_SCALE = 1e-3  # compute scales stay positive (the format requires it)
 # Distance of a parameter's unit column from the span of those admitted before it, below which
@@ -148,9 +157,25 @@ def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservati
 
 
 def measured(step: StepRecord) -> bool:
-    """Every rank with a stage spent time computing, and the step took time."""
+    """Every rank with a stage spent time computing, the step took time, and every rank's
+    parts add up to its step time (`parts_add_up`)."""
     computing = [r for r in step.ranks if r.stage is not None]
-    return step.step_s > 0 and bool(computing) and all(r.fwd_s > 0 for r in computing)
+    return (
+        step.step_s > 0
+        and bool(computing)
+        and all(r.fwd_s > 0 for r in computing)
+        and all(parts_add_up(r) for r in step.ranks)
+    )
+
+
+def parts_add_up(rank: RankTimes) -> bool:
+    """Whether the rank's parts sum to its step time within the tolerance above. A rank that
+    reports no step time of its own (0: hand-made records that time only the parts) has
+    nothing to check them against."""
+    if rank.step_s == 0:
+        return True
+    parts = sum(getattr(rank, name) for name in RANK_PARTS)
+    return abs(parts - rank.step_s) <= PARTS_TOLERANCE_REL * rank.step_s + PARTS_TOLERANCE_ABS_S
 
 
 def _phase_observation(

@@ -41,6 +41,7 @@ LAYERS = [  # bottom first
                     "worker",
                     "parallel",
                     "topology",
+                    "clock",
                     "migrate",
                     "cache",
                     "checkpoint",

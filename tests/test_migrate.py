@@ -74,9 +74,10 @@ def _rank(rank, world, out):
             states = migrate(
                 seq.layers, runtime.layout, optimizer_states(runtime.optimizer), spec, rank
             )
-            runtime.destroy()
             old = [weakref.ref(runtime), weakref.ref(runtime.module)]
             old.append(weakref.ref(runtime.backward_clock))  # its hooks left the shared layers
+            old.append(weakref.ref(runtime.optimizer))  # and its AdamW state with it
+            runtime.destroy()
             gc.disable()  # reference counting alone must free it: no cycle holds the old stage
             try:
                 runtime = PhaseRuntime(
@@ -139,8 +140,8 @@ def test_transition_preserves_parameters_and_optimizer_state_exactly(records, k)
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("k", [1, 2])
 def test_the_old_phase_runtime_is_freed_without_the_garbage_collector(records, k):
-    # runtime, its stage module, its backward clock: on every rank
-    assert [rank_record[f"freed{k}"] for rank_record in records] == [[True] * 3] * 2
+    # runtime, its stage module, its backward clock, its optimizer: on every rank
+    assert [rank_record[f"freed{k}"] for rank_record in records] == [[True] * 4] * 2
 
 
 @pytest.mark.multiprocess
