@@ -6,6 +6,11 @@ for backward (counted with `saved_tensors_hooks`, so it works on CPU too); on CU
 memory above what was allocated before the forward. Timing is made for shared machines:
 warm-up rounds, then repeats interleaved across layers and sizes so that a slow spell of a shared
 machine hits all layers alike; medians and interquartile ranges are recorded.
+
+On a GPU one layer at a time is on the device (with its inputs): the model stays on the host,
+so a model that needs a pipeline because it does not fit one GPU can be profiled. Repeats are
+then interleaved across sizes within a layer (a GPU is not shared with other jobs the way
+CPU cores are, and moving layers per measurement would cost more than the measurement).
 """
 
 from __future__ import annotations
@@ -173,8 +178,10 @@ class LayerProfiler:
         self.device = device
         self.sizes = micro_batches
         self.timer = Timer(device)
-        self.layers = seq.layers.to(device).train()
-        self.param_ptrs = {p.untyped_storage().data_ptr() for p in self.layers.parameters()}
+        self.host = torch.device("cpu")
+        self.layers = seq.layers.to(self.host).train()
+        self.resident: int | None = None  # the layer on the device (all of them on the host)
+        self.device_inputs: dict[int, torch.Tensor] = {}  # its inputs there, per size
         gen = torch.Generator().manual_seed(seed)
         # Real inputs for every layer: the previous layers' outputs on one random batch.
         self.inputs: dict[int, list[torch.Tensor]] = {}
@@ -189,8 +196,9 @@ class LayerProfiler:
             x = x.to(device)
             try:
                 with torch.no_grad():
-                    for layer in self.layers:
-                        self.inputs[m].append(x)
+                    for i, layer in enumerate(self.layers):
+                        self.inputs[m].append(x.to(self.host))
+                        self.make_resident(i)
                         x = layer(x)
                 self.logits_bytes[m] = x.numel() * x.element_size()
             except Exception as exc:
@@ -198,6 +206,35 @@ class LayerProfiler:
                     raise
                 self._mark_infeasible(m, range(len(self.inputs[m]) - 1, len(self.layers)), exc)
                 self._free()
+            del x
+        self.make_resident(None)
+
+    def make_resident(self, i: int | None) -> None:
+        """Layer i (None: no layer) and its inputs on the device, the layer before back on the
+        host. Nothing moves on CPU, where the host is the device."""
+        if i == self.resident or self.device == self.host:
+            self.resident = i
+            return
+        if self.resident is not None:
+            self.layers[self.resident].to(self.host)
+            self.grads = {key: g for key, g in self.grads.items() if key[0] != self.resident}
+        self.device_inputs = {}
+        self._free()
+        self.resident = i
+        if i is not None:
+            self.layers[i].to(self.device)
+            self.device_inputs = {
+                m: xs[i].to(self.device) for m, xs in self.inputs.items() if i < len(xs)
+            }
+
+    def order(self, rounds: int) -> Iterator[tuple[int, int, int]]:
+        """(round, micro-batch, layer) in measuring order: interleaved across layers on the
+        host, layer by layer on a device (one layer resident at a time)."""
+        n = len(self.layers)
+        if self.device == self.host:
+            yield from ((r, m, i) for r in range(rounds) for m in self.sizes for i in range(n))
+        else:
+            yield from ((r, m, i) for i in range(n) for r in range(rounds) for m in self.sizes)
 
     def _mark_infeasible(self, m: int, layers: range, exc: BaseException) -> None:
         reason = f"out of memory: {str(exc).splitlines()[0][:200]}"
@@ -209,7 +246,7 @@ class LayerProfiler:
             torch.cuda.empty_cache()
 
     def _run(self, i: int, m: int, with_grad: bool) -> torch.Tensor:
-        x = self.inputs[m][i]
+        x = self.device_inputs[m] if self.device != self.host else self.inputs[m][i]
         if with_grad and x.is_floating_point():
             x = x.detach().requires_grad_(True)  # stage inputs need input-gradients
         out = self.layers[i](x)
@@ -260,7 +297,9 @@ class LayerProfiler:
     def saved_bytes(self, i: int, m: int) -> int | None:
         if self.cells[i, m].error:
             return None
-        nbytes = saved_bytes(lambda: self._run(i, m, with_grad=True), self.param_ptrs)
+        # Parameters exist anyway: their storages (where they are now) are not counted.
+        params = {p.untyped_storage().data_ptr() for p in self.layers[i].parameters()}
+        nbytes = saved_bytes(lambda: self._run(i, m, with_grad=True), params)
         self.layers[i].zero_grad(set_to_none=True)
         return nbytes
 
@@ -278,15 +317,18 @@ class LayerProfiler:
         self, warmup: int, repeats: int, progress: Progress | None = None
     ) -> list[LayerProfile]:
         n = len(self.layers)
-        total, done = (warmup + repeats) * n * len(self.sizes), 0
-        for rep in range(warmup + repeats):
-            for m in self.sizes:
-                for i in range(n):
-                    self.measure_once(i, m, record=rep >= warmup)
-                    done += 1
-                    if progress:
-                        progress(done, total)
-        return [self._layer_profile(i) for i in range(n)]
+        total = (warmup + repeats) * n * len(self.sizes)
+        for done, (rep, m, i) in enumerate(self.order(warmup + repeats), start=1):
+            self.make_resident(i)
+            self.measure_once(i, m, record=rep >= warmup)
+            if progress:
+                progress(done, total)
+        profiles = []
+        for i in range(n):
+            self.make_resident(i)
+            profiles.append(self._layer_profile(i))
+        self.make_resident(None)
+        return profiles
 
     def _layer_profile(self, i: int) -> LayerProfile:
         layer = self.layers[i]
