@@ -73,6 +73,12 @@ def config_profile(cfg: RunConfig) -> Profile:
         raise BadArgumentError(
             f"{path} profiles '{profile.model.name}', not the model '{cfg.model}' of this run"
         )
+    if profile.device.kind != cfg.device:  # CPU times and host memory say nothing of a GPU
+        raise BadArgumentError(
+            f"{path} was measured on {profile.device.kind}, but this run trains on "
+            f"{cfg.device}; profile on {cfg.device}: pipeplan profile {cfg.model} --device "
+            f"{cfg.device} --out P.json"
+        )
     return profile
 
 

@@ -189,8 +189,18 @@ def cluster_from_flags(
 
 def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
     """The cluster a local run plans for: its ranks on one node, links as profiled, each rank
-    limited to --device-memory or else an equal share of the profiled host's memory."""
-    memory = config.device_memory_bytes or profile.device.memory_bytes // config.nproc
+    limited to --device-memory, else to what the profiled device offers one rank: a GPU's
+    whole memory (each rank has a GPU of its own), an equal share of a CPU host's memory
+    (the ranks share it)."""
+    memory = config.device_memory_bytes or per_rank_memory(profile, config.nproc)
     return cluster_from_flags(
         nodes=1, devices_per_node=config.nproc, device_memory=memory, profile=profile
     )
+
+
+def per_rank_memory(profile: Profile, ranks_on_host: int) -> int:
+    """`per_rank_memory(h200_profile, 8)` → one H200's memory: a GPU's memory is per GPU;
+    a CPU profile's memory is the host's, shared by its ranks."""
+    if profile.device.kind == "cuda":
+        return profile.device.memory_bytes
+    return profile.device.memory_bytes // ranks_on_host

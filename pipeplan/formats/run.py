@@ -163,7 +163,11 @@ class RunConfig(Strict):
     )
     device_memory_bytes: Annotated[
         PosInt | None,
-        Flag("--device-memory", unit="bytes", default="the profiled host's memory / nproc"),
+        Flag(
+            "--device-memory",
+            unit="bytes",
+            default="one GPU's memory; on CPU the profiled host's memory / nproc",
+        ),
     ] = Field(None, description="Per-rank memory the planner respects, in bytes.")
     profile: Annotated[str | None, Flag(default="the shipped one")] = Field(
         None, description="Profile the run plans with."
