@@ -38,6 +38,7 @@ from pipeplan.formats import CheckpointManifest, Layout, dumps, load
 
 log = logging.getLogger("pipeplan.checkpoint")
 KEEP = 2  # checkpoints kept: the newest and the one before it
+FILES = ("model.pt", "optimizer.pt", "rng.pt")  # beside manifest.json, which names their sha256
 
 
 def _gather_layout(frozen_layers: int, num_layers: int) -> Layout:
@@ -169,7 +170,7 @@ def load_checkpoint(path: Path) -> Loaded:
     """One checkpoint, verified: every file's sha256 as the manifest recorded it, and finite
     parameters. InputFileError (one line) if anything is off."""
     manifest = load(CheckpointManifest, path / "manifest.json")
-    for name in ("model.pt", "optimizer.pt", "rng.pt"):
+    for name in FILES:
         recorded = manifest.files.get(name)
         if recorded is None:
             raise InputFileError(f"{path}: the manifest has no checksum for {name}")

@@ -128,6 +128,7 @@ class StepTimes:
     allreduce_s: float = 0.0
     optimizer_s: float = 0.0
     input_s: float = 0.0  # reading the batch (and the cache) on stage 0: the trainer's part
+    peak_memory_bytes: int | None = None  # CUDA: most allocated since the phase began
     loss: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -183,6 +184,8 @@ class PhaseRuntime:
         # Stage 0 holds the frozen prefix too (Layout.check): it computes the cache from it.
         owned = range(0) if stage is None else range(*layout.boundaries[stage : stage + 2])
         place_layers(layers, owned, device)
+        if device.type == "cuda":  # each step reports the phase's peak: what the plan priced
+            torch.cuda.reset_peak_memory_stats(device)
         # A rank outside the layout keeps these empty: it idles through the phase.
         self.module: StageModule | None = None
         self.pipe_stage: PipelineStage | None = None
@@ -269,6 +272,8 @@ class PhaseRuntime:
         times.allreduce_s = clock.elapsed(t1, t2) + clip_s
         times.optimizer_s = clock.elapsed(t2, t3) - clip_s
         times.step_s = clock.elapsed(t0, t3)
+        if self.device.type == "cuda":
+            times.peak_memory_bytes = torch.cuda.max_memory_allocated(self.device)
         if losses:
             times.loss = float(torch.stack([loss.detach() for loss in losses]).mean())
         return times

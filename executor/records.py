@@ -37,9 +37,10 @@ Record = PhaseRecord | StepRecord | EpochRecord
 
 # A rank's share of a step record travels as one float64 row: one small all_gather per step
 # (all_gather_object would pickle, which is slower). A missing loss travels as NaN, a missing
-# stage or replica (a rank outside the layout) as -1.
+# stage or replica (a rank outside the layout) or peak memory (CPU) as -1; float64 holds byte
+# counts exactly up to 2**53.
 RANK_TIMES = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
-STEP_ROW = (*RANK_TIMES, "loss", "cache_hits", "stage", "replica")
+STEP_ROW = (*RANK_TIMES, "loss", "cache_hits", "stage", "replica", "peak_memory_bytes")
 
 
 def step_row(
@@ -52,6 +53,7 @@ def step_row(
         cache_hits=cache_hits,
         stage=-1 if stage is None else stage,
         replica=-1 if replica is None else replica,
+        peak_memory_bytes=-1 if times.peak_memory_bytes is None else times.peak_memory_bytes,
     )
     return torch.tensor([float(values[name]) for name in STEP_ROW], dtype=torch.float64)
 
@@ -67,6 +69,7 @@ def step_record(
             rank=rank,
             stage=None if f["stage"] < 0 else int(f["stage"]),
             replica=None if f["replica"] < 0 else int(f["replica"]),
+            peak_memory_bytes=None if f["peak_memory_bytes"] < 0 else int(f["peak_memory_bytes"]),
             **{name: f[name] for name in RANK_TIMES},
         )
         for rank, f in enumerate(fields)

@@ -218,6 +218,9 @@ class RankTimes(Strict):
     allreduce_s: Seconds
     optimizer_s: Seconds
     input_s: Seconds = Field(description="Reading the batch (and the cache) on stage 0.")
+    peak_memory_bytes: NonNegInt | None = Field(
+        None, description="Most device memory allocated since the phase began (CUDA; not on CPU)."
+    )
 
 
 class Pricing(Strict):
