@@ -356,11 +356,26 @@ def test_a_stage_moves_to_its_gpu_and_back_keeping_its_parameters():
 # ----------------------------------------------------------------------------- the GPU check
 
 
+def readme_gpu_check() -> list[str]:
+    """The README's GPU check command, as written in its sh block."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    lines = [
+        line.strip()
+        for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+        for line in block.splitlines()
+        if "gpu_check.sh" in line
+    ]
+    assert lines == ["bench/gpu_check.sh"], lines
+    return lines[0].split()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a host without CUDA")
 def test_the_gpu_check_refuses_a_host_without_cuda_in_one_line(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GPU_CHECK_DIR": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GPU_CHECK_DIR": str(tmp_path / "out")}
     done = subprocess.run(
-        ["bash", str(ROOT / "bench" / "gpu_check.sh")],
+        readme_gpu_check(),
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -372,6 +387,7 @@ def test_the_gpu_check_refuses_a_host_without_cuda_in_one_line(tmp_path):
     assert done.stderr.splitlines() == [
         "pipeplan: error: bench/gpu_check.sh needs a CUDA device; torch sees none here"
     ]
+    assert not (tmp_path / "out").exists()  # nothing started, nothing written
 
 
 # ----------------------------------------------------------------------------- on a GPU
