@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU acceptance check: one command, no arguments, from anywhere in the repository, on a
-# machine with one or more NVIDIA GPUs; about 5 minutes on one H200 (budget: 8).
+# machine with one or more NVIDIA GPUs. Meant to finish in under 8 minutes on one H200: each
+# check has its own deadline; not yet run on a GPU (a CPU dry run took 12 minutes on 2 busy
+# cores, most of it process start-up and CPU training; BENCHMARKS.md).
 #
 #   bench/gpu_check.sh            # GPU_CHECK_DIR=DIR to choose where it writes (default runs/)
 #
