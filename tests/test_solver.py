@@ -144,7 +144,7 @@ def brute_force_best_step(
     model: CostModel, global_batch: int, frozen: int, cached: bool = False
 ) -> float:
     """Independent of the solver: every S ≤ min(N, L − k), D = 1..⌊N/S⌋ dividing the batch,
-    M ≥ S dividing B/D with m ≤ m_max, both schedules and every contiguous partition; each
+    M dividing B/D with m ≤ m_max (1F1B only when M ≥ S), both schedules, every partition; each
     layout evaluated by the cost model, kept when it fits and passes Layout.check."""
     N, L = model.cluster.num_devices, model.num_layers
     best = np.inf
@@ -157,7 +157,7 @@ def brute_force_best_step(
                 tuple(r)
                 for r in rank_map(S, D, model.cluster.devices_per_node, model.cluster.nodes)
             )
-            for M in range(S, per_replica + 1):
+            for M in range(1, per_replica + 1):
                 m = per_replica // M
                 if per_replica % M or m > model.max_micro_batch_size:
                     continue
