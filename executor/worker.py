@@ -39,6 +39,7 @@ from pipeplan.errors import PipeplanError
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
+    Horizon,
     Layout,
     PhaseDecision,
     PhaseRecord,
@@ -186,7 +187,7 @@ class Trainer:
     def begin(self) -> tuple[int, int]:
         """A fresh run enters its first phase; returns where to start: (epoch, step in epoch)."""
         self.frozen_layers = self.autofreeze.first
-        self.enter_phase(self.decide_phase(self.frozen_layers), epoch=0)
+        self.enter_phase(self.decide_phase(self.frozen_layers, 0), epoch=0)
         return 0, 0
 
     def resume(self) -> tuple[int, int]:
@@ -202,7 +203,7 @@ class Trainer:
         self.step_index = manifest.step
         self.autofreeze.history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
         self.recorder.truncate(manifest)
-        self.enter_phase(self.decide_phase(self.frozen_layers), manifest.epoch)
+        self.enter_phase(self.decide_phase(self.frozen_layers, manifest.epoch), manifest.epoch)
         self.restore_runtime(manifest, states)
         if manifest.world_size == self.world:  # same ranks: the same random streams
             torch.set_rng_state(rng[str(self.rank)])
@@ -223,11 +224,18 @@ class Trainer:
 
     # ----------------------------------------------------------------- phases
 
-    def decide_phase(self, frozen_layers: int) -> PhaseDecision:
-        """Rank 0 plans; everyone receives the same decision."""
+    def decide_phase(self, frozen_layers: int, epoch: int) -> PhaseDecision:
+        """Rank 0 plans the phase starting in `epoch` (by the plan's rule: over the epochs
+        left, from the current placement); everyone receives the same decision."""
         box: list[PhaseDecision | None] = [None]
         if self.rank == 0:
-            box[0] = self.planner(frozen_layers, self.use_cache and frozen_layers > 0)
+            horizon = Horizon(
+                samples=self.steps_per_epoch * self.cfg.global_batch,
+                epochs=max(1, self.cfg.epochs - epoch),
+                previous=self.decision.layout if self.decision is not None else None,
+                cache=self.use_cache,
+            )
+            box[0] = self.planner(frozen_layers, horizon)
         one_sided_done()
         dist.broadcast_object_list(box, src=0)
         assert box[0] is not None
@@ -459,7 +467,7 @@ class Trainer:
             return
         self.frozen_layers = new_point
         self.phase_index += 1
-        self.enter_phase(self.decide_phase(new_point), epoch)
+        self.enter_phase(self.decide_phase(new_point, epoch), epoch)
         self.checkpoint(epoch, step_in_epoch)  # every transition is a checkpoint
 
     # ----------------------------------------------------------------- checkpoints

@@ -7,7 +7,7 @@ import pytest
 from pipeplan.cluster import cluster_from_flags, parse_bandwidth, parse_bytes, parse_duration
 from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
-from pipeplan.formats import dumps, json_schema, parse
+from pipeplan.formats import Layout, dumps, json_schema, parse
 from pipeplan.freeze import alpha_schedule, list_schedule, no_freezing
 from pipeplan.plan import Plan, compare_partitions, make_plan, make_preview, phase_timelines
 from pipeplan.solver import Pins, solve_phase
@@ -182,3 +182,32 @@ def test_a_layout_changes_only_when_it_pays_for_itself(samples):
     assert second.transition_s == pytest.approx(0.0 if expected is kept else transition_s)
     # Both outcomes occur over the parametrisation: few samples keep, many move.
     assert (expected is kept) == (samples <= 640)
+
+
+def test_a_cache_is_filled_by_the_newly_frozen_layers_only_where_it_survives():
+    """The executor advances a cache by the newly frozen layers when the previous phase was
+    cached on the same stage-0 ranks; the plan prices exactly that, else the whole prefix."""
+    from pipeplan.plan import cache_fill_s, cached_prefix
+
+    profile = preset_profile("bert-base")
+    model = CostModel(
+        profile, cluster_from_flags(nodes=1, devices_per_node=4, device_memory="16GiB")
+    )
+    old = Layout(
+        frozen_layers=3,
+        cached=True,
+        micro_batches=2,
+        micro_batch_size=8,
+        schedule="gpipe",
+        boundaries=(0, 7, 14),
+        rank_map=((0, 1), (2, 3)),
+    )
+    new = old.model_copy(update={"frozen_layers": 5})
+    moved = new.model_copy(update={"rank_map": ((1, 0), (2, 3))})  # rank 1 is a new stage 0
+    assert cached_prefix(old, new) == 3
+    assert cached_prefix(old.model_copy(update={"cached": False}), new) == 0
+    assert cached_prefix(old, moved) == 0
+    assert cached_prefix(None, new) == 0
+    nograd = model.layer_times("nograd", 8)
+    assert cache_fill_s(model, 5, 8, 6400, 3) == pytest.approx(800 * float(nograd[3:5].sum()))
+    assert cache_fill_s(model, 5, 8, 6400) == pytest.approx(800 * float(nograd[:5].sum()))

@@ -216,6 +216,17 @@ class RankTimes(Strict):
     input_s: Seconds = Field(description="Reading the batch (and the cache) on stage 0.")
 
 
+class Horizon(Strict):
+    """What a phase decided during the run weighs besides its freeze point: the rest of the
+    training it will run for, the placement it would move from, and whether the cache may
+    be used (`pipeplan.plan.decide_phase`)."""
+
+    samples: PosInt = Field(description="Training samples per epoch (whole global batches).")
+    epochs: PosInt = Field(description="Epochs left, this one included: the phase's horizon.")
+    previous: Layout | None = Field(description="The layout the run would move from.")
+    cache: bool = Field(description="Whether the run may read the frozen prefix from a cache.")
+
+
 class Pricing(Strict):
     """What priced a phase, so that it can be re-planned from the run directory alone."""
 
@@ -232,6 +243,9 @@ class Pricing(Strict):
         "fitted during this run (then `profile` names the file it was written to)."
     )
     cluster: Cluster
+    horizon: Horizon | None = Field(
+        None, description="Solved during the run: what the decision weighed (None: plan)."
+    )
 
 
 class PhaseDecision(Strict):
