@@ -523,10 +523,10 @@ def epoch_table(result: Any) -> Table:
             f"{e.samples_per_s:,.0f}",
             number(e.eval_loss, ".4f"),
             number(e.eval_accuracy, ".1%"),
-            " to ".join(f"{c.speedup:.2f}×" for c in cases) or "-",
+            " / ".join(f"{c.speedup:.2f}×" for c in cases) or "-",
         )
     if assumed:
-        table.caption = "forecast: the frozen layers of the epochs so far, then " + " to ".join(
+        table.caption = "forecast: the frozen layers of the epochs so far, then " + " / ".join(
             assumed
         )
     return table

@@ -282,7 +282,8 @@ def continuations(
 
     none, list and alpha decide without gradients, so the rest is known: one schedule, the
     decisions `AutoFreeze` will make. auto gets two, bounds on what it can still freeze: none
-    more (conservative), and the α bound, which auto never exceeds (optimistic)."""
+    more (the least), and the α bound, which auto never exceeds (the most). More freezing is
+    not always faster: in a short run a transition can cost more than it saves."""
     if not finished:
         raise ValueError("a forecast continues at least one finished epoch")
 

@@ -278,8 +278,8 @@ Continuation = Literal["schedule", "no-further-freezing", "alpha-bound"]
 class ForecastCase(Strict):
     continuation: Continuation = Field(
         description="schedule: the rest of a schedule decided without gradients (none, list, "
-        "alpha); for auto, no-further-freezing (conservative) and alpha-bound (the most auto "
-        "can still freeze)."
+        "alpha); for auto, no-further-freezing (the least it can still freeze) and "
+        "alpha-bound (the most)."
     )
     frozen_layers: list[NonNegInt] = Field(
         description="The schedule priced, per epoch of the whole run: the finished epochs' "
