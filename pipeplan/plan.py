@@ -3,6 +3,8 @@
 
     plan = make_plan(profile, cluster, global_batch=64, samples=1024, epochs=10, freeze=schedule)
     preview = make_preview(...same arguments...)   # + baseline, per-epoch rows, ablation
+    preview = make_preview(..., freeze=alpha_schedule(...), later=autofreeze_earliest(...))
+    forecast = make_forecast(profile, cluster, pricing, ..., finished=[0, 0, 4])  # a run's
 
 One phase per distinct freeze point, each with the solver's layout unless keeping the previous
 placement is cheaper once the transition is paid; every emitted layout passes `Layout.check`,
@@ -23,6 +25,9 @@ from pipeplan.formats import (
     AblationRow,
     Cluster,
     EpochRow,
+    Forecast,
+    ForecastCase,
+    FreezeCase,
     FreezeSchedule,
     Layout,
     NonNegFloat,
@@ -31,6 +36,7 @@ from pipeplan.formats import (
     Plan,
     PlanInputs,
     Preview,
+    Pricing,
     Profile,
     ProfileIdentity,
     ScoredLayout,
@@ -40,7 +46,7 @@ from pipeplan.formats import (
     dumps,
 )
 from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_SAMPLES
-from pipeplan.freeze import phases
+from pipeplan.freeze import continuations, describe, phases
 from pipeplan.simulate import Timeline
 from pipeplan.solver import BaselineName, Pins, baseline_boundaries, solve_phase
 
@@ -366,11 +372,18 @@ def make_preview(
     cache: bool = True,
     pins: Pins | None = None,
     params: CostParams | None = None,
+    later: FreezeSchedule | None = None,
 ) -> Preview:
-    """Per-epoch prediction of the elastic plan against the best static plan, with ablation."""
+    """Per-epoch prediction of the elastic plan against the best static plan, with ablation.
+
+    `freeze` is the schedule previewed; with `later` (for `--freeze auto`: `freeze` the α
+    bound, `later` the earliest AutoFreeze can freeze) the preview is a band, and `later`'s
+    plan is priced too, against the same baseline."""
     model = CostModel(profile, cluster, params)
     shape = TrainingShape(global_batch, samples, epochs)
     _check_freeze(freeze, shape, model)
+    if later is not None:
+        _check_freeze(later, shape, model)
     pins = pins or Pins()
     steps = shape.steps_per_epoch
 
@@ -415,9 +428,25 @@ def make_preview(
     ]
     if cache:
         ablation.append(row("+ cache", full_total))
+
+    def case(name: str, schedule: FreezeSchedule, value: float) -> FreezeCase:
+        return FreezeCase(
+            case=name,
+            assumes=describe(schedule),
+            freeze=schedule,
+            total_s=_r(value),
+            predicted_speedup=_r(base_total / value),
+        )
+
+    cases = [case("given" if later is None else "best", freeze, full_total)]
+    if later is not None:
+        later_total = _plan_from(model, profile, shape, later, cache, pins).predicted_total_s
+        cases.append(case("later", later, later_total))
     return Preview(
         model=profile.model.name,
         devices=cluster.num_devices,
+        freeze=freeze.source if later is None else "auto",
+        cases=cases,
         baseline=StaticPlanSummary(
             layout=base.layout,
             step_s=_r(base.step_s),
@@ -430,6 +459,50 @@ def make_preview(
         ablation=ablation,
         plan=plan,
     )
+
+
+# --------------------------------------------------------------------------- a run's forecast
+
+
+def make_forecast(
+    profile: Profile,
+    cluster: Cluster,
+    pricing: Pricing,
+    *,
+    global_batch: int,
+    samples: int,
+    epochs: int,
+    cache: bool,
+    mode: str,
+    alpha: float,
+    freeze_list: list[int],
+    finished: list[int],
+) -> Forecast:
+    """At the end of epoch len(finished) − 1 of a run: the end-to-end speedup of the finished
+    epochs' frozen counts followed by each continuation (`pipeplan.freeze.continuations`: the
+    rest of a schedule decided without gradients, or for `auto` no further freezing and the α
+    bound), each priced exactly as `make_preview` prices a schedule, with the run's profile
+    and cluster. `pricing` names them in the record (docs/architecture.md §4.13)."""
+    num_blocks = len(profile.layers) - 2
+    cases = []
+    for name, schedule in continuations(mode, alpha, freeze_list, num_blocks, finished, epochs):
+        preview = make_preview(
+            profile,
+            cluster,
+            global_batch=global_batch,
+            samples=samples,
+            epochs=epochs,
+            freeze=schedule,
+            cache=cache,
+        )
+        cases.append(
+            ForecastCase(
+                continuation=name,
+                frozen_layers=schedule.frozen_layers,
+                speedup=preview.predicted_speedup,
+            )
+        )
+    return Forecast(samples=samples, pricing=pricing, cases=cases)
 
 
 # --------------------------------------------------------------------------- baselines

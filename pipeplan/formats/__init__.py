@@ -37,6 +37,7 @@ from pipeplan.formats.layout import SCHEDULES, Layout, Schedule
 from pipeplan.formats.plan import (
     AblationRow,
     EpochRow,
+    FreezeCase,
     PhasePlan,
     Plan,
     PlanInputs,
@@ -72,6 +73,8 @@ from pipeplan.formats.report import (
 from pipeplan.formats.run import (
     WARMUP_STEPS_PER_PHASE,
     EpochRecord,
+    Forecast,
+    ForecastCase,
     FreezeMode,
     Horizon,
     Init,
@@ -123,6 +126,9 @@ __all__ = [
     "EpochRow",
     "FittedLink",
     "Flag",
+    "Forecast",
+    "ForecastCase",
+    "FreezeCase",
     "FreezeMode",
     "FreezePhase",
     "FreezeSchedule",
