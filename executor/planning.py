@@ -2,18 +2,21 @@
 
 Rank 0 asks the `RunPlanner` whenever the freeze point moves. A plan file fixes the layout for
 the freeze points it covers; a freeze point it does not cover (AutoFreeze decided differently)
-is solved afresh with the same profile and cluster. Without a plan the cluster is this run's
+is decided afresh with the same profile and cluster, by the plan's own rule
+(`pipeplan.plan.decide_phase`: cached or not, and a move only when it pays for itself over
+the epochs left). Without a plan the cluster is this run's
 ranks on one node (`pipeplan.cluster.run_cluster`), with the per-rank memory limit
 `--device-memory` (so a CPU run can be made to need a pipeline the way a large model does on
 real GPUs).
 
 Every decision carries its `Pricing`: the profile file in the run directory (`profile.json`
-as the run started, `calibration-N.json` once the run has recalibrated itself), its sha256, and
-the cluster, so any phase can be re-planned from the run directory alone
-(docs/architecture.md §6).
+as the run started, `calibration-N.json` once the run has recalibrated itself), its sha256, the
+cluster and the `Horizon` it weighed, so any phase can be re-planned from the run directory
+alone (docs/architecture.md §6).
 
     planner = RunPlanner.for_run(run_dir, cfg)   # on rank 0 of a run
-    decision = planner(frozen_layers=3, cached=True)
+    horizon = Horizon(samples=6400, epochs=3, previous=decision.layout, cache=True)
+    decision = planner(frozen_layers=3, horizon=horizon)
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pipeplan.errors import BadArgumentError
 from pipeplan.fileio import write_atomic
 from pipeplan.formats import (
     Cluster,
+    Horizon,
     PhaseDecision,
     Plan,
     Pricing,
@@ -37,8 +41,8 @@ from pipeplan.formats import (
     dumps,
     load,
 )
-from pipeplan.plan import profile_identity, stage_plans
-from pipeplan.solver import solve_phase
+from pipeplan.plan import TrainingShape, decide_phase, profile_identity, stage_plans
+from pipeplan.solver import Pins
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -142,7 +146,8 @@ class RunPlanner:
         the model `seq` takes, or if not even the first phase can be planned."""
         if seq is not None:
             check_profile_fits(self.profile, seq, self.config)
-        self(0, False)
+        cfg = self.config
+        self(0, Horizon(samples=cfg.global_batch, epochs=cfg.epochs, previous=None, cache=False))
 
     def adopt(self, profile: Profile, run_dir: Path, number: int) -> None:
         """Plan from now on with `profile`, fitted during the run: written to the run
@@ -151,7 +156,7 @@ class RunPlanner:
         write_atomic(run_dir / name, dumps(profile))
         self.profile, self.profile_file, self.online = profile, name, True
 
-    def pricing(self, source: str) -> Pricing:
+    def pricing(self, source: str, horizon: Horizon | None = None) -> Pricing:
         calibration = "online" if self.online else "profile" if self.profile.calibration else "none"
         return Pricing(
             source=source,
@@ -159,9 +164,10 @@ class RunPlanner:
             profile_sha256=profile_identity(self.profile).sha256,
             calibration=calibration,
             cluster=self.cluster,
+            horizon=horizon,
         )
 
-    def __call__(self, frozen_layers: int, cached: bool) -> PhaseDecision:
+    def __call__(self, frozen_layers: int, horizon: Horizon) -> PhaseDecision:
         if self.plan is not None:
             for phase in self.plan.phases:
                 # The plan decides whether its phase reads the cache.
@@ -172,35 +178,40 @@ class RunPlanner:
                         predicted_stages=phase.stages,
                         pricing=self.pricing("plan"),
                     )
-        model = CostModel(self.profile, self.cluster)
-        best = solve_phase(model, self.config.global_batch, frozen_layers, cached).best
-        return PhaseDecision(
-            layout=best.layout,
-            predicted_step_s=best.step_s,
-            predicted_stages=stage_plans(best.stages),
-            pricing=self.pricing("solver"),
-        )
+        pricing = self.pricing("solver", horizon)
+        return _decide(self.profile, pricing, self.config.global_batch, frozen_layers)
+
+
+def _decide(profile: Profile, pricing: Pricing, global_batch: int, frozen: int) -> PhaseDecision:
+    """The plan's rule for one phase (`pipeplan.plan.decide_phase`) over `pricing.horizon`."""
+    horizon = pricing.horizon
+    assert horizon is not None
+    model = CostModel(profile, pricing.cluster)
+    shape = TrainingShape(global_batch, horizon.samples, horizon.epochs)
+    choice = decide_phase(
+        model, shape, frozen, horizon.epochs, horizon.cache, Pins(), horizon.previous
+    )
+    return PhaseDecision(
+        layout=choice.layout,
+        predicted_step_s=choice.steady.step_s,
+        predicted_stages=stage_plans(choice.steady.stages),
+        pricing=pricing,
+    )
 
 
 def replan(run_dir: Path, decision: PhaseDecision, global_batch: int) -> PhaseDecision:
     """Price a recorded phase again from the run directory alone: its profile file (checked
-    against the recorded sha256) and its cluster. The solver is deterministic, so a phase the
-    run solved comes out with the same layout."""
+    against the recorded sha256), its cluster and its horizon. The decision is deterministic,
+    so a phase the run decided comes out with the same layout."""
     pricing = decision.pricing
+    if pricing.horizon is None:
+        raise BadArgumentError("this phase came from a plan file: its layout is the plan's")
     profile = load(Profile, run_dir / pricing.profile)
     if profile_identity(profile).sha256 != pricing.profile_sha256:
         raise BadArgumentError(
             f"{run_dir / pricing.profile}: sha256 differs from what the phase record names"
         )
-    layout = decision.layout
-    model = CostModel(profile, pricing.cluster)
-    best = solve_phase(model, global_batch, layout.frozen_layers, layout.cached).best
-    return PhaseDecision(
-        layout=best.layout,
-        predicted_step_s=best.step_s,
-        predicted_stages=stage_plans(best.stages),
-        pricing=pricing,
-    )
+    return _decide(profile, pricing, global_batch, decision.layout.frozen_layers)
 
 
 def check_plan(plan: Plan, profile: Profile, cfg: RunConfig) -> None:

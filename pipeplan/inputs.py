@@ -17,7 +17,7 @@ cli.py builds its options from these models at start-up.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -41,7 +41,12 @@ from pipeplan.formats.cluster import (
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
 )
-from pipeplan.freeze import schedule_from_flags
+from pipeplan.freeze import (
+    alpha_schedule,
+    autofreeze_earliest,
+    no_freezing,
+    schedule_from_flags,
+)
 
 if TYPE_CHECKING:
     from pipeplan.solver import Pins
@@ -146,6 +151,15 @@ class PlanRequest(Strict):
     alpha: Annotated[float | None, Flag(default=f"{DEFAULT_ALPHA} without --freeze-schedule")] = (
         Field(None, description="Freeze bound α in (0,1).")
     )
+    freeze: Annotated[
+        Literal["auto", "alpha", "none"] | None,
+        Flag(default="auto, or the schedule given with --freeze-schedule"),
+    ] = Field(
+        None,
+        description="As `run --freeze`: auto is previewed as a band (the α bound, and the "
+        "earliest AutoFreeze's gradient criterion can freeze; a plan takes the α bound), alpha "
+        "or none one schedule. Lists: --freeze-schedule.",
+    )
     freeze_schedule: str | None = Field(
         None, description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory."
     )
@@ -182,12 +196,7 @@ class PlanRequest(Strict):
 
         profile = load(Profile, self.profile)
         cluster = self._cluster(profile)
-        alpha = self.alpha
-        if alpha is None and self.freeze_schedule is None:
-            alpha = DEFAULT_ALPHA
-        freeze = schedule_from_flags(
-            alpha, self.freeze_schedule, self.epochs, len(profile.layers) - 2
-        )
+        freeze, later = self._freeze(len(profile.layers) - 2)
         pins = Pins(
             num_stages=self.stages,
             micro_batches=self.micro_batches,
@@ -203,7 +212,26 @@ class PlanRequest(Strict):
             freeze,
             self.cache,
             pins,
+            later,
         )
+
+    def _freeze(self, num_blocks: int) -> tuple[FreezeSchedule, FreezeSchedule | None]:
+        """The schedule to plan, and for auto the later-freezing case of the preview's band."""
+        if self.freeze_schedule is not None:
+            if self.freeze is not None:
+                raise BadArgumentError("give --freeze or --freeze-schedule, not both")
+            return schedule_from_flags(
+                self.alpha, self.freeze_schedule, self.epochs, num_blocks
+            ), None
+        if self.freeze == "none":
+            if self.alpha is not None:
+                raise BadArgumentError("--alpha has no effect with --freeze none")
+            return no_freezing(self.epochs), None
+        alpha = DEFAULT_ALPHA if self.alpha is None else self.alpha
+        best = alpha_schedule(alpha, self.epochs, num_blocks)
+        if self.freeze == "alpha":
+            return best, None
+        return best, autofreeze_earliest(alpha, self.epochs, num_blocks)
 
     def _cluster(self, profile: Profile) -> Cluster:
         if self.cluster is None:
@@ -223,7 +251,8 @@ class PlanRequest(Strict):
 
 @dataclass
 class PlanArgs:
-    """A resolved `PlanRequest`: `make_plan(args.profile, args.cluster, **args.kwargs())`."""
+    """A resolved `PlanRequest`: `make_plan(args.profile, args.cluster, **args.kwargs())`,
+    `make_preview(args.profile, args.cluster, **args.preview_kwargs())`."""
 
     profile: Profile
     cluster: Cluster
@@ -233,6 +262,7 @@ class PlanArgs:
     freeze: FreezeSchedule
     cache: bool
     pins: Pins
+    later: FreezeSchedule | None = None  # auto: the band's later case (preview only)
 
     def kwargs(self) -> dict[str, Any]:
         return dict(
@@ -243,3 +273,6 @@ class PlanArgs:
             cache=self.cache,
             pins=self.pins,
         )
+
+    def preview_kwargs(self) -> dict[str, Any]:
+        return dict(self.kwargs(), later=self.later)
