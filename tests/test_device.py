@@ -265,7 +265,30 @@ def test_the_random_state_is_restored_from_the_checkpoint(tmp_path, single_rank_
     assert torch.equal(torch.rand(4), expected)
 
 
+def test_every_torch_load_in_the_project_maps_its_tensors_to_a_device():
+    import ast
+
+    sources = [*ROOT.glob("executor/*.py"), *ROOT.glob("pipeplan/**/*.py"), ROOT / "cli.py"]
+    loads = []
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.load":
+                loads.append((path.name, node.lineno, {k.arg for k in node.keywords}))
+    assert loads  # the checkpoint reader at least
+    assert all("map_location" in keywords for _, _, keywords in loads), loads
+
+
 # ----------------------------------------------------------------------------- timing
+
+
+def test_step_timings_come_from_the_clock_only():
+    import ast
+
+    # A host clock around asynchronous CUDA work times the launches, not the work.
+    source = (ROOT / "executor" / "parallel.py").read_text()
+    calls = {ast.unparse(n.func) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)}
+    assert "clock.mark" in calls or "self.clock.mark" in calls
+    assert not {c for c in calls if c.startswith("time.")}, calls
 
 
 def test_the_clock_sums_spans_on_the_host():
