@@ -32,7 +32,8 @@ RUNS="$OUT/runs"
 GPUS=$(python -c 'import torch; print(torch.cuda.device_count())')
 NPROC=$((GPUS >= 2 ? 2 : 1)) # ranks of the NCCL runs: two GPUs when there are two
 PRECISIONS="fp32"
-if python -c 'import sys; from pipeplan.formats import RunConfig; sys.exit("precision" not in RunConfig.model_fields)'; then
+# bf16 too once both `profile` and `run` take --precision (a field of their requests).
+if python -c 'import sys; from pipeplan.formats import RunConfig; from pipeplan.inputs import ProfileRequest; sys.exit(not all("precision" in m.model_fields for m in (RunConfig, ProfileRequest)))'; then
     PRECISIONS="fp32 bf16"
 fi
 PASSED=()
