@@ -118,6 +118,12 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
         raise InputFileError(
             f"{run_dir}: a run of '{config.model}', but the profile is of '{profile.model.name}'"
         )
+    if config.precision != profile.model.precision:
+        # Times measured in one precision cannot correct a profile of the other.
+        raise InputFileError(
+            f"{run_dir}: a run in {config.precision}, but the profile was measured in "
+            f"{profile.model.precision}"
+        )
     return config, read_records(run_dir / "run.jsonl")
 
 

@@ -327,6 +327,16 @@ def test_a_bf16_run_caches_bfloat16_and_saves_and_exports_float32(runs):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_calibrate_fits_a_bf16_run_only_to_a_bf16_profile(runs, capsys, tmp_path):
+    out = ["--out", str(tmp_path / "calibrated.json")]
+    assert cli.main(["calibrate", str(runs["bf16"]), "--profile", str(FP32_PROFILE), *out]) == 2
+    assert "a run in bf16, but the profile was measured in fp32" in one_error_line(capsys)
+    assert cli.main(["calibrate", str(runs["bf16"]), "--profile", str(BF16_PROFILE), *out]) == 0
+    assert load(Profile, tmp_path / "calibrated.json").model.precision == "bf16"
+
+
+@pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_a_killed_bf16_run_resumes_in_bf16_to_the_uninterrupted_parameters(tmp_path):
     """tests/test_checkpoint.py's kill-and-resume check, in bf16: rank 1 is SIGKILLed mid-run,
