@@ -21,7 +21,15 @@ from executor.planning import shipped_profile
 from pipeplan import models, profiler
 from pipeplan.cluster import cluster_from_flags
 from pipeplan.costmodel import CostModel
-from pipeplan.formats import EpochRecord, Profile, RunConfig, StepRecord, load, read_records
+from pipeplan.formats import (
+    EpochRecord,
+    PhaseRecord,
+    Profile,
+    RunConfig,
+    StepRecord,
+    load,
+    read_records,
+)
 
 CPU = torch.device("cpu")
 FP32_PROFILE = shipped_profile("vit-digits", "cpu")
@@ -247,7 +255,8 @@ def test_bf16_losses_differ_from_fp32_but_stay_finite_and_close(phase):
 # ----------------------------------------------------------------------------- a whole run
 
 # 85 MiB per rank: vit-digits starts as a 2-stage pipeline in either precision (1×2 does not
-# fit), so stage-to-stage traffic is real; frozen layers from epoch 3 are read from the cache.
+# fit), so stage-to-stage traffic is real; 3 layers freeze at epoch 3 and 5 at epoch 4, and the
+# planner decides whether their output is read from the cache.
 RUN = [
     "run",
     "--nproc",
@@ -313,6 +322,10 @@ def test_a_bf16_run_on_digits_reaches_the_accuracy_of_the_fp32_run(runs):
 def test_a_bf16_run_caches_bfloat16_and_saves_and_exports_float32(runs):
     run_dir = runs["bf16"]
     assert load(RunConfig, run_dir / "run.json").precision == "bf16"  # a resume stays bf16
+    # The planner decides whether a phase reads the cache (pipeplan.plan.decide_phase); with
+    # the shipped bf16 profile this run's last phase does (observed: 5 frozen, 1x2 cached).
+    phases = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, PhaseRecord)]
+    assert phases[-1].layout.cached, "the last phase is not cached: pick a --freeze that caches"
     latest = run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip()
     manifest = json.loads((latest / "manifest.json").read_text())
     cache = manifest["cache"]  # rank 0's cache of the last phase's frozen prefix
