@@ -9,7 +9,7 @@ summary.json and the `model/` every run writes at its end): `vit-digits` trained
 weights on the source task, digit mod 5 (executor.demotasks). Its equivalent command:
 
     pipeplan run --model vit-digits --data executor.demotasks:source --freeze none \\
-                 --epochs 12 --lr 3e-3 --warmup-steps 20 --name demo-pretrained
+                 --epochs 8 --lr 3e-3 --warmup-steps 20 --name demo-pretrained
 
 Beside it, the profile of `model/` (`pipeplan profile RUNS/demo-pretrained/model --nproc 2
 --micro-batch-sizes 1,2,4,8,16,32,64`): fine-tuning runs name the model by that directory, and
@@ -50,7 +50,7 @@ SOURCE_RUN = RunConfig(
     model=MODEL,
     data="executor.demotasks:source",
     nproc=2,
-    epochs=12,
+    epochs=8,
     lr=3e-3,
     warmup_steps=20,
     freeze="none",

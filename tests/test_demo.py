@@ -77,4 +77,4 @@ def test_demo_pretrains_once_then_fine_tunes_statically_and_elastically(tmp_path
     (pretrained / PROFILE_FILE).unlink()
     config = json.loads((pretrained / "run.json").read_text())
     (pretrained / "run.json").write_text(json.dumps({**config, "epochs": 1}))
-    assert "made with other settings (epochs 1, not 12)" in check(pretrained)
+    assert "made with other settings (epochs 1, not 8)" in check(pretrained)
