@@ -415,7 +415,8 @@ class StepFit:
         """The partial calibration with x; p2p False keeps each phase's cluster link."""
         # The bandwidth stays as profiled: stage-to-stage messages are too small to separate it.
         bandwidth = self.observations[0].cluster.intra_node.bandwidth_bytes_per_s
-        link = FittedLink(latency_s=float(x[P2P]), bandwidth_bytes_per_s=bandwidth)
+        # The bounded step may land a rounding error below 0 (x + (0 − x)): that is 0.
+        link = FittedLink(latency_s=max(0.0, float(x[P2P])), bandwidth_bytes_per_s=bandwidth)
         update = {
             "step_overhead_s": float(x[SMALLEST] - x[PER_SAMPLE] * self.smallest_batch),
             "micro_batch_overhead_s": float(x[MICRO_BATCH]),
