@@ -6,11 +6,11 @@
 1. A pretrained checkpoint, `RUNS/demo-pretrained/model/` (a transformers directory, the
    pretraining run's own `model/` export), with the profile of that model beside it. Nothing
    may be downloaded, so it is made here: `vit-digits` trained from random weights on the
-   source task (executor.demotasks: digit mod 5), then profiled on this host. A later demo
+   source task (the ten digit classes), then profiled on this host. A later demo
    reuses it when it checks out (executor.demo_checkpoint) and rebuilds it otherwise, saying
    why in one line.
 2. The preview before running: the checkpoint's profile, the α schedule.
-3. Fine-tuning on the target task, the ten digit classes (a fresh 10-way head), through the
+3. Fine-tuning on the target task, digit mod 5 (executor.demotasks; a fresh 5-way head), through the
    real `pipeplan run` path: statically (nothing frozen; the best static plan, a 2-stage
    pipeline at this per-rank memory) and elastically (`--freeze auto`).
 4. Calibration on both runs, and the speedup previewed for the freeze schedule the elastic run
@@ -45,7 +45,7 @@ from pipeplan.plan import make_preview
 
 __all__ = ["DemoResult", "pretrained_checkpoint", "run_demo"]
 
-TARGET_DATA, NPROC, EPOCHS, GLOBAL_BATCH = "digits", 2, 10, 64
+TARGET_DATA, NPROC, EPOCHS, GLOBAL_BATCH = "executor.demotasks:target", 2, 10, 64
 # Per rank: the whole model does not fit one rank, so the best static plan is a 2-stage
 # pipeline; once half of the blocks are frozen (and cached) one rank holds the rest, and the
 # elastic run becomes 1×2 data parallel.
@@ -132,7 +132,7 @@ def run_demo(runs_dir: str, say: Callable[[str], None], epochs: int = EPOCHS) ->
     elastic_cfg = static_cfg.model_copy(update={"name": "elastic", "freeze": "auto"})
     previewed = _speedup(profile, elastic_cfg, alpha_schedule(ALPHA, epochs, blocks), samples)
     say(
-        f"2/5 preview: fine-tuning on {TARGET_DATA} (10 classes), {NPROC} ranks × "
+        f"2/5 preview: fine-tuning on the target task (digit mod 5), {NPROC} ranks × "
         f"{DEVICE_MEMORY_BYTES >> 20} MiB, {epochs} epochs, α = {ALPHA}: predicted speedup of "
         f"freezing + elastic re-partition + cache over the best static plan: {previewed:.2f}× "
         "(if AutoFreeze freezes as fast as the α bound allows)"

@@ -6,9 +6,10 @@
 
 `RUNS/demo-pretrained/` is an ordinary run directory of `pipeplan run` (run.json, records,
 summary.json and the `model/` every run writes at its end): `vit-digits` trained from random
-weights on the source task, digit mod 5 (executor.demotasks). Its equivalent command:
+weights on the source task, the ten digit classes (the target, executor.demotasks, is digit
+mod 5). Its equivalent command:
 
-    pipeplan run --model vit-digits --data executor.demotasks:source --freeze none \\
+    pipeplan run --model vit-digits --data digits --freeze none \\
                  --epochs 8 --lr 3e-3 --warmup-steps 20 --name demo-pretrained
 
 Beside it, the profile of `model/` (`pipeplan profile RUNS/demo-pretrained/model --nproc 2
@@ -31,7 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from executor.demotasks import SOURCE_CLASSES
 from executor.launch import prepare, run_local
 from pipeplan import models
 from pipeplan.errors import PipeplanError
@@ -41,14 +41,14 @@ from pipeplan.inputs import ProfileRequest
 PRETRAINED = "demo-pretrained"  # under --runs-dir
 PROFILE_FILE = "model-profile.json"
 MODEL = "vit-digits"
+SOURCE_CLASSES = 10  # the digits
 # The global batch the fine-tuning runs split into micro-batches of up to 64 samples.
 MICRO_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
-# Long enough that the early blocks have learnt the digits' strokes (about 85 % on the
-# source's held-out images), short enough for the demo's time budget.
+# Long enough that the blocks tell the digits apart, short enough for the demo's time budget.
 SOURCE_RUN = RunConfig(
     name=PRETRAINED,
     model=MODEL,
-    data="executor.demotasks:source",
+    data="digits",
     nproc=2,
     epochs=8,
     lr=3e-3,
@@ -77,15 +77,15 @@ def pretrained_checkpoint(
         if problem is None:
             found = _found(run_dir, reused=True)
             say(
-                f"{prefix}pretrained checkpoint: reusing {found.model_dir} (source task digit "
-                f"mod 5, held-out accuracy {_percent(found.source_accuracy)}; delete the "
+                f"{prefix}pretrained checkpoint: reusing {found.model_dir} (source task: the ten "
+                f"digits, held-out accuracy {_percent(found.source_accuracy)}; delete the "
                 "folder to pretrain again)"
             )
             return found
         say(f"{prefix}pretrained checkpoint {run_dir}: {problem}; rebuilding it")
         shutil.rmtree(run_dir)
     say(
-        f"{prefix}pretrained checkpoint: pretraining {MODEL} on the source task (digit mod 5, "
+        f"{prefix}pretrained checkpoint: pretraining {MODEL} on the source task (the ten digits, "
         f"{SOURCE_RUN.epochs} epochs) into {run_dir}, then profiling it…"
     )
     start = time.perf_counter()
