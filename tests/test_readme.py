@@ -36,7 +36,7 @@ def command(name: str, containing: str = "") -> list[str]:
 
 def test_the_first_command_is_the_demo_test_demo_runs():
     """The README opens with installing and `pipeplan demo`; tests/test_demo.py runs the
-    README's `pipeplan demo` commands (with its runs shortened)."""
+    README's `pipeplan demo` commands (in a scratch --runs-dir)."""
     first = re.search(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
     assert first and first.group(1).strip().endswith("&& pipeplan demo")
     assert command("demo") == ["demo"]  # its [--runs-dir …] [--epochs …] are optional
