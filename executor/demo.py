@@ -6,12 +6,12 @@
 1. A pretrained checkpoint, `RUNS/demo-pretrained/model/` (a transformers directory, the
    pretraining run's own `model/` export), with the profile of that model beside it. Nothing
    may be downloaded, so it is made here: `vit-digits` trained from random weights on the
-   source task (the ten digit classes), then profiled on this host. A later demo
-   reuses it when it checks out (executor.demo_checkpoint) and rebuilds it otherwise, saying
-   why in one line.
+   source task (the ten digit classes), then profiled on this host. A later demo reuses it
+   when it checks out (executor.demo_checkpoint) and rebuilds it otherwise, saying why in
+   one line.
 2. The preview before running: the checkpoint's profile, the α schedule.
-3. Fine-tuning on the target task, digit mod 5 (executor.demotasks; a fresh 5-way head), through the
-   real `pipeplan run` path: statically (nothing frozen; the best static plan, a 2-stage
+3. Fine-tuning on the target task, digit mod 5 (executor.demotasks; a fresh 5-way head),
+   through the real `pipeplan run` path: statically (nothing frozen; the best static plan, a 2-stage
    pipeline at this per-rank memory) and elastically (`--freeze auto`).
 4. Calibration on both runs, and the speedup previewed for the freeze schedule the elastic run
    actually followed (its epoch records), from the raw and the calibrated profile, beside the
