@@ -318,3 +318,272 @@ def test_the_largest_allowed_inputs_finish_within_memory_and_time(tmp_path, extr
     assert done.returncode in (0, 2), done.stderr[-2000:]
     if done.returncode == 2:
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- resume
+
+FINISHED = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "2"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A real run (1 rank, 1 epoch of 2 steps), finished with its final checkpoint: what
+    `--resume` reads. Each test resumes a copy."""
+    root = tmp_path_factory.mktemp("finished")
+    assert cli.main(["run", *FINISHED, "--name", "r", "--runs-dir", str(root)]) == 0
+    return root / "r"
+
+
+def copy_run(run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    target = tmp_path / "runs" / run.name
+    shutil.copytree(run, target)
+    return target
+
+
+def edit_run_json(run: Path, **changes) -> None:
+    doc = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**doc, **changes}))
+
+
+def cores() -> int:
+    from pipeplan.spawn import cpu_cores
+
+    return cpu_cores()
+
+
+# (a field of run.json, its hostile value, the flag a fresh run gives it with, the fragment
+# both refusals share: the limit, or the check a fresh run fails)
+REVALIDATED = {
+    "global batch beyond the data": ("global_batch", 1_000_000, "larger than the"),
+    "global batch beyond the limit": ("global_batch", 10**7, "less than or equal to 1048576"),
+    "epochs beyond the limit": ("epochs", 10**7, "less than or equal to 10000"),
+    "a negative seed": ("seed", -1, "greater than or equal to 0"),
+    "a seed beyond 32 bits": ("seed", 2**40, "less than or equal to 4294967295"),
+    "more ranks than cores": ("nproc", None, "is beyond the limit of"),
+    "warm-up steps beyond the limit": ("warmup_steps", 2**50, "less than or equal to"),
+}
+
+
+def _hostile(field: str, value):
+    return cores() + 1 if field == "nproc" else value
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", REVALIDATED, ids=str)
+def test_resume_revalidates_a_hand_edited_run_json_as_a_fresh_run(
+    finished_run, tmp_path, capsys, case
+):
+    """The same value is refused by a fresh run's flag and inside a saved run.json on
+    --resume (it used to spin both ranks forever), with the same limit in the message."""
+    field, value, fragment = REVALIDATED[case]
+    value = _hostile(field, value)
+    run = copy_run(finished_run, tmp_path)
+    edit_run_json(run, **{field: value})
+    refused(["run", "--resume", str(run)], tmp_path, capsys, fragment)
+    flag = "--" + field.replace("_", "-")
+    fresh = ["run", flag, str(value), "--name", "fresh", "--runs-dir", str(tmp_path / "runs")]
+    refused(fresh, tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        ({"name": "../../x"}, "name"),
+        ({"freeze": "list", "freeze_list": [5, 3]}, "--freeze: freeze schedule epoch 1"),
+        ({"cache_budget_bytes": 2**70}, "cache_budget_bytes"),
+        ({"global_batch": "64"}, "global_batch"),
+    ],
+    ids=["name out of the runs dir", "shrinking freeze list", "cache 2**70 B", "batch as text"],
+)
+def test_resume_refuses_other_hand_edits(finished_run, tmp_path, capsys, edit, fragment):
+    run = copy_run(finished_run, tmp_path)
+    edit_run_json(run, **edit)
+    refused(["run", "--resume", str(run)], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--global-batch", "32"], "cannot change --global-batch"),
+        (["--seed", "3"], "cannot change --seed"),
+        (["--freeze", "0,2"], "cannot change --freeze"),
+        (["--model", "bert-synth"], "cannot change --model"),
+        (["--lr", "0.1"], "cannot change --lr"),
+        (["--name", "other"], "cannot change --name"),
+        (["--cache-budget", "1MiB"], "cannot change --cache-budget"),
+        (["--epochs", "0"], "--epochs"),
+        (["--epochs", "100000"], "less than or equal to 10000"),
+        (["--collective-timeout", "1e400"], "--collective-timeout"),
+        (["--nproc", "CORES+1"], "is beyond the limit of"),
+        (["--prepare-only"], "--prepare-only"),
+    ],
+    ids=str,
+)
+def test_resume_refuses_flags_it_cannot_apply(finished_run, tmp_path, capsys, flags, fragment):
+    """A flag --resume cannot apply is refused, naming it; it used to be ignored."""
+    run = copy_run(finished_run, tmp_path)
+    flags = [str(cores() + 1) if f == "CORES+1" else f for f in flags]
+    refused(["run", "--resume", str(run), *flags], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_resume_applies_more_epochs_and_another_collective_timeout(finished_run, tmp_path):
+    """--epochs and --collective-timeout are applied and saved; a flag given with the saved
+    value (--seed 0) is no change. Training continues from the final checkpoint of epoch 0."""
+    from pipeplan.formats import EpochRecord, RunConfig, StepRecord, load, read_records
+
+    run = copy_run(finished_run, tmp_path)
+    argv = ["run", "--resume", str(run), "--epochs", "2", "--collective-timeout", "120"]
+    assert cli.main([*argv, "--seed", "0"]) == 0
+    cfg = load(RunConfig, run / "run.json")
+    assert (cfg.epochs, cfg.collective_timeout_s) == (2, 120.0)
+    records = read_records(run / "run.jsonl")
+    assert [r.epoch for r in records if isinstance(r, EpochRecord)] == [0, 1]
+    assert [r.step for r in records if isinstance(r, StepRecord)] == [0, 1, 2, 3]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_resume_of_a_run_another_process_holds_is_refused(finished_run, tmp_path, capsys):
+    import subprocess
+    import sys
+
+    run = copy_run(finished_run, tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", CLAIM, str(run)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        refused(["run", "--resume", str(run)], tmp_path, capsys, "in use by another")
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("what", ["empty", "directory", "list"])
+def test_a_broken_run_json_on_resume(finished_run, tmp_path, capsys, what):
+    run = copy_run(finished_run, tmp_path)
+    (run / "run.json").unlink()
+    if what == "directory":
+        (run / "run.json").mkdir()
+    else:
+        (run / "run.json").write_text("" if what == "empty" else "[]")
+    refused(["run", "--resume", str(run)], tmp_path, capsys, "run.json")
+
+
+# ----------------------------------------------------------------------------- ranks this host has
+
+
+def test_more_local_ranks_than_cores_are_refused(tmp_path, capsys):
+    n = cores() + 1
+    argv = ["run", "--nproc", str(n), "--epochs", "1", "--max-steps-per-epoch", "1"]
+    refused([*argv, "--runs-dir", str(tmp_path)], tmp_path, capsys, f"limit of {cores()}")
+
+
+def test_profile_links_on_more_ranks_than_cores_are_refused(tmp_path, capsys):
+    argv = ["profile", "vit-digits", "--out", str(tmp_path / "p.json"), "--nproc"]
+    refused([*argv, str(cores() + 1)], tmp_path, capsys, f"limit of {cores()}")
+
+
+def test_cuda_ranks_are_capped_by_the_gpus(tmp_path, capsys):
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else None
+    fragment = f"limit of {gpus}" if gpus else "no CUDA device"
+    argv = ["run", "--device", "cuda", "--nproc", str((gpus or 1) + 1), "--epochs", "1"]
+    refused([*argv, "--runs-dir", str(tmp_path)], tmp_path, capsys, fragment)
+
+
+def test_torchrun_world_size_is_not_capped_by_this_host(tmp_path, capsys):
+    """--prepare-only prepares for torchrun, whose world spans nodes: this host's cores do
+    not limit it."""
+    from pipeplan.formats import RunConfig, load
+
+    n = cores() + 2
+    argv = ["run", "--nproc", str(n), "--name", "t", "--runs-dir", str(tmp_path), "--prepare-only"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert load(RunConfig, tmp_path / "t" / "run.json").nproc == n
+
+
+# ----------------------------------------------------------------------------- names, freeze lists
+
+
+@pytest.mark.parametrize(
+    "name", ["", " ", ".", "\t", "a\nb", "ünïcode", "名前", "x" * 129, "-rf", "a b"], ids=repr
+)
+def test_names_that_are_not_plain_folder_names(tmp_path, capsys, name):
+    """Refused at once (the field's check), never a timestamp or a path."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    argv = ["run", "--name", name, "--runs-dir", str(runs), "--prepare-only"]
+    refused(argv, tmp_path, capsys, "--name")
+
+
+def test_a_run_directory_that_is_a_symlink_is_refused(tmp_path, capsys):
+    """runs/x → elsewhere would put the run's files outside --runs-dir."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "x").symlink_to(tmp_path / "elsewhere")
+    argv = ["run", "--name", "x", "--runs-dir", str(tmp_path / "runs"), "--prepare-only"]
+    refused(argv, tmp_path, capsys, "symbolic link")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+@pytest.mark.parametrize("freeze", ["5,3", "0,99", "0,4,2"])
+def test_run_freeze_is_validated_as_plan_freeze_schedule(tmp_path, capsys, freeze):
+    """The same function checks both: the run's message is the plan's, naming --freeze."""
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    shape = ["--global-batch", "64", "--samples", "1400", "--epochs", "3"]
+    plan = ["plan", "--profile", profile, *shape, "--freeze-schedule", freeze]
+    assert cli.main([*plan, "--out", str(tmp_path / "p.json")]) == 2
+    planned = capsys.readouterr().err.strip().removeprefix("pipeplan: error: ")
+    assert planned.startswith("freeze schedule epoch"), planned
+    argv = ["run", "--freeze", freeze, "--epochs", "3", "--runs-dir", str(tmp_path)]
+    refused([*argv, "--prepare-only"], tmp_path, capsys, f"--freeze: {planned}")
+
+
+# ----------------------------------------------------------------------------- profiling
+
+PROFILE_UNDER_A_CAP = """
+import resource, sys, cli
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_micro_batch_too_large_to_allocate_is_recorded_as_infeasible(tmp_path):
+    """A real allocation failure: under a 3 GiB address-space cap, bert-tiny's micro-batch of
+    a million sequences (64 GB of activations) cannot be allocated; the profile completes,
+    that size infeasible at every layer, micro-batch 1 measured."""
+    import subprocess
+    import sys
+
+    from pipeplan.formats import Profile, load
+
+    out = tmp_path / "p.json"
+    argv = ["profile", "bert-tiny", "--out", str(out), "--micro-batch-sizes", "1,1000000"]
+    argv += ["--warmup", "0", "--repeats", "1"]
+    done = subprocess.run(
+        [sys.executable, "-c", PROFILE_UNDER_A_CAP, *argv],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    profile = load(Profile, out)
+    for layer in profile.layers:
+        small, huge = layer.timings
+        assert small.micro_batch == 1 and small.feasible and small.fwd_s > 0
+        assert huge.micro_batch == 1_000_000 and not huge.feasible
+        assert huge.error.startswith("out of memory"), huge.error
+    shown = " ".join(done.stdout.split())  # the table's caption wraps
+    assert "times at micro-batch 1," in shown and "infeasible (out of memory): 1000000" in shown
