@@ -53,6 +53,7 @@ from pipeplan.errors import BadArgumentError, Interrupted, OutputError, Pipeplan
 from pipeplan.fileio import claim_directory, write_atomic
 from pipeplan.formats import (
     PhaseSummary,
+    Profile,
     RunConfig,
     RunSummary,
     StepRecord,
@@ -435,13 +436,18 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     """`pipeplan run --resume RUN_DIR [--nproc N] [--epochs E] [--collective-timeout S]`:
     continue from the latest checkpoint, re-checked as a fresh run would be (a hand-edited
     run.json included) and re-planned for the world size."""
-    from executor.checkpoint import latest
+    from executor.checkpoint import latest, load_latest
 
     path = Path(run_dir)
     saved = load(RunConfig, path / "run.json")
     cfg = resumed_config(saved, given or {})
     latest(path)  # fail before any process starts (and before claiming) if nothing to resume
     check_run(cfg)
+    # What every rank reads on resume, read here first: a missing or corrupt file is one line
+    # before any rank starts, not a rank failure that suggests the same --resume again.
+    load(Profile, path / RUN_PROFILE)
+    read_records(path / "run.jsonl")
+    load_latest(path)  # checksums and finite weights (an older checkpoint, with a notice)
     claim_directory(path)
     if cfg != saved:
         write_atomic(path / "run.json", dumps(cfg))
