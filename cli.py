@@ -123,7 +123,7 @@ def profile(given: dict[str, Any]) -> None:
     too_big = [str(m) for m in sizes if m not in fits]
     table.caption = (
         (f"times at micro-batch {shown}" if fits else "no micro-batch size fit in memory")
-        + f", {result.device.name}, {result.device.threads} thread(s)"
+        + f", {result.device.name}, {result.device.threads} thread(s), {result.model.precision}"
         + (f"; infeasible (out of memory): {', '.join(too_big)}" if too_big else "")
     )
     Console().print(table)
@@ -179,7 +179,7 @@ def preview(
     from pipeplan.plan import make_preview, phase_timelines
 
     args = build(PlanRequest, given).resolve()
-    result = make_preview(args.profile, args.cluster, **args.kwargs())
+    result = make_preview(args.profile, args.cluster, **args.preview_kwargs())
     if plot:
         from pipeplan.plots import write_preview_plots
 
@@ -189,13 +189,15 @@ def preview(
         print(dumps(result), end="")
         return
     out = Console()
+    first = result.cases[0]
     table = Table(
         "epoch",
         "frozen",
         "layout",
         "epoch s",
         "samples/s",
-        title=f"{result.model} on {result.devices} devices",
+        title=f"{result.model} on {result.devices} devices"
+        + (", best case" if first.case == "best" else ""),
     )
     for row in result.epochs:
         table.add_row(
@@ -215,10 +217,37 @@ def preview(
     for row in result.ablation:
         ablation.add_row(row.name, f"{row.total_s:.1f}", f"{row.speedup:.2f}×")
     out.print(ablation)
-    out.print(
-        f"predicted total {result.total_s:.1f} s, speedup "
-        f"[bold]{result.predicted_speedup:.2f}×[/] over the baseline"
+    for line in preview_freeze_lines(result):
+        out.print(line)
+
+
+def preview_freeze_lines(result: Any) -> list[str]:
+    """The schedule the preview assumes and its speedup: one line for one schedule; for
+    `--freeze auto` the band, one line per case and the range."""
+    from pipeplan.freeze import compact
+
+    if len(result.cases) == 1:
+        case = result.cases[0]
+        return [
+            f"freeze schedule: {case.assumes}; frozen layers per epoch: "
+            f"{compact(case.freeze.frozen_layers)}",
+            f"predicted total {case.total_s:.1f} s, speedup [bold]{case.predicted_speedup:.2f}×[/] "
+            "over the baseline",
+        ]
+    lines = ["--freeze auto, frozen layers per epoch:"]
+    for case in result.cases:
+        lines.append(
+            f"  {case.case} case: {compact(case.freeze.frozen_layers)}: {case.total_s:.1f} s, "
+            f"{case.predicted_speedup:.2f}× ({case.assumes})"
+        )
+    low = min(c.predicted_speedup for c in result.cases)
+    high = max(c.predicted_speedup for c in result.cases)
+    lines.append(
+        f"predicted speedup [bold]{low:.2f}×–{high:.2f}×[/] over the baseline; a run may "
+        "freeze later than the later case (1.00× if it never freezes): `pipeplan run` "
+        "prints its forecast each epoch"
     )
+    return lines
 
 
 # --------------------------------------------------------------------------- demo
@@ -462,6 +491,7 @@ def report(
                 ms(s.measured_input_s),
             )
         out.print(stages)
+    out.print(epoch_table(result))
     acc = result.final_eval_accuracy
     out.print(
         f"{result.steps} steps, {result.epochs_completed}/{result.epochs_planned} epochs, "
@@ -479,6 +509,45 @@ def report(
         )
         if b.steps != result.steps:
             console.print(f"note: the baseline ran {b.steps} steps, this run {result.steps}")
+
+
+def epoch_table(result: Any) -> Table:
+    """`pipeplan report`'s per-epoch rows, with the speedup forecast made at each epoch's end."""
+    from pipeplan.freeze import CONTINUATION_WORDS
+
+    def number(value: float | None, form: str) -> str:
+        return "-" if value is None else format(value, form)
+
+    table = Table(
+        "epoch",
+        "frozen",
+        "layout",
+        "samples/s",
+        "held-out loss",
+        "accuracy",
+        "forecast speedup",
+        title="epochs",
+    )
+    assumed = []
+    for e in result.epochs:
+        cases = e.forecast.cases if e.forecast else []
+        for c in cases:
+            if CONTINUATION_WORDS[c.continuation] not in assumed:
+                assumed.append(CONTINUATION_WORDS[c.continuation])
+        table.add_row(
+            str(e.epoch),
+            str(e.layout.frozen_layers),
+            e.layout.label(),
+            f"{e.samples_per_s:,.0f}",
+            number(e.eval_loss, ".4f"),
+            number(e.eval_accuracy, ".1%"),
+            " / ".join(f"{c.speedup:.2f}×" for c in cases) or "-",
+        )
+    if assumed:
+        table.caption = "forecast: the frozen layers of the epochs so far, then " + " / ".join(
+            assumed
+        )
+    return table
 
 
 def _hoist_debug(args: list[str]) -> list[str]:

@@ -2,18 +2,21 @@
 
 Rank 0 asks the `RunPlanner` whenever the freeze point moves. A plan file fixes the layout for
 the freeze points it covers; a freeze point it does not cover (AutoFreeze decided differently)
-is solved afresh with the same profile and cluster. Without a plan the cluster is this run's
+is decided afresh with the same profile and cluster, by the plan's own rule
+(`pipeplan.plan.decide_phase`: cached or not, and a move only when it pays for itself over
+the epochs left). Without a plan the cluster is this run's
 ranks on one node (`pipeplan.cluster.run_cluster`), with the per-rank memory limit
 `--device-memory` (so a CPU run can be made to need a pipeline the way a large model does on
 real GPUs).
 
 Every decision carries its `Pricing`: the profile file in the run directory (`profile.json`
-as the run started, `calibration-N.json` once the run has recalibrated itself), its sha256, and
-the cluster, so any phase can be re-planned from the run directory alone
-(docs/architecture.md §6).
+as the run started, `calibration-N.json` once the run has recalibrated itself), its sha256, the
+cluster and the `Horizon` it weighed, so any phase can be re-planned from the run directory
+alone (docs/architecture.md §6).
 
     planner = RunPlanner.for_run(run_dir, cfg)   # on rank 0 of a run
-    decision = planner(frozen_layers=3, cached=True)
+    horizon = Horizon(samples=6400, epochs=3, previous=decision.layout, cache=True)
+    decision = planner(frozen_layers=3, horizon=horizon)
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pipeplan.errors import BadArgumentError
 from pipeplan.fileio import write_atomic
 from pipeplan.formats import (
     Cluster,
+    Horizon,
     PhaseDecision,
     Plan,
     Pricing,
@@ -37,8 +41,8 @@ from pipeplan.formats import (
     dumps,
     load,
 )
-from pipeplan.plan import profile_identity, stage_plans
-from pipeplan.solver import solve_phase
+from pipeplan.plan import TrainingShape, decide_phase, profile_identity, stage_plans
+from pipeplan.solver import Pins
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -53,20 +57,27 @@ def profiles_dir() -> Path:
     return Path(resources.files("profiles"))
 
 
-def shipped_profile(model: str, device: str) -> Path | None:
+def shipped_profile(model: str, device: str, precision: str = "fp32") -> Path | None:
     """`shipped_profile("vit-digits", "cpu")` → the profile measured with one thread per rank,
-    or None when none ships for that model and device."""
-    path = profiles_dir() / f"{model}@{device}-1t.json"
+    or None when none ships for that model, device and precision (`MODEL@cpu-1t.json` is
+    fp32; a bf16 one would be `MODEL@cpu-1t-bf16.json`)."""
+    suffix = "" if precision == "fp32" else f"-{precision}"
+    path = profiles_dir() / f"{model}@{device}-1t{suffix}.json"
     return path if path.exists() else None
 
 
 def config_profile(cfg: RunConfig) -> Profile:
     """The profile a run configuration names (`--profile`, else the shipped one)."""
-    path = Path(cfg.profile) if cfg.profile else shipped_profile(cfg.model, cfg.device)
+    path = (
+        Path(cfg.profile) if cfg.profile else shipped_profile(cfg.model, cfg.device, cfg.precision)
+    )
     if path is None:
+        precision = "" if cfg.precision == "fp32" else f" in {cfg.precision}"
+        flag = "" if cfg.precision == "fp32" else f" --precision {cfg.precision}"
         raise BadArgumentError(
-            f"no shipped profile for {cfg.model} on {cfg.device}; run `pipeplan profile "
-            f"{cfg.model} --out P.json --nproc {max(2, cfg.nproc)}` and pass --profile P.json"
+            f"no shipped profile for {cfg.model} on {cfg.device}{precision}; run `pipeplan "
+            f"profile {cfg.model}{flag} --out P.json --nproc {max(2, cfg.nproc)}` and pass "
+            "--profile P.json"
         )
     profile = load(Profile, path)
     if profile.model.name != cfg.model:
@@ -81,23 +92,28 @@ def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> 
     text, another task) would be planned with times that do not hold for it."""
     measured = profile.model
     have = _input_words(
-        measured.input_shape, measured.input_dtype, measured.task, measured.padding_mask
+        measured.input_shape,
+        measured.input_dtype,
+        measured.precision,
+        measured.task,
+        measured.padding_mask,
     )
     dtype = str(seq.input_dtype).removeprefix("torch.")
-    want = _input_words(list(seq.input_shape), dtype, seq.task, seq.padding_mask)
+    want = _input_words(list(seq.input_shape), dtype, cfg.precision, seq.task, seq.padding_mask)
     if have == want:
         return
     flags = f" --seq-len {seq.input_shape[0]}" if dtype == "int64" else ""
     flags += f" --task {seq.task}" + (" --padding-mask" if seq.padding_mask else "")
+    flags += f" --precision {cfg.precision}" if cfg.precision != "fp32" else ""
     raise BadArgumentError(
         f"the profile was measured for {have}, but this run feeds {want}; profile that: "
         f"pipeplan profile {cfg.model}{flags} --out P.json, and pass --profile P.json"
     )
 
 
-def _input_words(shape: list[int], dtype: str, task: str, padded: bool) -> str:
-    """`input (32,) int64 float32 causal-lm, padded`: what a profile's times hold for."""
-    text = f"input {tuple(shape)} {dtype}, float32 weights, {task}"
+def _input_words(shape: list[int], dtype: str, precision: str, task: str, padded: bool) -> str:
+    """`input (32,) int64, fp32 precision, causal-lm, padded`: what a profile's times hold for."""
+    text = f"input {tuple(shape)} {dtype}, {precision} precision, {task}"
     return text + (", padded" if padded else "")
 
 
@@ -136,7 +152,8 @@ class RunPlanner:
         the model `seq` takes, or if not even the first phase can be planned."""
         if seq is not None:
             check_profile_fits(self.profile, seq, self.config)
-        self(0, False)
+        cfg = self.config
+        self(0, Horizon(samples=cfg.global_batch, epochs=cfg.epochs, previous=None, cache=False))
 
     def adopt(self, profile: Profile, run_dir: Path, number: int) -> None:
         """Plan from now on with `profile`, fitted during the run: written to the run
@@ -145,7 +162,7 @@ class RunPlanner:
         write_atomic(run_dir / name, dumps(profile))
         self.profile, self.profile_file, self.online = profile, name, True
 
-    def pricing(self, source: str) -> Pricing:
+    def pricing(self, source: str, horizon: Horizon | None = None) -> Pricing:
         calibration = "online" if self.online else "profile" if self.profile.calibration else "none"
         return Pricing(
             source=source,
@@ -153,9 +170,10 @@ class RunPlanner:
             profile_sha256=profile_identity(self.profile).sha256,
             calibration=calibration,
             cluster=self.cluster,
+            horizon=horizon,
         )
 
-    def __call__(self, frozen_layers: int, cached: bool) -> PhaseDecision:
+    def __call__(self, frozen_layers: int, horizon: Horizon) -> PhaseDecision:
         if self.plan is not None:
             for phase in self.plan.phases:
                 # The plan decides whether its phase reads the cache.
@@ -166,35 +184,40 @@ class RunPlanner:
                         predicted_stages=phase.stages,
                         pricing=self.pricing("plan"),
                     )
-        model = CostModel(self.profile, self.cluster)
-        best = solve_phase(model, self.config.global_batch, frozen_layers, cached).best
-        return PhaseDecision(
-            layout=best.layout,
-            predicted_step_s=best.step_s,
-            predicted_stages=stage_plans(best.stages),
-            pricing=self.pricing("solver"),
-        )
+        pricing = self.pricing("solver", horizon)
+        return _decide(self.profile, pricing, self.config.global_batch, frozen_layers)
+
+
+def _decide(profile: Profile, pricing: Pricing, global_batch: int, frozen: int) -> PhaseDecision:
+    """The plan's rule for one phase (`pipeplan.plan.decide_phase`) over `pricing.horizon`."""
+    horizon = pricing.horizon
+    assert horizon is not None
+    model = CostModel(profile, pricing.cluster)
+    shape = TrainingShape(global_batch, horizon.samples, horizon.epochs)
+    choice = decide_phase(
+        model, shape, frozen, horizon.epochs, horizon.cache, Pins(), horizon.previous
+    )
+    return PhaseDecision(
+        layout=choice.layout,
+        predicted_step_s=choice.steady.step_s,
+        predicted_stages=stage_plans(choice.steady.stages),
+        pricing=pricing,
+    )
 
 
 def replan(run_dir: Path, decision: PhaseDecision, global_batch: int) -> PhaseDecision:
     """Price a recorded phase again from the run directory alone: its profile file (checked
-    against the recorded sha256) and its cluster. The solver is deterministic, so a phase the
-    run solved comes out with the same layout."""
+    against the recorded sha256), its cluster and its horizon. The decision is deterministic,
+    so a phase the run decided comes out with the same layout."""
     pricing = decision.pricing
+    if pricing.horizon is None:
+        raise BadArgumentError("this phase came from a plan file: its layout is the plan's")
     profile = load(Profile, run_dir / pricing.profile)
     if profile_identity(profile).sha256 != pricing.profile_sha256:
         raise BadArgumentError(
             f"{run_dir / pricing.profile}: sha256 differs from what the phase record names"
         )
-    layout = decision.layout
-    model = CostModel(profile, pricing.cluster)
-    best = solve_phase(model, global_batch, layout.frozen_layers, layout.cached).best
-    return PhaseDecision(
-        layout=best.layout,
-        predicted_step_s=best.step_s,
-        predicted_stages=stage_plans(best.stages),
-        pricing=pricing,
-    )
+    return _decide(profile, pricing, global_batch, decision.layout.frozen_layers)
 
 
 def check_plan(plan: Plan, profile: Profile, cfg: RunConfig) -> None:

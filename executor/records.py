@@ -132,6 +132,12 @@ class Recorder:
             self.on_step(record)
         self._remember(record)
 
+    @property
+    def epochs(self) -> list[EpochRecord]:
+        """The epoch records written so far, kept ones after a resume's truncation included
+        (rank 0; empty elsewhere)."""
+        return list(self._epochs)
+
     def _remember(self, record: Record) -> None:
         if isinstance(record, PhaseRecord):
             self._layouts[record.phase] = record.layout.label()

@@ -30,7 +30,7 @@ from torch.utils.data import DistributedSampler
 
 from executor.cache import ActivationCache, cache_allowed
 from executor.migrate import install_states, migrate, optimizer_states
-from executor.parallel import PhaseRuntime, StepTimes
+from executor.parallel import PhaseRuntime, StepTimes, frozen_forward
 from executor.planning import RunPlanner
 from executor.records import Recorder, step_record, step_row
 from executor.task import build_task, save_model
@@ -39,6 +39,8 @@ from pipeplan.errors import PipeplanError
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
+    Forecast,
+    Horizon,
     Layout,
     PhaseDecision,
     PhaseRecord,
@@ -46,6 +48,7 @@ from pipeplan.formats import (
     RunConfig,
     StepRecord,
 )
+from pipeplan.plan import make_forecast
 
 log = logging.getLogger("pipeplan.run")
 # How long the ranks wait for one-sided work: rank 0 writing a checkpoint or re-planning,
@@ -186,7 +189,7 @@ class Trainer:
     def begin(self) -> tuple[int, int]:
         """A fresh run enters its first phase; returns where to start: (epoch, step in epoch)."""
         self.frozen_layers = self.autofreeze.first
-        self.enter_phase(self.decide_phase(self.frozen_layers), epoch=0)
+        self.enter_phase(self.decide_phase(self.frozen_layers, 0), epoch=0)
         return 0, 0
 
     def resume(self) -> tuple[int, int]:
@@ -202,7 +205,7 @@ class Trainer:
         self.step_index = manifest.step
         self.autofreeze.history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
         self.recorder.truncate(manifest)
-        self.enter_phase(self.decide_phase(self.frozen_layers), manifest.epoch)
+        self.enter_phase(self.decide_phase(self.frozen_layers, manifest.epoch), manifest.epoch)
         self.restore_runtime(manifest, states)
         if manifest.world_size == self.world:  # same ranks: the same random streams
             torch.set_rng_state(rng[str(self.rank)])
@@ -223,11 +226,18 @@ class Trainer:
 
     # ----------------------------------------------------------------- phases
 
-    def decide_phase(self, frozen_layers: int) -> PhaseDecision:
-        """Rank 0 plans; everyone receives the same decision."""
+    def decide_phase(self, frozen_layers: int, epoch: int) -> PhaseDecision:
+        """Rank 0 plans the phase starting in `epoch` (by the plan's rule: over the epochs
+        left, from the current placement); everyone receives the same decision."""
         box: list[PhaseDecision | None] = [None]
         if self.rank == 0:
-            box[0] = self.planner(frozen_layers, self.use_cache and frozen_layers > 0)
+            horizon = Horizon(
+                samples=self.steps_per_epoch * self.cfg.global_batch,
+                epochs=max(1, self.cfg.epochs - epoch),
+                previous=self.decision.layout if self.decision is not None else None,
+                cache=self.use_cache,
+            )
+            box[0] = self.planner(frozen_layers, horizon)
         one_sided_done()
         dist.broadcast_object_list(box, src=0)
         assert box[0] is not None
@@ -250,6 +260,7 @@ class Trainer:
             make_optimizer=self.make_optimizer,
             clip_grad_norm=self.cfg.clip_grad_norm,
             timeout=_dt.timedelta(seconds=self.cfg.collective_timeout_s),
+            precision=self.cfg.precision,
         )
         install_states(self.runtime.optimizer, states)
         self.prepare_cache(layout)
@@ -280,8 +291,8 @@ class Trainer:
         return torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
 
     def frozen_prefix(self, inputs: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return self.seq.forward(inputs.to(self.device), 0, self.decision.layout.frozen_layers)
+        frozen = self.decision.layout.frozen_layers
+        return frozen_forward(self.seq.layers, inputs, 0, frozen, self.device, self.cfg.precision)
 
     def example_stage0_input(self, n: int) -> torch.Tensor:
         x = torch.stack([self.data.train[i][0] for i in range(n)])
@@ -310,7 +321,8 @@ class Trainer:
             start, stop = self.cache.frozen_layers, layout.frozen_layers
 
             def newly_frozen(hidden: torch.Tensor) -> torch.Tensor:
-                return self.seq.forward(hidden.to(self.device), start, stop).cpu()
+                layers, precision = self.seq.layers, self.cfg.precision
+                return frozen_forward(layers, hidden, start, stop, self.device, precision).cpu()
 
             self.cache.advance(layout.frozen_layers, newly_frozen)
         self.fill_cache()
@@ -459,7 +471,7 @@ class Trainer:
             return
         self.frozen_layers = new_point
         self.phase_index += 1
-        self.enter_phase(self.decide_phase(new_point), epoch)
+        self.enter_phase(self.decide_phase(new_point, epoch), epoch)
         self.checkpoint(epoch, step_in_epoch)  # every transition is a checkpoint
 
     # ----------------------------------------------------------------- checkpoints
@@ -504,11 +516,14 @@ class Trainer:
     def end_epoch(
         self, epoch: int, phase: int, epoch_s: float, losses: list[float]
     ) -> dict[int, float]:
-        """Held-out loss and accuracy, the epoch's gradient norms and its record (rank 0 also
-        logs it: batch jobs show progress without a terminal); returns the norms."""
+        """Held-out loss and accuracy, the epoch's gradient norms, the speedup forecast and its
+        record (rank 0 also logs it: batch jobs show progress without a terminal); returns the
+        norms."""
         t0 = time.perf_counter()
         eval_loss, accuracy = self.evaluate()
         norms = self.gather_grad_norms()
+        forecast = self.forecast(epoch) if self.rank == 0 else None
+        one_sided_done()  # rank 0 priced the forecast
         record = EpochRecord(
             epoch=epoch,
             phase=phase,
@@ -521,11 +536,43 @@ class Trainer:
             eval_accuracy=accuracy,
             samples_per_s=self.steps_per_epoch * self.cfg.global_batch / epoch_s,
             grad_norms={str(k): v for k, v in sorted(norms.items())},
+            forecast=forecast,
         )
         self.recorder.write(record)
         if self.rank == 0:
             log.info(epoch_line(record, self.cfg.epochs, self.decision.layout.label()))
         return norms
+
+    def forecast(self, epoch: int) -> Forecast | None:
+        """Rank 0's forecast at the end of `epoch`: the end-to-end speedup of the frozen counts
+        so far, continued as `pipeplan.freeze.continuations` says, priced as `pipeplan preview`
+        prices a schedule with the profile and cluster the run plans with now
+        (`pipeplan.plan.make_forecast`). None, with a warning, when it cannot be priced."""
+        finished = [e.frozen_layers for e in self.recorder.epochs if e.epoch < epoch]
+        finished.append(self.frozen_layers)
+        if len(finished) != epoch + 1:  # an epoch's record is missing: no trajectory to price
+            return None
+        batch = self.cfg.global_batch
+        samples = len(self.data.train)
+        if self.steps_per_epoch < samples // batch:  # --max-steps-per-epoch: a shorter epoch
+            samples = self.steps_per_epoch * batch
+        try:
+            return make_forecast(
+                self.planner.profile,
+                self.planner.cluster,
+                self.planner.pricing("solver"),
+                global_batch=batch,
+                samples=samples,
+                epochs=self.cfg.epochs,
+                cache=self.use_cache,
+                mode=self.cfg.freeze,
+                alpha=self.cfg.alpha,
+                freeze_list=list(self.cfg.freeze_list or []),
+                finished=finished,
+            )
+        except PipeplanError as exc:  # the forecast informs; it never stops the run
+            log.warning("no speedup forecast after epoch %d: %s", epoch + 1, exc)
+            return None
 
     @torch.no_grad()
     def evaluate(self) -> tuple[float | None, float | None]:
@@ -596,14 +643,21 @@ def eval_sums(logits: torch.Tensor, labels: torch.Tensor, task: str) -> torch.Te
 
 def epoch_line(record: EpochRecord, epochs: int, layout: str) -> str:
     """`epoch 2/4: train loss 0.412, held-out loss 0.388, accuracy 86.1 %, 1520 samples/s,
-    3 layers frozen, 1x2 M=2 1f1b cached`."""
+    3 layers frozen, 1x2 M=2 1f1b cached, forecast speedup 1.21× (no further freezing) or
+    1.83× (the α bound from here)`."""
 
     def number(value: float | None, form: str) -> str:
         return "-" if value is None else format(value, form)
 
     accuracy = "-" if record.eval_accuracy is None else f"{record.eval_accuracy:.1%}"
-    return (
+    line = (
         f"epoch {record.epoch + 1}/{epochs}: train loss {number(record.train_loss, '.4f')}, "
         f"held-out loss {number(record.eval_loss, '.4f')}, accuracy {accuracy}, "
         f"{record.samples_per_s:.0f} samples/s, {record.frozen_layers} layers frozen, {layout}"
     )
+    if record.forecast is not None:
+        cases = record.forecast.cases
+        line += ", forecast speedup " + " or ".join(
+            f"{c.speedup:.2f}× ({freeze.CONTINUATION_WORDS[c.continuation]})" for c in cases
+        )
+    return line

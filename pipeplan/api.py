@@ -62,11 +62,12 @@ def plan(profile: str, out: str | Path | None = None, **options: Any) -> Plan:
 
 def preview(profile: str, **options: Any) -> Preview:
     """`pipeplan preview --profile P …`: the predicted speedup (`.predicted_speedup`), per
-    epoch rows, the baseline and the ablation."""
+    epoch rows, the baseline and the ablation; `.cases` states each freeze schedule priced
+    (`freeze="auto"`, the default: the best and the later case)."""
     from pipeplan.plan import make_preview
 
     args = _request(PlanRequest, {"profile": profile, **options}).resolve()
-    return make_preview(args.profile, args.cluster, **args.kwargs())
+    return make_preview(args.profile, args.cluster, **args.preview_kwargs())
 
 
 def run(runs_dir: str | Path = "runs", **options: Any) -> RunSummary:

@@ -87,7 +87,14 @@ def parse_list(text: str) -> list[int]:
         ) from None
 
 
+def trajectory(frozen_layers: list[int], epochs: int, num_blocks: int) -> FreezeSchedule:
+    """A trajectory given as counts: `trajectory([0, 0, 3], 5, 6)` → frozen 0, 0, 3, 3, 3
+    (what a run followed, or followed so far and then a continuation)."""
+    return list_schedule(frozen_layers, epochs, num_blocks, source="trajectory")
+
+
 def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> FreezeSchedule:
+    """A trajectory file: a JSON list of per-epoch frozen counts, or {"frozen_layers": [...]}."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -105,7 +112,7 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
         raise InputFileError(
             f"{path}: expected a JSON list of frozen-layer counts or an object with 'frozen_layers'"
         )
-    schedule = list_schedule(data, epochs, num_blocks, source="trajectory")
+    schedule = trajectory(data, epochs, num_blocks)
     schedule.path = str(path)
     return schedule
 
@@ -142,6 +149,11 @@ def _check_epochs(epochs: int) -> None:
         raise BadArgumentError(f"--epochs must be at least 1 (got {epochs})")
 
 
+# The gradient criterion compares the norms of the last two decisions: it cannot freeze
+# anything before it has this many.
+GRADIENT_MEASUREMENTS = 2
+
+
 def gradient_freeze_point(history: list[dict[int, float]], frozen_layers: int) -> int:
     """AutoFreeze's gradient criterion on per-layer gradient norms measured at each decision.
 
@@ -150,7 +162,7 @@ def gradient_freeze_point(history: list[dict[int, float]], frozen_layers: int) -
     first active layer whose rate is at least the median rate of the active layers; the head
     never counts. With fewer than two measurements nothing new is frozen.
     """
-    if len(history) < 2:
+    if len(history) < GRADIENT_MEASUREMENTS:
         return frozen_layers
     before, now = history[-2], history[-1]
     rates = {}
@@ -211,3 +223,107 @@ class AutoFreeze:
             return bound
         self.history.append(norms)
         return min(bound, gradient_freeze_point(self.history, frozen_layers))
+
+
+# --------------------------------------------------------------------------- what auto can do
+# The preview's band and a run's forecast price schedules AutoFreeze may follow; these say
+# which (docs/architecture.md §4.13, §4.14).
+
+
+def gradient_reach(frozen_layers: int, num_blocks: int) -> int:
+    """The most one gradient decision can freeze: `gradient_reach(0, 8)` → 4.
+
+    Its candidates are the c active layers below the head, frozen_layers..num_blocks; at most
+    ⌊c/2⌋ of them lie below the upper median of their rates, so the first candidate at or
+    above it, where freezing stops, is at most ⌊c/2⌋ past the first. Half of what is still
+    active per decision, and never the last block (c = 1 stops at once)."""
+    candidates = max(0, num_blocks + 1 - frozen_layers)
+    return frozen_layers + candidates // 2
+
+
+def autofreeze_earliest(alpha: float, epochs: int, num_blocks: int) -> FreezeSchedule:
+    """`--freeze auto` at its fastest, the preview's later-freezing case:
+    `autofreeze_earliest(0.3, 10, 8)` → 0, 0, 4, 6, 7, 8, 8, 8, 8, 8.
+
+    AutoFreeze decides at each epoch end (the default, no --freeze-every); the decision for
+    epoch t is its t-th, so the gradient criterion has t measurements and cannot freeze
+    before epoch GRADIENT_MEASUREMENTS; from then on each decision freezes at most
+    `gradient_reach` and never beyond the α bound. A real run freezes no earlier than this,
+    and may freeze later still, or never."""
+    bound = alpha_schedule(alpha, epochs, num_blocks).frozen_layers
+    per_epoch, frozen = [], 0
+    for epoch in range(epochs):
+        if epoch >= GRADIENT_MEASUREMENTS:
+            frozen = max(frozen, min(bound[epoch], gradient_reach(frozen, num_blocks)))
+        per_epoch.append(frozen)
+    return FreezeSchedule(source="autofreeze", alpha=alpha, frozen_layers=per_epoch)
+
+
+# How a run's forecast continues the epochs it has finished: the rest of a schedule decided
+# without gradients (none, list, alpha), or for auto the two bounds on what it can still do.
+CONTINUATION_WORDS = {
+    "schedule": "the run's own schedule",
+    "no-further-freezing": "no further freezing",
+    "alpha-bound": "the α bound from here",
+}
+
+
+def continuations(
+    mode: str,
+    alpha: float,
+    freeze_list: list[int],
+    num_blocks: int,
+    finished: list[int],
+    epochs: int,
+) -> list[tuple[str, FreezeSchedule]]:
+    """The whole-run schedules a forecast prices after the epochs `finished` (their frozen
+    counts, at least one): `continuations("auto", 0.3, [], 8, [0, 0], 4)` →
+    [("no-further-freezing", 0, 0, 0, 0), ("alpha-bound", 0, 0, 6, 7)].
+
+    none, list and alpha decide without gradients, so the rest is known: one schedule, the
+    decisions `AutoFreeze` will make. auto gets two, bounds on what it can still freeze: none
+    more (the least), and the α bound, which auto never exceeds (the most). More freezing is
+    not always faster: in a short run a transition can cost more than it saves."""
+    if not finished:
+        raise ValueError("a forecast continues at least one finished epoch")
+
+    def continued(rule: AutoFreeze | None) -> FreezeSchedule:
+        per_epoch = list(finished)
+        while len(per_epoch) < epochs:
+            now = per_epoch[-1]
+            per_epoch.append(now if rule is None else rule.decide(len(per_epoch), {}, now))
+        return trajectory(per_epoch, epochs, num_blocks)
+
+    if mode == "auto":
+        alpha_rule = AutoFreeze("alpha", num_blocks, alpha)
+        return [("no-further-freezing", continued(None)), ("alpha-bound", continued(alpha_rule))]
+    return [("schedule", continued(AutoFreeze(mode, num_blocks, alpha, list(freeze_list))))]
+
+
+def compact(frozen_layers: list[int]) -> str:
+    """Frozen layers per epoch, repeats counted: `compact([0, 4, 6, 6, 6])` → '0 4 6×3'."""
+    runs: list[list[int]] = []
+    for value in frozen_layers:
+        if runs and runs[-1][0] == value:
+            runs[-1][1] += 1
+        else:
+            runs.append([value, 1])
+    return " ".join(str(v) if n == 1 else f"{v}×{n}" for v, n in runs)
+
+
+def describe(schedule: FreezeSchedule) -> str:
+    """What a schedule assumes, in words: `describe(alpha_schedule(0.3, 4, 8))` → 'the α bound,
+    α = 0.3'."""
+    if schedule.source == "alpha":
+        return f"the α bound, α = {schedule.alpha:g}"
+    if schedule.source == "autofreeze":
+        return (
+            f"the earliest AutoFreeze can freeze: its gradient criterion needs "
+            f"{GRADIENT_MEASUREMENTS} epochs' norms, then freezes at most half the active blocks "
+            f"per epoch, within the α bound (α = {schedule.alpha:g})"
+        )
+    if schedule.source == "none":
+        return "nothing frozen"
+    if schedule.source == "trajectory":
+        return f"the trajectory in {schedule.path}" if schedule.path else "a trajectory"
+    return "the list given"

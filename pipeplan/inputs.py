@@ -17,7 +17,7 @@ cli.py builds its options from these models at start-up.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -30,6 +30,7 @@ from pipeplan.formats import (
     NonNegInt,
     PosFloat,
     PosInt,
+    Precision,
     Profile,
     Schedule,
     Strict,
@@ -42,7 +43,12 @@ from pipeplan.formats.cluster import (
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
 )
-from pipeplan.freeze import schedule_from_flags
+from pipeplan.freeze import (
+    alpha_schedule,
+    autofreeze_earliest,
+    no_freezing,
+    schedule_from_flags,
+)
 
 if TYPE_CHECKING:
     from pipeplan.solver import Pins
@@ -82,6 +88,11 @@ class ProfileRequest(Strict):
         list(DEFAULT_MICRO_BATCH_SIZES), description="Micro-batch sizes to time, comma-separated."
     )
     device: str = Field("cpu", description="cpu (gloo) or cuda (NCCL).")
+    precision: Precision = Field(
+        "fp32",
+        description="fp32, or bf16 (bfloat16 autocast, float32 weights): time and count "
+        "bytes as a run of that precision computes.",
+    )
     nproc: Count = Field(1, description="With N ≥ 2 also measure links between N ranks.")
     threads: PosInt = Field(
         1, le=MAX_THREADS, description="Intra-op threads (the executor uses 1 per rank)."
@@ -111,6 +122,21 @@ class ProfileRequest(Strict):
             raise ValueError(str(exc)) from None
 
 
+def check_precision(profile: Profile, precision: str, where: str) -> None:
+    """A profile's times and bytes hold for the precision it was measured in: planning a run
+    of another precision with it would price the wrong transfers, cache and compute.
+
+        check_precision(load(Profile, "p.json"), "bf16", "p.json")   # BadArgumentError or None
+    """
+    if profile.model.precision == precision:
+        return
+    raise BadArgumentError(
+        f"{where} was measured in {profile.model.precision}, but --precision is {precision}; "
+        f"pass --precision {profile.model.precision}, or profile in {precision}: "
+        f"pipeplan profile {profile.model.name} --precision {precision} --out P.json"
+    )
+
+
 # The flags that describe a cluster, refused beside --cluster.
 CLUSTER_FIELDS = (
     "nodes",
@@ -126,6 +152,11 @@ class PlanRequest(Strict):
     schedule, and the choices the user pins."""
 
     profile: str = Field(description="Profile JSON (see `pipeplan profile`; profiles/ ships some).")
+    precision: Precision = Field(
+        "fp32",
+        description="fp32 or bf16: the precision the run will train in; the profile must "
+        "have been measured in it.",
+    )
     cluster: str | None = Field(
         None, description="Cluster JSON; or describe it with the flags below."
     )
@@ -155,6 +186,15 @@ class PlanRequest(Strict):
     # Not constrained here: the freeze schedule checks it ("strictly between 0 and 1").
     alpha: Annotated[float | None, Flag(default=f"{DEFAULT_ALPHA} without --freeze-schedule")] = (
         Field(None, description="Freeze bound α in (0,1).")
+    )
+    freeze: Annotated[
+        Literal["auto", "alpha", "none"] | None,
+        Flag(default="auto, or the schedule given with --freeze-schedule"),
+    ] = Field(
+        None,
+        description="As `run --freeze`: auto is previewed as a band (the α bound, and the "
+        "earliest AutoFreeze's gradient criterion can freeze; a plan takes the α bound), alpha "
+        "or none one schedule. Lists: --freeze-schedule.",
     )
     freeze_schedule: str | None = Field(
         None, description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory."
@@ -191,13 +231,9 @@ class PlanRequest(Strict):
         from pipeplan.solver import Pins  # the solver pulls in scipy: not at start-up
 
         profile = load(Profile, self.profile)
+        check_precision(profile, self.precision, self.profile)
         cluster = self._cluster(profile)
-        alpha = self.alpha
-        if alpha is None and self.freeze_schedule is None:
-            alpha = DEFAULT_ALPHA
-        freeze = schedule_from_flags(
-            alpha, self.freeze_schedule, self.epochs, len(profile.layers) - 2
-        )
+        freeze, later = self._freeze(len(profile.layers) - 2)
         pins = Pins(
             num_stages=self.stages,
             micro_batches=self.micro_batches,
@@ -213,7 +249,26 @@ class PlanRequest(Strict):
             freeze,
             self.cache,
             pins,
+            later,
         )
+
+    def _freeze(self, num_blocks: int) -> tuple[FreezeSchedule, FreezeSchedule | None]:
+        """The schedule to plan, and for auto the later-freezing case of the preview's band."""
+        if self.freeze_schedule is not None:
+            if self.freeze is not None:
+                raise BadArgumentError("give --freeze or --freeze-schedule, not both")
+            return schedule_from_flags(
+                self.alpha, self.freeze_schedule, self.epochs, num_blocks
+            ), None
+        if self.freeze == "none":
+            if self.alpha is not None:
+                raise BadArgumentError("--alpha has no effect with --freeze none")
+            return no_freezing(self.epochs), None
+        alpha = DEFAULT_ALPHA if self.alpha is None else self.alpha
+        best = alpha_schedule(alpha, self.epochs, num_blocks)
+        if self.freeze == "alpha":
+            return best, None
+        return best, autofreeze_earliest(alpha, self.epochs, num_blocks)
 
     def _cluster(self, profile: Profile) -> Cluster:
         if self.cluster is None:
@@ -233,7 +288,8 @@ class PlanRequest(Strict):
 
 @dataclass
 class PlanArgs:
-    """A resolved `PlanRequest`: `make_plan(args.profile, args.cluster, **args.kwargs())`."""
+    """A resolved `PlanRequest`: `make_plan(args.profile, args.cluster, **args.kwargs())`,
+    `make_preview(args.profile, args.cluster, **args.preview_kwargs())`."""
 
     profile: Profile
     cluster: Cluster
@@ -243,6 +299,7 @@ class PlanArgs:
     freeze: FreezeSchedule
     cache: bool
     pins: Pins
+    later: FreezeSchedule | None = None  # auto: the band's later case (preview only)
 
     def kwargs(self) -> dict[str, Any]:
         return dict(
@@ -253,3 +310,6 @@ class PlanArgs:
             cache=self.cache,
             pins=self.pins,
         )
+
+    def preview_kwargs(self) -> dict[str, Any]:
+        return dict(self.kwargs(), later=self.later)

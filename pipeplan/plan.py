@@ -3,6 +3,8 @@
 
     plan = make_plan(profile, cluster, global_batch=64, samples=1024, epochs=10, freeze=schedule)
     preview = make_preview(...same arguments...)   # + baseline, per-epoch rows, ablation
+    preview = make_preview(..., freeze=alpha_schedule(...), later=autofreeze_earliest(...))
+    forecast = make_forecast(profile, cluster, pricing, ..., finished=[0, 0, 4])  # a run's
 
 One phase per distinct freeze point, each with the solver's layout unless keeping the previous
 placement is cheaper once the transition is paid; every emitted layout passes `Layout.check`,
@@ -23,6 +25,9 @@ from pipeplan.formats import (
     AblationRow,
     Cluster,
     EpochRow,
+    Forecast,
+    ForecastCase,
+    FreezeCase,
     FreezeSchedule,
     Layout,
     NonNegFloat,
@@ -31,6 +36,7 @@ from pipeplan.formats import (
     Plan,
     PlanInputs,
     Preview,
+    Pricing,
     Profile,
     ProfileIdentity,
     ScoredLayout,
@@ -40,7 +46,7 @@ from pipeplan.formats import (
     dumps,
 )
 from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_SAMPLES
-from pipeplan.freeze import phases
+from pipeplan.freeze import continuations, describe, phases
 from pipeplan.simulate import Timeline
 from pipeplan.solver import BaselineName, Pins, baseline_boundaries, solve_phase
 
@@ -139,18 +145,34 @@ def _phase_choice(
     layout: Layout,
     transition_s: float,
     runner_ups: list[Evaluation],
+    previous: Layout | None,
 ) -> _Choice:
     steady = model.evaluate(layout, record=False)
     epoch_s = shape.steps_per_epoch * steady.step_s
     first = epoch_s
     if layout.cached:
-        first += cache_fill_s(model, layout.frozen_layers, layout.micro_batch_size, shape.samples)
+        start = cached_prefix(previous, layout)
+        first += cache_fill_s(
+            model, layout.frozen_layers, layout.micro_batch_size, shape.samples, start
+        )
     return _Choice(layout, steady, first, epoch_s, transition_s, runner_ups)
 
 
-def cache_fill_s(model: CostModel, frozen: int, m: int, samples: int) -> float:
-    """Running the frozen prefix without autograd over every training sample, m at a time."""
-    return math.ceil(samples / m) * float(model.layer_times("nograd", m)[:frozen].sum())
+def cached_prefix(previous: Layout | None, layout: Layout) -> int:
+    """Frozen layers whose output the cache already holds when `layout` starts: the previous
+    phase's prefix when it was cached on every rank that is a stage 0 now (the executor
+    advances such a cache by the newly frozen layers only), else 0."""
+    if previous is None or not previous.cached:
+        return 0
+    if not {row[0] for row in layout.rank_map} <= {row[0] for row in previous.rank_map}:
+        return 0
+    return min(previous.frozen_layers, layout.frozen_layers)
+
+
+def cache_fill_s(model: CostModel, frozen: int, m: int, samples: int, start: int = 0) -> float:
+    """Running frozen layers start..frozen−1 without autograd over every training sample, m
+    at a time (each stage-0 rank caches the whole training set)."""
+    return math.ceil(samples / m) * float(model.layer_times("nograd", m)[start:frozen].sum())
 
 
 def _elastic(
@@ -167,25 +189,42 @@ def _elastic(
     previous: Layout | None = None
     for phase in phases(freeze):
         frozen, epochs = phase.frozen_layers, phase.epochs
-        # Filling the cache costs a prefix forward over the whole training set on every
-        # stage-0 rank: with many replicas it can cost more than it saves, so both are priced.
-        options = [True, False] if cache and frozen > 0 else [False]
-        best: tuple[bool, _Choice] | None = None
-        error: PipeplanError | None = None
-        for cached in options:
-            try:
-                choice = _choose(model, shape, frozen, cached, epochs, pins, previous, fixed_layout)
-            except PipeplanError as exc:  # e.g. only the cached layout fits in memory
-                error = exc
-                continue
-            if best is None or choice.total_s(epochs) < best[1].total_s(epochs):
-                best = (cached, choice)
-        if best is None:
-            raise error
-        choice = best[1]
+        choice = decide_phase(model, shape, frozen, epochs, cache, pins, previous, fixed_layout)
         previous = choice.layout
         result.append((phase.start_epoch, epochs, choice))
     return result
+
+
+def decide_phase(
+    model: CostModel,
+    shape: TrainingShape,
+    frozen: int,
+    epochs: int,
+    cache: bool,
+    pins: Pins,
+    previous: Layout | None,
+    fixed_layout: Layout | None = None,
+) -> _Choice:
+    """One phase of `epochs` epochs with `frozen` layers frozen, after `previous`: the plan's
+    rule, which `pipeplan run` applies too when it plans online. With the cache on, the
+    cached and the uncached phase are both priced (filling the cache costs a prefix forward
+    over the whole training set on every stage-0 rank: with many replicas it can cost more
+    than it saves); each keeps `previous`'s placement unless moving pays for itself."""
+    options = [True, False] if cache and frozen > 0 else [False]
+    best: _Choice | None = None
+    error: PipeplanError | None = None
+    for cached in options:
+        try:
+            choice = _choose(model, shape, frozen, cached, epochs, pins, previous, fixed_layout)
+        except PipeplanError as exc:  # e.g. only the cached layout fits in memory
+            error = exc
+            continue
+        if best is None or choice.total_s(epochs) < best.total_s(epochs):
+            best = choice
+    if best is None:
+        assert error is not None
+        raise error
+    return best
 
 
 def _choose(
@@ -206,17 +245,17 @@ def _choose(
         kept = fixed_layout.model_copy(
             update={"frozen_layers": frozen, "cached": cached and frozen > 0}
         )
-        return _phase_choice(model, shape, kept, 0.0, [])
+        return _phase_choice(model, shape, kept, 0.0, [], previous)
     solution = solve_phase(model, shape.global_batch, frozen, cached, pins)
     new_layout = solution.best.layout
     transition = 0.0
     if previous is not None:
         transition = model.transition_s(previous, new_layout)
-    choice = _phase_choice(model, shape, new_layout, transition, solution.runner_ups)
+    choice = _phase_choice(model, shape, new_layout, transition, solution.runner_ups, previous)
     if previous is not None and not same_placement(previous, new_layout):
         kept = _with_freeze(previous, frozen, cached, model)
         if kept is not None:
-            keep = _phase_choice(model, shape, kept, 0.0, [])
+            keep = _phase_choice(model, shape, kept, 0.0, [], previous)
             if keep.steady.fits and keep.total_s(epochs) <= choice.total_s(epochs):
                 choice = keep
     return choice
@@ -333,11 +372,18 @@ def make_preview(
     cache: bool = True,
     pins: Pins | None = None,
     params: CostParams | None = None,
+    later: FreezeSchedule | None = None,
 ) -> Preview:
-    """Per-epoch prediction of the elastic plan against the best static plan, with ablation."""
+    """Per-epoch prediction of the elastic plan against the best static plan, with ablation.
+
+    `freeze` is the schedule previewed; with `later` (for `--freeze auto`: `freeze` the α
+    bound, `later` the earliest AutoFreeze can freeze) the preview is a band, and `later`'s
+    plan is priced too, against the same baseline."""
     model = CostModel(profile, cluster, params)
     shape = TrainingShape(global_batch, samples, epochs)
     _check_freeze(freeze, shape, model)
+    if later is not None:
+        _check_freeze(later, shape, model)
     pins = pins or Pins()
     steps = shape.steps_per_epoch
 
@@ -382,9 +428,25 @@ def make_preview(
     ]
     if cache:
         ablation.append(row("+ cache", full_total))
+
+    def case(name: str, schedule: FreezeSchedule, value: float) -> FreezeCase:
+        return FreezeCase(
+            case=name,
+            assumes=describe(schedule),
+            freeze=schedule,
+            total_s=_r(value),
+            predicted_speedup=_r(base_total / value),
+        )
+
+    cases = [case("given" if later is None else "best", freeze, full_total)]
+    if later is not None:
+        later_total = _plan_from(model, profile, shape, later, cache, pins).predicted_total_s
+        cases.append(case("later", later, later_total))
     return Preview(
         model=profile.model.name,
         devices=cluster.num_devices,
+        freeze=freeze.source if later is None else "auto",
+        cases=cases,
         baseline=StaticPlanSummary(
             layout=base.layout,
             step_s=_r(base.step_s),
@@ -397,6 +459,50 @@ def make_preview(
         ablation=ablation,
         plan=plan,
     )
+
+
+# --------------------------------------------------------------------------- a run's forecast
+
+
+def make_forecast(
+    profile: Profile,
+    cluster: Cluster,
+    pricing: Pricing,
+    *,
+    global_batch: int,
+    samples: int,
+    epochs: int,
+    cache: bool,
+    mode: str,
+    alpha: float,
+    freeze_list: list[int],
+    finished: list[int],
+) -> Forecast:
+    """At the end of epoch len(finished) − 1 of a run: the end-to-end speedup of the finished
+    epochs' frozen counts followed by each continuation (`pipeplan.freeze.continuations`: the
+    rest of a schedule decided without gradients, or for `auto` no further freezing and the α
+    bound), each priced exactly as `make_preview` prices a schedule, with the run's profile
+    and cluster. `pricing` names them in the record (docs/architecture.md §4.13)."""
+    num_blocks = len(profile.layers) - 2
+    cases = []
+    for name, schedule in continuations(mode, alpha, freeze_list, num_blocks, finished, epochs):
+        preview = make_preview(
+            profile,
+            cluster,
+            global_batch=global_batch,
+            samples=samples,
+            epochs=epochs,
+            freeze=schedule,
+            cache=cache,
+        )
+        cases.append(
+            ForecastCase(
+                continuation=name,
+                frozen_layers=schedule.frozen_layers,
+                speedup=preview.predicted_speedup,
+            )
+        )
+    return Forecast(samples=samples, pricing=pricing, cases=cases)
 
 
 # --------------------------------------------------------------------------- baselines

@@ -3,12 +3,14 @@
 * `plot_timeline`: Gantt chart of one training step (one row per pipeline stage) from a
   simulated or measured timeline.
 * `plot_measured_vs_simulated`: two such charts stacked on a shared time axis.
-* `plot_epochs`: per-epoch throughput with the plan shape (stages, replicas, frozen layers).
+* `plot_epochs`: per-epoch throughput with the plan shape (stages, replicas, frozen layers),
+  and below it the held-out loss and accuracy when the rows carry them (a run's, not a preview's).
 
 Inputs are duck-typed: a timeline is anything with `events`, `step_s` and `num_stages`, an event
 anything with `stage`, `kind`, `micro_batch`, `start_s` and `end_s`, an epoch row anything with
-`epoch`, `samples_per_s`, `stages`, `replicas` and `frozen_layers`; attributes and dict keys both
-work. Nothing here imports `pipeplan.simulate`.
+`epoch`, `samples_per_s`, `stages`, `replicas` and `frozen_layers`, and optionally `eval_loss` and
+`eval_accuracy` (None where an epoch has none); attributes and dict keys both work. Nothing here
+imports `pipeplan.simulate`.
 
 Empty input is not an error: a timeline without events (or an empty list of epochs) gives the
 usual axes with a "no events"/"no epochs" note, so a report can always be written.
@@ -30,7 +32,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from pipeplan.errors import BadArgumentError, OutputError
 from pipeplan.fileio import write_atomic
@@ -77,7 +79,8 @@ def plot_epochs(
     title: str = "",
     baseline_samples_per_s: float | None = None,
 ) -> Path:
-    """Write the per-epoch chart: throughput bars (left), stages/replicas/frozen layers (right).
+    """Write the per-epoch chart: throughput bars (left), stages/replicas/frozen layers (right);
+    below them held-out loss and accuracy, when any row has them.
 
     `baseline_samples_per_s`, when given, is drawn as a dashed horizontal line (e.g. the
     throughput without freezing).
@@ -249,6 +252,11 @@ def _bottom_legend(fig: Figure, handles: list[Any]) -> None:
 # --------------------------------------------------------------------------- epochs
 
 EPOCH_FIELDS = ("epoch", "samples_per_s", "stages", "replicas", "frozen_layers")
+# Per-epoch results a run's rows carry (None for an epoch without a held-out set): label, colour.
+EVAL_FIELDS = {
+    "eval_loss": ("held-out loss", "#DD8452"),
+    "eval_accuracy": ("held-out accuracy", "#17BECF"),
+}
 THROUGHPUT_COLOUR = "#4C72B0"
 MAX_BAR_LABELS = 40  # beyond this many epochs the "stages×replicas" labels would collide
 
@@ -257,17 +265,15 @@ def _epochs_figure(
     rows: Iterable[Any], title: str = "", baseline_samples_per_s: float | None = None
 ) -> Figure:
     """The figure of `plot_epochs`, without writing it (tests inspect it)."""
-    data = sorted(
-        (
-            {f: _finite(_get(r, f, f"epoch row {i}"), f"epoch row {i}: {f}") for f in EPOCH_FIELDS}
-            for i, r in enumerate(rows)
-        ),
-        key=lambda d: d["epoch"],
-    )
+    data = sorted((_epoch_row(r, i) for i, r in enumerate(rows)), key=lambda d: d["epoch"])
     epochs = [d["epoch"] for d in data]
+    with_eval = any(d[f] is not None for d in data for f in EVAL_FIELDS)
 
-    fig = Figure(figsize=(10.0, 4.8), layout="constrained")
-    ax = fig.add_subplot()
+    fig = Figure(figsize=(10.0, 7.6 if with_eval else 4.8), layout="constrained")
+    if with_eval:
+        ax, eval_ax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    else:
+        ax, eval_ax = fig.add_subplot(), None
     right = ax.twinx()
     bars = ax.bar(
         epochs,
@@ -332,10 +338,49 @@ def _epochs_figure(
     ax.set_ylim(0, 1.12 * top or 1.0)  # headroom for the bar labels
     right.set_ylim(0, 1.12 * max([d[f] for d in data for f in EPOCH_FIELDS[2:]] + [0.0]) or 1.0)
     right.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if eval_ax is not None:  # the epoch axis is labelled once, at the bottom
+        handles += _draw_eval(eval_ax, data)
+        eval_ax.set_xlabel(ax.get_xlabel())
+        ax.set_xlabel("")
     _bottom_legend(fig, handles)
     if title:
         fig.suptitle(title)
     return fig
+
+
+def _epoch_row(row: Any, index: int) -> dict[str, float | None]:
+    where = f"epoch row {index}"
+    data: dict[str, float | None] = {
+        f: _finite(_get(row, f, where), f"{where}: {f}") for f in EPOCH_FIELDS
+    }
+    for f in EVAL_FIELDS:
+        value = _get(row, f, where) if _has(row, f) else None
+        data[f] = None if value is None else _finite(value, f"{where}: {f}")
+    return data
+
+
+def _draw_eval(ax: Axes, data: list[dict[str, float | None]]) -> list[Any]:
+    """Held-out loss (left axis) and accuracy (right axis) per epoch, one point per epoch that
+    has the value, exactly as recorded."""
+    handles = []
+    right = ax.twinx()
+    for (field, (label, colour)), axis in zip(EVAL_FIELDS.items(), (ax, right), strict=True):
+        points = [(d["epoch"], d[field]) for d in data if d[field] is not None]
+        (line,) = axis.plot(
+            [x for x, _ in points],
+            [y for _, y in points],
+            marker="o",
+            markersize=4,
+            linewidth=1.8,
+            color=colour,
+            label=label,
+        )
+        axis.set_ylabel(label)
+        handles.append(line)
+    right.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(axis="y", color="#DDDDDD", linewidth=0.6)
+    return handles
 
 
 # --------------------------------------------------------------------------- helpers
@@ -343,6 +388,10 @@ def _epochs_figure(
 
 def _note(ax: Axes, text: str) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="grey")
+
+
+def _has(obj: Any, name: str) -> bool:
+    return name in obj if isinstance(obj, Mapping) else hasattr(obj, name)
 
 
 def _get(obj: Any, name: str, where: str) -> Any:

@@ -8,7 +8,8 @@ run recorded. With a baseline run (e.g. the same run with `--freeze none`) it ad
 speedup and the speedup the two runs' own predictions previewed.
 
 `write_report_plots(report, directory)` draws, per phase, the measured step above the
-planner's simulated one, and the per-epoch throughput chart.
+planner's simulated one, and the per-epoch chart: throughput and layout, held-out loss and
+accuracy. Each epoch also carries the speedup forecast the run recorded at its end.
 
 Measured numbers are medians over a phase's steady steps, as in `summary.json`: a cached
 phase's steps that still fill the cache are left out (see `pipeplan.formats.run.steady_step`),
@@ -224,7 +225,9 @@ def epoch_reports(run: _Run) -> list[EpochReport]:
             steps=e.steps,
             epoch_s=e.epoch_s,
             samples_per_s=e.samples_per_s,
+            eval_loss=e.eval_loss,
             eval_accuracy=e.eval_accuracy,
+            forecast=e.forecast,
         )
         for e in run.epochs
     ]
@@ -391,8 +394,8 @@ def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
         plot_epochs(
             report.epochs,
             directory / "epochs.png",
-            f"{report.name} ({report.model}): measured throughput per epoch"
-            + (f", baseline {baseline.name} dashed" if baseline else ""),
+            f"{report.name} ({report.model}): measured throughput, held-out loss and accuracy "
+            "per epoch" + (f", baseline {baseline.name} dashed" if baseline else ""),
             baseline_samples_per_s=baseline.samples_per_s if baseline else None,
         )
     )

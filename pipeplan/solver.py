@@ -5,11 +5,12 @@ boundaries and rank map (docs/architecture.md §4.10, bounds §4.8).
     solution.best.layout, solution.best.step_s, solution.proven
 
 The search is exact over its space (every S ≤ min(N, L−k), D = 1..⌊N/S⌋ dividing the batch,
-M ≥ S dividing B/D with m ≤ m_max, both schedules, every contiguous partition that fits memory
-and keeps the frozen prefix in stage 0): branch and bound with lower bounds that never exceed
-the simulated step, so a layout is only left unsimulated when something already simulated is
-at least as fast. Also the partition baselines the solver is compared against: equal layer
-counts, greedy balance by parameters, and by time (torchgpipe's `balance_by_time` style).
+M dividing B/D with m ≤ m_max, both schedules (1F1B only when M ≥ S), every contiguous
+partition that fits memory and keeps the frozen prefix in stage 0): branch and bound with
+lower bounds that never exceed the simulated step, so a layout is only left unsimulated when
+something already simulated is at least as fast. Also the partition baselines the solver is
+compared against: equal layer counts, greedy balance by parameters, and by time
+(torchgpipe's `balance_by_time` style).
 """
 
 from __future__ import annotations
@@ -131,9 +132,9 @@ def candidate_shapes(
             per_replica = global_batch // D
             counts = [pins.micro_batches] if pins.micro_batches else divisors(per_replica)
             for M in (M for M in counts if M <= MAX_MICRO_BATCHES):
-                # torch.distributed.pipelining's GPipe and 1F1B need at least one micro-batch
-                # per stage.
-                if per_replica % M or M < S:
+                # torch.distributed.pipelining's 1F1B needs a micro-batch per stage; GPipe
+                # runs fewer (PhaseSearch.schedules).
+                if per_replica % M or (M < S and pins.schedule == "1f1b"):
                     continue
                 m = per_replica // M
                 if m <= model.max_micro_batch_size:
@@ -150,10 +151,15 @@ def _no_shape_message(model: CostModel, global_batch: int, max_stages: int, pins
         )
     if pins.micro_batches and pins.micro_batches > MAX_MICRO_BATCHES:
         return f"--micro-batches {pins.micro_batches} is beyond the limit of {MAX_MICRO_BATCHES}"
-    if pins.micro_batches and pins.num_stages and pins.micro_batches < pins.num_stages:
+    if (
+        pins.micro_batches
+        and pins.num_stages
+        and pins.micro_batches < pins.num_stages
+        and pins.schedule == "1f1b"
+    ):
         return (
             f"--micro-batches {pins.micro_batches} is fewer than --stages {pins.num_stages}: "
-            "a pipeline needs at least one micro-batch per stage"
+            "1F1B needs at least one micro-batch per stage (GPipe does not)"
         )
     replicas = f"{pins.replicas}" if pins.replicas else f"1..{N}"
     return (
@@ -256,7 +262,7 @@ class PhaseSearch:
         0): the executor's reason, naming the flag, not a memory shortfall."""
         reason = None
         for shape in shapes:
-            for schedule in self.schedules(shape.num_stages):
+            for schedule in self.schedules(shape.num_stages, shape.micro_batches):
                 try:
                     self.layout(shape, schedule, tuple(self.pins.boundaries)).check(
                         self.model.num_layers, self.cluster.num_devices
@@ -266,11 +272,17 @@ class PhaseSearch:
                     reason = reason or exc
         raise BadArgumentError(f"--boundaries: {reason}")
 
-    def schedules(self, num_stages: int | None = None) -> tuple[Schedule, ...]:
+    def schedules(
+        self, num_stages: int | None = None, micro_batches: int | None = None
+    ) -> tuple[Schedule, ...]:
         if self.pins.schedule:
             return (self.pins.schedule,)
         # One stage: both schedules run the same ops; 1F1B keeps one micro-batch in flight.
-        return ("1f1b",) if num_stages == 1 else SCHEDULES
+        if num_stages == 1:
+            return ("1f1b",)
+        if num_stages is not None and micro_batches is not None and micro_batches < num_stages:
+            return ("gpipe",)  # Schedule1F1B refuses fewer micro-batches than stages
+        return SCHEDULES
 
     def layout_ranks(self, shape: Shape) -> tuple[tuple[int, ...], ...]:
         key = (shape.num_stages, shape.replicas)
@@ -619,7 +631,11 @@ class PhaseSearch:
         (then `proven` is False and `lower_bound_s` the smallest bound left)."""
         shapes = self.shapes()
         run = _Run(self)
-        candidates = [(shape, sch) for shape in shapes for sch in self.schedules(shape.num_stages)]
+        candidates = [
+            (shape, sch)
+            for shape in shapes
+            for sch in self.schedules(shape.num_stages, shape.micro_batches)
+        ]
         for bound, candidate in zip(self.shape_bounds(candidates), candidates, strict=True):
             run.push(float(bound), "shape", candidate)
         run.search()
@@ -671,7 +687,7 @@ class PhaseSearch:
             if key not in smallest_m or shape.micro_batch_size < smallest_m[key].micro_batch_size:
                 smallest_m[key] = shape
         for shape in smallest_m.values():
-            for schedule in self.schedules():
+            for schedule in self.schedules(shape.num_stages, shape.micro_batches):
                 problem = self.problem(shape, schedule, self.layout_ranks(shape))
                 best = min(best, _min_max_memory(problem, self.pins.boundaries))
         return int(np.ceil(best + self.model.reserve_bytes))
@@ -868,7 +884,8 @@ def _dived(space: PartitionSpace) -> tuple[int, ...] | None:
 
 
 def _runs(layout: Layout, search: PhaseSearch) -> bool:
-    """What the executor checks before running a layout (frozen prefix in stage 0, M ≥ S)."""
+    """What the executor checks before running a layout (frozen prefix in stage 0; 1F1B:
+    M ≥ S)."""
     try:
         layout.check(search.model.num_layers, search.cluster.num_devices)
     except BadArgumentError:

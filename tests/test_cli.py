@@ -14,9 +14,9 @@ import typer
 import cli
 import pipeplan
 from executor.planning import shipped_profile
-from pipeplan.cluster import parse_bytes
+from pipeplan.cluster import cluster_from_flags, parse_bytes
 from pipeplan.errors import PipeplanError
-from pipeplan.formats import RunConfig, dumps, flag_marker, flag_of
+from pipeplan.formats import Profile, RunConfig, dumps, flag_marker, flag_of, load
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--micro-batch-sizes", "1,2", "--warmup", "0", "--repeats", "1"]
@@ -279,3 +279,27 @@ def test_profile_takes_micro_batch_sizes_and_no_longer_micro_batches(tmp_path, c
     assert not out.exists()
     assert cli.main([*args, "--micro-batch-sizes", "2,1"]) == 0
     assert json.loads(out.read_text())["settings"]["micro_batches"] == [1, 2]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_profile_nproc_measures_links_that_plans_then_use(tmp_path):
+    """`profile --nproc 2` (the README's profile command) spawns 2 gloo ranks, fits both links
+    to their samples, prints them, and a cluster built from that profile prices its intra-node
+    link with the measured fit."""
+    out = tmp_path / "p.json"
+    result = run_cli("profile", "bert-synth", "--out", str(out), "--nproc", "2", *FAST)
+    assert result.returncode == 0, result.stderr
+    assert "links (gloo, 2 ranks)" in result.stderr  # progress goes to the log
+    profile = load(Profile, out)
+    comm = profile.comm
+    assert comm is not None and comm.backend == "gloo" and comm.nproc == 2
+    for fit in (comm.p2p, comm.allreduce):
+        # How well the line fits is tests/test_links.py's business (exact and noisy samples);
+        # here: the samples span the sizes and a 32 MiB message takes longer than 4 KiB.
+        sizes = [s.bytes for s in fit.samples]
+        assert sizes == sorted(sizes) and sizes[-1] >= 32 * sizes[0]
+        assert fit.samples[-1].time_s > fit.samples[0].time_s
+    cluster = cluster_from_flags(nodes=1, devices_per_node=2, device_memory="1GiB", profile=profile)
+    assert cluster.intra_node.latency_s == pytest.approx(comm.p2p.latency_s)
+    assert cluster.intra_node.bandwidth_bytes_per_s == pytest.approx(comm.p2p.bandwidth_bytes_per_s)

@@ -97,6 +97,8 @@ SPECS = {
     f"{layout}-{schedule}": make_layout(GLOBAL_BATCH, 0, False, *LAYOUTS[layout], 2, schedule)
     for layout, schedule in itertools.product(LAYOUTS, ["gpipe", "1f1b"])
 }
+# Fewer micro-batches than stages: GPipe runs them (1F1B refuses).
+SPECS["2x1-gpipe-M1"] = make_layout(GLOBAL_BATCH, 0, False, *LAYOUTS["2x1"], 1, "gpipe")
 SPECS["frozen3-recompute"] = make_layout(GLOBAL_BATCH, 3, False, (0, 5, 8), ((1, 3),), 2, "1f1b")
 SPECS["frozen3-cached"] = make_layout(GLOBAL_BATCH, 3, True, (0, 5, 8), ((1, 3),), 2, "1f1b")
 

@@ -5,11 +5,12 @@ import json
 import pytest
 
 from pipeplan.cluster import cluster_from_flags, parse_bandwidth, parse_bytes, parse_duration
+from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
-from pipeplan.formats import dumps, json_schema, parse
+from pipeplan.formats import Layout, dumps, json_schema, parse
 from pipeplan.freeze import alpha_schedule, list_schedule, no_freezing
 from pipeplan.plan import Plan, compare_partitions, make_plan, make_preview, phase_timelines
-from pipeplan.solver import Pins
+from pipeplan.solver import Pins, solve_phase
 from pipeplan.synthetic import preset_profile
 
 
@@ -153,3 +154,60 @@ def test_human_units():
     ]:
         with pytest.raises(BadArgumentError):
             parser(bad)
+
+
+@pytest.mark.parametrize("samples", [64, 640, 6400, 64000])
+def test_a_layout_changes_only_when_it_pays_for_itself(samples):
+    """bert-large on 2 × 4 devices of 2 GiB: an 8-stage pipeline whose stage 0 (layers 0-2)
+    can also hold one frozen layer. With one more layer frozen the solver's layout moves a
+    boundary; the plan keeps the old placement unless the faster steps over the phase repay
+    the transition. The reference prices both choices with the cost model directly."""
+    profile = preset_profile("bert-large")
+    cluster = cluster_from_flags(nodes=2, devices_per_node=4, device_memory="2GiB")
+    freeze = list_schedule([0, 1], 2, 24)
+    plan = make_plan(
+        profile, cluster, global_batch=64, samples=samples, epochs=2, freeze=freeze, cache=False
+    )
+    first, second = plan.phases
+    model = CostModel(profile, cluster)
+    kept = first.layout.model_copy(update={"frozen_layers": 1})
+    moved = solve_phase(model, 64, 1, False).best.layout
+    assert moved.boundaries != kept.boundaries  # the instance offers a real choice
+    steps = samples // 64
+    transition_s = model.transition_s(first.layout, moved)
+    keep_s = steps * model.evaluate(kept).step_s
+    move_s = transition_s + steps * model.evaluate(moved).step_s
+    expected = kept if keep_s <= move_s else moved
+    assert second.layout == expected
+    assert second.transition_s == pytest.approx(0.0 if expected is kept else transition_s)
+    # Both outcomes occur over the parametrisation: few samples keep, many move.
+    assert (expected is kept) == (samples <= 640)
+
+
+def test_a_cache_is_filled_by_the_newly_frozen_layers_only_where_it_survives():
+    """The executor advances a cache by the newly frozen layers when the previous phase was
+    cached on the same stage-0 ranks; the plan prices exactly that, else the whole prefix."""
+    from pipeplan.plan import cache_fill_s, cached_prefix
+
+    profile = preset_profile("bert-base")
+    model = CostModel(
+        profile, cluster_from_flags(nodes=1, devices_per_node=4, device_memory="16GiB")
+    )
+    old = Layout(
+        frozen_layers=3,
+        cached=True,
+        micro_batches=2,
+        micro_batch_size=8,
+        schedule="gpipe",
+        boundaries=(0, 7, 14),
+        rank_map=((0, 1), (2, 3)),
+    )
+    new = old.model_copy(update={"frozen_layers": 5})
+    moved = new.model_copy(update={"rank_map": ((1, 0), (2, 3))})  # rank 1 is a new stage 0
+    assert cached_prefix(old, new) == 3
+    assert cached_prefix(old.model_copy(update={"cached": False}), new) == 0
+    assert cached_prefix(old, moved) == 0
+    assert cached_prefix(None, new) == 0
+    nograd = model.layer_times("nograd", 8)
+    assert cache_fill_s(model, 5, 8, 6400, 3) == pytest.approx(800 * float(nograd[3:5].sum()))
+    assert cache_fill_s(model, 5, 8, 6400) == pytest.approx(800 * float(nograd[:5].sum()))

@@ -7,10 +7,11 @@ import json
 import pytest
 
 import cli
-from executor.planning import RUN_PROFILE, replan
-from pipeplan.costmodel import CostModel
-from pipeplan.formats import PhaseRecord, Profile, RunConfig, load, read_records
-from pipeplan.plan import profile_identity
+from executor.planning import RUN_PROFILE, RunPlanner, replan
+from pipeplan.costmodel import CostModel, same_placement
+from pipeplan.formats import Horizon, PhaseRecord, Profile, RunConfig, load, read_records
+from pipeplan.freeze import list_schedule
+from pipeplan.plan import make_plan, profile_identity
 
 ARGS = ["--model", "vit-digits", "--nproc", "2", "--device-memory", "100MiB", "--epochs", "3"]
 
@@ -67,13 +68,47 @@ def test_online_calibration_is_written_down_and_named_by_the_phases_it_priced(ru
 
 
 def test_a_tampered_profile_is_refused(tmp_path):
-    from executor.planning import RunPlanner
     from pipeplan.errors import BadArgumentError
 
     cfg = RunConfig(name="t", model="vit-digits", data="digits", nproc=2, global_batch=64, epochs=1)
     planner = RunPlanner.from_config(cfg)
-    decision = planner(0, False)
+    decision = planner(0, Horizon(samples=64, epochs=1, previous=None, cache=False))
     profile = planner.profile.model_copy(update={"created_at": "tampered"})
     (tmp_path / RUN_PROFILE).write_text(json.dumps(profile.model_dump(mode="json")))
     with pytest.raises(BadArgumentError, match="sha256"):
         replan(tmp_path, decision, cfg.global_batch)
+
+
+@pytest.mark.parametrize(
+    ("frozen", "samples", "moves"), [(3, 640, False), (3, 6400, True), (2, 64000, True)]
+)
+def test_a_run_decides_a_phase_as_the_plan_does(frozen, samples, moves):
+    """vit-digits on 2 ranks of 100 MiB, frozen layers 0, 0, k, k over 4 epochs: the run's
+    planner at epoch 2 (2 epochs left, moving from the first phase's layout) chooses what
+    `pipeplan plan` chooses for the second phase: cached or not, and a new placement only
+    when it pays for itself (here: k = 3 keeps the 2-stage pipeline over 10 steps an epoch,
+    moves to 1x2 over 100; k = 2 over 1,000 steps moves to a cached 2-stage split)."""
+    cfg = RunConfig(
+        name="t",
+        model="vit-digits",
+        data="digits",
+        nproc=2,
+        global_batch=64,
+        epochs=4,
+        device_memory_bytes=100 << 20,
+    )
+    planner = RunPlanner.from_config(cfg)
+    blocks = len(planner.profile.layers) - 2
+    first, second = make_plan(
+        planner.profile,
+        planner.cluster,
+        global_batch=64,
+        samples=samples,
+        epochs=4,
+        freeze=list_schedule([0, 0, frozen, frozen], 4, blocks),
+    ).phases
+    horizon = Horizon(samples=samples, epochs=2, previous=first.layout, cache=True)
+    decision = planner(frozen, horizon)
+    assert decision.layout == second.layout
+    assert decision.predicted_step_s == pytest.approx(second.step_s, rel=1e-6)
+    assert same_placement(first.layout, decision.layout) is not moves

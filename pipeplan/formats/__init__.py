@@ -37,6 +37,7 @@ from pipeplan.formats.layout import SCHEDULES, Layout, Schedule
 from pipeplan.formats.plan import (
     AblationRow,
     EpochRow,
+    FreezeCase,
     PhasePlan,
     Plan,
     PlanInputs,
@@ -47,6 +48,7 @@ from pipeplan.formats.plan import (
     StaticPlanSummary,
 )
 from pipeplan.formats.profile import (
+    PRECISION_DTYPE,
     Calibration,
     CommProfile,
     DeviceInfo,
@@ -56,6 +58,7 @@ from pipeplan.formats.profile import (
     LinkSample,
     MicroBatchTiming,
     ModelInfo,
+    Precision,
     Profile,
     ProfileSettings,
     Task,
@@ -72,7 +75,10 @@ from pipeplan.formats.report import (
 from pipeplan.formats.run import (
     WARMUP_STEPS_PER_PHASE,
     EpochRecord,
+    Forecast,
+    ForecastCase,
     FreezeMode,
+    Horizon,
     Init,
     PhaseDecision,
     PhaseRecord,
@@ -106,6 +112,7 @@ def json_schema(name: str) -> dict[str, Any]:
 
 __all__ = [
     "NOT_A_FLAG",
+    "PRECISION_DTYPE",
     "SCHEDULES",
     "SCHEMAS",
     "WARMUP_STEPS_PER_PHASE",
@@ -122,9 +129,13 @@ __all__ = [
     "EpochRow",
     "FittedLink",
     "Flag",
+    "Forecast",
+    "ForecastCase",
+    "FreezeCase",
     "FreezeMode",
     "FreezePhase",
     "FreezeSchedule",
+    "Horizon",
     "Init",
     "LayerProfile",
     "Layout",
@@ -144,6 +155,7 @@ __all__ = [
     "PlanInputs",
     "PosFloat",
     "PosInt",
+    "Precision",
     "Preview",
     "Pricing",
     "ProfileIdentity",

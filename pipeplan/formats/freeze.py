@@ -13,7 +13,10 @@ from pipeplan.formats.base import NonNegInt, PosInt, Strict
 class FreezeSchedule(Strict):
     """The schedule as echoed in a plan: where it came from and the per-epoch result."""
 
-    source: Literal["none", "alpha", "list", "trajectory"]
+    source: Literal["none", "alpha", "list", "trajectory", "autofreeze"] = Field(
+        description="none, alpha (the α bound), list, trajectory (a run's, or one so far and "
+        "a continuation), or autofreeze: the earliest `--freeze auto` can freeze (§4.14)."
+    )
     alpha: float | None = None
     path: str | None = None
     frozen_layers: list[NonNegInt] = Field(description="Frozen leading layers per epoch.")

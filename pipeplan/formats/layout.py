@@ -104,11 +104,12 @@ class Layout(Strict):
                 f"the {self.frozen_layers} frozen layers must all lie in stage 0 "
                 f"(boundaries {list(b)})"
             )
-        if self.micro_batches < S:
-            # torch.distributed.pipelining's GPipe and 1F1B need a micro-batch per stage.
+        if self.schedule == "1f1b" and self.micro_batches < S:
+            # torch.distributed.pipelining's Schedule1F1B refuses fewer micro-batches than
+            # stages; GPipe runs them (later stages start later, nothing else changes).
             raise BadArgumentError(
-                f"{self.micro_batches} micro-batches for {S} stages: a pipeline needs at least "
-                "one micro-batch per stage"
+                f"{self.micro_batches} micro-batches for {S} stages: 1F1B needs at least one "
+                "micro-batch per stage (GPipe does not)"
             )
 
     def label(self) -> str:

@@ -125,12 +125,34 @@ class AblationRow(Strict):
     speedup: NonNegFloat = Field(description="Baseline total / this total.")
 
 
+class FreezeCase(Strict):
+    """One freeze schedule a preview prices end to end, and what it assumes."""
+
+    case: Literal["given", "best", "later"] = Field(
+        description="given: the one schedule asked for; best and later: the band of "
+        "`--freeze auto` (the α bound, and the earliest AutoFreeze's gradient criterion allows)."
+    )
+    assumes: str = Field(description="The schedule in words.")
+    freeze: FreezeSchedule
+    total_s: NonNegFloat
+    predicted_speedup: NonNegFloat = Field(description="Baseline total / this total.")
+
+
 class Preview(Strict):
     model: str
     devices: PosInt
+    freeze: Literal["auto", "alpha", "none", "list", "trajectory", "autofreeze"] = Field(
+        description="The freezing previewed: auto is a band (best and later case), the others "
+        "one schedule."
+    )
+    cases: list[FreezeCase] = Field(
+        description="The schedules priced, best first; epochs, ablation and plan are the first's."
+    )
     baseline: StaticPlanSummary
     epochs: list[EpochRow]
     total_s: NonNegFloat
-    predicted_speedup: NonNegFloat
+    predicted_speedup: NonNegFloat = Field(
+        description="The first case's: for auto the best case, the α bound."
+    )
     ablation: list[AblationRow]
     plan: Plan

@@ -10,6 +10,7 @@ from pydantic import Field
 from pipeplan.formats.base import NonNegFloat, NonNegInt, PosInt, Strict
 from pipeplan.formats.layout import EpochShape, Layout
 from pipeplan.formats.plan import StagePlan
+from pipeplan.formats.run import Forecast
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
 
@@ -88,7 +89,11 @@ class EpochReport(EpochShape):
     steps: NonNegInt
     epoch_s: NonNegFloat
     samples_per_s: NonNegFloat
+    eval_loss: float | None = Field(None, description="Held-out loss, as the epoch record's.")
     eval_accuracy: float | None
+    forecast: Forecast | None = Field(
+        None, description="The end-to-end speedup forecast at the epoch's end (run.jsonl)."
+    )
 
 
 class BaselineReport(Strict):

@@ -40,7 +40,7 @@ from pipeplan.formats.base import (
 from pipeplan.formats.cluster import Cluster
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.plan import StagePlan, check_stages
-from pipeplan.formats.profile import Task
+from pipeplan.formats.profile import Precision, Task
 
 Count0 = Annotated[int, Field(ge=0, lt=MAX_COUNT)]  # a rank, stage, replica or layer index
 FreezeMode = Literal["auto", "alpha", "list", "none"]
@@ -137,6 +137,11 @@ class RunConfig(Strict):
     )
     device: Literal["cpu", "cuda"] = Field(
         "cpu", description="cpu (gloo) or cuda (NCCL, one GPU per rank)."
+    )
+    precision: Precision = Field(
+        "fp32",
+        description="fp32, or bf16: bfloat16 autocast with float32 weights and AdamW state, "
+        "activations between stages and in the cache in bfloat16. Needs a profile of it.",
     )
     global_batch: Count = Field(64, description="Global batch, fixed across phases.")
     epochs: PosInt = Field(4, le=MAX_EPOCHS, description="Epochs.")
@@ -244,6 +249,17 @@ class RankTimes(Strict):
     input_s: Seconds = Field(description="Reading the batch (and the cache) on stage 0.")
 
 
+class Horizon(Strict):
+    """What a phase decided during the run weighs besides its freeze point: the rest of the
+    training it will run for, the placement it would move from, and whether the cache may
+    be used (`pipeplan.plan.decide_phase`)."""
+
+    samples: PosInt = Field(description="Training samples per epoch (whole global batches).")
+    epochs: PosInt = Field(description="Epochs left, this one included: the phase's horizon.")
+    previous: Layout | None = Field(description="The layout the run would move from.")
+    cache: bool = Field(description="Whether the run may read the frozen prefix from a cache.")
+
+
 class Pricing(Strict):
     """What priced a phase, so that it can be re-planned from the run directory alone."""
 
@@ -260,6 +276,9 @@ class Pricing(Strict):
         "fitted during this run (then `profile` names the file it was written to)."
     )
     cluster: Cluster
+    horizon: Horizon | None = Field(
+        None, description="Solved during the run: what the decision weighed (None: plan)."
+    )
 
 
 class PhaseDecision(Strict):
@@ -299,6 +318,41 @@ class StepRecord(Strict):
     ranks: list[RankTimes]
 
 
+# How a forecast continues the finished epochs (pipeplan.freeze.continuations).
+Continuation = Literal["schedule", "no-further-freezing", "alpha-bound"]
+
+
+class ForecastCase(Strict):
+    continuation: Continuation = Field(
+        description="schedule: the rest of a schedule decided without gradients (none, list, "
+        "alpha); for auto, no-further-freezing (the least it can still freeze) and "
+        "alpha-bound (the most)."
+    )
+    frozen_layers: list[NonNegInt] = Field(
+        description="The schedule priced, per epoch of the whole run: the finished epochs' "
+        "frozen layers, then the continuation."
+    )
+    speedup: NonNegFloat = Field(
+        description="End-to-end speedup of that schedule's elastic plan over the best static "
+        "plan: `make_preview(...).predicted_speedup`."
+    )
+
+
+class Forecast(Strict):
+    """At an epoch's end, the end-to-end speedup the run is heading for, priced as
+    `pipeplan preview` prices (docs/architecture.md §4.13)."""
+
+    samples: PosInt = Field(
+        description="Training samples per epoch priced: the training set, or steps × global "
+        "batch when --max-steps-per-epoch caps the epoch."
+    )
+    pricing: Pricing = Field(
+        description="The profile (a file in the run directory: the latest online refit, if "
+        "any) and the cluster the run plans with at this point."
+    )
+    cases: list[ForecastCase]
+
+
 class EpochRecord(Strict):
     kind: Literal["epoch"] = "epoch"
     epoch: NonNegInt
@@ -317,6 +371,10 @@ class EpochRecord(Strict):
     samples_per_s: NonNegFloat
     grad_norms: dict[str, NonNegFloat] = Field(
         default_factory=dict, description="Mean gradient norm per active layer this epoch."
+    )
+    # Added later, with a default: records written before it still load.
+    forecast: Forecast | None = Field(
+        None, description="The forecast end-to-end speedup at the end of this epoch."
     )
 
 

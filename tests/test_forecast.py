@@ -1,0 +1,188 @@
+"""A run's forecast end-to-end speedup at each epoch end: the frozen layers of the epochs so far,
+then a stated continuation, priced as `pipeplan preview` prices a schedule. The continuations
+are recomputed here from their definitions, and every figure is checked against its own
+`make_preview` call."""
+
+from __future__ import annotations
+
+import pytest
+from test_preview_band import alpha_bound
+from test_report import elastic_records, write_run
+
+import cli
+from executor.planning import shipped_profile
+from executor.worker import epoch_line
+from pipeplan.cluster import run_cluster
+from pipeplan.formats import (
+    EpochRecord,
+    Forecast,
+    ForecastCase,
+    FreezeSchedule,
+    Pricing,
+    Profile,
+    RunConfig,
+    load,
+    read_records,
+)
+from pipeplan.plan import make_forecast, make_preview, profile_identity
+from pipeplan.report import make_report
+
+PROFILE = shipped_profile("vit-digits", "cpu")
+BLOCKS, EPOCHS, BATCH, SAMPLES = 8, 6, 64, 1437
+
+
+@pytest.fixture(scope="module")
+def priced():
+    profile = load(Profile, PROFILE)
+    config = RunConfig(model="vit-digits", nproc=2, device_memory_bytes=100 << 20)
+    cluster = run_cluster(config, profile)
+    pricing = Pricing(
+        source="solver",
+        profile="profile.json",
+        profile_sha256=profile_identity(profile).sha256,
+        calibration="none",
+        cluster=cluster,
+    )
+    return profile, cluster, pricing
+
+
+def preview_speedup(profile, cluster, frozen: list[int], samples: int = SAMPLES) -> float:
+    schedule = FreezeSchedule(source="list", frozen_layers=frozen)
+    shape = dict(global_batch=BATCH, samples=samples, epochs=len(frozen), freeze=schedule)
+    return make_preview(profile, cluster, **shape).predicted_speedup
+
+
+def forecast(priced, mode: str, finished: list[int], freeze_list=()) -> Forecast:
+    profile, cluster, pricing = priced
+    return make_forecast(
+        profile,
+        cluster,
+        pricing,
+        global_batch=BATCH,
+        samples=SAMPLES,
+        epochs=EPOCHS,
+        cache=True,
+        mode=mode,
+        alpha=0.3,
+        freeze_list=list(freeze_list),
+        finished=finished,
+    )
+
+
+def test_auto_is_forecast_with_no_further_freezing_and_with_the_alpha_bound(priced):
+    profile, cluster, _ = priced
+    finished = [0, 0, 4]  # e.g. the gradient criterion froze 4 layers for epoch 2
+    cases = forecast(priced, "auto", finished).cases
+    assert [c.continuation for c in cases] == ["no-further-freezing", "alpha-bound"]
+    bound = alpha_bound(0.3, EPOCHS, BLOCKS)
+    assert cases[0].frozen_layers == [0, 0, 4, 4, 4, 4]
+    assert cases[1].frozen_layers == finished + [max(4, k) for k in bound[3:]]
+    assert cases[1].frozen_layers != cases[0].frozen_layers
+    for case in cases:
+        expected = preview_speedup(profile, cluster, case.frozen_layers)
+        assert case.speedup == pytest.approx(expected, rel=1e-9)
+    assert 1.0 < cases[0].speedup <= cases[1].speedup
+
+
+def test_a_schedule_decided_without_gradients_is_forecast_as_itself(priced):
+    profile, cluster, _ = priced
+    (case,) = forecast(priced, "list", [0, 3], freeze_list=[0, 3, 5]).cases
+    assert case.continuation == "schedule"
+    assert case.frozen_layers == [0, 3, 5, 5, 5, 5]  # the list, then its last value
+    assert case.speedup == pytest.approx(
+        preview_speedup(profile, cluster, case.frozen_layers), rel=1e-9
+    )
+    (alpha,) = forecast(priced, "alpha", [0]).cases
+    assert alpha.frozen_layers == alpha_bound(0.3, EPOCHS, BLOCKS)
+    (none,) = forecast(priced, "none", [0]).cases
+    assert none.frozen_layers == [0] * EPOCHS and none.speedup == 1.0
+
+
+def test_the_epoch_line_states_the_forecast_and_its_continuations(priced):
+    cases = [
+        ForecastCase(continuation="no-further-freezing", frozen_layers=[0, 0], speedup=1.0),
+        ForecastCase(continuation="alpha-bound", frozen_layers=[0, 4], speedup=1.234),
+    ]
+    record = EpochRecord(
+        epoch=0,
+        phase=0,
+        frozen_layers=0,
+        steps=3,
+        epoch_s=1.0,
+        train_loss=0.5,
+        eval_accuracy=0.5,
+        samples_per_s=192.0,
+        forecast=Forecast(samples=192, pricing=priced[2], cases=cases),
+    )
+    assert epoch_line(record, 2, "1x2").endswith(
+        "1x2, forecast speedup 1.00× (no further freezing) or 1.23× (the α bound from here)"
+    )
+
+
+def test_the_report_shows_each_epochs_forecast(tmp_path, priced, capsys, monkeypatch):
+    records = elastic_records()
+    forecasts = [forecast(priced, "auto", [0]), forecast(priced, "auto", [0, 3])]
+    epochs = iter(forecasts)
+    records = [
+        r.model_copy(update=dict(forecast=next(epochs))) if isinstance(r, EpochRecord) else r
+        for r in records
+    ]
+    run_dir = write_run(tmp_path / "run", records)
+    assert [e.forecast for e in make_report(run_dir).epochs] == forecasts
+    monkeypatch.setenv("COLUMNS", "200")  # one line per table row
+    assert cli.main(["report", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "then no further freezing / the α bound from here" in " ".join(out.split())
+    for f in forecasts:
+        cell = " / ".join(f"{c.speedup:.2f}×" for c in f.cases)
+        assert any(cell in line for line in out.splitlines() if "│" in line), cell
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(400)
+def test_a_run_records_its_forecast_at_every_epoch_end(tmp_path, capsys, monkeypatch):
+    """One short 2-rank run with --freeze auto: each epoch record's forecast is the trajectory
+    so far continued both ways, priced by make_preview with the profile and cluster the run
+    names; the report shows it per epoch."""
+    epochs, steps = 3, 3
+    argv = ["run", "--model", "vit-digits", "--nproc", "2", "--device-memory", "100MiB"]
+    argv += ["--epochs", str(epochs), "--max-steps-per-epoch", str(steps), "--alpha", "0.5"]
+    assert cli.main([*argv, "--name", "f", "--runs-dir", str(tmp_path)]) == 0
+    run_dir = tmp_path / "f"
+    records = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, EpochRecord)]
+    assert len(records) == epochs
+    bound = alpha_bound(0.5, epochs, BLOCKS)
+    for record in records:
+        f = record.forecast
+        assert f is not None and f.samples == steps * BATCH  # the capped epoch
+        profile = load(Profile, run_dir / f.pricing.profile)
+        assert profile_identity(profile).sha256 == f.pricing.profile_sha256
+        finished = [r.frozen_layers for r in records[: record.epoch + 1]]
+        rest = range(record.epoch + 1, epochs)
+        continued = {
+            "no-further-freezing": finished + [finished[-1] for _ in rest],
+            "alpha-bound": finished + [max(finished[-1], bound[t]) for t in rest],
+        }
+        assert [c.continuation for c in f.cases] == list(continued)
+        for case in f.cases:
+            assert case.frozen_layers == continued[case.continuation]
+            expected = preview_speedup(
+                profile, f.pricing.cluster, case.frozen_layers, samples=f.samples
+            )
+            assert case.speedup == pytest.approx(expected, rel=1e-9)
+    # The last epoch has nothing left to continue: both cases are the trajectory itself.
+    assert records[-1].forecast.cases[0].speedup == records[-1].forecast.cases[1].speedup
+    report = make_report(run_dir)
+    assert [e.forecast for e in report.epochs] == [r.forecast for r in records]
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "200")  # the epoch table on one line per epoch
+    assert cli.main(["report", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "forecast speedup" in out
+    for record in records:
+        cell = " / ".join(f"{c.speedup:.2f}×" for c in record.forecast.cases)
+        assert any(
+            line.split("│")[1].strip() == str(record.epoch) and cell in line
+            for line in out.splitlines()
+            if line.count("│") > 7
+        )
