@@ -30,6 +30,7 @@ from pipeplan.formats import (
     NonNegInt,
     PosFloat,
     PosInt,
+    Precision,
     Profile,
     Schedule,
     Strict,
@@ -37,6 +38,7 @@ from pipeplan.formats import (
     flag_of,
     load,
 )
+from pipeplan.formats.base import Count, Seed
 from pipeplan.formats.cluster import (
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
@@ -68,6 +70,12 @@ def parse_micro_batches(text: str) -> list[int]:
     return sorted(set(sizes))
 
 
+# Limits of a profile's work: sizes timed, rounds per size, threads per rank.
+MAX_SIZES = 64
+MAX_ROUNDS = 1000
+MAX_THREADS = 1024
+
+
 class ProfileRequest(Strict):
     """`pipeplan profile MODEL --out FILE …`: what to measure, how often, where to write it."""
 
@@ -75,15 +83,23 @@ class ProfileRequest(Strict):
         description="Built-in model name or path to an HF config.json."
     )
     out: Annotated[str, Flag(short="-o")] = Field(description="Profile JSON to write.")
-    micro_batch_sizes: list[PosInt] = Field(
+    # Bounded: the profile's time grows with every size, round and thread asked for.
+    micro_batch_sizes: Annotated[list[Count], Field(min_length=1, max_length=MAX_SIZES)] = Field(
         list(DEFAULT_MICRO_BATCH_SIZES), description="Micro-batch sizes to time, comma-separated."
     )
     device: str = Field("cpu", description="cpu (gloo) or cuda (NCCL).")
-    nproc: PosInt = Field(1, description="With N ≥ 2 also measure links between N ranks.")
-    threads: PosInt = Field(1, description="Intra-op threads (the executor uses 1 per rank).")
-    warmup: NonNegInt = Field(2, description="Warm-up rounds, not recorded.")
-    repeats: PosInt = Field(5, description="Recorded rounds; medians are reported.")
-    seq_len: Annotated[PosInt | None, Flag(default="the model's own")] = Field(
+    precision: Precision = Field(
+        "fp32",
+        description="fp32, or bf16 (bfloat16 autocast, float32 weights): time and count "
+        "bytes as a run of that precision computes.",
+    )
+    nproc: Count = Field(1, description="With N ≥ 2 also measure links between N ranks.")
+    threads: PosInt = Field(
+        1, le=MAX_THREADS, description="Intra-op threads (the executor uses 1 per rank)."
+    )
+    warmup: NonNegInt = Field(2, le=MAX_ROUNDS, description="Warm-up rounds, not recorded.")
+    repeats: PosInt = Field(5, le=MAX_ROUNDS, description="Recorded rounds; medians are reported.")
+    seq_len: Annotated[Count | None, Flag(default="the model's own")] = Field(
         None, description="Sequence length of text models."
     )
     task: Annotated[Task | None, Flag(default="the model's own")] = Field(
@@ -92,7 +108,7 @@ class ProfileRequest(Strict):
     padding_mask: bool = Field(
         False, description="Time padded text, as runs on text files feed it (§4.17)."
     )
-    seed: int = Field(0, description="Seed for weights and inputs.")
+    seed: Seed = Field(0, description="Seed for weights and inputs.")
 
     @field_validator("micro_batch_sizes", mode="before")
     @classmethod
@@ -104,6 +120,21 @@ class ProfileRequest(Strict):
             return parse_micro_batches(value)
         except BadArgumentError as exc:
             raise ValueError(str(exc)) from None
+
+
+def check_precision(profile: Profile, precision: str, where: str) -> None:
+    """A profile's times and bytes hold for the precision it was measured in: planning a run
+    of another precision with it would price the wrong transfers, cache and compute.
+
+        check_precision(load(Profile, "p.json"), "bf16", "p.json")   # BadArgumentError or None
+    """
+    if profile.model.precision == precision:
+        return
+    raise BadArgumentError(
+        f"{where} was measured in {profile.model.precision}, but --precision is {precision}; "
+        f"pass --precision {profile.model.precision}, or profile in {precision}: "
+        f"pipeplan profile {profile.model.name} --precision {precision} --out P.json"
+    )
 
 
 # The flags that describe a cluster, refused beside --cluster.
@@ -121,6 +152,11 @@ class PlanRequest(Strict):
     schedule, and the choices the user pins."""
 
     profile: str = Field(description="Profile JSON (see `pipeplan profile`; profiles/ ships some).")
+    precision: Precision = Field(
+        "fp32",
+        description="fp32 or bf16: the precision the run will train in; the profile must "
+        "have been measured in it.",
+    )
     cluster: str | None = Field(
         None, description="Cluster JSON; or describe it with the flags below."
     )
@@ -195,6 +231,7 @@ class PlanRequest(Strict):
         from pipeplan.solver import Pins  # the solver pulls in scipy: not at start-up
 
         profile = load(Profile, self.profile)
+        check_precision(profile, self.precision, self.profile)
         cluster = self._cluster(profile)
         freeze, later = self._freeze(len(profile.layers) - 2)
         pins = Pins(

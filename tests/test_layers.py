@@ -18,6 +18,7 @@ LAYERS = [  # bottom first
             for name in [
                 "models",
                 "profiler",
+                "precision",
                 "links",
                 "cluster",
                 "costmodel",
@@ -51,12 +52,23 @@ LAYERS = [  # bottom first
                     "planning",
                     "progress",
                     "faults",
+                    "demotasks",
                 ]
             ),
         ],
     ),
     ("analysis", ["pipeplan.calibrate", "pipeplan.report", "pipeplan.plots"]),
-    ("top", ["cli", "pipeplan.options", "pipeplan.api", "executor.launch", "executor.demo"]),
+    (
+        "top",
+        [
+            "cli",
+            "pipeplan.options",
+            "pipeplan.api",
+            "executor.launch",
+            "executor.demo",
+            "executor.demo_checkpoint",
+        ],
+    ),
 ]
 
 
