@@ -16,6 +16,7 @@ from pipeplan.errors import BadArgumentError
 from pipeplan.formats import Cluster, Link, Profile, RunConfig
 from pipeplan.formats.base import MAX_BANDWIDTH, MAX_BYTES, MAX_LATENCY_S, MIN_BANDWIDTH
 from pipeplan.formats.cluster import (
+    DEFAULT_CACHE_BUDGET_BYTES,
     DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTER_LATENCY_S,
@@ -126,6 +127,7 @@ def cluster_from_flags(
     inter_bw: str | float | None = None,
     inter_latency: str | float | None = None,
     host_to_device_bw: str | float | None = None,
+    cache_budget: int = DEFAULT_CACHE_BUDGET_BYTES,
     name: str | None = None,
     profile: Profile | None = None,
 ) -> Cluster:
@@ -184,13 +186,19 @@ def cluster_from_flags(
         intra_node_allreduce=allreduce,
         inter_node=inter,
         host_to_device_bandwidth_bytes_per_s=h2d,
+        cache_budget_bytes=cache_budget,
     )
 
 
 def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
     """The cluster a local run plans for: its ranks on one node, links as profiled, each rank
-    limited to --device-memory or else an equal share of the profiled host's memory."""
+    limited to --device-memory or else an equal share of the profiled host's memory, the
+    node's cache limited to --cache-budget."""
     memory = config.device_memory_bytes or profile.device.memory_bytes // config.nproc
     return cluster_from_flags(
-        nodes=1, devices_per_node=config.nproc, device_memory=memory, profile=profile
+        nodes=1,
+        devices_per_node=config.nproc,
+        device_memory=memory,
+        cache_budget=config.cache_budget_bytes,
+        profile=profile,
     )
