@@ -114,6 +114,7 @@ def profile(given: dict[str, Any]) -> None:
     sizes = result.settings.micro_batches
     table.caption = (
         f"times at micro-batch {sizes[-1]}, {result.device.name}, {result.device.threads} thread(s)"
+        f", {result.model.precision}"
     )
     Console().print(table)
     if result.comm:

@@ -8,6 +8,11 @@ active gradients over the stage's data-parallel group with one bucketed all-redu
 deliberately not used: GPipe + DDP crashes and DDP(static_graph=True) gives silently wrong
 gradients inside a pipeline, while a manual all-reduce after `schedule.step()` is exact
 (docs/architecture.md §5).
+
+Under `--precision bf16` a stage computes under bfloat16 autocast (`pipeplan.precision`): the
+parameters, their gradients, the all-reduce and AdamW stay float32, what a stage sends to the
+next and the frozen prefix's output are bfloat16, and the last stage hands float32 logits to
+the loss.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from executor.topology import Topology, build_topology
-from pipeplan.formats import Layout
+from pipeplan import precision as mixed
+from pipeplan.formats import Layout, Precision
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -32,15 +38,30 @@ SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 class StageModule(nn.Module):
     """Layers [start, stop) of a LayerSequence. Frozen layers (index < frozen_layers) run in
     eval mode without autograd: they are a fixed feature extractor, which is also what makes
-    their outputs cacheable. With `skip_frozen` (stage 0 reading the cache) they are not run."""
+    their outputs cacheable. With `skip_frozen` (stage 0 reading the cache) they are not run.
+
+    In `precision` on `device`: the layers run under its autocast; the frozen prefix's output
+    and the stage's output (unless it is the last stage, `last`) leave in its boundary dtype,
+    the last stage's logits in float32."""
 
     def __init__(
-        self, layers: nn.ModuleList, start: int, stop: int, frozen_layers: int, skip_frozen: bool
+        self,
+        layers: nn.ModuleList,
+        start: int,
+        stop: int,
+        frozen_layers: int,
+        skip_frozen: bool,
+        *,
+        last: bool = True,
+        device: torch.device | None = None,
+        precision: Precision = "fp32",
     ):
         super().__init__()
         self.first = max(start, frozen_layers) if skip_frozen else start
         self.frozen_layers = frozen_layers
         self.layers = nn.ModuleList(layers[self.first : stop])
+        self.last, self.precision = last, precision
+        self.device = device or torch.device("cpu")
         self.fwd_s = 0.0
 
     def train(self, mode: bool = True) -> StageModule:
@@ -55,14 +76,42 @@ class StageModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t0 = time.perf_counter()
-        for index, layer in self.indexed():
-            if index < self.frozen_layers:
-                with torch.no_grad():
+        with mixed.compute(self.device, self.precision):
+            for index, layer in self.indexed():
+                if index < self.frozen_layers:
+                    with torch.no_grad():
+                        x = frozen_layer(layer, x, self.precision)
+                else:
                     x = layer(x)
-            else:
-                x = layer(x)
+        # Outside autocast: the loss takes float32 logits; a send goes in the boundary dtype.
+        x = x.float() if self.last else mixed.boundary(x, self.precision)
         self.fwd_s += time.perf_counter() - t0
         return x
+
+
+def frozen_layer(layer: nn.Module, x: torch.Tensor, precision: Precision) -> torch.Tensor:
+    """A frozen layer's output, rounded to the boundary dtype as the cache stores it: with the
+    cache on or off, and however many layers each cache version advanced by, the layers after
+    the frozen prefix see the same values."""
+    return mixed.boundary(layer(x), precision)
+
+
+@torch.no_grad()
+def frozen_forward(
+    layers: nn.ModuleList,
+    x: torch.Tensor,
+    start: int,
+    stop: int,
+    device: torch.device,
+    precision: Precision,
+) -> torch.Tensor:
+    """Frozen layers [start, stop) on `x` (on `device`), as a stage runs them: what the cache
+    holds for `frozen_forward(layers, raw, 0, k, device, "bf16")` is bfloat16."""
+    x = x.to(device)
+    with mixed.compute(device, precision):
+        for layer in layers[start:stop]:
+            x = frozen_layer(layer, x, precision)
+    return x
 
 
 class BackwardClock:
@@ -152,9 +201,11 @@ class PhaseRuntime:
         make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer],
         clip_grad_norm: float | None = None,
         timeout: timedelta | None = None,
+        precision: Precision = "fp32",
     ):
         self.layout = layout
         self.device = device
+        self.precision = precision
         self.clip_grad_norm = clip_grad_norm  # max global gradient norm, or None
         self.topology: Topology = build_topology(rank, layout.rank_map, timeout)
         set_frozen(layers, layout.frozen_layers)
@@ -173,7 +224,14 @@ class PhaseRuntime:
         stage = self.topology.stage
         start, stop = layout.boundaries[stage], layout.boundaries[stage + 1]
         self.module = StageModule(
-            layers, start, stop, layout.frozen_layers, skip_frozen=layout.cached and stage == 0
+            layers,
+            start,
+            stop,
+            layout.frozen_layers,
+            skip_frozen=layout.cached and stage == 0,
+            last=stage == layout.num_stages - 1,
+            device=device,
+            precision=precision,
         ).train()
         input_args = (example_input(layout.micro_batch_size).to(device),) if stage == 0 else None
         self.pipe_stage = PipelineStage(

@@ -57,20 +57,27 @@ def profiles_dir() -> Path:
     return Path(resources.files("profiles"))
 
 
-def shipped_profile(model: str, device: str) -> Path | None:
+def shipped_profile(model: str, device: str, precision: str = "fp32") -> Path | None:
     """`shipped_profile("vit-digits", "cpu")` → the profile measured with one thread per rank,
-    or None when none ships for that model and device."""
-    path = profiles_dir() / f"{model}@{device}-1t.json"
+    or None when none ships for that model, device and precision (`MODEL@cpu-1t.json` is
+    fp32; a bf16 one would be `MODEL@cpu-1t-bf16.json`)."""
+    suffix = "" if precision == "fp32" else f"-{precision}"
+    path = profiles_dir() / f"{model}@{device}-1t{suffix}.json"
     return path if path.exists() else None
 
 
 def config_profile(cfg: RunConfig) -> Profile:
     """The profile a run configuration names (`--profile`, else the shipped one)."""
-    path = Path(cfg.profile) if cfg.profile else shipped_profile(cfg.model, cfg.device)
+    path = (
+        Path(cfg.profile) if cfg.profile else shipped_profile(cfg.model, cfg.device, cfg.precision)
+    )
     if path is None:
+        precision = "" if cfg.precision == "fp32" else f" in {cfg.precision}"
+        flag = "" if cfg.precision == "fp32" else f" --precision {cfg.precision}"
         raise BadArgumentError(
-            f"no shipped profile for {cfg.model} on {cfg.device}; run `pipeplan profile "
-            f"{cfg.model} --out P.json --nproc {max(2, cfg.nproc)}` and pass --profile P.json"
+            f"no shipped profile for {cfg.model} on {cfg.device}{precision}; run `pipeplan "
+            f"profile {cfg.model}{flag} --out P.json --nproc {max(2, cfg.nproc)}` and pass "
+            "--profile P.json"
         )
     profile = load(Profile, path)
     if profile.model.name != cfg.model:
@@ -85,23 +92,28 @@ def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> 
     text, another task) would be planned with times that do not hold for it."""
     measured = profile.model
     have = _input_words(
-        measured.input_shape, measured.input_dtype, measured.task, measured.padding_mask
+        measured.input_shape,
+        measured.input_dtype,
+        measured.precision,
+        measured.task,
+        measured.padding_mask,
     )
     dtype = str(seq.input_dtype).removeprefix("torch.")
-    want = _input_words(list(seq.input_shape), dtype, seq.task, seq.padding_mask)
+    want = _input_words(list(seq.input_shape), dtype, cfg.precision, seq.task, seq.padding_mask)
     if have == want:
         return
     flags = f" --seq-len {seq.input_shape[0]}" if dtype == "int64" else ""
     flags += f" --task {seq.task}" + (" --padding-mask" if seq.padding_mask else "")
+    flags += f" --precision {cfg.precision}" if cfg.precision != "fp32" else ""
     raise BadArgumentError(
         f"the profile was measured for {have}, but this run feeds {want}; profile that: "
         f"pipeplan profile {cfg.model}{flags} --out P.json, and pass --profile P.json"
     )
 
 
-def _input_words(shape: list[int], dtype: str, task: str, padded: bool) -> str:
-    """`input (32,) int64 float32 causal-lm, padded`: what a profile's times hold for."""
-    text = f"input {tuple(shape)} {dtype}, float32 weights, {task}"
+def _input_words(shape: list[int], dtype: str, precision: str, task: str, padded: bool) -> str:
+    """`input (32,) int64, fp32 precision, causal-lm, padded`: what a profile's times hold for."""
+    text = f"input {tuple(shape)} {dtype}, {precision} precision, {task}"
     return text + (", padded" if padded else "")
 
 

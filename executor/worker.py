@@ -31,7 +31,7 @@ from torch.utils.data import DistributedSampler
 
 from executor.cache import ActivationCache, cache_allowed, memory_dir_for
 from executor.migrate import install_states, migrate, optimizer_states
-from executor.parallel import PhaseRuntime, StepTimes
+from executor.parallel import PhaseRuntime, StepTimes, frozen_forward
 from executor.planning import RunPlanner
 from executor.records import Recorder, step_record, step_row
 from executor.task import build_task, save_model
@@ -263,6 +263,7 @@ class Trainer:
             make_optimizer=self.make_optimizer,
             clip_grad_norm=self.cfg.clip_grad_norm,
             timeout=_dt.timedelta(seconds=self.cfg.collective_timeout_s),
+            precision=self.cfg.precision,
         )
         install_states(self.runtime.optimizer, states)
         self.prepare_cache(layout)
@@ -293,8 +294,8 @@ class Trainer:
         return torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
 
     def frozen_prefix(self, inputs: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return self.seq.forward(inputs.to(self.device), 0, self.decision.layout.frozen_layers)
+        frozen = self.decision.layout.frozen_layers
+        return frozen_forward(self.seq.layers, inputs, 0, frozen, self.device, self.cfg.precision)
 
     def example_stage0_input(self, n: int) -> torch.Tensor:
         x = torch.stack([self.data.train[i][0] for i in range(n)])
@@ -349,7 +350,8 @@ class Trainer:
             stop = layout.frozen_layers
 
             def newly_frozen(hidden: torch.Tensor) -> torch.Tensor:
-                return self.seq.forward(hidden.to(self.device), start, stop).cpu()
+                layers, precision = self.seq.layers, self.cfg.precision
+                return frozen_forward(layers, hidden, start, stop, self.device, precision).cpu()
 
             self.cache.advance_rows(newly_frozen, sharing.index(self.rank), len(sharing))
         one_sided_done()  # every share is advanced before the old version is deleted

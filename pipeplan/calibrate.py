@@ -118,6 +118,12 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
         raise InputFileError(
             f"{run_dir}: a run of '{config.model}', but the profile is of '{profile.model.name}'"
         )
+    if config.precision != profile.model.precision:
+        # Times measured in one precision cannot correct a profile of the other.
+        raise InputFileError(
+            f"{run_dir}: a run in {config.precision}, but the profile was measured in "
+            f"{profile.model.precision}"
+        )
     return config, read_records(run_dir / "run.jsonl")
 
 
@@ -459,7 +465,9 @@ class StepFit:
                 root * jacobian, -root[:, 0] * residuals, STEP_LOWER[free] - x[free]
             )
             step = self.damped(x, proposal, soft_l1(residuals), p2p)
-            x = x + step
+            # A step that ends on a bound lands a rounding error beyond it (a latency of
+            # -5e-20 s seen in a run): back onto the bound, where the formats need it.
+            x = np.maximum(x + step, STEP_LOWER)
             if np.max(np.abs(jacobian * step[free])) < CONVERGED:
                 break
         return x
@@ -468,9 +476,13 @@ class StepFit:
         """The step, halved until it does not raise the loss (a kink of the simulated step can
         make the linearised problem overshoot)."""
         t = 1.0
-        while t > 1e-6 and soft_l1(self.predictions(x + t * step, p2p) / self.measured - 1) > cost:
+        while t > 1e-6 and soft_l1(self.trial(x, t * step, p2p) / self.measured - 1) > cost:
             t /= 2
         return t * step
+
+    def trial(self, x: np.ndarray, step: np.ndarray, p2p: bool) -> np.ndarray:
+        """Predictions at x + step, kept within the bounds (see gauss_newton)."""
+        return self.predictions(np.maximum(x + step, STEP_LOWER), p2p)
 
     def solve(self) -> Calibration:
         """Fit what the phases identify (checked where the fit starts and where it ends: the

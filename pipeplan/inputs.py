@@ -30,6 +30,7 @@ from pipeplan.formats import (
     NonNegInt,
     PosFloat,
     PosInt,
+    Precision,
     Profile,
     Schedule,
     Strict,
@@ -80,6 +81,11 @@ class ProfileRequest(Strict):
         list(DEFAULT_MICRO_BATCH_SIZES), description="Micro-batch sizes to time, comma-separated."
     )
     device: str = Field("cpu", description="cpu (gloo) or cuda (NCCL).")
+    precision: Precision = Field(
+        "fp32",
+        description="fp32, or bf16 (bfloat16 autocast, float32 weights): time and count "
+        "bytes as a run of that precision computes.",
+    )
     nproc: PosInt = Field(1, description="With N ≥ 2 also measure links between N ranks.")
     threads: PosInt = Field(1, description="Intra-op threads (the executor uses 1 per rank).")
     warmup: NonNegInt = Field(2, description="Warm-up rounds, not recorded.")
@@ -107,6 +113,21 @@ class ProfileRequest(Strict):
             raise ValueError(str(exc)) from None
 
 
+def check_precision(profile: Profile, precision: str, where: str) -> None:
+    """A profile's times and bytes hold for the precision it was measured in: planning a run
+    of another precision with it would price the wrong transfers, cache and compute.
+
+        check_precision(load(Profile, "p.json"), "bf16", "p.json")   # BadArgumentError or None
+    """
+    if profile.model.precision == precision:
+        return
+    raise BadArgumentError(
+        f"{where} was measured in {profile.model.precision}, but --precision is {precision}; "
+        f"pass --precision {profile.model.precision}, or profile in {precision}: "
+        f"pipeplan profile {profile.model.name} --precision {precision} --out P.json"
+    )
+
+
 # The flags that describe a cluster, refused beside --cluster.
 CLUSTER_FIELDS = (
     "nodes",
@@ -123,6 +144,11 @@ class PlanRequest(Strict):
     schedule, and the choices the user pins."""
 
     profile: str = Field(description="Profile JSON (see `pipeplan profile`; profiles/ ships some).")
+    precision: Precision = Field(
+        "fp32",
+        description="fp32 or bf16: the precision the run will train in; the profile must "
+        "have been measured in it.",
+    )
     cluster: str | None = Field(
         None, description="Cluster JSON; or describe it with the flags below."
     )
@@ -201,6 +227,7 @@ class PlanRequest(Strict):
         from pipeplan.solver import Pins  # the solver pulls in scipy: not at start-up
 
         profile = load(Profile, self.profile)
+        check_precision(profile, self.precision, self.profile)
         cluster = self._cluster(profile)
         freeze, later = self._freeze(len(profile.layers) - 2)
         pins = Pins(

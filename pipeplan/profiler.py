@@ -23,12 +23,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from pipeplan import precision as mixed
 from pipeplan.errors import BadArgumentError
 from pipeplan.formats import (
+    PRECISION_DTYPE,
     DeviceInfo,
     LayerProfile,
     MicroBatchTiming,
     ModelInfo,
+    Precision,
     Profile,
     ProfileSettings,
     dumps,
@@ -168,9 +171,11 @@ class LayerProfiler:
         device: torch.device,
         micro_batches: list[int],
         seed: int = 0,
+        precision: Precision = "fp32",
     ):
         self.seq = seq
         self.device = device
+        self.precision = precision
         self.sizes = micro_batches
         self.timer = Timer(device)
         self.layers = seq.layers.to(device).train()
@@ -188,10 +193,15 @@ class LayerProfiler:
             self.inputs[m] = []
             x = x.to(device)
             try:
-                with torch.no_grad():
-                    for layer in self.layers:
+                # Each layer's input as it arrives over a stage boundary: in the precision's
+                # boundary dtype (bfloat16 under bf16, so out_bytes count what is sent); the
+                # logits as the loss takes them, float32.
+                with torch.no_grad(), mixed.compute(device, precision):
+                    for i, layer in enumerate(self.layers):
                         self.inputs[m].append(x)
                         x = layer(x)
+                        last = i == len(self.layers) - 1
+                        x = x.float() if last else mixed.boundary(x, precision)
                 self.logits_bytes[m] = x.numel() * x.element_size()
             except Exception as exc:
                 if not is_out_of_memory(exc):
@@ -212,10 +222,12 @@ class LayerProfiler:
         x = self.inputs[m][i]
         if with_grad and x.is_floating_point():
             x = x.detach().requires_grad_(True)  # stage inputs need input-gradients
-        out = self.layers[i](x)
-        if i == len(self.layers) - 1:
-            out = self.seq.loss(out, self.labels[m])
-        return out
+        with mixed.compute(self.device, self.precision):
+            out = self.layers[i](x)
+        if i == len(self.layers) - 1:  # the loss in float32, as the executor computes it
+            return self.seq.loss(out.float(), self.labels[m])
+        # What leaves the layer when a stage ends here: the cast is part of its cost.
+        return mixed.boundary(out, self.precision)
 
     def _grad_for(self, i: int, m: int, out: torch.Tensor) -> torch.Tensor | None:
         if out.dim() == 0:
@@ -353,9 +365,11 @@ def profile_layers(
     repeats: int = 5,
     threads: int = 1,
     seed: int = 0,
+    precision: Precision = "fp32",
     progress: Progress | None = None,
 ) -> Profile:
-    """Profile every layer of `seq`; returns a Profile without link measurements."""
+    """Profile every layer of `seq` in `precision`; returns a Profile without link
+    measurements."""
     if warmup < 0 or repeats < 1 or threads < 1:
         raise BadArgumentError("need warmup ≥ 0, repeats ≥ 1 and threads ≥ 1")
     if not micro_batches or min(micro_batches) < 1:
@@ -363,11 +377,11 @@ def profile_layers(
     dev = resolve_device(device)
     with torch_threads(threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        profiler = LayerProfiler(seq, dev, sorted(set(micro_batches)), seed)
+        profiler = LayerProfiler(seq, dev, sorted(set(micro_batches)), seed, precision)
         layers = profiler.run(warmup, repeats, progress)
     return Profile(
         created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        model=ModelInfo(**seq.describe()),
+        model=ModelInfo(**seq.describe(), dtype=PRECISION_DTYPE[precision]),
         device=device_info(dev, threads),
         settings=ProfileSettings(
             micro_batches=sorted(set(micro_batches)), warmup=warmup, repeats=repeats, seed=seed
@@ -401,6 +415,7 @@ def profile_to_file(request: ProfileRequest, progress: Progress | None = None) -
         repeats=request.repeats,
         threads=request.threads,
         seed=request.seed,
+        precision=request.precision,
         progress=progress,
     )
     if request.nproc >= 2:

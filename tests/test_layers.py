@@ -18,6 +18,7 @@ LAYERS = [  # bottom first
             for name in [
                 "models",
                 "profiler",
+                "precision",
                 "links",
                 "cluster",
                 "costmodel",

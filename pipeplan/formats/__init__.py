@@ -48,6 +48,7 @@ from pipeplan.formats.plan import (
     StaticPlanSummary,
 )
 from pipeplan.formats.profile import (
+    PRECISION_DTYPE,
     Calibration,
     CommProfile,
     DeviceInfo,
@@ -57,6 +58,7 @@ from pipeplan.formats.profile import (
     LinkSample,
     MicroBatchTiming,
     ModelInfo,
+    Precision,
     Profile,
     ProfileSettings,
     Task,
@@ -110,6 +112,7 @@ def json_schema(name: str) -> dict[str, Any]:
 
 __all__ = [
     "NOT_A_FLAG",
+    "PRECISION_DTYPE",
     "SCHEDULES",
     "SCHEMAS",
     "WARMUP_STEPS_PER_PHASE",
@@ -152,6 +155,7 @@ __all__ = [
     "PlanInputs",
     "PosFloat",
     "PosInt",
+    "Precision",
     "Preview",
     "Pricing",
     "ProfileIdentity",

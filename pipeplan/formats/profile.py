@@ -25,6 +25,12 @@ from pipeplan.formats.base import (
 # What a model is trained for: classes, or the next token (decoders). Defined once, here: the
 # profile records it, `pipeplan run --task` takes it, `pipeplan.models.build` builds it.
 Task = Literal["classification", "causal-lm"]
+# The precision a model computes in, as `--precision` takes it (profile, plan, preview, run):
+# fp32, or bf16 = autocast to bfloat16 with float32 weights, gradients and optimizer state,
+# activations crossing stages and cached in bfloat16. Defined once, here.
+Precision = Literal["fp32", "bf16"]
+# How a profile records it: the dtype the layers computed and exchanged activations in.
+PRECISION_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 class ModelInfo(Strict):
@@ -40,7 +46,16 @@ class ModelInfo(Strict):
     padding_mask: bool = Field(
         False, description="The hidden state carries a padding-mask channel (one more value)."
     )
-    dtype: Literal["float32"] = "float32"
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="Precision the layers were measured in: float32, or bfloat16 (autocast "
+        "with float32 weights, `--precision bf16`); boundary and saved bytes are of it.",
+    )
+
+    @property
+    def precision(self) -> Precision:
+        """The `--precision` value this profile was measured with: `fp32` or `bf16`."""
+        return next(k for k, v in PRECISION_DTYPE.items() if v == self.dtype)  # type: ignore[return-value]
 
 
 class DeviceInfo(Strict):

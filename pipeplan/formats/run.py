@@ -32,7 +32,7 @@ from pipeplan.formats.base import (
 from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.plan import StagePlan, check_stages
-from pipeplan.formats.profile import Task
+from pipeplan.formats.profile import Precision, Task
 
 FreezeMode = Literal["auto", "alpha", "list", "none"]
 # Where a run's weights come from: the model directory's checkpoint, or drawn from the seed.
@@ -111,6 +111,11 @@ class RunConfig(Strict):
     )
     device: Literal["cpu", "cuda"] = Field(
         "cpu", description="cpu (gloo) or cuda (NCCL, one GPU per rank)."
+    )
+    precision: Precision = Field(
+        "fp32",
+        description="fp32, or bf16: bfloat16 autocast with float32 weights and AdamW state, "
+        "activations between stages and in the cache in bfloat16. Needs a profile of it.",
     )
     global_batch: PosInt = Field(64, description="Global batch, fixed across phases.")
     epochs: PosInt = Field(4, description="Epochs.")
