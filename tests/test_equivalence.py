@@ -121,3 +121,10 @@ def test_cache_on_equals_cache_off_with_dropout(tmp_path):
     assert on.keys() == off.keys()
     for key in on:
         assert torch.equal(on[key], off[key]), key
+    from pipeplan.formats import StepRecord, read_records
+
+    def steps(name):
+        return [r for r in read_records(tmp_path / name / "run.jsonl") if isinstance(r, StepRecord)]
+
+    assert [s.loss for s in steps("on")] == [s.loss for s in steps("off")]
+    assert sum(s.cache_hits for s in steps("on")) > 0  # the cache was read, not only filled
