@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from pipeplan import log
-from pipeplan.errors import Interrupted, PipeplanError
+from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError
 from pipeplan.formats import RunConfig
 from pipeplan.inputs import PlanRequest, ProfileRequest
 from pipeplan.options import build, options
@@ -99,8 +99,17 @@ def profile(given: dict[str, Any]) -> None:
             request, progress=lambda done, total: bar.update(task, completed=done, total=total)
         )
     table = Table("layer", "kind", "params", "fwd ms", "bwd ms", "no-grad ms", "saved KiB/sample")
+    # The rows show one micro-batch size, the largest every layer ran at; the sizes that did
+    # not fit in memory are named (the profile records them as infeasible).
+    sizes = result.settings.micro_batches
+    fits = [
+        m
+        for m in sizes
+        if all(t.feasible for layer in result.layers for t in layer.timings if t.micro_batch == m)
+    ]
+    shown = fits[-1] if fits else None
     for layer in result.layers:
-        t = next((t for t in reversed(layer.timings) if t.feasible), None)
+        t = next((t for t in layer.timings if t.micro_batch == shown), None)
         ms = (lambda v: f"{v * 1e3:.2f}") if t else (lambda v: "infeasible")
         table.add_row(
             layer.name,
@@ -111,10 +120,11 @@ def profile(given: dict[str, Any]) -> None:
             ms(t.fwd_nograd_s if t else 0),
             f"{layer.saved_bytes_per_sample / 1024:.0f}",
         )
-    sizes = result.settings.micro_batches
+    too_big = [str(m) for m in sizes if m not in fits]
     table.caption = (
-        f"times at micro-batch {sizes[-1]}, {result.device.name}, {result.device.threads} thread(s)"
-        f", {result.model.precision}"
+        (f"times at micro-batch {shown}" if fits else "no micro-batch size fit in memory")
+        + f", {result.device.name}, {result.device.threads} thread(s), {result.model.precision}"
+        + (f"; infeasible (out of memory): {', '.join(too_big)}" if too_big else "")
     )
     Console().print(table)
     if result.comm:
@@ -144,7 +154,7 @@ def plan(
     from pipeplan.formats import dumps
     from pipeplan.plan import make_plan
 
-    check_writable(out)
+    check_writable(out, inputs=[given.get(k) for k in ("profile", "cluster", "freeze_schedule")])
     args = build(PlanRequest, given).resolve()
     result = make_plan(args.profile, args.cluster, **args.kwargs())
     write_atomic(out, dumps(result))
@@ -246,29 +256,54 @@ def preview_freeze_lines(result: Any) -> list[str]:
 @app.command()
 def demo(
     runs_dir: Annotated[str, Opt(help="Where the demo's run directories go.")] = "runs",
+    pretrain_only: Annotated[
+        bool,
+        Opt(help="Only make (or check and reuse) the pretrained checkpoint, RUNS/demo-pretrained."),
+    ] = False,
+    epochs: Annotated[int, Opt(min=1, help="Fine-tuning epochs of each run.")] = 10,
 ) -> None:
-    """The whole loop in a few minutes: preview, static and elastic runs, calibrate, compare."""
-    from executor.demo import run_demo
+    """Fine-tune a pretrained model statically and elastically, calibrate, compare speedups."""
+    from executor.demo import pretrained_checkpoint, run_demo
 
-    result = run_demo(runs_dir, say=console.print)
-    table = Table("", "static baseline", "elastic", title="pipeplan demo: vit-digits, 2 ranks")
+    if pretrain_only:
+        pretrained_checkpoint(runs_dir, say=console.print)
+        return
+    result = run_demo(runs_dir, say=console.print, epochs=epochs)
     s, e = result.static, result.elastic
-    table.add_row(
-        "layouts",
-        " → ".join(p.layout.label() for p in s.phases),
-        " → ".join(p.layout.label() for p in e.phases),
+    table = Table(
+        "", "static baseline", "elastic", title="pipeplan demo: fine-tuning vit-digits, 2 ranks"
     )
-    table.add_row("training time", f"{s.total_s:.1f} s", f"{e.total_s:.1f} s")
+    table.add_row("freeze", "none", "auto")
     table.add_row(
-        "held-out accuracy", f"{s.final_eval_accuracy:.1%}", f"{e.final_eval_accuracy:.1%}"
+        "phases (frozen layers: layout, steps)",
+        "\n".join(_phase_lines(s.summary)),
+        "\n".join(_phase_lines(e.summary)),
+    )
+    table.add_row("wall time of the run", f"{s.wall_s:.1f} s", f"{e.wall_s:.1f} s")
+    table.add_row(
+        "training time (records)", f"{s.summary.total_s:.1f} s", f"{e.summary.total_s:.1f} s"
+    )
+    table.add_row(
+        "held-out accuracy",
+        f"{s.summary.final_eval_accuracy:.1%}",
+        f"{e.summary.final_eval_accuracy:.1%}",
     )
     Console().print(table)
     Console().print(
-        f"speedup: previewed {result.previewed_speedup:.2f}× before running (raw profile, "
-        f"α schedule); {result.calibrated_speedup:.2f}× after calibration (the freeze "
-        f"trajectory the run took); measured [bold]{result.measured_speedup:.2f}×[/]"
+        f"speedup measured: [bold]{result.measured_speedup:.2f}×[/] (wall time of the whole "
+        f"runs), {result.training_speedup:.2f}× (training time)\n"
+        f"speedup previewed: {result.previewed_speedup:.2f}× before running (α schedule); "
+        f"for the schedule the run followed ({','.join(map(str, e.frozen_per_epoch))} frozen "
+        f"layers per epoch): {result.followed_speedup:.2f}× raw profile, "
+        f"{result.followed_calibrated_speedup:.2f}× calibrated"
     )
     console.print(f"runs, records and the calibrated profile are in {result.run_dir}")
+
+
+def _phase_lines(summary) -> list[str]:
+    return [
+        f"{p.layout.frozen_layers}: {p.layout.label()} ({p.steps} steps)" for p in summary.phases
+    ]
 
 
 # --------------------------------------------------------------------------- calibrate
@@ -318,7 +353,9 @@ def run(
         str | None,
         Opt(
             help="Continue runs/NAME from its latest checkpoint, re-planned; with --nproc N on "
-            "N ranks. The run's other options come from its run.json."
+            "N ranks, with --epochs E for more epochs, with --collective-timeout S to wait "
+            "longer; the run's other options come from its run.json (giving another value is "
+            "refused)."
         ),
     ] = None,
 ) -> None:
@@ -327,7 +364,12 @@ def run(
     from executor.task import MODEL_DIR
 
     if resume:
-        run_dir, summary = resume_run(resume, given.get("nproc"))
+        if prepare_only:  # under torchrun a resume is `-m executor.launch RUN --resume`
+            raise BadArgumentError(
+                "--prepare-only prepares a new run; to resume under torchrun, start "
+                f"`-m executor.launch {resume} --resume` on every node"
+            )
+        run_dir, summary = resume_run(resume, given)
     else:
         run_dir, summary = start_run(build(RunConfig, given), runs_dir, prepare_only)
     if summary is None:

@@ -28,16 +28,14 @@ import contextlib
 import ctypes
 import logging
 import os
-import re
 import signal
 import sys
 import traceback
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
-import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
@@ -55,6 +53,7 @@ from pipeplan.errors import BadArgumentError, Interrupted, OutputError, Pipeplan
 from pipeplan.fileio import claim_directory, write_atomic
 from pipeplan.formats import (
     PhaseSummary,
+    Profile,
     RunConfig,
     RunSummary,
     StepRecord,
@@ -62,8 +61,12 @@ from pipeplan.formats import (
     load,
     read_records,
 )
+from pipeplan.formats.base import flag_of
+from pipeplan.formats.run import check_run_name
+from pipeplan.freeze import list_schedule
+from pipeplan.options import build
 from pipeplan.report import make_report
-from pipeplan.spawn import RankFailedError
+from pipeplan.spawn import RankFailedError, check_local_ranks
 
 log = logging.getLogger("pipeplan.run")
 
@@ -86,19 +89,8 @@ class RunStoppedError(PipeplanError):
 def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
     """Checks that need no process group, then the run directory with run.json. `local`: the
     ranks run on this host (else torchrun starts them, some on other nodes)."""
-    if cfg.device == "cuda":
-        check_gpus(cfg.nproc if local else 1)
-    elif local and cfg.nproc > (os.cpu_count() or 1):
-        log.warning("--nproc %d is more than the %d CPU cores", cfg.nproc, os.cpu_count())
-    seq, data = build_task(cfg)
-    if len(data.train) < cfg.global_batch:
-        raise BadArgumentError(
-            f"--global-batch {cfg.global_batch} is larger than the {len(data.train)} training "
-            "samples"
-        )
-    planner = RunPlanner.from_config(cfg)
-    planner.check(seq)
-    run_dir = claim_directory(Path(runs_root) / run_name(cfg.name))
+    planner = check_run(cfg, local)
+    run_dir = claim_directory(run_directory(runs_root, cfg.name))
     if any(p.name != ".lock" for p in run_dir.iterdir()):
         raise OutputError(f"{run_dir}: already holds a run; pick another --name")
     write_atomic(run_dir / "run.json", dumps(cfg))
@@ -107,24 +99,51 @@ def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
     return run_dir
 
 
-def check_gpus(per_node: int) -> None:
-    """`check_gpus(2)`: this host has 2 GPUs for its 2 ranks. A run prepared for torchrun is
-    checked for one here; each rank checks its LOCAL_RANK against its own node's GPUs."""
-    if not torch.cuda.is_available():
-        raise BadArgumentError("--device cuda: no CUDA device is available here")
-    if torch.cuda.device_count() < per_node:
+def check_run(cfg: RunConfig, local: bool = True) -> RunPlanner:
+    """Everything a configuration must pass before any process starts, the same for a fresh
+    run and a resume: ranks this host has (`local`; torchrun's world size is the launcher's),
+    model and data, the freeze list, a first phase that can be planned.
+
+        planner = check_run(cfg)   # BadArgumentError with one line naming the flag
+    """
+    if local:
+        check_local_ranks(cfg.nproc, cfg.device)
+    elif cfg.device == "cuda":  # each rank checks its LOCAL_RANK against its own node's GPUs
+        check_local_ranks(1, cfg.device)
+    seq, data = build_task(cfg)
+    if len(data.train) < cfg.global_batch:
         raise BadArgumentError(
-            f"--nproc {per_node} needs {per_node} GPUs; this host has {torch.cuda.device_count()}"
+            f"--global-batch {cfg.global_batch} is larger than the {len(data.train)} training "
+            "samples"
         )
+    if cfg.freeze == "list":  # validated as `plan --freeze-schedule` validates its list
+        try:
+            list_schedule(cfg.freeze_list or [], cfg.epochs, seq.num_blocks)
+        except BadArgumentError as exc:
+            raise BadArgumentError(f"--freeze: {exc}") from None
+    planner = RunPlanner.from_config(cfg)
+    planner.check(seq)
+    return planner
+
+
+def run_directory(runs_root: str | Path, name: str) -> Path:
+    """`runs_root/name`, a plain folder inside --runs-dir: not a path out of it, and not a
+    symbolic link that would put the run's files somewhere else."""
+    run_dir = Path(runs_root) / run_name(name)
+    if run_dir.is_symlink():
+        raise OutputError(
+            f"{run_dir}: is a symbolic link; a run directory is a plain folder in --runs-dir"
+        )
+    return run_dir
 
 
 def run_name(name: str) -> str:
-    """A run's name is one plain folder name: never a path out of --runs-dir."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name):
-        raise BadArgumentError(
-            f"--name {name!r}: use letters, digits, '.', '_' and '-' (a folder name, not a path)"
-        )
-    return name
+    """A run's name is one plain folder name: never a path out of --runs-dir (the rule
+    RunConfig's `name` holds; checked again for configurations built without validation)."""
+    try:
+        return check_run_name(name)
+    except ValueError as exc:
+        raise BadArgumentError(f"--name {exc}") from None
 
 
 # ----------------------------------------------------------------------------- one rank
@@ -379,18 +398,58 @@ def summarize(run_dir: Path) -> RunSummary:
     return summary
 
 
-def resume_run(run_dir: str, nproc: int | None) -> tuple[Path, RunSummary]:
-    """`pipeplan run --resume RUN_DIR`: continue from the latest checkpoint, on `nproc` ranks
-    if given (the layout is re-planned), else on the run's own."""
-    from executor.checkpoint import latest
+# What `--resume` changes in the saved run when given: the world size (re-planned), more epochs
+# (training continues from the saved position; the learning rate's cosine stretches over the
+# new total from there), the collective timeout (how long to wait, not what is computed). Any
+# other flag would change what the checkpoint's state means (batch, data, model, schedule, seed):
+# refused, naming it, rather than ignored.
+RESUME_FLAGS = ("nproc", "epochs", "collective_timeout_s")
+
+
+def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:
+    """`resumed_config(saved, {"epochs": 8})`: the saved configuration with the flags given to
+    `--resume` applied (RESUME_FLAGS), validated as a fresh run's; BadArgumentError naming the
+    first flag that cannot be applied."""
+    changed = {k: v for k, v in given.items() if getattr(saved, k, None) != v}
+    if "freeze" in changed and saved.freeze == "list" and isinstance(changed["freeze"], str):
+        # `--freeze 0,2,4` is stored as freeze=list with the layers: the same list is no change.
+        given_list = build(RunConfig, {**saved.model_dump(), "freeze": changed["freeze"]})
+        if given_list.freeze_list == saved.freeze_list:
+            del changed["freeze"]
+    for field in changed:
+        if field not in RESUME_FLAGS:
+            flag = flag_of(RunConfig, field)
+            allowed = ", ".join(flag_of(RunConfig, f) for f in RESUME_FLAGS)
+            raise BadArgumentError(
+                f"{flag}: --resume continues the run as it was saved and cannot change {flag} "
+                f"(only {allowed}); start a new run for that"
+            )
+    if changed.get("epochs", saved.epochs) < saved.epochs:
+        raise BadArgumentError(
+            f"--epochs {changed['epochs']}: the run has {saved.epochs}; --resume can add epochs, "
+            "not remove them"
+        )
+    return build(RunConfig, {**saved.model_dump(), **changed})
+
+
+def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path, RunSummary]:
+    """`pipeplan run --resume RUN_DIR [--nproc N] [--epochs E] [--collective-timeout S]`:
+    continue from the latest checkpoint, re-checked as a fresh run would be (a hand-edited
+    run.json included) and re-planned for the world size."""
+    from executor.checkpoint import latest, load_latest
 
     path = Path(run_dir)
-    cfg = load(RunConfig, path / "run.json")
+    saved = load(RunConfig, path / "run.json")
+    cfg = resumed_config(saved, given or {})
     latest(path)  # fail before any process starts (and before claiming) if nothing to resume
+    check_run(cfg)
+    # What every rank reads on resume, read here first: a missing or corrupt file is one line
+    # before any rank starts, not a rank failure that suggests the same --resume again.
+    load(Profile, path / RUN_PROFILE)
+    read_records(path / "run.jsonl")
+    load_latest(path)  # checksums and finite weights (an older checkpoint, with a notice)
     claim_directory(path)
-    if nproc is not None and nproc != cfg.nproc:
-        cfg = cfg.model_copy(update={"nproc": nproc})
-        RunPlanner.from_config(cfg).check()
+    if cfg != saved:
         write_atomic(path / "run.json", dumps(cfg))
     return path, run_local(cfg, path, resume=True)
 

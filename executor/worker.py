@@ -208,7 +208,12 @@ class Trainer:
         self.step_index = manifest.step
         self.autofreeze.history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
         self.recorder.truncate(manifest)
-        self.enter_phase(self.decide_phase(self.frozen_layers, manifest.epoch), manifest.epoch)
+        # On the same ranks the phase is weighed against the layout it ran in, so a resume
+        # keeps it as the uninterrupted run did (bit for bit); elsewhere it is planned afresh.
+        same_world = manifest.world_size == self.world
+        previous = manifest.layout if same_world else None
+        decision = self.decide_phase(self.frozen_layers, manifest.epoch, previous)
+        self.enter_phase(decision, manifest.epoch)
         self.restore_runtime(manifest, states)
         if manifest.world_size == self.world:  # same ranks: the same random streams
             torch.set_rng_state(rng[str(self.rank)])
@@ -229,15 +234,19 @@ class Trainer:
 
     # ----------------------------------------------------------------- phases
 
-    def decide_phase(self, frozen_layers: int, epoch: int) -> PhaseDecision:
+    def decide_phase(
+        self, frozen_layers: int, epoch: int, previous: Layout | None = None
+    ) -> PhaseDecision:
         """Rank 0 plans the phase starting in `epoch` (by the plan's rule: over the epochs
-        left, from the current placement); everyone receives the same decision."""
+        left, from the current placement or `previous`); everyone receives the same decision."""
         box: list[PhaseDecision | None] = [None]
         if self.rank == 0:
+            if self.decision is not None:
+                previous = self.decision.layout
             horizon = Horizon(
                 samples=self.steps_per_epoch * self.cfg.global_batch,
                 epochs=max(1, self.cfg.epochs - epoch),
-                previous=self.decision.layout if self.decision is not None else None,
+                previous=previous,
                 cache=self.use_cache,
             )
             box[0] = self.planner(frozen_layers, horizon)
@@ -511,6 +520,7 @@ class Trainer:
             grad_norm_steps=steps,
             world_size=self.world,
             model=self.cfg.model,
+            layout=self.runtime.layout,
             cache=self.cache.manifest() if self.cache is not None else None,
         )
         states = optimizer_states(self.runtime.optimizer)

@@ -14,7 +14,13 @@ import re
 
 from pipeplan.errors import BadArgumentError
 from pipeplan.formats import Cluster, Link, Profile, RunConfig
-from pipeplan.formats.base import MAX_BANDWIDTH, MAX_BYTES, MAX_LATENCY_S, MIN_BANDWIDTH
+from pipeplan.formats.base import (
+    MAX_BANDWIDTH,
+    MAX_BYTES,
+    MAX_COUNT,
+    MAX_LATENCY_S,
+    MIN_BANDWIDTH,
+)
 from pipeplan.formats.cluster import (
     DEFAULT_CACHE_BUDGET_BYTES,
     DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S,
@@ -133,10 +139,15 @@ def cluster_from_flags(
 ) -> Cluster:
     """Build a Cluster from CLI flags. Unset links come from `profile.comm` where measured,
     else from the DEFAULT_* constants; unset device memory comes from the profiled device."""
-    if nodes < 1:
-        raise BadArgumentError(f"--nodes must be at least 1 (got {nodes})")
-    if devices_per_node < 1:
-        raise BadArgumentError(f"--devices-per-node must be at least 1 (got {devices_per_node})")
+    for flag, count in (("--nodes", nodes), ("--devices-per-node", devices_per_node)):
+        if count < 1:
+            raise BadArgumentError(f"{flag} must be at least 1 (got {count})")
+    # The planner's search grows with the device count: the limit is on all of them together.
+    if nodes * devices_per_node > MAX_COUNT:
+        raise BadArgumentError(
+            f"--nodes {nodes} × --devices-per-node {devices_per_node} devices is beyond the "
+            f"limit of {MAX_COUNT}"
+        )
     if device_memory is None:
         if profile is None:
             raise BadArgumentError("give --device-memory (e.g. 16GiB)")

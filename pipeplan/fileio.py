@@ -5,17 +5,25 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from pipeplan.errors import OutputError
 
 
-def check_writable(path: str | Path) -> Path:
-    """Fail early, before expensive work, if `path` cannot be created or replaced."""
+def check_writable(path: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:
+    """Fail early, before expensive work, if `path` cannot be created or replaced, or is one
+    of the command's `inputs` (a plan written over the profile it was made from).
+
+        check_writable("plan.json", inputs=[profile_path, cluster_path])
+    """
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise OutputError(f"{path}: is a directory, not a file")
+    for source in filter(None, inputs):
+        if path.exists() and Path(source).is_file() and os.path.samefile(path, source):
+            raise OutputError(f"{path}: is also an input of this command; write elsewhere")
     if not parent.is_dir():
         raise OutputError(f"{path}: directory {parent} does not exist")
     try:

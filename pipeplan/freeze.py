@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import FreezePhase, FreezeSchedule
-from pipeplan.formats.base import check_json
+from pipeplan.formats.base import MAX_EPOCHS, check_json
 
 
 def alpha_frozen_blocks(alpha: float, epoch: int, num_blocks: int) -> int:
@@ -147,6 +147,8 @@ def phases(schedule: FreezeSchedule) -> list[FreezePhase]:
 def _check_epochs(epochs: int) -> None:
     if epochs < 1:
         raise BadArgumentError(f"--epochs must be at least 1 (got {epochs})")
+    if epochs > MAX_EPOCHS:  # a schedule holds one value per epoch: checked before building it
+        raise BadArgumentError(f"--epochs {epochs} is beyond the limit of {MAX_EPOCHS}")
 
 
 # The gradient criterion compares the norms of the last two decisions: it cannot freeze

@@ -38,6 +38,7 @@ from pipeplan.formats import (
     flag_of,
     load,
 )
+from pipeplan.formats.base import Bytes, Count, Seed
 from pipeplan.formats.cluster import (
     DEFAULT_CACHE_BUDGET_BYTES,
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
@@ -70,6 +71,12 @@ def parse_micro_batches(text: str) -> list[int]:
     return sorted(set(sizes))
 
 
+# Limits of a profile's work: sizes timed, rounds per size, threads per rank.
+MAX_SIZES = 64
+MAX_ROUNDS = 1000
+MAX_THREADS = 1024
+
+
 class ProfileRequest(Strict):
     """`pipeplan profile MODEL --out FILE …`: what to measure, how often, where to write it."""
 
@@ -77,7 +84,8 @@ class ProfileRequest(Strict):
         description="Built-in model name or path to an HF config.json."
     )
     out: Annotated[str, Flag(short="-o")] = Field(description="Profile JSON to write.")
-    micro_batch_sizes: list[PosInt] = Field(
+    # Bounded: the profile's time grows with every size, round and thread asked for.
+    micro_batch_sizes: Annotated[list[Count], Field(min_length=1, max_length=MAX_SIZES)] = Field(
         list(DEFAULT_MICRO_BATCH_SIZES), description="Micro-batch sizes to time, comma-separated."
     )
     device: str = Field("cpu", description="cpu (gloo) or cuda (NCCL).")
@@ -86,11 +94,13 @@ class ProfileRequest(Strict):
         description="fp32, or bf16 (bfloat16 autocast, float32 weights): time and count "
         "bytes as a run of that precision computes.",
     )
-    nproc: PosInt = Field(1, description="With N ≥ 2 also measure links between N ranks.")
-    threads: PosInt = Field(1, description="Intra-op threads (the executor uses 1 per rank).")
-    warmup: NonNegInt = Field(2, description="Warm-up rounds, not recorded.")
-    repeats: PosInt = Field(5, description="Recorded rounds; medians are reported.")
-    seq_len: Annotated[PosInt | None, Flag(default="the model's own")] = Field(
+    nproc: Count = Field(1, description="With N ≥ 2 also measure links between N ranks.")
+    threads: PosInt = Field(
+        1, le=MAX_THREADS, description="Intra-op threads (the executor uses 1 per rank)."
+    )
+    warmup: NonNegInt = Field(2, le=MAX_ROUNDS, description="Warm-up rounds, not recorded.")
+    repeats: PosInt = Field(5, le=MAX_ROUNDS, description="Recorded rounds; medians are reported.")
+    seq_len: Annotated[Count | None, Flag(default="the model's own")] = Field(
         None, description="Sequence length of text models."
     )
     task: Annotated[Task | None, Flag(default="the model's own")] = Field(
@@ -99,7 +109,7 @@ class ProfileRequest(Strict):
     padding_mask: bool = Field(
         False, description="Time padded text, as runs on text files feed it (§4.17)."
     )
-    seed: int = Field(0, description="Seed for weights and inputs.")
+    seed: Seed = Field(0, description="Seed for weights and inputs.")
 
     @field_validator("micro_batch_sizes", mode="before")
     @classmethod
@@ -192,7 +202,7 @@ class PlanRequest(Strict):
         None, description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory."
     )
     cache: bool = Field(True, description="Cache the frozen prefix's activations.")
-    cache_budget_bytes: Annotated[NonNegInt, Flag("--cache-budget", unit="bytes")] = Field(
+    cache_budget_bytes: Annotated[Bytes, Flag("--cache-budget", unit="bytes")] = Field(
         DEFAULT_CACHE_BUDGET_BYTES,
         description="Host memory for the cache per node, in bytes; beyond it, local disk.",
     )

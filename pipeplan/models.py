@@ -707,6 +707,7 @@ def _instantiate(
     """The transformers model with random weights, or loaded from the source directory
     (offline, float32) together with its loading report."""
     import transformers
+    from safetensors import SafetensorError
 
     cls = getattr(transformers, family.models[task])
     if init == "random":
@@ -721,7 +722,8 @@ def _instantiate(
                 ignore_mismatched_sizes=True,  # a head for other num_labels: fresh, warned
                 dtype=torch.float32,
             )
-    except (OSError, ValueError, RuntimeError) as exc:
+    # SafetensorError is none of the others: a truncated model.safetensors raises it.
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputFileError(
             f"{source.directory}: cannot load {source.weights} ({first})"

@@ -395,9 +395,12 @@ def profile_to_file(request: ProfileRequest, progress: Progress | None = None) -
     atomically, so a bad argument or an interruption never leaves a partial file."""
     from pipeplan import links, models
     from pipeplan.fileio import check_writable, write_atomic
+    from pipeplan.spawn import check_local_ranks
 
     resolve_device(request.device)
-    check_writable(request.out)
+    if request.nproc >= 2:  # the link measurement starts that many ranks here
+        check_local_ranks(request.nproc, "cuda" if request.device.startswith("cuda") else "cpu")
+    check_writable(request.out, inputs=[request.model])  # a config.json given as the model
     # Times and bytes do not depend on the weights' values: a checkpoint's are not loaded.
     seq = models.build(
         request.model,

@@ -29,6 +29,7 @@ from pipeplan.costmodel import CostModel, Evaluation, PhaseCosts, rank_map
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import SCHEDULES, Layout, Link, Schedule
 from pipeplan.formats.base import MAX_MICRO_BATCHES
+from pipeplan.formats.layout import check_boundaries
 from pipeplan.partition import (
     DENSE_MAX_LAYERS,
     Node,
@@ -232,6 +233,10 @@ class PhaseSearch:
 
     def shapes(self) -> list[Shape]:
         if self.pins.boundaries is not None:
+            try:  # else no layout is ever built from them, and the error would blame memory
+                check_boundaries(self.pins.boundaries, self.model.num_layers)
+            except BadArgumentError as exc:
+                raise BadArgumentError(f"--boundaries: {exc}") from None
             pinned_stages = len(self.pins.boundaries) - 1
             if self.pins.num_stages not in (None, pinned_stages):
                 raise BadArgumentError(
@@ -248,7 +253,24 @@ class PhaseSearch:
             raise BadArgumentError(
                 _no_shape_message(self.model, self.global_batch, self.max_stages, pins)
             )
+        if self.pins.boundaries is not None:
+            self._check_pinned_runs(shapes)
         return shapes
+
+    def _check_pinned_runs(self, shapes: list[Shape]) -> None:
+        """Pinned boundaries that no shape can run (the phase's frozen layers reach past stage
+        0): the executor's reason, naming the flag, not a memory shortfall."""
+        reason = None
+        for shape in shapes:
+            for schedule in self.schedules(shape.num_stages, shape.micro_batches):
+                try:
+                    self.layout(shape, schedule, tuple(self.pins.boundaries)).check(
+                        self.model.num_layers, self.cluster.num_devices
+                    )
+                    return
+                except BadArgumentError as exc:
+                    reason = reason or exc
+        raise BadArgumentError(f"--boundaries: {reason}")
 
     def schedules(
         self, num_stages: int | None = None, micro_batches: int | None = None

@@ -8,19 +8,48 @@ the whole group: the others are killed and the error names the rank.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable
 
 import torch.multiprocessing as mp
 
-from pipeplan.errors import PipeplanError
+from pipeplan.errors import BadArgumentError, PipeplanError
 
 
 class RankFailedError(PipeplanError):
     def __init__(self, message: str, rank: int | None):
         super().__init__(message)
         self.rank = rank
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (a container's or `taskset`'s share, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def check_local_ranks(nproc: int, device: str) -> None:
+    """`check_local_ranks(2, "cpu")`: `nproc` ranks started on this host fit what it has, one
+    rank per CPU core (gloo) or per GPU (cuda); BadArgumentError naming `--nproc` and the
+    limit otherwise. More ranks than cores only time-slice them: the run crawls, its measured
+    times say nothing of the plan, and each rank costs memory for its own copy of the model."""
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise BadArgumentError("--device cuda: no CUDA device is available here")
+        have, what = torch.cuda.device_count(), "GPUs"
+    else:
+        have, what = cpu_cores(), "CPU cores"
+    if nproc > have:
+        raise BadArgumentError(
+            f"--nproc {nproc} is beyond the limit of {have}: this host has {have} {what} "
+            "(one rank each)"
+        )
 
 
 def free_port() -> int:

@@ -1,28 +1,91 @@
-"""`pipeplan demo` end to end, shortened: both runs, calibration, and the speedups it prints."""
+"""`pipeplan demo` through the CLI, as the README runs it: the pretrained checkpoint is made once
+and reused, both fine-tuning runs learn, the elastic run freezes, and the measured
+speedup is near the one previewed for the schedule the elastic run followed."""
+
+import json
+import re
 
 import pytest
+from test_readme import command
+from transformers import AutoModelForImageClassification
 
-from executor.demo import run_demo
-from pipeplan.formats import EpochRecord, read_records
+import cli
+from executor.demo_checkpoint import PRETRAINED, PROFILE_FILE, check
+from pipeplan.formats import EpochRecord, PhaseRecord, RunSummary, load, read_records
+
+# Chance is 20 % on the target's five classes (digit mod 5).
+ACCURACY_FLOOR = 0.6
+# measured / previewed for the followed schedule (raw profile), whole-run wall times: observed
+# 1.46, 1.49 and 2.19 on this 2-core machine while other jobs pushed the load average from 8 to 44
+# (the static run, which comes first, met the heavier load); the band adds a margin. Unloaded,
+# the demo's earlier from-scratch version measured within 3.2 % of its preview (BENCHMARKS.md).
+OBSERVED, MARGIN = 1.19, 0.3
+
+
+def _said(capsys) -> str:
+    """The demo's step lines go to stderr, its results table and speedups to stdout."""
+    captured = capsys.readouterr()
+    return " ".join((captured.err + captured.out).split())  # as one line: rich wraps at 80
+
+
+def _speedups(out: str) -> tuple[float, float]:
+    measured = re.search(r"speedup measured: ([0-9.]+)×", out)
+    followed = re.search(
+        r"for the schedule the run followed \([0-9,]+ frozen layers per epoch\): "
+        r"([0-9.]+)× raw profile",
+        out,
+    )
+    assert measured and followed, out
+    return float(measured.group(1)), float(followed.group(1))
 
 
 @pytest.mark.multiprocess
-@pytest.mark.timeout(400)
-def test_demo_runs_the_whole_loop(tmp_path):
-    said = []
-    # Four whole epochs: the shortest demo in which re-partitioning pays for its transition.
-    result = run_demo(str(tmp_path), said.append, epochs=4)
-    assert [line[:3] for line in said if line[1] == "/"] == ["1/5", "2/5", "3/5", "4/5", "5/5"]
-    layout = result.static.phases[0].layout
-    assert (layout.num_stages, layout.replicas) == (2, 1)  # 100 MiB per rank needs a pipeline
-    # Both runs learn: the training loss falls epoch by epoch, and held-out accuracy ends well
-    # above chance (10 % on ten digits).
-    assert result.static.final_eval_accuracy > 0.3 and result.elastic.final_eval_accuracy > 0.3
-    for name in ("static", "elastic"):
-        records = read_records(result.run_dir / name / "run.jsonl")
-        losses = [r.train_loss for r in records if isinstance(r, EpochRecord)]
-        assert losses[-1] < 0.8 * losses[0], (name, losses)
-    assert result.previewed_speedup > 1 and result.calibrated_speedup > 0
-    assert result.measured_speedup > 0
-    assert (result.run_dir / "calibrated-profile.json").exists()
-    assert {p.name for p in result.run_dir.iterdir()} >= {"static", "elastic"}
+@pytest.mark.timeout(1500)  # about 2.5 min on 2 idle cores; far more under load
+def test_demo_pretrains_once_then_fine_tunes_statically_and_elastically(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    where = ["--runs-dir", str(runs)]
+    assert cli.main([*command("demo", "--pretrain-only"), *where]) == 0
+    out = _said(capsys)
+    assert "pretraining vit-digits on the source task" in out
+    pretrained = runs / PRETRAINED
+    weights = pretrained / "model" / "model.safetensors"
+    made = weights.stat().st_mtime_ns
+    # A standard transformers directory, with the source task's 10-class head.
+    assert AutoModelForImageClassification.from_pretrained(pretrained / "model").num_labels == 10
+    assert check(pretrained) is None
+
+    # The whole demo (10 epochs): with 5, AutoFreeze froze nothing (its gradient criterion needs
+    # two measurements and then freezes at most half of the active layers, here from epoch 3).
+    assert cli.main([*command("demo"), *where]) == 0
+    out = _said(capsys)
+    # Reused, not retrained: said so, and the weight file is the one the pretraining wrote.
+    assert "pretrained checkpoint: reusing" in out and "pretraining" not in out
+    assert weights.stat().st_mtime_ns == made
+    assert "pipeplan demo: fine-tuning vit-digits, 2 ranks" in out
+    for row in ("phases", "wall time of the run", "held-out accuracy"):
+        assert row in out
+
+    (demo,) = [p for p in runs.iterdir() if p.name.startswith("demo-2")]
+    static = load(RunSummary, demo / "static" / "summary.json")
+    elastic = load(RunSummary, demo / "elastic" / "summary.json")
+    assert static.final_eval_accuracy > ACCURACY_FLOOR, static
+    assert elastic.final_eval_accuracy > ACCURACY_FLOOR, elastic
+    # The baseline is a pipeline (the whole model does not fit one rank) and stays one phase;
+    # the elastic run froze something: more than one phase, and frozen layers in its records.
+    assert len(static.phases) == 1 and static.phases[0].layout.num_stages == 2
+    records = read_records(demo / "elastic" / "run.jsonl")
+    assert len([r for r in records if isinstance(r, PhaseRecord)]) > 1
+    assert max(r.frozen_layers for r in records if isinstance(r, EpochRecord)) > 0
+    measured, followed = _speedups(out)
+    assert 1 / (1 + OBSERVED + MARGIN) <= measured / followed <= 1 + OBSERVED + MARGIN
+    # The schedule the elastic run followed is one that pays, by the cost model.
+    assert followed > 1.1, followed
+    assert json.loads((demo / "elastic" / "freeze-trajectory.json").read_text())["frozen_layers"]
+
+    # A damaged checkpoint is never used: check() names the problem (the demo then rebuilds).
+    weights.write_bytes(weights.read_bytes()[:1000])
+    assert "cannot load" in check(pretrained)
+    (pretrained / PROFILE_FILE).unlink()
+    config = json.loads((pretrained / "run.json").read_text())
+    (pretrained / "run.json").write_text(json.dumps({**config, "epochs": 1}))
+    assert "made with other settings (epochs 1, not 8)" in check(pretrained)

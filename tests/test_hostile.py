@@ -37,15 +37,16 @@ def snapshot(root: Path) -> dict[str, str]:
     }
 
 
-def refused(argv: list[str], root: Path, capsys, fragment: str) -> None:
-    before = snapshot(root)
+def refused(argv: list[str], root: Path | list[Path], capsys, fragment: str) -> None:
+    roots = root if isinstance(root, list) else [root]
+    before = [snapshot(r) for r in roots]
     assert cli.main(argv) == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1, captured.err
     assert lines[0].startswith("pipeplan: error: "), lines[0]
     assert fragment in lines[0], lines[0]
-    assert snapshot(root) == before
+    assert [snapshot(r) for r in roots] == before
 
 
 def with_path(doc: dict, path: tuple, value) -> dict:
@@ -318,3 +319,535 @@ def test_the_largest_allowed_inputs_finish_within_memory_and_time(tmp_path, extr
     assert done.returncode in (0, 2), done.stderr[-2000:]
     if done.returncode == 2:
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- resume
+
+FINISHED = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "2"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A real run (1 rank, 1 epoch of 2 steps), finished with its final checkpoint: what
+    `--resume` reads. Each test resumes a copy."""
+    root = tmp_path_factory.mktemp("finished")
+    assert cli.main(["run", *FINISHED, "--name", "r", "--runs-dir", str(root)]) == 0
+    return root / "r"
+
+
+def copy_run(run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    target = tmp_path / "runs" / run.name
+    shutil.copytree(run, target)
+    return target
+
+
+def edit_run_json(run: Path, **changes) -> None:
+    doc = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**doc, **changes}))
+
+
+def cores() -> int:
+    from pipeplan.spawn import cpu_cores
+
+    return cpu_cores()
+
+
+# (a field of run.json, its hostile value, the flag a fresh run gives it with, the fragment
+# both refusals share: the limit, or the check a fresh run fails)
+REVALIDATED = {
+    "global batch beyond the data": ("global_batch", 1_000_000, "larger than the"),
+    "global batch beyond the limit": ("global_batch", 10**7, "less than or equal to 1048576"),
+    "epochs beyond the limit": ("epochs", 10**7, "less than or equal to 10000"),
+    "a negative seed": ("seed", -1, "greater than or equal to 0"),
+    "a seed beyond 32 bits": ("seed", 2**40, "less than or equal to 4294967295"),
+    "more ranks than cores": ("nproc", None, "is beyond the limit of"),
+    "warm-up steps beyond the limit": ("warmup_steps", 2**50, "less than or equal to"),
+}
+
+
+def _hostile(field: str, value):
+    return cores() + 1 if field == "nproc" else value
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", REVALIDATED, ids=str)
+def test_resume_revalidates_a_hand_edited_run_json_as_a_fresh_run(
+    finished_run, tmp_path, capsys, case
+):
+    """The same value is refused by a fresh run's flag and inside a saved run.json on
+    --resume (it used to spin both ranks forever), with the same limit in the message."""
+    field, value, fragment = REVALIDATED[case]
+    value = _hostile(field, value)
+    run = copy_run(finished_run, tmp_path)
+    edit_run_json(run, **{field: value})
+    refused(["run", "--resume", str(run)], tmp_path, capsys, fragment)
+    flag = "--" + field.replace("_", "-")
+    fresh = ["run", flag, str(value), "--name", "fresh", "--runs-dir", str(tmp_path / "runs")]
+    refused(fresh, tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        ({"name": "../../x"}, "name"),
+        ({"freeze": "list", "freeze_list": [5, 3]}, "--freeze: freeze schedule epoch 1"),
+        ({"cache_budget_bytes": 2**70}, "cache_budget_bytes"),
+        ({"global_batch": "64"}, "global_batch"),
+    ],
+    ids=["name out of the runs dir", "shrinking freeze list", "cache 2**70 B", "batch as text"],
+)
+def test_resume_refuses_other_hand_edits(finished_run, tmp_path, capsys, edit, fragment):
+    run = copy_run(finished_run, tmp_path)
+    edit_run_json(run, **edit)
+    refused(["run", "--resume", str(run)], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--global-batch", "32"], "cannot change --global-batch"),
+        (["--seed", "3"], "cannot change --seed"),
+        (["--freeze", "0,2"], "cannot change --freeze"),
+        (["--model", "bert-synth"], "cannot change --model"),
+        (["--lr", "0.1"], "cannot change --lr"),
+        (["--name", "other"], "cannot change --name"),
+        (["--cache-budget", "1MiB"], "cannot change --cache-budget"),
+        (["--epochs", "0"], "--epochs"),
+        (["--epochs", "100000"], "less than or equal to 10000"),
+        (["--collective-timeout", "1e400"], "--collective-timeout"),
+        (["--nproc", "CORES+1"], "is beyond the limit of"),
+        (["--prepare-only"], "--prepare-only"),
+    ],
+    ids=str,
+)
+def test_resume_refuses_flags_it_cannot_apply(finished_run, tmp_path, capsys, flags, fragment):
+    """A flag --resume cannot apply is refused, naming it; it used to be ignored."""
+    run = copy_run(finished_run, tmp_path)
+    flags = [str(cores() + 1) if f == "CORES+1" else f for f in flags]
+    refused(["run", "--resume", str(run), *flags], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_resume_applies_more_epochs_and_another_collective_timeout(finished_run, tmp_path):
+    """--epochs and --collective-timeout are applied and saved; a flag given with the saved
+    value (--seed 0) is no change. Training continues from the final checkpoint of epoch 0."""
+    from pipeplan.formats import EpochRecord, RunConfig, StepRecord, load, read_records
+
+    run = copy_run(finished_run, tmp_path)
+    argv = ["run", "--resume", str(run), "--epochs", "2", "--collective-timeout", "120"]
+    assert cli.main([*argv, "--seed", "0"]) == 0
+    cfg = load(RunConfig, run / "run.json")
+    assert (cfg.epochs, cfg.collective_timeout_s) == (2, 120.0)
+    records = read_records(run / "run.jsonl")
+    assert [r.epoch for r in records if isinstance(r, EpochRecord)] == [0, 1]
+    assert [r.step for r in records if isinstance(r, StepRecord)] == [0, 1, 2, 3]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_resume_of_a_run_another_process_holds_is_refused(finished_run, tmp_path, capsys):
+    import subprocess
+    import sys
+
+    run = copy_run(finished_run, tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", CLAIM, str(run)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        refused(["run", "--resume", str(run)], tmp_path, capsys, "in use by another")
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+def _empty_run_json(run: Path) -> str:
+    (run / "run.json").write_text("")
+    return "run.json: not valid JSON"
+
+
+def _run_json_a_directory(run: Path) -> str:
+    (run / "run.json").unlink()
+    (run / "run.json").mkdir()
+    return "run.json: cannot read"
+
+
+def _run_json_a_list(run: Path) -> str:
+    (run / "run.json").write_text("[]")
+    return "run.json: expected a JSON object"
+
+
+def _empty_manifest(run: Path) -> str:
+    (run / "checkpoints" / "step-2" / "manifest.json").write_text("")
+    return "manifest.json: not valid JSON"
+
+
+def _no_records(run: Path) -> str:
+    (run / "run.jsonl").unlink()
+    return "run.jsonl: no such file"
+
+
+def _no_profile(run: Path) -> str:
+    (run / "profile.json").unlink()
+    return "profile.json: no such file"
+
+
+def _garbage_weights(run: Path) -> str:
+    (run / "checkpoints" / "step-2" / "model.pt").write_bytes(b"garbage")
+    return "model.pt: checksum mismatch"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _empty_run_json,
+        _run_json_a_directory,
+        _run_json_a_list,
+        _empty_manifest,
+        _no_records,
+        _no_profile,
+        _garbage_weights,
+    ],
+    ids=lambda f: f.__name__.strip("_"),
+)
+def test_a_damaged_run_directory_is_refused_before_any_rank_starts(
+    finished_run, tmp_path, capsys, damage
+):
+    """What the ranks would read on resume is read first: one line naming the file (these
+    used to fail inside rank 0, suggesting the same --resume again)."""
+    run = copy_run(finished_run, tmp_path)
+    fragment = damage(run)
+    logs = sorted((run / "logs").iterdir())
+    refused(["run", "--resume", str(run)], tmp_path, capsys, fragment)
+    assert sorted((run / "logs").iterdir()) == logs  # no rank started
+
+
+# ----------------------------------------------------------------------------- ranks this host has
+
+
+def test_more_local_ranks_than_cores_are_refused(tmp_path, capsys):
+    n = cores() + 1
+    argv = ["run", "--nproc", str(n), "--epochs", "1", "--max-steps-per-epoch", "1"]
+    refused([*argv, "--runs-dir", str(tmp_path)], tmp_path, capsys, f"limit of {cores()}")
+
+
+def test_profile_links_on_more_ranks_than_cores_are_refused(tmp_path, capsys):
+    argv = ["profile", "vit-digits", "--out", str(tmp_path / "p.json"), "--nproc"]
+    refused([*argv, str(cores() + 1)], tmp_path, capsys, f"limit of {cores()}")
+
+
+def test_cuda_ranks_are_capped_by_the_gpus(tmp_path, capsys):
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else None
+    fragment = f"limit of {gpus}" if gpus else "no CUDA device"
+    argv = ["run", "--device", "cuda", "--nproc", str((gpus or 1) + 1), "--epochs", "1"]
+    refused([*argv, "--runs-dir", str(tmp_path)], tmp_path, capsys, fragment)
+
+
+def test_torchrun_world_size_is_not_capped_by_this_host(tmp_path, capsys):
+    """--prepare-only prepares for torchrun, whose world spans nodes: this host's cores do
+    not limit it."""
+    from pipeplan.formats import RunConfig, load
+
+    n = cores() + 2
+    argv = ["run", "--nproc", str(n), "--name", "t", "--runs-dir", str(tmp_path), "--prepare-only"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert load(RunConfig, tmp_path / "t" / "run.json").nproc == n
+
+
+# ----------------------------------------------------------------------------- names, freeze lists
+
+
+@pytest.mark.parametrize(
+    "name", ["", " ", ".", "\t", "a\nb", "ünïcode", "名前", "x" * 129, "-rf", "a b"], ids=repr
+)
+def test_names_that_are_not_plain_folder_names(tmp_path, capsys, name):
+    """Refused at once (the field's check), never a timestamp or a path."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    argv = ["run", "--name", name, "--runs-dir", str(runs), "--prepare-only"]
+    refused(argv, tmp_path, capsys, "--name")
+
+
+def test_a_run_directory_that_is_a_symlink_is_refused(tmp_path, capsys):
+    """runs/x → elsewhere would put the run's files outside --runs-dir."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "x").symlink_to(tmp_path / "elsewhere")
+    argv = ["run", "--name", "x", "--runs-dir", str(tmp_path / "runs"), "--prepare-only"]
+    refused(argv, tmp_path, capsys, "symbolic link")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+@pytest.mark.parametrize("freeze", ["5,3", "0,99", "0,4,2"])
+def test_run_freeze_is_validated_as_plan_freeze_schedule(tmp_path, capsys, freeze):
+    """The same function checks both: the run's message is the plan's, naming --freeze."""
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    shape = ["--global-batch", "64", "--samples", "1400", "--epochs", "3"]
+    plan = ["plan", "--profile", profile, *shape, "--freeze-schedule", freeze]
+    assert cli.main([*plan, "--out", str(tmp_path / "p.json")]) == 2
+    planned = capsys.readouterr().err.strip().removeprefix("pipeplan: error: ")
+    assert planned.startswith("freeze schedule epoch"), planned
+    argv = ["run", "--freeze", freeze, "--epochs", "3", "--runs-dir", str(tmp_path)]
+    refused([*argv, "--prepare-only"], tmp_path, capsys, f"--freeze: {planned}")
+
+
+# ----------------------------------------------------------------------------- profiling
+
+PROFILE_UNDER_A_CAP = """
+import resource, sys, cli
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_micro_batch_too_large_to_allocate_is_recorded_as_infeasible(tmp_path):
+    """A real allocation failure: under a 3 GiB address-space cap, bert-tiny's micro-batch of
+    a million sequences (64 GB of activations) cannot be allocated; the profile completes,
+    that size infeasible at every layer, micro-batch 1 measured."""
+    import subprocess
+    import sys
+
+    from pipeplan.formats import Profile, load
+
+    out = tmp_path / "p.json"
+    argv = ["profile", "bert-tiny", "--out", str(out), "--micro-batch-sizes", "1,1000000"]
+    argv += ["--warmup", "0", "--repeats", "1"]
+    done = subprocess.run(
+        [sys.executable, "-c", PROFILE_UNDER_A_CAP, *argv],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    profile = load(Profile, out)
+    for layer in profile.layers:
+        small, huge = layer.timings
+        assert small.micro_batch == 1 and small.feasible and small.fwd_s > 0
+        assert huge.micro_batch == 1_000_000 and not huge.feasible
+        assert huge.error.startswith("out of memory"), huge.error
+    shown = " ".join(done.stdout.split())  # the table's caption wraps
+    assert "times at micro-batch 1," in shown and "infeasible (out of memory): 1000000" in shown
+
+
+# ----------------------------------------------------------------------------- a fresh round
+# Cases a new user tries, by class, none of them above. Placeholders: {P} a copy of the
+# vit-digits profile, {B} the bert-tiny profile, {DIR} a directory, {EMPTY} an empty .json,
+# {CSV} an empty .csv, {BIN} bytes that are not UTF-8, {BOM} JSON after a byte-order mark,
+# {LIST} a JSON list, {TRAJ} a trajectory of texts, {CFG} a model's config.json, {RUN} a
+# recorded run, {PLAN_*} plans that do not fit the run (module fixture `plans`).
+
+SHAPE = "--global-batch 64 --samples 1400 --epochs 2"
+RUN = "run --nproc 2 --name x --runs-dir {DIR} --prepare-only"
+FRESH_ROUND = {
+    # files: meaning, kind and identity
+    "files: empty profile": (f"preview --profile {{EMPTY}} {SHAPE}", "not valid JSON"),
+    "files: profile is a directory": (f"preview --profile {{DIR}} {SHAPE}", "cannot read"),
+    "files: profile not UTF-8": (f"preview --profile {{BIN}} {SHAPE}", "cannot read"),
+    "files: profile after a BOM": (f"preview --profile {{BOM}} {SHAPE}", "not valid JSON"),
+    "files: profile is a list": (f"preview --profile {{LIST}} {SHAPE}", "expected a JSON object"),
+    "files: cluster is a directory": (
+        f"preview --profile {{P}} --cluster {{DIR}} {SHAPE}",
+        "cannot read",
+    ),
+    "files: empty cluster": (f"preview --profile {{P}} --cluster {{EMPTY}} {SHAPE}", "not valid"),
+    "files: empty trajectory": (
+        f"preview --profile {{P}} --freeze-schedule {{EMPTY}} {SHAPE}",
+        "cannot read freeze trajectory",
+    ),
+    "files: trajectory of texts": (
+        f"preview --profile {{P}} --freeze-schedule {{TRAJ}} {SHAPE}",
+        "freeze schedule epoch 0",
+    ),
+    "files: profile of another model": (f"{RUN} --profile {{B}}", "profiles 'bert-tiny'"),
+    "files: plan for another model": (f"{RUN} --plan {{PLAN_MODEL}}", "for model 'bert-tiny'"),
+    "files: plan for another batch": (f"{RUN} --plan {{PLAN_BATCH}}", "for global batch 32"),
+    "files: plan from another profile": (f"{RUN} --plan {{PLAN_SHA}}", "another profile"),
+    "files: plan for another cluster": (f"{RUN} --plan {{PLAN_CLUSTER}}", "for 4 devices"),
+    "files: plan is a directory": (f"{RUN} --plan {{DIR}}", "cannot read"),
+    "files: plan over its own profile": (
+        f"plan --profile {{P}} {SHAPE} --out {{P}}",
+        "also an input",
+    ),
+    "files: profile over the model's config": (
+        "profile {CFG} --out {CFG}",
+        "also an input",
+    ),
+    "files: data is a directory": (f"{RUN} --data {{DIR}}", "unknown data"),
+    "files: data an empty CSV": (f"{RUN} --data {{CSV}}", "header row"),
+    "files: calibrate into a directory": (
+        "calibrate {RUN} --profile {P} --out {DIR}",
+        "is a directory",
+    ),
+    "files: report of a file": ("report {EMPTY}", "is not a directory"),
+    "files: runs dir is a file": ("run --name x --runs-dir {EMPTY} --prepare-only", "cannot"),
+    # flags: huge, negative, NaN and infinite values in every human-unit flag; counts
+    "flags: memory -1GB": (f"preview --profile {{P}} --device-memory -1GB {SHAPE}", "memory"),
+    "flags: memory nanGB": (f"preview --profile {{P}} --device-memory nanGB {SHAPE}", "memory"),
+    "flags: memory infGB": (f"preview --profile {{P}} --device-memory infGB {SHAPE}", "memory"),
+    "flags: memory 1e-9B": (f"preview --profile {{P}} --device-memory 1e-9B {SHAPE}", "memory"),
+    "flags: intra 0GB/s": (
+        f"preview --profile {{P}} --devices-per-node 2 --intra-bw 0GB/s {SHAPE}",
+        "--intra-bw",
+    ),
+    "flags: intra nanGB/s": (
+        f"preview --profile {{P}} --devices-per-node 2 --intra-bw nanGB/s {SHAPE}",
+        "--intra-bw",
+    ),
+    "flags: intra infGbit/s": (
+        f"preview --profile {{P}} --devices-per-node 2 --intra-bw infGbit/s {SHAPE}",
+        "--intra-bw",
+    ),
+    "flags: intra 1e308TB/s": (
+        f"preview --profile {{P}} --devices-per-node 2 --intra-bw 1e308TB/s {SHAPE}",
+        "--intra-bw",
+    ),
+    "flags: inter -1GB/s": (
+        f"preview --profile {{P}} --nodes 2 --inter-bw -1GB/s {SHAPE}",
+        "--inter-bw",
+    ),
+    "flags: run cache 1e400B": (f"{RUN} --cache-budget 1e400B", "--cache-budget"),
+    "flags: run cache -5GB": (f"{RUN} --cache-budget -5GB", "--cache-budget"),
+    "flags: run cache NaNGB": (f"{RUN} --cache-budget NaNGB", "--cache-budget"),
+    "flags: run memory 1e30B": (f"{RUN} --device-memory 1e30B", "--device-memory"),
+    "flags: run memory 0B": (f"{RUN} --device-memory 0B", "--device-memory"),
+    "flags: timeout 1e400 s": (f"{RUN} --collective-timeout 1e400", "--collective-timeout"),
+    "flags: timeout nan": (f"{RUN} --collective-timeout nan", "--collective-timeout"),
+    "flags: run seed -1": (f"{RUN} --seed -1", "--seed"),
+    "flags: run seed 10**23": (f"{RUN} --seed {10**23}", "4294967295"),
+    "flags: run steps cap 10**20": (f"{RUN} --max-steps-per-epoch {10**20}", "less than"),
+    "flags: run freeze-every 10**23": (f"{RUN} --freeze-every {10**23}", "less than"),
+    "flags: run seq-len 10**8": (f"{RUN} --model bert-synth --seq-len {10**8}", "1048576"),
+    "flags: profile seed -1": ("profile vit-digits --out {DIR}/p.json --seed -1", "--seed"),
+    "flags: profile seed 10**23": (
+        f"profile vit-digits --out {{DIR}}/p.json --seed {10**23}",
+        "--seed",
+    ),
+    "flags: profile size 10**20": (
+        f"profile vit-digits --out {{DIR}}/p.json --micro-batch-sizes 1,{10**20}",
+        "--micro-batch-sizes",
+    ),
+    "flags: profile threads 10**8": (
+        f"profile vit-digits --out {{DIR}}/p.json --threads {10**8}",
+        "--threads",
+    ),
+    "flags: nodes 10**8": (f"preview --profile {{P}} --nodes {10**8} {SHAPE}", "limit of"),
+    "flags: boundaries past the layers": (
+        f"preview --profile {{P}} --devices-per-node 2 --boundaries 0,3,99 {SHAPE}",
+        "--boundaries",
+    ),
+    "flags: boundaries not increasing": (
+        f"preview --profile {{P}} --devices-per-node 2 --boundaries 0,5,3,10 {SHAPE}",
+        "strictly increasing",
+    ),
+    "flags: boundaries cutting the frozen prefix": (
+        f"preview --profile {{P}} --devices-per-node 2 --boundaries 0,2,10 "
+        f"--freeze-schedule 0,5 {SHAPE}",
+        "frozen layers must all lie in stage 0",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory) -> dict[str, str]:
+    """Plans a run must refuse: for another model, batch, profile or cluster."""
+    root = tmp_path_factory.mktemp("plans")
+    vit = str(shipped_profile("vit-digits", "cpu"))
+    other = root / "vit-edited.json"  # the same model, timed again: another sha256
+    other.write_text(json.dumps({**json.loads(Path(vit).read_text()), "created_at": "then"}))
+    made = {
+        "PLAN_MODEL": ["--profile", str(shipped_profile("bert-tiny", "cpu"))],
+        "PLAN_BATCH": ["--profile", vit, "--global-batch", "32"],
+        "PLAN_SHA": ["--profile", str(other)],
+        "PLAN_CLUSTER": ["--profile", vit, "--devices-per-node", "4"],
+    }
+    for key, flags in made.items():
+        argv = ["plan", "--devices-per-node", "2", "--global-batch", "64", *flags]
+        argv += ["--samples", "1400", "--epochs", "2", "--out", str(root / f"{key}.json")]
+        assert cli.main(argv) == 0
+    return {key: str(root / f"{key}.json") for key in made}
+
+
+def hostile_files(tmp_path: Path, plans: dict[str, str]) -> dict[str, str]:
+    import transformers
+    from test_report import elastic_records, write_run
+
+    d = tmp_path / "d"
+    d.mkdir()
+    files = {
+        "P": ("vit.json", shipped_profile("vit-digits", "cpu").read_bytes()),
+        "EMPTY": ("empty.json", b""),
+        "CSV": ("empty.csv", b""),
+        "BIN": ("bin.json", b"\xff\xfe\x00garbage"),
+        "BOM": ("bom.json", b"\xef\xbb\xbf{}"),
+        "LIST": ("list.json", b"[]"),
+        "TRAJ": ("traj.json", b'{"frozen_layers": ["3"]}'),
+    }
+    paths = {"DIR": str(d), "B": str(shipped_profile("bert-tiny", "cpu")), **plans}
+    for key, (name, data) in files.items():
+        (tmp_path / name).write_bytes(data)
+        paths[key] = str(tmp_path / name)
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
+    config.to_json_file(tmp_path / "config.json")
+    paths["CFG"] = str(tmp_path / "config.json")
+    paths["RUN"] = str(write_run(tmp_path / "run", elastic_records()))
+    return paths
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", FRESH_ROUND, ids=str)
+def test_a_fresh_round_of_hostile_inputs(tmp_path, capsys, plans, case):
+    import shlex
+
+    template, fragment = FRESH_ROUND[case]
+    argv = shlex.split(template.format(**hostile_files(tmp_path, plans)))
+    refused(argv, [tmp_path, Path(next(iter(plans.values()))).parent], capsys, fragment)
+
+
+BOUNDED = """
+import resource, sys, cli
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+sys.exit(cli.main(sys.argv[1:]))
+"""
+RESOURCES = {  # each used to run for hours or build a list beyond memory
+    "profile 10**12 repeats": ("profile vit-digits --out {out} --repeats 1000000000000", "1000"),
+    "profile 10**12 warm-ups": ("profile vit-digits --out {out} --warmup 1000000000000", "1000"),
+    "profile 100 sizes": (
+        "profile vit-digits --out {out} --micro-batch-sizes " + ",".join(map(str, range(1, 101))),
+        "--micro-batch-sizes",
+    ),
+    "2**40 devices": (
+        f"preview --profile {{P}} --nodes 1048576 --devices-per-node 1048576 {SHAPE}",
+        "limit of 1048576",
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", RESOURCES, ids=str)
+def test_inputs_that_scale_work_are_refused_within_memory_and_time(tmp_path, case):
+    """Under a 4 GiB address-space cap and a 60 s timeout: one line, exit 2, nothing written."""
+    import shlex
+    import subprocess
+    import sys
+
+    template, fragment = RESOURCES[case]
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = shlex.split(template.format(out=tmp_path / "p.json", P=profile))
+    done = subprocess.run(
+        [sys.executable, "-c", BOUNDED, *argv], capture_output=True, text=True, timeout=60
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert lines[0].startswith("pipeplan: error: ") and fragment in lines[0], lines[0]
+    assert list(tmp_path.iterdir()) == []

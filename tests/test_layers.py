@@ -51,12 +51,23 @@ LAYERS = [  # bottom first
                     "planning",
                     "progress",
                     "faults",
+                    "demotasks",
                 ]
             ),
         ],
     ),
     ("analysis", ["pipeplan.calibrate", "pipeplan.report", "pipeplan.plots"]),
-    ("top", ["cli", "pipeplan.options", "pipeplan.api", "executor.launch", "executor.demo"]),
+    (
+        "top",
+        [
+            "cli",
+            "pipeplan.options",
+            "pipeplan.api",
+            "executor.launch",
+            "executor.demo",
+            "executor.demo_checkpoint",
+        ],
+    ),
 ]
 
 

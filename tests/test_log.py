@@ -48,11 +48,18 @@ def test_every_logger_is_under_the_pipeplan_namespace():
 
 
 def test_the_commands_own_warnings_use_the_command_format(tmp_path):
-    """`prepare` warns about too many ranks before the unknown model stops it."""
+    """`prepare` warns that a checkpoint without a classifier head gets a fresh one, before the
+    missing profile stops it: the warning and the error in the command's format."""
+    import transformers
+
+    config = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
+    transformers.BertModel(transformers.BertConfig(**config, intermediate_size=64)).save_pretrained(
+        tmp_path / "bert"
+    )
     code = "import sys, cli; sys.exit(cli.main())"
-    args = ["run", "--nproc", "9999", "--model", "gpt-9", "--data", "digits"]
+    args = ["run", "--model", str(tmp_path / "bert"), "--data", "synth-text", "--nproc", "1"]
     done = subprocess.run(
-        [sys.executable, "-c", code, *args, "--runs-dir", str(tmp_path)],
+        [sys.executable, "-c", code, *args, "--runs-dir", str(tmp_path / "runs")],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -60,8 +67,8 @@ def test_the_commands_own_warnings_use_the_command_format(tmp_path):
     )
     assert done.returncode == 2
     warning, error = done.stderr.splitlines()
-    assert re.fullmatch(r"pipeplan: WARNING: --nproc 9999 is more than the \d+ CPU cores", warning)
-    assert error.startswith("pipeplan: error: unknown model 'gpt-9'")
+    assert re.fullmatch(r"pipeplan: WARNING: \S+/bert: the checkpoint has no head .*", warning)
+    assert error.startswith("pipeplan: error: no shipped profile for"), error
 
 
 def _rank_warns(rank: int, log_dir: str) -> None:

@@ -1,7 +1,7 @@
 """The README's commands, read from the README itself and run: the preview verbatim; run,
 calibrate and report verbatim in a scratch folder, with the runs shortened to three steps an
-epoch (the only words added). The torchrun block has its own test; `pipeplan demo` runs in
-tests/test_demo.py."""
+epoch (the only words added). The torchrun block has its own test; the `pipeplan demo` commands
+are read from here and run in tests/test_demo.py."""
 
 import os
 import re
@@ -32,6 +32,15 @@ def command(name: str, containing: str = "") -> list[str]:
     found = [c for c in readme_commands() if c[0] == name and containing in " ".join(c)]
     assert found, f"the README shows no `pipeplan {name}` command containing {containing!r}"
     return found[0]
+
+
+def test_the_first_command_is_the_demo_test_demo_runs():
+    """The README opens with installing and `pipeplan demo`; tests/test_demo.py runs the
+    README's `pipeplan demo` commands (in a scratch --runs-dir)."""
+    first = re.search(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    assert first and first.group(1).strip().endswith("&& pipeplan demo")
+    assert command("demo") == ["demo"]  # its [--runs-dir …] [--epochs …] are optional
+    assert command("demo", "--pretrain-only") == ["demo", "--pretrain-only"]
 
 
 def test_the_readme_preview(capsys, monkeypatch):

@@ -37,6 +37,8 @@ MAX_COUNT = 1 << 20  # devices, nodes, micro-batch sizes, samples in a step
 MAX_EPOCHS = 10_000
 MAX_SAMPLES = 1 << 40
 MAX_MICRO_BATCHES = 1024  # per replica and step; the simulator materialises each one
+MAX_STEPS = MAX_SAMPLES  # a count of optimizer steps: at most one per sample
+MAX_SEED = (1 << 32) - 1  # numpy's generators take 0..2**32-1; torch's take more
 Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
 PosBytes = Annotated[int, Field(ge=1, le=MAX_BYTES)]
 FloatBytes = Annotated[float, Field(ge=0.0, le=MAX_BYTES)]
@@ -45,6 +47,8 @@ Latency = Annotated[float, Field(ge=0.0, le=MAX_LATENCY_S)]
 Bandwidth = Annotated[float, Field(ge=MIN_BANDWIDTH, le=MAX_BANDWIDTH)]
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 Scale = Annotated[float, Field(ge=1e-6, le=1e6)]
+Steps = Annotated[int, Field(ge=1, le=MAX_STEPS)]
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
 
 class Strict(BaseModel):

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from pipeplan.formats.base import NonNegInt, PosInt, Strict
+from pipeplan.formats.layout import Layout
 
 
 class CheckpointManifest(Strict):
@@ -22,6 +23,11 @@ class CheckpointManifest(Strict):
     grad_norm_steps: NonNegInt
     world_size: PosInt
     model: str
+    layout: Layout | None = Field(
+        None,
+        description="The layout the checkpoint was taken in: a resume on the same world size "
+        "weighs moving from it, as the uninterrupted run did.",
+    )
     cache: dict | None = Field(None, description="Stage-0 cache manifest (rebuilt on resume).")
     files: dict[str, str] = Field(
         default_factory=dict,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from pipeplan.formats.base import Bandwidth, Bytes, Count, Latency, PosBytes, Strict
+from pipeplan.formats.base import MAX_COUNT, Bandwidth, Bytes, Count, Latency, PosBytes, Strict
 
 # Defaults when neither a flag nor the profile says otherwise. PCIe 3.0 x16 inside a node,
 # 25 Gbit/s Ethernet between nodes (a common cloud instance), pinned host-to-device copies.
@@ -56,6 +56,16 @@ class Cluster(Strict):
         description="Reading and writing spilled cache rows on a node's local disk (a stated "
         "constant unless given).",
     )
+
+    @model_validator(mode="after")
+    def _devices_in_all(self) -> Cluster:
+        # The planner's search grows with the device count: bounded in all, not per field.
+        if self.num_devices > MAX_COUNT:
+            raise ValueError(
+                f"{self.nodes} nodes × {self.devices_per_node} devices is beyond the limit of "
+                f"{MAX_COUNT} devices"
+            )
+        return self
 
     @property
     def num_devices(self) -> int:

@@ -25,6 +25,17 @@ Schedule = Literal["gpipe", "1f1b"]
 SCHEDULES: tuple[Schedule, ...] = ("gpipe", "1f1b")
 
 
+def check_boundaries(b: tuple[int, ...], num_layers: int) -> None:
+    """`check_boundaries((0, 3, 10), 10)`: stage boundaries that split `num_layers` layers into
+    stages of at least one layer each; BadArgumentError (one line) otherwise."""
+    if len(b) < 2 or b[0] != 0 or b[-1] != num_layers:
+        raise BadArgumentError(
+            f"boundaries {list(b)} must start at 0 and end at {num_layers} (the layer count)"
+        )
+    if any(x >= y for x, y in itertools.pairwise(b)):
+        raise BadArgumentError(f"boundaries {list(b)} must be strictly increasing")
+
+
 class Layout(Strict):
     """One phase: the freeze point, whether the frozen prefix is read from the cache, S stages
     (boundaries 0 = b0 < … < bS = layers) × D replicas (rank_map[replica][stage] → global
@@ -62,13 +73,8 @@ class Layout(Strict):
         """Raise BadArgumentError (one line) unless the boundaries split `num_layers` layers
         and the rank map places every stage of every replica on a distinct rank of
         `world_size`: what the cost model needs to price the layout."""
-        b, S = self.boundaries, self.num_stages
-        if S < 1 or b[0] != 0 or b[-1] != num_layers:
-            raise BadArgumentError(
-                f"boundaries {list(b)} must start at 0 and end at {num_layers} (the layer count)"
-            )
-        if any(x >= y for x, y in itertools.pairwise(b)):
-            raise BadArgumentError(f"boundaries {list(b)} must be strictly increasing")
+        check_boundaries(self.boundaries, num_layers)
+        S = self.num_stages
         if self.frozen_layers > num_layers - 1:
             raise BadArgumentError(
                 f"{self.frozen_layers} frozen layers of {num_layers} (the head is never frozen)"

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -19,12 +20,19 @@ from pydantic import Field, TypeAdapter, ValidationError, field_validator, model
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.formats.base import (
     MAX_COUNT,
+    MAX_EPOCHS,
+    MAX_STEPS,
+    Bytes,
+    Count,
     Flag,
     NonNegFloat,
     NonNegInt,
+    PosBytes,
     PosFloat,
     PosInt,
     Seconds,
+    Seed,
+    Steps,
     Strict,
     check_json,
     first_error,
@@ -34,6 +42,7 @@ from pipeplan.formats.layout import Layout
 from pipeplan.formats.plan import StagePlan, check_stages
 from pipeplan.formats.profile import Precision, Task
 
+Count0 = Annotated[int, Field(ge=0, lt=MAX_COUNT)]  # a rank, stage, replica or layer index
 FreezeMode = Literal["auto", "alpha", "list", "none"]
 # Where a run's weights come from: the model directory's checkpoint, or drawn from the seed.
 Init = Literal["pretrained", "random"]
@@ -59,6 +68,21 @@ def _data_for_model(validated: dict[str, Any]) -> str:
 
 def _timestamp() -> str:
     return time.strftime("run-%Y%m%d-%H%M%S")
+
+
+# A run's name is one plain folder name under --runs-dir: never a path out of it, never hidden,
+# never `.` or `..`, never empty (an empty --name is not "pick one for me").
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_run_name(name: str) -> str:
+    """`check_run_name("exp1")` → "exp1"; ValueError for anything but a plain folder name."""
+    if not RUN_NAME.fullmatch(name):
+        raise ValueError(
+            f"{name!r}: use up to 128 letters, digits, '.', '_' and '-', starting with a letter "
+            "or digit (a folder name, not a path)"
+        )
+    return name
 
 
 def _freeze_list(text: str) -> list[int] | None:
@@ -101,10 +125,12 @@ class RunConfig(Strict):
     tokenizer: Annotated[str | None, Flag(default="the model directory's")] = Field(
         None, description="Local tokenizer directory for text files."
     )
-    seq_len: Annotated[PosInt | None, Flag(default="the model's own")] = Field(
+    seq_len: Annotated[Count | None, Flag(default="the model's own")] = Field(
         None, description="Tokens per sample of text models: text is padded or cut to it."
     )
-    nproc: PosInt = Field(
+    # Counts that scale a run's work are bounded here, so a fresh run, a resume and a
+    # hand-edited run.json are refused alike, the message stating the limit.
+    nproc: Count = Field(
         2,
         description="Ranks, one process each: started here by torch's elastic launcher, or the "
         "torchrun world size.",
@@ -117,16 +143,16 @@ class RunConfig(Strict):
         description="fp32, or bf16: bfloat16 autocast with float32 weights and AdamW state, "
         "activations between stages and in the cache in bfloat16. Needs a profile of it.",
     )
-    global_batch: PosInt = Field(64, description="Global batch, fixed across phases.")
-    epochs: PosInt = Field(4, description="Epochs.")
-    max_steps_per_epoch: Annotated[PosInt | None, Flag(default="no cap")] = Field(
+    global_batch: Count = Field(64, description="Global batch, fixed across phases.")
+    epochs: PosInt = Field(4, le=MAX_EPOCHS, description="Epochs.")
+    max_steps_per_epoch: Annotated[Steps | None, Flag(default="no cap")] = Field(
         None, description="Cap on the steps of an epoch, for quick runs."
     )
     lr: float = Field(1e-3, gt=0, description="Peak learning rate (AdamW).")
     weight_decay: NonNegFloat = Field(
         0.01, description="AdamW weight decay, on every trainable parameter."
     )
-    warmup_steps: NonNegInt = Field(
+    warmup_steps: Annotated[NonNegInt, Field(le=MAX_STEPS)] = Field(
         0, description="Steps of linear learning-rate warm-up; then cosine decay to 10 % of --lr."
     )
     clip_grad_norm: Annotated[PosFloat | None, Flag(default="no clipping")] = Field(
@@ -140,22 +166,22 @@ class RunConfig(Strict):
     )
     alpha: float = Field(0.3, gt=0, lt=1, description="α bound of AutoFreeze.")
     # Filled by --freeze 0,2,4: its errors name that flag.
-    freeze_list: Annotated[list[NonNegInt] | None, Flag("--freeze", cli=False)] = Field(
-        None, description="Frozen layers per epoch (freeze=list)."
+    freeze_list: Annotated[list[Count0] | None, Flag("--freeze", cli=False)] = Field(
+        None, max_length=MAX_EPOCHS, description="Frozen layers per epoch (freeze=list)."
     )
-    freeze_every: Annotated[PosInt | None, Flag(default="each epoch")] = Field(
+    freeze_every: Annotated[Steps | None, Flag(default="each epoch")] = Field(
         None, description="Decide the freeze point every N steps, not per epoch."
     )
     checkpoint_every: Annotated[
-        PosInt | None, Flag(default="only at layout changes and the end")
+        Steps | None, Flag(default="only at layout changes and the end")
     ] = Field(None, description="Also checkpoint every N steps.")
     cache: bool = Field(True, description="AutoCache the frozen prefix's activations.")
-    cache_budget_bytes: Annotated[NonNegInt, Flag("--cache-budget", unit="bytes")] = Field(
+    cache_budget_bytes: Annotated[Bytes, Flag("--cache-budget", unit="bytes")] = Field(
         DEFAULT_CACHE_BUDGET_BYTES,
         description="Host memory for the cache per node (its stage-0 ranks share one cache), in "
         "bytes; beyond it, files on the run directory's disk.",
     )
-    seed: int = Field(0, description="Seed for weights, data order and dropout.")
+    seed: Seed = Field(0, description="Seed for weights, data order and dropout.")
     collective_timeout_s: Annotated[Seconds, Flag("--collective-timeout")] = Field(
         600.0,
         gt=0,
@@ -168,7 +194,7 @@ class RunConfig(Strict):
         None, le=1.0, description="Dropout probability of every dropout in the model."
     )
     device_memory_bytes: Annotated[
-        PosInt | None,
+        PosBytes | None,
         Flag("--device-memory", unit="bytes", default="the profiled host's memory / nproc"),
     ] = Field(None, description="Per-rank memory the planner respects, in bytes.")
     profile: Annotated[str | None, Flag(default="the shipped one")] = Field(
@@ -189,6 +215,11 @@ class RunConfig(Strict):
                 return {**values, "freeze": "list", "freeze_list": layers}
         return values
 
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        return check_run_name(value)
+
     @field_validator("freeze", mode="before")
     @classmethod
     def _freeze_mode(cls, value: Any) -> Any:
@@ -204,9 +235,6 @@ class RunConfig(Strict):
         if self.freeze == "list" and self.freeze_list is None:
             raise ValueError("freeze=list needs freeze_list: give the layers, --freeze 0,2,4")
         return self
-
-
-Count0 = Annotated[int, Field(ge=0, lt=MAX_COUNT)]  # a rank, stage or replica index
 
 
 class RankTimes(Strict):

@@ -1,0 +1,174 @@
+"""The demo's pretrained checkpoint: made once by a pretraining run, checked, then reused.
+
+    ckpt = pretrained_checkpoint("runs", say=print)   # `pipeplan demo --pretrain-only`
+    ckpt.model_dir      # runs/demo-pretrained/model: a transformers directory (from_pretrained)
+    ckpt.profile_path   # runs/demo-pretrained/model-profile.json: that model timed on this host
+
+`RUNS/demo-pretrained/` is an ordinary run directory of `pipeplan run` (run.json, records,
+summary.json and the `model/` every run writes at its end): `vit-digits` trained from random
+weights on the source task, the ten digit classes (the target, executor.demotasks, is digit
+mod 5). Its equivalent command:
+
+    pipeplan run --model vit-digits --data digits --freeze none \\
+                 --epochs 8 --lr 3e-3 --warmup-steps 20 --name demo-pretrained
+
+Beside it, the profile of `model/` (`pipeplan profile RUNS/demo-pretrained/model --nproc 2
+--micro-batch-sizes 1,2,4,8,16,32,64`): fine-tuning runs name the model by that directory, and
+a run plans with a profile of the model it names.
+
+Reused only when everything checks out: the run's configuration is the pretraining's, it
+finished, `model/` loads with a head for the source task and the architecture of vit-digits,
+and the profile loads and names this `model/`. Anything else (an interrupted pretraining, a
+truncated weight file, another model's directory, a moved folder) is rebuilt, with one line
+saying what was wrong; it is never used.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from executor.launch import prepare, run_local
+from pipeplan import models
+from pipeplan.errors import PipeplanError
+from pipeplan.formats import Profile, RunConfig, RunSummary, load
+from pipeplan.inputs import ProfileRequest
+
+PRETRAINED = "demo-pretrained"  # under --runs-dir
+PROFILE_FILE = "model-profile.json"
+MODEL = "vit-digits"
+SOURCE_CLASSES = 10  # the digits
+# The global batch the fine-tuning runs split into micro-batches of up to 64 samples.
+MICRO_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
+# Long enough that the blocks tell the digits apart, short enough for the demo's time budget.
+SOURCE_RUN = RunConfig(
+    name=PRETRAINED,
+    model=MODEL,
+    data="digits",
+    nproc=2,
+    epochs=8,
+    lr=3e-3,
+    warmup_steps=20,
+    freeze="none",
+)
+
+
+@dataclass
+class Pretrained:
+    model_dir: Path
+    profile_path: Path
+    profile: Profile
+    source_accuracy: float | None  # held-out, on the source task
+    reused: bool
+
+
+def pretrained_checkpoint(
+    runs_dir: str | Path, say: Callable[[str], None], step: str = ""
+) -> Pretrained:
+    """The checkpoint under `runs_dir`: reused when it checks out, else (re)built."""
+    run_dir = (Path(runs_dir) / PRETRAINED).resolve()
+    prefix = f"{step} " if step else ""
+    if run_dir.exists():
+        problem = check(run_dir)
+        if problem is None:
+            found = _found(run_dir, reused=True)
+            say(
+                f"{prefix}pretrained checkpoint: reusing {found.model_dir} (source task: the ten "
+                f"digits, held-out accuracy {_percent(found.source_accuracy)}; delete the "
+                "folder to pretrain again)"
+            )
+            return found
+        say(f"{prefix}pretrained checkpoint {run_dir}: {problem}; rebuilding it")
+        shutil.rmtree(run_dir)
+    say(
+        f"{prefix}pretrained checkpoint: pretraining {MODEL} on the source task (the ten digits, "
+        f"{SOURCE_RUN.epochs} epochs) into {run_dir}, then profiling it…"
+    )
+    start = time.perf_counter()
+    run_local(SOURCE_RUN, prepare(SOURCE_RUN, run_dir.parent))
+    _profile(run_dir)
+    found = _found(run_dir, reused=False)
+    say(
+        f"    source task held-out accuracy {_percent(found.source_accuracy)}; pretrained and "
+        f"profiled in {time.perf_counter() - start:.1f} s; model in {found.model_dir}"
+    )
+    return found
+
+
+def _profile(run_dir: Path) -> None:
+    from pipeplan.profiler import profile_to_file
+
+    request = ProfileRequest(
+        model=str(run_dir / "model"),
+        out=str(run_dir / PROFILE_FILE),
+        micro_batch_sizes=MICRO_BATCH_SIZES,
+        nproc=2,
+    )
+    profile_to_file(request)
+
+
+def _found(run_dir: Path, reused: bool) -> Pretrained:
+    summary = load(RunSummary, run_dir / "summary.json")
+    path = run_dir / PROFILE_FILE
+    return Pretrained(
+        run_dir / "model", path, load(Profile, path), summary.final_eval_accuracy, reused
+    )
+
+
+def _percent(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1%}"
+
+
+def check(run_dir: Path) -> str | None:
+    """What is wrong with the checkpoint in `run_dir`, in a few words; None when it is the
+    pretraining's, complete, loadable and profiled."""
+    try:
+        cfg = load(RunConfig, run_dir / "run.json")
+        load(RunSummary, run_dir / "summary.json")
+    except PipeplanError as exc:
+        return f"not a finished pretraining run ({exc})"
+    expected, have = SOURCE_RUN.model_dump(), cfg.model_dump()
+    changed = sorted(k for k in expected if have.get(k) != expected[k])
+    if changed:
+        return (
+            "made with other settings ("
+            + ", ".join(f"{k} {have.get(k)!r}, not {expected[k]!r}" for k in changed)
+            + ")"
+        )
+    model_dir = run_dir / "model"
+    problem = _check_model(model_dir)
+    if problem is not None:
+        return problem
+    try:
+        profile = load(Profile, run_dir / PROFILE_FILE)
+    except PipeplanError as exc:
+        return f"no usable profile of the model ({exc})"
+    if profile.model.name != str(model_dir):
+        return f"its profile is of {profile.model.name}, not {model_dir}"
+    return None
+
+
+def _check_model(model_dir: Path) -> str | None:
+    """The directory holds vit-digits' architecture with a source-task head, and its weights
+    load (a truncated or foreign file fails here, not in the ranks)."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"{model_dir}/config.json is unreadable ({type(exc).__name__})"
+    preset = models.PRESETS[MODEL].config
+    if not isinstance(config, dict):
+        return f"{model_dir}/config.json is not a JSON object"
+    differ = [k for k in preset if k != "num_labels" and config.get(k) != preset[k]]
+    if differ or len(config.get("id2label", {})) != SOURCE_CLASSES:
+        return f"{model_dir} is not {MODEL} with a {SOURCE_CLASSES}-class source head"
+    try:
+        models.build(
+            str(model_dir), init="pretrained", task="classification", num_labels=SOURCE_CLASSES
+        )
+    except PipeplanError as exc:
+        return str(exc)
+    return None
