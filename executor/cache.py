@@ -1,35 +1,46 @@
-"""AutoCache: per-sample outputs of the frozen prefix, kept on the host of one rank.
+"""AutoCache: per-sample outputs of the frozen prefix, in files one node's ranks share.
 
 Once the first k layers of the model are frozen (k is the *freeze point*; it only grows), their
-output for a given training sample no longer changes. Stage 0 of every data-parallel replica can
-then store that output per sample index the first time it computes it and, in later epochs, read
-it back instead of recomputing the prefix.
+output for a given training sample no longer changes. Stage 0 of a replica can then store that
+output per sample index the first time it computes it (during the first epoch of a cached
+phase, from the forward pass training runs anyway) and read it back in later epochs instead of
+recomputing the prefix.
 
 The stored values form one *version*, named by the freeze point they belong to
-(`ActivationCache.frozen_layers`; 0 means nothing is frozen and nothing is stored). When the
-freeze point grows from k to k', `ActivationCache.advance` moves the cache to version k' either
-incrementally (run only the newly frozen layers k..k'-1 on the cached rows, chunk by chunk) or by
-starting empty. The old version's memory and spill file are released as soon as they are no
-longer needed, so a version never lingers.
+(`ActivationCache.frozen_layers`; 0 means nothing is frozen and nothing is stored). A version
+is three files, so several processes of one node can map them at once:
 
-Storage of one version: row i (the output for sample i) lives in host memory when
-`i < memory_rows`, where `memory_rows = budget_bytes // row_bytes`, and in a memory-mapped spill
-file `{name}-v{frozen_layers}.bin` in `spill_dir` otherwise. Memory is allocated lazily in blocks
-of about `block_bytes`, so a partly filled cache only holds the blocks it touched, and `advance`
-frees old blocks while it fills the new ones. Rows are kept as raw bytes in the spill file, which
-is how dtypes numpy lacks (bfloat16) are stored bit-exactly. A bitmap records which rows are
-filled.
+    {memory_dir}/{name}-v{k}.rows    rows 0 .. memory_rows-1   (host memory: /dev/shm is tmpfs)
+    {spill_dir}/{name}-v{k}.spill    rows memory_rows .. n-1   (local disk)
+    {memory_dir}/{name}-v{k}.map     one byte per sample: 1 once its row is written
 
-Caching is only sound when a sample's input is the same every epoch: with random data
-augmentation it is not, and `cache_allowed` says so.
+`memory_rows = budget_bytes // row_bytes`: the budget is for the whole cache, so when one cache
+serves a node it is a per-node budget. Files are created sparse (truncated to size, nothing
+written), so a partly filled cache only holds the pages it touched. Rows are raw bytes, which is
+how dtypes numpy lacks (bfloat16) are stored bit-exactly.
 
-The cache is not thread-safe; one rank's training loop owns it.
+One process creates a version (`create`), the others `attach` to it after a barrier. When the
+freeze point grows from k to k', the creator makes version k' while k stays open (`previous`);
+`advance_rows(compute, part, parts)` runs only the newly frozen layers k..k'-1 on the cached
+rows, each process its share of them, and `drop_previous` closes (and, for the creator,
+deletes) version k. The node then briefly holds both versions.
+
+Writers never share a row: see `store` for why no lock is needed when several processes fill
+one cache. Caching is only sound when a sample's input is the same every epoch: with random
+data augmentation it is not, and `cache_allowed` says so.
+
+    cache = ActivationCache(60000, budget_bytes=1 << 30, spill_dir=run_dir / "cache",
+                            memory_dir=Path("/dev/shm/pipeplan-1a2b"), name="node0")
+    cache.create(3, sample_shape=(197, 192), dtype=torch.float32)   # one rank; others attach
+    values, hit = cache.lookup(indices)
+    cache.store(indices[~hit], computed, frozen_layers=3)
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,10 +51,7 @@ import torch
 
 logger = logging.getLogger("pipeplan.cache")
 
-DEFAULT_BLOCK_BYTES = 32 << 20
-"""Host memory is allocated in blocks of about this many bytes (at least one row each)."""
-
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2
 
 AUGMENTATION_REASON = (
     "random augmentation changes a sample every epoch, so its frozen activations cannot be "
@@ -62,136 +70,135 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-class _Storage:
-    """The rows of one version: memory blocks for rows below `memory_rows`, a spill file above.
+def memory_dir_for(key: str, fallback: Path, need_bytes: int) -> Path:
+    """`memory_dir_for("pipeplan-1a2b-n0", run_dir / "cache", 1 << 30)` → where a node's
+    in-memory rows live: /dev/shm/{key} when /dev/shm exists and has `need_bytes` free (tmpfs:
+    host memory that several processes can map), else `fallback` (a file on the run directory's
+    disk, kept in memory by the page cache as far as the host allows)."""
+    shm = Path("/dev/shm")
+    try:
+        stat = os.statvfs(shm)
+    except OSError:
+        return fallback
+    if stat.f_bavail * stat.f_frsize < need_bytes:
+        logger.info(
+            "/dev/shm has less than %d bytes free: cache rows under %s", need_bytes, fallback
+        )
+        return fallback
+    return shm / key
 
-    It knows nothing about which rows are filled; `ActivationCache` keeps that bitmap.
-    """
+
+def _create_file(path: Path, size: int) -> None:
+    """A sparse file of `size` bytes (replacing any stale leftover)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
+def _map(path: Path, rows: int, row_bytes: int) -> np.memmap | None:
+    if rows == 0 or row_bytes == 0:
+        return None  # numpy cannot map an empty file; nothing to store anyway
+    return np.memmap(path, dtype=np.uint8, mode="r+", shape=(rows, row_bytes))
+
+
+def _allocated(path: Path) -> int:
+    """Bytes a (sparse) file really holds: the pages written so far."""
+    try:
+        return os.stat(path).st_blocks * 512
+    except FileNotFoundError:
+        return 0
+
+
+class _Version:
+    """The three files of one version, mapped. `create` makes them; else they must exist."""
 
     def __init__(
         self,
+        version: int,
         num_samples: int,
         sample_shape: tuple[int, ...],
         dtype: torch.dtype,
         budget_bytes: int,
-        block_bytes: int,
-        spill_path: Path,
+        memory_dir: Path,
+        spill_dir: Path,
+        name: str,
+        *,
+        create: bool,
     ) -> None:
+        self.version = version
         self.num_samples = num_samples
-        self.sample_shape = sample_shape
+        self.sample_shape = tuple(int(d) for d in sample_shape)
         self.dtype = dtype
-        self.spill_path = spill_path
-        self.row_bytes = math.prod(sample_shape) * dtype.itemsize
-        if self.row_bytes == 0:  # empty rows cost nothing: keep them all "in memory"
+        self.row_bytes = math.prod(self.sample_shape) * dtype.itemsize
+        if self.row_bytes == 0:
             self.memory_rows = num_samples
-            self.block_rows = max(1, num_samples)
         else:
             self.memory_rows = min(num_samples, budget_bytes // self.row_bytes)
-            self.block_rows = max(1, min(self.memory_rows, block_bytes // self.row_bytes))
         self.spill_rows = num_samples - self.memory_rows
-        self._blocks: list[torch.Tensor | None] = [None] * math.ceil(
-            self.memory_rows / self.block_rows
-        )
-        self._spill: np.memmap | None = None
-        self.freed_below = 0  # memory rows below this were dropped by `free_blocks_below`
+        self.rows_path = memory_dir / f"{name}-v{version}.rows"
+        self.map_path = memory_dir / f"{name}-v{version}.map"
+        self.spill_path = spill_dir / f"{name}-v{version}.spill"
+        self.created = create
+        if create:
+            _create_file(self.rows_path, self.memory_rows * self.row_bytes)
+            _create_file(self.spill_path, self.spill_rows * self.row_bytes)
+            _create_file(self.map_path, num_samples)
+        self._rows = _map(self.rows_path, self.memory_rows, self.row_bytes)
+        self._spill = _map(self.spill_path, self.spill_rows, self.row_bytes)
+        self._map = _map(self.map_path, num_samples, 1)
 
-    # --- sizes -----------------------------------------------------------------------------
+    def filled_mask(self, idx: torch.Tensor) -> torch.Tensor:
+        if self._map is None:
+            return torch.zeros(len(idx), dtype=torch.bool)
+        return torch.from_numpy(np.asarray(self._map[idx.numpy(), 0]) != 0)
 
-    @property
-    def resident_bytes(self) -> int:
-        return sum(b.nbytes for b in self._blocks if b is not None)
-
-    @property
-    def spilled_bytes(self) -> int:
-        return self.spill_rows * self.row_bytes if self._spill is not None else 0
-
-    def matches(self, sample_shape: tuple[int, ...], dtype: torch.dtype) -> bool:
-        return tuple(sample_shape) == self.sample_shape and dtype == self.dtype
-
-    # --- allocation ------------------------------------------------------------------------
-
-    def _block(self, b: int) -> torch.Tensor:
-        block = self._blocks[b]
-        if block is None:
-            rows = min(self.block_rows, self.memory_rows - b * self.block_rows)
-            block = torch.empty((rows, *self.sample_shape), dtype=self.dtype)
-            self._blocks[b] = block
-        return block
-
-    def _memmap(self) -> np.memmap:
-        if self._spill is None:
-            self.spill_path.parent.mkdir(parents=True, exist_ok=True)
-            # mode "w+" creates (or truncates a stale leftover) a sparse file of the full size.
-            self._spill = np.memmap(
-                self.spill_path, dtype=np.uint8, mode="w+", shape=(self.spill_rows, self.row_bytes)
-            )
-            logger.debug(
-                "cache spill file %s: %d rows x %d bytes",
-                self.spill_path,
-                self.spill_rows,
-                self.row_bytes,
-            )
-        return self._spill
-
-    # --- rows ------------------------------------------------------------------------------
+    def filled_rows(self) -> torch.Tensor:
+        if self._map is None:
+            return torch.zeros(0, dtype=torch.long)
+        return torch.from_numpy(np.flatnonzero(np.asarray(self._map[:, 0]))).long()
 
     def write(self, idx: torch.Tensor, values: torch.Tensor) -> None:
-        """Store `values[j]` as row `idx[j]`; `idx` is unique, `values` contiguous on CPU."""
-        in_memory = idx < self.memory_rows
-        if bool(in_memory.any()):
-            rows, vals = idx[in_memory], values[in_memory]
-            block_ids = torch.div(rows, self.block_rows, rounding_mode="floor")
-            for b in torch.unique(block_ids).tolist():
-                sel = block_ids == b
-                self._block(b)[rows[sel] - b * self.block_rows] = vals[sel]
-        spilled = ~in_memory
-        if bool(spilled.any()):
-            rows = (idx[spilled] - self.memory_rows).numpy()
-            raw = values[spilled].reshape(len(rows), -1).view(torch.uint8)
-            self._memmap()[rows] = raw.numpy()
+        """Rows first, then their map bytes: a reader that sees the byte finds the row."""
+        raw = values.reshape(len(idx), -1).view(torch.uint8).numpy()
+        in_memory = (idx < self.memory_rows).numpy()
+        rows = idx.numpy()
+        if self._rows is not None and in_memory.any():
+            self._rows[rows[in_memory]] = raw[in_memory]
+        if self._spill is not None and (~in_memory).any():
+            self._spill[rows[~in_memory] - self.memory_rows] = raw[~in_memory]
+        if self._map is not None:
+            self._map[rows, 0] = 1
 
     def read_into(self, out: torch.Tensor, positions: torch.Tensor, idx: torch.Tensor) -> None:
-        """`out[positions[j]] = row idx[j]` for rows that were written."""
-        in_memory = idx < self.memory_rows
-        if bool(in_memory.any()):
-            rows, pos = idx[in_memory], positions[in_memory]
-            block_ids = torch.div(rows, self.block_rows, rounding_mode="floor")
-            for b in torch.unique(block_ids).tolist():
-                block = self._blocks[b]
-                if block is None:
-                    raise RuntimeError(f"cache block {b} read before it was written")
-                sel = block_ids == b
-                out[pos[sel]] = block[rows[sel] - b * self.block_rows]
-        spilled = ~in_memory
-        if bool(spilled.any()):
-            if self._spill is None:
-                raise RuntimeError("cache spill file read before it was written")
-            rows = (idx[spilled] - self.memory_rows).numpy()
-            raw = torch.from_numpy(np.asarray(self._spill[rows]))  # fancy indexing copies
-            out[positions[spilled]] = raw.view(self.dtype).reshape(len(rows), *self.sample_shape)
+        """`out[positions[j]] = row idx[j]`."""
+        if self.row_bytes == 0:
+            return
+        rows = idx.numpy()
+        in_memory = (idx < self.memory_rows).numpy()
+        flat = out.view(len(out), -1).view(torch.uint8)
+        if in_memory.any():
+            raw = np.asarray(self._rows[rows[in_memory]])  # fancy indexing copies
+            flat[positions[torch.from_numpy(in_memory)]] = torch.from_numpy(raw)
+        if (~in_memory).any():
+            raw = np.asarray(self._spill[rows[~in_memory] - self.memory_rows])
+            flat[positions[torch.from_numpy(~in_memory)]] = torch.from_numpy(raw)
 
     def read(self, idx: torch.Tensor) -> torch.Tensor:
         out = torch.empty((len(idx), *self.sample_shape), dtype=self.dtype)
         self.read_into(out, torch.arange(len(idx)), idx)
         return out
 
-    # --- release ---------------------------------------------------------------------------
+    def paths(self) -> tuple[Path, ...]:
+        return (self.rows_path, self.spill_path, self.map_path)
 
-    def free_blocks_below(self, row: int) -> None:
-        """Drop the memory blocks that lie entirely below `row` (they will not be read again)."""
-        whole = min(row, self.memory_rows) // self.block_rows
-        for b in range(whole):
-            self._blocks[b] = None
-        self.freed_below = max(self.freed_below, min(whole * self.block_rows, self.memory_rows))
-
-    def release(self) -> None:
-        """Free the memory blocks and delete the spill file."""
-        self._blocks = [None] * len(self._blocks)
-        self.freed_below = self.memory_rows
-        if self._spill is not None:
-            self._spill = None  # our reads copy, so nothing else maps the file
-            self.spill_path.unlink(missing_ok=True)
-            logger.debug("deleted cache spill file %s", self.spill_path)
+    def close(self, unlink: bool) -> None:
+        """Unmap; with `unlink`, delete the files (processes that still map them keep their
+        pages until they unmap: POSIX semantics)."""
+        self._rows = self._spill = self._map = None
+        if unlink:
+            for path in self.paths():
+                path.unlink(missing_ok=True)
+            logger.debug("deleted cache version %d files %s", self.version, self.rows_path)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -199,112 +206,124 @@ class _Storage:
             "dtype": _dtype_name(self.dtype),
             "row_bytes": self.row_bytes,
             "memory": {
+                "file": str(self.rows_path),
                 "rows": [0, self.memory_rows],
-                "block_rows": self.block_rows,
-                "blocks_allocated": sum(b is not None for b in self._blocks),
-                "resident_bytes": self.resident_bytes,
+                "resident_bytes": _allocated(self.rows_path),
             },
             "spill": {
-                "file": self.spill_path.name,
+                "file": str(self.spill_path),
                 "rows": [self.memory_rows, self.num_samples],
-                "created": self._spill is not None,
-                "bytes": self.spilled_bytes,
+                "bytes": _allocated(self.spill_path),
             },
         }
 
 
 class ActivationCache:
-    """Per-sample outputs of the frozen prefix, for one rank.
+    """One process's handle on a cache of `num_samples` rows (sample indices 0 .. n-1).
 
-    `num_samples` is the size of the dataset (sample indices run from 0 to num_samples - 1);
-    `sample_shape` and `dtype` describe one row of the first version. A version's shape and dtype
-    may differ from the previous one's (the newly frozen layers may change the hidden shape): they
-    follow the rows `advance` computes, `advance(..., sample_shape=...)`, or — while a version is
-    still empty — the first `store`.
-
-    `spill_dir` should be private to this rank (or pass a distinct `name`): spill files are named
-    `{name}-v{frozen_layers}.bin`.
+    `budget_bytes` bounds the rows kept in `memory_dir` (default: `spill_dir`); the rest go to
+    `spill_dir`. Processes sharing a cache pass the same directories and `name`.
     """
 
     def __init__(
         self,
         num_samples: int,
-        sample_shape: tuple[int, ...],
-        dtype: torch.dtype,
         budget_bytes: int,
         spill_dir: str | Path,
         *,
-        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        memory_dir: str | Path | None = None,
         name: str = "cache",
     ) -> None:
         if num_samples < 0:
             raise ValueError(f"num_samples must be >= 0, got {num_samples}")
         if budget_bytes < 0:
             raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
-        if block_bytes <= 0:
-            raise ValueError(f"block_bytes must be > 0, got {block_bytes}")
-        if any(d < 0 for d in sample_shape):
-            raise ValueError(f"bad sample_shape {sample_shape}")
         self.num_samples = num_samples
         self.budget_bytes = budget_bytes
-        self.block_bytes = block_bytes
         self.name = name
         self.spill_dir = Path(spill_dir)
-        self._version = 0
-        self._filled = torch.zeros(num_samples, dtype=torch.bool)
-        self._num_filled = 0
-        self._storage = self._new_storage(tuple(sample_shape), dtype, 0)
+        self.memory_dir = Path(memory_dir) if memory_dir is not None else self.spill_dir
+        self._current: _Version | None = None
+        self.previous: _Version | None = None  # the version `advance_rows` reads from
 
     # --- state -----------------------------------------------------------------------------
 
     @property
     def frozen_layers(self) -> int:
         """The version: the freeze point the stored values belong to (0 = nothing frozen)."""
-        return self._version
+        return self._current.version if self._current is not None else 0
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
-        """Per-sample shape of the current version."""
-        return self._storage.sample_shape
+        return self._need().sample_shape
 
     @property
     def dtype(self) -> torch.dtype:
-        return self._storage.dtype
-
-    @property
-    def filled(self) -> int:
-        """Number of rows filled in the current version."""
-        return self._num_filled
-
-    @property
-    def resident_bytes(self) -> int:
-        """Host memory held by row storage (allocated blocks; excludes the 1-byte/row bitmap)."""
-        return self._storage.resident_bytes
-
-    @property
-    def spilled_bytes(self) -> int:
-        """Size of the current version's spill file (sparse: only written rows use disk)."""
-        return self._storage.spilled_bytes
+        return self._need().dtype
 
     @property
     def memory_rows(self) -> int:
-        """Rows `0 .. memory_rows - 1` live in memory, the rest in the spill file."""
-        return self._storage.memory_rows
+        """Rows `0 .. memory_rows - 1` live in memory_dir, the rest in the spill file."""
+        return self._need().memory_rows
 
-    def _spill_path(self, version: int) -> Path:
-        return self.spill_dir / f"{self.name}-v{version}.bin"
+    @property
+    def filled(self) -> int:
+        """Rows filled in the current version (by any process sharing it)."""
+        return len(self._current.filled_rows()) if self._current is not None else 0
 
-    def _new_storage(
-        self, sample_shape: tuple[int, ...], dtype: torch.dtype, version: int
-    ) -> _Storage:
-        return _Storage(
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes the current version's in-memory rows file holds (pages written)."""
+        return _allocated(self._current.rows_path) if self._current is not None else 0
+
+    @property
+    def spilled_bytes(self) -> int:
+        """Bytes the current version's spill file holds (pages written)."""
+        return _allocated(self._current.spill_path) if self._current is not None else 0
+
+    def files(self) -> list[Path]:
+        """The files of the open versions that exist now."""
+        versions = [v for v in (self.previous, self._current) if v is not None]
+        return [p for v in versions for p in v.paths() if p.exists()]
+
+    def _need(self) -> _Version:
+        if self._current is None:
+            raise ValueError("nothing is frozen (version 0); create or attach a version first")
+        return self._current
+
+    def _open(
+        self, version: int, sample_shape: tuple[int, ...], dtype: torch.dtype, *, create: bool
+    ) -> None:
+        if version <= self.frozen_layers:
+            raise ValueError(
+                f"freeze point must grow: cache is at {self.frozen_layers}, got {version}"
+            )
+        if any(d < 0 for d in sample_shape):
+            raise ValueError(f"bad sample_shape {tuple(sample_shape)}")
+        new = _Version(
+            version,
             self.num_samples,
-            tuple(int(d) for d in sample_shape),
+            tuple(sample_shape),
             dtype,
             self.budget_bytes,
-            self.block_bytes,
-            self._spill_path(version),
+            self.memory_dir,
+            self.spill_dir,
+            self.name,
+            create=create,
         )
+        if self.previous is not None:  # only one older version is kept
+            self.previous.close(unlink=self.previous.created)
+        self.previous, self._current = self._current, new
+
+    def create(self, version: int, sample_shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        """Make version `version` (> the current one) empty, with rows of this shape and dtype;
+        the current version stays open as `previous`. One process of those sharing the cache
+        calls this; the others `attach` after a barrier."""
+        self._open(version, sample_shape, dtype, create=True)
+
+    def attach(self, version: int, sample_shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        """Open version `version` that another process created (same shape and dtype)."""
+        self._open(version, sample_shape, dtype, create=False)
 
     def _check_indices(self, indices: torch.Tensor, *, unique: bool) -> torch.Tensor:
         idx = torch.as_tensor(indices)
@@ -319,181 +338,144 @@ class ActivationCache:
             raise ValueError("indices must not repeat")
         return idx
 
-    # --- API -------------------------------------------------------------------------------
+    # --- rows ------------------------------------------------------------------------------
 
     def lookup(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(values for the indices that are filled, bool mask of which indices were filled).
 
         Values have shape (len(indices), *sample_shape) on CPU; rows whose mask is False are
-        unspecified (uninitialised memory). Repeated indices are allowed.
+        unspecified. Repeated indices are allowed. Version 0 has no rows: all miss.
         """
         idx = self._check_indices(indices, unique=False)
+        if self._current is None:
+            return torch.empty((len(idx), 0)), torch.zeros(len(idx), dtype=torch.bool)
         values = torch.empty((len(idx), *self.sample_shape), dtype=self.dtype)
-        mask = self._filled[idx]
+        mask = self._current.filled_mask(idx)
         if bool(mask.any()):
             positions = mask.nonzero().squeeze(1)
-            self._storage.read_into(values, positions, idx[positions])
+            self._current.read_into(values, positions, idx[positions])
         return values, mask
 
     def store(self, indices: torch.Tensor, values: torch.Tensor, frozen_layers: int) -> None:
         """Fill rows; frozen_layers must equal the current version (else ValueError).
 
         Values are detached, moved to the CPU and stored bit-exactly (no dtype conversion).
-        Refilling an already filled row overwrites it.
+
+        Several processes may store into one cache without a lock because no two of them ever
+        write the same row at once, and no one reads a row while it is being written: the
+        executor's stage-0 ranks store only the samples of their own shard, and the shards of
+        one epoch are disjoint; a sample another rank stored is read at a later step, and every
+        step ends with a collective over all ranks (the step record's all-gather, plus the
+        gradient all-reduce), which orders the writer's stores before the reader's lookups.
+        Within a process, a row is written before its map byte, so a map byte read as 1
+        always has its row behind it.
         """
-        if frozen_layers != self._version:
+        if frozen_layers != self.frozen_layers:
             raise ValueError(
                 f"stale producer: values belong to freeze point {frozen_layers}, "
-                f"cache is at {self._version}"
+                f"cache is at {self.frozen_layers}"
             )
-        if self._version == 0:
-            raise ValueError("nothing is frozen (version 0); call advance() before store()")
+        version = self._need()
         idx = self._check_indices(indices, unique=True)
         values = values.detach().to("cpu").contiguous()
         if values.dim() == 0 or values.shape[0] != len(idx):
             raise ValueError(
                 f"values shape {tuple(values.shape)} does not match {len(idx)} indices"
             )
-        shape = tuple(values.shape[1:])
-        if not self._storage.matches(shape, values.dtype):
-            if self._num_filled:
-                raise ValueError(
-                    f"values are {_dtype_name(values.dtype)}{list(shape)}, cache version "
-                    f"{self._version} holds {_dtype_name(self.dtype)}{list(self.sample_shape)}"
-                )
-            logger.info(
-                "cache version %d (empty) takes row layout %s%s from the first store",
-                self._version,
-                _dtype_name(values.dtype),
-                list(shape),
+        if tuple(values.shape[1:]) != version.sample_shape or values.dtype != version.dtype:
+            raise ValueError(
+                f"values are {_dtype_name(values.dtype)}{list(values.shape[1:])}, cache version "
+                f"{version.version} holds {_dtype_name(version.dtype)}{list(version.sample_shape)}"
             )
-            self._storage.release()
-            self._storage = self._new_storage(shape, values.dtype, self._version)
-        self._storage.write(idx, values)
-        new = ~self._filled[idx]
-        self._num_filled += int(new.sum())
-        self._filled[idx] = True
+        if len(idx):
+            version.write(idx, values)
+
+    def advance_rows(
+        self,
+        compute: Callable[[torch.Tensor], torch.Tensor],
+        part: int = 0,
+        parts: int = 1,
+        chunk: int = 256,
+    ) -> int:
+        """Fill the current version from `previous` by `compute` (the newly frozen layers, run
+        under no_grad on a batch of old rows), for the previous version's filled rows whose
+        position among them is `part` modulo `parts` (so `parts` processes split the work);
+        returns how many rows it transformed. Rows the previous version lacks stay unfilled."""
+        if self.previous is None:
+            raise ValueError("no previous version to advance from")
+        if not 0 <= part < parts or chunk < 1:
+            raise ValueError(f"bad share {part} of {parts} or chunk {chunk}")
+        started = time.perf_counter()
+        rows = self.previous.filled_rows()[part::parts]
+        for start in range(0, len(rows), chunk):
+            idx = rows[start : start + chunk]
+            with torch.no_grad():
+                out = compute(self.previous.read(idx))
+            self.store(idx, out, self.frozen_layers)
+        logger.info(
+            "cache version %d -> %d: transformed %d rows in %.3f s",
+            self.previous.version,
+            self.frozen_layers,
+            len(rows),
+            time.perf_counter() - started,
+        )
+        return len(rows)
+
+    def drop_previous(self) -> None:
+        """Close the previous version (its creator deletes its files)."""
+        if self.previous is not None:
+            self.previous.close(unlink=self.previous.created)
+            self.previous = None
 
     def advance(
         self,
         new_frozen_layers: int,
         compute: Callable[[torch.Tensor], torch.Tensor] | None,
+        sample_shape: tuple[int, ...],
+        dtype: torch.dtype,
         chunk: int = 256,
-        *,
-        sample_shape: tuple[int, ...] | None = None,
     ) -> None:
-        """Move to version `new_frozen_layers` (> current: freezing only grows, else ValueError).
+        """One process alone: `create` the new version, transform every filled row with
+        `compute` (None: start empty) and drop the old version. If `compute` raises, the new
+        version is deleted and the cache stays at the old one; the exception propagates."""
+        self.create(new_frozen_layers, sample_shape, dtype)
+        if compute is not None and self.previous is not None:
+            try:
+                self.advance_rows(compute, chunk=chunk)
+            except BaseException:
+                failed, self._current, self.previous = self._current, self.previous, None
+                failed.close(unlink=True)
+                logger.warning(
+                    "cache advance -> %d failed; staying at version %d",
+                    new_frozen_layers,
+                    self.frozen_layers,
+                )
+                raise
+        self.drop_previous()
 
-        With `compute` (runs the newly frozen layers on a batch of old rows, under no_grad), every
-        filled row is transformed `chunk` rows at a time into the new storage; old memory blocks
-        are freed as soon as all their rows have been transformed and the old spill file is
-        deleted at the end, so memory peaks at about max(old, new) + one block + one chunk. The
-        new per-sample shape and dtype are those `compute` returns (`sample_shape`, if given,
-        must agree). Rows not filled stay unfilled.
-
-        With `compute=None` the new version starts empty, with `sample_shape` if given (else the
-        current shape; an empty version also takes the layout of its first `store`).
-
-        If `compute` raises, the new version is discarded and the cache stays at the old version,
-        minus any rows whose memory was already freed; the exception propagates.
-        """
-        if new_frozen_layers <= self._version:
-            raise ValueError(
-                f"freeze point must grow: cache is at {self._version}, got {new_frozen_layers}"
-            )
-        if chunk < 1:
-            raise ValueError(f"chunk must be >= 1, got {chunk}")
-        old = self._storage
-        if compute is None or self._num_filled == 0:
-            shape = tuple(sample_shape) if sample_shape is not None else old.sample_shape
-            old.release()
-            self._storage = self._new_storage(shape, old.dtype, new_frozen_layers)
-            self._filled.zero_()
-            self._num_filled = 0
-            logger.info("cache version %d -> %d: starting empty", self._version, new_frozen_layers)
-            self._version = new_frozen_layers
-            return
-
-        started = time.perf_counter()
-        rows = self._filled.nonzero().squeeze(1)  # ascending, so old blocks empty in order
-        new: _Storage | None = None
-        try:
-            for start in range(0, len(rows), chunk):
-                idx = rows[start : start + chunk]
-                with torch.no_grad():
-                    out = compute(old.read(idx))
-                out = out.detach().to("cpu").contiguous()
-                if out.dim() == 0 or out.shape[0] != len(idx):
-                    raise ValueError(
-                        f"compute returned shape {tuple(out.shape)} for {len(idx)} rows"
-                    )
-                shape = tuple(out.shape[1:])
-                if new is None:
-                    if sample_shape is not None and tuple(sample_shape) != shape:
-                        raise ValueError(
-                            f"compute returned rows of shape {list(shape)}, "
-                            f"expected {list(sample_shape)}"
-                        )
-                    new = self._new_storage(shape, out.dtype, new_frozen_layers)
-                elif not new.matches(shape, out.dtype):
-                    raise ValueError(
-                        f"compute returned {_dtype_name(out.dtype)}{list(shape)} after "
-                        f"{_dtype_name(new.dtype)}{list(new.sample_shape)}"
-                    )
-                new.write(idx, out)
-                del out
-                end = start + chunk
-                old.free_blocks_below(int(rows[end]) if end < len(rows) else self.num_samples)
-        except BaseException:
-            if new is not None:
-                new.release()
-            lost = int(self._filled[: old.freed_below].sum())
-            if lost:
-                self._filled[: old.freed_below] = False
-                self._num_filled -= lost
-            logger.warning(
-                "cache advance %d -> %d failed; staying at version %d (%d rows lost)",
-                self._version,
-                new_frozen_layers,
-                self._version,
-                lost,
-            )
-            raise
-        assert new is not None  # at least one row was filled
-        old.release()
-        self._storage = new
-        logger.info(
-            "cache version %d -> %d: transformed %d rows to %s%s in %.3f s "
-            "(%d bytes resident, %d bytes spill file)",
-            self._version,
-            new_frozen_layers,
-            self._num_filled,
-            _dtype_name(new.dtype),
-            list(new.sample_shape),
-            time.perf_counter() - started,
-            new.resident_bytes,
-            new.spilled_bytes,
-        )
-        self._version = new_frozen_layers
-
-    def clear(self) -> None:
-        """Free everything (memory blocks and spill file); the version number is kept."""
-        self._storage.release()
-        self._storage = self._new_storage(self.sample_shape, self.dtype, self._version)
-        self._filled.zero_()
-        self._num_filled = 0
+    def close(self, unlink: bool) -> None:
+        """Unmap every open version; with `unlink`, delete the files this process created."""
+        for version in (self.previous, self._current):
+            if version is not None:
+                version.close(unlink=unlink and version.created)
+        self.previous = self._current = None
 
     def manifest(self) -> dict[str, Any]:
         """A JSON-able description of the cache: version, row layout, fill, where rows live."""
-        in_memory = int(self._filled[: self.memory_rows].sum())
-        return {
+        base = {
             "format": MANIFEST_FORMAT,
-            "frozen_layers": self._version,
+            "frozen_layers": self.frozen_layers,
             "num_samples": self.num_samples,
-            "filled": self._num_filled,
-            "filled_in_memory": in_memory,
-            "filled_spilled": self._num_filled - in_memory,
             "budget_bytes": self.budget_bytes,
-            "spill_dir": str(self.spill_dir),
-            **self._storage.describe(),
+        }
+        if self._current is None:
+            return {**base, "filled": 0}
+        filled = self._current.filled_rows()
+        in_memory = int((filled < self._current.memory_rows).sum())
+        return {
+            **base,
+            "filled": len(filled),
+            "filled_in_memory": in_memory,
+            "filled_spilled": len(filled) - in_memory,
+            **self._current.describe(),
         }

@@ -9,6 +9,7 @@ creation and in the global collectives of a transition.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -120,3 +121,16 @@ def build_topology(
     # Only groups this rank belongs to are real objects to destroy later.
     topo._groups = tuple(g for g in (topo.pipeline_group, topo.dp_group) if g is not None)
     return topo
+
+
+def node_peers(rank: int, world: int, value: object) -> tuple[list[int], int, object]:
+    """Collective over the world: `node_peers(rank, world, my_choice)` → (the global ranks on
+    this rank's host, ascending; this host's index among the hosts in order of their lowest
+    rank; the `value` the lowest rank on this host passed). A node is a host: what its ranks
+    share is its memory (/dev/shm) and its disks."""
+    rows: list[tuple[str, object] | None] = [None] * world
+    dist.all_gather_object(rows, (socket.gethostname(), value))
+    hosts = [row[0] for row in rows]
+    mine = hosts[rank]
+    peers = [r for r, host in enumerate(hosts) if host == mine]
+    return peers, list(dict.fromkeys(hosts)).index(mine), rows[peers[0]][1]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import logging
 import math
 import os
@@ -28,13 +29,13 @@ import torch.nn.functional as F
 from torch.distributed.elastic.utils.store import barrier
 from torch.utils.data import DistributedSampler
 
-from executor.cache import ActivationCache, cache_allowed
+from executor.cache import ActivationCache, cache_allowed, memory_dir_for
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseRuntime, StepTimes, frozen_forward
 from executor.planning import RunPlanner
 from executor.records import Recorder, step_record, step_row
 from executor.task import build_task, save_model
-from executor.topology import comm_device, set_host_group
+from executor.topology import comm_device, node_peers, set_host_group
 from pipeplan import freeze, models
 from pipeplan.errors import PipeplanError
 from pipeplan.formats import (
@@ -156,7 +157,8 @@ class Trainer:
         self.autofreeze = freeze.AutoFreeze(
             cfg.freeze, self.seq.num_blocks, cfg.alpha, list(cfg.freeze_list or [])
         )
-        self.cache: ActivationCache | None = None
+        self.cache: ActivationCache | None = None  # this node's, on every rank of the node
+        self.node_cache: tuple[list[int], int, Path] | None = None  # (peers, node, memory dir)
         self.runtime: PhaseRuntime | None = None
         self.decision: PhaseDecision | None = None
         self.recorder = Recorder(run_dir / "run.jsonl", writes=self.rank == 0)  # closed in finish()
@@ -313,49 +315,69 @@ class Trainer:
         x = torch.stack([self.data.train[i][0] for i in range(n)])
         return self.frozen_prefix(x) if self.decision.layout.cached else x
 
+    def prefix_sample(self, frozen: int) -> torch.Tensor:
+        """One cache row (its shape and dtype), computed where the prefix's layers are: every
+        rank of the node asks, and only a stage-0 rank holds them on its device."""
+        prefix = [p for layer in self.seq.layers[:frozen] for p in layer.parameters()]
+        device = prefix[0].device if prefix else torch.device("cpu")
+        x = self.data.train[0][0].unsqueeze(0)
+        return frozen_forward(self.seq.layers, x, 0, frozen, device, self.cfg.precision)[0]
+
     def prepare_cache(self, layout: Layout) -> None:
-        stage0 = self.runtime is not None and self.runtime.topology.stage == 0
-        if not (layout.cached and stage0):
-            if self.cache is not None:
-                self.cache.clear()
-                self.cache = None
+        """Collective: give this node the cache `layout` needs. One cache per node serves its
+        stage-0 ranks (executor.cache): the node's lowest rank creates each version's files,
+        the others attach after a barrier. When the freeze point grows and the node already
+        caches an older prefix, its stage-0 ranks split the cached rows and run only the newly
+        frozen layers on them; a node without a stage 0 in a cached layout drops its cache.
+        Nothing is computed from the inputs here: stage 0 fills the cache as it trains
+        (`stage0_input`). Every rank passes the same two barriers whatever its node does."""
+        if not self.use_cache:
             return
+        if self.node_cache is None:
+            # In host memory when /dev/shm has room for the budget (else under the run
+            # directory); the key tells runs apart, the node's lowest rank chooses.
+            digest = hashlib.sha1(str(self.run_dir.resolve()).encode()).hexdigest()[:12]
+            fallback = self.run_dir / "cache"
+            mine = memory_dir_for(f"pipeplan-{digest}", fallback, self.cfg.cache_budget_bytes)
+            self.node_cache = node_peers(self.rank, self.world, mine)
+        peers, node, memory_dir = self.node_cache
+        leader = self.rank == peers[0]
+        stage0 = [row[0] for row in layout.rank_map] if layout.cached else []
+        sharing = [r for r in stage0 if r in peers]  # this node's stage-0 ranks, by replica
+        if not sharing:
+            if self.cache is not None:
+                self.cache.close(unlink=leader)
+                self.cache = None
+            one_sided_done()
+            one_sided_done()
+            return
+        sample = self.prefix_sample(layout.frozen_layers)
+        row = (layout.frozen_layers, tuple(sample.shape), sample.dtype)
         if self.cache is None:
-            sample = self.frozen_prefix(self.data.train[0][0].unsqueeze(0))[0]
             self.cache = ActivationCache(
                 len(self.data.train),
-                tuple(sample.shape),
-                sample.dtype,
-                self.cfg.cache_budget_bytes,
-                self.run_dir / "cache" / f"rank{self.rank}",
-                name=f"cache-r{self.rank}",
+                self.cfg.cache_budget_bytes,  # per node: one cache serves the node
+                self.run_dir / "cache" / f"node{node}",
+                memory_dir=memory_dir,
+                name=f"node{node}",
             )
-            (self.run_dir / "cache" / f"rank{self.rank}").mkdir(parents=True, exist_ok=True)
-            self.cache.advance(layout.frozen_layers, None)
-        elif self.cache.frozen_layers < layout.frozen_layers:
-            start, stop = self.cache.frozen_layers, layout.frozen_layers
+        start = self.cache.frozen_layers
+        grows = start < layout.frozen_layers
+        if grows and leader:
+            self.cache.create(*row)
+        one_sided_done()  # the files exist before the others open them
+        if grows and not leader:
+            self.cache.attach(*row)
+        if grows and start > 0 and self.rank in sharing:
+            stop = layout.frozen_layers
 
             def newly_frozen(hidden: torch.Tensor) -> torch.Tensor:
                 layers, precision = self.seq.layers, self.cfg.precision
                 return frozen_forward(layers, hidden, start, stop, self.device, precision).cpu()
 
-            self.cache.advance(layout.frozen_layers, newly_frozen)
-        self.fill_cache()
-
-    @torch.no_grad()
-    def fill_cache(self, chunk: int = 256) -> None:
-        """Compute the frozen prefix for every training sample not cached yet. Filling lazily
-        would never finish: the sampler deals each replica a different share of the data every
-        epoch (and drops a partial batch), so every replica would keep missing. Filled here, at
-        the start of the phase (its time counts as transition time), every step is a full hit."""
-        n = len(self.data.train)
-        for start in range(0, n, chunk):
-            indices = torch.arange(start, min(n, start + chunk))
-            _, hit = self.cache.lookup(indices)
-            missing = indices[~hit]
-            if len(missing):
-                raw = torch.stack([self.data.train[int(i)][0] for i in missing])
-                self.cache.store(missing, self.frozen_prefix(raw).cpu(), self.cache.frozen_layers)
+            self.cache.advance_rows(newly_frozen, sharing.index(self.rank), len(sharing))
+        one_sided_done()  # every share is advanced before the old version is deleted
+        self.cache.drop_previous()
 
     # ----------------------------------------------------------------- steps
 
@@ -401,7 +423,11 @@ class Trainer:
         return record
 
     def stage0_input(self, indices: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """The batch stage 0 feeds the pipeline, and how many rows came from the cache."""
+        """The batch stage 0 feeds the pipeline, and how many rows came from the cache. In a
+        cached phase, rows the node's cache holds are read; the others are computed by the
+        frozen prefix (no autograd) and stored, so the phase's first epoch fills the cache
+        from the forward passes training runs anyway, and a row one replica stored is a hit
+        for every replica on the node later on (`ActivationCache.store`: why that is safe)."""
         if self.cache is None:
             return torch.stack([self.data.train[int(i)][0] for i in indices]), 0
         values, hit = self.cache.lookup(indices)
@@ -640,8 +666,11 @@ class Trainer:
         if self.runtime is not None:
             self.runtime.destroy()
         if self.cache is not None:
-            self.cache.clear()
-            for directory in (self.cache.spill_dir, self.cache.spill_dir.parent):
+            # The final checkpoint's barrier came after every rank's last read of the cache.
+            leader = self.rank == self.node_cache[0][0]
+            self.cache.close(unlink=leader)
+            directories = (self.cache.spill_dir, self.cache.spill_dir.parent, self.cache.memory_dir)
+            for directory in directories:
                 with contextlib.suppress(OSError):  # removes only empty directories
                     directory.rmdir()
         self.recorder.close()

@@ -22,6 +22,7 @@ from pipeplan.formats.base import (
     MIN_BANDWIDTH,
 )
 from pipeplan.formats.cluster import (
+    DEFAULT_CACHE_BUDGET_BYTES,
     DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTER_LATENCY_S,
@@ -132,6 +133,7 @@ def cluster_from_flags(
     inter_bw: str | float | None = None,
     inter_latency: str | float | None = None,
     host_to_device_bw: str | float | None = None,
+    cache_budget: int = DEFAULT_CACHE_BUDGET_BYTES,
     name: str | None = None,
     profile: Profile | None = None,
 ) -> Cluster:
@@ -195,6 +197,7 @@ def cluster_from_flags(
         intra_node_allreduce=allreduce,
         inter_node=inter,
         host_to_device_bandwidth_bytes_per_s=h2d,
+        cache_budget_bytes=cache_budget,
     )
 
 
@@ -202,10 +205,14 @@ def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
     """The cluster a local run plans for: its ranks on one node, links as profiled, each rank
     limited to --device-memory, else to what the profiled device offers one rank: a GPU's
     whole memory (each rank has a GPU of its own), an equal share of a CPU host's memory
-    (the ranks share it)."""
+    (the ranks share it); the node's cache limited to --cache-budget."""
     memory = config.device_memory_bytes or per_rank_memory(profile, config.nproc)
     return cluster_from_flags(
-        nodes=1, devices_per_node=config.nproc, device_memory=memory, profile=profile
+        nodes=1,
+        devices_per_node=config.nproc,
+        device_memory=memory,
+        cache_budget=config.cache_budget_bytes,
+        profile=profile,
     )
 
 

@@ -236,8 +236,8 @@ class CostModel:
             fwd[frozen_layers] += cache_bytes / self.cluster.host_to_device_bandwidth_bytes_per_s
         state = 1.0 + self.params.adam_state_per_param_byte  # gradient + moments
         static = self.param_bytes * (1.0 + np.where(active, state, 0.0))
-        if cached:  # the cache replaces the frozen prefix: its weights need not be resident
-            static[:frozen_layers] = 0.0
+        # A cached prefix keeps its weights resident: stage 0 computes the rows the cache
+        # does not hold yet (the phase's first epoch fills it as it trains).
         saved = np.where(active, self.saved_per_sample * m + self.saved_fixed, 0.0)
         return PhaseCosts(
             micro_batch_size=m,

@@ -38,8 +38,9 @@ from pipeplan.formats import (
     flag_of,
     load,
 )
-from pipeplan.formats.base import Count, Seed
+from pipeplan.formats.base import Bytes, Count, Seed
 from pipeplan.formats.cluster import (
+    DEFAULT_CACHE_BUDGET_BYTES,
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
 )
@@ -144,6 +145,7 @@ CLUSTER_FIELDS = (
     "device_memory_bytes",
     "intra_bandwidth_bytes_per_s",
     "inter_bandwidth_bytes_per_s",
+    "cache_budget_bytes",
 )
 
 
@@ -200,6 +202,10 @@ class PlanRequest(Strict):
         None, description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory."
     )
     cache: bool = Field(True, description="Cache the frozen prefix's activations.")
+    cache_budget_bytes: Annotated[Bytes, Flag("--cache-budget", unit="bytes")] = Field(
+        DEFAULT_CACHE_BUDGET_BYTES,
+        description="Host memory for the cache per node, in bytes; beyond it, local disk.",
+    )
     stages: Annotated[PosInt | None, Flag(default="searched")] = Field(
         None, description="Pin the stage count S."
     )
@@ -278,6 +284,7 @@ class PlanRequest(Strict):
                 device_memory=self.device_memory_bytes,
                 intra_bw=self.intra_bandwidth_bytes_per_s,
                 inter_bw=self.inter_bandwidth_bytes_per_s,
+                cache_budget=self.cache_budget_bytes,
                 profile=profile,
             )
         given = [f for f in CLUSTER_FIELDS if f in self.model_fields_set]

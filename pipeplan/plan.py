@@ -127,16 +127,48 @@ def _check_freeze(freeze: FreezeSchedule, shape: TrainingShape, model: CostModel
 
 
 @dataclass(frozen=True)
+class CachePricing:
+    """How a cached phase's epochs are priced (docs/architecture.md §4.12). Stage 0 fills the
+    node's cache from the forward passes it runs anyway: a row not in the cache costs what the
+    uncached placement costs plus storing it (`miss_epoch_s`), a row in it costs the cached
+    step plus, for rows beyond the node's budget, the disk read (`hit_epoch_s`). A node's cache
+    only holds what that node's replicas saw: with stage-0 ranks on `nodes` nodes each node
+    sees about 1/nodes of the samples per epoch, so after e epochs it covers
+    1 − (1 − 1/nodes)^e of them. `covered_epochs` is 1 when the cache survives from the
+    previous phase (advanced by the newly frozen layers), else 0."""
+
+    miss_epoch_s: float
+    hit_epoch_s: float
+    nodes: int
+    covered_epochs: int
+
+    def hit_fraction(self, k: int) -> float:
+        """The share of the phase's `k`-th epoch (0-based) that hits."""
+        return 1.0 - (1.0 - 1.0 / self.nodes) ** (k + self.covered_epochs)
+
+    def epoch_s(self, k: int) -> float:
+        hit = self.hit_fraction(k)
+        return hit * self.hit_epoch_s + (1.0 - hit) * self.miss_epoch_s
+
+
+@dataclass(frozen=True)
 class _Choice:
     layout: Layout
     steady: Evaluation  # the phase's steady state (cached if cached)
     first_epoch_s: float
-    epoch_s: float
+    epoch_s: float  # the steady state: every row a hit when cached
     transition_s: float
     runner_ups: list[Evaluation]
+    cache: CachePricing | None = None
+
+    def epoch_at(self, k: int) -> float:
+        """The phase's `k`-th epoch (0-based), transition excluded."""
+        if self.cache is not None:
+            return self.cache.epoch_s(k)
+        return self.first_epoch_s if k == 0 else self.epoch_s
 
     def total_s(self, epochs: int) -> float:
-        return self.transition_s + self.first_epoch_s + (epochs - 1) * self.epoch_s
+        return self.transition_s + sum(self.epoch_at(k) for k in range(epochs))
 
 
 def _phase_choice(
@@ -149,30 +181,75 @@ def _phase_choice(
 ) -> _Choice:
     steady = model.evaluate(layout, record=False)
     epoch_s = shape.steps_per_epoch * steady.step_s
-    first = epoch_s
-    if layout.cached:
-        start = cached_prefix(previous, layout)
-        first += cache_fill_s(
-            model, layout.frozen_layers, layout.micro_batch_size, shape.samples, start
-        )
-    return _Choice(layout, steady, first, epoch_s, transition_s, runner_ups)
+    if not layout.cached:
+        return _Choice(layout, steady, epoch_s, epoch_s, transition_s, runner_ups)
+    start = cached_prefix(previous, layout, model)
+    cache = cache_pricing(model, shape, layout, steady.step_s, survives=start > 0)
+    transition_s += cache_advance_s(model, layout, shape.samples, start)
+    return _Choice(
+        layout, steady, cache.epoch_s(0), cache.hit_epoch_s, transition_s, runner_ups, cache
+    )
 
 
-def cached_prefix(previous: Layout | None, layout: Layout) -> int:
-    """Frozen layers whose output the cache already holds when `layout` starts: the previous
-    phase's prefix when it was cached on every rank that is a stage 0 now (the executor
-    advances such a cache by the newly frozen layers only), else 0."""
+def stage0_nodes(model: CostModel, layout: Layout) -> dict[int, int]:
+    """{node: how many stage-0 ranks it holds}: each such node keeps one cache."""
+    nodes: dict[int, int] = {}
+    for row in layout.rank_map:
+        node = model.node_of(row[0])
+        nodes[node] = nodes.get(node, 0) + 1
+    return nodes
+
+
+def cache_pricing(
+    model: CostModel, shape: TrainingShape, layout: Layout, hit_step_s: float, survives: bool
+) -> CachePricing:
+    """A cached phase's miss and hit epochs. Per step each stage-0 rank handles its replica's
+    M·m samples of `row` bytes each; the node's first budget // row rows live in host memory
+    (stored at the host link's bandwidth), the rest on local disk (stored and read at the
+    disk's). A miss costs the uncached placement's step plus the store."""
+    cluster = model.cluster
+    row = float(model.out_bytes_per_sample[layout.frozen_layers - 1])
+    memory_rows = cluster.cache_budget_bytes // row if row > 0 else shape.samples
+    in_memory = min(1.0, memory_rows / shape.samples)
+    local = row * layout.micro_batches * layout.micro_batch_size
+    disk = cluster.disk_bandwidth_bytes_per_s
+    store_s = local * (in_memory / cluster.host_to_device_bandwidth_bytes_per_s)
+    store_s += local * (1.0 - in_memory) / disk
+    spill_read_s = local * (1.0 - in_memory) / disk
+    uncached = model.evaluate(layout.model_copy(update={"cached": False}), record=False)
+    steps = shape.steps_per_epoch
+    return CachePricing(
+        miss_epoch_s=steps * (uncached.step_s + store_s),
+        hit_epoch_s=steps * (hit_step_s + spill_read_s),
+        nodes=len(stage0_nodes(model, layout)),
+        covered_epochs=1 if survives else 0,
+    )
+
+
+def cached_prefix(previous: Layout | None, layout: Layout, model: CostModel) -> int:
+    """Frozen layers whose output the node caches already hold when `layout` starts: the
+    previous phase's prefix when it was cached and every node with a stage 0 now had one then
+    (the executor keeps a node's cache and advances it by the newly frozen layers only), else
+    0."""
     if previous is None or not previous.cached:
         return 0
-    if not {row[0] for row in layout.rank_map} <= {row[0] for row in previous.rank_map}:
+    if not stage0_nodes(model, layout).keys() <= stage0_nodes(model, previous).keys():
         return 0
     return min(previous.frozen_layers, layout.frozen_layers)
 
 
-def cache_fill_s(model: CostModel, frozen: int, m: int, samples: int, start: int = 0) -> float:
-    """Running frozen layers start..frozen−1 without autograd over every training sample, m
-    at a time (each stage-0 rank caches the whole training set)."""
-    return math.ceil(samples / m) * float(model.layer_times("nograd", m)[start:frozen].sum())
+def cache_advance_s(model: CostModel, layout: Layout, samples: int, start: int) -> float:
+    """Advancing surviving caches from `start` frozen layers to `layout`'s: each node's cache
+    holds about samples/nodes rows (one epoch's coverage) and its stage-0 ranks split them,
+    each running layers start..k−1 without autograd m rows at a time; the busiest node sets
+    the time. 0 when nothing survives."""
+    if start <= 0 or start >= layout.frozen_layers:
+        return 0.0
+    nodes = stage0_nodes(model, layout)
+    rows = samples / len(nodes) / min(nodes.values())
+    m = layout.micro_batch_size
+    nograd = model.layer_times("nograd", m)[start : layout.frozen_layers]
+    return math.ceil(rows / m) * float(nograd.sum())
 
 
 def _elastic(
@@ -207,9 +284,9 @@ def decide_phase(
 ) -> _Choice:
     """One phase of `epochs` epochs with `frozen` layers frozen, after `previous`: the plan's
     rule, which `pipeplan run` applies too when it plans online. With the cache on, the
-    cached and the uncached phase are both priced (filling the cache costs a prefix forward
-    over the whole training set on every stage-0 rank: with many replicas it can cost more
-    than it saves); each keeps `previous`'s placement unless moving pays for itself."""
+    cached and the uncached phase are both priced (`CachePricing`: the first epoch fills the
+    cache as it trains, later epochs hit as far as the node caches cover the samples); each
+    keeps `previous`'s placement unless moving pays for itself."""
     options = [True, False] if cache and frozen > 0 else [False]
     best: _Choice | None = None
     error: PipeplanError | None = None
@@ -404,10 +481,13 @@ def make_preview(
 
     rows = []
     for phase in plan.phases:
+        # A node-local cache's later epochs differ (their hits grow): they share the rest
+        # of the phase's total, so the rows add up to it.
+        later_s = (phase.total_s - phase.transition_s - phase.first_epoch_s) / max(
+            1, phase.epochs - 1
+        )
         for k in range(phase.epochs):
-            epoch_s = phase.first_epoch_s if k == 0 else phase.epoch_s
-            if k == 0:
-                epoch_s += phase.transition_s
+            epoch_s = phase.first_epoch_s + phase.transition_s if k == 0 else later_s
             rows.append(
                 EpochRow(
                     epoch=phase.start_epoch + k,

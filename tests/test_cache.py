@@ -1,21 +1,29 @@
-"""AutoCache (executor.cache): exact storage in memory and spill file, versions, release."""
+"""AutoCache (executor.cache): exact storage in the memory file and the spill file, versions,
+sharing one cache between processes, release."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
 
-from executor.cache import AUGMENTATION_REASON, ActivationCache, cache_allowed
+from executor.cache import AUGMENTATION_REASON, ActivationCache, cache_allowed, memory_dir_for
+from pipeplan.spawn import run_ranks
 
 N = 10
 SHAPE = (3, 4)
+PAGE_SHAPE = (1024,)  # float32 rows of one 4 KiB page: a sparse file's pages count rows
 
 
-def make(tmp_path, *, budget_rows, shape=SHAPE, dtype=torch.float32, block_rows=2, n=N):
+def make(tmp_path, *, budget_rows, shape=SHAPE, dtype=torch.float32, n=N, version=1):
     row_bytes = torch.Size(shape).numel() * dtype.itemsize
-    return ActivationCache(
-        n, shape, dtype, budget_rows * row_bytes, tmp_path, block_bytes=block_rows * row_bytes
+    cache = ActivationCache(
+        n, budget_rows * row_bytes, tmp_path / "spill", memory_dir=tmp_path / "memory"
     )
+    if version:
+        cache.create(version, shape, dtype)
+    return cache
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -35,24 +43,24 @@ def sample_values(n, shape, dtype, seed=0):
     return v
 
 
-def spill_files(tmp_path):
-    return sorted(p.name for p in tmp_path.iterdir())
+def names(directory):
+    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_store_lookup_bit_exact_in_memory_and_spilled(tmp_path, dtype):
     cache = make(tmp_path, budget_rows=4, dtype=dtype)
-    cache.advance(1, None)
     assert cache.memory_rows == 4
     x = sample_values(N, SHAPE, dtype)
     order = torch.randperm(N, generator=torch.Generator().manual_seed(1))
     cache.store(order[:6], x[order[:6]], 1)
     cache.store(order[6:], x[order[6:]], 1)
     assert cache.filled == N
-    assert spill_files(tmp_path) == ["cache-v1.bin"]
+    assert names(tmp_path / "memory") == ["cache-v1.map", "cache-v1.rows"]
+    assert names(tmp_path / "spill") == ["cache-v1.spill"]
     row_bytes = x[0].nbytes
-    assert cache.resident_bytes == 4 * row_bytes
-    assert cache.spilled_bytes == 6 * row_bytes
+    assert (tmp_path / "memory" / "cache-v1.rows").stat().st_size == 4 * row_bytes
+    assert (tmp_path / "spill" / "cache-v1.spill").stat().st_size == 6 * row_bytes
 
     query = torch.tensor([9, 0, 5, 3, 4, 7, 1, 8, 2, 6])
     values, mask = cache.lookup(query)
@@ -65,11 +73,24 @@ def test_store_lookup_bit_exact_in_memory_and_spilled(tmp_path, dtype):
     assert same_bits(cache.lookup(torch.arange(4, N))[0], x[4:])
 
 
+def test_files_are_sparse_until_rows_are_written(tmp_path):
+    cache = make(tmp_path, budget_rows=4, shape=PAGE_SHAPE)
+    page = 4096
+    assert cache.resident_bytes == 0 and cache.spilled_bytes == 0  # nothing written yet
+    x = sample_values(N, PAGE_SHAPE, torch.float32)
+    cache.store(torch.tensor([1, 2, 7]), x[[1, 2, 7]], 1)
+    assert cache.resident_bytes == 2 * page  # rows 1 and 2
+    assert cache.spilled_bytes == page  # row 7
+    manifest = cache.manifest()
+    assert manifest["memory"]["resident_bytes"] == 2 * page
+    assert manifest["spill"]["bytes"] == page
+
+
 def test_partial_fill_mask_and_overwrite(tmp_path):
-    cache = make(tmp_path, budget_rows=5)
+    cache = make(tmp_path, budget_rows=5, version=0)
     _, mask = cache.lookup(torch.arange(N))
     assert not mask.any()  # version 0 holds nothing
-    cache.advance(2, None)
+    cache.create(2, SHAPE, torch.float32)
     x = sample_values(N, SHAPE, torch.float32)
     stored = torch.tensor([1, 4, 6, 9])
     cache.store(stored, x[stored], 2)
@@ -78,7 +99,7 @@ def test_partial_fill_mask_and_overwrite(tmp_path):
     query = torch.tensor([0, 1, 1, 9, 5, 6, 4, 8])  # repeats allowed in lookups
     values, mask = cache.lookup(query)
     assert mask.tolist() == [False, True, True, True, False, True, True, False]
-    assert same_bits(values[mask], x[query[mask]])
+    assert torch.equal(values[mask], x[query[mask]])
 
     y = x + 1
     cache.store(torch.tensor([4, 7]), y[[4, 7]], 2)  # 4 overwritten, 7 new
@@ -90,14 +111,14 @@ def test_partial_fill_mask_and_overwrite(tmp_path):
 
 
 def test_store_rejects_stale_version_and_bad_input(tmp_path):
-    cache = make(tmp_path, budget_rows=5)
+    cache = make(tmp_path, budget_rows=5, version=0)
     x = sample_values(N, SHAPE, torch.float32)
     with pytest.raises(ValueError, match="nothing is frozen"):
         cache.store(torch.arange(2), x[:2], 0)
-    cache.advance(3, None)
-    with pytest.raises(ValueError, match="stale producer"):
+    cache.create(3, SHAPE, torch.float32)
+    with pytest.raises(ValueError, match="stale"):
         cache.store(torch.arange(2), x[:2], 2)
-    with pytest.raises(ValueError, match="stale producer"):
+    with pytest.raises(ValueError, match="stale"):
         cache.store(torch.arange(2), x[:2], 4)
     with pytest.raises(ValueError, match="repeat"):
         cache.store(torch.tensor([1, 1]), x[:2], 3)
@@ -105,99 +126,77 @@ def test_store_rejects_stale_version_and_bad_input(tmp_path):
         cache.lookup(torch.tensor([N]))
     with pytest.raises(ValueError, match="does not match"):
         cache.store(torch.arange(3), x[:2], 3)
-    cache.store(torch.arange(2), x[:2], 3)
-    with pytest.raises(ValueError, match="holds"):
+    with pytest.raises(ValueError, match="holds float32"):
         cache.store(torch.tensor([5]), x[:1].double(), 3)  # no silent dtype conversion
+    with pytest.raises(ValueError, match="holds float32"):
+        cache.store(torch.tensor([5]), x[:1].reshape(1, 12), 3)
+    cache.store(torch.arange(2), x[:2], 3)
     assert cache.filled == 2
 
 
-def test_empty_version_takes_layout_of_first_store(tmp_path):
-    cache = make(tmp_path, budget_rows=5)
-    cache.advance(1, None)
-    v = torch.randn(2, 7, dtype=torch.float16)
-    cache.store(torch.tensor([0, 8]), v, 1)
-    assert cache.sample_shape == (7,) and cache.dtype == torch.float16
-    assert torch.equal(cache.lookup(torch.tensor([0, 8]))[0], v)
-
-
-def test_advance_must_grow(tmp_path):
-    cache = make(tmp_path, budget_rows=5)
-    cache.advance(2, None)
-    for bad in (2, 1, 0):
+def test_versions_must_grow(tmp_path):
+    cache = make(tmp_path, budget_rows=5, version=2)
+    for bad in (0, 1, 2):
         with pytest.raises(ValueError, match="must grow"):
-            cache.advance(bad, None)
+            cache.create(bad, SHAPE, torch.float32)
     assert cache.frozen_layers == 2
 
 
-@pytest.mark.parametrize("budget_rows", [0, 4, 100])
+@pytest.mark.parametrize("budget_rows", [0, 3, N])
 def test_advance_with_compute_equals_computing_from_scratch(tmp_path, budget_rows):
-    torch.manual_seed(0)
-    layer = torch.nn.Linear(12, 12)
-    x = torch.randn(N, 12)
-    filled = torch.tensor([0, 2, 3, 5, 6, 7, 9])
+    x = sample_values(N, (12,), torch.float32)
+    x[0, :4] = 0.5  # no NaN: the transformation below must be comparable
+    filled = torch.tensor([0, 2, 3, 5, 8, 9])
     cache = make(tmp_path, budget_rows=budget_rows, shape=(12,))
-    cache.advance(1, None)
     cache.store(filled, x[filled], 1)
+    weight = torch.randn(12, 12, generator=torch.Generator().manual_seed(2))
 
-    calls = []
+    def compute(batch):  # the "newly frozen layers"
+        return torch.tanh(batch @ weight)
 
-    def compute(batch):
-        calls.append(len(batch))
-        return layer(batch)
-
-    cache.advance(3, compute, chunk=3)
-    assert calls == [3, 3, 1]
+    cache.advance(3, compute, (12,), torch.float32, chunk=4)
     assert cache.frozen_layers == 3 and cache.filled == len(filled)
-    with torch.no_grad():  # same op on the same inputs: the rows advance visits, in its chunks
-        expected = torch.cat([layer(x[filled[i : i + 3]]) for i in range(0, len(filled), 3)])
     values, mask = cache.lookup(torch.arange(N))
-    assert mask.tolist() == [i in filled.tolist() for i in range(N)]  # unfilled stay unfilled
-    assert torch.equal(values[mask], expected)
-    assert not values.requires_grad
+    assert torch.equal(mask, torch.isin(torch.arange(N), filled))
+    # the same chunks as the advance: a matmul's bits depend on the batch it runs in
+    expected = torch.cat([compute(x[filled][i : i + 4]) for i in range(0, len(filled), 4)])
+    assert same_bits(values[mask], expected)
 
 
-def test_advance_frees_old_memory_and_spill_file(tmp_path):
-    cache = make(tmp_path, budget_rows=4, block_rows=2)
+def test_advance_deletes_old_files_and_empty_start(tmp_path):
+    cache = make(tmp_path, budget_rows=4)
     x = sample_values(N, SHAPE, torch.float32)
-    cache.advance(1, None)
     cache.store(torch.arange(N), x, 1)
-    row_bytes = x[0].nbytes
-    assert cache.resident_bytes == 4 * row_bytes
-    assert spill_files(tmp_path) == ["cache-v1.bin"]
-
-    old_resident = []
+    seen_previous = []
 
     def compute(batch):
-        old_resident.append(cache.resident_bytes)  # still the old version during advance
+        seen_previous.append(names(tmp_path / "memory"))  # both versions during the advance
         return batch * 2
 
-    cache.advance(2, compute, chunk=2)
-    # the old version's blocks were freed while the new version filled up
-    assert old_resident == [4 * row_bytes, 2 * row_bytes, 0, 0, 0]
-    assert spill_files(tmp_path) == ["cache-v2.bin"]
-    assert cache.resident_bytes == 4 * row_bytes
+    cache.advance(2, compute, SHAPE, torch.float32, chunk=4)
+    assert seen_previous[0] == ["cache-v1.map", "cache-v1.rows", "cache-v2.map", "cache-v2.rows"]
+    assert names(tmp_path / "memory") == ["cache-v2.map", "cache-v2.rows"]
+    assert names(tmp_path / "spill") == ["cache-v2.spill"]
     assert torch.equal(cache.lookup(torch.arange(4, N))[0], x[4:] * 2)
 
-    cache.advance(5, None)  # starting empty frees everything of version 2
-    assert spill_files(tmp_path) == []
-    assert cache.resident_bytes == 0 and cache.spilled_bytes == 0 and cache.filled == 0
+    cache.advance(5, None, (7,), torch.float16)  # starting empty frees version 2
+    assert names(tmp_path / "memory") == ["cache-v5.map", "cache-v5.rows"]
+    assert cache.filled == 0 and cache.sample_shape == (7,) and cache.dtype == torch.float16
     assert not cache.lookup(torch.arange(N))[1].any()
 
 
 def test_advance_changes_shape_and_dtype(tmp_path):
     cache = make(tmp_path, budget_rows=4, shape=(2, 3))
     x = sample_values(N, (2, 3), torch.float32)
-    cache.advance(1, None)
     cache.store(torch.arange(N), x, 1)
     budget = cache.budget_bytes  # 4 rows of 24 bytes
 
     def compute(batch):  # (n, 2, 3) -> (n, 3) in bfloat16: 6 bytes a row
         return batch.sum(dim=1).to(torch.bfloat16)
 
-    cache.advance(2, compute, chunk=4)
+    cache.advance(2, compute, (3,), torch.bfloat16, chunk=4)
     assert cache.sample_shape == (3,) and cache.dtype == torch.bfloat16
     assert cache.memory_rows == min(N, budget // 6) == N  # smaller rows: all fit now
-    assert spill_files(tmp_path) == []
     values, mask = cache.lookup(torch.arange(N))
     assert mask.all() and values.shape == (N, 3)
     assert same_bits(values, x.sum(dim=1).to(torch.bfloat16))
@@ -207,27 +206,23 @@ def test_advance_changes_shape_and_dtype(tmp_path):
     def widen(batch):  # (n, 3) -> (n, 8): rows grow, part of them spill again
         return torch.cat([batch, batch, batch[:, :2]], dim=1)
 
-    cache.advance(4, widen, chunk=3)
+    cache.advance(4, widen, (8,), torch.bfloat16, chunk=3)
     assert cache.sample_shape == (8,) and cache.memory_rows == budget // 16
-    assert spill_files(tmp_path) == ["cache-v4.bin"]
     xs = x.sum(dim=1).to(torch.bfloat16)
     assert same_bits(cache.lookup(torch.arange(N))[0], widen(xs))
 
 
-def test_advance_shape_hint_must_agree(tmp_path):
+def test_advance_refuses_rows_of_another_shape(tmp_path):
     cache = make(tmp_path, budget_rows=4)
-    cache.advance(1, None)
     cache.store(torch.arange(3), sample_values(3, SHAPE, torch.float32), 1)
-    with pytest.raises(ValueError, match="expected"):
-        cache.advance(2, lambda b: b.reshape(len(b), -1), sample_shape=(3, 4))
-    cache.advance(2, None, sample_shape=(5,))
-    assert cache.sample_shape == (5,) and cache.filled == 0
+    with pytest.raises(ValueError, match="holds float32"):
+        cache.advance(2, lambda b: b.reshape(len(b), -1), SHAPE, torch.float32)
+    assert cache.frozen_layers == 1 and cache.filled == 3
 
 
 def test_failed_advance_keeps_old_version(tmp_path):
-    cache = make(tmp_path, budget_rows=4, block_rows=2)
+    cache = make(tmp_path, budget_rows=4)
     x = sample_values(N, SHAPE, torch.float32)
-    cache.advance(1, None)
     cache.store(torch.arange(N), x, 1)
     calls = 0
 
@@ -239,36 +234,32 @@ def test_failed_advance_keeps_old_version(tmp_path):
         return batch
 
     with pytest.raises(RuntimeError, match="boom"):
-        cache.advance(2, flaky, chunk=2)
+        cache.advance(2, flaky, SHAPE, torch.float32, chunk=2)
     assert cache.frozen_layers == 1
-    assert spill_files(tmp_path) == ["cache-v1.bin"]  # the new version's file is gone
-    _, mask = cache.lookup(torch.arange(N))
-    # rows 0..3 lived in memory blocks already freed; the rest is still there, intact
-    assert mask.tolist() == [False] * 4 + [True] * 6 and cache.filled == 6
-    assert same_bits(cache.lookup(torch.arange(4, N))[0], x[4:])
+    assert names(tmp_path / "memory") == ["cache-v1.map", "cache-v1.rows"]  # v2 is gone
+    values, mask = cache.lookup(torch.arange(N))
+    assert mask.all() and cache.filled == N  # nothing of version 1 was lost
+    assert same_bits(values, x)
 
 
 def test_budget_zero_spills_everything_and_huge_budget_nothing(tmp_path):
     x = sample_values(N, SHAPE, torch.bfloat16)
     spill = make(tmp_path / "zero", budget_rows=0, dtype=torch.bfloat16)
-    spill.advance(1, None)
     spill.store(torch.arange(N), x, 1)
     assert spill.memory_rows == 0 and spill.resident_bytes == 0
-    assert spill.spilled_bytes == x.nbytes
+    assert (tmp_path / "zero" / "spill" / "cache-v1.spill").stat().st_size == x.nbytes
     assert same_bits(spill.lookup(torch.arange(N))[0], x)
 
-    huge = ActivationCache(N, SHAPE, torch.bfloat16, 1 << 40, tmp_path / "huge")
-    huge.advance(1, None)
+    huge = ActivationCache(N, 1 << 40, tmp_path / "huge")
+    huge.create(1, SHAPE, torch.bfloat16)
     huge.store(torch.arange(N), x, 1)
     assert huge.memory_rows == N and huge.spilled_bytes == 0
-    assert huge.resident_bytes == x.nbytes
-    assert not (tmp_path / "huge").exists() or spill_files(tmp_path / "huge") == []
+    assert (tmp_path / "huge" / "cache-v1.spill").stat().st_size == 0
     assert same_bits(huge.lookup(torch.arange(N))[0], x)
 
 
 def test_manifest_is_json(tmp_path):
-    cache = make(tmp_path, budget_rows=4, dtype=torch.float16)
-    cache.advance(6, None)
+    cache = make(tmp_path, budget_rows=4, dtype=torch.float16, version=6)
     cache.store(torch.tensor([0, 5, 9]), sample_values(3, SHAPE, torch.float16), 6)
     manifest = json.loads(json.dumps(cache.manifest()))
     assert manifest["frozen_layers"] == 6
@@ -276,20 +267,88 @@ def test_manifest_is_json(tmp_path):
     assert manifest["filled"] == 3
     assert manifest["filled_in_memory"] == 1 and manifest["filled_spilled"] == 2
     assert manifest["memory"]["rows"] == [0, 4]
-    assert manifest["spill"]["file"] == "cache-v6.bin" and manifest["spill"]["rows"] == [4, N]
-    assert manifest["spill"]["created"] is True
+    assert manifest["spill"]["file"].endswith("cache-v6.spill")
+    assert manifest["spill"]["rows"] == [4, N]
 
 
-def test_clear_removes_memory_and_files(tmp_path):
-    cache = make(tmp_path, budget_rows=4)
-    cache.advance(2, None)
-    cache.store(torch.arange(N), sample_values(N, SHAPE, torch.float32), 2)
-    assert spill_files(tmp_path) == ["cache-v2.bin"]
-    cache.clear()
-    assert spill_files(tmp_path) == []
-    assert cache.resident_bytes == 0 and cache.spilled_bytes == 0 and cache.filled == 0
-    assert not cache.lookup(torch.arange(N))[1].any()
-    assert cache.frozen_layers == 2  # the version stays; the cache can refill
+def test_close_removes_files_of_the_creator_only(tmp_path):
+    creator = make(tmp_path, budget_rows=4, version=2)
+    other = make(tmp_path, budget_rows=4, version=0)
+    other.attach(2, SHAPE, torch.float32)
+    other.store(torch.arange(N), sample_values(N, SHAPE, torch.float32), 2)
+    assert creator.filled == N  # one set of files: what one handle stores, the other sees
+    other.close(unlink=True)  # did not create them: they stay
+    assert names(tmp_path / "memory") == ["cache-v2.map", "cache-v2.rows"]
+    creator.close(unlink=True)
+    assert names(tmp_path / "memory") == [] and names(tmp_path / "spill") == []
+    assert creator.frozen_layers == 0 and not creator.lookup(torch.arange(N))[1].any()
+
+
+def test_shared_advance_split_between_handles(tmp_path):
+    """Two handles (as two stage-0 ranks of a node) advance their halves of the rows; each
+    then reads every row, and the old version's files go when the creator drops them."""
+    x = sample_values(N, (6,), torch.float32)
+    x[0, :4] = 1.0
+    creator = make(tmp_path, budget_rows=4, shape=(6,))
+    other = make(tmp_path, budget_rows=4, shape=(6,), version=0)
+    other.attach(1, (6,), torch.float32)
+    filled = torch.tensor([0, 1, 3, 4, 6, 7, 9])
+    creator.store(filled[:3], x[filled[:3]], 1)
+    other.store(filled[3:], x[filled[3:]], 1)
+
+    creator.create(3, (6,), torch.float32)
+    other.attach(3, (6,), torch.float32)
+    calls = []
+
+    def double(who):
+        def compute(batch):
+            calls.append((who, len(batch)))
+            return batch * 2
+
+        return compute
+
+    done = [creator.advance_rows(double("a"), 0, 2, chunk=2)]
+    done.append(other.advance_rows(double("b"), 1, 2, chunk=2))
+    assert done == [4, 3]  # filled rows 0, 3, 6, 9 and 1, 4, 7
+    other.drop_previous()
+    assert "cache-v1.rows" in names(tmp_path / "memory")  # not its files to delete
+    creator.drop_previous()
+    assert names(tmp_path / "memory") == ["cache-v3.map", "cache-v3.rows"]
+    for handle in (creator, other):
+        values, mask = handle.lookup(torch.arange(N))
+        assert torch.equal(mask, torch.isin(torch.arange(N), filled))
+        assert torch.equal(values[mask], x[filled] * 2)
+
+
+def _store_half(rank, directory, values):
+    cache = ActivationCache(N, 4 * values[0].nbytes, directory, memory_dir=directory / "m")
+    cache.attach(1, tuple(values.shape[1:]), values.dtype)
+    mine = torch.arange(rank, N, 2)
+    cache.store(mine, values[mine], 1)
+
+
+def test_rows_stored_by_other_processes_are_hits(tmp_path):
+    """Real sharing: two processes each store half of the rows into one cache through their
+    own mappings; this process, which created it, then reads every row back exactly."""
+    x = sample_values(N, SHAPE, torch.float32)
+    creator = ActivationCache(N, 4 * x[0].nbytes, tmp_path, memory_dir=tmp_path / "m")
+    creator.create(1, SHAPE, torch.float32)
+    assert not creator.lookup(torch.arange(N))[1].any()
+    run_ranks(_store_half, 2, (tmp_path, x), deadline_s=120, what="cache writers")
+    values, mask = creator.lookup(torch.arange(N))
+    assert mask.all() and same_bits(values, x)
+
+
+def test_memory_dir_prefers_dev_shm_when_it_has_room(tmp_path):
+    fallback = tmp_path / "cache"
+    assert memory_dir_for("k", fallback, 1 << 60) == fallback  # no host has an exabyte free
+    try:
+        stat = os.statvfs("/dev/shm")
+        free = stat.f_bavail * stat.f_frsize
+    except OSError:
+        free = 0
+    expected = Path("/dev/shm/k") if free >= 1 else fallback
+    assert memory_dir_for("k", fallback, 1) == expected
 
 
 def test_cache_allowed():

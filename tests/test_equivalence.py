@@ -19,8 +19,10 @@ import cli
 from executor.data import load_data
 from pipeplan import models
 
-MODEL, EPOCHS, STEPS, BATCH, LR, WEIGHT_DECAY = "vit-digits", 2, 4, 64, 1e-3, 0.01
-FREEZE = [0, 5]  # frozen layers per epoch
+MODEL, EPOCHS, STEPS, BATCH, LR, WEIGHT_DECAY = "vit-digits", 3, 3, 64, 1e-3, 0.01
+# Frozen layers per epoch. The cached phase has two epochs: its first fills the node's cache as
+# it trains (costing an uncached epoch plus the store), so one epoch would not pay for it.
+FREEZE = [0, 5, 5]
 ARGS = ["--model", MODEL, "--nproc", "2", "--device-memory", "100MiB", "--epochs", str(EPOCHS)]
 ARGS += ["--max-steps-per-epoch", str(STEPS), "--global-batch", str(BATCH), "--seed", "0"]
 ARGS += ["--freeze", ",".join(map(str, FREEZE)), "--lr", str(LR)]
@@ -90,13 +92,16 @@ def runs(tmp_path_factory):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(400)
 def test_run_equals_a_plain_single_process_loop(runs):
-    from pipeplan.formats import PhaseRecord, read_records
+    from pipeplan.formats import PhaseRecord, StepRecord, read_records
 
     parameters, root = runs
     phases = [r for r in read_records(root / "cache" / "run.jsonl") if isinstance(r, PhaseRecord)]
     shapes = [(p.layout.num_stages, p.layout.replicas, p.layout.cached) for p in phases]
     assert shapes == [(2, 1, False), (1, 2, True)]  # the layout changes, the cache is read
-    expected = flat(reference([p.layout.replicas for p in phases]))
+    steps = [r for r in read_records(root / "cache" / "run.jsonl") if isinstance(r, StepRecord)]
+    assert sum(s.cache_hits for s in steps) > 0  # samples of the second epoch hit
+    per_epoch = [next(p for p in reversed(phases) if p.start_epoch <= e) for e in range(EPOCHS)]
+    expected = flat(reference([p.layout.replicas for p in per_epoch]))
     start = flat({k: v for k, v in models.build(MODEL, seed=0).layers.state_dict().items()})
     for name, got in parameters.items():
         error = float((flat(got) - expected).norm() / expected.norm())
@@ -116,3 +121,10 @@ def test_cache_on_equals_cache_off_with_dropout(tmp_path):
     assert on.keys() == off.keys()
     for key in on:
         assert torch.equal(on[key], off[key]), key
+    from pipeplan.formats import StepRecord, read_records
+
+    def steps(name):
+        return [r for r in read_records(tmp_path / name / "run.jsonl") if isinstance(r, StepRecord)]
+
+    assert [s.loss for s in steps("on")] == [s.loss for s in steps("off")]
+    assert sum(s.cache_hits for s in steps("on")) > 0  # the cache was read, not only filled

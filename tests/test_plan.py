@@ -184,14 +184,15 @@ def test_a_layout_changes_only_when_it_pays_for_itself(samples):
     assert (expected is kept) == (samples <= 640)
 
 
-def test_a_cache_is_filled_by_the_newly_frozen_layers_only_where_it_survives():
-    """The executor advances a cache by the newly frozen layers when the previous phase was
-    cached on the same stage-0 ranks; the plan prices exactly that, else the whole prefix."""
-    from pipeplan.plan import cache_fill_s, cached_prefix
+def test_a_cache_is_advanced_by_the_newly_frozen_layers_only_where_it_survives():
+    """The executor keeps a node's cache and advances it by the newly frozen layers when every
+    node with a stage 0 now had one in the previous cached phase; the plan prices exactly
+    that (the node's stage-0 ranks split its rows), else nothing survives."""
+    from pipeplan.plan import cache_advance_s, cached_prefix
 
     profile = preset_profile("bert-base")
     model = CostModel(
-        profile, cluster_from_flags(nodes=1, devices_per_node=4, device_memory="16GiB")
+        profile, cluster_from_flags(nodes=2, devices_per_node=2, device_memory="16GiB")
     )
     old = Layout(
         frozen_layers=3,
@@ -200,14 +201,28 @@ def test_a_cache_is_filled_by_the_newly_frozen_layers_only_where_it_survives():
         micro_batch_size=8,
         schedule="gpipe",
         boundaries=(0, 7, 14),
-        rank_map=((0, 1), (2, 3)),
+        rank_map=((0, 1),),
     )
     new = old.model_copy(update={"frozen_layers": 5})
-    moved = new.model_copy(update={"rank_map": ((1, 0), (2, 3))})  # rank 1 is a new stage 0
-    assert cached_prefix(old, new) == 3
-    assert cached_prefix(old.model_copy(update={"cached": False}), new) == 0
-    assert cached_prefix(old, moved) == 0
-    assert cached_prefix(None, new) == 0
+    same_node = new.model_copy(update={"rank_map": ((1, 0),)})  # rank 1: node 0 too
+    other_node = new.model_copy(update={"rank_map": ((2, 3),)})  # rank 2 is on node 1
+    assert cached_prefix(old, new, model) == 3
+    assert cached_prefix(old, same_node, model) == 3  # the cache is the node's, not the rank's
+    assert cached_prefix(old.model_copy(update={"cached": False}), new, model) == 0
+    assert cached_prefix(old, other_node, model) == 0
+    assert cached_prefix(None, new, model) == 0
     nograd = model.layer_times("nograd", 8)
-    assert cache_fill_s(model, 5, 8, 6400, 3) == pytest.approx(800 * float(nograd[3:5].sum()))
-    assert cache_fill_s(model, 5, 8, 6400) == pytest.approx(800 * float(nograd[:5].sum()))
+    # one node, one stage-0 rank: 6400 rows, 8 at a time, layers 3 and 4
+    assert cache_advance_s(model, new, 6400, 3) == pytest.approx(800 * float(nograd[3:5].sum()))
+    assert cache_advance_s(model, new, 6400, 0) == 0.0
+    # two stage-0 ranks on node 0 and one on node 1: node 1 covers 3200 rows alone
+    spread = Layout(
+        frozen_layers=5,
+        cached=True,
+        micro_batches=1,
+        micro_batch_size=8,
+        schedule="gpipe",
+        boundaries=(0, 14),
+        rank_map=((0,), (1,), (2,)),
+    )
+    assert cache_advance_s(model, spread, 6400, 3) == pytest.approx(400 * float(nograd[3:5].sum()))

@@ -152,18 +152,23 @@ def test_the_frozen_prefix_and_its_cache_rows_are_bfloat16_under_bf16(tmp_path):
     for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         hidden = frozen_forward(seq.layers, x, 0, 3, CPU, precision)
         assert hidden.dtype == dtype
-        cache = ActivationCache(4, tuple(hidden.shape[1:]), hidden.dtype, 1 << 20, tmp_path)
-        cache.advance(3, None)
+        shape = tuple(hidden.shape[1:])
+        cache = ActivationCache(4, 1 << 20, tmp_path)
+        cache.create(3, shape, hidden.dtype)
         cache.store(torch.arange(4), hidden, 3)
         values, hit = cache.lookup(torch.arange(4))
         assert hit.all() and values.dtype == dtype and torch.equal(values, hidden)
         rows[precision] = cache.manifest()
         # Advancing the cache by two more frozen layers gives what the stage computes from
         # scratch, bit for bit: every frozen layer's output is rounded alike.
-        cache.advance(5, lambda h, p=precision: frozen_forward(seq.layers, h, 3, 5, CPU, p))
         direct = frozen_forward(seq.layers, x, 0, 5, CPU, precision)
+
+        def advance(h, p=precision):
+            return frozen_forward(seq.layers, h, 3, 5, CPU, p)
+
+        cache.advance(5, advance, tuple(direct.shape[1:]), direct.dtype)
         assert torch.equal(cache.lookup(torch.arange(4))[0], direct)
-        cache.clear()
+        cache.close(unlink=True)
     assert rows["bf16"]["dtype"] == "bfloat16" and rows["fp32"]["dtype"] == "float32"
     assert 2 * rows["bf16"]["row_bytes"] == rows["fp32"]["row_bytes"]
 
@@ -268,7 +273,7 @@ RUN = [
     "--epochs",
     "5",
     "--freeze",
-    "0,0,0,3,5",
+    "0,0,0,4,4",
     "--lr",
     "1e-3",
     "--warmup-steps",
@@ -303,7 +308,7 @@ def _records(run_dir):
 @pytest.mark.timeout(600)
 def test_a_bf16_run_on_digits_reaches_the_accuracy_of_the_fp32_run(runs):
     """Observed (2 ranks, seed 0, this configuration): held-out accuracy after 5 epochs
-    64.9 % in fp32, 64.6 % in bf16 (chance: 10 %); per-step losses differ from the first step
+    64.1 % in fp32, 64.6 % in bf16 (chance: 10 %); per-step losses differ from the first step
     on."""
     (fp32_steps, fp32_epochs), (bf16_steps, bf16_epochs) = (
         _records(runs["fp32"]),
@@ -323,7 +328,9 @@ def test_a_bf16_run_caches_bfloat16_and_saves_and_exports_float32(runs):
     run_dir = runs["bf16"]
     assert load(RunConfig, run_dir / "run.json").precision == "bf16"  # a resume stays bf16
     # The planner decides whether a phase reads the cache (pipeplan.plan.decide_phase); with
-    # the shipped bf16 profile this run's last phase does (observed: 5 frozen, 1x2 cached).
+    # the shipped bf16 profile this run's last phase does (observed: 4 frozen, 1x2 cached). It
+    # has two epochs: a cached phase's first epoch fills the cache as it trains, so a phase of
+    # one epoch would not be cached.
     phases = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, PhaseRecord)]
     assert phases[-1].layout.cached, "the last phase is not cached: pick a --freeze that caches"
     latest = run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip()

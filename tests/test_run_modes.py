@@ -50,13 +50,16 @@ def test_alpha_freezing_with_a_cache_that_spills_to_disk(tmp_path):
     phases, steps, epochs = records(tmp_path / "a")
     expected = alpha_schedule(0.5, 6, 8).frozen_layers  # vit-digits has 8 blocks
     assert [e.frozen_layers for e in epochs] == expected == [0, 5, 7, 8, 9, 9]
-    # Filling a cache costs a prefix pass over the training set; over the last two epochs
-    # (the run's horizon: the epochs left) it pays for itself.
+    # A cached phase's first epoch fills the node's cache as it trains; over the last two
+    # epochs (the run's horizon: the epochs left) the hits of the second repay the store.
     assert phases[-1].layout.cached
-    # Every cached step reads the whole batch from the cache, here from memory-mapped files:
-    # 4 KiB holds not even one sample's activations.
     cached = [s for s in steps if phases[s.phase].layout.cached]
-    assert cached and all(s.cache_hits == 64 for s in cached)
+    assert cached and sum(s.cache_hits for s in cached) > 0
+    # 4 KiB holds not even one sample's activations: every row lives in the spill file.
+    latest = (tmp_path / "a" / "checkpoints" / "latest").read_text().strip()
+    manifest = json.loads((tmp_path / "a" / "checkpoints" / latest / "manifest.json").read_text())
+    assert manifest["cache"]["memory"]["rows"] == [0, 0]
+    assert manifest["cache"]["filled_spilled"] == manifest["cache"]["filled"] > 0
 
 
 @pytest.mark.multiprocess

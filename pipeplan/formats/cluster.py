@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from pipeplan.formats.base import MAX_COUNT, Bandwidth, Count, Latency, PosBytes, Strict
+from pipeplan.formats.base import MAX_COUNT, Bandwidth, Bytes, Count, Latency, PosBytes, Strict
 
 # Defaults when neither a flag nor the profile says otherwise. PCIe 3.0 x16 inside a node,
 # 25 Gbit/s Ethernet between nodes (a common cloud instance), pinned host-to-device copies.
@@ -16,6 +16,11 @@ DEFAULT_INTRA_LATENCY_S = 5e-6
 DEFAULT_INTER_BANDWIDTH_BYTES_PER_S = 25e9 / 8
 DEFAULT_INTER_LATENCY_S = 20e-6
 DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S = 12e9
+# The AutoCache's host memory per node (`--cache-budget`), and the rate rows beyond it are read
+# from and written to local disk. No profile measures a disk: 1 GB/s is a stated constant, a
+# conservative figure for a local NVMe SSD (2-7 GB/s sequential) reading rows of tens of KB.
+DEFAULT_CACHE_BUDGET_BYTES = 1 << 30
+DEFAULT_DISK_BANDWIDTH_BYTES_PER_S = 1e9
 
 
 class Link(Strict):
@@ -41,6 +46,15 @@ class Cluster(Strict):
     host_to_device_bandwidth_bytes_per_s: Bandwidth = Field(
         DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S,
         description="Reading cached activations from host memory.",
+    )
+    cache_budget_bytes: Bytes = Field(
+        DEFAULT_CACHE_BUDGET_BYTES,
+        description="Host memory for the AutoCache per node; rows beyond it spill to disk.",
+    )
+    disk_bandwidth_bytes_per_s: Bandwidth = Field(
+        DEFAULT_DISK_BANDWIDTH_BYTES_PER_S,
+        description="Reading and writing spilled cache rows on a node's local disk (a stated "
+        "constant unless given).",
     )
 
     @model_validator(mode="after")

@@ -37,7 +37,7 @@ from pipeplan.formats.base import (
     check_json,
     first_error,
 )
-from pipeplan.formats.cluster import Cluster
+from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.plan import StagePlan, check_stages
 from pipeplan.formats.profile import Precision, Task
@@ -177,8 +177,9 @@ class RunConfig(Strict):
     ] = Field(None, description="Also checkpoint every N steps.")
     cache: bool = Field(True, description="AutoCache the frozen prefix's activations.")
     cache_budget_bytes: Annotated[Bytes, Flag("--cache-budget", unit="bytes")] = Field(
-        1 << 30,
-        description="Host memory for the cache per rank, in bytes; beyond it, memory-mapped files.",
+        DEFAULT_CACHE_BUDGET_BYTES,
+        description="Host memory for the cache per node (its stage-0 ranks share one cache), in "
+        "bytes; beyond it, files on the run directory's disk.",
     )
     seed: Seed = Field(0, description="Seed for weights, data order and dropout.")
     collective_timeout_s: Annotated[Seconds, Flag("--collective-timeout")] = Field(
