@@ -307,21 +307,25 @@ class Trainer:
     def make_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
         return torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
 
-    def frozen_prefix(self, inputs: torch.Tensor) -> torch.Tensor:
+    def frozen_prefix(
+        self, inputs: torch.Tensor, device: torch.device | None = None
+    ) -> torch.Tensor:
+        """The phase's frozen layers on `inputs`, on `device` (default: this rank's)."""
         frozen = self.decision.layout.frozen_layers
-        return frozen_forward(self.seq.layers, inputs, 0, frozen, self.device, self.cfg.precision)
+        device = device or self.device
+        return frozen_forward(self.seq.layers, inputs, 0, frozen, device, self.cfg.precision)
 
     def example_stage0_input(self, n: int) -> torch.Tensor:
         x = torch.stack([self.data.train[i][0] for i in range(n)])
         return self.frozen_prefix(x) if self.decision.layout.cached else x
 
-    def prefix_sample(self, frozen: int) -> torch.Tensor:
+    def prefix_sample(self) -> torch.Tensor:
         """One cache row (its shape and dtype), computed where the prefix's layers are: every
         rank of the node asks, and only a stage-0 rank holds them on its device."""
+        frozen = self.decision.layout.frozen_layers
         prefix = [p for layer in self.seq.layers[:frozen] for p in layer.parameters()]
         device = prefix[0].device if prefix else torch.device("cpu")
-        x = self.data.train[0][0].unsqueeze(0)
-        return frozen_forward(self.seq.layers, x, 0, frozen, device, self.cfg.precision)[0]
+        return self.frozen_prefix(self.data.train[0][0].unsqueeze(0), device)[0]
 
     def prepare_cache(self, layout: Layout) -> None:
         """Collective: give this node the cache `layout` needs. One cache per node serves its
@@ -351,7 +355,7 @@ class Trainer:
             one_sided_done()
             one_sided_done()
             return
-        sample = self.prefix_sample(layout.frozen_layers)
+        sample = self.prefix_sample()
         row = (layout.frozen_layers, tuple(sample.shape), sample.dtype)
         if self.cache is None:
             self.cache = ActivationCache(

@@ -146,7 +146,7 @@ def _train_counting(rank, world, run_dir, out):
         finally:
             feeding[0] = None
 
-    def frozen_prefix(self, inputs):
+    def frozen_prefix(self, inputs, device=None):
         if in_prepare[0]:
             counts["prepare_rows"] += len(inputs)
         elif feeding[0] is not None:
@@ -155,7 +155,7 @@ def _train_counting(rank, world, run_dir, out):
                 match = next(i for i in unused if torch.equal(self.data.train[i][0], row))
                 unused.remove(match)
                 computed[match] += 1
-        return original_prefix(self, inputs)
+        return original_prefix(self, inputs, device)
 
     def prepare_cache(self, layout):
         in_prepare[0] = True
