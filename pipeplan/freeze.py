@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import FreezePhase, FreezeSchedule
-from pipeplan.formats.base import MAX_EPOCHS, check_json
+from pipeplan.formats.base import MAX_EPOCHS, check_json, read_input
 
 
 def alpha_frozen_blocks(alpha: float, epoch: int, num_blocks: int) -> int:
@@ -80,7 +80,7 @@ def list_schedule(
 def parse_list(text: str) -> list[int]:
     """'0,0,3,5' → [0, 0, 3, 5] (the --freeze-schedule flag's inline form)."""
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        return [int(part) for part in text.split(",")]  # "0,,3" is a typo, not 0,3
     except ValueError:
         raise BadArgumentError(
             f"cannot read freeze schedule '{text}' (expected comma-separated integers)"
@@ -96,12 +96,7 @@ def trajectory(frozen_layers: list[int], epochs: int, num_blocks: int) -> Freeze
 def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> FreezeSchedule:
     """A trajectory file: a JSON list of per-epoch frozen counts, or {"frozen_layers": [...]}."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path}: cannot read freeze trajectory ({exc})") from None
+    text = read_input(path)
     try:
         data = check_json(text, "")
     except InputFileError as exc:

@@ -39,6 +39,7 @@ from torch import nn
 
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, UnknownModelError
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
+from pipeplan.formats.base import read_input
 
 log = logging.getLogger("pipeplan.models")
 
@@ -577,12 +578,9 @@ def _resolve(name_or_path: str) -> _Source:
 
 
 def _read_config(path: Path) -> dict[str, Any]:
+    text = read_input(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path}: cannot read ({exc})") from None
+        data = json.loads(text)
     except ValueError as exc:
         raise InputFileError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):

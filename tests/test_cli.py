@@ -49,7 +49,7 @@ def test_profile_writes_a_profile_valid_against_the_printed_schema(tmp_path, cap
     "args, fragment",
     [
         (["profile", "gpt-9", "--out", "{out}"], "known: bert-tiny"),
-        (["profile", "{tmp}/missing.json", "--out", "{out}"], "no such config"),
+        (["profile", "{tmp}/missing.json", "--out", "{out}"], "missing.json: no such file"),
         (["profile", "bert-synth", "--out", "{out}", "--micro-batch-sizes", "0,2"], "positive"),
         (["profile", "bert-synth", "--out", "{out}", "--micro-batch-sizes", "1.5"], "positive"),
         (["profile", "bert-synth", "--out", "{tmp}/no/such/dir/p.json"], "does not exist"),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -652,13 +654,23 @@ RUN = "run --nproc 2 --name x --runs-dir {DIR} --prepare-only"
 FRESH_ROUND = {
     # files: meaning, kind and identity
     "files: empty profile": (f"preview --profile {{EMPTY}} {SHAPE}", "not valid JSON"),
-    "files: profile is a directory": (f"preview --profile {{DIR}} {SHAPE}", "cannot read"),
+    "files: profile is a directory": (f"preview --profile {{DIR}} {SHAPE}", "not a regular file"),
+    "files: profile is a FIFO": (f"preview --profile {{FIFO}} {SHAPE}", "not a regular file"),
+    "files: profile is /dev/zero": (f"preview --profile /dev/zero {SHAPE}", "not a regular file"),
+    "files: cluster is a FIFO": (
+        f"preview --profile {{P}} --cluster {{FIFO}} {SHAPE}",
+        "not a regular file",
+    ),
+    "flags: an empty item in --freeze-schedule": (
+        f"preview --profile {{P}} --freeze-schedule 0,,3 {SHAPE}",
+        "comma-separated",
+    ),
     "files: profile not UTF-8": (f"preview --profile {{BIN}} {SHAPE}", "cannot read"),
     "files: profile after a BOM": (f"preview --profile {{BOM}} {SHAPE}", "not valid JSON"),
     "files: profile is a list": (f"preview --profile {{LIST}} {SHAPE}", "expected a JSON object"),
     "files: cluster is a directory": (
         f"preview --profile {{P}} --cluster {{DIR}} {SHAPE}",
-        "cannot read",
+        "not a regular file",
     ),
     "files: empty cluster": (f"preview --profile {{P}} --cluster {{EMPTY}} {SHAPE}", "not valid"),
     "files: empty trajectory": (
@@ -674,7 +686,7 @@ FRESH_ROUND = {
     "files: plan for another batch": (f"{RUN} --plan {{PLAN_BATCH}}", "for global batch 32"),
     "files: plan from another profile": (f"{RUN} --plan {{PLAN_SHA}}", "another profile"),
     "files: plan for another cluster": (f"{RUN} --plan {{PLAN_CLUSTER}}", "for 4 devices"),
-    "files: plan is a directory": (f"{RUN} --plan {{DIR}}", "cannot read"),
+    "files: plan is a directory": (f"{RUN} --plan {{DIR}}", "not a regular file"),
     "files: plan over its own profile": (
         f"plan --profile {{P}} {SHAPE} --out {{P}}",
         "also an input",
@@ -794,6 +806,8 @@ def hostile_files(tmp_path: Path, plans: dict[str, str]) -> dict[str, str]:
         "TRAJ": ("traj.json", b'{"frozen_layers": ["3"]}'),
     }
     paths = {"DIR": str(d), "B": str(shipped_profile("bert-tiny", "cpu")), **plans}
+    os.mkfifo(tmp_path / "fifo.json")  # reading it would block until a writer came
+    paths["FIFO"] = str(tmp_path / "fifo.json")
     for key, (name, data) in files.items():
         (tmp_path / name).write_bytes(data)
         paths[key] = str(tmp_path / name)
@@ -851,3 +865,17 @@ def test_inputs_that_scale_work_are_refused_within_memory_and_time(tmp_path, cas
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
     assert lines[0].startswith("pipeplan: error: ") and fragment in lines[0], lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_larger_than_any_pipeplan_file_is_refused_unread(tmp_path, capsys):
+    """A 20 GB profile (sparse here) was read whole: 23 GB of memory, then a kill."""
+    from pipeplan.formats.base import MAX_FILE_BYTES
+
+    huge = tmp_path / "big" / "huge.json"
+    huge.parent.mkdir()
+    with huge.open("wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)
+    argv = ["preview", "--profile", str(huge), *shlex.split(SHAPE)]
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    refused(argv, watched, capsys, "larger than 1024 MiB")

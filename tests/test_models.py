@@ -319,7 +319,7 @@ def test_unknown_model_lists_known_names():
 @pytest.mark.parametrize(
     "content, fragment",
     [
-        (None, "no such config file"),
+        (None, "no such file"),
         ("{not json", "not valid JSON"),
         ("[1, 2]", "JSON object"),
         (json.dumps({"model_type": "t5", "num_layers": 2}), "not a supported encoder"),

@@ -226,3 +226,24 @@ def test_a_cache_is_advanced_by_the_newly_frozen_layers_only_where_it_survives()
         rank_map=((0,), (1,), (2,)),
     )
     assert cache_advance_s(model, spread, 6400, 3) == pytest.approx(400 * float(nograd[3:5].sum()))
+
+
+@pytest.mark.parametrize(
+    ("tamper", "fragment"),
+    [
+        (lambda p: p.update(phases=[]), "cover 0 epochs"),
+        (lambda p: p["phases"].reverse(), "phase 0 starts at epoch"),
+        (lambda p: p["phases"][1].update(start_epoch=0), "phase 1 starts at epoch 0"),
+        (lambda p: p["phases"][-1].update(start_epoch=50), "starts at epoch 50"),
+    ],
+)
+def test_a_plan_whose_phases_do_not_tile_the_training_is_refused(
+    profile, cluster, tamper, fragment
+):
+    """A hand-edited plan ran to completion with no phases or phases out of order."""
+    plan = make_plan(profile, cluster, **shape(), freeze=alpha_schedule(0.3, 6, 12))
+    doc = json.loads(dumps(plan))
+    assert len(doc["phases"]) >= 2
+    tamper(doc)
+    with pytest.raises(InputFileError, match=fragment):
+        parse(Plan, json.dumps(doc), "plan.json")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -29,6 +30,8 @@ PosInt = Annotated[int, Field(ge=1)]
 # Physical bounds, far beyond any real machine and far below what overflows the cost model:
 # a file that says a link moves 1e400 B/s or a layer takes 1e308 s is wrong, not fast or slow.
 MAX_BYTES = 1 << 60  # 1 EiB
+# The largest JSON document pipeplan reads (a 20,000-layer profile is about 50 MB).
+MAX_FILE_BYTES = 1 << 30
 MAX_SECONDS = 1e6  # 11.6 days for one timed operation
 MAX_LATENCY_S = 60.0
 MIN_BANDWIDTH, MAX_BANDWIDTH = 1.0, 1e15  # bytes/s: 1 B/s .. 1 PB/s
@@ -157,15 +160,27 @@ def parse(model: type[M], text: str, source: str = "input") -> M:
         raise InputFileError(f"{source}: {kind} is nested too deeply") from None
 
 
-def load(model: type[M], path: str | Path) -> M:
-    path = Path(path)
+def read_input(path: Path, limit: int = MAX_FILE_BYTES) -> str:
+    """A regular file's UTF-8 text, at most `limit` bytes: a FIFO or device would block or
+    never end, and a file that large is not one pipeplan wrote."""
     try:
-        text = path.read_text(encoding="utf-8")
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise InputFileError(f"{path}: not a regular file")
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise InputFileError(f"{path}: larger than {limit >> 20} MiB, not a pipeplan file")
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
-    return parse(model, text, str(path))
+
+
+def load(model: type[M], path: str | Path) -> M:
+    path = Path(path)
+    return parse(model, read_input(path), str(path))
 
 
 def dumps(obj: BaseModel) -> str:

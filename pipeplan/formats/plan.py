@@ -103,6 +103,14 @@ class Plan(Strict):
             ranks = [r for row in phase.layout.rank_map for r in row]
             if any(r >= devices for r in ranks):
                 raise ValueError(f"phase {i}: its rank map uses ranks beyond {devices} devices")
+        # The phases tile the training: in order, each starting where the last one ended.
+        start = 0
+        for i, phase in enumerate(self.phases):
+            if phase.start_epoch != start:
+                raise ValueError(f"phase {i} starts at epoch {phase.start_epoch}, not {start}")
+            start += phase.epochs
+        if start != self.inputs.epochs:
+            raise ValueError(f"the phases cover {start} epochs, the plan {self.inputs.epochs}")
         return self
 
 

@@ -36,6 +36,7 @@ from pipeplan.formats.base import (
     Strict,
     check_json,
     first_error,
+    read_input,
 )
 from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
 from pipeplan.formats.layout import Layout
@@ -88,7 +89,7 @@ def check_run_name(name: str) -> str:
 def _freeze_list(text: str) -> list[int] | None:
     """'0,2,4' → [0, 2, 4]; None when it is not such a list."""
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        return [int(part) for part in text.split(",")]  # "0,,3" is a typo, not 0,3
     except ValueError:
         return None
 
@@ -434,12 +435,7 @@ def steady_steps(
 def read_records(path: str | Path) -> list[PhaseRecord | StepRecord | EpochRecord]:
     """Parse run.jsonl; a bad line is an InputFileError naming the line."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path}: cannot read ({exc})") from None
+    lines = read_input(path).splitlines()
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
