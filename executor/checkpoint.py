@@ -22,8 +22,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import pickle
 import re
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -135,7 +137,12 @@ def restore_rng(rng: dict[str, torch.Tensor], rank: int, device: torch.device) -
 def read_tensors(path: Path) -> dict:
     """A checkpoint file's tensors, on the host whatever device wrote them, without
     unrestricted pickle (`read_tensors(step / "model.pt")`)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        with warnings.catch_warnings():  # torch warns about the pickle before refusing it
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise InputFileError(f"{path}: not a checkpoint of tensors (refused unread)") from None
 
 
 def _sha256(path: Path) -> str:

@@ -295,7 +295,10 @@ def _load_user(spec: str, seed: int) -> TaskData:
     func = getattr(module, func_name, None)
     if not callable(func):
         raise BadArgumentError(f"data '{spec}': '{target}' has no function '{func_name}'")
-    result = func(seed=seed) if _takes_seed(func) else func()
+    try:
+        result = func(seed=seed) if _takes_seed(func) else func()
+    except Exception as exc:  # the user's code: its error in one line, not our traceback
+        raise BadArgumentError(f"data '{spec}' raised {_one_line(exc)}") from exc
     return _as_task_data(result, spec)
 
 

@@ -36,6 +36,7 @@ EVAL_FRACTION = 0.2  # held out of a single file
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 Row = tuple[str, Any]  # (text, label as written, or None)
+MAX_LABELS = 1_000_000  # label ids: a classifier head has one row per class
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,10 @@ def _label(value: Any, where: str) -> int | str | None:
     if value is None:
         return None
     if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
+        value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if value >= MAX_LABELS:  # the head would have `value` rows: 10**20 ran out of memory
+            raise InputFileError(f"{where}: label {value} is beyond the limit of {MAX_LABELS}")
         return value
     if isinstance(value, str) and value.strip():
         return value.strip()

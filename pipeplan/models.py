@@ -709,7 +709,11 @@ def _instantiate(
 
     cls = getattr(transformers, family.models[task])
     if init == "random":
-        return cls(config), None
+        try:
+            return cls(config), None
+        except (MemoryError, RuntimeError) as exc:  # e.g. hidden_size 10**6: 122 GB of weights
+            first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            raise BadArgumentError(f"cannot build the model from its config: {first}") from None
     try:
         with _quiet_transformers():
             model, loading = cls.from_pretrained(

@@ -879,3 +879,59 @@ def test_a_file_larger_than_any_pipeplan_file_is_refused_unread(tmp_path, capsys
     watched = tmp_path / "watched"
     watched.mkdir()
     refused(argv, watched, capsys, "larger than 1024 MiB")
+
+
+def _user_file(tmp_path: Path, name: str, text: str) -> str:
+    (tmp_path / "in").mkdir(exist_ok=True)
+    (tmp_path / "in" / name).write_text(text)
+    return str(tmp_path / "in" / name)
+
+
+USER_INPUTS = {  # found by an independent round: each gave a traceback
+    "a --data function that raises": (
+        "bad.py",
+        'def load(seed):\n    raise ValueError("boom")\n',
+        "run --nproc 1 --model bert-synth --prepare-only --name x --data {path}:load",
+        "raised ValueError: boom",
+    ),
+    "a label of 10**20": (
+        "big.jsonl",
+        '{"text": "hi", "label": 100000000000000000000}\n{"text": "yo", "label": 1}\n',
+        "run --nproc 1 --model bert-synth --prepare-only --name x --data {path}",
+        "beyond the limit of 1000000",
+    ),
+    "a config whose weights cannot be allocated": (
+        "config.json",
+        '{"model_type": "bert", "hidden_size": 1000000, "num_hidden_layers": 2, '
+        '"num_attention_heads": 1, "intermediate_size": 4, "vocab_size": 30522}',
+        "profile {dir} --out {dir}/p.json --micro-batch-sizes 1 --repeats 1 --warmup 0",
+        "cannot build the model",
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", USER_INPUTS, ids=str)
+def test_user_inputs_that_fail_inside_are_one_line(tmp_path, capsys, case):
+    name, text, template, fragment = USER_INPUTS[case]
+    path = _user_file(tmp_path, name, text)
+    runs = ["--runs-dir", str(tmp_path / "runs")] if template.startswith("run") else []
+    argv = shlex.split(template.format(path=path, dir=str(Path(path).parent))) + runs
+    refused(argv, tmp_path / "in", capsys, fragment)
+
+
+def test_a_checkpoint_that_is_not_tensors_is_refused_unread(tmp_path):
+    """A pickle that would call os.system on load (its checksum forged to match)."""
+    import pickle
+
+    from executor.checkpoint import read_tensors
+    from pipeplan.errors import InputFileError
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path}/pwned",))
+
+    (tmp_path / "model.pt").write_bytes(pickle.dumps(Evil()))
+    with pytest.raises(InputFileError, match="not a checkpoint of tensors"):
+        read_tensors(tmp_path / "model.pt")
+    assert not (tmp_path / "pwned").exists()
