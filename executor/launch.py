@@ -52,6 +52,7 @@ from pipeplan.calibrate import calibrate
 from pipeplan.errors import BadArgumentError, Interrupted, OutputError, PipeplanError
 from pipeplan.fileio import claim_directory, write_atomic
 from pipeplan.formats import (
+    CheckpointManifest,
     PhaseSummary,
     Profile,
     RunConfig,
@@ -99,10 +100,14 @@ def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
     return run_dir
 
 
-def check_run(cfg: RunConfig, local: bool = True) -> RunPlanner:
+def check_run(
+    cfg: RunConfig, local: bool = True, resumed: tuple[Path, CheckpointManifest] | None = None
+) -> RunPlanner:
     """Everything a configuration must pass before any process starts, the same for a fresh
     run and a resume: ranks this host has (`local`; torchrun's world size is the launcher's),
-    model and data, the freeze list, a first phase that can be planned.
+    model and data, the freeze list, a first phase that can be planned. A resume (`resumed`:
+    the run directory and its latest checkpoint's manifest) is checked against the profile
+    the run prices with, and its checkpoint's position against the run's steps.
 
         planner = check_run(cfg)   # BadArgumentError with one line naming the flag
     """
@@ -121,9 +126,28 @@ def check_run(cfg: RunConfig, local: bool = True) -> RunPlanner:
             list_schedule(cfg.freeze_list or [], cfg.epochs, seq.num_blocks)
         except BadArgumentError as exc:
             raise BadArgumentError(f"--freeze: {exc}") from None
-    planner = RunPlanner.from_config(cfg)
+    if resumed is None:
+        planner = RunPlanner.from_config(cfg)
+    else:
+        run_dir, manifest = resumed
+        planner = RunPlanner.for_run(run_dir, cfg)
+        check_position(manifest, cfg, len(data.train))
     planner.check(seq)
     return planner
+
+
+def check_position(manifest: CheckpointManifest, cfg: RunConfig, samples: int) -> None:
+    """A checkpoint's position must be one this run reaches (a hand-edited manifest said
+    step 99 of a 2-step epoch and was resumed from there)."""
+    per_epoch = samples // cfg.global_batch
+    if cfg.max_steps_per_epoch is not None:
+        per_epoch = min(per_epoch, cfg.max_steps_per_epoch)
+    if manifest.step_in_epoch >= max(per_epoch, 1) or manifest.epoch > cfg.epochs:
+        raise BadArgumentError(
+            f"checkpoint step {manifest.step} (epoch {manifest.epoch}, step "
+            f"{manifest.step_in_epoch}) is not a position of this run ({per_epoch} steps an "
+            f"epoch, {cfg.epochs} epochs)"
+        )
 
 
 def run_directory(runs_root: str | Path, name: str) -> Path:
@@ -442,12 +466,12 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     saved = load(RunConfig, path / "run.json")
     cfg = resumed_config(saved, given or {})
     latest(path)  # fail before any process starts (and before claiming) if nothing to resume
-    check_run(cfg)
     # What every rank reads on resume, read here first: a missing or corrupt file is one line
     # before any rank starts, not a rank failure that suggests the same --resume again.
     load(Profile, path / RUN_PROFILE)
     read_records(path / "run.jsonl")
-    load_latest(path)  # checksums and finite weights (an older checkpoint, with a notice)
+    manifest = load_latest(path)[0]  # checksums, finite weights (an older one, with a notice)
+    check_run(cfg, resumed=(path, manifest))
     claim_directory(path)
     if cfg != saved:
         write_atomic(path / "run.json", dumps(cfg))

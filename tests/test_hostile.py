@@ -411,6 +411,23 @@ def test_resume_refuses_other_hand_edits(finished_run, tmp_path, capsys, edit, f
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
+def test_resume_checks_the_runs_own_profile_and_the_checkpoints_position(
+    finished_run, tmp_path, capsys
+):
+    """Found by an independent round: run.json edited to bf16 resumed with the run's fp32
+    profile, and a manifest saying step 99 of a 2-step epoch resumed from there."""
+    run = copy_run(finished_run, tmp_path)
+    edit_run_json(run, precision="bf16")
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, "bf16 precision")
+    run = copy_run(finished_run, tmp_path / "b")
+    manifest = next((run / "checkpoints").glob("step-*/manifest.json"))
+    doc = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**doc, "step": 99, "epoch": 0, "step_in_epoch": 99}))
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, "not a position")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "flags, fragment",
     [
