@@ -98,6 +98,8 @@ def format_bandwidth(bytes_per_s: float) -> str:
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     """Bytes per second from '15.75GB/s', '100Gbit/s', '10Gbps', '12GiB/s' or a bare number."""
     value, unit = _split(text, what, "15.75GB/s, 100Gbit/s")
+    if unit and not unit.endswith(("/s", "ps")):  # '5GB' is a size: a typo, not 5 GB/s
+        raise BadArgumentError(f"{what} '{text}' is not a rate (use e.g. GB/s, Gbit/s, Gbps)")
     unit = unit.removesuffix("/s").removesuffix("ps")
     match = re.fullmatch(r"([kKmMgGtT]?)(i?)(bit|b|B|byte|Byte)?", unit)
     if not match or (match.group(2) and match.group(3) in (None, "bit")):

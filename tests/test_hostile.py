@@ -678,6 +678,14 @@ FRESH_ROUND = {
         f"preview --profile {{P}} --cluster {{FIFO}} {SHAPE}",
         "not a regular file",
     ),
+    "flags: a size as a bandwidth": (
+        f"preview --profile {{P}} --nodes 2 --devices-per-node 2 --inter-bw 5GB {SHAPE}",
+        "not a rate",
+    ),
+    "files: a key given twice": (
+        f"preview --profile {{P}} --cluster {{DUP}} {SHAPE}",
+        "key 'nodes' appears twice",
+    ),
     "flags: an empty item in --freeze-schedule": (
         f"preview --profile {{P}} --freeze-schedule 0,,3 {SHAPE}",
         "comma-separated",
@@ -821,6 +829,7 @@ def hostile_files(tmp_path: Path, plans: dict[str, str]) -> dict[str, str]:
         "BOM": ("bom.json", b"\xef\xbb\xbf{}"),
         "LIST": ("list.json", b"[]"),
         "TRAJ": ("traj.json", b'{"frozen_layers": ["3"]}'),
+        "DUP": ("dup.json", b'{"schema_version": 1, "nodes": 2, "nodes": 3}'),
     }
     paths = {"DIR": str(d), "B": str(shipped_profile("bert-tiny", "cpu")), **plans}
     os.mkfifo(tmp_path / "fifo.json")  # reading it would block until a writer came

@@ -125,10 +125,25 @@ def _finite_float(token: str) -> float:
     return value
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A key given twice is a mistake JSON parsers hide by keeping the last value."""
+    result = dict(pairs)
+    if len(result) < len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"key {twice!r} appears twice")
+    return result
+
+
 def check_json(text: str, source: str) -> Any:
     """Syntax, NaN/Infinity and out-of-range numbers, nesting depth: InputFileError."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        return json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
+        )
     except (ValueError, RecursionError) as exc:
         raise InputFileError(f"{source}: not valid JSON ({str(exc).splitlines()[0]})") from None
 
