@@ -494,7 +494,7 @@ def _empty_run_json(run: Path) -> str:
 def _run_json_a_directory(run: Path) -> str:
     (run / "run.json").unlink()
     (run / "run.json").mkdir()
-    return "run.json: cannot read"
+    return "run.json: not a regular file"
 
 
 def _run_json_a_list(run: Path) -> str:
