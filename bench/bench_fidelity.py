@@ -20,9 +20,8 @@
    freeze trajectory the elastic run took, from the raw profile and from the profile calibrated
    on the grid's vit-digits runs.
 
-Cached phases fill the cache for the whole training set when they start (the executor does
-this so that every step, on every replica, is a full hit), so cached 1×2 layouts are measured
-like the others.
+Cached phases fill the node's cache on the fly in their first epoch; the steady steps exclude
+steps with misses, so a cached configuration is measured on its hit steps.
 """
 
 from __future__ import annotations
