@@ -141,7 +141,17 @@ def test_transition_cost_is_zero_without_a_change_and_moves_bytes_otherwise():
         }
     )
     assert model.transition_s(a, a) == 0.0
-    assert model.transition_s(a, b) > 1.0
+    # Written out: in `a` each rank holds layers 0-2 or 3-5, in `b` all six, so each receives
+    # the three it lacks: weights, plus AdamW's two moments for layers still trained (k = 2).
+    # Ranks receive in parallel over the inter-node link (2 nodes); then the group rebuild.
+    weights = model.param_bytes
+    moments = model.params.adam_state_per_param_byte
+    copy = [weights[i] * (1 + (moments if i >= 2 else 0)) for i in range(6)]
+    busiest = max(sum(copy[:3]), sum(copy[3:]))
+    link = cluster().inter_node
+    expected = link.latency_s + busiest / link.bandwidth_bytes_per_s + 1.0
+    assert model.transition_s(a, b) == pytest.approx(expected, rel=1e-12)
+    assert busiest / link.bandwidth_bytes_per_s > link.latency_s  # the bytes count here
 
 
 def test_profile_and_model_layer_counts_must_agree():
