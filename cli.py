@@ -619,6 +619,12 @@ def main(argv: list[str] | None = None) -> int:
     except (Interrupted, KeyboardInterrupt, typer.Abort):
         print("pipeplan: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # what the file system refuses (a name too long, …) in one line
+        if _debug["on"]:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"pipeplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     finally:
         if previous is not None:
             _on_ctrl_c(previous)

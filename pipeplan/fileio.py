@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,8 +20,15 @@ def check_writable(path: str | Path, inputs: Iterable[str | Path | None] = ()) -
     """
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
+    try:
+        info = path.stat() if path.exists() else None
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        raise OutputError(f"{path}: cannot write ({exc.strerror})") from None
     if path.is_dir():
         raise OutputError(f"{path}: is a directory, not a file")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        # A rename over /dev/null would replace the device with a file.
+        raise OutputError(f"{path}: not a regular file; write to a file")
     for source in filter(None, inputs):
         if path.exists() and Path(source).is_file() and os.path.samefile(path, source):
             raise OutputError(f"{path}: is also an input of this command; write elsewhere")

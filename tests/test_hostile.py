@@ -678,6 +678,14 @@ FRESH_ROUND = {
         f"preview --profile {{P}} --cluster {{FIFO}} {SHAPE}",
         "not a regular file",
     ),
+    "files: --out is a FIFO (a rename would replace it)": (
+        f"plan --profile {{P}} {SHAPE} --out {{FIFO}}",
+        "not a regular file",
+    ),
+    "files: a file name longer than the file system allows": (
+        f"plan --profile {{P}} {SHAPE} --out {{DIR}}/{'a' * 300}.json",
+        "File name too long",
+    ),
     "flags: a size as a bandwidth": (
         f"preview --profile {{P}} --nodes 2 --devices-per-node 2 --inter-bw 5GB {SHAPE}",
         "not a rate",
