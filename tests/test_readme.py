@@ -69,7 +69,9 @@ def test_the_readme_run_calibrate_and_report(tmp_path, monkeypatch, capsys):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(400)
 def test_the_readme_python_api_block(tmp_path, monkeypatch, capsys):
-    """The README's notebook example, read from the README and executed as written."""
+    """The README's notebook example, read from the README and executed as written: among
+    its calls `pipeplan.profile("bert-synth", out="p.json", micro_batch_sizes="1,2,4")`,
+    `pipeplan.run(...)` and `pipeplan.export("runs/nb", out="trained/")`, checked below."""
     text = (ROOT / "README.md").read_text()
     blocks = [
         b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "import pipeplan" in b
