@@ -2,6 +2,7 @@
 
     python bench/bench_fidelity.py              # the whole benchmark (about 10 minutes)
     python bench/bench_fidelity.py --only grid  # or: e2e
+    python bench/bench_fidelity.py --only grid --keep /tmp/fid  # again: re-analysed, not re-run
 
 1. Grid: 20 real configurations of `vit-digits` (digits, 1438 training samples) and `bert-synth`
    (synth-text, 4096), 10 each, chosen so that every value of every factor appears several
@@ -256,7 +257,9 @@ def grid(tmp: Path) -> dict[str, list[Row]]:
             plan = plan_config(cfg, tmp)
             if plan is None:
                 continue
-            run_dir = run_config(cfg, plan, tmp)
+            run_dir = tmp / cfg.name
+            if not (run_dir / "summary.json").is_file():  # --keep: a finished run is reused
+                run_dir = run_config(cfg, plan, tmp)
             obs = observe([run_dir], profiles[cfg.model])
         except (RuntimeError, PipeplanError) as exc:
             print(f"  SKIP {cfg.label}: {exc}")
@@ -421,10 +424,19 @@ def end_to_end(tmp: Path, vit_runs: list[Path]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["grid", "e2e"])
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep the runs in this folder; a later call with it re-analyses the finished ones "
+        "instead of running them again (to compare cost-model changes on the same measurements)",
+    )
     args = parser.parse_args()
     print(f"torch {importlib.metadata.version('torch')}, gloo, one thread per rank")
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = str(args.keep or scratch)
         vit_runs: list[Path] = []
         if args.only in (None, "grid"):
             rows = grid(Path(tmp))
