@@ -41,6 +41,11 @@ from pipeplan.formats import CheckpointManifest, Layout, dumps, load
 log = logging.getLogger("pipeplan.checkpoint")
 KEEP = 2  # checkpoints kept: the newest and the one before it
 FILES = ("model.pt", "optimizer.pt", "rng.pt")  # beside manifest.json, which names their sha256
+# A resume that changes the run's configuration (more epochs, another world size) writes it
+# here; the first checkpoint taken under it (or the resumed run's end) makes it run.json. So
+# run.json always describes the checkpoints beside it, and a resume that fails before taking
+# one leaves run.json as it was.
+PENDING_CONFIG = "run.resume.json"
 
 
 def _gather_layout(frozen_layers: int, num_layers: int) -> Layout:
@@ -102,6 +107,7 @@ def save(
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         write_atomic(root / "latest", final.name + "\n")
+        commit_config(run_dir)
     except Exception as exc:
         # torch.save reports a full disk as a RuntimeError from its zip writer, not an
         # OSError: any failure removes the partial directory and keeps the previous one.
@@ -115,6 +121,13 @@ def save(
     for old in sorted(root.glob("step-*"), key=lambda p: int(p.name[5:]))[:-KEEP]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def commit_config(run_dir: Path) -> None:
+    """The configuration a resume changed becomes run.json (PENDING_CONFIG); no-op without one."""
+    pending = run_dir / PENDING_CONFIG
+    if pending.exists():
+        os.replace(pending, run_dir / "run.json")
 
 
 def rng_states() -> list[tuple[str, torch.Tensor]]:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from executor.launch import prepare, run_local
 from pipeplan import models
-from pipeplan.errors import PipeplanError
+from pipeplan.errors import OutputError, PipeplanError
 from pipeplan.formats import Profile, RunConfig, RunSummary, load
 from pipeplan.inputs import ProfileRequest
 
@@ -70,6 +70,10 @@ def pretrained_checkpoint(
     runs_dir: str | Path, say: Callable[[str], None], step: str = ""
 ) -> Pretrained:
     """The checkpoint under `runs_dir`: reused when it checks out, else (re)built."""
+    try:  # before anything is said: a --runs-dir that cannot be a folder is one line
+        Path(runs_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{runs_dir}: --runs-dir cannot be a folder ({exc.strerror})") from None
     run_dir = (Path(runs_dir) / PRETRAINED).resolve()
     prefix = f"{step} " if step else ""
     if run_dir.exists():

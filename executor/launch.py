@@ -44,6 +44,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 import executor
 from executor import faults
+from executor.checkpoint import PENDING_CONFIG, commit_config
 from executor.planning import RUN_PROFILE, RunPlanner
 from executor.task import build_task
 from executor.worker import Trainer, init_distributed
@@ -131,14 +132,18 @@ def check_run(
     else:
         run_dir, manifest = resumed
         planner = RunPlanner.for_run(run_dir, cfg)
-        check_position(manifest, cfg, len(data.train))
+        check_position(manifest, cfg, len(data.train), len(seq.layers))
     planner.check(seq)
     return planner
 
 
-def check_position(manifest: CheckpointManifest, cfg: RunConfig, samples: int) -> None:
-    """A checkpoint's position must be one this run reaches (a hand-edited manifest said
-    step 99 of a 2-step epoch and was resumed from there)."""
+def check_position(
+    manifest: CheckpointManifest, cfg: RunConfig, samples: int, num_layers: int
+) -> None:
+    """A checkpoint's position and freeze state must be ones this run reaches (a hand-edited
+    manifest said step 99 of a 2-step epoch and was resumed from there), and the layout a resume
+    on the same world weighs keeping must be one the executor runs (a tampered one failed
+    inside a rank)."""
     per_epoch = samples // cfg.global_batch
     if cfg.max_steps_per_epoch is not None:
         per_epoch = min(per_epoch, cfg.max_steps_per_epoch)
@@ -148,6 +153,21 @@ def check_position(manifest: CheckpointManifest, cfg: RunConfig, samples: int) -
             f"{manifest.step_in_epoch}) is not a position of this run ({per_epoch} steps an "
             f"epoch, {cfg.epochs} epochs)"
         )
+    if manifest.frozen_layers > num_layers - 1:
+        raise BadArgumentError(
+            f"checkpoint step {manifest.step}: {manifest.frozen_layers} frozen layers of the "
+            f"model's {num_layers} (the head is never frozen)"
+        )
+    if manifest.layout is not None and manifest.world_size == cfg.nproc:
+        try:
+            manifest.layout.check(num_layers, cfg.nproc)
+            if manifest.layout.global_batch != cfg.global_batch:
+                raise BadArgumentError(
+                    f"{manifest.layout.label()} takes {manifest.layout.global_batch} samples a "
+                    f"step, the run {cfg.global_batch}"
+                )
+        except BadArgumentError as exc:
+            raise BadArgumentError(f"checkpoint step {manifest.step}: layout: {exc}") from None
 
 
 def run_directory(runs_root: str | Path, name: str) -> Path:
@@ -260,6 +280,7 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
         trainer.train(resume)
     dist.barrier()
     if rank == 0:
+        commit_config(run_dir)  # a resume that took no checkpoint has still finished
         summarize(run_dir)
     dist.destroy_process_group()
 
@@ -267,7 +288,8 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
 def rank_config(run_dir: Path, resume: bool) -> RunConfig:
     """run.json, for the world size the launcher started: a fresh run must match it; a resumed
     run is re-planned for it (rank 0 records the new size)."""
-    cfg = load(RunConfig, run_dir / "run.json")
+    pending = run_dir / PENDING_CONFIG
+    cfg = load(RunConfig, pending if resume and pending.exists() else run_dir / "run.json")
     world = int(os.environ["WORLD_SIZE"])
     if world == cfg.nproc:
         return cfg
@@ -278,7 +300,7 @@ def rank_config(run_dir: Path, resume: bool) -> RunConfig:
         )
     cfg = cfg.model_copy(update={"nproc": world})
     if int(os.environ["RANK"]) == 0:
-        write_atomic(run_dir / "run.json", dumps(cfg))
+        write_atomic(pending, dumps(cfg))  # run.json once a checkpoint is taken under it
     return cfg
 
 
@@ -473,9 +495,14 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     manifest = load_latest(path)[0]  # checksums, finite weights (an older one, with a notice)
     check_run(cfg, resumed=(path, manifest))
     claim_directory(path)
+    pending = path / PENDING_CONFIG
+    pending.unlink(missing_ok=True)  # left by a resume that was killed: not this one's
     if cfg != saved:
-        write_atomic(path / "run.json", dumps(cfg))
-    return path, run_local(cfg, path, resume=True)
+        write_atomic(pending, dumps(cfg))
+    try:
+        return path, run_local(cfg, path, resume=True)
+    finally:  # not committed by a checkpoint or the run's end: run.json stays as it was
+        pending.unlink(missing_ok=True)
 
 
 def start_run(

@@ -9,8 +9,9 @@ JSONL: one object per line with a string "text" and, for classification, a "labe
 integer ≥ 0, or a name (names are numbered in sorted order and become the exported model's
 id2label). CSV: a header row naming a `text` column and optionally a `label` column. Text
 without labels trains a causal LM: its labels are the input ids, IGNORE_INDEX at padding.
-Padding is the tokenizer's pad token, which must be the model's pad_token_id: the model then
-carries the padding mask between stages (docs/architecture.md §4.17).
+A text is read up to CHARS_PER_TOKEN characters per token of the length (what lies beyond is
+cut anyway). Padding is the tokenizer's pad token, which must be the model's pad_token_id: the
+model then carries the padding mask between stages (docs/architecture.md §4.17).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 Row = tuple[str, Any]  # (text, label as written, or None)
 MAX_LABELS = 1_000_000  # label ids: a classifier head has one row per class
+# Characters of a text the tokenizer sees, per token of --seq-len: far more than any real
+# token needs, so what is cut lies beyond the length anyway. The fast tokenizers encode a whole
+# text before truncating it: a 100 MB line made them abort on a 1.6 GB allocation.
+CHARS_PER_TOKEN = 64
 
 
 @dataclass(frozen=True)
@@ -187,7 +192,8 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     def encode(texts: list[str]) -> torch.Tensor:
         if not texts:
             return torch.zeros((0, length), dtype=torch.int64)
-        out = tok(texts, padding="max_length", truncation=True, max_length=length)
+        cut = [text[: CHARS_PER_TOKEN * length] for text in texts]
+        out = tok(cut, padding="max_length", truncation=True, max_length=length)
         return torch.tensor(out["input_ids"], dtype=torch.int64)
 
     def split(texts: list[str], labels: list[int] | None) -> TensorPairs:

@@ -58,6 +58,13 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
     assert killed.returncode != 0 and "rank 1" in killed.stderr.splitlines()[-1]
     checkpoints = sorted(p.name for p in (tmp_path / "cut" / "checkpoints").glob("step-*"))
     assert checkpoints and "step-12" not in checkpoints  # it died before the end
+    # A resume that changes the configuration and fails before its first checkpoint leaves
+    # run.json as it was (it used to say 3 epochs from then on, and a plain resume was refused).
+    saved = (tmp_path / "cut" / "run.json").read_bytes()
+    failed = pipeplan("run", "--resume", str(tmp_path / "cut"), "--epochs", "3", kill_after=1)
+    assert failed.returncode != 0 and "rank 1" in failed.stderr.splitlines()[-1]
+    assert (tmp_path / "cut" / "run.json").read_bytes() == saved
+    assert not (tmp_path / "cut" / "run.resume.json").exists()
     resumed = pipeplan("run", "--resume", str(tmp_path / "cut"))
     assert resumed.returncode == 0, resumed.stderr
     full, cut = final_model(tmp_path / "full"), final_model(tmp_path / "cut")

@@ -549,6 +549,38 @@ def test_a_damaged_run_directory_is_refused_before_any_rank_starts(
     assert sorted((run / "logs").iterdir()) == logs  # no rank started
 
 
+def _edit_manifest(run: Path, **layout) -> None:
+    path = next((run / "checkpoints").glob("step-*/manifest.json"))
+    doc = json.loads(path.read_text())
+    doc["layout"].update(layout)
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "layout, fragment",
+    [
+        ({"rank_map": [[3]]}, "distinct ranks of 0..0"),
+        ({"micro_batch_size": 7}, "samples a step, the run"),
+        ({"boundaries": [0, 99]}, "layout"),
+        ({"frozen_layers": 10}, "the head is never frozen"),
+    ],
+    ids=str,
+)
+def test_a_tampered_checkpoint_layout_is_refused_before_any_rank_starts(
+    finished_run, tmp_path, capsys, layout, fragment
+):
+    """Found by an independent round: a resume on the same world weighs keeping the layout
+    the checkpoint names; a tampered one failed inside a rank, after run.json had been
+    rewritten with the resume's --epochs. Now: one line, nothing changed."""
+    run = copy_run(finished_run, tmp_path)
+    _edit_manifest(run, **layout)
+    logs = sorted((run / "logs").iterdir())
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
+    assert sorted((run / "logs").iterdir()) == logs
+
+
 # ----------------------------------------------------------------------------- ranks this host has
 
 
@@ -969,3 +1001,14 @@ def test_a_checkpoint_that_is_not_tensors_is_refused_unread(tmp_path):
     with pytest.raises(InputFileError, match="not a checkpoint of tensors"):
         read_tensors(tmp_path / "model.pt")
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("pretrain_only", [[], ["--pretrain-only"]], ids=["demo", "pretrain-only"])
+def test_a_demo_runs_dir_that_cannot_be_a_folder_is_one_line(tmp_path, capsys, pretrain_only):
+    """Found by an independent round: `demo --runs-dir FILE` announced its pretraining before
+    the error."""
+    afile = tmp_path / "afile"
+    afile.write_text("keep me\n")
+    argv = ["demo", "--runs-dir", str(afile), *pretrain_only]
+    refused(argv, tmp_path, capsys, "--runs-dir cannot be a folder")
+    refused([*argv[:2], str(afile / "below"), *pretrain_only], tmp_path, capsys, "cannot be a")

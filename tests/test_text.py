@@ -211,3 +211,43 @@ def test_the_worked_example_is_deterministic_and_fits_bert_synth():
         assert torch.equal(x, again.train[i][0]) and int(y) == int(again.train[i][1])
         assert x.shape == (32,) and x.dtype == torch.int64 and y.dim() == 0
     assert {int(data.eval[i][1]) for i in range(40)} == {0, 1}
+
+
+HUGE_LINE = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+from executor.task import build_task
+from pipeplan.formats import RunConfig
+seq, data = build_task(RunConfig(model=sys.argv[1], data=sys.argv[2], seq_len=12,
+                                 tokenizer=sys.argv[3], seed=0))
+print(data.train.inputs.tolist() + data.eval.inputs.tolist())
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_huge_line_is_cut_before_the_tokenizer_sees_it(files, tmp_path):
+    """Found by an independent round: a 100 MB text made the tokenizer abort the process on a
+    1.6 GB allocation (exit 134), since it encodes a whole text before truncating. Under a
+    4 GiB address-space cap the run's data builds, and the long row's ids are those of its
+    first words (what lies beyond --seq-len tokens is cut either way)."""
+    import subprocess
+
+    rows = reviews(10, seed=3)
+    longer = [{**rows[0], "text": rows[0]["text"] + " word" * 100}, *rows[1:]]
+    short = write_jsonl(tmp_path / "short.jsonl", longer)  # already past 12 tokens
+    longest = [{**rows[0], "text": rows[0]["text"] + " word" * 20_000_000}, *rows[1:]]
+    huge = write_jsonl(tmp_path / "huge.jsonl", longest)
+    assert huge.stat().st_size > 100_000_000
+    out = []
+    for data in (short, huge):
+        argv = [files["checkpoint"], data, files["tokenizer"]]
+        done = subprocess.run(
+            [sys.executable, "-c", HUGE_LINE, *map(str, argv)],
+            capture_output=True,
+            text=True,
+            timeout=100,
+            cwd=ROOT,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        out.append(done.stdout)
+    assert out[0] == out[1]
