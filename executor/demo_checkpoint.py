@@ -9,8 +9,7 @@ summary.json and the `model/` every run writes at its end): `vit-digits` trained
 weights on the source task, the ten digit classes (the target, executor.demotasks, is digit
 mod 5). Its equivalent command:
 
-    pipeplan run --model vit-digits --data digits --freeze none \\
-                 --epochs 8 --lr 3e-3 --warmup-steps 20 --name demo-pretrained
+    pipeplan run --model vit-digits --data digits --freeze none --epochs 10 --name demo-pretrained
 
 Beside it, the profile of `model/` (`pipeplan profile RUNS/demo-pretrained/model --nproc 2
 --micro-batch-sizes 1,2,4,8,16,32,64`): fine-tuning runs name the model by that directory, and
@@ -44,15 +43,16 @@ MODEL = "vit-digits"
 SOURCE_CLASSES = 10  # the digits
 # The global batch the fine-tuning runs split into micro-batches of up to 64 samples.
 MICRO_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
-# Long enough that the blocks tell the digits apart, short enough for the demo's time budget.
+# Long enough that the blocks tell the digits apart (about 91 % held out), short enough for the
+# demo's time budget. The default learning rate: 3e-3 with 20 warm-up steps reached only 72 %
+# in 8 epochs, and blocks that weak are not the converged layers freezing is for (fine-tuned
+# from it, the elastic run ended 2.2 points below the static one; from this one, 0.5).
 SOURCE_RUN = RunConfig(
     name=PRETRAINED,
     model=MODEL,
     data="digits",
     nproc=2,
-    epochs=8,
-    lr=3e-3,
-    warmup_steps=20,
+    epochs=10,
     freeze="none",
 )
 
