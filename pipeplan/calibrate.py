@@ -12,7 +12,9 @@ Identified means that its effect on the fitted times (relative, scaled to unit n
 least SEPARABLE away from the span of the effects of the parameters admitted before it:
 
 - nograd_scale needs ranks whose frozen and trainable forward time differ in proportion (else it
-  is tied to fwd_scale); bwd_scale a rank with backward time (else = fwd_scale);
+  is tied to fwd_scale); bwd_scale a rank with backward time (else = fwd_scale); each per-call
+  scale (`*_call_scale`, a layer's time that does not grow with m) ranks at micro-batch sizes
+  where that part weighs differently (else its kind's per-sample scale: the whole layer alike);
 - the all-reduce latency and bandwidth need data-parallel ranks inside one node with two
   different gradient bytes per replica G/D (else none: the cluster's link);
 - optimizer_s_per_byte a rank with trainable parameters (else none: the device kind's constant);
@@ -320,9 +322,9 @@ def fit_tied(
     Parts come parents first (parents[j] < j; part 0 is the root). Part j's own scale is its
     deviation from its parent's, which moves the times by the columns of j and of every part
     that inherits from j: j is admitted when that effect (relative, unit norm) lies SEPARABLE
-    from the span of the effects admitted before it (`separable`). This is the order in which a
-    finer distinction is drawn only when the runs show it; a part not admitted takes the scale
-    of its nearest admitted ancestor. The admitted scales are then one bounded robust fit.
+    from the span of the effects admitted before it (`separable`), so a finer distinction is
+    drawn only when the runs show it; a part not admitted takes the scale of its nearest
+    admitted ancestor. The admitted scales are then one bounded robust fit.
     """
     count = parts.shape[1]
     family = [[j] for j in range(count)]  # j and every part that inherits from it
