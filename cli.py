@@ -319,9 +319,11 @@ def calibrate(
     from pipeplan.calibrate import calibrate_to_file
 
     c = calibrate_to_file(run_dirs, profile, out).calibration
+    call = {kind: c.scales(kind)[0] for kind in ("fwd", "bwd", "nograd")}
     console.print(
-        f"compute scales: forward {c.fwd_scale:.3f}, backward {c.bwd_scale:.3f}, "
-        f"no-grad {c.nograd_scale:.3f}; step overhead {c.step_overhead_s * 1e3:.2f} ms + "
+        f"compute scales per sample / per call: forward {c.fwd_scale:.3f} / {call['fwd']:.3f}, "
+        f"backward {c.bwd_scale:.3f} / {call['bwd']:.3f}, no-grad {c.nograd_scale:.3f} / "
+        f"{call['nograd']:.3f}; step overhead {c.step_overhead_s * 1e3:.2f} ms + "
         f"{c.input_s_per_sample * 1e6:.1f} µs/sample; "
         f"{c.micro_batch_overhead_s * 1e3:.2f} ms per micro-batch and stage"
     )

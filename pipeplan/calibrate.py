@@ -12,7 +12,9 @@ Identified means that its effect on the fitted times (relative, scaled to unit n
 least SEPARABLE away from the span of the effects of the parameters admitted before it:
 
 - nograd_scale needs ranks whose frozen and trainable forward time differ in proportion (else it
-  is tied to fwd_scale); bwd_scale a rank with backward time (else = fwd_scale);
+  is tied to fwd_scale); bwd_scale a rank with backward time (else = fwd_scale); each per-call
+  scale (`*_call_scale`, a layer's time that does not grow with m) ranks at micro-batch sizes
+  where that part weighs differently (else its kind's per-sample scale: the whole layer alike);
 - the all-reduce latency and bandwidth need data-parallel ranks inside one node with two
   different gradient bytes per replica G/D (else none: the cluster's link);
 - optimizer_s_per_byte a rank with trainable parameters (else none: the device kind's constant);
@@ -88,6 +90,11 @@ class RankObservation:
     active_fwd_s: float  # profile: forward of trainable layers, whole step
     nograd_fwd_s: float  # profile: forward of frozen layers run without autograd
     bwd_s: float
+    # The per-call parts of the three above (the profile's intercepts, M per layer): the rest
+    # of each grows with the micro-batch size m.
+    active_fwd_call_s: float
+    nograd_fwd_call_s: float
+    bwd_call_s: float
     grad_bytes: float
     replicas: int
     allreduce_in_node: bool  # its stage's replicas share a node: the link calibration fits
@@ -190,6 +197,7 @@ def _phase_observation(
     layout = phase.layout
     m, M, k = layout.micro_batch_size, layout.micro_batches, layout.frozen_layers
     f, g, n = (model.layer_times(kind, m) for kind in ("fwd", "bwd", "nograd"))
+    fc, gc, nc = (model.layer_call_times(kind) for kind in ("fwd", "bwd", "nograd"))
     active = np.arange(model.num_layers) >= k
     ranks = []
     for rank in {r.rank for r in steps[0].ranks if r.stage is not None}:
@@ -209,6 +217,9 @@ def _phase_observation(
                 active_fwd_s=M * float(f[inside & active].sum()),
                 nograd_fwd_s=M * float(n[runs_frozen].sum()),
                 bwd_s=M * float(g[inside & active].sum()),
+                active_fwd_call_s=M * float(fc[inside & active].sum()),
+                nograd_fwd_call_s=M * float(nc[runs_frozen].sum()),
+                bwd_call_s=M * float(gc[inside & active].sum()),
                 grad_bytes=float(model.param_bytes[inside & active].sum()),
                 replicas=layout.replicas,
                 allreduce_in_node=len(nodes) == 1,
@@ -300,48 +311,112 @@ def robust_linear(matrix: np.ndarray, measured: np.ndarray, lower: np.ndarray) -
 # --------------------------------------------------------------------------- per-rank fits
 
 
-def fit_compute(ranks: list[RankObservation]) -> tuple[tuple[float, float, float], dict[str, str]]:
-    """Forward, backward and no-grad scales, and why any of them was not fitted.
+def fit_tied(
+    parts: np.ndarray, parents: list[int | None], measured: np.ndarray
+) -> tuple[np.ndarray, list[int]]:
+    """Scales x ≥ MIN_SCALE of measured ≈ Σ x_j · parts[:, j], where a part the data cannot
+    tell apart keeps its parent's scale; and the parts that got a scale of their own.
 
-        (fwd_scale, bwd_scale, nograd_scale), not_fitted = fit_compute(ranks)
+        scales, own = fit_tied(np.column_stack([per_sample, per_call]), [None, 0], measured)
 
-    bwd_scale = fwd_scale when no rank ran a backward.
+    Parts come parents first (parents[j] < j; part 0 is the root). Part j's own scale is its
+    deviation from its parent's, which moves the times by the columns of j and of every part
+    that inherits from j: j is admitted when that effect (relative, unit norm) lies SEPARABLE
+    from the span of the effects admitted before it (`separable`), so a finer distinction is
+    drawn only when the runs show it; a part not admitted takes the scale of its nearest
+    admitted ancestor. The admitted scales are then one bounded robust fit.
     """
-    why: dict[str, str] = {}
-    fwd_scale, nograd_scale, why_fwd = _fit_forward(ranks)
-    why.update(why_fwd)
+    count = parts.shape[1]
+    family = [[j] for j in range(count)]  # j and every part that inherits from it
+    for j in range(count - 1, 0, -1):
+        family[parents[j]] += family[j]
+    effects = np.column_stack([parts[:, f].sum(axis=1) for f in family])
+    own = sorted({0, *separable(effects / measured[:, None])})
+    holder = list(range(count))  # whose scale part j takes
+    for j in range(1, count):
+        holder[j] = j if j in own else holder[parents[j]]
+    columns = np.column_stack(
+        [parts[:, [j for j in range(count) if holder[j] == i]].sum(axis=1) for i in own]
+    )
+    fitted = robust_linear(columns, measured, np.full(len(own), MIN_SCALE))
+    return np.array([fitted[own.index(holder[j])] for j in range(count)]), own
+
+
+# The compute scales, in the order fit_tied admits them, each with the scale it keeps when the
+# runs cannot tell it apart: a frozen forward's scale is the trainable one's, a per-call scale
+# its kind's own (the whole layer scaled alike, as a calibration without it means).
+FORWARD = ("fwd_scale", "nograd_scale", "fwd_call_scale", "nograd_call_scale")
+FORWARD_PARENTS = [None, 0, 0, 1]
+BACKWARD = ("bwd_scale", "bwd_call_scale")
+SIZES_NEEDED = "needs ranks at micro-batch sizes m where the per-call part weighs differently"
+
+
+def fit_compute(ranks: list[RankObservation]) -> tuple[dict[str, float], dict[str, str]]:
+    """The compute scales (per-sample `*_scale`, per-call `*_call_scale` of forward, backward
+    and no-grad forward) and why any of them was not fitted.
+
+        scales, not_fitted = fit_compute(ranks)  # scales["fwd_call_scale"], …
+
+    The backward scales are the forward ones when no rank ran a backward.
+    """
+    scales, why = _fit_forward(ranks)
     bwd = [r for r in ranks if r.measured_bwd_s > 0 and r.bwd_s > 0]
-    if bwd:
-        terms = np.array([[r.bwd_s] for r in bwd])
-        measured = np.array([r.measured_bwd_s for r in bwd])
-        bwd_scale = float(robust_linear(terms, measured, np.array([MIN_SCALE]))[0])
-    else:
-        bwd_scale = fwd_scale
-        why["bwd_scale"] = "no rank measured a backward: set to fwd_scale"
-    return (fwd_scale, bwd_scale, nograd_scale), why
+    if not bwd:
+        reason = "no rank measured a backward"
+        scales.update(bwd_scale=scales["fwd_scale"], bwd_call_scale=scales["fwd_call_scale"])
+        why.update(
+            bwd_scale=f"{reason}: set to fwd_scale",
+            bwd_call_scale=f"{reason}: set to fwd_call_scale",
+        )
+        return scales, why
+    parts = np.array([[r.bwd_s - r.bwd_call_s, r.bwd_call_s] for r in bwd])
+    measured = np.array([r.measured_bwd_s for r in bwd])
+    fitted, own = fit_tied(parts, [None, 0], measured)
+    scales.update(zip(BACKWARD, map(float, fitted), strict=True))
+    if 1 not in own:
+        why["bwd_call_scale"] = f"not separable from bwd_scale ({SIZES_NEEDED}): set to bwd_scale"
+    return scales, why
 
 
-def _fit_forward(ranks: list[RankObservation]) -> tuple[float, float, dict[str, str]]:
-    """(fwd_scale, nograd_scale) from a·P_f + c·P_n = measured forward; c = a when the ranks
-    cannot tell frozen from trainable forward time."""
+def _fit_forward(ranks: list[RankObservation]) -> tuple[dict[str, float], dict[str, str]]:
+    """The four forward scales from measured forward = Σ scale · part over the trainable and
+    frozen layers' per-sample and per-call parts, and why any of them keeps another's."""
     fwd = [r for r in ranks if r.measured_fwd_s > 0 and r.active_fwd_s + r.nograd_fwd_s > 0]
     if not fwd:
         reason = "no rank measured a forward"
-        return 1.0, 1.0, {"fwd_scale": reason, "nograd_scale": reason}
-    terms = np.array([[r.active_fwd_s, r.nograd_fwd_s] for r in fwd])
-    measured = np.array([r.measured_fwd_s for r in fwd])
-    if separable(terms / measured[:, None]) == [0, 1]:
-        fwd_scale, nograd_scale = robust_linear(terms, measured, np.full(2, MIN_SCALE))
-        return float(fwd_scale), float(nograd_scale), {}
-    # One scale for both; which case it is decides the reason.
-    both = terms.sum(axis=1, keepdims=True)
-    scale = float(robust_linear(both, measured, np.array([MIN_SCALE]))[0])
-    reason = (
-        "no frozen layer ran without the cache"
-        if not terms[:, 1].any()
-        else "frozen and trainable layers ran in the same proportion on every rank"
+        return dict.fromkeys(FORWARD, 1.0), dict.fromkeys(FORWARD, reason)
+    parts = np.array(
+        [
+            [
+                r.active_fwd_s - r.active_fwd_call_s,
+                r.nograd_fwd_s - r.nograd_fwd_call_s,
+                r.active_fwd_call_s,
+                r.nograd_fwd_call_s,
+            ]
+            for r in fwd
+        ]
     )
-    return scale, scale, {"nograd_scale": f"{reason}: set to fwd_scale"}
+    measured = np.array([r.measured_fwd_s for r in fwd])
+    fitted, own = fit_tied(parts, FORWARD_PARENTS, measured)
+    why = {}
+    frozen_ran = bool(parts[:, [1, 3]].any())
+    if 1 not in own:
+        why["nograd_scale"] = (
+            "no frozen layer ran without the cache: set to fwd_scale"
+            if not frozen_ran
+            else "frozen and trainable layers ran in the same proportion on every rank: "
+            "set to fwd_scale"
+        )
+    if 2 not in own:
+        why["fwd_call_scale"] = f"not separable from fwd_scale ({SIZES_NEEDED}): set to fwd_scale"
+    if 3 not in own:
+        why["nograd_call_scale"] = (
+            "no frozen layer ran without the cache: set to nograd_scale"
+            if not frozen_ran
+            else f"not separable from the other forward scales ({SIZES_NEEDED}): "
+            "set to nograd_scale"
+        )
+    return dict(zip(FORWARD, map(float, fitted), strict=True)), why
 
 
 def fit_allreduce(ranks: list[RankObservation]) -> tuple[FittedLink | None, dict[str, str]]:
@@ -556,13 +631,11 @@ def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
     """The profile with a calibration fitted to the runs (replacing any earlier one)."""
     observations = observe(run_dirs, profile)
     ranks = [r for o in observations for r in o.ranks]
-    (fwd_scale, bwd_scale, nograd_scale), why_compute = fit_compute(ranks)
+    scales, why_compute = fit_compute(ranks)
     allreduce, why_allreduce = fit_allreduce(ranks)
     optimizer, why_optimizer = fit_optimizer(ranks)
     partial = Calibration(
-        fwd_scale=fwd_scale,
-        bwd_scale=bwd_scale,
-        nograd_scale=nograd_scale,
+        **scales,
         allreduce=allreduce,
         optimizer_s_per_byte=optimizer,
         runs=sorted({o.run for o in observations}),

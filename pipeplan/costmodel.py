@@ -20,7 +20,14 @@ from scipy.optimize import nnls
 
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import Cluster, Layout, Link, Profile
-from pipeplan.simulate import StageWork, Timeline, in_flight, simulate_step, timeline_of
+from pipeplan.simulate import (
+    StageWork,
+    Timeline,
+    in_flight,
+    received_in_op,
+    simulate_step,
+    timeline_of,
+)
 
 GIB = 1 << 30
 # Bytes AdamW moves per parameter byte (read p, g, m, v; write p, m, v), over memory bandwidth.
@@ -150,9 +157,8 @@ class CostModel:
         self._fits = {key: np.array(value) for key, value in fits.items()}
         self.calibration = profile.calibration
         if self.calibration is not None:
-            self._fits["fwd"] *= self.calibration.fwd_scale
-            self._fits["bwd"] *= self.calibration.bwd_scale
-            self._fits["nograd"] *= self.calibration.nograd_scale
+            for kind, fit in self._fits.items():
+                fit *= np.array(self.calibration.scales(kind))  # columns: per call, per sample
         limit = int(self.params.extrapolation_factor * min(largest_feasible))
         bad_sizes = [b for b in smallest_infeasible if b is not None]
         if bad_sizes:
@@ -205,6 +211,14 @@ class CostModel:
         self.check_micro_batch_size(m)
         fit = self._fits[kind]
         return fit[:, 0] + fit[:, 1] * m
+
+    def layer_call_times(self, kind: str) -> np.ndarray:
+        """The per-call part of every layer's fitted time (what `layer_times` adds whatever m
+        is): calibration scales it apart from the per-sample part.
+
+            per_call = model.layer_call_times("fwd")  # layer_times("fwd", m) − per_call ∝ m
+        """
+        return self._fits[kind][:, 0].copy()
 
     def check_micro_batch_size(self, m: int) -> None:
         if m < 1:
@@ -372,8 +386,10 @@ class CostModel:
         return max(0.0, c.step_overhead_s + c.input_s_per_sample * samples_per_replica)
 
     def stages(self, layout: Layout) -> tuple[list[StageWork], list[StageReport]]:
-        """Per-stage work (for the simulation) and report (time and memory) of `layout`; the
-        all-reduce is priced alone on its links here (the simulation shares them)."""
+        """Per-stage work (for the simulation: transfers timed into the receiving op,
+        `simulate.received_in_op`) and report (time and memory, each transfer apart) of
+        `layout`; the all-reduce is priced alone on its links here (the simulation shares
+        them)."""
         S, D, M = layout.num_stages, layout.replicas, layout.micro_batches
         layout.check_placement(self.num_layers, self.cluster.num_devices)
         m = layout.micro_batch_size
@@ -420,7 +436,9 @@ class CostModel:
             reports.append(
                 StageReport(first, stop, fwd, bwd, send_fwd, send_bwd, allreduce, optimizer, memory)
             )
-        return works, reports
+        # The reports keep each transfer apart; the simulation times it into the op that
+        # receives it, as the executor's schedules run it.
+        return received_in_op(works), reports
 
     # ------------------------------------------------------------------ transitions
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeplan.simulate import StageWork, step_lower_bound_s, window_counts
+from pipeplan.simulate import StageWork, received_in_op, step_lower_bound_s, window_counts
 
 DENSE_MAX_LAYERS = 160
 RELATIVE_TOLERANCE = 1e-7
@@ -736,7 +736,7 @@ class PartitionSpace:
                     optimizer_s=float(p.optimizer_s_per_byte * grads),
                 )
             )
-        return works
+        return received_in_op(works)  # as `CostModel.stages` prices them
 
     # ------------------------------------------------------------------ heuristics
 

@@ -45,7 +45,7 @@ from pipeplan.formats import (
     steady_step,
     steady_steps,
 )
-from pipeplan.simulate import StageWork, Timeline, TimelineEvent, simulate
+from pipeplan.simulate import StageWork, Timeline, TimelineEvent, received_in_op, simulate
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
 
@@ -345,7 +345,7 @@ def simulated_schedule(phase: PhaseRecord | PhaseReport) -> Timeline | None:
         )
         for p in phase.predicted_stages
     ]
-    return simulate(works, phase.layout.micro_batches, phase.layout.schedule)
+    return simulate(received_in_op(works), phase.layout.micro_batches, phase.layout.schedule)
 
 
 def predicted_overhead(phase: PhaseRecord) -> float | None:

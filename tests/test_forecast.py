@@ -95,7 +95,8 @@ def test_a_schedule_decided_without_gradients_is_forecast_as_itself(priced):
     (alpha,) = forecast(priced, "alpha", [0]).cases
     assert alpha.frozen_layers == alpha_bound(0.3, EPOCHS, BLOCKS)
     (none,) = forecast(priced, "none", [0]).cases
-    assert none.frozen_layers == [0] * EPOCHS and none.speedup == 1.0
+    # The plan's total is rounded to 9 significant digits (§3.1), the baseline's is not.
+    assert none.frozen_layers == [0] * EPOCHS and none.speedup == pytest.approx(1.0, rel=1e-8)
 
 
 def test_the_epoch_line_states_the_forecast_and_its_continuations(priced):

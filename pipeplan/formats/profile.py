@@ -149,9 +149,21 @@ class Calibration(Strict):
     """Corrections fitted from measured runs (`pipeplan calibrate`); the cost model applies
     them on top of the profile's measurements."""
 
+    # A layer's profiled time at micro-batch size m is a per-call part plus a per-sample part,
+    # a + c·m (§4.2). A run scales them differently from the profiler (which times each layer
+    # alone): `*_scale` multiplies the per-sample part c, `*_call_scale` the per-call part a.
     fwd_scale: Scale = 1.0
     bwd_scale: Scale = 1.0
     nograd_scale: Scale = 1.0
+    fwd_call_scale: Scale | None = Field(
+        None, description="Per-call part of trainable forwards; None: fwd_scale (whole layer)."
+    )
+    bwd_call_scale: Scale | None = Field(
+        None, description="Per-call part of backwards; None: bwd_scale (whole layer)."
+    )
+    nograd_call_scale: Scale | None = Field(
+        None, description="Per-call part of frozen forwards; None: nograd_scale (whole layer)."
+    )
     allreduce: FittedLink | None = Field(None, description="Ring terms, as in comm.allreduce.")
     p2p: FittedLink | None = Field(
         None, description="Stage-to-stage transfers inside a node, as the pipeline sees them."
@@ -175,6 +187,15 @@ class Calibration(Strict):
         default_factory=dict,
         description="Parameters the runs cannot identify, left at their defaults: name → why.",
     )
+
+    def scales(self, kind: str) -> tuple[float, float]:
+        """(per-call, per-sample) scale of one kind of layer time: fwd, bwd or nograd.
+
+        call, sample = calibration.scales("fwd")
+        """
+        sample = getattr(self, f"{kind}_scale")
+        call = getattr(self, f"{kind}_call_scale")
+        return (sample if call is None else call), sample
 
 
 class ProfileSettings(Strict):
