@@ -10,7 +10,7 @@ from test_readme import command
 from transformers import AutoModelForImageClassification
 
 import cli
-from executor.demo_checkpoint import PRETRAINED, PROFILE_FILE, check
+from executor.demo_checkpoint import PRETRAINED, PROFILE_FILE, SOURCE_RUN, check
 from pipeplan.formats import EpochRecord, PhaseRecord, RunSummary, load, read_records
 
 # Chance is 20 % on the target's five classes (digit mod 5).
@@ -88,4 +88,5 @@ def test_demo_pretrains_once_then_fine_tunes_statically_and_elastically(tmp_path
     (pretrained / PROFILE_FILE).unlink()
     config = json.loads((pretrained / "run.json").read_text())
     (pretrained / "run.json").write_text(json.dumps({**config, "epochs": 1}))
-    assert "made with other settings (epochs 1, not 8)" in check(pretrained)
+    expected = f"made with other settings (epochs 1, not {SOURCE_RUN.epochs})"
+    assert expected in check(pretrained)
