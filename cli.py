@@ -16,6 +16,7 @@ from rich.table import Table
 from pipeplan import log
 from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError
 from pipeplan.formats import RunConfig
+from pipeplan.formats.base import MAX_EPOCHS
 from pipeplan.inputs import PlanRequest, ProfileRequest
 from pipeplan.options import build, options
 
@@ -260,7 +261,7 @@ def demo(
         bool,
         Opt(help="Only make (or check and reuse) the pretrained checkpoint, RUNS/demo-pretrained."),
     ] = False,
-    epochs: Annotated[int, Opt(min=1, help="Fine-tuning epochs of each run.")] = 10,
+    epochs: Annotated[int, Opt(min=1, max=MAX_EPOCHS, help="Fine-tuning epochs of each run.")] = 10,
 ) -> None:
     """Fine-tune a pretrained model statically and elastically, calibrate, compare speedups."""
     from executor.demo import pretrained_checkpoint, run_demo
@@ -615,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pipeplan: error: {exc}", file=sys.stderr)
         return 2
     except _USAGE_ERRORS as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `pipeplan`: the help, printed
+            return 0
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         print(f"pipeplan: error: {message}", file=sys.stderr)
         return 2

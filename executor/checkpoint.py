@@ -204,10 +204,47 @@ def load_checkpoint(path: Path) -> Loaded:
         raise InputFileError(
             f"{path}: unreadable checkpoint ({str(exc).splitlines()[0]})"
         ) from None
+    _check_structure(path, model, optimizer, rng)
     bad = next((n for n, t in model.items() if not torch.isfinite(t).all()), None)
     if bad is not None:
         raise InputFileError(f"{path}: parameter {bad} holds NaN or infinite values")
     return manifest, model, optimizer, rng
+
+
+def _check_structure(path: Path, model: object, optimizer: object, rng: object) -> None:
+    """What `save` writes: name → tensor (model.pt, rng.pt), name → {state: tensor}
+    (optimizer.pt). A file that matches its checksum but holds anything else (a hand-made one,
+    its checksum recomputed) is refused here, not inside a rank."""
+
+    def tensors(value: object) -> bool:
+        return isinstance(value, dict) and all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()
+        )
+
+    for name, ok in (
+        ("model.pt", tensors(model)),
+        ("rng.pt", tensors(rng)),
+        (
+            "optimizer.pt",
+            isinstance(optimizer, dict)
+            and all(isinstance(k, str) and tensors(v) for k, v in optimizer.items()),
+        ),
+    ):
+        if not ok:
+            raise InputFileError(f"{path / name}: not the tensors a checkpoint holds")
+
+
+def check_weights(model: dict[str, torch.Tensor], layers: nn.ModuleList, where: Path) -> None:
+    """Every parameter of `layers` is in the checkpoint with its shape (another model's
+    checkpoint, or a tensor of the wrong shape, is one line before any rank starts)."""
+    for p, name in _names(layers).items():
+        if name not in model:
+            raise InputFileError(f"{where}: checkpoint lacks parameter {name} (another model?)")
+        if tuple(model[name].shape) != tuple(p.shape):
+            raise InputFileError(
+                f"{where}: parameter {name} has shape {list(model[name].shape)} in the "
+                f"checkpoint, {list(p.shape)} in the model"
+            )
 
 
 def load_latest(run_dir: Path) -> Loaded:
@@ -239,9 +276,7 @@ def restore(
 ) -> dict[nn.Parameter, OptimizerState]:
     """Load every layer's parameters; return the optimizer state by parameter."""
     names = _names(layers)
-    missing = [n for n in names.values() if n not in model]
-    if missing:
-        raise InputFileError(f"checkpoint lacks parameter {missing[0]} (another model?)")
+    check_weights(model, layers, Path("checkpoint"))
     with torch.no_grad():
         for p, name in names.items():
             p.copy_(model[name])

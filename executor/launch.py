@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing import SignalException
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
@@ -44,14 +45,15 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 import executor
 from executor import faults
-from executor.checkpoint import PENDING_CONFIG, commit_config
+from executor.checkpoint import PENDING_CONFIG, check_weights, commit_config, latest
 from executor.planning import RUN_PROFILE, RunPlanner
-from executor.task import build_task
+from executor.records import METRICS_FILE
+from executor.task import MODEL_DIR, build_task
 from executor.worker import Trainer, init_distributed
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
 from pipeplan.errors import BadArgumentError, Interrupted, OutputError, PipeplanError
-from pipeplan.fileio import claim_directory, write_atomic
+from pipeplan.fileio import check_writable, claim_directory, write_atomic
 from pipeplan.formats import (
     CheckpointManifest,
     PhaseSummary,
@@ -102,13 +104,16 @@ def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
 
 
 def check_run(
-    cfg: RunConfig, local: bool = True, resumed: tuple[Path, CheckpointManifest] | None = None
+    cfg: RunConfig,
+    local: bool = True,
+    resumed: tuple[Path, CheckpointManifest, dict[str, torch.Tensor]] | None = None,
 ) -> RunPlanner:
     """Everything a configuration must pass before any process starts, the same for a fresh
     run and a resume: ranks this host has (`local`; torchrun's world size is the launcher's),
     model and data, the freeze list, a first phase that can be planned. A resume (`resumed`:
-    the run directory and its latest checkpoint's manifest) is checked against the profile
-    the run prices with, and its checkpoint's position against the run's steps.
+    the run directory, its latest checkpoint's manifest and weights) is checked against the
+    profile the run prices with, its checkpoint against the run's steps and model, and the
+    files the run writes must be writable.
 
         planner = check_run(cfg)   # BadArgumentError with one line naming the flag
     """
@@ -130,9 +135,11 @@ def check_run(
     if resumed is None:
         planner = RunPlanner.from_config(cfg)
     else:
-        run_dir, manifest = resumed
+        run_dir, manifest, weights = resumed
         planner = RunPlanner.for_run(run_dir, cfg)
         check_position(manifest, cfg, len(data.train), len(seq.layers))
+        check_weights(weights, seq.layers, latest(run_dir))
+        check_outputs(run_dir)
     planner.check(seq)
     return planner
 
@@ -168,6 +175,18 @@ def check_position(
                 )
         except BadArgumentError as exc:
             raise BadArgumentError(f"checkpoint step {manifest.step}: layout: {exc}") from None
+
+
+def check_outputs(run_dir: Path) -> None:
+    """What a resumed run writes into its directory can be written: its folders are folders,
+    its files regular files or absent (a model/ replaced by a file failed only at the export,
+    after training, suggesting the same --resume again)."""
+    for folder in ("checkpoints", "logs", MODEL_DIR):
+        path = run_dir / folder
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise OutputError(f"{path}: not a folder; the run writes into it")
+    for name in ("run.jsonl", METRICS_FILE, "summary.json", "run.json"):
+        check_writable(run_dir / name)
 
 
 def run_directory(runs_root: str | Path, name: str) -> Path:
@@ -482,7 +501,7 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     """`pipeplan run --resume RUN_DIR [--nproc N] [--epochs E] [--collective-timeout S]`:
     continue from the latest checkpoint, re-checked as a fresh run would be (a hand-edited
     run.json included) and re-planned for the world size."""
-    from executor.checkpoint import latest, load_latest
+    from executor.checkpoint import load_latest
 
     path = Path(run_dir)
     saved = load(RunConfig, path / "run.json")
@@ -492,8 +511,9 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     # before any rank starts, not a rank failure that suggests the same --resume again.
     load(Profile, path / RUN_PROFILE)
     read_records(path / "run.jsonl")
-    manifest = load_latest(path)[0]  # checksums, finite weights (an older one, with a notice)
-    check_run(cfg, resumed=(path, manifest))
+    # Checksums, what the files hold, finite weights (an older one, with a notice).
+    manifest, weights, _, _ = load_latest(path)
+    check_run(cfg, resumed=(path, manifest, weights))
     claim_directory(path)
     pending = path / PENDING_CONFIG
     pending.unlink(missing_ok=True)  # left by a resume that was killed: not this one's

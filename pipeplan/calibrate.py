@@ -658,7 +658,9 @@ def calibrate_to_file(run_dirs: list[str], profile_path: str, out: str) -> Profi
     """`pipeplan calibrate`: check the output first, write atomically; the input is untouched."""
     from pipeplan.fileio import check_writable, write_atomic
 
-    check_writable(out)
+    # Not over an input: the profile, or a file the runs' records are read from.
+    runs = [Path(d) / name for d in run_dirs for name in ("run.jsonl", "run.json", "profile.json")]
+    check_writable(out, inputs=[profile_path, *runs])
     calibrated = calibrate(run_dirs, load(Profile, profile_path))
     write_atomic(out, dumps(calibrated))
     return calibrated

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -35,7 +36,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from pipeplan.errors import BadArgumentError, OutputError
-from pipeplan.fileio import write_atomic
+from pipeplan.fileio import check_writable, write_atomic
 
 DPI = 120
 FIG_WIDTH_IN = 12.0
@@ -88,9 +89,35 @@ def plot_epochs(
     return _save(_epochs_figure(rows, title, baseline_samples_per_s), path)
 
 
+def _plain_text(build: Any) -> Any:
+    """Figures whose texts are drawn as written: a model or run name is the user's, and
+    matplotlib would parse `$...$` in it as math (an unknown macro raised mid-plot)."""
+
+    def plain(*args: Any, **kwargs: Any) -> Any:
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return build(*args, **kwargs)
+
+    plain.__doc__, plain.__name__ = build.__doc__, build.__name__
+    return plain
+
+
+def check_targets(paths: Sequence[Path]) -> None:
+    """Every plot a command will write can be written, checked before the first is drawn: a
+    refused target must not leave the others half replaced."""
+    for path in paths:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(
+                f"{path}: cannot create directory {path.parent} ({exc.strerror or exc})"
+            ) from None
+        check_writable(path)
+
+
 # --------------------------------------------------------------------------- timeline
 
 
+@_plain_text
 def _timeline_figure(timeline: Any, title: str = "") -> Figure:
     """The Gantt figure of `plot_timeline`, without writing it (tests inspect it)."""
     tl = _Timeline.of(timeline, "timeline")
@@ -105,6 +132,7 @@ def _timeline_figure(timeline: Any, title: str = "") -> Figure:
     return fig
 
 
+@_plain_text
 def _comparison_figure(measured: Any, simulated: Any, title: str = "") -> Figure:
     m = _Timeline.of(measured, "measured timeline")
     s = _Timeline.of(simulated, "simulated timeline")
@@ -261,6 +289,7 @@ THROUGHPUT_COLOUR = "#4C72B0"
 MAX_BAR_LABELS = 40  # beyond this many epochs the "stages×replicas" labels would collide
 
 
+@_plain_text
 def _epochs_figure(
     rows: Iterable[Any], title: str = "", baseline_samples_per_s: float | None = None
 ) -> Figure:
@@ -434,6 +463,8 @@ def write_preview_plots(
 ) -> list[Path]:
     """`pipeplan preview --plot DIR`: one Gantt per phase and the per-epoch chart."""
     directory = Path(directory)
+    phases = range(len(preview.plan.phases))
+    check_targets([*(directory / f"phase{i}-step.png" for i in phases), directory / "epochs.png"])
     written = []
     for index, (phase, timeline) in enumerate(zip(preview.plan.phases, timelines, strict=True)):
         title = (

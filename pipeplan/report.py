@@ -21,6 +21,7 @@ measured.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -127,7 +128,9 @@ def relative_error(predicted: float | None, measured: float | None) -> float | N
     # a relative error meaningless; the two numbers are still reported.
     if not predicted or not measured:
         return None
-    return (predicted - measured) / measured
+    error = (predicted - measured) / measured
+    # A measured 5e-324 s (a subnormal, no clock's reading) makes the ratio overflow: no error.
+    return error if math.isfinite(error) else None
 
 
 def compare(predicted: float | None, measured: float | None) -> Comparison:
@@ -234,7 +237,16 @@ def epoch_reports(run: _Run) -> list[EpochReport]:
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
-    return numerator / denominator if numerator and denominator else None
+    """numerator / denominator; None when either is missing or zero or the quotient is not a
+    finite number (a subnormal time recorded by hand overflows it)."""
+    if not numerator or not denominator:
+        return None
+    value = numerator / denominator
+    return value if math.isfinite(value) else None
+
+
+def per_second(count: float, seconds: float) -> float | None:
+    return ratio(count, seconds) if count else (0.0 if seconds else None)
 
 
 def check_comparable(run: _Run, baseline: _Run) -> None:
@@ -257,7 +269,7 @@ def baseline_report(run: _Run, baseline: _Run) -> BaselineReport:
         steps=len(baseline.steps),
         training_s=baseline.training_s,
         predicted_training_s=baseline.predicted_training_s,
-        samples_per_s=samples / trained_s if trained_s else None,
+        samples_per_s=per_second(samples, trained_s),
         final_eval_accuracy=baseline.final_eval_accuracy,
         measured_speedup=ratio(baseline.training_s, run.training_s),
         previewed_speedup=ratio(baseline.predicted_training_s, run.predicted_training_s),
@@ -367,9 +379,11 @@ def simulated_timeline(phase: PhaseReport) -> Timeline | None:
 
 def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
     """`pipeplan report --plot DIR`: per phase measured vs simulated step, and the epochs."""
-    from pipeplan.plots import plot_epochs, plot_measured_vs_simulated, plot_timeline
+    from pipeplan.plots import check_targets, plot_epochs, plot_measured_vs_simulated, plot_timeline
 
     directory = Path(directory)
+    names = [f"phase{phase.phase}-measured-vs-simulated.png" for phase in report.phases]
+    check_targets([*(directory / name for name in names), directory / "epochs.png"])
     written = []
     for phase in report.phases:
         heading = (

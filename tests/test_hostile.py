@@ -12,9 +12,11 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 import cli
 from executor.planning import shipped_profile
@@ -522,11 +524,55 @@ def _garbage_weights(run: Path) -> str:
     return "model.pt: checksum mismatch"
 
 
+def _forge(run: Path, name: str, value) -> None:
+    """Replace a checkpoint file and recompute its checksum, as a careful forger would."""
+    step = run / "checkpoints" / "step-2"
+    torch.save(value, step / name)
+    manifest = json.loads((step / "manifest.json").read_text())
+    manifest["files"][name] = hashlib.sha256((step / name).read_bytes()).hexdigest()
+    (step / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _weights_of_another_shape(run: Path) -> str:
+    step = run / "checkpoints" / "step-2"
+    weights = torch.load(step / "model.pt", weights_only=True)
+    name = next(iter(weights))
+    _forge(run, "model.pt", {**weights, name: torch.zeros(3, 5)})
+    return "in the checkpoint"
+
+
+def _weights_not_tensors(run: Path) -> str:
+    _forge(run, "model.pt", {"a": 1})
+    return "model.pt: not the tensors a checkpoint holds"
+
+
+def _optimizer_a_list(run: Path) -> str:
+    _forge(run, "optimizer.pt", [torch.zeros(1)])
+    return "optimizer.pt: not the tensors a checkpoint holds"
+
+
+def _model_folder_a_file(run: Path) -> str:
+    shutil.rmtree(run / "model")
+    (run / "model").write_text("not a folder")
+    return "model: not a folder"
+
+
+def _metrics_a_folder(run: Path) -> str:
+    (run / "metrics.csv").unlink()
+    (run / "metrics.csv").mkdir()
+    return "metrics.csv: is a directory"
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "damage",
     [
+        _weights_of_another_shape,
+        _weights_not_tensors,
+        _optimizer_a_list,
+        _model_folder_a_file,
+        _metrics_a_folder,
         _empty_run_json,
         _run_json_a_directory,
         _run_json_a_list,
@@ -1012,3 +1058,99 @@ def test_a_demo_runs_dir_that_cannot_be_a_folder_is_one_line(tmp_path, capsys, p
     argv = ["demo", "--runs-dir", str(afile), *pretrain_only]
     refused(argv, tmp_path, capsys, "--runs-dir cannot be a folder")
     refused([*argv[:2], str(afile / "below"), *pretrain_only], tmp_path, capsys, "cannot be a")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "damage", [_weights_not_tensors, _optimizer_a_list, _weights_of_another_shape], ids=str
+)
+def test_export_of_a_forged_checkpoint_is_one_line(finished_run, tmp_path, capsys, damage):
+    """Found by an independent round: a checkpoint file holding an int or a list, its checksum
+    recomputed, gave a traceback from `pipeplan export`."""
+    run = copy_run(finished_run, tmp_path)
+    fragment = damage(run)
+    refused(["export", str(run), "--out", str(tmp_path / "out")], tmp_path, capsys, fragment)
+
+
+# ----------------------------------------------------------------------------- third round
+
+
+def test_bare_pipeplan_prints_the_help_and_no_error(capsys):
+    """Found by an independent round: the help, then an empty `pipeplan: error:` line."""
+    assert cli.main([]) == 0
+    captured = capsys.readouterr()
+    assert "Usage: pipeplan" in captured.out and "error" not in captured.err
+
+
+def test_demo_epochs_beyond_the_limit_are_refused_before_pretraining(tmp_path, capsys):
+    """Found by an independent round: `demo --epochs 100000` pretrained first (minutes), then
+    gave a pydantic traceback."""
+    argv = ["demo", "--runs-dir", str(tmp_path / "runs"), "--epochs", "100000"]
+    refused(argv, tmp_path, capsys, "less than or equal to 10000")
+    assert not (tmp_path / "runs").exists()
+
+
+def _synthetic_run(root: Path, name: str, **config) -> Path:
+    from test_report import elastic_records, write_run
+
+    return write_run(root / name, elastic_records(), **config)
+
+
+def test_calibrate_never_writes_over_its_inputs(tmp_path, capsys):
+    """Found by an independent round: `calibrate --out` naming its own --profile replaced it
+    (plan refuses that)."""
+    run = _synthetic_run(tmp_path, "run")
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    for out in (profile, run / "run.jsonl"):
+        argv = ["calibrate", str(run), "--profile", str(profile), "--out", str(out)]
+        refused(argv, tmp_path, capsys, "is also an input")
+
+
+def _subnormal(path: Path) -> None:
+    """Every time of every step record set to the smallest float, 5e-324 s."""
+
+    def tiny(value):
+        if isinstance(value, dict):
+            return {k: 5e-324 if k.endswith("_s") and v else tiny(v) for k, v in value.items()}
+        return [tiny(v) for v in value] if isinstance(value, list) else value
+
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines = [tiny(d) if d.get("kind") == "step" else d for d in lines]
+    path.write_text("".join(json.dumps(d) + "\n" for d in lines))
+
+
+def test_report_of_subnormal_times_is_a_report(tmp_path, capsys):
+    """Found by an independent round: step times of 5e-324 s made the error ratio overflow
+    into a pydantic traceback; a ratio that is not finite is reported as unknown."""
+    run = _synthetic_run(tmp_path, "tiny")
+    _subnormal(run / "run.jsonl")
+    base = _synthetic_run(tmp_path, "base")
+    assert cli.main(["report", str(run)]) == 0
+    assert cli.main(["report", str(run), "--baseline", str(base)]) == 0
+    assert cli.main(["report", str(base), "--baseline", str(run)]) == 0
+
+
+def test_a_name_with_dollar_signs_is_drawn_as_written(tmp_path, capsys):
+    """Found by an independent round: a model named `m $\\bogusmacro$` made matplotlib parse
+    math mid-plot (a traceback, some plots already written)."""
+    run = _synthetic_run(tmp_path, "math", model="m $\\bogusmacro$")
+    assert cli.main(["report", str(run), "--plot", str(tmp_path / "plots")]) == 0
+    assert len(list((tmp_path / "plots").glob("*.png"))) == 3
+
+
+def test_a_refused_plot_target_leaves_every_plot_as_it_was(tmp_path, capsys):
+    """Found by an independent round: with epochs.png a folder, the phase plots were replaced
+    before the refusal."""
+    plots = tmp_path / "plots"
+    (plots / "epochs.png").mkdir(parents=True)
+    (plots / "phase0-step.png").write_text("mine")
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    argv = ["preview", "--profile", str(profile), "--global-batch", "64", "--samples", "1400"]
+    argv += ["--epochs", "2", "--plot", str(plots)]
+    refused(argv, tmp_path, capsys, "epochs.png: is a directory")
+    assert sorted(p.name for p in plots.iterdir()) == ["epochs.png", "phase0-step.png"]
+    run = _synthetic_run(tmp_path, "run")
+    refused(["report", str(run), "--plot", str(plots)], tmp_path, capsys, "is a directory")
