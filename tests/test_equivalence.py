@@ -4,11 +4,17 @@ activation cache on or off, ends with the parameters of a plain single-process P
 written here: the same data order (the per-replica `DistributedSampler` shards of each epoch
 make up each step's global batch), learning-rate schedule, AdamW weight decay and freezes.
 
+A third run pins, through a plan file, a middle phase whose first stage holds only frozen layers
+and runs forward only (`Layout.forward_only_stages`), between two phases whose stages all train:
+the same parameters again, evaluation through that stage, its records saying forward only.
+
 Dropout: the executor draws dropout masks per rank, so no single-process loop can draw the
 same ones; equivalence with the plain loop is checked without dropout, and cache on against
 cache off with dropout 0.1 on the layers that train (frozen layers run in eval mode).
 """
 
+import itertools
+import json
 import math
 
 import pytest
@@ -23,9 +29,10 @@ MODEL, EPOCHS, STEPS, BATCH, LR, WEIGHT_DECAY = "vit-digits", 3, 3, 64, 1e-3, 0.
 # Frozen layers per epoch. The cached phase has two epochs: its first fills the node's cache as
 # it trains (costing an uncached epoch plus the store), so one epoch would not pay for it.
 FREEZE = [0, 5, 5]
-ARGS = ["--model", MODEL, "--nproc", "2", "--device-memory", "100MiB", "--epochs", str(EPOCHS)]
-ARGS += ["--max-steps-per-epoch", str(STEPS), "--global-batch", str(BATCH), "--seed", "0"]
-ARGS += ["--freeze", ",".join(map(str, FREEZE)), "--lr", str(LR)]
+BASE = ["--model", MODEL, "--nproc", "2", "--device-memory", "100MiB", "--epochs", str(EPOCHS)]
+BASE += ["--max-steps-per-epoch", str(STEPS), "--global-batch", str(BATCH), "--seed", "0"]
+BASE += ["--lr", str(LR)]
+ARGS = [*BASE, "--freeze", ",".join(map(str, FREEZE))]
 # Sums over a batch in another order: the observed relative error is ~3e-7; margin ×6.
 TOLERANCE = 2e-6
 
@@ -39,7 +46,7 @@ def flat(parameters: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.cat([parameters[k].flatten() for k in sorted(parameters)])
 
 
-def reference(replicas_per_epoch: list[int]) -> dict[str, torch.Tensor]:
+def reference(replicas_per_epoch: list[int], freeze: list[int] = FREEZE) -> dict[str, torch.Tensor]:
     """A plain loop: one process, the whole model, the executor's data order and schedule."""
     torch.manual_seed(0)
     seq = models.build(MODEL, seed=0)
@@ -47,7 +54,7 @@ def reference(replicas_per_epoch: list[int]) -> dict[str, torch.Tensor]:
     opt = torch.optim.AdamW(seq.layers.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
     total = STEPS * EPOCHS
     step = 0
-    for epoch, (frozen, replicas) in enumerate(zip(FREEZE, replicas_per_epoch, strict=True)):
+    for epoch, (frozen, replicas) in enumerate(zip(freeze, replicas_per_epoch, strict=True)):
         for index, layer in enumerate(seq.layers):
             layer.requires_grad_(index >= frozen)
         orders = []
@@ -78,8 +85,8 @@ def reference(replicas_per_epoch: list[int]) -> dict[str, torch.Tensor]:
     }
 
 
-def run(root, name, *extra) -> dict[str, torch.Tensor]:
-    assert cli.main(["run", *ARGS, *extra, "--name", name, "--runs-dir", str(root)]) == 0
+def run(root, name, *extra, args=ARGS) -> dict[str, torch.Tensor]:
+    assert cli.main(["run", *args, *extra, "--name", name, "--runs-dir", str(root)]) == 0
     return final_parameters(root / name)
 
 
@@ -128,3 +135,59 @@ def test_cache_on_equals_cache_off_with_dropout(tmp_path):
 
     assert [s.loss for s in steps("on")] == [s.loss for s in steps("off")]
     assert sum(s.cache_hits for s in steps("on")) > 0  # the cache was read, not only filled
+
+
+# vit-digits has 10 layers. With 5 frozen, stage 0 (layers 0-3) runs forward only and stage 1
+# starts with the last frozen layer; the phases before and after cut where both stages train.
+PINNED_FREEZE = [0, 5, 6]
+PINNED_CUTS = {0: (0, 5, 10), 5: (0, 4, 10), 6: (0, 7, 10)}
+
+
+def pinned_plan(root) -> str:
+    """A plan from `pipeplan plan`, its layouts replaced by PINNED_CUTS on 2 ranks, 1F1B, M=2."""
+    from executor.planning import shipped_profile
+
+    path = root / "plan.json"
+    argv = ["plan", "--profile", str(shipped_profile(MODEL, "cpu")), "--devices-per-node", "2"]
+    argv += ["--device-memory", "100MiB", "--global-batch", str(BATCH), "--samples", "1400"]
+    argv += ["--epochs", str(EPOCHS), "--stages", "2", "--no-cache", "--out", str(path)]
+    assert cli.main([*argv, "--freeze-schedule", ",".join(map(str, PINNED_FREEZE))]) == 0
+    plan = json.loads(path.read_text())
+    for phase in plan["phases"]:
+        frozen = phase["layout"]["frozen_layers"]
+        cuts = PINNED_CUTS[frozen]
+        layout = dict(frozen_layers=frozen, cached=False, micro_batches=2, schedule="1f1b")
+        layout.update(micro_batch_size=BATCH // 2, boundaries=cuts, rank_map=[[0, 1]])
+        phase["layout"] = layout
+        for stage, (first, stop) in zip(phase["stages"], itertools.pairwise(cuts), strict=True):
+            stage.update(first_layer=first, stop_layer=stop)
+    path.write_text(json.dumps(plan))
+    return str(path)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(400)
+def test_a_forward_only_stage_in_and_out_equals_a_plain_single_process_loop(tmp_path):
+    from pipeplan.calibrate import measured
+    from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
+
+    freeze = ["--freeze", ",".join(map(str, PINNED_FREEZE)), "--no-cache"]
+    got = run(tmp_path, "fwd", "--plan", pinned_plan(tmp_path), *freeze, args=BASE)
+    records = read_records(tmp_path / "fwd" / "run.jsonl")
+    phases = [r for r in records if isinstance(r, PhaseRecord)]
+    assert [p.layout.boundaries for p in phases] == [PINNED_CUTS[f] for f in PINNED_FREEZE]
+    assert [p.layout.forward_only_stages for p in phases] == [0, 1, 0]
+    expected = flat(reference([1] * EPOCHS, PINNED_FREEZE))
+    assert float((flat(got) - expected).norm() / expected.norm()) <= TOLERANCE
+    # Held-out evaluation ran through the forward-only stage too.
+    epochs = [r for r in records if isinstance(r, EpochRecord)]
+    assert len(epochs) == EPOCHS and all(e.eval_loss is not None for e in epochs)
+    # Rank 0 holds the forward-only stage in phase 1: its record is forward time only, and
+    # the step is one calibration can fit (every part adds up, every stage computed).
+    steps = [r for r in records if isinstance(r, StepRecord) and r.phase == 1]
+    assert len(steps) == STEPS
+    for step in steps:
+        first = next(r for r in step.ranks if r.stage == 0)
+        assert first.fwd_s > 0 and first.bwd_s == first.allreduce_s == first.optimizer_s == 0
+        assert measured(step)
+    assert cli.main(["report", str(tmp_path / "fwd")]) == 0

@@ -95,7 +95,7 @@ class Layout(Strict):
     def forward_only_stages(self) -> int:
         """k: the leading stages whose layers are all frozen. They run forward only (no
         autograd, no optimizer, no all-reduce) and feed stage k, the first stage that trains;
-        stages k..S-1 are the pipeline the schedule runs. `(0, 2, 4, 10)` with 5 frozen
+        stages k..S-1 are the pipeline the schedule runs. `(0, 4, 10)` with 5 frozen
         layers → 1 (stage 1 starts with the last frozen layer); cached layouts have 0."""
         return sum(1 for stop in self.boundaries[1:] if stop <= self.frozen_layers)
 
