@@ -3,6 +3,8 @@ change (a 2-stage pipeline becomes 2 data-parallel replicas once 5 layers freeze
 activation cache on or off, ends with the parameters of a plain single-process PyTorch loop
 written here: the same data order (the per-replica `DistributedSampler` shards of each epoch
 make up each step's global batch), learning-rate schedule, AdamW weight decay and freezes.
+The layouts are pinned by plan files (`conftest.pinned_plan`), so each run covers the layouts
+and transitions it is about whatever the planner would choose.
 
 A third run pins, through a plan file, a middle phase whose first stage holds only frozen layers
 and runs forward only (`Layout.forward_only_stages`), between two phases whose stages all train:
@@ -13,12 +15,11 @@ same ones; equivalence with the plain loop is checked without dropout, and cache
 cache off with dropout 0.1 on the layers that train (frozen layers run in eval mode).
 """
 
-import itertools
-import json
 import math
 
 import pytest
 import torch
+from conftest import make_layout, pinned_plan
 from torch.utils.data import DistributedSampler
 
 import cli
@@ -85,6 +86,16 @@ def reference(replicas_per_epoch: list[int], freeze: list[int] = FREEZE) -> dict
     }
 
 
+# What the planner chose for these runs before forward-only stages existed (it now keeps the
+# 2x1 layout, its stage 0 forward-only, over so short a run): pinned, so that the runs still
+# change layout and read the cache.
+CACHED = [
+    make_layout(BATCH, 0, False, (0, 5, 10), ((0, 1),), 4, "1f1b"),
+    make_layout(BATCH, 5, True, (0, 10), ((0,), (1,)), 1, "1f1b"),
+]
+UNCACHED = [CACHED[0], CACHED[1].model_copy(update={"cached": False})]
+
+
 def run(root, name, *extra, args=ARGS) -> dict[str, torch.Tensor]:
     assert cli.main(["run", *args, *extra, "--name", name, "--runs-dir", str(root)]) == 0
     return final_parameters(root / name)
@@ -93,7 +104,15 @@ def run(root, name, *extra, args=ARGS) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("equivalence")
-    return {"cache": run(root, "cache"), "no-cache": run(root, "nocache", "--no-cache")}, root
+    return {
+        "cache": run(root, "cache", *plan(root, "cache")),
+        "no-cache": run(root, "nocache", "--no-cache", *plan(root, "nocache", cached=False)),
+    }, root
+
+
+def plan(root, name, cached=True) -> list[str]:
+    path = root / f"{name}-plan.json"
+    return ["--plan", pinned_plan(path, CACHED if cached else UNCACHED, FREEZE, epochs=EPOCHS)]
 
 
 @pytest.mark.multiprocess
@@ -121,8 +140,8 @@ def test_run_equals_a_plain_single_process_loop(runs):
 def test_cache_on_equals_cache_off_with_dropout(tmp_path):
     # vit-digits' layers train with dropout 0.1 here; the frozen prefix runs in eval mode, so
     # reading it from the cache or computing it gives the same activations and the same draws.
-    on = run(tmp_path, "on", "--dropout", "0.1")
-    off = run(tmp_path, "off", "--dropout", "0.1", "--no-cache")
+    on = run(tmp_path, "on", "--dropout", "0.1", *plan(tmp_path, "on"))
+    off = run(tmp_path, "off", "--dropout", "0.1", "--no-cache", *plan(tmp_path, "off", False))
     # Bitwise: before frozen layers outside every stage were put in eval mode, filling the
     # cache drew dropout masks and the two runs parted by 1.3e-3 (relative).
     assert on.keys() == off.keys()
@@ -143,28 +162,6 @@ PINNED_FREEZE = [0, 5, 6]
 PINNED_CUTS = {0: (0, 5, 10), 5: (0, 4, 10), 6: (0, 7, 10)}
 
 
-def pinned_plan(root) -> str:
-    """A plan from `pipeplan plan`, its layouts replaced by PINNED_CUTS on 2 ranks, 1F1B, M=2."""
-    from executor.planning import shipped_profile
-
-    path = root / "plan.json"
-    argv = ["plan", "--profile", str(shipped_profile(MODEL, "cpu")), "--devices-per-node", "2"]
-    argv += ["--device-memory", "100MiB", "--global-batch", str(BATCH), "--samples", "1400"]
-    argv += ["--epochs", str(EPOCHS), "--stages", "2", "--no-cache", "--out", str(path)]
-    assert cli.main([*argv, "--freeze-schedule", ",".join(map(str, PINNED_FREEZE))]) == 0
-    plan = json.loads(path.read_text())
-    for phase in plan["phases"]:
-        frozen = phase["layout"]["frozen_layers"]
-        cuts = PINNED_CUTS[frozen]
-        layout = dict(frozen_layers=frozen, cached=False, micro_batches=2, schedule="1f1b")
-        layout.update(micro_batch_size=BATCH // 2, boundaries=cuts, rank_map=[[0, 1]])
-        phase["layout"] = layout
-        for stage, (first, stop) in zip(phase["stages"], itertools.pairwise(cuts), strict=True):
-            stage.update(first_layer=first, stop_layer=stop)
-    path.write_text(json.dumps(plan))
-    return str(path)
-
-
 @pytest.mark.multiprocess
 @pytest.mark.timeout(400)
 def test_a_forward_only_stage_in_and_out_equals_a_plain_single_process_loop(tmp_path):
@@ -172,7 +169,12 @@ def test_a_forward_only_stage_in_and_out_equals_a_plain_single_process_loop(tmp_
     from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
 
     freeze = ["--freeze", ",".join(map(str, PINNED_FREEZE)), "--no-cache"]
-    got = run(tmp_path, "fwd", "--plan", pinned_plan(tmp_path), *freeze, args=BASE)
+    layouts = [
+        make_layout(BATCH, frozen, False, PINNED_CUTS[frozen], ((0, 1),), 2, "1f1b")
+        for frozen in PINNED_CUTS
+    ]
+    pinned = pinned_plan(tmp_path / "plan.json", layouts, PINNED_FREEZE, epochs=EPOCHS)
+    got = run(tmp_path, "fwd", "--plan", pinned, *freeze, args=BASE)
     records = read_records(tmp_path / "fwd" / "run.jsonl")
     phases = [r for r in records if isinstance(r, PhaseRecord)]
     assert [p.layout.boundaries for p in phases] == [PINNED_CUTS[f] for f in PINNED_FREEZE]
