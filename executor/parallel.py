@@ -9,6 +9,11 @@ deliberately not used: GPipe + DDP crashes and DDP(static_graph=True) gives sile
 gradients inside a pipeline, while a manual all-reduce after `schedule.step()` is exact
 (docs/architecture.md §5).
 
+A layout whose first k stages hold only frozen layers (`Layout.forward_only_stages`) runs them
+forward only (`executor.feed`): such a rank has a `ForwardOnly` feeder and no pipeline stage,
+schedule, optimizer or all-reduce; the schedule runs stages k..S−1, and stage k (a `FedStage`)
+takes micro-batch j's activation from stage k−1 when its forward j runs.
+
 Under `--precision bf16` a stage computes under bfloat16 autocast (`pipeplan.precision`): the
 parameters, their gradients, the all-reduce and AdamW stay float32, what a stage sends to the
 next and the frozen prefix's output are bfloat16, and the last stage hands float32 logits to
@@ -20,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import torch
@@ -28,6 +34,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from executor.clock import Clock, Mark
+from executor.feed import FedStage, ForwardOnly, Inbox, recv_meta, send_meta
 from executor.topology import Topology, build_topology, comm_device
 from pipeplan import precision as mixed
 from pipeplan.formats import Layout, Precision
@@ -124,13 +131,13 @@ class BackwardClock:
     hooks on the stage time it. A micro-batch's backward starts when the gradient of the stage's
     output arrives (a gradient hook that a forward hook puts on each output) and ends when the
     last of the stage's trainable parameters has accumulated its gradient (post-accumulate-grad
-    hooks). Not the module's full backward (pre-)hooks: stage 0's input never requires grad
-    (data, or the cached frozen prefix), so its full backward hook fires as the backward starts,
-    and torch warns about it on every run. Every stage trains a layer (`Layout.check`: frozen
-    layers lie in stage 0, which also holds the first active one), so some parameter always
-    marks the end. Not counted, as torch runs them before the first hook or after the last: the
-    loss's own backward on the last stage and handing the input gradient to the send, both
-    small next to the stage's layers.
+    hooks). Not the module's full backward (pre-)hooks: the first trained stage's input never
+    requires grad (data, the cached frozen prefix, or a forward-only stage's output), so its
+    full backward hook fires as the backward starts, and torch warns about it on every run.
+    Only stages that train a layer have one (stages from `Layout.forward_only_stages` on: the
+    rest run forward only), so some parameter always marks the end. Not counted, as torch
+    runs them before the first hook or after the last: the loss's own backward on the last
+    stage and handing the input gradient to the send, both small next to the stage's layers.
 
     The parameter hooks live on the model's layers, which outlive the phase: `remove` them when
     the phase ends (PhaseRuntime.destroy)."""
@@ -223,11 +230,11 @@ class PhaseRuntime:
         self.device = device
         self.precision = precision
         self.clip_grad_norm = clip_grad_norm  # max global gradient norm, or None
-        self.topology: Topology = build_topology(rank, layout.rank_map, timeout)
+        k = layout.forward_only_stages
+        self.topology: Topology = build_topology(rank, layout.rank_map, timeout, k)
         self.clock = Clock(device)
         set_frozen(layers, layout.frozen_layers)
         stage = self.topology.stage
-        # Stage 0 holds the frozen prefix too (Layout.check): it computes the cache from it.
         owned = range(0) if stage is None else range(*layout.boundaries[stage : stage + 2])
         place_layers(layers, owned, device)
         if device.type == "cuda":  # each step reports the phase's peak: what the plan priced
@@ -239,6 +246,11 @@ class PhaseRuntime:
         self.params: list[nn.Parameter] = []
         self.optimizer: torch.optim.Optimizer | None = None
         self.backward_clock: BackwardClock | None = None
+        # A forward-only stage's step; stage k's receiver from stage k − 1 and the batch of
+        # zeros its schedule splits (the activations themselves come from the inbox).
+        self.feeder: ForwardOnly | None = None
+        self.inbox: Inbox | None = None
+        self.placeholder: torch.Tensor | None = None
         # Per-layer gradient norms summed over steps, for AutoFreeze.
         self.grad_norm_sums: dict[int, float] = {}
         self.grad_norm_steps = 0
@@ -255,11 +267,22 @@ class PhaseRuntime:
             precision=precision,
             clock=self.clock,
         ).train()
+        if self.topology.forward_only:
+            self.feeder = self.build_feeder(example_input)
+            return
         input_args = (example_input(layout.micro_batch_size).to(device),) if stage == 0 else None
-        self.pipe_stage = PipelineStage(
+        stage_type: Callable[..., PipelineStage] = PipelineStage
+        if k and stage == k:
+            src = self.topology.feed_peer(-1)
+            group = self.topology.feed_group
+            self.inbox = Inbox(src, group, recv_meta(src, group), device)
+            self.placeholder = self.inbox.placeholder(layout.micro_batches)
+            input_args = (torch.tensor_split(self.placeholder, layout.micro_batches)[0],)
+            stage_type = partial(FedStage, inbox=self.inbox)
+        self.pipe_stage = stage_type(
             self.module,
-            stage,
-            layout.num_stages,
+            stage - k,  # the schedule runs stages k..S-1 only
+            layout.num_stages - k,
             device,
             input_args=input_args,
             group=self.topology.pipeline_group,
@@ -270,6 +293,23 @@ class PhaseRuntime:
         self.params = active_parameters(self.module)
         self.backward_clock = BackwardClock(self.module, self.params, self.clock)
         self.optimizer = make_optimizer(self.params)
+
+    def build_feeder(self, example_input: Callable[[int], torch.Tensor]) -> ForwardOnly:
+        """This forward-only stage's feeder. Collective down the replica's feed group: each
+        stage learns its input's shape from the stage before it (stage 0 from the data) and
+        tells the next one its output's, from one forward on an input of that shape."""
+        topology, m = self.topology, self.layout.micro_batch_size
+        group, dst = topology.feed_group, topology.feed_peer(1)
+        inbox = None
+        if self.is_first:
+            example = example_input(m)
+        else:
+            src = topology.feed_peer(-1)
+            inbox = Inbox(src, group, recv_meta(src, group), self.device)
+            example = inbox.placeholder(1)
+        feeder = ForwardOnly(self.module, inbox, dst, group, self.device)
+        send_meta(feeder.output_meta(example), dst, group)
+        return feeder
 
     @property
     def is_first(self) -> bool:
@@ -287,12 +327,14 @@ class PhaseRuntime:
             if self.clip_grad_norm is not None:
                 self.clip_gradients()  # collective over the world: this rank adds nothing
             return times
+        if self.feeder is not None:
+            return self.forward_only_step(inputs)
         assert self.module is not None and self.optimizer is not None
         assert self.backward_clock is not None
         clock = self.clock
         self.module.spans, self.backward_clock.spans = [], []
         t0 = clock.mark()
-        args = (inputs.to(self.device),) if self.is_first else ()
+        args = self.schedule_inputs(inputs)
         losses: list[torch.Tensor] = []
         kwargs = dict(target=labels.to(self.device), losses=losses) if self.is_last else {}
         self.schedule.step(*args, **kwargs)
@@ -326,6 +368,48 @@ class PhaseRuntime:
         if losses:
             times.loss = float(torch.stack([loss.detach() for loss in losses]).mean())
         return times
+
+    def schedule_inputs(self, inputs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        """What this stage passes to the schedule: the batch on stage 0, the placeholder on
+        stage k after forward-only stages (with the step's receives posted), else nothing."""
+        if self.inbox is not None:
+            self.inbox.post(self.layout.micro_batches)
+            return (self.placeholder,)
+        return (inputs.to(self.device),) if self.is_first else ()
+
+    def forward_only_step(self, inputs: torch.Tensor | None) -> StepTimes:
+        """A forward-only stage's step: its M forwards, sent on as they finish. Its record says
+        so: forward time, no backward, all-reduce or optimizer; the rest is waiting (for its
+        inputs, for its sends to be taken, and for the others in the clip's all-reduce)."""
+        assert self.module is not None and self.feeder is not None
+        times, clock = StepTimes(), self.clock
+        self.module.spans = []
+        t0 = clock.mark()
+        self.feeder.run(inputs if self.is_first else None, self.layout.micro_batches)
+        if self.clip_grad_norm is not None:
+            self.clip_gradients()  # collective over the world: this rank adds nothing
+        t1 = clock.mark()
+        clock.sync()
+        times.fwd_s = clock.total(self.module.spans)
+        times.step_s = clock.elapsed(t0, t1)
+        times.wait_s = max(0.0, times.step_s - times.fwd_s)
+        if self.device.type == "cuda":
+            times.peak_memory_bytes = torch.cuda.max_memory_allocated(self.device)
+        return times
+
+    @torch.no_grad()
+    def evaluate(self, inputs: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor | None:
+        """Forward only through the phase's pipeline on one held-out batch (this replica's
+        share, `inputs` on stage 0): the logits on the last stage, None elsewhere."""
+        assert self.topology.active
+        if self.feeder is not None:
+            self.feeder.run(inputs if self.is_first else None, self.layout.micro_batches)
+            return None
+        args = self.schedule_inputs(inputs)
+        # The schedule computes the loss on the last stage, so it needs the targets.
+        kwargs = dict(target=labels.to(self.device), losses=[]) if self.is_last else {}
+        out = self.schedule.eval(*args, **kwargs)
+        return out if self.is_last else None
 
     def all_reduce_gradients(self) -> None:
         """Average active gradients over the replicas of this stage: one flat bucket."""
@@ -383,6 +467,7 @@ class PhaseRuntime:
             self.backward_clock.remove()
         self.topology.destroy()
         self.schedule = self.pipe_stage = self.module = self.backward_clock = None
+        self.feeder = self.inbox = self.placeholder = None
         self.optimizer, self.params = None, []
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -1,9 +1,14 @@
 """Who does what in one phase: rank ↔ (replica, stage), and the process groups.
 
 Every rank creates every group, in the same order (torch.distributed requires it), and keeps
-the two it belongs to: its replica's pipeline group and its stage's data-parallel group. A rank
+the ones it belongs to: its replica's pipeline group and its stage's data-parallel group. A rank
 the plan leaves out (S·D < world size) is idle for the phase but still takes part in group
 creation and in the global collectives of a transition.
+
+A layout with k forward-only leading stages (`Layout.forward_only_stages`) splits each replica's
+row: stages 0..k−1 and stage k form its feed group (activations flow down it, nothing comes
+back), stages k..S−1 its pipeline group (torch's schedule runs them), and only stages k..S−1
+have data-parallel groups (forward-only stages have no gradients to average).
 """
 
 from __future__ import annotations
@@ -65,8 +70,10 @@ class Topology:
     rank_map: tuple[tuple[int, ...], ...]  # [replica][stage] → global rank
     replica: int | None
     stage: int | None
-    pipeline_group: dist.ProcessGroup | None = None
-    dp_group: dist.ProcessGroup | None = None
+    forward_only_stages: int = 0  # k: stages 0..k-1 of each replica run forward only
+    pipeline_group: dist.ProcessGroup | None = None  # this replica's stages k..S-1
+    dp_group: dist.ProcessGroup | None = None  # this stage's replicas (a stage ≥ k)
+    feed_group: dist.ProcessGroup | None = None  # this replica's stages 0..k (when k > 0)
     _groups: tuple[dist.ProcessGroup, ...] = ()
 
     @property
@@ -79,7 +86,18 @@ class Topology:
 
     @property
     def active(self) -> bool:
+        """Whether this rank runs a stage of the phase (trained or forward-only)."""
         return self.stage is not None
+
+    @property
+    def forward_only(self) -> bool:
+        """Whether this rank's stage runs forward only (a stage before k)."""
+        return self.stage is not None and self.stage < self.forward_only_stages
+
+    def feed_peer(self, offset: int) -> int:
+        """The global rank of the stage `offset` stages after this one in its replica (−1:
+        the one before): where a forward-only stage sends, and where stage k receives from."""
+        return self.rank_map[self.replica][self.stage + offset]
 
     def owner(self, stage: int, replica: int = 0) -> int:
         return self.rank_map[replica][stage]
@@ -87,7 +105,7 @@ class Topology:
     def destroy(self) -> None:
         for group in self._groups:
             dist.destroy_process_group(group)
-        self._groups, self.pipeline_group, self.dp_group = (), None, None
+        self._groups, self.pipeline_group, self.dp_group, self.feed_group = (), None, None, None
 
 
 def place(rank: int, rank_map: Sequence[Sequence[int]]) -> tuple[int | None, int | None]:
@@ -98,28 +116,38 @@ def place(rank: int, rank_map: Sequence[Sequence[int]]) -> tuple[int | None, int
 
 
 def build_topology(
-    rank: int, rank_map: Sequence[Sequence[int]], timeout: timedelta | None = None
+    rank: int,
+    rank_map: Sequence[Sequence[int]],
+    timeout: timedelta | None = None,
+    forward_only_stages: int = 0,
 ) -> Topology:
-    """Create all pipeline and data-parallel groups of a phase (collective over the world).
-    Their collectives fail after `timeout` (None: torch's default for new groups, not the
-    world group's timeout)."""
+    """Create all pipeline, data-parallel and feed groups of a phase (collective over the
+    world). Their collectives fail after `timeout` (None: torch's default for new groups, not
+    the world group's timeout). `forward_only_stages`: k, as the layout says."""
     rank_map = tuple(tuple(int(r) for r in row) for row in rank_map)
     for row in rank_map:
-        # new_group orders members by global rank; stage s must be group rank s.
+        # new_group orders members by global rank; stage s must be group rank s (or s − k).
         if list(row) != sorted(row):
             raise ValueError(f"pipeline ranks must increase with the stage index: {row}")
+    k = forward_only_stages
     replica, stage = place(rank, rank_map)
-    topo = Topology(rank, rank_map, replica, stage)
+    topo = Topology(rank, rank_map, replica, stage, k)
     for r, row in enumerate(rank_map):
-        group = dist.new_group(list(row), timeout=timeout)
-        if r == replica:
+        group = dist.new_group(list(row[k:]), timeout=timeout)
+        if r == replica and stage >= k:
             topo.pipeline_group = group
-    for s in range(len(rank_map[0])):
+    for s in range(k, len(rank_map[0])):
         group = dist.new_group([row[s] for row in rank_map], timeout=timeout)
         if s == stage:
             topo.dp_group = group
+    if k:
+        for r, row in enumerate(rank_map):
+            group = dist.new_group(list(row[: k + 1]), timeout=timeout)
+            if r == replica and stage <= k:
+                topo.feed_group = group
     # Only groups this rank belongs to are real objects to destroy later.
-    topo._groups = tuple(g for g in (topo.pipeline_group, topo.dp_group) if g is not None)
+    groups = (topo.pipeline_group, topo.dp_group, topo.feed_group)
+    topo._groups = tuple(g for g in groups if g is not None)
     return topo
 
 

@@ -656,11 +656,8 @@ class Trainer:
         y = torch.stack([self.data.eval[int(i)][1] for i in indices])
         if runtime.is_first and self.decision.layout.cached:
             x = self.frozen_prefix(x)
-        args = (x.to(self.device),) if runtime.is_first else ()
-        # The schedule computes the loss on the last stage, so it needs the targets.
-        kwargs = dict(target=y.to(self.device), losses=[]) if runtime.is_last else {}
-        out = runtime.schedule.eval(*args, **kwargs)
-        if not runtime.is_last:
+        out = runtime.evaluate(x if runtime.is_first else None, y)
+        if out is None:  # not the last stage
             return torch.zeros(4, dtype=torch.float64)
         return eval_sums(out.detach().cpu()[:valid], y[:valid], self.seq.task)
 

@@ -83,6 +83,35 @@ def make_layout(global_batch, frozen_layers, cached, boundaries, rank_map, micro
     )
 
 
+def pinned_plan(path: Path, layouts: list, freeze: list[int], *, epochs: int) -> str:
+    """A plan file for `pipeplan run --plan` on 2 vit-digits ranks (100 MiB each, global batch
+    of the layouts) whose phases run `layouts` (one per frozen count of `freeze`) as they are:
+    `pipeplan plan` writes the rest, its layouts and their stages' boundaries are replaced. A
+    run that must cover a given layout or transition then does not depend on the planner's
+    choice (which keeps a layout whose freezing leaves stage 0 forward-only when a move does
+    not pay over a short run)."""
+    import itertools
+    import json
+
+    import cli
+    from executor.planning import shipped_profile
+
+    batch = layouts[0].global_batch
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--samples", "1400"]
+    argv += ["--devices-per-node", "2", "--device-memory", "100MiB", "--global-batch", str(batch)]
+    argv += ["--epochs", str(epochs), "--freeze-schedule", ",".join(map(str, freeze))]
+    assert cli.main([*argv, "--out", str(path)]) == 0
+    plan = json.loads(path.read_text())
+    pinned = {layout.frozen_layers: layout for layout in layouts}
+    for phase in plan["phases"]:
+        layout = pinned[phase["layout"]["frozen_layers"]]
+        phase["layout"] = layout.model_dump(mode="json")
+        cuts, template = itertools.pairwise(layout.boundaries), phase["stages"][0]
+        phase["stages"] = [{**template, "first_layer": a, "stop_layer": b} for a, b in cuts]
+    path.write_text(json.dumps(plan))
+    return str(path)
+
+
 def rank_processes(run_dir: Path) -> dict[int, int]:
     """rank → pid of the live rank processes of `run_dir` (`-m executor.launch RUN_DIR`,
     whichever launcher started them, RUN_DIR relative to their working directory or not)."""

@@ -3,6 +3,12 @@ change (a 2-stage pipeline becomes 2 data-parallel replicas once 5 layers freeze
 activation cache on or off, ends with the parameters of a plain single-process PyTorch loop
 written here: the same data order (the per-replica `DistributedSampler` shards of each epoch
 make up each step's global batch), learning-rate schedule, AdamW weight decay and freezes.
+The layouts are pinned by plan files (`conftest.pinned_plan`), so each run covers the layouts
+and transitions it is about whatever the planner would choose.
+
+A third run pins, through a plan file, a middle phase whose first stage holds only frozen layers
+and runs forward only (`Layout.forward_only_stages`), between two phases whose stages all train:
+the same parameters again, evaluation through that stage, its records saying forward only.
 
 Dropout: the executor draws dropout masks per rank, so no single-process loop can draw the
 same ones; equivalence with the plain loop is checked without dropout, and cache on against
@@ -13,6 +19,7 @@ import math
 
 import pytest
 import torch
+from conftest import make_layout, pinned_plan
 from torch.utils.data import DistributedSampler
 
 import cli
@@ -23,9 +30,10 @@ MODEL, EPOCHS, STEPS, BATCH, LR, WEIGHT_DECAY = "vit-digits", 3, 3, 64, 1e-3, 0.
 # Frozen layers per epoch. The cached phase has two epochs: its first fills the node's cache as
 # it trains (costing an uncached epoch plus the store), so one epoch would not pay for it.
 FREEZE = [0, 5, 5]
-ARGS = ["--model", MODEL, "--nproc", "2", "--device-memory", "100MiB", "--epochs", str(EPOCHS)]
-ARGS += ["--max-steps-per-epoch", str(STEPS), "--global-batch", str(BATCH), "--seed", "0"]
-ARGS += ["--freeze", ",".join(map(str, FREEZE)), "--lr", str(LR)]
+BASE = ["--model", MODEL, "--nproc", "2", "--device-memory", "100MiB", "--epochs", str(EPOCHS)]
+BASE += ["--max-steps-per-epoch", str(STEPS), "--global-batch", str(BATCH), "--seed", "0"]
+BASE += ["--lr", str(LR)]
+ARGS = [*BASE, "--freeze", ",".join(map(str, FREEZE))]
 # Sums over a batch in another order: the observed relative error is ~3e-7; margin ×6.
 TOLERANCE = 2e-6
 
@@ -39,7 +47,7 @@ def flat(parameters: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.cat([parameters[k].flatten() for k in sorted(parameters)])
 
 
-def reference(replicas_per_epoch: list[int]) -> dict[str, torch.Tensor]:
+def reference(replicas_per_epoch: list[int], freeze: list[int] = FREEZE) -> dict[str, torch.Tensor]:
     """A plain loop: one process, the whole model, the executor's data order and schedule."""
     torch.manual_seed(0)
     seq = models.build(MODEL, seed=0)
@@ -47,7 +55,7 @@ def reference(replicas_per_epoch: list[int]) -> dict[str, torch.Tensor]:
     opt = torch.optim.AdamW(seq.layers.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
     total = STEPS * EPOCHS
     step = 0
-    for epoch, (frozen, replicas) in enumerate(zip(FREEZE, replicas_per_epoch, strict=True)):
+    for epoch, (frozen, replicas) in enumerate(zip(freeze, replicas_per_epoch, strict=True)):
         for index, layer in enumerate(seq.layers):
             layer.requires_grad_(index >= frozen)
         orders = []
@@ -78,15 +86,33 @@ def reference(replicas_per_epoch: list[int]) -> dict[str, torch.Tensor]:
     }
 
 
-def run(root, name, *extra) -> dict[str, torch.Tensor]:
-    assert cli.main(["run", *ARGS, *extra, "--name", name, "--runs-dir", str(root)]) == 0
+# What the planner chose for these runs before forward-only stages existed (it now keeps the
+# 2x1 layout, its stage 0 forward-only, over so short a run): pinned, so that the runs still
+# change layout and read the cache.
+CACHED = [
+    make_layout(BATCH, 0, False, (0, 5, 10), ((0, 1),), 4, "1f1b"),
+    make_layout(BATCH, 5, True, (0, 10), ((0,), (1,)), 1, "1f1b"),
+]
+UNCACHED = [CACHED[0], CACHED[1].model_copy(update={"cached": False})]
+
+
+def run(root, name, *extra, args=ARGS) -> dict[str, torch.Tensor]:
+    assert cli.main(["run", *args, *extra, "--name", name, "--runs-dir", str(root)]) == 0
     return final_parameters(root / name)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("equivalence")
-    return {"cache": run(root, "cache"), "no-cache": run(root, "nocache", "--no-cache")}, root
+    return {
+        "cache": run(root, "cache", *plan(root, "cache")),
+        "no-cache": run(root, "nocache", "--no-cache", *plan(root, "nocache", cached=False)),
+    }, root
+
+
+def plan(root, name, cached=True) -> list[str]:
+    path = root / f"{name}-plan.json"
+    return ["--plan", pinned_plan(path, CACHED if cached else UNCACHED, FREEZE, epochs=EPOCHS)]
 
 
 @pytest.mark.multiprocess
@@ -114,8 +140,8 @@ def test_run_equals_a_plain_single_process_loop(runs):
 def test_cache_on_equals_cache_off_with_dropout(tmp_path):
     # vit-digits' layers train with dropout 0.1 here; the frozen prefix runs in eval mode, so
     # reading it from the cache or computing it gives the same activations and the same draws.
-    on = run(tmp_path, "on", "--dropout", "0.1")
-    off = run(tmp_path, "off", "--dropout", "0.1", "--no-cache")
+    on = run(tmp_path, "on", "--dropout", "0.1", *plan(tmp_path, "on"))
+    off = run(tmp_path, "off", "--dropout", "0.1", "--no-cache", *plan(tmp_path, "off", False))
     # Bitwise: before frozen layers outside every stage were put in eval mode, filling the
     # cache drew dropout masks and the two runs parted by 1.3e-3 (relative).
     assert on.keys() == off.keys()
@@ -128,3 +154,42 @@ def test_cache_on_equals_cache_off_with_dropout(tmp_path):
 
     assert [s.loss for s in steps("on")] == [s.loss for s in steps("off")]
     assert sum(s.cache_hits for s in steps("on")) > 0  # the cache was read, not only filled
+
+
+# vit-digits has 10 layers. With 5 frozen, stage 0 (layers 0-3) runs forward only and stage 1
+# starts with the last frozen layer; the phases before and after cut where both stages train.
+PINNED_FREEZE = [0, 5, 6]
+PINNED_CUTS = {0: (0, 5, 10), 5: (0, 4, 10), 6: (0, 7, 10)}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(400)
+def test_a_forward_only_stage_in_and_out_equals_a_plain_single_process_loop(tmp_path):
+    from pipeplan.calibrate import measured
+    from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
+
+    freeze = ["--freeze", ",".join(map(str, PINNED_FREEZE)), "--no-cache"]
+    layouts = [
+        make_layout(BATCH, frozen, False, PINNED_CUTS[frozen], ((0, 1),), 2, "1f1b")
+        for frozen in PINNED_CUTS
+    ]
+    pinned = pinned_plan(tmp_path / "plan.json", layouts, PINNED_FREEZE, epochs=EPOCHS)
+    got = run(tmp_path, "fwd", "--plan", pinned, *freeze, args=BASE)
+    records = read_records(tmp_path / "fwd" / "run.jsonl")
+    phases = [r for r in records if isinstance(r, PhaseRecord)]
+    assert [p.layout.boundaries for p in phases] == [PINNED_CUTS[f] for f in PINNED_FREEZE]
+    assert [p.layout.forward_only_stages for p in phases] == [0, 1, 0]
+    expected = flat(reference([1] * EPOCHS, PINNED_FREEZE))
+    assert float((flat(got) - expected).norm() / expected.norm()) <= TOLERANCE
+    # Held-out evaluation ran through the forward-only stage too.
+    epochs = [r for r in records if isinstance(r, EpochRecord)]
+    assert len(epochs) == EPOCHS and all(e.eval_loss is not None for e in epochs)
+    # Rank 0 holds the forward-only stage in phase 1: its record is forward time only, and
+    # the step is one calibration can fit (every part adds up, every stage computed).
+    steps = [r for r in records if isinstance(r, StepRecord) and r.phase == 1]
+    assert len(steps) == STEPS
+    for step in steps:
+        first = next(r for r in step.ranks if r.stage == 0)
+        assert first.fwd_s > 0 and first.bwd_s == first.allreduce_s == first.optimizer_s == 0
+        assert measured(step)
+    assert cli.main(["report", str(tmp_path / "fwd")]) == 0

@@ -873,10 +873,12 @@ FRESH_ROUND = {
         f"preview --profile {{P}} --devices-per-node 2 --boundaries 0,5,3,10 {SHAPE}",
         "strictly increasing",
     ),
-    "flags: boundaries cutting the frozen prefix": (
-        f"preview --profile {{P}} --devices-per-node 2 --boundaries 0,2,10 "
-        f"--freeze-schedule 0,5 {SHAPE}",
-        "frozen layers must all lie in stage 0",
+    # Boundaries cutting the frozen prefix are no longer refused: the leading stages whose
+    # layers are all frozen run forward only (Layout.forward_only_stages).
+    "flags: 1F1B pinned with fewer micro-batches than stages": (
+        f"preview --profile {{P}} --devices-per-node 2 --boundaries 0,5,10 --schedule 1f1b "
+        f"--micro-batches 1 {SHAPE}",
+        "1F1B needs at least one micro-batch",
     ),
 }
 

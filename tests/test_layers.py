@@ -41,6 +41,7 @@ LAYERS = [  # bottom first
                 for name in [
                     "worker",
                     "parallel",
+                    "feed",
                     "topology",
                     "clock",
                     "migrate",

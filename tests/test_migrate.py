@@ -1,6 +1,7 @@
 """Elastic transitions move parameters and optimizer state exactly, a run that changes layout
-twice ends where single-process training with the same freezes ends, and each old phase's
-runtime is freed as soon as it is dropped."""
+three times (into a layout with a forward-only stage and out of it again) ends where
+single-process training with the same freezes ends, and each old phase's runtime is freed as
+soon as it is dropped."""
 
 import gc
 import weakref
@@ -14,11 +15,14 @@ from executor.parallel import PhaseRuntime, set_frozen
 from pipeplan import models
 
 GLOBAL_BATCH, STEPS_PER_PHASE, LR = 8, 2, 1e-3
-PHASES = [  # 2×1 → 1×2 → 2×1 with a growing freeze point (bert-synth has 8 layers)
+PHASES = [  # 2×1 → 1×2 → 2×1 → 2×1 with a growing freeze point (bert-synth has 8 layers)
     make_layout(GLOBAL_BATCH, 0, False, (0, 4, 8), ((0, 1),), 2, "1f1b"),
     make_layout(GLOBAL_BATCH, 2, False, (0, 8), ((0,), (1,)), 2, "gpipe"),
-    make_layout(GLOBAL_BATCH, 4, False, (0, 6, 8), ((0, 1),), 2, "1f1b"),
+    # Stage 0 (layers 0-2) frozen: it runs forward only (Layout.forward_only_stages == 1).
+    make_layout(GLOBAL_BATCH, 4, False, (0, 3, 8), ((0, 1),), 2, "1f1b"),
+    make_layout(GLOBAL_BATCH, 5, False, (0, 6, 8), ((0, 1),), 2, "1f1b"),  # and back
 ]
+TRANSITIONS = range(1, len(PHASES))
 
 
 def batches(seq):
@@ -74,9 +78,12 @@ def _rank(rank, world, out):
             states = migrate(
                 seq.layers, runtime.layout, optimizer_states(runtime.optimizer), spec, rank
             )
-            old = [weakref.ref(runtime), weakref.ref(runtime.module)]
-            old.append(weakref.ref(runtime.backward_clock))  # its hooks left the shared layers
-            old.append(weakref.ref(runtime.optimizer))  # and its AdamW state with it
+            # The runtime, its stage module, and either its backward clock (its hooks left the
+            # shared layers) and optimizer (its AdamW state with it) or, on a forward-only
+            # stage, its feeder.
+            parts = (runtime, runtime.module, runtime.backward_clock, runtime.optimizer)
+            old = [weakref.ref(x) for x in (*parts, runtime.feeder) if x is not None]
+            del parts  # only the weak references may remain
             runtime.destroy()
             gc.disable()  # reference counting alone must free it: no cycle holds the old stage
             try:
@@ -122,7 +129,7 @@ def test_moves_send_each_layer_from_its_old_owner_to_its_new_stage():
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("k", TRANSITIONS)
 def test_transition_preserves_parameters_and_optimizer_state_exactly(records, k):
     before, frozen = merged(records, f"before{k}"), PHASES[k].frozen_layers
     for rank_record in records:
@@ -138,15 +145,20 @@ def test_transition_preserves_parameters_and_optimizer_state_exactly(records, k)
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("k", TRANSITIONS)
 def test_the_old_phase_runtime_is_freed_without_the_garbage_collector(records, k):
-    # runtime, its stage module, its backward clock, its optimizer: on every rank
-    assert [rank_record[f"freed{k}"] for rank_record in records] == [[True] * 4] * 2
+    freed = [rank_record[f"freed{k}"] for rank_record in records]
+    forward_only = PHASES[k - 1].forward_only_stages
+    # 4 parts of every rank's old runtime; 3 on a rank whose old stage ran forward only.
+    assert freed == [[True] * (3 if r < forward_only else 4) for r in range(2)]
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
-def test_two_transitions_end_where_single_process_training_ends(records):
+def test_transitions_through_a_forward_only_stage_end_where_single_process_training_ends(
+    records,
+):
+    assert [p.forward_only_stages for p in PHASES] == [0, 0, 1, 0]
     final = merged(records, "final")
     seq = models.build("bert-synth", dropout=0.0)
     params = []

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import rank_processes
+from conftest import make_layout, pinned_plan, rank_processes
 
 import cli
 from executor.planning import shipped_profile
@@ -31,12 +31,20 @@ def spawned_workers() -> set[int]:
 
 
 ELASTIC = ["--model", "vit-digits", "--nproc", "2", "--device-memory", "100MiB"]
+MOVES = [  # 2x1, then 1x2 reading the cache once 5 and then 7 layers are frozen
+    make_layout(64, 0, False, (0, 5, 10), ((0, 1),), 4, "1f1b"),
+    make_layout(64, 5, True, (0, 10), ((0,), (1,)), 1, "1f1b"),
+    make_layout(64, 7, True, (0, 10), ((0,), (1,)), 1, "1f1b"),
+]
 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
 def test_elastic_run_writes_its_records_and_changes_layout(tmp_path, capsys):
     args = ["run", *ELASTIC, "--epochs", "3", "--max-steps-per-epoch", "4", "--freeze", "0,5,7"]
+    # Pinned to what the planner chose before forward-only stages existed: over 4 steps an
+    # epoch it now keeps the 2x1 layout (stage 0 forward-only), and this run is about a change.
+    args += ["--plan", pinned_plan(tmp_path / "plan.json", MOVES, [0, 5, 7], epochs=3)]
     assert cli.main([*args, "--name", "r", "--runs-dir", str(tmp_path)]) == 0
     run_dir = tmp_path / "r"
     assert {p.name for p in run_dir.iterdir()} >= {"run.json", "run.jsonl", "summary.json"}

@@ -5,6 +5,7 @@ small that the cache spills to disk, and `--freeze none`."""
 import json
 
 import pytest
+from conftest import make_layout, pinned_plan
 
 import cli
 from executor.planning import shipped_profile
@@ -12,6 +13,13 @@ from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
 from pipeplan.freeze import alpha_schedule
 
 BASE = ["--model", "vit-digits", "--nproc", "2", "--device-memory", "100MiB"]
+
+
+def moves(frozen: list[int]) -> list:
+    """2x1 with nothing frozen, then 1x2 reading the cache at each freeze point."""
+    first = make_layout(64, 0, False, (0, 5, 10), ((0, 1),), 4, "1f1b")
+    later = [make_layout(64, k, True, (0, 10), ((0,), (1,)), 1, "1f1b") for k in set(frozen) - {0}]
+    return [first, *later]
 
 
 def records(run_dir):
@@ -46,6 +54,10 @@ def test_a_written_plan_runs_as_planned(tmp_path):
 def test_alpha_freezing_with_a_cache_that_spills_to_disk(tmp_path):
     run = ["run", *BASE, "--freeze", "alpha", "--alpha", "0.5", "--epochs", "6"]
     run += ["--max-steps-per-epoch", "3", "--cache-budget", "4KiB"]
+    # Pinned to what the planner chose before forward-only stages existed (2x1, then 1x2
+    # cached): over 3 steps an epoch it now keeps the 2x1 layout, stage 0 forward-only.
+    frozen = alpha_schedule(0.5, 6, 8).frozen_layers
+    run += ["--plan", pinned_plan(tmp_path / "plan.json", moves(frozen), frozen, epochs=6)]
     assert cli.main([*run, "--name", "a", "--runs-dir", str(tmp_path)]) == 0
     phases, steps, epochs = records(tmp_path / "a")
     expected = alpha_schedule(0.5, 6, 8).frozen_layers  # vit-digits has 8 blocks

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from pipeplan import formats
-from pipeplan.errors import InputFileError
+from pipeplan.errors import BadArgumentError, InputFileError
 
 LAYER = {
     "index": 0,
@@ -103,3 +103,49 @@ def test_deep_nesting_is_an_input_error():
 def test_missing_file(tmp_path):
     with pytest.raises(InputFileError, match="no such file"):
         formats.load(formats.Profile, tmp_path / "nope.json")
+
+
+def layout(frozen: int, boundaries: tuple[int, ...], cached=False, M=2, schedule="1f1b"):
+    ranks = (tuple(range(len(boundaries) - 1)),)
+    return formats.Layout(
+        frozen_layers=frozen,
+        cached=cached,
+        micro_batches=M,
+        micro_batch_size=4,
+        schedule=schedule,
+        boundaries=boundaries,
+        rank_map=ranks,
+    )
+
+
+@pytest.mark.parametrize(
+    ("frozen", "boundaries", "k"),
+    [
+        (0, (0, 2, 10), 0),
+        (5, (0, 6, 10), 0),
+        (5, (0, 5, 10), 1),
+        (5, (0, 4, 10), 1),
+        (5, (0, 2, 4, 10), 2),
+        (5, (0, 2, 5, 10), 2),
+        (9, (0, 3, 6, 9, 10), 3),
+    ],
+)
+def test_forward_only_stages_are_the_leading_stages_with_every_layer_frozen(frozen, boundaries, k):
+    assert layout(frozen, boundaries, M=4).forward_only_stages == k
+    layout(frozen, boundaries, M=4).check(10, 4)  # the executor runs them (uncached)
+
+
+def test_a_cached_layout_reads_the_cache_in_a_stage_that_trains():
+    layout(5, (0, 6, 10), cached=True).check(10, 2)
+    with pytest.raises(BadArgumentError, match="cached layout's stage 0 must hold a layer"):
+        layout(5, (0, 5, 10), cached=True).check(10, 2)
+
+
+def test_1f1b_needs_a_micro_batch_per_stage_that_trains():
+    # 3 stages, the first forward-only: torch's 1F1B runs the other 2, so M = 2 is enough.
+    layout(3, (0, 2, 6, 10), M=2).check(10, 3)
+    with pytest.raises(BadArgumentError, match="1 micro-batches for 2 stages that train"):
+        layout(3, (0, 2, 6, 10), M=1).check(10, 3)
+    with pytest.raises(BadArgumentError, match="2 micro-batches for 3 stages that train"):
+        layout(0, (0, 2, 6, 10), M=2).check(10, 3)
+    layout(0, (0, 2, 6, 10), M=1, schedule="gpipe").check(10, 3)  # GPipe runs any M
