@@ -464,6 +464,10 @@ class CostModel:
         moments when the layer stays trainable (gradients are recomputed, not moved). Ranks
         receive in parallel; the slowest receiver over the slowest link bounds the time.
         """
+        # Layouts read from run records (calibrate) reach here unpriced: one line, not an
+        # index error, when they do not fit this model and cluster.
+        for layout in (old, new):
+            layout.check_placement(self.num_layers, self.cluster.num_devices)
         moments = self.params.adam_state_per_param_byte
         per_copy = self.param_bytes * (
             1.0 + np.where(np.arange(self.num_layers) >= new.frozen_layers, moments, 0.0)

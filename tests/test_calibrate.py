@@ -16,7 +16,7 @@ from executor.planning import shipped_profile
 from pipeplan.calibrate import calibrate, fit_group_rebuild, observe, predict
 from pipeplan.cluster import run_cluster
 from pipeplan.costmodel import CostModel, same_placement
-from pipeplan.errors import InputFileError
+from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import (
     Calibration,
     FittedLink,
@@ -548,3 +548,20 @@ def test_runs_without_a_placement_change_leave_the_group_rebuild_unfitted(tmp_pa
     c = calibrate([tmp_path / "run"], profile).calibration
     assert c.group_rebuild_s is None
     assert "no transition changed placement" in c.not_fitted["group_rebuild_s"]
+
+
+def test_a_transition_to_a_layout_beyond_the_model_is_one_line(tmp_path, profile):
+    """A phase record (without steps of its own) whose layout splits more layers than the
+    profile has: calibrate's transition pricing refuses it in one line, no IndexError."""
+    write_run(tmp_path / "run", profile)
+    path = tmp_path / "run" / "run.jsonl"
+    last = PhaseRecord.model_validate_json(path.read_text().splitlines()[0])
+    bad = last.model_copy(
+        update={
+            "phase": len(PHASES),
+            "layout": last.layout.model_copy(update={"boundaries": (0, 5, 12)}),
+        }
+    )
+    path.write_text(path.read_text() + bad.model_dump_json() + "\n")
+    with pytest.raises(BadArgumentError, match=r"boundaries \[0, 5, 12\] must start at 0"):
+        calibrate([tmp_path / "run"], profile)
