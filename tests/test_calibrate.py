@@ -504,7 +504,7 @@ def test_steps_faster_than_the_schedule_leave_no_overhead(tmp_path, profile):
     assert set(c.not_fitted) >= {"micro_batch_overhead_s", "input_s_per_sample", "p2p"}
 
 
-def test_measured_transitions_give_back_the_group_rebuild_time(tmp_path, profile):
+def test_measured_transitions_give_back_the_group_rebuild_time(tmp_path, profile, capsys):
     """Transitions measured as a 0.3 s group rebuild plus the priced byte move: calibration
     recovers 0.3 s (float rounding only), and the calibrated model prices each of those
     transitions as measured. Phases 1, 2, 3 of PHASES all change placement. Exact steps: the
@@ -524,6 +524,10 @@ def test_measured_transitions_give_back_the_group_rebuild_time(tmp_path, profile
         assert model.transition_s(old, new) == pytest.approx(
             model.move_s(old, new) + 0.3, rel=1e-12
         )
+    out = tmp_path / "cal.json"
+    args = ["calibrate", str(tmp_path / "run"), "--profile", str(PROFILE_PATH), "--out", str(out)]
+    assert cli.main(args) == 0
+    assert "layout change besides moving bytes: 300.0 ms" in capsys.readouterr().err
 
 
 def test_a_measured_transition_below_its_byte_move_fits_zero(tmp_path, profile):
