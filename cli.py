@@ -135,6 +135,11 @@ def profile(given: dict[str, Any]) -> None:
             f"{c.p2p.bandwidth_bytes_per_s / 1e9:.2f} GB/s; all-reduce "
             f"{c.allreduce.latency_s * 1e6:.0f} µs + "
             f"{c.allreduce.bandwidth_bytes_per_s / 1e9:.2f} GB/s"
+            + (
+                f"; group rebuild {c.group_rebuild_s * 1e3:.1f} ms"
+                if c.group_rebuild_s is not None
+                else ""
+            )
         )
     console.print(f"wrote {request.out}")
 
@@ -333,6 +338,8 @@ def calibrate(
             f"all-reduce: {c.allreduce.latency_s * 1e6:.0f} µs + "
             f"{c.allreduce.bandwidth_bytes_per_s / 1e9:.2f} GB/s"
         )
+    if c.group_rebuild_s is not None:
+        console.print(f"layout change besides moving bytes: {c.group_rebuild_s * 1e3:.1f} ms")
     for name, why in c.not_fitted.items():
         console.print(f"not fitted: {name} — {why}")
     console.print(

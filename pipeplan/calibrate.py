@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import lsq_linear
 
-from pipeplan.costmodel import CostModel
+from pipeplan.costmodel import CostModel, same_placement
 from pipeplan.errors import InputFileError
 from pipeplan.formats import (
     Calibration,
@@ -627,6 +628,35 @@ def predict(profile: Profile, observation: PhaseObservation) -> float:
     return model.evaluate(observation.layout, record=False).step_s
 
 
+def fit_group_rebuild(
+    run_dirs: list[str | Path], profile: Profile
+) -> tuple[float | None, dict[str, str]]:
+    """What a layout change costs besides moving bytes, from the runs' measured transitions:
+
+        seconds, not_fitted = fit_group_rebuild(run_dirs, calibrated_profile)
+
+    Each phase that changed placement from the run's previous phase gives its measured
+    transition_s minus the byte move `profile` prices for it (on the cluster the phase
+    record names); the fit is their median (robust to a transition a loaded machine
+    stalled), never below 0. Phases that kept the placement moved nothing and rebuilt no
+    group: they say nothing of it."""
+    extra = []
+    for run_dir in run_dirs:
+        _, records = load_run(run_dir, profile)
+        phases = sorted((r for r in records if isinstance(r, PhaseRecord)), key=lambda r: r.phase)
+        for before, after in pairwise(phases):
+            if same_placement(before.layout, after.layout):
+                continue
+            move = CostModel(profile, after.pricing.cluster).move_s(before.layout, after.layout)
+            extra.append(after.transition_s - move)
+    if not extra:
+        return None, {
+            "group_rebuild_s": "no transition changed placement: the profile's measured "
+            "value, else the default"
+        }
+    return max(0.0, statistics.median(extra)), {}
+
+
 def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
     """The profile with a calibration fitted to the runs (replacing any earlier one)."""
     observations = observe(run_dirs, profile)
@@ -646,6 +676,14 @@ def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
         not_fitted={**why_compute, **why_allreduce, **why_optimizer},
     )
     fitted = fit_transfers_and_overhead(profile, partial, observations)
+    # The byte moves are priced as the calibrated model prices them (its p2p link), so that
+    # model's transitions reproduce the measured ones.
+    rebuild, why_rebuild = fit_group_rebuild(
+        run_dirs, profile.model_copy(update={"calibration": fitted})
+    )
+    fitted = fitted.model_copy(
+        update={"group_rebuild_s": rebuild, "not_fitted": {**fitted.not_fitted, **why_rebuild}}
+    )
     calibrated = profile.model_copy(update={"calibration": fitted})
     errors = [abs(predict(calibrated, o) / o.measured_step_s - 1) for o in observations]
     final = fitted.model_copy(

@@ -19,7 +19,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.formats import Cluster, Layout, Link, Profile
+from pipeplan.formats import DEFAULT_GROUP_REBUILD_S, Cluster, Layout, Link, Profile
 from pipeplan.simulate import (
     StageWork,
     Timeline,
@@ -46,7 +46,9 @@ class CostParams:
     optimizer_s_per_byte: float | None = None  # None: from the profiled device kind
     # Allocator slack, CUDA context, communication buffers; None: by device kind (RESERVE_BYTES).
     reserve_bytes: int | None = None
-    group_rebuild_s: float = 2.0  # new process groups + barrier when the layout changes
+    # New process groups + barrier when the layout changes; None: calibrated, else measured
+    # by `pipeplan profile --nproc`, else DEFAULT_GROUP_REBUILD_S (`group_rebuild_s_of`).
+    group_rebuild_s: float | None = None
     extrapolation_factor: float = 2.0
     adam_state_per_param_byte: float = 2.0  # exp_avg and exp_avg_sq in fp32
 
@@ -201,6 +203,11 @@ class CostModel:
             Link(latency_s=fitted.latency_s, bandwidth_bytes_per_s=fitted.bandwidth_bytes_per_s)
             if fitted
             else cluster.allreduce_link
+        )
+        self.group_rebuild_s = (
+            self.params.group_rebuild_s
+            if self.params.group_rebuild_s is not None
+            else group_rebuild_s_of(profile)
         )
         self._phase_costs = lru_cache(maxsize=4096)(self._phase_costs_uncached)
 
@@ -443,14 +450,24 @@ class CostModel:
     # ------------------------------------------------------------------ transitions
 
     def transition_s(self, old: Layout, new: Layout) -> float:
-        """Bytes that change owner / bandwidth + group rebuild time.
+        """Bytes that change owner / bandwidth + group rebuild time (0 when the placement
+        stays): `model.transition_s(old, new) == model.move_s(old, new) + model.group_rebuild_s`.
+        """
+        if same_placement(old, new):
+            return 0.0
+        return self.move_s(old, new) + self.group_rebuild_s
+
+    def move_s(self, old: Layout, new: Layout) -> float:
+        """The byte-moving part of a transition: `model.move_s(old, new)`.
 
         Every rank that must hold a layer it did not hold receives its weights, plus the AdamW
         moments when the layer stays trainable (gradients are recomputed, not moved). Ranks
         receive in parallel; the slowest receiver over the slowest link bounds the time.
         """
-        if same_placement(old, new):
-            return 0.0
+        # Layouts read from run records (calibrate) reach here unpriced: one line, not an
+        # index error, when they do not fit this model and cluster.
+        for layout in (old, new):
+            layout.check_placement(self.num_layers, self.cluster.num_devices)
         moments = self.params.adam_state_per_param_byte
         per_copy = self.param_bytes * (
             1.0 + np.where(np.arange(self.num_layers) >= new.frozen_layers, moments, 0.0)
@@ -465,8 +482,18 @@ class CostModel:
         received = (prefix[new_stop] - prefix[new_first]) - (prefix[kept_stop] - prefix[kept_first])
         busiest = float(received.max())
         link = self.p2p_link(crosses_nodes=self.cluster.nodes > 1)
-        move = self.transfer_s(busiest, link) if busiest > 0 else 0.0
-        return move + self.params.group_rebuild_s
+        return self.transfer_s(busiest, link) if busiest > 0 else 0.0
+
+
+def group_rebuild_s_of(profile: Profile) -> float:
+    """What a layout change costs besides moving bytes: `group_rebuild_s_of(profile)` → the
+    value calibration fitted from measured transitions, else the one `pipeplan profile --nproc`
+    measured, else DEFAULT_GROUP_REBUILD_S (profiles from before either existed)."""
+    fitted = profile.calibration.group_rebuild_s if profile.calibration else None
+    if fitted is not None:
+        return fitted
+    measured = profile.comm.group_rebuild_s if profile.comm else None
+    return measured if measured is not None else DEFAULT_GROUP_REBUILD_S
 
 
 def same_placement(old: Layout, new: Layout) -> bool:

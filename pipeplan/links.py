@@ -3,8 +3,10 @@
 `measure_links(nproc)` spawns `nproc` processes on this host with the executor's backend (gloo
 on CPU, NCCL with one GPU per rank on CUDA), times a ping-pong between ranks 0 and 1 and an
 all-reduce over all ranks at several message sizes, and fits each as latency + bytes /
-bandwidth (all-reduce in ring terms, the form the cost model uses). Every collective has a
-timeout and the whole measurement has a deadline, so a hung peer cannot hang the profiler.
+bandwidth (all-reduce in ring terms, the form the cost model uses). It also times what a
+layout change does besides moving bytes (`_rebuild_groups`): the cost model's group rebuild.
+Every collective has a timeout and the whole measurement has a deadline, so a hung peer cannot
+hang the profiler.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pipeplan.spawn import free_port, run_ranks
 
 DEFAULT_SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 8 << 20, 32 << 20)
 COLLECTIVE_TIMEOUT_S = 60
+REBUILD_REPEATS = 5  # group rebuilds timed (after one warm-up): each takes milliseconds
 
 
 def _time_repeats(fn, repeats: int, warmup: int, sync) -> list[float]:
@@ -80,10 +83,36 @@ def _worker(rank: int, nproc: int, port: int, device: str, sizes, repeats, out_p
             t = torch.tensor(times, dtype=torch.float64, device=dev)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             results["allreduce"].append((nbytes, t.cpu().tolist()))
+        times = [_rebuild_groups(rank, nproc, dev) for _ in range(1 + REBUILD_REPEATS)][1:]
+        t = torch.tensor(times, dtype=torch.float64, device=dev)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank holds the others up
+        results["group_rebuild_s"] = float(np.median(t.cpu().numpy()))
         if rank == 0:
             Path(out_path).write_text(json.dumps(results))
     finally:
         dist.destroy_process_group()
+
+
+def _rebuild_groups(rank: int, nproc: int, dev: torch.device) -> float:
+    """Time one layout change's group work on this rank: create a pipeline pair and a
+    data-parallel pair (ranks 0 and 1; every world rank takes part in creating each, as
+    executor/topology.py does), one one-element all-reduce in each (NCCL connects a group
+    lazily at its first collective, which the new phase would pay), and the barrier that ends
+    the change. The groups are destroyed after the clock stops, as the next change would."""
+    pair = [0, 1]
+    dist.barrier()  # everyone starts together: the time is the change's, not a straggler's
+    t0 = time.perf_counter()
+    groups = [dist.new_group(pair, timeout=_dt.timedelta(seconds=COLLECTIVE_TIMEOUT_S))]
+    groups.append(dist.new_group(pair, timeout=_dt.timedelta(seconds=COLLECTIVE_TIMEOUT_S)))
+    if rank in pair:
+        for group in groups:
+            dist.all_reduce(torch.zeros(1, device=dev), group=group)
+    dist.barrier()
+    elapsed = time.perf_counter() - t0
+    if rank in pair:
+        for group in groups:
+            dist.destroy_process_group(group)
+    return elapsed
 
 
 def _fit(samples: list[LinkSample], latency_coef: float, bytes_coef: float) -> LinkFit:
@@ -129,5 +158,9 @@ def measure_links(
     ring = 2.0 * (nproc - 1)
     allreduce = _fit(_samples(raw["allreduce"]), ring, ring / nproc)
     return CommProfile(
-        backend="nccl" if device == "cuda" else "gloo", nproc=nproc, p2p=p2p, allreduce=allreduce
+        backend="nccl" if device == "cuda" else "gloo",
+        nproc=nproc,
+        p2p=p2p,
+        allreduce=allreduce,
+        group_rebuild_s=raw["group_rebuild_s"],
     )

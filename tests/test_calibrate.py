@@ -3,6 +3,7 @@ from exact data and within stated bounds from noisy data —, leaves what the ru
 at its default with a reason, and refuses runs it cannot use."""
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import NamedTuple
 
@@ -12,10 +13,10 @@ from conftest import fake_pricing
 
 import cli
 from executor.planning import shipped_profile
-from pipeplan.calibrate import calibrate, observe, predict
+from pipeplan.calibrate import calibrate, fit_group_rebuild, observe, predict
 from pipeplan.cluster import run_cluster
-from pipeplan.costmodel import CostModel
-from pipeplan.errors import InputFileError
+from pipeplan.costmodel import CostModel, same_placement
+from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import (
     Calibration,
     FittedLink,
@@ -147,10 +148,13 @@ def write_run(
         profile.model_copy(update={"calibration": truth}), run_cluster(config, profile)
     )
     rng = np.random.default_rng(seed)
-    lines, step = [], 0
+    lines, step, previous = [], 0, None
     for index, phase in enumerate(phases):
         layout = layout_of(phase)
         step_s = model.evaluate(layout, record=False).step_s
+        # A transition takes what `truth` prices: its byte move plus its group rebuild.
+        transition_s = model.transition_s(previous, layout) if previous is not None else 0.0
+        previous = layout
         lines.append(
             PhaseRecord(
                 phase=index,
@@ -159,7 +163,7 @@ def write_run(
                 layout=layout,
                 predicted_step_s=None,
                 pricing=fake_pricing(nproc).model_copy(update={"cluster": model.cluster}),
-                transition_s=0.0,
+                transition_s=transition_s,
             )
         )
         ranks = rank_times(model, layout)
@@ -498,3 +502,70 @@ def test_steps_faster_than_the_schedule_leave_no_overhead(tmp_path, profile):
     assert c.step_overhead_s == 0.0 and c.input_s_per_sample == 0.0
     assert c.residual_max == pytest.approx(1 / 0.8 - 1, rel=1e-9)
     assert set(c.not_fitted) >= {"micro_batch_overhead_s", "input_s_per_sample", "p2p"}
+
+
+def test_measured_transitions_give_back_the_group_rebuild_time(tmp_path, profile, capsys):
+    """Transitions measured as a 0.3 s group rebuild plus the priced byte move: calibration
+    recovers 0.3 s (float rounding only), and the calibrated model prices each of those
+    transitions as measured. Phases 1, 2, 3 of PHASES all change placement. Exact steps: the
+    move is priced on the fitted p2p link, which noisy steps would shift."""
+    truth = TRUTH.model_copy(update={"group_rebuild_s": 0.3})
+    write_run(tmp_path / "run", profile, truth=truth, step_jitter=0.0)
+    calibrated = calibrate([tmp_path / "run"], profile)
+    assert calibrated.calibration.group_rebuild_s == pytest.approx(0.3, rel=1e-12)
+    assert "group_rebuild_s" not in calibrated.calibration.not_fitted
+    layouts = [layout_of(p) for p in PHASES]
+    config = RunConfig(
+        name="x", model="vit-digits", data="digits", nproc=2, global_batch=64, epochs=1
+    )
+    model = CostModel(calibrated, run_cluster(config, profile))
+    for old, new in pairwise(layouts):
+        assert not same_placement(old, new)
+        assert model.transition_s(old, new) == pytest.approx(
+            model.move_s(old, new) + 0.3, rel=1e-12
+        )
+    out = tmp_path / "cal.json"
+    args = ["calibrate", str(tmp_path / "run"), "--profile", str(PROFILE_PATH), "--out", str(out)]
+    assert cli.main(args) == 0
+    assert "layout change besides moving bytes: 300.0 ms" in capsys.readouterr().err
+
+
+def test_a_measured_transition_below_its_byte_move_fits_zero(tmp_path, profile):
+    """A transition faster than the priced move (a link faster than profiled): the rebuild
+    is what the cost model adds, never negative."""
+    write_run(tmp_path / "run", profile)
+    records = (tmp_path / "run" / "run.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in records]
+    for row in rows:
+        if row["kind"] == "phase":
+            row["transition_s"] = 0.0
+    (tmp_path / "run" / "run.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert fit_group_rebuild([tmp_path / "run"], profile) == (0.0, {})
+
+
+def test_runs_without_a_placement_change_leave_the_group_rebuild_unfitted(tmp_path, profile):
+    """Phases that keep the placement (only the freeze point changes) moved nothing and
+    rebuilt no group: nothing to fit, and `not_fitted` says so."""
+    kept = [Phase(0, 2, 1, 4, "1f1b", (0, 5, 10)), Phase(3, 2, 1, 4, "1f1b", (0, 5, 10))]
+    truth = TRUTH.model_copy(update={"group_rebuild_s": 0.3})
+    write_run(tmp_path / "run", profile, phases=kept, truth=truth)
+    c = calibrate([tmp_path / "run"], profile).calibration
+    assert c.group_rebuild_s is None
+    assert "no transition changed placement" in c.not_fitted["group_rebuild_s"]
+
+
+def test_a_transition_to_a_layout_beyond_the_model_is_one_line(tmp_path, profile):
+    """A phase record (without steps of its own) whose layout splits more layers than the
+    profile has: calibrate's transition pricing refuses it in one line, no IndexError."""
+    write_run(tmp_path / "run", profile)
+    path = tmp_path / "run" / "run.jsonl"
+    last = PhaseRecord.model_validate_json(path.read_text().splitlines()[0])
+    bad = last.model_copy(
+        update={
+            "phase": len(PHASES),
+            "layout": last.layout.model_copy(update={"boundaries": (0, 5, 12)}),
+        }
+    )
+    path.write_text(path.read_text() + bad.model_dump_json() + "\n")
+    with pytest.raises(BadArgumentError, match=r"boundaries \[0, 5, 12\] must start at 0"):
+        calibrate([tmp_path / "run"], profile)

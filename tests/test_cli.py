@@ -15,6 +15,7 @@ import cli
 import pipeplan
 from executor.planning import shipped_profile
 from pipeplan.cluster import cluster_from_flags, parse_bytes
+from pipeplan.costmodel import CostModel
 from pipeplan.errors import PipeplanError
 from pipeplan.formats import Profile, RunConfig, dumps, flag_marker, flag_of, load
 
@@ -303,3 +304,8 @@ def test_profile_nproc_measures_links_that_plans_then_use(tmp_path):
     cluster = cluster_from_flags(nodes=1, devices_per_node=2, device_memory="1GiB", profile=profile)
     assert cluster.intra_node.latency_s == pytest.approx(comm.p2p.latency_s)
     assert cluster.intra_node.bandwidth_bytes_per_s == pytest.approx(comm.p2p.bandwidth_bytes_per_s)
+    # The layout change's group work was timed too (bounds: tests/test_links.py), printed, and
+    # is what the cost model adds to a transition instead of the 2 s default.
+    assert "group rebuild" in result.stderr
+    assert comm.group_rebuild_s is not None and 0 < comm.group_rebuild_s < 0.25
+    assert CostModel(profile, cluster).group_rebuild_s == comm.group_rebuild_s

@@ -154,6 +154,40 @@ def test_transition_cost_is_zero_without_a_change_and_moves_bytes_otherwise():
     assert busiest / link.bandwidth_bytes_per_s > link.latency_s  # the bytes count here
 
 
+def test_transitions_take_the_measured_then_the_calibrated_group_rebuild():
+    """The group rebuild a transition adds is the calibration's, else the profile's measured
+    one, else the 2 s default: the same move priced with 0.3 s and with 2.0 s differs by
+    exactly 1.7 s, and a calibrated 0.05 s wins over a measured 0.3 s."""
+    from pipeplan.formats import CommProfile, LinkFit
+
+    a = Layout(
+        frozen_layers=0,
+        cached=False,
+        micro_batches=2,
+        micro_batch_size=4,
+        schedule="1f1b",
+        boundaries=(0, 3, 6),
+        rank_map=((0, 1), (2, 3)),
+    )
+    b = a.model_copy(update={"boundaries": (0, 6), "rank_map": ((0,), (1,), (2,), (3,))})
+    old = small_profile()
+    fit = LinkFit(latency_s=3e-5, bandwidth_bytes_per_s=2e9, samples=[])
+    measured = old.model_copy(
+        update={
+            "comm": CommProfile(
+                backend="gloo", nproc=2, p2p=fit, allreduce=fit, group_rebuild_s=0.3
+            )
+        }
+    )
+    guessed = CostModel(old, cluster()).transition_s(a, b)
+    priced = CostModel(measured, cluster()).transition_s(a, b)
+    assert guessed - priced == pytest.approx(1.7, abs=1e-12)
+    assert priced == CostModel(measured, cluster()).move_s(a, b) + 0.3
+    both = calibrated(measured, group_rebuild_s=0.05)
+    assert CostModel(both, cluster()).transition_s(a, b) == pytest.approx(priced - 0.25, abs=1e-12)
+    assert CostModel(old, cluster()).group_rebuild_s == 2.0  # older profiles: the default
+
+
 def test_profile_and_model_layer_counts_must_agree():
     profile = small_profile()
     profile.model.config["num_hidden_layers"] = 6

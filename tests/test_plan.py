@@ -247,3 +247,52 @@ def test_a_plan_whose_phases_do_not_tile_the_training_is_refused(
     tamper(doc)
     with pytest.raises(InputFileError, match=fragment):
         parse(Plan, json.dumps(doc), "plan.json")
+
+
+def test_a_measured_group_rebuild_lets_the_plan_move_where_the_guess_kept_the_layout():
+    """vit-digits on 2 ranks of 100 MiB (the run's cluster), frozen layers 0, 0, 4, 4 over
+    4 epochs of 640 samples (10 steps an epoch). With the 2 s guess the second phase keeps
+    the 2-stage pipeline (cached); with the group rebuild `pipeplan profile --nproc 2`
+    measured here (4.7 ms) it moves to 1x2 cached. Each decision is what the priced totals
+    imply: the move's epochs plus its byte move plus the rebuild against the kept phase."""
+    from executor.planning import shipped_profile
+    from pipeplan.cluster import run_cluster
+    from pipeplan.costmodel import same_placement
+    from pipeplan.formats import Profile, RunConfig, load
+
+    guessed = load(Profile, shipped_profile("vit-digits", "cpu"))
+    assert guessed.comm is not None and guessed.comm.group_rebuild_s is None
+    measured = guessed.model_copy(
+        update={"comm": guessed.comm.model_copy(update={"group_rebuild_s": 0.0047})}
+    )
+    config = RunConfig(
+        name="t",
+        model="vit-digits",
+        data="digits",
+        nproc=2,
+        global_batch=64,
+        epochs=4,
+        device_memory_bytes=100 << 20,
+    )
+    cluster = run_cluster(config, guessed)
+    blocks = len(guessed.layers) - 2
+
+    def phases(profile):
+        freeze = list_schedule([0, 0, 4, 4], 4, blocks)
+        plan = make_plan(profile, cluster, global_batch=64, samples=640, epochs=4, freeze=freeze)
+        return plan.phases
+
+    first, kept = phases(guessed)
+    first_measured, moved = phases(measured)
+    assert first_measured.layout == first.layout  # no transition before the first phase
+    assert (first.layout.num_stages, first.layout.replicas) == (2, 1)
+    assert same_placement(first.layout, kept.layout) and kept.layout.cached
+    assert kept.transition_s == 0.0
+    assert (moved.layout.num_stages, moved.layout.replicas, moved.layout.cached) == (1, 2, True)
+    assert moved.step_s < kept.step_s
+    # The transition is the byte move plus the measured rebuild (the 2 s guess otherwise).
+    move = CostModel(measured, cluster).move_s(first.layout, moved.layout)
+    assert moved.transition_s == pytest.approx(move + 0.0047, rel=1e-8)
+    epochs_moved = moved.total_s - moved.transition_s  # the phase's epochs, rebuild excluded
+    assert epochs_moved + move + 0.0047 < kept.total_s  # moving pays with 4.7 ms …
+    assert epochs_moved + move + 2.0 > kept.total_s  # … and not with 2 s

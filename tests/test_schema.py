@@ -95,6 +95,28 @@ def test_bad_profiles_give_one_line_naming_the_problem(text, fragment):
     assert fragment in message and "\n" not in message and message.startswith("p.json")
 
 
+def with_comm(**comm) -> str:
+    """A profile with measured links (and `comm`'s fields on top)."""
+    fit = {"latency_s": 1e-5, "bandwidth_bytes_per_s": 1e9, "samples": []}
+    data = minimal_profile()
+    data["comm"] = {"backend": "gloo", "nproc": 2, "p2p": fit, "allreduce": fit, **comm}
+    return json.dumps(data)
+
+
+def test_the_group_rebuild_is_optional_and_strict():
+    """Profiles from before it was measured load without it (None: the cost model's 2 s
+    default); a measured one must be a finite, bounded number of seconds, not a string."""
+    assert formats.parse(formats.Profile, with_comm()).comm.group_rebuild_s is None
+    parsed = formats.parse(formats.Profile, with_comm(group_rebuild_s=0.0047))
+    assert parsed.comm.group_rebuild_s == 0.0047
+    for bad in ('"0.3"', "-0.1", "2e6", "true", "NaN"):
+        text = with_comm(group_rebuild_s=0.5).replace("0.5", bad)
+        with pytest.raises(InputFileError) as err:
+            formats.parse(formats.Profile, text, "p.json")
+        message = str(err.value)
+        assert "\n" not in message and ("group_rebuild_s" in message or "NaN" in message)
+
+
 def test_deep_nesting_is_an_input_error():
     with pytest.raises(InputFileError):
         formats.parse(formats.Profile, "[" * 100000 + "]" * 100000)

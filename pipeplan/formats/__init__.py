@@ -48,6 +48,7 @@ from pipeplan.formats.plan import (
     StaticPlanSummary,
 )
 from pipeplan.formats.profile import (
+    DEFAULT_GROUP_REBUILD_S,
     PRECISION_DTYPE,
     Calibration,
     CommProfile,
@@ -111,6 +112,7 @@ def json_schema(name: str) -> dict[str, Any]:
 
 
 __all__ = [
+    "DEFAULT_GROUP_REBUILD_S",
     "NOT_A_FLAG",
     "PRECISION_DTYPE",
     "SCHEDULES",

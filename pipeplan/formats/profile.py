@@ -133,11 +133,23 @@ class LinkFit(Strict):
     samples: list[LinkSample]
 
 
+# What a layout change costs besides moving bytes when nothing measured it (a profile from
+# before `pipeplan profile --nproc` timed it, and no calibration fitted it): a guess.
+DEFAULT_GROUP_REBUILD_S = 2.0
+
+
 class CommProfile(Strict):
     backend: Literal["gloo", "nccl"]
     nproc: Annotated[int, Field(ge=2)]
     p2p: LinkFit
     allreduce: LinkFit
+    group_rebuild_s: Seconds | None = Field(
+        None,
+        description="What a layout change costs besides moving bytes: creating a pipeline "
+        "and a data-parallel process group with this backend (and connecting them) and a "
+        "barrier, the slowest rank's median. None (a profile measured before this was timed): "
+        f"the cost model takes {DEFAULT_GROUP_REBUILD_S} s.",
+    )
 
 
 class FittedLink(Strict):
@@ -177,6 +189,12 @@ class Calibration(Strict):
     )
     input_s_per_sample: Seconds = Field(
         0.0, description="Reading a replica's batch (or its cached activations), per sample."
+    )
+    group_rebuild_s: Seconds | None = Field(
+        None,
+        description="A layout change's time besides moving bytes, from the runs' transitions "
+        "that changed placement (measured minus the priced byte move, median, at least 0). "
+        "None: the profile's comm.group_rebuild_s, else the default.",
     )
     runs: list[str] = Field(description="Run directories the fit used.")
     phases_used: NonNegInt
