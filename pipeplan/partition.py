@@ -681,23 +681,21 @@ class PartitionSpace:
         def nic(k: int):  # every stage's all-reduce crosses one link: stages ≤ k's bytes
             return nic_Q, nic_R, (k + M) * mu
 
-        def shared(name: str, cost) -> list[np.ndarray]:
-            if name not in self._shared:
-                self._shared[name] = self._minmax(cost)
-            return self._shared[name]
-
-        tables = {
-            "l1": shared("l1", l1),
-            "l1own": self._minmax(l1own),
-            "sends": self._min_sends(),
-        }
-        if p.shared_links.shape[0] and p.shared_links.all(axis=1).any():
-            tables["nic"] = self._minmax(nic)
+        shared = {"l1": l1}
         if p.schedule == "gpipe":
-            tables["fwd"] = shared("fwd", lambda k: (Fp, Fp, mu))
-            tables["bwd"] = shared("bwd", lambda k: (Bp, Bp, 0.0))
+            shared.update(fwd=lambda k: (Fp, Fp, mu), bwd=lambda k: (Bp, Bp, 0.0))
         else:
-            tables["round"] = shared("round", round_trip)
+            shared["round"] = round_trip
+        own_costs = {"l1own": l1own}
+        if p.shared_links.shape[0] and p.shared_links.all(axis=1).any():
+            own_costs["nic"] = nic
+        # One pass over the stages for every table this shape lacks.
+        missing = {name: cost for name, cost in shared.items() if name not in self._shared}
+        built = self._minmax_many(missing | own_costs)
+        self._shared.update({name: built[name] for name in missing})
+        tables = {name: self._shared[name] for name in shared}
+        tables.update({name: built[name] for name in own_costs})
+        tables["sends"] = self._min_sends()
         return tables
 
     def _positions(self, k: int) -> np.ndarray:
@@ -718,26 +716,49 @@ class PartitionSpace:
         Backwards over k: T[k][i] = min_j max(u_k(i, j), T'[j]) with T' the running minimum
         of T[k+1] (nonincreasing, ≤ T[k+1]), so the best j is at the crossing of a
         nondecreasing and a nonincreasing sequence: found by bisection on Q_k − T'."""
+        return self._minmax_many({"table": cost})["table"]
+
+    def _minmax_many(self, costs: dict) -> dict[str, list[np.ndarray]]:
+        """`_minmax` of several costs at once (one row each: numpy's per-call overhead is
+        paid once per stage, not once per table and stage). The bisection is a count of the
+        crossing values below each target, which is what searchsorted returns on the sorted
+        (running-maximum) rows."""
         p = self.p
         S, L = p.num_stages, p.num_layers
+        names = list(costs)
         lo = np.arange(1, L + 2)  # each start's first end
         unused = np.full(L + 1, np.inf)  # stages 0 and S: never read
-        tables: list[np.ndarray] = [unused] * (S + 1)
-        Q, R, kappa = cost(S - 1)
-        last = np.where(self.last_ends(S - 1) >= L, Q[L] - R + kappa, np.inf)
-        tables[S - 1] = np.where(self._positions(S - 1), last, np.inf)
+        tables: dict[str, list[np.ndarray]] = {name: [unused] * (S + 1) for name in names}
+        if not names:
+            return tables
+
+        def stacked(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            parts = [costs[name](k) for name in names]
+            Q = np.stack([part[0] for part in parts])
+            R = np.stack([part[1] for part in parts])
+            return Q, R, np.array([[part[2]] for part in parts], dtype=float)
+
+        Q, R, kappa = stacked(S - 1)
+        last = np.where(self.last_ends(S - 1) >= L, Q[:, L : L + 1] - R + kappa, np.inf)
+        current = np.where(self._positions(S - 1), last, np.inf)
+        for row, name in enumerate(names):
+            tables[name][S - 1] = current[row]
         with np.errstate(invalid="ignore"):
             for k in range(S - 2, 0, -1):
-                Q, R, kappa = cost(k)
-                after = np.minimum.accumulate(tables[k + 1])
-                crossing = np.maximum.accumulate(Q - after)
-                split = np.searchsorted(crossing, R - kappa, side="left")
+                Q, R, kappa = stacked(k)
+                after = np.minimum.accumulate(current, axis=1)
+                crossing = np.maximum.accumulate(Q - after, axis=1)
+                split = (crossing[:, None, :] < (R - kappa)[:, :, None]).sum(axis=2)
                 hi = self.last_ends(k)  # ≤ L
                 j1 = np.maximum(split, lo)
-                above = np.where(j1 <= hi, Q[np.minimum(j1, L)] - R + kappa, np.inf)
+                reached = np.take_along_axis(Q, np.minimum(j1, L), axis=1)
+                above = np.where(j1 <= hi, reached - R + kappa, np.inf)
                 j2 = np.minimum(split - 1, hi)
-                below = np.where(j2 >= lo, after[np.maximum(j2, 0)], np.inf)
-                tables[k] = np.where(self._positions(k), np.minimum(above, below), np.inf)
+                kept = np.take_along_axis(after, np.maximum(j2, 0), axis=1)
+                below = np.where(j2 >= lo, kept, np.inf)
+                current = np.where(self._positions(k), np.minimum(above, below), np.inf)
+                for row, name in enumerate(names):
+                    tables[name][k] = current[row]
         return tables
 
     def _min_sends(self) -> list[np.ndarray]:
