@@ -732,10 +732,21 @@ class PartitionSpace:
         if not names:
             return tables
 
+        rows = np.arange(len(names))[:, None]
+        stacks: dict[str, tuple[list[np.ndarray], np.ndarray]] = {}
+
+        def stack(key: str, arrays: list[np.ndarray]) -> np.ndarray:
+            # Most costs return the same arrays for every k: stacked once.
+            if key not in stacks or any(
+                a is not b for a, b in zip(stacks[key][0], arrays, strict=True)
+            ):
+                stacks[key] = arrays, np.stack(arrays)
+            return stacks[key][1]
+
         def stacked(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             parts = [costs[name](k) for name in names]
-            Q = np.stack([part[0] for part in parts])
-            R = np.stack([part[1] for part in parts])
+            Q = stack("Q", [part[0] for part in parts])
+            R = stack("R", [part[1] for part in parts])
             return Q, R, np.array([[part[2]] for part in parts], dtype=float)
 
         Q, R, kappa = stacked(S - 1)
@@ -751,10 +762,10 @@ class PartitionSpace:
                 split = (crossing[:, None, :] < (R - kappa)[:, :, None]).sum(axis=2)
                 hi = self.last_ends(k)  # ≤ L
                 j1 = np.maximum(split, lo)
-                reached = np.take_along_axis(Q, np.minimum(j1, L), axis=1)
+                reached = Q[rows, np.minimum(j1, L)]
                 above = np.where(j1 <= hi, reached - R + kappa, np.inf)
                 j2 = np.minimum(split - 1, hi)
-                kept = np.take_along_axis(after, np.maximum(j2, 0), axis=1)
+                kept = after[rows, np.maximum(j2, 0)]
                 below = np.where(j2 >= lo, kept, np.inf)
                 current = np.where(self._positions(k), np.minimum(above, below), np.inf)
                 for row, name in enumerate(names):
