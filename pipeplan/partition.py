@@ -862,8 +862,9 @@ class _ScalarExpansion:
         links = p.shared_links
         # Per stage: each shared link as 1.0 when its all-reduce crosses it (numpy multiplies
         # by the bool as a float), and the links it crosses.
-        self.crosses = [links[:, k].astype(float).tolist() for k in range(p.num_stages)]
-        self.crossing = [np.flatnonzero(links[:, k]).tolist() for k in range(p.num_stages)]
+        by_stage = links.T.tolist()
+        self.crosses = [[1.0 if x else 0.0 for x in row] for row in by_stage]
+        self.crossing = [[link for link, x in enumerate(row) if x] for row in by_stage]
         self.open = [o.tolist() for o in space.open]
         self._tables: dict[str, list[list[float]]] | None = None
         self._suffix: dict[int, list[float] | None] = {}
