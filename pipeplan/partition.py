@@ -370,7 +370,8 @@ class Node:
 # Windows of at most this many fixed stages enter a node's bound (all, for shorter pipelines).
 MAX_WINDOW_STAGES = 64
 # Nodes with at most this many possible ends of their next stage are expanded one child at a
-# time in plain Python (`_ScalarExpansion`), wider ones with numpy.
+# time in plain Python (`_ScalarExpansion`), wider ones with numpy (and every node of a model
+# longer than DENSE_MAX_LAYERS).
 SCALAR_MAX_CHILDREN = 48
 ROOT_SUMS = (0.0,) * 11
 
@@ -451,7 +452,9 @@ class PartitionSpace:
         at a time in plain Python when there are few (numpy's per-call overhead dominates on
         arrays of tens of positions), else vectorised over them; both give the same floats."""
         k, i = node.depth, node.position
-        if int(self.last_ends(k)[i]) - i <= SCALAR_MAX_CHILDREN:
+        few = int(self.last_ends(k)[i]) - i <= SCALAR_MAX_CHILDREN
+        # Long models' deep nodes bound each child by up to MAX_WINDOW_STAGES windows: numpy.
+        if few and self.p.num_layers <= DENSE_MAX_LAYERS:
             return self._scalar().expand(node, limit)
         return self.expand_vectorised(node, limit)
 
@@ -720,9 +723,7 @@ class PartitionSpace:
 
     def _minmax_many(self, costs: dict) -> dict[str, list[np.ndarray]]:
         """`_minmax` of several costs at once (one row each: numpy's per-call overhead is
-        paid once per stage, not once per table and stage). The bisection is a count of the
-        crossing values below each target, which is what searchsorted returns on the sorted
-        (running-maximum) rows."""
+        paid once per stage, not once per table and stage, but for the bisection)."""
         p = self.p
         S, L = p.num_stages, p.num_layers
         names = list(costs)
@@ -759,7 +760,10 @@ class PartitionSpace:
                 Q, R, kappa = stacked(k)
                 after = np.minimum.accumulate(current, axis=1)
                 crossing = np.maximum.accumulate(Q - after, axis=1)
-                split = (crossing[:, None, :] < (R - kappa)[:, :, None]).sum(axis=2)
+                target = R - kappa
+                split = np.stack(
+                    [np.searchsorted(crossing[r], target[r], side="left") for r in range(len(R))]
+                )
                 hi = self.last_ends(k)  # ≤ L
                 j1 = np.maximum(split, lo)
                 reached = Q[rows, np.minimum(j1, L)]
