@@ -675,9 +675,13 @@ class PartitionSpace:
                 own[rate] = Q, Q - Fp
             return *own[rate], (k + M) * mu
 
+        trips: dict[int, np.ndarray] = {}
+
         def round_trip(k: int):
-            Q = (M - 1) * Bp + (M - p.forwards_first[k]) * Fp
-            return Q, Q, (M - p.forwards_first[k]) * mu
+            before = p.forwards_first[k]  # = M for every stage with S − k ≥ M
+            if before not in trips:
+                trips[before] = (M - 1) * Bp + (M - before) * Fp
+            return trips[before], trips[before], (M - before) * mu
 
         nic_Q, nic_R = work + p.shared_s_per_byte * Gp, work - Fp
 
@@ -734,6 +738,7 @@ class PartitionSpace:
             return tables
 
         rows = np.arange(len(names))[:, None]
+        split = np.empty((len(names), L + 1), dtype=np.int64)
         stacks: dict[str, tuple[list[np.ndarray], np.ndarray]] = {}
 
         def stack(key: str, arrays: list[np.ndarray]) -> np.ndarray:
@@ -761,9 +766,8 @@ class PartitionSpace:
                 after = np.minimum.accumulate(current, axis=1)
                 crossing = np.maximum.accumulate(Q - after, axis=1)
                 target = R - kappa
-                split = np.stack(
-                    [np.searchsorted(crossing[r], target[r], side="left") for r in range(len(R))]
-                )
+                for r in range(len(names)):
+                    split[r] = np.searchsorted(crossing[r], target[r], side="left")
                 hi = self.last_ends(k)  # ≤ L
                 j1 = np.maximum(split, lo)
                 reached = Q[rows, np.minimum(j1, L)]
