@@ -210,6 +210,7 @@ class CostModel:
             else group_rebuild_s_of(profile)
         )
         self._phase_costs = lru_cache(maxsize=4096)(self._phase_costs_uncached)
+        self._links: dict[tuple[tuple[int, ...], ...], tuple] = {}
 
     # ------------------------------------------------------------------ per layer
 
@@ -366,6 +367,19 @@ class CostModel:
         saved = float(costs.saved_bytes_per_micro_batch[first:stop].sum())
         return int(np.ceil(static + saved * in_flight_micro_batches + self.reserve_bytes))
 
+    def _rank_map_links(
+        self, rank_map: tuple[tuple[int, ...], ...]
+    ) -> tuple[list[Link], list[Link], list[tuple[int, ...]]]:
+        """Per rank map (the search simulates many layouts of one): the boundary links, the
+        all-reduce links and the nodes each all-reduce crosses."""
+        if rank_map not in self._links:
+            self._links[rank_map] = (
+                self.boundary_links(rank_map),
+                self.allreduce_links(rank_map),
+                self.allreduce_nodes(rank_map),
+            )
+        return self._links[rank_map]
+
     def evaluate(self, layout: Layout, record: bool = True) -> Evaluation:
         """Per-stage costs, memory and the simulated step of `layout` (each stage's reported
         all-reduce as long as the shared node links made it, §4.5)."""
@@ -401,9 +415,7 @@ class CostModel:
         layout.check_placement(self.num_layers, self.cluster.num_devices)
         m = layout.micro_batch_size
         costs = self.phase_costs(m, layout.frozen_layers, layout.cached)
-        links = self.boundary_links(layout.rank_map)
-        ar_links = self.allreduce_links(layout.rank_map)
-        ar_nodes = self.allreduce_nodes(layout.rank_map)
+        links, ar_links, ar_nodes = self._rank_map_links(layout.rank_map)
         b = layout.boundaries
         works, reports = [], []
         for s in range(S):

@@ -11,6 +11,7 @@ partition. The tests compare all three.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -368,6 +369,10 @@ class Node:
 
 # Windows of at most this many fixed stages enter a node's bound (all, for shorter pipelines).
 MAX_WINDOW_STAGES = 64
+# Nodes with at most this many possible ends of their next stage are expanded one child at a
+# time in plain Python (`_ScalarExpansion`), wider ones with numpy (and every node of a model
+# longer than DENSE_MAX_LAYERS).
+SCALAR_MAX_CHILDREN = 48
 ROOT_SUMS = (0.0,) * 11
 
 
@@ -407,6 +412,8 @@ class PartitionSpace:
         self._shared = {} if shared is None else shared
         self._last: dict[int, np.ndarray] = {}
         self._windows: dict[int, tuple[np.ndarray, ...]] = {}
+        self._scalar_expansion: _ScalarExpansion | None = None
+        self._valid: dict[int, np.ndarray] = {}
         links = pricing.shared_links
         S = pricing.num_stages
         stages = np.arange(S)
@@ -441,7 +448,18 @@ class PartitionSpace:
     # ------------------------------------------------------------------ expansion
 
     def expand(self, node: Node, limit: float = np.inf) -> list[tuple[float, Node]]:
-        """The children of `node` whose bound is below `limit`, with their bounds."""
+        """The children of `node` whose bound is below `limit`, with their bounds: one child
+        at a time in plain Python when there are few (numpy's per-call overhead dominates on
+        arrays of tens of positions), else vectorised over them; both give the same floats."""
+        k, i = node.depth, node.position
+        few = int(self.last_ends(k)[i]) - i <= SCALAR_MAX_CHILDREN
+        # Long models' deep nodes bound each child by up to MAX_WINDOW_STAGES windows: numpy.
+        if few and self.p.num_layers <= DENSE_MAX_LAYERS:
+            return self._scalar().expand(node, limit)
+        return self.expand_vectorised(node, limit)
+
+    def expand_vectorised(self, node: Node, limit: float = np.inf) -> list[tuple[float, Node]]:
+        """`expand` with numpy over the children's end positions."""
         k, i = node.depth, node.position
         j = self.ends(k, i)
         if j.size == 0:
@@ -460,6 +478,23 @@ class PartitionSpace:
             )
             for row, n in enumerate(keep)
         ]
+
+    def _scalar(self) -> _ScalarExpansion:
+        if self._scalar_expansion is None:
+            self._scalar_expansion = _ScalarExpansion(self)
+        return self._scalar_expansion
+
+    def window_counts(self, k: int) -> tuple[np.ndarray, ...]:
+        """`simulate.window_counts` of the windows [t, k] that enter stage k's bound."""
+        if k not in self._windows:
+            p = self.p
+            first = max(0, k - MAX_WINDOW_STAGES + 1)
+            self._windows[k] = window_counts(k, first, p.num_stages, p.micro_batches)
+        return self._windows[k]
+
+    def suffix_rounds(self, k: int) -> np.ndarray | None:
+        """`_suffix_rounds` at every first position i (None: the bound's term is then 0)."""
+        return self._suffix_rounds(k, np.arange(self.p.num_layers + 1))
 
     def _child_sums(
         self, node: Node, j: np.ndarray
@@ -545,9 +580,7 @@ class PartitionSpace:
         if p.schedule == "gpipe":
             return np.maximum(busy, a + M * F + below + M * B)
         first_bwd_end = a + np.maximum(p.forwards_first[k] * F, F + below) + B
-        if k not in self._windows:
-            self._windows[k] = window_counts(k, max(0, k - MAX_WINDOW_STAGES + 1), S, M)
-        rounds, fwd_left, bwd_left = self._windows[k]
+        rounds, fwd_left, bwd_left = self.window_counts(k)
         # Work and transfers of the fixed stages t..k−1 of each window, then stage k's.
         recent = node.cycles(len(rounds) - 1)
         fixed = np.append(np.cumsum(recent[::-1])[::-1], 0.0)
@@ -599,17 +632,22 @@ class PartitionSpace:
         least ⌊(M − S + k − 1)/w⌋ + 1 rounds (`simulate.window_counts`: its first stage t ≥ k
         has w_t ≤ S−1−k), between micro-batch 0's arrival and the last gradient's way down
         (`around`: a + d + tail0 of the placed stages)."""
+        windows = self._suffix_rounds(k, i)
+        return np.zeros_like(around) if windows is None else around + windows
+
+    def _suffix_rounds(self, k: int, i: np.ndarray) -> np.ndarray | None:
+        """`_suffix_windows` less `around`; None when no window cycles."""
         p = self.p
         table = p.suffix_bottleneck
         left = p.num_stages - k
         slack = p.micro_batches - p.num_stages + k - 1
         if table is None or left < 1 or slack < 0:
-            return np.zeros_like(around)
+            return None
         w = np.arange(1, left + 1)
         rounds = slack // w + 1
         parts = -(-left // w)
         windows = table[parts][:, i] + p.micro_batch_overhead_s
-        return around + (rounds[:, None] * windows).max(axis=0)
+        return (rounds[:, None] * windows).max(axis=0)
 
     # ------------------------------------------------------------------ tables
 
@@ -623,51 +661,61 @@ class PartitionSpace:
         M, mu = p.micro_batches, p.micro_batch_overhead_s
         Fp, Bp, Gp = p.fwd_prefix, p.bwd_prefix, p.grad_prefix
         Cp = Fp + Bp
+        # The arrays that do not depend on k, computed once (stages mostly share their rate).
+        work, work_before = M * Cp, (M - 1) * Cp
+        own: dict[float, tuple[np.ndarray, np.ndarray]] = {}
 
         def l1(k: int):
-            return M * Cp, (M - 1) * Cp, (k + M) * mu
+            return work, work_before, (k + M) * mu
 
         def l1own(k: int):
             rate = p.allreduce_s_per_byte[k] + p.optimizer_s_per_byte
-            Q = M * Cp + rate * Gp
-            return Q, Q - Fp, (k + M) * mu
+            if rate not in own:
+                Q = work + rate * Gp
+                own[rate] = Q, Q - Fp
+            return *own[rate], (k + M) * mu
+
+        trips: dict[int, np.ndarray] = {}
 
         def round_trip(k: int):
-            Q = (M - 1) * Bp + (M - p.forwards_first[k]) * Fp
-            return Q, Q, (M - p.forwards_first[k]) * mu
+            before = p.forwards_first[k]  # = M for every stage with S − k ≥ M
+            if before not in trips:
+                trips[before] = (M - 1) * Bp + (M - before) * Fp
+            return trips[before], trips[before], (M - before) * mu
+
+        nic_Q, nic_R = work + p.shared_s_per_byte * Gp, work - Fp
 
         def nic(k: int):  # every stage's all-reduce crosses one link: stages ≤ k's bytes
-            Q = M * Cp + p.shared_s_per_byte * Gp
-            return Q, M * Cp - Fp, (k + M) * mu
+            return nic_Q, nic_R, (k + M) * mu
 
-        def shared(name: str, cost) -> list[np.ndarray]:
-            if name not in self._shared:
-                self._shared[name] = self._minmax(cost)
-            return self._shared[name]
-
-        tables = {
-            "l1": shared("l1", l1),
-            "l1own": self._minmax(l1own),
-            "sends": self._min_sends(),
-        }
-        if p.shared_links.shape[0] and p.shared_links.all(axis=1).any():
-            tables["nic"] = self._minmax(nic)
+        shared = {"l1": l1}
         if p.schedule == "gpipe":
-            tables["fwd"] = shared("fwd", lambda k: (Fp, Fp, mu))
-            tables["bwd"] = shared("bwd", lambda k: (Bp, Bp, 0.0))
+            shared.update(fwd=lambda k: (Fp, Fp, mu), bwd=lambda k: (Bp, Bp, 0.0))
         else:
-            tables["round"] = shared("round", round_trip)
+            shared["round"] = round_trip
+        own_costs = {"l1own": l1own}
+        if p.shared_links.shape[0] and p.shared_links.all(axis=1).any():
+            own_costs["nic"] = nic
+        # One pass over the stages for every table this shape lacks.
+        missing = {name: cost for name, cost in shared.items() if name not in self._shared}
+        built = self._minmax_many(missing | own_costs)
+        self._shared.update({name: built[name] for name in missing})
+        tables = {name: self._shared[name] for name in shared}
+        tables.update({name: built[name] for name in own_costs})
+        tables["sends"] = self._min_sends()
         return tables
 
     def _positions(self, k: int) -> np.ndarray:
         """Where stage k may start: after k one-layer stages (stage 1 after the frozen prefix)
         and before one layer for each stage from k on."""
-        p = self.p
-        L = p.num_layers
-        valid = np.zeros(L + 1, dtype=bool)
-        lo = k + (p.min_first_boundary - 1 if k >= 1 else 0)
-        valid[lo : L - (p.num_stages - k) + 1] = True
-        return valid
+        if k not in self._valid:
+            p = self.p
+            L = p.num_layers
+            valid = np.zeros(L + 1, dtype=bool)
+            lo = k + (p.min_first_boundary - 1 if k >= 1 else 0)
+            valid[lo : L - (p.num_stages - k) + 1] = True
+            self._valid[k] = valid
+        return self._valid[k]
 
     def _minmax(self, cost) -> list[np.ndarray]:
         """T[k][i] ≤ min over placements of stages k..S−1 on [i, L) of max_t u_t, with
@@ -675,25 +723,61 @@ class PartitionSpace:
         Backwards over k: T[k][i] = min_j max(u_k(i, j), T'[j]) with T' the running minimum
         of T[k+1] (nonincreasing, ≤ T[k+1]), so the best j is at the crossing of a
         nondecreasing and a nonincreasing sequence: found by bisection on Q_k − T'."""
+        return self._minmax_many({"table": cost})["table"]
+
+    def _minmax_many(self, costs: dict) -> dict[str, list[np.ndarray]]:
+        """`_minmax` of several costs at once (one row each: numpy's per-call overhead is
+        paid once per stage, not once per table and stage, but for the bisection)."""
         p = self.p
         S, L = p.num_stages, p.num_layers
-        positions = np.arange(L + 1)
-        tables: list[np.ndarray] = [np.full(L + 1, np.inf) for _ in range(S + 1)]
-        Q, R, kappa = cost(S - 1)
-        last = np.where(self.last_ends(S - 1) >= L, Q[L] - R + kappa, np.inf)
-        tables[S - 1] = np.where(self._positions(S - 1), last, np.inf)
-        for k in range(S - 2, 0, -1):
-            Q, R, kappa = cost(k)
-            after = np.minimum.accumulate(tables[k + 1])
-            with np.errstate(invalid="ignore"):
-                crossing = np.maximum.accumulate(Q - after)
-            split = np.searchsorted(crossing, R - kappa, side="left")
-            lo, hi = positions + 1, self.last_ends(k)
-            j1 = np.maximum(split, lo)
-            above = np.where(j1 <= hi, Q[np.minimum(j1, L)] - R + kappa, np.inf)
-            j2 = np.minimum(split - 1, hi)
-            below = np.where(j2 >= lo, after[np.clip(j2, 0, L)], np.inf)
-            tables[k] = np.where(self._positions(k), np.minimum(above, below), np.inf)
+        names = list(costs)
+        lo = np.arange(1, L + 2)  # each start's first end
+        unused = np.full(L + 1, np.inf)  # stages 0 and S: never read
+        tables: dict[str, list[np.ndarray]] = {name: [unused] * (S + 1) for name in names}
+        if not names:
+            return tables
+
+        rows = np.arange(len(names))[:, None]
+        split = np.empty((len(names), L + 1), dtype=np.int64)
+        stacks: dict[str, tuple[list[np.ndarray], np.ndarray]] = {}
+
+        def stack(key: str, arrays: list[np.ndarray]) -> np.ndarray:
+            # Most costs return the same arrays for every k: stacked once.
+            if key not in stacks or any(
+                a is not b for a, b in zip(stacks[key][0], arrays, strict=True)
+            ):
+                stacks[key] = arrays, np.stack(arrays)
+            return stacks[key][1]
+
+        def stacked(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            parts = [costs[name](k) for name in names]
+            Q = stack("Q", [part[0] for part in parts])
+            R = stack("R", [part[1] for part in parts])
+            return Q, R, np.array([[part[2]] for part in parts], dtype=float)
+
+        Q, R, kappa = stacked(S - 1)
+        last = np.where(self.last_ends(S - 1) >= L, Q[:, L : L + 1] - R + kappa, np.inf)
+        current = np.where(self._positions(S - 1), last, np.inf)
+        for row, name in enumerate(names):
+            tables[name][S - 1] = current[row]
+        with np.errstate(invalid="ignore"):
+            for k in range(S - 2, 0, -1):
+                Q, R, kappa = stacked(k)
+                after = np.minimum.accumulate(current, axis=1)
+                crossing = np.maximum.accumulate(Q - after, axis=1)
+                target = R - kappa
+                for r in range(len(names)):
+                    split[r] = np.searchsorted(crossing[r], target[r], side="left")
+                hi = self.last_ends(k)  # ≤ L
+                j1 = np.maximum(split, lo)
+                reached = Q[rows, np.minimum(j1, L)]
+                above = np.where(j1 <= hi, reached - R + kappa, np.inf)
+                j2 = np.minimum(split - 1, hi)
+                kept = after[rows, np.maximum(j2, 0)]
+                below = np.where(j2 >= lo, kept, np.inf)
+                current = np.where(self._positions(k), np.minimum(above, below), np.inf)
+                for row, name in enumerate(names):
+                    tables[name][k] = current[row]
         return tables
 
     def _min_sends(self) -> list[np.ndarray]:
@@ -762,3 +846,204 @@ class PartitionSpace:
                 return None
             node = min(children, key=lambda item: item[0])[1]
         return node
+
+
+class _ScalarExpansion:
+    """`PartitionSpace.expand_vectorised` one child at a time on Python floats, for nodes with
+    few children (numpy costs about a microsecond a call, whatever the array's length). The
+    same operations in the same order as `_child_sums`, `_ops_end`, `_shared_links` and
+    `bounds`, so the same floats; but a child is dropped as soon as one term of its bound
+    reaches the limit, before the costlier terms are computed. The bound is the largest term
+    plus the overhead and rounding is monotone, so that is exactly `bound < limit` failing; a
+    NaN term (0·inf) fails the comparison too, as numpy's NaN-propagating maximum would."""
+
+    def __init__(self, space: PartitionSpace):
+        self.space = space
+        p = space.p
+        self.fwd = p.fwd_prefix.tolist()
+        self.bwd = p.bwd_prefix.tolist()
+        self.grad = p.grad_prefix.tolist()
+        self.send = [row.tolist() for row in p.send_s]
+        self.grad_send = [row.tolist() for row in p.grad_send_s]
+        self.allreduce_latency = p.allreduce_latency_s.tolist()
+        self.allreduce_per_byte = p.allreduce_s_per_byte.tolist()
+        links = p.shared_links
+        # Per stage: each shared link as 1.0 when its all-reduce crosses it (numpy multiplies
+        # by the bool as a float), and the links it crosses.
+        by_stage = links.T.tolist()
+        self.crosses = [[1.0 if x else 0.0 for x in row] for row in by_stage]
+        self.crossing = [[link for link, x in enumerate(row) if x] for row in by_stage]
+        self.open = [o.tolist() for o in space.open]
+        self._tables: dict[str, list[list[float]]] | None = None
+        self._suffix: dict[int, list[float] | None] = {}
+        self._windows: dict[int, tuple[list[int], ...]] = {}
+
+    def tables(self) -> dict[str, list[list[float]]]:
+        if self._tables is None:  # built on first use, as `bounds` and `_ops_end` do
+            self._tables = {
+                name: [row.tolist() for row in rows] for name, rows in self.space.tables().items()
+            }
+        return self._tables
+
+    def suffix(self, k: int) -> list[float] | None:
+        if k not in self._suffix:
+            rounds = self.space.suffix_rounds(k)
+            self._suffix[k] = None if rounds is None else rounds.tolist()
+        return self._suffix[k]
+
+    def windows(self, k: int) -> tuple[list[int], ...]:
+        if k not in self._windows:
+            self._windows[k] = tuple(x.tolist() for x in self.space.window_counts(k))
+        return self._windows[k]
+
+    def fixed_cycles(self, node: Node, count: int) -> list[float]:
+        """`np.append(np.cumsum(node.cycles(count)[::-1])[::-1], 0.0)`: per window [t, k],
+        the fixed stages t..k−1's c + X, summed from k−1 up as numpy's cumsum does."""
+        sums: list[float] = []
+        total = 0.0
+        current: Node | None = node
+        while current is not None and current.parent is not None and len(sums) < count:
+            total = current.cycle if not sums else total + current.cycle
+            sums.append(total)
+            current = current.parent
+        return [*sums[::-1], 0.0]
+
+    def expand(self, node: Node, limit: float) -> list[tuple[float, Node]]:
+        space, p = self.space, self.space.p
+        S, M, L = p.num_stages, p.micro_batches, p.num_layers
+        k, i = node.depth, node.position
+        last = int(space.last_ends(k)[i])
+        if k == S - 1:
+            ends: range | list[int] = [L] if last >= L else []
+        else:
+            ends = range(max(i + 1, p.min_first_boundary if k == 0 else 0), last + 1)
+        if not ends:
+            return []
+        a, d, tail0, l1, l1own, p3, pf, pb, win, nic, pace = node.sums
+        fwd, bwd, grad = self.fwd, self.bwd, self.grad
+        fi, bi, gi = fwd[i], bwd[i], grad[i]
+        mu, overhead = p.micro_batch_overhead_s, p.overhead_s
+        gpipe = p.schedule == "gpipe"
+        sends = k < S - 1
+        send, grad_send = (self.send[k], self.grad_send[k]) if sends else ([], [])
+        latency, per_byte = self.allreduce_latency[k], self.allreduce_per_byte[k]
+        omega = p.optimizer_s_per_byte
+        before = p.forwards_first[k]
+        first_backwards, later_backwards = min(before, M), max(M - before, 0)
+        rest = fwd[L] + bwd[L]
+        child = k + 1
+        if child < S:
+            t = self.tables()
+            t_l1, t_own, t_sends = t["l1"][child], t["l1own"][child], t["sends"][child]
+            t_nic = t["nic"][child] if "nic" in t else None
+            if gpipe:
+                t_fwd, t_bwd = t["fwd"][child], t["bwd"][child]
+            else:
+                t_round, suffix = t["round"][child], self.suffix(child)
+            shift, unplaced = child * mu, (S - child) * mu
+        if sends:
+            below_mu = (S - 1 - k) * mu
+        if not gpipe:
+            rounds, fwd_left, bwd_left = self.windows(k)
+            fixed = self.fixed_cycles(node, len(rounds) - 1)
+            windows = list(zip(rounds, fixed, fwd_left, bwd_left, strict=True))
+        crosses, crossing = self.crosses[k], self.crossing[k]
+        shared_before = [0.0] * len(crosses)
+        for link, value in zip(self.open[k], node.shared, strict=True):
+            shared_before[link] = value
+        still_open = self.open[child]
+        children = []
+        for j in ends:
+            F = fwd[j] - fi + mu
+            B = bwd[j] - bi
+            c = F + B
+            sf, sb = (send[j], grad_send[j]) if sends else (0.0, 0.0)
+            grads = grad[j] - gi
+            own = (latency + per_byte * grads if grads > 0 else 0.0) + omega * grads
+            tail = own if k == 0 else tail0
+            a2, d2 = a + F + sf, d + B + sb
+            work = M * c
+            # max(x, y) as `y if y > x else x`: the same value, without a call.
+            x = a + work + d
+            l1_2 = x if x > l1 else l1
+            x = a + work + own
+            l1own_2 = x if x > l1own else l1own
+            x = (M - 1) * B + (M - before) * F
+            p3_2 = x if x > p3 else p3
+            x = sf if sf > F else F
+            pf_2 = x if x > pf else pf
+            x = sb if sb > B else B
+            pb_2 = x if x > pb else pb
+            placed = a2 + d2
+            # The bound's terms, largest kept in `worst`. None is NaN: the only product that
+            # could be 0·inf, GPipe's (M − 1)·machines, is dropped before it is formed.
+            worst = l1_2 + tail
+            worst = l1own_2 if l1own_2 > worst else worst
+            if child == S:
+                x = placed + (M - 1) * (pf_2 + pb_2) + tail if gpipe else placed + p3_2 + tail
+                worst = x if x > worst else worst
+            else:
+                fj, bj = fwd[j], bwd[j]
+                x = placed - fj - bj - shift + t_l1[j] + tail
+                worst = x if x > worst else worst
+                x = a2 - fj - shift + t_own[j]
+                worst = x if x > worst else worst
+                if t_nic is not None:
+                    x = a2 - fj - shift + p.shared_latency_s + t_nic[j]
+                    worst = x if x > worst else worst
+                total = placed + (rest - fj - bj) + unplaced + t_sends[j]
+                if gpipe:
+                    y, z = t_fwd[j], t_bwd[j]
+                    machines = (y if y > pf_2 else pf_2) + (z if z > pb_2 else pb_2)
+                    if M == 1 and machines == math.inf:
+                        continue  # numpy: 0·inf is NaN, and the child is dropped
+                    x = total + (M - 1) * machines + tail
+                    worst = x if x > worst else worst
+                else:
+                    y = t_round[j]
+                    x = total + (y if y > p3_2 else p3_2) + tail
+                    worst = x if x > worst else worst
+                    x = 0.0 if suffix is None else placed + tail + suffix[j]
+                    worst = x if x > worst else worst
+            if not worst + overhead < limit:
+                continue
+            # When stage k (ending at j) can end its last op (`_ops_end`), then pace, windows
+            # and the shared links.
+            below = rest - fwd[j] - bwd[j] + below_mu + (sf + sb) + t_sends[j] if sends else 0.0
+            busy = a + M * (F + B)
+            if gpipe:
+                x = a + M * F + below + M * B
+                ops_end = x if x > busy else busy
+            else:
+                x, y = before * F, F + below
+                first_bwd_end = a + (y if y > x else x) + B
+                cycles = -math.inf
+                for r, fixed, f_left, b_left in windows:
+                    x = r * (fixed + c) + f_left * F + b_left * B
+                    if x > cycles:
+                        cycles = x
+                x = first_bwd_end + cycles
+                ops_end = x if x > busy else busy
+            x = pace + F + first_backwards * B
+            ops_end = x if x > ops_end else ops_end
+            y = d + tail
+            x = ops_end + (own if own > y else y)
+            win_2 = x if x > win else win
+            worst = win_2 if win_2 > worst else worst
+            with_k = [value + grads * x for value, x in zip(shared_before, crosses, strict=True)]
+            nic_2 = nic
+            if crossing:
+                most = max(with_k[link] for link in crossing)
+                x = ops_end + p.shared_latency_s + p.shared_s_per_byte * most
+                nic_2 = x if x > nic else nic
+            worst = nic_2 if nic_2 > worst else worst
+            bound = worst + overhead
+            if not bound < limit:
+                continue
+            x = pace + F + sf
+            y = a + M * F + later_backwards * B + sf
+            pace_2 = y if y > x else x
+            sums = (a2, d2, tail, l1_2, l1own_2, p3_2, pf_2, pb_2, win_2, nic_2, pace_2)
+            shared = tuple(with_k[link] for link in still_open)
+            children.append((bound, Node(child, j, sums, node, c + sf + sb, shared)))
+        return children

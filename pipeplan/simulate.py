@@ -422,15 +422,22 @@ def _period(history: list[list[float]], state: list[float]) -> tuple[int, float]
     history.append(state)
     if len(history) > MAX_PERIOD + 1:
         history.pop(0)
+    tolerance = 1e-12 * max(abs(state[0]), abs(state[-1]), 1e-300)
     for period in range(1, len(history)):
         before = history[-1 - period]
         shift = state[0] - before[0]
-        tolerance = 1e-12 * max(abs(state[0]), abs(state[-1]), 1e-300)
-        if shift > 0 and all(
-            abs(now - then - shift) <= tolerance for now, then in zip(state, before, strict=True)
-        ):
+        if shift > 0 and _shifted(state, before, shift, tolerance):
             return period, shift
     return None
+
+
+def _shifted(state: list[float], before: list[float], shift: float, tolerance: float) -> bool:
+    """Every component moved by `shift` within `tolerance` (a loop: this runs in every round
+    of every simulated 1F1B step, and a generator costs more than the comparisons)."""
+    for now, then in zip(state, before, strict=True):
+        if not abs(now - then - shift) <= tolerance:
+            return False
+    return True
 
 
 def _jump(i, rounds, shift, free, link_fwd, link_bwd, arrive, S) -> int:

@@ -377,6 +377,42 @@ def test_partition_bounds_never_exceed_a_completion(seed, pick):
     assert closed <= min(leaves.values(), default=np.inf) * (1 + 1e-9)
 
 
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), pick=st.integers(0, 10**6))
+def test_scalar_and_vectorised_expansions_give_the_same_children(seed, pick):
+    """`PartitionSpace.expand` takes nodes with few children one at a time in plain Python:
+    the same children, bounds, sums and link bytes to the bit as the vectorised expansion,
+    at no limit and at a limit that drops some children."""
+    model, batch, frozen, cached = random_instance(seed)
+    search = PhaseSearch(model, batch, frozen, cached)
+    try:
+        shapes = search.shapes()
+    except BadArgumentError:
+        return
+    shape = shapes[pick % len(shapes)]
+    schedules = search.schedules(shape.num_stages, shape.micro_batches)
+    schedule = schedules[pick % len(schedules)]
+    space = PartitionSpace(search.pricing(shape, schedule))
+
+    def fields(children):
+        return [(b, c.depth, c.position, c.sums, c.cycle, c.shared) for b, c in children]
+
+    stack, compared, dropped = [space.root()], 0, 0
+    while stack:
+        node = stack.pop()
+        everything = space.expand_vectorised(node)
+        bounds = sorted(b for b, _ in everything)
+        for limit in (np.inf, bounds[len(bounds) // 2] if bounds else np.inf):
+            vectorised = space.expand_vectorised(node, limit)
+            assert fields(space._scalar().expand(node, limit)) == fields(vectorised)
+            compared += 1
+            dropped += len(everything) - len(vectorised)
+        stack += [c for _, c in everything if c.depth < shape.num_stages]
+    assert compared >= 2
+    if len(bounds) >= 2:
+        assert dropped > 0
+
+
 def test_bottlenecks_for_every_stage_count_match_brute_force():
     rng = np.random.default_rng(5)
     for _ in range(30):
