@@ -296,7 +296,8 @@ def _greedy_time_balance(C: np.ndarray, S: int, min_first: int) -> tuple[int, ..
 class StagePricing:
     """Everything that prices a stage of one shape (S, D, M, m, schedule, rank map) from its
     layer range [i, j), as the cost model does (§4.4–4.6), on prefix sums over layers.
-    All stages train: the frozen prefix lies in stage 0, whose last layer is active."""
+    A stage trains unless it ends within `forward_only_layers` (an uncached phase's frozen
+    prefix): such stages run forward only and form a prefix of the pipeline (§4.3)."""
 
     fwd_prefix: np.ndarray  # Σ fwd_l for l < i, per micro-batch
     bwd_prefix: np.ndarray
@@ -322,6 +323,12 @@ class StagePricing:
     # [p, i]: the smallest largest part of layers [i, L) split into p parts (fwd + bwd, no μ;
     # `suffix_bottlenecks`), or None (long models).
     suffix_bottleneck: np.ndarray | None = None
+    # Stages ending at or before this position hold only frozen layers and run forward only
+    # (0: every stage trains, e.g. a cached phase, whose stage 0 reads the cache).
+    forward_only_layers: int = 0
+    # 1F1B with fewer micro-batches than stages runs only if the first S − M stages are
+    # forward only (torch's Schedule1F1B needs a micro-batch per stage that trains).
+    min_forward_only_stages: int = 0
 
     @property
     def num_layers(self) -> int:
@@ -346,6 +353,8 @@ class Node:
     parent: Node | None = None
     cycle: float = 0.0
     shared: tuple[float, ...] = ()
+    # The first stage that trains (= depth while every fixed stage runs forward only).
+    active_from: int = 0
 
     @property
     def boundaries(self) -> tuple[int, ...]:
@@ -397,6 +406,12 @@ class PartitionSpace:
     give per (stage k, first layer i) the smallest over their placements of each family's
     largest term, relaxed where needed (transfers between unplaced stages dropped from L1,
     latency from A) so that a bisection on one crossing point computes them (O(S·L·log L)).
+
+    Forward-only stages (ending within an uncached phase's frozen prefix; they lead the
+    pipeline): B = 0 and no gradient reaches them, so d and the tables' terms hold for them
+    as written; their last op ends after a_k + M·F_k (no backward to wait for), windows start
+    at the first stage that trains, and tail0 is that stage's tail (until it is placed, at
+    least its first layer's all-reduce and optimizer on the cheapest stage left).
     """
 
     def __init__(self, pricing: StagePricing, shared: dict | None = None):
@@ -406,7 +421,12 @@ class PartitionSpace:
         self._tables: dict[str, list[np.ndarray]] | None = None
         self._shared = {} if shared is None else shared
         self._last: dict[int, np.ndarray] = {}
-        self._windows: dict[int, tuple[np.ndarray, ...]] = {}
+        self._windows: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
+        self._tail_floor: np.ndarray | None = None
+        self._rest_terms: np.ndarray | None = None
+        # Per (depth, end) of forward-only prefixes: the (a, pf) not dominated so far.
+        self._fronts: dict[tuple[int, int], list[tuple[float, float]]] = {}
+        self._window_terms: np.ndarray | None = None
         links = pricing.shared_links
         S = pricing.num_stages
         stages = np.arange(S)
@@ -419,6 +439,10 @@ class PartitionSpace:
 
     def root(self) -> Node:
         return Node(0, 0, ROOT_SUMS)
+
+    def trains(self, j: np.ndarray) -> np.ndarray:
+        """Whether a stage ending at j trains (else it holds only frozen layers)."""
+        return j > self.p.forward_only_layers
 
     def last_ends(self, k: int) -> np.ndarray:
         """Per start i, the largest end j of stage k: it fits memory and leaves a layer for
@@ -435,6 +459,8 @@ class PartitionSpace:
         last = int(self.last_ends(k)[i])
         if k == p.num_stages - 1:
             return np.array([p.num_layers]) if last >= p.num_layers else np.array([], dtype=int)
+        if k < p.min_forward_only_stages:  # 1F1B with M < S: this stage runs forward only
+            last = min(last, p.forward_only_layers)
         lo = max(i + 1, p.min_first_boundary if k == 0 else 0)
         return np.arange(lo, last + 1)
 
@@ -449,17 +475,54 @@ class PartitionSpace:
         sums, cycle, shared = self._child_sums(node, j)
         bounds = self.bounds(k + 1, j, sums)
         keep = np.flatnonzero(bounds < limit)
+        if i <= self.p.forward_only_layers and not self.p.shared_links.shape[0]:
+            keep = self._undominated(k + 1, j, sums, keep)
         columns = np.stack(sums, axis=1)[keep].tolist()
         shared = shared[:, keep].T.tolist()
+        if i <= self.p.forward_only_layers:  # every fixed stage runs forward only
+            active_from = np.where(self.trains(j), k, k + 1)
+        else:
+            active_from = np.full(j.shape, node.active_from)
         return [
             (
                 float(bounds[n]),
                 Node(
-                    k + 1, int(j[n]), tuple(columns[row]), node, float(cycle[n]), tuple(shared[row])
+                    k + 1,
+                    int(j[n]),
+                    tuple(columns[row]),
+                    node,
+                    float(cycle[n]),
+                    tuple(shared[row]),
+                    int(active_from[n]),
                 ),
             )
             for row, n in enumerate(keep)
         ]
+
+    def _undominated(
+        self, depth: int, j: np.ndarray, sums: tuple[np.ndarray, ...], keep: np.ndarray
+    ) -> np.ndarray:
+        """Drop forward-only prefixes another one of the same depth and end dominates. The
+        forward-only stages and the links after them are a flow shop of M identical jobs, so
+        micro-batch m reaches stage `depth` at a + m·pf (a: Σ of their times, pf: the
+        largest); nothing else of them reaches the rest (no gradient comes back), and the
+        rest's step cannot drop when its inputs come later (max-plus; with no all-reduces
+        sharing a link, each ends its own time after it starts). So of two prefixes with
+        a ≤ a' and pf ≤ pf' the second's completions are never faster."""
+        kept = []
+        a, pf = sums[0], sums[6]
+        for n in keep:
+            if j[n] > self.p.forward_only_layers:
+                kept.append(n)  # the first stage that trains
+                continue
+            front = self._fronts.setdefault((depth, int(j[n])), [])
+            point = (float(a[n]), float(pf[n]))
+            if any(x <= point[0] and y <= point[1] for x, y in front):
+                continue
+            front[:] = [(x, y) for x, y in front if not (point[0] <= x and point[1] <= y)]
+            front.append(point)
+            kept.append(n)
+        return np.array(kept, dtype=int)
 
     def _child_sums(
         self, node: Node, j: np.ndarray
@@ -482,7 +545,8 @@ class PartitionSpace:
             grads > 0, p.allreduce_latency_s[k] + p.allreduce_s_per_byte[k] * grads, 0.0
         )
         own = allreduce + p.optimizer_s_per_byte * grads
-        tail = own if k == 0 else np.full_like(F, tail0)
+        # tail0 is the first stage that trains' (forward-only stages before it have own = 0).
+        tail = own if i <= p.forward_only_layers else np.full_like(F, tail0)
         ops_end = self._ops_end(node, j, F, B, sf + sb)
         before = p.forwards_first[k]
         # Stage k's last forward comes from its predecessors' last forwards (pace), after
@@ -520,7 +584,10 @@ class PartitionSpace:
         crossing = p.shared_links[:, k]
         if crossing.any():
             most = with_k[crossing].max(axis=0)
-            nic = np.maximum(nic, ops_end + p.shared_latency_s + p.shared_s_per_byte * most)
+            # Only an all-reduce that moves bytes pays the ring's latency (none of a
+            # forward-only stage's, nor of a stage without parameters).
+            carried = ops_end + p.shared_latency_s + p.shared_s_per_byte * most
+            nic = np.where(most > 0, np.maximum(nic, carried), nic)
         return np.broadcast_to(nic, grads.shape), with_k[self.open[k + 1]]
 
     def _ops_end(
@@ -530,30 +597,38 @@ class PartitionSpace:
         M·c of work from micro-batch 0's arrival, or after B_0 (its forwards before it or
         micro-batch 0's round trip below k, at least the work left after j, the transfer
         over j and the cheapest transfers after it), then for 1F1B the rounds of each window
-        [t, k] of fixed stages (`simulate.window_counts`), for GPipe all its other work."""
+        [t, k] of fixed stages (`simulate.window_counts`), for GPipe all its other work.
+        A forward-only stage waits for no gradient: only its M forwards."""
         p = self.p
         S, M, L = p.num_stages, p.micro_batches, p.num_layers
         k = node.depth
         a = node.sums[0]
+        busy = a + M * (F + B)
+        trains = self.trains(j)
+        if not trains.any():
+            return busy
         if k < S - 1:
             work_left = p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[j] - p.bwd_prefix[j]
             below = work_left + (S - 1 - k) * p.micro_batch_overhead_s + X
             below = below + self.tables()["sends"][k + 1][j]
         else:
             below = np.zeros_like(F)
-        busy = a + M * (F + B)
         if p.schedule == "gpipe":
-            return np.maximum(busy, a + M * F + below + M * B)
+            return np.where(trains, np.maximum(busy, a + M * F + below + M * B), busy)
         first_bwd_end = a + np.maximum(p.forwards_first[k] * F, F + below) + B
-        if k not in self._windows:
-            self._windows[k] = window_counts(k, max(0, k - MAX_WINDOW_STAGES + 1), S, M)
-        rounds, fwd_left, bwd_left = self._windows[k]
+        # Windows start at a stage that trains: the first one is k itself when every fixed
+        # stage runs forward only.
+        first = node.active_from if node.position > p.forward_only_layers else k
+        key = (k, max(first, k - MAX_WINDOW_STAGES + 1))
+        if key not in self._windows:
+            self._windows[key] = window_counts(k, key[1], S, M)
+        rounds, fwd_left, bwd_left = self._windows[key]
         # Work and transfers of the fixed stages t..k−1 of each window, then stage k's.
         recent = node.cycles(len(rounds) - 1)
         fixed = np.append(np.cumsum(recent[::-1])[::-1], 0.0)
         cycle = fixed[:, None] + (F + B)[None, :]
         terms = rounds[:, None] * cycle + fwd_left[:, None] * F + bwd_left[:, None] * B
-        return np.maximum(busy, first_bwd_end + terms.max(axis=0))
+        return np.where(trains, np.maximum(busy, first_bwd_end + terms.max(axis=0)), busy)
 
     def bounds(self, k: int, i: np.ndarray, sums: tuple[np.ndarray, ...]) -> np.ndarray:
         """Lower bounds on the step of every completion of prefixes of k stages ending at
@@ -561,6 +636,10 @@ class PartitionSpace:
         p = self.p
         a, d, tail0, l1, l1own, p3, pf, pb, win, nic, _ = sums
         M, S = p.micro_batches, p.num_stages
+        if p.forward_only_layers and k < S:
+            # Every fixed stage runs forward only where i ≤ the frozen prefix: the first stage
+            # that trains is still to place.
+            tail0 = np.where(i <= p.forward_only_layers, self.tail_floor()[k], tail0)
         placed = a + d  # Σ_{t<k} (c_t + X_t)
         bound = np.maximum.reduce([l1 + tail0, l1own, win, nic])
         if k == S:
@@ -591,7 +670,97 @@ class PartitionSpace:
         else:
             bound = np.maximum(bound, total + np.maximum(p3, t["round"][k][i]) + tail0)
             bound = np.maximum(bound, self._suffix_windows(k, i, a + d + tail0))
+        if p.forward_only_layers:
+            bound = np.maximum(bound, a + d + tail0 + self._training_rest(k, i))
         return bound + p.overhead_s
+
+    def _training_rest(self, k: int, i: np.ndarray) -> np.ndarray:
+        """What the training stages still to place add between micro-batch 0's arrival and
+        the last gradient's way down (`_suffix_windows`' `around`), whichever stage q ≥ k
+        turns out to be the first that trains: the smallest over the q still possible
+        (those with a frozen layer for each forward-only stage) of `_training_terms`."""
+        p = self.p
+        terms = self._training_terms()[k:]
+        first = max(0, p.min_forward_only_stages - k)
+        if first:
+            terms = np.concatenate([np.full(first, np.inf), terms[first:]])
+        # Stages placed already train where i > the frozen prefix: q < k, windows from k.
+        most = np.clip(p.forward_only_layers - i, 0, len(terms) - 1)
+        smallest = np.minimum.accumulate(terms)[most]
+        return np.where(i <= p.forward_only_layers, smallest, self._windows_from()[k])
+
+    def _training_terms(self) -> np.ndarray:
+        """[q]: with stage q the first that trains, the training stages add at least M times
+        the smallest bottleneck of the layers that train in S − q parts, and (1F1B) the
+        rounds of every window of 2..8 training stages from q on (`_windows_from`)."""
+        if self._rest_terms is None:
+            p = self.p
+            S, L, M = p.num_stages, p.num_layers, p.micro_batches
+            first = max(p.min_first_boundary - 1, p.forward_only_layers)
+            table = p.suffix_bottleneck
+            q = np.arange(S + 1)
+            if table is not None:
+                parts = np.clip(S - q, 1, L - first)
+                stage = table[parts, first] + p.micro_batch_overhead_s
+            else:
+                stage = np.full(S + 1, self._lightest_stage())
+            self._rest_terms = np.maximum(M * stage, self._windows_from())
+            self._rest_terms[S] = np.inf  # the last stage always trains
+        return self._rest_terms
+
+    def _lightest_stage(self) -> float:
+        """The least c of a training stage: it holds an active layer (+ μ)."""
+        p = self.p
+        first = max(p.min_first_boundary - 1, p.forward_only_layers)
+        c = np.diff(p.fwd_prefix + p.bwd_prefix)[first:]
+        return float(c.min()) + p.micro_batch_overhead_s
+
+    def _windows_from(self) -> np.ndarray:
+        """[s]: 1F1B, the largest over windows [t, t+w−1] of training stages with t ≥ s
+        (2 ≤ w ≤ 8) of their rounds (`simulate.window_counts`: ⌊(M − S + t − 1)/w⌋ + 1)
+        times the lightest w consecutive training layers they can hold (+ w·μ) and the
+        cheapest transfers over their inner boundaries; zeros for GPipe."""
+        if self._window_terms is None:
+            p = self.p
+            S, M, L = p.num_stages, p.micro_batches, p.num_layers
+            result = np.zeros(S + 1)
+            first = max(p.min_first_boundary - 1, p.forward_only_layers)
+            if p.schedule == "1f1b" and S > 1 and first + 1 < L:
+                positions = slice(first + 1, L)  # a boundary between two training stages
+                cheapest = np.array(
+                    [
+                        float((p.send_s[s][positions] + p.grad_send_s[s][positions]).min())
+                        for s in range(S - 1)
+                    ]
+                )
+                C = p.fwd_prefix + p.bwd_prefix
+                t = np.arange(S)
+                for w in range(2, min(S, 8) + 1):
+                    starts = t[: S - w + 1]
+                    # The window's stages hold w or more consecutive training layers, leaving
+                    # one for each of the S − t − w stages after it: at least the lightest w
+                    # consecutive layers from `first` that end by L − (S − t − w).
+                    if first + w > L:  # fewer training layers than w stages
+                        break
+                    light = np.minimum.accumulate(C[first + w :] - C[first : L + 1 - w])
+                    ends = L - (S - starts - w)  # the window's layers end by here
+                    work = np.where(
+                        ends - w >= first,
+                        light[np.clip(ends - w - first, 0, len(light) - 1)],
+                        np.inf,
+                    )
+                    work = work + w * p.micro_batch_overhead_s
+                    inner = np.convolve(cheapest, np.ones(w - 1), "valid")  # boundaries t..t+w−2
+                    slack = M - S + starts - 1
+                    rounds = np.where(slack >= 0, np.maximum(slack, 0) // w + 1, 0)
+                    # inf where a window there cannot hold w training layers (no completion
+                    # has that many training stages); no rounds: 0 (inf·0 would be NaN).
+                    with np.errstate(invalid="ignore"):
+                        value = np.where(rounds > 0, rounds * (work + inner[: len(starts)]), 0.0)
+                    result[: len(starts)] = np.maximum(result[: len(starts)], value)
+                result[:S] = np.maximum.accumulate(result[:S][::-1])[::-1]
+            self._window_terms = result
+        return self._window_terms
 
     def _suffix_windows(self, k: int, i: np.ndarray, around: np.ndarray) -> np.ndarray:
         """1F1B: some window of w stages among the S − k unplaced ones holds at least the
@@ -608,8 +777,35 @@ class PartitionSpace:
         w = np.arange(1, left + 1)
         rounds = slack // w + 1
         parts = -(-left // w)
-        windows = table[parts][:, i] + p.micro_batch_overhead_s
+        F = p.forward_only_layers
+        if not F or bool((i >= F).all()):
+            windows = table[parts][:, i] + p.micro_batch_overhead_s
+            return around + (rounds[:, None] * windows).max(axis=0)
+        # Where the stages left may begin with r forward-only ones (i < F), the rest train,
+        # start later (more rounds) and cover [F, L) at least; grouped w by w they form at
+        # most ⌈left/w⌉ windows (one of at most w stages when w exceeds them), and the
+        # smallest bottleneck of [F, L) in that many parts (at most one per layer) is below
+        # their largest window's work.
+        layers_left = p.num_layers - F
+        may = i < F
+        column = np.where(may, F, i)[None, :]
+        parts = np.where(may[None, :], np.minimum(parts[:, None], layers_left), parts[:, None])
+        windows = table[parts, column] + p.micro_batch_overhead_s
         return around + (rounds[:, None] * windows).max(axis=0)
+
+    def tail_floor(self) -> np.ndarray:
+        """[k]: the least tail (all-reduce alone + optimizer) the first stage that trains can
+        have when it is stage k or later: it holds the first active layer's gradient."""
+        if self._tail_floor is None:
+            p = self.p
+            first = p.forward_only_layers
+            g = float(p.grad_prefix[first + 1] - p.grad_prefix[first])
+            tails = np.zeros(p.num_stages + 1)
+            if g > 0:
+                own = p.allreduce_latency_s + (p.allreduce_s_per_byte + p.optimizer_s_per_byte) * g
+                tails[: p.num_stages] = np.minimum.accumulate(own[::-1])[::-1]
+            self._tail_floor = tails
+        return self._tail_floor
 
     # ------------------------------------------------------------------ tables
 
@@ -650,7 +846,14 @@ class PartitionSpace:
             "l1own": self._minmax(l1own),
             "sends": self._min_sends(),
         }
-        if p.shared_links.shape[0] and p.shared_links.all(axis=1).any():
+        # Every stage's term pays the ring latency: the first stage that trains moves bytes
+        # over the link when its first layer has parameters.
+        first_active = max(p.min_first_boundary - 1, p.forward_only_layers)
+        if (
+            p.shared_links.shape[0]
+            and p.shared_links.all(axis=1).any()
+            and Gp[first_active + 1] > Gp[first_active]
+        ):
             tables["nic"] = self._minmax(nic)
         if p.schedule == "gpipe":
             tables["fwd"] = shared("fwd", lambda k: (Fp, Fp, mu))
@@ -729,7 +932,7 @@ class PartitionSpace:
                 StageWork(
                     fwd_s=float(p.fwd_prefix[j] - p.fwd_prefix[i] + p.micro_batch_overhead_s),
                     bwd_s=float(p.bwd_prefix[j] - p.bwd_prefix[i]),
-                    has_backward=True,
+                    has_backward=j > p.forward_only_layers,
                     send_fwd_s=float(p.send_s[k][j]) if k < S - 1 else 0.0,
                     send_bwd_s=float(p.grad_send_s[k - 1][i]) if k > 0 else 0.0,
                     allreduce_s=float(allreduce),
@@ -746,7 +949,7 @@ class PartitionSpace:
         p = self.p
         C = p.fwd_prefix + p.bwd_prefix
         boundaries = _greedy_time_balance(C, p.num_stages, p.min_first_boundary)
-        if boundaries is None:
+        if boundaries is None or boundaries[p.min_forward_only_stages] > p.forward_only_layers:
             return None
         for k in range(p.num_stages):
             if boundaries[k + 1] > self.last_ends(k)[boundaries[k]]:

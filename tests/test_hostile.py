@@ -827,10 +827,12 @@ FRESH_ROUND = {
         f"preview --profile {{P}} --devices-per-node 2 --boundaries 0,5,3,10 {SHAPE}",
         "strictly increasing",
     ),
-    "flags: boundaries cutting the frozen prefix": (
-        f"preview --profile {{P}} --devices-per-node 2 --boundaries 0,2,10 "
-        f"--freeze-schedule 0,5 {SHAPE}",
-        "frozen layers must all lie in stage 0",
+    # Boundaries cutting an uncached frozen prefix run (forward-only stages); 1F1B with fewer
+    # micro-batches than the stages that train does not.
+    "flags: 1F1B with fewer micro-batches than training stages": (
+        f"preview --profile {{P}} --devices-per-node 2 --boundaries 0,2,10 --schedule 1f1b "
+        f"--micro-batches 1 --freeze-schedule 0,5 {SHAPE}",
+        "1F1B needs at least one micro-batch per stage that trains",
     ),
 }
 

@@ -143,12 +143,14 @@ def test_pruning_never_changes_the_best_plan(seed):
 def brute_force_best_step(
     model: CostModel, global_batch: int, frozen: int, cached: bool = False
 ) -> float:
-    """Independent of the solver: every S ≤ min(N, L − k), D = 1..⌊N/S⌋ dividing the batch,
-    M dividing B/D with m ≤ m_max (1F1B only when M ≥ S), both schedules, every partition; each
-    layout evaluated by the cost model, kept when it fits and passes Layout.check."""
+    """Independent of the solver: every S ≤ min(N, L), D = 1..⌊N/S⌋ dividing the batch, M
+    dividing B/D with m ≤ m_max, both schedules, every partition (the frozen prefix over
+    leading forward-only stages too); each layout evaluated by the cost model, kept when it
+    fits and passes Layout.check (which refuses 1F1B with M below the training stages and a
+    cached prefix outside stage 0)."""
     N, L = model.cluster.num_devices, model.num_layers
     best = np.inf
-    for S in range(1, min(N, L - frozen) + 1):
+    for S in range(1, min(N, L) + 1):
         for D in range(1, N // S + 1):
             if global_batch % D:
                 continue
@@ -360,6 +362,7 @@ def test_partition_bounds_never_exceed_a_completion(seed, pick):
         for bound, child in space.expand(stack.pop()):
             if child.depth == shape.num_stages:
                 layout = search.layout(shape, schedule, child.boundaries)
+                layout.check(model.num_layers, model.cluster.num_devices)  # a layout that runs
                 step = model.evaluate(layout).step_s
                 leaves[child.boundaries] = step
                 assert space.leaf_bound(child.boundaries) <= step * (1 + 1e-9)
@@ -372,6 +375,54 @@ def test_partition_bounds_never_exceed_a_completion(seed, pick):
             assert bound <= min(below) * (1 + 1e-9)
     closed = search.shape_bounds([(shape, schedule)])[0]
     assert closed <= min(leaves.values(), default=np.inf) * (1 + 1e-9)
+
+
+def frozen_heavy_model(device_memory: int) -> CostModel:
+    """Embeddings and the first block are large (60 MB of weights each), the rest small: a
+    device of 100 MiB holds either large layer frozen, but not both."""
+    big, small = 15_000_000, 1_000
+    layers = [
+        SyntheticLayer("embeddings", big, 1e-3, 2e-3, 4096, 1e4),
+        SyntheticLayer("block", big, 1e-3, 2e-3, 4096, 1e4),
+        SyntheticLayer("block", small, 1e-3, 2e-3, 4096, 1e4),
+        SyntheticLayer("head", small, 1e-4, 2e-4, 8, 1e3),
+    ]
+    cluster = Cluster(
+        nodes=1,
+        devices_per_node=3,
+        device_memory_bytes=device_memory,
+        intra_node=Link(bandwidth_bytes_per_s=1e10, latency_s=1e-5),
+        inter_node=Link(bandwidth_bytes_per_s=1e9, latency_s=1e-4),
+    )
+    profile = synthetic_profile(layers, micro_batches=(1, 2, 4))
+    return CostModel(profile, cluster, CostParams(reserve_bytes=0))
+
+
+def test_a_frozen_prefix_too_large_for_one_device_runs_over_forward_only_stages():
+    # Two frozen layers of 60 MB on 100 MiB devices: with the prefix in stage 0 (a cached
+    # phase keeps its weights there) nothing fits; uncached, the solver splits the prefix
+    # over forward-only leading stages, and that is the exhaustive optimum.
+    model = frozen_heavy_model(100 << 20)
+    with pytest.raises(PipeplanError, match="does not fit"):
+        solve_phase(model, 8, frozen_layers=2, cached=True)
+    best = solve_phase(model, 8, frozen_layers=2).best
+    layout = best.layout
+    layout.check(model.num_layers, model.cluster.num_devices)
+    assert layout.boundaries[1] == 1 and layout.forward_only_stages >= 1
+    assert best.fits
+    assert best.step_s == pytest.approx(brute_force_best_step(model, 8, 2), rel=1e-12)
+
+
+def test_1f1b_with_fewer_micro_batches_than_stages_keeps_the_leading_stages_forward_only():
+    # M = 2 micro-batches, S = 3 stages: 1F1B runs only if stage 0 runs forward only.
+    model = frozen_heavy_model(64 << 30)
+    pins = Pins(num_stages=3, micro_batches=2, schedule="1f1b")
+    layout = solve_phase(model, 8, 2, pins=pins).best.layout
+    assert layout.schedule == "1f1b" and layout.boundaries[1] <= 2
+    layout.check(model.num_layers, model.cluster.num_devices)
+    # With nothing frozen no stage may run forward only: 1F1B needs M ≥ S.
+    with pytest.raises(BadArgumentError, match="1F1B needs at least one micro-batch"):
+        solve_phase(model, 8, 0, pins=Pins(num_stages=3, micro_batches=2, schedule="1f1b"))
 
 
 def test_bottlenecks_for_every_stage_count_match_brute_force():

@@ -91,6 +91,14 @@ class Layout(Strict):
                 f"0..{world_size - 1}"
             )
 
+    @property
+    def forward_only_stages(self) -> int:
+        """k: the leading stages whose layers are all frozen. They run forward only (no
+        autograd, no optimizer, no all-reduce) and feed stage k, the first stage that trains;
+        stages k..S-1 are the pipeline the schedule runs. `(0, 2, 4, 10)` with 5 frozen
+        layers → 1 (stage 1 starts with the last frozen layer); cached layouts have 0."""
+        return sum(1 for stop in self.boundaries[1:] if stop <= self.frozen_layers)
+
     def check(self, num_layers: int, world_size: int) -> None:
         """The one check of a layout the planner emits and the executor runs: a valid
         placement, and what the executor's pipeline needs. BadArgumentError otherwise."""
@@ -98,18 +106,21 @@ class Layout(Strict):
         b, S = self.boundaries, self.num_stages
         if self.cached and self.frozen_layers == 0:
             raise BadArgumentError("a cached layout needs a frozen prefix to cache")
-        if S > 1 and b[1] <= self.frozen_layers:
-            # Frozen layers run without autograd; a later stage would get no input gradient.
+        if self.cached and b[1] <= self.frozen_layers:
+            # Stage 0 reads the cache instead of running the frozen prefix: with every layer
+            # of it frozen it would have nothing left to run.
             raise BadArgumentError(
-                f"the {self.frozen_layers} frozen layers must all lie in stage 0 "
-                f"(boundaries {list(b)})"
+                f"a cached layout's stage 0 must hold a layer that trains, but its "
+                f"{self.frozen_layers} frozen layers cover stage 0 (boundaries {list(b)})"
             )
-        if self.schedule == "1f1b" and self.micro_batches < S:
+        active = S - self.forward_only_stages
+        if self.schedule == "1f1b" and self.micro_batches < active:
             # torch.distributed.pipelining's Schedule1F1B refuses fewer micro-batches than
-            # stages; GPipe runs them (later stages start later, nothing else changes).
+            # stages; it runs only the stages that train (forward-only stages feed it), and
+            # GPipe runs any count (later stages start later, nothing else changes).
             raise BadArgumentError(
-                f"{self.micro_batches} micro-batches for {S} stages: 1F1B needs at least one "
-                "micro-batch per stage (GPipe does not)"
+                f"{self.micro_batches} micro-batches for {active} stages that train: 1F1B "
+                "needs at least one micro-batch per such stage (GPipe does not)"
             )
 
     def label(self) -> str:
