@@ -687,7 +687,11 @@ class PartitionSpace:
         # Stages placed already train where i > the frozen prefix: q < k, windows from k.
         most = np.clip(p.forward_only_layers - i, 0, len(terms) - 1)
         smallest = np.minimum.accumulate(terms)[most]
-        return np.where(i <= p.forward_only_layers, smallest, self._windows_from()[k])
+        # Frozen layers i..k−1 still run before any training stage's work, once at least.
+        frozen = (
+            p.fwd_prefix[p.forward_only_layers] - p.fwd_prefix[np.minimum(i, p.forward_only_layers)]
+        )
+        return np.where(i <= p.forward_only_layers, frozen + smallest, self._windows_from()[k])
 
     def _training_terms(self) -> np.ndarray:
         """[q]: with stage q the first that trains, the training stages add at least M times
@@ -719,7 +723,9 @@ class PartitionSpace:
         """[s]: 1F1B, the largest over windows [t, t+w−1] of training stages with t ≥ s
         (2 ≤ w ≤ 8) of their rounds (`simulate.window_counts`: ⌊(M − S + t − 1)/w⌋ + 1)
         times the lightest w consecutive training layers they can hold (+ w·μ) and the
-        cheapest transfers over their inner boundaries; zeros for GPipe."""
+        cheapest transfers over their inner boundaries, after micro-batch 0's round trip
+        below the window (the last layers, one per stage after it, and the cheapest
+        transfers after it); zeros for GPipe."""
         if self._window_terms is None:
             p = self.p
             S, M, L = p.num_stages, p.micro_batches, p.num_layers
@@ -735,6 +741,8 @@ class PartitionSpace:
                 )
                 C = p.fwd_prefix + p.bwd_prefix
                 t = np.arange(S)
+                # [u]: the cheapest transfers over boundaries u..S−2.
+                sends_after = np.append(np.cumsum(cheapest[::-1])[::-1], 0.0)
                 for w in range(2, min(S, 8) + 1):
                     starts = t[: S - w + 1]
                     # The window's stages hold w or more consecutive training layers, leaving
@@ -753,10 +761,16 @@ class PartitionSpace:
                     inner = np.convolve(cheapest, np.ones(w - 1), "valid")  # boundaries t..t+w−2
                     slack = M - S + starts - 1
                     rounds = np.where(slack >= 0, np.maximum(slack, 0) // w + 1, 0)
+                    # Before the rounds, micro-batch 0's round trip below the window: at least
+                    # the last S − t − w layers and the cheapest transfers after the window.
+                    after = S - starts - w
+                    below = C[L] - C[L - after] + after * p.micro_batch_overhead_s
+                    below = below + sends_after[starts + w - 1]
                     # inf where a window there cannot hold w training layers (no completion
                     # has that many training stages); no rounds: 0 (inf·0 would be NaN).
                     with np.errstate(invalid="ignore"):
-                        value = np.where(rounds > 0, rounds * (work + inner[: len(starts)]), 0.0)
+                        cycles = rounds * (work + inner[: len(starts)])
+                        value = np.where(rounds > 0, cycles + below, 0.0)
                     result[: len(starts)] = np.maximum(result[: len(starts)], value)
                 result[:S] = np.maximum.accumulate(result[:S][::-1])[::-1]
             self._window_terms = result

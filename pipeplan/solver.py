@@ -875,9 +875,16 @@ class _Run:
                 self.simulate(*item)  # type: ignore[misc]
 
     def stop(self) -> None:
-        """Out of work: what is proven is the smallest bound still waiting."""
+        """Out of work: what is proven is the smallest bound still waiting. The one-stage
+        shapes still waiting (one partition each) are simulated first, so running out of
+        work never loses a plain data-parallel layout to the wider space's deep trees."""
         waiting = [entries[0][0] for entries in (self.heap, self.later) if entries]
         self.stopped_at = min(min(waiting), self.best_s)
+        L = self.phase.model.num_layers
+        for bound, _, kind, item in sorted(self.heap + self.later, key=lambda e: e[:2]):
+            shape, schedule = item[:2]  # type: ignore[index]
+            if kind == "shape" and shape.num_stages == 1 and bound < self.limit():
+                self.simulate(shape, schedule, (0, L))
         log.info(
             "layout search stopped at its work limit: best step %.6g s, at most %.3g%% above "
             "the optimum",
