@@ -478,3 +478,34 @@ def test_the_does_not_fit_message_is_built_only_when_shown(monkeypatch):
     assert calls == [1]
     str(info.value)
     assert calls == [1]
+
+
+@pytest.mark.parametrize("seed", [193, 196])
+def test_a_search_out_of_work_still_simulates_the_one_stage_layouts(seed):
+    # A work limit of 1 stops the search after its first simulated layout; the one-stage
+    # (data-parallel) shapes still waiting are simulated before it returns, so it is never
+    # slower than the best of them (on these instances the first layout was).
+    model, batch, frozen, cached = random_instance(seed)
+    solution = PhaseSearch(model, batch, frozen, cached, work_limit=1).solve()
+    assert not solution.proven
+    N, ranks = model.cluster.num_devices, model.cluster.devices_per_node
+    one_stage = np.inf
+    for D in (D for D in range(1, N + 1) if batch % D == 0):
+        for M in (M for M in range(1, batch // D + 1) if (batch // D) % M == 0):
+            m = batch // D // M
+            if m > model.max_micro_batch_size:
+                continue
+            layout = Layout(
+                frozen_layers=frozen,
+                cached=cached and frozen > 0,
+                micro_batches=M,
+                micro_batch_size=m,
+                schedule="1f1b",
+                boundaries=(0, model.num_layers),
+                rank_map=tuple(tuple(r) for r in rank_map(1, D, ranks, model.cluster.nodes)),
+            )
+            evaluation = model.evaluate(layout, record=False)
+            if evaluation.fits:
+                one_stage = min(one_stage, evaluation.step_s)
+    assert solution.best.step_s <= one_stage * (1 + 1e-12)
+    assert solution.lower_bound_s <= solution.best.step_s
