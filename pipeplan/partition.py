@@ -466,8 +466,12 @@ class PartitionSpace:
 
     # ------------------------------------------------------------------ expansion
 
-    def expand(self, node: Node, limit: float = np.inf) -> list[tuple[float, Node]]:
-        """The children of `node` whose bound is below `limit`, with their bounds."""
+    def expand(
+        self, node: Node, limit: float = np.inf, searched: bool = False
+    ) -> list[tuple[float, Node]]:
+        """The children of `node` whose bound is below `limit`, with their bounds. With
+        `searched` (the children all enter the search, none is dropped by the caller) a
+        forward-only prefix that one entered before dominates is left out."""
         k, i = node.depth, node.position
         j = self.ends(k, i)
         if j.size == 0:
@@ -475,7 +479,7 @@ class PartitionSpace:
         sums, cycle, shared = self._child_sums(node, j)
         bounds = self.bounds(k + 1, j, sums)
         keep = np.flatnonzero(bounds < limit)
-        if i <= self.p.forward_only_layers and not self.p.shared_links.shape[0]:
+        if searched and i <= self.p.forward_only_layers and not self.p.shared_links.shape[0]:
             keep = self._undominated(k + 1, j, sums, keep)
         columns = np.stack(sums, axis=1)[keep].tolist()
         shared = shared[:, keep].T.tolist()
@@ -508,7 +512,8 @@ class PartitionSpace:
         largest); nothing else of them reaches the rest (no gradient comes back), and the
         rest's step cannot drop when its inputs come later (max-plus; with no all-reduces
         sharing a link, each ends its own time after it starts). So of two prefixes with
-        a ≤ a' and pf ≤ pf' the second's completions are never faster."""
+        a ≤ a' and pf ≤ pf' the second's completions are never faster. Only prefixes that
+        entered the search count (a dive's other children do not)."""
         kept = []
         a, pf = sums[0], sums[6]
         for n in keep:

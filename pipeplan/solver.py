@@ -931,7 +931,7 @@ class _Run:
         return None if result is None else result.boundaries
 
     def open_node(self, shape: Shape, schedule: Schedule, space: PartitionSpace, node: Node):
-        children = space.expand(node, self.limit())
+        children = space.expand(node, self.limit(), searched=True)
         self.work += WORK_PER_EXPANSION + len(children) * (WORK_PER_CHILD + node.depth // 100)
         for bound, child in children:
             if child.depth == shape.num_stages:

@@ -327,6 +327,16 @@ def random_instance(seed: int) -> tuple[CostModel, int, int, bool]:
     return model, batch, frozen, bool(rng.integers(0, 2))
 
 
+@pytest.mark.parametrize("seed", [156])
+def test_a_dive_does_not_hide_forward_only_prefixes(seed):
+    # The first shape's greedy dive expands nodes whose other children never enter the
+    # search; a forward-only prefix they dominate must not be dropped (it was, here: 4 %).
+    model, batch, frozen, cached = random_instance(seed)
+    solution = PhaseSearch(model, batch, frozen, cached).solve()
+    expected = brute_force_best_step(model, batch, frozen, cached)
+    assert solution.best.step_s == pytest.approx(expected, rel=1e-9)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_solver_equals_exhaustive_search(seed):
