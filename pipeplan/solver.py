@@ -255,9 +255,14 @@ class PhaseSearch:
         self.first_computed = frozen_layers if self.cached else 0
         # An uncached phase's frozen prefix may span several leading stages, which run forward
         # only (no gradient goes back to them); stage 0 of a cached phase reads the cache and
-        # holds the whole prefix, as in PipeTransformer.
-        self.forward_only_layers = 0 if self.cached else frozen_layers
-        self.max_stages = model.num_layers - self.first_computed
+        # holds the whole prefix, as in PipeTransformer. So does a long model's (more than
+        # DENSE_MAX_LAYERS layers): its work-limited search would spend its budget on the
+        # forward-only shapes' loose bounds (the 1,000-layer plan: 30 s a phase, worse plans).
+        long = model.num_layers > DENSE_MAX_LAYERS
+        self.forward_only_layers = 0 if self.cached or long else frozen_layers
+        # Stage 0 holds layers 0..k unless the prefix may run on forward-only stages.
+        self.first_boundary = frozen_layers - self.forward_only_layers + 1
+        self.max_stages = model.num_layers - self.first_boundary + 1
         self.cluster = model.cluster
         # Memory the layers may use: the reserve is part of every stage.
         self.memory_limit_bytes = self.cluster.device_memory_bytes - model.reserve_bytes
@@ -665,7 +670,7 @@ class PhaseSearch:
             forwards_first=tuple(held),
             micro_batches=M,
             schedule=schedule,
-            min_first_boundary=self.first_computed + 1,
+            min_first_boundary=self.first_boundary,
             overhead_s=model.overhead_s(M * m),
             shared_links=links.shared,
             shared_latency_s=links.shared_latency,
@@ -799,7 +804,7 @@ class PhaseSearch:
             saved_bytes=costs.saved_bytes_per_micro_batch,
             in_flight=tuple(in_flight(schedule, S, s, M) for s in range(S)),
             memory_limit_bytes=self.memory_limit_bytes,
-            min_first_boundary=self.first_computed + 1,
+            min_first_boundary=self.first_boundary,
         )
 
     def smallest_peak_memory_bytes(self, shapes: list[Shape]) -> int:
