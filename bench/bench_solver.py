@@ -1,6 +1,8 @@
 """Planner benchmark (issues 3, 12): the solver against an exhaustive search, its speed, the
-gain of allowing fewer replicas than ⌊N/S⌋, and the solver's step against the partition
-baselines. Prints its figures; run from the repository root:
+gain of each relaxation of the search space (fewer replicas than ⌊N/S⌋, fewer micro-batches
+than stages, a frozen prefix over several forward-only stages), the solver's step against the
+partition baselines and the preview's ablation. Prints its figures; run from the repository
+root:
 
     python bench/bench_solver.py            # everything (about 5 minutes on 2 cores)
     python bench/bench_solver.py --quick    # 300 instances, no 1,000-layer plan
@@ -13,6 +15,7 @@ import argparse
 import itertools
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +26,7 @@ from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import Calibration, Cluster, FittedLink, Layout, Link
 from pipeplan.freeze import alpha_schedule
 from pipeplan.partition import PartitionProblem, brute_force_partition, solve_partition
-from pipeplan.plan import compare_partitions, make_plan
+from pipeplan.plan import compare_partitions, make_plan, make_preview
 from pipeplan.solver import PhaseSearch, Pins
 from pipeplan.synthetic import SyntheticLayer, preset_profile, synthetic_profile, transformer_layers
 
@@ -116,10 +119,13 @@ def random_instance(seed: int) -> Instance:
 
 
 # The relaxations of the search space whose gain the benchmark reports: name → whether a
-# layout (S, D, M, N) lies in the space without that relaxation.
-RESTRICTED = {
-    "fewer replicas than ⌊N/S⌋": lambda S, D, M, N: D == N // S,
-    "fewer micro-batches than stages (GPipe)": lambda S, D, M, N: M >= S,
+# layout on N devices lies in the space without that relaxation.
+RESTRICTED: dict[str, Callable[[Layout, int], bool]] = {
+    "fewer replicas than ⌊N/S⌋": lambda layout, N: layout.replicas == N // layout.num_stages,
+    "fewer micro-batches than stages": lambda layout, N: layout.micro_batches >= layout.num_stages,
+    "frozen prefix over several (forward-only) stages": lambda layout, N: (
+        layout.forward_only_stages == 0
+    ),
 }
 
 
@@ -131,7 +137,7 @@ def exhaustive(instance: Instance) -> tuple[float, dict[str, float]]:
     N, L = model.cluster.num_devices, model.num_layers
     best = np.inf
     restricted = dict.fromkeys(RESTRICTED, np.inf)
-    for S in range(1, min(N, L - k) + 1):
+    for S in range(1, min(N, L) + 1):
         for D in range(1, N // S + 1):
             if B % D:
                 continue
@@ -162,7 +168,7 @@ def exhaustive(instance: Instance) -> tuple[float, dict[str, float]]:
                         if evaluation.fits:
                             best = min(best, evaluation.step_s)
                             for name, inside in RESTRICTED.items():
-                                if inside(S, D, M, N):
+                                if inside(layout, N):
                                     restricted[name] = min(restricted[name], evaluation.step_s)
     return best, restricted
 
@@ -397,6 +403,35 @@ def bench_baselines() -> None:
     print("  (ratios are baseline step / solver step; '!' = the baseline partition does not fit)")
 
 
+def bench_ablation() -> None:
+    """The preview's ablation on the speed benchmark's configuration. "+ elastic re-partition
+    (D kept)" searches every phase over a space that holds the static baseline's placement,
+    which "freeze only" keeps, so it should not come out slower (issue 12: it did while the
+    frozen prefix had to stay in stage 0)."""
+    profile = preset_profile("bert-large")
+    cluster = cluster_from_flags(
+        nodes=2, devices_per_node=8, device_memory="16GiB", inter_bw="5GB/s"
+    )
+    preview = make_preview(
+        profile,
+        cluster,
+        global_batch=512,
+        samples=100_000,
+        epochs=10,
+        freeze=alpha_schedule(0.2, 10, 24),
+    )
+    print(
+        "preview ablation: bert-large (synthetic) on 2×8 devices, 16 GiB, inter 5 GB/s, global "
+        "batch 512, 100,000 samples, α = 0.2 over 10 epochs"
+    )
+    for row in preview.ablation:
+        print(f"  {row.name:36s} total {row.total_s:9.2f} s, speedup {row.speedup:.3f}×")
+    totals = {row.name: row.total_s for row in preview.ablation}
+    freeze_only, repartition = totals["freeze only"], totals["+ elastic re-partition (D kept)"]
+    verdict = "not inverted" if repartition <= freeze_only else "INVERTED"
+    print(f"  re-partition (D kept) / freeze only: {repartition / freeze_only:.4f} ({verdict})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -413,6 +448,7 @@ def main() -> None:
         bench_speed(big=not args.quick, repeats=args.repeats)
     if args.only in (None, "baselines"):
         bench_baselines()
+        bench_ablation()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ partition. The tests compare all three.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -297,7 +296,8 @@ def _greedy_time_balance(C: np.ndarray, S: int, min_first: int) -> tuple[int, ..
 class StagePricing:
     """Everything that prices a stage of one shape (S, D, M, m, schedule, rank map) from its
     layer range [i, j), as the cost model does (§4.4–4.6), on prefix sums over layers.
-    All stages train: the frozen prefix lies in stage 0, whose last layer is active."""
+    A stage trains unless it ends within `forward_only_layers` (an uncached phase's frozen
+    prefix): such stages run forward only and form a prefix of the pipeline (§4.3)."""
 
     fwd_prefix: np.ndarray  # Σ fwd_l for l < i, per micro-batch
     bwd_prefix: np.ndarray
@@ -323,6 +323,12 @@ class StagePricing:
     # [p, i]: the smallest largest part of layers [i, L) split into p parts (fwd + bwd, no μ;
     # `suffix_bottlenecks`), or None (long models).
     suffix_bottleneck: np.ndarray | None = None
+    # Stages ending at or before this position hold only frozen layers and run forward only
+    # (0: every stage trains, e.g. a cached phase, whose stage 0 reads the cache).
+    forward_only_layers: int = 0
+    # 1F1B with fewer micro-batches than stages runs only if the first S − M stages are
+    # forward only (torch's Schedule1F1B needs a micro-batch per stage that trains).
+    min_forward_only_stages: int = 0
 
     @property
     def num_layers(self) -> int:
@@ -347,6 +353,8 @@ class Node:
     parent: Node | None = None
     cycle: float = 0.0
     shared: tuple[float, ...] = ()
+    # The first stage that trains (= depth while every fixed stage runs forward only).
+    active_from: int = 0
 
     @property
     def boundaries(self) -> tuple[int, ...]:
@@ -369,10 +377,6 @@ class Node:
 
 # Windows of at most this many fixed stages enter a node's bound (all, for shorter pipelines).
 MAX_WINDOW_STAGES = 64
-# Nodes with at most this many possible ends of their next stage are expanded one child at a
-# time in plain Python (`_ScalarExpansion`), wider ones with numpy (and every node of a model
-# longer than DENSE_MAX_LAYERS).
-SCALAR_MAX_CHILDREN = 48
 ROOT_SUMS = (0.0,) * 11
 
 
@@ -402,6 +406,12 @@ class PartitionSpace:
     give per (stage k, first layer i) the smallest over their placements of each family's
     largest term, relaxed where needed (transfers between unplaced stages dropped from L1,
     latency from A) so that a bisection on one crossing point computes them (O(S·L·log L)).
+
+    Forward-only stages (ending within an uncached phase's frozen prefix; they lead the
+    pipeline): B = 0 and no gradient reaches them, so d and the tables' terms hold for them
+    as written; their last op ends after a_k + M·F_k (no backward to wait for), windows start
+    at the first stage that trains, and tail0 is that stage's tail (until it is placed, at
+    least its first layer's all-reduce and optimizer on the cheapest stage left).
     """
 
     def __init__(self, pricing: StagePricing, shared: dict | None = None):
@@ -411,9 +421,12 @@ class PartitionSpace:
         self._tables: dict[str, list[np.ndarray]] | None = None
         self._shared = {} if shared is None else shared
         self._last: dict[int, np.ndarray] = {}
-        self._windows: dict[int, tuple[np.ndarray, ...]] = {}
-        self._scalar_expansion: _ScalarExpansion | None = None
-        self._valid: dict[int, np.ndarray] = {}
+        self._windows: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
+        self._tail_floor: np.ndarray | None = None
+        self._rest_terms: np.ndarray | None = None
+        # Per (depth, end) of forward-only prefixes: the (a, pf) not dominated so far.
+        self._fronts: dict[tuple[int, int], list[tuple[float, float]]] = {}
+        self._window_terms: np.ndarray | None = None
         links = pricing.shared_links
         S = pricing.num_stages
         stages = np.arange(S)
@@ -426,6 +439,10 @@ class PartitionSpace:
 
     def root(self) -> Node:
         return Node(0, 0, ROOT_SUMS)
+
+    def trains(self, j: np.ndarray) -> np.ndarray:
+        """Whether a stage ending at j trains (else it holds only frozen layers)."""
+        return j > self.p.forward_only_layers
 
     def last_ends(self, k: int) -> np.ndarray:
         """Per start i, the largest end j of stage k: it fits memory and leaves a layer for
@@ -442,24 +459,19 @@ class PartitionSpace:
         last = int(self.last_ends(k)[i])
         if k == p.num_stages - 1:
             return np.array([p.num_layers]) if last >= p.num_layers else np.array([], dtype=int)
+        if k < p.min_forward_only_stages:  # 1F1B with M < S: this stage runs forward only
+            last = min(last, p.forward_only_layers)
         lo = max(i + 1, p.min_first_boundary if k == 0 else 0)
         return np.arange(lo, last + 1)
 
     # ------------------------------------------------------------------ expansion
 
-    def expand(self, node: Node, limit: float = np.inf) -> list[tuple[float, Node]]:
-        """The children of `node` whose bound is below `limit`, with their bounds: one child
-        at a time in plain Python when there are few (numpy's per-call overhead dominates on
-        arrays of tens of positions), else vectorised over them; both give the same floats."""
-        k, i = node.depth, node.position
-        few = int(self.last_ends(k)[i]) - i <= SCALAR_MAX_CHILDREN
-        # Long models' deep nodes bound each child by up to MAX_WINDOW_STAGES windows: numpy.
-        if few and self.p.num_layers <= DENSE_MAX_LAYERS:
-            return self._scalar().expand(node, limit)
-        return self.expand_vectorised(node, limit)
-
-    def expand_vectorised(self, node: Node, limit: float = np.inf) -> list[tuple[float, Node]]:
-        """`expand` with numpy over the children's end positions."""
+    def expand(
+        self, node: Node, limit: float = np.inf, searched: bool = False
+    ) -> list[tuple[float, Node]]:
+        """The children of `node` whose bound is below `limit`, with their bounds. With
+        `searched` (the children all enter the search, none is dropped by the caller) a
+        forward-only prefix that one entered before dominates is left out."""
         k, i = node.depth, node.position
         j = self.ends(k, i)
         if j.size == 0:
@@ -467,34 +479,55 @@ class PartitionSpace:
         sums, cycle, shared = self._child_sums(node, j)
         bounds = self.bounds(k + 1, j, sums)
         keep = np.flatnonzero(bounds < limit)
+        if searched and i <= self.p.forward_only_layers and not self.p.shared_links.shape[0]:
+            keep = self._undominated(k + 1, j, sums, keep)
         columns = np.stack(sums, axis=1)[keep].tolist()
         shared = shared[:, keep].T.tolist()
+        if i <= self.p.forward_only_layers:  # every fixed stage runs forward only
+            active_from = np.where(self.trains(j), k, k + 1)
+        else:
+            active_from = np.full(j.shape, node.active_from)
         return [
             (
                 float(bounds[n]),
                 Node(
-                    k + 1, int(j[n]), tuple(columns[row]), node, float(cycle[n]), tuple(shared[row])
+                    k + 1,
+                    int(j[n]),
+                    tuple(columns[row]),
+                    node,
+                    float(cycle[n]),
+                    tuple(shared[row]),
+                    int(active_from[n]),
                 ),
             )
             for row, n in enumerate(keep)
         ]
 
-    def _scalar(self) -> _ScalarExpansion:
-        if self._scalar_expansion is None:
-            self._scalar_expansion = _ScalarExpansion(self)
-        return self._scalar_expansion
-
-    def window_counts(self, k: int) -> tuple[np.ndarray, ...]:
-        """`simulate.window_counts` of the windows [t, k] that enter stage k's bound."""
-        if k not in self._windows:
-            p = self.p
-            first = max(0, k - MAX_WINDOW_STAGES + 1)
-            self._windows[k] = window_counts(k, first, p.num_stages, p.micro_batches)
-        return self._windows[k]
-
-    def suffix_rounds(self, k: int) -> np.ndarray | None:
-        """`_suffix_rounds` at every first position i (None: the bound's term is then 0)."""
-        return self._suffix_rounds(k, np.arange(self.p.num_layers + 1))
+    def _undominated(
+        self, depth: int, j: np.ndarray, sums: tuple[np.ndarray, ...], keep: np.ndarray
+    ) -> np.ndarray:
+        """Drop forward-only prefixes another one of the same depth and end dominates. The
+        forward-only stages and the links after them are a flow shop of M identical jobs, so
+        micro-batch m reaches stage `depth` at a + m·pf (a: Σ of their times, pf: the
+        largest); nothing else of them reaches the rest (no gradient comes back), and the
+        rest's step cannot drop when its inputs come later (max-plus; with no all-reduces
+        sharing a link, each ends its own time after it starts). So of two prefixes with
+        a ≤ a' and pf ≤ pf' the second's completions are never faster. Only prefixes that
+        entered the search count (a dive's other children do not)."""
+        kept = []
+        a, pf = sums[0], sums[6]
+        for n in keep:
+            if j[n] > self.p.forward_only_layers:
+                kept.append(n)  # the first stage that trains
+                continue
+            front = self._fronts.setdefault((depth, int(j[n])), [])
+            point = (float(a[n]), float(pf[n]))
+            if any(x <= point[0] and y <= point[1] for x, y in front):
+                continue
+            front[:] = [(x, y) for x, y in front if not (point[0] <= x and point[1] <= y)]
+            front.append(point)
+            kept.append(n)
+        return np.array(kept, dtype=int)
 
     def _child_sums(
         self, node: Node, j: np.ndarray
@@ -517,7 +550,8 @@ class PartitionSpace:
             grads > 0, p.allreduce_latency_s[k] + p.allreduce_s_per_byte[k] * grads, 0.0
         )
         own = allreduce + p.optimizer_s_per_byte * grads
-        tail = own if k == 0 else np.full_like(F, tail0)
+        # tail0 is the first stage that trains' (forward-only stages before it have own = 0).
+        tail = own if i <= p.forward_only_layers else np.full_like(F, tail0)
         ops_end = self._ops_end(node, j, F, B, sf + sb)
         before = p.forwards_first[k]
         # Stage k's last forward comes from its predecessors' last forwards (pace), after
@@ -555,7 +589,10 @@ class PartitionSpace:
         crossing = p.shared_links[:, k]
         if crossing.any():
             most = with_k[crossing].max(axis=0)
-            nic = np.maximum(nic, ops_end + p.shared_latency_s + p.shared_s_per_byte * most)
+            # Only an all-reduce that moves bytes pays the ring's latency (none of a
+            # forward-only stage's, nor of a stage without parameters).
+            carried = ops_end + p.shared_latency_s + p.shared_s_per_byte * most
+            nic = np.where(most > 0, np.maximum(nic, carried), nic)
         return np.broadcast_to(nic, grads.shape), with_k[self.open[k + 1]]
 
     def _ops_end(
@@ -565,28 +602,38 @@ class PartitionSpace:
         M·c of work from micro-batch 0's arrival, or after B_0 (its forwards before it or
         micro-batch 0's round trip below k, at least the work left after j, the transfer
         over j and the cheapest transfers after it), then for 1F1B the rounds of each window
-        [t, k] of fixed stages (`simulate.window_counts`), for GPipe all its other work."""
+        [t, k] of fixed stages (`simulate.window_counts`), for GPipe all its other work.
+        A forward-only stage waits for no gradient: only its M forwards."""
         p = self.p
         S, M, L = p.num_stages, p.micro_batches, p.num_layers
         k = node.depth
         a = node.sums[0]
+        busy = a + M * (F + B)
+        trains = self.trains(j)
+        if not trains.any():
+            return busy
         if k < S - 1:
             work_left = p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[j] - p.bwd_prefix[j]
             below = work_left + (S - 1 - k) * p.micro_batch_overhead_s + X
             below = below + self.tables()["sends"][k + 1][j]
         else:
             below = np.zeros_like(F)
-        busy = a + M * (F + B)
         if p.schedule == "gpipe":
-            return np.maximum(busy, a + M * F + below + M * B)
+            return np.where(trains, np.maximum(busy, a + M * F + below + M * B), busy)
         first_bwd_end = a + np.maximum(p.forwards_first[k] * F, F + below) + B
-        rounds, fwd_left, bwd_left = self.window_counts(k)
+        # Windows start at a stage that trains: the first one is k itself when every fixed
+        # stage runs forward only.
+        first = node.active_from if node.position > p.forward_only_layers else k
+        key = (k, max(first, k - MAX_WINDOW_STAGES + 1))
+        if key not in self._windows:
+            self._windows[key] = window_counts(k, key[1], S, M)
+        rounds, fwd_left, bwd_left = self._windows[key]
         # Work and transfers of the fixed stages t..k−1 of each window, then stage k's.
         recent = node.cycles(len(rounds) - 1)
         fixed = np.append(np.cumsum(recent[::-1])[::-1], 0.0)
         cycle = fixed[:, None] + (F + B)[None, :]
         terms = rounds[:, None] * cycle + fwd_left[:, None] * F + bwd_left[:, None] * B
-        return np.maximum(busy, first_bwd_end + terms.max(axis=0))
+        return np.where(trains, np.maximum(busy, first_bwd_end + terms.max(axis=0)), busy)
 
     def bounds(self, k: int, i: np.ndarray, sums: tuple[np.ndarray, ...]) -> np.ndarray:
         """Lower bounds on the step of every completion of prefixes of k stages ending at
@@ -594,6 +641,10 @@ class PartitionSpace:
         p = self.p
         a, d, tail0, l1, l1own, p3, pf, pb, win, nic, _ = sums
         M, S = p.micro_batches, p.num_stages
+        if p.forward_only_layers and k < S:
+            # Every fixed stage runs forward only where i ≤ the frozen prefix: the first stage
+            # that trains is still to place.
+            tail0 = np.where(i <= p.forward_only_layers, self.tail_floor()[k], tail0)
         placed = a + d  # Σ_{t<k} (c_t + X_t)
         bound = np.maximum.reduce([l1 + tail0, l1own, win, nic])
         if k == S:
@@ -624,7 +675,111 @@ class PartitionSpace:
         else:
             bound = np.maximum(bound, total + np.maximum(p3, t["round"][k][i]) + tail0)
             bound = np.maximum(bound, self._suffix_windows(k, i, a + d + tail0))
+        if p.forward_only_layers:
+            bound = np.maximum(bound, a + d + tail0 + self._training_rest(k, i))
         return bound + p.overhead_s
+
+    def _training_rest(self, k: int, i: np.ndarray) -> np.ndarray:
+        """What the training stages still to place add between micro-batch 0's arrival and
+        the last gradient's way down (`_suffix_windows`' `around`), whichever stage q ≥ k
+        turns out to be the first that trains: the smallest over the q still possible
+        (those with a frozen layer for each forward-only stage) of `_training_terms`."""
+        p = self.p
+        terms = self._training_terms()[k:]
+        first = max(0, p.min_forward_only_stages - k)
+        if first:
+            terms = np.concatenate([np.full(first, np.inf), terms[first:]])
+        # Stages placed already train where i > the frozen prefix: q < k, windows from k.
+        most = np.clip(p.forward_only_layers - i, 0, len(terms) - 1)
+        smallest = np.minimum.accumulate(terms)[most]
+        # Frozen layers i..k−1 still run before any training stage's work, once at least.
+        frozen = (
+            p.fwd_prefix[p.forward_only_layers] - p.fwd_prefix[np.minimum(i, p.forward_only_layers)]
+        )
+        return np.where(i <= p.forward_only_layers, frozen + smallest, self._windows_from()[k])
+
+    def _training_terms(self) -> np.ndarray:
+        """[q]: with stage q the first that trains, the training stages add at least M times
+        the smallest bottleneck of the layers that train in S − q parts, and (1F1B) the
+        rounds of every window of 2..8 training stages from q on (`_windows_from`)."""
+        if self._rest_terms is None:
+            p = self.p
+            S, L, M = p.num_stages, p.num_layers, p.micro_batches
+            first = max(p.min_first_boundary - 1, p.forward_only_layers)
+            table = p.suffix_bottleneck
+            q = np.arange(S + 1)
+            if table is not None:
+                parts = np.clip(S - q, 1, L - first)
+                stage = table[parts, first] + p.micro_batch_overhead_s
+            else:
+                stage = np.full(S + 1, self._lightest_stage())
+            self._rest_terms = np.maximum(M * stage, self._windows_from())
+            self._rest_terms[S] = np.inf  # the last stage always trains
+        return self._rest_terms
+
+    def _lightest_stage(self) -> float:
+        """The least c of a training stage: it holds an active layer (+ μ)."""
+        p = self.p
+        first = max(p.min_first_boundary - 1, p.forward_only_layers)
+        c = np.diff(p.fwd_prefix + p.bwd_prefix)[first:]
+        return float(c.min()) + p.micro_batch_overhead_s
+
+    def _windows_from(self) -> np.ndarray:
+        """[s]: 1F1B, the largest over windows [t, t+w−1] of training stages with t ≥ s
+        (2 ≤ w ≤ 8) of their rounds (`simulate.window_counts`: ⌊(M − S + t − 1)/w⌋ + 1)
+        times the lightest w consecutive training layers they can hold (+ w·μ) and the
+        cheapest transfers over their inner boundaries, after micro-batch 0's round trip
+        below the window (the last layers, one per stage after it, and the cheapest
+        transfers after it); zeros for GPipe."""
+        if self._window_terms is None:
+            p = self.p
+            S, M, L = p.num_stages, p.micro_batches, p.num_layers
+            result = np.zeros(S + 1)
+            first = max(p.min_first_boundary - 1, p.forward_only_layers)
+            if p.schedule == "1f1b" and S > 1 and first + 1 < L:
+                positions = slice(first + 1, L)  # a boundary between two training stages
+                cheapest = np.array(
+                    [
+                        float((p.send_s[s][positions] + p.grad_send_s[s][positions]).min())
+                        for s in range(S - 1)
+                    ]
+                )
+                C = p.fwd_prefix + p.bwd_prefix
+                t = np.arange(S)
+                # [u]: the cheapest transfers over boundaries u..S−2.
+                sends_after = np.append(np.cumsum(cheapest[::-1])[::-1], 0.0)
+                for w in range(2, min(S, 8) + 1):
+                    starts = t[: S - w + 1]
+                    # The window's stages hold w or more consecutive training layers, leaving
+                    # one for each of the S − t − w stages after it: at least the lightest w
+                    # consecutive layers from `first` that end by L − (S − t − w).
+                    if first + w > L:  # fewer training layers than w stages
+                        break
+                    light = np.minimum.accumulate(C[first + w :] - C[first : L + 1 - w])
+                    ends = L - (S - starts - w)  # the window's layers end by here
+                    work = np.where(
+                        ends - w >= first,
+                        light[np.clip(ends - w - first, 0, len(light) - 1)],
+                        np.inf,
+                    )
+                    work = work + w * p.micro_batch_overhead_s
+                    inner = np.convolve(cheapest, np.ones(w - 1), "valid")  # boundaries t..t+w−2
+                    slack = M - S + starts - 1
+                    rounds = np.where(slack >= 0, np.maximum(slack, 0) // w + 1, 0)
+                    # Before the rounds, micro-batch 0's round trip below the window: at least
+                    # the last S − t − w layers and the cheapest transfers after the window.
+                    after = S - starts - w
+                    below = C[L] - C[L - after] + after * p.micro_batch_overhead_s
+                    below = below + sends_after[starts + w - 1]
+                    # inf where a window there cannot hold w training layers (no completion
+                    # has that many training stages); no rounds: 0 (inf·0 would be NaN).
+                    with np.errstate(invalid="ignore"):
+                        cycles = rounds * (work + inner[: len(starts)])
+                        value = np.where(rounds > 0, cycles + below, 0.0)
+                    result[: len(starts)] = np.maximum(result[: len(starts)], value)
+                result[:S] = np.maximum.accumulate(result[:S][::-1])[::-1]
+            self._window_terms = result
+        return self._window_terms
 
     def _suffix_windows(self, k: int, i: np.ndarray, around: np.ndarray) -> np.ndarray:
         """1F1B: some window of w stages among the S − k unplaced ones holds at least the
@@ -632,22 +787,44 @@ class PartitionSpace:
         least ⌊(M − S + k − 1)/w⌋ + 1 rounds (`simulate.window_counts`: its first stage t ≥ k
         has w_t ≤ S−1−k), between micro-batch 0's arrival and the last gradient's way down
         (`around`: a + d + tail0 of the placed stages)."""
-        windows = self._suffix_rounds(k, i)
-        return np.zeros_like(around) if windows is None else around + windows
-
-    def _suffix_rounds(self, k: int, i: np.ndarray) -> np.ndarray | None:
-        """`_suffix_windows` less `around`; None when no window cycles."""
         p = self.p
         table = p.suffix_bottleneck
         left = p.num_stages - k
         slack = p.micro_batches - p.num_stages + k - 1
         if table is None or left < 1 or slack < 0:
-            return None
+            return np.zeros_like(around)
         w = np.arange(1, left + 1)
         rounds = slack // w + 1
         parts = -(-left // w)
-        windows = table[parts][:, i] + p.micro_batch_overhead_s
-        return (rounds[:, None] * windows).max(axis=0)
+        F = p.forward_only_layers
+        if not F or bool((i >= F).all()):
+            windows = table[parts][:, i] + p.micro_batch_overhead_s
+            return around + (rounds[:, None] * windows).max(axis=0)
+        # Where the stages left may begin with r forward-only ones (i < F), the rest train,
+        # start later (more rounds) and cover [F, L) at least; grouped w by w they form at
+        # most ⌈left/w⌉ windows (one of at most w stages when w exceeds them), and the
+        # smallest bottleneck of [F, L) in that many parts (at most one per layer) is below
+        # their largest window's work.
+        layers_left = p.num_layers - F
+        may = i < F
+        column = np.where(may, F, i)[None, :]
+        parts = np.where(may[None, :], np.minimum(parts[:, None], layers_left), parts[:, None])
+        windows = table[parts, column] + p.micro_batch_overhead_s
+        return around + (rounds[:, None] * windows).max(axis=0)
+
+    def tail_floor(self) -> np.ndarray:
+        """[k]: the least tail (all-reduce alone + optimizer) the first stage that trains can
+        have when it is stage k or later: it holds the first active layer's gradient."""
+        if self._tail_floor is None:
+            p = self.p
+            first = p.forward_only_layers
+            g = float(p.grad_prefix[first + 1] - p.grad_prefix[first])
+            tails = np.zeros(p.num_stages + 1)
+            if g > 0:
+                own = p.allreduce_latency_s + (p.allreduce_s_per_byte + p.optimizer_s_per_byte) * g
+                tails[: p.num_stages] = np.minimum.accumulate(own[::-1])[::-1]
+            self._tail_floor = tails
+        return self._tail_floor
 
     # ------------------------------------------------------------------ tables
 
@@ -661,61 +838,58 @@ class PartitionSpace:
         M, mu = p.micro_batches, p.micro_batch_overhead_s
         Fp, Bp, Gp = p.fwd_prefix, p.bwd_prefix, p.grad_prefix
         Cp = Fp + Bp
-        # The arrays that do not depend on k, computed once (stages mostly share their rate).
-        work, work_before = M * Cp, (M - 1) * Cp
-        own: dict[float, tuple[np.ndarray, np.ndarray]] = {}
 
         def l1(k: int):
-            return work, work_before, (k + M) * mu
+            return M * Cp, (M - 1) * Cp, (k + M) * mu
 
         def l1own(k: int):
             rate = p.allreduce_s_per_byte[k] + p.optimizer_s_per_byte
-            if rate not in own:
-                Q = work + rate * Gp
-                own[rate] = Q, Q - Fp
-            return *own[rate], (k + M) * mu
-
-        trips: dict[int, np.ndarray] = {}
+            Q = M * Cp + rate * Gp
+            return Q, Q - Fp, (k + M) * mu
 
         def round_trip(k: int):
-            before = p.forwards_first[k]  # = M for every stage with S − k ≥ M
-            if before not in trips:
-                trips[before] = (M - 1) * Bp + (M - before) * Fp
-            return trips[before], trips[before], (M - before) * mu
-
-        nic_Q, nic_R = work + p.shared_s_per_byte * Gp, work - Fp
+            Q = (M - 1) * Bp + (M - p.forwards_first[k]) * Fp
+            return Q, Q, (M - p.forwards_first[k]) * mu
 
         def nic(k: int):  # every stage's all-reduce crosses one link: stages ≤ k's bytes
-            return nic_Q, nic_R, (k + M) * mu
+            Q = M * Cp + p.shared_s_per_byte * Gp
+            return Q, M * Cp - Fp, (k + M) * mu
 
-        shared = {"l1": l1}
+        def shared(name: str, cost) -> list[np.ndarray]:
+            if name not in self._shared:
+                self._shared[name] = self._minmax(cost)
+            return self._shared[name]
+
+        tables = {
+            "l1": shared("l1", l1),
+            "l1own": self._minmax(l1own),
+            "sends": self._min_sends(),
+        }
+        # Every stage's term pays the ring latency: the first stage that trains moves bytes
+        # over the link when its first layer has parameters.
+        first_active = max(p.min_first_boundary - 1, p.forward_only_layers)
+        if (
+            p.shared_links.shape[0]
+            and p.shared_links.all(axis=1).any()
+            and Gp[first_active + 1] > Gp[first_active]
+        ):
+            tables["nic"] = self._minmax(nic)
         if p.schedule == "gpipe":
-            shared.update(fwd=lambda k: (Fp, Fp, mu), bwd=lambda k: (Bp, Bp, 0.0))
+            tables["fwd"] = shared("fwd", lambda k: (Fp, Fp, mu))
+            tables["bwd"] = shared("bwd", lambda k: (Bp, Bp, 0.0))
         else:
-            shared["round"] = round_trip
-        own_costs = {"l1own": l1own}
-        if p.shared_links.shape[0] and p.shared_links.all(axis=1).any():
-            own_costs["nic"] = nic
-        # One pass over the stages for every table this shape lacks.
-        missing = {name: cost for name, cost in shared.items() if name not in self._shared}
-        built = self._minmax_many(missing | own_costs)
-        self._shared.update({name: built[name] for name in missing})
-        tables = {name: self._shared[name] for name in shared}
-        tables.update({name: built[name] for name in own_costs})
-        tables["sends"] = self._min_sends()
+            tables["round"] = shared("round", round_trip)
         return tables
 
     def _positions(self, k: int) -> np.ndarray:
         """Where stage k may start: after k one-layer stages (stage 1 after the frozen prefix)
         and before one layer for each stage from k on."""
-        if k not in self._valid:
-            p = self.p
-            L = p.num_layers
-            valid = np.zeros(L + 1, dtype=bool)
-            lo = k + (p.min_first_boundary - 1 if k >= 1 else 0)
-            valid[lo : L - (p.num_stages - k) + 1] = True
-            self._valid[k] = valid
-        return self._valid[k]
+        p = self.p
+        L = p.num_layers
+        valid = np.zeros(L + 1, dtype=bool)
+        lo = k + (p.min_first_boundary - 1 if k >= 1 else 0)
+        valid[lo : L - (p.num_stages - k) + 1] = True
+        return valid
 
     def _minmax(self, cost) -> list[np.ndarray]:
         """T[k][i] ≤ min over placements of stages k..S−1 on [i, L) of max_t u_t, with
@@ -723,61 +897,25 @@ class PartitionSpace:
         Backwards over k: T[k][i] = min_j max(u_k(i, j), T'[j]) with T' the running minimum
         of T[k+1] (nonincreasing, ≤ T[k+1]), so the best j is at the crossing of a
         nondecreasing and a nonincreasing sequence: found by bisection on Q_k − T'."""
-        return self._minmax_many({"table": cost})["table"]
-
-    def _minmax_many(self, costs: dict) -> dict[str, list[np.ndarray]]:
-        """`_minmax` of several costs at once (one row each: numpy's per-call overhead is
-        paid once per stage, not once per table and stage, but for the bisection)."""
         p = self.p
         S, L = p.num_stages, p.num_layers
-        names = list(costs)
-        lo = np.arange(1, L + 2)  # each start's first end
-        unused = np.full(L + 1, np.inf)  # stages 0 and S: never read
-        tables: dict[str, list[np.ndarray]] = {name: [unused] * (S + 1) for name in names}
-        if not names:
-            return tables
-
-        rows = np.arange(len(names))[:, None]
-        split = np.empty((len(names), L + 1), dtype=np.int64)
-        stacks: dict[str, tuple[list[np.ndarray], np.ndarray]] = {}
-
-        def stack(key: str, arrays: list[np.ndarray]) -> np.ndarray:
-            # Most costs return the same arrays for every k: stacked once.
-            if key not in stacks or any(
-                a is not b for a, b in zip(stacks[key][0], arrays, strict=True)
-            ):
-                stacks[key] = arrays, np.stack(arrays)
-            return stacks[key][1]
-
-        def stacked(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            parts = [costs[name](k) for name in names]
-            Q = stack("Q", [part[0] for part in parts])
-            R = stack("R", [part[1] for part in parts])
-            return Q, R, np.array([[part[2]] for part in parts], dtype=float)
-
-        Q, R, kappa = stacked(S - 1)
-        last = np.where(self.last_ends(S - 1) >= L, Q[:, L : L + 1] - R + kappa, np.inf)
-        current = np.where(self._positions(S - 1), last, np.inf)
-        for row, name in enumerate(names):
-            tables[name][S - 1] = current[row]
-        with np.errstate(invalid="ignore"):
-            for k in range(S - 2, 0, -1):
-                Q, R, kappa = stacked(k)
-                after = np.minimum.accumulate(current, axis=1)
-                crossing = np.maximum.accumulate(Q - after, axis=1)
-                target = R - kappa
-                for r in range(len(names)):
-                    split[r] = np.searchsorted(crossing[r], target[r], side="left")
-                hi = self.last_ends(k)  # ≤ L
-                j1 = np.maximum(split, lo)
-                reached = Q[rows, np.minimum(j1, L)]
-                above = np.where(j1 <= hi, reached - R + kappa, np.inf)
-                j2 = np.minimum(split - 1, hi)
-                kept = after[rows, np.maximum(j2, 0)]
-                below = np.where(j2 >= lo, kept, np.inf)
-                current = np.where(self._positions(k), np.minimum(above, below), np.inf)
-                for row, name in enumerate(names):
-                    tables[name][k] = current[row]
+        positions = np.arange(L + 1)
+        tables: list[np.ndarray] = [np.full(L + 1, np.inf) for _ in range(S + 1)]
+        Q, R, kappa = cost(S - 1)
+        last = np.where(self.last_ends(S - 1) >= L, Q[L] - R + kappa, np.inf)
+        tables[S - 1] = np.where(self._positions(S - 1), last, np.inf)
+        for k in range(S - 2, 0, -1):
+            Q, R, kappa = cost(k)
+            after = np.minimum.accumulate(tables[k + 1])
+            with np.errstate(invalid="ignore"):
+                crossing = np.maximum.accumulate(Q - after)
+            split = np.searchsorted(crossing, R - kappa, side="left")
+            lo, hi = positions + 1, self.last_ends(k)
+            j1 = np.maximum(split, lo)
+            above = np.where(j1 <= hi, Q[np.minimum(j1, L)] - R + kappa, np.inf)
+            j2 = np.minimum(split - 1, hi)
+            below = np.where(j2 >= lo, after[np.clip(j2, 0, L)], np.inf)
+            tables[k] = np.where(self._positions(k), np.minimum(above, below), np.inf)
         return tables
 
     def _min_sends(self) -> list[np.ndarray]:
@@ -813,7 +951,7 @@ class PartitionSpace:
                 StageWork(
                     fwd_s=float(p.fwd_prefix[j] - p.fwd_prefix[i] + p.micro_batch_overhead_s),
                     bwd_s=float(p.bwd_prefix[j] - p.bwd_prefix[i]),
-                    has_backward=True,
+                    has_backward=j > p.forward_only_layers,
                     send_fwd_s=float(p.send_s[k][j]) if k < S - 1 else 0.0,
                     send_bwd_s=float(p.grad_send_s[k - 1][i]) if k > 0 else 0.0,
                     allreduce_s=float(allreduce),
@@ -830,7 +968,7 @@ class PartitionSpace:
         p = self.p
         C = p.fwd_prefix + p.bwd_prefix
         boundaries = _greedy_time_balance(C, p.num_stages, p.min_first_boundary)
-        if boundaries is None:
+        if boundaries is None or boundaries[p.min_forward_only_stages] > p.forward_only_layers:
             return None
         for k in range(p.num_stages):
             if boundaries[k + 1] > self.last_ends(k)[boundaries[k]]:
@@ -846,204 +984,3 @@ class PartitionSpace:
                 return None
             node = min(children, key=lambda item: item[0])[1]
         return node
-
-
-class _ScalarExpansion:
-    """`PartitionSpace.expand_vectorised` one child at a time on Python floats, for nodes with
-    few children (numpy costs about a microsecond a call, whatever the array's length). The
-    same operations in the same order as `_child_sums`, `_ops_end`, `_shared_links` and
-    `bounds`, so the same floats; but a child is dropped as soon as one term of its bound
-    reaches the limit, before the costlier terms are computed. The bound is the largest term
-    plus the overhead and rounding is monotone, so that is exactly `bound < limit` failing; a
-    NaN term (0·inf) fails the comparison too, as numpy's NaN-propagating maximum would."""
-
-    def __init__(self, space: PartitionSpace):
-        self.space = space
-        p = space.p
-        self.fwd = p.fwd_prefix.tolist()
-        self.bwd = p.bwd_prefix.tolist()
-        self.grad = p.grad_prefix.tolist()
-        self.send = [row.tolist() for row in p.send_s]
-        self.grad_send = [row.tolist() for row in p.grad_send_s]
-        self.allreduce_latency = p.allreduce_latency_s.tolist()
-        self.allreduce_per_byte = p.allreduce_s_per_byte.tolist()
-        links = p.shared_links
-        # Per stage: each shared link as 1.0 when its all-reduce crosses it (numpy multiplies
-        # by the bool as a float), and the links it crosses.
-        by_stage = links.T.tolist()
-        self.crosses = [[1.0 if x else 0.0 for x in row] for row in by_stage]
-        self.crossing = [[link for link, x in enumerate(row) if x] for row in by_stage]
-        self.open = [o.tolist() for o in space.open]
-        self._tables: dict[str, list[list[float]]] | None = None
-        self._suffix: dict[int, list[float] | None] = {}
-        self._windows: dict[int, tuple[list[int], ...]] = {}
-
-    def tables(self) -> dict[str, list[list[float]]]:
-        if self._tables is None:  # built on first use, as `bounds` and `_ops_end` do
-            self._tables = {
-                name: [row.tolist() for row in rows] for name, rows in self.space.tables().items()
-            }
-        return self._tables
-
-    def suffix(self, k: int) -> list[float] | None:
-        if k not in self._suffix:
-            rounds = self.space.suffix_rounds(k)
-            self._suffix[k] = None if rounds is None else rounds.tolist()
-        return self._suffix[k]
-
-    def windows(self, k: int) -> tuple[list[int], ...]:
-        if k not in self._windows:
-            self._windows[k] = tuple(x.tolist() for x in self.space.window_counts(k))
-        return self._windows[k]
-
-    def fixed_cycles(self, node: Node, count: int) -> list[float]:
-        """`np.append(np.cumsum(node.cycles(count)[::-1])[::-1], 0.0)`: per window [t, k],
-        the fixed stages t..k−1's c + X, summed from k−1 up as numpy's cumsum does."""
-        sums: list[float] = []
-        total = 0.0
-        current: Node | None = node
-        while current is not None and current.parent is not None and len(sums) < count:
-            total = current.cycle if not sums else total + current.cycle
-            sums.append(total)
-            current = current.parent
-        return [*sums[::-1], 0.0]
-
-    def expand(self, node: Node, limit: float) -> list[tuple[float, Node]]:
-        space, p = self.space, self.space.p
-        S, M, L = p.num_stages, p.micro_batches, p.num_layers
-        k, i = node.depth, node.position
-        last = int(space.last_ends(k)[i])
-        if k == S - 1:
-            ends: range | list[int] = [L] if last >= L else []
-        else:
-            ends = range(max(i + 1, p.min_first_boundary if k == 0 else 0), last + 1)
-        if not ends:
-            return []
-        a, d, tail0, l1, l1own, p3, pf, pb, win, nic, pace = node.sums
-        fwd, bwd, grad = self.fwd, self.bwd, self.grad
-        fi, bi, gi = fwd[i], bwd[i], grad[i]
-        mu, overhead = p.micro_batch_overhead_s, p.overhead_s
-        gpipe = p.schedule == "gpipe"
-        sends = k < S - 1
-        send, grad_send = (self.send[k], self.grad_send[k]) if sends else ([], [])
-        latency, per_byte = self.allreduce_latency[k], self.allreduce_per_byte[k]
-        omega = p.optimizer_s_per_byte
-        before = p.forwards_first[k]
-        first_backwards, later_backwards = min(before, M), max(M - before, 0)
-        rest = fwd[L] + bwd[L]
-        child = k + 1
-        if child < S:
-            t = self.tables()
-            t_l1, t_own, t_sends = t["l1"][child], t["l1own"][child], t["sends"][child]
-            t_nic = t["nic"][child] if "nic" in t else None
-            if gpipe:
-                t_fwd, t_bwd = t["fwd"][child], t["bwd"][child]
-            else:
-                t_round, suffix = t["round"][child], self.suffix(child)
-            shift, unplaced = child * mu, (S - child) * mu
-        if sends:
-            below_mu = (S - 1 - k) * mu
-        if not gpipe:
-            rounds, fwd_left, bwd_left = self.windows(k)
-            fixed = self.fixed_cycles(node, len(rounds) - 1)
-            windows = list(zip(rounds, fixed, fwd_left, bwd_left, strict=True))
-        crosses, crossing = self.crosses[k], self.crossing[k]
-        shared_before = [0.0] * len(crosses)
-        for link, value in zip(self.open[k], node.shared, strict=True):
-            shared_before[link] = value
-        still_open = self.open[child]
-        children = []
-        for j in ends:
-            F = fwd[j] - fi + mu
-            B = bwd[j] - bi
-            c = F + B
-            sf, sb = (send[j], grad_send[j]) if sends else (0.0, 0.0)
-            grads = grad[j] - gi
-            own = (latency + per_byte * grads if grads > 0 else 0.0) + omega * grads
-            tail = own if k == 0 else tail0
-            a2, d2 = a + F + sf, d + B + sb
-            work = M * c
-            # max(x, y) as `y if y > x else x`: the same value, without a call.
-            x = a + work + d
-            l1_2 = x if x > l1 else l1
-            x = a + work + own
-            l1own_2 = x if x > l1own else l1own
-            x = (M - 1) * B + (M - before) * F
-            p3_2 = x if x > p3 else p3
-            x = sf if sf > F else F
-            pf_2 = x if x > pf else pf
-            x = sb if sb > B else B
-            pb_2 = x if x > pb else pb
-            placed = a2 + d2
-            # The bound's terms, largest kept in `worst`. None is NaN: the only product that
-            # could be 0·inf, GPipe's (M − 1)·machines, is dropped before it is formed.
-            worst = l1_2 + tail
-            worst = l1own_2 if l1own_2 > worst else worst
-            if child == S:
-                x = placed + (M - 1) * (pf_2 + pb_2) + tail if gpipe else placed + p3_2 + tail
-                worst = x if x > worst else worst
-            else:
-                fj, bj = fwd[j], bwd[j]
-                x = placed - fj - bj - shift + t_l1[j] + tail
-                worst = x if x > worst else worst
-                x = a2 - fj - shift + t_own[j]
-                worst = x if x > worst else worst
-                if t_nic is not None:
-                    x = a2 - fj - shift + p.shared_latency_s + t_nic[j]
-                    worst = x if x > worst else worst
-                total = placed + (rest - fj - bj) + unplaced + t_sends[j]
-                if gpipe:
-                    y, z = t_fwd[j], t_bwd[j]
-                    machines = (y if y > pf_2 else pf_2) + (z if z > pb_2 else pb_2)
-                    if M == 1 and machines == math.inf:
-                        continue  # numpy: 0·inf is NaN, and the child is dropped
-                    x = total + (M - 1) * machines + tail
-                    worst = x if x > worst else worst
-                else:
-                    y = t_round[j]
-                    x = total + (y if y > p3_2 else p3_2) + tail
-                    worst = x if x > worst else worst
-                    x = 0.0 if suffix is None else placed + tail + suffix[j]
-                    worst = x if x > worst else worst
-            if not worst + overhead < limit:
-                continue
-            # When stage k (ending at j) can end its last op (`_ops_end`), then pace, windows
-            # and the shared links.
-            below = rest - fwd[j] - bwd[j] + below_mu + (sf + sb) + t_sends[j] if sends else 0.0
-            busy = a + M * (F + B)
-            if gpipe:
-                x = a + M * F + below + M * B
-                ops_end = x if x > busy else busy
-            else:
-                x, y = before * F, F + below
-                first_bwd_end = a + (y if y > x else x) + B
-                cycles = -math.inf
-                for r, fixed, f_left, b_left in windows:
-                    x = r * (fixed + c) + f_left * F + b_left * B
-                    if x > cycles:
-                        cycles = x
-                x = first_bwd_end + cycles
-                ops_end = x if x > busy else busy
-            x = pace + F + first_backwards * B
-            ops_end = x if x > ops_end else ops_end
-            y = d + tail
-            x = ops_end + (own if own > y else y)
-            win_2 = x if x > win else win
-            worst = win_2 if win_2 > worst else worst
-            with_k = [value + grads * x for value, x in zip(shared_before, crosses, strict=True)]
-            nic_2 = nic
-            if crossing:
-                most = max(with_k[link] for link in crossing)
-                x = ops_end + p.shared_latency_s + p.shared_s_per_byte * most
-                nic_2 = x if x > nic else nic
-            worst = nic_2 if nic_2 > worst else worst
-            bound = worst + overhead
-            if not bound < limit:
-                continue
-            x = pace + F + sf
-            y = a + M * F + later_backwards * B + sf
-            pace_2 = y if y > x else x
-            sums = (a2, d2, tail, l1_2, l1own_2, p3_2, pf_2, pb_2, win_2, nic_2, pace_2)
-            shared = tuple(with_k[link] for link in still_open)
-            children.append((bound, Node(child, j, sums, node, c + sf + sb, shared)))
-        return children

@@ -317,8 +317,8 @@ def _choose(
     """The layout of one phase: the solver's, unless keeping the previous placement is
     cheaper once the transition is paid for."""
     if fixed_layout is not None:
-        # Priced as is, even where the frozen prefix reaches past stage 0: an ablation, not
-        # a layout the plan emits.
+        # Priced as is: the baseline placement with this freeze point (a frozen prefix past
+        # stage 0 runs on forward-only stages); an ablation, not a layout the plan emits.
         kept = fixed_layout.model_copy(
             update={"frozen_layers": frozen, "cached": cached and frozen > 0}
         )
@@ -340,7 +340,7 @@ def _choose(
 
 def _with_freeze(layout: Layout, frozen: int, cached: bool, model: CostModel) -> Layout | None:
     """`layout`'s placement with the new freeze point, or None when that placement cannot run
-    it (the frozen prefix would reach past stage 0): the same check the executor applies."""
+    it (a cached prefix would reach past stage 0): the same check the executor applies."""
     kept = layout.model_copy(update={"frozen_layers": frozen, "cached": cached and frozen > 0})
     try:
         kept.check(model.num_layers, model.cluster.num_devices)

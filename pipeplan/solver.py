@@ -4,9 +4,10 @@ boundaries and rank map (docs/architecture.md §4.10, bounds §4.8).
     solution = solve_phase(CostModel(profile, cluster), global_batch=64, frozen_layers=3)
     solution.best.layout, solution.best.step_s, solution.proven
 
-The search is exact over its space (every S ≤ min(N, L−k), D = 1..⌊N/S⌋ dividing the batch,
-M dividing B/D with m ≤ m_max, both schedules (1F1B only when M ≥ S), every contiguous
-partition that fits memory and keeps the frozen prefix in stage 0): branch and bound with
+The search is exact over its space (every S ≤ N, D = 1..⌊N/S⌋ dividing the batch, M dividing
+B/D with m ≤ m_max, both schedules (1F1B only when M ≥ the stages that train), every
+contiguous partition that fits memory; an uncached phase's frozen prefix may span leading
+forward-only stages, a cached one's stays in stage 0): branch and bound with
 lower bounds that never exceed the simulated step, so a layout is only left unsimulated when
 something already simulated is at least as fast. Also the partition baselines the solver is
 compared against: equal layer counts, greedy balance by parameters, and by time
@@ -111,10 +112,11 @@ def divisors(n: int) -> list[int]:
 
 
 def candidate_shapes(
-    model: CostModel, global_batch: int, max_stages: int, pins: Pins
+    model: CostModel, global_batch: int, max_stages: int, pins: Pins, forward_only_layers: int = 0
 ) -> list[Shape]:
     """Every (S, D, M, m) the search considers, before partitioning: D from 1 to ⌊N/S⌋
-    (idle devices allowed: fewer replicas may be faster, e.g. inside one node)."""
+    (idle devices allowed: fewer replicas may be faster, e.g. inside one node); pinned 1F1B
+    needs M ≥ the stages that train (S less at most min(forward_only_layers, S − 1))."""
     num_devices = model.cluster.num_devices
     if num_devices < 1:
         raise BadArgumentError("the cluster has no devices")
@@ -132,9 +134,10 @@ def candidate_shapes(
             per_replica = global_batch // D
             counts = [pins.micro_batches] if pins.micro_batches else divisors(per_replica)
             for M in (M for M in counts if M <= MAX_MICRO_BATCHES):
-                # torch.distributed.pipelining's 1F1B needs a micro-batch per stage; GPipe
-                # runs fewer (PhaseSearch.schedules).
-                if per_replica % M or (M < S and pins.schedule == "1f1b"):
+                # torch.distributed.pipelining's 1F1B needs a micro-batch per stage that
+                # trains; GPipe runs fewer (PhaseSearch.schedules).
+                training = S - min(forward_only_layers, S - 1)
+                if per_replica % M or (pins.schedule == "1f1b" and training > M):
                     continue
                 m = per_replica // M
                 if m <= model.max_micro_batch_size:
@@ -142,7 +145,9 @@ def candidate_shapes(
     return shapes
 
 
-def _no_shape_message(model: CostModel, global_batch: int, max_stages: int, pins: Pins) -> str:
+def _no_shape_message(
+    model: CostModel, global_batch: int, max_stages: int, pins: Pins, forward_only_layers: int
+) -> str:
     N = model.cluster.num_devices
     if pins.num_stages and pins.num_stages > min(max_stages, N):
         return (
@@ -151,15 +156,18 @@ def _no_shape_message(model: CostModel, global_batch: int, max_stages: int, pins
         )
     if pins.micro_batches and pins.micro_batches > MAX_MICRO_BATCHES:
         return f"--micro-batches {pins.micro_batches} is beyond the limit of {MAX_MICRO_BATCHES}"
+    S = pins.num_stages or 1
+    training = S - min(forward_only_layers, S - 1)
     if (
         pins.micro_batches
         and pins.num_stages
-        and pins.micro_batches < pins.num_stages
-        and pins.schedule == "1f1b"
+        and pins.micro_batches < training
+        and (pins.schedule == "1f1b")
     ):
         return (
-            f"--micro-batches {pins.micro_batches} is fewer than --stages {pins.num_stages}: "
-            "1F1B needs at least one micro-batch per stage (GPipe does not)"
+            f"--micro-batches {pins.micro_batches} is fewer than --stages {pins.num_stages}"
+            + (f" (at least {training} of them train)" if training < pins.num_stages else "")
+            + ": 1F1B needs at least one micro-batch per stage that trains (GPipe does not)"
         )
     replicas = f"{pins.replicas}" if pins.replicas else f"1..{N}"
     return (
@@ -182,6 +190,35 @@ class _LayerPrefixes:
     saved: np.ndarray
     boundary_bytes: np.ndarray  # at j: layer j−1's output
     gradient_back: np.ndarray  # at j: layer j−1 trains
+
+
+@dataclass(frozen=True)
+class _View:
+    """The layers a shape bound prices as one pipeline of training stages (`PhaseSearch.
+    _pipeline_bounds`): stage 0 holds at least layers 0..first; layers before
+    first_computed cost nothing (cached); `name` keys the bottleneck tables."""
+
+    costs: PhaseCosts
+    first: int
+    first_computed: int
+    name: str
+
+
+def _training_layers(costs: PhaseCosts, start: int) -> PhaseCosts:
+    """`costs` of layers start..L−1 only (the layers of the stages that train, when the
+    frozen prefix 0..start−1 runs on forward-only stages)."""
+    return replace(
+        costs,
+        frozen_layers=0,
+        cached=False,
+        fwd_s=costs.fwd_s[start:],
+        bwd_s=costs.bwd_s[start:],
+        active=costs.active[start:],
+        boundary_bytes=costs.boundary_bytes[start:],
+        static_bytes=costs.static_bytes[start:],
+        saved_bytes_per_micro_batch=costs.saved_bytes_per_micro_batch[start:],
+        grad_bytes=costs.grad_bytes[start:],
+    )
 
 
 @dataclass(frozen=True)
@@ -216,9 +253,16 @@ class PhaseSearch:
         self.pins = pins or Pins()
         self.work_limit = work_limit
         self.first_computed = frozen_layers if self.cached else 0
-        # The frozen prefix lives in stage 0, as in PipeTransformer: it runs without autograd,
-        # so a later stage holding frozen layers would have no input gradient to send back.
-        self.max_stages = model.num_layers - frozen_layers
+        # An uncached phase's frozen prefix may span several leading stages, which run forward
+        # only (no gradient goes back to them); stage 0 of a cached phase reads the cache and
+        # holds the whole prefix, as in PipeTransformer. So does a long model's (more than
+        # DENSE_MAX_LAYERS layers): its work-limited search would spend its budget on the
+        # forward-only shapes' loose bounds (the 1,000-layer plan: 30 s a phase, worse plans).
+        long = model.num_layers > DENSE_MAX_LAYERS
+        self.forward_only_layers = 0 if self.cached or long else frozen_layers
+        # Stage 0 holds layers 0..k unless the prefix may run on forward-only stages.
+        self.first_boundary = frozen_layers - self.forward_only_layers + 1
+        self.max_stages = model.num_layers - self.first_boundary + 1
         self.cluster = model.cluster
         # Memory the layers may use: the reserve is part of every stage.
         self.memory_limit_bytes = self.cluster.device_memory_bytes - model.reserve_bytes
@@ -248,18 +292,23 @@ class PhaseSearch:
             )
         else:
             pins = self.pins
-        shapes = candidate_shapes(self.model, self.global_batch, self.max_stages, pins)
+        shapes = candidate_shapes(
+            self.model, self.global_batch, self.max_stages, pins, self.forward_only_layers
+        )
         if not shapes:
             raise BadArgumentError(
-                _no_shape_message(self.model, self.global_batch, self.max_stages, pins)
+                _no_shape_message(
+                    self.model, self.global_batch, self.max_stages, pins, self.forward_only_layers
+                )
             )
         if self.pins.boundaries is not None:
             self._check_pinned_runs(shapes)
         return shapes
 
     def _check_pinned_runs(self, shapes: list[Shape]) -> None:
-        """Pinned boundaries that no shape can run (the phase's frozen layers reach past stage
-        0): the executor's reason, naming the flag, not a memory shortfall."""
+        """Pinned boundaries that no shape can run (a cached phase's frozen layers reach past
+        stage 0, 1F1B with fewer micro-batches than training stages): the executor's reason,
+        naming the flag, not a memory shortfall."""
         reason = None
         for shape in shapes:
             for schedule in self.schedules(shape.num_stages, shape.micro_batches):
@@ -280,8 +329,14 @@ class PhaseSearch:
         # One stage: both schedules run the same ops; 1F1B keeps one micro-batch in flight.
         if num_stages == 1:
             return ("1f1b",)
-        if num_stages is not None and micro_batches is not None and micro_batches < num_stages:
-            return ("gpipe",)  # Schedule1F1B refuses fewer micro-batches than stages
+        # Schedule1F1B refuses fewer micro-batches than stages that train; at most
+        # min(k, S − 1) stages run forward only.
+        if (
+            num_stages is not None
+            and micro_batches is not None
+            and micro_batches < num_stages - min(self.forward_only_layers, num_stages - 1)
+        ):
+            return ("gpipe",)
         return SCHEDULES
 
     def layout_ranks(self, shape: Shape) -> tuple[tuple[int, ...], ...]:
@@ -320,8 +375,71 @@ class PhaseSearch:
         return bounds
 
     def _shape_bounds_at(self, m: int, candidates: list[tuple[Shape, Schedule]]) -> np.ndarray:
-        """See `shape_bounds`. With stage 0 holding at least layers 0..k (the frozen prefix and
-        the first active layer), Σc = W + S·μ, and c_max, F_max, B_max bounded below by the
+        """See `shape_bounds`: the smaller of the bound over partitions whose every stage
+        trains (stage 0 holds the frozen prefix; GPipe, or 1F1B with M ≥ S) and, in an
+        uncached phase, the bound over partitions with q ≥ 1 forward-only stages
+        (`_forward_only_bounds`); plus the calibrated overhead outside the schedule."""
+        S = np.array([shape.num_stages for shape, _ in candidates], dtype=float)
+        D = np.array([shape.replicas for shape, _ in candidates], dtype=float)
+        M = np.array([shape.micro_batches for shape, _ in candidates], dtype=float)
+        gpipe = np.array([schedule == "gpipe" for _, schedule in candidates])
+        view = _View(self.costs(m), self.frozen_layers, self.first_computed, "all")
+        bound = np.where(gpipe | (M >= S), self._pipeline_bounds(view, S, S, D, M, gpipe), np.inf)
+        if self.forward_only_layers:
+            bound = np.minimum(bound, self._forward_only_bounds(m, S, D, M, gpipe))
+        overhead = np.array(
+            [self.model.overhead_s(shape.micro_batches * m) for shape, _ in candidates]
+        )
+        return bound + overhead
+
+    def _forward_only_bounds(
+        self, m: int, S: np.ndarray, D: np.ndarray, M: np.ndarray, gpipe: np.ndarray
+    ) -> np.ndarray:
+        """A lower bound on every partition with q ≥ 1 forward-only stages (inf where there is
+        none), the smallest over q of shift_q + the bound of its S − q training stages: every
+        micro-batch reaches the first of them, and its last frozen layer is done, no earlier
+        than Σ_{l<k} nograd_l + q·μ, and removing work never makes a pipeline faster, so the
+        step is at least that plus the step of the pipeline of layers k..L−1 alone on S − q
+        stages (`_pipeline_bounds` of that view, on the (S, D) rank map's links); and at least
+        M times the average stage work, M·(W + S·μ)/S, and M times the average forward of
+        stages 0..q, which hold layers 0..k, M·(Σ_{l≤k} f_l + (q+1)·μ)/(q+1)."""
+        k, L = self.forward_only_layers, self.model.num_layers
+        costs = self.costs(m)
+        mu = self.model.micro_batch_overhead_s
+        # q: at least one, S − M for 1F1B, and one layer for each training stage; at most one
+        # frozen layer per forward-only stage and one training stage.
+        lowest = np.maximum.reduce([np.ones_like(S), np.where(gpipe, 1, S - M), S - (L - k)])
+        highest = np.minimum(k, S - 1)
+        counts = np.maximum(highest - lowest + 1, 0).astype(int)
+        row = np.repeat(np.arange(len(S)), counts)
+        bound = np.full(len(S), np.inf)
+        if row.size == 0:
+            return bound
+        q = lowest[row] + (np.arange(row.size) - np.repeat(np.cumsum(counts) - counts, counts))
+        active = _View(_training_layers(costs, k), 0, 0, "training")
+        shift = float(costs.fwd_s[:k].sum()) + q * mu
+        values = shift + self._pipeline_bounds(
+            active, S[row] - q, S[row], D[row], M[row], gpipe[row]
+        )
+        average = M * (float((costs.fwd_s + costs.bwd_s).sum()) + S * mu) / S
+        # Stages 0..q hold layers 0..k between them, each running M forwards.
+        prefix = M[row] * (float(costs.fwd_s[: k + 1].sum()) + (q + 1) * mu) / (q + 1)
+        np.minimum.at(bound, row, np.maximum.reduce([values, average[row], prefix]))
+        return bound
+
+    def _pipeline_bounds(
+        self,
+        view: _View,
+        S: np.ndarray,
+        S_map: np.ndarray,
+        D: np.ndarray,
+        M: np.ndarray,
+        gpipe: np.ndarray,
+    ) -> np.ndarray:
+        """The schedule's bound of S training stages over `view`'s layers, on the links of
+        the (S_map, D) rank map (inf where no partition may fit memory). With stage 0 holding
+        at least layers 0..k (the frozen prefix and the first active layer), Σc = W + S·μ, and
+        c_max, F_max, B_max bounded below by the
         average, the largest layer, stage 0's least, the lightest window of ⌈L_c/S⌉
         consecutive computed layers (some stage holds that many) and, for models of at most
         DENSE_MAX_LAYERS layers, the exact smallest bottleneck of c (`partition.bottlenecks`):
@@ -331,28 +449,24 @@ class PhaseSearch:
           stage 0 at least its forced part;
         - 1F1B: Σc + (M−1)·B_0 + (M − nF_0)·F_0 and Σc + (M − min(S, M))·c_max; GPipe: Σc +
           (M−1)·(F_max + B_max);
-        - all-reduce terms (`_allreduce_bounds`);
-        plus the calibrated overhead outside the schedule."""
-        model = self.model
-        costs = self.costs(m)
-        S = np.array([shape.num_stages for shape, _ in candidates], dtype=float)
-        D = np.array([shape.replicas for shape, _ in candidates], dtype=float)
-        M = np.array([shape.micro_batches for shape, _ in candidates], dtype=float)
-        gpipe = np.array([schedule == "gpipe" for _, schedule in candidates])
-        mu = model.micro_batch_overhead_s
+        - all-reduce terms (`_allreduce_bounds`)."""
+        costs, k, m = view.costs, view.first, view.costs.micro_batch_size
+        mu = self.model.micro_batch_overhead_s
         f, b = costs.fwd_s, costs.bwd_s
         c = f + b
-        k = self.frozen_layers
         F0, B0 = float(f[: k + 1].sum()) + mu, float(b[: k + 1].sum())
         Wf, Wb = float(f.sum()), float(b.sum())
         work = Wf + Wb + S * mu
-        windows = self._lightest_windows(costs, S)
+        windows = self._lightest_windows(costs, view.first_computed, S)
         c_max = np.maximum.reduce(
             [work / S, np.full_like(S, c.max() + mu), np.full_like(S, F0 + B0), windows[0] + mu]
         )
-        known = self._bottleneck(S, m)
+        known = self._bottleneck(view, S, m)
+        # No partition at all (more stages than the view's layers allow, e.g. the frozen
+        # prefix in stage 0): inf, masked at the end (inf·0 would be NaN on the way).
+        possible = np.ones(S.shape, dtype=bool) if known is None else np.isfinite(known)
         if known is not None:
-            c_max = np.maximum(c_max, known)
+            c_max = np.maximum(c_max, np.where(possible, known, 0.0))
         f_max = np.maximum.reduce(
             [Wf / S + mu, np.full_like(S, f.max() + mu), np.full_like(S, F0), windows[1] + mu]
         )
@@ -360,8 +474,8 @@ class PhaseSearch:
             [Wb / S, np.full_like(S, b.max()), np.full_like(S, B0), windows[2]]
         )
         if known is not None:
-            f_max = np.maximum(f_max, self._bottleneck(S, m, "f"))
-            b_max = np.maximum(b_max, self._bottleneck(S, m, "b"))
+            f_max = np.maximum(f_max, np.where(possible, self._bottleneck(view, S, m, "f"), 0.0))
+            b_max = np.maximum(b_max, np.where(possible, self._bottleneck(view, S, m, "b"), 0.0))
         bound = np.maximum(M * c_max, work / (1 - (1 - 1 / M) ** S))
         rest = 1 / (1 - (1 - 1 / M) ** np.maximum(S - 1, 1))
         balanced_first = np.where(S > 1, rest * work / (M + rest - 1), work)
@@ -375,7 +489,7 @@ class PhaseSearch:
         bound = np.where(gpipe, bound, np.maximum(bound, windows_from_zero(S, M) * work))
         # Each term above ends with stage 0's all-reduce and optimizer (tail0): stage 0 holds
         # at least the first active layer's gradient.
-        bound = bound + self._first_stage_tail(costs, S, D)
+        bound = bound + self._first_stage_tail(costs, k, S_map, D)
         # The last stage's last op (the first all-reduce to start, stages end in reverse
         # order) follows micro-batch M−1's forward through every stage, the last forward of
         # the busiest stage (which ran M forwards and M − nF backwards before it) and, 1F1B,
@@ -388,18 +502,18 @@ class PhaseSearch:
                 np.maximum((M - before) * c_max, Wf + S * mu + rounds_all * work),
             ),
         )
-        bound = np.maximum(bound, self._allreduce_bounds(costs, S, D, M, work, last_stage_end))
-        overhead = np.array([model.overhead_s(shape.micro_batches * m) for shape, _ in candidates])
-        return np.where(self._may_fit(costs, S, M, gpipe), bound + overhead, np.inf)
+        bound = np.maximum(
+            bound, self._allreduce_bounds(costs, k, S, S_map, D, M, work, last_stage_end)
+        )
+        return np.where(possible & self._may_fit(costs, k, S, M, gpipe), bound, np.inf)
 
     def _may_fit(
-        self, costs: PhaseCosts, S: np.ndarray, M: np.ndarray, gpipe: np.ndarray
+        self, costs: PhaseCosts, k: int, S: np.ndarray, M: np.ndarray, gpipe: np.ndarray
     ) -> np.ndarray:
         """Necessary for some partition to fit memory (§4.6): stage 0 with layers 0..k and
         its in-flight micro-batches; every layer alone with the fewest in flight (1 for
         1F1B's last stage, M for GPipe); all layers over S devices."""
         static, saved = costs.static_bytes, costs.saved_bytes_per_micro_batch
-        k = self.frozen_layers
         limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
         fewest = np.where(gpipe, M, 1.0)
         first = np.where(gpipe, M, np.minimum(S, M))
@@ -409,13 +523,15 @@ class PhaseSearch:
         total = float(static.sum()) + fewest * float(saved.sum())
         return (stage0 <= limit) & (alone <= limit) & (total <= S * limit)
 
-    def _lightest_windows(self, costs: PhaseCosts, S: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _lightest_windows(
+        self, costs: PhaseCosts, first_computed: int, S: np.ndarray
+    ) -> tuple[np.ndarray, ...]:
         """Per S, the lightest sum of c, fwd and bwd over ⌈L_c/S⌉ consecutive computed
-        layers (L_c of them: cached layers cost nothing)."""
+        layers (L_c of them, from `first_computed`: cached layers cost nothing)."""
         per_layer = [
-            (costs.fwd_s + costs.bwd_s)[self.first_computed :],
-            costs.fwd_s[self.first_computed :],
-            costs.bwd_s[self.first_computed :],
+            (costs.fwd_s + costs.bwd_s)[first_computed:],
+            costs.fwd_s[first_computed:],
+            costs.bwd_s[first_computed:],
         ]
         width = np.ceil(len(per_layer[0]) / S).astype(int)
         result = []
@@ -433,9 +549,12 @@ class PhaseSearch:
         packed = per_node >= S
         return packed, np.where(packed, per_node // np.maximum(S, 1) < D, D >= 2)
 
-    def _first_stage_tail(self, costs: PhaseCosts, S: np.ndarray, D: np.ndarray) -> np.ndarray:
-        """A lower bound on A_0 + O_0: stage 0 all-reduces at least layer k's gradient."""
-        first = float(costs.grad_bytes[self.frozen_layers])
+    def _first_stage_tail(
+        self, costs: PhaseCosts, k: int, S: np.ndarray, D: np.ndarray
+    ) -> np.ndarray:
+        """A lower bound on A_0 + O_0 (stage 0: the first that trains, on the (S, D) rank
+        map): it all-reduces at least layer k's gradient."""
+        first = float(costs.grad_bytes[k])
         if first <= 0:
             return np.zeros_like(S)
         _, crosses = self._crosses(S, D)
@@ -451,13 +570,17 @@ class PhaseSearch:
     def _allreduce_bounds(
         self,
         costs: PhaseCosts,
+        k: int,
         S: np.ndarray,
+        S_map: np.ndarray,
         D: np.ndarray,
         M: np.ndarray,
         work: np.ndarray,
         release: np.ndarray,
     ) -> np.ndarray:
-        """All-reduce terms of `_shape_bounds_at`, with A_k alone = λ_A + ρ_A·G_k and every
+        """All-reduce terms of `_pipeline_bounds` (S training stages, the first holding layer
+        k, on the (S_map, D) rank map, whose groups cross nodes alike), with A_k alone =
+        λ_A + ρ_A·G_k and every
         all-reduce starting after `release` (a bound on the last stage's last op). With S ≤ G
         devices per node, a group crosses nodes iff the D replicas do not fit the ⌊G/S⌋
         pipelines of a node, and then every group crosses node 0's link; with S > G, each
@@ -469,7 +592,7 @@ class PhaseSearch:
         model, cluster = self.model, self.cluster
         G = float(costs.grad_bytes.sum())
         per_node = cluster.devices_per_node
-        packed, crosses = self._crosses(S, D)
+        packed, crosses = self._crosses(S_map, D)
         inter, intra = cluster.inter_node, model.intra_allreduce_link
         steps = 2 * (D - 1)
         many = D > 1
@@ -486,28 +609,30 @@ class PhaseSearch:
         share = G / S
         busiest = release + np.where(share > 0, lat + rate * share, 0.0) + omega * share
         # Every stage holds an active layer; with parameters in each, every stage all-reduces.
-        active = costs.grad_bytes[self.frozen_layers :]
+        active = costs.grad_bytes[k:]
         every = bool((active > 0).all())
         own = (M * work + (rate + omega) * G) / S + (lat if every else 0.0)
         bound = np.maximum(busiest, own)
         if G <= 0:
             return bound
-        nodes_used = np.maximum(np.ceil(D * S / per_node), 1)
+        nodes_used = np.maximum(np.ceil(D * S_map / per_node), 1)
         link_bytes = np.where(packed, steps / D * G, steps * G / nodes_used)
         link = release + latency(inter) + link_bytes / inter.bandwidth_bytes_per_s
         return np.where(crosses, np.maximum(bound, link), bound)
 
-    def _bottleneck(self, S: np.ndarray, m: int, kind: str = "c") -> np.ndarray | None:
+    def _bottleneck(self, view: _View, S: np.ndarray, m: int, kind: str = "c") -> np.ndarray | None:
         """Per S, the exact smallest largest stage sum of c (fwd + bwd + μ), "f" (fwd + μ) or
-        "b" (bwd) over the partitions (memory and transfers ignored, so a lower bound on the
-        largest stage's); None for long models, where the DP would cost more than it saves."""
+        "b" (bwd) over the partitions of `view`'s layers (memory and transfers ignored, so a
+        lower bound on the largest stage's); None for long models, where the DP would cost
+        more than it saves."""
         if self.model.num_layers > DENSE_MAX_LAYERS:
             return None
-        key = (kind, m)
+        key = (view.name, kind, m)
         if key not in self._bottlenecks:
-            costs = self.costs(m)
+            costs = view.costs
             per_layer = {"c": costs.fwd_s + costs.bwd_s, "f": costs.fwd_s, "b": costs.bwd_s}
-            values = bottlenecks(per_layer[kind], self.frozen_layers + 1, self.max_stages)
+            most = min(self.max_stages, len(costs.fwd_s))
+            values = bottlenecks(per_layer[kind], view.first + 1, most)
             mu = self.model.micro_batch_overhead_s if kind != "b" else 0.0
             # Prefix sums in the DP: a hair of slack keeps the value a lower bound.
             self._bottlenecks[key] = values * (1 - 1e-12) + mu
@@ -526,6 +651,8 @@ class PhaseSearch:
         sends = links.latency[:, None] + layers.boundary_bytes[None, :] * links.per_byte[:, None]
         held = [in_flight(schedule, S, s, M) for s in range(S)]
         memory = layers.static[None, :] + np.array(held, dtype=float)[:, None] * layers.saved
+        # 1F1B with M < S: the first S − M stages must run forward only.
+        forward_only = max(0, S - M) if schedule == "1f1b" else 0
         # Memory is checked exactly on the simulated layout; here only rounding slack.
         slack = 1e-9 * float(memory[:, -1].max(initial=0.0)) + 2.0
         return StagePricing(
@@ -543,12 +670,14 @@ class PhaseSearch:
             forwards_first=tuple(held),
             micro_batches=M,
             schedule=schedule,
-            min_first_boundary=self.frozen_layers + 1,
+            min_first_boundary=self.first_boundary,
             overhead_s=model.overhead_s(M * m),
             shared_links=links.shared,
             shared_latency_s=links.shared_latency,
             shared_s_per_byte=links.shared_per_byte,
             suffix_bottleneck=self._suffix_bottleneck(m),
+            forward_only_layers=self.forward_only_layers,
+            min_forward_only_stages=forward_only,
         )
 
     def _layer_prefixes(self, m: int) -> _LayerPrefixes:
@@ -675,11 +804,13 @@ class PhaseSearch:
             saved_bytes=costs.saved_bytes_per_micro_batch,
             in_flight=tuple(in_flight(schedule, S, s, M) for s in range(S)),
             memory_limit_bytes=self.memory_limit_bytes,
-            min_first_boundary=self.frozen_layers + 1,
+            min_first_boundary=self.first_boundary,
         )
 
     def smallest_peak_memory_bytes(self, shapes: list[Shape]) -> int:
-        """The smallest per-device peak over every shape and schedule (min-max memory DP)."""
+        """The smallest per-device peak over every shape and schedule (min-max memory DP),
+        but 1F1B with fewer micro-batches than stages, whose partitions the DP cannot hold to
+        leading forward-only stages (GPipe with the same shape runs any partition)."""
         best = np.inf
         smallest_m: dict[tuple[int, int], Shape] = {}
         for shape in shapes:  # per (S, D) the smallest micro-batch uses the least memory
@@ -688,6 +819,8 @@ class PhaseSearch:
                 smallest_m[key] = shape
         for shape in smallest_m.values():
             for schedule in self.schedules(shape.num_stages, shape.micro_batches):
+                if schedule == "1f1b" and shape.micro_batches < shape.num_stages:
+                    continue
                 problem = self.problem(shape, schedule, self.layout_ranks(shape))
                 best = min(best, _min_max_memory(problem, self.pins.boundaries))
         return int(np.ceil(best + self.model.reserve_bytes))
@@ -747,9 +880,16 @@ class _Run:
                 self.simulate(*item)  # type: ignore[misc]
 
     def stop(self) -> None:
-        """Out of work: what is proven is the smallest bound still waiting."""
+        """Out of work: what is proven is the smallest bound still waiting. The one-stage
+        shapes still waiting (one partition each) are simulated first, so running out of
+        work never loses a plain data-parallel layout to the wider space's deep trees."""
         waiting = [entries[0][0] for entries in (self.heap, self.later) if entries]
         self.stopped_at = min(min(waiting), self.best_s)
+        L = self.phase.model.num_layers
+        for bound, _, kind, item in sorted(self.heap + self.later, key=lambda e: e[:2]):
+            shape, schedule = item[:2]  # type: ignore[index]
+            if kind == "shape" and shape.num_stages == 1 and bound < self.limit():
+                self.simulate(shape, schedule, (0, L))
         log.info(
             "layout search stopped at its work limit: best step %.6g s, at most %.3g%% above "
             "the optimum",
@@ -796,7 +936,7 @@ class _Run:
         return None if result is None else result.boundaries
 
     def open_node(self, shape: Shape, schedule: Schedule, space: PartitionSpace, node: Node):
-        children = space.expand(node, self.limit())
+        children = space.expand(node, self.limit(), searched=True)
         self.work += WORK_PER_EXPANSION + len(children) * (WORK_PER_CHILD + node.depth // 100)
         for bound, child in children:
             if child.depth == shape.num_stages:
@@ -884,8 +1024,8 @@ def _dived(space: PartitionSpace) -> tuple[int, ...] | None:
 
 
 def _runs(layout: Layout, search: PhaseSearch) -> bool:
-    """What the executor checks before running a layout (frozen prefix in stage 0; 1F1B:
-    M ≥ S)."""
+    """What the executor checks before running a layout (a cached prefix in stage 0; 1F1B:
+    M ≥ the stages that train)."""
     try:
         layout.check(search.model.num_layers, search.cluster.num_devices)
     except BadArgumentError:
