@@ -493,7 +493,7 @@ def test_the_does_not_fit_message_is_built_only_when_shown(monkeypatch):
     assert calls == [1]
 
 
-@pytest.mark.parametrize("seed", [193, 196])
+@pytest.mark.parametrize("seed", [0, 11])  # not proven at work limit 1 under the current model
 def test_a_search_out_of_work_still_simulates_the_one_stage_layouts(seed):
     # A work limit of 1 stops the search after its first simulated layout; the one-stage
     # (data-parallel) shapes still waiting are simulated before it returns, so it is never
