@@ -20,6 +20,7 @@ import heapq
 import itertools
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -48,6 +49,8 @@ log = logging.getLogger("pipeplan.solver")
 # Bounds within this relative distance of the best step prune: what is lost is below the
 # floating-point noise of summing stage times in a different order.
 PRUNE_TOLERANCE = 1e-12
+# Seconds a does-not-fit message may spend finding the smallest per-device memory.
+MESSAGE_BUDGET_S = 1.0
 # Work after which the search stops with the best layout so far and reports how far from
 # proven it is, in units of a few µs here (counted, not timed, so a plan is reproducible):
 # operations simulated, partial partitions generated, tables built. Models of tens of layers
@@ -807,30 +810,49 @@ class PhaseSearch:
             min_first_boundary=self.first_boundary,
         )
 
-    def smallest_peak_memory_bytes(self, shapes: list[Shape]) -> int:
-        """The smallest per-device peak over every shape and schedule (min-max memory DP),
+    def smallest_peak_memory_bytes(
+        self, shapes: list[Shape], budget_s: float = np.inf
+    ) -> tuple[int, int, int]:
+        """The smallest per-device peak over the shapes and schedules (min-max memory DP),
         but 1F1B with fewer micro-batches than stages, whose partitions the DP cannot hold to
-        leading forward-only stages (GPipe with the same shape runs any partition)."""
+        leading forward-only stages (GPipe with the same shape runs any partition); with
+        the shapes of the most stages (the least memory each) first, until `budget_s` is
+        spent. Returns (bytes, (S, D) pairs checked, pairs)."""
         best = np.inf
         smallest_m: dict[tuple[int, int], Shape] = {}
         for shape in shapes:  # per (S, D) the smallest micro-batch uses the least memory
             key = (shape.num_stages, shape.replicas)
             if key not in smallest_m or shape.micro_batch_size < smallest_m[key].micro_batch_size:
                 smallest_m[key] = shape
-        for shape in smallest_m.values():
+        deadline = time.monotonic() + budget_s
+        checked = 0
+        for key in sorted(smallest_m, key=lambda k: (-k[0], -k[1])):
+            if checked and time.monotonic() > deadline:
+                break
+            shape = smallest_m[key]
             for schedule in self.schedules(shape.num_stages, shape.micro_batches):
                 if schedule == "1f1b" and shape.micro_batches < shape.num_stages:
                     continue
                 problem = self.problem(shape, schedule, self.layout_ranks(shape))
                 best = min(best, _min_max_memory(problem, self.pins.boundaries))
-        return int(np.ceil(best + self.model.reserve_bytes))
+            checked += 1
+        return int(np.ceil(best + self.model.reserve_bytes)), checked, len(smallest_m)
 
     def _does_not_fit_message(self, shapes: list[Shape]) -> str:
-        smallest = self.smallest_peak_memory_bytes(shapes)
+        # Bounded: a 4,096-device cluster has thousands of (S, D) pairs, each a bisection of
+        # partition solves; the message must not take longer than the search did.
+        smallest, checked, pairs = self.smallest_peak_memory_bytes(shapes, MESSAGE_BUDGET_S)
         what = "with the pinned layout" if self.pins != Pins() else "even spread over all devices"
+        if checked == pairs:
+            found = f"the smallest achievable per-device memory is {_gib(smallest)}"
+        else:
+            found = (
+                f"the smallest per-device memory of the {checked} layout shapes with the most "
+                f"stages (of {pairs}; the rest not checked) is {_gib(smallest)}"
+            )
         return (
-            f"the model does not fit {what}: the smallest achievable per-device memory is "
-            f"{_gib(smallest)} but a device has {_gib(self.cluster.device_memory_bytes)} "
+            f"the model does not fit {what}: {found} but a device has "
+            f"{_gib(self.cluster.device_memory_bytes)} "
             "(use devices with more memory, more devices, or a smaller micro-batch)"
         )
 

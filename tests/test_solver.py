@@ -479,9 +479,9 @@ def test_the_does_not_fit_message_is_built_only_when_shown(monkeypatch):
     calls = []
     original = PhaseSearch.smallest_peak_memory_bytes
 
-    def counting(self, shapes):
+    def counting(self, shapes, budget_s):
         calls.append(1)
-        return original(self, shapes)
+        return original(self, shapes, budget_s)
 
     monkeypatch.setattr(PhaseSearch, "smallest_peak_memory_bytes", counting)
     with pytest.raises(PipeplanError) as info:
@@ -491,6 +491,29 @@ def test_the_does_not_fit_message_is_built_only_when_shown(monkeypatch):
     assert calls == [1]
     str(info.value)
     assert calls == [1]
+
+
+@pytest.mark.timeout(120)
+def test_the_does_not_fit_message_of_a_huge_cluster_takes_its_budget_not_minutes():
+    """Found by the speed benchmark: 1,000 layers on 4,096 devices, nothing fits; the message's
+    smallest memory ran a bisection for each of ~2,500 (S, D) pairs (over 15 minutes). It now
+    checks the pairs with the most stages first within MESSAGE_BUDGET_S and says so."""
+    import time
+
+    from pipeplan.cluster import cluster_from_flags
+    from pipeplan.solver import MESSAGE_BUDGET_S
+
+    block = SyntheticLayer("block", 50_000_000, 1e-3, 2e-3, 1 << 20, 1e6)
+    layers = [SyntheticLayer("embeddings", 50_000_000, 1e-3, 2e-3, 1 << 20, 1e6)]
+    layers += [block] * 998 + [SyntheticLayer("head", 1_000, 1e-4, 2e-4, 8, 1e3)]
+    cluster = cluster_from_flags(nodes=512, devices_per_node=8, device_memory="8GiB")
+    model = CostModel(synthetic_profile(layers, micro_batches=(1, 2)), cluster)
+    with pytest.raises(PipeplanError) as info:
+        solve_phase(model, 4096, frozen_layers=500)
+    start = time.monotonic()
+    message = str(info.value)
+    assert time.monotonic() - start < MESSAGE_BUDGET_S + 30  # one pair's bisection past it
+    assert "layout shapes with the most stages" in message and "does not fit" in message
 
 
 @pytest.mark.parametrize("seed", [0, 11])  # not proven at work limit 1 under the current model
