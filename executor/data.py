@@ -159,6 +159,8 @@ def _check_token_labels(
 def data_task(data: TaskData) -> str:
     """What the data trains: "causal-lm" when its labels are token sequences, else
     "classification"."""
+    if length(data.train, data.name, "train") == 0:
+        raise BadArgumentError(f"data '{data.name}' has no training samples")
     _, label = item(data.train, 0, data.name, "train")
     return "causal-lm" if isinstance(label, torch.Tensor) and label.dim() == 1 else "classification"
 

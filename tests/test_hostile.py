@@ -405,13 +405,32 @@ def test_resume_revalidates_a_hand_edited_run_json_as_a_fresh_run(
         ({"freeze": "list", "freeze_list": [5, 3]}, "--freeze: freeze schedule epoch 1"),
         ({"cache_budget_bytes": 2**70}, "cache_budget_bytes"),
         ({"global_batch": "64"}, "global_batch"),
+        ({"data": "sys:exit"}, "data 'sys:exit': the data function exited (code 0)"),
     ],
-    ids=["name out of the runs dir", "shrinking freeze list", "cache 2**70 B", "batch as text"],
+    ids=[
+        "name out of the runs dir",
+        "shrinking freeze list",
+        "cache 2**70 B",
+        "batch as text",
+        "data that exits",
+    ],
 )
 def test_resume_refuses_other_hand_edits(finished_run, tmp_path, capsys, edit, fragment):
     run = copy_run(finished_run, tmp_path)
     edit_run_json(run, **edit)
     refused(["run", "--resume", str(run)], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_export_of_a_run_whose_data_exits_is_one_line(finished_run, tmp_path, capsys):
+    """`"data": "sys:exit"` in run.json: export read the data again and ended with code 0,
+    having written nothing."""
+    run = copy_run(finished_run, tmp_path)
+    edit_run_json(run, data="sys:exit")
+    argv = ["export", str(run), "--out", str(tmp_path / "out")]
+    refused(argv, tmp_path, capsys, "the data function exited (code 0)")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.multiprocess
