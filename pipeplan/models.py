@@ -698,6 +698,10 @@ def _check_config(config: Any, family: Family, family_name: str, name: str, task
         isinstance(config.patch_size, int) and 1 <= config.patch_size <= config.image_size
     ):
         raise InputFileError(f"{name}: patch_size must be an integer in 1..image_size")
+    if family.kind == "image" and not (
+        isinstance(config.num_channels, int) and config.num_channels >= 1
+    ):  # 0 built (with a torch warning) and then failed inside the profiler's forward
+        raise InputFileError(f"{name}: num_channels must be an integer ≥ 1")
     if family.kind == "image" and config.image_size % config.patch_size:
         raise InputFileError(f"{name}: image_size must be a multiple of patch_size")
     if family.kind == "encoder" and getattr(config, "is_decoder", False):
