@@ -21,6 +21,7 @@ import gzip
 import importlib
 import importlib.util
 import inspect
+import io
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import torch
 from torch.utils.data import Dataset
 
 from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.formats.base import MAX_SAMPLES
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -41,6 +43,7 @@ BUILTINS = ("digits", "synth-text")
 EVAL_FRACTION = 0.2  # digits: stratified held-out share
 SYNTH_TRAIN, SYNTH_EVAL = 4096, 1024
 FIRST_TOKEN = 3  # ids 0..2 are reserved (padding, CLS/SEP in BERT; <s>, <pad>, </s> in RoBERTa)
+MAX_LABELS = 1_000_000  # classes: a classifier head has one row per class (10**9: MemoryError)
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ def _needs_model(seq: LayerSequence | None, spec: str) -> LayerSequence:
 def check_compatible(data: TaskData, seq: LayerSequence) -> None:
     """Raise BadArgumentError when the model cannot take the dataset's samples."""
     for split, dataset in (("train", data.train), ("eval", data.eval)):
-        if len(dataset) == 0:
+        if length(dataset, data.name, split) == 0:
             if split == "train":
                 raise BadArgumentError(f"data '{data.name}' has no training samples")
             continue
@@ -156,7 +159,9 @@ def _check_token_labels(
 def data_task(data: TaskData) -> str:
     """What the data trains: "causal-lm" when its labels are token sequences, else
     "classification"."""
-    _, label = data.train[0]
+    if length(data.train, data.name, "train") == 0:
+        raise BadArgumentError(f"data '{data.name}' has no training samples")
+    _, label = item(data.train, 0, data.name, "train")
     return "causal-lm" if isinstance(label, torch.Tensor) and label.dim() == 1 else "classification"
 
 
@@ -164,12 +169,18 @@ def label_count(data: TaskData) -> int | None:
     """Classes the data's labels use, the head's size: `data.num_labels`, else the largest
     label + 1 when both splits hold their labels in memory (TensorPairs), else None (the
     model keeps its own; check_compatible still checks the labels it sees)."""
-    if data.num_labels is not None:
-        return data.num_labels
-    splits = [d for d in (data.train, data.eval) if len(d)]
-    if not all(isinstance(d, TensorPairs) for d in splits):
-        return None
-    return 1 + max(int(d.labels.max()) for d in splits)
+    count = data.num_labels
+    if count is None:
+        splits = [d for d in (data.train, data.eval) if len(d)]
+        if not all(isinstance(d, TensorPairs) for d in splits):
+            return None
+        count = 1 + max(int(d.labels.max()) for d in splits)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_LABELS:
+        # Before the head is built: TaskData(num_labels=10**9) ran out of memory after 40 s.
+        raise BadArgumentError(
+            f"data '{data.name}' has {count!r} classes; a classifier takes 1..{MAX_LABELS}"
+        )
+    return count
 
 
 # --- digits ------------------------------------------------------------------------------
@@ -291,15 +302,39 @@ def _load_user(spec: str, seed: int) -> TaskData:
     target, _, func_name = spec.rpartition(":")
     if not target or not func_name.isidentifier():
         raise BadArgumentError(f"data '{spec}': expected module:function or file.py:function")
-    module = _import(target, spec)
+    with _contained(spec, "module"):
+        module = _import(target, spec)
     func = getattr(module, func_name, None)
     if not callable(func):
         raise BadArgumentError(f"data '{spec}': '{target}' has no function '{func_name}'")
-    try:
-        result = func(seed=seed) if _takes_seed(func) else func()
-    except Exception as exc:  # the user's code: its error in one line, not our traceback
-        raise BadArgumentError(f"data '{spec}' raised {_one_line(exc)}") from exc
+    with _contained(spec, "function"):
+        try:
+            result = func(seed=seed) if _takes_seed(func) else func()
+        except Exception as exc:  # the user's code: its error in one line, not our traceback
+            raise BadArgumentError(f"data '{spec}' raised {_one_line(exc)}") from exc
     return _as_task_data(result, spec)
+
+
+@contextlib.contextmanager
+def _contained(spec: str, what: str) -> Iterator[None]:
+    """The user's module or function, held to pipeplan's one-line errors: a SystemExit
+    (`sys.exit`, argparse) is an error naming its code, not pipeplan's exit (`--data
+    sys:exit` ended a run with code 0, having done nothing), and what it writes to stderr
+    is held back: shown after success, summarised on failure."""
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(held):
+            yield
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
+        said = [line.strip() for line in held.getvalue().splitlines() if line.strip()]
+        if isinstance(exc.code, str):  # sys.exit("why"): Python would print it, exit 1
+            said.append(exc.code)
+        last = f"; its last line on stderr: {said[-1][:200]!r}" if said else ""
+        raise BadArgumentError(
+            f"data '{spec}': the data {what} exited (code {code or 0}){last}"
+        ) from None
+    sys.stderr.write(held.getvalue())
 
 
 def _import(target: str, spec: str) -> Any:
@@ -373,7 +408,34 @@ def _as_task_data(result: Any, spec: str) -> TaskData:
                 f"data '{spec}': the {split} set ({type(dataset).__name__}) is not a "
                 "map-style dataset with __len__ and __getitem__"
             )
+        length(dataset, spec, split)
     return data
+
+
+def length(dataset: Any, name: str, split: str) -> int:
+    """`len(dataset)`, checked: a user's `__len__` may raise, or return -1 or 10**20 (then
+    len() itself raises), or more samples than any sampler can index."""
+    try:
+        count = len(dataset)
+    except Exception as exc:
+        raise BadArgumentError(
+            f"data '{name}': len() of the {split} set raised {_one_line(exc)}"
+        ) from None
+    if count > MAX_SAMPLES:
+        raise BadArgumentError(
+            f"data '{name}': the {split} set has {count} samples, beyond the limit of {MAX_SAMPLES}"
+        )
+    return count
+
+
+def item(dataset: Any, index: int, name: str, split: str) -> Any:
+    """`dataset[index]`, with a user's `__getitem__` error in one line."""
+    try:
+        return dataset[index]
+    except Exception as exc:
+        raise BadArgumentError(
+            f"data '{name}': reading {split} item {index} raised {_one_line(exc)}"
+        ) from None
 
 
 # --- helpers -----------------------------------------------------------------------------
@@ -383,11 +445,12 @@ def _samples(dataset: Any, name: str, split: str) -> tuple[torch.Tensor, torch.T
     """All inputs and labels of an in-memory dataset, else those of its first and last item."""
     if isinstance(dataset, TensorPairs):
         return dataset.inputs, dataset.labels
-    items = [dataset[0], dataset[len(dataset) - 1]]
-    for item in items:
-        if not (isinstance(item, tuple | list) and len(item) == 2):
+    last = length(dataset, name, split) - 1
+    items = [item(dataset, 0, name, split), item(dataset, last, name, split)]
+    for pair in items:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
             raise BadArgumentError(f"data '{name}': {split} items must be (input, label) pairs")
-        x, y = item
+        x, y = pair
         if not isinstance(x, torch.Tensor):
             raise BadArgumentError(f"data '{name}': {split} inputs must be tensors")
         if not (isinstance(y, torch.Tensor) and y.dtype == torch.int64 and y.dim() <= 1):

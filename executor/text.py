@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from executor.data import TaskData, TensorPairs
+from executor.data import MAX_LABELS, TaskData, TensorPairs
 from pipeplan.errors import BadArgumentError, InputFileError
 
 if TYPE_CHECKING:
@@ -37,7 +37,6 @@ EVAL_FRACTION = 0.2  # held out of a single file
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 Row = tuple[str, Any]  # (text, label as written, or None)
-MAX_LABELS = 1_000_000  # label ids: a classifier head has one row per class
 # Characters of a text the tokenizer sees, per token of --seq-len: far more than any real
 # token needs, so what is cut lies beyond the length anyway. The fast tokenizers encode a whole
 # text before truncating it: a 100 MB line made them abort on a 1.6 GB allocation.
@@ -144,7 +143,9 @@ def _label(value: Any, where: str) -> int | str | None:
     integer."""
     if value is None:
         return None
-    if isinstance(value, str) and value.strip().isdigit():
+    # isdecimal, as int() reads: isdigit() also takes superscripts (², ³), which int() refuses;
+    # they are names.
+    if isinstance(value, str) and value.strip().isdecimal():
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         if value >= MAX_LABELS:  # the head would have `value` rows: 10**20 ran out of memory
@@ -232,13 +233,24 @@ def load_tokenizer(directory: Path) -> Any:
 
     if not directory.is_dir():
         raise InputFileError(f"{directory}: no such tokenizer directory")
+    # The `tokenizers` library raises a plain Exception on a broken or unknown-model
+    # tokenizer.json: anything from loading is the directory's fault.
     try:
         return AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        if (directory / "tokenizer.json").is_file():
-            return PreTrainedTokenizerFast(tokenizer_file=str(directory / "tokenizer.json"))
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputFileError(f"{directory}: cannot load a tokenizer ({first})") from None
+    except Exception as exc:
+        if not (directory / "tokenizer.json").is_file():
+            raise InputFileError(f"{directory}: cannot load a tokenizer ({_first(exc)})") from None
+    try:
+        return PreTrainedTokenizerFast(tokenizer_file=str(directory / "tokenizer.json"))
+    except Exception as exc:
+        raise InputFileError(
+            f"{directory / 'tokenizer.json'}: cannot load a tokenizer ({_first(exc)})"
+        ) from None
+
+
+def _first(exc: BaseException) -> str:
+    """An exception's first line, or its type when it says nothing."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _pad_id(tok: Any, seq: LayerSequence) -> int:

@@ -27,7 +27,9 @@ import copy
 import json
 import logging
 import os
+import pickle
 import shutil
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +39,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeplan.errors import BadArgumentError, InputFileError, OutputError, UnknownModelError
+from pipeplan.errors import (
+    BadArgumentError,
+    InputFileError,
+    OutputError,
+    PipeplanError,
+    UnknownModelError,
+)
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
 from pipeplan.formats.base import read_input
 
@@ -54,6 +62,9 @@ WEIGHT_FILES = (
 )
 TASKS = get_args(Task)
 IGNORE_INDEX = -100  # label of a token the causal-LM loss skips, as in transformers
+# Blocks a model may have: no real model has more than a few hundred; 10**6 tiny blocks made
+# building one run for hours. Checked before anything is built.
+MAX_BLOCKS = 4096
 
 
 @dataclass(frozen=True)
@@ -494,15 +505,16 @@ def build_with_hf(
     source = _resolve(name_or_path)
     family = FAMILIES[source.family]
     task = _choose_task(source, family, task)
-    config = _make_config(source, family, name_or_path, dropout, task, num_labels)
-    init = _choose_init(source, init, name_or_path)  # a broken config is reported first
-    _check_padding_mask(family, config, padding_mask, name_or_path)
-    shape, dtype = _input(family, config, seq_len or source.seq_len, seq_len is not None)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        hf_model, loading = _instantiate(family, task, config, source, init)
-    pad = config.pad_token_id if padding_mask else None
-    layers = family.cut(hf_model, task, pad)
+    with _building(name_or_path):
+        config = _make_config(source, family, name_or_path, dropout, task, num_labels)
+        init = _choose_init(source, init, name_or_path)  # a broken config is reported first
+        _check_padding_mask(family, config, padding_mask, name_or_path)
+        shape, dtype = _input(family, config, seq_len or source.seq_len, seq_len is not None)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            hf_model, loading = _instantiate(family, task, config, source, init)
+        pad = config.pad_token_id if padding_mask else None
+        layers = family.cut(hf_model, task, pad)
     if _untie(layers):
         config.tie_word_embeddings = False
     seq = LayerSequence(
@@ -511,6 +523,34 @@ def build_with_hf(
     if loading is not None:
         _check_loaded(loading, seq, source, seed)
     return seq, hf_model
+
+
+@contextlib.contextmanager
+def _building(name: str) -> Iterator[None]:
+    """Building from a config, quietly and in one line: transformers logs config complaints
+    (`pad_token_id must be within the vocabulary`) and torch warns (zero-element tensors)
+    before failing or not, and the modules a config describes raise whatever they raise
+    (ValueError for hidden size vs heads, KeyError for an unknown hidden_act, AssertionError
+    for a pad_token_id beyond the vocabulary). Any of those names the model and its reason."""
+    try:
+        with warnings.catch_warnings(), _quiet_transformers():
+            warnings.simplefilter("ignore")
+            yield
+    except PipeplanError:
+        raise
+    except Exception as exc:
+        reason = _first(exc)
+        raise InputFileError(f"{name}: cannot build the model from its config ({reason})") from None
+
+
+def _first(exc: BaseException) -> str:
+    """An exception's message on one line (at most 200 characters): transformers' field
+    validation puts the reason on its second line. A bare KeyError says only the key, so
+    the type comes first when it is not a plain ValueError."""
+    text = " ".join(str(exc).split())[:200]
+    if not text:
+        return type(exc).__name__
+    return text if isinstance(exc, ValueError | OSError) else f"{type(exc).__name__}: {text}"
 
 
 def export(seq: LayerSequence, out_dir: str | Path) -> Path:
@@ -638,8 +678,8 @@ def _make_config(
         config_dict.update(dict.fromkeys(family.dropout, dropout))
     try:
         config = getattr(transformers, family.config_class)(**config_dict)
-    except (TypeError, ValueError) as exc:
-        raise InputFileError(f"{name}: invalid {source.family} config ({exc})") from None
+    except Exception as exc:  # transformers' strict fields raise their own error classes
+        raise InputFileError(f"{name}: invalid {source.family} config ({_first(exc)})") from None
     if num_labels is not None:
         if task == "causal-lm":
             raise BadArgumentError("num_labels applies to classification, not causal-lm")
@@ -649,6 +689,19 @@ def _make_config(
 
 
 def _check_config(config: Any, family: Family, family_name: str, name: str, task: str) -> None:
+    blocks = config.num_hidden_layers
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or not 1 <= blocks <= MAX_BLOCKS:
+        raise InputFileError(
+            f"{name}: num_hidden_layers is {blocks!r}; a model has 1..{MAX_BLOCKS} blocks"
+        )
+    if family.kind == "image" and not (
+        isinstance(config.patch_size, int) and 1 <= config.patch_size <= config.image_size
+    ):
+        raise InputFileError(f"{name}: patch_size must be an integer in 1..image_size")
+    if family.kind == "image" and not (
+        isinstance(config.num_channels, int) and config.num_channels >= 1
+    ):  # 0 built (with a torch warning) and then failed inside the profiler's forward
+        raise InputFileError(f"{name}: num_channels must be an integer ≥ 1")
     if family.kind == "image" and config.image_size % config.patch_size:
         raise InputFileError(f"{name}: image_size must be a multiple of patch_size")
     if family.kind == "encoder" and getattr(config, "is_decoder", False):
@@ -657,8 +710,8 @@ def _check_config(config: Any, family: Family, family_name: str, name: str, task
         raise InputFileError(
             f"{name}: add_cross_attention is set; cross-attention is not supported"
         )
-    if config.num_labels < 1 or config.num_hidden_layers < 1:
-        raise InputFileError(f"{name}: needs num_labels ≥ 1 and num_hidden_layers ≥ 1")
+    if config.num_labels < 1:
+        raise InputFileError(f"{name}: needs num_labels ≥ 1")
     if family.kind == "decoder" and task == "classification" and config.pad_token_id is None:
         raise InputFileError(
             f"{name}: {family_name} classification needs pad_token_id in the config "
@@ -709,11 +762,7 @@ def _instantiate(
 
     cls = getattr(transformers, family.models[task])
     if init == "random":
-        try:
-            return cls(config), None
-        except (MemoryError, RuntimeError) as exc:  # e.g. hidden_size 10**6: 122 GB of weights
-            first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-            raise BadArgumentError(f"cannot build the model from its config: {first}") from None
+        return cls(config), None  # hidden_size 10**6 (122 GB of weights): `_building` says so
     try:
         with _quiet_transformers():
             model, loading = cls.from_pretrained(
@@ -724,11 +773,15 @@ def _instantiate(
                 ignore_mismatched_sizes=True,  # a head for other num_labels: fresh, warned
                 dtype=torch.float32,
             )
+    except pickle.UnpicklingError:  # torch's weights-only loader refused it, unexecuted
+        raise InputFileError(
+            f"{source.directory}: {source.weights} is not loadable as plain tensors (a pickle "
+            "of other objects: it was not run); save the weights with safetensors"
+        ) from None
     # SafetensorError is none of the others: a truncated model.safetensors raises it.
     except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputFileError(
-            f"{source.directory}: cannot load {source.weights} ({first})"
+            f"{source.directory}: cannot load {source.weights} ({_first(exc)})"
         ) from None
     return model.train(), loading  # from_pretrained returns eval mode; a build is in train mode
 
