@@ -337,15 +337,21 @@ def bench_speed(big: bool, repeats: int) -> None:
         nodes=512, devices_per_node=8, device_memory="80GiB", inter_bw="25GB/s"
     )
     freeze = alpha_schedule(0.2, 10, 998)
-    timings, plan = timed_plan(
-        profile,
-        cluster,
-        max(1, repeats // 2),
-        global_batch=8192,
-        samples=1_000_000,
-        epochs=10,
-        freeze=freeze,
-    )
+    try:
+        timings, plan = timed_plan(
+            profile,
+            cluster,
+            max(1, repeats // 2),
+            global_batch=8192,
+            samples=1_000_000,
+            epochs=10,
+            freeze=freeze,
+        )
+    except PipeplanError as exc:
+        # Frozen weights stay resident (the cache fills on the fly; the planner keeps long
+        # models' prefix in stage 0): past some freeze point the prefix outgrows a device.
+        print(f"speed: synthetic 1,000 layers on 4,096 devices: FAILS to plan: {exc}")
+        return
     print(
         f"speed: synthetic 1,000 layers on 512×8 = 4,096 devices, {len(plan.phases)} phases: "
         f"full elastic plan in min {min(timings):.2f} s, max {max(timings):.2f} s "
