@@ -540,11 +540,15 @@ class PartitionSpace:
         M = p.micro_batches
         F = p.fwd_prefix[j] - p.fwd_prefix[i] + p.micro_batch_overhead_s
         B = p.bwd_prefix[j] - p.bwd_prefix[i]
-        c = F + B
+        # As the simulator prices stages (`received_in_op`): a transfer is part of the op that
+        # receives it, and no link carries one on its own. Stage k's forward receives the
+        # activation over boundary k−1 (at i), its backward the gradient over boundary k (at j).
+        if k > 0:
+            F = F + p.send_s[k - 1][i]
         if k < p.num_stages - 1:
-            sf, sb = p.send_s[k][j], p.grad_send_s[k][j]
-        else:
-            sf = sb = np.zeros_like(F)
+            B = B + p.grad_send_s[k][j]
+        c = F + B
+        sf = sb = np.zeros_like(F)
         grads = p.grad_prefix[j] - p.grad_prefix[i]
         allreduce = np.where(
             grads > 0, p.allreduce_latency_s[k] + p.allreduce_s_per_byte[k] * grads, 0.0
