@@ -46,7 +46,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 import executor
 from executor import faults
 from executor.checkpoint import PENDING_CONFIG, check_weights, commit_config, latest
-from executor.planning import RUN_PROFILE, RunPlanner
+from executor.planning import RUN_PROFILE, RunPlanner, check_plan_cache
 from executor.records import METRICS_FILE
 from executor.task import MODEL_DIR, build_task
 from executor.worker import Trainer, init_distributed
@@ -134,6 +134,8 @@ def check_run(
             raise BadArgumentError(f"--freeze: {exc}") from None
     if resumed is None:
         planner = RunPlanner.from_config(cfg)
+        if planner.plan is not None and data.augmented:
+            check_plan_cache(planner.plan, False, f"its data '{cfg.data}' is augmented")
     else:
         run_dir, manifest, weights = resumed
         planner = RunPlanner.for_run(run_dir, cfg)

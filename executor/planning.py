@@ -249,3 +249,15 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig) -> None:
             phase.layout.check(num_layers, devices)
         except BadArgumentError as exc:
             raise BadArgumentError(f"the plan's phase {i} cannot run: {exc}") from None
+    check_plan_cache(plan, cfg.cache, "--no-cache")
+
+
+def check_plan_cache(plan: Plan, cache: bool, why: str) -> None:
+    """A plan whose phase reads the activation cache needs a run that keeps one: its stage 0
+    skips the frozen layers (run with --no-cache, it got raw inputs and failed in a rank)."""
+    cached = next((i for i, phase in enumerate(plan.phases) if phase.layout.cached), None)
+    if not cache and cached is not None:
+        raise BadArgumentError(
+            f"the plan's phase {cached} reads the activation cache, which this run does not "
+            f"keep ({why}); plan with --no-cache"
+        )
