@@ -428,14 +428,21 @@ def length(dataset: Any, name: str, split: str) -> int:
     return count
 
 
-def item(dataset: Any, index: int, name: str, split: str) -> Any:
-    """`dataset[index]`, with a user's `__getitem__` error in one line."""
+def item(dataset: Any, index: int, name: str, split: str) -> tuple[Any, Any]:
+    """`dataset[index]`, an (input, label) pair, with a user's `__getitem__` error or an item
+    of another kind (a dict, a triple, a number) in one line."""
     try:
-        return dataset[index]
+        value = dataset[index]
     except Exception as exc:
         raise BadArgumentError(
             f"data '{name}': reading {split} item {index} raised {_one_line(exc)}"
         ) from None
+    if not (isinstance(value, tuple | list) and len(value) == 2):
+        kind = f"a {len(value)}-tuple" if isinstance(value, tuple | list) else type(value).__name__
+        raise BadArgumentError(
+            f"data '{name}': {split} item {index} is {kind}, not an (input, label) pair"
+        )
+    return value[0], value[1]
 
 
 # --- helpers -----------------------------------------------------------------------------
@@ -447,10 +454,7 @@ def _samples(dataset: Any, name: str, split: str) -> tuple[torch.Tensor, torch.T
         return dataset.inputs, dataset.labels
     last = length(dataset, name, split) - 1
     items = [item(dataset, 0, name, split), item(dataset, last, name, split)]
-    for pair in items:
-        if not (isinstance(pair, tuple | list) and len(pair) == 2):
-            raise BadArgumentError(f"data '{name}': {split} items must be (input, label) pairs")
-        x, y = pair
+    for x, y in items:
         if not isinstance(x, torch.Tensor):
             raise BadArgumentError(f"data '{name}': {split} inputs must be tensors")
         if not (isinstance(y, torch.Tensor) and y.dtype == torch.int64 and y.dim() <= 1):

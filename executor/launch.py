@@ -93,14 +93,31 @@ class RunStoppedError(PipeplanError):
 def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
     """Checks that need no process group, then the run directory with run.json. `local`: the
     ranks run on this host (else torchrun starts them, some on other nodes)."""
-    planner = check_run(cfg, local)
-    run_dir = claim_directory(run_directory(runs_root, cfg.name))
-    if any(p.name != ".lock" for p in run_dir.iterdir()):
-        raise OutputError(f"{run_dir}: already holds a run; pick another --name")
+    with pipeplan_log.held():  # a warning (a head replaced) only if the checks pass
+        planner = check_run(cfg, local)
+    run_dir = run_directory(runs_root, cfg.name)
+    # Looked at before claiming (a claim leaves a .lock in the folder), and again after it
+    # (another process may have filled it in between).
+    _check_empty(run_dir)
+    run_dir = claim_directory(run_dir)
+    _check_empty(run_dir)
     write_atomic(run_dir / "run.json", dumps(cfg))
     # The run prices every phase with this copy: the run directory alone reproduces its plans.
     write_atomic(run_dir / RUN_PROFILE, dumps(planner.profile))
     return run_dir
+
+
+def _check_empty(run_dir: Path) -> None:
+    """A new run's folder is absent or empty (but for its lock): never someone's folder."""
+    if not run_dir.is_dir():
+        return
+    held = [p.name for p in run_dir.iterdir() if p.name != ".lock"]
+    if "run.json" in held:
+        raise OutputError(f"{run_dir}: already holds a run; pick another --name")
+    if held:
+        raise OutputError(
+            f"{run_dir}: exists and is not empty (it holds {held[0]}); pick another --name"
+        )
 
 
 def check_run(
@@ -515,7 +532,8 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     read_records(path / "run.jsonl")
     # Checksums, what the files hold, finite weights (an older one, with a notice).
     manifest, weights, _, _ = load_latest(path)
-    check_run(cfg, resumed=(path, manifest, weights))
+    with pipeplan_log.held():
+        check_run(cfg, resumed=(path, manifest, weights))
     claim_directory(path)
     pending = path / PENDING_CONFIG
     pending.unlink(missing_ok=True)  # left by a resume that was killed: not this one's

@@ -12,8 +12,10 @@ configures logging.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 
 LOGGER = "pipeplan"
 
@@ -50,3 +52,32 @@ def setup(rank: int | None = None, debug: bool = False, stream=None) -> logging.
 def configured() -> bool:
     """Whether the `pipeplan` logger has a handler (set up here or by the caller)."""
     return bool(logging.getLogger(LOGGER).handlers)
+
+
+class _Held(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """What "pipeplan" loggers say inside is shown only once the block succeeds: a command
+    refused in one line must not print a warning first (a checkpoint's head replaced, then a
+    global batch larger than the data).
+
+        with log.held():
+            planner = check_run(cfg)   # its warnings come out after it passes
+    """
+    logger = logging.getLogger(LOGGER)
+    hold, saved = _Held(), logger.handlers[:]
+    logger.handlers = [hold]
+    try:
+        yield
+    finally:
+        logger.handlers = saved
+    for record in hold.records:  # reached only when the block did not raise
+        logger.handle(record)

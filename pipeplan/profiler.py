@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -442,7 +443,11 @@ def profile_to_file(request: ProfileRequest, progress: Progress | None = None) -
     resolve_device(request.device)
     if request.nproc >= 2:  # the link measurement starts that many ranks here
         check_local_ranks(request.nproc, "cuda" if request.device.startswith("cuda") else "cpu")
-    check_writable(request.out, inputs=[request.model])  # a config.json given as the model
+    # Never over the model it reads: a config.json given as the model, or a file of a model
+    # directory (its config.json or weights were replaced by the profile).
+    model = Path(request.model)
+    inputs = [model, *(model.iterdir() if model.is_dir() else ())]
+    check_writable(request.out, inputs=inputs)
     # Times and bytes do not depend on the weights' values: a checkpoint's are not loaded.
     seq = models.build(
         request.model,

@@ -1425,3 +1425,89 @@ def test_a_plan_that_reads_the_cache_is_refused_by_a_run_without_one(tmp_path, c
     run += ["--epochs", "6", "--runs-dir", str(tmp_path / "runs"), "--prepare-only"]
     capsys.readouterr()
     refused([*run, "--no-cache"], tmp_path, capsys, "reads the activation cache")
+
+
+# ----------------------------------------------------------------------------- fourth round
+
+BAD_ITEMS = """
+import torch
+
+class DS:
+    def __init__(self, f):
+        self.f = f
+    def __len__(self):
+        return 200
+    def __getitem__(self, i):
+        return self.f(i)
+
+def dictitem():
+    return DS(lambda i: {"x": 1}), DS(lambda i: {"x": 1})
+
+def threetuple():
+    item = (torch.zeros(1, 8, 8), torch.tensor(1), 0)
+    return DS(lambda i: item), DS(lambda i: item)
+
+def intitem():
+    return DS(lambda i: 5), DS(lambda i: 5)
+"""
+
+
+@pytest.mark.parametrize(
+    "function, kind", [("dictitem", "dict"), ("threetuple", "a 3-tuple"), ("intitem", "int")]
+)
+def test_data_items_that_are_not_pairs_are_one_line(tmp_path, capsys, function, kind):
+    """Found by the fourth independent round: a tracebacks from unpacking the first item."""
+    (tmp_path / "bad.py").write_text(BAD_ITEMS)
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--prepare-only", "--global-batch"]
+    argv += ["8", "--runs-dir", str(tmp_path / "runs"), "--data", f"{tmp_path}/bad.py:{function}"]
+    refused(argv, tmp_path, capsys, f"train item 0 is {kind}, not an (input, label) pair")
+
+
+def test_no_warning_line_before_a_refusal(tmp_path, capsys):
+    """Found by the fourth independent round: the replaced head's warning, then the error."""
+    from text_data import bert_checkpoint, make_tokenizer, reviews, write_jsonl
+
+    model = bert_checkpoint(tmp_path / "mb", num_labels=2)
+    tok = make_tokenizer(tmp_path / "tok")
+    rows = [{**r, "label": ["a", "b", "c"][i % 3]} for i, r in enumerate(reviews(30, seed=4))]
+    data = write_jsonl(tmp_path / "three.jsonl", rows)
+    argv = ["run", "--model", str(model), "--data", str(data), "--tokenizer", str(tok)]
+    argv += ["--seq-len", "12", "--nproc", "1", "--global-batch", "5000", "--prepare-only"]
+    capsys.readouterr()  # what building the checkpoint printed
+    refused([*argv, "--runs-dir", str(tmp_path / "runs")], tmp_path, capsys, "--global-batch")
+
+
+def test_profile_never_writes_over_the_model_it_reads(tmp_path, capsys):
+    """Found by the fourth independent round: `profile DIR --out DIR/config.json` replaced
+    the model's config (and `--out DIR/model.safetensors` its weights) with the profile."""
+    from text_data import bert_checkpoint
+
+    model = bert_checkpoint(tmp_path / "mb", num_labels=2)
+    capsys.readouterr()
+    for name in ("config.json", "model.safetensors"):
+        argv = ["profile", str(model), "--out", str(model / name), "--micro-batch-sizes", "1"]
+        refused(argv, tmp_path, capsys, "is also an input")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_records_appended_twice_are_refused(finished_run, tmp_path, capsys):
+    """Found by the fourth independent round: run.jsonl with every step and epoch record
+    appended again was reported as 8 steps of a 4-step run, calibrated and resumed."""
+    run = copy_run(finished_run, tmp_path)
+    lines = (run / "run.jsonl").read_text().splitlines()
+    (run / "run.jsonl").write_text("\n".join(lines + lines[1:]) + "\n")
+    fragment = "records come once each, in order"
+    refused(["report", str(run)], tmp_path, capsys, fragment)
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
+
+
+def test_a_new_run_never_takes_over_a_folder_that_is_not_a_run(tmp_path, capsys):
+    """Found by the fourth independent round: `--name userdir` of a folder of notes said it
+    "already holds a run" and left a .lock in it."""
+    (tmp_path / "userdir").mkdir()
+    (tmp_path / "userdir" / "notes.txt").write_text("mine\n")
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--epochs", "1", "--prepare-only"]
+    argv += ["--runs-dir", str(tmp_path), "--name", "userdir"]
+    refused(argv, tmp_path, capsys, "exists and is not empty (it holds notes.txt)")
+    assert [p.name for p in (tmp_path / "userdir").iterdir()] == ["notes.txt"]

@@ -458,9 +458,19 @@ def read_records(path: str | Path) -> list[PhaseRecord | StepRecord | EpochRecor
 def check_records(records: list, where: str) -> None:
     """What a run's records mean together: every step and epoch belongs to a phase that
     started before it, every layout runs on its cluster, and every rank's stage and replica
-    exist in its phase's layout. InputFileError with one line otherwise."""
+    exist in its phase's layout; phases, steps and epochs each come once, in order (records
+    appended twice made report count 8 steps of a 4-step run and calibrate fit repeated
+    steps). InputFileError with one line otherwise."""
     phases: dict[int, PhaseRecord] = {}
+    last: dict[str, int] = {}
     for record in records:
+        index = getattr(record, record.kind)
+        if index <= last.get(record.kind, -1):
+            raise InputFileError(
+                f"{where}: {record.kind} {index} after {record.kind} {last[record.kind]}: "
+                "records come once each, in order"
+            )
+        last[record.kind] = index
         if isinstance(record, PhaseRecord):
             layout, cluster = record.layout, record.pricing.cluster
             try:
