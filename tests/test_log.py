@@ -48,8 +48,9 @@ def test_every_logger_is_under_the_pipeplan_namespace():
 
 
 def test_the_commands_own_warnings_use_the_command_format(tmp_path):
-    """`prepare` warns that a checkpoint without a classifier head gets a fresh one, before the
-    missing profile stops it: the warning and the error in the command's format."""
+    """`prepare` warns that a checkpoint without a classifier head gets a fresh one: in the
+    command's format when the run passes its checks; held back when a check then refuses it
+    (one line, the error's: a missing profile)."""
     import transformers
 
     config = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
@@ -57,18 +58,30 @@ def test_the_commands_own_warnings_use_the_command_format(tmp_path):
         tmp_path / "bert"
     )
     code = "import sys, cli; sys.exit(cli.main())"
-    args = ["run", "--model", str(tmp_path / "bert"), "--data", "synth-text", "--nproc", "1"]
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args, "--runs-dir", str(tmp_path / "runs")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+
+    def pipeplan(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+
+    model = str(tmp_path / "bert")
+    args = ["run", "--model", model, "--data", "synth-text", "--nproc", "1", "--prepare-only"]
+    args += ["--runs-dir", str(tmp_path / "runs")]
+    done = pipeplan(*args)
     assert done.returncode == 2
-    warning, error = done.stderr.splitlines()
-    assert re.fullmatch(r"pipeplan: WARNING: \S+/bert: the checkpoint has no head .*", warning)
+    (error,) = done.stderr.splitlines()
     assert error.startswith("pipeplan: error: no shipped profile for"), error
+    profile = str(tmp_path / "bert.json")
+    measure = ["--micro-batch-sizes", "1,2,4,8", "--repeats", "1", "--warmup", "0"]
+    assert pipeplan("profile", model, "--out", profile, *measure).returncode == 0
+    done = pipeplan(*args, "--profile", profile, "--global-batch", "8")
+    assert done.returncode == 0, done.stderr
+    warning = done.stderr.splitlines()[0]
+    assert re.fullmatch(r"pipeplan: WARNING: \S+/bert: the checkpoint has no head .*", warning)
 
 
 def _rank_warns(rank: int, log_dir: str) -> None:
