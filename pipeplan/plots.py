@@ -105,13 +105,17 @@ def check_targets(paths: Sequence[Path]) -> None:
     """Every plot a command will write can be written, checked before the first is drawn: a
     refused target must not leave the others half replaced."""
     for path in paths:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(
-                f"{path}: cannot create directory {path.parent} ({exc.strerror or exc})"
-            ) from None
+        _make_parent(path)
         check_writable(path)
+
+
+def _make_parent(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(
+            f"{path}: cannot create directory {path.parent} ({exc.strerror or exc})"
+        ) from None
 
 
 # --------------------------------------------------------------------------- timeline
@@ -446,12 +450,7 @@ def _finite(value: Any, what: str) -> float:
 def _save(fig: Figure, path: str | Path) -> Path:
     """Render `fig` as PNG and write it atomically to `path`, creating parent directories."""
     path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(
-            f"{path}: cannot create directory {path.parent} ({exc.strerror or exc})"
-        ) from None
+    _make_parent(path)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     write_atomic(path, buf.getvalue())
