@@ -2,7 +2,6 @@
 
 import logging
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -57,16 +56,7 @@ def test_the_commands_own_warnings_use_the_command_format(tmp_path):
     transformers.BertModel(transformers.BertConfig(**config, intermediate_size=64)).save_pretrained(
         tmp_path / "bert"
     )
-    code = "import sys, cli; sys.exit(cli.main())"
-
-    def pipeplan(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-c", code, *args],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=120,
-        )
+    from test_cli import run_cli as pipeplan  # the entry point in a fresh process
 
     model = str(tmp_path / "bert")
     args = ["run", "--model", model, "--data", "synth-text", "--nproc", "1", "--prepare-only"]
