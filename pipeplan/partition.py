@@ -404,8 +404,9 @@ class PartitionSpace:
     (pace: from some stage t's last forward, a_t + M·F_t + (M − nF_t)·B_t, down through the
     stages after t). For the stages still to place, the tables
     give per (stage k, first layer i) the smallest over their placements of each family's
-    largest term, relaxed where needed (transfers between unplaced stages dropped from L1,
-    latency from A) so that a bisection on one crossing point computes them (O(S·L·log L)).
+    largest term, each stage's ops with what they receive (as the simulator prices them),
+    relaxed where needed (the transfers of unplaced stages between dropped from L1, latency
+    from A) so that a bisection on one crossing point computes them (O(S·L·log L)).
 
     Forward-only stages (ending within an uncached phase's frozen prefix; they lead the
     pipeline): B = 0 and no gradient reaches them, so d and the tables' terms hold for them
@@ -415,8 +416,8 @@ class PartitionSpace:
     """
 
     def __init__(self, pricing: StagePricing, shared: dict | None = None):
-        """`shared`: tables that do not depend on the replicas and links, kept by the caller
-        for the other shapes with the same S, M, m and schedule."""
+        """`shared`: tables that depend only on S, m, the schedule, the boundary links and
+        (named with it) M, kept by the caller for the other shapes that share them."""
         self.p = pricing
         self._tables: dict[str, list[np.ndarray]] | None = None
         self._shared = {} if shared is None else shared
@@ -556,12 +557,19 @@ class PartitionSpace:
         own = allreduce + p.optimizer_s_per_byte * grads
         # tail0 is the first stage that trains' (forward-only stages before it have own = 0).
         tail = own if i <= p.forward_only_layers else np.full_like(F, tail0)
-        ops_end = self._ops_end(node, j, F, B, sf + sb)
+        ops_end, first_bwd_end = self._ops_end(node, j, F, B, sf + sb)
         before = p.forwards_first[k]
         # Stage k's last forward comes from its predecessors' last forwards (pace), after
         # which it still runs its remaining backwards.
         ops_end = np.maximum(ops_end, pace + F + min(before, M) * B)
-        pace = np.maximum(pace + F + sf, a + M * F + max(M - before, 0) * B + sf)
+        # Its own last forward: after its M forwards and the backwards before it, and (1F1B)
+        # after its first backward, then the M − nF forwards and M − nF − 1 backwards left
+        # before it (`simulate.stage_order`).
+        last_fwd = a + M * F + max(M - before, 0) * B
+        if first_bwd_end is not None and before < M:
+            later = first_bwd_end + (M - before) * F + (M - before - 1) * B
+            last_fwd = np.where(self.trains(j), np.maximum(last_fwd, later), last_fwd)
+        pace = np.maximum(pace + F + sf, last_fwd + sf)
         win = np.maximum(win, ops_end + np.maximum(d + tail, own))
         nic, shared = self._shared_links(node, grads, ops_end, nic)
         sums = (
@@ -601,8 +609,9 @@ class PartitionSpace:
 
     def _ops_end(
         self, node: Node, j: np.ndarray, F: np.ndarray, B: np.ndarray, X: np.ndarray
-    ) -> np.ndarray:
-        """When the new stage k = node.depth (ending at each j) can end its last op: after its
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """When the new stage k = node.depth (ending at each j) can end its last op, and
+        (1F1B) its first backward (None for GPipe or a stage that runs forward only): after its
         M·c of work from micro-batch 0's arrival, or after B_0 (its forwards before it or
         micro-batch 0's round trip below k, at least the work left after j, the transfer
         over j and the cheapest transfers after it), then for 1F1B the rounds of each window
@@ -615,15 +624,17 @@ class PartitionSpace:
         busy = a + M * (F + B)
         trains = self.trains(j)
         if not trains.any():
-            return busy
+            return busy, None
         if k < S - 1:
             work_left = p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[j] - p.bwd_prefix[j]
             below = work_left + (S - 1 - k) * p.micro_batch_overhead_s + X
-            below = below + self.tables()["sends"][k + 1][j]
+            # Boundary k's activation is received in stage k+1's forward (its gradient in
+            # stage k's own backward, part of B), the later boundaries' both ways.
+            below = below + p.send_s[k][j] + self.tables()["sends"][k + 1][j]
         else:
             below = np.zeros_like(F)
         if p.schedule == "gpipe":
-            return np.where(trains, np.maximum(busy, a + M * F + below + M * B), busy)
+            return np.where(trains, np.maximum(busy, a + M * F + below + M * B), busy), None
         first_bwd_end = a + np.maximum(p.forwards_first[k] * F, F + below) + B
         # Windows start at a stage that trains: the first one is k itself when every fixed
         # stage runs forward only.
@@ -637,13 +648,14 @@ class PartitionSpace:
         fixed = np.append(np.cumsum(recent[::-1])[::-1], 0.0)
         cycle = fixed[:, None] + (F + B)[None, :]
         terms = rounds[:, None] * cycle + fwd_left[:, None] * F + bwd_left[:, None] * B
-        return np.where(trains, np.maximum(busy, first_bwd_end + terms.max(axis=0)), busy)
+        ends = np.where(trains, np.maximum(busy, first_bwd_end + terms.max(axis=0)), busy)
+        return ends, first_bwd_end
 
     def bounds(self, k: int, i: np.ndarray, sums: tuple[np.ndarray, ...]) -> np.ndarray:
         """Lower bounds on the step of every completion of prefixes of k stages ending at
         positions i with the given sums (k = S: complete partitions)."""
         p = self.p
-        a, d, tail0, l1, l1own, p3, pf, pb, win, nic, _ = sums
+        a, d, tail0, l1, l1own, p3, pf, pb, win, nic, pace = sums
         M, S = p.micro_batches, p.num_stages
         if p.forward_only_layers and k < S:
             # Every fixed stage runs forward only where i ≤ the frozen prefix: the first stage
@@ -667,6 +679,23 @@ class PartitionSpace:
         if "nic" in t:
             nic_rest = a - p.fwd_prefix[i] - shift + p.shared_latency_s + t["nic"][k][i]
             bound = np.maximum(bound, nic_rest)
+            # Every stage's all-reduce crosses one link and starts after the last stage's
+            # last op (stages end in reverse order): the last forward through the stages
+            # left (pace, their forwards and what stage k receives), the last stage's
+            # backwards after it (one in 1F1B, M in GPipe; it holds layer L−1), then all
+            # the gradient bytes over the link.
+            L = p.num_layers
+            after = M if p.schedule == "gpipe" else 1
+            last_op = (
+                pace
+                + p.fwd_prefix[L]
+                - p.fwd_prefix[i]
+                + (S - k) * mu
+                + p.send_s[k - 1][i]
+                + after * (p.bwd_prefix[L] - p.bwd_prefix[L - 1])
+            )
+            carried = p.shared_latency_s + p.shared_s_per_byte * p.grad_prefix[L]
+            bound = np.maximum(bound, last_op + carried)
         total = (
             placed
             + (p.fwd_prefix[-1] + p.bwd_prefix[-1] - p.fwd_prefix[i] - p.bwd_prefix[i])
@@ -838,26 +867,43 @@ class PartitionSpace:
         return self._tables
 
     def _build_tables(self) -> dict[str, list[np.ndarray]]:
+        """The min-max tables of the unplaced stages. A stage t's ops include what they
+        receive (`simulate.received_in_op`): its forward the activation over boundary t−1 at
+        its first layer i (in R, any function of i), its backward the gradient over boundary
+        t at its end j (in Q, which `_minmax` needs nondecreasing: its running minimum from
+        the right, a lower envelope)."""
         p = self.p
-        M, mu = p.micro_batches, p.micro_batch_overhead_s
+        S, M, mu = p.num_stages, p.micro_batches, p.micro_batch_overhead_s
         Fp, Bp, Gp = p.fwd_prefix, p.bwd_prefix, p.grad_prefix
         Cp = Fp + Bp
+        zero = np.zeros_like(Fp)
+
+        def recv_f(k: int) -> np.ndarray:  # stage k's forward receives at its start
+            return p.send_s[k - 1] if k > 0 else zero
+
+        def recv_b(k: int) -> np.ndarray:  # stage k's backward receives at its end
+            return p.grad_send_s[k] if k < S - 1 else zero
+
+        def rising(Q: np.ndarray) -> np.ndarray:
+            return np.minimum.accumulate(Q[::-1])[::-1]
 
         def l1(k: int):
-            return M * Cp, (M - 1) * Cp, (k + M) * mu
+            return rising(M * (Cp + recv_b(k))), (M - 1) * Cp - M * recv_f(k), (k + M) * mu
 
         def l1own(k: int):
             rate = p.allreduce_s_per_byte[k] + p.optimizer_s_per_byte
             Q = M * Cp + rate * Gp
-            return Q, Q - Fp, (k + M) * mu
+            return rising(Q + M * recv_b(k)), Q - Fp - M * recv_f(k), (k + M) * mu
 
         def round_trip(k: int):
-            Q = (M - 1) * Bp + (M - p.forwards_first[k]) * Fp
-            return Q, Q, (M - p.forwards_first[k]) * mu
+            later = M - p.forwards_first[k]
+            Q = (M - 1) * Bp + later * Fp
+            R = Q - later * recv_f(k)
+            return rising(Q + (M - 1) * recv_b(k)), R, later * mu
 
         def nic(k: int):  # every stage's all-reduce crosses one link: stages ≤ k's bytes
-            Q = M * Cp + p.shared_s_per_byte * Gp
-            return Q, M * Cp - Fp, (k + M) * mu
+            Q = M * Cp + p.shared_s_per_byte * Gp + M * recv_b(k)
+            return rising(Q), M * Cp - Fp - M * recv_f(k), (k + M) * mu
 
         def shared(name: str, cost) -> list[np.ndarray]:
             if name not in self._shared:
@@ -865,7 +911,7 @@ class PartitionSpace:
             return self._shared[name]
 
         tables = {
-            "l1": shared("l1", l1),
+            "l1": shared(f"l1/{M}", l1),
             "l1own": self._minmax(l1own),
             "sends": self._min_sends(),
         }
@@ -879,10 +925,10 @@ class PartitionSpace:
         ):
             tables["nic"] = self._minmax(nic)
         if p.schedule == "gpipe":
-            tables["fwd"] = shared("fwd", lambda k: (Fp, Fp, mu))
-            tables["bwd"] = shared("bwd", lambda k: (Bp, Bp, 0.0))
+            tables["fwd"] = shared("fwd", lambda k: (Fp, Fp - recv_f(k), mu))
+            tables["bwd"] = shared("bwd", lambda k: (rising(Bp + recv_b(k)), Bp, 0.0))
         else:
-            tables["round"] = shared("round", round_trip)
+            tables["round"] = shared(f"round/{M}", round_trip)
         return tables
 
     def _positions(self, k: int) -> np.ndarray:

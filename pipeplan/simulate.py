@@ -606,8 +606,13 @@ def one_f_one_b_bound(
         # Stage k's last forward follows some stage t's last forward (after t's M forwards
         # and the backwards before it) down the pipeline; then k's last `before` backwards.
         bound = max(bound, pace + F[k] + before * B[k] + tail[k])
-        pace = max(pace + F[k], arrival[k] + M * F[k] + (M - before) * B[k]) + sf[k]
         first_bwd_end = arrival[k] + max(before * F[k], F[k] + below[k]) + B[k]
+        # k's own last forward: after its first backward come M − nF forwards and the
+        # M − nF − 1 backwards before the last of them (`stage_order`).
+        own = arrival[k] + M * F[k] + (M - before) * B[k]
+        if before < M:
+            own = max(own, first_bwd_end + (M - before) * F[k] + (M - before - 1) * B[k])
+        pace = max(pace + F[k], own) + sf[k]
         windows = window_cycles(k, first, F, B, sf, sb, M, first_bwd_end)
         bound = max(bound, windows + tail[k])
     return float(bound)

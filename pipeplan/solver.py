@@ -730,7 +730,8 @@ class PhaseSearch:
         return self._links[key]
 
     def shared_tables(self, key: tuple) -> dict:
-        """Partition tables that shapes differing only in D share (`PartitionSpace`)."""
+        """Partition tables that shapes with the same stages, micro-batch size, schedule and
+        boundary links share (`PartitionSpace`; a table that depends on M names it)."""
         return self._shared_tables.setdefault(key, {})
 
     def _suffix_bottleneck(self, m: int) -> np.ndarray | None:
@@ -930,7 +931,14 @@ class _Run:
                 overhead = search.model.step_overhead_s(layout)
                 self.push(bound + overhead, "leaf", (shape, schedule, layout.boundaries))
             return
-        key = (shape.num_stages, shape.micro_batches, shape.micro_batch_size, schedule)
+        links = search._rank_links(shape)  # the tables price transfers: same links, same tables
+        key = (
+            shape.num_stages,
+            shape.micro_batch_size,
+            schedule,
+            links.latency.tobytes(),
+            links.per_byte.tobytes(),
+        )
         space = PartitionSpace(search.pricing(shape, schedule), search.shared_tables(key))
         L = search.model.num_layers
         self.work += WORK_PER_TABLE_STAGE * shape.num_stages * (1 + L // 200)
