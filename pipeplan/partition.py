@@ -419,7 +419,7 @@ class PartitionSpace:
         """`shared`: tables that depend only on S, m, the schedule, the boundary links and
         (named with it) M, kept by the caller for the other shapes that share them."""
         self.p = pricing
-        self._tables: dict[str, list[np.ndarray]] | None = None
+        self._tables: dict[str, list[np.ndarray]] = {}
         self._shared = {} if shared is None else shared
         self._last: dict[int, np.ndarray] = {}
         self._windows: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
@@ -478,7 +478,7 @@ class PartitionSpace:
         if j.size == 0:
             return []
         sums, cycle, shared = self._child_sums(node, j)
-        bounds = self.bounds(k + 1, j, sums)
+        bounds = self.bounds(k + 1, j, sums, limit)
         keep = np.flatnonzero(bounds < limit)
         if searched and i <= self.p.forward_only_layers and not self.p.shared_links.shape[0]:
             keep = self._undominated(k + 1, j, sums, keep)
@@ -630,7 +630,7 @@ class PartitionSpace:
             below = work_left + (S - 1 - k) * p.micro_batch_overhead_s + X
             # Boundary k's activation is received in stage k+1's forward (its gradient in
             # stage k's own backward, part of B), the later boundaries' both ways.
-            below = below + p.send_s[k][j] + self.tables()["sends"][k + 1][j]
+            below = below + p.send_s[k][j] + self.table("sends")[k + 1][j]
         else:
             below = np.zeros_like(F)
         if p.schedule == "gpipe":
@@ -651,12 +651,16 @@ class PartitionSpace:
         ends = np.where(trains, np.maximum(busy, first_bwd_end + terms.max(axis=0)), busy)
         return ends, first_bwd_end
 
-    def bounds(self, k: int, i: np.ndarray, sums: tuple[np.ndarray, ...]) -> np.ndarray:
+    def bounds(
+        self, k: int, i: np.ndarray, sums: tuple[np.ndarray, ...], limit: float = np.inf
+    ) -> np.ndarray:
         """Lower bounds on the step of every completion of prefixes of k stages ending at
-        positions i with the given sums (k = S: complete partitions)."""
+        positions i with the given sums (k = S: complete partitions). The families are
+        added cheapest first, and once every bound reaches `limit` the rest (and the tables
+        they would build) are skipped: the result is then still a lower bound, ≥ limit."""
         p = self.p
         a, d, tail0, l1, l1own, p3, pf, pb, win, nic, pace = sums
-        M, S = p.micro_batches, p.num_stages
+        M, S, L = p.micro_batches, p.num_stages, p.num_layers
         if p.forward_only_layers and k < S:
             # Every fixed stage runs forward only where i ≤ the frozen prefix: the first stage
             # that trains is still to place.
@@ -669,22 +673,15 @@ class PartitionSpace:
             else:
                 bound = np.maximum(bound, placed + p3 + tail0)
             return bound + p.overhead_s
-        t = self.tables()
         mu = p.micro_batch_overhead_s
         shift = k * mu
-        bound = np.maximum(
-            bound, placed - p.fwd_prefix[i] - p.bwd_prefix[i] - shift + t["l1"][k][i] + tail0
-        )
-        bound = np.maximum(bound, a - p.fwd_prefix[i] - shift + t["l1own"][k][i])
-        if "nic" in t:
-            nic_rest = a - p.fwd_prefix[i] - shift + p.shared_latency_s + t["nic"][k][i]
-            bound = np.maximum(bound, nic_rest)
+        limit = limit - p.overhead_s
+        if self.every_stage_shares_a_link():
             # Every stage's all-reduce crosses one link and starts after the last stage's
             # last op (stages end in reverse order): the last forward through the stages
             # left (pace, their forwards and what stage k receives), the last stage's
             # backwards after it (one in 1F1B, M in GPipe; it holds layer L−1), then all
             # the gradient bytes over the link.
-            L = p.num_layers
             after = M if p.schedule == "gpipe" else 1
             last_op = (
                 pace
@@ -696,17 +693,29 @@ class PartitionSpace:
             )
             carried = p.shared_latency_s + p.shared_s_per_byte * p.grad_prefix[L]
             bound = np.maximum(bound, last_op + carried)
+        if (bound >= limit).all():
+            return bound + p.overhead_s
+        l1_rest = placed - p.fwd_prefix[i] - p.bwd_prefix[i] - shift + self.table("l1")[k][i]
+        bound = np.maximum(bound, l1_rest + tail0)
         total = (
             placed
-            + (p.fwd_prefix[-1] + p.bwd_prefix[-1] - p.fwd_prefix[i] - p.bwd_prefix[i])
+            + (p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[i] - p.bwd_prefix[i])
             + (S - k) * mu
-            + t["sends"][k][i]
+            + self.table("sends")[k][i]
         )
         if p.schedule == "gpipe":
-            machines = np.maximum(pf, t["fwd"][k][i]) + np.maximum(pb, t["bwd"][k][i])
+            forwards = np.maximum(pf, self.table("fwd")[k][i])
+            machines = forwards + np.maximum(pb, self.table("bwd")[k][i])
             bound = np.maximum(bound, total + (M - 1) * machines + tail0)
         else:
-            bound = np.maximum(bound, total + np.maximum(p3, t["round"][k][i]) + tail0)
+            bound = np.maximum(bound, total + np.maximum(p3, self.table("round")[k][i]) + tail0)
+        if (bound >= limit).all():
+            return bound + p.overhead_s
+        bound = np.maximum(bound, a - p.fwd_prefix[i] - shift + self.table("l1own")[k][i])
+        if self.every_stage_shares_a_link():
+            nic_rest = a - p.fwd_prefix[i] - shift + p.shared_latency_s + self.table("nic")[k][i]
+            bound = np.maximum(bound, nic_rest)
+        if p.schedule == "1f1b":
             bound = np.maximum(bound, self._suffix_windows(k, i, a + d + tail0))
         if p.forward_only_layers:
             bound = np.maximum(bound, a + d + tail0 + self._training_rest(k, i))
@@ -861,18 +870,33 @@ class PartitionSpace:
 
     # ------------------------------------------------------------------ tables
 
-    def tables(self) -> dict[str, list[np.ndarray]]:
-        if self._tables is None:
-            self._tables = self._build_tables()
-        return self._tables
-
-    def _build_tables(self) -> dict[str, list[np.ndarray]]:
-        """The min-max tables of the unplaced stages. A stage t's ops include what they
-        receive (`simulate.received_in_op`): its forward the activation over boundary t−1 at
-        its first layer i (in R, any function of i), its backward the gradient over boundary
-        t at its end j (in Q, which `_minmax` needs nondecreasing: its running minimum from
-        the right, a lower envelope)."""
+    def every_stage_shares_a_link(self) -> bool:
+        """Whether one node link carries every stage's all-reduce, and the first stage that
+        trains moves bytes over it (its first layer has parameters), so that every stage's
+        term pays the ring latency."""
         p = self.p
+        first_active = max(p.min_first_boundary - 1, p.forward_only_layers)
+        return bool(
+            p.shared_links.shape[0]
+            and p.shared_links.all(axis=1).any()
+            and p.grad_prefix[first_active + 1] > p.grad_prefix[first_active]
+        )
+
+    def table(self, name: str) -> list[np.ndarray]:
+        """One of the min-max tables of the unplaced stages, built when first needed: "l1",
+        "l1own", "nic", "sends", "round" (1F1B), "fwd" and "bwd" (GPipe). A stage t's ops
+        include what they receive (`simulate.received_in_op`): its forward the activation
+        over boundary t−1 at its first layer i (in R, any function of i), its backward the
+        gradient over boundary t at its end j (in Q, which `_minmax` needs nondecreasing:
+        its running minimum from the right, a lower envelope)."""
+        if name not in self._tables:
+            self._tables[name] = self._build_table(name)
+        return self._tables[name]
+
+    def _build_table(self, name: str) -> list[np.ndarray]:
+        p = self.p
+        if name == "sends":
+            return self._min_sends()
         S, M, mu = p.num_stages, p.micro_batches, p.micro_batch_overhead_s
         Fp, Bp, Gp = p.fwd_prefix, p.bwd_prefix, p.grad_prefix
         Cp = Fp + Bp
@@ -905,31 +929,23 @@ class PartitionSpace:
             Q = M * Cp + p.shared_s_per_byte * Gp + M * recv_b(k)
             return rising(Q), M * Cp - Fp - M * recv_f(k), (k + M) * mu
 
-        def shared(name: str, cost) -> list[np.ndarray]:
-            if name not in self._shared:
-                self._shared[name] = self._minmax(cost)
-            return self._shared[name]
+        def fwd(k: int):
+            return Fp, Fp - recv_f(k), mu
 
-        tables = {
-            "l1": shared(f"l1/{M}", l1),
-            "l1own": self._minmax(l1own),
-            "sends": self._min_sends(),
-        }
-        # Every stage's term pays the ring latency: the first stage that trains moves bytes
-        # over the link when its first layer has parameters.
-        first_active = max(p.min_first_boundary - 1, p.forward_only_layers)
-        if (
-            p.shared_links.shape[0]
-            and p.shared_links.all(axis=1).any()
-            and Gp[first_active + 1] > Gp[first_active]
-        ):
-            tables["nic"] = self._minmax(nic)
-        if p.schedule == "gpipe":
-            tables["fwd"] = shared("fwd", lambda k: (Fp, Fp - recv_f(k), mu))
-            tables["bwd"] = shared("bwd", lambda k: (rising(Bp + recv_b(k)), Bp, 0.0))
-        else:
-            tables["round"] = shared(f"round/{M}", round_trip)
-        return tables
+        def bwd(k: int):
+            return rising(Bp + recv_b(k)), Bp, 0.0
+
+        costs = {"l1": l1, "l1own": l1own, "nic": nic, "round": round_trip, "fwd": fwd}
+        costs["bwd"] = bwd
+        # Shared with the other shapes of the same S, m, schedule and boundary links, under a
+        # name that says M where the table depends on it; l1own and nic depend on the
+        # replicas' all-reduce.
+        shared = {"l1": f"l1/{M}", "round": f"round/{M}", "fwd": "fwd", "bwd": "bwd"}
+        if name not in shared:
+            return self._minmax(costs[name])
+        if shared[name] not in self._shared:
+            self._shared[shared[name]] = self._minmax(costs[name])
+        return self._shared[shared[name]]
 
     def _positions(self, k: int) -> np.ndarray:
         """Where stage k may start: after k one-layer stages (stage 1 after the frozen prefix)

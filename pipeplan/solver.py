@@ -7,7 +7,8 @@ boundaries and rank map (docs/architecture.md §4.10, bounds §4.8).
 The search is exact over its space (every S ≤ N, D = 1..⌊N/S⌋ dividing the batch, M dividing
 B/D with m ≤ m_max, both schedules (1F1B only when M ≥ the stages that train), every
 contiguous partition that fits memory; an uncached phase's frozen prefix may span leading
-forward-only stages, a cached one's stays in stage 0): branch and bound with
+forward-only stages (a long model's only when no stage 0 holds it), a cached one's stays in
+stage 0): branch and bound with
 lower bounds that never exceed the simulated step, so a layout is only left unsimulated when
 something already simulated is at least as fast. Also the partition baselines the solver is
 compared against: equal layer counts, greedy balance by parameters, and by time
@@ -62,6 +63,8 @@ WORK_PER_EXPANSION = 40
 WORK_PER_CHILD = 8
 WORK_PER_TABLE_STAGE = 30
 WORK_PER_LEAF_STAGE = 10
+# Shapes with more forward-only stage counts than this get a cheaper bound over them.
+FORWARD_ONLY_COUNTS = 64
 
 
 @dataclass(frozen=True)
@@ -248,7 +251,10 @@ class PhaseSearch:
         cached: bool,
         pins: Pins | None = None,
         work_limit: int = DEFAULT_WORK_LIMIT,
+        forward_only: bool | None = None,
     ):
+        """`forward_only`: whether an uncached phase's frozen prefix may span leading
+        forward-only stages (None: unless the model is long, see below)."""
         self.model = model
         self.global_batch = global_batch
         self.frozen_layers = frozen_layers
@@ -260,9 +266,11 @@ class PhaseSearch:
         # only (no gradient goes back to them); stage 0 of a cached phase reads the cache and
         # holds the whole prefix, as in PipeTransformer. So does a long model's (more than
         # DENSE_MAX_LAYERS layers): its work-limited search would spend its budget on the
-        # forward-only shapes' loose bounds (the 1,000-layer plan: 30 s a phase, worse plans).
-        long = model.num_layers > DENSE_MAX_LAYERS
-        self.forward_only_layers = 0 if self.cached or long else frozen_layers
+        # forward-only shapes' loose bounds (the 1,000-layer plan: 30 s a phase, worse plans),
+        # unless its prefix fits no stage 0 (`solve_phase` asks again).
+        if forward_only is None:
+            forward_only = model.num_layers <= DENSE_MAX_LAYERS
+        self.forward_only_layers = frozen_layers if forward_only and not self.cached else 0
         # Stage 0 holds layers 0..k unless the prefix may run on forward-only stages.
         self.first_boundary = frozen_layers - self.forward_only_layers + 1
         self.max_stages = model.num_layers - self.first_boundary + 1
@@ -405,7 +413,10 @@ class PhaseSearch:
         step is at least that plus the step of the pipeline of layers k..L−1 alone on S − q
         stages (`_pipeline_bounds` of that view, on the (S, D) rank map's links); and at least
         M times the average stage work, M·(W + S·μ)/S, and M times the average forward of
-        stages 0..q, which hold layers 0..k, M·(Σ_{l≤k} f_l + (q+1)·μ)/(q+1)."""
+        stages 0..q, which hold layers 0..k, M·(Σ_{l≤k} f_l + (q+1)·μ)/(q+1). A shape with
+        more than FORWARD_ONLY_COUNTS values of q (long models) gets only the last two, at the
+        q that makes them smallest: enumerating hundreds of q for thousands of shapes costs
+        more than the pruning it buys."""
         k, L = self.forward_only_layers, self.model.num_layers
         costs = self.costs(m)
         mu = self.model.micro_batch_overhead_s
@@ -414,8 +425,30 @@ class PhaseSearch:
         lowest = np.maximum.reduce([np.ones_like(S), np.where(gpipe, 1, S - M), S - (L - k)])
         highest = np.minimum(k, S - 1)
         counts = np.maximum(highest - lowest + 1, 0).astype(int)
+        average = M * (float((costs.fwd_s + costs.bwd_s).sum()) + S * mu) / S
+        frozen_fwd = float(costs.fwd_s[: k + 1].sum())
+        many = counts > FORWARD_ONLY_COUNTS
+        # The cheap bound: the average and prefix terms at their smallest, micro-batch 0's
+        # way through every stage (W + S·μ), and GPipe's two flow shops, each machine at
+        # least its average, (W + S·μ)·(1 + (M − 1)/S).
+        trip = float((costs.fwd_s + costs.bwd_s).sum()) + S * mu
+        cheap = np.maximum.reduce(
+            [
+                average,
+                M * (frozen_fwd + (highest + 1) * mu) / (highest + 1),
+                np.where(gpipe, trip * (1 + (M - 1) / S), trip),
+            ]
+        )
+        # Memory whatever q: every training layer alone with its fewest micro-batches in
+        # flight (1F1B's last stage: 1, GPipe: M), and all layers over the S devices.
+        static, saved = costs.static_bytes, costs.saved_bytes_per_micro_batch
+        limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
+        fewest = np.where(gpipe, M, 1.0)
+        alone = np.array([float((static[k:] + n * saved[k:]).max()) for n in fewest])
+        fits = (alone <= limit) & (float(static.sum()) + fewest * float(saved.sum()) <= S * limit)
+        bound = np.where(many & fits, cheap, np.inf)
+        counts = np.where(many, 0, counts)
         row = np.repeat(np.arange(len(S)), counts)
-        bound = np.full(len(S), np.inf)
         if row.size == 0:
             return bound
         q = lowest[row] + (np.arange(row.size) - np.repeat(np.cumsum(counts) - counts, counts))
@@ -424,9 +457,8 @@ class PhaseSearch:
         values = shift + self._pipeline_bounds(
             active, S[row] - q, S[row], D[row], M[row], gpipe[row]
         )
-        average = M * (float((costs.fwd_s + costs.bwd_s).sum()) + S * mu) / S
         # Stages 0..q hold layers 0..k between them, each running M forwards.
-        prefix = M[row] * (float(costs.fwd_s[: k + 1].sum()) + (q + 1) * mu) / (q + 1)
+        prefix = M[row] * (frozen_fwd + (q + 1) * mu) / (q + 1)
         np.minimum.at(bound, row, np.maximum.reduce([values, average[row], prefix]))
         return bound
 
@@ -861,25 +893,25 @@ class PhaseSearch:
 class _Run:
     """One best-first search: the heap of (bound, order, kind, item), the best step so far,
     the layouts simulated and the work done. For long models (more than DENSE_MAX_LAYERS
-    layers) the partitions of an opened shape wait in `later` until every shape has been
-    opened and its time-balanced partition simulated: their nodes are costly and their
+    layers) the partition tree of an opened shape waits in `later` until every shape has
+    been opened and its time-balanced partition simulated: their nodes are costly and their
     bounds loose, so the budget goes to comparing shapes first."""
 
     def __init__(self, phase: PhaseSearch):
         self.phase = phase
         self.heap: list[tuple[float, int, str, object]] = []
         self.later: list[tuple[float, int, str, object]] = []
-        self.deferring = phase.model.num_layers > DENSE_MAX_LAYERS
         self.order = itertools.count()
         self.best_s = math.inf
         self.simulated: list[tuple[float, int, Evaluation]] = []
         self.work = 0
         self.stopped_at: float | None = None
 
-    def push(self, bound: float, kind: str, item: object) -> None:
+    def push(self, bound: float, kind: str, item: object, later: bool = False) -> None:
         if bound < self.limit():
-            heap = self.later if self.deferring and kind == "node" else self.heap
-            heapq.heappush(heap, (bound, next(self.order), kind, item))
+            heapq.heappush(
+                self.later if later else self.heap, (bound, next(self.order), kind, item)
+            )
 
     def limit(self) -> float:
         return self.best_s * (1 - PRUNE_TOLERANCE)
@@ -889,14 +921,16 @@ class _Run:
             if not (self.heap and self.heap[0][0] < self.limit()):
                 if not self.later:
                     return
-                self.heap, self.later, self.deferring = self.later, [], False
+                self.heap, self.later = self.later, []
                 continue
             if self.work > self.phase.work_limit and self.simulated:
                 self.stop()
                 return
-            _, _, kind, item = heapq.heappop(self.heap)
+            bound, _, kind, item = heapq.heappop(self.heap)
             if kind == "shape":
-                self.open_shape(*item)  # type: ignore[misc]
+                self.open_shape(*item, bound)  # type: ignore[misc]
+            elif kind == "tree":
+                self.open_tree(*item)  # type: ignore[misc]
             elif kind == "node":
                 self.open_node(*item)  # type: ignore[misc]
             else:
@@ -920,7 +954,7 @@ class _Run:
             100 * (self.best_s / self.stopped_at - 1),
         )
 
-    def open_shape(self, shape: Shape, schedule: Schedule) -> None:
+    def open_shape(self, shape: Shape, schedule: Schedule, bound: float = 0.0) -> None:
         search = self.phase
         pinned = search.pins.boundaries
         if pinned is not None:
@@ -931,6 +965,20 @@ class _Run:
                 overhead = search.model.step_overhead_s(layout)
                 self.push(bound + overhead, "leaf", (shape, schedule, layout.boundaries))
             return
+        space = self.space(shape, schedule)
+        if search.model.num_layers > DENSE_MAX_LAYERS:
+            # Long models, where nodes are costly and bounds far from tight: every shape's
+            # time-balanced partition first; its tree waits (`later`) and is built anew.
+            self.work += WORK_PER_TABLE_STAGE * shape.num_stages
+            boundaries = self.long_heuristic(shape, schedule, space)
+            if boundaries is not None and self.leaf_bound(space, boundaries) < self.limit():
+                self.simulate(shape, schedule, boundaries)
+            self.push(bound, "tree", (shape, schedule), later=True)
+            return
+        self.open_tree(shape, schedule, space)
+
+    def space(self, shape: Shape, schedule: Schedule) -> PartitionSpace:
+        search = self.phase
         links = search._rank_links(shape)  # the tables price transfers: same links, same tables
         key = (
             shape.num_stages,
@@ -939,15 +987,18 @@ class _Run:
             links.latency.tobytes(),
             links.per_byte.tobytes(),
         )
-        space = PartitionSpace(search.pricing(shape, schedule), search.shared_tables(key))
-        L = search.model.num_layers
+        return PartitionSpace(search.pricing(shape, schedule), search.shared_tables(key))
+
+    def open_tree(
+        self, shape: Shape, schedule: Schedule, space: PartitionSpace | None = None
+    ) -> None:
+        """Expand a shape's partition tree from its root; for tens of layers the first
+        shape's greedy descent in its bounds is simulated first (a layout to prune against)."""
+        space = space or self.space(shape, schedule)
+        L = self.phase.model.num_layers
         self.work += WORK_PER_TABLE_STAGE * shape.num_stages * (1 + L // 200)
-        long = L > DENSE_MAX_LAYERS
-        if self.best_s == math.inf or long:
-            # A layout to prune against: for tens of layers the first shape's greedy descent
-            # in its bounds; for long models, where nodes are costly and bounds far from
-            # tight, every shape's time-balanced partition.
-            boundaries = self.long_heuristic(shape, schedule, space) if long else _dived(space)
+        if self.best_s == math.inf and L <= DENSE_MAX_LAYERS:
+            boundaries = _dived(space)
             if boundaries is not None and self.leaf_bound(space, boundaries) < self.limit():
                 self.simulate(shape, schedule, boundaries)
         self.open_node(shape, schedule, space, space.root())
@@ -1102,8 +1153,16 @@ def solve_phase(
     pins: Pins | None = None,
     runner_ups: int = 2,
 ) -> PhaseSolution:
-    """The best layout (and runner-ups) for one phase; see the module docstring."""
-    return PhaseSearch(model, global_batch, frozen_layers, cached, pins).solve(runner_ups)
+    """The best layout (and runner-ups) for one phase; see the module docstring. A long
+    model's uncached phase whose frozen prefix fits no stage 0 is searched again with the
+    prefix over forward-only stages."""
+    try:
+        return PhaseSearch(model, global_batch, frozen_layers, cached, pins).solve(runner_ups)
+    except DoesNotFitError:
+        if cached or not frozen_layers or model.num_layers <= DENSE_MAX_LAYERS:
+            raise
+    search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, forward_only=True)
+    return search.solve(runner_ups)
 
 
 # --------------------------------------------------------------------------- baselines

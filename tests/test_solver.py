@@ -497,13 +497,15 @@ def test_the_does_not_fit_message_is_built_only_when_shown(monkeypatch):
 def test_the_does_not_fit_message_of_a_huge_cluster_takes_its_budget_not_minutes():
     """Found by the speed benchmark: 1,000 layers on 4,096 devices, nothing fits; the message's
     smallest memory ran a bisection for each of ~2,500 (S, D) pairs (over 15 minutes). It now
-    checks the pairs with the most stages first within MESSAGE_BUDGET_S and says so."""
+    checks the pairs with the most stages first within MESSAGE_BUDGET_S and says so. (A block
+    of 3·10⁹ parameters fits no 8 GiB device, whatever the stages: with forward-only stages a
+    long model's frozen prefix no longer has to fit one.)"""
     import time
 
     from pipeplan.cluster import cluster_from_flags
     from pipeplan.solver import MESSAGE_BUDGET_S
 
-    block = SyntheticLayer("block", 50_000_000, 1e-3, 2e-3, 1 << 20, 1e6)
+    block = SyntheticLayer("block", 3_000_000_000, 1e-3, 2e-3, 1 << 20, 1e6)
     layers = [SyntheticLayer("embeddings", 50_000_000, 1e-3, 2e-3, 1 << 20, 1e6)]
     layers += [block] * 998 + [SyntheticLayer("head", 1_000, 1e-4, 2e-4, 8, 1e3)]
     cluster = cluster_from_flags(nodes=512, devices_per_node=8, device_memory="8GiB")
@@ -545,3 +547,26 @@ def test_a_search_out_of_work_still_simulates_the_one_stage_layouts(seed):
                 one_stage = min(one_stage, evaluation.step_s)
     assert solution.best.step_s <= one_stage * (1 + 1e-12)
     assert solution.lower_bound_s <= solution.best.step_s
+
+
+def test_a_long_models_prefix_that_fits_no_stage_0_runs_on_forward_only_stages():
+    """Found by the speed benchmark: the 1,000-layer plan failed from 489 frozen layers on,
+    because a long model's prefix had to fit stage 0. When it does not, the phase is searched
+    again with the prefix over leading forward-only stages."""
+    from pipeplan.cluster import cluster_from_flags
+    from pipeplan.solver import DoesNotFitError
+
+    block = SyntheticLayer("block", 100_000_000, 1e-3, 2e-3, 1 << 20, 1e6)  # 400 MB
+    embeddings = SyntheticLayer("embeddings", 1_000_000, 1e-4, 2e-4, 1 << 20, 1e6)
+    layers = [embeddings] + [block] * 198 + [SyntheticLayer("head", 1_000, 1e-4, 2e-4, 8, 1e3)]
+    cluster = cluster_from_flags(nodes=2, devices_per_node=8, device_memory="16GiB")
+    model = CostModel(synthetic_profile(layers, micro_batches=(1, 2)), cluster)
+    frozen = 120  # 48 GB of frozen weights: no single device holds them
+    with pytest.raises(DoesNotFitError):
+        PhaseSearch(model, 64, frozen, False).solve()
+    best = solve_phase(model, 64, frozen_layers=frozen).best
+    assert best.fits
+    layout = best.layout
+    layout.check(model.num_layers, cluster.num_devices)
+    assert layout.forward_only_stages >= 3  # 48 GB over 16 GiB devices
+    assert layout.boundaries[layout.forward_only_stages] <= frozen
