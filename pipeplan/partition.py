@@ -900,52 +900,60 @@ class PartitionSpace:
         S, M, mu = p.num_stages, p.micro_batches, p.micro_batch_overhead_s
         Fp, Bp, Gp = p.fwd_prefix, p.bwd_prefix, p.grad_prefix
         Cp = Fp + Bp
-        zero = np.zeros_like(Fp)
-
-        def recv_f(k: int) -> np.ndarray:  # stage k's forward receives at its start
-            return p.send_s[k - 1] if k > 0 else zero
-
-        def recv_b(k: int) -> np.ndarray:  # stage k's backward receives at its end
-            return p.grad_send_s[k] if k < S - 1 else zero
+        # [k, position]: what stage k receives, its forward at its start (over boundary
+        # k−1), its backward at its end (over boundary k).
+        zero = np.zeros((1, len(Fp)))
+        rf = np.concatenate([zero, p.send_s[: S - 1]])
+        rb = np.concatenate([p.grad_send_s[: S - 1], zero])
+        k = np.arange(S)
+        ahead = (k + M) * mu  # the μ of stages before k and of k's M micro-batches
 
         def rising(Q: np.ndarray) -> np.ndarray:
-            return np.minimum.accumulate(Q[::-1])[::-1]
+            return np.minimum.accumulate(Q[:, ::-1], axis=1)[:, ::-1]
 
-        def l1(k: int):
-            return rising(M * (Cp + recv_b(k))), (M - 1) * Cp - M * recv_f(k), (k + M) * mu
+        def l1():
+            return rising(M * (Cp + rb)), (M - 1) * Cp - M * rf, ahead
 
-        def l1own(k: int):
-            rate = p.allreduce_s_per_byte[k] + p.optimizer_s_per_byte
+        def l1own():
+            rate = (p.allreduce_s_per_byte + p.optimizer_s_per_byte)[:, None]
             Q = M * Cp + rate * Gp
-            return rising(Q + M * recv_b(k)), Q - Fp - M * recv_f(k), (k + M) * mu
+            return rising(Q + M * rb), Q - Fp - M * rf, ahead
 
-        def round_trip(k: int):
-            later = M - p.forwards_first[k]
+        def round_trip():
+            later = (M - np.array(p.forwards_first, dtype=float))[:, None]
             Q = (M - 1) * Bp + later * Fp
-            R = Q - later * recv_f(k)
-            return rising(Q + (M - 1) * recv_b(k)), R, later * mu
+            return rising(Q + (M - 1) * rb), Q - later * rf, later[:, 0] * mu
 
-        def nic(k: int):  # every stage's all-reduce crosses one link: stages ≤ k's bytes
-            Q = M * Cp + p.shared_s_per_byte * Gp + M * recv_b(k)
-            return rising(Q), M * Cp - Fp - M * recv_f(k), (k + M) * mu
+        def nic():  # every stage's all-reduce crosses one link: stages ≤ k's bytes
+            Q = M * Cp + p.shared_s_per_byte * Gp + M * rb
+            return rising(Q), M * Cp - Fp - M * rf, ahead
 
-        def fwd(k: int):
-            return Fp, Fp - recv_f(k), mu
+        def fwd():
+            return np.broadcast_to(Fp, rf.shape), Fp - rf, np.full(S, mu)
 
-        def bwd(k: int):
-            return rising(Bp + recv_b(k)), Bp, 0.0
+        def bwd():
+            return rising(Bp + rb), np.broadcast_to(Bp, rb.shape), np.zeros(S)
 
         costs = {"l1": l1, "l1own": l1own, "nic": nic, "round": round_trip, "fwd": fwd}
         costs["bwd"] = bwd
         # Shared with the other shapes of the same S, m, schedule and boundary links, under a
         # name that says M where the table depends on it; l1own and nic depend on the
-        # replicas' all-reduce.
+        # replicas' all-reduce. The tables a bound needs are built together.
         shared = {"l1": f"l1/{M}", "round": f"round/{M}", "fwd": "fwd", "bwd": "bwd"}
-        if name not in shared:
-            return self._minmax(costs[name])
-        if shared[name] not in self._shared:
-            self._shared[shared[name]] = self._minmax(costs[name])
-        return self._shared[shared[name]]
+        names = ["l1", "l1own"] + (["fwd", "bwd"] if p.schedule == "gpipe" else ["round"])
+        if self.every_stage_shares_a_link():
+            names.append("nic")
+        if name not in names:
+            names.append(name)
+        built = [n for n in names if n not in self._tables and shared.get(n) not in self._shared]
+        for n, table in zip(built, self._minmax([costs[n]() for n in built]), strict=True):
+            self._tables[n] = table
+            if n in shared:
+                self._shared[shared[n]] = table
+        for n in names:
+            if n in shared and n not in self._tables:
+                self._tables[n] = self._shared[shared[n]]
+        return self._tables[name]
 
     def _positions(self, k: int) -> np.ndarray:
         """Where stage k may start: after k one-layer stages (stage 1 after the frozen prefix)
@@ -957,32 +965,38 @@ class PartitionSpace:
         valid[lo : L - (p.num_stages - k) + 1] = True
         return valid
 
-    def _minmax(self, cost) -> list[np.ndarray]:
-        """T[k][i] ≤ min over placements of stages k..S−1 on [i, L) of max_t u_t, with
-        u_t(i', j) = Q_t[j] − R_t[i'] + κ_t nondecreasing in j (`cost(t)` → Q_t, R_t, κ_t).
-        Backwards over k: T[k][i] = min_j max(u_k(i, j), T'[j]) with T' the running minimum
-        of T[k+1] (nonincreasing, ≤ T[k+1]), so the best j is at the crossing of a
-        nondecreasing and a nonincreasing sequence: found by bisection on Q_k − T'."""
+    def _minmax(self, costs: list[tuple[np.ndarray, ...]]) -> list[list[np.ndarray]]:
+        """Per cost (Q, R, κ) with Q, R: [stage t, position], κ: [t], T[k][i] ≤ min over
+        placements of stages k..S−1 on [i, L) of max_t u_t, u_t(i', j) = Q_t[j] − R_t[i'] +
+        κ_t nondecreasing in j. Backwards over k: T[k][i] = min_j max(u_k(i, j), T'[j])
+        with T' the running minimum of T[k+1] (nonincreasing, ≤ T[k+1]), so the best j is
+        at the crossing of a nondecreasing and a nonincreasing sequence: found by bisection
+        on Q_k − T'. The costs go together, one row each (numpy's per-call overhead, not the
+        arithmetic, is what a table of tens of layers costs)."""
         p = self.p
-        S, L = p.num_stages, p.num_layers
+        S, L, n = p.num_stages, p.num_layers, len(costs)
+        Qs = np.stack([np.broadcast_to(Q, (S, L + 1)) for Q, _, _ in costs], axis=1)
+        Rs = np.stack([np.broadcast_to(R, (S, L + 1)) for _, R, _ in costs], axis=1)
+        kappas = np.stack([kappa for _, _, kappa in costs], axis=1)[:, :, None]  # [t, cost, 1]
         positions = np.arange(L + 1)
-        tables: list[np.ndarray] = [np.full(L + 1, np.inf) for _ in range(S + 1)]
-        Q, R, kappa = cost(S - 1)
-        last = np.where(self.last_ends(S - 1) >= L, Q[L] - R + kappa, np.inf)
+        tables = np.full((S + 1, n, L + 1), np.inf)
+        Q, R, kappa = Qs[S - 1], Rs[S - 1], kappas[S - 1]
+        last = np.where(self.last_ends(S - 1) >= L, Q[:, L:] - R + kappa, np.inf)
         tables[S - 1] = np.where(self._positions(S - 1), last, np.inf)
         for k in range(S - 2, 0, -1):
-            Q, R, kappa = cost(k)
-            after = np.minimum.accumulate(tables[k + 1])
+            Q, R, kappa = Qs[k], Rs[k], kappas[k]
+            after = np.minimum.accumulate(tables[k + 1], axis=1)
             with np.errstate(invalid="ignore"):
-                crossing = np.maximum.accumulate(Q - after)
-            split = np.searchsorted(crossing, R - kappa, side="left")
+                crossing = np.maximum.accumulate(Q - after, axis=1)
+            split = _search_rows(crossing, R - kappa)
             lo, hi = positions + 1, self.last_ends(k)
             j1 = np.maximum(split, lo)
-            above = np.where(j1 <= hi, Q[np.minimum(j1, L)] - R + kappa, np.inf)
+            reached = np.take_along_axis(Q, np.minimum(j1, L), axis=1)
+            above = np.where(j1 <= hi, reached - R + kappa, np.inf)
             j2 = np.minimum(split - 1, hi)
-            below = np.where(j2 >= lo, after[np.clip(j2, 0, L)], np.inf)
+            below = np.where(j2 >= lo, np.take_along_axis(after, np.clip(j2, 0, L), axis=1), np.inf)
             tables[k] = np.where(self._positions(k), np.minimum(above, below), np.inf)
-        return tables
+        return [list(tables[:, row]) for row in range(n)]
 
     def _min_sends(self) -> list[np.ndarray]:
         """X[k][i]: the smallest sum of boundary transfers X_t(b_{t+1}) over stages k..S−2
@@ -1050,3 +1064,16 @@ class PartitionSpace:
                 return None
             node = min(children, key=lambda item: item[0])[1]
         return node
+
+
+# Rows of at most this many positions are searched by one comparison of every pair.
+SEARCH_PAIRS_MAX = 96
+
+
+def _search_rows(sorted_rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per row r, `np.searchsorted(sorted_rows[r], values[r], side="left")` (NaN sorts last,
+    as there): one broadcast comparison for short rows, a loop for long ones."""
+    if sorted_rows.shape[1] <= SEARCH_PAIRS_MAX:
+        return (sorted_rows[:, None, :] < values[:, :, None]).sum(axis=2)
+    pairs = zip(sorted_rows, values, strict=True)
+    return np.stack([np.searchsorted(row, value, side="left") for row, value in pairs])
