@@ -171,3 +171,13 @@ def test_1f1b_needs_a_micro_batch_per_stage_that_trains():
     with pytest.raises(BadArgumentError, match="2 micro-batches for 3 stages that train"):
         layout(0, (0, 2, 6, 10), M=2).check(10, 3)
     layout(0, (0, 2, 6, 10), M=1, schedule="gpipe").check(10, 3)  # GPipe runs any M
+
+
+def test_a_layout_label_says_how_many_stages_run_forward_only():
+    from pipeplan.formats import Layout
+
+    fields = dict(micro_batches=4, micro_batch_size=2, schedule="gpipe", rank_map=((0, 1, 2),))
+    fed = Layout(frozen_layers=3, cached=False, boundaries=(0, 2, 5, 14), **fields)
+    assert fed.label() == "3x1 M=4 gpipe (1 forward-only)"
+    plain = Layout(frozen_layers=1, cached=False, boundaries=(0, 2, 5, 14), **fields)
+    assert plain.label() == "3x1 M=4 gpipe"

@@ -5,6 +5,7 @@
     layout.num_stages, layout.replicas   # 2, 2 (derived, never stored twice)
     layout.check(num_layers=14, world_size=4)   # the one validity check
     layout.label()                              # '2x2 M=4 1f1b cached'
+    # with 3 frozen layers and boundaries (0, 2, 5, 14): '3x1 M=4 gpipe (1 forward-only)'
 
 The solver returns it, the plan file and the run records store it, the executor runs it and
 the report reads it. Every layout the planner emits passes `check`, and the executor applies
@@ -126,7 +127,10 @@ class Layout(Strict):
     def label(self) -> str:
         """The one text form of a layout, as tables, progress bars and summaries show it."""
         cached = " cached" if self.cached else ""
-        return f"{self.num_stages}x{self.replicas} M={self.micro_batches} {self.schedule}{cached}"
+        k = self.forward_only_stages
+        fed = f" ({k} forward-only)" if k else ""  # the leading stages that hold only frozen layers
+        shape = f"{self.num_stages}x{self.replicas} M={self.micro_batches}"
+        return f"{shape} {self.schedule}{cached}{fed}"
 
 
 class EpochShape(Strict):
