@@ -417,6 +417,7 @@ class CostModel:
         costs = self.phase_costs(m, layout.frozen_layers, layout.cached)
         links, ar_links, ar_nodes = self._rank_map_links(layout.rank_map)
         b = layout.boundaries
+        fed = layout.forward_only_stages
         works, reports = [], []
         for s in range(S):
             first, stop = b[s], b[s + 1]
@@ -439,6 +440,12 @@ class CostModel:
             memory = self.stage_memory_bytes(
                 costs, first, stop, in_flight(layout.schedule, S, s, M)
             )
+            if 1 <= s <= fed:
+                # A stage fed by a forward-only one posts the step's M receives at once
+                # (`executor.feed.Inbox`); the first that trains also holds the placeholder
+                # batch its schedule splits.
+                buffers = M * float(costs.boundary_bytes[first - 1])
+                memory += int(np.ceil(buffers * (2 if s == fed else 1)))
             works.append(
                 StageWork(
                     fwd,

@@ -281,3 +281,27 @@ def test_simultaneous_transfers_of_replicas_crossing_one_node_link_share_it():
         model.cluster.inter_node.bandwidth_bytes_per_s / 2
     )
     assert model.boundary_shares(((0, 4), (5, 1))) == [1]  # opposite directions: full duplex
+
+
+def test_a_stage_fed_by_a_forward_only_stage_holds_its_receive_buffers():
+    """The executor posts a step's M receives at once on every fed stage, and the first
+    stage that trains also allocates the placeholder batch its schedule splits
+    (`executor.feed`): 2·M input activations there, M on a fed forward-only stage."""
+    model = CostModel(small_profile(num_blocks=6), cluster(nodes=1, per_node=4))
+    layout = Layout(
+        frozen_layers=4,
+        cached=False,
+        micro_batches=4,
+        micro_batch_size=2,
+        schedule="gpipe",
+        boundaries=(0, 2, 4, 6, 8),
+        rank_map=((0, 1, 2, 3),),
+    )
+    assert layout.forward_only_stages == 2
+    costs = model.phase_costs(2, 4, False)
+    reports = model.evaluate(layout).stages
+    for s, copies in [(0, 0), (1, 1), (2, 2), (3, 0)]:
+        first, stop = layout.boundaries[s], layout.boundaries[s + 1]
+        plain = model.stage_memory_bytes(costs, first, stop, 4)
+        expected = plain + copies * 4 * float(costs.boundary_bytes[first - 1])
+        assert reports[s].memory_bytes == pytest.approx(expected, abs=2)
