@@ -216,7 +216,7 @@ class Trainer:
         same_world = manifest.world_size == self.world
         previous = manifest.layout if same_world else None
         decision = self.decide_phase(self.frozen_layers, manifest.epoch, previous)
-        self.enter_phase(decision, manifest.epoch)
+        self.enter_phase(decision, manifest.epoch, resumed=True)
         self.restore_runtime(manifest, states)
         if manifest.world_size == self.world:  # same ranks: the same random streams
             checkpoint.restore_rng(rng, self.rank, self.device)
@@ -258,8 +258,9 @@ class Trainer:
         assert box[0] is not None
         return box[0]
 
-    def enter_phase(self, decision: PhaseDecision, epoch: int) -> None:
-        """Move to the decided layout; the time it takes is the phase's transition_s."""
+    def enter_phase(self, decision: PhaseDecision, epoch: int, resumed: bool = False) -> None:
+        """Move to the decided layout; the time it takes is the phase's transition_s
+        (`resumed`: the state came from a checkpoint, nothing moved between ranks)."""
         t0 = time.perf_counter()
         layout = decision.layout
         layout.check(len(self.seq.layers), self.world)
@@ -287,6 +288,7 @@ class Trainer:
                 start_step=self.step_index,
                 start_epoch=epoch,
                 transition_s=time.perf_counter() - t0,
+                resumed=resumed,
             )
         )
 

@@ -639,13 +639,14 @@ def fit_group_rebuild(
     transition_s minus the byte move `profile` prices for it (on the cluster the phase
     record names); the fit is their median (robust to a transition a loaded machine
     stalled), never below 0. Phases that kept the placement moved nothing and rebuilt no
-    group: they say nothing of it."""
+    group, and a resumed run's phase loaded its state from a checkpoint: they say nothing of
+    it."""
     extra = []
     for run_dir in run_dirs:
         _, records = load_run(run_dir, profile)
         phases = sorted((r for r in records if isinstance(r, PhaseRecord)), key=lambda r: r.phase)
         for before, after in pairwise(phases):
-            if same_placement(before.layout, after.layout):
+            if same_placement(before.layout, after.layout) or after.resumed:
                 continue
             move = CostModel(profile, after.pricing.cluster).move_s(before.layout, after.layout)
             extra.append(after.transition_s - move)

@@ -530,6 +530,21 @@ def test_measured_transitions_give_back_the_group_rebuild_time(tmp_path, profile
     assert "layout change besides moving bytes: 300.0 ms" in capsys.readouterr().err
 
 
+def test_a_resumed_runs_phase_is_no_transition_to_fit(tmp_path, profile):
+    """A resumed run's new phase (another world size, another placement) built its groups
+    and loaded its state from a checkpoint: its transition_s moved nothing and says nothing
+    of the group rebuild. Phases 1 and 3 marked resumed with 10 s leave phase 2's 0.3 s."""
+    truth = TRUTH.model_copy(update={"group_rebuild_s": 0.3})
+    write_run(tmp_path / "run", profile, truth=truth, step_jitter=0.0)
+    path = tmp_path / "run" / "run.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+        if row["kind"] == "phase" and row["phase"] in (1, 3):
+            row["resumed"], row["transition_s"] = True, 10.0
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert fit_group_rebuild([tmp_path / "run"], profile)[0] == pytest.approx(0.3, rel=1e-12)
+
+
 def test_a_measured_transition_below_its_byte_move_fits_zero(tmp_path, profile):
     """A transition faster than the priced move (a link faster than profiled): the rebuild
     is what the cost model adds, never negative."""

@@ -313,6 +313,11 @@ class PhaseRecord(PhaseDecision):
     start_step: NonNegInt
     start_epoch: NonNegInt
     transition_s: Seconds = Field(description="Measured time to move state and rebuild.")
+    resumed: bool = Field(
+        False,
+        description="Entered by --resume: the state came from a checkpoint, so transition_s "
+        "moved nothing between ranks (calibration's group-rebuild fit skips it).",
+    )
 
 
 class StepRecord(Strict):
