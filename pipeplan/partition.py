@@ -715,6 +715,20 @@ class PartitionSpace:
         if self.every_stage_shares_a_link():
             nic_rest = a - p.fwd_prefix[i] - shift + p.shared_latency_s + self.table("nic")[k][i]
             bound = np.maximum(bound, nic_rest)
+            # The last stage's last op after an unplaced stage t's last forward (its M
+            # forwards and the M − nF_t backwards before it), the forwards after t and the
+            # last stage's backwards; then all the gradient bytes over the link.
+            after = M if p.schedule == "gpipe" else 1
+            paced = (
+                a
+                - p.fwd_prefix[i]
+                + p.fwd_prefix[L]
+                + (S - 1 - k) * mu
+                + after * (p.bwd_prefix[L] - p.bwd_prefix[L - 1])
+                + self.table("pace")[k][i]
+            )
+            carried = p.shared_latency_s + p.shared_s_per_byte * p.grad_prefix[L]
+            bound = np.maximum(bound, paced + carried)
         if p.schedule == "1f1b":
             bound = np.maximum(bound, self._suffix_windows(k, i, a + d + tail0))
         if p.forward_only_layers:
@@ -931,18 +945,23 @@ class PartitionSpace:
         def fwd():
             return np.broadcast_to(Fp, rf.shape), Fp - rf, np.full(S, mu)
 
+        def pace():  # stage k's last forward, less the forwards of the layers after it
+            later = (M - np.array(p.forwards_first, dtype=float))[:, None]
+            Q = (M - 1) * Fp + later * Bp
+            return rising(Q + later * rb), Q - M * rf, np.full(S, M * mu)
+
         def bwd():
             return rising(Bp + rb), np.broadcast_to(Bp, rb.shape), np.zeros(S)
 
         costs = {"l1": l1, "l1own": l1own, "nic": nic, "round": round_trip, "fwd": fwd}
-        costs["bwd"] = bwd
+        costs.update(bwd=bwd, pace=pace)
         # Shared with the other shapes of the same S, m, schedule and boundary links, under a
         # name that says M where the table depends on it; l1own and nic depend on the
         # replicas' all-reduce. The tables a bound needs are built together.
         shared = {"l1": f"l1/{M}", "round": f"round/{M}", "fwd": "fwd", "bwd": "bwd"}
         names = ["l1", "l1own"] + (["fwd", "bwd"] if p.schedule == "gpipe" else ["round"])
         if self.every_stage_shares_a_link():
-            names.append("nic")
+            names += ["nic", "pace"]
         if name not in names:
             names.append(name)
         built = [n for n in names if n not in self._tables and shared.get(n) not in self._shared]
