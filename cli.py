@@ -6,6 +6,7 @@ import json
 import signal
 import sys
 import threading
+import traceback
 from typing import Annotated, Any
 
 import typer
@@ -618,8 +619,8 @@ def main(argv: list[str] | None = None) -> int:
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except PipeplanError as exc:
-        if _debug["on"]:
-            raise
+        if _debug["on"]:  # the traceback too, and still the exit code of a user error
+            traceback.print_exc()
         print(f"pipeplan: error: {exc}", file=sys.stderr)
         return 2
     except _USAGE_ERRORS as exc:
@@ -633,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except OSError as exc:  # what the file system refuses (a name too long, …) in one line
         if _debug["on"]:
-            raise
+            traceback.print_exc()
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"pipeplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2

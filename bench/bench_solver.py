@@ -27,7 +27,7 @@ from pipeplan.formats import Calibration, Cluster, FittedLink, Layout, Link
 from pipeplan.freeze import alpha_schedule
 from pipeplan.partition import PartitionProblem, brute_force_partition, solve_partition
 from pipeplan.plan import compare_partitions, make_plan, make_preview
-from pipeplan.solver import PhaseSearch, Pins
+from pipeplan.solver import PhaseSearch, Pins, solve_phase
 from pipeplan.synthetic import SyntheticLayer, preset_profile, synthetic_profile, transformer_layers
 
 # --------------------------------------------------------------------------- instances
@@ -293,7 +293,7 @@ def proven(profile, cluster, plan, global_batch: int) -> list[tuple[int, bool, f
     rows = []
     for phase in plan.phases:
         layout = phase.layout
-        solution = PhaseSearch(model, global_batch, layout.frozen_layers, layout.cached).solve()
+        solution = solve_phase(model, global_batch, layout.frozen_layers, layout.cached)
         rows.append(
             (
                 layout.frozen_layers,
@@ -348,8 +348,6 @@ def bench_speed(big: bool, repeats: int) -> None:
             freeze=freeze,
         )
     except PipeplanError as exc:
-        # Frozen weights stay resident (the cache fills on the fly; the planner keeps long
-        # models' prefix in stage 0): past some freeze point the prefix outgrows a device.
         print(f"speed: synthetic 1,000 layers on 4,096 devices: FAILS to plan: {exc}")
         return
     print(

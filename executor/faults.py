@@ -30,6 +30,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from pipeplan.errors import PipeplanError
 
 OWN_FAULT = ("raised", "interrupted")
@@ -116,6 +118,11 @@ def describe(exc: BaseException, kind: str) -> str:
     the last line of its message (gloo's carry a source path first)."""
     if kind == "interrupted":
         return "interrupted by SIGINT"
+    if isinstance(exc, ValidationError) and exc.errors():
+        # Its last line is a link to pydantic's documentation: say what failed instead.
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        return f"{exc.title}: {where}: {error['msg']}"
     lines = str(exc).strip().splitlines()
     last = lines[-1].strip() if lines else ""
     if isinstance(exc, PipeplanError):

@@ -144,7 +144,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)
     cfg = load(RunConfig, run_dir / "run.json")
-    path = _checkpoint_path(run_dir, checkpoint) if checkpoint else None
+    path = _checkpoint_path(run_dir, checkpoint) if checkpoint is not None else None
     _, weights, _, _ = load_checkpoint(path) if path else load_latest(run_dir)
     # Random init: every weight comes from the checkpoint, the model directory's are not read.
     seq, _ = build_task(cfg.model_copy(update={"init": "random"}), quiet=True)

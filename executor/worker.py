@@ -468,8 +468,18 @@ class Trainer:
             phase=self.phase_index,
             global_batch=self.cfg.global_batch,
         )
+        if record.loss is not None and not math.isfinite(record.loss):
+            # Every rank has the record: all stop here, and the run's records stay valid.
+            self.diverged(f"the loss is {record.loss} at step {record.step + 1}", epoch)
         self.recorder.write(record)
         return record
+
+    def diverged(self, what: str, epoch: int) -> None:
+        """Stop the run on a non-finite loss, before a record holds it, saying what to do."""
+        raise PipeplanError(
+            f"training diverged: {what} (epoch {epoch + 1}); lower --lr (it is "
+            f"{self.cfg.lr:g}) or check the data for NaN or infinite values"
+        )
 
     def recalibrate(self) -> None:
         """Collective: rank 0 refits the planner's cost model on this run's records so far; the
@@ -572,6 +582,8 @@ class Trainer:
         norms."""
         t0 = time.perf_counter()
         eval_loss, accuracy = self.evaluate()
+        if eval_loss is not None and not math.isfinite(eval_loss):  # every rank has it
+            self.diverged(f"the held-out loss is {eval_loss} after the epoch", epoch)
         norms = self.gather_grad_norms()
         forecast = self.forecast(epoch) if self.rank == 0 else None
         one_sided_done()  # rank 0 priced the forecast

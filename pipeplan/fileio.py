@@ -18,6 +18,9 @@ def check_writable(path: str | Path, inputs: Iterable[str | Path | None] = ()) -
 
         check_writable("plan.json", inputs=[profile_path, cluster_path])
     """
+    if isinstance(path, str) and path.endswith(("/", os.sep)):
+        # Path() would drop the slash and write a file where the user asked for a folder.
+        raise OutputError(f"{path}: names a directory (it ends in '/'); give a file name")
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     try:

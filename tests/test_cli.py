@@ -16,7 +16,6 @@ import pipeplan
 from executor.planning import shipped_profile
 from pipeplan.cluster import cluster_from_flags, parse_bytes
 from pipeplan.costmodel import CostModel
-from pipeplan.errors import PipeplanError
 from pipeplan.formats import Profile, RunConfig, dumps, flag_marker, flag_of, load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,9 +97,12 @@ def test_version_prints_the_package_version_and_exits_0():
         ["schema", "nonsense", "--debug"],
     ],
 )
-def test_debug_anywhere_on_the_line_raises_instead_of_one_line(args):
-    with pytest.raises(PipeplanError, match="unknown schema"):
-        cli.main(args)
+def test_debug_anywhere_on_the_line_adds_the_traceback_and_keeps_exit_code_2(args, capsys):
+    """Found by the fifth hostile round: --debug turned a bad input's exit code 2 into 1."""
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and "PipeplanError" in err
+    assert err.splitlines()[-1].startswith("pipeplan: error: unknown schema")
 
 
 def test_debug_after_the_subcommand_shows_the_traceback_in_a_fresh_process(capsys):
@@ -108,8 +110,8 @@ def test_debug_after_the_subcommand_shows_the_traceback_in_a_fresh_process(capsy
     assert plain.returncode == 2 and plain.stderr.count("\n") == 1
     assert plain.stderr.startswith("pipeplan: error: unknown schema")
     debug = run_cli("schema", "nonsense", "--debug")
-    assert debug.returncode == 1 and debug.stderr.startswith("Traceback")
-    assert "unknown schema" in debug.stderr.splitlines()[-1]
+    assert debug.returncode == 2 and debug.stderr.startswith("Traceback")
+    assert debug.stderr.splitlines()[-1].startswith("pipeplan: error: unknown schema")
     assert cli.main(["--help"]) == 0 and "--debug" in capsys.readouterr().out  # still documented
 
 

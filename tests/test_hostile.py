@@ -1511,3 +1511,36 @@ def test_a_new_run_never_takes_over_a_folder_that_is_not_a_run(tmp_path, capsys)
     argv += ["--runs-dir", str(tmp_path), "--name", "userdir"]
     refused(argv, tmp_path, capsys, "exists and is not empty (it holds notes.txt)")
     assert [p.name for p in (tmp_path / "userdir").iterdir()] == ["notes.txt"]
+
+
+def test_an_output_path_ending_in_a_slash_is_a_folder_not_a_file(tmp_path, capsys):
+    """Found by the fifth independent round: `plan --out newdir/` wrote a file `newdir`."""
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = ["plan", "--profile", profile, *PREVIEW, "--out", f"{tmp_path / 'newdir'}/"]
+    refused(argv, tmp_path, capsys, "names a directory")
+    assert not (tmp_path / "newdir").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_diverging_run_says_so_and_keeps_its_records_valid(tmp_path, capsys):
+    """Found by the fifth independent round: `--lr 1e30` (or NaN inputs) failed with
+    "ValidationError: For further information visit https://errors.pydantic.dev/…": the NaN
+    loss reached an epoch record. Now the step that produced it stops the run with what to do,
+    and run.jsonl holds only valid records (report reads it)."""
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--epochs", "1"]
+    argv += ["--max-steps-per-epoch", "3", "--lr", "1e30", "--runs-dir", str(tmp_path)]
+    assert cli.main([*argv, "--name", "lrhuge"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeplan: error: training failed on rank 0")
+    assert "training diverged: the" in lines[0] and "lower --lr (it is 1e+30)" in lines[0]
+    assert cli.main(["report", str(tmp_path / "lrhuge")]) == 0
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_export_of_an_empty_checkpoint_name_is_refused(finished_run, tmp_path, capsys):
+    """Found by the fifth independent round: `--checkpoint ''` exported the latest one."""
+    run = copy_run(finished_run, tmp_path)
+    argv = ["export", str(run), "--checkpoint", "", "--out", str(tmp_path / "out")]
+    refused(argv, tmp_path, capsys, "name a checkpoint as step-N")
