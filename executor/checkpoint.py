@@ -98,7 +98,7 @@ def save(
         tmp.mkdir(parents=True)
         for name, value in tensors.items():
             torch.save(value, tmp / name)
-        files = {name: _sha256(tmp / name) for name in tensors}
+        files = {name: file_sha256(tmp / name) for name in tensors}
         manifest = manifest.model_copy(update={"files": files})
         (tmp / "manifest.json").write_text(dumps(manifest))
         for f in tmp.iterdir():
@@ -158,7 +158,8 @@ def read_tensors(path: Path) -> dict:
         raise InputFileError(f"{path}: not a checkpoint of tensors (refused unread)") from None
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """`file_sha256(path)`: the hex sha256 of a file's bytes, read in blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -194,7 +195,7 @@ def load_checkpoint(path: Path) -> Loaded:
         recorded = manifest.files.get(name)
         if recorded is None:
             raise InputFileError(f"{path}: the manifest has no checksum for {name}")
-        if not (path / name).is_file() or _sha256(path / name) != recorded:
+        if not (path / name).is_file() or file_sha256(path / name) != recorded:
             raise InputFileError(f"{path / name}: checksum mismatch (corrupted or replaced)")
     try:
         model = read_tensors(path / "model.pt")
@@ -244,6 +245,12 @@ def check_weights(model: dict[str, torch.Tensor], layers: nn.ModuleList, where: 
             raise InputFileError(
                 f"{where}: parameter {name} has shape {list(model[name].shape)} in the "
                 f"checkpoint, {list(p.shape)} in the model"
+            )
+        if model[name].is_floating_point() != p.is_floating_point():
+            # copy_ would cast an integer tensor's values into a float parameter, silently.
+            raise InputFileError(
+                f"{where}: parameter {name} is {str(model[name].dtype).removeprefix('torch.')} "
+                f"in the checkpoint, {str(p.dtype).removeprefix('torch.')} in the model"
             )
 
 

@@ -48,7 +48,7 @@ from executor import faults
 from executor.checkpoint import PENDING_CONFIG, check_weights, commit_config, latest
 from executor.planning import RUN_PROFILE, RunPlanner, check_plan_cache
 from executor.records import METRICS_FILE
-from executor.task import MODEL_DIR, build_task
+from executor.task import DATA_RECORD, MODEL_DIR, build_task, check_data, data_record
 from executor.worker import Trainer, init_distributed
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
@@ -95,6 +95,7 @@ def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
     ranks run on this host (else torchrun starts them, some on other nodes)."""
     with pipeplan_log.held():  # a warning (a head replaced) only if the checks pass
         planner = check_run(cfg, local)
+    record = data_record(cfg)  # hashed before the folder is claimed: a failure loses nothing
     run_dir = run_directory(runs_root, cfg.name)
     # Looked at before claiming (a claim leaves a .lock in the folder), and again after it
     # (another process may have filled it in between).
@@ -102,6 +103,8 @@ def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
     run_dir = claim_directory(run_dir)
     _check_empty(run_dir)
     write_atomic(run_dir / "run.json", dumps(cfg))
+    if record is not None:  # a resume or export refuses data edited since
+        write_atomic(run_dir / DATA_RECORD, dumps(record))
     # The run prices every phase with this copy: the run directory alone reproduces its plans.
     write_atomic(run_dir / RUN_PROFILE, dumps(planner.profile))
     return run_dir
@@ -328,6 +331,7 @@ def rank_config(run_dir: Path, resume: bool) -> RunConfig:
     run is re-planned for it (rank 0 records the new size)."""
     pending = run_dir / PENDING_CONFIG
     cfg = load(RunConfig, pending if resume and pending.exists() else run_dir / "run.json")
+    check_data(run_dir, cfg)  # torchrun starts ranks without `pipeplan run`'s checks
     world = int(os.environ["WORLD_SIZE"])
     if world == cfg.nproc:
         return cfg
@@ -524,6 +528,7 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
 
     path = Path(run_dir)
     saved = load(RunConfig, path / "run.json")
+    check_data(path, saved)
     cfg = resumed_config(saved, given or {})
     latest(path)  # fail before any process starts (and before claiming) if nothing to resume
     # What every rank reads on resume, read here first: a missing or corrupt file is one line

@@ -7,6 +7,8 @@ the padding-mask channel. `launch.prepare` and then every rank build the same wa
 same seed, so all ranks hold the same weights: the checkpoint's, a fresh head included.
 
     seq, data = build_task(cfg)                      # launch.prepare and every rank
+    record = data_record(cfg)                        # launch.prepare: runs/NAME/data.json
+    check_data(run_dir, cfg)                         # a resume or export: the data unchanged
     save_model(seq, run_dir)                         # the end of a run: runs/NAME/model/
     export_run("runs/r", "out/")                     # `pipeplan export`: the latest checkpoint
     export_run("runs/r", "out/", "step-40")          # … or a named one
@@ -26,13 +28,14 @@ from executor import text
 from executor.data import TaskData, check_compatible, data_task, label_count, load_data
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError
-from pipeplan.formats import RunConfig, load
+from pipeplan.formats import DataFile, DataRecord, RunConfig, load
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
 
 log = logging.getLogger("pipeplan.run")
 MODEL_DIR = "model"  # runs/NAME/model/: the trained transformers model
+DATA_RECORD = "data.json"  # runs/NAME/data.json: what the data files were at the start
 
 
 def build_task(cfg: RunConfig, quiet: bool = False) -> tuple[LayerSequence, TaskData]:
@@ -49,13 +52,17 @@ def build_task(cfg: RunConfig, quiet: bool = False) -> tuple[LayerSequence, Task
             corpus = text.read_corpus(spec, cfg.seed)
             task = _text_task(corpus, cfg.task, spec)
             classes = corpus.num_labels if task == "classification" else None
+            if task == "classification":  # the labels the rows use, not the head's size
+                _check_classes(len({*corpus.train_labels, *(corpus.eval_labels or [])}), spec)
             seq = _build(cfg, task, classes, padding_mask=True)
             _name_labels(seq, corpus.label_names)
             data = text.tokenize(corpus, cfg.tokenizer, seq)
         else:
             data = load_data(spec, None, cfg.seed)
             task = cfg.task or data_task(data)
-            seq = _build(cfg, task, _classes(data, task), data.padded)
+            classes = _classes(data, task)
+            _check_classes(classes, spec)
+            seq = _build(cfg, task, classes, data.padded)
     check_compatible(data, seq)
     return seq, data
 
@@ -99,6 +106,17 @@ def _classes(data: TaskData, task: str) -> int | None:
     return label_count(data)
 
 
+def _check_classes(classes: int | None, spec: str) -> None:
+    """A classifier needs two classes: transformers reads num_labels=1 as regression, and a
+    single class has nothing to learn."""
+    if classes is not None and classes < 2:
+        raise BadArgumentError(
+            f"data '{spec}' has {classes} class{'es' if classes != 1 else ''}; classification "
+            "needs at least 2 classes (label the rows with two or more labels, or train a "
+            "decoder with --task causal-lm)"
+        )
+
+
 def _name_labels(seq: LayerSequence, names: list[str] | None) -> None:
     """Label names from the data become the exported model's id2label."""
     if not names:
@@ -121,6 +139,63 @@ def _notices(quiet: bool) -> Iterator[None]:
         logger.setLevel(level)
 
 
+# --------------------------------------------------------------------------- the data's identity
+
+
+def data_files(spec: str) -> list[Path]:
+    """The files `spec` reads: one or two text files, or the .py file of `file.py:function`;
+    none for built-ins and installed modules."""
+    if text.is_text_spec(spec):
+        return [Path(p) for p in spec.split(",")]
+    target = spec.rpartition(":")[0]
+    return [Path(target)] if target.endswith(".py") else []
+
+
+def data_record(cfg: RunConfig) -> DataRecord | None:
+    """What the run's data files hold now (sha256 of their bytes), and the label names text
+    data gives; None when the data reads no file. Called after build_task read them."""
+    from executor.checkpoint import file_sha256
+
+    files = data_files(cfg.data)
+    if not files:
+        return None
+    names = None
+    if text.is_text_spec(cfg.data):
+        names = text.read_corpus(cfg.data, cfg.seed).label_names
+    try:
+        hashed = [DataFile(path=str(p), sha256=file_sha256(p)) for p in files]
+    except OSError as exc:
+        raise InputFileError(f"{cfg.data}: cannot read the data ({exc})") from None
+    return DataRecord(data=cfg.data, files=hashed, label_names=names)
+
+
+def check_data(run_dir: Path, cfg: RunConfig) -> None:
+    """Before the task is rebuilt from run.json (a resume, an export): the data must be what
+    the run started with, or label ids would silently change meaning. Runs without data.json
+    (older runs, built-in data) are not checked."""
+    from executor.checkpoint import file_sha256
+
+    path = run_dir / DATA_RECORD
+    if not path.exists():
+        return
+    record = load(DataRecord, path)
+    if record.data != cfg.data:
+        raise InputFileError(
+            f"{run_dir / 'run.json'}: data '{cfg.data}' is not the data the run started with "
+            f"('{record.data}', {path}); restore it or start a new run"
+        )
+    for file in record.files:
+        try:
+            now = file_sha256(Path(file.path))
+        except OSError as exc:
+            raise InputFileError(f"{file.path}: cannot read the run's data ({exc})") from None
+        if now != file.sha256:
+            raise InputFileError(
+                f"{file.path}: DATA changed since the run started (its sha256 was "
+                f"{file.sha256[:16]}…, now {now[:16]}…); restore it or start a new run"
+            )
+
+
 # --------------------------------------------------------------------------- the model out
 
 
@@ -139,15 +214,17 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     """`pipeplan export RUN [--checkpoint step-N] --out DIR`: a checkpoint's weights (the
     latest that verifies, or the named one) in the model the run builds, as a transformers
     directory. The run's data is read again: it sizes the head as it did in the run."""
-    from executor.checkpoint import load_checkpoint, load_latest, restore
+    from executor.checkpoint import check_weights, latest, load_checkpoint, load_latest, restore
 
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)
     cfg = load(RunConfig, run_dir / "run.json")
+    check_data(run_dir, cfg)
     path = _checkpoint_path(run_dir, checkpoint) if checkpoint is not None else None
     _, weights, _, _ = load_checkpoint(path) if path else load_latest(run_dir)
     # Random init: every weight comes from the checkpoint, the model directory's are not read.
     seq, _ = build_task(cfg.model_copy(update={"init": "random"}), quiet=True)
+    check_weights(weights, seq.layers, path or latest(run_dir))  # shapes and dtype kinds
     try:
         restore(seq.layers, weights, {})
     except RuntimeError as exc:

@@ -35,6 +35,9 @@ TEXT_SUFFIXES = (".jsonl", ".csv")
 EVAL_FRACTION = 0.2  # held out of a single file
 # What marks a directory as holding a tokenizer (transformers writes both).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# The small JSON files transformers reads beside tokenizer.json (tokenizer.json itself is
+# parsed by the `tokenizers` library, which names a broken one).
+TOKENIZER_JSON = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 
 Row = tuple[str, Any]  # (text, label as written, or None)
 # Characters of a text the tokenizer sees, per token of --seq-len: far more than any real
@@ -125,16 +128,29 @@ def _jsonl_rows(handle: Any, path: Path) -> list[Row]:
 
 
 def _csv_rows(handle: Any, path: Path) -> list[Row]:
-    reader = csv.DictReader(handle)
-    if reader.fieldnames is None or "text" not in reader.fieldnames:
+    # csv.reader, not DictReader: DictReader lets a repeated column name silently overwrite
+    # the first, files extra fields under the key None and fills missing ones with None.
+    reader = csv.reader(handle)
+    header = next(reader, None)
+    if header is None or "text" not in header:
         raise InputFileError(f"{path}: the header row must name a 'text' column")
-    has_label = "label" in reader.fieldnames
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise InputFileError(f"{path}: the header row names column {twice[0]!r} more than once")
+    text_at = header.index("text")
+    label_at = header.index("label") if "label" in header else None
     rows = []
-    for row in reader:
+    for fields in reader:
+        if not fields:  # a blank line, as DictReader skips it
+            continue
+        if len(fields) != len(header):
+            raise InputFileError(
+                f"{path}:{reader.line_num}: the row has {len(fields)} fields but the header "
+                f"names {len(header)} columns"
+            )
         where = f"{path}:{reader.line_num}"
-        if row["text"] is None:
-            raise InputFileError(f"{where}: the row has no text")
-        rows.append((row["text"], _label(row["label"], where) if has_label else None))
+        label = None if label_at is None else _label(fields[label_at], where)
+        rows.append((fields[text_at], label))
     return rows
 
 
@@ -233,6 +249,7 @@ def load_tokenizer(directory: Path) -> Any:
 
     if not directory.is_dir():
         raise InputFileError(f"{directory}: no such tokenizer directory")
+    _check_tokenizer_json(directory)
     # The `tokenizers` library raises a plain Exception on a broken or unknown-model
     # tokenizer.json: anything from loading is the directory's fault.
     try:
@@ -246,6 +263,20 @@ def load_tokenizer(directory: Path) -> Any:
         raise InputFileError(
             f"{directory / 'tokenizer.json'}: cannot load a tokenizer ({_first(exc)})"
         ) from None
+
+
+def _check_tokenizer_json(directory: Path) -> None:
+    """The tokenizer's own JSON files parse: transformers ignores a garbled
+    tokenizer_config.json, and the tokenizer then loads without its pad token, which was
+    reported as missing rather than the file as broken."""
+    for name in TOKENIZER_JSON:
+        path = directory / name
+        if not path.is_file():
+            continue
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise InputFileError(f"{path}: cannot be read as JSON ({_first(exc)})") from None
 
 
 def _first(exc: BaseException) -> str:

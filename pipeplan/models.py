@@ -783,7 +783,67 @@ def _instantiate(
         raise InputFileError(
             f"{source.directory}: cannot load {source.weights} ({_first(exc)})"
         ) from None
+    _check_stored_dtypes(model, source)
+    _check_finite(model, source)
     return model.train(), loading  # from_pretrained returns eval mode; a build is in train mode
+
+
+# A safetensors dtype's class: from_pretrained casts whatever it finds to the parameter's dtype,
+# so float weights stored as I32 became their bit patterns (values near 1e9) and trained.
+_FLOAT_DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3")
+
+
+def _check_stored_dtypes(model: nn.Module, source: _Source) -> None:
+    """Each tensor of the safetensors file(s) is of the model tensor's kind it loads into,
+    float for float, integer for integer (BERT's int64 position_ids stay integers); read
+    from the headers, nothing materialised."""
+    from safetensors import SafetensorError, safe_open
+
+    assert source.directory is not None and source.weights is not None
+    if source.weights == "model.safetensors":
+        files = [source.directory / source.weights]
+    elif source.weights == "model.safetensors.index.json":
+        index = _read_config(source.directory / source.weights)
+        shards = index.get("weight_map", {})
+        files = [source.directory / str(f) for f in sorted(set(shards.values()))]
+    else:
+        return  # pytorch_model.bin: its tensors are read whole by from_pretrained anyway
+    tensors = dict(model.named_parameters(remove_duplicate=False))
+    tensors.update(model.named_buffers(remove_duplicate=False))
+    prefix = getattr(model, "base_model_prefix", "")
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                stored = {k: handle.get_slice(k).get_dtype() for k in handle.keys()}  # noqa: SIM118 (a safe_open, not a dict)
+        except (OSError, SafetensorError) as exc:
+            raise InputFileError(f"{file}: cannot read its header ({_first(exc)})") from None
+        for key, dtype in stored.items():
+            target = next(
+                (
+                    tensors[k]
+                    for k in (key, f"{prefix}.{key}", key.removeprefix(f"{prefix}."))
+                    if k in tensors
+                ),
+                None,
+            )
+            if target is None:  # not loaded (another head, a renamed legacy key)
+                continue
+            if (dtype in _FLOAT_DTYPES) != target.is_floating_point():
+                kind = "floating" if target.is_floating_point() else "integer"
+                raise InputFileError(
+                    f"{file}: tensor {key} is stored as {dtype} but the model's is {kind} "
+                    f"({str(target.dtype).removeprefix('torch.')}); the file is damaged or "
+                    "of another model"
+                )
+
+
+def _check_finite(model: nn.Module, source: _Source) -> None:
+    """No NaN or infinity in the loaded weights: training from them diverges at once."""
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise InputFileError(
+                f"{source.directory}: {source.weights} holds NaN or infinite values in {name}"
+            )
 
 
 def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, seed: int) -> None:

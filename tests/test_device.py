@@ -214,7 +214,7 @@ def rewrite_as_if_on_a_gpu(path: Path) -> None:
             entry for entry in serialization._package_registry if entry[1] is not tag
         ]
     manifest = load(CheckpointManifest, path / "manifest.json")
-    files = {name: checkpoint._sha256(path / name) for name in checkpoint.FILES}
+    files = {name: checkpoint.file_sha256(path / name) for name in checkpoint.FILES}
     (path / "manifest.json").write_text(dumps(manifest.model_copy(update={"files": files})))
 
 

@@ -75,6 +75,8 @@ from pipeplan.formats.report import (
 )
 from pipeplan.formats.run import (
     WARMUP_STEPS_PER_PHASE,
+    DataFile,
+    DataRecord,
     EpochRecord,
     Forecast,
     ForecastCase,
@@ -125,6 +127,8 @@ __all__ = [
     "Cluster",
     "CommProfile",
     "Comparison",
+    "DataFile",
+    "DataRecord",
     "DeviceInfo",
     "EpochRecord",
     "EpochReport",

@@ -409,6 +409,23 @@ class PhaseSummary(Strict):
     error: float | None = Field(description="(predicted − measured) / measured.")
 
 
+class DataFile(Strict):
+    path: str = Field(description="The file as the run's data names it.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of its bytes.")
+
+
+class DataRecord(Strict):
+    """`runs/NAME/data.json`: what the run's data was when it started, so that a resume or an
+    export refuses a data file edited since (a renamed label shifts every label id)."""
+
+    schema_version: Literal[1] = 1
+    data: str = Field(description="The run's --data.")
+    files: list[DataFile] = Field(description="The files the data is read from.")
+    label_names: list[str] | None = Field(
+        None, description="Named labels in id order, when the data names its labels."
+    )
+
+
 class RunSummary(Strict):
     schema_version: Literal[2] = 2
     name: str

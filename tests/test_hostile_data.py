@@ -1,0 +1,177 @@
+"""Hostile data and model inputs, by class: CSV columns named twice or rows of another width,
+a single class, a garbled tokenizer JSON, weights stored with an integer dtype or holding NaN
+(in a model folder and in a run's own checkpoint), and data edited after a run started. Each
+case asserts exit code 2, one line `pipeplan: error: …` naming the file and what is wrong,
+and that no file changed (`refused`). Runs are `--prepare-only` unless the case needs a
+checkpoint (the shared `finished_run`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+import test_hostile
+import torch
+from test_hostile import copy_run, refused
+from text_data import bert_checkpoint, make_tokenizer, reviews, write_jsonl
+
+import cli
+
+finished_run = test_hostile.finished_run  # the shared module-scoped finished run (a fixture)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("hostile-data")
+    checkpoint = bert_checkpoint(root / "bert")
+    return dict(
+        tokenizer=make_tokenizer(root / "tok"),
+        checkpoint=checkpoint,
+        profile=profile(checkpoint, root / "profile.json"),
+    )
+
+
+def profile(model: Path, out: Path) -> Path:
+    """A quick profile of `model` for padded text of 12 tokens: what `run` plans with."""
+    args = ["profile", str(model), "--seq-len", "12", "--padding-mask", "--warmup", "0"]
+    args += ["--micro-batch-sizes", "1,2,4", "--repeats", "1", "--out", str(out)]
+    assert cli.main(args) == 0
+    return out
+
+
+def prepare(made, tmp_path, data: Path, **paths: Path) -> list[str]:
+    """`pipeplan run --prepare-only` of the BERT checkpoint on `data` (model and tokenizer
+    replaceable through `paths`), into tmp_path/runs/r."""
+    model, tok = paths.get("model", made["checkpoint"]), paths.get("tokenizer", made["tokenizer"])
+    profile = paths.get("profile", made["profile"])
+    return [
+        "run", "--prepare-only", "--model", str(model), "--data", str(data),
+        "--tokenizer", str(tok), "--seq-len", "12", "--global-batch", "4",
+        "--profile", str(profile),
+        "--name", "r", "--runs-dir", str(tmp_path / "runs"),
+    ]  # fmt: skip
+
+
+def csv_file(tmp_path: Path, header: str, rows: list[str]) -> Path:
+    path = tmp_path / "data.csv"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return path
+
+
+GOOD_ROWS = [f"great film {i},positive" if i % 2 else f"dull plot {i},negative" for i in range(20)]
+
+
+def test_a_csv_header_naming_a_column_twice(made, tmp_path, capsys):
+    """`text,text,label`: DictReader let the last `text` column win, silently."""
+    data = csv_file(tmp_path, "text,text,label", [f"a{i},b{i},{i % 2}" for i in range(20)])
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, ("data.csv", "'text' more than once"))
+
+
+@pytest.mark.parametrize(
+    "row, fields", [("a,b,c,d", "4 fields"), ("only text", "1 fields")], ids=["more", "fewer"]
+)
+def test_a_csv_row_of_another_width_than_the_header(made, tmp_path, capsys, row, fields):
+    """Extra fields went under the key None and a new class could appear; missing ones were
+    None. Either is refused naming file:line and both counts."""
+    data = csv_file(tmp_path, "text,label", [*GOOD_ROWS[:3], row, *GOOD_ROWS[3:]])
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, ("data.csv:5", fields, "2 columns"))
+
+
+@pytest.mark.parametrize("label", ["positive", 0], ids=["a name", "id 0"])
+def test_classification_data_of_a_single_class(made, tmp_path, capsys, label):
+    """One class built a 1-output head, which transformers reads as regression."""
+    rows = [{**row, "label": label} for row in reviews(20, seed=3)]
+    data = write_jsonl(tmp_path / "one.jsonl", rows)
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, ("one.jsonl", "has 1 class"))
+
+
+def test_a_garbled_tokenizer_config(made, tmp_path, capsys):
+    """Invalid JSON in tokenizer_config.json was reported as a tokenizer without a pad token."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    (tok / "tokenizer_config.json").write_text('{"pad_token": "[PAD]",')
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, ("tokenizer_config.json", "cannot be read as JSON"))
+
+
+def _retype(path: Path, name: str, dtype: str) -> None:
+    """Rewrite one tensor's dtype in a safetensors header, bytes untouched (same width)."""
+    raw = path.read_bytes()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + size])
+    header[name]["dtype"] = dtype
+    text = json.dumps(header, separators=(",", ":")).encode().ljust(size)
+    assert len(text) == size
+    path.write_bytes(raw[:8] + text + raw[8 + size :])
+
+
+def _with_nan(path: Path, name: str) -> None:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(path)
+    tensors[name][0] = float("nan")
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+WEIGHT = "bert.encoder.layer.0.attention.self.query.weight"
+
+
+@pytest.mark.parametrize(
+    "damage, fragment",
+    [
+        (lambda p: _retype(p, WEIGHT, "I32"), ("model.safetensors", WEIGHT, "stored as I32")),
+        (lambda p: _with_nan(p, WEIGHT), ("model.safetensors", "NaN or infinite")),
+    ],
+    ids=["float weights stored as I32", "a NaN weight"],
+)
+def test_a_model_folder_with_weights_of_the_wrong_kind(made, tmp_path, capsys, damage, fragment):
+    """I32 bit patterns of float weights loaded as values near 1e9 and training diverged;
+    a NaN weight did the same. BERT's int64 position_ids stay allowed (the clean folder
+    builds: the other tests here)."""
+    model = Path(shutil.copytree(made["checkpoint"], tmp_path / "bert"))
+    measured = profile(model, tmp_path / "profile.json")  # of this folder, before the damage
+    damage(model / "model.safetensors")
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    capsys.readouterr()
+    argv = prepare(made, tmp_path, data, model=model, profile=measured)
+    refused(argv, tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_run_checkpoint_with_float_weights_stored_as_integers(finished_run, tmp_path, capsys):
+    """A checkpoint tensor of integer dtype for a float parameter (checksums recomputed, as a
+    careful forger would) was cast into the parameter by copy_."""
+    run = copy_run(finished_run, tmp_path)
+    step = run / "checkpoints" / "step-2"
+    weights = torch.load(step / "model.pt", weights_only=True)
+    name = next(n for n, t in weights.items() if t.is_floating_point())
+    weights[name] = weights[name].view(torch.int32)
+    torch.save(weights, step / "model.pt")
+    manifest = json.loads((step / "manifest.json").read_text())
+    manifest["files"]["model.pt"] = hashlib.sha256((step / "model.pt").read_bytes()).hexdigest()
+    (step / "manifest.json").write_text(json.dumps(manifest))
+    argv = ["export", str(run), "--out", str(tmp_path / "out")]
+    refused(argv, tmp_path, capsys, (name, "int32 in the checkpoint", "float32 in the model"))
+
+
+def test_data_edited_since_the_run_started(made, tmp_path, capsys):
+    """A label renamed in the data file shifted every label id: export wrote names shifted
+    by one and --resume trained on swapped ids. prepare records data.json; both refuse."""
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    assert cli.main(prepare(made, tmp_path, data)) == 0
+    capsys.readouterr()
+    run = tmp_path / "runs" / "r"
+    record = json.loads((run / "data.json").read_text())
+    digest = hashlib.sha256(data.read_bytes()).hexdigest()
+    assert record["files"] == [{"path": str(data), "sha256": digest}]
+    assert record["label_names"] == ["negative", "positive"]
+    data.write_text(data.read_text().replace('"negative"', '"zneg"'))
+    fragment = ("reviews.jsonl", "DATA changed since the run started", digest[:16])
+    refused(["export", str(run), "--out", str(tmp_path / "out")], tmp_path, capsys, fragment)
+    refused(["run", "--resume", str(run)], tmp_path, capsys, fragment)
+    assert not (tmp_path / "out").exists()
