@@ -104,6 +104,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "summary": RunSummary,
     "report": Report,
     "checkpoint": CheckpointManifest,
+    "data": DataRecord,
 }
 
 
