@@ -118,9 +118,36 @@ def save(
             f"{final}: cannot write checkpoint ({reason}; {free >> 20} MiB free on its disk); "
             "the previous checkpoint is kept"
         ) from None
-    for old in sorted(root.glob("step-*"), key=lambda p: int(p.name[5:]))[:-KEEP]:
-        shutil.rmtree(old, ignore_errors=True)
+    prune(root)
     return final
+
+
+STEP_DIR = re.compile(r"step-([0-9]{1,12})")
+
+
+def checkpoints_written(root: Path) -> list[Path]:
+    """The checkpoints under `root` (a run's checkpoints/), oldest first: folders `step-N`
+    holding a checkpoint manifest and no run.json. Anything else there (a run a user put
+    under --runs-dir RUN/checkpoints, a file, a symbolic link) is not ours."""
+    found = []
+    for path in root.glob("step-*"):
+        match = STEP_DIR.fullmatch(path.name)
+        if (
+            match
+            and not path.is_symlink()
+            and path.is_dir()
+            and (path / "manifest.json").is_file()
+            and not (path / "run.json").exists()
+        ):
+            found.append((int(match[1]), path))
+    return [path for _, path in sorted(found)]
+
+
+def prune(root: Path, keep: int = KEEP) -> None:
+    """Remove all but the newest `keep` checkpoints under `root`; nothing that is not one
+    (`checkpoints_written`) is ever removed (`prune(run_dir / "checkpoints")`)."""
+    for old in checkpoints_written(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def commit_config(run_dir: Path) -> None:
@@ -191,6 +218,7 @@ def load_checkpoint(path: Path) -> Loaded:
     """One checkpoint, verified: every file's sha256 as the manifest recorded it, and finite
     parameters. InputFileError (one line) if anything is off."""
     manifest = load(CheckpointManifest, path / "manifest.json")
+    _check_manifest(path, manifest)
     for name in FILES:
         recorded = manifest.files.get(name)
         if recorded is None:
@@ -210,6 +238,25 @@ def load_checkpoint(path: Path) -> Loaded:
     if bad is not None:
         raise InputFileError(f"{path}: parameter {bad} holds NaN or infinite values")
     return manifest, model, optimizer, rng
+
+
+def _check_manifest(path: Path, manifest: CheckpointManifest) -> None:
+    """The manifest describes this folder: its step is the one the folder is named after (a
+    copy of step-3 put in place of step-4 resumed epoch 2 again), and its files map names
+    exactly the files a checkpoint has (extra entries such as "/dev/zero" or
+    "../../run.json" were never checked)."""
+    match = STEP_DIR.fullmatch(path.name)
+    if match is None or int(match[1]) != manifest.step:
+        raise InputFileError(
+            f"{path / 'manifest.json'}: is for step {manifest.step}, but its folder is "
+            f"{path.name} (a checkpoint moved or copied over another)"
+        )
+    odd = sorted(set(manifest.files) ^ set(FILES))
+    if odd:
+        raise InputFileError(
+            f"{path / 'manifest.json'}: files names {odd[0]!r}; a checkpoint's files are "
+            f"exactly {', '.join(FILES)}"
+        )
 
 
 def _check_structure(path: Path, model: object, optimizer: object, rng: object) -> None:
