@@ -69,6 +69,24 @@ def write_atomic(path: str | Path, content: str | bytes) -> None:
 _HELD: dict[Path, object] = {}
 
 
+def _open_lock(lock: Path):
+    """The lock file, opened without following a symbolic link (a dangling `.lock` link made a
+    resume create the file it pointed to, outside the run) and without blocking on a FIFO;
+    it must be a regular file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(lock, flags, 0o644)
+    except OSError as exc:
+        if lock.is_symlink():
+            raise OutputError(f"{lock}: is a symbolic link; a run's lock is a plain file") from None
+        raise OutputError(f"{lock}: cannot open the run's lock ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OutputError(f"{lock}: not a regular file; a run's lock is a plain file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a")
+
+
 def claim_directory(directory: str | Path) -> Path:
     """Hold an exclusive lock on `directory` (its `.lock` file) for the life of this process,
     so two runs, or two resumes, can never share a run directory. OutputError if another
@@ -82,9 +100,9 @@ def claim_directory(directory: str | Path) -> Path:
         return directory
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        handle = open(directory / ".lock", "a")  # noqa: SIM115 - held open on purpose
     except OSError as exc:
         raise OutputError(f"{directory}: cannot create ({exc.strerror})") from None
+    handle = _open_lock(directory / ".lock")
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
