@@ -47,7 +47,7 @@ import executor
 from executor import faults
 from executor.checkpoint import PENDING_CONFIG, check_weights, commit_config, latest
 from executor.planning import RUN_PROFILE, RunPlanner, check_plan_cache
-from executor.records import METRICS_FILE
+from executor.records import METRICS_FILE, mend_torn_tail
 from executor.task import DATA_RECORD, MODEL_DIR, build_task, check_data, data_record
 from executor.worker import Trainer, init_distributed
 from pipeplan import log as pipeplan_log
@@ -93,6 +93,7 @@ class RunStoppedError(PipeplanError):
 def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
     """Checks that need no process group, then the run directory with run.json. `local`: the
     ranks run on this host (else torchrun starts them, some on other nodes)."""
+    check_runs_root(runs_root)
     with pipeplan_log.held():  # a warning (a head replaced) only if the checks pass
         planner = check_run(cfg, local)
     record = data_record(cfg)  # hashed before the folder is claimed: a failure loses nothing
@@ -220,6 +221,18 @@ def run_directory(runs_root: str | Path, name: str) -> Path:
             f"{run_dir}: is a symbolic link; a run directory is a plain folder in --runs-dir"
         )
     return run_dir
+
+
+def check_runs_root(runs_root: str | Path) -> None:
+    """--runs-dir is not inside a run directory (a folder holding run.json), nor one itself: a
+    run put under RUN/checkpoints was a `step-N` folder the older run's pruning removed."""
+    root = Path(runs_root).absolute()
+    for folder in (root, *root.parents):
+        if (folder / "run.json").is_file():
+            raise BadArgumentError(
+                f"--runs-dir {runs_root}: lies inside the run directory {folder}; "
+                "put new runs beside it, not in it"
+            )
 
 
 def run_name(name: str) -> str:
@@ -534,12 +547,14 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     # What every rank reads on resume, read here first: a missing or corrupt file is one line
     # before any rank starts, not a rank failure that suggests the same --resume again.
     load(Profile, path / RUN_PROFILE)
-    read_records(path / "run.jsonl")
-    # Checksums, what the files hold, finite weights (an older one, with a notice).
-    manifest, weights, _, _ = load_latest(path)
-    with pipeplan_log.held():
+    with pipeplan_log.held():  # notices (a torn last record, an older checkpoint) if it passes
+        # Checked against the run.json they were written under (the world, the phases).
+        records = read_records(path / "run.jsonl", saved)
+        # Checksums, what the files hold, finite weights (an older one, with a notice).
+        manifest, weights, _, _ = load_latest(path)
         check_run(cfg, resumed=(path, manifest, weights))
     claim_directory(path)
+    mend_torn_tail(path / "run.jsonl", records)
     pending = path / PENDING_CONFIG
     pending.unlink(missing_ok=True)  # left by a resume that was killed: not this one's
     if cfg != saved:

@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +30,7 @@ from pipeplan.formats import (
     StepRecord,
     read_records,
 )
+from pipeplan.formats.run import torn_tail
 
 if TYPE_CHECKING:
     from executor.parallel import StepTimes
@@ -111,6 +113,22 @@ def metrics_csv(epochs: list[EpochRecord], layouts: dict[int, str]) -> str:
         values = dict(e.model_dump(), layout=layouts.get(e.phase, ""))
         writer.writerow("" if values[name] is None else values[name] for name in METRICS)
     return out.getvalue()
+
+
+def mend_torn_tail(path: Path, records: list) -> None:
+    """Before appending to a run.jsonl that `read_records` read as `records`: a last line
+    without its newline ends in one again (a whole record) or is cut off (a torn record,
+    which `read_records` left out), so the next record starts a line of its own."""
+    text = path.read_text(encoding="utf-8")
+    cut = torn_tail(text)
+    if cut is None:
+        return
+    whole = [line for line in text[:cut].splitlines() if line.strip()]
+    if len(whole) == len(records):  # the last line did not parse: torn
+        os.truncate(path, len(text[:cut].encode("utf-8")))
+    else:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write("\n")
 
 
 class Recorder:

@@ -52,12 +52,14 @@ from pipeplan.formats import (
     RankTimes,
     RunConfig,
     StepRecord,
+    check_run_profile,
     dumps,
     load,
     read_records,
     steady_step,
 )
 from pipeplan.formats.run import WARMUP_STEPS_PER_PHASE
+from pipeplan.log import held
 
 MIN_STEADY_STEPS = 3
 STRAGGLER_FACTOR = 3.0  # a step this many times the phase median is a straggler, not data
@@ -131,17 +133,9 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
     if not config_path.exists() or not (run_dir / "run.jsonl").exists():
         raise InputFileError(f"{run_dir}: incomplete run (needs run.json and run.jsonl)")
     config = load(RunConfig, config_path)
-    if config.model != profile.model.name:
-        raise InputFileError(
-            f"{run_dir}: a run of '{config.model}', but the profile is of '{profile.model.name}'"
-        )
-    if config.precision != profile.model.precision:
-        # Times measured in one precision cannot correct a profile of the other.
-        raise InputFileError(
-            f"{run_dir}: a run in {config.precision}, but the profile was measured in "
-            f"{profile.model.precision}"
-        )
-    return config, read_records(run_dir / "run.jsonl")
+    check_run_profile(run_dir, config, profile)
+    with held():  # a torn last record's notice only if the records pass
+        return config, read_records(run_dir / "run.jsonl", config)
 
 
 def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservation]:

@@ -34,6 +34,7 @@ from pipeplan.formats import (
     EpochReport,
     PhaseRecord,
     PhaseReport,
+    Profile,
     RankBreakdown,
     RankTimes,
     Report,
@@ -41,11 +42,13 @@ from pipeplan.formats import (
     StagePlan,
     StageReport,
     StepRecord,
+    check_run_profile,
     load,
     read_records,
     steady_step,
     steady_steps,
 )
+from pipeplan.log import held
 from pipeplan.simulate import StageWork, Timeline, TimelineEvent, received_in_op, simulate
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
@@ -66,11 +69,26 @@ class _Run:
             if not (self.dir / name).is_file():
                 raise InputFileError(f"{self.dir}: not a run directory (no {name})")
         self.config = load(RunConfig, self.dir / "run.json")
-        records = read_records(self.dir / "run.jsonl")
-        self.phases = [r for r in records if isinstance(r, PhaseRecord)]
-        self.steps = [r for r in records if isinstance(r, StepRecord)]
-        self.epochs = [r for r in records if isinstance(r, EpochRecord)]
-        self._check()
+        with held():  # a torn last record's notice only if the run is reported
+            records = read_records(self.dir / "run.jsonl", self.config)
+            self.phases = [r for r in records if isinstance(r, PhaseRecord)]
+            self.steps = [r for r in records if isinstance(r, StepRecord)]
+            self.epochs = [r for r in records if isinstance(r, EpochRecord)]
+            self._check()
+            self._check_profiles()
+
+    def _check_profiles(self) -> None:
+        """The profiles the phases were priced with (files in the run directory) are of
+        run.json's model and precision, as calibrate checks its --profile."""
+        for name in sorted({p.pricing.profile for p in self.phases}):
+            path = self.dir / name
+            if Path(name).name != name or name in ("", ".", ".."):
+                raise InputFileError(
+                    f"{self.dir / 'run.jsonl'}: pricing names profile '{name}', not a file "
+                    "in the run directory"
+                )
+            if path.exists():  # hand-made records name a profile they do not carry
+                check_run_profile(self.dir, self.config, load(Profile, path))
 
     def _check(self) -> None:
         where = self.dir / "run.jsonl"

@@ -108,6 +108,14 @@ def rank_times(model: CostModel, layout: Layout) -> list[RankTimes]:
                     input_s=0.0,
                 )
             )
+    # A real step record lists every rank of the world; one the layout leaves idle has no
+    # stage and times nothing (records that omit it are refused).
+    placed = {rank for row in layout.rank_map for rank in row}
+    zero = dict.fromkeys(("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s"), 0.0)
+    for rank in sorted(set(range(model.cluster.num_devices)) - placed):
+        out.append(
+            RankTimes(rank=rank, stage=None, replica=None, optimizer_s=0.0, input_s=0.0, **zero)
+        )
     return out
 
 

@@ -10,6 +10,7 @@ from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
     PhaseRecord,
+    RankTimes,
     StepRecord,
     read_records,
 )
@@ -24,11 +25,14 @@ PHASE = PhaseRecord(
     start_epoch=0,
     transition_s=0.0,
 )
+# Every rank of the world, each where PHASE's layout puts it: one stage, two replicas.
+TIMES = dict.fromkeys(("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s"), 0.0)
+RANKS = [RankTimes(rank=r, stage=0, replica=r, input_s=0.0, **TIMES) for r in (0, 1)]
 
 
 def step(number: int, epoch: int) -> StepRecord:
     return StepRecord(
-        step=number, epoch=epoch, phase=0, step_s=0.1, loss=1.0, samples_per_s=80.0, ranks=[]
+        step=number, epoch=epoch, phase=0, step_s=0.1, loss=1.0, samples_per_s=80.0, ranks=RANKS
     )
 
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from pathlib import Path
@@ -41,7 +42,9 @@ from pipeplan.formats.base import (
 from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.plan import StagePlan, check_stages
-from pipeplan.formats.profile import Precision, Task
+from pipeplan.formats.profile import Precision, Profile, Task
+
+log = logging.getLogger("pipeplan.records")
 
 Count0 = Annotated[int, Field(ge=0, lt=MAX_COUNT)]  # a rank, stage, replica or layer index
 FreezeMode = Literal["auto", "alpha", "list", "none"]
@@ -454,37 +457,81 @@ def steady_steps(
     return settled[WARMUP_STEPS_PER_PHASE:] or settled
 
 
-def read_records(path: str | Path) -> list[PhaseRecord | StepRecord | EpochRecord]:
-    """Parse run.jsonl; a bad line is an InputFileError naming the line."""
+def read_records(
+    path: str | Path, config: RunConfig | None = None
+) -> list[PhaseRecord | StepRecord | EpochRecord]:
+    """Parse run.jsonl; a bad line is an InputFileError naming the line. With the run's
+    `config` (run.json), the records must also agree with it (`check_records`).
+
+    Records are appended as whole lines ending in a newline, so a last line without its
+    newline that does not parse is an append a crash cut short (a torn record): it is left
+    out, with one notice, and `torn_tail(path)` says where the whole records end. A bad line
+    that ends in a newline was written whole, and is refused."""
     path = Path(path)
-    lines = read_input(path).splitlines()
+    text = read_input(path)
+    lines = text.splitlines()
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
         try:
-            check_json(line, "")
-        except InputFileError as exc:
-            raise InputFileError(f"{where}: not a run record{exc}") from None
-        try:
-            records.append(_RECORD.validate_json(line, strict=True))
-        except ValidationError as exc:
-            raise InputFileError(f"{where}: not a run record ({first_error(exc)})") from None
-        except RecursionError:
-            raise InputFileError(f"{where}: nested too deeply") from None
-    check_records(records, str(path))
+            records.append(_parse_record(line, where))
+        except InputFileError:
+            if number == len(lines) and torn_tail(text) is not None:
+                _notice_torn(path, len(text), where)
+                break
+            raise
+    check_records(records, str(path), config)
     return records
 
 
-def check_records(records: list, where: str) -> None:
+# Torn records already noticed, by file and length: a command that reads the records twice
+# (calibrate) says it once.
+_NOTICED: set[tuple[Path, int]] = set()
+
+
+def _notice_torn(path: Path, length: int, where: str) -> None:
+    key = (path.resolve(), length)
+    if key not in _NOTICED:
+        _NOTICED.add(key)
+        log.warning("%s: a torn last record (a crash mid-append); left out", where)
+
+
+def _parse_record(line: str, where: str) -> PhaseRecord | StepRecord | EpochRecord:
+    try:
+        check_json(line, "")
+    except InputFileError as exc:
+        raise InputFileError(f"{where}: not a run record{exc}") from None
+    try:
+        return _RECORD.validate_json(line, strict=True)
+    except ValidationError as exc:
+        raise InputFileError(f"{where}: not a run record ({first_error(exc)})") from None
+    except RecursionError:
+        raise InputFileError(f"{where}: nested too deeply") from None
+
+
+def torn_tail(text: str) -> int | None:
+    """Where the whole lines of run.jsonl's `text` end, when a last line lacks its newline;
+    None when the text ends in one (or is empty). Whether that line is a torn record is for
+    the parser to say: `read_records` leaves it out only if it does not parse."""
+    if not text or text.endswith("\n"):
+        return None
+    return text.rfind("\n") + 1
+
+
+def check_records(records: list, where: str, config: RunConfig | None = None) -> None:
     """What a run's records mean together: every step and epoch belongs to a phase that
-    started before it, every layout runs on its cluster, and every rank's stage and replica
-    exist in its phase's layout; phases, steps and epochs each come once, in order (records
-    appended twice made report count 8 steps of a 4-step run and calibrate fit repeated
-    steps). InputFileError with one line otherwise."""
+    started before it, and every step to the latest phase (a step of phase 0 after phase 3
+    was read as phase 0's); every layout runs on its cluster, and every rank's stage and
+    replica exist in its phase's layout; each step lists every rank of its phase's world
+    once (`"ranks": []` was accepted); phases, steps and epochs each come once, in order
+    (records appended twice made report count 8 steps of a 4-step run and calibrate fit
+    repeated steps). With the run's `config`, the world its records ran on is run.json's
+    `nproc` (`check_world`). InputFileError with one line otherwise."""
     phases: dict[int, PhaseRecord] = {}
     last: dict[str, int] = {}
+    current: PhaseRecord | None = None
     for record in records:
         index = getattr(record, record.kind)
         if index <= last.get(record.kind, -1):
@@ -499,17 +546,54 @@ def check_records(records: list, where: str) -> None:
                 layout.check(layout.boundaries[-1], cluster.num_devices)
             except PipeplanError as exc:
                 raise InputFileError(f"{where}: phase {record.phase}: {exc}") from None
-            phases[record.phase] = record
+            phases[record.phase] = current = record
             continue
         phase = phases.get(record.phase)
         if phase is None:
             what = f"{record.kind} {getattr(record, record.kind)}"
             raise InputFileError(f"{where}: {what} is in phase {record.phase}, never started")
         if isinstance(record, StepRecord):
-            _check_ranks(record, phase.layout, where)
+            if phase is not current:
+                raise InputFileError(
+                    f"{where}: step {record.step} is in phase {record.phase}, but phase "
+                    f"{current.phase} started before it: a step belongs to the latest phase"
+                )
+            _check_ranks(record, phase, where)
+    if config is not None:
+        check_world([r for r in records if isinstance(r, PhaseRecord)], config, where)
 
 
-def _check_ranks(step: StepRecord, layout: Layout, where: str) -> None:
+def check_world(phases: list[PhaseRecord], config: RunConfig, where: str) -> None:
+    """The phases' world (their cluster's devices) is run.json's `nproc`. A resume may change
+    the world: phases keep the world of the phase before them unless entered by --resume,
+    and the latest world is `nproc` or, when a resume that changed --nproc stopped before
+    its first checkpoint (run.json is then kept as it was), the world before it."""
+    worlds: list[int] = []
+    for phase in phases:
+        world = phase.pricing.cluster.num_devices
+        if worlds and not phase.resumed and world != worlds[-1]:
+            raise InputFileError(
+                f"{where}: phase {phase.phase} runs on {world} ranks, phase {phase.phase - 1} "
+                f"on {worlds[-1]}; only a phase entered by --resume changes the world"
+            )
+        if not worlds or world != worlds[-1]:
+            worlds.append(world)
+    if worlds and config.nproc not in worlds[-2:]:
+        raise InputFileError(
+            f"{where}: the records ran on {worlds[-1]} ranks, but run.json says nproc "
+            f"{config.nproc}"
+        )
+
+
+def _check_ranks(step: StepRecord, phase: PhaseRecord, where: str) -> None:
+    world = phase.pricing.cluster.num_devices
+    listed = sorted(times.rank for times in step.ranks)
+    if listed != list(range(world)):
+        raise InputFileError(
+            f"{where}: step {step.step} lists ranks {listed[:8]}, but phase {phase.phase} runs "
+            f"on {world}: each rank 0..{world - 1} once"
+        )
+    layout = phase.layout
     for times in step.ranks:
         stage, replica = times.stage, times.replica
         if (stage is None) != (replica is None):
@@ -529,3 +613,22 @@ def _check_ranks(step: StepRecord, layout: Layout, where: str) -> None:
                 f"{where}: step {step.step}: rank {times.rank} is not stage {stage} of replica "
                 f"{replica} in the phase's rank map"
             )
+
+
+def check_run_profile(run_dir: str | Path, config: RunConfig, profile: Profile) -> None:
+    """A run's times correct or price only a profile of its model in its precision: what
+    `calibrate` checks against --profile and `report` against the profile the run's records
+    were priced with (run.json's model edited to another one was reported as that model).
+
+        check_run_profile(run_dir, load(RunConfig, run_dir / "run.json"), profile)
+    """
+    if config.model != profile.model.name:
+        raise InputFileError(
+            f"{run_dir}: a run of '{config.model}', but the profile is of '{profile.model.name}'"
+        )
+    if config.precision != profile.model.precision:
+        # Times measured in one precision cannot correct a profile of the other.
+        raise InputFileError(
+            f"{run_dir}: a run in {config.precision}, but the profile was measured in "
+            f"{profile.model.precision}"
+        )
