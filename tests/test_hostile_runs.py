@@ -1,0 +1,288 @@
+"""Hostile run directories, records and checkpoints, found by an independent round (the
+fifth): each refusal asserts exit code 2, exactly one line `pipeplan: error: …` naming what
+is wrong, and that no file changed. Real runs are the one `finished_run` of test_hostile
+(1 rank, 1 epoch of 2 steps, its checkpoint `step-2`), copied per case; records are written
+cheaply by `write_run`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import test_hostile
+from test_hostile import copy_run, refused
+from test_report import elastic_records, write_run
+
+import cli
+from executor.planning import shipped_profile
+from pipeplan.formats import Profile, load
+
+# test_hostile's module-scoped real run, one per module that uses it.
+finished_run = test_hostile.finished_run
+
+# ----------------------------------------------------------------------------- run directories
+
+
+def test_a_run_inside_another_runs_directory_is_refused(tmp_path, capsys):
+    """`--runs-dir RUN/checkpoints --name step-1` was accepted, and RUN's next checkpoint
+    pruned the new run away with its run.json."""
+    run = write_run(tmp_path / "n", elastic_records())
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--name", "step-1", "--prepare-only"]
+    argv += ["--runs-dir", str(run / "checkpoints")]
+    refused(argv, tmp_path, capsys, ("--runs-dir", f"inside the run directory {run}"))
+    assert not (run / "checkpoints").exists()
+
+
+def test_pruning_removes_only_the_checkpoints_the_run_wrote(tmp_path):
+    """Of the `step-N` folders holding a manifest (and no run.json), all but the newest two
+    go; a run's folder, a file, a link and a folder named otherwise stay, and so does what
+    the link points to."""
+    from executor.checkpoint import prune
+
+    root = tmp_path / "checkpoints"
+    for n in (2, 4, 6, 8):
+        (root / f"step-{n}").mkdir(parents=True)
+        (root / f"step-{n}" / "manifest.json").write_text("{}")
+    (root / "step-1").mkdir()  # a user's run, checkpoint-like but for its run.json
+    (root / "step-1" / "manifest.json").write_text("{}")
+    (root / "step-1" / "run.json").write_text("{}")
+    (root / "step-3").write_text("a file")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "manifest.json").write_text("{}")
+    (root / "step-0").symlink_to(outside)
+    (root / "step-x").mkdir()
+    (root / "step-x" / "manifest.json").write_text("{}")
+    prune(root)
+    kept = sorted(p.name for p in root.iterdir())
+    assert kept == ["step-0", "step-1", "step-3", "step-6", "step-8", "step-x"]
+    assert (outside / "manifest.json").exists()
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def _synthetic(tmp_path: Path, **config) -> Path:
+    return write_run(tmp_path / "run", elastic_records(), **config)
+
+
+PROFILE = shipped_profile("vit-digits", "cpu")
+
+
+def _readable(tmp_path: Path, command: str) -> tuple[Path, list[str]]:
+    """Records `command` reads whole (report: two phases on 2 ranks; calibrate: four phases
+    on 2 ranks with enough steady steps to fit), and its argv."""
+    if command == "report":
+        run = _synthetic(tmp_path)
+        return run, ["report", str(run)]
+    from test_calibrate import write_run as write_fit_run
+
+    run = tmp_path / "fit"
+    write_fit_run(run, load(Profile, PROFILE))
+    return run, ["calibrate", str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "c")]
+
+
+def _lines(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "run.jsonl").read_text().splitlines()]
+
+
+def _rewrite(run: Path, lines: list[dict]) -> None:
+    (run / "run.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def _steps(lines: list[dict]) -> list[dict]:
+    return [line for line in lines if line["kind"] == "step"]
+
+
+def _nproc_1(run: Path) -> str:
+    doc = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**doc, "nproc": 1}))
+    return "run.json says nproc 1"
+
+
+def _no_ranks(run: Path) -> str:
+    lines = _lines(run)
+    _steps(lines)[3]["ranks"] = []
+    _rewrite(run, lines)
+    return "step 3 lists ranks [], but phase 0 runs on 2"
+
+
+def _a_rank_twice(run: Path) -> str:
+    lines = _lines(run)
+    step = _steps(lines)[3]
+    step["ranks"] = [step["ranks"][0], step["ranks"][0]]
+    _rewrite(run, lines)
+    return "step 3 lists ranks [0, 0]"
+
+
+def _a_step_of_an_earlier_phase(run: Path) -> str:
+    lines = _lines(run)
+    late = {**_steps(lines)[0], "step": max(s["step"] for s in _steps(lines)) + 1}
+    _rewrite(run, [*lines, late])
+    return "is in phase 0, but phase"
+
+
+RECORDS = [_nproc_1, _no_ranks, _a_rank_twice, _a_step_of_an_earlier_phase]
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+@pytest.mark.parametrize("damage", RECORDS, ids=lambda f: f.__name__.strip("_"))
+def test_records_that_contradict_their_run_or_world(tmp_path, capsys, damage, command):
+    """Records that read well line by line but not with run.json or with each other: a
+    world of 2 ranks in a run of nproc 1, a step listing no rank or one rank twice, a step
+    of phase 0 after a later phase started."""
+    run, argv = _readable(tmp_path, command)
+    fragment = damage(run)
+    refused(argv, tmp_path, capsys, ("run.jsonl", fragment))
+
+
+def test_report_refuses_a_run_json_of_another_model_than_its_profile(tmp_path, capsys):
+    """run.json's model edited to bert-synth: the records priced with the run's vit-digits
+    profile were reported as bert-synth's (calibrate refused it against --profile)."""
+    run = _synthetic(tmp_path)
+    shutil.copy(shipped_profile("vit-digits", "cpu"), run / "profile.json")
+    doc = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**doc, "model": "bert-synth"}))
+    fragment = "a run of 'bert-synth', but the profile is of 'vit-digits'"
+    refused(["report", str(run)], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("damage", ["no ranks", "a rank twice"])
+def test_resume_refuses_records_with_a_wrong_world(finished_run, tmp_path, capsys, damage):
+    """The same records check on --resume, before any rank starts."""
+    run = copy_run(finished_run, tmp_path)
+    lines = _lines(run)
+    step = _steps(lines)[1]
+    step["ranks"] = [] if damage == "no ranks" else [*step["ranks"], *step["ranks"]]
+    _rewrite(run, lines)
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, "step 1 lists ranks")
+
+
+# ----------------------------------------------------------------------------- torn appends
+
+
+def _tear(run: Path) -> None:
+    """What a crash during an append leaves: the last line cut 37 bytes short, no newline."""
+    text = (run / "run.jsonl").read_bytes()
+    (run / "run.jsonl").write_bytes(text[:-37])
+
+
+def _notices(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "torn last record" in line]
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_a_torn_last_record_is_left_out_but_a_whole_bad_line_is_refused(tmp_path, capsys, command):
+    """Report and calibrate read the records before the torn one, with one notice; the same
+    cut line ending in a newline was written whole, and is refused as before."""
+    run, argv = _readable(tmp_path, command)
+    _tear(run)
+    number = len((run / "run.jsonl").read_text().splitlines())
+    assert cli.main(argv) == 0
+    notices = _notices(capsys.readouterr().err)
+    assert len(notices) == 1 and f"run.jsonl:{number}" in notices[0], notices
+    (tmp_path / "c").unlink(missing_ok=True)
+    with open(run / "run.jsonl", "a") as handle:
+        handle.write("\n")
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{number}", "not a run record"))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_resume_continues_past_a_torn_last_record(finished_run, tmp_path, capsys):
+    """`--resume` said "not valid JSON" and could never continue the run; now it drops the
+    torn record (with one notice) and trains the next epoch, its records whole lines."""
+    from pipeplan.formats import EpochRecord, StepRecord, read_records
+
+    run = copy_run(finished_run, tmp_path)
+    _tear(run)
+    assert cli.main(["run", "--resume", str(run), "--epochs", "2"]) == 0
+    assert len(_notices(capsys.readouterr().err)) == 1
+    text = (run / "run.jsonl").read_text()
+    assert text.endswith("\n")
+    records = read_records(run / "run.jsonl")
+    assert [r.step for r in records if isinstance(r, StepRecord)] == [0, 1, 2, 3]
+    # The torn record was epoch 0's: lost with the crash, not written again.
+    assert [r.epoch for r in records if isinstance(r, EpochRecord)] == [1]
+
+
+# ----------------------------------------------------------------------------- the lock
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("target", ["dangling", "a file"])
+def test_a_lock_that_is_a_symbolic_link_is_refused(finished_run, tmp_path, capsys, target):
+    """A `.lock` link was followed on resume: it created (or locked) a file outside the run."""
+    run = copy_run(finished_run, tmp_path / "in")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if target == "a file":
+        (outside / "lockfile").write_text("")
+    (run / ".lock").unlink()
+    (run / ".lock").symlink_to(outside / "lockfile")
+    argv = ["run", "--resume", str(run), "--epochs", "2"]
+    refused(argv, tmp_path, capsys, (f"{run / '.lock'}: is a symbolic link"))
+    assert (outside / "lockfile").exists() == (target == "a file")
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def _manifest(run: Path, step: str = "step-2") -> Path:
+    return run / "checkpoints" / step / "manifest.json"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("command", ["export", "resume"])
+@pytest.mark.parametrize("extra", ["/dev/zero", "../../run.json"])
+def test_a_manifest_naming_other_files_is_refused(finished_run, tmp_path, capsys, extra, command):
+    """Extra entries of a manifest's files map were never checked; it must name exactly the
+    checkpoint's files."""
+    run = copy_run(finished_run, tmp_path)
+    doc = json.loads(_manifest(run).read_text())
+    doc["files"][extra] = "0" * 64
+    _manifest(run).write_text(json.dumps(doc))
+    argv = ["run", "--resume", str(run), "--epochs", "2"]
+    if command == "export":
+        argv = ["export", str(run), "--out", str(tmp_path / "e")]
+    refused(argv, tmp_path, capsys, ("manifest.json", f"files names '{extra}'"))
+    assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_checkpoint_folder_of_another_step_is_refused(finished_run, tmp_path, capsys):
+    """step-4 replaced by a copy of step-3 resumed from step 3, training an epoch again: the
+    folder's name and its manifest's step must agree."""
+    run = copy_run(finished_run, tmp_path)
+    (run / "checkpoints" / "step-2").rename(run / "checkpoints" / "step-1")
+    (run / "checkpoints" / "latest").write_text("step-1\n")
+    argv = ["run", "--resume", str(run), "--epochs", "2"]
+    refused(argv, tmp_path, capsys, ("step-1/manifest.json", "is for step 2"))
+
+
+def test_a_checkpoint_of_another_step_is_corrupt_and_an_older_one_is_used(
+    finished_run, tmp_path, caplog
+):
+    """Where an older checkpoint verifies, the mismatched newest is treated as a corrupt one:
+    the older is loaded, with the notice naming the mismatch."""
+    from executor.checkpoint import load_latest
+
+    run = copy_run(finished_run, tmp_path)
+    shutil.copytree(run / "checkpoints" / "step-2", run / "checkpoints" / "step-5")
+    (run / "checkpoints" / "latest").write_text("step-5\n")
+    with caplog.at_level(logging.WARNING, logger="pipeplan"):
+        manifest, *_ = load_latest(run)
+    assert manifest.step == 2
+    assert any(
+        "step-5/manifest.json: is for step 2" in r.message and "older step-2" in r.message
+        for r in caplog.records
+    ), caplog.text
