@@ -248,8 +248,8 @@ def _check_manifest(path: Path, manifest: CheckpointManifest) -> None:
     match = STEP_DIR.fullmatch(path.name)
     if match is None or int(match[1]) != manifest.step:
         raise InputFileError(
-            f"{path / 'manifest.json'}: is for step {manifest.step}, but its folder is "
-            f"{path.name} (a checkpoint moved or copied over another)"
+            f"{path / 'manifest.json'}: step {manifest.step} is not a position of {path.name} "
+            "(a checkpoint moved or copied over another)"
         )
     odd = sorted(set(manifest.files) ^ set(FILES))
     if odd:

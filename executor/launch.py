@@ -56,6 +56,7 @@ from pipeplan.errors import BadArgumentError, Interrupted, OutputError, Pipeplan
 from pipeplan.fileio import check_writable, claim_directory, write_atomic
 from pipeplan.formats import (
     CheckpointManifest,
+    PhaseRecord,
     PhaseSummary,
     Profile,
     RunConfig,
@@ -66,7 +67,7 @@ from pipeplan.formats import (
     read_records,
 )
 from pipeplan.formats.base import flag_of
-from pipeplan.formats.run import check_run_name
+from pipeplan.formats.run import check_run_name, check_world
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build
 from pipeplan.report import make_report
@@ -548,11 +549,14 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     # before any rank starts, not a rank failure that suggests the same --resume again.
     load(Profile, path / RUN_PROFILE)
     with pipeplan_log.held():  # notices (a torn last record, an older checkpoint) if it passes
-        # Checked against the run.json they were written under (the world, the phases).
-        records = read_records(path / "run.jsonl", saved)
+        records = read_records(path / "run.jsonl")
         # Checksums, what the files hold, finite weights (an older one, with a notice).
         manifest, weights, _, _ = load_latest(path)
         check_run(cfg, resumed=(path, manifest, weights))
+        # The records' world against the run.json they were written under, once run.json
+        # passed as a fresh run's options (a hand-edited nproc is refused by its limit first).
+        phases = [r for r in records if isinstance(r, PhaseRecord)]
+        check_world(phases, saved, str(path / "run.jsonl"))
     claim_directory(path)
     mend_torn_tail(path / "run.jsonl", records)
     pending = path / PENDING_CONFIG
