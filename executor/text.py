@@ -123,6 +123,7 @@ def _jsonl_rows(handle: Any, path: Path) -> list[Row]:
             raise InputFileError(f"{path}:{number}: not a JSON object ({exc})") from None
         if not isinstance(item, dict) or not isinstance(item.get("text"), str):
             raise InputFileError(f'{path}:{number}: expected an object with a string "text"')
+        _check_unicode(item["text"], f"{path}:{number}: the text")
         rows.append((item["text"], _label(item.get("label"), f"{path}:{number}")))
     return rows
 
@@ -168,8 +169,19 @@ def _label(value: Any, where: str) -> int | str | None:
             raise InputFileError(f"{where}: label {value} is beyond the limit of {MAX_LABELS}")
         return value
     if isinstance(value, str) and value.strip():
+        _check_unicode(value, f"{where}: the label")
         return value.strip()
     raise InputFileError(f"{where}: a label is an integer ≥ 0 or a name, not {value!r}")
+
+
+def _check_unicode(value: str, what: str) -> None:
+    """JSON's "\\ud800" escapes decode to a lone surrogate, which no UTF-8 text holds: the
+    tokenizer rejected it with a TypeError."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start : exc.end].encode("unicode_escape").decode()
+        raise InputFileError(f"{what} holds {bad}, an unpaired surrogate, not text") from None
 
 
 def _label_names(labels: list[int | str]) -> list[str]:
@@ -202,7 +214,8 @@ def _columns(rows: list[Row], names: list[str] | None) -> tuple[list[str], list[
 def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskData:
     """Token ids padded or cut to the model's length; labels, or for a causal LM the ids
     with IGNORE_INDEX at padding."""
-    tok = load_tokenizer(tokenizer_directory(tokenizer, seq, corpus.name))
+    directory = tokenizer_directory(tokenizer, seq, corpus.name)
+    tok = load_tokenizer(directory)
     pad = _pad_id(tok, seq)
     length = seq.input_shape[0]
 
@@ -210,7 +223,14 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
         if not texts:
             return torch.zeros((0, length), dtype=torch.int64)
         cut = [text[: CHARS_PER_TOKEN * length] for text in texts]
-        out = tok(cut, padding="max_length", truncation=True, max_length=length)
+        # The `tokenizers` library raises plain Exceptions when its model cannot encode (a
+        # WordPiece vocabulary without its [UNK] token): the tokenizer directory's fault.
+        try:
+            out = tok(cut, padding="max_length", truncation=True, max_length=length)
+        except Exception as exc:
+            raise InputFileError(
+                f"{directory}: the tokenizer cannot encode {corpus.name} ({_first(exc)})"
+            ) from None
         return torch.tensor(out["input_ids"], dtype=torch.int64)
 
     def split(texts: list[str], labels: list[int] | None) -> TensorPairs:

@@ -175,3 +175,28 @@ def test_data_edited_since_the_run_started(made, tmp_path, capsys):
     refused(["export", str(run), "--out", str(tmp_path / "out")], tmp_path, capsys, fragment)
     refused(["run", "--resume", str(run)], tmp_path, capsys, fragment)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("field", ["text", "label"])
+def test_text_with_an_unpaired_surrogate(made, tmp_path, capsys, field):
+    """Found by the sixth independent round: JSON's "\\ud800" escape decodes to a lone
+    surrogate, which the tokenizer rejected with a TypeError traceback."""
+    rows = reviews(20, seed=2)
+    lines = [json.dumps(row) for row in rows]
+    lines[3] = lines[3].replace(f'"{rows[3][field]}"', '"bad \\ud800 here"')
+    data = tmp_path / "s.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    fragments = ("s.jsonl:4", f"the {field} holds \\ud800", "unpaired surrogate")
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
+def test_a_tokenizer_that_cannot_encode_the_data(made, tmp_path, capsys):
+    """Found by the sixth independent round: a WordPiece vocabulary without its [UNK] token
+    loads, then raises a plain Exception ("Missing [UNK] token") on the first text."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    spec = json.loads((tok / "tokenizer.json").read_text())
+    spec["model"]["vocab"] = {"[PAD]": 0, "[CLS]": 1, "[SEP]": 2}
+    (tok / "tokenizer.json").write_text(json.dumps(spec))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, ("tok", "the tokenizer cannot encode"))
