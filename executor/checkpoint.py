@@ -206,6 +206,8 @@ def latest(run_dir: Path) -> Path:
     if not re.fullmatch(r"step-[0-9]{1,12}", name):
         raise InputFileError(f"{pointer}: does not name a checkpoint (step-N)")
     path = run_dir / "checkpoints" / name
+    if path.is_symlink():  # the resume would write its next checkpoint through it, and fail
+        raise InputFileError(f"{path}: is a symbolic link; a run's checkpoints are its own folders")
     if not (path / "manifest.json").exists():
         raise InputFileError(f"{path}: checkpoint is incomplete")
     return path
@@ -217,6 +219,8 @@ Loaded = tuple[CheckpointManifest, dict[str, torch.Tensor], dict[str, OptimizerS
 def load_checkpoint(path: Path) -> Loaded:
     """One checkpoint, verified: every file's sha256 as the manifest recorded it, and finite
     parameters. InputFileError (one line) if anything is off."""
+    if path.is_symlink():
+        raise InputFileError(f"{path}: is a symbolic link; a run's checkpoints are its own folders")
     manifest = load(CheckpointManifest, path / "manifest.json")
     _check_manifest(path, manifest)
     for name in FILES:

@@ -52,11 +52,16 @@ from executor.task import DATA_RECORD, MODEL_DIR, build_task, check_data, data_r
 from executor.worker import Trainer, init_distributed
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
-from pipeplan.errors import BadArgumentError, Interrupted, OutputError, PipeplanError
+from pipeplan.errors import (
+    BadArgumentError,
+    InputFileError,
+    Interrupted,
+    OutputError,
+    PipeplanError,
+)
 from pipeplan.fileio import check_writable, claim_directory, write_atomic
 from pipeplan.formats import (
     CheckpointManifest,
-    PhaseRecord,
     PhaseSummary,
     Profile,
     RunConfig,
@@ -67,7 +72,7 @@ from pipeplan.formats import (
     read_records,
 )
 from pipeplan.formats.base import flag_of
-from pipeplan.formats.run import check_run_name, check_world
+from pipeplan.formats.run import check_against_config, check_run_name
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build
 from pipeplan.report import make_report
@@ -199,6 +204,25 @@ def check_position(
                 )
         except BadArgumentError as exc:
             raise BadArgumentError(f"checkpoint step {manifest.step}: layout: {exc}") from None
+
+
+def check_manifest_position(manifest: CheckpointManifest, records: list, run_dir: Path) -> None:
+    """The checkpoint's epoch is the one its last step was recorded in (or the next, at an
+    epoch's start): a manifest saying epoch 1 at step 6 of a 2-step-epoch run resumed and
+    trained epochs 1–2 again."""
+    if manifest.step == 0:
+        return
+    last = next(
+        (r for r in records if isinstance(r, StepRecord) and r.step == manifest.step - 1), None
+    )
+    if last is None:
+        return
+    expected = last.epoch if manifest.step_in_epoch > 0 else last.epoch + 1
+    if manifest.epoch != expected:
+        raise InputFileError(
+            f"{run_dir}: the checkpoint at step {manifest.step} says epoch {manifest.epoch}, "
+            f"but run.jsonl recorded step {last.step} in epoch {last.epoch}"
+        )
 
 
 def check_outputs(run_dir: Path) -> None:
@@ -555,8 +579,8 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
         check_run(cfg, resumed=(path, manifest, weights))
         # The records' world against the run.json they were written under, once run.json
         # passed as a fresh run's options (a hand-edited nproc is refused by its limit first).
-        phases = [r for r in records if isinstance(r, PhaseRecord)]
-        check_world(phases, saved, str(path / "run.jsonl"))
+        check_against_config(records, saved, str(path / "run.jsonl"))
+        check_manifest_position(manifest, records, path)
     claim_directory(path)
     mend_torn_tail(path / "run.jsonl", records)
     pending = path / PENDING_CONFIG

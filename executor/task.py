@@ -151,6 +151,24 @@ def data_files(spec: str) -> list[Path]:
     return [Path(target)] if target.endswith(".py") else []
 
 
+def tokenizer_files(cfg: RunConfig) -> list[Path]:
+    """The files of the tokenizer a text run reads (--tokenizer, else the model directory's
+    own): its JSON files, vocabularies, merges and sentencepiece models; not the weights."""
+    directory = Path(cfg.tokenizer) if cfg.tokenizer else Path(cfg.model)
+    if not directory.is_dir():
+        return []
+    return sorted(
+        path
+        for path in directory.iterdir()
+        if path.is_file()
+        and (
+            path.name in (*text.TOKENIZER_FILES, *text.TOKENIZER_JSON, "merges.txt")
+            or path.name.startswith("vocab")
+            or path.suffix == ".model"
+        )
+    )
+
+
 def data_record(cfg: RunConfig) -> DataRecord | None:
     """What the run's data files hold now (sha256 of their bytes), and the label names text
     data gives; None when the data reads no file. Called after build_task read them."""
@@ -162,6 +180,7 @@ def data_record(cfg: RunConfig) -> DataRecord | None:
     names = None
     if text.is_text_spec(cfg.data):
         names = text.read_corpus(cfg.data, cfg.seed).label_names
+        files += tokenizer_files(cfg)  # edited, it turns the same text into other ids
     try:
         hashed = [DataFile(path=str(p), sha256=file_sha256(p)) for p in files]
     except OSError as exc:
@@ -191,7 +210,7 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
             raise InputFileError(f"{file.path}: cannot read the run's data ({exc})") from None
         if now != file.sha256:
             raise InputFileError(
-                f"{file.path}: DATA changed since the run started (its sha256 was "
+                f"{file.path}: changed since the run started (its sha256 was "
                 f"{file.sha256[:16]}…, now {now[:16]}…); restore it or start a new run"
             )
 

@@ -121,6 +121,8 @@ def _jsonl_rows(handle: Any, path: Path) -> list[Row]:
             item = json.loads(line)
         except ValueError as exc:
             raise InputFileError(f"{path}:{number}: not a JSON object ({exc})") from None
+        except RecursionError:
+            raise InputFileError(f"{path}:{number}: nested too deeply") from None
         if not isinstance(item, dict) or not isinstance(item.get("text"), str):
             raise InputFileError(f'{path}:{number}: expected an object with a string "text"')
         _check_unicode(item["text"], f"{path}:{number}: the text")
@@ -297,6 +299,8 @@ def _check_tokenizer_json(directory: Path) -> None:
             json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise InputFileError(f"{path}: cannot be read as JSON ({_first(exc)})") from None
+        except RecursionError:
+            raise InputFileError(f"{path}: cannot be read as JSON (nested too deeply)") from None
 
 
 def _first(exc: BaseException) -> str:

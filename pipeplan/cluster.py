@@ -65,6 +65,11 @@ def _split(text: str | float | int, what: str, example: str) -> tuple[float, str
 def parse_bytes(text: str | int | float, what: str = "size") -> int:
     """'16GiB' → 17179869184; '512MB' → 512e6; a bare number is bytes."""
     value, unit = _split(text, what, "16GiB, 512MB, 1000000")
+    if unit.endswith("b") and unit != "b" and unit.lower() in _BYTE_UNITS:
+        # A lower-case b is a bit in bandwidths (5Gb/s); a size is given in bytes.
+        raise BadArgumentError(
+            f"{what} '{text}': '{unit}' reads as bits; give bytes ({unit[:-1]}B or {unit[:-1]}iB)"
+        )
     factor = _BYTE_UNITS.get(unit.lower())
     if factor is None:
         raise BadArgumentError(f"unknown unit '{unit}' in {what} '{text}' (use B, MB, GiB, ...)")

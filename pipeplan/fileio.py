@@ -18,9 +18,12 @@ def check_writable(path: str | Path, inputs: Iterable[str | Path | None] = ()) -
 
         check_writable("plan.json", inputs=[profile_path, cluster_path])
     """
-    if isinstance(path, str) and path.endswith(("/", os.sep)):
-        # Path() would drop the slash and write a file where the user asked for a folder.
-        raise OutputError(f"{path}: names a directory (it ends in '/'); give a file name")
+    if isinstance(path, str) and (
+        path.endswith(("/", os.sep)) or os.path.basename(path) in ("", ".", "..")
+    ):
+        # Path() drops a final '/' or '/.', and the write would replace a file (x.txt/.) or
+        # create one where the user named a folder.
+        raise OutputError(f"{path}: names a directory; give a file name")
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     try:

@@ -623,6 +623,8 @@ def _read_config(path: Path) -> dict[str, Any]:
         data = json.loads(text)
     except ValueError as exc:
         raise InputFileError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise InputFileError(f"{path}: nested too deeply") from None
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: a config must be a JSON object")
     return data

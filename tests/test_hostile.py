@@ -632,7 +632,7 @@ def _edit_manifest(run: Path, **layout) -> None:
         ({"rank_map": [[3]]}, "distinct ranks of 0..0"),
         ({"micro_batch_size": 7}, "samples a step, the run"),
         ({"boundaries": [0, 99]}, "layout"),
-        ({"frozen_layers": 10}, "the head is never frozen"),
+        ({"frozen_layers": 10}, "frozen_layers 0 disagrees with the layout's 10"),
     ],
     ids=str,
 )
@@ -1544,3 +1544,66 @@ def test_export_of_an_empty_checkpoint_name_is_refused(finished_run, tmp_path, c
     run = copy_run(finished_run, tmp_path)
     argv = ["export", str(run), "--checkpoint", "", "--out", str(tmp_path / "out")]
     refused(argv, tmp_path, capsys, "name a checkpoint as step-N")
+
+
+def test_an_output_path_ending_in_dot_is_a_folder_not_a_file(tmp_path, capsys):
+    """Found by the sixth independent round: `--out x.txt/.` replaced the file x.txt."""
+    mine = tmp_path / "x.txt"
+    mine.write_text("mine\n")
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    for out in (f"{mine}/.", f"{tmp_path}/..", "."):
+        refused(
+            ["plan", "--profile", profile, *PREVIEW, "--out", out],
+            tmp_path,
+            capsys,
+            "names a directory",
+        )
+
+
+def test_a_size_in_bits_is_refused(tmp_path, capsys):
+    """Found by the sixth independent round: `--inter-bw 5Gb/s` is bits, `--device-memory
+    16Gb` was read as 16 GB."""
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = ["preview", "--profile", profile, *PREVIEW, "--device-memory", "16Gb"]
+    refused(argv, tmp_path, capsys, ("16Gb", "reads as bits"))
+
+
+def _manifest(run: Path) -> tuple[Path, dict]:
+    path = run / "checkpoints" / "step-2" / "manifest.json"
+    return path, json.loads(path.read_text())
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (lambda m: m.update(epoch=0), "says epoch 0, but run.jsonl recorded step 1 in epoch 0"),
+        (lambda m: m.update(frozen_layers=1), "disagrees with the layout's 0"),
+    ],
+    ids=["epoch", "frozen layers"],
+)
+def test_resume_refuses_a_manifest_that_contradicts_itself_or_the_records(
+    finished_run, tmp_path, capsys, edit, fragment
+):
+    """Found by the sixth independent round: a manifest's epoch edited to contradict its step
+    resumed and trained epochs again; frozen_layers edited against its own layout unfroze
+    layers whose optimizer state was gone."""
+    run = copy_run(finished_run, tmp_path)
+    path, manifest = _manifest(run)
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_resume_refuses_a_checkpoint_folder_that_is_a_link(finished_run, tmp_path, capsys):
+    """Found by the sixth independent round: step-N a symbolic link to a folder elsewhere:
+    the ranks started, the next checkpoint failed, run.jsonl grew, and the advice was the same
+    --resume."""
+    run = copy_run(finished_run, tmp_path)
+    away = tmp_path / "away"
+    shutil.move(str(run / "checkpoints" / "step-2"), away)
+    (run / "checkpoints" / "step-2").symlink_to(away)
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, "symbolic link")

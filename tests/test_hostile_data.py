@@ -168,10 +168,12 @@ def test_data_edited_since_the_run_started(made, tmp_path, capsys):
     run = tmp_path / "runs" / "r"
     record = json.loads((run / "data.json").read_text())
     digest = hashlib.sha256(data.read_bytes()).hexdigest()
-    assert record["files"] == [{"path": str(data), "sha256": digest}]
+    assert record["files"][0] == {"path": str(data), "sha256": digest}
+    tokenizer = {Path(f["path"]).name for f in record["files"][1:]}
+    assert {"tokenizer.json", "tokenizer_config.json"} <= tokenizer
     assert record["label_names"] == ["negative", "positive"]
     data.write_text(data.read_text().replace('"negative"', '"zneg"'))
-    fragment = ("reviews.jsonl", "DATA changed since the run started", digest[:16])
+    fragment = ("reviews.jsonl", "changed since the run started", digest[:16])
     refused(["export", str(run), "--out", str(tmp_path / "out")], tmp_path, capsys, fragment)
     refused(["run", "--resume", str(run)], tmp_path, capsys, fragment)
     assert not (tmp_path / "out").exists()
@@ -200,3 +202,38 @@ def test_a_tokenizer_that_cannot_encode_the_data(made, tmp_path, capsys):
     data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
     argv = prepare(made, tmp_path, data, tokenizer=tok)
     refused(argv, tmp_path, capsys, ("tok", "the tokenizer cannot encode"))
+
+
+def test_a_tokenizer_edited_since_the_run_started(made, tmp_path, capsys):
+    """Found by the sixth independent round: data.json hashed the data files only; ids of
+    the tokenizer swapped between a run and its resume re-tokenised the data silently."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    assert cli.main(prepare(made, tmp_path, data, tokenizer=tok)) == 0
+    capsys.readouterr()
+    spec = json.loads((tok / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    first, second = sorted(vocab)[-2:]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (tok / "tokenizer.json").write_text(json.dumps(spec))
+    run = tmp_path / "runs" / "r"
+    fragment = ("tokenizer.json", "changed since the run started")
+    refused(["run", "--resume", str(run)], tmp_path, capsys, fragment)
+
+
+@pytest.mark.parametrize("where", ["data", "tokenizer_config", "model config"])
+def test_json_nested_too_deeply_in_text_inputs(made, tmp_path, capsys, where):
+    """Found by the sixth independent round: '[' * 200000 in a data line, a
+    tokenizer_config.json or a model's config.json was a RecursionError traceback."""
+    deep = "[" * 200_000 + "]" * 200_000
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    paths = {}
+    if where == "data":
+        data.write_text(data.read_text() + deep + "\n")
+    elif where == "tokenizer_config":
+        paths["tokenizer"] = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+        (paths["tokenizer"] / "tokenizer_config.json").write_text(deep)
+    else:
+        paths["model"] = Path(shutil.copytree(made["checkpoint"], tmp_path / "m"))
+        (paths["model"] / "config.json").write_text(deep)
+    refused(prepare(made, tmp_path, data, **paths), tmp_path, capsys, "nested too deeply")

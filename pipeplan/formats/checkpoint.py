@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from pipeplan.formats.base import NonNegInt, PosInt, Strict
 from pipeplan.formats.layout import Layout
@@ -33,3 +33,14 @@ class CheckpointManifest(Strict):
         default_factory=dict,
         description="sha256 of each tensor file, verified before a resume trusts it.",
     )
+
+    @model_validator(mode="after")
+    def _agree(self) -> CheckpointManifest:
+        # A resume takes frozen_layers: one that contradicts the layout it was taken in
+        # unfroze layers whose optimizer state had been dropped.
+        if self.layout is not None and self.layout.frozen_layers != self.frozen_layers:
+            raise ValueError(
+                f"frozen_layers {self.frozen_layers} disagrees with the layout's "
+                f"{self.layout.frozen_layers}"
+            )
+        return self

@@ -560,7 +560,12 @@ def check_records(records: list, where: str, config: RunConfig | None = None) ->
                 )
             _check_ranks(record, phase, where)
     if config is not None:
-        check_world([r for r in records if isinstance(r, PhaseRecord)], config, where)
+        check_against_config(records, config, where)
+
+
+def check_against_config(records: list, config: RunConfig, where: str) -> None:
+    """The records agree with their run.json: the world (`check_world`)."""
+    check_world([r for r in records if isinstance(r, PhaseRecord)], config, where)
 
 
 def check_world(phases: list[PhaseRecord], config: RunConfig, where: str) -> None:
