@@ -597,6 +597,20 @@ def _hoist_debug(args: list[str]) -> list[str]:
     return ["--debug", *rest] if len(rest) < len(args) else rest
 
 
+def _check_repeats(args: list[str]) -> None:
+    """An option given twice (`--out a.json --out b.json`, `--resume A --resume B`) is a
+    mistake click would settle silently by keeping the last; `--` ends the options."""
+    end = args.index("--") if "--" in args else len(args)
+    seen: set[str] = set()
+    for token in args[:end]:
+        name = {"-o": "--out"}.get(token, token.split("=", 1)[0])
+        if not name.startswith("--") or name == "--debug":
+            continue
+        if name in seen:
+            raise BadArgumentError(f"{name} is given more than once; give it once")
+        seen.add(name)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise Interrupted
 
@@ -616,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _hoist_debug(sys.argv[1:] if argv is None else list(argv))
     previous = _on_ctrl_c(_interrupt)
     try:
+        _check_repeats(args)
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except PipeplanError as exc:

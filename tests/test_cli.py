@@ -311,3 +311,19 @@ def test_profile_nproc_measures_links_that_plans_then_use(tmp_path):
     assert "group rebuild" in result.stderr
     assert comm.group_rebuild_s is not None and 0 < comm.group_rebuild_s < 0.25
     assert CostModel(profile, cluster).group_rebuild_s == comm.group_rebuild_s
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["schema", "plan", "--out", "a.json", "--out", "b.json"],
+        ["plan", "-o", "a.json", "--out=b.json"],
+        ["run", "--resume", "a", "--resume", "b"],
+    ],
+)
+def test_an_option_given_twice_is_refused(args, capsys):
+    """Found by the sixth independent round: click kept the last of a repeated option
+    (`--out a --out b` wrote only b; `--resume A --resume B` resumed B)."""
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is given more than once" in err[0]

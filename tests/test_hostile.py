@@ -913,13 +913,14 @@ def plans(tmp_path_factory) -> dict[str, str]:
     other = root / "vit-edited.json"  # the same model, timed again: another sha256
     other.write_text(json.dumps({**json.loads(Path(vit).read_text()), "created_at": "then"}))
     made = {
-        "PLAN_MODEL": ["--profile", str(shipped_profile("bert-tiny", "cpu"))],
-        "PLAN_BATCH": ["--profile", vit, "--global-batch", "32"],
-        "PLAN_SHA": ["--profile", str(other)],
-        "PLAN_CLUSTER": ["--profile", vit, "--devices-per-node", "4"],
+        "PLAN_MODEL": {"--profile": str(shipped_profile("bert-tiny", "cpu"))},
+        "PLAN_BATCH": {"--profile": vit, "--global-batch": "32"},
+        "PLAN_SHA": {"--profile": str(other)},
+        "PLAN_CLUSTER": {"--profile": vit, "--devices-per-node": "4"},
     }
     for key, flags in made.items():
-        argv = ["plan", "--devices-per-node", "2", "--global-batch", "64", *flags]
+        given = {"--devices-per-node": "2", "--global-batch": "64", **flags}
+        argv = ["plan", *[part for pair in given.items() for part in pair]]
         argv += ["--samples", "1400", "--epochs", "2", "--out", str(root / f"{key}.json")]
         assert cli.main(argv) == 0
     return {key: str(root / f"{key}.json") for key in made}
