@@ -10,6 +10,7 @@ partition. The tests compare all three.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 
@@ -676,7 +677,7 @@ class PartitionSpace:
         mu = p.micro_batch_overhead_s
         shift = k * mu
         limit = limit - p.overhead_s
-        if self.every_stage_shares_a_link():
+        if self.shares_one_link:
             # Every stage's all-reduce crosses one link and starts after the last stage's
             # last op (stages end in reverse order): the last forward through the stages
             # left (pace, their forwards and what stage k receives), the last stage's
@@ -712,7 +713,7 @@ class PartitionSpace:
         if (bound >= limit).all():
             return bound + p.overhead_s
         bound = np.maximum(bound, a - p.fwd_prefix[i] - shift + self.table("l1own")[k][i])
-        if self.every_stage_shares_a_link():
+        if self.shares_one_link:
             nic_rest = a - p.fwd_prefix[i] - shift + p.shared_latency_s + self.table("nic")[k][i]
             bound = np.maximum(bound, nic_rest)
             # The last stage's last op after an unplaced stage t's last forward (its M
@@ -884,10 +885,11 @@ class PartitionSpace:
 
     # ------------------------------------------------------------------ tables
 
-    def every_stage_shares_a_link(self) -> bool:
+    @functools.cached_property
+    def shares_one_link(self) -> bool:
         """Whether one node link carries every stage's all-reduce, and the first stage that
         trains moves bytes over it (its first layer has parameters), so that every stage's
-        term pays the ring latency."""
+        term pays the ring latency (asked by every bound: computed once)."""
         p = self.p
         first_active = max(p.min_first_boundary - 1, p.forward_only_layers)
         return bool(
@@ -960,7 +962,7 @@ class PartitionSpace:
         # replicas' all-reduce. The tables a bound needs are built together.
         shared = {"l1": f"l1/{M}", "round": f"round/{M}", "fwd": "fwd", "bwd": "bwd"}
         names = ["l1", "l1own"] + (["fwd", "bwd"] if p.schedule == "gpipe" else ["round"])
-        if self.every_stage_shares_a_link():
+        if self.shares_one_link:
             names += ["nic", "pace"]
         if name not in names:
             names.append(name)

@@ -444,7 +444,9 @@ class PhaseSearch:
         static, saved = costs.static_bytes, costs.saved_bytes_per_micro_batch
         limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
         fewest = np.where(gpipe, M, 1.0)
-        alone = np.array([float((static[k:] + n * saved[k:]).max()) for n in fewest])
+        counts_in_flight, where = np.unique(fewest, return_inverse=True)  # one max per count
+        alone = np.array([float((static[k:] + n * saved[k:]).max()) for n in counts_in_flight])
+        alone = alone[where]
         fits = (alone <= limit) & (float(static.sum()) + fewest * float(saved.sum()) <= S * limit)
         bound = np.where(many & fits, cheap, np.inf)
         counts = np.where(many, 0, counts)
