@@ -126,7 +126,15 @@ def _a_step_of_an_earlier_phase(run: Path) -> str:
     return "is in phase 0, but phase"
 
 
-RECORDS = [_nproc_1, _no_ranks, _a_rank_twice, _a_step_of_an_earlier_phase]
+def _another_global_batch(run: Path) -> str:
+    lines = _lines(run)
+    phase = [line for line in lines if line["kind"] == "phase"][-1]
+    phase["layout"]["micro_batch_size"] *= 2
+    _rewrite(run, lines)
+    return "per step, but run.json says global_batch"
+
+
+RECORDS = [_nproc_1, _no_ranks, _a_rank_twice, _a_step_of_an_earlier_phase, _another_global_batch]
 
 
 @pytest.mark.parametrize("command", ["report", "calibrate"])
@@ -134,7 +142,7 @@ RECORDS = [_nproc_1, _no_ranks, _a_rank_twice, _a_step_of_an_earlier_phase]
 def test_records_that_contradict_their_run_or_world(tmp_path, capsys, damage, command):
     """Records that read well line by line but not with run.json or with each other: a
     world of 2 ranks in a run of nproc 1, a step listing no rank or one rank twice, a step
-    of phase 0 after a later phase started."""
+    of phase 0 after a later phase started, a phase training another global batch."""
     run, argv = _readable(tmp_path, command)
     fragment = damage(run)
     refused(argv, tmp_path, capsys, ("run.jsonl", fragment))
@@ -153,15 +161,19 @@ def test_report_refuses_a_run_json_of_another_model_than_its_profile(tmp_path, c
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("damage", ["no ranks", "a rank twice"])
+@pytest.mark.parametrize("damage", ["no ranks", "a rank twice", "another batch"])
 def test_resume_refuses_records_with_a_wrong_world(finished_run, tmp_path, capsys, damage):
     """The same records check on --resume, before any rank starts."""
     run = copy_run(finished_run, tmp_path)
-    lines = _lines(run)
-    step = _steps(lines)[1]
-    step["ranks"] = [] if damage == "no ranks" else [*step["ranks"], *step["ranks"]]
-    _rewrite(run, lines)
-    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, "step 1 lists ranks")
+    if damage == "another batch":
+        fragment = _another_global_batch(run)
+    else:
+        lines = _lines(run)
+        step = _steps(lines)[1]
+        step["ranks"] = [] if damage == "no ranks" else [*step["ranks"], *step["ranks"]]
+        _rewrite(run, lines)
+        fragment = "step 1 lists ranks"
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
 
 
 # ----------------------------------------------------------------------------- torn appends

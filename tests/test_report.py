@@ -40,6 +40,7 @@ def stage_plan(first: int, stop: int, **times: float) -> StagePlan:
 
 
 LAYOUT_FIELDS = set(Layout.model_fields)
+GLOBAL_BATCH = 64
 
 
 def phase_record(phase: int, *, stages: int, replicas: int, **fields) -> PhaseRecord:
@@ -48,12 +49,16 @@ def phase_record(phase: int, *, stages: int, replicas: int, **fields) -> PhaseRe
         frozen_layers=0,
         cached=False,
         micro_batches=stages,
-        micro_batch_size=8,
         schedule="1f1b",
         boundaries=[10 * s // stages for s in range(stages + 1)],
         rank_map=per_replica,
     )
     layout.update({k: v for k, v in fields.items() if k in LAYOUT_FIELDS})
+    if "micro_batch_size" not in fields:
+        # Every phase trains write_run's global batch of 64, as run.jsonl must.
+        per_step = replicas * layout["micro_batches"]
+        assert GLOBAL_BATCH % per_step == 0, (replicas, layout["micro_batches"])
+        layout["micro_batch_size"] = GLOBAL_BATCH // per_step
     record = dict(
         start_step=0,
         start_epoch=0,
@@ -102,7 +107,9 @@ def epoch(number: int, phase: int, epoch_s: float, accuracy: float | None, steps
 
 def write_run(directory: Path, records: list, **config) -> Path:
     directory.mkdir(parents=True)
-    cfg = dict(name=directory.name, model="vit-digits", data="digits", nproc=2, global_batch=64)
+    cfg = dict(
+        name=directory.name, model="vit-digits", data="digits", nproc=2, global_batch=GLOBAL_BATCH
+    )
     cfg["epochs"] = sum(isinstance(r, EpochRecord) for r in records) or 1
     (directory / "run.json").write_text(dumps(RunConfig(**{**cfg, **config})))
     lines = [r.model_dump_json() + "\n" for r in records]
@@ -167,10 +174,18 @@ def elastic_records() -> list:
     return records
 
 
-def static_records(steps: int = 10, predicted_step_s: float = 0.182) -> list:
-    records: list = [
-        phase_record(0, stages=2, replicas=1, predicted_step_s=predicted_step_s, transition_s=0.6)
-    ]
+def static_records(
+    steps: int = 10, predicted_step_s: float = 0.182, global_batch: int = GLOBAL_BATCH
+) -> list:
+    phase = phase_record(
+        0,
+        stages=2,
+        replicas=1,
+        micro_batch_size=global_batch // 2,
+        predicted_step_s=predicted_step_s,
+        transition_s=0.6,
+    )
+    records: list = [phase]
     for n in range(steps):
         records.append(step(n, 0, 0, 0.6, [rank(0, 0, 0), rank(1, 1, 0)]))
     records.append(epoch(0, 0, epoch_s=6.0, accuracy=0.7, steps=steps))
@@ -350,7 +365,8 @@ def test_bad_run_directory_is_one_input_error_line(tmp_path, capsys, case):
     [({"model": "bert-tiny"}, "model 'bert-tiny'"), ({"global_batch": 32}, "global batch 32")],
 )
 def test_baseline_of_another_model_or_batch_is_refused(tmp_path, elastic, capsys, config, fragment):
-    other = write_run(tmp_path / "other", static_records(), **config)
+    records = static_records(global_batch=config.get("global_batch", GLOBAL_BATCH))
+    other = write_run(tmp_path / "other", records, **config)
     with pytest.raises(BadArgumentError, match=fragment):
         make_report(elastic, other)
     assert cli.main(["report", str(elastic), "--baseline", str(other)]) == 2

@@ -564,8 +564,20 @@ def check_records(records: list, where: str, config: RunConfig | None = None) ->
 
 
 def check_against_config(records: list, config: RunConfig, where: str) -> None:
-    """The records agree with their run.json: the world (`check_world`)."""
-    check_world([r for r in records if isinstance(r, PhaseRecord)], config, where)
+    """The records agree with their run.json: the world (`check_world`) and the global batch,
+    fixed across phases (a phase of another batch would be priced and calibrated as if its
+    steps had trained run.json's)."""
+    phases = [r for r in records if isinstance(r, PhaseRecord)]
+    for phase in phases:
+        if phase.layout.global_batch != config.global_batch:
+            layout = phase.layout
+            raise InputFileError(
+                f"{where}: phase {phase.phase} trains {layout.replicas} replicas x "
+                f"{layout.micro_batches} micro-batches x {layout.micro_batch_size} samples = "
+                f"{layout.global_batch} per step, but run.json says global_batch "
+                f"{config.global_batch}"
+            )
+    check_world(phases, config, where)
 
 
 def check_world(phases: list[PhaseRecord], config: RunConfig, where: str) -> None:
