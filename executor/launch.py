@@ -234,7 +234,7 @@ def check_outputs(run_dir: Path) -> None:
         if path.is_symlink() or (path.exists() and not path.is_dir()):
             raise OutputError(f"{path}: not a folder; the run writes into it")
     for name in ("run.jsonl", METRICS_FILE, "summary.json", "run.json"):
-        check_writable(run_dir / name)
+        check_writable(run_dir / name, run_owned=True)
 
 
 def run_directory(runs_root: str | Path, name: str) -> Path:

@@ -28,6 +28,7 @@ from executor import text
 from executor.data import TaskData, check_compatible, data_task, label_count, load_data
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError
+from pipeplan.fileio import check_outside_runs
 from pipeplan.formats import DataFile, DataRecord, RunConfig, load
 
 if TYPE_CHECKING:
@@ -266,5 +267,6 @@ def _checkpoint_path(run_dir: Path, name: str) -> Path:
 
 def _check_new_directory(out: Path) -> None:
     """Before any work: export writes a new directory (models.export checks it again)."""
+    check_outside_runs(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputError(f"{out}: exists and is not an empty directory; export needs a new one")

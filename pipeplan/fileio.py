@@ -12,12 +12,17 @@ from pathlib import Path
 from pipeplan.errors import OutputError
 
 
-def check_writable(path: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:
-    """Fail early, before expensive work, if `path` cannot be created or replaced, or is one
-    of the command's `inputs` (a plan written over the profile it was made from).
+def check_writable(
+    path: str | Path, inputs: Iterable[str | Path | None] = (), *, run_owned: bool = False
+) -> Path:
+    """Fail early, before expensive work, if `path` cannot be created or replaced, is one of
+    the command's `inputs` (a plan written over the profile it was made from), or lies inside
+    a run directory (`check_outside_runs`) unless the run itself writes it (`run_owned`).
 
         check_writable("plan.json", inputs=[profile_path, cluster_path])
     """
+    if not run_owned:
+        check_outside_runs(path)
     if isinstance(path, str) and (
         path.endswith(("/", os.sep)) or os.path.basename(path) in ("", ".", "..")
     ):
@@ -49,9 +54,30 @@ def check_writable(path: str | Path, inputs: Iterable[str | Path | None] = ()) -
     return path
 
 
+def check_outside_runs(path: str | Path) -> None:
+    """A command's output may not lie inside a run directory (a folder holding run.json and
+    the `.lock` of `claim_directory`): a run directory holds what `pipeplan run` writes, and
+    a plot or an export in it would change a checkpoint its manifest no longer matches, or
+    replace a record resume and report read.
+
+        check_outside_runs("runs/ft/checkpoints/step-8/plots")   # OutputError
+    """
+    try:
+        resolved = Path(path).resolve()
+    except (OSError, RuntimeError):  # a link loop or a name too long: check_writable says so
+        return
+    for folder in resolved.parents:
+        if (folder / "run.json").is_file() and (folder / ".lock").exists():
+            raise OutputError(
+                f"{path}: inside run directory {folder}, which holds only what `pipeplan run` "
+                "writes; write elsewhere"
+            )
+
+
 def write_atomic(path: str | Path, content: str | bytes) -> None:
-    """Write to a temporary file beside `path`, fsync, then rename over it."""
-    path = check_writable(path)
+    """Write to a temporary file beside `path`, fsync, then rename over it (the caller has
+    checked a user's target with `check_writable`)."""
+    path = check_writable(path, run_owned=True)
     data = content.encode("utf-8") if isinstance(content, str) else content
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -202,9 +202,11 @@ class PlanRequest(Strict):
         None, description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory."
     )
     cache: bool = Field(True, description="Cache the frozen prefix's activations.")
-    cache_budget_bytes: Annotated[Bytes, Flag("--cache-budget", unit="bytes")] = Field(
-        DEFAULT_CACHE_BUDGET_BYTES,
-        description="Host memory for the cache per node, in bytes; beyond it, local disk.",
+    cache_budget_bytes: Annotated[Bytes, Flag("--cache-budget", unit="bytes", needs="cache")] = (
+        Field(
+            DEFAULT_CACHE_BUDGET_BYTES,
+            description="Host memory for the cache per node, in bytes; beyond it, local disk.",
+        )
     )
     stages: Annotated[PosInt | None, Flag(default="searched")] = Field(
         None, description="Pin the stage count S."

@@ -171,6 +171,13 @@ def options(model: type[BaseModel]) -> Callable[[Callable[..., R]], Callable[...
                 value = values.pop(option.field)
                 if context.get_parameter_source(option.field).name not in _NOT_GIVEN:
                     given[option.field] = option.parse(value)
+            for option in derived:
+                needs = option.flag.needs
+                if option.field in given and needs is not None and given.get(needs) is False:
+                    raise BadArgumentError(
+                        f"{option.spelling} means nothing with --no-{needs.replace('_', '-')}; "
+                        "give one of them"
+                    )
             return fn(given, **values)
 
         context = inspect.Parameter(

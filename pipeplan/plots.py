@@ -36,7 +36,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from pipeplan.errors import BadArgumentError, OutputError
-from pipeplan.fileio import check_writable, write_atomic
+from pipeplan.fileio import check_outside_runs, check_writable, write_atomic
 
 DPI = 120
 FIG_WIDTH_IN = 12.0
@@ -105,6 +105,7 @@ def check_targets(paths: Sequence[Path]) -> None:
     """Every plot a command will write can be written, checked before the first is drawn: a
     refused target must not leave the others half replaced."""
     for path in paths:
+        check_outside_runs(path)  # before a folder is made in a run directory
         _make_parent(path)
         check_writable(path)
 

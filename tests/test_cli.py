@@ -224,7 +224,7 @@ def test_every_run_option_is_a_run_config_field_with_its_default(capsys, monkeyp
 
 def test_run_json_is_the_run_config_of_the_flags(tmp_path, capsys):
     flags = ["--name", "x", "--epochs", "2", "--lr", "0.002", "--freeze", "0,1", "--seed", "3"]
-    flags += ["--cache-budget", "512MiB", "--device-memory", "100MiB", "--no-cache"]
+    flags += ["--cache-budget", "512MiB", "--device-memory", "100MiB", "--cache"]
     assert cli.main(["run", *flags, "--prepare-only", "--runs-dir", str(tmp_path)]) == 0
     assert f"-m executor.launch {tmp_path / 'x'}" in capsys.readouterr().out
     expected = RunConfig(
@@ -235,7 +235,7 @@ def test_run_json_is_the_run_config_of_the_flags(tmp_path, capsys):
         seed=3,
         cache_budget_bytes=512 << 20,
         device_memory_bytes=100 << 20,
-        cache=False,
+        cache=True,
     )
     written = (tmp_path / "x" / "run.json").read_text()
     assert written == dumps(expected)
@@ -327,3 +327,21 @@ def test_an_option_given_twice_is_refused(args, capsys):
     assert cli.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is given more than once" in err[0]
+
+
+NOTHING_WITH = "--cache-budget means nothing with --no-cache; give one of them"
+
+
+@pytest.mark.parametrize("command", ["run", "plan", "preview"])
+def test_a_flag_that_means_nothing_with_another_is_refused(command, tmp_path, capsys):
+    """`--no-cache --cache-budget 1GB` was accepted and the budget ignored (sixth round)."""
+    args = [command, "--no-cache", "--cache-budget", "1GB", "--runs-dir", str(tmp_path)]
+    if command != "run":
+        args = [command, "--no-cache", "--cache-budget", "1GB", "--profile", PROFILE]
+        args += ["--out", str(tmp_path / "p.json")] if command == "plan" else []
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "pipeplan: error: --cache-budget means nothing with --no-cache; give one of them"
+    ]
+    assert list(tmp_path.iterdir()) == []

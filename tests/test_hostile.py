@@ -276,6 +276,11 @@ FLAG_CASES = {
     "global batch 1000000007": (["--global-batch", "1000000007"], "limit of"),
     "epochs 10000000": (["--epochs", "10000000"], "limit of"),
     "micro-batches 100000": (["--micro-batches", "100000"], "limit of"),
+    # Accepted and ignored: the user believed the cache had that budget.
+    "--no-cache --cache-budget": (
+        ["--no-cache", "--cache-budget", "1GB"],
+        "--cache-budget means nothing with --no-cache",
+    ),
 }
 
 

@@ -298,3 +298,41 @@ def test_a_checkpoint_of_another_step_is_corrupt_and_an_older_one_is_used(
     assert any(notice in r.message and "older step-2" in r.message for r in caplog.records), (
         caplog.text
     )
+
+
+# ----------------------------------------------------------------------------- outputs in a run
+
+
+def _targets(run: Path, tmp_path: Path) -> dict[str, list[str]]:
+    """Each command's output aimed inside the run directory: into a checkpoint (whose manifest
+    lists its files exactly, so resume would refuse it), over its records, into model/."""
+    step = run / "checkpoints" / "step-3"
+    return {
+        "report --plot": ["report", str(run), "--plot", str(step / "plots")],
+        "export": ["export", str(run), "--out", str(step / "exported")],
+        "plan --out": ["plan", "--profile", str(PROFILE), "--out", str(run / "run.jsonl")],
+        "preview --plot": ["preview", "--profile", str(PROFILE), "--plot", str(run / "model")],
+        "calibrate --out": [
+            "calibrate",
+            str(tmp_path / "fit"),
+            "--profile",
+            str(PROFILE),
+            "--out",
+            str(step / "c.json"),
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    "command", ["report --plot", "export", "plan --out", "preview --plot", "calibrate --out"]
+)
+def test_outputs_inside_a_run_directory_are_refused(tmp_path, capsys, command):
+    """A run directory holds what `pipeplan run` writes: plots or an export written into
+    RUN/checkpoints/step-N were accepted, and the checkpoint no longer matched its manifest."""
+    run = _synthetic(tmp_path)
+    (run / ".lock").touch()  # what claim_directory leaves in every run directory
+    (run / "checkpoints" / "step-3").mkdir(parents=True)
+    (run / "checkpoints" / "step-3" / "manifest.json").write_text("{}")
+    (run / "model").mkdir()
+    _readable(tmp_path, "calibrate")
+    refused(_targets(run, tmp_path)[command], tmp_path, capsys, "inside run directory")

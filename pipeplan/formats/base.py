@@ -73,7 +73,8 @@ class Flag:
     `unit`: the flag takes human units (`1GiB`, `15.75GB/s`) and parses them into the field.
     `default`: how to show a default decided at run time (a factory, or None meaning
     something). `argument`: positional, not an option. `cli=False` (`NOT_A_FLAG`): the field
-    is set elsewhere, never on the command line.
+    is set elsewhere, never on the command line. `needs`: a bool field without which the flag
+    means nothing (`--cache-budget` with `--no-cache` is refused, not ignored).
     """
 
     name: str | None = None
@@ -82,6 +83,7 @@ class Flag:
     default: str | None = None
     argument: bool = False
     cli: bool = True
+    needs: str | None = None
 
 
 NOT_A_FLAG = Flag(cli=False)

@@ -180,10 +180,12 @@ class RunConfig(Strict):
         Steps | None, Flag(default="only at layout changes and the end")
     ] = Field(None, description="Also checkpoint every N steps.")
     cache: bool = Field(True, description="AutoCache the frozen prefix's activations.")
-    cache_budget_bytes: Annotated[Bytes, Flag("--cache-budget", unit="bytes")] = Field(
-        DEFAULT_CACHE_BUDGET_BYTES,
-        description="Host memory for the cache per node (its stage-0 ranks share one cache), in "
-        "bytes; beyond it, files on the run directory's disk.",
+    cache_budget_bytes: Annotated[Bytes, Flag("--cache-budget", unit="bytes", needs="cache")] = (
+        Field(
+            DEFAULT_CACHE_BUDGET_BYTES,
+            description="Host memory for the cache per node (its stage-0 ranks share one cache), "
+            "in bytes; beyond it, files on the run directory's disk.",
+        )
     )
     seed: Seed = Field(0, description="Seed for weights, data order and dropout.")
     collective_timeout_s: Annotated[Seconds, Flag("--collective-timeout")] = Field(
