@@ -48,9 +48,18 @@ from pipeplan.formats import (
 from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_SAMPLES
 from pipeplan.freeze import continuations, describe, phases
 from pipeplan.simulate import Timeline
-from pipeplan.solver import BaselineName, Pins, baseline_boundaries, solve_phase
+from pipeplan.solver import (
+    BaselineName,
+    NothingFasterError,
+    Pins,
+    baseline_boundaries,
+    solve_phase,
+)
 
 SIGNIFICANT_DIGITS = 9
+# A phase's total is a sum of epochs, the bound on it a product: the margin keeps a layout
+# whose total would tie the other option's from being pruned by the last bit of rounding.
+BEAT_MARGIN = 1e-9
 
 
 def _r(x: float) -> float:
@@ -291,8 +300,16 @@ def decide_phase(
     best: _Choice | None = None
     error: PipeplanError | None = None
     for cached in options:
+        # An uncached phase costs at least its steps × its step (transition ≥ 0): the search
+        # only needs layouts faster than the cached choice's total over its steps (a cached
+        # total has no such floor: a cached step may exceed the same layout's uncached one).
+        beat = math.inf
+        if best is not None and not cached:
+            beat = best.total_s(epochs) / (epochs * shape.steps_per_epoch) * (1 + BEAT_MARGIN)
         try:
-            choice = _choose(model, shape, frozen, cached, epochs, pins, previous, fixed_layout)
+            choice = _choose(
+                model, shape, frozen, cached, epochs, pins, previous, fixed_layout, beat
+            )
         except PipeplanError as exc:  # e.g. only the cached layout fits in memory
             error = exc
             continue
@@ -313,9 +330,12 @@ def _choose(
     pins: Pins,
     previous: Layout | None,
     fixed_layout: Layout | None,
+    faster_than_s: float = math.inf,
 ) -> _Choice:
     """The layout of one phase: the solver's, unless keeping the previous placement is
-    cheaper once the transition is paid for."""
+    cheaper once the transition is paid for. `faster_than_s`: the solver's layout matters
+    only if its step is faster (`solve_phase`); when none is, keeping the previous
+    placement is the one option left (NothingFasterError when it does not fit)."""
     if fixed_layout is not None:
         # Priced as is: the baseline placement with this freeze point (a frozen prefix past
         # stage 0 runs on forward-only stages); an ablation, not a layout the plan emits.
@@ -323,7 +343,16 @@ def _choose(
             update={"frozen_layers": frozen, "cached": cached and frozen > 0}
         )
         return _phase_choice(model, shape, kept, 0.0, [], previous)
-    solution = solve_phase(model, shape.global_batch, frozen, cached, pins)
+    try:
+        solution = solve_phase(model, shape.global_batch, frozen, cached, pins, 2, faster_than_s)
+    except NothingFasterError:
+        kept = None if previous is None else _with_freeze(previous, frozen, cached, model)
+        if kept is None:
+            raise
+        keep = _phase_choice(model, shape, kept, 0.0, [], previous)
+        if not keep.steady.fits:
+            raise
+        return keep
     new_layout = solution.best.layout
     transition = 0.0
     if previous is not None:

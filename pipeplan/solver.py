@@ -97,6 +97,13 @@ class PhaseSolution:
     lower_bound_s: float = 0.0
 
 
+class NothingFasterError(PipeplanError):
+    """No layout of the phase is faster than the step the caller asked to beat."""
+
+    def __init__(self, step_s: float):
+        super().__init__(f"no layout of the phase takes less than {step_s:.6g} s a step")
+
+
 class DoesNotFitError(PipeplanError):
     """Nothing fits memory. The message (a min-max memory search over every shape) is built
     only when shown: the plan tries cached and uncached phases and often drops this error."""
@@ -789,15 +796,19 @@ class PhaseSearch:
         rows = np.unique(crossing[crossing.sum(axis=1) > 1], axis=0)
         return rows.reshape(len(rows), S)
 
-    def solve(self, runner_ups: int = 2) -> PhaseSolution:
+    def solve(self, runner_ups: int = 2, faster_than_s: float = math.inf) -> PhaseSolution:
         """Best-first branch and bound over (shape, schedule, partial partition): pop the
         smallest bound; a shape opens into its first stage's choices, a partial partition
         into the next stage's, a complete one is simulated. Children whose bound reaches the
         best step are dropped; the search ends when the smallest bound left does, so `best`
         is the exhaustive optimum (up to PRUNE_TOLERANCE), or when the work limit is spent
-        (then `proven` is False and `lower_bound_s` the smallest bound left)."""
+        (then `proven` is False and `lower_bound_s` the smallest bound left).
+
+        `faster_than_s`: only a layout faster than this matters to the caller (the plan's
+        other option for the phase already costs that much), so bounds at or above it prune
+        too; `NothingFasterError` when no layout is faster."""
         shapes = self.shapes()
-        run = _Run(self)
+        run = _Run(self, faster_than_s)
         candidates = [
             (shape, sch)
             for shape in shapes
@@ -806,6 +817,8 @@ class PhaseSearch:
         for bound, candidate in zip(self.shape_bounds(candidates), candidates, strict=True):
             run.push(float(bound), "shape", candidate)
         run.search()
+        if faster_than_s < math.inf and not (run.simulated and run.best_s < faster_than_s):
+            raise NothingFasterError(faster_than_s)
         if not run.simulated:
             raise DoesNotFitError(lambda: self._does_not_fit_message(shapes))
         return run.solution(runner_ups)
@@ -899,8 +912,9 @@ class _Run:
     been opened and its time-balanced partition simulated: their nodes are costly and their
     bounds loose, so the budget goes to comparing shapes first."""
 
-    def __init__(self, phase: PhaseSearch):
+    def __init__(self, phase: PhaseSearch, faster_than_s: float = math.inf):
         self.phase = phase
+        self.faster_than_s = faster_than_s
         self.heap: list[tuple[float, int, str, object]] = []
         self.later: list[tuple[float, int, str, object]] = []
         self.order = itertools.count()
@@ -916,7 +930,7 @@ class _Run:
             )
 
     def limit(self) -> float:
-        return self.best_s * (1 - PRUNE_TOLERANCE)
+        return min(self.best_s * (1 - PRUNE_TOLERANCE), self.faster_than_s)
 
     def search(self) -> None:
         while True:
@@ -1154,14 +1168,23 @@ def solve_phase(
     cached: bool = False,
     pins: Pins | None = None,
     runner_ups: int = 2,
+    faster_than_s: float = math.inf,
 ) -> PhaseSolution:
     """The best layout (and runner-ups) for one phase; see the module docstring. A long
     model's uncached phase whose frozen prefix fits no stage 0 is searched again with the
-    prefix over forward-only stages."""
+    prefix over forward-only stages.
+
+    `faster_than_s` (`PhaseSearch.solve`): NothingFasterError unless a layout is faster. A
+    long model's uncached phase ignores it: whether to search forward-only stages depends
+    on whether anything fits at all, which a pruned search cannot tell."""
+    retries = not cached and frozen_layers > 0 and model.num_layers > DENSE_MAX_LAYERS
+    if retries:
+        faster_than_s = math.inf
     try:
-        return PhaseSearch(model, global_batch, frozen_layers, cached, pins).solve(runner_ups)
+        search = PhaseSearch(model, global_batch, frozen_layers, cached, pins)
+        return search.solve(runner_ups, faster_than_s)
     except DoesNotFitError:
-        if cached or not frozen_layers or model.num_layers <= DENSE_MAX_LAYERS:
+        if not retries:
             raise
     search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, forward_only=True)
     return search.solve(runner_ups)

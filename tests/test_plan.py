@@ -296,3 +296,40 @@ def test_a_measured_group_rebuild_lets_the_plan_move_where_the_guess_kept_the_la
     epochs_moved = moved.total_s - moved.transition_s  # the phase's epochs, rebuild excluded
     assert epochs_moved + move + 0.0047 < kept.total_s  # moving pays with 4.7 ms …
     assert epochs_moved + move + 2.0 > kept.total_s  # … and not with 2 s
+
+
+@pytest.mark.parametrize("epochs", [20, 40])
+def test_the_cached_option_prunes_the_uncached_search_without_changing_the_plan(
+    monkeypatch, epochs
+):
+    """An uncached phase costs at least its steps × its step, so once the cached option is
+    priced the uncached search only looks for faster layouts (`faster_than_s`). The plan is
+    the one an unpruned search gives, phase by phase (runner-ups aside: they are whatever
+    else the search simulated), and the pruning did happen."""
+    import pipeplan.plan as plan_module
+
+    profile = preset_profile("bert-base")
+    cluster = cluster_from_flags(nodes=2, devices_per_node=4, device_memory="16GiB")
+    kwargs = dict(global_batch=256, samples=50_000, epochs=epochs)
+    kwargs["freeze"] = alpha_schedule(0.2, epochs, len(profile.layers) - 2)
+    unpruned, refusals = [], []
+
+    def without_cutoff(model, batch, frozen=0, cached=False, pins=None, runner_ups=2, _=None):
+        return solve_phase(model, batch, frozen, cached, pins, runner_ups)
+
+    def counting(*args):
+        try:
+            return solve_phase(*args)
+        except plan_module.NothingFasterError:
+            refusals.append(args[2])
+            raise
+
+    monkeypatch.setattr(plan_module, "solve_phase", without_cutoff)
+    unpruned = make_plan(profile, cluster, **kwargs).phases
+    monkeypatch.setattr(plan_module, "solve_phase", counting)
+    pruned = make_plan(profile, cluster, **kwargs).phases
+    assert refusals  # some uncached search found nothing faster than the cached option
+    drop = {"runner_ups"}
+    assert [p.model_dump(exclude=drop) for p in pruned] == [
+        p.model_dump(exclude=drop) for p in unpruned
+    ]
