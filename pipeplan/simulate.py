@@ -344,11 +344,12 @@ def simulate_step(
     stages: Sequence[StageWork], micro_batches: int, schedule: Schedule
 ) -> StepResult:
     """The simulated step without recording events (GPipe in closed form, 1F1B by rounds when
-    every stage trains and M ≥ S)."""
+    M ≥ the stages that train)."""
     _check(stages, micro_batches)
+    training = sum(st.has_backward for st in stages)
     if schedule == "gpipe":
         played = _gpipe_schedule(stages, micro_batches)
-    elif micro_batches >= len(stages) and all(st.has_backward for st in stages):
+    elif 1 <= training <= micro_batches:
         played = _one_f_one_b_rounds(stages, micro_batches)
     else:
         played = _event_schedule(stages, micro_batches, schedule, record=False)
@@ -360,7 +361,7 @@ MAX_PERIOD = 16
 
 
 def _one_f_one_b_rounds(stages: Sequence[StageWork], M: int) -> _Schedule:
-    """1F1B, every stage training, M ≥ S: the same operations as the event simulation, in
+    """1F1B with M ≥ the S stages that train: the same operations as the event simulation, in
     rounds. Stage s (warm-up w_s = S−1−s forwards) runs F_{w_s+i} then B_i in round i; round
     i's forwards need round i−1's (stage s−1 is one forward ahead), so each round runs its
     forwards from stage 0 down, then its backwards from the last stage up.
@@ -368,7 +369,15 @@ def _one_f_one_b_rounds(stages: Sequence[StageWork], M: int) -> _Schedule:
     While every stage is in its steady part (i ≤ M − S) a round maps the state (when each
     stage and link is free) by the same max-plus map, so once the state repeats shifted by a
     constant δ after c rounds it does so to the end of the steady part: the rounds between are
-    skipped (exact up to floating-point rounding)."""
+    skipped (exact up to floating-point rounding).
+
+    Leading forward-only stages get nothing back: with their links they are a flow shop of M
+    identical jobs (`_forward_flow_shop`) whose departures feed the first stage that trains,
+    a new micro-batch every p_max; a skip keeps those arrivals in step only when δ ≥ c·p_max
+    (later arrivals then bind no more than the ones just seen)."""
+    q = next(s for s, st in enumerate(stages) if st.has_backward)
+    ahead, arrivals, pace = _forward_flow_shop(stages[:q], M)
+    stages = stages[q:]
     S = len(stages)
     F = [st.fwd_s for st in stages]
     B = [st.bwd_s for st in stages]
@@ -378,6 +387,7 @@ def _one_f_one_b_rounds(stages: Sequence[StageWork], M: int) -> _Schedule:
     link_fwd = [0.0] * S
     link_bwd = [0.0] * S
     arrive = [[0.0] * M for _ in range(S)]  # [s][j]: micro-batch j's activation at s
+    arrive[0] = arrivals
     grad = [[0.0] * M for _ in range(S)]  # [s][j]: its gradient at s
     for j in range(S - 1):  # warm-up forwards, a flow shop
         for s in range(S - 1 - j):
@@ -408,13 +418,32 @@ def _one_f_one_b_rounds(stages: Sequence[StageWork], M: int) -> _Schedule:
                 link_bwd[s] = grad[s - 1][i] = send + sb[s]
         if i < steady_end and M >= 4 * S:
             skip = _period(history, free + link_fwd[:-1] + link_bwd[1:])
+            if skip is not None and skip[1] < skip[0] * pace * (1 - 1e-12):
+                skip = None  # the forward-only stages' arrivals would bind later
             if skip is not None:
                 period, shift = skip
                 jumps = (steady_end - i) // period
                 i = _jump(i, jumps * period, jumps * shift, free, link_fwd, link_bwd, arrive, S)
                 history.clear()
         i += 1
-    return _Schedule(free, link_fwd, link_bwd, [])
+    return _Schedule(
+        ahead.stage_free + free, ahead.link_fwd + link_fwd, ahead.link_bwd + link_bwd, []
+    )
+
+
+def _forward_flow_shop(stages: Sequence[StageWork], M: int) -> tuple[_Schedule, list[float], float]:
+    """Forward-only stages and their outgoing links as a flow shop of M identical jobs from
+    time 0: job j leaves machine r at Σ_{t≤r} p_t + j·max_{t≤r} p_t. Their schedule, when
+    each micro-batch reaches the next stage, and the largest p (the pace of those arrivals)."""
+    total = largest = 0.0
+    stage_free, link_fwd = [], []
+    for work in stages:
+        for p, ends in ((work.fwd_s, stage_free), (work.send_fwd_s, link_fwd)):
+            total += p
+            largest = max(largest, p)
+            ends.append(total + (M - 1) * largest)
+    arrivals = [total + j * largest for j in range(M)]
+    return _Schedule(stage_free, link_fwd, [0.0] * len(stages), []), arrivals, largest
 
 
 def _period(history: list[list[float]], state: list[float]) -> tuple[int, float] | None:

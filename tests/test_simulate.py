@@ -222,16 +222,22 @@ def test_allreduces_crossing_the_same_node_link_share_it():
     data=st.lists(st.tuples(work, work, work, work, work, work), min_size=1, max_size=6),
     uniform=st.booleans(),
     extra=st.integers(0, 40),
+    frozen=st.integers(0, 5),
+    slow=st.floats(0.0, 10.0, allow_nan=False),
 )
-def test_1f1b_by_rounds_equals_the_event_simulation(data, uniform, extra):
-    """The round-by-round 1F1B (every stage trains, M ≥ S), which skips repeating rounds,
-    plays the same step as the event simulation."""
+def test_1f1b_by_rounds_equals_the_event_simulation(data, uniform, extra, frozen, slow):
+    """The round-by-round 1F1B (M ≥ the stages that train), which skips repeating rounds and
+    prices leading forward-only stages as a flow shop, plays the same step as the event
+    simulation; `slow` makes a forward-only stage's pace bind the training stages or not."""
     from pipeplan.simulate import _event_schedule, _finish, _one_f_one_b_rounds
 
     if uniform:  # identical stages repeat after a few rounds: the skip is exercised
         data = [data[0]] * len(data)
-    stages = [StageWork(f, b, True, sf, sb, ar, opt) for f, b, sf, sb, ar, opt in data]
-    M = len(stages) + extra
+    frozen = min(frozen, len(data) - 1)
+    stages = random_stages(data, frozen)
+    if frozen:
+        stages[0] = replace(stages[0], fwd_s=slow)
+    M = len(stages) - frozen + extra
     events = _finish(stages, _event_schedule(stages, M, "1f1b", record=False)).step_s
     rounds = _finish(stages, _one_f_one_b_rounds(stages, M)).step_s
     assert rounds == pytest.approx(events, rel=1e-9, abs=1e-12)
