@@ -979,12 +979,15 @@ class PartitionSpace:
     def _positions(self, k: int) -> np.ndarray:
         """Where stage k may start: after k one-layer stages (stage 1 after the frozen prefix)
         and before one layer for each stage from k on."""
-        p = self.p
-        L = p.num_layers
-        valid = np.zeros(L + 1, dtype=bool)
-        lo = k + (p.min_first_boundary - 1 if k >= 1 else 0)
-        valid[lo : L - (p.num_stages - k) + 1] = True
-        return valid
+        key = ("positions", k)
+        if key not in self._shared:  # the same for every shape of this S in this phase
+            p = self.p
+            L = p.num_layers
+            valid = np.zeros(L + 1, dtype=bool)
+            lo = k + (p.min_first_boundary - 1 if k >= 1 else 0)
+            valid[lo : L - (p.num_stages - k) + 1] = True
+            self._shared[key] = valid
+        return self._shared[key]
 
     def _minmax(self, costs: list[tuple[np.ndarray, ...]]) -> list[list[np.ndarray]]:
         """Per cost (Q, R, κ) with Q, R: [stage t, position], κ: [t], T[k][i] ≤ min over
@@ -999,7 +1002,8 @@ class PartitionSpace:
         Qs = np.stack([np.broadcast_to(Q, (S, L + 1)) for Q, _, _ in costs], axis=1)
         Rs = np.stack([np.broadcast_to(R, (S, L + 1)) for _, R, _ in costs], axis=1)
         kappas = np.stack([kappa for _, _, kappa in costs], axis=1)[:, :, None]  # [t, cost, 1]
-        positions = np.arange(L + 1)
+        lo = np.arange(1, L + 2)  # j ≥ i + 1
+        rows = np.arange(n)[:, None]  # fancy indexing row by row (take_along_axis costs more)
         tables = np.full((S + 1, n, L + 1), np.inf)
         Q, R, kappa = Qs[S - 1], Rs[S - 1], kappas[S - 1]
         last = np.where(self.last_ends(S - 1) >= L, Q[:, L:] - R + kappa, np.inf)
@@ -1010,12 +1014,11 @@ class PartitionSpace:
             with np.errstate(invalid="ignore"):
                 crossing = np.maximum.accumulate(Q - after, axis=1)
             split = _search_rows(crossing, R - kappa)
-            lo, hi = positions + 1, self.last_ends(k)
+            hi = self.last_ends(k)
             j1 = np.maximum(split, lo)
-            reached = np.take_along_axis(Q, np.minimum(j1, L), axis=1)
-            above = np.where(j1 <= hi, reached - R + kappa, np.inf)
-            j2 = np.minimum(split - 1, hi)
-            below = np.where(j2 >= lo, np.take_along_axis(after, np.clip(j2, 0, L), axis=1), np.inf)
+            above = np.where(j1 <= hi, Q[rows, np.minimum(j1, L)] - R + kappa, np.inf)
+            j2 = np.minimum(split - 1, hi)  # ≤ L; below 0 only where j2 < lo anyway
+            below = np.where(j2 >= lo, after[rows, np.maximum(j2, 0)], np.inf)
             tables[k] = np.where(self._positions(k), np.minimum(above, below), np.inf)
         return [list(tables[:, row]) for row in range(n)]
 
