@@ -54,13 +54,22 @@ def check_writable(
     return path
 
 
+# What `pipeplan run` keeps at the top of a run directory (tests/test_hostile_runs.py checks a
+# real run's against it).
+RUN_ENTRIES = frozenset(
+    {".lock", "run.json", "run.jsonl", "run.resume.json", "summary.json", "metrics.csv"}
+    | {"profile.json", "data.json", "checkpoints", "model", "cache", "logs"}
+)
+
+
 def check_outside_runs(path: str | Path) -> None:
-    """A command's output may not lie inside a run directory (a folder holding run.json and
-    the `.lock` of `claim_directory`): a run directory holds what `pipeplan run` writes, and
-    a plot or an export in it would change a checkpoint its manifest no longer matches, or
-    replace a record resume and report read.
+    """A command's output may not replace or lie inside what a run keeps in its directory (a
+    folder holding run.json and the `.lock` of `claim_directory`): a plot or an export in a
+    checkpoint no longer matches its manifest, a plan over run.jsonl loses the records. A
+    new file of the user's beside them is fine.
 
         check_outside_runs("runs/ft/checkpoints/step-8/plots")   # OutputError
+        check_outside_runs("runs/ft/plan.json")                   # fine
     """
     try:
         resolved = Path(path).resolve()
@@ -68,10 +77,12 @@ def check_outside_runs(path: str | Path) -> None:
         return
     for folder in resolved.parents:
         if (folder / "run.json").is_file() and (folder / ".lock").exists():
-            raise OutputError(
-                f"{path}: inside run directory {folder}, which holds only what `pipeplan run` "
-                "writes; write elsewhere"
-            )
+            entry = resolved.relative_to(folder).parts[0]
+            if entry in RUN_ENTRIES:
+                raise OutputError(
+                    f"{path}: would write into {folder / entry}, which `pipeplan run` keeps; "
+                    "write elsewhere"
+                )
 
 
 def write_atomic(path: str | Path, content: str | bytes) -> None:

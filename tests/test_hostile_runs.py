@@ -327,7 +327,7 @@ def _targets(run: Path, tmp_path: Path) -> dict[str, list[str]]:
     "command", ["report --plot", "export", "plan --out", "preview --plot", "calibrate --out"]
 )
 def test_outputs_inside_a_run_directory_are_refused(tmp_path, capsys, command):
-    """A run directory holds what `pipeplan run` writes: plots or an export written into
+    """What a run keeps in its directory is its own: plots or an export written into
     RUN/checkpoints/step-N were accepted, and the checkpoint no longer matched its manifest."""
     run = _synthetic(tmp_path)
     (run / ".lock").touch()  # what claim_directory leaves in every run directory
@@ -335,4 +335,21 @@ def test_outputs_inside_a_run_directory_are_refused(tmp_path, capsys, command):
     (run / "checkpoints" / "step-3" / "manifest.json").write_text("{}")
     (run / "model").mkdir()
     _readable(tmp_path, "calibrate")
-    refused(_targets(run, tmp_path)[command], tmp_path, capsys, "inside run directory")
+    refused(_targets(run, tmp_path)[command], tmp_path, capsys, "which `pipeplan run` keeps")
+
+
+def test_a_file_of_the_users_beside_a_runs_own_is_written(tmp_path, capsys):
+    """Only what the run keeps is refused: a plan written into the run's folder is fine."""
+    run = _synthetic(tmp_path)
+    (run / ".lock").touch()
+    argv = ["plan", "--profile", str(PROFILE), "--out", str(run / "plan.json")]
+    assert cli.main(argv) == 0
+    assert cli.main(argv) == 0  # and replaced
+    assert (run / "plan.json").is_file()
+
+
+@pytest.mark.multiprocess
+def test_a_real_run_keeps_only_the_entries_outputs_stay_out_of(finished_run):
+    from pipeplan.fileio import RUN_ENTRIES
+
+    assert {p.name for p in finished_run.iterdir()} <= RUN_ENTRIES
