@@ -48,8 +48,12 @@ def test_the_wheel_carries_every_shipped_profile(wheel):
 def test_an_installed_wheel_finds_its_profiles_outside_the_checkout(wheel, tmp_path):
     site = tmp_path / "site"
     pip("install", "--target", str(site), str(wheel), cwd=tmp_path)
+    # Where every package came from too: an editable install's finder resolves a subpackage
+    # the wheel lacks (pipeplan.formats was missing) from the checkout it points at.
     code = (
-        "from executor.planning import shipped_profile; print(shipped_profile('vit-digits', 'cpu'))"
+        "import cli, pipeplan.formats; from executor.planning import shipped_profile; "
+        "print(shipped_profile('vit-digits', 'cpu')); print(cli.__file__); "
+        "print(pipeplan.formats.__file__)"
     )
     # Only the installed copy on the path, run from elsewhere: nothing can fall back on ROOT.
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -57,4 +61,6 @@ def test_an_installed_wheel_finds_its_profiles_outside_the_checkout(wheel, tmp_p
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    assert Path(done.stdout.strip()) == site / "profiles" / "vit-digits@cpu-1t.json"
+    profile, *modules = done.stdout.split()
+    assert Path(profile) == site / "profiles" / "vit-digits@cpu-1t.json"
+    assert [Path(m) for m in modules] == [site / "cli.py", site / "pipeplan/formats/__init__.py"]
