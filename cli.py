@@ -611,6 +611,18 @@ def _check_repeats(args: list[str]) -> None:
         seen.add(name)
 
 
+def _check_empty(args: list[str]) -> None:
+    """An empty value (`--resume ''`, `--plan=`, `--runs-dir ''`) is refused: click passes it
+    on, where an empty path read as "none" (a resume of '' started a new run) or as the
+    current directory."""
+    for n, token in enumerate(args):
+        flag = token[:-1] if token.startswith("--") and token.endswith("=") else None
+        if token == "":
+            flag = args[n - 1] if n and args[n - 1].startswith("-") else "an argument"
+        if flag is not None:
+            raise BadArgumentError(f"{flag} is empty; give a value")
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise Interrupted
 
@@ -631,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = _on_ctrl_c(_interrupt)
     try:
         _check_repeats(args)
+        _check_empty(args)
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except PipeplanError as exc:

@@ -343,3 +343,25 @@ def test_a_flag_that_means_nothing_with_another_is_refused(command, tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"pipeplan: error: {NOTHING_WITH}"]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["run", "--resume", ""], "--resume"),
+        (["run", "--model", "vit-digits", "--plan", "", "--prepare-only"], "--plan"),
+        (["run", "--model", "vit-digits", "--plan=", "--prepare-only"], "--plan"),
+        (["preview", "--profile", PROFILE, "--plot", ""], "--plot"),
+        (["demo", "--runs-dir", "", "--pretrain-only"], "--runs-dir"),
+        (["report", ""], "an argument"),
+    ],
+)
+def test_an_empty_value_is_refused(args, flag, capsys, tmp_path, monkeypatch):
+    """Seventh round: `--resume ''` started a new run in ./runs, `--plan ''` was stored as a
+    plan, `--plot ''` drew nothing, `--runs-dir ''` pretrained into the current directory."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(args) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"pipeplan: error: {flag} is empty; give a value"
+    ]
+    assert list(tmp_path.iterdir()) == []
