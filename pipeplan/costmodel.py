@@ -279,13 +279,13 @@ class CostModel:
     def node_of(self, rank: int) -> int:
         return rank // self.cluster.devices_per_node
 
-    def _nodes(self, rank_map: Sequence[Sequence[int]]) -> np.ndarray:
+    def node_map(self, rank_map: Sequence[Sequence[int]]) -> np.ndarray:
         """[replica, stage] → node."""
         return np.asarray(rank_map, dtype=np.int64) // self.cluster.devices_per_node
 
     def boundary_crosses_nodes(self, rank_map: Sequence[Sequence[int]]) -> list[bool]:
         """For s in 0..S−2: does any replica's stage s → s+1 transfer leave its node?"""
-        nodes = self._nodes(rank_map)
+        nodes = self.node_map(rank_map)
         return [bool(x) for x in (nodes[:, :-1] != nodes[:, 1:]).any(axis=0)]
 
     def p2p_link(self, crosses_nodes: bool) -> Link:
@@ -296,7 +296,7 @@ class CostModel:
     def boundary_shares(self, rank_map: Sequence[Sequence[int]]) -> list[int]:
         """For s in 0..S−2: how many of the replicas' simultaneous s → s+1 transfers share one
         node's network link (the most on any node, out or in; 1 when none crosses)."""
-        nodes = self._nodes(rank_map)
+        nodes = self.node_map(rank_map)
         shares = []
         for s in range(nodes.shape[1] - 1):
             out, into = nodes[:, s], nodes[:, s + 1]
@@ -326,7 +326,7 @@ class CostModel:
         """Per stage: the nodes whose network link its data-parallel ring crosses (all the
         nodes it spans, when more than one), else ()."""
         result = []
-        for column in self._nodes(rank_map).T:
+        for column in self.node_map(rank_map).T:
             nodes = np.unique(column)
             result.append(tuple(int(n) for n in nodes) if len(nodes) > 1 else ())
         return result

@@ -283,17 +283,21 @@ def shared_allreduce_ends(stages: Sequence[StageWork], starts: Sequence[float]) 
         and work.allreduce_nodes
         and work.allreduce_s - work.allreduce_latency_s > 0
     ]
-    nodes = sorted({n for s in flows for n in stages[s].allreduce_nodes})
     if len(flows) < 2:
         return ends
-    column = {n: i for i, n in enumerate(nodes)}
-    uses = np.zeros((len(flows), len(nodes)))
+    # The flows crossing each node's link. A link only one all-reduce crosses never slows it,
+    # and links crossed by the same flows are one constraint: one column per such set, not
+    # per node (a [flow, node] array of a million nodes would not fit).
+    crossing: dict[int, list[int]] = {}
     for row, s in enumerate(flows):
-        uses[row, [column[n] for n in stages[s].allreduce_nodes]] = 1.0
-    shared = uses.sum(axis=0) > 1  # a link only one all-reduce crosses never slows it
-    if not shared.any():
+        for node in stages[s].allreduce_nodes:
+            crossing.setdefault(node, []).append(row)
+    links = sorted({tuple(rows) for rows in crossing.values() if len(rows) > 1})
+    if not links:
         return ends
-    uses = uses[:, shared]
+    uses = np.zeros((len(flows), len(links)))
+    for column, rows in enumerate(links):
+        uses[list(rows), column] = 1.0
     release = np.array([starts[s] + stages[s].allreduce_latency_s for s in flows])
     left = np.array([stages[s].allreduce_s - stages[s].allreduce_latency_s for s in flows])
     finish = _fluid(uses, release, left)

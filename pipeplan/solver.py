@@ -790,11 +790,23 @@ class PhaseSearch:
     def _shared_links(self, ranks: tuple[tuple[int, ...], ...]) -> np.ndarray:
         """Per node link crossed by two or more stages' all-reduces (deduplicated): which."""
         S = len(ranks[0])
-        crossing = np.zeros((self.cluster.nodes, S), dtype=bool)  # [node, stage]
-        for s, nodes in enumerate(self.model.allreduce_nodes(ranks)):
-            crossing[list(nodes), s] = True
-        rows = np.unique(crossing[crossing.sum(axis=1) > 1], axis=0)
-        return rows.reshape(len(rows), S)
+        # From the (node, stage) pairs, never a [node, stage] array: a million nodes by
+        # thousands of stages would not fit.
+        nodes = self.model.node_map(ranks)
+        spans = nodes.min(axis=0) != nodes.max(axis=0)  # the stages whose ring crosses nodes
+        stage_of = np.broadcast_to(np.arange(S), nodes.shape)[:, spans].ravel()
+        pairs = np.unique(nodes[:, spans].ravel() * S + stage_of)  # by node, then stage
+        node, stage = pairs // S, pairs % S
+        starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+        counts = np.diff(np.r_[starts, len(node)])
+        shared = counts > 1
+        patterns = {
+            tuple(stage[a : a + c]) for a, c in zip(starts[shared], counts[shared], strict=True)
+        }
+        rows = np.zeros((len(patterns), S), dtype=bool)
+        for row, stages in enumerate(patterns):
+            rows[row, list(stages)] = True
+        return np.unique(rows, axis=0).reshape(len(patterns), S)
 
     def solve(self, runner_ups: int = 2, faster_than_s: float = math.inf) -> PhaseSolution:
         """Best-first branch and bound over (shape, schedule, partial partition): pop the

@@ -3,6 +3,7 @@
 import itertools
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -215,6 +216,43 @@ def test_allreduces_crossing_the_same_node_link_share_it():
     apart = simulate([alone, replace(alone, allreduce_nodes=(2, 3))], 1, "gpipe")
     assert apart.step_s == pytest.approx(4.0 + 4.0)
     assert step_lower_bound_s(both, 1, "gpipe") == pytest.approx(8.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    flows=st.lists(
+        st.tuples(work, work, st.sets(st.integers(0, 5), max_size=4)), min_size=2, max_size=6
+    ),
+    starts=st.lists(work, min_size=6, max_size=6),
+)
+def test_shared_links_are_priced_as_one_column_per_node(flows, starts):
+    """The fluid model groups node links crossed by the same all-reduces into one column (a
+    column per node did not fit a million nodes): the ends are those of a column per node."""
+    from pipeplan.simulate import _fluid, shared_allreduce_ends
+
+    stages = [
+        StageWork(
+            1.0,
+            1.0,
+            True,
+            allreduce_s=lat + rest,
+            allreduce_latency_s=lat,
+            allreduce_nodes=tuple(sorted(nodes)),
+        )
+        for lat, rest, nodes in flows
+    ]
+    starts = starts[: len(stages)]
+    ends = shared_allreduce_ends(stages, starts)
+    moving = [s for s, (_, rest, nodes) in enumerate(flows) if rest > 0 and nodes]
+    expected = [start + work.allreduce_s for start, work in zip(starts, stages, strict=True)]
+    per_node = np.array([[n in flows[s][2] for n in range(6)] for s in moving], dtype=float)
+    per_node = per_node[:, per_node.sum(axis=0) > 1] if moving else per_node
+    if len(moving) > 1 and per_node.shape[1]:
+        release = np.array([starts[s] + flows[s][0] for s in moving])
+        done = _fluid(per_node, release, np.array([flows[s][1] for s in moving]))
+        for row, s in enumerate(moving):
+            expected[s] = float(done[row])
+    assert ends == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
 @settings(max_examples=150, deadline=None)

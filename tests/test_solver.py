@@ -570,3 +570,70 @@ def test_a_long_models_prefix_that_fits_no_stage_0_runs_on_forward_only_stages()
     layout.check(model.num_layers, cluster.num_devices)
     assert layout.forward_only_stages >= 3  # 48 GB over 16 GiB devices
     assert layout.boundaries[layout.forward_only_stages] <= frozen
+
+
+def _layers(blocks: int) -> list[SyntheticLayer]:
+    block = SyntheticLayer("block", 1000, 1e-3, 2e-3, 4096, 1e4)
+    head = SyntheticLayer("head", 1000, 1e-4, 2e-4, 16, 1e2)
+    return [SyntheticLayer("embeddings", 1000, 1e-4, 2e-4, 4096, 1e4), *[block] * blocks, head]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    nodes=st.integers(1, 6),
+    per_node=st.integers(1, 4),
+    stages=st.integers(1, 6),
+    replicas=st.integers(1, 6),
+)
+def test_shared_node_links_match_a_dense_reference(nodes, per_node, stages, replicas):
+    """Which node links two or more stages' all-reduces share, as a [node, stage] table
+    would say (the search no longer builds one: it did not fit a million nodes)."""
+    from pipeplan.solver import Shape
+
+    if stages * replicas > nodes * per_node:
+        return
+    cluster = Cluster(
+        nodes=nodes,
+        devices_per_node=per_node,
+        device_memory_bytes=1 << 40,
+        intra_node=Link(latency_s=1e-5, bandwidth_bytes_per_s=1e10),
+        inter_node=Link(latency_s=1e-4, bandwidth_bytes_per_s=1e9),
+    )
+    profile = synthetic_profile(_layers(8))
+    search = PhaseSearch(CostModel(profile, cluster), replicas, 0, False)
+    ranks = search.layout_ranks(Shape(stages, replicas, 1, 1))
+    dense = np.zeros((nodes, stages), dtype=bool)
+    for s in range(stages):
+        spanned = {ranks[r][s] // per_node for r in range(replicas)}
+        if len(spanned) > 1:
+            dense[sorted(spanned), s] = True
+    expected = np.unique(dense[dense.sum(axis=1) > 1], axis=0).reshape(-1, stages)
+    assert np.array_equal(search._shared_links(ranks), expected)
+
+
+@pytest.mark.timeout(60)
+def test_a_million_nodes_take_no_per_node_table():
+    """Seventh round: 1,048,576 one-device nodes and a 5,000-layer profile made the search
+    allocate a [node, stage] table (4.9 GiB, a traceback); counted here with tracemalloc,
+    which sees numpy's buffers, on a 1,000-stage layout (its table: 1 GiB)."""
+    import tracemalloc
+
+    from pipeplan.solver import Shape
+
+    cluster = Cluster(
+        nodes=1 << 20,
+        devices_per_node=1,
+        device_memory_bytes=1 << 40,
+        intra_node=Link(latency_s=1e-5, bandwidth_bytes_per_s=1e10),
+        inter_node=Link(latency_s=1e-4, bandwidth_bytes_per_s=1e9),
+    )
+    search = PhaseSearch(CostModel(synthetic_profile(_layers(998)), cluster), 1024, 0, False)
+    ranks = search.layout_ranks(Shape(1000, 1024, 1, 1))
+    tracemalloc.start()
+    try:
+        shared = search._shared_links(ranks)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert shared.shape == (0, 1000)  # one device per node: no link carries two stages
+    assert peak < 200 << 20, peak  # observed 60–110 MB (the rank map's pairs); 1 GiB before
