@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -76,7 +75,7 @@ from pipeplan.formats.run import check_against_config, check_run_name
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build
 from pipeplan.report import make_report
-from pipeplan.spawn import RankFailedError, check_local_ranks
+from pipeplan.spawn import RankFailedError, check_local_ranks, die_with_parent
 
 log = logging.getLogger("pipeplan.run")
 
@@ -314,13 +313,10 @@ def die_with_launcher() -> None:
     """Linux: the kernel kills this rank when the process that started it (torchrun's agent,
     or `pipeplan run`) dies, however it dies. torch starts each rank in a session of its own,
     so nothing else would stop an orphaned rank from training on."""
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
     # The launcher may have died before that (a rank takes seconds to import torch): then this
     # rank's parent is no longer it (`pipeplan run` says who it is; torchrun does not).
-    launcher = int(os.environ.get(LAUNCHER_PID, 0))
-    if os.getppid() == 1 or launcher not in (0, os.getppid()):
+    launcher = int(os.environ.get(LAUNCHER_PID, 0)) or os.getppid()
+    if not die_with_parent(launcher) or os.getppid() == 1:
         os._exit(faults.EXIT_FAILED)
 
 

@@ -8,7 +8,10 @@ the whole group: the others are killed and the error names the rank.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -58,11 +61,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def die_with_parent(parent: int) -> bool:
+    """Linux: have the kernel kill this process when its parent dies, however it dies (a
+    SIGTERM or SIGKILL skips the parent's clean-up, and a rank it started would run on).
+    False when `parent` is gone already (this process's parent is no longer it): the caller
+    exits. Elsewhere only that check."""
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    return os.getppid() == parent
+
+
+def _orphan_proof(rank: int, parent: int, fn: Callable[..., None], *args) -> None:
+    if not die_with_parent(parent):
+        os._exit(1)
+    fn(rank, *args)
+
+
 def run_ranks(
     fn: Callable[..., None], nproc: int, args: tuple, deadline_s: float, what: str
 ) -> None:
-    """Run fn(rank, *args) in `nproc` spawned processes; raise RankFailedError on failure."""
-    ctx = mp.start_processes(fn, args=args, nprocs=nproc, join=False, start_method="spawn")
+    """Run fn(rank, *args) in `nproc` spawned processes; raise RankFailedError on failure.
+    They die with this process, however it dies (`die_with_parent`)."""
+    args = (os.getpid(), fn, *args)
+    ctx = mp.start_processes(
+        _orphan_proof, args=args, nprocs=nproc, join=False, start_method="spawn"
+    )
     deadline = time.monotonic() + deadline_s
     try:
         while not ctx.join(timeout=0.5):

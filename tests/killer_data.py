@@ -119,3 +119,10 @@ def digits_slow_one_sided(seed: int = 0) -> TaskData:
         time.sleep(8)
     evaluation = SlowToEvaluate(data.eval, 8) if rank == 0 else data.eval
     return TaskData("digits", data.train, evaluation, False)
+
+
+def sleeping_rank(rank: int, started: str) -> None:
+    """For `pipeplan.spawn.run_ranks`: say it started (a file named after the rank), then
+    sleep far beyond any test's patience; only a kill ends it."""
+    (Path(started) / str(rank)).write_text(str(os.getpid()))
+    time.sleep(600)
