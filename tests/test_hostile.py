@@ -1546,9 +1546,13 @@ def test_a_diverging_run_says_so_and_keeps_its_records_valid(tmp_path, capsys):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_export_of_an_empty_checkpoint_name_is_refused(finished_run, tmp_path, capsys):
-    """Found by the fifth independent round: `--checkpoint ''` exported the latest one."""
+    """Found by the fifth independent round: `--checkpoint ''` exported the latest one. Any
+    empty value is refused on the command line now (test_cli), a name that is not a step-N
+    by export."""
     run = copy_run(finished_run, tmp_path)
     argv = ["export", str(run), "--checkpoint", "", "--out", str(tmp_path / "out")]
+    refused(argv, tmp_path, capsys, "--checkpoint is empty")
+    argv = ["export", str(run), "--checkpoint", " ", "--out", str(tmp_path / "out")]
     refused(argv, tmp_path, capsys, "name a checkpoint as step-N")
 
 
