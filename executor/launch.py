@@ -272,6 +272,11 @@ def check_manifest_records(
             f"{where}: layout: {manifest.layout.label()}, but phase {phase.phase} ran "
             f"{phase.layout.label()}"
         )
+    if manifest.frozen_layers != phase.layout.frozen_layers:  # a manifest without a layout
+        raise InputFileError(
+            f"{where}: frozen_layers: {manifest.frozen_layers}, but phase {phase.phase} froze "
+            f"{phase.layout.frozen_layers}"
+        )
     if last is not None:
         expected = last.epoch if manifest.step_in_epoch > 0 else last.epoch + 1
         if manifest.epoch != expected:

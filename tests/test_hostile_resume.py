@@ -54,6 +54,10 @@ MANIFESTS = {
     "a step that is not its epoch's": ({"epoch": 0, "step_in_epoch": 1}, "not a position"),
     "another world": ({"world_size": 2}, "world_size: 2, but phase 0 ran on 1"),
     "a phase never recorded": ({"phase": 5}, "phase: 5, but run.jsonl has no such phase"),
+    "frozen layers the phase did not freeze (no layout)": (
+        {"layout": None, "frozen_layers": 1},
+        "frozen_layers: 1, but phase 0 froze 0",
+    ),
 }
 
 
