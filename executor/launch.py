@@ -61,6 +61,7 @@ from pipeplan.errors import (
 from pipeplan.fileio import check_writable, claim_directory, write_atomic
 from pipeplan.formats import (
     CheckpointManifest,
+    PhaseRecord,
     PhaseSummary,
     Profile,
     RunConfig,
@@ -165,34 +166,60 @@ def check_run(
     else:
         run_dir, manifest, weights = resumed
         planner = RunPlanner.for_run(run_dir, cfg)
-        check_position(manifest, cfg, len(data.train), len(seq.layers))
+        where = manifest_path(run_dir, manifest)
+        check_position(manifest, cfg, len(data.train), len(seq.layers), where)
         check_weights(weights, seq.layers, latest(run_dir))
         check_outputs(run_dir)
     planner.check(seq)
     return planner
 
 
+def manifest_path(run_dir: Path, manifest: CheckpointManifest) -> Path:
+    """The manifest's file: its folder is named after its step (`load_checkpoint` checks)."""
+    return run_dir / "checkpoints" / f"step-{manifest.step}" / "manifest.json"
+
+
 def check_position(
-    manifest: CheckpointManifest, cfg: RunConfig, samples: int, num_layers: int
+    manifest: CheckpointManifest, cfg: RunConfig, samples: int, num_layers: int, where: Path
 ) -> None:
-    """A checkpoint's position and freeze state must be ones this run reaches (a hand-edited
-    manifest said step 99 of a 2-step epoch and was resumed from there), and the layout a resume
-    on the same world weighs keeping must be one the executor runs (a tampered one failed
-    inside a rank)."""
+    """What the checkpoint's manifest (`where`) says must be what this run and its model can
+    have said: its model, a position this run reaches (a hand-edited manifest said step 99 of
+    a 2-step epoch), layers the model has, and a layout the executor runs (a tampered one
+    failed inside a rank). InputFileError naming the field."""
+
+    def refuse(field: str, why: str) -> None:
+        raise InputFileError(f"{where}: {field}: {why}")
+
+    if manifest.model != cfg.model:
+        refuse("model", f"'{manifest.model}', but the run trains '{cfg.model}'")
     per_epoch = samples // cfg.global_batch
     if cfg.max_steps_per_epoch is not None:
         per_epoch = min(per_epoch, cfg.max_steps_per_epoch)
-    if manifest.step_in_epoch >= max(per_epoch, 1) or manifest.epoch > cfg.epochs:
-        raise BadArgumentError(
-            f"checkpoint step {manifest.step} (epoch {manifest.epoch}, step "
-            f"{manifest.step_in_epoch}) is not a position of this run ({per_epoch} steps an "
-            f"epoch, {cfg.epochs} epochs)"
+    per_epoch = max(per_epoch, 1)
+    if (
+        manifest.step_in_epoch >= per_epoch
+        or manifest.epoch > cfg.epochs
+        or manifest.step != manifest.epoch * per_epoch + manifest.step_in_epoch
+        or (manifest.epoch == cfg.epochs and manifest.step_in_epoch > 0)
+    ):
+        refuse(
+            "step",
+            f"{manifest.step} (epoch {manifest.epoch}, step {manifest.step_in_epoch}) is not a "
+            f"position of this run ({per_epoch} steps an epoch, {cfg.epochs} epochs)",
         )
     if manifest.frozen_layers > num_layers - 1:
-        raise BadArgumentError(
-            f"checkpoint step {manifest.step}: {manifest.frozen_layers} frozen layers of the "
-            f"model's {num_layers} (the head is never frozen)"
+        refuse(
+            "frozen_layers",
+            f"{manifest.frozen_layers} of the model's {num_layers} layers (the head is never "
+            "frozen)",
         )
+    for field, norms in (
+        *((f"grad_history.{i}", h) for i, h in enumerate(manifest.grad_history)),
+        ("grad_norm_sums", manifest.grad_norm_sums),
+    ):
+        beyond = next((k for k in norms if int(k) >= num_layers), None)
+        if beyond is not None:
+            refuse(field, f"layer {beyond}, but the model has layers 0..{num_layers - 1}")
     if manifest.layout is not None and manifest.world_size == cfg.nproc:
         try:
             manifest.layout.check(num_layers, cfg.nproc)
@@ -202,25 +229,86 @@ def check_position(
                     f"step, the run {cfg.global_batch}"
                 )
         except BadArgumentError as exc:
-            raise BadArgumentError(f"checkpoint step {manifest.step}: layout: {exc}") from None
+            refuse("layout", str(exc))
 
 
-def check_manifest_position(manifest: CheckpointManifest, records: list, run_dir: Path) -> None:
-    """The checkpoint's epoch is the one its last step was recorded in (or the next, at an
-    epoch's start): a manifest saying epoch 1 at step 6 of a 2-step-epoch run resumed and
-    trained epochs 1–2 again."""
-    if manifest.step == 0:
-        return
-    last = next(
-        (r for r in records if isinstance(r, StepRecord) and r.step == manifest.step - 1), None
-    )
-    if last is None:
-        return
-    expected = last.epoch if manifest.step_in_epoch > 0 else last.epoch + 1
-    if manifest.epoch != expected:
+def check_manifest_records(
+    manifest: CheckpointManifest, records: list, run_dir: Path, cfg: RunConfig
+) -> None:
+    """The checkpoint against run.jsonl: the records reach it (an emptied or cut run.jsonl
+    resumed, and the run's history was lost); its phase is a recorded one, whose layout and
+    world it was taken in; its epoch is the one its last step was recorded in (or the next,
+    at an epoch's start: a manifest saying epoch 1 at step 6 of a 2-step-epoch run trained
+    epochs 1–2 again); and its gradient history has at most one entry for each decision
+    made by then (50 entries after 2 epochs were taken as measurements)."""
+    where = manifest_path(run_dir, manifest)
+    # The step before the checkpoint, not its epoch's record: a crash may tear the last
+    # record, and a resume writes an epoch's record again (`read_records` leaves it out).
+    steps = {r.step: r for r in records if isinstance(r, StepRecord)}
+    last = steps.get(manifest.step - 1)
+    if manifest.step > 0 and last is None:
         raise InputFileError(
-            f"{run_dir}: the checkpoint at step {manifest.step} says epoch {manifest.epoch}, "
-            f"but run.jsonl recorded step {last.step} in epoch {last.epoch}"
+            f"{run_dir / 'run.jsonl'}: the records end before step {manifest.step} of the "
+            f"checkpoint step-{manifest.step} (epoch {manifest.epoch}); the run's history is lost"
+        )
+    phase = next(
+        (r for r in records if isinstance(r, PhaseRecord) and r.phase == manifest.phase), None
+    )
+    if phase is None:
+        raise InputFileError(f"{where}: phase: {manifest.phase}, but run.jsonl has no such phase")
+    if phase.start_step > manifest.step or (last is not None and last.phase > phase.phase):
+        raise InputFileError(
+            f"{where}: phase: {phase.phase} starts at step {phase.start_step} in run.jsonl, "
+            f"which recorded step {manifest.step - 1} in phase {last.phase if last else '-'}"
+        )
+    world = phase.pricing.cluster.num_devices
+    if manifest.world_size != world:
+        raise InputFileError(
+            f"{where}: world_size: {manifest.world_size}, but phase {phase.phase} ran on "
+            f"{world} ranks"
+        )
+    if manifest.layout is not None and manifest.layout != phase.layout:
+        raise InputFileError(
+            f"{where}: layout: {manifest.layout.label()}, but phase {phase.phase} ran "
+            f"{phase.layout.label()}"
+        )
+    if manifest.frozen_layers != phase.layout.frozen_layers:  # a manifest without a layout
+        raise InputFileError(
+            f"{where}: frozen_layers: {manifest.frozen_layers}, but phase {phase.phase} froze "
+            f"{phase.layout.frozen_layers}"
+        )
+    if last is not None:
+        expected = last.epoch if manifest.step_in_epoch > 0 else last.epoch + 1
+        if manifest.epoch != expected:
+            raise InputFileError(
+                f"{run_dir}: the checkpoint at step {manifest.step} says epoch "
+                f"{manifest.epoch}, but run.jsonl recorded step {last.step} in epoch "
+                f"{last.epoch}"
+            )
+    # `auto` measures once per decision: at each epoch's end but a run's last, and every
+    # --freeze-every steps within an epoch; other modes measure nothing. At an epoch's start
+    # the checkpoint follows a decision only if it is a transition's (its phase starts there).
+    decisions = 0
+    if cfg.freeze == "auto":
+        transition = phase.start_step == manifest.step and not phase.resumed
+        decisions = manifest.epoch - (manifest.step_in_epoch == 0 and not transition)
+        decisions = max(decisions, 0)
+        decisions += manifest.step // cfg.freeze_every if cfg.freeze_every else 0
+    if len(manifest.grad_history) > decisions:
+        raise InputFileError(
+            f"{where}: grad_history: {len(manifest.grad_history)} entries, but --freeze "
+            f"{cfg.freeze} made at most {decisions} gradient decisions by step {manifest.step}"
+        )
+
+
+def check_unfinished(manifest: CheckpointManifest, cfg: RunConfig, run_dir: Path) -> None:
+    """A resume trains on: a run whose checkpoint is its end (every epoch of `cfg`, with the
+    epochs --resume gives) has nothing to train, and resuming it appended an empty phase and
+    rewrote its manifest and summary."""
+    if manifest.epoch >= cfg.epochs:
+        raise BadArgumentError(
+            f"{run_dir}: finished all its {cfg.epochs} epochs; give --epochs N > {cfg.epochs} "
+            "to train on"
         )
 
 
@@ -576,7 +664,8 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
         # The records' world against the run.json they were written under, once run.json
         # passed as a fresh run's options (a hand-edited nproc is refused by its limit first).
         check_against_config(records, saved, str(path / "run.jsonl"))
-        check_manifest_position(manifest, records, path)
+        check_manifest_records(manifest, records, path, cfg)
+        check_unfinished(manifest, cfg, path)
     claim_directory(path)
     mend_torn_tail(path / "run.jsonl", records)
     pending = path / PENDING_CONFIG

@@ -42,6 +42,7 @@ from scipy.optimize import lsq_linear
 
 from pipeplan.costmodel import CostModel, same_placement
 from pipeplan.errors import InputFileError
+from pipeplan.fileio import check_distinct
 from pipeplan.formats import (
     Calibration,
     Cluster,
@@ -654,6 +655,7 @@ def fit_group_rebuild(
 
 def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
     """The profile with a calibration fitted to the runs (replacing any earlier one)."""
+    check_distinct(run_dirs, "run")  # else its steps are counted as often as it is given
     observations = observe(run_dirs, profile)
     ranks = [r for o in observations for r in o.ranks]
     scales, why_compute = fit_compute(ranks)

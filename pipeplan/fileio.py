@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from pipeplan.errors import OutputError
+from pipeplan.errors import BadArgumentError, OutputError
 
 
 def check_writable(
@@ -54,12 +55,39 @@ def check_writable(
     return path
 
 
+def check_distinct(paths: Iterable[str | Path], what: str) -> None:
+    """The same folder given twice (as itself, through a link, or by another spelling) is
+    refused, naming it: `calibrate RUN RUN` fitted every step twice and `report RUN
+    --baseline RUN` measured a speedup of exactly 1.
+
+        check_distinct(run_dirs, "run")   # BadArgumentError: runs/a: the same run as runs/./a
+    """
+    seen: list[Path] = []
+    for path in map(Path, paths):
+        for earlier in seen:
+            try:
+                same = os.path.samefile(earlier, path)
+            except OSError:  # absent or unreadable: its own reader says so
+                same = earlier.resolve() == path.resolve()
+            if same:
+                spelled = "twice" if str(earlier) == str(path) else f"as {earlier} too"
+                raise BadArgumentError(f"{path}: the same {what} given {spelled}")
+        seen.append(path)
+
+
 # What `pipeplan run` keeps at the top of a run directory (tests/test_hostile_runs.py checks a
 # real run's against it).
 RUN_ENTRIES = frozenset(
     {".lock", "run.json", "run.jsonl", "run.resume.json", "summary.json", "metrics.csv"}
     | {"profile.json", "data.json", "checkpoints", "model", "cache", "logs"}
 )
+# Numbered entries: the profile each online recalibration fits (executor.planning).
+RUN_ENTRY_PATTERNS = (re.compile(r"calibration-[0-9]+\.json"),)
+
+
+def run_entry(name: str) -> bool:
+    """Whether `name`, at the top of a run directory, is something the run keeps."""
+    return name in RUN_ENTRIES or any(p.fullmatch(name) for p in RUN_ENTRY_PATTERNS)
 
 
 def check_outside_runs(path: str | Path) -> None:
@@ -78,7 +106,7 @@ def check_outside_runs(path: str | Path) -> None:
     for folder in resolved.parents:
         if (folder / "run.json").is_file() and (folder / ".lock").exists():
             entry = resolved.relative_to(folder).parts[0]
-            if entry in RUN_ENTRIES:
+            if run_entry(entry):
                 raise OutputError(
                     f"{path}: would write into {folder / entry}, which `pipeplan run` keeps; "
                     "write elsewhere"

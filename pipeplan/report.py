@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
+from pipeplan.fileio import check_distinct
 from pipeplan.formats import (
     BaselineReport,
     Comparison,
@@ -296,6 +297,8 @@ def baseline_report(run: _Run, baseline: _Run) -> BaselineReport:
 
 def make_report(run_dir: str | Path, baseline_dir: str | Path | None = None) -> Report:
     """Read a run directory (and a baseline run's) and compare measured with predicted."""
+    if baseline_dir is not None:  # a run compared with itself says nothing
+        check_distinct([run_dir, baseline_dir], "run (as RUN_DIR and --baseline)")
     run = _Run(run_dir)
     baseline = _Run(baseline_dir) if baseline_dir is not None else None
     cfg = run.config

@@ -3,39 +3,64 @@ checkpoint's tensors belong to (the tensors themselves: `executor.checkpoint`)."
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
-from pipeplan.formats.base import NonNegInt, PosInt, Strict
+from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_STEPS, NonNegFloat, Strict
 from pipeplan.formats.layout import Layout
+
+# A layer's index as a JSON key, written by `str(i)`: "01", " 1" or "-1" is not one (int()
+# took "abc" inside a rank, and "-1" as the head).
+LayerKey = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,6})$")]
+# A mean or a sum of gradient norms: finite (the loader refuses NaN and infinities) and never
+# negative; a negative one made the gradient criterion freeze layers it should have kept.
+Norms = dict[LayerKey, NonNegFloat]
+Step = Annotated[int, Field(ge=0, le=MAX_STEPS)]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class CheckpointManifest(Strict):
     schema_version: Literal[1] = 1
-    step: NonNegInt = Field(description="Global steps completed.")
-    epoch: NonNegInt
-    step_in_epoch: NonNegInt
-    phase: NonNegInt
-    frozen_layers: NonNegInt
-    grad_history: list[dict[str, float]]
-    grad_norm_sums: dict[str, float] = Field(description="Gradient norms summed this epoch.")
-    grad_norm_steps: NonNegInt
-    world_size: PosInt
-    model: str
+    step: Step = Field(description="Global steps completed.")
+    epoch: Annotated[int, Field(ge=0, le=MAX_EPOCHS)]
+    step_in_epoch: Step
+    phase: Step = Field(description="The phase the checkpoint was taken in (run.jsonl's).")
+    frozen_layers: Annotated[int, Field(ge=0, le=MAX_COUNT)]
+    grad_history: list[Norms] = Field(
+        description="Per `auto` freeze decision, the mean gradient norm of each layer since the "
+        "one before (one for each decision the run has made at most; checked on resume)."
+    )
+    grad_norm_sums: Norms = Field(description="Gradient norms summed since the last decision.")
+    grad_norm_steps: Step = Field(description="The steps summed in grad_norm_sums.")
+    world_size: Annotated[int, Field(ge=1, le=MAX_COUNT)]
+    model: str = Field(description="The model trained: run.json's `model`.")
     layout: Layout | None = Field(
         None,
         description="The layout the checkpoint was taken in: a resume on the same world size "
         "weighs moving from it, as the uninterrupted run did.",
     )
+    # Informational: a resume rebuilds the cache and never reads this.
     cache: dict | None = Field(None, description="Stage-0 cache manifest (rebuilt on resume).")
-    files: dict[str, str] = Field(
+    files: dict[str, Sha256] = Field(
         default_factory=dict,
         description="sha256 of each tensor file, verified before a resume trusts it.",
     )
 
     @model_validator(mode="after")
     def _agree(self) -> CheckpointManifest:
+        # A position inside its own count: a step within the epoch is among the steps done.
+        if self.step_in_epoch > self.step or self.grad_norm_steps > self.step_in_epoch:
+            raise ValueError(
+                f"step_in_epoch {self.step_in_epoch} and grad_norm_steps "
+                f"{self.grad_norm_steps} must each be at most the one before (step {self.step})"
+            )
+        # Sums are of the steps counted: none counted, nothing summed.
+        if self.grad_norm_sums and not self.grad_norm_steps:
+            raise ValueError(
+                f"grad_norm_sums holds {len(self.grad_norm_sums)} layer(s), but grad_norm_steps "
+                "is 0"
+            )
         # A resume takes frozen_layers: one that contradicts the layout it was taken in
         # unfroze layers whose optimizer state had been dropped.
         if self.layout is not None and self.layout.frozen_layers != self.frozen_layers:

@@ -331,9 +331,12 @@ class StepRecord(Strict):
     epoch: NonNegInt
     phase: NonNegInt
     step_s: Seconds = Field(description="Wall time of the step on the slowest rank.")
-    loss: float | None
+    # Every loss the executor records is a mean cross-entropy: never negative.
+    loss: NonNegFloat | None
     samples_per_s: NonNegFloat
-    cache_hits: NonNegInt = 0
+    cache_hits: NonNegInt = Field(
+        0, description="Samples of the step read from the cache: at most the global batch."
+    )
     ranks: list[RankTimes]
 
 
@@ -380,8 +383,8 @@ class EpochRecord(Strict):
     steps: NonNegInt
     epoch_s: Seconds = Field(description="Training time of the epoch (evaluation excluded).")
     eval_s: Seconds = 0.0
-    train_loss: float | None
-    eval_loss: float | None = Field(
+    train_loss: NonNegFloat | None  # means of cross-entropies, as the steps' losses
+    eval_loss: NonNegFloat | None = Field(
         None, description="Held-out loss: per sample, or per predicted token (causal-lm)."
     )
     eval_accuracy: Annotated[float, Field(ge=0, le=1)] | None = Field(
@@ -568,7 +571,14 @@ def check_records(records: list, where: str, config: RunConfig | None = None) ->
 def check_against_config(records: list, config: RunConfig, where: str) -> None:
     """The records agree with their run.json: the world (`check_world`) and the global batch,
     fixed across phases (a phase of another batch would be priced and calibrated as if its
-    steps had trained run.json's)."""
+    steps had trained run.json's), which no step reads more of from the cache (10**9 cache
+    hits made every step of a cached phase steady)."""
+    over = next((r for r in records if getattr(r, "cache_hits", 0) > config.global_batch), None)
+    if over is not None:
+        raise InputFileError(
+            f"{where}: step {over.step}: cache_hits {over.cache_hits} of a step of "
+            f"{config.global_batch} samples (run.json's global_batch)"
+        )
     phases = [r for r in records if isinstance(r, PhaseRecord)]
     for phase in phases:
         if phase.layout.global_batch != config.global_batch:

@@ -1,0 +1,175 @@
+"""Hostile resumes and repeated inputs (an independent round's findings), by class: each case
+asserts exit code 2, exactly one line `pipeplan: error: …` naming the file and field, and
+that no file of the run changed (`refused`). The one real run is test_hostile's module-scoped
+`finished_run` (1 rank, 1 epoch of 2 steps); report and calibrate read synthetic records.
+
+Classes: a checkpoint manifest that contradicts its run; records that end before the
+checkpoint; a resume of a finished run; one run given twice; step records out of range.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import test_hostile
+from test_hostile import copy_run, refused
+from test_hostile_runs import _lines, _readable, _rewrite, _steps
+
+finished_run = test_hostile.finished_run
+MORE = ["--epochs", "2"]  # a resume that has an epoch to train: only the damage stops it
+
+
+def _manifest(run: Path) -> Path:
+    (path,) = (run / "checkpoints").glob("step-*/manifest.json")
+    return path
+
+
+def _edit_manifest(run: Path, **changes) -> None:
+    path = _manifest(run)
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def _other_layout(run: Path) -> dict:
+    """The layout the checkpoint was taken in, run as twice the micro-batches of half the
+    size: the same batch, a layout the executor runs, but not the phase's."""
+    layout = json.loads(_manifest(run).read_text())["layout"]
+    half = layout["micro_batch_size"] // 2
+    return {**layout, "micro_batches": layout["micro_batches"] * 2, "micro_batch_size": half}
+
+
+# (manifest fields as edited, what the one line names besides manifest.json)
+MANIFESTS = {
+    "another model": ({"model": "bert-synth"}, "model: 'bert-synth', but the run trains"),
+    "a negative gradient norm": ({"grad_history": [{"0": -1.0}]}, "grad_history.0.0"),
+    "a layer the model lacks": ({"grad_history": [{"99": 1.0}]}, "grad_history.0: layer 99"),
+    "a layer key that is not an index": ({"grad_history": [{"-1": 1.0}]}, "grad_history.0"),
+    "more history than decisions": (
+        {"grad_history": [{"0": 1.0}] * 50},
+        "grad_history: 50 entries, but --freeze auto made at most 0",
+    ),
+    "sums without steps": ({"grad_norm_sums": {"1": 1.0}}, "grad_norm_steps is 0"),
+    "a negative sum": ({"grad_norm_sums": {"0": -1.0}}, "grad_norm_sums.0"),
+    "a step that is not its epoch's": ({"epoch": 0, "step_in_epoch": 1}, "not a position"),
+    "another world": ({"world_size": 2}, "world_size: 2, but phase 0 ran on 1"),
+    "a phase never recorded": ({"phase": 5}, "phase: 5, but run.jsonl has no such phase"),
+    "frozen layers the phase did not freeze (no layout)": (
+        {"layout": None, "frozen_layers": 1},
+        "frozen_layers: 1, but phase 0 froze 0",
+    ),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", [*MANIFESTS, "another layout"])
+def test_resume_refuses_a_manifest_that_contradicts_its_run(finished_run, tmp_path, capsys, case):
+    """Each field of checkpoints/step-N/manifest.json is checked for meaning against run.json,
+    the model and run.jsonl before any rank starts: a vit-digits run resumed from a manifest
+    saying bert-synth, a negative norm, layer 99 or 50 measurements after one epoch, and
+    trained on from them."""
+    run = copy_run(finished_run, tmp_path)
+    if case == "another layout":
+        changes, fragment = {"layout": _other_layout(run)}, "layout: "
+    else:
+        changes, fragment = MANIFESTS[case]
+    _edit_manifest(run, **changes)
+    argv = ["run", "--resume", str(run), *MORE]
+    refused(argv, tmp_path, capsys, (str(_manifest(run)), fragment))
+
+
+def _emptied(run: Path) -> None:
+    (run / "run.jsonl").write_text("")
+
+
+def _cut_before_the_last_step(run: Path) -> None:
+    lines = _lines(run)
+    last = _steps(lines)[-1]
+    _rewrite(run, [line for line in lines if line["kind"] != "epoch" and line is not last])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "damage",
+    [_emptied, _cut_before_the_last_step],
+    ids=lambda f: f.__name__.strip("_"),
+)
+def test_resume_refuses_records_that_end_before_the_checkpoint(
+    finished_run, tmp_path, capsys, damage
+):
+    """An emptied or cut run.jsonl resumed and wrote one holding only the new phase: the
+    run's history was lost without a word."""
+    run = copy_run(finished_run, tmp_path)
+    damage(run)
+    step = int(_manifest(run).parent.name.removeprefix("step-"))
+    fragment = f"run.jsonl: the records end before step {step} of the checkpoint step-{step}"
+    refused(["run", "--resume", str(run), *MORE], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("flags", [[], ["--epochs", "1"]], ids=["plain", "the same epochs"])
+def test_resume_of_a_finished_run_is_refused_before_anything_is_written(
+    finished_run, tmp_path, capsys, flags
+):
+    """`run --resume RUN` of a run that trained all its epochs appended an empty phase to
+    run.jsonl and rewrote its manifest and summary.json."""
+    run = copy_run(finished_run, tmp_path)
+    fragment = (str(run), "finished all its 1 epochs; give --epochs N > 1")
+    refused(["run", "--resume", str(run), *flags], tmp_path, capsys, fragment)
+
+
+@pytest.mark.parametrize("spelling", ["itself", "a link", "another path"])
+@pytest.mark.parametrize("command", ["calibrate", "report --baseline"])
+def test_one_run_given_twice_is_refused(tmp_path, capsys, command, spelling):
+    """`calibrate RUN RUN` fitted over every phase twice ("2 phases, 8 steps" of a one-phase
+    run); `report RUN --baseline RUN` measured a speedup of exactly 1."""
+    run, argv = _readable(tmp_path, command.split()[0])
+    again = {
+        "itself": run,
+        "a link": tmp_path / "alias",
+        "another path": run.parent / "." / run.name,
+    }[spelling]
+    if spelling == "a link":
+        again.symlink_to(run, target_is_directory=True)
+    argv = [*argv, str(again)] if command == "calibrate" else [*argv, "--baseline", str(again)]
+    refused(argv, tmp_path, capsys, (str(again), "the same run"))
+
+
+def _negative_loss(run: Path) -> str:
+    lines = _lines(run)
+    _steps(lines)[-1]["loss"] = -1.0
+    _rewrite(run, lines)
+    return "loss"
+
+
+def _cache_hits_beyond_the_batch(run: Path) -> str:
+    lines = _lines(run)
+    _steps(lines)[-1]["cache_hits"] = 10**9
+    _rewrite(run, lines)
+    return "cache_hits 1000000000 of a step of"
+
+
+STEPS = [_negative_loss, _cache_hits_beyond_the_batch]
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+@pytest.mark.parametrize("damage", STEPS, ids=lambda f: f.__name__.strip("_"))
+def test_step_records_out_of_range_are_refused(tmp_path, capsys, damage, command):
+    """A step's loss is a mean cross-entropy (never negative) and its cache hits are at most
+    the samples it trained: -1.0 and 10**9 were reported and fitted."""
+    run, argv = _readable(tmp_path, command)
+    fragment = damage(run)
+    refused(argv, tmp_path, capsys, ("run.jsonl", fragment))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("damage", STEPS, ids=lambda f: f.__name__.strip("_"))
+def test_resume_refuses_step_records_out_of_range(finished_run, tmp_path, capsys, damage):
+    """The same bounds on --resume, before any rank starts."""
+    run = copy_run(finished_run, tmp_path)
+    fragment = damage(run)
+    refused(["run", "--resume", str(run), *MORE], tmp_path, capsys, ("run.jsonl", fragment))
