@@ -31,7 +31,7 @@ from torch.utils.data import DistributedSampler
 
 from executor.cache import ActivationCache, cache_allowed, memory_dir_for
 from executor.migrate import install_states, migrate, optimizer_states
-from executor.parallel import PhaseRuntime, StepTimes, frozen_forward
+from executor.parallel import PhaseRuntime, StepMean, StepTimes, frozen_forward
 from executor.planning import RunPlanner
 from executor.records import Recorder, step_record, step_row
 from executor.task import build_task, save_model
@@ -268,7 +268,7 @@ class Trainer:
         self.decision, self.phase_steps = decision, 0
         self.runtime = PhaseRuntime(
             self.seq.layers,
-            self.seq.loss,
+            StepMean(self.seq.loss_sum, self.seq.targets),
             layout,
             self.rank,
             example_input=self.example_stage0_input,

@@ -325,15 +325,34 @@ class Head(nn.Module):
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Next-token cross-entropy as `…ForCausalLM(labels=input_ids)` computes it: position t
-    predicts labels[t+1]; labels equal to IGNORE_INDEX (padding) are skipped.
+    predicts labels[t+1]; labels equal to IGNORE_INDEX (padding) are skipped. A batch with no
+    target (texts of one token) has loss 0 and no gradient, not the NaN of a mean of nothing.
 
         loss = causal_lm_loss(logits, input_ids)   # logits (B, T, V), input_ids (B, T)
     """
-    logits = logits.float()  # transformers upcasts before the loss
+    logits, shifted = _next_tokens(logits, labels)
+    if not bool((shifted != IGNORE_INDEX).any()):
+        return F.cross_entropy(logits, shifted, ignore_index=IGNORE_INDEX, reduction="sum")
+    return F.cross_entropy(logits, shifted, ignore_index=IGNORE_INDEX)
+
+
+def causal_lm_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """`causal_lm_loss` summed over the targets instead of averaged: 0 (no gradient) when
+    there is none. `causal_lm_loss_sum(logits, ids) / causal_lm_targets(ids)` is the mean."""
+    logits, shifted = _next_tokens(logits, labels)
+    return F.cross_entropy(logits, shifted, ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def causal_lm_targets(labels: torch.Tensor) -> torch.Tensor:
+    """How many next-token targets `labels` (B, T) hold: positions 1.. not IGNORE_INDEX."""
+    return (labels[..., 1:] != IGNORE_INDEX).sum()
+
+
+def _next_tokens(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits (B·T, V) in float32 (transformers upcasts before the loss) and the token each
+    position predicts (B·T,): labels shifted left by one, IGNORE_INDEX after the last."""
     shifted = F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:].contiguous()
-    return F.cross_entropy(
-        logits.view(-1, logits.shape[-1]), shifted.view(-1), ignore_index=IGNORE_INDEX
-    )
+    return logits.float().view(-1, logits.shape[-1]), shifted.view(-1)
 
 
 # --------------------------------------------------------------------------- the sequence
@@ -391,6 +410,18 @@ class LayerSequence:
         if self.task == "causal-lm":
             return causal_lm_loss(logits, labels)
         return F.cross_entropy(logits, labels)
+
+    def loss_sum(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """`loss` summed over its targets (samples, or next tokens): 0 with none."""
+        if self.task == "causal-lm":
+            return causal_lm_loss_sum(logits, labels)
+        return F.cross_entropy(logits, labels, reduction="sum")
+
+    def targets(self, labels: torch.Tensor) -> torch.Tensor:
+        """How many targets `loss` averages over in `labels`: samples, or next tokens."""
+        if self.task == "causal-lm":
+            return causal_lm_targets(labels)
+        return torch.tensor(labels.shape[0])
 
     def example_batch(
         self, batch_size: int, generator: torch.Generator | None = None
