@@ -882,6 +882,14 @@ def _check_finite(model: nn.Module, source: _Source) -> None:
 def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, seed: int) -> None:
     """Weights the checkpoint lacked: in the head, a fresh head and one warning; anywhere
     else the checkpoint is not of this model and using it would silently train from noise."""
+    unused = _unused_body_weights(loading, seq.hf_model)
+    if unused:
+        raise InputFileError(
+            f"{source.directory}: {source.weights} holds {len(unused)} weights of the "
+            f"embeddings and blocks that the model of config.json does not have (e.g. "
+            f"{', '.join(unused[:3])}); does config.json describe these weights' model "
+            "(its number of layers)?"
+        )
     missing = set(loading.get("missing_keys", ()))
     resized = {k[0] if isinstance(k, tuple) else k for k in loading.get("mismatched_keys", ())}
     owner = _tensor_owners(seq)
@@ -908,6 +916,31 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
         f"{source.directory}: the checkpoint has no head for this task ({why}); the head "
         f"starts from random weights (seed {seed}) with {seq.num_labels} outputs"
     )
+
+
+# Base-model weights a pretrained checkpoint carries but a task model leaves out: RoBERTa and
+# ELECTRA classifiers pool with their own head (the checkpoint's pooler goes unused); ViT's
+# masked-image-modeling pretraining adds a mask token that classification never uses.
+UNUSED_BY_DESIGN = ("pooler", "mask_token")
+
+
+def _unused_body_weights(loading: dict[str, Any], model: Any) -> list[str]:
+    """The checkpoint's weights that from_pretrained did not load (its unexpected keys) and
+    that belong to the base model, the embeddings and blocks: a config of fewer layers than
+    the weights (they would be dropped without a word). Another task's head (`cls.*`,
+    `lm_head.*`) and a pooler the task model does not build are what fine-tuning leaves out."""
+    prefix = model.base_model_prefix
+    base = model.base_model
+    names = {name for name, _ in base.named_children()}
+    names |= {name for name, _ in base.named_parameters(recurse=False)}
+    body = []
+    for key in sorted(loading.get("unexpected_keys", ())):
+        path = key.removeprefix(f"{prefix}.").split(".")
+        if (key.startswith(f"{prefix}.") or path[0] in names) and not any(
+            part in UNUSED_BY_DESIGN for part in path
+        ):
+            body.append(key)
+    return body
 
 
 def _tensor_owners(seq: LayerSequence) -> dict[str, int]:
