@@ -6,6 +6,7 @@ other, model folders whose weights are not the model's. A refused input is one l
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -101,6 +102,23 @@ def test_a_step_without_any_target_has_loss_zero_and_no_gradient():
     assert torch.all(logits.grad == 0)
     single = models.causal_lm_loss(logits, labels)  # the profiler's and a 1-micro-batch loss
     assert float(single.detach()) == 0.0 and torch.isfinite(single)
+
+
+def test_a_nan_loss_on_one_replica_is_the_steps_loss_not_a_missing_one():
+    """A missing loss and a NaN loss travelled alike (as NaN) in the step's all-gather, so one
+    replica's NaN was dropped and the run trained on. Now only a rank without a loss (or a
+    step without targets) is missing; a NaN anywhere makes the step's loss NaN, which stops
+    the run (`Trainer.gather_step`)."""
+    from executor.parallel import StepTimes
+    from executor.records import step_loss, step_record, step_row
+
+    last = [step_row(StepTimes(step_s=1.0, loss=x), 0, 1, r) for r, x in ((0, 2.0), (1, 4.0))]
+    first = [step_row(StepTimes(step_s=1.0), 0, 0, r) for r in (0, 1)]  # no loss on stage 0
+    assert step_loss(first + last) == 3.0
+    assert step_record(first + last, step=0, epoch=0, phase=0, global_batch=4).loss == 3.0
+    assert step_loss(first) is None
+    nan = step_row(StepTimes(step_s=1.0, loss=float("nan")), 0, 1, 1)
+    assert math.isnan(step_loss([*first, last[0], nan]))
 
 
 # --------------------------------------------------------------------------- profiles
