@@ -93,6 +93,80 @@ def test_a_micro_batch_without_targets_adds_nothing_and_the_step_mean_is_per_tok
     assert abs(sum(means) / 3 - float(expected.detach())) > 1e-3
 
 
+LM_BATCH = 8
+
+
+def _lm_batch(seq) -> tuple[torch.Tensor, torch.Tensor]:
+    """8 padded texts of 1..8 tokens; texts 2 and 3 (replica 0's second micro-batch of 2)
+    have one token each: nothing to predict."""
+    gen = torch.Generator().manual_seed(4)
+    x, _ = seq.example_batch(LM_BATCH, gen)
+    lengths = torch.tensor([8, 3, 1, 1, 6, 2, 8, 5])
+    x[torch.arange(x.shape[1]) >= lengths[:, None]] = seq.config.pad_token_id
+    return x, torch.where(x == seq.config.pad_token_id, IGNORE, x)
+
+
+def _lm_rank(rank, port, out):
+    import datetime
+
+    import torch.distributed as dist
+    from conftest import make_layout
+
+    from executor.parallel import PhaseRuntime
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+        timeout=datetime.timedelta(seconds=60),
+    )  # fmt: skip
+    seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8, dropout=0.0)
+    x, y = _lm_batch(seq)
+    layout = make_layout(LM_BATCH, 0, False, (0, len(seq.layers)), ((0,), (1,)), 2, "gpipe")
+    runtime = PhaseRuntime(
+        seq.layers,
+        StepMean(seq.loss_sum, seq.targets),
+        layout,
+        rank,
+        example_input=lambda n: x[:n],
+        device=torch.device("cpu"),
+        make_optimizer=lambda params: torch.optim.SGD(params, lr=1.0),
+    )
+    share = slice(rank * LM_BATCH // 2, (rank + 1) * LM_BATCH // 2)
+    times = runtime.step(x[share], y[share])
+    params = torch.cat([p.detach().flatten() for p in seq.layers.parameters()])
+    torch.save({"loss": times.loss, "params": params}, f"{out}-rank{rank}.pt")
+    runtime.destroy()
+    dist.destroy_process_group()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_the_pipeline_step_is_the_per_token_mean_over_micro_batches_and_replicas(tmp_path):
+    """The real schedule (GPipe, M = 2, its scale_grads) and all-reduce (R = 2) with
+    StepMean: one SGD step from a batch whose micro-batches hold 0 to 6 targets equals one
+    process's step on the whole batch's per-token mean; the step record's loss (the mean of
+    the replicas' losses) is that mean."""
+    from executor.records import step_loss, step_row
+    from pipeplan.spawn import free_port, run_ranks
+
+    run_ranks(_lm_rank, 2, (free_port(), str(tmp_path / "r")), 110, "the 2-rank step")
+    ranks = [torch.load(tmp_path / f"r-rank{r}.pt") for r in range(2)]
+    seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8, dropout=0.0)
+    x, y = _lm_batch(seq)
+    loss = seq.loss(seq.forward(x), y)
+    loss.backward()
+    with torch.no_grad():
+        for p in seq.layers.parameters():
+            p -= p.grad
+    expected = torch.cat([p.detach().flatten() for p in seq.layers.parameters()])
+    for r in ranks:  # observed 1.5e-8 (summation order); test_parallel's bound, 1e-5
+        assert float((r["params"] - expected).norm() / expected.norm()) <= 1e-5
+    from executor.parallel import StepTimes
+
+    rows = [step_row(StepTimes(loss=r["loss"]), 0, 0, i) for i, r in enumerate(ranks)]
+    assert step_loss(rows) == pytest.approx(float(loss.detach()), rel=1e-5)
+
+
 def test_a_step_without_any_target_has_loss_zero_and_no_gradient():
     logits = torch.randn(4, 5, 7, requires_grad=True)
     labels = torch.full((4, 5), IGNORE)
