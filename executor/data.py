@@ -119,6 +119,8 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
             )
         if getattr(seq, "task", "classification") == "causal-lm":
             _check_token_labels(labels, inputs, data.name, split, seq)
+            if split == "train" and isinstance(dataset, TensorPairs):  # every sample at hand
+                _check_has_targets(labels, data.name)
             continue
         if labels.dim() != 1:
             raise BadArgumentError(
@@ -153,6 +155,19 @@ def _check_token_labels(
         raise BadArgumentError(
             f"data '{name}' has {split} token labels in {int(kept.min())}..{int(kept.max())} "
             f"but model '{seq.name}' has vocab_size {seq.num_labels} (or {IGNORE_INDEX}: skip)"
+        )
+
+
+def _check_has_targets(labels: torch.Tensor, name: str) -> None:
+    """A causal LM trains on next tokens: position t predicts labels[t+1]. Training texts
+    that all have fewer than 2 tokens give it nothing to predict, and every step's loss would
+    be the mean of no tokens."""
+    from pipeplan.models import IGNORE_INDEX
+
+    if not bool((labels[:, 1:] != IGNORE_INDEX).any()):
+        raise BadArgumentError(
+            f"data '{name}': no training text has a next token to predict (each has fewer "
+            "than 2 tokens, padding aside); a causal LM needs texts of 2 tokens or more"
         )
 
 

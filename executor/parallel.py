@@ -184,6 +184,37 @@ class StepTimes:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class StepMean:
+    """The loss the schedule computes for each micro-batch, scaled so that one step's gradient
+    is the mean over every target of the step (all micro-batches of all replicas), whatever
+    their share of padding: the schedule divides the gradients by M (`scale_grads`) and the
+    all-reduce by R, so micro-batch j's loss is its sum × M·R / N, N the step's targets. A
+    micro-batch without targets adds 0 and no gradient; a step without any, 0 everywhere.
+
+        loss_fn = StepMean(seq.loss_sum, seq.targets)
+        loss_fn.begin(targets=N, micro_batches=M, replicas=R)
+        loss_fn(logits_j, labels_j)    # what schedule.step(…, target=labels) calls
+
+    The mean of one replica's M losses is R × (its sum) / N: the mean over the replicas is the
+    step's loss, as the step record takes it.
+    """
+
+    def __init__(
+        self,
+        loss_sum: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        targets: Callable[[torch.Tensor], torch.Tensor],
+    ):
+        self.loss_sum = loss_sum
+        self.targets = targets
+        self.scale = 1.0
+
+    def begin(self, targets: int, micro_batches: int, replicas: int) -> None:
+        self.scale = micro_batches * replicas / max(targets, 1)
+
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return self.loss_sum(logits, labels) * self.scale
+
+
 def active_parameters(module: nn.Module) -> list[nn.Parameter]:
     return [p for p in module.parameters() if p.requires_grad]
 
@@ -216,7 +247,7 @@ class PhaseRuntime:
     def __init__(
         self,
         layers: nn.ModuleList,
-        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        loss_fn: StepMean,
         layout: Layout,
         rank: int,
         example_input: Callable[[int], torch.Tensor],
@@ -228,6 +259,7 @@ class PhaseRuntime:
     ):
         self.layout = layout
         self.device = device
+        self.loss_fn = loss_fn
         self.precision = precision
         self.clip_grad_norm = clip_grad_norm  # max global gradient norm, or None
         k = layout.forward_only_stages
@@ -336,7 +368,10 @@ class PhaseRuntime:
         t0 = clock.mark()
         args = self.schedule_inputs(inputs)
         losses: list[torch.Tensor] = []
-        kwargs = dict(target=labels.to(self.device), losses=losses) if self.is_last else {}
+        kwargs, targets = {}, 0
+        if self.is_last:
+            kwargs = dict(target=labels.to(self.device), losses=losses)
+            targets = self.step_targets(labels)
         self.schedule.step(*args, **kwargs)
         t1 = clock.mark()
         self.all_reduce_gradients()
@@ -365,9 +400,21 @@ class PhaseRuntime:
         times.step_s = clock.elapsed(t0, t3)
         if self.device.type == "cuda":
             times.peak_memory_bytes = torch.cuda.max_memory_allocated(self.device)
-        if losses:
+        if losses and targets > 0:  # a step without targets has no loss to report
             times.loss = float(torch.stack([loss.detach() for loss in losses]).mean())
         return times
+
+    def step_targets(self, labels: torch.Tensor) -> int:
+        """The step's targets over every replica (labels of this replica's share, on the last
+        stage); sets the loss's scale for the step (`StepMean`). Collective over the last
+        stage's replicas."""
+        count = self.loss_fn.targets(labels).reshape(1).to(torch.int64)
+        if self.layout.replicas > 1:
+            count = count.to(comm_device(self.topology.dp_group))
+            dist.all_reduce(count, group=self.topology.dp_group)
+        targets = int(count)
+        self.loss_fn.begin(targets, self.layout.micro_batches, self.layout.replicas)
+        return targets
 
     def schedule_inputs(self, inputs: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         """What this stage passes to the schedule: the batch on stage 0, the placeholder on

@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -38,11 +37,13 @@ if TYPE_CHECKING:
 Record = PhaseRecord | StepRecord | EpochRecord
 
 # A rank's share of a step record travels as one float64 row: one small all_gather per step
-# (all_gather_object would pickle, which is slower). A missing loss travels as NaN, a missing
-# stage or replica (a rank outside the layout) or peak memory (CPU) as -1; float64 holds byte
-# counts exactly up to 2**53.
+# (all_gather_object would pickle, which is slower). A missing loss (a rank that computes none,
+# a step without targets), stage or replica (a rank outside the layout) or peak memory (CPU)
+# travels as -1, which no loss is: a NaN loss stays NaN, and the run stops on it; float64
+# holds byte counts exactly up to 2**53.
 RANK_TIMES = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
 STEP_ROW = (*RANK_TIMES, "loss", "cache_hits", "stage", "replica", "peak_memory_bytes")
+MISSING = -1.0
 
 
 def step_row(
@@ -51,13 +52,21 @@ def step_row(
     """This rank's row of a step record."""
     values = {name: getattr(times, name) for name in RANK_TIMES}
     values.update(
-        loss=math.nan if times.loss is None else times.loss,
+        loss=MISSING if times.loss is None else times.loss,
         cache_hits=cache_hits,
         stage=-1 if stage is None else stage,
         replica=-1 if replica is None else replica,
         peak_memory_bytes=-1 if times.peak_memory_bytes is None else times.peak_memory_bytes,
     )
     return torch.tensor([float(values[name]) for name in STEP_ROW], dtype=torch.float64)
+
+
+def step_loss(rows: list[torch.Tensor]) -> float | None:
+    """The step's loss from every rank's row: the mean over the ranks that computed one (the
+    last stage's replicas), NaN or infinite if any of them is; None if none computed one."""
+    column = STEP_ROW.index("loss")
+    losses = [float(row[column]) for row in rows if float(row[column]) != MISSING]
+    return sum(losses) / len(losses) if losses else None
 
 
 def step_record(
@@ -76,14 +85,13 @@ def step_record(
         )
         for rank, f in enumerate(fields)
     ]
-    losses = [f["loss"] for f in fields if not math.isnan(f["loss"])]
     step_s = max(r.step_s for r in ranks)
     return StepRecord(
         step=step,
         epoch=epoch,
         phase=phase,
         step_s=step_s,
-        loss=sum(losses) / len(losses) if losses else None,
+        loss=step_loss(rows),
         samples_per_s=global_batch / step_s if step_s > 0 else 0.0,
         cache_hits=sum(int(f["cache_hits"]) for f in fields if f["stage"] == 0),
         ranks=ranks,

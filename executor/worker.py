@@ -31,9 +31,9 @@ from torch.utils.data import DistributedSampler
 
 from executor.cache import ActivationCache, cache_allowed, memory_dir_for
 from executor.migrate import install_states, migrate, optimizer_states
-from executor.parallel import PhaseRuntime, StepTimes, frozen_forward
+from executor.parallel import PhaseRuntime, StepMean, StepTimes, frozen_forward
 from executor.planning import RunPlanner
-from executor.records import Recorder, step_record, step_row
+from executor.records import Recorder, step_loss, step_record, step_row
 from executor.task import build_task, save_model
 from executor.topology import comm_device, node_peers, set_host_group
 from pipeplan import freeze, models
@@ -268,7 +268,7 @@ class Trainer:
         self.decision, self.phase_steps = decision, 0
         self.runtime = PhaseRuntime(
             self.seq.layers,
-            self.seq.loss,
+            StepMean(self.seq.loss_sum, self.seq.targets),
             layout,
             self.rank,
             example_input=self.example_stage0_input,
@@ -461,16 +461,19 @@ class Trainer:
         mine = step_row(times, hits, topology.stage, topology.replica).to(comm_device())
         rows = [torch.zeros_like(mine) for _ in range(self.world)]
         dist.all_gather(rows, mine)
+        rows = [row.cpu() for row in rows]
+        loss = step_loss(rows)
+        if loss is not None and not math.isfinite(loss):
+            # Every rank has the rows: all stop here, before a record (which holds finite
+            # numbers only) is made, and the run's records stay valid.
+            self.diverged(f"the loss is {loss} at step {self.step_index + 1}", epoch)
         record = step_record(
-            [row.cpu() for row in rows],
+            rows,
             step=self.step_index,
             epoch=epoch,
             phase=self.phase_index,
             global_batch=self.cfg.global_batch,
         )
-        if record.loss is not None and not math.isfinite(record.loss):
-            # Every rank has the record: all stop here, and the run's records stay valid.
-            self.diverged(f"the loss is {record.loss} at step {record.step + 1}", epoch)
         self.recorder.write(record)
         return record
 

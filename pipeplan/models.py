@@ -325,15 +325,34 @@ class Head(nn.Module):
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Next-token cross-entropy as `…ForCausalLM(labels=input_ids)` computes it: position t
-    predicts labels[t+1]; labels equal to IGNORE_INDEX (padding) are skipped.
+    predicts labels[t+1]; labels equal to IGNORE_INDEX (padding) are skipped. A batch with no
+    target (texts of one token) has loss 0 and no gradient, not the NaN of a mean of nothing.
 
         loss = causal_lm_loss(logits, input_ids)   # logits (B, T, V), input_ids (B, T)
     """
-    logits = logits.float()  # transformers upcasts before the loss
+    logits, shifted = _next_tokens(logits, labels)
+    if not bool((shifted != IGNORE_INDEX).any()):
+        return F.cross_entropy(logits, shifted, ignore_index=IGNORE_INDEX, reduction="sum")
+    return F.cross_entropy(logits, shifted, ignore_index=IGNORE_INDEX)
+
+
+def causal_lm_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """`causal_lm_loss` summed over the targets instead of averaged: 0 (no gradient) when
+    there is none. `causal_lm_loss_sum(logits, ids) / causal_lm_targets(ids)` is the mean."""
+    logits, shifted = _next_tokens(logits, labels)
+    return F.cross_entropy(logits, shifted, ignore_index=IGNORE_INDEX, reduction="sum")
+
+
+def causal_lm_targets(labels: torch.Tensor) -> torch.Tensor:
+    """How many next-token targets `labels` (B, T) hold: positions 1.. not IGNORE_INDEX."""
+    return (labels[..., 1:] != IGNORE_INDEX).sum()
+
+
+def _next_tokens(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits (B·T, V) in float32 (transformers upcasts before the loss) and the token each
+    position predicts (B·T,): labels shifted left by one, IGNORE_INDEX after the last."""
     shifted = F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:].contiguous()
-    return F.cross_entropy(
-        logits.view(-1, logits.shape[-1]), shifted.view(-1), ignore_index=IGNORE_INDEX
-    )
+    return logits.float().view(-1, logits.shape[-1]), shifted.view(-1)
 
 
 # --------------------------------------------------------------------------- the sequence
@@ -391,6 +410,18 @@ class LayerSequence:
         if self.task == "causal-lm":
             return causal_lm_loss(logits, labels)
         return F.cross_entropy(logits, labels)
+
+    def loss_sum(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """`loss` summed over its targets (samples, or next tokens): 0 with none."""
+        if self.task == "causal-lm":
+            return causal_lm_loss_sum(logits, labels)
+        return F.cross_entropy(logits, labels, reduction="sum")
+
+    def targets(self, labels: torch.Tensor) -> torch.Tensor:
+        """How many targets `loss` averages over in `labels`: samples, or next tokens."""
+        if self.task == "causal-lm":
+            return causal_lm_targets(labels)
+        return torch.tensor(labels.shape[0])
 
     def example_batch(
         self, batch_size: int, generator: torch.Generator | None = None
@@ -851,6 +882,14 @@ def _check_finite(model: nn.Module, source: _Source) -> None:
 def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, seed: int) -> None:
     """Weights the checkpoint lacked: in the head, a fresh head and one warning; anywhere
     else the checkpoint is not of this model and using it would silently train from noise."""
+    unused = _unused_body_weights(loading, seq.hf_model)
+    if unused:
+        raise InputFileError(
+            f"{source.directory}: {source.weights} holds {len(unused)} weights of the "
+            f"embeddings and blocks that the model of config.json does not have (e.g. "
+            f"{', '.join(unused[:3])}); does config.json describe these weights' model "
+            "(its number of layers)?"
+        )
     missing = set(loading.get("missing_keys", ()))
     resized = {k[0] if isinstance(k, tuple) else k for k in loading.get("mismatched_keys", ())}
     owner = _tensor_owners(seq)
@@ -877,6 +916,31 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
         f"{source.directory}: the checkpoint has no head for this task ({why}); the head "
         f"starts from random weights (seed {seed}) with {seq.num_labels} outputs"
     )
+
+
+# Base-model weights a pretrained checkpoint carries but a task model leaves out: RoBERTa and
+# ELECTRA classifiers pool with their own head (the checkpoint's pooler goes unused); ViT's
+# masked-image-modeling pretraining adds a mask token that classification never uses.
+UNUSED_BY_DESIGN = ("pooler", "mask_token")
+
+
+def _unused_body_weights(loading: dict[str, Any], model: Any) -> list[str]:
+    """The checkpoint's weights that from_pretrained did not load (its unexpected keys) and
+    that belong to the base model, the embeddings and blocks: a config of fewer layers than
+    the weights (they would be dropped without a word). Another task's head (`cls.*`,
+    `lm_head.*`) and a pooler the task model does not build are what fine-tuning leaves out."""
+    prefix = model.base_model_prefix
+    base = model.base_model
+    names = {name for name, _ in base.named_children()}
+    names |= {name for name, _ in base.named_parameters(recurse=False)}
+    body = []
+    for key in sorted(loading.get("unexpected_keys", ())):
+        path = key.removeprefix(f"{prefix}.").split(".")
+        if (key.startswith(f"{prefix}.") or path[0] in names) and not any(
+            part in UNUSED_BY_DESIGN for part in path
+        ):
+            body.append(key)
+    return body
 
 
 def _tensor_owners(seq: LayerSequence) -> dict[str, int]:

@@ -11,7 +11,7 @@ import torch
 from conftest import make_layout
 
 from executor.migrate import install_states, migrate, moves, optimizer_states
-from executor.parallel import PhaseRuntime, set_frozen
+from executor.parallel import PhaseRuntime, StepMean, set_frozen
 from pipeplan import models
 
 GLOBAL_BATCH, STEPS_PER_PHASE, LR = 8, 2, 1e-3
@@ -71,7 +71,13 @@ def _rank(rank, world, out):
         example = lambda n: batches(seq)[0][0][:n]  # noqa: E731
         if runtime is None:
             runtime = PhaseRuntime(
-                seq.layers, seq.loss, spec, rank, example, torch.device("cpu"), make
+                seq.layers,
+                StepMean(seq.loss_sum, seq.targets),
+                spec,
+                rank,
+                example,
+                torch.device("cpu"),
+                make,
             )
         else:
             record[f"before{k}"] = snapshot(seq, runtime)
@@ -88,7 +94,13 @@ def _rank(rank, world, out):
             gc.disable()  # reference counting alone must free it: no cycle holds the old stage
             try:
                 runtime = PhaseRuntime(
-                    seq.layers, seq.loss, spec, rank, example, torch.device("cpu"), make
+                    seq.layers,
+                    StepMean(seq.loss_sum, seq.targets),
+                    spec,
+                    rank,
+                    example,
+                    torch.device("cpu"),
+                    make,
                 )
                 record[f"freed{k}"] = [ref() is None for ref in old]
             finally:

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from conftest import make_layout
 
-from executor.parallel import PhaseRuntime, set_frozen
+from executor.parallel import PhaseRuntime, StepMean, set_frozen
 from pipeplan import models
 from pipeplan.formats import Layout
 
@@ -55,7 +55,7 @@ def _train(rank, spec, out, case, p2p):
 
     runtime = PhaseRuntime(
         seq.layers,
-        seq.loss,
+        StepMean(seq.loss_sum, seq.targets),
         spec,
         rank,
         example_input=lambda n: stage0_input(data[0][0][:n]),

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 import cli
 from executor.cache import ActivationCache
-from executor.parallel import PhaseRuntime, frozen_forward
+from executor.parallel import PhaseRuntime, StepMean, frozen_forward
 from executor.planning import shipped_profile
 from pipeplan import models, profiler
 from pipeplan.cluster import cluster_from_flags
@@ -192,7 +192,7 @@ def _phase(rank, world, out_dir):
 
         runtime = PhaseRuntime(
             seq.layers,
-            seq.loss,
+            StepMean(seq.loss_sum, seq.targets),
             layout,
             rank,
             example_input=lambda n, data=data, cached=cached: cached(data[0][0][:n]),

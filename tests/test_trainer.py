@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from conftest import fake_pricing, make_layout
 
-from executor.parallel import PhaseRuntime
+from executor.parallel import PhaseRuntime, StepMean
 from executor.records import Recorder
 from executor.worker import Trainer, epoch_line, eval_sums
 from pipeplan import models
@@ -46,7 +46,7 @@ def _train(rank, spec, path):
     data = _batches(seq)
     runtime = PhaseRuntime(
         seq.layers,
-        seq.loss,
+        StepMean(seq.loss_sum, seq.targets),
         spec,
         rank,
         example_input=lambda n: data[0][0][:n],

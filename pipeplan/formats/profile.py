@@ -216,6 +216,11 @@ class Calibration(Strict):
         return (sample if call is None else call), sample
 
 
+# The shortest time a profile may give as a layer's measurement: a timer's resolution is far
+# coarser; below it at every layer, a size's times are zeros (or made up).
+MIN_MEASURED_S = 1e-9
+
+
 class ProfileSettings(Strict):
     micro_batches: list[Count]
     warmup: NonNegInt
@@ -239,4 +244,43 @@ class Profile(Strict):
             raise ValueError("layers must be indexed 0..n+1 in order")
         if len(self.layers) < 3:
             raise ValueError("a profile needs embeddings, at least one block and a head")
+        kinds = ["embeddings", *["block"] * (len(self.layers) - 2), "head"]
+        for layer, kind in zip(self.layers, kinds, strict=True):
+            if layer.kind != kind:
+                raise ValueError(
+                    f"layers.{layer.index}.kind is {layer.kind!r} but layer {layer.index} of "
+                    f"{len(self.layers)} is the {kind} (embeddings first, head last)"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _timings_match_settings(self) -> Profile:
+        """Every layer is timed at exactly the sizes settings.micro_batches lists: the cost
+        model fits each layer over them and compares layers size by size."""
+        sizes = self.settings.micro_batches
+        for layer in self.layers:
+            timed = [t.micro_batch for t in layer.timings]
+            if timed != sizes:
+                raise ValueError(
+                    f"settings.micro_batches is {sizes} but layers.{layer.index}.timings are "
+                    f"for micro-batch sizes {timed}: a layer is timed at each listed size"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _times_measured(self) -> Profile:
+        """At each size some layer takes time forward, backward and frozen: a profile of
+        zeros (or of times below any timer's resolution) prices every plan at 0 s."""
+        for i, size in enumerate(self.settings.micro_batches):
+            timings = [layer.timings[i] for layer in self.layers if layer.timings[i].feasible]
+            if not timings:
+                continue  # out of memory at this size: the planner skips it
+            for name in ("fwd_s", "bwd_s", "fwd_nograd_s"):
+                if max(getattr(t, name) for t in timings) < MIN_MEASURED_S:
+                    raise ValueError(
+                        f"layers.*.timings.{name}: no layer takes {MIN_MEASURED_S:g} s or more "
+                        f"at micro-batch size {size}; these are not measured times"
+                    )
+        if sum(layer.params for layer in self.layers) == 0:
+            raise ValueError("layers.*.params: the model has no parameters to train")
         return self

@@ -1,0 +1,291 @@
+"""Hostile inputs, by class (red team, round 7): a causal-LM corpus with nothing to predict,
+micro-batches without targets inside a good corpus, profiles whose fields contradict each
+other, model folders whose weights are not the model's. A refused input is one line
+`pipeplan: error: …` naming the file and field, exit code 2, no file changed (`refused`)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers
+from test_hostile import PREVIEW, PROFILE, refused, with_path
+from text_data import BERT
+
+from executor.data import TaskData, TensorPairs, check_compatible
+from executor.parallel import StepMean
+from pipeplan import models
+from pipeplan.errors import BadArgumentError, InputFileError
+
+IGNORE = models.IGNORE_INDEX
+
+
+# --------------------------------------------------------------------------- causal-LM targets
+
+
+def test_a_causal_lm_corpus_without_a_next_token_is_refused_before_any_rank_starts():
+    """Texts of 0 or 1 token (the rest padding) give the model nothing to predict: every
+    loss would be a mean of nothing (NaN). One text of 2 tokens is enough to train on."""
+    seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8)
+    pad = seq.config.pad_token_id
+    ids = torch.full((6, 8), pad, dtype=torch.int64)
+    ids[1:, 0] = 5  # one empty text, five of one token
+    labels = torch.where(ids == pad, IGNORE, ids)
+    data = TaskData("lm.jsonl", TensorPairs(ids, labels), TensorPairs(ids, labels), padded=True)
+    with pytest.raises(BadArgumentError, match=r"'lm\.jsonl'.*no training text has a next token"):
+        check_compatible(data, seq)
+    ids[3, 1] = 6  # a text of 2 tokens: one target
+    labels = torch.where(ids == pad, IGNORE, ids)
+    check_compatible(TaskData("lm.jsonl", TensorPairs(ids, labels), TensorPairs(ids, labels)), seq)
+
+
+def _step(logits: torch.Tensor, labels: torch.Tensor, replicas: int, micro_batches: int):
+    """What a step does with StepMean: each replica's share split into micro-batches, each
+    micro-batch's loss, gradients divided by M (the schedule's scale_grads) and averaged over
+    the replicas (the all-reduce). Returns (the step record's loss, each micro-batch's loss);
+    the gradient lands in logits.grad."""
+    loss_fn = StepMean(models.causal_lm_loss_sum, models.causal_lm_targets)
+    shares = [list(s.tensor_split(micro_batches)) for s in labels.tensor_split(replicas)]
+    logit_shares = [list(s.tensor_split(micro_batches)) for s in logits.tensor_split(replicas)]
+    targets = sum(int(loss_fn.targets(share)) for share in labels.tensor_split(replicas))
+    loss_fn.begin(targets, micro_batches, replicas)
+    reported, each = [], []
+    for xs, ys in zip(logit_shares, shares, strict=True):
+        losses = [loss_fn(x, y) for x, y in zip(xs, ys, strict=True)]
+        (sum(losses) / (micro_batches * replicas)).backward()
+        reported.append(float(torch.stack([loss.detach() for loss in losses]).mean()))
+        each += [float(loss.detach()) for loss in losses]
+    return sum(reported) / replicas, each
+
+
+def _reference(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The per-token mean over the whole step, by hand: every position t < T-1 whose next
+    label is a token, in one cross-entropy."""
+    keep = labels[:, 1:] != IGNORE
+    return F.cross_entropy(logits[:, :-1][keep], labels[:, 1:][keep])
+
+
+def test_a_micro_batch_without_targets_adds_nothing_and_the_step_mean_is_per_token():
+    """8 texts, 2 replicas × 2 micro-batches of 2: micro-batch 1 holds only one-token texts
+    (no target), the others are padded to different lengths. The step's loss and gradient are
+    the per-token mean over all 8 texts, as plain torch computes it, not a mean of means and
+    not NaN; the empty micro-batch's loss is 0 and gives no gradient."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(8, 6, 11, generator=gen)
+    labels = torch.randint(0, 11, (8, 6), generator=gen)
+    lengths = torch.tensor([6, 2, 1, 1, 5, 3, 4, 6])  # texts 2 and 3: micro-batch 1
+    labels[torch.arange(6) >= lengths[:, None]] = IGNORE
+    ours = logits.clone().requires_grad_()
+    loss, each = _step(ours, labels, replicas=2, micro_batches=2)
+    ref = logits.clone().requires_grad_()
+    expected = _reference(ref, labels)
+    expected.backward()
+    # float32 (the loss upcasts to it): the sums differ only in rounding order; observed
+    # equal to the last bit here; 1e-6 leaves room for another summation order.
+    assert loss == pytest.approx(float(expected.detach()), rel=1e-6)
+    torch.testing.assert_close(ours.grad, ref.grad, rtol=1e-5, atol=1e-8)
+    assert each[1] == 0.0 and torch.all(ours.grad[2:4] == 0)
+    # A mean of the micro-batch means (what the schedule gave before) is not the step mean.
+    means = [float(_reference(logits[i : i + 2], labels[i : i + 2])) for i in (0, 4, 6)]
+    assert abs(sum(means) / 3 - float(expected.detach())) > 1e-3
+
+
+LM_BATCH = 8
+
+
+def _lm_batch(seq) -> tuple[torch.Tensor, torch.Tensor]:
+    """8 padded texts of 1..8 tokens; texts 2 and 3 (replica 0's second micro-batch of 2)
+    have one token each: nothing to predict."""
+    gen = torch.Generator().manual_seed(4)
+    x, _ = seq.example_batch(LM_BATCH, gen)
+    lengths = torch.tensor([8, 3, 1, 1, 6, 2, 8, 5])
+    x[torch.arange(x.shape[1]) >= lengths[:, None]] = seq.config.pad_token_id
+    return x, torch.where(x == seq.config.pad_token_id, IGNORE, x)
+
+
+def _lm_rank(rank, port, out):
+    import datetime
+
+    import torch.distributed as dist
+    from conftest import make_layout
+
+    from executor.parallel import PhaseRuntime
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+        timeout=datetime.timedelta(seconds=60),
+    )  # fmt: skip
+    seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8, dropout=0.0)
+    x, y = _lm_batch(seq)
+    layout = make_layout(LM_BATCH, 0, False, (0, len(seq.layers)), ((0,), (1,)), 2, "gpipe")
+    runtime = PhaseRuntime(
+        seq.layers,
+        StepMean(seq.loss_sum, seq.targets),
+        layout,
+        rank,
+        example_input=lambda n: x[:n],
+        device=torch.device("cpu"),
+        make_optimizer=lambda params: torch.optim.SGD(params, lr=1.0),
+    )
+    share = slice(rank * LM_BATCH // 2, (rank + 1) * LM_BATCH // 2)
+    times = runtime.step(x[share], y[share])
+    params = torch.cat([p.detach().flatten() for p in seq.layers.parameters()])
+    torch.save({"loss": times.loss, "params": params}, f"{out}-rank{rank}.pt")
+    runtime.destroy()
+    dist.destroy_process_group()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_the_pipeline_step_is_the_per_token_mean_over_micro_batches_and_replicas(tmp_path):
+    """The real schedule (GPipe, M = 2, its scale_grads) and all-reduce (R = 2) with
+    StepMean: one SGD step from a batch whose micro-batches hold 0 to 6 targets equals one
+    process's step on the whole batch's per-token mean; the step record's loss (the mean of
+    the replicas' losses) is that mean."""
+    from executor.records import step_loss, step_row
+    from pipeplan.spawn import free_port, run_ranks
+
+    run_ranks(_lm_rank, 2, (free_port(), str(tmp_path / "r")), 110, "the 2-rank step")
+    ranks = [torch.load(tmp_path / f"r-rank{r}.pt") for r in range(2)]
+    seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8, dropout=0.0)
+    x, y = _lm_batch(seq)
+    loss = seq.loss(seq.forward(x), y)
+    loss.backward()
+    with torch.no_grad():
+        for p in seq.layers.parameters():
+            p -= p.grad
+    expected = torch.cat([p.detach().flatten() for p in seq.layers.parameters()])
+    for r in ranks:  # observed 1.5e-8 (summation order); test_parallel's bound, 1e-5
+        assert float((r["params"] - expected).norm() / expected.norm()) <= 1e-5
+    from executor.parallel import StepTimes
+
+    rows = [step_row(StepTimes(loss=r["loss"]), 0, 0, i) for i, r in enumerate(ranks)]
+    assert step_loss(rows) == pytest.approx(float(loss.detach()), rel=1e-5)
+
+
+def test_a_step_without_any_target_has_loss_zero_and_no_gradient():
+    logits = torch.randn(4, 5, 7, requires_grad=True)
+    labels = torch.full((4, 5), IGNORE)
+    labels[:, 0] = 3  # one token each: nothing to predict
+    loss, each = _step(logits, labels, replicas=2, micro_batches=2)
+    assert loss == 0.0 and each == [0.0] * 4
+    assert torch.all(logits.grad == 0)
+    single = models.causal_lm_loss(logits, labels)  # the profiler's and a 1-micro-batch loss
+    assert float(single.detach()) == 0.0 and torch.isfinite(single)
+
+
+def test_a_nan_loss_on_one_replica_is_the_steps_loss_not_a_missing_one():
+    """A missing loss and a NaN loss travelled alike (as NaN) in the step's all-gather, so one
+    replica's NaN was dropped and the run trained on. Now only a rank without a loss (or a
+    step without targets) is missing; a NaN anywhere makes the step's loss NaN, which stops
+    the run (`Trainer.gather_step`)."""
+    from executor.parallel import StepTimes
+    from executor.records import step_loss, step_record, step_row
+
+    last = [step_row(StepTimes(step_s=1.0, loss=x), 0, 1, r) for r, x in ((0, 2.0), (1, 4.0))]
+    first = [step_row(StepTimes(step_s=1.0), 0, 0, r) for r in (0, 1)]  # no loss on stage 0
+    assert step_loss(first + last) == 3.0
+    assert step_record(first + last, step=0, epoch=0, phase=0, global_batch=4).loss == 3.0
+    assert step_loss(first) is None
+    nan = step_row(StepTimes(step_s=1.0, loss=float("nan")), 0, 1, 1)
+    assert math.isnan(step_loss([*first, last[0], nan]))
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+def _sizes(profile: dict) -> list[int]:
+    return [t["micro_batch"] for t in profile["layers"][0]["timings"]]
+
+
+def _zero_times(profile: dict) -> dict:
+    doc = json.loads(json.dumps(profile))
+    for layer in doc["layers"]:
+        for timing in layer["timings"]:
+            for name in ("fwd_s", "bwd_s", "fwd_nograd_s"):
+                timing[name] = 0.0 if timing["feasible"] else None
+    return doc
+
+
+# (what, document, what the message must name); each is the shipped bert-tiny profile with
+# one contradiction.
+PROFILE_CASES = {
+    "settings list fewer sizes than timed": (
+        with_path(PROFILE, ("settings", "micro_batches"), _sizes(PROFILE)[:2]),
+        "settings.micro_batches",
+    ),
+    "settings list a size never timed": (
+        with_path(PROFILE, ("settings", "micro_batches"), [*_sizes(PROFILE), 4096]),
+        "settings.micro_batches",
+    ),
+    "one layer timed at fewer sizes": (
+        with_path(PROFILE, ("layers", 2, "timings"), PROFILE["layers"][2]["timings"][:-1]),
+        "layers.2.timings",
+    ),
+    "every time zero": (_zero_times(PROFILE), "fwd_s"),
+    "an embeddings layer in the middle": (
+        with_path(PROFILE, ("layers", 1, "kind"), "embeddings"),
+        "layers.1.kind",
+    ),
+    "no parameters anywhere": (
+        {
+            **PROFILE,
+            "layers": [{**layer, "params": 0, "param_bytes": 0} for layer in PROFILE["layers"]],
+        },
+        "layers.*.params",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", PROFILE_CASES)
+def test_a_profile_whose_fields_contradict_each_other_is_refused(tmp_path, capsys, case):
+    doc, field = PROFILE_CASES[case]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(doc))
+    refused(
+        ["preview", "--profile", str(path), *PREVIEW], tmp_path, capsys, ("profile.json", field)
+    )
+
+
+# --------------------------------------------------------------------------- model folders
+
+
+def _checkpoint(directory, layers: int, cls=transformers.BertForSequenceClassification):
+    torch.manual_seed(0)
+    cls(transformers.BertConfig(**{**BERT, "num_hidden_layers": layers})).save_pretrained(directory)
+    return directory
+
+
+def test_weights_of_more_blocks_than_config_json_says_are_refused(tmp_path):
+    """config.json says 2 layers, model.safetensors holds 4 blocks: from_pretrained drops
+    blocks 2 and 3 as unexpected keys, with the encoder or without its task model's prefix.
+    (`run` reports the InputFileError as one line, exit code 2, like every loader error.)"""
+    for name, cls in (("cls", None), ("base", transformers.BertModel)):
+        model = _checkpoint(tmp_path / name, 4, *([cls] if cls else []))
+        config = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 2}))
+        with pytest.raises(InputFileError) as error:
+            models.build(str(model))
+        message = str(error.value)
+        assert str(model) in message and "config.json" in message, message
+        assert "encoder.layer.2." in message and "32 weights" in message, message
+
+
+def test_another_tasks_head_and_an_unused_pooler_are_what_fine_tuning_leaves_out(tmp_path):
+    """A masked-LM checkpoint (head `cls.*`, no pooler) fine-tunes as a classifier; RoBERTa's
+    pretrained pooler goes unused by its classifier: neither is refused."""
+    from safetensors.torch import load_file, save_file
+
+    models.build(str(_checkpoint(tmp_path / "mlm", 2, transformers.BertForMaskedLM)))
+    config = transformers.RobertaConfig(**{**BERT, "max_position_embeddings": 70})
+    model = tmp_path / "roberta"
+    transformers.RobertaModel(config).save_pretrained(model)  # with a pooler
+    # As roberta-base ships: every key under `roberta.`, the pooler's included.
+    weights = load_file(model / "model.safetensors")
+    assert "pooler.dense.weight" in weights
+    save_file({f"roberta.{k}": v for k, v in weights.items()}, model / "model.safetensors")
+    assert models.build(str(model)).num_blocks == 2
