@@ -37,6 +37,7 @@ from executor.topology import host_group
 from pipeplan.errors import InputFileError, OutputError
 from pipeplan.fileio import write_atomic
 from pipeplan.formats import CheckpointManifest, Layout, dumps, load
+from pipeplan.formats.base import read_input
 
 log = logging.getLogger("pipeplan.checkpoint")
 KEEP = 2  # checkpoints kept: the newest and the one before it
@@ -122,6 +123,7 @@ def save(
     return final
 
 
+POINTER_LIMIT = 4096  # bytes of checkpoints/latest, which holds `step-N`
 STEP_DIR = re.compile(r"step-([0-9]{1,12})")
 
 
@@ -194,14 +196,30 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def latest(run_dir: Path) -> Path:
+# What a run without a checkpoint cannot do, by the command that wanted one.
+NO_CHECKPOINT = {
+    "resume": "no checkpoint to resume from",
+    "export": "no checkpoint to export: the run has not saved one",
+}
+
+
+def check_checkpoints_folder(run_dir: Path) -> None:
+    """The run's checkpoints/ is not a symbolic link: a resume would write its checkpoints
+    through it, and an export would read another folder's as this run's."""
+    root = run_dir / "checkpoints"
+    if root.is_symlink():
+        raise InputFileError(f"{root}: is a symbolic link; a run's checkpoints are its own folders")
+
+
+def latest(run_dir: Path, purpose: str = "resume") -> Path:
+    """The checkpoint `checkpoints/latest` names, for `purpose` (a key of NO_CHECKPOINT):
+    `latest(run_dir, "export")`."""
+    check_checkpoints_folder(run_dir)
     pointer = run_dir / "checkpoints" / "latest"
     if not pointer.exists():
-        raise InputFileError(f"{run_dir}: no checkpoint to resume from")
-    try:
-        name = pointer.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{pointer}: unreadable ({exc.__class__.__name__})") from None
+        raise InputFileError(f"{run_dir}: {NO_CHECKPOINT[purpose]}")
+    # `step-N` and a newline: a few bytes, so a larger file is not the run's pointer.
+    name = read_input(pointer, POINTER_LIMIT, why="not a checkpoint pointer").strip()
     # The pointer names a sibling folder, nothing else: not a path out of the run directory.
     if not re.fullmatch(r"step-[0-9]{1,12}", name):
         raise InputFileError(f"{pointer}: does not name a checkpoint (step-N)")
@@ -305,10 +323,10 @@ def check_weights(model: dict[str, torch.Tensor], layers: nn.ModuleList, where: 
             )
 
 
-def load_latest(run_dir: Path) -> Loaded:
+def load_latest(run_dir: Path, purpose: str = "resume") -> Loaded:
     """The newest checkpoint that verifies; an older one, with a notice, when the newest is
-    corrupt. InputFileError when none does."""
-    newest = latest(run_dir)
+    corrupt. InputFileError when none does (`purpose` as for `latest`)."""
+    newest = latest(run_dir, purpose)
     candidates = sorted(
         (p for p in (run_dir / "checkpoints").glob("step-*") if p.is_dir()),
         key=lambda p: int(p.name[5:]) if p.name[5:].isdigit() else -1,

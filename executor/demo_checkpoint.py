@@ -35,6 +35,7 @@ from executor.launch import prepare, run_local
 from pipeplan import models
 from pipeplan.errors import OutputError, PipeplanError
 from pipeplan.formats import Profile, RunConfig, RunSummary, load
+from pipeplan.formats.base import read_input
 from pipeplan.inputs import ProfileRequest
 
 PRETRAINED = "demo-pretrained"  # under --runs-dir
@@ -160,8 +161,10 @@ def _check_model(model_dir: Path) -> str | None:
     """The directory holds vit-digits' architecture with a source-task head, and its weights
     load (a truncated or foreign file fails here, not in the ranks)."""
     try:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        config = json.loads(read_input(model_dir / "config.json"))
+    except PipeplanError as exc:
+        return str(exc)
+    except ValueError as exc:
         return f"{model_dir}/config.json is unreadable ({type(exc).__name__})"
     preset = models.PRESETS[MODEL].config
     if not isinstance(config, dict):

@@ -29,6 +29,7 @@ from pipeplan.formats import (
     StepRecord,
     read_records,
 )
+from pipeplan.formats.base import read_input
 from pipeplan.formats.run import torn_tail
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def mend_torn_tail(path: Path, records: list) -> None:
     """Before appending to a run.jsonl that `read_records` read as `records`: a last line
     without its newline ends in one again (a whole record) or is cut off (a torn record,
     which `read_records` left out), so the next record starts a line of its own."""
-    text = path.read_text(encoding="utf-8")
+    text = read_input(path)  # bounded, as `read_records` read it
     cut = torn_tail(text)
     if cut is None:
         return

@@ -234,17 +234,25 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     """`pipeplan export RUN [--checkpoint step-N] --out DIR`: a checkpoint's weights (the
     latest that verifies, or the named one) in the model the run builds, as a transformers
     directory. The run's data is read again: it sizes the head as it did in the run."""
-    from executor.checkpoint import check_weights, latest, load_checkpoint, load_latest, restore
+    from executor.checkpoint import (
+        check_checkpoints_folder,
+        check_weights,
+        latest,
+        load_checkpoint,
+        load_latest,
+        restore,
+    )
 
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)
     cfg = load(RunConfig, run_dir / "run.json")
     check_data(run_dir, cfg)
+    check_checkpoints_folder(run_dir)  # --checkpoint step-N too, not only the latest
     path = _checkpoint_path(run_dir, checkpoint) if checkpoint is not None else None
-    _, weights, _, _ = load_checkpoint(path) if path else load_latest(run_dir)
+    _, weights, _, _ = load_checkpoint(path) if path else load_latest(run_dir, "export")
     # Random init: every weight comes from the checkpoint, the model directory's are not read.
     seq, _ = build_task(cfg.model_copy(update={"init": "random"}), quiet=True)
-    check_weights(weights, seq.layers, path or latest(run_dir))  # shapes and dtype kinds
+    check_weights(weights, seq.layers, path or latest(run_dir, "export"))  # shapes and dtype kinds
     try:
         restore(seq.layers, weights, {})
     except RuntimeError as exc:

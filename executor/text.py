@@ -27,6 +27,7 @@ import torch
 
 from executor.data import MAX_LABELS, TaskData, TensorPairs
 from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.formats.base import check_input_file, read_input
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -101,8 +102,11 @@ def read_corpus(spec: str, seed: int = 0) -> Corpus:
 
 
 def _read_rows(path: Path) -> list[Row]:
+    check_input_file(path, why="too large to read as text data")
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        # utf-8-sig: Excel's "CSV UTF-8" starts with a byte order mark, which is not part of
+        # the first column's name (the data.json sha256 still hashes the raw bytes).
+        with open(path, encoding="utf-8-sig", newline="") as handle:
             if path.suffix.lower() == ".csv":
                 return _csv_rows(handle, path)
             return _jsonl_rows(handle, path)
@@ -296,8 +300,8 @@ def _check_tokenizer_json(directory: Path) -> None:
         if not path.is_file():
             continue
         try:
-            json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            json.loads(read_input(path, why="not a tokenizer's file"))
+        except ValueError as exc:
             raise InputFileError(f"{path}: cannot be read as JSON ({_first(exc)})") from None
         except RecursionError:
             raise InputFileError(f"{path}: cannot be read as JSON (nested too deeply)") from None

@@ -67,8 +67,10 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
     value, unit = _split(text, what, "16GiB, 512MB, 1000000")
     if unit.endswith("b") and unit != "b" and unit.lower() in _BYTE_UNITS:
         # A lower-case b is a bit in bandwidths (5Gb/s); a size is given in bytes.
+        # The hint from the prefix letter alone: 'Gib' less its b is 'Gi', not a prefix.
+        prefix = unit[0].upper()
         raise BadArgumentError(
-            f"{what} '{text}': '{unit}' reads as bits; give bytes ({unit[:-1]}B or {unit[:-1]}iB)"
+            f"{what} '{text}': '{unit}' reads as bits; give bytes ({prefix}B or {prefix}iB)"
         )
     factor = _BYTE_UNITS.get(unit.lower())
     if factor is None:

@@ -120,6 +120,8 @@ def write_atomic(path: str | Path, content: str | bytes) -> None:
     data = content.encode("utf-8") if isinstance(content, str) else content
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp makes a 0600 file: give it the replaced file's mode, or a new file's.
+        os.fchmod(fd, output_mode(path))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -131,6 +133,40 @@ def write_atomic(path: str | Path, content: str | bytes) -> None:
         if isinstance(exc, OSError):
             raise OutputError(f"{path}: write failed ({exc.strerror})") from None
         raise
+
+
+def output_mode(path: str | Path) -> int:
+    """The permission bits a file written at `path` should have: those of the file it
+    replaces, else what `open` would give a new file (0666 less the umask), not the 0600
+    of a temporary file renamed into place (`os.fchmod(fd, output_mode(path))`)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """This process's umask, read from /proc without changing it (os.umask sets it while it
+    reads it, which another thread's file creation could see); os.umask where /proc has no
+    such line."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def give_output_modes(directory: str | Path) -> None:
+    """Every file directly in `directory` gets a new file's mode (`output_mode`): a library
+    that writes through a temporary file (safetensors' save_file) leaves it 0600."""
+    for entry in Path(directory).iterdir():
+        if entry.is_file() and not entry.is_symlink():
+            os.chmod(entry, 0o666 & ~_umask())
 
 
 # Locks held until this process exits (the kernel drops them when it dies, however it dies).

@@ -46,6 +46,7 @@ from pipeplan.errors import (
     PipeplanError,
     UnknownModelError,
 )
+from pipeplan.fileio import give_output_modes
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
 from pipeplan.formats.base import read_input
 
@@ -604,6 +605,7 @@ def export(seq: LayerSequence, out_dir: str | Path) -> Path:
         tmp.mkdir(parents=True)
         with _quiet_transformers():
             seq.hf_model.save_pretrained(tmp)
+        give_output_modes(tmp)
         tmp.replace(out)  # an empty `out` is replaced
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)

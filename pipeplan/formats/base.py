@@ -177,22 +177,43 @@ def parse(model: type[M], text: str, source: str = "input") -> M:
         raise InputFileError(f"{source}: {kind} is nested too deeply") from None
 
 
-def read_input(path: Path, limit: int = MAX_FILE_BYTES) -> str:
-    """A regular file's UTF-8 text, at most `limit` bytes: a FIFO or device would block or
-    never end, and a file that large is not one pipeplan wrote."""
+def read_input(path: Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pipeplan file") -> str:
+    """A regular file's text, at most `limit` bytes: a FIFO or device would block or never
+    end, and a file that large is not one pipeplan wrote (`read_input(pointer, 4096)`)."""
     try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise InputFileError(f"{path}: not a regular file")
+        check_input_file(path, limit, why=why)
         with path.open("rb") as f:
-            data = f.read(limit + 1)
+            data = f.read(limit + 1)  # the file may have grown since the stat
         if len(data) > limit:
-            raise InputFileError(f"{path}: larger than {limit >> 20} MiB, not a pipeplan file")
+            raise InputFileError(f"{path}: larger than {_size(limit)}, {why}")
         return data.decode("utf-8")
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+
+
+def check_input_file(
+    path: Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pipeplan file"
+) -> None:
+    """`path` is a regular file of at most `limit` bytes, from its size alone, before any of
+    it is read (a sparse 3 GiB file would otherwise be read whole); for files a reader then
+    streams, such as text data (`check_input_file(Path("train.csv"), why="...")`)."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputFileError(f"{path}: not a regular file")
+    if info.st_size > limit:
+        raise InputFileError(f"{path}: larger than {_size(limit)}, {why}")
+
+
+def _size(limit: int) -> str:
+    """4096 → '4 KiB', 1 << 30 → '1024 MiB': the limit in the unit a message reads best in."""
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
 
 
 def load(model: type[M], path: str | Path) -> M:

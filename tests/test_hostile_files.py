@@ -1,0 +1,200 @@
+"""Hostile files, by class (the seventh independent round): a pointer or tokenizer file grown
+to gigabytes, outputs written 0600 whatever the umask, a CSV with Excel's byte order mark, an
+export of a run without a checkpoint or whose checkpoints/ is a link, and the hint for a size
+in bits. Each refusal asserts exit code 2, one line `pipeplan: error: …` naming the file and
+what is wrong, and that no file changed. Runs are `--prepare-only` unless the case needs a
+checkpoint (the shared `finished_run`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+import test_hostile
+import test_hostile_data
+from test_hostile import PREVIEW, copy_run, refused
+from text_data import reviews, write_jsonl
+
+import cli
+from executor.planning import shipped_profile
+
+finished_run = test_hostile.finished_run  # the shared module-scoped finished run (a fixture)
+made = test_hostile_data.made  # a small BERT checkpoint, its tokenizer and profile (a fixture)
+
+HUGE = 3 << 30  # bytes: a sparse file this long uses no disk, and reading it whole fails
+
+
+def state(root: Path) -> dict[str, tuple]:
+    """`snapshot` for a tree holding sparse giants: size, mode and mtime for every file, and
+    the sha256 of those small enough to read (a 3 GiB file is not read to be compared)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            info = p.stat()
+            digest = hashlib.sha256(p.read_bytes()).hexdigest() if info.st_size < 1 << 26 else ""
+            out[str(p.relative_to(root))] = (info.st_size, info.st_mode, info.st_mtime_ns, digest)
+    return out
+
+
+def refused_big(argv: list[str], root: Path, capsys, fragments: tuple[str, ...]) -> None:
+    """`refused`, comparing `state` rather than reading every file."""
+    before = state(root)
+    assert cli.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("pipeplan: error: "), lines[0]
+    assert all(f in lines[0] for f in fragments), lines[0]
+    assert state(root) == before
+
+
+def grow(path: Path) -> None:
+    """`path` made HUGE bytes long, its text kept at the start (`truncate`: sparse)."""
+    os.truncate(path, HUGE)
+
+
+# ----------------------------------------------------------------- 1. reads without a limit
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("command", ["export", "resume"])
+def test_a_giant_checkpoint_pointer(finished_run, tmp_path, capsys, command):
+    """checkpoints/latest grown to 3 GiB, still starting with `step-N`: read whole, a
+    MemoryError traceback from export and --resume."""
+    run = copy_run(finished_run, tmp_path)
+    grow(run / "checkpoints" / "latest")
+    argv = {
+        "export": ["export", str(run), "--out", str(tmp_path / "out")],
+        "resume": ["run", "--resume", str(run), "--epochs", "2"],
+    }[command]
+    refused_big(argv, tmp_path, capsys, ("checkpoints/latest", "larger than 4 KiB"))
+
+
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "special_tokens_map.json"])
+def test_a_giant_tokenizer_json(made, tmp_path, capsys, name):
+    """A 3 GiB tokenizer_config.json in --tokenizer: a MemoryError traceback (tokenizer.json
+    itself was refused)."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    if not (tok / name).exists():
+        (tok / name).write_text("{}")
+    grow(tok / name)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = test_hostile_data.prepare(made, tmp_path, data, tokenizer=tok)
+    refused_big(argv, tmp_path, capsys, (name, "larger than 1024 MiB"))
+
+
+def test_a_giant_data_file(made, tmp_path, capsys):
+    """A 3 GiB JSONL of one line (NULs after the text): read line by line, the one line is
+    read whole."""
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    grow(data)
+    argv = test_hostile_data.prepare(made, tmp_path, data)
+    refused_big(argv, tmp_path, capsys, ("r.jsonl", "too large to read as text data"))
+
+
+# ----------------------------------------------------------------- 2. modes of written files
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_a_written_file_gets_a_new_files_mode_or_keeps_its_own(tmp_path, umask_022):
+    """mkstemp's 0600 was renamed into place: a new plan was 0600 under umask 0022, and a
+    0664 file replaced by one became 0600."""
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    new, kept = tmp_path / "new.json", tmp_path / "perm.json"
+    kept.write_text("{}")
+    kept.chmod(0o664)
+    for out in (new, kept):
+        assert cli.main(["plan", "--profile", profile, *PREVIEW, "--out", str(out)]) == 0
+    assert (mode(new), mode(kept)) == (0o644, 0o664)
+    assert json.loads(kept.read_text())["schema_version"]  # replaced, not left alone
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_an_exported_model_has_a_new_files_mode(finished_run, tmp_path, umask_022):
+    """safetensors writes model.safetensors through a 0600 temporary file."""
+    out = tmp_path / "out"
+    assert cli.main(["export", str(finished_run), "--out", str(out)]) == 0
+    assert {p.name: mode(p) for p in out.iterdir()} == {
+        "config.json": 0o644,
+        "model.safetensors": 0o644,
+    }
+
+
+# ----------------------------------------------------------------- 3. a byte order mark
+
+
+def test_a_csv_with_a_byte_order_mark_prepares(made, tmp_path):
+    """Excel's "CSV UTF-8" starts with EF BB BF: the header's first name read '\\ufefftext'
+    and the file was refused as having no 'text' column."""
+    from executor.text import read_corpus
+
+    data = tmp_path / "data.csv"
+    rows = [f"great film {i},positive" if i % 2 else f"dull plot {i},negative" for i in range(20)]
+    data.write_bytes(b"\xef\xbb\xbf" + ("text,label\n" + "\n".join(rows) + "\n").encode())
+    assert cli.main(test_hostile_data.prepare(made, tmp_path, data)) == 0
+    corpus = read_corpus(str(data))
+    assert not any(t.startswith("\ufeff") for t in [*corpus.train, *corpus.eval])
+    assert "great film 1" in [*corpus.train, *corpus.eval]
+    record = json.loads((tmp_path / "runs" / "r" / "data.json").read_text())
+    hashed = {f["path"]: f["sha256"] for f in record["files"]}
+    # The raw bytes, mark included: what a resume hashes again to see the data unchanged.
+    assert hashed[str(data)] == hashlib.sha256(data.read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------------- 4, 5. export's checkpoint
+
+
+def test_export_of_a_run_without_a_checkpoint(tmp_path, capsys):
+    """A --prepare-only run has no checkpoint: export said "no checkpoint to resume from"."""
+    runs = tmp_path / "runs"
+    argv = ["run", "--nproc", "1", "--epochs", "1", "--name", "p", "--runs-dir", str(runs)]
+    assert cli.main([*argv, "--prepare-only"]) == 0
+    capsys.readouterr()
+    argv = ["export", str(runs / "p"), "--out", str(tmp_path / "out")]
+    refused(argv, tmp_path, capsys, ("runs/p", "no checkpoint to export", "not saved one"))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("named", [False, True])
+def test_export_refuses_a_checkpoints_folder_that_is_a_link(finished_run, tmp_path, capsys, named):
+    """checkpoints/ a symbolic link to a folder elsewhere: --resume refused it, export read
+    another folder's checkpoint as the run's (latest, or named with --checkpoint)."""
+    run = copy_run(finished_run, tmp_path)
+    away = tmp_path / "away"
+    shutil.move(str(run / "checkpoints"), away)
+    (run / "checkpoints").symlink_to(away)
+    step = (away / "latest").read_text().strip()
+    argv = ["export", str(run), "--out", str(tmp_path / "out")]
+    argv += ["--checkpoint", step] if named else []
+    refused(argv, tmp_path, capsys, ("checkpoints", "symbolic link"))
+
+
+# ----------------------------------------------------------------- 6. the hint for bits
+
+
+@pytest.mark.parametrize(
+    ("size", "hint"),
+    [("1Gib", "GB or GiB"), ("1gib", "GB or GiB"), ("1Mib", "MB or MiB"), ("2kb", "KB or KiB")],
+)
+def test_the_hint_for_a_size_in_bits(tmp_path, capsys, size, hint):
+    """`--cache-budget 1Gib` hinted "GiB or GiiB": the hint doubled the unit's i."""
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = ["preview", "--profile", profile, *PREVIEW, "--cache-budget", size]
+    refused(argv, tmp_path, capsys, (size, "reads as bits", f"give bytes ({hint})"))
