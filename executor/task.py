@@ -154,20 +154,8 @@ def data_files(spec: str) -> list[Path]:
 
 def tokenizer_files(cfg: RunConfig) -> list[Path]:
     """The files of the tokenizer a text run reads (--tokenizer, else the model directory's
-    own): its JSON files, vocabularies, merges and sentencepiece models; not the weights."""
-    directory = Path(cfg.tokenizer) if cfg.tokenizer else Path(cfg.model)
-    if not directory.is_dir():
-        return []
-    return sorted(
-        path
-        for path in directory.iterdir()
-        if path.is_file()
-        and (
-            path.name in (*text.TOKENIZER_FILES, *text.TOKENIZER_JSON, "merges.txt")
-            or path.name.startswith("vocab")
-            or path.suffix == ".model"
-        )
-    )
+    own): `text.tokenizer_files`."""
+    return text.tokenizer_files(Path(cfg.tokenizer) if cfg.tokenizer else Path(cfg.model))
 
 
 def data_record(cfg: RunConfig) -> DataRecord | None:

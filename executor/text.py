@@ -291,10 +291,30 @@ def load_tokenizer(directory: Path) -> Any:
         ) from None
 
 
+def tokenizer_files(directory: Path) -> list[Path]:
+    """The files of a tokenizer directory that transformers reads: its JSON files,
+    vocabularies, merges and sentencepiece models; not a model's weights beside them."""
+    if not directory.is_dir():
+        return []
+    return sorted(
+        path
+        for path in directory.iterdir()
+        if path.is_file()
+        and (
+            path.name in (*TOKENIZER_FILES, *TOKENIZER_JSON, "merges.txt")
+            or path.name.startswith("vocab")
+            or path.suffix == ".model"
+        )
+    )
+
+
 def _check_tokenizer_json(directory: Path) -> None:
     """The tokenizer's own JSON files parse: transformers ignores a garbled
     tokenizer_config.json, and the tokenizer then loads without its pad token, which was
-    reported as missing rather than the file as broken."""
+    reported as missing rather than the file as broken. None is larger than pipeplan reads
+    (transformers reads each whole: a sparse 3 GiB file was a MemoryError)."""
+    for path in tokenizer_files(directory):
+        check_input_file(path, why="not a tokenizer's file")
     for name in TOKENIZER_JSON:
         path = directory / name
         if not path.is_file():

@@ -75,10 +75,12 @@ def test_a_giant_checkpoint_pointer(finished_run, tmp_path, capsys, command):
     refused_big(argv, tmp_path, capsys, ("checkpoints/latest", "larger than 4 KiB"))
 
 
-@pytest.mark.parametrize("name", ["tokenizer_config.json", "special_tokens_map.json"])
-def test_a_giant_tokenizer_json(made, tmp_path, capsys, name):
+@pytest.mark.parametrize(
+    "name", ["tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", "vocab.txt"]
+)
+def test_a_giant_tokenizer_file(made, tmp_path, capsys, name):
     """A 3 GiB tokenizer_config.json in --tokenizer: a MemoryError traceback (tokenizer.json
-    itself was refused)."""
+    was refused by the `tokenizers` library); every file transformers reads is bounded."""
     tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
     if not (tok / name).exists():
         (tok / name).write_text("{}")
