@@ -304,8 +304,16 @@ def check_manifest_records(
 def check_unfinished(manifest: CheckpointManifest, cfg: RunConfig, run_dir: Path) -> None:
     """A resume trains on: a run whose checkpoint is its end (every epoch of `cfg`, with the
     epochs --resume gives) has nothing to train, and resuming it appended an empty phase and
-    rewrote its manifest and summary."""
-    if manifest.epoch >= cfg.epochs:
+    rewrote its manifest and summary. Unless the run failed after that checkpoint, before its
+    end was written (the trained model, then summary.json of every step): then the failure
+    said to resume, and the resume writes them."""
+    if manifest.epoch < cfg.epochs or not (run_dir / MODEL_DIR).is_dir():
+        return
+    try:
+        ended = load(RunSummary, run_dir / "summary.json").steps == manifest.step
+    except PipeplanError:  # missing or damaged: the end was not written
+        ended = False
+    if ended:
         raise BadArgumentError(
             f"{run_dir}: finished all its {cfg.epochs} epochs; give --epochs N > {cfg.epochs} "
             "to train on"

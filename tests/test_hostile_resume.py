@@ -173,3 +173,26 @@ def test_resume_refuses_step_records_out_of_range(finished_run, tmp_path, capsys
     run = copy_run(finished_run, tmp_path)
     fragment = damage(run)
     refused(["run", "--resume", str(run), *MORE], tmp_path, capsys, ("run.jsonl", fragment))
+
+
+@pytest.mark.parametrize("lost", ["summary.json", "model"])
+def test_a_run_that_failed_after_its_last_checkpoint_may_still_be_resumed(
+    finished_run, tmp_path, lost
+):
+    """A failure after the final checkpoint (writing the trained model or summary.json) says
+    "resume with: pipeplan run --resume RUN": that resume is not refused as finished."""
+    import shutil
+
+    from executor.launch import check_unfinished
+    from pipeplan.errors import BadArgumentError
+    from pipeplan.formats import CheckpointManifest, RunConfig, load
+
+    run = copy_run(finished_run, tmp_path)
+    cfg = load(RunConfig, run / "run.json")
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    manifest = load(CheckpointManifest, run / "checkpoints" / latest / "manifest.json")
+    with pytest.raises(BadArgumentError, match="finished all its"):
+        check_unfinished(manifest, cfg, run)
+    path = run / lost
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    check_unfinished(manifest, cfg, run)  # its end was not written: resume writes it
