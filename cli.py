@@ -325,7 +325,8 @@ def calibrate(
     """Fit the cost model to measured runs; writes a profile with a calibration section."""
     from pipeplan.calibrate import calibrate_to_file
 
-    c = calibrate_to_file(run_dirs, profile, out).calibration
+    with log.held():  # a notice (a torn last record) only once nothing else is refused
+        c = calibrate_to_file(run_dirs, profile, out).calibration
     call = {kind: c.scales(kind)[0] for kind in ("fwd", "bwd", "nograd")}
     console.print(
         f"compute scales per sample / per call: forward {c.fwd_scale:.3f} / {call['fwd']:.3f}, "
@@ -459,9 +460,10 @@ def report(
     from pipeplan.formats import dumps
     from pipeplan.report import make_report, write_report_plots
 
-    result = make_report(run_dir, baseline)
+    with log.held():  # a notice (a torn last record) only once nothing else is refused
+        result = make_report(run_dir, baseline)
+        written = write_report_plots(result, plot) if plot else []
     if plot:
-        written = write_report_plots(result, plot)
         console.print(f"wrote {len(written)} plots to {plot}")
     if as_json:
         print(dumps(result), end="")

@@ -205,6 +205,20 @@ def test_a_torn_last_record_is_left_out_but_a_whole_bad_line_is_refused(tmp_path
     refused(argv, tmp_path, capsys, (f"run.jsonl:{number}", "not a run record"))
 
 
+@pytest.mark.parametrize("refusal", ["--baseline", "--plot"])
+def test_a_torn_record_notice_never_precedes_a_refusal(tmp_path, capsys, refusal):
+    """report printed a torn last record's notice before refusing something else (a baseline
+    that is not there, a plot target in a checkpoint): two lines."""
+    run, argv = _readable(tmp_path, "report")
+    _tear(run)
+    (run / ".lock").touch()
+    if refusal == "--baseline":
+        argv, fragment = [*argv, "--baseline", str(tmp_path / "nope")], "no such run directory"
+    else:
+        argv, fragment = [*argv, "--plot", str(run / "checkpoints" / "p")], "`pipeplan run` keeps"
+    refused(argv, tmp_path, capsys, fragment)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_resume_continues_past_a_torn_last_record(finished_run, tmp_path, capsys):
