@@ -600,17 +600,21 @@ def _hoist_debug(args: list[str]) -> list[str]:
 
 
 def _check_repeats(args: list[str]) -> None:
-    """An option given twice (`--out a.json --out b.json`, `--resume A --resume B`) is a
-    mistake click would settle silently by keeping the last; `--` ends the options."""
+    """An option given twice (`--out a.json --out b.json`, `--resume A --resume B`, a switch
+    both ways: `--cache --no-cache`) is a mistake click would settle silently by keeping the
+    last; `--` ends the options."""
     end = args.index("--") if "--" in args else len(args)
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # an option (a switch's --x and --no-x are one) → as given
     for token in args[:end]:
         name = {"-o": "--out"}.get(token, token.split("=", 1)[0])
         if not name.startswith("--") or name == "--debug":
             continue
-        if name in seen:
+        option = "--" + name[len("--no-") :] if name.startswith("--no-") else name
+        if option in seen:
+            if seen[option] != name:  # `--cache --no-cache`: click kept the last
+                raise BadArgumentError(f"{seen[option]} and {name} are both given; give one")
             raise BadArgumentError(f"{name} is given more than once; give it once")
-        seen.add(name)
+        seen[option] = name
 
 
 def _check_empty(args: list[str]) -> None:

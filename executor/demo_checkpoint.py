@@ -31,9 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from executor.launch import prepare, run_local
+from executor.launch import check_runs_root, prepare, run_local
 from pipeplan import models
 from pipeplan.errors import OutputError, PipeplanError
+from pipeplan.fileio import check_writable
 from pipeplan.formats import Profile, RunConfig, RunSummary, load
 from pipeplan.formats.base import read_input
 from pipeplan.inputs import ProfileRequest
@@ -75,6 +76,9 @@ def pretrained_checkpoint(
         Path(runs_dir).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"{runs_dir}: --runs-dir cannot be a folder ({exc.strerror})") from None
+    # Also before anything is said: inside a run directory, or a folder nothing can be made in.
+    check_runs_root(runs_dir)
+    check_writable(Path(runs_dir) / ".pipeplan-probe", run_owned=True)
     run_dir = (Path(runs_dir) / PRETRAINED).resolve()
     prefix = f"{step} " if step else ""
     if run_dir.exists():

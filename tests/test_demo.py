@@ -90,3 +90,16 @@ def test_demo_pretrains_once_then_fine_tunes_statically_and_elastically(tmp_path
     (pretrained / "run.json").write_text(json.dumps({**config, "epochs": 1}))
     expected = f"made with other settings (epochs 1, not {SOURCE_RUN.epochs})"
     assert expected in check(pretrained)
+
+
+@pytest.mark.parametrize("inside", ["", "checkpoints"])
+def test_a_refused_runs_dir_says_nothing_before_its_one_line(tmp_path, capsys, inside):
+    """Eighth round: `demo --runs-dir RUN` (a run directory, or a folder of one) printed the
+    pretraining's progress lines, then the refusal."""
+    run = tmp_path / "r"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    assert cli.main(["demo", "--pretrain-only", "--runs-dir", str(run / inside)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "lies inside the run directory" in err[0], err
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "run.json"]
