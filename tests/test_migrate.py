@@ -63,22 +63,19 @@ def _rank(rank, world, out):
     seq = models.build("bert-synth", dropout=0.0)
     data = iter(batches(seq))
     runtime, record = None, {}
+
+    def make(params):
+        return torch.optim.AdamW(params, lr=LR)
+
+    example = lambda n: batches(seq)[0][0][:n]  # noqa: E731
+
+    def runtime_for(spec):
+        loss = StepMean(seq.loss_sum, seq.targets)
+        return PhaseRuntime(seq.layers, loss, spec, rank, example, torch.device("cpu"), make)
+
     for k, spec in enumerate(PHASES):
-
-        def make(params):
-            return torch.optim.AdamW(params, lr=LR)
-
-        example = lambda n: batches(seq)[0][0][:n]  # noqa: E731
         if runtime is None:
-            runtime = PhaseRuntime(
-                seq.layers,
-                StepMean(seq.loss_sum, seq.targets),
-                spec,
-                rank,
-                example,
-                torch.device("cpu"),
-                make,
-            )
+            runtime = runtime_for(spec)
         else:
             record[f"before{k}"] = snapshot(seq, runtime)
             states = migrate(
@@ -93,15 +90,7 @@ def _rank(rank, world, out):
             runtime.destroy()
             gc.disable()  # reference counting alone must free it: no cycle holds the old stage
             try:
-                runtime = PhaseRuntime(
-                    seq.layers,
-                    StepMean(seq.loss_sum, seq.targets),
-                    spec,
-                    rank,
-                    example,
-                    torch.device("cpu"),
-                    make,
-                )
+                runtime = runtime_for(spec)
                 record[f"freed{k}"] = [ref() is None for ref in old]
             finally:
                 gc.enable()
