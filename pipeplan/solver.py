@@ -247,6 +247,21 @@ class _RankLinks:
     shared_per_byte: float
 
 
+@dataclass
+class _Received:
+    """Per shape-bound row (`PhaseSearch._received_floors`): the least that the training
+    stages receive in all (forwards, backwards), the most one boundary's forward, backward
+    and one stage's ops receive at least, and the first training stage's receives."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    most_fwd: np.ndarray
+    most_bwd: np.ndarray
+    most_c: np.ndarray
+    first_fwd: np.ndarray
+    first_bwd: np.ndarray
+
+
 class PhaseSearch:
     """The search for one phase (freeze point, cache) of one training shape."""
 
@@ -468,7 +483,16 @@ class PhaseSearch:
         )
         # Stages 0..q hold layers 0..k between them, each running M forwards.
         prefix = M[row] * (frozen_fwd + (q + 1) * mu) / (q + 1)
-        np.minimum.at(bound, row, np.maximum.reduce([values, average[row], prefix]))
+        # GPipe, all S stages as two flow shops: the forwards through every stage (the
+        # busiest at least stages 0..q's average and the largest layer's), then the
+        # backwards through the training stages (the busiest at least their average and
+        # the largest layer's), then the first training stage's tail.
+        f, b = costs.fwd_s, costs.bwd_s
+        f_max = np.maximum(prefix / M[row], float(f.max()) + mu)
+        b_max = np.maximum(float(b.sum()) / (S[row] - q), float(b.max()))
+        tail = self._first_stage_tail(costs, k, S[row], D[row])
+        flow = np.where(gpipe[row], trip[row] + (M[row] - 1) * (f_max + b_max) + tail, 0.0)
+        np.minimum.at(bound, row, np.maximum.reduce([values, average[row], prefix, flow]))
         return bound
 
     def _pipeline_bounds(
@@ -498,12 +522,22 @@ class PhaseSearch:
         mu = self.model.micro_batch_overhead_s
         f, b = costs.fwd_s, costs.bwd_s
         c = f + b
-        F0, B0 = float(f[: k + 1].sum()) + mu, float(b[: k + 1].sum())
-        Wf, Wb = float(f.sum()), float(b.sum())
+        # Ops include what they receive (`simulate.received_in_op`): Σc, the first stage's
+        # ops and the largest ones grow by each boundary's cheapest transfers.
+        got = self._received_floors(m, S, S_map, D)
+        F0 = float(f[: k + 1].sum()) + mu + got.first_fwd
+        B0 = float(b[: k + 1].sum()) + got.first_bwd
+        Wf, Wb = float(f.sum()) + got.fwd, float(b.sum()) + got.bwd
         work = Wf + Wb + S * mu
         windows = self._lightest_windows(costs, view.first_computed, S)
         c_max = np.maximum.reduce(
-            [work / S, np.full_like(S, c.max() + mu), np.full_like(S, F0 + B0), windows[0] + mu]
+            [
+                work / S,
+                np.full_like(S, c.max() + mu),
+                F0 + B0,
+                windows[0] + mu,
+                got.most_c + float(c[k:].min()) + mu,
+            ]
         )
         known = self._bottleneck(view, S, m)
         # No partition at all (more stages than the view's layers allow, e.g. the frozen
@@ -512,10 +546,16 @@ class PhaseSearch:
         if known is not None:
             c_max = np.maximum(c_max, np.where(possible, known, 0.0))
         f_max = np.maximum.reduce(
-            [Wf / S + mu, np.full_like(S, f.max() + mu), np.full_like(S, F0), windows[1] + mu]
+            [
+                Wf / S + mu,
+                np.full_like(S, f.max() + mu),
+                F0,
+                windows[1] + mu,
+                got.most_fwd + float(f[k:].min()) + mu,
+            ]
         )
         b_max = np.maximum.reduce(
-            [Wb / S, np.full_like(S, b.max()), np.full_like(S, B0), windows[2]]
+            [Wb / S, np.full_like(S, b.max()), B0, windows[2], got.most_bwd + float(b[k:].min())]
         )
         if known is not None:
             f_max = np.maximum(f_max, np.where(possible, self._bottleneck(view, S, m, "f"), 0.0))
@@ -527,6 +567,10 @@ class PhaseSearch:
         before = np.where(gpipe, M, np.minimum(S, M))
         bound = np.maximum(bound, work + (M - 1) * B0 + (M - before) * F0)
         bound = np.maximum(bound, work + (M - before) * c_max)
+        # 1F1B, micro-batch 0's round trip and the rest of the stage whose (M−1)·B + (M −
+        # nF)·F is largest (nF ≤ min(S, M)): at least their average over the stages.
+        rounds_average = ((M - 1) * Wb + (M - before) * (Wf + S * mu)) / S
+        bound = np.where(gpipe, bound, np.maximum(bound, work + rounds_average))
         flow_shop = work + (M - 1) * np.maximum(f_max + b_max, c_max)
         bound = np.where(gpipe, np.maximum(bound, flow_shop), bound)
         rounds_all = np.where(M > S, (M - S - 1) // S + 1, 0)
@@ -610,6 +654,79 @@ class PhaseSearch:
         ]
         alone = np.where(D > 1, np.where(crosses, ring[0], ring[1]), 0.0)
         return alone + self.model.optimizer_s(first)
+
+    def _received_floors(
+        self, m: int, S: np.ndarray, S_map: np.ndarray, D: np.ndarray
+    ) -> _Received:
+        """Per row, lower bounds on what the S training stages (the last S of the (S_map, D)
+        rank map) receive in their ops (`simulate.received_in_op`, `_received_table`);
+        zeros for long models, whose thousands of rank maps would cost more than they prune."""
+        if self.model.num_layers > DENSE_MAX_LAYERS or len(S) == 0:
+            return _Received(*np.zeros((7, len(S))))
+        rows, table = self._received_table(m)
+        S_map = S_map.astype(int)
+        index = [rows[pair] for pair in zip(S_map.tolist(), D.astype(int).tolist(), strict=True)]
+        # The training stages are the last S: the first of them is stage S_map − S.
+        return _Received(*table[index, :, S_map - S.astype(int)].T)
+
+    def _received_table(self, m: int) -> tuple[dict[tuple[int, int], int], np.ndarray]:
+        """Per (S, D) rank map of this phase's shapes (the row) and q (stages q.. train),
+        the fields of `_Received`: stage t's forward receives the activation over boundary
+        t−1, its backward the gradient over boundary t, each at least its link's latency
+        plus the fewest bytes any boundary carries (a gradient only after a layer that
+        trains). Boundaries past a map's last stage (padding) carry nothing."""
+        key = ("received", m)
+        if key not in self._bottlenecks:
+            rows, latency, per_byte = self._boundary_rates()
+            costs = self.costs(m)
+            L = len(costs.boundary_bytes)
+            inner = costs.boundary_bytes[: L - 1]  # positions 1..L−1: layer j−1's output
+            trained = inner[costs.active[: L - 1]]
+            crossed = per_byte > 0  # the padding has none
+            fewest = float(inner.min()) if inner.size else 0.0
+            fwd = np.where(crossed, latency + fewest * per_byte, 0.0)
+            fewest = float(trained.min()) if trained.size else 0.0
+            bwd = np.where(crossed & (trained.size > 0), latency + fewest * per_byte, 0.0)
+            shifted = np.pad(fwd[:, :-1], ((0, 0), (1, 0)))  # stage t's forward: boundary t−1
+            by_stage = shifted + bwd
+
+            def suffix_sum(x: np.ndarray) -> np.ndarray:
+                return np.cumsum(x[:, ::-1], axis=1)[:, ::-1]
+
+            def suffix_max(x: np.ndarray) -> np.ndarray:
+                return np.maximum.accumulate(x[:, ::-1], axis=1)[:, ::-1]
+
+            table = np.stack(
+                [
+                    suffix_sum(shifted),  # from q on: stage q's forward receives too
+                    suffix_sum(bwd),
+                    suffix_max(shifted),
+                    suffix_max(bwd),
+                    suffix_max(by_stage),
+                    shifted,
+                    bwd,
+                ],
+                axis=1,
+            )
+            self._bottlenecks[key] = (rows, table)
+        return self._bottlenecks[key]
+
+    def _boundary_rates(self) -> tuple[dict[tuple[int, int], int], np.ndarray, np.ndarray]:
+        """Per (S, D) rank map of this phase's shapes (the row), each boundary link's latency
+        and time per byte (`CostModel.boundary_links`; zeros past the map's last stage)."""
+        key = ("boundary rates",)
+        if key not in self._bottlenecks:
+            pairs = sorted({(shape.num_stages, shape.replicas) for shape in self.shapes()})
+            width = max(S for S, _ in pairs)
+            latency = np.zeros((len(pairs), width))  # [map, boundary s]
+            per_byte = np.zeros((len(pairs), width))
+            for row, (S, D) in enumerate(pairs):
+                links = self.model.boundary_links(self.layout_ranks(Shape(S, D, 1, 1)))
+                latency[row, : S - 1] = [link.latency_s for link in links]
+                per_byte[row, : S - 1] = [1 / link.bandwidth_bytes_per_s for link in links]
+            rows = {pair: row for row, pair in enumerate(pairs)}
+            self._bottlenecks[key] = (rows, latency, per_byte)
+        return self._bottlenecks[key]
 
     def _allreduce_bounds(
         self,
