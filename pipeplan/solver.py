@@ -17,6 +17,7 @@ compared against: equal layer counts, greedy balance by parameters, and by time
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
@@ -304,11 +305,17 @@ class PhaseSearch:
         self._shared_tables: dict[tuple, dict] = {}
         self._prefixes: dict[int, _LayerPrefixes] = {}
         self._links: dict[tuple[int, int], _RankLinks] = {}
+        self._shapes: list[Shape] | None = None
 
     def costs(self, m: int) -> PhaseCosts:
         return self.model.phase_costs(m, self.frozen_layers, self.cached)
 
     def shapes(self) -> list[Shape]:
+        if self._shapes is None:
+            self._shapes = self._candidate_shapes()
+        return self._shapes
+
+    def _candidate_shapes(self) -> list[Shape]:
         if self.pins.boundaries is not None:
             try:  # else no layout is ever built from them, and the error would blame memory
                 check_boundaries(self.pins.boundaries, self.model.num_layers)
@@ -574,7 +581,8 @@ class PhaseSearch:
         flow_shop = work + (M - 1) * np.maximum(f_max + b_max, c_max)
         bound = np.where(gpipe, np.maximum(bound, flow_shop), bound)
         rounds_all = np.where(M > S, (M - S - 1) // S + 1, 0)
-        bound = np.where(gpipe, bound, np.maximum(bound, windows_from_zero(S, M) * work))
+        z = _windows_from_zero_cached(S.tobytes(), M.tobytes())
+        bound = np.where(gpipe, bound, np.maximum(bound, z * work))
         # Each term above ends with stage 0's all-reduce and optimizer (tail0): stage 0 holds
         # at least the first active layer's gradient.
         bound = bound + self._first_stage_tail(costs, k, S_map, D)
@@ -1200,6 +1208,15 @@ class _Run:
         proven = self.stopped_at is None
         lower = best.step_s if proven else float(self.stopped_at)
         return PhaseSolution(best, others, len(self.simulated), proven, lower)
+
+
+@functools.lru_cache(maxsize=256)
+def _windows_from_zero_cached(S: bytes, M: bytes) -> np.ndarray:
+    """`windows_from_zero` of float arrays given as bytes: every phase and micro-batch size
+    asks for the same few (S, M) candidates."""
+    z = windows_from_zero(np.frombuffer(S), np.frombuffer(M))
+    z.setflags(write=False)  # shared by every caller
+    return z
 
 
 def windows_from_zero(S: np.ndarray, M: np.ndarray, pairs: int = 8) -> np.ndarray:
