@@ -32,7 +32,7 @@ from pydantic.fields import FieldInfo
 
 from pipeplan.cluster import format_bandwidth, format_bytes, parse_bandwidth, parse_bytes
 from pipeplan.errors import BadArgumentError
-from pipeplan.formats.base import Flag, flag_marker, flag_of
+from pipeplan.formats.base import Flag, Needs, flag_marker, flag_of
 
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
@@ -156,41 +156,95 @@ def model_options(model: type[BaseModel]) -> list[Option]:
 def options(model: type[BaseModel]) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Give a typer command `model`'s fields as options; its first parameter receives the
     ones given on the command line, as a dict for `build(model, given)`."""
-    derived = model_options(model)
+    return lambda fn: _command(fn, model_options(model), model)
 
-    def decorate(fn: Callable[..., R]) -> Callable[..., R]:
-        own = list(inspect.signature(fn, eval_str=True).parameters.values())[1:]
-        clash = {o.field for o in derived} & {p.name for p in own}
-        if clash:
-            raise TypeError(f"{fn.__name__}: parameters {sorted(clash)} are fields of the model")
 
-        def command(**values: Any) -> R:
-            context = values.pop(_CONTEXT)
-            given = {}
-            for option in derived:
-                value = values.pop(option.field)
-                if context.get_parameter_source(option.field).name not in _NOT_GIVEN:
-                    given[option.field] = option.parse(value)
-            for option in derived:
-                needs = option.flag.needs
-                if option.field in given and needs is not None and given.get(needs) is False:
-                    raise BadArgumentError(
-                        f"{option.spelling} means nothing with --no-{needs.replace('_', '-')}; "
-                        "give one of them"
-                    )
-            return fn(given, **values)
+def checked(fn: Callable[..., R]) -> Callable[..., R]:
+    """For a command without a model: refuse its flags that mean nothing with the others
+    given, as its parameters' `Needs` markers say (`options` does the same for fields).
 
-        context = inspect.Parameter(
-            _CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context
-        )
-        extra = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
-        params = [context, *(o.parameter() for o in derived), *extra]
-        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-        for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
-            setattr(command, attribute, getattr(fn, attribute))
-        return command
+        @app.command()
+        @checked
+        def demo(epochs: Annotated[int, Opt(), Needs("pretrain_only", (False,), "…")] = 10): …
+    """
+    return _command(fn, [], None)
 
-    return decorate
+
+def _command(
+    fn: Callable[..., R], derived: list[Option], model: type[BaseModel] | None
+) -> Callable[..., R]:
+    """The typer command: `fn`'s own parameters (after `given` when there is a model) and the
+    model's fields as options, every `Needs` checked before `fn` runs."""
+    own = list(inspect.signature(fn, eval_str=True).parameters.values())[1 if model else 0 :]
+    clash = {o.field for o in derived} & {p.name for p in own}
+    if clash:
+        raise TypeError(f"{fn.__name__}: parameters {sorted(clash)} are fields of the model")
+    needs = {o.field: o.flag.conditions for o in derived}
+    defaults = {o.field: o.info.default for o in derived}
+    for p in own:
+        marks = get_args(p.annotation)[1:] if get_origin(p.annotation) is Annotated else ()
+        needs[p.name] = tuple(m for m in marks if isinstance(m, Needs))
+        defaults[p.name] = p.default
+
+    def command(**values: Any) -> R:
+        context = values.pop(_CONTEXT)
+        given = {}
+        for option in derived:
+            value = values.pop(option.field)
+            if context.get_parameter_source(option.field).name not in _NOT_GIVEN:
+                given[option.field] = option.parse(value)
+        typed = dict(given)  # every flag typed on the command line, the model's and fn's own
+        for name, value in values.items():
+            if context.get_parameter_source(name).name not in _NOT_GIVEN:
+                typed[name] = value
+        check_needs(context, typed, defaults, needs)
+        return fn(given, **values) if model else fn(**values)
+
+    context = inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+    extra = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    params = [context, *(o.parameter() for o in derived), *extra]
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
+        setattr(command, attribute, getattr(fn, attribute))
+    return command
+
+
+def check_needs(
+    context: Any,
+    typed: dict[str, Any],
+    defaults: dict[str, Any],
+    needs: dict[str, tuple[Needs, ...]],
+) -> None:
+    """Refuse the first typed flag whose `Needs` the others do not meet, in one line:
+    `--alpha means nothing with --freeze none; it sets …`. A flag not typed is never refused,
+    and the others count at their defaults (a default always meets them: tests/test_options)."""
+    params = {p.name: p for p in context.command.params}
+    for name in typed:
+        for need in needs.get(name, ()):
+            value = typed.get(need.other, defaults.get(need.other))
+            if value in need.values:
+                continue
+            raise BadArgumentError(
+                f"{_spelling(params[name])} means nothing with "
+                f"{_setting(params[need.other], value, need)}; {need.why}"
+            )
+
+
+def _spelling(param: Any) -> str:
+    """How the user typed a click parameter: `--cache-budget`, or an argument's metavar."""
+    return (
+        param.opts[0] if param.opts and param.opts[0].startswith("-") else param.human_readable_name
+    )
+
+
+def _setting(param: Any, value: Any, need: Needs) -> str:
+    """The other flag as it was set: `--no-cache`, `--plan` (its value beside the point),
+    `--freeze none`."""
+    if isinstance(value, bool):
+        return param.opts[0] if value else param.secondary_opts[0]
+    if need.values == (None,):  # the flag means nothing once the other is given at all
+        return _spelling(param)
+    return f"{_spelling(param)} {value}"
 
 
 def build(model: type[M], given: dict[str, Any]) -> M:
