@@ -44,7 +44,7 @@ from pipeplan.formats.cluster import (
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
 )
-from pipeplan.formats.run import ALPHA_NEEDS, CACHE_BUDGET_NEEDS
+from pipeplan.formats.run import ALPHA_NEEDS, CACHE_BUDGET_NEEDS, SOMETHING_FROZEN
 from pipeplan.freeze import (
     alpha_schedule,
     autofreeze_earliest,
@@ -220,7 +220,12 @@ class PlanRequest(Strict):
     )
     cache: bool = Field(True, description="Cache the frozen prefix's activations.")
     cache_budget_bytes: Annotated[
-        Bytes, Flag("--cache-budget", unit="bytes", needs=(CACHE_BUDGET_NEEDS, NO_CLUSTER_FILE))
+        Bytes,
+        Flag(
+            "--cache-budget",
+            unit="bytes",
+            needs=(CACHE_BUDGET_NEEDS, SOMETHING_FROZEN, NO_CLUSTER_FILE),
+        ),
     ] = Field(
         DEFAULT_CACHE_BUDGET_BYTES,
         description="Host memory for the cache per node, in bytes; beyond it, local disk.",

@@ -222,7 +222,7 @@ def check_needs(
     for name in typed:
         for need in needs.get(name, ()):
             value = typed.get(need.other, defaults.get(need.other))
-            if value in need.values:
+            if need.met(value):
                 continue
             raise BadArgumentError(
                 f"{_spelling(params[name])} means nothing with "
@@ -242,7 +242,7 @@ def _setting(param: Any, value: Any, need: Needs) -> str:
     `--freeze none`."""
     if isinstance(value, bool):
         return param.opts[0] if value else param.secondary_opts[0]
-    if need.values == (None,):  # the flag means nothing once the other is given at all
+    if need.values == (None,) and not need.excluding:  # nothing once the other is given
         return _spelling(param)
     return f"{_spelling(param)} {value}"
 

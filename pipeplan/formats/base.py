@@ -99,13 +99,20 @@ class Needs:
 
     `pipeplan run --freeze none --alpha 0.3` is then one line: `--alpha means nothing with
     --freeze none; it sets ...`. `values=(None,)`: the flag means nothing once `other` is
-    given (`--device-memory` beside `--plan`). A plain typer parameter of a command takes the
-    same marker in its `Annotated[...]` (`pipeplan.options.checked`).
+    given (`--device-memory` beside `--plan`). `excluding=True`: `values` are instead the
+    ones with which it means nothing (`--cache-budget` with `--freeze none`). A plain typer
+    parameter of a command takes the same marker in its `Annotated[...]`
+    (`pipeplan.options.checked`).
     """
 
     other: str
     values: tuple[Any, ...]
     why: str
+    excluding: bool = False
+
+    def met(self, value: Any) -> bool:
+        """Whether the flag means something while `other` is `value`."""
+        return (value in self.values) != self.excluding
 
 
 NOT_A_FLAG = Flag(cli=False)

@@ -101,6 +101,13 @@ def _freeze_list(text: str) -> list[int] | None:
 # The conditions under which a flag means something (`pipeplan.options.check_needs`), shared
 # by `pipeplan run` and `pipeplan plan`/`preview` where the flag means the same.
 CACHE_BUDGET_NEEDS = Needs("cache", (True,), "it sizes the cache that --cache keeps")
+# Nothing frozen, nothing cached: the budget of a cache never made.
+SOMETHING_FROZEN = Needs(
+    "freeze",
+    ("none",),
+    "it sizes the cache of frozen layers' activations, and nothing freezes",
+    excluding=True,
+)
 ALPHA_NEEDS = Needs(
     "freeze",
     ("auto", "alpha", None),  # None: plan/preview's --freeze left out, which is auto
@@ -203,7 +210,7 @@ class RunConfig(Strict):
     ] = Field(None, description="Also checkpoint every N steps.")
     cache: bool = Field(True, description="AutoCache the frozen prefix's activations.")
     cache_budget_bytes: Annotated[
-        Bytes, Flag("--cache-budget", unit="bytes", needs=CACHE_BUDGET_NEEDS)
+        Bytes, Flag("--cache-budget", unit="bytes", needs=(CACHE_BUDGET_NEEDS, SOMETHING_FROZEN))
     ] = Field(
         DEFAULT_CACHE_BUDGET_BYTES,
         description="Host memory for the cache per node (its stage-0 ranks share one cache), "
