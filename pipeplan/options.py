@@ -179,8 +179,7 @@ def _command(
     clash = {o.field for o in derived} & {p.name for p in own}
     if clash:
         raise TypeError(f"{fn.__name__}: parameters {sorted(clash)} are fields of the model")
-    needs = {o.field: o.flag.conditions for o in derived}
-    defaults = {o.field: o.info.default for o in derived}
+    needs, defaults, _ = model_needs(model) if model else ({}, {}, {})
     for p in own:
         marks = get_args(p.annotation)[1:] if get_origin(p.annotation) is Annotated else ()
         needs[p.name] = tuple(m for m in marks if isinstance(m, Needs))
@@ -197,7 +196,7 @@ def _command(
         for name, value in values.items():
             if context.get_parameter_source(name).name not in _NOT_GIVEN:
                 typed[name] = value
-        check_needs(context, typed, defaults, needs)
+        check_needs(typed, needs, defaults, _spellings(context))
         return fn(given, **values) if model else fn(**values)
 
     context = inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
@@ -209,42 +208,53 @@ def _command(
     return command
 
 
+def model_needs(
+    model: type[BaseModel],
+) -> tuple[dict[str, tuple[Needs, ...]], dict[str, Any], dict[str, tuple[str, str]]]:
+    """`check_needs`'s tables for `model`'s fields (the Python API checks keyword options
+    with them): each field's conditions, its default, and its flag as on and off."""
+    derived = model_options(model)
+    needs = {o.field: o.flag.conditions for o in derived}
+    defaults = {o.field: o.info.default for o in derived}
+    spellings = {o.field: (o.spelling, "--no-" + o.spelling[2:]) for o in derived}
+    return needs, defaults, spellings
+
+
 def check_needs(
-    context: Any,
     typed: dict[str, Any],
-    defaults: dict[str, Any],
     needs: dict[str, tuple[Needs, ...]],
+    defaults: dict[str, Any],
+    spellings: dict[str, tuple[str, str]],
 ) -> None:
     """Refuse the first typed flag whose `Needs` the others do not meet, in one line:
     `--alpha means nothing with --freeze none; it sets …`. A flag not typed is never refused,
-    and the others count at their defaults (a default always meets them: tests/test_options)."""
-    params = {p.name: p for p in context.command.params}
+    and the others count at their defaults (a default always meets them: tests/test_cli).
+    `spellings`: each flag as given on and, for a switch, off (`--cache`, `--no-cache`)."""
     for name in typed:
         for need in needs.get(name, ()):
             value = typed.get(need.other, defaults.get(need.other))
             if need.met(value):
                 continue
-            raise BadArgumentError(
-                f"{_spelling(params[name])} means nothing with "
-                f"{_setting(params[need.other], value, need)}; {need.why}"
-            )
+            on, off = spellings[need.other]
+            if isinstance(value, bool):
+                setting = on if value else off
+            elif need.values == (None,) and not need.excluding:  # nothing once it is given
+                setting = on
+            else:
+                setting = f"{on} {value}"
+            raise BadArgumentError(f"{spellings[name][0]} means nothing with {setting}; {need.why}")
 
 
-def _spelling(param: Any) -> str:
-    """How the user typed a click parameter: `--cache-budget`, or an argument's metavar."""
-    return (
-        param.opts[0] if param.opts and param.opts[0].startswith("-") else param.human_readable_name
-    )
-
-
-def _setting(param: Any, value: Any, need: Needs) -> str:
-    """The other flag as it was set: `--no-cache`, `--plan` (its value beside the point),
-    `--freeze none`."""
-    if isinstance(value, bool):
-        return param.opts[0] if value else param.secondary_opts[0]
-    if need.values == (None,) and not need.excluding:  # nothing once the other is given
-        return _spelling(param)
-    return f"{_spelling(param)} {value}"
+def _spellings(context: Any) -> dict[str, tuple[str, str]]:
+    """Each parameter of a click command as typed, on and off: `--cache`/`--no-cache`, or
+    an argument's metavar."""
+    result = {}
+    for param in context.command.params:
+        on = param.opts[0] if param.opts and param.opts[0].startswith("-") else None
+        on = on or param.human_readable_name
+        off = param.secondary_opts[0] if getattr(param, "secondary_opts", None) else on
+        result[param.name] = (on, off)
+    return result
 
 
 def build(model: type[M], given: dict[str, Any]) -> M:
