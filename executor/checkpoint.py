@@ -201,6 +201,8 @@ NO_CHECKPOINT = {
     "resume": "no checkpoint to resume from",
     "export": "no checkpoint to export: the run has not saved one",
 }
+# What the command does with an older checkpoint when the newest is refused, for its notice.
+USING_OLDER = {"resume": "resuming from", "export": "exporting"}
 
 
 def check_checkpoints_folder(run_dir: Path) -> None:
@@ -341,7 +343,7 @@ def load_latest(run_dir: Path, purpose: str = "resume") -> Loaded:
             first_error = first_error or exc
             continue
         if path != newest:
-            log.warning("%s; resuming from the older %s", first_error, path.name)
+            log.warning("%s; %s the older %s", first_error, USING_OLDER[purpose], path.name)
         return loaded
     assert first_error is not None
     raise first_error

@@ -707,10 +707,7 @@ class PartitionSpace:
         if p.schedule == "gpipe":
             forwards = np.maximum(pf, self.table("fwd")[k][i])
             machines = forwards + np.maximum(pb, self.table("bwd")[k][i])
-            # With one micro-batch no machine repeats (and inf·0, where no completion fits,
-            # would be NaN; the other terms are inf there).
-            repeats = (M - 1) * machines if M > 1 else 0.0
-            bound = np.maximum(bound, total + repeats + tail0)
+            bound = np.maximum(bound, total + (M - 1) * machines + tail0)
         else:
             bound = np.maximum(bound, total + np.maximum(p3, self.table("round")[k][i]) + tail0)
         if (bound >= limit).all():
