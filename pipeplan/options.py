@@ -250,8 +250,8 @@ def _spellings(context: Any) -> dict[str, tuple[str, str]]:
     an argument's metavar."""
     result = {}
     for param in context.command.params:
-        on = param.opts[0] if param.opts and param.opts[0].startswith("-") else None
-        on = on or param.human_readable_name
+        # An argument as `flag_of` names one: MODEL.
+        on = param.opts[0] if param.opts and param.opts[0].startswith("-") else param.name.upper()
         off = param.secondary_opts[0] if getattr(param, "secondary_opts", None) else on
         result[param.name] = (on, off)
     return result
