@@ -382,6 +382,7 @@ def test_a_flag_ignored_beside_another_is_refused_before_anything_runs(
     naming both flags and what the first one does, and nothing is written."""
     monkeypatch.chdir(tmp_path)
     extra = {"plan": ["--profile", PROFILE, "-o", "p.json"], "preview": ["--profile", PROFILE]}
+    extra["run"] = ["--prepare-only"]  # were the refusal gone: fail fast, start no ranks
     assert cli.main([*args, *extra.get(args[0], [])]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"pipeplan: error: {flag} means nothing with ")
