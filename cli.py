@@ -17,9 +17,9 @@ from rich.table import Table
 from pipeplan import log
 from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError
 from pipeplan.formats import RunConfig
-from pipeplan.formats.base import MAX_EPOCHS
+from pipeplan.formats.base import MAX_EPOCHS, Needs
 from pipeplan.inputs import PlanRequest, ProfileRequest
-from pipeplan.options import build, options
+from pipeplan.options import build, checked, options
 
 app = typer.Typer(
     name="pipeplan",
@@ -261,13 +261,22 @@ def preview_freeze_lines(result: Any) -> list[str]:
 
 
 @app.command()
+@checked
 def demo(
     runs_dir: Annotated[str, Opt(help="Where the demo's run directories go.")] = "runs",
     pretrain_only: Annotated[
         bool,
         Opt(help="Only make (or check and reuse) the pretrained checkpoint, RUNS/demo-pretrained."),
     ] = False,
-    epochs: Annotated[int, Opt(min=1, max=MAX_EPOCHS, help="Fine-tuning epochs of each run.")] = 10,
+    epochs: Annotated[
+        int,
+        Opt(min=1, max=MAX_EPOCHS, help="Fine-tuning epochs of each run."),
+        Needs(
+            "pretrain_only",
+            (False,),
+            "it sets the fine-tuning runs' epochs, and --pretrain-only runs none",
+        ),
+    ] = 10,
 ) -> None:
     """Fine-tune a pretrained model statically and elastically, calibrate, compare speedups."""
     from executor.demo import pretrained_checkpoint, run_demo
@@ -357,7 +366,11 @@ def calibrate(
 @options(RunConfig)
 def run(
     given: dict[str, Any],
-    runs_dir: Annotated[str, Opt(help="Where run directories go.")] = "runs",
+    runs_dir: Annotated[
+        str,
+        Opt(help="Where run directories go."),
+        Needs("resume", (None,), "a resumed run stays in its own directory, RUN"),
+    ] = "runs",
     prepare_only: Annotated[
         bool, Opt(help="Only check and create runs/NAME/ for torchrun; print its command.")
     ] = False,
@@ -629,6 +642,14 @@ def _check_empty(args: list[str]) -> None:
             raise BadArgumentError(f"{flag} is empty; give a value")
 
 
+def _check_version(args: list[str]) -> None:
+    """`pipeplan --version extra` (or `--version plan`) is refused: click printed the version
+    and exited 0 before reading the rest, which then meant nothing."""
+    rest = [a for a in args if a != "--debug"]
+    if rest[:1] == ["--version"] and len(rest) > 1:
+        raise BadArgumentError(f"--version takes nothing more, not {rest[1]!r}; give it alone")
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise Interrupted
 
@@ -650,6 +671,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_repeats(args)
         _check_empty(args)
+        _check_version(args)
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except PipeplanError as exc:

@@ -29,7 +29,7 @@ from pipeplan import log
 from pipeplan.errors import BadArgumentError
 from pipeplan.formats import RunConfig
 from pipeplan.inputs import PlanRequest, ProfileRequest
-from pipeplan.options import Option, build, model_options
+from pipeplan.options import Option, build, check_needs, model_needs, model_options
 
 if TYPE_CHECKING:
     from pipeplan.formats import Plan, Preview, Profile, RunSummary
@@ -102,6 +102,7 @@ def _request(model: type[BaseModel], options: dict[str, Any]) -> Any:
         if isinstance(value, PurePath):  # files and directories are text on the command line
             value = str(value)
         given[option.field] = option.parse(value) if isinstance(value, str) else value
+    check_needs(given, *model_needs(model))  # `freeze="none", alpha=0.5` as `--freeze none …`
     return build(model, given)
 
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import signal
 import stat
 import tempfile
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pipeplan.errors import BadArgumentError, OutputError
 
@@ -116,7 +120,41 @@ def check_outside_runs(path: str | Path) -> None:
 def write_atomic(path: str | Path, content: str | bytes) -> None:
     """Write to a temporary file beside `path`, fsync, then rename over it (the caller has
     checked a user's target with `check_writable`)."""
-    path = check_writable(path, run_owned=True)
+    write_files([(path, content)])
+
+
+def write_files(contents: Iterable[tuple[str | Path, str | bytes]]) -> list[Path]:
+    """Write a set of files all or nothing: each to a temporary file beside its target
+    (fsynced), and only once every one is written, all renamed into place with Ctrl-C held
+    until the last rename. A failure (a full disk, an error making the next file's content)
+    removes the temporaries and changes no target.
+
+        write_files((directory / name, render(figure)) for name, figure in figures)
+
+    `contents` may be a generator: each file's content is made just before it is written.
+    """
+    staged: list[tuple[str, Path]] = []  # (temporary, target)
+    target: str | Path = ""  # the file being written, for the message
+    try:
+        for target, content in contents:
+            path = check_writable(target, run_owned=True)
+            staged.append((_write_temporary(path, content), path))
+        with sigint_deferred():
+            for tmp, target in staged:
+                os.replace(tmp, target)
+    except BaseException as exc:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise OutputError(f"{target}: write failed ({exc.strerror or exc})") from None
+        raise
+    return [path for _, path in staged]
+
+
+def _write_temporary(path: Path, content: str | bytes) -> str:
+    """`content` in a new temporary file beside `path`, fsynced, with the mode `path` gets;
+    removed again if the write fails. Returns its name."""
     data = content.encode("utf-8") if isinstance(content, str) else content
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -126,13 +164,33 @@ def write_atomic(path: str | Path, content: str | bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise OutputError(f"{path}: write failed ({exc.strerror})") from None
+    except BaseException:
+        os.unlink(tmp)
         raise
+    return tmp
+
+
+@contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, then act on it as the handler before would have:
+    a set of renames is not cut in half. Off the main thread (no handlers there) a no-op.
+
+        with sigint_deferred():
+            for tmp, path in staged: os.replace(tmp, path)
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, Any]] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and callable(previous):
+        previous(*caught[0])
+    elif caught and previous == signal.SIG_DFL:
+        raise KeyboardInterrupt
 
 
 def output_mode(path: str | Path) -> int:

@@ -38,12 +38,13 @@ from pipeplan.formats import (
     flag_of,
     load,
 )
-from pipeplan.formats.base import Bytes, Count, Seed
+from pipeplan.formats.base import Bytes, Count, Needs, Seed
 from pipeplan.formats.cluster import (
     DEFAULT_CACHE_BUDGET_BYTES,
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
 )
+from pipeplan.formats.run import ALPHA_NEEDS, CACHE_BUDGET_NEEDS, SOMETHING_FROZEN
 from pipeplan.freeze import (
     alpha_schedule,
     autofreeze_earliest,
@@ -139,6 +140,10 @@ def check_precision(profile: Profile, precision: str, where: str) -> None:
 
 
 # The flags that describe a cluster, refused beside --cluster.
+NO_CLUSTER_FILE = Needs("cluster", (None,), "the cluster file describes the cluster")
+NO_SCHEDULE = Needs(
+    "freeze_schedule", (None,), "--freeze-schedule gives the frozen layers of every epoch"
+)
 CLUSTER_FIELDS = (
     "nodes",
     "devices_per_node",
@@ -163,10 +168,18 @@ class PlanRequest(Strict):
         None, description="Cluster JSON; or describe it with the flags below."
     )
     # Not constrained here: cluster_from_flags checks them, in words that name the flag.
-    nodes: int = Field(1, description="Nodes.")
-    devices_per_node: int = Field(1, description="Devices per node.")
+    nodes: Annotated[int, Flag(needs=NO_CLUSTER_FILE)] = Field(1, description="Nodes.")
+    devices_per_node: Annotated[int, Flag(needs=NO_CLUSTER_FILE)] = Field(
+        1, description="Devices per node."
+    )
     device_memory_bytes: Annotated[
-        PosInt | None, Flag("--device-memory", unit="bytes", default="the profiled device's")
+        PosInt | None,
+        Flag(
+            "--device-memory",
+            unit="bytes",
+            default="the profiled device's",
+            needs=NO_CLUSTER_FILE,
+        ),
     ] = Field(None, description="Memory per device, in bytes.")
     intra_bandwidth_bytes_per_s: Annotated[
         PosFloat | None,
@@ -175,23 +188,27 @@ class PlanRequest(Strict):
             unit="bandwidth",
             default="the profile's measured link, else "
             + format_bandwidth(DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S),
+            needs=NO_CLUSTER_FILE,
         ),
     ] = Field(None, description="Intra-node bandwidth, in bytes/s.")
-    inter_bandwidth_bytes_per_s: Annotated[PosFloat, Flag("--inter-bw", unit="bandwidth")] = Field(
-        DEFAULT_INTER_BANDWIDTH_BYTES_PER_S, description="Inter-node bandwidth, in bytes/s."
-    )
+    inter_bandwidth_bytes_per_s: Annotated[
+        PosFloat, Flag("--inter-bw", unit="bandwidth", needs=NO_CLUSTER_FILE)
+    ] = Field(DEFAULT_INTER_BANDWIDTH_BYTES_PER_S, description="Inter-node bandwidth, in bytes/s.")
     global_batch: PosInt = Field(256, description="Global batch, fixed across phases.")
     samples: PosInt = Field(
         50_000, description="Training-set size: steps per epoch = samples // global batch."
     )
     epochs: PosInt = Field(10, description="Epochs.")
     # Not constrained here: the freeze schedule checks it ("strictly between 0 and 1").
-    alpha: Annotated[float | None, Flag(default=f"{DEFAULT_ALPHA} without --freeze-schedule")] = (
-        Field(None, description="Freeze bound α in (0,1).")
-    )
+    alpha: Annotated[
+        float | None,
+        Flag(
+            default=f"{DEFAULT_ALPHA} without --freeze-schedule", needs=(ALPHA_NEEDS, NO_SCHEDULE)
+        ),
+    ] = Field(None, description="Freeze bound α in (0,1).")
     freeze: Annotated[
         Literal["auto", "alpha", "none"] | None,
-        Flag(default="auto, or the schedule given with --freeze-schedule"),
+        Flag(default="auto, or the schedule given with --freeze-schedule", needs=NO_SCHEDULE),
     ] = Field(
         None,
         description="As `run --freeze`: auto is previewed as a band (the α bound, and the "
@@ -202,11 +219,16 @@ class PlanRequest(Strict):
         None, description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory."
     )
     cache: bool = Field(True, description="Cache the frozen prefix's activations.")
-    cache_budget_bytes: Annotated[Bytes, Flag("--cache-budget", unit="bytes", needs="cache")] = (
-        Field(
-            DEFAULT_CACHE_BUDGET_BYTES,
-            description="Host memory for the cache per node, in bytes; beyond it, local disk.",
-        )
+    cache_budget_bytes: Annotated[
+        Bytes,
+        Flag(
+            "--cache-budget",
+            unit="bytes",
+            needs=(CACHE_BUDGET_NEEDS, SOMETHING_FROZEN, NO_CLUSTER_FILE),
+        ),
+    ] = Field(
+        DEFAULT_CACHE_BUDGET_BYTES,
+        description="Host memory for the cache per node, in bytes; beyond it, local disk.",
     )
     stages: Annotated[PosInt | None, Flag(default="searched")] = Field(
         None, description="Pin the stage count S."

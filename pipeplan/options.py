@@ -32,7 +32,7 @@ from pydantic.fields import FieldInfo
 
 from pipeplan.cluster import format_bandwidth, format_bytes, parse_bandwidth, parse_bytes
 from pipeplan.errors import BadArgumentError
-from pipeplan.formats.base import Flag, flag_marker, flag_of
+from pipeplan.formats.base import Flag, Needs, flag_marker, flag_of
 
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
@@ -156,41 +156,105 @@ def model_options(model: type[BaseModel]) -> list[Option]:
 def options(model: type[BaseModel]) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Give a typer command `model`'s fields as options; its first parameter receives the
     ones given on the command line, as a dict for `build(model, given)`."""
+    return lambda fn: _command(fn, model_options(model), model)
+
+
+def checked(fn: Callable[..., R]) -> Callable[..., R]:
+    """For a command without a model: refuse its flags that mean nothing with the others
+    given, as its parameters' `Needs` markers say (`options` does the same for fields).
+
+        @app.command()
+        @checked
+        def demo(epochs: Annotated[int, Opt(), Needs("pretrain_only", (False,), "…")] = 10): …
+    """
+    return _command(fn, [], None)
+
+
+def _command(
+    fn: Callable[..., R], derived: list[Option], model: type[BaseModel] | None
+) -> Callable[..., R]:
+    """The typer command: `fn`'s own parameters (after `given` when there is a model) and the
+    model's fields as options, every `Needs` checked before `fn` runs."""
+    own = list(inspect.signature(fn, eval_str=True).parameters.values())[1 if model else 0 :]
+    clash = {o.field for o in derived} & {p.name for p in own}
+    if clash:
+        raise TypeError(f"{fn.__name__}: parameters {sorted(clash)} are fields of the model")
+    needs, defaults, _ = model_needs(model) if model else ({}, {}, {})
+    for p in own:
+        marks = get_args(p.annotation)[1:] if get_origin(p.annotation) is Annotated else ()
+        needs[p.name] = tuple(m for m in marks if isinstance(m, Needs))
+        defaults[p.name] = p.default
+
+    def command(**values: Any) -> R:
+        context = values.pop(_CONTEXT)
+        given = {}
+        for option in derived:
+            value = values.pop(option.field)
+            if context.get_parameter_source(option.field).name not in _NOT_GIVEN:
+                given[option.field] = option.parse(value)
+        typed = dict(given)  # every flag typed on the command line, the model's and fn's own
+        for name, value in values.items():
+            if context.get_parameter_source(name).name not in _NOT_GIVEN:
+                typed[name] = value
+        check_needs(typed, needs, defaults, _spellings(context))
+        return fn(given, **values) if model else fn(**values)
+
+    context = inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+    extra = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    params = [context, *(o.parameter() for o in derived), *extra]
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
+        setattr(command, attribute, getattr(fn, attribute))
+    return command
+
+
+def model_needs(
+    model: type[BaseModel],
+) -> tuple[dict[str, tuple[Needs, ...]], dict[str, Any], dict[str, tuple[str, str]]]:
+    """`check_needs`'s tables for `model`'s fields (the Python API checks keyword options
+    with them): each field's conditions, its default, and its flag as on and off."""
     derived = model_options(model)
+    needs = {o.field: o.flag.conditions for o in derived}
+    defaults = {o.field: o.info.default for o in derived}
+    spellings = {o.field: (o.spelling, "--no-" + o.spelling[2:]) for o in derived}
+    return needs, defaults, spellings
 
-    def decorate(fn: Callable[..., R]) -> Callable[..., R]:
-        own = list(inspect.signature(fn, eval_str=True).parameters.values())[1:]
-        clash = {o.field for o in derived} & {p.name for p in own}
-        if clash:
-            raise TypeError(f"{fn.__name__}: parameters {sorted(clash)} are fields of the model")
 
-        def command(**values: Any) -> R:
-            context = values.pop(_CONTEXT)
-            given = {}
-            for option in derived:
-                value = values.pop(option.field)
-                if context.get_parameter_source(option.field).name not in _NOT_GIVEN:
-                    given[option.field] = option.parse(value)
-            for option in derived:
-                needs = option.flag.needs
-                if option.field in given and needs is not None and given.get(needs) is False:
-                    raise BadArgumentError(
-                        f"{option.spelling} means nothing with --no-{needs.replace('_', '-')}; "
-                        "give one of them"
-                    )
-            return fn(given, **values)
+def check_needs(
+    typed: dict[str, Any],
+    needs: dict[str, tuple[Needs, ...]],
+    defaults: dict[str, Any],
+    spellings: dict[str, tuple[str, str]],
+) -> None:
+    """Refuse the first typed flag whose `Needs` the others do not meet, in one line:
+    `--alpha means nothing with --freeze none; it sets …`. A flag not typed is never refused,
+    and the others count at their defaults (a default always meets them: tests/test_cli).
+    `spellings`: each flag as given on and, for a switch, off (`--cache`, `--no-cache`)."""
+    for name in typed:
+        for need in needs.get(name, ()):
+            value = typed.get(need.other, defaults.get(need.other))
+            if need.met(value):
+                continue
+            on, off = spellings[need.other]
+            if isinstance(value, bool):
+                setting = on if value else off
+            elif need.values == (None,) and not need.excluding:  # nothing once it is given
+                setting = on
+            else:
+                setting = f"{on} {value}"
+            raise BadArgumentError(f"{spellings[name][0]} means nothing with {setting}; {need.why}")
 
-        context = inspect.Parameter(
-            _CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context
-        )
-        extra = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
-        params = [context, *(o.parameter() for o in derived), *extra]
-        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-        for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
-            setattr(command, attribute, getattr(fn, attribute))
-        return command
 
-    return decorate
+def _spellings(context: Any) -> dict[str, tuple[str, str]]:
+    """Each parameter of a click command as typed, on and off: `--cache`/`--no-cache`, or
+    an argument's metavar."""
+    result = {}
+    for param in context.command.params:
+        # An argument as `flag_of` names one: MODEL.
+        on = param.opts[0] if param.opts and param.opts[0].startswith("-") else param.name.upper()
+        off = param.secondary_opts[0] if getattr(param, "secondary_opts", None) else on
+        result[param.name] = (on, off)
+    return result
 
 
 def build(model: type[M], given: dict[str, Any]) -> M:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import io
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from pipeplan.errors import BadArgumentError, OutputError
-from pipeplan.fileio import check_outside_runs, check_writable, write_atomic
+from pipeplan.fileio import check_outside_runs, check_writable, write_atomic, write_files
 
 DPI = 120
 FIG_WIDTH_IN = 12.0
@@ -64,14 +64,24 @@ LABEL_PX_PER_CHAR = 7.0
 
 def plot_timeline(timeline: Any, path: str | Path, title: str = "") -> Path:
     """Write a Gantt chart of one step (rows = stages, stage 0 at top) to `path` as PNG."""
-    return _save(_timeline_figure(timeline, title), path)
+    return _save(timeline_png(timeline, title), path)
+
+
+def timeline_png(timeline: Any, title: str = "") -> bytes:
+    """`plot_timeline`'s PNG, for a set written with `write_files`."""
+    return _png(_timeline_figure(timeline, title))
 
 
 def plot_measured_vs_simulated(
     measured: Any, simulated: Any, path: str | Path, title: str = ""
 ) -> Path:
     """Write two stacked Gantt charts, measured above simulated, sharing the time axis."""
-    return _save(_comparison_figure(measured, simulated, title), path)
+    return _save(comparison_png(measured, simulated, title), path)
+
+
+def comparison_png(measured: Any, simulated: Any, title: str = "") -> bytes:
+    """`plot_measured_vs_simulated`'s PNG, for a set written with `write_files`."""
+    return _png(_comparison_figure(measured, simulated, title))
 
 
 def plot_epochs(
@@ -86,7 +96,14 @@ def plot_epochs(
     `baseline_samples_per_s`, when given, is drawn as a dashed horizontal line (e.g. the
     throughput without freezing).
     """
-    return _save(_epochs_figure(rows, title, baseline_samples_per_s), path)
+    return _save(epochs_png(rows, title, baseline_samples_per_s), path)
+
+
+def epochs_png(
+    rows: Iterable[Any], title: str = "", baseline_samples_per_s: float | None = None
+) -> bytes:
+    """`plot_epochs`' PNG, for a set written with `write_files`."""
+    return _png(_epochs_figure(rows, title, baseline_samples_per_s))
 
 
 def _plain_text(build: Any) -> Any:
@@ -102,8 +119,8 @@ def _plain_text(build: Any) -> Any:
 
 
 def check_targets(paths: Sequence[Path]) -> None:
-    """Every plot a command will write can be written, checked before the first is drawn: a
-    refused target must not leave the others half replaced."""
+    """Every plot a command will write can be written, checked before the first is drawn
+    (then `write_files` writes the set all or nothing)."""
     for path in paths:
         check_outside_runs(path)  # before a folder is made in a run directory
         _make_parent(path)
@@ -448,40 +465,46 @@ def _finite(value: Any, what: str) -> float:
     return x
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
-    """Render `fig` as PNG and write it atomically to `path`, creating parent directories."""
-    path = Path(path)
-    _make_parent(path)
+def _png(fig: Figure) -> bytes:
+    """`fig` rendered as PNG."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
-    write_atomic(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def _save(png: bytes, path: str | Path) -> Path:
+    """Write `png` atomically to `path`, creating parent directories."""
+    path = Path(path)
+    _make_parent(path)
+    write_atomic(path, png)
     return path
 
 
 def write_preview_plots(
     preview: Any, timelines: Sequence[Any], directory: str | Path
 ) -> list[Path]:
-    """`pipeplan preview --plot DIR`: one Gantt per phase and the per-epoch chart."""
+    """`pipeplan preview --plot DIR`: one Gantt per phase and the per-epoch chart, written
+    all or nothing (`write_files`)."""
     directory = Path(directory)
     phases = range(len(preview.plan.phases))
     check_targets([*(directory / f"phase{i}-step.png" for i in phases), directory / "epochs.png"])
-    written = []
-    for index, (phase, timeline) in enumerate(zip(preview.plan.phases, timelines, strict=True)):
+
+    def figures() -> Iterator[tuple[Path, bytes]]:
+        pairs = zip(preview.plan.phases, timelines, strict=True)
+        for index, (phase, timeline) in enumerate(pairs):
+            title = (
+                f"phase {index}: epochs {phase.start_epoch}–"
+                f"{phase.start_epoch + phase.epochs - 1}, "
+                f"{phase.layout.frozen_layers} frozen, {phase.layout.label()}"
+            )
+            yield directory / f"phase{index}-step.png", timeline_png(timeline, title)
+        baseline = preview.baseline
+        steps = preview.plan.inputs.steps_per_epoch * preview.plan.inputs.global_batch
         title = (
-            f"phase {index}: epochs {phase.start_epoch}–{phase.start_epoch + phase.epochs - 1}, "
-            f"{phase.layout.frozen_layers} frozen, {phase.layout.label()}"
-        )
-        written.append(plot_timeline(timeline, directory / f"phase{index}-step.png", title))
-    rows = preview.epochs
-    baseline = preview.baseline
-    steps = preview.plan.inputs.steps_per_epoch * preview.plan.inputs.global_batch
-    written.append(
-        plot_epochs(
-            rows,
-            directory / "epochs.png",
             f"{preview.model}: predicted throughput per epoch "
-            f"(speedup {preview.predicted_speedup:.2f}×)",
-            baseline_samples_per_s=steps / baseline.epoch_s if baseline.epoch_s else None,
+            f"(speedup {preview.predicted_speedup:.2f}×)"
         )
-    )
-    return written
+        baseline_rate = steps / baseline.epoch_s if baseline.epoch_s else None
+        yield directory / "epochs.png", epochs_png(preview.epochs, title, baseline_rate)
+
+    return write_files(figures())

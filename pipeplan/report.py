@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
@@ -399,39 +399,40 @@ def simulated_timeline(phase: PhaseReport) -> Timeline | None:
 
 
 def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
-    """`pipeplan report --plot DIR`: per phase measured vs simulated step, and the epochs."""
-    from pipeplan.plots import check_targets, plot_epochs, plot_measured_vs_simulated, plot_timeline
+    """`pipeplan report --plot DIR`: per phase measured vs simulated step, and the epochs,
+    written all or nothing (`write_files`)."""
+    from pipeplan.fileio import write_files
+    from pipeplan.plots import check_targets, comparison_png, epochs_png, timeline_png
 
     directory = Path(directory)
     names = [f"phase{phase.phase}-measured-vs-simulated.png" for phase in report.phases]
     check_targets([*(directory / name for name in names), directory / "epochs.png"])
-    written = []
-    for phase in report.phases:
-        heading = (
-            f"phase {phase.phase}: {phase.layout.frozen_layers} frozen, {phase.layout.label()}"
-        )
-        if phase.measured_step_s is None:
-            heading += " (no steady step measured)"
-        path = directory / f"phase{phase.phase}-measured-vs-simulated.png"
-        measured, simulated = measured_timeline(phase), simulated_timeline(phase)
-        if simulated is None:
-            title = f"{heading} (no prediction recorded)\n{MEASURED_NOTE}; {MEASURED_PARTS}"
-            written.append(plot_timeline(measured, path, title))
-        else:
-            title = (
-                f"{heading}\ntop: {MEASURED_NOTE}; {MEASURED_PARTS}\n"
-                "bottom: the planner's step simulated from its per-stage predictions "
-                "(ends at the prediction, which may add overhead outside the schedule)"
+
+    def figures() -> Iterator[tuple[Path, bytes]]:
+        for phase in report.phases:
+            heading = (
+                f"phase {phase.phase}: {phase.layout.frozen_layers} frozen, {phase.layout.label()}"
             )
-            written.append(plot_measured_vs_simulated(measured, simulated, path, title))
-    baseline = report.baseline
-    written.append(
-        plot_epochs(
-            report.epochs,
-            directory / "epochs.png",
+            if phase.measured_step_s is None:
+                heading += " (no steady step measured)"
+            path = directory / f"phase{phase.phase}-measured-vs-simulated.png"
+            measured, simulated = measured_timeline(phase), simulated_timeline(phase)
+            if simulated is None:
+                title = f"{heading} (no prediction recorded)\n{MEASURED_NOTE}; {MEASURED_PARTS}"
+                yield path, timeline_png(measured, title)
+            else:
+                title = (
+                    f"{heading}\ntop: {MEASURED_NOTE}; {MEASURED_PARTS}\n"
+                    "bottom: the planner's step simulated from its per-stage predictions "
+                    "(ends at the prediction, which may add overhead outside the schedule)"
+                )
+                yield path, comparison_png(measured, simulated, title)
+        baseline = report.baseline
+        title = (
             f"{report.name} ({report.model}): measured throughput, held-out loss and accuracy "
-            "per epoch" + (f", baseline {baseline.name} dashed" if baseline else ""),
-            baseline_samples_per_s=baseline.samples_per_s if baseline else None,
+            "per epoch" + (f", baseline {baseline.name} dashed" if baseline else "")
         )
-    )
-    return written
+        rate = baseline.samples_per_s if baseline else None
+        yield directory / "epochs.png", epochs_png(report.epochs, title, rate)
+
+    return write_files(figures())

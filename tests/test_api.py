@@ -69,6 +69,13 @@ def test_profile_returns_the_profile_it_writes(tmp_path):
         (pipeplan.preview, dict(stages=0), "--stages: Input should be greater than or equal to 1"),
         (pipeplan.preview, dict(inter_bw="fast"), "--inter-bw: "),
         (pipeplan.preview, dict(stagez=2), "no option 'stagez'"),
+        # As on the command line, a flag that would be ignored beside another (eighth round).
+        (
+            pipeplan.preview,
+            dict(freeze="none", alpha=0.2),
+            "--alpha means nothing with --freeze none; it sets the α bound",
+        ),
+        (pipeplan.plan, dict(cache=False, cache_budget="1GB"), "means nothing with --no-cache"),
     ],
 )
 def test_bad_options_raise_the_commands_one_line_error(call, options, message):

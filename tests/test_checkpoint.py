@@ -213,6 +213,25 @@ def test_a_corrupted_checkpoint_is_refused_and_the_previous_one_used(
     assert "resuming from the older" in caplog.text
 
 
+def test_export_s_notice_for_an_older_checkpoint_says_it_exports(
+    tmp_path, single_rank_group, caplog
+):
+    """Eighth round: `pipeplan export` fell back to an older checkpoint with a notice that
+    said "resuming from", which export does not do."""
+    from executor import checkpoint
+    from pipeplan import models
+
+    seq = models.build("bert-synth")
+    layout = checkpoint._gather_layout(0, len(seq.layers))
+    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(8))
+    (tmp_path / "checkpoints" / "step-8" / "rng.pt").unlink()
+    with caplog.at_level("WARNING", logger="pipeplan.checkpoint"):
+        assert checkpoint.load_latest(tmp_path, "export")[0].step == 4
+    assert "; exporting the older step-4" in caplog.text
+    assert "resuming" not in caplog.text
+
+
 MID_EPOCH = [
     *["--model", "vit-digits", "--nproc", "2", "--device-memory", "100MiB", "--epochs", "3"],
     *["--max-steps-per-epoch", "6", "--freeze", "auto", "--alpha", "0.9", "--freeze-every", "1"],

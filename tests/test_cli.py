@@ -1,10 +1,12 @@
 """The command line: real runs, and bad input as one line with exit code 2."""
 
 import importlib.metadata
+import inspect
 import json
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import jsonschema
@@ -16,7 +18,9 @@ import pipeplan
 from executor.planning import shipped_profile
 from pipeplan.cluster import cluster_from_flags, parse_bytes
 from pipeplan.costmodel import CostModel
-from pipeplan.formats import Profile, RunConfig, dumps, flag_marker, flag_of, load
+from pipeplan.formats import Needs, Profile, RunConfig, dumps, flag_marker, flag_of, load
+from pipeplan.inputs import PlanRequest, ProfileRequest
+from pipeplan.options import model_options
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--micro-batch-sizes", "1,2", "--warmup", "0", "--repeats", "1"]
@@ -333,7 +337,7 @@ def test_an_option_given_twice_is_refused(args, capsys):
     assert "is given more than once" in err[0] or "are both given; give one" in err[0]
 
 
-NOTHING_WITH = "--cache-budget means nothing with --no-cache; give one of them"
+NOTHING_WITH = "--cache-budget means nothing with --no-cache; it sizes the cache that --cache keeps"
 
 
 @pytest.mark.parametrize("command", ["run", "plan", "preview"])
@@ -347,6 +351,84 @@ def test_a_flag_that_means_nothing_with_another_is_refused(command, tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"pipeplan: error: {NOTHING_WITH}"]
     assert list(tmp_path.iterdir()) == []
+
+
+# Eighth round: each flag was accepted and silently ignored beside the other one.
+IGNORED = [
+    (["run", "--freeze", "none", "--alpha", "0.3"], "--alpha", "--freeze none"),
+    (["run", "--freeze", "0,3", "--alpha", "0.5"], "--alpha", "--freeze 0,3"),
+    (["run", "--freeze", "0,3", "--freeze-every", "2"], "--freeze-every", "--freeze 0,3"),
+    (["run", "--freeze", "alpha", "--freeze-every", "2"], "--freeze-every", "--freeze alpha"),
+    (["run", "--freeze-every", "2", "--freeze", "none"], "--freeze-every", "--freeze none"),
+    (["run", "--plan", "P.json", "--device-memory", "8GB"], "--device-memory", "--plan"),
+    (["run", "--resume", "runs/x", "--runs-dir", "elsewhere"], "--runs-dir", "--resume"),
+    (["demo", "--pretrain-only", "--epochs", "3"], "--epochs", "--pretrain-only"),
+    (["preview", "--freeze", "none", "--alpha", "0.2"], "--alpha", "--freeze none"),
+    (["preview", "--freeze-schedule", "0,1", "--alpha", "0.2"], "--alpha", "--freeze-schedule"),
+    (["plan", "--freeze", "alpha", "--freeze-schedule", "0,1"], "--freeze", "--freeze-schedule"),
+    (["preview", "--cluster", "C.json", "--nodes", "2"], "--nodes", "--cluster"),
+    (["plan", "--cluster", "C.json", "--device-memory", "8GB"], "--device-memory", "--cluster"),
+    (["preview", "--cluster", "C.json", "--cache-budget", "1GB"], "--cache-budget", "--cluster"),
+    (["run", "--freeze", "none", "--cache-budget", "1GB"], "--cache-budget", "--freeze none"),
+    (["plan", "--freeze", "none", "--cache-budget", "1GB"], "--cache-budget", "--freeze none"),
+]
+
+
+@pytest.mark.parametrize("args, flag, other", IGNORED, ids=[" ".join(c[0]) for c in IGNORED])
+def test_a_flag_ignored_beside_another_is_refused_before_anything_runs(
+    args, flag, other, tmp_path, monkeypatch, capsys
+):
+    """None of the files named exist: the refusal comes before any is read, in one line
+    naming both flags and what the first one does, and nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    extra = {"plan": ["--profile", PROFILE, "-o", "p.json"], "preview": ["--profile", PROFILE]}
+    extra["run"] = ["--prepare-only"]  # were the refusal gone: fail fast, start no ranks
+    assert cli.main([*args, *extra.get(args[0], [])]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"pipeplan: error: {flag} means nothing with ")
+    assert err[0].split(" means nothing with ")[1].startswith(f"{other}; ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_same_flags_beside_the_others_defaults_are_accepted(tmp_path, capsys):
+    """The refusals above come from the other flag's value, never from a default: --alpha and
+    --freeze-every with --freeze left out (auto), --device-memory without --plan."""
+    argv = ["run", "--alpha", "0.5", "--freeze-every", "2", "--device-memory", "8GB"]
+    argv += ["--runs-dir", str(tmp_path), "--name", "x", "--prepare-only"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    saved = load(RunConfig, tmp_path / "x" / "run.json")
+    assert (saved.alpha, saved.freeze_every, saved.freeze) == (0.5, 2, "auto")
+
+
+@pytest.mark.parametrize("name", ["profile", "plan", "preview", "run", "demo"])
+def test_every_flag_s_needs_name_a_flag_of_its_command_and_hold_at_its_default(name):
+    """A `Needs` names another flag of the same command (a typo would be a KeyError when the
+    flag is given), and that flag's default meets it: a flag left out never refuses another."""
+    command = getattr(cli, name)
+    params = inspect.signature(command).parameters
+    model = {"profile": ProfileRequest, "run": RunConfig}.get(name, PlanRequest)
+    fields = {o.field: o for o in model_options(model)} if name != "demo" else {}
+    checked = 0
+    for pname, param in params.items():
+        marks = typing.get_args(param.annotation)[1:]
+        needs = [m for m in marks if isinstance(m, Needs)]
+        needs += fields[pname].flag.conditions if pname in fields else []
+        for need in needs:
+            assert need.other in params, (pname, need.other)
+            assert need.met(params[need.other].default), (pname, need)
+            checked += 1
+    assert checked >= {"profile": 0, "demo": 1, "run": 5, "plan": 9, "preview": 9}[name]
+
+
+def test_version_with_anything_more_is_refused(capsys):
+    """`pipeplan --version extra` printed the version and exited 0 (eighth round)."""
+    for args in (["--version", "extra"], ["--debug", "--version", "plan"]):
+        assert cli.main(args) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.splitlines() == [
+            f"pipeplan: error: --version takes nothing more, not {args[-1]!r}; give it alone"
+        ]
 
 
 @pytest.mark.parametrize(

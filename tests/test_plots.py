@@ -210,3 +210,81 @@ def test_unwritable_path_raises_output_error(tmp_path: Path) -> None:
         plot_timeline(gpipe(1, 1), blocker / "step.png")
     with pytest.raises(OutputError, match="is a directory"):
         plot_epochs(epoch_rows(), tmp_path)
+
+
+# --------------------------------------------------------------------------- plot sets
+
+
+def plot_command(kind: str, tmp_path: Path, plots: Path) -> list[str]:
+    """`report --plot` of a recorded run, or `preview --plot` of the demo's cluster."""
+    if kind == "report":
+        from test_report import elastic_records, write_run
+
+        return ["report", str(write_run(tmp_path / "run", elastic_records())), "--plot", str(plots)]
+    from test_preview_band import FLAGS, PROFILE
+
+    return ["preview", "--profile", PROFILE, *FLAGS, "--epochs", "4", "--plot", str(plots)]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["report", "preview"])
+def test_a_plot_set_that_cannot_be_finished_changes_no_plot(kind, tmp_path, monkeypatch, capsys):
+    """Eighth round: a full disk (or Ctrl-C) during `--plot DIR` left the first plots new and
+    the rest old, each file whole but the set mixed. The second figure's write fails here:
+    every plot of an earlier --plot stays byte for byte, and no temporary file is left."""
+    import errno
+    import os
+
+    import cli
+
+    plots = tmp_path / "plots"
+    argv = plot_command(kind, tmp_path, plots)
+    assert cli.main(argv) == 0
+    names = sorted(p.name for p in plots.iterdir())
+    assert len(names) >= 2 and all(n.endswith(".png") for n in names)
+    # What an earlier --plot left: contents no new figure can equal.
+    before = {name: f"an earlier {name}".encode() for name in names}
+    for name, content in before.items():
+        (plots / name).write_bytes(content)
+    syncs, real_fsync = [], os.fsync
+
+    def disk_full_on_the_second(fd: int) -> None:
+        syncs.append(fd)
+        if len(syncs) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", disk_full_on_the_second)
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("pipeplan: error: ")
+    assert "No space left on device" in err[0]
+    assert len(syncs) == 2  # the second figure's write was the one that failed
+    assert {p.name: p.read_bytes() for p in plots.iterdir()} == before
+
+
+def test_a_file_set_is_renamed_whole_under_ctrl_c(tmp_path, monkeypatch):
+    """Ctrl-C between two renames of `write_files` is held until the set is in place, then
+    acted on (KeyboardInterrupt here, where Python's own handler is installed)."""
+    import os
+    import signal
+
+    from pipeplan import fileio
+
+    targets = [tmp_path / "a.png", tmp_path / "b.png", tmp_path / "c.png"]
+    for path in targets:
+        path.write_bytes(b"old")
+    real_replace = os.replace
+
+    def interrupted_after_the_first(src, dst):
+        real_replace(src, dst)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "replace", interrupted_after_the_first)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        fileio.write_files((path, b"new " + path.name.encode()) for path in targets)
+    assert [p.read_bytes() for p in targets] == [b"new a.png", b"new b.png", b"new c.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.png", "c.png"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -146,8 +146,11 @@ def test_the_command_states_the_schedules_and_the_band(capsys):
 @pytest.mark.parametrize(
     "extra, fragment",
     [
-        (["--freeze", "none", "--alpha", "0.2"], "--alpha has no effect with --freeze none"),
-        (["--freeze", "alpha", "--freeze-schedule", "0,1"], "give --freeze or --freeze-schedule"),
+        (["--freeze", "none", "--alpha", "0.2"], "--alpha means nothing with --freeze none"),
+        (
+            ["--freeze", "alpha", "--freeze-schedule", "0,1"],
+            "--freeze means nothing with --freeze-schedule",
+        ),
         (["--freeze", "sometimes"], "--freeze"),
     ],
 )

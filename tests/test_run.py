@@ -17,7 +17,6 @@ from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# 100 MiB per rank: vit-digits needs a 2-stage pipeline until layers freeze (see the planner).
 def spawned_workers() -> set[int]:
     """PIDs of multiprocessing spawn children on this machine."""
     pids = set()
@@ -30,7 +29,8 @@ def spawned_workers() -> set[int]:
     return pids
 
 
-ELASTIC = ["--model", "vit-digits", "--nproc", "2", "--device-memory", "100MiB"]
+# With --plan, not --device-memory: the pinned plan's cluster sets the memory.
+ELASTIC = ["--model", "vit-digits", "--nproc", "2"]
 MOVES = [  # 2x1, then 1x2 reading the cache once 5 and then 7 layers are frozen
     make_layout(64, 0, False, (0, 5, 10), ((0, 1),), 4, "1f1b"),
     make_layout(64, 5, True, (0, 10), ((0,), (1,)), 1, "1f1b"),

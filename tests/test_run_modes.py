@@ -12,7 +12,8 @@ from executor.planning import shipped_profile
 from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
 from pipeplan.freeze import alpha_schedule
 
-BASE = ["--model", "vit-digits", "--nproc", "2", "--device-memory", "100MiB"]
+PLANNED = ["--model", "vit-digits", "--nproc", "2"]  # with --plan: its cluster sets the memory
+BASE = [*PLANNED, "--device-memory", "100MiB"]
 
 
 def moves(frozen: list[int]) -> list:
@@ -40,7 +41,7 @@ def test_a_written_plan_runs_as_planned(tmp_path):
     argv += ["--samples", "1438", "--epochs", "2", "--freeze-schedule", "0,5", "--out", str(plan)]
     assert cli.main(argv) == 0
     planned = [p["layout"] for p in json.loads(plan.read_text())["phases"]]
-    run = ["run", *BASE, "--plan", str(plan), "--freeze", "0,5", "--epochs", "2"]
+    run = ["run", *PLANNED, "--plan", str(plan), "--freeze", "0,5", "--epochs", "2"]
     run += ["--max-steps-per-epoch", "3", "--name", "p", "--runs-dir", str(tmp_path)]
     assert cli.main(run) == 0
     phases, steps, _ = records(tmp_path / "p")
@@ -52,7 +53,7 @@ def test_a_written_plan_runs_as_planned(tmp_path):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_alpha_freezing_with_a_cache_that_spills_to_disk(tmp_path):
-    run = ["run", *BASE, "--freeze", "alpha", "--alpha", "0.5", "--epochs", "6"]
+    run = ["run", *PLANNED, "--freeze", "alpha", "--alpha", "0.5", "--epochs", "6"]
     run += ["--max-steps-per-epoch", "3", "--cache-budget", "4KiB"]
     # Pinned to what the planner chose before forward-only stages existed (2x1, then 1x2
     # cached): over 3 steps an epoch it now keeps the 2x1 layout, stage 0 forward-only.

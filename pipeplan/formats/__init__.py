@@ -18,6 +18,7 @@ from pipeplan.errors import PipeplanError
 from pipeplan.formats.base import (
     NOT_A_FLAG,
     Flag,
+    Needs,
     NonNegFloat,
     NonNegInt,
     PosFloat,
@@ -152,6 +153,7 @@ __all__ = [
     "LinkSample",
     "MicroBatchTiming",
     "ModelInfo",
+    "Needs",
     "NonNegFloat",
     "NonNegInt",
     "PhaseDecision",

@@ -73,8 +73,8 @@ class Flag:
     `unit`: the flag takes human units (`1GiB`, `15.75GB/s`) and parses them into the field.
     `default`: how to show a default decided at run time (a factory, or None meaning
     something). `argument`: positional, not an option. `cli=False` (`NOT_A_FLAG`): the field
-    is set elsewhere, never on the command line. `needs`: a bool field without which the flag
-    means nothing (`--cache-budget` with `--no-cache` is refused, not ignored).
+    is set elsewhere, never on the command line. `needs`: the other flags' values without
+    which this one means nothing (`Needs`); given with another value it is refused, not ignored.
     """
 
     name: str | None = None
@@ -83,7 +83,36 @@ class Flag:
     default: str | None = None
     argument: bool = False
     cli: bool = True
-    needs: str | None = None
+    needs: Needs | tuple[Needs, ...] = ()
+
+    @property
+    def conditions(self) -> tuple[Needs, ...]:
+        return self.needs if isinstance(self.needs, tuple) else (self.needs,)
+
+
+@dataclass(frozen=True)
+class Needs:
+    """A flag means something only while the flag of the field `other` has one of `values`
+    (given, or left at its default); `why` says what the flag does, for the refusal.
+
+        alpha: Annotated[float, Flag(needs=Needs("freeze", ("auto", "alpha"), "it sets ..."))]
+
+    `pipeplan run --freeze none --alpha 0.3` is then one line: `--alpha means nothing with
+    --freeze none; it sets ...`. `values=(None,)`: the flag means nothing once `other` is
+    given (`--device-memory` beside `--plan`). `excluding=True`: `values` are instead the
+    ones with which it means nothing (`--cache-budget` with `--freeze none`). A plain typer
+    parameter of a command takes the same marker in its `Annotated[...]`
+    (`pipeplan.options.checked`).
+    """
+
+    other: str
+    values: tuple[Any, ...]
+    why: str
+    excluding: bool = False
+
+    def met(self, value: Any) -> bool:
+        """Whether the flag means something while `other` is `value`."""
+        return (value in self.values) != self.excluding
 
 
 NOT_A_FLAG = Flag(cli=False)

@@ -26,6 +26,7 @@ from pipeplan.formats.base import (
     Bytes,
     Count,
     Flag,
+    Needs,
     NonNegFloat,
     NonNegInt,
     PosBytes,
@@ -95,6 +96,23 @@ def _freeze_list(text: str) -> list[int] | None:
         return [int(part) for part in text.split(",")]  # "0,,3" is a typo, not 0,3
     except ValueError:
         return None
+
+
+# The conditions under which a flag means something (`pipeplan.options.check_needs`), shared
+# by `pipeplan run` and `pipeplan plan`/`preview` where the flag means the same.
+CACHE_BUDGET_NEEDS = Needs("cache", (True,), "it sizes the cache that --cache keeps")
+# Nothing frozen, nothing cached: the budget of a cache never made.
+SOMETHING_FROZEN = Needs(
+    "freeze",
+    ("none",),
+    "it sizes the cache of frozen layers' activations, and nothing freezes",
+    excluding=True,
+)
+ALPHA_NEEDS = Needs(
+    "freeze",
+    ("auto", "alpha", None),  # None: plan/preview's --freeze left out, which is auto
+    "it sets the α bound of --freeze auto and --freeze alpha",
+)
 
 
 class RunConfig(Strict):
@@ -168,24 +186,35 @@ class RunConfig(Strict):
         description="auto (α bound and gradient criterion), alpha, none, or the frozen layers "
         "per epoch: 0,2,4 (then stored as list, with freeze_list).",
     )
-    alpha: float = Field(0.3, gt=0, lt=1, description="α bound of AutoFreeze.")
+    alpha: Annotated[float, Flag(needs=ALPHA_NEEDS)] = Field(
+        0.3, gt=0, lt=1, description="α bound of AutoFreeze."
+    )
     # Filled by --freeze 0,2,4: its errors name that flag.
     freeze_list: Annotated[list[Count0] | None, Flag("--freeze", cli=False)] = Field(
         None, max_length=MAX_EPOCHS, description="Frozen layers per epoch (freeze=list)."
     )
-    freeze_every: Annotated[Steps | None, Flag(default="each epoch")] = Field(
-        None, description="Decide the freeze point every N steps, not per epoch."
-    )
+    freeze_every: Annotated[
+        Steps | None,
+        Flag(
+            default="each epoch",
+            needs=Needs(
+                "freeze",
+                ("auto",),
+                "it sets how often the gradient criterion of --freeze auto decides; the other "
+                "modes decide by the epoch alone",
+            ),
+        ),
+    ] = Field(None, description="Decide the freeze point every N steps, not per epoch.")
     checkpoint_every: Annotated[
         Steps | None, Flag(default="only at layout changes and the end")
     ] = Field(None, description="Also checkpoint every N steps.")
     cache: bool = Field(True, description="AutoCache the frozen prefix's activations.")
-    cache_budget_bytes: Annotated[Bytes, Flag("--cache-budget", unit="bytes", needs="cache")] = (
-        Field(
-            DEFAULT_CACHE_BUDGET_BYTES,
-            description="Host memory for the cache per node (its stage-0 ranks share one cache), "
-            "in bytes; beyond it, files on the run directory's disk.",
-        )
+    cache_budget_bytes: Annotated[
+        Bytes, Flag("--cache-budget", unit="bytes", needs=(CACHE_BUDGET_NEEDS, SOMETHING_FROZEN))
+    ] = Field(
+        DEFAULT_CACHE_BUDGET_BYTES,
+        description="Host memory for the cache per node (its stage-0 ranks share one cache), "
+        "in bytes; beyond it, files on the run directory's disk.",
     )
     seed: Seed = Field(0, description="Seed for weights, data order and dropout.")
     collective_timeout_s: Annotated[Seconds, Flag("--collective-timeout")] = Field(
@@ -205,6 +234,11 @@ class RunConfig(Strict):
             "--device-memory",
             unit="bytes",
             default="one GPU's memory; on CPU the profiled host's memory / nproc",
+            needs=Needs(
+                "plan",
+                (None,),
+                "the plan file's cluster sets the memory its layouts respect",
+            ),
         ),
     ] = Field(None, description="Per-rank memory the planner respects, in bytes.")
     profile: Annotated[str | None, Flag(default="the shipped one")] = Field(
