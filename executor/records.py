@@ -152,6 +152,7 @@ class Recorder:
         self._file = open(path, "a") if writes else None  # noqa: SIM115 (closed in close())
         self._layouts: dict[int, str] = {}  # phase → layout label, for the metrics rows
         self._epochs: list[EpochRecord] = []
+        self._open: list[StepRecord] = []  # the steps of the epoch not yet closed by its record
 
     def write(self, record: Record) -> None:
         if self._file is None:
@@ -168,11 +169,20 @@ class Recorder:
         (rank 0; empty elsewhere)."""
         return list(self._epochs)
 
+    def steps_of(self, epoch: int) -> list[StepRecord]:
+        """The step records of `epoch` written so far, while its epoch record is not (rank 0;
+        empty elsewhere). After a resume's truncation, a mid-epoch checkpoint's epoch starts
+        with them: its record covers every step of the epoch, as the uninterrupted run's."""
+        return [s for s in self._open if s.epoch == epoch]
+
     def _remember(self, record: Record) -> None:
         if isinstance(record, PhaseRecord):
             self._layouts[record.phase] = record.layout.label()
+        elif isinstance(record, StepRecord):
+            self._open.append(record)
         elif isinstance(record, EpochRecord):
             self._epochs.append(record)
+            self._open = []
             write_atomic(self.metrics_path, metrics_csv(self._epochs, self._layouts))
 
     def truncate(self, manifest: CheckpointManifest) -> None:
@@ -189,7 +199,7 @@ class Recorder:
         self._file.close()
         write_atomic(self.path, "".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in kept))
         self._file = open(self.path, "a")  # noqa: SIM115
-        self._layouts, self._epochs = {}, []
+        self._layouts, self._epochs, self._open = {}, [], []
         for record in kept:
             self._remember(record)
         if not self._epochs:  # nothing kept to show: no stale rows either

@@ -168,7 +168,16 @@ class Trainer:
         cfg = self.cfg
         start_epoch, skip = self.resume() if resume else self.begin()
         for epoch in range(start_epoch, cfg.epochs):
-            t0, losses, phase = time.perf_counter(), [], self.phase_index
+            t0 = time.perf_counter()
+            # A mid-epoch resume: the epoch's steps before the checkpoint are in run.jsonl
+            # (checked before any rank started to reach it), the one record of them. Its epoch
+            # record counts them as the uninterrupted run's did: their losses in the mean,
+            # their recorded time in the epoch's, and the phase its first step ran in. Rank 0
+            # alone writes the record, and alone holds them.
+            done = self.recorder.steps_of(epoch) if skip else []
+            losses = [s.loss for s in done if s.loss is not None]
+            t0 -= sum(s.step_s for s in done)
+            phase = done[0].phase if done else self.phase_index
             for step_in_epoch, indices in self.epoch_batches(epoch, skip):
                 record = self.train_step(epoch, indices)
                 if record.loss is not None:

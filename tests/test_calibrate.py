@@ -587,6 +587,8 @@ def test_a_transition_to_a_layout_beyond_the_model_is_one_line(tmp_path, profile
         update={
             "phase": len(PHASES),
             "layout": last.layout.model_copy(update={"boundaries": (0, 5, 12)}),
+            # It starts where the records end, as a phase does: only its layout is wrong.
+            "start_step": sum('"kind":"step"' in line for line in path.read_text().splitlines()),
         }
     )
     path.write_text(path.read_text() + bad.model_dump_json() + "\n")

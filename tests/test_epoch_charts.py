@@ -7,7 +7,7 @@ from pathlib import Path
 
 from test_report import elastic_records, write_run
 
-from pipeplan.formats import EpochRecord
+from pipeplan.formats import EpochRecord, StepRecord
 from pipeplan.plots import _epochs_figure
 from pipeplan.report import make_report, write_report_plots
 
@@ -18,10 +18,13 @@ RESULTS = [(0.91, 0.5), (None, 0.8), (None, None), (0.37, 0.875)]
 def run_with_results(directory: Path) -> Path:
     records = elastic_records()
     last_epoch = [r for r in records if isinstance(r, EpochRecord)][-1]
-    records += [
-        last_epoch.model_copy(update=dict(epoch=2)),
-        last_epoch.model_copy(update=dict(epoch=3)),
-    ]
+    steps = [r for r in records if isinstance(r, StepRecord) and r.epoch == last_epoch.epoch]
+    for epoch in (2, 3):  # each its own steps (copies of epoch 1's), as an epoch record counts
+        first = steps[-1].step + 1 + (epoch - 2) * len(steps)
+        records += [
+            s.model_copy(update=dict(step=first + i, epoch=epoch)) for i, s in enumerate(steps)
+        ]
+        records.append(last_epoch.model_copy(update=dict(epoch=epoch)))
     epochs = iter(RESULTS)
     for i, record in enumerate(records):
         if isinstance(record, EpochRecord):

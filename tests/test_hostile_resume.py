@@ -196,3 +196,73 @@ def test_a_run_that_failed_after_its_last_checkpoint_may_still_be_resumed(
     path = run / lost
     shutil.rmtree(path) if path.is_dir() else path.unlink()
     check_unfinished(manifest, cfg, run)  # its end was not written: resume writes it
+
+
+# ----------------------------------------------------------------------------- eighth round
+# A run with a checkpoint after every step, one layer frozen by the list: 1 rank, 1 epoch of 3.
+MID_EPOCH = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "3"]
+MID_EPOCH += ["--checkpoint-every", "1", "--freeze", "1"]
+
+
+@pytest.fixture(scope="module")
+def mid_epoch_run(tmp_path_factory) -> Path:
+    """Uninterrupted, with checkpoints step-2 (mid-epoch) and step-3 (its end) kept."""
+    import cli
+
+    root = tmp_path_factory.mktemp("mid")
+    assert cli.main(["run", *MID_EPOCH, "--name", "m", "--runs-dir", str(root)]) == 0
+    return root / "m"
+
+
+def _interrupted(run: Path, tmp_path: Path) -> Path:
+    """A copy of `run` as a kill right after its mid-epoch checkpoint step-2 leaves it: that
+    checkpoint the latest, the records up to step 2, no end (step-3, model/, summary.json,
+    and no epoch row in metrics.csv yet)."""
+    import shutil
+
+    cut = copy_run(run, tmp_path)
+    shutil.rmtree(cut / "checkpoints" / "step-3")
+    shutil.rmtree(cut / "model")
+    (cut / "summary.json").unlink()
+    (cut / "metrics.csv").unlink()
+    (cut / "checkpoints" / "latest").write_text("step-2\n")
+    kept = [
+        r for r in _lines(cut) if r["kind"] == "phase" or (r["kind"] == "step" and r["step"] < 2)
+    ]
+    _rewrite(cut, kept)
+    return cut
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_mid_epoch_resume_records_the_epoch_as_the_uninterrupted_run(mid_epoch_run, tmp_path):
+    """Resumed at step 2 of 3, the epoch's record held the loss of step 2 alone, and its
+    time and samples/s only the resumed step's, in the resumed phase. Now it is the
+    uninterrupted run's: the mean loss over all 3 steps (equal bit for bit, as the weights
+    are), the same steps, phase and frozen layers, and a time that covers every step."""
+    import torch
+
+    cut = _interrupted(mid_epoch_run, tmp_path)
+    manifest = json.loads((cut / "checkpoints" / "step-2" / "manifest.json").read_text())
+    assert manifest["step_in_epoch"] == 2  # a resume in the middle of the epoch
+    import cli
+
+    assert cli.main(["run", "--resume", str(cut)]) == 0
+    weights = [
+        torch.load(r / "checkpoints" / "step-3" / "model.pt", weights_only=True)
+        for r in (mid_epoch_run, cut)
+    ]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    (full,), (resumed,) = (
+        [r for r in _lines(r) if r["kind"] == "epoch"] for r in (mid_epoch_run, cut)
+    )
+    assert [p["resumed"] for p in _lines(cut) if p["kind"] == "phase"] == [False, True]
+    same = ("epoch", "phase", "frozen_layers", "steps", "train_loss", "eval_loss", "grad_norms")
+    assert {k: resumed[k] for k in same} == {k: full[k] for k in same}
+    assert resumed["train_loss"] == sum(s["loss"] for s in _steps(_lines(cut))) / 3
+    # Its time covers the recorded time of all 3 steps (not the resumed one's alone), and its
+    # samples/s are the 3 steps' samples over it.
+    steps_s = sum(s["step_s"] for s in _steps(_lines(cut)))
+    assert resumed["epoch_s"] >= steps_s
+    samples = 3 * 64
+    assert resumed["samples_per_s"] == pytest.approx(samples / resumed["epoch_s"], rel=1e-12)

@@ -383,3 +383,78 @@ def test_a_real_run_keeps_only_the_entries_outputs_stay_out_of(finished_run):
     from pipeplan.fileio import run_entry
 
     assert all(run_entry(p.name) for p in finished_run.iterdir())
+
+
+# ----------------------------------------------------------------------------- records and phases
+# (eighth round) Records that each parse, and contradict the phase they belong to. Each damage
+# edits one line and returns its index and the field the one line must name.
+
+
+def _last(lines: list[dict], kind: str) -> int:
+    return max(i for i, line in enumerate(lines) if line["kind"] == kind)
+
+
+def _epoch_frozen_unlike_its_phase(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "epoch")
+    lines[i]["frozen_layers"] += 1
+    return i, f"frozen_layers {lines[i]['frozen_layers']}, but its phase"
+
+
+def _step_in_a_later_epoch(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "step")
+    lines[i]["epoch"] += 1
+    return i, f"step {lines[i]['step']}: epoch {lines[i]['epoch']}"
+
+
+def _phase_starting_after_a_gap(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "phase")
+    lines[i]["start_step"] += 3
+    return i, f"start_step {lines[i]['start_step']}, but the records before it end at step"
+
+
+def _phase_starting_in_another_epoch(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "phase")
+    lines[i]["start_epoch"] += 1
+    return i, f"start_epoch {lines[i]['start_epoch']}, but the records before it end at"
+
+
+def _epoch_counting_other_steps(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "epoch")
+    lines[i]["steps"] += 1
+    return i, f"steps {lines[i]['steps']}, but run.jsonl has"
+
+
+# calibrate's records are phases and steps of one unfinished epoch: no epoch record to damage.
+SEQUENCE = [_step_in_a_later_epoch, _phase_starting_after_a_gap, _phase_starting_in_another_epoch]
+EPOCHS = [_epoch_frozen_unlike_its_phase, _epoch_counting_other_steps]
+
+
+def _damaged(run: Path, damage) -> tuple[str, str]:
+    lines = _lines(run)
+    index, fragment = damage(lines)
+    _rewrite(run, lines)
+    return f"run.jsonl:{index + 1}: ", fragment
+
+
+@pytest.mark.parametrize(
+    "command, damage",
+    [("report", d) for d in SEQUENCE + EPOCHS] + [("calibrate", d) for d in SEQUENCE],
+    ids=lambda v: v.__name__.strip("_") if callable(v) else v,
+)
+def test_records_that_contradict_their_phase_are_refused(tmp_path, capsys, command, damage):
+    """Each was reported or fitted as if it meant something: an epoch charted with layers
+    frozen that its phase never froze, a step counted in an epoch that had ended, a phase
+    priced over steps that never ran, an epoch's throughput over steps it did not have."""
+    run, argv = _readable(tmp_path, command)
+    refused(argv, tmp_path, capsys, _damaged(run, damage))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("damage", SEQUENCE + EPOCHS, ids=lambda f: f.__name__.strip("_"))
+def test_resume_refuses_records_that_contradict_their_phase(finished_run, tmp_path, capsys, damage):
+    """The same records stop a resume before any rank starts (it would truncate and extend
+    them)."""
+    run = copy_run(finished_run, tmp_path)
+    fragments = _damaged(run, damage)
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragments)

@@ -92,11 +92,13 @@ def step(
     )
 
 
-def epoch(number: int, phase: int, epoch_s: float, accuracy: float | None, steps: int):
+def epoch(
+    number: int, phase: int, epoch_s: float, accuracy: float | None, steps: int, frozen: int = 0
+):
     return EpochRecord(
         epoch=number,
         phase=phase,
-        frozen_layers=0,
+        frozen_layers=frozen,
         steps=steps,
         epoch_s=epoch_s,
         train_loss=1.0,
@@ -170,7 +172,7 @@ def elastic_records() -> list:
         replica0 = rank(0, 0, 0, fwd_s=0.02, bwd_s=0.01, allreduce_s=0.006, optimizer_s=0.004)
         replica1 = rank(1, 0, 1, fwd_s=0.04, bwd_s=0.03, allreduce_s=0.008, optimizer_s=0.004)
         records.append(step(7 + n, 1, 1, step_s, [replica0, replica1], cache_hits=64))
-    records.append(epoch(1, 1, epoch_s=1.0, accuracy=0.8, steps=3))
+    records.append(epoch(1, 1, epoch_s=1.0, accuracy=0.8, steps=3, frozen=3))
     return records
 
 

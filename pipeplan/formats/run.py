@@ -509,7 +509,7 @@ def read_records(
     path = Path(path)
     text = read_input(path)
     lines = text.splitlines()
-    records = []
+    records, numbers = [], []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -521,7 +521,8 @@ def read_records(
                 _notice_torn(path, len(text), where)
                 break
             raise
-    check_records(records, str(path), config)
+        numbers.append(number)
+    check_records(records, str(path), config, numbers)
     return records
 
 
@@ -559,23 +560,29 @@ def torn_tail(text: str) -> int | None:
     return text.rfind("\n") + 1
 
 
-def check_records(records: list, where: str, config: RunConfig | None = None) -> None:
+def check_records(
+    records: list, where: str, config: RunConfig | None = None, lines: list[int] | None = None
+) -> None:
     """What a run's records mean together: every step and epoch belongs to a phase that
     started before it, and every step to the latest phase (a step of phase 0 after phase 3
     was read as phase 0's); every layout runs on its cluster, and every rank's stage and
     replica exist in its phase's layout; each step lists every rank of its phase's world
     once (`"ranks": []` was accepted); phases, steps and epochs each come once, in order
     (records appended twice made report count 8 steps of a 4-step run and calibrate fit
-    repeated steps). With the run's `config`, the world its records ran on is run.json's
-    `nproc` (`check_world`). InputFileError with one line otherwise."""
+    repeated steps); and the records follow one another as the executor writes them
+    (`_check_sequence`). With the run's `config`, the world its records ran on is run.json's
+    `nproc` (`check_world`). InputFileError with one line otherwise, naming the record's
+    line (`lines`: each record's line number in the file, when read from one)."""
     phases: dict[int, PhaseRecord] = {}
     last: dict[str, int] = {}
     current: PhaseRecord | None = None
-    for record in records:
+    sequence = _Sequence()
+    for number, record in enumerate(records):
+        at = f"{where}:{lines[number]}" if lines else where
         index = getattr(record, record.kind)
         if index <= last.get(record.kind, -1):
             raise InputFileError(
-                f"{where}: {record.kind} {index} after {record.kind} {last[record.kind]}: "
+                f"{at}: {record.kind} {index} after {record.kind} {last[record.kind]}: "
                 "records come once each, in order"
             )
         last[record.kind] = index
@@ -584,22 +591,105 @@ def check_records(records: list, where: str, config: RunConfig | None = None) ->
             try:
                 layout.check(layout.boundaries[-1], cluster.num_devices)
             except PipeplanError as exc:
-                raise InputFileError(f"{where}: phase {record.phase}: {exc}") from None
+                raise InputFileError(f"{at}: phase {record.phase}: {exc}") from None
+            sequence.starts(record, at)
             phases[record.phase] = current = record
             continue
         phase = phases.get(record.phase)
         if phase is None:
             what = f"{record.kind} {getattr(record, record.kind)}"
-            raise InputFileError(f"{where}: {what} is in phase {record.phase}, never started")
+            raise InputFileError(f"{at}: {what} is in phase {record.phase}, never started")
         if isinstance(record, StepRecord):
             if phase is not current:
                 raise InputFileError(
-                    f"{where}: step {record.step} is in phase {record.phase}, but phase "
+                    f"{at}: step {record.step} is in phase {record.phase}, but phase "
                     f"{current.phase} started before it: a step belongs to the latest phase"
                 )
-            _check_ranks(record, phase, where)
+            _check_ranks(record, phase, at)
+            sequence.steps_on(record, at)
+        else:
+            sequence.closes(record, current, at)
     if config is not None:
         check_against_config(records, config, where)
+
+
+class _Sequence:
+    """The order the executor writes records in, checked record by record: training is one
+    sequence of steps (0, 1, 2, …) cut into epochs (0, 1, 2, …), each closed by its epoch
+    record; a phase starts where the records before it end. So a phase's start_step is the
+    next step and its start_epoch the current epoch (or, entered by --resume, the next one
+    when a crash tore the current epoch's record); a step's epoch is the current epoch
+    (never one already closed, never one beyond the next); an epoch record closes the current
+    epoch, counts its steps, names the phase its first step ran in, and states the frozen
+    layers of the latest phase (a freeze decision within the epoch, --freeze-every, changes
+    them; one at its end starts the next phase after the record). Each was accepted while
+    contradicting its phase: an epoch record with another phase's frozen layers was charted
+    as trained so, a phase starting at step 40 after step 9 was priced over steps it never
+    had."""
+
+    def __init__(self) -> None:
+        self.next_step = 0  # the step the next step record is
+        self.epoch = 0  # the current epoch: the one after the last closed
+        self.steps = 0  # step records of the current epoch so far
+        self.first_phase: int | None = None  # the phase of the current epoch's first step
+
+    def starts(self, record: PhaseRecord, at: str) -> None:
+        if record.resumed and self.steps and record.start_epoch == self.epoch + 1:
+            # Resumed at the next epoch's start after a crash tore the epoch's record (the
+            # last line, left out): the epoch ended, its record is lost.
+            self.epoch, self.steps, self.first_phase = self.epoch + 1, 0, None
+        for field, value, expected in (
+            ("start_step", record.start_step, self.next_step),
+            ("start_epoch", record.start_epoch, self.epoch),
+        ):
+            if value != expected:
+                raise InputFileError(
+                    f"{at}: phase {record.phase}: {field} {value}, but the records before it "
+                    f"end at step {self.next_step} of epoch {self.epoch}: a phase starts where "
+                    "the one before it ended"
+                )
+
+    def steps_on(self, record: StepRecord, at: str) -> None:
+        if record.step != self.next_step:
+            raise InputFileError(
+                f"{at}: step {record.step}, but the records before it end at step "
+                f"{self.next_step}: steps follow one another"
+            )
+        if record.epoch != self.epoch:
+            raise InputFileError(
+                f"{at}: step {record.step}: epoch {record.epoch}, but the records before it "
+                f"closed epochs up to {self.epoch - 1} and its phase started in epoch "
+                f"{self.epoch}: a step's epoch is the current one"
+            )
+        if self.first_phase is None:
+            self.first_phase = record.phase
+        self.next_step += 1
+        self.steps += 1
+
+    def closes(self, record: EpochRecord, current: PhaseRecord, at: str) -> None:
+        if record.epoch != self.epoch:
+            raise InputFileError(
+                f"{at}: epoch {record.epoch}, but the steps before it are of epoch "
+                f"{self.epoch}: an epoch record closes the current epoch"
+            )
+        if record.steps != self.steps:
+            raise InputFileError(
+                f"{at}: epoch {record.epoch}: steps {record.steps}, but run.jsonl has "
+                f"{self.steps} step records of epoch {record.epoch}"
+            )
+        started = current.phase if self.first_phase is None else self.first_phase
+        if record.phase != started:
+            raise InputFileError(
+                f"{at}: epoch {record.epoch}: phase {record.phase}, but its first step ran in "
+                f"phase {started}"
+            )
+        frozen = current.layout.frozen_layers
+        if record.frozen_layers != frozen:
+            raise InputFileError(
+                f"{at}: epoch {record.epoch}: frozen_layers {record.frozen_layers}, but its "
+                f"phase {current.phase} froze {frozen} ({current.layout.label()})"
+            )
+        self.epoch, self.steps, self.first_phase = self.epoch + 1, 0, None
 
 
 def check_against_config(records: list, config: RunConfig, where: str) -> None:
