@@ -20,6 +20,7 @@ resumed runtime moves what each rank owns onto its device (`PhaseRuntime`, `inst
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import pickle
@@ -36,7 +37,7 @@ from executor.migrate import OptimizerState, migrate
 from executor.topology import host_group
 from pipeplan.errors import InputFileError, OutputError
 from pipeplan.fileio import write_atomic
-from pipeplan.formats import CheckpointManifest, Layout, dumps, load
+from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
 from pipeplan.formats.base import read_input
 
 log = logging.getLogger("pipeplan.checkpoint")
@@ -47,6 +48,11 @@ FILES = ("model.pt", "optimizer.pt", "rng.pt")  # beside manifest.json, which na
 # run.json always describes the checkpoints beside it, and a resume that fails before taking
 # one leaves run.json as it was.
 PENDING_CONFIG = "run.resume.json"
+# What `--resume` may change in run.json (given as flags, or found edited): the world size
+# (re-planned), more epochs (the cosine of the learning rate stretches over the new total from
+# the saved position), the collective timeout (how long to wait, not what is computed). Every
+# other field changes what the checkpoint's state means (batch, data, model, schedule, seed).
+RESUMABLE = ("nproc", "epochs", "collective_timeout_s")
 
 
 def _gather_layout(frozen_layers: int, num_layers: int) -> Layout:
@@ -322,6 +328,30 @@ def check_weights(model: dict[str, torch.Tensor], layers: nn.ModuleList, where: 
             raise InputFileError(
                 f"{where}: parameter {name} is {str(model[name].dtype).removeprefix('torch.')} "
                 f"in the checkpoint, {str(p.dtype).removeprefix('torch.')} in the model"
+            )
+
+
+def check_trained_with(manifest: CheckpointManifest, cfg: RunConfig, run_json: Path) -> None:
+    """The configuration a resume trains under (`cfg`: run.json, with the flags --resume
+    gives) is the one the checkpoint was trained under, but for RESUMABLE fields, and epochs
+    only grow. A run.json edited since (lr, seed, the freeze list…) resumed the state under
+    another meaning. InputFileError naming the field: `check_trained_with(manifest, cfg,
+    run_dir / "run.json")`. A checkpoint written before manifests carried it is unchecked."""
+    trained = manifest.config
+    if trained is None:
+        return
+    step = f"step-{manifest.step}"
+    for field in RunConfig.model_fields:
+        now, then = getattr(cfg, field), getattr(trained, field)
+        if field == "epochs" and now < then:
+            raise InputFileError(
+                f"{run_json}: epochs is {now} but checkpoint {step} was trained with {then}; "
+                "--resume adds epochs, never removes them"
+            )
+        if field not in RESUMABLE and now != then:
+            raise InputFileError(
+                f"{run_json}: {field} is {json.dumps(now)} but checkpoint {step} was trained "
+                f"with {json.dumps(then)}; --resume continues a run as it was trained"
             )
 
 

@@ -44,7 +44,14 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 import executor
 from executor import faults
-from executor.checkpoint import PENDING_CONFIG, check_weights, commit_config, latest
+from executor.checkpoint import (
+    PENDING_CONFIG,
+    RESUMABLE,
+    check_trained_with,
+    check_weights,
+    commit_config,
+    latest,
+)
 from executor.planning import RUN_PROFILE, RunPlanner, check_plan_cache
 from executor.records import METRICS_FILE, mend_torn_tail
 from executor.task import DATA_RECORD, MODEL_DIR, build_task, check_data, data_record
@@ -171,6 +178,8 @@ def check_run(
         check_weights(weights, seq.layers, latest(run_dir))
         check_outputs(run_dir)
     planner.check(seq)
+    if resumed is not None:  # last: the checks above say more about a value that cannot run
+        check_trained_with(resumed[1], cfg, resumed[0] / "run.json")
     return planner
 
 
@@ -616,12 +625,10 @@ def summarize(run_dir: Path) -> RunSummary:
     return summary
 
 
-# What `--resume` changes in the saved run when given: the world size (re-planned), more epochs
-# (training continues from the saved position; the learning rate's cosine stretches over the
-# new total from there), the collective timeout (how long to wait, not what is computed). Any
-# other flag would change what the checkpoint's state means (batch, data, model, schedule, seed):
-# refused, naming it, rather than ignored.
-RESUME_FLAGS = ("nproc", "epochs", "collective_timeout_s")
+# What `--resume` changes in the saved run when given (executor.checkpoint.RESUMABLE: why). Any
+# other flag would change what the checkpoint's state means: refused, naming it, rather than
+# ignored; a run.json edited so is refused by `check_trained_with`.
+RESUME_FLAGS = RESUMABLE
 
 
 def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:

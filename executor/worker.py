@@ -213,6 +213,8 @@ class Trainer:
         from executor import checkpoint
 
         manifest, model, optimizer, rng = checkpoint.load_latest(self.run_dir)
+        # `pipeplan run --resume` checked this before any rank started; torchrun did not.
+        checkpoint.check_trained_with(manifest, self.cfg, self.run_dir / "run.json")
         states = checkpoint.restore(self.seq.layers, model, optimizer)
         # The resumed run is a new phase: the steps before the checkpoint keep the record of
         # the layout they ran on, and the layout may differ now (another world size).
@@ -564,6 +566,7 @@ class Trainer:
             model=self.cfg.model,
             layout=self.runtime.layout,
             cache=self.cache.manifest() if self.cache is not None else None,
+            config=self.cfg,
         )
         states = optimizer_states(self.runtime.optimizer)
         checkpoint.save(self.run_dir, self.seq.layers, self.runtime.layout, states, manifest)

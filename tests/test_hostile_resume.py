@@ -199,6 +199,108 @@ def test_a_run_that_failed_after_its_last_checkpoint_may_still_be_resumed(
 
 
 # ----------------------------------------------------------------------------- eighth round
+# (run.json, fields, the value it is edited to, the value the checkpoint was trained with as
+# the one line shows it): every field but those --resume may change (nproc, epochs up only,
+# collective_timeout_s) is the checkpoint's.
+TRAINED_WITH = {
+    "lr": (0.5, "0.001"),
+    "seed": (7, "0"),
+    "freeze": ("none", '"auto"'),
+    "weight_decay": (0.5, "0.01"),
+    "warmup_steps": (1, "0"),
+    "alpha": (0.5, "0.3"),
+    "clip_grad_norm": (1.0, "null"),
+    "dropout": (0.5, "null"),
+    "checkpoint_every": (1, "null"),
+    "cache": (False, "true"),
+    "name": ("renamed", '"r"'),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("field", TRAINED_WITH)
+def test_resume_refuses_a_run_json_edited_since_its_checkpoint(
+    finished_run, tmp_path, capsys, field
+):
+    """run.json edited between a run and its resume (the freeze mode, lr, seed, …) resumed
+    the checkpoint's state under another meaning without a word: the manifest now carries
+    the configuration it was trained under, and the resume names the field that differs."""
+    run = copy_run(finished_run, tmp_path)
+    value, trained = TRAINED_WITH[field]
+    test_hostile.edit_run_json(run, **{field: value})
+    shown = json.dumps(value)
+    fragment = f"{run / 'run.json'}: {field} is {shown} but checkpoint step-2 was trained with "
+    refused(["run", "--resume", str(run), *MORE], tmp_path, capsys, fragment + trained)
+
+
+def test_every_field_but_the_resumable_ones_is_the_checkpoints(tmp_path):
+    """check_trained_with goes through every RunConfig field: each changed alone is refused
+    unless --resume may change it, and epochs only upwards."""
+    from executor.checkpoint import RESUMABLE, check_trained_with
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats import CheckpointManifest, RunConfig
+
+    trained = RunConfig(name="r", seq_len=16, tokenizer="t", task="classification")
+    manifest = CheckpointManifest(
+        step=4,
+        epoch=1,
+        step_in_epoch=0,
+        phase=0,
+        frozen_layers=0,
+        grad_history=[],
+        grad_norm_sums={},
+        grad_norm_steps=0,
+        world_size=2,
+        model=trained.model,
+        config=trained,
+    )
+    other = {  # a valid value unlike the trained one, per field
+        "name": "x",
+        "model": "bert-synth",
+        "init": "random",
+        "task": "causal-lm",
+        "data": "synth-text",
+        "tokenizer": "u",
+        "seq_len": 32,
+        "nproc": 3,
+        "device": "cuda",
+        "precision": "bf16",
+        "global_batch": 32,
+        "epochs": 5,
+        "max_steps_per_epoch": 3,
+        "lr": 0.5,
+        "weight_decay": 0.5,
+        "warmup_steps": 2,
+        "clip_grad_norm": 1.0,
+        "freeze": "none",
+        "alpha": 0.5,
+        "freeze_list": [0, 1],
+        "freeze_every": 2,
+        "checkpoint_every": 2,
+        "cache": False,
+        "cache_budget_bytes": 1 << 20,
+        "seed": 9,
+        "collective_timeout_s": 5.0,
+        "dropout": 0.2,
+        "device_memory_bytes": 1 << 30,
+        "profile": "p.json",
+        "plan": "plan.json",
+    }
+    fields = set(RunConfig.model_fields) - {"schema_version"}
+    assert set(other) == fields  # a field added later is listed here too
+    for field, value in other.items():
+        changed = trained.model_copy(update={field: value})
+        if field in RESUMABLE:
+            check_trained_with(manifest, changed, tmp_path / "run.json")
+        else:
+            with pytest.raises(InputFileError, match=f": {field} is "):
+                check_trained_with(manifest, changed, tmp_path / "run.json")
+    fewer = trained.model_copy(update={"epochs": trained.epochs - 1})
+    with pytest.raises(InputFileError, match="epochs is 3 but checkpoint step-4 was trained"):
+        check_trained_with(manifest, fewer, tmp_path / "run.json")
+
+
 # A run with a checkpoint after every step, one layer frozen by the list: 1 rank, 1 epoch of 3.
 MID_EPOCH = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "3"]
 MID_EPOCH += ["--checkpoint-every", "1", "--freeze", "1"]

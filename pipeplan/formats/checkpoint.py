@@ -9,6 +9,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_STEPS, NonNegFloat, Strict
 from pipeplan.formats.layout import Layout
+from pipeplan.formats.run import RunConfig
 
 # A layer's index as a JSON key, written by `str(i)`: "01", " 1" or "-1" is not one (int()
 # took "abc" inside a rank, and "-1" as the head).
@@ -42,6 +43,13 @@ class CheckpointManifest(Strict):
     )
     # Informational: a resume rebuilds the cache and never reads this.
     cache: dict | None = Field(None, description="Stage-0 cache manifest (rebuilt on resume).")
+    # Added later, with a default: checkpoints written before it still load, unchecked.
+    config: RunConfig | None = Field(
+        None,
+        description="The configuration the checkpoint was trained under (run.json then): a "
+        "resume refuses a run.json that differs from it but where --resume may change it "
+        "(executor.checkpoint.RESUMABLE).",
+    )
     files: dict[str, Sha256] = Field(
         default_factory=dict,
         description="sha256 of each tensor file, verified before a resume trusts it.",
