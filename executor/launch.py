@@ -229,6 +229,16 @@ def check_position(
         beyond = next((k for k in norms if int(k) >= num_layers), None)
         if beyond is not None:
             refuse(field, f"layer {beyond}, but the model has layers 0..{num_layers - 1}")
+    # Frozen layers collect no gradient norms (only active layers have gradients): a sum for
+    # one was a measurement the gradient criterion never made, taken as made. (grad_history's
+    # entries were measured before later freezing: their layers may be frozen now.)
+    frozen = next((k for k in manifest.grad_norm_sums if int(k) < manifest.frozen_layers), None)
+    if frozen is not None:
+        refuse(
+            "grad_norm_sums",
+            f"layer {frozen}, but layers 0..{manifest.frozen_layers - 1} are frozen "
+            f"(frozen_layers {manifest.frozen_layers}) and collect no gradient norms",
+        )
     if manifest.layout is not None and manifest.world_size == cfg.nproc:
         try:
             manifest.layout.check(num_layers, cfg.nproc)

@@ -368,3 +368,19 @@ def test_a_mid_epoch_resume_records_the_epoch_as_the_uninterrupted_run(mid_epoch
     assert resumed["epoch_s"] >= steps_s
     samples = 3 * 64
     assert resumed["samples_per_s"] == pytest.approx(samples / resumed["epoch_s"], rel=1e-12)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_resume_refuses_gradient_norms_of_a_frozen_layer(mid_epoch_run, tmp_path, capsys):
+    """step-2's manifest sums gradient norms of layers 1.. (layer 0 is frozen); a sum for
+    layer 0 was a measurement never made, taken by the gradient criterion as made."""
+    cut = _interrupted(mid_epoch_run, tmp_path)
+    path = cut / "checkpoints" / "step-2" / "manifest.json"
+    doc = json.loads(path.read_text())
+    assert doc["frozen_layers"] == 1 and doc["grad_norm_steps"] == 2 and doc["grad_norm_sums"]
+    assert "0" not in doc["grad_norm_sums"]  # what the run itself wrote
+    doc["grad_norm_sums"]["0"] = 1.0
+    path.write_text(json.dumps(doc))
+    fragment = (str(path), "grad_norm_sums: layer 0, but layers 0..0 are frozen")
+    refused(["run", "--resume", str(cut)], tmp_path, capsys, fragment)
