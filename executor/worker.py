@@ -37,7 +37,7 @@ from executor.records import Recorder, step_loss, step_record, step_row
 from executor.task import build_task, save_model
 from executor.topology import comm_device, node_peers, set_host_group
 from pipeplan import freeze, models
-from pipeplan.errors import PipeplanError
+from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
@@ -189,6 +189,15 @@ class Trainer:
                         self.maybe_refreeze(epoch, self.gather_grad_norms(), step_in_epoch + 1)
                     if self.due(cfg.checkpoint_every):
                         self.checkpoint(epoch, step_in_epoch + 1)
+            if not losses and getattr(self.seq, "task", None) == "causal-lm":
+                # Every rank holds every step's record: all stop here alike. A corpus that
+                # gives nothing to predict trained nothing (a module's dataset is not read
+                # whole before the run, as a text file is: `data.check_compatible`).
+                raise BadArgumentError(
+                    f"data '{self.data.name}': no training sample of epoch {epoch} has a next "
+                    f"token to predict (every label after the first position is "
+                    f"{models.IGNORE_INDEX}); a causal LM needs targets"
+                )
             norms = self.end_epoch(epoch, phase, time.perf_counter() - t0, losses)
             if epoch + 1 < cfg.epochs:
                 self.maybe_refreeze(epoch + 1, norms)

@@ -289,3 +289,38 @@ def test_another_tasks_head_and_an_unused_pooler_are_what_fine_tuning_leaves_out
     assert "pooler.dense.weight" in weights
     save_file({f"roberta.{k}": v for k, v in weights.items()}, model / "model.safetensors")
     assert models.build(str(model)).num_blocks == 2
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_a_module_dataset_without_targets_stops_the_run_at_its_first_epoch(tmp_path, capsys):
+    """Found by the ninth round: a `module:function` causal-LM dataset whose labels are all
+    −100 trained its epochs to exit 0 with no loss (a module's dataset is not read whole before
+    the run, as a text file is). Every step's record is on every rank: at the end of an epoch
+    without a loss they all stop, naming the data."""
+    import cli
+
+    (tmp_path / "lm_data.py").write_text(
+        "import torch\n"
+        "class Ignored(torch.utils.data.Dataset):\n"
+        "    def __init__(self, n): self.n = n\n"
+        "    def __len__(self): return self.n\n"
+        "    def __getitem__(self, i):\n"
+        "        ids = torch.randint(1, 500, (16,), generator=torch.Generator().manual_seed(i))\n"
+        "        return ids, torch.full((16,), -100)\n"
+        "def ignored(seed=0):\n"
+        "    return Ignored(32), Ignored(8)\n"
+    )
+    profile = tmp_path / "gpt.json"
+    fast = ["--micro-batch-sizes", "1,2", "--warmup", "0", "--repeats", "1"]
+    argv = ["profile", "gpt2-tiny", "--seq-len", "16", "--task", "causal-lm", *fast]
+    assert cli.main([*argv, "--out", str(profile)]) == 0
+    capsys.readouterr()
+    argv = ["run", "--model", "gpt2-tiny", "--task", "causal-lm", "--seq-len", "16"]
+    argv += ["--data", f"{tmp_path / 'lm_data.py'}:ignored", "--profile", str(profile)]
+    argv += ["--nproc", "1", "--epochs", "2", "--global-batch", "8", "--max-steps-per-epoch", "2"]
+    assert cli.main([*argv, "--runs-dir", str(tmp_path / "runs"), "--name", "x"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeplan: error: "), lines
+    assert "no training sample of epoch 0 has a next token to predict" in lines[0]
+    assert not (tmp_path / "runs" / "x" / "model").exists()  # it trained nothing to export
