@@ -70,6 +70,7 @@ from pipeplan.formats import (
     CheckpointManifest,
     PhaseRecord,
     PhaseSummary,
+    Plan,
     Profile,
     RunConfig,
     RunSummary,
@@ -703,11 +704,27 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
         pending.unlink(missing_ok=True)
 
 
+def with_plan_world(cfg: RunConfig) -> RunConfig:
+    """A run of `--plan FILE` trains the plan's world size and global batch: `--nproc` and
+    `--global-batch` left out take the plan's values (given, `check_plan` holds them to it),
+    so a plan made for 4 devices is not refused for the default `--nproc 2`.
+
+        cfg = with_plan_world(build(RunConfig, {"plan": "plan.json"}))   # nproc: the plan's
+    """
+    if cfg.plan is None:
+        return cfg
+    inputs = load(Plan, cfg.plan).inputs
+    plan_values = {"nproc": inputs.cluster.num_devices, "global_batch": inputs.global_batch}
+    taken = {k: v for k, v in plan_values.items() if k not in cfg.model_fields_set}
+    return build(RunConfig, {**cfg.model_dump(), **taken}) if taken else cfg
+
+
 def start_run(
     cfg: RunConfig, runs_root: str | Path, prepare_only: bool = False
 ) -> tuple[Path, RunSummary | None]:
     """`pipeplan run`: the checks and `runs/NAME/`, then the ranks unless only preparing (for
     torchrun); no summary then."""
+    cfg = with_plan_world(cfg)
     run_dir = prepare(cfg, runs_root, local=not prepare_only)
     return run_dir, None if prepare_only else run_local(cfg, run_dir)
 
