@@ -427,8 +427,9 @@ def test_no_cache_beside_a_freeze_that_freezes_nothing_is_accepted(tmp_path, cap
 def test_a_flag_left_out_takes_the_plan_s_or_profile_s_value(tmp_path, capsys, monkeypatch):
     """Ninth round: `run --plan P` was refused for --nproc and --global-batch the user never
     gave (the plan was for 1 node x 2 devices, global batch 256, against the defaults 2 and
-    64), `preview --profile BF16` for --precision. Left out, they are the plan's and the
-    profile's; a value the user gives that contradicts them is still refused."""
+    64), `preview --profile BF16` for --precision (and `run --profile BF16` likewise). Left
+    out, they are the plan's and the profile's; a value given that contradicts them is
+    still refused."""
     monkeypatch.chdir(tmp_path)
     vit = str(shipped_profile("vit-digits", "cpu"))
     plan_argv = ["plan", "--profile", vit, "--devices-per-node", "2", "--nodes", "2"]
@@ -445,11 +446,17 @@ def test_a_flag_left_out_takes_the_plan_s_or_profile_s_value(tmp_path, capsys, m
         assert cli.main([*run, "b", *given]) == 2
         assert capsys.readouterr().err.splitlines() == [f"pipeplan: error: {refusal}"]
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["a"]
+    capsys.readouterr()
     bf16 = str(shipped_profile("vit-digits", "cpu", "bf16"))
     assert cli.main(["preview", "--profile", bf16, "--epochs", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["model"] == "vit-digits"
     assert cli.main(["preview", "--profile", bf16, "--precision", "fp32"]) == 2
     assert "was measured in bf16, but --precision is fp32" in capsys.readouterr().err
+    run = ["run", "--model", "vit-digits", "--profile", bf16, "--prepare-only", "--name"]
+    assert cli.main([*run, "c"]) == 0, capsys.readouterr().err
+    assert load(RunConfig, tmp_path / "runs" / "c" / "run.json").precision == "bf16"
+    assert cli.main([*run, "d", "--precision", "fp32"]) == 2
+    assert "bf16 precision, classification, but this run feeds" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("pointer", ["step-5", "step-04"])
