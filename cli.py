@@ -620,7 +620,7 @@ def _check_repeats(args: list[str]) -> None:
     seen: dict[str, str] = {}  # an option (a switch's --x and --no-x are one) → as given
     for token in args[:end]:
         name = {"-o": "--out"}.get(token, token.split("=", 1)[0])
-        if not name.startswith("--") or name == "--debug":
+        if not name.startswith("--"):
             continue
         option = "--" + name[len("--no-") :] if name.startswith("--no-") else name
         if option in seen:
@@ -666,10 +666,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one line on stderr and exit code 2; Ctrl-C is
     `pipeplan: interrupted` and exit code 130."""
     command = typer.main.get_command(app)
-    args = _hoist_debug(sys.argv[1:] if argv is None else list(argv))
+    given = sys.argv[1:] if argv is None else list(argv)
+    args = _hoist_debug(given)
     previous = _on_ctrl_c(_interrupt)
     try:
-        _check_repeats(args)
+        _check_repeats(given)  # before hoisting, which folds `--debug --debug` into one
         _check_empty(args)
         _check_version(args)
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)

@@ -234,6 +234,11 @@ def latest(run_dir: Path, purpose: str = "resume") -> Path:
     path = run_dir / "checkpoints" / name
     if path.is_symlink():  # the resume would write its next checkpoint through it, and fail
         raise InputFileError(f"{path}: is a symbolic link; a run's checkpoints are its own folders")
+    if not path.exists():  # a hand-edited or stale pointer: nothing there to be incomplete
+        kept = ", ".join(p.name for p in checkpoints_written(path.parent)) or "none"
+        raise InputFileError(
+            f"{pointer}: names {name}, which does not exist (checkpoints here: {kept})"
+        )
     if not (path / "manifest.json").exists():
         raise InputFileError(f"{path}: checkpoint is incomplete")
     return path

@@ -70,6 +70,7 @@ from pipeplan.formats import (
     CheckpointManifest,
     PhaseRecord,
     PhaseSummary,
+    Plan,
     Profile,
     RunConfig,
     RunSummary,
@@ -703,11 +704,30 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
         pending.unlink(missing_ok=True)
 
 
+def with_file_values(cfg: RunConfig) -> RunConfig:
+    """What a flag left out takes from the files given: a run of `--plan FILE` trains the
+    plan's world size and global batch, a run of `--profile P` in P's precision. Given, they
+    are held to the files (`check_plan`, `check_profile_fits`); left out, they never refuse
+    a file (a plan for 4 devices is not refused for the default `--nproc 2`).
+
+        cfg = with_file_values(build(RunConfig, {"plan": "plan.json"}))   # nproc: the plan's
+    """
+    found: dict[str, object] = {}
+    if cfg.plan is not None:
+        inputs = load(Plan, cfg.plan).inputs
+        found |= {"nproc": inputs.cluster.num_devices, "global_batch": inputs.global_batch}
+    if cfg.profile is not None:
+        found["precision"] = load(Profile, cfg.profile).model.precision
+    taken = {k: v for k, v in found.items() if k not in cfg.model_fields_set}
+    return build(RunConfig, {**cfg.model_dump(), **taken}) if taken else cfg
+
+
 def start_run(
     cfg: RunConfig, runs_root: str | Path, prepare_only: bool = False
 ) -> tuple[Path, RunSummary | None]:
     """`pipeplan run`: the checks and `runs/NAME/`, then the ranks unless only preparing (for
     torchrun); no summary then."""
+    cfg = with_file_values(cfg)
     run_dir = prepare(cfg, runs_root, local=not prepare_only)
     return run_dir, None if prepare_only else run_local(cfg, run_dir)
 

@@ -10,7 +10,7 @@ import stat
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +123,9 @@ def write_atomic(path: str | Path, content: str | bytes) -> None:
     write_files([(path, content)])
 
 
-def write_files(contents: Iterable[tuple[str | Path, str | bytes]]) -> list[Path]:
+def write_files(
+    contents: Iterable[tuple[str | Path, str | bytes]], stale: Iterable[Path] = ()
+) -> list[Path]:
     """Write a set of files all or nothing: each to a temporary file beside its target
     (fsynced), and only once every one is written, all renamed into place with Ctrl-C held
     until the last rename. A failure (a full disk, an error making the next file's content)
@@ -132,24 +134,48 @@ def write_files(contents: Iterable[tuple[str | Path, str | bytes]]) -> list[Path
         write_files((directory / name, render(figure)) for name, figure in figures)
 
     `contents` may be a generator: each file's content is made just before it is written.
+    `stale`: files of the set this one replaces that it does not write again (`phase5-step.png`
+    of a longer plan), removed in the same step: moved aside before the renames, put back if
+    one fails, deleted once all are done, so no mixed set is left either way.
     """
     staged: list[tuple[str, Path]] = []  # (temporary, target)
+    moved: list[tuple[str, Path]] = []  # (where a stale file waits, its name)
     target: str | Path = ""  # the file being written, for the message
     try:
         for target, content in contents:
             path = check_writable(target, run_owned=True)
             staged.append((_write_temporary(path, content), path))
         with sigint_deferred():
+            for target in stale:
+                moved.append((_move_aside(target), target))
             for tmp, target in staged:
                 os.replace(tmp, target)
     except BaseException as exc:
         for tmp, _ in staged:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        for aside, path in moved:
+            os.replace(aside, path)
         if isinstance(exc, OSError):
             raise OutputError(f"{target}: write failed ({exc.strerror or exc})") from None
         raise
+    for aside, _ in moved:
+        with suppress(FileNotFoundError):
+            os.unlink(aside)
     return [path for _, path in staged]
+
+
+def _move_aside(path: Path) -> str:
+    """Rename `path` to a new hidden name beside it (reserved by mkstemp, so nothing else's
+    name is taken), from where it can be put back or deleted. Returns that name."""
+    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".stale")
+    os.close(fd)
+    try:
+        os.replace(path, aside)
+    except BaseException:
+        os.unlink(aside)
+        raise
+    return aside
 
 
 def _write_temporary(path: Path, content: str | bytes) -> str:

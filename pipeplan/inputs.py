@@ -44,7 +44,15 @@ from pipeplan.formats.cluster import (
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
 )
-from pipeplan.formats.run import ALPHA_NEEDS, CACHE_BUDGET_NEEDS, SOMETHING_FROZEN
+from pipeplan.formats.run import (
+    ALPHA_NEEDS,
+    BUDGET_DOES,
+    CACHE_BUDGET_NEEDS,
+    CACHE_DOES,
+    CACHE_SOMETHING_FROZEN,
+    SOMETHING_FROZEN,
+    something_frozen,
+)
 from pipeplan.freeze import (
     alpha_schedule,
     autofreeze_earliest,
@@ -159,8 +167,8 @@ class PlanRequest(Strict):
     schedule, and the choices the user pins."""
 
     profile: str = Field(description="Profile JSON (see `pipeplan profile`; profiles/ ships some).")
-    precision: Precision = Field(
-        "fp32",
+    precision: Annotated[Precision | None, Flag(default="the profile's")] = Field(
+        None,
         description="fp32 or bf16: the precision the run will train in; the profile must "
         "have been measured in it.",
     )
@@ -218,13 +226,26 @@ class PlanRequest(Strict):
     freeze_schedule: str | None = Field(
         None, description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory."
     )
-    cache: bool = Field(True, description="Cache the frozen prefix's activations.")
+    cache: Annotated[
+        bool,
+        Flag(
+            needs=(
+                CACHE_SOMETHING_FROZEN,
+                something_frozen("freeze_schedule", CACHE_DOES, when=(True,)),
+            )
+        ),
+    ] = Field(True, description="Cache the frozen prefix's activations.")
     cache_budget_bytes: Annotated[
         Bytes,
         Flag(
             "--cache-budget",
             unit="bytes",
-            needs=(CACHE_BUDGET_NEEDS, SOMETHING_FROZEN, NO_CLUSTER_FILE),
+            needs=(
+                CACHE_BUDGET_NEEDS,
+                SOMETHING_FROZEN,
+                something_frozen("freeze_schedule", BUDGET_DOES),
+                NO_CLUSTER_FILE,
+            ),
         ),
     ] = Field(
         DEFAULT_CACHE_BUDGET_BYTES,
@@ -261,7 +282,8 @@ class PlanRequest(Strict):
         from pipeplan.solver import Pins  # the solver pulls in scipy: not at start-up
 
         profile = load(Profile, self.profile)
-        check_precision(profile, self.precision, self.profile)
+        if self.precision is not None:  # left out, it is the profile's own
+            check_precision(profile, self.precision, self.profile)
         cluster = self._cluster(profile)
         freeze, later = self._freeze(len(profile.layers) - 2)
         pins = Pins(

@@ -230,8 +230,10 @@ def check_needs(
     `--alpha means nothing with --freeze none; it sets …`. A flag not typed is never refused,
     and the others count at their defaults (a default always meets them: tests/test_cli).
     `spellings`: each flag as given on and, for a switch, off (`--cache`, `--no-cache`)."""
-    for name in typed:
+    for name, own in typed.items():
         for need in needs.get(name, ()):
+            if not need.concerns(own):
+                continue
             value = typed.get(need.other, defaults.get(need.other))
             if need.met(value):
                 continue

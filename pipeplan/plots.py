@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,25 @@ def check_targets(paths: Sequence[Path]) -> None:
         check_outside_runs(path)  # before a folder is made in a run directory
         _make_parent(path)
         check_writable(path)
+
+
+def stale_plots(directory: Path, pattern: str, written: Collection[Path]) -> list[Path]:
+    r"""The plots of an earlier set in `directory` that this one (`written`) does not replace:
+    files whose whole name `pattern` matches, so a 3-phase preview removes phase3..5-step.png
+    of a 6-phase one (`write_files(..., stale=...)`) and nothing the pattern does not name.
+    Plain files only: a link or a folder of that name is not a plot pipeplan wrote.
+
+        stale_plots(Path("plots"), r"phase[0-9]+-step\.png", {Path("plots/phase0-step.png")})
+    """
+    regex = re.compile(pattern)
+    return sorted(
+        path
+        for path in directory.iterdir()
+        if regex.fullmatch(path.name)
+        and path not in written
+        and not path.is_symlink()
+        and path.is_file()
+    )
 
 
 def _make_parent(path: Path) -> None:
@@ -487,7 +507,9 @@ def write_preview_plots(
     all or nothing (`write_files`)."""
     directory = Path(directory)
     phases = range(len(preview.plan.phases))
-    check_targets([*(directory / f"phase{i}-step.png" for i in phases), directory / "epochs.png"])
+    targets = [*(directory / f"phase{i}-step.png" for i in phases), directory / "epochs.png"]
+    check_targets(targets)
+    stale = stale_plots(directory, r"phase[0-9]+-step\.png", targets)
 
     def figures() -> Iterator[tuple[Path, bytes]]:
         pairs = zip(preview.plan.phases, timelines, strict=True)
@@ -507,4 +529,4 @@ def write_preview_plots(
         baseline_rate = steps / baseline.epoch_s if baseline.epoch_s else None
         yield directory / "epochs.png", epochs_png(preview.epochs, title, baseline_rate)
 
-    return write_files(figures())
+    return write_files(figures(), stale)

@@ -402,11 +402,19 @@ def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
     """`pipeplan report --plot DIR`: per phase measured vs simulated step, and the epochs,
     written all or nothing (`write_files`)."""
     from pipeplan.fileio import write_files
-    from pipeplan.plots import check_targets, comparison_png, epochs_png, timeline_png
+    from pipeplan.plots import (
+        check_targets,
+        comparison_png,
+        epochs_png,
+        stale_plots,
+        timeline_png,
+    )
 
     directory = Path(directory)
     names = [f"phase{phase.phase}-measured-vs-simulated.png" for phase in report.phases]
-    check_targets([*(directory / name for name in names), directory / "epochs.png"])
+    targets = [*(directory / name for name in names), directory / "epochs.png"]
+    check_targets(targets)
+    stale = stale_plots(directory, r"phase[0-9]+-measured-vs-simulated\.png", targets)
 
     def figures() -> Iterator[tuple[Path, bytes]]:
         for phase in report.phases:
@@ -435,4 +443,4 @@ def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
         rate = baseline.samples_per_s if baseline else None
         yield directory / "epochs.png", epochs_png(report.epochs, title, rate)
 
-    return write_files(figures())
+    return write_files(figures(), stale)

@@ -325,6 +325,8 @@ def test_profile_nproc_measures_links_that_plans_then_use(tmp_path):
         ["run", "--resume", "a", "--resume", "b"],
         ["plan", "--cache", "--no-cache", "-o", "a.json"],
         ["run", "--no-cache", "--model", "vit-digits", "--cache", "--prepare-only"],
+        ["--debug", "--debug", "models"],  # ninth round: accepted, hoisting folded them
+        ["models", "--debug", "--debug"],
     ],
 )
 def test_an_option_given_twice_is_refused(args, capsys):
@@ -371,6 +373,17 @@ IGNORED = [
     (["preview", "--cluster", "C.json", "--cache-budget", "1GB"], "--cache-budget", "--cluster"),
     (["run", "--freeze", "none", "--cache-budget", "1GB"], "--cache-budget", "--freeze none"),
     (["plan", "--freeze", "none", "--cache-budget", "1GB"], "--cache-budget", "--freeze none"),
+    # Ninth round: a cache, or its budget, beside a freeze that freezes nothing was accepted.
+    (["run", "--freeze", "none", "--cache"], "--cache", "--freeze none"),
+    (["preview", "--freeze", "none", "--cache"], "--cache", "--freeze none"),
+    (["run", "--freeze", "0,0", "--cache-budget", "1GiB"], "--cache-budget", "--freeze 0,0"),
+    (["run", "--freeze", "0,0", "--cache"], "--cache", "--freeze 0,0"),
+    (
+        ["preview", "--freeze-schedule", "0,0", "--cache-budget", "1GiB"],
+        "--cache-budget",
+        "--freeze-schedule 0,0",
+    ),
+    (["plan", "--freeze-schedule", "0,0", "--cache"], "--cache", "--freeze-schedule 0,0"),
 ]
 
 
@@ -398,6 +411,72 @@ def test_the_same_flags_beside_the_others_defaults_are_accepted(tmp_path, capsys
     assert cli.main(argv) == 0, capsys.readouterr().err
     saved = load(RunConfig, tmp_path / "x" / "run.json")
     assert (saved.alpha, saved.freeze_every, saved.freeze) == (0.5, 2, "auto")
+
+
+def test_no_cache_beside_a_freeze_that_freezes_nothing_is_accepted(tmp_path, capsys):
+    """`--no-cache` there says what holds (bench/bench_executor.py gives it with `--freeze
+    none`): only `--cache` is refused; a list that freezes a layer keeps its budget."""
+    for name, freeze in (("a", ["--freeze", "none", "--no-cache"]), ("b", ["--freeze", "0,1"])):
+        argv = ["run", *freeze, "--cache-budget", "1GiB"] if name == "b" else ["run", *freeze]
+        argv += ["--runs-dir", str(tmp_path), "--name", name, "--prepare-only"]
+        assert cli.main(argv) == 0, capsys.readouterr().err
+    assert load(RunConfig, tmp_path / "a" / "run.json").cache is False
+    assert load(RunConfig, tmp_path / "b" / "run.json").cache_budget_bytes == 1 << 30
+
+
+def test_a_flag_left_out_takes_the_plan_s_or_profile_s_value(tmp_path, capsys, monkeypatch):
+    """Ninth round: `run --plan P` was refused for --nproc and --global-batch the user never
+    gave (the plan was for 1 node x 2 devices, global batch 256, against the defaults 2 and
+    64), `preview --profile BF16` for --precision (and `run --profile BF16` likewise). Left
+    out, they are the plan's and the profile's; a value given that contradicts them is
+    still refused."""
+    monkeypatch.chdir(tmp_path)
+    vit = str(shipped_profile("vit-digits", "cpu"))
+    plan_argv = ["plan", "--profile", vit, "--devices-per-node", "2", "--nodes", "2"]
+    assert cli.main([*plan_argv, "--epochs", "2", "--samples", "1024", "-o", "p.json"]) == 0
+    run = ["run", "--model", "vit-digits", "--plan", "p.json", "--prepare-only", "--name"]
+    assert cli.main([*run, "a"]) == 0, capsys.readouterr().err
+    saved = load(RunConfig, tmp_path / "runs" / "a" / "run.json")
+    assert (saved.nproc, saved.global_batch) == (4, 256)
+    capsys.readouterr()
+    for given, refusal in (
+        (["--nproc", "2"], "the plan is for 4 devices but --nproc is 2"),
+        (["--global-batch", "64"], "the plan is for global batch 256, not 64"),
+    ):
+        assert cli.main([*run, "b", *given]) == 2
+        assert capsys.readouterr().err.splitlines() == [f"pipeplan: error: {refusal}"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["a"]
+    capsys.readouterr()
+    bf16 = str(shipped_profile("vit-digits", "cpu", "bf16"))
+    assert cli.main(["preview", "--profile", bf16, "--epochs", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "vit-digits"
+    assert cli.main(["preview", "--profile", bf16, "--precision", "fp32"]) == 2
+    assert "was measured in bf16, but --precision is fp32" in capsys.readouterr().err
+    run = ["run", "--model", "vit-digits", "--profile", bf16, "--prepare-only", "--name"]
+    assert cli.main([*run, "c"]) == 0, capsys.readouterr().err
+    assert load(RunConfig, tmp_path / "runs" / "c" / "run.json").precision == "bf16"
+    assert cli.main([*run, "d", "--precision", "fp32"]) == 2
+    assert "bf16 precision, classification, but this run feeds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("pointer", ["step-5", "step-04"])
+@pytest.mark.parametrize("command", ["export", "resume"])
+def test_a_latest_pointer_naming_no_checkpoint_says_so(pointer, command, tmp_path, capsys):
+    """Ninth round: `checkpoints/latest` naming a folder that is not there (`step-5`, or
+    `step-04` beside step-4) said "checkpoint is incomplete"; it names what does not exist and
+    the checkpoints that do."""
+    run_dir = tmp_path / "x"
+    (run_dir / "checkpoints" / "step-4").mkdir(parents=True)
+    (run_dir / "run.json").write_text(dumps(RunConfig(name="x")))
+    (run_dir / "checkpoints" / "step-4" / "manifest.json").write_text("{}")
+    (run_dir / "checkpoints" / "latest").write_text(pointer + "\n")
+    argv = ["export", str(run_dir), "--out", str(tmp_path / "m")]
+    assert cli.main(argv if command == "export" else ["run", "--resume", str(run_dir)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"pipeplan: error: {run_dir / 'checkpoints' / 'latest'}: names {pointer}, which does "
+        "not exist (checkpoints here: step-4)"
+    ]
+    assert not (tmp_path / "m").exists()
 
 
 @pytest.mark.parametrize("name", ["profile", "plan", "preview", "run", "demo"])

@@ -822,7 +822,11 @@ FRESH_ROUND = {
     ),
     "files: profile of another model": (f"{RUN} --profile {{B}}", "profiles 'bert-tiny'"),
     "files: plan for another model": (f"{RUN} --plan {{PLAN_MODEL}}", "for model 'bert-tiny'"),
-    "files: plan for another batch": (f"{RUN} --plan {{PLAN_BATCH}}", "for global batch 32"),
+    # A --global-batch given that contradicts the plan (left out, it is the plan's: test_cli).
+    "files: plan for another batch": (
+        f"{RUN} --global-batch 64 --plan {{PLAN_BATCH}}",
+        "for global batch 32",
+    ),
     "files: plan from another profile": (f"{RUN} --plan {{PLAN_SHA}}", "another profile"),
     "files: plan for another cluster": (f"{RUN} --plan {{PLAN_CLUSTER}}", "for 4 devices"),
     "files: plan is a directory": (f"{RUN} --plan {{DIR}}", "not a regular file"),

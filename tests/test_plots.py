@@ -288,3 +288,46 @@ def test_a_file_set_is_renamed_whole_under_ctrl_c(tmp_path, monkeypatch):
     assert [p.read_bytes() for p in targets] == [b"new a.png", b"new b.png", b"new c.png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.png", "c.png"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["report", "preview"])
+def test_a_plot_set_removes_the_stale_plots_of_the_set_it_replaces(
+    kind, tmp_path, monkeypatch, capsys
+):
+    """Ninth round: `preview --plot D` of a 6-phase plan, then of a 3-phase one, left
+    phase3..5-step.png of the first beside the second. Plots of the same set (its naming
+    pattern) that the new set does not write go with it, in the same all-or-nothing step: a
+    failed rename puts them back. Files the pattern does not name stay."""
+    import os
+
+    import cli
+
+    plots = tmp_path / "plots"
+    argv = plot_command(kind, tmp_path, plots)
+    assert cli.main(argv) == 0
+    fresh = sorted(p.name for p in plots.iterdir())
+    suffix = "measured-vs-simulated" if kind == "report" else "step"
+    stale = [f"phase{n}-{suffix}.png" for n in (7, 12)]  # an earlier, longer set's
+    others = [f"phase7-{suffix}.png.bak", f"myphase7-{suffix}.png", "phase-step.png", "a.txt"]
+    assert not set(stale + others) & set(fresh)
+    for name in stale + others:
+        (plots / name).write_bytes(b"earlier")
+    (plots / f"phase9-{suffix}.png").mkdir()  # not a plot pipeplan wrote: kept
+    others.append(f"phase9-{suffix}.png")
+    real_replace = os.replace
+
+    def a_rename_into_place_fails(src, dst):
+        if str(src).endswith(".tmp"):
+            raise OSError(5, "Input/output error")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", a_rename_into_place_fails)
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    assert "Input/output error" in capsys.readouterr().err
+    assert sorted(p.name for p in plots.iterdir()) == sorted(fresh + stale + others)
+    assert all((plots / name).read_bytes() == b"earlier" for name in stale)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert cli.main(argv) == 0
+    assert sorted(p.name for p in plots.iterdir()) == sorted(fresh + others)

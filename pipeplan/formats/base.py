@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -100,8 +101,11 @@ class Needs:
     `pipeplan run --freeze none --alpha 0.3` is then one line: `--alpha means nothing with
     --freeze none; it sets ...`. `values=(None,)`: the flag means nothing once `other` is
     given (`--device-memory` beside `--plan`). `excluding=True`: `values` are instead the
-    ones with which it means nothing (`--cache-budget` with `--freeze none`). A plain typer
-    parameter of a command takes the same marker in its `Annotated[...]`
+    ones with which it means nothing. `test`: a predicate on `other`'s value instead of
+    `values`, for conditions no list of values states (`--cache-budget` with `--freeze 0,0`,
+    a list that freezes nothing). `when`: only these values of the flag itself are refused
+    (`(True,)`: `--cache` beside `--freeze none`, while `--no-cache` there says what holds).
+    A plain typer parameter of a command takes the same marker in its `Annotated[...]`
     (`pipeplan.options.checked`).
     """
 
@@ -109,10 +113,18 @@ class Needs:
     values: tuple[Any, ...]
     why: str
     excluding: bool = False
+    test: Callable[[Any], bool] | None = None
+    when: tuple[Any, ...] | None = None
 
     def met(self, value: Any) -> bool:
         """Whether the flag means something while `other` is `value`."""
+        if self.test is not None:
+            return self.test(value)
         return (value in self.values) != self.excluding
+
+    def concerns(self, value: Any) -> bool:
+        """Whether the flag given as `value` is held to this condition at all."""
+        return self.when is None or value in self.when
 
 
 NOT_A_FLAG = Flag(cli=False)

@@ -101,13 +101,31 @@ def _freeze_list(text: str) -> list[int] | None:
 # The conditions under which a flag means something (`pipeplan.options.check_needs`), shared
 # by `pipeplan run` and `pipeplan plan`/`preview` where the flag means the same.
 CACHE_BUDGET_NEEDS = Needs("cache", (True,), "it sizes the cache that --cache keeps")
-# Nothing frozen, nothing cached: the budget of a cache never made.
-SOMETHING_FROZEN = Needs(
-    "freeze",
-    ("none",),
-    "it sizes the cache of frozen layers' activations, and nothing freezes",
-    excluding=True,
-)
+
+
+def freezes_something(value: Any) -> bool:
+    """Whether `--freeze VALUE` (or `--freeze-schedule VALUE`) can freeze a layer: not
+    `none`, nor a list of zeros (`0,0`). Left out (None), a mode, or a trajectory file: it
+    can (the file is not read before the flags are checked)."""
+    if value == "none":
+        return False
+    layers = _freeze_list(value) if isinstance(value, str) else value
+    return not isinstance(layers, list) or any(layers)
+
+
+def something_frozen(other: str, what: str, when: tuple[Any, ...] | None = None) -> Needs:
+    """The flag (which does `what`) means nothing while the flag of `other` freezes nothing
+    (`freezes_something`): `something_frozen("freeze_schedule", "it caches ...")`."""
+    return Needs(other, (), f"{what}, and nothing freezes", test=freezes_something, when=when)
+
+
+# Nothing frozen, nothing cached: the cache, and the budget, of a cache never made.
+BUDGET_DOES = "it sizes the cache of frozen layers' activations"
+CACHE_DOES = "it caches the frozen layers' activations"
+SOMETHING_FROZEN = something_frozen("freeze", BUDGET_DOES)
+# `--no-cache` beside `--freeze none` says what holds (bench/bench_executor.py gives both):
+# only `--cache` asks for something that cannot happen.
+CACHE_SOMETHING_FROZEN = something_frozen("freeze", CACHE_DOES, when=(True,))
 ALPHA_NEEDS = Needs(
     "freeze",
     ("auto", "alpha", None),  # None: plan/preview's --freeze left out, which is auto
@@ -208,7 +226,9 @@ class RunConfig(Strict):
     checkpoint_every: Annotated[
         Steps | None, Flag(default="only at layout changes and the end")
     ] = Field(None, description="Also checkpoint every N steps.")
-    cache: bool = Field(True, description="AutoCache the frozen prefix's activations.")
+    cache: Annotated[bool, Flag(needs=CACHE_SOMETHING_FROZEN)] = Field(
+        True, description="AutoCache the frozen prefix's activations."
+    )
     cache_budget_bytes: Annotated[
         Bytes, Flag("--cache-budget", unit="bytes", needs=(CACHE_BUDGET_NEEDS, SOMETHING_FROZEN))
     ] = Field(
