@@ -546,3 +546,20 @@ def test_the_printed_torchrun_command_is_shell_quoted(tmp_path, capsys, folder):
     printed = capsys.readouterr().out
     command = shlex.split(printed[printed.index("torchrun") :])
     assert command[-3:] == ["-m", "executor.launch", str(runs / "q")]
+
+
+@pytest.mark.timeout(120)
+def test_the_entry_refuses_a_world_size_the_run_was_not_prepared_for(tmp_path, capsys):
+    """A fresh start on WORLD_SIZE=2 of a run prepared for 1 rank failed inside the rank:
+    a traceback, then the line."""
+    flags = ["--model", "vit-digits", "--nproc", "1", "--epochs", "1", "--name", "w"]
+    assert cli.main(["run", *flags, "--runs-dir", str(tmp_path), "--prepare-only"]) == 0
+    capsys.readouterr()
+    run = tmp_path / "w"
+    before = snapshot(run)
+    env = {**os.environ, **RANK_ENV, "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}
+    env.pop("PIPEPLAN_LAUNCHER_PID", None)
+    code, err = _main_forked([str(run)], env)
+    assert code == 2 and err.count("\n") == 1, err[-3000:]
+    assert "WORLD_SIZE=2" in err and "prepared for 1 ranks" in err, err
+    assert snapshot(run) == before
