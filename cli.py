@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import sys
 import threading
@@ -401,7 +402,7 @@ def run(
         print(
             f"torchrun --nnodes NODES --nproc-per-node RANKS_PER_NODE --node-rank NODE "
             f"--rdzv-backend c10d --rdzv-endpoint HOST0:29500 --rdzv-conf=last_call_timeout=1 "
-            f"-m executor.launch {run_dir}"
+            f"-m executor.launch {shlex.quote(str(run_dir))}"  # a folder name with a space
         )
         return
     table = Table(

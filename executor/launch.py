@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import sys
 import traceback
@@ -391,11 +392,22 @@ def main(argv: list[str] | None = None) -> None:
     """One rank: `python -m executor.launch RUN_DIR [--resume] [--log-dir DIR] [--debug]`,
     started by torchrun on every node or by `pipeplan run` through elastic_launch. Exits 0, or
     with the code of its report (`executor.faults`) after writing it."""
-    args = _parse(argv)
-    rank = int(os.environ["RANK"])
+    try:
+        args = _parse(argv)
+        world = launch_environment()
+    except PipeplanError as exc:  # before anything: one line, as the CLI says it
+        print(f"pipeplan: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    rank = world["RANK"]
     die_with_launcher()
     console = rank_console(Path(args.log_dir), rank) if args.log_dir else sys.stderr
     pipeplan_log.setup(rank=rank, debug=args.debug, stream=console if args.log_dir else None)
+    if not under_pipeplan_run() and world["LOCAL_RANK"] == 0:
+        try:  # `pipeplan run` made these checks before it started this rank; torchrun did not
+            enter_run(Path(args.run_dir), args.resume, world)
+        except PipeplanError as exc:
+            print(f"pipeplan: error: {exc}", file=console)
+            sys.exit(2)
     try:
         train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as exc:  # every failure is reported, then the rank exits
@@ -409,8 +421,15 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(faults.exit_code(report))
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that refuses in one line (BadArgumentError), not usage and an error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise BadArgumentError(message)
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m executor.launch",
         description="One rank of a pipeplan run (made by pipeplan run --prepare-only), started "
         "by torchrun: RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous come from its environment.",
@@ -419,10 +438,89 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true", help="Continue from its checkpoint.")
     parser.add_argument("--log-dir", help="Send this rank's output to DIR/rank-R.log.")
     parser.add_argument("--debug", action="store_true", help="Log DEBUG messages too.")
-    args = parser.parse_args(argv)
-    if "RANK" not in os.environ:
-        parser.error("RANK is not set: start it with torchrun (or run pipeplan run --nproc N)")
-    return args
+    return parser.parse_args(argv)
+
+
+# What the launcher's environment must hold, checked before torch reads it (`env://`): a bad
+# value was a ValueError traceback, or a rendezvous retried for a minute in 65 lines.
+LAUNCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")
+
+
+def launch_environment() -> dict[str, int]:
+    """`launch_environment()["RANK"]`: the launcher's variables (LAUNCH_ENV) as integers, each
+    in its range (0 <= RANK < WORLD_SIZE, 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE,
+    MASTER_PORT a port); BadArgumentError naming the first that is not."""
+    values = {}
+    for key in LAUNCH_ENV:
+        raw = os.environ.get(key)
+        if raw is None:
+            raise BadArgumentError(
+                f"{key} is not set: start it with torchrun (or run pipeplan run --nproc N)"
+            )
+        if not raw.isascii() or not raw.isdigit():  # int() also takes " 1", "+1", "1_0"
+            raise BadArgumentError(f"{key}={raw!r}: not a non-negative integer")
+        values[key] = int(raw)
+    limits = (
+        ("WORLD_SIZE", 1, None),
+        ("RANK", 0, values["WORLD_SIZE"] - 1),
+        ("LOCAL_WORLD_SIZE", 1, values["WORLD_SIZE"]),
+        ("LOCAL_RANK", 0, values["LOCAL_WORLD_SIZE"] - 1),
+        ("MASTER_PORT", 1, 65535),
+    )
+    for key, low, high in limits:
+        if values[key] < low or (high is not None and values[key] > high):
+            top = "" if high is None else f"..{high}"
+            raise BadArgumentError(f"{key}={values[key]}: must be in {low}{top}")
+    if not os.environ.get("MASTER_ADDR"):
+        raise BadArgumentError("MASTER_ADDR is not set: start it with torchrun")
+    return values
+
+
+def under_pipeplan_run() -> bool:
+    """This rank was started by `pipeplan run`, whose process checked the run and holds its
+    lock (it names itself, and it is this rank's parent); else by torchrun."""
+    return os.environ.get(LAUNCHER_PID) == str(os.getppid())
+
+
+# What a run writes once its ranks train: a folder holding any of these has started.
+STARTED = ("run.jsonl", METRICS_FILE, "checkpoints", MODEL_DIR, "summary.json")
+
+
+def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
+    """torchrun's entry on each node's LOCAL_RANK 0, before any rank writes: the checks
+    `pipeplan run` makes. Rank 0, which writes the run's files, first takes the run's lock
+    for its life (a `pipeplan run --resume` of the same folder is refused, and it refuses
+    this one). A fresh start is refused where the run has started (it retrained and appended
+    a second run's records) and where the world is not run.json's; a resume passes
+    `check_resume`. PipeplanError with one line.
+
+        enter_run(Path("runs/exp1"), resume=True, world=launch_environment())
+    """
+    if world["RANK"] == 0:
+        claim_directory(run_dir)
+    saved = load(RunConfig, run_dir / "run.json")
+    if not resume:
+        started = next((name for name in STARTED if (run_dir / name).exists()), None)
+        if started is not None:
+            raise BadArgumentError(
+                f"{run_dir}: has started already (it holds {started}); continue it with "
+                f"-m executor.launch {shlex.quote(str(run_dir))} --resume"
+            )
+        if world["WORLD_SIZE"] != saved.nproc:
+            raise BadArgumentError(
+                f"WORLD_SIZE={world['WORLD_SIZE']}: {run_dir} is prepared for {saved.nproc} "
+                f"ranks; prepare it with --nproc {world['WORLD_SIZE']}"
+            )
+        return
+    check_data(run_dir, saved)
+    # What the ranks will run (`rank_config`): the configuration a resume re-planned for its
+    # world size, if one is pending, on the launcher's world size.
+    pending = run_dir / PENDING_CONFIG
+    current = load(RunConfig, pending) if pending.exists() else saved
+    cfg = resumed_config(current, {"nproc": world["WORLD_SIZE"]})
+    records = check_resume(run_dir, saved, cfg, local=False)
+    if world["RANK"] == 0:  # the rank that appends to run.jsonl
+        mend_torn_tail(run_dir / "run.jsonl", records)
 
 
 def die_with_launcher() -> None:
@@ -460,6 +558,12 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
     cfg = rank_config(run_dir, resume)
     device = init_distributed(cfg.device, cfg.collective_timeout_s)
     rank = dist.get_rank()
+    if rank != 0 and int(os.environ["LOCAL_RANK"]) == 0 and not under_pipeplan_run():
+        # Another node's copy of the run is locked too, for the run's life (rank 0 took its
+        # own in `enter_run`). Where this node shares rank 0's folder, rank 0's lock holds it
+        # and this claim is refused: taken after the rendezvous, rank 0 holds it by then.
+        with contextlib.suppress(OutputError):
+            claim_directory(run_dir)
     trainer = Trainer(cfg, run_dir, RunPlanner.for_run(run_dir, cfg), device, recalibrate=calibrate)
     if rank == 0:
         from executor.progress import ProgressView
@@ -668,16 +772,16 @@ def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:
     return build(RunConfig, {**saved.model_dump(), **changed})
 
 
-def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path, RunSummary]:
-    """`pipeplan run --resume RUN_DIR [--nproc N] [--epochs E] [--collective-timeout S]`:
-    continue from the latest checkpoint, re-checked as a fresh run would be (a hand-edited
-    run.json included) and re-planned for the world size."""
+def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = True) -> list:
+    """Every check a resume of the run at `path` passes before any rank trains, the same for
+    `pipeplan run --resume` and torchrun's `-m executor.launch RUN --resume`: `saved` is its
+    run.json, `cfg` what the resume runs (`resumed_config`), `local` as for `check_run`.
+    Returns run.jsonl's records; PipeplanError with one line if the run cannot resume.
+
+        records = check_resume(Path("runs/exp1"), saved, resumed_config(saved, {"epochs": 4}))
+    """
     from executor.checkpoint import load_latest
 
-    path = Path(run_dir)
-    saved = load(RunConfig, path / "run.json")
-    check_data(path, saved)
-    cfg = resumed_config(saved, given or {})
     latest(path)  # fail before any process starts (and before claiming) if nothing to resume
     # What every rank reads on resume, read here first: a missing or corrupt file is one line
     # before any rank starts, not a rank failure that suggests the same --resume again.
@@ -686,12 +790,25 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
         records = read_records(path / "run.jsonl")
         # Checksums, what the files hold, finite weights (an older one, with a notice).
         manifest, weights, _, _ = load_latest(path)
-        check_run(cfg, resumed=(path, manifest, weights))
+        check_run(cfg, local, resumed=(path, manifest, weights))
         # The records' world against the run.json they were written under, once run.json
         # passed as a fresh run's options (a hand-edited nproc is refused by its limit first).
         check_against_config(records, saved, str(path / "run.jsonl"))
         check_manifest_records(manifest, records, path, cfg)
         check_unfinished(manifest, cfg, path)
+    return records
+
+
+def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path, RunSummary]:
+    """`pipeplan run --resume RUN_DIR [--nproc N] [--epochs E] [--collective-timeout S]`:
+    continue from the latest checkpoint, re-checked as a fresh run would be (a hand-edited
+    run.json included) and re-planned for the world size."""
+
+    path = Path(run_dir)
+    saved = load(RunConfig, path / "run.json")
+    check_data(path, saved)
+    cfg = resumed_config(saved, given or {})
+    records = check_resume(path, saved, cfg)
     claim_directory(path)
     mend_torn_tail(path / "run.jsonl", records)
     pending = path / PENDING_CONFIG

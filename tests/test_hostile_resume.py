@@ -10,12 +10,18 @@ checkpoint; a resume of a finished run; one run given twice; step records out of
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import test_hostile
-from test_hostile import copy_run, refused
+from test_hostile import copy_run, refused, snapshot
 from test_hostile_runs import _lines, _readable, _rewrite, _steps
+
+import cli
 
 finished_run = test_hostile.finished_run
 MORE = ["--epochs", "2"]  # a resume that has an epoch to train: only the damage stops it
@@ -384,3 +390,176 @@ def test_resume_refuses_gradient_norms_of_a_frozen_layer(mid_epoch_run, tmp_path
     path.write_text(json.dumps(doc))
     fragment = (str(path), "grad_norm_sums: layer 0, but layers 0..0 are frozen")
     refused(["run", "--resume", str(cut)], tmp_path, capsys, fragment)
+
+
+# ----------------------------------------------------------------------------- torchrun's entry
+# `python -m executor.launch RUN [--resume]`, what torchrun starts on every node, made none of
+# the checks `pipeplan run` makes. Each case runs it as torchrun would (one rank, its
+# environment) on a copy of `finished_run`: one line, exit 2, no file of the run changed.
+
+ROOT = Path(__file__).resolve().parents[1]
+RANK_ENV = {
+    "RANK": "0",
+    "WORLD_SIZE": "1",
+    "LOCAL_RANK": "0",
+    "LOCAL_WORLD_SIZE": "1",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29555",
+}
+
+
+def _entry(run: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    """The entry on `run`, started as torchrun starts it (no `pipeplan run` above it)."""
+    env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
+    env = {**env, **RANK_ENV, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "executor.launch", str(run), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _entry_refused(run: Path, *args: str, fragment: tuple[str, ...]) -> None:
+    before = snapshot(run)
+    done = _entry(run, *args)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith("pipeplan: error: ") and all(f in lines[0] for f in fragment)
+    assert snapshot(run) == before
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_the_entry_without_resume_refuses_a_run_that_started(finished_run, tmp_path):
+    """Without --resume it trained the run again and appended a second run's records."""
+    run = copy_run(finished_run, tmp_path)
+    _entry_refused(run, fragment=(str(run), "has started already", "--resume"))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_the_entry_resume_makes_the_checks_pipeplan_run_resume_makes(finished_run, tmp_path):
+    """--resume of a finished run rewrote its manifest, run.jsonl and summary.json (exit 0),
+    where `pipeplan run --resume` refuses it."""
+    run = copy_run(finished_run, tmp_path)
+    _entry_refused(run, "--resume", fragment=(str(run), "finished all its 1 epochs"))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_the_entry_takes_the_run_lock(finished_run, tmp_path):
+    """A `pipeplan run --resume` training the run (here: a process holding its lock, as that
+    one does) and the entry both wrote into it."""
+    run = copy_run(finished_run, tmp_path)
+    hold = "import sys; from pipeplan.fileio import claim_directory as c; c(sys.argv[1]);"
+    hold += " print('held', flush=True); sys.stdin.read()"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(run)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        _entry_refused(run, "--resume", fragment=(str(run), "in use by another pipeplan process"))
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+def _main_forked(argv: list[str], env: dict[str, str], timeout: float = 30) -> tuple[int, str]:
+    """`launch.main(argv)` in a fork of this process under `env` (torch is imported already:
+    no start-up cost); returns its exit code and stderr. A fork, so that an entry that
+    went on (to the process group, or `die_with_launcher`) cannot take the tests with it;
+    killed after `timeout` s (a rendezvous retried for a minute)."""
+    import signal
+    import time
+    import traceback
+
+    from executor import launch
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: stderr into the pipe, then the entry
+        os.dup2(write, 2)
+        sys.stderr = sys.__stderr__
+        os.environ.clear()
+        os.environ.update(env)
+        code = 0
+        try:
+            launch.main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stderr.flush()
+        os._exit(code)
+    os.close(write)
+    deadline = time.monotonic() + timeout
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        done = os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        err = pipe.read()
+    return os.waitstatus_to_exitcode(done[1]), err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "env, fragment",
+    [
+        ({"RANK": "x"}, "RANK='x': not a non-negative integer"),
+        ({"MASTER_PORT": "abc"}, "MASTER_PORT='abc'"),
+        ({"MASTER_PORT": "65536"}, "MASTER_PORT=65536: must be in 1..65535"),
+        ({"RANK": "5", "WORLD_SIZE": "2"}, "RANK=5: must be in 0..1"),
+        ({"RANK": None}, "RANK is not set"),
+        ({"LOCAL_RANK": "1"}, "LOCAL_RANK=1: must be in 0..0"),
+        ({"LOCAL_WORLD_SIZE": "2"}, "LOCAL_WORLD_SIZE=2: must be in 1..1"),
+        ({"WORLD_SIZE": " 1"}, "WORLD_SIZE=' 1'"),
+    ],
+)
+def test_the_entry_refuses_a_wrong_environment_in_one_line(tmp_path, env, fragment):
+    """A wrong launcher environment was a ValueError traceback, argparse's usage and error,
+    or (RANK beyond the world) 65 lines after a minute of rendezvous retries. Refused before
+    any process group or file: the run directory need not exist."""
+    given = {k: v for k, v in {**os.environ, **RANK_ENV, **env}.items() if v is not None}
+    given.pop("PIPEPLAN_LAUNCHER_PID", None)
+    code, err = _main_forked([str(tmp_path / "runs" / "r")], given)
+    assert code == 2 and err.count("\n") == 1, err[-3000:]
+    assert err.startswith("pipeplan: error: ") and fragment in err, err
+
+
+@pytest.mark.timeout(120)
+def test_the_entry_refuses_a_missing_run_dir_in_one_line():
+    """argparse printed its usage and an error: three lines."""
+    code, err = _main_forked([], {**os.environ, **RANK_ENV})
+    assert code == 2 and err.count("\n") == 1 and "required: run_dir" in err, err
+
+
+@pytest.mark.parametrize("folder", ["with space", "new\nline"])
+def test_the_printed_torchrun_command_is_shell_quoted(tmp_path, capsys, folder):
+    """A --runs-dir with a space or a newline printed a command the shell split apart."""
+    runs = tmp_path / folder
+    flags = ["--model", "vit-digits", "--nproc", "1", "--epochs", "1", "--name", "q"]
+    assert cli.main(["run", *flags, "--runs-dir", str(runs), "--prepare-only"]) == 0
+    printed = capsys.readouterr().out
+    command = shlex.split(printed[printed.index("torchrun") :])
+    assert command[-3:] == ["-m", "executor.launch", str(runs / "q")]
+
+
+@pytest.mark.timeout(120)
+def test_the_entry_refuses_a_world_size_the_run_was_not_prepared_for(tmp_path, capsys):
+    """A fresh start on WORLD_SIZE=2 of a run prepared for 1 rank failed inside the rank:
+    a traceback, then the line."""
+    flags = ["--model", "vit-digits", "--nproc", "1", "--epochs", "1", "--name", "w"]
+    assert cli.main(["run", *flags, "--runs-dir", str(tmp_path), "--prepare-only"]) == 0
+    capsys.readouterr()
+    run = tmp_path / "w"
+    before = snapshot(run)
+    env = {**os.environ, **RANK_ENV, "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}
+    env.pop("PIPEPLAN_LAUNCHER_PID", None)
+    code, err = _main_forked([str(run)], env)
+    assert code == 2 and err.count("\n") == 1, err[-3000:]
+    assert "WORLD_SIZE=2" in err and "prepared for 1 ranks" in err, err
+    assert snapshot(run) == before
