@@ -9,14 +9,14 @@ against being one run twice (a `cp -a` copy fitted every step twice).
 
 from __future__ import annotations
 
-import hashlib
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.fileio import check_distinct
 from pipeplan.formats import PhaseRecord, RunConfig, check_priced_profiles
-from pipeplan.formats.base import MAX_FILE_BYTES, check_input_file
+from pipeplan.formats.base import MAX_FILE_BYTES, check_input_file, check_json
 
 
 def check_run_files(run_dir: str | Path, config: RunConfig, phases: list[PhaseRecord]) -> None:
@@ -46,8 +46,8 @@ def check_distinct_runs(run_dirs: Iterable[str | Path], what: str) -> None:
             continue  # absent, empty or unreadable: the run's reader says what is wrong
         if first in seen:
             raise BadArgumentError(
-                f"{run_dir}: the same {what} as {seen[first]} (their run.jsonl begin with the "
-                "same record: a copy of one run)"
+                f"{run_dir}: holds the same run as {seen[first]} (their run.jsonl begin with "
+                "the same record: a copy of one run); give it once"
             )
         seen[first] = run_dir
 
@@ -57,11 +57,13 @@ FIRST_RECORD_LIMIT = 1 << 20
 
 
 def _first_record(path: Path) -> str | None:
-    """The sha256 of run.jsonl's first line, read bounded; None when there is none to read."""
+    """run.jsonl's first record as canonical JSON (its keys sorted, so a copy written out
+    again with other spacing is still the same record); None when there is none to read."""
     try:
         check_input_file(path, MAX_FILE_BYTES)
         with path.open("rb") as f:
-            line = f.readline(FIRST_RECORD_LIMIT).strip()
-    except (OSError, PipeplanError):
-        return None
-    return hashlib.sha256(line).hexdigest() if line else None
+            line = f.readline(FIRST_RECORD_LIMIT).decode("utf-8")
+        record = check_json(line, str(path))
+    except (OSError, UnicodeDecodeError, PipeplanError):
+        return None  # the records' reader says what is wrong with them
+    return json.dumps(record, sort_keys=True)
