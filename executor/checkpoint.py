@@ -360,7 +360,8 @@ def check_trained_with(manifest: CheckpointManifest, cfg: RunConfig, run_json: P
 
 def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> None:
     """`check_trained_with` against the run's latest checkpoint, when it has one: its manifest
-    only, no tensor read (what calibrate and report use run.json's precision, batch… for).
+    only, no tensor read: calibrate and report take run.json's precision, batch… as what the
+    run trained under.
     `check_latest_trained_with(run_dir, load(RunConfig, run_dir / "run.json"))`."""
     if not (run_dir / "checkpoints" / "latest").exists():
         return  # a run stopped before its first checkpoint: nothing to check against
