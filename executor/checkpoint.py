@@ -337,11 +337,13 @@ def check_weights(model: dict[str, torch.Tensor], layers: nn.ModuleList, where: 
 
 
 def check_trained_with(manifest: CheckpointManifest, cfg: RunConfig, run_json: Path) -> None:
-    """The configuration a resume trains under (`cfg`: run.json, with the flags --resume
+    """The configuration a command reads a run under (`cfg`: run.json, with the flags --resume
     gives) is the one the checkpoint was trained under, but for RESUMABLE fields, and epochs
-    only grow. A run.json edited since (lr, seed, the freeze list…) resumed the state under
-    another meaning. InputFileError naming the field: `check_trained_with(manifest, cfg,
-    run_dir / "run.json")`. A checkpoint written before manifests carried it is unchecked."""
+    only grow. A run.json edited since (lr, seed, the freeze list, precision…) resumed the
+    state under another meaning, exported it into another model, or calibrated its fp32 times
+    as bf16: resume, export and calibrate/report (`check_latest_trained_with`) all call this.
+    InputFileError naming the field: `check_trained_with(manifest, cfg, run_dir /
+    "run.json")`. A checkpoint written before manifests carried it is unchecked."""
     trained = manifest.config
     if trained is None:
         return
@@ -356,8 +358,22 @@ def check_trained_with(manifest: CheckpointManifest, cfg: RunConfig, run_json: P
         if field not in RESUMABLE and now != then:
             raise InputFileError(
                 f"{run_json}: {field} is {json.dumps(now)} but checkpoint {step} was trained "
-                f"with {json.dumps(then)}; --resume continues a run as it was trained"
+                f"with {json.dumps(then)}; a run is resumed, exported and measured as it was "
+                "trained"
             )
+
+
+def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> None:
+    """`check_trained_with` against the run's latest checkpoint, when it has one: its manifest
+    only, no tensor read: calibrate and report take run.json's precision, batch… as what the
+    run trained under.
+    `check_latest_trained_with(run_dir, load(RunConfig, run_dir / "run.json"))`."""
+    if not (run_dir / "checkpoints" / "latest").exists():
+        return  # a run stopped before its first checkpoint: nothing to check against
+    path = latest(run_dir, "export")
+    manifest = load(CheckpointManifest, path / "manifest.json")
+    _check_manifest(path, manifest)
+    check_trained_with(manifest, cfg, run_dir / "run.json")
 
 
 def load_latest(run_dir: Path, purpose: str = "resume") -> Loaded:

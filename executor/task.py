@@ -30,6 +30,7 @@ from pipeplan import models
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError
 from pipeplan.fileio import check_outside_runs
 from pipeplan.formats import DataFile, DataRecord, RunConfig, load
+from pipeplan.formats.base import check_input_file
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -179,12 +180,23 @@ def data_record(cfg: RunConfig) -> DataRecord | None:
 
 def check_data(run_dir: Path, cfg: RunConfig) -> None:
     """Before the task is rebuilt from run.json (a resume, an export): the data must be what
-    the run started with, or label ids would silently change meaning. Runs without data.json
-    (older runs, built-in data) are not checked."""
+    the run started with, or label ids would silently change meaning. data.json must list
+    exactly the files run.json's data and tokenizer read (deleted, or its list emptied, it
+    switched the check off), each a regular file within the input limit before it is hashed
+    (a FIFO or /dev/zero hung the command). Runs whose data reads no file (built-in data)
+    need no data.json."""
     from executor.checkpoint import file_sha256
 
     path = run_dir / DATA_RECORD
-    if not path.exists():
+    expected = [str(p) for p in data_files(cfg.data)]
+    if expected and text.is_text_spec(cfg.data):
+        expected += [str(p) for p in tokenizer_files(cfg)]
+    if not path.exists() and not path.is_symlink():
+        if expected:
+            raise InputFileError(
+                f"{path}: no such file, but run.json's data '{cfg.data}' reads files; the "
+                "run's record of its data is gone, so edited data cannot be told apart"
+            )
         return
     record = load(DataRecord, path)
     if record.data != cfg.data:
@@ -192,7 +204,20 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
             f"{run_dir / 'run.json'}: data '{cfg.data}' is not the data the run started with "
             f"('{record.data}', {path}); restore it or start a new run"
         )
+    listed = [file.path for file in record.files]
+    extra = sorted(set(listed) - set(expected))
+    missing = sorted(set(expected) - set(listed))
+    twice = sorted({p for p in listed if listed.count(p) > 1})
+    reads = f"run.json's data '{cfg.data}' and its tokenizer"
+    if extra:
+        raise InputFileError(f"{path}: files names '{extra[0]}', which {reads} do not read")
+    if missing or twice:
+        wrong = (
+            f"lacks '{missing[0]}', which {reads} read" if missing else f"names '{twice[0]}' twice"
+        )
+        raise InputFileError(f"{path}: files {wrong}; restore data.json or start a new run")
     for file in record.files:
+        check_input_file(Path(file.path), why="too large to read as the run's data")
         try:
             now = file_sha256(Path(file.path))
         except OSError as exc:
@@ -224,6 +249,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     directory. The run's data is read again: it sizes the head as it did in the run."""
     from executor.checkpoint import (
         check_checkpoints_folder,
+        check_trained_with,
         check_weights,
         latest,
         load_checkpoint,
@@ -237,7 +263,10 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     check_data(run_dir, cfg)
     check_checkpoints_folder(run_dir)  # --checkpoint step-N too, not only the latest
     path = _checkpoint_path(run_dir, checkpoint) if checkpoint is not None else None
-    _, weights, _, _ = load_checkpoint(path) if path else load_latest(run_dir, "export")
+    manifest, weights, _, _ = load_checkpoint(path) if path else load_latest(run_dir, "export")
+    # run.json edited since (dropout, seq_len, precision…) would build another model around
+    # the weights: refused as a resume refuses it.
+    check_trained_with(manifest, cfg, run_dir / "run.json")
     # Random init: every weight comes from the checkpoint, the model directory's are not read.
     seq, _ = build_task(cfg.model_copy(update={"init": "random"}), quiet=True)
     check_weights(weights, seq.layers, path or latest(run_dir, "export"))  # shapes and dtype kinds

@@ -42,7 +42,6 @@ from scipy.optimize import lsq_linear
 
 from pipeplan.costmodel import CostModel, same_placement
 from pipeplan.errors import InputFileError
-from pipeplan.fileio import check_distinct
 from pipeplan.formats import (
     Calibration,
     Cluster,
@@ -61,6 +60,7 @@ from pipeplan.formats import (
 )
 from pipeplan.formats.run import WARMUP_STEPS_PER_PHASE
 from pipeplan.log import held
+from pipeplan.runfiles import check_distinct_runs, check_run_files
 
 MIN_STEADY_STEPS = 3
 STRAGGLER_FACTOR = 3.0  # a step this many times the phase median is a straggler, not data
@@ -136,7 +136,11 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
     config = load(RunConfig, config_path)
     check_run_profile(run_dir, config, profile)
     with held():  # a torn last record's notice only if the records pass
-        return config, read_records(run_dir / "run.jsonl", config)
+        records = read_records(run_dir / "run.jsonl", config)
+        # run.json's precision edited to bf16 fitted fp32 times as bf16: checked against the
+        # run's checkpoint and its phases' profiles first.
+        check_run_files(run_dir, config, [r for r in records if isinstance(r, PhaseRecord)])
+        return config, records
 
 
 def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservation]:
@@ -655,7 +659,7 @@ def fit_group_rebuild(
 
 def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
     """The profile with a calibration fitted to the runs (replacing any earlier one)."""
-    check_distinct(run_dirs, "run")  # else its steps are counted as often as it is given
+    check_distinct_runs(run_dirs, "run")  # else its steps are counted as often as it is given
     observations = observe(run_dirs, profile)
     ranks = [r for o in observations for r in o.ranks]
     scales, why_compute = fit_compute(ranks)

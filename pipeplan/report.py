@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
-from pipeplan.fileio import check_distinct
 from pipeplan.formats import (
     BaselineReport,
     Comparison,
@@ -35,7 +34,6 @@ from pipeplan.formats import (
     EpochReport,
     PhaseRecord,
     PhaseReport,
-    Profile,
     RankBreakdown,
     RankTimes,
     Report,
@@ -43,13 +41,13 @@ from pipeplan.formats import (
     StagePlan,
     StageReport,
     StepRecord,
-    check_run_profile,
     load,
     read_records,
     steady_step,
     steady_steps,
 )
 from pipeplan.log import held
+from pipeplan.runfiles import check_distinct_runs, check_run_files
 from pipeplan.simulate import StageWork, Timeline, TimelineEvent, received_in_op, simulate
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
@@ -76,20 +74,7 @@ class _Run:
             self.steps = [r for r in records if isinstance(r, StepRecord)]
             self.epochs = [r for r in records if isinstance(r, EpochRecord)]
             self._check()
-            self._check_profiles()
-
-    def _check_profiles(self) -> None:
-        """The profiles the phases were priced with (files in the run directory) are of
-        run.json's model and precision, as calibrate checks its --profile."""
-        for name in sorted({p.pricing.profile for p in self.phases}):
-            path = self.dir / name
-            if Path(name).name != name or name in ("", ".", ".."):
-                raise InputFileError(
-                    f"{self.dir / 'run.jsonl'}: pricing names profile '{name}', not a file "
-                    "in the run directory"
-                )
-            if path.exists():  # hand-made records name a profile they do not carry
-                check_run_profile(self.dir, self.config, load(Profile, path))
+            check_run_files(self.dir, self.config, self.phases)
 
     def _check(self) -> None:
         where = self.dir / "run.jsonl"
@@ -298,7 +283,7 @@ def baseline_report(run: _Run, baseline: _Run) -> BaselineReport:
 def make_report(run_dir: str | Path, baseline_dir: str | Path | None = None) -> Report:
     """Read a run directory (and a baseline run's) and compare measured with predicted."""
     if baseline_dir is not None:  # a run compared with itself says nothing
-        check_distinct([run_dir, baseline_dir], "run (as RUN_DIR and --baseline)")
+        check_distinct_runs([run_dir, baseline_dir], "run (as RUN_DIR and --baseline)")
     run = _Run(run_dir)
     baseline = _Run(baseline_dir) if baseline_dir is not None else None
     cfg = run.config

@@ -1161,7 +1161,11 @@ def test_report_of_subnormal_times_is_a_report(tmp_path, capsys):
     into a pydantic traceback; a ratio that is not finite is reported as unknown."""
     run = _synthetic_run(tmp_path, "tiny")
     _subnormal(run / "run.jsonl")
-    base = _synthetic_run(tmp_path, "base")
+    from test_report import elastic_records, write_run
+
+    # Another run: its first phase's measured transition differs (one run twice is refused).
+    first, *rest = elastic_records()
+    base = write_run(tmp_path / "base", [first.model_copy(update={"transition_s": 0.2}), *rest])
     assert cli.main(["report", str(run)]) == 0
     assert cli.main(["report", str(run), "--baseline", str(base)]) == 0
     assert cli.main(["report", str(base), "--baseline", str(run)]) == 0

@@ -4,7 +4,9 @@ that no file of the run changed (`refused`). The one real run is test_hostile's 
 `finished_run` (1 rank, 1 epoch of 2 steps); report and calibrate read synthetic records.
 
 Classes: a checkpoint manifest that contradicts its run; records that end before the
-checkpoint; a resume of a finished run; one run given twice; step records out of range.
+checkpoint; a resume of a finished run; one run given twice; step records out of range;
+run.json edited since its checkpoint (resume, export, report, calibrate); data.json deleted,
+emptied or naming other files, and a data file that is not a regular file; one run copied.
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import test_hostile
+import test_hostile_data
 from test_hostile import copy_run, refused, snapshot
-from test_hostile_runs import _lines, _readable, _rewrite, _steps
+from test_hostile_runs import PROFILE, _lines, _readable, _rewrite, _steps
+from text_data import reviews, write_jsonl
 
 import cli
 
@@ -563,3 +568,158 @@ def test_the_entry_refuses_a_world_size_the_run_was_not_prepared_for(tmp_path, c
     assert code == 2 and err.count("\n") == 1, err[-3000:]
     assert "WORLD_SIZE=2" in err and "prepared for 1 ranks" in err, err
     assert snapshot(run) == before
+
+
+# ----------------------------------------------------------------------------- ninth round
+# data.json, export and calibrate trusting a run's files: data.json deleted, emptied or naming
+# a device; run.json edited since the checkpoint that export, report or calibrate read under
+# it; one run given twice as a copy.
+made = test_hostile_data.made  # the BERT checkpoint, tokenizer and profile (module-scoped)
+
+
+def _prepared(made, tmp_path: Path, capsys) -> tuple[Path, Path]:
+    """A `--prepare-only` text run (data.json: the data file and the tokenizer's files) and
+    its data file."""
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    assert cli.main(test_hostile_data.prepare(made, tmp_path, data)) == 0
+    capsys.readouterr()
+    return tmp_path / "runs" / "r", data
+
+
+def _record(run: Path, files) -> None:
+    path = run / "data.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "files": files(doc["files"])}))
+
+
+DATA_RECORDS = {  # what is done to data.json, and what the one line says of it
+    "deleted": (lambda run: (run / "data.json").unlink(), "data.json: no such file"),
+    "emptied": (lambda run: _record(run, lambda f: []), "data.json: files lacks "),
+    "a file left out": (lambda run: _record(run, lambda f: f[:-1]), "data.json: files lacks "),
+    "a device added": (
+        lambda run: _record(run, lambda f: [*f, {"path": "/dev/zero", "sha256": "0" * 64}]),
+        "data.json: files names '/dev/zero', which run.json's data",
+    ),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", ["export", "resume"])
+@pytest.mark.parametrize("case", DATA_RECORDS)
+def test_a_data_record_that_no_longer_covers_the_data_is_refused(
+    made, tmp_path, capsys, case, command
+):
+    """Deleting data.json, or emptying its list, switched the edited-data check off; a
+    /dev/zero listed in it hung export and resume. It must list exactly the files run.json's
+    data and tokenizer read. The data file is edited too (what the record is there to catch);
+    the prepared run has no checkpoint, so a command that let the record pass would say that
+    instead of naming data.json."""
+    run, data = _prepared(made, tmp_path, capsys)
+    damage, fragment = DATA_RECORDS[case]
+    damage(run)
+    data.write_text(data.read_text().replace('"negative"', '"zneg"'))
+    argv = {
+        "export": ["export", str(run), "--out", str(tmp_path / "out")],
+        "resume": ["run", "--resume", str(run)],
+    }[command]
+    refused(argv, tmp_path, capsys, (str(run), fragment))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", ["export", "resume"])
+def test_a_data_file_that_is_not_a_regular_file_is_refused_unread(made, tmp_path, capsys, command):
+    """The data file replaced by a FIFO (listed in data.json as the run named it) blocked the
+    sha256 forever: every file is checked as an input (a regular file within the limit)
+    before it is hashed."""
+    run, data = _prepared(made, tmp_path, capsys)
+    data.unlink()
+    os.mkfifo(data)
+    argv = {
+        "export": ["export", str(run), "--out", str(tmp_path / "out")],
+        "resume": ["run", "--resume", str(run)],
+    }[command]
+    refused(argv, tmp_path, capsys, (str(data), "not a regular file"))
+
+
+EDITED_SINCE = {"dropout": (0.5, "null"), "seed": (7, "0"), "init": ("random", "null")}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("field", EDITED_SINCE)
+@pytest.mark.parametrize("command", ["export", "report"])
+def test_export_and_report_refuse_a_run_json_edited_since_the_checkpoint(
+    finished_run, tmp_path, capsys, field, command
+):
+    """export built the model from run.json edited since the checkpoint (another dropout,
+    init…) and report reported the run as run.json now says: both check run.json against
+    the checkpoint's configuration as resume does (`check_trained_with`)."""
+    run = copy_run(finished_run, tmp_path)
+    value, trained = EDITED_SINCE[field]
+    test_hostile.edit_run_json(run, **{field: value})
+    argv = {"export": ["export", str(run), "--out", str(tmp_path / "out")]}.get(
+        command, ["report", str(run)]
+    )
+    fragment = f"{run / 'run.json'}: {field} is {json.dumps(value)} but checkpoint step-2 "
+    refused(argv, tmp_path, capsys, fragment + f"was trained with {trained}")
+    assert not (tmp_path / "out").exists()
+
+
+def _checkpoint_of(finished_run: Path, run: Path, **trained) -> None:
+    """`run` (hand-made records) gets finished_run's checkpoint manifest, its configuration
+    run.json's with `trained` changes: what the run trained under by its own record."""
+    step = run / "checkpoints" / "step-2"
+    step.mkdir(parents=True, exist_ok=True)
+    doc = json.loads(_manifest(finished_run).read_text())
+    config = json.loads((run / "run.json").read_text())
+    (step / "manifest.json").write_text(json.dumps({**doc, "config": {**config, **trained}}))
+    (run / "checkpoints" / "latest").write_text("step-2\n")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_calibrate_refuses_a_run_json_edited_since_the_checkpoint(finished_run, tmp_path, capsys):
+    """calibrate fitted a run whose run.json was edited since its checkpoint; it reads the
+    latest checkpoint's configuration (its manifest only) as resume and export do."""
+    run, argv = _readable(tmp_path, "calibrate")
+    _checkpoint_of(finished_run, run, dropout=0.1)
+    fragment = f"{run / 'run.json'}: dropout is null but checkpoint step-2 was trained with 0.1"
+    refused(argv, tmp_path, capsys, fragment)
+    (run / "checkpoints" / "step-2" / "manifest.json").unlink()
+    _checkpoint_of(finished_run, run)  # the same configuration: the fit goes ahead
+    assert cli.main(argv) == 0
+
+
+def test_calibrate_refuses_a_precision_its_phases_were_not_priced_in(tmp_path, capsys):
+    """run.json's precision edited from fp32 to bf16 (and a bf16 --profile given): calibrate
+    fitted fp32 times as bf16. The phases' own profile (run.jsonl's pricing names it, in the
+    run directory) says fp32: refused as report refuses it."""
+    run, argv = _readable(tmp_path, "calibrate")
+    shutil.copy(PROFILE, run / "profile.json")  # what the records were priced with: fp32
+    test_hostile.edit_run_json(run, precision="bf16")
+    doc = json.loads(Path(PROFILE).read_text())
+    doc["model"]["dtype"] = "bfloat16"
+    bf16 = tmp_path / "bf16.json"
+    bf16.write_text(json.dumps(doc))
+    argv[argv.index("--profile") + 1] = str(bf16)
+    refused(
+        argv, tmp_path, capsys, (str(run), "a run in bf16, but the profile was measured in fp32")
+    )
+
+
+@pytest.mark.parametrize("command", ["calibrate", "report --baseline"])
+@pytest.mark.parametrize("copy", ["cp -a", "cp -a, then edited"])
+def test_one_run_copied_is_the_same_run(tmp_path, capsys, command, copy):
+    """`calibrate RUN COPY` with COPY made by `cp -a RUN` fitted every step twice (only the
+    same folder or a link was refused): two folders whose run.jsonl open with the same
+    record hold one run, even when later records differ or the file was written out again."""
+    run, argv = _readable(tmp_path, command.split()[0])
+    again = tmp_path / "copy"
+    shutil.copytree(run, again)
+    if copy != "cp -a":  # its last step measured otherwise, its records written out again
+        lines = _lines(again)
+        _steps(lines)[-1]["step_s"] *= 1.01
+        _rewrite(again, lines)
+    argv = [*argv, str(again)] if command == "calibrate" else [*argv, "--baseline", str(again)]
+    fragment = (str(again), f"holds the same run as {run}", "a copy of one run")
+    refused(argv, tmp_path, capsys, fragment)

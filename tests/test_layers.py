@@ -58,7 +58,7 @@ LAYERS = [  # bottom first
             ),
         ],
     ),
-    ("analysis", ["pipeplan.calibrate", "pipeplan.report", "pipeplan.plots"]),
+    ("analysis", ["pipeplan.calibrate", "pipeplan.report", "pipeplan.plots", "pipeplan.runfiles"]),
     (
         "top",
         [

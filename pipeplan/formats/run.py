@@ -38,6 +38,7 @@ from pipeplan.formats.base import (
     Strict,
     check_json,
     first_error,
+    load,
     read_input,
 )
 from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
@@ -805,3 +806,23 @@ def check_run_profile(run_dir: str | Path, config: RunConfig, profile: Profile) 
             f"{run_dir}: a run in {config.precision}, but the profile was measured in "
             f"{profile.model.precision}"
         )
+
+
+def check_priced_profiles(
+    run_dir: str | Path, config: RunConfig, phases: list[PhaseRecord]
+) -> None:
+    """The profiles the phases were priced with (files in the run directory) are of run.json's
+    model and precision (`check_run_profile`): the run's own record of what it trained, so
+    run.json's precision edited from fp32 to bf16 is refused by report and calibrate alike.
+
+        check_priced_profiles(run_dir, config, [r for r in records if isinstance(r, PhaseRecord)])
+    """
+    run_dir = Path(run_dir)
+    for name in sorted({p.pricing.profile for p in phases}):
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise InputFileError(
+                f"{run_dir / 'run.jsonl'}: pricing names profile '{name}', not a file in the "
+                "run directory"
+            )
+        if (run_dir / name).exists():  # hand-made records name a profile they do not carry
+            check_run_profile(run_dir, config, load(Profile, run_dir / name))
