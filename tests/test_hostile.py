@@ -430,11 +430,12 @@ def test_resume_refuses_other_hand_edits(finished_run, tmp_path, capsys, edit, f
 @pytest.mark.timeout(300)
 def test_export_of_a_run_whose_data_exits_is_one_line(finished_run, tmp_path, capsys):
     """`"data": "sys:exit"` in run.json: export read the data again and ended with code 0,
-    having written nothing."""
+    having written nothing. It is now refused before the data is read: run.json is checked
+    against the configuration its checkpoint was trained under."""
     run = copy_run(finished_run, tmp_path)
     edit_run_json(run, data="sys:exit")
     argv = ["export", str(run), "--out", str(tmp_path / "out")]
-    refused(argv, tmp_path, capsys, "the data function exited (code 0)")
+    refused(argv, tmp_path, capsys, 'data is "sys:exit" but checkpoint step-2 was trained with')
     assert not (tmp_path / "out").exists()
 
 
