@@ -496,9 +496,9 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
 
         enter_run(Path("runs/exp1"), resume=True, world=launch_environment())
     """
+    saved = load(RunConfig, run_dir / "run.json")  # first: a mistyped folder is not made
     if world["RANK"] == 0:
         claim_directory(run_dir)
-    saved = load(RunConfig, run_dir / "run.json")
     if not resume:
         started = next((name for name in STARTED if (run_dir / name).exists()), None)
         if started is not None:
