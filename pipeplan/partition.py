@@ -345,7 +345,7 @@ class Node:
     """Stages 0..depth−1 fixed, covering [0, position); `sums` are what they imply:
     (a, d, tail0, l1, l1own, p3, pf, pb, win, nic, pace), see `PartitionSpace`. Linked to its
     parent, so a node costs the same memory at any depth: `cycle` is the last fixed stage's
-    c + X (its work and the transfers over its last boundary, for windows), `shared` the
+    c (its work with what it receives, for windows), `shared` the
     gradient bytes of fixed stages on each shared link still open (`PartitionSpace.open`)."""
 
     depth: int
@@ -367,7 +367,7 @@ class Node:
         return tuple(reversed(positions))
 
     def cycles(self, count: int) -> np.ndarray:
-        """c + X of the last `count` fixed stages (fewer near the root), in stage order."""
+        """c of the last `count` fixed stages (fewer near the root), in stage order."""
         values = []
         node: Node | None = self
         while node is not None and node.parent is not None and len(values) < count:
@@ -387,12 +387,14 @@ class PartitionSpace:
         space = PartitionSpace(pricing)
         for bound, child in space.expand(space.root(), limit=best): ...
 
-    With a_k = Σ_{t<k}(F_t + sf_t) (micro-batch 0's arrival at stage k), d_k = Σ_{t<k}(B_t +
-    sb_{t+1}) (the last gradient's way from k down to stage 0), c_k = F_k + B_k, X_t = sf_t +
-    sb_{t+1} and tail0 = A_0 + O_0, every step is at least (§4.8)
+    With F_k, B_k stage k's forward and backward including what they receive (the
+    activation over boundary k−1, the gradient over boundary k: `simulate.received_in_op`),
+    a_k = Σ_{t<k} F_t (micro-batch 0's arrival at stage k), d_k = Σ_{t<k} B_t (the last
+    gradient's way from k down to stage 0), c_k = F_k + B_k and tail0 = A_0 + O_0, every
+    step is at least (§4.8)
       L1_k = a_k + M·c_k + d_k + tail0 and a_k + M·c_k + A_k + O_k, for every stage k;
-      1F1B: Σc + ΣX + (M−1)·B_k + (M − nF_k)·F_k + tail0 (micro-batch 0's round trip);
-      GPipe: Σc + ΣX + (M−1)·(max F, sf + max B, sb) + tail0 (two flow shops).
+      1F1B: Σc + (M−1)·B_k + (M − nF_k)·F_k + tail0 (micro-batch 0's round trip);
+      GPipe: Σc + (M−1)·(max F + max B) + tail0 (two flow shops).
       1F1B, per stage k and window [t, k]: when B_0@k can end (a_k, then its forwards before
       B_0 or micro-batch 0's round trip below k), then the window's rounds and k's remaining
       ops (`simulate.window_counts`), then k's tail.
@@ -423,7 +425,6 @@ class PartitionSpace:
         self._tables: dict[str, list[np.ndarray]] = {}
         self._shared = {} if shared is None else shared
         self._last: dict[int, np.ndarray] = {}
-        self._windows: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
         self._tail_floor: np.ndarray | None = None
         self._rest_terms: np.ndarray | None = None
         # Per (depth, end) of forward-only prefixes: the (a, pf) not dominated so far.
@@ -535,7 +536,7 @@ class PartitionSpace:
         self, node: Node, j: np.ndarray
     ) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
         """The sums of the children whose stage `node.depth` ends at each j, that stage's
-        c + X (for later windows) and the gradient bytes on each shared link."""
+        c (for later windows) and the gradient bytes on each shared link."""
         p = self.p
         k, i = node.depth, node.position
         a, d, tail0, l1, l1own, p3, pf, pb, win, nic, pace = node.sums
@@ -550,7 +551,6 @@ class PartitionSpace:
         if k < p.num_stages - 1:
             B = B + p.grad_send_s[k][j]
         c = F + B
-        sf = sb = np.zeros_like(F)
         grads = p.grad_prefix[j] - p.grad_prefix[i]
         allreduce = np.where(
             grads > 0, p.allreduce_latency_s[k] + p.allreduce_s_per_byte[k] * grads, 0.0
@@ -558,7 +558,7 @@ class PartitionSpace:
         own = allreduce + p.optimizer_s_per_byte * grads
         # tail0 is the first stage that trains' (forward-only stages before it have own = 0).
         tail = own if i <= p.forward_only_layers else np.full_like(F, tail0)
-        ops_end, first_bwd_end = self._ops_end(node, j, F, B, sf + sb)
+        ops_end, first_bwd_end = self._ops_end(node, j, F, B)
         before = p.forwards_first[k]
         # Stage k's last forward comes from its predecessors' last forwards (pace), after
         # which it still runs its remaining backwards.
@@ -570,23 +570,23 @@ class PartitionSpace:
         if first_bwd_end is not None and before < M:
             later = first_bwd_end + (M - before) * F + (M - before - 1) * B
             last_fwd = np.where(self.trains(j), np.maximum(last_fwd, later), last_fwd)
-        pace = np.maximum(pace + F + sf, last_fwd + sf)
+        pace = np.maximum(pace + F, last_fwd)
         win = np.maximum(win, ops_end + np.maximum(d + tail, own))
         nic, shared = self._shared_links(node, grads, ops_end, nic)
         sums = (
-            a + F + sf,
-            d + B + sb,
+            a + F,
+            d + B,
             tail,
             np.maximum(l1, a + M * c + d),
             np.maximum(l1own, a + M * c + own),
             np.maximum(p3, (M - 1) * B + (M - p.forwards_first[k]) * F),
-            np.maximum(pf, np.maximum(F, sf)),
-            np.maximum(pb, np.maximum(B, sb)),
+            np.maximum(pf, F),
+            np.maximum(pb, B),
             win,
             nic,
             pace,
         )
-        return sums, c + sf + sb, shared
+        return sums, c, shared
 
     def _shared_links(
         self, node: Node, grads: np.ndarray, ops_end: np.ndarray, nic: float
@@ -609,7 +609,7 @@ class PartitionSpace:
         return np.broadcast_to(nic, grads.shape), with_k[self.open[k + 1]]
 
     def _ops_end(
-        self, node: Node, j: np.ndarray, F: np.ndarray, B: np.ndarray, X: np.ndarray
+        self, node: Node, j: np.ndarray, F: np.ndarray, B: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """When the new stage k = node.depth (ending at each j) can end its last op, and
         (1F1B) its first backward (None for GPipe or a stage that runs forward only): after its
@@ -628,7 +628,7 @@ class PartitionSpace:
             return busy, None
         if k < S - 1:
             work_left = p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[j] - p.bwd_prefix[j]
-            below = work_left + (S - 1 - k) * p.micro_batch_overhead_s + X
+            below = work_left + (S - 1 - k) * p.micro_batch_overhead_s
             # Boundary k's activation is received in stage k+1's forward (its gradient in
             # stage k's own backward, part of B), the later boundaries' both ways.
             below = below + p.send_s[k][j] + self.table("sends")[k + 1][j]
@@ -640,10 +640,7 @@ class PartitionSpace:
         # Windows start at a stage that trains: the first one is k itself when every fixed
         # stage runs forward only.
         first = node.active_from if node.position > p.forward_only_layers else k
-        key = (k, max(first, k - MAX_WINDOW_STAGES + 1))
-        if key not in self._windows:
-            self._windows[key] = window_counts(k, key[1], S, M)
-        rounds, fwd_left, bwd_left = self._windows[key]
+        rounds, fwd_left, bwd_left = _window_counts(k, max(first, k - MAX_WINDOW_STAGES + 1), S, M)
         # Work and transfers of the fixed stages t..k−1 of each window, then stage k's.
         recent = node.cycles(len(rounds) - 1)
         fixed = np.append(np.cumsum(recent[::-1])[::-1], 0.0)
@@ -1091,6 +1088,16 @@ class PartitionSpace:
                 return None
             node = min(children, key=lambda item: item[0])[1]
         return node
+
+
+@functools.lru_cache(maxsize=4096)
+def _window_counts(k: int, first: int, S: int, M: int) -> tuple[np.ndarray, ...]:
+    """`simulate.window_counts`, kept: the same few (k, first, S, M) recur across every
+    shape and phase of a plan. Read-only, as they are shared."""
+    counts = window_counts(k, first, S, M)
+    for array in counts:
+        array.flags.writeable = False
+    return counts
 
 
 # Rows of at most this many positions are searched by one comparison of every pair.
