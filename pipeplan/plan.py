@@ -295,8 +295,11 @@ def decide_phase(
     rule, which `pipeplan run` applies too when it plans online. With the cache on, the
     cached and the uncached phase are both priced (`CachePricing`: the first epoch fills the
     cache as it trains, later epochs hit as far as the node caches cover the samples); each
-    keeps `previous`'s placement unless moving pays for itself."""
-    options = [True, False] if cache and frozen > 0 else [False]
+    keeps `previous`'s placement unless moving pays for itself. A cached phase is priced only
+    when its cache can hit within the phase (`cache_can_hit`): one that only fills costs the
+    uncached placement's steps plus the stores, never less than that placement uncached."""
+    can_hit = cache_can_hit(epochs, previous)
+    options = [True, False] if cache and frozen > 0 and can_hit else [False]
     best: _Choice | None = None
     error: PipeplanError | None = None
     for cached in options:
@@ -319,6 +322,13 @@ def decide_phase(
         assert error is not None
         raise error
     return best
+
+
+def cache_can_hit(epochs: int, previous: Layout | None) -> bool:
+    """Whether some epoch of a cached phase can read the cache (`CachePricing.hit_fraction`):
+    the first epoch only fills it, unless the previous phase was cached and its node caches
+    survive; the second reads what the first stored."""
+    return epochs > 1 or (previous is not None and previous.cached)
 
 
 def _choose(

@@ -333,3 +333,47 @@ def test_the_cached_option_prunes_the_uncached_search_without_changing_the_plan(
     assert [p.model_dump(exclude=drop) for p in pruned] == [
         p.model_dump(exclude=drop) for p in unpruned
     ]
+
+
+@pytest.mark.parametrize("epochs_per_phase", [1, 2])
+def test_a_cached_phase_is_searched_only_when_its_cache_can_hit(monkeypatch, epochs_per_phase):
+    """A phase's first epoch only fills the cache: a one-epoch phase after an uncached one
+    cannot hit, and cached it would cost its placement's uncached steps plus the stores.
+    Such phases are not searched cached; phases of two epochs are (the second hits)."""
+    import pipeplan.plan as plan_module
+    from pipeplan.freeze import list_schedule
+    from pipeplan.plan import TrainingShape, _phase_choice
+
+    profile = preset_profile("bert-base")
+    cluster = cluster_from_flags(nodes=2, devices_per_node=4, device_memory="16GiB")
+    points = [0, 3, 6, 8, 10]
+    freeze = list_schedule(
+        [p for p in points for _ in range(epochs_per_phase)], 5 * epochs_per_phase, 12
+    )
+    kwargs = dict(global_batch=256, samples=50_000, epochs=5 * epochs_per_phase, freeze=freeze)
+    searched = []
+
+    def recording(model, batch, frozen=0, cached=False, *args):
+        searched.append(cached)
+        return solve_phase(model, batch, frozen, cached, *args)
+
+    monkeypatch.setattr(plan_module, "solve_phase", recording)
+    plan = make_plan(profile, cluster, **kwargs)
+    if epochs_per_phase == 2:
+        assert searched.count(True) == len(points) - 1  # every frozen phase, both ways
+        return
+    assert True not in searched and searched  # solved, never cached
+    assert not any(p.layout.cached for p in plan.phases)
+    # What the skipped option would have cost: each phase's placement cached is dearer.
+    model = CostModel(profile, cluster)
+    shape = TrainingShape(256, 50_000, 5)
+    previous = None
+    for phase in plan.phases:
+        layout = phase.layout
+        uncached = _phase_choice(model, shape, layout, 0.0, [], previous)
+        if layout.frozen_layers:
+            cached = layout.model_copy(update={"cached": True})
+            assert _phase_choice(model, shape, cached, 0.0, [], previous).total_s(1) > (
+                uncached.total_s(1)
+            )
+        previous = layout
