@@ -836,9 +836,9 @@ def with_file_values(cfg: RunConfig) -> RunConfig:
         found["global_batch"] = (inputs.global_batch, cfg.plan)
         # Without --profile the run prices with the shipped profile of its precision: the
         # plan's own, when it was made from one of them (a bf16 plan then runs in bf16).
-        precision = shipped_precision(inputs.profile, cfg.model, cfg.device)
-        if cfg.profile is None and precision is not None:
-            found["precision"] = (precision, cfg.plan)
+        shipped = None if cfg.profile else shipped_precision(inputs.profile, cfg.model, cfg.device)
+        if shipped is not None:
+            found["precision"] = (shipped, cfg.plan)
     if cfg.profile is not None:
         found["precision"] = (load(Profile, cfg.profile).model.precision, cfg.profile)
     taken = {k: v for k, v in found.items() if k not in cfg.model_fields_set}
