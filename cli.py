@@ -651,6 +651,21 @@ def _check_version(args: list[str]) -> None:
         raise BadArgumentError(f"--version takes nothing more, not {rest[1]!r}; give it alone")
 
 
+def _check_help(args: list[str]) -> None:
+    """`pipeplan plan --help extra` is refused: click's eager --help printed the help and
+    exited 0 before reading what follows, which then meant nothing. --help given last (after
+    other flags, as one adds it to a line being written) still prints the help."""
+    end = args.index("--") if "--" in args else len(args)
+    if "--help" not in args[:end]:
+        return
+    after = [a for a in args[args.index("--help") + 1 :] if a != "--debug"]
+    if after:
+        raise BadArgumentError(
+            f"--help takes nothing after it, not {after[0]!r}; give it last: "
+            "pipeplan COMMAND --help"
+        )
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise Interrupted
 
@@ -674,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_repeats(given)  # before hoisting, which folds `--debug --debug` into one
         _check_empty(args)
         _check_version(args)
+        _check_help(args)
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except PipeplanError as exc:

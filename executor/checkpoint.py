@@ -227,10 +227,16 @@ def latest(run_dir: Path, purpose: str = "resume") -> Path:
     if not pointer.exists():
         raise InputFileError(f"{run_dir}: {NO_CHECKPOINT[purpose]}")
     # `step-N` and a newline: a few bytes, so a larger file is not the run's pointer.
-    name = read_input(pointer, POINTER_LIMIT, why="not a checkpoint pointer").strip()
+    text = read_input(pointer, POINTER_LIMIT, why="not a checkpoint pointer")
+    # Exactly what `save` writes, `step-N` and at most one newline: blanks or more lines
+    # around the name are an edit, and an edited pointer may name another folder than meant.
+    name = text.removesuffix("\n")
     # The pointer names a sibling folder, nothing else: not a path out of the run directory.
     if not re.fullmatch(r"step-[0-9]{1,12}", name):
-        raise InputFileError(f"{pointer}: does not name a checkpoint (step-N)")
+        raise InputFileError(
+            f"{pointer}: holds {text[:40]!r}, not one checkpoint name (step-N and a newline, "
+            "as pipeplan writes it)"
+        )
     path = run_dir / "checkpoints" / name
     if path.is_symlink():  # the resume would write its next checkpoint through it, and fail
         raise InputFileError(f"{path}: is a symbolic link; a run's checkpoints are its own folders")

@@ -53,7 +53,7 @@ from executor.checkpoint import (
     commit_config,
     latest,
 )
-from executor.planning import RUN_PROFILE, RunPlanner, check_plan_cache
+from executor.planning import RUN_PROFILE, RunPlanner, check_plan_cache, shipped_precision
 from executor.records import METRICS_FILE, mend_torn_tail
 from executor.task import DATA_RECORD, MODEL_DIR, build_task, check_data, data_record
 from executor.worker import Trainer, init_distributed
@@ -829,14 +829,29 @@ def with_file_values(cfg: RunConfig) -> RunConfig:
 
         cfg = with_file_values(build(RunConfig, {"plan": "plan.json"}))   # nproc: the plan's
     """
-    found: dict[str, object] = {}
+    found: dict[str, tuple[object, str]] = {}  # field → (value, the file it is from)
     if cfg.plan is not None:
         inputs = load(Plan, cfg.plan).inputs
-        found |= {"nproc": inputs.cluster.num_devices, "global_batch": inputs.global_batch}
+        found["nproc"] = (inputs.cluster.num_devices, cfg.plan)
+        found["global_batch"] = (inputs.global_batch, cfg.plan)
+        # Without --profile the run prices with the shipped profile of its precision: the
+        # plan's own, when it was made from one of them (a bf16 plan then runs in bf16).
+        shipped = None if cfg.profile else shipped_precision(inputs.profile, cfg.model, cfg.device)
+        if shipped is not None:
+            found["precision"] = (shipped, cfg.plan)
     if cfg.profile is not None:
-        found["precision"] = load(Profile, cfg.profile).model.precision
+        found["precision"] = (load(Profile, cfg.profile).model.precision, cfg.profile)
     taken = {k: v for k, v in found.items() if k not in cfg.model_fields_set}
-    return build(RunConfig, {**cfg.model_dump(), **taken}) if taken else cfg
+    if not taken:
+        return cfg
+    try:
+        return build(RunConfig, {**cfg.model_dump(), **{k: v for k, (v, _) in taken.items()}})
+    except BadArgumentError as exc:  # held to the flag's bounds, and said where it came from
+        field = next((k for k in taken if str(exc).startswith(flag_of(RunConfig, k))), None)
+        if field is None:
+            raise
+        given_as = f"{flag_of(RunConfig, field)} was not given"
+        raise BadArgumentError(f"{exc} (taken from {taken[field][1]}, as {given_as})") from None
 
 
 def start_run(

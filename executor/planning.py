@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 from pipeplan.cluster import run_cluster
 from pipeplan.costmodel import CostModel
@@ -35,8 +35,10 @@ from pipeplan.formats import (
     Horizon,
     PhaseDecision,
     Plan,
+    Precision,
     Pricing,
     Profile,
+    ProfileIdentity,
     RunConfig,
     dumps,
     load,
@@ -64,6 +66,20 @@ def shipped_profile(model: str, device: str, precision: str = "fp32") -> Path | 
     suffix = "" if precision == "fp32" else f"-{precision}"
     path = profiles_dir() / f"{model}@{device}-1t{suffix}.json"
     return path if path.exists() else None
+
+
+def shipped_precision(identity: ProfileIdentity, model: str, device: str) -> str | None:
+    """The precision whose shipped profile of `model` on `device` is the one a plan was made
+    from (`identity`, the plan's record of it), or None if neither is: a run of that plan
+    without `--profile` prices with that profile, so it trains in that precision.
+
+        shipped_precision(load(Plan, "p.json").inputs.profile, "vit-digits", "cpu")  # "bf16"
+    """
+    for precision in get_args(Precision):
+        path = shipped_profile(model, device, precision)
+        if path is not None and profile_identity(load(Profile, path)).sha256 == identity.sha256:
+            return precision
+    return None
 
 
 def config_profile(cfg: RunConfig) -> Profile:

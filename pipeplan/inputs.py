@@ -68,7 +68,8 @@ DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
 
 
 def parse_micro_batches(text: str) -> list[int]:
-    """'1,2,4,8' → [1, 2, 4, 8]; anything but positive integers is a BadArgumentError."""
+    """'8,1,2,4' → [1, 2, 4, 8]; anything but distinct positive integers is a
+    BadArgumentError."""
     sizes = []
     for part in text.split(","):
         part = part.strip()
@@ -77,7 +78,21 @@ def parse_micro_batches(text: str) -> list[int]:
                 f"micro-batch sizes must be positive integers separated by commas, got '{text}'"
             )
         sizes.append(int(part))
-    return sorted(set(sizes))
+    return distinct_sizes(sizes)
+
+
+def distinct_sizes(sizes: list[int]) -> list[int]:
+    """`distinct_sizes([8, 1, 2])` → [1, 2, 8]. A size given twice is refused, not merged:
+    each size is timed once, so `1,1` was a typo for another size, and silently dropping it
+    times fewer sizes than the user asked for."""
+    seen: set[int] = set()
+    for size in sizes:
+        if size in seen:
+            raise BadArgumentError(
+                f"micro-batch size {size} is given twice; each size is timed once"
+            )
+        seen.add(size)
+    return sorted(sizes)
 
 
 # Limits of a profile's work: sizes timed, rounds per size, threads per rank.
@@ -120,6 +135,15 @@ class ProfileRequest(Strict):
     )
     seed: Seed = Field(0, description="Seed for weights and inputs.")
 
+    @field_validator("threads")
+    @classmethod
+    def _threads_fit(cls, value: int) -> int:
+        """No more threads than this host's cores: the one check of `--threads`."""
+        from pipeplan.spawn import check_threads  # torch.multiprocessing: only when profiling
+
+        check_threads(value)
+        return value
+
     @field_validator("micro_batch_sizes", mode="before")
     @classmethod
     def _sizes(cls, value: Any) -> Any:
@@ -128,6 +152,15 @@ class ProfileRequest(Strict):
             return value
         try:
             return parse_micro_batches(value)
+        except BadArgumentError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("micro_batch_sizes")
+    @classmethod
+    def _distinct(cls, value: list[int]) -> list[int]:
+        """The Python API's list, held to what the flag's form is (`distinct_sizes`)."""
+        try:
+            return distinct_sizes(value)
         except BadArgumentError as exc:
             raise ValueError(str(exc)) from None
 

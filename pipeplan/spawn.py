@@ -55,6 +55,19 @@ def check_local_ranks(nproc: int, device: str) -> None:
         )
 
 
+def check_threads(threads: int) -> None:
+    """`check_threads(4)`: that many intra-op threads fit this process's cores, else a
+    ValueError for the field validator of `--threads`, stating the limit. More threads than
+    cores only time-slice them (the times measure the contention), and far more fail inside
+    OpenMP itself ("Thread creation failed") with a traceback."""
+    have = cpu_cores()
+    if threads > have:
+        raise ValueError(
+            f"{threads} is beyond the limit of {have}: this process may run on {have} CPU "
+            "cores (one thread each)"
+        )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

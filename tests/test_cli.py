@@ -586,3 +586,61 @@ def test_spawned_ranks_die_with_a_terminated_parent(tmp_path):
     for pid in alive:  # not left to the rest of the suite
         os.kill(pid, signal.SIGKILL)
     assert alive == []
+
+
+@pytest.mark.parametrize(
+    "text", ["step-4\n\n", "step-4 \n", " step-4\n", "step-4\r\n", "step-4\nx"]
+)
+def test_a_latest_pointer_is_one_name_and_at_most_one_newline(text, tmp_path, capsys):
+    """Tenth round: `checkpoints/latest` with trailing blank lines (or blanks around the name)
+    was read as the name stripped. It holds what `save` writes, `step-N` and a newline; any
+    other text is refused naming the file. (`--checkpoint 'step-4 '` was already refused.)"""
+    run_dir = tmp_path / "x"
+    (run_dir / "checkpoints" / "step-4").mkdir(parents=True)
+    (run_dir / "run.json").write_text(dumps(RunConfig(name="x")))
+    (run_dir / "checkpoints" / "step-4" / "manifest.json").write_text("{}")
+    pointer = run_dir / "checkpoints" / "latest"
+    argv = ["export", str(run_dir), "--out", str(tmp_path / "m")]
+    for name, refusal in ((None, "not one checkpoint name"), ("step-4 ", "name a checkpoint")):
+        pointer.write_text(text)
+        assert cli.main(argv + (["--checkpoint", name] if name else [])) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and refusal in err[0], err
+        assert name or err[0].startswith(f"pipeplan: error: {pointer}: holds {text!r}")
+    for written in ("step-4\n", "step-4"):  # past the pointer: to the (empty) manifest
+        pointer.write_text(written)
+        assert cli.main(argv) == 2
+        assert "manifest.json" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_plan_of_a_shipped_bf16_profile_runs_in_bf16_without_flags(tmp_path, capsys):
+    """Tenth round: `run --plan P` alone, P planned from the shipped bf16 profile, was refused
+    (--precision's default fp32 priced with the fp32 profile, not the plan's). Left out, the
+    precision is the plan's; given as fp32 it still contradicts the plan."""
+    bf16 = str(shipped_profile("vit-digits", "cpu", "bf16"))
+    plan = ["plan", "--profile", bf16, "--devices-per-node", "2", "--epochs", "1"]
+    assert cli.main([*plan, "--samples", "512", "-o", str(tmp_path / "p.json")]) == 0
+    run = ["run", "--plan", str(tmp_path / "p.json"), "--prepare-only"]
+    run += ["--runs-dir", str(tmp_path / "runs"), "--name"]
+    assert cli.main([*run, "a"]) == 0, capsys.readouterr().err
+    assert load(RunConfig, tmp_path / "runs" / "a" / "run.json").precision == "bf16"
+    capsys.readouterr()
+    assert cli.main([*run, "b", "--precision", "fp32"]) == 2
+    assert "the plan was made from another profile" in capsys.readouterr().err
+
+
+def test_help_with_anything_after_it_is_refused(capsys):
+    """Tenth round: `preview --help extra` printed the help and exited 0, `extra` unread.
+    Something after --help is refused; --help last, after other flags, prints the help."""
+    for args in (["preview", "--help", "extra"], ["plan", "--help", "--nodes", "2"]):
+        assert cli.main(args) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.splitlines() == [
+            f"pipeplan: error: --help takes nothing after it, not {args[2]!r}; give it last: "
+            "pipeplan COMMAND --help"
+        ]
+    for args in (["plan", "--nodes", "2", "--help"], ["--help"]):
+        assert cli.main(args) == 0
+        assert "Usage:" in capsys.readouterr().out

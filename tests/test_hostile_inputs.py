@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,10 +16,13 @@ import transformers
 from test_hostile import PREVIEW, PROFILE, refused, with_path
 from text_data import BERT
 
+import cli
 from executor.data import TaskData, TensorPairs, check_compatible
 from executor.parallel import StepMean
+from executor.planning import shipped_profile
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.formats import RunConfig, load
 
 IGNORE = models.IGNORE_INDEX
 
@@ -324,3 +328,69 @@ def test_a_module_dataset_without_targets_stops_the_run_at_its_first_epoch(tmp_p
     assert len(lines) == 1 and lines[0].startswith("pipeplan: error: "), lines
     assert "no training sample of epoch 0 has a next token to predict" in lines[0]
     assert not (tmp_path / "runs" / "x" / "model").exists()  # it trained nothing to export
+
+
+# --------------------------------------------------------------------------- flags and magnitudes
+
+
+def test_threads_beyond_this_process_s_cores_are_refused_at_the_flag(tmp_path, capsys):
+    """Tenth round: `profile --threads 1000` failed inside OpenMP ("Thread creation failed",
+    exit 1). The limit is the cores this process may use; that many is still accepted."""
+    from pipeplan.inputs import ProfileRequest
+    from pipeplan.spawn import cpu_cores
+
+    cores = cpu_cores()
+    argv = ["profile", "vit-digits", "--out", str(tmp_path / "p.json"), "--threads"]
+    refused([*argv, str(cores + 1)], tmp_path, capsys, ("--threads", f"limit of {cores}"))
+    assert ProfileRequest(model="vit-digits", out="p.json", threads=cores).threads == cores
+
+
+@pytest.mark.parametrize("sizes", ["1,1", "4,2,04"])
+def test_a_micro_batch_size_given_twice_is_refused_not_merged(tmp_path, capsys, sizes):
+    """Tenth round: `--micro-batch-sizes 1,1` timed one size silently. The Python API's list
+    is held to the same rule."""
+    from pipeplan.inputs import ProfileRequest
+
+    argv = ["profile", "vit-digits", "--out", str(tmp_path / "p.json")]
+    refused([*argv, "--micro-batch-sizes", sizes], tmp_path, capsys, "is given twice")
+    with pytest.raises(ValueError, match="size 2 is given twice"):
+        ProfileRequest(model="vit-digits", out="p.json", micro_batch_sizes=[2, 1, 2])
+
+
+def _plan_file(tmp_path: Path, nodes: int, devices_per_node: int) -> Path:
+    """A plan for 1 × 2 devices, its cluster then widened to `nodes` × `devices_per_node`
+    (the phases' ranks stay valid): planning thousands of devices is not what is tested."""
+    small = tmp_path / "small.json"
+    vit = str(shipped_profile("vit-digits", "cpu"))
+    argv = ["plan", "--profile", vit, "--devices-per-node", "2", "--epochs", "1"]
+    assert cli.main([*argv, "--samples", "512", "-o", str(small)]) == 0
+    doc = json.loads(small.read_text())
+    doc["inputs"]["cluster"] |= {"nodes": nodes, "devices_per_node": devices_per_node}
+    path = tmp_path / f"plan-{nodes}x{devices_per_node}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_plan_s_world_is_held_to_the_limits_of_nproc(tmp_path, capsys):
+    """Tenth round: `run --plan P` for 1024 × 1024 devices prepared a run of 1,048,576 ranks
+    (--nproc left out is the plan's). Taken from the plan it meets --nproc's bounds: at most
+    MAX_RANKS for a torchrun prepare, this host's cores for a local run; 4096 is prepared."""
+    from pipeplan.formats.run import MAX_RANKS
+    from pipeplan.spawn import cpu_cores
+
+    cores = cpu_cores()
+    big, wide, most = (
+        _plan_file(tmp_path, *shape) for shape in ((2049, 2), (1, cores + 1), (2048, 2))
+    )
+    capsys.readouterr()  # the plans' progress
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    argv = ["run", "--plan", str(big), "--runs-dir", str(runs), "--name", "a"]
+    fragments = ("--nproc", f"limit of {MAX_RANKS}", f"taken from {big}")
+    refused([*argv, "--prepare-only"], tmp_path, capsys, fragments)
+    refused(["run", "--nproc", "4097", "--prepare-only"], tmp_path, capsys, "limit of 4096")
+    argv = ["run", "--plan", str(wide), "--runs-dir", str(runs), "--name", "b"]
+    refused(argv, tmp_path, capsys, f"--nproc {cores + 1} is beyond the limit of {cores}")
+    argv = ["run", "--plan", str(most), "--runs-dir", str(runs), "--name", "c", "--prepare-only"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert load(RunConfig, runs / "c" / "run.json").nproc == MAX_RANKS

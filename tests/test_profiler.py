@@ -106,8 +106,10 @@ def test_bad_micro_batch_sizes(text):
         inputs.parse_micro_batches(text)
 
 
-def test_micro_batch_sizes_parse_sorted_unique():
-    assert inputs.parse_micro_batches(" 8,1,2,2 ") == [1, 2, 8]
+def test_micro_batch_sizes_parse_sorted_and_a_repeated_size_is_refused():
+    assert inputs.parse_micro_batches(" 8,1,2 ") == [1, 2, 8]
+    with pytest.raises(BadArgumentError, match="size 2 is given twice"):
+        inputs.parse_micro_batches(" 8,1,2,2 ")
 
 
 def test_cuda_is_refused_without_a_gpu():

@@ -49,6 +49,10 @@ from pipeplan.formats.profile import Precision, Profile, Task
 log = logging.getLogger("pipeplan.records")
 
 Count0 = Annotated[int, Field(ge=0, lt=MAX_COUNT)]  # a rank, stage, replica or layer index
+# The most ranks a run has, on one host or many (torchrun): every step each rank gathers every
+# rank's times and run.jsonl records them (about 300 bytes a rank), 1.2 MB a step at 4096.
+# A local run is held to this host's cores or GPUs as well (`pipeplan.spawn.check_local_ranks`).
+MAX_RANKS = 4096
 FreezeMode = Literal["auto", "alpha", "list", "none"]
 # Where a run's weights come from: the model directory's checkpoint, or drawn from the seed.
 Init = Literal["pretrained", "random"]
@@ -284,6 +288,16 @@ class RunConfig(Strict):
     @classmethod
     def _plain_name(cls, value: str) -> str:
         return check_run_name(value)
+
+    @field_validator("nproc")
+    @classmethod
+    def _ranks(cls, value: int) -> int:
+        if value > MAX_RANKS:
+            raise ValueError(
+                f"{value} ranks is beyond the limit of {MAX_RANKS}: every rank gathers and "
+                "records every rank's times each step"
+            )
+        return value
 
     @field_validator("freeze", mode="before")
     @classmethod
