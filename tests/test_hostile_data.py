@@ -292,3 +292,43 @@ def test_a_csv_quote_closed_by_a_later_row_names_where_it_opened(made, tmp_path,
     rows = [*GOOD_ROWS[:3], '"open here,positive', *GOOD_ROWS[3:6], 'and "here,negative']
     data = csv_file(tmp_path, "text,label", [*rows, *GOOD_ROWS[6:]])
     refused(prepare(made, tmp_path, data), tmp_path, capsys, ("data.csv:5-9:", "malformed quoting"))
+
+
+def test_a_model_folder_given_by_another_spelling_is_the_profiled_one(
+    made, tmp_path, capsys, monkeypatch
+):
+    """Found by the tenth independent round: the profile of `ckpt/` was refused for the
+    same folder given as `ckpt` or its absolute path, as the path was compared as typed. A
+    folder is its config: every spelling (relative, trailing slash, a link) is accepted."""
+    checkpoint = made["checkpoint"]
+    (tmp_path / "link").symlink_to(checkpoint, target_is_directory=True)
+    monkeypatch.chdir(checkpoint.parent)
+    spellings = [f"{checkpoint.name}/", f"./{checkpoint.name}", str(tmp_path / "link")]
+    for n, spelling in enumerate(spellings):
+        argv = prepare(made, tmp_path, write_jsonl(tmp_path / "d.jsonl", reviews(20, seed=5)))
+        argv[argv.index("--model") + 1] = spelling
+        argv[argv.index("--name") + 1] = f"r{n}"
+        assert cli.main(argv) == 0, (spelling, capsys.readouterr().err)
+
+
+def test_a_profile_recording_another_config_than_the_folder(made, tmp_path, capsys):
+    """Found by the tenth independent round: the folder's config.json was never compared
+    with the config the profile recorded; a profile of another activation (another cost)
+    priced this one. The first differing shape field is named."""
+    doc = json.loads(made["profile"].read_text())
+    assert doc["model"]["config"]["hidden_act"] == "gelu"
+    doc["model"]["config"]["hidden_act"] = "relu"
+    edited = tmp_path / "relu.json"
+    edited.write_text(json.dumps(doc))
+    data = write_jsonl(tmp_path / "d.jsonl", reviews(20, seed=5))
+    fragments = ("relu.json", "'hidden_act' is 'relu'", "config.json has 'gelu'")
+    refused(prepare(made, tmp_path, data, profile=edited), tmp_path, capsys, fragments)
+
+
+def test_profiling_a_config_json_records_its_folder(made, tmp_path, capsys):
+    """`pipeplan profile DIR/config.json` is the folder's model (as `run --model` reads it):
+    the profile names DIR, and a run of DIR plans with it."""
+    out = profile(made["checkpoint"] / "config.json", tmp_path / "p.json")
+    assert json.loads(out.read_text())["model"]["name"] == str(made["checkpoint"])
+    data = write_jsonl(tmp_path / "d.jsonl", reviews(20, seed=5))
+    assert cli.main(prepare(made, tmp_path, data, profile=out)) == 0, capsys.readouterr().err
