@@ -43,6 +43,7 @@ from pipeplan.formats import (
     dumps,
     load,
 )
+from pipeplan.formats.profile import model_mismatch
 from pipeplan.plan import TrainingShape, decide_phase, profile_identity, stage_plans
 from pipeplan.solver import Pins
 
@@ -96,10 +97,9 @@ def config_profile(cfg: RunConfig) -> Profile:
             "--profile P.json"
         )
     profile = load(Profile, path)
-    if profile.model.name != cfg.model:
-        raise BadArgumentError(
-            f"{path} profiles '{profile.model.name}', not the model '{cfg.model}' of this run"
-        )
+    why = model_mismatch(cfg.model, profile)
+    if why is not None:
+        raise BadArgumentError(f"{path} {why}")
     if profile.device.kind != cfg.device:  # CPU times and host memory say nothing of a GPU
         raise BadArgumentError(
             f"{path} was measured on {profile.device.kind}, but this run trains on "

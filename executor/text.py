@@ -83,7 +83,8 @@ def read_corpus(spec: str, seed: int = 0) -> Corpus:
     """The texts and labels of `spec`: one file (EVAL_FRACTION of it held out, drawn from
     `seed`) or `TRAIN,EVAL`. InputFileError naming file and line on anything malformed."""
     files = [Path(p) for p in spec.split(",")]
-    rows = [_read_rows(path) for path in files]
+    kinds = _LabelKinds()  # one kind of label across both files
+    rows = [_read_rows(path, kinds) for path in files]
     if not rows[0]:
         raise InputFileError(f"{files[0]}: no rows of text")
     labelled = {label is not None for split in rows for _, label in split}
@@ -101,22 +102,22 @@ def read_corpus(spec: str, seed: int = 0) -> Corpus:
     return Corpus(spec, train, eval_, train_labels, eval_labels, names or None)
 
 
-def _read_rows(path: Path) -> list[Row]:
+def _read_rows(path: Path, kinds: _LabelKinds) -> list[Row]:
     check_input_file(path, why="too large to read as text data")
     try:
         # utf-8-sig: Excel's "CSV UTF-8" starts with a byte order mark, which is not part of
         # the first column's name (the data.json sha256 still hashes the raw bytes).
         with open(path, encoding="utf-8-sig", newline="") as handle:
             if path.suffix.lower() == ".csv":
-                return _csv_rows(handle, path)
-            return _jsonl_rows(handle, path)
+                return _csv_rows(handle, path, kinds)
+            return _jsonl_rows(handle, path, kinds)
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputFileError(f"{path}: cannot read ({exc})") from None
 
 
-def _jsonl_rows(handle: Any, path: Path) -> list[Row]:
+def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds) -> list[Row]:
     rows = []
     for number, line in enumerate(handle, start=1):
         if not line.strip():
@@ -130,15 +131,23 @@ def _jsonl_rows(handle: Any, path: Path) -> list[Row]:
         if not isinstance(item, dict) or not isinstance(item.get("text"), str):
             raise InputFileError(f'{path}:{number}: expected an object with a string "text"')
         _check_unicode(item["text"], f"{path}:{number}: the text")
-        rows.append((item["text"], _label(item.get("label"), f"{path}:{number}")))
+        written = item.get("label")
+        label = _label(written, f"{path}:{number}")
+        # A JSON number is an id; a string that is not one is a name.
+        number_written = isinstance(written, int) and not isinstance(written, bool)
+        kinds.see("an integer" if number_written else _name_or_none(label), f"{path}:{number}")
+        rows.append((item["text"], label))
     return rows
 
 
-def _csv_rows(handle: Any, path: Path) -> list[Row]:
+def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds) -> list[Row]:
     # csv.reader, not DictReader: DictReader lets a repeated column name silently overwrite
     # the first, files extra fields under the key None and fills missing ones with None.
-    reader = csv.reader(handle)
-    header = next(reader, None)
+    # strict: a quote that never closes is an error, not a field swallowing the rest of the
+    # file; a quoted field closing before the line ends may hold newlines (texts do).
+    lines = _RecordLines(handle)
+    reader = csv.reader(lines, strict=True)
+    header = _next_record(reader, lines, path)
     if header is None or "text" not in header:
         raise InputFileError(f"{path}: the header row must name a 'text' column")
     twice = sorted({name for name in header if header.count(name) > 1})
@@ -147,7 +156,7 @@ def _csv_rows(handle: Any, path: Path) -> list[Row]:
     text_at = header.index("text")
     label_at = header.index("label") if "label" in header else None
     rows = []
-    for fields in reader:
+    while (fields := _next_record(reader, lines, path)) is not None:
         if not fields:  # a blank line, as DictReader skips it
             continue
         if len(fields) != len(header):
@@ -157,8 +166,56 @@ def _csv_rows(handle: Any, path: Path) -> list[Row]:
             )
         where = f"{path}:{reader.line_num}"
         label = None if label_at is None else _label(fields[label_at], where)
+        # Every CSV cell is a string: digits are an id or, beside names, a name too.
+        kinds.see(_name_or_none(label), where)
         rows.append((fields[text_at], label))
     return rows
+
+
+class _RecordLines:
+    """The lines of a CSV file, keeping those of the record being read: where a quote that
+    never closes opened is found in them."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.record: list[str] = []
+        self.before = 0  # lines read before the current record
+
+    def __iter__(self) -> Any:
+        for line in self.handle:
+            self.record.append(line)
+            yield line
+
+    def start(self) -> None:
+        self.before += len(self.record)
+        self.record = []
+
+
+def _next_record(reader: Any, lines: _RecordLines, path: Path) -> list[str] | None:
+    """The next CSV record, or None at the end; a malformed one names its line."""
+    lines.start()
+    try:
+        return next(reader, None)
+    except csv.Error as exc:
+        first = lines.before + 1
+        if "unexpected end of data" not in str(exc):
+            # `"a"b`: text after a closing quote; when the quote opened lines earlier (one
+            # left unclosed, closed by the next row's quote) the row's first line says where.
+            last = first + max(len(lines.record), 1) - 1
+            span = f"{first}" if last == first else f"{first}-{last}"
+            raise InputFileError(
+                f"{path}:{span}: malformed quoting ({exc}); a quoted field must close just "
+                "before a comma or the line's end"
+            ) from None
+        # The unclosed field holds everything after its quote: the record's lines before it
+        # are those the record has beyond the field's.
+        raw = "".join(lines.record)
+        opened = next(csv.reader([raw]))[-1]  # not strict: the field runs to the end
+        line = first + raw.count("\n") - opened.count("\n")
+        raise InputFileError(
+            f"{path}:{line}: a quote opened on this line never closes (it would swallow the "
+            "rest of the file); close it, or double a quote inside a quoted field"
+        ) from None
 
 
 def _label(value: Any, where: str) -> int | str | None:
@@ -178,6 +235,34 @@ def _label(value: Any, where: str) -> int | str | None:
         _check_unicode(value, f"{where}: the label")
         return value.strip()
     raise InputFileError(f"{where}: a label is an integer ≥ 0 or a name, not {value!r}")
+
+
+def _name_or_none(label: int | str | None) -> str | None:
+    """'a name' for a label read as a name; None for an id from a string (neutral: beside
+    names it is one too)."""
+    return "a name" if isinstance(label, str) else None
+
+
+class _LabelKinds:
+    """The kind of label the first row gave: a JSON integer beside a name (`1` and `"cat"`)
+    would become the name "1", silently another class than id 1.
+
+        kinds.see("an integer", "d.jsonl:3")   # InputFileError if an earlier row had a name
+    """
+
+    def __init__(self) -> None:
+        self.first: tuple[str, str] | None = None  # (kind, where)
+
+    def see(self, kind: str | None, where: str) -> None:
+        if kind is None:
+            return
+        if self.first is None:
+            self.first = (kind, where)
+        elif kind != self.first[0]:
+            raise InputFileError(
+                f"{where}: the label is {kind}, but {self.first[1]} has {self.first[0]}; "
+                "label every row with integer ids or every row with names"
+            )
 
 
 def _check_unicode(value: str, what: str) -> None:

@@ -132,7 +132,8 @@ def stale_plots(directory: Path, pattern: str, written: Collection[Path]) -> lis
     r"""The plots of an earlier set in `directory` that this one (`written`) does not replace:
     files whose whole name `pattern` matches, so a 3-phase preview removes phase3..5-step.png
     of a 6-phase one (`write_files(..., stale=...)`) and nothing the pattern does not name.
-    Plain files only: a link or a folder of that name is not a plot pipeplan wrote.
+    Plain files holding a PNG only: a link, a folder, or a user's text file of that name
+    (`phase6-step.png` holding notes) is not a plot pipeplan wrote, and stays.
 
         stale_plots(Path("plots"), r"phase[0-9]+-step\.png", {Path("plots/phase0-step.png")})
     """
@@ -144,7 +145,20 @@ def stale_plots(directory: Path, pattern: str, written: Collection[Path]) -> lis
         and path not in written
         and not path.is_symlink()
         and path.is_file()
+        and _is_png(path)
     )
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # the 8 bytes every PNG file starts with
+
+
+def _is_png(path: Path) -> bool:
+    """Whether `path` starts as a PNG does (an unreadable file is not removed either)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE
+    except OSError:
+        return False
 
 
 def _make_parent(path: Path) -> None:

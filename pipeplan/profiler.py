@@ -446,11 +446,15 @@ def profile_to_file(request: ProfileRequest, progress: Progress | None = None) -
     # Never over the model it reads: a config.json given as the model, or a file of a model
     # directory (its config.json or weights were replaced by the profile).
     model = Path(request.model)
+    if model.name == "config.json" and model.is_file():
+        # The profile names the folder, as `run --model` does (a config.json is the same
+        # model): what report, calibrate and the demo compare a run's model with.
+        model = model.parent
     inputs = [model, *(model.iterdir() if model.is_dir() else ())]
     check_writable(request.out, inputs=inputs)
     # Times and bytes do not depend on the weights' values: a checkpoint's are not loaded.
     seq = models.build(
-        request.model,
+        str(model) if model != Path(request.model) else request.model,
         seq_len=request.seq_len,
         seed=request.seed,
         init="random",

@@ -237,3 +237,98 @@ def test_json_nested_too_deeply_in_text_inputs(made, tmp_path, capsys, where):
         paths["model"] = Path(shutil.copytree(made["checkpoint"], tmp_path / "m"))
         (paths["model"] / "config.json").write_text(deep)
     refused(prepare(made, tmp_path, data, **paths), tmp_path, capsys, "nested too deeply")
+
+
+@pytest.mark.parametrize("last", [False, True], ids=["mid-file", "last row, no newline"])
+def test_a_csv_quote_that_never_closes(made, tmp_path, capsys, last):
+    """Found by the tenth independent round: `"unclosed,positive` swallowed every following
+    line into one text, read silently. The line where the quote opens is named, also when a
+    closed multi-line text comes first (line numbers count physical lines)."""
+    rows = ['"two\nlines",positive', *GOOD_ROWS]  # lines 2-3, then 4 … 23
+    at = len(rows) if last else 4
+    rows.insert(at, '"unclosed,positive')
+    data = tmp_path / "data.csv"
+    data.write_text("\n".join(["text,label", *rows]) + ("" if last else "\n"))
+    line = 2 + 1 + at  # the header, the two-line text, then one line a row
+    fragments = (f"data.csv:{line}:", "quote opened on this line never closes")
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
+def test_a_csv_text_holding_newlines_in_closed_quotes_is_one_text(tmp_path):
+    """The decision beside the refusal above: a text may hold newlines when its quote
+    closes; the row after it is read as the next row (strict reading must not refuse it)."""
+    from executor.text import read_corpus
+
+    data = csv_file(tmp_path, "text,label", ['"first line\nsecond, line",positive', *GOOD_ROWS])
+    corpus = read_corpus(f"{data},{data}")
+    assert corpus.train[0] == "first line\nsecond, line" and corpus.train[1:] == [
+        row.rsplit(",", 1)[0] for row in GOOD_ROWS
+    ]
+    assert corpus.train_labels == [1, *[1 if i % 2 else 0 for i in range(20)]]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"], ids=["same file", "eval file"])
+def test_integer_and_named_labels_mixed(made, tmp_path, capsys, suffix):
+    """Found by the tenth independent round: `{"label": 1}` beside `{"label": "cat"}` made
+    the integer the name "1", another class than id 1, silently. Refused at the first row of
+    the other kind, in one file or in the eval file of `TRAIN,EVAL`."""
+    rows = [{**row, "label": i % 2} for i, row in enumerate(reviews(20, seed=4))]
+    if suffix == ".jsonl":
+        rows[6]["label"] = "cat"
+        data = str(write_jsonl(tmp_path / "mixed.jsonl", rows))
+        fragments = ("mixed.jsonl:7:", "a name", "mixed.jsonl:1 has an integer")
+    else:
+        train = write_jsonl(tmp_path / "train.jsonl", rows)
+        held = csv_file(tmp_path, "text,label", ["fine,1", "meh,cat"])
+        data = f"{train},{held}"
+        fragments = ("data.csv:3:", "a name", "train.jsonl:1 has an integer")
+    argv = prepare(made, tmp_path, Path(data))
+    refused(argv, tmp_path, capsys, fragments)
+
+
+def test_a_csv_quote_closed_by_a_later_row_names_where_it_opened(made, tmp_path, capsys):
+    """Two unbalanced quotes pair up across lines: the error comes at the second, but the
+    row (and the quote) began at the first, which the message names."""
+    rows = [*GOOD_ROWS[:3], '"open here,positive', *GOOD_ROWS[3:6], 'and "here,negative']
+    data = csv_file(tmp_path, "text,label", [*rows, *GOOD_ROWS[6:]])
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, ("data.csv:5-9:", "malformed quoting"))
+
+
+def test_a_model_folder_given_by_another_spelling_is_the_profiled_one(
+    made, tmp_path, capsys, monkeypatch
+):
+    """Found by the tenth independent round: the profile of `ckpt/` was refused for the
+    same folder given as `ckpt` or its absolute path, as the path was compared as typed. A
+    folder is its config: every spelling (relative, trailing slash, a link) is accepted."""
+    checkpoint = made["checkpoint"]
+    (tmp_path / "link").symlink_to(checkpoint, target_is_directory=True)
+    monkeypatch.chdir(checkpoint.parent)
+    spellings = [f"{checkpoint.name}/", f"./{checkpoint.name}", str(tmp_path / "link")]
+    for n, spelling in enumerate(spellings):
+        argv = prepare(made, tmp_path, write_jsonl(tmp_path / "d.jsonl", reviews(20, seed=5)))
+        argv[argv.index("--model") + 1] = spelling
+        argv[argv.index("--name") + 1] = f"r{n}"
+        assert cli.main(argv) == 0, (spelling, capsys.readouterr().err)
+
+
+def test_a_profile_recording_another_config_than_the_folder(made, tmp_path, capsys):
+    """Found by the tenth independent round: the folder's config.json was never compared
+    with the config the profile recorded; a profile of another activation (another cost)
+    priced this one. The first differing shape field is named."""
+    doc = json.loads(made["profile"].read_text())
+    assert doc["model"]["config"]["hidden_act"] == "gelu"
+    doc["model"]["config"]["hidden_act"] = "relu"
+    edited = tmp_path / "relu.json"
+    edited.write_text(json.dumps(doc))
+    data = write_jsonl(tmp_path / "d.jsonl", reviews(20, seed=5))
+    fragments = ("relu.json", "'hidden_act' is 'relu'", "config.json has 'gelu'")
+    refused(prepare(made, tmp_path, data, profile=edited), tmp_path, capsys, fragments)
+
+
+def test_profiling_a_config_json_records_its_folder(made, tmp_path, capsys):
+    """`pipeplan profile DIR/config.json` is the folder's model (as `run --model` reads it):
+    the profile names DIR, and a run of DIR plans with it."""
+    out = profile(made["checkpoint"] / "config.json", tmp_path / "p.json")
+    assert json.loads(out.read_text())["model"]["name"] == str(made["checkpoint"])
+    data = write_jsonl(tmp_path / "d.jsonl", reviews(20, seed=5))
+    assert cli.main(prepare(made, tmp_path, data, profile=out)) == 0, capsys.readouterr().err

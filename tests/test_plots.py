@@ -297,8 +297,9 @@ def test_a_plot_set_removes_the_stale_plots_of_the_set_it_replaces(
 ):
     """Ninth round: `preview --plot D` of a 6-phase plan, then of a 3-phase one, left
     phase3..5-step.png of the first beside the second. Plots of the same set (its naming
-    pattern) that the new set does not write go with it, in the same all-or-nothing step: a
-    failed rename puts them back. Files the pattern does not name stay."""
+    pattern, and a PNG's signature) that the new set does not write go with it, in the same
+    all-or-nothing step: a failed rename puts them back. Files the pattern does not name, and
+    a user's text file it does name (tenth round), stay."""
     import os
 
     import cli
@@ -310,9 +311,12 @@ def test_a_plot_set_removes_the_stale_plots_of_the_set_it_replaces(
     suffix = "measured-vs-simulated" if kind == "report" else "step"
     stale = [f"phase{n}-{suffix}.png" for n in (7, 12)]  # an earlier, longer set's
     others = [f"phase7-{suffix}.png.bak", f"myphase7-{suffix}.png", "phase-step.png", "a.txt"]
+    # Tenth round: a user's text file named like a stale plot was removed with the set.
+    others.append(f"phase6-{suffix}.png")
     assert not set(stale + others) & set(fresh)
+    earlier = b"\x89PNG\r\n\x1a\n" + b"earlier"  # what the earlier set's PNGs start with
     for name in stale + others:
-        (plots / name).write_bytes(b"earlier")
+        (plots / name).write_bytes(earlier if name in stale else b"my notes, not a plot")
     (plots / f"phase9-{suffix}.png").mkdir()  # not a plot pipeplan wrote: kept
     others.append(f"phase9-{suffix}.png")
     real_replace = os.replace
@@ -327,7 +331,7 @@ def test_a_plot_set_removes_the_stale_plots_of_the_set_it_replaces(
     assert cli.main(argv) == 2
     assert "Input/output error" in capsys.readouterr().err
     assert sorted(p.name for p in plots.iterdir()) == sorted(fresh + stale + others)
-    assert all((plots / name).read_bytes() == b"earlier" for name in stale)
+    assert all((plots / name).read_bytes() == earlier for name in stale)
     monkeypatch.setattr(os, "replace", real_replace)
     assert cli.main(argv) == 0
     assert sorted(p.name for p in plots.iterdir()) == sorted(fresh + others)

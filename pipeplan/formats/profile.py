@@ -3,10 +3,12 @@ the corrections `pipeplan calibrate` fitted on top (docs/architecture.md §3).""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from pipeplan.errors import InputFileError
 from pipeplan.formats.base import (
     MAX_SECONDS,
     Bandwidth,
@@ -20,6 +22,7 @@ from pipeplan.formats.base import (
     Scale,
     Seconds,
     Strict,
+    read_input,
 )
 
 # What a model is trained for: classes, or the next token (decoders). Defined once, here: the
@@ -284,3 +287,68 @@ class Profile(Strict):
         if sum(layer.params for layer in self.layers) == 0:
             raise ValueError("layers.*.params: the model has no parameters to train")
         return self
+
+
+# The config.json fields that change a layer's shapes, and so its times and bytes, across the
+# supported families (bert, roberta, distilbert, electra, vit, deit, gpt2, llama). Others
+# (dropout, labels, transformers_version) leave every profiled time and byte as it was.
+SHAPE_FIELDS = (
+    "model_type",
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "intermediate_size", "head_dim", "vocab_size", "max_position_embeddings",
+    "type_vocab_size", "embedding_size", "image_size", "patch_size", "num_channels",
+    "qkv_bias", "attention_bias", "mlp_bias", "tie_word_embeddings", "hidden_act",
+    "dim", "n_layers", "n_heads", "hidden_dim", "activation",
+    "n_embd", "n_layer", "n_head", "n_inner", "n_positions", "activation_function",
+)  # fmt: skip
+
+
+def model_mismatch(model: str, profile: Profile) -> str | None:
+    """Why `profile` was not measured of `model` (a built-in name, a transformers folder or
+    its config.json), or None when it was. A folder is identified by its config.json's shape
+    fields, not by how its path is spelled (`ckpt/`, its absolute path, a link to it): the
+    first field differing from the config the profile recorded is named. The one check of
+    run (`--profile`), report and calibrate.
+
+        model_mismatch("ckpt/", load(Profile, "p.json"))   # None, or "… 'hidden_size' …"
+    """
+    folder = _model_folder(model)
+    if folder is None:  # a built-in name (or a folder no longer there): its name is its identity
+        if _spelling(model) == _spelling(profile.model.name):
+            return None
+        return f"profiles '{profile.model.name}', not the model '{model}'"
+    import json
+
+    path = folder / "config.json"
+    try:
+        config = json.loads(read_input(path))
+    except (ValueError, RecursionError):
+        raise InputFileError(f"{path}: not valid JSON") from None
+    recorded = profile.model.config
+    if not isinstance(config, dict):
+        raise InputFileError(f"{path}: not a JSON object")
+    for field in SHAPE_FIELDS:
+        if field in config and config[field] != recorded.get(field):
+            return (
+                f"profiles a model whose config field '{field}' is {recorded.get(field)!r}, "
+                f"but {path} has {config[field]!r}; profile this model: pipeplan profile "
+                f"{folder} --out P.json"
+            )
+    return None
+
+
+def _model_folder(model: str) -> Path | None:
+    """The transformers folder `model` names (itself, or its config.json's folder)."""
+    path = Path(model)
+    if path.name == "config.json" and path.is_file():
+        return path.parent
+    return path if (path / "config.json").is_file() else None
+
+
+def _spelling(model: str) -> str:
+    """A name as given, or a path (one with a '/') resolved: `ckpt/` and its absolute path
+    are one model."""
+    if "/" not in model:
+        return model
+    path = Path(model)
+    return str((path.parent if path.name == "config.json" else path).resolve())

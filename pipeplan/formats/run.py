@@ -44,7 +44,7 @@ from pipeplan.formats.base import (
 from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.plan import StagePlan, check_stages
-from pipeplan.formats.profile import Precision, Profile, Task
+from pipeplan.formats.profile import Precision, Profile, Task, model_mismatch
 
 log = logging.getLogger("pipeplan.records")
 
@@ -810,9 +810,11 @@ def check_run_profile(run_dir: str | Path, config: RunConfig, profile: Profile) 
 
         check_run_profile(run_dir, load(RunConfig, run_dir / "run.json"), profile)
     """
-    if config.model != profile.model.name:
+    why = model_mismatch(config.model, profile)
+    if why is not None:
         raise InputFileError(
-            f"{run_dir}: a run of '{config.model}', but the profile is of '{profile.model.name}'"
+            f"{run_dir}: a run of '{config.model}', but the profile is of "
+            f"'{profile.model.name}', which {why}"
         )
     if config.precision != profile.model.precision:
         # Times measured in one precision cannot correct a profile of the other.
