@@ -132,8 +132,8 @@ def stale_plots(directory: Path, pattern: str, written: Collection[Path]) -> lis
     r"""The plots of an earlier set in `directory` that this one (`written`) does not replace:
     files whose whole name `pattern` matches, so a 3-phase preview removes phase3..5-step.png
     of a 6-phase one (`write_files(..., stale=...)`) and nothing the pattern does not name.
-    Plain files holding a PNG only: a link, a folder, or a user's text file of that name
-    (`phase6-step.png` holding notes) is not a plot pipeplan wrote, and stays.
+    Plain files holding a PNG pipeplan wrote only (`_pipeplan_png`): a link, a folder, a
+    user's text file or own PNG of that name is not a plot of the set, and stays.
 
         stale_plots(Path("plots"), r"phase[0-9]+-step\.png", {Path("plots/phase0-step.png")})
     """
@@ -145,20 +145,27 @@ def stale_plots(directory: Path, pattern: str, written: Collection[Path]) -> lis
         and path not in written
         and not path.is_symlink()
         and path.is_file()
-        and _is_png(path)
+        and _pipeplan_png(path)
     )
 
 
+# Every plot pipeplan writes names it as its software (a PNG text chunk, which matplotlib puts
+# right after the header): a stale plot is removed only when it is one of pipeplan's.
+SOFTWARE = "pipeplan"
+STAMP = b"tEXtSoftware\x00" + SOFTWARE.encode()
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # the 8 bytes every PNG file starts with
+HEADER_BYTES = 64  # signature, IHDR chunk, the stamp's length and the stamp
 
 
-def _is_png(path: Path) -> bool:
-    """Whether `path` starts as a PNG does (an unreadable file is not removed either)."""
+def _pipeplan_png(path: Path) -> bool:
+    """Whether `path` is a PNG pipeplan wrote: a user's text file, or a user's own PNG, named
+    like a stale plot stays (an unreadable file too)."""
     try:
         with open(path, "rb") as handle:
-            return handle.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE
+            head = handle.read(HEADER_BYTES)
     except OSError:
         return False
+    return head.startswith(PNG_SIGNATURE) and STAMP in head
 
 
 def _make_parent(path: Path) -> None:
@@ -502,7 +509,7 @@ def _finite(value: Any, what: str) -> float:
 def _png(fig: Figure) -> bytes:
     """`fig` rendered as PNG."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": SOFTWARE})
     return buf.getvalue()
 
 

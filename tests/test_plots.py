@@ -314,9 +314,14 @@ def test_a_plot_set_removes_the_stale_plots_of_the_set_it_replaces(
     # Tenth round: a user's text file named like a stale plot was removed with the set.
     others.append(f"phase6-{suffix}.png")
     assert not set(stale + others) & set(fresh)
-    earlier = b"\x89PNG\r\n\x1a\n" + b"earlier"  # what the earlier set's PNGs start with
+    earlier = (plots / fresh[0]).read_bytes()  # a plot of the earlier set, as pipeplan wrote it
+    # Eleventh round: a user's own PNG named like a stale plot went too (only the PNG
+    # signature was checked): only PNGs pipeplan wrote (its stamp) are a set's plots.
+    others.append(f"phase8-{suffix}.png")
+    users_png = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(40)
     for name in stale + others:
-        (plots / name).write_bytes(earlier if name in stale else b"my notes, not a plot")
+        mine = users_png if name == f"phase8-{suffix}.png" else b"my notes, not a plot"
+        (plots / name).write_bytes(earlier if name in stale else mine)
     (plots / f"phase9-{suffix}.png").mkdir()  # not a plot pipeplan wrote: kept
     others.append(f"phase9-{suffix}.png")
     real_replace = os.replace
