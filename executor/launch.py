@@ -845,7 +845,7 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
 
 def with_file_values(cfg: RunConfig) -> RunConfig:
     """What a flag left out takes from the files given: a run of `--plan FILE` trains the
-    plan's world size and global batch, a run of `--profile P` in P's precision. Given, they
+    plan's world size, global batch and epochs, a run of `--profile P` in P's precision. Given, they
     are held to the files (`check_plan`, `check_profile_fits`); left out, they never refuse
     a file (a plan for 4 devices is not refused for the default `--nproc 2`).
 
@@ -854,7 +854,11 @@ def with_file_values(cfg: RunConfig) -> RunConfig:
     found: dict[str, object] = {}
     if cfg.plan is not None:
         inputs = load(Plan, cfg.plan).inputs
-        found |= {"nproc": inputs.cluster.num_devices, "global_batch": inputs.global_batch}
+        found |= {
+            "nproc": inputs.cluster.num_devices,
+            "global_batch": inputs.global_batch,
+            "epochs": inputs.epochs,
+        }
     if cfg.profile is not None:
         found["precision"] = load(Profile, cfg.profile).model.precision
     taken = {k: v for k, v in found.items() if k not in cfg.model_fields_set}
