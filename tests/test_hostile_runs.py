@@ -480,3 +480,16 @@ def test_a_plan_runs_exactly_its_epochs(tmp_path, capsys):
         )
     assert cli.main([*run, "--name", "planned"]) == 0
     assert json.loads((tmp_path / "runs" / "planned" / "run.json").read_text())["epochs"] == 10
+
+
+@pytest.mark.parametrize("model", ["vit-digits", "bert-base"])
+@pytest.mark.parametrize("init", ["random", "pretrained"])
+def test_init_beside_a_built_in_model_is_refused(tmp_path, capsys, model, init):
+    """`run --model vit-digits --init random` was accepted though a built-in model always
+    starts from random weights (and `pretrained` was refused only once its data was
+    built): --init means something only beside a model directory (`INIT_NEEDS`)."""
+    argv = ["run", "--model", model, "--init", init, "--data", "synth-text", "--prepare-only"]
+    argv += ["--runs-dir", str(tmp_path / "runs")]
+    fragment = f"--init means nothing with --model {model}; "
+    refused(argv, tmp_path, capsys, fragment + "it chooses between a model directory's weights")
+    assert not (tmp_path / "runs").exists()
