@@ -55,6 +55,7 @@ def measure() -> None:
                 grad_norm_steps=0,
                 world_size=1,
                 model="bert-base",
+                config=checkpoint.RunConfig(name="bench", model="bert-base", data="synth-text"),
             )
             t0 = time.perf_counter()
             checkpoint.save(Path(tmp), seq.layers, spec, optimizer_states(opt), manifest)

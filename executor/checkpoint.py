@@ -349,10 +349,8 @@ def check_trained_with(manifest: CheckpointManifest, cfg: RunConfig, run_json: P
     state under another meaning, exported it into another model, or calibrated its fp32 times
     as bf16: resume, export and calibrate/report (`check_latest_trained_with`) all call this.
     InputFileError naming the field: `check_trained_with(manifest, cfg, run_dir /
-    "run.json")`. A checkpoint written before manifests carried it is unchecked."""
+    "run.json")`. Every manifest carries it (`CheckpointManifest.config` is required)."""
     trained = manifest.config
-    if trained is None:
-        return
     step = f"step-{manifest.step}"
     for field in RunConfig.model_fields:
         now, then = getattr(cfg, field), getattr(trained, field)

@@ -322,23 +322,36 @@ def check_manifest_records(
         )
 
 
-def check_unfinished(manifest: CheckpointManifest, cfg: RunConfig, run_dir: Path) -> None:
-    """A resume trains on: a run whose checkpoint is its end (every epoch of `cfg`, with the
-    epochs --resume gives) has nothing to train, and resuming it appended an empty phase and
-    rewrote its manifest and summary. Unless the run failed after that checkpoint, before its
-    end was written (the trained model, then summary.json of every step): then the failure
-    said to resume, and the resume writes them."""
-    if manifest.epoch < cfg.epochs or not (run_dir / MODEL_DIR).is_dir():
+def finished(manifest: CheckpointManifest, cfg: RunConfig) -> bool:
+    """Whether the checkpoint is the run's end: every epoch of `cfg` trained (its manifest is
+    at epoch `cfg.epochs`, step 0; `check_manifest_records` holds the records to reach it).
+    Not summary.json or model/: those are written after it, and deleting them made a finished
+    run resumable (a phantom phase of 0 steps, its manifest rewritten)."""
+    return manifest.epoch >= cfg.epochs
+
+
+def check_unfinished(
+    manifest: CheckpointManifest, cfg: RunConfig, run_dir: Path, local: bool = True
+) -> None:
+    """A resume trains on: a run whose latest checkpoint is its end (`finished`: every epoch
+    of `cfg`, with the epochs --resume gives) has nothing to train. Its trained model is the
+    checkpoint's, whatever happened after it: `pipeplan export` writes it. `local`: resumed by
+    `pipeplan run --resume` (which takes --epochs), else by torchrun's entry (which trains
+    run.json's epochs and takes none)."""
+    if not finished(manifest, cfg):
         return
-    try:
-        ended = load(RunSummary, run_dir / "summary.json").steps == manifest.step
-    except PipeplanError:  # missing or damaged: the end was not written
-        ended = False
-    if ended:
-        raise BadArgumentError(
-            f"{run_dir}: finished all its {cfg.epochs} epochs; give --epochs N > {cfg.epochs} "
-            "to train on"
+    if local:
+        more = f"give --epochs N > {cfg.epochs} to train on"
+    else:
+        more = (
+            f"this entry trains run.json's epochs and takes no --epochs; train on with "
+            f"pipeplan run --resume {shlex.quote(str(run_dir))} --epochs N > {cfg.epochs}"
         )
+    if not (run_dir / MODEL_DIR).is_dir():  # it failed after the checkpoint, or was deleted
+        more += f"; its model: pipeplan export {shlex.quote(str(run_dir))} --out DIR"
+    raise BadArgumentError(
+        f"{run_dir}: finished all its {cfg.epochs} epochs (checkpoint step-{manifest.step}); {more}"
+    )
 
 
 def check_outputs(run_dir: Path) -> None:
@@ -616,7 +629,7 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
             elastic_launch(local_config(cfg.nproc, logs), sys.executable)(*args)
     except ChildFailedError as exc:
         rank, why = faults.verdict(exc.failures, cfg.collective_timeout_s)
-        raise RankFailedError(failure_line(rank, why, run_dir), rank) from None
+        raise RankFailedError(failure_line(rank, why, run_dir, cfg), rank) from None
     except SignalException as exc:  # the agent has stopped every rank by now
         if exc.sigval == signal.SIGINT:
             raise Interrupted from None
@@ -701,15 +714,24 @@ def agent_scope(log_file: Path) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def failure_line(rank: int, why: str, run_dir: Path) -> str:
+def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     """`training failed on rank 1: killed by SIGKILL (at step 7); rank logs in runs/k/logs;
-    resume with: pipeplan run --resume runs/k`"""
+    resume with: pipeplan run --resume runs/k`. A failure after the final checkpoint (writing
+    model/ or summary.json) has nothing left to train (`check_unfinished` refuses its resume):
+    the line says how to export the model instead."""
     steps = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, StepRecord)]
     at = f"at step {steps[-1].step + 1}" if steps else "before the first step"
     line = f"training failed on rank {rank}: {why} ({at}); rank logs in {run_dir / 'logs'}"
-    if (run_dir / "checkpoints" / "latest").exists():
-        line += f"; resume with: pipeplan run --resume {run_dir}"
-    return line
+    if not (run_dir / "checkpoints" / "latest").exists():
+        return line
+    try:
+        manifest = load(CheckpointManifest, latest(run_dir) / "manifest.json")
+    except PipeplanError:  # the resume's own checks say what is wrong with it
+        manifest = None
+    quoted = shlex.quote(str(run_dir))
+    if manifest is not None and finished(manifest, cfg):
+        return line + f"; every epoch was trained: its model: pipeplan export {quoted} --out DIR"
+    return line + f"; resume with: pipeplan run --resume {quoted}"
 
 
 # ----------------------------------------------------------------------------- the command
@@ -795,7 +817,7 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         # passed as a fresh run's options (a hand-edited nproc is refused by its limit first).
         check_against_config(records, saved, str(path / "run.jsonl"))
         check_manifest_records(manifest, records, path, cfg)
-        check_unfinished(manifest, cfg, path)
+        check_unfinished(manifest, cfg, path, local)
     return records
 
 
@@ -823,7 +845,7 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
 
 def with_file_values(cfg: RunConfig) -> RunConfig:
     """What a flag left out takes from the files given: a run of `--plan FILE` trains the
-    plan's world size and global batch, a run of `--profile P` in P's precision. Given, they
+    plan's world size, global batch and epochs, a run of `--profile P` in P's precision. Given, they
     are held to the files (`check_plan`, `check_profile_fits`); left out, they never refuse
     a file (a plan for 4 devices is not refused for the default `--nproc 2`).
 
@@ -834,6 +856,7 @@ def with_file_values(cfg: RunConfig) -> RunConfig:
         inputs = load(Plan, cfg.plan).inputs
         found["nproc"] = (inputs.cluster.num_devices, cfg.plan)
         found["global_batch"] = (inputs.global_batch, cfg.plan)
+        found["epochs"] = (inputs.epochs, cfg.plan)
         # Without --profile the run prices with the shipped profile of its precision: the
         # plan's own, when it was made from one of them (a bf16 plan then runs in bf16).
         shipped = None if cfg.profile else shipped_precision(inputs.profile, cfg.model, cfg.device)

@@ -250,6 +250,13 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig) -> None:
         raise BadArgumentError(
             f"the plan is for model '{plan.inputs.profile.model}', not '{cfg.model}'"
         )
+    if plan.inputs.epochs != cfg.epochs:
+        # A plan's phases tile its epochs: fewer cut its schedule where it never said to stop
+        # (a freeze planned for epoch 5 of 10 never came), more train epochs it has no phase for.
+        raise BadArgumentError(
+            f"the plan is for {plan.inputs.epochs} epochs, not --epochs {cfg.epochs}; its phases "
+            f"cover exactly its epochs: re-plan with --epochs {cfg.epochs}"
+        )
     if plan.inputs.global_batch != cfg.global_batch:
         raise BadArgumentError(
             f"the plan is for global batch {plan.inputs.global_batch}, not {cfg.global_batch}"

@@ -148,6 +148,7 @@ def _manifest(step: int):
         grad_norm_steps=0,
         world_size=1,
         model="bert-synth",
+        config=checkpoint.RunConfig(name="t", model="bert-synth"),
     )
 
 

@@ -479,10 +479,16 @@ def test_a_latest_pointer_naming_no_checkpoint_says_so(pointer, command, tmp_pat
     assert not (tmp_path / "m").exists()
 
 
+# (flag, other flag) whose other's default does not meet the flag, deliberately: the default
+# --model is a built-in without weights, beside which --init means nothing (tenth round).
+UNMET_AT_DEFAULT = {("init", "model")}
+
+
 @pytest.mark.parametrize("name", ["profile", "plan", "preview", "run", "demo"])
 def test_every_flag_s_needs_name_a_flag_of_its_command_and_hold_at_its_default(name):
     """A `Needs` names another flag of the same command (a typo would be a KeyError when the
-    flag is given), and that flag's default meets it: a flag left out never refuses another."""
+    flag is given), and that flag's default meets it: a flag left out never refuses another
+    (but for UNMET_AT_DEFAULT, where the default is what the flag means nothing beside)."""
     command = getattr(cli, name)
     params = inspect.signature(command).parameters
     model = {"profile": ProfileRequest, "run": RunConfig}.get(name, PlanRequest)
@@ -494,7 +500,8 @@ def test_every_flag_s_needs_name_a_flag_of_its_command_and_hold_at_its_default(n
         needs += fields[pname].flag.conditions if pname in fields else []
         for need in needs:
             assert need.other in params, (pname, need.other)
-            assert need.met(params[need.other].default), (pname, need)
+            met = need.met(params[need.other].default)
+            assert met != ((pname, need.other) in UNMET_AT_DEFAULT), (pname, need)
             checked += 1
     assert checked >= {"profile": 0, "demo": 1, "run": 5, "plan": 9, "preview": 9}[name]
 

@@ -230,6 +230,7 @@ def _manifest(step: int) -> CheckpointManifest:
         grad_norm_steps=0,
         world_size=1,
         model="bert-synth",
+        config=RunConfig(name="t", model="bert-synth"),
     )
 
 

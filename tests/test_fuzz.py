@@ -43,6 +43,7 @@ MANIFEST = {
     "grad_norm_steps": 2,
     "world_size": 2,
     "model": "vit-digits",
+    "config": RUN,  # required: without it the check against run.json was off
 }
 VALID = {Profile: PROFILE, Cluster: CLUSTER, RunConfig: RUN, CheckpointManifest: MANIFEST}
 

@@ -128,7 +128,7 @@ def test_resume_of_a_finished_run_is_refused_before_anything_is_written(
     """`run --resume RUN` of a run that trained all its epochs appended an empty phase to
     run.jsonl and rewrote its manifest and summary.json."""
     run = copy_run(finished_run, tmp_path)
-    fragment = (str(run), "finished all its 1 epochs; give --epochs N > 1")
+    fragment = (str(run), "finished all its 1 epochs (checkpoint step-2); give --epochs N > 1")
     refused(["run", "--resume", str(run), *flags], tmp_path, capsys, fragment)
 
 
@@ -186,27 +186,42 @@ def test_resume_refuses_step_records_out_of_range(finished_run, tmp_path, capsys
     refused(["run", "--resume", str(run), *MORE], tmp_path, capsys, ("run.jsonl", fragment))
 
 
-@pytest.mark.parametrize("lost", ["summary.json", "model"])
-def test_a_run_that_failed_after_its_last_checkpoint_may_still_be_resumed(
-    finished_run, tmp_path, lost
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "lost", [("summary.json", "metrics.csv"), ("model",), ("summary.json", "metrics.csv", "model")]
+)
+def test_a_finished_run_is_finished_whatever_was_deleted_after_its_checkpoint(
+    finished_run, tmp_path, capsys, lost
 ):
-    """A failure after the final checkpoint (writing the trained model or summary.json) says
-    "resume with: pipeplan run --resume RUN": that resume is not refused as finished."""
-    import shutil
+    """Whether a run finished was read from summary.json and model/: with them deleted,
+    `run --resume RUN` appended a phantom phase of 0 steps and rewrote the manifest. The
+    latest checkpoint's manifest (every epoch of run.json trained) decides; without model/
+    the line says how to export it from the checkpoint."""
+    run = copy_run(finished_run, tmp_path)
+    for name in lost:
+        path = run / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    fragment = (str(run), "finished all its 1 epochs (checkpoint step-2); give --epochs N > 1")
+    if "model" in lost:
+        fragment += (f"its model: pipeplan export {run} --out DIR",)
+    refused(["run", "--resume", str(run)], tmp_path, capsys, fragment)
 
-    from executor.launch import check_unfinished
-    from pipeplan.errors import BadArgumentError
-    from pipeplan.formats import CheckpointManifest, RunConfig, load
+
+def test_a_failure_after_the_final_checkpoint_says_to_export_not_to_resume(finished_run, tmp_path):
+    """A rank failing after the final checkpoint (writing model/) said "resume with", a
+    resume that has nothing to train; before the end, it still says to resume."""
+    from executor.launch import failure_line
+    from pipeplan.formats import RunConfig, load
 
     run = copy_run(finished_run, tmp_path)
     cfg = load(RunConfig, run / "run.json")
-    latest = (run / "checkpoints" / "latest").read_text().strip()
-    manifest = load(CheckpointManifest, run / "checkpoints" / latest / "manifest.json")
-    with pytest.raises(BadArgumentError, match="finished all its"):
-        check_unfinished(manifest, cfg, run)
-    path = run / lost
-    shutil.rmtree(path) if path.is_dir() else path.unlink()
-    check_unfinished(manifest, cfg, run)  # its end was not written: resume writes it
+    line = failure_line(0, "exit code 1", run, cfg)
+    assert f"its model: pipeplan export {run} --out DIR" in line and "resume" not in line
+    more = cfg.model_copy(update={"epochs": 2})  # a resume for another epoch failed
+    assert failure_line(0, "exit code 1", run, more).endswith(
+        f"resume with: pipeplan run --resume {run}"
+    )
 
 
 # ----------------------------------------------------------------------------- eighth round
@@ -444,7 +459,9 @@ def test_the_entry_resume_makes_the_checks_pipeplan_run_resume_makes(finished_ru
     """--resume of a finished run rewrote its manifest, run.jsonl and summary.json (exit 0),
     where `pipeplan run --resume` refuses it."""
     run = copy_run(finished_run, tmp_path)
-    _entry_refused(run, "--resume", fragment=(str(run), "finished all its 1 epochs"))
+    # The entry takes no --epochs: its line says so, and where more epochs are given.
+    more = f"takes no --epochs; train on with pipeplan run --resume {run} --epochs N > 1"
+    _entry_refused(run, "--resume", fragment=(str(run), "finished all its 1 epochs", more))
 
 
 @pytest.mark.multiprocess
@@ -734,3 +751,27 @@ def test_one_run_copied_is_the_same_run(tmp_path, capsys, command, copy):
     argv = [*argv, str(again)] if command == "calibrate" else [*argv, "--baseline", str(again)]
     fragment = (str(again), f"holds the same run as {run}", "a copy of one run")
     refused(argv, tmp_path, capsys, fragment)
+
+
+# ----------------------------------------------------------------------------- tenth round
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["resume", "export", "report"])
+def test_a_manifest_without_its_configuration_is_refused(finished_run, tmp_path, capsys, command):
+    """A manifest with its `config` removed switched off the check of run.json against it:
+    resume, export and report then took an lr edited since the checkpoint as the run's. At
+    this schema_version the field is required, and the one line names the file and field."""
+    run = copy_run(finished_run, tmp_path)
+    doc = json.loads(_manifest(run).read_text())
+    del doc["config"]
+    _manifest(run).write_text(json.dumps(doc))
+    test_hostile.edit_run_json(run, lr=0.5)
+    argv = {
+        "resume": ["run", "--resume", str(run), *MORE],
+        "export": ["export", str(run), "--out", str(tmp_path / "out")],
+        "report": ["report", str(run)],
+    }[command]
+    refused(argv, tmp_path, capsys, (str(_manifest(run)), "field 'config': Field required"))
+    assert not (tmp_path / "out").exists()

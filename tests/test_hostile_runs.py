@@ -458,3 +458,38 @@ def test_resume_refuses_records_that_contradict_their_phase(finished_run, tmp_pa
     run = copy_run(finished_run, tmp_path)
     fragments = _damaged(run, damage)
     refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragments)
+
+
+# ----------------------------------------------------------------------------- tenth round
+
+
+def test_a_plan_runs_exactly_its_epochs(tmp_path, capsys):
+    """`run --plan P --epochs 3` with P planned for 10 epochs was accepted: its schedule cut
+    where it never said to stop (or, for more, epochs it has no phase for). Given, --epochs
+    is held to the plan's; left out, it is the plan's (as --nproc and --global-batch are)."""
+    plan = tmp_path / "p.json"
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--devices-per-node"]
+    argv += ["1", "--global-batch", "64", "--samples", "1438", "--epochs", "10", "--out", str(plan)]
+    assert cli.main(argv) == 0
+    run = ["run", "--model", "vit-digits", "--plan", str(plan), "--prepare-only"]
+    run += ["--runs-dir", str(tmp_path / "runs")]
+    capsys.readouterr()
+    for epochs in ("3", "11"):
+        refused(
+            [*run, "--epochs", epochs], tmp_path, capsys, f"is for 10 epochs, not --epochs {epochs}"
+        )
+    assert cli.main([*run, "--name", "planned"]) == 0
+    assert json.loads((tmp_path / "runs" / "planned" / "run.json").read_text())["epochs"] == 10
+
+
+@pytest.mark.parametrize("model", ["vit-digits", "bert-base"])
+@pytest.mark.parametrize("init", ["random", "pretrained"])
+def test_init_beside_a_built_in_model_is_refused(tmp_path, capsys, model, init):
+    """`run --model vit-digits --init random` was accepted though a built-in model always
+    starts from random weights (and `pretrained` was refused only once its data was
+    built): --init means something only beside a model directory (`INIT_NEEDS`)."""
+    argv = ["run", "--model", model, "--init", init, "--data", "synth-text", "--prepare-only"]
+    argv += ["--runs-dir", str(tmp_path / "runs")]
+    fragment = f"--init means nothing with --model {model}; "
+    refused(argv, tmp_path, capsys, fragment + "it chooses between a model directory's weights")
+    assert not (tmp_path / "runs").exists()

@@ -11,6 +11,7 @@ from pipeplan.formats import (
     EpochRecord,
     PhaseRecord,
     RankTimes,
+    RunConfig,
     StepRecord,
     read_records,
 )
@@ -61,6 +62,7 @@ def manifest(steps_done: int, epoch: int) -> CheckpointManifest:
         grad_norm_steps=0,
         world_size=2,
         model="bert-synth",
+        config=RunConfig(name="t", model="bert-synth"),
     )
 
 

@@ -15,7 +15,7 @@ from executor.parallel import PhaseRuntime, StepMean
 from executor.records import Recorder
 from executor.worker import Trainer, epoch_line, eval_sums
 from pipeplan import models
-from pipeplan.formats import CheckpointManifest, EpochRecord, PhaseRecord
+from pipeplan.formats import CheckpointManifest, EpochRecord, PhaseRecord, RunConfig
 from pipeplan.spawn import free_port, run_ranks
 
 GLOBAL_BATCH, STEPS, LR, CLIP = 8, 3, 1e-3, 0.05
@@ -189,7 +189,8 @@ def test_metrics_csv_has_a_row_per_epoch_and_follows_a_resume(tmp_path):
         grad_norm_sums={},
         grad_norm_steps=0,
         world_size=2,
-        model="m",
+        model="bert-synth",
+        config=RunConfig(name="t", model="bert-synth"),
     )
     recorder.truncate(manifest)  # a resume from the end of epoch 0 rewrites the rest
     assert (tmp_path / "metrics.csv").read_text().splitlines() == rows[:2]

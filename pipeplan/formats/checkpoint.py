@@ -43,9 +43,12 @@ class CheckpointManifest(Strict):
     )
     # Informational: a resume rebuilds the cache and never reads this.
     cache: dict | None = Field(None, description="Stage-0 cache manifest (rebuilt on resume).")
-    # Added later, with a default: checkpoints written before it still load, unchecked.
-    config: RunConfig | None = Field(
-        None,
+    # Required: a manifest without it switched the check off, and resume, export and report
+    # took an edited lr or seed as the run's. No older schema_version is read (`parse` takes
+    # exactly this one), so no manifest reaches a run unchecked: one written before this field
+    # existed (schema_version 1 too) is refused naming it, since what it trained under is
+    # unknown; the run's records cannot say it (run.json is what may have been edited).
+    config: RunConfig = Field(
         description="The configuration the checkpoint was trained under (run.json then): a "
         "resume refuses a run.json that differs from it but where --resume may change it "
         "(executor.checkpoint.RESUMABLE).",

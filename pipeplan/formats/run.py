@@ -124,6 +124,27 @@ def something_frozen(other: str, what: str, when: tuple[Any, ...] | None = None)
     return Needs(other, (), f"{what}, and nothing freezes", test=freezes_something, when=when)
 
 
+def names_a_directory(model: Any) -> bool:
+    """Whether `--model VALUE` names a transformers directory or config.json, by the rule
+    `pipeplan.models` resolves it with (a path: a `/`, a `.json`, or something there); a
+    built-in name is none. `names_a_directory("vit-digits")` → False."""
+    return isinstance(model, str) and (
+        "/" in model or model.endswith(".json") or Path(model).exists()
+    )
+
+
+# A built-in model is a shape without weights: it always starts from random ones, so
+# `--init random` changes nothing and `--init pretrained` cannot be honoured. (A directory's
+# config without weights needs `random`, and `pretrained` there is refused naming the
+# directory, by `pipeplan.models`, which reads it; a directory with weights takes either.)
+INIT_NEEDS = Needs(
+    "model",
+    (),
+    "it chooses between a model directory's weights and random ones, and a built-in model "
+    "has no weights: it always starts from random ones",
+    test=names_a_directory,
+)
+
 # Nothing frozen, nothing cached: the cache, and the budget, of a cache never made.
 BUDGET_DOES = "it sizes the cache of frozen layers' activations"
 CACHE_DOES = "it caches the frozen layers' activations"
@@ -152,7 +173,8 @@ class RunConfig(Strict):
         "weights are loaded.",
     )
     init: Annotated[
-        Init | None, Flag(default="pretrained for a directory with weights, else random")
+        Init | None,
+        Flag(default="pretrained for a directory with weights, else random", needs=INIT_NEEDS),
     ] = Field(
         None,
         description="pretrained (the directory's weights) or random (its config alone; a "
