@@ -96,7 +96,7 @@ def run_entry(name: str) -> bool:
 
 def check_outside_runs(path: str | Path) -> None:
     """A command's output may not replace or lie inside what a run keeps in its directory (a
-    folder holding run.json and the `.lock` of `claim_directory`): a plot or an export in a
+    folder holding run.json and the `.lock` of `claim_directory`, its records or checkpoints): a plot or an export in a
     checkpoint no longer matches its manifest, a plan over run.jsonl loses the records. A
     new file of the user's beside them is fine.
 
@@ -108,13 +108,22 @@ def check_outside_runs(path: str | Path) -> None:
     except (OSError, RuntimeError):  # a link loop or a name too long: check_writable says so
         return
     for folder in resolved.parents:
-        if (folder / "run.json").is_file() and (folder / ".lock").exists():
+        if _is_run_directory(folder):
             entry = resolved.relative_to(folder).parts[0]
             if run_entry(entry):
                 raise OutputError(
                     f"{path}: would write into {folder / entry}, which `pipeplan run` keeps; "
                     "write elsewhere"
                 )
+
+
+def _is_run_directory(folder: Path) -> bool:
+    """run.json beside the run lock, the records or the checkpoints: a run's folder also when
+    copied without its dot-files (`cp -r RUN/* COPY/`), which report, calibrate and resume read
+    as a run all the same."""
+    if not (folder / "run.json").is_file():
+        return False
+    return any((folder / name).exists() for name in (".lock", "run.jsonl", "checkpoints"))
 
 
 def write_atomic(path: str | Path, content: str | bytes) -> None:

@@ -356,11 +356,15 @@ def _targets(run: Path, tmp_path: Path) -> dict[str, list[str]]:
         "calibrate --out",
     ],
 )
-def test_outputs_inside_a_run_directory_are_refused(tmp_path, capsys, command):
+@pytest.mark.parametrize("lock", [True, False])
+def test_outputs_inside_a_run_directory_are_refused(tmp_path, capsys, command, lock):
     """What a run keeps in its directory is its own: plots or an export written into
-    RUN/checkpoints/step-N were accepted, and the checkpoint no longer matched its manifest."""
+    RUN/checkpoints/step-N were accepted, and the checkpoint no longer matched its manifest.
+    Eleventh round: a run copied without its dot-files (`cp -r RUN/* COPY/`, no .lock) is
+    read as a run by report and calibrate, and was not protected (`--out COPY/run.jsonl`)."""
     run = _synthetic(tmp_path)
-    (run / ".lock").touch()  # what claim_directory leaves in every run directory
+    if lock:
+        (run / ".lock").touch()  # what claim_directory leaves in every run directory
     (run / "checkpoints" / "step-3").mkdir(parents=True)
     (run / "checkpoints" / "step-3" / "manifest.json").write_text("{}")
     (run / "model").mkdir()
