@@ -72,12 +72,13 @@ def pretrained_checkpoint(
     runs_dir: str | Path, say: Callable[[str], None], step: str = ""
 ) -> Pretrained:
     """The checkpoint under `runs_dir`: reused when it checks out, else (re)built."""
-    try:  # before anything is said: a --runs-dir that cannot be a folder is one line
+    # Before anything is said or made: inside a run directory (its folders stay as they were).
+    check_runs_root(runs_dir)
+    try:  # also before anything is said: a --runs-dir that cannot be a folder is one line
         Path(runs_dir).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"{runs_dir}: --runs-dir cannot be a folder ({exc.strerror})") from None
-    # Also before anything is said: inside a run directory, or a folder nothing can be made in.
-    check_runs_root(runs_dir)
+    # Nor a folder nothing can be made in.
     check_writable(Path(runs_dir) / ".pipeplan-probe", run_owned=True)
     run_dir = (Path(runs_dir) / PRETRAINED).resolve()
     prefix = f"{step} " if step else ""

@@ -96,9 +96,9 @@ def run_entry(name: str) -> bool:
 
 def check_outside_runs(path: str | Path) -> None:
     """A command's output may not replace or lie inside what a run keeps in its directory (a
-    folder holding run.json and the `.lock` of `claim_directory`, its records or checkpoints): a plot or an export in a
-    checkpoint no longer matches its manifest, a plan over run.jsonl loses the records. A
-    new file of the user's beside them is fine.
+    folder holding run.json and the `.lock` of `claim_directory`, its records or its
+    checkpoints): a plot or an export in a checkpoint no longer matches its manifest, a plan
+    over run.jsonl loses the records. A new file of the user's beside them is fine.
 
         check_outside_runs("runs/ft/checkpoints/step-8/plots")   # OutputError
         check_outside_runs("runs/ft/plan.json")                   # fine

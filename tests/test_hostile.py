@@ -1096,6 +1096,20 @@ def test_a_demo_runs_dir_that_cannot_be_a_folder_is_one_line(tmp_path, capsys, p
     refused([*argv[:2], str(afile / "below"), *pretrain_only], tmp_path, capsys, "cannot be a")
 
 
+@pytest.mark.parametrize("pretrain_only", [[], ["--pretrain-only"]], ids=["demo", "pretrain-only"])
+def test_a_demo_runs_dir_inside_a_run_is_refused_before_a_folder_is_made(
+    tmp_path, capsys, pretrain_only
+):
+    """Eleventh round: `demo --runs-dir RUN/checkpoints/a/b` was refused, but only after making
+    checkpoints/a/b in the run, which a later resume kept."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    argv = ["demo", "--runs-dir", str(run / "checkpoints" / "a" / "b"), *pretrain_only]
+    refused(argv, tmp_path, capsys, "lies inside the run directory")
+    assert list((run / "checkpoints").iterdir()) == []
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
