@@ -5,9 +5,11 @@ a local tokenizer directory and padded or cut to the model's sequence length.
     corpus = read_corpus("train.jsonl,eval.csv")      # or both splits given, in that order
     data = tokenize(corpus, "tok/", seq)              # a TaskData with padded=True
 
-JSONL: one object per line with a string "text" and, for classification, a "label": an
-integer ≥ 0, or a name (names are numbered in sorted order and become the exported model's
-id2label). CSV: a header row naming a `text` column and optionally a `label` column. Text
+JSONL: one object per line with a string "text" and, for classification, a "label": a JSON
+integer ≥ 0 (a class index) or a JSON string (a name, always: "1" is the name "1"); names are
+numbered in sorted order and become the exported model's id2label. CSV: a header row naming a
+`text` column and optionally a `label` column; its labels are class indices only when every one
+is a canonical decimal integer ("1", not "01"), else all are names. Text
 without labels trains a causal LM: its labels are the input ids, IGNORE_INDEX at padding.
 A text is read up to CHARS_PER_TOKEN characters per token of the length (what lies beyond is
 cut anyway). Padding is the tokenizer's pad token, which must be the model's pad_token_id: the
@@ -132,10 +134,12 @@ def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds) -> list[Row]:
             raise InputFileError(f'{path}:{number}: expected an object with a string "text"')
         _check_unicode(item["text"], f"{path}:{number}: the text")
         written = item.get("label")
-        label = _label(written, f"{path}:{number}")
-        # A JSON number is an id; a string that is not one is a name.
-        number_written = isinstance(written, int) and not isinstance(written, bool)
-        kinds.see("an integer" if number_written else _name_or_none(label), f"{path}:{number}")
+        label = _label(written, f"{path}:{number}", cell=False)
+        # A JSON integer is an id and a JSON string a name, always: "1" parsed as id 1 merged
+        # it with `1`, and "01" with "1". Both kinds in one corpus are refused.
+        if label is not None:
+            kind = "a name" if isinstance(label, str) else "an integer"
+            kinds.see(kind, f"{path}:{number}")
         rows.append((item["text"], label))
     return rows
 
@@ -165,8 +169,9 @@ def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds) -> list[Row]:
                 f"names {len(header)} columns"
             )
         where = f"{path}:{reader.line_num}"
-        label = None if label_at is None else _label(fields[label_at], where)
-        # Every CSV cell is a string: digits are an id or, beside names, a name too.
+        label = None if label_at is None else _label(fields[label_at], where, cell=True)
+        # Every CSV cell is a string: canonical digits are an id or, beside names (in either
+        # file), a name too; `_label_names` decides once every label is read.
         kinds.see(_name_or_none(label), where)
         rows.append((fields[text_at], label))
     return rows
@@ -218,15 +223,21 @@ def _next_record(reader: Any, lines: _RecordLines, path: Path) -> list[str] | No
         ) from None
 
 
-def _label(value: Any, where: str) -> int | str | None:
-    """An integer label, a label name, or None (no label); digits in a CSV cell are an
-    integer."""
+def _label(value: Any, where: str, cell: bool) -> int | str | None:
+    """An integer label, a label name, or None (no label). A JSON string is a name; a CSV
+    `cell` (always text) is an integer only when canonical: str(int(x)) == x once stripped.
+
+        _label("01", "d.csv:3", cell=True)   # "01", a name: as an id it merged with "1"
+    """
     if value is None:
         return None
-    # isdecimal, as int() reads: isdigit() also takes superscripts (², ³), which int() refuses;
-    # they are names.
-    if isinstance(value, str) and value.strip().isdecimal():
-        value = int(value)
+    if cell and _canonical_integer(value.strip()):
+        digits = value.strip()
+        if len(digits) > len(str(MAX_LABELS)):  # beyond it; int() of 4300+ digits raises
+            raise InputFileError(
+                f"{where}: label {digits[:20]}… is beyond the limit of {MAX_LABELS}"
+            )
+        value = int(digits)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         if value >= MAX_LABELS:  # the head would have `value` rows: 10**20 ran out of memory
             raise InputFileError(f"{where}: label {value} is beyond the limit of {MAX_LABELS}")
@@ -235,6 +246,13 @@ def _label(value: Any, where: str) -> int | str | None:
         _check_unicode(value, f"{where}: the label")
         return value.strip()
     raise InputFileError(f"{where}: a label is an integer ≥ 0 or a name, not {value!r}")
+
+
+def _canonical_integer(text: str) -> bool:
+    """True for the digits str(int(x)) writes for an integer ≥ 0: not "01", "+1", "1_0" or
+    "١" (Arabic-Indic one), which int() reads too but which then merge with another label.
+    No int() here: it refuses superscripts (²) and over 4300 digits with a traceback."""
+    return text.isascii() and text.isdecimal() and (text == "0" or not text.startswith("0"))
 
 
 def _name_or_none(label: int | str | None) -> str | None:

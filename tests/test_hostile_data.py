@@ -286,6 +286,68 @@ def test_integer_and_named_labels_mixed(made, tmp_path, capsys, suffix):
     refused(argv, tmp_path, capsys, fragments)
 
 
+def _written_labels(suffix: str, tmp_path: Path, labels: list) -> Path:
+    """20 reviews labelled by cycling through `labels` exactly as given (JSON integers or
+    strings; CSV cells)."""
+    rows = [{**row, "label": labels[i % len(labels)]} for i, row in enumerate(reviews(20, 5))]
+    if suffix == ".jsonl":
+        return write_jsonl(tmp_path / "labels.jsonl", rows)
+    return csv_file(tmp_path, "text,label", [f"{r['text']},{r['label']}" for r in rows])
+
+
+@pytest.mark.parametrize(
+    "suffix, labels",
+    [(".jsonl", ["1", "01", "2"]), (".csv", ["1", "01", "2"]), (".csv", ["1", " 01 ", "2"])],
+    ids=["jsonl strings", "csv cells", "csv cells padded"],
+)
+def test_digit_strings_that_differ_are_different_names(made, tmp_path, capsys, suffix, labels):
+    """Found by the eleventh independent round: "01" was read as id 1, merged with "1", and
+    class 0 never occurred (label_names null). A JSON string is always a name; a CSV cell is
+    an id only when every label is canonical (str(int(x)) == x once stripped), else every
+    one is a name. Accepted: three names recorded, each row's id naming what it wrote."""
+    from executor.text import read_corpus
+
+    data = _written_labels(suffix, tmp_path, labels)
+    assert cli.main(prepare(made, tmp_path, data)) == 0
+    capsys.readouterr()
+    record = json.loads((tmp_path / "runs" / "r" / "data.json").read_text())
+    assert record["label_names"] == ["01", "1", "2"]
+    corpus = read_corpus(f"{data},{data}")
+    written = [labels[i % len(labels)].strip() for i in range(20)]
+    assert [corpus.label_names[i] for i in corpus.train_labels] == written
+    assert corpus.num_labels == 3
+
+
+def test_canonical_csv_digits_stay_class_ids(tmp_path):
+    """The other side of the CSV rule: canonical digits (padding stripped) are ids, so the
+    head has largest id + 1 outputs and no names."""
+    from executor.text import read_corpus
+
+    data = _written_labels(".csv", tmp_path, ["0", " 2", "10"])
+    corpus = read_corpus(f"{data},{data}")
+    assert corpus.label_names is None and corpus.num_labels == 11
+    assert corpus.train_labels == [[0, 2, 10][i % 3] for i in range(20)]
+
+
+@pytest.mark.parametrize("digits", [7, 5000], ids=["7 digits", "5000 digits"])
+def test_a_csv_label_of_many_digits(made, tmp_path, capsys, digits):
+    """A canonical CSV label past MAX_LABELS is refused like a JSON one; int() of over 4300
+    digits raises ValueError, so a long one is refused by its length, shown cut to 20."""
+    data = _written_labels(".csv", tmp_path, ["0", "9" * digits])
+    fragments = ("data.csv:3:", f"label {'9' * min(digits, 20)}", "beyond the limit of 1000000")
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
+@pytest.mark.parametrize("labels", [[0, "0", 1], [7, "7"]], ids=["0 and '0'", "7 and '7'"])
+def test_a_json_integer_beside_its_digit_string(made, tmp_path, capsys, labels):
+    """Found by the eleventh independent round: `0` and `"0"` were one class (accepted), and
+    `7` beside `"7"` was refused as "has 1 class". A JSON string is a name, never parsed as a
+    number, so either file mixes kinds: refused at line 2, naming line 1's integer."""
+    data = _written_labels(".jsonl", tmp_path, labels)
+    fragments = ("labels.jsonl:2:", "a name", "labels.jsonl:1 has an integer")
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
 def test_a_csv_quote_closed_by_a_later_row_names_where_it_opened(made, tmp_path, capsys):
     """Two unbalanced quotes pair up across lines: the error comes at the second, but the
     row (and the quote) began at the first, which the message names."""
