@@ -259,6 +259,15 @@ SELF_CONTRADICTIONS = {
         lambda doc: doc["phases"][0].update(step_s=doc["phases"][0]["step_s"] * 2),
         ("phase 0: epoch_s", "is below 22 steps × step_s"),
     ),
+    # Sums and products of finite times that overflow, and a count no float holds.
+    "an epoch of 1e308 s": (
+        lambda doc: doc["phases"][1].update(epoch_s=1e308),
+        ("phases.1", "its epochs are too long to add up"),
+    ),
+    "10**400 epochs": (
+        lambda doc: doc["phases"][1].update(epochs=10**400),
+        ("phases.1.epochs", "less than or equal to 10000"),
+    ),
     "steps that are not the samples' batches": (
         _set(("inputs", "steps_per_epoch"), 23),
         ("inputs.steps_per_epoch 23 is not inputs.samples // inputs.global_batch (22)",),

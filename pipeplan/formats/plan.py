@@ -9,7 +9,16 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from pipeplan.formats.base import NonNegFloat, NonNegInt, PosInt, Strict
+from pipeplan.formats.base import (
+    MAX_COUNT,
+    MAX_EPOCHS,
+    MAX_SAMPLES,
+    NonNegFloat,
+    NonNegInt,
+    PosInt,
+    Steps,
+    Strict,
+)
 from pipeplan.formats.cluster import Cluster
 from pipeplan.formats.freeze import FreezeSchedule
 from pipeplan.formats.layout import EpochShape, Layout
@@ -69,9 +78,11 @@ class ScoredLayout(Strict):
     step_s: NonNegFloat
 
 
+# Counts are bounded by the planner's own limits (`TrainingShape.check`): an epoch count of
+# 10**400 would not even convert to a float to be multiplied by an epoch's time.
 class PhasePlan(Strict):
-    start_epoch: NonNegInt
-    epochs: PosInt
+    start_epoch: NonNegInt = Field(le=MAX_EPOCHS)
+    epochs: PosInt = Field(le=MAX_EPOCHS)
     layout: Layout
     step_s: NonNegFloat = Field(description="Predicted step (cached steady state if cached).")
     epoch_s: NonNegFloat = Field(description="Predicted epoch (cached steady state if cached).")
@@ -96,6 +107,8 @@ class PhasePlan(Strict):
         low = self.transition_s + self.first_epoch_s + n * min(self.first_epoch_s, self.epoch_s)
         high = self.transition_s + self.first_epoch_s + n * max(self.first_epoch_s, self.epoch_s)
         scale = self.total_s + high
+        if not math.isfinite(scale):  # else an infinite `high` would bound nothing
+            raise ValueError(f"total_s {self.total_s!r}: its epochs are too long to add up")
         words = f"transition_s + first_epoch_s + {n} later epochs at"
         if self.total_s < low:
             close_enough("total_s", self.total_s, low, scale, f"is below {words} least")
@@ -113,10 +126,10 @@ class ProfileIdentity(Strict):
 class PlanInputs(Strict):
     profile: ProfileIdentity
     cluster: Cluster
-    global_batch: PosInt
-    samples: PosInt
-    epochs: PosInt
-    steps_per_epoch: PosInt
+    global_batch: PosInt = Field(le=MAX_COUNT)
+    samples: PosInt = Field(le=MAX_SAMPLES)
+    epochs: PosInt = Field(le=MAX_EPOCHS)
+    steps_per_epoch: Steps
     freeze: FreezeSchedule
     cache: bool
     pinned: dict[str, int | str | list[int]]
