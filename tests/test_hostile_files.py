@@ -1,9 +1,10 @@
 """Hostile files, by class (the seventh independent round): a pointer or tokenizer file grown
 to gigabytes, outputs written 0600 whatever the umask, a CSV with Excel's byte order mark, an
-export of a run without a checkpoint or whose checkpoints/ is a link, and the hint for a size
-in bits. Each refusal asserts exit code 2, one line `pipeplan: error: …` naming the file and
-what is wrong, and that no file changed. Runs are `--prepare-only` unless the case needs a
-checkpoint (the shared `finished_run`)."""
+export of a run without a checkpoint or whose checkpoints/ is a link, the hint for a size in
+bits, and (the eleventh round) a plan edited to contradict itself. Each refusal asserts exit
+code 2, one line `pipeplan: error: …` naming the file and what is wrong, and that no file
+changed. Runs are `--prepare-only` unless the case needs a checkpoint (the shared
+`finished_run`)."""
 
 from __future__ import annotations
 
@@ -200,3 +201,96 @@ def test_the_hint_for_a_size_in_bits(tmp_path, capsys, size, hint):
     profile = str(shipped_profile("vit-digits", "cpu"))
     argv = ["preview", "--profile", profile, *PREVIEW, "--cache-budget", size]
     refused(argv, tmp_path, capsys, (size, "reads as bits", f"give bytes ({hint})"))
+
+
+# ----------------------------------------------------------------- 7. a plan against itself
+
+
+@pytest.fixture(scope="module")
+def self_plan(tmp_path_factory) -> dict:
+    """A plan of 2 phases on 2 vit-digits ranks: 1 epoch nothing frozen, then 5 epochs with 5
+    layers frozen and cached (its later epochs between its first and its steady epoch)."""
+    path = tmp_path_factory.mktemp("self") / "p.json"
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--devices-per-node"]
+    argv += ["2", "--global-batch", "64", "--samples", "1438", "--epochs", "6"]
+    assert cli.main([*argv, "--freeze-schedule", "0,5", "--out", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+def _scale_phase_total(doc: dict, i: int, factor: float) -> None:
+    """Phase i's total times `factor`, and the plan's total moved with it: only the phase
+    contradicts its own epochs."""
+    phase = doc["phases"][i]
+    doc["predicted_total_s"] += phase["total_s"] * (factor - 1)
+    phase["total_s"] *= factor
+
+
+def _set(path: tuple, value):
+    def tamper(doc: dict) -> None:
+        *keys, last = path
+        for key in keys:
+            doc = doc[key]
+        doc[last] = value
+
+    return tamper
+
+
+SELF_CONTRADICTIONS = {
+    # The red team's two edits: stages that cannot fit, a total that is no sum.
+    "stages beyond the device memory": (
+        _set(("inputs", "cluster", "device_memory_bytes"), 1),
+        ("phase 0 stage 0: memory_bytes", "exceeds inputs.cluster.device_memory_bytes 1"),
+    ),
+    "a total of 1e308": (_set(("predicted_total_s",), 1e308), ("predicted_total_s 1e+308",)),
+    # 1e-6 off: a hundred times the rounding the tolerance allows, far from the edit above.
+    "a total a millionth off": (
+        lambda doc: doc.update(predicted_total_s=doc["predicted_total_s"] * (1 + 1e-6)),
+        ("predicted_total_s", "is not the sum of the phases' total_s"),
+    ),
+    "a phase longer than its epochs": (
+        lambda doc: _scale_phase_total(doc, 1, 1.5),
+        ("phases.1", "total_s", "is above transition_s + first_epoch_s + 4 later epochs"),
+    ),
+    "a phase shorter than its epochs": (
+        lambda doc: _scale_phase_total(doc, 1, 0.5),
+        ("phases.1", "total_s", "is below transition_s + first_epoch_s + 4 later epochs"),
+    ),
+    "an epoch shorter than its steps": (
+        lambda doc: doc["phases"][0].update(step_s=doc["phases"][0]["step_s"] * 2),
+        ("phase 0: epoch_s", "is below 22 steps × step_s"),
+    ),
+    # Sums and products of finite times that overflow, and a count no float holds.
+    "an epoch of 1e308 s": (
+        lambda doc: doc["phases"][1].update(epoch_s=1e308),
+        ("phases.1", "its epochs are too long to add up"),
+    ),
+    "10**400 epochs": (
+        lambda doc: doc["phases"][1].update(epochs=10**400),
+        ("phases.1.epochs", "less than or equal to 10000"),
+    ),
+    "steps that are not the samples' batches": (
+        _set(("inputs", "steps_per_epoch"), 23),
+        ("inputs.steps_per_epoch 23 is not inputs.samples // inputs.global_batch (22)",),
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", SELF_CONTRADICTIONS, ids=str)
+def test_a_plan_that_contradicts_itself_is_refused(self_plan, tmp_path, capsys, case):
+    """Eleventh independent round: a plan edited to device_memory_bytes 1 (its own stages
+    cannot fit) or predicted_total_s 1e308 (not its phases' sum) was run, exit 0."""
+    from pipeplan.formats import Plan, load
+
+    tamper, fragments = SELF_CONTRADICTIONS[case]
+    doc = json.loads(json.dumps(self_plan))
+    assert doc["inputs"]["steps_per_epoch"] == 22 and len(doc["phases"]) == 2
+    assert doc["phases"][1]["layout"]["cached"] and doc["phases"][1]["epochs"] == 5
+    tamper(doc)
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps(doc))
+    argv = ["run", "--plan", str(plan), "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    refused([*argv, "--name", "x"], tmp_path, capsys, ("p.json", *fragments))
+    # The same plan untouched is accepted: the refusal is the edit's.
+    plan.write_text(json.dumps(self_plan))
+    assert load(Plan, plan).predicted_total_s == self_plan["predicted_total_s"]

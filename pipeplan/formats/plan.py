@@ -4,14 +4,43 @@ predictions for it (docs/architecture.md §3, §4)."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from pipeplan.formats.base import NonNegFloat, NonNegInt, PosInt, Strict
+from pipeplan.formats.base import (
+    MAX_COUNT,
+    MAX_EPOCHS,
+    MAX_SAMPLES,
+    NonNegFloat,
+    NonNegInt,
+    PosInt,
+    Steps,
+    Strict,
+)
 from pipeplan.formats.cluster import Cluster
 from pipeplan.formats.freeze import FreezeSchedule
 from pipeplan.formats.layout import EpochShape, Layout
+
+# The planner rounds every time it writes to 9 significant digits (`pipeplan.plan._r`): each is
+# off its exact value by at most 5e-9 of itself, so a sum of rounded terms is off the rounded
+# sum by at most 5e-9 of the terms' magnitudes added up. Twice that is the tolerance.
+TIME_REL_TOL = 1e-8
+
+
+def close_enough(what: str, value: float, expected: float, scale: float, relation: str) -> None:
+    """`value` must be `expected` within the rounding of terms whose magnitudes add up to
+    `scale` (ValueError, `what value relation expected`, otherwise).
+
+        close_enough("predicted_total_s", 5.6, 5.6000000001, 11.2, "is not the phases' sum,")
+    """
+    # A sum of finite fields can still overflow (1e308 + 1e308): no plan the planner writes
+    # gets near, and inf − inf would compare as nothing, so it is refused outright.
+    if not math.isfinite(scale):
+        raise ValueError(f"{what} {value!r} is too large to be a prediction")
+    if not abs(value - expected) <= TIME_REL_TOL * scale:
+        raise ValueError(f"{what} {value!r} {relation} {expected!r}")
 
 
 class StagePlan(Strict):
@@ -49,9 +78,11 @@ class ScoredLayout(Strict):
     step_s: NonNegFloat
 
 
+# Counts are bounded by the planner's own limits (`TrainingShape.check`): an epoch count of
+# 10**400 would not even convert to a float to be multiplied by an epoch's time.
 class PhasePlan(Strict):
-    start_epoch: NonNegInt
-    epochs: PosInt
+    start_epoch: NonNegInt = Field(le=MAX_EPOCHS)
+    epochs: PosInt = Field(le=MAX_EPOCHS)
     layout: Layout
     step_s: NonNegFloat = Field(description="Predicted step (cached steady state if cached).")
     epoch_s: NonNegFloat = Field(description="Predicted epoch (cached steady state if cached).")
@@ -66,6 +97,25 @@ class PhasePlan(Strict):
         check_stages(self.layout, self.stages)
         return self
 
+    @model_validator(mode="after")
+    def _total_is_its_epochs(self) -> PhasePlan:
+        """total_s = transition_s + first_epoch_s + the later epochs (`_Choice.total_s`). A later
+        epoch is epoch_s uncached; cached it lies between first_epoch_s (every row a miss) and
+        epoch_s (every row a hit), its hits growing epoch by epoch: a bound either way, which
+        holds whatever the layout says about the cache, and is exact for one epoch."""
+        n = self.epochs - 1
+        low = self.transition_s + self.first_epoch_s + n * min(self.first_epoch_s, self.epoch_s)
+        high = self.transition_s + self.first_epoch_s + n * max(self.first_epoch_s, self.epoch_s)
+        scale = self.total_s + high
+        if not math.isfinite(scale):  # else an infinite `high` would bound nothing
+            raise ValueError(f"total_s {self.total_s!r}: its epochs are too long to add up")
+        words = f"transition_s + first_epoch_s + {n} later epochs at"
+        if self.total_s < low:
+            close_enough("total_s", self.total_s, low, scale, f"is below {words} least")
+        if self.total_s > high:
+            close_enough("total_s", self.total_s, high, scale, f"is above {words} most")
+        return self
+
 
 class ProfileIdentity(Strict):
     model: str
@@ -76,10 +126,10 @@ class ProfileIdentity(Strict):
 class PlanInputs(Strict):
     profile: ProfileIdentity
     cluster: Cluster
-    global_batch: PosInt
-    samples: PosInt
-    epochs: PosInt
-    steps_per_epoch: PosInt
+    global_batch: PosInt = Field(le=MAX_COUNT)
+    samples: PosInt = Field(le=MAX_SAMPLES)
+    epochs: PosInt = Field(le=MAX_EPOCHS)
+    steps_per_epoch: Steps
     freeze: FreezeSchedule
     cache: bool
     pinned: dict[str, int | str | list[int]]
@@ -111,6 +161,42 @@ class Plan(Strict):
             start += phase.epochs
         if start != self.inputs.epochs:
             raise ValueError(f"the phases cover {start} epochs, the plan {self.inputs.epochs}")
+        return self
+
+    @model_validator(mode="after")
+    def _predictions_agree(self) -> Plan:
+        """The predictions are the planner's for this cluster: every stage fits its device
+        (the solver keeps only layouts that do, `Evaluation.fits`), an epoch is its whole
+        batches, each at least a step (a cached epoch adds the reads that spill to disk), and
+        the total is what the phases add up to (`make_plan`)."""
+        memory = self.inputs.cluster.device_memory_bytes
+        steps = self.inputs.steps_per_epoch
+        # The last partial batch is dropped (`TrainingShape.steps_per_epoch`).
+        if steps != self.inputs.samples // self.inputs.global_batch:
+            raise ValueError(
+                f"inputs.steps_per_epoch {steps} is not inputs.samples // inputs.global_batch "
+                f"({self.inputs.samples // self.inputs.global_batch})"
+            )
+        for i, phase in enumerate(self.phases):
+            for s, stage in enumerate(phase.stages):
+                if stage.memory_bytes > memory:
+                    raise ValueError(
+                        f"phase {i} stage {s}: memory_bytes {stage.memory_bytes} exceeds "
+                        f"inputs.cluster.device_memory_bytes {memory}"
+                    )
+            floor = steps * phase.step_s
+            if phase.epoch_s < floor:
+                close_enough(
+                    f"phase {i}: epoch_s",
+                    phase.epoch_s,
+                    floor,
+                    phase.epoch_s + floor,
+                    f"is below {steps} steps × step_s =",
+                )
+        total = sum(p.total_s for p in self.phases)
+        relation = "is not the sum of the phases' total_s,"
+        scale = self.predicted_total_s + total
+        close_enough("predicted_total_s", self.predicted_total_s, total, scale, relation)
         return self
 
 
