@@ -1153,9 +1153,11 @@ def test_calibrate_never_writes_over_its_inputs(tmp_path, capsys):
     run = _synthetic_run(tmp_path, "run")
     profile = tmp_path / "profile.json"
     profile.write_text(json.dumps(PROFILE))
-    for out in (profile, run / "run.jsonl"):
+    # run.jsonl is also what the run keeps (a run is known by run.json beside its records,
+    # with or without its .lock): that refusal comes first.
+    for out, why in ((profile, "is also an input"), (run / "run.jsonl", "`pipeplan run` keeps")):
         argv = ["calibrate", str(run), "--profile", str(profile), "--out", str(out)]
-        refused(argv, tmp_path, capsys, "is also an input")
+        refused(argv, tmp_path, capsys, why)
 
 
 def _subnormal(path: Path) -> None:
