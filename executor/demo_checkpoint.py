@@ -68,6 +68,14 @@ class Pretrained:
     reused: bool
 
 
+def _rebuildable(run_dir: Path) -> bool:
+    """Whether an unfinished pretraining folder may be removed and pretrained anew: a run
+    pipeplan prepared (its run.json) or an empty folder; never a user's folder of that name."""
+    if not run_dir.is_dir():
+        return False
+    return (run_dir / "run.json").is_file() or not any(run_dir.iterdir())
+
+
 def pretrained_checkpoint(
     runs_dir: str | Path, say: Callable[[str], None], step: str = ""
 ) -> Pretrained:
@@ -80,10 +88,20 @@ def pretrained_checkpoint(
         raise OutputError(f"{runs_dir}: --runs-dir cannot be a folder ({exc.strerror})") from None
     # Nor a folder nothing can be made in.
     check_writable(Path(runs_dir) / ".pipeplan-probe", run_owned=True)
-    run_dir = (Path(runs_dir) / PRETRAINED).resolve()
+    named = Path(runs_dir) / PRETRAINED
+    if named.is_symlink():  # a rebuild would delete whatever the link points to
+        raise OutputError(
+            f"{named}: is a symbolic link; the demo's pretraining run is a plain folder"
+        )
+    run_dir = named.resolve()
     prefix = f"{step} " if step else ""
     if run_dir.exists():
         problem = check(run_dir)
+        if problem is not None and not _rebuildable(run_dir):
+            raise OutputError(
+                f"{run_dir}: {problem}, and it is not a run pipeplan made (no run.json): "
+                "move it away or give another --runs-dir"
+            )
         if problem is None:
             found = _found(run_dir, reused=True)
             say(

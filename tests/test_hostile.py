@@ -1110,6 +1110,25 @@ def test_a_demo_runs_dir_inside_a_run_is_refused_before_a_folder_is_made(
     assert list((run / "checkpoints").iterdir()) == []
 
 
+@pytest.mark.parametrize("linked", [False, True], ids=["folder", "symlink"])
+def test_demo_never_deletes_a_users_folder_named_like_its_pretraining_run(tmp_path, capsys, linked):
+    """Twelfth round: `demo --runs-dir D` with a user's D/demo-pretrained (no run.json) said
+    "rebuilding it" and deleted it, and through a symbolic link deleted the target outside D."""
+    from executor.demo_checkpoint import PRETRAINED
+
+    runs, mine = tmp_path / "runs", tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "sub" / "thesis.txt").write_text("precious\n")
+    runs.mkdir()
+    if linked:
+        (runs / PRETRAINED).symlink_to(mine)
+        fragment = "is a symbolic link"
+    else:
+        mine.rename(runs / PRETRAINED)
+        fragment = "not a run pipeplan made"
+    refused(["demo", "--pretrain-only", "--runs-dir", str(runs)], tmp_path, capsys, fragment)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
