@@ -72,6 +72,9 @@ STRAGGLER_FACTOR = 3.0  # a step this many times the phase median is a straggler
 # negative remainder is clamped), and fitting it would learn the wrong split: refused.
 PARTS_TOLERANCE_REL, PARTS_TOLERANCE_ABS_S = 0.02, 1e-4
 RANK_PARTS = ("input_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s")
+# No timer a run reads resolves below a nanosecond: a nonzero time under it (a subnormal
+# 5e-324 in an edited run.jsonl) is not a measurement, and dividing by it overflowed the fit.
+MIN_MEASURED_S = 1e-9
 SOFT_L1_SCALE = 0.1  # relative error where the soft-L1 loss turns from quadratic to linear
 MIN_SCALE = 1e-3  # compute scales stay positive (the format requires it)
 # Distance of a parameter's unit column from the span of those admitted before it, below which
@@ -170,13 +173,15 @@ def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservati
 
 
 def measured(step: StepRecord) -> bool:
-    """Every rank with a stage spent time computing, the step took time, and every rank's
-    parts add up to its step time (`parts_add_up`)."""
+    """Every rank with a stage spent time computing, the step took time, every time is 0 or
+    at least MIN_MEASURED_S, and every rank's parts add up to its step time (`parts_add_up`)."""
     computing = [r for r in step.ranks if r.stage is not None]
+    times = [step.step_s] + [getattr(r, n) for r in step.ranks for n in (*RANK_PARTS, "step_s")]
     return (
-        step.step_s > 0
+        step.step_s >= MIN_MEASURED_S
         and bool(computing)
-        and all(r.fwd_s > 0 for r in computing)
+        and all(r.fwd_s >= MIN_MEASURED_S for r in computing)
+        and all(t == 0 or t >= MIN_MEASURED_S for t in times)
         and all(parts_add_up(r) for r in step.ranks)
     )
 

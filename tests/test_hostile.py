@@ -1207,6 +1207,25 @@ def test_report_of_subnormal_times_is_a_report(tmp_path, capsys):
     assert cli.main(["report", str(base), "--baseline", str(run)]) == 0
 
 
+def test_calibrate_of_subnormal_times_is_one_line(tmp_path, capsys):
+    """Twelfth round: step times of 5e-324 s (or 1e-300) overflowed the fit: a traceback from
+    calibrate. A nonzero time below a nanosecond is not a measurement: no step is kept."""
+    from test_calibrate import write_run as write_fit_run
+
+    from executor.planning import shipped_profile
+    from pipeplan.formats import Profile, load
+
+    profile = shipped_profile("vit-digits", "cpu")
+    run = tmp_path / "fit"
+    write_fit_run(run, load(Profile, profile))  # enough steady steps to fit
+    argv = ["calibrate", str(run), "--profile", str(profile), "--out", str(tmp_path / "c.json")]
+    assert cli.main(argv) == 0
+    (tmp_path / "c.json").unlink()
+    capsys.readouterr()
+    _subnormal(run / "run.jsonl")
+    refused(argv, tmp_path, capsys, "no phase with enough steps to fit")
+
+
 def test_a_name_with_dollar_signs_is_drawn_as_written(tmp_path, capsys):
     """Found by an independent round: a model named `m $\\bogusmacro$` made matplotlib parse
     math mid-plot (a traceback, some plots already written)."""
