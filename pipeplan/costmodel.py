@@ -285,8 +285,7 @@ class CostModel:
 
     def boundary_crosses_nodes(self, rank_map: Sequence[Sequence[int]]) -> list[bool]:
         """For s in 0..S−2: does any replica's stage s → s+1 transfer leave its node?"""
-        nodes = self.node_map(rank_map)
-        return [bool(x) for x in (nodes[:, :-1] != nodes[:, 1:]).any(axis=0)]
+        return [bool(x) for x in self._prefix_boundaries(rank_map)[0][-1]]
 
     def p2p_link(self, crosses_nodes: bool) -> Link:
         """The one pricing of a stage-to-stage transfer: the inter-node link, else the
@@ -296,31 +295,64 @@ class CostModel:
     def boundary_shares(self, rank_map: Sequence[Sequence[int]]) -> list[int]:
         """For s in 0..S−2: how many of the replicas' simultaneous s → s+1 transfers share one
         node's network link (the most on any node, out or in; 1 when none crosses)."""
+        return [int(x) for x in self._prefix_boundaries(rank_map)[1][-1]]
+
+    def _prefix_boundaries(
+        self, rank_map: Sequence[Sequence[int]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`boundary_crosses_nodes` and `boundary_shares` of every prefix of the map's replicas:
+        row d holds those of replicas 0..d ([D, S−1] each). Row by row, a transfer's share on
+        its node's link is its rank among the crossing transfers out of (or into) that node so
+        far, and a prefix's share is the running maximum."""
         nodes = self.node_map(rank_map)
-        shares = []
-        for s in range(nodes.shape[1] - 1):
-            out, into = nodes[:, s], nodes[:, s + 1]
-            crossing = out != into
-            most = 1
-            for side in (out[crossing], into[crossing]):
-                if side.size:
-                    most = max(most, int(np.unique(side, return_counts=True)[1].max()))
-            shares.append(most)
-        return shares
+        D = nodes.shape[0]
+        crossing = nodes[:, :-1] != nodes[:, 1:]
+        crosses = np.logical_or.accumulate(crossing, axis=0)
+        shares = np.ones(crossing.shape, dtype=np.int64)
+        if not crossing.any():
+            return crosses, shares
+        rows = np.arange(D)[:, None]
+        for side in (nodes[:, :-1], nodes[:, 1:]):
+            node = np.where(crossing, side, -1)  # -1: this transfer stays in its node
+            order = np.argsort(node, axis=0, kind="stable")
+            ordered = np.take_along_axis(node, order, axis=0)
+            starts = np.ones(ordered.shape, dtype=bool)
+            starts[1:] = ordered[1:] != ordered[:-1]
+            first = np.maximum.accumulate(np.where(starts, rows, 0), axis=0)
+            count = np.empty(node.shape, dtype=np.int64)
+            np.put_along_axis(count, order, rows - first + 1, axis=0)
+            count[~crossing] = 0
+            shares = np.maximum(shares, np.maximum.accumulate(count, axis=0))
+        return crosses, shares
 
     def boundary_links(self, rank_map: Sequence[Sequence[int]]) -> list[Link]:
         """Link between stage s and s+1 as its transfer sees it: inter-node if any replica
         crosses (its bandwidth divided among the replicas' transfers sharing a node's link),
         else the intra-node point-to-point link."""
         links = []
-        crossing = self.boundary_crosses_nodes(rank_map)
-        for crosses, share in zip(crossing, self.boundary_shares(rank_map), strict=True):
-            link = self.p2p_link(crosses)
+        crossing, shares = (rows[-1] for rows in self._prefix_boundaries(rank_map))
+        for crosses, share in zip(crossing, shares, strict=True):
+            link = self.p2p_link(bool(crosses))
             if share > 1:
-                shared = link.bandwidth_bytes_per_s / share
+                shared = link.bandwidth_bytes_per_s / int(share)
                 link = Link(latency_s=link.latency_s, bandwidth_bytes_per_s=shared)
             links.append(link)
         return links
+
+    def boundary_rates(
+        self, rank_map: Sequence[Sequence[int]], replicas: Sequence[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`boundary_links` of the map's first D replicas, for each D in `replicas`, as
+        [len(replicas), S−1] arrays of latency and seconds per byte (the same arithmetic).
+        `rank_array`'s maps for fewer replicas are its first rows, so one map of the most
+        replicas prices them all without making a Link per boundary."""
+        crossing, shares = (
+            rows[np.asarray(replicas) - 1] for rows in self._prefix_boundaries(rank_map)
+        )
+        inter, intra = self.cluster.inter_node, self.intra_p2p_link
+        latency = np.where(crossing, inter.latency_s, intra.latency_s)
+        bandwidth = np.where(crossing, inter.bandwidth_bytes_per_s, intra.bandwidth_bytes_per_s)
+        return latency, 1 / np.where(shares > 1, bandwidth / shares, bandwidth)
 
     def allreduce_nodes(self, rank_map: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
         """Per stage: the nodes whose network link its data-parallel ring crosses (all the
@@ -533,25 +565,30 @@ def _held(layout: Layout, num_devices: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def rank_map(num_stages: int, replicas: int, devices_per_node: int, nodes: int) -> list[list[int]]:
-    """[replica][stage] → global rank. With S ≤ devices per node, whole pipelines are packed
+    """[replica][stage] → global rank (`rank_array` as lists)."""
+    return rank_array(num_stages, replicas, devices_per_node, nodes).tolist()
+
+
+def rank_array(num_stages: int, replicas: int, devices_per_node: int, nodes: int) -> np.ndarray:
+    """[replica, stage] → global rank. With S ≤ devices per node, whole pipelines are packed
     into nodes (fast links between stages) and the remaining replicas take leftover devices in
     order; with S larger than a node, each replica's stages take consecutive ranks, so a
-    pipeline crosses as few node boundaries as possible."""
+    pipeline crosses as few node boundaries as possible. The map for D replicas is the first D
+    rows of the map for more, which `CostModel.boundary_links_by_replicas` relies on.
+
+    >>> rank_array(2, 3, 3, 2).tolist()  # nodes of 3 devices: one pipeline each, then leftovers
+    [[0, 1], [3, 4], [2, 5]]"""
     S, G = num_stages, devices_per_node
     if S > G:
-        return [[r * S + s for s in range(S)] for r in range(replicas)]
+        return np.arange(replicas * S, dtype=np.int64).reshape(replicas, S)
     per_node = G // S
-    result: list[list[int]] = []
-    used: set[int] = set()
-    for node in range(nodes):
-        for slot in range(per_node):
-            if len(result) == replicas:
-                break
-            ranks = [node * G + slot * S + s for s in range(S)]
-            result.append(ranks)
-            used.update(ranks)
-    leftover = [r for r in range(nodes * G) if r not in used]
-    while len(result) < replicas:
-        result.append(leftover[:S])
-        leftover = leftover[S:]
-    return result
+    # Arrays, not lists: a cluster may hold a million devices, and only the rows used are made.
+    packed_nodes = min(nodes, -(-replicas // per_node))
+    base = np.arange(packed_nodes, dtype=np.int64)[:, None] * G + np.arange(per_node * S)
+    packed = base.reshape(packed_nodes * per_node, S)[:replicas]
+    missing = (replicas - len(packed)) * S
+    if missing <= 0:
+        return packed
+    # The devices no whole pipeline took: the last G − per_node·S of each node, in order.
+    spare = np.arange(nodes, dtype=np.int64)[:, None] * G + np.arange(per_node * S, G)
+    return np.concatenate([packed, spare.reshape(-1)[:missing].reshape(-1, S)])

@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from pipeplan.costmodel import CostModel, Evaluation, PhaseCosts, rank_map
+from pipeplan.costmodel import CostModel, Evaluation, PhaseCosts, rank_array, rank_map
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import SCHEDULES, Layout, Link, Schedule
 from pipeplan.formats.base import MAX_MICRO_BATCHES
@@ -728,10 +728,15 @@ class PhaseSearch:
             width = max(S for S, _ in pairs)
             latency = np.zeros((len(pairs), width))  # [map, boundary s]
             per_byte = np.zeros((len(pairs), width))
-            for row, (S, D) in enumerate(pairs):
-                links = self.model.boundary_links(self.layout_ranks(Shape(S, D, 1, 1)))
-                latency[row, : S - 1] = [link.latency_s for link in links]
-                per_byte[row, : S - 1] = [1 / link.bandwidth_bytes_per_s for link in links]
+            cluster = self.cluster
+            for S in sorted({S for S, _ in pairs}):
+                rows = [row for row, pair in enumerate(pairs) if pair[0] == S]
+                replicas = [pairs[row][1] for row in rows]
+                # One map of the most replicas prices every D (`CostModel.boundary_rates`).
+                ranks = rank_array(S, max(replicas), cluster.devices_per_node, cluster.nodes)
+                lat, rate = self.model.boundary_rates(ranks, replicas)
+                latency[rows, : S - 1] = lat
+                per_byte[rows, : S - 1] = rate
             rows = {pair: row for row, pair in enumerate(pairs)}
             self._bottlenecks[key] = (rows, latency, per_byte)
         return self._bottlenecks[key]

@@ -91,6 +91,57 @@ def test_rank_map_keeps_a_pipeline_inside_a_node_when_it_fits():
     assert wide == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
+def _placement_reference(S, D, G, nodes):
+    """The placement rule rank by rank: whole pipelines node by node, then leftovers in order."""
+    if S > G:
+        return [[r * S + s for s in range(S)] for r in range(D)]
+    packed = [[n * G + k * S + s for s in range(S)] for n in range(nodes) for k in range(G // S)]
+    used = {r for row in packed for r in row}
+    spare = [r for r in range(nodes * G) if r not in used]
+    rows = packed + [spare[i : i + S] for i in range(0, len(spare) - S + 1, S)]
+    return rows[:D]
+
+
+def test_rank_maps_and_their_boundary_rates_match_a_rank_by_rank_count():
+    """Every (S, D) map on clusters up to 5 × 8: the array map equals the rule applied rank by
+    rank, and `boundary_rates` prices every D from the map of the most replicas exactly as
+    `boundary_links` prices each map alone; the shares match a direct count of crossing
+    transfers per node link and direction."""
+    from collections import Counter
+
+    from pipeplan.costmodel import rank_array
+
+    checked = 0
+    for nodes in range(1, 6):
+        for G in (1, 2, 3, 5, 8):
+            model = CostModel(small_profile(), cluster(nodes=nodes, per_node=G))
+            for S in range(2, nodes * G + 1):
+                most = nodes * G // S
+                rates = model.boundary_rates(rank_array(S, most, G, nodes), range(1, most + 1))
+                for D in range(1, most + 1):
+                    ranks = rank_map(S, D, G, nodes)
+                    assert ranks == _placement_reference(S, D, G, nodes)
+                    links = model.boundary_links(ranks)
+                    assert list(rates[0][D - 1]) == [link.latency_s for link in links]
+                    assert list(rates[1][D - 1]) == [
+                        1 / link.bandwidth_bytes_per_s for link in links
+                    ]
+                    for s in range(S - 1):
+                        hops = [
+                            (r[s] // G, r[s + 1] // G) for r in ranks if r[s] // G != r[s + 1] // G
+                        ]
+                        most_on_a_link = max(
+                            [
+                                1,
+                                *Counter(a for a, _ in hops).values(),
+                                *Counter(b for _, b in hops).values(),
+                            ]
+                        )
+                        assert model.boundary_shares(ranks)[s] == most_on_a_link
+                    checked += 1
+    assert checked > 500
+
+
 def test_boundaries_use_the_link_between_their_ranks():
     model = CostModel(small_profile(), cluster(nodes=2, per_node=2))
     ranks = rank_map(4, 1, 2, 2)
