@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import FreezePhase, FreezeSchedule
-from pipeplan.formats.base import MAX_EPOCHS, check_json, read_input
+from pipeplan.formats.base import MAX_EPOCHS, check_json, int_list, read_input
 
 
 def alpha_frozen_blocks(alpha: float, epoch: int, num_blocks: int) -> int:
@@ -79,12 +79,12 @@ def list_schedule(
 
 def parse_list(text: str) -> list[int]:
     """'0,0,3,5' → [0, 0, 3, 5] (the --freeze-schedule flag's inline form)."""
-    try:
-        return [int(part) for part in text.split(",")]  # "0,,3" is a typo, not 0,3
-    except ValueError:
+    values = int_list(text)
+    if values is None:
         raise BadArgumentError(
             f"cannot read freeze schedule '{text}' (expected comma-separated integers)"
-        ) from None
+        )
+    return values
 
 
 def trajectory(frozen_layers: list[int], epochs: int, num_blocks: int) -> FreezeSchedule:

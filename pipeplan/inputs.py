@@ -38,7 +38,7 @@ from pipeplan.formats import (
     flag_of,
     load,
 )
-from pipeplan.formats.base import Bytes, Count, Needs, Seed
+from pipeplan.formats.base import Bytes, Count, Needs, Seed, int_list
 from pipeplan.formats.cluster import (
     DEFAULT_CACHE_BUDGET_BYTES,
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
@@ -70,14 +70,11 @@ DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4, 8)
 def parse_micro_batches(text: str) -> list[int]:
     """'8,1,2,4' → [1, 2, 4, 8]; anything but distinct positive integers is a
     BadArgumentError."""
-    sizes = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) < 1:
-            raise BadArgumentError(
-                f"micro-batch sizes must be positive integers separated by commas, got '{text}'"
-            )
-        sizes.append(int(part))
+    sizes = int_list(text)
+    if sizes is None or min(sizes) < 1:
+        raise BadArgumentError(
+            f"micro-batch sizes must be positive integers separated by commas, got '{text}'"
+        )
     return distinct_sizes(sizes)
 
 
@@ -303,12 +300,10 @@ class PlanRequest(Strict):
         """The flag's form, '0,3,6'."""
         if not isinstance(value, str):
             return value
-        try:
-            return tuple(int(part) for part in value.split(","))
-        except ValueError:
-            raise ValueError(
-                f"must be comma-separated layer indices like 0,5,14, not '{value}'"
-            ) from None
+        indices = int_list(value)
+        if indices is None:
+            raise ValueError(f"must be comma-separated layer indices like 0,5,14, not '{value}'")
+        return tuple(indices)
 
     def resolve(self) -> PlanArgs:
         """Load the profile and cluster, build the freeze schedule and the pins."""

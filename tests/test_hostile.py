@@ -732,6 +732,24 @@ def test_run_freeze_is_validated_as_plan_freeze_schedule(tmp_path, capsys, freez
     refused([*argv, "--prepare-only"], tmp_path, capsys, f"--freeze: {planned}")
 
 
+DIGITS = {"arabic-indic": "\u0661", "fullwidth": "\uff11", "underscore": "1_0", "plus": "+1"}
+
+
+@pytest.mark.parametrize("digit", DIGITS.values(), ids=DIGITS.keys())
+@pytest.mark.parametrize("flag", ["--freeze-schedule", "--micro-batch-sizes", "--freeze"])
+def test_integers_in_lists_are_plain_ascii_digits_like_typed_flags(tmp_path, capsys, flag, digit):
+    """Twelfth round: `int()` read "١" and "１" as 1 inside comma lists, while typed flags
+    (--epochs, --nproc) refuse them; an integer in a list is now ASCII digits only."""
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = {
+        "--freeze-schedule": ["plan", "--profile", profile, "--out", str(tmp_path / "p.json")],
+        "--micro-batch-sizes": ["profile", "vit-digits", "--out", str(tmp_path / "p.json")],
+        "--freeze": ["run", "--runs-dir", str(tmp_path), "--prepare-only"],
+    }[flag]
+    epochs = [] if flag == "--micro-batch-sizes" else ["--epochs", "2"]
+    refused([*argv, *epochs, flag, f"1,{digit}"], tmp_path, capsys, f"1,{digit}")
+
+
 # ----------------------------------------------------------------------------- profiling
 
 PROFILE_UNDER_A_CAP = """

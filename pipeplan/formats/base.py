@@ -144,6 +144,17 @@ def flag_of(model: type[BaseModel], field: str) -> str:
     return marker.name or "--" + field.replace("_", "-")
 
 
+def int_list(text: str) -> list[int] | None:
+    """`int_list("0, 2,4")` → [0, 2, 4]; None unless every comma-separated part is ASCII
+    digits. The one reading of an integer list a user types (--freeze, --micro-batch-sizes,
+    --boundaries): `int()` also takes "١", "１", "+1" and "1_0", which typed flags refuse, and
+    "0,,3" is a typo, not 0,3."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isascii() and part.isdigit() for part in parts):
+        return None
+    return [int(part) for part in parts]
+
+
 def schema_version(model: type[BaseModel]) -> int:
     """The version a top-level format writes and reads (its `schema_version` default)."""
     return model.model_fields["schema_version"].default

@@ -38,6 +38,7 @@ from pipeplan.formats.base import (
     Strict,
     check_json,
     first_error,
+    int_list,
     load,
     read_input,
 )
@@ -95,14 +96,6 @@ def check_run_name(name: str) -> str:
     return name
 
 
-def _freeze_list(text: str) -> list[int] | None:
-    """'0,2,4' → [0, 2, 4]; None when it is not such a list."""
-    try:
-        return [int(part) for part in text.split(",")]  # "0,,3" is a typo, not 0,3
-    except ValueError:
-        return None
-
-
 # The conditions under which a flag means something (`pipeplan.options.check_needs`), shared
 # by `pipeplan run` and `pipeplan plan`/`preview` where the flag means the same.
 CACHE_BUDGET_NEEDS = Needs("cache", (True,), "it sizes the cache that --cache keeps")
@@ -114,7 +107,7 @@ def freezes_something(value: Any) -> bool:
     can (the file is not read before the flags are checked)."""
     if value == "none":
         return False
-    layers = _freeze_list(value) if isinstance(value, str) else value
+    layers = int_list(value) if isinstance(value, str) else value
     return not isinstance(layers, list) or any(layers)
 
 
@@ -301,7 +294,7 @@ class RunConfig(Strict):
         """`--freeze 0,2,4` is freeze=list with freeze_list [0, 2, 4]."""
         freeze = values.get("freeze") if isinstance(values, dict) else None
         if isinstance(freeze, str) and freeze not in get_args(FreezeMode):
-            layers = _freeze_list(freeze)
+            layers = int_list(freeze)
             if layers is not None:
                 return {**values, "freeze": "list", "freeze_list": layers}
         return values
