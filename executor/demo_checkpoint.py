@@ -34,7 +34,7 @@ from pathlib import Path
 from executor.launch import check_runs_root, prepare, run_local
 from pipeplan import models
 from pipeplan.errors import OutputError, PipeplanError
-from pipeplan.fileio import check_writable
+from pipeplan.fileio import check_writable, is_run_directory
 from pipeplan.formats import Profile, RunConfig, RunSummary, load
 from pipeplan.formats.base import read_input
 from pipeplan.inputs import ProfileRequest
@@ -73,7 +73,7 @@ def _rebuildable(run_dir: Path) -> bool:
     pipeplan prepared (its run.json) or an empty folder; never a user's folder of that name."""
     if not run_dir.is_dir():
         return False
-    return (run_dir / "run.json").is_file() or not any(run_dir.iterdir())
+    return is_run_directory(run_dir) or not any(run_dir.iterdir())
 
 
 def pretrained_checkpoint(

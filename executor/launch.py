@@ -66,7 +66,7 @@ from pipeplan.errors import (
     OutputError,
     PipeplanError,
 )
-from pipeplan.fileio import check_writable, claim_directory, write_atomic
+from pipeplan.fileio import check_writable, claim_directory, is_run_directory, write_atomic
 from pipeplan.formats import (
     CheckpointManifest,
     PhaseRecord,
@@ -382,7 +382,7 @@ def check_runs_root(runs_root: str | Path) -> None:
     run put under RUN/checkpoints was a `step-N` folder the older run's pruning removed."""
     root = Path(runs_root).absolute()
     for folder in (root, *root.parents):
-        if (folder / "run.json").is_file():
+        if is_run_directory(folder):
             raise BadArgumentError(
                 f"--runs-dir {runs_root}: lies inside the run directory {folder}; "
                 "put new runs beside it, not in it"

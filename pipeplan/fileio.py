@@ -108,7 +108,7 @@ def check_outside_runs(path: str | Path) -> None:
     except (OSError, RuntimeError):  # a link loop or a name too long: check_writable says so
         return
     for folder in resolved.parents:
-        if _is_run_directory(folder):
+        if is_run_directory(folder):
             entry = resolved.relative_to(folder).parts[0]
             if run_entry(entry):
                 raise OutputError(
@@ -117,13 +117,19 @@ def check_outside_runs(path: str | Path) -> None:
                 )
 
 
-def _is_run_directory(folder: Path) -> bool:
-    """run.json beside the run lock, the records or the checkpoints: a run's folder also when
-    copied without its dot-files (`cp -r RUN/* COPY/`), which report, calibrate and resume read
-    as a run all the same."""
-    if not (folder / "run.json").is_file():
-        return False
-    return any((folder / name).exists() for name in (".lock", "run.jsonl", "checkpoints"))
+# What `pipeplan run` makes in every run directory besides run.json.
+RUN_MARKS = (".lock", "run.jsonl", "checkpoints")
+
+
+def is_run_directory(folder: Path) -> bool:
+    """The one test of a run directory: a folder holding run.json, or two of its lock, its
+    records and its checkpoints. A run copied without its dot-files (`cp -r RUN/* COPY/`),
+    prepared but not started, or with run.json lost is still one: report, calibrate and resume
+    read it (or would, once run.json is back), so nothing may write into what it keeps, no run
+    may start inside it, and the demo may rebuild it."""
+    if (folder / "run.json").is_file():
+        return True
+    return sum((folder / name).exists() for name in RUN_MARKS) >= 2
 
 
 def write_atomic(path: str | Path, content: str | bytes) -> None:

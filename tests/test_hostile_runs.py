@@ -372,6 +372,25 @@ def test_outputs_inside_a_run_directory_are_refused(tmp_path, capsys, command, l
     refused(_targets(run, tmp_path)[command], tmp_path, capsys, "which `pipeplan run` keeps")
 
 
+@pytest.mark.parametrize("kept", [("run.json",), (".lock", "run.jsonl", "checkpoints")])
+def test_a_run_is_recognised_by_run_json_or_its_own_entries(tmp_path, capsys, kept):
+    """Thirteenth round: a run whose run.json was removed (its lock, records and checkpoints
+    still there) let `plan --out RUN/checkpoints/step-3/p.json` write into a checkpoint; a
+    run prepared but not started (run.json alone) let `--out RUN/run.jsonl` take the name of
+    the records it will write. `--runs-dir` inside either is refused too."""
+    run = _synthetic(tmp_path)
+    (run / ".lock").touch()
+    (run / "checkpoints" / "step-3").mkdir(parents=True)
+    for entry in {"run.json", ".lock", "run.jsonl", "checkpoints"} - set(kept):
+        path = run / entry
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    target = run / ("checkpoints/step-3/p.json" if "checkpoints" in kept else "run.jsonl")
+    argv = ["plan", "--profile", str(PROFILE), "--out", str(target)]
+    refused(argv, tmp_path, capsys, "which `pipeplan run` keeps")
+    argv = ["run", "--model", "vit-digits", "--runs-dir", str(run / "new"), "--prepare-only"]
+    refused(argv, tmp_path, capsys, "lies inside the run directory")
+
+
 def test_a_file_of_the_users_beside_a_runs_own_is_written(tmp_path, capsys):
     """Only what the run keeps is refused: a plan written into the run's folder is fine."""
     run = _synthetic(tmp_path)
