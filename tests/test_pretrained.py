@@ -177,6 +177,35 @@ def test_gpt2_language_model_checkpoint_loads_its_tied_head(tmp_path):
     assert torch.equal(ours, theirs)
 
 
+@pytest.mark.timeout(300)
+def test_a_tied_language_model_checkpoint_is_profiled_and_run_with_its_profile(tmp_path, capsys):
+    """Thirteenth round: the profile of a saved GPT2LMHeadModel recorded the untied config
+    (tie_word_embeddings false) and then refused the very folder it profiled, whose config says
+    true, suggesting the command just run. The untied model is what is profiled and trained
+    either way, so the tie is not part of the model's identity."""
+    from text_data import make_tokenizer, reviews, write_jsonl
+
+    import cli
+
+    shape = {**GPT2, "vocab_size": 128}  # the test tokenizer's ids
+    folder = tmp_path / "gpt2"
+    _save(folder, "GPT2LMHeadModel", "GPT2Config", **shape)
+    profile = tmp_path / "p.json"
+    quick = ["--micro-batch-sizes", "1,2", "--repeats", "1", "--warmup", "0", "--padding-mask"]
+    assert cli.main(["profile", str(folder), *quick, "--out", str(profile)]) == 0
+    data = write_jsonl(tmp_path / "lm.jsonl", [{"text": r["text"]} for r in reviews(64, 0)])
+    run = ["run", "--model", str(folder), "--profile", str(profile), "--data", str(data)]
+    run += ["--tokenizer", str(make_tokenizer(tmp_path / "tok"))]
+    run += ["--epochs", "1", "--global-batch", "8", "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main([*run, "--prepare-only"]) == 0, capsys.readouterr().err
+    # Still refused for a model of another shape.
+    other = tmp_path / "wider"
+    _save(other, "GPT2LMHeadModel", "GPT2Config", **{**shape, "n_embd": 64})
+    run[2] = str(other)
+    assert cli.main([*run, "--prepare-only", "--name", "other"]) == 2
+    assert "'n_embd' is 32" in capsys.readouterr().err
+
+
 def test_llama_without_a_language_model_head_gets_a_fresh_one(tmp_path, caplog):
     reference = _save(tmp_path, "LlamaModel", "LlamaConfig", **LLAMA)
     with caplog.at_level(logging.WARNING, logger="pipeplan.models"):

@@ -291,13 +291,15 @@ class Profile(Strict):
 
 # The config.json fields that change a layer's shapes, and so its times and bytes, across the
 # supported families (bert, roberta, distilbert, electra, vit, deit, gpt2, llama). Others
-# (dropout, labels, transformers_version) leave every profiled time and byte as it was.
+# (dropout, labels, transformers_version) leave every profiled time and byte as it was; so
+# does tie_word_embeddings, because pipeplan unties a tied head before it profiles or trains
+# (`models._untie`) and records False: a tied checkpoint's True is the same model.
 SHAPE_FIELDS = (
     "model_type",
     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "intermediate_size", "head_dim", "vocab_size", "max_position_embeddings",
     "type_vocab_size", "embedding_size", "image_size", "patch_size", "num_channels",
-    "qkv_bias", "attention_bias", "mlp_bias", "tie_word_embeddings", "hidden_act",
+    "qkv_bias", "attention_bias", "mlp_bias", "hidden_act",
     "dim", "n_layers", "n_heads", "hidden_dim", "activation",
     "n_embd", "n_layer", "n_head", "n_inner", "n_positions", "activation_function",
 )  # fmt: skip
