@@ -38,6 +38,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 from scipy.optimize import lsq_linear
 
 from pipeplan.costmodel import CostModel, same_placement
@@ -58,6 +59,7 @@ from pipeplan.formats import (
     read_records,
     steady_step,
 )
+from pipeplan.formats.base import first_error
 from pipeplan.formats.run import WARMUP_STEPS_PER_PHASE
 from pipeplan.log import held
 from pipeplan.runfiles import check_distinct_runs, check_run_files
@@ -663,8 +665,23 @@ def fit_group_rebuild(
 
 
 def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
-    """The profile with a calibration fitted to the runs (replacing any earlier one)."""
+    """The profile with a calibration fitted to the runs (replacing any earlier one). A fit
+    beyond the format's bounds (a compute scale over 10^6: the runs took a million times
+    the profile's times) is an InputFileError naming the field: the profile does not describe
+    the devices the runs ran on, and no calibration can make it."""
     check_distinct_runs(run_dirs, "run")  # else its steps are counted as often as it is given
+    try:
+        return _calibrate(run_dirs, profile)
+    except ValidationError as exc:
+        runs = ", ".join(str(d) for d in run_dirs)
+        raise InputFileError(
+            f"{runs}: the calibration fitted to these runs is out of bounds "
+            f"({first_error(exc)}); the profile's times are not of the devices they ran on: "
+            "profile those devices (pipeplan profile) and calibrate that profile"
+        ) from None
+
+
+def _calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
     observations = observe(run_dirs, profile)
     ranks = [r for o in observations for r in o.ranks]
     scales, why_compute = fit_compute(ranks)
@@ -695,7 +712,8 @@ def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
     final = fitted.model_copy(
         update={"residual_median": float(np.median(errors)), "residual_max": float(max(errors))}
     )
-    return profile.model_copy(update={"calibration": final})
+    # model_copy does not validate: the fields it set are checked here, the rest were at birth.
+    return profile.model_copy(update={"calibration": Calibration.model_validate(dict(final))})
 
 
 def calibrate_to_file(run_dirs: list[str], profile_path: str, out: str) -> Profile:

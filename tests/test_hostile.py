@@ -1249,6 +1249,35 @@ def test_calibrate_of_subnormal_times_is_one_line(tmp_path, capsys):
     refused(argv, tmp_path, capsys, "no phase with enough steps to fit")
 
 
+def test_calibrate_beyond_the_formats_scale_bounds_is_one_line(tmp_path, capsys):
+    """Thirteenth round: against a valid profile whose times are 2e-6 of the run's (another,
+    far faster device), the fitted compute scale exceeded 10^6 and the Calibration model's
+    bound gave a pydantic traceback. Now one line naming the field."""
+    from test_calibrate import TRUTH
+    from test_calibrate import write_run as write_fit_run
+
+    from executor.planning import shipped_profile
+    from pipeplan.formats import Profile, load
+
+    shipped = shipped_profile("vit-digits", "cpu")
+    run = tmp_path / "fit"
+    slow = {
+        f"{kind}_scale": 10 * getattr(TRUTH, f"{kind}_scale") for kind in ("fwd", "bwd", "nograd")
+    }
+    write_fit_run(run, load(Profile, shipped), truth=TRUTH.model_copy(update=slow))
+    doc = json.loads(shipped.read_text())
+
+    for layer in doc["layers"]:
+        for timing in layer["timings"]:
+            timing.update({k: v * 2e-6 for k, v in timing.items() if k.endswith("_s") and v})
+    profile = tmp_path / "fast.json"
+    profile.write_text(json.dumps(doc))
+    assert cli.main(["preview", "--profile", str(profile)]) == 0  # a profile pipeplan accepts
+    capsys.readouterr()
+    argv = ["calibrate", str(run), "--profile", str(profile), "--out", str(tmp_path / "c.json")]
+    refused(argv, tmp_path, capsys, ("out of bounds", "_scale", "less than or equal to 1000000"))
+
+
 def test_a_name_with_dollar_signs_is_drawn_as_written(tmp_path, capsys):
     """Found by an independent round: a model named `m $\\bogusmacro$` made matplotlib parse
     math mid-plot (a traceback, some plots already written)."""
