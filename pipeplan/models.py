@@ -759,7 +759,11 @@ def _check_padding_mask(family: Family, config: Any, padding_mask: bool, name: s
     if not padding_mask:
         return
     if family.kind == "image":
-        raise BadArgumentError("a padding mask applies to text models only; images have none")
+        # Also reached by text data (JSONL, CSV) given to an image model: name both causes.
+        raise BadArgumentError(
+            f"{name} is an image model: a padding mask, and text data (JSONL, CSV), need a "
+            "text model"
+        )
     if config.pad_token_id is None:
         raise InputFileError(f"{name}: a padding mask needs pad_token_id in the config")
 

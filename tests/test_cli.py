@@ -250,6 +250,7 @@ def test_run_json_is_the_run_config_of_the_flags(tmp_path, capsys):
     "command, args, flag",
     [
         (["run"], ["--lr", "-1"], "--lr"),
+        (["run"], ["--dropout", "1"], "--dropout"),  # every activation zeroed: nothing learned
         (["run"], ["--global-batch", "0"], "--global-batch"),
         (["run"], ["--cache-budget", "12XB"], "--cache-budget"),
         (["run"], ["--alpha", "1"], "--alpha"),

@@ -394,3 +394,17 @@ def test_profiling_a_config_json_records_its_folder(made, tmp_path, capsys):
     assert json.loads(out.read_text())["model"]["name"] == str(made["checkpoint"])
     data = write_jsonl(tmp_path / "d.jsonl", reviews(20, seed=5))
     assert cli.main(prepare(made, tmp_path, data, profile=out)) == 0, capsys.readouterr().err
+
+
+def test_text_data_for_an_image_model_names_the_model(tmp_path, capsys):
+    """Thirteenth round: CSV or JSONL data with vit-digits was refused as "a padding mask
+    applies to text models only", a flag the user never gave."""
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\nthe film,a\nthe book,b\n")
+    argv = ["run", "--model", "vit-digits", "--data", str(data), "--prepare-only"]
+    refused(
+        [*argv, "--runs-dir", str(tmp_path / "runs")],
+        tmp_path,
+        capsys,
+        "vit-digits is an image model",
+    )

@@ -351,7 +351,7 @@ def test_unsupported_model_type_names_every_supported_one(tmp_path):
     [
         ("bert", dict(task="causal-lm"), BadArgumentError, "causal-lm needs a decoder"),
         ("gpt2", dict(task="causal-lm", num_labels=3), BadArgumentError, "classification"),
-        ("vit", dict(padding_mask=True), BadArgumentError, "text models only"),
+        ("vit", dict(padding_mask=True), BadArgumentError, "is an image model: a padding mask"),
         ("llama", dict(task="summarise"), BadArgumentError, "available: classification"),
     ],
 )

@@ -265,8 +265,9 @@ class RunConfig(Strict):
         "whatever this is; long one-sided work (start-up, checkpoint writes, cache fills, "
         "evaluation, re-planning) is waited for apart from it.",
     )
+    # Below 1: at 1 every activation is zeroed in training, and nothing is learned.
     dropout: Annotated[NonNegFloat | None, Flag(default="the model's")] = Field(
-        None, le=1.0, description="Dropout probability of every dropout in the model."
+        None, lt=1.0, description="Dropout probability of every dropout in the model, in [0, 1)."
     )
     device_memory_bytes: Annotated[
         PosBytes | None,
