@@ -164,6 +164,38 @@ class Plan(Strict):
         return self
 
     @model_validator(mode="after")
+    def _phases_follow_schedule(self) -> Plan:
+        """The phases are the plan's own freeze schedule (`pipeplan.freeze.phases`): one per
+        run of epochs at one freeze point, each freezing what the schedule says for every one
+        of its epochs, so freezing only grows from phase to phase. `pipeplan run --plan`
+        follows that schedule epoch by epoch and takes each freeze point's layout from its
+        phase: a phase that unfroze layers, or disagreed with the schedule, would leave the
+        run a freeze point no phase plans. A cached phase needs a plan made with the cache."""
+        schedule = self.inputs.freeze.frozen_layers
+        if len(schedule) != self.inputs.epochs:
+            raise ValueError(
+                f"inputs.freeze has {len(schedule)} epochs of frozen layers, the plan "
+                f"{self.inputs.epochs}"
+            )
+        for i, phase in enumerate(self.phases):
+            frozen = phase.layout.frozen_layers
+            if i > 0 and frozen <= self.phases[i - 1].layout.frozen_layers:
+                before = self.phases[i - 1].layout.frozen_layers
+                raise ValueError(
+                    f"phase {i} freezes {frozen} layers after phase {i - 1} froze {before}: "
+                    "freezing only grows, and a phase starts only where the freeze point moves"
+                )
+            for epoch in range(phase.start_epoch, phase.start_epoch + phase.epochs):
+                if schedule[epoch] != frozen:
+                    raise ValueError(
+                        f"phase {i} freezes {frozen} layers, but inputs.freeze has "
+                        f"{schedule[epoch]} at epoch {epoch}"
+                    )
+            if phase.layout.cached and not self.inputs.cache:
+                raise ValueError(f"phase {i} reads the cache of a plan made without one")
+        return self
+
+    @model_validator(mode="after")
     def _predictions_agree(self) -> Plan:
         """The predictions are the planner's for this cluster: every stage fits its device
         (the solver keeps only layouts that do, `Evaluation.fits`), an epoch is its whole
