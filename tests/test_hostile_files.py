@@ -292,6 +292,19 @@ SELF_CONTRADICTIONS = {
         _set(("inputs", "cache"), False),
         ("phase 1 reads the cache of a plan made without one",),
     ),
+    # Pins the phases do not have (the solver searched only layouts that had them).
+    "a pinned stage count the phases do not have": (
+        _set(("inputs", "pinned"), {"num_stages": 3}),
+        ("phase 0: its layout's num_stages 1 is not the pinned 3",),
+    ),
+    "a pinned schedule the phases do not have": (
+        _set(("inputs", "pinned"), {"schedule": "gpipe"}),
+        ("phase 0: its layout's schedule '1f1b' is not the pinned 'gpipe'",),
+    ),
+    "a pin that is none": (
+        _set(("inputs", "pinned"), {"colour": 1}),
+        ("inputs.pinned: 'colour' is not a pin",),
+    ),
 }
 
 

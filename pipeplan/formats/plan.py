@@ -5,6 +5,7 @@ predictions for it (docs/architecture.md §3, §4)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -135,6 +136,16 @@ class PlanInputs(Strict):
     pinned: dict[str, int | str | list[int]]
 
 
+# Each pin as a layout has it (`Plan._phases_keep_pins`).
+PINNED: dict[str, Callable[[Layout], int | str | list[int]]] = {
+    "num_stages": lambda layout: layout.num_stages,
+    "replicas": lambda layout: layout.replicas,
+    "micro_batches": lambda layout: layout.micro_batches,
+    "schedule": lambda layout: layout.schedule,
+    "boundaries": lambda layout: list(layout.boundaries),
+}
+
+
 class Plan(Strict):
     schema_version: Literal[2] = 2
     inputs: PlanInputs
@@ -193,6 +204,22 @@ class Plan(Strict):
                     )
             if phase.layout.cached and not self.inputs.cache:
                 raise ValueError(f"phase {i} reads the cache of a plan made without one")
+        return self
+
+    @model_validator(mode="after")
+    def _phases_keep_pins(self) -> Plan:
+        """What the user pinned (`--stages`, `--replicas`, `--micro-batches`, `--schedule`,
+        `--boundaries`: `pipeplan.plan._pins_dict`) every phase's layout has: the solver
+        searches only layouts that do."""
+        for key, value in self.inputs.pinned.items():
+            if key not in PINNED:
+                raise ValueError(f"inputs.pinned: {key!r} is not a pin ({', '.join(PINNED)})")
+            for i, phase in enumerate(self.phases):
+                held = PINNED[key](phase.layout)
+                if held != value:
+                    raise ValueError(
+                        f"phase {i}: its layout's {key} {held!r} is not the pinned {value!r}"
+                    )
         return self
 
     @model_validator(mode="after")
