@@ -176,6 +176,8 @@ class RunPlanner:
         if seq is not None:
             check_profile_fits(self.profile, seq, self.config)
         cfg = self.config
+        # The freeze point the run starts at (a plan's schedule may start frozen); the block
+        # count matters only to later decisions, not to `first`.
         first = freeze.AutoFreeze(cfg.freeze, 0, cfg.alpha, list(cfg.freeze_list or [])).first
         horizon = Horizon(samples=cfg.global_batch, epochs=cfg.epochs, previous=None, cache=False)
         self(first, horizon)
