@@ -845,7 +845,8 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
 
 def with_file_values(cfg: RunConfig) -> RunConfig:
     """What a flag left out takes from the files given: a run of `--plan FILE` trains the
-    plan's world size, global batch and epochs, a run of `--profile P` in P's precision. Given, they
+    plan's world size, global batch and epochs, follows its freeze schedule (as `--freeze
+    LIST`) and cache, a run of `--profile P` in P's precision. Given, they
     are held to the files (`check_plan`, `check_profile_fits`); left out, they never refuse
     a file (a plan for 4 devices is not refused for the default `--nproc 2`).
 
@@ -857,6 +858,13 @@ def with_file_values(cfg: RunConfig) -> RunConfig:
         found["nproc"] = (inputs.cluster.num_devices, cfg.plan)
         found["global_batch"] = (inputs.global_batch, cfg.plan)
         found["epochs"] = (inputs.epochs, cfg.plan)
+        # The plan's freeze schedule, epoch by epoch, and its cache: refused as flags beside
+        # --plan (`PLAN_FREEZES`), so these are always the plan's, and every freeze point the
+        # run reaches is one of its phases (`check_plan`).
+        found["freeze"] = ("list", cfg.plan)
+        found["freeze_list"] = (list(inputs.freeze.frozen_layers), cfg.plan)
+        found["cache"] = (inputs.cache, cfg.plan)
+        found["cache_budget_bytes"] = (inputs.cluster.cache_budget_bytes, cfg.plan)
         # Without --profile the run prices with the shipped profile of its precision: the
         # plan's own, when it was made from one of them (a bf16 plan then runs in bf16).
         shipped = None if cfg.profile else shipped_precision(inputs.profile, cfg.model, cfg.device)

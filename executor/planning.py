@@ -1,10 +1,10 @@
 """How a run chooses each phase's layout: from the plan file it was given, else by solving.
 
-Rank 0 asks the `RunPlanner` whenever the freeze point moves. A plan file fixes the layout for
-the freeze points it covers; a freeze point it does not cover (AutoFreeze decided differently)
-is decided afresh with the same profile and cluster, by the plan's own rule
+Rank 0 asks the `RunPlanner` whenever the freeze point moves. A plan file fixes the freeze
+schedule the run follows and the layout of each of its freeze points: every one is a phase of
+the plan. Without a plan each phase is decided with the run's profile by the plan's own rule
 (`pipeplan.plan.decide_phase`: cached or not, and a move only when it pays for itself over
-the epochs left). Without a plan the cluster is this run's
+the epochs left), and the cluster is this run's
 ranks on one node (`pipeplan.cluster.run_cluster`), with the per-rank memory limit
 `--device-memory` (so a CPU run can be made to need a pipeline the way a large model does on
 real GPUs).
@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
+from pipeplan import freeze
 from pipeplan.cluster import run_cluster
 from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError
@@ -175,7 +176,11 @@ class RunPlanner:
         if seq is not None:
             check_profile_fits(self.profile, seq, self.config)
         cfg = self.config
-        self(0, Horizon(samples=cfg.global_batch, epochs=cfg.epochs, previous=None, cache=False))
+        # The freeze point the run starts at (a plan's schedule may start frozen); the block
+        # count matters only to later decisions, not to `first`.
+        first = freeze.AutoFreeze(cfg.freeze, 0, cfg.alpha, list(cfg.freeze_list or [])).first
+        horizon = Horizon(samples=cfg.global_batch, epochs=cfg.epochs, previous=None, cache=False)
+        self(first, horizon)
 
     def adopt(self, profile: Profile, run_dir: Path, number: int) -> None:
         """Plan from now on with `profile`, fitted during the run: written to the run
@@ -206,6 +211,14 @@ class RunPlanner:
                         predicted_stages=phase.stages,
                         pricing=self.pricing("plan"),
                     )
+            # A run of a plan follows the plan's schedule (`check_plan`), whose every freeze
+            # point is a phase (`Plan._phases_follow_schedule`): no freeze point is left to
+            # solve, and solving one would run a layout the plan never chose.
+            points = ", ".join(str(p.layout.frozen_layers) for p in self.plan.phases)
+            raise BadArgumentError(
+                f"{self.config.plan}: the run reached {frozen_layers} frozen layers, which no "
+                f"phase of the plan freezes (its phases freeze {points})"
+            )
         pricing = self.pricing("solver", horizon)
         return _decide(self.profile, pricing, self.config.global_batch, frozen_layers)
 
@@ -272,7 +285,27 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig) -> None:
             phase.layout.check(num_layers, devices)
         except BadArgumentError as exc:
             raise BadArgumentError(f"the plan's phase {i} cannot run: {exc}") from None
-    check_plan_cache(plan, cfg.cache, "--no-cache")
+    # `with_file_values` takes these from the plan and the flags are refused beside --plan: a
+    # run.json edited by hand (or a RunConfig built without them) must still agree, since
+    # the run freezes and caches by them and takes each freeze point's layout from a phase.
+    schedule = list(plan.inputs.freeze.frozen_layers)
+    if cfg.freeze != "list" or cfg.freeze_list != schedule:
+        given = ",".join(map(str, cfg.freeze_list)) if cfg.freeze == "list" else cfg.freeze
+        raise BadArgumentError(
+            f"the run freezes by {given}, but the plan's phases follow the freeze schedule "
+            f"{','.join(map(str, schedule))}; a run of a plan follows its schedule"
+        )
+    if cfg.cache != plan.inputs.cache:
+        raise BadArgumentError(
+            f"the run's cache is {'on' if cfg.cache else 'off'}, but the plan was made with it "
+            f"{'on' if plan.inputs.cache else 'off'}; a run of a plan keeps the plan's cache"
+        )
+    budget = plan.inputs.cluster.cache_budget_bytes
+    if cfg.cache_budget_bytes != budget:
+        raise BadArgumentError(
+            f"the run's cache budget is {cfg.cache_budget_bytes} bytes, but the plan's cluster "
+            f"has {budget}; a run of a plan keeps the plan's cache budget"
+        )
 
 
 def check_plan_cache(plan: Plan, cache: bool, why: str) -> None:

@@ -244,7 +244,8 @@ def check_needs(
                 setting = on
             else:
                 setting = f"{on} {value}"
-            raise BadArgumentError(f"{spellings[name][0]} means nothing with {setting}; {need.why}")
+            typed_as = spellings[name][1] if own is False else spellings[name][0]  # --no-cache
+            raise BadArgumentError(f"{typed_as} means nothing with {setting}; {need.why}")
 
 
 def _spellings(context: Any) -> dict[str, tuple[str, str]]:

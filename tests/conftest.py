@@ -83,13 +83,22 @@ def make_layout(global_batch, frozen_layers, cached, boundaries, rank_map, micro
     )
 
 
-def pinned_plan(path: Path, layouts: list, freeze: list[int], *, epochs: int) -> str:
+def pinned_plan(
+    path: Path,
+    layouts: list,
+    freeze: list[int],
+    *,
+    epochs: int,
+    cache: bool = True,
+    cache_budget: str | None = None,
+) -> str:
     """A plan file for `pipeplan run --plan` on 2 vit-digits ranks (100 MiB each, global batch
     of the layouts) whose phases run `layouts` (one per frozen count of `freeze`) as they are:
     `pipeplan plan` writes the rest, its layouts and their stages' boundaries are replaced. A
     run that must cover a given layout or transition then does not depend on the planner's
     choice (which keeps a layout whose freezing leaves stage 0 forward-only when a move does
-    not pay over a short run)."""
+    not pay over a short run). A run of it follows `freeze` with the plan's `cache` and
+    `cache_budget` (`pipeplan plan --no-cache`, `--cache-budget`): those flags are the plan's."""
     import itertools
     import json
 
@@ -100,6 +109,8 @@ def pinned_plan(path: Path, layouts: list, freeze: list[int], *, epochs: int) ->
     argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--samples", "1400"]
     argv += ["--devices-per-node", "2", "--device-memory", "100MiB", "--global-batch", str(batch)]
     argv += ["--epochs", str(epochs), "--freeze-schedule", ",".join(map(str, freeze))]
+    argv += [] if cache else ["--no-cache"]
+    argv += [] if cache_budget is None else ["--cache-budget", cache_budget]
     assert cli.main([*argv, "--out", str(path)]) == 0
     plan = json.loads(path.read_text())
     pinned = {layout.frozen_layers: layout for layout in layouts}

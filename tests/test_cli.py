@@ -415,8 +415,9 @@ def test_the_same_flags_beside_the_others_defaults_are_accepted(tmp_path, capsys
 
 
 def test_no_cache_beside_a_freeze_that_freezes_nothing_is_accepted(tmp_path, capsys):
-    """`--no-cache` there says what holds (bench/bench_executor.py gives it with `--freeze
-    none`): only `--cache` is refused; a list that freezes a layer keeps its budget."""
+    """`--no-cache` there says what holds (bench/bench_executor.py plans with it beside
+    `--freeze-schedule 0`): only `--cache` is refused; a list that freezes a layer keeps its
+    budget."""
     for name, freeze in (("a", ["--freeze", "none", "--no-cache"]), ("b", ["--freeze", "0,1"])):
         argv = ["run", *freeze, "--cache-budget", "1GiB"] if name == "b" else ["run", *freeze]
         argv += ["--runs-dir", str(tmp_path), "--name", name, "--prepare-only"]

@@ -35,7 +35,6 @@ FREEZE = [0, 5, 5]
 BASE = ["--model", MODEL, "--nproc", "2", "--epochs", str(EPOCHS)]
 BASE += ["--max-steps-per-epoch", str(STEPS), "--global-batch", str(BATCH), "--seed", "0"]
 BASE += ["--lr", str(LR)]
-ARGS = [*BASE, "--freeze", ",".join(map(str, FREEZE))]
 # Sums over a batch in another order: the observed relative error is ~3e-7; margin ×6.
 TOLERANCE = 2e-6
 
@@ -98,7 +97,7 @@ CACHED = [
 UNCACHED = [CACHED[0], CACHED[1].model_copy(update={"cached": False})]
 
 
-def run(root, name, *extra, args=ARGS) -> dict[str, torch.Tensor]:
+def run(root, name, *extra, args=BASE) -> dict[str, torch.Tensor]:
     assert cli.main(["run", *args, *extra, "--name", name, "--runs-dir", str(root)]) == 0
     return final_parameters(root / name)
 
@@ -108,13 +107,15 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("equivalence")
     return {
         "cache": run(root, "cache", *plan(root, "cache")),
-        "no-cache": run(root, "nocache", "--no-cache", *plan(root, "nocache", cached=False)),
+        "no-cache": run(root, "nocache", *plan(root, "nocache", cached=False)),
     }, root
 
 
 def plan(root, name, cached=True) -> list[str]:
+    """`--plan` of FREEZE, with the cache or without (`--no-cache` is the plan's to give)."""
     path = root / f"{name}-plan.json"
-    return ["--plan", pinned_plan(path, CACHED if cached else UNCACHED, FREEZE, epochs=EPOCHS)]
+    layouts = CACHED if cached else UNCACHED
+    return ["--plan", pinned_plan(path, layouts, FREEZE, epochs=EPOCHS, cache=cached)]
 
 
 @pytest.mark.multiprocess
@@ -143,7 +144,7 @@ def test_cache_on_equals_cache_off_with_dropout(tmp_path):
     # vit-digits' layers train with dropout 0.1 here; the frozen prefix runs in eval mode, so
     # reading it from the cache or computing it gives the same activations and the same draws.
     on = run(tmp_path, "on", "--dropout", "0.1", *plan(tmp_path, "on"))
-    off = run(tmp_path, "off", "--dropout", "0.1", "--no-cache", *plan(tmp_path, "off", False))
+    off = run(tmp_path, "off", "--dropout", "0.1", *plan(tmp_path, "off", False))
     # Bitwise: before frozen layers outside every stage were put in eval mode, filling the
     # cache drew dropout masks and the two runs parted by 1.3e-3 (relative).
     assert on.keys() == off.keys()
@@ -170,13 +171,13 @@ def test_a_forward_only_stage_in_and_out_equals_a_plain_single_process_loop(tmp_
     from pipeplan.calibrate import measured
     from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
 
-    freeze = ["--freeze", ",".join(map(str, PINNED_FREEZE)), "--no-cache"]
     layouts = [
         make_layout(BATCH, frozen, False, PINNED_CUTS[frozen], ((0, 1),), 2, "1f1b")
         for frozen in PINNED_CUTS
     ]
-    pinned = pinned_plan(tmp_path / "plan.json", layouts, PINNED_FREEZE, epochs=EPOCHS)
-    got = run(tmp_path, "fwd", "--plan", pinned, *freeze, args=BASE)
+    path = tmp_path / "plan.json"
+    pinned = pinned_plan(path, layouts, PINNED_FREEZE, epochs=EPOCHS, cache=False)
+    got = run(tmp_path, "fwd", "--plan", pinned)
     records = read_records(tmp_path / "fwd" / "run.jsonl")
     phases = [r for r in records if isinstance(r, PhaseRecord)]
     assert [p.layout.boundaries for p in phases] == [PINNED_CUTS[f] for f in PINNED_FREEZE]

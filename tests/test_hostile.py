@@ -1537,16 +1537,18 @@ def test_a_pickle_as_pytorch_model_bin_is_refused_unrun(tmp_path, capsys):
 
 def test_a_plan_that_reads_the_cache_is_refused_by_a_run_without_one(tmp_path, capsys):
     """Noticed by a helper, confirmed: `run --plan P --no-cache` with a cached phase in P fed
-    raw inputs to a stage 0 that skips its frozen layers and failed inside rank 1."""
+    raw inputs to a stage 0 that skips its frozen layers and failed inside rank 1. Since the
+    thirteenth round a run of a plan keeps the plan's cache, and --no-cache beside it is
+    refused as the flag it is."""
     plan = tmp_path / "p.json"
     argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--devices-per-node"]
     argv += ["2", "--global-batch", "64", "--samples", "1438", "--epochs", "6"]
     assert cli.main([*argv, "--freeze-schedule", "0,5", "--out", str(plan)]) == 0
     assert any(p["layout"]["cached"] for p in json.loads(plan.read_text())["phases"])
-    run = ["run", "--model", "vit-digits", "--plan", str(plan), "--freeze", "0,5", "--nproc", "2"]
+    run = ["run", "--model", "vit-digits", "--plan", str(plan), "--nproc", "2"]
     run += ["--epochs", "6", "--runs-dir", str(tmp_path / "runs"), "--prepare-only"]
     capsys.readouterr()
-    refused([*run, "--no-cache"], tmp_path, capsys, "reads the activation cache")
+    refused([*run, "--no-cache"], tmp_path, capsys, "--no-cache means nothing with --plan")
 
 
 # ----------------------------------------------------------------------------- fourth round

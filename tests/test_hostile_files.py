@@ -272,6 +272,39 @@ SELF_CONTRADICTIONS = {
         _set(("inputs", "steps_per_epoch"), 23),
         ("inputs.steps_per_epoch 23 is not inputs.samples // inputs.global_batch (22)",),
     ),
+    # Thirteenth round: phases that are not the plan's own freeze schedule (0,5,5,5,5,5).
+    "a phase off the plan's freeze schedule": (
+        _set(("inputs", "freeze", "frozen_layers"), [0, 0, 5, 5, 5, 5]),
+        ("phase 1 freezes 5 layers, but inputs.freeze has 0 at epoch 1",),
+    ),
+    "a freeze schedule shorter than the plan": (
+        _set(("inputs", "freeze", "frozen_layers"), [0, 5]),
+        ("inputs.freeze has 2 epochs of frozen layers, the plan 6",),
+    ),
+    "a phase that does not move the freeze point": (
+        lambda doc: (
+            doc["inputs"]["freeze"].update(frozen_layers=[5] * 6),
+            doc["phases"][0]["layout"].update(frozen_layers=5),
+        ),
+        ("phase 1 freezes 5 layers after phase 0 froze 5", "freezing only grows"),
+    ),
+    "a cached phase in a plan made without the cache": (
+        _set(("inputs", "cache"), False),
+        ("phase 1 reads the cache of a plan made without one",),
+    ),
+    # Pins the phases do not have (the solver searched only layouts that had them).
+    "a pinned stage count the phases do not have": (
+        _set(("inputs", "pinned"), {"num_stages": 3}),
+        ("phase 0: its layout's num_stages 1 is not the pinned 3",),
+    ),
+    "a pinned schedule the phases do not have": (
+        _set(("inputs", "pinned"), {"schedule": "gpipe"}),
+        ("phase 0: its layout's schedule '1f1b' is not the pinned 'gpipe'",),
+    ),
+    "a pin that is none": (
+        _set(("inputs", "pinned"), {"colour": 1}),
+        ("inputs.pinned: 'colour' is not a pin",),
+    ),
 }
 
 
@@ -294,3 +327,25 @@ def test_a_plan_that_contradicts_itself_is_refused(self_plan, tmp_path, capsys, 
     # The same plan untouched is accepted: the refusal is the edit's.
     plan.write_text(json.dumps(self_plan))
     assert load(Plan, plan).predicted_total_s == self_plan["predicted_total_s"]
+
+
+def test_a_plan_whose_last_phase_unfreezes_is_refused(tmp_path, capsys):
+    """Thirteenth round: a plan of phases frozen 0, 5, 7 (α = 0.5 over 3 epochs) edited to
+    0, 5, 0, its schedule still 0,5,7, was run, exit 0: the run would have unfrozen 7
+    layers, or solved a freeze point the plan never planned."""
+    path = tmp_path / "rp.json"
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--nodes", "1"]
+    argv += ["--devices-per-node", "2", "--epochs", "3", "--freeze", "alpha", "--alpha", "0.5"]
+    argv += ["--global-batch", "64", "--samples", "1438", "--out", str(path)]
+    assert cli.main(argv) == 0
+    doc = json.loads(path.read_text())
+    assert [p["layout"]["frozen_layers"] for p in doc["phases"]] == [0, 5, 7]
+    assert doc["inputs"]["freeze"]["frozen_layers"] == [0, 5, 7]
+    run = ["run", "--model", "vit-digits", "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main([*run, "--plan", str(path), "--name", "good"]) == 0  # as written, it runs
+    doc["phases"][-1]["layout"]["frozen_layers"] = 0
+    bad = tmp_path / "rp_bad.json"
+    bad.write_text(json.dumps(doc))
+    capsys.readouterr()
+    fragments = ("rp_bad.json", "phase 2 freezes 0 layers after phase 1 froze 5")
+    refused([*run, "--plan", str(bad), "--name", "bad"], tmp_path, capsys, fragments)

@@ -394,3 +394,78 @@ def test_a_plan_s_world_is_held_to_the_limits_of_nproc(tmp_path, capsys):
     argv = ["run", "--plan", str(most), "--runs-dir", str(runs), "--name", "c", "--prepare-only"]
     assert cli.main(argv) == 0, capsys.readouterr().err
     assert load(RunConfig, runs / "c" / "run.json").nproc == MAX_RANKS
+
+
+# ----------------------------------------------------------------------- thirteenth round
+
+# Each beside `--plan` was accepted, exit 0, run.json recording it next to a plan that does
+# otherwise (`--freeze 0,1,2` beside a plan scheduled 0,5,7).
+BESIDE_A_PLAN = [
+    (["--freeze", "0,1,2"], "--freeze"),
+    (["--freeze", "0,5,7"], "--freeze"),  # the plan's own: given, it is still the plan's
+    (["--freeze", "none"], "--freeze"),
+    (["--freeze", "alpha", "--alpha", "0.9"], "--freeze"),
+    (["--alpha", "0.9"], "--alpha"),
+    (["--freeze-every", "5"], "--freeze-every"),
+    (["--cache-budget", "1MiB"], "--cache-budget"),
+    (["--cache"], "--cache"),
+    (["--no-cache"], "--no-cache"),
+]
+
+
+@pytest.fixture(scope="module")
+def alpha_plan(tmp_path_factory) -> Path:
+    """A plan of α = 0.5 over 3 epochs on 2 vit-digits ranks: phases frozen 0, 5, 7, cached
+    where it pays, its cluster's cache budget the default 1 GiB."""
+    path = tmp_path_factory.mktemp("alpha") / "rp.json"
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--nodes", "1"]
+    argv += ["--devices-per-node", "2", "--epochs", "3", "--freeze", "alpha", "--alpha", "0.5"]
+    assert cli.main([*argv, "--global-batch", "64", "--samples", "1438", "--out", str(path)]) == 0
+    return path
+
+
+@pytest.mark.parametrize(
+    ("flags", "flag"), BESIDE_A_PLAN, ids=[" ".join(f) for f, _ in BESIDE_A_PLAN]
+)
+def test_freeze_and_cache_flags_beside_a_plan_are_refused(
+    alpha_plan, tmp_path, capsys, flags, flag
+):
+    """Thirteenth round: a plan fixes its freeze schedule and its cache; a flag that would set
+    them is refused beside --plan, as --device-memory is, naming the flag."""
+    run = ["run", "--model", "vit-digits", "--plan", str(alpha_plan), "--prepare-only"]
+    run += ["--runs-dir", str(tmp_path / "runs"), "--name", "x"]
+    capsys.readouterr()
+    refused([*run, *flags], tmp_path, capsys, f"{flag} means nothing with --plan")
+
+
+def test_a_run_of_a_plan_follows_its_schedule_and_cache(alpha_plan, tmp_path, capsys):
+    """Left out, the freeze schedule and the cache are the plan's: run.json records the
+    plan's 0,5,7, its cache and its budget (it recorded --freeze auto, AutoFreeze's gradient
+    criterion then freezing where the plan had no phase). A run.json edited away from the
+    plan is refused before any rank starts (`check_plan`), naming what it contradicts; a
+    freeze point no phase plans is an error naming the plan, never solved afresh."""
+    from executor.planning import RunPlanner
+    from pipeplan.formats import Horizon, Plan
+
+    runs = tmp_path / "runs"
+    run = ["run", "--model", "vit-digits", "--plan", str(alpha_plan), "--prepare-only"]
+    assert cli.main([*run, "--runs-dir", str(runs), "--name", "a"]) == 0, capsys.readouterr()
+    saved = load(RunConfig, runs / "a" / "run.json")
+    plan = load(Plan, alpha_plan)
+    assert (saved.freeze, saved.freeze_list) == ("list", [0, 5, 7])
+    assert saved.freeze_list == plan.inputs.freeze.frozen_layers
+    assert (saved.cache, saved.cache_budget_bytes) == (True, plan.inputs.cluster.cache_budget_bytes)
+    for edit, words in (
+        ({"freeze": "auto"}, "the run freezes by auto, but the plan's phases follow the freeze "),
+        ({"freeze": "0,1,2"}, "the run freezes by 0,1,2, but the plan's phases follow "),
+        ({"cache": False}, "the run's cache is off, but the plan was made with it on"),
+        ({"cache_budget_bytes": 1 << 20}, "the run's cache budget is 1048576 bytes, but the "),
+    ):
+        edited = RunConfig(**{**saved.model_dump(), **edit})
+        with pytest.raises(BadArgumentError, match=words):
+            RunPlanner.from_config(edited)
+    planner = RunPlanner.from_config(saved)
+    horizon = Horizon(samples=1408, epochs=2, previous=None, cache=True)
+    assert planner(5, horizon).layout == plan.phases[1].layout
+    with pytest.raises(BadArgumentError, match=r"rp.json: the run reached 3 frozen layers, which"):
+        planner(3, horizon)

@@ -41,7 +41,7 @@ def test_a_written_plan_runs_as_planned(tmp_path):
     argv += ["--samples", "1438", "--epochs", "2", "--freeze-schedule", "0,5", "--out", str(plan)]
     assert cli.main(argv) == 0
     planned = [p["layout"] for p in json.loads(plan.read_text())["phases"]]
-    run = ["run", *PLANNED, "--plan", str(plan), "--freeze", "0,5", "--epochs", "2"]
+    run = ["run", *PLANNED, "--plan", str(plan), "--epochs", "2"]  # the plan's freezing
     run += ["--max-steps-per-epoch", "3", "--name", "p", "--runs-dir", str(tmp_path)]
     assert cli.main(run) == 0
     phases, steps, _ = records(tmp_path / "p")
@@ -53,12 +53,13 @@ def test_a_written_plan_runs_as_planned(tmp_path):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_alpha_freezing_with_a_cache_that_spills_to_disk(tmp_path):
-    run = ["run", *PLANNED, "--freeze", "alpha", "--alpha", "0.5", "--epochs", "6"]
-    run += ["--max-steps-per-epoch", "3", "--cache-budget", "4KiB"]
+    run = ["run", *PLANNED, "--epochs", "6", "--max-steps-per-epoch", "3"]
     # Pinned to what the planner chose before forward-only stages existed (2x1, then 1x2
-    # cached): over 3 steps an epoch it now keeps the 2x1 layout, stage 0 forward-only.
+    # cached): over 3 steps an epoch it now keeps the 2x1 layout, stage 0 forward-only. The
+    # run follows the plan's schedule, α = 0.5's, and its 4 KiB cache budget.
     frozen = alpha_schedule(0.5, 6, 8).frozen_layers
-    run += ["--plan", pinned_plan(tmp_path / "plan.json", moves(frozen), frozen, epochs=6)]
+    path = tmp_path / "plan.json"
+    run += ["--plan", pinned_plan(path, moves(frozen), frozen, epochs=6, cache_budget="4KiB")]
     assert cli.main([*run, "--name", "a", "--runs-dir", str(tmp_path)]) == 0
     phases, steps, epochs = records(tmp_path / "a")
     expected = alpha_schedule(0.5, 6, 8).frozen_layers  # vit-digits has 8 blocks

@@ -5,6 +5,7 @@ predictions for it (docs/architecture.md §3, §4)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -135,6 +136,16 @@ class PlanInputs(Strict):
     pinned: dict[str, int | str | list[int]]
 
 
+# Each pin as a layout has it (`Plan._phases_keep_pins`).
+PINNED: dict[str, Callable[[Layout], int | str | list[int]]] = {
+    "num_stages": lambda layout: layout.num_stages,
+    "replicas": lambda layout: layout.replicas,
+    "micro_batches": lambda layout: layout.micro_batches,
+    "schedule": lambda layout: layout.schedule,
+    "boundaries": lambda layout: list(layout.boundaries),
+}
+
+
 class Plan(Strict):
     schema_version: Literal[2] = 2
     inputs: PlanInputs
@@ -161,6 +172,54 @@ class Plan(Strict):
             start += phase.epochs
         if start != self.inputs.epochs:
             raise ValueError(f"the phases cover {start} epochs, the plan {self.inputs.epochs}")
+        return self
+
+    @model_validator(mode="after")
+    def _phases_follow_schedule(self) -> Plan:
+        """The phases are the plan's own freeze schedule (`pipeplan.freeze.phases`): one per
+        run of epochs at one freeze point, each freezing what the schedule says for every one
+        of its epochs, so freezing only grows from phase to phase. `pipeplan run --plan`
+        follows that schedule epoch by epoch and takes each freeze point's layout from its
+        phase: a phase that unfroze layers, or disagreed with the schedule, would leave the
+        run a freeze point no phase plans. A cached phase needs a plan made with the cache."""
+        schedule = self.inputs.freeze.frozen_layers
+        if len(schedule) != self.inputs.epochs:
+            raise ValueError(
+                f"inputs.freeze has {len(schedule)} epochs of frozen layers, the plan "
+                f"{self.inputs.epochs}"
+            )
+        for i, phase in enumerate(self.phases):
+            frozen = phase.layout.frozen_layers
+            if i > 0 and frozen <= self.phases[i - 1].layout.frozen_layers:
+                before = self.phases[i - 1].layout.frozen_layers
+                raise ValueError(
+                    f"phase {i} freezes {frozen} layers after phase {i - 1} froze {before}: "
+                    "freezing only grows, and a phase starts only where the freeze point moves"
+                )
+            for epoch in range(phase.start_epoch, phase.start_epoch + phase.epochs):
+                if schedule[epoch] != frozen:
+                    raise ValueError(
+                        f"phase {i} freezes {frozen} layers, but inputs.freeze has "
+                        f"{schedule[epoch]} at epoch {epoch}"
+                    )
+            if phase.layout.cached and not self.inputs.cache:
+                raise ValueError(f"phase {i} reads the cache of a plan made without one")
+        return self
+
+    @model_validator(mode="after")
+    def _phases_keep_pins(self) -> Plan:
+        """What the user pinned (`--stages`, `--replicas`, `--micro-batches`, `--schedule`,
+        `--boundaries`: `pipeplan.plan._pins_dict`) every phase's layout has: the solver
+        searches only layouts that do."""
+        for key, value in self.inputs.pinned.items():
+            if key not in PINNED:
+                raise ValueError(f"inputs.pinned: {key!r} is not a pin ({', '.join(PINNED)})")
+            for i, phase in enumerate(self.phases):
+                held = PINNED[key](phase.layout)
+                if held != value:
+                    raise ValueError(
+                        f"phase {i}: its layout's {key} {held!r} is not the pinned {value!r}"
+                    )
         return self
 
     @model_validator(mode="after")

@@ -150,6 +150,19 @@ ALPHA_NEEDS = Needs(
     ("auto", "alpha", None),  # None: plan/preview's --freeze left out, which is auto
     "it sets the α bound of --freeze auto and --freeze alpha",
 )
+# A plan file fixes the freeze schedule and the cache its phases were planned for: a run of
+# it takes them from the file (`executor.launch.with_file_values`), so a flag that would set
+# them is refused beside --plan, whatever its value, rather than recorded beside a plan that
+# does otherwise.
+PLAN_FREEZES = Needs(
+    "plan", (None,), "the plan file fixes the freeze schedule its phases were planned for"
+)
+PLAN_CACHES = Needs(
+    "plan", (None,), "the plan file fixes whether its phases read the activation cache"
+)
+PLAN_CACHE_BUDGET = Needs(
+    "plan", (None,), "the plan file's cluster sets the cache budget its phases were priced with"
+)
 
 
 class RunConfig(Strict):
@@ -219,12 +232,12 @@ class RunConfig(Strict):
         None,
         description="Clip the gradient norm, taken over all stages and replicas, to this value.",
     )
-    freeze: FreezeMode = Field(
+    freeze: Annotated[FreezeMode, Flag(needs=PLAN_FREEZES)] = Field(
         "auto",
         description="auto (α bound and gradient criterion), alpha, none, or the frozen layers "
         "per epoch: 0,2,4 (then stored as list, with freeze_list).",
     )
-    alpha: Annotated[float, Flag(needs=ALPHA_NEEDS)] = Field(
+    alpha: Annotated[float, Flag(needs=(ALPHA_NEEDS, PLAN_FREEZES))] = Field(
         0.3, gt=0, lt=1, description="α bound of AutoFreeze."
     )
     # Filled by --freeze 0,2,4: its errors name that flag.
@@ -235,22 +248,30 @@ class RunConfig(Strict):
         Steps | None,
         Flag(
             default="each epoch",
-            needs=Needs(
-                "freeze",
-                ("auto",),
-                "it sets how often the gradient criterion of --freeze auto decides; the other "
-                "modes decide by the epoch alone",
+            needs=(
+                Needs(
+                    "freeze",
+                    ("auto",),
+                    "it sets how often the gradient criterion of --freeze auto decides; the "
+                    "other modes decide by the epoch alone",
+                ),
+                PLAN_FREEZES,
             ),
         ),
     ] = Field(None, description="Decide the freeze point every N steps, not per epoch.")
     checkpoint_every: Annotated[
         Steps | None, Flag(default="only at layout changes and the end")
     ] = Field(None, description="Also checkpoint every N steps.")
-    cache: Annotated[bool, Flag(needs=CACHE_SOMETHING_FROZEN)] = Field(
+    cache: Annotated[bool, Flag(needs=(CACHE_SOMETHING_FROZEN, PLAN_CACHES))] = Field(
         True, description="AutoCache the frozen prefix's activations."
     )
     cache_budget_bytes: Annotated[
-        Bytes, Flag("--cache-budget", unit="bytes", needs=(CACHE_BUDGET_NEEDS, SOMETHING_FROZEN))
+        Bytes,
+        Flag(
+            "--cache-budget",
+            unit="bytes",
+            needs=(CACHE_BUDGET_NEEDS, SOMETHING_FROZEN, PLAN_CACHE_BUDGET),
+        ),
     ] = Field(
         DEFAULT_CACHE_BUDGET_BYTES,
         description="Host memory for the cache per node (its stage-0 ranks share one cache), "
