@@ -55,7 +55,14 @@ from executor.checkpoint import (
 )
 from executor.planning import RUN_PROFILE, RunPlanner, check_plan_cache, shipped_precision
 from executor.records import METRICS_FILE, mend_torn_tail
-from executor.task import DATA_RECORD, MODEL_DIR, build_task, check_data, data_record
+from executor.task import (
+    DATA_RECORD,
+    MODEL_DIR,
+    absolute_paths,
+    build_task,
+    check_data,
+    data_record,
+)
 from executor.worker import Trainer, init_distributed
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
@@ -106,11 +113,16 @@ class RunStoppedError(PipeplanError):
 
 
 def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
-    """Checks that need no process group, then the run directory with run.json. `local`: the
-    ranks run on this host (else torchrun starts them, some on other nodes)."""
+    """Checks that need no process group, then the run directory with run.json (its paths
+    absolute). `local`: the ranks run on this host (else torchrun starts them, some on other
+    nodes)."""
     check_runs_root(runs_root)
     with pipeplan_log.held():  # a warning (a head replaced) only if the checks pass
         planner = check_run(cfg, local)
+    # run.json records absolute paths: a resume, an export or another node (torchrun on a
+    # shared file system) may start in another directory. The checks above name the paths
+    # as they were given.
+    cfg = absolute_paths(cfg)
     record = data_record(cfg)  # hashed before the folder is claimed: a failure loses nothing
     run_dir = run_directory(runs_root, cfg.name)
     # Looked at before claiming (a claim leaves a .lock in the folder), and again after it

@@ -9,6 +9,7 @@ same seed, so all ranks hold the same weights: the checkpoint's, a fresh head in
     seq, data = build_task(cfg)                      # launch.prepare and every rank
     record = data_record(cfg)                        # launch.prepare: runs/NAME/data.json
     check_data(run_dir, cfg)                         # a resume or export: the data unchanged
+    cfg = absolute_paths(cfg)                        # launch.prepare: what run.json records
     save_model(seq, run_dir)                         # the end of a run: runs/NAME/model/
     export_run("runs/r", "out/")                     # `pipeplan export`: the latest checkpoint
     export_run("runs/r", "out/", "step-40")          # … or a named one
@@ -159,6 +160,57 @@ def tokenizer_files(cfg: RunConfig) -> list[Path]:
     return text.tokenizer_files(Path(cfg.tokenizer) if cfg.tokenizer else Path(cfg.model))
 
 
+def recorded_paths(cfg: RunConfig) -> dict[str, list[str]]:
+    """The paths a configuration names, by field: the model folder (not a built-in name),
+    the data's files, the tokenizer, the profile and the plan.
+
+        recorded_paths(cfg)   # {"model": ["ckpt"], "data": ["train.jsonl", "eval.csv"], …}
+    """
+    paths = {"model": [] if cfg.model in models.PRESETS else [cfg.model]}
+    paths["data"] = [str(p) for p in data_files(cfg.data)]
+    for field in ("tokenizer", "profile", "plan"):
+        value = getattr(cfg, field)
+        paths[field] = [] if value is None else [value]
+    return paths
+
+
+def absolute_paths(cfg: RunConfig) -> RunConfig:
+    """`cfg` with every path it names absolute (resolved): what run.json records, so that a
+    resume or an export from another directory, or a torchrun node on a shared file system,
+    reads the same files. A built-in model or data name, or an installed module, is kept.
+
+        absolute_paths(cfg).data   # "/home/me/reviews.jsonl" for --data reviews.jsonl
+    """
+    paths = recorded_paths(cfg)
+
+    def absolute(value: str) -> str:
+        return str(Path(value).resolve())
+
+    singles = {field: values for field, values in paths.items() if field != "data" and values}
+    update = {field: absolute(value) for field, [value] in singles.items()}
+    if text.is_text_spec(cfg.data):
+        update["data"] = ",".join(absolute(part) for part in paths["data"])
+    elif paths["data"]:  # path/to/file.py:function
+        update["data"] = f"{absolute(paths['data'][0])}:{cfg.data.rpartition(':')[2]}"
+    return cfg.model_copy(update=update)
+
+
+def check_recorded_paths(run_dir: Path, cfg: RunConfig) -> None:
+    """A run prepared before run.json recorded absolute paths (`absolute_paths`) holds paths
+    relative to the directory it was started from, which it does not record: from another
+    directory one was reported missing, or data.json as naming files the run does not read.
+    InputFileError naming the field and that directory."""
+    for field, values in recorded_paths(cfg).items():
+        for value in values:
+            path = Path(value)
+            if not path.is_absolute() and not path.exists() and not path.is_symlink():
+                raise InputFileError(
+                    f"{run_dir / 'run.json'}: {field} names '{value}', a path relative to the "
+                    f"directory the run was started from, and {Path.cwd()} holds no such path; "
+                    "run this command from that directory"
+                )
+
+
 def data_record(cfg: RunConfig) -> DataRecord | None:
     """What the run's data files hold now (sha256 of their bytes), and the label names text
     data gives; None when the data reads no file. Called after build_task read them."""
@@ -183,10 +235,11 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
     the run started with, or label ids would silently change meaning. data.json must list
     exactly the files run.json's data and tokenizer read (deleted, or its list emptied, it
     switched the check off), each a regular file within the input limit before it is hashed
-    (a FIFO or /dev/zero hung the command). Runs whose data reads no file (built-in data)
-    need no data.json."""
+    (a FIFO or /dev/zero hung the command), and its label_names the names the data gives.
+    Runs whose data reads no file (built-in data) need no data.json."""
     from executor.checkpoint import file_sha256
 
+    check_recorded_paths(run_dir, cfg)  # first: a relative path read from elsewhere
     path = run_dir / DATA_RECORD
     expected = [str(p) for p in data_files(cfg.data)]
     if expected and text.is_text_spec(cfg.data):
@@ -227,6 +280,16 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
                 f"{file.path}: changed since the run started (its sha256 was "
                 f"{file.sha256[:16]}…, now {now[:16]}…); restore it or start a new run"
             )
+    # The files are the run's: the names they give are what the run trained with, so
+    # label_names edited in data.json (swapped, or one added) are refused, not trusted.
+    names = (
+        text.read_corpus(cfg.data, cfg.seed).label_names if text.is_text_spec(cfg.data) else None
+    )
+    if record.label_names != names:
+        raise InputFileError(
+            f"{path}: label_names {record.label_names} are not the names the run's data "
+            f"'{cfg.data}' gives ({names}); restore data.json or start a new run"
+        )
 
 
 # --------------------------------------------------------------------------- the model out

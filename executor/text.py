@@ -7,13 +7,16 @@ a local tokenizer directory and padded or cut to the model's sequence length.
 
 JSONL: one object per line with a string "text" and, for classification, a "label": a JSON
 integer ≥ 0 (a class index) or a JSON string (a name, always: "1" is the name "1"); names are
-numbered in sorted order and become the exported model's id2label. CSV: a header row naming a
-`text` column and optionally a `label` column; its labels are class indices only when every one
-is a canonical decimal integer ("1", not "01"), else all are names. Text
-without labels trains a causal LM: its labels are the input ids, IGNORE_INDEX at padding.
-A text is read up to CHARS_PER_TOKEN characters per token of the length (what lies beyond is
-cut anyway). Padding is the tokenizer's pad token, which must be the model's pad_token_id: the
-model then carries the padding mask between stages (docs/architecture.md §4.17).
+numbered in sorted order and become the exported model's id2label. A name is read without the
+whitespace around it (a CSV written "text, label" style), so one corpus must spell each name
+one way: "a" beside " a" is refused, naming both rows, rather than merged into one class.
+CSV: a header row naming a `text` column and optionally a `label` column; its labels are
+class indices only when every one is a canonical decimal integer ("1", not "01"), else all
+are names. Text without labels trains a causal LM: its labels are the input ids,
+IGNORE_INDEX at padding. A text is read up to CHARS_PER_TOKEN characters per token of the
+length (what lies beyond is cut anyway). Padding is the tokenizer's pad token, which must be
+the model's pad_token_id: the model then carries the padding mask between stages
+(docs/architecture.md §4.17).
 """
 
 from __future__ import annotations
@@ -86,7 +89,8 @@ def read_corpus(spec: str, seed: int = 0) -> Corpus:
     `seed`) or `TRAIN,EVAL`. InputFileError naming file and line on anything malformed."""
     files = [Path(p) for p in spec.split(",")]
     kinds = _LabelKinds()  # one kind of label across both files
-    rows = [_read_rows(path, kinds) for path in files]
+    spellings = _Spellings()  # one spelling of each label across both files
+    rows = [_read_rows(path, kinds, spellings) for path in files]
     if not rows[0]:
         raise InputFileError(f"{files[0]}: no rows of text")
     labelled = {label is not None for split in rows for _, label in split}
@@ -104,22 +108,22 @@ def read_corpus(spec: str, seed: int = 0) -> Corpus:
     return Corpus(spec, train, eval_, train_labels, eval_labels, names or None)
 
 
-def _read_rows(path: Path, kinds: _LabelKinds) -> list[Row]:
+def _read_rows(path: Path, kinds: _LabelKinds, spellings: _Spellings) -> list[Row]:
     check_input_file(path, why="too large to read as text data")
     try:
         # utf-8-sig: Excel's "CSV UTF-8" starts with a byte order mark, which is not part of
         # the first column's name (the data.json sha256 still hashes the raw bytes).
         with open(path, encoding="utf-8-sig", newline="") as handle:
             if path.suffix.lower() == ".csv":
-                return _csv_rows(handle, path, kinds)
-            return _jsonl_rows(handle, path, kinds)
+                return _csv_rows(handle, path, kinds, spellings)
+            return _jsonl_rows(handle, path, kinds, spellings)
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputFileError(f"{path}: cannot read ({exc})") from None
 
 
-def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds) -> list[Row]:
+def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings) -> list[Row]:
     rows = []
     for number, line in enumerate(handle, start=1):
         if not line.strip():
@@ -140,11 +144,12 @@ def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds) -> list[Row]:
         if label is not None:
             kind = "a name" if isinstance(label, str) else "an integer"
             kinds.see(kind, f"{path}:{number}")
+            spellings.see(written, label, f"{path}:{number}")
         rows.append((item["text"], label))
     return rows
 
 
-def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds) -> list[Row]:
+def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings) -> list[Row]:
     # csv.reader, not DictReader: DictReader lets a repeated column name silently overwrite
     # the first, files extra fields under the key None and fills missing ones with None.
     # strict: a quote that never closes is an error, not a field swallowing the rest of the
@@ -173,6 +178,8 @@ def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds) -> list[Row]:
         # Every CSV cell is a string: canonical digits are an id or, beside names (in either
         # file), a name too; `_label_names` decides once every label is read.
         kinds.see(_name_or_none(label), where)
+        if label is not None:
+            spellings.see(fields[label_at], label, where)
         rows.append((fields[text_at], label))
     return rows
 
@@ -280,6 +287,31 @@ class _LabelKinds:
             raise InputFileError(
                 f"{where}: the label is {kind}, but {self.first[1]} has {self.first[0]}; "
                 "label every row with integer ids or every row with names"
+            )
+
+
+class _Spellings:
+    """The label each written spelling was read as: two spellings read as one label (`"a"`
+    and `" a"`, or the CSV cells `1` and ` 1`) are refused, as the first row that differs,
+    naming both rows, not silently merged into one class (case and Unicode forms are kept
+    apart, so whitespace alone must not join labels either).
+
+        spellings.see(" a", "a", "d.jsonl:2")   # InputFileError if d.jsonl:1 wrote "a"
+    """
+
+    def __init__(self) -> None:
+        self.first: dict[str, tuple[str, str]] = {}  # label as read → (as written, where)
+
+    def see(self, written: Any, label: int | str, where: str) -> None:
+        # str(): a CSV id beside names becomes the name of its digits (`_label_names`), and
+        # the JSON integer 1 is the CSV cell "1".
+        written = str(written)
+        earlier = self.first.setdefault(str(label), (written, where))
+        if earlier[0] != written:
+            raise InputFileError(
+                f"{where}: the label {written!r} is read as {str(label)!r}, as {earlier[1]}'s "
+                f"{earlier[0]!r} is (whitespace around a label is not part of it); spell each "
+                "label one way"
             )
 
 

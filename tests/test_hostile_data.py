@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -408,3 +409,150 @@ def test_text_data_for_an_image_model_names_the_model(tmp_path, capsys):
         capsys,
         "vit-digits is an image model",
     )
+
+
+# ----------------------------------------------------------------------------- thirteenth round
+# data.json's label_names edited; run.json's relative paths read from another directory.
+
+
+def test_labels_spelt_two_ways_are_refused_by_run(made, tmp_path, capsys):
+    """Found by the thirteenth round: "negative" beside " negative" was one class (the data
+    then had 1 class, or silently fewer): `run` refuses the file, naming both rows."""
+    rows = reviews(20, seed=1)
+    rows[5]["label"] = f" {rows[5]['label']}"
+    data = write_jsonl(tmp_path / "sp.jsonl", rows)
+    first = 1 + next(i for i, row in enumerate(rows) if row["label"] == rows[5]["label"].strip())
+    fragments = ("sp.jsonl:6: the label ' ", f"sp.jsonl:{first}'s ", "spell each label one way")
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
+LABEL_EDITS = {  # label_names written into data.json (the data gives negative, positive)
+    "swapped": (["positive", "negative"], "are not the names the run's data"),
+    "one added": (["negative", "positive", "zzz"], "are not the names the run's data"),
+    "one left out": (["negative"], "are not the names the run's data"),
+    "removed": (None, "are not the names the run's data"),
+    "one name twice": (["negative", "negative"], "'negative' more than once"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", ["export", "resume"])
+@pytest.mark.parametrize("edit", LABEL_EDITS)
+def test_label_names_edited_in_data_json_are_refused(made, tmp_path, capsys, edit, command):
+    """Found by the thirteenth round: label_names edited in data.json (to ["a","A"] from
+    ["A","a"], or a name twice) were accepted by export. data.json records what the run read:
+    its names must be those the data files give, and a name twice is refused by the format.
+    The prepared run has no checkpoint, so a command that let data.json pass would say that
+    instead of naming data.json's field."""
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    assert cli.main(prepare(made, tmp_path, data)) == 0
+    capsys.readouterr()
+    run = tmp_path / "runs" / "r"
+    doc = json.loads((run / "data.json").read_text())
+    assert doc["label_names"] == ["negative", "positive"]
+    names, fragment = LABEL_EDITS[edit]
+    (run / "data.json").write_text(json.dumps({**doc, "label_names": names}))
+    argv = {
+        "export": ["export", str(run), "--out", str(tmp_path / "out")],
+        "resume": ["run", "--resume", str(run)],
+    }[command]
+    refused(argv, tmp_path, capsys, (str(run / "data.json"), "label_names", fragment))
+
+
+def _relative_run_argv(made, tmp_path: Path, data: Path) -> list[str]:
+    """`prepare`'s arguments with model, tokenizer, profile and data relative to tmp_path."""
+
+    def rel(path: Path) -> Path:
+        return Path(os.path.relpath(path, tmp_path))
+
+    paths = {
+        key: rel(made[name])
+        for key, name in [
+            ("model", "checkpoint"),
+            ("tokenizer", "tokenizer"),
+            ("profile", "profile"),
+        ]
+    }
+    return prepare(made, tmp_path, rel(data), **paths)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_run_started_with_relative_paths_exports_and_resumes_from_elsewhere(
+    made, tmp_path, capsys, monkeypatch
+):
+    """Found by the thirteenth round: run.json and data.json kept the paths as given, so an
+    export or a resume from another directory was refused ("data.json: files names
+    'tok/tokenizer.json', which run.json's data … do not read"). run.json records every path
+    absolute (the model folder, data, tokenizer, profile): a real run, started with relative
+    ones, exports and resumes from another directory."""
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    monkeypatch.chdir(tmp_path)
+    argv = _relative_run_argv(made, tmp_path, data)
+    assert not Path(argv[argv.index("--data") + 1]).is_absolute()
+    steps = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "2"]
+    assert cli.main([a for a in argv if a != "--prepare-only"] + steps) == 0, capsys.readouterr()
+    run = tmp_path / "runs" / "r"
+    saved = json.loads((run / "run.json").read_text())
+    for field, path in [
+        ("model", made["checkpoint"]),
+        ("tokenizer", made["tokenizer"]),
+        ("profile", made["profile"]),
+        ("data", data),
+    ]:
+        assert saved[field] == str(path.resolve()), field
+    record = json.loads((run / "data.json").read_text())
+    assert all(Path(f["path"]).is_absolute() for f in record["files"]), record
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    assert cli.main(["export", str(run), "--out", str(tmp_path / "out")]) == 0, capsys.readouterr()
+    assert (tmp_path / "out" / "config.json").is_file()
+    assert cli.main(["run", "--resume", str(run), "--epochs", "2"]) == 0, capsys.readouterr()
+    assert json.loads((run / "run.json").read_text())["epochs"] == 2
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("field", ["data", "tokenizer", "model", "profile"])
+def test_a_relative_path_of_an_older_run_read_from_elsewhere_says_so(
+    made, tmp_path, capsys, monkeypatch, field
+):
+    """Runs prepared before run.json recorded absolute paths hold relative ones, relative to a
+    directory run.json does not record. From that directory they still pass the data check
+    (the prepared run then lacks a checkpoint); from another one the message names the field
+    and says the path is relative to the directory the run was started from."""
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    assert cli.main(prepare(made, tmp_path, data)) == 0
+    capsys.readouterr()
+    run = tmp_path / "runs" / "r"
+    # What an older pipeplan wrote: run.json and data.json with the paths as given.
+    relative = _relative_run_argv(made, tmp_path, data)
+    given = {
+        key: relative[relative.index(f"--{key}") + 1]
+        for key in ["data", "tokenizer", "model", "profile"]
+    }
+    saved = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**saved, **given}))
+    record = json.loads((run / "data.json").read_text())
+    for file in record["files"]:
+        file["path"] = os.path.relpath(file["path"], tmp_path)
+    (run / "data.json").write_text(json.dumps({**record, "data": given["data"]}))
+    monkeypatch.chdir(tmp_path)
+    argv = ["export", str(run), "--out", str(tmp_path / "out")]
+    refused(argv, tmp_path, capsys, "no checkpoint")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    # Only `field` is missing from here: the others are made to resolve from elsewhere too.
+    for other in given:
+        if other != field:
+            target = elsewhere / given[other]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to((tmp_path / given[other]).resolve())
+    fragments = (
+        f"run.json: {field} names '{given[field]}'",
+        "relative to the directory the run was started from",
+        str(elsewhere),
+    )
+    refused(argv, tmp_path, capsys, fragments)

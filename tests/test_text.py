@@ -4,6 +4,7 @@ causal LM), the model the data asks for, `module:function` from the current dire
 every mistake as one line."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -251,3 +252,49 @@ def test_a_huge_line_is_cut_before_the_tokenizer_sees_it(files, tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         out.append(done.stdout)
     assert out[0] == out[1]
+
+
+# --- label spellings (thirteenth round) ---------------------------------------------------
+
+
+def _labelled_file(path: Path, labels: list[str]) -> Path:
+    """Rows of one text with `labels` as written: a JSONL string, or a raw CSV cell."""
+    if path.suffix == ".csv":
+        path.write_text("text,label\n" + "".join(f"the film,{lab}\n" for lab in labels))
+    else:
+        path.write_text(
+            "".join(json.dumps({"text": "the film", "label": lab}) + "\n" for lab in labels)
+        )
+    return path
+
+
+@pytest.mark.parametrize(
+    "suffix, other",
+    [(".jsonl", " a"), (".jsonl", "a\u00a0"), (".jsonl", "a\t"), (".csv", " a"), (".csv", "a ")],
+)
+def test_labels_differing_only_by_whitespace_are_refused_not_merged(tmp_path, suffix, other):
+    """Found by the thirteenth round: "a" and " a" were read as one class (case and NFC/NFD
+    are kept apart, whitespace was stripped silently): 'data has 1 class'. Now the second
+    spelling is refused, naming both rows."""
+    path = _labelled_file(tmp_path / f"d{suffix}", ["a", "b", other, "b"] * 3)
+    first = 2 if suffix == ".csv" else 1  # the CSV header is line 1
+    spelt, at = re.escape(repr(other)), re.escape(f"d{suffix}")
+    match = f"{at}:{first + 2}: the label {spelt} is read as 'a', as .*{at}:{first}'s 'a'"
+    _one_line(InputFileError, text.read_corpus, str(path), match=match)
+
+
+def test_a_spelling_differing_across_the_two_files_is_refused(tmp_path):
+    """TRAIN,EVAL are one corpus: a name spelt "a" in one and " a" in the other is refused."""
+    train = _labelled_file(tmp_path / "train.jsonl", ["a", "b"] * 3)
+    eval_ = _labelled_file(tmp_path / "eval.csv", [" a", "b"])
+    _one_line(
+        InputFileError, text.read_corpus, f"{train},{eval_}", match=r"eval\.csv:2: .*train\.jsonl:1"
+    )
+
+
+def test_one_spelling_with_spaces_is_still_the_name_without_them(tmp_path):
+    """A CSV written "a, b" style spells every label with a leading space: read as the names
+    without it, as before (refusing ambiguity, not the style)."""
+    path = _labelled_file(tmp_path / "d.csv", [" pos", " neg"] * 5)
+    corpus = text.read_corpus(str(path))
+    assert corpus.label_names == ["neg", "pos"]

@@ -539,6 +539,16 @@ class DataRecord(Strict):
         None, description="Named labels in id order, when the data names its labels."
     )
 
+    @field_validator("label_names")
+    @classmethod
+    def _names_once(cls, value: list[str] | None) -> list[str] | None:
+        """A name twice would give two ids one name: the exported id2label could not say
+        which class a prediction is."""
+        twice = sorted({name for name in value or [] if (value or []).count(name) > 1})
+        if twice:
+            raise ValueError(f"names the label {twice[0]!r} more than once")
+        return value
+
 
 class RunSummary(Strict):
     schema_version: Literal[2] = 2
