@@ -66,7 +66,7 @@ from pipeplan.errors import (
     OutputError,
     PipeplanError,
 )
-from pipeplan.fileio import check_writable, claim_directory, is_run_directory, write_atomic
+from pipeplan.fileio import check_writable, claim_directory, enclosing_run, write_atomic
 from pipeplan.formats import (
     CheckpointManifest,
     PhaseRecord,
@@ -378,15 +378,29 @@ def run_directory(runs_root: str | Path, name: str) -> Path:
 
 
 def check_runs_root(runs_root: str | Path) -> None:
-    """--runs-dir is not inside a run directory (a folder holding run.json), nor one itself: a
-    run put under RUN/checkpoints was a `step-N` folder the older run's pruning removed."""
-    root = Path(runs_root).absolute()
-    for folder in (root, *root.parents):
-        if is_run_directory(folder):
-            raise BadArgumentError(
-                f"--runs-dir {runs_root}: lies inside the run directory {folder}; "
-                "put new runs beside it, not in it"
-            )
+    """--runs-dir is not inside a run directory (`is_run_directory`), nor one itself, as given
+    or through a symbolic link (`enclosing_run`): a run put under RUN/checkpoints was a
+    `step-N` folder the older run's pruning removed; one put there through a link to it
+    went in unrefused."""
+    folder = enclosing_run(runs_root)
+    if folder is not None:
+        raise BadArgumentError(
+            f"--runs-dir {runs_root}: lies inside the run directory {folder}; "
+            "put new runs beside it, not in it"
+        )
+
+
+def check_run_location(run_dir: Path) -> None:
+    """A run trains where a new one could be made (`check_runs_root`): not inside another run's
+    directory, as given or through a link. torchrun's entry and a resume train a folder they
+    did not make: one prepared through a link into RUN/checkpoints (before that was refused),
+    or moved there."""
+    folder = enclosing_run(run_dir, strictly=True)
+    if folder is not None:
+        raise BadArgumentError(
+            f"{run_dir}: lies inside the run directory {folder}, whose files are its own; "
+            "move it beside that run, not in it"
+        )
 
 
 def run_name(name: str) -> str:
@@ -510,6 +524,7 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
         enter_run(Path("runs/exp1"), resume=True, world=launch_environment())
     """
     saved = load(RunConfig, run_dir / "run.json")  # first: a mistyped folder is not made
+    check_run_location(run_dir)
     if world["RANK"] == 0:
         claim_directory(run_dir)
     if not resume:
@@ -828,6 +843,7 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
 
     path = Path(run_dir)
     saved = load(RunConfig, path / "run.json")
+    check_run_location(path)
     check_data(path, saved)
     cfg = resumed_config(saved, given or {})
     records = check_resume(path, saved, cfg)
