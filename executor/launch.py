@@ -8,7 +8,8 @@ One worker entry serves both ways of starting ranks, and it is the same command 
 `pipeplan run` checks everything it can before any process starts (model, data, plan against
 the world size), creates `runs/NAME/` with `run.json`, and then has
 `torch.distributed.launcher.api.elastic_launch` start `python -m executor.launch RUN_DIR` once
-per rank, exactly what torchrun starts on each node. Either way rank, world size, LOCAL_RANK
+per rank (through a shell that ignores Ctrl-C until the rank takes it over, RANK_SHELL),
+exactly what torchrun starts on each node. Either way rank, world size, LOCAL_RANK
 and the rendezvous come from the launcher's environment, and the process group is created with
 `init_method="env://"`. Rank 0 writes `summary.json` at the end.
 
@@ -23,16 +24,34 @@ online recalibration).
 
 from __future__ import annotations
 
+# ruff: noqa: E402 (a rank takes SIGINT over before the imports that take seconds)
+import os
+import signal
+
+# The file `pipeplan run`'s launcher creates on Ctrl-C before it forwards SIGINT to the ranks
+# (`agent_scope`), named in the ranks' environment.
+INTERRUPTED = "PIPEPLAN_INTERRUPTED"
+
+if __name__ == "__main__":
+    # A rank, from its first statement (before the imports below, which take seconds): Ctrl-C,
+    # which the launcher forwards to every rank as it tears them down, ends it at once and in
+    # silence until `main` can report it; a KeyboardInterrupt in those imports printed its
+    # traceback on the console. The launcher decides what an interrupt means and says it.
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))  # faults.EXIT_INTERRUPTED
+    # Under `pipeplan run` this process ignored SIGINT until now (RANK_SHELL): one forwarded
+    # meanwhile was lost, but the launcher made its file first.
+    if os.environ.get(INTERRUPTED) and os.path.exists(os.environ[INTERRUPTED]):
+        os._exit(130)
+
 import argparse
 import contextlib
 import logging
-import os
 import shlex
-import signal
 import sys
+import threading
 import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -73,7 +92,7 @@ from pipeplan.errors import (
     OutputError,
     PipeplanError,
 )
-from pipeplan.fileio import check_writable, claim_directory, is_run_directory, write_atomic
+from pipeplan.fileio import check_writable, claim_directory, enclosing_run, write_atomic
 from pipeplan.formats import (
     CheckpointManifest,
     PhaseRecord,
@@ -98,11 +117,20 @@ log = logging.getLogger("pipeplan.run")
 
 # Seconds the agent gives the ranks to exit after Ctrl-C before it kills them.
 SHUTDOWN_S = 10
+# What starts each rank of `pipeplan run`: a shell that ignores SIGINT, which exec keeps and
+# Python then leaves ignored, so that Python's own start (site's imports, about 0.1 s, before
+# the rank's first statement) cannot turn Ctrl-C into a traceback either: it did in about half
+# the runs interrupted as a rank started. A shell killed by SIGINT says nothing; a SIGINT the
+# rank ignored is found by its first statement, in the launcher's INTERRUPTED file.
+# torchrun starts `python -m executor.launch` itself, without this.
+RANK_SHELL = ("/bin/sh", "-c", 'trap "" INT; exec "$0" "$@"')
 # What torch's launcher changes in this process while it runs, put back afterwards.
 AGENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+# What torch's agent handles itself: SIGINT is `agent_scope`'s, which marks it for the ranks.
+AGENT_HANDLES = "SIGTERM,SIGHUP,SIGQUIT"
 AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
 LAUNCHER_PID = "PIPEPLAN_LAUNCHER_PID"  # set for the ranks `pipeplan run` starts
-AGENT_ENV = ("TORCHELASTIC_SIGNALS_TO_HANDLE", "PYTHONPATH", LAUNCHER_PID)
+AGENT_ENV = ("TORCHELASTIC_SIGNALS_TO_HANDLE", "PYTHONPATH", LAUNCHER_PID, INTERRUPTED)
 
 
 class RunStoppedError(PipeplanError):
@@ -390,15 +418,29 @@ def run_directory(runs_root: str | Path, name: str) -> Path:
 
 
 def check_runs_root(runs_root: str | Path) -> None:
-    """--runs-dir is not inside a run directory (a folder holding run.json), nor one itself: a
-    run put under RUN/checkpoints was a `step-N` folder the older run's pruning removed."""
-    root = Path(runs_root).absolute()
-    for folder in (root, *root.parents):
-        if is_run_directory(folder):
-            raise BadArgumentError(
-                f"--runs-dir {runs_root}: lies inside the run directory {folder}; "
-                "put new runs beside it, not in it"
-            )
+    """--runs-dir is not inside a run directory (`is_run_directory`), nor one itself, as given
+    or through a symbolic link (`enclosing_run`): a run put under RUN/checkpoints was a
+    `step-N` folder the older run's pruning removed; one put there through a link to it
+    went in unrefused."""
+    folder = enclosing_run(runs_root)
+    if folder is not None:
+        raise BadArgumentError(
+            f"--runs-dir {runs_root}: lies inside the run directory {folder}; "
+            "put new runs beside it, not in it"
+        )
+
+
+def check_run_location(run_dir: Path) -> None:
+    """A run trains where a new one could be made (`check_runs_root`): not inside another run's
+    directory, as given or through a link. torchrun's entry and a resume train a folder they
+    did not make: one prepared through a link into RUN/checkpoints (before that was refused),
+    or moved there."""
+    folder = enclosing_run(run_dir, strictly=True)
+    if folder is not None:
+        raise BadArgumentError(
+            f"{run_dir}: lies inside the run directory {folder}, whose files are its own; "
+            "move it beside that run, not in it"
+        )
 
 
 def run_name(name: str) -> str:
@@ -434,6 +476,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"pipeplan: error: {exc}", file=console)
             sys.exit(2)
     try:
+        # From here Ctrl-C is reported as every failure is (and its traceback goes to the rank's
+        # log under `pipeplan run`): a KeyboardInterrupt again, where the top of this module
+        # exited in silence, and the rank's shell (RANK_SHELL) ignored it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as exc:  # every failure is reported, then the rank exits
         report = faults.write_report(exc, rank)
@@ -522,6 +568,7 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
         enter_run(Path("runs/exp1"), resume=True, world=launch_environment())
     """
     saved = load(RunConfig, run_dir / "run.json")  # first: a mistyped folder is not made
+    check_run_location(run_dir)
     if world["RANK"] == 0:
         claim_directory(run_dir)
     if not resume:
@@ -634,11 +681,12 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     Interrupted once every rank is gone."""
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    args = ["-u", "-m", "executor.launch", str(run_dir), "--log-dir", str(logs)]
+    args = [*RANK_SHELL[1:], sys.executable, "-u", "-m", "executor.launch", str(run_dir)]
+    args += ["--log-dir", str(logs)]
     args += ["--resume"] * resume + ["--debug"] * log.isEnabledFor(logging.DEBUG)
     try:
-        with agent_scope(logs / "launcher.log"):
-            elastic_launch(local_config(cfg.nproc, logs), sys.executable)(*args)
+        with agent_scope(logs):
+            elastic_launch(local_config(cfg.nproc, logs), RANK_SHELL[0])(*args)
     except ChildFailedError as exc:
         rank, why = faults.verdict(exc.failures, cfg.collective_timeout_s)
         raise RankFailedError(failure_line(rank, why, run_dir, cfg), rank) from None
@@ -664,6 +712,7 @@ def local_config(nproc: int, logs: Path) -> LaunchConfig:
         monitor_interval=0.1,
         logs_specs=RankLogs(logs),
         shutdown_timeout=SHUTDOWN_S,
+        signals_to_handle=AGENT_HANDLES,
     )
 
 
@@ -694,17 +743,22 @@ class RankLogs(LogsSpecs):
 
 
 @contextlib.contextmanager
-def agent_scope(log_file: Path) -> Iterator[None]:
-    """While torch's agent runs in this process: its log lines go to `log_file`, not the
-    console; the ranks import the executor this process imported and know its pid; and the
-    signal handlers and environment the agent changes are put back afterwards (the CLI's
-    Ctrl-C, or pytest's)."""
+def agent_scope(logs: Path) -> Iterator[None]:
+    """While torch's agent runs in this process: its log lines go to `logs/launcher.log`, not
+    the console; the ranks import the executor this process imported and know its pid;
+    Ctrl-C is marked for them (`on_ctrl_c`); and the signal handlers and environment the
+    agent changes are put back afterwards (the CLI's Ctrl-C, or pytest's)."""
     handlers = {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS}
     env = {key: os.environ.get(key) for key in AGENT_ENV}
     root = str(Path(executor.__file__).resolve().parents[1])
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env["PYTHONPATH"]]))
     os.environ[LAUNCHER_PID] = str(os.getpid())
-    file_handler = logging.FileHandler(log_file)
+    mark = logs / "interrupted"
+    mark.unlink(missing_ok=True)  # left by a launcher killed after a Ctrl-C: not this one's
+    os.environ[INTERRUPTED] = str(mark)
+    if threading.current_thread() is threading.main_thread():  # no handlers elsewhere
+        signal.signal(signal.SIGINT, on_ctrl_c(mark))
+    file_handler = logging.FileHandler(logs / "launcher.log")
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     loggers = {logger: logger.propagate for logger in map(logging.getLogger, AGENT_LOGGERS)}
     for logger in loggers:
@@ -722,8 +776,26 @@ def agent_scope(log_file: Path) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+        mark.unlink(missing_ok=True)  # every rank is gone: none will look for it
+
+
+def on_ctrl_c(mark: Path) -> Callable[[int, Any], None]:
+    """The launcher's SIGINT handler while torch's agent runs: create `mark`, then raise what
+    torch's own handler raises, on which the agent forwards SIGINT to every rank. A rank still
+    starting ignores SIGINT (RANK_SHELL) and finds the mark instead.
+
+        signal.signal(signal.SIGINT, on_ctrl_c(logs / "interrupted"))
+    """
+
+    def handler(signum: int, frame: Any) -> None:
+        with contextlib.suppress(OSError):  # the ranks are stopped anyway, if more slowly
+            mark.touch()
+        raise SignalException(f"Process {os.getpid()} got signal: SIGINT", signal.SIGINT)
+
+    return handler
 
 
 def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
@@ -840,6 +912,7 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
 
     path = Path(run_dir)
     saved = load(RunConfig, path / "run.json")
+    check_run_location(path)
     check_data(path, saved)
     cfg = resumed_config(saved, given or {})
     records = check_resume(path, saved, cfg)

@@ -132,6 +132,27 @@ def is_run_directory(folder: Path) -> bool:
     return sum((folder / name).exists() for name in RUN_MARKS) >= 2
 
 
+def enclosing_run(path: str | Path, *, strictly: bool = False) -> Path | None:
+    """The run directory (`is_run_directory`) that `path` is or lies inside, looked for along
+    the path as spelled and along the path its links lead to (`ext/ck`, a link to
+    RUN/checkpoints, put a new run inside RUN where its spelling shows no run); None if
+    neither is in one. `strictly`: only folders above `path` count (`path` is a run itself).
+
+        enclosing_run("ext/ck")                     # Path('/…/runs/two')
+        enclosing_run("runs/exp1", strictly=True)   # None: runs/ is no run
+    """
+    spelled = Path(os.path.abspath(path))  # `..` as written: runs/two/checkpoints/.. is two
+    try:
+        real = Path(path).resolve()
+    except (OSError, RuntimeError):  # a link loop: creating anything there fails, in one line
+        real = spelled
+    for where in dict.fromkeys((spelled, real)):
+        for folder in where.parents if strictly else (where, *where.parents):
+            if is_run_directory(folder):
+                return folder
+    return None
+
+
 def write_atomic(path: str | Path, content: str | bytes) -> None:
     """Write to a temporary file beside `path`, fsync, then rename over it (the caller has
     checked a user's target with `check_writable`)."""

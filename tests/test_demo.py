@@ -4,6 +4,7 @@ speedup is near the one previewed for the schedule the elastic run followed."""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from test_readme import command
@@ -92,14 +93,22 @@ def test_demo_pretrains_once_then_fine_tunes_statically_and_elastically(tmp_path
     assert expected in check(pretrained)
 
 
-@pytest.mark.parametrize("inside", ["", "checkpoints"])
+@pytest.mark.parametrize("inside", ["", "checkpoints", "link to logs"])
 def test_a_refused_runs_dir_says_nothing_before_its_one_line(tmp_path, capsys, inside):
     """Eighth round: `demo --runs-dir RUN` (a run directory, or a folder of one) printed the
-    pretraining's progress lines, then the refusal."""
+    pretraining's progress lines, then the refusal. Thirteenth: through a symbolic link to
+    RUN/logs it still did, and made and removed a probe file in RUN/logs first."""
     run = tmp_path / "r"
-    (run / "checkpoints").mkdir(parents=True)
+    for folder in ("checkpoints", "logs"):
+        (run / folder).mkdir(parents=True)
     (run / "run.json").write_text("{}")
-    assert cli.main(["demo", "--pretrain-only", "--runs-dir", str(run / inside)]) == 2
+    runs_dir = run / inside
+    if inside == "link to logs":
+        runs_dir = tmp_path / "lnklogs"
+        runs_dir.symlink_to(Path("r") / "logs")
+    touched = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
+    assert cli.main(["demo", "--pretrain-only", "--runs-dir", str(runs_dir)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "lies inside the run directory" in err[0], err
-    assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "run.json"]
+    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir()} == touched
+    assert [list((run / folder).iterdir()) for folder in ("checkpoints", "logs")] == [[], []]

@@ -24,6 +24,7 @@ import test_hostile
 import test_hostile_data
 from test_hostile import copy_run, refused, snapshot
 from test_hostile_runs import PROFILE, _lines, _readable, _rewrite, _steps
+from test_report import elastic_records, write_run
 from text_data import reviews, write_jsonl
 
 import cli
@@ -462,6 +463,27 @@ def test_the_entry_resume_makes_the_checks_pipeplan_run_resume_makes(finished_ru
     # The entry takes no --epochs: its line says so, and where more epochs are given.
     more = f"takes no --epochs; train on with pipeplan run --resume {run} --epochs N > 1"
     _entry_refused(run, "--resume", fragment=(str(run), "finished all its 1 epochs", more))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("entry", ["torchrun", "torchrun --resume", "run --resume"])
+def test_a_run_inside_another_run_is_not_trained_there(tmp_path, capsys, entry):
+    """Thirteenth round: a run prepared through `--runs-dir LINK`, LINK a symbolic link to
+    RUN/checkpoints, lies inside RUN (as one moved there does); torchrun's entry and a resume,
+    given it through the link, would train it there. Refused, naming RUN, nothing changed."""
+    outer = write_run(tmp_path / "n", elastic_records())
+    (outer / "checkpoints").mkdir()
+    inner = write_run(outer / "checkpoints" / "zz3", [], nproc=1)
+    (inner / "run.jsonl").unlink()  # prepared, not started: the entry would train it
+    (tmp_path / "ext").symlink_to(Path("n") / "checkpoints")
+    given = tmp_path / "ext" / "zz3"
+    fragment = (f"{given}: lies inside the run directory {outer.resolve()}",)
+    if entry == "run --resume":
+        refused(["run", "--resume", str(given)], tmp_path, capsys, fragment)
+    else:
+        _entry_refused(given, *entry.split()[1:], fragment=fragment)
+    assert [p.name for p in inner.iterdir()] == ["run.json"]  # not even claimed
 
 
 @pytest.mark.multiprocess

@@ -37,6 +37,39 @@ def test_a_run_inside_another_runs_directory_is_refused(tmp_path, capsys):
     assert not (run / "checkpoints").exists()
 
 
+@pytest.mark.parametrize(
+    "target, given",
+    [("checkpoints", "ext/ck"), ("logs", "ext/ck"), ("checkpoints", "ext/ck/a/b")],
+    ids=["a link to RUN/checkpoints", "a link to RUN/logs", "a folder below such a link"],
+)
+def test_a_runs_dir_linked_into_a_run_is_refused(tmp_path, capsys, target, given):
+    """Thirteenth round: `--runs-dir ext/ck`, a symbolic link to RUN/checkpoints (or RUN/logs),
+    was accepted and made the new run inside RUN, where RUN/checkpoints itself is refused."""
+    run = write_run(tmp_path / "n", elastic_records())
+    for folder in ("checkpoints", "logs"):
+        (run / folder).mkdir()
+    (tmp_path / "ext").mkdir()
+    (tmp_path / "ext" / "ck").symlink_to(Path("..") / "n" / target)
+    runs_dir = tmp_path / given
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--name", "zz3", "--prepare-only"]
+    argv += ["--runs-dir", str(runs_dir)]
+    refused(argv, tmp_path, capsys, (f"--runs-dir {runs_dir}:", f"run directory {run.resolve()}"))
+    assert [list((run / folder).iterdir()) for folder in ("checkpoints", "logs")] == [[], []]
+
+
+def test_a_run_named_by_a_link_into_a_run_is_refused(tmp_path, capsys):
+    """The same hole by `--name`: RUNS/NAME, a link to RUN/checkpoints, is refused (it was
+    already: a run directory is a plain folder in --runs-dir)."""
+    run = write_run(tmp_path / "n", elastic_records())
+    (run / "checkpoints").mkdir()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "zz3").symlink_to(Path("..") / "n" / "checkpoints")
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--name", "zz3", "--prepare-only"]
+    argv += ["--runs-dir", str(tmp_path / "runs")]
+    refused(argv, tmp_path, capsys, "is a symbolic link; a run directory is a plain folder")
+    assert list((run / "checkpoints").iterdir()) == []
+
+
 def test_pruning_removes_only_the_checkpoints_the_run_wrote(tmp_path):
     """Of the `step-N` folders holding a manifest (and no run.json), all but the newest two
     go; a run's folder, a file, a link and a folder named otherwise stay, and so does what

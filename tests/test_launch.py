@@ -17,6 +17,7 @@ import torch
 from conftest import rank_processes
 
 from executor import faults
+from executor.launch import INTERRUPTED, RANK_SHELL
 from pipeplan.spawn import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,9 +166,9 @@ def test_killing_one_agent_stops_the_other_and_the_run_resumes_under_torchrun(tm
 # ----------------------------------------------------------------------------- faults
 
 
-def start_run(tmp_path: Path, *args: str, **env: str) -> subprocess.Popen:
-    """`pipeplan run` on 2 ranks in a process of its own, its stderr piped."""
-    command = [*PIPEPLAN, "run", "--nproc", "2", "--epochs", "1", "--freeze", "none"]
+def start_run(tmp_path: Path, *args: str, nproc: int = 2, **env: str) -> subprocess.Popen:
+    """`pipeplan run` on `nproc` ranks in a process of its own, its stderr piped."""
+    command = [*PIPEPLAN, "run", "--nproc", str(nproc), "--epochs", "1", "--freeze", "none"]
     return subprocess.Popen(
         [*command, *args, "--runs-dir", str(tmp_path), "--name", "k"],
         cwd=ROOT,
@@ -266,13 +267,52 @@ def test_long_one_sided_work_does_not_trip_the_collective_timeout(tmp_path):
     assert run.returncode == 0, err
 
 
+def rank_started(tmp_path: Path, run: subprocess.Popen, timeout: float = 120) -> None:
+    """Returns as soon as a rank process of the run exists: its Python is starting."""
+    deadline = time.monotonic() + timeout
+    while no_rank_left(tmp_path):
+        assert run.poll() is None, "the run ended before a rank started"
+        assert time.monotonic() < deadline, "no rank started"
+        time.sleep(0.01)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
-def test_ctrl_c_prints_interrupted_exits_130_and_leaves_no_process(tmp_path):
-    run, _ = paused_run(tmp_path)
+@pytest.mark.parametrize("moment", ["as its rank starts", "1 s later", "mid-step"])
+def test_ctrl_c_prints_interrupted_exits_130_and_leaves_no_process(tmp_path, moment):
+    """Thirteenth round: Ctrl-C while a rank started printed its traceback before `pipeplan:
+    interrupted` (a KeyboardInterrupt in torch's import, or in Python's own start, in about
+    half the runs interrupted as the rank appeared)."""
+    if moment == "mid-step":
+        run, _ = paused_run(tmp_path)
+    else:
+        run = start_run(tmp_path, "--max-steps-per-epoch", "2", nproc=1)
+        rank_started(tmp_path, run)
+        time.sleep(1.0 if moment == "1 s later" else 0)  # "1 s later": importing torch
     run.send_signal(signal.SIGINT)
     one_line(run, 130, "pipeplan: interrupted")
     assert no_rank_left(tmp_path)
+    if moment == "as its rank starts":
+        # The rank acted on it: one that lost it (it ignores SIGINT until its first statement)
+        # trained its 2 steps before the agent killed it, SHUTDOWN_S later.
+        assert not (tmp_path / "k" / "run.jsonl").exists()
+
+
+def test_a_rank_that_ignored_ctrl_c_stops_at_the_launchers_mark(tmp_path):
+    """A rank of `pipeplan run` ignores SIGINT until its first statement (RANK_SHELL), so a
+    Ctrl-C then is lost to it; the launcher marks it first (`on_ctrl_c`), and the rank's first
+    statement ends it there: exit 130, nothing said, before its imports. Without the mark it
+    goes on (here to a refusal of its missing launcher)."""
+    mark = tmp_path / "interrupted"
+    mark.touch()
+    rank = [*RANK_SHELL, sys.executable, "-u", "-m", "executor.launch", str(tmp_path / "k")]
+    env = environment(**{INTERRUPTED: str(mark)})
+    env = {k: v for k, v in env.items() if k not in ("RANK", "WORLD_SIZE")}
+    done = subprocess.run(rank, env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "")
+    mark.unlink()
+    done = subprocess.run(rank, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "RANK is not set" in done.stderr, done.stderr
 
 
 # ----------------------------------------------------------------------------- the verdict
