@@ -91,15 +91,34 @@ def _orphan_proof(rank: int, parent: int, fn: Callable[..., None], *args) -> Non
     fn(rank, *args)
 
 
+@contextlib.contextmanager
+def _ctrl_c_ignored():
+    """SIGINT ignored while ranks are started: they inherit it (Python keeps an ignored SIGINT
+    ignored), so Ctrl-C, which the terminal sends to every process of the group, never prints
+    a rank's KeyboardInterrupt traceback from its imports; this process gets it, and its
+    clean-up kills the ranks."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_ranks(
     fn: Callable[..., None], nproc: int, args: tuple, deadline_s: float, what: str
 ) -> None:
     """Run fn(rank, *args) in `nproc` spawned processes; raise RankFailedError on failure.
     They die with this process, however it dies (`die_with_parent`)."""
     args = (os.getpid(), fn, *args)
-    ctx = mp.start_processes(
-        _orphan_proof, args=args, nprocs=nproc, join=False, start_method="spawn"
-    )
+    with _ctrl_c_ignored():  # inherited: the ranks ignore Ctrl-C; this process decides
+        ctx = mp.start_processes(
+            _orphan_proof, args=args, nprocs=nproc, join=False, start_method="spawn"
+        )
     deadline = time.monotonic() + deadline_s
     try:
         while not ctx.join(timeout=0.5):

@@ -126,3 +126,11 @@ def sleeping_rank(rank: int, started: str) -> None:
     sleep far beyond any test's patience; only a kill ends it."""
     (Path(started) / str(rank)).write_text(str(os.getpid()))
     time.sleep(600)
+
+
+def sigint_disposition(rank: int, out: str) -> None:
+    """For `pipeplan.spawn.run_ranks`: write how this rank treats SIGINT ("ignored" or not)."""
+    import signal
+
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    (Path(out) / str(rank)).write_text("ignored" if ignored else "handled")

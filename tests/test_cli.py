@@ -4,6 +4,7 @@ import importlib.metadata
 import inspect
 import json
 import re
+import signal
 import subprocess
 import sys
 import typing
@@ -595,6 +596,61 @@ def test_spawned_ranks_die_with_a_terminated_parent(tmp_path):
     for pid in alive:  # not left to the rest of the suite
         os.kill(pid, signal.SIGKILL)
     assert alive == []
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_spawned_ranks_ignore_ctrl_c_from_their_start(tmp_path):
+    """Thirteenth round: Ctrl-C (SIGINT to the terminal's whole process group) as the link
+    ranks of `profile --nproc 2` started printed "Fatal Python error: init_import_site" and a
+    traceback (a KeyboardInterrupt in Python's own start-up) before `pipeplan: interrupted`.
+    The ranks inherit SIGINT ignored (`spawn._ctrl_c_ignored`; Python keeps it so), so there
+    is no moment a rank can take it; the parent gets it and kills them."""
+    import killer_data
+
+    from pipeplan.spawn import run_ranks
+
+    run_ranks(killer_data.sigint_disposition, 2, (str(tmp_path),), 90, "probe")
+    assert sorted(p.read_text() for p in tmp_path.iterdir()) == ["ignored", "ignored"]
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # this process's is back
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_ctrl_c_while_profile_ranks_start_is_one_line(tmp_path):
+    """The end to end case: Ctrl-C 40 ms after the ranks appear (inside Python's start-up on
+    an idle machine, where 2 of 2 tries gave the fatal error before the fix) is one line."""
+    after = 0.04
+    import contextlib
+    import os
+    import signal
+    import time
+
+    argv = [sys.executable, "-m", "cli", "profile", "vit-digits", "--nproc", "2"]
+    argv += ["--repeats", "1", "--warmup", "0", "--out", str(tmp_path / "p.json")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    # The main thread's children, read in one file (fast: a /proc scan under load missed the
+    # ranks, which live about 3 s).
+    children = Path(f"/proc/{run.pid}/task/{run.pid}/children")
+    deadline = time.monotonic() + 150
+    ranks: list[int] = []
+    while not ranks and run.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            ranks = [int(pid) for pid in children.read_text().split()]
+        time.sleep(0.005)
+    assert ranks, run.communicate(timeout=60)[1][-3000:]
+    time.sleep(after)
+    os.killpg(run.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    _, err = run.communicate(timeout=120)
+    assert (run.returncode, err.splitlines()) == (130, ["pipeplan: interrupted"]), err[-3000:]
+    assert not (tmp_path / "p.json").exists()
+    gone_by = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in ranks) and time.monotonic() < gone_by:
+        time.sleep(0.05)
+    assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]
 
 
 @pytest.mark.parametrize(
