@@ -747,12 +747,14 @@ def _check_config(config: Any, family: Family, family_name: str, name: str, task
         )
     if config.num_labels < 1:
         raise InputFileError(f"{name}: needs num_labels ≥ 1")
-    if family.kind == "decoder" and task == "classification" and config.pad_token_id is None:
-        raise InputFileError(
-            f"{name}: {family_name} classification needs pad_token_id in the config "
-            "(transformers pools the last token that is not padding; GPT-2 checkpoints "
-            "commonly use their eos_token_id)"
-        )
+    if family.kind == "decoder" and task == "classification":
+        if config.pad_token_id is None:
+            raise InputFileError(
+                f"{name}: {family_name} classification needs pad_token_id in the config "
+                "(transformers pools the last token that is not padding; GPT-2 checkpoints "
+                "commonly use their eos_token_id)"
+            )
+        _check_pad_token(config, name)
 
 
 def _check_padding_mask(family: Family, config: Any, padding_mask: bool, name: str) -> None:
@@ -766,6 +768,17 @@ def _check_padding_mask(family: Family, config: Any, padding_mask: bool, name: s
         )
     if config.pad_token_id is None:
         raise InputFileError(f"{name}: a padding mask needs pad_token_id in the config")
+    _check_pad_token(config, name)
+
+
+def _check_pad_token(config: Any, name: str) -> None:
+    """The pad id a padding mask or a decoder's pooling reads is a token of the vocabulary: one
+    outside it indexed past the embeddings inside the first forward (an IndexError)."""
+    pad, vocab = config.pad_token_id, config.vocab_size
+    if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < vocab:
+        raise InputFileError(
+            f"{name}: pad_token_id {pad!r} is not a token id of its vocabulary (0..{vocab - 1})"
+        )
 
 
 def _input(

@@ -370,6 +370,27 @@ def test_decoder_padding_needs_a_pad_token(tmp_path, kwargs):
     models.build(str(path), init="random")  # a causal LM needs no padding
 
 
+@pytest.mark.parametrize("pad", [500, 100, -1])  # the vocabulary is 0..99
+@pytest.mark.parametrize(
+    "family, kwargs",
+    [
+        ("gpt2", dict(padding_mask=True)),
+        ("gpt2", dict(task="classification")),  # pools the last token that is not padding
+        ("llama", dict(padding_mask=True)),
+        ("llama", dict(task="classification")),
+        ("bert", dict(padding_mask=True)),
+    ],
+)
+def test_a_pad_token_outside_the_vocabulary_is_one_line(tmp_path, family, kwargs, pad):
+    """Fourteenth round: a GPT-2 folder whose pad_token_id lies outside its vocabulary, with
+    --padding-mask, gave an IndexError traceback from the profiler's first forward (BERT's
+    builder refused it, GPT-2's and Llama's did not)."""
+    path = _write_config(tmp_path, family, pad_token_id=pad)
+    with pytest.raises(InputFileError) as err:
+        models.build(str(path), init="random", **kwargs)
+    assert "\n" not in str(err.value) and "pad_token_id" in str(err.value)
+
+
 def test_sequence_length_is_checked():
     with pytest.raises(InputFileError, match="outside"):
         models.build("bert-synth", seq_len=65)
