@@ -207,7 +207,10 @@ def check_run(
         try:
             list_schedule(cfg.freeze_list or [], cfg.epochs, seq.num_blocks)
         except BadArgumentError as exc:
-            raise BadArgumentError(f"--freeze: {exc}") from None
+            # Beside --plan the list is the plan's schedule (`with_file_values`; the freeze
+            # flags are refused there): name the file it came from, not a flag never given.
+            where = "--freeze" if cfg.plan is None else f"{cfg.plan}: inputs.freeze"
+            raise BadArgumentError(f"{where}: {exc}") from None
     if resumed is None:
         planner = RunPlanner.from_config(cfg)
         if planner.plan is not None and data.augmented:

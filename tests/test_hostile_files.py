@@ -257,7 +257,12 @@ SELF_CONTRADICTIONS = {
     ),
     "an epoch shorter than its steps": (
         lambda doc: doc["phases"][0].update(step_s=doc["phases"][0]["step_s"] * 2),
-        ("phase 0: epoch_s", "is below 22 steps × step_s"),
+        ("phase 0: epoch_s", "is not 22 steps × step_s"),
+    ),
+    # Cached, an epoch adds disk reads the plan does not record: it is bounded below only.
+    "a cached epoch shorter than its steps": (
+        lambda doc: doc["phases"][1].update(step_s=doc["phases"][1]["step_s"] * 2),
+        ("phase 1: epoch_s", "is below 22 steps × step_s"),
     ),
     # Sums and products of finite times that overflow, and a count no float holds.
     "an epoch of 1e308 s": (
@@ -305,7 +310,50 @@ SELF_CONTRADICTIONS = {
         _set(("inputs", "pinned"), {"colour": 1}),
         ("inputs.pinned: 'colour' is not a pin",),
     ),
+    # Fourteenth round: layouts the executor refuses, and predictions that contradict the step.
+    "the head frozen": (
+        lambda doc: (
+            doc["inputs"]["freeze"].update(frozen_layers=[0] + [10] * 5),
+            doc["phases"][1]["layout"].update(frozen_layers=10, cached=False),
+        ),
+        ("phase 1: its layout cannot run: 10 frozen layers of 10 (the head is never frozen)",),
+    ),
+    "phases that split different layer counts": (
+        lambda doc: (
+            doc["phases"][1]["layout"].update(boundaries=[0, 12]),
+            doc["phases"][1]["stages"][0].update(stop_layer=12),
+        ),
+        ("phase 1: its boundaries end at layer 12, phase 0's at 10",),
+    ),
+    "a freeze schedule freezing the head": (
+        _set(("inputs", "freeze", "frozen_layers"), [0, 5, 5, 5, 5, 12]),
+        ("inputs.freeze: epoch 5 freezes 12 layers of the plan's 10",),
+    ),
+    "a stage's forward of 1e9 s in a step of a tenth": (
+        lambda doc: doc["phases"][0]["stages"][0].update(fwd_s=1e9),
+        ("phase 0 stage 0: M × (fwd_s + bwd_s) + allreduce_s + optimizer_s", "exceeds the step"),
+    ),
+    # Twice the step: the link would still be busy when the step has ended.
+    "a send longer than its step": (
+        lambda doc: doc["phases"][1]["stages"][0].update(send_bwd_s=2 * doc["phases"][1]["step_s"]),
+        ("phase 1 stage 0: M × send_bwd_s", "exceeds the step it is part of"),
+    ),
+    "an uncached epoch 100 times its steps, its totals to match": (
+        lambda doc: _scale_uncached_epoch(doc, 0, 100.0),
+        ("phase 0: epoch_s", "is not 22 steps × step_s"),
+    ),
 }
+
+
+def _scale_uncached_epoch(doc: dict, i: int, factor: float) -> None:
+    """Uncached phase i's epochs (first and steady) times `factor`, its total and the plan's
+    moved to match: only the epoch contradicts the step it is made of."""
+    phase = doc["phases"][i]
+    assert not phase["layout"]["cached"]
+    grown = phase["epoch_s"] * (factor - 1) * phase["epochs"]
+    phase.update(epoch_s=phase["epoch_s"] * factor, first_epoch_s=phase["epoch_s"] * factor)
+    phase["total_s"] += grown
+    doc["predicted_total_s"] += grown
 
 
 @pytest.mark.timeout(120)
@@ -327,6 +375,24 @@ def test_a_plan_that_contradicts_itself_is_refused(self_plan, tmp_path, capsys, 
     # The same plan untouched is accepted: the refusal is the edit's.
     plan.write_text(json.dumps(self_plan))
     assert load(Plan, plan).predicted_total_s == self_plan["predicted_total_s"]
+
+
+@pytest.mark.timeout(120)
+def test_a_plan_freezing_the_models_head_names_the_plan(self_plan, tmp_path, capsys):
+    """Fourteenth round: a plan's freeze schedule the run's model cannot follow (10 frozen of
+    vit-digits' 10 layers, in a plan of 12 layers the format accepts) was refused as
+    `--freeze: ...`, a flag never given: the schedule is the plan's, so the error names it."""
+    doc = json.loads(json.dumps(self_plan))
+    doc["inputs"]["freeze"]["frozen_layers"] = [0] + [10] * 5
+    for phase in doc["phases"]:
+        phase["layout"]["boundaries"][-1] = 12
+        phase["stages"][-1]["stop_layer"] = 12
+    doc["phases"][1]["layout"]["frozen_layers"] = 10
+    plan = tmp_path / "p12.json"
+    plan.write_text(json.dumps(doc))
+    argv = ["run", "--plan", str(plan), "--model", "vit-digits", "--prepare-only", "--name", "x"]
+    fragments = (f"{plan}: inputs.freeze:", "10 is not a frozen-layer count in 0..9")
+    refused([*argv, "--runs-dir", str(tmp_path / "runs")], tmp_path, capsys, fragments)
 
 
 def test_a_plan_whose_last_phase_unfreezes_is_refused(tmp_path, capsys):

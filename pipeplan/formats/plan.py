@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from pipeplan.errors import BadArgumentError
 from pipeplan.formats.base import (
     MAX_COUNT,
     MAX_EPOCHS,
@@ -70,6 +71,38 @@ def check_stages(layout: Layout, stages: list[StagePlan] | None) -> None:
             layout.boundaries[s + 1],
         ):
             raise ValueError(f"predicted stage {s} does not match the layout's boundaries")
+
+
+def check_stage_work(i: int, phase: PhasePlan) -> None:
+    """Each stage's work in a step is part of the step (`simulate._finish`): one device runs
+    its M forwards and backwards one after another, then (if it trains) its all-reduce, at
+    least as long as alone, and its optimizer; each link carries M sends one after another.
+    So none exceeds `step_s` (ValueError naming the stage otherwise).
+
+        check_stage_work(0, plan.phases[0])
+    """
+    m = phase.layout.micro_batches
+    for s, st in enumerate(phase.stages):
+        parts = {
+            "M × (fwd_s + bwd_s) + allreduce_s + optimizer_s": (
+                m * st.fwd_s,
+                m * st.bwd_s,
+                st.allreduce_s,
+                st.optimizer_s,
+            ),
+            "M × send_fwd_s": (m * st.send_fwd_s,),
+            "M × send_bwd_s": (m * st.send_bwd_s,),
+        }
+        for name, terms in parts.items():
+            work = sum(terms)
+            if work > phase.step_s:
+                close_enough(
+                    f"phase {i} stage {s}: {name} (M = {m})",
+                    work,
+                    phase.step_s,
+                    work + phase.step_s,
+                    "exceeds the step it is part of, step_s",
+                )
 
 
 class ScoredLayout(Strict):
@@ -175,6 +208,37 @@ class Plan(Strict):
         return self
 
     @model_validator(mode="after")
+    def _layouts_run(self) -> Plan:
+        """Every phase's layout passes the one check the executor applies before running it
+        (`Layout.check`, as `executor.planning.check_plan` calls it) for the plan's own layer
+        count: the layer its boundaries end at, which every phase shares (the plan records its
+        profile by sha256 alone, so the count is the layouts'; `check_plan` holds it to the
+        run's profile). inputs.freeze freezes 0..L−1 layers likewise: the head never freezes.
+        A plan the executor would refuse is refused here, naming the field, not a flag."""
+        if not self.phases:
+            return self
+        num_layers = self.phases[0].layout.boundaries[-1]
+        devices = self.inputs.cluster.num_devices
+        for i, phase in enumerate(self.phases):
+            ends = phase.layout.boundaries[-1]
+            if ends != num_layers:
+                raise ValueError(
+                    f"phase {i}: its boundaries end at layer {ends}, phase 0's at {num_layers}: "
+                    "every phase splits the same layers"
+                )
+            try:
+                phase.layout.check(num_layers, devices)
+            except BadArgumentError as exc:
+                raise ValueError(f"phase {i}: its layout cannot run: {exc}") from None
+        for epoch, frozen in enumerate(self.inputs.freeze.frozen_layers):
+            if frozen > num_layers - 1:
+                raise ValueError(
+                    f"inputs.freeze: epoch {epoch} freezes {frozen} layers of the plan's "
+                    f"{num_layers} (the head, layer {num_layers - 1}, is never frozen)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _phases_follow_schedule(self) -> Plan:
         """The phases are the plan's own freeze schedule (`pipeplan.freeze.phases`): one per
         run of epochs at one freeze point, each freezing what the schedule says for every one
@@ -243,8 +307,19 @@ class Plan(Strict):
                         f"phase {i} stage {s}: memory_bytes {stage.memory_bytes} exceeds "
                         f"inputs.cluster.device_memory_bytes {memory}"
                     )
+            check_stage_work(i, phase)
             floor = steps * phase.step_s
-            if phase.epoch_s < floor:
+            if not phase.layout.cached:
+                # Uncached, every epoch is its steps at step_s (`_phase_choice`): exact, and
+                # so is the total (`_total_is_its_epochs` with first = later epochs).
+                what, relation = f"phase {i}: epoch_s", f"is not {steps} steps × step_s ="
+                close_enough(what, phase.epoch_s, floor, phase.epoch_s + floor, relation)
+                what, relation = f"phase {i}: first_epoch_s", "is not epoch_s uncached,"
+                scale = phase.first_epoch_s + phase.epoch_s
+                close_enough(what, phase.first_epoch_s, phase.epoch_s, scale, relation)
+            elif phase.epoch_s < floor:
+                # Cached, the steady epoch adds the reads that spill to disk, which depend on
+                # the profile's activation sizes the plan does not record: a bound only.
                 close_enough(
                     f"phase {i}: epoch_s",
                     phase.epoch_s,
