@@ -868,8 +868,13 @@ def test_a_resumed_run_follows_its_plan_as_it_started(plan_run, tmp_path, since)
     resumed phase runs the plan's layout and ends bit for bit as the uninterrupted run."""
     import torch
 
+    from pipeplan.fileio import run_entry
+
     run, plan = plan_run
     original = plan.read_bytes()
+    # The copy is one of the entries a run keeps (no output may land on it).
+    assert json.loads((run / "run.plan.json").read_text()) == json.loads(original)
+    assert all(run_entry(p.name) for p in run.iterdir())
     cut = _interrupted(run, tmp_path)
     try:
         if since == "replaced":
