@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, get_args
 from pipeplan import freeze
 from pipeplan.cluster import run_cluster
 from pipeplan.costmodel import CostModel
-from pipeplan.errors import BadArgumentError
+from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.fileio import CALIBRATION_FILE, write_atomic
 from pipeplan.formats import (
     Cluster,
@@ -166,7 +166,17 @@ class RunPlanner:
         prepared, never the files run.json names (edited or gone since, they are not what the
         run planned with)."""
         profile = load(Profile, run_dir / RUN_PROFILE)
-        plan = load(Plan, run_dir / RUN_PLAN) if cfg.plan else None
+        plan = None
+        if cfg.plan:
+            copy = run_dir / RUN_PLAN
+            if not copy.exists() and not copy.is_symlink():
+                # Deleted, or a run prepared before runs kept their plan: nothing tells what
+                # the plan was, and the file run.json names may hold another plan now.
+                raise InputFileError(
+                    f"{copy}: no such file: the run's copy of its plan {cfg.plan} is gone, so "
+                    "the plan it started with cannot be told; start a new run"
+                )
+            plan = load(Plan, copy)
         if plan is not None:  # the copy edited by hand is held to the run as the file was
             check_plan(plan, profile, cfg)
         return cls(profile, RUN_PROFILE, False, cfg, plan)

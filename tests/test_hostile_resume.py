@@ -894,3 +894,16 @@ def test_a_resumed_run_follows_its_plan_as_it_started(plan_run, tmp_path, since)
         torch.load(r / "checkpoints" / "step-3" / "model.pt", weights_only=True) for r in (run, cut)
     ]
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_plan_run_without_its_copy_of_the_plan_is_refused(plan_run, tmp_path, capsys):
+    """RUN/run.plan.json deleted (or a run prepared before runs kept one): the plan file
+    run.json names may hold another plan now, so the resume is refused in one line rather
+    than following it."""
+    run, _ = plan_run
+    cut = _interrupted(run, tmp_path)
+    (cut / "run.plan.json").unlink()
+    fragment = (f"{cut / 'run.plan.json'}: no such file", "start a new run")
+    refused(["run", "--resume", str(cut)], tmp_path, capsys, fragment)
