@@ -72,7 +72,7 @@ from executor.checkpoint import (
     commit_config,
     latest,
 )
-from executor.planning import RUN_PROFILE, RunPlanner, check_plan_cache, shipped_precision
+from executor.planning import RUN_PLAN, RUN_PROFILE, RunPlanner, check_plan_cache, shipped_precision
 from executor.records import METRICS_FILE, mend_torn_tail
 from executor.task import (
     DATA_RECORD,
@@ -107,7 +107,7 @@ from pipeplan.formats import (
     read_records,
 )
 from pipeplan.formats.base import flag_of
-from pipeplan.formats.run import check_against_config, check_run_name
+from pipeplan.formats.run import check_against_config, check_priced_profiles, check_run_name
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build
 from pipeplan.report import make_report
@@ -163,6 +163,8 @@ def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
         write_atomic(run_dir / DATA_RECORD, dumps(record))
     # The run prices every phase with this copy: the run directory alone reproduces its plans.
     write_atomic(run_dir / RUN_PROFILE, dumps(planner.profile))
+    if planner.plan is not None:  # and follows this copy of its plan (`RunPlanner.for_run`)
+        write_atomic(run_dir / RUN_PLAN, dumps(planner.plan))
     return run_dir
 
 
@@ -897,6 +899,9 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
     load(Profile, path / RUN_PROFILE)
     with pipeplan_log.held():  # notices (a torn last record, an older checkpoint) if it passes
         records = read_records(path / "run.jsonl")
+        # profile.json (and each calibration-N.json) as its phases were priced: edited, the
+        # resume would plan with other times than the records say the run did.
+        check_priced_profiles(path, saved, [r for r in records if isinstance(r, PhaseRecord)])
         # Checksums, what the files hold, finite weights (an older one, with a notice).
         manifest, weights, _, _ = load_latest(path)
         check_run(cfg, local, resumed=(path, manifest, weights))

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, get_args
 from pipeplan import freeze
 from pipeplan.cluster import run_cluster
 from pipeplan.costmodel import CostModel
-from pipeplan.errors import BadArgumentError
-from pipeplan.fileio import write_atomic
+from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.fileio import CALIBRATION_FILE, write_atomic
 from pipeplan.formats import (
     Cluster,
     Horizon,
@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
 
 RUN_PROFILE = "profile.json"  # the profile a run started with, copied into its directory
+# The --plan file as the run started, copied beside it: the run follows this copy, so the file
+# given, replaced or deleted since, cannot change a resumed run's layouts mid-phase.
+RUN_PLAN = "run.plan.json"
 
 
 def profiles_dir() -> Path:
@@ -159,10 +162,24 @@ class RunPlanner:
 
     @classmethod
     def for_run(cls, run_dir: Path, cfg: RunConfig) -> RunPlanner:
-        """Inside a run: the profile copied into the run directory when it was prepared."""
-        planner = cls.from_config(cfg)
-        planner.profile = load(Profile, run_dir / RUN_PROFILE)
-        return planner
+        """Inside a run: the profile and plan copied into the run directory when it was
+        prepared, never the files run.json names (edited or gone since, they are not what the
+        run planned with)."""
+        profile = load(Profile, run_dir / RUN_PROFILE)
+        plan = None
+        if cfg.plan:
+            copy = run_dir / RUN_PLAN
+            if not copy.exists() and not copy.is_symlink():
+                # Deleted, or a run prepared before runs kept their plan: nothing tells what
+                # the plan was, and the file run.json names may hold another plan now.
+                raise InputFileError(
+                    f"{copy}: no such file: the run's copy of its plan {cfg.plan} is gone, so "
+                    "the plan it started with cannot be told; start a new run"
+                )
+            plan = load(Plan, copy)
+        if plan is not None:  # the copy edited by hand is held to the run as the file was
+            check_plan(plan, profile, cfg)
+        return cls(profile, RUN_PROFILE, False, cfg, plan)
 
     @property
     def cluster(self) -> Cluster:
@@ -182,10 +199,12 @@ class RunPlanner:
         horizon = Horizon(samples=cfg.global_batch, epochs=cfg.epochs, previous=None, cache=False)
         self(first, horizon)
 
-    def adopt(self, profile: Profile, run_dir: Path, number: int) -> None:
+    def adopt(self, profile: Profile, run_dir: Path) -> None:
         """Plan from now on with `profile`, fitted during the run: written to the run
-        directory first, so every phase it prices can be re-planned from there."""
-        name = f"calibration-{number}.json"
+        directory first, so every phase it prices can be re-planned from there. Numbered
+        after the run's last one: a resumed run's fit never replaces a file its earlier
+        phases were priced with (their records hold its sha256)."""
+        name = f"calibration-{last_calibration(run_dir) + 1}.json"
         write_atomic(run_dir / name, dumps(profile))
         self.profile, self.profile_file, self.online = profile, name, True
 
@@ -221,6 +240,12 @@ class RunPlanner:
             )
         pricing = self.pricing("solver", horizon)
         return _decide(self.profile, pricing, self.config.global_batch, frozen_layers)
+
+
+def last_calibration(run_dir: Path) -> int:
+    """The number of the run's last `calibration-N.json` (0 before its first)."""
+    found = (CALIBRATION_FILE.fullmatch(p.name) for p in run_dir.iterdir())
+    return max((int(m.group(1)) for m in found if m), default=0)
 
 
 def _decide(profile: Profile, pricing: Pricing, global_batch: int, frozen: int) -> PhaseDecision:

@@ -134,7 +134,6 @@ class Trainer:
     ):
         self.cfg, self.run_dir, self.planner, self.device = cfg, run_dir, planner, device
         self.fit_profile = recalibrate
-        self.calibrations = 0
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # Same weights everywhere: the checkpoint's, or drawn from the seed (a fresh head
         # too); launch.prepare already gave the builder's notices once.
@@ -520,8 +519,7 @@ class Trainer:
         except PipeplanError as exc:  # too few steps yet: keep planning with what we have
             log.info("recalibration skipped: %s", exc)
             return
-        self.calibrations += 1
-        self.planner.adopt(fitted, self.run_dir, self.calibrations)
+        self.planner.adopt(fitted, self.run_dir)
 
     def due(self, every: int | None) -> bool:
         """Whether a per-N-steps action (--freeze-every, --checkpoint-every) is due now."""

@@ -83,10 +83,11 @@ def check_distinct(paths: Iterable[str | Path], what: str) -> None:
 # real run's against it).
 RUN_ENTRIES = frozenset(
     {".lock", "run.json", "run.jsonl", "run.resume.json", "summary.json", "metrics.csv"}
-    | {"profile.json", "data.json", "checkpoints", "model", "cache", "logs"}
+    | {"profile.json", "run.plan.json", "data.json", "checkpoints", "model", "cache", "logs"}
 )
 # Numbered entries: the profile each online recalibration fits (executor.planning).
-RUN_ENTRY_PATTERNS = (re.compile(r"calibration-[0-9]+\.json"),)
+CALIBRATION_FILE = re.compile(r"calibration-([0-9]+)\.json")
+RUN_ENTRY_PATTERNS = (CALIBRATION_FILE,)
 
 
 def run_entry(name: str) -> bool:

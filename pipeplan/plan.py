@@ -13,7 +13,6 @@ the check the executor applies. Same inputs give byte-identical `dumps(plan)`.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, replace
 
@@ -43,9 +42,9 @@ from pipeplan.formats import (
     StagePlan,
     StaticPlanSummary,
     Strict,
-    dumps,
 )
 from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_SAMPLES
+from pipeplan.formats.profile import profile_sha256
 from pipeplan.freeze import continuations, describe, phases
 from pipeplan.simulate import Timeline
 from pipeplan.solver import (
@@ -103,8 +102,9 @@ class TrainingShape:
 
 
 def profile_identity(profile: Profile) -> ProfileIdentity:
-    digest = hashlib.sha256(dumps(profile).encode("utf-8")).hexdigest()
-    return ProfileIdentity(model=profile.model.name, device=profile.device.name, sha256=digest)
+    return ProfileIdentity(
+        model=profile.model.name, device=profile.device.name, sha256=profile_sha256(profile)
+    )
 
 
 def _pins_dict(pins: Pins) -> dict[str, int | str | list[int]]:

@@ -797,3 +797,113 @@ def test_a_manifest_without_its_configuration_is_refused(finished_run, tmp_path,
     }[command]
     refused(argv, tmp_path, capsys, (str(_manifest(run)), "field 'config': Field required"))
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- fourteenth round
+
+
+def _edit_profile(run: Path) -> None:
+    """RUN/profile.json with three layers' forward times tripled, as a hand edit leaves it."""
+    path = run / "profile.json"
+    doc = json.loads(path.read_text())
+    for layer in doc["layers"][1:4]:
+        for timing in layer["timings"]:
+            timing["fwd_s"] *= 3
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["resume", "report", "calibrate"])
+def test_a_profile_edited_since_the_run_is_refused(finished_run, tmp_path, capsys, command):
+    """RUN/profile.json edited between a run and its resume: the resume planned with the
+    edited times (a 2.04x forecast where the run's was 1.28x) and run.jsonl then named two
+    sha256s for one profile.json, so its first phases no longer re-planned from the run
+    directory; report and calibrate read it as the run's. The phase records hold the sha256
+    of the profile that priced them: each command refuses the edited file, naming it."""
+    run = copy_run(finished_run, tmp_path)
+    _edit_profile(run)
+    argv = {
+        "resume": ["run", "--resume", str(run), *MORE],
+        "report": ["report", str(run)],
+        "calibrate": ["calibrate", str(run), "--profile", str(PROFILE)],
+    }[command]
+    if command == "calibrate":
+        argv += ["--out", str(tmp_path / "c.json")]
+    fragment = (f"{run / 'profile.json'}: edited since the run priced its phase 0", "restore")
+    refused(argv, tmp_path, capsys, fragment)
+    assert not (tmp_path / "c.json").exists()
+
+
+PLAN_RUN = ["--max-steps-per-epoch", "3", "--checkpoint-every", "1"]
+
+
+def _plan_file(path: Path, *pins: str) -> Path:
+    """A plan for one vit-digits rank, 1 epoch with layer 1 frozen, `pins` its layout's."""
+    argv = ["plan", "--profile", str(PROFILE), "--devices-per-node", "1", "--global-batch", "64"]
+    argv += ["--epochs", "1", "--freeze-schedule", "1", *pins, "--out", str(path)]
+    assert cli.main(argv) == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def plan_run(tmp_path_factory) -> tuple[Path, Path]:
+    """A run of a plan file (1x1, M=1 1f1b), uninterrupted, a checkpoint after every step;
+    and the plan file it was given (tests replace or delete it, and put it back)."""
+    root = tmp_path_factory.mktemp("planrun")
+    plan = _plan_file(root / "plan.json")
+    argv = ["run", "--plan", str(plan), "--profile", str(PROFILE), *PLAN_RUN]
+    assert cli.main([*argv, "--name", "p", "--runs-dir", str(root)]) == 0
+    return root / "p", plan
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("since", ["replaced", "deleted"])
+def test_a_resumed_run_follows_its_plan_as_it_started(plan_run, tmp_path, since):
+    """A run of `--plan FILE` resumed after FILE was replaced by a plan of the same schedule
+    in another layout (gpipe, 4 micro-batches) switched layout mid-phase (three phase records
+    for a one-phase plan) and trained other weights than the uninterrupted run; deleted, the
+    resume failed. The run follows the copy it took at the start (RUN/run.plan.json): the
+    resumed phase runs the plan's layout and ends bit for bit as the uninterrupted run."""
+    import torch
+
+    from pipeplan.fileio import run_entry
+
+    run, plan = plan_run
+    original = plan.read_bytes()
+    # The copy is one of the entries a run keeps (no output may land on it).
+    assert json.loads((run / "run.plan.json").read_text()) == json.loads(original)
+    assert all(run_entry(p.name) for p in run.iterdir())
+    cut = _interrupted(run, tmp_path)
+    try:
+        if since == "replaced":
+            other = _plan_file(
+                tmp_path / "other.json", "--schedule", "gpipe", "--micro-batches", "4"
+            )
+            plan.write_bytes(other.read_bytes())
+        else:
+            plan.unlink()
+        assert cli.main(["run", "--resume", str(cut)]) == 0
+    finally:
+        plan.write_bytes(original)
+    layouts = [r["layout"] for r in _lines(cut) if r["kind"] == "phase"]
+    planned = json.loads(original)["phases"][0]["layout"]
+    assert layouts == [planned, planned]
+    weights = [
+        torch.load(r / "checkpoints" / "step-3" / "model.pt", weights_only=True) for r in (run, cut)
+    ]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_plan_run_without_its_copy_of_the_plan_is_refused(plan_run, tmp_path, capsys):
+    """RUN/run.plan.json deleted (or a run prepared before runs kept one): the plan file
+    run.json names may hold another plan now, so the resume is refused in one line rather
+    than following it."""
+    run, _ = plan_run
+    cut = _interrupted(run, tmp_path)
+    (cut / "run.plan.json").unlink()
+    fragment = (f"{cut / 'run.plan.json'}: no such file", "start a new run")
+    refused(["run", "--resume", str(cut)], tmp_path, capsys, fragment)

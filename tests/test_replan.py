@@ -112,3 +112,31 @@ def test_a_run_decides_a_phase_as_the_plan_does(frozen, samples, moves):
     assert decision.layout == second.layout
     assert decision.predicted_step_s == pytest.approx(second.step_s, rel=1e-6)
     assert same_placement(first.layout, decision.layout) is not moves
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_recalibrated_run_resumes_and_a_later_fit_keeps_the_earlier_ones(run_dir, tmp_path):
+    """A run that recalibrated itself passes every check resume makes before a rank starts,
+    report included (each calibration-N.json is what its phases name), and the next fit is
+    written after the run's last: a resumed run numbered from 1 again, replacing
+    calibration-1.json that its earlier phases were priced with, so the run then failed the
+    profile check of resume, report and calibrate."""
+    import shutil
+
+    from executor.launch import check_resume, resumed_config
+    from pipeplan.fileio import CALIBRATION_FILE
+
+    run = tmp_path / "r"
+    shutil.copytree(run_dir, run)
+    saved = load(RunConfig, run / "run.json")
+    cfg = resumed_config(saved, {"epochs": 4})
+    check_resume(run, saved, cfg)
+    fitted = sorted(p.name for p in run.iterdir() if CALIBRATION_FILE.fullmatch(p.name))
+    assert fitted  # the run recalibrated itself
+    before = {name: (run / name).read_bytes() for name in fitted}
+    planner = RunPlanner.for_run(run, cfg)
+    planner.adopt(load(Profile, run / fitted[-1]), run)
+    assert planner.profile_file == f"calibration-{len(fitted) + 1}.json"
+    assert {name: (run / name).read_bytes() for name in fitted} == before
+    assert cli.main(["report", str(run)]) == 0

@@ -3,6 +3,7 @@ the corrections `pipeplan calibrate` fitted on top (docs/architecture.md §3).""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -22,6 +23,7 @@ from pipeplan.formats.base import (
     Scale,
     Seconds,
     Strict,
+    dumps,
     read_input,
 )
 
@@ -303,6 +305,14 @@ SHAPE_FIELDS = (
     "dim", "n_layers", "n_heads", "hidden_dim", "activation",
     "n_embd", "n_layer", "n_head", "n_inner", "n_positions", "activation_function",
 )  # fmt: skip
+
+
+def profile_sha256(profile: Profile) -> str:
+    """sha256 of the profile's canonical JSON: the identity plans and phase records name.
+
+    profile_sha256(load(Profile, "runs/a/profile.json"))   # "3f1c…"
+    """
+    return hashlib.sha256(dumps(profile).encode("utf-8")).hexdigest()
 
 
 def model_mismatch(model: str, profile: Profile) -> str | None:

@@ -45,7 +45,7 @@ from pipeplan.formats.base import (
 from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.plan import StagePlan, check_stages
-from pipeplan.formats.profile import Precision, Profile, Task, model_mismatch
+from pipeplan.formats.profile import Precision, Profile, Task, model_mismatch, profile_sha256
 
 log = logging.getLogger("pipeplan.records")
 
@@ -887,5 +887,21 @@ def check_priced_profiles(
                 f"{run_dir / 'run.jsonl'}: pricing names profile '{name}', not a file in the "
                 "run directory"
             )
-        if (run_dir / name).exists():  # hand-made records name a profile they do not carry
-            check_run_profile(run_dir, config, load(Profile, run_dir / name))
+        if not (run_dir / name).exists():  # hand-made records name a profile they do not carry
+            continue
+        profile = load(Profile, run_dir / name)
+        check_run_profile(run_dir, config, profile)
+        # The phases record the sha256 of the profile that priced them: the file edited since
+        # (a resume planned with other times, and run.jsonl then named two profiles by one file)
+        # no longer re-plans them. Each recalibration writes a file of its own, never over one.
+        digest = profile_sha256(profile)
+        named = next(
+            (p for p in phases if p.pricing.profile == name and p.pricing.profile_sha256 != digest),
+            None,
+        )
+        if named is not None:
+            raise InputFileError(
+                f"{run_dir / name}: edited since the run priced its phase {named.phase} with it "
+                "(its sha256 differs from the one run.jsonl records); restore it or start a "
+                "new run"
+            )
