@@ -901,7 +901,10 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         records = read_records(path / "run.jsonl")
         # profile.json (and each calibration-N.json) as its phases were priced: edited, the
         # resume would plan with other times than the records say the run did.
-        check_priced_profiles(path, saved, [r for r in records if isinstance(r, PhaseRecord)])
+        phases = [r for r in records if isinstance(r, PhaseRecord)]
+        check_priced_profiles(path, saved, phases)
+        # And the run's copy of its plan as its phases took it (a plan run's layouts).
+        RunPlanner.for_run(path, cfg).check_records(path, phases)
         # Checksums, what the files hold, finite weights (an older one, with a notice).
         manifest, weights, _, _ = load_latest(path)
         check_run(cfg, local, resumed=(path, manifest, weights))

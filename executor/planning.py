@@ -35,6 +35,7 @@ from pipeplan.formats import (
     Cluster,
     Horizon,
     PhaseDecision,
+    PhaseRecord,
     Plan,
     Precision,
     Pricing,
@@ -180,6 +181,27 @@ class RunPlanner:
         if plan is not None:  # the copy edited by hand is held to the run as the file was
             check_plan(plan, profile, cfg)
         return cls(profile, RUN_PROFILE, False, cfg, plan)
+
+    def check_records(self, run_dir: Path, phases: list[PhaseRecord]) -> None:
+        """The run's copy of its plan (RUN_PLAN) gives every phase the records say it took from
+        the plan: edited by hand since (another layout, the same schedule), a resume would
+        switch layout mid-run and no longer continue exactly. InputFileError naming the
+        first phase that differs.
+
+            planner.check_records(run_dir, [r for r in records if isinstance(r, PhaseRecord)])
+        """
+        if self.plan is None:
+            return
+        planned = {p.layout.frozen_layers: p.layout for p in self.plan.phases}
+        for record in phases:
+            if record.pricing.source != "plan":
+                continue
+            if planned.get(record.layout.frozen_layers) != record.layout:
+                raise InputFileError(
+                    f"{run_dir / RUN_PLAN}: edited since the run took its phase {record.phase} "
+                    f"from it (the layout it recorded, {record.layout.label()}, is not the "
+                    "plan's); restore it or start a new run"
+                )
 
     @property
     def cluster(self) -> Cluster:

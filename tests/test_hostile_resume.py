@@ -907,3 +907,18 @@ def test_a_plan_run_without_its_copy_of_the_plan_is_refused(plan_run, tmp_path, 
     (cut / "run.plan.json").unlink()
     fragment = (f"{cut / 'run.plan.json'}: no such file", "start a new run")
     refused(["run", "--resume", str(cut)], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_plan_copy_edited_since_the_run_is_refused(plan_run, tmp_path, capsys):
+    """Fourteenth round's fix left the run's own copy of its plan unchecked: replaced by a plan
+    of the same schedule in another layout, the resume switched layout mid-phase. The copy must
+    give every phase the records say the run took from the plan."""
+    run, _ = plan_run
+    cut = _interrupted(run, tmp_path)
+    other = _plan_file(tmp_path / "other.json", "--schedule", "gpipe", "--micro-batches", "4")
+    (cut / "run.plan.json").write_bytes(other.read_bytes())
+    capsys.readouterr()  # what making the other plan printed
+    fragment = (f"{cut / 'run.plan.json'}: edited since the run took its phase 0", "restore")
+    refused(["run", "--resume", str(cut)], tmp_path, capsys, fragment)
