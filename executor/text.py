@@ -9,7 +9,9 @@ JSONL: one object per line with a string "text" and, for classification, a "labe
 integer ≥ 0 (a class index) or a JSON string (a name, always: "1" is the name "1"); names are
 numbered in sorted order and become the exported model's id2label. A name is read without the
 whitespace around it (a CSV written "text, label" style), so one corpus must spell each name
-one way: "a" beside " a" is refused, naming both rows, rather than merged into one class.
+one way: "a" beside " a" is refused, naming both rows, rather than merged into one class; so
+are two names a reader cannot tell apart (NFC "café" beside NFD "café", "pos" beside "pos"
+with a zero-width space), rather than kept as two classes. Case is kept.
 CSV: a header row naming a `text` column and optionally a `label` column; its labels are
 class indices only when every one is a canonical decimal integer ("1", not "01"), else all
 are names. Text without labels trains a causal LM: its labels are the input ids,
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import json
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -291,28 +294,44 @@ class _LabelKinds:
 
 
 class _Spellings:
-    """The label each written spelling was read as: two spellings read as one label (`"a"`
-    and `" a"`, or the CSV cells `1` and ` 1`) are refused, as the first row that differs,
-    naming both rows, not silently merged into one class (case and Unicode forms are kept
-    apart, so whitespace alone must not join labels either).
+    """One spelling of each label a reader sees: two spellings read as one label (`"a"` and
+    `" a"`, or the CSV cells `1` and ` 1`), or read as two that look the same (`_as_seen`:
+    NFC and NFD "café", "pos" and "pos\u200b"), are refused at the first row that differs,
+    naming both rows: neither merged silently nor kept as two classes no one can tell apart.
+    Case is kept: "Pos" and "pos" are two labels.
 
         spellings.see(" a", "a", "d.jsonl:2")   # InputFileError if d.jsonl:1 wrote "a"
     """
 
     def __init__(self) -> None:
-        self.first: dict[str, tuple[str, str]] = {}  # label as read → (as written, where)
+        self.first: dict[str, tuple[str, str, str]] = {}  # as seen → (written, read, where)
 
     def see(self, written: Any, label: int | str, where: str) -> None:
         # str(): a CSV id beside names becomes the name of its digits (`_label_names`), and
         # the JSON integer 1 is the CSV cell "1".
-        written = str(written)
-        earlier = self.first.setdefault(str(label), (written, where))
-        if earlier[0] != written:
+        written, read = str(written), str(label)
+        earlier, first_read, at = self.first.setdefault(_as_seen(read), (written, read, where))
+        if earlier == written:
+            return
+        if first_read == read:
             raise InputFileError(
-                f"{where}: the label {written!r} is read as {str(label)!r}, as {earlier[1]}'s "
-                f"{earlier[0]!r} is (whitespace around a label is not part of it); spell each "
-                "label one way"
+                f"{where}: the label {written!r} is read as {read!r}, as {at}'s {earlier!r} "
+                "is (whitespace around a label is not part of it); spell each label one way"
             )
+        # ascii(): the two print alike; their escapes show where they differ.
+        raise InputFileError(
+            f"{where}: the label {read!a} looks the same as {at}'s {first_read!a} "
+            "(another Unicode form or an invisible character); spell each label one way"
+        )
+
+
+def _as_seen(label: str) -> str:
+    """`_as_seen("cafe\u0301\u200b")` → "café": a label as a reader sees it, NFKC-normalised
+    (composed accents, compatibility forms such as fullwidth digits), without format
+    characters (Unicode category Cf: zero-width space and joiner, BOM, soft hyphen) and
+    the whitespace around it."""
+    visible = "".join(c for c in label if unicodedata.category(c) != "Cf")
+    return unicodedata.normalize("NFKC", visible).strip()
 
 
 def _check_unicode(value: str, what: str) -> None:

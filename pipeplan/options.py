@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from pipeplan.cluster import format_bandwidth, format_bytes, parse_bandwidth, parse_bytes
 from pipeplan.errors import BadArgumentError
-from pipeplan.formats.base import Flag, Needs, flag_marker, flag_of
+from pipeplan.formats.base import Flag, Needs, flag_marker, flag_of, whole_number
 
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
@@ -56,7 +56,30 @@ UNITS = {
 # Sources of a value the user did not type (click's ParameterSource names).
 _NOT_GIVEN = {"DEFAULT", "DEFAULT_MAP"}
 _CONTEXT = "_typer_context"
-_TEXT_TYPES = (bool, int, float, str)
+# Numbers arrive as text and are read by `number`, not by typer: its pydantic reading takes
+# "1_0", "+2" and "١" as 10, 2 and 1. The metavar keeps the help saying what is expected.
+_NUMBERS = {int: "<int>", float: "<float>"}
+
+
+def number(text: Any, kind: Any, spelling: str) -> Any:
+    """`number("10", int, "--epochs")` → 10: a numeric flag's text as its type, refused in
+    one line naming the flag unless an integer is ASCII digits (`whole_number`) and a float
+    has no '_' (`1_0.5`); anything else (and any other type) as it came."""
+    if not isinstance(text, str) or kind not in _NUMBERS:
+        return text
+    if kind is int:
+        value = whole_number(text)
+        if value is None:
+            raise BadArgumentError(
+                f"{spelling}: expected a whole number in digits 0-9, not {text!r}"
+            )
+        return value
+    if "_" in text:
+        raise BadArgumentError(f"{spelling}: expected a number without '_', not {text!r}")
+    try:
+        return TypeAdapter(float).validate_python(text)  # what typer read before: 1e-3, .5
+    except ValidationError as exc:
+        raise BadArgumentError(f"{spelling}: {exc.errors()[0]['msg']}") from None
 
 
 def _bare(annotation: Any) -> tuple[Any, bool]:
@@ -90,10 +113,13 @@ class Option:
         return UNITS[self.flag.unit] if self.flag.unit else None
 
     def parse(self, value: Any) -> Any:
-        """The field's value from what typer gives: human units parsed, the rest as typed
-        (comma lists stay text: the model's validators read them, with their own messages)."""
-        if self.unit is None or value is None:
+        """The field's value from what typer gives: human units and numbers parsed, the rest
+        as typed (comma lists stay text: the model's validators read them, with their own
+        messages)."""
+        if value is None:
             return value
+        if self.unit is None:
+            return number(value, _bare(self.info.annotation)[0], self.spelling)
         try:
             return self.unit.parse(value, self.unit.what)
         except BadArgumentError as exc:
@@ -107,15 +133,18 @@ class Option:
             return self.unit.show(value)
         if isinstance(value, list | tuple):
             return ",".join(map(str, value))
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)  # numbers are text on the command line (`number` reads them)
         return value
 
     def parameter(self) -> inspect.Parameter:
         """The typer parameter: the field's type as the command line spells it, its default
         as the user would type it, the description as help."""
         bare, _ = _bare(self.info.annotation)
-        # Units, lists and choices arrive as text; pydantic (or `parse`) reads them, so the
-        # messages are the model's, not typer's.
-        kind = bare if bare in _TEXT_TYPES and self.unit is None else str
+        # Units, numbers, lists and choices arrive as text; `parse` and pydantic read them, so
+        # the messages are the model's (or name the flag), not typer's.
+        kind = bare if bare in (bool, str) and self.unit is None else str
+        metavar = _NUMBERS.get(bare) if self.unit is None else None
         required = self.info.is_required()
         # A factory's default (and None) is decided later: the option's own default is None.
         concrete = not required and self.info.default_factory is None
@@ -131,7 +160,7 @@ class Option:
             decls = [self.spelling, *([self.flag.short] if self.flag.short else [])]
             if kind is bool:
                 decls[0] = f"{self.spelling}/--no-{self.spelling[2:]}"
-            info = typer.Option(*decls, help=help_text, show_default=show)
+            info = typer.Option(*decls, help=help_text, show_default=show, metavar=metavar)
         return inspect.Parameter(
             self.field,
             inspect.Parameter.KEYWORD_ONLY,
@@ -180,13 +209,27 @@ def _command(
     if clash:
         raise TypeError(f"{fn.__name__}: parameters {sorted(clash)} are fields of the model")
     needs, defaults, _ = model_needs(model) if model else ({}, {}, {})
-    for p in own:
+    numbers: dict[str, Any] = {}  # fn's own numeric parameters: name → Annotated[int, Field(…)]
+    for i, p in enumerate(own):
         marks = get_args(p.annotation)[1:] if get_origin(p.annotation) is Annotated else ()
         needs[p.name] = tuple(m for m in marks if isinstance(m, Needs))
         defaults[p.name] = p.default
+        bare, _ = _bare(p.annotation)
+        info = next((m for m in marks if isinstance(m, typer.models.ParameterInfo)), None)
+        if bare in _NUMBERS and info is not None:
+            # Read by `number` like a model's fields; typer's min/max become the range.
+            numbers[p.name] = Annotated[bare, Field(ge=info.min, le=info.max)]
+            info.metavar = info.metavar or _NUMBERS[bare]
+            if info.min is not None or info.max is not None:  # typer showed it: [1<=x<=10000]
+                info.help = f"{info.help or ''} Range {info.min}..{info.max}.".strip()
+            info.min = info.max = None
+            default = p.default if p.default is inspect.Parameter.empty else str(p.default)
+            own[i] = p.replace(annotation=Annotated[(str, *marks)], default=default)
 
     def command(**values: Any) -> R:
         context = values.pop(_CONTEXT)
+        for name, typed_as in numbers.items():
+            values[name] = _own_number(values[name], typed_as, _spellings(context)[name][0])
         given = {}
         for option in derived:
             value = values.pop(option.field)
@@ -206,6 +249,15 @@ def _command(
     for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
         setattr(command, attribute, getattr(fn, attribute))
     return command
+
+
+def _own_number(text: Any, typed_as: Any, spelling: str) -> Any:
+    """A command's own numeric parameter from its text: `number`, then its range."""
+    value = number(text, _bare(typed_as)[0], spelling)
+    try:
+        return TypeAdapter(typed_as).validate_python(value)
+    except ValidationError as exc:
+        raise BadArgumentError(f"{spelling}: {exc.errors()[0]['msg']}") from None
 
 
 def model_needs(

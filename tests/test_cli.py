@@ -17,7 +17,7 @@ import typer
 import cli
 import pipeplan
 from executor.planning import shipped_profile
-from pipeplan.cluster import cluster_from_flags, parse_bytes
+from pipeplan.cluster import cluster_from_flags
 from pipeplan.costmodel import CostModel
 from pipeplan.formats import Needs, Profile, RunConfig, dumps, flag_marker, flag_of, load
 from pipeplan.inputs import PlanRequest, ProfileRequest
@@ -206,6 +206,7 @@ def test_every_run_option_is_a_run_config_field_with_its_default(capsys, monkeyp
     monkeypatch.setenv("COLUMNS", "400")  # one help row per option
     assert cli.main(["run", "--help"]) == 0
     rows = capsys.readouterr().out.splitlines()
+    options = {option.field: option for option in model_options(RunConfig)}
     for name in set(fields) - NOT_RUN_OPTIONS:
         field, param, flag = fields[name], params[name], flag_of(RunConfig, name)
         assert flag in param.opts
@@ -217,10 +218,8 @@ def test_every_run_option_is_a_run_config_field_with_its_default(capsys, monkeyp
             shown = flag_marker(RunConfig, name).default
             assert shown is None or f"[default: ({shown})]" in row, row
             continue
-        default = param.default
-        if flag_marker(RunConfig, name).unit == "bytes":
-            default = parse_bytes(default)
-        assert default == field.default, name
+        # Typed back as the user would type it: units and numbers are text (`Option.parse`).
+        assert options[name].parse(param.default) == field.default, name
         shown = param.default
         if isinstance(shown, bool):  # a --x/--no-x switch shows the side that is on
             shown = name if shown else f"no-{name}"

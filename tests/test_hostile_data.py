@@ -426,6 +426,27 @@ def test_labels_spelt_two_ways_are_refused_by_run(made, tmp_path, capsys):
     refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
 
 
+LOOKALIKE = {"zero-width space": ("e\u0301", "\u200b"), "NFC beside NFD": ("\u00e9", "")}
+
+
+@pytest.mark.parametrize(("accent", "after"), LOOKALIKE.values(), ids=LOOKALIKE.keys())
+def test_labels_that_look_alike_are_refused_by_run(made, tmp_path, capsys, accent, after):
+    """Found by the fourteenth round: "café" NFC beside NFD, or "pos" beside "pos" with a
+    zero-width space, prepared a run with label_names ['café', 'café', 'negative']. `run`
+    refuses the file, naming both rows. Every label is spelt with an NFD "é" in front;
+    row 6 differs only as a reader cannot see."""
+    rows = reviews(20, seed=1)
+    names = [row["label"] for row in rows]
+    for row, name in zip(rows, names, strict=True):
+        row["label"] = f"e\u0301{name}"
+    rows[5]["label"] = f"{accent}{names[5]}{after}"
+    data = write_jsonl(tmp_path / "la.jsonl", rows)
+    first = 1 + names.index(names[5])
+    assert first < 6  # an earlier row spells the same name
+    fragments = ("la.jsonl:6: the label ", "looks the same as", f"la.jsonl:{first}'s ")
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
 LABEL_EDITS = {  # label_names written into data.json (the data gives negative, positive)
     "swapped": (["positive", "negative"], "are not the names the run's data"),
     "one added": (["negative", "positive", "zzz"], "are not the names the run's data"),

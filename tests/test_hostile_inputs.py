@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
-from test_hostile import PREVIEW, PROFILE, refused, with_path
+from test_hostile import DIGITS, PREVIEW, PROFILE, refused, with_path
 from text_data import BERT
 
 import cli
@@ -469,3 +469,79 @@ def test_a_run_of_a_plan_follows_its_schedule_and_cache(alpha_plan, tmp_path, ca
     assert planner(5, horizon).layout == plan.phases[1].layout
     with pytest.raises(BadArgumentError, match=r"rp.json: the run reached 3 frozen layers, which"):
         planner(3, horizon)
+
+
+# ------------------------------------------------------------------------ numeric flags
+
+
+def _numeric_flags(kind: type) -> list[tuple[str, str]]:
+    """(command, flag) for every flag of type `kind` the models derive, so that a new field
+    is covered too; `demo --epochs` is the one numeric parameter of a command's own."""
+    from pipeplan.inputs import PlanRequest, ProfileRequest
+    from pipeplan.options import _bare, model_options
+
+    commands = {"profile": ProfileRequest, "preview": PlanRequest, "run": RunConfig}
+    flags = [
+        (command, option.spelling)
+        for command, model in commands.items()
+        for option in model_options(model)
+        if option.unit is None and _bare(option.info.annotation)[0] is kind
+    ]
+    return flags + ([("demo", "--epochs")] if kind is int else [])
+
+
+def _argv(command: str, tmp_path: Path) -> list[str]:
+    """What `command` needs before a flag of its is read; outputs under tmp_path."""
+    return {
+        "profile": ["profile", "vit-digits", "--out", str(tmp_path / "p.json")],
+        "preview": ["preview", "--profile", str(shipped_profile("vit-digits", "cpu"))],
+        "run": ["run", "--prepare-only", "--runs-dir", str(tmp_path)],
+        # --pretrain-only: a flag the number is read before is refused beside it, so a number
+        # read wrongly fails on that refusal rather than running the whole demo.
+        "demo": ["demo", "--runs-dir", str(tmp_path), "--pretrain-only"],
+    }[command]
+
+
+INT_FLAGS = _numeric_flags(int)
+SPELLINGS = {**DIGITS, "plus two": "+2", "two underscores": "1_000"}
+
+
+def test_every_integer_flag_the_fourteenth_round_named_is_covered():
+    named = "seed nproc epochs global-batch samples micro-batches stages max-steps-per-epoch"
+    named += " warmup-steps checkpoint-every freeze-every threads repeats warmup seq-len"
+    assert {f"--{name}" for name in named.split()} <= {flag for _, flag in INT_FLAGS}
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS.values(), ids=SPELLINGS.keys())
+@pytest.mark.parametrize(("command", "flag"), INT_FLAGS, ids=[" ".join(f) for f in INT_FLAGS])
+def test_an_integer_flag_is_ascii_digits_like_an_integer_in_a_list(
+    tmp_path, capsys, command, flag, spelling
+):
+    """Fourteenth round: `--epochs 1_0` ran 10 epochs and `--epochs +2` two (pydantic's lax
+    reading of typer's text), while comma lists (`int_list`) refused both. Every integer
+    flag is now digits 0-9, refused in one line naming the flag."""
+    argv = [*_argv(command, tmp_path), flag, spelling]
+    refused(argv, tmp_path, capsys, (flag, repr(spelling), "digits 0-9"))
+
+
+@pytest.mark.parametrize(("command", "flag"), _numeric_flags(float))
+def test_a_float_flag_refuses_an_underscore_between_digits(tmp_path, capsys, command, flag):
+    """Fourteenth round: `float()` reads "1_0.5" as 10.5, as `int()` reads "1_0" as 10."""
+    argv = [*_argv(command, tmp_path), flag, "1_0.5"]
+    refused(argv, tmp_path, capsys, (flag, "'1_0.5'", "without '_'"))
+
+
+def test_integer_and_float_flags_still_take_plain_numbers(tmp_path, capsys):
+    """The refusals above are of spellings only: digits, a leading '-' (refused by the
+    field's range, which the message names) and exponents read as before."""
+    from pipeplan.formats.base import whole_number
+    from pipeplan.options import number
+
+    spelt = [whole_number(t) for t in ("10", "007", "-3", "1_0", "+2", "", "-", "--3")]
+    assert spelt == [10, 7, -3, None, None, None, None, None]
+    assert number("2.5e-3", float, "--lr") == 2.5e-3
+    assert number("12", int, "--epochs") == 12
+    for command in ("preview", "demo"):
+        argv = [*_argv(command, tmp_path), "--epochs", "-1"]
+        refused(argv, tmp_path, capsys, "--epochs: Input should be greater than or equal to 1")
+    assert cli.main([*_argv("preview", tmp_path), "--epochs", "3", "--global-batch", "64"]) == 0

@@ -65,7 +65,8 @@ def test_defaults_are_the_fields_as_one_would_type_them_and_help_is_the_descript
     p = params()
     assert p["size_bytes"].default == "1MiB" and p["size_bytes"].show_default is True
     assert p["size_bytes"].help == "A size. Takes units: 16GiB, 512MB."
-    assert (p["count"].default, p["fast"].default, p["sizes"].default) == (3, True, "1,2")
+    # A number is text, as typed, like a list: `number` reads it (shown as [default: 3]).
+    assert (p["count"].default, p["fast"].default, p["sizes"].default) == ("3", True, "1,2")
     assert p["count"].help == "How many."
     # Decided at run time: no value, the marker's words (shown in parentheses).
     assert p["stamp"].default is None and p["stamp"].show_default == "now"

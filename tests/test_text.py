@@ -292,6 +292,56 @@ def test_a_spelling_differing_across_the_two_files_is_refused(tmp_path):
     )
 
 
+LOOKALIKES = {  # a label a reader cannot tell from "café" / "pos", and how it differs
+    "NFD beside NFC": ("caf\u00e9", "cafe\u0301"),
+    "zero-width space": ("pos", "pos\u200b"),
+    "zero-width joiner inside": ("pos", "po\u200ds"),
+    "byte order mark": ("pos", "\ufeffpos"),
+    "soft hyphen": ("pos", "p\u00ados"),
+    "fullwidth letter": ("pos", "\uff50os"),
+    "zero-width space and a space": ("pos", " pos\u200b "),
+}
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+@pytest.mark.parametrize(("first", "other"), LOOKALIKES.values(), ids=LOOKALIKES.keys())
+def test_labels_a_reader_cannot_tell_apart_are_refused_not_two_classes(
+    tmp_path, suffix, first, other
+):
+    """Found by the fourteenth round: "café" spelt NFC in some rows and NFD in others, or
+    "pos" beside "pos" with a zero-width space, became two classes that print alike
+    (label_names ['café', 'café', 'negative']). The second spelling is refused, naming both
+    rows, with escapes that show the difference."""
+    path = _labelled_file(tmp_path / f"d{suffix}", [first, "neg", other, "neg"] * 3)
+    row = 2 if suffix == ".csv" else 1  # the CSV header is line 1
+    at = re.escape(f"d{suffix}")
+    seen, earlier = re.escape(ascii(other.strip())), re.escape(ascii(first))
+    match = f"{at}:{row + 2}: the label {seen} looks the same as .*{at}:{row}'s {earlier}"
+    message = _one_line(InputFileError, text.read_corpus, str(path), match=match)
+    assert message.endswith("spell each label one way")
+
+
+def test_a_lookalike_across_the_two_files_is_refused(tmp_path):
+    """TRAIN,EVAL are one corpus: NFC "café" in one and NFD in the other is refused."""
+    train = _labelled_file(tmp_path / "train.csv", ["caf\u00e9", "neg"] * 3)
+    eval_ = _labelled_file(tmp_path / "eval.jsonl", ["neg", "cafe\u0301"])
+    _one_line(
+        InputFileError,
+        text.read_corpus,
+        f"{train},{eval_}",
+        match=r"eval\.jsonl:2: the label 'cafe\\u0301' looks the same as .*train\.csv:2's",
+    )
+
+
+def test_case_stays_a_difference_and_one_spelling_is_kept_as_written(tmp_path):
+    """Refusing lookalikes joins nothing: "Pos" and "pos" stay two classes, and a corpus
+    that spells "café" NFD throughout keeps that spelling (not normalised to NFC)."""
+    cased = text.read_corpus(str(_labelled_file(tmp_path / "c.jsonl", ["Pos", "pos"] * 5)))
+    assert cased.label_names == ["Pos", "pos"]
+    nfd = _labelled_file(tmp_path / "n.csv", ["cafe\u0301", "neg"] * 5)
+    assert text.read_corpus(str(nfd)).label_names == ["cafe\u0301", "neg"]
+
+
 def test_one_spelling_with_spaces_is_still_the_name_without_them(tmp_path):
     """A CSV written "a, b" style spells every label with a leading space: read as the names
     without it, as before (refusing ambiguity, not the style)."""

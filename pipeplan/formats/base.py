@@ -155,6 +155,17 @@ def int_list(text: str) -> list[int] | None:
     return [int(part) for part in parts]
 
 
+def whole_number(text: str) -> int | None:
+    """`whole_number("10")` → 10, `whole_number("-3")` → -3; None unless ASCII digits after
+    at most one leading '-'. The one reading of an integer flag: `int()` (and pydantic's lax
+    mode, which typer used) also takes "1_0", "+2" and "١", which `int_list` refuses. A '-'
+    is read so that the field's own range says why -1 is refused."""
+    digits = text.strip().removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(text)
+
+
 def schema_version(model: type[BaseModel]) -> int:
     """The version a top-level format writes and reads (its `schema_version` default)."""
     return model.model_fields["schema_version"].default
