@@ -112,6 +112,15 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
     return schedule
 
 
+def _names_a_file(text: str) -> bool:
+    """Whether `text` names an existing file; a text no file name can be (too long, a NUL) is
+    an inline list to read, not an OSError about a file nobody named."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def schedule_from_flags(
     alpha: float | None, freeze_schedule: str | None, epochs: int, num_blocks: int
 ) -> FreezeSchedule:
@@ -123,7 +132,7 @@ def schedule_from_flags(
         return alpha_schedule(alpha, epochs, num_blocks)
     if freeze_schedule is None:
         return no_freezing(epochs)
-    if freeze_schedule.endswith(".json") or Path(freeze_schedule).is_file():
+    if freeze_schedule.endswith(".json") or _names_a_file(freeze_schedule):
         return trajectory_schedule(freeze_schedule, epochs, num_blocks)
     return list_schedule(parse_list(freeze_schedule), epochs, num_blocks)
 

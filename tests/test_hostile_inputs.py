@@ -545,3 +545,25 @@ def test_integer_and_float_flags_still_take_plain_numbers(tmp_path, capsys):
         argv = [*_argv(command, tmp_path), "--epochs", "-1"]
         refused(argv, tmp_path, capsys, "--epochs: Input should be greater than or equal to 1")
     assert cli.main([*_argv("preview", tmp_path), "--epochs", "3", "--global-batch", "64"]) == 0
+
+
+@pytest.mark.parametrize(
+    "flag, value, fragment",
+    [
+        ("--epochs", "9" * 5000, "--epochs"),
+        # Also was "File name too long": the list was first tried as a trajectory file's name.
+        ("--freeze-schedule", "0," + "9" * 5000, "freeze schedule epoch 1"),
+    ],
+    ids=["integer flag", "integer list"],
+)
+def test_an_integer_of_thousands_of_digits_is_refused_by_its_range(
+    tmp_path, capsys, flag, value, fragment
+):
+    """Python's int() refuses more than 4300 digits with a ValueError: `--epochs 999…9` (5000
+    digits) gave a traceback once integer flags were read as text. Beyond any limit, it is
+    refused by the field's range in one line."""
+    from executor.planning import shipped_profile
+
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    epochs = [] if flag == "--epochs" else ["--epochs", "3"]
+    refused(["preview", "--profile", profile, *epochs, flag, value], tmp_path, capsys, fragment)

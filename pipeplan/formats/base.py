@@ -152,7 +152,16 @@ def int_list(text: str) -> list[int] | None:
     parts = [part.strip() for part in text.split(",")]
     if not all(part.isascii() and part.isdigit() for part in parts):
         return None
-    return [int(part) for part in parts]
+    return [_digits(part) for part in parts]
+
+
+# Beyond every limit a count has: more digits than this are read as 10**100, so the field's
+# range refuses the value by name (int() raises past 4300 digits: a traceback).
+_MAX_DIGITS = 100
+
+
+def _digits(text: str) -> int:
+    return int(text) if len(text) <= _MAX_DIGITS else 10**_MAX_DIGITS
 
 
 def whole_number(text: str) -> int | None:
@@ -160,10 +169,11 @@ def whole_number(text: str) -> int | None:
     at most one leading '-'. The one reading of an integer flag: `int()` (and pydantic's lax
     mode, which typer used) also takes "1_0", "+2" and "١", which `int_list` refuses. A '-'
     is read so that the field's own range says why -1 is refused."""
-    digits = text.strip().removeprefix("-")
+    text = text.strip()
+    digits = text.removeprefix("-")
     if not (digits.isascii() and digits.isdigit()):
         return None
-    return int(text)
+    return -_digits(digits) if text.startswith("-") else _digits(digits)
 
 
 def schema_version(model: type[BaseModel]) -> int:
