@@ -453,7 +453,9 @@ def test_resume_checks_the_runs_own_profile_and_the_checkpoints_position(
     profile, and a manifest saying step 99 of a 2-step epoch resumed from there."""
     run = copy_run(finished_run, tmp_path)
     edit_run_json(run, precision="bf16")
-    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, "bf16 precision")
+    refused(
+        ["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, "bf16"
+    )  # the priced profile is fp32
     run = copy_run(finished_run, tmp_path / "b")
     manifest = next((run / "checkpoints").glob("step-*/manifest.json"))
     doc = json.loads(manifest.read_text())
