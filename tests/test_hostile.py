@@ -1157,7 +1157,9 @@ def test_demo_never_deletes_a_users_folder_named_like_its_pretraining_run(tmp_pa
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    "damage", [_weights_not_tensors, _optimizer_a_list, _weights_of_another_shape], ids=str
+    "damage",
+    [_weights_not_tensors, _optimizer_a_list, _weights_of_another_shape],
+    ids=lambda damage: damage.__name__,
 )
 def test_export_of_a_forged_checkpoint_is_one_line(finished_run, tmp_path, capsys, damage):
     """Found by an independent round: a checkpoint file holding an int or a list, its checksum
