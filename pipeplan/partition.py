@@ -424,7 +424,7 @@ class PartitionSpace:
         self.p = pricing
         self._tables: dict[str, list[np.ndarray]] = {}
         self._shared = {} if shared is None else shared
-        self._last: dict[int, np.ndarray] = {}
+        self._last: dict[int | str, np.ndarray] = {}
         self._tail_floor: np.ndarray | None = None
         self._rest_terms: np.ndarray | None = None
         # Per (depth, end) of forward-only prefixes: the (a, pf) not dominated so far.
@@ -999,28 +999,38 @@ class PartitionSpace:
         arithmetic, is what a table of tens of layers costs)."""
         p = self.p
         S, L, n = p.num_stages, p.num_layers, len(costs)
-        Qs = np.stack([np.broadcast_to(Q, (S, L + 1)) for Q, _, _ in costs], axis=1)
-        Rs = np.stack([np.broadcast_to(R, (S, L + 1)) for _, R, _ in costs], axis=1)
+        Qs = np.empty((S, n, L + 1))  # [t, cost, position]; filled row by row (a stack of
+        Rs = np.empty((S, n, L + 1))  # broadcasts costs more)
+        for row, (Q, R, _) in enumerate(costs):
+            Qs[:, row] = Q
+            Rs[:, row] = R
         kappas = np.stack([kappa for _, _, kappa in costs], axis=1)[:, :, None]  # [t, cost, 1]
         lo = np.arange(1, L + 2)  # j ≥ i + 1
         rows = np.arange(n)[:, None]  # fancy indexing row by row (take_along_axis costs more)
+        his = self._last_ends_all()
         tables = np.full((S + 1, n, L + 1), np.inf)
         Q, R, kappa = Qs[S - 1], Rs[S - 1], kappas[S - 1]
-        last = np.where(self.last_ends(S - 1) >= L, Q[:, L:] - R + kappa, np.inf)
+        last = np.where(his[S - 1] >= L, Q[:, L:] - R + kappa, np.inf)
         tables[S - 1] = np.where(self._positions(S - 1), last, np.inf)
-        for k in range(S - 2, 0, -1):
-            Q, R, kappa = Qs[k], Rs[k], kappas[k]
-            after = np.minimum.accumulate(tables[k + 1], axis=1)
-            with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"):
+            for k in range(S - 2, 0, -1):
+                Q, R, kappa = Qs[k], Rs[k], kappas[k]
+                after = np.minimum.accumulate(tables[k + 1], axis=1)
                 crossing = np.maximum.accumulate(Q - after, axis=1)
-            split = _search_rows(crossing, R - kappa)
-            hi = self.last_ends(k)
-            j1 = np.maximum(split, lo)
-            above = np.where(j1 <= hi, Q[rows, np.minimum(j1, L)] - R + kappa, np.inf)
-            j2 = np.minimum(split - 1, hi)  # ≤ L; below 0 only where j2 < lo anyway
-            below = np.where(j2 >= lo, after[rows, np.maximum(j2, 0)], np.inf)
-            tables[k] = np.where(self._positions(k), np.minimum(above, below), np.inf)
+                split = _search_rows(crossing, R - kappa)
+                hi = his[k]
+                j1 = np.maximum(split, lo)
+                above = np.where(j1 <= hi, Q[rows, np.minimum(j1, L)] - R + kappa, np.inf)
+                j2 = np.minimum(split - 1, hi)  # ≤ L; below 0 only where j2 < lo anyway
+                below = np.where(j2 >= lo, after[rows, np.maximum(j2, 0)], np.inf)
+                tables[k] = np.where(self._positions(k), np.minimum(above, below), np.inf)
         return [list(tables[:, row]) for row in range(n)]
+
+    def _last_ends_all(self) -> np.ndarray:
+        """[k, i]: `last_ends(k)[i]` for every stage (the tables read them all)."""
+        if "all" not in self._last:
+            self._last["all"] = np.stack([self.last_ends(k) for k in range(self.p.num_stages)])
+        return self._last["all"]
 
     def _min_sends(self) -> list[np.ndarray]:
         """X[k][i]: the smallest sum of boundary transfers X_t(b_{t+1}) over stages k..S−2

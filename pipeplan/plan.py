@@ -187,8 +187,10 @@ def _phase_choice(
     transition_s: float,
     runner_ups: list[Evaluation],
     previous: Layout | None,
+    steady: Evaluation | None = None,
 ) -> _Choice:
-    steady = model.evaluate(layout, record=False)
+    """`steady`: `layout`'s evaluation when the caller has it (the solver's best)."""
+    steady = steady or model.evaluate(layout, record=False)
     epoch_s = shape.steps_per_epoch * steady.step_s
     if not layout.cached:
         return _Choice(layout, steady, epoch_s, epoch_s, transition_s, runner_ups)
@@ -367,7 +369,9 @@ def _choose(
     transition = 0.0
     if previous is not None:
         transition = model.transition_s(previous, new_layout)
-    choice = _phase_choice(model, shape, new_layout, transition, solution.runner_ups, previous)
+    choice = _phase_choice(
+        model, shape, new_layout, transition, solution.runner_ups, previous, solution.best
+    )
     if previous is not None and not same_placement(previous, new_layout):
         kept = _with_freeze(previous, frozen, cached, model)
         if kept is not None:
