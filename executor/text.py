@@ -252,9 +252,10 @@ def _label(value: Any, where: str, cell: bool) -> int | str | None:
         if value >= MAX_LABELS:  # the head would have `value` rows: 10**20 ran out of memory
             raise InputFileError(f"{where}: label {value} is beyond the limit of {MAX_LABELS}")
         return value
-    if isinstance(value, str) and value.strip():
+    if isinstance(value, str):
         _check_unicode(value, f"{where}: the label")
-        return value.strip()
+        if _as_seen(value):  # a label of spaces or invisible characters names nothing
+            return value.strip()
     raise InputFileError(f"{where}: a label is an integer ≥ 0 or a name, not {value!r}")
 
 

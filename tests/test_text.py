@@ -321,6 +321,20 @@ def test_labels_a_reader_cannot_tell_apart_are_refused_not_two_classes(
     assert message.endswith("spell each label one way")
 
 
+INVISIBLE = {"zero-width space": "\u200b", "byte order mark and spaces": " \ufeff ", "soft hyphen": "\u00ad"}
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+@pytest.mark.parametrize("label", INVISIBLE.values(), ids=INVISIBLE.keys())
+def test_a_label_of_invisible_characters_only_is_refused(tmp_path, suffix, label):
+    """Left by the fourteenth round: a label made only of format characters (a zero-width
+    space) was a class whose name prints as nothing, where an empty label is refused."""
+    path = _labelled_file(tmp_path / f"d{suffix}", ["pos", "neg", label, "neg"] * 3)
+    row = 4 if suffix == ".csv" else 3
+    match = f"d{re.escape(suffix)}:{row}: a label is an integer ≥ 0 or a name, not "
+    _one_line(InputFileError, text.read_corpus, str(path), match=match)
+
+
 def test_a_lookalike_across_the_two_files_is_refused(tmp_path):
     """TRAIN,EVAL are one corpus: NFC "café" in one and NFD in the other is refused."""
     train = _labelled_file(tmp_path / "train.csv", ["caf\u00e9", "neg"] * 3)
