@@ -713,7 +713,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pipeplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     finally:
-        if previous is not None:
+        if argv is None:  # the process's own run: a later Ctrl-C has nothing left to stop
+            _on_ctrl_c(signal.SIG_IGN)  # (it raised at exit, silently or with a traceback)
+        elif previous is not None:
             _on_ctrl_c(previous)
 
 

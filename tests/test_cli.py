@@ -652,6 +652,28 @@ def test_ctrl_c_while_profile_ranks_start_is_one_line(tmp_path):
     assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]
 
 
+def test_ctrl_c_after_the_command_is_done_changes_nothing():
+    """Left by the fourteenth round: Ctrl-C as export finished exited 130 with no
+    `pipeplan: interrupted` (Python's default handler was back once the command returned,
+    so the KeyboardInterrupt came at exit). A finished command's process ignores it: the
+    command's exit code and output stand."""
+    code = (
+        "import os, signal, sys, cli\n"
+        "code = cli.main()\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "print('after', code)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--version"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "pipeplan 0.1.0\nafter 0\n", "")
+
+
 @pytest.mark.parametrize(
     "text", ["step-4\n\n", "step-4 \n", " step-4\n", "step-4\r\n", "step-4\nx"]
 )

@@ -321,7 +321,11 @@ def test_labels_a_reader_cannot_tell_apart_are_refused_not_two_classes(
     assert message.endswith("spell each label one way")
 
 
-INVISIBLE = {"zero-width space": "\u200b", "byte order mark and spaces": " \ufeff ", "soft hyphen": "\u00ad"}
+INVISIBLE = {
+    "zero-width space": "\u200b",
+    "byte order mark and spaces": " \ufeff ",
+    "soft hyphen": "\u00ad",
+}
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
