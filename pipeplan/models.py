@@ -446,8 +446,7 @@ class LayerSequence:
     def _example_tokens(
         self, shape: tuple[int, ...], generator: torch.Generator | None
     ) -> torch.Tensor:
-        # Token 0 is padding in BERT vocabularies; RoBERTa also reserves 1 and 2.
-        low = 3 if self.family == "roberta" else 1
+        low = _first_example_token(self.family)
         vocab, pad = self.config.vocab_size, self.config.pad_token_id
         skip_pad = pad is not None and low <= pad < vocab  # e.g. GPT-2 padding with eos
         inputs = torch.randint(low, vocab - skip_pad, shape, generator=generator)
@@ -745,6 +744,7 @@ def _check_config(config: Any, family: Family, family_name: str, name: str, task
         raise InputFileError(
             f"{name}: add_cross_attention is set; cross-attention is not supported"
         )
+    _check_sizes(config, family, family_name, name)
     if config.num_labels < 1:
         raise InputFileError(f"{name}: needs num_labels ≥ 1")
     if family.kind == "decoder" and task == "classification":
@@ -755,6 +755,55 @@ def _check_config(config: Any, family: Family, family_name: str, name: str, task
                 "commonly use their eos_token_id)"
             )
         _check_pad_token(config, name)
+
+
+# The sizes a model is built from, by their generic names (a config's attribute_map gives
+# each family's own key) or their family's (None where a family derives it: GPT-2's n_inner).
+SIZE_FIELDS = ("hidden_size", "num_attention_heads", "intermediate_size", "n_inner")
+SIZE_FIELDS += ("hidden_dim", "embedding_size", "num_key_value_heads", "head_dim")
+
+
+def _check_sizes(config: Any, family: Family, family_name: str, name: str) -> None:
+    """Every size an integer ≥ 1 and the heads dividing the width: 0 divided by zero while
+    the model was built, and n_inner 0 built a model whose first forward failed in a
+    traceback. A text model's vocabulary leaves a token to draw example inputs from."""
+
+    def key(size: str) -> str:
+        return config.attribute_map.get(size, size)
+
+    for size in SIZE_FIELDS:
+        value = getattr(config, size, None)
+        optional = size in ("n_inner", "num_key_value_heads", "head_dim")
+        if value is None and (optional or not hasattr(config, size)):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputFileError(f"{name}: {key(size)} is {value!r}; a size is an integer ≥ 1")
+    width, heads = config.hidden_size, config.num_attention_heads
+    if getattr(config, "head_dim", None) is None and width % heads:
+        raise InputFileError(
+            f"{name}: {key('hidden_size')} {width} is not a multiple of "
+            f"{key('num_attention_heads')} {heads}"
+        )
+    groups = getattr(config, "num_key_value_heads", None)
+    if groups is not None and heads % groups:
+        raise InputFileError(
+            f"{name}: num_attention_heads {heads} is not a multiple of num_key_value_heads {groups}"
+        )
+    if family.kind == "image":
+        return
+    vocab = config.vocab_size
+    low = _first_example_token(family_name)
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < low + 2:
+        raise InputFileError(
+            f"{name}: vocab_size is {vocab!r}; a vocabulary holds at least {low + 2} tokens "
+            f"(ids 0..{low - 1} are reserved and one may be padding)"
+        )
+
+
+def _first_example_token(family_name: str) -> int:
+    """The lowest token id example inputs are drawn from: BERT pads with 0; RoBERTa also
+    reserves 1 and 2."""
+    return 3 if family_name == "roberta" else 1
 
 
 def _check_padding_mask(family: Family, config: Any, padding_mask: bool, name: str) -> None:

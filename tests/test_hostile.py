@@ -1461,11 +1461,35 @@ GPT2_CONFIG = {"model_type": "gpt2", "vocab_size": 512, "n_positions": 64, "n_la
 MODEL_CONFIGS = {  # config.json → the fragment of the one line
     "hidden size not a multiple of the heads": (
         {**BERT_CONFIG, "hidden_size": 33},
-        "cannot build the model from its config (The hidden size (33) is not a multiple",
+        "hidden_size 33 is not a multiple of num_attention_heads 2",
     ),
-    "gpt2 n_embd not a multiple of the heads": (
+    "gpt2 n_embd not a multiple of the heads": (  # named by the file's own keys
         {**GPT2_CONFIG, "n_embd": 30, "n_head": 4, "pad_token_id": 0},
-        "`embed_dim` must be divisible by num_heads",
+        "n_embd 30 is not a multiple of n_head 4",
+    ),
+    # Found by the fifteenth round: a vocabulary of 0 or 1 token, or GPT-2's n_inner 0, built
+    # a model whose profiling forward failed in a traceback; widths and heads of 0 were a
+    # ZeroDivisionError's text.
+    "gpt2 vocab_size 0": ({**GPT2_CONFIG, "vocab_size": 0}, "vocab_size is 0; a vocabulary"),
+    "bert vocab_size 1": ({**BERT_CONFIG, "vocab_size": 1}, "vocab_size is 1; a vocabulary"),
+    "gpt2 n_inner 0": ({**GPT2_CONFIG, "n_inner": 0}, "n_inner is 0; a size is an integer ≥ 1"),
+    "gpt2 n_head 0": ({**GPT2_CONFIG, "n_head": 0}, "n_head is 0; a size is an integer ≥ 1"),
+    "bert intermediate_size 0": (
+        {**BERT_CONFIG, "intermediate_size": 0},
+        "intermediate_size is 0; a size is an integer ≥ 1",
+    ),
+    "vit hidden_size -4": ({**VIT_CONFIG, "hidden_size": -4}, "hidden_size is -4; a size"),
+    "llama kv heads not dividing the heads": (
+        {
+            "model_type": "llama",
+            "vocab_size": 512,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 3,
+        },
+        "num_attention_heads 4 is not a multiple of num_key_value_heads 3",
     ),
     "an unknown hidden_act": (
         {**BERT_CONFIG, "hidden_act": "bogus"},
