@@ -745,6 +745,8 @@ def _check_config(config: Any, family: Family, family_name: str, name: str, task
             f"{name}: add_cross_attention is set; cross-attention is not supported"
         )
     _check_sizes(config, family, family_name, name)
+    if family.kind != "image" and config.pad_token_id is not None:
+        _check_pad_token(config, name)  # RoBERTa numbers positions from it
     if config.num_labels < 1:
         raise InputFileError(f"{name}: needs num_labels ≥ 1")
     if family.kind == "decoder" and task == "classification":

@@ -1497,7 +1497,11 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
     ),
     "pad_token_id beyond the vocabulary": (
         {**BERT_CONFIG, "pad_token_id": 100000},
-        "Padding_idx must be within num_embeddings",
+        "pad_token_id 100000 is not a token id of its vocabulary (0..511)",
+    ),
+    "roberta pad_token_id beyond the vocabulary": (  # was "sequence length -99489 is outside"
+        {**BERT_CONFIG, "model_type": "roberta", "pad_token_id": 100000},
+        "pad_token_id 100000 is not a token id of its vocabulary (0..511)",
     ),
     "dropout 2.0": (
         {**BERT_CONFIG, "hidden_dropout_prob": 2.0},
