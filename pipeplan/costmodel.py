@@ -210,6 +210,7 @@ class CostModel:
             else group_rebuild_s_of(profile)
         )
         self._phase_costs = lru_cache(maxsize=4096)(self._phase_costs_uncached)
+        self.boundary_rate_table = lru_cache(maxsize=64)(self._boundary_rate_table)
         self._links: dict[tuple[tuple[int, ...], ...], tuple] = {}
 
     # ------------------------------------------------------------------ per layer
@@ -353,6 +354,29 @@ class CostModel:
         latency = np.where(crossing, inter.latency_s, intra.latency_s)
         bandwidth = np.where(crossing, inter.bandwidth_bytes_per_s, intra.bandwidth_bytes_per_s)
         return latency, 1 / np.where(shares > 1, bandwidth / shares, bandwidth)
+
+    def _boundary_rate_table(
+        self, pairs: tuple[tuple[int, int], ...]
+    ) -> tuple[dict[tuple[int, int], int], np.ndarray, np.ndarray]:
+        """Per (S, D) rank map of `pairs` (the row), each boundary link's latency and time per
+        byte ([row, boundary s], zeros past the map's last stage), with the row of each pair:
+        `boundary_rates` of every map. The same for every phase of a plan, so cached
+        (`boundary_rate_table`)."""
+        width = max(S for S, _ in pairs)
+        latency = np.zeros((len(pairs), width))
+        per_byte = np.zeros((len(pairs), width))
+        cluster = self.cluster
+        for S in sorted({S for S, _ in pairs}):
+            rows = [row for row, pair in enumerate(pairs) if pair[0] == S]
+            replicas = [pairs[row][1] for row in rows]
+            # One map of the most replicas prices every D.
+            ranks = rank_array(S, max(replicas), cluster.devices_per_node, cluster.nodes)
+            lat, rate = self.boundary_rates(ranks, replicas)
+            latency[rows, : S - 1] = lat
+            per_byte[rows, : S - 1] = rate
+        for array in (latency, per_byte):
+            array.flags.writeable = False  # shared by every phase
+        return {pair: row for row, pair in enumerate(pairs)}, latency, per_byte
 
     def allreduce_nodes(self, rank_map: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
         """Per stage: the nodes whose network link its data-parallel ring crosses (all the

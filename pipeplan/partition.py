@@ -101,18 +101,24 @@ def solve_partition(problem: PartitionProblem, method: str = "auto") -> Partitio
 def bottlenecks(compute_s: np.ndarray, min_first_boundary: int, max_stages: int) -> np.ndarray:
     """For S = 1..max_stages, the smallest largest stage sum of `compute_s` over contiguous
     partitions into S stages with b₁ ≥ min_first_boundary (inf when there is none): one
-    dense DP, whose s-th step is the answer for s + 1 stages, O(max_stages·L²)."""
-    L = len(compute_s)
-    C = np.concatenate([[0.0], np.cumsum(compute_s)])
+    dense DP, whose s-th step is the answer for s + 1 stages, O(max_stages·L²). Rows of a
+    2-D `compute_s` are solved together (one result row each).
+
+        bottlenecks(np.array([1.0, 2.0, 3.0]), 1, 2)   # [6., 3.]: {1, 2 | 3}
+    """
+    rows = np.atleast_2d(compute_s)
+    L = rows.shape[1]
+    C = np.concatenate([np.zeros((len(rows), 1)), np.cumsum(rows, axis=1)], axis=1)
     starts = np.arange(L + 1)
-    cost = np.where(starts[:, None] < starts[None, :], C[None, :] - C[:, None], np.inf)
+    later = starts[:, None] < starts[None, :]
+    cost = np.where(later, C[:, None, :] - C[:, :, None], np.inf)  # [row, i, j]
     best = np.where(starts >= min_first_boundary, C, np.inf)  # one stage: [0, j)
-    result = np.full(max_stages, np.inf)
-    result[0] = best[L]
+    result = np.full((len(rows), max_stages), np.inf)
+    result[:, 0] = best[:, L]
     for s in range(1, max_stages):
-        best = np.maximum(best[:, None], cost).min(axis=0)
-        result[s] = best[L]
-    return result
+        best = np.maximum(best[:, :, None], cost).min(axis=1)
+        result[:, s] = best[:, L]
+    return result if compute_s.ndim == 2 else result[0]
 
 
 def suffix_bottlenecks(compute_s: np.ndarray, max_parts: int) -> np.ndarray:

@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from pipeplan.costmodel import CostModel, Evaluation, PhaseCosts, rank_array, rank_map
+from pipeplan.costmodel import CostModel, Evaluation, PhaseCosts, rank_map
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import SCHEDULES, Layout, Link, Schedule
 from pipeplan.formats.base import MAX_MICRO_BATCHES
@@ -624,18 +624,17 @@ class PhaseSearch:
     ) -> tuple[np.ndarray, ...]:
         """Per S, the lightest sum of c, fwd and bwd over ⌈L_c/S⌉ consecutive computed
         layers (L_c of them, from `first_computed`: cached layers cost nothing)."""
-        per_layer = [
-            (costs.fwd_s + costs.bwd_s)[first_computed:],
-            costs.fwd_s[first_computed:],
-            costs.bwd_s[first_computed:],
-        ]
-        width = np.ceil(len(per_layer[0]) / S).astype(int)
-        result = []
-        for values in per_layer:
-            prefix = np.concatenate([[0.0], np.cumsum(values)])
-            lightest = {w: float((prefix[w:] - prefix[:-w]).min()) for w in np.unique(width)}
-            result.append(np.array([lightest[w] for w in width]))
-        return tuple(result)
+        per_layer = np.stack([costs.fwd_s + costs.bwd_s, costs.fwd_s, costs.bwd_s])
+        per_layer = per_layer[:, first_computed:]
+        n = per_layer.shape[1]
+        prefix = np.concatenate([np.zeros((3, 1)), np.cumsum(per_layer, axis=1)], axis=1)
+        widths, where = np.unique(np.ceil(n / S).astype(int), return_inverse=True)
+        # [kind, width, start]: every window of each width at once (inf past the end).
+        starts = np.arange(n + 1)
+        ends = starts[None, :] + widths[:, None]
+        sums = prefix[:, np.minimum(ends, n)] - prefix[:, starts][:, None, :]
+        lightest = np.where(ends <= n, sums, np.inf).min(axis=2)
+        return tuple(lightest[:, where])
 
     def _crosses(self, S: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(packed, crosses): with S ≤ G devices per node whole pipelines share a node, and a
@@ -725,20 +724,7 @@ class PhaseSearch:
         key = ("boundary rates",)
         if key not in self._bottlenecks:
             pairs = sorted({(shape.num_stages, shape.replicas) for shape in self.shapes()})
-            width = max(S for S, _ in pairs)
-            latency = np.zeros((len(pairs), width))  # [map, boundary s]
-            per_byte = np.zeros((len(pairs), width))
-            cluster = self.cluster
-            for S in sorted({S for S, _ in pairs}):
-                rows = [row for row, pair in enumerate(pairs) if pair[0] == S]
-                replicas = [pairs[row][1] for row in rows]
-                # One map of the most replicas prices every D (`CostModel.boundary_rates`).
-                ranks = rank_array(S, max(replicas), cluster.devices_per_node, cluster.nodes)
-                lat, rate = self.model.boundary_rates(ranks, replicas)
-                latency[rows, : S - 1] = lat
-                per_byte[rows, : S - 1] = rate
-            rows = {pair: row for row, pair in enumerate(pairs)}
-            self._bottlenecks[key] = (rows, latency, per_byte)
+            self._bottlenecks[key] = self.model.boundary_rate_table(tuple(pairs))
         return self._bottlenecks[key]
 
     def _allreduce_bounds(
@@ -802,14 +788,15 @@ class PhaseSearch:
         if self.model.num_layers > DENSE_MAX_LAYERS:
             return None
         key = (view.name, kind, m)
-        if key not in self._bottlenecks:
+        if key not in self._bottlenecks:  # the three kinds in one DP: each is asked for
             costs = view.costs
-            per_layer = {"c": costs.fwd_s + costs.bwd_s, "f": costs.fwd_s, "b": costs.bwd_s}
+            per_layer = np.stack([costs.fwd_s + costs.bwd_s, costs.fwd_s, costs.bwd_s])
             most = min(self.max_stages, len(costs.fwd_s))
-            values = bottlenecks(per_layer[kind], view.first + 1, most)
-            mu = self.model.micro_batch_overhead_s if kind != "b" else 0.0
-            # Prefix sums in the DP: a hair of slack keeps the value a lower bound.
-            self._bottlenecks[key] = values * (1 - 1e-12) + mu
+            values = bottlenecks(per_layer, view.first + 1, most)
+            mu = self.model.micro_batch_overhead_s
+            for row, (name, overhead) in enumerate((("c", mu), ("f", mu), ("b", 0.0))):
+                # Prefix sums in the DP: a hair of slack keeps the value a lower bound.
+                self._bottlenecks[(view.name, name, m)] = values[row] * (1 - 1e-12) + overhead
         return self._bottlenecks[key][S.astype(int) - 1]
 
     # ------------------------------------------------------------------ one shape
