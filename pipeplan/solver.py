@@ -23,6 +23,7 @@ import itertools
 import logging
 import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -247,6 +248,11 @@ class _RankLinks:
     shared_latency: float
     shared_per_byte: float
 
+    def __post_init__(self) -> None:
+        for array in (self.latency, self.per_byte, self.allreduce_latency):
+            array.flags.writeable = False  # shared by every phase of a plan
+        self.allreduce_per_byte.flags.writeable = self.shared.flags.writeable = False
+
 
 @dataclass
 class _Received:
@@ -261,6 +267,11 @@ class _Received:
     most_c: np.ndarray
     first_fwd: np.ndarray
     first_bwd: np.ndarray
+
+
+# Per cost model, the links of each rank map (`PhaseSearch._rank_links`), kept while the model
+# lives: the phases of one plan search the same maps.
+_LINKS: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary()
 
 
 class PhaseSearch:
@@ -304,7 +315,8 @@ class PhaseSearch:
         self._bottlenecks: dict[object, np.ndarray] = {}
         self._shared_tables: dict[tuple, dict] = {}
         self._prefixes: dict[int, _LayerPrefixes] = {}
-        self._links: dict[tuple[int, int], _RankLinks] = {}
+        # Rank links depend on the cluster and the map only: every phase of a plan shares them.
+        self._links: dict[tuple[tuple[int, ...], ...], _RankLinks] = _LINKS.setdefault(model, {})
         self._shapes: list[Shape] | None = None
 
     def costs(self, m: int) -> PhaseCosts:
@@ -862,10 +874,9 @@ class PhaseSearch:
     def _rank_links(self, shape: Shape) -> _RankLinks:
         """What the rank map of (S, D) decides: each boundary's and each stage's link, and
         which node links the all-reduces share."""
-        key = (shape.num_stages, shape.replicas)
-        if key not in self._links:
+        ranks = self.layout_ranks(shape)
+        if ranks not in self._links:
             model, D = self.model, shape.replicas
-            ranks = self.layout_ranks(shape)
             boundary = model.boundary_links(ranks)
             ring = [model.allreduce_links(ranks), self.cluster.inter_node]
             steps = 2 * (D - 1)
@@ -876,7 +887,7 @@ class PhaseSearch:
             def per_byte(link: Link) -> float:
                 return steps / D / link.bandwidth_bytes_per_s if D > 1 else 0.0
 
-            self._links[key] = _RankLinks(
+            self._links[ranks] = _RankLinks(
                 latency=np.array([link.latency_s for link in boundary]),
                 per_byte=np.array([1 / link.bandwidth_bytes_per_s for link in boundary]),
                 allreduce_latency=np.array([latency(link) for link in ring[0]]),
@@ -885,7 +896,7 @@ class PhaseSearch:
                 shared_latency=latency(ring[1]),
                 shared_per_byte=per_byte(ring[1]),
             )
-        return self._links[key]
+        return self._links[ranks]
 
     def shared_tables(self, key: tuple) -> dict:
         """Partition tables that shapes with the same stages, micro-batch size, schedule and
