@@ -904,6 +904,10 @@ FRESH_ROUND = {
     "flags: run memory 0B": (f"{RUN} --device-memory 0B", "--device-memory"),
     "flags: timeout 1e400 s": (f"{RUN} --collective-timeout 1e400", "--collective-timeout"),
     "flags: timeout nan": (f"{RUN} --collective-timeout nan", "--collective-timeout"),
+    # Found by the fifteenth round: 1 ms was accepted and the ranks' store waits failed before
+    # any collective ("run.jsonl: no such file", the timeout unnamed).
+    "flags: timeout 1 ms": (f"{RUN} --collective-timeout 0.001", "--collective-timeout"),
+    "flags: timeout 1e-9": (f"{RUN} --collective-timeout 1e-9", "greater than or equal to 1"),
     "flags: run seed -1": (f"{RUN} --seed -1", "--seed"),
     "flags: run seed 10**23": (f"{RUN} --seed {10**23}", "4294967295"),
     "flags: run steps cap 10**20": (f"{RUN} --max-steps-per-epoch {10**20}", "less than"),

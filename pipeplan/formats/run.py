@@ -278,11 +278,13 @@ class RunConfig(Strict):
         "in bytes; beyond it, files on the run directory's disk.",
     )
     seed: Seed = Field(0, description="Seed for weights, data order and dropout.")
-    collective_timeout_s: Annotated[Seconds, Flag("--collective-timeout")] = Field(
+    # At least a second: the ranks' store waits take it too, and 1 ms failed them before any
+    # collective ("run.jsonl: no such file", the timeout unnamed).
+    collective_timeout_s: Annotated[Seconds, Field(ge=1.0), Flag("--collective-timeout")] = Field(
         600.0,
-        gt=0,
-        description="Seconds a rank waits in a collective or pipeline transfer before the run "
-        "stops, naming the rank that did not respond. A dead rank stops the run at once "
+        description="Seconds (at least 1) a rank waits in a collective or pipeline transfer "
+        "before the run stops, naming the rank that did not respond. A dead rank stops the run "
+        "at once "
         "whatever this is; long one-sided work (start-up, checkpoint writes, cache fills, "
         "evaluation, re-planning) is waited for apart from it.",
     )
