@@ -319,6 +319,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
         load_latest,
         restore,
     )
+    from executor.launch import check_position, manifest_path
 
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)
@@ -331,7 +332,11 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     # the weights: refused as a resume refuses it.
     check_trained_with(manifest, cfg, run_dir / "run.json")
     # Random init: every weight comes from the checkpoint, the model directory's are not read.
-    seq, _ = build_task(cfg.model_copy(update={"init": "random"}), quiet=True)
+    seq, data = build_task(cfg.model_copy(update={"init": "random"}), quiet=True)
+    # The manifest as a resume checks it (its layers, position and layout): a manifest resume
+    # refuses is no checkpoint of this run to export either.
+    where = manifest_path(run_dir, manifest)
+    check_position(manifest, cfg, len(data.train), len(seq.layers), where)
     check_weights(weights, seq.layers, path or latest(run_dir, "export"))  # shapes and dtype kinds
     try:
         restore(seq.layers, weights, {})

@@ -91,6 +91,24 @@ def test_resume_refuses_a_manifest_that_contradicts_its_run(finished_run, tmp_pa
     refused(argv, tmp_path, capsys, (str(_manifest(run)), fragment))
 
 
+EXPORTED = ["another model", "a layer the model lacks", "a step that is not its epoch's"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", EXPORTED)
+def test_export_refuses_a_manifest_resume_refuses(finished_run, tmp_path, capsys, case):
+    """Found by the fifteenth round: grad_history naming layer 99 of a 10-layer model was
+    exported (exit 0) while a resume refused it. export checks the manifest's layers,
+    position and layout as a resume does, and writes nothing."""
+    run = copy_run(finished_run, tmp_path)
+    changes, fragment = MANIFESTS[case]
+    _edit_manifest(run, **changes)
+    argv = ["export", str(run), "--out", str(tmp_path / "out")]
+    refused(argv, tmp_path, capsys, (str(_manifest(run)), fragment))
+    assert not (tmp_path / "out").exists()
+
+
 def _emptied(run: Path) -> None:
     (run / "run.jsonl").write_text("")
 
