@@ -26,6 +26,8 @@ def check_writable(
 
         check_writable("plan.json", inputs=[profile_path, cluster_path])
     """
+    if str(path) == "-":  # the usual spelling of standard output, which --out is not
+        raise OutputError("-: --out takes a file name, not standard output")
     if not run_owned:
         check_outside_runs(path)
     if isinstance(path, str) and (

@@ -1005,6 +1005,19 @@ def test_a_fresh_round_of_hostile_inputs(tmp_path, capsys, plans, case):
     refused(argv, [tmp_path, Path(next(iter(plans.values()))).parent], capsys, fragment)
 
 
+@pytest.mark.parametrize("command", ["plan", "calibrate"])
+def test_out_dash_is_refused_not_a_file_named_dash(tmp_path, capsys, monkeypatch, command):
+    """Found by the fifteenth round: `--out -` (standard output, to most tools) wrote a file
+    named '-' in the current directory, while `--out /dev/stdout` is refused."""
+    monkeypatch.chdir(tmp_path)
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = {
+        "plan": ["plan", "--profile", profile, *SHAPE.split(), "--out", "-"],
+        "calibrate": ["calibrate", str(tmp_path / "no-run"), "--profile", profile, "--out", "-"],
+    }[command]
+    refused(argv, tmp_path, capsys, "-: --out takes a file name, not standard output")
+
+
 BOUNDED = """
 import resource, sys, cli
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
