@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from pipeplan import log
-from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError
+from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError, Stopped
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_EPOCHS, Needs
 from pipeplan.inputs import PlanRequest, ProfileRequest
@@ -670,12 +670,30 @@ def _interrupt(signum: int, frame: object) -> None:
     raise Interrupted
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise Stopped(signum)
+
+
+# Signals that stop pipeplan with one line, as Ctrl-C does (they killed it silently, where a
+# run's launcher said "training stopped by SIGTERM" with a user error's exit code).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 def _on_ctrl_c(handler):
     """Install `handler` for SIGINT, returning the previous one (None off the main thread,
     where Python allows no handlers)."""
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGINT, handler)
+
+
+def _on_stop(handlers: list | None) -> list | None:
+    """Install `handlers` (one, or one per signal) for STOP_SIGNALS, returning the previous
+    ones (None off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    given = handlers if isinstance(handlers, list) else [handlers] * len(STOP_SIGNALS)
+    return [signal.signal(s, h) for s, h in zip(STOP_SIGNALS, given, strict=True)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -685,6 +703,7 @@ def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else list(argv)
     args = _hoist_debug(given)
     previous = _on_ctrl_c(_interrupt)
+    stop_handlers = _on_stop(_stop)
     try:
         _check_repeats(given)  # before hoisting, which folds `--debug --debug` into one
         _check_empty(args)
@@ -706,6 +725,9 @@ def main(argv: list[str] | None = None) -> int:
     except (Interrupted, KeyboardInterrupt, typer.Abort):
         print("pipeplan: interrupted", file=sys.stderr)
         return 130
+    except Stopped as exc:
+        print(f"pipeplan: stopped by {signal.Signals(exc.signum).name}", file=sys.stderr)
+        return 128 + exc.signum
     except OSError as exc:  # what the file system refuses (a name too long, …) in one line
         if _debug["on"]:
             traceback.print_exc()
@@ -717,6 +739,8 @@ def main(argv: list[str] | None = None) -> int:
             _on_ctrl_c(signal.SIG_IGN)  # (it raised at exit, silently or with a traceback)
         elif previous is not None:
             _on_ctrl_c(previous)
+        if stop_handlers is not None:
+            _on_stop(stop_handlers)
 
 
 if __name__ == "__main__":

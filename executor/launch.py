@@ -91,6 +91,7 @@ from pipeplan.errors import (
     Interrupted,
     OutputError,
     PipeplanError,
+    Stopped,
 )
 from pipeplan.fileio import check_writable, claim_directory, enclosing_run, write_atomic
 from pipeplan.formats import (
@@ -131,10 +132,6 @@ AGENT_HANDLES = "SIGTERM,SIGHUP,SIGQUIT"
 AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
 LAUNCHER_PID = "PIPEPLAN_LAUNCHER_PID"  # set for the ranks `pipeplan run` starts
 AGENT_ENV = ("TORCHELASTIC_SIGNALS_TO_HANDLE", "PYTHONPATH", LAUNCHER_PID, INTERRUPTED)
-
-
-class RunStoppedError(PipeplanError):
-    """The launcher itself got SIGTERM, SIGHUP or SIGQUIT."""
 
 
 # ----------------------------------------------------------------------------- before any rank
@@ -698,7 +695,7 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     except SignalException as exc:  # the agent has stopped every rank by now
         if exc.sigval == signal.SIGINT:
             raise Interrupted from None
-        raise RunStoppedError(f"training stopped by {exc.sigval.name}") from None
+        raise Stopped(exc.sigval) from None  # SIGTERM, SIGHUP, SIGQUIT: every rank is gone
     return load(RunSummary, run_dir / "summary.json")
 
 

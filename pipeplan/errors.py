@@ -28,3 +28,16 @@ class OutputError(PipeplanError):
 class Interrupted(BaseException):
     """Ctrl-C. The CLI prints `pipeplan: interrupted` and exits 130. Not a KeyboardInterrupt:
     typer turns that into exit code 130 silently, before the CLI could say anything."""
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP (a scheduler's stop, `kill`, a closed terminal) to pipeplan, or to
+    the launcher of a run's ranks. The CLI prints `pipeplan: stopped by SIGTERM` and exits
+    128 + the signal's number, as a process the signal killed would.
+
+        raise Stopped(signal.SIGTERM)
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum

@@ -267,6 +267,38 @@ def test_long_one_sided_work_does_not_trip_the_collective_timeout(tmp_path):
     assert run.returncode == 0, err
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_to_the_launcher_is_one_line_and_leaves_no_process(tmp_path, signum):
+    """Found by the fifteenth round: SIGTERM to `run` said "pipeplan: error: training stopped
+    by SIGTERM" with a user error's exit code 2, while `profile` died of it silently (143).
+    Every command now says `pipeplan: stopped by SIGTERM` and exits 128 + the signal."""
+    run, _ = paused_run(tmp_path)
+    run.send_signal(signum)
+    one_line(run, 128 + signum, f"pipeplan: stopped by {signal.Signals(signum).name}")
+    assert no_rank_left(tmp_path)
+
+
+def test_sigterm_to_a_single_process_command_is_one_line(tmp_path):
+    """The same for a command without ranks (a profile of 1000 repeats takes minutes): one
+    line, 143, and no profile written."""
+    out = tmp_path / "p.json"
+    argv = [*PIPEPLAN, "profile", "vit-digits", "--repeats", "1000", "--out", str(out)]
+    profile = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(4)  # importing torch, building the model: inside the work
+    profile.send_signal(signal.SIGTERM)
+    one_line(profile, 143, "pipeplan: stopped by SIGTERM")
+    assert not out.exists()
+
+
 def rank_started(tmp_path: Path, run: subprocess.Popen, timeout: float = 120) -> None:
     """Returns as soon as a rank process of the run exists: its Python is starting."""
     deadline = time.monotonic() + timeout
