@@ -142,8 +142,15 @@ def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
     absolute). `local`: the ranks run on this host (else torchrun starts them, some on other
     nodes)."""
     check_runs_root(runs_root)
-    with pipeplan_log.held():  # a warning (a head replaced) only if the checks pass
+    # Warnings (a head replaced, a plan for other epochs) only once the run is prepared: a
+    # command refused in one line says nothing before it.
+    with pipeplan_log.held():
         planner = check_run(cfg, local)
+        return _make_run_directory(cfg, runs_root, planner)
+
+
+def _make_run_directory(cfg: RunConfig, runs_root: str | Path, planner: RunPlanner) -> Path:
+    """`prepare` once the checks passed: runs/NAME/ claimed, run.json and the copies."""
     # run.json records absolute paths: a resume, an export or another node (torchrun on a
     # shared file system) may start in another directory. The checks above name the paths
     # as they were given.
@@ -214,6 +221,8 @@ def check_run(
         planner = RunPlanner.from_config(cfg)
         if planner.plan is not None and data.augmented:
             check_plan_cache(planner.plan, False, f"its data '{cfg.data}' is augmented")
+        if planner.plan is not None:  # once: `prepare` runs in the launcher only
+            note_plan_epoch(planner.plan, cfg, len(data.train))
     else:
         run_dir, manifest, weights = resumed
         planner = RunPlanner.for_run(run_dir, cfg)
@@ -225,6 +234,24 @@ def check_run(
     if resumed is not None:  # last: the checks above say more about a value that cannot run
         check_trained_with(resumed[1], cfg, resumed[0] / "run.json")
     return planner
+
+
+def note_plan_epoch(plan: Plan, cfg: RunConfig, samples: int) -> None:
+    """A plan priced epochs of its own length: a run of another (other data, another
+    --max-steps-per-epoch) follows its layouts, but its predicted times are not this run's;
+    say so once, before training."""
+    steps = samples // cfg.global_batch
+    if cfg.max_steps_per_epoch is not None:
+        steps = min(steps, cfg.max_steps_per_epoch)
+    if steps != plan.inputs.steps_per_epoch:
+        log.warning(
+            "%s was made for %d steps an epoch (%d samples); this run trains %d: it "
+            "follows the plan's layouts, whose predicted times are for the plan's epochs",
+            cfg.plan,
+            plan.inputs.steps_per_epoch,
+            plan.inputs.samples,
+            steps,
+        )
 
 
 def manifest_path(run_dir: Path, manifest: CheckpointManifest) -> Path:

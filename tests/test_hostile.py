@@ -1018,6 +1018,31 @@ def test_out_dash_is_refused_not_a_file_named_dash(tmp_path, capsys, monkeypatch
     refused(argv, tmp_path, capsys, "-: --out takes a file name, not standard output")
 
 
+@pytest.mark.parametrize(("samples", "noted"), [(50_000, True), (1438, False)])
+def test_a_plan_for_epochs_of_another_length_runs_with_a_notice(tmp_path, capsys, samples, noted):
+    """Found by the fifteenth round: a plan made for 50,000 samples an epoch (781 steps) ran
+    on digits (22 steps) without a word, its predicted times for epochs 35 times as long.
+    The run follows the plan's layouts and says once, before training, that its times are
+    for other epochs; a plan for the run's own epochs says nothing."""
+    plan = tmp_path / "plan.json"
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu"))]
+    argv += ["--devices-per-node", "2", "--global-batch", "64", "--epochs", "2"]
+    assert cli.main([*argv, "--samples", str(samples), "--out", str(plan)]) == 0
+    capsys.readouterr()
+    run = ["run", "--model", "vit-digits", "--plan", str(plan), "--prepare-only"]
+    assert cli.main([*run, "--runs-dir", str(tmp_path / "runs"), "--name", "p"]) == 0
+    err = capsys.readouterr().err
+    notice = f"{plan} was made for {samples // 64} steps an epoch ({samples} samples); this "
+    notice += "run trains 22: it follows the plan's layouts"
+    assert (notice in err) == noted and len(err.splitlines()) == noted, err
+    # Refused afterwards (the name is taken): the one line alone, no notice before it.
+    assert cli.main([*run, "--runs-dir", str(tmp_path / "runs"), "--name", "p"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"pipeplan: error: {tmp_path / 'runs' / 'p'}: already holds a run; pick another --name"
+    ], err
+
+
 BOUNDED = """
 import resource, sys, cli
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
