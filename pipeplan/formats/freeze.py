@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from pipeplan.formats.base import NonNegInt, PosInt, Strict
+from pipeplan.formats.base import NonNegInt, PosInt, Strict, Text
 
 
 class FreezeSchedule(Strict):
@@ -18,7 +18,7 @@ class FreezeSchedule(Strict):
         "a continuation), or autofreeze: the earliest `--freeze auto` can freeze (§4.14)."
     )
     alpha: float | None = None
-    path: str | None = None
+    path: Text | None = None
     frozen_layers: list[NonNegInt] = Field(description="Frozen leading layers per epoch.")
 
 

@@ -20,6 +20,7 @@ from pipeplan.formats.base import (
     PosInt,
     Steps,
     Strict,
+    Text,
 )
 from pipeplan.formats.cluster import Cluster
 from pipeplan.formats.freeze import FreezeSchedule
@@ -152,9 +153,12 @@ class PhasePlan(Strict):
 
 
 class ProfileIdentity(Strict):
-    model: str
-    device: str
-    sha256: str = Field(description="sha256 of the profile's canonical JSON (formats.dumps).")
+    model: Text
+    device: Text
+    sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the profile's canonical JSON (formats.dumps).",
+    )
 
 
 class PlanInputs(Strict):
@@ -166,7 +170,7 @@ class PlanInputs(Strict):
     steps_per_epoch: Steps
     freeze: FreezeSchedule
     cache: bool
-    pinned: dict[str, int | str | list[int]]
+    pinned: dict[Text, int | Text | list[int]]
 
 
 # Each pin as a layout has it (`Plan._phases_keep_pins`).
@@ -348,7 +352,7 @@ class StaticPlanSummary(Strict):
 
 
 class AblationRow(Strict):
-    name: str
+    name: Text
     total_s: NonNegFloat
     speedup: NonNegFloat = Field(description="Baseline total / this total.")
 
@@ -360,14 +364,14 @@ class FreezeCase(Strict):
         description="given: the one schedule asked for; best and later: the band of "
         "`--freeze auto` (the α bound, and the earliest AutoFreeze's gradient criterion allows)."
     )
-    assumes: str = Field(description="The schedule in words.")
+    assumes: Text = Field(description="The schedule in words.")
     freeze: FreezeSchedule
     total_s: NonNegFloat
     predicted_speedup: NonNegFloat = Field(description="Baseline total / this total.")
 
 
 class Preview(Strict):
-    model: str
+    model: Text
     devices: PosInt
     freeze: Literal["auto", "alpha", "none", "list", "trajectory", "autofreeze"] = Field(
         description="The freezing previewed: auto is a band (best and later case), the others "

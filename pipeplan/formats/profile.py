@@ -23,6 +23,7 @@ from pipeplan.formats.base import (
     Scale,
     Seconds,
     Strict,
+    Text,
     dumps,
     read_input,
 )
@@ -39,7 +40,7 @@ PRECISION_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 class ModelInfo(Strict):
-    name: str = Field(description="Built-in name or the config path the model was built from.")
+    name: Text = Field(description="Built-in name or the config path the model was built from.")
     family: Literal["bert", "roberta", "distilbert", "electra", "vit", "deit", "gpt2", "llama"]
     config: dict[str, Any] = Field(description="The exact transformers config (to_dict()).")
     input_shape: list[Count] = Field(description="Shape of one sample's input, without batch.")
@@ -65,14 +66,14 @@ class ModelInfo(Strict):
 
 class DeviceInfo(Strict):
     kind: Literal["cpu", "cuda"]
-    name: str
+    name: Text
     memory_bytes: Bytes = Field(description="Total device memory (host RAM for CPU).")
     threads: Count = Field(description="torch intra-op threads the layers were timed with.")
     count: Count = Field(1, description="Devices of this kind on the profiled host.")
-    torch_version: str
-    transformers_version: str
-    python_version: str
-    hostname: str
+    torch_version: Text
+    transformers_version: Text
+    python_version: Text
+    hostname: Text
 
 
 class MicroBatchTiming(Strict):
@@ -90,7 +91,7 @@ class MicroBatchTiming(Strict):
     peak_mem_bytes: Bytes | None = Field(
         None, description="CUDA only: max_memory_allocated during forward+backward."
     )
-    error: str | None = Field(None, description="Why the size is infeasible.")
+    error: Text | None = Field(None, description="Why the size is infeasible.")
 
     @model_validator(mode="after")
     def _times_present_when_feasible(self) -> MicroBatchTiming:
@@ -101,7 +102,7 @@ class MicroBatchTiming(Strict):
 
 class LayerProfile(Strict):
     index: NonNegInt
-    name: str
+    name: Text
     kind: Literal["embeddings", "block", "head"]
     params: Bytes
     param_bytes: Bytes
@@ -201,12 +202,12 @@ class Calibration(Strict):
         "that changed placement (measured minus the priced byte move, median, at least 0). "
         "None: the profile's comm.group_rebuild_s, else the default.",
     )
-    runs: list[str] = Field(description="Run directories the fit used.")
+    runs: list[Text] = Field(description="Run directories the fit used.")
     phases_used: NonNegInt
     steps_used: NonNegInt
     residual_median: NonNegFloat = Field(description="Median |relative error| of fitted steps.")
     residual_max: NonNegFloat
-    not_fitted: dict[str, str] = Field(
+    not_fitted: dict[Text, Text] = Field(
         default_factory=dict,
         description="Parameters the runs cannot identify, left at their defaults: name → why.",
     )
@@ -235,7 +236,7 @@ class ProfileSettings(Strict):
 
 class Profile(Strict):
     schema_version: Literal[1] = 1
-    created_at: str
+    created_at: Text
     model: ModelInfo
     device: DeviceInfo
     settings: ProfileSettings
