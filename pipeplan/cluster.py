@@ -160,11 +160,13 @@ def cluster_from_flags(
     if device_memory is None:
         if profile is None:
             raise BadArgumentError("give --device-memory (e.g. 16GiB)")
-        memory_bytes = profile.device.memory_bytes
+        memory_bytes = profile.device.memory_bytes  # ≥ 1: the profile format says so
     else:
         memory_bytes = parse_bytes(device_memory, "--device-memory")
-    if memory_bytes <= 0:
-        raise BadArgumentError(f"--device-memory must be positive (got '{device_memory}')")
+        # Only the flag's value is the flag's fault: a message naming --device-memory for the
+        # profile's memory named a flag the user never gave ("got 'None'").
+        if memory_bytes <= 0:
+            raise BadArgumentError(f"--device-memory must be positive (got '{device_memory}')")
 
     comm = profile.comm if profile is not None else None
     p2p_bw = comm.p2p.bandwidth_bytes_per_s if comm else DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S

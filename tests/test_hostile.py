@@ -947,7 +947,9 @@ def plans(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("plans")
     vit = str(shipped_profile("vit-digits", "cpu"))
     other = root / "vit-edited.json"  # the same model, timed again: another sha256
-    other.write_text(json.dumps({**json.loads(Path(vit).read_text()), "created_at": "then"}))
+    other.write_text(
+        json.dumps({**json.loads(Path(vit).read_text()), "created_at": "2000-01-01T00:00:00+00:00"})
+    )
     made = {
         "PLAN_MODEL": {"--profile": str(shipped_profile("bert-tiny", "cpu"))},
         "PLAN_BATCH": {"--profile": vit, "--global-batch": "32"},
