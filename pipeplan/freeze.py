@@ -23,9 +23,12 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import FreezePhase, FreezeSchedule
-from pipeplan.formats.base import MAX_EPOCHS, check_json, int_list, read_input
+from pipeplan.formats.base import MAX_EPOCHS, check_json, first_error, int_list, read_input
+from pipeplan.formats.freeze import TrajectoryFile
 
 
 def alpha_frozen_blocks(alpha: float, epoch: int, num_blocks: int) -> int:
@@ -102,7 +105,10 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
     except InputFileError as exc:
         raise InputFileError(f"{path}: cannot read freeze trajectory{exc}") from None
     if isinstance(data, dict):
-        data = data.get("frozen_layers")
+        try:
+            data = TrajectoryFile.model_validate(data, strict=True).frozen_layers
+        except ValidationError as exc:
+            raise InputFileError(f"{path}: invalid freeze trajectory: {first_error(exc)}") from None
     if not isinstance(data, list):
         raise InputFileError(
             f"{path}: expected a JSON list of frozen-layer counts or an object with 'frozen_layers'"

@@ -3,7 +3,7 @@ per epoch. Building and reading schedules: `pipeplan.freeze`."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -20,6 +20,21 @@ class FreezeSchedule(Strict):
     alpha: float | None = None
     path: Text | None = None
     frozen_layers: list[NonNegInt] = Field(description="Frozen leading layers per epoch.")
+
+
+class TrajectoryFile(Strict):
+    """A freeze trajectory file given as an object (`--freeze-schedule FILE.json`): its
+    frozen_layers, and the rest of a `FreezeSchedule` when it is one written out (the demo's
+    freeze-trajectory.json). Like every format, an unknown key is refused, not ignored.
+
+        TrajectoryFile.model_validate({"frozen_layers": [0, 0, 3]}, strict=True)
+    """
+
+    source: Literal["none", "alpha", "list", "trajectory", "autofreeze"] | None = None
+    alpha: float | None = None
+    path: Text | None = None
+    # Each count is checked by `pipeplan.freeze.list_schedule`, naming the epoch.
+    frozen_layers: list[Any]
 
 
 class FreezePhase(Strict):
