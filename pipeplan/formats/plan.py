@@ -23,7 +23,7 @@ from pipeplan.formats.base import (
     Text,
 )
 from pipeplan.formats.cluster import Cluster
-from pipeplan.formats.freeze import FreezeSchedule
+from pipeplan.formats.freeze import FreezeSchedule, alpha_frozen_layers
 from pipeplan.formats.layout import EpochShape, Layout
 
 # The planner rounds every time it writes to 9 significant digits (`pipeplan.plan._r`): each is
@@ -272,6 +272,25 @@ class Plan(Strict):
                     )
             if phase.layout.cached and not self.inputs.cache:
                 raise ValueError(f"phase {i} reads the cache of a plan made without one")
+        return self
+
+    @model_validator(mode="after")
+    def _schedule_is_its_alpha(self) -> Plan:
+        """A schedule of the α bound is what its alpha gives for the plan's epochs and blocks
+        (`alpha_frozen_layers`, as `pipeplan.freeze.alpha_schedule` made it): an alpha edited
+        beside the frozen_layers it did not give says one schedule while the phases run
+        another. The blocks are the layers between embeddings and head."""
+        freeze = self.inputs.freeze
+        if freeze.source != "alpha" or freeze.alpha is None or not self.phases:
+            return self
+        num_blocks = self.phases[0].layout.boundaries[-1] - 2
+        given = alpha_frozen_layers(freeze.alpha, self.inputs.epochs, num_blocks)
+        for epoch, (frozen, expected) in enumerate(zip(freeze.frozen_layers, given, strict=True)):
+            if frozen != expected:
+                raise ValueError(
+                    f"inputs.freeze: alpha {freeze.alpha} freezes {expected} layers at epoch "
+                    f"{epoch} of {num_blocks} blocks, but frozen_layers has {frozen}"
+                )
         return self
 
     @model_validator(mode="after")
