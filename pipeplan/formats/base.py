@@ -74,6 +74,13 @@ def printable(text: str) -> str:
     return text
 
 
+def one_line(text: str) -> str:
+    """`one_line("CUDA out of memory.\\tTried")` → "CUDA out of memory. Tried": what pipeplan
+    itself records from elsewhere (an exception's message, a device's name) made `printable`,
+    each control character a space."""
+    return _CONTROL.sub(" ", text)
+
+
 # The one string type of every name-like field (names, paths, versions, hosts, messages).
 Text = Annotated[str, AfterValidator(printable)]
 
