@@ -218,6 +218,11 @@ def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
     whole memory (each rank has a GPU of its own), an equal share of a CPU host's memory
     (the ranks share it); the node's cache limited to --cache-budget."""
     memory = config.device_memory_bytes or per_rank_memory(profile, config.nproc)
+    if memory < 1:  # not --device-memory, which was not given: the profile's share of it
+        raise BadArgumentError(
+            f"the profile's device.memory_bytes {profile.device.memory_bytes} is less than a "
+            f"byte for each of --nproc {config.nproc} ranks sharing it; give --device-memory"
+        )
     return cluster_from_flags(
         nodes=1,
         devices_per_node=config.nproc,

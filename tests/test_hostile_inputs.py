@@ -351,6 +351,18 @@ def test_a_profile_whose_fields_contradict_its_config_or_each_other(tmp_path, ca
     refused(argv, tmp_path, capsys, ("profile.json", *fragments))
 
 
+def test_a_profiles_memory_too_small_to_share_names_the_profile_not_the_flag(tmp_path, capsys):
+    """Found by the fifteenth round: a profile's memory of 0 gave `--device-memory must be
+    positive (got 'None')`, a flag never given. The schema now refuses 0; 1 byte shared by 2
+    CPU ranks (0 each) took the same path (`got '0'`) and now names the profile's field."""
+    path = tmp_path / "m1.json"
+    path.write_text(json.dumps(with_path(PROFILE, ("device", "memory_bytes"), 1)))
+    argv = ["run", "--model", "bert-tiny", "--data", "synth-text", "--nproc", "2"]
+    argv += ["--profile", str(path), "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    fragments = ("device.memory_bytes 1", "--nproc 2", "give --device-memory")
+    refused(argv, tmp_path, capsys, fragments)
+
+
 def test_a_size_the_profiler_found_infeasible_loads():
     """What the profiler writes for a size out of memory (error, nothing measured) still
     loads, beside the shipped profiles of both precisions, whose weights are float32 bytes."""
