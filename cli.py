@@ -18,7 +18,7 @@ from rich.table import Table
 from pipeplan import log
 from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError, Stopped
 from pipeplan.formats import RunConfig
-from pipeplan.formats.base import MAX_EPOCHS, Needs
+from pipeplan.formats.base import MAX_EPOCHS, Needs, printable
 from pipeplan.inputs import PlanRequest, ProfileRequest
 from pipeplan.options import build, checked, options
 
@@ -643,6 +643,24 @@ def _check_empty(args: list[str]) -> None:
             raise BadArgumentError(f"{flag} is empty; give a value")
 
 
+def _check_printable(args: list[str]) -> None:
+    """A value holding a control character (`--runs-dir $'a\\nb'`, a model path with a tab)
+    is refused by its flag: every name and path a file records is `formats.base.Text`, so one
+    taken from the command line would be refused later, when a file holding it is written
+    (a traceback) or read back; and printed, it breaks the one line it is on."""
+    for n, token in enumerate(args):
+        try:
+            printable(token)
+        except ValueError as exc:
+            if token.startswith("--") and "=" in token:
+                flag = token.split("=", 1)[0]
+            elif n and args[n - 1].startswith("-"):
+                flag = args[n - 1]
+            else:
+                flag = f"the argument {token[:60]!r}"
+            raise BadArgumentError(f"{flag}: {exc}") from None
+
+
 def _check_version(args: list[str]) -> None:
     """`pipeplan --version extra` (or `--version plan`) is refused: click printed the version
     and exited 0 before reading the rest, which then meant nothing."""
@@ -707,6 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_repeats(given)  # before hoisting, which folds `--debug --debug` into one
         _check_empty(args)
+        _check_printable(args)
         _check_version(args)
         _check_help(args)
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)

@@ -160,11 +160,13 @@ def cluster_from_flags(
     if device_memory is None:
         if profile is None:
             raise BadArgumentError("give --device-memory (e.g. 16GiB)")
-        memory_bytes = profile.device.memory_bytes
+        memory_bytes = profile.device.memory_bytes  # ≥ 1: the profile format says so
     else:
         memory_bytes = parse_bytes(device_memory, "--device-memory")
-    if memory_bytes <= 0:
-        raise BadArgumentError(f"--device-memory must be positive (got '{device_memory}')")
+        # Only the flag's value is the flag's fault: a message naming --device-memory for the
+        # profile's memory named a flag the user never gave ("got 'None'").
+        if memory_bytes <= 0:
+            raise BadArgumentError(f"--device-memory must be positive (got '{device_memory}')")
 
     comm = profile.comm if profile is not None else None
     p2p_bw = comm.p2p.bandwidth_bytes_per_s if comm else DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S
@@ -216,6 +218,11 @@ def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
     whole memory (each rank has a GPU of its own), an equal share of a CPU host's memory
     (the ranks share it); the node's cache limited to --cache-budget."""
     memory = config.device_memory_bytes or per_rank_memory(profile, config.nproc)
+    if memory < 1:  # not --device-memory, which was not given: the profile's share of it
+        raise BadArgumentError(
+            f"the profile's device.memory_bytes {profile.device.memory_bytes} is less than a "
+            f"byte for each of --nproc {config.nproc} ranks sharing it; give --device-memory"
+        )
     return cluster_from_flags(
         nodes=1,
         devices_per_node=config.nproc,

@@ -19,33 +19,27 @@ none, a list, the α bound, or `auto`, the α bound capped by the gradient crite
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import FreezePhase, FreezeSchedule
-from pipeplan.formats.base import MAX_EPOCHS, check_json, int_list, read_input
-
-
-def alpha_frozen_blocks(alpha: float, epoch: int, num_blocks: int) -> int:
-    """⌈L·(1−(1−α)^T)⌉ frozen blocks at epoch T, never more than L."""
-    # Round before the ceiling so that float noise (e.g. 2.0000000000000004) does not add a block.
-    bound = round(num_blocks * (1.0 - (1.0 - alpha) ** epoch), 9)
-    return min(num_blocks, math.ceil(bound))
-
-
-def blocks_to_frozen_layers(frozen_blocks: int) -> int:
-    return 0 if frozen_blocks == 0 else frozen_blocks + 1
+from pipeplan.formats.base import MAX_EPOCHS, check_json, first_error, int_list, read_input
+from pipeplan.formats.freeze import (  # the α bound: the plan format checks by it
+    TrajectoryFile,
+    alpha_frozen_blocks,
+    alpha_frozen_layers,
+    blocks_to_frozen_layers,
+)
 
 
 def alpha_schedule(alpha: float, epochs: int, num_blocks: int) -> FreezeSchedule:
     _check_epochs(epochs)
     if not (isinstance(alpha, int | float) and 0.0 < alpha < 1.0):
         raise BadArgumentError(f"--alpha must be strictly between 0 and 1 (got {alpha})")
-    per_epoch = [
-        blocks_to_frozen_layers(alpha_frozen_blocks(alpha, t, num_blocks)) for t in range(epochs)
-    ]
+    per_epoch = alpha_frozen_layers(alpha, epochs, num_blocks)
     return FreezeSchedule(source="alpha", alpha=alpha, frozen_layers=per_epoch)
 
 
@@ -102,7 +96,10 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
     except InputFileError as exc:
         raise InputFileError(f"{path}: cannot read freeze trajectory{exc}") from None
     if isinstance(data, dict):
-        data = data.get("frozen_layers")
+        try:
+            data = TrajectoryFile.model_validate(data, strict=True).frozen_layers
+        except ValidationError as exc:
+            raise InputFileError(f"{path}: invalid freeze trajectory: {first_error(exc)}") from None
     if not isinstance(data, list):
         raise InputFileError(
             f"{path}: expected a JSON list of frozen-layer counts or an object with 'frozen_layers'"

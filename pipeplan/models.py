@@ -49,6 +49,7 @@ from pipeplan.errors import (
 from pipeplan.fileio import give_output_modes
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
 from pipeplan.formats.base import read_input
+from pipeplan.formats.presets import PRESETS
 
 log = logging.getLogger("pipeplan.models")
 
@@ -66,98 +67,6 @@ IGNORE_INDEX = -100  # label of a token the causal-LM loss skips, as in transfor
 # Blocks a model may have: no real model has more than a few hundred; 10**6 tiny blocks made
 # building one run for hours. Checked before anything is built.
 MAX_BLOCKS = 4096
-
-
-@dataclass(frozen=True)
-class Preset:
-    family: str
-    config: dict[str, Any]
-    seq_len: int | None = None  # text models only
-    description: str = ""
-
-
-PRESETS: dict[str, Preset] = {
-    "bert-tiny": Preset(
-        "bert",
-        dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=2, intermediate_size=512),
-        seq_len=128,
-        description="BERT, 4 blocks, hidden 128 (google/bert_uncased_L-4_H-128_A-2 shape)",
-    ),
-    "bert-base": Preset("bert", {}, seq_len=128, description="BERT-base, 12 blocks, hidden 768"),
-    "bert-large": Preset(
-        "bert",
-        dict(
-            hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
-        ),
-        seq_len=128,
-        description="BERT-large, 24 blocks, hidden 1024",
-    ),
-    "vit-base": Preset(
-        "vit",
-        dict(image_size=224, patch_size=16, num_labels=1000),
-        description="ViT-B/16, 224 px, 1000 classes",
-    ),
-    "vit-digits": Preset(
-        "vit",
-        dict(
-            image_size=8,
-            patch_size=2,
-            num_channels=1,
-            hidden_size=128,
-            num_hidden_layers=8,
-            num_attention_heads=4,
-            intermediate_size=512,
-            num_labels=10,
-        ),
-        description="small ViT for 8×8 one-channel digits, 10 classes (executor task)",
-    ),
-    "bert-synth": Preset(
-        "bert",
-        dict(
-            vocab_size=512,
-            hidden_size=128,
-            num_hidden_layers=6,
-            num_attention_heads=4,
-            intermediate_size=512,
-            max_position_embeddings=64,
-            num_labels=2,
-        ),
-        seq_len=32,
-        description="small BERT for the generated text-classification task (executor task)",
-    ),
-    "gpt2-tiny": Preset(
-        "gpt2",
-        dict(
-            vocab_size=512,
-            n_positions=128,
-            n_embd=64,
-            n_layer=4,
-            n_head=4,
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=0,
-        ),
-        seq_len=32,
-        description="GPT-2, 4 blocks, hidden 64, 512 tokens (causal LM unless task given)",
-    ),
-    "llama-tiny": Preset(
-        "llama",
-        dict(
-            vocab_size=512,
-            hidden_size=64,
-            intermediate_size=176,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=128,
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=0,
-        ),
-        seq_len=32,
-        description="Llama-style decoder (rotary, RMSNorm, gated MLP, grouped KV), 4 blocks",
-    ),
-}
 
 
 # --------------------------------------------------------------------------- layers

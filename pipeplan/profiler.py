@@ -42,6 +42,7 @@ from pipeplan.formats import (
     ProfileSettings,
     dumps,
 )
+from pipeplan.formats.base import one_line
 from pipeplan.inputs import DEFAULT_MICRO_BATCH_SIZES, ProfileRequest
 from pipeplan.models import LayerSequence
 
@@ -147,7 +148,7 @@ def device_info(device: torch.device, threads: int) -> DeviceInfo:
         count = 1
     return DeviceInfo(
         kind=device.type,
-        name=name,
+        name=one_line(name),  # a device's own name, recorded as Text
         memory_bytes=memory,
         threads=threads,
         count=count,
@@ -248,7 +249,8 @@ class LayerProfiler:
             yield from ((r, m, i) for i in range(n) for r in range(rounds) for m in self.sizes)
 
     def _mark_infeasible(self, m: int, layers: range, exc: BaseException) -> None:
-        reason = f"out of memory: {str(exc).splitlines()[0][:200]}"
+        # Recorded in the profile's Text field: a tab or escape in torch's message is a space.
+        reason = one_line(f"out of memory: {str(exc).splitlines()[0][:200]}")
         for i in layers:
             self.cells[i, m].error = reason
 

@@ -103,7 +103,9 @@ def synthetic_profile(
             )
         )
     return Profile(
-        created_at="synthetic",
+        # Not when it was made: a fixed time, so the same arguments give the same profile (and
+        # sha256); the device name says it is synthetic.
+        created_at="1970-01-01T00:00:00+00:00",
         model=ModelInfo(
             name=name,
             family="bert",

@@ -541,6 +541,40 @@ def test_an_empty_value_is_refused(args, flag, capsys, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "args, flag, char",
+    [
+        (
+            ["report", "r\npipeplan: error: fake"],
+            "the argument 'r\\npipeplan: error: fake'",
+            "000A",
+        ),
+        (["calibrate", "a\tb", "--profile", PROFILE, "--out", "c.json"], "the argument", "0009"),
+        (["profile", "m\rx", "--out", "p.json"], "the argument 'm\\rx'", "000D"),
+        (["run", "--runs-dir", "r\x1b[31m", "--prepare-only"], "--runs-dir", "001B"),
+        (["preview", "--profile", PROFILE, "--plot=p\u2028q"], "--plot", "2028"),
+        (
+            ["plan", "--profile", PROFILE, "--freeze-schedule", "t\x85.json"],
+            "--freeze-schedule",
+            "0085",
+        ),
+    ],
+)
+def test_a_value_with_a_control_character_is_refused_by_its_flag(
+    args, flag, char, capsys, tmp_path, monkeypatch
+):
+    """Found by the fifteenth round: a name with a line break printed a forged error line.
+    Names and paths in files are now `Text`; one typed with a control character (a run
+    directory, a model folder, a plot) is refused by its flag before anything is read or
+    written, not later by the file that would record it (then a traceback), nor printed."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"pipeplan: error: {flag}"), err
+    assert f"control character U+{char}" in err[0]
+    assert list(tmp_path.iterdir()) == []
+
+
 def _children(pid: int) -> list[int]:
     """The live processes whose parent is `pid` (from /proc: Linux)."""
     found = []

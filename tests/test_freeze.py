@@ -6,6 +6,7 @@ import json
 import pytest
 
 from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.formats import dumps
 from pipeplan.freeze import (
     AutoFreeze,
     alpha_frozen_blocks,
@@ -57,6 +58,14 @@ def test_trajectory_file(tmp_path):
         trajectory_schedule(path, 4, 6)
     with pytest.raises(InputFileError, match="no such file"):
         trajectory_schedule(tmp_path / "missing.json", 4, 6)
+
+
+def test_a_written_freeze_schedule_is_a_trajectory_file(tmp_path):
+    """A FreezeSchedule written out (the demo's freeze-trajectory.json) is still read as a
+    trajectory now that a trajectory object's keys are checked (the fifteenth round)."""
+    path = tmp_path / "freeze-trajectory.json"
+    path.write_text(dumps(list_schedule([0, 2], 3, 4, "trajectory")))
+    assert trajectory_schedule(path, 3, 4).frozen_layers == [0, 2, 2]
 
 
 def test_phases_are_runs_of_the_same_freeze_point():

@@ -132,6 +132,26 @@ def test_deeply_nested_freeze_trajectory(tmp_path, capsys):
     refused(argv, tmp_path, capsys, "trajectory.json")
 
 
+@pytest.mark.parametrize(
+    ("doc", "fragment"),
+    [
+        ({"frozen_layers": [0, 0, 3], "x": 1}, "field 'x': Extra inputs are not permitted"),
+        ({"frozen": [0, 0, 3]}, "field 'frozen_layers': Field required (and 1 more)"),
+        ({"source": "trajectory"}, "field 'frozen_layers': Field required"),
+        ({"frozen_layers": [0, 0, 3], "alpha": "0.3"}, "field 'alpha'"),
+    ],
+)
+def test_a_freeze_trajectory_with_a_key_it_does_not_have(tmp_path, capsys, doc, fragment):
+    """Found by the fifteenth round: {"frozen_layers": [0, 0, 3], "x": 1} was accepted by
+    `preview --freeze-schedule tr.json` (exit 0) while every other format refuses a key it
+    does not have; a misspelt key (frozen) was read as no trajectory at all."""
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(doc))
+    argv = ["preview", "--profile", str(shipped_profile("bert-tiny", "cpu"))]
+    argv += ["--freeze-schedule", str(path), *PREVIEW]
+    refused(argv, tmp_path, capsys, ("trajectory.json: invalid freeze trajectory", fragment))
+
+
 # ----------------------------------------------------------------------------- records
 
 
@@ -951,7 +971,9 @@ def plans(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("plans")
     vit = str(shipped_profile("vit-digits", "cpu"))
     other = root / "vit-edited.json"  # the same model, timed again: another sha256
-    other.write_text(json.dumps({**json.loads(Path(vit).read_text()), "created_at": "then"}))
+    other.write_text(
+        json.dumps({**json.loads(Path(vit).read_text()), "created_at": "2000-01-01T00:00:00+00:00"})
+    )
     made = {
         "PLAN_MODEL": {"--profile": str(shipped_profile("bert-tiny", "cpu"))},
         "PLAN_BATCH": {"--profile": vit, "--global-batch": "32"},

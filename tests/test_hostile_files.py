@@ -415,3 +415,52 @@ def test_a_plan_whose_last_phase_unfreezes_is_refused(tmp_path, capsys):
     capsys.readouterr()
     fragments = ("rp_bad.json", "phase 2 freezes 0 layers after phase 1 froze 5")
     refused([*run, "--plan", str(bad), "--name", "bad"], tmp_path, capsys, fragments)
+
+
+@pytest.fixture(scope="module")
+def alpha_plan(tmp_path_factory) -> dict:
+    """A plan of α = 0.3 over 2 epochs of vit-digits (8 blocks): frozen layers 0, 4."""
+    path = tmp_path_factory.mktemp("alpha") / "ap.json"
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--nodes", "1"]
+    argv += ["--devices-per-node", "2", "--epochs", "2", "--freeze", "alpha", "--alpha", "0.3"]
+    argv += ["--global-batch", "64", "--samples", "1438", "--out", str(path)]
+    assert cli.main(argv) == 0
+    doc = json.loads(path.read_text())
+    assert doc["inputs"]["freeze"] == {
+        "source": "alpha",
+        "alpha": 0.3,
+        "path": None,
+        "frozen_layers": [0, 4],
+    }
+    return doc
+
+
+ALPHA_EDITS = {
+    "alpha 0.9 beside α = 0.3's schedule": (
+        {"alpha": 0.9},
+        "inputs.freeze: alpha 0.9 freezes 9 layers at epoch 1 of 8 blocks, but frozen_layers has 4",
+    ),
+    "alpha 0.31, the same schedule": ({"alpha": 0.31}, None),
+    "the alpha of a schedule of the α bound removed": ({"alpha": None}, "'alpha' has no alpha"),
+    "an alpha beside a list": ({"source": "list"}, "source 'list' has an alpha"),
+    "alpha 1.5": ({"alpha": 1.5}, "inputs.freeze.alpha"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", ALPHA_EDITS)
+def test_a_plan_whose_alpha_is_not_its_schedules_is_refused(alpha_plan, tmp_path, capsys, case):
+    """Found by the fifteenth round: a plan of α = 0.3 (frozen 0, 4) with inputs.freeze.alpha
+    edited to 0.9 was run (`run --plan --prepare-only`, exit 0): the plan said one schedule
+    while its phases followed another. An alpha that gives the same schedule is the same plan."""
+    edit, fragment = ALPHA_EDITS[case]
+    doc = json.loads(json.dumps(alpha_plan))
+    doc["inputs"]["freeze"].update(edit)
+    path = tmp_path / "ap.json"
+    path.write_text(json.dumps(doc))
+    run = ["run", "--model", "vit-digits", "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    argv = [*run, "--plan", str(path), "--name", "x"]
+    if fragment is None:
+        assert cli.main(argv) == 0
+    else:
+        refused(argv, tmp_path, capsys, ("ap.json", fragment))

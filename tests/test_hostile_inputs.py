@@ -235,12 +235,13 @@ PROFILE_CASES = {
         with_path(PROFILE, ("layers", 1, "kind"), "embeddings"),
         "layers.1.kind",
     ),
+    # A block without weights is refused before the model as a whole is (a profile has one).
     "no parameters anywhere": (
         {
             **PROFILE,
             "layers": [{**layer, "params": 0, "param_bytes": 0} for layer in PROFILE["layers"]],
         },
-        "layers.*.params",
+        "layers.1': Value error, params",
     ),
 }
 
@@ -253,6 +254,134 @@ def test_a_profile_whose_fields_contradict_each_other_is_refused(tmp_path, capsy
     refused(
         ["preview", "--profile", str(path), *PREVIEW], tmp_path, capsys, ("profile.json", field)
     )
+
+
+def _infeasible(profile: dict, **fields) -> dict:
+    """bert-tiny's profile with block 1 at the first size marked infeasible, and `fields`."""
+    timing = {**profile["layers"][1]["timings"][0], "feasible": False, **fields}
+    return with_path(profile, ("layers", 1, "timings", 0), timing)
+
+
+def _bare_infeasible(profile: dict, **fields) -> dict:
+    """As the profiler writes a size that ran out of memory: the error and nothing measured."""
+    timing = {"micro_batch": profile["layers"][1]["timings"][0]["micro_batch"], "feasible": False}
+    return with_path(profile, ("layers", 1, "timings", 0), {**timing, **fields})
+
+
+# (document, what the message must name): the shipped bert-tiny profile with one edit the
+# fifteenth round made, each of which `preview` took (exit 0).
+CONTRADICTIONS = {
+    "a preset's name on another preset's shape": (
+        with_path(PROFILE, ("model", "name"), "bert-large"),
+        ("'model'", "bert-large", "hidden_size"),
+    ),
+    "a family that is not the config's model_type": (
+        with_path(PROFILE, ("model", "family"), "gpt2"),
+        ("'model'", "family is 'gpt2'", "model_type is 'bert'"),
+    ),
+    "a preset's config of more blocks than layers has": (
+        with_path(PROFILE, ("model", "config", "num_hidden_layers"), 5),
+        ("'model'", "num_hidden_layers 4", "has 5"),
+    ),
+    "a folder's config of more blocks than layers has": (
+        with_path(
+            with_path(PROFILE, ("model", "name"), "/models/bert"),
+            ("model", "config", "num_hidden_layers"),
+            5,
+        ),
+        ("model.config.num_hidden_layers is 5", "4 blocks"),
+    ),
+    "1 param byte for 198,272 float32 params": (
+        with_path(PROFILE, ("layers", 1, "param_bytes"), 1),
+        ("'layers.1'", "param_bytes 1", "params 198272"),
+    ),
+    "a block of 0 params and its bytes": (
+        with_path(PROFILE, ("layers", 1, "params"), 0),
+        ("'layers.1'", "params 0"),
+    ),
+    "a block of 0 params and 0 bytes": (
+        with_path(with_path(PROFILE, ("layers", 1, "params"), 0), ("layers", 1, "param_bytes"), 0),
+        ("'layers.1'", "a transformer block has weights"),
+    ),
+    "infeasible, error null, timings kept": (
+        _infeasible(PROFILE, error=None),
+        ("'layers.1.timings.0'", "needs its error"),
+    ),
+    "infeasible with its error, timings kept": (
+        _infeasible(PROFILE, error="out of memory"),
+        ("'layers.1.timings.0'", "fwd_s is given"),
+    ),
+    "infeasible with an empty error": (
+        _bare_infeasible(PROFILE, error=""),
+        ("'layers.1.timings.0'", "needs its error"),
+    ),
+    "feasible with an error": (
+        with_path(PROFILE, ("layers", 1, "timings", 0, "error"), "out of memory"),
+        ("'layers.1.timings.0'", "has no error"),
+    ),
+    "created_at 'yesterday'": (
+        with_path(PROFILE, ("created_at",), "yesterday"),
+        ("'created_at'", "ISO 8601"),
+    ),
+    "created_at a date without a time": (
+        with_path(PROFILE, ("created_at",), "2026-11-29"),
+        ("'created_at'", "ISO 8601"),
+    ),
+    "a name that forges an error line": (
+        with_path(PROFILE, ("model", "name"), "bert-tiny\npipeplan: error: fake"),
+        ("'model.name'", "control character U+000A"),
+    ),
+    "device memory 0 bytes": (
+        with_path(PROFILE, ("device", "memory_bytes"), 0),
+        ("'device.memory_bytes'", "greater than or equal to 1"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CONTRADICTIONS)
+def test_a_profile_whose_fields_contradict_its_config_or_each_other(tmp_path, capsys, case):
+    """Found by the fifteenth round: `preview --profile X.json` took each of these edits with
+    exit 0 (a title of "bert-large" over bert-tiny's layers, weights of 1 byte, a size both
+    infeasible and timed, "yesterday" as a time, and for memory 0 a message about
+    --device-memory, a flag never given)."""
+    doc, fragments = CONTRADICTIONS[case]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(doc))
+    argv = ["preview", "--profile", str(path), *PREVIEW]
+    refused(argv, tmp_path, capsys, ("profile.json", *fragments))
+
+
+def test_a_profiles_memory_too_small_to_share_names_the_profile_not_the_flag(tmp_path, capsys):
+    """Found by the fifteenth round: a profile's memory of 0 gave `--device-memory must be
+    positive (got 'None')`, a flag never given. The schema now refuses 0; 1 byte shared by 2
+    CPU ranks (0 each) took the same path (`got '0'`) and now names the profile's field."""
+    path = tmp_path / "m1.json"
+    path.write_text(json.dumps(with_path(PROFILE, ("device", "memory_bytes"), 1)))
+    argv = ["run", "--model", "bert-tiny", "--data", "synth-text", "--nproc", "2"]
+    argv += ["--profile", str(path), "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    fragments = ("device.memory_bytes 1", "--nproc 2", "give --device-memory")
+    refused(argv, tmp_path, capsys, fragments)
+
+
+def test_a_size_the_profiler_found_infeasible_loads():
+    """What the profiler writes for a size out of memory (error, nothing measured) still
+    loads, beside the shipped profiles of both precisions, whose weights are float32 bytes."""
+    from pipeplan.formats import Profile, parse
+
+    doc = _bare_infeasible(PROFILE, error="out of memory: CUDA out of memory")
+    assert not parse(Profile, json.dumps(doc)).layers[1].timings[0].feasible
+    for name, precision in (("bert-tiny", "fp32"), ("vit-digits", "bf16")):
+        profile = load(Profile, shipped_profile(name, "cpu", precision))
+        assert all(layer.param_bytes == 4 * layer.params for layer in profile.layers)
+
+
+def test_a_path_names_a_model_freely():
+    """A profile of a folder (its name a path) is held to its config, not to a preset: the
+    same name check refuses only the built-in names."""
+    from pipeplan.formats import Profile, parse
+
+    doc = with_path(PROFILE, ("model", "name"), "/models/bert-large")
+    assert parse(Profile, json.dumps(doc)).model.name == "/models/bert-large"
 
 
 # --------------------------------------------------------------------------- model folders

@@ -610,15 +610,31 @@ def test_the_entry_refuses_a_folder_without_a_run_and_makes_none(tmp_path):
     assert not missing.exists()
 
 
-@pytest.mark.parametrize("folder", ["with space", "new\nline"])
+@pytest.mark.parametrize("folder", ["with space", "with 'quotes' and $dollars"])
 def test_the_printed_torchrun_command_is_shell_quoted(tmp_path, capsys, folder):
-    """A --runs-dir with a space or a newline printed a command the shell split apart."""
+    """A --runs-dir with a space printed a command the shell split apart."""
     runs = tmp_path / folder
     flags = ["--model", "vit-digits", "--nproc", "1", "--epochs", "1", "--name", "q"]
     assert cli.main(["run", *flags, "--runs-dir", str(runs), "--prepare-only"]) == 0
     printed = capsys.readouterr().out
     command = shlex.split(printed[printed.index("torchrun") :])
     assert command[-3:] == ["-m", "executor.launch", str(runs / "q")]
+
+
+def test_a_runs_dir_with_a_newline_is_refused_by_its_flag(tmp_path, capsys):
+    """Found by the fifteenth round: a name holding a newline printed a forged line. A
+    --runs-dir with one (prepared before, its torchrun command quoted) is now refused, by
+    its flag, before anything is made: every later message naming the run would print it
+    over two lines, and a report of it records the path in a Text field."""
+    runs = tmp_path / "new\nline"
+    flags = ["--model", "vit-digits", "--nproc", "1", "--epochs", "1", "--name", "q"]
+    assert cli.main(["run", *flags, "--runs-dir", str(runs), "--prepare-only"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "pipeplan: error: --runs-dir: holds the control character U+000A; names, paths and "
+        "versions are printed on one line"
+    ]
+    assert not runs.exists()
 
 
 @pytest.mark.timeout(120)

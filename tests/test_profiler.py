@@ -93,6 +93,26 @@ def test_out_of_memory_size_is_recorded_infeasible(monkeypatch):
     formats.parse(formats.Profile, formats.dumps(prof))  # still a valid profile
 
 
+def test_an_out_of_memory_message_with_control_characters_is_recorded_on_one_line(monkeypatch):
+    """Found by the fifteenth round (its names class): a profile's strings are Text, without
+    control characters; torch's message is recorded with each one a space, so the profile
+    is still written (a tab in it was a traceback once the format refused it)."""
+    seq = models.build("bert-synth")
+    block = seq.layers[2]
+    real_forward = block.forward
+
+    def forward(hidden):
+        if hidden.shape[0] >= 4:
+            raise torch.OutOfMemoryError("CUDA out of memory.\tTried\x1b[0m to allocate 2 GiB")
+        return real_forward(hidden)
+
+    monkeypatch.setattr(block, "forward", forward)
+    prof = profiler.profile_layers(seq, micro_batches=[1, 4], warmup=0, repeats=1)
+    error = prof.layers[2].timings[1].error
+    assert error == "out of memory: CUDA out of memory. Tried [0m to allocate 2 GiB"
+    formats.parse(formats.Profile, formats.dumps(prof))
+
+
 def test_other_errors_are_not_swallowed(monkeypatch):
     seq = models.build("bert-synth")
     monkeypatch.setattr(seq.layers[1], "forward", lambda h: 1 / 0)

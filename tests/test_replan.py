@@ -73,7 +73,7 @@ def test_a_tampered_profile_is_refused(tmp_path):
     cfg = RunConfig(name="t", model="vit-digits", data="digits", nproc=2, global_batch=64, epochs=1)
     planner = RunPlanner.from_config(cfg)
     decision = planner(0, Horizon(samples=64, epochs=1, previous=None, cache=False))
-    profile = planner.profile.model_copy(update={"created_at": "tampered"})
+    profile = planner.profile.model_copy(update={"created_at": "2000-01-01T00:00:00+00:00"})
     (tmp_path / RUN_PROFILE).write_text(json.dumps(profile.model_dump(mode="json")))
     with pytest.raises(BadArgumentError, match="sha256"):
         replan(tmp_path, decision, cfg.global_batch)

@@ -181,3 +181,76 @@ def test_a_layout_label_says_how_many_stages_run_forward_only():
     assert fed.label() == "3x1 M=4 gpipe (1 forward-only)"
     plain = Layout(frozen_layers=1, cached=False, boundaries=(0, 2, 5, 14), **fields)
     assert plain.label() == "3x1 M=4 gpipe"
+
+
+# --------------------------------------------------------------------------- printable strings
+
+
+def _unchecked_strings(model: type, seen: set) -> list[str]:
+    """Every field of `model` (and the models inside it) that takes a str with neither the
+    `Text` check (`printable`) nor a pattern: where a control character could get through."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from pipeplan.formats.base import printable
+
+    def checked(metadata) -> bool:
+        return any(
+            getattr(m, "func", None) is printable or getattr(m, "pattern", None) for m in metadata
+        )
+
+    def walk(tp, where: str, metadata=()) -> list[str]:
+        if typing.get_origin(tp) is typing.Annotated:
+            return walk(tp.__origin__, where, (*metadata, *tp.__metadata__))
+        if tp is str:
+            return [] if checked(metadata) else [where]
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            if tp in seen:
+                return []
+            seen.add(tp)
+            return [
+                found
+                for name, info in tp.model_fields.items()
+                for found in walk(info.annotation, f"{tp.__name__}.{name}", tuple(info.metadata))
+            ]
+        if typing.get_origin(tp) is typing.Literal:
+            return []
+        return [found for arg in typing.get_args(tp) for found in walk(arg, where)]
+
+    return walk(model, model.__name__)
+
+
+# Strings that are data, not names pipeplan prints on a line: label names come from the user's
+# data, normalised by `executor.text` (a label may hold any text the data does); a model's
+# config is transformers' own dictionary, kept exactly (its sha256 is the profile's identity).
+DATA_STRINGS = {"DataRecord.label_names", "ModelInfo.config"}
+
+
+def test_every_string_a_format_holds_is_printable():
+    """Found by the fifteenth round: a profile's model.name 'bert-tiny\\npipeplan: error:
+    fake' printed a forged error line in preview's title. Every name-like string of every
+    format is `Text` (no control characters), so no file pipeplan reads can break a line."""
+    seen: set = set()
+    unchecked = {
+        found for model in formats.SCHEMAS.values() for found in _unchecked_strings(model, seen)
+    }
+    assert unchecked - DATA_STRINGS == set()
+
+
+@pytest.mark.parametrize("char", ["\n", "\r", "\x1b", "\x00", "\x85", "\u2028", "\u2029"])
+def test_a_control_character_in_a_name_is_refused_naming_the_field(char):
+    """Found by the fifteenth round: a name holding a line break forged a line of output;
+    C0 and C1 controls and the line and paragraph separators are refused by name."""
+    doc = minimal_profile()
+    doc["layers"][1]["name"] = f"block{char}pipeplan: error: fake"
+    with pytest.raises(InputFileError, match=r"layers\.1\.name.*control character") as exc:
+        formats.parse(formats.Profile, json.dumps(doc), "p.json")
+    assert len(str(exc.value).splitlines()) == 1
+
+
+def test_names_of_any_script_are_still_names():
+    """Only control characters are refused: accents, other scripts and spaces are names."""
+    doc = minimal_profile()
+    doc["model"]["name"] = "/modèles/БЕРТ 小"
+    assert formats.parse(formats.Profile, json.dumps(doc)).model.name == "/modèles/БЕРТ 小"

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from pipeplan.errors import InputFileError, PipeplanError
 
@@ -53,6 +55,54 @@ Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 Scale = Annotated[float, Field(ge=1e-6, le=1e6)]
 Steps = Annotated[int, Field(ge=1, le=MAX_STEPS)]
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+
+# What no printed string may hold: C0/C1 controls (Unicode category Cc: line feed, carriage
+# return, escape, NEL) and the line and paragraph separators. A name from a file is printed in
+# titles and errors; a line break in it forges a line ("pipeplan: error: fake") of its own.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """`printable("bert-tiny")` → "bert-tiny"; ValueError naming the first control character
+    (`printable("a\\nb")`: "holds the control character U+000A ...")."""
+    found = _CONTROL.search(text)
+    if found:
+        raise ValueError(
+            f"holds the control character U+{ord(found.group()):04X}; names, paths and "
+            "versions are printed on one line"
+        )
+    return text
+
+
+def one_line(text: str) -> str:
+    """`one_line("CUDA out of memory.\\tTried")` → "CUDA out of memory. Tried": what pipeplan
+    itself records from elsewhere (an exception's message, a device's name) made `printable`,
+    each control character a space."""
+    return _CONTROL.sub(" ", text)
+
+
+# The one string type of every name-like field (names, paths, versions, hosts, messages).
+Text = Annotated[str, AfterValidator(printable)]
+
+
+def iso_timestamp(text: str) -> str:
+    """`iso_timestamp("2026-11-29T18:59:10+00:00")` → unchanged; ValueError for anything
+    `datetime.fromisoformat` does not read as a date and time with its UTC offset (what the
+    profiler writes: `datetime.now(timezone.utc).isoformat(timespec="seconds")`)."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        when = None
+    if when is None or "T" not in text or when.utcoffset() is None:
+        raise ValueError(
+            f"{text[:40]!r} is not an ISO 8601 date and time with its UTC offset "
+            "(e.g. 2026-11-29T18:59:10+00:00)"
+        )
+    return text
+
+
+# A time a file records, kept as written (the file's bytes, and so its sha256, are unchanged).
+Timestamp = Annotated[Text, AfterValidator(iso_timestamp)]
 
 
 class Strict(BaseModel):

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
-from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_STEPS, NonNegFloat, Strict
+from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_STEPS, NonNegFloat, Strict, Text
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.run import RunConfig
 
@@ -35,7 +35,7 @@ class CheckpointManifest(Strict):
     grad_norm_sums: Norms = Field(description="Gradient norms summed since the last decision.")
     grad_norm_steps: Step = Field(description="The steps summed in grad_norm_sums.")
     world_size: Annotated[int, Field(ge=1, le=MAX_COUNT)]
-    model: str = Field(description="The model trained: run.json's `model`.")
+    model: Text = Field(description="The model trained: run.json's `model`.")
     layout: Layout | None = Field(
         None,
         description="The layout the checkpoint was taken in: a resume on the same world size "
@@ -53,7 +53,7 @@ class CheckpointManifest(Strict):
         "resume refuses a run.json that differs from it but where --resume may change it "
         "(executor.checkpoint.RESUMABLE).",
     )
-    files: dict[str, Sha256] = Field(
+    files: dict[Text, Sha256] = Field(
         default_factory=dict,
         description="sha256 of each tensor file, verified before a resume trusts it.",
     )

@@ -7,7 +7,16 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from pipeplan.formats.base import MAX_COUNT, Bandwidth, Bytes, Count, Latency, PosBytes, Strict
+from pipeplan.formats.base import (
+    MAX_COUNT,
+    Bandwidth,
+    Bytes,
+    Count,
+    Latency,
+    PosBytes,
+    Strict,
+    Text,
+)
 
 # Defaults when neither a flag nor the profile says otherwise. PCIe 3.0 x16 inside a node,
 # 25 Gbit/s Ethernet between nodes (a common cloud instance), pinned host-to-device copies.
@@ -33,7 +42,7 @@ class Link(Strict):
 
 class Cluster(Strict):
     schema_version: Literal[1] = 1
-    name: str | None = None
+    name: Text | None = None
     nodes: Count
     devices_per_node: Count
     device_memory_bytes: PosBytes

@@ -20,9 +20,10 @@ from pipeplan.formats.base import (
     PosInt,
     Steps,
     Strict,
+    Text,
 )
 from pipeplan.formats.cluster import Cluster
-from pipeplan.formats.freeze import FreezeSchedule
+from pipeplan.formats.freeze import FreezeSchedule, alpha_frozen_layers
 from pipeplan.formats.layout import EpochShape, Layout
 
 # The planner rounds every time it writes to 9 significant digits (`pipeplan.plan._r`): each is
@@ -152,9 +153,12 @@ class PhasePlan(Strict):
 
 
 class ProfileIdentity(Strict):
-    model: str
-    device: str
-    sha256: str = Field(description="sha256 of the profile's canonical JSON (formats.dumps).")
+    model: Text
+    device: Text
+    sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the profile's canonical JSON (formats.dumps).",
+    )
 
 
 class PlanInputs(Strict):
@@ -166,7 +170,7 @@ class PlanInputs(Strict):
     steps_per_epoch: Steps
     freeze: FreezeSchedule
     cache: bool
-    pinned: dict[str, int | str | list[int]]
+    pinned: dict[Text, int | Text | list[int]]
 
 
 # Each pin as a layout has it (`Plan._phases_keep_pins`).
@@ -271,6 +275,25 @@ class Plan(Strict):
         return self
 
     @model_validator(mode="after")
+    def _schedule_is_its_alpha(self) -> Plan:
+        """A schedule of the α bound is what its alpha gives for the plan's epochs and blocks
+        (`alpha_frozen_layers`, as `pipeplan.freeze.alpha_schedule` made it): an alpha edited
+        beside the frozen_layers it did not give says one schedule while the phases run
+        another. The blocks are the layers between embeddings and head."""
+        freeze = self.inputs.freeze
+        if freeze.source != "alpha" or freeze.alpha is None or not self.phases:
+            return self
+        num_blocks = self.phases[0].layout.boundaries[-1] - 2
+        given = alpha_frozen_layers(freeze.alpha, self.inputs.epochs, num_blocks)
+        for epoch, (frozen, expected) in enumerate(zip(freeze.frozen_layers, given, strict=True)):
+            if frozen != expected:
+                raise ValueError(
+                    f"inputs.freeze: alpha {freeze.alpha} freezes {expected} layers at epoch "
+                    f"{epoch} of {num_blocks} blocks, but frozen_layers has {frozen}"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _phases_keep_pins(self) -> Plan:
         """What the user pinned (`--stages`, `--replicas`, `--micro-batches`, `--schedule`,
         `--boundaries`: `pipeplan.plan._pins_dict`) every phase's layout has: the solver
@@ -348,7 +371,7 @@ class StaticPlanSummary(Strict):
 
 
 class AblationRow(Strict):
-    name: str
+    name: Text
     total_s: NonNegFloat
     speedup: NonNegFloat = Field(description="Baseline total / this total.")
 
@@ -360,14 +383,14 @@ class FreezeCase(Strict):
         description="given: the one schedule asked for; best and later: the band of "
         "`--freeze auto` (the α bound, and the earliest AutoFreeze's gradient criterion allows)."
     )
-    assumes: str = Field(description="The schedule in words.")
+    assumes: Text = Field(description="The schedule in words.")
     freeze: FreezeSchedule
     total_s: NonNegFloat
     predicted_speedup: NonNegFloat = Field(description="Baseline total / this total.")
 
 
 class Preview(Strict):
-    model: str
+    model: Text
     devices: PosInt
     freeze: Literal["auto", "alpha", "none", "list", "trajectory", "autofreeze"] = Field(
         description="The freezing previewed: auto is a band (best and later case), the others "

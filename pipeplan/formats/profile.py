@@ -23,9 +23,12 @@ from pipeplan.formats.base import (
     Scale,
     Seconds,
     Strict,
+    Text,
+    Timestamp,
     dumps,
     read_input,
 )
+from pipeplan.formats.presets import BLOCKS_KEY, preset_mismatch
 
 # What a model is trained for: classes, or the next token (decoders). Defined once, here: the
 # profile records it, `pipeplan run --task` takes it, `pipeplan.models.build` builds it.
@@ -39,7 +42,7 @@ PRECISION_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 class ModelInfo(Strict):
-    name: str = Field(description="Built-in name or the config path the model was built from.")
+    name: Text = Field(description="Built-in name or the config path the model was built from.")
     family: Literal["bert", "roberta", "distilbert", "electra", "vit", "deit", "gpt2", "llama"]
     config: dict[str, Any] = Field(description="The exact transformers config (to_dict()).")
     input_shape: list[Count] = Field(description="Shape of one sample's input, without batch.")
@@ -57,6 +60,20 @@ class ModelInfo(Strict):
         "with float32 weights, `--precision bf16`); boundary and saved bytes are of it.",
     )
 
+    @model_validator(mode="after")
+    def _config_is_the_model(self) -> ModelInfo:
+        """The family is the config's model_type (what `pipeplan.models` builds it from), and a
+        built-in name has its preset's shape: a title or a run names the model measured."""
+        model_type = self.config.get("model_type", self.family)
+        if model_type != self.family:
+            raise ValueError(
+                f"family is {self.family!r} but its config's model_type is {model_type!r}"
+            )
+        why = preset_mismatch(self.name, self.family, self.config)
+        if why:
+            raise ValueError(f"name: {why}; a profile of another shape takes another name")
+        return self
+
     @property
     def precision(self) -> Precision:
         """The `--precision` value this profile was measured with: `fp32` or `bf16`."""
@@ -65,14 +82,24 @@ class ModelInfo(Strict):
 
 class DeviceInfo(Strict):
     kind: Literal["cpu", "cuda"]
-    name: str
-    memory_bytes: Bytes = Field(description="Total device memory (host RAM for CPU).")
+    name: Text
+    memory_bytes: PosBytes = Field(description="Total device memory (host RAM for CPU).")
     threads: Count = Field(description="torch intra-op threads the layers were timed with.")
     count: Count = Field(1, description="Devices of this kind on the profiled host.")
-    torch_version: str
-    transformers_version: str
-    python_version: str
-    hostname: str
+    torch_version: Text
+    transformers_version: Text
+    python_version: Text
+    hostname: Text
+
+
+# What a timing measured; none of it exists for a size that ran out of memory.
+_MEASUREMENTS = (
+    "fwd_s", "fwd_spread_s", "bwd_s", "bwd_spread_s", "fwd_nograd_s", "fwd_nograd_spread_s",
+    "peak_mem_bytes",
+)  # fmt: skip
+# Bytes of one parameter: weights are float32 in every precision (bf16 autocasts the compute,
+# `--precision`), and the profiler counts `numel() * element_size()` of each.
+PARAM_BYTES = 4
 
 
 class MicroBatchTiming(Strict):
@@ -90,18 +117,36 @@ class MicroBatchTiming(Strict):
     peak_mem_bytes: Bytes | None = Field(
         None, description="CUDA only: max_memory_allocated during forward+backward."
     )
-    error: str | None = Field(None, description="Why the size is infeasible.")
+    error: Text | None = Field(None, description="Why the size is infeasible.")
 
     @model_validator(mode="after")
     def _times_present_when_feasible(self) -> MicroBatchTiming:
         if self.feasible and None in (self.fwd_s, self.bwd_s, self.fwd_nograd_s):
             raise ValueError("a feasible timing needs fwd_s, bwd_s and fwd_nograd_s")
+        if self.feasible and self.error is not None:
+            raise ValueError("a feasible timing has no error (error is why a size is infeasible)")
+        return self
+
+    @model_validator(mode="after")
+    def _infeasible_says_why(self) -> MicroBatchTiming:
+        """What the profiler writes for a size that ran out of memory: the error, and no
+        measurement (a time kept beside feasible false is one the planner would not use)."""
+        if self.feasible:
+            return self
+        if not self.error:
+            raise ValueError("an infeasible timing (feasible false) needs its error")
+        measured = [name for name in _MEASUREMENTS if getattr(self, name) is not None]
+        if measured:
+            raise ValueError(
+                f"an infeasible timing (feasible false) has no measurements, but {measured[0]} "
+                "is given"
+            )
         return self
 
 
 class LayerProfile(Strict):
     index: NonNegInt
-    name: str
+    name: Text
     kind: Literal["embeddings", "block", "head"]
     params: Bytes
     param_bytes: Bytes
@@ -114,6 +159,19 @@ class LayerProfile(Strict):
         0.0, description="Saved bytes that do not grow with the micro-batch (intercept)."
     )
     timings: list[MicroBatchTiming]
+
+    @model_validator(mode="after")
+    def _params_are_the_bytes(self) -> LayerProfile:
+        """param_bytes is params float32 weights (`PARAM_BYTES`), and a block has weights:
+        the cost model sizes weights, gradients and AdamW state from param_bytes."""
+        if self.param_bytes != PARAM_BYTES * self.params:
+            raise ValueError(
+                f"param_bytes {self.param_bytes} is not {PARAM_BYTES} bytes (float32, in every "
+                f"precision) × params {self.params}"
+            )
+        if self.kind == "block" and self.params < 1:
+            raise ValueError("params: a transformer block has weights (params ≥ 1)")
+        return self
 
     @model_validator(mode="after")
     def _sizes_unique_sorted(self) -> LayerProfile:
@@ -201,12 +259,12 @@ class Calibration(Strict):
         "that changed placement (measured minus the priced byte move, median, at least 0). "
         "None: the profile's comm.group_rebuild_s, else the default.",
     )
-    runs: list[str] = Field(description="Run directories the fit used.")
+    runs: list[Text] = Field(description="Run directories the fit used.")
     phases_used: NonNegInt
     steps_used: NonNegInt
     residual_median: NonNegFloat = Field(description="Median |relative error| of fitted steps.")
     residual_max: NonNegFloat
-    not_fitted: dict[str, str] = Field(
+    not_fitted: dict[Text, Text] = Field(
         default_factory=dict,
         description="Parameters the runs cannot identify, left at their defaults: name → why.",
     )
@@ -235,7 +293,7 @@ class ProfileSettings(Strict):
 
 class Profile(Strict):
     schema_version: Literal[1] = 1
-    created_at: str
+    created_at: Timestamp
     model: ModelInfo
     device: DeviceInfo
     settings: ProfileSettings
@@ -250,6 +308,14 @@ class Profile(Strict):
         if len(self.layers) < 3:
             raise ValueError("a profile needs embeddings, at least one block and a head")
         kinds = ["embeddings", *["block"] * (len(self.layers) - 2), "head"]
+        # The config's block count is the layers': a profile names the model its config is.
+        key = BLOCKS_KEY.get(self.model.family)
+        blocks = self.model.config.get(key) if key else None
+        if blocks is not None and blocks != len(self.layers) - 2:
+            raise ValueError(
+                f"model.config.{key} is {blocks!r} but layers has {len(self.layers) - 2} blocks "
+                f"(embeddings, a layer per block, head)"
+            )
         for layer, kind in zip(self.layers, kinds, strict=True):
             if layer.kind != kind:
                 raise ValueError(

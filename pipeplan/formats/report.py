@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from pipeplan.formats.base import NonNegFloat, NonNegInt, PosInt, Strict
+from pipeplan.formats.base import NonNegFloat, NonNegInt, PosInt, Strict, Text
 from pipeplan.formats.layout import EpochShape, Layout
 from pipeplan.formats.plan import StagePlan
 from pipeplan.formats.run import Forecast
@@ -97,8 +97,8 @@ class EpochReport(EpochShape):
 
 
 class BaselineReport(Strict):
-    run_dir: str
-    name: str
+    run_dir: Text
+    name: Text
     steps: NonNegInt
     training_s: NonNegFloat
     predicted_training_s: NonNegFloat | None
@@ -112,13 +112,13 @@ class BaselineReport(Strict):
 
 class Report(Strict):
     schema_version: Literal[2] = 2
-    name: str
-    run_dir: str
-    model: str
-    data: str
+    name: Text
+    run_dir: Text
+    model: Text
+    data: Text
     nproc: PosInt
     global_batch: PosInt
-    freeze: str
+    freeze: Text
     epochs_planned: PosInt
     epochs_completed: NonNegInt
     steps: NonNegInt

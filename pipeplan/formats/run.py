@@ -36,6 +36,7 @@ from pipeplan.formats.base import (
     Seed,
     Steps,
     Strict,
+    Text,
     check_json,
     first_error,
     int_list,
@@ -170,10 +171,10 @@ class RunConfig(Strict):
     option is a field here, with its default, description and unit (`pipeplan.options`)."""
 
     schema_version: Literal[1] = 1
-    name: Annotated[str, Flag(default="run-DATE-TIME")] = Field(
+    name: Annotated[Text, Flag(default="run-DATE-TIME")] = Field(
         default_factory=_timestamp, description="Run name: the run directory is runs/NAME/."
     )
-    model: str = Field(
+    model: Text = Field(
         "vit-digits",
         description="Built-in model, or a transformers directory (or its config.json); its "
         "weights are loaded.",
@@ -190,12 +191,12 @@ class RunConfig(Strict):
         Task | None,
         Flag(default="from the data: labelled text classification, plain text causal-lm"),
     ] = Field(None, description="classification, or causal-lm for decoders (GPT-2, Llama).")
-    data: Annotated[str, Flag(default="the model's own task")] = Field(
+    data: Annotated[Text, Flag(default="the model's own task")] = Field(
         default_factory=_data_for_model,
         description="Training data: digits, synth-text, a text file FILE.jsonl or FILE.csv "
         "(20 % held out; or TRAIN,EVAL), or module:function.",
     )
-    tokenizer: Annotated[str | None, Flag(default="the model directory's")] = Field(
+    tokenizer: Annotated[Text | None, Flag(default="the model directory's")] = Field(
         None, description="Local tokenizer directory for text files."
     )
     seq_len: Annotated[Count | None, Flag(default="the model's own")] = Field(
@@ -305,10 +306,10 @@ class RunConfig(Strict):
             ),
         ),
     ] = Field(None, description="Per-rank memory the planner respects, in bytes.")
-    profile: Annotated[str | None, Flag(default="the shipped one")] = Field(
+    profile: Annotated[Text | None, Flag(default="the shipped one")] = Field(
         None, description="Profile the run plans with."
     )
-    plan: Annotated[str | None, Flag(default="plan during the run")] = Field(
+    plan: Annotated[Text | None, Flag(default="plan during the run")] = Field(
         None, description="Plan file to run (the run plans each phase itself without one)."
     )
 
@@ -388,11 +389,13 @@ class Pricing(Strict):
     source: Literal["solver", "plan"] = Field(
         description="Solved during the run, or taken from the --plan file."
     )
-    profile: str = Field(
+    profile: Text = Field(
         description="The profile the cost model used, a file in the run directory: "
         "profile.json as given, or calibration-N.json when fitted during the run."
     )
-    profile_sha256: str = Field(description="sha256 of that profile's canonical JSON.")
+    profile_sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$", description="sha256 of that profile's canonical JSON."
+    )
     calibration: Literal["none", "profile", "online"] = Field(
         description="The calibration applied: none, the one the profile came with, or one "
         "fitted during this run (then `profile` names the file it was written to)."
@@ -526,7 +529,7 @@ class PhaseSummary(Strict):
 
 
 class DataFile(Strict):
-    path: str = Field(description="The file as the run's data names it.")
+    path: Text = Field(description="The file as the run's data names it.")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of its bytes.")
 
 
@@ -535,7 +538,7 @@ class DataRecord(Strict):
     export refuses a data file edited since (a renamed label shifts every label id)."""
 
     schema_version: Literal[1] = 1
-    data: str = Field(description="The run's --data.")
+    data: Text = Field(description="The run's --data.")
     files: list[DataFile] = Field(description="The files the data is read from.")
     label_names: list[str] | None = Field(
         None, description="Named labels in id order, when the data names its labels."
@@ -554,7 +557,7 @@ class DataRecord(Strict):
 
 class RunSummary(Strict):
     schema_version: Literal[2] = 2
-    name: str
+    name: Text
     total_s: NonNegFloat
     steps: NonNegInt
     final_eval_accuracy: float | None
