@@ -67,10 +67,12 @@ from executor import faults
 from executor.checkpoint import (
     PENDING_CONFIG,
     RESUMABLE,
+    check_position,
     check_trained_with,
     check_weights,
     commit_config,
     latest,
+    manifest_path,
 )
 from executor.planning import RUN_PLAN, RUN_PROFILE, RunPlanner, check_plan_cache, shipped_precision
 from executor.records import METRICS_FILE, mend_torn_tail
@@ -252,74 +254,6 @@ def note_plan_epoch(plan: Plan, cfg: RunConfig, samples: int) -> None:
             plan.inputs.samples,
             steps,
         )
-
-
-def manifest_path(run_dir: Path, manifest: CheckpointManifest) -> Path:
-    """The manifest's file: its folder is named after its step (`load_checkpoint` checks)."""
-    return run_dir / "checkpoints" / f"step-{manifest.step}" / "manifest.json"
-
-
-def check_position(
-    manifest: CheckpointManifest, cfg: RunConfig, samples: int, num_layers: int, where: Path
-) -> None:
-    """What the checkpoint's manifest (`where`) says must be what this run and its model can
-    have said: its model, a position this run reaches (a hand-edited manifest said step 99 of
-    a 2-step epoch), layers the model has, and a layout the executor runs (a tampered one
-    failed inside a rank). InputFileError naming the field."""
-
-    def refuse(field: str, why: str) -> None:
-        raise InputFileError(f"{where}: {field}: {why}")
-
-    if manifest.model != cfg.model:
-        refuse("model", f"'{manifest.model}', but the run trains '{cfg.model}'")
-    per_epoch = samples // cfg.global_batch
-    if cfg.max_steps_per_epoch is not None:
-        per_epoch = min(per_epoch, cfg.max_steps_per_epoch)
-    per_epoch = max(per_epoch, 1)
-    if (
-        manifest.step_in_epoch >= per_epoch
-        or manifest.epoch > cfg.epochs
-        or manifest.step != manifest.epoch * per_epoch + manifest.step_in_epoch
-        or (manifest.epoch == cfg.epochs and manifest.step_in_epoch > 0)
-    ):
-        refuse(
-            "step",
-            f"{manifest.step} (epoch {manifest.epoch}, step {manifest.step_in_epoch}) is not a "
-            f"position of this run ({per_epoch} steps an epoch, {cfg.epochs} epochs)",
-        )
-    if manifest.frozen_layers > num_layers - 1:
-        refuse(
-            "frozen_layers",
-            f"{manifest.frozen_layers} of the model's {num_layers} layers (the head is never "
-            "frozen)",
-        )
-    for field, norms in (
-        *((f"grad_history.{i}", h) for i, h in enumerate(manifest.grad_history)),
-        ("grad_norm_sums", manifest.grad_norm_sums),
-    ):
-        beyond = next((k for k in norms if int(k) >= num_layers), None)
-        if beyond is not None:
-            refuse(field, f"layer {beyond}, but the model has layers 0..{num_layers - 1}")
-    # Frozen layers collect no gradient norms (only active layers have gradients): a sum for
-    # one was a measurement the gradient criterion never made, taken as made. (grad_history's
-    # entries were measured before later freezing: their layers may be frozen now.)
-    frozen = next((k for k in manifest.grad_norm_sums if int(k) < manifest.frozen_layers), None)
-    if frozen is not None:
-        refuse(
-            "grad_norm_sums",
-            f"layer {frozen}, but layers 0..{manifest.frozen_layers - 1} are frozen "
-            f"(frozen_layers {manifest.frozen_layers}) and collect no gradient norms",
-        )
-    if manifest.layout is not None and manifest.world_size == cfg.nproc:
-        try:
-            manifest.layout.check(num_layers, cfg.nproc)
-            if manifest.layout.global_batch != cfg.global_batch:
-                raise BadArgumentError(
-                    f"{manifest.layout.label()} takes {manifest.layout.global_batch} samples a "
-                    f"step, the run {cfg.global_batch}"
-                )
-        except BadArgumentError as exc:
-            refuse("layout", str(exc))
 
 
 def check_manifest_records(

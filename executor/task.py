@@ -312,14 +312,15 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     directory. The run's data is read again: it sizes the head as it did in the run."""
     from executor.checkpoint import (
         check_checkpoints_folder,
+        check_position,
         check_trained_with,
         check_weights,
         latest,
         load_checkpoint,
         load_latest,
+        manifest_path,
         restore,
     )
-    from executor.launch import check_position, manifest_path
 
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)
