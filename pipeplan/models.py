@@ -46,7 +46,7 @@ from pipeplan.errors import (
     PipeplanError,
     UnknownModelError,
 )
-from pipeplan.fileio import give_output_modes
+from pipeplan.fileio import give_output_modes, new_directories, write_failure
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
 from pipeplan.formats.base import read_input
 
@@ -599,16 +599,22 @@ def export(seq: LayerSequence, out_dir: str | Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputError(f"{out}: exists and is not an empty directory; export needs a new one")
     tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
-    try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        with _quiet_transformers():
-            seq.hf_model.save_pretrained(tmp)
-        give_output_modes(tmp)
-        tmp.replace(out)  # an empty `out` is replaced
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise OutputError(f"{out}: cannot write ({exc})") from None
+    with new_directories(out.parent):  # folders made for `out` go again if nothing is written
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            with _quiet_transformers():
+                seq.hf_model.save_pretrained(tmp)
+            give_output_modes(tmp)
+            tmp.replace(out)  # an empty `out` is replaced
+        except BaseException as exc:
+            # Whatever stopped it (a full disk fails as an OSError in config.json, as a
+            # SafetensorError in the weights; Ctrl-C anywhere), the partial directory goes.
+            shutil.rmtree(tmp, ignore_errors=True)
+            reason = write_failure(exc, out.parent)
+            if reason is None:
+                raise
+            raise OutputError(f"{out}: write failed ({reason})") from None
     return out
 
 
