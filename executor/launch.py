@@ -804,13 +804,15 @@ def on_ctrl_c(mark: Path) -> Callable[[int, Any], None]:
 
 
 def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
-    """`training failed on rank 1: killed by SIGKILL (at step 7); rank logs in runs/k/logs;
+    """`training failed on rank 1 at step 7: killed by SIGKILL; rank logs in runs/k/logs;
     resume with: pipeplan run --resume runs/k`. A failure after the final checkpoint (writing
     model/ or summary.json) has nothing left to train (`check_unfinished` refuses its resume):
     the line says how to export the model instead."""
     steps = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, StepRecord)]
     at = f"at step {steps[-1].step + 1}" if steps else "before the first step"
-    line = f"training failed on rank {rank}: {why} ({at}); rank logs in {run_dir / 'logs'}"
+    # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
+    # ("… the last checkpoint written, step-2, is kept (at step 4)").
+    line = f"training failed on rank {rank} {at}: {why}; rank logs in {run_dir / 'logs'}"
     if not (run_dir / "checkpoints" / "latest").exists():
         return line
     try:
