@@ -385,3 +385,27 @@ def test_the_verdict_names_the_first_to_fail(failures, expected):
 )
 def test_a_rank_classifies_its_own_failure(exc, kind):
     assert faults.classify(exc) == kind
+
+
+def test_a_rank_whose_report_cannot_be_written_still_exits_leaving_no_partial_report(
+    tmp_path, monkeypatch
+):
+    """Found by the fifteenth round (the class of its full-disk findings): a rank failing on
+    a full disk wrote its error report to the same disk; the write raised inside the rank's
+    last handler, so the rank died in a second traceback before its exit code, and
+    `rank-R.error.json.tmp` stayed in logs/. The report is returned (the rank exits with
+    its code, which the launcher reports) and no partial report stays."""
+    import errno
+
+    error_file = tmp_path / "rank-0.error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    real_write = Path.write_text
+
+    def full_disk(self, data, *args, **kwargs):
+        real_write(self, data[:10])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    report = faults.write_report(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), rank=0)
+    assert (report.kind, faults.exit_code(report)) == ("raised", faults.EXIT_FAILED)
+    assert list(tmp_path.iterdir()) == []
