@@ -414,3 +414,14 @@ def claim_directory(directory: str | Path) -> Path:
         raise OutputError(f"{directory}: in use by another pipeplan process") from None
     _HELD[key] = handle
     return directory
+
+
+def release_directory(directory: str | Path) -> None:
+    """Give up this process's claim on `directory` (`claim_directory`): for a run whose
+    preparation failed, so that the folder can go and be claimed again.
+
+        release_directory(runs / name)
+    """
+    handle = _HELD.pop(Path(directory).resolve(), None)
+    if handle is not None:
+        handle.close()
