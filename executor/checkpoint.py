@@ -36,7 +36,7 @@ from torch import nn
 from executor.migrate import OptimizerState, migrate
 from executor.topology import host_group
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError
-from pipeplan.fileio import write_atomic
+from pipeplan.fileio import write_atomic, write_failure
 from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
 from pipeplan.formats.base import read_input
 
@@ -115,18 +115,38 @@ def save(
         os.replace(tmp, final)
         write_atomic(root / "latest", final.name + "\n")
         commit_config(run_dir)
-    except Exception as exc:
+    except BaseException as exc:
         # torch.save reports a full disk as a RuntimeError from its zip writer, not an
-        # OSError: any failure removes the partial directory and keeps the previous one.
+        # OSError: any failure, Ctrl-C too, removes the partial directory and keeps the
+        # previous checkpoint. The reason is read first: the partial files fill the disk.
+        reason = write_failure(exc, root) or " ".join(str(exc).split())[:120] or type(exc).__name__
         shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(exc, Exception):  # Ctrl-C, SystemExit: nothing to explain
+            raise
         free = shutil.disk_usage(root).free if root.exists() else 0
-        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0][:120]
         raise OutputError(
-            f"{final}: cannot write checkpoint ({reason}; {free >> 20} MiB free on its disk); "
-            "the previous checkpoint is kept"
+            f"{final}: cannot write checkpoint {final.name} ({reason}; {free >> 20} MiB free on "
+            f"its disk); {_kept(root, final.name)}"
         ) from None
     prune(root)
     return final
+
+
+def _kept(root: Path, failed: str) -> str:
+    """The checkpoint a failed one leaves for a resume, named by its step: "the previous
+    checkpoint is kept (at step 4)" read as if step 4, the failed one, were kept.
+
+        _kept(run_dir / "checkpoints", "step-4")   # "the last checkpoint written, step-2, is kept"
+    """
+    try:
+        kept = (root / "latest").read_text(encoding="ascii").strip()
+    except (OSError, ValueError):
+        kept = ""
+    if not STEP_DIR.fullmatch(kept) or not (root / kept).is_dir():
+        return "no earlier checkpoint is kept"
+    if kept == failed:  # written and pointed to; what failed came after
+        return f"{kept} itself is kept"
+    return f"the last checkpoint written, {kept}, is kept"
 
 
 POINTER_LIMIT = 4096  # bytes of checkpoints/latest, which holds `step-N`

@@ -22,6 +22,7 @@ report was killed by the agent after it stopped responding (stopped or hung).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -141,8 +142,14 @@ def write_report(exc: BaseException, rank: int) -> Report:
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if path:
         tmp = f"{path}.tmp"
-        Path(tmp).write_text(report.to_json())
-        os.replace(tmp, path)  # the agent never reads half a report
+        try:
+            Path(tmp).write_text(report.to_json())
+            os.replace(tmp, path)  # the agent never reads half a report
+        except OSError:
+            # A full disk (the very failure being reported, perhaps): the rank still exits
+            # with its code, which the launcher reports, and no partial report stays.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     return report
 
 

@@ -95,7 +95,14 @@ from pipeplan.errors import (
     PipeplanError,
     Stopped,
 )
-from pipeplan.fileio import check_writable, claim_directory, enclosing_run, write_atomic
+from pipeplan.fileio import (
+    check_writable,
+    claim_directory,
+    enclosing_run,
+    new_directories,
+    release_directory,
+    write_atomic,
+)
 from pipeplan.formats import (
     CheckpointManifest,
     PhaseRecord,
@@ -162,16 +169,35 @@ def _make_run_directory(cfg: RunConfig, runs_root: str | Path, planner: RunPlann
     # Looked at before claiming (a claim leaves a .lock in the folder), and again after it
     # (another process may have filled it in between).
     _check_empty(run_dir)
-    run_dir = claim_directory(run_dir)
-    _check_empty(run_dir)
-    write_atomic(run_dir / "run.json", dumps(cfg))
-    if record is not None:  # a resume or export refuses data edited since
-        write_atomic(run_dir / DATA_RECORD, dumps(record))
-    # The run prices every phase with this copy: the run directory alone reproduces its plans.
-    write_atomic(run_dir / RUN_PROFILE, dumps(planner.profile))
-    if planner.plan is not None:  # and follows this copy of its plan (`RunPlanner.for_run`)
-        write_atomic(run_dir / RUN_PLAN, dumps(planner.plan))
+    # data.json: a resume or export refuses data edited since. The run prices every phase
+    # with its copy of the profile and follows its copy of the plan (`RunPlanner.for_run`):
+    # the run directory alone reproduces its plans. None: not written.
+    files = {"run.json": cfg, DATA_RECORD: record, RUN_PROFILE: planner.profile}
+    files[RUN_PLAN] = planner.plan
+    lock_made = not (run_dir / ".lock").exists()
+    with new_directories(run_dir):  # the folders it made go again if the run is not prepared
+        run_dir = claim_directory(run_dir)
+        _check_empty(run_dir)
+        try:
+            for name, doc in files.items():
+                if doc is not None:
+                    write_atomic(run_dir / name, dumps(doc))
+        except BaseException:
+            # A full disk after run.json left a run that could neither start nor be
+            # prepared again under its name.
+            _unprepare(run_dir, list(files), lock_made)
+            raise
     return run_dir
+
+
+def _unprepare(run_dir: Path, names: list[str], lock_made: bool) -> None:
+    """Undo a `prepare` that failed after its claim: the files it wrote (the folder held none
+    of them), and the lock it made, released."""
+    for name in names:
+        (run_dir / name).unlink(missing_ok=True)
+    release_directory(run_dir)
+    if lock_made:
+        (run_dir / ".lock").unlink(missing_ok=True)
 
 
 def _check_empty(run_dir: Path) -> None:
@@ -762,13 +788,15 @@ def on_ctrl_c(mark: Path) -> Callable[[int, Any], None]:
 
 
 def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
-    """`training failed on rank 1: killed by SIGKILL (at step 7); rank logs in runs/k/logs;
+    """`training failed on rank 1 at step 7: killed by SIGKILL; rank logs in runs/k/logs;
     resume with: pipeplan run --resume runs/k`. A failure after the final checkpoint (writing
     model/ or summary.json) has nothing left to train (`check_unfinished` refuses its resume):
     the line says how to export the model instead."""
     steps = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, StepRecord)]
     at = f"at step {steps[-1].step + 1}" if steps else "before the first step"
-    line = f"training failed on rank {rank}: {why} ({at}); rank logs in {run_dir / 'logs'}"
+    # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
+    # ("… the last checkpoint written, step-2, is kept (at step 4)").
+    line = f"training failed on rank {rank} {at}: {why}; rank logs in {run_dir / 'logs'}"
     if not (run_dir / "checkpoints" / "latest").exists():
         return line
     try:

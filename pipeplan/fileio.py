@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
+import shutil
 import signal
 import stat
 import tempfile
@@ -204,6 +206,83 @@ def write_files(
     return [path for _, path in staged]
 
 
+# What torch.save's zip writer raises when a write fails (a full disk): a RuntimeError whose
+# text names its C++ source, never an errno.
+TORCH_WRITER = re.compile(r"PytorchStreamWriter|inline_container|file write failed|unexpected pos")
+# Below this many free bytes, a writer that failed without an errno ran out of space.
+NEARLY_FULL = 1 << 20
+
+
+def write_failure(exc: BaseException, where: str | Path) -> str | None:
+    """Why writing under `where` failed, in words (`No space left on device`), when `exc` is a
+    failed write: an OSError, a SafetensorError wrapping one (`I/O error: … (os error 28)`),
+    or torch.save's RuntimeError from its zip writer; None for anything else (a bug, Ctrl-C),
+    which the caller re-raises.
+
+        except BaseException as exc:
+            remove(tmp)
+            if (reason := write_failure(exc, out)) is None: raise
+            raise OutputError(f"{out}: write failed ({reason})") from None
+    """
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    text = " ".join(str(exc).split())
+    if type(exc).__name__ == "SafetensorError" and "I/O error" in text:
+        code = re.search(r"\(os error ([0-9]+)\)", text)
+        return os.strerror(int(code[1])) if code else text.split("I/O error:", 1)[1].strip()
+    if isinstance(exc, RuntimeError) and TORCH_WRITER.search(text):
+        free = _free_bytes(where)
+        if free is not None and free < NEARLY_FULL:
+            return os.strerror(errno.ENOSPC)
+        return f"torch's file writer failed: {text[:120]}"
+    return None
+
+
+def _free_bytes(where: str | Path) -> int | None:
+    """Free bytes on the file system holding `where` (or the nearest folder above it that
+    exists); None if none can be read."""
+    for folder in (Path(where), *Path(where).parents):
+        try:
+            return shutil.disk_usage(folder).free
+        except OSError:
+            continue
+    return None
+
+
+@contextmanager
+def new_directories(directory: str | Path) -> Iterator[Path]:
+    """Create `directory` and the folders above it that are missing for the block; if the
+    block fails (a full disk, Ctrl-C), remove again those it created that are still empty, so
+    a command that wrote nothing leaves no folder behind.
+
+        with new_directories(out.parent):
+            write_files(...)
+    """
+    directory = Path(directory)
+    missing = []  # deepest first
+    for folder in (directory, *directory.parents):
+        if folder.exists() or folder.is_symlink():
+            break
+        missing.append(folder)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _remove_empty(missing)
+        raise OutputError(f"{directory}: cannot create directory ({exc.strerror or exc})") from None
+    try:
+        yield directory
+    except BaseException:
+        _remove_empty(missing)
+        raise
+
+
+def _remove_empty(folders: Iterable[Path]) -> None:
+    """Remove each of `folders` (deepest first) that is empty; one that is not stays."""
+    for folder in folders:
+        with suppress(OSError):
+            folder.rmdir()
+
+
 def _move_aside(path: Path) -> str:
     """Rename `path` to a new hidden name beside it (reserved by mkstemp, so nothing else's
     name is taken), from where it can be put back or deleted. Returns that name."""
@@ -337,3 +416,14 @@ def claim_directory(directory: str | Path) -> Path:
         raise OutputError(f"{directory}: in use by another pipeplan process") from None
     _HELD[key] = handle
     return directory
+
+
+def release_directory(directory: str | Path) -> None:
+    """Give up this process's claim on `directory` (`claim_directory`): for a run whose
+    preparation failed, so that the folder can go and be claimed again.
+
+        release_directory(runs / name)
+    """
+    handle = _HELD.pop(Path(directory).resolve(), None)
+    if handle is not None:
+        handle.close()

@@ -26,6 +26,7 @@ import contextlib
 import copy
 import json
 import logging
+import math
 import os
 import pickle
 import shutil
@@ -46,7 +47,7 @@ from pipeplan.errors import (
     PipeplanError,
     UnknownModelError,
 )
-from pipeplan.fileio import give_output_modes
+from pipeplan.fileio import give_output_modes, new_directories, write_failure
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
 from pipeplan.formats.base import read_input
 from pipeplan.formats.presets import PRESETS
@@ -508,16 +509,22 @@ def export(seq: LayerSequence, out_dir: str | Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputError(f"{out}: exists and is not an empty directory; export needs a new one")
     tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
-    try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        with _quiet_transformers():
-            seq.hf_model.save_pretrained(tmp)
-        give_output_modes(tmp)
-        tmp.replace(out)  # an empty `out` is replaced
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise OutputError(f"{out}: cannot write ({exc})") from None
+    with new_directories(out.parent):  # folders made for `out` go again if nothing is written
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            with _quiet_transformers():
+                seq.hf_model.save_pretrained(tmp)
+            give_output_modes(tmp)
+            tmp.replace(out)  # an empty `out` is replaced
+        except BaseException as exc:
+            # Whatever stopped it (a full disk fails as an OSError in config.json, as a
+            # SafetensorError in the weights; Ctrl-C anywhere), the partial directory goes.
+            shutil.rmtree(tmp, ignore_errors=True)
+            reason = write_failure(exc, out.parent)
+            if reason is None:
+                raise
+            raise OutputError(f"{out}: write failed ({reason})") from None
     return out
 
 
@@ -568,7 +575,31 @@ def _read_config(path: Path) -> dict[str, Any]:
         raise InputFileError(f"{path}: nested too deeply") from None
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: a config must be a JSON object")
+    if (found := _non_finite(data)) is not None:
+        # Python's json reads NaN, Infinity and 1e999 as floats: a layer_norm_eps of NaN
+        # built a model whose every loss was NaN, blamed on the learning rate.
+        where, value = found
+        raise InputFileError(f"{path}: {where} is {value}; a config value is a finite number")
     return data
+
+
+def _non_finite(data: dict[str, Any]) -> tuple[str, float] | None:
+    """The first non-finite float in `data`, nested too, with its key path, or None:
+
+    _non_finite({"rope_scaling": {"factor": inf}})   # ("rope_scaling.factor", inf)
+
+    Iterative: a config nested as deep as json reads would exhaust Python's recursion."""
+    # A stack, pushed in reverse: the first in the file's order is the one named.
+    pending: list[tuple[str, Any]] = [(str(key), value) for key, value in data.items()][::-1]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where, value
+        if isinstance(value, dict):
+            pending += [(f"{where}.{key}", item) for key, item in value.items()][::-1]
+        elif isinstance(value, list):
+            pending += [(f"{where}[{i}]", item) for i, item in enumerate(value)][::-1]
+    return None
 
 
 def _choose_init(source: _Source, init: str | None, name: str) -> str:

@@ -26,6 +26,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,14 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
-from pipeplan.errors import BadArgumentError, OutputError
-from pipeplan.fileio import check_outside_runs, check_writable, write_atomic, write_files
+from pipeplan.errors import BadArgumentError
+from pipeplan.fileio import (
+    check_outside_runs,
+    check_writable,
+    new_directories,
+    write_atomic,
+    write_files,
+)
 
 DPI = 120
 FIG_WIDTH_IN = 12.0
@@ -119,13 +126,24 @@ def _plain_text(build: Any) -> Any:
     return plain
 
 
-def check_targets(paths: Sequence[Path]) -> None:
+@contextmanager
+def checked_targets(paths: Sequence[Path]) -> Iterator[None]:
     """Every plot a command will write can be written, checked before the first is drawn
-    (then `write_files` writes the set all or nothing)."""
+    (then `write_files` in the block writes the set all or nothing); the folders made for
+    them go again if the block fails (a full disk, Ctrl-C), so a failed `--plot DIR` leaves
+    no empty DIR.
+
+        with checked_targets(targets):
+            return write_files(figures(), stale)
+    """
     for path in paths:
         check_outside_runs(path)  # before a folder is made in a run directory
-        _make_parent(path)
-        check_writable(path)
+    with ExitStack() as made:
+        for folder in dict.fromkeys(path.parent for path in paths):
+            made.enter_context(new_directories(folder))
+        for path in paths:
+            check_writable(path)
+        yield
 
 
 def stale_plots(directory: Path, pattern: str, written: Collection[Path]) -> list[Path]:
@@ -166,15 +184,6 @@ def _pipeplan_png(path: Path) -> bool:
     except OSError:
         return False
     return head.startswith(PNG_SIGNATURE) and STAMP in head
-
-
-def _make_parent(path: Path) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(
-            f"{path}: cannot create directory {path.parent} ({exc.strerror or exc})"
-        ) from None
 
 
 # --------------------------------------------------------------------------- timeline
@@ -516,8 +525,8 @@ def _png(fig: Figure) -> bytes:
 def _save(png: bytes, path: str | Path) -> Path:
     """Write `png` atomically to `path`, creating parent directories."""
     path = Path(path)
-    _make_parent(path)
-    write_atomic(path, png)
+    with new_directories(path.parent):
+        write_atomic(path, png)
     return path
 
 
@@ -529,25 +538,28 @@ def write_preview_plots(
     directory = Path(directory)
     phases = range(len(preview.plan.phases))
     targets = [*(directory / f"phase{i}-step.png" for i in phases), directory / "epochs.png"]
-    check_targets(targets)
-    stale = stale_plots(directory, r"phase[0-9]+-step\.png", targets)
+    with checked_targets(targets):
+        stale = stale_plots(directory, r"phase[0-9]+-step\.png", targets)
+        return write_files(_preview_figures(preview, timelines, directory), stale)
 
-    def figures() -> Iterator[tuple[Path, bytes]]:
-        pairs = zip(preview.plan.phases, timelines, strict=True)
-        for index, (phase, timeline) in enumerate(pairs):
-            title = (
-                f"phase {index}: epochs {phase.start_epoch}–"
-                f"{phase.start_epoch + phase.epochs - 1}, "
-                f"{phase.layout.frozen_layers} frozen, {phase.layout.label()}"
-            )
-            yield directory / f"phase{index}-step.png", timeline_png(timeline, title)
-        baseline = preview.baseline
-        steps = preview.plan.inputs.steps_per_epoch * preview.plan.inputs.global_batch
+
+def _preview_figures(
+    preview: Any, timelines: Sequence[Any], directory: Path
+) -> Iterator[tuple[Path, bytes]]:
+    """`write_preview_plots`' set, each figure drawn just before it is written."""
+    pairs = zip(preview.plan.phases, timelines, strict=True)
+    for index, (phase, timeline) in enumerate(pairs):
         title = (
-            f"{preview.model}: predicted throughput per epoch "
-            f"(speedup {preview.predicted_speedup:.2f}×)"
+            f"phase {index}: epochs {phase.start_epoch}–"
+            f"{phase.start_epoch + phase.epochs - 1}, "
+            f"{phase.layout.frozen_layers} frozen, {phase.layout.label()}"
         )
-        baseline_rate = steps / baseline.epoch_s if baseline.epoch_s else None
-        yield directory / "epochs.png", epochs_png(preview.epochs, title, baseline_rate)
-
-    return write_files(figures(), stale)
+        yield directory / f"phase{index}-step.png", timeline_png(timeline, title)
+    baseline = preview.baseline
+    steps = preview.plan.inputs.steps_per_epoch * preview.plan.inputs.global_batch
+    title = (
+        f"{preview.model}: predicted throughput per epoch "
+        f"(speedup {preview.predicted_speedup:.2f}×)"
+    )
+    baseline_rate = steps / baseline.epoch_s if baseline.epoch_s else None
+    yield directory / "epochs.png", epochs_png(preview.epochs, title, baseline_rate)

@@ -388,7 +388,7 @@ def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
     written all or nothing (`write_files`)."""
     from pipeplan.fileio import write_files
     from pipeplan.plots import (
-        check_targets,
+        checked_targets,
         comparison_png,
         epochs_png,
         stale_plots,
@@ -398,8 +398,6 @@ def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
     directory = Path(directory)
     names = [f"phase{phase.phase}-measured-vs-simulated.png" for phase in report.phases]
     targets = [*(directory / name for name in names), directory / "epochs.png"]
-    check_targets(targets)
-    stale = stale_plots(directory, r"phase[0-9]+-measured-vs-simulated\.png", targets)
 
     def figures() -> Iterator[tuple[Path, bytes]]:
         for phase in report.phases:
@@ -428,4 +426,6 @@ def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
         rate = baseline.samples_per_s if baseline else None
         yield directory / "epochs.png", epochs_png(report.epochs, title, rate)
 
-    return write_files(figures(), stale)
+    with checked_targets(targets):  # the folders it makes go again if the set is not written
+        stale = stale_plots(directory, r"phase[0-9]+-measured-vs-simulated\.png", targets)
+        return write_files(figures(), stale)

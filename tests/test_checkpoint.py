@@ -2,6 +2,7 @@
 ends; resuming on another world size re-plans and finishes."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -179,6 +180,68 @@ def test_a_full_disk_during_torch_save_leaves_nothing_behind(
     assert "\n" not in str(err.value) and "MiB free" in str(err.value)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-4"]
     assert checkpoint.load_latest(tmp_path)[0].step == 4
+
+
+def test_a_failed_checkpoint_names_its_step_and_the_step_kept(
+    tmp_path, single_rank_group, monkeypatch
+):
+    """Found by the fifteenth round: "cannot write checkpoint (…); the previous checkpoint is
+    kept (at step 4)" read as if step 4 were kept; step-2 was. The line names the checkpoint
+    that failed and the one kept, and torch's zip-writer error on a nearly full disk is
+    worded as the full disk it is."""
+    from executor import checkpoint
+    from pipeplan import models
+    from pipeplan.errors import OutputError
+
+    seq = models.build("bert-synth")
+    layout = checkpoint._gather_layout(0, len(seq.layers))
+    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(2))
+    real_save = torch.save
+
+    def full_disk(obj, path, **kwargs):
+        if not isinstance(path, str | Path):  # collectives serialise through torch.save too
+            return real_save(obj, path, **kwargs)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    full = shutil._ntuple_diskusage(total=1 << 30, used=(1 << 30) - 4096, free=4096)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: full)  # what a full disk leaves
+    with pytest.raises(OutputError) as err:
+        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+    assert str(err.value).startswith(
+        f"{tmp_path / 'checkpoints' / 'step-4'}: cannot write checkpoint step-4 "
+        "(No space left on device; "
+    )
+    assert str(err.value).endswith("; the last checkpoint written, step-2, is kept")
+    shutil.rmtree(tmp_path / "checkpoints")
+    with pytest.raises(OutputError, match=r"; no earlier checkpoint is kept$"):
+        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+
+
+def test_ctrl_c_during_a_checkpoint_leaves_no_partial_folder(
+    tmp_path, single_rank_group, monkeypatch
+):
+    """Found by the fifteenth round (the class of its full-disk export): the checkpoint's
+    cleanup caught Exception, so Ctrl-C during torch.save left `.tmp-step-N/` behind. It goes
+    whatever stops the write; the interrupt itself goes on."""
+    from executor import checkpoint
+    from pipeplan import models
+
+    seq = models.build("bert-synth")
+    layout = checkpoint._gather_layout(0, len(seq.layers))
+    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(2))
+    real_save = torch.save
+
+    def interrupted(obj, path, **kwargs):
+        if not isinstance(path, str | Path):
+            return real_save(obj, path, **kwargs)
+        Path(path).write_bytes(b"\0" * 4096)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-2"]
 
 
 @pytest.mark.parametrize("damage", ["bit flip", "NaN weights", "missing file"])

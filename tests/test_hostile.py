@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shlex
 import shutil
@@ -1610,6 +1611,70 @@ def test_model_configs_the_builders_reject_are_one_line(tmp_path, capsys, case, 
         argv += ["--micro-batch-sizes", "1", "--warmup", "0"]
     refused_quietly(argv, tmp_path / "in", capsys, (f"{model}: ", fragment))
     assert not (tmp_path / "p.json").exists()
+
+
+LLAMA_CONFIG = {
+    "model_type": "llama",
+    "vocab_size": 512,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+}
+# config.json as text (json.dumps writes NaN and Infinity, which Python's json reads back),
+# and the key path the one line names.
+NON_FINITE_CONFIGS = {
+    "layer_norm_eps NaN": (
+        json.dumps({**VIT_CONFIG, "layer_norm_eps": math.nan}),
+        "layer_norm_eps is nan",
+    ),
+    "layer_norm_eps Infinity": (
+        json.dumps({**BERT_CONFIG, "layer_norm_eps": math.inf}),
+        "layer_norm_eps is inf",
+    ),
+    "initializer_range -Infinity": (
+        json.dumps({**GPT2_CONFIG, "initializer_range": -math.inf}),
+        "initializer_range is -inf",
+    ),
+    "1e999, read as inf": (
+        json.dumps(BERT_CONFIG)[:-1] + ', "hidden_dropout_prob": 1e999}',
+        "hidden_dropout_prob is inf",
+    ),
+    "nested in rope_scaling": (
+        json.dumps({**LLAMA_CONFIG, "rope_scaling": {"rope_type": "linear", "factor": math.nan}}),
+        "rope_scaling.factor is nan",
+    ),
+    "inside a list": (
+        json.dumps({**BERT_CONFIG, "custom": [1.0, {"x": [math.inf]}]}),
+        "custom[1].x[0] is inf",
+    ),
+}
+NON_FINITE_COMMANDS = [(c, m) for c in NON_FINITE_CONFIGS for m in ("run", "profile")]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "case, command", NON_FINITE_COMMANDS, ids=[f"{c}-{m}" for c, m in NON_FINITE_COMMANDS]
+)
+def test_a_non_finite_config_value_is_refused_when_read(tmp_path, capsys, case, command):
+    """Found by the fifteenth round: `"layer_norm_eps": NaN` in config.json was accepted;
+    profile wrote a profile holding NaN and the run diverged at step 1 with advice to lower
+    --lr. Any non-finite number in the config, nested too, is refused when it is read: one
+    line naming config.json and the key."""
+    text, fragment = NON_FINITE_CONFIGS[case]
+    model = tmp_path / "in" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(text)
+    image = json.loads(text)["model_type"] == "vit"
+    if command == "run":
+        argv = shlex.split(PREPARE.format(model=model, data="digits" if image else "synth-text"))
+        argv += ["--init", "random", "--runs-dir", str(tmp_path / "runs")]
+    else:
+        argv = ["profile", str(model), "--out", str(tmp_path / "p.json"), "--repeats", "1"]
+        argv += ["--micro-batch-sizes", "1", "--warmup", "0"]
+    where = f"{model / 'config.json'}: {fragment}; a config value is a finite number"
+    refused_quietly(argv, tmp_path / "in", capsys, where)
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
 
 
 def test_a_pickle_as_pytorch_model_bin_is_refused_unrun(tmp_path, capsys):

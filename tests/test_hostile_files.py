@@ -8,6 +8,7 @@ changed. Runs are `--prepare-only` unless the case needs a checkpoint (the share
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -464,3 +465,132 @@ def test_a_plan_whose_alpha_is_not_its_schedules_is_refused(alpha_plan, tmp_path
         assert cli.main(argv) == 0
     else:
         refused(argv, tmp_path, capsys, ("ap.json", fragment))
+
+
+# ----------------------------------------------------------------- 8. a full disk (round 15)
+# A file system cannot be filled from a test: each writer is made to fail the way it does on
+# a full disk (the real exception, the real message), after writing part of its file.
+
+NO_SPACE = os.strerror(errno.ENOSPC)
+
+
+def safetensors_full(tensors, filename, metadata=None):
+    """transformers' `safe_save_file` on a full disk: part of the file, then safetensors' own
+    error (tried on a 3 MiB tmpfs)."""
+    from safetensors import SafetensorError
+
+    Path(filename).write_bytes(b"\0" * 4096)
+    raise SafetensorError(f"Error while serializing: I/O error: {NO_SPACE} (os error 28)")
+
+
+def config_full(self, path, use_diff=True):
+    """transformers' config writer on a full disk: an OSError from its open file."""
+    Path(path).write_text("{")
+    raise OSError(errno.ENOSPC, NO_SPACE)
+
+
+def ctrl_c(tensors, filename, metadata=None):
+    Path(filename).write_bytes(b"\0" * 4096)
+    raise KeyboardInterrupt
+
+
+FULL_DISK = {"weights": safetensors_full, "config": config_full, "ctrl-c": ctrl_c}
+
+
+def fail_writing(monkeypatch, how: str) -> None:
+    """Make transformers' save_pretrained fail as `how` (a key of FULL_DISK) says."""
+    import transformers
+    import transformers.modeling_utils
+
+    if how == "config":
+        monkeypatch.setattr(transformers.PretrainedConfig, "to_json_file", config_full)
+    else:
+        monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", FULL_DISK[how])
+
+
+def entries(root: Path) -> list[str]:
+    """Every path under `root`, dot-files included: what a failed write must not add to."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("how", FULL_DISK)
+def test_an_export_that_cannot_be_written_leaves_nothing(tmp_path, monkeypatch, how):
+    """Found by the fifteenth round: `export RUN --out DIR` on a full disk was a 38-line
+    SafetensorError traceback, and `.tmp-DIR-PID/` stayed beside DIR (models.export caught
+    only OSError). Any failure, Ctrl-C too, removes the temporary and the folders made for
+    DIR; a failed write is one OutputError saying why."""
+    from pipeplan import models
+    from pipeplan.errors import OutputError
+
+    seq = models.build("bert-synth")
+    out = tmp_path / "new" / "deeper" / "model"
+    fail_writing(monkeypatch, how)
+    if how == "ctrl-c":
+        with pytest.raises(KeyboardInterrupt):
+            models.export(seq, out)
+    else:
+        with pytest.raises(OutputError) as err:
+            models.export(seq, out)
+        assert str(err.value) == f"{out}: write failed ({NO_SPACE})"
+    assert entries(tmp_path) == []
+
+
+def test_the_runs_model_on_a_full_disk_is_pipeplans_own_line(tmp_path, monkeypatch):
+    """Found by the fifteenth round: a full disk while `pipeplan run` saved model/ ended in
+    "training failed on rank 0: SafetensorError: Error while serializing: …" and left
+    `.tmp-model-PID/` in the run directory. The rank's line is now pipeplan's own, and the
+    run directory holds only what it held."""
+    from executor.faults import describe
+    from executor.task import save_model
+    from pipeplan import models
+    from pipeplan.errors import OutputError
+
+    seq = models.build("bert-synth")
+    (tmp_path / "run.json").write_text("{}")
+    fail_writing(monkeypatch, "weights")
+    with pytest.raises(OutputError) as err:
+        save_model(seq, tmp_path)
+    assert describe(err.value, "raised") == f"{tmp_path / 'model'}: write failed ({NO_SPACE})"
+    assert entries(tmp_path) == ["run.json"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_pipeplan_export_on_a_full_disk_is_one_line(finished_run, tmp_path, monkeypatch, capsys):
+    """Found by the fifteenth round (the command itself): exit 2, one line naming DIR and the
+    full disk, nothing left where DIR would have been."""
+    out = tmp_path / "out" / "e"
+    fail_writing(monkeypatch, "weights")
+    argv = ["export", str(finished_run), "--out", str(out)]
+    refused(argv, [finished_run, tmp_path], capsys, f"{out}: write failed ({NO_SPACE})")
+    assert entries(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "exc, reason",
+    [
+        (OSError(errno.ENOSPC, NO_SPACE), NO_SPACE),
+        (OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), os.strerror(errno.EDQUOT)),
+        ("safetensors", NO_SPACE),
+        (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576"), None),
+        (RuntimeError("a bug"), None),
+        (ValueError("a bug"), None),
+        (KeyboardInterrupt(), None),
+    ],
+)
+def test_what_a_failed_write_says(tmp_path, exc, reason):
+    """Found by the fifteenth round: writers caught OSError alone, but safetensors and
+    torch.save report a full disk as their own errors. `write_failure` words each (torch's,
+    with no errno, by the space left where it wrote); a bug or Ctrl-C is no failed write."""
+    from safetensors import SafetensorError
+
+    from pipeplan.fileio import write_failure
+
+    if exc == "safetensors":
+        exc = SafetensorError(f"Error while serializing: I/O error: {NO_SPACE} (os error 28)")
+    said = write_failure(exc, tmp_path)
+    if isinstance(exc, RuntimeError) and "inline_container" in str(exc):
+        # tmp_path's disk has room: torch's own words, not a guess at a full disk.
+        assert said is not None and said.startswith("torch's file writer failed: [enforce fail")
+    else:
+        assert said == reason

@@ -243,6 +243,25 @@ def test_a_failure_after_the_final_checkpoint_says_to_export_not_to_resume(finis
     )
 
 
+def test_a_failed_checkpoints_line_says_where_before_why(finished_run, tmp_path):
+    """Found by the fifteenth round: "…; the previous checkpoint is kept (at step 4); rank
+    logs in …" read as if step 4 were the checkpoint kept. The step the rank failed at comes
+    before the reason, and the reason names both checkpoints (executor.checkpoint.save)."""
+    from executor.launch import failure_line
+    from pipeplan.formats import RunConfig, load
+
+    run = copy_run(finished_run, tmp_path)
+    more = load(RunConfig, run / "run.json").model_copy(update={"epochs": 2})
+    why = (
+        f"{run}/checkpoints/step-4: cannot write checkpoint step-4 (No space left on device; "
+        "0 MiB free on its disk); the last checkpoint written, step-2, is kept"
+    )
+    assert failure_line(0, why, run, more) == (
+        f"training failed on rank 0 at step 2: {why}; rank logs in {run / 'logs'}; "
+        f"resume with: pipeplan run --resume {run}"
+    )
+
+
 # ----------------------------------------------------------------------------- eighth round
 # (run.json, fields, the value it is edited to, the value the checkpoint was trained with as
 # the one line shows it): every field but those --resume may change (nproc, epochs up only,

@@ -57,6 +57,40 @@ def test_a_runs_dir_linked_into_a_run_is_refused(tmp_path, capsys, target, given
     assert [list((run / folder).iterdir()) for folder in ("checkpoints", "logs")] == [[], []]
 
 
+@pytest.mark.parametrize("stop", ["full disk at run.json", "full disk after run.json", "ctrl-c"])
+def test_a_run_that_cannot_be_prepared_leaves_no_folder(tmp_path, monkeypatch, capsys, stop):
+    """Found by the fifteenth round (the class of its full-disk findings): `run` on a full
+    disk said so in one line but left RUNS/NAME/ with its .lock, or with run.json and no
+    profile, which refused the name thereafter ("holds run.json"). What the preparation
+    made goes, its lock is released, and the same command then prepares the run."""
+    import errno
+    import os
+
+    from pipeplan.errors import Interrupted
+
+    runs = tmp_path / "new" / "runs"
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--name", "p", "--prepare-only"]
+    argv += ["--runs-dir", str(runs)]
+    syncs, real_fsync = [], os.fsync
+
+    def stopped(fd: int) -> None:
+        syncs.append(fd)
+        if stop == "ctrl-c" and len(syncs) == 2:
+            raise Interrupted  # what the CLI's SIGINT handler raises
+        if len(syncs) == (1 if stop == "full disk at run.json" else 2):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", stopped)
+    assert cli.main(argv) == (130 if stop == "ctrl-c" else 2)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and ("No space left on device" in err[0] or stop == "ctrl-c")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert cli.main(argv) == 0
+    assert {"run.json", "profile.json", ".lock"} <= {p.name for p in (runs / "p").iterdir()}
+
+
 def test_a_run_named_by_a_link_into_a_run_is_refused(tmp_path, capsys):
     """The same hole by `--name`: RUNS/NAME, a link to RUN/checkpoints, is refused (it was
     already: a run directory is a plain folder in --runs-dir)."""

@@ -207,7 +207,8 @@ def no_rank_left(tmp_path: Path) -> bool:
     return rank_processes(tmp_path / "k") == {}
 
 
-LOGS = r" \(at step \d+\); rank logs in .*/k/logs"
+AT = r" at step \d+"  # where it failed, before why
+LOGS = r"; rank logs in .*/k/logs"
 
 
 @pytest.mark.multiprocess
@@ -217,7 +218,7 @@ def test_a_rank_that_raises_is_named_with_its_error(tmp_path):
     one_line(
         run,
         2,
-        r"pipeplan: error: training failed on rank 1: ValueError: sample \d+ is "
+        r"pipeplan: error: training failed on rank 1" + AT + r": ValueError: sample \d+ is "
         r"unreadable" + LOGS,
     )
     assert no_rank_left(tmp_path)
@@ -232,7 +233,7 @@ def test_a_rank_that_raises_is_named_with_its_error(tmp_path):
 def test_a_signalled_rank_is_named_not_the_rank_that_noticed(tmp_path, sig, what):
     run, rank1 = paused_run(tmp_path)
     os.kill(rank1, sig)
-    one_line(run, 2, f"pipeplan: error: training failed on rank 1: {what}" + LOGS)
+    one_line(run, 2, r"pipeplan: error: training failed on rank 1" + AT + f": {what}" + LOGS)
     assert no_rank_left(tmp_path)
 
 
@@ -246,7 +247,7 @@ def test_a_stopped_rank_ends_the_run_after_the_collective_timeout(tmp_path):
         one_line(
             run,
             2,
-            r"pipeplan: error: training failed on rank 1: no response within the "
+            r"pipeplan: error: training failed on rank 1" + AT + r": no response within the "
             r"collective timeout of 5 s \(stopped or hung\)" + LOGS,
         )
     finally:
@@ -416,3 +417,27 @@ def test_the_verdict_names_the_first_to_fail(failures, expected):
 )
 def test_a_rank_classifies_its_own_failure(exc, kind):
     assert faults.classify(exc) == kind
+
+
+def test_a_rank_whose_report_cannot_be_written_still_exits_leaving_no_partial_report(
+    tmp_path, monkeypatch
+):
+    """Found by the fifteenth round (the class of its full-disk findings): a rank failing on
+    a full disk wrote its error report to the same disk; the write raised inside the rank's
+    last handler, so the rank died in a second traceback before its exit code, and
+    `rank-R.error.json.tmp` stayed in logs/. The report is returned (the rank exits with
+    its code, which the launcher reports) and no partial report stays."""
+    import errno
+
+    error_file = tmp_path / "rank-0.error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    real_write = Path.write_text
+
+    def full_disk(self, data, *args, **kwargs):
+        real_write(self, data[:10])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    report = faults.write_report(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), rank=0)
+    assert (report.kind, faults.exit_code(report)) == ("raised", faults.EXIT_FAILED)
+    assert list(tmp_path.iterdir()) == []

@@ -264,6 +264,61 @@ def test_a_plot_set_that_cannot_be_finished_changes_no_plot(kind, tmp_path, monk
     assert {p.name: p.read_bytes() for p in plots.iterdir()} == before
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("stop", ["full disk", "ctrl-c"])
+@pytest.mark.parametrize("kind", ["report", "preview"])
+def test_a_plot_set_that_is_not_written_leaves_no_new_folder(
+    kind, stop, tmp_path, monkeypatch, capsys
+):
+    """Found by the fifteenth round: `report --plot DIR` and `preview --plot DIR` on a full
+    disk exited 2 with one correct line but left DIR, which they had created, empty. The
+    folders a failed set made go with it (Ctrl-C too); a folder that was there stays."""
+    import errno
+    import os
+
+    import cli
+
+    plots = tmp_path / "new" / "plots"
+    argv = plot_command(kind, tmp_path, plots)
+    before = sorted(tmp_path.rglob("*"))
+
+    from pipeplan.errors import Interrupted
+
+    def stopped(fd: int) -> None:
+        if stop == "ctrl-c":
+            raise Interrupted  # what the CLI's SIGINT handler raises
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", stopped)
+    capsys.readouterr()
+    assert cli.main(argv) == (130 if stop == "ctrl-c" else 2)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    if stop == "full disk":
+        assert err[0].startswith(f"pipeplan: error: {plots}/") and "No space left" in err[0]
+    else:
+        assert err == ["pipeplan: interrupted"]
+    assert sorted(tmp_path.rglob("*")) == before
+    (tmp_path / "new").mkdir()  # a folder that was there before the command stays
+    assert cli.main(argv) == (130 if stop == "ctrl-c" else 2)
+    assert sorted(tmp_path.rglob("*")) == sorted([*before, tmp_path / "new"])
+
+
+def test_a_single_plot_that_is_not_written_leaves_no_new_folder(tmp_path, monkeypatch):
+    """The same for one plot (`plot_timeline(..., "new/step.png")`): the folder made for it
+    goes when its write fails."""
+    import errno
+    import os
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OutputError, match="No space left on device"):
+        plot_timeline(gpipe(1, 1), tmp_path / "new" / "deeper" / "step.png")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_file_set_is_renamed_whole_under_ctrl_c(tmp_path, monkeypatch):
     """Ctrl-C between two renames of `write_files` is held until the set is in place, then
     acted on (KeyboardInterrupt here, where Python's own handler is installed)."""
