@@ -270,7 +270,7 @@ def test_long_one_sided_work_does_not_trip_the_collective_timeout(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("signum", [signal.SIGTERM])  # SIGHUP: the single-process test
 def test_sigterm_to_the_launcher_is_one_line_and_leaves_no_process(tmp_path, signum):
     """Found by the fifteenth round: SIGTERM to `run` said "pipeplan: error: training stopped
     by SIGTERM" with a user error's exit code 2, while `profile` died of it silently (143).
@@ -281,9 +281,10 @@ def test_sigterm_to_the_launcher_is_one_line_and_leaves_no_process(tmp_path, sig
     assert no_rank_left(tmp_path)
 
 
-def test_sigterm_to_a_single_process_command_is_one_line(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_to_a_single_process_command_is_one_line(tmp_path, signum):
     """The same for a command without ranks (a profile of 1000 repeats takes minutes): one
-    line, 143, and no profile written."""
+    line, 128 + the signal, and no profile written."""
     out = tmp_path / "p.json"
     argv = [*PIPEPLAN, "profile", "vit-digits", "--repeats", "1000", "--out", str(out)]
     profile = subprocess.Popen(
@@ -295,8 +296,8 @@ def test_sigterm_to_a_single_process_command_is_one_line(tmp_path):
         text=True,
     )
     time.sleep(4)  # importing torch, building the model: inside the work
-    profile.send_signal(signal.SIGTERM)
-    one_line(profile, 143, "pipeplan: stopped by SIGTERM")
+    profile.send_signal(signum)
+    one_line(profile, 128 + signum, f"pipeplan: stopped by {signal.Signals(signum).name}")
     assert not out.exists()
 
 
