@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+import pipeplan.startup  # noqa: F401  (first: its import ends a start interrupted by a signal)
 from pipeplan import log
 from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError, Stopped
 from pipeplan.formats import RunConfig

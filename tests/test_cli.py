@@ -686,6 +686,44 @@ def test_ctrl_c_while_profile_ranks_start_is_one_line(tmp_path):
     assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]
 
 
+@pytest.mark.parametrize(
+    ("signum", "line"),
+    [
+        (2, "pipeplan: interrupted"),
+        (15, "pipeplan: stopped by SIGTERM"),
+        (1, "pipeplan: stopped by SIGHUP"),
+    ],
+)
+@pytest.mark.parametrize("started_as", ["pipeplan", "cli.py"])
+def test_a_signal_while_the_command_still_imports_is_one_line(signum, line, started_as):
+    """Found by the sixteenth round: Ctrl-C 0.5–1.2 s after `pipeplan preview` started (its
+    imports, 2.6 s under load) printed a KeyboardInterrupt traceback from inside an import,
+    and SIGTERM or SIGHUP there ended it silently. The command's process takes them from
+    its first pipeplan import on: the signal comes while cli is still being imported."""
+    code = (
+        "import os, sys, time\n"
+        f"sys.argv[0] = {started_as!r}\n"
+        "import pipeplan.startup\n"
+        f"os.kill(os.getpid(), {signum})\n"
+        "time.sleep(30)\n"
+        "print('not ended')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (128 + signum, "", line + "\n")
+
+
+def test_importing_cli_elsewhere_leaves_the_signals_alone():
+    """A program or a test that imports cli keeps its own Ctrl-C: only the command's process
+    (`pipeplan`, `python -m cli`) ends at once."""
+    code = (
+        "import signal, cli; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.stdout == "True\n", done.stderr
+
+
 def test_ctrl_c_after_the_command_is_done_changes_nothing():
     """Left by the fourteenth round: Ctrl-C as export finished exited 130 with no
     `pipeplan: interrupted` (Python's default handler was back once the command returned,

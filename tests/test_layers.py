@@ -9,7 +9,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [  # bottom first
-    ("base", ["pipeplan", "pipeplan.errors", "pipeplan.fileio", "pipeplan.spawn", "pipeplan.log"]),
+    (
+        "base",
+        [
+            "pipeplan",
+            "pipeplan.errors",
+            "pipeplan.fileio",
+            "pipeplan.spawn",
+            "pipeplan.log",
+            "pipeplan.startup",
+        ],
+    ),
     ("formats", ["pipeplan.formats"]),
     (
         "planner",
