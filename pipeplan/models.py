@@ -685,6 +685,7 @@ def _check_config(config: Any, family: Family, family_name: str, name: str, task
             f"{name}: add_cross_attention is set; cross-attention is not supported"
         )
     _check_sizes(config, family, family_name, name)
+    _check_values(config, family, name, task)
     if family.kind != "image" and config.pad_token_id is not None:
         _check_pad_token(config, name)  # RoBERTa numbers positions from it
     if config.num_labels < 1:
@@ -740,6 +741,51 @@ def _check_sizes(config: Any, family: Family, family_name: str, name: str) -> No
             f"{name}: vocab_size is {vocab!r}; a vocabulary holds at least {low + 2} tokens "
             f"(ids 0..{low - 1} are reserved and one may be padding)"
         )
+
+
+def _check_values(config: Any, family: Family, name: str, task: str) -> None:
+    """The config's other numbers in their ranges and its labels one mapping: a negative or
+    zero norm epsilon, a dropout outside [0, 1), a negative initializer_range were accepted
+    (a dropout of 2.0 was then blamed on the weights); a problem_type other than the
+    single-label classification pipeplan trains, an architecture of another family, and
+    id2label / label2id that do not invert each other were kept as written.
+
+        _check_values(BertConfig(layer_norm_eps=0.0), FAMILIES["bert"], "m", "classification")
+        # InputFileError: m: layer_norm_eps is 0.0; a norm's epsilon is a number > 0
+    """
+
+    def refuse(why: str) -> None:
+        raise InputFileError(f"{name}: {why}")
+
+    for key, value in config.to_dict().items():
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if key.endswith(("_eps", "_epsilon")) and not (number and value > 0):
+            refuse(f"{key} is {value!r}; a norm's epsilon is a number > 0")
+        dropout = key.endswith(("dropout", "dropout_prob", "_pdrop"))
+        if dropout and value is not None and not (number and 0 <= value < 1):
+            refuse(f"{key} is {value!r}; a dropout probability is in [0, 1)")
+        if key == "initializer_range" and not (number and value >= 0):
+            refuse(f"{key} is {value!r}; a standard deviation is a number ≥ 0")
+    if task == "classification" and config.problem_type not in (
+        None,
+        "single_label_classification",
+    ):
+        refuse(
+            f"problem_type is {config.problem_type!r}; pipeplan trains single-label "
+            "classification (or a causal language model)"
+        )
+    prefix = family.config_class.removesuffix("Config")
+    other = [a for a in config.architectures or [] if not str(a).startswith(prefix)]
+    if other:
+        refuse(f"architectures names {other[0]!r}, not a {prefix} model")
+    ids = sorted(config.id2label)
+    if ids != list(range(len(ids))):
+        refuse(f"id2label has ids {ids[:5]}…; a classifier's ids are 0..{len(ids) - 1}")
+    label2id = getattr(config, "label2id", None) or {}
+    if label2id and {str(i): str(n) for n, i in label2id.items()} != {
+        str(i): str(n) for i, n in config.id2label.items()
+    }:
+        refuse("label2id is not the inverse of id2label")
 
 
 def _first_example_token(family_name: str) -> int:
