@@ -561,6 +561,10 @@ def _resolve(name_or_path: str) -> _Source:
             f"(supported: {', '.join(FAMILIES)})"
         )
     directory = path.parent
+    for name in WEIGHT_FILES:  # one that is there but no file was read as "no weights"
+        found = directory / name
+        if (found.exists() or found.is_symlink()) and not found.is_file():
+            raise InputFileError(f"{found}: not a regular file; the weights are a file")
     weights = next((f for f in WEIGHT_FILES if (directory / f).is_file()), None)
     return _Source(model_type, data, None, directory, weights)
 

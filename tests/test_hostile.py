@@ -1714,6 +1714,24 @@ def test_a_non_finite_config_value_is_refused_when_read(tmp_path, capsys, case, 
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("kind", ["a link to /dev/zero", "a directory"])
+def test_a_weight_file_that_is_no_file_is_named(tmp_path, capsys, kind):
+    """Found by the sixteenth round: model.safetensors as a link to /dev/zero, or a directory,
+    was reported as "no model.safetensors" (it is there: it is no file)."""
+    model = tmp_path / "in" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(VIT_CONFIG))
+    weights = model / "model.safetensors"
+    if kind == "a directory":
+        weights.mkdir()
+    else:
+        weights.symlink_to("/dev/zero")
+    argv = ["profile", str(model), "--out", str(tmp_path / "p.json"), "--repeats", "1"]
+    fragment = f"{weights}: not a regular file; the weights are a file"
+    refused_quietly(argv, tmp_path / "in", capsys, fragment)
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_a_pickle_as_pytorch_model_bin_is_refused_unrun(tmp_path, capsys):
     """torch's weights-only loader refuses a pickle of other objects (it is not run): that
     was a UserWarning line, then an UnpicklingError traceback."""
