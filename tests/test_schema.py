@@ -249,6 +249,21 @@ def test_a_control_character_in_a_name_is_refused_naming_the_field(char):
     assert len(str(exc.value).splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "char", ["\u061c", "\u200e", "\u200f", "\u202a", "\u202e", "\u2066", "\u2069", "\u200b",
+             "\u200d", "\u2060", "\ufeff"]
+)  # fmt: skip
+def test_a_bidi_or_zero_width_character_in_a_name_is_refused_naming_the_field(char):
+    """Found by the sixteenth round: a model.name ending in U+202E was kept in the plan and
+    printed the rest of its line reversed; a zero-width space hides in a name. Both print as
+    another name, so they are refused like control characters."""
+    doc = minimal_profile()
+    doc["layers"][1]["name"] = f"block{char}1"
+    with pytest.raises(InputFileError, match=rf"layers\.1\.name.*U\+{ord(char):04X}") as exc:
+        formats.parse(formats.Profile, json.dumps(doc), "p.json")
+    assert len(str(exc.value).splitlines()) == 1
+
+
 def test_names_of_any_script_are_still_names():
     """Only control characters are refused: accents, other scripts and spaces are names."""
     doc = minimal_profile()
