@@ -497,6 +497,7 @@ def scale_steps(run_dir: Path, factor: float) -> None:
         record = json.loads(line)
         if record["kind"] == "step":
             record["step_s"] *= factor
+            record["samples_per_s"] /= factor  # the same samples in the new time
         lines.append(json.dumps(record) + "\n")
     (run_dir / "run.jsonl").write_text("".join(lines))
 

@@ -97,7 +97,9 @@ def test_bad_profiles_give_one_line_naming_the_problem(text, fragment):
 
 def with_comm(**comm) -> str:
     """A profile with measured links (and `comm`'s fields on top)."""
-    fit = {"latency_s": 1e-5, "bandwidth_bytes_per_s": 1e9, "samples": []}
+    # A fit carries the (at least two) samples it was fitted from.
+    samples = [{"bytes": b, "time_s": 1e-5 + b / 1e9, "spread_s": 0.0} for b in (4096, 1 << 20)]
+    fit = {"latency_s": 1e-5, "bandwidth_bytes_per_s": 1e9, "samples": samples}
     data = minimal_profile()
     data["comm"] = {"backend": "gloo", "nproc": 2, "p2p": fit, "allreduce": fit, **comm}
     return json.dumps(data)
