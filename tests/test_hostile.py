@@ -191,7 +191,8 @@ def huge_time(lines):
 def zero_times(lines):
     for line in lines:
         if line["kind"] == "step":
-            line["step_s"] = 0.0
+            # A step of 0 s has a rate of 0, as the executor writes it (`executor.records`).
+            line["step_s"], line["samples_per_s"] = 0.0, 0.0
             for rank in line["ranks"]:
                 rank.update({k: 0.0 for k in rank if k.endswith("_s")})
     return lines
