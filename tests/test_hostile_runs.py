@@ -244,6 +244,20 @@ def test_resume_refuses_records_with_a_wrong_world(finished_run, tmp_path, capsy
     refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_resume_refuses_a_steps_rate_that_contradicts_its_time(finished_run, tmp_path, capsys):
+    """Found by the sixteenth round: samples_per_s 1e300 beside its step's time was read by
+    report and calibrate; --resume, which reads the same records, refuses it too (and a real
+    run's records, written by the executor, pass: the other resume tests)."""
+    run = copy_run(finished_run, tmp_path)
+    lines = _lines(run)
+    _step_rate_unlike_its_time(lines)
+    _rewrite(run, lines)
+    argv = ["run", "--resume", str(run), "--epochs", "2"]
+    refused(argv, tmp_path, capsys, ("run.jsonl", "samples_per_s 1e+300"))
+
+
 # ----------------------------------------------------------------------------- torn appends
 
 

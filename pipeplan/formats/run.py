@@ -701,10 +701,20 @@ def check_records(
             sequence.closes(record, current, at)
     if config is not None:
         check_against_config(records, config, where)
-    # After the phases' global batch is held to run.json's: a phase of another batch is named
-    # as that, not as each of its steps' rates.
-    for step, phase, at in timed:
-        _check_rate(step, phase, at)
+        # After the phases' global batch is held to run.json's: a phase of another batch is
+        # named as that, not as each of its steps' rates. Without run.json (resume reads it
+        # later) the caller checks the rates after `check_against_config` (`check_rates`).
+        for step, phase, at in timed:
+            _check_rate(step, phase, at)
+
+
+def check_rates(records: list, where: str) -> None:
+    """Each step's samples_per_s is its phase's global batch over its step_s (`_check_rate`),
+    for records already read (and held to their run.json): `check_rates(records, "run.jsonl")`."""
+    phases = {r.phase: r for r in records if isinstance(r, PhaseRecord)}
+    for step in records:
+        if isinstance(step, StepRecord) and step.phase in phases:
+            _check_rate(step, phases[step.phase], where)
 
 
 class _Sequence:
