@@ -366,6 +366,10 @@ SIXTEENTH = {
         with_path(PROFILE, ("model", "input_shape"), [3, 32, 32]),
         ("'model'", "input_shape is [3, 32, 32]", "[seq_len]"),
     ),
+    "a sequence longer than the model's positions": (
+        with_path(PROFILE, ("model", "input_shape"), [100_000]),
+        ("'model'", "input_shape is [100000]", "positions"),
+    ),
     "config.vocab_size a string": (
         with_path(PROFILE, ("model", "config", "vocab_size"), "30522"),
         ("'model'", "config.vocab_size is '30522'", "integer"),
@@ -446,6 +450,21 @@ def test_what_the_sixteenth_rounds_rules_leave_alone_still_loads():
     assert ModelInfo.model_validate(gpt2).config["n_inner"] is None
     vit = {**gpt2, "name": "/models/vit", "family": "vit", "config": {"model_type": "vit"}}
     assert ModelInfo.model_validate({**vit, "input_shape": [3, 8, 8]}).input_shape == [3, 8, 8]
+
+
+def test_an_image_profiles_input_shape_is_its_configs():
+    """Found by the sixteenth round (the input shape of a text profile could be []): an image
+    model's shape is [num_channels, image_size, image_size] of its own config."""
+    from pipeplan.formats.base import parse
+    from pipeplan.formats.profile import Profile
+
+    vit = json.loads(shipped_profile("vit-digits", "cpu").read_text())
+    channels, size = vit["model"]["config"]["num_channels"], vit["model"]["config"]["image_size"]
+    assert parse(Profile, json.dumps(vit)).model.input_shape == [channels, size, size]
+    for shape in ([channels, size + 1, size + 1], [channels + 2, size, size], [size]):
+        doc = with_path(vit, ("model", "input_shape"), shape)
+        with pytest.raises(InputFileError, match=r"'model'.*input_shape is"):
+            parse(Profile, json.dumps(doc), "vit.json")
 
 
 def test_a_profiles_memory_too_small_to_share_names_the_profile_not_the_flag(tmp_path, capsys):

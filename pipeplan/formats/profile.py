@@ -71,7 +71,7 @@ class ModelInfo(Strict):
                 f"family is {self.family!r} but its config's model_type is {model_type!r}"
             )
         _check_config_sizes(self.config)
-        _check_input_shape(self.family, self.input_shape)
+        _check_input_shape(self.family, self.input_shape, self.config)
         why = preset_mismatch(self.name, self.family, self.config)
         if why:
             raise ValueError(f"name: {why}; a profile of another shape takes another name")
@@ -123,16 +123,31 @@ def _check_config_sizes(config: dict[str, Any]) -> None:
             raise ValueError(f"config.{key} is {value!r}, not an integer ≥ 1")
 
 
-def _check_input_shape(family: str, shape: list[int]) -> None:
-    """What the profiler writes (`models._input`): a text model's [seq_len], an image model's
-    [channels, size, size]. `_check_input_shape("bert", [])`: ValueError naming input_shape."""
+def _check_input_shape(family: str, shape: list[int], config: dict[str, Any]) -> None:
+    """What the profiler writes (`models._input`): a text model's [seq_len], at most its
+    max_position_embeddings; an image model's [num_channels, image_size, image_size] of its
+    config. `_check_input_shape("bert", [], config)`: ValueError naming input_shape."""
     if family in IMAGE_FAMILIES:
+        size = config.get("image_size")
+        expected = [config.get("num_channels"), size, size]
         if len(shape) != 3 or shape[1] != shape[2]:
             raise ValueError(
                 f"input_shape is {shape} but a {family} model takes [channels, size, size]"
             )
-    elif len(shape) != 1:
+        if None not in expected and shape != expected:
+            raise ValueError(
+                f"input_shape is {shape} but its config's num_channels and image_size give "
+                f"{expected}"
+            )
+        return
+    if len(shape) != 1:
         raise ValueError(f"input_shape is {shape} but a {family} model takes [seq_len]")
+    longest = config.get("max_position_embeddings", config.get("n_positions"))
+    if type(longest) is int and shape[0] > longest:
+        raise ValueError(
+            f"input_shape is {shape} but the model has {longest} positions "
+            "(max_position_embeddings)"
+        )
 
 
 class DeviceInfo(Strict):
