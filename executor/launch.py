@@ -117,7 +117,12 @@ from pipeplan.formats import (
     read_records,
 )
 from pipeplan.formats.base import flag_of
-from pipeplan.formats.run import check_against_config, check_priced_profiles, check_run_name
+from pipeplan.formats.run import (
+    check_against_config,
+    check_priced_profiles,
+    check_rates,
+    check_run_name,
+)
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build
 from pipeplan.report import make_report
@@ -897,6 +902,7 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         # The records' world against the run.json they were written under, once run.json
         # passed as a fresh run's options (a hand-edited nproc is refused by its limit first).
         check_against_config(records, saved, str(path / "run.jsonl"))
+        check_rates(records, str(path / "run.jsonl"))  # after: another batch is named as that
         check_manifest_records(manifest, records, path, cfg)
         check_unfinished(manifest, cfg, path, local)
     return records

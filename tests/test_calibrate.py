@@ -179,6 +179,8 @@ def write_run(
             factor = float(rng.normal(1.0, step_jitter)) if step_jitter else 1.0
             if sigma:
                 factor *= float(rng.lognormal(0.0, sigma))
+            # samples_per_s is of the step's own time, as the executor writes it (the format
+            # holds them to each other since the sixteenth round).
             lines.append(
                 StepRecord(
                     step=step,
@@ -186,7 +188,7 @@ def write_run(
                     phase=index,
                     step_s=step_s * factor,
                     loss=1.0,
-                    samples_per_s=64 / step_s,
+                    samples_per_s=64 / (step_s * factor),
                     cache_hits=64 if phase.cached else 0,
                     ranks=noisy(ranks, rng, sigma),
                 )
@@ -495,6 +497,7 @@ def scale_steps(run_dir: Path, factor: float) -> None:
         record = json.loads(line)
         if record["kind"] == "step":
             record["step_s"] *= factor
+            record["samples_per_s"] /= factor  # the same samples in the new time
         lines.append(json.dumps(record) + "\n")
     (run_dir / "run.jsonl").write_text("".join(lines))
 

@@ -575,6 +575,21 @@ def test_a_value_with_a_control_character_is_refused_by_its_flag(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("char", ["\u202e", "\u200b", "\u2066", "\ufeff"])
+def test_a_value_with_a_bidi_or_zero_width_character_is_refused_by_its_flag(
+    char, capsys, tmp_path, monkeypatch
+):
+    """Found by the sixteenth round: `plan --out $'o\\u202e.json'` wrote the file and printed
+    "wrote o\u202e.json" with the rest of the line reversed; `o\\u200b.json` looked like o.json.
+    Bidi controls and zero-width characters are refused as control characters are."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["plan", "--profile", PROFILE, "--out", f"o{char}.json"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("pipeplan: error: --out"), err
+    assert f"U+{ord(char):04X}" in err[0]
+    assert list(tmp_path.iterdir()) == []
+
+
 def _children(pid: int) -> list[int]:
     """The live processes whose parent is `pid` (from /proc: Linux)."""
     found = []

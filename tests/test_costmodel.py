@@ -14,6 +14,16 @@ from pipeplan.synthetic import SyntheticLayer, synthetic_profile
 GIB = 1 << 30
 
 
+def _fit(latency_s: float, bandwidth: float):
+    """`_fit(3e-5, 2e9)`: a link fit with the two samples a fit stands on, on its line."""
+    from pipeplan.formats import LinkFit, LinkSample
+
+    samples = [
+        LinkSample(bytes=b, time_s=latency_s + b / bandwidth, spread_s=0.0) for b in (4096, 1 << 20)
+    ]
+    return LinkFit(latency_s=latency_s, bandwidth_bytes_per_s=bandwidth, samples=samples)
+
+
 def small_profile(num_blocks: int = 4, micro_batches=(1, 2, 4, 8)):
     layers = [SyntheticLayer("embeddings", 1000, 1e-3, 2e-3, 400, 800.0, overhead_s=1e-4)]
     layers += [
@@ -209,7 +219,7 @@ def test_transitions_take_the_measured_then_the_calibrated_group_rebuild():
     """The group rebuild a transition adds is the calibration's, else the profile's measured
     one, else the 2 s default: the same move priced with 0.3 s and with 2.0 s differs by
     exactly 1.7 s, and a calibrated 0.05 s wins over a measured 0.3 s."""
-    from pipeplan.formats import CommProfile, LinkFit
+    from pipeplan.formats import CommProfile
 
     a = Layout(
         frozen_layers=0,
@@ -222,7 +232,7 @@ def test_transitions_take_the_measured_then_the_calibrated_group_rebuild():
     )
     b = a.model_copy(update={"boundaries": (0, 6), "rank_map": ((0,), (1,), (2,), (3,))})
     old = small_profile()
-    fit = LinkFit(latency_s=3e-5, bandwidth_bytes_per_s=2e9, samples=[])
+    fit = _fit(3e-5, 2e9)
     measured = old.model_copy(
         update={
             "comm": CommProfile(
@@ -247,10 +257,10 @@ def test_profile_and_model_layer_counts_must_agree():
 
 
 def test_cluster_defaults_to_the_measured_links():
-    from pipeplan.formats import CommProfile, LinkFit
+    from pipeplan.formats import CommProfile
 
     profile = small_profile()
-    fit = LinkFit(latency_s=3e-5, bandwidth_bytes_per_s=2e9, samples=[])
+    fit = _fit(3e-5, 2e9)
     profile.comm = CommProfile(backend="gloo", nproc=2, p2p=fit, allreduce=fit)
     built = cluster_from_flags(nodes=1, devices_per_node=2, device_memory="1GiB", profile=profile)
     assert built.intra_node.bandwidth_bytes_per_s == 2e9

@@ -351,6 +351,122 @@ def test_a_profile_whose_fields_contradict_its_config_or_each_other(tmp_path, ca
     refused(argv, tmp_path, capsys, ("profile.json", *fragments))
 
 
+# (document, what the message must name): the shipped bert-tiny profile with one hand edit the
+# sixteenth round made, each of which `plan` took (exit 0).
+SIXTEENTH = {
+    "settings.seed -5, which --seed refuses": (
+        with_path(PROFILE, ("settings", "seed"), -5),
+        ("'settings.seed'", "greater than or equal to 0"),
+    ),
+    "a BERT profile's input shape []": (
+        with_path(PROFILE, ("model", "input_shape"), []),
+        ("'model'", "input_shape is []", "[seq_len]"),
+    ),
+    "a BERT profile's input shape of an image": (
+        with_path(PROFILE, ("model", "input_shape"), [3, 32, 32]),
+        ("'model'", "input_shape is [3, 32, 32]", "[seq_len]"),
+    ),
+    "a sequence longer than the model's positions": (
+        with_path(PROFILE, ("model", "input_shape"), [100_000]),
+        ("'model'", "input_shape is [100000]", "positions"),
+    ),
+    "config.vocab_size a string": (
+        with_path(PROFILE, ("model", "config", "vocab_size"), "30522"),
+        ("'model'", "config.vocab_size is '30522'", "integer"),
+    ),
+    "config.vocab_size a float": (
+        with_path(PROFILE, ("model", "config", "vocab_size"), 30522.0),
+        ("'model'", "config.vocab_size is 30522.0", "integer"),
+    ),
+    "config.hidden_size true": (
+        with_path(PROFILE, ("model", "config", "hidden_size"), True),
+        ("'model'", "config.hidden_size is True", "integer"),
+    ),
+    "config.num_labels 0": (
+        with_path(PROFILE, ("model", "config", "num_labels"), 0),
+        ("'model'", "config.num_labels is 0"),
+    ),
+    "a bidi override in model.name": (
+        with_path(PROFILE, ("model", "name"), "bert-tiny\u202e"),
+        ("'model.name'", "U+202E"),
+    ),
+    "a zero-width space in a layer name": (
+        with_path(PROFILE, ("layers", 1, "name"), "block\u200b0"),
+        ("'layers.1.name'", "U+200B"),
+    ),
+    "an empty layer name": (
+        with_path(PROFILE, ("layers", 1, "name"), ""),
+        ("layers.1.name is empty",),
+    ),
+    "two layers of one name": (
+        with_path(PROFILE, ("layers", 2, "name"), PROFILE["layers"][1]["name"]),
+        ("layers.2.name", "the name of an earlier layer"),
+    ),
+    "a subnormal forward time": (
+        with_path(PROFILE, ("layers", 1, "timings", 0, "fwd_s"), 5e-324),
+        ("'layers.1.timings.0.fwd_s'", "subnormal"),
+    ),
+    "a subnormal link latency": (
+        with_path(PROFILE, ("comm", "p2p", "latency_s"), 5e-324),
+        ("'comm.p2p.latency_s'", "subnormal"),
+    ),
+    "a fitted link without its samples": (
+        with_path(PROFILE, ("comm", "p2p", "samples"), []),
+        ("'comm.p2p.samples'", "at least 2"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SIXTEENTH)
+def test_a_hand_edited_profile_is_held_to_what_the_profiler_writes(tmp_path, capsys, case):
+    """Found by the sixteenth round: `plan --profile X.json` took each of these edits with exit
+    0 (a seed --seed refuses, a text model without a sequence length, a vocabulary of
+    "30522", a bidi override kept in the plan, layers named "" or twice, a fwd_s of 5e-324,
+    a fitted bandwidth with no samples behind it)."""
+    doc, fragments = SIXTEENTH[case]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(doc))
+    argv = ["plan", "--profile", str(path), "--out", str(tmp_path / "o.json")]
+    refused(argv, tmp_path, capsys, ("profile.json", *fragments))
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_what_the_sixteenth_rounds_rules_leave_alone_still_loads():
+    """The rules hold sizes, shapes and times, nothing else: gpt2's null n_inner (4 × n_embd),
+    a time of exactly 0 and an image model's [channels, size, size] still load."""
+    from pipeplan.formats.base import parse
+    from pipeplan.formats.profile import ModelInfo, Profile
+
+    zero = with_path(PROFILE, ("layers", 1, "timings", 0, "fwd_spread_s"), 0.0)
+    assert parse(Profile, json.dumps(zero)).layers[1].timings[0].fwd_spread_s == 0.0
+    gpt2 = {
+        "name": "/models/gpt2",
+        "family": "gpt2",
+        "config": {"model_type": "gpt2", "n_inner": None, "n_embd": 64},
+        "input_shape": [16],
+        "input_dtype": "int64",
+        "num_labels": 2,
+    }
+    assert ModelInfo.model_validate(gpt2).config["n_inner"] is None
+    vit = {**gpt2, "name": "/models/vit", "family": "vit", "config": {"model_type": "vit"}}
+    assert ModelInfo.model_validate({**vit, "input_shape": [3, 8, 8]}).input_shape == [3, 8, 8]
+
+
+def test_an_image_profiles_input_shape_is_its_configs():
+    """Found by the sixteenth round (the input shape of a text profile could be []): an image
+    model's shape is [num_channels, image_size, image_size] of its own config."""
+    from pipeplan.formats.base import parse
+    from pipeplan.formats.profile import Profile
+
+    vit = json.loads(shipped_profile("vit-digits", "cpu").read_text())
+    channels, size = vit["model"]["config"]["num_channels"], vit["model"]["config"]["image_size"]
+    assert parse(Profile, json.dumps(vit)).model.input_shape == [channels, size, size]
+    for shape in ([channels, size + 1, size + 1], [channels + 2, size, size], [size]):
+        doc = with_path(vit, ("model", "input_shape"), shape)
+        with pytest.raises(InputFileError, match=r"'model'.*input_shape is"):
+            parse(Profile, json.dumps(doc), "vit.json")
+
+
 def test_a_profiles_memory_too_small_to_share_names_the_profile_not_the_flag(tmp_path, capsys):
     """Found by the fifteenth round: a profile's memory of 0 gave `--device-memory must be
     positive (got 'None')`, a flag never given. The schema now refuses 0; 1 byte shared by 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 from pathlib import Path
 
@@ -241,6 +242,20 @@ def test_resume_refuses_records_with_a_wrong_world(finished_run, tmp_path, capsy
         _rewrite(run, lines)
         fragment = "step 1 lists ranks"
     refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_resume_refuses_a_steps_rate_that_contradicts_its_time(finished_run, tmp_path, capsys):
+    """Found by the sixteenth round: samples_per_s 1e300 beside its step's time was read by
+    report and calibrate; --resume, which reads the same records, refuses it too (and a real
+    run's records, written by the executor, pass: the other resume tests)."""
+    run = copy_run(finished_run, tmp_path)
+    lines = _lines(run)
+    _step_rate_unlike_its_time(lines)
+    _rewrite(run, lines)
+    argv = ["run", "--resume", str(run), "--epochs", "2"]
+    refused(argv, tmp_path, capsys, ("run.jsonl", "samples_per_s 1e+300"))
 
 
 # ----------------------------------------------------------------------------- torn appends
@@ -537,6 +552,30 @@ def test_records_that_contradict_their_phase_are_refused(tmp_path, capsys, comma
     priced over steps that never ran, an epoch's throughput over steps it did not have."""
     run, argv = _readable(tmp_path, command)
     refused(argv, tmp_path, capsys, _damaged(run, damage))
+
+
+def _step_rate_unlike_its_time(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "step")
+    lines[i]["samples_per_s"] = 1e300
+    return i, f"step {lines[i]['step']}: samples_per_s 1e+300, but"
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_a_steps_rate_that_contradicts_its_time_is_refused(tmp_path, capsys, command):
+    """Found by the sixteenth round: a step's samples_per_s of 1e300 beside a step_s of 0.66 s
+    of 64 samples (about 97) was reported and calibrated from with exit 0."""
+    run, argv = _readable(tmp_path, command)
+    refused(argv, tmp_path, capsys, _damaged(run, _step_rate_unlike_its_time))
+
+
+def test_a_steps_rate_rounded_as_the_executor_writes_it_is_read(tmp_path):
+    """The check allows the quotient's float rounding: global_batch / step_s, one ulp off."""
+    run, argv = _readable(tmp_path, "report")
+    lines = _lines(run)
+    i = _last(lines, "step")
+    lines[i]["samples_per_s"] = math.nextafter(lines[i]["samples_per_s"], math.inf)
+    _rewrite(run, lines)
+    assert cli.main(argv) == 0
 
 
 @pytest.mark.multiprocess

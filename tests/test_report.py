@@ -78,8 +78,16 @@ def rank(rank: int, stage: int | None, replica: int | None, **times: float) -> R
 
 
 def step(
-    number: int, epoch: int, phase: int, step_s: float, ranks: list[RankTimes], cache_hits: int = 0
+    number: int,
+    epoch: int,
+    phase: int,
+    step_s: float,
+    ranks: list[RankTimes],
+    cache_hits: int = 0,
+    global_batch: int = GLOBAL_BATCH,
 ):
+    """A step record of `global_batch` samples; samples_per_s follows from step_s, as the
+    executor writes it (and the format holds it to)."""
     return StepRecord(
         cache_hits=cache_hits,
         step=number,
@@ -87,7 +95,7 @@ def step(
         phase=phase,
         step_s=step_s,
         loss=1.0,
-        samples_per_s=64 / step_s,
+        samples_per_s=global_batch / step_s,
         ranks=ranks,
     )
 
@@ -189,7 +197,8 @@ def static_records(
     )
     records: list = [phase]
     for n in range(steps):
-        records.append(step(n, 0, 0, 0.6, [rank(0, 0, 0), rank(1, 1, 0)]))
+        ranks = [rank(0, 0, 0), rank(1, 1, 0)]
+        records.append(step(n, 0, 0, 0.6, ranks, global_batch=global_batch))
     records.append(epoch(0, 0, epoch_s=6.0, accuracy=0.7, steps=steps))
     return records
 
@@ -263,7 +272,7 @@ def test_steps_that_fill_the_cache_are_not_steady(tmp_path):
     filling = [r for r in records if isinstance(r, StepRecord) and r.phase == 1][:2]
     for r in filling:
         r.cache_hits = 63  # one sample short of the global batch: the prefix still ran
-        r.step_s = 1.0
+        r.step_s, r.samples_per_s = 1.0, GLOBAL_BATCH / 1.0
     phase = make_report(write_run(tmp_path / "filling", records)).phases[1]
     assert (phase.steps, phase.cache_filling_steps, phase.measured_steps) == (3, 2, 1)
     # The one settled step is fewer than the warm-up: kept, as in summary.json, rather than

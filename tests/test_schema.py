@@ -97,7 +97,9 @@ def test_bad_profiles_give_one_line_naming_the_problem(text, fragment):
 
 def with_comm(**comm) -> str:
     """A profile with measured links (and `comm`'s fields on top)."""
-    fit = {"latency_s": 1e-5, "bandwidth_bytes_per_s": 1e9, "samples": []}
+    # A fit carries the (at least two) samples it was fitted from.
+    samples = [{"bytes": b, "time_s": 1e-5 + b / 1e9, "spread_s": 0.0} for b in (4096, 1 << 20)]
+    fit = {"latency_s": 1e-5, "bandwidth_bytes_per_s": 1e9, "samples": samples}
     data = minimal_profile()
     data["comm"] = {"backend": "gloo", "nproc": 2, "p2p": fit, "allreduce": fit, **comm}
     return json.dumps(data)
@@ -245,6 +247,21 @@ def test_a_control_character_in_a_name_is_refused_naming_the_field(char):
     doc = minimal_profile()
     doc["layers"][1]["name"] = f"block{char}pipeplan: error: fake"
     with pytest.raises(InputFileError, match=r"layers\.1\.name.*control character") as exc:
+        formats.parse(formats.Profile, json.dumps(doc), "p.json")
+    assert len(str(exc.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "char", ["\u061c", "\u200e", "\u200f", "\u202a", "\u202e", "\u2066", "\u2069", "\u200b",
+             "\u200d", "\u2060", "\ufeff"]
+)  # fmt: skip
+def test_a_bidi_or_zero_width_character_in_a_name_is_refused_naming_the_field(char):
+    """Found by the sixteenth round: a model.name ending in U+202E was kept in the plan and
+    printed the rest of its line reversed; a zero-width space hides in a name. Both print as
+    another name, so they are refused like control characters."""
+    doc = minimal_profile()
+    doc["layers"][1]["name"] = f"block{char}1"
+    with pytest.raises(InputFileError, match=rf"layers\.1\.name.*U\+{ord(char):04X}") as exc:
         formats.parse(formats.Profile, json.dumps(doc), "p.json")
     assert len(str(exc.value).splitlines()) == 1
 

@@ -15,6 +15,8 @@ import json
 import math
 import re
 import stat
+import sys
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,8 +50,19 @@ MAX_SEED = (1 << 32) - 1  # numpy's generators take 0..2**32-1; torch's take mor
 Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
 PosBytes = Annotated[int, Field(ge=1, le=MAX_BYTES)]
 FloatBytes = Annotated[float, Field(ge=0.0, le=MAX_BYTES)]
-Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS)]
-Latency = Annotated[float, Field(ge=0.0, le=MAX_LATENCY_S)]
+
+
+def not_subnormal(value: float) -> float:
+    """`not_subnormal(0.25)` → 0.25; ValueError for a subnormal (`5e-324`): no clock reads it,
+    and dividing by it overflows a ratio or a fit. Zero is a time (nothing happened)."""
+    if 0.0 < value < sys.float_info.min:
+        raise ValueError(f"{value!r} s is a subnormal number, not a measured time")
+    return value
+
+
+# Every time a file holds (profiles, run records, plans): 0, or a normal float up to the bound.
+Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS), AfterValidator(not_subnormal)]
+Latency = Annotated[float, Field(ge=0.0, le=MAX_LATENCY_S), AfterValidator(not_subnormal)]
 Bandwidth = Annotated[float, Field(ge=MIN_BANDWIDTH, le=MAX_BANDWIDTH)]
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 Scale = Annotated[float, Field(ge=1e-6, le=1e6)]
@@ -59,13 +72,23 @@ Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 # What no printed string may hold: C0/C1 controls (Unicode category Cc: line feed, carriage
 # return, escape, NEL) and the line and paragraph separators. A name from a file is printed in
 # titles and errors; a line break in it forges a line ("pipeplan: error: fake") of its own.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Also the bidi controls (U+061C, U+200E/F, U+202A-E, U+2066-9) and the zero-width characters
+# (U+200B-D, U+2060, U+FEFF): a name or path holding them prints as another one ("o\u202e.json"
+# shows its tail reversed, "o\u200b.json" looks like o.json).
+_CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]"
+)
 
 
 def printable(text: str) -> str:
     """`printable("bert-tiny")` → "bert-tiny"; ValueError naming the first control character
     (`printable("a\\nb")`: "holds the control character U+000A ...")."""
     found = _CONTROL.search(text)
+    if found and unicodedata.category(found.group()) == "Cf":
+        raise ValueError(
+            f"holds the invisible bidi or zero-width character U+{ord(found.group()):04X}; "
+            "a name or path holding it prints as another one"
+        )
     if found:
         raise ValueError(
             f"holds the control character U+{ord(found.group()):04X}; names, paths and "

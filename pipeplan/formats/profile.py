@@ -22,13 +22,14 @@ from pipeplan.formats.base import (
     PosBytes,
     Scale,
     Seconds,
+    Seed,
     Strict,
     Text,
     Timestamp,
     dumps,
     read_input,
 )
-from pipeplan.formats.presets import BLOCKS_KEY, preset_mismatch
+from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
 
 # What a model is trained for: classes, or the next token (decoders). Defined once, here: the
 # profile records it, `pipeplan run --task` takes it, `pipeplan.models.build` builds it.
@@ -69,6 +70,8 @@ class ModelInfo(Strict):
             raise ValueError(
                 f"family is {self.family!r} but its config's model_type is {model_type!r}"
             )
+        _check_config_sizes(self.config)
+        _check_input_shape(self.family, self.input_shape, self.config)
         why = preset_mismatch(self.name, self.family, self.config)
         if why:
             raise ValueError(f"name: {why}; a profile of another shape takes another name")
@@ -78,6 +81,73 @@ class ModelInfo(Strict):
     def precision(self) -> Precision:
         """The `--precision` value this profile was measured with: `fp32` or `bf16`."""
         return next(k for k, v in PRECISION_DTYPE.items() if v == self.dtype)  # type: ignore[return-value]
+
+
+# The config keys that size a model: transformers' integers, never a string, float or bool
+# ("30522" or 30522.0 passed the format and priced a model of no known shape). n_inner may be
+# null (gpt2: 4 × n_embd).
+CONFIG_SIZE_KEYS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "max_position_embeddings", "n_embd", "n_head", "n_layer", "n_positions", "n_inner",
+    "image_size", "patch_size", "num_channels", "dim", "n_heads", "n_layers", "hidden_dim",
+    "embedding_size", "num_key_value_heads", "type_vocab_size",
+)  # fmt: skip
+NULLABLE_SIZE_KEYS = ("n_inner",)
+IMAGE_FAMILIES = ("vit", "deit")
+# With the integer keys the presets set (num_labels among them), in a fixed order; token ids
+# are not sizes (0 and null are ids).
+_SIZE_KEYS = tuple(
+    dict.fromkeys(
+        [*CONFIG_SIZE_KEYS]
+        + [
+            k
+            for p in PRESETS.values()
+            for k, v in p.config.items()
+            if type(v) is int and not k.endswith("_token_id")
+        ]
+    )
+)
+
+
+def _check_config_sizes(config: dict[str, Any]) -> None:
+    """`_check_config_sizes({"vocab_size": "30522"})`: ValueError naming config.vocab_size;
+    each size key present (those of the presets and `CONFIG_SIZE_KEYS`) is a JSON integer ≥ 1."""
+    for key in _SIZE_KEYS:
+        if key not in config:
+            continue
+        value = config[key]
+        if value is None and key in NULLABLE_SIZE_KEYS:
+            continue
+        # bool is an int in Python: true is not a size.
+        if type(value) is not int or value < 1:
+            raise ValueError(f"config.{key} is {value!r}, not an integer ≥ 1")
+
+
+def _check_input_shape(family: str, shape: list[int], config: dict[str, Any]) -> None:
+    """What the profiler writes (`models._input`): a text model's [seq_len], at most its
+    max_position_embeddings; an image model's [num_channels, image_size, image_size] of its
+    config. `_check_input_shape("bert", [], config)`: ValueError naming input_shape."""
+    if family in IMAGE_FAMILIES:
+        size = config.get("image_size")
+        expected = [config.get("num_channels"), size, size]
+        if len(shape) != 3 or shape[1] != shape[2]:
+            raise ValueError(
+                f"input_shape is {shape} but a {family} model takes [channels, size, size]"
+            )
+        if None not in expected and shape != expected:
+            raise ValueError(
+                f"input_shape is {shape} but its config's num_channels and image_size give "
+                f"{expected}"
+            )
+        return
+    if len(shape) != 1:
+        raise ValueError(f"input_shape is {shape} but a {family} model takes [seq_len]")
+    longest = config.get("max_position_embeddings", config.get("n_positions"))
+    if type(longest) is int and shape[0] > longest:
+        raise ValueError(
+            f"input_shape is {shape} but the model has {longest} positions "
+            "(max_position_embeddings)"
+        )
 
 
 class DeviceInfo(Strict):
@@ -187,13 +257,19 @@ class LinkSample(Strict):
     spread_s: Seconds
 
 
+MIN_LINK_SAMPLES = 2
+
+
 class LinkFit(Strict):
     """t = latency_s + bytes / bandwidth_bytes_per_s for point-to-point. For all-reduce the
     fit is in ring terms: t = 2(N-1)·latency_s + 2(N-1)/N · bytes / bandwidth_bytes_per_s."""
 
     latency_s: Latency
     bandwidth_bytes_per_s: Bandwidth
-    samples: list[LinkSample]
+    # A fit of two parameters (latency, bandwidth) stands on at least two message sizes.
+    samples: Annotated[list[LinkSample], Field(min_length=MIN_LINK_SAMPLES)] = Field(
+        description="The timings the line was fitted to, one per message size."
+    )
 
 
 # What a layout change costs besides moving bytes when nothing measured it (a profile from
@@ -288,7 +364,7 @@ class ProfileSettings(Strict):
     micro_batches: list[Count]
     warmup: NonNegInt
     repeats: Count
-    seed: int
+    seed: Seed  # the bounds of --seed, which it records
 
 
 class Profile(Strict):
@@ -322,6 +398,21 @@ class Profile(Strict):
                     f"layers.{layer.index}.kind is {layer.kind!r} but layer {layer.index} of "
                     f"{len(self.layers)} is the {kind} (embeddings first, head last)"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _layer_names_unique(self) -> Profile:
+        """Layer names are non-empty and unique: plans, reports and the freeze schedule name
+        layers by them, and an empty or repeated one names no layer or two."""
+        seen: set[str] = set()
+        for layer in self.layers:
+            if not layer.name.strip():
+                raise ValueError(f"layers.{layer.index}.name is empty")
+            if layer.name in seen:
+                raise ValueError(
+                    f"layers.{layer.index}.name {layer.name!r} is the name of an earlier layer"
+                )
+            seen.add(layer.name)
         return self
 
     @model_validator(mode="after")

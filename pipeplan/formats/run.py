@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from pathlib import Path
@@ -664,6 +665,7 @@ def check_records(
     last: dict[str, int] = {}
     current: PhaseRecord | None = None
     sequence = _Sequence()
+    timed: list[tuple[StepRecord, PhaseRecord, str]] = []  # rates, checked last
     for number, record in enumerate(records):
         at = f"{where}:{lines[number]}" if lines else where
         index = getattr(record, record.kind)
@@ -693,11 +695,26 @@ def check_records(
                     f"{current.phase} started before it: a step belongs to the latest phase"
                 )
             _check_ranks(record, phase, at)
+            timed.append((record, phase, at))
             sequence.steps_on(record, at)
         else:
             sequence.closes(record, current, at)
     if config is not None:
         check_against_config(records, config, where)
+        # After the phases' global batch is held to run.json's: a phase of another batch is
+        # named as that, not as each of its steps' rates. Without run.json (resume reads it
+        # later) the caller checks the rates after `check_against_config` (`check_rates`).
+        for step, phase, at in timed:
+            _check_rate(step, phase, at)
+
+
+def check_rates(records: list, where: str) -> None:
+    """Each step's samples_per_s is its phase's global batch over its step_s (`_check_rate`),
+    for records already read (and held to their run.json): `check_rates(records, "run.jsonl")`."""
+    phases = {r.phase: r for r in records if isinstance(r, PhaseRecord)}
+    for step in records:
+        if isinstance(step, StepRecord) and step.phase in phases:
+            _check_rate(step, phases[step.phase], where)
 
 
 class _Sequence:
@@ -822,6 +839,25 @@ def check_world(phases: list[PhaseRecord], config: RunConfig, where: str) -> Non
         raise InputFileError(
             f"{where}: the records ran on {worlds[-1]} ranks, but run.json says nproc "
             f"{config.nproc}"
+        )
+
+
+# How far a step's samples_per_s may be from global_batch / step_s, relatively: the executor
+# writes the quotient itself (`executor.records`), exact up to float rounding.
+RATE_TOLERANCE_REL = 1e-9
+
+
+def _check_rate(step: StepRecord, phase: PhaseRecord, where: str) -> None:
+    """samples_per_s is the phase's global batch over step_s (0 for a step of 0 s), as the
+    executor computes it: 1e300 beside a step of 0.66 s of 64 samples was reported and
+    calibrated from. `_check_rate(step, phase, "run.jsonl:3")`."""
+    batch = phase.layout.global_batch
+    expected = batch / step.step_s if step.step_s > 0 else 0.0
+    if not math.isclose(step.samples_per_s, expected, rel_tol=RATE_TOLERANCE_REL):
+        raise InputFileError(
+            f"{where}: step {step.step}: samples_per_s {step.samples_per_s!r}, but "
+            f"{batch} samples (phase {phase.phase}'s global batch) in step_s {step.step_s!r} "
+            f"is {expected:.6g}"
         )
 
 
