@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-import pipeplan.startup  # noqa: F401  (first: its import ends a start interrupted by a signal)
+from pipeplan.startup import stopped_by  # isort: skip  (first: ends a start interrupted by a signal)
 from pipeplan import log
 from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError, Stopped
 from pipeplan.formats import RunConfig
@@ -698,21 +698,12 @@ def _stop(signum: int, frame: object) -> None:
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def _on_ctrl_c(handler):
-    """Install `handler` for SIGINT, returning the previous one (None off the main thread,
-    where Python allows no handlers)."""
+def _install(handlers: dict) -> dict | None:
+    """Install {signal: handler}, returning the previous ones (None off the main thread, where
+    Python allows no handlers)."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.signal(signal.SIGINT, handler)
-
-
-def _on_stop(handlers: list | None) -> list | None:
-    """Install `handlers` (one, or one per signal) for STOP_SIGNALS, returning the previous
-    ones (None off the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    given = handlers if isinstance(handlers, list) else [handlers] * len(STOP_SIGNALS)
-    return [signal.signal(s, h) for s, h in zip(STOP_SIGNALS, given, strict=True)]
+    return {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -721,8 +712,7 @@ def main(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     given = sys.argv[1:] if argv is None else list(argv)
     args = _hoist_debug(given)
-    previous = _on_ctrl_c(_interrupt)
-    stop_handlers = _on_stop(_stop)
+    previous = _install({signal.SIGINT: _interrupt, **dict.fromkeys(STOP_SIGNALS, _stop)})
     try:
         _check_repeats(given)  # before hoisting, which folds `--debug --debug` into one
         _check_empty(args)
@@ -746,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
         print("pipeplan: interrupted", file=sys.stderr)
         return 130
     except Stopped as exc:
-        print(f"pipeplan: stopped by {signal.Signals(exc.signum).name}", file=sys.stderr)
+        print(f"pipeplan: {stopped_by(exc.signum)}", file=sys.stderr)
         return 128 + exc.signum
     except OSError as exc:  # what the file system refuses (a name too long, …) in one line
         if _debug["on"]:
@@ -755,12 +745,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pipeplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     finally:
+        if previous is not None:
+            _install(previous)
         if argv is None:  # the process's own run: a later Ctrl-C has nothing left to stop
-            _on_ctrl_c(signal.SIG_IGN)  # (it raised at exit, silently or with a traceback)
-        elif previous is not None:
-            _on_ctrl_c(previous)
-        if stop_handlers is not None:
-            _on_stop(stop_handlers)
+            _install({signal.SIGINT: signal.SIG_IGN})  # (it raised at exit, or a traceback)
 
 
 if __name__ == "__main__":

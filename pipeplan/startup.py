@@ -14,8 +14,13 @@ import sys
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def stopped_by(signum: int) -> str:
+    """`stopped_by(15)` → "stopped by SIGTERM": what pipeplan says of a signal that ends it."""
+    return f"stopped by {signal.Signals(signum).name}"
+
+
 def _end(signum: int, frame: object) -> None:
-    said = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    said = "interrupted" if signum == signal.SIGINT else stopped_by(signum)
     os.write(2, f"pipeplan: {said}\n".encode())
     os._exit(128 + signum)  # mid-import: nothing to unwind or flush
 
