@@ -463,6 +463,17 @@ class PartitionSpace:
             self._last[k] = np.minimum(fits, p.num_layers - (p.num_stages - 1 - k))
         return self._last[k]
 
+    def holds(self, boundaries: tuple[int, ...]) -> bool:
+        """Whether `boundaries` is a leaf of this tree (each stage's end among `ends`)."""
+        S = self.p.num_stages
+        if len(boundaries) != S + 1 or boundaries[0] != 0:
+            return False
+        return all(
+            0 <= boundaries[k] < self.p.num_layers
+            and boundaries[k + 1] in self.ends(k, boundaries[k])
+            for k in range(S)
+        )
+
     def ends(self, k: int, i: int) -> np.ndarray:
         p = self.p
         last = int(self.last_ends(k)[i])

@@ -356,7 +356,9 @@ def _choose(
         )
         return _phase_choice(model, shape, kept, 0.0, [], previous)
     try:
-        solution = solve_phase(model, shape.global_batch, frozen, cached, pins, 2, faster_than_s)
+        solution = solve_phase(
+            model, shape.global_batch, frozen, cached, pins, 2, faster_than_s, hint=previous
+        )
     except NothingFasterError:
         kept = None if previous is None else _with_freeze(previous, frozen, cached, model)
         if kept is None:

@@ -936,7 +936,9 @@ class PhaseSearch:
             rows[row, list(stages)] = True
         return np.unique(rows, axis=0).reshape(len(patterns), S)
 
-    def solve(self, runner_ups: int = 2, faster_than_s: float = math.inf) -> PhaseSolution:
+    def solve(
+        self, runner_ups: int = 2, faster_than_s: float = math.inf, hint: Layout | None = None
+    ) -> PhaseSolution:
         """Best-first branch and bound over (shape, schedule, partial partition): pop the
         smallest bound; a shape opens into its first stage's choices, a partial partition
         into the next stage's, a complete one is simulated. Children whose bound reaches the
@@ -946,7 +948,11 @@ class PhaseSearch:
 
         `faster_than_s`: only a layout faster than this matters to the caller (the plan's
         other option for the phase already costs that much), so bounds at or above it prune
-        too; `NothingFasterError` when no layout is faster."""
+        too; `NothingFasterError` when no layout is faster.
+
+        `hint`: a layout likely near the optimum (the previous phase's placement), simulated
+        first when the space holds it, so that the search prunes against it from the start;
+        the result is the same optimum, found with fewer nodes opened."""
         shapes = self.shapes()
         run = _Run(self, faster_than_s)
         candidates = [
@@ -956,6 +962,8 @@ class PhaseSearch:
         ]
         for bound, candidate in zip(self.shape_bounds(candidates), candidates, strict=True):
             run.push(float(bound), "shape", candidate)
+        if hint is not None:
+            run.seed(hint)
         run.search()
         if faster_than_s < math.inf and not (run.simulated and run.best_s < faster_than_s):
             raise NothingFasterError(faster_than_s)
@@ -1109,6 +1117,22 @@ class _Run:
             self.best_s,
             100 * (self.best_s / self.stopped_at - 1),
         )
+
+    def seed(self, hint: Layout) -> None:
+        """Simulate `hint`'s placement with this phase's freeze point, if the space holds it
+        (its shape a candidate, its schedule allowed, its partition a leaf of the shape's
+        tree): a layout outside the space must never become the answer."""
+        search = self.phase
+        shape = Shape(hint.num_stages, hint.replicas, hint.micro_batches, hint.micro_batch_size)
+        pinned = search.pins.boundaries
+        if (
+            shape not in search.shapes()
+            or hint.schedule not in search.schedules(shape.num_stages, shape.micro_batches)
+            or (pinned is not None and tuple(pinned) != hint.boundaries)
+            or not self.space(shape, hint.schedule).holds(hint.boundaries)
+        ):
+            return
+        self.simulate(shape, hint.schedule, hint.boundaries)
 
     def open_shape(self, shape: Shape, schedule: Schedule, bound: float = 0.0) -> None:
         search = self.phase
@@ -1318,6 +1342,7 @@ def solve_phase(
     pins: Pins | None = None,
     runner_ups: int = 2,
     faster_than_s: float = math.inf,
+    hint: Layout | None = None,
 ) -> PhaseSolution:
     """The best layout (and runner-ups) for one phase; see the module docstring. A long
     model's uncached phase whose frozen prefix fits no stage 0 is searched again with the
@@ -1325,18 +1350,19 @@ def solve_phase(
 
     `faster_than_s` (`PhaseSearch.solve`): NothingFasterError unless a layout is faster. A
     long model's uncached phase ignores it: whether to search forward-only stages depends
-    on whether anything fits at all, which a pruned search cannot tell."""
+    on whether anything fits at all, which a pruned search cannot tell. `hint`: see
+    `PhaseSearch.solve`."""
     retries = not cached and frozen_layers > 0 and model.num_layers > DENSE_MAX_LAYERS
     if retries:
         faster_than_s = math.inf
     try:
         search = PhaseSearch(model, global_batch, frozen_layers, cached, pins)
-        return search.solve(runner_ups, faster_than_s)
+        return search.solve(runner_ups, faster_than_s, hint)
     except DoesNotFitError:
         if not retries:
             raise
     search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, forward_only=True)
-    return search.solve(runner_ups)
+    return search.solve(runner_ups, hint=hint)
 
 
 # --------------------------------------------------------------------------- baselines

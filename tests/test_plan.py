@@ -314,12 +314,12 @@ def test_the_cached_option_prunes_the_uncached_search_without_changing_the_plan(
     kwargs["freeze"] = alpha_schedule(0.2, epochs, len(profile.layers) - 2)
     unpruned, refusals = [], []
 
-    def without_cutoff(model, batch, frozen=0, cached=False, pins=None, runner_ups=2, _=None):
-        return solve_phase(model, batch, frozen, cached, pins, runner_ups)
+    def without_cutoff(model, batch, frozen=0, cached=False, pins=None, runner_ups=2, *_, **__):
+        return solve_phase(model, batch, frozen, cached, pins, runner_ups)  # nor a hint
 
-    def counting(*args):
+    def counting(*args, **kwargs):
         try:
-            return solve_phase(*args)
+            return solve_phase(*args, **kwargs)
         except plan_module.NothingFasterError:
             refusals.append(args[2])
             raise
@@ -353,9 +353,9 @@ def test_a_cached_phase_is_searched_only_when_its_cache_can_hit(monkeypatch, epo
     kwargs = dict(global_batch=256, samples=50_000, epochs=5 * epochs_per_phase, freeze=freeze)
     searched = []
 
-    def recording(model, batch, frozen=0, cached=False, *args):
+    def recording(model, batch, frozen=0, cached=False, *args, **kwargs):
         searched.append(cached)
-        return solve_phase(model, batch, frozen, cached, *args)
+        return solve_phase(model, batch, frozen, cached, *args, **kwargs)
 
     monkeypatch.setattr(plan_module, "solve_phase", recording)
     plan = make_plan(profile, cluster, **kwargs)

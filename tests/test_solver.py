@@ -140,16 +140,11 @@ def test_pruning_never_changes_the_best_plan(seed):
     assert all(r.step_s >= solution.best.step_s for r in solution.runner_ups)
 
 
-def brute_force_best_step(
-    model: CostModel, global_batch: int, frozen: int, cached: bool = False
-) -> float:
-    """Independent of the solver: every S ≤ min(N, L), D = 1..⌊N/S⌋ dividing the batch, M
-    dividing B/D with m ≤ m_max, both schedules, every partition (the frozen prefix over
-    leading forward-only stages too); each layout evaluated by the cost model, kept when it
-    fits and passes Layout.check (which refuses 1F1B with M below the training stages and a
-    cached prefix outside stage 0)."""
+def every_layout(model: CostModel, global_batch: int, frozen: int, cached: bool = False):
+    """Every S ≤ min(N, L), D = 1..⌊N/S⌋ dividing the batch, M dividing B/D with m ≤ m_max,
+    both schedules, every partition (the frozen prefix over leading forward-only stages too),
+    unchecked."""
     N, L = model.cluster.num_devices, model.num_layers
-    best = np.inf
     for S in range(1, min(N, L) + 1):
         for D in range(1, N // S + 1):
             if global_batch % D:
@@ -165,7 +160,7 @@ def brute_force_best_step(
                     continue
                 for schedule in ("gpipe", "1f1b"):
                     for cuts in itertools.combinations(range(1, L), S - 1):
-                        candidate = Layout(
+                        yield Layout(
                             frozen_layers=frozen,
                             cached=cached and frozen > 0,
                             micro_batches=M,
@@ -174,13 +169,24 @@ def brute_force_best_step(
                             boundaries=(0, *cuts, L),
                             rank_map=ranks,
                         )
-                        try:
-                            candidate.check(L, N)
-                        except BadArgumentError:
-                            continue
-                        evaluation = model.evaluate(candidate)
-                        if evaluation.fits:
-                            best = min(best, evaluation.step_s)
+
+
+def brute_force_best_step(
+    model: CostModel, global_batch: int, frozen: int, cached: bool = False
+) -> float:
+    """Independent of the solver: `every_layout` evaluated by the cost model, kept when it
+    fits and passes Layout.check (which refuses 1F1B with M below the training stages and a
+    cached prefix outside stage 0)."""
+    N, L = model.cluster.num_devices, model.num_layers
+    best = np.inf
+    for candidate in every_layout(model, global_batch, frozen, cached):
+        try:
+            candidate.check(L, N)
+        except BadArgumentError:
+            continue
+        evaluation = model.evaluate(candidate)
+        if evaluation.fits:
+            best = min(best, evaluation.step_s)
     return best
 
 
@@ -353,6 +359,42 @@ def test_solver_equals_exhaustive_search(seed):
     solution.best.layout.check(model.num_layers, model.cluster.num_devices)
     expected = brute_force_best_step(model, batch, frozen, cached)
     assert solution.best.step_s == pytest.approx(expected, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), pick=st.integers(0, 10**6), earlier=st.integers(0, 10))
+def test_a_hint_changes_no_result(seed, pick, earlier):
+    """A plan hints each phase's search with the previous phase's placement (an earlier
+    freeze point, maybe cached). Whatever the hint (any shape, schedule and partition, one
+    the executor would refuse or that does not fit included), the search returns the
+    exhaustive optimum and a layout the executor runs."""
+    model, batch, frozen, cached = random_instance(seed)
+    hints = list(every_layout(model, batch, max(frozen - earlier, 0), not cached))
+    hint = hints[pick % len(hints)]
+    try:
+        solution = PhaseSearch(model, batch, frozen, cached).solve(hint=hint)
+    except PipeplanError:
+        assert brute_force_best_step(model, batch, frozen, cached) == np.inf
+        return
+    assert solution.proven and solution.best.fits
+    solution.best.layout.check(model.num_layers, model.cluster.num_devices)
+    expected = brute_force_best_step(model, batch, frozen, cached)
+    assert solution.best.step_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_hint_outside_the_pins_is_not_the_answer():
+    """The hint is simulated only when the space holds it: one stage is this phase's best,
+    but with two stages pinned it must not be returned (nor with other pinned boundaries)."""
+    rng = np.random.default_rng(3)
+    model = CostModel(random_profile(rng, 4), random_cluster(rng, 64 * GIB))
+    free = PhaseSearch(model, 12, 0, False).solve().best.layout
+    pins = Pins(num_stages=free.num_stages % 3 + 1)
+    pinned = PhaseSearch(model, 12, 0, False, pins).solve(hint=free).best.layout
+    assert pinned.num_stages == pins.num_stages != free.num_stages
+    L = model.num_layers
+    other = (0, 1, L) if free.boundaries != (0, 1, L) else (0, 2, L)
+    by_boundaries = PhaseSearch(model, 12, 0, False, Pins(boundaries=other)).solve(hint=free)
+    assert by_boundaries.best.layout.boundaries == other
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # a NaN from inf·0 was one (M = 1)
