@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from pipeplan.fileio import write_atomic
+from pipeplan.errors import OutputError
+from pipeplan.fileio import write_atomic, write_failure
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
@@ -157,8 +158,13 @@ class Recorder:
     def write(self, record: Record) -> None:
         if self._file is None:
             return
-        self._file.write(json.dumps(record.model_dump(mode="json")) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(record.model_dump(mode="json")) + "\n")
+            self._file.flush()
+        except OSError as exc:  # a full disk: the run stops naming the file, not just errno
+            raise OutputError(
+                f"{self.path}: write failed ({write_failure(exc, self.path)})"
+            ) from None
         if isinstance(record, StepRecord) and self.on_step is not None:
             self.on_step(record)
         self._remember(record)

@@ -2,10 +2,12 @@
 appends run.jsonl and feeds the progress bar; a resume cuts the records back to the
 checkpoint; other ranks write nothing."""
 
+import pytest
 from conftest import fake_pricing, make_layout
 
 from executor.parallel import StepTimes
 from executor.records import RANK_TIMES, Recorder, step_record, step_row
+from pipeplan.errors import OutputError
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
@@ -90,6 +92,16 @@ def test_a_resume_keeps_the_records_before_the_checkpoint_then_appends(tmp_path)
     resumed.close()
     kept = [(r.kind, getattr(r, r.kind)) for r in read_records(path)]
     assert kept == [("phase", 0), ("step", 0), ("step", 1), ("epoch", 0), ("step", 2), ("step", 3)]
+
+
+def test_a_full_disk_names_run_jsonl(tmp_path):
+    """Found by the sixteenth round: a full disk while appending a record stopped the run
+    with `[Errno 28] No space left on device`, naming no file."""
+    path = tmp_path / "run.jsonl"
+    path.symlink_to("/dev/full")  # every write: ENOSPC
+    recorder = Recorder(path, writes=True)
+    with pytest.raises(OutputError, match=r"run\.jsonl: write failed \(No space left on device\)"):
+        recorder.write(PHASE)
 
 
 def test_other_ranks_write_nothing(tmp_path):
