@@ -29,8 +29,16 @@ Writers never share a row: see `store` for why no lock is needed when several pr
 one cache. Caching is only sound when a sample's input is the same every epoch: with random
 data augmentation it is not, and `cache_allowed` says so.
 
+Every directory of a cache is private (`private_directory`: made 0700 by this user, never a
+link), and every file in it is opened without following links: /dev/shm is writable by every
+user of the host, and a link planted where a cache file goes would have a run overwrite the
+file it points to. The node's directory in /dev/shm gets a fresh, unpredictable name
+(`memory_dir_for`), which also records the process that made it, so that the cache of a run
+killed outright (SIGKILL, the OOM killer) is removed by the next run that starts
+(`remove_stale_caches`).
+
     cache = ActivationCache(60000, budget_bytes=1 << 30, spill_dir=run_dir / "cache",
-                            memory_dir=Path("/dev/shm/pipeplan-1a2b"), name="node0")
+                            memory_dir=memory_dir_for(run_dir / "cache", 1 << 30), name="node0")
     cache.create(3, sample_shape=(197, 192), dtype=torch.float32)   # one rank; others attach
     values, hit = cache.lookup(indices)
     cache.store(indices[~hit], computed, frozen_layers=3)
@@ -38,9 +46,15 @@ data augmentation it is not, and `cache_allowed` says so.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import math
 import os
+import re
+import secrets
+import shutil
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +62,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from pipeplan.errors import OutputError
 
 logger = logging.getLogger("pipeplan.cache")
 
@@ -70,35 +86,157 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def memory_dir_for(key: str, fallback: Path, need_bytes: int) -> Path:
-    """`memory_dir_for("pipeplan-1a2b-n0", run_dir / "cache", 1 << 30)` → where a node's
-    in-memory rows live: /dev/shm/{key} when /dev/shm exists and has `need_bytes` free (tmpfs:
-    host memory that several processes can map), else `fallback` (a file on the run directory's
-    disk, kept in memory by the page cache as far as the host allows)."""
-    shm = Path("/dev/shm")
+# Where a node's rows go when /dev/shm has room, and the names pipeplan gives its directories
+# there: `pipeplan-PID-START-TOKEN`, made by process PID (started START clock ticks after boot),
+# TOKEN random so that no one can know the name before it exists.
+SHM = Path("/dev/shm")
+_NODE_DIR = re.compile(r"pipeplan-(\d+)-(\d+)-[0-9a-f]{16}")
+
+
+def process_start(pid: int) -> int | None:
+    """`process_start(os.getpid())` → when process `pid` started, in clock ticks after boot
+    (field 22 of /proc/PID/stat), which tells it from a later process given the same pid; None
+    when there is no such process (or no /proc to ask)."""
     try:
-        stat = os.statvfs(shm)
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = text.rsplit(")", 1)[-1].split()  # the command's name, in (), may hold spaces
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def memory_dir_for(fallback: Path, need_bytes: int, root: Path = SHM) -> Path:
+    """`memory_dir_for(run_dir / "cache", 1 << 30)` → where a node's in-memory rows live, made
+    now by the node's lowest rank (its peers are told the path): a new private directory
+    `/dev/shm/pipeplan-PID-START-TOKEN` when /dev/shm exists and has `need_bytes` free (tmpfs:
+    host memory that several processes can map), else `fallback` (a file on the run directory's
+    disk, kept in memory by the page cache as far as the host allows). The name is this
+    process's (`remove_stale_caches` removes it once the process is gone) and random: nothing
+    can be planted in the directory before it exists, and as it is 0700 nothing after."""
+    try:
+        free = os.statvfs(root)
     except OSError:
         return fallback
-    if stat.f_bavail * stat.f_frsize < need_bytes:
+    if free.f_bavail * free.f_frsize < need_bytes:
         logger.info(
-            "/dev/shm has less than %d bytes free: cache rows under %s", need_bytes, fallback
+            "%s has less than %d bytes free: cache rows under %s", root, need_bytes, fallback
         )
         return fallback
-    return shm / key
+    pid = os.getpid()
+    path = root / f"pipeplan-{pid}-{process_start(pid) or 0}-{secrets.token_hex(8)}"
+    try:
+        os.mkdir(path, 0o700)  # fails if the name exists: then it is not ours
+    except OSError as exc:
+        logger.info("cannot make %s (%s): cache rows under %s", path, exc.strerror, fallback)
+        return fallback
+    return path
+
+
+def remove_stale_caches(root: Path = SHM) -> list[Path]:
+    """`remove_stale_caches()` → the node caches that runs of this user left in /dev/shm when
+    they were killed outright (SIGKILL, the OOM killer: nothing of theirs could clean up),
+    removed now: directories named by `memory_dir_for` whose maker, the process of that pid
+    started at that time, no longer exists. A live run's cache is never touched (its maker
+    exists, if only stopped), nor another user's, nor a link, nor another name (an older
+    pipeplan's `pipeplan-<12 hex digits>`). Without /proc nothing is provably gone: none."""
+    if process_start(os.getpid()) is None:
+        return []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        named = _NODE_DIR.fullmatch(entry.name)
+        try:
+            info = os.lstat(entry.path)
+        except OSError:
+            continue
+        if named is None or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue
+        if process_start(int(named[1])) == int(named[2]):
+            continue  # its run is alive
+        shutil.rmtree(entry.path, ignore_errors=True)  # never follows a link inside
+        logger.info("removed %s, the cache of a run that is gone (pid %s)", entry.path, named[1])
+        removed.append(Path(entry.path))
+    return removed
+
+
+def private_directory(path: Path) -> Path:
+    """`private_directory(run_dir / "cache" / "node0")` → `path`, a directory only this user
+    can write: made 0700 if it is missing (with missing parents, the same), else checked.
+    OutputError naming it when it is a link, not a directory, another user's, or writable by
+    others: a cache file made there could be a link someone else put in its place."""
+    if not os.path.lexists(path):
+        if not os.path.lexists(path.parent):
+            private_directory(path.parent)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass  # made meanwhile (another rank, or a link planted): checked below
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot make the cache's folder ({exc.strerror})") from None
+    why = _not_private(path)
+    if why is not None:
+        raise OutputError(
+            f"{path}: refused as the activation cache's folder: {why}; remove it (a run makes "
+            "it anew, mode 0700)"
+        )
+    return path
+
+
+def _not_private(path: Path) -> str | None:
+    """Why `path` is not a private directory (see `private_directory`), or None if it is."""
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "it is not a directory"
+    if info.st_uid != os.getuid():
+        return f"it belongs to another user (uid {info.st_uid})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"others may write in it (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+# Cache files are opened by name only in a private directory, and even there never through a
+# link (O_NOFOLLOW): a link is refused, not followed.
+_OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _create_file(path: Path, size: int) -> None:
-    """A sparse file of `size` bytes (replacing any stale leftover)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        f.truncate(size)
+    """A new sparse file of `size` bytes, mode 0600, in a private directory. A leftover of a
+    run that ended without removing it (killed) is unlinked first: a file, or a link, whose
+    target is untouched."""
+    private_directory(path.parent)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        fd = os.open(path, _OPEN | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot create a cache file ({exc.strerror or exc})") from None
 
 
 def _map(path: Path, rows: int, row_bytes: int) -> np.memmap | None:
     if rows == 0 or row_bytes == 0:
         return None  # numpy cannot map an empty file; nothing to store anyway
-    return np.memmap(path, dtype=np.uint8, mode="r+", shape=(rows, row_bytes))
+    try:
+        fd = os.open(path, _OPEN)
+    except OSError as exc:
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror or exc
+        raise OutputError(f"{path}: refused as a cache file ({why})") from None
+    with os.fdopen(fd, "r+b") as file:  # the mapping keeps a descriptor of its own
+        return np.memmap(file, dtype=np.uint8, mode="r+", shape=(rows, row_bytes))
 
 
 def _allocated(path: Path) -> int:
@@ -324,6 +462,33 @@ class ActivationCache:
     def attach(self, version: int, sample_shape: tuple[int, ...], dtype: torch.dtype) -> None:
         """Open version `version` that another process created (same shape and dtype)."""
         self._open(version, sample_shape, dtype, create=False)
+
+    def remove_leftovers(self) -> list[Path]:
+        """`cache.remove_leftovers()` → the files of this cache's name (`{name}-v{k}.rows`,
+        `.map`, `.spill`) that a run killed before it could close its cache left in its
+        directories (the spill files under the run directory), deleted now; a link among them
+        is unlinked, its target untouched. For the process that creates the versions, before
+        the first, while no other process uses the name (a run directory is one run's at a
+        time)."""
+        if self._current is not None or self.previous is not None:
+            raise ValueError("leftovers are removed before any version is open")
+        pattern = re.compile(rf"{re.escape(self.name)}-v\d+\.(rows|map|spill)")
+        removed = []
+        for directory in dict.fromkeys((self.memory_dir, self.spill_dir)):
+            if _not_private(directory) is not None:  # none yet, or refused when first used
+                continue
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
+            for entry in entries:
+                if pattern.fullmatch(entry.name) and not entry.is_dir(follow_symlinks=False):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                        removed.append(Path(entry.path))
+        if removed:
+            logger.info("removed %d cache files a killed run left: %s", len(removed), removed)
+        return removed
 
     def _check_indices(self, indices: torch.Tensor, *, unique: bool) -> torch.Tensor:
         idx = torch.as_tensor(indices)

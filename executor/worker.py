@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hashlib
 import logging
 import math
 import os
@@ -359,12 +358,7 @@ class Trainer:
         if not self.use_cache:
             return
         if self.node_cache is None:
-            # In host memory when /dev/shm has room for the budget (else under the run
-            # directory); the key tells runs apart, the node's lowest rank chooses.
-            digest = hashlib.sha1(str(self.run_dir.resolve()).encode()).hexdigest()[:12]
-            fallback = self.run_dir / "cache"
-            mine = memory_dir_for(f"pipeplan-{digest}", fallback, self.cfg.cache_budget_bytes)
-            self.node_cache = node_peers(self.rank, self.world, mine)
+            self.node_cache = self.node_memory()
         peers, node, memory_dir = self.node_cache
         leader = self.rank == peers[0]
         stage0 = [row[0] for row in layout.rank_map] if layout.cached else []
@@ -386,6 +380,8 @@ class Trainer:
                 memory_dir=memory_dir,
                 name=f"node{node}",
             )
+            if leader:  # files a killed run left under the run directory go first
+                self.cache.remove_leftovers()
         start = self.cache.frozen_layers
         grows = start < layout.frozen_layers
         if grows and leader:
@@ -403,6 +399,18 @@ class Trainer:
             self.cache.advance_rows(newly_frozen, sharing.index(self.rank), len(sharing))
         one_sided_done()  # every share is advanced before the old version is deleted
         self.cache.drop_previous()
+
+    def node_memory(self) -> tuple[list[int], int, Path]:
+        """Collective, once: (this node's ranks, its index, the directory of its cache's
+        in-memory rows). The node's lowest rank makes that directory, a new one with a random
+        name in /dev/shm when it has room for the budget, else it is under the run directory
+        (`memory_dir_for`), and its peers learn the path: a name they could compute, others
+        could too, and plant links there before the run."""
+        peers, _, _ = node_peers(self.rank, self.world, None)
+        mine = None
+        if self.rank == peers[0]:
+            mine = memory_dir_for(self.run_dir / "cache", self.cfg.cache_budget_bytes)
+        return node_peers(self.rank, self.world, mine)
 
     # ----------------------------------------------------------------- steps
 

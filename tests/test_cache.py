@@ -3,7 +3,8 @@ sharing one cache between processes, release."""
 
 import json
 import os
-from pathlib import Path
+import stat
+import subprocess
 
 import pytest
 import torch
@@ -341,14 +342,85 @@ def test_rows_stored_by_other_processes_are_hits(tmp_path):
 
 def test_memory_dir_prefers_dev_shm_when_it_has_room(tmp_path):
     fallback = tmp_path / "cache"
-    assert memory_dir_for("k", fallback, 1 << 60) == fallback  # no host has an exabyte free
-    try:
-        stat = os.statvfs("/dev/shm")
-        free = stat.f_bavail * stat.f_frsize
-    except OSError:
-        free = 0
-    expected = Path("/dev/shm/k") if free >= 1 else fallback
-    assert memory_dir_for("k", fallback, 1) == expected
+    assert memory_dir_for(fallback, 1 << 60) == fallback  # no host has an exabyte free
+    assert memory_dir_for(fallback, 1, root=tmp_path / "no-shm") == fallback
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    made = memory_dir_for(fallback, 1, root=shm)
+    assert made.parent == shm and made.name.startswith(f"pipeplan-{os.getpid()}-")
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+
+
+def gone_process() -> tuple[int, int]:
+    """(pid, start time) of a process that has ended."""
+    from executor.cache import process_start
+
+    child = subprocess.Popen(["sleep", "30"])
+    start = process_start(child.pid)
+    child.kill()
+    child.wait()
+    return child.pid, start
+
+
+def test_caches_of_runs_that_are_gone_are_removed_and_no_other(tmp_path):
+    """Found by the seventeenth round: SIGKILL of `pipeplan run` in a cached phase left
+    /dev/shm/pipeplan-<key>/ (host memory) until a reboot. The folder's name records who made
+    it (pid and start time); each run's start (`launch.train_rank`, on every node) removes this
+    user's folders whose maker is gone, and nothing else: not a live run's (its maker exists),
+    not a pid's later process (another start time), not an older pipeplan's name, a link or a
+    file with the name, nor another user's folder."""
+    from executor.cache import memory_dir_for, process_start, remove_stale_caches
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    live = memory_dir_for(tmp_path / "fallback", 1, root=shm)
+    pid, start = gone_process()
+    me, mine = os.getpid(), process_start(os.getpid())
+    gone = [shm / f"pipeplan-{pid}-{start}-{'a' * 16}"]
+    gone.append(shm / f"pipeplan-{me}-{mine + 1}-{'b' * 16}")  # this pid, a later process
+    kept = [live, shm / "pipeplan-eddb7ab6209c"]
+    for folder in gone + kept:
+        folder.mkdir(exist_ok=True, mode=0o700)
+        (folder / "node0-v3.rows").write_bytes(b"rows")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "node0-v3.rows").write_bytes(b"precious")
+    kept.append(shm / f"pipeplan-{pid}-{start}-{'c' * 16}")
+    kept[-1].symlink_to(victim, target_is_directory=True)
+    kept.append(shm / f"pipeplan-{pid}-{start}-{'d' * 16}")
+    kept[-1].write_bytes(b"")
+    if os.getuid() == 0:  # root can make a folder that is another user's
+        kept.append(shm / f"pipeplan-{pid}-{start}-{'e' * 16}")
+        kept[-1].mkdir()
+        os.chown(kept[-1], 12345, -1)
+    assert sorted(remove_stale_caches(shm)) == sorted(gone)
+    assert sorted(shm.iterdir()) == sorted(kept)
+    assert (live / "node0-v3.rows").read_bytes() == b"rows"
+    assert (victim / "node0-v3.rows").read_bytes() == b"precious"
+    assert remove_stale_caches(shm) == []
+
+
+def test_files_a_killed_run_left_under_its_run_directory_are_removed(tmp_path):
+    """Found by the seventeenth round (the spill files of a killed run): the node's leader
+    removes its node's leftover files before it makes the first version (a link among them is
+    unlinked, its target untouched); another node's files and the user's own stay."""
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious")
+    spill, memory = tmp_path / "run" / "cache" / "node0", tmp_path / "run" / "cache"
+    spill.mkdir(parents=True, mode=0o700)
+    memory.chmod(0o700)
+    left = [spill / "node0-v3.spill", memory / "node0-v3.rows", memory / "node0-v3.map"]
+    for path in left:
+        path.write_bytes(b"x")
+    (spill / "node0-v5.spill").symlink_to(victim)
+    left.append(spill / "node0-v5.spill")
+    others = [spill / "node1-v3.spill", memory / "notes.txt"]
+    for path in others:
+        path.write_bytes(b"y")
+    cache = ActivationCache(N, 4, spill, memory_dir=memory, name="node0")
+    assert sorted(cache.remove_leftovers()) == sorted(left)
+    assert all(path.exists() for path in others) and victim.read_bytes() == b"precious"
+    assert not any(os.path.lexists(path) for path in left)
 
 
 def test_cache_allowed():

@@ -594,3 +594,130 @@ def test_what_a_failed_write_says(tmp_path, exc, reason):
         assert said is not None and said.startswith("torch's file writer failed: [enforce fail")
     else:
         assert said == reason
+
+
+# ----------------------------------------------------------------- 9. links where the cache goes
+# (round 17) /dev/shm is writable by every user of a host, and the node cache's folder there
+# had a name anyone could compute from the run directory's path: links planted in it had a run
+# truncate and overwrite the files they point to. Each case is the cache's own code at unit
+# level (what a rank of the run calls): the refusal is one PipeplanError naming the folder or
+# file, which the run reports as its one line, and the victim is unchanged.
+
+VICTIM = b"precious data\n"
+ROW = (4, 8)  # float32 rows of 128 bytes
+
+
+def planted(tmp_path: Path) -> tuple[Path, Path]:
+    """(a victim folder holding `victim.txt`, that file), for links to point at."""
+    folder = tmp_path / "victims"
+    folder.mkdir()
+    (folder / "victim.txt").write_bytes(VICTIM)
+    return folder, folder / "victim.txt"
+
+
+def node_cache(tmp_path: Path, memory: Path | None = None):
+    """A node's cache as a run's leader makes it: rows in `memory` (/dev/shm's folder), a spill
+    folder under the run directory, two rows of budget for ten samples (both files used)."""
+    from executor.cache import ActivationCache
+
+    memory = memory if memory is not None else tmp_path / "shm" / "pipeplan-node"
+    spill = tmp_path / "run" / "cache" / "node0"
+    return ActivationCache(10, 2 * 128, spill, memory_dir=memory, name="node0")
+
+
+def unchanged(folder: Path, victim: Path) -> None:
+    assert victim.read_bytes() == VICTIM
+    assert sorted(p.name for p in folder.iterdir()) == ["victim.txt"]
+
+
+@pytest.mark.parametrize("where", ["memory", "spill"])
+@pytest.mark.parametrize(
+    "plant, why",
+    [
+        ("a link", "it is a symbolic link"),
+        ("a file", "it is not a directory"),
+        ("writable by all", "others may write in it (mode 0777)"),
+    ],
+)
+def test_a_planted_cache_folder_is_refused(tmp_path, where, plant, why):
+    """Found by the seventeenth round: with /dev/shm/pipeplan-<key>/ made beforehand (by
+    anyone: its name was the run directory's hash), a run wrote its cache there, through the
+    links in it. The cache's folders are now made 0700 or refused: a link, a file, a folder
+    others may write in (or another user's) is named and nothing is written through it."""
+    import torch
+
+    from pipeplan.errors import OutputError
+
+    folder, victim = planted(tmp_path)
+    cache = node_cache(tmp_path)
+    target = cache.memory_dir if where == "memory" else cache.spill_dir
+    target.parent.mkdir(parents=True)
+    if plant == "a link":
+        target.symlink_to(folder, target_is_directory=True)
+    elif plant == "a file":
+        target.write_bytes(b"")
+    else:
+        target.mkdir()
+        target.chmod(0o777)  # as /dev/shm itself: anyone could put a link in it
+    with pytest.raises(OutputError) as refusal:
+        cache.create(3, ROW, torch.float32)
+    assert str(refusal.value).startswith(f"{target}: refused as the activation cache's folder")
+    assert why in str(refusal.value) and "\n" not in str(refusal.value)
+    unchanged(folder, victim)
+
+
+@pytest.mark.parametrize("suffix", ["rows", "map", "spill"])
+def test_a_link_planted_as_a_cache_file_is_never_written_through(tmp_path, suffix):
+    """Found by the seventeenth round: `node0-v3.rows` (and `.map`) planted as links to
+    victim.txt made it 12.5 MB of activation rows. The node's leader, which makes the files,
+    now removes whatever has a cache file's name (the link, not its target) and makes the file
+    anew (O_CREAT | O_EXCL | O_NOFOLLOW); the files are written and read as the cache's own."""
+    import torch
+
+    folder, victim = planted(tmp_path)
+    cache = node_cache(tmp_path)
+    for directory in (cache.memory_dir, cache.spill_dir):
+        directory.mkdir(parents=True, mode=0o700)
+    path = (cache.spill_dir if suffix == "spill" else cache.memory_dir) / f"node0-v3.{suffix}"
+    path.symlink_to(victim)
+    cache.create(3, ROW, torch.float32)
+    assert not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) == 0o600
+    rows = torch.arange(10 * 32, dtype=torch.float32).reshape(10, *ROW)
+    cache.store(torch.arange(10), rows, 3)
+    assert torch.equal(cache.lookup(torch.arange(10))[0], rows)
+    cache.close(unlink=True)
+    unchanged(folder, victim)
+
+
+def test_a_link_put_in_place_of_a_made_cache_file_is_refused_by_its_peers(tmp_path):
+    """Found by the seventeenth round, the other side: a rank that attaches to the files the
+    leader made opens them by name; a link found there is refused (O_NOFOLLOW), not followed."""
+    import torch
+
+    from pipeplan.errors import OutputError
+
+    folder, victim = planted(tmp_path)
+    leader, peer = node_cache(tmp_path), node_cache(tmp_path)
+    leader.create(3, ROW, torch.float32)
+    rows = leader.memory_dir / "node0-v3.rows"
+    rows.unlink()
+    rows.symlink_to(victim)
+    with pytest.raises(OutputError, match=r"node0-v3\.rows: refused as a cache file \(it is a "):
+        peer.attach(3, ROW, torch.float32)
+    unchanged(folder, victim)
+
+
+def test_the_node_cache_folder_is_new_and_private_each_time(tmp_path):
+    """Found by the seventeenth round: the folder's name came from the run directory's path, so
+    anyone could make it first. It is now made by the node's leader (os.mkdir: never one that
+    exists) with a random name (its peers are told it), mode 0700."""
+    from executor.cache import memory_dir_for
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    first, second = (memory_dir_for(tmp_path / "fallback", 1, root=shm) for _ in range(2))
+    assert first != second and first.parent == second.parent == shm
+    for made in (first, second):
+        info = os.lstat(made)
+        assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
+        assert info.st_uid == os.getuid()
