@@ -31,6 +31,22 @@ import signal
 # The file `pipeplan run`'s launcher creates on Ctrl-C before it forwards SIGINT to the ranks
 # (`agent_scope`), named in the ranks' environment.
 INTERRUPTED = "PIPEPLAN_INTERRUPTED"
+LAUNCHER_PID = "PIPEPLAN_LAUNCHER_PID"  # set for the ranks `pipeplan run` starts
+
+
+def die_with_launcher() -> None:
+    """Linux: the kernel kills this rank when the process that started it (torchrun's agent,
+    or `pipeplan run`) dies, however it dies, by SIGKILL, which a stopped rank gets too
+    (`die_with_parent`). torch starts each rank in a session of its own, so nothing else would
+    stop an orphaned rank from training on. Light (no torch): called before a rank imports."""
+    from pipeplan.startup import die_with_parent
+
+    # The launcher may have died before that (a rank takes seconds to import torch): then this
+    # rank's parent is no longer it (`pipeplan run` says who it is; torchrun does not).
+    launcher = int(os.environ.get(LAUNCHER_PID, 0)) or os.getppid()
+    if not die_with_parent(launcher) or os.getppid() == 1:
+        os._exit(1)  # faults.EXIT_FAILED (not imported yet)
+
 
 if __name__ == "__main__":
     # A rank, from its first statement (before the imports below, which take seconds): Ctrl-C,
@@ -42,6 +58,9 @@ if __name__ == "__main__":
     # meanwhile was lost, but the launcher made its file first.
     if os.environ.get(INTERRUPTED) and os.path.exists(os.environ[INTERRUPTED]):
         os._exit(130)
+    # Before the imports that take seconds too: a rank stopped (SIGSTOP) while it imported
+    # outlived a launcher killed meanwhile, stopped for ever (the seventeenth round).
+    die_with_launcher()
 
 import argparse
 import contextlib
@@ -126,7 +145,7 @@ from pipeplan.formats.run import (
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build
 from pipeplan.report import make_report
-from pipeplan.spawn import RankFailedError, check_local_ranks, die_with_parent
+from pipeplan.spawn import RankFailedError, check_local_ranks
 
 log = logging.getLogger("pipeplan.run")
 
@@ -144,7 +163,6 @@ AGENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 # What torch's agent handles itself: SIGINT is `agent_scope`'s, which marks it for the ranks.
 AGENT_HANDLES = "SIGTERM,SIGHUP,SIGQUIT"
 AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
-LAUNCHER_PID = "PIPEPLAN_LAUNCHER_PID"  # set for the ranks `pipeplan run` starts
 AGENT_ENV = ("TORCHELASTIC_SIGNALS_TO_HANDLE", "PYTHONPATH", LAUNCHER_PID, INTERRUPTED)
 
 
@@ -587,17 +605,6 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
     records = check_resume(run_dir, saved, cfg, local=False)
     if world["RANK"] == 0:  # the rank that appends to run.jsonl
         mend_torn_tail(run_dir / "run.jsonl", records)
-
-
-def die_with_launcher() -> None:
-    """Linux: the kernel kills this rank when the process that started it (torchrun's agent,
-    or `pipeplan run`) dies, however it dies. torch starts each rank in a session of its own,
-    so nothing else would stop an orphaned rank from training on."""
-    # The launcher may have died before that (a rank takes seconds to import torch): then this
-    # rank's parent is no longer it (`pipeplan run` says who it is; torchrun does not).
-    launcher = int(os.environ.get(LAUNCHER_PID, 0)) or os.getppid()
-    if not die_with_parent(launcher) or os.getppid() == 1:
-        os._exit(faults.EXIT_FAILED)
 
 
 def rank_console(log_dir: Path, rank: int) -> TextIO:

@@ -9,7 +9,6 @@ the whole group: the others are killed and the error names the rank.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -19,6 +18,7 @@ from collections.abc import Callable
 import torch.multiprocessing as mp
 
 from pipeplan.errors import BadArgumentError, PipeplanError
+from pipeplan.startup import die_with_parent
 
 
 class RankFailedError(PipeplanError):
@@ -72,17 +72,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def die_with_parent(parent: int) -> bool:
-    """Linux: have the kernel kill this process when its parent dies, however it dies (a
-    SIGTERM or SIGKILL skips the parent's clean-up, and a rank it started would run on).
-    False when `parent` is gone already (this process's parent is no longer it): the caller
-    exits. Elsewhere only that check."""
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
-    return os.getppid() == parent
 
 
 def _orphan_proof(rank: int, parent: int, fn: Callable[..., None], *args) -> None:

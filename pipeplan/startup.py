@@ -5,6 +5,9 @@ program or a test imports `cli`) it ends the process with the line the command p
 runs, until `cli.main` installs its handlers. Nothing has been written by then.
 
     import pipeplan.startup  # noqa: F401  (cli.py: its import is the work)
+
+Also `die_with_parent`, which a rank calls as its first statement (before the imports that
+take seconds), so this module stays light: no torch.
 """
 
 import os
@@ -33,3 +36,19 @@ def is_the_command() -> bool:
 if is_the_command():
     for _signal in SIGNALS:
         signal.signal(_signal, _end)
+
+
+def die_with_parent(parent: int) -> bool:
+    """`die_with_parent(launcher_pid)`: Linux: have the kernel kill this process when its
+    parent dies, however it dies (a SIGTERM or SIGKILL skips the parent's clean-up, and a rank
+    it started would run on). SIGKILL, because the kernel delivers it to a stopped process too
+    (a rank stopped by SIGSTOP stayed in state T forever, reparented to init, with any other
+    signal pending). False when `parent` is gone already (this process's parent is no longer
+    it): the caller exits. Elsewhere only that check."""
+    import contextlib
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    return os.getppid() == parent

@@ -281,6 +281,65 @@ def test_sigterm_to_the_launcher_is_one_line_and_leaves_no_process(tmp_path, sig
     assert no_rank_left(tmp_path)
 
 
+def process_state(pid: int) -> str | None:
+    """A process's state letter (R, S, T, Z, …), or None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def importing_torch(pid: int) -> bool:
+    """Whether process `pid` has torch's library mapped: past a rank's first statements, in
+    the imports that take seconds."""
+    try:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_rank_stopped_while_it_imports_dies_with_its_killed_launcher(tmp_path):
+    """Found by the seventeenth round: a rank stopped (SIGSTOP) while it started, then
+    SIGKILL of `pipeplan run`, left the rank reparented to init in state T for ever: its
+    parent-death signal (SIGKILL, which a stopped process gets) was asked for only after its
+    imports, seconds in. It is now the first thing the rank does. The launcher here is a bare
+    process starting `python -m executor.launch` as torch's agent does (a session of its
+    own); the rank is stopped inside `import torch`."""
+    code = (
+        "import subprocess, sys, time\n"
+        "argv = [sys.executable, '-m', 'executor.launch', 'runs/none']\n"
+        "rank = subprocess.Popen(argv, start_new_session=True)\n"
+        "print(rank.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=tmp_path, env=environment(), stdout=subprocess.PIPE
+    )
+    rank = int(launcher.stdout.readline())
+    try:
+        deadline = time.monotonic() + 60
+        while not importing_torch(rank) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        os.kill(rank, signal.SIGSTOP)
+        stopped_by = time.monotonic() + 5  # the signal is delivered, not awaited
+        while process_state(rank) != "T" and time.monotonic() < stopped_by:
+            time.sleep(0.01)
+        assert process_state(rank) == "T", "the rank was not stopped while importing"
+        launcher.kill()
+        launcher.wait(timeout=30)
+        gone_by = time.monotonic() + 10
+        while process_state(rank) not in (None, "Z") and time.monotonic() < gone_by:
+            time.sleep(0.05)
+        assert process_state(rank) in (None, "Z")  # killed (a zombie until init reaps it)
+    finally:
+        if process_state(rank) not in (None, "Z"):  # not left to the rest of the suite
+            os.kill(rank, signal.SIGKILL)
+        launcher.kill()
+        launcher.wait(timeout=30)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_to_a_single_process_command_is_one_line(tmp_path, signum):
     """The same for a command without ranks (a profile of 1000 repeats takes minutes): one
