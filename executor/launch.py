@@ -83,6 +83,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 import executor
 from executor import faults
+from executor.cache import remove_stale_caches
 from executor.checkpoint import (
     PENDING_CONFIG,
     RESUMABLE,
@@ -629,6 +630,8 @@ def rank_console(log_dir: Path, rank: int) -> TextIO:
 def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
     """This rank's share of the run: join the job, train, and on rank 0 write summary.json."""
     cfg = rank_config(run_dir, resume)
+    if int(os.environ["LOCAL_RANK"]) == 0:  # one rank per node: /dev/shm is the node's
+        remove_stale_caches()  # of runs killed before they could remove their cache
     device = init_distributed(cfg.device, cfg.collective_timeout_s)
     rank = dist.get_rank()
     if rank != 0 and int(os.environ["LOCAL_RANK"]) == 0 and not under_pipeplan_run():
