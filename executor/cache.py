@@ -87,10 +87,20 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 # Where a node's rows go when /dev/shm has room, and the names pipeplan gives its directories
-# there: `pipeplan-PID-START-TOKEN`, made by process PID (started START clock ticks after boot),
-# TOKEN random so that no one can know the name before it exists.
+# there: `pipeplan-NS-PID-START-TOKEN`, made by process PID of the pid namespace NS (containers
+# that share /dev/shm may not see each other's processes), started START clock ticks after
+# boot; TOKEN random so that no one can know the name before it exists.
 SHM = Path("/dev/shm")
-_NODE_DIR = re.compile(r"pipeplan-(\d+)-(\d+)-[0-9a-f]{16}")
+_NODE_DIR = re.compile(r"pipeplan-(\d+)-(\d+)-(\d+)-[0-9a-f]{16}")
+
+
+def pid_namespace() -> int | None:
+    """The identity (inode) of this process's pid namespace: pids mean something only there.
+    None without /proc."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
 
 
 def process_start(pid: int) -> int | None:
@@ -111,7 +121,7 @@ def process_start(pid: int) -> int | None:
 def memory_dir_for(fallback: Path, need_bytes: int, root: Path = SHM) -> Path:
     """`memory_dir_for(run_dir / "cache", 1 << 30)` → where a node's in-memory rows live, made
     now by the node's lowest rank (its peers are told the path): a new private directory
-    `/dev/shm/pipeplan-PID-START-TOKEN` when /dev/shm exists and has `need_bytes` free (tmpfs:
+    `/dev/shm/pipeplan-NS-PID-START-TOKEN` when /dev/shm exists and has `need_bytes` free (tmpfs:
     host memory that several processes can map), else `fallback` (a file on the run directory's
     disk, kept in memory by the page cache as far as the host allows). The name is this
     process's (`remove_stale_caches` removes it once the process is gone) and random: nothing
@@ -126,7 +136,8 @@ def memory_dir_for(fallback: Path, need_bytes: int, root: Path = SHM) -> Path:
         )
         return fallback
     pid = os.getpid()
-    path = root / f"pipeplan-{pid}-{process_start(pid) or 0}-{secrets.token_hex(8)}"
+    maker = f"{pid_namespace() or 0}-{pid}-{process_start(pid) or 0}"
+    path = root / f"pipeplan-{maker}-{secrets.token_hex(8)}"
     try:
         os.mkdir(path, 0o700)  # fails if the name exists: then it is not ours
     except OSError as exc:
@@ -140,9 +151,11 @@ def remove_stale_caches(root: Path = SHM) -> list[Path]:
     they were killed outright (SIGKILL, the OOM killer: nothing of theirs could clean up),
     removed now: directories named by `memory_dir_for` whose maker, the process of that pid
     started at that time, no longer exists. A live run's cache is never touched (its maker
-    exists, if only stopped), nor another user's, nor a link, nor another name (an older
+    exists, if only stopped), nor one made in another pid namespace (another container: its
+    processes are not seen from here), another user's, a link, or another name (an older
     pipeplan's `pipeplan-<12 hex digits>`). Without /proc nothing is provably gone: none."""
-    if process_start(os.getpid()) is None:
+    namespace = pid_namespace()
+    if namespace is None or process_start(os.getpid()) is None:
         return []
     try:
         entries = list(os.scandir(root))
@@ -157,10 +170,10 @@ def remove_stale_caches(root: Path = SHM) -> list[Path]:
             continue
         if named is None or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
             continue
-        if process_start(int(named[1])) == int(named[2]):
-            continue  # its run is alive
+        if int(named[1]) != namespace or process_start(int(named[2])) == int(named[3]):
+            continue  # another namespace's, whose processes this one cannot see; or alive
         shutil.rmtree(entry.path, ignore_errors=True)  # never follows a link inside
-        logger.info("removed %s, the cache of a run that is gone (pid %s)", entry.path, named[1])
+        logger.info("removed %s, the cache of a run that is gone (pid %s)", entry.path, named[2])
         removed.append(Path(entry.path))
     return removed
 

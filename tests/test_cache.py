@@ -347,7 +347,7 @@ def test_memory_dir_prefers_dev_shm_when_it_has_room(tmp_path):
     shm = tmp_path / "shm"
     shm.mkdir()
     made = memory_dir_for(fallback, 1, root=shm)
-    assert made.parent == shm and made.name.startswith(f"pipeplan-{os.getpid()}-")
+    assert made.parent == shm and f"-{os.getpid()}-" in made.name
     assert stat.S_IMODE(made.stat().st_mode) == 0o700
 
 
@@ -367,30 +367,36 @@ def test_caches_of_runs_that_are_gone_are_removed_and_no_other(tmp_path):
     /dev/shm/pipeplan-<key>/ (host memory) until a reboot. The folder's name records who made
     it (pid and start time); each run's start (`launch.train_rank`, on every node) removes this
     user's folders whose maker is gone, and nothing else: not a live run's (its maker exists),
-    not a pid's later process (another start time), not an older pipeplan's name, a link or a
-    file with the name, nor another user's folder."""
-    from executor.cache import memory_dir_for, process_start, remove_stale_caches
+    not a pid's later process (another start time), not another pid namespace's (a container
+    sharing /dev/shm), not an older pipeplan's name, a link or a file with the name, nor
+    another user's folder."""
+    from executor.cache import memory_dir_for, pid_namespace, process_start, remove_stale_caches
 
     shm = tmp_path / "shm"
     shm.mkdir()
     live = memory_dir_for(tmp_path / "fallback", 1, root=shm)
     pid, start = gone_process()
     me, mine = os.getpid(), process_start(os.getpid())
-    gone = [shm / f"pipeplan-{pid}-{start}-{'a' * 16}"]
-    gone.append(shm / f"pipeplan-{me}-{mine + 1}-{'b' * 16}")  # this pid, a later process
-    kept = [live, shm / "pipeplan-eddb7ab6209c"]
+    ns = pid_namespace()
+    gone = [shm / f"pipeplan-{ns}-{pid}-{start}-{'a' * 16}"]
+    gone.append(shm / f"pipeplan-{ns}-{me}-{mine + 1}-{'b' * 16}")  # this pid, a later process
+    kept = [
+        live,
+        shm / "pipeplan-eddb7ab6209c",
+        shm / f"pipeplan-{ns + 1}-{pid}-{start}-{'f' * 16}",
+    ]
     for folder in gone + kept:
         folder.mkdir(exist_ok=True, mode=0o700)
         (folder / "node0-v3.rows").write_bytes(b"rows")
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "node0-v3.rows").write_bytes(b"precious")
-    kept.append(shm / f"pipeplan-{pid}-{start}-{'c' * 16}")
+    kept.append(shm / f"pipeplan-{ns}-{pid}-{start}-{'c' * 16}")
     kept[-1].symlink_to(victim, target_is_directory=True)
-    kept.append(shm / f"pipeplan-{pid}-{start}-{'d' * 16}")
+    kept.append(shm / f"pipeplan-{ns}-{pid}-{start}-{'d' * 16}")
     kept[-1].write_bytes(b"")
     if os.getuid() == 0:  # root can make a folder that is another user's
-        kept.append(shm / f"pipeplan-{pid}-{start}-{'e' * 16}")
+        kept.append(shm / f"pipeplan-{ns}-{pid}-{start}-{'e' * 16}")
         kept[-1].mkdir()
         os.chown(kept[-1], 12345, -1)
     assert sorted(remove_stale_caches(shm)) == sorted(gone)
