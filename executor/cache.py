@@ -173,7 +173,8 @@ def remove_stale_caches(root: Path = SHM) -> list[Path]:
         if int(named[1]) != namespace or process_start(int(named[2])) == int(named[3]):
             continue  # another namespace's, whose processes this one cannot see; or alive
         shutil.rmtree(entry.path, ignore_errors=True)  # never follows a link inside
-        logger.info("removed %s, the cache of a run that is gone (pid %s)", entry.path, named[2])
+        # DEBUG: a run's console holds pipeplan's own lines (a failure: exactly one)
+        logger.debug("removed %s, the cache of a run that is gone (pid %s)", entry.path, named[2])
         removed.append(Path(entry.path))
     return removed
 
@@ -500,7 +501,7 @@ class ActivationCache:
                         os.unlink(entry.path)
                         removed.append(Path(entry.path))
         if removed:
-            logger.info("removed %d cache files a killed run left: %s", len(removed), removed)
+            logger.debug("removed %d cache files a killed run left: %s", len(removed), removed)
         return removed
 
     def _check_indices(self, indices: torch.Tensor, *, unique: bool) -> torch.Tensor:
