@@ -714,8 +714,10 @@ class Trainer:
             # The final checkpoint's barrier came after every rank's last read of the cache.
             leader = self.rank == self.node_cache[0][0]
             self.cache.close(unlink=leader)
-            directories = (self.cache.spill_dir, self.cache.spill_dir.parent, self.cache.memory_dir)
-            for directory in directories:
+        if self.node_cache is not None:  # made by its leader even if no phase was cached
+            _, node, memory_dir = self.node_cache
+            spill_dir = self.run_dir / "cache" / f"node{node}"
+            for directory in (spill_dir, spill_dir.parent, memory_dir):
                 with contextlib.suppress(OSError):  # removes only empty directories
                     directory.rmdir()
         self.recorder.close()
