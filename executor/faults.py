@@ -167,6 +167,17 @@ def _signal_name(exitcode: int) -> str:
         return f"signal {-exitcode}"
 
 
+def _death(exitcode: int) -> str:
+    """How a rank that left no report ended, from its exit code: `_death(-9)` → "killed by
+    SIGKILL". A SIGINT before the rank could report it (it starts by exiting 130 on one) and a
+    SIGTERM are worded as the command words them for itself."""
+    if exitcode == EXIT_INTERRUPTED:
+        return "interrupted by SIGINT"
+    if exitcode == -signal.SIGTERM:
+        return "stopped by SIGTERM"
+    return f"killed by {_signal_name(exitcode)}" if exitcode < 0 else f"exited with code {exitcode}"
+
+
 def verdict(failures: dict, timeout_s: float) -> tuple[int, str]:
     """(rank, why) of the failure that came first, from torch's `ChildFailedError.failures`
     (global rank → `ProcessFailure`).
@@ -193,7 +204,6 @@ def verdict(failures: dict, timeout_s: float) -> tuple[int, str]:
                 rank,
                 f"no response within the collective timeout of {timeout_s:g} s (stopped or hung)",
             )
-        code = silent[rank]
-        return rank, f"killed by {_signal_name(code)}" if code < 0 else f"exited with code {code}"
+        return rank, _death(silent[rank])
     first = min(reports.values(), key=lambda r: r.time)
     return first.rank, first.message

@@ -92,6 +92,32 @@ def test_a_run_that_cannot_be_prepared_leaves_no_folder(tmp_path, monkeypatch, c
     assert {"run.json", "profile.json", ".lock"} <= {p.name for p in (runs / "p").iterdir()}
 
 
+def test_a_full_disk_as_the_ranks_start_is_one_line_and_leaves_no_folder(
+    tmp_path, monkeypatch, capsys
+):
+    """Found by the seventeenth round: the disk filled as the ranks started; logging's handler
+    of logs/launcher.log printed `--- Logging error ---` and a 100-line traceback, its close
+    raised a nameless `No space left on device` over the ranks' failure, and RUNS/NAME/ stayed.
+    One line names the folder, and what the command made goes (launcher.log is /dev/full here:
+    every write fails with ENOSPC)."""
+    from test_launch import fake_launch
+
+    import executor.launch
+    from pipeplan import log
+
+    class FullDisk(log.FileHandler):
+        def __init__(self, filename, *args, **kwargs):
+            super().__init__("/dev/full", *args, **kwargs)
+
+    monkeypatch.setattr(executor.launch.pipeplan_log, "FileHandler", FullDisk)
+    runs = tmp_path / "new" / "runs"
+    argv = [*fake_launch(monkeypatch, 1), "--runs-dir", str(runs)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"pipeplan: error: {runs / 'k'}: write failed (No space left on device)\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_run_named_by_a_link_into_a_run_is_refused(tmp_path, capsys):
     """The same hole by `--name`: RUNS/NAME, a link to RUN/checkpoints, is refused (it was
     already: a run directory is a plain folder in --runs-dir)."""
