@@ -441,13 +441,38 @@ def manifest_path(run_dir: Path, manifest: CheckpointManifest) -> Path:
     return run_dir / "checkpoints" / f"step-{manifest.step}" / "manifest.json"
 
 
+def _unmeasured(norms: dict[str, float], frozen_layers: int, layers: nn.ModuleList) -> int | None:
+    """The first layer with parameters that a `grad_history` entry lacks though it was active
+    when the entry was measured, or None. Freezing only grows, so the entry measured every
+    layer from its first (or from the checkpoint's `frozen_layers`, if lower: those are active
+    still) to the head; a layer without parameters has no gradient and no norm. An entry with
+    a hole was carried into every later checkpoint, and the gradient criterion compared rates
+    of change over other layers than the run measured. An empty entry measured no step.
+
+        _unmeasured({"0": 1.2, "2": 0.9}, 0, layers)   # → 1
+    """
+    if not norms:
+        return None
+    first = min([frozen_layers, *map(int, norms)])
+    for index in range(first, len(layers)):
+        if str(index) not in norms and any(True for _ in layers[index].parameters()):
+            return index
+    return None
+
+
 def check_position(
-    manifest: CheckpointManifest, cfg: RunConfig, samples: int, num_layers: int, where: Path
+    manifest: CheckpointManifest,
+    cfg: RunConfig,
+    samples: int,
+    layers: nn.ModuleList,
+    where: Path,
 ) -> None:
     """What the checkpoint's manifest (`where`) says must be what this run and its model can
     have said: its model, a position this run reaches (a hand-edited manifest said step 99 of
-    a 2-step epoch), layers the model has, and a layout the executor runs (a tampered one
-    failed inside a rank). InputFileError naming the field."""
+    a 2-step epoch), layers the model has, gradient norms for every layer that was active,
+    and a layout the executor runs (a tampered one failed inside a rank). InputFileError
+    naming the field."""
+    num_layers = len(layers)
 
     def refuse(field: str, why: str) -> None:
         raise InputFileError(f"{where}: {field}: {why}")
@@ -482,6 +507,15 @@ def check_position(
         beyond = next((k for k in norms if int(k) >= num_layers), None)
         if beyond is not None:
             refuse(field, f"layer {beyond}, but the model has layers 0..{num_layers - 1}")
+    for i, entry in enumerate(manifest.grad_history):
+        missing = _unmeasured(entry, manifest.frozen_layers, layers)
+        if missing is not None:
+            first = min([manifest.frozen_layers, *map(int, entry)])
+            refuse(
+                f"grad_history.{i}",
+                f"layer {missing} is missing; every active layer ({first}..{num_layers - 1}) "
+                "has a norm",
+            )
     # Frozen layers collect no gradient norms (only active layers have gradients): a sum for
     # one was a measurement the gradient criterion never made, taken as made. (grad_history's
     # entries were measured before later freezing: their layers may be frozen now.)

@@ -261,7 +261,7 @@ def check_run(
         run_dir, manifest, weights = resumed
         planner = RunPlanner.for_run(run_dir, cfg)
         where = manifest_path(run_dir, manifest)
-        check_position(manifest, cfg, len(data.train), len(seq.layers), where)
+        check_position(manifest, cfg, len(data.train), seq.layers, where)
         check_weights(weights, seq.layers, latest(run_dir))
         check_outputs(run_dir)
     planner.check(seq)

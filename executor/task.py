@@ -337,7 +337,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     # The manifest as a resume checks it (its layers, position and layout): a manifest resume
     # refuses is no checkpoint of this run to export either.
     where = manifest_path(run_dir, manifest)
-    check_position(manifest, cfg, len(data.train), len(seq.layers), where)
+    check_position(manifest, cfg, len(data.train), seq.layers, where)
     check_weights(weights, seq.layers, path or latest(run_dir, "export"))  # shapes and dtype kinds
     try:
         restore(seq.layers, weights, {})
