@@ -245,6 +245,13 @@ def latest(run_dir: Path, purpose: str = "resume") -> Path:
     check_checkpoints_folder(run_dir)
     pointer = run_dir / "checkpoints" / "latest"
     if not pointer.exists():
+        kept = checkpoints_written(pointer.parent)
+        if kept:  # deleted by hand: which checkpoint is the run's is not guessed, as for an edit
+            names = ", ".join(p.name for p in kept)
+            raise InputFileError(
+                f"{pointer}: is missing, though the run has checkpoints ({names}); restore it "
+                f"to name one (pipeplan writes {kept[-1].name} and a newline)"
+            )
         raise InputFileError(f"{run_dir}: {NO_CHECKPOINT[purpose]}")
     # `step-N` and a newline: a few bytes, so a larger file is not the run's pointer.
     text = read_input(pointer, POINTER_LIMIT, why="not a checkpoint pointer")
@@ -312,11 +319,14 @@ def _check_manifest(path: Path, manifest: CheckpointManifest) -> None:
             f"{path / 'manifest.json'}: step {manifest.step} is not a position of {path.name} "
             "(a checkpoint moved or copied over another)"
         )
-    odd = sorted(set(manifest.files) ^ set(FILES))
-    if odd:
+    # An extra entry is named as one, a missing one as missing: both said "names".
+    extra = sorted(set(manifest.files) - set(FILES))
+    lacking = sorted(set(FILES) - set(manifest.files))
+    if extra or lacking:
+        what = f"names {extra[0]!r}" if extra else f"lacks {lacking[0]!r}"
         raise InputFileError(
-            f"{path / 'manifest.json'}: files names {odd[0]!r}; a checkpoint's files are "
-            f"exactly {', '.join(FILES)}"
+            f"{path / 'manifest.json'}: files {what}; a checkpoint's files are exactly "
+            f"{', '.join(FILES)}"
         )
 
 
@@ -400,9 +410,14 @@ def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> None:
     check_trained_with(manifest, cfg, run_dir / "run.json")
 
 
-def load_latest(run_dir: Path, purpose: str = "resume") -> Loaded:
-    """The newest checkpoint that verifies; an older one, with a notice, when the newest is
-    corrupt. InputFileError when none does (`purpose` as for `latest`)."""
+def load_latest(run_dir: Path, purpose: str = "resume", notice: bool = True) -> Loaded:
+    """The newest checkpoint that verifies; an older one, with a notice (unless `notice` is
+    False), when the newest is corrupt. InputFileError when none does (`purpose` as for
+    `latest`). A rank loads with `notice=False`: the command that started it (or torchrun's
+    entry on its node) checked the same checkpoints and said it once; each rank said it again.
+
+        manifest, model, optimizer, rng = load_latest(run_dir, notice=False)   # in a rank
+    """
     newest = latest(run_dir, purpose)
     candidates = sorted(
         (p for p in (run_dir / "checkpoints").glob("step-*") if p.is_dir()),
@@ -417,7 +432,7 @@ def load_latest(run_dir: Path, purpose: str = "resume") -> Loaded:
         except InputFileError as exc:
             first_error = first_error or exc
             continue
-        if path != newest:
+        if path != newest and notice:
             log.warning("%s; %s the older %s", first_error, USING_OLDER[purpose], path.name)
         return loaded
     assert first_error is not None

@@ -83,6 +83,7 @@ from executor.task import (
     build_task,
     check_data,
     data_record,
+    read_run_config,
 )
 from executor.worker import Trainer, init_distributed
 from pipeplan import log as pipeplan_log
@@ -562,7 +563,7 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
 
         enter_run(Path("runs/exp1"), resume=True, world=launch_environment())
     """
-    saved = load(RunConfig, run_dir / "run.json")  # first: a mistyped folder is not made
+    saved = read_run_config(run_dir)  # first: a mistyped folder is not made
     check_run_location(run_dir)
     if world["RANK"] == 0:
         claim_directory(run_dir)
@@ -959,7 +960,7 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     run.json included) and re-planned for the world size."""
 
     path = Path(run_dir)
-    saved = load(RunConfig, path / "run.json")
+    saved = read_run_config(path)
     check_run_location(path)
     check_data(path, saved)
     cfg = resumed_config(saved, given or {})

@@ -335,6 +335,8 @@ def read_input(path: Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pip
         return data.decode("utf-8")
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
+    except NotADirectoryError:
+        raise InputFileError(f"{path}: no such file ({_not_a_folder(path)})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
 
@@ -349,12 +351,23 @@ def check_input_file(
         info = path.stat()
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
+    except NotADirectoryError:  # a file given where a folder is: Python's name leaked
+        raise InputFileError(f"{path}: no such file ({_not_a_folder(path)})") from None
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
     if not stat.S_ISREG(info.st_mode):
         raise InputFileError(f"{path}: not a regular file")
     if info.st_size > limit:
         raise InputFileError(f"{path}: larger than {_size(limit)}, {why}")
+
+
+def _not_a_folder(path: Path) -> str:
+    """Why `path` cannot be reached, for a NotADirectoryError: `_not_a_folder(Path(
+    "/etc/hostname/run.json"))` → "/etc/hostname is a file, not a folder"."""
+    for folder in reversed(path.parents):
+        if folder.exists() and not folder.is_dir():
+            return f"{folder} is a file, not a folder"
+    return "a folder on its path is a file"
 
 
 def _size(limit: int) -> str:
