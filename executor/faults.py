@@ -7,7 +7,8 @@ it too), with a precise time and a kind:
 - `raised`: its own code failed (a data error, a full disk, a bug);
 - `interrupted`: it got SIGINT;
 - `lost`: a collective failed because a peer went away (connection closed or reset);
-- `timeout`: a collective waited longer than the collective timeout.
+- `timeout`: a collective waited longer than the collective timeout;
+- `stopped`: it got SIGTERM as it started (`executor.launch`), from a user or from the agent.
 
 The last two are what the *other* ranks see once one rank has failed, often before the failing
 rank's own exit is noticed. So the launcher does not take the failure the agent observed first:
@@ -195,6 +196,12 @@ def verdict(failures: dict, timeout_s: float) -> tuple[int, str]:
         first = min(own, key=lambda r: r.time)
         return first.rank, first.message
     silent = {rank: f.exitcode for rank, f in failures.items() if rank not in reports}
+    # A SIGTERM as a rank started is reported with its time; the agent's SIGTERMs to the
+    # others come after it (reported too, or silent once they train).
+    stopped = [r for r in reports.values() if r.kind == "stopped"]
+    if stopped and all(code == -signal.SIGTERM for code in silent.values()):
+        first = min(stopped, key=lambda r: r.time)
+        return first.rank, first.message
     if silent:
         # The agent stops the other ranks with SIGTERM once one has failed: a SIGTERM death is
         # the least likely to be the first.

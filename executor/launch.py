@@ -43,6 +43,39 @@ if __name__ == "__main__":
     if os.environ.get(INTERRUPTED) and os.path.exists(os.environ[INTERRUPTED]):
         os._exit(130)
 
+
+def _stopped_as_it_starts(signum: int, frame: object) -> None:
+    """A rank's SIGTERM until it trains: its report (`faults.Report`'s format, written with
+    the standard library alone: the imports are still under way), then exit 128 + 15. Killed
+    silently, it could not be told from the ranks the agent then stopped with SIGTERM, and
+    the launcher named rank 0 for a SIGTERM sent to rank 1; the reports' times say which
+    came first (`faults.verdict`)."""
+    import json
+    import time
+
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    rank = os.environ.get("RANK", "")
+    if path and rank.isdigit():
+        now, why = time.time(), "stopped by SIGTERM"
+        report = {
+            "message": {
+                "message": f"rank {rank}: {why}",
+                "extraInfo": {"py_callstack": why, "timestamp": str(int(now))},
+            },
+            "pipeplan": {"rank": int(rank), "kind": "stopped", "time": now, "error": why},
+        }
+        try:
+            with open(f"{path}.tmp", "w") as handle:
+                handle.write(json.dumps(report))
+            os.replace(f"{path}.tmp", path)
+        except OSError:  # a full disk: the exit code is reported still
+            pass
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stopped_as_it_starts)
+
 import argparse
 import contextlib
 import logging
@@ -476,6 +509,9 @@ def main(argv: list[str] | None = None) -> None:
         # log under `pipeplan run`): a KeyboardInterrupt again, where the top of this module
         # exited in silence, and the rank's shell (RANK_SHELL) ignored it.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        # SIGTERM kills at once again (a rank blocked in a collective would not run a handler
+        # until it returned; the agent stops the ranks with it).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as exc:  # every failure is reported, then the rank exits
         report = faults.write_report(exc, rank)

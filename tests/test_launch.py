@@ -394,6 +394,19 @@ def report(rank: int, kind: str, at: float, message: str = "m") -> faults.Report
         # a rank stopped as it started, before it could report (seventeenth round)
         ({1: Failure(-15)}, (1, "stopped by SIGTERM")),
         ({0: Failure(-15), 1: Failure(130)}, (1, "interrupted by SIGINT")),
+        # SIGTERM to rank 1 as it started: its report's time tells it from the agent's stop
+        (
+            {
+                0: Failure(143, report(0, "stopped", 2.0, "S")),
+                1: Failure(143, report(1, "stopped", 1.0, "S")),
+            },
+            (1, "S"),
+        ),
+        ({0: Failure(-15), 1: Failure(143, report(1, "stopped", 1.0, "S"))}, (1, "S")),
+        (
+            {0: Failure(-9), 1: Failure(143, report(1, "stopped", 1.0, "S"))},
+            (0, "killed by SIGKILL"),
+        ),
         (
             {
                 1: Failure(1, report(1, "lost", 2.0, "B")),
