@@ -239,6 +239,24 @@ def test_a_signalled_rank_is_named_not_the_rank_that_noticed(tmp_path, sig, what
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
+def test_a_rank_sent_sigterm_as_it_starts_is_the_rank_named(tmp_path):
+    """Found by the seventeenth round: SIGTERM to rank 1 as it started said "runs/k/run.jsonl:
+    no such file"; then (both ranks dead of SIGTERM, the second by the agent) it named rank 0.
+    A rank stopped as it starts reports it, with its time."""
+    run = start_run(tmp_path)
+    deadline = time.monotonic() + 60
+    while (rank1 := rank_processes(tmp_path / "k").get(1)) is None:
+        assert time.monotonic() < deadline and run.poll() is None
+        time.sleep(0.05)
+    time.sleep(0.3)  # past the shell's exec, well inside the imports
+    os.kill(rank1, signal.SIGTERM)
+    pattern = r"pipeplan: error: training failed on rank 1 before the first step: stopped by "
+    one_line(run, 2, pattern + "SIGTERM" + LOGS)
+    assert no_rank_left(tmp_path)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
 def test_a_stopped_rank_ends_the_run_after_the_collective_timeout(tmp_path):
     run, rank1 = paused_run(tmp_path, "--collective-timeout", "5")
     stopped = time.monotonic()
