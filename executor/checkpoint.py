@@ -245,6 +245,13 @@ def latest(run_dir: Path, purpose: str = "resume") -> Path:
     check_checkpoints_folder(run_dir)
     pointer = run_dir / "checkpoints" / "latest"
     if not pointer.exists():
+        kept = checkpoints_written(pointer.parent)
+        if kept:  # deleted by hand: which checkpoint is the run's is not guessed, as for an edit
+            names = ", ".join(p.name for p in kept)
+            raise InputFileError(
+                f"{pointer}: is missing, though the run has checkpoints ({names}); restore it "
+                f"to name one (pipeplan writes {kept[-1].name} and a newline)"
+            )
         raise InputFileError(f"{run_dir}: {NO_CHECKPOINT[purpose]}")
     # `step-N` and a newline: a few bytes, so a larger file is not the run's pointer.
     text = read_input(pointer, POINTER_LIMIT, why="not a checkpoint pointer")
@@ -312,11 +319,14 @@ def _check_manifest(path: Path, manifest: CheckpointManifest) -> None:
             f"{path / 'manifest.json'}: step {manifest.step} is not a position of {path.name} "
             "(a checkpoint moved or copied over another)"
         )
-    odd = sorted(set(manifest.files) ^ set(FILES))
-    if odd:
+    # An extra entry is named as one, a missing one as missing: both said "names".
+    extra = sorted(set(manifest.files) - set(FILES))
+    lacking = sorted(set(FILES) - set(manifest.files))
+    if extra or lacking:
+        what = f"names {extra[0]!r}" if extra else f"lacks {lacking[0]!r}"
         raise InputFileError(
-            f"{path / 'manifest.json'}: files names {odd[0]!r}; a checkpoint's files are "
-            f"exactly {', '.join(FILES)}"
+            f"{path / 'manifest.json'}: files {what}; a checkpoint's files are exactly "
+            f"{', '.join(FILES)}"
         )
 
 
@@ -400,9 +410,14 @@ def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> None:
     check_trained_with(manifest, cfg, run_dir / "run.json")
 
 
-def load_latest(run_dir: Path, purpose: str = "resume") -> Loaded:
-    """The newest checkpoint that verifies; an older one, with a notice, when the newest is
-    corrupt. InputFileError when none does (`purpose` as for `latest`)."""
+def load_latest(run_dir: Path, purpose: str = "resume", notice: bool = True) -> Loaded:
+    """The newest checkpoint that verifies; an older one, with a notice (unless `notice` is
+    False), when the newest is corrupt. InputFileError when none does (`purpose` as for
+    `latest`). A rank loads with `notice=False`: the command that started it (or torchrun's
+    entry on its node) checked the same checkpoints and said it once; each rank said it again.
+
+        manifest, model, optimizer, rng = load_latest(run_dir, notice=False)   # in a rank
+    """
     newest = latest(run_dir, purpose)
     candidates = sorted(
         (p for p in (run_dir / "checkpoints").glob("step-*") if p.is_dir()),
@@ -417,7 +432,7 @@ def load_latest(run_dir: Path, purpose: str = "resume") -> Loaded:
         except InputFileError as exc:
             first_error = first_error or exc
             continue
-        if path != newest:
+        if path != newest and notice:
             log.warning("%s; %s the older %s", first_error, USING_OLDER[purpose], path.name)
         return loaded
     assert first_error is not None
@@ -441,13 +456,38 @@ def manifest_path(run_dir: Path, manifest: CheckpointManifest) -> Path:
     return run_dir / "checkpoints" / f"step-{manifest.step}" / "manifest.json"
 
 
+def _unmeasured(norms: dict[str, float], frozen_layers: int, layers: nn.ModuleList) -> int | None:
+    """The first layer with parameters that a `grad_history` entry lacks though it was active
+    when the entry was measured, or None. Freezing only grows, so the entry measured every
+    layer from its first (or from the checkpoint's `frozen_layers`, if lower: those are active
+    still) to the head; a layer without parameters has no gradient and no norm. An entry with
+    a hole was carried into every later checkpoint, and the gradient criterion compared rates
+    of change over other layers than the run measured. An empty entry measured no step.
+
+        _unmeasured({"0": 1.2, "2": 0.9}, 0, layers)   # → 1
+    """
+    if not norms:
+        return None
+    first = min([frozen_layers, *map(int, norms)])
+    for index in range(first, len(layers)):
+        if str(index) not in norms and any(True for _ in layers[index].parameters()):
+            return index
+    return None
+
+
 def check_position(
-    manifest: CheckpointManifest, cfg: RunConfig, samples: int, num_layers: int, where: Path
+    manifest: CheckpointManifest,
+    cfg: RunConfig,
+    samples: int,
+    layers: nn.ModuleList,
+    where: Path,
 ) -> None:
     """What the checkpoint's manifest (`where`) says must be what this run and its model can
     have said: its model, a position this run reaches (a hand-edited manifest said step 99 of
-    a 2-step epoch), layers the model has, and a layout the executor runs (a tampered one
-    failed inside a rank). InputFileError naming the field."""
+    a 2-step epoch), layers the model has, gradient norms for every layer that was active,
+    and a layout the executor runs (a tampered one failed inside a rank). InputFileError
+    naming the field."""
+    num_layers = len(layers)
 
     def refuse(field: str, why: str) -> None:
         raise InputFileError(f"{where}: {field}: {why}")
@@ -482,6 +522,15 @@ def check_position(
         beyond = next((k for k in norms if int(k) >= num_layers), None)
         if beyond is not None:
             refuse(field, f"layer {beyond}, but the model has layers 0..{num_layers - 1}")
+    for i, entry in enumerate(manifest.grad_history):
+        missing = _unmeasured(entry, manifest.frozen_layers, layers)
+        if missing is not None:
+            first = min([manifest.frozen_layers, *map(int, entry)])
+            refuse(
+                f"grad_history.{i}",
+                f"layer {missing} is missing; every active layer ({first}..{num_layers - 1}) "
+                "has a norm",
+            )
     # Frozen layers collect no gradient norms (only active layers have gradients): a sum for
     # one was a measurement the gradient criterion never made, taken as made. (grad_history's
     # entries were measured before later freezing: their layers may be frozen now.)

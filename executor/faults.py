@@ -7,7 +7,8 @@ it too), with a precise time and a kind:
 - `raised`: its own code failed (a data error, a full disk, a bug);
 - `interrupted`: it got SIGINT;
 - `lost`: a collective failed because a peer went away (connection closed or reset);
-- `timeout`: a collective waited longer than the collective timeout.
+- `timeout`: a collective waited longer than the collective timeout;
+- `stopped`: it got SIGTERM as it started (`executor.launch`), from a user or from the agent.
 
 The last two are what the *other* ranks see once one rank has failed, often before the failing
 rank's own exit is noticed. So the launcher does not take the failure the agent observed first:
@@ -167,6 +168,17 @@ def _signal_name(exitcode: int) -> str:
         return f"signal {-exitcode}"
 
 
+def _death(exitcode: int) -> str:
+    """How a rank that left no report ended, from its exit code: `_death(-9)` → "killed by
+    SIGKILL". A SIGINT before the rank could report it (it starts by exiting 130 on one) and a
+    SIGTERM are worded as the command words them for itself."""
+    if exitcode == EXIT_INTERRUPTED:
+        return "interrupted by SIGINT"
+    if exitcode == -signal.SIGTERM:
+        return "stopped by SIGTERM"
+    return f"killed by {_signal_name(exitcode)}" if exitcode < 0 else f"exited with code {exitcode}"
+
+
 def verdict(failures: dict, timeout_s: float) -> tuple[int, str]:
     """(rank, why) of the failure that came first, from torch's `ChildFailedError.failures`
     (global rank → `ProcessFailure`).
@@ -184,6 +196,12 @@ def verdict(failures: dict, timeout_s: float) -> tuple[int, str]:
         first = min(own, key=lambda r: r.time)
         return first.rank, first.message
     silent = {rank: f.exitcode for rank, f in failures.items() if rank not in reports}
+    # A SIGTERM as a rank started is reported with its time; the agent's SIGTERMs to the
+    # others come after it (reported too, or silent once they train).
+    stopped = [r for r in reports.values() if r.kind == "stopped"]
+    if stopped and all(code == -signal.SIGTERM for code in silent.values()):
+        first = min(stopped, key=lambda r: r.time)
+        return first.rank, first.message
     if silent:
         # The agent stops the other ranks with SIGTERM once one has failed: a SIGTERM death is
         # the least likely to be the first.
@@ -193,7 +211,6 @@ def verdict(failures: dict, timeout_s: float) -> tuple[int, str]:
                 rank,
                 f"no response within the collective timeout of {timeout_s:g} s (stopped or hung)",
             )
-        code = silent[rank]
-        return rank, f"killed by {_signal_name(code)}" if code < 0 else f"exited with code {code}"
+        return rank, _death(silent[rank])
     first = min(reports.values(), key=lambda r: r.time)
     return first.rank, first.message

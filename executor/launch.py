@@ -62,6 +62,39 @@ if __name__ == "__main__":
     # outlived a launcher killed meanwhile, stopped for ever (the seventeenth round).
     die_with_launcher()
 
+
+def _stopped_as_it_starts(signum: int, frame: object) -> None:
+    """A rank's SIGTERM until it trains: its report (`faults.Report`'s format, written with
+    the standard library alone: the imports are still under way), then exit 128 + 15. Killed
+    silently, it could not be told from the ranks the agent then stopped with SIGTERM, and
+    the launcher named rank 0 for a SIGTERM sent to rank 1; the reports' times say which
+    came first (`faults.verdict`)."""
+    import json
+    import time
+
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    rank = os.environ.get("RANK", "")
+    if path and rank.isdigit():
+        now, why = time.time(), "stopped by SIGTERM"
+        report = {
+            "message": {
+                "message": f"rank {rank}: {why}",
+                "extraInfo": {"py_callstack": why, "timestamp": str(int(now))},
+            },
+            "pipeplan": {"rank": int(rank), "kind": "stopped", "time": now, "error": why},
+        }
+        try:
+            with open(f"{path}.tmp", "w") as handle:
+                handle.write(json.dumps(report))
+            os.replace(f"{path}.tmp", path)
+        except OSError:  # a full disk: the exit code is reported still
+            pass
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stopped_as_it_starts)
+
 import argparse
 import contextlib
 import logging
@@ -103,6 +136,7 @@ from executor.task import (
     build_task,
     check_data,
     data_record,
+    read_run_config,
 )
 from executor.worker import Trainer, init_distributed
 from pipeplan import log as pipeplan_log
@@ -122,6 +156,7 @@ from pipeplan.fileio import (
     new_directories,
     release_directory,
     write_atomic,
+    write_failure,
 )
 from pipeplan.formats import (
     CheckpointManifest,
@@ -279,7 +314,7 @@ def check_run(
         run_dir, manifest, weights = resumed
         planner = RunPlanner.for_run(run_dir, cfg)
         where = manifest_path(run_dir, manifest)
-        check_position(manifest, cfg, len(data.train), len(seq.layers), where)
+        check_position(manifest, cfg, len(data.train), seq.layers, where)
         check_weights(weights, seq.layers, latest(run_dir))
         check_outputs(run_dir)
     planner.check(seq)
@@ -493,6 +528,9 @@ def main(argv: list[str] | None = None) -> None:
         # log under `pipeplan run`): a KeyboardInterrupt again, where the top of this module
         # exited in silence, and the rank's shell (RANK_SHELL) ignored it.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        # SIGTERM kills at once again (a rank blocked in a collective would not run a handler
+        # until it returned; the agent stops the ranks with it).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as exc:  # every failure is reported, then the rank exits
         report = faults.write_report(exc, rank)
@@ -580,7 +618,7 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
 
         enter_run(Path("runs/exp1"), resume=True, world=launch_environment())
     """
-    saved = load(RunConfig, run_dir / "run.json")  # first: a mistyped folder is not made
+    saved = read_run_config(run_dir)  # first: a mistyped folder is not made
     check_run_location(run_dir)
     if world["RANK"] == 0:
         claim_directory(run_dir)
@@ -688,10 +726,12 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     args = [*RANK_SHELL[1:], sys.executable, "-u", "-m", "executor.launch", str(run_dir)]
     args += ["--log-dir", str(logs)]
     args += ["--resume"] * resume + ["--debug"] * log.isEnabledFor(logging.DEBUG)
+    launcher_log = None
     try:
-        with agent_scope(logs):
+        with agent_scope(logs) as launcher_log:
             elastic_launch(local_config(cfg.nproc, logs), RANK_SHELL[0])(*args)
     except ChildFailedError as exc:
+        check_launch_written(run_dir, launcher_log)
         rank, why = faults.verdict(exc.failures, cfg.collective_timeout_s)
         raise RankFailedError(failure_line(rank, why, run_dir, cfg), rank) from None
     except SignalException as exc:  # the agent has stopped every rank by now
@@ -699,6 +739,26 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
             raise Interrupted from None
         raise Stopped(exc.sigval) from None  # SIGTERM, SIGHUP, SIGQUIT: every rank is gone
     return load(RunSummary, run_dir / "summary.json")
+
+
+class NotStartedError(OutputError):
+    """The run's directory could not be written as its ranks started (a full disk): nothing
+    was trained, and `start_run` removes what it made."""
+
+
+def check_launch_written(run_dir: Path, launcher_log: pipeplan_log.FileHandler | None) -> None:
+    """After the ranks failed: where the launcher could not write its own log (the agent logs
+    every failure), and no rank has recorded a step, the run failed because its directory
+    cannot be written (a full disk: the ranks could not even write their logs or reports).
+    NotStartedError naming the folder, not a rank's exit code or a missing run.jsonl.
+
+        check_launch_written(Path("runs/fd2"), launcher_log)   # runs/fd2: write failed (…)
+    """
+    failure = None if launcher_log is None else launcher_log.failure
+    if failure is None or (run_dir / "run.jsonl").exists():
+        return
+    reason = write_failure(failure, run_dir) or str(failure)
+    raise NotStartedError(f"{run_dir}: write failed ({reason})")
 
 
 def local_config(nproc: int, logs: Path) -> LaunchConfig:
@@ -747,11 +807,15 @@ class RankLogs(LogsSpecs):
 
 
 @contextlib.contextmanager
-def agent_scope(logs: Path) -> Iterator[None]:
+def agent_scope(logs: Path) -> Iterator[pipeplan_log.FileHandler]:
     """While torch's agent runs in this process: its log lines go to `logs/launcher.log`, not
     the console; the ranks import the executor this process imported and know its pid;
     Ctrl-C is marked for them (`on_ctrl_c`); and the signal handlers and environment the
-    agent changes are put back afterwards (the CLI's Ctrl-C, or pytest's)."""
+    agent changes are put back afterwards (the CLI's Ctrl-C, or pytest's). Yields the log's
+    handler: its `failure` is a write to launcher.log that failed (a full disk), never printed.
+
+        with agent_scope(logs) as launcher_log: ...
+    """
     handlers = {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS}
     env = {key: os.environ.get(key) for key in AGENT_ENV}
     root = str(Path(executor.__file__).resolve().parents[1])
@@ -762,14 +826,16 @@ def agent_scope(logs: Path) -> Iterator[None]:
     os.environ[INTERRUPTED] = str(mark)
     if threading.current_thread() is threading.main_thread():  # no handlers elsewhere
         signal.signal(signal.SIGINT, on_ctrl_c(mark))
-    file_handler = logging.FileHandler(logs / "launcher.log")
+    # pipeplan's handler: logging's printed a 100-line traceback for each record it could not
+    # write, and its close raised the full disk's OSError over the rank's failure.
+    file_handler = pipeplan_log.FileHandler(logs / "launcher.log")
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     loggers = {logger: logger.propagate for logger in map(logging.getLogger, AGENT_LOGGERS)}
     for logger in loggers:
         logger.addHandler(file_handler)
         logger.propagate = False
     try:
-        yield
+        yield file_handler
     finally:
         for logger, propagate in loggers.items():
             logger.removeHandler(file_handler)
@@ -807,11 +873,10 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     resume with: pipeplan run --resume runs/k`. A failure after the final checkpoint (writing
     model/ or summary.json) has nothing left to train (`check_unfinished` refuses its resume):
     the line says how to export the model instead."""
-    steps = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, StepRecord)]
-    at = f"at step {steps[-1].step + 1}" if steps else "before the first step"
+    at = failed_at(run_dir / "run.jsonl")
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
-    line = f"training failed on rank {rank} {at}: {why}; rank logs in {run_dir / 'logs'}"
+    line = f"training failed on rank {rank}{at}: {why}; rank logs in {run_dir / 'logs'}"
     if not (run_dir / "checkpoints" / "latest").exists():
         return line
     try:
@@ -822,6 +887,23 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     if manifest is not None and finished(manifest, cfg):
         return line + f"; every epoch was trained: its model: pipeplan export {quoted} --out DIR"
     return line + f"; resume with: pipeplan run --resume {quoted}"
+
+
+def failed_at(records: Path) -> str:
+    """Where in training a rank failed, from run.jsonl: " at step 7", " before the first step"
+    where no step is recorded (or run.jsonl is not there yet: a rank that died as it started),
+    "" where the records cannot be read (the resume's checks say why). A rank's failure is
+    reported as that, never as a fault of the records read to place it.
+
+        failed_at(Path("runs/k/run.jsonl"))   # " at step 7"
+    """
+    if not records.exists():
+        return " before the first step"
+    try:
+        steps = [r for r in read_records(records) if isinstance(r, StepRecord)]
+    except PipeplanError:
+        return ""
+    return f" at step {steps[-1].step + 1}" if steps else " before the first step"
 
 
 # ----------------------------------------------------------------------------- the command
@@ -924,7 +1006,7 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     run.json included) and re-planned for the world size."""
 
     path = Path(run_dir)
-    saved = load(RunConfig, path / "run.json")
+    saved = read_run_config(path)
     check_run_location(path)
     check_data(path, saved)
     cfg = resumed_config(saved, given or {})
@@ -989,8 +1071,54 @@ def start_run(
     """`pipeplan run`: the checks and `runs/NAME/`, then the ranks unless only preparing (for
     torchrun); no summary then."""
     cfg = with_file_values(cfg)
+    made = missing_folders(Path(runs_root) / cfg.name)  # the name is checked by `prepare`
     run_dir = prepare(cfg, runs_root, local=not prepare_only)
-    return run_dir, None if prepare_only else run_local(cfg, run_dir)
+    if prepare_only:
+        return run_dir, None
+    try:
+        return run_dir, run_local(cfg, run_dir)
+    except NotStartedError:
+        remove_unstarted(run_dir, made)
+        raise
+
+
+def missing_folders(directory: Path) -> list[Path]:
+    """`directory` and the folders above it that do not exist yet, deepest first: what a
+    command that creates it made (and may remove again)."""
+    missing = []
+    for folder in (directory, *directory.parents):
+        if folder.exists() or folder.is_symlink():
+            break
+        missing.append(folder)
+    return missing
+
+
+# What a start that trained nothing leaves in logs/: the launcher's log, the ranks' logs and
+# error reports (a report's temporary file too), the Ctrl-C mark.
+START_LOGS = ("launcher.log", "rank-*.log", "rank-*.error.json", "rank-*.error.json.tmp")
+
+
+def remove_unstarted(run_dir: Path, made: list[Path]) -> None:
+    """Undo `start_run` for a run that trained nothing (`NotStartedError`): the files
+    `prepare` and the launch wrote, the lock, and the folders the command made (`made`,
+    deepest first), those left empty. A folder holding anything a run writes once it trains
+    (STARTED), or anything else, stays as it is.
+
+        remove_unstarted(Path("runs/fd2"), [Path("runs/fd2")])
+    """
+    if any((run_dir / name).exists() for name in STARTED):
+        return
+    logs = run_dir / "logs"
+    for pattern in START_LOGS:
+        for path in logs.glob(pattern):
+            with contextlib.suppress(OSError):
+                path.unlink()
+    with contextlib.suppress(OSError):
+        logs.rmdir()
+    _unprepare(run_dir, ["run.json", DATA_RECORD, RUN_PROFILE, RUN_PLAN], run_dir in made)
+    for folder in made:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 if __name__ == "__main__":

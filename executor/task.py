@@ -324,7 +324,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
 
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)
-    cfg = load(RunConfig, run_dir / "run.json")
+    cfg = read_run_config(run_dir)
     check_data(run_dir, cfg)
     check_checkpoints_folder(run_dir)  # --checkpoint step-N too, not only the latest
     path = _checkpoint_path(run_dir, checkpoint) if checkpoint is not None else None
@@ -337,7 +337,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     # The manifest as a resume checks it (its layers, position and layout): a manifest resume
     # refuses is no checkpoint of this run to export either.
     where = manifest_path(run_dir, manifest)
-    check_position(manifest, cfg, len(data.train), len(seq.layers), where)
+    check_position(manifest, cfg, len(data.train), seq.layers, where)
     check_weights(weights, seq.layers, path or latest(run_dir, "export"))  # shapes and dtype kinds
     try:
         restore(seq.layers, weights, {})
@@ -364,3 +364,15 @@ def _check_new_directory(out: Path) -> None:
     check_outside_runs(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputError(f"{out}: exists and is not an empty directory; export needs a new one")
+
+
+def read_run_config(run_dir: Path) -> RunConfig:
+    """A run directory's run.json, for the commands given one (`run --resume`, torchrun's
+    entry, `export`): a file given as the folder is "not a run directory", where reading
+    FILE/run.json leaked Python's NotADirectoryError.
+
+        cfg = read_run_config(Path("runs/exp1"))
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise InputFileError(f"{run_dir}: not a run directory (a file, not a folder)")
+    return load(RunConfig, run_dir / "run.json")

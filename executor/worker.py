@@ -219,7 +219,8 @@ class Trainer:
         to start: (epoch, step in epoch)."""
         from executor import checkpoint
 
-        manifest, model, optimizer, rng = checkpoint.load_latest(self.run_dir)
+        # The command (or torchrun's entry) that started this rank said any notice once.
+        manifest, model, optimizer, rng = checkpoint.load_latest(self.run_dir, notice=False)
         # `pipeplan run --resume` checked this before any rank started; torchrun did not.
         checkpoint.check_trained_with(manifest, self.cfg, self.run_dir / "run.json")
         states = checkpoint.restore(self.seq.layers, model, optimizer)

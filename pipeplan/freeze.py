@@ -26,7 +26,14 @@ from pydantic import ValidationError
 
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import FreezePhase, FreezeSchedule
-from pipeplan.formats.base import MAX_EPOCHS, check_json, first_error, int_list, read_input
+from pipeplan.formats.base import (
+    MAX_EPOCHS,
+    check_json,
+    first_error,
+    int_list,
+    other_kind,
+    read_input,
+)
 from pipeplan.formats.freeze import (  # the α bound: the plan format checks by it
     TrajectoryFile,
     alpha_frozen_blocks,
@@ -96,6 +103,9 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
     except InputFileError as exc:
         raise InputFileError(f"{path}: cannot read freeze trajectory{exc}") from None
     if isinstance(data, dict):
+        other = other_kind(TrajectoryFile, data)  # a profile or plan given as the trajectory
+        if other is not None:
+            raise InputFileError(f"{path}: not a freeze trajectory (it is a {other})")
         try:
             data = TrajectoryFile.model_validate(data, strict=True).frozen_layers
         except ValidationError as exc:

@@ -34,6 +34,36 @@ class _Stderr(logging.StreamHandler):
         return self.fixed or sys.stderr
 
 
+class FileHandler(logging.FileHandler):
+    """A log file that fails in silence: a write that fails (a full disk) is kept in `failure`
+    for the caller to report in its own words, never printed. logging's own handler printed
+    `--- Logging error ---` and a 100-line traceback to stderr for each record, and its
+    `close` raised the failed flush's OSError over whatever the caller was reporting.
+
+        handler = log.FileHandler(logs / "launcher.log")
+        ...
+        handler.close()
+        if handler.failure is not None: ...   # the OSError of the first failed write
+    """
+
+    def __init__(self, filename, mode: str = "a", encoding: str | None = None) -> None:
+        self.failure: BaseException | None = None
+        super().__init__(filename, mode, encoding, delay=False)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.failure = self.failure or sys.exc_info()[1]
+
+    def close(self) -> None:
+        try:
+            super().close()  # flushes what is buffered: on a full disk it fails here too
+        except OSError as exc:
+            self.failure = self.failure or exc
+            with contextlib.suppress(OSError):
+                if self.stream is not None:
+                    self.stream.close()
+            self.stream = None
+
+
 def setup(rank: int | None = None, debug: bool = False, stream=None) -> logging.Logger:
     """Configure the "pipeplan" logger; calling it again only updates the format, level and
     stream (None: whatever `sys.stderr` is)."""

@@ -1029,6 +1029,35 @@ def test_a_fresh_round_of_hostile_inputs(tmp_path, capsys, plans, case):
     refused(argv, [tmp_path, Path(next(iter(plans.values()))).parent], capsys, fragment)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "template, fragment",
+    [
+        (f"{RUN} --plan {{P}}", "{P}: not a plan (it is a profile)"),
+        (f"{RUN} --profile {{PLAN}}", "{PLAN}: not a profile (it is a plan)"),
+        (f"preview --profile {{RUNJSON}} {SHAPE}", "{RUNJSON}: not a profile (it is a run "),
+        (f"preview --profile {{P}} --cluster {{P}} {SHAPE}", "{P}: not a cluster (it is a prof"),
+        (
+            f"preview --profile {{P}} --freeze-schedule {{PLAN}} {SHAPE}",
+            "{PLAN}: not a freeze trajectory (it is a plan)",
+        ),
+    ],
+    ids=["profile as --plan", "plan as --profile", "run.json as --profile", "cluster", "freeze"],
+)
+def test_a_file_of_another_kind_is_named_as_that_kind(tmp_path, capsys, plans, template, fragment):
+    """Found by the seventeenth round: a profile given as --plan said "plan schema_version 1 is
+    not supported (this pipeplan reads 2)", as if it were an old plan. What kind of file it is
+    comes first, from its keys, for every loader (--plan, --profile, --cluster,
+    --freeze-schedule)."""
+    import shlex
+
+    paths = hostile_files(tmp_path, plans)
+    paths["PLAN"] = next(iter(plans.values()))
+    paths["RUNJSON"] = str(Path(paths["RUN"]) / "run.json")
+    argv = shlex.split(template.format(**paths))
+    refused(argv, [tmp_path, Path(paths["PLAN"]).parent], capsys, fragment.format(**paths))
+
+
 @pytest.mark.parametrize("command", ["plan", "calibrate"])
 def test_out_dash_is_refused_not_a_file_named_dash(tmp_path, capsys, monkeypatch, command):
     """Found by the fifteenth round: `--out -` (standard output, to most tools) wrote a file

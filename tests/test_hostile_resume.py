@@ -51,6 +51,8 @@ def _other_layout(run: Path) -> dict:
     return {**layout, "micro_batches": layout["micro_batches"] * 2, "micro_batch_size": half}
 
 
+# A grad_history entry of a run with nothing frozen: a norm for each of vit-digits' 10 layers.
+EVERY_LAYER = {str(layer): 1.0 for layer in range(10)}
 # (manifest fields as edited, what the one line names besides manifest.json)
 MANIFESTS = {
     "another model": ({"model": "bert-synth"}, "model: 'bert-synth', but the run trains"),
@@ -58,8 +60,18 @@ MANIFESTS = {
     "a layer the model lacks": ({"grad_history": [{"99": 1.0}]}, "grad_history.0: layer 99"),
     "a layer key that is not an index": ({"grad_history": [{"-1": 1.0}]}, "grad_history.0"),
     "more history than decisions": (
-        {"grad_history": [{"0": 1.0}] * 50},
+        {"grad_history": [EVERY_LAYER] * 50},
         "grad_history: 50 entries, but --freeze auto made at most 0",
+    ),
+    # Found by the seventeenth round: an active layer missing from an entry (or a subnormal
+    # norm) was accepted and carried into every later checkpoint.
+    "an active layer missing from grad_history": (
+        {"grad_history": [{k: v for k, v in EVERY_LAYER.items() if k != "3"}]},
+        "grad_history.0: layer 3 is missing; every active layer (0..9) has a norm",
+    ),
+    "a subnormal gradient norm": (
+        {"grad_history": [{**EVERY_LAYER, "3": 5e-324}]},
+        ("grad_history.0.3", "subnormal"),
     ),
     "sums without steps": ({"grad_norm_sums": {"1": 1.0}}, "grad_norm_steps is 0"),
     "a negative sum": ({"grad_norm_sums": {"0": -1.0}}, "grad_norm_sums.0"),
@@ -80,7 +92,8 @@ def test_resume_refuses_a_manifest_that_contradicts_its_run(finished_run, tmp_pa
     """Each field of checkpoints/step-N/manifest.json is checked for meaning against run.json,
     the model and run.jsonl before any rank starts: a vit-digits run resumed from a manifest
     saying bert-synth, a negative norm, layer 99 or 50 measurements after one epoch, and
-    trained on from them."""
+    trained on from them. Found by the seventeenth round: an entry of grad_history lacking an
+    active layer, or holding a subnormal norm, was accepted and carried forward."""
     run = copy_run(finished_run, tmp_path)
     if case == "another layout":
         changes, fragment = {"layout": _other_layout(run)}, "layout: "
@@ -88,10 +101,16 @@ def test_resume_refuses_a_manifest_that_contradicts_its_run(finished_run, tmp_pa
         changes, fragment = MANIFESTS[case]
     _edit_manifest(run, **changes)
     argv = ["run", "--resume", str(run), *MORE]
-    refused(argv, tmp_path, capsys, (str(_manifest(run)), fragment))
+    fragments = fragment if isinstance(fragment, tuple) else (fragment,)
+    refused(argv, tmp_path, capsys, (str(_manifest(run)), *fragments))
 
 
-EXPORTED = ["another model", "a layer the model lacks", "a step that is not its epoch's"]
+EXPORTED = [
+    "another model",
+    "a layer the model lacks",
+    "a step that is not its epoch's",
+    "an active layer missing from grad_history",
+]
 
 
 @pytest.mark.multiprocess

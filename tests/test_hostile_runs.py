@@ -92,6 +92,32 @@ def test_a_run_that_cannot_be_prepared_leaves_no_folder(tmp_path, monkeypatch, c
     assert {"run.json", "profile.json", ".lock"} <= {p.name for p in (runs / "p").iterdir()}
 
 
+def test_a_full_disk_as_the_ranks_start_is_one_line_and_leaves_no_folder(
+    tmp_path, monkeypatch, capsys
+):
+    """Found by the seventeenth round: the disk filled as the ranks started; logging's handler
+    of logs/launcher.log printed `--- Logging error ---` and a 100-line traceback, its close
+    raised a nameless `No space left on device` over the ranks' failure, and RUNS/NAME/ stayed.
+    One line names the folder, and what the command made goes (launcher.log is /dev/full here:
+    every write fails with ENOSPC)."""
+    from test_launch import fake_launch
+
+    import executor.launch
+    from pipeplan import log
+
+    class FullDisk(log.FileHandler):
+        def __init__(self, filename, *args, **kwargs):
+            super().__init__("/dev/full", *args, **kwargs)
+
+    monkeypatch.setattr(executor.launch.pipeplan_log, "FileHandler", FullDisk)
+    runs = tmp_path / "new" / "runs"
+    argv = [*fake_launch(monkeypatch, 1), "--runs-dir", str(runs)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"pipeplan: error: {runs / 'k'}: write failed (No space left on device)\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_run_named_by_a_link_into_a_run_is_refused(tmp_path, capsys):
     """The same hole by `--name`: RUNS/NAME, a link to RUN/checkpoints, is refused (it was
     already: a run directory is a plain folder in --runs-dir)."""
@@ -367,6 +393,65 @@ def test_a_manifest_naming_other_files_is_refused(finished_run, tmp_path, capsys
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("command", ["export", "resume"])
+def test_a_manifest_lacking_a_file_says_it_lacks_it(finished_run, tmp_path, capsys, command):
+    """Found by the seventeenth round: a manifest whose files map lacked rng.pt was refused as
+    "files names 'rng.pt'", as if it named an extra file. It says what it lacks."""
+    run = copy_run(finished_run, tmp_path)
+    doc = json.loads(_manifest(run).read_text())
+    del doc["files"]["rng.pt"]
+    _manifest(run).write_text(json.dumps(doc))
+    argv = ["run", "--resume", str(run), "--epochs", "2"]
+    if command == "export":
+        argv = ["export", str(run), "--out", str(tmp_path / "e")]
+    refused(argv, tmp_path, capsys, ("manifest.json", "files lacks 'rng.pt'"))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("command", ["export", "resume"])
+def test_a_deleted_latest_pointer_is_named(finished_run, tmp_path, capsys, command):
+    """Found by the seventeenth round: checkpoints/latest deleted with step-N intact said
+    "no checkpoint to resume from", though one is there. A missing pointer is refused as an
+    edited one is (which checkpoint is the run's is not guessed), naming the pointer and the
+    checkpoints kept."""
+    run = copy_run(finished_run, tmp_path)
+    (run / "checkpoints" / "latest").unlink()
+    argv = ["run", "--resume", str(run), "--epochs", "2"]
+    if command == "export":
+        argv = ["export", str(run), "--out", str(tmp_path / "e")]
+    fragment = "checkpoints/latest: is missing, though the run has checkpoints (step-2)"
+    refused(argv, tmp_path, capsys, fragment)
+
+
+@pytest.mark.parametrize("command", ["export", "resume"])
+def test_a_file_given_as_the_run_is_not_a_run_directory(tmp_path, capsys, command):
+    """Found by the seventeenth round: `run --resume /etc/hostname` said "/etc/hostname/run.json:
+    cannot read (NotADirectoryError: …)", Python's exception leaking."""
+    given = tmp_path / "hostname"
+    given.write_text("host\n")
+    argv = ["run", "--resume", str(given)]
+    if command == "export":
+        argv = ["export", str(given), "--out", str(tmp_path / "e")]
+    refused(argv, tmp_path, capsys, f"{given}: not a run directory")
+
+
+def test_a_path_through_a_file_is_no_such_file_without_pythons_words(tmp_path):
+    """The class behind it: any input read through a file as if it were a folder names the
+    file, never "NotADirectoryError"."""
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats.base import read_input
+
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(InputFileError) as caught:
+        read_input(tmp_path / "f" / "run.json")
+    assert str(caught.value) == (
+        f"{tmp_path / 'f' / 'run.json'}: no such file ({tmp_path / 'f'} is a file, not a folder)"
+    )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
 def test_a_checkpoint_folder_of_another_step_is_refused(finished_run, tmp_path, capsys):
     """step-4 replaced by a copy of step-3 resumed from step 3, training an epoch again: the
     folder's name and its manifest's step must agree."""
@@ -394,6 +479,22 @@ def test_a_checkpoint_of_another_step_is_corrupt_and_an_older_one_is_used(
     assert any(notice in r.message and "older step-2" in r.message for r in caplog.records), (
         caplog.text
     )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_the_older_checkpoint_notice_is_said_once(finished_run, tmp_path, capfd):
+    """Found by the seventeenth round: a resume that fell back to an older checkpoint printed
+    its notice three times, from the command and from each rank (`pipeplan: rank 0: WARNING:
+    …`). The command says it; the ranks load in silence."""
+    run = copy_run(finished_run, tmp_path)
+    shutil.copytree(run / "checkpoints" / "step-2", run / "checkpoints" / "step-5")
+    (run / "checkpoints" / "latest").write_text("step-5\n")
+    capfd.readouterr()
+    assert cli.main(["run", "--resume", str(run), "--epochs", "2"]) == 0
+    err = capfd.readouterr().err
+    notices = [line for line in err.splitlines() if "resuming from the older step-2" in line]
+    assert len(notices) == 1 and notices[0].startswith("pipeplan: WARNING: "), err
 
 
 # ----------------------------------------------------------------------------- outputs in a run

@@ -239,6 +239,24 @@ def test_a_signalled_rank_is_named_not_the_rank_that_noticed(tmp_path, sig, what
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
+def test_a_rank_sent_sigterm_as_it_starts_is_the_rank_named(tmp_path):
+    """Found by the seventeenth round: SIGTERM to rank 1 as it started said "runs/k/run.jsonl:
+    no such file"; then (both ranks dead of SIGTERM, the second by the agent) it named rank 0.
+    A rank stopped as it starts reports it, with its time."""
+    run = start_run(tmp_path)
+    deadline = time.monotonic() + 60
+    while (rank1 := rank_processes(tmp_path / "k").get(1)) is None:
+        assert time.monotonic() < deadline and run.poll() is None
+        time.sleep(0.05)
+    time.sleep(0.3)  # past the shell's exec, well inside the imports
+    os.kill(rank1, signal.SIGTERM)
+    pattern = r"pipeplan: error: training failed on rank 1 before the first step: stopped by "
+    one_line(run, 2, pattern + "SIGTERM" + LOGS)
+    assert no_rank_left(tmp_path)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
 def test_a_stopped_rank_ends_the_run_after_the_collective_timeout(tmp_path):
     run, rank1 = paused_run(tmp_path, "--collective-timeout", "5")
     stopped = time.monotonic()
@@ -450,6 +468,22 @@ def report(rank: int, kind: str, at: float, message: str = "m") -> faults.Report
             (1, "no response within the collective timeout of 5 s (stopped or hung)"),
         ),
         ({0: Failure(1, report(0, "lost", 1.0)), 1: Failure(3)}, (1, "exited with code 3")),
+        # a rank stopped as it started, before it could report (seventeenth round)
+        ({1: Failure(-15)}, (1, "stopped by SIGTERM")),
+        ({0: Failure(-15), 1: Failure(130)}, (1, "interrupted by SIGINT")),
+        # SIGTERM to rank 1 as it started: its report's time tells it from the agent's stop
+        (
+            {
+                0: Failure(143, report(0, "stopped", 2.0, "S")),
+                1: Failure(143, report(1, "stopped", 1.0, "S")),
+            },
+            (1, "S"),
+        ),
+        ({0: Failure(-15), 1: Failure(143, report(1, "stopped", 1.0, "S"))}, (1, "S")),
+        (
+            {0: Failure(-9), 1: Failure(143, report(1, "stopped", 1.0, "S"))},
+            (0, "killed by SIGKILL"),
+        ),
         (
             {
                 1: Failure(1, report(1, "lost", 2.0, "B")),
@@ -501,3 +535,64 @@ def test_a_rank_whose_report_cannot_be_written_still_exits_leaving_no_partial_re
     report = faults.write_report(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), rank=0)
     assert (report.kind, faults.exit_code(report)) == ("raised", faults.EXIT_FAILED)
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- failed starts
+
+
+def fake_launch(monkeypatch, exitcode: int):
+    """Have `run_local` start no rank: torch's agent logs rank 1's failure with `exitcode`
+    (into launcher.log) and raises what it raises then. Returns the argv of a 1-rank run."""
+    import logging
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    import executor.launch
+
+    def launch(config, entrypoint):
+        def ranks(*args):
+            agent = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
+            agent.error("failed (exitcode: %s) local_rank: %s", exitcode, 1)
+            failure = ProcessFailure(local_rank=1, pid=1, exitcode=exitcode, error_file="")
+            raise ChildFailedError("executor.launch", {1: failure})
+
+        return ranks
+
+    monkeypatch.setattr(executor.launch, "elastic_launch", launch)
+    return ["run", "--model", "vit-digits", "--nproc", "1", "--name", "k"]
+
+
+@pytest.mark.parametrize(
+    "exitcode, why", [(-signal.SIGTERM, "stopped by SIGTERM"), (130, "interrupted by SIGINT")]
+)
+def test_a_rank_stopped_as_it_starts_is_named_not_a_missing_run_jsonl(
+    tmp_path, monkeypatch, capsys, exitcode, why
+):
+    """Found by the seventeenth round: SIGTERM or SIGINT to a rank during its start-up (before
+    run.jsonl exists) was reported as `pipeplan: error: runs/k/run.jsonl: no such file`: the
+    failure's line read the records to say the step. Whatever a rank dies of before run.jsonl
+    exists is that rank's failure "before the first step"; the prepared run stays."""
+    import cli
+
+    argv = [*fake_launch(monkeypatch, exitcode), "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    run = tmp_path / "runs" / "k"
+    assert err == (
+        f"pipeplan: error: training failed on rank 1 before the first step: {why}; rank logs in "
+        f"{run / 'logs'}\n"
+    )
+    assert (run / "run.json").is_file()
+
+
+def test_a_failure_is_placed_without_refusing_unreadable_records(tmp_path):
+    """The same class: a run.jsonl that is missing, empty or unreadable places the failure as
+    well as it can; it is never the error reported instead of the rank's."""
+    from executor.launch import failed_at
+
+    records = tmp_path / "run.jsonl"
+    assert failed_at(records) == " before the first step"
+    records.write_text("")
+    assert failed_at(records) == " before the first step"
+    records.write_text("not json\n")
+    assert failed_at(records) == ""

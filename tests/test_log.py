@@ -91,3 +91,21 @@ def test_a_spawned_ranks_warning_reaches_the_parents_stderr_with_its_rank(tmp_pa
     assert "rank 0" not in err
     assert "torch noise" not in err  # the rank's own output went to its log file
     assert "torch noise" in (tmp_path / "logs" / "rank-1.log").read_text()
+
+
+def test_a_log_file_on_a_full_disk_fails_in_silence(capfd):
+    """Found by the seventeenth round: logging's FileHandler on a full disk printed `--- Logging
+    error ---` and a traceback to stderr for each record, and its close raised the OSError.
+    pipeplan's keeps the first failure for its caller to word, and prints nothing."""
+    handler = log.FileHandler("/dev/full")  # every write: ENOSPC
+    logger = logging.getLogger("test.full_disk")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.error("failed (exitcode: %s)", 1)
+        logger.error("again")
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    assert isinstance(handler.failure, OSError) and handler.failure.strerror is not None
+    assert capfd.readouterr().err == ""

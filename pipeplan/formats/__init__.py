@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from pipeplan.errors import PipeplanError
 from pipeplan.formats.base import (
+    KINDS,
     NOT_A_FLAG,
     Flag,
     Needs,
@@ -109,6 +110,22 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "checkpoint": CheckpointManifest,
     "data": DataRecord,
 }
+
+
+# What `parse` calls each kind of file in its messages ("…: not a plan (it is a profile)").
+KINDS.update(
+    {
+        Profile: "profile",
+        Cluster: "cluster",
+        Plan: "plan",
+        RunConfig: "run configuration",
+        RunSummary: "run summary",
+        Report: "report",
+        CheckpointManifest: "checkpoint manifest",
+        DataRecord: "data record",
+        FreezeSchedule: "freeze schedule",
+    }
+)
 
 
 def json_schema(name: str) -> dict[str, Any]:

@@ -301,12 +301,45 @@ def first_error(exc: ValidationError) -> str:
     return _first_error(exc)
 
 
+# Each file kind a user may give in the wrong place, by model, and its name in words: filled
+# in by `pipeplan.formats` (this module imports none of the models). `parse` names the kind a
+# document is when it is not the one wanted.
+KINDS: dict[type[BaseModel], str] = {}
+
+
+def _is_kind(model: type[BaseModel], data: dict) -> bool:
+    """Whether `data`'s keys are those of a `model` document: every key one of its fields, and
+    every required field there (every field, for a model that requires none: run.json)."""
+    fields = set(model.model_fields)
+    needed = {k for k, f in model.model_fields.items() if f.is_required()} or fields
+    return set(data) <= fields and needed <= set(data)
+
+
+def other_kind(model: type[BaseModel], data: dict) -> str | None:
+    """The kind of file `data` is (a name of KINDS) when it is plainly another than `model`:
+    it has the keys of exactly one other kind and lacks a field `model` requires. None
+    otherwise (then `model`'s own checks say what is wrong).
+
+        other_kind(Plan, json.load(open("profiles/vit-digits@cpu-1t.json")))   # "profile"
+    """
+    required = {k for k, f in model.model_fields.items() if f.is_required()}
+    if required <= set(data) and required:
+        return None
+    others = [name for kind, name in KINDS.items() if kind is not model and _is_kind(kind, data)]
+    return others[0] if len(others) == 1 else None
+
+
 def parse(model: type[M], text: str, source: str = "input") -> M:
     """Parse JSON text into `model`, raising InputFileError with one line on any problem."""
     kind = model.__name__.lower()
     data = check_json(text, source)
     if not isinstance(data, dict):
         raise InputFileError(f"{source}: expected a JSON object for a {kind}")
+    # Before its version: a profile given as --plan was "plan schema_version 1 is not
+    # supported", as if it were an old plan.
+    other = other_kind(model, data)
+    if other is not None:
+        raise InputFileError(f"{source}: not a {KINDS.get(model, kind)} (it is a {other})")
     version, expected = data.get("schema_version"), schema_version(model)
     # `true == 1` in Python: the type is checked too, so a boolean is not a version.
     if type(version) is not int or version != expected:
@@ -335,6 +368,8 @@ def read_input(path: Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pip
         return data.decode("utf-8")
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
+    except NotADirectoryError:
+        raise InputFileError(f"{path}: no such file ({_not_a_folder(path)})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
 
@@ -349,12 +384,23 @@ def check_input_file(
         info = path.stat()
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
+    except NotADirectoryError:  # a file given where a folder is: Python's name leaked
+        raise InputFileError(f"{path}: no such file ({_not_a_folder(path)})") from None
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
     if not stat.S_ISREG(info.st_mode):
         raise InputFileError(f"{path}: not a regular file")
     if info.st_size > limit:
         raise InputFileError(f"{path}: larger than {_size(limit)}, {why}")
+
+
+def _not_a_folder(path: Path) -> str:
+    """Why `path` cannot be reached, for a NotADirectoryError: `_not_a_folder(Path(
+    "/etc/hostname/run.json"))` → "/etc/hostname is a file, not a folder"."""
+    for folder in reversed(path.parents):
+        if folder.exists() and not folder.is_dir():
+            return f"{folder} is a file, not a folder"
+    return "a folder on its path is a file"
 
 
 def _size(limit: int) -> str:

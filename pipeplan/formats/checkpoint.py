@@ -3,9 +3,10 @@ checkpoint's tensors belong to (the tensors themselves: `executor.checkpoint`)."
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
 from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_STEPS, NonNegFloat, Strict, Text
 from pipeplan.formats.layout import Layout
@@ -14,9 +15,21 @@ from pipeplan.formats.run import RunConfig
 # A layer's index as a JSON key, written by `str(i)`: "01", " 1" or "-1" is not one (int()
 # took "abc" inside a rank, and "-1" as the head).
 LayerKey = Annotated[str, StringConstraints(pattern=r"^(0|[1-9][0-9]{0,6})$")]
-# A mean or a sum of gradient norms: finite (the loader refuses NaN and infinities) and never
-# negative; a negative one made the gradient criterion freeze layers it should have kept.
-Norms = dict[LayerKey, NonNegFloat]
+
+
+def _not_subnormal(value: float) -> float:
+    """`_not_subnormal(0.5)` → 0.5; ValueError for a subnormal (`5e-324`): no float32 gradient
+    has one for its norm, and the gradient criterion divided by it (a rate of change of inf)."""
+    if 0.0 < value < sys.float_info.min:
+        raise ValueError(f"{value!r} is a subnormal number, not a measured gradient norm")
+    return value
+
+
+# A mean or a sum of gradient norms: finite (the loader refuses NaN and infinities), never
+# negative (a negative one made the gradient criterion freeze layers it should have kept) and
+# never subnormal.
+Norm = Annotated[NonNegFloat, AfterValidator(_not_subnormal)]
+Norms = dict[LayerKey, Norm]
 Step = Annotated[int, Field(ge=0, le=MAX_STEPS)]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
