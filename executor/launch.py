@@ -48,21 +48,6 @@ def die_with_launcher() -> None:
         os._exit(1)  # faults.EXIT_FAILED (not imported yet)
 
 
-if __name__ == "__main__":
-    # A rank, from its first statement (before the imports below, which take seconds): Ctrl-C,
-    # which the launcher forwards to every rank as it tears them down, ends it at once and in
-    # silence until `main` can report it; a KeyboardInterrupt in those imports printed its
-    # traceback on the console. The launcher decides what an interrupt means and says it.
-    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))  # faults.EXIT_INTERRUPTED
-    # Under `pipeplan run` this process ignored SIGINT until now (RANK_SHELL): one forwarded
-    # meanwhile was lost, but the launcher made its file first.
-    if os.environ.get(INTERRUPTED) and os.path.exists(os.environ[INTERRUPTED]):
-        os._exit(130)
-    # Before the imports that take seconds too: a rank stopped (SIGSTOP) while it imported
-    # outlived a launcher killed meanwhile, stopped for ever (the seventeenth round).
-    die_with_launcher()
-
-
 def _stopped_as_it_starts(signum: int, frame: object) -> None:
     """A rank's SIGTERM until it trains: its report (`faults.Report`'s format, written with
     the standard library alone: the imports are still under way), then exit 128 + 15. Killed
@@ -93,7 +78,19 @@ def _stopped_as_it_starts(signum: int, frame: object) -> None:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _stopped_as_it_starts)
+    # A rank, from its first statement (before the imports below, which take seconds): Ctrl-C,
+    # which the launcher forwards to every rank as it tears them down, ends it at once and in
+    # silence until `main` can report it; a KeyboardInterrupt in those imports printed its
+    # traceback on the console. The launcher decides what an interrupt means and says it.
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))  # faults.EXIT_INTERRUPTED
+    # Under `pipeplan run` this process ignored SIGINT until now (RANK_SHELL): one forwarded
+    # meanwhile was lost, but the launcher made its file first.
+    if os.environ.get(INTERRUPTED) and os.path.exists(os.environ[INTERRUPTED]):
+        os._exit(130)
+    # Before the imports that take seconds too: a rank stopped (SIGSTOP) while it imported
+    # outlived a launcher killed meanwhile, stopped for ever (the seventeenth round).
+    die_with_launcher()
+    signal.signal(signal.SIGTERM, _stopped_as_it_starts)  # until `main` puts the default back
 
 import argparse
 import contextlib
