@@ -62,6 +62,18 @@ def not_subnormal(value: float) -> float:
 
 # Every time a file holds (profiles, run records, plans): 0, or a normal float up to the bound.
 Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS), AfterValidator(not_subnormal)]
+
+
+def not_subnormal_signed(value: float) -> float:
+    """`not_subnormal` for a time that may be negative (a fitted offset): -5e-324 neither."""
+    not_subnormal(abs(value))
+    return value
+
+
+# A fitted time offset, either sign (calibration's step_overhead_s), never subnormal.
+SignedSeconds = Annotated[
+    float, Field(ge=-MAX_SECONDS, le=MAX_SECONDS), AfterValidator(not_subnormal_signed)
+]
 Latency = Annotated[float, Field(ge=0.0, le=MAX_LATENCY_S), AfterValidator(not_subnormal)]
 Bandwidth = Annotated[float, Field(ge=MIN_BANDWIDTH, le=MAX_BANDWIDTH)]
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
