@@ -241,7 +241,7 @@ PROFILE_CASES = {
             **PROFILE,
             "layers": [{**layer, "params": 0, "param_bytes": 0} for layer in PROFILE["layers"]],
         },
-        "layers.1': Value error, params",
+        "layers.1': params",
     ),
 }
 
