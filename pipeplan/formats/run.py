@@ -659,8 +659,11 @@ def check_records(
     (records appended twice made report count 8 steps of a 4-step run and calibrate fit
     repeated steps); and the records follow one another as the executor writes them
     (`_check_sequence`). With the run's `config`, the world its records ran on is run.json's
-    `nproc` (`check_world`). InputFileError with one line otherwise, naming the record's
-    line (`lines`: each record's line number in the file, when read from one)."""
+    `nproc` (`check_world`, each phase named on its own line), and no rank on a CPU run
+    records a peak memory. Every step's ranks take no longer than it (`_check_rank_times`);
+    every epoch record is what the executor computes from its steps (`check_epoch`).
+    InputFileError with one line otherwise, naming the record's line (`lines`: each
+    record's line number in the file, when read from one)."""
     phases: dict[int, PhaseRecord] = {}
     last: dict[str, int] = {}
     current: PhaseRecord | None = None
@@ -865,7 +868,8 @@ def check_world(
 
 
 def _devices(phase: PhaseRecord) -> str:
-    """`_devices(phase)` → '8 devices (1 node x 8 devices_per_node)': the world it names."""
+    """`_devices(phase)` → '8 devices (1 nodes x 8 devices_per_node)': the world it names,
+    in the cluster's own fields."""
     cluster = phase.pricing.cluster
     return (
         f"{cluster.num_devices} devices ({cluster.nodes} nodes x {cluster.devices_per_node} "
