@@ -170,9 +170,7 @@ from pipeplan.formats import (
 )
 from pipeplan.formats.base import flag_of
 from pipeplan.formats.run import (
-    check_against_config,
     check_priced_profiles,
-    check_rates,
     check_run_name,
 )
 from pipeplan.freeze import list_schedule
@@ -978,20 +976,18 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
     # before any rank starts, not a rank failure that suggests the same --resume again.
     load(Profile, path / RUN_PROFILE)
     with pipeplan_log.held():  # notices (a torn last record, an older checkpoint) if it passes
-        records = read_records(path / "run.jsonl")
+        # Held to the run.json they were written under as report and calibrate hold them
+        # (`check_records`): the world, the batch, the rates, the epochs against their steps.
+        records = read_records(path / "run.jsonl", saved)
         # profile.json (and each calibration-N.json) as its phases were priced: edited, the
         # resume would plan with other times than the records say the run did.
         phases = [r for r in records if isinstance(r, PhaseRecord)]
-        check_priced_profiles(path, saved, phases)
+        check_priced_profiles(path, saved, records)
         # And the run's copy of its plan as its phases took it (a plan run's layouts).
         RunPlanner.for_run(path, cfg).check_records(path, phases)
         # Checksums, what the files hold, finite weights (an older one, with a notice).
         manifest, weights, _, _ = load_latest(path)
         check_run(cfg, local, resumed=(path, manifest, weights))
-        # The records' world against the run.json they were written under, once run.json
-        # passed as a fresh run's options (a hand-edited nproc is refused by its limit first).
-        check_against_config(records, saved, str(path / "run.jsonl"))
-        check_rates(records, str(path / "run.jsonl"))  # after: another batch is named as that
         check_manifest_records(manifest, records, path, cfg)
         check_unfinished(manifest, cfg, path, local)
     return records

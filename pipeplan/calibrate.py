@@ -144,7 +144,7 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
         records = read_records(run_dir / "run.jsonl", config)
         # run.json's precision edited to bf16 fitted fp32 times as bf16: checked against the
         # run's checkpoint and its phases' profiles first.
-        check_run_files(run_dir, config, [r for r in records if isinstance(r, PhaseRecord)])
+        check_run_files(run_dir, config, records)
         return config, records
 
 

@@ -74,7 +74,7 @@ class _Run:
             self.steps = [r for r in records if isinstance(r, StepRecord)]
             self.epochs = [r for r in records if isinstance(r, EpochRecord)]
             self._check()
-            check_run_files(self.dir, self.config, self.phases)
+            check_run_files(self.dir, self.config, records)
 
     def _check(self) -> None:
         where = self.dir / "run.jsonl"

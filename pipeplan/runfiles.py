@@ -3,7 +3,7 @@ run.json against what the run itself recorded of its training (the latest checkp
 configuration, the profiles its phases were priced with), and run directories given together
 against being one run twice (a `cp -a` copy fitted every step twice).
 
-    check_run_files(run_dir, config, phases)        # calibrate.load_run, report's _Run
+    check_run_files(run_dir, config, records)       # calibrate.load_run, report's _Run
     check_distinct_runs(run_dirs, "run")            # calibrate RUN…, report RUN --baseline B
 """
 
@@ -15,16 +15,16 @@ from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.fileio import check_distinct
-from pipeplan.formats import PhaseRecord, RunConfig, check_priced_profiles
+from pipeplan.formats import RunConfig, check_priced_profiles
 from pipeplan.formats.base import MAX_FILE_BYTES, check_input_file, check_json
 
 
-def check_run_files(run_dir: str | Path, config: RunConfig, phases: list[PhaseRecord]) -> None:
+def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> None:
     """run.json (`config`) is what the run trained under: its latest checkpoint's configuration
     (`executor.checkpoint.check_trained_with`, as resume and export check it) and its phases'
     profiles (`check_priced_profiles`). InputFileError naming the file and field."""
     run_dir = Path(run_dir)
-    check_priced_profiles(run_dir, config, phases)
+    check_priced_profiles(run_dir, config, records)
     if (run_dir / "checkpoints" / "latest").exists():
         # Imported here: it brings torch, which a run without checkpoints never needs.
         from executor.checkpoint import check_latest_trained_with

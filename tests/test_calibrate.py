@@ -40,8 +40,8 @@ TRUTH = Calibration(
     step_overhead_s=0.004,
     input_s_per_sample=3e-5,
     runs=["truth"],
-    phases_used=0,
-    steps_used=0,
+    phases_used=1,
+    steps_used=1,
     residual_median=0,
     residual_max=0,
 )

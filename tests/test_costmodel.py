@@ -277,9 +277,9 @@ def calibrated(profile, **fields):
 
     p2p = fields.pop("p2p", None)
     calibration = Calibration(
-        runs=[],
-        phases_used=0,
-        steps_used=0,
+        runs=["synthetic"],  # as calibrate writes it: fitted from a phase of a run
+        phases_used=1,
+        steps_used=1,
         residual_median=0.0,
         residual_max=0.0,
         p2p=FittedLink(**p2p) if p2p else None,

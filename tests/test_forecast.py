@@ -52,14 +52,16 @@ def preview_speedup(profile, cluster, frozen: list[int], samples: int = SAMPLES)
     return make_preview(profile, cluster, **shape).predicted_speedup
 
 
-def forecast(priced, mode: str, finished: list[int], freeze_list=()) -> Forecast:
+def forecast(
+    priced, mode: str, finished: list[int], freeze_list=(), samples: int = SAMPLES
+) -> Forecast:
     profile, cluster, pricing = priced
     return make_forecast(
         profile,
         cluster,
         pricing,
         global_batch=BATCH,
-        samples=SAMPLES,
+        samples=samples,
         epochs=EPOCHS,
         cache=True,
         mode=mode,
@@ -122,7 +124,11 @@ def test_the_epoch_line_states_the_forecast_and_its_continuations(priced):
 
 def test_the_report_shows_each_epochs_forecast(tmp_path, priced, capsys, monkeypatch):
     records = elastic_records()
-    forecasts = [forecast(priced, "auto", [0]), forecast(priced, "auto", [0, 3])]
+    # Each epoch's samples: its steps of whole batches (7 and 3), as the records hold them to.
+    forecasts = [
+        forecast(priced, "auto", [0], samples=7 * BATCH),
+        forecast(priced, "auto", [0, 3], samples=3 * BATCH),
+    ]
     epochs = iter(forecasts)
     records = [
         r.model_copy(update=dict(forecast=next(epochs))) if isinstance(r, EpochRecord) else r
@@ -187,3 +193,71 @@ def test_a_run_records_its_forecast_at_every_epoch_end(tmp_path, capsys, monkeyp
             for line in out.splitlines()
             if line.count("│") > 7
         )
+
+
+def _forecast_run(tmp_path, priced):
+    """The elastic records with a forecast at each epoch's end, priced with a profile file the
+    run directory holds (calibration-1.json, as an online refit names it)."""
+    import shutil
+
+    pricing = priced[2].model_copy(update={"profile": "calibration-1.json"})
+    forecasts = iter(
+        [
+            forecast(priced, "auto", [0], samples=7 * BATCH),
+            forecast(priced, "auto", [0, 3], samples=3 * BATCH),
+        ]
+    )
+    records = [
+        r.model_copy(update=dict(forecast=next(forecasts).model_copy(update={"pricing": pricing})))
+        if isinstance(r, EpochRecord)
+        else r
+        for r in elastic_records()
+    ]
+    run_dir = write_run(tmp_path / "run", records)
+    shutil.copyfile(PROFILE, run_dir / "calibration-1.json")
+    return run_dir
+
+
+def _edit_last_forecast(run_dir, edit) -> None:
+    import json
+
+    lines = [json.loads(line) for line in (run_dir / "run.jsonl").read_text().splitlines()]
+    edit(lines[-1]["forecast"])
+    (run_dir / "run.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (
+            lambda f: f["cases"][1].update(frozen_layers=[0, 3, 4, 2, 2, 2]),
+            "forecast.cases[1].frozen_layers: epoch 3: 2 is not a frozen-layer count in 4..9",
+        ),
+        (
+            lambda f: f["cases"][1].update(frozen_layers=[0, 3, 99, 99, 99, 99]),
+            "forecast.cases[1].frozen_layers: epoch 2: 99 is not a frozen-layer count in 3..9",
+        ),
+        (
+            lambda f: f["cases"][0].update(frozen_layers=[4, 4, 4, 4, 4, 4]),
+            "forecast.cases[0].frozen_layers [4, 4, 4, 4, 4, 4] does not begin with the epochs "
+            "so far, [0, 3]",
+        ),
+        (lambda f: f.update(samples=7), "forecast.samples 7, but its 3 steps of 64 samples"),
+        (
+            lambda f: f["pricing"].update(profile_sha256="0" * 64),
+            "calibration-1.json: edited since the run priced its epoch 1's forecast with it",
+        ),
+    ],
+    ids=["freezing that falls", "beyond the model", "not the epochs so far", "samples", "sha"],
+)
+def test_a_forecast_that_contradicts_its_run_is_refused(tmp_path, priced, capsys, edit, fragment):
+    """Found by the seventeenth round: report and calibrate took (exit 0) a forecast case that
+    unfroze layers ([4, 0]) or froze layer 99 of a 10-layer model, 7 samples for an epoch of
+    10 steps of 64, and a pricing sha256 that is not its profile's (the phases' was checked)."""
+    from test_hostile import refused
+
+    run_dir = _forecast_run(tmp_path, priced)
+    assert cli.main(["report", str(run_dir)]) == 0  # as written, it reads
+    capsys.readouterr()
+    _edit_last_forecast(run_dir, edit)
+    refused(["report", str(run_dir)], tmp_path, capsys, ("run", fragment))

@@ -1987,3 +1987,32 @@ def test_resume_refuses_a_checkpoint_folder_that_is_a_link(finished_run, tmp_pat
     shutil.move(str(run / "checkpoints" / "step-2"), away)
     (run / "checkpoints" / "step-2").symlink_to(away)
     refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, "symbolic link")
+
+
+@pytest.mark.parametrize(
+    "doc, expected",
+    [
+        (
+            {"collective_timeout_s": 5e-324},
+            "run.json: invalid run config: field 'collective_timeout_s': 5e-324 s is a "
+            "subnormal number, not a measured time",
+        ),
+        (
+            {"freeze": "list"},
+            "run.json: run config: freeze=list needs freeze_list: give the layers, --freeze 0,2,4",
+        ),
+    ],
+    ids=["a field", "the whole object"],
+)
+def test_a_format_error_reads_in_words(doc, expected):
+    """Found by the seventeenth round: format errors read `invalid checkpointmanifest: field
+    '(top level)': Value error, frozen_layers 5 disagrees …`: the class name run together,
+    pydantic's words. The kind is in words, a check of the whole object is its own message,
+    and a validator's message comes without "Value error, "."""
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats import RunConfig
+    from pipeplan.formats.base import parse
+
+    with pytest.raises(InputFileError) as caught:
+        parse(RunConfig, json.dumps({"schema_version": 1, **doc}), "run.json")
+    assert str(caught.value) == expected

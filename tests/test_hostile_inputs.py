@@ -241,7 +241,7 @@ PROFILE_CASES = {
             **PROFILE,
             "layers": [{**layer, "params": 0, "param_bytes": 0} for layer in PROFILE["layers"]],
         },
-        "layers.1': Value error, params",
+        "layers.1': params",
     ),
 }
 
@@ -429,6 +429,106 @@ def test_a_hand_edited_profile_is_held_to_what_the_profiler_writes(tmp_path, cap
     argv = ["plan", "--profile", str(path), "--out", str(tmp_path / "o.json")]
     refused(argv, tmp_path, capsys, ("profile.json", *fragments))
     assert not (tmp_path / "o.json").exists()
+
+
+# A calibration as `pipeplan calibrate` writes one: nograd_scale and input_s_per_sample not
+# fitted (at fwd_scale and 0), a step overhead below 0 (the smallest batch's input time off).
+CALIBRATED = {
+    **PROFILE,
+    "calibration": {
+        "fwd_scale": 1.25,
+        "bwd_scale": 1.5,
+        "nograd_scale": 1.25,
+        "fwd_call_scale": 2.0,
+        "bwd_call_scale": 1.5,
+        "nograd_call_scale": 1.25,
+        "allreduce": None,
+        "p2p": None,
+        "optimizer_s_per_byte": 2e-9,
+        "micro_batch_overhead_s": 0.0,
+        "step_overhead_s": -0.001,
+        "input_s_per_sample": 3e-5,
+        "group_rebuild_s": None,
+        "runs": ["runs/a"],
+        "phases_used": 2,
+        "steps_used": 12,
+        "residual_median": 0.01,
+        "residual_max": 0.04,
+        "not_fitted": {"nograd_scale": "no frozen layer ran", "p2p": "no pipelined phase"},
+    },
+}
+
+# (document, what the message must name): CALIBRATED with one hand edit of the seventeenth
+# round, each of which `plan` took (exit 0).
+SEVENTEENTH = {
+    "a subnormal step overhead": (
+        with_path(CALIBRATED, ("calibration", "step_overhead_s"), 5e-324),
+        ("'calibration.step_overhead_s'", "5e-324 s is a subnormal number"),
+    ),
+    "a negative subnormal step overhead": (
+        with_path(CALIBRATED, ("calibration", "step_overhead_s"), -5e-324),
+        ("'calibration.step_overhead_s'", "subnormal"),
+    ),
+    "a step overhead of -100 s": (
+        with_path(CALIBRATED, ("calibration", "step_overhead_s"), -100.0),
+        ("'calibration'", "step_overhead_s -100.0 s is below -31.4573 s"),
+    ),
+    "a negative step overhead without input time": (
+        with_path(
+            with_path(CALIBRATED, ("calibration", "input_s_per_sample"), 0.0),
+            ("calibration", "not_fitted"),
+            {},
+        ),
+        ("'calibration'", "step_overhead_s -0.001 s is below 0 s"),
+    ),
+    "0 phases used": (
+        with_path(CALIBRATED, ("calibration", "phases_used"), 0),
+        ("'calibration'", "phases_used 0: a calibration is fitted from at least one phase"),
+    ),
+    "no run": (
+        with_path(CALIBRATED, ("calibration", "runs"), []),
+        ("'calibration'", "runs [] and phases_used 2"),
+    ),
+    "a median residual above the worst": (
+        with_path(CALIBRATED, ("calibration", "residual_median"), 0.5),
+        ("'calibration'", "residual_median 0.5 is above residual_max 0.04"),
+    ),
+    "an unknown parameter not fitted": (
+        with_path(CALIBRATED, ("calibration", "not_fitted"), {"zorp": "x"}),
+        ("'calibration'", "not_fitted names 'zorp', which is not a calibration parameter"),
+    ),
+    "a fitted scale said not fitted": (
+        with_path(CALIBRATED, ("calibration", "not_fitted"), {"fwd_scale": "x"}),
+        ("'calibration'", "not_fitted names fwd_scale, but it holds 1.25, a fitted value"),
+    ),
+    "a fitted term said not fitted": (
+        with_path(CALIBRATED, ("calibration", "not_fitted"), {"optimizer_s_per_byte": "x"}),
+        ("'calibration'", "not_fitted names optimizer_s_per_byte, but it holds 2e-09"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SEVENTEENTH)
+def test_a_hand_edited_calibration_is_held_to_what_calibrate_writes(tmp_path, capsys, case):
+    """Found by the seventeenth round: `plan --profile X.json` took a step_overhead_s of
+    5e-324 (its sibling times were refused) or of -100 s (silently clamped to 0 per step),
+    scales fitted from 0 phases or no run, a median residual above the worst, and not_fitted
+    naming an unknown parameter or one that holds a fitted value."""
+    doc, fragments = SEVENTEENTH[case]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(doc))
+    argv = ["plan", "--profile", str(path), "--out", str(tmp_path / "o.json")]
+    refused(argv, tmp_path, capsys, ("profile.json: invalid profile", *fragments))
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_a_calibration_as_calibrate_writes_it_loads():
+    """What the seventeenth round's rules leave alone: a negative step overhead beside an
+    input time, a tied scale and a pinned link named in not_fitted."""
+    from pipeplan.formats.base import parse
+    from pipeplan.formats.profile import Profile
+
+    assert parse(Profile, json.dumps(CALIBRATED)).calibration.step_overhead_s == -0.001
 
 
 def test_what_the_sixteenth_rounds_rules_leave_alone_still_loads():

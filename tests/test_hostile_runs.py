@@ -679,6 +679,117 @@ def test_a_steps_rate_rounded_as_the_executor_writes_it_is_read(tmp_path):
     assert cli.main(argv) == 0
 
 
+# ----------------------------------------------------------------- seventeenth round: records
+
+
+def _epoch_rate_unlike_its_steps(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "epoch")
+    lines[i]["samples_per_s"] = 1e9
+    return i, f"epoch {lines[i]['epoch']}: samples_per_s 1000000000.0, but"
+
+
+def _train_loss_unlike_its_steps(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "epoch")
+    lines[i]["train_loss"] = 99.0
+    return i, "train_loss 99.0, but the mean loss of its 3 steps is 1"
+
+
+def _grad_norm_of_a_layer_beyond_the_model(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "epoch")
+    lines[i]["grad_norms"] = {"99": 0.1}
+    return i, "grad_norms names layer 99, but the active layers are 3..9"
+
+
+def _grad_norm_of_a_frozen_layer(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "epoch")  # its phase froze 3 layers: they have no gradient
+    lines[i]["grad_norms"] = {"2": 0.1}
+    return i, "grad_norms names layer 2, but the active layers are 3..9"
+
+
+def _grad_norm_keyed_twice(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "epoch")
+    lines[i]["grad_norms"] = {"3": 0.1, "03": 0.1}
+    return i, "grad_norms key '03' is not a layer index"
+
+
+def _rank_forward_beyond_its_step(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "step")
+    lines[i]["ranks"][0]["fwd_s"] = 100.0
+    return i, f"step {lines[i]['step']}: rank 0: fwd_s 100.0 is longer than the step's step_s"
+
+
+def _rank_slower_than_its_step(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "step")
+    lines[i]["ranks"][1]["step_s"] = 100.0
+    return i, f"step {lines[i]['step']}: rank 1: step_s 100.0 is longer than the step's step_s"
+
+
+def _peak_memory_on_cpu(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "step")
+    lines[i]["ranks"][0]["peak_memory_bytes"] = 10**15
+    return i, "rank 0: peak_memory_bytes 1000000000000000 on a CPU run"
+
+
+def _cluster_of_another_world(lines: list[dict]) -> tuple[int, str]:
+    lines[0]["pricing"]["cluster"]["devices_per_node"] = 8
+    return 0, "phase 0: pricing.cluster has 8 devices (1 nodes x 8 devices_per_node), but"
+
+
+EPOCH_CONTRADICTIONS = [
+    _epoch_rate_unlike_its_steps,
+    _train_loss_unlike_its_steps,
+    _grad_norm_of_a_layer_beyond_the_model,
+    _grad_norm_of_a_frozen_layer,
+    _grad_norm_keyed_twice,
+]
+STEP_CONTRADICTIONS = [
+    _rank_forward_beyond_its_step,
+    _rank_slower_than_its_step,
+    _peak_memory_on_cpu,
+    _cluster_of_another_world,
+]
+
+
+@pytest.mark.parametrize(
+    "command, damage",
+    [("report", d) for d in EPOCH_CONTRADICTIONS + STEP_CONTRADICTIONS]
+    + [("calibrate", d) for d in STEP_CONTRADICTIONS],
+    ids=lambda v: v.__name__.strip("_") if callable(v) else v,
+)
+def test_records_that_contradict_their_own_steps_are_refused(tmp_path, capsys, command, damage):
+    """Found by the seventeenth round: report and calibrate took (exit 0) an epoch of 10⁹
+    samples/s over 10 steps of 64 in 2 s, a train loss of 99 over steps of 2.3, gradient norms
+    of layer 99 of a 10-layer model or of layer '03' beside '3', a rank's 100 s forward in a
+    step of 0.17 s, a peak GPU memory on a CPU run; and a phase's cluster edited to 8 devices
+    was blamed on the next line's step ranks. Each is refused on its own line and field."""
+    run, argv = _readable(tmp_path, command)
+    refused(argv, tmp_path, capsys, _damaged(run, damage))
+
+
+def test_epoch_records_as_the_executor_rounds_them_are_read(tmp_path):
+    """The epoch checks allow the writer's float rounding: samples_per_s and train_loss one
+    ulp off, grad norms of every active layer."""
+    run, argv = _readable(tmp_path, "report")
+    lines = _lines(run)
+    i = _last(lines, "epoch")
+    for field in ("samples_per_s", "train_loss"):
+        lines[i][field] = math.nextafter(lines[i][field], math.inf)
+    lines[i]["grad_norms"] = {str(layer): 0.5 for layer in range(3, 10)}
+    _rewrite(run, lines)
+    assert cli.main(argv) == 0
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_resume_refuses_an_epoch_that_contradicts_its_steps(finished_run, tmp_path, capsys):
+    """Found by the seventeenth round: the epoch checks are `check_records`'s, which --resume
+    reads with its run.json as report and calibrate do (a real run's records pass: the other
+    resume tests)."""
+    run = copy_run(finished_run, tmp_path)
+    fragments = _damaged(run, _epoch_rate_unlike_its_steps)
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragments)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("damage", SEQUENCE + EPOCHS, ids=lambda f: f.__name__.strip("_"))

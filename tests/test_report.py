@@ -101,8 +101,16 @@ def step(
 
 
 def epoch(
-    number: int, phase: int, epoch_s: float, accuracy: float | None, steps: int, frozen: int = 0
+    number: int,
+    phase: int,
+    epoch_s: float,
+    accuracy: float | None,
+    steps: int,
+    frozen: int = 0,
+    global_batch: int = GLOBAL_BATCH,
 ):
+    """An epoch record of `steps` steps of `global_batch` samples; samples_per_s follows from
+    epoch_s, as the executor writes it (and the format holds it to)."""
     return EpochRecord(
         epoch=number,
         phase=phase,
@@ -111,7 +119,7 @@ def epoch(
         epoch_s=epoch_s,
         train_loss=1.0,
         eval_accuracy=accuracy,
-        samples_per_s=64 * steps / epoch_s,
+        samples_per_s=global_batch * steps / epoch_s,
     )
 
 
@@ -199,7 +207,7 @@ def static_records(
     for n in range(steps):
         ranks = [rank(0, 0, 0), rank(1, 1, 0)]
         records.append(step(n, 0, 0, 0.6, ranks, global_batch=global_batch))
-    records.append(epoch(0, 0, epoch_s=6.0, accuracy=0.7, steps=steps))
+    records.append(epoch(0, 0, epoch_s=6.0, accuracy=0.7, steps=steps, global_batch=global_batch))
     return records
 
 

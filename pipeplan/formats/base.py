@@ -62,6 +62,18 @@ def not_subnormal(value: float) -> float:
 
 # Every time a file holds (profiles, run records, plans): 0, or a normal float up to the bound.
 Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS), AfterValidator(not_subnormal)]
+
+
+def not_subnormal_signed(value: float) -> float:
+    """`not_subnormal` for a time that may be negative (a fitted offset): -5e-324 neither."""
+    not_subnormal(abs(value))
+    return value
+
+
+# A fitted time offset, either sign (calibration's step_overhead_s), never subnormal.
+SignedSeconds = Annotated[
+    float, Field(ge=-MAX_SECONDS, le=MAX_SECONDS), AfterValidator(not_subnormal_signed)
+]
 Latency = Annotated[float, Field(ge=0.0, le=MAX_LATENCY_S), AfterValidator(not_subnormal)]
 Bandwidth = Annotated[float, Field(ge=MIN_BANDWIDTH, le=MAX_BANDWIDTH)]
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
@@ -255,11 +267,19 @@ def schema_version(model: type[BaseModel]) -> int:
 
 
 def _first_error(exc: ValidationError) -> str:
+    """`field 'a.b': MSG`, or MSG alone for a check of the whole object (its own words name
+    the fields): a validator's message without pydantic's "Value error, " before it."""
     err = exc.errors()[0]
     # Keys come from the file: escaped, so a key with a line break cannot break the one line.
-    where = ".".join(str(p).encode("unicode_escape").decode() for p in err["loc"]) or "(top level)"
+    where = ".".join(str(p).encode("unicode_escape").decode() for p in err["loc"])
+    message = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"field '{where}': {err['msg']}{more}"
+    return f"field '{where}': {message}{more}" if where else f"{message}{more}"
+
+
+def kind_of(model: type) -> str:
+    """A format's name in messages: `kind_of(CheckpointManifest)` → 'checkpoint manifest'."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", model.__name__).lower()
 
 
 def _reject_constant(token: str) -> float:
@@ -331,7 +351,7 @@ def other_kind(model: type[BaseModel], data: dict) -> str | None:
 
 def parse(model: type[M], text: str, source: str = "input") -> M:
     """Parse JSON text into `model`, raising InputFileError with one line on any problem."""
-    kind = model.__name__.lower()
+    kind = kind_of(model)
     data = check_json(text, source)
     if not isinstance(data, dict):
         raise InputFileError(f"{source}: expected a JSON object for a {kind}")
@@ -351,7 +371,11 @@ def parse(model: type[M], text: str, source: str = "input") -> M:
         # Strict JSON validation: "2" is not 2 and true is not 1; a JSON array may be a tuple.
         return model.model_validate_json(text, strict=True)
     except ValidationError as exc:
-        raise InputFileError(f"{source}: invalid {kind}: {_first_error(exc)}") from None
+        # A field's error says "invalid", a check of the whole object says what disagrees.
+        whole = not exc.errors()[0]["loc"]
+        raise InputFileError(
+            f"{source}: {'' if whole else 'invalid '}{kind}: {_first_error(exc)}"
+        ) from None
     except RecursionError:
         raise InputFileError(f"{source}: {kind} is nested too deeply") from None
 
@@ -418,4 +442,4 @@ def dumps(obj: BaseModel) -> str:
     try:
         return json.dumps(obj.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
     except ValueError as exc:
-        raise PipeplanError(f"refusing to write a {type(obj).__name__.lower()}: {exc}") from None
+        raise PipeplanError(f"refusing to write a {kind_of(type(obj))}: {exc}") from None

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from pipeplan.errors import InputFileError
 from pipeplan.formats.base import (
-    MAX_SECONDS,
+    MAX_COUNT,
     Bandwidth,
     Bytes,
     Count,
@@ -23,6 +23,7 @@ from pipeplan.formats.base import (
     Scale,
     Seconds,
     Seed,
+    SignedSeconds,
     Strict,
     Text,
     Timestamp,
@@ -323,8 +324,10 @@ class Calibration(Strict):
     micro_batch_overhead_s: Seconds = Field(
         0.0, description="Per micro-batch and stage: the schedule's own work around each chunk."
     )
-    step_overhead_s: Annotated[float, Field(ge=-MAX_SECONDS, le=MAX_SECONDS)] = Field(
-        0.0, description="Per step, outside the simulated schedule."
+    step_overhead_s: SignedSeconds = Field(
+        0.0,
+        description="Per step, outside the simulated schedule: below 0 only with "
+        "input_s_per_sample, as the overhead of the smallest batch fitted less its input time.",
     )
     input_s_per_sample: Seconds = Field(
         0.0, description="Reading a replica's batch (or its cached activations), per sample."
@@ -345,6 +348,37 @@ class Calibration(Strict):
         description="Parameters the runs cannot identify, left at their defaults: name → why.",
     )
 
+    @model_validator(mode="after")
+    def _as_calibrate_writes_it(self) -> Calibration:
+        """What `pipeplan calibrate` can write, and nothing else: a fit from at least one
+        phase of each run it names, a median residual within the worst, a step overhead it
+        can reach, and `not_fitted` naming its parameters, each at the value it is pinned to.
+        Each of these, hand-edited, was planned with (a step overhead of -100 s clamped every
+        step to 0, scales "fitted" from 0 phases)."""
+        if not self.runs or self.phases_used < len(self.runs):
+            raise ValueError(
+                f"runs {self.runs[:4]} and phases_used {self.phases_used}: a calibration is "
+                "fitted from at least one phase of each run it names"
+            )
+        if self.residual_median > self.residual_max:
+            raise ValueError(
+                f"residual_median {self.residual_median!r} is above residual_max "
+                f"{self.residual_max!r}"
+            )
+        # calibrate fits the overhead of the smallest batch (≥ 0) and a time per sample, and
+        # writes step_overhead_s as that overhead less the batch's input time (`StepFit`).
+        least = -self.input_s_per_sample * MAX_COUNT + 0.0  # + 0.0: -0.0 reads as 0
+        if self.step_overhead_s < least:
+            raise ValueError(
+                f"step_overhead_s {self.step_overhead_s!r} s is below {least:.6g} s: below 0 it "
+                f"is the input time of a batch (of at most {MAX_COUNT} samples, at "
+                f"input_s_per_sample {self.input_s_per_sample!r} s) taken off an overhead of "
+                "at least 0"
+            )
+        for name in self.not_fitted:
+            _check_not_fitted(self, name)
+        return self
+
     def scales(self, kind: str) -> tuple[float, float]:
         """(per-call, per-sample) scale of one kind of layer time: fwd, bwd or nograd.
 
@@ -353,6 +387,42 @@ class Calibration(Strict):
         sample = getattr(self, f"{kind}_scale")
         call = getattr(self, f"{kind}_call_scale")
         return (sample if call is None else call), sample
+
+
+# What each parameter `calibrate` may leave unfitted holds then (`pipeplan.calibrate`): a
+# scale its parent's (or 1 when nothing measured it), a term None (the profile's or the
+# cluster's own) or 0. Each entry: the values it may hold.
+PINNED: dict[str, Any] = {
+    "fwd_scale": lambda c: (1.0,),
+    "nograd_scale": lambda c: (c.fwd_scale,),
+    "fwd_call_scale": lambda c: (None, c.fwd_scale),
+    "nograd_call_scale": lambda c: (None, c.nograd_scale),
+    "bwd_scale": lambda c: (c.fwd_scale,),
+    "bwd_call_scale": lambda c: (None, c.bwd_scale, c.fwd_call_scale),
+    "allreduce": lambda c: (None,),
+    "p2p": lambda c: (None,),
+    "optimizer_s_per_byte": lambda c: (None,),
+    "group_rebuild_s": lambda c: (None,),
+    "step_overhead_s": lambda c: (0.0,),
+    "micro_batch_overhead_s": lambda c: (0.0,),
+    "input_s_per_sample": lambda c: (0.0,),
+}
+
+
+def _check_not_fitted(calibration: Calibration, name: str) -> None:
+    """A `not_fitted` entry names a parameter calibrate fits, at the value it pins it to."""
+    if name not in PINNED:
+        raise ValueError(
+            f"not_fitted names {name!r}, which is not a calibration parameter (one of "
+            f"{', '.join(PINNED)})"
+        )
+    value, allowed = getattr(calibration, name), PINNED[name](calibration)
+    if value not in allowed:
+        shown = " or ".join("null" if a is None else repr(a) for a in allowed)
+        raise ValueError(
+            f"not_fitted names {name}, but it holds {value!r}, a fitted value: unfitted, it is "
+            f"{shown}"
+        )
 
 
 # The shortest time a profile may give as a layer's measurement: a timer's resolution is far

@@ -659,15 +659,25 @@ def check_records(
     (records appended twice made report count 8 steps of a 4-step run and calibrate fit
     repeated steps); and the records follow one another as the executor writes them
     (`_check_sequence`). With the run's `config`, the world its records ran on is run.json's
-    `nproc` (`check_world`). InputFileError with one line otherwise, naming the record's
-    line (`lines`: each record's line number in the file, when read from one)."""
+    `nproc` (`check_world`, each phase named on its own line), and no rank on a CPU run
+    records a peak memory. Every step's ranks take no longer than it (`_check_rank_times`);
+    every epoch record is what the executor computes from its steps (`check_epoch`).
+    InputFileError with one line otherwise, naming the record's line (`lines`: each
+    record's line number in the file, when read from one)."""
     phases: dict[int, PhaseRecord] = {}
     last: dict[str, int] = {}
     current: PhaseRecord | None = None
     sequence = _Sequence()
     timed: list[tuple[StepRecord, PhaseRecord, str]] = []  # rates, checked last
+    closed: list[tuple[EpochRecord, PhaseRecord, list[StepRecord], str]] = []  # likewise
+    places = [f"{where}:{lines[n]}" if lines else where for n in range(len(records))]
+    if config is not None:
+        # First: a phase's cluster edited to another world is named on its own line, not as
+        # the ranks of the step after it (`check_world`).
+        ran = [(r, at) for r, at in zip(records, places, strict=True) if isinstance(r, PhaseRecord)]
+        check_world([r for r, _ in ran], config, where, [at for _, at in ran])
     for number, record in enumerate(records):
-        at = f"{where}:{lines[number]}" if lines else where
+        at = places[number]
         index = getattr(record, record.kind)
         if index <= last.get(record.kind, -1):
             raise InputFileError(
@@ -694,27 +704,21 @@ def check_records(
                     f"{at}: step {record.step} is in phase {record.phase}, but phase "
                     f"{current.phase} started before it: a step belongs to the latest phase"
                 )
-            _check_ranks(record, phase, at)
+            _check_ranks(record, phase, at, config)
             timed.append((record, phase, at))
             sequence.steps_on(record, at)
         else:
-            sequence.closes(record, current, at)
+            closed.append((record, current, sequence.closes(record, current, at), at))
     if config is not None:
         check_against_config(records, config, where)
-        # After the phases' global batch is held to run.json's: a phase of another batch is
-        # named as that, not as each of its steps' rates. Without run.json (resume reads it
-        # later) the caller checks the rates after `check_against_config` (`check_rates`).
-        for step, phase, at in timed:
-            _check_rate(step, phase, at)
-
-
-def check_rates(records: list, where: str) -> None:
-    """Each step's samples_per_s is its phase's global batch over its step_s (`_check_rate`),
-    for records already read (and held to their run.json): `check_rates(records, "run.jsonl")`."""
-    phases = {r.phase: r for r in records if isinstance(r, PhaseRecord)}
-    for step in records:
-        if isinstance(step, StepRecord) and step.phase in phases:
-            _check_rate(step, phases[step.phase], where)
+    # After the phases' global batch is held to run.json's: a phase of another batch is named
+    # as that, not as each of its steps' rates.
+    for step, phase, at in timed:
+        _check_rate(step, phase, at)
+    finished: list[int] = []  # the epochs' frozen layers so far, as the forecasts continue them
+    for epoch, phase, steps, at in closed:
+        finished.append(epoch.frozen_layers)
+        check_epoch(epoch, phase, steps, at, finished)
 
 
 class _Sequence:
@@ -736,12 +740,14 @@ class _Sequence:
         self.epoch = 0  # the current epoch: the one after the last closed
         self.steps = 0  # step records of the current epoch so far
         self.first_phase: int | None = None  # the phase of the current epoch's first step
+        self.epoch_steps: list[StepRecord] = []  # the current epoch's step records
 
     def starts(self, record: PhaseRecord, at: str) -> None:
         if record.resumed and self.steps and record.start_epoch == self.epoch + 1:
             # Resumed at the next epoch's start after a crash tore the epoch's record (the
             # last line, left out): the epoch ended, its record is lost.
             self.epoch, self.steps, self.first_phase = self.epoch + 1, 0, None
+            self.epoch_steps = []
         for field, value, expected in (
             ("start_step", record.start_step, self.next_step),
             ("start_epoch", record.start_epoch, self.epoch),
@@ -769,8 +775,10 @@ class _Sequence:
             self.first_phase = record.phase
         self.next_step += 1
         self.steps += 1
+        self.epoch_steps.append(record)
 
-    def closes(self, record: EpochRecord, current: PhaseRecord, at: str) -> None:
+    def closes(self, record: EpochRecord, current: PhaseRecord, at: str) -> list[StepRecord]:
+        """Close the current epoch with its record; returns the epoch's step records."""
         if record.epoch != self.epoch:
             raise InputFileError(
                 f"{at}: epoch {record.epoch}, but the steps before it are of epoch "
@@ -793,7 +801,9 @@ class _Sequence:
                 f"{at}: epoch {record.epoch}: frozen_layers {record.frozen_layers}, but its "
                 f"phase {current.phase} froze {frozen} ({current.layout.label()})"
             )
+        steps, self.epoch_steps = self.epoch_steps, []
         self.epoch, self.steps, self.first_phase = self.epoch + 1, 0, None
+        return steps
 
 
 def check_against_config(records: list, config: RunConfig, where: str) -> None:
@@ -820,26 +830,51 @@ def check_against_config(records: list, config: RunConfig, where: str) -> None:
     check_world(phases, config, where)
 
 
-def check_world(phases: list[PhaseRecord], config: RunConfig, where: str) -> None:
+def check_world(
+    phases: list[PhaseRecord], config: RunConfig, where: str, lines: list[str] | None = None
+) -> None:
     """The phases' world (their cluster's devices) is run.json's `nproc`. A resume may change
     the world: phases keep the world of the phase before them unless entered by --resume,
     and the latest world is `nproc` or, when a resume that changed --nproc stopped before
-    its first checkpoint (run.json is then kept as it was), the world before it."""
+    its first checkpoint (run.json is then kept as it was), the world before it. `lines`:
+    where each phase is (`run.jsonl:1`), to name the phase whose cluster says otherwise."""
+    at = lines or [where] * len(phases)
     worlds: list[int] = []
-    for phase in phases:
+    first = 0  # the first phase of the latest world
+    for number, phase in enumerate(phases):
         world = phase.pricing.cluster.num_devices
         if worlds and not phase.resumed and world != worlds[-1]:
+            if world == config.nproc:  # the phases before are the odd ones: named at the first
+                before = phases[first]
+                raise InputFileError(
+                    f"{at[first]}: phase {before.phase}: pricing.cluster has "
+                    f"{_devices(before)}, but run.json says nproc {config.nproc}, as phase "
+                    f"{phase.phase} runs on; only a phase entered by --resume changes the world"
+                )
             raise InputFileError(
-                f"{where}: phase {phase.phase} runs on {world} ranks, phase {phase.phase - 1} "
-                f"on {worlds[-1]}; only a phase entered by --resume changes the world"
+                f"{at[number]}: phase {phase.phase}: pricing.cluster has {_devices(phase)}, "
+                f"phase {phase.phase - 1} ran on {worlds[-1]} ranks; only a phase entered by "
+                "--resume changes the world"
             )
         if not worlds or world != worlds[-1]:
             worlds.append(world)
+            first = number
     if worlds and config.nproc not in worlds[-2:]:
+        phase = phases[first]
         raise InputFileError(
-            f"{where}: the records ran on {worlds[-1]} ranks, but run.json says nproc "
-            f"{config.nproc}"
+            f"{at[first]}: phase {phase.phase}: pricing.cluster has {_devices(phase)}, but "
+            f"run.json says nproc {config.nproc}"
         )
+
+
+def _devices(phase: PhaseRecord) -> str:
+    """`_devices(phase)` → '8 devices (1 nodes x 8 devices_per_node)': the world it names,
+    in the cluster's own fields."""
+    cluster = phase.pricing.cluster
+    return (
+        f"{cluster.num_devices} devices ({cluster.nodes} nodes x {cluster.devices_per_node} "
+        "devices_per_node)"
+    )
 
 
 # How far a step's samples_per_s may be from global_batch / step_s, relatively: the executor
@@ -861,7 +896,9 @@ def _check_rate(step: StepRecord, phase: PhaseRecord, where: str) -> None:
         )
 
 
-def _check_ranks(step: StepRecord, phase: PhaseRecord, where: str) -> None:
+def _check_ranks(
+    step: StepRecord, phase: PhaseRecord, where: str, config: RunConfig | None = None
+) -> None:
     world = phase.pricing.cluster.num_devices
     listed = sorted(times.rank for times in step.ranks)
     if listed != list(range(world)):
@@ -869,6 +906,7 @@ def _check_ranks(step: StepRecord, phase: PhaseRecord, where: str) -> None:
             f"{where}: step {step.step} lists ranks {listed[:8]}, but phase {phase.phase} runs "
             f"on {world}: each rank 0..{world - 1} once"
         )
+    _check_rank_times(step, where, config)
     layout = phase.layout
     for times in step.ranks:
         stage, replica = times.stage, times.replica
@@ -889,6 +927,133 @@ def _check_ranks(step: StepRecord, phase: PhaseRecord, where: str) -> None:
                 f"{where}: step {step.step}: rank {times.rank} is not stage {stage} of replica "
                 f"{replica} in the phase's rank map"
             )
+
+
+# The parts of a rank's step, each timed inside its step_s (`executor.parallel`, the trainer's
+# input_s added to it). On CUDA they are events, read at 0.5 µs resolution and summed over
+# micro-batches: a part may come out a little over the whole, never by more than this.
+PART_TOLERANCE_S = 1e-3
+RANK_PARTS = ("fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
+
+
+def _check_rank_times(step: StepRecord, where: str, config: RunConfig | None) -> None:
+    """A step's step_s is its slowest rank's (`executor.records.step_record`), and each part
+    of a rank's step is timed within the rank's: no rank's step_s, nor any part of it, is
+    longer than the step's. A CPU run records no peak memory (it is CUDA's allocator's). A
+    rank's 100 s forward inside a step of 0.17 s was reported and calibrated from."""
+    limit = step.step_s * (1 + RATE_TOLERANCE_REL) + PART_TOLERANCE_S
+    for times in step.ranks:
+        for part in ("step_s", *RANK_PARTS):
+            value = getattr(times, part)
+            if value > limit:
+                raise InputFileError(
+                    f"{where}: step {step.step}: rank {times.rank}: {part} {value!r} is longer "
+                    f"than the step's step_s {step.step_s!r}, its slowest rank's"
+                )
+        if config is not None and config.device == "cpu" and times.peak_memory_bytes is not None:
+            raise InputFileError(
+                f"{where}: step {step.step}: rank {times.rank}: peak_memory_bytes "
+                f"{times.peak_memory_bytes} on a CPU run (run.json's device): the peak is "
+                "CUDA's device memory, null on CPU"
+            )
+
+
+def check_epoch(
+    epoch: EpochRecord, phase: PhaseRecord, steps: list[StepRecord], where: str, finished: list[int]
+) -> None:
+    """An epoch record agrees with its step records and its phase (`phase`: the latest, whose
+    layout and frozen layers close the epoch), as the executor computes it
+    (`executor.worker.Worker.end_epoch`): samples_per_s is steps × global batch / epoch_s,
+    train_loss the mean of its steps' losses, grad_norms keyed by the active layers, and the
+    forecast continues the epochs so far (`finished`: every epoch's frozen layers up to this
+    one). An epoch of 10⁹ samples/s, or a train loss of 99 over steps of 2.3, was reported.
+
+        check_epoch(epoch, phase, steps, "run.jsonl:12", [0, 4])
+    """
+    batch = phase.layout.global_batch
+    expected = epoch.steps * batch / epoch.epoch_s if epoch.epoch_s > 0 else 0.0
+    if not math.isclose(epoch.samples_per_s, expected, rel_tol=RATE_TOLERANCE_REL):
+        raise InputFileError(
+            f"{where}: epoch {epoch.epoch}: samples_per_s {epoch.samples_per_s!r}, but "
+            f"{epoch.steps} steps x {batch} samples in epoch_s {epoch.epoch_s!r} is "
+            f"{expected:.6g}"
+        )
+    _check_train_loss(epoch, steps, where)
+    _check_grad_norms(epoch, phase, where)
+    if epoch.forecast is not None:
+        _check_forecast(epoch, epoch.forecast, phase, where, finished)
+
+
+# How far train_loss may be from the mean of the steps' losses, relatively: the executor takes
+# the mean of the very floats it recorded, in the same order; only rounding can differ.
+LOSS_TOLERANCE_REL = 1e-9
+
+
+def _check_train_loss(epoch: EpochRecord, steps: list[StepRecord], where: str) -> None:
+    losses = [s.loss for s in steps if s.loss is not None]
+    if not losses or epoch.train_loss is None:
+        if (epoch.train_loss is None) != (not losses):
+            has = "no step records a loss" if not losses else "train_loss is null"
+            raise InputFileError(
+                f"{where}: epoch {epoch.epoch}: train_loss {epoch.train_loss!r}, but {has}: "
+                "train_loss is the mean of the epoch's step losses"
+            )
+        return
+    mean = sum(losses) / len(losses)
+    if not math.isclose(epoch.train_loss, mean, rel_tol=LOSS_TOLERANCE_REL):
+        raise InputFileError(
+            f"{where}: epoch {epoch.epoch}: train_loss {epoch.train_loss!r}, but the mean "
+            f"loss of its {len(losses)} steps is {mean:.6g}"
+        )
+
+
+def _check_grad_norms(epoch: EpochRecord, phase: PhaseRecord, where: str) -> None:
+    """Keys are the active layers' indices, written as `str(index)`: frozen_layers up to the
+    last layer of the model (a frozen layer has no gradient; '03' would be layer 3 twice)."""
+    layers = phase.layout.boundaries[-1]
+    for key in epoch.grad_norms:
+        index = int(key) if key.isdecimal() and key.isascii() else None
+        if index is None or str(index) != key:
+            raise InputFileError(
+                f"{where}: epoch {epoch.epoch}: grad_norms key {key!r} is not a layer index "
+                "(a decimal number without leading zeros)"
+            )
+        if not epoch.frozen_layers <= index < layers:
+            raise InputFileError(
+                f"{where}: epoch {epoch.epoch}: grad_norms names layer {index}, but the active "
+                f"layers are {epoch.frozen_layers}..{layers - 1} (frozen_layers "
+                f"{epoch.frozen_layers} of {layers})"
+            )
+
+
+def _check_forecast(
+    epoch: EpochRecord, forecast: Forecast, phase: PhaseRecord, where: str, finished: list[int]
+) -> None:
+    """Each case's schedule is the epochs so far, then frozen counts that never fall and
+    never freeze the head (`pipeplan.freeze.list_schedule`); samples are the epoch's steps of
+    whole global batches, or the training set that gave them (`Worker.forecast`)."""
+    layers, batch = phase.layout.boundaries[-1], phase.layout.global_batch
+    low, high = epoch.steps * batch, (epoch.steps + 1) * batch
+    if not low <= forecast.samples < high:
+        raise InputFileError(
+            f"{where}: epoch {epoch.epoch}: forecast.samples {forecast.samples}, but its "
+            f"{epoch.steps} steps of {batch} samples come from {low}..{high - 1} samples"
+        )
+    for number, case in enumerate(forecast.cases):
+        field = f"forecast.cases[{number}].frozen_layers"
+        schedule = case.frozen_layers
+        if schedule[: len(finished)] != finished:
+            raise InputFileError(
+                f"{where}: epoch {epoch.epoch}: {field} {schedule[:8]} does not begin with "
+                f"the epochs so far, {finished[:8]}"
+            )
+        for at, value in enumerate(schedule):
+            if value > layers - 1 or (at and value < schedule[at - 1]):
+                raise InputFileError(
+                    f"{where}: epoch {epoch.epoch}: {field}: epoch {at}: {value} is not a "
+                    f"frozen-layer count in {schedule[at - 1] if at else 0}..{layers - 1} "
+                    "(freezing only grows, and the head is never frozen)"
+                )
 
 
 def check_run_profile(run_dir: str | Path, config: RunConfig, profile: Profile) -> None:
@@ -912,17 +1077,22 @@ def check_run_profile(run_dir: str | Path, config: RunConfig, profile: Profile) 
         )
 
 
-def check_priced_profiles(
-    run_dir: str | Path, config: RunConfig, phases: list[PhaseRecord]
-) -> None:
+def check_priced_profiles(run_dir: str | Path, config: RunConfig, records: list) -> None:
     """The profiles the phases were priced with (files in the run directory) are of run.json's
     model and precision (`check_run_profile`): the run's own record of what it trained, so
     run.json's precision edited from fp32 to bf16 is refused by report and calibrate alike.
+    Each phase, and each epoch's forecast, records the sha256 of the profile that priced it.
 
-        check_priced_profiles(run_dir, config, [r for r in records if isinstance(r, PhaseRecord)])
+        check_priced_profiles(run_dir, config, read_records(run_dir / "run.jsonl"))
     """
     run_dir = Path(run_dir)
-    for name in sorted({p.pricing.profile for p in phases}):
+    priced = [(f"phase {r.phase}", r.pricing) for r in records if isinstance(r, PhaseRecord)]
+    priced += [
+        (f"epoch {r.epoch}'s forecast", r.forecast.pricing)
+        for r in records
+        if isinstance(r, EpochRecord) and r.forecast is not None
+    ]
+    for name in sorted({pricing.profile for _, pricing in priced}):
         if Path(name).name != name or name in ("", ".", ".."):
             raise InputFileError(
                 f"{run_dir / 'run.jsonl'}: pricing names profile '{name}', not a file in the "
@@ -932,17 +1102,16 @@ def check_priced_profiles(
             continue
         profile = load(Profile, run_dir / name)
         check_run_profile(run_dir, config, profile)
-        # The phases record the sha256 of the profile that priced them: the file edited since
+        # The records hold the sha256 of the profile that priced them: the file edited since
         # (a resume planned with other times, and run.jsonl then named two profiles by one file)
         # no longer re-plans them. Each recalibration writes a file of its own, never over one.
         digest = profile_sha256(profile)
         named = next(
-            (p for p in phases if p.pricing.profile == name and p.pricing.profile_sha256 != digest),
+            (what for what, p in priced if p.profile == name and p.profile_sha256 != digest),
             None,
         )
         if named is not None:
             raise InputFileError(
-                f"{run_dir / name}: edited since the run priced its phase {named.phase} with it "
-                "(its sha256 differs from the one run.jsonl records); restore it or start a "
-                "new run"
+                f"{run_dir / name}: edited since the run priced its {named} with it (its "
+                "sha256 differs from the one run.jsonl records); restore it or start a new run"
             )
