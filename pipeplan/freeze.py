@@ -104,7 +104,11 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
         raise InputFileError(
             f"{path}: expected a JSON list of frozen-layer counts or an object with 'frozen_layers'"
         )
-    schedule = trajectory(data, epochs, num_blocks)
+    _check_epochs(epochs)  # the flag's fault, not the file's
+    try:
+        schedule = trajectory(data, epochs, num_blocks)
+    except BadArgumentError as exc:  # an element's fault is the file's: name it
+        raise InputFileError(f"{path}: {exc}") from None
     schedule.path = str(path)
     return schedule
 
