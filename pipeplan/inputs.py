@@ -239,13 +239,13 @@ class PlanRequest(Strict):
         50_000, description="Training-set size: steps per epoch = samples // global batch."
     )
     epochs: PosInt = Field(10, description="Epochs.")
-    # Not constrained here: the freeze schedule checks it ("strictly between 0 and 1").
+    # Not constrained here: the freeze schedule checks it (`check_alpha`).
     alpha: Annotated[
         float | None,
         Flag(
             default=f"{DEFAULT_ALPHA} without --freeze-schedule", needs=(ALPHA_NEEDS, NO_SCHEDULE)
         ),
-    ] = Field(None, description="Freeze bound α in (0,1).")
+    ] = Field(None, description="Freeze bound α, 1e-06 ≤ α < 1.")
     freeze: Annotated[
         Literal["auto", "alpha", "none"] | None,
         Flag(default="auto, or the schedule given with --freeze-schedule", needs=NO_SCHEDULE),

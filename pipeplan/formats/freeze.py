@@ -27,7 +27,12 @@ def check_alpha(alpha: float) -> float:
     return alpha
 
 
-Alpha = Annotated[float, AfterValidator(check_alpha)]
+# The schema states the range the validator checks (its message is the one that explains it).
+Alpha = Annotated[
+    float,
+    AfterValidator(check_alpha),
+    Field(json_schema_extra={"minimum": MIN_ALPHA, "exclusiveMaximum": 1.0}),
+]
 
 
 def alpha_frozen_blocks(alpha: float, epoch: int, num_blocks: int) -> int:

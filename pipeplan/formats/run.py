@@ -242,7 +242,7 @@ class RunConfig(Strict):
         "per epoch: 0,2,4 (then stored as list, with freeze_list).",
     )
     alpha: Annotated[Alpha, Flag(needs=(ALPHA_NEEDS, PLAN_FREEZES))] = Field(
-        0.3, description="α bound of AutoFreeze."
+        0.3, description="α bound of AutoFreeze, 1e-06 ≤ α < 1."
     )
     # Filled by --freeze 0,2,4: its errors name that flag.
     freeze_list: Annotated[list[Count0] | None, Flag("--freeze", cli=False)] = Field(
