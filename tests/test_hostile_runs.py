@@ -531,6 +531,21 @@ def test_a_runs_own_writes_inside_its_directory_are_allowed(tmp_path):
     assert check_writable(run / "model-profile.json", run_owned=True) == run / "model-profile.json"
 
 
+def test_the_demo_profiles_its_pretrained_model_as_the_runs_own(tmp_path, monkeypatch):
+    """The demo's one default output inside a run, `demo-pretrained/model-profile.json`, is
+    written as the run's own file, which the rule above would otherwise refuse."""
+    import pipeplan.profiler
+    from executor import demo_checkpoint
+
+    calls = []
+    monkeypatch.setattr(
+        pipeplan.profiler, "profile_to_file", lambda request, **kw: calls.append((request, kw))
+    )
+    demo_checkpoint._profile(tmp_path / "demo-pretrained")
+    [(request, kw)] = calls
+    assert request.out.endswith("demo-pretrained/model-profile.json") and kw == {"run_owned": True}
+
+
 @pytest.mark.multiprocess
 def test_a_real_run_keeps_only_the_entries_outputs_stay_out_of(finished_run):
     from pipeplan.fileio import run_entry
