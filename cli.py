@@ -19,7 +19,7 @@ from pipeplan.startup import stopped_by  # isort: skip  (first: ends a start int
 from pipeplan import log
 from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError, Stopped
 from pipeplan.formats import RunConfig
-from pipeplan.formats.base import MAX_EPOCHS, Needs, printable
+from pipeplan.formats.base import MAX_EPOCHS, Needs, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
 from pipeplan.options import build, checked, options
 
@@ -644,6 +644,30 @@ def _check_empty(args: list[str]) -> None:
             raise BadArgumentError(f"{flag} is empty; give a value")
 
 
+def _check_spaces(args: list[str]) -> None:
+    """A value with space around it (`--alpha ' 0.3'`, `--nodes '2 '`, `schema 'profile '`)
+    is refused by its flag: it is a quoting mistake, and each reader stripped it or not as it
+    happened to (numbers and units were read, a name or path would be another one). Space
+    inside a value stays (`--micro-batch-sizes '1, 2'`, a path with a space)."""
+    for n, token in enumerate(args):
+        value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
+        if value != value.strip():
+            where = _flag_of(args, n)
+            where = "the argument" if where.startswith("the argument") else where + ":"
+            raise BadArgumentError(f"{where} {spaced(value)}")
+
+
+def _flag_of(args: list[str], n: int) -> str:
+    """What the token `args[n]` is the value of, for a message: `--alpha` in `--alpha 0.3` or
+    `--alpha=0.3`, else the argument itself."""
+    token = args[n]
+    if token.startswith("--") and "=" in token:
+        return token.split("=", 1)[0]
+    if n and args[n - 1].startswith("-"):
+        return args[n - 1]
+    return f"the argument {token[:60]!r}"
+
+
 def _check_printable(args: list[str]) -> None:
     """A value holding a control character (`--runs-dir $'a\\nb'`, a model path with a tab)
     is refused by its flag: every name and path a file records is `formats.base.Text`, so one
@@ -653,13 +677,7 @@ def _check_printable(args: list[str]) -> None:
         try:
             printable(token)
         except ValueError as exc:
-            if token.startswith("--") and "=" in token:
-                flag = token.split("=", 1)[0]
-            elif n and args[n - 1].startswith("-"):
-                flag = args[n - 1]
-            else:
-                flag = f"the argument {token[:60]!r}"
-            raise BadArgumentError(f"{flag}: {exc}") from None
+            raise BadArgumentError(f"{_flag_of(args, n)}: {exc}") from None
 
 
 def _check_version(args: list[str]) -> None:
@@ -717,6 +735,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_repeats(given)  # before hoisting, which folds `--debug --debug` into one
         _check_empty(args)
         _check_printable(args)
+        _check_spaces(args)
         _check_version(args)
         _check_help(args)
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)

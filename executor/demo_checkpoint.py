@@ -136,7 +136,7 @@ def _profile(run_dir: Path) -> None:
         micro_batch_sizes=MICRO_BATCH_SIZES,
         nproc=2,
     )
-    profile_to_file(request)
+    profile_to_file(request, run_owned=True)  # beside the model, in the pretraining's run
 
 
 def _found(run_dir: Path, reused: bool) -> Pretrained:

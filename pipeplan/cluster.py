@@ -15,11 +15,14 @@ import re
 from pipeplan.errors import BadArgumentError
 from pipeplan.formats import Cluster, Link, Profile, RunConfig
 from pipeplan.formats.base import (
+    DECIMAL,
     MAX_BANDWIDTH,
     MAX_BYTES,
     MAX_COUNT,
     MAX_LATENCY_S,
     MIN_BANDWIDTH,
+    spaced,
+    unpadded,
 )
 from pipeplan.formats.cluster import (
     DEFAULT_CACHE_BUDGET_BYTES,
@@ -32,7 +35,9 @@ from pipeplan.formats.cluster import (
 
 # --------------------------------------------------------------------------- human units
 
-_NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
+# A number, then its unit: space between them is allowed ('16 GiB'), around them it is not.
+_NUMBER = f"({DECIMAL})\\s*"
+_UNIT = r"((?![0-9.])\S*)"  # not more digits: '016GiB' is not 0 of the unit '16GiB'
 _BYTE_UNITS = {
     "": 1,
     "b": 1,
@@ -56,7 +61,12 @@ _DURATION_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns":
 def _split(text: str | float | int, what: str, example: str) -> tuple[float, str]:
     if isinstance(text, int | float) and not isinstance(text, bool):
         return float(text), ""
-    match = re.fullmatch(_NUMBER + r"(\S*)\s*", str(text))
+    text = str(text)
+    if text != text.strip():
+        raise BadArgumentError(f"{what} {spaced(text)}")
+    match = re.fullmatch(_NUMBER + _UNIT, text)
+    if not match and re.fullmatch(_NUMBER + _UNIT, unpadded(text)):
+        raise BadArgumentError(f"{what} '{text}' has a leading zero; write {unpadded(text)}")
     if not match:
         raise BadArgumentError(f"cannot read {what} '{text}' (example: {example})")
     return float(match.group(1)), match.group(2)
@@ -75,7 +85,10 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
     factor = _BYTE_UNITS.get(unit.lower())
     if factor is None:
         raise BadArgumentError(f"unknown unit '{unit}' in {what} '{text}' (use B, MB, GiB, ...)")
-    return int(_within(value * factor, 0, MAX_BYTES, what, text, "bytes"))
+    if factor == 1 and math.isfinite(value) and not value.is_integer():  # '1.5B' was 1 byte
+        raise BadArgumentError(f"{what} '{text}': a size in bytes is a whole number")
+    # A fraction of a larger unit rounds to whole bytes (1.5KiB is 1536, 0.1KB 100).
+    return round(_within(value * factor, 0, MAX_BYTES, what, text, "bytes"))
 
 
 def _within(value: float, low: float, high: float, what: str, text, unit: str) -> float:

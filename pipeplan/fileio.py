@@ -100,26 +100,36 @@ def run_entry(name: str) -> bool:
 
 
 def check_outside_runs(path: str | Path) -> None:
-    """A command's output may not replace or lie inside what a run keeps in its directory (a
-    folder holding run.json and the `.lock` of `claim_directory`, its records or its
-    checkpoints): a plot or an export in a checkpoint no longer matches its manifest, a plan
-    over run.jsonl loses the records. A new file of the user's beside them is fine.
+    """A command's output may not be, or lie inside, a run directory (`is_run_directory`, as
+    spelled or through a link: `enclosing_run`): the folder belongs to its run. What the run
+    keeps there (its records, checkpoints, `model/`) would no longer match (a plot in a
+    checkpoint, a plan over run.jsonl), and anything else is lost with the run (the demo
+    rebuilds its runs' folders) or mistaken for its files; no run may start inside one either.
+    The run's own writes are `check_writable(..., run_owned=True)`.
 
         check_outside_runs("runs/ft/checkpoints/step-8/plots")   # OutputError
-        check_outside_runs("runs/ft/plan.json")                   # fine
+        check_outside_runs("runs/ft/plots")                       # OutputError (17th round)
+        check_outside_runs("runs/plan.json")                      # fine: runs/ is no run
     """
-    try:
-        resolved = Path(path).resolve()
-    except (OSError, RuntimeError):  # a link loop or a name too long: check_writable says so
+    run = enclosing_run(path)
+    if run is None:
         return
-    for folder in resolved.parents:
-        if is_run_directory(folder):
-            entry = resolved.relative_to(folder).parts[0]
-            if run_entry(entry):
-                raise OutputError(
-                    f"{path}: would write into {folder / entry}, which `pipeplan run` keeps; "
-                    "write elsewhere"
-                )
+    try:
+        real = Path(path).resolve()
+    except (OSError, RuntimeError):  # a link loop: the path as spelled names the entry
+        real = Path(os.path.abspath(path))
+    where = next(p for p in (Path(os.path.abspath(path)), real) if p.is_relative_to(run))
+    parts = where.relative_to(run).parts
+    entry = run / parts[0] if parts else run
+    kept = bool(parts) and run_entry(parts[0])
+    if kept:
+        raise OutputError(
+            f"{path}: would write into {entry}, which `pipeplan run` keeps; write elsewhere"
+        )
+    raise OutputError(
+        f"{path}: lies inside the run directory {run}, whose files are its own; write beside "
+        "that run, not in it"
+    )
 
 
 # What `pipeplan run` makes in every run directory besides run.json.

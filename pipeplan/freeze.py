@@ -31,6 +31,7 @@ from pipeplan.formats.base import (
     check_json,
     first_error,
     int_list,
+    leading_zero,
     other_kind,
     read_input,
 )
@@ -39,13 +40,16 @@ from pipeplan.formats.freeze import (  # the α bound: the plan format checks by
     alpha_frozen_blocks,
     alpha_frozen_layers,
     blocks_to_frozen_layers,
+    check_alpha,
 )
 
 
 def alpha_schedule(alpha: float, epochs: int, num_blocks: int) -> FreezeSchedule:
     _check_epochs(epochs)
-    if not (isinstance(alpha, int | float) and 0.0 < alpha < 1.0):
-        raise BadArgumentError(f"--alpha must be strictly between 0 and 1 (got {alpha})")
+    try:
+        check_alpha(alpha)
+    except (ValueError, TypeError) as exc:  # TypeError: not a number (the Python API)
+        raise BadArgumentError(f"--alpha {exc}") from None
     per_epoch = alpha_frozen_layers(alpha, epochs, num_blocks)
     return FreezeSchedule(source="alpha", alpha=alpha, frozen_layers=per_epoch)
 
@@ -81,6 +85,8 @@ def list_schedule(
 def parse_list(text: str) -> list[int]:
     """'0,0,3,5' → [0, 0, 3, 5] (the --freeze-schedule flag's inline form)."""
     values = int_list(text)
+    if leading_zero(text):
+        raise BadArgumentError(f"--freeze-schedule: {leading_zero(text)}")
     if values is None:
         raise BadArgumentError(
             f"cannot read freeze schedule '{text}' (expected comma-separated integers)"
@@ -114,7 +120,11 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
         raise InputFileError(
             f"{path}: expected a JSON list of frozen-layer counts or an object with 'frozen_layers'"
         )
-    schedule = trajectory(data, epochs, num_blocks)
+    _check_epochs(epochs)  # the flag's fault, not the file's
+    try:
+        schedule = trajectory(data, epochs, num_blocks)
+    except BadArgumentError as exc:  # an element's fault is the file's: name it
+        raise InputFileError(f"{path}: {exc}") from None
     schedule.path = str(path)
     return schedule
 

@@ -38,7 +38,7 @@ from pipeplan.formats import (
     flag_of,
     load,
 )
-from pipeplan.formats.base import Bytes, Count, Needs, Seed, int_list
+from pipeplan.formats.base import Bytes, Count, Needs, Seed, int_list, leading_zero
 from pipeplan.formats.cluster import (
     DEFAULT_CACHE_BUDGET_BYTES,
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
@@ -71,6 +71,8 @@ def parse_micro_batches(text: str) -> list[int]:
     """'8,1,2,4' → [1, 2, 4, 8]; anything but distinct positive integers is a
     BadArgumentError."""
     sizes = int_list(text)
+    if leading_zero(text):
+        raise BadArgumentError(leading_zero(text))
     if sizes is None or min(sizes) < 1:
         raise BadArgumentError(
             f"micro-batch sizes must be positive integers separated by commas, got '{text}'"
@@ -237,13 +239,13 @@ class PlanRequest(Strict):
         50_000, description="Training-set size: steps per epoch = samples // global batch."
     )
     epochs: PosInt = Field(10, description="Epochs.")
-    # Not constrained here: the freeze schedule checks it ("strictly between 0 and 1").
+    # Not constrained here: the freeze schedule checks it (`check_alpha`).
     alpha: Annotated[
         float | None,
         Flag(
             default=f"{DEFAULT_ALPHA} without --freeze-schedule", needs=(ALPHA_NEEDS, NO_SCHEDULE)
         ),
-    ] = Field(None, description="Freeze bound α in (0,1).")
+    ] = Field(None, description="Freeze bound α, 1e-06 ≤ α < 1.")
     freeze: Annotated[
         Literal["auto", "alpha", "none"] | None,
         Flag(default="auto, or the schedule given with --freeze-schedule", needs=NO_SCHEDULE),
@@ -301,6 +303,8 @@ class PlanRequest(Strict):
         if not isinstance(value, str):
             return value
         indices = int_list(value)
+        if leading_zero(value):
+            raise ValueError(leading_zero(value))
         if indices is None:
             raise ValueError(f"must be comma-separated layer indices like 0,5,14, not '{value}'")
         return tuple(indices)

@@ -21,6 +21,7 @@ resume). `build` constructs the model; a validation error becomes one line namin
 from __future__ import annotations
 
 import inspect
+import re
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +33,17 @@ from pydantic.fields import FieldInfo
 
 from pipeplan.cluster import format_bandwidth, format_bytes, parse_bandwidth, parse_bytes
 from pipeplan.errors import BadArgumentError
-from pipeplan.formats.base import Flag, Needs, flag_marker, flag_of, whole_number
+from pipeplan.formats.base import (
+    DECIMAL,
+    Flag,
+    Needs,
+    flag_marker,
+    flag_of,
+    leading_zero,
+    spaced,
+    unpadded,
+    whole_number,
+)
 
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
@@ -49,7 +60,13 @@ class Unit:
 
 
 UNITS = {
-    "bytes": Unit("size", parse_bytes, format_bytes, "16GiB, 512MB"),
+    "bytes": Unit(
+        "size",
+        parse_bytes,
+        format_bytes,
+        "16GiB, 512MB; a fraction of a unit rounds to whole bytes, and bytes are whole (1.5B is"
+        " refused)",
+    ),
     "bandwidth": Unit("bandwidth", parse_bandwidth, format_bandwidth, "15.75GB/s, 10Gbit/s"),
 }
 
@@ -61,21 +78,40 @@ _CONTEXT = "_typer_context"
 _NUMBERS = {int: "<int>", float: "<float>"}
 
 
+# A float flag's spelling: a `DECIMAL` with an optional '-' (so that the field's range names
+# why -1 is refused): `0.3`, `.5`, `1e-3`. Not '+0.3' (an integer flag refuses '+2'),
+# '1_0.5', '١', 'inf', 'nan', nor '00.3' (a leading zero, as in integers).
+_FLOAT = re.compile("-?" + DECIMAL)
+
+
 def number(text: Any, kind: Any, spelling: str) -> Any:
     """`number("10", int, "--epochs")` → 10: a numeric flag's text as its type, refused in
     one line naming the flag unless an integer is ASCII digits (`whole_number`) and a float
-    has no '_' (`1_0.5`); anything else (and any other type) as it came."""
+    is spelled as `_FLOAT` says; anything else (and any other type) as it came."""
     if not isinstance(text, str) or kind not in _NUMBERS:
         return text
+    if text != text.strip():
+        raise BadArgumentError(f"{spelling}: {spaced(text)}")
     if kind is int:
         value = whole_number(text)
         if value is None:
+            why = leading_zero(text)
             raise BadArgumentError(
-                f"{spelling}: expected a whole number in digits 0-9, not {text!r}"
+                f"{spelling}: {why}"
+                if why
+                else f"{spelling}: expected a whole number in digits 0-9, not {text!r}"
             )
         return value
     if "_" in text:
         raise BadArgumentError(f"{spelling}: expected a number without '_', not {text!r}")
+    if not _FLOAT.fullmatch(text):
+        if unpadded(text) != text and _FLOAT.fullmatch(unpadded(text)):
+            raise BadArgumentError(
+                f"{spelling}: {text!r} has a leading zero; write {unpadded(text)}"
+            )
+        raise BadArgumentError(
+            f"{spelling}: expected a number like 0.3, 1e-3 or -2 in digits 0-9, not {text!r}"
+        )
     try:
         return TypeAdapter(float).validate_python(text)  # what typer read before: 1e-3, .5
     except ValidationError as exc:

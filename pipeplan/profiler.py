@@ -435,9 +435,13 @@ def profile_layers(
     )
 
 
-def profile_to_file(request: ProfileRequest, progress: Progress | None = None) -> Profile:
+def profile_to_file(
+    request: ProfileRequest, progress: Progress | None = None, *, run_owned: bool = False
+) -> Profile:
     """`pipeplan profile`: validate everything cheap first, then measure, then write
-    atomically, so a bad argument or an interruption never leaves a partial file."""
+    atomically, so a bad argument or an interruption never leaves a partial file.
+    `run_owned`: the profile is a run's own file (the demo's `demo-pretrained/model-profile.json`),
+    written inside its run directory, where a user's output is refused."""
     from pipeplan import links, models
     from pipeplan.fileio import check_writable, write_atomic
     from pipeplan.spawn import check_local_ranks
@@ -453,7 +457,7 @@ def profile_to_file(request: ProfileRequest, progress: Progress | None = None) -
         # model): what report, calibrate and the demo compare a run's model with.
         model = model.parent
     inputs = [model, *(model.iterdir() if model.is_dir() else ())]
-    check_writable(request.out, inputs=inputs)
+    check_writable(request.out, inputs=inputs, run_owned=run_owned)
     # Times and bytes do not depend on the weights' values: a checkpoint's are not loaded.
     seq = models.build(
         str(model) if model != Path(request.model) else request.model,

@@ -774,7 +774,7 @@ def test_a_latest_pointer_is_one_name_and_at_most_one_newline(text, tmp_path, ca
     (run_dir / "checkpoints" / "step-4" / "manifest.json").write_text("{}")
     pointer = run_dir / "checkpoints" / "latest"
     argv = ["export", str(run_dir), "--out", str(tmp_path / "m")]
-    for name, refusal in ((None, "not one checkpoint name"), ("step-4 ", "name a checkpoint")):
+    for name, refusal in ((None, "not one checkpoint name"), ("step-4 ", "space around it")):
         pointer.write_text(text)
         assert cli.main(argv + (["--checkpoint", name] if name else [])) == 2
         err = capsys.readouterr().err.splitlines()

@@ -60,6 +60,23 @@ def test_trajectory_file(tmp_path):
         trajectory_schedule(tmp_path / "missing.json", 4, 6)
 
 
+@pytest.mark.parametrize(
+    "values, error",
+    [
+        ([0, -1], "epoch 1: -1 is not"),
+        ([0, 3, 2], "epoch 2: 2 < 3"),
+        ([0, 99], "epoch 1: 99 is not"),
+    ],
+)
+def test_a_trajectory_files_bad_element_names_the_file(tmp_path, values, error):
+    """Found by the seventeenth round: `freeze schedule epoch 1: -1 is not a frozen-layer
+    count …` named neither the JSON file nor that the value came from one."""
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(InputFileError, match=f"^{path}: freeze schedule {error}"):
+        trajectory_schedule(path, 4, 6)
+
+
 def test_a_written_freeze_schedule_is_a_trajectory_file(tmp_path):
     """A FreezeSchedule written out (the demo's freeze-trajectory.json) is still read as a
     trajectory now that a trajectory object's keys are checked (the fifteenth round)."""

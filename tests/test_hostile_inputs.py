@@ -690,7 +690,7 @@ def test_threads_beyond_this_process_s_cores_are_refused_at_the_flag(tmp_path, c
     assert ProfileRequest(model="vit-digits", out="p.json", threads=cores).threads == cores
 
 
-@pytest.mark.parametrize("sizes", ["1,1", "4,2,04"])
+@pytest.mark.parametrize("sizes", ["1,1", "4,2,4"])
 def test_a_micro_batch_size_given_twice_is_refused_not_merged(tmp_path, capsys, sizes):
     """Tenth round: `--micro-batch-sizes 1,1` timed one size silently. The Python API's list
     is held to the same rule."""
@@ -882,14 +882,110 @@ def test_integer_and_float_flags_still_take_plain_numbers(tmp_path, capsys):
     from pipeplan.formats.base import whole_number
     from pipeplan.options import number
 
-    spelt = [whole_number(t) for t in ("10", "007", "-3", "1_0", "+2", "", "-", "--3")]
-    assert spelt == [10, 7, -3, None, None, None, None, None]
+    spelt = [whole_number(t) for t in ("10", "0", "-3", "1_0", "+2", "", "-", "--3", "007")]
+    assert spelt == [10, 0, -3, None, None, None, None, None, None]
     assert number("2.5e-3", float, "--lr") == 2.5e-3
     assert number("12", int, "--epochs") == 12
     for command in ("preview", "demo"):
         argv = [*_argv(command, tmp_path), "--epochs", "-1"]
         refused(argv, tmp_path, capsys, "--epochs: Input should be greater than or equal to 1")
     assert cli.main([*_argv("preview", tmp_path), "--epochs", "3", "--global-batch", "64"]) == 0
+
+
+# Every kind of value a flag takes: an integer, a float, a size, a bandwidth, a list, a name,
+# a path, and a command's argument.
+SPACED = {
+    "integer": (["preview", "--profile", "{P}", "--nodes"], "2 "),
+    "float": (["preview", "--profile", "{P}", "--alpha"], " 0.3"),
+    "float, --flag=value": (["preview", "--profile", "{P}", "--alpha= 0.3"], None),
+    "size": (["preview", "--profile", "{P}", "--device-memory"], "16GiB "),
+    "bandwidth": (["preview", "--profile", "{P}", "--intra-bw"], "5GB/s "),
+    "list": (["profile", "vit-digits", "--out", "{OUT}", "--micro-batch-sizes"], " 1"),
+    "name": (["run", "--prepare-only", "--runs-dir", "{T}", "--name"], "x "),
+    "path": (["preview", "--profile"], " {P}"),
+    "schema name": (["schema"], "profile "),
+}
+
+
+def _named(text: str, names: dict[str, str]) -> str:
+    """`_named("{P}", {"{P}": "x.json"})` → "x.json": a test's placeholders filled in."""
+    for key, value in names.items():
+        text = text.replace(key, value)
+    return text
+
+
+@pytest.mark.parametrize("argv, value", SPACED.values(), ids=SPACED.keys())
+def test_a_value_with_space_around_it_is_refused_by_its_flag(tmp_path, capsys, argv, value):
+    """Found by the seventeenth round: `--alpha ' 0.3'`, `--nodes '2 '` (left as found by the
+    sixteenth), `--micro-batch-sizes ' 1'`, `--device-memory '16GiB '`, `--intra-bw '5GB/s '`
+    and `schema 'profile '` were read as if the space were not there. A value with space
+    around it is a quoting mistake: refused in one line naming the flag."""
+    names = {"{P}": str(shipped_profile("vit-digits", "cpu")), "{T}": str(tmp_path)}
+    names["{OUT}"] = str(tmp_path / "p.json")
+    argv = [_named(a, names) for a in [*argv, *([value] if value is not None else [])]]
+    flag = argv[-1].split("=")[0] if value is None else argv[-2]
+    where = "the argument" if not flag.startswith("--") else f"{flag}:"
+    refused(argv, tmp_path, capsys, (where, "has space around it", "quoting mistake"))
+
+
+LEADING_ZEROS = {
+    "--global-batch": ("0256", "'0256' has a leading zero: read as 256, though in octal it is 174"),
+    "--stages": ("02", "'02' has a leading zero; write 2"),
+    "--seed": ("-0", "'-0' has a sign on 0; write 0"),
+    "--micro-batch-sizes": ("4,08", "'08' has a leading zero; write 8"),
+    "--boundaries": ("0,05", "'05' has a leading zero; write 5"),
+    "--freeze-schedule": ("0,03", "'03' has a leading zero; write 3"),
+    "--alpha": ("00.3", "'00.3' has a leading zero; write 0.3"),
+    "--device-memory": ("016GiB", "'016GiB' has a leading zero; write 16GiB"),
+    "--intra-bw": ("05GB/s", "'05GB/s' has a leading zero; write 5GB/s"),
+}
+
+
+@pytest.mark.parametrize("flag", LEADING_ZEROS)
+def test_a_number_with_a_leading_zero_is_refused_saying_how_it_reads(tmp_path, capsys, flag):
+    """Found by the seventeenth round: `--global-batch 0256` planned a batch of 256 and
+    `--stages 02` two stages; C, shells and JSON read such a spelling as octal or refuse it.
+    Every integer flag (`whole_number`), integer list (`int_list`), float and size or rate
+    refuses it, saying how it reads."""
+    value, message = LEADING_ZEROS[flag]
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = {
+        "--micro-batch-sizes": ["profile", "vit-digits", "--out", str(tmp_path / "p.json")],
+        "--seed": ["run", "--prepare-only", "--runs-dir", str(tmp_path)],
+    }.get(flag, ["preview", "--profile", profile, "--epochs", "3"])
+    refused([*argv, flag, value], tmp_path, capsys, (flag, message))
+
+
+@pytest.mark.parametrize("command", ["preview", "run"])
+def test_a_plus_sign_on_a_float_flag_is_refused_like_on_an_integer(tmp_path, capsys, command):
+    """Found by the seventeenth round: `--alpha +0.3` was read as 0.3, while `--epochs +2`
+    is refused (the fourteenth round). A number is spelt without '+', float or integer."""
+    argv = [*_argv(command, tmp_path), "--alpha", "+0.3"]
+    refused(argv, tmp_path, capsys, ("--alpha", "'+0.3'", "digits 0-9"))
+
+
+@pytest.mark.parametrize("alpha", ["5e-324", "1e-320", "1e-7"])
+@pytest.mark.parametrize("command", ["preview", "run"])
+def test_an_alpha_too_small_to_decide_anything_is_refused(tmp_path, capsys, command, alpha):
+    """Found by the seventeenth round: `--alpha 5e-324` (subnormal, inside (0, 1)) planned
+    "frozen 0" in every epoch: 1 − α is 1.0 in floats. α is at least 1e-06, stated."""
+    argv = [*_argv(command, tmp_path), "--alpha", alpha]
+    if command == "preview":
+        argv += ["--epochs", "3"]
+    refused(argv, tmp_path, capsys, ("--alpha", "at least 1e-06", f"(got {float(alpha)})"))
+
+
+@pytest.mark.parametrize("flag", ["--device-memory", "--cache-budget"])
+@pytest.mark.parametrize("size", ["1.5B", "0.5B", "100.25"])
+def test_a_size_in_bytes_is_a_whole_number(tmp_path, capsys, flag, size):
+    """Found by the seventeenth round: `--device-memory 1.5B` and `--cache-budget 0.5B` were
+    cut to 1 and 0 bytes. A size in bytes is whole; one of a larger unit rounds to bytes."""
+    from pipeplan.cluster import parse_bytes
+
+    argv = ["preview", "--profile", str(shipped_profile("vit-digits", "cpu")), flag, size]
+    refused(argv, tmp_path, capsys, (flag, repr(size), "a size in bytes is a whole number"))
+    assert parse_bytes("1.5KiB") == 1536 and parse_bytes("0.0015MB") == 1500
+    assert parse_bytes("1e3") == parse_bytes("1000B") == parse_bytes("16 B") + 984
 
 
 @pytest.mark.parametrize(

@@ -574,14 +574,77 @@ def test_a_run_is_recognised_by_run_json_or_its_own_entries(tmp_path, capsys, ke
     refused(argv, tmp_path, capsys, "lies inside the run directory")
 
 
-def test_a_file_of_the_users_beside_a_runs_own_is_written(tmp_path, capsys):
-    """Only what the run keeps is refused: a plan written into the run's folder is fine."""
+def _beside(run: Path, tmp_path: Path) -> dict[str, list[str]]:
+    """Each command's output aimed into the run directory, beside what the run keeps."""
+    link = tmp_path / "link"
+    link.symlink_to(run)
+    profile = str(PROFILE)
+    fit, calibrate = _readable(tmp_path, "calibrate")
+    return {
+        "report --plot RUN": ["report", str(run), "--plot", str(run)],
+        "report --plot RUN/plots": ["report", str(run), "--plot", str(run / "plots")],
+        "preview --plot RUN": ["preview", "--profile", profile, "--plot", str(run)],
+        "preview --plot LINK/plots": ["preview", "--profile", profile, "--plot", f"{link}/p"],
+        "export --out RUN/x": ["export", str(run), "--out", str(run / "x")],
+        "plan --out RUN/x.json": ["plan", "--profile", profile, "--out", str(run / "x.json")],
+        "calibrate --out RUN/c.json": [*calibrate[:-1], str(fit / "c.json")],
+        "profile --out RUN/p.json": ["profile", "vit-digits", "--out", str(run / "p.json")],
+    }
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "report --plot RUN",
+        "report --plot RUN/plots",
+        "preview --plot RUN",
+        "preview --plot LINK/plots",
+        "export --out RUN/x",
+        "plan --out RUN/x.json",
+        "calibrate --out RUN/c.json",
+        "profile --out RUN/p.json",
+    ],
+)
+def test_an_output_beside_a_runs_own_files_is_refused_too(tmp_path, capsys, command):
+    """Found by the seventeenth round: `preview --plot RUN` and `report RUN --plot RUN` wrote
+    PNGs into a run directory's root and `export RUN --out RUN/x` a model folder, while
+    logs/, checkpoints/ and the run's own files were refused. One rule now, as for a new run
+    (`--runs-dir` inside a run): a run directory belongs to its run, and nothing else is
+    written anywhere in it (the demo rebuilds its own, which would delete a user's file)."""
     run = _synthetic(tmp_path)
-    (run / ".lock").touch()
-    argv = ["plan", "--profile", str(PROFILE), "--out", str(run / "plan.json")]
-    assert cli.main(argv) == 0
-    assert cli.main(argv) == 0  # and replaced
-    assert (run / "plan.json").is_file()
+    (run / "checkpoints" / "step-3").mkdir(parents=True)
+    (run / "checkpoints" / "step-3" / "manifest.json").write_text("{}")
+    argv = _beside(run, tmp_path)[command]
+    where = {"calibrate --out RUN/c.json": tmp_path / "fit", "preview --plot LINK/plots": None}
+    where = where.get(command, run) or tmp_path / "link"  # named as spelled
+    refused(argv, tmp_path, capsys, f"lies inside the run directory {where}, whose files are")
+
+
+def test_a_runs_own_writes_inside_its_directory_are_allowed(tmp_path):
+    """The rule above is for a user's outputs: the run's own (`run_owned`), such as the demo's
+    `demo-pretrained/model-profile.json` beside its model, are written there."""
+    from pipeplan.errors import OutputError
+    from pipeplan.fileio import check_writable
+
+    run = _synthetic(tmp_path)
+    with pytest.raises(OutputError, match="whose files are its own"):
+        check_writable(run / "model-profile.json")
+    assert check_writable(run / "model-profile.json", run_owned=True) == run / "model-profile.json"
+
+
+def test_the_demo_profiles_its_pretrained_model_as_the_runs_own(tmp_path, monkeypatch):
+    """The demo's one default output inside a run, `demo-pretrained/model-profile.json`, is
+    written as the run's own file, which the rule above would otherwise refuse."""
+    import pipeplan.profiler
+    from executor import demo_checkpoint
+
+    calls = []
+    monkeypatch.setattr(
+        pipeplan.profiler, "profile_to_file", lambda request, **kw: calls.append((request, kw))
+    )
+    demo_checkpoint._profile(tmp_path / "demo-pretrained")
+    [(request, kw)] = calls
+    assert request.out.endswith("demo-pretrained/model-profile.json") and kw == {"run_owned": True}
 
 
 @pytest.mark.multiprocess

@@ -64,7 +64,7 @@ def test_every_field_but_constants_and_not_a_flag_is_an_option_in_field_order():
 def test_defaults_are_the_fields_as_one_would_type_them_and_help_is_the_description():
     p = params()
     assert p["size_bytes"].default == "1MiB" and p["size_bytes"].show_default is True
-    assert p["size_bytes"].help == "A size. Takes units: 16GiB, 512MB."
+    assert p["size_bytes"].help.startswith("A size. Takes units: 16GiB, 512MB; a fraction")
     # A number is text, as typed, like a list: `number` reads it (shown as [default: 3]).
     assert (p["count"].default, p["fast"].default, p["sizes"].default) == ("3", True, "1,2")
     assert p["count"].help == "How many."

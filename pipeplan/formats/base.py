@@ -235,9 +235,44 @@ def int_list(text: str) -> list[int] | None:
     --boundaries): `int()` also takes "١", "１", "+1" and "1_0", which typed flags refuse, and
     "0,,3" is a typo, not 0,3."""
     parts = [part.strip() for part in text.split(",")]
-    if not all(part.isascii() and part.isdigit() for part in parts):
+    if not all(part.isascii() and part.isdigit() for part in parts) or leading_zero(text):
         return None
     return [_digits(part) for part in parts]
+
+
+# A decimal number as a user types one, in flags and their units (`16GiB`, `0.3`, `1e-3`,
+# `.5`): ASCII digits, no sign, no '_', no leading zero ('0256', '016GiB': `leading_zero`).
+DECIMAL = r"(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+
+
+def unpadded(text: str) -> str:
+    """`unpadded("016GiB")` → "16GiB": the spelling without its leading zeros, for the
+    message that refuses them (the text itself when it has none)."""
+    return re.sub(r"^(-?)0+(?=[0-9])", r"\1", text)
+
+
+def spaced(text: str) -> str:
+    """Why a value with space around it is refused: `spaced(" 0.3")` → the message."""
+    return f"{text!r} has space around it (a quoting mistake?); give {text.strip()!r}"
+
+
+def leading_zero(text: str) -> str | None:
+    """`leading_zero("4,0256")` → why '0256' is refused (None when no integer in the flag's
+    text or comma list has one): `int()` reads it as 256, some tools as octal 174, so the
+    spelling is ambiguous, and '-0' is a sign on nothing."""
+    for part in (p.strip() for p in text.split(",")):
+        digits = part.removeprefix("-")
+        if not (digits.isascii() and digits.isdigit()):
+            continue
+        if part == "-0":
+            return "'-0' has a sign on 0; write 0"
+        if len(digits) > 1 and digits.startswith("0"):
+            value = _digits(digits) * (-1 if part.startswith("-") else 1)
+            octal = set(digits) <= set("01234567") and len(digits) <= _MAX_DIGITS
+            other = int(part, 8) if octal else value
+            read = f": read as {value}, though in octal it is {other}" if other != value else ""
+            return f"{part!r} has a leading zero{read}; write {value}"
+    return None
 
 
 # Beyond every limit a count has: more digits than this are read as 10**100, so the field's
@@ -251,12 +286,12 @@ def _digits(text: str) -> int:
 
 def whole_number(text: str) -> int | None:
     """`whole_number("10")` → 10, `whole_number("-3")` → -3; None unless ASCII digits after
-    at most one leading '-'. The one reading of an integer flag: `int()` (and pydantic's lax
-    mode, which typer used) also takes "1_0", "+2" and "١", which `int_list` refuses. A '-'
-    is read so that the field's own range says why -1 is refused."""
-    text = text.strip()
+    at most one leading '-', without a `leading_zero` or space around them. The one reading
+    of an integer flag: `int()` (and pydantic's lax mode, which typer used) also takes "1_0",
+    "+2", " 2" and "١", which `int_list` refuses. A '-' is read so that the field's own range
+    says why -1 is refused."""
     digits = text.removeprefix("-")
-    if not (digits.isascii() and digits.isdigit()):
+    if not (digits.isascii() and digits.isdigit()) or leading_zero(text):
         return None
     return -_digits(digits) if text.startswith("-") else _digits(digits)
 

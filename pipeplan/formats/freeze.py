@@ -6,9 +6,33 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from pipeplan.formats.base import NonNegInt, PosInt, Strict, Text
+
+# The least α: below it float rounding, not α, decides what freezes (1 − 5e-324 is 1.0, so
+# that α froze nothing in any epoch; one of 1e-12 froze a block once the rounded bound of
+# `alpha_frozen_blocks` passed 1e-9).
+MIN_ALPHA = 1e-6
+
+
+def check_alpha(alpha: float) -> float:
+    """`check_alpha(0.3)` → 0.3; a ValueError unless MIN_ALPHA ≤ α < 1 (one message for the
+    flag, the run's record and the plan's)."""
+    if not MIN_ALPHA <= alpha < 1.0:
+        raise ValueError(
+            f"must be strictly between 0 and 1 and at least {MIN_ALPHA:g} (got {alpha}): "
+            "below that float rounding, not α, decides what freezes"
+        )
+    return alpha
+
+
+# The schema states the range the validator checks (its message is the one that explains it).
+Alpha = Annotated[
+    float,
+    AfterValidator(check_alpha),
+    Field(json_schema_extra={"minimum": MIN_ALPHA, "exclusiveMaximum": 1.0}),
+]
 
 
 def alpha_frozen_blocks(alpha: float, epoch: int, num_blocks: int) -> int:
@@ -37,7 +61,7 @@ class FreezeSchedule(Strict):
         description="none, alpha (the α bound), list, trajectory (a run's, or one so far and "
         "a continuation), or autofreeze: the earliest `--freeze auto` can freeze (§4.14)."
     )
-    alpha: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
+    alpha: Alpha | None = None
     path: Text | None = None
     frozen_layers: list[NonNegInt] = Field(description="Frozen leading layers per epoch.")
 

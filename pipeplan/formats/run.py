@@ -41,10 +41,12 @@ from pipeplan.formats.base import (
     check_json,
     first_error,
     int_list,
+    leading_zero,
     load,
     read_input,
 )
 from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
+from pipeplan.formats.freeze import Alpha
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.plan import StagePlan, check_stages
 from pipeplan.formats.profile import Precision, Profile, Task, model_mismatch, profile_sha256
@@ -239,8 +241,8 @@ class RunConfig(Strict):
         description="auto (α bound and gradient criterion), alpha, none, or the frozen layers "
         "per epoch: 0,2,4 (then stored as list, with freeze_list).",
     )
-    alpha: Annotated[float, Flag(needs=(ALPHA_NEEDS, PLAN_FREEZES))] = Field(
-        0.3, gt=0, lt=1, description="α bound of AutoFreeze."
+    alpha: Annotated[Alpha, Flag(needs=(ALPHA_NEEDS, PLAN_FREEZES))] = Field(
+        0.3, description="α bound of AutoFreeze, 1e-06 ≤ α < 1."
     )
     # Filled by --freeze 0,2,4: its errors name that flag.
     freeze_list: Annotated[list[Count0] | None, Flag("--freeze", cli=False)] = Field(
@@ -343,6 +345,8 @@ class RunConfig(Strict):
     @field_validator("freeze", mode="before")
     @classmethod
     def _freeze_mode(cls, value: Any) -> Any:
+        if isinstance(value, str) and leading_zero(value):
+            raise ValueError(leading_zero(value))
         if isinstance(value, str) and value not in get_args(FreezeMode):
             raise ValueError(
                 f"cannot read freeze schedule '{value}' (auto, alpha, none, or comma-separated "
