@@ -842,7 +842,8 @@ def _rope_thetas(config: dict[str, Any]) -> list[tuple[str, Any]]:
     """Each rope_theta of a config, at the top or inside rope_parameters / rope_scaling (where
     transformers keeps it), with its key path:
 
-        _rope_thetas({"rope_parameters": {"rope_theta": 0.0}})  # [("rope_parameters.rope_theta", 0.0)]
+        _rope_thetas({"rope_parameters": {"rope_theta": 0.0}})
+        # [("rope_parameters.rope_theta", 0.0)]
     """
     found = [("rope_theta", config["rope_theta"])] if "rope_theta" in config else []
     for outer in ("rope_parameters", "rope_scaling"):

@@ -72,6 +72,7 @@ class ModelInfo(Strict):
             )
         _check_config_sizes(self.config)
         _check_input_shape(self.family, self.input_shape, self.config)
+        _check_model_config(self)
         why = preset_mismatch(self.name, self.family, self.config)
         if why:
             raise ValueError(f"name: {why}; a profile of another shape takes another name")
@@ -121,6 +122,31 @@ def _check_config_sizes(config: dict[str, Any]) -> None:
         # bool is an int in Python: true is not a size.
         if type(value) is not int or value < 1:
             raise ValueError(f"config.{key} is {value!r}, not an integer ≥ 1")
+
+
+def _check_model_config(model: ModelInfo) -> None:
+    """A profile's config passes the very checks of a model directory's config.json
+    (`models.check_config_dict`), and the fields beside it agree with it as the profiler
+    writes them: the task is one the family builds, a text model takes int64 token ids and an
+    image model float32 pixels, and num_labels is the config's (its vocabulary for causal-lm).
+    Found by the seventeenth round: layer_norm_eps 0, pad_token_id 10^6, task causal-lm on a
+    BERT, input_dtype float32 on a BERT and num_labels 7 beside 2 labels were all planned."""
+    from pipeplan.errors import PipeplanError
+    from pipeplan.models import check_config_dict
+
+    try:
+        config = check_config_dict(model.family, model.config, model.task, "config")
+    except PipeplanError as exc:
+        raise ValueError(str(exc)) from None
+    dtype = "float32" if model.family in IMAGE_FAMILIES else "int64"
+    if model.input_dtype != dtype:
+        raise ValueError(
+            f"input_dtype is {model.input_dtype!r} but a {model.family} model takes {dtype} inputs"
+        )
+    labels = config.vocab_size if model.task == "causal-lm" else config.num_labels
+    if model.num_labels != labels:
+        source = "vocab_size" if model.task == "causal-lm" else "id2label's labels"
+        raise ValueError(f"num_labels is {model.num_labels} but its config has {labels} ({source})")
 
 
 def _check_input_shape(family: str, shape: list[int], config: dict[str, Any]) -> None:
