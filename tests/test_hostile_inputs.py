@@ -431,6 +431,137 @@ def test_a_hand_edited_profile_is_held_to_what_the_profiler_writes(tmp_path, cap
     assert not (tmp_path / "o.json").exists()
 
 
+def _edit(*steps):
+    """The shipped bert-tiny profile with `steps` applied: (path, value) pairs, or callables
+    that change the document in place."""
+    doc = json.loads(json.dumps(PROFILE))
+    for step in steps:
+        if callable(step):
+            step(doc)
+        else:
+            doc = with_path(doc, *step)
+    return doc
+
+
+P2P = ("comm", "p2p")
+# (document, what the message must name): the shipped bert-tiny profile with one hand edit the
+# seventeenth round made, each of which `plan` took (exit 0).
+SEVENTEENTH = {
+    "config.layer_norm_eps 0, refused in a model folder": (
+        _edit((("model", "config", "layer_norm_eps"), 0.0)),
+        ("'model'", "config: layer_norm_eps is 0.0"),
+    ),
+    "config.hidden_dropout_prob -0.1": (
+        _edit((("model", "config", "hidden_dropout_prob"), -0.1)),
+        ("'model'", "config: hidden_dropout_prob is -0.1"),
+    ),
+    "config.hidden_act unknown": (
+        _edit((("model", "config", "hidden_act"), "zorp")),
+        ("'model'", "config: hidden_act is 'zorp'"),
+    ),
+    "config.pad_token_id beyond the vocabulary": (
+        _edit((("model", "config", "pad_token_id"), 10**6)),
+        ("'model'", "config: pad_token_id 1000000 is not a token id"),
+    ),
+    "task causal-lm on a BERT": (
+        _edit((("model", "task"), "causal-lm")),
+        ("'model'", "task 'causal-lm' is not available for bert"),
+    ),
+    "input_dtype float32 on a BERT": (
+        _edit((("model", "input_dtype"), "float32")),
+        ("'model'", "input_dtype is 'float32'", "int64"),
+    ),
+    "num_labels 7 beside 2 labels": (
+        _edit((("model", "num_labels"), 7)),
+        ("'model'", "num_labels is 7 but its config has 2"),
+    ),
+    "a no-grad forward 400x the forward": (
+        _edit((("layers", 1, "timings", 0, "fwd_nograd_s"), 1.0)),
+        ("layers.1.timings.0.fwd_nograd_s is 1 s", "slower without autograd"),
+    ),
+    "a zero backward in a block with weights": (
+        _edit((("layers", 1, "timings", 0, "bwd_s"), 0.0)),
+        ("layers.1.timings.0.bwd_s is 0", "parameters"),
+    ),
+    "micro-batch 8 2000x faster than 4": (
+        _edit((("layers", 1, "timings", 3, "fwd_s"), 1e-6)),
+        ("layers.1.timings.3.fwd_s is 1e-06 s at micro-batch 8",),
+    ),
+    "a fit contradicting its samples": (
+        _edit(((*P2P, "bandwidth_bytes_per_s"), 1e15)),
+        ("'comm'", "p2p: latency_s and bandwidth_bytes_per_s predict", "33554432 bytes"),
+    ),
+    "a 0 s transfer": (
+        _edit(((*P2P, "samples", 0, "time_s"), 0.0)),
+        ("'comm.p2p'", "samples.0.time_s is 0.0"),
+    ),
+    "a duplicated sample": (
+        _edit(lambda d: d["comm"]["p2p"]["samples"].insert(0, d["comm"]["p2p"]["samples"][0])),
+        ("'comm.p2p'", "one sample per message size"),
+    ),
+    "samples in decreasing byte order": (
+        _edit(lambda d: d["comm"]["p2p"]["samples"].reverse()),
+        ("'comm.p2p'", "in increasing order"),
+    ),
+    "nccl links on a cpu profile": (
+        _edit((("comm", "backend"), "nccl")),
+        ("comm.backend is 'nccl' but device.kind is 'cpu'",),
+    ),
+    "a peak above the device's memory": (
+        _edit((("layers", 1, "timings", 0, "peak_mem_bytes"), 10**18)),
+        ("layers.1.timings.0.peak_mem_bytes", "device.memory_bytes"),
+    ),
+    "settings.warmup 10^18": (
+        _edit((("settings", "warmup"), 10**18)),
+        ("'settings.warmup'", "1000"),
+    ),
+    "settings.repeats 10^6": (
+        _edit((("settings", "repeats"), 10**6)),
+        ("'settings.repeats'", "1000"),
+    ),
+    "created_at in the year 9999": (
+        _edit((("created_at",), "9999-12-31T23:59:59+00:00")),
+        ("created_at is 9999-12-31", "days from now"),
+    ),
+    "a layer name of a million characters": (
+        _edit((("layers", 1, "name"), "b" * 10**6)),
+        ("'layers.1.name'", "1000000 characters", "4096"),
+    ),
+    "a torch_version of 100 kB": (
+        _edit((("device", "torch_version"), "2" * 10**5)),
+        ("'device.torch_version'", "100000 characters"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SEVENTEENTH)
+def test_a_profile_held_to_its_config_checks_and_its_own_measurements(tmp_path, capsys, case):
+    """Found by the seventeenth round: `plan --profile X.json` took each of these edits with
+    exit 0 (config values a model folder's config.json is refused for, a task, dtype or
+    label count its config contradicts, times no profiler measures, a link fit of other
+    samples, NCCL on a CPU, a peak beyond the device, settings beyond --warmup/--repeats, a
+    date in the future, a 10 MB layer name)."""
+    doc, fragments = SEVENTEENTH[case]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(doc))
+    argv = ["plan", "--profile", str(path), "--out", str(tmp_path / "o.json")]
+    refused(argv, tmp_path, capsys, ("profile.json", *fragments))
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_the_seventeenth_rounds_tolerances_leave_measured_profiles_alone():
+    """Every shipped profile loads, as do the synthetic ones of every preset: the tolerances
+    (no-grad 2× + 0.05 s, a 100× drop between sizes, a link fit within 10× of its samples)
+    are far from what a noisy CPU measures (bf16 vit-digits: no-grad 8.7× at 1 ms)."""
+    from pipeplan import synthetic
+    from pipeplan.formats import Profile
+
+    for path in sorted(Path(cli.__file__).parent.joinpath("profiles").glob("*.json")):
+        assert load(Profile, path).layers
+    for name in synthetic.PRESETS:
+        assert synthetic.preset_profile(name).layers
+
+
 def test_what_the_sixteenth_rounds_rules_leave_alone_still_loads():
     """The rules hold sizes, shapes and times, nothing else: gpt2's null n_inner (4 × n_embd),
     a time of exactly 0 and an image model's [channels, size, size] still load."""
@@ -442,13 +573,22 @@ def test_what_the_sixteenth_rounds_rules_leave_alone_still_loads():
     gpt2 = {
         "name": "/models/gpt2",
         "family": "gpt2",
-        "config": {"model_type": "gpt2", "n_inner": None, "n_embd": 64},
+        # A config the checks of a model folder pass (the seventeenth round): a GPT-2
+        # classifier pools at its pad token, its heads divide its width.
+        "config": {
+            "model_type": "gpt2",
+            "n_inner": None,
+            "n_embd": 64,
+            "n_head": 2,
+            "pad_token_id": 0,
+        },
         "input_shape": [16],
         "input_dtype": "int64",
         "num_labels": 2,
     }
     assert ModelInfo.model_validate(gpt2).config["n_inner"] is None
     vit = {**gpt2, "name": "/models/vit", "family": "vit", "config": {"model_type": "vit"}}
+    vit["input_dtype"] = "float32"  # pixels
     assert ModelInfo.model_validate({**vit, "input_shape": [3, 8, 8]}).input_shape == [3, 8, 8]
 
 

@@ -4,10 +4,11 @@ the corrections `pipeplan calibrate` fitted on top (docs/architecture.md §3).""
 from __future__ import annotations
 
 import hashlib
+import itertools
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from pipeplan.errors import InputFileError
 from pipeplan.formats.base import (
@@ -31,6 +32,21 @@ from pipeplan.formats.base import (
 )
 from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
 
+# The longest name or version string a profile keeps: the profiler writes a few dozen
+# characters; a 10 MB layer name was planned and copied into every plan (seventeenth round).
+MAX_TEXT = 4096
+
+
+def _short(text: str) -> str:
+    if len(text) > MAX_TEXT:
+        raise ValueError(f"is {len(text)} characters long; a profile's text is at most {MAX_TEXT}")
+    return text
+
+
+ShortText = Annotated[Text, AfterValidator(_short)]
+# Rounds a profile may record, the bounds of `pipeplan profile --warmup / --repeats`.
+MAX_ROUNDS = 1000
+
 # What a model is trained for: classes, or the next token (decoders). Defined once, here: the
 # profile records it, `pipeplan run --task` takes it, `pipeplan.models.build` builds it.
 Task = Literal["classification", "causal-lm"]
@@ -43,7 +59,9 @@ PRECISION_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 class ModelInfo(Strict):
-    name: Text = Field(description="Built-in name or the config path the model was built from.")
+    name: ShortText = Field(
+        description="Built-in name or the config path the model was built from."
+    )
     family: Literal["bert", "roberta", "distilbert", "electra", "vit", "deit", "gpt2", "llama"]
     config: dict[str, Any] = Field(description="The exact transformers config (to_dict()).")
     input_shape: list[Count] = Field(description="Shape of one sample's input, without batch.")
@@ -178,14 +196,14 @@ def _check_input_shape(family: str, shape: list[int], config: dict[str, Any]) ->
 
 class DeviceInfo(Strict):
     kind: Literal["cpu", "cuda"]
-    name: Text
+    name: ShortText
     memory_bytes: PosBytes = Field(description="Total device memory (host RAM for CPU).")
     threads: Count = Field(description="torch intra-op threads the layers were timed with.")
     count: Count = Field(1, description="Devices of this kind on the profiled host.")
-    torch_version: Text
-    transformers_version: Text
-    python_version: Text
-    hostname: Text
+    torch_version: ShortText
+    transformers_version: ShortText
+    python_version: ShortText
+    hostname: ShortText
 
 
 # What a timing measured; none of it exists for a size that ran out of memory.
@@ -213,7 +231,7 @@ class MicroBatchTiming(Strict):
     peak_mem_bytes: Bytes | None = Field(
         None, description="CUDA only: max_memory_allocated during forward+backward."
     )
-    error: Text | None = Field(None, description="Why the size is infeasible.")
+    error: ShortText | None = Field(None, description="Why the size is infeasible.")
 
     @model_validator(mode="after")
     def _times_present_when_feasible(self) -> MicroBatchTiming:
@@ -242,7 +260,7 @@ class MicroBatchTiming(Strict):
 
 class LayerProfile(Strict):
     index: NonNegInt
-    name: Text
+    name: ShortText
     kind: Literal["embeddings", "block", "head"]
     params: Bytes
     param_bytes: Bytes
@@ -297,6 +315,24 @@ class LinkFit(Strict):
         description="The timings the line was fitted to, one per message size."
     )
 
+    @model_validator(mode="after")
+    def _samples_measured(self) -> LinkFit:
+        """One sample per message size, in increasing byte order, each a measured time (as
+        `links.measure_links` writes them): a duplicated size, a decreasing order or a 0 s
+        transfer is an edit (seventeenth round)."""
+        sizes = [s.bytes for s in self.samples]
+        if sizes != sorted(set(sizes)):
+            raise ValueError(
+                f"samples have bytes {sizes}: one sample per message size, in increasing order"
+            )
+        for i, sample in enumerate(self.samples):
+            if sample.time_s < MIN_MEASURED_S:
+                raise ValueError(
+                    f"samples.{i}.time_s is {sample.time_s!r}: a transfer of {sample.bytes} "
+                    f"bytes takes time (a measured time is ≥ {MIN_MEASURED_S:g} s)"
+                )
+        return self
+
 
 # What a layout change costs besides moving bytes when nothing measured it (a profile from
 # before `pipeplan profile --nproc` timed it, and no calibration fitted it): a guess.
@@ -315,6 +351,46 @@ class CommProfile(Strict):
         "barrier, the slowest rank's median. None (a profile measured before this was timed): "
         f"the cost model takes {DEFAULT_GROUP_REBUILD_S} s.",
     )
+
+    @model_validator(mode="after")
+    def _fits_are_of_their_samples(self) -> CommProfile:
+        for name, ring in (("p2p", None), ("allreduce", self.nproc)):
+            why = _link_fit_mismatch(getattr(self, name), ring)
+            if why:
+                raise ValueError(f"{name}: {why}")
+        return self
+
+
+# How far a link's fitted line may be from its own samples (predicted / measured). The shipped
+# profiles' fits are within 0.15..1.3 of every sample; a factor of 10 leaves room for a noisy
+# host and refuses a bandwidth edited to 1e15 B/s (0.005 of the measured time).
+LINK_FIT_FACTOR = 10.0
+
+
+def _link_fit_mismatch(fit: LinkFit, ring: int | None) -> str | None:
+    """Why `fit` contradicts its own samples, or None. At the largest message the bandwidth
+    decides the time: the fit's time there is within LINK_FIT_FACTOR of the measured one; at
+    the smallest the latency decides: the fit's time there is at most LINK_FIT_FACTOR × the
+    measured. `ring`: None for point-to-point, N for an all-reduce of N ranks (ring terms).
+
+        _link_fit_mismatch(LinkFit(latency_s=1e-5, bandwidth_bytes_per_s=1e15, ...), None)
+        # "predicts 1e-05 s for 33554432 bytes, measured 0.014 s"
+    """
+    steps, share = (1.0, 1.0) if ring is None else (2.0 * (ring - 1), 2.0 * (ring - 1) / ring)
+
+    def predicted(size: int) -> float:
+        return steps * fit.latency_s + share * size / fit.bandwidth_bytes_per_s
+
+    small, large = fit.samples[0], fit.samples[-1]
+    for sample, low in ((large, 1 / LINK_FIT_FACTOR), (small, 0.0)):
+        ratio = predicted(sample.bytes) / sample.time_s
+        if not low <= ratio <= LINK_FIT_FACTOR:
+            return (
+                f"latency_s and bandwidth_bytes_per_s predict {predicted(sample.bytes):.3g} s "
+                f"for {sample.bytes} bytes, but its sample measured {sample.time_s:.3g} s "
+                f"(more than {LINK_FIT_FACTOR:g}× apart): the fit is not of its samples"
+            )
+    return None
 
 
 class FittedLink(Strict):
@@ -388,8 +464,8 @@ MIN_MEASURED_S = 1e-9
 
 class ProfileSettings(Strict):
     micro_batches: list[Count]
-    warmup: NonNegInt
-    repeats: Count
+    warmup: Annotated[NonNegInt, Field(le=MAX_ROUNDS)]
+    repeats: Annotated[Count, Field(le=MAX_ROUNDS)]
     seed: Seed  # the bounds of --seed, which it records
 
 
@@ -472,6 +548,81 @@ class Profile(Strict):
         if sum(layer.params for layer in self.layers) == 0:
             raise ValueError("layers.*.params: the model has no parameters to train")
         return self
+
+    @model_validator(mode="after")
+    def _measurements_agree(self) -> Profile:
+        _check_timings(self)
+        _check_device(self)
+        return self
+
+
+# A frozen layer's forward (no autograd) is not slower than its forward with autograd by more
+# than this factor plus this slack: the shipped profiles' worst is 8.7× at 1 ms (8 ms more),
+# bf16 on a shared CPU; an edit to 1.0 s beside 0.0023 s changed every plan's frozen phases.
+NOGRAD_FACTOR = 2.0
+NOGRAD_SLACK_S = 0.05
+# A larger micro-batch takes at least this fraction of a smaller one's time (its per-sample
+# time drops by at most the size ratio ÷ this): the shipped profiles' worst is 0.076 (a noisy
+# first size); 1e-6 s beside 0.003 s made micro-batch 8 2000× faster than micro-batch 4.
+MIN_TIME_RATIO = 0.01
+# created_at may be this far in the future: clocks of two hosts disagree.
+CLOCK_SKEW_S = 86400.0
+
+
+def _check_timings(profile: Profile) -> None:
+    """What the profiler's measurements of one model on one device cannot be: a no-grad
+    forward far slower than the forward with autograd, no backward in a layer with weights (it
+    trains), a larger micro-batch absurdly faster than a smaller one, a peak above the
+    device's memory (seventeenth round: each was planned)."""
+    memory = profile.device.memory_bytes
+    for layer in profile.layers:
+        timed = [(j, t) for j, t in enumerate(layer.timings) if t.feasible]
+        for j, t in timed:
+            where = f"layers.{layer.index}.timings.{j}"
+            assert t.fwd_s is not None and t.bwd_s is not None and t.fwd_nograd_s is not None
+            if t.fwd_nograd_s > NOGRAD_FACTOR * t.fwd_s + NOGRAD_SLACK_S:
+                raise ValueError(
+                    f"{where}.fwd_nograd_s is {t.fwd_nograd_s:.3g} s but its fwd_s (the same "
+                    f"forward with autograd) is {t.fwd_s:.3g} s: more than "
+                    f"{NOGRAD_FACTOR:g}× + {NOGRAD_SLACK_S:g} s slower without autograd"
+                )
+            if layer.params > 0 and t.bwd_s == 0:
+                raise ValueError(
+                    f"{where}.bwd_s is 0 but the layer has {layer.params} parameters: "
+                    "a layer with weights takes time backward"
+                )
+            if t.peak_mem_bytes is not None and t.peak_mem_bytes > memory:
+                raise ValueError(
+                    f"{where}.peak_mem_bytes is {t.peak_mem_bytes} but device.memory_bytes is "
+                    f"{memory}: a measured peak fits in the device"
+                )
+        for (_, a), (j, b) in itertools.pairwise(timed):
+            for name in ("fwd_s", "bwd_s", "fwd_nograd_s"):
+                small, large = getattr(a, name), getattr(b, name)
+                if small > 0 and large < MIN_TIME_RATIO * small:
+                    raise ValueError(
+                        f"layers.{layer.index}.timings.{j}.{name} is {large:.3g} s at "
+                        f"micro-batch {b.micro_batch} but {small:.3g} s at {a.micro_batch}: a "
+                        f"larger micro-batch takes at least {MIN_TIME_RATIO:g}× the time"
+                    )
+
+
+def _check_device(profile: Profile) -> None:
+    """NCCL links on a CPU profile, and a profile made in the future (a day of skew allowed)."""
+    from datetime import datetime, timezone
+
+    if profile.comm is not None and profile.comm.backend == "nccl" and profile.device.kind == "cpu":
+        raise ValueError(
+            "comm.backend is 'nccl' but device.kind is 'cpu': NCCL links are between GPUs "
+            "(the profiler measures CPU links with gloo)"
+        )
+    made = datetime.fromisoformat(profile.created_at)
+    ahead = (made - datetime.now(timezone.utc)).total_seconds()
+    if ahead > CLOCK_SKEW_S:
+        raise ValueError(
+            f"created_at is {profile.created_at}, {ahead / 86400:.0f} days from now: a profile "
+            "is made before it is read"
+        )
 
 
 # The config.json fields that change a layer's shapes, and so its times and bytes, across the
