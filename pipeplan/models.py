@@ -553,8 +553,14 @@ def _resolve(name_or_path: str) -> _Source:
             f"unknown model '{name_or_path}'; known: {', '.join(PRESETS)} "
             "(or a transformers directory / config.json path)"
         )
+    _check_config_file(path)
     data = _read_config(path)
     model_type = data.pop("model_type", None)
+    if model_type is None and "schema_version" in data:  # a profile, plan or run record
+        raise InputFileError(
+            f"{path}: a pipeplan file (it has schema_version), not a model's config.json; "
+            "MODEL is a built-in name, a transformers directory or its config.json"
+        )
     if model_type not in FAMILIES:
         raise InputFileError(
             f"{path}: model_type {model_type!r} is not a supported encoder or decoder "
@@ -567,6 +573,30 @@ def _resolve(name_or_path: str) -> _Source:
             raise InputFileError(f"{found}: not a regular file; the weights are a file")
     weights = next((f for f in WEIGHT_FILES if (directory / f).is_file()), None)
     return _Source(model_type, data, None, directory, weights)
+
+
+# The files a model folder holds besides config.json: given as MODEL, they were read as a config
+# ("cannot read (UnicodeDecodeError …)").
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
+
+
+def _check_config_file(path: Path) -> None:
+    """A file given as MODEL is a config (JSON): a weight file is named as one, with its
+    folder, the MODEL it belongs to."""
+    if path.suffix in _WEIGHT_SUFFIXES and path.is_file():
+        raise InputFileError(
+            f"{path}: a weight file, not a config.json; MODEL is a built-in name, a "
+            f"transformers directory or its config.json (this file's folder: {path.parent})"
+        )
+
+
+def weight_file(name_or_path: str) -> str | None:
+    """The weight file `build` would load for `name_or_path` (a preset: None; a folder or its
+    config.json: model.safetensors, …, or None when it has none).
+
+        weight_file("ckpt/")   # "model.safetensors"
+    """
+    return _resolve(name_or_path).weights
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -1037,6 +1067,7 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
     resized = {k[0] if isinstance(k, tuple) else k for k in loading.get("mismatched_keys", ())}
     owner = _tensor_owners(seq)
     head = len(seq.layers) - 1
+    _check_shapes(loading, owner, head, source)
     body = sorted(k for k in missing | resized if owner.get(k, head) != head)
     if body:
         raise InputFileError(
@@ -1059,6 +1090,24 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
         f"{source.directory}: the checkpoint has no head for this task ({why}); the head "
         f"starts from random weights (seed {seed}) with {seq.num_labels} outputs"
     )
+
+
+def _check_shapes(
+    loading: dict[str, Any], owner: dict[str, int], head: int, source: _Source
+) -> None:
+    """A tensor of the embeddings or blocks that is in the file at another shape than the
+    model's: named with both shapes (the seventeenth round found it reported as lacking).
+    from_pretrained lists it in mismatched_keys as (key, stored shape, model's shape)."""
+    for entry in sorted(loading.get("mismatched_keys", ()), key=str):
+        if not (isinstance(entry, tuple) and len(entry) == 3):
+            continue
+        key, stored, expected = entry
+        if owner.get(key, head) != head:
+            raise InputFileError(
+                f"{source.directory}: {source.weights} holds {key} of shape "
+                f"{list(stored)} but the model of config.json expects {list(expected)}; "
+                "the file is damaged or of another model"
+            )
 
 
 # Base-model weights a pretrained checkpoint carries but a task model leaves out: RoBERTa and
