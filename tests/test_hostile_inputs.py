@@ -649,6 +649,75 @@ def _checkpoint(directory, layers: int, cls=transformers.BertForSequenceClassifi
     return directory
 
 
+def _damaged(directory, damage: str):
+    """A 2-block BERT classifier checkpoint with one encoder weight damaged: NaN, stored as
+    int32, left out, or cut to another shape."""
+    from safetensors.torch import load_file, save_file
+
+    model = _checkpoint(directory, 2)
+    weights = load_file(model / "model.safetensors")
+    key = "bert.encoder.layer.0.attention.self.query.weight"
+    if damage == "nan":
+        weights[key][0, 0] = math.nan
+    elif damage == "int32":
+        weights[key] = weights[key].int()
+    elif damage == "missing":
+        weights.pop(key)
+    else:
+        weights[key] = weights[key][:, :10].contiguous()
+    save_file(weights, model / "model.safetensors", metadata={"format": "pt"})
+    return model
+
+
+# damage → what the one line says (run's messages, which profile now gives too).
+DAMAGE = {
+    "nan": "holds NaN or infinite values in bert.encoder.layer.0.attention.self.query.weight",
+    "int32": "is stored as I32 but the model's is floating",
+    "missing": "lacks 1 weights of the embeddings and blocks",
+    "shape": "holds bert.encoder.layer.0.attention.self.query.weight of shape [32, 10] but the "
+    "model of config.json expects [32, 32]",
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_profile_checks_a_folders_weights_as_run_does(tmp_path, capsys, damage):
+    """Found by the seventeenth round: `profile DIR` built the model with random weights and
+    never read model.safetensors, so NaN, int32 and missing weights were profiled (exit 0)
+    and refused only at `run`. A tensor of the wrong shape was reported as lacking."""
+    model = _damaged(tmp_path / "in" / "model", damage)
+    capsys.readouterr()  # save_pretrained's progress bar
+    out = tmp_path / "p.json"
+    argv = ["profile", str(model), "--out", str(out), "--micro-batch-sizes", "1"]
+    refused([*argv, "--repeats", "1", "--warmup", "0"], tmp_path / "in", capsys, DAMAGE[damage])
+    assert not out.exists()
+
+
+def test_profile_of_a_config_without_weights_still_draws_random_ones(tmp_path):
+    """A folder with config.json alone profiles as before (nothing to check)."""
+    model = _checkpoint(tmp_path / "model", 2)
+    (model / "model.safetensors").unlink()
+    argv = ["profile", str(model), "--out", str(tmp_path / "p.json"), "--micro-batch-sizes", "1"]
+    assert cli.main([*argv, "--repeats", "1", "--warmup", "0"]) == 0
+
+
+@pytest.mark.parametrize("kind", ["weights", "profile"])
+def test_a_file_of_the_wrong_kind_as_model_says_what_it_is(tmp_path, capsys, kind):
+    """Found by the seventeenth round: a .safetensors file as MODEL gave `cannot read
+    (UnicodeDecodeError …)` and a pipeplan profile `model_type None is not a supported
+    encoder…`; neither said the argument is not a config.json or model directory."""
+    if kind == "weights":
+        given = _checkpoint(tmp_path / "in" / "model", 2) / "model.safetensors"
+        fragments = ("model.safetensors: a weight file, not a config.json", "this file's folder")
+    else:
+        given = tmp_path / "in" / "p.json"
+        given.parent.mkdir(parents=True)
+        given.write_text(json.dumps(PROFILE))
+        fragments = ("p.json: a pipeplan file (it has schema_version), not a model's config",)
+    capsys.readouterr()  # save_pretrained's progress bar
+    argv = ["profile", str(given), "--out", str(tmp_path / "x.json")]
+    refused(argv, tmp_path / "in", capsys, fragments)
+
+
 def test_weights_of_more_blocks_than_config_json_says_are_refused(tmp_path):
     """config.json says 2 layers, model.safetensors holds 4 blocks: from_pretrained drops
     blocks 2 and 3 as unexpected keys, with the encoder or without its task model's prefix.
