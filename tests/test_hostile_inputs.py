@@ -619,6 +619,21 @@ def test_a_profiles_memory_too_small_to_share_names_the_profile_not_the_flag(tmp
     refused(argv, tmp_path, capsys, fragments)
 
 
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_a_device_memory_from_the_profile_is_named_as_the_profiles(tmp_path, capsys, command):
+    """Found by the seventeenth round: a profile whose device.memory_bytes is 1 gave `… a
+    device has 0.0 MiB (use devices with more memory …)`, not saying where 0.0 MiB came from
+    (round 15 named --device-memory when it was the flag's)."""
+    path = tmp_path / "m1.json"
+    path.write_text(json.dumps(with_path(PROFILE, ("device", "memory_bytes"), 1)))
+    if command == "plan":
+        argv = ["plan", "--profile", str(path), "--out", str(tmp_path / "o.json")]
+    else:
+        argv = ["run", "--model", "bert-tiny", "--data", "synth-text", "--nproc", "1"]
+        argv += ["--profile", str(path), "--prepare-only", "--runs-dir", str(tmp_path / "r")]
+    refused(argv, tmp_path, capsys, ("a device has 0.0 MiB (the profile's device.memory_bytes 1)"))
+
+
 def test_a_size_the_profiler_found_infeasible_loads():
     """What the profiler writes for a size out of memory (error, nothing measured) still
     loads, beside the shipped profiles of both precisions, whose weights are float32 bytes."""
