@@ -634,6 +634,23 @@ def test_a_device_memory_from_the_profile_is_named_as_the_profiles(tmp_path, cap
     refused(argv, tmp_path, capsys, ("a device has 0.0 MiB (the profile's device.memory_bytes 1)"))
 
 
+def test_a_plans_profile_identity_is_its_profiles(tmp_path, capsys):
+    """Found by the seventeenth round: a plan whose inputs.profile.device was edited to
+    "Other CPU" (same sha256) ran with `run --plan … --prepare-only`, exit 0."""
+    profile = str(shipped_profile("bert-tiny", "cpu"))
+    plan = tmp_path / "in" / "p.json"
+    plan.parent.mkdir()
+    argv = ["plan", "--profile", profile, "--devices-per-node", "1", "--epochs", "1"]
+    assert cli.main([*argv, "--samples", "512", "-o", str(plan)]) == 0
+    doc = json.loads(plan.read_text())
+    plan.write_text(json.dumps(with_path(doc, ("inputs", "profile", "device"), "Other CPU")))
+    capsys.readouterr()
+    run = ["run", "--plan", str(plan), "--model", "bert-tiny", "--data", "synth-text"]
+    run += ["--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    refused(run, tmp_path / "in", capsys, ("inputs.profile.device is 'Other CPU'",))
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_size_the_profiler_found_infeasible_loads():
     """What the profiler writes for a size out of memory (error, nothing measured) still
     loads, beside the shipped profiles of both precisions, whose weights are float32 bytes."""
