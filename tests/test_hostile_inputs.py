@@ -511,6 +511,10 @@ SEVENTEENTH = {
         _edit((("layers", 1, "timings", 0, "peak_mem_bytes"), 10**18)),
         ("layers.1.timings.0.peak_mem_bytes", "device.memory_bytes"),
     ),
+    "a block's output of 10^18 bytes": (
+        _edit((("layers", 1, "out_bytes_per_sample"), 10**18)),
+        ("layers.1.out_bytes_per_sample is 1000000000000000000", "outputs 65536 bytes"),
+    ),
     "settings.warmup 10^18": (
         _edit((("settings", "warmup"), 10**18)),
         ("'settings.warmup'", "1000"),
