@@ -302,6 +302,18 @@ def replan(run_dir: Path, decision: PhaseDecision, global_batch: int) -> PhaseDe
     return _decide(profile, pricing, global_batch, decision.layout.frozen_layers)
 
 
+def _check_identity(plan: Plan, identity: ProfileIdentity) -> None:
+    """The plan's inputs.profile names the profile its sha256 is of: a model or device edited
+    beside the same sha256 contradicts it (seventeenth round: a device of "Other CPU" ran)."""
+    for field in ("model", "device"):
+        recorded, actual = getattr(plan.inputs.profile, field), getattr(identity, field)
+        if recorded != actual:
+            raise BadArgumentError(
+                f"the plan's inputs.profile.{field} is {recorded!r} but the profile of its "
+                f"sha256 has {actual!r}; the plan was edited: re-plan"
+            )
+
+
 def check_plan(plan: Plan, profile: Profile, cfg: RunConfig) -> None:
     devices = plan.inputs.cluster.num_devices
     if devices != cfg.nproc:
@@ -326,6 +338,7 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig) -> None:
             "the plan was made from another profile (its sha256 differs from the run's "
             "profile); pass the plan's profile with --profile or re-plan"
         )
+    _check_identity(plan, profile_identity(profile))
     num_layers = len(profile.layers)
     for i, phase in enumerate(plan.phases):
         try:

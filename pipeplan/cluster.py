@@ -212,7 +212,7 @@ def cluster_from_flags(
         if host_to_device_bw is None
         else parse_bandwidth(host_to_device_bw, "--host-to-device-bw")
     )
-    return Cluster(
+    cluster = Cluster(
         name=name,
         nodes=nodes,
         devices_per_node=devices_per_node,
@@ -223,6 +223,9 @@ def cluster_from_flags(
         host_to_device_bandwidth_bytes_per_s=h2d,
         cache_budget_bytes=cache_budget,
     )
+    if device_memory is None and profile is not None:
+        cluster._memory_source = f"the profile's device.memory_bytes {memory_bytes}"
+    return cluster
 
 
 def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
@@ -236,13 +239,18 @@ def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
             f"the profile's device.memory_bytes {profile.device.memory_bytes} is less than a "
             f"byte for each of --nproc {config.nproc} ranks sharing it; give --device-memory"
         )
-    return cluster_from_flags(
+    cluster = cluster_from_flags(
         nodes=1,
         devices_per_node=config.nproc,
         device_memory=memory,
         cache_budget=config.cache_budget_bytes,
         profile=profile,
     )
+    if not config.device_memory_bytes:  # the profile's, not a flag's: messages say so
+        total = profile.device.memory_bytes
+        shared = "" if memory == total else f" shared by --nproc {config.nproc} ranks"
+        cluster._memory_source = f"the profile's device.memory_bytes {total}{shared}"
+    return cluster
 
 
 def per_rank_memory(profile: Profile, ranks_on_host: int) -> int:

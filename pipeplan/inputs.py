@@ -44,6 +44,7 @@ from pipeplan.formats.cluster import (
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
 )
+from pipeplan.formats.profile import MAX_ROUNDS as PROFILE_MAX_ROUNDS
 from pipeplan.formats.run import (
     ALPHA_NEEDS,
     BUDGET_DOES,
@@ -96,7 +97,7 @@ def distinct_sizes(sizes: list[int]) -> list[int]:
 
 # Limits of a profile's work: sizes timed, rounds per size, threads per rank.
 MAX_SIZES = 64
-MAX_ROUNDS = 1000
+MAX_ROUNDS = PROFILE_MAX_ROUNDS  # the profile format holds a profile's settings to it too
 MAX_THREADS = 1024
 
 

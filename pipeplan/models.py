@@ -553,8 +553,14 @@ def _resolve(name_or_path: str) -> _Source:
             f"unknown model '{name_or_path}'; known: {', '.join(PRESETS)} "
             "(or a transformers directory / config.json path)"
         )
+    _check_config_file(path)
     data = _read_config(path)
     model_type = data.pop("model_type", None)
+    if model_type is None and "schema_version" in data:  # a profile, plan or run record
+        raise InputFileError(
+            f"{path}: a pipeplan file (it has schema_version), not a model's config.json; "
+            "MODEL is a built-in name, a transformers directory or its config.json"
+        )
     if model_type not in FAMILIES:
         raise InputFileError(
             f"{path}: model_type {model_type!r} is not a supported encoder or decoder "
@@ -567,6 +573,30 @@ def _resolve(name_or_path: str) -> _Source:
             raise InputFileError(f"{found}: not a regular file; the weights are a file")
     weights = next((f for f in WEIGHT_FILES if (directory / f).is_file()), None)
     return _Source(model_type, data, None, directory, weights)
+
+
+# The files a model folder holds besides config.json: given as MODEL, they were read as a config
+# ("cannot read (UnicodeDecodeError …)").
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack")
+
+
+def _check_config_file(path: Path) -> None:
+    """A file given as MODEL is a config (JSON): a weight file is named as one, with its
+    folder, the MODEL it belongs to."""
+    if path.suffix in _WEIGHT_SUFFIXES and path.is_file():
+        raise InputFileError(
+            f"{path}: a weight file, not a config.json; MODEL is a built-in name, a "
+            f"transformers directory or its config.json (this file's folder: {path.parent})"
+        )
+
+
+def weight_file(name_or_path: str) -> str | None:
+    """The weight file `build` would load for `name_or_path` (a preset: None; a folder or its
+    config.json: model.safetensors, …, or None when it has none).
+
+        weight_file("ckpt/")   # "model.safetensors"
+    """
+    return _resolve(name_or_path).weights
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -666,6 +696,24 @@ def _make_config(
     return config
 
 
+def check_config_dict(family_name: str, data: dict[str, Any], task: str, name: str) -> Any:
+    """The checks a model directory's config.json passes, for a config kept elsewhere (a
+    profile's model.config): one function, so the two cannot drift apart (the seventeenth
+    round found layer_norm_eps 0 refused in a folder, accepted in a profile). Returns the
+    transformers config; raises InputFileError or BadArgumentError naming `name`.
+
+        check_config_dict("bert", {"layer_norm_eps": 0.0}, "classification", "p.json: config")
+        # InputFileError: p.json: config: layer_norm_eps is 0.0; a norm's epsilon is a number > 0
+    """
+    family = FAMILIES[family_name]
+    data = {k: v for k, v in data.items() if k != "model_type"}
+    source = _Source(family_name, data, None)
+    task = _choose_task(source, family, task)
+    if (found := _non_finite(data)) is not None:
+        raise InputFileError(f"{name}: {found[0]} is {found[1]}; a config value is a finite number")
+    return _make_config(source, family, name, None, task, None)
+
+
 def _check_config(config: Any, family: Family, family_name: str, name: str, task: str) -> None:
     blocks = config.num_hidden_layers
     if isinstance(blocks, bool) or not isinstance(blocks, int) or not 1 <= blocks <= MAX_BLOCKS:
@@ -708,6 +756,10 @@ def _check_config(config: Any, family: Family, family_name: str, name: str, task
 # each family's own key) or their family's (None where a family derives it: GPT-2's n_inner).
 SIZE_FIELDS = ("hidden_size", "num_attention_heads", "intermediate_size", "n_inner")
 SIZE_FIELDS += ("hidden_dim", "embedding_size", "num_key_value_heads", "head_dim")
+# Checked for every family whose config has the key (the seventeenth round found RoBERTa's and
+# ELECTRA's type_vocab_size 0 a traceback, BERT's refused; GPT-2's n_positions 0 was
+# "sequence length 16 is outside 1..0").
+SIZE_FIELDS += ("type_vocab_size", "max_position_embeddings")
 
 
 def _check_sizes(config: Any, family: Family, family_name: str, name: str) -> None:
@@ -770,6 +822,16 @@ def _check_values(config: Any, family: Family, name: str, task: str) -> None:
             refuse(f"{key} is {value!r}; a dropout probability is in [0, 1)")
         if key == "initializer_range" and not (number and value >= 0):
             refuse(f"{key} is {value!r}; a standard deviation is a number ≥ 0")
+        if key == "pretraining_tp" and not (type(value) is int and value >= 1):
+            refuse(f"{key} is {value!r}; a tensor-parallel degree is an integer ≥ 1")
+        if key in ACTIVATION_KEYS and isinstance(value, str) and value not in _activations():
+            refuse(f"{key} is {value!r}; not an activation transformers knows")
+    for where, value in _rope_thetas(config.to_dict()):
+        # A RoPE base of 0 or less gives infinite or NaN rotary frequencies.
+        if not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
+            refuse(f"{where} is {value!r}; a RoPE base is a number > 0")
+    if family.kind != "image":
+        _check_token_ids(config, name)
     if task == "classification" and config.problem_type not in (
         None,
         "single_label_classification",
@@ -790,6 +852,57 @@ def _check_values(config: Any, family: Family, name: str, task: str) -> None:
         str(i): str(n) for i, n in config.id2label.items()
     }:
         refuse("label2id is not the inverse of id2label")
+
+
+# The keys naming an activation function (BERT's, GPT-2's, DistilBERT's, Gemma-style).
+ACTIVATION_KEYS = ("hidden_act", "activation_function", "activation", "hidden_activation")
+# Token ids a config keeps: an id outside the vocabulary indexes past the embeddings (the
+# pad id in the first forward; the others in `generate` over the exported model).
+TOKEN_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id")
+TOKEN_ID_KEYS += ("decoder_start_token_id",)
+
+
+def _activations() -> Any:
+    from transformers.activations import ACT2FN
+
+    return ACT2FN
+
+
+def _rope_thetas(config: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Each rope_theta of a config, at the top or inside rope_parameters / rope_scaling (where
+    transformers keeps it), with its key path:
+
+        _rope_thetas({"rope_parameters": {"rope_theta": 0.0}})
+        # [("rope_parameters.rope_theta", 0.0)]
+    """
+    found = [("rope_theta", config["rope_theta"])] if "rope_theta" in config else []
+    for outer in ("rope_parameters", "rope_scaling"):
+        inner = config.get(outer)
+        if isinstance(inner, dict) and "rope_theta" in inner:
+            found.append((f"{outer}.rope_theta", inner["rope_theta"]))
+    return found
+
+
+def _check_token_ids(config: Any, name: str) -> None:
+    """Every token id the config names (an int, or a list of ints for eos) is in
+    0..vocab_size − 1. Its config class's own default passes: GPT-2's 50256 is what
+    transformers writes for any GPT-2 of a smaller vocabulary, and nothing pipeplan runs reads
+    bos or eos.
+
+        _check_token_ids(GPT2Config(vocab_size=128, eos_token_id=-5), "m")
+        # InputFileError: m: eos_token_id -5 is not a token id of its vocabulary (0..127)
+    """
+    vocab = config.vocab_size
+    defaults = type(config)()
+    for key in TOKEN_ID_KEYS:
+        value = getattr(config, key, None)
+        if value is None or value == getattr(defaults, key, None):
+            continue
+        ids = value if isinstance(value, list) else [value]
+        if not ids or not all(type(i) is int and 0 <= i < vocab for i in ids):
+            raise InputFileError(
+                f"{name}: {key} {value!r} is not a token id of its vocabulary (0..{vocab - 1})"
+            )
 
 
 def _first_example_token(family_name: str) -> int:
@@ -954,6 +1067,7 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
     resized = {k[0] if isinstance(k, tuple) else k for k in loading.get("mismatched_keys", ())}
     owner = _tensor_owners(seq)
     head = len(seq.layers) - 1
+    _check_shapes(loading, owner, head, source)
     body = sorted(k for k in missing | resized if owner.get(k, head) != head)
     if body:
         raise InputFileError(
@@ -976,6 +1090,24 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
         f"{source.directory}: the checkpoint has no head for this task ({why}); the head "
         f"starts from random weights (seed {seed}) with {seq.num_labels} outputs"
     )
+
+
+def _check_shapes(
+    loading: dict[str, Any], owner: dict[str, int], head: int, source: _Source
+) -> None:
+    """A tensor of the embeddings or blocks that is in the file at another shape than the
+    model's: named with both shapes (the seventeenth round found it reported as lacking).
+    from_pretrained lists it in mismatched_keys as (key, stored shape, model's shape)."""
+    for entry in sorted(loading.get("mismatched_keys", ()), key=str):
+        if not (isinstance(entry, tuple) and len(entry) == 3):
+            continue
+        key, stored, expected = entry
+        if owner.get(key, head) != head:
+            raise InputFileError(
+                f"{source.directory}: {source.weights} holds {key} of shape "
+                f"{list(stored)} but the model of config.json expects {list(expected)}; "
+                "the file is damaged or of another model"
+            )
 
 
 # Base-model weights a pretrained checkpoint carries but a task model leaves out: RoBERTa and

@@ -458,12 +458,16 @@ def profile_to_file(
         model = model.parent
     inputs = [model, *(model.iterdir() if model.is_dir() else ())]
     check_writable(request.out, inputs=inputs, run_owned=run_owned)
-    # Times and bytes do not depend on the weights' values: a checkpoint's are not loaded.
+    # Times and bytes do not depend on the weights' values, but a folder's weights are loaded
+    # anyway: the checks `run` makes of them (NaN, a float stored as integers, a missing or
+    # misshapen tensor) refuse a damaged checkpoint here, before it is timed, not at `run`
+    # (the seventeenth round profiled all three). A config without weights is random.
+    name = str(model) if model != Path(request.model) else request.model
     seq = models.build(
-        str(model) if model != Path(request.model) else request.model,
+        name,
         seq_len=request.seq_len,
         seed=request.seed,
-        init="random",
+        init=None if models.weight_file(name) else "random",
         task=request.task,
         padding_mask=request.padding_mask,
     )

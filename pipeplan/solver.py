@@ -1046,9 +1046,13 @@ class PhaseSearch:
                 f"the smallest per-device memory of the {checked} layout shapes with the most "
                 f"stages (of {pairs}; the rest not checked) is {_gib(smallest)}"
             )
+        # A memory no flag gave is named by its source (seventeenth round: a profile's
+        # device.memory_bytes of 1 read as "a device has 0.0 MiB", unexplained).
+        source = self.cluster._memory_source
+        origin = f" ({source})" if source else ""
         return (
             f"the model does not fit {what}: {found} but a device has "
-            f"{_gib(self.cluster.device_memory_bytes)} "
+            f"{_gib(self.cluster.device_memory_bytes)}{origin} "
             "(use devices with more memory, more devices, or a smaller micro-batch)"
         )
 

@@ -1558,6 +1558,14 @@ VIT_CONFIG = {
     "intermediate_size": 64,
 }
 GPT2_CONFIG = {"model_type": "gpt2", "vocab_size": 512, "n_positions": 64, "n_layer": 2}
+LLAMA_CONFIG = {
+    "model_type": "llama",
+    "vocab_size": 512,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+}
 MODEL_CONFIGS = {  # config.json → the fragment of the one line
     "hidden size not a multiple of the heads": (
         {**BERT_CONFIG, "hidden_size": 33},
@@ -1593,7 +1601,7 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
     ),
     "an unknown hidden_act": (
         {**BERT_CONFIG, "hidden_act": "bogus"},
-        "cannot build the model from its config (KeyError: 'bogus')",
+        "hidden_act is 'bogus'; not an activation transformers knows",
     ),
     "pad_token_id beyond the vocabulary": (
         {**BERT_CONFIG, "pad_token_id": 100000},
@@ -1645,6 +1653,49 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
         {**BERT_CONFIG, "hidden_size": 2, "num_attention_heads": 1, "num_hidden_layers": 10**6},
         "num_hidden_layers is 1000000; a model has 1..4096 blocks",
     ),
+    # Found by the seventeenth round: RoBERTa's and ELECTRA's type_vocab_size 0 was a traceback
+    # (BERT's was refused), n_positions 0 "sequence length 16 is outside 1..0"; a RoPE base of
+    # 0 or less, bos/eos ids outside the vocabulary and pretraining_tp 0 were profiled.
+    "roberta type_vocab_size 0": (
+        {**BERT_CONFIG, "model_type": "roberta", "pad_token_id": 1, "type_vocab_size": 0},
+        "type_vocab_size is 0; a size is an integer ≥ 1",
+    ),
+    "electra type_vocab_size 0": (
+        {**BERT_CONFIG, "model_type": "electra", "embedding_size": 16, "type_vocab_size": 0},
+        "type_vocab_size is 0; a size is an integer ≥ 1",
+    ),
+    "gpt2 n_positions 0": (
+        {**GPT2_CONFIG, "n_positions": 0},
+        "n_positions is 0; a size is an integer ≥ 1",
+    ),
+    "llama rope_theta 0 in rope_parameters": (
+        {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "default", "rope_theta": 0.0}},
+        "rope_parameters.rope_theta is 0.0; a RoPE base is a number > 0",
+    ),
+    "llama rope_theta -1": (
+        {**LLAMA_CONFIG, "rope_theta": -1.0},
+        "rope_theta is -1.0; a RoPE base is a number > 0",
+    ),
+    "gpt2 bos_token_id beyond the vocabulary": (
+        {**GPT2_CONFIG, "bos_token_id": 10**6},
+        "bos_token_id 1000000 is not a token id of its vocabulary (0..511)",
+    ),
+    "gpt2 eos_token_id -5": (
+        {**GPT2_CONFIG, "eos_token_id": -5},
+        "eos_token_id -5 is not a token id of its vocabulary (0..511)",
+    ),
+    "llama eos_token_id list with an id beyond": (
+        {**LLAMA_CONFIG, "eos_token_id": [2, 600]},
+        "eos_token_id [2, 600] is not a token id of its vocabulary (0..511)",
+    ),
+    "bert sep_token_id beyond the vocabulary": (
+        {**BERT_CONFIG, "sep_token_id": 512},
+        "sep_token_id 512 is not a token id of its vocabulary (0..511)",
+    ),
+    "llama pretraining_tp 0": (
+        {**LLAMA_CONFIG, "pretraining_tp": 0},
+        "pretraining_tp is 0; a tensor-parallel degree is an integer ≥ 1",
+    ),
     "vit patch_size 0": ({**VIT_CONFIG, "patch_size": 0}, "patch_size must be an integer"),
     "vit num_channels 0": (  # a torch warning, then a data mismatch (run), a traceback (profile)
         {**VIT_CONFIG, "num_channels": 0},
@@ -1685,14 +1736,6 @@ def test_model_configs_the_builders_reject_are_one_line(tmp_path, capsys, case, 
     assert not (tmp_path / "p.json").exists()
 
 
-LLAMA_CONFIG = {
-    "model_type": "llama",
-    "vocab_size": 512,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-}
 # config.json as text (json.dumps writes NaN and Infinity, which Python's json reads back),
 # and the key path the one line names.
 NON_FINITE_CONFIGS = {

@@ -460,7 +460,7 @@ CALIBRATED = {
 
 # (document, what the message must name): CALIBRATED with one hand edit of the seventeenth
 # round, each of which `plan` took (exit 0).
-SEVENTEENTH = {
+CALIBRATION17 = {
     "a subnormal step overhead": (
         with_path(CALIBRATED, ("calibration", "step_overhead_s"), 5e-324),
         ("'calibration.step_overhead_s'", "5e-324 s is a subnormal number"),
@@ -508,13 +508,13 @@ SEVENTEENTH = {
 }
 
 
-@pytest.mark.parametrize("case", SEVENTEENTH)
+@pytest.mark.parametrize("case", CALIBRATION17)
 def test_a_hand_edited_calibration_is_held_to_what_calibrate_writes(tmp_path, capsys, case):
     """Found by the seventeenth round: `plan --profile X.json` took a step_overhead_s of
     5e-324 (its sibling times were refused) or of -100 s (silently clamped to 0 per step),
     scales fitted from 0 phases or no run, a median residual above the worst, and not_fitted
     naming an unknown parameter or one that holds a fitted value."""
-    doc, fragments = SEVENTEENTH[case]
+    doc, fragments = CALIBRATION17[case]
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(doc))
     argv = ["plan", "--profile", str(path), "--out", str(tmp_path / "o.json")]
@@ -531,6 +531,141 @@ def test_a_calibration_as_calibrate_writes_it_loads():
     assert parse(Profile, json.dumps(CALIBRATED)).calibration.step_overhead_s == -0.001
 
 
+def _edit(*steps):
+    """The shipped bert-tiny profile with `steps` applied: (path, value) pairs, or callables
+    that change the document in place."""
+    doc = json.loads(json.dumps(PROFILE))
+    for step in steps:
+        if callable(step):
+            step(doc)
+        else:
+            doc = with_path(doc, *step)
+    return doc
+
+
+P2P = ("comm", "p2p")
+# (document, what the message must name): the shipped bert-tiny profile with one hand edit the
+# seventeenth round made, each of which `plan` took (exit 0).
+SEVENTEENTH = {
+    "config.layer_norm_eps 0, refused in a model folder": (
+        _edit((("model", "config", "layer_norm_eps"), 0.0)),
+        ("'model'", "config: layer_norm_eps is 0.0"),
+    ),
+    "config.hidden_dropout_prob -0.1": (
+        _edit((("model", "config", "hidden_dropout_prob"), -0.1)),
+        ("'model'", "config: hidden_dropout_prob is -0.1"),
+    ),
+    "config.hidden_act unknown": (
+        _edit((("model", "config", "hidden_act"), "zorp")),
+        ("'model'", "config: hidden_act is 'zorp'"),
+    ),
+    "config.pad_token_id beyond the vocabulary": (
+        _edit((("model", "config", "pad_token_id"), 10**6)),
+        ("'model'", "config: pad_token_id 1000000 is not a token id"),
+    ),
+    "task causal-lm on a BERT": (
+        _edit((("model", "task"), "causal-lm")),
+        ("'model'", "task 'causal-lm' is not available for bert"),
+    ),
+    "input_dtype float32 on a BERT": (
+        _edit((("model", "input_dtype"), "float32")),
+        ("'model'", "input_dtype is 'float32'", "int64"),
+    ),
+    "num_labels 7 beside 2 labels": (
+        _edit((("model", "num_labels"), 7)),
+        ("'model'", "num_labels is 7 but its config has 2"),
+    ),
+    "a no-grad forward 400x the forward": (
+        _edit((("layers", 1, "timings", 0, "fwd_nograd_s"), 1.0)),
+        ("layers.1.timings.0.fwd_nograd_s is 1 s", "slower without autograd"),
+    ),
+    "a zero backward in a block with weights": (
+        _edit((("layers", 1, "timings", 0, "bwd_s"), 0.0)),
+        ("layers.1.timings.0.bwd_s is 0", "parameters"),
+    ),
+    "micro-batch 8 2000x faster than 4": (
+        _edit((("layers", 1, "timings", 3, "fwd_s"), 1e-6)),
+        ("layers.1.timings.3.fwd_s is 1e-06 s at micro-batch 8",),
+    ),
+    "a fit contradicting its samples": (
+        _edit(((*P2P, "bandwidth_bytes_per_s"), 1e15)),
+        ("'comm'", "p2p: latency_s and bandwidth_bytes_per_s predict", "33554432 bytes"),
+    ),
+    "a 0 s transfer": (
+        _edit(((*P2P, "samples", 0, "time_s"), 0.0)),
+        ("'comm.p2p'", "samples.0.time_s is 0.0"),
+    ),
+    "a duplicated sample": (
+        _edit(lambda d: d["comm"]["p2p"]["samples"].insert(0, d["comm"]["p2p"]["samples"][0])),
+        ("'comm.p2p'", "one sample per message size"),
+    ),
+    "samples in decreasing byte order": (
+        _edit(lambda d: d["comm"]["p2p"]["samples"].reverse()),
+        ("'comm.p2p'", "in increasing order"),
+    ),
+    "nccl links on a cpu profile": (
+        _edit((("comm", "backend"), "nccl")),
+        ("comm.backend is 'nccl' but device.kind is 'cpu'",),
+    ),
+    "a peak above the device's memory": (
+        _edit((("layers", 1, "timings", 0, "peak_mem_bytes"), 10**18)),
+        ("layers.1.timings.0.peak_mem_bytes", "device.memory_bytes"),
+    ),
+    "a block's output of 10^18 bytes": (
+        _edit((("layers", 1, "out_bytes_per_sample"), 10**18)),
+        ("layers.1.out_bytes_per_sample is 1000000000000000000", "outputs 65536 bytes"),
+    ),
+    "settings.warmup 10^18": (
+        _edit((("settings", "warmup"), 10**18)),
+        ("'settings.warmup'", "1000"),
+    ),
+    "settings.repeats 10^6": (
+        _edit((("settings", "repeats"), 10**6)),
+        ("'settings.repeats'", "1000"),
+    ),
+    "created_at in the year 9999": (
+        _edit((("created_at",), "9999-12-31T23:59:59+00:00")),
+        ("created_at is 9999-12-31", "days from now"),
+    ),
+    "a layer name of a million characters": (
+        _edit((("layers", 1, "name"), "b" * 10**6)),
+        ("'layers.1.name'", "1000000 characters", "4096"),
+    ),
+    "a torch_version of 100 kB": (
+        _edit((("device", "torch_version"), "2" * 10**5)),
+        ("'device.torch_version'", "100000 characters"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SEVENTEENTH)
+def test_a_profile_held_to_its_config_checks_and_its_own_measurements(tmp_path, capsys, case):
+    """Found by the seventeenth round: `plan --profile X.json` took each of these edits with
+    exit 0 (config values a model folder's config.json is refused for, a task, dtype or
+    label count its config contradicts, times no profiler measures, a link fit of other
+    samples, NCCL on a CPU, a peak beyond the device, settings beyond --warmup/--repeats, a
+    date in the future, a 10 MB layer name)."""
+    doc, fragments = SEVENTEENTH[case]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(doc))
+    argv = ["plan", "--profile", str(path), "--out", str(tmp_path / "o.json")]
+    refused(argv, tmp_path, capsys, ("profile.json", *fragments))
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_the_seventeenth_rounds_tolerances_leave_measured_profiles_alone():
+    """Every shipped profile loads, as do the synthetic ones of every preset: the tolerances
+    (no-grad 2× + 0.05 s, a 100× drop between sizes, a link fit within 10× of its samples)
+    are far from what a noisy CPU measures (bf16 vit-digits: no-grad 8.7× at 1 ms)."""
+    from pipeplan import synthetic
+    from pipeplan.formats import Profile
+
+    for path in sorted(Path(cli.__file__).parent.joinpath("profiles").glob("*.json")):
+        assert load(Profile, path).layers
+    for name in synthetic.PRESETS:
+        assert synthetic.preset_profile(name).layers
+
+
 def test_what_the_sixteenth_rounds_rules_leave_alone_still_loads():
     """The rules hold sizes, shapes and times, nothing else: gpt2's null n_inner (4 × n_embd),
     a time of exactly 0 and an image model's [channels, size, size] still load."""
@@ -542,13 +677,22 @@ def test_what_the_sixteenth_rounds_rules_leave_alone_still_loads():
     gpt2 = {
         "name": "/models/gpt2",
         "family": "gpt2",
-        "config": {"model_type": "gpt2", "n_inner": None, "n_embd": 64},
+        # A config the checks of a model folder pass (the seventeenth round): a GPT-2
+        # classifier pools at its pad token, its heads divide its width.
+        "config": {
+            "model_type": "gpt2",
+            "n_inner": None,
+            "n_embd": 64,
+            "n_head": 2,
+            "pad_token_id": 0,
+        },
         "input_shape": [16],
         "input_dtype": "int64",
         "num_labels": 2,
     }
     assert ModelInfo.model_validate(gpt2).config["n_inner"] is None
     vit = {**gpt2, "name": "/models/vit", "family": "vit", "config": {"model_type": "vit"}}
+    vit["input_dtype"] = "float32"  # pixels
     assert ModelInfo.model_validate({**vit, "input_shape": [3, 8, 8]}).input_shape == [3, 8, 8]
 
 
@@ -579,6 +723,38 @@ def test_a_profiles_memory_too_small_to_share_names_the_profile_not_the_flag(tmp
     refused(argv, tmp_path, capsys, fragments)
 
 
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_a_device_memory_from_the_profile_is_named_as_the_profiles(tmp_path, capsys, command):
+    """Found by the seventeenth round: a profile whose device.memory_bytes is 1 gave `… a
+    device has 0.0 MiB (use devices with more memory …)`, not saying where 0.0 MiB came from
+    (round 15 named --device-memory when it was the flag's)."""
+    path = tmp_path / "m1.json"
+    path.write_text(json.dumps(with_path(PROFILE, ("device", "memory_bytes"), 1)))
+    if command == "plan":
+        argv = ["plan", "--profile", str(path), "--out", str(tmp_path / "o.json")]
+    else:
+        argv = ["run", "--model", "bert-tiny", "--data", "synth-text", "--nproc", "1"]
+        argv += ["--profile", str(path), "--prepare-only", "--runs-dir", str(tmp_path / "r")]
+    refused(argv, tmp_path, capsys, ("a device has 0.0 MiB (the profile's device.memory_bytes 1)"))
+
+
+def test_a_plans_profile_identity_is_its_profiles(tmp_path, capsys):
+    """Found by the seventeenth round: a plan whose inputs.profile.device was edited to
+    "Other CPU" (same sha256) ran with `run --plan … --prepare-only`, exit 0."""
+    profile = str(shipped_profile("bert-tiny", "cpu"))
+    plan = tmp_path / "in" / "p.json"
+    plan.parent.mkdir()
+    argv = ["plan", "--profile", profile, "--devices-per-node", "1", "--epochs", "1"]
+    assert cli.main([*argv, "--samples", "512", "-o", str(plan)]) == 0
+    doc = json.loads(plan.read_text())
+    plan.write_text(json.dumps(with_path(doc, ("inputs", "profile", "device"), "Other CPU")))
+    capsys.readouterr()
+    run = ["run", "--plan", str(plan), "--model", "bert-tiny", "--data", "synth-text"]
+    run += ["--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    refused(run, tmp_path / "in", capsys, ("inputs.profile.device is 'Other CPU'",))
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_size_the_profiler_found_infeasible_loads():
     """What the profiler writes for a size out of memory (error, nothing measured) still
     loads, beside the shipped profiles of both precisions, whose weights are float32 bytes."""
@@ -607,6 +783,75 @@ def _checkpoint(directory, layers: int, cls=transformers.BertForSequenceClassifi
     torch.manual_seed(0)
     cls(transformers.BertConfig(**{**BERT, "num_hidden_layers": layers})).save_pretrained(directory)
     return directory
+
+
+def _damaged(directory, damage: str):
+    """A 2-block BERT classifier checkpoint with one encoder weight damaged: NaN, stored as
+    int32, left out, or cut to another shape."""
+    from safetensors.torch import load_file, save_file
+
+    model = _checkpoint(directory, 2)
+    weights = load_file(model / "model.safetensors")
+    key = "bert.encoder.layer.0.attention.self.query.weight"
+    if damage == "nan":
+        weights[key][0, 0] = math.nan
+    elif damage == "int32":
+        weights[key] = weights[key].int()
+    elif damage == "missing":
+        weights.pop(key)
+    else:
+        weights[key] = weights[key][:, :10].contiguous()
+    save_file(weights, model / "model.safetensors", metadata={"format": "pt"})
+    return model
+
+
+# damage → what the one line says (run's messages, which profile now gives too).
+DAMAGE = {
+    "nan": "holds NaN or infinite values in bert.encoder.layer.0.attention.self.query.weight",
+    "int32": "is stored as I32 but the model's is floating",
+    "missing": "lacks 1 weights of the embeddings and blocks",
+    "shape": "holds bert.encoder.layer.0.attention.self.query.weight of shape [32, 10] but the "
+    "model of config.json expects [32, 32]",
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_profile_checks_a_folders_weights_as_run_does(tmp_path, capsys, damage):
+    """Found by the seventeenth round: `profile DIR` built the model with random weights and
+    never read model.safetensors, so NaN, int32 and missing weights were profiled (exit 0)
+    and refused only at `run`. A tensor of the wrong shape was reported as lacking."""
+    model = _damaged(tmp_path / "in" / "model", damage)
+    capsys.readouterr()  # save_pretrained's progress bar
+    out = tmp_path / "p.json"
+    argv = ["profile", str(model), "--out", str(out), "--micro-batch-sizes", "1"]
+    refused([*argv, "--repeats", "1", "--warmup", "0"], tmp_path / "in", capsys, DAMAGE[damage])
+    assert not out.exists()
+
+
+def test_profile_of_a_config_without_weights_still_draws_random_ones(tmp_path):
+    """A folder with config.json alone profiles as before (nothing to check)."""
+    model = _checkpoint(tmp_path / "model", 2)
+    (model / "model.safetensors").unlink()
+    argv = ["profile", str(model), "--out", str(tmp_path / "p.json"), "--micro-batch-sizes", "1"]
+    assert cli.main([*argv, "--repeats", "1", "--warmup", "0"]) == 0
+
+
+@pytest.mark.parametrize("kind", ["weights", "profile"])
+def test_a_file_of_the_wrong_kind_as_model_says_what_it_is(tmp_path, capsys, kind):
+    """Found by the seventeenth round: a .safetensors file as MODEL gave `cannot read
+    (UnicodeDecodeError …)` and a pipeplan profile `model_type None is not a supported
+    encoder…`; neither said the argument is not a config.json or model directory."""
+    if kind == "weights":
+        given = _checkpoint(tmp_path / "in" / "model", 2) / "model.safetensors"
+        fragments = ("model.safetensors: a weight file, not a config.json", "this file's folder")
+    else:
+        given = tmp_path / "in" / "p.json"
+        given.parent.mkdir(parents=True)
+        given.write_text(json.dumps(PROFILE))
+        fragments = ("p.json: a pipeplan file (it has schema_version), not a model's config",)
+    capsys.readouterr()  # save_pretrained's progress bar
+    argv = ["profile", str(given), "--out", str(tmp_path / "x.json")]
+    refused(argv, tmp_path / "in", capsys, fragments)
 
 
 def test_weights_of_more_blocks_than_config_json_says_are_refused(tmp_path):

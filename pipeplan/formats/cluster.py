@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from pipeplan.formats.base import (
     MAX_COUNT,
@@ -65,6 +65,10 @@ class Cluster(Strict):
         description="Reading and writing spilled cache rows on a node's local disk (a stated "
         "constant unless given).",
     )
+
+    # Where device_memory_bytes came from when no flag or file gave it (the profile's
+    # device.memory_bytes): messages about it name that field. Not part of the format.
+    _memory_source: str | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _devices_in_all(self) -> Cluster:

@@ -4,10 +4,11 @@ the corrections `pipeplan calibrate` fitted on top (docs/architecture.md §3).""
 from __future__ import annotations
 
 import hashlib
+import itertools
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from pipeplan.errors import InputFileError
 from pipeplan.formats.base import (
@@ -32,6 +33,21 @@ from pipeplan.formats.base import (
 )
 from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
 
+# The longest name or version string a profile keeps: the profiler writes a few dozen
+# characters; a 10 MB layer name was planned and copied into every plan (seventeenth round).
+MAX_TEXT = 4096
+
+
+def _short(text: str) -> str:
+    if len(text) > MAX_TEXT:
+        raise ValueError(f"is {len(text)} characters long; a profile's text is at most {MAX_TEXT}")
+    return text
+
+
+ShortText = Annotated[Text, AfterValidator(_short)]
+# Rounds a profile may record, the bounds of `pipeplan profile --warmup / --repeats`.
+MAX_ROUNDS = 1000
+
 # What a model is trained for: classes, or the next token (decoders). Defined once, here: the
 # profile records it, `pipeplan run --task` takes it, `pipeplan.models.build` builds it.
 Task = Literal["classification", "causal-lm"]
@@ -44,7 +60,9 @@ PRECISION_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 class ModelInfo(Strict):
-    name: Text = Field(description="Built-in name or the config path the model was built from.")
+    name: ShortText = Field(
+        description="Built-in name or the config path the model was built from."
+    )
     family: Literal["bert", "roberta", "distilbert", "electra", "vit", "deit", "gpt2", "llama"]
     config: dict[str, Any] = Field(description="The exact transformers config (to_dict()).")
     input_shape: list[Count] = Field(description="Shape of one sample's input, without batch.")
@@ -73,6 +91,7 @@ class ModelInfo(Strict):
             )
         _check_config_sizes(self.config)
         _check_input_shape(self.family, self.input_shape, self.config)
+        _check_model_config(self)
         why = preset_mismatch(self.name, self.family, self.config)
         if why:
             raise ValueError(f"name: {why}; a profile of another shape takes another name")
@@ -124,6 +143,31 @@ def _check_config_sizes(config: dict[str, Any]) -> None:
             raise ValueError(f"config.{key} is {value!r}, not an integer ≥ 1")
 
 
+def _check_model_config(model: ModelInfo) -> None:
+    """A profile's config passes the very checks of a model directory's config.json
+    (`models.check_config_dict`), and the fields beside it agree with it as the profiler
+    writes them: the task is one the family builds, a text model takes int64 token ids and an
+    image model float32 pixels, and num_labels is the config's (its vocabulary for causal-lm).
+    Found by the seventeenth round: layer_norm_eps 0, pad_token_id 10^6, task causal-lm on a
+    BERT, input_dtype float32 on a BERT and num_labels 7 beside 2 labels were all planned."""
+    from pipeplan.errors import PipeplanError
+    from pipeplan.models import check_config_dict
+
+    try:
+        config = check_config_dict(model.family, model.config, model.task, "config")
+    except PipeplanError as exc:
+        raise ValueError(str(exc)) from None
+    dtype = "float32" if model.family in IMAGE_FAMILIES else "int64"
+    if model.input_dtype != dtype:
+        raise ValueError(
+            f"input_dtype is {model.input_dtype!r} but a {model.family} model takes {dtype} inputs"
+        )
+    labels = config.vocab_size if model.task == "causal-lm" else config.num_labels
+    if model.num_labels != labels:
+        source = "vocab_size" if model.task == "causal-lm" else "id2label's labels"
+        raise ValueError(f"num_labels is {model.num_labels} but its config has {labels} ({source})")
+
+
 def _check_input_shape(family: str, shape: list[int], config: dict[str, Any]) -> None:
     """What the profiler writes (`models._input`): a text model's [seq_len], at most its
     max_position_embeddings; an image model's [num_channels, image_size, image_size] of its
@@ -153,14 +197,14 @@ def _check_input_shape(family: str, shape: list[int], config: dict[str, Any]) ->
 
 class DeviceInfo(Strict):
     kind: Literal["cpu", "cuda"]
-    name: Text
+    name: ShortText
     memory_bytes: PosBytes = Field(description="Total device memory (host RAM for CPU).")
     threads: Count = Field(description="torch intra-op threads the layers were timed with.")
     count: Count = Field(1, description="Devices of this kind on the profiled host.")
-    torch_version: Text
-    transformers_version: Text
-    python_version: Text
-    hostname: Text
+    torch_version: ShortText
+    transformers_version: ShortText
+    python_version: ShortText
+    hostname: ShortText
 
 
 # What a timing measured; none of it exists for a size that ran out of memory.
@@ -188,7 +232,7 @@ class MicroBatchTiming(Strict):
     peak_mem_bytes: Bytes | None = Field(
         None, description="CUDA only: max_memory_allocated during forward+backward."
     )
-    error: Text | None = Field(None, description="Why the size is infeasible.")
+    error: ShortText | None = Field(None, description="Why the size is infeasible.")
 
     @model_validator(mode="after")
     def _times_present_when_feasible(self) -> MicroBatchTiming:
@@ -217,7 +261,7 @@ class MicroBatchTiming(Strict):
 
 class LayerProfile(Strict):
     index: NonNegInt
-    name: Text
+    name: ShortText
     kind: Literal["embeddings", "block", "head"]
     params: Bytes
     param_bytes: Bytes
@@ -272,6 +316,24 @@ class LinkFit(Strict):
         description="The timings the line was fitted to, one per message size."
     )
 
+    @model_validator(mode="after")
+    def _samples_measured(self) -> LinkFit:
+        """One sample per message size, in increasing byte order, each a measured time (as
+        `links.measure_links` writes them): a duplicated size, a decreasing order or a 0 s
+        transfer is an edit (seventeenth round)."""
+        sizes = [s.bytes for s in self.samples]
+        if sizes != sorted(set(sizes)):
+            raise ValueError(
+                f"samples have bytes {sizes}: one sample per message size, in increasing order"
+            )
+        for i, sample in enumerate(self.samples):
+            if sample.time_s < MIN_MEASURED_S:
+                raise ValueError(
+                    f"samples.{i}.time_s is {sample.time_s!r}: a transfer of {sample.bytes} "
+                    f"bytes takes time (a measured time is ≥ {MIN_MEASURED_S:g} s)"
+                )
+        return self
+
 
 # What a layout change costs besides moving bytes when nothing measured it (a profile from
 # before `pipeplan profile --nproc` timed it, and no calibration fitted it): a guess.
@@ -290,6 +352,46 @@ class CommProfile(Strict):
         "barrier, the slowest rank's median. None (a profile measured before this was timed): "
         f"the cost model takes {DEFAULT_GROUP_REBUILD_S} s.",
     )
+
+    @model_validator(mode="after")
+    def _fits_are_of_their_samples(self) -> CommProfile:
+        for name, ring in (("p2p", None), ("allreduce", self.nproc)):
+            why = _link_fit_mismatch(getattr(self, name), ring)
+            if why:
+                raise ValueError(f"{name}: {why}")
+        return self
+
+
+# How far a link's fitted line may be from its own samples (predicted / measured). The shipped
+# profiles' fits are within 0.15..1.3 of every sample; a factor of 10 leaves room for a noisy
+# host and refuses a bandwidth edited to 1e15 B/s (0.005 of the measured time).
+LINK_FIT_FACTOR = 10.0
+
+
+def _link_fit_mismatch(fit: LinkFit, ring: int | None) -> str | None:
+    """Why `fit` contradicts its own samples, or None. At the largest message the bandwidth
+    decides the time: the fit's time there is within LINK_FIT_FACTOR of the measured one; at
+    the smallest the latency decides: the fit's time there is at most LINK_FIT_FACTOR × the
+    measured. `ring`: None for point-to-point, N for an all-reduce of N ranks (ring terms).
+
+        _link_fit_mismatch(LinkFit(latency_s=1e-5, bandwidth_bytes_per_s=1e15, ...), None)
+        # "predicts 1e-05 s for 33554432 bytes, measured 0.014 s"
+    """
+    steps, share = (1.0, 1.0) if ring is None else (2.0 * (ring - 1), 2.0 * (ring - 1) / ring)
+
+    def predicted(size: int) -> float:
+        return steps * fit.latency_s + share * size / fit.bandwidth_bytes_per_s
+
+    small, large = fit.samples[0], fit.samples[-1]
+    for sample, low in ((large, 1 / LINK_FIT_FACTOR), (small, 0.0)):
+        ratio = predicted(sample.bytes) / sample.time_s
+        if not low <= ratio <= LINK_FIT_FACTOR:
+            return (
+                f"latency_s and bandwidth_bytes_per_s predict {predicted(sample.bytes):.3g} s "
+                f"for {sample.bytes} bytes, but its sample measured {sample.time_s:.3g} s "
+                f"(more than {LINK_FIT_FACTOR:g}× apart): the fit is not of its samples"
+            )
+    return None
 
 
 class FittedLink(Strict):
@@ -432,8 +534,8 @@ MIN_MEASURED_S = 1e-9
 
 class ProfileSettings(Strict):
     micro_batches: list[Count]
-    warmup: NonNegInt
-    repeats: Count
+    warmup: Annotated[NonNegInt, Field(le=MAX_ROUNDS)]
+    repeats: Annotated[Count, Field(le=MAX_ROUNDS)]
     seed: Seed  # the bounds of --seed, which it records
 
 
@@ -516,6 +618,127 @@ class Profile(Strict):
         if sum(layer.params for layer in self.layers) == 0:
             raise ValueError("layers.*.params: the model has no parameters to train")
         return self
+
+    @model_validator(mode="after")
+    def _measurements_agree(self) -> Profile:
+        _check_timings(self)
+        _check_out_bytes(self)
+        _check_device(self)
+        return self
+
+
+# A frozen layer's forward (no autograd) is not slower than its forward with autograd by more
+# than this factor plus this slack: the shipped profiles' worst is 8.7× at 1 ms (8 ms more),
+# bf16 on a shared CPU; an edit to 1.0 s beside 0.0023 s changed every plan's frozen phases.
+# Both ratios are checked of profiles timed warm (settings.warmup ≥ 1), as `_check_timings` says.
+NOGRAD_FACTOR = 2.0
+NOGRAD_SLACK_S = 0.05
+# A larger micro-batch takes at least this fraction of a smaller one's time (its per-sample
+# time drops by at most the size ratio ÷ this): the shipped profiles' worst is 0.076 (a noisy
+# first size); 1e-6 s beside 0.003 s made micro-batch 8 2000× faster than micro-batch 4.
+MIN_TIME_RATIO = 0.01
+# created_at may be this far in the future: clocks of two hosts disagree.
+CLOCK_SKEW_S = 86400.0
+
+
+def _check_timings(profile: Profile) -> None:
+    """What the profiler's measurements of one model on one device cannot be: a no-grad
+    forward far slower than the forward with autograd, no backward in a layer with weights (it
+    trains), a larger micro-batch absurdly faster than a smaller one, a peak above the
+    device's memory (seventeenth round: each was planned)."""
+    memory = profile.device.memory_bytes
+    # Without warm-up rounds a layer's first call (allocations, kernel selection) is in its
+    # first size's times: 16 ms beside 0.13 ms measured on a CPU with --warmup 0, far more on
+    # a GPU. The two ratios below hold for times measured warm.
+    warm = profile.settings.warmup >= 1
+    for layer in profile.layers:
+        timed = [(j, t) for j, t in enumerate(layer.timings) if t.feasible]
+        for j, t in timed:
+            where = f"layers.{layer.index}.timings.{j}"
+            assert t.fwd_s is not None and t.bwd_s is not None and t.fwd_nograd_s is not None
+            if warm and t.fwd_nograd_s > NOGRAD_FACTOR * t.fwd_s + NOGRAD_SLACK_S:
+                raise ValueError(
+                    f"{where}.fwd_nograd_s is {t.fwd_nograd_s:.3g} s but its fwd_s (the same "
+                    f"forward with autograd) is {t.fwd_s:.3g} s: more than "
+                    f"{NOGRAD_FACTOR:g}× + {NOGRAD_SLACK_S:g} s slower without autograd"
+                )
+            if layer.params > 0 and t.bwd_s == 0:
+                raise ValueError(
+                    f"{where}.bwd_s is 0 but the layer has {layer.params} parameters: "
+                    "a layer with weights takes time backward"
+                )
+            if t.peak_mem_bytes is not None and t.peak_mem_bytes > memory:
+                raise ValueError(
+                    f"{where}.peak_mem_bytes is {t.peak_mem_bytes} but device.memory_bytes is "
+                    f"{memory}: a measured peak fits in the device"
+                )
+        for (_, a), (j, b) in itertools.pairwise(timed if warm else []):
+            for name in ("fwd_s", "bwd_s", "fwd_nograd_s"):
+                small, large = getattr(a, name), getattr(b, name)
+                if small > 0 and large < MIN_TIME_RATIO * small:
+                    raise ValueError(
+                        f"layers.{layer.index}.timings.{j}.{name} is {large:.3g} s at "
+                        f"micro-batch {b.micro_batch} but {small:.3g} s at {a.micro_batch}: a "
+                        f"larger micro-batch takes at least {MIN_TIME_RATIO:g}× the time"
+                    )
+
+
+# A hidden state's element, by the dtype the layers computed in (ModelInfo.dtype).
+_ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
+# The extra tokens an image model's blocks carry besides its patches: ViT's class token,
+# DeiT's class and distillation tokens.
+_EXTRA_TOKENS = {"vit": 1, "deit": 2}
+
+
+def _block_out_bytes(model: ModelInfo) -> int | None:
+    """Bytes of one block's output per sample, as the profiler measures it: tokens × width
+    (+ 1 for a padding-mask channel) × the element size; None where the config does not say
+    (a synthetic profile's config holds no model_type)."""
+    config = model.config
+    width = next((config[k] for k in ("hidden_size", "n_embd", "dim") if k in config), None)
+    if "model_type" not in config or type(width) is not int:
+        return None
+    if model.family in IMAGE_FAMILIES:
+        image, patch = config.get("image_size"), config.get("patch_size")
+        if type(image) is not int or type(patch) is not int or patch < 1:
+            return None
+        tokens = (image // patch) ** 2 + _EXTRA_TOKENS[model.family]
+    else:
+        tokens = model.input_shape[0]
+    return tokens * (width + int(model.padding_mask)) * _ELEMENT_BYTES[model.dtype]
+
+
+def _check_out_bytes(profile: Profile) -> None:
+    """A block's out_bytes_per_sample is its hidden state's (seventeenth round: 10^18 beside
+    bert-tiny's 128 tokens × 128 × 4 B = 65536 was planned)."""
+    expected = _block_out_bytes(profile.model)
+    if expected is None:
+        return
+    for layer in profile.layers:
+        if layer.kind == "block" and layer.out_bytes_per_sample != expected:
+            raise ValueError(
+                f"layers.{layer.index}.out_bytes_per_sample is {layer.out_bytes_per_sample} "
+                f"but a block of this model outputs {expected} bytes per sample (tokens × "
+                "width × element size, as model.config and input_shape give them)"
+            )
+
+
+def _check_device(profile: Profile) -> None:
+    """NCCL links on a CPU profile, and a profile made in the future (a day of skew allowed)."""
+    from datetime import datetime, timezone
+
+    if profile.comm is not None and profile.comm.backend == "nccl" and profile.device.kind == "cpu":
+        raise ValueError(
+            "comm.backend is 'nccl' but device.kind is 'cpu': NCCL links are between GPUs "
+            "(the profiler measures CPU links with gloo)"
+        )
+    made = datetime.fromisoformat(profile.created_at)
+    ahead = (made - datetime.now(timezone.utc)).total_seconds()
+    if ahead > CLOCK_SKEW_S:
+        raise ValueError(
+            f"created_at is {profile.created_at}, {ahead / 86400:.0f} days from now: a profile "
+            "is made before it is read"
+        )
 
 
 # The config.json fields that change a layer's shapes, and so its times and bytes, across the
