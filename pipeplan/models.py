@@ -50,6 +50,7 @@ from pipeplan.errors import (
 from pipeplan.fileio import give_output_modes, new_directories, write_failure
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
 from pipeplan.formats.base import read_input
+from pipeplan.formats.modelconfig import config_value_problem
 from pipeplan.formats.presets import PRESETS
 
 log = logging.getLogger("pipeplan.models")
@@ -696,24 +697,6 @@ def _make_config(
     return config
 
 
-def check_config_dict(family_name: str, data: dict[str, Any], task: str, name: str) -> Any:
-    """The checks a model directory's config.json passes, for a config kept elsewhere (a
-    profile's model.config): one function, so the two cannot drift apart (the seventeenth
-    round found layer_norm_eps 0 refused in a folder, accepted in a profile). Returns the
-    transformers config; raises InputFileError or BadArgumentError naming `name`.
-
-        check_config_dict("bert", {"layer_norm_eps": 0.0}, "classification", "p.json: config")
-        # InputFileError: p.json: config: layer_norm_eps is 0.0; a norm's epsilon is a number > 0
-    """
-    family = FAMILIES[family_name]
-    data = {k: v for k, v in data.items() if k != "model_type"}
-    source = _Source(family_name, data, None)
-    task = _choose_task(source, family, task)
-    if (found := _non_finite(data)) is not None:
-        raise InputFileError(f"{name}: {found[0]} is {found[1]}; a config value is a finite number")
-    return _make_config(source, family, name, None, task, None)
-
-
 def _check_config(config: Any, family: Family, family_name: str, name: str, task: str) -> None:
     blocks = config.num_hidden_layers
     if isinstance(blocks, bool) or not isinstance(blocks, int) or not 1 <= blocks <= MAX_BLOCKS:
@@ -737,7 +720,7 @@ def _check_config(config: Any, family: Family, family_name: str, name: str, task
             f"{name}: add_cross_attention is set; cross-attention is not supported"
         )
     _check_sizes(config, family, family_name, name)
-    _check_values(config, family, name, task)
+    _check_values(config, family_name, name, task)
     if family.kind != "image" and config.pad_token_id is not None:
         _check_pad_token(config, name)  # RoBERTa numbers positions from it
     if config.num_labels < 1:
@@ -799,39 +782,27 @@ def _check_sizes(config: Any, family: Family, family_name: str, name: str) -> No
         )
 
 
-def _check_values(config: Any, family: Family, name: str, task: str) -> None:
+def _check_values(config: Any, family_name: str, name: str, task: str) -> None:
     """The config's other numbers in their ranges and its labels one mapping: a negative or
     zero norm epsilon, a dropout outside [0, 1), a negative initializer_range were accepted
     (a dropout of 2.0 was then blamed on the weights); a problem_type other than the
     single-label classification pipeplan trains, an architecture of another family, and
     id2label / label2id that do not invert each other were kept as written.
 
-        _check_values(BertConfig(layer_norm_eps=0.0), FAMILIES["bert"], "m", "classification")
+        _check_values(BertConfig(layer_norm_eps=0.0), "bert", "m", "classification")
         # InputFileError: m: layer_norm_eps is 0.0; a norm's epsilon is a number > 0
     """
 
     def refuse(why: str) -> None:
         raise InputFileError(f"{name}: {why}")
 
-    for key, value in config.to_dict().items():
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if key.endswith(("_eps", "_epsilon")) and not (number and value > 0):
-            refuse(f"{key} is {value!r}; a norm's epsilon is a number > 0")
-        dropout = key.endswith(("dropout", "dropout_prob", "_pdrop"))
-        if dropout and value is not None and not (number and 0 <= value < 1):
-            refuse(f"{key} is {value!r}; a dropout probability is in [0, 1)")
-        if key == "initializer_range" and not (number and value >= 0):
-            refuse(f"{key} is {value!r}; a standard deviation is a number ≥ 0")
-        if key == "pretraining_tp" and not (type(value) is int and value >= 1):
-            refuse(f"{key} is {value!r}; a tensor-parallel degree is an integer ≥ 1")
-        if key in ACTIVATION_KEYS and isinstance(value, str) and value not in _activations():
+    # The dictionary's own numbers: the very checks a profile's config passes.
+    if (why := config_value_problem(config.to_dict(), family_name)) is not None:
+        refuse(why)
+    for key in ACTIVATION_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, str) and value not in _activations():
             refuse(f"{key} is {value!r}; not an activation transformers knows")
-    for where, value in _rope_thetas(config.to_dict()):
-        # A RoPE base of 0 or less gives infinite or NaN rotary frequencies.
-        if not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
-            refuse(f"{where} is {value!r}; a RoPE base is a number > 0")
-    if family.kind != "image":
-        _check_token_ids(config, name)
     if task == "classification" and config.problem_type not in (
         None,
         "single_label_classification",
@@ -840,7 +811,7 @@ def _check_values(config: Any, family: Family, name: str, task: str) -> None:
             f"problem_type is {config.problem_type!r}; pipeplan trains single-label "
             "classification (or a causal language model)"
         )
-    prefix = family.config_class.removesuffix("Config")
+    prefix = FAMILIES[family_name].config_class.removesuffix("Config")
     other = [a for a in config.architectures or [] if not str(a).startswith(prefix)]
     if other:
         refuse(f"architectures names {other[0]!r}, not a {prefix} model")
@@ -856,53 +827,12 @@ def _check_values(config: Any, family: Family, name: str, task: str) -> None:
 
 # The keys naming an activation function (BERT's, GPT-2's, DistilBERT's, Gemma-style).
 ACTIVATION_KEYS = ("hidden_act", "activation_function", "activation", "hidden_activation")
-# Token ids a config keeps: an id outside the vocabulary indexes past the embeddings (the
-# pad id in the first forward; the others in `generate` over the exported model).
-TOKEN_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id")
-TOKEN_ID_KEYS += ("decoder_start_token_id",)
 
 
 def _activations() -> Any:
     from transformers.activations import ACT2FN
 
     return ACT2FN
-
-
-def _rope_thetas(config: dict[str, Any]) -> list[tuple[str, Any]]:
-    """Each rope_theta of a config, at the top or inside rope_parameters / rope_scaling (where
-    transformers keeps it), with its key path:
-
-        _rope_thetas({"rope_parameters": {"rope_theta": 0.0}})
-        # [("rope_parameters.rope_theta", 0.0)]
-    """
-    found = [("rope_theta", config["rope_theta"])] if "rope_theta" in config else []
-    for outer in ("rope_parameters", "rope_scaling"):
-        inner = config.get(outer)
-        if isinstance(inner, dict) and "rope_theta" in inner:
-            found.append((f"{outer}.rope_theta", inner["rope_theta"]))
-    return found
-
-
-def _check_token_ids(config: Any, name: str) -> None:
-    """Every token id the config names (an int, or a list of ints for eos) is in
-    0..vocab_size − 1. Its config class's own default passes: GPT-2's 50256 is what
-    transformers writes for any GPT-2 of a smaller vocabulary, and nothing pipeplan runs reads
-    bos or eos.
-
-        _check_token_ids(GPT2Config(vocab_size=128, eos_token_id=-5), "m")
-        # InputFileError: m: eos_token_id -5 is not a token id of its vocabulary (0..127)
-    """
-    vocab = config.vocab_size
-    defaults = type(config)()
-    for key in TOKEN_ID_KEYS:
-        value = getattr(config, key, None)
-        if value is None or value == getattr(defaults, key, None):
-            continue
-        ids = value if isinstance(value, list) else [value]
-        if not ids or not all(type(i) is int and 0 <= i < vocab for i in ids):
-            raise InputFileError(
-                f"{name}: {key} {value!r} is not a token id of its vocabulary (0..{vocab - 1})"
-            )
 
 
 def _first_example_token(family_name: str) -> int:

@@ -555,17 +555,13 @@ SEVENTEENTH = {
         _edit((("model", "config", "hidden_dropout_prob"), -0.1)),
         ("'model'", "config: hidden_dropout_prob is -0.1"),
     ),
-    "config.hidden_act unknown": (
-        _edit((("model", "config", "hidden_act"), "zorp")),
-        ("'model'", "config: hidden_act is 'zorp'"),
-    ),
     "config.pad_token_id beyond the vocabulary": (
         _edit((("model", "config", "pad_token_id"), 10**6)),
         ("'model'", "config: pad_token_id 1000000 is not a token id"),
     ),
     "task causal-lm on a BERT": (
         _edit((("model", "task"), "causal-lm")),
-        ("'model'", "task 'causal-lm' is not available for bert"),
+        ("'model'", "task is 'causal-lm' but a bert model is not a decoder"),
     ),
     "input_dtype float32 on a BERT": (
         _edit((("model", "input_dtype"), "float32")),

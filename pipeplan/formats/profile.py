@@ -31,6 +31,7 @@ from pipeplan.formats.base import (
     dumps,
     read_input,
 )
+from pipeplan.formats.modelconfig import config_value_problem
 from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
 
 # The longest name or version string a profile keeps: the profiler writes a few dozen
@@ -114,6 +115,7 @@ CONFIG_SIZE_KEYS = (
 )  # fmt: skip
 NULLABLE_SIZE_KEYS = ("n_inner",)
 IMAGE_FAMILIES = ("vit", "deit")
+DECODER_FAMILIES = ("gpt2", "llama")  # `models.FAMILIES` kind "decoder" (a test holds them equal)
 # With the integer keys the presets set (num_labels among them), in a fixed order; token ids
 # are not sizes (0 and null are ids).
 _SIZE_KEYS = tuple(
@@ -144,27 +146,34 @@ def _check_config_sizes(config: dict[str, Any]) -> None:
 
 
 def _check_model_config(model: ModelInfo) -> None:
-    """A profile's config passes the very checks of a model directory's config.json
-    (`models.check_config_dict`), and the fields beside it agree with it as the profiler
-    writes them: the task is one the family builds, a text model takes int64 token ids and an
-    image model float32 pixels, and num_labels is the config's (its vocabulary for causal-lm).
-    Found by the seventeenth round: layer_norm_eps 0, pad_token_id 10^6, task causal-lm on a
-    BERT, input_dtype float32 on a BERT and num_labels 7 beside 2 labels were all planned."""
-    from pipeplan.errors import PipeplanError
-    from pipeplan.models import check_config_dict
-
-    try:
-        config = check_config_dict(model.family, model.config, model.task, "config")
-    except PipeplanError as exc:
-        raise ValueError(str(exc)) from None
+    """A profile's config passes the value checks of a model directory's config.json that its
+    dictionary alone can decide (`modelconfig.config_value_problem`: no transformers, no torch,
+    so `plan` does not pay their imports), and the fields beside it agree with it as the
+    profiler writes them: the task is one the family builds, a text model takes int64 token
+    ids and an image model float32 pixels, and num_labels is the config's (its vocabulary for
+    causal-lm). Found by the seventeenth round: layer_norm_eps 0, pad_token_id 10^6, task
+    causal-lm on a BERT, input_dtype float32 on a BERT and num_labels 7 beside 2 labels were
+    all planned."""
+    config = model.config
+    if (why := config_value_problem(config, model.family)) is not None:
+        raise ValueError(f"config: {why}")
+    if model.task == "causal-lm" and model.family not in DECODER_FAMILIES:
+        raise ValueError(
+            f"task is 'causal-lm' but a {model.family} model is not a decoder "
+            f"({', '.join(DECODER_FAMILIES)} are)"
+        )
     dtype = "float32" if model.family in IMAGE_FAMILIES else "int64"
     if model.input_dtype != dtype:
         raise ValueError(
             f"input_dtype is {model.input_dtype!r} but a {model.family} model takes {dtype} inputs"
         )
-    labels = config.vocab_size if model.task == "causal-lm" else config.num_labels
-    if model.num_labels != labels:
-        source = "vocab_size" if model.task == "causal-lm" else "id2label's labels"
+    if model.task == "causal-lm":
+        labels, source = config.get("vocab_size"), "vocab_size"
+    else:
+        id2label = config.get("id2label")
+        labels = len(id2label) if isinstance(id2label, dict) else config.get("num_labels")
+        source = "id2label's labels"
+    if labels is not None and model.num_labels != labels:
         raise ValueError(f"num_labels is {model.num_labels} but its config has {labels} ({source})")
 
 
