@@ -168,16 +168,25 @@ def _phase(phase: int, stages: int) -> PhaseRecord:
     )
 
 
+def _stepless(epoch: int, phase: int, accuracy: float | None = 0.5) -> EpochRecord:
+    """An epoch record without step records, as the records check it (a resume reads them
+    back): no step, so no samples and no training loss."""
+    return _epoch(epoch, phase, accuracy).model_copy(
+        update={"train_loss": None, "samples_per_s": 0.0}
+    )
+
+
 def test_metrics_csv_has_a_row_per_epoch_and_follows_a_resume(tmp_path):
     recorder = Recorder(tmp_path / "run.jsonl", writes=True)
-    for record in (_phase(0, 2), _epoch(0, 0), _phase(1, 1), _epoch(1, 1), _epoch(2, 1, None)):
+    records = (_phase(0, 2), _stepless(0, 0), _phase(1, 1), _stepless(1, 1))
+    for record in (*records, _stepless(2, 1, None)):
         recorder.write(record)
     rows = (tmp_path / "metrics.csv").read_text().splitlines()
     assert rows == [
         "epoch,train_loss,eval_loss,eval_accuracy,samples_per_s,frozen_layers,layout",
-        "0,0.7,0.6,0.5,640.0,0,2x1 M=2 gpipe",
-        "1,0.6,0.6,0.5,640.0,2,1x2 M=2 gpipe",
-        "2,0.49999999999999994,,,640.0,2,1x2 M=2 gpipe",
+        "0,,0.6,0.5,0.0,0,2x1 M=2 gpipe",
+        "1,,0.6,0.5,0.0,2,1x2 M=2 gpipe",
+        "2,,,,0.0,2,1x2 M=2 gpipe",
     ]
     manifest = CheckpointManifest(
         step=10,

@@ -253,6 +253,8 @@ def unpadded(text: str) -> str:
 
 def spaced(text: str) -> str:
     """Why a value with space around it is refused: `spaced(" 0.3")` → the message."""
+    if not text.strip():
+        return f"{text!r} is only spaces; give a value"
     return f"{text!r} has space around it (a quoting mistake?); give {text.strip()!r}"
 
 
