@@ -9,6 +9,14 @@ import torch
 
 from pipeplan import spawn
 
+# The longest files first: pytest-xdist (`--dist loadfile`) hands files to its workers in the
+# order they come, and the demo's several minutes started last made the suite's tail.
+FIRST = ("test_demo.py", "test_checkpoint.py", "test_precision.py")
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name not in FIRST)  # stable: the rest keep their order
+
 
 @pytest.fixture(autouse=True)
 def _one_thread():
