@@ -9,8 +9,9 @@ import torch
 
 from pipeplan import spawn
 
-# The longest files first: pytest-xdist (`--dist loadfile`) hands files to its workers in the
-# order they come, and the demo's several minutes started last made the suite's tail.
+# The longest files first: with `--no-loadscope-reorder` pytest-xdist hands files to its
+# workers in the order they come (by default, the files of the most tests first: the demo's
+# one test of several minutes started last and was the suite's tail).
 FIRST = ("test_demo.py", "test_checkpoint.py", "test_precision.py")
 
 
