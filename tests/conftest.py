@@ -12,7 +12,7 @@ from pipeplan import spawn
 # The longest files first: with `--no-loadscope-reorder` pytest-xdist hands files to its
 # workers in the order they come (by default, the files of the most tests first: the demo's
 # one test of several minutes started last and was the suite's tail).
-FIRST = ("test_demo.py", "test_checkpoint.py", "test_precision.py")
+FIRST = ("test_demo.py", "test_checkpoint.py", "test_launch.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -77,6 +77,7 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
     assert steps == list(range(12))  # records after the checkpoint were rewritten, not doubled
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_resume_on_another_world_size(tmp_path):

@@ -130,6 +130,7 @@ def test_the_readme_torchrun_commands_train_like_pipeplan_run(tmp_path, referenc
     assert same_parameters(run_dir, reference)
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(900)
 def test_killing_one_agent_stops_the_other_and_the_run_resumes_under_torchrun(tmp_path, reference):
@@ -255,6 +256,7 @@ def test_a_rank_sent_sigterm_as_it_starts_is_the_rank_named(tmp_path):
     assert no_rank_left(tmp_path)
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
 def test_a_stopped_rank_ends_the_run_after_the_collective_timeout(tmp_path):
@@ -276,6 +278,7 @@ def test_a_stopped_rank_ends_the_run_after_the_collective_timeout(tmp_path):
     assert no_rank_left(tmp_path)
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
 def test_long_one_sided_work_does_not_trip_the_collective_timeout(tmp_path):

@@ -304,6 +304,7 @@ def _records(run_dir):
     return steps, [r for r in records if isinstance(r, EpochRecord)]
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_a_bf16_run_on_digits_reaches_the_accuracy_of_the_fp32_run(runs):
@@ -322,6 +323,7 @@ def test_a_bf16_run_on_digits_reaches_the_accuracy_of_the_fp32_run(runs):
     assert all(a != b and math.isfinite(b) for a, b in losses if a is not None)
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_a_bf16_run_caches_bfloat16_and_saves_and_exports_float32(runs):
@@ -346,6 +348,7 @@ def test_a_bf16_run_caches_bfloat16_and_saves_and_exports_float32(runs):
     assert {t.dtype for t in exported.values()} == {torch.float32}
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_calibrate_fits_a_bf16_run_only_to_a_bf16_profile(runs, capsys, tmp_path):
@@ -356,6 +359,7 @@ def test_calibrate_fits_a_bf16_run_only_to_a_bf16_profile(runs, capsys, tmp_path
     assert load(Profile, tmp_path / "calibrated.json").model.precision == "bf16"
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_a_killed_bf16_run_resumes_in_bf16_to_the_uninterrupted_parameters(tmp_path):
