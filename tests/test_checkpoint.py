@@ -304,6 +304,7 @@ MID_EPOCH = [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_a_mid_epoch_layout_change_checkpoint_resumes_bitwise(tmp_path):

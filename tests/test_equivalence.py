@@ -138,6 +138,7 @@ def test_run_equals_a_plain_single_process_loop(runs):
     assert float((expected - start[: len(expected)]).norm()) > 0  # training moved them
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(400)
 def test_cache_on_equals_cache_off_with_dropout(tmp_path):

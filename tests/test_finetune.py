@@ -177,6 +177,7 @@ def test_jsonl_fine_tuning_exports_a_model_that_scores_what_the_run_reported(mad
     assert cli.main(["export", str(run_dir), "--out", str(older)]) == 2  # never overwrites
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_a_causal_lm_learns_plain_text_and_its_export_has_the_same_loss(made, tmp_path):

@@ -38,6 +38,7 @@ MOVES = [  # 2x1, then 1x2 reading the cache once 5 and then 7 layers are frozen
 ]
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
 def test_elastic_run_writes_its_records_and_changes_layout(tmp_path, capsys):

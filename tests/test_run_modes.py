@@ -50,6 +50,7 @@ def test_a_written_plan_runs_as_planned(tmp_path):
     assert len(steps) == 6
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_alpha_freezing_with_a_cache_that_spills_to_disk(tmp_path):

@@ -225,6 +225,7 @@ print(data.train.inputs.tolist() + data.eval.inputs.tolist())
 """
 
 
+@pytest.mark.long
 @pytest.mark.timeout(120)
 def test_a_huge_line_is_cut_before_the_tokenizer_sees_it(files, tmp_path):
     """Found by an independent round: a 100 MB text made the tokenizer abort the process on a

@@ -88,6 +88,7 @@ SPECS = {
 }
 
 
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
 def test_clipping_is_global_over_stages_and_replicas(tmp_path):
