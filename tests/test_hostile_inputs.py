@@ -417,6 +417,15 @@ SIXTEENTH = {
 }
 
 
+def plan_refuses_profile(doc, fragments, tmp_path, capsys) -> None:
+    """`plan --profile` of `doc` is one line holding `fragments`, and writes no plan."""
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(doc))
+    argv = ["plan", "--profile", str(path), "--out", str(tmp_path / "o.json")]
+    refused(argv, tmp_path, capsys, fragments)
+    assert not (tmp_path / "o.json").exists()
+
+
 @pytest.mark.parametrize("case", SIXTEENTH)
 def test_a_hand_edited_profile_is_held_to_what_the_profiler_writes(tmp_path, capsys, case):
     """Found by the sixteenth round: `plan --profile X.json` took each of these edits with exit
@@ -424,11 +433,7 @@ def test_a_hand_edited_profile_is_held_to_what_the_profiler_writes(tmp_path, cap
     "30522", a bidi override kept in the plan, layers named "" or twice, a fwd_s of 5e-324,
     a fitted bandwidth with no samples behind it)."""
     doc, fragments = SIXTEENTH[case]
-    path = tmp_path / "profile.json"
-    path.write_text(json.dumps(doc))
-    argv = ["plan", "--profile", str(path), "--out", str(tmp_path / "o.json")]
-    refused(argv, tmp_path, capsys, ("profile.json", *fragments))
-    assert not (tmp_path / "o.json").exists()
+    plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
 
 
 # A calibration as `pipeplan calibrate` writes one: nograd_scale and input_s_per_sample not
@@ -515,11 +520,7 @@ def test_a_hand_edited_calibration_is_held_to_what_calibrate_writes(tmp_path, ca
     scales fitted from 0 phases or no run, a median residual above the worst, and not_fitted
     naming an unknown parameter or one that holds a fitted value."""
     doc, fragments = CALIBRATION17[case]
-    path = tmp_path / "profile.json"
-    path.write_text(json.dumps(doc))
-    argv = ["plan", "--profile", str(path), "--out", str(tmp_path / "o.json")]
-    refused(argv, tmp_path, capsys, ("profile.json: invalid profile", *fragments))
-    assert not (tmp_path / "o.json").exists()
+    plan_refuses_profile(doc, ("profile.json: invalid profile", *fragments), tmp_path, capsys)
 
 
 def test_a_calibration_as_calibrate_writes_it_loads():
@@ -642,11 +643,7 @@ def test_a_profile_held_to_its_config_checks_and_its_own_measurements(tmp_path, 
     samples, NCCL on a CPU, a peak beyond the device, settings beyond --warmup/--repeats, a
     date in the future, a 10 MB layer name)."""
     doc, fragments = SEVENTEENTH[case]
-    path = tmp_path / "profile.json"
-    path.write_text(json.dumps(doc))
-    argv = ["plan", "--profile", str(path), "--out", str(tmp_path / "o.json")]
-    refused(argv, tmp_path, capsys, ("profile.json", *fragments))
-    assert not (tmp_path / "o.json").exists()
+    plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
 
 
 def test_the_seventeenth_rounds_tolerances_leave_measured_profiles_alone():
