@@ -62,7 +62,9 @@ class _Run:
     def __init__(self, run_dir: str | Path) -> None:
         self.dir = Path(run_dir)
         if not self.dir.is_dir():
-            what = "is not a directory" if self.dir.exists() else "no such run directory"
+            # A run directory is the folder `pipeplan run` wrote, not one of its files.
+            what = "is not a run directory (give the folder `pipeplan run` wrote)"
+            what = what if self.dir.exists() else "no such run directory"
             raise InputFileError(f"{self.dir}: {what}")
         for name in ("run.json", "run.jsonl"):
             if not (self.dir / name).is_file():

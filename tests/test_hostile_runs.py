@@ -795,7 +795,7 @@ def _peak_memory_on_cpu(lines: list[dict]) -> tuple[int, str]:
 
 def _cluster_of_another_world(lines: list[dict]) -> tuple[int, str]:
     lines[0]["pricing"]["cluster"]["devices_per_node"] = 8
-    return 0, "phase 0: pricing.cluster has 8 devices (1 nodes x 8 devices_per_node), but"
+    return 0, "phase 0: pricing.cluster has 8 devices (nodes 1 x devices_per_node 8), but"
 
 
 EPOCH_CONTRADICTIONS = [

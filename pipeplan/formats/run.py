@@ -872,12 +872,12 @@ def check_world(
 
 
 def _devices(phase: PhaseRecord) -> str:
-    """`_devices(phase)` → '8 devices (1 nodes x 8 devices_per_node)': the world it names,
+    """`_devices(phase)` → '8 devices (nodes 1 x devices_per_node 8)': the world it names,
     in the cluster's own fields."""
     cluster = phase.pricing.cluster
     return (
-        f"{cluster.num_devices} devices ({cluster.nodes} nodes x {cluster.devices_per_node} "
-        "devices_per_node)"
+        f"{cluster.num_devices} devices (nodes {cluster.nodes} x devices_per_node "
+        f"{cluster.devices_per_node})"
     )
 
 
