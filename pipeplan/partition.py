@@ -652,7 +652,7 @@ class PartitionSpace:
         else:
             below = np.zeros_like(F)
         if p.schedule == "gpipe":
-            return np.where(trains, np.maximum(busy, a + M * F + below + M * B), busy), None
+            return np.where(trains, self._gpipe_end(node, j, F, B, below), busy), None
         first_bwd_end = a + np.maximum(p.forwards_first[k] * F, F + below) + B
         # Windows start at a stage that trains: the first one is k itself when every fixed
         # stage runs forward only.
@@ -665,6 +665,24 @@ class PartitionSpace:
         terms = rounds[:, None] * cycle + fwd_left[:, None] * F + bwd_left[:, None] * B
         ends = np.where(trains, np.maximum(busy, first_bwd_end + terms.max(axis=0)), busy)
         return ends, first_bwd_end
+
+    def _gpipe_end(
+        self, node: Node, j: np.ndarray, F: np.ndarray, B: np.ndarray, below: np.ndarray
+    ) -> np.ndarray:
+        """GPipe: stage k's last backward ends at ΣF + (M−1)·max F over every stage, then
+        Σ B + (M−1)·max B over stages k.. (`simulate._gpipe_schedule`, two flow shops).
+        The sums are at least a + F + B + `below`; the largest forward at least the placed
+        stages' (pf) and, once the tables are built, the smallest largest of the stages
+        left; the largest backward at least B and the same of the stages left. (Building the
+        tables here would cost phases whose roots the cheap terms prune.)"""
+        p = self.p
+        k, M = node.depth, p.micro_batches
+        f_max = np.maximum(node.sums[6], F)
+        b_max = B
+        if k < p.num_stages - 1 and "fwd" in self._tables and "bwd" in self._tables:
+            f_max = np.maximum(f_max, self._tables["fwd"][k + 1][j])
+            b_max = np.maximum(b_max, self._tables["bwd"][k + 1][j])
+        return node.sums[0] + F + B + below + (M - 1) * (f_max + b_max)
 
     def bounds(
         self, k: int, i: np.ndarray, sums: tuple[np.ndarray, ...], limit: float = np.inf
