@@ -291,6 +291,12 @@ def check_run(
             f"--global-batch {cfg.global_batch} is larger than the {len(data.train)} training "
             "samples"
         )
+    steps = cfg.steps_per_epoch(len(data.train))
+    if cfg.warmup_steps > steps * cfg.epochs:  # the learning rate would never reach --lr
+        raise BadArgumentError(
+            f"--warmup-steps {cfg.warmup_steps} is longer than the run: {cfg.epochs} epochs of "
+            f"{steps} steps; the learning rate would never reach --lr"
+        )
     if cfg.freeze == "list":  # validated as `plan --freeze-schedule` validates its list
         try:
             list_schedule(cfg.freeze_list or [], cfg.epochs, seq.num_blocks)
@@ -322,9 +328,7 @@ def note_plan_epoch(plan: Plan, cfg: RunConfig, samples: int) -> None:
     """A plan priced epochs of its own length: a run of another (other data, another
     --max-steps-per-epoch) follows its layouts, but its predicted times are not this run's;
     say so once, before training."""
-    steps = samples // cfg.global_batch
-    if cfg.max_steps_per_epoch is not None:
-        steps = min(steps, cfg.max_steps_per_epoch)
+    steps = cfg.steps_per_epoch(samples)
     if steps != plan.inputs.steps_per_epoch:
         log.warning(
             "%s was made for %d steps an epoch (%d samples); this run trains %d: it "

@@ -144,9 +144,7 @@ class Trainer:
         self.use_cache = self.use_cache and cfg.cache
         if cfg.cache and not self.use_cache and self.rank == 0:
             log.warning("AutoCache off: %s", reason)
-        self.steps_per_epoch = len(self.data.train) // cfg.global_batch
-        if cfg.max_steps_per_epoch:
-            self.steps_per_epoch = min(self.steps_per_epoch, cfg.max_steps_per_epoch)
+        self.steps_per_epoch = cfg.steps_per_epoch(len(self.data.train))
         self.total_steps = self.steps_per_epoch * cfg.epochs
         self.frozen_layers = 0
         self.step_index = 0  # global steps done

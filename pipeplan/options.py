@@ -113,9 +113,12 @@ def number(text: Any, kind: Any, spelling: str) -> Any:
             f"{spelling}: expected a number like 0.3, 1e-3 or -2 in digits 0-9, not {text!r}"
         )
     try:
-        return TypeAdapter(float).validate_python(text)  # what typer read before: 1e-3, .5
+        value = TypeAdapter(float).validate_python(text)  # what typer read before: 1e-3, .5
     except ValidationError as exc:
         raise BadArgumentError(f"{spelling}: {exc.errors()[0]['msg']}") from None
+    if value == 0 and text.startswith("-"):  # '+0.3' is refused; a signed zero is its twin
+        raise BadArgumentError(f"{spelling}: {text!r} has a sign on 0; write 0")
+    return value
 
 
 def _bare(annotation: Any) -> tuple[Any, bool]:

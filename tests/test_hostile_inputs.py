@@ -1246,3 +1246,31 @@ def test_an_integer_of_thousands_of_digits_is_refused_by_its_range(
     profile = str(shipped_profile("vit-digits", "cpu"))
     epochs = [] if flag == "--epochs" else ["--epochs", "3"]
     refused(["preview", "--profile", profile, *epochs, flag, value], tmp_path, capsys, fragment)
+
+
+@pytest.mark.parametrize(
+    "command, flag, value",
+    [("run", "--dropout", "-0"), ("run", "--weight-decay", "-0.0"), ("preview", "--alpha", "-0e3")],
+)
+def test_a_signed_zero_on_a_float_flag_is_refused_like_on_an_integer(
+    tmp_path, capsys, command, flag, value
+):
+    """Found by the eighteenth round: `run --dropout -0` was read as 0, while `--seed -0` is
+    refused (the seventeenth round). A zero is spelt without a sign, float or integer."""
+    argv = [*_argv(command, tmp_path), flag, value]
+    refused(argv, tmp_path, capsys, (flag, f"{value!r} has a sign on 0; write 0"))
+
+
+def test_a_warmup_longer_than_the_run_is_refused(tmp_path, capsys):
+    """Found by the eighteenth round: `run --warmup-steps 99999999999` was accepted; the
+    learning rate would never reach --lr. The warm-up is at most the run's steps (here 3
+    epochs of 2 capped steps); as long as the run is allowed (the peak at the last step)."""
+    argv = [*_argv("run", tmp_path), "--model", "vit-digits", "--epochs", "3"]
+    argv += ["--max-steps-per-epoch", "2", "--nproc", "1"]
+    refused(
+        [*argv, "--warmup-steps", "7"],
+        tmp_path,
+        capsys,
+        ("--warmup-steps 7 is longer than the run: 3 epochs of 2 steps", "never reach --lr"),
+    )
+    assert cli.main([*argv, "--name", "fits", "--warmup-steps", "6"]) == 0

@@ -360,6 +360,13 @@ class RunConfig(Strict):
             raise ValueError("freeze=list needs freeze_list: give the layers, --freeze 0,2,4")
         return self
 
+    def steps_per_epoch(self, samples: int) -> int:
+        """`cfg.steps_per_epoch(len(data.train))`: whole global batches, at most the cap."""
+        steps = samples // self.global_batch
+        if self.max_steps_per_epoch is not None:
+            steps = min(steps, self.max_steps_per_epoch)
+        return steps
+
 
 class RankTimes(Strict):
     rank: Count0
