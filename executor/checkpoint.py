@@ -291,8 +291,13 @@ def load_checkpoint(path: Path) -> Loaded:
         recorded = manifest.files.get(name)
         if recorded is None:
             raise InputFileError(f"{path}: the manifest has no checksum for {name}")
-        if not (path / name).is_file() or file_sha256(path / name) != recorded:
-            raise InputFileError(f"{path / name}: checksum mismatch (corrupted or replaced)")
+        file = path / name
+        if not file.exists() and not file.is_symlink():
+            raise InputFileError(f"{file}: missing (the manifest records its checksum)")
+        if not file.is_file() or file.is_symlink():
+            raise InputFileError(f"{file}: is not a regular file; a checkpoint writes its own")
+        if file_sha256(file) != recorded:
+            raise InputFileError(f"{file}: checksum mismatch (corrupted or replaced)")
     try:
         model = read_tensors(path / "model.pt")
         optimizer = read_tensors(path / "optimizer.pt")

@@ -245,10 +245,22 @@ def test_ctrl_c_during_a_checkpoint_leaves_no_partial_folder(
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-2"]
 
 
-@pytest.mark.parametrize("damage", ["bit flip", "NaN weights", "missing file"])
+DAMAGE_SAYS = {
+    "bit flip": "model.pt: checksum mismatch",
+    "NaN weights": "holds NaN or infinite values",
+    "missing file": "rng.pt: missing (the manifest records its checksum)",
+    "a folder for a file": "model.pt: is not a regular file",
+    "a link to a copy": "model.pt: is not a regular file",
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE_SAYS)
 def test_a_corrupted_checkpoint_is_refused_and_the_previous_one_used(
     tmp_path, single_rank_group, caplog, damage
 ):
+    """Each damage is named as what it is (the eighteenth round: a missing file or a folder
+    in its place was "checksum mismatch"); a copy behind a link is refused though its
+    checksum holds: a checkpoint's files are its own."""
     from executor import checkpoint
     from pipeplan import models
     from pipeplan.errors import InputFileError
@@ -267,11 +279,19 @@ def test_a_corrupted_checkpoint_is_refused_and_the_previous_one_used(
             next(seq.layers.parameters()).fill_(float("nan"))
         checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(12))
         newest = tmp_path / "checkpoints" / "step-12"
-    else:
+    elif damage == "missing file":
         (newest / "rng.pt").unlink()
+    elif damage == "a folder for a file":
+        (newest / "model.pt").unlink()
+        (newest / "model.pt").mkdir()
+    else:
+        copy = tmp_path / "copy.pt"
+        copy.write_bytes((newest / "model.pt").read_bytes())
+        (newest / "model.pt").unlink()
+        (newest / "model.pt").symlink_to(copy)
     with pytest.raises(InputFileError) as err:
         checkpoint.load_checkpoint(newest)
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and DAMAGE_SAYS[damage] in str(err.value)
     with caplog.at_level("WARNING", logger="pipeplan.checkpoint"):
         manifest = checkpoint.load_latest(tmp_path)[0]
     assert manifest.step == (8 if damage == "NaN weights" else 4)
