@@ -11,7 +11,10 @@ Three sources:
 - a fixed list, one frozen_layers value per epoch;
 - a trajectory recorded by an earlier run: a JSON list of per-epoch frozen_layers, or an
   object with a "frozen_layers" list.
-Lists shorter than the training are extended with their last value; longer ones are cut.
+A list shorter than the training is extended with its last value; a longer one given by the
+user (--freeze-schedule, `run --freeze`) is refused: the epochs past the end would never be
+trained, so the list or --epochs is a mistake. A run's own list on resume is read as it was.
+
 
 During `pipeplan run`, `AutoFreeze` makes the same decision online (docs/architecture.md §4.14):
 none, a list, the α bound, or `auto`, the α bound capped by the gradient criterion.
@@ -60,11 +63,25 @@ def no_freezing(epochs: int) -> FreezeSchedule:
 
 
 def list_schedule(
-    frozen_layers: list[int], epochs: int, num_blocks: int, source: str = "list"
+    frozen_layers: list[int],
+    epochs: int,
+    num_blocks: int,
+    source: str = "list",
+    *,
+    cut: bool = False,
 ) -> FreezeSchedule:
+    """One frozen-layer count per epoch: `list_schedule([0, 2], 4, 8)` → 0, 2, 2, 2 (a shorter
+    list keeps its last value). A longer one is refused, naming its length and --epochs,
+    unless `cut`: what a run saved is resumed as it was, not what a user typed."""
     _check_epochs(epochs)
     if not frozen_layers:
         raise BadArgumentError("the freeze schedule is empty; give one value per epoch")
+    if len(frozen_layers) > epochs and not cut:
+        # Cut, the values past --epochs were dropped without a word (the eighteenth round).
+        raise BadArgumentError(
+            f"the freeze schedule has {len(frozen_layers)} values, one per epoch, but --epochs "
+            f"is {epochs}; give at most {epochs} (a shorter one keeps its last value)"
+        )
     limit = num_blocks + 1
     for epoch, value in enumerate(frozen_layers):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
@@ -89,7 +106,8 @@ def parse_list(text: str) -> list[int]:
         raise BadArgumentError(f"--freeze-schedule: {leading_zero(text)}")
     if values is None:
         raise BadArgumentError(
-            f"cannot read freeze schedule '{text}' (expected comma-separated integers)"
+            f"--freeze-schedule: cannot read freeze schedule '{text}' (expected comma-separated "
+            "integers)"
         )
     return values
 
@@ -151,7 +169,12 @@ def schedule_from_flags(
         return no_freezing(epochs)
     if freeze_schedule.endswith(".json") or _names_a_file(freeze_schedule):
         return trajectory_schedule(freeze_schedule, epochs, num_blocks)
-    return list_schedule(parse_list(freeze_schedule), epochs, num_blocks)
+    values = parse_list(freeze_schedule)
+    _check_epochs(epochs)  # the flag's fault, not the list's
+    try:
+        return list_schedule(values, epochs, num_blocks)
+    except BadArgumentError as exc:  # as a file's fault names the file: name the flag typed
+        raise BadArgumentError(f"--freeze-schedule: {exc}") from None
 
 
 def phases(schedule: FreezeSchedule) -> list[FreezePhase]:

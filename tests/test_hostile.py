@@ -756,9 +756,33 @@ def test_run_freeze_is_validated_as_plan_freeze_schedule(tmp_path, capsys, freez
     plan = ["plan", "--profile", profile, *shape, "--freeze-schedule", freeze]
     assert cli.main([*plan, "--out", str(tmp_path / "p.json")]) == 2
     planned = capsys.readouterr().err.strip().removeprefix("pipeplan: error: ")
-    assert planned.startswith("freeze schedule epoch"), planned
+    assert planned.startswith("--freeze-schedule: freeze schedule epoch"), planned
+    planned = planned.removeprefix("--freeze-schedule: ")
     argv = ["run", "--freeze", freeze, "--epochs", "3", "--runs-dir", str(tmp_path)]
     refused([*argv, "--prepare-only"], tmp_path, capsys, f"--freeze: {planned}")
+
+
+@pytest.mark.parametrize("given", ["plan", "preview of 3000", "preview file", "run"])
+def test_a_freeze_schedule_longer_than_the_epochs_is_refused(tmp_path, capsys, given):
+    """Found by the eighteenth round: `plan --freeze-schedule 0,0,3,5,5 --epochs 3` planned
+    frozen 0, 0, 3 (exit 0), its 5s dropped without a word, and a preview of 3000 values for
+    3 epochs dropped 2997; a trajectory file and `run --freeze` were cut alike. Refused, one
+    line naming the flag or file, its length and --epochs."""
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    path = tmp_path / "t.json"
+    path.write_text("[0, 0, 3, 5, 5]")
+    five = "0,0,3,5,5"
+    plan = ["plan", "--profile", profile, *PREVIEW, "--out", str(tmp_path / "p.json")]
+    preview = ["preview", "--profile", profile, *PREVIEW, "--freeze-schedule"]
+    run = ["run", "--epochs", "3", "--runs-dir", str(tmp_path), "--prepare-only"]
+    argv, where, values = {
+        "plan": ([*plan, "--freeze-schedule", five], "--freeze-schedule: ", 5),
+        "preview of 3000": ([*preview, ",".join(["0"] * 3000)], "--freeze-schedule: ", 3000),
+        "preview file": ([*preview, str(path)], f"{path}: ", 5),
+        "run": ([*run, "--freeze", five], "--freeze: ", 5),
+    }[given]
+    said = f"{where}the freeze schedule has {values} values, one per epoch, but --epochs is 3"
+    refused(argv, tmp_path, capsys, said)
 
 
 DIGITS = {"arabic-indic": "\u0661", "fullwidth": "\uff11", "underscore": "1_0", "plus": "+1"}
