@@ -11,7 +11,9 @@ from pipeplan.freeze import (
     AutoFreeze,
     alpha_frozen_blocks,
     alpha_schedule,
+    autofreeze_earliest,
     list_schedule,
+    no_freezing,
     parse_list,
     phases,
     schedule_from_flags,
@@ -97,12 +99,23 @@ def test_a_trajectory_files_bad_element_names_the_file(tmp_path, values, error):
         trajectory_schedule(path, 4, 6)
 
 
-def test_a_written_freeze_schedule_is_a_trajectory_file(tmp_path):
-    """A FreezeSchedule written out (the demo's freeze-trajectory.json) is still read as a
-    trajectory now that a trajectory object's keys are checked (the fifteenth round)."""
+@pytest.mark.parametrize("source", ["trajectory", "list", "none", "alpha", "autofreeze"])
+def test_a_written_freeze_schedule_is_a_trajectory_file(tmp_path, source):
+    """A FreezeSchedule written out (the demo's freeze-trajectory.json, a preview's case) is
+    still read as a trajectory now that a trajectory object's keys are checked (the fifteenth
+    round) and held to what they say (the eighteenth), whatever its source."""
+    written = {
+        "trajectory": lambda: list_schedule([0, 2], 3, 4, "trajectory"),
+        "list": lambda: list_schedule([0, 2], 3, 4),
+        "none": lambda: no_freezing(3),
+        "alpha": lambda: alpha_schedule(0.3, 3, 4),
+        "autofreeze": lambda: autofreeze_earliest(0.3, 3, 4),
+    }[source]()
     path = tmp_path / "freeze-trajectory.json"
-    path.write_text(dumps(list_schedule([0, 2], 3, 4, "trajectory")))
-    assert trajectory_schedule(path, 3, 4).frozen_layers == [0, 2, 2]
+    path.write_text(dumps(written))
+    read = trajectory_schedule(path, 4, 4)  # one epoch more: the last value kept
+    assert read.frozen_layers == [*written.frozen_layers, written.frozen_layers[-1]]
+    assert (read.source, read.alpha, read.path) == ("trajectory", None, str(path))
 
 
 def test_phases_are_runs_of_the_same_freeze_point():

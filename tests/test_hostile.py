@@ -153,6 +153,38 @@ def test_a_freeze_trajectory_with_a_key_it_does_not_have(tmp_path, capsys, doc, 
     refused(argv, tmp_path, capsys, ("trajectory.json: invalid freeze trajectory", fragment))
 
 
+@pytest.mark.parametrize(
+    ("doc", "fragment"),
+    [
+        ({"source": "alpha", "alpha": 1.5}, "field 'alpha': must be strictly between 0 and 1"),
+        ({"source": "none"}, "frozen_layers has 3 at epoch 1, but source 'none' freezes 0"),
+        (
+            {"source": "alpha", "alpha": 0.3, "frozen_layers": [0, 1, 1]},
+            "frozen_layers has 1 at epoch 1, but source 'alpha' (alpha 0.3) freezes 3 there for "
+            "this model's 4 blocks",
+        ),
+        (
+            {"source": "autofreeze", "alpha": 0.3, "frozen_layers": [0, 1, 1]},
+            "frozen_layers has 1 at epoch 1, but source 'autofreeze' (alpha 0.3) freezes 0",
+        ),
+        ({"source": "list", "alpha": 0.3}, "source 'list' has an alpha"),
+        ({"source": "alpha"}, "source 'alpha' has no alpha"),
+        ({"alpha": 0.3}, "alpha 0.3 without a source"),
+    ],
+    ids=["alpha 1.5", "none", "another alpha", "autofreeze", "list", "alpha", "no source"],
+)
+def test_a_freeze_trajectory_whose_source_says_what_is_not_so(tmp_path, capsys, doc, fragment):
+    """Found by the eighteenth round: `{"frozen_layers": [0, 3], "source": "alpha", "alpha":
+    1.5}`, source none beside frozen layers, and an alpha that does not freeze these layers
+    were accepted (exit 0) and dropped. They mean what a `FreezeSchedule`'s fields mean, and
+    are held to it."""
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps({"frozen_layers": [0, 3], **doc}))
+    argv = ["preview", "--profile", str(shipped_profile("bert-tiny", "cpu"))]
+    argv += ["--freeze-schedule", str(path), *PREVIEW]
+    refused(argv, tmp_path, capsys, ("trajectory.json: invalid freeze trajectory", fragment))
+
+
 # ----------------------------------------------------------------------------- records
 
 
