@@ -298,8 +298,12 @@ def check_run(
             f"{steps} steps; the learning rate would never reach --lr"
         )
     if cfg.freeze == "list":  # validated as `plan --freeze-schedule` validates its list
+        # A list longer than --epochs is refused when typed. Not on resume (run.json's list,
+        # as it was saved; --epochs only grows there), nor beside --plan: the plan's list is
+        # its epochs long, and `check_plan` names a --epochs that differs from them.
+        cut = resumed is not None or cfg.plan is not None
         try:
-            list_schedule(cfg.freeze_list or [], cfg.epochs, seq.num_blocks)
+            list_schedule(cfg.freeze_list or [], cfg.epochs, seq.num_blocks, cut=cut)
         except BadArgumentError as exc:
             # Beside --plan the list is the plan's schedule (`with_file_values`; the freeze
             # flags are refused there): name the file it came from, not a flag never given.

@@ -11,7 +11,9 @@ Three sources:
 - a fixed list, one frozen_layers value per epoch;
 - a trajectory recorded by an earlier run: a JSON list of per-epoch frozen_layers, or an
   object with a "frozen_layers" list.
-Lists shorter than the training are extended with their last value; longer ones are cut.
+A list shorter than the training is extended with its last value; a longer one given by the
+user (--freeze-schedule, `run --freeze`) is refused: the epochs past the end would never be
+trained, so the list or --epochs is a mistake. A run's own list on resume is read as it was.
 
 During `pipeplan run`, `AutoFreeze` makes the same decision online (docs/architecture.md §4.14):
 none, a list, the α bound, or `auto`, the α bound capped by the gradient criterion.
@@ -35,21 +37,21 @@ from pipeplan.formats.base import (
     other_kind,
     read_input,
 )
-from pipeplan.formats.freeze import (  # the α bound: the plan format checks by it
+from pipeplan.formats.freeze import (  # the α bound and auto's reach: formats check by them
+    GRADIENT_MEASUREMENTS,
     TrajectoryFile,
     alpha_frozen_blocks,
     alpha_frozen_layers,
+    autofreeze_frozen_layers,
     blocks_to_frozen_layers,
     check_alpha,
+    gradient_reach,  # noqa: F401  (pipeplan.freeze's: docs and tests name it so)
 )
 
 
 def alpha_schedule(alpha: float, epochs: int, num_blocks: int) -> FreezeSchedule:
     _check_epochs(epochs)
-    try:
-        check_alpha(alpha)
-    except (ValueError, TypeError) as exc:  # TypeError: not a number (the Python API)
-        raise BadArgumentError(f"--alpha {exc}") from None
+    _check_alpha_flag(alpha)
     per_epoch = alpha_frozen_layers(alpha, epochs, num_blocks)
     return FreezeSchedule(source="alpha", alpha=alpha, frozen_layers=per_epoch)
 
@@ -60,11 +62,25 @@ def no_freezing(epochs: int) -> FreezeSchedule:
 
 
 def list_schedule(
-    frozen_layers: list[int], epochs: int, num_blocks: int, source: str = "list"
+    frozen_layers: list[int],
+    epochs: int,
+    num_blocks: int,
+    source: str = "list",
+    *,
+    cut: bool = False,
 ) -> FreezeSchedule:
+    """One frozen-layer count per epoch: `list_schedule([0, 2], 4, 8)` → 0, 2, 2, 2 (a shorter
+    list keeps its last value). A longer one is refused, naming its length and --epochs,
+    unless `cut`: what a run saved is resumed as it was, not what a user typed."""
     _check_epochs(epochs)
     if not frozen_layers:
         raise BadArgumentError("the freeze schedule is empty; give one value per epoch")
+    if len(frozen_layers) > epochs and not cut:
+        # Cut, the values past --epochs were dropped without a word (the eighteenth round).
+        raise BadArgumentError(
+            f"the freeze schedule has {len(frozen_layers)} values, one per epoch, but --epochs "
+            f"is {epochs}; give at most {epochs} (a shorter one keeps its last value)"
+        )
     limit = num_blocks + 1
     for epoch, value in enumerate(frozen_layers):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
@@ -89,7 +105,8 @@ def parse_list(text: str) -> list[int]:
         raise BadArgumentError(f"--freeze-schedule: {leading_zero(text)}")
     if values is None:
         raise BadArgumentError(
-            f"cannot read freeze schedule '{text}' (expected comma-separated integers)"
+            f"--freeze-schedule: cannot read freeze schedule '{text}' (expected comma-separated "
+            "integers)"
         )
     return values
 
@@ -101,7 +118,9 @@ def trajectory(frozen_layers: list[int], epochs: int, num_blocks: int) -> Freeze
 
 
 def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> FreezeSchedule:
-    """A trajectory file: a JSON list of per-epoch frozen counts, or {"frozen_layers": [...]}."""
+    """A trajectory file: a JSON list of per-epoch frozen counts, or {"frozen_layers": [...]}
+    with the rest of a `FreezeSchedule`'s fields, held to what they say (`TrajectoryFile`).
+    `trajectory_schedule("t.json", 5, 12)`: no more counts than epochs."""
     path = Path(path)
     text = read_input(path)
     try:
@@ -113,7 +132,8 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
         if other is not None:
             raise InputFileError(f"{path}: not a freeze trajectory (it is a {other})")
         try:
-            data = TrajectoryFile.model_validate(data, strict=True).frozen_layers
+            context = {"num_blocks": num_blocks}  # what source alpha freezes depends on them
+            data = TrajectoryFile.model_validate(data, strict=True, context=context).frozen_layers
         except ValidationError as exc:
             raise InputFileError(f"{path}: invalid freeze trajectory: {first_error(exc)}") from None
     if not isinstance(data, list):
@@ -151,7 +171,12 @@ def schedule_from_flags(
         return no_freezing(epochs)
     if freeze_schedule.endswith(".json") or _names_a_file(freeze_schedule):
         return trajectory_schedule(freeze_schedule, epochs, num_blocks)
-    return list_schedule(parse_list(freeze_schedule), epochs, num_blocks)
+    values = parse_list(freeze_schedule)
+    _check_epochs(epochs)  # the flag's fault, not the list's
+    try:
+        return list_schedule(values, epochs, num_blocks)
+    except BadArgumentError as exc:  # as a file's fault names the file: name the flag typed
+        raise BadArgumentError(f"--freeze-schedule: {exc}") from None
 
 
 def phases(schedule: FreezeSchedule) -> list[FreezePhase]:
@@ -165,16 +190,18 @@ def phases(schedule: FreezeSchedule) -> list[FreezePhase]:
     return result
 
 
+def _check_alpha_flag(alpha: float) -> None:
+    try:
+        check_alpha(alpha)
+    except (ValueError, TypeError) as exc:  # TypeError: not a number (the Python API)
+        raise BadArgumentError(f"--alpha {exc}") from None
+
+
 def _check_epochs(epochs: int) -> None:
     if epochs < 1:
         raise BadArgumentError(f"--epochs must be at least 1 (got {epochs})")
     if epochs > MAX_EPOCHS:  # a schedule holds one value per epoch: checked before building it
         raise BadArgumentError(f"--epochs {epochs} is beyond the limit of {MAX_EPOCHS}")
-
-
-# The gradient criterion compares the norms of the last two decisions: it cannot freeze
-# anything before it has this many.
-GRADIENT_MEASUREMENTS = 2
 
 
 def gradient_freeze_point(history: list[dict[int, float]], frozen_layers: int) -> int:
@@ -253,32 +280,14 @@ class AutoFreeze:
 # which (docs/architecture.md §4.13, §4.14).
 
 
-def gradient_reach(frozen_layers: int, num_blocks: int) -> int:
-    """The most one gradient decision can freeze: `gradient_reach(0, 8)` → 4.
-
-    Its candidates are the c active layers below the head, frozen_layers..num_blocks; at most
-    ⌊c/2⌋ of them lie below the upper median of their rates, so the first candidate at or
-    above it, where freezing stops, is at most ⌊c/2⌋ past the first. Half of what is still
-    active per decision, and never the last block (c = 1 stops at once)."""
-    candidates = max(0, num_blocks + 1 - frozen_layers)
-    return frozen_layers + candidates // 2
-
-
 def autofreeze_earliest(alpha: float, epochs: int, num_blocks: int) -> FreezeSchedule:
     """`--freeze auto` at its fastest, the preview's later-freezing case:
-    `autofreeze_earliest(0.3, 10, 8)` → 0, 0, 4, 6, 7, 8, 8, 8, 8, 8.
-
-    AutoFreeze decides at each epoch end (the default, no --freeze-every); the decision for
-    epoch t is its t-th, so the gradient criterion has t measurements and cannot freeze
-    before epoch GRADIENT_MEASUREMENTS; from then on each decision freezes at most
-    `gradient_reach` and never beyond the α bound. A real run freezes no earlier than this,
-    and may freeze later still, or never."""
-    bound = alpha_schedule(alpha, epochs, num_blocks).frozen_layers
-    per_epoch, frozen = [], 0
-    for epoch in range(epochs):
-        if epoch >= GRADIENT_MEASUREMENTS:
-            frozen = max(frozen, min(bound[epoch], gradient_reach(frozen, num_blocks)))
-        per_epoch.append(frozen)
+    `autofreeze_earliest(0.3, 10, 8)` → 0, 0, 4, 6, 7, 8, 8, 8, 8, 8
+    (`autofreeze_frozen_layers` says why; a trajectory file of source autofreeze is checked
+    by it)."""
+    _check_epochs(epochs)
+    _check_alpha_flag(alpha)
+    per_epoch = autofreeze_frozen_layers(alpha, epochs, num_blocks)
     return FreezeSchedule(source="autofreeze", alpha=alpha, frozen_layers=per_epoch)
 
 

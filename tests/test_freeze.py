@@ -11,7 +11,9 @@ from pipeplan.freeze import (
     AutoFreeze,
     alpha_frozen_blocks,
     alpha_schedule,
+    autofreeze_earliest,
     list_schedule,
+    no_freezing,
     parse_list,
     phases,
     schedule_from_flags,
@@ -37,9 +39,10 @@ def test_alpha_outside_the_open_unit_interval_is_refused(alpha):
         alpha_schedule(alpha, 3, 12)
 
 
-def test_lists_are_validated_extended_and_cut():
+def test_lists_are_validated_and_extended():
     assert list_schedule([0, 2], 4, 4).frozen_layers == [0, 2, 2, 2]
-    assert list_schedule([0, 2, 3, 5], 2, 4).frozen_layers == [0, 2]
+    # A run's own list, resumed as it was saved: cut, never refused.
+    assert list_schedule([0, 2, 3, 5], 2, 4, cut=True).frozen_layers == [0, 2]
     with pytest.raises(BadArgumentError, match="only ever grows"):
         list_schedule([0, 3, 2], 3, 4)
     with pytest.raises(BadArgumentError, match="never frozen"):
@@ -47,6 +50,25 @@ def test_lists_are_validated_extended_and_cut():
     with pytest.raises(BadArgumentError, match="comma-separated"):
         parse_list("0,a")
     assert parse_list("0, 1,3") == [0, 1, 3]
+
+
+@pytest.mark.parametrize("given", ["list", "inline", "file"])
+def test_a_schedule_longer_than_the_epochs_is_refused(tmp_path, given):
+    """Found by the eighteenth round: a list of 5 values for 3 epochs was cut to its first 3
+    without a word. `list_schedule([0, 2, 3, 5], 2, 4)` is refused naming both lengths, and
+    `--freeze-schedule` (inline or a file) names where the list came from."""
+    path = tmp_path / "t.json"
+    path.write_text("[0, 2, 3, 5]")
+    build = {
+        "list": lambda: list_schedule([0, 2, 3, 5], 2, 4),
+        "inline": lambda: schedule_from_flags(None, "0,2,3,5", 2, 4),
+        "file": lambda: trajectory_schedule(path, 2, 4),
+    }[given]
+    where = {"list": "", "inline": "--freeze-schedule: ", "file": f"{path}: "}[given]
+    error = InputFileError if given == "file" else BadArgumentError
+    message = "the freeze schedule has 4 values, one per epoch, but --epochs is 2; give at most 2"
+    with pytest.raises(error, match=f"^{where}{message} "):
+        build()
 
 
 def test_trajectory_file(tmp_path):
@@ -77,12 +99,23 @@ def test_a_trajectory_files_bad_element_names_the_file(tmp_path, values, error):
         trajectory_schedule(path, 4, 6)
 
 
-def test_a_written_freeze_schedule_is_a_trajectory_file(tmp_path):
-    """A FreezeSchedule written out (the demo's freeze-trajectory.json) is still read as a
-    trajectory now that a trajectory object's keys are checked (the fifteenth round)."""
+@pytest.mark.parametrize("source", ["trajectory", "list", "none", "alpha", "autofreeze"])
+def test_a_written_freeze_schedule_is_a_trajectory_file(tmp_path, source):
+    """A FreezeSchedule written out (the demo's freeze-trajectory.json, a preview's case) is
+    still read as a trajectory now that a trajectory object's keys are checked (the fifteenth
+    round) and held to what they say (the eighteenth), whatever its source."""
+    written = {
+        "trajectory": lambda: list_schedule([0, 2], 3, 4, "trajectory"),
+        "list": lambda: list_schedule([0, 2], 3, 4),
+        "none": lambda: no_freezing(3),
+        "alpha": lambda: alpha_schedule(0.3, 3, 4),
+        "autofreeze": lambda: autofreeze_earliest(0.3, 3, 4),
+    }[source]()
     path = tmp_path / "freeze-trajectory.json"
-    path.write_text(dumps(list_schedule([0, 2], 3, 4, "trajectory")))
-    assert trajectory_schedule(path, 3, 4).frozen_layers == [0, 2, 2]
+    path.write_text(dumps(written))
+    read = trajectory_schedule(path, 4, 4)  # one epoch more: the last value kept
+    assert read.frozen_layers == [*written.frozen_layers, written.frozen_layers[-1]]
+    assert (read.source, read.alpha, read.path) == ("trajectory", None, str(path))
 
 
 def test_phases_are_runs_of_the_same_freeze_point():

@@ -153,6 +153,38 @@ def test_a_freeze_trajectory_with_a_key_it_does_not_have(tmp_path, capsys, doc, 
     refused(argv, tmp_path, capsys, ("trajectory.json: invalid freeze trajectory", fragment))
 
 
+@pytest.mark.parametrize(
+    ("doc", "fragment"),
+    [
+        ({"source": "alpha", "alpha": 1.5}, "field 'alpha': must be strictly between 0 and 1"),
+        ({"source": "none"}, "frozen_layers has 3 at epoch 1, but source 'none' freezes 0"),
+        (
+            {"source": "alpha", "alpha": 0.3, "frozen_layers": [0, 1, 1]},
+            "frozen_layers has 1 at epoch 1, but source 'alpha' (alpha 0.3) freezes 3 there for "
+            "this model's 4 blocks",
+        ),
+        (
+            {"source": "autofreeze", "alpha": 0.3, "frozen_layers": [0, 1, 1]},
+            "frozen_layers has 1 at epoch 1, but source 'autofreeze' (alpha 0.3) freezes 0",
+        ),
+        ({"source": "list", "alpha": 0.3}, "source 'list' has an alpha"),
+        ({"source": "alpha"}, "source 'alpha' has no alpha"),
+        ({"alpha": 0.3}, "alpha 0.3 without a source"),
+    ],
+    ids=["alpha 1.5", "none", "another alpha", "autofreeze", "list", "alpha", "no source"],
+)
+def test_a_freeze_trajectory_whose_source_says_what_is_not_so(tmp_path, capsys, doc, fragment):
+    """Found by the eighteenth round: `{"frozen_layers": [0, 3], "source": "alpha", "alpha":
+    1.5}`, source none beside frozen layers, and an alpha that does not freeze these layers
+    were accepted (exit 0) and dropped. They mean what a `FreezeSchedule`'s fields mean, and
+    are held to it."""
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps({"frozen_layers": [0, 3], **doc}))
+    argv = ["preview", "--profile", str(shipped_profile("bert-tiny", "cpu"))]
+    argv += ["--freeze-schedule", str(path), *PREVIEW]
+    refused(argv, tmp_path, capsys, ("trajectory.json: invalid freeze trajectory", fragment))
+
+
 # ----------------------------------------------------------------------------- records
 
 
@@ -756,9 +788,33 @@ def test_run_freeze_is_validated_as_plan_freeze_schedule(tmp_path, capsys, freez
     plan = ["plan", "--profile", profile, *shape, "--freeze-schedule", freeze]
     assert cli.main([*plan, "--out", str(tmp_path / "p.json")]) == 2
     planned = capsys.readouterr().err.strip().removeprefix("pipeplan: error: ")
-    assert planned.startswith("freeze schedule epoch"), planned
+    assert planned.startswith("--freeze-schedule: freeze schedule epoch"), planned
+    planned = planned.removeprefix("--freeze-schedule: ")
     argv = ["run", "--freeze", freeze, "--epochs", "3", "--runs-dir", str(tmp_path)]
     refused([*argv, "--prepare-only"], tmp_path, capsys, f"--freeze: {planned}")
+
+
+@pytest.mark.parametrize("given", ["plan", "preview of 3000", "preview file", "run"])
+def test_a_freeze_schedule_longer_than_the_epochs_is_refused(tmp_path, capsys, given):
+    """Found by the eighteenth round: `plan --freeze-schedule 0,0,3,5,5 --epochs 3` planned
+    frozen 0, 0, 3 (exit 0), its 5s dropped without a word, and a preview of 3000 values for
+    3 epochs dropped 2997; a trajectory file and `run --freeze` were cut alike. Refused, one
+    line naming the flag or file, its length and --epochs."""
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    path = tmp_path / "t.json"
+    path.write_text("[0, 0, 3, 5, 5]")
+    five = "0,0,3,5,5"
+    plan = ["plan", "--profile", profile, *PREVIEW, "--out", str(tmp_path / "p.json")]
+    preview = ["preview", "--profile", profile, *PREVIEW, "--freeze-schedule"]
+    run = ["run", "--epochs", "3", "--runs-dir", str(tmp_path), "--prepare-only"]
+    argv, where, values = {
+        "plan": ([*plan, "--freeze-schedule", five], "--freeze-schedule: ", 5),
+        "preview of 3000": ([*preview, ",".join(["0"] * 3000)], "--freeze-schedule: ", 3000),
+        "preview file": ([*preview, str(path)], f"{path}: ", 5),
+        "run": ([*run, "--freeze", five], "--freeze: ", 5),
+    }[given]
+    said = f"{where}the freeze schedule has {values} values, one per epoch, but --epochs is 3"
+    refused(argv, tmp_path, capsys, said)
 
 
 DIGITS = {"arabic-indic": "\u0661", "fullwidth": "\uff11", "underscore": "1_0", "plus": "+1"}

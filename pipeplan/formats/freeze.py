@@ -4,11 +4,12 @@ per epoch. Building and reading schedules: `pipeplan.freeze`."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, model_validator
 
-from pipeplan.formats.base import NonNegInt, PosInt, Strict, Text
+from pipeplan.formats.base import MAX_EPOCHS, NonNegInt, PosInt, Strict, Text
 
 # The least α: below it float rounding, not α, decides what freezes (1 − 5e-324 is 1.0, so
 # that α froze nothing in any epoch; one of 1e-12 froze a block once the rounded bound of
@@ -54,10 +55,66 @@ def alpha_frozen_layers(alpha: float, epochs: int, num_blocks: int) -> list[int]
     ]
 
 
+# The gradient criterion compares the norms of the last two decisions: it cannot freeze
+# anything before it has this many (`pipeplan.freeze.gradient_freeze_point`).
+GRADIENT_MEASUREMENTS = 2
+
+
+def gradient_reach(frozen_layers: int, num_blocks: int) -> int:
+    """The most one gradient decision can freeze: `gradient_reach(0, 8)` → 4.
+
+    Its candidates are the c active layers below the head, frozen_layers..num_blocks; at most
+    ⌊c/2⌋ of them lie below the upper median of their rates, so the first candidate at or
+    above it, where freezing stops, is at most ⌊c/2⌋ past the first. Half of what is still
+    active per decision, and never the last block (c = 1 stops at once)."""
+    candidates = max(0, num_blocks + 1 - frozen_layers)
+    return frozen_layers + candidates // 2
+
+
+def autofreeze_frozen_layers(alpha: float, epochs: int, num_blocks: int) -> list[int]:
+    """`--freeze auto` at its fastest: `autofreeze_frozen_layers(0.3, 10, 8)` →
+    [0, 0, 4, 6, 7, 8, 8, 8, 8, 8] (`pipeplan.freeze.autofreeze_earliest` builds its schedule
+    from it; a trajectory file is checked by it).
+
+    AutoFreeze decides at each epoch end (the default, no --freeze-every); the decision for
+    epoch t is its t-th, so the gradient criterion has t measurements and cannot freeze
+    before epoch GRADIENT_MEASUREMENTS; from then on each decision freezes at most
+    `gradient_reach` and never beyond the α bound. A real run freezes no earlier than this,
+    and may freeze later still, or never."""
+    bound = alpha_frozen_layers(alpha, epochs, num_blocks)
+    per_epoch, frozen = [], 0
+    for epoch in range(epochs):
+        if epoch >= GRADIENT_MEASUREMENTS:
+            frozen = max(frozen, min(bound[epoch], gradient_reach(frozen, num_blocks)))
+        per_epoch.append(frozen)
+    return per_epoch
+
+
+# What each source that is a rule freezes, per epoch, given (alpha, epochs, num_blocks); list
+# and trajectory are anything that only grows.
+SOURCE_MAKES: dict[str, Callable[[Any, int, int], list[int]]] = {
+    "none": lambda _alpha, epochs, _blocks: [0] * epochs,
+    "alpha": alpha_frozen_layers,
+    "autofreeze": autofreeze_frozen_layers,
+}
+
+
+Source = Literal["none", "alpha", "list", "trajectory", "autofreeze"]
+
+
+def check_alpha_source(source: str | None, alpha: float | None) -> None:
+    """alpha is recorded by the sources it made (the α bound, and AutoFreeze's earliest under
+    it), and by them alone: an α beside a list would say what did not decide it.
+    `check_alpha_source("list", 0.3)` → ValueError."""
+    if (alpha is not None) != (source in ("alpha", "autofreeze")):
+        has = "has an alpha" if alpha is not None else "has no alpha"
+        raise ValueError(f"source {source!r} {has}; alpha and autofreeze record theirs")
+
+
 class FreezeSchedule(Strict):
     """The schedule as echoed in a plan: where it came from and the per-epoch result."""
 
-    source: Literal["none", "alpha", "list", "trajectory", "autofreeze"] = Field(
+    source: Source = Field(
         description="none, alpha (the α bound), list, trajectory (a run's, or one so far and "
         "a continuation), or autofreeze: the earliest `--freeze auto` can freeze (§4.14)."
     )
@@ -67,27 +124,68 @@ class FreezeSchedule(Strict):
 
     @model_validator(mode="after")
     def _alpha_is_its_sources(self) -> FreezeSchedule:
-        """alpha is recorded by the sources it made (the α bound, and AutoFreeze's earliest
-        under it), and by them alone: an α beside a list would say what did not decide it."""
-        if (self.alpha is not None) != (self.source in ("alpha", "autofreeze")):
-            has = "has an alpha" if self.alpha is not None else "has no alpha"
-            raise ValueError(f"source {self.source!r} {has}; alpha and autofreeze record theirs")
+        check_alpha_source(self.source, self.alpha)
         return self
 
 
 class TrajectoryFile(Strict):
     """A freeze trajectory file given as an object (`--freeze-schedule FILE.json`): its
     frozen_layers, and the rest of a `FreezeSchedule` when it is one written out (the demo's
-    freeze-trajectory.json). Like every format, an unknown key is refused, not ignored.
+    freeze-trajectory.json). Like every format, an unknown key is refused, not ignored; the
+    others mean what they mean in a `FreezeSchedule`, and are held to it: alpha in range and
+    recorded by sources alpha and autofreeze alone, and frozen_layers what source (and alpha)
+    make for the model's blocks, given as the context:
 
-        TrajectoryFile.model_validate({"frozen_layers": [0, 0, 3]}, strict=True)
+        TrajectoryFile.model_validate(data, strict=True, context={"num_blocks": 12})
+
+    `pipeplan.freeze.trajectory_schedule` reads it; the plan it makes records its own source
+    (trajectory) and the file's path, whatever made the file.
     """
 
-    source: Literal["none", "alpha", "list", "trajectory", "autofreeze"] | None = None
-    alpha: float | None = None
+    source: Source | None = None
+    alpha: Alpha | None = None
     path: Text | None = None
-    # Each count is checked by `pipeplan.freeze.list_schedule`, naming the epoch.
-    frozen_layers: list[Any]
+    # Each count is checked by `pipeplan.freeze.list_schedule`, naming the epoch; no more of
+    # them than a run has epochs, before the rules above make as many.
+    frozen_layers: list[Any] = Field(max_length=MAX_EPOCHS)
+
+    @model_validator(mode="after")
+    def _made_by_its_source(self, info: ValidationInfo) -> TrajectoryFile:
+        """source and alpha say what made frozen_layers. Accepted unchecked and then dropped,
+        they said what was never so (the eighteenth round: alpha 1.5; source none beside
+        frozen layers; an alpha that freezes others): held to what they say, or refused."""
+        if self.source is None and self.alpha is not None:
+            raise ValueError(
+                f"alpha {self.alpha:g} without a source: only sources alpha and autofreeze "
+                "record one"
+            )
+        if self.source is not None:
+            check_alpha_source(self.source, self.alpha)
+        counts, rule = self.frozen_layers, SOURCE_MAKES.get(self.source or "")
+        if rule is None or not all(_is_count(k) for k in counts):
+            return self  # any counts, each checked by list_schedule naming its epoch
+        num_blocks = _num_blocks(info)
+        made = rule(self.alpha, len(counts), num_blocks)
+        for epoch, (given, frozen) in enumerate(zip(counts, made, strict=True)):
+            if given != frozen:  # the first epoch it differs: one short line for any length
+                alpha = "" if self.alpha is None else f" (alpha {self.alpha:g})"
+                raise ValueError(
+                    f"frozen_layers has {given} at epoch {epoch}, but source {self.source!r}"
+                    f"{alpha} freezes {frozen} there for this model's {num_blocks} blocks; give "
+                    "source 'trajectory' for counts of your own"
+                )
+        return self
+
+
+def _num_blocks(info: ValidationInfo) -> int:
+    """The model's blocks, which the α bound depends on: the caller's context."""
+    if not isinstance(info.context, dict) or "num_blocks" not in info.context:
+        raise TypeError("TrajectoryFile is validated with context={'num_blocks': N}")
+    return info.context["num_blocks"]
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class FreezePhase(Strict):
