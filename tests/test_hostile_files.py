@@ -439,7 +439,16 @@ def alpha_plan(tmp_path_factory) -> dict:
 ALPHA_EDITS = {
     "alpha 0.9 beside α = 0.3's schedule": (
         {"alpha": 0.9},
-        "inputs.freeze: alpha 0.9 freezes 9 layers at epoch 1 of 8 blocks, but frozen_layers has 4",
+        "inputs.freeze: frozen_layers has 4 at epoch 1, but source 'alpha' (alpha 0.9) freezes 9",
+    ),
+    # The eighteenth round: source and alpha said what did not make the schedule.
+    "source none beside frozen layers": (
+        {"source": "none", "alpha": None},
+        "frozen_layers has 4 at epoch 1, but source 'none' freezes 0 there for this model's 8",
+    ),
+    "source autofreeze, whose earliest is later": (
+        {"source": "autofreeze"},
+        "but source 'autofreeze' (alpha 0.3) freezes",
     ),
     "alpha 0.31, the same schedule": ({"alpha": 0.31}, None),
     "the alpha of a schedule of the α bound removed": ({"alpha": None}, "'alpha' has no alpha"),

@@ -161,20 +161,36 @@ class TrajectoryFile(Strict):
             )
         if self.source is not None:
             check_alpha_source(self.source, self.alpha)
-        counts, rule = self.frozen_layers, SOURCE_MAKES.get(self.source or "")
-        if rule is None or not all(_is_count(k) for k in counts):
+        counts = self.frozen_layers
+        if self.source not in SOURCE_MAKES or not all(_is_count(k) for k in counts):
             return self  # any counts, each checked by list_schedule naming its epoch
-        num_blocks = _num_blocks(info)
-        made = rule(self.alpha, len(counts), num_blocks)
-        for epoch, (given, frozen) in enumerate(zip(counts, made, strict=True)):
-            if given != frozen:  # the first epoch it differs: one short line for any length
-                alpha = "" if self.alpha is None else f" (alpha {self.alpha:g})"
-                raise ValueError(
-                    f"frozen_layers has {given} at epoch {epoch}, but source {self.source!r}"
-                    f"{alpha} freezes {frozen} there for this model's {num_blocks} blocks; give "
-                    "source 'trajectory' for counts of your own"
-                )
+        why = not_made_by_source(self.source, self.alpha, counts, _num_blocks(info))
+        if why:
+            raise ValueError(f"{why}; give source 'trajectory' for counts of your own")
         return self
+
+
+def not_made_by_source(
+    source: str | None, alpha: float | None, counts: list[int], num_blocks: int
+) -> str | None:
+    """Why `counts` (frozen layers per epoch) are not what `source` (and alpha) freeze for a
+    model of `num_blocks` blocks, naming the first epoch they differ; None when they are, or
+    when the source is no rule (list, trajectory: anything that only grows).
+
+        not_made_by_source("none", None, [0, 3], 4)   # "frozen_layers has 3 at epoch 1, …"
+    """
+    rule = SOURCE_MAKES.get(source or "")
+    if rule is None:
+        return None
+    made = rule(alpha, len(counts), num_blocks)
+    for epoch, (given, frozen) in enumerate(zip(counts, made, strict=True)):
+        if given != frozen:  # the first epoch it differs: one short line for any length
+            said = "" if alpha is None else f" (alpha {alpha:g})"
+            return (
+                f"frozen_layers has {given} at epoch {epoch}, but source {source!r}{said} "
+                f"freezes {frozen} there for this model's {num_blocks} blocks"
+            )
+    return None
 
 
 def _num_blocks(info: ValidationInfo) -> int:

@@ -23,7 +23,7 @@ from pipeplan.formats.base import (
     Text,
 )
 from pipeplan.formats.cluster import Cluster
-from pipeplan.formats.freeze import FreezeSchedule, alpha_frozen_layers
+from pipeplan.formats.freeze import FreezeSchedule, not_made_by_source
 from pipeplan.formats.layout import EpochShape, Layout
 
 # The planner rounds every time it writes to 9 significant digits (`pipeplan.plan._r`): each is
@@ -275,22 +275,19 @@ class Plan(Strict):
         return self
 
     @model_validator(mode="after")
-    def _schedule_is_its_alpha(self) -> Plan:
-        """A schedule of the α bound is what its alpha gives for the plan's epochs and blocks
-        (`alpha_frozen_layers`, as `pipeplan.freeze.alpha_schedule` made it): an alpha edited
-        beside the frozen_layers it did not give says one schedule while the phases run
-        another. The blocks are the layers between embeddings and head."""
+    def _schedule_is_its_source(self) -> Plan:
+        """A schedule whose source is a rule (none, the α bound, AutoFreeze's earliest) is
+        what the rule gives for the plan's epochs and blocks (`not_made_by_source`): a source
+        or alpha edited beside frozen_layers it did not give says one schedule while the
+        phases run another (the eighteenth round: source none beside [0, 5, 7]). The
+        blocks are the layers between embeddings and head."""
         freeze = self.inputs.freeze
-        if freeze.source != "alpha" or freeze.alpha is None or not self.phases:
-            return self
+        if not self.phases or len(freeze.frozen_layers) != self.inputs.epochs:
+            return self  # the length is checked with the phases, naming both
         num_blocks = self.phases[0].layout.boundaries[-1] - 2
-        given = alpha_frozen_layers(freeze.alpha, self.inputs.epochs, num_blocks)
-        for epoch, (frozen, expected) in enumerate(zip(freeze.frozen_layers, given, strict=True)):
-            if frozen != expected:
-                raise ValueError(
-                    f"inputs.freeze: alpha {freeze.alpha} freezes {expected} layers at epoch "
-                    f"{epoch} of {num_blocks} blocks, but frozen_layers has {frozen}"
-                )
+        why = not_made_by_source(freeze.source, freeze.alpha, freeze.frozen_layers, num_blocks)
+        if why:
+            raise ValueError(f"inputs.freeze: {why}")
         return self
 
     @model_validator(mode="after")
