@@ -143,7 +143,46 @@ def memory_dir_for(fallback: Path, need_bytes: int, root: Path = SHM) -> Path:
     except OSError as exc:
         logger.info("cannot make %s (%s): cache rows under %s", path, exc.strerror, fallback)
         return fallback
+    _MADE.append(path)
     return path
+
+
+# The node directories this process made (`memory_dir_for`), for a failing rank to remove
+# (`remove_own_caches`): it exits at once afterwards, without the worker's clean-up.
+_MADE: list[Path] = []
+
+
+def remove_own_caches() -> list[Path]:
+    """`remove_own_caches()` → the node directories this process made in /dev/shm, removed
+    now with what they hold. For a rank that is failing (an exception, Ctrl-C), after its
+    report: it ends without closing its cache, and under torchrun no launcher of pipeplan's
+    cleans up after it. A peer still mapping a file keeps its pages (POSIX), and it is
+    stopped anyway."""
+    removed = []
+    while _MADE:
+        path = _MADE.pop()
+        if os.path.lexists(path):
+            shutil.rmtree(path, ignore_errors=True)  # never follows a link inside
+            removed.append(path)
+    return removed
+
+
+def remove_run_caches(run_dir: Path, root: Path = SHM) -> list[Path]:
+    """`remove_run_caches(Path("runs/k"))` → what the caches of a run whose ranks have all
+    ended left, removed now, as the run's normal end removes it: the ranks' directories in
+    /dev/shm (the makers are gone, so `remove_stale_caches` takes them, with any other run's
+    that is gone too, as a run's start does) and the run directory's `cache/` (spill files,
+    rows when /dev/shm lacked room). For `pipeplan run`'s launcher, whatever ended the ranks:
+    SIGTERM kills a rank at once and SIGKILL outright, so a rank cannot always clean up."""
+    removed = remove_stale_caches(root)
+    folder = Path(run_dir) / "cache"
+    if os.path.lexists(folder):
+        # ignore_errors: a link in its place is refused (rmtree never follows one), and a
+        # file that cannot be removed is no reason to change how the run ended.
+        shutil.rmtree(folder, ignore_errors=True)
+        if not os.path.lexists(folder):
+            removed.append(folder)
+    return removed
 
 
 def remove_stale_caches(root: Path = SHM) -> list[Path]:
