@@ -171,17 +171,46 @@ def remove_run_caches(run_dir: Path, root: Path = SHM) -> list[Path]:
     """`remove_run_caches(Path("runs/k"))` → what the caches of a run whose ranks have all
     ended left, removed now, as the run's normal end removes it: the ranks' directories in
     /dev/shm (the makers are gone, so `remove_stale_caches` takes them, with any other run's
-    that is gone too, as a run's start does) and the run directory's `cache/` (spill files,
-    rows when /dev/shm lacked room). For `pipeplan run`'s launcher, whatever ended the ranks:
-    SIGTERM kills a rank at once and SIGKILL outright, so a rank cannot always clean up."""
+    that is gone too, as a run's start does) and the cache files under the run directory
+    (`cache/nodeN/nodeN-vK.spill`; `cache/nodeN-vK.rows` and `.map` when /dev/shm lacked
+    room), with those folders once empty: the user's own files there stay. For `pipeplan
+    run`'s launcher, whatever ended the ranks: SIGTERM kills a rank at once and SIGKILL
+    outright, so a rank cannot always clean up. Never raises: how the run ended is said."""
     removed = remove_stale_caches(root)
     folder = Path(run_dir) / "cache"
-    if os.path.lexists(folder):
-        # ignore_errors: a link in its place is refused (rmtree never follows one), and a
-        # file that cannot be removed is no reason to change how the run ended.
-        shutil.rmtree(folder, ignore_errors=True)
-        if not os.path.lexists(folder):
-            removed.append(folder)
+    nodes = [Path(e.path) for e in _private_entries(folder) if _NODE_NAME.fullmatch(e.name)]
+    for directory in [*nodes, folder]:
+        removed += _remove_matching(directory, _CACHE_FILE)
+        with contextlib.suppress(OSError):  # removes only an empty directory, never a link
+            directory.rmdir()
+    return removed
+
+
+# The files a node's cache makes (`_Version`) and its folder under the run directory (worker).
+_CACHE_FILE = re.compile(r"node\d+-v\d+\.(rows|map|spill)")
+_NODE_NAME = re.compile(r"node\d+")
+
+
+def _private_entries(directory: Path) -> list[os.DirEntry[str]]:
+    """The entries of `directory` when it is private (`_not_private`), else none: a folder
+    that is missing, a link or another user's is not the cache's to clean."""
+    if _not_private(directory) is not None:
+        return []
+    try:
+        return list(os.scandir(directory))
+    except OSError:
+        return []
+
+
+def _remove_matching(directory: Path, pattern: re.Pattern[str]) -> list[Path]:
+    """The entries of private `directory` named by `pattern`, unlinked now (a link among them
+    is unlinked, its target untouched; a directory is left alone)."""
+    removed = []
+    for entry in _private_entries(directory):
+        if pattern.fullmatch(entry.name) and not entry.is_dir(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
     return removed
 
 
@@ -528,17 +557,8 @@ class ActivationCache:
         pattern = re.compile(rf"{re.escape(self.name)}-v\d+\.(rows|map|spill)")
         removed = []
         for directory in dict.fromkeys((self.memory_dir, self.spill_dir)):
-            if _not_private(directory) is not None:  # none yet, or refused when first used
-                continue
-            try:
-                entries = list(os.scandir(directory))
-            except OSError:
-                continue
-            for entry in entries:
-                if pattern.fullmatch(entry.name) and not entry.is_dir(follow_symlinks=False):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
-                        removed.append(Path(entry.path))
+            # none yet, or not private: refused when first used
+            removed += _remove_matching(directory, pattern)
         if removed:
             logger.debug("removed %d cache files a killed run left: %s", len(removed), removed)
         return removed
