@@ -35,7 +35,9 @@ user of the host, and a link planted where a cache file goes would have a run ov
 file it points to. The node's directory in /dev/shm gets a fresh, unpredictable name
 (`memory_dir_for`), which also records the process that made it, so that the cache of a run
 killed outright (SIGKILL, the OOM killer) is removed by the next run that starts
-(`remove_stale_caches`).
+(`remove_stale_caches`). Every other end removes it at once: the worker's at a normal end, a
+failing rank's own (`remove_own_caches`), and `pipeplan run`'s launcher's once every rank has
+ended, whatever ended them (`remove_run_caches`).
 
     cache = ActivationCache(60000, budget_bytes=1 << 30, spill_dir=run_dir / "cache",
                             memory_dir=memory_dir_for(run_dir / "cache", 1 << 30), name="node0")
