@@ -35,7 +35,9 @@ user of the host, and a link planted where a cache file goes would have a run ov
 file it points to. The node's directory in /dev/shm gets a fresh, unpredictable name
 (`memory_dir_for`), which also records the process that made it, so that the cache of a run
 killed outright (SIGKILL, the OOM killer) is removed by the next run that starts
-(`remove_stale_caches`).
+(`remove_stale_caches`). Every other end removes it at once: the worker's at a normal end, a
+failing rank's own (`remove_own_caches`), and `pipeplan run`'s launcher's once every rank has
+ended, whatever ended them (`remove_run_caches`).
 
     cache = ActivationCache(60000, budget_bytes=1 << 30, spill_dir=run_dir / "cache",
                             memory_dir=memory_dir_for(run_dir / "cache", 1 << 30), name="node0")
@@ -143,7 +145,75 @@ def memory_dir_for(fallback: Path, need_bytes: int, root: Path = SHM) -> Path:
     except OSError as exc:
         logger.info("cannot make %s (%s): cache rows under %s", path, exc.strerror, fallback)
         return fallback
+    _MADE.append(path)
     return path
+
+
+# The node directories this process made (`memory_dir_for`), for a failing rank to remove
+# (`remove_own_caches`): it exits at once afterwards, without the worker's clean-up.
+_MADE: list[Path] = []
+
+
+def remove_own_caches() -> list[Path]:
+    """`remove_own_caches()` → the node directories this process made in /dev/shm, removed
+    now with what they hold. For a rank that is failing (an exception, Ctrl-C), after its
+    report: it ends without closing its cache, and under torchrun no launcher of pipeplan's
+    cleans up after it. A peer still mapping a file keeps its pages (POSIX), and it is
+    stopped anyway."""
+    removed = []
+    while _MADE:
+        path = _MADE.pop()
+        if os.path.lexists(path):
+            shutil.rmtree(path, ignore_errors=True)  # never follows a link inside
+            removed.append(path)
+    return removed
+
+
+def remove_run_caches(run_dir: Path, root: Path = SHM) -> list[Path]:
+    """`remove_run_caches(Path("runs/k"))` → what the caches of a run whose ranks have all
+    ended left, removed now, as the run's normal end removes it: the ranks' directories in
+    /dev/shm (the makers are gone, so `remove_stale_caches` takes them, with any other run's
+    that is gone too, as a run's start does) and the cache files under the run directory
+    (`cache/nodeN/nodeN-vK.spill`; `cache/nodeN-vK.rows` and `.map` when /dev/shm lacked
+    room), with those folders once empty: the user's own files there stay. For `pipeplan
+    run`'s launcher, whatever ended the ranks: SIGTERM kills a rank at once and SIGKILL
+    outright, so a rank cannot always clean up. Never raises: how the run ended is said."""
+    removed = remove_stale_caches(root)
+    folder = Path(run_dir) / "cache"
+    nodes = [Path(e.path) for e in _private_entries(folder) if _NODE_NAME.fullmatch(e.name)]
+    for directory in [*nodes, folder]:
+        removed += _remove_matching(directory, _CACHE_FILE)
+        with contextlib.suppress(OSError):  # removes only an empty directory, never a link
+            directory.rmdir()
+    return removed
+
+
+# The files a node's cache makes (`_Version`) and its folder under the run directory (worker).
+_CACHE_FILE = re.compile(r"node\d+-v\d+\.(rows|map|spill)")
+_NODE_NAME = re.compile(r"node\d+")
+
+
+def _private_entries(directory: Path) -> list[os.DirEntry[str]]:
+    """The entries of `directory` when it is private (`_not_private`), else none: a folder
+    that is missing, a link or another user's is not the cache's to clean."""
+    if _not_private(directory) is not None:
+        return []
+    try:
+        return list(os.scandir(directory))
+    except OSError:
+        return []
+
+
+def _remove_matching(directory: Path, pattern: re.Pattern[str]) -> list[Path]:
+    """The entries of private `directory` named by `pattern`, unlinked now (a link among them
+    is unlinked, its target untouched; a directory is left alone)."""
+    removed = []
+    for entry in _private_entries(directory):
+        if pattern.fullmatch(entry.name) and not entry.is_dir(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
 
 
 def remove_stale_caches(root: Path = SHM) -> list[Path]:
@@ -489,17 +559,8 @@ class ActivationCache:
         pattern = re.compile(rf"{re.escape(self.name)}-v\d+\.(rows|map|spill)")
         removed = []
         for directory in dict.fromkeys((self.memory_dir, self.spill_dir)):
-            if _not_private(directory) is not None:  # none yet, or refused when first used
-                continue
-            try:
-                entries = list(os.scandir(directory))
-            except OSError:
-                continue
-            for entry in entries:
-                if pattern.fullmatch(entry.name) and not entry.is_dir(follow_symlinks=False):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
-                        removed.append(Path(entry.path))
+            # none yet, or not private: refused when first used
+            removed += _remove_matching(directory, pattern)
         if removed:
             logger.debug("removed %d cache files a killed run left: %s", len(removed), removed)
         return removed

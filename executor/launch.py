@@ -113,7 +113,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 import executor
 from executor import faults
-from executor.cache import remove_stale_caches
+from executor.cache import remove_own_caches, remove_run_caches, remove_stale_caches
 from executor.checkpoint import (
     PENDING_CONFIG,
     RESUMABLE,
@@ -542,6 +542,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"pipeplan: error: rank {rank}: {report.message}", file=console)
         for stream in (sys.stdout, sys.stderr, console):
             stream.flush()
+        remove_own_caches()  # after the report, whose time names the rank that failed first
         # No interpreter teardown: a process group broken by a dead peer can hang it.
         os._exit(faults.exit_code(report))
 
@@ -741,6 +742,10 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         if exc.sigval == signal.SIGINT:
             raise Interrupted from None
         raise Stopped(exc.sigval) from None  # SIGTERM, SIGHUP, SIGQUIT: every rank is gone
+    finally:
+        # However the ranks ended, their AutoCache goes as at a normal end: a rank killed by
+        # SIGTERM (at once: it may be blocked in a collective) or SIGKILL could not remove it.
+        remove_run_caches(run_dir)
     return load(RunSummary, run_dir / "summary.json")
 
 

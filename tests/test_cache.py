@@ -429,6 +429,76 @@ def test_files_a_killed_run_left_under_its_run_directory_are_removed(tmp_path):
     assert not any(os.path.lexists(path) for path in left)
 
 
+def test_a_runs_caches_are_removed_once_its_ranks_are_gone(tmp_path):
+    """Found by the eighteenth round: SIGTERM or Ctrl-C to `pipeplan run` in a cached phase
+    left rank 0's folder in /dev/shm until the next run (a rank killed by SIGTERM cannot clean
+    up). Once every rank has ended, the launcher removes what a normal end removes: the
+    folders in /dev/shm whose maker is gone (a live run's stays) and the cache files under the
+    run directory, with their folders once empty; the user's own file, and a link's target,
+    stay."""
+    from executor.cache import pid_namespace, remove_run_caches
+
+    shm, run = tmp_path / "shm", tmp_path / "run"
+    shm.mkdir()
+    live = memory_dir_for(tmp_path / "fallback", 1, root=shm)
+    pid, start = gone_process()
+    gone = shm / f"pipeplan-{pid_namespace()}-{pid}-{start}-{'a' * 16}"
+    gone.mkdir(mode=0o700)
+    (gone / "node0-v3.rows").write_bytes(b"rows")
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious")
+    spill, memory = run / "cache" / "node0", run / "cache"
+    spill.mkdir(parents=True, mode=0o700)
+    memory.chmod(0o700)
+    left = [spill / "node0-v3.spill", memory / "node1-v3.rows", memory / "node1-v3.map"]
+    for path in left:
+        path.write_bytes(b"x")
+    left.append(spill / "node0-v5.spill")
+    left[-1].symlink_to(victim)
+    (memory / "notes.txt").write_bytes(b"mine")
+    assert sorted(remove_run_caches(run, shm)) == sorted([gone, *left])
+    assert sorted(shm.iterdir()) == [live] and not spill.exists()
+    assert sorted(memory.iterdir()) == [memory / "notes.txt"]
+    assert victim.read_bytes() == b"precious"
+    (memory / "notes.txt").unlink()
+    assert remove_run_caches(run, shm) == [] and not memory.exists()  # empty: removed too
+
+
+def test_a_run_directorys_cache_that_is_a_link_is_not_followed(tmp_path):
+    """The same: `cache` under the run directory a link to another folder (planted, or the
+    user's): nothing in that folder is removed."""
+    from executor.cache import remove_run_caches
+
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "node0").mkdir(parents=True, mode=0o700)
+    elsewhere.chmod(0o700)
+    (elsewhere / "node0" / "node0-v3.spill").write_bytes(b"precious")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "cache").symlink_to(elsewhere, target_is_directory=True)
+    assert remove_run_caches(tmp_path / "run", tmp_path / "shm") == []
+    assert (elsewhere / "node0" / "node0-v3.spill").read_bytes() == b"precious"
+
+
+def test_a_failing_rank_removes_the_folder_it_made(tmp_path, monkeypatch):
+    """Found by the eighteenth round: a rank that fails (an exception, Ctrl-C) exits at once
+    after its report, without the worker's clean-up, and under torchrun no launcher of
+    pipeplan's removes its folder in /dev/shm; it now removes the folders it made itself
+    (`launch.main`), and only those."""
+    import executor.cache
+    from executor.cache import remove_own_caches
+
+    monkeypatch.setattr(executor.cache, "_MADE", [])  # not other tests' folders
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    other = shm / "pipeplan-1-2-3-0123456789abcdef"
+    other.mkdir()
+    made = memory_dir_for(tmp_path / "fallback", 1, root=shm)
+    (made / "node0-v3.rows").write_bytes(b"rows")
+    assert remove_own_caches() == [made]
+    assert sorted(shm.iterdir()) == [other]
+    assert remove_own_caches() == []
+
+
 def test_cache_allowed():
     assert cache_allowed(False)[0] is True
     allowed, reason = cache_allowed(True)

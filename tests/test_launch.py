@@ -167,9 +167,11 @@ def test_killing_one_agent_stops_the_other_and_the_run_resumes_under_torchrun(tm
 # ----------------------------------------------------------------------------- faults
 
 
-def start_run(tmp_path: Path, *args: str, nproc: int = 2, **env: str) -> subprocess.Popen:
+def start_run(
+    tmp_path: Path, *args: str, nproc: int = 2, epochs: int = 1, freeze: str = "none", **env: str
+) -> subprocess.Popen:
     """`pipeplan run` on `nproc` ranks in a process of its own, its stderr piped."""
-    command = [*PIPEPLAN, "run", "--nproc", str(nproc), "--epochs", "1", "--freeze", "none"]
+    command = [*PIPEPLAN, "run", "--nproc", str(nproc), "--epochs", str(epochs), "--freeze", freeze]
     return subprocess.Popen(
         [*command, *args, "--runs-dir", str(tmp_path), "--name", "k"],
         cwd=ROOT,
@@ -300,6 +302,52 @@ def test_sigterm_to_the_launcher_is_one_line_and_leaves_no_process(tmp_path, sig
     run.send_signal(signum)
     one_line(run, 128 + signum, f"pipeplan: stopped by {signal.Signals(signum).name}")
     assert no_rank_left(tmp_path)
+
+
+def rank_caches(pids: list[int], shm: Path = Path("/dev/shm")) -> list[Path]:
+    """The AutoCache folders processes `pids` made in /dev/shm (`pipeplan-NS-PID-START-TOKEN`)."""
+    named = [p.name.split("-") for p in shm.glob("pipeplan-*")]
+    return [
+        shm / "-".join(n) for n in named if len(n) == 5 and n[2].isdigit() and int(n[2]) in pids
+    ]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(
+    "whom, signum",
+    [
+        ("launcher", signal.SIGTERM),
+        ("launcher", signal.SIGINT),
+        pytest.param("rank 0", signal.SIGTERM, marks=pytest.mark.long),  # the maker, at once
+    ],
+)
+def test_a_run_stopped_in_a_cached_phase_leaves_no_cache(tmp_path, whom, signum):
+    """Found by the eighteenth round: SIGTERM or Ctrl-C during a cached phase left rank 0's
+    AutoCache folder in /dev/shm (`pipeplan-NS-PID-START-TOKEN`, rows and map) until the next
+    run; a normal end removes it. The ranks die of the stop without cleaning up (SIGTERM
+    kills one at once), so the launcher removes their caches once every rank is gone: the
+    folders in /dev/shm and `cache/` under the run directory, as a normal end does."""
+    paused = tmp_path / "paused"
+    run = start_run(
+        tmp_path,
+        *("--data", "tests.killer_data:digits_pause_once"),
+        epochs=2,  # a cache that can hit: the plan caches the phase
+        freeze="4",  # 4 layers frozen from the start: the first epoch fills the cache
+        PIPEPLAN_TEST_PAUSE_AFTER="100",
+        PIPEPLAN_TEST_PAUSE_RANK="1",
+        PIPEPLAN_TEST_PAUSED=str(paused),
+    )
+    wait_for(paused, run)
+    ranks = rank_processes(tmp_path / "k")
+    folders = [*rank_caches(list(ranks.values())), tmp_path / "k" / "cache"]
+    assert [f for folder in folders for f in folder.glob("node0-v4.rows")]  # a cached phase
+    os.kill(run.pid if whom == "launcher" else ranks[0], signum)
+    # stopped (128 + 15), interrupted (130), or a failed rank (2): said as before
+    assert run.wait(timeout=120) == (128 + signum if whom == "launcher" else 2)
+    assert no_rank_left(tmp_path)
+    assert rank_caches(list(ranks.values())) == []
+    assert not (tmp_path / "k" / "cache").exists()
 
 
 def process_state(pid: int) -> str | None:
