@@ -318,7 +318,8 @@ def rank_caches(pids: list[int], shm: Path = Path("/dev/shm")) -> list[Path]:
     "whom, signum",
     [
         ("launcher", signal.SIGTERM),
-        ("launcher", signal.SIGINT),
+        # The same `finally` as SIGTERM's: long, to keep the default run under 15 minutes.
+        pytest.param("launcher", signal.SIGINT, marks=pytest.mark.long),
         pytest.param("rank 0", signal.SIGTERM, marks=pytest.mark.long),  # the maker, at once
     ],
 )
