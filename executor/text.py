@@ -480,6 +480,8 @@ def _check_tokenizer_json(directory: Path) -> None:
             raise InputFileError(f"{path}: cannot be read as JSON ({_first(exc)})") from None
         except RecursionError:
             raise InputFileError(f"{path}: cannot be read as JSON (nested too deeply)") from None
+        except MemoryError:
+            raise InputFileError(f"{path}: out of memory decoding it as JSON") from None
 
 
 def _first(exc: BaseException) -> str:

@@ -28,6 +28,7 @@ from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import FreezePhase, FreezeSchedule
 from pipeplan.formats.base import (
     MAX_EPOCHS,
+    MAX_SMALL_JSON_BYTES,
     check_json,
     first_error,
     int_list,
@@ -103,7 +104,7 @@ def trajectory(frozen_layers: list[int], epochs: int, num_blocks: int) -> Freeze
 def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> FreezeSchedule:
     """A trajectory file: a JSON list of per-epoch frozen counts, or {"frozen_layers": [...]}."""
     path = Path(path)
-    text = read_input(path)
+    text = read_input(path, MAX_SMALL_JSON_BYTES, why="the limit for a freeze trajectory")
     try:
         data = check_json(text, "")
     except InputFileError as exc:
