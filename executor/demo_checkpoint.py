@@ -36,7 +36,7 @@ from pipeplan import models
 from pipeplan.errors import OutputError, PipeplanError
 from pipeplan.fileio import check_writable, is_run_directory
 from pipeplan.formats import Profile, RunConfig, RunSummary, load
-from pipeplan.formats.base import read_input
+from pipeplan.formats.base import CONFIG_LIMIT, MAX_CONFIG_BYTES, out_of_memory, read_input
 from pipeplan.inputs import ProfileRequest
 
 PRETRAINED = "demo-pretrained"  # under --runs-dir
@@ -184,9 +184,12 @@ def _check_model(model_dir: Path) -> str | None:
     """The directory holds vit-digits' architecture with a source-task head, and its weights
     load (a truncated or foreign file fails here, not in the ranks)."""
     try:
-        config = json.loads(read_input(model_dir / "config.json"))
+        text = read_input(model_dir / "config.json", MAX_CONFIG_BYTES, why=CONFIG_LIMIT)
+        config = json.loads(text)
     except PipeplanError as exc:
         return str(exc)
+    except MemoryError:
+        return out_of_memory(f"{model_dir}/config.json", text)
     except ValueError as exc:
         return f"{model_dir}/config.json is unreadable ({type(exc).__name__})"
     preset = models.PRESETS[MODEL].config

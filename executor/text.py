@@ -137,6 +137,8 @@ def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellin
             raise InputFileError(f"{path}:{number}: not a JSON object ({exc})") from None
         except RecursionError:
             raise InputFileError(f"{path}:{number}: nested too deeply") from None
+        except MemoryError:  # a line of hundreds of MB: the file is bounded, its lines are not
+            raise InputFileError(f"{path}:{number}: out of memory decoding it as JSON") from None
         if not isinstance(item, dict) or not isinstance(item.get("text"), str):
             raise InputFileError(f'{path}:{number}: expected an object with a string "text"')
         _check_unicode(item["text"], f"{path}:{number}: the text")
@@ -480,6 +482,8 @@ def _check_tokenizer_json(directory: Path) -> None:
             raise InputFileError(f"{path}: cannot be read as JSON ({_first(exc)})") from None
         except RecursionError:
             raise InputFileError(f"{path}: cannot be read as JSON (nested too deeply)") from None
+        except MemoryError:
+            raise InputFileError(f"{path}: out of memory decoding it as JSON") from None
 
 
 def _first(exc: BaseException) -> str:

@@ -30,6 +30,7 @@ from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import FreezePhase, FreezeSchedule
 from pipeplan.formats.base import (
     MAX_EPOCHS,
+    MAX_SMALL_JSON_BYTES,
     check_json,
     first_error,
     int_list,
@@ -122,7 +123,7 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
     with the rest of a `FreezeSchedule`'s fields, held to what they say (`TrajectoryFile`).
     `trajectory_schedule("t.json", 5, 12)`: no more counts than epochs."""
     path = Path(path)
-    text = read_input(path)
+    text = read_input(path, MAX_SMALL_JSON_BYTES, why="the limit for a freeze trajectory")
     try:
         data = check_json(text, "")
     except InputFileError as exc:

@@ -49,7 +49,7 @@ from pipeplan.errors import (
 )
 from pipeplan.fileio import give_output_modes, new_directories, write_failure
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
-from pipeplan.formats.base import read_input
+from pipeplan.formats.base import CONFIG_LIMIT, MAX_CONFIG_BYTES, out_of_memory, read_input
 from pipeplan.formats.modelconfig import config_value_problem
 from pipeplan.formats.presets import PRESETS
 
@@ -601,13 +601,15 @@ def weight_file(name_or_path: str) -> str | None:
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    text = read_input(path)
+    text = read_input(path, MAX_CONFIG_BYTES, why=CONFIG_LIMIT)
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise InputFileError(f"{path}: not valid JSON ({exc})") from None
     except RecursionError:
         raise InputFileError(f"{path}: nested too deeply") from None
+    except MemoryError:
+        raise InputFileError(out_of_memory(str(path), text)) from None
     if not isinstance(data, dict):
         raise InputFileError(f"{path}: a config must be a JSON object")
     if (found := _non_finite(data)) is not None:

@@ -1207,7 +1207,7 @@ def test_a_file_larger_than_any_pipeplan_file_is_refused_unread(tmp_path, capsys
     argv = ["preview", "--profile", str(huge), *shlex.split(SHAPE)]
     watched = tmp_path / "watched"
     watched.mkdir()
-    refused(argv, watched, capsys, "larger than 1024 MiB")
+    refused(argv, watched, capsys, "larger than 32 MiB, the limit for a profile")
 
 
 def _user_file(tmp_path: Path, name: str, text: str) -> str:

@@ -101,6 +101,141 @@ def test_a_giant_data_file(made, tmp_path, capsys):
     refused_big(argv, tmp_path, capsys, ("r.jsonl", "too large to read as text data"))
 
 
+# The eighteenth round: the 1 GiB limit did not bound memory. Each kind of JSON file has a
+# limit of its own (FILE_LIMITS), and a MemoryError while decoding is one line naming the file.
+
+
+def oversize(path: Path, limit: int) -> Path:
+    """`path` made `limit` + 1 bytes long, sparse (`truncate`): refused from its size alone."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        f.truncate(limit + 1)
+    return path
+
+
+def _kinds() -> list:
+    from pipeplan.formats.base import KINDS
+
+    return sorted(KINDS, key=lambda model: model.__name__)
+
+
+@pytest.mark.parametrize("model", _kinds(), ids=lambda model: model.__name__)
+def test_each_kind_of_file_has_a_size_limit(tmp_path, model):
+    """Found by the eighteenth round: a 900 MB profile, under the 1 GiB limit every kind shared,
+    took 3.6 GB to decode and ended in a MemoryError traceback. `load` refuses a file over its
+    kind's limit unread, stating it."""
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats.base import KINDS, MAX_PHASED_JSON_BYTES, limit_of, load
+
+    limit = limit_of(model)
+    assert limit <= MAX_PHASED_JSON_BYTES
+    path = oversize(tmp_path / "f.json", limit)
+    with pytest.raises(InputFileError) as caught:
+        load(model, path)
+    assert str(caught.value) == (
+        f"{path}: larger than {limit >> 20} MiB, the limit for a {KINDS[model]}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "limit"),
+    [("--profile", "32 MiB"), ("--cluster", "1 MiB"), ("--freeze-schedule", "1 MiB")],
+)
+def test_an_oversize_input_is_one_line(tmp_path, capsys, flag, limit):
+    """Found by the eighteenth round: `preview --profile` of a 900 MB file was a MemoryError
+    traceback, exit 1, after 33 s; now one line, exit 2, before the file is read."""
+    from pipeplan.formats.base import MAX_JSON_BYTES, MAX_SMALL_JSON_BYTES
+
+    size = MAX_JSON_BYTES if flag == "--profile" else MAX_SMALL_JSON_BYTES
+    big = oversize(tmp_path / "in" / "big.json", size)
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    given = {"--profile": profile, "--cluster": None, "--freeze-schedule": None, flag: str(big)}
+    argv = ["preview", *(x for k, v in given.items() if v for x in (k, v)), *PREVIEW]
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    refused_big(argv, watched, capsys, (str(big), f"larger than {limit}, the limit for a"))
+
+
+def test_a_model_config_has_a_size_limit(tmp_path):
+    """Found by the eighteenth round: a transformers config.json was decoded whole up to 1 GiB
+    (4-33 times that in memory); it is refused over 64 MiB (a million labels are 50 MB)."""
+    from pipeplan import models
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats.base import MAX_CONFIG_BYTES
+
+    config = oversize(tmp_path / "ckpt" / "config.json", MAX_CONFIG_BYTES)
+    with pytest.raises(InputFileError, match="larger than 64 MiB, the limit for a model's conf"):
+        models.weight_file(str(config.parent))
+
+
+def test_a_run_record_has_a_size_limit(tmp_path):
+    """Found by the eighteenth round: a run.jsonl line was decoded whatever its length (up to
+    the 1 GiB of the file); a line over 16 MiB is refused, naming it, before it is decoded."""
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats import read_records
+    from pipeplan.formats.base import MAX_RECORD_BYTES
+
+    path = tmp_path / "run.jsonl"
+    path.write_text("[" * (MAX_RECORD_BYTES + 1) + "\n")
+    with pytest.raises(InputFileError, match=r"run.jsonl:1: a line of .* larger than 16 MiB"):
+        read_records(path)
+
+
+def _out_of_memory(*args, **kwargs):
+    raise MemoryError
+
+
+def test_a_memory_error_decoding_a_file_is_one_line(tmp_path, capsys, monkeypatch):
+    """Found by the eighteenth round: a MemoryError while decoding a profile (a 900 MB JSON
+    array under `ulimit -v`) was a 53-line traceback, exit 1. Simulated in the decoder's hook
+    for each object: one line naming the file, exit 2."""
+    from pipeplan.formats import base
+
+    monkeypatch.setattr(base, "_unique_keys", _out_of_memory)
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = ["preview", "--profile", profile, *PREVIEW]
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    refused(argv, watched, capsys, (profile, "out of memory decoding its JSON"))
+
+
+@pytest.mark.parametrize("where", ["validation", "its error"])
+def test_a_memory_error_validating_a_file_is_one_line(tmp_path, monkeypatch, where):
+    """Found by the eighteenth round: the same MemoryError in pydantic's validation, or while
+    its error is read (inside the handler, where a sibling `except` does not catch it)."""
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats import Profile, base, load
+
+    path = tmp_path / "p.json"
+    data = json.loads(shipped_profile("vit-digits", "cpu").read_text())
+    if where == "validation":
+        monkeypatch.setattr(Profile, "model_validate_json", _out_of_memory)
+    else:
+        data["layers"][0]["params"] = -1  # a ValidationError, whose message is read
+        monkeypatch.setattr(base, "_first_error", _out_of_memory)
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputFileError, match=f"^{path}: out of memory decoding its JSON"):
+        load(Profile, path)
+
+
+@pytest.mark.parametrize("where", ["decoding", "validation"])
+def test_a_memory_error_in_a_run_record_is_one_line(tmp_path, monkeypatch, where):
+    """Found by the eighteenth round: run.jsonl's lines share the decoder; a MemoryError in
+    one names the file and line."""
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats import base, read_records
+    from pipeplan.formats import run as run_format
+
+    if where == "decoding":
+        monkeypatch.setattr(base, "_unique_keys", _out_of_memory)
+    else:
+        monkeypatch.setattr(run_format, "_validate_record", _out_of_memory)
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"kind": "step"}\n')
+    with pytest.raises(InputFileError, match=r"run.jsonl:1: .*out of memory decoding its JSON"):
+        read_records(path)
+
+
 # ----------------------------------------------------------------- 2. modes of written files
 
 

@@ -90,6 +90,19 @@ def test_malformed_files_are_one_line_naming_file_and_line(tmp_path, content, ma
     _one_line(InputFileError, text.read_corpus, str(path), match=match)
 
 
+def test_a_memory_error_decoding_a_line_is_one_line(tmp_path, monkeypatch):
+    """Found by the eighteenth round: every JSON reader shares one way to fail, a MemoryError
+    while decoding (a line of 900 MB under `ulimit -v`); a data line's was a traceback.
+    Simulated: one line naming the file and line."""
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    path = write_jsonl(tmp_path / "r.jsonl", reviews(4, seed=1))
+    monkeypatch.setattr(text, "json", type("Json", (), {"loads": staticmethod(out_of_memory)}))
+    _one_line(InputFileError, text.read_corpus, str(path), match=r"r\.jsonl:1: out of memory")
+
+
 def test_csv_needs_a_text_column_and_files_must_exist(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("sentence,label\nhello,1\n", encoding="utf-8")

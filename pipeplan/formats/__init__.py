@@ -16,7 +16,10 @@ from pydantic import BaseModel
 
 from pipeplan.errors import PipeplanError
 from pipeplan.formats.base import (
+    FILE_LIMITS,
     KINDS,
+    MAX_PHASED_JSON_BYTES,
+    MAX_SMALL_JSON_BYTES,
     NOT_A_FLAG,
     Flag,
     Needs,
@@ -125,6 +128,15 @@ KINDS.update(
         DataRecord: "data record",
         FreezeSchedule: "freeze schedule",
     }
+)
+
+
+# Each kind's largest file (`load` refuses a larger one unread): small ones of a few fields,
+# and those that grow with a run's phases or decisions; the others (a profile of 4,096 blocks,
+# a data record) take `MAX_JSON_BYTES`.
+FILE_LIMITS.update(dict.fromkeys((Cluster, RunConfig, FreezeSchedule), MAX_SMALL_JSON_BYTES))
+FILE_LIMITS.update(
+    dict.fromkeys((Plan, RunSummary, Report, CheckpointManifest), MAX_PHASED_JSON_BYTES)
 )
 
 

@@ -35,8 +35,27 @@ PosInt = Annotated[int, Field(ge=1)]
 # Physical bounds, far beyond any real machine and far below what overflows the cost model:
 # a file that says a link moves 1e400 B/s or a layer takes 1e308 s is wrong, not fast or slow.
 MAX_BYTES = 1 << 60  # 1 EiB
-# The largest JSON document pipeplan reads (a 20,000-layer profile is about 50 MB).
+# The largest file pipeplan reads at all: run.jsonl, read one record (line) at a time, and files
+# it streams (text data). A JSON document is decoded whole, and decoding takes up to about
+# 33 times its size (a list of empty lists: 64 bytes for each 3), so each kind of JSON file has a
+# limit of its own (`FILE_LIMITS`), far above the largest that pipeplan writes.
 MAX_FILE_BYTES = 1 << 30
+# A profile of 1,000 layers is 2.4 MB and one of 4,096 blocks with 16 micro-batch sizes 26 MB;
+# decoded in at most about 1 GiB.
+MAX_JSON_BYTES = 32 << 20
+# A plan, summary or report holds each phase's layout and stages (a plan of 50 phases of 1,000
+# layers on 512 devices is 2.7 MB, about 0.5 MB a phase on 4,096); a manifest one gradient norm
+# per layer and freeze decision. Decoded in at most about 4 GiB.
+MAX_PHASED_JSON_BYTES = 128 << 20
+# run.json, a cluster, a freeze trajectory: a few fields and at most one list of MAX_EPOCHS
+# counts (70 KB).
+MAX_SMALL_JSON_BYTES = 1 << 20
+# A transformers config.json: a classifier's id2label and label2id name up to MAX_LABELS
+# (1,000,000) classes, about 50 MB; decoded in at most about 2 GiB.
+MAX_CONFIG_BYTES = 64 << 20
+CONFIG_LIMIT = "the limit for a model's config.json"  # `read_input`'s why
+# One run.jsonl record: a step of 4,096 ranks is about 1 MB, an epoch of 4,096 layers 0.2 MB.
+MAX_RECORD_BYTES = 16 << 20
 MAX_SECONDS = 1e6  # 11.6 days for one timed operation
 MAX_LATENCY_S = 60.0
 MIN_BANDWIDTH, MAX_BANDWIDTH = 1.0, 1e15  # bytes/s: 1 B/s .. 1 PB/s
@@ -351,6 +370,8 @@ def check_json(text: str, source: str) -> Any:
         )
     except (ValueError, RecursionError) as exc:
         raise InputFileError(f"{source}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    except MemoryError:
+        raise InputFileError(out_of_memory(source, text)) from None
 
 
 def first_error(exc: ValidationError) -> str:
@@ -362,6 +383,9 @@ def first_error(exc: ValidationError) -> str:
 # in by `pipeplan.formats` (this module imports none of the models). `parse` names the kind a
 # document is when it is not the one wanted.
 KINDS: dict[type[BaseModel], str] = {}
+# Each kind's largest file in bytes, also filled in by `pipeplan.formats`: `load` refuses a
+# larger one before reading it (MAX_JSON_BYTES for a kind not named).
+FILE_LIMITS: dict[type[BaseModel], int] = {}
 
 
 def _is_kind(model: type[BaseModel], data: dict) -> bool:
@@ -404,6 +428,15 @@ def parse(model: type[M], text: str, source: str = "input") -> M:
             f"{source}: {kind} schema_version {version!r} is not supported "
             f"(this pipeplan reads {expected})"
         )
+    del data  # the decoded copy: validation decodes the text again
+    try:
+        return _validate(model, text, source, kind)
+    except MemoryError:  # also one raised while the validation error is read
+        raise InputFileError(out_of_memory(source, text)) from None
+
+
+def _validate(model: type[M], text: str, source: str, kind: str) -> M:
+    """`model` from JSON `text`, or InputFileError naming the first field that is wrong."""
     try:
         # Strict JSON validation: "2" is not 2 and true is not 1; a JSON array may be a tuple.
         return model.model_validate_json(text, strict=True)
@@ -415,6 +448,17 @@ def parse(model: type[M], text: str, source: str = "input") -> M:
         ) from None
     except RecursionError:
         raise InputFileError(f"{source}: {kind} is nested too deeply") from None
+
+
+def out_of_memory(source: str, text: str) -> str:
+    """The one line for a MemoryError while decoding `text`, a file's or a run.jsonl line's
+    (`out_of_memory("p.json", text)` → "p.json: out of memory decoding its JSON (31,457,280
+    characters; …)"): under its kind's limit a file decodes in a stated amount
+    (docs/formats.md), which this process did not have."""
+    return (
+        f"{source}: out of memory decoding its JSON ({len(text):,} characters; decoding takes "
+        "up to about 33 bytes for each); run pipeplan with more memory"
+    )
 
 
 def read_input(path: Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pipeplan file") -> str:
@@ -433,6 +477,9 @@ def read_input(path: Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pip
         raise InputFileError(f"{path}: no such file ({_not_a_folder(path)})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+    except MemoryError:  # a file under a large limit, in a process with less
+        why = "out of memory reading it; run pipeplan with more memory"
+        raise InputFileError(f"{path}: {why}") from None
 
 
 def check_input_file(
@@ -469,9 +516,17 @@ def _size(limit: int) -> str:
     return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
 
 
+def limit_of(model: type[BaseModel]) -> int:
+    """The largest `model` file `load` reads: `limit_of(Cluster)` → 1 MiB (`FILE_LIMITS`)."""
+    return FILE_LIMITS.get(model, MAX_JSON_BYTES)
+
+
 def load(model: type[M], path: str | Path) -> M:
+    """`load(Profile, "p.json")`: a file larger than its kind's limit is refused unread."""
     path = Path(path)
-    return parse(model, read_input(path), str(path))
+    kind = KINDS.get(model, kind_of(model))
+    text = read_input(path, limit_of(model), why=f"the limit for a {kind}")
+    return parse(model, text, str(path))
 
 
 def dumps(obj: BaseModel) -> str:

@@ -12,6 +12,8 @@ from pydantic import AfterValidator, Field, model_validator
 
 from pipeplan.errors import InputFileError
 from pipeplan.formats.base import (
+    CONFIG_LIMIT,
+    MAX_CONFIG_BYTES,
     MAX_COUNT,
     Bandwidth,
     Bytes,
@@ -29,6 +31,7 @@ from pipeplan.formats.base import (
     Text,
     Timestamp,
     dumps,
+    out_of_memory,
     read_input,
 )
 from pipeplan.formats.modelconfig import config_value_problem
@@ -791,10 +794,13 @@ def model_mismatch(model: str, profile: Profile) -> str | None:
     import json
 
     path = folder / "config.json"
+    text = read_input(path, MAX_CONFIG_BYTES, why=CONFIG_LIMIT)
     try:
-        config = json.loads(read_input(path))
+        config = json.loads(text)
     except (ValueError, RecursionError):
         raise InputFileError(f"{path}: not valid JSON") from None
+    except MemoryError:
+        raise InputFileError(out_of_memory(str(path), text)) from None
     recorded = profile.model.config
     if not isinstance(config, dict):
         raise InputFileError(f"{path}: not a JSON object")

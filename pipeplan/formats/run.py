@@ -23,6 +23,7 @@ from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.formats.base import (
     MAX_COUNT,
     MAX_EPOCHS,
+    MAX_RECORD_BYTES,
     MAX_STEPS,
     Bytes,
     Count,
@@ -43,6 +44,7 @@ from pipeplan.formats.base import (
     int_list,
     leading_zero,
     load,
+    out_of_memory,
     read_input,
 )
 from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
@@ -613,6 +615,7 @@ def read_records(
         if not line.strip():
             continue
         where = f"{path}:{number}"
+        check_record_size(line, where)
         try:
             records.append(_parse_record(line, where))
         except InputFileError:
@@ -637,11 +640,31 @@ def _notice_torn(path: Path, length: int, where: str) -> None:
         log.warning("%s: a torn last record (a crash mid-append); left out", where)
 
 
+def check_record_size(line: str, where: str) -> None:
+    """A run.jsonl line is at most MAX_RECORD_BYTES (a step of MAX_RANKS ranks is 1.2 MB): a
+    longer one is no record pipeplan wrote, and decoding it would take up to 33 times its
+    size. `check_record_size(line, "run.jsonl:3")`: InputFileError stating the limit."""
+    # Characters, not bytes: a line of n characters is at least n bytes, so none legitimate
+    # is refused, and one counted in bytes would be encoded again.
+    if len(line) > MAX_RECORD_BYTES:
+        raise InputFileError(
+            f"{where}: a line of {len(line):,} characters, larger than "
+            f"{MAX_RECORD_BYTES >> 20} MiB, the limit for a run record"
+        )
+
+
 def _parse_record(line: str, where: str) -> PhaseRecord | StepRecord | EpochRecord:
     try:
         check_json(line, "")
     except InputFileError as exc:
         raise InputFileError(f"{where}: not a run record{exc}") from None
+    try:
+        return _validate_record(line, where)
+    except MemoryError:  # also one raised while the validation error is read
+        raise InputFileError(out_of_memory(where, line)) from None
+
+
+def _validate_record(line: str, where: str) -> PhaseRecord | StepRecord | EpochRecord:
     try:
         return _RECORD.validate_json(line, strict=True)
     except ValidationError as exc:
