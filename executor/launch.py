@@ -168,7 +168,7 @@ from pipeplan.formats import (
     load,
     read_records,
 )
-from pipeplan.formats.base import flag_of
+from pipeplan.formats.base import first_difference, flag_of
 from pipeplan.formats.run import (
     check_priced_profiles,
     check_run_name,
@@ -371,11 +371,10 @@ def check_manifest_records(
             f"{where}: world_size: {manifest.world_size}, but phase {phase.phase} ran on "
             f"{world} ranks"
         )
-    if manifest.layout is not None and manifest.layout != phase.layout:
-        raise InputFileError(
-            f"{where}: layout: {manifest.layout.label()}, but phase {phase.phase} ran "
-            f"{phase.layout.label()}"
-        )
+    differs = None if manifest.layout is None else first_difference(manifest.layout, phase.layout)
+    if differs is not None:  # the field, not the labels: two layouts may share one label
+        field, value, ran = differs
+        raise InputFileError(f"{where}: layout.{field}: {value}, but phase {phase.phase} ran {ran}")
     if manifest.frozen_layers != phase.layout.frozen_layers:  # a manifest without a layout
         raise InputFileError(
             f"{where}: frozen_layers: {manifest.frozen_layers}, but phase {phase.phase} froze "
