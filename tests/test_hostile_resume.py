@@ -85,18 +85,32 @@ MANIFESTS = {
 }
 
 
+def _unlabelled_layout(run: Path) -> dict:
+    """The checkpoint's layout with one layer frozen (and the manifest's frozen_layers with
+    it): a field its label does not show, so both layouts print as the same label."""
+    layout = json.loads(_manifest(run).read_text())["layout"]
+    return {"layout": {**layout, "frozen_layers": 1}, "frozen_layers": 1}
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("case", [*MANIFESTS, "another layout"])
+@pytest.mark.parametrize("case", [*MANIFESTS, "another layout", "a layout of the same label"])
 def test_resume_refuses_a_manifest_that_contradicts_its_run(finished_run, tmp_path, capsys, case):
     """Each field of checkpoints/step-N/manifest.json is checked for meaning against run.json,
     the model and run.jsonl before any rank starts: a vit-digits run resumed from a manifest
     saying bert-synth, a negative norm, layer 99 or 50 measurements after one epoch, and
     trained on from them. Found by the seventeenth round: an entry of grad_history lacking an
-    active layer, or holding a subnormal norm, was accepted and carried forward."""
+    active layer, or holding a subnormal norm, was accepted and carried forward. Found by the
+    eighteenth round: a layout that differed where its label does not show was refused as
+    "layout: 1x1 M=4 1f1b, but phase 0 ran 1x1 M=4 1f1b"; the first field that differs is
+    named, with both values."""
     run = copy_run(finished_run, tmp_path)
     if case == "another layout":
-        changes, fragment = {"layout": _other_layout(run)}, "layout: "
+        changes = {"layout": _other_layout(run)}
+        ran = changes["layout"]["micro_batches"] // 2
+        fragment = f"layout.micro_batches: {2 * ran}, but phase 0 ran {ran}"
+    elif case == "a layout of the same label":
+        changes, fragment = _unlabelled_layout(run), "layout.frozen_layers: 1, but phase 0 ran 0"
     else:
         changes, fragment = MANIFESTS[case]
     _edit_manifest(run, **changes)
@@ -988,11 +1002,14 @@ def test_a_plan_run_without_its_copy_of_the_plan_is_refused(plan_run, tmp_path, 
 def test_a_plan_copy_edited_since_the_run_is_refused(plan_run, tmp_path, capsys):
     """Fourteenth round's fix left the run's own copy of its plan unchecked: replaced by a plan
     of the same schedule in another layout, the resume switched layout mid-phase. The copy must
-    give every phase the records say the run took from the plan."""
+    give every phase the records say the run took from the plan. Found by the eighteenth
+    round (its class: layouts told apart by their labels): the line names the first field
+    that differs, with both values, not the recorded layout's label alone."""
     run, _ = plan_run
     cut = _interrupted(run, tmp_path)
     other = _plan_file(tmp_path / "other.json", "--schedule", "gpipe", "--micro-batches", "4")
     (cut / "run.plan.json").write_bytes(other.read_bytes())
     capsys.readouterr()  # what making the other plan printed
     fragment = (f"{cut / 'run.plan.json'}: edited since the run took its phase 0", "restore")
+    fragment += ("the layout it recorded has micro_batches 1, the plan's 4",)
     refused(["run", "--resume", str(cut)], tmp_path, capsys, fragment)
