@@ -157,6 +157,7 @@ from pipeplan.fileio import (
 )
 from pipeplan.formats import (
     CheckpointManifest,
+    EpochRecord,
     PhaseRecord,
     PhaseSummary,
     Plan,
@@ -168,10 +169,11 @@ from pipeplan.formats import (
     load,
     read_records,
 )
-from pipeplan.formats.base import first_difference, flag_of
+from pipeplan.formats.base import first_difference, flag_of, read_input
 from pipeplan.formats.run import (
     check_priced_profiles,
     check_run_name,
+    torn_tail,
 )
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build
@@ -340,11 +342,12 @@ def check_manifest_records(
     manifest: CheckpointManifest, records: list, run_dir: Path, cfg: RunConfig
 ) -> None:
     """The checkpoint against run.jsonl: the records reach it (an emptied or cut run.jsonl
-    resumed, and the run's history was lost); its phase is a recorded one, whose layout and
-    world it was taken in; its epoch is the one its last step was recorded in (or the next,
-    at an epoch's start: a manifest saying epoch 1 at step 6 of a 2-step-epoch run trained
-    epochs 1–2 again); and its gradient history has at most one entry for each decision
-    made by then (50 entries after 2 epochs were taken as measurements)."""
+    resumed, and the run's history was lost), every epoch it follows with its record; its
+    phase is a recorded one, whose layout and world it was taken in; its epoch is the one its
+    last step was recorded in (or the next, at an epoch's start: a manifest saying epoch 1 at
+    step 6 of a 2-step-epoch run trained epochs 1–2 again); and its gradient history has at
+    most one entry for each decision made by then (50 entries after 2 epochs were taken as
+    measurements)."""
     where = manifest_path(run_dir, manifest)
     # The step before the checkpoint, not its epoch's record: a crash may tear the last
     # record, and a resume writes an epoch's record again (`read_records` leaves it out).
@@ -355,6 +358,7 @@ def check_manifest_records(
             f"{run_dir / 'run.jsonl'}: the records end before step {manifest.step} of the "
             f"checkpoint step-{manifest.step} (epoch {manifest.epoch}); the run's history is lost"
         )
+    check_epochs_recorded(manifest, records, run_dir)
     phase = next(
         (r for r in records if isinstance(r, PhaseRecord) and r.phase == manifest.phase), None
     )
@@ -402,6 +406,29 @@ def check_manifest_records(
             f"{where}: grad_history: {len(manifest.grad_history)} entries, but --freeze "
             f"{cfg.freeze} made at most {decisions} gradient decisions by step {manifest.step}"
         )
+
+
+def check_epochs_recorded(manifest: CheckpointManifest, records: list, run_dir: Path) -> None:
+    """Every epoch before the checkpoint's has its record: the executor writes an epoch's
+    record before the checkpoint that follows the epoch (the transition's at the next
+    epoch's start, the final one, or any later), so no crash loses it. Deleted or torn
+    (`read_records` leaves a torn last line out), the resumed run's records and metrics.csv
+    lacked that epoch for good (eighteenth round).
+
+        check_epochs_recorded(manifest, read_records(run_dir / "run.jsonl"), run_dir)
+    """
+    recorded = {r.epoch for r in records if isinstance(r, EpochRecord)}
+    missing = next((e for e in range(manifest.epoch) if e not in recorded), None)
+    if missing is None:
+        return
+    path = run_dir / "run.jsonl"
+    torn = torn_tail(read_input(path)) is not None  # as `read_records` read it
+    why = "; its last line is cut short, not a whole record" if torn else ""
+    raise InputFileError(
+        f"{path}: no record of epoch {missing}, which ended before the checkpoint "
+        f"step-{manifest.step} (epoch {manifest.epoch}) was taken{why}; the run's history "
+        "is lost"
+    )
 
 
 def finished(manifest: CheckpointManifest, cfg: RunConfig) -> bool:

@@ -171,6 +171,36 @@ def test_resume_refuses_records_that_end_before_the_checkpoint(
     refused(["run", "--resume", str(run), *MORE], tmp_path, capsys, fragment)
 
 
+def _without_the_epoch_record(run: Path) -> None:
+    _rewrite(run, [line for line in _lines(run) if line["kind"] != "epoch"])
+
+
+def _the_epoch_record_torn(run: Path) -> None:
+    """Epoch 0's record, the last line, cut 40 bytes short as a crash mid-append cuts it."""
+    text = (run / "run.jsonl").read_bytes()
+    (run / "run.jsonl").write_bytes(text[:-40])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "damage, why",
+    [(_without_the_epoch_record, ""), (_the_epoch_record_torn, "its last line is cut short")],
+    ids=["deleted", "torn"],
+)
+def test_resume_refuses_records_that_lack_an_epoch_before_the_checkpoint(
+    finished_run, tmp_path, capsys, damage, why
+):
+    """Found by the eighteenth round: run.jsonl without the record of the epoch before the
+    checkpoint (deleted, or torn and left out with a notice) resumed with exit 0, and the
+    resumed run's records and metrics.csv lacked that epoch for good. The executor writes an
+    epoch's record before the checkpoint that follows it: no crash loses it."""
+    run = copy_run(finished_run, tmp_path)
+    damage(run)
+    fragment = "run.jsonl: no record of epoch 0, which ended before the checkpoint step-2 (epoch 1)"
+    refused(["run", "--resume", str(run), *MORE], tmp_path, capsys, (fragment, why))
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("flags", [[], ["--epochs", "1"]], ids=["plain", "the same epochs"])
