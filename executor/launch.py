@@ -95,6 +95,7 @@ if __name__ == "__main__":
 import argparse
 import contextlib
 import logging
+import math
 import shlex
 import sys
 import threading
@@ -345,9 +346,9 @@ def check_manifest_records(
     resumed, and the run's history was lost), every epoch it follows with its record; its
     phase is a recorded one, whose layout and world it was taken in; its epoch is the one its
     last step was recorded in (or the next, at an epoch's start: a manifest saying epoch 1 at
-    step 6 of a 2-step-epoch run trained epochs 1–2 again); and its gradient history has at
-    most one entry for each decision made by then (50 entries after 2 epochs were taken as
-    measurements)."""
+    step 6 of a 2-step-epoch run trained epochs 1–2 again); and its gradient history has one
+    entry for each decision made by then (`gradient_decisions`: 50 entries after 2 epochs
+    were taken as measurements, none as a run that never measured)."""
     where = manifest_path(run_dir, manifest)
     # The step before the checkpoint, not its epoch's record: a crash may tear the last
     # record, and a resume writes an epoch's record again (`read_records` leaves it out).
@@ -392,19 +393,15 @@ def check_manifest_records(
                 f"{manifest.epoch}, but run.jsonl recorded step {last.step} in epoch "
                 f"{last.epoch}"
             )
-    # `auto` measures once per decision: at each epoch's end but a run's last, and every
-    # --freeze-every steps within an epoch; other modes measure nothing. At an epoch's start
-    # the checkpoint follows a decision only if it is a transition's (its phase starts there).
-    decisions = 0
-    if cfg.freeze == "auto":
-        transition = phase.start_step == manifest.step and not phase.resumed
-        decisions = manifest.epoch - (manifest.step_in_epoch == 0 and not transition)
-        decisions = max(decisions, 0)
-        decisions += manifest.step // cfg.freeze_every if cfg.freeze_every else 0
-    if len(manifest.grad_history) > decisions:
+    phases = [r for r in records if isinstance(r, PhaseRecord) and r.phase <= manifest.phase]
+    decisions = gradient_decisions(manifest, phases, cfg)
+    if len(manifest.grad_history) != decisions:
+        made = f"made {decisions} gradient decision{'s' * (decisions != 1)} by step"
+        if cfg.freeze != "auto":
+            made = "measures no gradients: none by step"
         raise InputFileError(
             f"{where}: grad_history: {len(manifest.grad_history)} entries, but --freeze "
-            f"{cfg.freeze} made at most {decisions} gradient decisions by step {manifest.step}"
+            f"{cfg.freeze} {made} {manifest.step} (one entry each)"
         )
 
 
@@ -429,6 +426,43 @@ def check_epochs_recorded(manifest: CheckpointManifest, records: list, run_dir: 
         f"step-{manifest.step} (epoch {manifest.epoch}) was taken{why}; the run's history "
         "is lost"
     )
+
+
+def gradient_decisions(
+    manifest: CheckpointManifest, phases: list[PhaseRecord], cfg: RunConfig
+) -> int:
+    """How many gradient measurements `--freeze auto` made by the checkpoint: its
+    grad_history holds one entry each (AutoFreeze.decide appends one per decision); other
+    modes measure none. `phases`: run.jsonl's phase records up to the checkpoint's.
+
+    `auto` decides at the end of every epoch but the run's last, and with --freeze-every N
+    after every N-th step (counted over the run) but at an epoch's end, where the end's
+    decision is the one. A run's last epoch is where its final checkpoint was taken: the
+    checkpoint itself, at an epoch's start but not a transition's (no phase entered by a
+    decision starts there), or a resume of one (a phase entered by --resume at an epoch's
+    start that no transition started). The epochs --resume adds end later.
+
+        gradient_decisions(manifest, phases, cfg)  # 1: 2 epochs of a 2-epoch run, resumed
+    """
+    if cfg.freeze != "auto":
+        return 0
+    epoch, step = manifest.epoch, manifest.step
+    # The checkpoint's position gives the epoch's length (`check_position` held it to the
+    # run's); in epoch 0 no epoch has ended, and any length beyond the step counts alike.
+    per_epoch = (step - manifest.step_in_epoch) // epoch if epoch else step + 1
+    within = 0
+    if cfg.freeze_every:  # the N-th steps up to the checkpoint's, less the epochs' ends
+        within = step // cfg.freeze_every - step // math.lcm(cfg.freeze_every, per_epoch)
+    transitions = {p.start_step for p in phases if not p.resumed}
+    # The epochs' ends (an epoch's start step) where a run ended: no decision there.
+    ended = {
+        p.start_step
+        for p in phases
+        if p.resumed and 0 < p.start_step <= step and p.start_step % per_epoch == 0
+    }
+    if manifest.step_in_epoch == 0 and epoch > 0:
+        ended.add(step)
+    return epoch - len(ended - transitions) + within
 
 
 def finished(manifest: CheckpointManifest, cfg: RunConfig) -> bool:

@@ -61,7 +61,7 @@ MANIFESTS = {
     "a layer key that is not an index": ({"grad_history": [{"-1": 1.0}]}, "grad_history.0"),
     "more history than decisions": (
         {"grad_history": [EVERY_LAYER] * 50},
-        "grad_history: 50 entries, but --freeze auto made at most 0",
+        "grad_history: 50 entries, but --freeze auto made 0 gradient decisions by step 2",
     ),
     # Found by the seventeenth round: an active layer missing from an entry (or a subnormal
     # norm) was accepted and carried into every later checkpoint.
@@ -199,6 +199,105 @@ def test_resume_refuses_records_that_lack_an_epoch_before_the_checkpoint(
     damage(run)
     fragment = "run.jsonl: no record of epoch 0, which ended before the checkpoint step-2 (epoch 1)"
     refused(["run", "--resume", str(run), *MORE], tmp_path, capsys, (fragment, why))
+
+
+# ----------------------------------------------------------------------------- grad_history
+# (eighteenth round) A manifest's grad_history was held only to an upper bound: shortened or
+# emptied, the resumed run's gradient criterion decided without the measurements it had made.
+
+
+def _phases(*starts: tuple[int, bool], per_epoch: int = 3) -> list:
+    """Phase records of a 1-rank run of `per_epoch` steps an epoch: (start_step, resumed)."""
+    from test_report import phase_record
+
+    return [
+        phase_record(n, stages=1, replicas=1, start_step=at, start_epoch=at // per_epoch, resumed=r)
+        for n, (at, r) in enumerate(starts)
+    ]
+
+
+# A real run of 3 steps an epoch with --freeze-every 2 (every checkpoint's grad_history counted
+# as the worker wrote it): transitions at steps 3, 10, 14, 16, 20; finished at epoch 6 and 8
+# and resumed from there (phases 5, 7); resumed mid-epoch at step 26 (phase 8).
+EVERY_2 = _phases(
+    *[(0, False), (3, False), (10, False), (14, False), (16, False)],
+    *[(18, True), (20, False), (24, True), (26, True)],
+)
+# (freeze_every, phases, (step, epoch, step_in_epoch), the entries the worker wrote)
+DECISIONS = {
+    "mid-epoch": (2, EVERY_2[:2], (5, 1, 2), 3),
+    "a transition at an epoch's start": (2, EVERY_2[:2], (3, 1, 0), 2),
+    "a final checkpoint": (2, EVERY_2[:5], (18, 6, 0), 11),
+    "finished twice": (2, EVERY_2[:7], (24, 8, 0), 14),
+    "resumed from a finished run": (2, EVERY_2[:8], (26, 8, 2), 15),
+    "resumed mid-epoch": (2, EVERY_2, (30, 10, 0), 17),
+    "epoch ends only": (None, _phases((0, False)), (6, 2, 0), 1),
+    "epoch ends only, resumed": (None, _phases((0, False), (6, True)), (12, 4, 0), 2),
+}
+
+
+@pytest.mark.parametrize("case", DECISIONS)
+def test_grad_history_has_one_entry_per_decision_auto_made(case):
+    """`gradient_decisions` counts what the worker appended, taken from real runs' manifests:
+    a decision at every epoch's end but where a run ended (its final checkpoint, and a
+    resume of one), and at every --freeze-every N-th step within an epoch."""
+    from executor.launch import gradient_decisions
+    from pipeplan.formats import CheckpointManifest, RunConfig
+
+    every, phases, (step, epoch, within), entries = DECISIONS[case]
+    cfg = RunConfig(name="r", model="vit-digits", nproc=1, epochs=12, freeze_every=every)
+    manifest = CheckpointManifest(
+        **dict(step=step, epoch=epoch, step_in_epoch=within, phase=len(phases) - 1),
+        **dict(frozen_layers=0, grad_history=[], grad_norm_sums={}, grad_norm_steps=0),
+        **dict(world_size=1, model="vit-digits", layout=None, config=cfg),
+    )
+    assert gradient_decisions(manifest, phases, cfg) == entries
+    assert gradient_decisions(manifest, phases, cfg.model_copy(update={"freeze": "none"})) == 0
+
+
+# 1 rank, 2 epochs of 2 steps, --freeze auto: its final checkpoint step-4 holds the one
+# measurement of the decision at epoch 0's end.
+AUTO = ["--nproc", "1", "--epochs", "2", "--max-steps-per-epoch", "2", "--freeze", "auto"]
+
+
+@pytest.fixture(scope="module")
+def auto_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("auto")
+    assert cli.main(["run", *AUTO, "--name", "a", "--runs-dir", str(root)]) == 0
+    return root / "a"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("entries", [0, 2])
+def test_resume_refuses_a_grad_history_of_another_length(auto_run, tmp_path, capsys, entries):
+    """Found by the eighteenth round: grad_history emptied (or shortened) resumed with exit 0,
+    and AutoFreeze's gradient criterion decided without the measurement it had made; only
+    more entries than decisions were refused. Any other count than the decisions is."""
+    run = copy_run(auto_run, tmp_path)
+    (entry,) = json.loads(_manifest(run).read_text())["grad_history"]
+    _edit_manifest(run, grad_history=[entry] * entries)
+    fragment = (
+        f"grad_history: {entries} entries, but --freeze auto made 1 gradient decision by step 4"
+    )
+    refused(["run", "--resume", str(run), "--epochs", "3"], tmp_path, capsys, (fragment,))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_resumed_runs_grad_history_is_its_decisions(auto_run, tmp_path):
+    """The count a resume holds a manifest to is what the worker writes: resumed from its
+    final checkpoint for 2 more epochs, the run decides at epoch 2's end (not at epoch 1's,
+    its last before) and its final manifest holds 2 entries, which the next resume accepts."""
+    from executor.launch import check_manifest_records
+    from pipeplan.formats import CheckpointManifest, RunConfig, load, read_records
+
+    run = copy_run(auto_run, tmp_path)
+    assert cli.main(["run", "--resume", str(run), "--epochs", "4"]) == 0
+    manifest = load(CheckpointManifest, run / "checkpoints" / "step-8" / "manifest.json")
+    assert len(manifest.grad_history) == 2
+    cfg = load(RunConfig, run / "run.json").model_copy(update={"epochs": 5})
+    check_manifest_records(manifest, read_records(run / "run.jsonl"), run, cfg)
 
 
 @pytest.mark.multiprocess
