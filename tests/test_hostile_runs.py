@@ -741,7 +741,7 @@ def test_records_lacking_an_epoch_before_a_resumed_phase_are_refused(tmp_path, c
     assert lines[i - 1]["kind"] == "epoch" and lines[i]["start_epoch"] == 1
     del lines[i - 1]
     _rewrite(run, lines)
-    fragment = "phase 1: start_epoch 1, but epoch 0 has no record before it"
+    fragment = "phase 1: start_epoch 1, but the records before it end at step 7 of epoch 0"
     refused(argv, tmp_path, capsys, (f"run.jsonl:{i}: ", fragment))
 
 

@@ -747,15 +747,9 @@ class _Sequence:
         self.epoch_steps: list[StepRecord] = []  # the current epoch's step records
 
     def starts(self, record: PhaseRecord, at: str) -> None:
-        if record.start_epoch == self.epoch + 1 and self.steps:
-            # No crash loses the record: the executor writes it before the checkpoint that a
-            # resume at the next epoch's start continues from. Taken for lost, the epoch was
-            # missing from the report and metrics.csv for good (eighteenth round).
-            raise InputFileError(
-                f"{at}: phase {record.phase}: start_epoch {record.start_epoch}, but epoch "
-                f"{self.epoch} has no record before it; an epoch's record precedes any phase "
-                "after it"
-            )
+        # A --resume phase too: no crash loses the record of the epoch before it, which the
+        # executor writes before the checkpoint the resume continues from. Taken for lost, the
+        # epoch was missing from the report and metrics.csv for good (eighteenth round).
         for field, value, expected in (
             ("start_step", record.start_step, self.next_step),
             ("start_epoch", record.start_epoch, self.epoch),
