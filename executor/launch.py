@@ -95,6 +95,7 @@ if __name__ == "__main__":
 import argparse
 import contextlib
 import logging
+import math
 import shlex
 import sys
 import threading
@@ -157,6 +158,7 @@ from pipeplan.fileio import (
 )
 from pipeplan.formats import (
     CheckpointManifest,
+    EpochRecord,
     PhaseRecord,
     PhaseSummary,
     Plan,
@@ -168,10 +170,11 @@ from pipeplan.formats import (
     load,
     read_records,
 )
-from pipeplan.formats.base import flag_of
+from pipeplan.formats.base import first_difference, flag_of, read_input
 from pipeplan.formats.run import (
     check_priced_profiles,
     check_run_name,
+    torn_tail,
 )
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build
@@ -348,11 +351,12 @@ def check_manifest_records(
     manifest: CheckpointManifest, records: list, run_dir: Path, cfg: RunConfig
 ) -> None:
     """The checkpoint against run.jsonl: the records reach it (an emptied or cut run.jsonl
-    resumed, and the run's history was lost); its phase is a recorded one, whose layout and
-    world it was taken in; its epoch is the one its last step was recorded in (or the next,
-    at an epoch's start: a manifest saying epoch 1 at step 6 of a 2-step-epoch run trained
-    epochs 1–2 again); and its gradient history has at most one entry for each decision
-    made by then (50 entries after 2 epochs were taken as measurements)."""
+    resumed, and the run's history was lost), every epoch it follows with its record; its
+    phase is a recorded one, whose layout and world it was taken in; its epoch is the one its
+    last step was recorded in (or the next, at an epoch's start: a manifest saying epoch 1 at
+    step 6 of a 2-step-epoch run trained epochs 1–2 again); and its gradient history has one
+    entry for each decision made by then (`gradient_decisions`: 50 entries after 2 epochs
+    were taken as measurements, none as a run that never measured)."""
     where = manifest_path(run_dir, manifest)
     # The step before the checkpoint, not its epoch's record: a crash may tear the last
     # record, and a resume writes an epoch's record again (`read_records` leaves it out).
@@ -363,6 +367,7 @@ def check_manifest_records(
             f"{run_dir / 'run.jsonl'}: the records end before step {manifest.step} of the "
             f"checkpoint step-{manifest.step} (epoch {manifest.epoch}); the run's history is lost"
         )
+    check_epochs_recorded(manifest, records, run_dir)
     phase = next(
         (r for r in records if isinstance(r, PhaseRecord) and r.phase == manifest.phase), None
     )
@@ -379,11 +384,10 @@ def check_manifest_records(
             f"{where}: world_size: {manifest.world_size}, but phase {phase.phase} ran on "
             f"{world} ranks"
         )
-    if manifest.layout is not None and manifest.layout != phase.layout:
-        raise InputFileError(
-            f"{where}: layout: {manifest.layout.label()}, but phase {phase.phase} ran "
-            f"{phase.layout.label()}"
-        )
+    differs = None if manifest.layout is None else first_difference(manifest.layout, phase.layout)
+    if differs is not None:  # the field, not the labels: two layouts may share one label
+        field, value, ran = differs
+        raise InputFileError(f"{where}: layout.{field}: {value}, but phase {phase.phase} ran {ran}")
     if manifest.frozen_layers != phase.layout.frozen_layers:  # a manifest without a layout
         raise InputFileError(
             f"{where}: frozen_layers: {manifest.frozen_layers}, but phase {phase.phase} froze "
@@ -397,20 +401,76 @@ def check_manifest_records(
                 f"{manifest.epoch}, but run.jsonl recorded step {last.step} in epoch "
                 f"{last.epoch}"
             )
-    # `auto` measures once per decision: at each epoch's end but a run's last, and every
-    # --freeze-every steps within an epoch; other modes measure nothing. At an epoch's start
-    # the checkpoint follows a decision only if it is a transition's (its phase starts there).
-    decisions = 0
-    if cfg.freeze == "auto":
-        transition = phase.start_step == manifest.step and not phase.resumed
-        decisions = manifest.epoch - (manifest.step_in_epoch == 0 and not transition)
-        decisions = max(decisions, 0)
-        decisions += manifest.step // cfg.freeze_every if cfg.freeze_every else 0
-    if len(manifest.grad_history) > decisions:
+    phases = [r for r in records if isinstance(r, PhaseRecord) and r.phase <= manifest.phase]
+    decisions = gradient_decisions(manifest, phases, cfg)
+    if len(manifest.grad_history) != decisions:
+        made = f"made {decisions} gradient decision{'s' * (decisions != 1)} by step"
+        if cfg.freeze != "auto":
+            made = "measures no gradients: none by step"
         raise InputFileError(
             f"{where}: grad_history: {len(manifest.grad_history)} entries, but --freeze "
-            f"{cfg.freeze} made at most {decisions} gradient decisions by step {manifest.step}"
+            f"{cfg.freeze} {made} {manifest.step} (one entry each)"
         )
+
+
+def check_epochs_recorded(manifest: CheckpointManifest, records: list, run_dir: Path) -> None:
+    """Every epoch before the checkpoint's has its record: the executor writes an epoch's
+    record before the checkpoint that follows the epoch (the transition's at the next
+    epoch's start, the final one, or any later), so no crash loses it. Deleted or torn
+    (`read_records` leaves a torn last line out), the resumed run's records and metrics.csv
+    lacked that epoch for good (eighteenth round).
+
+        check_epochs_recorded(manifest, read_records(run_dir / "run.jsonl"), run_dir)
+    """
+    recorded = {r.epoch for r in records if isinstance(r, EpochRecord)}
+    missing = next((e for e in range(manifest.epoch) if e not in recorded), None)
+    if missing is None:
+        return
+    path = run_dir / "run.jsonl"
+    torn = torn_tail(read_input(path)) is not None  # as `read_records` read it
+    why = "; its last line is cut short, not a whole record" if torn else ""
+    raise InputFileError(
+        f"{path}: no record of epoch {missing}, which ended before the checkpoint "
+        f"step-{manifest.step} (epoch {manifest.epoch}) was taken{why}; the run's history "
+        "is lost"
+    )
+
+
+def gradient_decisions(
+    manifest: CheckpointManifest, phases: list[PhaseRecord], cfg: RunConfig
+) -> int:
+    """How many gradient measurements `--freeze auto` made by the checkpoint: its
+    grad_history holds one entry each (AutoFreeze.decide appends one per decision); other
+    modes measure none. `phases`: run.jsonl's phase records up to the checkpoint's.
+
+    `auto` decides at the end of every epoch but the run's last, and with --freeze-every N
+    after every N-th step (counted over the run) but at an epoch's end, where the end's
+    decision is the one. A run's last epoch is where its final checkpoint was taken: the
+    checkpoint itself, at an epoch's start but not a transition's (no phase entered by a
+    decision starts there), or a resume of one (a phase entered by --resume at an epoch's
+    start that no transition started). The epochs --resume adds end later.
+
+        gradient_decisions(manifest, phases, cfg)  # 1: 2 epochs of a 2-epoch run, resumed
+    """
+    if cfg.freeze != "auto":
+        return 0
+    epoch, step = manifest.epoch, manifest.step
+    # The checkpoint's position gives the epoch's length (`check_position` held it to the
+    # run's); in epoch 0 no epoch has ended, and any length beyond the step counts alike.
+    per_epoch = (step - manifest.step_in_epoch) // epoch if epoch else step + 1
+    within = 0
+    if cfg.freeze_every:  # the N-th steps up to the checkpoint's, less the epochs' ends
+        within = step // cfg.freeze_every - step // math.lcm(cfg.freeze_every, per_epoch)
+    transitions = {p.start_step for p in phases if not p.resumed}
+    # The epochs' ends (an epoch's start step) where a run ended: no decision there.
+    ended = {
+        p.start_step
+        for p in phases
+        if p.resumed and 0 < p.start_step <= step and p.start_step % per_epoch == 0
+    }
+    if manifest.step_in_epoch == 0 and epoch > 0:
+        ended.add(step)
+    return epoch - len(ended - transitions) + within
 
 
 def finished(manifest: CheckpointManifest, cfg: RunConfig) -> bool:

@@ -45,6 +45,7 @@ from pipeplan.formats import (
     dumps,
     load,
 )
+from pipeplan.formats.base import first_difference
 from pipeplan.formats.profile import model_mismatch
 from pipeplan.plan import TrainingShape, decide_phase, profile_identity, stage_plans
 from pipeplan.solver import Pins
@@ -196,12 +197,19 @@ class RunPlanner:
         for record in phases:
             if record.pricing.source != "plan":
                 continue
-            if planned.get(record.layout.frozen_layers) != record.layout:
-                raise InputFileError(
-                    f"{run_dir / RUN_PLAN}: edited since the run took its phase {record.phase} "
-                    f"from it (the layout it recorded, {record.layout.label()}, is not the "
-                    "plan's); restore it or start a new run"
-                )
+            layout = planned.get(record.layout.frozen_layers)
+            if layout is None:
+                why = f"it has no phase freezing {record.layout.frozen_layers} layers"
+            elif (differs := first_difference(record.layout, layout)) is not None:
+                # The field, not the labels: two layouts may share one label.
+                field, recorded, plan = differs
+                why = f"the layout it recorded has {field} {recorded}, the plan's {plan}"
+            else:
+                continue
+            raise InputFileError(
+                f"{run_dir / RUN_PLAN}: edited since the run took its phase {record.phase} "
+                f"from it ({why}); restore it or start a new run"
+            )
 
     @property
     def cluster(self) -> Cluster:

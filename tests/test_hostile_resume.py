@@ -61,7 +61,7 @@ MANIFESTS = {
     "a layer key that is not an index": ({"grad_history": [{"-1": 1.0}]}, "grad_history.0"),
     "more history than decisions": (
         {"grad_history": [EVERY_LAYER] * 50},
-        "grad_history: 50 entries, but --freeze auto made at most 0",
+        "grad_history: 50 entries, but --freeze auto made 0 gradient decisions by step 2",
     ),
     # Found by the seventeenth round: an active layer missing from an entry (or a subnormal
     # norm) was accepted and carried into every later checkpoint.
@@ -85,18 +85,32 @@ MANIFESTS = {
 }
 
 
+def _unlabelled_layout(run: Path) -> dict:
+    """The checkpoint's layout with one layer frozen (and the manifest's frozen_layers with
+    it): a field its label does not show, so both layouts print as the same label."""
+    layout = json.loads(_manifest(run).read_text())["layout"]
+    return {"layout": {**layout, "frozen_layers": 1}, "frozen_layers": 1}
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("case", [*MANIFESTS, "another layout"])
+@pytest.mark.parametrize("case", [*MANIFESTS, "another layout", "a layout of the same label"])
 def test_resume_refuses_a_manifest_that_contradicts_its_run(finished_run, tmp_path, capsys, case):
     """Each field of checkpoints/step-N/manifest.json is checked for meaning against run.json,
     the model and run.jsonl before any rank starts: a vit-digits run resumed from a manifest
     saying bert-synth, a negative norm, layer 99 or 50 measurements after one epoch, and
     trained on from them. Found by the seventeenth round: an entry of grad_history lacking an
-    active layer, or holding a subnormal norm, was accepted and carried forward."""
+    active layer, or holding a subnormal norm, was accepted and carried forward. Found by the
+    eighteenth round: a layout that differed where its label does not show was refused as
+    "layout: 1x1 M=4 1f1b, but phase 0 ran 1x1 M=4 1f1b"; the first field that differs is
+    named, with both values."""
     run = copy_run(finished_run, tmp_path)
     if case == "another layout":
-        changes, fragment = {"layout": _other_layout(run)}, "layout: "
+        changes = {"layout": _other_layout(run)}
+        ran = changes["layout"]["micro_batches"] // 2
+        fragment = f"layout.micro_batches: {2 * ran}, but phase 0 ran {ran}"
+    elif case == "a layout of the same label":
+        changes, fragment = _unlabelled_layout(run), "layout.frozen_layers: 1, but phase 0 ran 0"
     else:
         changes, fragment = MANIFESTS[case]
     _edit_manifest(run, **changes)
@@ -155,6 +169,135 @@ def test_resume_refuses_records_that_end_before_the_checkpoint(
     step = int(_manifest(run).parent.name.removeprefix("step-"))
     fragment = f"run.jsonl: the records end before step {step} of the checkpoint step-{step}"
     refused(["run", "--resume", str(run), *MORE], tmp_path, capsys, fragment)
+
+
+def _without_the_epoch_record(run: Path) -> None:
+    _rewrite(run, [line for line in _lines(run) if line["kind"] != "epoch"])
+
+
+def _the_epoch_record_torn(run: Path) -> None:
+    """Epoch 0's record, the last line, cut 40 bytes short as a crash mid-append cuts it."""
+    text = (run / "run.jsonl").read_bytes()
+    (run / "run.jsonl").write_bytes(text[:-40])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "damage, why",
+    [(_without_the_epoch_record, ""), (_the_epoch_record_torn, "its last line is cut short")],
+    ids=["deleted", "torn"],
+)
+def test_resume_refuses_records_that_lack_an_epoch_before_the_checkpoint(
+    finished_run, tmp_path, capsys, damage, why
+):
+    """Found by the eighteenth round: run.jsonl without the record of the epoch before the
+    checkpoint (deleted, or torn and left out with a notice) resumed with exit 0, and the
+    resumed run's records and metrics.csv lacked that epoch for good. The executor writes an
+    epoch's record before the checkpoint that follows it: no crash loses it."""
+    run = copy_run(finished_run, tmp_path)
+    damage(run)
+    fragment = "run.jsonl: no record of epoch 0, which ended before the checkpoint step-2 (epoch 1)"
+    refused(["run", "--resume", str(run), *MORE], tmp_path, capsys, (fragment, why))
+
+
+# ----------------------------------------------------------------------------- grad_history
+# (eighteenth round) A manifest's grad_history was held only to an upper bound: shortened or
+# emptied, the resumed run's gradient criterion decided without the measurements it had made.
+
+
+def _phases(*starts: tuple[int, bool], per_epoch: int = 3) -> list:
+    """Phase records of a 1-rank run of `per_epoch` steps an epoch: (start_step, resumed)."""
+    from test_report import phase_record
+
+    return [
+        phase_record(n, stages=1, replicas=1, start_step=at, start_epoch=at // per_epoch, resumed=r)
+        for n, (at, r) in enumerate(starts)
+    ]
+
+
+# A real run of 3 steps an epoch with --freeze-every 2 (every checkpoint's grad_history counted
+# as the worker wrote it): transitions at steps 3, 10, 14, 16, 20; finished at epoch 6 and 8
+# and resumed from there (phases 5, 7); resumed mid-epoch at step 26 (phase 8).
+EVERY_2 = _phases(
+    *[(0, False), (3, False), (10, False), (14, False), (16, False)],
+    *[(18, True), (20, False), (24, True), (26, True)],
+)
+# (freeze_every, phases, (step, epoch, step_in_epoch), the entries the worker wrote)
+DECISIONS = {
+    "mid-epoch": (2, EVERY_2[:2], (5, 1, 2), 3),
+    "a transition at an epoch's start": (2, EVERY_2[:2], (3, 1, 0), 2),
+    "a final checkpoint": (2, EVERY_2[:5], (18, 6, 0), 11),
+    "finished twice": (2, EVERY_2[:7], (24, 8, 0), 14),
+    "resumed from a finished run": (2, EVERY_2[:8], (26, 8, 2), 15),
+    "resumed mid-epoch": (2, EVERY_2, (30, 10, 0), 17),
+    "epoch ends only": (None, _phases((0, False)), (6, 2, 0), 1),
+    "epoch ends only, resumed": (None, _phases((0, False), (6, True)), (12, 4, 0), 2),
+}
+
+
+@pytest.mark.parametrize("case", DECISIONS)
+def test_grad_history_has_one_entry_per_decision_auto_made(case):
+    """`gradient_decisions` counts what the worker appended, taken from real runs' manifests:
+    a decision at every epoch's end but where a run ended (its final checkpoint, and a
+    resume of one), and at every --freeze-every N-th step within an epoch."""
+    from executor.launch import gradient_decisions
+    from pipeplan.formats import CheckpointManifest, RunConfig
+
+    every, phases, (step, epoch, within), entries = DECISIONS[case]
+    cfg = RunConfig(name="r", model="vit-digits", nproc=1, epochs=12, freeze_every=every)
+    manifest = CheckpointManifest(
+        **dict(step=step, epoch=epoch, step_in_epoch=within, phase=len(phases) - 1),
+        **dict(frozen_layers=0, grad_history=[], grad_norm_sums={}, grad_norm_steps=0),
+        **dict(world_size=1, model="vit-digits", layout=None, config=cfg),
+    )
+    assert gradient_decisions(manifest, phases, cfg) == entries
+    assert gradient_decisions(manifest, phases, cfg.model_copy(update={"freeze": "none"})) == 0
+
+
+# 1 rank, 2 epochs of 2 steps, --freeze auto: its final checkpoint step-4 holds the one
+# measurement of the decision at epoch 0's end.
+AUTO = ["--nproc", "1", "--epochs", "2", "--max-steps-per-epoch", "2", "--freeze", "auto"]
+
+
+@pytest.fixture(scope="module")
+def auto_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("auto")
+    assert cli.main(["run", *AUTO, "--name", "a", "--runs-dir", str(root)]) == 0
+    return root / "a"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("entries", [0, 2])
+def test_resume_refuses_a_grad_history_of_another_length(auto_run, tmp_path, capsys, entries):
+    """Found by the eighteenth round: grad_history emptied (or shortened) resumed with exit 0,
+    and AutoFreeze's gradient criterion decided without the measurement it had made; only
+    more entries than decisions were refused. Any other count than the decisions is."""
+    run = copy_run(auto_run, tmp_path)
+    (entry,) = json.loads(_manifest(run).read_text())["grad_history"]
+    _edit_manifest(run, grad_history=[entry] * entries)
+    fragment = (
+        f"grad_history: {entries} entries, but --freeze auto made 1 gradient decision by step 4"
+    )
+    refused(["run", "--resume", str(run), "--epochs", "3"], tmp_path, capsys, (fragment,))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_resumed_runs_grad_history_is_its_decisions(auto_run, tmp_path):
+    """The count a resume holds a manifest to is what the worker writes: resumed from its
+    final checkpoint for 2 more epochs, the run decides at epoch 2's end (not at epoch 1's,
+    its last before) and its final manifest holds 2 entries, which the next resume accepts."""
+    from executor.launch import check_manifest_records
+    from pipeplan.formats import CheckpointManifest, RunConfig, load, read_records
+
+    run = copy_run(auto_run, tmp_path)
+    assert cli.main(["run", "--resume", str(run), "--epochs", "4"]) == 0
+    manifest = load(CheckpointManifest, run / "checkpoints" / "step-8" / "manifest.json")
+    assert len(manifest.grad_history) == 2
+    cfg = load(RunConfig, run / "run.json").model_copy(update={"epochs": 5})
+    check_manifest_records(manifest, read_records(run / "run.jsonl"), run, cfg)
 
 
 @pytest.mark.multiprocess
@@ -988,11 +1131,14 @@ def test_a_plan_run_without_its_copy_of_the_plan_is_refused(plan_run, tmp_path, 
 def test_a_plan_copy_edited_since_the_run_is_refused(plan_run, tmp_path, capsys):
     """Fourteenth round's fix left the run's own copy of its plan unchecked: replaced by a plan
     of the same schedule in another layout, the resume switched layout mid-phase. The copy must
-    give every phase the records say the run took from the plan."""
+    give every phase the records say the run took from the plan. Found by the eighteenth
+    round (its class: layouts told apart by their labels): the line names the first field
+    that differs, with both values, not the recorded layout's label alone."""
     run, _ = plan_run
     cut = _interrupted(run, tmp_path)
     other = _plan_file(tmp_path / "other.json", "--schedule", "gpipe", "--micro-batches", "4")
     (cut / "run.plan.json").write_bytes(other.read_bytes())
     capsys.readouterr()  # what making the other plan printed
     fragment = (f"{cut / 'run.plan.json'}: edited since the run took its phase 0", "restore")
+    fragment += ("the layout it recorded has micro_batches 1, the plan's 4",)
     refused(["run", "--resume", str(cut)], tmp_path, capsys, fragment)

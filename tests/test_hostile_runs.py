@@ -327,23 +327,34 @@ def test_a_torn_record_notice_never_precedes_a_refusal(tmp_path, capsys, refusal
     refused(argv, tmp_path, capsys, fragment)
 
 
+def _torn_resumed_phase(run: Path) -> None:
+    """What a resume killed as it appended its phase record leaves after the final
+    checkpoint: half the record, no newline. (The last epoch's record itself precedes the
+    checkpoint: no crash tears it, and a resume refuses records without it.)"""
+    lines = _lines(run)
+    phase = {**lines[0], "phase": 1, "start_step": 2, "start_epoch": 1, "resumed": True}
+    text = json.dumps(phase)
+    with open(run / "run.jsonl", "a") as handle:
+        handle.write(text[: len(text) // 2])
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_resume_continues_past_a_torn_last_record(finished_run, tmp_path, capsys):
     """`--resume` said "not valid JSON" and could never continue the run; now it drops the
-    torn record (with one notice) and trains the next epoch, its records whole lines."""
+    torn record (with one notice) and trains the next epoch, its records whole lines. The
+    eighteenth round: the torn record is one a crash can tear, after the checkpoint."""
     from pipeplan.formats import EpochRecord, StepRecord, read_records
 
     run = copy_run(finished_run, tmp_path)
-    _tear(run)
+    _torn_resumed_phase(run)
     assert cli.main(["run", "--resume", str(run), "--epochs", "2"]) == 0
     assert len(_notices(capsys.readouterr().err)) == 1
     text = (run / "run.jsonl").read_text()
     assert text.endswith("\n")
     records = read_records(run / "run.jsonl")
     assert [r.step for r in records if isinstance(r, StepRecord)] == [0, 1, 2, 3]
-    # The torn record was epoch 0's: lost with the crash, not written again.
-    assert [r.epoch for r in records if isinstance(r, EpochRecord)] == [1]
+    assert [r.epoch for r in records if isinstance(r, EpochRecord)] == [0, 1]
 
 
 # ----------------------------------------------------------------------------- the lock
@@ -716,6 +727,22 @@ def test_records_that_contradict_their_phase_are_refused(tmp_path, capsys, comma
     priced over steps that never ran, an epoch's throughput over steps it did not have."""
     run, argv = _readable(tmp_path, command)
     refused(argv, tmp_path, capsys, _damaged(run, damage))
+
+
+def test_records_lacking_an_epoch_before_a_resumed_phase_are_refused(tmp_path, capsys):
+    """Found by the eighteenth round: a phase entered by --resume at the next epoch's start,
+    its epoch's record missing, was read as a crash having torn the record: report (and a
+    resume) went on without that epoch for good. The executor writes an epoch's record
+    before the checkpoint a resume at the next epoch's start continues from."""
+    run, argv = _readable(tmp_path, "report")
+    lines = _lines(run)
+    i = _last(lines, "phase")
+    lines[i]["resumed"] = True
+    assert lines[i - 1]["kind"] == "epoch" and lines[i]["start_epoch"] == 1
+    del lines[i - 1]
+    _rewrite(run, lines)
+    fragment = "phase 1: start_epoch 1, but the records before it end at step 7 of epoch 0"
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i}: ", fragment))
 
 
 def _step_rate_unlike_its_time(lines: list[dict]) -> tuple[int, str]:

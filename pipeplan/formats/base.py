@@ -535,3 +535,25 @@ def dumps(obj: BaseModel) -> str:
         return json.dumps(obj.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
     except ValueError as exc:
         raise PipeplanError(f"refusing to write a {kind_of(type(obj))}: {exc}") from None
+
+
+def first_difference(given: BaseModel, other: BaseModel) -> tuple[str, str, str] | None:
+    """The first field (in the model's order) where two documents of one kind differ, with
+    each side's value as its file writes it; None when they are equal:
+
+        first_difference(manifest.layout, phase.layout)
+        # → ('boundaries', '[0, 3, 10]', '[0, 5, 10]')
+
+    For a message naming what differs: two layouts that differ only in their boundaries (or
+    rank_map, or micro_batch_size) have the same `label()`, and a message built from labels
+    read "2x1 M=4 1f1b, but phase 0 ran 2x1 M=4 1f1b" (eighteenth round)."""
+    mine, theirs = given.model_dump(mode="json"), other.model_dump(mode="json")
+    for field in type(given).model_fields:
+        if mine.get(field) != theirs.get(field):
+            return field, _shown(mine.get(field)), _shown(theirs.get(field))
+    return None
+
+
+def _shown(value: Any) -> str:
+    """A value as JSON writes it, a string without quotes: `[0, 5, 10]`, `true`, `1f1b`."""
+    return value if isinstance(value, str) else json.dumps(value)

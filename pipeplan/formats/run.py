@@ -759,8 +759,8 @@ class _Sequence:
     """The order the executor writes records in, checked record by record: training is one
     sequence of steps (0, 1, 2, …) cut into epochs (0, 1, 2, …), each closed by its epoch
     record; a phase starts where the records before it end. So a phase's start_step is the
-    next step and its start_epoch the current epoch (or, entered by --resume, the next one
-    when a crash tore the current epoch's record); a step's epoch is the current epoch
+    next step and its start_epoch the current epoch (entered by --resume too: its checkpoint
+    follows every record of the epochs before it); a step's epoch is the current epoch
     (never one already closed, never one beyond the next); an epoch record closes the current
     epoch, counts its steps, names the phase its first step ran in, and states the frozen
     layers of the latest phase (a freeze decision within the epoch, --freeze-every, changes
@@ -777,11 +777,9 @@ class _Sequence:
         self.epoch_steps: list[StepRecord] = []  # the current epoch's step records
 
     def starts(self, record: PhaseRecord, at: str) -> None:
-        if record.resumed and self.steps and record.start_epoch == self.epoch + 1:
-            # Resumed at the next epoch's start after a crash tore the epoch's record (the
-            # last line, left out): the epoch ended, its record is lost.
-            self.epoch, self.steps, self.first_phase = self.epoch + 1, 0, None
-            self.epoch_steps = []
+        # A --resume phase too: no crash loses the record of the epoch before it, which the
+        # executor writes before the checkpoint the resume continues from. Taken for lost, the
+        # epoch was missing from the report and metrics.csv for good (eighteenth round).
         for field, value, expected in (
             ("start_step", record.start_step, self.next_step),
             ("start_epoch", record.start_epoch, self.epoch),
