@@ -169,6 +169,17 @@ class Recorder:
             self.on_step(record)
         self._remember(record)
 
+    def sync(self) -> None:
+        """The records written so far on disk, not only in the page cache (`os.fsync`)."""
+        if self._file is None:
+            return
+        try:
+            os.fsync(self._file.fileno())
+        except OSError as exc:
+            raise OutputError(
+                f"{self.path}: write failed ({write_failure(exc, self.path)})"
+            ) from None
+
     @property
     def epochs(self) -> list[EpochRecord]:
         """The epoch records written so far, kept ones after a resume's truncation included

@@ -583,6 +583,9 @@ class Trainer:
             config=self.cfg,
         )
         states = optimizer_states(self.runtime.optimizer)
+        # The records the checkpoint follows reach the disk first: a resume refuses a
+        # checkpoint whose records end before it (which a power loss could otherwise leave).
+        self.recorder.sync()
         checkpoint.save(self.run_dir, self.seq.layers, self.runtime.layout, states, manifest)
         one_sided_done()  # rank 0 writes it
 

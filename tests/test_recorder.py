@@ -104,6 +104,24 @@ def test_a_full_disk_names_run_jsonl(tmp_path):
         recorder.write(PHASE)
 
 
+def test_sync_puts_the_records_on_disk_before_a_checkpoint(tmp_path, monkeypatch):
+    """The eighteenth round: a resume refuses a checkpoint whose records end before it, so
+    the records are fsynced before each checkpoint (flushed only, a power loss could keep
+    the fsynced checkpoint and lose the records it follows)."""
+    import os
+
+    synced = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    recorder = Recorder(tmp_path / "run.jsonl", writes=True)
+    recorder.write(PHASE)
+    assert synced == []
+    recorder.sync()
+    assert synced == [recorder._file.fileno()]
+    recorder.close()
+    Recorder(tmp_path / "other.jsonl", writes=False).sync()  # other ranks hold no file
+    assert len(synced) == 1
+
+
 def test_other_ranks_write_nothing(tmp_path):
     path = tmp_path / "run.jsonl"
     shown = []
