@@ -50,7 +50,15 @@ from pipeplan.errors import (
 from pipeplan.fileio import give_output_modes, new_directories, write_failure
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
 from pipeplan.formats.base import CONFIG_LIMIT, MAX_CONFIG_BYTES, out_of_memory, read_input
-from pipeplan.formats.modelconfig import config_value_problem
+from pipeplan.formats.modelconfig import (
+    MAX_PARAMETERS,
+    PARAMETER_BYTES,
+    config_value_problem,
+    implied_shapes,
+    label_count,
+    label_map_problem,
+    size_problem,
+)
 from pipeplan.formats.presets import PRESETS
 
 log = logging.getLogger("pipeplan.models")
@@ -450,6 +458,10 @@ def build_with_hf(
     with _building(name_or_path):
         config = _make_config(source, family, name_or_path, dropout, task, num_labels)
         init = _choose_init(source, init, name_or_path)  # a broken config is reported first
+        # Before torch allocates: the weights' shapes, then the size the config asks for.
+        if init == "pretrained":
+            _check_weight_shapes(source, config)
+        _check_model_size(source, config, task, name_or_path)
         _check_padding_mask(family, config, padding_mask, name_or_path)
         shape, dtype = _input(family, config, seq_len or source.seq_len, seq_len is not None)
         with torch.random.fork_rng(devices=[]):
@@ -539,6 +551,7 @@ class _Source:
     seq_len: int | None  # a preset's
     directory: Path | None = None  # None for presets
     weights: str | None = None  # the weight file found in `directory`
+    config_file: Path | None = None  # its config.json (a directory's; or the path given)
 
 
 def _resolve(name_or_path: str) -> _Source:
@@ -573,7 +586,7 @@ def _resolve(name_or_path: str) -> _Source:
         if (found.exists() or found.is_symlink()) and not found.is_file():
             raise InputFileError(f"{found}: not a regular file; the weights are a file")
     weights = next((f for f in WEIGHT_FILES if (directory / f).is_file()), None)
-    return _Source(model_type, data, None, directory, weights)
+    return _Source(model_type, data, None, directory, weights, path)
 
 
 # The files a model folder holds besides config.json: given as MODEL, they were read as a config
@@ -685,6 +698,11 @@ def _make_config(
     import transformers
 
     config_dict = dict(source.config)
+    # transformers remakes label2id from id2label (or num_labels) unread: the file's is checked
+    # when its labels are the model's (a run's data of another label count writes both anew).
+    its_labels = num_labels in (None, label_count(config_dict))
+    if its_labels and (why := label_map_problem(config_dict)) is not None:
+        raise InputFileError(f"{name}: {why}")
     if dropout is not None:
         config_dict.update(dict.fromkeys(family.dropout, dropout))
     try:
@@ -890,6 +908,123 @@ def _max_len(family: Family, config: Any) -> int:
 # --------------------------------------------------------------------------- weights
 
 
+def _check_weight_shapes(source: _Source, config: Any) -> None:
+    """The tensors that pin each size of config.json (`modelconfig.implied_shapes`) have those
+    sizes in the safetensors header(s), read before anything is built: found by the eighteenth
+    round, vocab_size 10^9 beside weights of 128 tokens was allocated (128 GB) and the failure
+    blamed model.safetensors. A pytorch_model.bin is read whole by from_pretrained anyway.
+
+        _check_weight_shapes(source, config)
+        # InputFileError: m/config.json: vocab_size is 1000000000 but model.safetensors
+        # holds bert.embeddings.word_embeddings.weight of shape [128, 32] (dimension 0: 128); …
+    """
+    stored = _header_shapes(source)
+    for endings, dims in implied_shapes(config.to_dict(), source.family):
+        key = next((k for k in stored if any(_ends_with(k, e) for e in endings)), None)
+        if key is None:
+            continue  # not in the file: the loading report names what is missing
+        shape, file = stored[key]
+        expected = [value for _, value in dims]
+        if shape == expected:
+            continue
+        if len(shape) != len(expected):
+            found = f"{file.name} holds {key} of shape {shape}, but its config implies {expected}"
+        else:
+            at = next(i for i, (a, b) in enumerate(zip(shape, expected, strict=True)) if a != b)
+            label, value = dims[at]
+            found = f"{label} is {value} but {file.name} holds {key} of shape {shape}"
+            found += f" (dimension {at}: {shape[at]})"
+        raise InputFileError(
+            f"{source.config_file}: {found}; a config of another model, or damaged weights"
+        )
+
+
+def _ends_with(key: str, ending: str) -> bool:
+    return key == ending or key.endswith(f".{ending}")
+
+
+def _safetensors_files(source: _Source) -> list[Path]:
+    """The safetensors file(s) of the source's weights: [] for a pytorch_model.bin."""
+    assert source.directory is not None and source.weights is not None
+    if source.weights == "model.safetensors":
+        return [source.directory / source.weights]
+    if source.weights == "model.safetensors.index.json":
+        index = _read_config(source.directory / source.weights)
+        shards = index.get("weight_map", {})
+        if not isinstance(shards, dict):
+            raise InputFileError(
+                f"{source.directory / source.weights}: weight_map is not an object"
+            )
+        return [source.directory / str(f) for f in sorted(set(shards.values()), key=str)]
+    return []
+
+
+def _read_header(file: Path) -> dict[str, tuple[str, list[int]]]:
+    """Each tensor of a safetensors file: (dtype, shape), from its header; nothing loaded."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as handle:
+            slices = {k: handle.get_slice(k) for k in handle.keys()}  # noqa: SIM118 (a safe_open, not a dict)
+            return {k: (s.get_dtype(), list(s.get_shape())) for k, s in slices.items()}
+    except (OSError, SafetensorError) as exc:
+        raise InputFileError(f"{file}: cannot read its header ({_first(exc)})") from None
+
+
+def _header_shapes(source: _Source) -> dict[str, tuple[list[int], Path]]:
+    return {
+        key: (shape, file)
+        for file in _safetensors_files(source)
+        for key, (_, shape) in _read_header(file).items()
+    }
+
+
+def _check_model_size(source: _Source, config: Any, task: str, name: str) -> None:
+    """The parameters config.json asks for (`modelconfig.parameter_terms`, from its sizes) at
+    most `MAX_PARAMETERS` and, in float32, at most this machine's memory: checked before torch
+    allocates (the eighteenth round's hidden_size 2^20 asked for 4 TB).
+
+        _check_model_size(source, config, "classification", "m")
+        # InputFileError: m/config.json: hidden_size 1048576 makes a model of … parameters
+        # (… GiB in float32); more than this process may use (23.4 GiB: its physical memory)
+    """
+    limit, bound = MAX_PARAMETERS, f"a model has at most {MAX_PARAMETERS:,} parameters"
+    memory = memory_limit()
+    if memory is not None and memory[0] // PARAMETER_BYTES < limit:
+        limit = memory[0] // PARAMETER_BYTES
+        bound = f"more than this process may use ({memory[0] / 2**30:,.1f} GiB: {memory[1]})"
+    why = size_problem(config.to_dict(), source.family, task, limit, bound)
+    if why is not None:
+        raise InputFileError(f"{source.config_file or name}: {why}")
+
+
+# Where Linux states a container's memory limit (cgroup v2, v1).
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def memory_limit() -> tuple[int, str] | None:
+    """The most memory this process may use, in bytes, and what sets it: the least of the
+    physical memory, `ulimit -v` / `-d` and the cgroup's limit (None when none is known).
+
+        memory_limit()   # (25186529280, "its physical memory")
+    """
+    import resource
+
+    found = []
+    with contextlib.suppress(ValueError, OSError):
+        found.append(
+            (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "its physical memory")
+        )
+    for kind, what in ((resource.RLIMIT_AS, "ulimit -v"), (resource.RLIMIT_DATA, "ulimit -d")):
+        soft, _ = resource.getrlimit(kind)
+        if soft != resource.RLIM_INFINITY:
+            found.append((soft, what))
+    for path in _CGROUP_LIMITS:
+        with contextlib.suppress(ValueError, OSError):
+            found.append((int(Path(path).read_text()), f"the cgroup's {Path(path).name}"))
+    return min(found) if found else None
+
+
 def _instantiate(
     family: Family, task: str, config: Any, source: _Source, init: str
 ) -> tuple[nn.Module, dict[str, Any] | None]:
@@ -900,7 +1035,7 @@ def _instantiate(
 
     cls = getattr(transformers, family.models[task])
     if init == "random":
-        return cls(config), None  # hidden_size 10**6 (122 GB of weights): `_building` says so
+        return cls(config), None  # a size beyond memory was refused first (`_check_model_size`)
     try:
         with _quiet_transformers():
             model, loading = cls.from_pretrained(
@@ -935,27 +1070,11 @@ def _check_stored_dtypes(model: nn.Module, source: _Source) -> None:
     """Each tensor of the safetensors file(s) is of the model tensor's kind it loads into,
     float for float, integer for integer (BERT's int64 position_ids stay integers); read
     from the headers, nothing materialised."""
-    from safetensors import SafetensorError, safe_open
-
-    assert source.directory is not None and source.weights is not None
-    if source.weights == "model.safetensors":
-        files = [source.directory / source.weights]
-    elif source.weights == "model.safetensors.index.json":
-        index = _read_config(source.directory / source.weights)
-        shards = index.get("weight_map", {})
-        files = [source.directory / str(f) for f in sorted(set(shards.values()))]
-    else:
-        return  # pytorch_model.bin: its tensors are read whole by from_pretrained anyway
     tensors = dict(model.named_parameters(remove_duplicate=False))
     tensors.update(model.named_buffers(remove_duplicate=False))
     prefix = getattr(model, "base_model_prefix", "")
-    for file in files:
-        try:
-            with safe_open(str(file), framework="pt") as handle:
-                stored = {k: handle.get_slice(k).get_dtype() for k in handle.keys()}  # noqa: SIM118 (a safe_open, not a dict)
-        except (OSError, SafetensorError) as exc:
-            raise InputFileError(f"{file}: cannot read its header ({_first(exc)})") from None
-        for key, dtype in stored.items():
+    for file in _safetensors_files(source):  # none for pytorch_model.bin: read whole anyway
+        for key, (dtype, _) in _read_header(file).items():
             target = next(
                 (
                     tensors[k]

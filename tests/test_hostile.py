@@ -1234,7 +1234,7 @@ USER_INPUTS = {  # found by an independent round: each gave a traceback
         '{"model_type": "bert", "hidden_size": 1000000, "num_hidden_layers": 2, '
         '"num_attention_heads": 1, "intermediate_size": 4, "vocab_size": 30522}',
         "profile {dir} --out {dir}/p.json --micro-batch-sizes 1 --repeats 1 --warmup 0",
-        "cannot build the model",
+        "hidden_size 1000000 makes a model of",  # refused before it is built (eighteenth round)
     ),
 }
 
@@ -1762,11 +1762,24 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
         {**VIT_CONFIG, "num_channels": 0},
         "num_channels must be an integer ≥ 1",
     ),
+    # Found by the eighteenth round: without id2label, transformers makes LABEL_0..LABEL_1 and
+    # drops the file's label2id unread; other names or an id beyond the labels were profiled.
+    "label2id of other names than the default id2label": (
+        {**BERT_CONFIG, "label2id": {"X": 0, "Y": 5}},
+        "label2id is not the inverse of id2label (none given: LABEL_0..LABEL_1 for 2 labels)",
+    ),
+    "label2id with an id beyond num_labels": (
+        {**BERT_CONFIG, "label2id": {"LABEL_0": 0, "LABEL_1": 5}},
+        "label2id is not the inverse of id2label (none given: LABEL_0..LABEL_1 for 2 labels): "
+        "it gives 'LABEL_1' id 5; the ids are 0..1",
+    ),
 }
 
 
 # A run's data sets num_labels, which writes id2label and label2id anew: only profile reads them.
 LABEL_CASES = {"id2label with ids 0 and 5", "label2id contradicting id2label"}
+LABEL_CASES |= {"label2id of other names than the default id2label"}
+LABEL_CASES |= {"label2id with an id beyond num_labels"}
 MODEL_COMMANDS = [
     (case, command)
     for case in MODEL_CONFIGS
@@ -1795,6 +1808,118 @@ def test_model_configs_the_builders_reject_are_one_line(tmp_path, capsys, case, 
         argv += ["--micro-batch-sizes", "1", "--warmup", "0"]
     refused_quietly(argv, tmp_path / "in", capsys, (f"{model}: ", fragment))
     assert not (tmp_path / "p.json").exists()
+
+
+# config.json's sizes past the stated bound (`modelconfig.MAX_PARAMETERS`, 10^12 parameters;
+# a machine's memory is less), and the size the one line names.
+OVERSIZED_CONFIGS = {
+    "bert vocab_size 10^11": ({**BERT_CONFIG, "vocab_size": 10**11}, "vocab_size 100000000000"),
+    "bert hidden_size 2^20": ({**BERT_CONFIG, "hidden_size": 2**20}, "hidden_size 1048576"),
+    "bert intermediate_size 10^12": (
+        {**BERT_CONFIG, "intermediate_size": 10**12},
+        "intermediate_size 1000000000000",
+    ),
+    "bert max_position_embeddings 10^11": (
+        {**BERT_CONFIG, "max_position_embeddings": 10**11},
+        "max_position_embeddings 100000000000",
+    ),
+    "roberta type_vocab_size 10^11": (
+        {**BERT_CONFIG, "model_type": "roberta", "pad_token_id": 1, "type_vocab_size": 10**11},
+        "type_vocab_size 100000000000",
+    ),
+    "electra embedding_size 10^11": (
+        {**BERT_CONFIG, "model_type": "electra", "embedding_size": 10**11},
+        "embedding_size 100000000000",
+    ),
+    "distilbert hidden_dim 10^12": (
+        {"model_type": "distilbert", "vocab_size": 512, "dim": 32, "n_layers": 2, "n_heads": 2}
+        | {"hidden_dim": 10**12},
+        "hidden_dim 1000000000000",
+    ),
+    "gpt2 n_inner 10^12": ({**GPT2_CONFIG, "n_inner": 10**12}, "n_inner 1000000000000"),
+    "gpt2 n_embd 2^20 (4 × n_embd inner)": (
+        {**GPT2_CONFIG, "n_embd": 2**20, "n_head": 2},
+        "n_embd 1048576",
+    ),
+    "llama intermediate_size 10^12": (
+        {**LLAMA_CONFIG, "intermediate_size": 10**12},
+        "intermediate_size 1000000000000",
+    ),
+    "llama head_dim 10^12": ({**LLAMA_CONFIG, "head_dim": 10**12}, "head_dim 1000000000000"),
+    "vit image_size 10^7": ({**VIT_CONFIG, "image_size": 10**7}, "image_size 10000000"),
+    "4096 blocks of width 2^16": (
+        {**BERT_CONFIG, "hidden_size": 2**16, "num_hidden_layers": 4096},
+        "hidden_size 65536",
+    ),
+}
+OVERSIZED_COMMANDS = [(c, m) for c in OVERSIZED_CONFIGS for m in ("run", "profile")]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "case, command", OVERSIZED_COMMANDS, ids=[f"{c}-{m}" for c, m in OVERSIZED_COMMANDS]
+)
+def test_config_sizes_past_the_stated_bound_are_refused_before_building(
+    tmp_path, capsys, case, command
+):
+    """Found by the eighteenth round: only num_hidden_layers had a stated limit; vocab_size
+    10^9, hidden_size 2^20 and intermediate_size 10^9 were allocated (128 GB, 4 TB) and the
+    failure blamed model.safetensors with an allocator dump. Every size of every family counts
+    towards the parameters config.json asks for, checked from its dictionary: one line naming
+    config.json, the size and the bound."""
+    config, size = OVERSIZED_CONFIGS[case]
+    model = tmp_path / "in" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(config))
+    image = config["model_type"] == "vit"
+    if command == "run":
+        argv = shlex.split(PREPARE.format(model=model, data="digits" if image else "synth-text"))
+        argv += ["--init", "random", "--runs-dir", str(tmp_path / "runs")]
+    else:
+        argv = ["profile", str(model), "--out", str(tmp_path / "p.json"), "--repeats", "1"]
+        argv += ["--micro-batch-sizes", "1", "--warmup", "0"]
+    where = f"{model / 'config.json'}: {size} makes a model of "
+    refused_quietly(argv, tmp_path / "in", capsys, (where, "GiB in float32); "))
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_config_beyond_this_machines_memory_is_refused_before_building(tmp_path, monkeypatch):
+    """Found by the eighteenth round: vocab_size 10^9 (3.2 × 10^10 parameters, under the
+    stated 10^12) was allocated, 128 GB, and failed in an allocator dump. What is built in
+    float32 must fit in the memory this process may use (here a limit of 1 GiB):
+
+        models.build("m/")   # m/config.json: vocab_size 1000000000 makes a model of …
+    """
+    from pipeplan import models
+    from pipeplan.errors import InputFileError
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({**BERT_CONFIG, "vocab_size": 10**9}))
+    monkeypatch.setattr(models, "memory_limit", lambda: (2**30, "a test's limit"))
+    with pytest.raises(InputFileError) as error:
+        models.build(str(model), init="random")
+    assert str(error.value) == (
+        f"{model / 'config.json'}: vocab_size 1000000000 makes a model of 32,000,020,386 "
+        "parameters (119.2 GiB in float32); more than this process may use (1.0 GiB: a test's "
+        "limit)"
+    )
+
+
+def test_the_memory_a_build_may_use_is_the_least_of_ram_ulimit_and_cgroup():
+    """Found by the eighteenth round: under `ulimit -v` a config's 128 GB model failed in an
+    allocator dump. The limit (1 GiB here, set in a child process after its imports) is what a
+    build is held to: `memory_limit()` → (1073741824, "ulimit -v")."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource\nfrom pipeplan.models import memory_limit\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (2**30, resource.RLIM_INFINITY))\n"
+        "print(memory_limit())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == f"({2**30}, 'ulimit -v')", out.stderr
 
 
 # config.json as text (json.dumps writes NaN and Infinity, which Python's json reads back),

@@ -646,6 +646,32 @@ def test_a_profile_held_to_its_config_checks_and_its_own_measurements(tmp_path, 
     plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
 
 
+# The shipped bert-tiny profile with a config.json edit a model folder is refused for.
+EIGHTEENTH = {
+    "config.vocab_size 10^15": (
+        _edit((("model", "config", "vocab_size"), 10**15)),
+        ("'model'", "config: vocab_size 1000000000000000 makes a model of 128,000,000,00"),
+    ),
+    "config.label2id naming other labels than id2label": (
+        _edit((("model", "config", "label2id"), {"X": 0, "Y": 5})),
+        ("'model'", "config: label2id is not the inverse of id2label: it gives 'X' id 0"),
+    ),
+    "config.label2id with an id beyond the labels": (
+        _edit((("model", "config", "label2id"), {"LABEL_0": 0, "LABEL_1": 5})),
+        ("'model'", "config: label2id is not the inverse of id2label: it gives 'LABEL_1' id 5"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", EIGHTEENTH)
+def test_a_profiles_config_is_held_to_the_size_bound_and_one_label_map(tmp_path, capsys, case):
+    """Found by the eighteenth round: config sizes without a stated bound were built (vocab_size
+    10^9: 128 GB) and label2id contradicting id2label was accepted, in a model folder; a
+    profile's config passes the same dictionary checks (`modelconfig`), so `plan` took them."""
+    doc, fragments = EIGHTEENTH[case]
+    plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
+
+
 def test_the_seventeenth_rounds_tolerances_leave_measured_profiles_alone():
     """Every shipped profile loads, as do the synthetic ones of every preset: the tolerances
     (no-grad 2× + 0.05 s, a 100× drop between sizes, a link fit within 10× of its samples)
@@ -803,8 +829,9 @@ DAMAGE = {
     "nan": "holds NaN or infinite values in bert.encoder.layer.0.attention.self.query.weight",
     "int32": "is stored as I32 but the model's is floating",
     "missing": "lacks 1 weights of the embeddings and blocks",
-    "shape": "holds bert.encoder.layer.0.attention.self.query.weight of shape [32, 10] but the "
-    "model of config.json expects [32, 32]",
+    # Found by the eighteenth round's fix: compared with config.json's sizes before building.
+    "shape": "config.json: hidden_size is 32 but model.safetensors holds "
+    "bert.encoder.layer.0.attention.self.query.weight of shape [32, 10] (dimension 1: 10)",
 }
 
 
@@ -819,6 +846,145 @@ def test_profile_checks_a_folders_weights_as_run_does(tmp_path, capsys, damage):
     argv = ["profile", str(model), "--out", str(out), "--micro-batch-sizes", "1"]
     refused([*argv, "--repeats", "1", "--warmup", "0"], tmp_path / "in", capsys, DAMAGE[damage])
     assert not out.exists()
+
+
+# A 1-block checkpoint of each family: its model class and config (each family's own keys).
+_SMALL = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+_IMAGE = dict(_SMALL, image_size=8, patch_size=2, num_channels=1)
+FAMILY_CHECKPOINTS = {
+    "bert": ("BertForSequenceClassification", "BertConfig", {**BERT, "num_hidden_layers": 1}),
+    "roberta": ("RobertaForSequenceClassification", "RobertaConfig", {**BERT, "pad_token_id": 1}),
+    "electra": (
+        "ElectraForSequenceClassification",
+        "ElectraConfig",
+        {**BERT, "embedding_size": 16},
+    ),
+    "distilbert": (
+        "DistilBertForSequenceClassification",
+        "DistilBertConfig",
+        dict(vocab_size=128, dim=32, n_layers=1, n_heads=2, hidden_dim=64),
+    ),
+    "vit": ("ViTForImageClassification", "ViTConfig", _IMAGE),
+    "deit": ("DeiTForImageClassification", "DeiTConfig", _IMAGE),
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(vocab_size=128, n_embd=32, n_layer=1, n_head=2)),
+    "llama": (
+        "LlamaForCausalLM",
+        "LlamaConfig",
+        dict(_SMALL, vocab_size=128, num_attention_heads=4, num_key_value_heads=2),
+    ),
+}
+# (family, config.json's edit, what the one line says after "config.json: "); the first three
+# are the eighteenth round's.
+WEIGHT_SHAPE_EDITS = {
+    "bert vocab_size 10^9": (
+        "bert",
+        {"vocab_size": 10**9},
+        "vocab_size is 1000000000 but model.safetensors holds "
+        "bert.embeddings.word_embeddings.weight of shape [128, 32] (dimension 0: 128)",
+    ),
+    "bert hidden_size 2^20": (
+        "bert",
+        {"hidden_size": 2**20},
+        "hidden_size is 1048576 but model.safetensors holds "
+        "bert.embeddings.word_embeddings.weight of shape [128, 32] (dimension 1: 32)",
+    ),
+    "bert intermediate_size 10^9": (
+        "bert",
+        {"intermediate_size": 10**9},
+        "intermediate_size is 1000000000 but model.safetensors holds "
+        "bert.encoder.layer.0.intermediate.dense.weight of shape [64, 32] (dimension 0: 64)",
+    ),
+    "roberta max_position_embeddings 10^6": (
+        "roberta",
+        {"max_position_embeddings": 10**6},
+        "max_position_embeddings is 1000000 but model.safetensors holds "
+        "roberta.embeddings.position_embeddings.weight of shape [64, 32] (dimension 0: 64)",
+    ),
+    "electra embedding_size 10^6": (
+        "electra",
+        {"embedding_size": 10**6},
+        "embedding_size is 1000000 but model.safetensors holds "
+        "electra.embeddings.word_embeddings.weight of shape [128, 16] (dimension 1: 16)",
+    ),
+    "distilbert hidden_dim 10^9": (
+        "distilbert",
+        {"hidden_dim": 10**9},
+        "hidden_dim is 1000000000 but model.safetensors holds "
+        "distilbert.transformer.layer.0.ffn.lin1.weight of shape [64, 32] (dimension 0: 64)",
+    ),
+    "vit image_size 1024": (
+        "vit",
+        {"image_size": 1024},
+        "(image_size / patch_size)² + 1 is 262145 but model.safetensors holds "
+        "vit.embeddings.position_embeddings of shape [1, 17, 32] (dimension 1: 17)",
+    ),
+    "deit num_channels 3": (
+        "deit",
+        {"num_channels": 3},
+        "num_channels is 3 but model.safetensors holds deit.embeddings.patch_embeddings."
+        "projection.weight of shape [32, 1, 2, 2] (dimension 1: 1)",
+    ),
+    "gpt2 n_inner 10^9": (
+        "gpt2",
+        {"n_inner": 10**9},
+        "n_inner is 1000000000 but model.safetensors holds transformer.h.0.mlp.c_fc.weight of "
+        "shape [32, 128] (dimension 1: 128)",
+    ),
+    "llama num_key_value_heads 1": (
+        "llama",
+        {"num_key_value_heads": 1},
+        "num_key_value_heads × head_dim is 8 but model.safetensors holds "
+        "model.layers.0.self_attn.k_proj.weight of shape [16, 32] (dimension 0: 16)",
+    ),
+}
+
+
+def _family_checkpoint(directory: Path, family: str, **save) -> Path:
+    model_class, config_class, sizes = FAMILY_CHECKPOINTS[family]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(**sizes)
+    getattr(transformers, model_class)(config).save_pretrained(directory, **save)
+    return directory
+
+
+@pytest.mark.parametrize("case", WEIGHT_SHAPE_EDITS)
+def test_config_sizes_are_held_to_the_weights_header_before_building(tmp_path, capsys, case):
+    """Found by the eighteenth round: a model folder whose config.json says vocab_size 10^9
+    beside weights of 128 tokens was built at that size (128 GB; hidden_size 2^20: 4 TB) and
+    the one line blamed model.safetensors with an allocator dump. The safetensors header's
+    shapes (no tensor loaded) are compared with those config.json implies, for each size of
+    each family: one line naming config.json, the size and both values."""
+    family, edit, fragment = WEIGHT_SHAPE_EDITS[case]
+    model = _family_checkpoint(tmp_path / "in" / "model", family)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, **edit}))
+    capsys.readouterr()  # save_pretrained's progress bar
+    out = tmp_path / "p.json"
+    argv = ["profile", str(model), "--out", str(out), "--micro-batch-sizes", "1", "--repeats"]
+    where = f"{model / 'config.json'}: {fragment}; a config of another model, or damaged weights"
+    refused([*argv, "1", "--warmup", "0"], tmp_path / "in", capsys, where)
+    assert not out.exists()
+
+
+def test_a_sharded_checkpoints_headers_are_read_for_the_shapes(tmp_path):
+    """Found by the eighteenth round (vocab_size 10^9 beside 128 tokens), with the weights in
+    shards named by model.safetensors.index.json: the shard holding the tensor is named."""
+    model = _family_checkpoint(tmp_path / "model", "bert", max_shard_size="20KB")
+    assert (model / "model.safetensors.index.json").exists()
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "vocab_size": 10**9}))
+    with pytest.raises(InputFileError) as error:
+        models.build(str(model))
+    assert "vocab_size is 1000000000 but model-0000" in str(error.value)
+    assert "bert.embeddings.word_embeddings.weight of shape [128, 32]" in str(error.value)
+
+
+def test_every_familys_checkpoint_passes_its_own_shapes(tmp_path):
+    """The shapes config.json implies are those transformers writes: an unedited checkpoint
+    of every family builds (the eighteenth round's check refuses none of them)."""
+    for family in FAMILY_CHECKPOINTS:
+        seq = models.build(str(_family_checkpoint(tmp_path / family, family)))
+        assert seq.family == family
 
 
 def test_profile_of_a_config_without_weights_still_draws_random_ones(tmp_path):

@@ -419,6 +419,35 @@ def test_the_light_config_tables_are_transformers_and_the_families():
     assert set(DECODER_FAMILIES) == {n for n, f in FAMILIES.items() if f.kind == "decoder"}
 
 
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_parameters_and_shapes_a_config_implies_are_transformers(family):
+    """Found by the eighteenth round: config sizes were built whatever they asked (vocab_size
+    10^9: 128 GB). The dictionary-only count (`modelconfig.parameter_terms`, the bound's) and
+    shapes (`implied_shapes`, the weights' header check) are transformers' own, for each task,
+    label count, tied or untied head and grouped-query width; built on the meta device."""
+    import transformers
+
+    from pipeplan.formats.modelconfig import implied_shapes, parameter_terms
+
+    edits = [{}, {"num_labels": 5}, {"tie_word_embeddings": False}]
+    if family == "llama":
+        edits += [{"num_key_value_heads": 8, "head_dim": 64}, {"attention_bias": True}]
+    if family == "gpt2":
+        edits += [{"n_inner": 100}]
+    for task, model_class in FAMILIES[family].models.items():
+        for edit in edits:
+            config = getattr(transformers, FAMILIES[family].config_class)(**edit)
+            with torch.device("meta"):
+                model = getattr(transformers, model_class)(config)
+            config_dict = json.loads(config.to_json_string(use_diff=False))
+            terms = parameter_terms(config_dict, family, task)
+            assert sum(n for n, _ in terms) == sum(p.numel() for p in model.parameters()), edit
+            shapes = {k: list(v.shape) for k, v in model.state_dict().items()}
+            for endings, dims in implied_shapes(config_dict, family):
+                found = [k for k in shapes if any(k.endswith(f".{e}") for e in endings)]
+                assert found and shapes[found[0]] == [v for _, v in dims], (edit, endings)
+
+
 def test_plan_loads_a_profile_without_importing_torch():
     """`plan` checks a profile's config with its dictionary alone: the seventeenth round's
     config checks, done with transformers' classes, made `plan` import torch (1.1 s → 6 s)."""

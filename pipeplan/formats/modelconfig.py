@@ -50,9 +50,48 @@ def config_value_problem(config: dict[str, Any], family: str) -> str | None:
         # A RoPE base of 0 or less gives infinite or NaN rotary frequencies.
         if not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
             return f"{where} is {value!r}; a RoPE base is a number > 0"
+    if (why := label_map_problem(config)) is not None:
+        return why
     if family in ("vit", "deit"):
         return None
     return token_id_problem(config, DEFAULT_TOKEN_IDS.get(family, {}))
+
+
+def label_map_problem(config: dict[str, Any]) -> str | None:
+    """label2id, when the config has one, as the inverse of id2label: the config's, or the
+    LABEL_0..LABEL_{n-1} that transformers makes for num_labels (default 2) without one,
+    whereupon it drops label2id unread. Found by the eighteenth round: label2id {"X": 0,
+    "Y": 5} beside 2 labels was accepted.
+
+        label_map_problem({"id2label": {"0": "neg", "1": "pos"}, "label2id": {"neg": 0, "x": 5}})
+        # "label2id is not the inverse of id2label: it gives 'x' id 5; the ids are 0..1"
+    """
+    label2id = config.get("label2id")
+    if label2id is None:
+        return None
+    id2label, where = config.get("id2label"), "id2label"
+    if not isinstance(id2label, dict):
+        labels = label_count(config)
+        id2label = {i: f"LABEL_{i}" for i in range(labels)}
+        where = f"id2label (none given: LABEL_0..LABEL_{labels - 1} for {labels} labels)"
+    names = {str(name): str(i) for i, name in id2label.items()}  # JSON keys are strings
+    if not isinstance(label2id, dict):
+        return f"label2id is {label2id!r}; a label map is an object of label → id"
+    ids = sorted(names.values(), key=lambda i: (len(i), i))
+    not_inverse = f"label2id is not the inverse of {where}"
+    for name, i in label2id.items():
+        if str(i) not in ids:
+            return f"{not_inverse}: it gives {name!r} id {i!r}; the ids are {ids[0]}..{ids[-1]}"
+        if names.get(str(name)) != str(i):
+            other = _name(id2label, i)
+            return f"{not_inverse}: it gives {name!r} id {i!r}, but id {i} is {other!r}"
+    if len(label2id) != len(names):
+        return f"{not_inverse}: it has {len(label2id)} labels, not {len(names)}"
+    return None
+
+
+def _name(id2label: dict[Any, Any], i: Any) -> Any:
+    return next((name for key, name in id2label.items() if str(key) == str(i)), None)
 
 
 def rope_thetas(config: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -88,3 +127,236 @@ def token_id_problem(config: dict[str, Any], defaults: dict[str, Any]) -> str | 
         if not ids or not all(type(i) is int and 0 <= i < vocab for i in ids):
             return f"{key} {value!r} is not a token id of its vocabulary (0..{vocab - 1})"
     return None
+
+
+# --------------------------------------------------------------------------- sizes
+
+# Parameters a config may ask for: a stated bound far above any model pipeplan can build whole
+# (Llama-3-405B has 4 × 10^11); `pipeplan.models` also holds a model to the memory it is built
+# in. Found by the eighteenth round: vocab_size 10^9 was allocated (128 GB) and the failure
+# blamed the weights file.
+MAX_PARAMETERS = 10**12
+# A parameter's bytes as models are built (float32).
+PARAMETER_BYTES = 4
+# Each family's own config keys for the sizes its dictionary keeps (transformers'
+# attribute_map maps hidden_size etc. to these; the dictionary holds the family's names).
+_KEYS = {
+    "distilbert": {
+        "hidden": "dim",
+        "inner": "hidden_dim",
+        "layers": "n_layers",
+        "heads": "n_heads",
+    },
+    "gpt2": {"hidden": "n_embd", "inner": "n_inner", "layers": "n_layer", "heads": "n_head"},
+}
+_GPT2_POSITIONS = "n_positions"
+_COMMON_KEYS = {
+    "hidden": "hidden_size",
+    "inner": "intermediate_size",
+    "layers": "num_hidden_layers",
+    "heads": "num_attention_heads",
+}
+# A dimension of a tensor: the config key (or expression) it comes from and its value.
+Dim = tuple[str, int]
+
+
+def model_sizes(config: dict[str, Any], family: str) -> dict[str, Dim] | None:
+    """Each size that shapes the model's tensors, by role, with its config key, or None when one
+    is missing or not an integer ≥ 1 (refused elsewhere, or a partial profile config):
+
+        model_sizes({"n_embd": 64, "n_inner": None, ...}, "gpt2")["inner"]   # ("4 × n_embd", 256)
+    """
+    keys = {**_COMMON_KEYS, **_KEYS.get(family, {})}
+    keys |= {"vocab": "vocab_size", "positions": "max_position_embeddings"}
+    keys |= {"types": "type_vocab_size", "embedding": "embedding_size"}
+    keys |= {"kv": "num_key_value_heads", "head_dim": "head_dim", "channels": "num_channels"}
+    keys |= {"patch": "patch_size", "image": "image_size"}
+    if family == "gpt2":
+        keys["positions"] = _GPT2_POSITIONS
+    sizes = {role: (key, config.get(key)) for role, key in keys.items()}
+    if family == "gpt2" and sizes["inner"][1] is None and _size(sizes["hidden"]):
+        sizes["inner"] = ("4 × n_embd", 4 * sizes["hidden"][1])  # GPT-2's MLP when unset
+    if family == "llama":
+        if sizes["kv"][1] is None:
+            sizes["kv"] = sizes["heads"]  # multi-head attention
+        if sizes["head_dim"][1] is None and _size(sizes["hidden"]) and _size(sizes["heads"]):
+            hidden, heads = sizes["hidden"][1], sizes["heads"][1]
+            sizes["head_dim"] = ("hidden_size / num_attention_heads", hidden // heads)
+    needed = ["hidden", "inner", "layers", "heads", *_FAMILY_ROLES.get(family, [])]
+    if not all(_size(sizes[role]) for role in needed):
+        return None
+    return {role: sizes[role] for role in needed}
+
+
+_FAMILY_ROLES = {
+    "bert": ["vocab", "positions", "types"],
+    "roberta": ["vocab", "positions", "types"],
+    "electra": ["vocab", "positions", "types", "embedding"],
+    "distilbert": ["vocab", "positions"],
+    "vit": ["channels", "patch", "image"],
+    "deit": ["channels", "patch", "image"],
+    "gpt2": ["vocab", "positions"],
+    "llama": ["vocab", "kv", "head_dim"],
+}
+
+
+def _size(dim: tuple[str, Any]) -> bool:
+    return type(dim[1]) is int and dim[1] >= 1
+
+
+def implied_shapes(config: dict[str, Any], family: str) -> list[tuple[tuple[str, ...], list[Dim]]]:
+    """The shapes of the tensors that pin each size, as config.json implies them: (the tensor's
+    key endings in a checkpoint, new and legacy names; its dimensions). Empty when a size is
+    missing. A checkpoint's header is held to them before anything is built:
+
+        implied_shapes({"vocab_size": 128, "hidden_size": 32, ...}, "bert")[0]
+        # (("embeddings.word_embeddings.weight",), [("vocab_size", 128), ("hidden_size", 32)])
+    """
+    s = model_sizes(config, family)
+    if s is None:
+        return []
+    hidden, inner = s["hidden"], s["inner"]
+    if family in ("bert", "roberta", "electra", "distilbert"):
+        width = s.get("embedding", hidden)
+        shapes = [
+            (("embeddings.word_embeddings.weight",), [s["vocab"], width]),
+            (("embeddings.position_embeddings.weight",), [s["positions"], width]),
+        ]
+        if family == "distilbert":
+            shapes.append((("layer.0.attention.q_lin.weight",), [hidden, hidden]))
+            return [*shapes, (("layer.0.ffn.lin1.weight",), [inner, hidden])]
+        shapes.append((("embeddings.token_type_embeddings.weight",), [s["types"], width]))
+        if width != hidden:
+            shapes.append((("embeddings_project.weight",), [hidden, width]))
+        shapes.append((("layer.0.attention.self.query.weight",), [hidden, hidden]))
+        return [*shapes, (("layer.0.intermediate.dense.weight",), [inner, hidden])]
+    if family in ("vit", "deit"):
+        patch = s["patch"]
+        tokens = (s["image"][1] // patch[1]) ** 2 + (2 if family == "deit" else 1)
+        where = "(image_size / patch_size)² + " + ("2" if family == "deit" else "1")
+        return [
+            (
+                ("embeddings.patch_embeddings.projection.weight",),
+                [hidden, s["channels"], patch, patch],
+            ),
+            (("embeddings.position_embeddings",), [("1", 1), (where, tokens), hidden]),
+            (
+                ("layer.0.attention.attention.query.weight", "layers.0.attention.q_proj.weight"),
+                [hidden, hidden],
+            ),
+            (
+                ("layer.0.intermediate.dense.weight", "layers.0.mlp.fc1.weight"),
+                [inner, hidden],
+            ),
+        ]
+    if family == "gpt2":
+        return [
+            (("wte.weight",), [s["vocab"], hidden]),
+            (("wpe.weight",), [s["positions"], hidden]),
+            (("h.0.attn.c_proj.weight",), [hidden, hidden]),  # Conv1D: (in, out)
+            (("h.0.mlp.c_fc.weight",), [hidden, inner]),
+        ]
+    heads, kv, head_dim = s["heads"], s["kv"], s["head_dim"]
+    query = (f"{heads[0]} × {head_dim[0]}", heads[1] * head_dim[1])
+    keys = (f"{kv[0]} × {head_dim[0]}", kv[1] * head_dim[1])
+    return [
+        (("embed_tokens.weight",), [s["vocab"], hidden]),
+        (("layers.0.self_attn.q_proj.weight",), [query, hidden]),
+        (("layers.0.self_attn.k_proj.weight",), [keys, hidden]),
+        (("layers.0.mlp.gate_proj.weight",), [inner, hidden]),
+    ]
+
+
+def parameter_terms(
+    config: dict[str, Any], family: str, task: str | None = None
+) -> list[tuple[int, list[Dim]]]:
+    """The model's parameters as config.json implies them, in terms (count, the sizes it
+    grows with): the vocabulary and position tables, the blocks, the head. Empty when a size
+    is missing. Their sum is the model's parameter count (a test holds it to transformers')."""
+    s = model_sizes(config, family)
+    if s is None:
+        return []
+    h, i = s["hidden"][1], s["inner"][1]
+    labels = label_count(config)
+    block = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h  # attention, MLP, two norms
+    if family == "llama":
+        q, kv = s["heads"][1] * s["head_dim"][1], s["kv"][1] * s["head_dim"][1]
+        block = 2 * h * q + 2 * h * kv + 3 * h * i + 2 * h
+        block += (q + 2 * kv + h) * bool(config.get("attention_bias"))
+        block += (2 * i + h) * bool(config.get("mlp_bias"))
+    grows = [s["layers"], s["hidden"], s["inner"]]
+    if family == "llama":
+        grows += [s["heads"], s["kv"], s["head_dim"]]
+    blocks = (s["layers"][1] * block, grows)
+    return [*_embedding_terms(s, family), blocks, _head_term(config, s, family, task, labels)]
+
+
+def label_count(config: dict[str, Any]) -> int:
+    """The labels a classifier of this config has: id2label's, else num_labels (default 2)."""
+    id2label = config.get("id2label")
+    if isinstance(id2label, dict):
+        return len(id2label)
+    labels = config.get("num_labels")
+    return labels if type(labels) is int and labels >= 1 else 2
+
+
+def _embedding_terms(s: dict[str, Dim], family: str) -> list[tuple[int, list[Dim]]]:
+    h = s["hidden"][1]
+    if family in ("vit", "deit"):
+        c, p, image = s["channels"][1], s["patch"][1], s["image"][1]
+        tokens = (image // p) ** 2 + (2 if family == "deit" else 1)
+        extra = 2 * h if family == "deit" else h  # cls (and distillation) token
+        patches = h * c * p * p + h + extra + tokens * h
+        return [(patches, [s["image"], s["patch"], s["channels"], s["hidden"]])]
+    width = s.get("embedding", s["hidden"])
+    e = width[1]
+    tables = [
+        s[role] for role in ("vocab", "positions", "types") if role in s
+    ]  # Llama: no positions
+    terms = [(rows * e, [(key, rows), width]) for key, rows in tables]
+    norm = 0 if family in ("gpt2", "llama") else 2 * e
+    project = e * h + h if e != h else 0  # ELECTRA's embeddings_project
+    return [*terms, (norm + project, [width])]
+
+
+def _head_term(
+    config: dict[str, Any], s: dict[str, Dim], family: str, task: str | None, labels: int
+) -> tuple[int, list[Dim]]:
+    h = s["hidden"][1]
+    classifier = labels * h + labels
+    if family in ("vit", "deit"):
+        return 2 * h + classifier, [s["hidden"]]
+    if family in ("gpt2", "llama"):
+        norm = 2 * h if family == "gpt2" else h
+        if task == "classification":
+            return norm + labels * h, [s["hidden"]]  # score, no bias
+        untied = config.get("tie_word_embeddings") is False
+        return norm + untied * s["vocab"][1] * h, [s["vocab"], s["hidden"]]
+    return h * h + h + classifier, [s["hidden"]]  # pooler or classifier.dense
+
+
+def size_problem(
+    config: dict[str, Any],
+    family: str,
+    task: str | None = None,
+    limit: int = MAX_PARAMETERS,
+    bound: str = f"a model has at most {MAX_PARAMETERS:,} parameters",
+) -> str | None:
+    """The config's size in words when it asks for more than `limit` parameters, or None; it
+    names the largest size of the largest term (`bound` says what the limit is):
+
+        size_problem({"vocab_size": 10**15, ...}, "bert")
+        # "vocab_size 1000000000000000 makes a model of 768,000,000,…; a model has at most …"
+    """
+    terms = parameter_terms(config, family, task)
+    total = sum(count for count, _ in terms)
+    if total <= limit:
+        return None
+    _, dims = max(terms, key=lambda term: term[0])
+    # A size the file states (not GPT-2's derived 4 × n_embd: n_embd is named instead).
+    stated = [dim for dim in dims if dim[0] in config] or dims
+    key, value = max(stated, key=lambda dim: dim[1])
+    gib = total * PARAMETER_BYTES / 2**30
+    return (
+        f"{key} {value} makes a model of {total:,} parameters ({gib:,.1f} GiB in float32); {bound}"
+    )

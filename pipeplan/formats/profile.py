@@ -34,7 +34,7 @@ from pipeplan.formats.base import (
     out_of_memory,
     read_input,
 )
-from pipeplan.formats.modelconfig import config_value_problem
+from pipeplan.formats.modelconfig import config_value_problem, size_problem
 from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
 
 # The longest name or version string a profile keeps: the profiler writes a few dozen
@@ -156,9 +156,12 @@ def _check_model_config(model: ModelInfo) -> None:
     ids and an image model float32 pixels, and num_labels is the config's (its vocabulary for
     causal-lm). Found by the seventeenth round: layer_norm_eps 0, pad_token_id 10^6, task
     causal-lm on a BERT, input_dtype float32 on a BERT and num_labels 7 beside 2 labels were
-    all planned."""
+    all planned; the eighteenth round's sizes past `modelconfig.MAX_PARAMETERS` and a label2id
+    contradicting id2label are refused too."""
     config = model.config
     if (why := config_value_problem(config, model.family)) is not None:
+        raise ValueError(f"config: {why}")
+    if (why := size_problem(config, model.family, model.task)) is not None:
         raise ValueError(f"config: {why}")
     if model.task == "causal-lm" and model.family not in DECODER_FAMILIES:
         raise ValueError(
