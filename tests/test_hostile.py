@@ -1773,6 +1773,15 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
         "label2id is not the inverse of id2label (none given: LABEL_0..LABEL_1 for 2 labels): "
         "it gives 'LABEL_1' id 5; the ids are 0..1",
     ),
+    # Found by the eighteenth round: accepted and read as no chunking and absolute positions.
+    "bert chunk_size_feed_forward -1": (
+        {**BERT_CONFIG, "chunk_size_feed_forward": -1},
+        "chunk_size_feed_forward is -1; a chunk size is an integer ≥ 0",
+    ),
+    "bert position_embedding_type zorp": (
+        {**BERT_CONFIG, "position_embedding_type": "zorp"},
+        "position_embedding_type is 'zorp'; one of absolute, relative_key, relative_key_query",
+    ),
 }
 
 

@@ -31,9 +31,14 @@ DEFAULT_TOKEN_IDS: dict[str, dict[str, int]] = {
 }
 
 
+# The position embeddings of the BERT-like families (transformers' `position_embedding_type`).
+POSITION_TYPES = ("absolute", "relative_key", "relative_key_query")
+
+
 def config_value_problem(config: dict[str, Any], family: str) -> str | None:
     """What is wrong with the config's values, in words, or None: norm epsilons > 0,
-    dropouts in [0, 1), initializer_range ≥ 0, pretraining_tp an integer ≥ 1, every RoPE base
+    dropouts in [0, 1), initializer_range ≥ 0, pretraining_tp an integer ≥ 1, a feed-forward
+    chunk size ≥ 0, a known position embedding type, every RoPE base
     > 0, and (text models) every token id inside the vocabulary but the family's defaults."""
     for key, value in config.items():
         number = isinstance(value, int | float) and not isinstance(value, bool)
@@ -46,6 +51,12 @@ def config_value_problem(config: dict[str, Any], family: str) -> str | None:
             return f"{key} is {value!r}; a standard deviation is a number ≥ 0"
         if key == "pretraining_tp" and not (type(value) is int and value >= 1):
             return f"{key} is {value!r}; a tensor-parallel degree is an integer ≥ 1"
+        # Found by the eighteenth round: -1 and 'zorp' were accepted (transformers reads any
+        # unknown position type as absolute, and a chunk size < 0 as none).
+        if key == "chunk_size_feed_forward" and not (type(value) is int and value >= 0):
+            return f"{key} is {value!r}; a chunk size is an integer ≥ 0 (0: no chunking)"
+        if key == "position_embedding_type" and value not in POSITION_TYPES:
+            return f"{key} is {value!r}; one of {', '.join(POSITION_TYPES)}"
     for where, value in rope_thetas(config):
         # A RoPE base of 0 or less gives infinite or NaN rotary frequencies.
         if not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
