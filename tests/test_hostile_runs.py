@@ -864,6 +864,86 @@ def test_resume_refuses_records_that_contradict_their_phase(finished_run, tmp_pa
     refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragments)
 
 
+# ----------------------------------------------------------------- eighteenth round: records
+# Records that each agree with their own steps and contradict their run: its layers, its
+# layout, its epochs. Each damage works on report's, calibrate's and a real run's records.
+
+
+def _global_batch(phase: dict) -> int:
+    layout = phase["layout"]
+    return len(layout["rank_map"]) * layout["micro_batches"] * layout["micro_batch_size"]
+
+
+def _closed_epoch(lines: list[dict]) -> int:
+    """The last epoch record; calibrate's records (phases and steps of one epoch) get one
+    closing their epoch as the executor writes it, every active layer's norm included."""
+    if any(line["kind"] == "epoch" for line in lines):
+        return _last(lines, "epoch")
+    steps, phase = _steps(lines), lines[_last(lines, "phase")]
+    losses = [s["loss"] for s in steps if s["loss"] is not None]
+    frozen = phase["layout"]["frozen_layers"]
+    record = dict(kind="epoch", epoch=0, phase=steps[0]["phase"], frozen_layers=frozen)
+    record |= dict(steps=len(steps), epoch_s=1.0, eval_accuracy=None)
+    record["train_loss"] = sum(losses) / len(losses) if losses else None
+    record["samples_per_s"] = len(steps) * _global_batch(phase) / 1.0
+    layers = phase["layout"]["boundaries"][-1]
+    record["grad_norms"] = {str(layer): 0.5 for layer in range(frozen, layers)}
+    lines.append(record)
+    return len(lines) - 1
+
+
+def _grad_norms_lacking_an_active_layer(lines: list[dict]) -> tuple[int, str]:
+    """Every active layer's norm (report's records have none: a record of no step) but one."""
+    i = _closed_epoch(lines)
+    layers = lines[_last(lines[:i], "phase")]["layout"]["boundaries"][-1]
+    active = range(lines[i]["frozen_layers"], layers)
+    lines[i]["grad_norms"] = {str(layer): 0.5 for layer in active}
+    layer = layers - 2  # below the head: an active block
+    del lines[i]["grad_norms"][str(layer)]
+    return i, f"epoch {lines[i]['epoch']}: grad_norms lacks active layer {layer}: every active"
+
+
+RUN_CONTRADICTIONS = [
+    _grad_norms_lacking_an_active_layer,
+]
+
+
+@pytest.mark.parametrize(
+    "command, damage",
+    [(c, d) for c in ("report", "calibrate") for d in RUN_CONTRADICTIONS],
+    ids=lambda v: v.__name__.strip("_") if callable(v) else v,
+)
+def test_records_that_contradict_their_run_are_refused(tmp_path, capsys, command, damage):
+    """Found by the eighteenth round: report and calibrate took (exit 0) an epoch's grad_norms
+    without active layer 3 (only the checkpoint's gradient history was held to every active
+    layer), 5 cache hits on a step of a phase that froze nothing and so cached nothing, and a
+    forecast case of 5 epochs ([0, 4, 4, 4, 4]) in a 2-epoch run. Each is refused on its line,
+    naming the field."""
+    run, argv = _readable(tmp_path, command)
+    refused(argv, tmp_path, capsys, _damaged(run, damage))
+
+
+def test_an_epoch_closed_as_the_executor_writes_it_is_read(tmp_path):
+    """The undamaged epoch record the cases above damage is read: what they refuse is the
+    damage alone."""
+    run, argv = _readable(tmp_path, "calibrate")
+    lines = _lines(run)
+    _closed_epoch(lines)
+    _rewrite(run, lines)
+    assert cli.main(argv) == 0
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("damage", RUN_CONTRADICTIONS, ids=lambda f: f.__name__.strip("_"))
+def test_resume_refuses_records_that_contradict_their_run(finished_run, tmp_path, capsys, damage):
+    """Found by the eighteenth round: the same checks are `check_records`'s, which --resume
+    reads with its run.json; each stops the resume before any rank starts."""
+    run = copy_run(finished_run, tmp_path)
+    fragments = _damaged(run, damage)
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragments)
+
+
 # ----------------------------------------------------------------------------- tenth round
 
 

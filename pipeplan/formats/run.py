@@ -1013,7 +1013,8 @@ def _check_train_loss(epoch: EpochRecord, steps: list[StepRecord], where: str) -
 
 def _check_grad_norms(epoch: EpochRecord, phase: PhaseRecord, where: str) -> None:
     """Keys are the active layers' indices, written as `str(index)`: frozen_layers up to the
-    last layer of the model (a frozen layer has no gradient; '03' would be layer 3 twice)."""
+    last layer of the model (a frozen layer has no gradient; '03' would be layer 3 twice),
+    each of them (`_check_every_active_layer`)."""
     layers = phase.layout.boundaries[-1]
     for key in epoch.grad_norms:
         index = int(key) if key.isdecimal() and key.isascii() else None
@@ -1028,6 +1029,29 @@ def _check_grad_norms(epoch: EpochRecord, phase: PhaseRecord, where: str) -> Non
                 f"layers are {epoch.frozen_layers}..{layers - 1} (frozen_layers "
                 f"{epoch.frozen_layers} of {layers})"
             )
+    _check_every_active_layer(epoch, layers, where)
+
+
+def _check_every_active_layer(epoch: EpochRecord, layers: int, where: str) -> None:
+    """Norms that name any layer name every active one: replica 0's stages measure every
+    layer that trains at each step (`executor.worker.Worker.gather_grad_norms`), and the
+    epoch's active layers are its phase's from the last freeze decision on. Empty, the epoch
+    measured no step (the checkpoint's `grad_history` reads alike). A layer left out was
+    charted and calibrated from as if the run had never measured it.
+
+        _check_every_active_layer(epoch, 10, "run.jsonl:6")   # frozen_layers 0: '0'..'9'
+    """
+    if not epoch.grad_norms:
+        return
+    missing = next(
+        (i for i in range(epoch.frozen_layers, layers) if str(i) not in epoch.grad_norms), None
+    )
+    if missing is not None:
+        raise InputFileError(
+            f"{where}: epoch {epoch.epoch}: grad_norms lacks active layer {missing}: every "
+            f"active layer ({epoch.frozen_layers}..{layers - 1}, frozen_layers "
+            f"{epoch.frozen_layers} of {layers}) has a norm"
+        )
 
 
 def _check_forecast(
