@@ -903,8 +903,18 @@ def _grad_norms_lacking_an_active_layer(lines: list[dict]) -> tuple[int, str]:
     return i, f"epoch {lines[i]['epoch']}: grad_norms lacks active layer {layer}: every active"
 
 
+def _cache_hits_in_an_uncached_phase(lines: list[dict]) -> tuple[int, str]:
+    """The first step of a phase whose layout is not cached (each set of records has one)."""
+    phases = {line["phase"]: line for line in lines if line["kind"] == "phase"}
+    steps = [i for i, line in enumerate(lines) if line["kind"] == "step"]
+    i = next(i for i in steps if not phases[lines[i]["phase"]]["layout"]["cached"])
+    lines[i]["cache_hits"] = 5
+    return i, f"step {lines[i]['step']}: cache_hits 5, but phase {lines[i]['phase']}'s layout"
+
+
 RUN_CONTRADICTIONS = [
     _grad_norms_lacking_an_active_layer,
+    _cache_hits_in_an_uncached_phase,
 ]
 
 

@@ -709,6 +709,7 @@ def check_records(
                     f"{current.phase} started before it: a step belongs to the latest phase"
                 )
             _check_ranks(record, phase, at, config)
+            _check_cache_hits(record, phase, at)
             timed.append((record, phase, at))
             sequence.steps_on(record, at)
         else:
@@ -931,6 +932,23 @@ def _check_ranks(
                 f"{where}: step {step.step}: rank {times.rank} is not stage {stage} of replica "
                 f"{replica} in the phase's rank map"
             )
+
+
+def _check_cache_hits(step: StepRecord, phase: PhaseRecord, where: str) -> None:
+    """Only a cached phase reads the cache: a phase whose layout is not cached feeds stage 0
+    from the data alone (`executor.worker.Worker.stage0_input`, its node's cache dropped), so
+    its steps have no hits; 5 hits on a step of a phase that froze nothing were read back
+    (exit 0) as reads that never happened. (At most the global batch: `check_against_config`
+    holds them to run.json's.)
+
+        _check_cache_hits(step, phase, "run.jsonl:2")
+    """
+    if step.cache_hits and not phase.layout.cached:
+        raise InputFileError(
+            f"{where}: step {step.step}: cache_hits {step.cache_hits}, but phase "
+            f"{phase.phase}'s layout ({phase.layout.label()}) is not cached: it reads no "
+            "sample from the cache"
+        )
 
 
 # The parts of a rank's step, each timed inside its step_s (`executor.parallel`, the trainer's
