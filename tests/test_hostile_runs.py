@@ -903,6 +903,19 @@ def _grad_norms_lacking_an_active_layer(lines: list[dict]) -> tuple[int, str]:
     return i, f"epoch {lines[i]['epoch']}: grad_norms lacks active layer {layer}: every active"
 
 
+def _forecast_of_more_epochs_than_the_run(lines: list[dict]) -> tuple[int, str]:
+    """A forecast as the executor writes it, but for 3 epochs more than the run has."""
+    i = _closed_epoch(lines)
+    finished = [line["frozen_layers"] for line in lines[: i + 1] if line["kind"] == "epoch"]
+    phase = lines[_last(lines[:i], "phase")]
+    samples = lines[i]["steps"] * _global_batch(phase)
+    schedule = finished + [finished[-1]] * 3
+    case = dict(continuation="schedule", frozen_layers=schedule, speedup=1.0)
+    lines[i]["forecast"] = dict(samples=samples, pricing=phase["pricing"], cases=[case])
+    field = f"epoch {lines[i]['epoch']}'s forecast.cases[0].frozen_layers"
+    return i, f"{field} prices {len(schedule)} epochs, but run.json says epochs {len(finished)}"
+
+
 def _cache_hits_in_an_uncached_phase(lines: list[dict]) -> tuple[int, str]:
     """The first step of a phase whose layout is not cached (each set of records has one)."""
     phases = {line["phase"]: line for line in lines if line["kind"] == "phase"}
@@ -914,6 +927,7 @@ def _cache_hits_in_an_uncached_phase(lines: list[dict]) -> tuple[int, str]:
 
 RUN_CONTRADICTIONS = [
     _grad_norms_lacking_an_active_layer,
+    _forecast_of_more_epochs_than_the_run,
     _cache_hits_in_an_uncached_phase,
 ]
 

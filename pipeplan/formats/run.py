@@ -674,6 +674,8 @@ def check_records(
     sequence = _Sequence()
     timed: list[tuple[StepRecord, PhaseRecord, str]] = []  # rates, checked last
     closed: list[tuple[EpochRecord, PhaseRecord, list[StepRecord], str]] = []  # likewise
+    attempts: list[int] = []  # each closed epoch's run attempt (`_ForecastEpochs`)
+    attempt = 0  # phases entered by --resume so far
     places = [f"{where}:{lines[n]}" if lines else where for n in range(len(records))]
     if config is not None:
         # First: a phase's cluster edited to another world is named on its own line, not as
@@ -697,6 +699,7 @@ def check_records(
                 raise InputFileError(f"{at}: phase {record.phase}: {exc}") from None
             sequence.starts(record, at)
             phases[record.phase] = current = record
+            attempt += record.resumed
             continue
         phase = phases.get(record.phase)
         if phase is None:
@@ -714,6 +717,7 @@ def check_records(
             sequence.steps_on(record, at)
         else:
             closed.append((record, current, sequence.closes(record, current, at), at))
+            attempts.append(attempt)
     if config is not None:
         check_against_config(records, config, where)
     # After the phases' global batch is held to run.json's: a phase of another batch is named
@@ -721,9 +725,11 @@ def check_records(
     for step, phase, at in timed:
         _check_rate(step, phase, at)
     finished: list[int] = []  # the epochs' frozen layers so far, as the forecasts continue them
-    for epoch, phase, steps, at in closed:
+    priced = _ForecastEpochs(config, attempt)
+    for (epoch, phase, steps, at), made_by in zip(closed, attempts, strict=True):
         finished.append(epoch.frozen_layers)
         check_epoch(epoch, phase, steps, at, finished)
+        priced.check(epoch, made_by, at)
 
 
 class _Sequence:
@@ -1100,6 +1106,64 @@ def _check_forecast(
                     f"frozen-layer count in {schedule[at - 1] if at else 0}..{layers - 1} "
                     "(freezing only grows, and the head is never frozen)"
                 )
+
+
+class _ForecastEpochs:
+    """Each forecast prices every epoch of the run attempt that wrote it (`Worker.forecast`
+    passes run.json's `epochs`): an attempt is the records from the start, or from a phase
+    entered by --resume, to the next such phase. With run.json, the first attempt's length is
+    its `epochs` while no resume followed; an earlier attempt's at most, the latest's at least
+    (a resume adds epochs, and one that stopped before its first checkpoint keeps run.json as
+    it was: `executor.checkpoint.commit_config`). And every case of an attempt has one
+    length, no shorter than the attempt's before it. A case of 5 epochs in a 2-epoch run was
+    reported.
+
+        priced = _ForecastEpochs(config, last=0)   # no phase entered by --resume
+        priced.check(epoch, 0, "run.jsonl:6")      # each epoch record in turn
+    """
+
+    def __init__(self, config: RunConfig | None, last: int) -> None:
+        self.config, self.last = config, last
+        self.attempt = 0  # the attempt of the forecasts seen last
+        self.length: int | None = None  # and their length, first seen in `self.named`
+        self.named = ""
+
+    def check(self, epoch: EpochRecord, attempt: int, where: str) -> None:
+        if epoch.forecast is None:
+            return
+        for number, case in enumerate(epoch.forecast.cases):
+            name = f"epoch {epoch.epoch}'s forecast.cases[{number}]"
+            self._check_length(len(case.frozen_layers), attempt, where, name)
+
+    def _check_length(self, length: int, attempt: int, where: str, name: str) -> None:
+        prices = f"{where}: {name}.frozen_layers prices {length} epochs"
+        self._against_config(length, attempt, prices)
+        if self.length is not None and attempt == self.attempt and length != self.length:
+            raise InputFileError(
+                f"{prices}, but {self.named} prices {self.length}: a run forecasts the same "
+                "epochs throughout (a resume may add some)"
+            )
+        if self.length is not None and length < self.length:  # an earlier attempt's
+            raise InputFileError(
+                f"{prices}, fewer than {self.named} before the resume ({self.length}): a "
+                "resume adds epochs, never removes them"
+            )
+        if self.length is None or attempt != self.attempt:
+            self.attempt, self.length, self.named = attempt, length, name
+
+    def _against_config(self, length: int, attempt: int, prices: str) -> None:
+        if self.config is None:
+            return
+        epochs = self.config.epochs
+        if attempt == self.last == 0 and length != epochs:
+            why = "a forecast prices every epoch of the run"
+        elif attempt < self.last and length > epochs:
+            why = "a run before a resume had no more epochs than run.json has since"
+        elif attempt == self.last and length < epochs:
+            why = "the latest resume runs at least the epochs run.json has"
+        else:
+            return
+        raise InputFileError(f"{prices}, but run.json says epochs {epochs}: {why}")
 
 
 def check_run_profile(run_dir: str | Path, config: RunConfig, profile: Profile) -> None:
