@@ -903,17 +903,37 @@ def _grad_norms_lacking_an_active_layer(lines: list[dict]) -> tuple[int, str]:
     return i, f"epoch {lines[i]['epoch']}: grad_norms lacks active layer {layer}: every active"
 
 
-def _forecast_of_more_epochs_than_the_run(lines: list[dict]) -> tuple[int, str]:
-    """A forecast as the executor writes it, but for 3 epochs more than the run has."""
-    i = _closed_epoch(lines)
-    finished = [line["frozen_layers"] for line in lines[: i + 1] if line["kind"] == "epoch"]
+def _with_forecast(lines: list[dict], i: int, *cases: tuple[str, list[int]]) -> None:
+    """Give epoch record `i` a forecast of `cases` (continuation, frozen layers) as the
+    executor writes one."""
     phase = lines[_last(lines[:i], "phase")]
     samples = lines[i]["steps"] * _global_batch(phase)
+    priced = [dict(continuation=c, frozen_layers=f, speedup=1.0) for c, f in cases]
+    lines[i]["forecast"] = dict(samples=samples, pricing=phase["pricing"], cases=priced)
+
+
+def _forecast_of_more_epochs_than_the_run(lines: list[dict]) -> tuple[int, str]:
+    """A forecast as the executor writes one, but for 3 epochs more than the run has."""
+    i = _closed_epoch(lines)
+    finished = [line["frozen_layers"] for line in lines[: i + 1] if line["kind"] == "epoch"]
     schedule = finished + [finished[-1]] * 3
-    case = dict(continuation="schedule", frozen_layers=schedule, speedup=1.0)
-    lines[i]["forecast"] = dict(samples=samples, pricing=phase["pricing"], cases=[case])
+    _with_forecast(lines, i, ("no-further-freezing", schedule), ("alpha-bound", schedule))
     field = f"epoch {lines[i]['epoch']}'s forecast.cases[0].frozen_layers"
     return i, f"{field} prices {len(schedule)} epochs, but run.json says epochs {len(finished)}"
+
+
+def _forecast_of_another_freeze_mode(lines: list[dict]) -> tuple[int, str]:
+    """One case, `schedule`: how --freeze list or alpha forecast; run.json says auto."""
+    i = _closed_epoch(lines)
+    finished = [line["frozen_layers"] for line in lines[: i + 1] if line["kind"] == "epoch"]
+    _with_forecast(lines, i, ("schedule", finished))
+    return i, "forecast.cases continue as ['schedule'], but run.json's freeze auto forecasts"
+
+
+def _phase_of_a_plan_in_a_run_without_one(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "phase")
+    lines[i]["pricing"]["source"] = "plan"
+    return i, "pricing.source 'plan', but run.json names no plan file"
 
 
 def _cache_hits_in_an_uncached_phase(lines: list[dict]) -> tuple[int, str]:
@@ -929,6 +949,8 @@ RUN_CONTRADICTIONS = [
     _grad_norms_lacking_an_active_layer,
     _forecast_of_more_epochs_than_the_run,
     _cache_hits_in_an_uncached_phase,
+    _forecast_of_another_freeze_mode,
+    _phase_of_a_plan_in_a_run_without_one,
 ]
 
 
@@ -945,6 +967,37 @@ def test_records_that_contradict_their_run_are_refused(tmp_path, capsys, command
     naming the field."""
     run, argv = _readable(tmp_path, command)
     refused(argv, tmp_path, capsys, _damaged(run, damage))
+
+
+def test_a_forecast_that_freezes_beyond_no_further_freezing_is_refused(tmp_path, capsys):
+    """Found by the eighteenth round (looking past F2c): auto's no-further-freezing case is
+    the epoch's frozen layers to the end; one that froze 3 more layers was reported."""
+    run, argv = _readable(tmp_path, "report")
+    lines = _lines(run)
+    i = next(i for i, line in enumerate(lines) if line["kind"] == "epoch")  # epoch 0 of 2
+    _with_forecast(lines, i, ("no-further-freezing", [0, 3]), ("alpha-bound", [0, 3]))
+    _rewrite(run, lines)
+    fragment = "forecast.cases[0].frozen_layers: epoch 1: 3, but no-further-freezing under freeze"
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"cache": False}, "phase 1: layout.cached true, but run.json says cache false"),
+        ({"freeze": "none"}, "phase 1: layout.frozen_layers 3, but run.json says freeze none"),
+    ],
+    ids=["cache false", "freeze none"],
+)
+def test_phases_that_contradict_their_run_json_are_refused(tmp_path, capsys, change, fragment):
+    """Found by the eighteenth round (looking past F2): a cached phase in a run whose run.json
+    says cache false, and 3 frozen layers where it says freeze none, were reported (exit 0)
+    as what the run had done."""
+    from test_hostile import edit_run_json
+
+    run, argv = _readable(tmp_path, "report")
+    edit_run_json(run, **change)
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{_last(_lines(run), 'phase') + 1}: ", fragment))
 
 
 def test_an_epoch_closed_as_the_executor_writes_it_is_read(tmp_path):

@@ -664,8 +664,12 @@ def check_records(
     repeated steps); and the records follow one another as the executor writes them
     (`_check_sequence`). With the run's `config`, the world its records ran on is run.json's
     `nproc` (`check_world`, each phase named on its own line), and no rank on a CPU run
-    records a peak memory. Every step's ranks take no longer than it (`_check_rank_times`);
-    every epoch record is what the executor computes from its steps (`check_epoch`).
+    records a peak memory, and every phase is one run.json decides (`_check_phase_config`).
+    Every step's ranks take no longer than it (`_check_rank_times`), and a step of an uncached
+    phase reads nothing from the cache (`_check_cache_hits`); every epoch record is what the
+    executor computes from its steps (`check_epoch`), and its forecast prices the epochs of
+    the run that wrote it (`_ForecastEpochs`) with run.json's continuations
+    (`_check_continuations`).
     InputFileError with one line otherwise, naming the record's line (`lines`: each
     record's line number in the file, when read from one)."""
     phases: dict[int, PhaseRecord] = {}
@@ -698,6 +702,8 @@ def check_records(
             except PipeplanError as exc:
                 raise InputFileError(f"{at}: phase {record.phase}: {exc}") from None
             sequence.starts(record, at)
+            if config is not None:
+                _check_phase_config(record, config, at)
             phases[record.phase] = current = record
             attempt += record.resumed
             continue
@@ -712,7 +718,6 @@ def check_records(
                     f"{current.phase} started before it: a step belongs to the latest phase"
                 )
             _check_ranks(record, phase, at, config)
-            _check_cache_hits(record, phase, at)
             timed.append((record, phase, at))
             sequence.steps_on(record, at)
         else:
@@ -721,15 +726,19 @@ def check_records(
     if config is not None:
         check_against_config(records, config, where)
     # After the phases' global batch is held to run.json's: a phase of another batch is named
-    # as that, not as each of its steps' rates.
+    # as that, not as each of its steps' rates; and a step's 10**9 cache hits as more than
+    # run.json's batch, not as hits in an uncached phase.
     for step, phase, at in timed:
         _check_rate(step, phase, at)
+        _check_cache_hits(step, phase, at)
     finished: list[int] = []  # the epochs' frozen layers so far, as the forecasts continue them
     priced = _ForecastEpochs(config, attempt)
     for (epoch, phase, steps, at), made_by in zip(closed, attempts, strict=True):
         finished.append(epoch.frozen_layers)
         check_epoch(epoch, phase, steps, at, finished)
         priced.check(epoch, made_by, at)
+        if config is not None and epoch.forecast is not None:
+            _check_continuations(epoch, epoch.forecast, config, at)
 
 
 class _Sequence:
@@ -839,6 +848,44 @@ def check_against_config(records: list, config: RunConfig, where: str) -> None:
                 f"{config.global_batch}"
             )
     check_world(phases, config, where)
+
+
+def _check_phase_config(phase: PhaseRecord, config: RunConfig, where: str) -> None:
+    """A phase is one its run.json decides: from the plan file (pricing.source plan) when it
+    runs one, else solved during the run (solver); and a cached layout, or a horizon that
+    may read the cache, only where run.json caches (a plan run takes the plan's:
+    `executor.launch.with_file_values`) and, solved, where its horizon allowed the cache
+    (`pipeplan.plan.decide_phase` prices a cached layout only then). Each was reported and
+    calibrated from (exit 0) as a phase the run never planned so.
+
+        _check_phase_config(phase, config, "run.jsonl:1")
+    """
+    pricing, cached = phase.pricing, phase.layout.cached
+    if config.freeze == "none" and phase.layout.frozen_layers:
+        raise InputFileError(
+            f"{where}: phase {phase.phase}: layout.frozen_layers "
+            f"{phase.layout.frozen_layers}, but run.json says freeze none"
+        )
+    source = "solver" if config.plan is None else "plan"
+    if pricing.source != source:
+        says = "names no plan file" if config.plan is None else f"runs the plan {config.plan}"
+        raise InputFileError(
+            f"{where}: phase {phase.phase}: pricing.source '{pricing.source}', but run.json "
+            f"{says}: its phases are all '{source}'"
+        )
+    horizon = pricing.horizon
+    may_read = horizon is not None and horizon.cache
+    if not config.cache and (cached or may_read):
+        field = "layout.cached" if cached else "pricing.horizon.cache"
+        raise InputFileError(
+            f"{where}: phase {phase.phase}: {field} true, but run.json says cache false: the "
+            "run never reads the activation cache"
+        )
+    if cached and horizon is not None and not horizon.cache:
+        raise InputFileError(
+            f"{where}: phase {phase.phase}: layout.cached true, but pricing.horizon.cache is "
+            "false: the phase was solved without the cache"
+        )
 
 
 def check_world(
@@ -1106,6 +1153,43 @@ def _check_forecast(
                     f"frozen-layer count in {schedule[at - 1] if at else 0}..{layers - 1} "
                     "(freezing only grows, and the head is never frozen)"
                 )
+
+
+# The continuations a forecast prices under each --freeze (`pipeplan.freeze.continuations`):
+# the rest of a schedule decided without gradients, or auto's least and most freezing.
+CONTINUATIONS = {"auto": ["no-further-freezing", "alpha-bound"]}
+
+
+def _check_continuations(
+    epoch: EpochRecord, forecast: Forecast, config: RunConfig, where: str
+) -> None:
+    """The cases are the continuations run.json's `freeze` has, in order; no further freezing
+    keeps the epoch's frozen layers to the end, and --freeze none freezes nothing. A case
+    named otherwise, or a no-further-freezing case that freezes more, was reported as what
+    the run was heading for.
+
+        _check_continuations(epoch, epoch.forecast, config, "run.jsonl:6")
+    """
+    names = [case.continuation for case in forecast.cases]
+    expected = CONTINUATIONS.get(config.freeze, ["schedule"])
+    if names != expected:
+        raise InputFileError(
+            f"{where}: epoch {epoch.epoch}: forecast.cases continue as {names}, but run.json's "
+            f"freeze {config.freeze} forecasts {expected}"
+        )
+    if config.freeze not in ("auto", "none"):
+        return
+    # auto's first case and none's only one freeze no further: the epoch's layers to the end.
+    case = forecast.cases[0]
+    schedule = case.frozen_layers
+    later = range(epoch.epoch + 1, len(schedule))
+    at = next((at for at in later if schedule[at] != epoch.frozen_layers), None)
+    if at is not None:
+        raise InputFileError(
+            f"{where}: epoch {epoch.epoch}: forecast.cases[0].frozen_layers: epoch {at}: "
+            f"{schedule[at]}, but {case.continuation} under freeze {config.freeze} keeps the "
+            f"epoch's {epoch.frozen_layers} to the end"
+        )
 
 
 class _ForecastEpochs:
