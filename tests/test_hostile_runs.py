@@ -981,6 +981,19 @@ def test_a_forecast_that_freezes_beyond_no_further_freezing_is_refused(tmp_path,
     refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
 
 
+def test_a_cached_phase_solved_without_the_cache_is_refused(tmp_path, capsys):
+    """Found by the eighteenth round (looking past F2): a cached phase whose horizon says the
+    run could not read the cache (the solver prices a cached layout only where it can) was
+    reported (exit 0). (calibrate's records and the real run have no cached phase.)"""
+    run, argv = _readable(tmp_path, "report")
+    lines = _lines(run)
+    i = _last(lines, "phase")  # 1 stage x 2 replicas, cached
+    lines[i]["pricing"]["horizon"] = dict(samples=192, epochs=1, previous=None, cache=False)
+    _rewrite(run, lines)
+    fragment = "phase 1: layout.cached true, but pricing.horizon.cache is false"
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
+
+
 @pytest.mark.parametrize(
     "change, fragment",
     [
