@@ -134,7 +134,8 @@ def test_the_report_shows_each_epochs_forecast(tmp_path, priced, capsys, monkeyp
         r.model_copy(update=dict(forecast=next(epochs))) if isinstance(r, EpochRecord) else r
         for r in records
     ]
-    run_dir = write_run(tmp_path / "run", records)
+    # Two of the run's EPOCHS done: each forecast prices all of them (`_ForecastEpochs`).
+    run_dir = write_run(tmp_path / "run", records, epochs=EPOCHS)
     assert [e.forecast for e in make_report(run_dir).epochs] == forecasts
     monkeypatch.setenv("COLUMNS", "200")  # one line per table row
     assert cli.main(["report", str(run_dir)]) == 0
@@ -213,7 +214,7 @@ def _forecast_run(tmp_path, priced):
         else r
         for r in elastic_records()
     ]
-    run_dir = write_run(tmp_path / "run", records)
+    run_dir = write_run(tmp_path / "run", records, epochs=EPOCHS)
     shutil.copyfile(PROFILE, run_dir / "calibration-1.json")
     return run_dir
 

@@ -891,6 +891,176 @@ def test_resume_refuses_records_that_contradict_their_phase(finished_run, tmp_pa
     refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragments)
 
 
+# ----------------------------------------------------------------- eighteenth round: records
+# Records that each agree with their own steps and contradict their run: its layers, its
+# layout, its epochs. Each damage works on report's, calibrate's and a real run's records.
+
+
+def _global_batch(phase: dict) -> int:
+    layout = phase["layout"]
+    return len(layout["rank_map"]) * layout["micro_batches"] * layout["micro_batch_size"]
+
+
+def _closed_epoch(lines: list[dict]) -> int:
+    """The last epoch record; calibrate's records (phases and steps of one epoch) get one
+    closing their epoch as the executor writes it, every active layer's norm included."""
+    if any(line["kind"] == "epoch" for line in lines):
+        return _last(lines, "epoch")
+    steps, phase = _steps(lines), lines[_last(lines, "phase")]
+    losses = [s["loss"] for s in steps if s["loss"] is not None]
+    frozen = phase["layout"]["frozen_layers"]
+    record = dict(kind="epoch", epoch=0, phase=steps[0]["phase"], frozen_layers=frozen)
+    record |= dict(steps=len(steps), epoch_s=1.0, eval_accuracy=None)
+    record["train_loss"] = sum(losses) / len(losses) if losses else None
+    record["samples_per_s"] = len(steps) * _global_batch(phase) / 1.0
+    layers = phase["layout"]["boundaries"][-1]
+    record["grad_norms"] = {str(layer): 0.5 for layer in range(frozen, layers)}
+    lines.append(record)
+    return len(lines) - 1
+
+
+def _grad_norms_lacking_an_active_layer(lines: list[dict]) -> tuple[int, str]:
+    """Every active layer's norm (report's records have none: a record of no step) but one."""
+    i = _closed_epoch(lines)
+    layers = lines[_last(lines[:i], "phase")]["layout"]["boundaries"][-1]
+    active = range(lines[i]["frozen_layers"], layers)
+    lines[i]["grad_norms"] = {str(layer): 0.5 for layer in active}
+    layer = layers - 2  # below the head: an active block
+    del lines[i]["grad_norms"][str(layer)]
+    return i, f"epoch {lines[i]['epoch']}: grad_norms lacks active layer {layer}: every active"
+
+
+def _with_forecast(lines: list[dict], i: int, *cases: tuple[str, list[int]]) -> None:
+    """Give epoch record `i` a forecast of `cases` (continuation, frozen layers) as the
+    executor writes one."""
+    phase = lines[_last(lines[:i], "phase")]
+    samples = lines[i]["steps"] * _global_batch(phase)
+    priced = [dict(continuation=c, frozen_layers=f, speedup=1.0) for c, f in cases]
+    lines[i]["forecast"] = dict(samples=samples, pricing=phase["pricing"], cases=priced)
+
+
+def _forecast_of_more_epochs_than_the_run(lines: list[dict]) -> tuple[int, str]:
+    """A forecast as the executor writes one, but for 3 epochs more than the run has."""
+    i = _closed_epoch(lines)
+    finished = [line["frozen_layers"] for line in lines[: i + 1] if line["kind"] == "epoch"]
+    schedule = finished + [finished[-1]] * 3
+    _with_forecast(lines, i, ("no-further-freezing", schedule), ("alpha-bound", schedule))
+    field = f"epoch {lines[i]['epoch']}'s forecast.cases[0].frozen_layers"
+    return i, f"{field} prices {len(schedule)} epochs, but run.json says epochs {len(finished)}"
+
+
+def _forecast_of_another_freeze_mode(lines: list[dict]) -> tuple[int, str]:
+    """One case, `schedule`: how --freeze list or alpha forecast; run.json says auto."""
+    i = _closed_epoch(lines)
+    finished = [line["frozen_layers"] for line in lines[: i + 1] if line["kind"] == "epoch"]
+    _with_forecast(lines, i, ("schedule", finished))
+    return i, "forecast.cases continue as ['schedule'], but run.json's freeze auto forecasts"
+
+
+def _phase_of_a_plan_in_a_run_without_one(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "phase")
+    lines[i]["pricing"]["source"] = "plan"
+    return i, "pricing.source 'plan', but run.json names no plan file"
+
+
+def _cache_hits_in_an_uncached_phase(lines: list[dict]) -> tuple[int, str]:
+    """The first step of a phase whose layout is not cached (each set of records has one)."""
+    phases = {line["phase"]: line for line in lines if line["kind"] == "phase"}
+    steps = [i for i, line in enumerate(lines) if line["kind"] == "step"]
+    i = next(i for i in steps if not phases[lines[i]["phase"]]["layout"]["cached"])
+    lines[i]["cache_hits"] = 5
+    return i, f"step {lines[i]['step']}: cache_hits 5, but phase {lines[i]['phase']}'s layout"
+
+
+RUN_CONTRADICTIONS = [
+    _grad_norms_lacking_an_active_layer,
+    _forecast_of_more_epochs_than_the_run,
+    _cache_hits_in_an_uncached_phase,
+    _forecast_of_another_freeze_mode,
+    _phase_of_a_plan_in_a_run_without_one,
+]
+
+
+@pytest.mark.parametrize(
+    "command, damage",
+    [(c, d) for c in ("report", "calibrate") for d in RUN_CONTRADICTIONS],
+    ids=lambda v: v.__name__.strip("_") if callable(v) else v,
+)
+def test_records_that_contradict_their_run_are_refused(tmp_path, capsys, command, damage):
+    """Found by the eighteenth round: report and calibrate took (exit 0) an epoch's grad_norms
+    without active layer 3 (only the checkpoint's gradient history was held to every active
+    layer), 5 cache hits on a step of a phase that froze nothing and so cached nothing, and a
+    forecast case of 5 epochs ([0, 4, 4, 4, 4]) in a 2-epoch run. Each is refused on its line,
+    naming the field."""
+    run, argv = _readable(tmp_path, command)
+    refused(argv, tmp_path, capsys, _damaged(run, damage))
+
+
+def test_a_forecast_that_freezes_beyond_no_further_freezing_is_refused(tmp_path, capsys):
+    """Found by the eighteenth round (looking past F2c): auto's no-further-freezing case is
+    the epoch's frozen layers to the end; one that froze 3 more layers was reported."""
+    run, argv = _readable(tmp_path, "report")
+    lines = _lines(run)
+    i = next(i for i, line in enumerate(lines) if line["kind"] == "epoch")  # epoch 0 of 2
+    _with_forecast(lines, i, ("no-further-freezing", [0, 3]), ("alpha-bound", [0, 3]))
+    _rewrite(run, lines)
+    fragment = "forecast.cases[0].frozen_layers: epoch 1: 3, but no-further-freezing under freeze"
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
+
+
+def test_a_cached_phase_solved_without_the_cache_is_refused(tmp_path, capsys):
+    """Found by the eighteenth round (looking past F2): a cached phase whose horizon says the
+    run could not read the cache (the solver prices a cached layout only where it can) was
+    reported (exit 0). (calibrate's records and the real run have no cached phase.)"""
+    run, argv = _readable(tmp_path, "report")
+    lines = _lines(run)
+    i = _last(lines, "phase")  # 1 stage x 2 replicas, cached
+    lines[i]["pricing"]["horizon"] = dict(samples=192, epochs=1, previous=None, cache=False)
+    _rewrite(run, lines)
+    fragment = "phase 1: layout.cached true, but pricing.horizon.cache is false"
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
+
+
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"cache": False}, "phase 1: layout.cached true, but run.json says cache false"),
+        ({"freeze": "none"}, "phase 1: layout.frozen_layers 3, but run.json says freeze none"),
+    ],
+    ids=["cache false", "freeze none"],
+)
+def test_phases_that_contradict_their_run_json_are_refused(tmp_path, capsys, change, fragment):
+    """Found by the eighteenth round (looking past F2): a cached phase in a run whose run.json
+    says cache false, and 3 frozen layers where it says freeze none, were reported (exit 0)
+    as what the run had done."""
+    from test_hostile import edit_run_json
+
+    run, argv = _readable(tmp_path, "report")
+    edit_run_json(run, **change)
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{_last(_lines(run), 'phase') + 1}: ", fragment))
+
+
+def test_an_epoch_closed_as_the_executor_writes_it_is_read(tmp_path):
+    """The undamaged epoch record the cases above damage is read: what they refuse is the
+    damage alone."""
+    run, argv = _readable(tmp_path, "calibrate")
+    lines = _lines(run)
+    _closed_epoch(lines)
+    _rewrite(run, lines)
+    assert cli.main(argv) == 0
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("damage", RUN_CONTRADICTIONS, ids=lambda f: f.__name__.strip("_"))
+def test_resume_refuses_records_that_contradict_their_run(finished_run, tmp_path, capsys, damage):
+    """Found by the eighteenth round: the same checks are `check_records`'s, which --resume
+    reads with its run.json; each stops the resume before any rank starts."""
+    run = copy_run(finished_run, tmp_path)
+    fragments = _damaged(run, damage)
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragments)
+
+
 # ----------------------------------------------------------------------------- tenth round
 
 

@@ -694,8 +694,12 @@ def check_records(
     repeated steps); and the records follow one another as the executor writes them
     (`_check_sequence`). With the run's `config`, the world its records ran on is run.json's
     `nproc` (`check_world`, each phase named on its own line), and no rank on a CPU run
-    records a peak memory. Every step's ranks take no longer than it (`_check_rank_times`);
-    every epoch record is what the executor computes from its steps (`check_epoch`).
+    records a peak memory, and every phase is one run.json decides (`_check_phase_config`).
+    Every step's ranks take no longer than it (`_check_rank_times`), and a step of an uncached
+    phase reads nothing from the cache (`_check_cache_hits`); every epoch record is what the
+    executor computes from its steps (`check_epoch`), and its forecast prices the epochs of
+    the run that wrote it (`_ForecastEpochs`) with run.json's continuations
+    (`_check_continuations`).
     InputFileError with one line otherwise, naming the record's line (`lines`: each
     record's line number in the file, when read from one)."""
     phases: dict[int, PhaseRecord] = {}
@@ -704,6 +708,8 @@ def check_records(
     sequence = _Sequence()
     timed: list[tuple[StepRecord, PhaseRecord, str]] = []  # rates, checked last
     closed: list[tuple[EpochRecord, PhaseRecord, list[StepRecord], str]] = []  # likewise
+    attempts: list[int] = []  # each closed epoch's run attempt (`_ForecastEpochs`)
+    attempt = 0  # phases entered by --resume so far
     places = [f"{where}:{lines[n]}" if lines else where for n in range(len(records))]
     if config is not None:
         # First: a phase's cluster edited to another world is named on its own line, not as
@@ -726,7 +732,10 @@ def check_records(
             except PipeplanError as exc:
                 raise InputFileError(f"{at}: phase {record.phase}: {exc}") from None
             sequence.starts(record, at)
+            if config is not None:
+                _check_phase_config(record, config, at)
             phases[record.phase] = current = record
+            attempt += record.resumed
             continue
         phase = phases.get(record.phase)
         if phase is None:
@@ -743,16 +752,23 @@ def check_records(
             sequence.steps_on(record, at)
         else:
             closed.append((record, current, sequence.closes(record, current, at), at))
+            attempts.append(attempt)
     if config is not None:
         check_against_config(records, config, where)
     # After the phases' global batch is held to run.json's: a phase of another batch is named
-    # as that, not as each of its steps' rates.
+    # as that, not as each of its steps' rates; and a step's 10**9 cache hits as more than
+    # run.json's batch, not as hits in an uncached phase.
     for step, phase, at in timed:
         _check_rate(step, phase, at)
+        _check_cache_hits(step, phase, at)
     finished: list[int] = []  # the epochs' frozen layers so far, as the forecasts continue them
-    for epoch, phase, steps, at in closed:
+    priced = _ForecastEpochs(config, attempt)
+    for (epoch, phase, steps, at), made_by in zip(closed, attempts, strict=True):
         finished.append(epoch.frozen_layers)
         check_epoch(epoch, phase, steps, at, finished)
+        priced.check(epoch, made_by, at)
+        if config is not None and epoch.forecast is not None:
+            _check_continuations(epoch, epoch.forecast, config, at)
 
 
 class _Sequence:
@@ -862,6 +878,44 @@ def check_against_config(records: list, config: RunConfig, where: str) -> None:
     check_world(phases, config, where)
 
 
+def _check_phase_config(phase: PhaseRecord, config: RunConfig, where: str) -> None:
+    """A phase is one its run.json decides: from the plan file (pricing.source plan) when it
+    runs one, else solved during the run (solver); and a cached layout, or a horizon that
+    may read the cache, only where run.json caches (a plan run takes the plan's:
+    `executor.launch.with_file_values`) and, solved, where its horizon allowed the cache
+    (`pipeplan.plan.decide_phase` prices a cached layout only then). Each was reported and
+    calibrated from (exit 0) as a phase the run never planned so.
+
+        _check_phase_config(phase, config, "run.jsonl:1")
+    """
+    pricing, cached = phase.pricing, phase.layout.cached
+    if config.freeze == "none" and phase.layout.frozen_layers:
+        raise InputFileError(
+            f"{where}: phase {phase.phase}: layout.frozen_layers "
+            f"{phase.layout.frozen_layers}, but run.json says freeze none"
+        )
+    source = "solver" if config.plan is None else "plan"
+    if pricing.source != source:
+        says = "names no plan file" if config.plan is None else f"runs the plan {config.plan}"
+        raise InputFileError(
+            f"{where}: phase {phase.phase}: pricing.source '{pricing.source}', but run.json "
+            f"{says}: its phases are all '{source}'"
+        )
+    horizon = pricing.horizon
+    may_read = horizon is not None and horizon.cache
+    if not config.cache and (cached or may_read):
+        field = "layout.cached" if cached else "pricing.horizon.cache"
+        raise InputFileError(
+            f"{where}: phase {phase.phase}: {field} true, but run.json says cache false: the "
+            "run never reads the activation cache"
+        )
+    if cached and horizon is not None and not horizon.cache:
+        raise InputFileError(
+            f"{where}: phase {phase.phase}: layout.cached true, but pricing.horizon.cache is "
+            "false: the phase was solved without the cache"
+        )
+
+
 def check_world(
     phases: list[PhaseRecord], config: RunConfig, where: str, lines: list[str] | None = None
 ) -> None:
@@ -961,6 +1015,23 @@ def _check_ranks(
             )
 
 
+def _check_cache_hits(step: StepRecord, phase: PhaseRecord, where: str) -> None:
+    """Only a cached phase reads the cache: a phase whose layout is not cached feeds stage 0
+    from the data alone (`executor.worker.Worker.stage0_input`, its node's cache dropped), so
+    its steps have no hits; 5 hits on a step of a phase that froze nothing were read back
+    (exit 0) as reads that never happened. (At most the global batch: `check_against_config`
+    holds them to run.json's.)
+
+        _check_cache_hits(step, phase, "run.jsonl:2")
+    """
+    if step.cache_hits and not phase.layout.cached:
+        raise InputFileError(
+            f"{where}: step {step.step}: cache_hits {step.cache_hits}, but phase "
+            f"{phase.phase}'s layout ({phase.layout.label()}) is not cached: it reads no "
+            "sample from the cache"
+        )
+
+
 # The parts of a rank's step, each timed inside its step_s (`executor.parallel`, the trainer's
 # input_s added to it). On CUDA they are events, read at 0.5 µs resolution and summed over
 # micro-batches: a part may come out a little over the whole, never by more than this.
@@ -1041,7 +1112,8 @@ def _check_train_loss(epoch: EpochRecord, steps: list[StepRecord], where: str) -
 
 def _check_grad_norms(epoch: EpochRecord, phase: PhaseRecord, where: str) -> None:
     """Keys are the active layers' indices, written as `str(index)`: frozen_layers up to the
-    last layer of the model (a frozen layer has no gradient; '03' would be layer 3 twice)."""
+    last layer of the model (a frozen layer has no gradient; '03' would be layer 3 twice),
+    each of them (`_check_every_active_layer`)."""
     layers = phase.layout.boundaries[-1]
     for key in epoch.grad_norms:
         index = int(key) if key.isdecimal() and key.isascii() else None
@@ -1056,6 +1128,29 @@ def _check_grad_norms(epoch: EpochRecord, phase: PhaseRecord, where: str) -> Non
                 f"layers are {epoch.frozen_layers}..{layers - 1} (frozen_layers "
                 f"{epoch.frozen_layers} of {layers})"
             )
+    _check_every_active_layer(epoch, layers, where)
+
+
+def _check_every_active_layer(epoch: EpochRecord, layers: int, where: str) -> None:
+    """Norms that name any layer name every active one: replica 0's stages measure every
+    layer that trains at each step (`executor.worker.Worker.gather_grad_norms`), and the
+    epoch's active layers are its phase's from the last freeze decision on. Empty, the epoch
+    measured no step (the checkpoint's `grad_history` reads alike). A layer left out was
+    charted and calibrated from as if the run had never measured it.
+
+        _check_every_active_layer(epoch, 10, "run.jsonl:6")   # frozen_layers 0: '0'..'9'
+    """
+    if not epoch.grad_norms:
+        return
+    missing = next(
+        (i for i in range(epoch.frozen_layers, layers) if str(i) not in epoch.grad_norms), None
+    )
+    if missing is not None:
+        raise InputFileError(
+            f"{where}: epoch {epoch.epoch}: grad_norms lacks active layer {missing}: every "
+            f"active layer ({epoch.frozen_layers}..{layers - 1}, frozen_layers "
+            f"{epoch.frozen_layers} of {layers}) has a norm"
+        )
 
 
 def _check_forecast(
@@ -1086,6 +1181,101 @@ def _check_forecast(
                     f"frozen-layer count in {schedule[at - 1] if at else 0}..{layers - 1} "
                     "(freezing only grows, and the head is never frozen)"
                 )
+
+
+# The continuations a forecast prices under each --freeze (`pipeplan.freeze.continuations`):
+# the rest of a schedule decided without gradients, or auto's least and most freezing.
+CONTINUATIONS = {"auto": ["no-further-freezing", "alpha-bound"]}
+
+
+def _check_continuations(
+    epoch: EpochRecord, forecast: Forecast, config: RunConfig, where: str
+) -> None:
+    """The cases are the continuations run.json's `freeze` has, in order; no further freezing
+    keeps the epoch's frozen layers to the end, and --freeze none freezes nothing. A case
+    named otherwise, or a no-further-freezing case that freezes more, was reported as what
+    the run was heading for.
+
+        _check_continuations(epoch, epoch.forecast, config, "run.jsonl:6")
+    """
+    names = [case.continuation for case in forecast.cases]
+    expected = CONTINUATIONS.get(config.freeze, ["schedule"])
+    if names != expected:
+        raise InputFileError(
+            f"{where}: epoch {epoch.epoch}: forecast.cases continue as {names}, but run.json's "
+            f"freeze {config.freeze} forecasts {expected}"
+        )
+    if config.freeze not in ("auto", "none"):
+        return
+    # auto's first case and none's only one freeze no further: the epoch's layers to the end.
+    case = forecast.cases[0]
+    schedule = case.frozen_layers
+    later = range(epoch.epoch + 1, len(schedule))
+    at = next((at for at in later if schedule[at] != epoch.frozen_layers), None)
+    if at is not None:
+        raise InputFileError(
+            f"{where}: epoch {epoch.epoch}: forecast.cases[0].frozen_layers: epoch {at}: "
+            f"{schedule[at]}, but {case.continuation} under freeze {config.freeze} keeps the "
+            f"epoch's {epoch.frozen_layers} to the end"
+        )
+
+
+class _ForecastEpochs:
+    """Each forecast prices every epoch of the run attempt that wrote it (`Worker.forecast`
+    passes run.json's `epochs`): an attempt is the records from the start, or from a phase
+    entered by --resume, to the next such phase. With run.json, the first attempt's length is
+    its `epochs` while no resume followed; an earlier attempt's at most, the latest's at least
+    (a resume adds epochs, and one that stopped before its first checkpoint keeps run.json as
+    it was: `executor.checkpoint.commit_config`). And every case of an attempt has one
+    length, no shorter than the attempt's before it. A case of 5 epochs in a 2-epoch run was
+    reported.
+
+        priced = _ForecastEpochs(config, last=0)   # no phase entered by --resume
+        priced.check(epoch, 0, "run.jsonl:6")      # each epoch record in turn
+    """
+
+    def __init__(self, config: RunConfig | None, last: int) -> None:
+        self.config, self.last = config, last
+        self.attempt = 0  # the attempt of the forecasts seen last
+        self.length: int | None = None  # and their length, first seen in `self.named`
+        self.named = ""
+
+    def check(self, epoch: EpochRecord, attempt: int, where: str) -> None:
+        if epoch.forecast is None:
+            return
+        for number, case in enumerate(epoch.forecast.cases):
+            name = f"epoch {epoch.epoch}'s forecast.cases[{number}]"
+            self._check_length(len(case.frozen_layers), attempt, where, name)
+
+    def _check_length(self, length: int, attempt: int, where: str, name: str) -> None:
+        prices = f"{where}: {name}.frozen_layers prices {length} epochs"
+        self._against_config(length, attempt, prices)
+        if self.length is not None and attempt == self.attempt and length != self.length:
+            raise InputFileError(
+                f"{prices}, but {self.named} prices {self.length}: a run forecasts the same "
+                "epochs throughout (a resume may add some)"
+            )
+        if self.length is not None and length < self.length:  # an earlier attempt's
+            raise InputFileError(
+                f"{prices}, fewer than {self.named} before the resume ({self.length}): a "
+                "resume adds epochs, never removes them"
+            )
+        if self.length is None or attempt != self.attempt:
+            self.attempt, self.length, self.named = attempt, length, name
+
+    def _against_config(self, length: int, attempt: int, prices: str) -> None:
+        if self.config is None:
+            return
+        epochs = self.config.epochs
+        if attempt == self.last == 0 and length != epochs:
+            why = "a forecast prices every epoch of the run"
+        elif attempt < self.last and length > epochs:
+            why = "a run before a resume had no more epochs than run.json has since"
+        elif attempt == self.last and length < epochs:
+            why = "the latest resume runs at least the epochs run.json has"
+        else:
+            return
+        raise InputFileError(f"{prices}, but run.json says epochs {epochs}: {why}")
 
 
 def check_run_profile(run_dir: str | Path, config: RunConfig, profile: Profile) -> None:
