@@ -94,6 +94,7 @@ if __name__ == "__main__":
 
 import argparse
 import contextlib
+import hashlib
 import logging
 import shlex
 import sys
@@ -226,8 +227,11 @@ def _make_run_directory(cfg: RunConfig, runs_root: str | Path, planner: RunPlann
     # data.json: a resume or export refuses data edited since. The run prices every phase
     # with its copy of the profile and follows its copy of the plan (`RunPlanner.for_run`):
     # the run directory alone reproduces its plans. None: not written.
+    plan = None if planner.plan is None else dumps(planner.plan)
+    if plan is not None:  # run.json holds the copy's sha256: a resume refuses it edited since
+        cfg = cfg.model_copy(update={"plan_sha256": hashlib.sha256(plan.encode()).hexdigest()})
     files = {"run.json": cfg, DATA_RECORD: record, RUN_PROFILE: planner.profile}
-    files[RUN_PLAN] = planner.plan
+    files[RUN_PLAN] = plan
     lock_made = not (run_dir / ".lock").exists()
     with new_directories(run_dir):  # the folders it made go again if the run is not prepared
         run_dir = claim_directory(run_dir)
@@ -235,7 +239,7 @@ def _make_run_directory(cfg: RunConfig, runs_root: str | Path, planner: RunPlann
         try:
             for name, doc in files.items():
                 if doc is not None:
-                    write_atomic(run_dir / name, dumps(doc))
+                    write_atomic(run_dir / name, doc if isinstance(doc, str) else dumps(doc))
         except BaseException:
             # A full disk after run.json left a run that could neither start nor be
             # prepared again under its name.
