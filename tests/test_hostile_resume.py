@@ -915,8 +915,8 @@ PLAN_RUN = ["--max-steps-per-epoch", "3", "--checkpoint-every", "1"]
 def _plan_file(path: Path, *pins: str) -> Path:
     """A plan for one vit-digits rank, 1 epoch with layer 1 frozen, `pins` its layout's."""
     argv = ["plan", "--profile", str(PROFILE), "--devices-per-node", "1", "--global-batch", "64"]
-    argv += ["--epochs", "1", "--freeze-schedule", "1", *pins, "--out", str(path)]
-    assert cli.main(argv) == 0
+    argv += ["--epochs", "1", "--freeze-schedule", "1", "--samples", "1438", *pins]
+    assert cli.main([*argv, "--out", str(path)]) == 0
     return path
 
 
@@ -1031,7 +1031,7 @@ def test_a_plan_copys_later_phase_edited_between_runs_is_refused(tmp_path, capsy
     assert doc["phases"][2]["layout"]["schedule"] == "1f1b"
     doc["phases"][2]["layout"]["schedule"] = "gpipe"  # still a layout that runs
     copy.write_text(json.dumps(doc, indent=2) + "\n")
-    with pytest.raises(InputFileError, match="run.plan.json: edited since the run started"):
+    with pytest.raises(InputFileError, match=r"run\.plan\.json: edited since the run started"):
         RunPlanner.for_run(run, cfg)
     # A run prepared before the sha256 was recorded has none: its copy is held to the phases
     # it took (`check_records`), as then; a later phase edited is not told.
