@@ -308,6 +308,7 @@ def check_run(
         if planner.plan is not None and data.augmented:
             check_plan_cache(planner.plan, False, f"its data '{cfg.data}' is augmented")
         if planner.plan is not None:  # once: `prepare` runs in the launcher only
+            check_plan_samples(planner.plan, cfg, len(data.train))
             note_plan_epoch(planner.plan, cfg, len(data.train))
     else:
         run_dir, manifest, weights = resumed
@@ -322,10 +323,24 @@ def check_run(
     return planner
 
 
+def check_plan_samples(plan: Plan, cfg: RunConfig, samples: int) -> None:
+    """`check_plan_samples(plan, cfg, len(data.train))`: the plan was made for this run's
+    training set. Its phases were decided over epochs of its samples (a cache or a move pays
+    for itself over that many steps) and its cache sized for them: a plan for 192 samples ran
+    on 1438 without a refusal (eighteenth round), as one for another --epochs never did.
+    BadArgumentError naming the plan's field otherwise."""
+    if plan.inputs.samples != samples:
+        raise BadArgumentError(
+            f"{cfg.plan}: inputs.samples {plan.inputs.samples}: the plan was made for "
+            f"{plan.inputs.samples} training samples, but data '{cfg.data}' has {samples}; "
+            f"re-plan with --samples {samples}"
+        )
+
+
 def note_plan_epoch(plan: Plan, cfg: RunConfig, samples: int) -> None:
-    """A plan priced epochs of its own length: a run of another (other data, another
-    --max-steps-per-epoch) follows its layouts, but its predicted times are not this run's;
-    say so once, before training."""
+    """A plan priced epochs of its own length: a run that caps them (--max-steps-per-epoch;
+    other data is refused, `check_plan_samples`) follows its layouts, but its predicted times
+    are not this run's; say so once, before training."""
     steps = samples // cfg.global_batch
     if cfg.max_steps_per_epoch is not None:
         steps = min(steps, cfg.max_steps_per_epoch)
