@@ -94,6 +94,7 @@ if __name__ == "__main__":
 
 import argparse
 import contextlib
+import hashlib
 import logging
 import math
 import shlex
@@ -229,8 +230,11 @@ def _make_run_directory(cfg: RunConfig, runs_root: str | Path, planner: RunPlann
     # data.json: a resume or export refuses data edited since. The run prices every phase
     # with its copy of the profile and follows its copy of the plan (`RunPlanner.for_run`):
     # the run directory alone reproduces its plans. None: not written.
+    plan = None if planner.plan is None else dumps(planner.plan)
+    if plan is not None:  # run.json holds the copy's sha256: a resume refuses it edited since
+        cfg = cfg.model_copy(update={"plan_sha256": hashlib.sha256(plan.encode()).hexdigest()})
     files = {"run.json": cfg, DATA_RECORD: record, RUN_PROFILE: planner.profile}
-    files[RUN_PLAN] = planner.plan
+    files[RUN_PLAN] = plan
     lock_made = not (run_dir / ".lock").exists()
     with new_directories(run_dir):  # the folders it made go again if the run is not prepared
         run_dir = claim_directory(run_dir)
@@ -238,7 +242,7 @@ def _make_run_directory(cfg: RunConfig, runs_root: str | Path, planner: RunPlann
         try:
             for name, doc in files.items():
                 if doc is not None:
-                    write_atomic(run_dir / name, dumps(doc))
+                    write_atomic(run_dir / name, doc if isinstance(doc, str) else dumps(doc))
         except BaseException:
             # A full disk after run.json left a run that could neither start nor be
             # prepared again under its name.
@@ -317,6 +321,7 @@ def check_run(
         if planner.plan is not None and data.augmented:
             check_plan_cache(planner.plan, False, f"its data '{cfg.data}' is augmented")
         if planner.plan is not None:  # once: `prepare` runs in the launcher only
+            check_plan_samples(planner.plan, cfg, len(data.train))
             note_plan_epoch(planner.plan, cfg, len(data.train))
     else:
         run_dir, manifest, weights = resumed
@@ -331,10 +336,24 @@ def check_run(
     return planner
 
 
+def check_plan_samples(plan: Plan, cfg: RunConfig, samples: int) -> None:
+    """`check_plan_samples(plan, cfg, len(data.train))`: the plan was made for this run's
+    training set. Its phases were decided over epochs of its samples (a cache or a move pays
+    for itself over that many steps) and its cache sized for them: a plan for 192 samples ran
+    on 1438 without a refusal (eighteenth round), as one for another --epochs never did.
+    BadArgumentError naming the plan's field otherwise."""
+    if plan.inputs.samples != samples:
+        raise BadArgumentError(
+            f"{cfg.plan}: inputs.samples {plan.inputs.samples}: the plan was made for "
+            f"{plan.inputs.samples} training samples, but data '{cfg.data}' has {samples}; "
+            f"re-plan with --samples {samples}"
+        )
+
+
 def note_plan_epoch(plan: Plan, cfg: RunConfig, samples: int) -> None:
-    """A plan priced epochs of its own length: a run of another (other data, another
-    --max-steps-per-epoch) follows its layouts, but its predicted times are not this run's;
-    say so once, before training."""
+    """A plan priced epochs of its own length: a run that caps them (--max-steps-per-epoch;
+    other data is refused, `check_plan_samples`) follows its layouts, but its predicted times
+    are not this run's; say so once, before training."""
     steps = cfg.steps_per_epoch(samples)
     if steps != plan.inputs.steps_per_epoch:
         log.warning(

@@ -21,6 +21,7 @@ alone (docs/architecture.md §6).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -45,7 +46,7 @@ from pipeplan.formats import (
     dumps,
     load,
 )
-from pipeplan.formats.base import first_difference
+from pipeplan.formats.base import first_difference, parse, read_input
 from pipeplan.formats.profile import model_mismatch
 from pipeplan.plan import TrainingShape, decide_phase, profile_identity, stage_plans
 from pipeplan.solver import Pins
@@ -178,7 +179,9 @@ class RunPlanner:
                     f"{copy}: no such file: the run's copy of its plan {cfg.plan} is gone, so "
                     "the plan it started with cannot be told; start a new run"
                 )
-            plan = load(Plan, copy)
+            text = read_input(copy)
+            check_plan_copy(copy, text, cfg)
+            plan = parse(Plan, text, str(copy))
         if plan is not None:  # the copy edited by hand is held to the run as the file was
             check_plan(plan, profile, cfg)
         return cls(profile, RUN_PROFILE, False, cfg, plan)
@@ -270,6 +273,23 @@ class RunPlanner:
             )
         pricing = self.pricing("solver", horizon)
         return _decide(self.profile, pricing, self.config.global_batch, frozen_layers)
+
+
+def check_plan_copy(copy: Path, text: str, cfg: RunConfig) -> None:
+    """`check_plan_copy(run_dir / RUN_PLAN, text, cfg)`: the run's copy of its plan (`text`, as
+    read) has the sha256 run.json recorded when the run was prepared (`RunConfig.plan_sha256`);
+    InputFileError otherwise. A phase the run has not reached yet, edited between runs (a
+    schedule turned to gpipe), was otherwise obeyed by the resume. A run prepared before the
+    sha256 was recorded has none: its copy is held only to the phases it has taken
+    (`RunPlanner.check_records`), as it was then."""
+    if cfg.plan_sha256 is None:
+        return
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()  # the bytes read, decoded back
+    if digest != cfg.plan_sha256:
+        raise InputFileError(
+            f"{copy}: edited since the run started (its sha256 is {digest[:12]}…, run.json "
+            f"recorded {cfg.plan_sha256[:12]}…); restore it or start a new run"
+        )
 
 
 def last_calibration(run_dir: Path) -> int:

@@ -22,6 +22,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from pipeplan.formats.layout import check_rank_order
+
 # The world group over gloo that init_distributed adds beside an NCCL world: host-side work
 # (checkpoint gathers on CPU, barriers that wait longer than NCCL can) goes through it.
 _host_group: list[dist.ProcessGroup] = []
@@ -125,10 +127,10 @@ def build_topology(
     world). Their collectives fail after `timeout` (None: torch's default for new groups, not
     the world group's timeout). `forward_only_stages`: k, as the layout says."""
     rank_map = tuple(tuple(int(r) for r in row) for row in rank_map)
-    for row in rank_map:
-        # new_group orders members by global rank; stage s must be group rank s (or s − k).
-        if list(row) != sorted(row):
-            raise ValueError(f"pipeline ranks must increase with the stage index: {row}")
+    # new_group orders members by global rank; stage s must be group rank s (or s − k). The
+    # layout's own check (`Layout.check`, applied to every plan, record and checkpoint before
+    # any rank starts) holds the rule: this is the same function, for a map given directly.
+    check_rank_order(rank_map)
     k = forward_only_stages
     replica, stage = place(rank, rank_map)
     topo = Topology(rank, rank_map, replica, stage, k)

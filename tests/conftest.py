@@ -115,7 +115,7 @@ def pinned_plan(
     from executor.planning import shipped_profile
 
     batch = layouts[0].global_batch
-    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--samples", "1400"]
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--samples", "1438"]
     argv += ["--devices-per-node", "2", "--device-memory", "100MiB", "--global-batch", str(batch)]
     argv += ["--epochs", str(epochs), "--freeze-schedule", ",".join(map(str, freeze))]
     argv += [] if cache else ["--no-cache"]

@@ -195,7 +195,7 @@ def command_params(name: str) -> dict:
     return {p.name: p for p in typer.main.get_command(cli.app).commands[name].params}
 
 
-NOT_RUN_OPTIONS = {"schema_version", "freeze_list"}
+NOT_RUN_OPTIONS = {"schema_version", "freeze_list", "plan_sha256"}
 
 
 def test_every_run_option_is_a_run_config_field_with_its_default(capsys, monkeypatch):
@@ -435,7 +435,7 @@ def test_a_flag_left_out_takes_the_plan_s_or_profile_s_value(tmp_path, capsys, m
     monkeypatch.chdir(tmp_path)
     vit = str(shipped_profile("vit-digits", "cpu"))
     plan_argv = ["plan", "--profile", vit, "--devices-per-node", "2", "--nodes", "2"]
-    assert cli.main([*plan_argv, "--epochs", "2", "--samples", "1024", "-o", "p.json"]) == 0
+    assert cli.main([*plan_argv, "--epochs", "2", "--samples", "1438", "-o", "p.json"]) == 0
     run = ["run", "--model", "vit-digits", "--plan", "p.json", "--prepare-only", "--name"]
     assert cli.main([*run, "a"]) == 0, capsys.readouterr().err
     saved = load(RunConfig, tmp_path / "runs" / "a" / "run.json")
@@ -793,7 +793,7 @@ def test_a_plan_of_a_shipped_bf16_profile_runs_in_bf16_without_flags(tmp_path, c
     precision is the plan's; given as fp32 it still contradicts the plan."""
     bf16 = str(shipped_profile("vit-digits", "cpu", "bf16"))
     plan = ["plan", "--profile", bf16, "--devices-per-node", "2", "--epochs", "1"]
-    assert cli.main([*plan, "--samples", "512", "-o", str(tmp_path / "p.json")]) == 0
+    assert cli.main([*plan, "--samples", "1438", "-o", str(tmp_path / "p.json")]) == 0
     run = ["run", "--plan", str(tmp_path / "p.json"), "--prepare-only"]
     run += ["--runs-dir", str(tmp_path / "runs"), "--name"]
     assert cli.main([*run, "a"]) == 0, capsys.readouterr().err

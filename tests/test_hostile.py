@@ -1132,22 +1132,23 @@ def test_out_dash_is_refused_not_a_file_named_dash(tmp_path, capsys, monkeypatch
     refused(argv, tmp_path, capsys, "-: --out takes a file name, not standard output")
 
 
-@pytest.mark.parametrize(("samples", "noted"), [(50_000, True), (1438, False)])
-def test_a_plan_for_epochs_of_another_length_runs_with_a_notice(tmp_path, capsys, samples, noted):
-    """Found by the fifteenth round: a plan made for 50,000 samples an epoch (781 steps) ran
-    on digits (22 steps) without a word, its predicted times for epochs 35 times as long.
-    The run follows the plan's layouts and says once, before training, that its times are
-    for other epochs; a plan for the run's own epochs says nothing."""
+@pytest.mark.parametrize(("cap", "noted"), [(None, False), (3, True)])
+def test_a_plan_run_in_capped_epochs_runs_with_a_notice(tmp_path, capsys, cap, noted):
+    """Found by the fifteenth round: a plan's predicted times were for epochs of another length
+    than the run's, without a word. A run that caps its epochs (--max-steps-per-epoch) follows
+    the plan's layouts and says once, before training, that its times are for other epochs;
+    a plan for the run's own epochs says nothing. (Other data is refused: the next test.)"""
     plan = tmp_path / "plan.json"
     argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu"))]
     argv += ["--devices-per-node", "2", "--global-batch", "64", "--epochs", "2"]
-    assert cli.main([*argv, "--samples", str(samples), "--out", str(plan)]) == 0
+    assert cli.main([*argv, "--samples", "1438", "--out", str(plan)]) == 0
     capsys.readouterr()
     run = ["run", "--model", "vit-digits", "--plan", str(plan), "--prepare-only"]
+    run += [] if cap is None else ["--max-steps-per-epoch", str(cap)]
     assert cli.main([*run, "--runs-dir", str(tmp_path / "runs"), "--name", "p"]) == 0
     err = capsys.readouterr().err
-    notice = f"{plan} was made for {samples // 64} steps an epoch ({samples} samples); this "
-    notice += "run trains 22: it follows the plan's layouts"
+    notice = f"{plan} was made for 22 steps an epoch (1438 samples); this run trains 3: it "
+    notice += "follows the plan's layouts"
     assert (notice in err) == noted and len(err.splitlines()) == noted, err
     # Refused afterwards (the name is taken): the one line alone, no notice before it.
     assert cli.main([*run, "--runs-dir", str(tmp_path / "runs"), "--name", "p"]) == 2
@@ -1155,6 +1156,24 @@ def test_a_plan_for_epochs_of_another_length_runs_with_a_notice(tmp_path, capsys
     assert err.splitlines() == [
         f"pipeplan: error: {tmp_path / 'runs' / 'p'}: already holds a run; pick another --name"
     ], err
+
+
+@pytest.mark.parametrize("samples", [192, 50_000])
+def test_a_plan_for_another_training_set_is_refused(tmp_path, capsys, samples):
+    """Found by the eighteenth round: `run --plan` of a plan made for 192 samples (3 steps an
+    epoch) trained digits' 1438 (22, or the 5 of --max-steps-per-epoch 5), exit 0: the plan's
+    phases were decided, and its cache sized, over epochs the run does not train. Refused as a
+    plan for other --epochs is, naming the plan's field and the --samples to re-plan with."""
+    plan = tmp_path / "plan.json"
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu"))]
+    argv += ["--devices-per-node", "2", "--global-batch", "64", "--epochs", "2"]
+    assert cli.main([*argv, "--samples", str(samples), "--out", str(plan)]) == 0
+    capsys.readouterr()
+    run = ["run", "--model", "vit-digits", "--plan", str(plan), "--prepare-only"]
+    run += ["--max-steps-per-epoch", "5", "--runs-dir", str(tmp_path / "runs"), "--name", "p"]
+    fragments = (f"{plan}: inputs.samples {samples}:", "data 'digits' has 1438")
+    refused(run, tmp_path, capsys, (*fragments, "re-plan with --samples 1438"))
+    assert not (tmp_path / "runs").exists()
 
 
 BOUNDED = """

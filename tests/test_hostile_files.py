@@ -553,6 +553,27 @@ def test_a_plan_whose_last_phase_unfreezes_is_refused(tmp_path, capsys):
     refused([*run, "--plan", str(bad), "--name", "bad"], tmp_path, capsys, fragments)
 
 
+def test_a_plan_phase_whose_stages_run_out_of_rank_order_is_refused(tmp_path, capsys):
+    """Found by the eighteenth round: a plan whose phase 2 (of frozen 0, 4, 8) had rank_map
+    edited to [[1, 0]] passed every check, trained two epochs, then died in rank 1 with
+    "ValueError: pipeline ranks must increase with the stage index" and advised a resume that
+    failed the same way. Refused at load now, naming the plan, the phase and the rank map."""
+    path = tmp_path / "plan3.json"
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--nodes", "1"]
+    argv += ["--devices-per-node", "2", "--device-memory", "100MiB", "--epochs", "3"]
+    argv += ["--global-batch", "64", "--samples", "192", "--freeze-schedule", "0,4,8"]
+    assert cli.main([*argv, "--out", str(path)]) == 0
+    doc = json.loads(path.read_text())
+    assert doc["phases"][2]["layout"]["rank_map"] == [[0, 1]]
+    doc["phases"][2]["layout"]["rank_map"] = [[1, 0]]
+    bad = tmp_path / "plan3b.json"
+    bad.write_text(json.dumps(doc))
+    capsys.readouterr()
+    run = ["run", "--model", "vit-digits", "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    fragments = (f"{bad}: ", "phase 2", "rank_map [[1, 0]]", "increasing ranks")
+    refused([*run, "--plan", str(bad), "--name", "x"], tmp_path, capsys, fragments)
+
+
 @pytest.fixture(scope="module")
 def alpha_plan(tmp_path_factory) -> dict:
     """A plan of α = 0.3 over 2 epochs of vit-digits (8 blocks): frozen layers 0, 4."""

@@ -1112,7 +1112,7 @@ def _plan_file(tmp_path: Path, nodes: int, devices_per_node: int) -> Path:
     small = tmp_path / "small.json"
     vit = str(shipped_profile("vit-digits", "cpu"))
     argv = ["plan", "--profile", vit, "--devices-per-node", "2", "--epochs", "1"]
-    assert cli.main([*argv, "--samples", "512", "-o", str(small)]) == 0
+    assert cli.main([*argv, "--samples", "1438", "-o", str(small)]) == 0
     doc = json.loads(small.read_text())
     doc["inputs"]["cluster"] |= {"nodes": nodes, "devices_per_node": devices_per_node}
     path = tmp_path / f"plan-{nodes}x{devices_per_node}.json"

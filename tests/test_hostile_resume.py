@@ -1058,8 +1058,8 @@ PLAN_RUN = ["--max-steps-per-epoch", "3", "--checkpoint-every", "1"]
 def _plan_file(path: Path, *pins: str) -> Path:
     """A plan for one vit-digits rank, 1 epoch with layer 1 frozen, `pins` its layout's."""
     argv = ["plan", "--profile", str(PROFILE), "--devices-per-node", "1", "--global-batch", "64"]
-    argv += ["--epochs", "1", "--freeze-schedule", "1", *pins, "--out", str(path)]
-    assert cli.main(argv) == 0
+    argv += ["--epochs", "1", "--freeze-schedule", "1", "--samples", "1438", *pins]
+    assert cli.main([*argv, "--out", str(path)]) == 0
     return path
 
 
@@ -1139,6 +1139,45 @@ def test_a_plan_copy_edited_since_the_run_is_refused(plan_run, tmp_path, capsys)
     other = _plan_file(tmp_path / "other.json", "--schedule", "gpipe", "--micro-batches", "4")
     (cut / "run.plan.json").write_bytes(other.read_bytes())
     capsys.readouterr()  # what making the other plan printed
-    fragment = (f"{cut / 'run.plan.json'}: edited since the run took its phase 0", "restore")
-    fragment += ("the layout it recorded has micro_batches 1, the plan's 4",)
+    # run.json's sha256 of the copy tells the edit first (`check_plan_copy`).
+    fragment = (f"{cut / 'run.plan.json'}: edited since the run started", "restore")
     refused(["run", "--resume", str(cut)], tmp_path, capsys, fragment)
+
+
+def _prepared_plan_run(tmp_path: Path) -> Path:
+    """A run of a 3-phase plan (frozen 0, 4, 8 on 2 ranks, each phase 2 stages M=4 1f1b),
+    prepared only: its run.json and its copy of the plan, no rank started."""
+    plan = tmp_path / "plan3.json"
+    argv = ["plan", "--profile", str(PROFILE), "--nodes", "1", "--devices-per-node", "2"]
+    argv += ["--device-memory", "100MiB", "--epochs", "3", "--global-batch", "64"]
+    argv += ["--samples", "1438", "--freeze-schedule", "0,4,8", "--out", str(plan)]
+    assert cli.main(argv) == 0
+    run = ["run", "--plan", str(plan), "--model", "vit-digits", "--prepare-only"]
+    assert cli.main([*run, "--runs-dir", str(tmp_path / "runs"), "--name", "p"]) == 0
+    return tmp_path / "runs" / "p"
+
+
+def test_a_plan_copys_later_phase_edited_between_runs_is_refused(tmp_path, capsys):
+    """Found by the eighteenth round: runs/NAME/run.plan.json of a stopped run, edited so that
+    its last phase (not reached yet) ran gpipe, was obeyed by --resume: the copy was held only
+    to the phases already taken. run.json records the copy's sha256 when the run is prepared
+    (and every checkpoint's configuration with it), and the run's planner refuses the copy
+    edited since: the launcher before any rank starts, and each rank alike."""
+    from executor.planning import RunPlanner
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats import RunConfig, load
+
+    run = _prepared_plan_run(tmp_path)
+    cfg = load(RunConfig, run / "run.json")
+    assert cfg.plan_sha256 is not None
+    RunPlanner.for_run(run, cfg)  # untouched, it is the plan
+    copy = run / "run.plan.json"
+    doc = json.loads(copy.read_text())
+    assert doc["phases"][2]["layout"]["schedule"] == "1f1b"
+    doc["phases"][2]["layout"]["schedule"] = "gpipe"  # still a layout that runs
+    copy.write_text(json.dumps(doc, indent=2) + "\n")
+    with pytest.raises(InputFileError, match=r"run\.plan\.json: edited since the run started"):
+        RunPlanner.for_run(run, cfg)
+    # A run prepared before the sha256 was recorded has none: its copy is held to the phases
+    # it took (`check_records`), as then; a later phase edited is not told.
+    RunPlanner.for_run(run, cfg.model_copy(update={"plan_sha256": None}))

@@ -165,6 +165,26 @@ def test_a_cached_layout_reads_the_cache_in_a_stage_that_trains():
         layout(5, (0, 5, 10), cached=True).check(10, 2)
 
 
+def test_a_replicas_stages_run_on_increasing_ranks():
+    """Found by the eighteenth round: a plan phase with rank_map [[1, 0]] passed every check
+    (`Layout.check` did not hold the rule), trained two epochs, then died in rank 1 with
+    "ValueError: pipeline ranks must increase with the stage index". The one layout check holds
+    it now, and the executor's topology applies the same function."""
+    from executor.topology import build_topology
+
+    swapped = layout(0, (0, 5, 10)).model_copy(update={"rank_map": ((1, 0),)})
+    with pytest.raises(BadArgumentError, match=r"rank_map \[\[1, 0\]\]: replica 0's stages"):
+        swapped.check(10, 2)
+    two = layout(0, (0, 5, 10)).model_copy(update={"rank_map": ((0, 1), (3, 2))})
+    with pytest.raises(BadArgumentError, match="replica 1's stages are on ranks \\[3, 2\\]"):
+        two.check(10, 4)
+    # Before any process group is made: the rank's one line, not a torch error.
+    with pytest.raises(BadArgumentError, match="increasing ranks"):
+        build_topology(0, ((1, 0),))
+    # Increasing but not consecutive (leftover devices of other nodes) is a placement it runs.
+    layout(0, (0, 5, 10)).model_copy(update={"rank_map": ((0, 3), (1, 2))}).check(10, 4)
+
+
 def test_1f1b_needs_a_micro_batch_per_stage_that_trains():
     # 3 stages, the first forward-only: torch's 1F1B runs the other 2, so M = 2 is enough.
     layout(3, (0, 2, 6, 10), M=2).check(10, 3)

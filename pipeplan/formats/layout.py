@@ -37,6 +37,20 @@ def check_boundaries(b: tuple[int, ...], num_layers: int) -> None:
         raise BadArgumentError(f"boundaries {list(b)} must be strictly increasing")
 
 
+def check_rank_order(rank_map: tuple[tuple[int, ...], ...]) -> None:
+    """`check_rank_order(((0, 1), (2, 3)))`: every replica's stages run on increasing ranks;
+    BadArgumentError naming the rank map otherwise. The executor's pipeline group of a replica
+    numbers its members by global rank (torch.distributed.new_group sorts them), and a stage's
+    index in the schedule is its rank in that group: a row (1, 0) would run stage 1 first."""
+    for replica, row in enumerate(rank_map):
+        if list(row) != sorted(row):
+            raise BadArgumentError(
+                f"rank_map {[list(r) for r in rank_map]}: replica {replica}'s stages are on ranks "
+                f"{list(row)}, but a replica's stages run on increasing ranks (its pipeline "
+                "group numbers them in rank order)"
+            )
+
+
 class Layout(Strict):
     """One phase: the freeze point, whether the frozen prefix is read from the cache, S stages
     (boundaries 0 = b0 < … < bS = layers) × D replicas (rank_map[replica][stage] → global
@@ -104,6 +118,7 @@ class Layout(Strict):
         """The one check of a layout the planner emits and the executor runs: a valid
         placement, and what the executor's pipeline needs. BadArgumentError otherwise."""
         self.check_placement(num_layers, world_size)
+        check_rank_order(self.rank_map)
         b, S = self.boundaries, self.num_stages
         if self.cached and self.frozen_layers == 0:
             raise BadArgumentError("a cached layout needs a frozen prefix to cache")

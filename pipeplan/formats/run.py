@@ -25,6 +25,7 @@ from pipeplan.formats.base import (
     MAX_EPOCHS,
     MAX_RECORD_BYTES,
     MAX_STEPS,
+    NOT_A_FLAG,
     Bytes,
     Count,
     Flag,
@@ -316,6 +317,16 @@ class RunConfig(Strict):
     )
     plan: Annotated[Text | None, Flag(default="plan during the run")] = Field(
         None, description="Plan file to run (the run plans each phase itself without one)."
+    )
+    # Set when the run is prepared, never on the command line: the run follows its copy of the
+    # plan (run.plan.json), and a copy edited between runs was obeyed for the phases the run
+    # had not reached yet (eighteenth round). Here, it is in every checkpoint's configuration
+    # too, so run.json edited to match an edited copy is refused as any run.json edit is.
+    plan_sha256: Annotated[str | None, NOT_A_FLAG] = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the bytes of the run's copy of its plan (run.plan.json) as the "
+        "run was prepared; absent in runs prepared before it was recorded.",
     )
 
     @model_validator(mode="before")
