@@ -661,6 +661,7 @@ def _parse_record(line: str, where: str) -> PhaseRecord | StepRecord | EpochReco
     except InputFileError as exc:
         raise InputFileError(f"{where}: not a run record{exc}") from None
     check_keys(data, RECORDS, where)  # before pydantic makes an error of each key
+    del data  # the decoded copy: validation decodes the line again
     try:
         return _validate_record(line, where)
     except MemoryError:  # also one raised while the validation error is read
