@@ -32,6 +32,7 @@ from pipeplan.formats.base import (
     MAX_EPOCHS,
     MAX_SMALL_JSON_BYTES,
     check_json,
+    check_keys,
     first_error,
     int_list,
     leading_zero,
@@ -132,6 +133,7 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
         other = other_kind(TrajectoryFile, data)  # a profile or plan given as the trajectory
         if other is not None:
             raise InputFileError(f"{path}: not a freeze trajectory (it is a {other})")
+        check_keys(data, (TrajectoryFile,), str(path))  # before an error for each key
         try:
             context = {"num_blocks": num_blocks}  # what source alpha freezes depends on them
             data = TrajectoryFile.model_validate(data, strict=True, context=context).frozen_layers

@@ -12,6 +12,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -234,6 +235,154 @@ def test_a_memory_error_in_a_run_record_is_one_line(tmp_path, monkeypatch, where
     path.write_text('{"kind": "step"}\n')
     with pytest.raises(InputFileError, match=r"run.jsonl:1: .*out of memory decoding its JSON"):
         read_records(path)
+
+
+# The eighteenth round, again: pydantic builds every validation error before raising, one for
+# each bad element or unknown key, with no limit: a small file took gigabytes to refuse.
+
+
+def _capped(argv: list[str]) -> tuple[int, list[str], float]:
+    """`cli.main(argv)` in a child under a 2 GiB address-space cap (`RLIMIT_AS`): its exit
+    code, stderr lines and seconds. Python cannot catch Rust aborting on a failed allocation
+    (exit 134), so the cap is the test that none is needed."""
+    import resource
+    import subprocess
+    import sys
+    import time
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    start = time.monotonic()
+    code = "import sys, cli; sys.exit(cli.main(sys.argv[1:]))"
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=cap,
+    )
+    return done.returncode, done.stderr.strip().splitlines(), time.monotonic() - start
+
+
+def _profile_of(tmp_path: Path, layers: str) -> Path:
+    """A copy of the vit-digits profile whose layers are the JSON text `layers`."""
+    doc = json.loads(shipped_profile("vit-digits", "cpu").read_text())
+    doc["layers"] = "LAYERS"
+    path = tmp_path / "in" / "p.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(doc).replace('"LAYERS"', layers))
+    return path
+
+
+def _refused_capped(argv: list[str], root: Path, fragments: tuple[str, ...]) -> None:
+    """`refused`, run by `_capped`: exit 2 within 30 s, one line naming `fragments` and at
+    most a few more errors ("(and 11 more)": a layer's missing fields), no file under `root`
+    changed."""
+    before = state(root)
+    code, lines, seconds = _capped(argv)
+    assert code == 2, (code, lines[-3:])
+    assert len(lines) == 1 and lines[0].startswith("pipeplan: error: "), lines[-3:]
+    assert all(f in lines[0] for f in fragments), lines[0]
+    more = re.search(r"\(and (\d+) more\)", lines[0])
+    assert more is None or int(more.group(1)) < 100, lines[0]
+    assert seconds < 30, seconds
+    assert state(root) == before
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("layers", "fragment"),
+    [
+        ("[" + "{}," * ((2 << 20) // 3) + "{}]", "field 'layers.0.index': Field required"),
+        ("[" + "0," * (4 << 20) + "0]", "field 'layers.0': Input should be an object"),
+    ],
+    ids=["2 MiB of {}", "8 MiB of 0"],
+)
+def test_a_profile_of_many_bad_layers_is_refused_within_memory(tmp_path, layers, fragment):
+    """Found by the eighteenth round: a 2 MiB profile whose layers were `[{},{},…]` made 5.6
+    million errors in 7 GB and 130 s (8 MiB of `0,`: 6.6 GB); under `ulimit -v` pydantic's
+    Rust code aborted, exit 134. Every list stops at its first bad element (`fail_fast`)."""
+    profile = _profile_of(tmp_path, layers)
+    argv = ["preview", "--profile", str(profile), *PREVIEW]
+    _refused_capped(argv, tmp_path, (str(profile), fragment))
+
+
+@pytest.mark.timeout(90)
+def test_an_object_of_a_million_keys_is_refused_within_memory(tmp_path):
+    """Found by the eighteenth round: a profile's layer of a million unknown keys was one
+    error each, 1.8 GB and 30 s to refuse; an object of more than MAX_OBJECT_KEYS keys is
+    refused before pydantic sees it, naming it."""
+    keys = ", ".join(f'"k{i}": 0' for i in range(1 << 20))
+    profile = _profile_of(tmp_path, "[{" + keys + "}]")
+    argv = ["preview", "--profile", str(profile), *PREVIEW]
+    fragments = (str(profile), "field 'layers.0' has 1,048,576 keys, more than the 1,024")
+    _refused_capped(argv, tmp_path, fragments)
+
+
+def _many_ranks(record: dict) -> None:
+    record["ranks"] = [{}] * (1 << 20)
+
+
+def _many_norms(record: dict) -> None:
+    record["grad_norms"] = {str(i): "x" for i in range(1 << 20)}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("kind", "spoil", "fragment"),
+    [
+        ("step", _many_ranks, "field 'step.ranks.0."),
+        ("epoch", _many_norms, "field 'epoch.grad_norms.0': Input should be a valid number"),
+    ],
+    ids=["a million ranks", "a million gradient norms"],
+)
+def test_a_run_record_of_a_million_bad_elements_is_refused_within_memory(
+    tmp_path, kind, spoil, fragment
+):
+    """Found by the eighteenth round: a run.jsonl line of a million bad elements made an
+    error of each, as a profile's layers did; a dict (grad_norms) stops at its first too."""
+    from test_hostile_runs import _synthetic
+
+    run = _synthetic(tmp_path)
+    lines = (run / "run.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    number = next(n for n, record in enumerate(records) if record["kind"] == kind)
+    record = records[number]
+    spoil(record)
+    lines[number] = json.dumps(record)
+    (run / "run.jsonl").write_text("\n".join(lines) + "\n")
+    fragments = (f"run.jsonl:{number + 1}: not a run record", fragment)
+    _refused_capped(["report", str(run)], tmp_path, fragments)
+
+
+def test_a_freeze_trajectory_of_many_keys_is_refused_naming_it(tmp_path):
+    """Found by the eighteenth round: the key count holds for a trajectory file too (read
+    apart from `load`): 2,000 unknown keys were 2,000 errors, now one line naming the file."""
+    from pipeplan.errors import InputFileError
+    from pipeplan.freeze import trajectory_schedule
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"frozen_layers": [0], **{f"k{i}": 0 for i in range(2000)}}))
+    with pytest.raises(InputFileError) as caught:
+        trajectory_schedule(path, 2, 12)
+    assert str(caught.value) == (
+        f"{path}: the top-level object has 2,001 keys, more than the 1,024 of any object "
+        "pipeplan reads"
+    )
+
+
+def test_the_keys_of_a_dict_field_are_not_counted():
+    """A dict field's keys are data, not fields: a profile's config naming 100,000 labels,
+    and an epoch's gradient norms of as many layers, pass `check_keys` (their values are
+    still validated, stopping at the first bad one)."""
+    from pipeplan.formats import Profile
+    from pipeplan.formats.base import check_keys
+    from pipeplan.formats.run import RECORDS
+
+    labels = {str(i): f"LABEL_{i}" for i in range(100_000)}
+    check_keys({"model": {"config": {"id2label": labels}}}, (Profile,), "p.json")
+    check_keys({"kind": "epoch", "grad_norms": dict.fromkeys(labels, 1.0)}, RECORDS, "r:1")
 
 
 # ----------------------------------------------------------------- 2. modes of written files

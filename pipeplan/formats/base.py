@@ -11,19 +11,28 @@ A model that is also a command's input marks how its fields are given on the com
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import stat
 import sys
+import types
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    ValidationError,
+)
 
 from pipeplan.errors import InputFileError, PipeplanError
 
@@ -159,10 +168,39 @@ def iso_timestamp(text: str) -> str:
 Timestamp = Annotated[Text, AfterValidator(iso_timestamp)]
 
 
+# The core schemas whose validators collect one error per bad element unless told to stop
+# at the first (`fail_fast`, pydantic-core 2.41 / pydantic 2.12 for dicts).
+_COLLECTIONS = frozenset({"list", "tuple", "set", "frozenset", "dict"})
+
+
+def fail_fast(schema: Any) -> Any:
+    """`schema` (a pydantic core schema, walked in place) with every list, tuple, set and dict
+    stopping at its first bad element. Found by the eighteenth round: pydantic builds every
+    error before raising, and has no limit on how many; a 2 MiB profile whose layers were
+    `[{}, {}, ...]` made 5.6 million errors in 7 GB, and under `ulimit -v` its Rust code
+    aborted (exit 134), which no `except` catches. Only the first error is ever shown."""
+    if isinstance(schema, dict):
+        if schema.get("type") in _COLLECTIONS:
+            schema["fail_fast"] = True
+        for value in schema.values():
+            fail_fast(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            fail_fast(value)
+    return schema
+
+
 class Strict(BaseModel):
-    """Base for every format: unknown fields and NaN/inf are errors, not silently kept."""
+    """Base for every format: unknown fields and NaN/inf are errors, not silently kept, and
+    every collection stops at its first bad element (`fail_fast`)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=False)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        # One place for every field of every format, nested models included (each builds its
+        # schema here): `Field(fail_fast=True)` is per field, and pydantic refuses it on dicts.
+        return fail_fast(handler(source))
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -359,6 +397,68 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+# The most keys an object read as one of pipeplan's models may have (the largest has 31
+# fields). Pydantic makes one error for each unknown key, about 1.7 KB apiece, all before the
+# first is read: an object of a million keys took 1.8 GB and 30 s to refuse. The keys of a
+# dict field (a config's id2label, grad_norms) are data, not fields: they are not counted
+# (such a dict stops at its first bad element, `fail_fast`).
+MAX_OBJECT_KEYS = 1024
+
+
+def check_keys(data: Any, models: tuple[type[BaseModel], ...], source: str) -> None:
+    """No object in decoded `data` that pydantic would read as one of `models` (or a model
+    nested in them) has more than MAX_OBJECT_KEYS keys; InputFileError naming the file and
+    the field otherwise (`check_keys(json.loads(text), (Profile,), "p.json")`)."""
+    stack: list[tuple[Any, frozenset[type[BaseModel]], tuple]] = [(data, frozenset(models), ())]
+    while stack:
+        value, expected, at = stack.pop()
+        if isinstance(value, list):
+            stack.extend((v, expected, (*at, i)) for i, v in enumerate(value) if _nested(v))
+            continue
+        if not isinstance(value, dict):  # a record that is `null` or `3`: pydantic says so
+            continue
+        if len(value) > MAX_OBJECT_KEYS:
+            where = f"field '{'.'.join(map(str, at))}'" if at else "the top-level object"
+            raise InputFileError(
+                f"{source}: {where} has {len(value):,} keys, more than the "
+                f"{MAX_OBJECT_KEYS:,} of any object pipeplan reads"
+            )
+        for key, item in value.items():
+            if _nested(item) and (inner := _inside(expected, key)) is not None:
+                stack.append((item, inner, (*at, key)))
+
+
+def _nested(value: Any) -> bool:
+    return isinstance(value, (dict, list))
+
+
+@functools.cache
+def _inside(expected: frozenset[type[BaseModel]], key: str) -> frozenset | None:
+    """The models the value of `key` may be read as, in an object read as one of `expected`;
+    None when it is a dict field of each that has it (its keys are data), so left unwalked.
+    An empty set (a list of numbers, an unknown key): its objects are still counted."""
+    owners = [m.model_fields[key].annotation for m in expected if key in m.model_fields]
+    if owners and all(_is_dict(a) for a in owners):
+        return None
+    return frozenset(m for a in owners for m in _models_in(a))
+
+
+def _is_dict(annotation: Any) -> bool:
+    """`dict[str, float] | None` → True: a dict, or nothing."""
+    if get_origin(annotation) is Annotated:
+        return _is_dict(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return all(_is_dict(a) or a is type(None) for a in get_args(annotation))
+    return annotation is dict or get_origin(annotation) is dict
+
+
+def _models_in(annotation: Any) -> set[type[BaseModel]]:
+    """`list[LayerProfile] | None` → {LayerProfile}: the models an annotation names."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {annotation}
+    return {m for a in get_args(annotation) for m in _models_in(a)}
+
+
 def check_json(text: str, source: str) -> Any:
     """Syntax, NaN/Infinity and out-of-range numbers, nesting depth: InputFileError."""
     try:
@@ -428,6 +528,7 @@ def parse(model: type[M], text: str, source: str = "input") -> M:
             f"{source}: {kind} schema_version {version!r} is not supported "
             f"(this pipeplan reads {expected})"
         )
+    check_keys(data, (model,), source)  # before pydantic makes an error of each unknown key
     del data  # the decoded copy: validation decodes the text again
     try:
         return _validate(model, text, source, kind)

@@ -41,6 +41,7 @@ from pipeplan.formats.base import (
     Strict,
     Text,
     check_json,
+    check_keys,
     first_error,
     int_list,
     leading_zero,
@@ -537,6 +538,7 @@ class EpochRecord(Strict):
 
 
 Record = Annotated[PhaseRecord | StepRecord | EpochRecord, Field(discriminator="kind")]
+RECORDS = (PhaseRecord, StepRecord, EpochRecord)  # what a run.jsonl line may be
 _RECORD = TypeAdapter(Record)
 
 
@@ -666,9 +668,11 @@ def check_record_size(line: str, where: str) -> None:
 
 def _parse_record(line: str, where: str) -> PhaseRecord | StepRecord | EpochRecord:
     try:
-        check_json(line, "")
+        data = check_json(line, "")
     except InputFileError as exc:
         raise InputFileError(f"{where}: not a run record{exc}") from None
+    check_keys(data, RECORDS, where)  # before pydantic makes an error of each key
+    del data  # the decoded copy: validation decodes the line again
     try:
         return _validate_record(line, where)
     except MemoryError:  # also one raised while the validation error is read
