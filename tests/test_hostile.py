@@ -471,7 +471,8 @@ def test_resume_revalidates_a_hand_edited_run_json_as_a_fresh_run(
     "edit, fragment",
     [
         ({"name": "../../x"}, "name"),
-        ({"freeze": "list", "freeze_list": [5, 3]}, "--freeze: freeze schedule epoch 1"),
+        # The records' forecasts (of freeze auto) contradict the edit: named first.
+        ({"freeze": "list", "freeze_list": [5, 3]}, "but run.json's freeze list forecasts"),
         ({"cache_budget_bytes": 2**70}, "cache_budget_bytes"),
         ({"global_batch": "64"}, "global_batch"),
         ({"data": "sys:exit"}, "data 'sys:exit': the data function exited (code 0)"),

@@ -31,6 +31,7 @@ from pydantic import (
     ConfigDict,
     Field,
     GetCoreSchemaHandler,
+    StringConstraints,
     ValidationError,
 )
 
@@ -146,6 +147,7 @@ def one_line(text: str) -> str:
 
 # The one string type of every name-like field (names, paths, versions, hosts, messages).
 Text = Annotated[str, AfterValidator(printable)]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]  # a digest in hex
 
 
 def iso_timestamp(text: str) -> str:

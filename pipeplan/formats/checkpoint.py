@@ -8,7 +8,15 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
-from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_STEPS, NonNegFloat, Strict, Text
+from pipeplan.formats.base import (
+    MAX_COUNT,
+    MAX_EPOCHS,
+    MAX_STEPS,
+    NonNegFloat,
+    Sha256,
+    Strict,
+    Text,
+)
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.run import RunConfig
 
@@ -31,7 +39,6 @@ def _not_subnormal(value: float) -> float:
 Norm = Annotated[NonNegFloat, AfterValidator(_not_subnormal)]
 Norms = dict[LayerKey, Norm]
 Step = Annotated[int, Field(ge=0, le=MAX_STEPS)]
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class CheckpointManifest(Strict):

@@ -37,6 +37,7 @@ from pipeplan.formats.base import (
     PosInt,
     Seconds,
     Seed,
+    Sha256,
     Steps,
     Strict,
     Text,
@@ -323,9 +324,8 @@ class RunConfig(Strict):
     # plan (run.plan.json), and a copy edited between runs was obeyed for the phases the run
     # had not reached yet (eighteenth round). Here, it is in every checkpoint's configuration
     # too, so run.json edited to match an edited copy is refused as any run.json edit is.
-    plan_sha256: Annotated[str | None, NOT_A_FLAG] = Field(
+    plan_sha256: Annotated[Sha256 | None, NOT_A_FLAG] = Field(
         None,
-        pattern=r"^[0-9a-f]{64}$",
         description="sha256 of the bytes of the run's copy of its plan (run.plan.json) as the "
         "run was prepared; absent in runs prepared before it was recorded.",
     )
