@@ -231,7 +231,12 @@ def test_a_rank_that_raises_is_named_with_its_error(tmp_path):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(
-    "sig, what", [(signal.SIGKILL, "killed by SIGKILL"), (signal.SIGINT, "interrupted by SIGINT")]
+    "sig, what",
+    [
+        (signal.SIGKILL, "killed by SIGKILL"),
+        # Ctrl-C's own tests cover SIGINT to the ranks: long, for the 15-minute default run.
+        pytest.param(signal.SIGINT, "interrupted by SIGINT", marks=pytest.mark.long),
+    ],
 )
 def test_a_signalled_rank_is_named_not_the_rank_that_noticed(tmp_path, sig, what):
     run, rank1 = paused_run(tmp_path)
@@ -456,7 +461,11 @@ def rank_started(tmp_path: Path, run: subprocess.Popen, timeout: float = 120) ->
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("moment", ["as its rank starts", "1 s later", "mid-step"])
+@pytest.mark.parametrize(
+    "moment",
+    # "1 s later" lies between the two others: long, for the 15-minute default run.
+    ["as its rank starts", pytest.param("1 s later", marks=pytest.mark.long), "mid-step"],
+)
 def test_ctrl_c_prints_interrupted_exits_130_and_leaves_no_process(tmp_path, moment):
     """Thirteenth round: Ctrl-C while a rank started printed its traceback before `pipeplan:
     interrupted` (a KeyboardInterrupt in torch's import, or in Python's own start, in about

@@ -101,6 +101,7 @@ def test_a_plan_for_another_world_size_is_refused(tmp_path, capsys):
     assert "the plan is for 4 devices but --nproc is 2" in capsys.readouterr().err
 
 
+@pytest.mark.long  # test_launch names a killed and a raising rank: for the 15-minute default run
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
 def test_a_dying_rank_stops_the_run_names_the_rank_and_leaves_no_process(tmp_path):
