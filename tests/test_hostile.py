@@ -1817,6 +1817,20 @@ MODEL_COMMANDS = [
 ]
 
 
+def _model_folder_command(tmp_path: Path, config: dict, command: str) -> tuple[Path, list[str]]:
+    """A model folder holding `config` (tmp_path/in/model), and the `run` (prepared, random
+    init) or `profile` command line that builds it; outputs under tmp_path."""
+    model = tmp_path / "in" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(config))
+    image = config["model_type"] == "vit"
+    if command == "run":
+        argv = shlex.split(PREPARE.format(model=model, data="digits" if image else "synth-text"))
+        return model, [*argv, "--init", "random", "--runs-dir", str(tmp_path / "runs")]
+    argv = ["profile", str(model), "--out", str(tmp_path / "p.json"), "--repeats", "1"]
+    return model, [*argv, "--micro-batch-sizes", "1", "--warmup", "0"]
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "case, command", MODEL_COMMANDS, ids=[f"{c}-{m}" for c, m in MODEL_COMMANDS]
@@ -1825,16 +1839,7 @@ def test_model_configs_the_builders_reject_are_one_line(tmp_path, capsys, case, 
     """Building from the config raises inside transformers or torch (after log lines and
     warnings), or would run for hours: one line naming the directory and the reason."""
     config, fragment = MODEL_CONFIGS[case]
-    model = tmp_path / "in" / "model"
-    model.mkdir(parents=True)
-    (model / "config.json").write_text(json.dumps(config))
-    image = config["model_type"] == "vit"
-    if command == "run":
-        argv = shlex.split(PREPARE.format(model=model, data="digits" if image else "synth-text"))
-        argv += ["--init", "random", "--runs-dir", str(tmp_path / "runs")]
-    else:
-        argv = ["profile", str(model), "--out", str(tmp_path / "p.json"), "--repeats", "1"]
-        argv += ["--micro-batch-sizes", "1", "--warmup", "0"]
+    model, argv = _model_folder_command(tmp_path, config, command)
     refused_quietly(argv, tmp_path / "in", capsys, (f"{model}: ", fragment))
     assert not (tmp_path / "p.json").exists()
 
@@ -1897,16 +1902,7 @@ def test_config_sizes_past_the_stated_bound_are_refused_before_building(
     towards the parameters config.json asks for, checked from its dictionary: one line naming
     config.json, the size and the bound."""
     config, size = OVERSIZED_CONFIGS[case]
-    model = tmp_path / "in" / "model"
-    model.mkdir(parents=True)
-    (model / "config.json").write_text(json.dumps(config))
-    image = config["model_type"] == "vit"
-    if command == "run":
-        argv = shlex.split(PREPARE.format(model=model, data="digits" if image else "synth-text"))
-        argv += ["--init", "random", "--runs-dir", str(tmp_path / "runs")]
-    else:
-        argv = ["profile", str(model), "--out", str(tmp_path / "p.json"), "--repeats", "1"]
-        argv += ["--micro-batch-sizes", "1", "--warmup", "0"]
+    model, argv = _model_folder_command(tmp_path, config, command)
     where = f"{model / 'config.json'}: {size} makes a model of "
     refused_quietly(argv, tmp_path / "in", capsys, (where, "GiB in float32); "))
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
