@@ -94,7 +94,6 @@ if __name__ == "__main__":
 
 import argparse
 import contextlib
-import hashlib
 import logging
 import math
 import shlex
@@ -171,7 +170,7 @@ from pipeplan.formats import (
     load,
     read_records,
 )
-from pipeplan.formats.base import first_difference, flag_of, read_input
+from pipeplan.formats.base import first_difference, flag_of, read_input, text_sha256
 from pipeplan.formats.run import (
     check_priced_profiles,
     check_run_name,
@@ -232,7 +231,7 @@ def _make_run_directory(cfg: RunConfig, runs_root: str | Path, planner: RunPlann
     # the run directory alone reproduces its plans. None: not written.
     plan = None if planner.plan is None else dumps(planner.plan)
     if plan is not None:  # run.json holds the copy's sha256: a resume refuses it edited since
-        cfg = cfg.model_copy(update={"plan_sha256": hashlib.sha256(plan.encode()).hexdigest()})
+        cfg = cfg.model_copy(update={"plan_sha256": text_sha256(plan)})
     files = {"run.json": cfg, DATA_RECORD: record, RUN_PROFILE: planner.profile}
     files[RUN_PLAN] = plan
     lock_made = not (run_dir / ".lock").exists()

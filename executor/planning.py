@@ -21,7 +21,6 @@ alone (docs/architecture.md §6).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -46,7 +45,7 @@ from pipeplan.formats import (
     dumps,
     load,
 )
-from pipeplan.formats.base import first_difference, parse, read_input
+from pipeplan.formats.base import first_difference, parse, read_input, text_sha256
 from pipeplan.formats.profile import model_mismatch
 from pipeplan.plan import TrainingShape, decide_phase, profile_identity, stage_plans
 from pipeplan.solver import Pins
@@ -284,7 +283,7 @@ def check_plan_copy(copy: Path, text: str, cfg: RunConfig) -> None:
     (`RunPlanner.check_records`), as it was then."""
     if cfg.plan_sha256 is None:
         return
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()  # the bytes read, decoded back
+    digest = text_sha256(text)  # the bytes read, decoded back
     if digest != cfg.plan_sha256:
         raise InputFileError(
             f"{copy}: edited since the run started (its sha256 is {digest[:12]}…, run.json "

@@ -12,6 +12,7 @@ A model that is also a command's input marks how its fields are given on the com
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import re
@@ -148,6 +149,12 @@ def one_line(text: str) -> str:
 # The one string type of every name-like field (names, paths, versions, hosts, messages).
 Text = Annotated[str, AfterValidator(printable)]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]  # a digest in hex
+
+
+def text_sha256(text: str) -> str:
+    """The hex sha256 of `text`'s UTF-8 bytes: one spelling for the writer of an identity
+    (a profile's, a run's copy of its plan) and its checker. `text_sha256("")` → "e3b0…"."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def iso_timestamp(text: str) -> str:

@@ -3,7 +3,6 @@ the corrections `pipeplan calibrate` fitted on top (docs/architecture.md §3).""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -33,6 +32,7 @@ from pipeplan.formats.base import (
     dumps,
     out_of_memory,
     read_input,
+    text_sha256,
 )
 from pipeplan.formats.modelconfig import config_value_problem, size_problem
 from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
@@ -777,7 +777,7 @@ def profile_sha256(profile: Profile) -> str:
 
     profile_sha256(load(Profile, "runs/a/profile.json"))   # "3f1c…"
     """
-    return hashlib.sha256(dumps(profile).encode("utf-8")).hexdigest()
+    return text_sha256(dumps(profile))
 
 
 def model_mismatch(model: str, profile: Profile) -> str | None:
