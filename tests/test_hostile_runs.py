@@ -313,6 +313,31 @@ def test_a_torn_last_record_is_left_out_but_a_whole_bad_line_is_refused(tmp_path
     refused(argv, tmp_path, capsys, (f"run.jsonl:{number}", "not a run record"))
 
 
+@pytest.mark.timeout(120)
+def test_records_repeated_a_million_times_are_refused_at_the_first_repeat(tmp_path):
+    """Found by the nineteenth round's lead: run.jsonl was read whole and every record built
+    before their order was checked, so 200 MB of one step record repeated took 1.6 GB and
+    40 s to refuse (a 1 GiB file, the limit, about 8 GB). The records are read one line at a
+    time and their order checked as they come: the same file is refused at the first
+    repeat, under a 2 GiB address-space cap, in seconds."""
+    from test_hostile_files import _capped, state
+
+    run = _synthetic(tmp_path)
+    lines = (run / "run.jsonl").read_text().splitlines(keepends=True)
+    first_step = next(n for n, line in enumerate(lines) if json.loads(line)["kind"] == "step")
+    step = lines[first_step]
+    with open(run / "run.jsonl", "w") as handle:
+        handle.writelines(lines[: first_step + 1])
+        handle.writelines([step] * ((200 << 20) // len(step)))
+    before = state(tmp_path)
+    code, err, seconds = _capped(["report", str(run)])
+    assert code == 2, (code, err[-3:])
+    assert len(err) == 1 and f"run.jsonl:{first_step + 2}: step " in err[0], err
+    assert "records come once each, in order" in err[0]
+    assert seconds < 30, seconds
+    assert state(tmp_path) == before
+
+
 @pytest.mark.parametrize("refusal", ["--baseline", "--plot"])
 def test_a_torn_record_notice_never_precedes_a_refusal(tmp_path, capsys, refusal):
     """report printed a torn last record's notice before refusing something else (a baseline

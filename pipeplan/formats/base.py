@@ -20,7 +20,7 @@ import stat
 import sys
 import types
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -590,6 +590,32 @@ def read_input(path: Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pip
     except MemoryError:  # a file under a large limit, in a process with less
         why = "out of memory reading it; run pipeplan with more memory"
         raise InputFileError(f"{path}: {why}") from None
+
+
+def read_lines(path: Path, line_limit: int, limit: int = MAX_FILE_BYTES) -> Iterator[str]:
+    """A regular file's lines, read one at a time (each with its newline, the last one maybe
+    without), at most `limit` bytes in all: a file of records is never held whole, so a
+    reader that finds a bad record early stops early (`for line in read_lines(path, 1 << 24)`).
+    A line of more than `line_limit` characters is yielded cut after them; the reader
+    refuses it by its length."""
+    check_input_file(path, limit)
+    total = 0
+    try:
+        with path.open("rb") as f:
+            # A UTF-8 character is at most 4 bytes: a line of line_limit + 1 characters
+            # takes no more than this to tell apart from a legal one.
+            most = 4 * (line_limit + 1)
+            while line := f.readline(most):
+                total += len(line)
+                if total > limit:  # the file grew since the stat
+                    raise InputFileError(f"{path}: larger than {_size(limit)}, not a pipeplan file")
+                # A line cut at `most` may end inside a character: it is refused by its length.
+                cut = len(line) == most and not line.endswith(b"\n")
+                yield line.decode("utf-8", errors="ignore" if cut else "strict")
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
 
 
 def check_input_file(

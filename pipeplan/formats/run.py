@@ -48,7 +48,7 @@ from pipeplan.formats.base import (
     leading_zero,
     load,
     out_of_memory,
-    read_input,
+    read_lines,
 )
 from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
 from pipeplan.formats.freeze import Alpha
@@ -621,21 +621,26 @@ def read_records(
     out, with one notice, and `torn_tail(path)` says where the whole records end. A bad line
     that ends in a newline was written whole, and is refused."""
     path = Path(path)
-    text = read_input(path)
-    lines = text.splitlines()
     records, numbers = [], []
-    for number, line in enumerate(lines, start=1):
+    order: dict[str, int] = {}
+    size = 0
+    for number, line in enumerate(read_lines(path, MAX_RECORD_BYTES), start=1):
+        size += len(line)
         if not line.strip():
             continue
         where = f"{path}:{number}"
-        check_record_size(line, where)
+        check_record_size(line.rstrip("\n"), where)
         try:
-            records.append(_parse_record(line, where))
+            record = _parse_record(line, where)
         except InputFileError:
-            if number == len(lines) and torn_tail(text) is not None:
-                _notice_torn(path, len(text), where)
+            if not line.endswith("\n"):  # the last line, cut short by a crash mid-append
+                _notice_torn(path, size, where)
                 break
             raise
+        # Here, not only in `check_records`: a file of one record repeated a million times is
+        # refused at its second line, not after a million records are built.
+        _check_order(record, order, where)
+        records.append(record)
         numbers.append(number)
     check_records(records, str(path), config, numbers)
     return records
@@ -733,13 +738,7 @@ def check_records(
         check_world([r for r, _ in ran], config, where, [at for _, at in ran])
     for number, record in enumerate(records):
         at = places[number]
-        index = getattr(record, record.kind)
-        if index <= last.get(record.kind, -1):
-            raise InputFileError(
-                f"{at}: {record.kind} {index} after {record.kind} {last[record.kind]}: "
-                "records come once each, in order"
-            )
-        last[record.kind] = index
+        _check_order(record, last, at)
         if isinstance(record, PhaseRecord):
             layout, cluster = record.layout, record.pricing.cluster
             try:
@@ -784,6 +783,18 @@ def check_records(
         priced.check(epoch, made_by, at)
         if config is not None and epoch.forecast is not None:
             _check_continuations(epoch, epoch.forecast, config, at)
+
+
+def _check_order(record: PhaseRecord | StepRecord | EpochRecord, last: dict[str, int], at: str):
+    """Phases, steps and epochs each come once, in order: `last` holds the latest index of
+    each kind so far (updated here)."""
+    index = getattr(record, record.kind)
+    if index <= last.get(record.kind, -1):
+        raise InputFileError(
+            f"{at}: {record.kind} {index} after {record.kind} {last[record.kind]}: "
+            "records come once each, in order"
+        )
+    last[record.kind] = index
 
 
 class _Sequence:
