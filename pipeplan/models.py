@@ -49,11 +49,19 @@ from pipeplan.errors import (
 )
 from pipeplan.fileio import give_output_modes, new_directories, write_failure
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
-from pipeplan.formats.base import CONFIG_LIMIT, MAX_CONFIG_BYTES, out_of_memory, read_input
+from pipeplan.formats.base import (
+    CONFIG_LIMIT,
+    GENERATION_CONFIG_LIMIT,
+    MAX_CONFIG_BYTES,
+    MAX_GENERATION_CONFIG_BYTES,
+    out_of_memory,
+    read_input,
+)
 from pipeplan.formats.modelconfig import (
     MAX_PARAMETERS,
     PARAMETER_BYTES,
     config_value_problem,
+    generation_value_problem,
     implied_shapes,
     label_count,
     label_map_problem,
@@ -72,6 +80,8 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
+# A decoder's generation settings beside its config.json (`_generation_config`).
+GENERATION_CONFIG = "generation_config.json"
 TASKS = get_args(Task)
 IGNORE_INDEX = -100  # label of a token the causal-LM loss skips, as in transformers
 # Blocks a model may have: no real model has more than a few hundred; 10**6 tiny blocks made
@@ -457,6 +467,7 @@ def build_with_hf(
     task = _choose_task(source, family, task)
     with _building(name_or_path):
         config = _make_config(source, family, name_or_path, dropout, task, num_labels)
+        generation = _generation_config(source, config)  # checked with config.json's vocabulary
         init = _choose_init(source, init, name_or_path)  # a broken config is reported first
         # Before torch allocates: the weights' shapes, then the size the config asks for.
         if init == "pretrained":
@@ -466,7 +477,7 @@ def build_with_hf(
         shape, dtype = _input(family, config, seq_len or source.seq_len, seq_len is not None)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            hf_model, loading = _instantiate(family, task, config, source, init)
+            hf_model, loading = _instantiate(family, task, config, source, init, generation)
         pad = config.pad_token_id if padding_mask else None
         layers = family.cut(hf_model, task, pad)
     if _untie(layers):
@@ -613,8 +624,15 @@ def weight_file(name_or_path: str) -> str | None:
     return _resolve(name_or_path).weights
 
 
-def _read_config(path: Path) -> dict[str, Any]:
-    text = read_input(path, MAX_CONFIG_BYTES, why=CONFIG_LIMIT)
+def _read_config(
+    path: Path, limit: int = MAX_CONFIG_BYTES, why: str = CONFIG_LIMIT
+) -> dict[str, Any]:
+    """A config's JSON object, strictly: a regular file of at most `limit` bytes (`why` names
+    the limit), valid JSON, not nested too deeply, no NaN or infinity anywhere in it.
+
+        _read_config(Path("m/config.json"))   # {"model_type": "bert", …}
+    """
+    text = read_input(path, limit, why=why)
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -650,6 +668,42 @@ def _non_finite(data: dict[str, Any]) -> tuple[str, float] | None:
         elif isinstance(value, list):
             pending += [(f"{where}[{i}]", item) for i, item in enumerate(value)][::-1]
     return None
+
+
+def _generation_config(source: _Source, config: Any) -> Any:
+    """The model folder's generation_config.json as the GenerationConfig transformers would
+    make of it, or None without one (transformers then derives one from config.json):
+
+        _generation_config(source, config)   # GenerationConfig {"max_length": 50, …}
+
+    Found by the nineteenth round: `from_pretrained` read the file itself, with none of
+    config.json's checks (600 MB decoded whole, NaN, max_length -5 and eos ids beyond the
+    vocabulary kept and exported; a list, or JSON nested too deeply, blamed on config.json or
+    the weights; '{not json', a directory or a FIFO dropped without a word). It is held to
+    config.json's rules (`_read_config`, with a limit of its own; `generation_value_problem`)
+    whatever the task, so one folder is refused or not by every command. `_instantiate` gives
+    it to the model, so transformers never reads the file."""
+    if source.directory is None:
+        return None
+    path = source.directory / GENERATION_CONFIG
+    if not (path.exists() or path.is_symlink()):  # a dangling link is refused as no file
+        return None
+    data = _read_config(path, MAX_GENERATION_CONFIG_BYTES, GENERATION_CONFIG_LIMIT)
+    vocab = getattr(config, "vocab_size", None)
+    if (why := generation_value_problem(data, vocab, source.family)) is not None:
+        raise InputFileError(f"{path}: {why}")
+    from transformers import GenerationConfig
+
+    try:
+        generation = GenerationConfig.from_dict(data)
+        # As GenerationConfig.from_pretrained marks what it read: saved as found (a setting
+        # transformers only warns about is not an error at export).
+        generation._original_object_hash = hash(generation)
+    except Exception as exc:  # transformers' own validation: ValueError, AttributeError, …
+        raise InputFileError(
+            f"{path}: not a generation config transformers reads ({_first(exc)})"
+        ) from None
+    return generation
 
 
 def _choose_init(source: _Source, init: str | None, name: str) -> str:
@@ -1026,16 +1080,20 @@ def memory_limit() -> tuple[int, str] | None:
 
 
 def _instantiate(
-    family: Family, task: str, config: Any, source: _Source, init: str
+    family: Family, task: str, config: Any, source: _Source, init: str, generation: Any = None
 ) -> tuple[nn.Module, dict[str, Any] | None]:
     """The transformers model with random weights, or loaded from the source directory
-    (offline, float32) together with its loading report."""
+    (offline, float32) together with its loading report; a model that generates gets the
+    folder's checked `generation` config (`_generation_config`), either way."""
     import transformers
     from safetensors import SafetensorError
 
     cls = getattr(transformers, family.models[task])
     if init == "random":
-        return cls(config), None  # a size beyond memory was refused first (`_check_model_size`)
+        # A size beyond memory was refused first (`_check_model_size`).
+        return _with_generation(cls(config), generation), None
+    # Given the checked generation config, from_pretrained does not read the file itself.
+    given = {} if generation is None else {"generation_config": generation}
     try:
         with _quiet_transformers():
             model, loading = cls.from_pretrained(
@@ -1045,6 +1103,7 @@ def _instantiate(
                 output_loading_info=True,
                 ignore_mismatched_sizes=True,  # a head for other num_labels: fresh, warned
                 dtype=torch.float32,
+                **given,
             )
     except pickle.UnpicklingError:  # torch's weights-only loader refused it, unexecuted
         raise InputFileError(
@@ -1058,7 +1117,18 @@ def _instantiate(
         ) from None
     _check_stored_dtypes(model, source)
     _check_finite(model, source)
-    return model.train(), loading  # from_pretrained returns eval mode; a build is in train mode
+    # from_pretrained returns eval mode; a build is in train mode.
+    return _with_generation(model.train(), generation), loading
+
+
+def _with_generation(model: nn.Module, generation: Any) -> nn.Module:
+    """`model` with the folder's generation config when it has one and the model generates:
+    from_pretrained keeps a copy (marked modified: an export would refuse a setting
+    transformers only warns about), a random build derives one from config.json (the run's
+    export and `pipeplan export`, a random build, would differ)."""
+    if generation is not None and model.can_generate():
+        model.generation_config = generation
+    return model
 
 
 # A safetensors dtype's class: from_pretrained casts whatever it finds to the parameter's dtype,

@@ -2003,6 +2003,91 @@ def test_a_non_finite_config_value_is_refused_when_read(tmp_path, capsys, case, 
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
 
 
+# A model folder's generation_config.json (text, beside GPT2_CONFIG's config.json: 512 tokens),
+# and what the one line says after "generation_config.json: ".
+GENERATION_CONFIGS = {
+    "a list": ("[1, 2]", "a config must be a JSON object"),
+    "nested too deeply": ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    "not JSON": ("{not json", "not valid JSON"),
+    "temperature NaN": (
+        '{"temperature": NaN}',
+        "temperature is nan; a config value is a finite number",
+    ),
+    "max_length -5": (
+        '{"max_length": -5}',
+        "max_length is -5; a length in tokens is an integer ≥ 1",
+    ),
+    "num_beams 0": ('{"num_beams": 0}', "num_beams is 0; a count is an integer ≥ 1"),
+    "top_p 1.5": ('{"top_p": 1.5}', "top_p is 1.5; a probability is in [0, 1]"),
+    "repetition_penalty 0": (
+        '{"repetition_penalty": 0}',
+        "repetition_penalty is 0; a penalty factor is a number > 0",
+    ),
+    "do_sample as text": ('{"do_sample": "yes"}', "do_sample is 'yes'; a switch is true or false"),
+    "eos_token_id beyond the vocabulary": (
+        '{"eos_token_id": 99999}',
+        "eos_token_id 99999 is not a token id of its vocabulary (0..511)",
+    ),
+    "forced_bos_token_id -1": (
+        '{"forced_bos_token_id": -1}',
+        "forced_bos_token_id -1 is not a token id of its vocabulary (0..511)",
+    ),
+    "suppress_tokens beyond the vocabulary": (
+        '{"suppress_tokens": [1, 512]}',
+        "suppress_tokens holds 512, not a token id of its vocabulary (0..511)",
+    ),
+    "num_return_sequences 3 without sampling": (  # transformers' own validation
+        '{"num_return_sequences": 3}',
+        "not a generation config transformers reads (Greedy methods",
+    ),
+}
+GENERATION_COMMANDS = [(c, m) for c in GENERATION_CONFIGS for m in ("run", "profile")]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "case, command", GENERATION_COMMANDS, ids=[f"{c}-{m}" for c, m in GENERATION_COMMANDS]
+)
+def test_a_bad_generation_config_is_refused_as_config_json_is(tmp_path, capsys, case, command):
+    """Found by the nineteenth round: generation_config.json was read by transformers with
+    none of config.json's checks: a list blamed on "its config", JSON nested too deeply on
+    model.safetensors, '{not json' dropped without a word, and NaN, max_length -5, num_beams 0
+    and eos_token_id 99999 (of 128 tokens) accepted and copied into the exported model. It is
+    held to config.json's rules whatever the model's init (here random: a config alone): one
+    line naming generation_config.json and the key."""
+    text, fragment = GENERATION_CONFIGS[case]
+    model, argv = _model_folder_command(tmp_path, GPT2_CONFIG, command)
+    (model / "generation_config.json").write_text(text)
+    where = f"{model / 'generation_config.json'}: {fragment}"
+    refused_quietly(argv, tmp_path / "in", capsys, where)
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "kind, fragment",
+    [
+        ("a directory", "not a regular file"),
+        ("a FIFO", "not a regular file"),
+        ("a link to /dev/zero", "not a regular file"),
+        ("a dangling link", "no such file"),
+    ],
+)
+def test_a_generation_config_that_is_no_file_is_named(tmp_path, capsys, kind, fragment):
+    """Found by the nineteenth round: a directory or a FIFO named generation_config.json was
+    accepted without a word (transformers derived another generation config from config.json).
+    It is refused as a weight file that is no file is, unopened (a FIFO would block)."""
+    model, argv = _model_folder_command(tmp_path, GPT2_CONFIG, "profile")
+    generation = model / "generation_config.json"
+    if kind == "a directory":
+        generation.mkdir()
+    elif kind == "a FIFO":
+        os.mkfifo(generation)
+    else:
+        generation.symlink_to("/dev/zero" if kind == "a link to /dev/zero" else tmp_path / "gone")
+    refused_quietly(argv, tmp_path / "in", capsys, f"{generation}: {fragment}")
+    assert not (tmp_path / "p.json").exists()
+
+
 @pytest.mark.parametrize("kind", ["a link to /dev/zero", "a directory"])
 def test_a_weight_file_that_is_no_file_is_named(tmp_path, capsys, kind):
     """Found by the sixteenth round: model.safetensors as a link to /dev/zero, or a directory,

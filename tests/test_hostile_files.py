@@ -169,6 +169,24 @@ def test_a_model_config_has_a_size_limit(tmp_path):
         models.weight_file(str(config.parent))
 
 
+def test_a_generation_config_has_a_size_limit(tmp_path):
+    """Found by the nineteenth round: a model folder's generation_config.json of 600 MB was
+    decoded whole by transformers (65 s, then a MemoryError blamed on "its config"); it is
+    refused over 4 MiB from its size, unread, naming the file and the limit."""
+    from test_hostile import GPT2_CONFIG
+
+    from pipeplan import models
+    from pipeplan.errors import InputFileError
+
+    generation = oversize(tmp_path / "ckpt" / "generation_config.json", 4 << 20)  # 4 MiB
+    (generation.parent / "config.json").write_text(json.dumps(GPT2_CONFIG))
+    with pytest.raises(InputFileError) as caught:
+        models.build(str(generation.parent), init="random")
+    assert str(caught.value) == (
+        f"{generation}: larger than 4 MiB, the limit for a model's generation_config.json"
+    )
+
+
 def test_a_run_record_has_a_size_limit(tmp_path):
     """Found by the eighteenth round: a run.jsonl line was decoded whatever its length (up to
     the 1 GiB of the file); a line over 16 MiB is refused, naming it, before it is decoded."""

@@ -987,6 +987,62 @@ def test_every_familys_checkpoint_passes_its_own_shapes(tmp_path):
         assert seq.family == family
 
 
+# The nineteenth round's generation_config.json beside a GPT-2 checkpoint (128 tokens), whose
+# weights from_pretrained loads, and the one line after "generation_config.json: ".
+GENERATION_BESIDE_WEIGHTS = {
+    # Was "model: cannot build the model from its config (TypeError: 'list' object is not a
+    # mapping)".
+    "a list": ("[1, 2]", "a config must be a JSON object"),
+    # Was "model: cannot load model.safetensors (RecursionError: …)".
+    "nested too deeply": ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    # Were profiled (exit 0) and exported as found.
+    "the round's four values": (
+        '{"max_length": -5, "temperature": NaN, "num_beams": 0, "eos_token_id": 99999}',
+        "temperature is nan; a config value is a finite number",
+    ),
+    "eos_token_id beyond the vocabulary": (
+        '{"eos_token_id": 99999}',
+        "eos_token_id 99999 is not a token id of its vocabulary (0..127)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", GENERATION_BESIDE_WEIGHTS)
+def test_a_checkpoints_generation_config_is_named_not_its_config_or_weights(tmp_path, capsys, case):
+    """Found by the nineteenth round: from_pretrained read a decoder checkpoint's
+    generation_config.json itself; a list was blamed on "its config", JSON nested too deeply on
+    model.safetensors, and NaN or an eos id outside the vocabulary (the seventeenth round's
+    check of config.json's) was profiled. One line naming generation_config.json."""
+    text, fragment = GENERATION_BESIDE_WEIGHTS[case]
+    model = _family_checkpoint(tmp_path / "in" / "model", "gpt2")
+    (model / "generation_config.json").write_text(text)
+    capsys.readouterr()  # save_pretrained's progress bar
+    out = tmp_path / "p.json"
+    argv = ["profile", str(model), "--out", str(out), "--micro-batch-sizes", "1", "--repeats"]
+    where = f"{model / 'generation_config.json'}: {fragment}"
+    refused([*argv, "1", "--warmup", "0"], tmp_path / "in", capsys, where)
+    assert not out.exists()
+
+
+def test_transformers_never_reads_the_generation_config_itself(tmp_path, monkeypatch):
+    """Found by the nineteenth round: from_pretrained read generation_config.json with none of
+    config.json's checks. pipeplan hands it the file it checked, so transformers' own reader
+    is never called, and the model keeps the file's settings:
+
+        models.build("ckpt/").hf_model.generation_config.max_length   # 50, as the file says
+    """
+    model = _family_checkpoint(tmp_path / "model", "gpt2")
+    found = {"max_length": 50, "eos_token_id": 5}
+    (model / "generation_config.json").write_text(json.dumps(found))
+
+    def unread(*args, **kwargs):
+        raise AssertionError("transformers read generation_config.json itself")
+
+    monkeypatch.setattr(transformers.GenerationConfig, "from_pretrained", unread)
+    generation = models.build(str(model)).hf_model.generation_config
+    assert (generation.max_length, generation.eos_token_id) == (50, 5)
+
+
 def test_profile_of_a_config_without_weights_still_draws_random_ones(tmp_path):
     """A folder with config.json alone profiles as before (nothing to check)."""
     model = _checkpoint(tmp_path / "model", 2)

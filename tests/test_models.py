@@ -419,6 +419,25 @@ def test_the_light_config_tables_are_transformers_and_the_families():
     assert set(DECODER_FAMILIES) == {n for n, f in FAMILIES.items() if f.kind == "decoder"}
 
 
+def test_the_generation_config_keys_checked_are_transformers():
+    """The nineteenth round's checks of a folder's generation_config.json (`formats.modelconfig`,
+    without transformers) name GenerationConfig's own attributes: a key transformers renamed
+    would go unchecked."""
+    from transformers import GenerationConfig
+
+    from pipeplan.formats.modelconfig import (
+        GENERATION_RANGES,
+        GENERATION_TOKEN_ID_KEYS,
+        GENERATION_TOKEN_LISTS,
+        TOKEN_ID_KEYS,
+    )
+
+    keys = [key for keys, _, _ in GENERATION_RANGES for key in keys]
+    keys += [*GENERATION_TOKEN_LISTS, *(set(GENERATION_TOKEN_ID_KEYS) - set(TOKEN_ID_KEYS))]
+    config = GenerationConfig()
+    assert [key for key in keys if not hasattr(config, key)] == []
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_the_parameters_and_shapes_a_config_implies_are_transformers(family):
     """Found by the eighteenth round: config sizes were built whatever they asked (vocab_size

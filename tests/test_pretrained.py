@@ -259,6 +259,27 @@ def test_export_is_a_transformers_directory_with_the_trained_weights(tmp_path, n
         assert not torch.equal(initial.forward(x), logits)  # trained weights, not the initial
 
 
+@pytest.mark.parametrize("init", ["pretrained", "random"])
+def test_a_checkpoints_generation_config_is_exported_as_found(tmp_path, init):
+    """Found by the nineteenth round (generation_config.json was read by transformers alone):
+    a file that passes config.json's rules is kept. The exported model carries the folder's
+    settings whether its weights were loaded or drawn (a random build, as `pipeplan export`
+    makes, derived others from config.json, so a run's own model/ and its export differed),
+    and a setting transformers only warns about (temperature without do_sample) is saved as
+    found, not refused at export."""
+    import json
+
+    folder = tmp_path / "ckpt"
+    _save(folder, "GPT2LMHeadModel", "GPT2Config", **GPT2)
+    # 50256: GPT-2's default eos and bos, which transformers writes for any vocabulary.
+    found = {"max_length": 50, "temperature": 0.7, "eos_token_id": 5, "bos_token_id": 50256}
+    (folder / "generation_config.json").write_text(json.dumps(found))
+    out = models.export(models.build(str(folder), init=init), tmp_path / "out")
+    written = json.loads((out / "generation_config.json").read_text())
+    assert {key: written.get(key) for key in found} == found
+    assert transformers.GenerationConfig.from_pretrained(out).max_length == 50
+
+
 def test_export_refuses_a_directory_with_files(tmp_path):
     (tmp_path / "old.txt").write_text("keep me")
     with pytest.raises(OutputError, match="not an empty directory"):

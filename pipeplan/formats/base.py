@@ -65,6 +65,11 @@ MAX_SMALL_JSON_BYTES = 1 << 20
 # (1,000,000) classes, about 50 MB; decoded in at most about 2 GiB.
 MAX_CONFIG_BYTES = 64 << 20
 CONFIG_LIMIT = "the limit for a model's config.json"  # `read_input`'s why
+# A model folder's generation_config.json: decoding settings and lists of token ids (Whisper's,
+# among the largest, is 4 KB; bad_words_ids of thousands of words some 100 KB); decoded in at
+# most about 128 MiB.
+MAX_GENERATION_CONFIG_BYTES = 4 << 20
+GENERATION_CONFIG_LIMIT = "the limit for a model's generation_config.json"
 # One run.jsonl record: a step of 4,096 ranks is about 1 MB, an epoch of 4,096 layers 0.2 MB.
 MAX_RECORD_BYTES = 16 << 20
 MAX_SECONDS = 1e6  # 11.6 days for one timed operation

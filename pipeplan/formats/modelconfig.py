@@ -120,8 +120,10 @@ def rope_thetas(config: dict[str, Any]) -> list[tuple[str, Any]]:
     return found
 
 
-def token_id_problem(config: dict[str, Any], defaults: dict[str, Any]) -> str | None:
-    """Every token id the config names (an int, or a list of ints for eos) in
+def token_id_problem(
+    config: dict[str, Any], defaults: dict[str, Any], keys: tuple[str, ...] = TOKEN_ID_KEYS
+) -> str | None:
+    """Every token id the config names among `keys` (an int, or a list of ints for eos) in
     0..vocab_size − 1, but a value equal to its config class's default (`defaults`).
 
         token_id_problem({"vocab_size": 128, "eos_token_id": -5}, {})
@@ -130,13 +132,105 @@ def token_id_problem(config: dict[str, Any], defaults: dict[str, Any]) -> str | 
     vocab = config.get("vocab_size")
     if type(vocab) is not int:
         return None  # a model without one (an image model), or refused as a size elsewhere
-    for key in TOKEN_ID_KEYS:
+    for key in keys:
         value = config.get(key)
         if value is None or value == defaults.get(key):
             continue
         ids = value if isinstance(value, list) else [value]
         if not ids or not all(type(i) is int and 0 <= i < vocab for i in ids):
             return f"{key} {value!r} is not a token id of its vocabulary (0..{vocab - 1})"
+    return None
+
+
+# --------------------------------------------------------------------------- generation
+
+# A model folder's generation_config.json: `from_pretrained` of a decoder reads it and
+# `save_pretrained` writes it into the export, where `generate` uses it. Found by the nineteenth
+# round: read by transformers with none of config.json's checks (max_length -5, temperature NaN,
+# eos_token_id beyond the vocabulary exported as found). The token ids `generate` stops at,
+# pads with or forces, and the lists of ids it suppresses.
+GENERATION_TOKEN_ID_KEYS = (*TOKEN_ID_KEYS, "forced_bos_token_id", "forced_eos_token_id")
+GENERATION_TOKEN_LISTS = ("suppress_tokens", "begin_suppress_tokens")
+
+
+def _integer(value: Any) -> bool:
+    return type(value) is int
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# (keys, what a value must be, that in words): the numbers `generate` reads, each unset (null)
+# or in its range. transformers refuses none of these when it reads the file.
+GENERATION_RANGES: tuple[tuple[tuple[str, ...], Any, str], ...] = (
+    (
+        ("max_length", "max_new_tokens"),
+        lambda v: _integer(v) and v >= 1,
+        "a length in tokens is an integer ≥ 1",
+    ),
+    (
+        ("min_length", "min_new_tokens"),
+        lambda v: _integer(v) and v >= 0,
+        "a length in tokens is an integer ≥ 0",
+    ),
+    (
+        ("num_beams", "num_return_sequences"),
+        lambda v: _integer(v) and v >= 1,
+        "a count is an integer ≥ 1",
+    ),
+    (
+        ("top_k", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size"),
+        lambda v: _integer(v) and v >= 0,
+        "an integer ≥ 0 (0: off)",
+    ),
+    (
+        ("top_p", "typical_p", "min_p", "top_h", "epsilon_cutoff", "eta_cutoff"),
+        lambda v: _number(v) and 0 <= v <= 1,
+        "a probability is in [0, 1]",
+    ),
+    (("temperature",), lambda v: _number(v) and v >= 0, "a temperature is a number ≥ 0"),
+    (
+        ("repetition_penalty", "encoder_repetition_penalty"),
+        lambda v: _number(v) and v > 0,
+        "a penalty factor is a number > 0",
+    ),
+    (("max_time",), lambda v: _number(v) and v > 0, "a time in seconds is a number > 0"),
+    (("do_sample", "use_cache"), lambda v: type(v) is bool, "a switch is true or false"),
+)
+
+
+def generation_value_problem(generation: dict[str, Any], vocab: Any, family: str) -> str | None:
+    """What is wrong with a generation_config.json's values, in words, or None: the numbers of
+    `GENERATION_RANGES` in range, and (a text model, `vocab` its config.json's vocab_size)
+    every token id inside the vocabulary but its family's defaults, as config.json's are.
+
+        generation_value_problem({"max_length": -5}, 128, "gpt2")
+        # "max_length is -5; a length in tokens is an integer ≥ 1"
+        generation_value_problem({"eos_token_id": 99999}, 128, "gpt2")
+        # "eos_token_id 99999 is not a token id of its vocabulary (0..127)"
+    """
+    for keys, valid, words in GENERATION_RANGES:
+        for key in keys:
+            value = generation.get(key)
+            if value is not None and not valid(value):
+                return f"{key} is {value!r}; {words}"
+    if type(vocab) is not int:
+        return None  # an image model: no token ids
+    ids = {**generation, "vocab_size": vocab}  # the model's vocabulary, not a key of this file
+    defaults = DEFAULT_TOKEN_IDS.get(family, {})
+    if (why := token_id_problem(ids, defaults, GENERATION_TOKEN_ID_KEYS)) is not None:
+        return why
+    for key in GENERATION_TOKEN_LISTS:
+        value = generation.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            return f"{key} is {value!r}; a list of token ids"
+        # The first id that is wrong, not the list: it may hold a whole vocabulary.
+        for i in value:
+            if not (_integer(i) and 0 <= i < vocab):
+                return f"{key} holds {i!r}, not a token id of its vocabulary (0..{vocab - 1})"
     return None
 
 
