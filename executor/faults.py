@@ -30,7 +30,6 @@ import signal
 import time
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -144,7 +143,13 @@ def write_report(exc: BaseException, rank: int) -> Report:
     if path:
         tmp = f"{path}.tmp"
         try:
-            Path(tmp).write_text(report.to_json())
+            # A new file (O_EXCL), whatever was left there removed first: never written
+            # through a link, never a FIFO that blocks the failing rank.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(tmp, new, 0o644), "w") as handle:
+                handle.write(report.to_json())
             os.replace(tmp, path)  # the agent never reads half a report
         except OSError:
             # A full disk (the very failure being reported, perhaps): the rank still exits
