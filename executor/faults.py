@@ -30,7 +30,6 @@ import signal
 import time
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -144,7 +143,7 @@ def write_report(exc: BaseException, rank: int) -> Report:
     if path:
         tmp = f"{path}.tmp"
         try:
-            Path(tmp).write_text(report.to_json())
+            write_new(tmp, report.to_json())
             os.replace(tmp, path)  # the agent never reads half a report
         except OSError:
             # A full disk (the very failure being reported, perhaps): the rank still exits
@@ -152,6 +151,20 @@ def write_report(exc: BaseException, rank: int) -> Report:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
     return report
+
+
+def write_new(path: str, text: str) -> None:
+    """`text` in a new file at `path`, whatever was left there (a killed rank's report, or a
+    link or FIFO put there) removed first: created with O_EXCL, it is never written through a
+    link nor a FIFO that would block the failing rank. OSError if it cannot be.
+
+        write_new("runs/a/logs/rank-0.error.json.tmp", report.to_json())
+    """
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(path, new, 0o644), "w") as handle:
+        handle.write(text)
 
 
 def exit_code(report: Report) -> int:

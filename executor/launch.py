@@ -54,6 +54,7 @@ def _stopped_as_it_starts(signum: int, frame: object) -> None:
     silently, it could not be told from the ranks the agent then stopped with SIGTERM, and
     the launcher named rank 0 for a SIGTERM sent to rank 1; the reports' times say which
     came first (`faults.verdict`)."""
+    import contextlib
     import json
     import time
 
@@ -69,7 +70,12 @@ def _stopped_as_it_starts(signum: int, frame: object) -> None:
             "pipeplan": {"rank": int(rank), "kind": "stopped", "time": now, "error": why},
         }
         try:
-            with open(f"{path}.tmp", "w") as handle:
+            # A new file (O_EXCL: never through a link, never a FIFO), whatever was there
+            # gone first (`faults.write_report`, which cannot be imported yet).
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}.tmp")
+            new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(f"{path}.tmp", new, 0o644), "w") as handle:
                 handle.write(json.dumps(report))
             os.replace(f"{path}.tmp", path)
         except OSError:  # a full disk: the exit code is reported still
@@ -96,6 +102,7 @@ import argparse
 import contextlib
 import logging
 import math
+import re
 import shlex
 import sys
 import threading
@@ -152,6 +159,9 @@ from pipeplan.fileio import (
     claim_directory,
     enclosing_run,
     new_directories,
+    not_a_plain_file,
+    not_a_plain_folder,
+    open_append,
     release_directory,
     write_atomic,
     write_failure,
@@ -523,16 +533,61 @@ def check_unfinished(
     )
 
 
+# What a run or a resume writes inside its directory, by folder ("." the run directory; R a
+# rank, N a step or a calibration's number): the folders it writes into, and the files it
+# writes in place (appends: the logs, run.jsonl), replaces by a rename (run.json, summary.json,
+# metrics.csv, latest, a checkpoint) or removes and makes again (a rank's error report, the
+# Ctrl-C mark). model/ and a checkpoint's step-N/ are made anew whole: what they hold is
+# removed, never written through. The activation cache checks its own folders (`executor.cache`).
+RUN_WRITES_FOLDERS = {
+    ".": (*map(re.escape, ("checkpoints", "logs", MODEL_DIR, "cache")), r"\.tmp-model-[0-9]+"),
+    "checkpoints": (r"(\.tmp-)?step-[0-9]+",),
+}
+RUN_WRITES_FILES = {
+    ".": (
+        *map(re.escape, ("run.json", "run.jsonl", PENDING_CONFIG, METRICS_FILE, "summary.json")),
+        r"calibration-[0-9]+\.json",
+    ),
+    "logs": (
+        *map(re.escape, ("launcher.log", "interrupted")),
+        r"rank-[0-9]+\.log",
+        r"rank-[0-9]+\.error\.json(\.tmp)?",
+    ),
+    "checkpoints": ("latest",),
+}
+
+
 def check_outputs(run_dir: Path) -> None:
-    """What a resumed run writes into its directory can be written: its folders are folders,
-    its files regular files or absent (a model/ replaced by a file failed only at the export,
-    after training, suggesting the same --resume again)."""
-    for folder in ("checkpoints", "logs", MODEL_DIR):
-        path = run_dir / folder
-        if path.is_symlink() or (path.exists() and not path.is_dir()):
-            raise OutputError(f"{path}: not a folder; the run writes into it")
+    """What a run writes into its directory (RUN_WRITES_FOLDERS, RUN_WRITES_FILES) can be
+    written there, before any rank starts: each folder absent or a plain folder, each file
+    absent or a regular file; never a symbolic link (a rank's log linked elsewhere had the
+    resume append its output there), a FIFO (a rank blocked opening it: the resume hung), a
+    device, or a folder where a file belongs (a rank's traceback, then "training failed on
+    rank 0 at step 2"). OutputError naming the first path that is not.
+
+        check_outputs(Path("runs/a"))   # runs/a/logs/rank-1.log: not a regular file (a FIFO); …
+    """
+    for folder, names in RUN_WRITES_FOLDERS.items():
+        for path in _entries(run_dir / folder, names):
+            why = not_a_plain_folder(path)
+            if why is not None:
+                raise OutputError(f"{path}: {why}; the run writes into it")
+    for folder, names in RUN_WRITES_FILES.items():
+        for path in _entries(run_dir / folder, names):
+            why = not_a_plain_file(path)
+            if why is not None:
+                raise OutputError(f"{path}: {why}; the run writes this file")
     for name in ("run.jsonl", METRICS_FILE, "summary.json", "run.json"):
-        check_writable(run_dir / name, run_owned=True)
+        check_writable(run_dir / name, run_owned=True)  # and the folder takes new files
+
+
+def _entries(folder: Path, names: tuple[str, ...]) -> list[Path]:
+    """The entries of `folder` (a plain one: `check_outputs` checked it first) whose names
+    match one of `names` (regular expressions), sorted; none when it is absent."""
+    if not_a_plain_folder(folder) is not None or not folder.is_dir():
+        return []
+    pattern = re.compile("|".join(f"(?:{name})" for name in names))
+    return sorted(folder / name for name in os.listdir(folder) if pattern.fullmatch(name))
 
 
 def run_directory(runs_root: str | Path, name: str) -> Path:
@@ -596,7 +651,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     rank = world["RANK"]
     die_with_launcher()
-    console = rank_console(Path(args.log_dir), rank) if args.log_dir else sys.stderr
+    console = rank_output(args.log_dir, rank)
     pipeplan_log.setup(rank=rank, debug=args.debug, stream=console if args.log_dir else None)
     if not under_pipeplan_run() and world["LOCAL_RANK"] == 0:
         try:  # `pipeplan run` made these checks before it started this rank; torchrun did not
@@ -716,6 +771,7 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
                 f"WORLD_SIZE={world['WORLD_SIZE']}: {run_dir} is prepared for {saved.nproc} "
                 f"ranks; prepare it with --nproc {world['WORLD_SIZE']}"
             )
+        check_outputs(run_dir)  # a resume checks them in `check_run`
         return
     check_data(run_dir, saved)
     # What the ranks will run (`rank_config`): the configuration a resume re-planned for its
@@ -728,18 +784,41 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
         mend_torn_tail(run_dir / "run.jsonl", records)
 
 
+def rank_output(log_dir: str | None, rank: int) -> TextIO:
+    """The stream for pipeplan's own lines: the console, this rank's output going to
+    `log_dir/rank-R.log` when given (`rank_console`), else stderr. A log that cannot be
+    opened (a link or FIFO put there after the launcher's `check_outputs`) is this rank's
+    failure, reported as any other: its report, and under torchrun one line of ours.
+
+        console = rank_output(args.log_dir, world["RANK"])
+    """
+    if not log_dir:
+        return sys.stderr
+    try:
+        return rank_console(Path(log_dir), rank)
+    except PipeplanError as exc:
+        report = faults.write_report(exc, rank)
+        if not under_pipeplan_run():  # `pipeplan run` names the rank's failure itself
+            print(f"pipeplan: error: rank {rank}: {report.message}", file=sys.stderr, flush=True)
+        os._exit(faults.exit_code(report))
+
+
 def rank_console(log_dir: Path, rank: int) -> TextIO:
     """Send everything this process writes to stdout and stderr (torch's warnings, C++ logs,
-    tracebacks) to `log_dir/rank-R.log`; returns a stream on the original stderr for
-    pipeplan's own lines.
+    tracebacks) to `log_dir/rank-R.log`, opened only as a regular file (`open_append`:
+    never through a link, never blocking on a FIFO); returns a stream on the original stderr
+    for pipeplan's own lines. OutputError, with nothing redirected, if the log cannot be.
 
         console = rank_console(Path("runs/exp1/logs"), 1)
     """
-    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file, or a link to nowhere, where the folder belongs
+        raise OutputError(f"{log_dir}: cannot make the logs' folder ({exc.strerror})") from None
+    fd = open_append(log_dir / f"rank-{rank}.log")
     console = os.fdopen(os.dup(2), "w", buffering=1)
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(log_dir / f"rank-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
@@ -902,6 +981,10 @@ def agent_scope(logs: Path) -> Iterator[pipeplan_log.FileHandler]:
 
         with agent_scope(logs) as launcher_log: ...
     """
+    # pipeplan's handler: logging's printed a 100-line traceback for each record it could not
+    # write, and its close raised the full disk's OSError over the rank's failure. Opened
+    # first (a regular file only, `open_append`): a refusal leaves nothing here changed.
+    file_handler = pipeplan_log.FileHandler(logs / "launcher.log")
     handlers = {sig: signal.getsignal(sig) for sig in AGENT_SIGNALS}
     env = {key: os.environ.get(key) for key in AGENT_ENV}
     root = str(Path(executor.__file__).resolve().parents[1])
@@ -912,9 +995,6 @@ def agent_scope(logs: Path) -> Iterator[pipeplan_log.FileHandler]:
     os.environ[INTERRUPTED] = str(mark)
     if threading.current_thread() is threading.main_thread():  # no handlers elsewhere
         signal.signal(signal.SIGINT, on_ctrl_c(mark))
-    # pipeplan's handler: logging's printed a 100-line traceback for each record it could not
-    # write, and its close raised the full disk's OSError over the rank's failure.
-    file_handler = pipeplan_log.FileHandler(logs / "launcher.log")
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     loggers = {logger: logger.propagate for logger in map(logging.getLogger, AGENT_LOGGERS)}
     for logger in loggers:
@@ -947,8 +1027,9 @@ def on_ctrl_c(mark: Path) -> Callable[[int, Any], None]:
     """
 
     def handler(signum: int, frame: Any) -> None:
-        with contextlib.suppress(OSError):  # the ranks are stopped anyway, if more slowly
-            mark.touch()
+        # The ranks are stopped anyway, if more slowly.
+        with contextlib.suppress(OSError, OutputError):
+            os.close(open_append(mark))  # never through a link (`check_outputs` refuses one)
         raise SignalException(f"Process {os.getpid()} got signal: SIGINT", signal.SIGINT)
 
     return handler

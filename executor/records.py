@@ -16,12 +16,12 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import torch
 
 from pipeplan.errors import OutputError
-from pipeplan.fileio import write_atomic, write_failure
+from pipeplan.fileio import open_append, write_atomic, write_failure
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
@@ -134,11 +134,20 @@ def mend_torn_tail(path: Path, records: list) -> None:
     if cut is None:
         return
     whole = [line for line in text[:cut].splitlines() if line.strip()]
-    if len(whole) == len(records):  # the last line did not parse: torn
-        os.truncate(path, len(text[:cut].encode("utf-8")))
-    else:
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write("\n")
+    fd = open_append(path)  # the file itself, never one a link points to
+    try:
+        if len(whole) == len(records):  # the last line did not parse: torn
+            os.ftruncate(fd, len(text[:cut].encode("utf-8")))
+        else:
+            os.write(fd, b"\n")
+    finally:
+        os.close(fd)
+
+
+def _append(path: Path) -> TextIO:
+    """run.jsonl opened to append records to, as a regular file only (`open_append`: a link
+    there wrote a resume's records through it, a FIFO blocked rank 0)."""
+    return os.fdopen(open_append(path), "a")
 
 
 class Recorder:
@@ -150,7 +159,7 @@ class Recorder:
         self.metrics_path = path.with_name(METRICS_FILE)
         # Called with each step record (rank 0's progress bar), after the record is written.
         self.on_step: Callable[[StepRecord], None] | None = None
-        self._file = open(path, "a") if writes else None  # noqa: SIM115 (closed in close())
+        self._file = _append(path) if writes else None  # closed in close()
         self._layouts: dict[int, str] = {}  # phase → layout label, for the metrics rows
         self._epochs: list[EpochRecord] = []
         self._open: list[StepRecord] = []  # the steps of the epoch not yet closed by its record
@@ -215,7 +224,7 @@ class Recorder:
         ]
         self._file.close()
         write_atomic(self.path, "".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in kept))
-        self._file = open(self.path, "a")  # noqa: SIM115
+        self._file = _append(self.path)
         self._layouts, self._epochs, self._open = {}, [], []
         for record in kept:
             self._remember(record)

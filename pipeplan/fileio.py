@@ -381,6 +381,85 @@ def give_output_modes(directory: str | Path) -> None:
             os.chmod(entry, 0o666 & ~_umask())
 
 
+# Opening a file to write in place: never through a symbolic link (a link planted at a run's
+# rank log made a resume append its output outside the run), never blocking on a FIFO (one
+# there hung `run --resume` for the launcher's start-up wait of 24 h): the open fails at once
+# on a FIFO without a reader (ENXIO), and an open one is refused by `fstat` below.
+IN_PLACE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_append(path: str | Path) -> int:
+    """`path` opened to append to (created if missing), only as a regular file: without
+    following a link or blocking (IN_PLACE), then blocking again for the writes. Returns the
+    descriptor; OutputError naming `path` and what is there otherwise (`not_a_plain_file`).
+
+        handle = os.fdopen(open_append(run_dir / "run.jsonl"), "a")
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | IN_PLACE
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        why = not_a_plain_file(path) or f"cannot open it to write ({exc.strerror or exc})"
+        raise OutputError(f"{path}: {why}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # a FIFO that had a reader, a device
+        os.close(fd)
+        raise OutputError(f"{path}: not a regular file ({_kind(info.st_mode)})")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def not_a_plain_file(path: str | Path) -> str | None:
+    """What is wrong with `path` as a file a command writes in place or replaces, as the
+    rest of a one-line message: None when it is absent or a regular file (never followed).
+
+        not_a_plain_file("runs/a/logs/rank-1.log")   # "not a regular file (a FIFO)"
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a file on its way, a name too long
+        return f"cannot be reached ({exc.strerror or exc})"
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link, not a file of its own"
+    if stat.S_ISDIR(info.st_mode):
+        return "is a directory, not a file"
+    if not stat.S_ISREG(info.st_mode):
+        return f"not a regular file ({_kind(info.st_mode)})"
+    return None
+
+
+def not_a_plain_folder(path: str | Path) -> str | None:
+    """`not_a_plain_file` for a folder a command writes into: None when `path` is absent or
+    a directory; a link to one is refused (the writes would land where it points)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be reached ({exc.strerror or exc})"
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link, not a folder of its own"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"not a folder ({_kind(info.st_mode)})"
+    return None
+
+
+def _kind(mode: int) -> str:
+    """`_kind(os.lstat(p).st_mode)`: what a file system entry is, in words ("a FIFO")."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a file")
+
+
 # Locks held until this process exits (the kernel drops them when it dies, however it dies).
 _HELD: dict[Path, object] = {}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Iterator
 
@@ -39,6 +40,8 @@ class FileHandler(logging.FileHandler):
     for the caller to report in its own words, never printed. logging's own handler printed
     `--- Logging error ---` and a 100-line traceback to stderr for each record, and its
     `close` raised the failed flush's OSError over whatever the caller was reporting.
+    Opened to append, as a regular file only (`fileio.open_append`: a link there was
+    followed, a FIFO hung `run --resume`): OutputError naming it otherwise.
 
         handler = log.FileHandler(logs / "launcher.log")
         ...
@@ -46,9 +49,15 @@ class FileHandler(logging.FileHandler):
         if handler.failure is not None: ...   # the OSError of the first failed write
     """
 
-    def __init__(self, filename, mode: str = "a", encoding: str | None = None) -> None:
+    def __init__(self, filename, encoding: str | None = None) -> None:
         self.failure: BaseException | None = None
-        super().__init__(filename, mode, encoding, delay=False)
+        self.given = filename  # as given, for a refusal's message (logging keeps it absolute)
+        super().__init__(filename, "a", encoding, delay=False)
+
+    def _open(self):
+        from pipeplan.fileio import open_append  # here: pipeplan.log is imported first of all
+
+        return os.fdopen(open_append(self.given), "a", encoding=self.encoding)
 
     def handleError(self, record: logging.LogRecord) -> None:
         self.failure = self.failure or sys.exc_info()[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -107,7 +108,8 @@ def test_a_full_disk_as_the_ranks_start_is_one_line_and_leaves_no_folder(
 
     class FullDisk(log.FileHandler):
         def __init__(self, filename, *args, **kwargs):
-            super().__init__("/dev/full", *args, **kwargs)
+            super().__init__(filename, *args, **kwargs)
+            self.setStream(open("/dev/full", "a")).close()  # noqa: SIM115 (the handler's)
 
     monkeypatch.setattr(executor.launch.pipeplan_log, "FileHandler", FullDisk)
     runs = tmp_path / "new" / "runs"
@@ -400,6 +402,279 @@ def test_a_lock_that_is_a_symbolic_link_is_refused(finished_run, tmp_path, capsy
     argv = ["run", "--resume", str(run), "--epochs", "2"]
     refused(argv, tmp_path, capsys, (f"{run / '.lock'}: is a symbolic link"))
     assert (outside / "lockfile").exists() == (target == "a file")
+
+
+# ----------------------------------------------------------------- nineteenth round: run writes
+
+# What a run writes in place inside its directory (`launch.RUN_WRITES_FILES`), one name per
+# pattern, and the folders it writes into (`RUN_WRITES_FOLDERS`).
+RUN_FILES = [
+    "run.json",
+    "run.jsonl",
+    "run.resume.json",
+    "metrics.csv",
+    "summary.json",
+    "calibration-2.json",
+    "logs/launcher.log",
+    "logs/interrupted",
+    "logs/rank-0.log",
+    "logs/rank-3.log",
+    "logs/rank-1.error.json",
+    "logs/rank-1.error.json.tmp",
+    "checkpoints/latest",
+]
+RUN_FOLDERS = [
+    "logs",
+    "checkpoints",
+    "model",
+    "cache",
+    ".tmp-model-77",
+    "checkpoints/step-4",
+    "checkpoints/.tmp-step-4",
+]
+
+
+def _plant(path: Path, kind: str, outside: Path) -> str:
+    """Put a hostile `kind` of entry at `path`; returns what the refusal says of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "a link to a file outside":
+        path.symlink_to(outside / "victim.txt")
+        return "is a symbolic link"
+    if kind == "a link to a folder outside":
+        path.symlink_to(outside, target_is_directory=True)
+        return "is a symbolic link"
+    if kind == "a dangling link":
+        path.symlink_to(outside / "nothing-here")
+        return "is a symbolic link"
+    if kind == "a FIFO":
+        os.mkfifo(path)
+        return "(a FIFO)"
+    if kind == "a folder":
+        path.mkdir()
+        return "is a directory, not a file"
+    path.write_text("a file\n")  # "a file", where a folder belongs
+    return "not a folder (a regular file)"
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every entry under `root`, links and FIFOs included, with what a file holds."""
+    entries = {}
+    for path in sorted(root.rglob("*")):
+        what = "link" if path.is_symlink() else "dir" if path.is_dir() else "other"
+        if what == "other" and path.is_file():
+            what = path.read_text()
+        entries[str(path.relative_to(root))] = what
+    return entries
+
+
+def _run_outside(tmp_path: Path) -> tuple[Path, Path]:
+    """A run directory (its folders plain) and a folder outside it holding victim.txt."""
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    for folder in (run / "logs", run / "checkpoints", outside):
+        folder.mkdir(parents=True)
+    (outside / "victim.txt").write_text("someone else's\n")
+    return run, outside
+
+
+FILE_KINDS = ["a link to a file outside", "a dangling link", "a FIFO", "a folder"]
+FOLDER_KINDS = ["a link to a folder outside", "a dangling link", "a FIFO", "a file"]
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [(n, k) for n in RUN_FILES for k in FILE_KINDS]
+    + [(n, k) for n in RUN_FOLDERS for k in FOLDER_KINDS],
+)
+def test_what_a_run_writes_in_its_directory_is_checked_before_any_rank(tmp_path, name, kind):
+    """Found by the nineteenth round: a resume appended its ranks' output through a link at
+    logs/rank-R.log (outside the run), hung on a FIFO there or at logs/launcher.log, and
+    printed a rank's traceback for a folder there. Every file and folder a run writes in its
+    directory is checked first (`check_outputs`): one line naming it, nothing written."""
+    from executor.launch import check_outputs
+    from pipeplan.errors import OutputError
+
+    run, outside = _run_outside(tmp_path)
+    path = run / name
+    if path.is_dir():  # logs/, checkpoints/: replaced
+        path.rmdir()
+    said = _plant(path, kind, outside)
+    before = _tree(tmp_path)
+    with pytest.raises(OutputError) as refusal:
+        check_outputs(run)
+    assert str(refusal.value).startswith(f"{path}: "), refusal.value
+    assert said in str(refusal.value) and "the run writes" in str(refusal.value)
+    assert _tree(tmp_path) == before
+
+
+def test_a_runs_own_plain_files_and_folders_pass_the_check(tmp_path):
+    """The check refuses only what is not a plain file or folder: every name in it, as a run
+    leaves it, passes (`check_outputs`)."""
+    from executor.launch import check_outputs
+
+    run, _ = _run_outside(tmp_path)
+    for name in RUN_FOLDERS:
+        (run / name).mkdir(exist_ok=True)
+    for name in RUN_FILES:
+        (run / name).write_text("")
+    check_outputs(run)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("rank-0.log", "a link to a file outside"),
+        ("rank-0.log", "a FIFO"),
+        ("launcher.log", "a FIFO"),
+        ("rank-0.log", "a folder"),
+    ],
+)
+def test_a_resume_refuses_a_log_that_is_not_a_plain_file(
+    finished_run, tmp_path, capsys, name, kind
+):
+    """Found by the nineteenth round: `run --resume` appended rank 0's output to the file a
+    link at logs/rank-0.log pointed to, outside the run (exit 0); a FIFO there, or at
+    logs/launcher.log, hung it silently (the launcher's start-up wait is 24 h); a folder there
+    printed a rank's traceback, then "training failed on rank 0 at step 2". Now one line
+    before any rank starts, nothing written."""
+    run = copy_run(finished_run, tmp_path / "in")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("someone else's\n")
+    path = run / "logs" / name
+    path.unlink(missing_ok=True)
+    said = _plant(path, kind, outside)
+    argv = ["run", "--resume", str(run), "--epochs", "2"]  # a run with an epoch to train
+    refused(argv, tmp_path, capsys, (f"{path}: ", said))
+    assert (outside / "victim.txt").read_text() == "someone else's\n"
+
+
+# Defence in depth, for what is put there after the check (a run's files are opened as the
+# ranks start): each file a run writes in place is opened without following a link or
+# blocking, and only as a regular file.
+
+APPENDED_KINDS = ["a link to a file outside", "a dangling link", "a FIFO", "a folder"]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", [*APPENDED_KINDS, "a FIFO with a reader"])
+def test_a_file_appended_to_is_opened_only_as_a_regular_file(tmp_path, kind):
+    """Found by the nineteenth round: logs/rank-R.log was opened with a plain O_APPEND, which
+    follows a link (rank output written outside the run) and blocks on a FIFO (the resume
+    hung). `open_append` refuses either at once, naming the file, and writes nothing."""
+    from pipeplan.errors import OutputError
+    from pipeplan.fileio import open_append
+
+    run, outside = _run_outside(tmp_path)
+    path = run / "logs" / "rank-0.log"
+    said = _plant(path, kind.removesuffix(" with a reader"), outside)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK) if kind.endswith("reader") else None
+    try:
+        with pytest.raises(OutputError, match=f"^{path}: .*{said.strip('()')}"):
+            open_append(path)
+    finally:
+        if reader is not None:
+            os.close(reader)
+    assert (outside / "victim.txt").read_text() == "someone else's\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.txt"]
+
+
+def test_a_file_appended_to_is_created_or_appended_to(tmp_path):
+    """`open_append` of a missing file creates it; of a regular one, writes at its end."""
+    from pipeplan.fileio import open_append
+
+    path = tmp_path / "rank-0.log"
+    for line in (b"one\n", b"two\n"):
+        fd = open_append(path)
+        os.write(fd, line)
+        os.close(fd)
+    assert path.read_bytes() == b"one\ntwo\n"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["a link to a file outside", "a FIFO"])
+def test_the_launchers_log_is_opened_only_as_a_regular_file(tmp_path, kind):
+    """Found by the nineteenth round: a FIFO at logs/launcher.log hung `run --resume` before
+    any rank started (logging's handler blocked opening it); a link there was followed."""
+    from pipeplan import log
+    from pipeplan.errors import OutputError
+
+    run, outside = _run_outside(tmp_path)
+    path = run / "logs" / "launcher.log"
+    said = _plant(path, kind, outside)
+    with pytest.raises(OutputError, match=f"^{path}: .*{said.strip('()')}"):
+        log.FileHandler(path)
+    assert (outside / "victim.txt").read_text() == "someone else's\n"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["a link to a file outside", "a FIFO"])
+def test_run_jsonl_is_appended_to_only_as_a_regular_file(tmp_path, kind):
+    """Found by the nineteenth round (the class of the rank logs): rank 0 opened run.jsonl,
+    and the launcher mended its torn last line, with a plain append that follows a link and
+    blocks on a FIFO."""
+    from executor.records import Recorder, mend_torn_tail
+    from pipeplan.errors import OutputError
+
+    run, outside = _run_outside(tmp_path)
+    path = run / "run.jsonl"
+    said = _plant(path, kind, outside).strip("()")
+    with pytest.raises(OutputError, match=f"^{path}: .*{said}"):
+        Recorder(path, writes=True)
+    if kind != "a FIFO":  # reading one is refused before (`read_input`)
+        (outside / "victim.txt").write_text('{"torn": ')
+        with pytest.raises(OutputError, match=f"^{path}: .*{said}"):
+            mend_torn_tail(path, [])
+        assert (outside / "victim.txt").read_text() == '{"torn": '
+    else:
+        assert sorted(p.name for p in outside.iterdir()) == ["victim.txt"]
+
+
+@pytest.mark.parametrize("kind", ["a link to a file outside", "a FIFO"])
+def test_a_ranks_report_is_written_to_a_new_file(tmp_path, monkeypatch, kind):
+    """Found by the nineteenth round (the class of the rank logs): a failing rank wrote its
+    report to `rank-R.error.json.tmp` with a plain open, through a link put there (or
+    blocking on a FIFO). Whatever is there is replaced by a new file."""
+    from executor import faults
+
+    run, outside = _run_outside(tmp_path)
+    report = run / "logs" / "rank-0.error.json"
+    _plant(report.with_name(report.name + ".tmp"), kind, outside)
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(report))
+    faults.write_report(RuntimeError("boom"), rank=0)
+    assert "boom" in json.loads(report.read_text())["pipeplan"]["error"]
+    assert sorted(p.name for p in (run / "logs").iterdir()) == ["rank-0.error.json"]
+    assert (outside / "victim.txt").read_text() == "someone else's\n"
+
+
+# The rank's entry as `pipeplan run` starts it (`--log-dir`), alone: a world of one rank whose
+# launcher is the test (it fails before any process group is made).
+RANK_ENV = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+RANK_ENV |= {"MASTER_ADDR": "localhost", "MASTER_PORT": "29999"}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["a link to a file outside", "a FIFO"])
+def test_a_rank_whose_log_is_not_a_plain_file_reports_it_and_writes_nothing(tmp_path, kind):
+    """Found by the nineteenth round: a rank opened logs/rank-R.log following a link (its
+    output went outside the run) or blocking on a FIFO (it never started). What is put there
+    after the launcher's check is the rank's failure: its report naming the file, one line,
+    exit 1, nothing written. (A rank starts: about 5 s each, for importing torch.)"""
+    import subprocess
+    import sys
+
+    run, outside = _run_outside(tmp_path)
+    log = run / "logs" / "rank-0.log"
+    said = _plant(log, kind, outside)
+    env = {**os.environ, **RANK_ENV, "TORCHELASTIC_ERROR_FILE": str(log.parent / "r.json")}
+    argv = [sys.executable, "-m", "executor.launch", str(run), "--log-dir", str(log.parent)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"pipeplan: error: rank 0: {log}: ") and said in line, line
+    assert f"{log}: " in json.loads((log.parent / "r.json").read_text())["pipeplan"]["error"]
+    assert (outside / "victim.txt").read_text() == "someone else's\n"
 
 
 # ----------------------------------------------------------------------------- checkpoints

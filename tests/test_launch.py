@@ -601,13 +601,13 @@ def test_a_rank_whose_report_cannot_be_written_still_exits_leaving_no_partial_re
 
     error_file = tmp_path / "rank-0.error.json"
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
-    real_write = Path.write_text
+    real_write = faults.write_new
 
-    def full_disk(self, data, *args, **kwargs):
-        real_write(self, data[:10])
+    def full_disk(path, text):
+        real_write(path, text[:10])
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(Path, "write_text", full_disk)
+    monkeypatch.setattr(faults, "write_new", full_disk)
     report = faults.write_report(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), rank=0)
     assert (report.kind, faults.exit_code(report)) == ("raised", faults.EXIT_FAILED)
     assert list(tmp_path.iterdir()) == []

@@ -93,11 +93,12 @@ def test_a_spawned_ranks_warning_reaches_the_parents_stderr_with_its_rank(tmp_pa
     assert "torch noise" in (tmp_path / "logs" / "rank-1.log").read_text()
 
 
-def test_a_log_file_on_a_full_disk_fails_in_silence(capfd):
+def test_a_log_file_on_a_full_disk_fails_in_silence(tmp_path, capfd):
     """Found by the seventeenth round: logging's FileHandler on a full disk printed `--- Logging
     error ---` and a traceback to stderr for each record, and its close raised the OSError.
     pipeplan's keeps the first failure for its caller to word, and prints nothing."""
-    handler = log.FileHandler("/dev/full")  # every write: ENOSPC
+    handler = log.FileHandler(tmp_path / "launcher.log")
+    handler.setStream(open("/dev/full", "a")).close()  # noqa: SIM115 (every write: ENOSPC)
     logger = logging.getLogger("test.full_disk")
     logger.addHandler(handler)
     logger.propagate = False

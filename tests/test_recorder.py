@@ -98,8 +98,9 @@ def test_a_full_disk_names_run_jsonl(tmp_path):
     """Found by the sixteenth round: a full disk while appending a record stopped the run
     with `[Errno 28] No space left on device`, naming no file."""
     path = tmp_path / "run.jsonl"
-    path.symlink_to("/dev/full")  # every write: ENOSPC
     recorder = Recorder(path, writes=True)
+    recorder._file.close()
+    recorder._file = open("/dev/full", "a")  # noqa: SIM115 (every write: ENOSPC)
     with pytest.raises(OutputError, match=r"run\.jsonl: write failed \(No space left on device\)"):
         recorder.write(PHASE)
 
