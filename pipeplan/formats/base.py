@@ -507,13 +507,16 @@ def _is_kind(model: type[BaseModel], data: dict) -> bool:
 
 def other_kind(model: type[BaseModel], data: dict) -> str | None:
     """The kind of file `data` is (a name of KINDS) when it is plainly another than `model`:
-    it has the keys of exactly one other kind and lacks a field `model` requires. None
-    otherwise (then `model`'s own checks say what is wrong).
+    it has the keys of exactly one other kind and is not a `model` document (it lacks a field
+    `model` requires, or has one `model` lacks). None otherwise (then `model`'s own checks say
+    what is wrong).
 
         other_kind(Plan, json.load(open("profiles/vit-digits@cpu-1t.json")))   # "profile"
     """
     required = {k for k, f in model.model_fields.items() if f.is_required()}
-    if required <= set(data) and required:
+    # Holding what `model` requires is not enough: a checkpoint manifest has the
+    # `frozen_layers` a freeze trajectory requires, and was refused for its type.
+    if required and required <= set(data) <= set(model.model_fields):
         return None
     others = [name for kind, name in KINDS.items() if kind is not model and _is_kind(kind, data)]
     return others[0] if len(others) == 1 else None
