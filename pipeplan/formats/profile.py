@@ -660,8 +660,9 @@ def _check_timings(profile: Profile) -> None:
     """What the profiler's measurements of one model on one device cannot be: a no-grad
     forward far slower than the forward with autograd, no backward in a layer with weights (it
     trains), a larger micro-batch absurdly faster than a smaller one, a peak above the
-    device's memory (seventeenth round: each was planned)."""
-    memory = profile.device.memory_bytes
+    device's memory (seventeenth round: each was planned), a peak on a CPU (nineteenth round:
+    accepted, and ignored)."""
+    memory, cpu = profile.device.memory_bytes, profile.device.kind == "cpu"
     # Without warm-up rounds a layer's first call (allocations, kernel selection) is in its
     # first size's times: 16 ms beside 0.13 ms measured on a CPU with --warmup 0, far more on
     # a GPU. The two ratios below hold for times measured warm.
@@ -681,6 +682,13 @@ def _check_timings(profile: Profile) -> None:
                 raise ValueError(
                     f"{where}.bwd_s is 0 but the layer has {layer.params} parameters: "
                     "a layer with weights takes time backward"
+                )
+            # The peak is CUDA's allocator's (`profiler`): a CPU has none to measure, as a
+            # CPU run's step records have none (`formats.run`).
+            if t.peak_mem_bytes is not None and cpu:
+                raise ValueError(
+                    f"{where}.peak_mem_bytes is {t.peak_mem_bytes} but device.kind is 'cpu': "
+                    "the peak is CUDA's max_memory_allocated, null on CPU"
                 )
             if t.peak_mem_bytes is not None and t.peak_mem_bytes > memory:
                 raise ValueError(
