@@ -92,6 +92,49 @@ def test_cluster_files_with_wrong_meaning_or_magnitude(tmp_path, capsys, case):
     refused(argv, tmp_path, capsys, fragment)
 
 
+# (what, document, what the one line must hold): text a cluster copies into every plan.
+CLUSTER_TEXT_CASES = {
+    "a name of 900,000 characters": (
+        {**CLUSTER, "name": "x" * 900_000},
+        ("cluster.json", "field 'name'", "900000 characters", "at most 4096"),
+    ),
+    "an unknown key of 100,000 characters": (
+        {**CLUSTER, "y" * 100_000: 1},
+        ("cluster.json", "field 'yyyyyyyyyyyyyyyyyyyy… (100000 characters)'", "Extra inputs"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CLUSTER_TEXT_CASES, ids=str)
+def test_a_clusters_text_is_bounded_as_a_profiles_is(tmp_path, capsys, case):
+    """Found by the nineteenth round: a cluster's name of 900,000 characters planned (exit 0, a
+    905,758-byte plan holding it), while a profile's text stops at 4096 characters; every
+    format's text now does (`Text`). An unknown key that long was the one line's field: a
+    100 KB error line."""
+    doc, fragments = CLUSTER_TEXT_CASES[case]
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(doc))
+    argv = ["plan", "--profile", str(shipped_profile("bert-tiny", "cpu")), "--cluster", str(path)]
+    refused([*argv, "--out", str(tmp_path / "plan.json")], tmp_path, capsys, fragments)
+    assert not (tmp_path / "plan.json").exists()
+
+
+def test_a_trajectory_at_the_longest_path_is_still_previewed(tmp_path, capsys):
+    """What the limit above leaves alone: a trajectory file whose path is near PATH_MAX (4096
+    bytes) is read, planned and previewed; the preview's own words around it ("the trajectory
+    in PATH") are longer than any path and are not held to the limit (they were a traceback)."""
+    folder = tmp_path
+    while len(str(folder)) < 3800:
+        folder = folder / ("d" * 200)
+    folder.mkdir(parents=True)
+    path = folder / ("t" * (4080 - len(str(folder))) + ".json")
+    path.write_text("[0, 3, 5]")
+    argv = ["preview", "--profile", str(shipped_profile("bert-tiny", "cpu")), "--json"]
+    assert cli.main([*argv, "--devices-per-node", "4", "--freeze-schedule", str(path)]) == 0
+    assumes = json.loads(capsys.readouterr().out)["cases"][0]["assumes"]
+    assert assumes == f"the trajectory in {path}" and len(assumes) > 4096
+
+
 TEXT_CASES = {  # the first layer's first forward time, written as text
     "time NaN": ("NaN", "NaN"),
     "time 1e400": ("1e400", "out of range"),

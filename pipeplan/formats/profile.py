@@ -7,7 +7,7 @@ import itertools
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import Field, model_validator
 
 from pipeplan.errors import InputFileError
 from pipeplan.formats.base import (
@@ -37,18 +37,6 @@ from pipeplan.formats.base import (
 from pipeplan.formats.modelconfig import config_value_problem, size_problem
 from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
 
-# The longest name or version string a profile keeps: the profiler writes a few dozen
-# characters; a 10 MB layer name was planned and copied into every plan (seventeenth round).
-MAX_TEXT = 4096
-
-
-def _short(text: str) -> str:
-    if len(text) > MAX_TEXT:
-        raise ValueError(f"is {len(text)} characters long; a profile's text is at most {MAX_TEXT}")
-    return text
-
-
-ShortText = Annotated[Text, AfterValidator(_short)]
 # Rounds a profile may record, the bounds of `pipeplan profile --warmup / --repeats`.
 MAX_ROUNDS = 1000
 
@@ -64,9 +52,7 @@ PRECISION_DTYPE: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 class ModelInfo(Strict):
-    name: ShortText = Field(
-        description="Built-in name or the config path the model was built from."
-    )
+    name: Text = Field(description="Built-in name or the config path the model was built from.")
     family: Literal["bert", "roberta", "distilbert", "electra", "vit", "deit", "gpt2", "llama"]
     config: dict[str, Any] = Field(description="The exact transformers config (to_dict()).")
     input_shape: list[Count] = Field(description="Shape of one sample's input, without batch.")
@@ -212,14 +198,14 @@ def _check_input_shape(family: str, shape: list[int], config: dict[str, Any]) ->
 
 class DeviceInfo(Strict):
     kind: Literal["cpu", "cuda"]
-    name: ShortText
+    name: Text
     memory_bytes: PosBytes = Field(description="Total device memory (host RAM for CPU).")
     threads: Count = Field(description="torch intra-op threads the layers were timed with.")
     count: Count = Field(1, description="Devices of this kind on the profiled host.")
-    torch_version: ShortText
-    transformers_version: ShortText
-    python_version: ShortText
-    hostname: ShortText
+    torch_version: Text
+    transformers_version: Text
+    python_version: Text
+    hostname: Text
 
 
 # What a timing measured; none of it exists for a size that ran out of memory.
@@ -247,7 +233,7 @@ class MicroBatchTiming(Strict):
     peak_mem_bytes: Bytes | None = Field(
         None, description="CUDA only: max_memory_allocated during forward+backward."
     )
-    error: ShortText | None = Field(None, description="Why the size is infeasible.")
+    error: Text | None = Field(None, description="Why the size is infeasible.")
 
     @model_validator(mode="after")
     def _times_present_when_feasible(self) -> MicroBatchTiming:
@@ -276,7 +262,7 @@ class MicroBatchTiming(Strict):
 
 class LayerProfile(Strict):
     index: NonNegInt
-    name: ShortText
+    name: Text
     kind: Literal["embeddings", "block", "head"]
     params: Bytes
     param_bytes: Bytes
