@@ -35,7 +35,7 @@ import torch
 
 from executor.data import MAX_LABELS, TaskData, TensorPairs
 from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.formats.base import check_input_file, read_input
+from pipeplan.formats.base import MAX_TEXT, check_input_file, read_input
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -256,6 +256,11 @@ def _label(value: Any, where: str, cell: bool) -> int | str | None:
         return value
     if isinstance(value, str):
         _check_unicode(value, f"{where}: the label")
+        if len(value.strip()) > MAX_TEXT:  # data.json and the exported id2label record it
+            raise InputFileError(
+                f"{where}: the label is {len(value.strip())} characters long; a label is at "
+                f"most {MAX_TEXT}"
+            )
         if _as_seen(value):  # a label of spaces or invisible characters names nothing
             return value.strip()
     raise InputFileError(f"{where}: a label is an integer ≥ 0 or a name, not {value!r}")

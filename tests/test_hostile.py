@@ -92,6 +92,49 @@ def test_cluster_files_with_wrong_meaning_or_magnitude(tmp_path, capsys, case):
     refused(argv, tmp_path, capsys, fragment)
 
 
+# (what, document, what the one line must hold): text a cluster copies into every plan.
+CLUSTER_TEXT_CASES = {
+    "a name of 900,000 characters": (
+        {**CLUSTER, "name": "x" * 900_000},
+        ("cluster.json", "field 'name'", "900000 characters", "at most 4096"),
+    ),
+    "an unknown key of 100,000 characters": (
+        {**CLUSTER, "y" * 100_000: 1},
+        ("cluster.json", "field 'yyyyyyyyyyyyyyyyyyyy… (100000 characters)'", "Extra inputs"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CLUSTER_TEXT_CASES, ids=str)
+def test_a_clusters_text_is_bounded_as_a_profiles_is(tmp_path, capsys, case):
+    """Found by the nineteenth round: a cluster's name of 900,000 characters planned (exit 0, a
+    905,758-byte plan holding it), while a profile's text stops at 4096 characters; every
+    format's text now does (`Text`). An unknown key that long was the one line's field: a
+    100 KB error line."""
+    doc, fragments = CLUSTER_TEXT_CASES[case]
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(doc))
+    argv = ["plan", "--profile", str(shipped_profile("bert-tiny", "cpu")), "--cluster", str(path)]
+    refused([*argv, "--out", str(tmp_path / "plan.json")], tmp_path, capsys, fragments)
+    assert not (tmp_path / "plan.json").exists()
+
+
+def test_a_trajectory_at_the_longest_path_is_still_previewed(tmp_path, capsys):
+    """What the limit above leaves alone: a trajectory file whose path is near PATH_MAX (4096
+    bytes) is read, planned and previewed; the preview's own words around it ("the trajectory
+    in PATH") are longer than any path and are not held to the limit (they were a traceback)."""
+    folder = tmp_path
+    while len(str(folder)) < 3800:
+        folder = folder / ("d" * 200)
+    folder.mkdir(parents=True)
+    path = folder / ("t" * (4080 - len(str(folder))) + ".json")
+    path.write_text("[0, 3, 5]")
+    argv = ["preview", "--profile", str(shipped_profile("bert-tiny", "cpu")), "--json"]
+    assert cli.main([*argv, "--devices-per-node", "4", "--freeze-schedule", str(path)]) == 0
+    assumes = json.loads(capsys.readouterr().out)["cases"][0]["assumes"]
+    assert assumes == f"the trajectory in {path}" and len(assumes) > 4096
+
+
 TEXT_CASES = {  # the first layer's first forward time, written as text
     "time NaN": ("NaN", "NaN"),
     "time 1e400": ("1e400", "out of range"),
@@ -1103,21 +1146,86 @@ def test_a_fresh_round_of_hostile_inputs(tmp_path, capsys, plans, case):
             f"preview --profile {{P}} --freeze-schedule {{PLAN}} {SHAPE}",
             "{PLAN}: not a freeze trajectory (it is a plan)",
         ),
+        (
+            f"preview --profile {{P}} --freeze-schedule {{MANIFEST}} {SHAPE}",
+            "{MANIFEST}: not a freeze trajectory (it is a checkpoint manifest)",
+        ),
     ],
-    ids=["profile as --plan", "plan as --profile", "run.json as --profile", "cluster", "freeze"],
+    ids=[
+        "profile as --plan",
+        "plan as --profile",
+        "run.json as --profile",
+        "cluster",
+        "freeze",
+        "manifest as --freeze-schedule",
+    ],
 )
 def test_a_file_of_another_kind_is_named_as_that_kind(tmp_path, capsys, plans, template, fragment):
     """Found by the seventeenth round: a profile given as --plan said "plan schema_version 1 is
     not supported (this pipeplan reads 2)", as if it were an old plan. What kind of file it is
     comes first, from its keys, for every loader (--plan, --profile, --cluster,
-    --freeze-schedule)."""
+    --freeze-schedule).
+
+    Found by the nineteenth round: a checkpoint manifest as --freeze-schedule said "invalid
+    freeze trajectory: field 'frozen_layers': Input should be a valid list": it holds the
+    `frozen_layers` a trajectory requires (an int), so it was read as a bad trajectory."""
     import shlex
 
     paths = hostile_files(tmp_path, plans)
     paths["PLAN"] = next(iter(plans.values()))
     paths["RUNJSON"] = str(Path(paths["RUN"]) / "run.json")
+    paths["MANIFEST"] = str(_manifest_file(tmp_path / "manifest.json"))
     argv = shlex.split(template.format(**paths))
     refused(argv, [tmp_path, Path(paths["PLAN"]).parent], capsys, fragment.format(**paths))
+
+
+def _manifest_file(path: Path) -> Path:
+    """A checkpoint manifest as a run writes one (`_manifest_file(tmp_path / "m.json")`)."""
+    from pipeplan.formats import CheckpointManifest, RunConfig, dumps
+
+    manifest = CheckpointManifest(
+        step=36,
+        epoch=3,
+        step_in_epoch=0,
+        phase=2,
+        frozen_layers=5,
+        grad_history=[],
+        grad_norm_sums={},
+        grad_norm_steps=0,
+        world_size=2,
+        model="vit-digits",
+        config=RunConfig(name="r", model="vit-digits"),
+    )
+    path.write_text(dumps(manifest))
+    return path
+
+
+def _readers() -> list:
+    """Every model a file is read as: each kind, and a freeze trajectory (read as an object)."""
+    from pipeplan.formats.base import KINDS
+    from pipeplan.formats.freeze import TrajectoryFile
+
+    return sorted([*KINDS, TrajectoryFile], key=lambda model: model.__name__)
+
+
+@pytest.mark.parametrize("fields", ["required", "all"])
+@pytest.mark.parametrize("reader", _readers(), ids=lambda model: model.__name__)
+def test_every_kind_of_file_read_as_another_is_named(reader, fields):
+    """Found by the nineteenth round: a checkpoint manifest read as a freeze trajectory was not
+    named as one, since it has every field a trajectory requires. Every kind given to every
+    reader (a document of its required fields, or of all of them) is named as what it is,
+    except a freeze schedule read as a trajectory: one written out is one."""
+    from pipeplan.formats.base import KINDS, other_kind
+    from pipeplan.formats.freeze import TrajectoryFile
+
+    for kind, name in KINDS.items():
+        if kind is reader or (kind.__name__, reader) == ("FreezeSchedule", TrajectoryFile):
+            continue
+        model_fields = kind.model_fields.items()
+        keys = [k for k, f in model_fields if fields == "all" or f.is_required()] or list(
+            kind.model_fields
+        )  # a kind requiring nothing (run.json) is known by all its fields
+        assert other_kind(reader, dict.fromkeys(keys)) == name, (name, reader.__name__)
 
 
 @pytest.mark.parametrize("command", ["plan", "calibrate"])

@@ -339,6 +339,17 @@ def test_a_csv_label_of_many_digits(made, tmp_path, capsys, digits):
     refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_label_name_longer_than_any_name_is_refused(made, tmp_path, capsys, suffix):
+    """Found by the nineteenth round (every format's text bounded, data.json's label_names
+    too): a label name of 5,000 characters is refused by the data's reader, naming its line,
+    before data.json could hold it (as a row's text may be long, a class's name may not)."""
+    data = _written_labels(suffix, tmp_path, ["pos", "n" * 5000])
+    line = 3 if suffix == ".csv" else 2  # the second row, after a CSV's header
+    fragments = (f"{data.name}:{line}: the label is 5000 characters long; a label is at most 4096",)
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
 @pytest.mark.parametrize("labels", [[0, "0", 1], [7, "7"]], ids=["0 and '0'", "7 and '7'"])
 def test_a_json_integer_beside_its_digit_string(made, tmp_path, capsys, labels):
     """Found by the eleventh independent round: `0` and `"0"` were one class (accepted), and

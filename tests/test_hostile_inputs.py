@@ -604,8 +604,10 @@ SEVENTEENTH = {
         _edit((("comm", "backend"), "nccl")),
         ("comm.backend is 'nccl' but device.kind is 'cpu'",),
     ),
-    "a peak above the device's memory": (
-        _edit((("layers", 1, "timings", 0, "peak_mem_bytes"), 10**18)),
+    "a peak above the device's memory": (  # on CUDA: a CPU has no peak (the nineteenth round)
+        _edit(
+            (("device", "kind"), "cuda"), (("layers", 1, "timings", 0, "peak_mem_bytes"), 10**18)
+        ),
         ("layers.1.timings.0.peak_mem_bytes", "device.memory_bytes"),
     ),
     "a block's output of 10^18 bytes": (
@@ -670,6 +672,45 @@ def test_a_profiles_config_is_held_to_the_size_bound_and_one_label_map(tmp_path,
     profile's config passes the same dictionary checks (`modelconfig`), so `plan` took them."""
     doc, fragments = EIGHTEENTH[case]
     plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
+
+
+def _peak_in_every_timing(doc: dict) -> None:
+    """The round's edit: every timing of every layer given a peak of 900 MiB."""
+    for layer in doc["layers"]:
+        for timing in layer["timings"]:
+            timing["peak_mem_bytes"] = 900 << 20
+
+
+# The shipped bert-tiny profile (device.kind cpu) given a peak memory.
+CPU_PEAKS = {
+    "one timing": (
+        _edit((("layers", 1, "timings", 0, "peak_mem_bytes"), 900 << 20)),
+        "layers.1.timings.0.peak_mem_bytes is 943718400 but device.kind is 'cpu'",
+    ),
+    "every timing": (
+        _edit(_peak_in_every_timing),
+        "layers.0.timings.0.peak_mem_bytes is 943718400 but device.kind is 'cpu'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CPU_PEAKS)
+def test_a_cpu_profiles_peak_memory_is_refused(tmp_path, capsys, case):
+    """Found by the nineteenth round: a CPU profile whose timings held peak_mem_bytes of
+    900 MiB planned with exit 0, byte for byte the plan of the unedited profile (the peak is
+    CUDA's max_memory_allocated: the profiler records none on a CPU, as a CPU run's step
+    records hold none since the seventeenth round)."""
+    doc, fragment = CPU_PEAKS[case]
+    plan_refuses_profile(doc, ("profile.json", fragment, "null on CPU"), tmp_path, capsys)
+
+
+def test_a_cuda_profiles_peak_memory_loads():
+    """What the rule above leaves alone: the peak a CUDA profile records, within its memory."""
+    from pipeplan.formats.base import parse
+    from pipeplan.formats.profile import Profile
+
+    doc = _edit((("device", "kind"), "cuda"), (("layers", 1, "timings", 0, "peak_mem_bytes"), 900))
+    assert parse(Profile, json.dumps(doc)).layers[1].timings[0].peak_mem_bytes == 900
 
 
 def test_the_seventeenth_rounds_tolerances_leave_measured_profiles_alone():

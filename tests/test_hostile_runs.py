@@ -1156,6 +1156,25 @@ def test_records_that_contradict_their_own_steps_are_refused(tmp_path, capsys, c
     refused(argv, tmp_path, capsys, _damaged(run, damage))
 
 
+@pytest.mark.parametrize(
+    "digits, fragment",
+    [
+        (5000, "grad_norms.99999999999999999999… (5000 characters).[key]': is 5000 characters"),
+        (4000, "grad_norms key '99999999999999999999'… (4000 characters) is not a layer index"),
+    ],
+)
+def test_a_grad_norms_key_of_thousands_of_digits_is_one_line(tmp_path, capsys, digits, fragment):
+    """Found by the nineteenth round: an epoch record's grad_norms key of 5,000 digits raised
+    int()'s "Exceeds the limit (4300 digits)" as a traceback from report. A key is bounded
+    text (`Text`), and one too long to be a layer index is not read as a number."""
+    run, argv = _readable(tmp_path, "report")
+    lines = _lines(run)
+    i = _last(lines, "epoch")
+    lines[i]["grad_norms"]["9" * digits] = 0.5
+    _rewrite(run, lines)
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
+
+
 def test_epoch_records_as_the_executor_rounds_them_are_read(tmp_path):
     """The epoch checks allow the writer's float rounding: samples_per_s and train_loss one
     ulp off, grad norms of every active layer."""

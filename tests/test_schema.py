@@ -2,6 +2,7 @@
 
 import copy
 import json
+import re
 
 import pytest
 
@@ -258,6 +259,83 @@ def test_every_string_a_format_holds_is_printable():
         found for model in formats.SCHEMAS.values() for found in _unchecked_strings(model, seen)
     }
     assert unchecked - DATA_STRINGS == set()
+
+
+def _unbounded_strings(model: type, seen: set) -> list[str]:
+    """Every field of `model` (and the models inside it, keys of its dicts too) that takes a
+    str with no length limit: neither `short` (`Text`, `DataText`) nor a pattern."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from pipeplan.formats.base import short, short_data
+
+    def bounded(metadata) -> bool:
+        limits = (short, short_data)
+        return any(
+            getattr(m, "func", None) in limits or getattr(m, "pattern", None) for m in metadata
+        )
+
+    def walk(tp, where: str, metadata=()) -> list[str]:
+        if typing.get_origin(tp) is typing.Annotated:
+            return walk(tp.__origin__, where, (*metadata, *tp.__metadata__))
+        if tp is str:
+            return [] if bounded(metadata) else [where]
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            if tp in seen:
+                return []
+            seen.add(tp)
+            return [
+                found
+                for name, info in tp.model_fields.items()
+                for found in walk(info.annotation, f"{tp.__name__}.{name}", tuple(info.metadata))
+            ]
+        if typing.get_origin(tp) is typing.Literal:
+            return []
+        return [found for arg in typing.get_args(tp) for found in walk(arg, where)]
+
+    return walk(model, model.__name__)
+
+
+def test_every_string_a_file_holds_is_bounded():
+    """Found by the nineteenth round: a cluster's name of 900,000 characters was copied into
+    the plan, while a profile's text stops at 4096 characters; a run record's grad_norms key of
+    5,000 digits raised int()'s traceback. Every string of every file pipeplan reads (each
+    kind, a run.jsonl record, a freeze trajectory) is bounded, keys too, but a model's config:
+    transformers' own dictionary, kept exactly and checked by `modelconfig`."""
+    from pipeplan.formats.freeze import TrajectoryFile
+
+    read = [*formats.SCHEMAS.values(), formats.PhaseRecord, formats.StepRecord]
+    read += [formats.EpochRecord, TrajectoryFile]
+    seen: set = set()
+    unbounded = {found for model in read for found in _unbounded_strings(model, seen)}
+    assert unbounded == {"ModelInfo.config"}
+
+
+@pytest.mark.parametrize(
+    "doc, fragment",
+    [
+        ({"model": "m" * 4097}, "field 'model': is 4097 characters long; a name, path or version"),
+        ({"model": "m" * 4096}, None),
+        ({"name": "x" * 4000}, "field 'name': 'xxxxxxxxxxxxxxxxxxxx'… (4000 characters): use"),
+        (
+            {"data": "d" * 8194},
+            "field 'data': is 8194 characters long; a data spec is at most 8193",
+        ),
+        ({"data": ",".join(["/" + "d" * 4094] * 2)}, None),
+    ],
+    ids=["model 4097", "model 4096", "run name 4000", "data 8194", "data of two paths of 4095"],
+)
+def test_a_run_configurations_text_is_bounded(doc, fragment):
+    """Found by the nineteenth round (the same limit for every format): a name or path is at
+    most 4096 characters, a data spec (TRAIN,EVAL, each recorded absolute) at most two paths'
+    worth, and a run name refused is not echoed whole (4,000 characters on one line)."""
+    text = json.dumps({"schema_version": 1, "model": "vit-digits", "data": "digits", **doc})
+    if fragment is None:
+        assert formats.parse(formats.RunConfig, text, "run.json")
+        return
+    with pytest.raises(InputFileError, match=re.escape(fragment)):
+        formats.parse(formats.RunConfig, text, "run.json")
 
 
 @pytest.mark.parametrize("char", ["\n", "\r", "\x1b", "\x00", "\x85", "\u2028", "\u2029"])

@@ -151,8 +151,34 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(" ", text)
 
 
-# The one string type of every name-like field (names, paths, versions, hosts, messages).
-Text = Annotated[str, AfterValidator(printable)]
+# The longest text a file may hold in a name, path, version or message: the profiler writes a
+# few dozen characters, a path is at most PATH_MAX (4096 bytes). A 10 MB layer name was planned
+# and copied into every plan (seventeenth round); a 900,000-character cluster name likewise,
+# the limit then being a profile's alone (nineteenth round).
+MAX_TEXT = 4096
+
+
+def short(text: str, limit: int = MAX_TEXT, what: str = "a name, path or version") -> str:
+    """`short("bert-tiny")` → "bert-tiny"; ValueError for a text longer than `limit`."""
+    if len(text) > limit:
+        raise ValueError(f"is {len(text)} characters long; {what} is at most {limit}")
+    return text
+
+
+# The one string type of every name-like field (names, paths, versions, hosts, messages):
+# bounded first, so that a long one is not searched for control characters.
+Text = Annotated[str, AfterValidator(short), AfterValidator(printable)]
+# A run's --data: two paths (TRAIN,EVAL), or a path and a function, run.json recording each
+# path absolute: twice a path's length and the comma or colon between them.
+MAX_DATA_TEXT = 2 * MAX_TEXT + 1
+
+
+def short_data(text: str) -> str:
+    """`short` of a data spec: `short_data("train.jsonl,eval.csv")` → unchanged."""
+    return short(text, MAX_DATA_TEXT, "a data spec")
+
+
+DataText = Annotated[str, AfterValidator(short_data), AfterValidator(printable)]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]  # a digest in hex
 
 
@@ -378,11 +404,19 @@ def _first_error(exc: ValidationError) -> str:
     """`field 'a.b': MSG`, or MSG alone for a check of the whole object (its own words name
     the fields): a validator's message without pydantic's "Value error, " before it."""
     err = exc.errors()[0]
-    # Keys come from the file: escaped, so a key with a line break cannot break the one line.
-    where = ".".join(str(p).encode("unicode_escape").decode() for p in err["loc"])
+    # Keys come from the file: escaped, so a key with a line break cannot break the one line,
+    # and shortened, so a key of 100,000 characters is not a line of 100 KB.
+    where = ".".join(_key_shown(p) for p in err["loc"])
     message = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return f"field '{where}': {message}{more}" if where else f"{message}{more}"
+
+
+def _key_shown(key: str | int) -> str:
+    """`_key_shown("a\nb")` → 'a\\nb'; a key longer than 40 characters as its first 20 and
+    its length: 'yyyyyyyyyyyyyyyyyyyy… (100000 characters)'."""
+    text = str(key).encode("unicode_escape").decode()
+    return text if len(text) <= 40 else f"{text[:20]}… ({len(str(key))} characters)"
 
 
 def kind_of(model: type) -> str:
@@ -512,13 +546,16 @@ def _is_kind(model: type[BaseModel], data: dict) -> bool:
 
 def other_kind(model: type[BaseModel], data: dict) -> str | None:
     """The kind of file `data` is (a name of KINDS) when it is plainly another than `model`:
-    it has the keys of exactly one other kind and lacks a field `model` requires. None
-    otherwise (then `model`'s own checks say what is wrong).
+    it has the keys of exactly one other kind and is not a `model` document (it lacks a field
+    `model` requires, or has one `model` lacks). None otherwise (then `model`'s own checks say
+    what is wrong).
 
         other_kind(Plan, json.load(open("profiles/vit-digits@cpu-1t.json")))   # "profile"
     """
     required = {k for k, f in model.model_fields.items() if f.is_required()}
-    if required <= set(data) and required:
+    # Holding what `model` requires is not enough: a checkpoint manifest has the
+    # `frozen_layers` a freeze trajectory requires, and was refused for its type.
+    if required and required <= set(data) <= set(model.model_fields):
         return None
     others = [name for kind, name in KINDS.items() if kind is not model and _is_kind(kind, data)]
     return others[0] if len(others) == 1 else None

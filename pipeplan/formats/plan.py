@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from pipeplan.errors import BadArgumentError
 from pipeplan.formats.base import (
@@ -21,6 +21,7 @@ from pipeplan.formats.base import (
     Steps,
     Strict,
     Text,
+    printable,
 )
 from pipeplan.formats.cluster import Cluster
 from pipeplan.formats.freeze import FreezeSchedule, not_made_by_source
@@ -380,7 +381,9 @@ class FreezeCase(Strict):
         description="given: the one schedule asked for; best and later: the band of "
         "`--freeze auto` (the α bound, and the earliest AutoFreeze's gradient criterion allows)."
     )
-    assumes: Text = Field(description="The schedule in words.")
+    # pipeplan's own words, written and never read: around a trajectory's path (a Text, at
+    # most MAX_TEXT) they may be longer than it, and a limit here refused a path it took.
+    assumes: Annotated[str, AfterValidator(printable)] = Field(description="The schedule in words.")
     freeze: FreezeSchedule
     total_s: NonNegFloat
     predicted_speedup: NonNegFloat = Field(description="Baseline total / this total.")

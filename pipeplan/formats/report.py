@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from pipeplan.formats.base import NonNegFloat, NonNegInt, PosInt, Strict, Text
+from pipeplan.formats.base import DataText, NonNegFloat, NonNegInt, PosInt, Strict, Text
 from pipeplan.formats.layout import EpochShape, Layout
 from pipeplan.formats.plan import StagePlan
 from pipeplan.formats.run import Forecast
@@ -115,7 +115,7 @@ class Report(Strict):
     name: Text
     run_dir: Text
     model: Text
-    data: Text
+    data: DataText
     nproc: PosInt
     global_batch: PosInt
     freeze: Text

@@ -17,7 +17,14 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.formats.base import (
@@ -28,6 +35,7 @@ from pipeplan.formats.base import (
     NOT_A_FLAG,
     Bytes,
     Count,
+    DataText,
     Flag,
     Needs,
     NonNegFloat,
@@ -49,6 +57,7 @@ from pipeplan.formats.base import (
     load,
     out_of_memory,
     read_lines,
+    short,
 )
 from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
 from pipeplan.formats.freeze import Alpha
@@ -98,8 +107,10 @@ RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 def check_run_name(name: str) -> str:
     """`check_run_name("exp1")` → "exp1"; ValueError for anything but a plain folder name."""
     if not RUN_NAME.fullmatch(name):
+        # Shown whole up to a run name's length and a little more: not a line of megabytes.
+        shown = repr(name) if len(name) <= 140 else f"{name[:20]!r}… ({len(name)} characters)"
         raise ValueError(
-            f"{name!r}: use up to 128 letters, digits, '.', '_' and '-', starting with a letter "
+            f"{shown}: use up to 128 letters, digits, '.', '_' and '-', starting with a letter "
             "or digit (a folder name, not a path)"
         )
     return name
@@ -199,7 +210,7 @@ class RunConfig(Strict):
         Task | None,
         Flag(default="from the data: labelled text classification, plain text causal-lm"),
     ] = Field(None, description="classification, or causal-lm for decoders (GPT-2, Llama).")
-    data: Annotated[Text, Flag(default="the model's own task")] = Field(
+    data: Annotated[DataText, Flag(default="the model's own task")] = Field(
         default_factory=_data_for_model,
         description="Training data: digits, synth-text, a text file FILE.jsonl or FILE.csv "
         "(20 % held out; or TRAIN,EVAL), or module:function.",
@@ -528,7 +539,7 @@ class EpochRecord(Strict):
         description="Held-out accuracy: of classes, or of next tokens (causal-lm)."
     )
     samples_per_s: NonNegFloat
-    grad_norms: dict[str, NonNegFloat] = Field(
+    grad_norms: dict[Text, NonNegFloat] = Field(
         default_factory=dict, description="Mean gradient norm per active layer this epoch."
     )
     # Added later, with a default: records written before it still load.
@@ -565,9 +576,11 @@ class DataRecord(Strict):
     export refuses a data file edited since (a renamed label shifts every label id)."""
 
     schema_version: Literal[1] = 1
-    data: Text = Field(description="The run's --data.")
+    data: DataText = Field(description="The run's --data.")
     files: list[DataFile] = Field(description="The files the data is read from.")
-    label_names: list[str] | None = Field(
+    # Bounded as a name is, but not held to `printable`: a label is the data's own text, as
+    # the data reader takes it (which refuses one longer: `executor.text`).
+    label_names: list[Annotated[str, AfterValidator(short)]] | None = Field(
         None, description="Named labels in id order, when the data names its labels."
     )
 
@@ -1142,11 +1155,13 @@ def _check_grad_norms(epoch: EpochRecord, phase: PhaseRecord, where: str) -> Non
     each of them (`_check_every_active_layer`)."""
     layers = phase.layout.boundaries[-1]
     for key in epoch.grad_norms:
-        index = int(key) if key.isdecimal() and key.isascii() else None
+        # Its length first: int() of 4,300 digits or more raised a traceback.
+        index = int(key) if len(key) <= 7 and key.isdecimal() and key.isascii() else None
         if index is None or str(index) != key:
+            shown = repr(key) if len(key) <= 40 else f"{key[:20]!r}… ({len(key)} characters)"
             raise InputFileError(
-                f"{where}: epoch {epoch.epoch}: grad_norms key {key!r} is not a layer index "
-                "(a decimal number without leading zeros)"
+                f"{where}: epoch {epoch.epoch}: grad_norms key {shown} is not a layer index "
+                "(a decimal number without leading zeros, below 10,000,000)"
             )
         if not epoch.frozen_layers <= index < layers:
             raise InputFileError(
