@@ -1063,6 +1063,61 @@ def test_a_profile_edited_since_the_run_is_refused(finished_run, tmp_path, capsy
     assert not (tmp_path / "c.json").exists()
 
 
+def _priced_argv(command: str, run: Path, tmp_path: Path) -> list[str]:
+    """The argv of `command` (resume, report, report --plot, calibrate) on `run`."""
+    return {
+        "resume": ["run", "--resume", str(run), *MORE],
+        "report": ["report", str(run)],
+        "report --plot": ["report", str(run), "--plot", str(tmp_path / "plots")],
+        "calibrate": ["calibrate", str(run), "--profile", str(PROFILE)],
+    }[command] + (["--out", str(tmp_path / "c.json")] if command == "calibrate" else [])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "report --plot", "calibrate"])
+def test_a_priced_profile_deleted_is_refused(finished_run, tmp_path, capsys, command):
+    """Found by the nineteenth round: RUN/profile.json deleted switched the edited-since
+    check off (it skipped a profile the records name but the directory lacks, for hand-made
+    test records): report, its plots and calibrate went on (exit 0). A run writes every
+    profile it prices with before the phase that names it: one missing is refused, named.
+    (A resume refused it already: it plans with profile.json.)"""
+    run = copy_run(finished_run, tmp_path)
+    (run / "profile.json").unlink()
+    fragment = (f"{run / 'profile.json'}: missing, though run.jsonl's phase 0 was priced", "with")
+    refused(_priced_argv(command, run, tmp_path), tmp_path, capsys, fragment)
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "plots").exists()
+
+
+def _calibration_deleted(run: Path) -> str:
+    (run / "calibration-2.json").unlink()
+    return "calibration-2.json: missing, though run.jsonl's phase 1 was priced with it"
+
+
+def _pricing_renamed(run: Path) -> str:
+    lines = _lines(run)
+    phase = [line for line in lines if line["kind"] == "phase"][-1]
+    phase["pricing"]["profile"] = "calibration-9.json"
+    _rewrite(run, lines)
+    return "calibration-9.json: missing, though run.jsonl's phase 1 was priced with it"
+
+
+@pytest.mark.parametrize("command", ["report", "report --plot"])
+@pytest.mark.parametrize(
+    "damage", [_calibration_deleted, _pricing_renamed], ids=lambda f: f.__name__.strip("_")
+)
+def test_a_missing_calibration_a_phase_was_priced_with_is_refused(
+    tmp_path, capsys, command, damage
+):
+    """Found by the nineteenth round: a run's calibration-N.json deleted, or a phase
+    record's pricing.profile edited to a name no file has, was reported and plotted (exit 0)
+    without the edited-since check. report's records price phase 1 with calibration-2.json."""
+    run, _ = _readable(tmp_path, "report")
+    fragment = damage(run)
+    refused(_priced_argv(command, run, tmp_path), tmp_path, capsys, fragment)
+    assert not (tmp_path / "plots").exists()
+
+
 PLAN_RUN = ["--max-steps-per-epoch", "3", "--checkpoint-every", "1"]
 
 
