@@ -283,6 +283,57 @@ def test_resume_refuses_a_grad_history_of_another_length(auto_run, tmp_path, cap
     refused(["run", "--resume", str(run), "--epochs", "3"], tmp_path, capsys, (fragment,))
 
 
+# Which of DECISIONS' entries were measured over an epoch (index → the epoch whose end
+# decided): within-epoch decisions (--freeze-every) come between them, a run's end makes none.
+EPOCH_ENDS = {
+    "mid-epoch": {1: 0},  # decisions at steps 2, 3 (epoch 0's end), 4
+    "a transition at an epoch's start": {1: 0},  # steps 2, 3
+    "epoch ends only": {0: 0},  # epoch 1's end finished the run
+    "epoch ends only, resumed": {0: 0, 1: 2},  # epochs 1 and 3 ended runs
+}
+
+
+@pytest.mark.parametrize("case", EPOCH_ENDS)
+def test_the_grad_history_entries_of_epoch_ends_are_found(case):
+    """`epoch_end_decisions` finds the entries a resume holds to the epochs' records, among
+    the decisions `gradient_decisions` counts."""
+    from executor.launch import epoch_end_decisions, gradient_decisions
+    from pipeplan.formats import CheckpointManifest, RunConfig
+
+    every, phases, (step, epoch, within), entries = DECISIONS[case]
+    cfg = RunConfig(name="r", model="vit-digits", nproc=1, epochs=12, freeze_every=every)
+    manifest = CheckpointManifest(
+        **dict(step=step, epoch=epoch, step_in_epoch=within, phase=len(phases) - 1),
+        **dict(frozen_layers=0, grad_history=[], grad_norm_sums={}, grad_norm_steps=0),
+        **dict(world_size=1, model="vit-digits", layout=None, config=cfg),
+    )
+    assert epoch_end_decisions(manifest, phases, cfg) == EPOCH_ENDS[case]
+    assert gradient_decisions(manifest, phases, cfg) == entries
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("value", [1e300, 0.0])
+def test_resume_refuses_a_grad_history_unlike_its_epochs_records(auto_run, tmp_path, capsys, value):
+    """Found by the nineteenth round: a manifest's grad_history entry edited (a gradient norm
+    of 1e300; run.jsonl's epoch 0 record says 0.54) resumed with exit 0, and AutoFreeze's
+    gradient criterion decided with the edited norm. The decision at an epoch's end is made
+    with the norms the epoch's record holds: a manifest that differs is refused (the
+    manifest has no checksum of its own; the records are the run's account of it)."""
+    run = copy_run(auto_run, tmp_path)
+    (entry,) = json.loads(_manifest(run).read_text())["grad_history"]
+    layer = sorted(entry, key=int)[1]
+    recorded = entry[layer]
+    _edit_manifest(run, grad_history=[{**entry, layer: value}])
+    fragment = f"grad_history.0: layer {layer}'s norm {value!r}, but run.jsonl's epoch 0 record"
+    refused(
+        ["run", "--resume", str(run), "--epochs", "3"],
+        tmp_path,
+        capsys,
+        (str(_manifest(run)), fragment, f"has {recorded!r} (grad_norms)"),
+    )
+
+
 @pytest.mark.long  # a guard (it passed before the fix too): out of the 15-minute default run
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
