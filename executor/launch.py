@@ -439,6 +439,36 @@ def check_manifest_records(
             f"{where}: grad_history: {len(manifest.grad_history)} entries, but --freeze "
             f"{cfg.freeze} {made} {manifest.step} (one entry each)"
         )
+    check_history_recorded(manifest, records, phases, cfg, where)
+
+
+def check_history_recorded(
+    manifest: CheckpointManifest,
+    records: list,
+    phases: list[PhaseRecord],
+    cfg: RunConfig,
+    where: Path,
+) -> None:
+    """Each grad_history entry of a decision at an epoch's end is that epoch's grad_norms in
+    run.jsonl: the worker records the norms it decides with (`Trainer.end_epoch`). The
+    nineteenth round edited a norm to 1e300 in the manifest (`where`) alone, and AutoFreeze's
+    gradient criterion decided with it on resume. `phases`: run.jsonl's up to the
+    checkpoint's; `check_epochs_recorded` found a record of every epoch before it.
+
+        check_history_recorded(manifest, records, phases, cfg, manifest_path(run_dir, manifest))
+    """
+    recorded = {r.epoch: r.grad_norms for r in records if isinstance(r, EpochRecord)}
+    for index, epoch in epoch_end_decisions(manifest, phases, cfg).items():
+        entry, norms = manifest.grad_history[index], recorded[epoch]
+        if entry == norms:
+            continue
+        differ = (k for k in entry.keys() | norms.keys() if entry.get(k) != norms.get(k))
+        layer = min(differ, key=int)
+        raise InputFileError(
+            f"{where}: grad_history.{index}: layer {layer}'s norm {entry.get(layer)!r}, but "
+            f"run.jsonl's epoch {epoch} record has {norms.get(layer)!r} (grad_norms), the "
+            "norms the decision at that epoch's end was made with"
+        )
 
 
 def check_epochs_recorded(manifest: CheckpointManifest, records: list, run_dir: Path) -> None:
@@ -471,6 +501,28 @@ def gradient_decisions(
     grad_history holds one entry each (AutoFreeze.decide appends one per decision); other
     modes measure none. `phases`: run.jsonl's phase records up to the checkpoint's.
 
+        gradient_decisions(manifest, phases, cfg)  # 1: 2 epochs of a 2-epoch run, resumed
+    """
+    return _decisions(manifest, phases, cfg)[0]
+
+
+def epoch_end_decisions(
+    manifest: CheckpointManifest, phases: list[PhaseRecord], cfg: RunConfig
+) -> dict[int, int]:
+    """The grad_history entries measured over an epoch, by index: the epoch whose end made
+    the decision. The worker records the same norms as that epoch's `grad_norms`.
+
+        epoch_end_decisions(manifest, phases, cfg)  # {1: 0}: N = 2, 3 steps an epoch, step 5
+    """
+    return _decisions(manifest, phases, cfg)[1]
+
+
+def _decisions(
+    manifest: CheckpointManifest, phases: list[PhaseRecord], cfg: RunConfig
+) -> tuple[int, dict[int, int]]:
+    """How many gradient decisions `--freeze auto` made by the checkpoint, and which of them
+    (by index) were at an epoch's end (→ that epoch). Other modes make none.
+
     `auto` decides at the end of every epoch but the run's last, and with --freeze-every N
     after every N-th step (counted over the run) but at an epoch's end, where the end's
     decision is the one. A run's last epoch is where its final checkpoint was taken: the
@@ -478,17 +530,21 @@ def gradient_decisions(
     decision starts there), or a resume of one (a phase entered by --resume at an epoch's
     start that no transition started). The epochs --resume adds end later.
 
-        gradient_decisions(manifest, phases, cfg)  # 1: 2 epochs of a 2-epoch run, resumed
+        _decisions(manifest, phases, cfg)  # (3, {1: 0}): N = 2, 3 steps an epoch, step 5
     """
     if cfg.freeze != "auto":
-        return 0
+        return 0, {}
     epoch, step = manifest.epoch, manifest.step
     # The checkpoint's position gives the epoch's length (`check_position` held it to the
     # run's); in epoch 0 no epoch has ended, and any length beyond the step counts alike.
     per_epoch = (step - manifest.step_in_epoch) // epoch if epoch else step + 1
-    within = 0
-    if cfg.freeze_every:  # the N-th steps up to the checkpoint's, less the epochs' ends
-        within = step // cfg.freeze_every - step // math.lcm(cfg.freeze_every, per_epoch)
+
+    def within(at: int) -> int:
+        """The N-th steps up to step `at`, less the epochs' ends: counted, not listed (a
+        run of a million steps has as many)."""
+        every = cfg.freeze_every
+        return at // every - at // math.lcm(every, per_epoch) if every else 0
+
     transitions = {p.start_step for p in phases if not p.resumed}
     # The epochs' ends (an epoch's start step) where a run ended: no decision there.
     ended = {
@@ -498,7 +554,12 @@ def gradient_decisions(
     }
     if manifest.step_in_epoch == 0 and epoch > 0:
         ended.add(step)
-    return epoch - len(ended - transitions) + within
+    ends: dict[int, int] = {}
+    for done in range(epoch):
+        at = (done + 1) * per_epoch
+        if at not in ended - transitions:
+            ends[within(at) + len(ends)] = done
+    return within(step) + len(ends), ends
 
 
 def finished(manifest: CheckpointManifest, cfg: RunConfig) -> bool:

@@ -458,9 +458,7 @@ class CostModel:
 
     def overhead_s(self, samples_per_replica: int) -> float:
         c = self.calibration
-        if c is None:
-            return 0.0
-        return max(0.0, c.step_overhead_s + c.input_s_per_sample * samples_per_replica)
+        return 0.0 if c is None else c.overhead_s(samples_per_replica)
 
     def stages(self, layout: Layout) -> tuple[list[StageWork], list[StageReport]]:
         """Per-stage work (for the simulation: transfers timed into the receiving op,

@@ -57,15 +57,19 @@ def single_rank_group():
         yield
 
 
-def fake_pricing(devices: int = 2):
-    """A phase record's pricing for hand-made run records: the shipped vit-digits profile on a
-    local cluster of `devices` ranks."""
-    from pipeplan.formats import Cluster, Link, Pricing
+def fake_pricing(devices: int = 2, model: str = "vit-digits"):
+    """A phase record's pricing for hand-made run records: the shipped CPU profile of `model`
+    on a local cluster of `devices` ranks. Their run directory carries it
+    (`write_fake_profile`), as a run's does: report and calibrate refuse a priced profile
+    missing."""
+    from executor.planning import shipped_profile
+    from pipeplan.formats import Cluster, Link, Pricing, Profile, load
+    from pipeplan.formats.profile import profile_sha256
 
     return Pricing(
         source="solver",
         profile="profile.json",
-        profile_sha256="0" * 64,
+        profile_sha256=profile_sha256(load(Profile, shipped_profile(model, "cpu"))),
         calibration="none",
         cluster=Cluster(
             nodes=1,
@@ -75,6 +79,19 @@ def fake_pricing(devices: int = 2):
             inter_node=Link(bandwidth_bytes_per_s=1e9, latency_s=1e-5),
         ),
     )
+
+
+def write_fake_profile(run_dir: Path, model: str = "vit-digits") -> None:
+    """The profile `fake_pricing(devices, model)` names, in hand-made `run_dir` as a run
+    writes it.
+
+    write_fake_profile(tmp_path / "run")
+    """
+    import shutil
+
+    from executor.planning import shipped_profile
+
+    shutil.copyfile(shipped_profile(model, "cpu"), Path(run_dir) / "profile.json")
 
 
 def make_layout(global_batch, frozen_layers, cached, boundaries, rank_map, micro_batches, schedule):

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
-from conftest import fake_pricing
+from conftest import fake_pricing, write_fake_profile
 
 import cli
 from executor.planning import shipped_profile
@@ -195,6 +195,7 @@ def write_run(
             )
             step += 1
     (run_dir / "run.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in lines))
+    write_fake_profile(run_dir)
 
 
 # 16 phases of vit-digits on 4 ranks, global batch 64: S and D in {1, 2, 4}, M from 1 to 16,

@@ -283,6 +283,57 @@ def test_resume_refuses_a_grad_history_of_another_length(auto_run, tmp_path, cap
     refused(["run", "--resume", str(run), "--epochs", "3"], tmp_path, capsys, (fragment,))
 
 
+# Which of DECISIONS' entries were measured over an epoch (index → the epoch whose end
+# decided): within-epoch decisions (--freeze-every) come between them, a run's end makes none.
+EPOCH_ENDS = {
+    "mid-epoch": {1: 0},  # decisions at steps 2, 3 (epoch 0's end), 4
+    "a transition at an epoch's start": {1: 0},  # steps 2, 3
+    "epoch ends only": {0: 0},  # epoch 1's end finished the run
+    "epoch ends only, resumed": {0: 0, 1: 2},  # epochs 1 and 3 ended runs
+}
+
+
+@pytest.mark.parametrize("case", EPOCH_ENDS)
+def test_the_grad_history_entries_of_epoch_ends_are_found(case):
+    """`epoch_end_decisions` finds the entries a resume holds to the epochs' records, among
+    the decisions `gradient_decisions` counts."""
+    from executor.launch import epoch_end_decisions, gradient_decisions
+    from pipeplan.formats import CheckpointManifest, RunConfig
+
+    every, phases, (step, epoch, within), entries = DECISIONS[case]
+    cfg = RunConfig(name="r", model="vit-digits", nproc=1, epochs=12, freeze_every=every)
+    manifest = CheckpointManifest(
+        **dict(step=step, epoch=epoch, step_in_epoch=within, phase=len(phases) - 1),
+        **dict(frozen_layers=0, grad_history=[], grad_norm_sums={}, grad_norm_steps=0),
+        **dict(world_size=1, model="vit-digits", layout=None, config=cfg),
+    )
+    assert epoch_end_decisions(manifest, phases, cfg) == EPOCH_ENDS[case]
+    assert gradient_decisions(manifest, phases, cfg) == entries
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("value", [1e300, 0.0])
+def test_resume_refuses_a_grad_history_unlike_its_epochs_records(auto_run, tmp_path, capsys, value):
+    """Found by the nineteenth round: a manifest's grad_history entry edited (a gradient norm
+    of 1e300; run.jsonl's epoch 0 record says 0.54) resumed with exit 0, and AutoFreeze's
+    gradient criterion decided with the edited norm. The decision at an epoch's end is made
+    with the norms the epoch's record holds: a manifest that differs is refused (the
+    manifest has no checksum of its own; the records are the run's account of it)."""
+    run = copy_run(auto_run, tmp_path)
+    (entry,) = json.loads(_manifest(run).read_text())["grad_history"]
+    layer = sorted(entry, key=int)[1]
+    recorded = entry[layer]
+    _edit_manifest(run, grad_history=[{**entry, layer: value}])
+    fragment = f"grad_history.0: layer {layer}'s norm {value!r}, but run.jsonl's epoch 0 record"
+    refused(
+        ["run", "--resume", str(run), "--epochs", "3"],
+        tmp_path,
+        capsys,
+        (str(_manifest(run)), fragment, f"has {recorded!r} (grad_norms)"),
+    )
+
+
 @pytest.mark.long  # a guard (it passed before the fix too): out of the 15-minute default run
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
@@ -1061,6 +1112,61 @@ def test_a_profile_edited_since_the_run_is_refused(finished_run, tmp_path, capsy
     fragment = (f"{run / 'profile.json'}: edited since the run priced its phase 0", "restore")
     refused(argv, tmp_path, capsys, fragment)
     assert not (tmp_path / "c.json").exists()
+
+
+def _priced_argv(command: str, run: Path, tmp_path: Path) -> list[str]:
+    """The argv of `command` (resume, report, report --plot, calibrate) on `run`."""
+    return {
+        "resume": ["run", "--resume", str(run), *MORE],
+        "report": ["report", str(run)],
+        "report --plot": ["report", str(run), "--plot", str(tmp_path / "plots")],
+        "calibrate": ["calibrate", str(run), "--profile", str(PROFILE)],
+    }[command] + (["--out", str(tmp_path / "c.json")] if command == "calibrate" else [])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "report --plot", "calibrate"])
+def test_a_priced_profile_deleted_is_refused(finished_run, tmp_path, capsys, command):
+    """Found by the nineteenth round: RUN/profile.json deleted switched the edited-since
+    check off (it skipped a profile the records name but the directory lacks, for hand-made
+    test records): report, its plots and calibrate went on (exit 0). A run writes every
+    profile it prices with before the phase that names it: one missing is refused, named.
+    (A resume refused it already: it plans with profile.json.)"""
+    run = copy_run(finished_run, tmp_path)
+    (run / "profile.json").unlink()
+    fragment = (f"{run / 'profile.json'}: missing, though run.jsonl's phase 0 was priced", "with")
+    refused(_priced_argv(command, run, tmp_path), tmp_path, capsys, fragment)
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "plots").exists()
+
+
+def _calibration_deleted(run: Path) -> str:
+    (run / "calibration-2.json").unlink()
+    return "calibration-2.json: missing, though run.jsonl's phase 1 was priced with it"
+
+
+def _pricing_renamed(run: Path) -> str:
+    lines = _lines(run)
+    phase = [line for line in lines if line["kind"] == "phase"][-1]
+    phase["pricing"]["profile"] = "calibration-9.json"
+    _rewrite(run, lines)
+    return "calibration-9.json: missing, though run.jsonl's phase 1 was priced with it"
+
+
+@pytest.mark.parametrize("command", ["report", "report --plot"])
+@pytest.mark.parametrize(
+    "damage", [_calibration_deleted, _pricing_renamed], ids=lambda f: f.__name__.strip("_")
+)
+def test_a_missing_calibration_a_phase_was_priced_with_is_refused(
+    tmp_path, capsys, command, damage
+):
+    """Found by the nineteenth round: a run's calibration-N.json deleted, or a phase
+    record's pricing.profile edited to a name no file has, was reported and plotted (exit 0)
+    without the edited-since check. report's records price phase 1 with calibration-2.json."""
+    run, _ = _readable(tmp_path, "report")
+    fragment = damage(run)
+    refused(_priced_argv(command, run, tmp_path), tmp_path, capsys, fragment)
+    assert not (tmp_path / "plots").exists()
 
 
 PLAN_RUN = ["--max-steps-per-epoch", "3", "--checkpoint-every", "1"]

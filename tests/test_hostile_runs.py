@@ -1380,6 +1380,131 @@ def test_resume_refuses_records_that_contradict_their_run(finished_run, tmp_path
     refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragments)
 
 
+# ----------------------------------------------------------------- nineteenth round: records
+# A phase record's predicted step against its own predicted stages, as a plan's phase is held
+# to its stages (`check_step_holds_stages`, and above: `step_upper_bound_s`). report's records
+# have predictions (calibrate's have none); the real run's are checked by resume too.
+
+
+def _step_of(value: float):
+    def damage(lines: list[dict]) -> tuple[int, str]:
+        i = next(i for i, line in enumerate(lines) if line["kind"] == "phase")
+        lines[i]["predicted_step_s"] = value
+        return i, f"exceeds the step it is part of, predicted_step_s {value!r}"
+
+    damage.__name__ = f"predicted_step_s_{value}"
+    return damage
+
+
+def _stage_longer_than_its_step(lines: list[dict]) -> tuple[int, str]:
+    i = next(i for i, line in enumerate(lines) if line["kind"] == "phase")
+    lines[i]["predicted_stages"][0]["fwd_s"] = 50.0
+    return i, "predicted_stages[0]: M × (fwd_s + bwd_s) + allreduce_s + optimizer_s (M = 4)"
+
+
+SHORT_STEPS = [_step_of(0.0), _step_of(1e-9), _stage_longer_than_its_step]
+
+
+@pytest.mark.parametrize("damage", SHORT_STEPS, ids=lambda f: f.__name__.strip("_"))
+def test_a_step_shorter_than_its_stages_is_refused(tmp_path, capsys, damage):
+    """Found by the nineteenth round: a phase record's predicted_step_s of 0.0 or 1e-9 beside
+    stages of 0.07 s each, or a stage's fwd_s of 50 s beside a 0.088 s step, was reported
+    (0.0 shown as the prediction) and calibrated from (exit 0). Each stage's work is part of
+    the step: refused on its line, naming the stage and the step."""
+    run, argv = _readable(tmp_path, "report")
+    refused(argv, tmp_path, capsys, _damaged(run, damage))
+
+
+def _step_of_100_s(lines: list[dict]) -> str:
+    i = next(i for i, line in enumerate(lines) if line["kind"] == "phase")
+    lines[i]["predicted_step_s"] = 100.0
+    return f"run.jsonl: phase {lines[i]['phase']}: predicted_step_s 100.0 exceeds its"
+
+
+def test_a_step_longer_than_its_stages_one_after_another_is_refused(tmp_path, capsys):
+    """Found by the nineteenth round: a phase record's predicted_step_s of 100 s beside stages
+    of 0.17 s in all was reported as "predicted 100000.0 ms … error +17241%". The phase was
+    solved with the profile it names: its step is at most its stages' work one after another
+    plus that profile's calibrated step overhead (none here)."""
+    run, argv = _readable(tmp_path, "report")
+    lines = _lines(run)
+    fragment = _step_of_100_s(lines)
+    _rewrite(run, lines)
+    refused(argv, tmp_path, capsys, (fragment, "plus profile.json's overhead"))
+
+
+def test_a_step_as_long_as_its_calibrated_overhead_allows_is_read(tmp_path):
+    """Phase 1 of report's records was priced with a calibration whose step overhead is
+    OVERHEAD_S: its step may exceed its stages' work by that (and is read), not by more."""
+    from test_report import OVERHEAD_S
+
+    run, argv = _readable(tmp_path, "report")
+    assert cli.main(argv) == 0
+    lines = _lines(run)
+    i = _last(lines, "phase")
+    lines[i]["predicted_step_s"] += OVERHEAD_S / 10
+    _rewrite(run, lines)
+    assert cli.main(argv) == 2
+
+
+@pytest.mark.parametrize("calibrated", [False, True], ids=["uncalibrated", "calibrated"])
+def test_the_step_bounds_hold_what_the_cost_model_simulates(calibrated):
+    """What the bounds refuse no phase the run solves can hold: over test_calibrate's 16
+    layouts (1 to 4 stages and replicas, both schedules, frozen and cached), each stage's
+    work fits in the simulated step and the step is at most the stages' work one after
+    another plus the calibrated overhead (a 1-stage layout meets it, to the rounding)."""
+    from test_calibrate import RICH, TRUTH, layout_of
+
+    from executor.planning import run_cluster
+    from pipeplan.costmodel import CostModel
+    from pipeplan.formats import RunConfig
+    from pipeplan.formats.plan import check_step_holds_stages, close_enough, step_upper_bound_s
+    from pipeplan.plan import stage_plans
+
+    profile = load(Profile, PROFILE).model_copy(
+        update={"calibration": TRUTH if calibrated else None}
+    )
+    cfg = RunConfig(name="x", model="vit-digits", data="digits", nproc=4, global_batch=64, epochs=1)
+    model = CostModel(profile, run_cluster(cfg, profile))
+    for phase in RICH:
+        layout = layout_of(phase)
+        evaluation = model.evaluate(layout, record=False)
+        stages, m, step = stage_plans(evaluation.stages), layout.micro_batches, evaluation.step_s
+        check_step_holds_stages(stages, m, step, "stage {}", "step_s")
+        bound = step_upper_bound_s(stages, m, model.step_overhead_s(layout))
+        if step > bound:
+            close_enough("step_s", step, bound, step + bound, "exceeds its bound")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "resume"])
+@pytest.mark.parametrize("value", [100.0, 0.0])
+def test_a_real_runs_step_that_contradicts_its_stages_is_refused(
+    finished_run, tmp_path, capsys, command, value
+):
+    """Found by the nineteenth round, on a real run: its phase record's predicted_step_s
+    edited to 100 s or 0 s was reported (and a resume went on). The undamaged record is
+    read (test_hostile's report of the same run)."""
+    run = copy_run(finished_run, tmp_path)
+    lines = _lines(run)
+    if value:
+        fragment = _step_of_100_s(lines)
+    else:
+        fragment = f"run.jsonl:{_damaged_line(lines, _step_of(value))}: "
+    _rewrite(run, lines)
+    argv = (
+        ["report", str(run)]
+        if command == "report"
+        else ["run", "--resume", str(run), "--epochs", "2"]
+    )
+    refused(argv, tmp_path, capsys, fragment)
+
+
+def _damaged_line(lines: list[dict], damage) -> int:
+    return damage(lines)[0] + 1
+
+
 # ----------------------------------------------------------------------------- tenth round
 
 

@@ -7,21 +7,26 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import fake_pricing
+from conftest import fake_pricing, write_fake_profile
 
 import cli
+from executor.planning import shipped_profile
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import (
     WARMUP_STEPS_PER_PHASE,
+    Calibration,
     EpochRecord,
     Layout,
     PhaseRecord,
+    Profile,
     RankTimes,
     RunConfig,
     StagePlan,
     StepRecord,
     dumps,
+    load,
 )
+from pipeplan.formats.profile import profile_sha256
 from pipeplan.report import (
     Report,
     make_report,
@@ -30,6 +35,26 @@ from pipeplan.report import (
 )
 
 WARMUP_S = 9.0  # warm-up steps are this slow: any leak into a median shows at once
+OVERHEAD_S = 0.011  # the calibrated step overhead of elastic_records' phase 1
+
+
+def calibrated_profile() -> Profile:
+    """The shipped vit-digits profile with a calibration whose only term is a step overhead of
+    OVERHEAD_S, as a run that recalibrated itself writes it (calibration-2.json: test_forecast
+    prices forecasts with a calibration-1.json of its own)."""
+    shipped = load(Profile, shipped_profile("vit-digits", "cpu"))
+    fit = dict(runs=["elastic"], phases_used=1, steps_used=7, residual_median=0.0)
+    calibration = Calibration(step_overhead_s=OVERHEAD_S, residual_max=0.0, **fit)
+    return shipped.model_copy(update={"calibration": calibration})
+
+
+CALIBRATED_PRICING = fake_pricing(2).model_copy(
+    update={
+        "profile": "calibration-2.json",
+        "profile_sha256": profile_sha256(calibrated_profile()),
+        "calibration": "online",
+    }
+)
 
 
 def stage_plan(first: int, stop: int, **times: float) -> StagePlan:
@@ -132,6 +157,9 @@ def write_run(directory: Path, records: list, **config) -> Path:
     (directory / "run.json").write_text(dumps(RunConfig(**{**cfg, **config})))
     lines = [r.model_dump_json() + "\n" for r in records]
     (directory / "run.jsonl").write_text("".join(lines))
+    write_fake_profile(directory, config.get("model", "vit-digits"))
+    if any(getattr(r, "pricing", None) == CALIBRATED_PRICING for r in records):
+        (directory / CALIBRATED_PRICING.profile).write_text(dumps(calibrated_profile()))
     return directory
 
 
@@ -145,8 +173,9 @@ def elastic_records() -> list:
         predicted_step_s=0.1,
         transition_s=0.1,
         predicted_stages=[
-            stage_plan(0, 5, fwd_s=0.01, bwd_s=0.02, send_fwd_s=0.001, optimizer_s=0.002),
-            stage_plan(5, 10, fwd_s=0.01, bwd_s=0.02, send_bwd_s=0.001, optimizer_s=0.002),
+            # Each stage's work fits in the step, as a record's must (M × 0.02 + 0.002 ≤ 0.1).
+            stage_plan(0, 5, fwd_s=0.01, bwd_s=0.01, send_fwd_s=0.001, optimizer_s=0.002),
+            stage_plan(5, 10, fwd_s=0.01, bwd_s=0.01, send_bwd_s=0.001, optimizer_s=0.002),
         ],
     )
     records: list = [p0]
@@ -178,6 +207,8 @@ def elastic_records() -> list:
         cached=True,
         predicted_step_s=0.07,
         transition_s=0.2,
+        # Priced with a calibration whose step overhead is what the step adds to its stages.
+        pricing=CALIBRATED_PRICING,
         predicted_stages=[
             stage_plan(0, 10, fwd_s=0.02, bwd_s=0.03, allreduce_s=0.007, optimizer_s=0.002)
         ],
@@ -238,9 +269,9 @@ def test_stage_predictions_are_per_step_and_measurements_are_medians(elastic):
     s0, s1 = make_report(elastic).phases[0].stages
     assert (s0.first_layer, s0.stop_layer, s0.ranks) == (0, 5, [0])
     # Predicted: M=4 micro-batches × (fwd + bwd); measured: median of 0.11..0.15.
-    assert s0.compute.predicted_s == pytest.approx(0.12)
+    assert s0.compute.predicted_s == pytest.approx(0.08)
     assert s0.compute.measured_s == pytest.approx(0.13)
-    assert s0.compute.error == pytest.approx((0.12 - 0.13) / 0.13)
+    assert s0.compute.error == pytest.approx((0.08 - 0.13) / 0.13)
     assert s0.transfer.predicted_s == pytest.approx(0.004)
     assert s0.transfer.measured_s == pytest.approx(0.02)
     assert s0.optimizer.error == pytest.approx((0.002 - 0.004) / 0.004)
@@ -385,6 +416,9 @@ def test_bad_run_directory_is_one_input_error_line(tmp_path, capsys, case):
 )
 def test_baseline_of_another_model_or_batch_is_refused(tmp_path, elastic, capsys, config, fragment):
     records = static_records(global_batch=config.get("global_batch", GLOBAL_BATCH))
+    # Priced with its own model's profile, as its run would have been.
+    pricing = fake_pricing(2, config.get("model", "vit-digits"))
+    records[0] = records[0].model_copy(update={"pricing": pricing})
     other = write_run(tmp_path / "other", records, **config)
     with pytest.raises(BadArgumentError, match=fragment):
         make_report(elastic, other)

@@ -76,15 +76,28 @@ def check_stages(layout: Layout, stages: list[StagePlan] | None) -> None:
 
 
 def check_stage_work(i: int, phase: PhasePlan) -> None:
+    """`check_step_holds_stages` for phase `i` of a plan.
+
+    check_stage_work(0, plan.phases[0])
+    """
+    m = phase.layout.micro_batches
+    check_step_holds_stages(phase.stages, m, phase.step_s, f"phase {i} stage {{}}", "step_s")
+
+
+def check_step_holds_stages(
+    stages: list[StagePlan], micro_batches: int, step_s: float, stage: str, step: str
+) -> None:
     """Each stage's work in a step is part of the step (`simulate._finish`): one device runs
     its M forwards and backwards one after another, then (if it trains) its all-reduce, at
     least as long as alone, and its optimizer; each link carries M sends one after another.
-    So none exceeds `step_s` (ValueError naming the stage otherwise).
+    So none exceeds the step (ValueError naming the stage, `stage` formatted with its index,
+    and the step's field `step`, otherwise). A plan's phases and a run's phase records
+    (fourteenth and nineteenth rounds) are held to it alike.
 
-        check_stage_work(0, plan.phases[0])
+        check_step_holds_stages(phase.stages, 4, phase.step_s, "phase 0 stage {}", "step_s")
     """
-    m = phase.layout.micro_batches
-    for s, st in enumerate(phase.stages):
+    m = micro_batches
+    for s, st in enumerate(stages):
         parts = {
             "M × (fwd_s + bwd_s) + allreduce_s + optimizer_s": (
                 m * st.fwd_s,
@@ -97,14 +110,31 @@ def check_stage_work(i: int, phase: PhasePlan) -> None:
         }
         for name, terms in parts.items():
             work = sum(terms)
-            if work > phase.step_s:
+            if work > step_s:
                 close_enough(
-                    f"phase {i} stage {s}: {name} (M = {m})",
+                    f"{stage.format(s)}: {name} (M = {m})",
                     work,
-                    phase.step_s,
-                    work + phase.step_s,
-                    "exceeds the step it is part of, step_s",
+                    step_s,
+                    work + step_s,
+                    f"exceeds the step it is part of, {step}",
                 )
+
+
+def step_upper_bound_s(stages: list[StagePlan], micro_batches: int, overhead_s: float) -> float:
+    """The longest a simulated step of these stages can take: every op, transfer, all-reduce
+    and optimizer one after another, plus the step's calibrated overhead outside the schedule
+    (`CostModel.step_overhead_s`). The schedule's step is its longest chain of ops each
+    waiting for the one before; each op, each stage's all-reduce (as long as the shared
+    links made it, which the stages record) and optimizer is on that chain at most once.
+
+        step_upper_bound_s(phase.stages, 4, 0.0) >= phase.step_s   # uncalibrated
+    """
+    m = micro_batches
+    work = sum(
+        m * (st.fwd_s + st.bwd_s + st.send_fwd_s + st.send_bwd_s) + st.allreduce_s + st.optimizer_s
+        for st in stages
+    )
+    return work + overhead_s
 
 
 class ScoredLayout(Strict):

@@ -451,6 +451,15 @@ class Calibration(Strict):
         description="Parameters the runs cannot identify, left at their defaults: name → why.",
     )
 
+    def overhead_s(self, samples_per_replica: int) -> float:
+        """A step's time outside the simulated schedule, reading a replica's batch of
+        `samples_per_replica`: what the cost model adds to the schedule's step and a run's
+        phase record's prediction is bounded with.
+
+            profile.calibration.overhead_s(layout.micro_batches * layout.micro_batch_size)
+        """
+        return max(0.0, self.step_overhead_s + self.input_s_per_sample * samples_per_replica)
+
     @model_validator(mode="after")
     def _as_calibrate_writes_it(self) -> Calibration:
         """What `pipeplan calibrate` can write, and nothing else: a fit from at least one

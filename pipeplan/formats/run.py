@@ -62,7 +62,13 @@ from pipeplan.formats.base import (
 from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
 from pipeplan.formats.freeze import Alpha
 from pipeplan.formats.layout import Layout
-from pipeplan.formats.plan import StagePlan, check_stages
+from pipeplan.formats.plan import (
+    StagePlan,
+    check_stages,
+    check_step_holds_stages,
+    close_enough,
+    step_upper_bound_s,
+)
 from pipeplan.formats.profile import Precision, Profile, Task, model_mismatch, profile_sha256
 
 log = logging.getLogger("pipeplan.records")
@@ -456,7 +462,14 @@ class PhaseDecision(Strict):
 
     @model_validator(mode="after")
     def _stages_match_layout(self) -> PhaseDecision:
+        """The predicted stages are the layout's, and each one's work fits in the predicted
+        step, as a plan's must (`check_step_holds_stages`): the nineteenth round's step of
+        0.0 s, or a stage's fwd_s of 50 s beside a 0.088 s step, was reported as measured."""
         check_stages(self.layout, self.predicted_stages)
+        if self.predicted_stages is not None and self.predicted_step_s is not None:
+            m = self.layout.micro_batches
+            stage, step = "predicted_stages[{}]", "predicted_step_s"
+            check_step_holds_stages(self.predicted_stages, m, self.predicted_step_s, stage, step)
         return self
 
 
@@ -1341,10 +1354,11 @@ def check_run_profile(run_dir: str | Path, config: RunConfig, profile: Profile) 
 
 
 def check_priced_profiles(run_dir: str | Path, config: RunConfig, records: list) -> None:
-    """The profiles the phases were priced with (files in the run directory) are of run.json's
-    model and precision (`check_run_profile`): the run's own record of what it trained, so
-    run.json's precision edited from fp32 to bf16 is refused by report and calibrate alike.
-    Each phase, and each epoch's forecast, records the sha256 of the profile that priced it.
+    """The profiles the phases were priced with (files in the run directory) are there, and
+    of run.json's model and precision (`check_run_profile`): the run's own record of what it
+    trained, so run.json's precision edited from fp32 to bf16 is refused by report and
+    calibrate alike. Each phase, and each epoch's forecast, records the sha256 of the profile
+    that priced it, and a phase the run solved a step no longer than its stages allow.
 
         check_priced_profiles(run_dir, config, read_records(run_dir / "run.jsonl"))
     """
@@ -1356,25 +1370,79 @@ def check_priced_profiles(run_dir: str | Path, config: RunConfig, records: list)
         if isinstance(r, EpochRecord) and r.forecast is not None
     ]
     for name in sorted({pricing.profile for _, pricing in priced}):
-        if Path(name).name != name or name in ("", ".", ".."):
-            raise InputFileError(
-                f"{run_dir / 'run.jsonl'}: pricing names profile '{name}', not a file in the "
-                "run directory"
-            )
-        if not (run_dir / name).exists():  # hand-made records name a profile they do not carry
-            continue
-        profile = load(Profile, run_dir / name)
+        profile = _priced_profile(run_dir, name, priced)
         check_run_profile(run_dir, config, profile)
-        # The records hold the sha256 of the profile that priced them: the file edited since
-        # (a resume planned with other times, and run.jsonl then named two profiles by one file)
-        # no longer re-plans them. Each recalibration writes a file of its own, never over one.
-        digest = profile_sha256(profile)
-        named = next(
-            (what for what, p in priced if p.profile == name and p.profile_sha256 != digest),
-            None,
+        _check_unedited(run_dir, name, profile, priced)
+        phases = [r for r in records if isinstance(r, PhaseRecord) and r.pricing.profile == name]
+        for phase in phases:
+            _check_step_bound(run_dir, name, phase, profile)
+
+
+def _priced_profile(run_dir: Path, name: str, priced: list[tuple[str, Pricing]]) -> Profile:
+    """The profile file `name` that run.jsonl's `priced` records name, read (InputFileError
+    naming the file if it is not a file of the run directory, or is missing).
+
+        profile = _priced_profile(run_dir, "calibration-2.json", [("phase 1", pricing)])
+    """
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise InputFileError(
+            f"{run_dir / 'run.jsonl'}: pricing names profile '{name}', not a file in the "
+            "run directory"
         )
-        if named is not None:
-            raise InputFileError(
-                f"{run_dir / name}: edited since the run priced its {named} with it (its "
-                "sha256 differs from the one run.jsonl records); restore it or start a new run"
-            )
+    # The run writes every profile it prices with before the phase that names it (profile.json
+    # as it starts, calibration-N.json as it adopts one): one missing was deleted, and skipping
+    # it skipped the edited-since check below (the nineteenth round deleted both).
+    if not (run_dir / name).exists():
+        first = next(what for what, p in priced if p.profile == name)
+        raise InputFileError(
+            f"{run_dir / name}: missing, though run.jsonl's {first} was priced with it "
+            "(pricing.profile); restore it or start a new run"
+        )
+    return load(Profile, run_dir / name)
+
+
+def _check_unedited(
+    run_dir: Path, name: str, profile: Profile, priced: list[tuple[str, Pricing]]
+) -> None:
+    """`profile`, read from `name`, has the sha256 every record priced with it holds.
+
+    _check_unedited(run_dir, "profile.json", profile, [("phase 0", pricing)])
+    """
+    # The records hold the sha256 of the profile that priced them: the file edited since
+    # (a resume planned with other times, and run.jsonl then named two profiles by one file)
+    # no longer re-plans them. Each recalibration writes a file of its own, never over one.
+    digest = profile_sha256(profile)
+    named = next(
+        (what for what, p in priced if p.profile == name and p.profile_sha256 != digest),
+        None,
+    )
+    if named is not None:
+        raise InputFileError(
+            f"{run_dir / name}: edited since the run priced its {named} with it (its "
+            "sha256 differs from the one run.jsonl records); restore it or start a new run"
+        )
+
+
+def _check_step_bound(run_dir: Path, name: str, phase: PhaseRecord, profile: Profile) -> None:
+    """A phase the run solved predicts the step the cost model simulated for its stages with
+    `profile` (`executor.planning._decide`): at most their work one after another plus the
+    profile's step overhead (`step_upper_bound_s`). The nineteenth round's predicted_step_s of
+    100 s beside stages of 0.14 s in all was reported as a prediction. A phase taken from a
+    plan file recorded the plan's step, which the plan file's own checks hold.
+
+        _check_step_bound(run_dir, "profile.json", phase, profile)
+    """
+    stages, step_s = phase.predicted_stages, phase.predicted_step_s
+    if phase.pricing.source != "solver" or stages is None or step_s is None:
+        return
+    layout = phase.layout
+    c = profile.calibration
+    overhead = 0.0 if c is None else c.overhead_s(layout.micro_batches * layout.micro_batch_size)
+    bound = step_upper_bound_s(stages, layout.micro_batches, overhead)
+    if step_s <= bound:
+        return
+    relation = f"exceeds its predicted_stages' work one after another plus {name}'s overhead,"
+    try:
+        close_enough("predicted_step_s", step_s, bound, step_s + bound, relation)
+    except ValueError as exc:
+        raise InputFileError(f"{run_dir / 'run.jsonl'}: phase {phase.phase}: {exc}") from None
