@@ -1904,6 +1904,10 @@ NINETEENTH_CONFIGS = {
         {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "longrope", "short_factor": [-1.0] * 8}},
         "rope_parameters.short_factor is [-1.0, -1.0",
     ),
+    "llama longrope long factors 1e-320, 0 in float32": (
+        {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "longrope", "long_factor": [1e-320] * 8}},
+        "rope_parameters.long_factor is [1e-320, 1e-320",
+    ),
     "llama longrope long factors of another length": (
         {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "longrope", "long_factor": [1.0] * 3}},
         "rope_parameters.long_factor has 3 factors; one per rotary frequency: 8",

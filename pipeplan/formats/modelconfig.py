@@ -364,11 +364,15 @@ def _rope_parameters_problem(rope: dict[str, Any], config: dict[str, Any]) -> st
 
 
 def _factor_list_problem(factors: Any, config: dict[str, Any], rope: dict[str, Any]) -> str | None:
-    """LongRoPE's short_factor / long_factor: one number > 0 per rotary frequency."""
+    """LongRoPE's short_factor / long_factor: one number per rotary frequency, which divides
+    it in float32 (1e-320 is 0 there: an infinite frequency)."""
     if not isinstance(factors, list) or not all(
-        _in(f, 0, MAX_ROPE_FACTOR, low_open=True) for f in factors
+        _in(f, FLOAT32_TINY, MAX_ROPE_FACTOR) for f in factors
     ):
-        return f"is {shown(factors)}; a list of numbers > 0 and at most {MAX_ROPE_FACTOR:,}"
+        return (
+            f"is {shown(factors)}; a list of numbers > 0, at least float32's least normal "
+            f"number ({FLOAT32_TINY:.8g}) and at most {MAX_ROPE_FACTOR:,}"
+        )
     frequencies = _rotary_frequencies(config, rope)
     if frequencies is not None and len(factors) != frequencies:
         return (
