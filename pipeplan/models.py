@@ -60,12 +60,14 @@ from pipeplan.formats.base import (
 from pipeplan.formats.modelconfig import (
     MAX_PARAMETERS,
     PARAMETER_BYTES,
+    chunk_problem,
     config_value_problem,
     generation_value_problem,
     implied_shapes,
     label_count,
-    label_map_problem,
+    shown,
     size_problem,
+    type_problem,
 )
 from pipeplan.formats.presets import PRESETS
 
@@ -465,16 +467,19 @@ def build_with_hf(
     source = _resolve(name_or_path)
     family = FAMILIES[source.family]
     task = _choose_task(source, family, task)
+    where = str(source.config_file or name_or_path)  # what a config's refusal names
     with _building(name_or_path):
-        config = _make_config(source, family, name_or_path, dropout, task, num_labels)
+        config = _make_config(source, family, where, dropout, task, num_labels)
         generation = _generation_config(source, config)  # checked with config.json's vocabulary
         init = _choose_init(source, init, name_or_path)  # a broken config is reported first
         # Before torch allocates: the weights' shapes, then the size the config asks for.
         if init == "pretrained":
             _check_weight_shapes(source, config)
         _check_model_size(source, config, task, name_or_path)
-        _check_padding_mask(family, config, padding_mask, name_or_path)
+        _check_padding_mask(family, config, padding_mask, where)
         shape, dtype = _input(family, config, seq_len or source.seq_len, seq_len is not None)
+        if (why := chunk_problem(config.to_dict(), source.family, shape[0])) is not None:
+            raise InputFileError(f"{where}: {why}")  # a traceback in the first forward
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             hf_model, loading = _instantiate(family, task, config, source, init, generation)
@@ -586,11 +591,15 @@ def _resolve(name_or_path: str) -> _Source:
             f"{path}: a pipeplan file (it has schema_version), not a model's config.json; "
             "MODEL is a built-in name, a transformers directory or its config.json"
         )
-    if model_type not in FAMILIES:
+    # A list or an object is no family's name (`in FAMILIES` hashed it: a traceback).
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise InputFileError(
-            f"{path}: model_type {model_type!r} is not a supported encoder or decoder "
+            f"{path}: model_type {shown(model_type)} is not a supported encoder or decoder "
             f"(supported: {', '.join(FAMILIES)})"
         )
+    # Each key's JSON type before anything reads it (the task is chosen from architectures).
+    if (why := type_problem(data)) is not None:
+        raise InputFileError(f"{path}: {why}")
     directory = path.parent
     for name in WEIGHT_FILES:  # one that is there but no file was read as "no weights"
         found = directory / name
@@ -752,10 +761,13 @@ def _make_config(
     import transformers
 
     config_dict = dict(source.config)
-    # transformers remakes label2id from id2label (or num_labels) unread: the file's is checked
-    # when its labels are the model's (a run's data of another label count writes both anew).
+    # The file's own types and values, before transformers reads them (it builds an id2label
+    # of num_labels names, and keeps a RoPE scaling under rope_parameters whatever the file
+    # called it). transformers remakes label2id from id2label (or num_labels) unread: the
+    # file's is checked when its labels are the model's (a run's data of another label count
+    # writes both anew).
     its_labels = num_labels in (None, label_count(config_dict))
-    if its_labels and (why := label_map_problem(config_dict)) is not None:
+    if (why := config_value_problem(config_dict, source.family, labels=its_labels)) is not None:
         raise InputFileError(f"{name}: {why}")
     if dropout is not None:
         config_dict.update(dict.fromkeys(family.dropout, dropout))
@@ -1090,8 +1102,9 @@ def _instantiate(
 
     cls = getattr(transformers, family.models[task])
     if init == "random":
-        # A size beyond memory was refused first (`_check_model_size`).
-        return _with_generation(cls(config), generation), None
+        model = cls(config)  # a size beyond memory was refused first (`_check_model_size`)
+        _check_computed(model, source)
+        return _with_generation(model, generation), None
     # Given the checked generation config, from_pretrained does not read the file itself.
     given = {} if generation is None else {"generation_config": generation}
     try:
@@ -1115,6 +1128,7 @@ def _instantiate(
         raise InputFileError(
             f"{source.directory}: cannot load {source.weights} ({_first(exc)})"
         ) from None
+    _check_computed(model, source)
     _check_stored_dtypes(model, source)
     _check_finite(model, source)
     # from_pretrained returns eval mode; a build is in train mode.
@@ -1164,9 +1178,26 @@ def _check_stored_dtypes(model: nn.Module, source: _Source) -> None:
                 )
 
 
+def _check_computed(model: nn.Module, source: _Source) -> None:
+    """No NaN or infinity in the buffers the model computes from its config and does not store
+    (RoPE's inv_freq): found by the nineteenth round, a zero scaling factor or a subnormal base
+    was blamed on model.safetensors, which does not hold them (and with random weights it was
+    not noticed). `modelconfig.rope_problem` refuses the parameters known to cause it first."""
+    stored = model.state_dict().keys()
+    for name, tensor in model.named_buffers():
+        if name not in stored and tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise InputFileError(
+                f"{source.config_file or source.family}: the model's {name}, computed from the "
+                "config (not stored in the weights), holds NaN or infinite values; a size or "
+                "RoPE parameter of the config is out of range"
+            )
+
+
 def _check_finite(model: nn.Module, source: _Source) -> None:
-    """No NaN or infinity in the loaded weights: training from them diverges at once."""
-    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+    """No NaN or infinity in the loaded weights: training from them diverges at once. Only
+    what the weight file holds (the state dict): a computed buffer is `_check_computed`'s."""
+    stored = model.state_dict()
+    for name, tensor in stored.items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise InputFileError(
                 f"{source.directory}: {source.weights} holds NaN or infinite values in {name}"

@@ -1571,10 +1571,34 @@ def test_calibrate_beyond_the_formats_scale_bounds_is_one_line(tmp_path, capsys)
     refused(argv, tmp_path, capsys, ("out of bounds", "_scale", "less than or equal to 1000000"))
 
 
+def _rename_priced_model(run: Path, model: str) -> None:
+    """Give the profiles `run`'s records are priced with the model name `model`, and the
+    records their new sha256, as a run of that model would hold them."""
+    from pipeplan.formats import Profile, parse
+    from pipeplan.formats.profile import profile_sha256
+
+    renamed = {}
+    for path in [run / "profile.json", *run.glob("calibration-*.json")]:
+        doc = json.loads(path.read_text())
+        old = profile_sha256(parse(Profile, path.read_text()))
+        doc["model"]["name"] = model
+        path.write_text(json.dumps(doc))
+        renamed[old] = profile_sha256(parse(Profile, path.read_text()))
+    text = (run / "run.jsonl").read_text()
+    for old, new in renamed.items():
+        text = text.replace(old, new)
+    (run / "run.jsonl").write_text(text)
+
+
 def test_a_name_with_dollar_signs_is_drawn_as_written(tmp_path, capsys):
     """Found by an independent round: a model named `m $\\bogusmacro$` made matplotlib parse
-    math mid-plot (a traceback, some plots already written)."""
-    run = _synthetic_run(tmp_path, "math", model="m $\\bogusmacro$")
+    math mid-plot (a traceback, some plots already written). The title names the run and its
+    model (its records priced with a profile of that model, as a run's are)."""
+    from test_report import elastic_records, write_run
+
+    model = "m $\\bogusmacro$"
+    run = write_run(tmp_path / "math", elastic_records(), model=model)
+    _rename_priced_model(run, model)
     assert cli.main(["report", str(run), "--plot", str(tmp_path / "plots")]) == 0
     assert len(list((tmp_path / "plots").glob("*.png"))) == 3
 
@@ -1836,7 +1860,7 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
     ),
     "num_hidden_layers as text": (
         {**BERT_CONFIG, "num_hidden_layers": "2"},
-        "Field 'num_hidden_layers' expected int, got str",
+        "num_hidden_layers is '2'; an integer",
     ),
     "a million blocks": (
         {**BERT_CONFIG, "hidden_size": 2, "num_attention_heads": 1, "num_hidden_layers": 10**6},
@@ -1945,10 +1969,216 @@ def _model_folder_command(tmp_path: Path, config: dict, command: str) -> tuple[P
 )
 def test_model_configs_the_builders_reject_are_one_line(tmp_path, capsys, case, command):
     """Building from the config raises inside transformers or torch (after log lines and
-    warnings), or would run for hours: one line naming the directory and the reason."""
+    warnings), or would run for hours: one line naming the config.json and the reason."""
     config, fragment = MODEL_CONFIGS[case]
     model, argv = _model_folder_command(tmp_path, config, command)
-    refused_quietly(argv, tmp_path / "in", capsys, (f"{model}: ", fragment))
+    refused_quietly(argv, tmp_path / "in", capsys, (f"{model / 'config.json'}: ", fragment))
+    assert not (tmp_path / "p.json").exists()
+
+
+# config.json as the nineteenth round wrote it, and the fragment of the one line (after the
+# config.json's path): a key of another JSON type, a chunk size that does not divide the
+# sequence length (64 here: the folder's max_position_embeddings), RoPE parameters.
+NINETEENTH_CONFIGS = {
+    "model_type a list": ({**BERT_CONFIG, "model_type": ["bert"]}, "model_type ['bert'] is not"),
+    "model_type an object": ({**BERT_CONFIG, "model_type": {"a": 1}}, "model_type {'a': 1} is"),
+    "gpt2 architectures [1]": (
+        {**GPT2_CONFIG, "architectures": [1]},
+        "architectures is [1]; a list of strings or null",
+    ),
+    "bert architectures 3": (
+        {**BERT_CONFIG, "architectures": 3},
+        "architectures is 3; a list of strings or null",
+    ),
+    "bert output_hidden_states 'x'": (
+        {**BERT_CONFIG, "output_hidden_states": "x"},
+        "output_hidden_states is 'x'; true or false or null",
+    ),
+    "vit dtype true": ({**VIT_CONFIG, "dtype": True}, "dtype is True; a string or null"),
+    "bert num_labels 10^12": (
+        {**BERT_CONFIG, "num_labels": 10**12},
+        "num_labels is 1000000000000; a classifier has 1..1,000,000 labels",
+    ),
+    "llama rope_scaling a list": (
+        {**LLAMA_CONFIG, "rope_scaling": [1, 2]},
+        "rope_scaling is [1, 2]; an object or null",
+    ),
+    "bert chunk_size_feed_forward 3": (
+        {**BERT_CONFIG, "chunk_size_feed_forward": 3},
+        "chunk_size_feed_forward is 3 but the sequence length (--seq-len) is ",
+    ),
+    "distilbert chunk_size_feed_forward 10^12": (
+        {"model_type": "distilbert", "vocab_size": 512, "dim": 32, "n_layers": 2, "n_heads": 2}
+        | {"chunk_size_feed_forward": 10**12},
+        "chunk_size_feed_forward is 1000000000000 but the sequence length (--seq-len) is ",
+    ),
+    "llama yarn factor -1": (
+        {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "yarn", "factor": -1.0}},
+        "rope_parameters.factor is -1.0; a RoPE scaling factor is a number in 1..1,000,000",
+    ),
+    "llama linear factor 0 in rope_scaling": (
+        {**LLAMA_CONFIG, "rope_scaling": {"rope_type": "linear", "factor": 0.0}},
+        "rope_scaling.factor is 0.0; a RoPE scaling factor",
+    ),
+    "llama dynamic factor 1e308": (
+        {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "dynamic", "factor": 1e308}},
+        "rope_parameters.factor is 1e+308; a RoPE scaling factor",
+    ),
+    "llama subnormal rope_theta": (
+        {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "default", "rope_theta": 1e-320}},
+        "rope_parameters.rope_theta is 1e-320; a RoPE base is a number > 0, at least float32's",
+    ),
+    "llama rope_theta 10^30, an integer torch cannot convert": (
+        {**LLAMA_CONFIG, "rope_theta": 10**30},
+        "rope_theta is 1000000000000000000000000000000; a RoPE base",
+    ),
+    "llama longrope short factors -1": (
+        {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "longrope", "short_factor": [-1.0] * 8}},
+        "rope_parameters.short_factor is [-1.0, -1.0",
+    ),
+    "llama longrope long factors 1e-320, 0 in float32": (
+        {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "longrope", "long_factor": [1e-320] * 8}},
+        "rope_parameters.long_factor is [1e-320, 1e-320",
+    ),
+    "llama longrope long factors of another length": (
+        {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "longrope", "long_factor": [1.0] * 3}},
+        "rope_parameters.long_factor has 3 factors; one per rotary frequency: 8",
+    ),
+    "llama yarn beta_fast 0": (
+        {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "yarn", "factor": 2.0, "beta_fast": 0}},
+        "rope_parameters.beta_fast is 0; a number > 0",
+    ),
+    "llama yarn attention_factor 'x'": (
+        {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "yarn", "attention_factor": "x"}},
+        "rope_parameters.attention_factor is 'x'; a number > 0",
+    ),
+    "llama3 low_freq_factor 0": (
+        {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "llama3", "low_freq_factor": 0.0}},
+        "rope_parameters.low_freq_factor is 0.0; a number > 0",
+    ),
+    "llama partial_rotary_factor 0.5": (
+        {**LLAMA_CONFIG, "partial_rotary_factor": 0.5},
+        "partial_rotary_factor is 0.5; 1 (Llama rotates whole heads)",
+    ),
+    "llama rope_type zorp": (
+        {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "zorp", "factor": 2.0}},
+        "rope_parameters.rope_type is 'zorp'; one of default, linear",
+    ),
+}
+NINETEENTH_COMMANDS = [(c, m) for c in NINETEENTH_CONFIGS for m in ("run", "profile")]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "case, command", NINETEENTH_COMMANDS, ids=[f"{c}-{m}" for c, m in NINETEENTH_COMMANDS]
+)
+def test_config_types_chunking_and_rope_parameters_are_refused_naming_the_key(
+    tmp_path, capsys, case, command
+):
+    """Found by the nineteenth round: model_type ["bert"] was a traceback (unhashable type); a
+    chunk_size_feed_forward of 3 with a sequence of 16 (or 10^12) a traceback in the first
+    forward; a RoPE scaling factor of 0, -1 or 1e308, negative LongRoPE factors and a subnormal
+    base were accepted or blamed on model.safetensors. One line naming config.json and the key,
+    before anything is timed or any rank starts."""
+    config, fragment = NINETEENTH_CONFIGS[case]
+    model, argv = _model_folder_command(tmp_path, config, command)
+    refused_quietly(argv, tmp_path / "in", capsys, f"{model / 'config.json'}: {fragment}")
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_chunk_size_dividing_the_sequence_is_profiled(tmp_path):
+    """What the nineteenth round's chunking rule leaves alone: a chunk of 16 tokens in a
+    sequence of 64 (the folder's max_position_embeddings) is built and profiled."""
+    config = {**BERT_CONFIG, "chunk_size_feed_forward": 16}
+    _, argv = _model_folder_command(tmp_path, config, "profile")
+    assert cli.main(argv) == 0
+    assert (tmp_path / "p.json").exists()
+
+
+def test_the_chunked_families_are_those_transformers_chunks():
+    """Found by the nineteenth round: `modelconfig.CHUNKED_FAMILIES` are the families whose
+    feed-forward transformers chunks along the sequence (3 in 16 tokens raises there), and the
+    others ignore the chunk size (3 in 16 tokens runs)."""
+    import torch
+    import transformers
+
+    from pipeplan import models
+    from pipeplan.formats.modelconfig import CHUNKED_FAMILIES
+
+    for name, family in models.FAMILIES.items():
+        if family.kind == "image":
+            config = {**VIT_CONFIG, "model_type": name, "image_size": 8, "patch_size": 2}
+            inputs = torch.zeros(1, 1, 8, 8)  # 17 or 18 tokens: 3 divides neither
+        else:
+            config = {**BERT_CONFIG, "model_type": name}
+            inputs = torch.ones(1, 16, dtype=torch.long)
+        config.pop("model_type")
+        hf_config = getattr(transformers, family.config_class)(**config)
+        hf_config.chunk_size_feed_forward = 3
+        model = getattr(transformers, family.models["classification"])(hf_config)
+        chunked = False
+        try:
+            model(inputs)
+        except ValueError as exc:
+            chunked = "has to be a multiple of the chunk size" in str(exc)
+        assert chunked == (name in CHUNKED_FAMILIES), name
+
+
+def test_the_rope_types_are_transformers_and_each_builds_a_llama():
+    """Found by the nineteenth round: an unknown rope_type was "cannot build the model from its
+    config (KeyError: 'zorp')". `modelconfig.ROPE_TYPES` are "default" and the types of
+    transformers' ROPE_INIT_FUNCTIONS."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from pipeplan.formats.modelconfig import ROPE_TYPES
+
+    assert set(ROPE_TYPES) == {"default", *ROPE_INIT_FUNCTIONS}
+
+
+def test_every_field_a_family_declares_has_a_json_type():
+    """Found by the nineteenth round: transformers checks its families' own fields' types, not
+    the common ones it and pipeplan read (architectures 3 was "'int' object is not iterable",
+    model_type ["bert"] a traceback). `modelconfig.FIELD_TYPES` names a JSON type for every
+    field each family's config class declares, and each kind it names admits what the class's
+    defaults are (`to_dict()` of a default config passes `type_problem`)."""
+    import dataclasses
+
+    import transformers
+
+    from pipeplan import models
+    from pipeplan.formats.modelconfig import FIELD_TYPES, type_problem
+
+    for family in models.FAMILIES.values():
+        cls = getattr(transformers, family.config_class)
+        declared = {f.name for f in dataclasses.fields(cls)}
+        assert declared <= set(FIELD_TYPES), (family.config_class, declared - set(FIELD_TYPES))
+        defaults = cls().to_dict()
+        assert type_problem(defaults) is None, (family.config_class, type_problem(defaults))
+
+
+def test_a_non_finite_computed_buffer_is_blamed_on_the_config(tmp_path, capsys, monkeypatch):
+    """Found by the nineteenth round: a RoPE factor of 0 gave an infinite inv_freq, a buffer
+    the model computes from config.json and does not store, and the error said
+    "model.safetensors holds NaN or infinite values in model.rotary_emb.inv_freq" (with random
+    weights nothing was said). With the RoPE rules switched off (a parameter they might miss),
+    the buffer check names config.json, for pretrained and random weights alike."""
+    import transformers
+
+    from pipeplan.formats import modelconfig
+
+    monkeypatch.setattr(modelconfig, "rope_problem", lambda config: None)
+    model = tmp_path / "in" / "model"
+    config = {**LLAMA_CONFIG, "rope_scaling": {"rope_type": "linear", "factor": 0.0}}
+    sizes = {k: v for k, v in LLAMA_CONFIG.items() if k != "model_type"}
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(**sizes)).save_pretrained(model)
+    (model / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()  # save_pretrained's progress bar
+    argv = ["profile", str(model), "--out", str(tmp_path / "p.json"), "--repeats", "1"]
+    argv += ["--micro-batch-sizes", "1", "--warmup", "0"]
+    where = f"{model / 'config.json'}: the model's model.rotary_emb.inv_freq, computed from"
+    refused_quietly(argv, tmp_path / "in", capsys, where)
+    (model / "model.safetensors").unlink()  # random weights: from_pretrained is not called
+    refused_quietly(argv, tmp_path / "in", capsys, where)
     assert not (tmp_path / "p.json").exists()
 
 

@@ -694,6 +694,24 @@ CPU_PEAKS = {
 }
 
 
+# The shipped bert-tiny profile (a sequence of 128) with a config.json edit a model folder is
+# refused for since the nineteenth round.
+NINETEENTH = {
+    "config.architectures 3": (
+        _edit((("model", "config", "architectures"), 3)),
+        ("'model'", "config: architectures is 3; a list of strings or null"),
+    ),
+    "config.chunk_size_feed_forward 3 beside a sequence of 128": (
+        _edit((("model", "config", "chunk_size_feed_forward"), 3)),
+        ("'model'", "config: chunk_size_feed_forward is 3 but the sequence length (input_shape)"),
+    ),
+    "config.rope_scaling factor 0": (
+        _edit((("model", "config", "rope_scaling"), {"rope_type": "linear", "factor": 0.0})),
+        ("'model'", "config: rope_scaling.factor is 0.0; a RoPE scaling factor"),
+    ),
+}
+
+
 @pytest.mark.parametrize("case", CPU_PEAKS)
 def test_a_cpu_profiles_peak_memory_is_refused(tmp_path, capsys, case):
     """Found by the nineteenth round: a CPU profile whose timings held peak_mem_bytes of
@@ -711,6 +729,17 @@ def test_a_cuda_profiles_peak_memory_loads():
 
     doc = _edit((("device", "kind"), "cuda"), (("layers", 1, "timings", 0, "peak_mem_bytes"), 900))
     assert parse(Profile, json.dumps(doc)).layers[1].timings[0].peak_mem_bytes == 900
+
+
+@pytest.mark.parametrize("case", NINETEENTH)
+def test_a_profiles_config_is_held_to_its_types_chunking_and_rope_parameters(
+    tmp_path, capsys, case
+):
+    """Found by the nineteenth round: a model folder's config.json of a key of another type, a
+    chunk size not dividing the sequence, or a RoPE factor of 0 failed in a traceback or was
+    accepted; a profile's config passes the same dictionary checks, so `plan` refuses them."""
+    doc, fragments = NINETEENTH[case]
+    plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
 
 
 def test_the_seventeenth_rounds_tolerances_leave_measured_profiles_alone():

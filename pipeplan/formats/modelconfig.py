@@ -10,6 +10,7 @@ that need transformers' classes (activations, problem types, label maps).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 # Token ids a config keeps: an id outside the vocabulary indexes past the embeddings (the pad
@@ -34,12 +35,145 @@ DEFAULT_TOKEN_IDS: dict[str, dict[str, int]] = {
 # The position embeddings of the BERT-like families (transformers' `position_embedding_type`).
 POSITION_TYPES = ("absolute", "relative_key", "relative_key_query")
 
+# The JSON types each config key that transformers or pipeplan reads may have: what the config
+# classes of the families declare (a test holds this table to their annotations) and what their
+# __init__ reads besides (num_labels, rope_theta, rope_scaling, …). "number" is an integer or a
+# float, "strings" and "ints" lists of them. Found by the nineteenth round: model_type ["bert"]
+# was a traceback (unhashable type), and transformers checks only its families' own fields:
+# architectures 3 was "'int' object is not iterable", output_hidden_states "x" was kept.
+_SIZE, _MAYBE_SIZE = ("int",), ("int", "null")
+_NUMBER, _BOOL, _STRING = ("number",), ("bool",), ("string",)
+_TOKEN_ID = ("int", "null")  # eos may be a list too
+FIELD_TYPES: dict[str, tuple[str, ...]] = {
+    "model_type": _STRING,
+    "transformers_version": ("string", "null"),
+    "architectures": ("strings", "null"),
+    "output_hidden_states": ("bool", "null"),
+    "return_dict": ("bool", "null"),
+    "output_attentions": _BOOL,
+    "dtype": ("string", "null"),
+    "torch_dtype": ("string", "null"),
+    "attn_implementation": ("string", "null"),
+    "chunk_size_feed_forward": ("int",),
+    "is_encoder_decoder": _BOOL,
+    "id2label": ("object", "null"),
+    "label2id": ("object", "null"),
+    "problem_type": ("string", "null"),
+    "num_labels": ("int",),
+    "position_embedding_type": _STRING,
+    "rope_theta": _NUMBER,
+    "rope_scaling": ("object", "null"),
+    "rope_parameters": ("object", "null"),
+    "partial_rotary_factor": _NUMBER,
+    "eos_token_id": ("int", "ints", "null"),  # a list: generation stops at any of them
+    "summary_activation": ("string", "null"),
+    **{key: _TOKEN_ID for key in TOKEN_ID_KEYS if key != "eos_token_id"},
+    **dict.fromkeys(
+        (
+            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+            "intermediate_size", "max_position_embeddings", "type_vocab_size", "embedding_size",
+            "dim", "hidden_dim", "n_layers", "n_heads", "n_positions", "n_embd", "n_layer",
+            "n_head", "num_channels", "image_size", "patch_size", "encoder_stride",
+        ),
+        _SIZE,
+    ),
+    **dict.fromkeys(
+        ("n_inner", "num_key_value_heads", "head_dim", "pretraining_tp", "pooler_output_size"),
+        _MAYBE_SIZE,
+    ),
+    **dict.fromkeys(
+        ("hidden_act", "activation_function", "activation", "pooler_act", "summary_type"), _STRING
+    ),
+    **dict.fromkeys(
+        (
+            "hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "qa_dropout",
+            "seq_classif_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+            "summary_first_dropout", "summary_last_dropout", "layer_norm_eps",
+            "layer_norm_epsilon", "rms_norm_eps", "initializer_range",
+        ),
+        _NUMBER,
+    ),
+    **dict.fromkeys(("classifier_dropout", "attention_dropout"), ("number", "null")),
+    **dict.fromkeys(
+        (
+            "use_cache", "is_decoder", "add_cross_attention", "tie_word_embeddings",
+            "sinusoidal_pos_embds", "qkv_bias", "summary_use_proj", "summary_proj_to_labels",
+            "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+            "attention_bias", "mlp_bias",
+        ),
+        _BOOL,
+    ),
+}  # fmt: skip
+_TYPE_WORDS = {
+    "string": "a string",
+    "bool": "true or false",
+    "int": "an integer",
+    "number": "a number",
+    "object": "an object",
+    "strings": "a list of strings",
+    "ints": "a list of integers",
+    "null": "null",
+}
+# Labels a config may declare (num_labels): executor.data's bound on a data set's classes; 10^12
+# made transformers build an id2label of 10^12 names before anything was checked.
+MAX_CONFIG_LABELS = 1_000_000
 
-def config_value_problem(config: dict[str, Any], family: str) -> str | None:
-    """What is wrong with the config's values, in words, or None: norm epsilons > 0,
-    dropouts in [0, 1), initializer_range ≥ 0, pretraining_tp an integer ≥ 1, a feed-forward
-    chunk size ≥ 0, a known position embedding type, every RoPE base
-    > 0, and (text models) every token id inside the vocabulary but the family's defaults."""
+
+def json_kind(value: Any) -> str:
+    """The JSON type of a decoded value, in FIELD_TYPES' words: json_kind(True) == "bool"."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    return "object" if isinstance(value, dict) else type(value).__name__
+
+
+def _admits(kind: str, value: Any) -> bool:
+    found = json_kind(value)
+    if kind == "number":
+        return found in ("int", "float")
+    if kind in ("strings", "ints"):
+        item = "string" if kind == "strings" else "int"
+        return found == "list" and all(json_kind(v) == item for v in value)
+    return found == kind
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value as a message shows it: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def type_problem(config: dict[str, Any]) -> str | None:
+    """The first key of `FIELD_TYPES` whose value is of another JSON type, in words, or None:
+
+    type_problem({"architectures": 3})   # "architectures is 3; a list of strings or null"
+    """
+    for key, value in config.items():
+        kinds = FIELD_TYPES.get(key)
+        if kinds is None or any(_admits(kind, value) for kind in kinds):
+            continue
+        return f"{key} is {shown(value)}; {' or '.join(_TYPE_WORDS[k] for k in kinds)}"
+    return None
+
+
+def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = True) -> str | None:
+    """What is wrong with the config's values, in words, or None: each key's JSON type
+    (`FIELD_TYPES`), norm epsilons > 0, dropouts in [0, 1), initializer_range ≥ 0,
+    pretraining_tp an integer ≥ 1, a feed-forward chunk size ≥ 0, num_labels in
+    1..MAX_CONFIG_LABELS, a known position embedding type, the RoPE parameters
+    (`rope_problem`), with `labels` label2id the inverse of id2label, and (text models) every
+    token id inside the vocabulary but the family's defaults."""
+    if (why := type_problem(config)) is not None:
+        return why
     for key, value in config.items():
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if key.endswith(("_eps", "_epsilon")) and not (number and value > 0):
@@ -57,15 +191,44 @@ def config_value_problem(config: dict[str, Any], family: str) -> str | None:
             return f"{key} is {value!r}; a chunk size is an integer ≥ 0 (0: no chunking)"
         if key == "position_embedding_type" and value not in POSITION_TYPES:
             return f"{key} is {value!r}; one of {', '.join(POSITION_TYPES)}"
-    for where, value in rope_thetas(config):
-        # A RoPE base of 0 or less gives infinite or NaN rotary frequencies.
-        if not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
-            return f"{where} is {value!r}; a RoPE base is a number > 0"
-    if (why := label_map_problem(config)) is not None:
+        if key == "num_labels" and not 1 <= value <= MAX_CONFIG_LABELS:
+            return f"{key} is {value!r}; a classifier has 1..{MAX_CONFIG_LABELS:,} labels"
+    if (why := rope_problem(config)) is not None:
+        return why
+    if labels and (why := label_map_problem(config)) is not None:
         return why
     if family in ("vit", "deit"):
         return None
     return token_id_problem(config, DEFAULT_TOKEN_IDS.get(family, {}))
+
+
+# The families whose feed-forward transformers chunks along the sequence when
+# chunk_size_feed_forward > 0 (`apply_chunking_to_forward`; the others ignore it): a test holds
+# them to transformers'.
+CHUNKED_FAMILIES = ("bert", "roberta", "electra", "distilbert")
+
+
+def chunk_problem(
+    config: dict[str, Any], family: str, seq_len: int, given_by: str = "--seq-len"
+) -> str | None:
+    """The feed-forward chunk size against the sequence length it chunks, in words, or None:
+    transformers requires 0 (no chunking) or a divisor of the length. Found by the nineteenth
+    round: 3 with --seq-len 16 (or 10^12) failed in a traceback inside the first forward.
+    `given_by`: what set the length (a flag, or a profile's input_shape).
+
+        chunk_problem({"chunk_size_feed_forward": 3}, "bert", 16)
+        # "chunk_size_feed_forward is 3 but the sequence length (--seq-len) is 16; …"
+    """
+    chunk = config.get("chunk_size_feed_forward")
+    if family not in CHUNKED_FAMILIES or type(chunk) is not int or chunk <= 0:
+        return None
+    if seq_len % chunk == 0:
+        return None
+    return (
+        f"chunk_size_feed_forward is {chunk} but the sequence length ({given_by}) is {seq_len}; "
+        "transformers chunks the feed-forward along the sequence: the chunk size is 0 (no "
+        "chunking) or a divisor of the sequence length"
+    )
 
 
 def label_map_problem(config: dict[str, Any]) -> str | None:
@@ -105,19 +268,146 @@ def _name(id2label: dict[Any, Any], i: Any) -> Any:
     return next((name for key, name in id2label.items() if str(key) == str(i)), None)
 
 
-def rope_thetas(config: dict[str, Any]) -> list[tuple[str, Any]]:
-    """Each rope_theta of a config, at the top or inside rope_parameters / rope_scaling (where
-    transformers keeps it), with its key path:
+# RoPE (Llama): the types transformers computes frequencies for (a test holds them to its
+# ROPE_INIT_FUNCTIONS), and the bounds of their parameters. The frequencies are computed in
+# float32, so a base outside its normal range gave infinite ones; a scaling factor is ≥ 1 (the
+# rule transformers only logs) and at most a stated bound far above any real model (Llama 3.1
+# uses 8, YaRN and LongRoPE extensions up to 64). Found by the nineteenth round: factor 0, -1 and
+# 1e308, short/long factors -1 and a base of 1e-320 were accepted, and a zero factor or a
+# subnormal base was blamed on model.safetensors.
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
+FLOAT32_TINY = 2.0**-126  # float32's least normal number
+MAX_ROPE_BASE = 1e18  # real ones are at most 10^8; an integer past 2^63 overflowed in torch
+MAX_ROPE_FACTOR = 1_000_000
+_ROPE_BASE = (
+    f"a RoPE base is a number > 0, at least float32's least normal number ({FLOAT32_TINY:.8g}: "
+    f"its frequencies are computed in float32) and at most {MAX_ROPE_BASE:g}"
+)
+# Llama applies the rotary embedding to whole heads: a part (0.5) was a shape mismatch inside
+# the first forward.
+_WHOLE_HEADS = "1 (Llama rotates whole heads)"
+_ROPE_FACTOR = f"a RoPE scaling factor is a number in 1..{MAX_ROPE_FACTOR:,}"
+_ROPE_POSITIVE = f"a number > 0 and at most {MAX_ROPE_FACTOR:,}"
 
-        rope_thetas({"rope_parameters": {"rope_theta": 0.0}})
-        # [("rope_parameters.rope_theta", 0.0)]
+
+def rope_problem(config: dict[str, Any]) -> str | None:
+    """What is wrong with the config's RoPE parameters, in words, or None: rope_theta at the top
+    and inside rope_parameters / rope_scaling (where transformers keeps it), and each scaling
+    parameter of those objects, named by its key path:
+
+        rope_problem({"rope_scaling": {"rope_type": "linear", "factor": 0.0}})
+        # "rope_scaling.factor is 0.0; a RoPE scaling factor is a number in 1..1,000,000"
     """
-    found = [("rope_theta", config["rope_theta"])] if "rope_theta" in config else []
+    if "rope_theta" in config and not _rope_base(config["rope_theta"]):
+        return f"rope_theta is {shown(config['rope_theta'])}; {_ROPE_BASE}"
+    if "partial_rotary_factor" in config and config["partial_rotary_factor"] != 1:
+        return f"partial_rotary_factor is {shown(config['partial_rotary_factor'])}; {_WHOLE_HEADS}"
     for outer in ("rope_parameters", "rope_scaling"):
         inner = config.get(outer)
-        if isinstance(inner, dict) and "rope_theta" in inner:
-            found.append((f"{outer}.rope_theta", inner["rope_theta"]))
-    return found
+        if isinstance(inner, dict) and (why := _rope_parameters_problem(inner, config)):
+            return f"{outer}.{why}"
+    return None
+
+
+def _rope_base(value: Any) -> bool:
+    return _number(value) and FLOAT32_TINY <= value <= MAX_ROPE_BASE
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _in(value: Any, low: float, high: float, *, low_open: bool = False) -> bool:
+    """A number in [low, high] (or (low, high] with `low_open`)."""
+    return _number(value) and (low < value if low_open else low <= value) and value <= high
+
+
+def _rope_parameters_problem(rope: dict[str, Any], config: dict[str, Any]) -> str | None:
+    """`rope_problem` for one object of RoPE parameters: "factor is 0.0; …" (its key path
+    without the object's name), or None."""
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    key = "rope_type" if "rope_type" in rope else "type"
+    if kind not in ROPE_TYPES:
+        return f"{key} is {shown(kind)}; one of {', '.join(ROPE_TYPES)}"
+    checks: dict[str, tuple[Callable[[Any], bool], str]] = {
+        "rope_theta": (_rope_base, _ROPE_BASE),
+        "factor": (lambda v: _in(v, 1, MAX_ROPE_FACTOR), _ROPE_FACTOR),
+        "attention_factor": (lambda v: _in(v, 0, MAX_ROPE_FACTOR, low_open=True), _ROPE_POSITIVE),
+        "beta_fast": (lambda v: _in(v, 0, MAX_ROPE_FACTOR, low_open=True), _ROPE_POSITIVE),
+        "beta_slow": (lambda v: _in(v, 0, MAX_ROPE_FACTOR, low_open=True), _ROPE_POSITIVE),
+        "mscale": (lambda v: _in(v, 0, MAX_ROPE_FACTOR), f"a number in 0..{MAX_ROPE_FACTOR:,}"),
+        "mscale_all_dim": (
+            lambda v: _in(v, 0, MAX_ROPE_FACTOR),
+            f"a number in 0..{MAX_ROPE_FACTOR:,}",
+        ),
+        "low_freq_factor": (lambda v: _in(v, 0, MAX_ROPE_FACTOR, low_open=True), _ROPE_POSITIVE),
+        "high_freq_factor": (lambda v: _in(v, 0, MAX_ROPE_FACTOR, low_open=True), _ROPE_POSITIVE),
+        "partial_rotary_factor": (lambda v: _number(v) and v == 1, _WHOLE_HEADS),
+        "original_max_position_embeddings": (
+            lambda v: type(v) is int and v >= 1,
+            "an integer ≥ 1",
+        ),
+        "truncate": (lambda v: isinstance(v, bool), "true or false"),
+    }
+    # null: transformers' default (YaRN and LongRoPE derive the factor from the lengths).
+    optional = {"attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"}
+    if kind in ("yarn", "longrope"):
+        optional |= {"factor", "original_max_position_embeddings"}
+    for name, (fits, words) in checks.items():
+        value = rope.get(name)
+        if name in rope and not fits(value) and not (value is None and name in optional):
+            return f"{name} is {shown(value)}; {words}"
+    for name in ("short_factor", "long_factor"):
+        if name in rope and (why := _factor_list_problem(rope[name], config, rope)):
+            return f"{name} {why}"
+    return _rope_order_problem(rope)
+
+
+def _factor_list_problem(factors: Any, config: dict[str, Any], rope: dict[str, Any]) -> str | None:
+    """LongRoPE's short_factor / long_factor: one number per rotary frequency, which divides
+    it in float32 (1e-320 is 0 there: an infinite frequency)."""
+    if not isinstance(factors, list) or not all(
+        _in(f, FLOAT32_TINY, MAX_ROPE_FACTOR) for f in factors
+    ):
+        return (
+            f"is {shown(factors)}; a list of numbers > 0, at least float32's least normal "
+            f"number ({FLOAT32_TINY:.8g}) and at most {MAX_ROPE_FACTOR:,}"
+        )
+    frequencies = _rotary_frequencies(config, rope)
+    if frequencies is not None and len(factors) != frequencies:
+        return (
+            f"has {len(factors)} factors; one per rotary frequency: {frequencies} "
+            "(head_dim × partial_rotary_factor / 2)"
+        )
+    return None
+
+
+def _rotary_frequencies(config: dict[str, Any], rope: dict[str, Any]) -> int | None:
+    """The frequencies a RoPE of this config rotates with, as transformers counts them: int(
+    head_dim × partial_rotary_factor) // 2; None when a size is missing (refused elsewhere)."""
+    head_dim = config.get("head_dim")
+    if type(head_dim) is not int:
+        hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+        if type(hidden) is not int or type(heads) is not int or heads < 1:
+            return None
+        head_dim = hidden // heads
+    share = rope.get("partial_rotary_factor", 1.0)
+    return int(head_dim * share) // 2 if _number(share) else None
+
+
+def _rope_order_problem(rope: dict[str, Any]) -> str | None:
+    """The pairs transformers orders: YaRN's beta_fast ≥ beta_slow (defaults 32 and 1), Llama
+    3's high_freq_factor > low_freq_factor (equal ones divide by zero)."""
+    fast, slow = rope.get("beta_fast") or 32, rope.get("beta_slow") or 1
+    if fast < slow:
+        return f"beta_fast is {fast!r} but beta_slow is {slow!r}; beta_fast ≥ beta_slow"
+    low, high = rope.get("low_freq_factor"), rope.get("high_freq_factor")
+    if low is not None and high is not None and not high > low:
+        return (
+            f"high_freq_factor is {high!r} but low_freq_factor is {low!r}; "
+            "high_freq_factor > low_freq_factor"
+        )
+    return None
 
 
 def token_id_problem(

@@ -34,7 +34,7 @@ from pipeplan.formats.base import (
     read_input,
     text_sha256,
 )
-from pipeplan.formats.modelconfig import config_value_problem, size_problem
+from pipeplan.formats.modelconfig import chunk_problem, config_value_problem, size_problem
 from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
 
 # Rounds a profile may record, the bounds of `pipeplan profile --warmup / --repeats`.
@@ -194,6 +194,8 @@ def _check_input_shape(family: str, shape: list[int], config: dict[str, Any]) ->
             f"input_shape is {shape} but the model has {longest} positions "
             "(max_position_embeddings)"
         )
+    if (why := chunk_problem(config, family, shape[0], "input_shape")) is not None:
+        raise ValueError(f"config: {why}")
 
 
 class DeviceInfo(Strict):
