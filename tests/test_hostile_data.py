@@ -534,6 +534,29 @@ def test_a_run_started_with_relative_paths_exports_and_resumes_from_elsewhere(
     assert json.loads((run / "run.json").read_text())["epochs"] == 2
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_export_refuses_a_model_folder_edited_since_the_run(made, tmp_path, capsys):
+    """Found by the nineteenth round: `export RUN` rebuilt the model from the folder's
+    config.json as it is now; edited since the run (activation relu for gelu), it wrote the
+    trained weights under another architecture with exit 0, where a resume refused naming the
+    field. Both make one check (`check_run_model`): one line, nothing written."""
+    model = Path(shutil.copytree(made["checkpoint"], tmp_path / "bert"))
+    measured = profile(model, tmp_path / "profile.json")
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, model=model, profile=measured)
+    steps = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "2"]
+    assert cli.main([a for a in argv if a != "--prepare-only"] + steps) == 0, capsys.readouterr()
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "hidden_act": "relu"}))
+    capsys.readouterr()
+    run, out = tmp_path / "runs" / "r", tmp_path / "out"
+    fragment = ("config field 'hidden_act' is 'gelu'", f"{model / 'config.json'} has 'relu'")
+    refused(["export", str(run), "--out", str(out)], tmp_path, capsys, fragment)
+    assert not out.exists()
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("field", ["data", "tokenizer", "model", "profile"])
 def test_a_relative_path_of_an_older_run_read_from_elsewhere_says_so(
