@@ -99,6 +99,25 @@ def test_a_garbled_tokenizer_config(made, tmp_path, capsys):
     refused(argv, tmp_path, capsys, ("tokenizer_config.json", "cannot be read as JSON"))
 
 
+NOT_REGULAR = {"a FIFO": os.mkfifo, "a directory": os.mkdir}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", NOT_REGULAR)
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "vocab.txt"])
+def test_a_tokenizer_file_that_is_not_a_regular_file(made, tmp_path, capsys, name, kind):
+    """Found by the nineteenth round: tokenizer.json replaced by a FIFO was skipped by
+    transformers, which then failed in a truncated sentence ("Couldn't instantiate the backend
+    tokenizer from one of: "). Every entry of a tokenizer file's name is named as not a regular
+    file before transformers opens anything, as a model's weight files are."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    (tok / name).unlink(missing_ok=True)
+    NOT_REGULAR[kind](tok / name)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, (str(tok / name), "not a regular file"))
+
+
 def _retype(path: Path, name: str, dtype: str) -> None:
     """Rewrite one tensor's dtype in a safetensors header, bytes untouched (same width)."""
     raw = path.read_bytes()
