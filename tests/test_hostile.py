@@ -1844,6 +1844,17 @@ def test_model_configs_the_builders_reject_are_one_line(tmp_path, capsys, case, 
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.timeout(60)
+def test_a_roberta_pad_token_id_that_leaves_few_positions_is_named(tmp_path, capsys):
+    """Found by the nineteenth round: RoBERTa numbers positions from pad_token_id + 1, so
+    pad_token_id 62 of 66 positions left 3, and "sequence length 16 is outside 1..3
+    (max_position_embeddings)" named neither the model nor the key that shrank the range."""
+    config = {**BERT_CONFIG, "model_type": "roberta", "max_position_embeddings": 66}
+    model, argv = _model_folder_command(tmp_path, {**config, "pad_token_id": 62}, "profile")
+    fragment = "sequence length 16 is outside 1..3 (max_position_embeddings 66 − (pad_token_id 62"
+    refused([*argv, "--seq-len", "16"], tmp_path / "in", capsys, (f"{model}: ", fragment))
+
+
 # config.json's sizes past the stated bound (`modelconfig.MAX_PARAMETERS`, 10^12 parameters;
 # a machine's memory is less), and the size the one line names.
 OVERSIZED_CONFIGS = {
