@@ -58,6 +58,7 @@ from pipeplan.formats.modelconfig import (
     label_count,
     label_map_problem,
     size_problem,
+    unbuilt_problem,
 )
 from pipeplan.formats.presets import PRESETS
 
@@ -677,8 +678,10 @@ def _choose_task(source: _Source, family: Family, task: str | None) -> str:
         if family.kind != "decoder":
             return "classification"
         # A decoder saved as a classifier stays one; any other decoder is a language model.
-        saved_as = source.config.get("architectures") or []
-        classifier = any(a.endswith("ForSequenceClassification") for a in saved_as)
+        saved_as = source.config.get("architectures")
+        # Not a list of names: refused naming the key once the config is read (`_check_values`).
+        names = saved_as if isinstance(saved_as, list) else []
+        classifier = any(str(a).endswith("ForSequenceClassification") for a in names)
         return "classification" if classifier else "causal-lm"
     if task not in family.models:
         raise BadArgumentError(
@@ -700,6 +703,10 @@ def _make_config(
     import transformers
 
     config_dict = dict(source.config)
+    # Before transformers' class reads it: a quantization_config that is no mapping failed
+    # in to_dict, and dtype "zorp" was "module 'torch' has no attribute 'zorp'".
+    if (why := unbuilt_problem(config_dict)) is not None:
+        raise InputFileError(f"{name}: {why}")
     # transformers remakes label2id from id2label (or num_labels) unread: the file's is checked
     # when its labels are the model's (a run's data of another label count writes both anew).
     its_labels = num_labels in (None, label_count(config_dict))
@@ -812,7 +819,7 @@ def _check_values(config: Any, family_name: str, name: str, task: str) -> None:
     id2label / label2id that do not invert each other were kept as written.
 
         _check_values(BertConfig(layer_norm_eps=0.0), "bert", "m", "classification")
-        # InputFileError: m: layer_norm_eps is 0.0; a norm's epsilon is a number > 0
+        # InputFileError: m: layer_norm_eps is 0.0; a norm's epsilon is a number in [1e-30, 1]
     """
 
     def refuse(why: str) -> None:
@@ -833,10 +840,8 @@ def _check_values(config: Any, family_name: str, name: str, task: str) -> None:
             f"problem_type is {config.problem_type!r}; pipeplan trains single-label "
             "classification (or a causal language model)"
         )
-    prefix = FAMILIES[family_name].config_class.removesuffix("Config")
-    other = [a for a in config.architectures or [] if not str(a).startswith(prefix)]
-    if other:
-        refuse(f"architectures names {other[0]!r}, not a {prefix} model")
+    if (other := _other_architecture(config.architectures, family_name)) is not None:
+        refuse(other)
     ids = sorted(config.id2label)
     if ids != list(range(len(ids))):
         refuse(f"id2label has ids {ids[:5]}…; a classifier's ids are 0..{len(ids) - 1}")
@@ -845,6 +850,32 @@ def _check_values(config: Any, family_name: str, name: str, task: str) -> None:
         str(i): str(n) for i, n in config.id2label.items()
     }:
         refuse("label2id is not the inverse of id2label")
+
+
+def _other_architecture(architectures: Any, family_name: str) -> str | None:
+    """Why config.json's architectures do not name a transformers class of this family, or
+    None: a class of another family (BertForMaskedLM in a ViT), and since the nineteenth round
+    one of no family (GPT2Zorp, which only shared the prefix) or not a class name at all.
+
+        _other_architecture(["GPT2Zorp"], "gpt2")   # "architectures names 'GPT2Zorp', …"
+    """
+    import transformers
+
+    if architectures is None:
+        return None
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        return f"architectures is {architectures!r}; a list of transformers class names"
+    config_class = FAMILIES[family_name].config_class
+    prefix = config_class.removesuffix("Config")
+    for name in architectures:
+        # Looked up only under the family's prefix: the name is the file's, not one to import.
+        try:
+            known = getattr(transformers, name, None) if name.startswith(prefix) else None
+        except Exception:  # a lazy class whose backend is missing: not one pipeplan builds
+            known = None
+        if getattr(getattr(known, "config_class", None), "__name__", None) != config_class:
+            return f"architectures names {name!r}, not a {prefix} model class of transformers"
+    return None
 
 
 # The keys naming an activation function (BERT's, GPT-2's, DistilBERT's, Gemma-style).
