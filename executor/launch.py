@@ -132,7 +132,14 @@ from executor.checkpoint import (
     latest,
     manifest_path,
 )
-from executor.planning import RUN_PLAN, RUN_PROFILE, RunPlanner, check_plan_cache, shipped_precision
+from executor.planning import (
+    RUN_PLAN,
+    RUN_PROFILE,
+    RunPlanner,
+    check_plan_cache,
+    check_run_model,
+    shipped_precision,
+)
 from executor.records import METRICS_FILE, mend_torn_tail
 from executor.task import (
     DATA_RECORD,
@@ -1215,6 +1222,9 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         # profile.json (and each calibration-N.json) as its phases were priced: edited, the
         # resume would plan with other times than the records say the run did.
         phases = [r for r in records if isinstance(r, PhaseRecord)]
+        # The model folder as the run built it (its config.json's shape fields), as export
+        # checks it; then every profile the phases were priced with.
+        check_run_model(path, saved)
         check_priced_profiles(path, saved, records)
         # And the run's copy of its plan as its phases took it (a plan run's layouts).
         RunPlanner.for_run(path, cfg).check_records(path, phases)

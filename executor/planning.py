@@ -42,6 +42,7 @@ from pipeplan.formats import (
     Profile,
     ProfileIdentity,
     RunConfig,
+    check_run_profile,
     dumps,
     load,
 )
@@ -113,6 +114,18 @@ def config_profile(cfg: RunConfig) -> Profile:
             f"{cfg.device} --out P.json"
         )
     return profile
+
+
+def check_run_model(run_dir: Path, cfg: RunConfig) -> None:
+    """The model folder run.json names still builds the model the run trained: its config.json
+    holds the shape fields of the run's copy of its profile (`check_run_profile`). Edited
+    since (activation_function relu for gelu_new), an export wrote the trained weights under
+    another architecture with exit 0 (nineteenth round) where a resume refused: the one check
+    of `run --resume` and `export`. InputFileError naming the field.
+
+        check_run_model(Path("runs/exp1"), load(RunConfig, "runs/exp1/run.json"))
+    """
+    check_run_profile(run_dir, cfg, load(Profile, run_dir / RUN_PROFILE))
 
 
 def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> None:

@@ -321,6 +321,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
         manifest_path,
         restore,
     )
+    from executor.planning import check_run_model
 
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)
@@ -332,6 +333,9 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     # run.json edited since (dropout, seq_len, precision…) would build another model around
     # the weights: refused as a resume refuses it.
     check_trained_with(manifest, cfg, run_dir / "run.json")
+    # The model folder's config.json edited since the run (another activation) would build
+    # another architecture around the weights: refused as a resume refuses it.
+    check_run_model(run_dir, cfg)
     # Random init: every weight comes from the checkpoint, the model directory's are not read.
     seq, data = build_task(cfg.model_copy(update={"init": "random"}), quiet=True)
     # The manifest as a resume checks it (its layers, position and layout): a manifest resume

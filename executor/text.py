@@ -458,15 +458,15 @@ def tokenizer_files(directory: Path) -> list[Path]:
     vocabularies, merges and sentencepiece models; not a model's weights beside them."""
     if not directory.is_dir():
         return []
-    return sorted(
-        path
-        for path in directory.iterdir()
-        if path.is_file()
-        and (
-            path.name in (*TOKENIZER_FILES, *TOKENIZER_JSON, "merges.txt")
-            or path.name.startswith("vocab")
-            or path.suffix == ".model"
-        )
+    return sorted(p for p in directory.iterdir() if p.is_file() and _tokenizer_name(p))
+
+
+def _tokenizer_name(path: Path) -> bool:
+    """Whether transformers reads a file of this name from a tokenizer directory."""
+    return (
+        path.name in (*TOKENIZER_FILES, *TOKENIZER_JSON, "merges.txt")
+        or path.name.startswith("vocab")
+        or path.suffix == ".model"
     )
 
 
@@ -475,7 +475,11 @@ def _check_tokenizer_json(directory: Path) -> None:
     tokenizer_config.json, and the tokenizer then loads without its pad token, which was
     reported as missing rather than the file as broken. None is larger than pipeplan reads
     (transformers reads each whole: a sparse 3 GiB file was a MemoryError)."""
-    for path in tokenizer_files(directory):
+    # Every entry of a tokenizer file's name, not only the regular files `tokenizer_files`
+    # lists: a FIFO named tokenizer.json was skipped by transformers, which then failed in a
+    # truncated sentence ("Couldn't instantiate the backend tokenizer from one of: "), as model
+    # weight files are checked (nineteenth round).
+    for path in sorted(p for p in directory.iterdir() if _tokenizer_name(p)):
         check_input_file(path, why="not a tokenizer's file")
     for name in TOKENIZER_JSON:
         path = directory / name

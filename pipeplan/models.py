@@ -477,7 +477,9 @@ def build_with_hf(
             _check_weight_shapes(source, config)
         _check_model_size(source, config, task, name_or_path)
         _check_padding_mask(family, config, padding_mask, where)
-        shape, dtype = _input(family, config, seq_len or source.seq_len, seq_len is not None)
+        shape, dtype = _input(
+            family, config, seq_len or source.seq_len, seq_len is not None, name_or_path
+        )
         if (why := chunk_problem(config.to_dict(), source.family, shape[0])) is not None:
             raise InputFileError(f"{where}: {why}")  # a traceback in the first forward
         with torch.random.fork_rng(devices=[]):
@@ -738,8 +740,10 @@ def _choose_task(source: _Source, family: Family, task: str | None) -> str:
         if family.kind != "decoder":
             return "classification"
         # A decoder saved as a classifier stays one; any other decoder is a language model.
-        saved_as = source.config.get("architectures") or []
-        classifier = any(a.endswith("ForSequenceClassification") for a in saved_as)
+        saved_as = source.config.get("architectures")
+        # Not a list of names: refused naming the key once the config is read (`_check_values`).
+        names = saved_as if isinstance(saved_as, list) else []
+        classifier = any(str(a).endswith("ForSequenceClassification") for a in names)
         return "classification" if classifier else "causal-lm"
     if task not in family.models:
         raise BadArgumentError(
@@ -876,7 +880,7 @@ def _check_values(config: Any, family_name: str, name: str, task: str) -> None:
     id2label / label2id that do not invert each other were kept as written.
 
         _check_values(BertConfig(layer_norm_eps=0.0), "bert", "m", "classification")
-        # InputFileError: m: layer_norm_eps is 0.0; a norm's epsilon is a number > 0
+        # InputFileError: m: layer_norm_eps is 0.0; a norm's epsilon is a number in [1e-30, 1]
     """
 
     def refuse(why: str) -> None:
@@ -897,10 +901,8 @@ def _check_values(config: Any, family_name: str, name: str, task: str) -> None:
             f"problem_type is {config.problem_type!r}; pipeplan trains single-label "
             "classification (or a causal language model)"
         )
-    prefix = FAMILIES[family_name].config_class.removesuffix("Config")
-    other = [a for a in config.architectures or [] if not str(a).startswith(prefix)]
-    if other:
-        refuse(f"architectures names {other[0]!r}, not a {prefix} model")
+    if (other := _other_architecture(config.architectures, family_name)) is not None:
+        refuse(other)
     ids = sorted(config.id2label)
     if ids != list(range(len(ids))):
         refuse(f"id2label has ids {ids[:5]}…; a classifier's ids are 0..{len(ids) - 1}")
@@ -909,6 +911,32 @@ def _check_values(config: Any, family_name: str, name: str, task: str) -> None:
         str(i): str(n) for i, n in config.id2label.items()
     }:
         refuse("label2id is not the inverse of id2label")
+
+
+def _other_architecture(architectures: Any, family_name: str) -> str | None:
+    """Why config.json's architectures do not name a transformers class of this family, or
+    None: a class of another family (BertForMaskedLM in a ViT), and since the nineteenth round
+    one of no family (GPT2Zorp, which only shared the prefix) or not a class name at all.
+
+        _other_architecture(["GPT2Zorp"], "gpt2")   # "architectures names 'GPT2Zorp', …"
+    """
+    import transformers
+
+    if architectures is None:
+        return None
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        return f"architectures is {architectures!r}; a list of transformers class names"
+    config_class = FAMILIES[family_name].config_class
+    prefix = config_class.removesuffix("Config")
+    for name in architectures:
+        # Looked up only under the family's prefix: the name is the file's, not one to import.
+        try:
+            known = getattr(transformers, name, None) if name.startswith(prefix) else None
+        except Exception:  # a lazy class whose backend is missing: not one pipeplan builds
+            known = None
+        if getattr(getattr(known, "config_class", None), "__name__", None) != config_class:
+            return f"architectures names {name!r}, not a {prefix} model class of transformers"
+    return None
 
 
 # The keys naming an activation function (BERT's, GPT-2's, DistilBERT's, Gemma-style).
@@ -952,7 +980,7 @@ def _check_pad_token(config: Any, name: str) -> None:
 
 
 def _input(
-    family: Family, config: Any, seq_len: int | None, explicit: bool
+    family: Family, config: Any, seq_len: int | None, explicit: bool, name: str
 ) -> tuple[tuple[int, ...], torch.dtype]:
     if family.kind == "image":
         if explicit:
@@ -961,10 +989,24 @@ def _input(
     longest = _max_len(family, config)
     seq_len = seq_len or min(DEFAULT_SEQ_LEN, longest)
     if not 1 <= seq_len <= longest:
+        positions = _positions(family, config)
         raise InputFileError(
-            f"sequence length {seq_len} is outside 1..{longest} (max_position_embeddings)"
+            f"{name}: sequence length {seq_len} is outside 1..{longest} ({positions})"
         )
     return (seq_len,), torch.int64
+
+
+def _positions(family: Family, config: Any) -> str:
+    """Where a text model's longest sequence comes from, in config.json's keys. Found by the
+    nineteenth round: RoBERTa's pad_token_id 62 left 3 of 66 positions, and the message named
+    max_position_embeddings only."""
+    key = config.attribute_map.get("max_position_embeddings", "max_position_embeddings")
+    if not family.offset_positions:
+        return f"{key} {config.max_position_embeddings}"
+    return (
+        f"{key} {config.max_position_embeddings} − (pad_token_id {config.pad_token_id} + 1): "
+        "RoBERTa numbers positions from pad_token_id + 1"
+    )
 
 
 def _max_len(family: Family, config: Any) -> int:

@@ -1832,7 +1832,7 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
     "layer_norm_eps -1": ({**BERT_CONFIG, "layer_norm_eps": -1.0}, "layer_norm_eps is -1.0"),
     "gpt2 layer_norm_epsilon 0": (
         {**GPT2_CONFIG, "layer_norm_epsilon": 0.0},
-        "layer_norm_epsilon is 0.0; a norm's epsilon is a number > 0",
+        "layer_norm_epsilon is 0.0; a norm's epsilon is a number in [1e-30, 1]",
     ),
     "a negative attention dropout": (
         {**BERT_CONFIG, "attention_probs_dropout_prob": -0.5},
@@ -1934,6 +1934,54 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
         {**BERT_CONFIG, "position_embedding_type": "zorp"},
         "position_embedding_type is 'zorp'; one of absolute, relative_key, relative_key_query",
     ),
+    # Found by the nineteenth round: each profiled without a word (the checks wanted > 0 only,
+    # or the key was not read: the prefix GPT2 was all an architecture had to share).
+    "bert layer_norm_eps 1e300": (
+        {**BERT_CONFIG, "layer_norm_eps": 1e300},
+        "layer_norm_eps is 1e+300; a norm's epsilon is a number in [1e-30, 1]",
+    ),
+    "gpt2 layer_norm_epsilon subnormal": (
+        {**GPT2_CONFIG, "layer_norm_epsilon": 5e-324},
+        "layer_norm_epsilon is 5e-324; a norm's epsilon is a number in [1e-30, 1]",
+    ),
+    "llama rms_norm_eps 1e300": ({**LLAMA_CONFIG, "rms_norm_eps": 1e300}, "rms_norm_eps is 1e+300"),
+    "bert initializer_range 1e300": (
+        {**BERT_CONFIG, "initializer_range": 1e300},
+        "initializer_range is 1e+300; a standard deviation is in [0, 1]",
+    ),
+    "id2label naming one class twice": (
+        {**VIT_CONFIG, "id2label": {"0": "x", "1": "x"}},
+        "id2label names 'x' for ids 0 and 1; each class has a name of its own",
+    ),
+    "id2label key 01": (
+        {**VIT_CONFIG, "id2label": {"0": "a", "01": "b"}},
+        "id2label has key '01'; a class id is written as a plain integer",
+    ),
+    "gpt2 quantization_config of an unknown method": (
+        {**GPT2_CONFIG, "quantization_config": {"quant_method": "zorp"}},
+        "quantization_config is given (quant_method 'zorp'); pipeplan builds and trains float",
+    ),
+    "gpt2 quantization_config of a known method": (  # was "… requires accelerate"
+        {**GPT2_CONFIG, "quantization_config": {"quant_method": "bitsandbytes"}},
+        "quantization_config is given (quant_method 'bitsandbytes')",
+    ),
+    "gpt2 dtype int8": (
+        {**GPT2_CONFIG, "dtype": "int8"},
+        "dtype is 'int8'; the weights' dtype is one of float32, float16, bfloat16, float64",
+    ),
+    "bert torch_dtype int8": ({**BERT_CONFIG, "torch_dtype": "int8"}, "torch_dtype is 'int8'"),
+    "gpt2 is_encoder_decoder": (
+        {**GPT2_CONFIG, "is_encoder_decoder": True},
+        "is_encoder_decoder is true; pipeplan builds encoders and decoders",
+    ),
+    "gpt2 architectures of no family": (
+        {**GPT2_CONFIG, "architectures": ["GPT2Zorp"]},
+        "architectures names 'GPT2Zorp', not a GPT2 model class of transformers",
+    ),
+    "gpt2 architectures not names": (  # was a traceback (AttributeError: 'int' … 'endswith')
+        {**GPT2_CONFIG, "architectures": [1]},
+        "architectures is [1]; a list of transformers class names",
+    ),
 }
 
 
@@ -1941,6 +1989,7 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
 LABEL_CASES = {"id2label with ids 0 and 5", "label2id contradicting id2label"}
 LABEL_CASES |= {"label2id of other names than the default id2label"}
 LABEL_CASES |= {"label2id with an id beyond num_labels"}
+LABEL_CASES |= {"id2label naming one class twice", "id2label key 01"}
 MODEL_COMMANDS = [
     (case, command)
     for case in MODEL_CONFIGS
@@ -2180,6 +2229,17 @@ def test_a_non_finite_computed_buffer_is_blamed_on_the_config(tmp_path, capsys, 
     (model / "model.safetensors").unlink()  # random weights: from_pretrained is not called
     refused_quietly(argv, tmp_path / "in", capsys, where)
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_roberta_pad_token_id_that_leaves_few_positions_is_named(tmp_path, capsys):
+    """Found by the nineteenth round: RoBERTa numbers positions from pad_token_id + 1, so
+    pad_token_id 62 of 66 positions left 3, and "sequence length 16 is outside 1..3
+    (max_position_embeddings)" named neither the model nor the key that shrank the range."""
+    config = {**BERT_CONFIG, "model_type": "roberta", "max_position_embeddings": 66}
+    model, argv = _model_folder_command(tmp_path, {**config, "pad_token_id": 62}, "profile")
+    fragment = "sequence length 16 is outside 1..3 (max_position_embeddings 66 − (pad_token_id 62"
+    refused([*argv, "--seq-len", "16"], tmp_path / "in", capsys, (f"{model}: ", fragment))
 
 
 # config.json's sizes past the stated bound (`modelconfig.MAX_PARAMETERS`, 10^12 parameters;

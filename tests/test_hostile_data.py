@@ -99,6 +99,25 @@ def test_a_garbled_tokenizer_config(made, tmp_path, capsys):
     refused(argv, tmp_path, capsys, ("tokenizer_config.json", "cannot be read as JSON"))
 
 
+NOT_REGULAR = {"a FIFO": os.mkfifo, "a directory": os.mkdir}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", NOT_REGULAR)
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "vocab.txt"])
+def test_a_tokenizer_file_that_is_not_a_regular_file(made, tmp_path, capsys, name, kind):
+    """Found by the nineteenth round: tokenizer.json replaced by a FIFO was skipped by
+    transformers, which then failed in a truncated sentence ("Couldn't instantiate the backend
+    tokenizer from one of: "). Every entry of a tokenizer file's name is named as not a regular
+    file before transformers opens anything, as a model's weight files are."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    (tok / name).unlink(missing_ok=True)
+    NOT_REGULAR[kind](tok / name)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, (str(tok / name), "not a regular file"))
+
+
 def _retype(path: Path, name: str, dtype: str) -> None:
     """Rewrite one tensor's dtype in a safetensors header, bytes untouched (same width)."""
     raw = path.read_bytes()
@@ -543,6 +562,29 @@ def test_a_run_started_with_relative_paths_exports_and_resumes_from_elsewhere(
     assert (tmp_path / "out" / "config.json").is_file()
     assert cli.main(["run", "--resume", str(run), "--epochs", "2"]) == 0, capsys.readouterr()
     assert json.loads((run / "run.json").read_text())["epochs"] == 2
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_export_refuses_a_model_folder_edited_since_the_run(made, tmp_path, capsys):
+    """Found by the nineteenth round: `export RUN` rebuilt the model from the folder's
+    config.json as it is now; edited since the run (activation relu for gelu), it wrote the
+    trained weights under another architecture with exit 0, where a resume refused naming the
+    field. Both make one check (`check_run_model`): one line, nothing written."""
+    model = Path(shutil.copytree(made["checkpoint"], tmp_path / "bert"))
+    measured = profile(model, tmp_path / "profile.json")
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, model=model, profile=measured)
+    steps = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "2"]
+    assert cli.main([a for a in argv if a != "--prepare-only"] + steps) == 0, capsys.readouterr()
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "hidden_act": "relu"}))
+    capsys.readouterr()
+    run, out = tmp_path / "runs" / "r", tmp_path / "out"
+    fragment = ("config field 'hidden_act' is 'gelu'", f"{model / 'config.json'} has 'relu'")
+    refused(["export", str(run), "--out", str(out)], tmp_path, capsys, fragment)
+    assert not out.exists()
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
 
 
 @pytest.mark.timeout(60)

@@ -5,11 +5,13 @@ a profile checks it, `plan` included, which must not pay seconds of imports for 
 that need transformers' classes (activations, problem types, label maps).
 
     config_value_problem({"layer_norm_eps": 0.0}, "bert")
-    # "layer_norm_eps is 0.0; a norm's epsilon is a number > 0"
+    # "layer_norm_eps is 0.0; a norm's epsilon is a number in [1e-30, 1]"
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +33,15 @@ DEFAULT_TOKEN_IDS: dict[str, dict[str, int]] = {
     "llama": {"bos_token_id": 1, "eos_token_id": 2},
 }
 
+
+# A norm's epsilon, added to a variance near 1: real checkpoints use 1e-12 (BERT) to 1e-5
+# (GPT-2, ViT), so [1e-30, 1] refuses none of them. Below 1e-30 it is noise to float32 (a
+# subnormal 5e-324 is 0 there), above 1 it drowns the variance it regularises; 1e300 and
+# 5e-324 were accepted (nineteenth round).
+EPS_RANGE = (1e-30, 1.0)
+# initializer_range, the standard deviation random weights are drawn with: real configs use
+# 0.02 or so; above 1 a deep model's activations overflow (1e300 was accepted, nineteenth round).
+MAX_INIT_STD = 1.0
 
 # The position embeddings of the BERT-like families (transformers' `position_embedding_type`).
 POSITION_TYPES = ("absolute", "relative_key", "relative_key_query")
@@ -167,22 +178,26 @@ def type_problem(config: dict[str, Any]) -> str | None:
 
 def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = True) -> str | None:
     """What is wrong with the config's values, in words, or None: each key's JSON type
-    (`FIELD_TYPES`), norm epsilons > 0, dropouts in [0, 1), initializer_range ≥ 0,
-    pretraining_tp an integer ≥ 1, a feed-forward chunk size ≥ 0, num_labels in
-    1..MAX_CONFIG_LABELS, a known position embedding type, the RoPE parameters
-    (`rope_problem`), with `labels` label2id the inverse of id2label, and (text models) every
-    token id inside the vocabulary but the family's defaults."""
+    (`FIELD_TYPES`), nothing pipeplan does not build (`unbuilt_problem`), norm epsilons in
+    `EPS_RANGE`, dropouts in [0, 1), initializer_range in [0, `MAX_INIT_STD`], pretraining_tp
+    an integer ≥ 1, a feed-forward chunk size ≥ 0, num_labels in 1..MAX_CONFIG_LABELS, a known
+    position embedding type, the RoPE parameters (`rope_problem`), with `labels` label2id the
+    inverse of id2label, and (text models) every token id inside the vocabulary but the
+    family's defaults."""
     if (why := type_problem(config)) is not None:
+        return why
+    if (why := unbuilt_problem(config)) is not None:
         return why
     for key, value in config.items():
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        if key.endswith(("_eps", "_epsilon")) and not (number and value > 0):
-            return f"{key} is {value!r}; a norm's epsilon is a number > 0"
+        low, high = EPS_RANGE
+        if key.endswith(("_eps", "_epsilon")) and not (number and low <= value <= high):
+            return f"{key} is {value!r}; a norm's epsilon is a number in [{low:g}, {high:g}]"
         dropout = key.endswith(("dropout", "dropout_prob", "_pdrop"))
         if dropout and value is not None and not (number and 0 <= value < 1):
             return f"{key} is {value!r}; a dropout probability is in [0, 1)"
-        if key == "initializer_range" and not (number and value >= 0):
-            return f"{key} is {value!r}; a standard deviation is a number ≥ 0"
+        if key == "initializer_range" and not (number and 0 <= value <= MAX_INIT_STD):
+            return f"{key} is {value!r}; a standard deviation is in [0, {MAX_INIT_STD:g}]"
         if key == "pretraining_tp" and not (type(value) is int and value >= 1):
             return f"{key} is {value!r}; a tensor-parallel degree is an integer ≥ 1"
         # Found by the eighteenth round: -1 and 'zorp' were accepted (transformers reads any
@@ -231,6 +246,42 @@ def chunk_problem(
     )
 
 
+# The dtypes a config may record for its weights. pipeplan builds and trains float32 weights
+# (bf16 autocasts the compute) and `export` writes the config on: "int8" there made
+# from_pretrained(dtype="auto") load the trained model as integers.
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+def unbuilt_problem(config: dict[str, Any]) -> str | None:
+    """What a config asks for that pipeplan does not build, in words, or None: a quantized
+    model (any quantization_config: its weights are not float; transformers refused the
+    methods it knows only for want of a package, and an unknown one was accepted unread),
+    weights of a dtype that is not a float one, or an encoder-decoder. Found by the
+    nineteenth round: quant_method "zorp", dtype "int8" and GPT-2's is_encoder_decoder true
+    were profiled without a word.
+
+        unbuilt_problem({"quantization_config": {"quant_method": "zorp"}})
+        # "quantization_config is given (quant_method 'zorp'); pipeplan …"
+    """
+    quantized = config.get("quantization_config")
+    if quantized is not None:
+        method = quantized.get("quant_method") if isinstance(quantized, dict) else quantized
+        return (
+            f"quantization_config is given (quant_method {method!r}); pipeplan builds and "
+            "trains float weights, not a quantized model"
+        )
+    for key in ("dtype", "torch_dtype"):
+        value = config.get(key)
+        if value is not None and value not in FLOAT_DTYPES:
+            return f"{key} is {value!r}; the weights' dtype is one of {', '.join(FLOAT_DTYPES)}"
+    if config.get("is_encoder_decoder") not in (None, False):
+        return (
+            f"is_encoder_decoder is {json.dumps(config['is_encoder_decoder'])}; pipeplan builds "
+            "encoders and decoders, not encoder-decoder models"
+        )
+    return None
+
+
 def label_map_problem(config: dict[str, Any]) -> str | None:
     """label2id, when the config has one, as the inverse of id2label: the config's, or the
     LABEL_0..LABEL_{n-1} that transformers makes for num_labels (default 2) without one,
@@ -240,6 +291,8 @@ def label_map_problem(config: dict[str, Any]) -> str | None:
         label_map_problem({"id2label": {"0": "neg", "1": "pos"}, "label2id": {"neg": 0, "x": 5}})
         # "label2id is not the inverse of id2label: it gives 'x' id 5; the ids are 0..1"
     """
+    if (why := id2label_problem(config.get("id2label"))) is not None:
+        return why
     label2id = config.get("label2id")
     if label2id is None:
         return None
@@ -261,6 +314,36 @@ def label_map_problem(config: dict[str, Any]) -> str | None:
             return f"{not_inverse}: it gives {name!r} id {i!r}, but id {i} is {other!r}"
     if len(label2id) != len(names):
         return f"{not_inverse}: it has {len(label2id)} labels, not {len(names)}"
+    return None
+
+
+# A class id as JSON writes one: transformers reads an id2label key with int(), so "01",
+# "+1" and " 1" were all class 1, silently beside a "1" or in its place.
+_CANONICAL_ID = re.compile(r"0|[1-9][0-9]*")
+
+
+def id2label_problem(id2label: Any) -> str | None:
+    """id2label's keys written as the ids they are read as, and one name per class. Found by
+    the nineteenth round: {"0": "x", "1": "x"} was accepted (the exported label2id could only
+    be {"x": 1}) and {"0": "a", "01": "b"} read "01" as 1.
+
+        id2label_problem({"0": "x", "1": "x"})   # "id2label names 'x' for ids 0 and 1; …"
+    """
+    if not isinstance(id2label, dict):
+        return None  # none given, or not a mapping: transformers' class refuses it
+    seen: dict[str, Any] = {}
+    for key, name in id2label.items():
+        if not _CANONICAL_ID.fullmatch(str(key)):
+            return (
+                f"id2label has key {str(key)!r}; a class id is written as a plain integer "
+                "0, 1, 2… (transformers reads the key with int(), as another id's spelling)"
+            )
+        if str(name) in seen:
+            return (
+                f"id2label names {name!r} for ids {seen[str(name)]} and {key}; each class has "
+                "a name of its own (label2id maps a name to one id)"
+            )
+        seen[str(name)] = key
     return None
 
 
