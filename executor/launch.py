@@ -297,12 +297,7 @@ def check_run(
             f"--global-batch {cfg.global_batch} is larger than the {len(data.train)} training "
             "samples"
         )
-    steps = cfg.steps_per_epoch(len(data.train))
-    if cfg.warmup_steps > steps * cfg.epochs:  # the learning rate would never reach --lr
-        raise BadArgumentError(
-            f"--warmup-steps {cfg.warmup_steps} is longer than the run: {cfg.epochs} epochs of "
-            f"{steps} steps; the learning rate would never reach --lr"
-        )
+    check_run_length(cfg, cfg.steps_per_epoch(len(data.train)))
     if cfg.freeze == "list":  # validated as `plan --freeze-schedule` validates its list
         # A list longer than --epochs is refused when typed. Not on resume (run.json's list,
         # as it was saved; --epochs only grows there), nor beside --plan: the plan's list is
@@ -333,6 +328,35 @@ def check_run(
     if resumed is not None:  # last: the checks above say more about a value that cannot run
         check_trained_with(resumed[1], cfg, resumed[0] / "run.json")
     return planner
+
+
+def check_run_length(cfg: RunConfig, steps: int) -> None:
+    """`check_run_length(cfg, cfg.steps_per_epoch(len(data.train)))`: the flags counted in
+    steps fit the run's `cfg.epochs` epochs of `steps` steps (known only once the data is
+    read). BadArgumentError naming the flag that would do nothing as given."""
+    if cfg.warmup_steps > steps * cfg.epochs:  # the learning rate would never reach --lr
+        raise BadArgumentError(
+            f"--warmup-steps {cfg.warmup_steps} is longer than the run: {cfg.epochs} epochs of "
+            f"{steps} steps; the learning rate would never reach --lr"
+        )
+    every = cfg.freeze_every
+    if every is None:
+        return
+    # --freeze auto decides at every epoch's end anyway; --freeze-every N adds the N-th steps
+    # (counted over the run) within an epoch. One that never falls within an epoch added
+    # nothing, silently (the nineteenth round: 999999999999, or 89 on 88 steps).
+    if every >= steps * cfg.epochs:  # the run's last step ends its last epoch
+        than = "longer than" if every > steps * cfg.epochs else "as long as"
+        raise BadArgumentError(
+            f"--freeze-every {every} is {than} the run: {cfg.epochs} epochs of "
+            f"{steps} steps; AutoFreeze would decide only at the epochs' ends, as without it"
+        )
+    if every % steps == 0:
+        raise BadArgumentError(
+            f"--freeze-every {every} falls only on epochs' ends (an epoch is {steps} steps), "
+            "where AutoFreeze decides without it; give a step count within an epoch or leave "
+            "it out"
+        )
 
 
 def check_plan_samples(plan: Plan, cfg: RunConfig, samples: int) -> None:
