@@ -28,6 +28,8 @@ from __future__ import annotations
 import os
 import signal
 
+from executor import errorfile  # light: a rank reserves its report's room before the imports
+
 # The file `pipeplan run`'s launcher creates on Ctrl-C before it forwards SIGINT to the ranks
 # (`agent_scope`), named in the ranks' environment.
 INTERRUPTED = "PIPEPLAN_INTERRUPTED"
@@ -49,31 +51,18 @@ def die_with_launcher() -> None:
 
 
 def _stopped_as_it_starts(signum: int, frame: object) -> None:
-    """A rank's SIGTERM until it trains: its report (`faults.Report`'s format, written with
-    the standard library alone: the imports are still under way), then exit 128 + 15. Killed
+    """A rank's SIGTERM until it trains: its report (`faults.Report`'s format, written by
+    `errorfile` with the standard library alone: the imports are still under way), then exit
+    128 + 15. Killed
     silently, it could not be told from the ranks the agent then stopped with SIGTERM, and
     the launcher named rank 0 for a SIGTERM sent to rank 1; the reports' times say which
     came first (`faults.verdict`)."""
-    import json
     import time
 
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     rank = os.environ.get("RANK", "")
-    if path and rank.isdigit():
-        now, why = time.time(), "stopped by SIGTERM"
-        report = {
-            "message": {
-                "message": f"rank {rank}: {why}",
-                "extraInfo": {"py_callstack": why, "timestamp": str(int(now))},
-            },
-            "pipeplan": {"rank": int(rank), "kind": "stopped", "time": now, "error": why},
-        }
-        try:
-            with open(f"{path}.tmp", "w") as handle:
-                handle.write(json.dumps(report))
-            os.replace(f"{path}.tmp", path)
-        except OSError:  # a full disk: the exit code is reported still
-            pass
+    if rank.isdigit():  # into the room `reserve` kept; the exit code is reported if it fails
+        report = errorfile.report_json(int(rank), "stopped", time.time(), "stopped by SIGTERM")
+        errorfile.write(report)
     os._exit(128 + signum)
 
 
@@ -90,6 +79,10 @@ if __name__ == "__main__":
     # Before the imports that take seconds too: a rank stopped (SIGSTOP) while it imported
     # outlived a launcher killed meanwhile, stopped for ever (the seventeenth round).
     die_with_launcher()
+    # `pipeplan run`'s rank: its report's room, kept now (its launcher removes a killed
+    # rank's; torchrun would not, and shows a rank's own lines on its console anyway).
+    if os.environ.get(LAUNCHER_PID):
+        errorfile.reserve()
     signal.signal(signal.SIGTERM, _stopped_as_it_starts)  # until `main` puts the default back
 
 import argparse
@@ -647,6 +640,7 @@ def main(argv: list[str] | None = None) -> None:
         remove_own_caches()  # after the report, whose time names the rank that failed first
         # No interpreter teardown: a process group broken by a dead peer can hang it.
         os._exit(faults.exit_code(report))
+    errorfile.release()  # trained: the report's room is given back
 
 
 class _Parser(argparse.ArgumentParser):
@@ -848,7 +842,17 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         # However the ranks ended, their AutoCache goes as at a normal end: a rank killed by
         # SIGTERM (at once: it may be blocked in a collective) or SIGKILL could not remove it.
         remove_run_caches(run_dir)
+        remove_report_rooms(logs)
     return load(RunSummary, run_dir / "summary.json")
+
+
+def remove_report_rooms(logs: Path) -> None:
+    """`remove_report_rooms(run_dir / "logs")` once every rank is gone: the rooms of the
+    reports the ranks did not write (`errorfile.reserve`; a rank killed by the agent's SIGTERM
+    or by SIGKILL left its own)."""
+    for room in logs.glob("rank-*.error.json.tmp"):
+        with contextlib.suppress(OSError):
+            room.unlink()
 
 
 class NotStartedError(OutputError):
@@ -911,6 +915,7 @@ class RankLogs(LogsSpecs):
         for local_rank, env in envs.items():
             path = self.logs / f"rank-{env['RANK']}.error.json"
             path.unlink(missing_ok=True)  # a report from an earlier start is not this one's
+            Path(f"{path}.tmp").unlink(missing_ok=True)  # nor its room (`errorfile`)
             env["TORCHELASTIC_ERROR_FILE"] = errors[local_rank] = str(path)
         console = dict.fromkeys(envs, "")  # "": the process's own stdout and stderr
         return LogsDest(stdouts=console, stderrs=dict(console), error_files=errors)
