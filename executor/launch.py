@@ -141,6 +141,7 @@ from pipeplan.errors import (
     Stopped,
 )
 from pipeplan.fileio import (
+    check_not_stdout,
     check_writable,
     claim_directory,
     enclosing_run,
@@ -568,6 +569,7 @@ def check_runs_root(runs_root: str | Path) -> None:
     or through a symbolic link (`enclosing_run`): a run put under RUN/checkpoints was a
     `step-N` folder the older run's pruning removed; one put there through a link to it
     went in unrefused."""
+    check_not_stdout(runs_root, "--runs-dir", "directory")
     folder = enclosing_run(runs_root)
     if folder is not None:
         raise BadArgumentError(
