@@ -184,9 +184,12 @@ def preview(
     plot: Annotated[str | None, Opt(help="Directory for Gantt and per-epoch PNGs.")] = None,
 ) -> None:
     """Predict the elastic plan's speedup over the best static plan, epoch by epoch."""
+    from pipeplan.fileio import check_not_stdout
     from pipeplan.formats import dumps
     from pipeplan.plan import make_preview, phase_timelines
 
+    if plot is not None:  # before the work, as plan's --out
+        check_not_stdout(plot, "--plot", "directory")
     args = build(PlanRequest, given).resolve()
     result = make_preview(args.profile, args.cluster, **args.preview_kwargs())
     if plot:
@@ -472,9 +475,12 @@ def report(
     plot: Annotated[str | None, Opt(help="Directory for measured-vs-simulated PNGs.")] = None,
 ) -> None:
     """Compare a run's measured step times with the planner's predictions, stage by stage."""
+    from pipeplan.fileio import check_not_stdout
     from pipeplan.formats import dumps
     from pipeplan.report import make_report, write_report_plots
 
+    if plot is not None:  # before the run is read, as plan's --out
+        check_not_stdout(plot, "--plot", "directory")
     with log.held():  # a notice (a torn last record) only once nothing else is refused
         result = make_report(run_dir, baseline)
         written = write_report_plots(result, plot) if plot else []

@@ -2,7 +2,8 @@
 
 A rank that fails writes one report before it exits, into the error file torch's elastic agent
 gives it (`TORCHELASTIC_ERROR_FILE`, torch's "message" format, so torchrun's own summary shows
-it too), with a precise time and a kind:
+it too; `executor.errorfile`, which keeps its room from the rank's start: a full disk is a
+common failure), with a precise time and a kind:
 
 - `raised`: its own code failed (a data error, a full disk, a bug);
 - `interrupted`: it got SIGINT;
@@ -23,16 +24,15 @@ report was killed by the agent after it stopped responding (stopped or hung).
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import signal
+import sys
 import time
 import traceback
 from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from executor import errorfile
 from pipeplan.errors import PipeplanError
 
 OWN_FAULT = ("raised", "interrupted")
@@ -52,23 +52,7 @@ class Report:
 
     def to_json(self) -> str:
         """torch's error-file format (`ErrorHandler.record_exception`), and ours beside it."""
-        return json.dumps(
-            {
-                "message": {
-                    "message": f"rank {self.rank}: {self.message}",
-                    "extraInfo": {
-                        "py_callstack": self.callstack or self.message,
-                        "timestamp": str(int(self.time)),
-                    },
-                },
-                "pipeplan": {
-                    "rank": self.rank,
-                    "kind": self.kind,
-                    "time": self.time,
-                    "error": self.message,
-                },
-            }
-        )
+        return errorfile.report_json(self.rank, self.kind, self.time, self.message, self.callstack)
 
     @classmethod
     def from_error_data(cls, data: dict) -> Report | None:
@@ -100,13 +84,14 @@ def classify(exc: BaseException) -> str:
 def _backend_error(exc: BaseException) -> BaseException | None:
     """The communication error behind `exc`, if any: torch raises its own `DistError`s for
     store and NCCL failures, but gloo's are plain RuntimeErrors that name gloo's sources."""
-    import torch.distributed as dist
-
+    # torch not loaded (`import torch` loads this too): nothing raised is its error, and
+    # classifying needs no seconds of its import.
+    dist = sys.modules.get("torch.distributed")
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, dist.DistError) or (
+        if (dist is not None and isinstance(current, dist.DistError)) or (
             isinstance(current, RuntimeError) and "gloo" in str(current)
         ):
             return current
@@ -135,36 +120,15 @@ def describe(exc: BaseException, kind: str) -> str:
 
 
 def write_report(exc: BaseException, rank: int) -> Report:
-    """Write this rank's report to its error file (when a launcher gave one); returns it."""
+    """Write this rank's report to its error file (when a launcher gave one); returns it.
+    Into the room the rank reserved as it started (`errorfile`): the failure being reported
+    is often a full disk. Where it cannot be written, the rank still exits with its code,
+    which the launcher reports, and no partial report stays."""
     kind = classify(exc)
     callstack = "".join(traceback.format_exception(exc))
     report = Report(rank, kind, time.time(), describe(exc, kind), callstack)
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if path:
-        tmp = f"{path}.tmp"
-        try:
-            write_new(tmp, report.to_json())
-            os.replace(tmp, path)  # the agent never reads half a report
-        except OSError:
-            # A full disk (the very failure being reported, perhaps): the rank still exits
-            # with its code, which the launcher reports, and no partial report stays.
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    errorfile.write(report.to_json())
     return report
-
-
-def write_new(path: str, text: str) -> None:
-    """`text` in a new file at `path`, whatever was left there (a killed rank's report, or a
-    link or FIFO put there) removed first: created with O_EXCL, it is never written through a
-    link nor a FIFO that would block the failing rank. OSError if it cannot be.
-
-        write_new("runs/a/logs/rank-0.error.json.tmp", report.to_json())
-    """
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    with os.fdopen(os.open(path, new, 0o644), "w") as handle:
-        handle.write(text)
 
 
 def exit_code(report: Report) -> int:

@@ -28,6 +28,8 @@ from __future__ import annotations
 import os
 import signal
 
+from executor import errorfile  # light: a rank reserves its report's room before the imports
+
 # The file `pipeplan run`'s launcher creates on Ctrl-C before it forwards SIGINT to the ranks
 # (`agent_scope`), named in the ranks' environment.
 INTERRUPTED = "PIPEPLAN_INTERRUPTED"
@@ -49,37 +51,18 @@ def die_with_launcher() -> None:
 
 
 def _stopped_as_it_starts(signum: int, frame: object) -> None:
-    """A rank's SIGTERM until it trains: its report (`faults.Report`'s format, written with
-    the standard library alone: the imports are still under way), then exit 128 + 15. Killed
+    """A rank's SIGTERM until it trains: its report (`faults.Report`'s format, written by
+    `errorfile` with the standard library alone: the imports are still under way), then exit
+    128 + 15. Killed
     silently, it could not be told from the ranks the agent then stopped with SIGTERM, and
     the launcher named rank 0 for a SIGTERM sent to rank 1; the reports' times say which
     came first (`faults.verdict`)."""
-    import contextlib
-    import json
     import time
 
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     rank = os.environ.get("RANK", "")
-    if path and rank.isdigit():
-        now, why = time.time(), "stopped by SIGTERM"
-        report = {
-            "message": {
-                "message": f"rank {rank}: {why}",
-                "extraInfo": {"py_callstack": why, "timestamp": str(int(now))},
-            },
-            "pipeplan": {"rank": int(rank), "kind": "stopped", "time": now, "error": why},
-        }
-        try:
-            # A new file (O_EXCL: never through a link, never a FIFO), whatever was there
-            # gone first (`faults.write_report`, which cannot be imported yet).
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{path}.tmp")
-            new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            with os.fdopen(os.open(f"{path}.tmp", new, 0o644), "w") as handle:
-                handle.write(json.dumps(report))
-            os.replace(f"{path}.tmp", path)
-        except OSError:  # a full disk: the exit code is reported still
-            pass
+    if rank.isdigit():  # into the room `reserve` kept; the exit code is reported if it fails
+        report = errorfile.report_json(int(rank), "stopped", time.time(), "stopped by SIGTERM")
+        errorfile.write(report)
     os._exit(128 + signum)
 
 
@@ -96,6 +79,10 @@ if __name__ == "__main__":
     # Before the imports that take seconds too: a rank stopped (SIGSTOP) while it imported
     # outlived a launcher killed meanwhile, stopped for ever (the seventeenth round).
     die_with_launcher()
+    # `pipeplan run`'s rank: its report's room, kept now (its launcher removes a killed
+    # rank's; torchrun would not, and shows a rank's own lines on its console anyway).
+    if os.environ.get(LAUNCHER_PID):
+        errorfile.reserve()
     signal.signal(signal.SIGTERM, _stopped_as_it_starts)  # until `main` puts the default back
 
 import argparse
@@ -162,6 +149,7 @@ from pipeplan.errors import (
     Stopped,
 )
 from pipeplan.fileio import (
+    check_not_stdout,
     check_writable,
     claim_directory,
     enclosing_run,
@@ -314,12 +302,7 @@ def check_run(
             f"--global-batch {cfg.global_batch} is larger than the {len(data.train)} training "
             "samples"
         )
-    steps = cfg.steps_per_epoch(len(data.train))
-    if cfg.warmup_steps > steps * cfg.epochs:  # the learning rate would never reach --lr
-        raise BadArgumentError(
-            f"--warmup-steps {cfg.warmup_steps} is longer than the run: {cfg.epochs} epochs of "
-            f"{steps} steps; the learning rate would never reach --lr"
-        )
+    check_run_length(cfg, cfg.steps_per_epoch(len(data.train)))
     if cfg.freeze == "list":  # validated as `plan --freeze-schedule` validates its list
         # A list longer than --epochs is refused when typed. Not on resume (run.json's list,
         # as it was saved; --epochs only grows there), nor beside --plan: the plan's list is
@@ -350,6 +333,31 @@ def check_run(
     if resumed is not None:  # last: the checks above say more about a value that cannot run
         check_trained_with(resumed[1], cfg, resumed[0] / "run.json")
     return planner
+
+
+def check_run_length(cfg: RunConfig, steps: int) -> None:
+    """`check_run_length(cfg, cfg.steps_per_epoch(len(data.train)))`: the flags counted in
+    steps fit the run's `cfg.epochs` epochs of `steps` steps (known only once the data is
+    read). BadArgumentError naming the flag that would do nothing as given."""
+    if cfg.warmup_steps > steps * cfg.epochs:  # the learning rate would never reach --lr
+        raise BadArgumentError(
+            f"--warmup-steps {cfg.warmup_steps} is longer than the run: {cfg.epochs} epochs of "
+            f"{steps} steps; the learning rate would never reach --lr"
+        )
+    every = cfg.freeze_every
+    if every is None:
+        return
+    # --freeze auto decides at every epoch's end anyway; --freeze-every N adds the N-th steps
+    # (counted over the run) within an epoch. One that never falls within an epoch added
+    # nothing, silently (the nineteenth round: 999999999999, or 89 on 88 steps). A multiple
+    # of an epoch's steps is accepted: it is what auto does anyway, and an epoch's length
+    # depends on the data, which the user may not have counted.
+    if every >= steps * cfg.epochs:  # the run's last step ends its last epoch
+        than = "longer than" if every > steps * cfg.epochs else "as long as"
+        raise BadArgumentError(
+            f"--freeze-every {every} is {than} the run: {cfg.epochs} epochs of "
+            f"{steps} steps; AutoFreeze would decide only at the epochs' ends, as without it"
+        )
 
 
 def check_plan_samples(plan: Plan, cfg: RunConfig, samples: int) -> None:
@@ -674,6 +682,7 @@ def check_runs_root(runs_root: str | Path) -> None:
     or through a symbolic link (`enclosing_run`): a run put under RUN/checkpoints was a
     `step-N` folder the older run's pruning removed; one put there through a link to it
     went in unrefused."""
+    check_not_stdout(runs_root, "--runs-dir", "directory")
     folder = enclosing_run(runs_root)
     if folder is not None:
         raise BadArgumentError(
@@ -746,6 +755,7 @@ def main(argv: list[str] | None = None) -> None:
         remove_own_caches()  # after the report, whose time names the rank that failed first
         # No interpreter teardown: a process group broken by a dead peer can hang it.
         os._exit(faults.exit_code(report))
+    errorfile.release()  # trained: the report's room is given back
 
 
 class _Parser(argparse.ArgumentParser):
@@ -971,7 +981,17 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         # However the ranks ended, their AutoCache goes as at a normal end: a rank killed by
         # SIGTERM (at once: it may be blocked in a collective) or SIGKILL could not remove it.
         remove_run_caches(run_dir)
+        remove_report_rooms(logs)
     return load(RunSummary, run_dir / "summary.json")
+
+
+def remove_report_rooms(logs: Path) -> None:
+    """`remove_report_rooms(run_dir / "logs")` once every rank is gone: the rooms of the
+    reports the ranks did not write (`errorfile.reserve`; a rank killed by the agent's SIGTERM
+    or by SIGKILL left its own)."""
+    for room in logs.glob("rank-*.error.json.tmp"):
+        with contextlib.suppress(OSError):
+            room.unlink()
 
 
 class NotStartedError(OutputError):
@@ -1034,6 +1054,7 @@ class RankLogs(LogsSpecs):
         for local_rank, env in envs.items():
             path = self.logs / f"rank-{env['RANK']}.error.json"
             path.unlink(missing_ok=True)  # a report from an earlier start is not this one's
+            Path(f"{path}.tmp").unlink(missing_ok=True)  # nor its room (`errorfile`)
             env["TORCHELASTIC_ERROR_FILE"] = errors[local_rank] = str(path)
         console = dict.fromkeys(envs, "")  # "": the process's own stdout and stderr
         return LogsDest(stdouts=console, stderrs=dict(console), error_files=errors)

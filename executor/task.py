@@ -29,7 +29,7 @@ from executor import text
 from executor.data import TaskData, check_compatible, data_task, label_count, load_data
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError
-from pipeplan.fileio import check_outside_runs
+from pipeplan.fileio import check_not_stdout, check_outside_runs
 from pipeplan.formats import DataFile, DataRecord, RunConfig, load
 from pipeplan.formats.base import check_input_file
 
@@ -365,6 +365,7 @@ def _checkpoint_path(run_dir: Path, name: str) -> Path:
 
 def _check_new_directory(out: Path) -> None:
     """Before any work: export writes a new directory (models.export checks it again)."""
+    check_not_stdout(out, "--out", "directory")
     check_outside_runs(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise OutputError(f"{out}: exists and is not an empty directory; export needs a new one")

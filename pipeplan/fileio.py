@@ -28,8 +28,7 @@ def check_writable(
 
         check_writable("plan.json", inputs=[profile_path, cluster_path])
     """
-    if str(path) == "-":  # the usual spelling of standard output, which --out is not
-        raise OutputError("-: --out takes a file name, not standard output")
+    check_not_stdout(path, "--out", "file")
     if not run_owned:
         check_outside_runs(path)
     if isinstance(path, str) and (
@@ -61,6 +60,15 @@ def check_writable(
     os.close(fd)
     os.unlink(probe)
     return path
+
+
+def check_not_stdout(path: str | Path, flag: str, kind: str) -> None:
+    """`check_not_stdout(out, "--plot", "directory")`: "-", the usual spelling of standard
+    output, is refused for every output a command writes (a file or a directory of them);
+    `export --out -` wrote a folder named '-' (the nineteenth round) where `plan --out -` was
+    refused. OutputError naming the flag. (./- names such a file or folder.)"""
+    if str(path) == "-":
+        raise OutputError(f"-: {flag} takes a {kind} name, not standard output")
 
 
 def check_distinct(paths: Iterable[str | Path], what: str) -> None:

@@ -1228,17 +1228,50 @@ def test_every_kind_of_file_read_as_another_is_named(reader, fields):
         assert other_kind(reader, dict.fromkeys(keys)) == name, (name, reader.__name__)
 
 
-@pytest.mark.parametrize("command", ["plan", "calibrate"])
-def test_out_dash_is_refused_not_a_file_named_dash(tmp_path, capsys, monkeypatch, command):
+# Every output a command writes, by its flag: (what comes before it, what the flag names).
+# Runs that do not exist: the output is checked first.
+DASH_OUTPUTS = {
+    "plan --out": (["plan", "--profile", "PROFILE", *SHAPE.split()], "file"),
+    "profile --out": (["profile", "vit-digits"], "file"),
+    "calibrate --out": (["calibrate", "no-run", "--profile", "PROFILE"], "file"),
+    "export --out": (["export", "no-run"], "directory"),
+    "preview --plot": (["preview", "--profile", "PROFILE"], "directory"),
+    "report --plot": (["report", "no-run"], "directory"),
+    "run --runs-dir": (["run", "--model", "vit-digits", "--prepare-only"], "directory"),
+    "demo --runs-dir": (["demo", "--pretrain-only"], "directory"),
+}
+
+
+@pytest.mark.parametrize("output", DASH_OUTPUTS)
+def test_out_dash_is_refused_not_a_file_named_dash(tmp_path, capsys, monkeypatch, output):
     """Found by the fifteenth round: `--out -` (standard output, to most tools) wrote a file
-    named '-' in the current directory, while `--out /dev/stdout` is refused."""
+    named '-' in the current directory, while `--out /dev/stdout` is refused. Found by the
+    nineteenth round: `export RUN --out -` still wrote a folder named '-' (exit 0), and so
+    did `preview`/`report --plot -` and `run`/`demo --runs-dir -`. Every output flag refuses
+    it, naming itself and what it takes."""
     monkeypatch.chdir(tmp_path)
+    before, kind = DASH_OUTPUTS[output]
     profile = str(shipped_profile("vit-digits", "cpu"))
-    argv = {
-        "plan": ["plan", "--profile", profile, *SHAPE.split(), "--out", "-"],
-        "calibrate": ["calibrate", str(tmp_path / "no-run"), "--profile", profile, "--out", "-"],
-    }[command]
-    refused(argv, tmp_path, capsys, "-: --out takes a file name, not standard output")
+    flag = output.split()[1]
+    argv = [profile if arg == "PROFILE" else arg for arg in before] + [flag, "-"]
+    refused(argv, tmp_path, capsys, f"-: {flag} takes a {kind} name, not standard output")
+
+
+def test_every_output_flag_is_among_those_refusing_a_dash():
+    """The flags above are every command's outputs (a new --out, --plot or --…-dir is added
+    there): the check that refuses '-' is made by each writer (`fileio.check_not_stdout`)."""
+    import re
+
+    import typer
+
+    command = typer.main.get_command(cli.app)
+    outputs = {
+        f"{name} {param.opts[0]}"
+        for name, sub in command.commands.items()
+        for param in sub.params
+        if re.fullmatch(r"--(out|plot|[a-z-]+-dir)", param.opts[0])
+    }
+    assert outputs == set(DASH_OUTPUTS)
 
 
 @pytest.mark.parametrize(("cap", "noted"), [(None, False), (3, True)])

@@ -1566,3 +1566,27 @@ def test_a_warmup_longer_than_the_run_is_refused(tmp_path, capsys):
         ("--warmup-steps 7 is longer than the run: 3 epochs of 2 steps", "never reach --lr"),
     )
     assert cli.main([*argv, "--name", "fits", "--warmup-steps", "6"]) == 0
+
+
+# (--freeze-every, what the one line says): on 3 epochs of 2 capped steps, 6 in all.
+FREEZE_EVERY_DOES_NOTHING = {
+    "past the run": ("999999999999", "is longer than the run: 3 epochs of 2 steps"),
+    "one past the run": ("7", "is longer than the run: 3 epochs of 2 steps"),
+    "the run's length": ("6", "is as long as the run: 3 epochs of 2 steps"),
+}
+
+
+@pytest.mark.parametrize("every", FREEZE_EVERY_DOES_NOTHING, ids=FREEZE_EVERY_DOES_NOTHING.keys())
+def test_a_freeze_every_that_never_falls_within_an_epoch_is_refused(tmp_path, capsys, every):
+    """Found by the nineteenth round: `run --freeze-every 999999999999` (and 89 on 88 steps)
+    was accepted, exit 0, run.json recording it: --freeze auto decides at every epoch's end
+    anyway, so a count that never falls within an epoch of the run did nothing, silently.
+    Refused as a warm-up longer than the run is; a count that does fall within one runs."""
+    argv = [*_argv("run", tmp_path), "--model", "vit-digits", "--epochs", "3"]
+    argv += ["--max-steps-per-epoch", "2", "--nproc", "1"]
+    value, fragment = FREEZE_EVERY_DOES_NOTHING[every]
+    fragment = f"--freeze-every {value} {fragment}"
+    refused([*argv, "--freeze-every", value], tmp_path, capsys, fragment)
+    assert cli.main([*argv, "--name", "fits", "--freeze-every", "3"]) == 0
+    # An epoch's length is what auto does anyway: accepted (an epoch's steps depend on the data).
+    assert cli.main([*argv, "--name", "epoch", "--freeze-every", "2"]) == 0

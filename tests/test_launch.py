@@ -596,21 +596,108 @@ def test_a_rank_whose_report_cannot_be_written_still_exits_leaving_no_partial_re
     a full disk wrote its error report to the same disk; the write raised inside the rank's
     last handler, so the rank died in a second traceback before its exit code, and
     `rank-R.error.json.tmp` stayed in logs/. The report is returned (the rank exits with
-    its code, which the launcher reports) and no partial report stays."""
+    its code, which the launcher reports) and no partial report stays. (Without the room
+    `errorfile.reserve` keeps: a rank under torchrun, or one that started on a full disk.)"""
     import errno
+
+    from executor import errorfile
 
     error_file = tmp_path / "rank-0.error.json"
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
-    real_write = faults.write_new
+    real_write = errorfile._write_all
 
-    def full_disk(path, text):
-        real_write(path, text[:10])
+    def full_disk(fd, data):
+        real_write(fd, data[:10])
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(faults, "write_new", full_disk)
+    monkeypatch.setattr(errorfile, "_write_all", full_disk)
     report = faults.write_report(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), rank=0)
     assert (report.kind, faults.exit_code(report)) == ("raised", faults.EXIT_FAILED)
     assert list(tmp_path.iterdir()) == []
+
+
+# A rank on a disk of 1 MiB (a tmpfs in a mount namespace of its own: it goes with the
+# process): its room reserved as it starts (argv[3] "room"; else none, as a rank under
+# torchrun), then a checkpoint fills the disk, then it reports that failure. Prints its error
+# file's text (None if there is none) and the disk's files.
+FULL_DISK_RANK = r"""
+import errno, json, os, sys
+from pathlib import Path
+
+disk = Path(sys.argv[1])
+os.environ["TORCHELASTIC_ERROR_FILE"] = str(disk / "rank-0.error.json")
+from executor import errorfile, faults
+from pipeplan.errors import OutputError
+
+if sys.argv[3] == "room":  # as `pipeplan run`'s rank does as it starts
+    errorfile.reserve()
+fd = os.open(disk / "checkpoint", os.O_WRONLY | os.O_CREAT)
+try:
+    while True:
+        os.write(fd, bytes(1 << 16))
+except OSError as exc:
+    assert exc.errno == errno.ENOSPC, exc
+faults.write_report(OutputError(sys.argv[2]), rank=0)  # the checkpoint still open: disk full
+report = Path(os.environ[errorfile.ENV])
+print(json.dumps([report.read_text() if report.exists() else None, sorted(os.listdir(disk))]))
+"""
+
+
+def on_a_full_disk(script: str, disk: Path, *args: str) -> str:
+    """stdout of `python -c script DISK ARGS…` run with DISK a 1 MiB tmpfs of its own (gone
+    when it ends); skips where this host allows no mount namespace."""
+    disk.mkdir()
+    mount = 'mount -t tmpfs -o size=1M tmpfs "$1" && shift && exec "$@"'
+    argv = ["unshare", "--map-root-user", "--mount", "sh", "-c", mount, "sh", str(disk)]
+    argv += [sys.executable, "-c", script, str(disk), *args]
+    try:
+        done = subprocess.run(argv, env=environment(), capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        pytest.skip("no unshare(1) here")
+    if done.returncode != 0 and "Traceback" not in done.stderr:
+        pytest.skip(f"no tmpfs in a mount namespace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("room", ["room", "none"])
+def test_a_rank_failing_on_a_full_disk_reports_why_from_the_room_it_kept(tmp_path, room):
+    """Found by the nineteenth round: a checkpoint filled the run's disk (a 3 MiB tmpfs); rank
+    0's report of it, a new file on that disk, could not be written, and the console said
+    only `training failed on rank 0 at step 2: exited with code 1`, the cause in rank-0.log
+    alone. A rank keeps its report's room from its start: the verdict is rank 0's message,
+    and no temporary file stays. Without the room (as the rank was) the disk is full indeed:
+    the report is lost, nothing partial left."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    why = "runs/fd1/checkpoints/step-2: cannot write checkpoint step-2 (No space left on device)"
+    text, files = json.loads(on_a_full_disk(FULL_DISK_RANK, tmp_path / "disk", why, room))
+    error_file = tmp_path / "rank-0.error.json"  # read as torch's agent reads it
+    if text is not None:
+        error_file.write_text(text)
+    failure = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file=str(error_file))
+    if room == "none":
+        assert faults.verdict({0: failure}, timeout_s=600) == (0, "exited with code 1")
+        assert files == ["checkpoint"]
+        return
+    assert faults.verdict({0: failure}, timeout_s=600) == (0, why)
+    assert files == ["checkpoint", "rank-0.error.json"]
+
+
+def test_a_report_fits_the_room_whatever_its_length():
+    """The room is fixed (errorfile.ROOM): a traceback or message longer than it is cut, the
+    traceback's end (the error) and the message's start kept; the report is still one."""
+    from executor import errorfile
+
+    long = faults.Report(0, "raised", 1.0, "m" * 10**6, "frame\n" * 10**5 + "ValueError: E")
+    text = long.to_json()
+    assert len(text.encode()) <= errorfile.ROOM
+    data = json.loads(text)
+    assert data["message"]["extraInfo"]["py_callstack"].endswith("ValueError: E")
+    shown = faults.Report.from_error_data(data)
+    assert shown is not None and shown.message.startswith("m" * 2000)
+    short = faults.Report(0, "raised", 1.0, "disk full", "Traceback: disk full")
+    assert json.loads(short.to_json())["pipeplan"]["error"] == "disk full"
 
 
 # ----------------------------------------------------------------------------- failed starts
@@ -659,6 +746,37 @@ def test_a_rank_stopped_as_it_starts_is_named_not_a_missing_run_jsonl(
         f"{run / 'logs'}\n"
     )
     assert (run / "run.json").is_file()
+
+
+def test_the_report_rooms_of_killed_ranks_go_when_the_ranks_have(tmp_path, monkeypatch, capsys):
+    """With the nineteenth round's fix (a rank keeps its report's room from its start, for a
+    failure on a full disk): the ranks the agent stops with SIGTERM, or SIGKILL, leave their
+    rooms (`logs/rank-R.error.json.tmp`); the launcher removes them once every rank is gone,
+    as it removes their caches. Nothing temporary stays in logs/."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    import cli
+    import executor.launch
+    from executor import errorfile
+
+    def launch(config, entrypoint):
+        def ranks(*args):
+            envs = {0: {"RANK": "0"}, 1: {"RANK": "1"}}
+            config.logs_specs.reify(envs)  # as the agent does: each rank's error file
+            for env in envs.values():  # each rank keeps its room, then the agent kills both
+                monkeypatch.setenv(errorfile.ENV, env[errorfile.ENV])
+                errorfile.reserve()
+            error_file = envs[1][errorfile.ENV]
+            failure = ProcessFailure(1, 1, exitcode=-signal.SIGTERM, error_file=error_file)
+            raise ChildFailedError("executor.launch", {1: failure})
+
+        return ranks
+
+    monkeypatch.setattr(executor.launch, "elastic_launch", launch)
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--name", "k"]
+    assert cli.main([*argv, "--runs-dir", str(tmp_path)]) == 2
+    assert "rank 1 before the first step: stopped by SIGTERM" in capsys.readouterr().err
+    assert not list((tmp_path / "k" / "logs").glob("*.tmp"))
 
 
 def test_a_failure_is_placed_without_refusing_unreadable_records(tmp_path):

@@ -284,7 +284,11 @@ class RunConfig(Strict):
                 PLAN_FREEZES,
             ),
         ),
-    ] = Field(None, description="Decide the freeze point every N steps, not per epoch.")
+    ] = Field(
+        None,
+        description="Also decide the freeze point at every N-th step (over the run) within an "
+        "epoch; an N that falls only on epochs' ends, or past the run, is refused.",
+    )
     checkpoint_every: Annotated[
         Steps | None, Flag(default="only at layout changes and the end")
     ] = Field(None, description="Also checkpoint every N steps.")
