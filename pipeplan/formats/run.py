@@ -287,7 +287,7 @@ class RunConfig(Strict):
     ] = Field(
         None,
         description="Also decide the freeze point at every N-th step (over the run) within an "
-        "epoch; an N that falls only on epochs' ends, or past the run, is refused.",
+        "epoch; an N of the run's steps or more is refused.",
     )
     checkpoint_every: Annotated[
         Steps | None, Flag(default="only at layout changes and the end")
