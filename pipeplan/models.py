@@ -52,8 +52,11 @@ from pipeplan.formats import Init, Task  # defined once, with the run options th
 from pipeplan.formats.base import (
     CONFIG_LIMIT,
     GENERATION_CONFIG_LIMIT,
+    INDEX_LIMIT,
     MAX_CONFIG_BYTES,
     MAX_GENERATION_CONFIG_BYTES,
+    MAX_INDEX_BYTES,
+    check_json,
     out_of_memory,
     read_input,
 )
@@ -473,8 +476,10 @@ def build_with_hf(
         generation = _generation_config(source, config)  # checked with config.json's vocabulary
         init = _choose_init(source, init, name_or_path)  # a broken config is reported first
         # Before torch allocates: the weights' shapes, then the size the config asks for.
+        stored = None
         if init == "pretrained":
-            _check_weight_shapes(source, config)
+            stored = _stored_tensors(source)  # each file checked before anything opens it
+            _check_weight_shapes(source, config, stored)
         _check_model_size(source, config, task, name_or_path)
         _check_padding_mask(family, config, padding_mask, where)
         shape, dtype = _input(
@@ -484,7 +489,7 @@ def build_with_hf(
             raise InputFileError(f"{where}: {why}")  # a traceback in the first forward
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            hf_model, loading = _instantiate(family, task, config, source, init, generation)
+            hf_model, loading = _instantiate(family, task, config, source, init, stored, generation)
         pad = config.pad_token_id if padding_mask else None
         layers = family.cut(hf_model, task, pad)
     if _untie(layers):
@@ -1016,22 +1021,21 @@ def _max_len(family: Family, config: Any) -> int:
 # --------------------------------------------------------------------------- weights
 
 
-def _check_weight_shapes(source: _Source, config: Any) -> None:
+def _check_weight_shapes(source: _Source, config: Any, stored: dict[str, _Stored]) -> None:
     """The tensors that pin each size of config.json (`modelconfig.implied_shapes`) have those
-    sizes in the safetensors header(s), read before anything is built: found by the eighteenth
-    round, vocab_size 10^9 beside weights of 128 tokens was allocated (128 GB) and the failure
-    blamed model.safetensors. A pytorch_model.bin is read whole by from_pretrained anyway.
+    sizes in the weight files (`_stored_tensors`: safetensors headers, nothing loaded), before
+    anything is built: found by the eighteenth round, vocab_size 10^9 beside weights of 128
+    tokens was allocated (128 GB) and the failure blamed model.safetensors.
 
-        _check_weight_shapes(source, config)
+        _check_weight_shapes(source, config, _stored_tensors(source))
         # InputFileError: m/config.json: vocab_size is 1000000000 but model.safetensors
         # holds bert.embeddings.word_embeddings.weight of shape [128, 32] (dimension 0: 128); …
     """
-    stored = _header_shapes(source)
     for endings, dims in implied_shapes(config.to_dict(), source.family):
         key = next((k for k in stored if any(_ends_with(k, e) for e in endings)), None)
         if key is None:
             continue  # not in the file: the loading report names what is missing
-        shape, file = stored[key]
+        shape, file = stored[key].shape, stored[key].file
         expected = [value for _, value in dims]
         if shape == expected:
             continue
@@ -1051,20 +1055,135 @@ def _ends_with(key: str, ending: str) -> bool:
     return key == ending or key.endswith(f".{ending}")
 
 
-def _safetensors_files(source: _Source) -> list[Path]:
-    """The safetensors file(s) of the source's weights: [] for a pytorch_model.bin."""
+@dataclass(frozen=True)
+class _Stored:
+    """One tensor of a model's weight files, as stored: its dtype's name (safetensors'
+    spelling: F32, I32), shape, whether that dtype is floating point, and the file."""
+
+    dtype: str
+    shape: list[int]
+    floating: bool
+    file: Path
+
+
+# A shard index and the suffix of the shards it names: transformers reads a shard by its
+# suffix (safetensors for .safetensors, torch.load for any other), whatever the index is.
+_SHARD_SUFFIXES = {
+    "model.safetensors.index.json": ".safetensors",
+    "pytorch_model.bin.index.json": ".bin",
+}
+
+
+def _stored_tensors(source: _Source) -> dict[str, _Stored]:
+    """Every tensor the source's weight files hold, by name, read before from_pretrained
+    opens any of them: safetensors headers (nothing loaded), a pytorch_model.bin by
+    weights-only torch.load, memory-mapped. With a shard index, each tensor is in exactly
+    the shard its weight_map names (found by the nineteenth round: a tensor in two shards
+    was taken from one of them without a word).
+
+        _stored_tensors(source)["bert.pooler.dense.weight"]   # _Stored("F32", [32, 32], …)
+    """
     assert source.directory is not None and source.weights is not None
-    if source.weights == "model.safetensors":
-        return [source.directory / source.weights]
-    if source.weights == "model.safetensors.index.json":
-        index = _read_config(source.directory / source.weights)
-        shards = index.get("weight_map", {})
-        if not isinstance(shards, dict):
+    index = source.directory / source.weights
+    weight_map = _read_weight_map(index) if source.weights in _SHARD_SUFFIXES else {}
+    files = sorted({source.directory / name for name in weight_map.values()}) or [index]
+    stored: dict[str, _Stored] = {}
+    for file in files:
+        for key, found in _read_weights(file).items():
+            if key in stored:
+                raise InputFileError(
+                    f"{index}: tensor {key} is in two shards, {stored[key].file.name} and "
+                    f"{file.name}; one checkpoint holds each tensor once"
+                )
+            stored[key] = found
+    for key, name in weight_map.items():
+        if key not in stored or stored[key].file.name != name:
+            elsewhere = f" (it is in {stored[key].file.name})" if key in stored else ""
             raise InputFileError(
-                f"{source.directory / source.weights}: weight_map is not an object"
+                f"{index}: weight_map puts tensor {key} in {name}, which does not hold "
+                f"it{elsewhere}; the index is not of these shards"
             )
-        return [source.directory / str(f) for f in sorted(set(shards.values()), key=str)]
-    return []
+    return stored
+
+
+def _read_weight_map(index: Path) -> dict[str, str]:
+    """A shard index's weight_map (tensor name → shard file name), read as strictly as a
+    pipeplan file (a stated size limit; NaN, a key given twice or nesting past the parser's
+    depth refused), each shard a plain file name in the index's folder and a regular file.
+    Found by the nineteenth round: shards named '../elsewhere/b.safetensors', absolute paths
+    and /dev/zero were read, a shard that is a FIFO blocked open() forever (deaf to Ctrl-C),
+    and a missing or empty weight_map was "cannot build the model from its config
+    (KeyError: 'weight_map')"."""
+    data = check_json(read_input(index, MAX_INDEX_BYTES, why=INDEX_LIMIT), str(index))
+    if not isinstance(data, dict):
+        raise InputFileError(f"{index}: a shard index is a JSON object")
+    weight_map = data.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        what = "missing" if "weight_map" not in data else f"{_json_kind(weight_map)}"
+        raise InputFileError(
+            f"{index}: weight_map is {what}; it maps each tensor's name to the shard holding "
+            "it (a non-empty object)"
+        )
+    suffix = _SHARD_SUFFIXES[index.name]
+    for key, name in weight_map.items():
+        if not _plain_file_name(name, suffix):
+            shown = repr(name) if isinstance(name, str) else _json_kind(name)
+            raise InputFileError(
+                f"{index}: weight_map[{key!r}] is {shown}; a shard is a file name ending in "
+                f"{suffix} in the model's folder (no folder, no '..')"
+            )
+    for name in sorted(set(weight_map.values())):
+        _check_shard(index, name)
+    return weight_map
+
+
+def _json_kind(value: Any) -> str:
+    """How a JSON value is named in a message: `_json_kind({})` → 'an empty object'."""
+    if isinstance(value, dict):
+        return "an empty object" if not value else "an object"
+    if isinstance(value, list):
+        return "a list"
+    return "null" if value is None else repr(value)
+
+
+def _plain_file_name(name: Any, suffix: str) -> bool:
+    """`_plain_file_name("model-00001-of-00002.safetensors", ".safetensors")` → True; a path
+    ("../b.safetensors", "/dev/zero", "sub/a.safetensors"), another suffix or a NUL → False."""
+    return (
+        isinstance(name, str)
+        and name.endswith(suffix)
+        and name == Path(name).name
+        and name not in (".", "..")
+        and "\0" not in name
+    )
+
+
+def _check_shard(index: Path, name: str) -> None:
+    """A shard the index names is there and a regular file (a link to one is, as in the
+    Hugging Face cache): a FIFO blocks open(), and in safetensors' Rust code no signal ends
+    the wait; a device or folder is no weights."""
+    shard = index.parent / name
+    if not (shard.exists() or shard.is_symlink()):
+        raise InputFileError(f"{shard}: no such file ({index.name} names it as a shard)")
+    if not shard.is_file():
+        raise InputFileError(
+            f"{shard}: not a regular file; the weights are a file ({index.name} names it "
+            "as a shard)"
+        )
+
+
+def _read_weights(file: Path) -> dict[str, _Stored]:
+    """Each tensor of one weight file: a safetensors file's header, or a pytorch_model.bin's
+    state dict (read by `_read_bin`); nothing but the names, dtypes and shapes is kept."""
+    if file.suffix == ".safetensors":
+        return {
+            key: _Stored(dtype, shape, dtype in _FLOAT_DTYPES, file)
+            for key, (dtype, shape) in _read_header(file).items()
+        }
+    return {
+        key: _Stored(_dtype_name(t.dtype), list(t.shape), t.is_floating_point(), file)
+        for key, t in _read_bin(file).items()
+    }
 
 
 def _read_header(file: Path) -> dict[str, tuple[str, list[int]]]:
@@ -1079,12 +1198,46 @@ def _read_header(file: Path) -> dict[str, tuple[str, list[int]]]:
         raise InputFileError(f"{file}: cannot read its header ({_first(exc)})") from None
 
 
-def _header_shapes(source: _Source) -> dict[str, tuple[list[int], Path]]:
-    return {
-        key: (shape, file)
-        for file in _safetensors_files(source)
-        for key, (_, shape) in _read_header(file).items()
-    }
+def _read_bin(file: Path) -> dict[str, torch.Tensor]:
+    """A pytorch_model.bin's state dict as from_pretrained reads it (torch.load with
+    weights_only: a pickle of other objects is refused, not run), memory-mapped when the file
+    is a zip archive (torch ≥ 1.6 writes one), so no tensor's data is read."""
+    import zipfile
+
+    try:
+        state = torch.load(
+            file, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(file)
+        )
+    except pickle.UnpicklingError:  # the weights-only loader refused it, unexecuted
+        raise InputFileError(
+            f"{file}: not loadable as plain tensors (a pickle of other objects: it was not "
+            "run); save the weights with safetensors"
+        ) from None
+    except MemoryError:
+        raise InputFileError(
+            f"{file}: out of memory loading it; run pipeplan with more memory"
+        ) from None
+    except Exception as exc:  # a damaged archive or pickle raises what its reader raises
+        raise InputFileError(f"{file}: cannot load ({_first(exc)})") from None
+    if not isinstance(state, dict):
+        raise InputFileError(
+            f"{file}: a pickled {type(state).__name__}, not a state dict (tensor names → tensors)"
+        )
+    for key, value in state.items():
+        if not (isinstance(key, str) and isinstance(value, torch.Tensor)):
+            raise InputFileError(
+                f"{file}: {key!r} is {type(value).__name__}; a state dict maps tensor names "
+                "to tensors"
+            )
+    return state
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    """A torch dtype in safetensors' spelling: `_dtype_name(torch.int32)` → 'I32'."""
+    from safetensors.torch import _TYPES  # safetensors' own table, name → torch dtype
+
+    names = {torch_dtype: name for name, torch_dtype in _TYPES.items()}
+    return names.get(dtype, str(dtype).removeprefix("torch."))
 
 
 def _check_model_size(source: _Source, config: Any, task: str, name: str) -> None:
@@ -1134,7 +1287,13 @@ def memory_limit() -> tuple[int, str] | None:
 
 
 def _instantiate(
-    family: Family, task: str, config: Any, source: _Source, init: str, generation: Any = None
+    family: Family,
+    task: str,
+    config: Any,
+    source: _Source,
+    init: str,
+    stored: dict[str, _Stored] | None,
+    generation: Any = None,
 ) -> tuple[nn.Module, dict[str, Any] | None]:
     """The transformers model with random weights, or loaded from the source directory
     (offline, float32) together with its loading report; a model that generates gets the
@@ -1171,7 +1330,7 @@ def _instantiate(
             f"{source.directory}: cannot load {source.weights} ({_first(exc)})"
         ) from None
     _check_computed(model, source)
-    _check_stored_dtypes(model, source)
+    _check_stored_dtypes(model, stored or {})
     _check_finite(model, source)
     # from_pretrained returns eval mode; a build is in train mode.
     return _with_generation(model.train(), generation), loading
@@ -1190,34 +1349,35 @@ def _with_generation(model: nn.Module, generation: Any) -> nn.Module:
 # A safetensors dtype's class: from_pretrained casts whatever it finds to the parameter's dtype,
 # so float weights stored as I32 became their bit patterns (values near 1e9) and trained.
 _FLOAT_DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3")
+_FLOAT_DTYPES += ("F8_E4M3FNUZ", "F8_E5M2FNUZ")  # in safetensors' table, so in `_dtype_name`'s
 
 
-def _check_stored_dtypes(model: nn.Module, source: _Source) -> None:
-    """Each tensor of the safetensors file(s) is of the model tensor's kind it loads into,
-    float for float, integer for integer (BERT's int64 position_ids stay integers); read
-    from the headers, nothing materialised."""
+def _check_stored_dtypes(model: nn.Module, stored: dict[str, _Stored]) -> None:
+    """Each stored tensor (`_stored_tensors`) is of the model tensor's kind it loads into,
+    float for float, integer for integer (BERT's int64 position_ids stay integers), in a
+    safetensors file and a pytorch_model.bin alike: from_pretrained casts int32 to float32
+    without a word (found by the nineteenth round for pytorch_model.bin)."""
     tensors = dict(model.named_parameters(remove_duplicate=False))
     tensors.update(model.named_buffers(remove_duplicate=False))
     prefix = getattr(model, "base_model_prefix", "")
-    for file in _safetensors_files(source):  # none for pytorch_model.bin: read whole anyway
-        for key, (dtype, _) in _read_header(file).items():
-            target = next(
-                (
-                    tensors[k]
-                    for k in (key, f"{prefix}.{key}", key.removeprefix(f"{prefix}."))
-                    if k in tensors
-                ),
-                None,
+    for key, found in stored.items():
+        target = next(
+            (
+                tensors[k]
+                for k in (key, f"{prefix}.{key}", key.removeprefix(f"{prefix}."))
+                if k in tensors
+            ),
+            None,
+        )
+        if target is None:  # not loaded (another head, a renamed legacy key)
+            continue
+        if found.floating != target.is_floating_point():
+            kind = "floating" if target.is_floating_point() else "integer"
+            raise InputFileError(
+                f"{found.file}: tensor {key} is stored as {found.dtype} but the model's is "
+                f"{kind} ({str(target.dtype).removeprefix('torch.')}); the file is damaged or "
+                "of another model"
             )
-            if target is None:  # not loaded (another head, a renamed legacy key)
-                continue
-            if (dtype in _FLOAT_DTYPES) != target.is_floating_point():
-                kind = "floating" if target.is_floating_point() else "integer"
-                raise InputFileError(
-                    f"{file}: tensor {key} is stored as {dtype} but the model's is {kind} "
-                    f"({str(target.dtype).removeprefix('torch.')}); the file is damaged or "
-                    "of another model"
-                )
 
 
 def _check_computed(model: nn.Module, source: _Source) -> None:
@@ -1247,8 +1407,10 @@ def _check_finite(model: nn.Module, source: _Source) -> None:
 
 
 def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, seed: int) -> None:
-    """Weights the checkpoint lacked: in the head, a fresh head and one warning; anywhere
-    else the checkpoint is not of this model and using it would silently train from noise."""
+    """Weights the checkpoint lacked in the task head (`_fresh_head`), or sized for another
+    number of labels (`_label_sized`): a fresh head and one warning. Anything else lacking or
+    misshapen, the pooler and final norm too, means the checkpoint is not of this model:
+    using it would silently train from noise."""
     unused = _unused_body_weights(loading, seq.hf_model)
     if unused:
         raise InputFileError(
@@ -1257,19 +1419,17 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
             f"{', '.join(unused[:3])}); does config.json describe these weights' model "
             "(its number of layers)?"
         )
+    _check_shapes(loading, seq, source)  # every misshapen tensor left is label-sized
+    fresh = _fresh_head(seq)
     missing = set(loading.get("missing_keys", ()))
-    resized = {k[0] if isinstance(k, tuple) else k for k in loading.get("mismatched_keys", ())}
-    owner = _tensor_owners(seq)
-    head = len(seq.layers) - 1
-    _check_shapes(loading, owner, head, source)
-    body = sorted(k for k in missing | resized if owner.get(k, head) != head)
+    body = sorted(k for k in missing if fresh(k) is False)
     if body:
         raise InputFileError(
-            f"{source.directory}: {source.weights} lacks {len(body)} weights of the embeddings "
-            f"and blocks (e.g. {body[0]}); is it a {source.family} checkpoint of this config?"
+            f"{source.directory}: {source.weights} lacks {len(body)} weights outside the task "
+            f"head (e.g. {body[0]}); is it a {source.family} checkpoint of this config?"
         )
-    lacking = sorted(k for k in missing if owner.get(k) == head)
-    other_size = sorted(k for k in resized if owner.get(k) == head)
+    lacking = sorted(k for k in missing if fresh(k))
+    other_size = sorted({_mismatch(entry)[0] for entry in loading.get("mismatched_keys", ())})
     if not (lacking or other_size):
         return
     why = "; ".join(
@@ -1286,22 +1446,72 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
     )
 
 
-def _check_shapes(
-    loading: dict[str, Any], owner: dict[str, int], head: int, source: _Source
-) -> None:
-    """A tensor of the embeddings or blocks that is in the file at another shape than the
-    model's: named with both shapes (the seventeenth round found it reported as lacking).
-    from_pretrained lists it in mismatched_keys as (key, stored shape, model's shape)."""
+def _check_shapes(loading: dict[str, Any], seq: LayerSequence, source: _Source) -> None:
+    """A tensor in the file at another shape than the model's, unless it is sized for another
+    number of labels (`_label_sized`): named with both shapes (the seventeenth round found it
+    reported as lacking; the nineteenth, a BERT pooler of the wrong shape taken for a head of
+    other labels and replaced by random weights). from_pretrained lists it in mismatched_keys
+    as (key, stored shape, model's shape)."""
     for entry in sorted(loading.get("mismatched_keys", ()), key=str):
-        if not (isinstance(entry, tuple) and len(entry) == 3):
+        key, stored, expected = _mismatch(entry)
+        if _label_sized(seq, key, stored, expected):
             continue
-        key, stored, expected = entry
-        if owner.get(key, head) != head:
-            raise InputFileError(
-                f"{source.directory}: {source.weights} holds {key} of shape "
-                f"{list(stored)} but the model of config.json expects {list(expected)}; "
-                "the file is damaged or of another model"
+        shapes = " at another shape than the model of config.json"
+        if stored is not None and expected is not None:
+            shapes = (
+                f" of shape {list(stored)} but the model of config.json expects {list(expected)}"
             )
+        raise InputFileError(
+            f"{source.directory}: {source.weights} holds {key}{shapes}; the file is damaged "
+            "or of another model"
+        )
+
+
+def _mismatch(entry: Any) -> tuple[str, Any, Any]:
+    """A mismatched_keys entry as (key, stored shape, model's shape); shapes None where
+    transformers gives the key alone (`_mismatch("a.b")` → ("a.b", None, None))."""
+    if isinstance(entry, tuple) and len(entry) == 3:
+        return str(entry[0]), entry[1], entry[2]
+    return str(entry[0] if isinstance(entry, tuple) else entry), None, None
+
+
+def _label_sized(seq: LayerSequence, key: str, stored: Any, expected: Any) -> bool:
+    """Whether a tensor stored at another shape is a classifier's output projection that
+    differs only in its number of labels (dimension 0): what a checkpoint for other labels
+    holds (`Family.labels`). Nothing else depends on the labels."""
+    if seq.task != "classification":
+        return False
+    if not any(key.startswith(f"{module}.") for module in FAMILIES[seq.family].labels):
+        return False
+    if stored is None or expected is None:
+        return True  # the key alone: it is the output projection
+    stored, expected = list(stored), list(expected)
+    return len(stored) == len(expected) >= 1 and stored[1:] == expected[1:]
+
+
+# The part of the base model a task checkpoint may lack and the task model builds fresh:
+# BERT's pooler (a …ForMaskedLM checkpoint has none). Any other base-model weight (a final
+# norm) is the body's.
+FRESH_BY_DESIGN = ("pooler",)
+
+
+def _fresh_head(seq: LayerSequence) -> Callable[[str], bool | None]:
+    """A test of a weight the checkpoint lacks: True when it is the task head's (the task
+    model's own modules: classifier, score, lm_head; or `FRESH_BY_DESIGN`), so it may start
+    fresh; False when it is the body's (a layer before the head, or a base-model weight in
+    the head: a final norm); None when it is no layer's (left as transformers leaves it)."""
+    owner = _tensor_owners(seq)
+    head = len(seq.layers) - 1
+    prefix = f"{seq.hf_model.base_model_prefix}."
+
+    def fresh(key: str) -> bool | None:
+        if key not in owner:
+            return None
+        parts = key.removeprefix(prefix).split(".")
+        task_own = not key.startswith(prefix) or any(p in FRESH_BY_DESIGN for p in parts)
+        return owner[key] == head and task_own
+
+    return fresh
 
 
 # Base-model weights a pretrained checkpoint carries but a task model leaves out: RoBERTa and
@@ -1393,6 +1603,9 @@ class Family:
     dropout: tuple[str, ...]  # the config keys `build(dropout=…)` sets
     cut: Cut
     offset_positions: bool = False  # RoBERTa numbers positions from padding_idx + 1
+    # The classifier's output projection(s): their tensors alone are sized by num_labels
+    # (held to transformers' models by a test), so a checkpoint for other labels gets them fresh.
+    labels: tuple[str, ...] = ("classifier",)
 
     def position_offset(self, config: Any) -> int:
         return config.pad_token_id + 1 if self.offset_positions else 0
@@ -1488,7 +1701,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "roberta": Family(
         "encoder", "RobertaConfig", {"classification": "RobertaForSequenceClassification"},
-        _ENCODER_DROPOUT, _cut_roberta, offset_positions=True,
+        _ENCODER_DROPOUT, _cut_roberta, offset_positions=True, labels=("classifier.out_proj",),
     ),
     "distilbert": Family(
         "encoder", "DistilBertConfig", {"classification": "DistilBertForSequenceClassification"},
@@ -1496,7 +1709,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "electra": Family(
         "encoder", "ElectraConfig", {"classification": "ElectraForSequenceClassification"},
-        _ENCODER_DROPOUT, _cut_electra,
+        _ENCODER_DROPOUT, _cut_electra, labels=("classifier.out_proj",),
     ),
     "vit": Family(
         "image", "ViTConfig", {"classification": "ViTForImageClassification"},
@@ -1509,12 +1722,12 @@ FAMILIES: dict[str, Family] = {
     "gpt2": Family(
         "decoder", "GPT2Config",
         {"classification": "GPT2ForSequenceClassification", "causal-lm": "GPT2LMHeadModel"},
-        ("resid_pdrop", "embd_pdrop", "attn_pdrop"), _cut_gpt2,
+        ("resid_pdrop", "embd_pdrop", "attn_pdrop"), _cut_gpt2, labels=("score",),
     ),
     "llama": Family(
         "decoder", "LlamaConfig",
         {"classification": "LlamaForSequenceClassification", "causal-lm": "LlamaForCausalLM"},
-        ("attention_dropout",), _cut_llama,
+        ("attention_dropout",), _cut_llama, labels=("score",),
     ),
 }  # fmt: skip
 

@@ -5,8 +5,14 @@ other, model folders whose weights are not the model's. A refused input is one l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -898,7 +904,7 @@ def _damaged(directory, damage: str):
 DAMAGE = {
     "nan": "holds NaN or infinite values in bert.encoder.layer.0.attention.self.query.weight",
     "int32": "is stored as I32 but the model's is floating",
-    "missing": "lacks 1 weights of the embeddings and blocks",
+    "missing": "lacks 1 weights outside the task head",
     # Found by the eighteenth round's fix: compared with config.json's sizes before building.
     "shape": "config.json: hidden_size is 32 but model.safetensors holds "
     "bert.encoder.layer.0.attention.self.query.weight of shape [32, 10] (dimension 1: 10)",
@@ -1047,6 +1053,327 @@ def test_a_sharded_checkpoints_headers_are_read_for_the_shapes(tmp_path):
         models.build(str(model))
     assert "vocab_size is 1000000000 but model-0000" in str(error.value)
     assert "bert.embeddings.word_embeddings.weight of shape [128, 32]" in str(error.value)
+
+
+# ------------------------------------------------------------- shard indexes (nineteenth round)
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> dict[str, Path]:
+    """A 1-block BERT checkpoint in safetensors shards (model.safetensors.index.json), and the
+    same tensors in pytorch_model.bin shards (pytorch_model.bin.index.json)."""
+    from safetensors.torch import load_file
+
+    root = tmp_path_factory.mktemp("sharded")
+    safe = _family_checkpoint(root / "safetensors", "bert", max_shard_size="20KB")
+    binary = Path(shutil.copytree(safe, root / "bin"))
+    index = json.loads((binary / "model.safetensors.index.json").read_text())
+    renamed = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        renamed[shard] = shard.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
+        torch.save(load_file(binary / shard), binary / renamed[shard])
+        (binary / shard).unlink()
+    index["weight_map"] = {k: renamed[v] for k, v in index["weight_map"].items()}
+    (binary / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+    (binary / "model.safetensors.index.json").unlink()
+    return {"safetensors": safe, "bin": binary}
+
+
+INDEXES = {"safetensors": "model.safetensors.index.json", "bin": "pytorch_model.bin.index.json"}
+
+
+def _copy(sharded: dict[str, Path], kind: str, tmp_path: Path) -> tuple[Path, Path, dict]:
+    """A copy of one sharded checkpoint under tmp_path/in: (folder, its index, the index)."""
+    model = Path(shutil.copytree(sharded[kind], tmp_path / "in" / "model"))
+    index = model / INDEXES[kind]
+    return model, index, json.loads(index.read_text())
+
+
+def _profile_argv(model: Path, tmp_path: Path) -> list[str]:
+    argv = ["profile", str(model), "--out", str(tmp_path / "p.json")]
+    return [*argv, "--micro-batch-sizes", "1", "--repeats", "1", "--warmup", "0"]
+
+
+# Opens a FIFO for writing once a reader waits, after a delay, and closes it at once.
+_UNBLOCK = """
+import os, sys, time
+time.sleep(float(sys.argv[2]))
+while True:
+    try:
+        os.close(os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK))
+        break
+    except OSError:  # no reader yet (ENXIO)
+        time.sleep(0.1)
+"""
+
+
+@contextlib.contextmanager
+def _writer_after(fifo: Path, seconds: float) -> Iterator[None]:
+    """A reader blocked in open() of `fifo` gets an empty file after `seconds` instead of
+    hanging forever, so a test of old code fails rather than hangs. Another process: the
+    blocked open() in safetensors' Rust code holds the GIL, so no thread of this one runs."""
+    writer = subprocess.Popen([sys.executable, "-c", _UNBLOCK, str(fifo), str(seconds)])
+    try:
+        yield
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("what", ["a FIFO", "a link to /dev/zero", "a directory"])
+@pytest.mark.parametrize("kind", ["safetensors", "bin"])
+def test_a_shard_that_is_no_file_is_refused_before_it_is_opened(
+    sharded, tmp_path, capsys, kind, what
+):
+    """Found by the nineteenth round: a shard named by model.safetensors.index.json that is a
+    FIFO hung `profile` forever, deaf to Ctrl-C and SIGTERM (open() inside safetensors' Rust
+    code); in pytorch_model.bin.index.json it hung until Ctrl-C. Each shard is checked as
+    model.safetensors is (a regular file, a link to one allowed) before anything opens it."""
+    model, index, data = _copy(sharded, kind, tmp_path)
+    shard = model / sorted(set(data["weight_map"].values()))[-1]
+    shard.unlink()
+    if what == "a FIFO":
+        os.mkfifo(shard)
+    elif what == "a directory":
+        shard.mkdir()
+    else:
+        shard.symlink_to("/dev/zero")
+    capsys.readouterr()
+    fragment = f"{shard}: not a regular file; the weights are a file ({index.name} names it"
+    with _writer_after(shard, 30) if what == "a FIFO" else contextlib.nullcontext():
+        refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, fragment)
+    assert not (tmp_path / "p.json").exists()
+
+
+KEY = "bert.embeddings.word_embeddings.weight"
+# (how the index's weight_map names the shard of KEY, what the one line says after it)
+OUTSIDE = "a shard is a file name ending in .safetensors in the model's folder (no folder, no '..')"
+SHARD_NAMES = {
+    "../ to a real shard": ("../elsewhere/{shard}", "is '../elsewhere/{shard}'; " + OUTSIDE),
+    "an absolute path": ("{elsewhere}/{shard}", "is '{elsewhere}/{shard}'; " + OUTSIDE),
+    "/dev/zero": ("/dev/zero", "is '/dev/zero'; " + OUTSIDE),
+    "a subfolder": ("sub/{shard}", "is 'sub/{shard}'; " + OUTSIDE),
+    "another suffix": ("{shard}.bin", "is '{shard}.bin'; " + OUTSIDE),
+    "a number": (3, "is 3; " + OUTSIDE),
+}
+
+
+@pytest.mark.parametrize("case", SHARD_NAMES)
+def test_a_shard_index_names_plain_files_of_the_folder(sharded, tmp_path, capsys, case):
+    """Found by the nineteenth round: weight_map naming '../elsewhere/b.safetensors' or an
+    absolute path read weights from outside the model folder (exit 0), and /dev/zero was
+    opened. A shard is a file name in the folder, with its index's suffix."""
+    model, index, data = _copy(sharded, "safetensors", tmp_path)
+    elsewhere = tmp_path / "in" / "elsewhere"
+    shutil.copytree(model, elsewhere)
+    shutil.copytree(model, model / "sub")
+    shard = data["weight_map"][KEY]
+    given, said = SHARD_NAMES[case]
+    if isinstance(given, str):
+        given = given.format(shard=shard, elsewhere=elsewhere)
+    data["weight_map"][KEY] = given
+    index.write_text(json.dumps(data))
+    capsys.readouterr()
+    said = said.format(shard=shard, elsewhere=elsewhere)
+    refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, (str(index), said))
+
+
+# (the index's text from the good index's, what the one line says after the index's path)
+INDEX_TEXTS = {
+    "no weight_map": (lambda d: json.dumps({"metadata": d["metadata"]}), "weight_map is missing"),
+    "weight_map {}": (lambda d: json.dumps({**d, "weight_map": {}}), "weight_map is an empty"),
+    "weight_map a list": (lambda d: json.dumps({**d, "weight_map": [1]}), "weight_map is a list"),
+    "a list": (lambda d: "[]", "a shard index is a JSON object"),
+    "NaN": (lambda d: json.dumps({**d, "metadata": {"total_size": math.nan}}), "NaN is not valid"),
+    "a key twice": (
+        lambda d: json.dumps(d)[:-1] + ', "weight_map": {}}',
+        "key 'weight_map' appears twice",
+    ),
+    "nested deeper than the parser": (lambda d: "[" * 100_000 + "]" * 100_000, "not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", INDEX_TEXTS)
+def test_a_shard_index_is_read_as_strictly_as_a_pipeplan_file(sharded, tmp_path, capsys, case):
+    """Found by the nineteenth round: a missing or empty weight_map was "cannot build the
+    model from its config (KeyError: 'weight_map')" / "(IndexError: …)", blaming config.json
+    with a Python exception's name. The index is JSON read strictly (NaN, a key twice, depth)
+    and its weight_map a non-empty object, refused naming the index and the key."""
+    model, index, data = _copy(sharded, "safetensors", tmp_path)
+    text, said = INDEX_TEXTS[case]
+    index.write_text(text(data))
+    capsys.readouterr()
+    refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, (f"{index}: ", said))
+
+
+def test_a_shard_index_larger_than_its_limit_is_refused_unread(sharded, tmp_path, capsys):
+    """Found by the nineteenth round: the index was read whole whatever its size (under the
+    limit of a config.json, named as one). Its own limit is stated."""
+    model, index, _ = _copy(sharded, "safetensors", tmp_path)
+    os.truncate(index, (64 << 20) + 1)  # sparse: no disk used
+    capsys.readouterr()
+    said = f"{index}: larger than 64 MiB, the limit for a model's shard index"
+    refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, said)
+
+
+@pytest.mark.parametrize("case", ["in two shards", "mapped to the other shard", "in none"])
+def test_each_tensor_is_in_the_one_shard_the_index_names(sharded, tmp_path, capsys, case):
+    """Found by the nineteenth round: the same tensor in two shards with other values was
+    taken from one of them without a word. Every tensor is in one shard, the one weight_map
+    names for it."""
+    from safetensors.torch import load_file, save_file
+
+    model, index, data = _copy(sharded, "safetensors", tmp_path)
+    shard = data["weight_map"][KEY]
+    other = next(s for s in sorted(set(data["weight_map"].values())) if s != shard)
+    if case == "in two shards":
+        tensors = load_file(model / other)
+        tensors[KEY] = load_file(model / shard)[KEY] * 2
+        save_file(tensors, model / other, metadata={"format": "pt"})
+        said = f"tensor {KEY} is in two shards"
+    elif case == "mapped to the other shard":
+        # A tensor whose shard holds others: that shard is still read (KEY's holds KEY alone).
+        names = list(data["weight_map"].values())
+        key = next(k for k, s in data["weight_map"].items() if names.count(s) > 1)
+        shard, data["weight_map"][key] = data["weight_map"][key], shard
+        said = f"weight_map puts tensor {key} in {data['weight_map'][key]}, which does not hold "
+        said += f"it (it is in {shard})"
+    else:
+        data["weight_map"]["bert.no.such.weight"] = shard
+        said = f"weight_map puts tensor bert.no.such.weight in {shard}, which does not hold it;"
+    index.write_text(json.dumps(data))
+    capsys.readouterr()
+    refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, (f"{index}: ", said))
+
+
+def test_a_sharded_checkpoint_and_a_link_to_a_shard_still_load(sharded, tmp_path):
+    """Both shard indexes as save_pretrained writes them build, and a shard that is a link to
+    a regular file elsewhere (the Hugging Face cache's layout) is a shard."""
+    for kind in ("safetensors", "bin"):
+        assert models.build(str(sharded[kind]), seq_len=16).num_blocks == 1
+    model, _, data = _copy(sharded, "safetensors", tmp_path)
+    shard = model / data["weight_map"][KEY]
+    blob = shard.rename(tmp_path / "blob")
+    shard.symlink_to(blob)
+    assert models.build(str(model), seq_len=16).num_blocks == 1
+
+
+# ------------------------------------------------------------ pytorch_model.bin (nineteenth round)
+
+
+@pytest.mark.parametrize("sharded_bin", [False, True], ids=["pytorch_model.bin", "bin shards"])
+def test_a_pytorch_model_bin_is_held_to_the_dtypes_safetensors_is(
+    sharded, tmp_path, capsys, sharded_bin
+):
+    """Found by the nineteenth round: float weights stored as int32 in pytorch_model.bin were
+    cast to float without a word (exit 0); in model.safetensors they are refused. The state
+    dict is read weights-only, memory-mapped, and held to the same dtype check."""
+    from safetensors.torch import load_file
+
+    model = tmp_path / "in" / "model"
+    name = "bert.embeddings.LayerNorm.weight"
+    if sharded_bin:
+        model, _, data = _copy(sharded, "bin", tmp_path)
+        file = model / data["weight_map"][name]
+        tensors = torch.load(file, weights_only=True)
+    else:
+        _family_checkpoint(model, "bert")
+        tensors = load_file(model / "model.safetensors")
+        (model / "model.safetensors").unlink()
+        file = model / "pytorch_model.bin"
+    tensors[name] = torch.ones_like(tensors[name], dtype=torch.int32)
+    torch.save(tensors, file)
+    capsys.readouterr()
+    said = f"{file}: tensor {name} is stored as I32 but the model's is floating (float32)"
+    refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, said)
+
+
+def test_a_pytorch_model_bin_that_is_no_state_dict_is_one_line(tmp_path, capsys):
+    """What the weights-only loader reads but is no state dict (a list) is named as such."""
+    model = _family_checkpoint(tmp_path / "in" / "model", "bert")
+    (model / "model.safetensors").unlink()
+    torch.save([torch.ones(2)], model / "pytorch_model.bin")
+    capsys.readouterr()
+    said = f"{model / 'pytorch_model.bin'}: a pickled list, not a state dict"
+    refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, said)
+
+
+# ------------------------------------------------------------- the task head (nineteenth round)
+
+# (family, the tensor damaged, "shrink" its dimension 0 to 16 / "narrow" dimension 1 to 16 /
+# "drop" it, what the one line says after the weights file)
+NOT_THE_HEAD = {
+    "bert pooler": ("bert", "bert.pooler.dense.weight", "shrink", "holds bert.pooler.dense."),
+    "roberta classifier.dense": ("roberta", "classifier.dense.weight", "shrink", "holds classi"),
+    "electra classifier.dense": ("electra", "classifier.dense.weight", "shrink", "holds classi"),
+    "distilbert pre_classifier": ("distilbert", "pre_classifier.weight", "shrink", "holds pre_"),
+    "vit classifier's hidden size": ("vit", "classifier.weight", "narrow", "holds classifier."),
+    "vit final norm missing": ("vit", "vit.layernorm.weight", "drop", "lacks 1 weights outside"),
+    "gpt2 final norm missing": ("gpt2", "transformer.ln_f.weight", "drop", "lacks 1 weights out"),
+    "llama final norm missing": ("llama", "model.norm.weight", "drop", "lacks 1 weights outside"),
+}
+
+
+@pytest.mark.parametrize("case", NOT_THE_HEAD)
+def test_only_the_task_heads_tensors_start_fresh(tmp_path, capsys, case):
+    """Found by the nineteenth round: a BERT pooler of the wrong shape was "sized for another
+    number of labels" and replaced by random weights (exit 0), as was any misshapen or
+    missing tensor of the head layer (a final norm). Only the task head's tensors start
+    fresh when missing, and only its output projection when sized for other labels; the
+    rest is damaged weights, refused like a misshapen block tensor."""
+    from safetensors.torch import load_file, save_file
+
+    family, name, damage, said = NOT_THE_HEAD[case]
+    model = _family_checkpoint(tmp_path / "in" / "model", family)
+    tensors = load_file(model / "model.safetensors")
+    if damage == "drop":
+        del tensors[name]
+    else:
+        cut = (slice(0, 16),) if damage == "shrink" else (slice(None), slice(0, 16))
+        tensors[name] = tensors[name][cut].contiguous()
+    save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    capsys.readouterr()
+    fragment = (f"{model}: model.safetensors {said}", name)
+    refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, fragment)
+
+
+def test_the_label_sized_tensors_are_each_familys_output_projection():
+    """`Family.labels` names exactly the tensors whose shape depends on num_labels in each
+    family's transformers classifier (built on the meta device at 2 and 3 labels): those
+    alone start fresh when a checkpoint is for other labels."""
+    for family, spec in models.FAMILIES.items():
+        _, config_class, sizes = FAMILY_CHECKPOINTS[family]
+        model_class = getattr(transformers, spec.models["classification"])
+        shapes = []
+        for labels in (2, 3):
+            config = getattr(transformers, config_class)(**sizes, num_labels=labels)
+            config.pad_token_id = 0
+            with torch.device("meta"):
+                named = model_class(config).named_parameters()
+                shapes.append({k: tuple(p.shape) for k, p in named})
+        sized = {k for k in shapes[0] if shapes[0][k] != shapes[1][k]}
+        expected = {k for k in shapes[0] if any(k.startswith(f"{m}.") for m in spec.labels)}
+        assert sized == expected, family
+
+
+def test_a_head_for_other_labels_starts_fresh_in_every_family(tmp_path, caplog):
+    """The fresh-head path itself, for each family's classifier saved with 2 labels and built
+    for 5: one warning naming the output projection's tensors."""
+    for family, spec in models.FAMILIES.items():
+        _, config_class, sizes = FAMILY_CHECKPOINTS[family]
+        config = getattr(transformers, config_class)(**{**sizes, "pad_token_id": 0}, num_labels=2)
+        torch.manual_seed(0)
+        getattr(transformers, spec.models["classification"])(config).save_pretrained(
+            tmp_path / family
+        )
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="pipeplan.models"):
+            seq = models.build(str(tmp_path / family), num_labels=5, task="classification")
+        assert seq.num_labels == 5
+        (record,) = [r for r in caplog.records if r.name == "pipeplan.models"]
+        assert "sized for another number of labels" in record.getMessage(), family
+        assert all(m in record.getMessage() for m in spec.labels), record.getMessage()
 
 
 def test_every_familys_checkpoint_passes_its_own_shapes(tmp_path):

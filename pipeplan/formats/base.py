@@ -70,6 +70,11 @@ CONFIG_LIMIT = "the limit for a model's config.json"  # `read_input`'s why
 # most about 128 MiB.
 MAX_GENERATION_CONFIG_BYTES = 4 << 20
 GENERATION_CONFIG_LIMIT = "the limit for a model's generation_config.json"
+# A model's shard index (model.safetensors.index.json, pytorch_model.bin.index.json): one name
+# and one file name per tensor, about 100 bytes each; the largest checkpoints have under 100,000
+# tensors (10 MB). Decoded in at most about 2 GiB.
+MAX_INDEX_BYTES = 64 << 20
+INDEX_LIMIT = "the limit for a model's shard index"  # `read_input`'s why
 # One run.jsonl record: a step of 4,096 ranks is about 1 MB, an epoch of 4,096 layers 0.2 MB.
 MAX_RECORD_BYTES = 16 << 20
 MAX_SECONDS = 1e6  # 11.6 days for one timed operation
