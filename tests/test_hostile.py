@@ -2013,7 +2013,7 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
     ),
     "gpt2 architectures not names": (  # was a traceback (AttributeError: 'int' … 'endswith')
         {**GPT2_CONFIG, "architectures": [1]},
-        "architectures is [1]; a list of transformers class names",
+        "architectures is [1]; a list of strings or null",
     ),
 }
 
