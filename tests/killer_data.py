@@ -124,7 +124,9 @@ def digits_slow_one_sided(seed: int = 0) -> TaskData:
 def sleeping_rank(rank: int, started: str) -> None:
     """For `pipeplan.spawn.run_ranks`: say it started (a file named after the rank), then
     sleep far beyond any test's patience; only a kill ends it."""
-    (Path(started) / str(rank)).write_text(str(os.getpid()))
+    # Written whole, then renamed: a reader polling the folder never sees an empty pid file.
+    (Path(started) / f".{rank}").write_text(str(os.getpid()))
+    os.replace(Path(started) / f".{rank}", Path(started) / str(rank))
     time.sleep(600)
 
 

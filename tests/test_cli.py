@@ -631,9 +631,9 @@ def test_spawned_ranks_die_with_a_terminated_parent(tmp_path):
         [sys.executable, "-c", code], cwd=tmp_path, env=env, preexec_fn=background_job
     )
     deadline = time.monotonic() + 90
-    while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
+    while len(list(started.glob("[0-9]"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    ranks = [int(p.read_text()) for p in started.iterdir()]
+    ranks = [int(p.read_text()) for p in started.glob("[0-9]")]
     assert len(ranks) == 2, "the ranks never started"
     parent.send_signal(signal.SIGTERM)
     assert parent.wait(timeout=30) == -signal.SIGTERM
