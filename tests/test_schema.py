@@ -209,25 +209,18 @@ def test_a_layout_label_says_how_many_stages_run_forward_only():
 # --------------------------------------------------------------------------- printable strings
 
 
-def _unchecked_strings(model: type, seen: set) -> list[str]:
-    """Every field of `model` (and the models inside it) that takes a str with neither the
-    `Text` check (`printable`) nor a pattern: where a control character could get through."""
+def _strings_lacking(model: type, seen: set, check) -> list[str]:
+    """Every field of `model` (and the models inside it, keys of its dicts too) that takes a
+    str whose annotations (`metadata`) `check` finds wanting."""
     import typing
 
     from pydantic import BaseModel
-
-    from pipeplan.formats.base import printable
-
-    def checked(metadata) -> bool:
-        return any(
-            getattr(m, "func", None) is printable or getattr(m, "pattern", None) for m in metadata
-        )
 
     def walk(tp, where: str, metadata=()) -> list[str]:
         if typing.get_origin(tp) is typing.Annotated:
             return walk(tp.__origin__, where, (*metadata, *tp.__metadata__))
         if tp is str:
-            return [] if checked(metadata) else [where]
+            return [] if check(metadata) else [where]
         if isinstance(tp, type) and issubclass(tp, BaseModel):
             if tp in seen:
                 return []
@@ -242,6 +235,19 @@ def _unchecked_strings(model: type, seen: set) -> list[str]:
         return [found for arg in typing.get_args(tp) for found in walk(arg, where)]
 
     return walk(model, model.__name__)
+
+
+def _any_of(metadata, funcs: tuple) -> bool:
+    """A validator of `funcs` (an AfterValidator's func) or a pattern among `metadata`."""
+    return any(getattr(m, "func", None) in funcs or getattr(m, "pattern", None) for m in metadata)
+
+
+def _unchecked_strings(model: type, seen: set) -> list[str]:
+    """Every field of `model` (and the models inside it) that takes a str with neither the
+    `Text` check (`printable`) nor a pattern: where a control character could get through."""
+    from pipeplan.formats.base import printable
+
+    return _strings_lacking(model, seen, lambda metadata: _any_of(metadata, (printable,)))
 
 
 # Strings that are data, not names pipeplan prints on a line: label names come from the user's
@@ -264,37 +270,9 @@ def test_every_string_a_format_holds_is_printable():
 def _unbounded_strings(model: type, seen: set) -> list[str]:
     """Every field of `model` (and the models inside it, keys of its dicts too) that takes a
     str with no length limit: neither `short` (`Text`, `DataText`) nor a pattern."""
-    import typing
-
-    from pydantic import BaseModel
-
     from pipeplan.formats.base import short, short_data
 
-    def bounded(metadata) -> bool:
-        limits = (short, short_data)
-        return any(
-            getattr(m, "func", None) in limits or getattr(m, "pattern", None) for m in metadata
-        )
-
-    def walk(tp, where: str, metadata=()) -> list[str]:
-        if typing.get_origin(tp) is typing.Annotated:
-            return walk(tp.__origin__, where, (*metadata, *tp.__metadata__))
-        if tp is str:
-            return [] if bounded(metadata) else [where]
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            if tp in seen:
-                return []
-            seen.add(tp)
-            return [
-                found
-                for name, info in tp.model_fields.items()
-                for found in walk(info.annotation, f"{tp.__name__}.{name}", tuple(info.metadata))
-            ]
-        if typing.get_origin(tp) is typing.Literal:
-            return []
-        return [found for arg in typing.get_args(tp) for found in walk(arg, where)]
-
-    return walk(model, model.__name__)
+    return _strings_lacking(model, seen, lambda metadata: _any_of(metadata, (short, short_data)))
 
 
 def test_every_string_a_file_holds_is_bounded():
