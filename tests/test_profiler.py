@@ -22,12 +22,15 @@ def test_profile_covers_every_layer_and_size(synth_profile):
         for t in layer.timings:
             assert t.feasible and t.fwd_s > 0 and t.bwd_s > 0 and t.fwd_nograd_s > 0
             assert t.fwd_spread_s >= 0 and t.peak_mem_bytes is None  # CPU: no CUDA peak
-    # Times measure work: a block does 4x the work at micro-batch 4 as at 1, so its medians
-    # grow (observed 1.3-2.4x on a loaded machine: bert-synth's blocks are small, fixed costs
-    # weigh); asserted > 1.05x for every block, forward and backward.
-    for layer in prof.layers[1:-1]:
-        one, four = layer.timings[0], layer.timings[-1]
-        assert four.fwd_s > 1.05 * one.fwd_s and four.bwd_s > 1.05 * one.bwd_s, layer.index
+    # Times measure work: a block does 4x the work at micro-batch 4 as at 1, so the blocks'
+    # medians grow (observed 1.3-2.4x on a loaded machine: bert-synth's blocks are small, fixed
+    # costs weigh). One block's median of 3 once came out 0.54x beside a CI worker, so the
+    # blocks are summed: asserted > 1.05x, forward and backward.
+    blocks = prof.layers[1:-1]
+    for part in ("fwd_s", "bwd_s"):
+        one = sum(getattr(layer.timings[0], part) for layer in blocks)
+        four = sum(getattr(layer.timings[-1], part) for layer in blocks)
+        assert four > 1.05 * one, (part, one, four)
 
 
 def test_profile_records_exact_identity(synth_profile):
