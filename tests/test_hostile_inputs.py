@@ -1035,9 +1035,15 @@ def test_config_sizes_are_held_to_the_weights_header_before_building(tmp_path, c
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, **edit}))
     capsys.readouterr()  # save_pretrained's progress bar
+    where = f"{model / 'config.json'}: {fragment}; a config of another model, or damaged weights"
+    _profile_refused(model, tmp_path, capsys, where)
+
+
+def _profile_refused(model: Path, tmp_path: Path, capsys, where: str) -> None:
+    """`profile MODEL` refused in one line holding `where`, nothing under tmp_path/in changed
+    and no profile written."""
     out = tmp_path / "p.json"
     argv = ["profile", str(model), "--out", str(out), "--micro-batch-sizes", "1", "--repeats"]
-    where = f"{model / 'config.json'}: {fragment}; a config of another model, or damaged weights"
     refused([*argv, "1", "--warmup", "0"], tmp_path / "in", capsys, where)
     assert not out.exists()
 
@@ -1414,11 +1420,7 @@ def test_a_checkpoints_generation_config_is_named_not_its_config_or_weights(tmp_
     model = _family_checkpoint(tmp_path / "in" / "model", "gpt2")
     (model / "generation_config.json").write_text(text)
     capsys.readouterr()  # save_pretrained's progress bar
-    out = tmp_path / "p.json"
-    argv = ["profile", str(model), "--out", str(out), "--micro-batch-sizes", "1", "--repeats"]
-    where = f"{model / 'generation_config.json'}: {fragment}"
-    refused([*argv, "1", "--warmup", "0"], tmp_path / "in", capsys, where)
-    assert not out.exists()
+    _profile_refused(model, tmp_path, capsys, f"{model / 'generation_config.json'}: {fragment}")
 
 
 def test_transformers_never_reads_the_generation_config_itself(tmp_path, monkeypatch):
