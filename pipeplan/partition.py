@@ -436,13 +436,24 @@ class PartitionSpace:
         # Per (depth, end) of forward-only prefixes: the (a, pf) not dominated so far.
         self._fronts: dict[tuple[int, int], list[tuple[float, float]]] = {}
         self._window_terms: np.ndarray | None = None
-        links = pricing.shared_links
-        S = pricing.num_stages
+        self._costs: dict[str, tuple[np.ndarray, ...]] = {}
+
+    @functools.cached_property
+    def open(self) -> list[np.ndarray]:
+        """[d]: the shared links with a stage fixed and one not at depth d (stages < d)."""
+        links = self.p.shared_links
+        S = self.p.num_stages
         stages = np.arange(S)
         first = np.where(links, stages, S).min(axis=1, initial=S)
         last = np.where(links, stages, -1).max(axis=1, initial=-1)
-        # open[d]: the shared links with a stage fixed and one not, at depth d (stages < d).
-        self.open = [np.flatnonzero((first < d) & (d <= last)) for d in range(S + 1)]
+        return [np.flatnonzero((first < d) & (d <= last)) for d in range(S + 1)]
+
+    def costs(self, names: list[str]) -> list[tuple[np.ndarray, ...]]:
+        """`table_costs` of these tables, kept (the root's bound and the tree share them)."""
+        missing = [n for n in names if n not in self._costs]
+        if missing:
+            self._costs.update(zip(missing, table_costs(self.p, missing), strict=True))
+        return [self._costs[n] for n in names]
 
     # ------------------------------------------------------------------ ranges
 
@@ -771,6 +782,41 @@ class PartitionSpace:
             bound = np.maximum(bound, a + d + tail0 + self._training_rest(k, i))
         return bound + p.overhead_s
 
+    def root_bound(self, tables: dict[str, float]) -> float:
+        """`bounds` with no stage placed, from each table's value at (stage 0, layer 0)
+        (`root_bounds` builds them): the sends' table is left out (0 ≤ it)."""
+        p = self.p
+        M, S, L = p.micro_batches, p.num_stages, p.num_layers
+        mu = p.micro_batch_overhead_s
+        tail0 = self.root_tail()
+        total = p.fwd_prefix[L] + p.bwd_prefix[L] + S * mu
+        terms = [tables["l1"] + tail0, tables["l1own"]]
+        if p.schedule == "gpipe":
+            machines = tables["fwd"] + tables["bwd"]
+            terms.append(total + ((M - 1) * machines if M > 1 else 0.0) + tail0)
+        else:
+            terms.append(total + tables["round"] + tail0)
+        if self.shares_one_link:
+            after = M if p.schedule == "gpipe" else 1
+            carried = p.shared_latency_s + p.shared_s_per_byte * p.grad_prefix[L]
+            terms.append(p.shared_latency_s + tables["nic"])
+            last = after * (p.bwd_prefix[L] - p.bwd_prefix[L - 1])
+            terms.append(p.fwd_prefix[L] + (S - 1) * mu + last + tables["pace"] + carried)
+        return float(max(terms)) + p.overhead_s
+
+    def root_tail(self) -> float:
+        """The least tail0 of any partition: the first stage that trains holds the first
+        active layer (after the frozen prefix), whatever stage it is."""
+        p = self.p
+        first = max(p.min_first_boundary - 1, p.forward_only_layers)
+        if first >= p.num_layers:
+            return 0.0
+        g = float(p.grad_prefix[first + 1] - p.grad_prefix[first])
+        if g <= 0:
+            return 0.0
+        own = p.allreduce_latency_s + (p.allreduce_s_per_byte + p.optimizer_s_per_byte) * g
+        return float(own.min())
+
     def _training_rest(self, k: int, i: np.ndarray) -> np.ndarray:
         """What the training stages still to place add between micro-batch 0's arrival and
         the last gradient's way down (`_suffix_windows`' `around`), whichever stage q ≥ k
@@ -938,7 +984,7 @@ class PartitionSpace:
         "l1own", "nic", "sends", "round" (1F1B), "fwd" and "bwd" (GPipe). A stage t's ops
         include what they receive (`simulate.received_in_op`): its forward the activation
         over boundary t−1 at its first layer i (in R, any function of i), its backward the
-        gradient over boundary t at its end j (in Q, which `_minmax` needs nondecreasing:
+        gradient over boundary t at its end j (in Q, which `minmax_tables` needs nondecreasing:
         its running minimum from the right, a lower envelope)."""
         if name not in self._tables:
             self._tables[name] = self._build_table(name)
@@ -948,61 +994,17 @@ class PartitionSpace:
         p = self.p
         if name == "sends":
             return self._min_sends()
-        S, M, mu = p.num_stages, p.micro_batches, p.micro_batch_overhead_s
-        Fp, Bp, Gp = p.fwd_prefix, p.bwd_prefix, p.grad_prefix
-        Cp = Fp + Bp
-        # [k, position]: what stage k receives, its forward at its start (over boundary
-        # k−1), its backward at its end (over boundary k).
-        zero = np.zeros((1, len(Fp)))
-        rf = np.concatenate([zero, p.send_s[: S - 1]])
-        rb = np.concatenate([p.grad_send_s[: S - 1], zero])
-        k = np.arange(S)
-        ahead = (k + M) * mu  # the μ of stages before k and of k's M micro-batches
-
-        def rising(Q: np.ndarray) -> np.ndarray:
-            return np.minimum.accumulate(Q[:, ::-1], axis=1)[:, ::-1]
-
-        def l1():
-            return rising(M * (Cp + rb)), (M - 1) * Cp - M * rf, ahead
-
-        def l1own():
-            rate = (p.allreduce_s_per_byte + p.optimizer_s_per_byte)[:, None]
-            Q = M * Cp + rate * Gp
-            return rising(Q + M * rb), Q - Fp - M * rf, ahead
-
-        def round_trip():
-            later = (M - np.array(p.forwards_first, dtype=float))[:, None]
-            Q = (M - 1) * Bp + later * Fp
-            return rising(Q + (M - 1) * rb), Q - later * rf, later[:, 0] * mu
-
-        def nic():  # every stage's all-reduce crosses one link: stages ≤ k's bytes
-            Q = M * Cp + p.shared_s_per_byte * Gp + M * rb
-            return rising(Q), M * Cp - Fp - M * rf, ahead
-
-        def fwd():
-            return np.broadcast_to(Fp, rf.shape), Fp - rf, np.full(S, mu)
-
-        def pace():  # stage k's last forward, less the forwards of the layers after it
-            later = (M - np.array(p.forwards_first, dtype=float))[:, None]
-            Q = (M - 1) * Fp + later * Bp
-            return rising(Q + later * rb), Q - M * rf, np.full(S, M * mu)
-
-        def bwd():
-            return rising(Bp + rb), np.broadcast_to(Bp, rb.shape), np.zeros(S)
-
-        costs = {"l1": l1, "l1own": l1own, "nic": nic, "round": round_trip, "fwd": fwd}
-        costs.update(bwd=bwd, pace=pace)
         # Shared with the other shapes of the same S, m, schedule and boundary links, under a
         # name that says M where the table depends on it; l1own and nic depend on the
         # replicas' all-reduce. The tables a bound needs are built together.
-        shared = {"l1": f"l1/{M}", "round": f"round/{M}", "fwd": "fwd", "bwd": "bwd"}
-        names = ["l1", "l1own"] + (["fwd", "bwd"] if p.schedule == "gpipe" else ["round"])
-        if self.shares_one_link:
-            names += ["nic", "pace"]
+        shared = {"l1": f"l1/{p.micro_batches}", "round": f"round/{p.micro_batches}"}
+        shared.update(fwd="fwd", bwd="bwd")
+        names = self.table_names()
         if name not in names:
             names.append(name)
         built = [n for n in names if n not in self._tables and shared.get(n) not in self._shared]
-        for n, table in zip(built, self._minmax([costs[n]() for n in built]), strict=True):
+        costs = self.costs(built)
+        for n, table in zip(built, self._minmax(costs), strict=True):
             self._tables[n] = table
             if n in shared:
                 self._shared[shared[n]] = table
@@ -1010,6 +1012,11 @@ class PartitionSpace:
             if n in shared and n not in self._tables:
                 self._tables[n] = self._shared[shared[n]]
         return self._tables[name]
+
+    def table_names(self) -> list[str]:
+        """The min-max tables a bound of this shape reads (built together)."""
+        names = ["l1", "l1own"] + (["fwd", "bwd"] if self.p.schedule == "gpipe" else ["round"])
+        return names + (["nic", "pace"] if self.shares_one_link else [])
 
     def _positions(self, k: int) -> np.ndarray:
         """Where stage k may start: after k one-layer stages (stage 1 after the frozen prefix)
@@ -1025,41 +1032,11 @@ class PartitionSpace:
         return self._shared[key]
 
     def _minmax(self, costs: list[tuple[np.ndarray, ...]]) -> list[list[np.ndarray]]:
-        """Per cost (Q, R, κ) with Q, R: [stage t, position], κ: [t], T[k][i] ≤ min over
-        placements of stages k..S−1 on [i, L) of max_t u_t, u_t(i', j) = Q_t[j] − R_t[i'] +
-        κ_t nondecreasing in j. Backwards over k: T[k][i] = min_j max(u_k(i, j), T'[j])
-        with T' the running minimum of T[k+1] (nonincreasing, ≤ T[k+1]), so the best j is
-        at the crossing of a nondecreasing and a nonincreasing sequence: found by bisection
-        on Q_k − T'. The costs go together, one row each (numpy's per-call overhead, not the
-        arithmetic, is what a table of tens of layers costs)."""
-        p = self.p
-        S, L, n = p.num_stages, p.num_layers, len(costs)
-        Qs = np.empty((S, n, L + 1))  # [t, cost, position]; filled row by row (a stack of
-        Rs = np.empty((S, n, L + 1))  # broadcasts costs more)
-        for row, (Q, R, _) in enumerate(costs):
-            Qs[:, row] = Q
-            Rs[:, row] = R
-        kappas = np.stack([kappa for _, _, kappa in costs], axis=1)[:, :, None]  # [t, cost, 1]
-        lo = np.arange(1, L + 2)  # j ≥ i + 1
-        rows = np.arange(n)[:, None]  # fancy indexing row by row (take_along_axis costs more)
-        his = self._last_ends_all()
-        tables = np.full((S + 1, n, L + 1), np.inf)
-        Q, R, kappa = Qs[S - 1], Rs[S - 1], kappas[S - 1]
-        last = np.where(his[S - 1] >= L, Q[:, L:] - R + kappa, np.inf)
-        tables[S - 1] = np.where(self._positions(S - 1), last, np.inf)
-        with np.errstate(invalid="ignore"):
-            for k in range(S - 2, 0, -1):
-                Q, R, kappa = Qs[k], Rs[k], kappas[k]
-                after = np.minimum.accumulate(tables[k + 1], axis=1)
-                crossing = np.maximum.accumulate(Q - after, axis=1)
-                split = _search_rows(crossing, R - kappa)
-                hi = his[k]
-                j1 = np.maximum(split, lo)
-                above = np.where(j1 <= hi, Q[rows, np.minimum(j1, L)] - R + kappa, np.inf)
-                j2 = np.minimum(split - 1, hi)  # ≤ L; below 0 only where j2 < lo anyway
-                below = np.where(j2 >= lo, after[rows, np.maximum(j2, 0)], np.inf)
-                tables[k] = np.where(self._positions(k), np.minimum(above, below), np.inf)
-        return [list(tables[:, row]) for row in range(n)]
+        """`minmax_tables` of this shape's costs, on its memory limits."""
+        S = self.p.num_stages
+        positions = np.stack([self._positions(k) for k in range(S)])
+        tables = minmax_tables(costs, self._last_ends_all(), positions)
+        return [list(tables[:, row]) for row in range(len(costs))]
 
     def _last_ends_all(self) -> np.ndarray:
         """[k, i]: `last_ends(k)[i]` for every stage (the tables read them all)."""
@@ -1143,6 +1120,127 @@ def _window_counts(k: int, first: int, S: int, M: int) -> tuple[np.ndarray, ...]
     for array in counts:
         array.flags.writeable = False
     return counts
+
+
+def table_costs(p: StagePricing, names: list[str]) -> list[tuple[np.ndarray, ...]]:
+    """The (Q, R, κ) of min-max tables of `PartitionSpace` (see `minmax_tables`): "l1",
+    "l1own", "nic", "round" (1F1B), "pace", "fwd" and "bwd" (GPipe). A stage t's ops
+    include what they receive (`simulate.received_in_op`): its forward the activation over
+    boundary t−1 at its first layer i (in R, any function of i), its backward the gradient
+    over boundary t at its end j (in Q, which must be nondecreasing: its running minimum
+    from the right, a lower envelope)."""
+    S, M, mu = p.num_stages, p.micro_batches, p.micro_batch_overhead_s
+    Fp, Bp, Gp = p.fwd_prefix, p.bwd_prefix, p.grad_prefix
+    Cp = Fp + Bp
+    # [k, position]: what stage k receives, its forward at its start (over boundary k−1),
+    # its backward at its end (over boundary k).
+    zero = np.zeros((1, len(Fp)))
+    rf = np.concatenate([zero, p.send_s[: S - 1]])
+    rb = np.concatenate([p.grad_send_s[: S - 1], zero])
+    ahead = (np.arange(S) + M) * mu  # the μ of stages before k and of k's M micro-batches
+    later = (M - np.array(p.forwards_first, dtype=float))[:, None]
+
+    def rising(Q: np.ndarray) -> np.ndarray:
+        return np.minimum.accumulate(Q[:, ::-1], axis=1)[:, ::-1]
+
+    def l1():
+        return rising(M * (Cp + rb)), (M - 1) * Cp - M * rf, ahead
+
+    def l1own():
+        rate = (p.allreduce_s_per_byte + p.optimizer_s_per_byte)[:, None]
+        Q = M * Cp + rate * Gp
+        return rising(Q + M * rb), Q - Fp - M * rf, ahead
+
+    def round_trip():
+        Q = (M - 1) * Bp + later * Fp
+        return rising(Q + (M - 1) * rb), Q - later * rf, later[:, 0] * mu
+
+    def nic():  # every stage's all-reduce crosses one link: stages ≤ k's bytes
+        Q = M * Cp + p.shared_s_per_byte * Gp + M * rb
+        return rising(Q), M * Cp - Fp - M * rf, ahead
+
+    def fwd():
+        return np.broadcast_to(Fp, rf.shape), Fp - rf, np.full(S, mu)
+
+    def pace():  # stage k's last forward, less the forwards of the layers after it
+        Q = (M - 1) * Fp + later * Bp
+        return rising(Q + later * rb), Q - M * rf, np.full(S, M * mu)
+
+    def bwd():
+        return rising(Bp + rb), np.broadcast_to(Bp, rb.shape), np.zeros(S)
+
+    costs = {"l1": l1, "l1own": l1own, "round": round_trip, "nic": nic, "fwd": fwd}
+    costs.update(pace=pace, bwd=bwd)
+    return [costs[name]() for name in names]
+
+
+def minmax_tables(
+    costs: list[tuple[np.ndarray, ...]], his: np.ndarray, positions: np.ndarray, down_to: int = 1
+) -> np.ndarray:
+    """[k, cost, i] for k ≥ `down_to`: per cost (Q, R, κ) with Q, R: [stage t, position],
+    κ: [t], T[k][i] ≤ min over placements of stages k..S−1 on [i, L) of max_t u_t,
+    u_t(i', j) = Q_t[j] − R_t[i'] + κ_t nondecreasing in j; stage t ends by his[t][i'] and
+    starts only where positions[t]. Backwards over k: T[k][i] = min_j max(u_k(i, j), T'[j])
+    with T' the running minimum of T[k+1] (nonincreasing, ≤ T[k+1]), so the best j is at the
+    crossing of a nondecreasing and a nonincreasing sequence: found by bisection on Q_k − T'.
+    The costs go together, one row each (numpy's per-call overhead, not the arithmetic, is
+    what a table of tens of layers costs). `his` may hold one [S, L+1] for every cost or
+    one per cost ([cost, S, L+1])."""
+    S, n = len(positions), len(costs)
+    L = positions.shape[1] - 1
+    Qs = np.empty((S, n, L + 1))  # [t, cost, position]; filled row by row (a stack of
+    Rs = np.empty((S, n, L + 1))  # broadcasts costs more)
+    for row, (Q, R, _) in enumerate(costs):
+        Qs[:, row] = Q
+        Rs[:, row] = R
+    kappas = np.stack([kappa for _, _, kappa in costs], axis=1)[:, :, None]  # [t, cost, 1]
+    his = his if his.ndim == 2 else np.moveaxis(his, 0, 1)  # [t, position] or [t, cost, ...]
+    lo = np.arange(1, L + 2)  # j ≥ i + 1
+    rows = np.arange(n)[:, None]  # fancy indexing row by row (take_along_axis costs more)
+    tables = np.full((S + 1, n, L + 1), np.inf)
+    Q, R, kappa = Qs[S - 1], Rs[S - 1], kappas[S - 1]
+    last = np.where(his[S - 1] >= L, Q[:, L:] - R + kappa, np.inf)
+    tables[S - 1] = np.where(positions[S - 1], last, np.inf)
+    with np.errstate(invalid="ignore"):
+        for k in range(S - 2, down_to - 1, -1):
+            Q, R, kappa = Qs[k], Rs[k], kappas[k]
+            after = np.minimum.accumulate(tables[k + 1], axis=1)
+            crossing = np.maximum.accumulate(Q - after, axis=1)
+            split = _search_rows(crossing, R - kappa)
+            hi = his[k]
+            j1 = np.maximum(split, lo)
+            above = np.where(j1 <= hi, Q[rows, np.minimum(j1, L)] - R + kappa, np.inf)
+            j2 = np.minimum(split - 1, hi)  # ≤ L; below 0 only where j2 < lo anyway
+            below = np.where(j2 >= lo, after[rows, np.maximum(j2, 0)], np.inf)
+            tables[k] = np.where(positions[k], np.minimum(above, below), np.inf)
+    return tables
+
+
+def root_bounds(spaces: list[PartitionSpace]) -> np.ndarray:
+    """Per space (shapes of one phase with the same number of stages), a lower bound on the
+    step of every partition: the families of `PartitionSpace.bounds` at the root (no stage
+    placed), with every table built for all the spaces in one `minmax_tables` (memory and
+    the forward-only ends relaxed, the transfers' sum dropped: a lower bound still).
+
+        bounds = root_bounds([space_a, space_b])   # shapes whose bound clears it stay closed
+
+    A shape's closed-form bound misses the integrality of layers and the transfers at each
+    boundary; its root expansion would build these tables one shape at a time."""
+    first = spaces[0].p
+    S, L = first.num_stages, first.num_layers
+    costs, owners = [], []
+    for row, space in enumerate(spaces):
+        names = space.table_names()
+        costs += space.costs(names)
+        owners += [(row, name) for name in names]
+    # Each stage leaves a layer for every later one; memory is not checked (a relaxation).
+    his = np.repeat(np.minimum(L, L - (S - 1 - np.arange(S)))[:, None], L + 1, axis=1)
+    positions = np.stack([spaces[0]._positions(k) for k in range(S)])
+    tables = minmax_tables(costs, his, positions, down_to=0)[0, :, 0]
+    values: list[dict[str, float]] = [{} for _ in spaces]
+    for (row, name), value in zip(owners, tables, strict=True):
+        values[row][name] = float(value)
+    return np.array([space.root_bound(v) for space, v in zip(spaces, values, strict=True)])
 
 
 # Rows of at most this many positions are searched by one comparison of every pair.

@@ -42,6 +42,7 @@ from pipeplan.partition import (
     PartitionSpace,
     StagePricing,
     bottlenecks,
+    root_bounds,
     solve_partition,
     suffix_bottlenecks,
 )
@@ -961,7 +962,7 @@ class PhaseSearch:
             for sch in self.schedules(shape.num_stages, shape.micro_batches)
         ]
         for bound, candidate in zip(self.shape_bounds(candidates), candidates, strict=True):
-            run.push(float(bound), "shape", candidate)
+            run.add(float(bound), *candidate)
         if hint is not None:
             run.seed(hint)
         run.search()
@@ -1074,6 +1075,11 @@ class _Run:
         self.simulated: list[tuple[float, int, Evaluation]] = []
         self.work = 0
         self.stopped_at: float | None = None
+        # Tens of layers: per stage count, the candidates and their closed-form bounds; a
+        # shape's root bound (`partition.root_bounds`) once computed; the spaces built.
+        self.by_stages: dict[int, list[tuple[tuple[Shape, Schedule], float]]] = {}
+        self.roots: dict[tuple[Shape, Schedule], float] = {}
+        self.spaces: dict[tuple[Shape, Schedule], PartitionSpace] = {}
 
     def push(self, bound: float, kind: str, item: object, later: bool = False) -> None:
         if bound < self.limit():
@@ -1138,9 +1144,28 @@ class _Run:
             return
         self.simulate(shape, hint.schedule, hint.boundaries)
 
+    def add(self, bound: float, shape: Shape, schedule: Schedule) -> None:
+        """A candidate at its closed-form bound."""
+        self.push(bound, "shape", (shape, schedule))
+        self.by_stages.setdefault(shape.num_stages, []).append(((shape, schedule), bound))
+
     def open_shape(self, shape: Shape, schedule: Schedule, bound: float = 0.0) -> None:
         search = self.phase
         pinned = search.pins.boundaries
+        if (
+            pinned is None
+            and search.model.num_layers <= DENSE_MAX_LAYERS
+            and self.limit() < math.inf
+        ):
+            # Most shapes' trees would be pruned at their root: bound the roots of every
+            # waiting shape with this many stages at once, and wait again at the root's bound
+            # (before any layout is simulated, all would wait: the first tree opens at once).
+            if (shape, schedule) not in self.roots:
+                self.bound_roots(shape, schedule)
+            root = self.roots[(shape, schedule)]
+            if root > bound:
+                self.push(root, "shape", (shape, schedule))
+                return
         if pinned is not None:
             layout = search.layout(shape, schedule, tuple(pinned))
             if _runs(layout, search):
@@ -1161,7 +1186,25 @@ class _Run:
             return
         self.open_tree(shape, schedule, space)
 
+    def bound_roots(self, shape: Shape, schedule: Schedule) -> None:
+        """`partition.root_bounds` of (shape, schedule) and of every other candidate with as
+        many stages whose closed-form bound is still below the limit (one batch)."""
+        limit = self.limit()
+        waiting = [(shape, schedule)] + [
+            key
+            for key, bound in self.by_stages.get(shape.num_stages, [])
+            if bound < limit and key not in self.roots and key != (shape, schedule)
+        ]
+        self.work += WORK_PER_TABLE_STAGE * shape.num_stages
+        spaces = [self.space(*key) for key in waiting]
+        for key, root in zip(waiting, root_bounds(spaces), strict=True):
+            self.roots[key] = float(root)
+
     def space(self, shape: Shape, schedule: Schedule) -> PartitionSpace:
+        """The shape's partition space (kept for tens of layers: its root is bounded first,
+        then its tree may open)."""
+        if (shape, schedule) in self.spaces:
+            return self.spaces[(shape, schedule)]
         search = self.phase
         links = search._rank_links(shape)  # the tables price transfers: same links, same tables
         key = (
@@ -1171,7 +1214,10 @@ class _Run:
             links.latency.tobytes(),
             links.per_byte.tobytes(),
         )
-        return PartitionSpace(search.pricing(shape, schedule), search.shared_tables(key))
+        space = PartitionSpace(search.pricing(shape, schedule), search.shared_tables(key))
+        if search.model.num_layers <= DENSE_MAX_LAYERS:
+            self.spaces[(shape, schedule)] = space
+        return space
 
     def open_tree(
         self, shape: Shape, schedule: Schedule, space: PartitionSpace | None = None
