@@ -413,7 +413,29 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
 
     train = split(corpus.train, corpus.train_labels)
     eval_ = split(corpus.eval, corpus.eval_labels)
+    _check_encoded(tok, directory, corpus.name, [train.inputs, eval_.inputs])
     return TaskData(corpus.name, train, eval_, augmented=False, padded=True)
+
+
+def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]) -> None:
+    """Refuses a tokenizer that turns every text of the data into unknown or special tokens:
+    its vocabulary cannot encode the data, and training on it learns nothing from the text.
+
+        _check_encoded(tok, Path("tok"), "reviews.jsonl", [train_ids, eval_ids])
+
+    Found by the twentieth round: a tokenizer without a vocabulary loaded and gave [UNK] for
+    every word. A vocabulary that knows one word of the data passes (the data's own business)."""
+    special = (set(tok.all_special_ids) | {tok.unk_token_id}) - {None}
+    every = torch.cat([t.flatten() for t in ids])
+    if not special or every.numel() == 0:
+        return
+    if not torch.isin(every, torch.tensor(sorted(special), dtype=every.dtype)).all():
+        return
+    names = ", ".join(sorted(set(tok.all_special_tokens)))
+    raise InputFileError(
+        f"{directory}: the tokenizer turns every text of {data} into its unknown or special "
+        f"tokens ({names}); its vocabulary cannot encode the data"
+    )
 
 
 def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Path:
@@ -422,7 +444,8 @@ def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Pat
         return Path(given)
     model = Path(seq.name)
     model = model.parent if model.suffix == ".json" else model
-    if any((model / name).is_file() for name in TOKENIZER_FILES):
+    # Any tokenizer file: one without a vocabulary is then refused naming what it lacks.
+    if tokenizer_files(model):
         return model
     raise BadArgumentError(
         f"data '{data}' is text: pass --tokenizer DIR, a local tokenizer directory (nothing "
@@ -438,6 +461,14 @@ def load_tokenizer(directory: Path) -> Any:
     if not directory.is_dir():
         raise InputFileError(f"{directory}: no such tokenizer directory")
     _check_tokenizer_json(directory)
+    # Found by the twentieth round: without one, AutoTokenizer built a BertTokenizer from a
+    # model's config.json with no vocabulary at all (every word [UNK]), and an empty folder
+    # was refused in a truncated sentence of transformers'.
+    if not any(_vocabulary_name(p) for p in tokenizer_files(directory)):
+        raise InputFileError(
+            f"{directory}: no tokenizer vocabulary (tokenizer.json, vocab.txt, vocab.json or a "
+            "sentencepiece .model); pass a folder a tokenizer was saved to with save_pretrained"
+        )
     # The `tokenizers` library raises a plain Exception on a broken or unknown-model
     # tokenizer.json: anything from loading is the directory's fault.
     try:
@@ -468,6 +499,16 @@ def _tokenizer_name(path: Path) -> bool:
         or path.name.startswith("vocab")
         or path.suffix == ".model"
     )
+
+
+def _vocabulary_name(path: Path) -> bool:
+    """Whether a tokenizer file of this name holds a vocabulary (the JSON files beside it and
+    merges.txt hold settings or merge rules only):
+
+        _vocabulary_name(Path("tok/vocab.txt"))               # True
+        _vocabulary_name(Path("tok/tokenizer_config.json"))   # False
+    """
+    return path.name == "tokenizer.json" or path.name.startswith("vocab") or path.suffix == ".model"
 
 
 def _check_tokenizer_json(directory: Path) -> None:

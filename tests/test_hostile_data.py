@@ -224,6 +224,53 @@ def test_a_tokenizer_that_cannot_encode_the_data(made, tmp_path, capsys):
     refused(argv, tmp_path, capsys, ("tok", "the tokenizer cannot encode"))
 
 
+# A --tokenizer folder without a vocabulary: what it holds instead (file name → text).
+NO_VOCABULARY = {
+    "a model's config.json": {"config.json": json.dumps({"model_type": "bert"})},
+    "nothing": {},
+    "tokenizer_config.json alone": {
+        "tokenizer_config.json": json.dumps({"tokenizer_class": "BertTokenizer"})
+    },
+}
+
+
+@pytest.mark.parametrize("case", NO_VOCABULARY, ids=str)
+def test_a_tokenizer_folder_without_a_vocabulary(made, tmp_path, capsys, case):
+    """Found by the twentieth round: --tokenizer naming a model folder (config.json, no
+    tokenizer files) loaded a BertTokenizer without a vocabulary: every word [UNK], the run
+    prepared to train on sequences that carry nothing. An empty folder was refused in a
+    truncated sentence of transformers' ("… from one of: ")."""
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    for name, text in NO_VOCABULARY[case].items():
+        (tok / name).write_text(text)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, (f"{tok}: no tokenizer vocabulary", "tokenizer.json"))
+
+
+def test_a_tokenizer_folder_that_is_the_model_folder(made, tmp_path, capsys):
+    """Found by the twentieth round: `--tokenizer bert`, the model's own folder (config.json
+    and weights, no tokenizer), was accepted and every word became [UNK]."""
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=made["checkpoint"])
+    refused(argv, tmp_path, capsys, f"{made['checkpoint']}: no tokenizer vocabulary")
+
+
+def test_a_vocabulary_that_knows_no_word_of_the_data(made, tmp_path, capsys):
+    """Found by the twentieth round: a tokenizer that loads but turns every text into [UNK]
+    and the special tokens around it was accepted (a vocabulary that cannot encode the data;
+    here one of special tokens and a word no review holds)."""
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nzzz\n")
+    (tok / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer"}))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragments = (f"{tok}: the tokenizer turns every text of", "r.jsonl", "[UNK]", "cannot encode")
+    refused(argv, tmp_path, capsys, fragments)
+
+
 def test_a_tokenizer_edited_since_the_run_started(made, tmp_path, capsys):
     """Found by the sixth independent round: data.json hashed the data files only; ids of
     the tokenizer swapped between a run and its resume re-tokenised the data silently."""
