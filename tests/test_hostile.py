@@ -2494,6 +2494,69 @@ def test_a_bad_generation_config_is_refused_as_config_json_is(tmp_path, capsys, 
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
 
 
+# The twentieth round's generation_config.json cases (as GENERATION_CONFIGS; 512 tokens).
+ABOVE_INT32 = "an integer ≥ 1 and at most 2147483647"
+GENERATION_CONFIGS_20 = {
+    "bad_words_ids beyond the vocabulary": (
+        '{"bad_words_ids": [[999999]]}',
+        "bad_words_ids holds 999999, not a token id of its vocabulary (0..511)",
+    ),
+    "bad_words_ids -5": ('{"bad_words_ids": [[-5]]}', "bad_words_ids holds -5, not a token id"),
+    "sequence_bias beyond the vocabulary": (
+        '{"sequence_bias": [[[99999], 1.0]]}',
+        "sequence_bias holds 99999, not a token id",
+    ),
+    "sequence_bias as a dict": (
+        '{"sequence_bias": {"1": 1.0}}',
+        "sequence_bias is {'1': 1.0}; a list of [token ids, bias] pairs",
+    ),
+    "forced_decoder_ids beyond the vocabulary": (
+        '{"forced_decoder_ids": [[1, 99999]]}',
+        "forced_decoder_ids holds 99999, not a token id",
+    ),
+    "max_length 10^20": (
+        '{"max_length": 100000000000000000000}',
+        f"max_length is 100000000000000000000; a length in tokens is {ABOVE_INT32}",
+    ),
+    "max_new_tokens 10^12": (
+        '{"max_new_tokens": 1000000000000}',
+        f"max_new_tokens is 1000000000000; a length in tokens is {ABOVE_INT32}",
+    ),
+    "num_beams 10^9": (
+        '{"num_beams": 1000000000}',
+        "num_beams is 1000000000; beam search scores num_beams × vocab_size (512)",
+    ),
+    "num_assistant_tokens -1": (
+        '{"num_assistant_tokens": -1}',
+        f"num_assistant_tokens is -1; a count is {ABOVE_INT32}",
+    ),
+    "prompt_lookup_num_tokens -5": (
+        '{"prompt_lookup_num_tokens": -5}',
+        f"prompt_lookup_num_tokens is -5; a count is {ABOVE_INT32}",
+    ),
+    "min_length above max_length": (
+        '{"min_length": 50, "max_length": 10}',
+        "min_length is 50, above max_length 10",
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", GENERATION_CONFIGS_20, ids=str)
+def test_a_generation_config_field_of_any_kind_is_checked(tmp_path, capsys, case):
+    """Found by the twentieth round: the nineteenth round's table left most of
+    GenerationConfig's fields unchecked: token ids beyond the vocabulary in bad_words_ids,
+    sequence_bias and forced_decoder_ids, max_length 10^20 (beyond int64), num_beams 10^9,
+    negative num_assistant_tokens and min_length above max_length were accepted and exported.
+    One line naming generation_config.json and the field."""
+    text, fragment = GENERATION_CONFIGS_20[case]
+    model, argv = _model_folder_command(tmp_path, GPT2_CONFIG, "profile")
+    (model / "generation_config.json").write_text(text)
+    where = f"{model / 'generation_config.json'}: {fragment}"
+    refused_quietly(argv, tmp_path / "in", capsys, where)
+    assert not (tmp_path / "p.json").exists()
+
+
 @pytest.mark.parametrize(
     "kind, fragment",
     [

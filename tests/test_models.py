@@ -426,6 +426,7 @@ def test_the_generation_config_keys_checked_are_transformers():
     from transformers import GenerationConfig
 
     from pipeplan.formats.modelconfig import (
+        GENERATION_LEGACY_KEYS,
         GENERATION_RANGES,
         GENERATION_TOKEN_ID_KEYS,
         GENERATION_TOKEN_LISTS,
@@ -434,8 +435,58 @@ def test_the_generation_config_keys_checked_are_transformers():
 
     keys = [key for keys, _, _ in GENERATION_RANGES for key in keys]
     keys += [*GENERATION_TOKEN_LISTS, *(set(GENERATION_TOKEN_ID_KEYS) - set(TOKEN_ID_KEYS))]
+    keys = [key for key in keys if key not in GENERATION_LEGACY_KEYS]
     config = GenerationConfig()
     assert [key for key in keys if not hasattr(config, key)] == []
+
+
+def test_every_field_of_a_generation_config_is_checked():
+    """Found by the twentieth round: bad_words_ids [[999999]], max_length 10^20,
+    num_assistant_tokens -1 and the like were accepted: the nineteenth round's table named some
+    of GenerationConfig's fields only. Every field GenerationConfig defines is in a table (or
+    left, by name, to transformers' own validation), so one transformers adds fails here."""
+    from transformers import GenerationConfig
+
+    from pipeplan.formats.modelconfig import generation_fields
+
+    assert sorted(set(GenerationConfig().to_dict()) - generation_fields()) == []
+
+
+def test_every_checked_generation_field_refuses_a_value_of_another_shape():
+    """Found by the twentieth round (as above): each field the tables check refuses a value no
+    field takes (a list of [-1]), in a message that starts with its name."""
+    from pipeplan.formats.modelconfig import (
+        GENERATION_LEFT_TO_TRANSFORMERS,
+        generation_fields,
+        generation_value_problem,
+    )
+
+    for key in sorted(generation_fields() - set(GENERATION_LEFT_TO_TRANSFORMERS)):
+        why = generation_value_problem({key: [[-1]]}, 128, "gpt2")
+        assert why is not None and why.startswith(f"{key} "), (key, why)
+
+
+@pytest.mark.parametrize(
+    "generation",
+    [
+        {"bad_words_ids": [[1, 2], [3]], "sequence_bias": [[[1], -2.0]]},
+        {"force_words_ids": [[1, 2], [[3], [4, 5]]], "forced_decoder_ids": [[1, 5]]},
+        {
+            "dola_layers": "low",
+            "stop_strings": ["\n"],
+            "exponential_decay_length_penalty": [5, 1.1],
+        },
+        {"num_beams": 4, "num_beam_groups": 2, "min_length": 10, "max_length": 10},
+        {"max_length": 2**31 - 1, "length_penalty": -1.5, "constraints": []},
+        {"bos_token_id": 1, "do_sample": True, "eos_token_id": 2, "max_length": 4096},
+    ],
+)
+def test_generation_configs_as_transformers_writes_them_pass(generation):
+    """The twentieth round's checks refuse no valid value of the fields they add (the shapes
+    transformers writes: [[ids, bias]] pairs, words of alternatives, min equal to max)."""
+    from pipeplan.formats.modelconfig import generation_value_problem
+
+    assert generation_value_problem(generation, 128, "gpt2") is None
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

@@ -520,10 +520,16 @@ def token_id_problem(
 # A model folder's generation_config.json: `from_pretrained` of a decoder reads it and
 # `save_pretrained` writes it into the export, where `generate` uses it. Found by the nineteenth
 # round: read by transformers with none of config.json's checks (max_length -5, temperature NaN,
-# eos_token_id beyond the vocabulary exported as found). The token ids `generate` stops at,
-# pads with or forces, and the lists of ids it suppresses.
+# eos_token_id beyond the vocabulary exported as found). The twentieth round found the rest of
+# GenerationConfig's fields unchecked (bad_words_ids [[999999]], max_length 10^20, min_length
+# above max_length): every field is now in one of the tables below, by kind, and a test walks
+# GenerationConfig's own fields so one transformers adds is not left out.
+# The token ids `generate` stops at, pads with or forces.
 GENERATION_TOKEN_ID_KEYS = (*TOKEN_ID_KEYS, "forced_bos_token_id", "forced_eos_token_id")
-GENERATION_TOKEN_LISTS = ("suppress_tokens", "begin_suppress_tokens")
+# A count or length `generate` reads: at most what an int32 holds (the tensors and loops it
+# sizes; max_length 10^20 does not even fit an int64). Positions are no bound: rotary models
+# (Llama) generate beyond max_position_embeddings.
+MAX_GENERATION_COUNT = 2**31 - 1
 
 
 def _integer(value: Any) -> bool:
@@ -534,31 +540,69 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-# (keys, what a value must be, that in words): the numbers `generate` reads, each unset (null)
-# or in its range. transformers refuses none of these when it reads the file.
+def _count(low: int) -> Callable[[Any], bool]:
+    """An integer from `low` to MAX_GENERATION_COUNT:  _count(1)(0)   # False"""
+    return lambda v: _integer(v) and low <= v <= MAX_GENERATION_COUNT
+
+
+def _strings(value: Any) -> bool:
+    """A non-empty string or a non-empty list of them (stop_strings)."""
+    items = value if isinstance(value, list) else [value]
+    return bool(items) and all(isinstance(s, str) and s for s in items)
+
+
+def _decay(value: Any) -> bool:
+    """exponential_decay_length_penalty: [start index ≥ 0, decay factor > 0]."""
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and _count(0)(value[0])
+        and _number(value[1])
+        and value[1] > 0
+    )
+
+
+_UPTO = f"at most {MAX_GENERATION_COUNT}"
+# (keys, what a value must be, that in words): the settings `generate` reads, each unset (null)
+# or valid. transformers refuses none of these when it reads the file.
 GENERATION_RANGES: tuple[tuple[tuple[str, ...], Any, str], ...] = (
     (
-        ("max_length", "max_new_tokens"),
-        lambda v: _integer(v) and v >= 1,
-        "a length in tokens is an integer ≥ 1",
+        ("max_length", "max_new_tokens", "max_cache_len", "prefill_chunk_size"),
+        _count(1),
+        f"a length in tokens is an integer ≥ 1 and {_UPTO}",
     ),
     (
         ("min_length", "min_new_tokens"),
-        lambda v: _integer(v) and v >= 0,
-        "a length in tokens is an integer ≥ 0",
+        _count(0),
+        f"a length in tokens is an integer ≥ 0 and {_UPTO}",
     ),
     (
-        ("num_beams", "num_return_sequences"),
-        lambda v: _integer(v) and v >= 1,
-        "a count is an integer ≥ 1",
+        ("num_beams", "num_return_sequences", "num_beam_groups", "num_assistant_tokens"),
+        _count(1),
+        f"a count is an integer ≥ 1 and {_UPTO}",
+    ),
+    (
+        ("prompt_lookup_num_tokens", "max_matching_ngram_size"),
+        _count(1),
+        f"a count is an integer ≥ 1 and {_UPTO}",
     ),
     (
         ("top_k", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size"),
-        lambda v: _integer(v) and v >= 0,
-        "an integer ≥ 0 (0: off)",
+        _count(0),
+        f"an integer ≥ 0 (0: off) and {_UPTO}",
+    ),
+    (
+        ("assistant_early_exit", "assistant_lookbehind", "target_lookbehind"),
+        _count(0),
+        f"a layer or token index is an integer ≥ 0 and {_UPTO}",
     ),
     (
         ("top_p", "typical_p", "min_p", "top_h", "epsilon_cutoff", "eta_cutoff"),
+        lambda v: _number(v) and 0 <= v <= 1,
+        "a probability is in [0, 1]",
+    ),
+    (
+        ("assistant_confidence_threshold", "penalty_alpha"),
         lambda v: _number(v) and 0 <= v <= 1,
         "a probability is in [0, 1]",
     ),
@@ -568,43 +612,223 @@ GENERATION_RANGES: tuple[tuple[tuple[str, ...], Any, str], ...] = (
         lambda v: _number(v) and v > 0,
         "a penalty factor is a number > 0",
     ),
+    (("diversity_penalty",), lambda v: _number(v) and v >= 0, "a penalty is a number ≥ 0"),
+    (("length_penalty", "guidance_scale"), _number, "a number"),
     (("max_time",), lambda v: _number(v) and v > 0, "a time in seconds is a number > 0"),
-    (("do_sample", "use_cache"), lambda v: type(v) is bool, "a switch is true or false"),
+    (
+        (
+            "do_sample",
+            "use_cache",
+            "output_attentions",
+            "output_hidden_states",
+            "output_scores",
+            "output_logits",
+            "return_dict_in_generate",
+            "remove_invalid_values",
+            "renormalize_logits",
+            "low_memory",
+            "token_healing",
+            "disable_compile",
+            "is_assistant",
+            "use_mtp",
+            "_from_model_config",
+        ),
+        lambda v: type(v) is bool,
+        "a switch is true or false",
+    ),
+    (
+        ("num_assistant_tokens_schedule",),
+        lambda v: v in ("heuristic", "heuristic_transient", "constant"),
+        "one of heuristic, heuristic_transient, constant",
+    ),
+    (
+        ("dola_layers",),
+        lambda v: v in ("low", "high") or (isinstance(v, list) and all(_count(0)(i) for i in v)),
+        "low, high or a list of layer indices (integers ≥ 0)",
+    ),
+    (("stop_strings",), _strings, "a non-empty string or a list of them"),
+    (
+        ("exponential_decay_length_penalty",),
+        _decay,
+        "[start index, decay factor]: an integer ≥ 0 and a number > 0",
+    ),
+    (("transformers_version",), lambda v: isinstance(v, str), "a version is a string"),
+    # Constraint objects have no JSON form: a file holding any is not transformers'.
+    (("constraints",), lambda v: v == [], "Constraint objects cannot be stored in a file"),
+)
+# Fields whose values transformers itself refuses when it reads the file (GenerationConfig's
+# validate, run by from_dict: the message then says "not a generation config transformers
+# reads") or that configure transformers' own machinery, not the numbers `generate` decodes with.
+GENERATION_LEFT_TO_TRANSFORMERS = (
+    "early_stopping",  # true, false or "never"
+    "assistant_ensemble_weight",  # in (0, 1)
+    "cache_implementation",  # one of transformers' caches
+    "compile_config",  # a CompileConfig: none in a file
+    "watermarking_config",  # validated by its own class
+    "cache_config",  # options of the cache transformers builds
+    "continuous_batching_config",  # options of transformers' serving loop
+    "speculation_type",  # names transformers' speculative decoders
 )
 
 
+# What a part of a field holds: its token ids, or None when the part is not of its shape.
+IdsOf = Callable[[Any], list[Any] | None]
+
+
+def _ids(value: Any, depth: int) -> list[Any] | None:
+    """The items of a list nested `depth` deep whose inner lists are non-empty, or None when
+    `value` is not one:
+
+        _ids([[1, 2], [3]], 2)   # [1, 2, 3]
+        _ids([[1], []], 2)       # None
+    """
+    if depth == 0:
+        return [value]
+    if not isinstance(value, list):
+        return None
+    items: list[Any] = []
+    for item in value:
+        inner = _ids(item, depth - 1)
+        if inner is None or (depth > 1 and not item):
+            return None
+        items += inner
+    return items
+
+
+def _force_words_ids(value: Any) -> list[Any] | None:
+    """force_words_ids: a list of words, each a list of ids or a list of alternatives."""
+    if not isinstance(value, list):
+        return None
+    words = [_ids(w, 1) if w and not isinstance(w[0], list) else _ids(w, 2) for w in value]
+    if any(not isinstance(w, list) or not w for w in value) or None in words:
+        return None
+    return [i for word in words for i in word]  # type: ignore[union-attr]
+
+
+def _pairs(value: Any, first: IdsOf, second: IdsOf) -> list[Any] | None:
+    """The ids of a list of [a, b] pairs, `first(a) + second(b)` for each (either None: the
+    pair is not valid), or None:
+
+        _pairs([[[5, 6], 1.5]], _nonempty_ids, _no_ids_if_number)   # [5, 6]
+    """
+    if not isinstance(value, list):
+        return None
+    ids: list[Any] = []
+    for pair in value:
+        if not (isinstance(pair, list) and len(pair) == 2):
+            return None
+        a, b = first(pair[0]), second(pair[1])
+        if a is None or b is None:
+            return None
+        ids += a + b
+    return ids
+
+
+def _nonempty_ids(value: Any) -> list[Any] | None:
+    return _ids(value, 1) or None
+
+
+def _no_ids_if_number(value: Any) -> list[Any] | None:
+    return [] if _number(value) else None
+
+
+def _no_ids_if_position(value: Any) -> list[Any] | None:
+    return [] if _count(0)(value) else None
+
+
+# key → (its token ids, or None when it is not of its shape; the shape in words): the fields
+# that hold token ids in lists, each id inside the vocabulary.
+GENERATION_TOKEN_LISTS: dict[str, tuple[IdsOf, str]] = {
+    "suppress_tokens": (lambda v: _ids(v, 1), "a list of token ids"),
+    "begin_suppress_tokens": (lambda v: _ids(v, 1), "a list of token ids"),
+    "bad_words_ids": (lambda v: _ids(v, 2), "a list of non-empty lists of token ids"),
+    "force_words_ids": (_force_words_ids, "a list of non-empty lists (or lists of lists) of ids"),
+    # As transformers writes it: [[ids, bias], …] (a dict's keys would be strings in JSON).
+    "sequence_bias": (
+        lambda v: _pairs(v, _nonempty_ids, _no_ids_if_number),
+        "a list of [token ids, bias] pairs",
+    ),
+    # Whisper's legacy [position, token id] pairs: transformers keeps it as an extra attribute.
+    "forced_decoder_ids": (
+        lambda v: _pairs(v, _no_ids_if_position, lambda i: [i]),
+        "a list of [position, token id] pairs",
+    ),
+}
+# Keys GenerationConfig no longer defines but still reads as extra attributes.
+GENERATION_LEGACY_KEYS = ("forced_decoder_ids",)
+# (smaller, larger): the lengths and counts one setting bounds another by.
+GENERATION_ORDER = (
+    ("min_length", "max_length"),
+    ("min_new_tokens", "max_new_tokens"),
+    ("num_beam_groups", "num_beams"),
+)
+
+
+def generation_fields() -> set[str]:
+    """Every generation_config.json key the tables above check or leave to transformers, by
+    name (a test holds it to GenerationConfig's own fields)."""
+    keys = {key for keys, _, _ in GENERATION_RANGES for key in keys}
+    keys |= {*GENERATION_TOKEN_ID_KEYS, *GENERATION_TOKEN_LISTS, *GENERATION_LEFT_TO_TRANSFORMERS}
+    return keys - {"sep_token_id", "cls_token_id"}  # config.json's, not GenerationConfig's
+
+
 def generation_value_problem(generation: dict[str, Any], vocab: Any, family: str) -> str | None:
-    """What is wrong with a generation_config.json's values, in words, or None: the numbers of
-    `GENERATION_RANGES` in range, and (a text model, `vocab` its config.json's vocab_size)
-    every token id inside the vocabulary but its family's defaults, as config.json's are.
+    """What is wrong with a generation_config.json's values, in words, or None: the values of
+    `GENERATION_RANGES` valid, the pairs of `GENERATION_ORDER` in order, and (a text model,
+    `vocab` its config.json's vocab_size) every token id inside the vocabulary but its family's
+    defaults, as config.json's are.
 
         generation_value_problem({"max_length": -5}, 128, "gpt2")
-        # "max_length is -5; a length in tokens is an integer ≥ 1"
-        generation_value_problem({"eos_token_id": 99999}, 128, "gpt2")
-        # "eos_token_id 99999 is not a token id of its vocabulary (0..127)"
+        # "max_length is -5; a length in tokens is an integer ≥ 1 and at most 2147483647"
+        generation_value_problem({"bad_words_ids": [[99999]]}, 128, "gpt2")
+        # "bad_words_ids holds 99999, not a token id of its vocabulary (0..127)"
     """
-    for keys, valid, words in GENERATION_RANGES:
-        for key in keys:
-            value = generation.get(key)
-            if value is not None and not valid(value):
-                return f"{key} is {value!r}; {words}"
+    if (why := _generation_range_problem(generation)) is not None:
+        return why
     if type(vocab) is not int:
         return None  # an image model: no token ids
     ids = {**generation, "vocab_size": vocab}  # the model's vocabulary, not a key of this file
     defaults = DEFAULT_TOKEN_IDS.get(family, {})
     if (why := token_id_problem(ids, defaults, GENERATION_TOKEN_ID_KEYS)) is not None:
         return why
-    for key in GENERATION_TOKEN_LISTS:
+    for key, (found, shape) in GENERATION_TOKEN_LISTS.items():
         value = generation.get(key)
         if value is None:
             continue
-        if not isinstance(value, list):
-            return f"{key} is {value!r}; a list of token ids"
+        if (items := found(value)) is None:
+            return f"{key} is {_short(value)}; {shape}"
         # The first id that is wrong, not the list: it may hold a whole vocabulary.
-        for i in value:
+        for i in items:
             if not (_integer(i) and 0 <= i < vocab):
                 return f"{key} holds {i!r}, not a token id of its vocabulary (0..{vocab - 1})"
+    beams = generation.get("num_beams")
+    # Beam search scores every beam over the whole vocabulary in one tensor.
+    if beams is not None and beams * vocab > MAX_GENERATION_COUNT:
+        return (
+            f"num_beams is {beams}; beam search scores num_beams × vocab_size ({vocab}) "
+            f"tokens at once, {_UPTO}"
+        )
     return None
+
+
+def _generation_range_problem(generation: dict[str, Any]) -> str | None:
+    """`generation_value_problem` for the tables that need no vocabulary."""
+    for keys, valid, words in GENERATION_RANGES:
+        for key in keys:
+            value = generation.get(key)
+            if value is not None and not valid(value):
+                return f"{key} is {_short(value)}; {words}"
+    for low, high in GENERATION_ORDER:
+        small, large = generation.get(low), generation.get(high)
+        if small is not None and large is not None and small > large:
+            return f"{low} is {small}, above {high} {large}; it is at most {high}"
+    return None
+
+
+def _short(value: Any) -> str:
+    """A value as the message shows it: its repr, cut (a list may hold a vocabulary)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # --------------------------------------------------------------------------- sizes
