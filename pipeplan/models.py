@@ -58,6 +58,7 @@ from pipeplan.formats.base import (
     MAX_INDEX_BYTES,
     check_json,
     out_of_memory,
+    printable,
     read_input,
 )
 from pipeplan.formats.modelconfig import (
@@ -1058,12 +1059,14 @@ def _ends_with(key: str, ending: str) -> bool:
 @dataclass(frozen=True)
 class _Stored:
     """One tensor of a model's weight files, as stored: its dtype's name (safetensors'
-    spelling: F32, I32), shape, whether that dtype is floating point, and the file."""
+    spelling: F32, I32), shape, whether that dtype is floating point, the file, and its size
+    in bytes (None for a dtype torch does not know)."""
 
     dtype: str
     shape: list[int]
     floating: bool
     file: Path
+    nbytes: int | None = None
 
 
 # A shard index and the suffix of the shards it names: transformers reads a shard by its
@@ -1085,7 +1088,8 @@ def _stored_tensors(source: _Source) -> dict[str, _Stored]:
     """
     assert source.directory is not None and source.weights is not None
     index = source.directory / source.weights
-    weight_map = _read_weight_map(index) if source.weights in _SHARD_SUFFIXES else {}
+    sharded = source.weights in _SHARD_SUFFIXES
+    weight_map, total_size = _read_index(index) if sharded else ({}, None)
     files = sorted({source.directory / name for name in weight_map.values()}) or [index]
     stored: dict[str, _Stored] = {}
     for file in files:
@@ -1103,13 +1107,58 @@ def _stored_tensors(source: _Source) -> dict[str, _Stored]:
                 f"{index}: weight_map puts tensor {key} in {name}, which does not hold "
                 f"it{elsewhere}; the index is not of these shards"
             )
+    if sharded:
+        _check_index_covers(index, weight_map, total_size, stored)
     return stored
 
 
-def _read_weight_map(index: Path) -> dict[str, str]:
-    """A shard index's weight_map (tensor name → shard file name), read as strictly as a
-    pipeplan file (a stated size limit; NaN, a key given twice or nesting past the parser's
-    depth refused), each shard a plain file name in the index's folder and a regular file.
+def _check_index_covers(
+    index: Path, weight_map: dict[str, str], total_size: int | None, stored: dict[str, _Stored]
+) -> None:
+    """The index names every tensor its shards hold, and its metadata.total_size (when given)
+    is their bytes, as save_pretrained writes it. Found by the twentieth round: a tensor a
+    shard holds but weight_map leaves out was loaded without a word, and a total_size of 1
+    passed (a shard swapped for one of other dtypes or shapes)."""
+    for key, found in stored.items():
+        if key not in weight_map:
+            raise InputFileError(
+                f"{index}: {found.file.name} holds tensor {_tensor_name(key)}, which "
+                "weight_map leaves out; the index names exactly the tensors its shards hold"
+            )
+    sizes = [found.nbytes for found in stored.values()]
+    if total_size is None or None in sizes:
+        return  # not given, or a dtype whose size torch does not know
+    held = sum(n for n in sizes if n is not None)
+    if total_size != held:
+        raise InputFileError(
+            f"{index}: metadata.total_size is {total_size} but its shards' tensors hold "
+            f"{held} bytes; the index is not of these shards"
+        )
+
+
+def _tensor_name(name: str) -> str:
+    """A tensor name as a message shows it: itself, or its repr when it holds a character
+    `printable` refuses (the names inside a shard are not held to pipeplan's rules):
+
+        _tensor_name("bert.pooler.dense.weight")   # 'bert.pooler.dense.weight'
+        _tensor_name("a\nb")                       # "'a\\nb'"
+    """
+    try:
+        return printable(name)
+    except ValueError:
+        return repr(name)
+
+
+def _read_index(index: Path) -> tuple[dict[str, str], int | None]:
+    """A shard index's weight_map (tensor name → shard file name) and metadata.total_size
+    (None when not given), read as strictly as a pipeplan file (a stated size limit; NaN, a key
+    given twice or nesting past the parser's depth refused), each shard a plain file name in
+    the index's folder and a regular file:
+
+        _read_index(Path("m/model.safetensors.index.json"))
+        # ({"bert.embeddings.word_embeddings.weight": "model-00001-of-00002.safetensors", …},
+        #  97928)
+
     Found by the nineteenth round: shards named '../elsewhere/b.safetensors', absolute paths
     and /dev/zero were read, a shard that is a FIFO blocked open() forever (deaf to Ctrl-C),
     and a missing or empty weight_map was "cannot build the model from its config
@@ -1117,6 +1166,7 @@ def _read_weight_map(index: Path) -> dict[str, str]:
     data = check_json(read_input(index, MAX_INDEX_BYTES, why=INDEX_LIMIT), str(index))
     if not isinstance(data, dict):
         raise InputFileError(f"{index}: a shard index is a JSON object")
+    total_size = _index_total_size(index, data.get("metadata", _MISSING))
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         what = "missing" if "weight_map" not in data else f"{_json_kind(weight_map)}"
@@ -1126,15 +1176,52 @@ def _read_weight_map(index: Path) -> dict[str, str]:
         )
     suffix = _SHARD_SUFFIXES[index.name]
     for key, name in weight_map.items():
+        _check_index_name(index, key, "a tensor name")
         if not _plain_file_name(name, suffix):
             shown = repr(name) if isinstance(name, str) else _json_kind(name)
             raise InputFileError(
                 f"{index}: weight_map[{key!r}] is {shown}; a shard is a file name ending in "
                 f"{suffix} in the model's folder (no folder, no '..')"
             )
+        _check_index_name(index, name, f"weight_map[{key!r}], a shard's name,")
     for name in sorted(set(weight_map.values())):
         _check_shard(index, name)
-    return weight_map
+    return weight_map, total_size
+
+
+# metadata absent from an index (None is the JSON null, refused as not an object).
+_MISSING = object()
+
+
+def _index_total_size(index: Path, metadata: Any) -> int | None:
+    """An index's metadata.total_size, checked: metadata is an object (transformers reads it
+    and adds keys to it: a missing or other one was "cannot build the model from its config
+    (KeyError: 'metadata')"), total_size and total_parameters (when given) integers ≥ 0.
+    Found by the twentieth round: total_size "abc" and -5 were ignored.
+
+        _index_total_size(index, {"total_size": 97928})   # 97928
+    """
+    if not isinstance(metadata, dict):
+        what = "missing" if metadata is _MISSING else _json_kind(metadata)
+        raise InputFileError(
+            f"{index}: metadata is {what}; a shard index holds a metadata object "
+            '({"total_size": the bytes of its tensors}), as save_pretrained writes it'
+        )
+    for key in ("total_size", "total_parameters"):
+        value = metadata.get(key)
+        if value is not None and not (type(value) is int and value >= 0):
+            raise InputFileError(f"{index}: metadata.{key} is {_json_kind(value)}; an integer ≥ 0")
+    return metadata.get("total_size")
+
+
+def _check_index_name(index: Path, name: str, what: str) -> None:
+    """A name in an index is held to the rules of every name pipeplan prints (`printable`):
+    found by the twentieth round, a shard named with a newline and U+202E was read (a name
+    that prints as another one, or forges a line of a message)."""
+    try:
+        printable(name)
+    except ValueError as exc:
+        raise InputFileError(f"{index}: {what} {name!r} {exc}") from None
 
 
 def _json_kind(value: Any) -> str:
@@ -1177,11 +1264,11 @@ def _read_weights(file: Path) -> dict[str, _Stored]:
     state dict (read by `_read_bin`); nothing but the names, dtypes and shapes is kept."""
     if file.suffix == ".safetensors":
         return {
-            key: _Stored(dtype, shape, dtype in _FLOAT_DTYPES, file)
+            key: _Stored(dtype, shape, dtype in _FLOAT_DTYPES, file, _stored_bytes(dtype, shape))
             for key, (dtype, shape) in _read_header(file).items()
         }
     return {
-        key: _Stored(_dtype_name(t.dtype), list(t.shape), t.is_floating_point(), file)
+        key: _Stored(_dtype_name(t.dtype), list(t.shape), t.is_floating_point(), file, t.nbytes)
         for key, t in _read_bin(file).items()
     }
 
@@ -1230,6 +1317,15 @@ def _read_bin(file: Path) -> dict[str, torch.Tensor]:
                 "to tensors"
             )
     return state
+
+
+def _stored_bytes(dtype: str, shape: list[int]) -> int | None:
+    """A safetensors tensor's bytes, as save_pretrained sums them into an index's total_size:
+    `_stored_bytes("F32", [32, 32])` → 4096; None for a dtype safetensors' table lacks."""
+    from safetensors.torch import _TYPES  # safetensors' own table, name → torch dtype
+
+    torch_dtype = _TYPES.get(dtype)
+    return None if torch_dtype is None else math.prod(shape) * torch_dtype.itemsize
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

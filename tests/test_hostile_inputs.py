@@ -1253,6 +1253,88 @@ def test_each_tensor_is_in_the_one_shard_the_index_names(sharded, tmp_path, caps
     refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, (f"{index}: ", said))
 
 
+@pytest.mark.parametrize("kind", ["safetensors", "bin"])
+def test_every_tensor_a_shard_holds_is_in_the_index(sharded, tmp_path, capsys, kind):
+    """Found by the twentieth round: a tensor a shard holds but weight_map leaves out was
+    loaded without a word (the reverse, a tensor named but not held, was refused). The index
+    names exactly the tensors its shards hold."""
+    model, index, data = _copy(sharded, kind, tmp_path)
+    # A tensor whose shard holds others: the index still names that shard (KEY's holds KEY).
+    names = list(data["weight_map"].values())
+    key = next(k for k, s in data["weight_map"].items() if names.count(s) > 1)
+    shard = data["weight_map"].pop(key)
+    index.write_text(json.dumps(data))
+    capsys.readouterr()
+    said = f"{shard} holds tensor {key}, which weight_map leaves out"
+    refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, (f"{index}: ", said))
+
+
+# (the index's metadata, what the one line says after the index's path)
+INDEX_METADATA = {
+    "total_size as text": ({"total_size": "abc"}, "metadata.total_size is 'abc'; an integer ≥ 0"),
+    "total_size -5": ({"total_size": -5}, "metadata.total_size is -5; an integer ≥ 0"),
+    "total_size 1.5": ({"total_size": 1.5}, "metadata.total_size is 1.5; an integer ≥ 0"),
+    "total_size not the shards'": (
+        {"total_size": 1},
+        "metadata.total_size is 1 but its shards' tensors hold",
+    ),
+    "total_parameters as text": (
+        {"total_size": None, "total_parameters": "x"},
+        "metadata.total_parameters is 'x'; an integer ≥ 0",
+    ),
+    "no metadata": (None, "metadata is missing; a shard index holds a metadata object"),
+    "metadata as text": ("abc", "metadata is 'abc'; a shard index holds a metadata object"),
+}
+
+
+@pytest.mark.parametrize("case", INDEX_METADATA)
+def test_a_shard_indexs_metadata_is_checked(sharded, tmp_path, capsys, case):
+    """Found by the twentieth round: metadata.total_size "abc", -5 or 1 (beside 97,928 bytes of
+    tensors) was ignored, and an index without metadata, or with metadata not an object, was
+    "cannot build the model from its config (KeyError: 'metadata')", blaming config.json.
+    total_size is the bytes of the shards' tensors, as save_pretrained writes it."""
+    model, index, data = _copy(sharded, "safetensors", tmp_path)
+    metadata, said = INDEX_METADATA[case]
+    if metadata is None:
+        del data["metadata"]
+    elif isinstance(metadata, dict):
+        data["metadata"] = {**data["metadata"], **metadata}
+    else:
+        data["metadata"] = metadata
+    index.write_text(json.dumps(data))
+    capsys.readouterr()
+    refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, (f"{index}: ", said))
+
+
+# (a shard's name or a tensor's, the character the one line names)
+UNPRINTABLE_NAMES = {
+    "a shard named with a newline and U+202E": ("shard", "m\n\u202e2.safetensors", "U+000A"),
+    "a shard named with U+202E": ("shard", "m\u202e2.safetensors", "U+202E"),
+    "a shard named with a zero-width space": ("shard", "m\u200b2.safetensors", "U+200B"),
+    "a tensor named with a newline": ("tensor", KEY + "\n", "U+000A"),
+}
+
+
+@pytest.mark.parametrize("case", UNPRINTABLE_NAMES)
+def test_names_in_a_shard_index_are_printable(sharded, tmp_path, capsys, case):
+    """Found by the twentieth round: a shard renamed to hold a newline and U+202E (and the
+    index naming it so) was read; names and paths with control, bidi or zero-width characters
+    are refused everywhere else since the fifteenth and sixteenth rounds (a name that prints
+    as another one, or forges a line of a message)."""
+    model, index, data = _copy(sharded, "safetensors", tmp_path)
+    what, name, character = UNPRINTABLE_NAMES[case]
+    shard = data["weight_map"][KEY]
+    if what == "shard":
+        (model / shard).rename(model / name)  # the shard is there, under that name
+        data["weight_map"] = {k: name if s == shard else s for k, s in data["weight_map"].items()}
+    else:
+        data["weight_map"][name] = data["weight_map"].pop(KEY)
+    index.write_text(json.dumps(data))
+    capsys.readouterr()
+    said = (f"{index}: ", repr(name), f"character {character}")
+    refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, said)
+
+
 def test_a_sharded_checkpoint_and_a_link_to_a_shard_still_load(sharded, tmp_path):
     """Both shard indexes as save_pretrained writes them build, and a shard that is a link to
     a regular file elsewhere (the Hugging Face cache's layout) is a shard."""
