@@ -1141,7 +1141,7 @@ def _tensor_name(name: str) -> str:
     `printable` refuses (the names inside a shard are not held to pipeplan's rules):
 
         _tensor_name("bert.pooler.dense.weight")   # 'bert.pooler.dense.weight'
-        _tensor_name("a\nb")                       # "'a\\nb'"
+        _tensor_name("a\\nb")                      # "'a\\\\nb'"
     """
     try:
         return printable(name)
