@@ -35,7 +35,7 @@ import torch
 
 from executor.data import MAX_LABELS, TaskData, TensorPairs
 from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.formats.base import MAX_TEXT, check_input_file, read_input
+from pipeplan.formats.base import MAX_TEXT, check_input_file, read_input, unique_keys
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -132,7 +132,9 @@ def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellin
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
+            # A key twice ({"text": "x", "text": "real", …}): json keeps the last value, and
+            # a reader of the line sees the first (twentieth round).
+            item = json.loads(line, object_pairs_hook=unique_keys)
         except ValueError as exc:
             raise InputFileError(f"{path}:{number}: not a JSON object ({exc})") from None
         except RecursionError:
@@ -471,7 +473,7 @@ def _tokenizer_name(path: Path) -> bool:
 
 
 def _check_tokenizer_json(directory: Path) -> None:
-    """The tokenizer's own JSON files parse: transformers ignores a garbled
+    """The tokenizer's own JSON files parse, no key twice: transformers ignores a garbled
     tokenizer_config.json, and the tokenizer then loads without its pad token, which was
     reported as missing rather than the file as broken. None is larger than pipeplan reads
     (transformers reads each whole: a sparse 3 GiB file was a MemoryError)."""
@@ -486,7 +488,8 @@ def _check_tokenizer_json(directory: Path) -> None:
         if not path.is_file():
             continue
         try:
-            json.loads(read_input(path, why="not a tokenizer's file"))
+            text = read_input(path, why="not a tokenizer's file")
+            json.loads(text, object_pairs_hook=unique_keys)  # a key twice: transformers' last
         except ValueError as exc:
             raise InputFileError(f"{path}: cannot be read as JSON ({_first(exc)})") from None
         except RecursionError:

@@ -2434,12 +2434,49 @@ def test_a_non_finite_config_value_is_refused_when_read(tmp_path, capsys, case, 
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
 
 
+# config.json as text with a key written twice (json.dumps cannot write one), and that key.
+KEYS_TWICE_CONFIGS = {
+    "at the top": (
+        json.dumps({**BERT_CONFIG, "hidden_act": "gelu"})[:-1] + ', "hidden_act": "relu"}',
+        "hidden_act",
+    ),
+    "nested in rope_scaling": (
+        json.dumps(LLAMA_CONFIG)[:-1]
+        + ', "rope_scaling": {"rope_type": "linear", "factor": 2.0, "factor": 0.5}}',
+        "factor",
+    ),
+}
+KEYS_TWICE_COMMANDS = [(c, m) for c in KEYS_TWICE_CONFIGS for m in ("run", "profile")]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "case, command", KEYS_TWICE_COMMANDS, ids=[f"{c}-{m}" for c, m in KEYS_TWICE_COMMANDS]
+)
+def test_a_key_twice_in_config_json_is_refused_when_read(tmp_path, capsys, case, command):
+    """Found by the twentieth round: config.json holding "hidden_act" "gelu" and then "relu"
+    was built with the last value (json's default) while a reader of the file sees the first;
+    at any depth. Refused as pipeplan's own files are: one line naming config.json and the
+    key."""
+    text, key = KEYS_TWICE_CONFIGS[case]
+    model, argv = _model_folder_command(tmp_path, json.loads(text), command)
+    (model / "config.json").write_text(text)
+    where = f"{model / 'config.json'}: not valid JSON (key {key!r} appears twice)"
+    refused_quietly(argv, tmp_path / "in", capsys, where)
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
+
+
 # A model folder's generation_config.json (text, beside GPT2_CONFIG's config.json: 512 tokens),
 # and what the one line says after "generation_config.json: ".
 GENERATION_CONFIGS = {
     "a list": ("[1, 2]", "a config must be a JSON object"),
     "nested too deeply": ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
     "not JSON": ("{not json", "not valid JSON"),
+    # Found by the twentieth round: judged on the last value (0), a reader sees 20.
+    "a key twice": (
+        '{"max_length": 20, "max_length": 0}',
+        "not valid JSON (key 'max_length' appears twice)",
+    ),
     "temperature NaN": (
         '{"temperature": NaN}',
         "temperature is nan; a config value is a finite number",

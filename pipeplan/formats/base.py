@@ -440,8 +440,13 @@ def _finite_float(token: str) -> float:
     return value
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A key given twice is a mistake JSON parsers hide by keeping the last value."""
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A key given twice is a mistake JSON parsers hide by keeping the last value: the
+    `object_pairs_hook` of every JSON pipeplan reads, its own files and a model folder's alike.
+
+        json.loads('{"a": 1, "a": 2}', object_pairs_hook=unique_keys)
+        # ValueError: key 'a' appears twice
+    """
     result = dict(pairs)
     if len(result) < len(pairs):
         seen: set[str] = set()
@@ -519,7 +524,7 @@ def check_json(text: str, source: str) -> Any:
             text,
             parse_constant=_reject_constant,
             parse_float=_finite_float,
-            object_pairs_hook=_unique_keys,
+            object_pairs_hook=unique_keys,
         )
     except (ValueError, RecursionError) as exc:
         raise InputFileError(f"{source}: not valid JSON ({str(exc).splitlines()[0]})") from None
