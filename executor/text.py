@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import csv
 import json
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +34,14 @@ import torch
 
 from executor.data import MAX_LABELS, TaskData, TensorPairs
 from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.formats.base import MAX_TEXT, check_input_file, read_input, unique_keys
+from pipeplan.formats.base import (
+    NAMES_NOTHING,
+    as_seen,
+    check_input_file,
+    label_name_problem,
+    read_input,
+    unique_keys,
+)
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -257,14 +263,13 @@ def _label(value: Any, where: str, cell: bool) -> int | str | None:
             raise InputFileError(f"{where}: label {value} is beyond the limit of {MAX_LABELS}")
         return value
     if isinstance(value, str):
-        _check_unicode(value, f"{where}: the label")
-        if len(value.strip()) > MAX_TEXT:  # data.json and the exported id2label record it
-            raise InputFileError(
-                f"{where}: the label is {len(value.strip())} characters long; a label is at "
-                f"most {MAX_TEXT}"
-            )
-        if _as_seen(value):  # a label of spaces or invisible characters names nothing
+        # The rule a model config's id2label is held to as well: the exported model's
+        # id2label is these names. One naming nothing is refused as any other non-label.
+        why = label_name_problem(value)
+        if why is None:
             return value.strip()
+        if why != NAMES_NOTHING:
+            raise InputFileError(f"{where}: the label {why}")
     raise InputFileError(f"{where}: a label is an integer ≥ 0 or a name, not {value!r}")
 
 
@@ -305,7 +310,7 @@ class _LabelKinds:
 
 class _Spellings:
     """One spelling of each label a reader sees: two spellings read as one label (`"a"` and
-    `" a"`, or the CSV cells `1` and ` 1`), or read as two that look the same (`_as_seen`:
+    `" a"`, or the CSV cells `1` and ` 1`), or read as two that look the same (`as_seen`:
     NFC and NFD "café", "pos" and "pos\u200b"), are refused at the first row that differs,
     naming both rows: neither merged silently nor kept as two classes no one can tell apart.
     Case is kept: "Pos" and "pos" are two labels.
@@ -320,7 +325,7 @@ class _Spellings:
         # str(): a CSV id beside names becomes the name of its digits (`_label_names`), and
         # the JSON integer 1 is the CSV cell "1".
         written, read = str(written), str(label)
-        earlier, first_read, at = self.first.setdefault(_as_seen(read), (written, read, where))
+        earlier, first_read, at = self.first.setdefault(as_seen(read), (written, read, where))
         if earlier == written:
             return
         if first_read == read:
@@ -333,15 +338,6 @@ class _Spellings:
             f"{where}: the label {read!a} looks the same as {at}'s {first_read!a} "
             "(another Unicode form or an invisible character); spell each label one way"
         )
-
-
-def _as_seen(label: str) -> str:
-    """`_as_seen("cafe\u0301\u200b")` → "café": a label as a reader sees it, NFKC-normalised
-    (composed accents, compatibility forms such as fullwidth digits), without format
-    characters (Unicode category Cf: zero-width space and joiner, BOM, soft hyphen) and
-    the whitespace around it."""
-    visible = "".join(c for c in label if unicodedata.category(c) != "Cf")
-    return unicodedata.normalize("NFKC", visible).strip()
 
 
 def _check_unicode(value: str, what: str) -> None:

@@ -2015,6 +2015,45 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
         {**GPT2_CONFIG, "architectures": [1]},
         "architectures is [1]; a list of strings or null",
     ),
+    # Found by the twentieth round: num_labels beside an id2label of another size (transformers
+    # warns, then builds num_labels LABEL_i classes, dropping the names), and label names a data
+    # label may not be (a control or bidi character, empty, blank, look-alikes), accepted.
+    "num_labels beside an id2label of another size": (
+        {**VIT_CONFIG, "num_labels": 5, "id2label": {"0": "a", "1": "b"}},
+        "num_labels is 5 but id2label names 2 labels",
+    ),
+    "label2id leaving out a name of id2label": (  # refused before, without naming it
+        {**VIT_CONFIG, "id2label": {"0": "a", "1": "b"}, "label2id": {"a": 0}},
+        "label2id is not the inverse of id2label: it gives no id to 'b' (id 1)",
+    ),
+    "id2label name holding a bidi override": (
+        {**VIT_CONFIG, "id2label": {"0": "a\u202e", "1": "b"}, "label2id": {"a\u202e": 0, "b": 1}},
+        "id2label names 'a\\u202e' for id 0: the label holds the bidi control U+202E",
+    ),
+    "id2label name holding a line feed": (
+        {**VIT_CONFIG, "id2label": {"0": "a", "1": "b\nc"}},
+        "id2label names 'b\\nc' for id 1: the label holds the control character U+000A",
+    ),
+    "id2label name ending in a line feed": (
+        {**VIT_CONFIG, "id2label": {"0": "a", "1": "b\n"}},
+        "id2label names 'b\\n' for id 1: the label has whitespace around it",
+    ),
+    "id2label name empty": (
+        {**VIT_CONFIG, "id2label": {"0": "", "1": "b"}},
+        "id2label names '' for id 0: the label names nothing",
+    ),
+    "id2label name blank": (
+        {**VIT_CONFIG, "id2label": {"0": "a", "1": " "}},
+        "id2label names ' ' for id 1: the label names nothing",
+    ),
+    "id2label names that look the same": (
+        {**VIT_CONFIG, "id2label": {"0": "caf\u00e9", "1": "cafe\u0301"}},
+        "id2label names 'caf\\xe9' for id 0 and 'cafe\\u0301' for id 1, which look the same",
+    ),
+    "id2label name not a string": (
+        {**VIT_CONFIG, "id2label": {"0": "a", "1": 5}},
+        "id2label names 5 for id 1: the label is not a string",
+    ),
 }
 
 
@@ -2023,6 +2062,9 @@ LABEL_CASES = {"id2label with ids 0 and 5", "label2id contradicting id2label"}
 LABEL_CASES |= {"label2id of other names than the default id2label"}
 LABEL_CASES |= {"label2id with an id beyond num_labels"}
 LABEL_CASES |= {"id2label naming one class twice", "id2label key 01"}
+LABEL_CASES |= {k for k in MODEL_CONFIGS if k.startswith("id2label name")}
+LABEL_CASES |= {"num_labels beside an id2label of another size"}
+LABEL_CASES |= {"label2id leaving out a name of id2label"}
 MODEL_COMMANDS = [
     (case, command)
     for case in MODEL_CONFIGS
