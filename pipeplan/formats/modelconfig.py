@@ -183,8 +183,9 @@ def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = 
     (`FIELD_TYPES`), nothing pipeplan does not build (`unbuilt_problem`), norm epsilons in
     `EPS_RANGE`, dropouts in [0, 1), initializer_range in [0, `MAX_INIT_STD`], pretraining_tp
     an integer ≥ 1, a feed-forward chunk size ≥ 0, num_labels in 1..MAX_CONFIG_LABELS, a known
-    position embedding type, the RoPE parameters (`rope_problem`), with `labels` label2id the
-    inverse of id2label, and (text models) every token id inside the vocabulary but the
+    position embedding type, the RoPE parameters (`rope_problem`), with `labels` id2label,
+    label2id and num_labels one mapping of names a data label may be (`label_map_problem`), and
+    (text models) every token id inside the vocabulary but the
     family's defaults."""
     if (why := type_problem(config)) is not None:
         return why
