@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import csv
 import json
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +34,14 @@ import torch
 
 from executor.data import MAX_LABELS, TaskData, TensorPairs
 from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.formats.base import MAX_TEXT, check_input_file, read_input
+from pipeplan.formats.base import (
+    NAMES_NOTHING,
+    as_seen,
+    check_input_file,
+    label_name_problem,
+    read_input,
+    unique_keys,
+)
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -132,7 +138,9 @@ def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellin
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
+            # A key twice ({"text": "x", "text": "real", …}): json keeps the last value, and
+            # a reader of the line sees the first (twentieth round).
+            item = json.loads(line, object_pairs_hook=unique_keys)
         except ValueError as exc:
             raise InputFileError(f"{path}:{number}: not a JSON object ({exc})") from None
         except RecursionError:
@@ -255,14 +263,13 @@ def _label(value: Any, where: str, cell: bool) -> int | str | None:
             raise InputFileError(f"{where}: label {value} is beyond the limit of {MAX_LABELS}")
         return value
     if isinstance(value, str):
-        _check_unicode(value, f"{where}: the label")
-        if len(value.strip()) > MAX_TEXT:  # data.json and the exported id2label record it
-            raise InputFileError(
-                f"{where}: the label is {len(value.strip())} characters long; a label is at "
-                f"most {MAX_TEXT}"
-            )
-        if _as_seen(value):  # a label of spaces or invisible characters names nothing
+        # The rule a model config's id2label is held to as well: the exported model's
+        # id2label is these names. One naming nothing is refused as any other non-label.
+        why = label_name_problem(value)
+        if why is None:
             return value.strip()
+        if why != NAMES_NOTHING:
+            raise InputFileError(f"{where}: the label {why}")
     raise InputFileError(f"{where}: a label is an integer ≥ 0 or a name, not {value!r}")
 
 
@@ -303,7 +310,7 @@ class _LabelKinds:
 
 class _Spellings:
     """One spelling of each label a reader sees: two spellings read as one label (`"a"` and
-    `" a"`, or the CSV cells `1` and ` 1`), or read as two that look the same (`_as_seen`:
+    `" a"`, or the CSV cells `1` and ` 1`), or read as two that look the same (`as_seen`:
     NFC and NFD "café", "pos" and "pos\u200b"), are refused at the first row that differs,
     naming both rows: neither merged silently nor kept as two classes no one can tell apart.
     Case is kept: "Pos" and "pos" are two labels.
@@ -318,7 +325,7 @@ class _Spellings:
         # str(): a CSV id beside names becomes the name of its digits (`_label_names`), and
         # the JSON integer 1 is the CSV cell "1".
         written, read = str(written), str(label)
-        earlier, first_read, at = self.first.setdefault(_as_seen(read), (written, read, where))
+        earlier, first_read, at = self.first.setdefault(as_seen(read), (written, read, where))
         if earlier == written:
             return
         if first_read == read:
@@ -331,15 +338,6 @@ class _Spellings:
             f"{where}: the label {read!a} looks the same as {at}'s {first_read!a} "
             "(another Unicode form or an invisible character); spell each label one way"
         )
-
-
-def _as_seen(label: str) -> str:
-    """`_as_seen("cafe\u0301\u200b")` → "café": a label as a reader sees it, NFKC-normalised
-    (composed accents, compatibility forms such as fullwidth digits), without format
-    characters (Unicode category Cf: zero-width space and joiner, BOM, soft hyphen) and
-    the whitespace around it."""
-    visible = "".join(c for c in label if unicodedata.category(c) != "Cf")
-    return unicodedata.normalize("NFKC", visible).strip()
 
 
 def _check_unicode(value: str, what: str) -> None:
@@ -512,7 +510,7 @@ def _vocabulary_name(path: Path) -> bool:
 
 
 def _check_tokenizer_json(directory: Path) -> None:
-    """The tokenizer's own JSON files parse: transformers ignores a garbled
+    """The tokenizer's own JSON files parse, no key twice: transformers ignores a garbled
     tokenizer_config.json, and the tokenizer then loads without its pad token, which was
     reported as missing rather than the file as broken. None is larger than pipeplan reads
     (transformers reads each whole: a sparse 3 GiB file was a MemoryError)."""
@@ -527,7 +525,8 @@ def _check_tokenizer_json(directory: Path) -> None:
         if not path.is_file():
             continue
         try:
-            json.loads(read_input(path, why="not a tokenizer's file"))
+            text = read_input(path, why="not a tokenizer's file")
+            json.loads(text, object_pairs_hook=unique_keys)  # a key twice: transformers' last
         except ValueError as exc:
             raise InputFileError(f"{path}: cannot be read as JSON ({_first(exc)})") from None
         except RecursionError:

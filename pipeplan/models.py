@@ -60,6 +60,7 @@ from pipeplan.formats.base import (
     out_of_memory,
     printable,
     read_input,
+    unique_keys,
 )
 from pipeplan.formats.modelconfig import (
     MAX_PARAMETERS,
@@ -645,13 +646,16 @@ def _read_config(
     path: Path, limit: int = MAX_CONFIG_BYTES, why: str = CONFIG_LIMIT
 ) -> dict[str, Any]:
     """A config's JSON object, strictly: a regular file of at most `limit` bytes (`why` names
-    the limit), valid JSON, not nested too deeply, no NaN or infinity anywhere in it.
+    the limit), valid JSON, not nested too deeply, no key twice in any object, no NaN or
+    infinity anywhere in it.
 
         _read_config(Path("m/config.json"))   # {"model_type": "bert", …}
     """
     text = read_input(path, limit, why=why)
     try:
-        data = json.loads(text)
+        # A key twice: transformers builds the last value while a reader of the file sees the
+        # first (twentieth round: "hidden_act" "gelu" then "relu" built a ReLU model).
+        data = json.loads(text, object_pairs_hook=unique_keys)
     except ValueError as exc:
         raise InputFileError(f"{path}: not valid JSON ({exc})") from None
     except RecursionError:

@@ -306,6 +306,64 @@ def test_json_nested_too_deeply_in_text_inputs(made, tmp_path, capsys, where):
     refused(prepare(made, tmp_path, data, **paths), tmp_path, capsys, "nested too deeply")
 
 
+def _key_twice(text: str, key: str, value: object) -> str:
+    """`text`, a JSON object, with `key` written once more before its closing brace:
+    `_key_twice('{"a": 1}', "a", 2)` → '{"a": 1, "a": 2}' (json.dumps cannot write it)."""
+    return text.rstrip()[:-1] + f", {json.dumps(key)}: {json.dumps(value)}}}"
+
+
+# Where a key is written twice, and the file the one line names with that key.
+KEYS_TWICE = {
+    "a data row's text": ("r.jsonl:3", "text"),
+    "a data row's label": ("r.jsonl:3", "label"),
+    "tokenizer_config": ("tokenizer_config.json", "pad_token"),
+    "model config": ("config.json", "hidden_act"),
+}
+
+
+@pytest.mark.parametrize("where", KEYS_TWICE)
+def test_a_key_twice_in_text_inputs(made, tmp_path, capsys, where):
+    """Found by the twentieth round: a key written twice in a JSON object was read as its last
+    value, silently (json's default), while a reader of the file sees the first: a data row
+    `{"text": "x", "text": "real text", …}` trained on the second text, config.json's
+    "hidden_act" "gelu" then "relu" built a ReLU model. Refused as in pipeplan's own files:
+    one line naming the file (a data row's line) and the key."""
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    paths = {}
+    if where.startswith("a data row"):
+        lines = data.read_text().splitlines()
+        key = KEYS_TWICE[where][1]
+        lines[2] = _key_twice(lines[2], key, "positive" if key == "label" else "real text")
+        data.write_text("\n".join(lines) + "\n")
+    elif where == "tokenizer_config":
+        paths["tokenizer"] = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+        config = paths["tokenizer"] / "tokenizer_config.json"
+        config.write_text(_key_twice(config.read_text(), "pad_token", "[UNK]"))
+    else:
+        paths["model"] = Path(shutil.copytree(made["checkpoint"], tmp_path / "m"))
+        config = paths["model"] / "config.json"
+        config.write_text(_key_twice(config.read_text(), "hidden_act", "relu"))
+    file, key = KEYS_TWICE[where]
+    fragments = (f"{file}: ", f"key {key!r} appears twice")
+    refused(prepare(made, tmp_path, data, **paths), tmp_path, capsys, fragments)
+
+
+def test_a_key_twice_in_the_config_a_profile_is_held_to(made, tmp_path):
+    """Found by the twentieth round: the check that a profile is of `--model`'s folder read
+    its config.json with json's default, last value winning. It reads it as the model loader
+    does: `model_mismatch` names the file and the key (whichever of the two reads first)."""
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats import Profile, load
+    from pipeplan.formats.profile import model_mismatch
+
+    model = Path(shutil.copytree(made["checkpoint"], tmp_path / "m"))
+    config = model / "config.json"
+    config.write_text(_key_twice(config.read_text(), "hidden_size", 64))
+    said = f"^{config}: not valid JSON \\(key 'hidden_size' appears twice\\)$"
+    with pytest.raises(InputFileError, match=said):
+        model_mismatch(str(model), load(Profile, made["profile"]))
+
+
 @pytest.mark.parametrize("last", [False, True], ids=["mid-file", "last row, no newline"])
 def test_a_csv_quote_that_never_closes(made, tmp_path, capsys, last):
     """Found by the tenth independent round: `"unclosed,positive` swallowed every following

@@ -210,7 +210,7 @@ def test_a_memory_error_decoding_a_file_is_one_line(tmp_path, capsys, monkeypatc
     for each object: one line naming the file, exit 2."""
     from pipeplan.formats import base
 
-    monkeypatch.setattr(base, "_unique_keys", _out_of_memory)
+    monkeypatch.setattr(base, "unique_keys", _out_of_memory)
     profile = str(shipped_profile("vit-digits", "cpu"))
     argv = ["preview", "--profile", profile, *PREVIEW]
     watched = tmp_path / "watched"
@@ -246,7 +246,7 @@ def test_a_memory_error_in_a_run_record_is_one_line(tmp_path, monkeypatch, where
     from pipeplan.formats import run as run_format
 
     if where == "decoding":
-        monkeypatch.setattr(base, "_unique_keys", _out_of_memory)
+        monkeypatch.setattr(base, "unique_keys", _out_of_memory)
     else:
         monkeypatch.setattr(run_format, "_validate_record", _out_of_memory)
     path = tmp_path / "run.jsonl"

@@ -680,6 +680,39 @@ def test_a_profiles_config_is_held_to_the_size_bound_and_one_label_map(tmp_path,
     plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
 
 
+# The shipped bert-tiny profile (id2label LABEL_0, LABEL_1) with a config.json edit a model
+# folder is refused for since the twentieth round.
+TWENTIETH = {
+    "config.num_labels beside an id2label of 2": (
+        _edit((("model", "config", "num_labels"), 5)),
+        ("'model'", "config: num_labels is 5 but id2label names 2 labels"),
+    ),
+    "config.id2label name holding a bidi override": (
+        _edit(
+            (("model", "config", "id2label"), {"0": "LABEL_0", "1": "x\u202e"}),
+            (("model", "config", "label2id"), {"LABEL_0": 0, "x\u202e": 1}),
+        ),
+        ("'model'", "config: id2label names 'x\\u202e' for id 1: the label holds the bidi"),
+    ),
+    "config.id2label name blank": (
+        _edit(
+            (("model", "config", "id2label"), {"0": "LABEL_0", "1": " "}),
+            (("model", "config", "label2id"), {"LABEL_0": 0, " ": 1}),
+        ),
+        ("'model'", "config: id2label names ' ' for id 1: the label names nothing"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", TWENTIETH)
+def test_a_profiles_config_is_held_to_one_label_map_of_data_label_names(tmp_path, capsys, case):
+    """Found by the twentieth round: num_labels beside an id2label of another size, and label
+    names a data label may not be, were accepted in a model folder's config.json; a profile's
+    config passes the same dictionary checks (`modelconfig`), so `plan` refuses them too."""
+    doc, fragments = TWENTIETH[case]
+    plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
+
+
 def _peak_in_every_timing(doc: dict) -> None:
     """The round's edit: every timing of every layer given a peak of 900 MiB."""
     for layer in doc["layers"]:

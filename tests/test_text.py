@@ -353,6 +353,50 @@ def test_a_label_of_invisible_characters_only_is_refused(tmp_path, suffix, label
     _one_line(InputFileError, text.read_corpus, str(path), match=match)
 
 
+# A label holding a character that breaks its line or reorders what follows, and its code.
+CONTROLS = {
+    "right-to-left override": ("a\u202eb", "U+202E"),
+    "isolate": ("\u2066pos\u2069", "U+2066"),
+    "line feed inside": ("a\nb", "U+000A"),
+    "escape": ("a\x1b[31mb", "U+001B"),
+}
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+@pytest.mark.parametrize("label", CONTROLS, ids=CONTROLS.keys())
+def test_a_label_holding_a_control_or_bidi_character_is_refused(tmp_path, suffix, label):
+    """Found by the twentieth round: a label name "a\u202e" or "a\nb" was a class (its name
+    printed reversed, or on two lines, wherever the exported id2label is shown), where one of
+    invisible characters only is refused. One line naming the row and the character; the rule
+    a model config's id2label is held to as well (`base.label_name_problem`)."""
+    written, code = CONTROLS[label]
+    cell = f'"{written}"' if suffix == ".csv" else written  # a CSV line feed is quoted
+    path = _labelled_file(tmp_path / f"d{suffix}", ["pos", "neg", cell, "neg"] * 3)
+    row = 4 + ("\n" in written) if suffix == ".csv" else 3  # a CSV row: its last line
+    match = f"d{re.escape(suffix)}:{row}: the label holds the (bidi control|control character) "
+    assert code in _one_line(InputFileError, text.read_corpus, str(path), match=match)
+
+
+# Names of other scripts a data label may be, which the exported id2label then holds: Persian
+# with a zero-width non-joiner, an emoji family joined by zero-width joiners, Hebrew after a
+# right-to-left mark, case kept, inner spaces.
+FOREIGN_NAMES = ["\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645", "\U0001f468\u200d\U0001f469"]
+FOREIGN_NAMES += ["\u200f\u05e9\u05dc\u05d5\u05dd", "Pos", "pos", "very good"]
+
+
+def test_every_name_the_data_gives_is_one_a_config_reads_back(tmp_path):
+    """Found by the twentieth round, beside the refusals above: a config's id2label is held to
+    the data's label rule, so a run's exported model (its id2label the data's names) must read
+    back. The names of a corpus pass `modelconfig.label_map_problem` as id2label and label2id."""
+    from pipeplan.formats.modelconfig import label_map_problem
+
+    path = _labelled_file(tmp_path / "d.jsonl", FOREIGN_NAMES * 2)
+    names = text.read_corpus(f"{path},{path}").label_names
+    assert sorted(names) == sorted(FOREIGN_NAMES)
+    config = {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
+    assert label_map_problem(json.loads(json.dumps(config))) is None
+
+
 def test_a_lookalike_across_the_two_files_is_refused(tmp_path):
     """TRAIN,EVAL are one corpus: NFC "café" in one and NFD in the other is refused."""
     train = _labelled_file(tmp_path / "train.csv", ["caf\u00e9", "neg"] * 3)

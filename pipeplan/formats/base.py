@@ -170,6 +170,59 @@ def short(text: str, limit: int = MAX_TEXT, what: str = "a name, path or version
     return text
 
 
+# In a class's name (a data label, a config's id2label): the characters that break the line it
+# is printed on (C0/C1 controls, the line and paragraph separators) or reorder what follows it
+# (the bidi embeddings, overrides and isolates: "a\u202e" prints reversed). Not the zero-width
+# joiners and the marks LRM, RLM and ALM, which Persian, Indic and emoji names need;
+# `as_seen` drops them, so a name made only of them, or two names told apart only by them,
+# is refused.
+_LABEL_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# What `label_name_problem` says of a label that names nothing.
+NAMES_NOTHING = "names nothing (it is empty, or only spaces or invisible characters)"
+
+
+def as_seen(label: str) -> str:
+    """`as_seen("cafe\u0301\u200b")` → "café": a label as a reader sees it, NFKC-normalised
+    (composed accents, compatibility forms such as fullwidth digits), without format
+    characters (Unicode category Cf: zero-width space and joiner, BOM, soft hyphen) and
+    the whitespace around it."""
+    visible = "".join(c for c in label if unicodedata.category(c) != "Cf")
+    return unicodedata.normalize("NFKC", visible).strip()
+
+
+def label_name_problem(name: str) -> str | None:
+    """Why `name`, read without the whitespace around it, names no class, in words that follow
+    "the label", or None: the one rule of a data label (`executor.text`) and of a model
+    config's id2label (`modelconfig.id2label_problem`), so that a model exported with its
+    data's names reads back. UTF-8 text (no unpaired surrogate), at most MAX_TEXT
+    characters, no `_LABEL_CONTROL` character, and something a reader sees (`as_seen`).
+
+        label_name_problem("pos")         # None
+        label_name_problem("a\u202e")     # "holds the bidi control U+202E; …"
+        label_name_problem(" \u200b")     # NAMES_NOTHING
+    """
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = name[exc.start : exc.end].encode("unicode_escape").decode()
+        return f"holds {bad}, an unpaired surrogate, not text"
+    stripped = name.strip()
+    if len(stripped) > MAX_TEXT:  # before it is searched: data.json and id2label record it
+        return f"is {len(stripped)} characters long; a label is at most {MAX_TEXT}"
+    found = _LABEL_CONTROL.search(stripped)
+    if found and unicodedata.category(found.group()) == "Cf":
+        return (
+            f"holds the bidi control U+{ord(found.group()):04X}; a name holding it prints "
+            "as another"
+        )
+    if found:
+        return (
+            f"holds the control character U+{ord(found.group()):04X}; a class's name is "
+            "printed on one line"
+        )
+    return None if as_seen(stripped) else NAMES_NOTHING
+
+
 # The one string type of every name-like field (names, paths, versions, hosts, messages):
 # bounded first, so that a long one is not searched for control characters.
 Text = Annotated[str, AfterValidator(short), AfterValidator(printable)]
@@ -440,8 +493,13 @@ def _finite_float(token: str) -> float:
     return value
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A key given twice is a mistake JSON parsers hide by keeping the last value."""
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A key given twice is a mistake JSON parsers hide by keeping the last value: the
+    `object_pairs_hook` of every JSON pipeplan reads, its own files and a model folder's alike.
+
+        json.loads('{"a": 1, "a": 2}', object_pairs_hook=unique_keys)
+        # ValueError: key 'a' appears twice
+    """
     result = dict(pairs)
     if len(result) < len(pairs):
         seen: set[str] = set()
@@ -519,7 +577,7 @@ def check_json(text: str, source: str) -> Any:
             text,
             parse_constant=_reject_constant,
             parse_float=_finite_float,
-            object_pairs_hook=_unique_keys,
+            object_pairs_hook=unique_keys,
         )
     except (ValueError, RecursionError) as exc:
         raise InputFileError(f"{source}: not valid JSON ({str(exc).splitlines()[0]})") from None

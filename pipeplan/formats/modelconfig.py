@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from pipeplan.formats.base import as_seen, label_name_problem
+
 # Token ids a config keeps: an id outside the vocabulary indexes past the embeddings (the pad
 # id in the first forward; the others in `generate` over the exported model).
 TOKEN_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id")
@@ -181,8 +183,9 @@ def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = 
     (`FIELD_TYPES`), nothing pipeplan does not build (`unbuilt_problem`), norm epsilons in
     `EPS_RANGE`, dropouts in [0, 1), initializer_range in [0, `MAX_INIT_STD`], pretraining_tp
     an integer ≥ 1, a feed-forward chunk size ≥ 0, num_labels in 1..MAX_CONFIG_LABELS, a known
-    position embedding type, the RoPE parameters (`rope_problem`), with `labels` label2id the
-    inverse of id2label, and (text models) every token id inside the vocabulary but the
+    position embedding type, the RoPE parameters (`rope_problem`), with `labels` id2label,
+    label2id and num_labels one mapping of names a data label may be (`label_map_problem`), and
+    (text models) every token id inside the vocabulary but the
     family's defaults."""
     if (why := type_problem(config)) is not None:
         return why
@@ -283,15 +286,20 @@ def unbuilt_problem(config: dict[str, Any]) -> str | None:
 
 
 def label_map_problem(config: dict[str, Any]) -> str | None:
-    """label2id, when the config has one, as the inverse of id2label: the config's, or the
-    LABEL_0..LABEL_{n-1} that transformers makes for num_labels (default 2) without one,
-    whereupon it drops label2id unread. Found by the eighteenth round: label2id {"X": 0,
-    "Y": 5} beside 2 labels was accepted.
+    """id2label, label2id and num_labels as one mapping: id2label's own rules
+    (`id2label_problem`), num_labels its size when both are given, and label2id, when the
+    config has one, the exact inverse of id2label: the config's, or the LABEL_0..LABEL_{n-1}
+    that transformers makes for num_labels (default 2) without one, whereupon it drops label2id
+    unread. Found by the eighteenth round: label2id {"X": 0, "Y": 5} beside 2 labels was
+    accepted; by the twentieth, num_labels 5 beside 2 names (transformers only warns, then
+    builds 5 LABEL_i classes and drops the names) and a label2id missing a name.
 
         label_map_problem({"id2label": {"0": "neg", "1": "pos"}, "label2id": {"neg": 0, "x": 5}})
         # "label2id is not the inverse of id2label: it gives 'x' id 5; the ids are 0..1"
     """
     if (why := id2label_problem(config.get("id2label"))) is not None:
+        return why
+    if (why := _num_labels_problem(config)) is not None:
         return why
     label2id = config.get("label2id")
     if label2id is None:
@@ -312,9 +320,27 @@ def label_map_problem(config: dict[str, Any]) -> str | None:
         if names.get(str(name)) != str(i):
             other = _name(id2label, i)
             return f"{not_inverse}: it gives {name!r} id {i!r}, but id {i} is {other!r}"
-    if len(label2id) != len(names):
-        return f"{not_inverse}: it has {len(label2id)} labels, not {len(names)}"
+    # Each entry is one of id2label's: the other way, a name it leaves out.
+    missing = next((name for name in names if name not in label2id), None)
+    if missing is not None:
+        return f"{not_inverse}: it gives no id to {missing!r} (id {names[missing]})"
     return None
+
+
+def _num_labels_problem(config: dict[str, Any]) -> str | None:
+    """num_labels, when given beside id2label, is its size: transformers only warns of another
+    and builds that many LABEL_i classes, dropping the names (and the checkpoint's head).
+
+        _num_labels_problem({"num_labels": 5, "id2label": {"0": "a", "1": "b"}})
+        # "num_labels is 5 but id2label names 2 labels; …"
+    """
+    labels, id2label = config.get("num_labels"), config.get("id2label")
+    if labels is None or not isinstance(id2label, dict) or labels == len(id2label):
+        return None
+    return (
+        f"num_labels is {labels!r} but id2label names {len(id2label)} labels; num_labels is "
+        "the size of id2label and label2id (or left out)"
+    )
 
 
 # A class id as JSON writes one: transformers reads an id2label key with int(), so "01",
@@ -323,27 +349,54 @@ _CANONICAL_ID = re.compile(r"0|[1-9][0-9]*")
 
 
 def id2label_problem(id2label: Any) -> str | None:
-    """id2label's keys written as the ids they are read as, and one name per class. Found by
-    the nineteenth round: {"0": "x", "1": "x"} was accepted (the exported label2id could only
-    be {"x": 1}) and {"0": "a", "01": "b"} read "01" as 1.
+    """id2label's keys written as the ids they are read as, the ids 0..n-1, and one name per
+    class, each a name as a data label is (`base.label_name_problem`: no control or bidi
+    character, not blank, at most MAX_TEXT characters, no whitespace around it) that no other
+    looks like (`base.as_seen`). Found by the nineteenth round: {"0": "x", "1": "x"} was
+    accepted (the exported label2id could only be {"x": 1}) and {"0": "a", "01": "b"} read
+    "01" as 1; by the twentieth, names "a\u202e", "b\n" and "" that a data label may not be.
 
         id2label_problem({"0": "x", "1": "x"})   # "id2label names 'x' for ids 0 and 1; …"
     """
     if not isinstance(id2label, dict):
         return None  # none given, or not a mapping: transformers' class refuses it
-    seen: dict[str, Any] = {}
+    seen: dict[str, tuple[Any, Any]] = {}  # as seen → (id, name)
     for key, name in id2label.items():
         if not _CANONICAL_ID.fullmatch(str(key)):
             return (
                 f"id2label has key {str(key)!r}; a class id is written as a plain integer "
                 "0, 1, 2… (transformers reads the key with int(), as another id's spelling)"
             )
-        if str(name) in seen:
+        if (why := _label_name_problem(name)) is not None:
+            return f"id2label names {shown(name)} for id {key}: the label {why}"
+        looks, (other_key, other) = as_seen(name), seen.get(as_seen(name), (None, None))
+        if other == name:
             return (
-                f"id2label names {name!r} for ids {seen[str(name)]} and {key}; each class has "
+                f"id2label names {name!r} for ids {other_key} and {key}; each class has "
                 "a name of its own (label2id maps a name to one id)"
             )
-        seen[str(name)] = key
+        if other is not None:  # ascii(): the two print alike; their escapes show the difference
+            return (
+                f"id2label names {other!a} for id {other_key} and {name!a} for id {key}, which "
+                "look the same (another Unicode form or an invisible character); each class "
+                "has a name of its own"
+            )
+        seen[looks] = (key, name)
+    ids = sorted(int(key) for key in id2label)
+    if ids != list(range(len(ids))):
+        return f"id2label has ids {ids[:5]}…; a classifier's ids are 0..{len(ids) - 1}"
+    return None
+
+
+def _label_name_problem(name: Any) -> str | None:
+    """A data label's rule (`base.label_name_problem`) for a config's label name, which is
+    kept as written: whitespace around it, which a data label is read without, is refused."""
+    if not isinstance(name, str):
+        return "is not a string"
+    if (why := label_name_problem(name)) is not None:
+        return why
+    if name != name.strip():
+        return "has whitespace around it, which a name is read without (as a data label is)"
     return None
 
 

@@ -33,6 +33,7 @@ from pipeplan.formats.base import (
     out_of_memory,
     read_input,
     text_sha256,
+    unique_keys,
 )
 from pipeplan.formats.modelconfig import chunk_problem, config_value_problem, size_problem
 from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
@@ -804,9 +805,9 @@ def model_mismatch(model: str, profile: Profile) -> str | None:
     path = folder / "config.json"
     text = read_input(path, MAX_CONFIG_BYTES, why=CONFIG_LIMIT)
     try:
-        config = json.loads(text)
-    except (ValueError, RecursionError):
-        raise InputFileError(f"{path}: not valid JSON") from None
+        config = json.loads(text, object_pairs_hook=unique_keys)  # as `models` reads it
+    except (ValueError, RecursionError) as exc:
+        raise InputFileError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
     except MemoryError:
         raise InputFileError(out_of_memory(str(path), text)) from None
     recorded = profile.model.config
