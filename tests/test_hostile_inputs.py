@@ -817,6 +817,11 @@ TWENTIETH = {
         "model.config has no vocab_size",
         "whole config",
     ),
+    "config.add_cross_attention true": (
+        _edit((("model", "config", "add_cross_attention"), True)),
+        "config: add_cross_attention is true",
+        "no cross-attention",
+    ),
     "vit-digits: config.qkv_bias false": (
         with_path(VIT, ("model", "config", "qkv_bias"), False),
         "layers.1.params is 198272",

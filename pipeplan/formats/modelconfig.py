@@ -256,9 +256,9 @@ def unbuilt_problem(config: dict[str, Any]) -> str | None:
     """What a config asks for that pipeplan does not build, in words, or None: a quantized
     model (any quantization_config: its weights are not float; transformers refused the
     methods it knows only for want of a package, and an unknown one was accepted unread),
-    weights of a dtype that is not a float one, or an encoder-decoder. Found by the
-    nineteenth round: quant_method "zorp", dtype "int8" and GPT-2's is_encoder_decoder true
-    were profiled without a word.
+    weights of a dtype that is not a float one, an encoder-decoder, or cross-attention (an
+    encoder-decoder's too). Found by the nineteenth round: quant_method "zorp", dtype "int8"
+    and GPT-2's is_encoder_decoder true were profiled without a word.
 
         unbuilt_problem({"quantization_config": {"quant_method": "zorp"}})
         # "quantization_config is given (quant_method 'zorp'); pipeplan …"
@@ -278,6 +278,13 @@ def unbuilt_problem(config: dict[str, Any]) -> str | None:
         return (
             f"is_encoder_decoder is {json.dumps(config['is_encoder_decoder'])}; pipeplan builds "
             "encoders and decoders, not encoder-decoder models"
+        )
+    # Found by the twentieth round: a profile's config may not ask for the cross-attention
+    # weights (GPT-2's, in every block) that a model folder's is refused for.
+    if config.get("add_cross_attention") not in (None, False):
+        return (
+            f"add_cross_attention is {json.dumps(config['add_cross_attention'])}; pipeplan "
+            "builds no cross-attention (it takes no encoder's states)"
         )
     return None
 
