@@ -731,6 +731,17 @@ def _hidden_bytes(model: ModelInfo, s: dict[str, Dim]) -> int:
     return tokens * (s["hidden"][1] + int(model.padding_mask)) * _ELEMENT_BYTES[model.dtype]
 
 
+def hidden_state_bytes(model: ModelInfo) -> int | None:
+    """Bytes per sample of what the embeddings and each block of `model` output, as a profile
+    is held to them (`_hidden_bytes`), or None when its config lacks a size: what the profiler
+    records for a layer that ran at no micro-batch size.
+
+        hidden_state_bytes(load(Profile, "bert-tiny@cpu-1t.json").model)   # 65536
+    """
+    s = model_sizes(model.config, model.family)
+    return None if s is None else _hidden_bytes(model, s)
+
+
 def _logits_bytes(model: ModelInfo) -> tuple[int, str]:
     """Bytes of the head's output per sample, and what they are: the logits in float32, as the
     loss takes them (`profiler`), a causal LM's one row per token."""
