@@ -817,6 +817,14 @@ TWENTIETH = {
         "model.config has no vocab_size",
         "whole config",
     ),
+    "a built-in's config without model_type and vocab_size": (
+        _edit(
+            lambda d: [d["model"]["config"].pop(key) for key in ("model_type", "vocab_size")],
+            _params(0),
+        ),
+        "model.config has no vocab_size",
+        "whole config",
+    ),
     "config.add_cross_attention true": (
         _edit((("model", "config", "add_cross_attention"), True)),
         "config: add_cross_attention is true",

@@ -755,13 +755,16 @@ def _logits_bytes(model: ModelInfo) -> tuple[int, str]:
 def _expected_layers(model: ModelInfo) -> dict[str, tuple[int, list[Dim], int]] | str | None:
     """Per layer kind: (params, the config sizes they grow with, output bytes per sample), as
     the model's config and input shape give them; the config key of a missing size; or None
-    for a partial config without model_type (a synthetic profile's). A few dictionary look-ups
+    for a synthetic profile's partial config (`pipeplan.synthetic`). A few dictionary look-ups
     (tens of µs beside a profile's milliseconds of parsing): no cache, whose key, the config,
     would cost as much to build."""
     config = model.config
     s = model_sizes(config, model.family)
     if s is None:
-        return None if "model_type" not in config else missing_size(config, model.family)
+        # Only a synthetic profile's config is partial: it has no model_type and a free name
+        # (a built-in's profile is the profiler's, which records every size).
+        partial = "model_type" not in config and model.name not in PRESETS
+        return None if partial else missing_size(config, model.family)
     layers = layer_parameters(config, model.family, model.task)
     assert layers is not None  # every size is there
     hidden, logits = _hidden_bytes(model, s), _logits_bytes(model)[0]
