@@ -43,6 +43,7 @@ from pipeplan.formats import (
     dumps,
 )
 from pipeplan.formats.base import one_line
+from pipeplan.formats.profile import hidden_state_bytes
 from pipeplan.inputs import DEFAULT_MICRO_BATCH_SIZES, ProfileRequest
 from pipeplan.models import LayerSequence
 
@@ -319,13 +320,22 @@ class LayerProfiler:
         return nbytes
 
     def out_bytes_per_sample(self, i: int) -> int:
+        last = i + 1 == len(self.layers)
         for m in self.sizes:
-            if i + 1 < len(self.layers) and not self.cells[i, m].error:
+            if not last and not self.cells[i, m].error:
                 nxt = self.inputs[m][i + 1]
                 return nxt.numel() * nxt.element_size() // m
-            if i + 1 == len(self.layers) and m in self.logits_bytes:
+            if last and m in self.logits_bytes:
                 return self.logits_bytes[m] // m
-        # Nothing ran at any size: the logits' shape, fp32 (a causal LM's are per token).
+        # Nothing ran at any size (out of memory at each): what the layer would output, as the
+        # profile's format holds it to the config (the hidden state; the head's float32
+        # logits, a causal LM's per token). Found by the twentieth round: every layer got the
+        # logits' bytes, and the profiler's own profile was refused in a traceback.
+        if not last:
+            model = ModelInfo(**self.seq.describe(), dtype=PRECISION_DTYPE[self.precision])
+            hidden = hidden_state_bytes(model)
+            if hidden is not None:
+                return hidden
         return math.prod(self.seq.logits_shape) * 4
 
     def run(

@@ -504,6 +504,8 @@ def test_the_parameters_and_shapes_a_config_implies_are_transformers(family):
         edits += [{"num_key_value_heads": 8, "head_dim": 64}, {"attention_bias": True}]
     if family == "gpt2":
         edits += [{"n_inner": 100}]
+    if family in ("vit", "deit"):
+        edits += [{"qkv_bias": False}]  # the twentieth round: counted as biased
     for task, model_class in FAMILIES[family].models.items():
         for edit in edits:
             config = getattr(transformers, FAMILIES[family].config_class)(**edit)
@@ -516,6 +518,78 @@ def test_the_parameters_and_shapes_a_config_implies_are_transformers(family):
             for endings, dims in implied_shapes(config_dict, family):
                 found = [k for k in shapes if any(k.endswith(f".{e}") for e in endings)]
                 assert found and shapes[found[0]] == [v for _, v in dims], (edit, endings)
+
+
+def _layer_counts(seq) -> list[int]:
+    """Each layer's parameters as the profiler counts them."""
+    return [sum(p.numel() for p in layer.parameters()) for layer in seq.layers]
+
+
+def _implied_counts(seq) -> list[int]:
+    """Each layer's parameters as `modelconfig.layer_parameters` reads them off its config."""
+    from pipeplan.formats.modelconfig import layer_parameters
+
+    implied = layer_parameters(seq.config_json(), seq.family, seq.task)
+    assert implied is not None, seq.config_json()
+    return [implied[seq.kind(i)][0] for i in range(len(seq.layers))]
+
+
+def _perturbed(config: dict) -> list[dict]:
+    """`config` with each integer doubled (3 for 0), each flag flipped and each unset optional
+    size set, one field at a time: every field that could size a layer, changed."""
+    edits = []
+    for key, value in config.items():
+        if type(value) is bool:
+            edits.append({key: not value})
+        elif type(value) is int:
+            edits.append({key: 2 * value if value else 3})
+        elif value is None and key in ("n_inner", "num_key_value_heads", "head_dim"):
+            edits.append({key: 8})
+    return edits
+
+
+@pytest.mark.parametrize("family", sorted(SMALL_CONFIGS))
+def test_each_layers_parameters_are_what_its_config_implies_for_every_field(tmp_path, family):
+    """Found by the twentieth round: a profile's per-layer params were not held to its config
+    (a bert-tiny block of 5 parameters, config 198,272, was planned). The dictionary-only
+    count a profile is held to (`modelconfig.layer_parameters`, no torch) is the layers
+    pipeplan builds, layer by layer, for each task, label count and tied head, and for every
+    field of the family's config changed one at a time (a change pipeplan refuses is
+    skipped): a field that sizes a layer and is not counted fails here (ViT's qkv_bias was)."""
+    path = _write_config(tmp_path, family)
+    edits = [{}, {"num_labels": 9}, {"tie_word_embeddings": True}]
+    edits += [{"tie_word_embeddings": False}]
+    for task in FAMILIES[family].models:
+        full = models.build(str(path), init="random", task=task).config_json()
+        for edit in [*edits, *_perturbed(full)]:
+            config = {**(full if edit not in edits else SMALL_CONFIGS[family]), **edit}
+            path.write_text(json.dumps(config))
+            try:
+                seq = models.build(str(path), init="random", task=task)
+            except (InputFileError, BadArgumentError):
+                continue  # a config pipeplan refuses makes no profile
+            assert _implied_counts(seq) == _layer_counts(seq), (task, edit)
+
+
+@pytest.mark.parametrize("family", sorted(SMALL_CONFIGS))
+def test_a_profile_of_every_family_passes_its_layer_checks(tmp_path, family):
+    """What the twentieth round's layer checks leave alone: the profiler's own profile of every
+    family and task, with a padding mask and in bf16 (`Profile` holds each layer's params and
+    output bytes to its config as it is made, and again as it is read)."""
+    from pipeplan import formats, profiler
+
+    path = str(_write_config(tmp_path, family))
+    builds = [dict(task=task) for task in FAMILIES[family].models]
+    if family in TEXT:  # a short sequence: the profile is quick
+        builds = [{**build, "seq_len": 8} for build in [*builds, dict(padding_mask=True)]]
+    for build in builds:
+        seq = models.build(path, init="random", **build)
+        for precision in ("fp32", "bf16"):
+            prof = profiler.profile_layers(
+                seq, micro_batches=[1], warmup=0, repeats=1, precision=precision
+            )
+            assert [layer.params for layer in prof.layers] == _implied_counts(seq)
+            assert formats.parse(formats.Profile, formats.dumps(prof)) == prof
 
 
 def test_plan_loads_a_profile_without_importing_torch():

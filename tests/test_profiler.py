@@ -96,6 +96,25 @@ def test_out_of_memory_size_is_recorded_infeasible(monkeypatch):
     formats.parse(formats.Profile, formats.dumps(prof))  # still a valid profile
 
 
+def test_a_layer_out_of_memory_at_every_size_records_its_output_bytes(monkeypatch):
+    """Found by the twentieth round: a block out of memory at every size (so every layer
+    after it) was recorded with the head's logits bytes as its output, which the profile's
+    own check refuses: the profiler failed in a ValidationError traceback. Such a layer
+    records what it would output, the hidden state (and the head its logits)."""
+    seq = models.build("bert-synth")
+
+    def forward(hidden):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(seq.layers[2], "forward", forward)
+    prof = profiler.profile_layers(seq, micro_batches=[1, 4], warmup=0, repeats=1)
+    assert not any(t.feasible for layer in prof.layers[2:] for t in layer.timings)
+    hidden = 32 * seq.config.hidden_size * 4  # seq_len × hidden × fp32
+    assert [layer.out_bytes_per_sample for layer in prof.layers[:-1]] == [hidden] * 7
+    assert prof.layers[-1].out_bytes_per_sample == seq.num_labels * 4
+    formats.parse(formats.Profile, formats.dumps(prof))
+
+
 def test_an_out_of_memory_message_with_control_characters_is_recorded_on_one_line(monkeypatch):
     """Found by the fifteenth round (its names class): a profile's strings are Text, without
     control characters; torch's message is recorded with each one a space, so the profile

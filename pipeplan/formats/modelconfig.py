@@ -259,9 +259,9 @@ def unbuilt_problem(config: dict[str, Any]) -> str | None:
     """What a config asks for that pipeplan does not build, in words, or None: a quantized
     model (any quantization_config: its weights are not float; transformers refused the
     methods it knows only for want of a package, and an unknown one was accepted unread),
-    weights of a dtype that is not a float one, or an encoder-decoder. Found by the
-    nineteenth round: quant_method "zorp", dtype "int8" and GPT-2's is_encoder_decoder true
-    were profiled without a word.
+    weights of a dtype that is not a float one, an encoder-decoder, or cross-attention (an
+    encoder-decoder's too). Found by the nineteenth round: quant_method "zorp", dtype "int8"
+    and GPT-2's is_encoder_decoder true were profiled without a word.
 
         unbuilt_problem({"quantization_config": {"quant_method": "zorp"}})
         # "quantization_config is given (quant_method 'zorp'); pipeplan …"
@@ -281,6 +281,13 @@ def unbuilt_problem(config: dict[str, Any]) -> str | None:
         return (
             f"is_encoder_decoder is {json.dumps(config['is_encoder_decoder'])}; pipeplan builds "
             "encoders and decoders, not encoder-decoder models"
+        )
+    # Found by the twentieth round: a profile's config may not ask for the cross-attention
+    # weights (GPT-2's, in every block) that a model folder's is refused for.
+    if config.get("add_cross_attention") not in (None, False):
+        return (
+            f"add_cross_attention is {json.dumps(config['add_cross_attention'])}; pipeplan "
+            "builds no cross-attention (it takes no encoder's states)"
         )
     return None
 
@@ -921,6 +928,24 @@ def model_sizes(config: dict[str, Any], family: str) -> dict[str, Dim] | None:
 
         model_sizes({"n_embd": 64, "n_inner": None, ...}, "gpt2")["inner"]   # ("4 × n_embd", 256)
     """
+    sizes, needed = _role_sizes(config, family)
+    if not all(_size(sizes[role]) for role in needed):
+        return None
+    return {role: sizes[role] for role in needed}
+
+
+def missing_size(config: dict[str, Any], family: str) -> str | None:
+    """The config key of the first size `model_sizes` needs that `config` does not state as an
+    integer ≥ 1, or None: missing_size({"model_type": "bert", "hidden_size": 128}, "bert") is
+    "intermediate_size"."""
+    sizes, needed = _role_sizes(config, family)
+    return next((sizes[role][0] for role in needed if not _size(sizes[role])), None)
+
+
+def _role_sizes(
+    config: dict[str, Any], family: str
+) -> tuple[dict[str, tuple[str, Any]], list[str]]:
+    """Every size by role (its config key, its value or None), and the roles `family` needs."""
     keys = {**_COMMON_KEYS, **_KEYS.get(family, {})}
     keys |= {"vocab": "vocab_size", "positions": "max_position_embeddings"}
     keys |= {"types": "type_vocab_size", "embedding": "embedding_size"}
@@ -937,10 +962,7 @@ def model_sizes(config: dict[str, Any], family: str) -> dict[str, Dim] | None:
         if sizes["head_dim"][1] is None and _size(sizes["hidden"]) and _size(sizes["heads"]):
             hidden, heads = sizes["hidden"][1], sizes["heads"][1]
             sizes["head_dim"] = ("hidden_size / num_attention_heads", hidden // heads)
-    needed = ["hidden", "inner", "layers", "heads", *_FAMILY_ROLES.get(family, [])]
-    if not all(_size(sizes[role]) for role in needed):
-        return None
-    return {role: sizes[role] for role in needed}
+    return sizes, ["hidden", "inner", "layers", "heads", *_FAMILY_ROLES.get(family, [])]
 
 
 _FAMILY_ROLES = {
@@ -1031,19 +1053,51 @@ def parameter_terms(
     s = model_sizes(config, family)
     if s is None:
         return []
+    block, grows = _block_term(config, s, family)
+    blocks = (s["layers"][1] * block, [s["layers"], *grows])
+    return [*_embedding_terms(s, family), blocks, _head_term(config, s, family, task)]
+
+
+def layer_parameters(
+    config: dict[str, Any], family: str, task: str | None = None
+) -> dict[str, tuple[int, list[Dim]]] | None:
+    """The parameters of each kind of layer of pipeplan's layer sequence (`models.FAMILIES`'
+    cuts) as config.json implies them, with the sizes each grows with: the embeddings, one
+    block, the head, which holds its own copy of a tied LM head (`models._untie`). None when a
+    size is missing. The very terms of `parameter_terms` (a test holds both to transformers'
+    models, layer by layer); a profile's layers are held to them.
+
+        layer_parameters(bert_tiny_config, "bert")["block"]
+        # (198272, [("hidden_size", 128), ("intermediate_size", 512)])
+    """
+    s = model_sizes(config, family)
+    if s is None:
+        return None
+    embeddings = _embedding_terms(s, family)
+    grows = list(dict.fromkeys(dim for _, dims in embeddings for dim in dims))
+    return {
+        "embeddings": (sum(count for count, _ in embeddings), grows),
+        "block": _block_term(config, s, family),
+        "head": _head_term(config, s, family, task, untied=True),
+    }
+
+
+def _block_term(config: dict[str, Any], s: dict[str, Dim], family: str) -> tuple[int, list[Dim]]:
+    """One block's parameters and the sizes they grow with: attention, MLP, two norms."""
     h, i = s["hidden"][1], s["inner"][1]
-    labels = label_count(config)
-    block = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h  # attention, MLP, two norms
     if family == "llama":
         q, kv = s["heads"][1] * s["head_dim"][1], s["kv"][1] * s["head_dim"][1]
         block = 2 * h * q + 2 * h * kv + 3 * h * i + 2 * h
         block += (q + 2 * kv + h) * bool(config.get("attention_bias"))
         block += (2 * i + h) * bool(config.get("mlp_bias"))
-    grows = [s["layers"], s["hidden"], s["inner"]]
-    if family == "llama":
-        grows += [s["heads"], s["kv"], s["head_dim"]]
-    blocks = (s["layers"][1] * block, grows)
-    return [*_embedding_terms(s, family), blocks, _head_term(config, s, family, task, labels)]
+        # A bias flag that adds weights is named beside the sizes (as 1: set).
+        biases = [(key, 1) for key in ("attention_bias", "mlp_bias") if config.get(key)]
+        return block, [s["hidden"], s["inner"], s["heads"], s["kv"], s["head_dim"], *biases]
+    block = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
+    if family in ("vit", "deit") and config.get("qkv_bias") is False:
+        # Query, key and value without their biases (named as 0: unset).
+        return block - 3 * h, [s["hidden"], s["inner"], ("qkv_bias", 0)]
+    return block, [s["hidden"], s["inner"]]
 
 
 def label_count(config: dict[str, Any]) -> int:
@@ -1075,19 +1129,27 @@ def _embedding_terms(s: dict[str, Dim], family: str) -> list[tuple[int, list[Dim
 
 
 def _head_term(
-    config: dict[str, Any], s: dict[str, Dim], family: str, task: str | None, labels: int
+    config: dict[str, Any],
+    s: dict[str, Dim],
+    family: str,
+    task: str | None,
+    *,
+    untied: bool = False,
 ) -> tuple[int, list[Dim]]:
+    """The head's parameters and the sizes they grow with; a causal LM's tied head counts
+    its own copy with `untied` (pipeplan's layers), else only when the config unties it."""
     h = s["hidden"][1]
-    classifier = labels * h + labels
+    labels = ("num_labels", label_count(config))
+    classifier = labels[1] * h + labels[1]
     if family in ("vit", "deit"):
-        return 2 * h + classifier, [s["hidden"]]
+        return 2 * h + classifier, [s["hidden"], labels]
     if family in ("gpt2", "llama"):
         norm = 2 * h if family == "gpt2" else h
         if task == "classification":
-            return norm + labels * h, [s["hidden"]]  # score, no bias
-        untied = config.get("tie_word_embeddings") is False
+            return norm + labels[1] * h, [s["hidden"], labels]  # score, no bias
+        untied = untied or config.get("tie_word_embeddings") is False
         return norm + untied * s["vocab"][1] * h, [s["vocab"], s["hidden"]]
-    return h * h + h + classifier, [s["hidden"]]  # pooler or classifier.dense
+    return h * h + h + classifier, [s["hidden"], labels]  # pooler or classifier.dense
 
 
 def size_problem(

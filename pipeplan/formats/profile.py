@@ -35,7 +35,15 @@ from pipeplan.formats.base import (
     text_sha256,
     unique_keys,
 )
-from pipeplan.formats.modelconfig import chunk_problem, config_value_problem, size_problem
+from pipeplan.formats.modelconfig import (
+    Dim,
+    chunk_problem,
+    config_value_problem,
+    layer_parameters,
+    missing_size,
+    model_sizes,
+    size_problem,
+)
 from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
 
 # Rounds a profile may record, the bounds of `pipeplan profile --warmup / --repeats`.
@@ -635,7 +643,7 @@ class Profile(Strict):
     @model_validator(mode="after")
     def _measurements_agree(self) -> Profile:
         _check_timings(self)
-        _check_out_bytes(self)
+        _check_layer_sizes(self)
         _check_device(self)
         return self
 
@@ -711,36 +719,92 @@ _ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
 _EXTRA_TOKENS = {"vit": 1, "deit": 2}
 
 
-def _block_out_bytes(model: ModelInfo) -> int | None:
-    """Bytes of one block's output per sample, as the profiler measures it: tokens × width
-    (+ 1 for a padding-mask channel) × the element size; None where the config does not say
-    (a synthetic profile's config holds no model_type)."""
-    config = model.config
-    width = next((config[k] for k in ("hidden_size", "n_embd", "dim") if k in config), None)
-    if "model_type" not in config or type(width) is not int:
-        return None
+_HIDDEN = "tokens × width × element size"
+
+
+def _hidden_bytes(model: ModelInfo, s: dict[str, Dim]) -> int:
+    """Bytes of the hidden state per sample, what the embeddings and each block output as the
+    profiler measures it: tokens × width (+ 1 for a padding-mask channel) × the element size."""
     if model.family in IMAGE_FAMILIES:
-        image, patch = config.get("image_size"), config.get("patch_size")
-        if type(image) is not int or type(patch) is not int or patch < 1:
-            return None
-        tokens = (image // patch) ** 2 + _EXTRA_TOKENS[model.family]
+        tokens = (s["image"][1] // s["patch"][1]) ** 2 + _EXTRA_TOKENS[model.family]
     else:
         tokens = model.input_shape[0]
-    return tokens * (width + int(model.padding_mask)) * _ELEMENT_BYTES[model.dtype]
+    return tokens * (s["hidden"][1] + int(model.padding_mask)) * _ELEMENT_BYTES[model.dtype]
 
 
-def _check_out_bytes(profile: Profile) -> None:
-    """A block's out_bytes_per_sample is its hidden state's (seventeenth round: 10^18 beside
-    bert-tiny's 128 tokens × 128 × 4 B = 65536 was planned)."""
-    expected = _block_out_bytes(profile.model)
+def hidden_state_bytes(model: ModelInfo) -> int | None:
+    """Bytes per sample of what the embeddings and each block of `model` output, as a profile
+    is held to them (`_hidden_bytes`), or None when its config lacks a size: what the profiler
+    records for a layer that ran at no micro-batch size.
+
+        hidden_state_bytes(load(Profile, "bert-tiny@cpu-1t.json").model)   # 65536
+    """
+    s = model_sizes(model.config, model.family)
+    return None if s is None else _hidden_bytes(model, s)
+
+
+def _logits_bytes(model: ModelInfo) -> tuple[int, str]:
+    """Bytes of the head's output per sample, and what they are: the logits in float32, as the
+    loss takes them (`profiler`), a causal LM's one row per token."""
+    if model.task == "causal-lm":
+        tokens = model.input_shape[0]
+        what = f"{tokens} tokens × {model.num_labels} logits (vocab_size) in float32"
+        return tokens * model.num_labels * 4, what
+    return model.num_labels * 4, f"{model.num_labels} logits (num_labels) in float32"
+
+
+def _expected_layers(model: ModelInfo) -> dict[str, tuple[int, list[Dim], int]] | str | None:
+    """Per layer kind: (params, the config sizes they grow with, output bytes per sample), as
+    the model's config and input shape give them; the config key of a missing size; or None
+    for a synthetic profile's partial config (`pipeplan.synthetic`). A few dictionary look-ups
+    (tens of µs beside a profile's milliseconds of parsing): no cache, whose key, the config,
+    would cost as much to build."""
+    config = model.config
+    s = model_sizes(config, model.family)
+    if s is None:
+        # Only a synthetic profile's config is partial: it has no model_type and a free name
+        # (a built-in's profile is the profiler's, which records every size).
+        partial = "model_type" not in config and model.name not in PRESETS
+        return None if partial else missing_size(config, model.family)
+    layers = layer_parameters(config, model.family, model.task)
+    assert layers is not None  # every size is there
+    hidden, logits = _hidden_bytes(model, s), _logits_bytes(model)[0]
+    return {
+        kind: (params, dims, logits if kind == "head" else hidden)
+        for kind, (params, dims) in layers.items()
+    }
+
+
+def _check_layer_sizes(profile: Profile) -> None:
+    """Each layer's params (and so its param_bytes) and out_bytes_per_sample are what the
+    model's config and input shape give it (`modelconfig.layer_parameters`, held to the layers
+    pipeplan builds). Found by the seventeenth round for a block's output (10^18 beside
+    bert-tiny's 65536 was planned) and by the twentieth for the rest: a block's params of 5
+    (config: 198,272), the embeddings' or head's, their outputs, and a config's vocab_size
+    10^9 or type_vocab_size 1000 beside layers of the real sizes changed the plan's memory and
+    all-reduce times, or named a model other than the one measured."""
+    expected = _expected_layers(profile.model)
+    if isinstance(expected, str):
+        raise ValueError(
+            f"model.config has no {expected}: a profile records its model's whole config "
+            "(the profiler writes every size), which its layers are held to"
+        )
     if expected is None:
         return
     for layer in profile.layers:
-        if layer.kind == "block" and layer.out_bytes_per_sample != expected:
+        params, dims, out = expected[layer.kind]
+        if layer.params != params:
+            grows = ", ".join(f"{key} {value}" for key, value in dims)
+            raise ValueError(
+                f"layers.{layer.index}.params is {layer.params} but model.config gives the "
+                f"{layer.kind} layer {params} parameters ({grows})"
+            )
+        if layer.out_bytes_per_sample != out:
+            what = _logits_bytes(profile.model)[1] if layer.kind == "head" else _HIDDEN
             raise ValueError(
                 f"layers.{layer.index}.out_bytes_per_sample is {layer.out_bytes_per_sample} "
-                f"but a block of this model outputs {expected} bytes per sample (tokens × "
-                "width × element size, as model.config and input_shape give them)"
+                f"but the {layer.kind} layer of this model outputs {out} bytes per sample "
+                f"({what}, as model.config and input_shape give them)"
             )
 
 
