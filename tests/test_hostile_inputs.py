@@ -682,7 +682,7 @@ def test_a_profiles_config_is_held_to_the_size_bound_and_one_label_map(tmp_path,
 
 # The shipped bert-tiny profile (id2label LABEL_0, LABEL_1) with a config.json edit a model
 # folder is refused for since the twentieth round.
-TWENTIETH = {
+LABEL_MAP_EDITS = {
     "config.num_labels beside an id2label of 2": (
         _edit((("model", "config", "num_labels"), 5)),
         ("'model'", "config: num_labels is 5 but id2label names 2 labels"),
@@ -704,12 +704,12 @@ TWENTIETH = {
 }
 
 
-@pytest.mark.parametrize("case", TWENTIETH)
+@pytest.mark.parametrize("case", LABEL_MAP_EDITS)
 def test_a_profiles_config_is_held_to_one_label_map_of_data_label_names(tmp_path, capsys, case):
     """Found by the twentieth round: num_labels beside an id2label of another size, and label
     names a data label may not be, were accepted in a model folder's config.json; a profile's
     config passes the same dictionary checks (`modelconfig`), so `plan` refuses them too."""
-    doc, fragments = TWENTIETH[case]
+    doc, fragments = LABEL_MAP_EDITS[case]
     plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
 
 
@@ -802,7 +802,7 @@ def _three_labels(doc: dict) -> None:
 VIT = json.loads(shipped_profile("vit-digits", "cpu").read_text())
 # The shipped bert-tiny profile (vit-digits where named) with a layer's size or a config field
 # that sizes a layer edited; each was planned before the twentieth round (exit 0).
-TWENTIETH = {
+LAYER_SIZE_EDITS = {
     "every block's params 5": (_edit(_params()), "layers.1.params is 5", "block layer 198272"),
     "the embeddings' params 5": (_edit(_params(0)), "layers.0.params is 5", "3972864"),
     "the head's params 5": (_edit(_params(5)), "layers.5.params is 5", "head layer 16770"),
@@ -878,14 +878,14 @@ TWENTIETH = {
 }
 
 
-@pytest.mark.parametrize("case", TWENTIETH)
+@pytest.mark.parametrize("case", LAYER_SIZE_EDITS)
 def test_each_layers_params_and_output_are_what_its_config_implies(tmp_path, capsys, case):
     """Found by the twentieth round: a profile's per-layer params (so param_bytes) and the
     embeddings' and head's out_bytes_per_sample were not held to its config, nor the config's
     fields that size a layer beside them: a bert-tiny of blocks of 5 parameters planned stage
     memory 234,946,148 B and an all-reduce of 0.01165 s instead of 247,635,236 B / 0.01387 s,
     and vocab_size 10^9 or 10, type_vocab_size 1000 beside the real layers were planned."""
-    doc, *fragments = TWENTIETH[case]
+    doc, *fragments = LAYER_SIZE_EDITS[case]
     plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
 
 
