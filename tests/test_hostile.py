@@ -997,7 +997,7 @@ FRESH_ROUND = {
         "calibrate {RUN} --profile {P} --out {DIR}",
         "is a directory",
     ),
-    "files: report of a file": ("report {EMPTY}", "is not a run directory"),
+    "files: report of a file": ("report {EMPTY}", "is a file, not a run directory"),
     "files: runs dir is a file": ("run --name x --runs-dir {EMPTY} --prepare-only", "cannot"),
     # flags: huge, negative, NaN and infinite values in every human-unit flag; counts
     "flags: memory -1GB": (f"preview --profile {{P}} --device-memory -1GB {SHAPE}", "memory"),

@@ -744,7 +744,56 @@ def test_a_file_given_as_the_run_is_not_a_run_directory(tmp_path, capsys, comman
     argv = ["run", "--resume", str(given)]
     if command == "export":
         argv = ["export", str(given), "--out", str(tmp_path / "e")]
-    refused(argv, tmp_path, capsys, f"{given}: not a run directory")
+    refused(argv, tmp_path, capsys, f"{given}: is a file, not a run directory")
+
+
+# Each command given a run, with what it reads of it: export reads no records.
+RUN_READERS = {
+    "report": (lambda run, tmp: ["report", str(run)], ("run.json", "run.jsonl")),
+    "calibrate": (
+        lambda run, tmp: ["calibrate", str(run), "--profile", str(PROFILE), "--out", f"{tmp}/c"],
+        ("run.json", "run.jsonl"),
+    ),
+    "export": (lambda run, tmp: ["export", str(run), "--out", str(tmp / "e")], ("run.json",)),
+    "resume": (lambda run, tmp: ["run", "--resume", str(run)], ("run.json",)),
+}
+
+
+@pytest.mark.parametrize("what", ["fifo", "folder"])
+@pytest.mark.parametrize("command", RUN_READERS)
+def test_a_run_file_that_is_no_regular_file_is_named_by_every_reader(
+    tmp_path, capsys, command, what
+):
+    """Found by the twentieth round: run.jsonl (or run.json) a FIFO or a folder made `report`
+    say "RUN: not a run directory (no run.jsonl)", though it is there; `calibrate` said
+    "not a regular file". Every command given a run checks it one way (`check_run_directory`),
+    naming the file and what it is."""
+    argv, needs = RUN_READERS[command]
+    for name in needs:
+        run = tmp_path / f"{name}-{what}"
+        run.mkdir()
+        for other in needs:
+            (run / other).write_text("{}\n")
+        (run / name).unlink()
+        if what == "fifo":  # a reader would block on it
+            os.mkfifo(run / name)
+        else:
+            (run / name).mkdir()
+        kind = "a FIFO" if what == "fifo" else "a directory"
+        refused(argv(run, tmp_path), tmp_path, capsys, f"{run / name}: not a regular file ({kind})")
+
+
+@pytest.mark.parametrize("command", RUN_READERS)
+def test_a_file_given_as_a_run_is_a_file_and_a_missing_run_is_missing(tmp_path, capsys, command):
+    """Found by the twentieth round: `calibrate FILE` said "FILE: no such run directory",
+    though FILE exists (it is a file); `export nope` said "nope/run.json: no such file".
+    Every command says the same of each."""
+    argv, _ = RUN_READERS[command]
+    given = tmp_path / "profile.json"
+    given.write_text("{}\n")
+    refused(argv(given, tmp_path), tmp_path, capsys, f"{given}: is a file, not a run directory")
+    missing = tmp_path / "nope"
+    refused(argv(missing, tmp_path), tmp_path, capsys, f"{missing}: no such run directory")
 
 
 def test_a_path_through_a_file_is_no_such_file_without_pythons_words(tmp_path):
