@@ -1094,6 +1094,31 @@ def test_records_lacking_an_epoch_before_a_resumed_phase_are_refused(tmp_path, c
     refused(argv, tmp_path, capsys, (f"run.jsonl:{i}: ", fragment))
 
 
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_a_step_of_a_later_epoch_is_named_with_the_epochs_closed(tmp_path, capsys, command):
+    """Found by the twentieth round: a step record's epoch edited to 7 said "the records before
+    it closed epochs up to 0 and its phase started in epoch 1", though its phase (phase 0)
+    started in epoch 0: the current epoch was named as its phase's start. The message states
+    what the records say: the epochs closed, and the current one. (calibrate's records: one
+    epoch, none closed.)"""
+    run, argv = _readable(tmp_path, command)
+    lines = _lines(run)
+    if command == "report":  # phase 0 goes on into epoch 1: its phase started in epoch 0
+        i = _last(lines, "phase")
+        del lines[i]
+        # Phase 0's last step's times and ranks (its layout's), under each step's number.
+        times = {k: v for k, v in lines[i - 2].items() if k not in ("step", "epoch")}
+        for line in _steps(lines[i:]):
+            line.update(times)
+    i = _last(lines, "step")
+    lines[i]["epoch"] = 7
+    _rewrite(run, lines)
+    closed = "closed epoch 0: a step is of the current epoch, 1"
+    closed = closed if command == "report" else "closed no epoch: a step is of the current epoch, 0"
+    fragment = f"step {lines[i]['step']}: epoch 7, but the records before it {closed}"
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
+
+
 def _step_rate_unlike_its_time(lines: list[dict]) -> tuple[int, str]:
     i = _last(lines, "step")
     lines[i]["samples_per_s"] = 1e300
