@@ -1119,6 +1119,29 @@ def test_a_step_of_a_later_epoch_is_named_with_the_epochs_closed(tmp_path, capsy
     refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
 
 
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_a_records_edited_profile_sha256_blames_the_record(tmp_path, capsys, command):
+    """Found by the twentieth round: phase 0's pricing.profile_sha256 edited made report say
+    "RUN/profile.json: edited since the run priced its phase 0 with it", though profile.json
+    was untouched and the other phases' records hold its sha256. The record is named, with its
+    field: as what was edited where other records hold the file's sha256 (calibrate's four
+    phases), as one of the two where it alone names the file (report's phase 1 is priced
+    with another profile)."""
+    run, argv = _readable(tmp_path, command)
+    lines = _lines(run)
+    first = next(i for i, line in enumerate(lines) if line["kind"] == "phase")
+    lines[first]["pricing"]["profile_sha256"] = "0" * 64
+    _rewrite(run, lines)
+    fragment = (
+        f"{run / 'run.jsonl'}: phase 0: pricing.profile_sha256 000000000000… is not the sha256 "
+        "of profile.json",
+        "which run.jsonl's other records priced with it hold: the record was edited"
+        if command == "calibrate"
+        else "the record or the file was edited since the run priced with it",
+    )
+    refused(argv, tmp_path, capsys, fragment)
+
+
 def _step_rate_unlike_its_time(lines: list[dict]) -> tuple[int, str]:
     i = _last(lines, "step")
     lines[i]["samples_per_s"] = 1e300

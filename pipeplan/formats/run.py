@@ -1425,15 +1425,30 @@ def _check_unedited(
     # (a resume planned with other times, and run.jsonl then named two profiles by one file)
     # no longer re-plans them. Each recalibration writes a file of its own, never over one.
     digest = profile_sha256(profile)
-    named = next(
-        (what for what, p in priced if p.profile == name and p.profile_sha256 != digest),
-        None,
-    )
-    if named is not None:
+    named = [(what, p.profile_sha256) for what, p in priced if p.profile == name]
+    wrong = [(what, recorded) for what, recorded in named if recorded != digest]
+    if not wrong:
+        return
+    what, recorded = wrong[0]
+    # Which side was edited is told by the other records of the same file: those that hold
+    # its sha256 say the file is as priced (the twentieth round edited one phase's digest and
+    # was told the untouched profile.json had been edited); all holding another one sha256
+    # say the file changed. One record alone cannot tell: both are named.
+    field = f"{run_dir / 'run.jsonl'}: {what}: pricing.profile_sha256 {recorded[:12]}…"
+    if len(wrong) < len(named):
         raise InputFileError(
-            f"{run_dir / name}: edited since the run priced its {named} with it (its "
+            f"{field} is not the sha256 of {name} ({digest[:12]}…), which run.jsonl's other "
+            "records priced with it hold: the record was edited; restore it or start a new run"
+        )
+    if len(named) > 1 and len({recorded for _, recorded in named}) == 1:
+        raise InputFileError(
+            f"{run_dir / name}: edited since the run priced its {what} with it (its "
             "sha256 differs from the one run.jsonl records); restore it or start a new run"
         )
+    raise InputFileError(
+        f"{field} is not the sha256 of {name} ({digest[:12]}…): the record or the file was "
+        "edited since the run priced with it; restore it or start a new run"
+    )
 
 
 def _check_step_bound(run_dir: Path, name: str, phase: PhaseRecord, profile: Profile) -> None:
