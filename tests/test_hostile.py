@@ -396,6 +396,22 @@ def test_flags_in_human_units_and_sizes_are_bounded(tmp_path, capsys, case):
     refused(argv, tmp_path, capsys, fragment)
 
 
+@pytest.mark.parametrize("command", ["preview", "plan"])
+def test_more_micro_batches_than_samples_says_so_first(tmp_path, capsys, command):
+    """Found by the twentieth round: `preview --micro-batches 512` with global batch 256 said
+    the batch "cannot be split into whole micro-batches of at most 16 samples … choose a
+    global batch divisible by one of them"; 512 micro-batches of 256 samples cannot be, and
+    that is the message."""
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    argv = [command, "--profile", str(profile), "--devices-per-node", "2", "--epochs", "3"]
+    argv += ["--global-batch", "64", "--samples", "6400", "--micro-batches", "65"]
+    if command == "plan":
+        argv += ["--out", str(tmp_path / "plan.json")]
+    fragment = "--micro-batches 65 is more than the global batch 64: a micro-batch holds at least"
+    refused(argv, tmp_path, capsys, fragment)
+
+
 HUGE = """
 import resource, sys, cli
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
