@@ -515,6 +515,12 @@ def claim_directory(directory: str | Path) -> Path:
     return directory
 
 
+def held_directories() -> set[Path]:
+    """The directories this process holds (`claim_directory`), resolved: `run_dir.resolve()
+    in held_directories()`."""
+    return set(_HELD)
+
+
 def release_directory(directory: str | Path) -> None:
     """Give up this process's claim on `directory` (`claim_directory`): for a run whose
     preparation failed, so that the folder can go and be claimed again.
