@@ -638,6 +638,35 @@ def _check_repeats(args: list[str]) -> None:
         seen[option] = name
 
 
+def _switches(command: Any) -> set[str]:
+    """Every spelling of an on/off option of the root and its commands (`--debug`, `--cache`,
+    `--no-cache`, `--json`, `--help`), read from the commands themselves so a new switch is
+    one too: `_switches(typer.main.get_command(app))`."""
+    names = {"--help"}  # click adds it to every command
+    for cmd in [command, *getattr(command, "commands", {}).values()]:
+        for param in cmd.params:
+            if getattr(param, "is_flag", False) and not getattr(param, "count", False):
+                names.update(param.opts, param.secondary_opts)
+    return names
+
+
+def _check_switch_values(args: list[str], switches: set[str]) -> None:
+    """A value given to a switch (`--debug=yes`, `--cache=`, `--json=1`) is refused naming
+    the switch: --debug after the command was "No such option: --debug" (only the bare
+    switch is moved to the root), and an empty one "is empty; give a value". `--` ends the
+    options.
+
+        _check_switch_values(["plan", "--debug=yes"], {"--debug"})   # BadArgumentError
+    """
+    end = args.index("--") if "--" in args else len(args)
+    for token in args[:end]:
+        name, equals, value = token.partition("=")
+        if equals and name in switches:
+            raise BadArgumentError(
+                f"{name} is a switch and takes no value, not {value[:60]!r}; give {name} alone"
+            )
+
+
 def _check_empty(args: list[str]) -> None:
     """An empty value (`--resume ''`, `--plan=`, `--runs-dir ''`) is refused: click passes it
     on, where an empty path read as "none" (a resume of '' started a new run) or as the
@@ -739,6 +768,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = _install({signal.SIGINT: _interrupt, **dict.fromkeys(STOP_SIGNALS, _stop)})
     try:
         _check_repeats(given)  # before hoisting, which folds `--debug --debug` into one
+        _check_switch_values(args, _switches(command))  # before `--debug=` is "empty"
         _check_empty(args)
         _check_printable(args)
         _check_spaces(args)

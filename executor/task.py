@@ -32,6 +32,7 @@ from pipeplan.errors import BadArgumentError, InputFileError, OutputError
 from pipeplan.fileio import check_not_stdout, check_outside_runs
 from pipeplan.formats import DataFile, DataRecord, RunConfig, load
 from pipeplan.formats.base import check_input_file
+from pipeplan.runfiles import check_run_directory
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -373,11 +374,9 @@ def _check_new_directory(out: Path) -> None:
 
 def read_run_config(run_dir: Path) -> RunConfig:
     """A run directory's run.json, for the commands given one (`run --resume`, torchrun's
-    entry, `export`): a file given as the folder is "not a run directory", where reading
-    FILE/run.json leaked Python's NotADirectoryError.
+    entry, `export`), after `check_run_directory`: the folder and its run.json checked as
+    report and calibrate check them, with the same messages.
 
         cfg = read_run_config(Path("runs/exp1"))
     """
-    if run_dir.exists() and not run_dir.is_dir():
-        raise InputFileError(f"{run_dir}: not a run directory (a file, not a folder)")
-    return load(RunConfig, run_dir / "run.json")
+    return load(RunConfig, check_run_directory(run_dir, needs=("run.json",)) / "run.json")

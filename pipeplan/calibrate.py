@@ -62,7 +62,7 @@ from pipeplan.formats import (
 from pipeplan.formats.base import first_error
 from pipeplan.formats.run import WARMUP_STEPS_PER_PHASE
 from pipeplan.log import held
-from pipeplan.runfiles import check_distinct_runs, check_run_files
+from pipeplan.runfiles import check_distinct_runs, check_run_directory, check_run_files
 
 MIN_STEADY_STEPS = 3
 STRAGGLER_FACTOR = 3.0  # a step this many times the phase median is a straggler, not data
@@ -132,12 +132,8 @@ class PhaseObservation:
 
 
 def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise InputFileError(f"{run_dir}: no such run directory")
+    run_dir = check_run_directory(run_dir)
     config_path = run_dir / "run.json"
-    if not config_path.exists() or not (run_dir / "run.jsonl").exists():
-        raise InputFileError(f"{run_dir}: incomplete run (needs run.json and run.jsonl)")
     config = load(RunConfig, config_path)
     check_run_profile(run_dir, config, profile)
     with held():  # a torn last record's notice only if the records pass

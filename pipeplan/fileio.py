@@ -412,7 +412,7 @@ def open_append(path: str | Path) -> int:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):  # a FIFO that had a reader, a device
         os.close(fd)
-        raise OutputError(f"{path}: not a regular file ({_kind(info.st_mode)})")
+        raise OutputError(f"{path}: not a regular file ({entry_kind(info.st_mode)})")
     os.set_blocking(fd, True)
     return fd
 
@@ -434,7 +434,7 @@ def not_a_plain_file(path: str | Path) -> str | None:
     if stat.S_ISDIR(info.st_mode):
         return "is a directory, not a file"
     if not stat.S_ISREG(info.st_mode):
-        return f"not a regular file ({_kind(info.st_mode)})"
+        return f"not a regular file ({entry_kind(info.st_mode)})"
     return None
 
 
@@ -450,12 +450,12 @@ def not_a_plain_folder(path: str | Path) -> str | None:
     if stat.S_ISLNK(info.st_mode):
         return "is a symbolic link, not a folder of its own"
     if not stat.S_ISDIR(info.st_mode):
-        return f"not a folder ({_kind(info.st_mode)})"
+        return f"not a folder ({entry_kind(info.st_mode)})"
     return None
 
 
-def _kind(mode: int) -> str:
-    """`_kind(os.lstat(p).st_mode)`: what a file system entry is, in words ("a FIFO")."""
+def entry_kind(mode: int) -> str:
+    """`entry_kind(os.lstat(p).st_mode)`: what a file system entry is, in words ("a FIFO")."""
     kinds = (
         (stat.S_ISREG, "a regular file"),
         (stat.S_ISDIR, "a directory"),
@@ -513,6 +513,12 @@ def claim_directory(directory: str | Path) -> Path:
         raise OutputError(f"{directory}: in use by another pipeplan process") from None
     _HELD[key] = handle
     return directory
+
+
+def held_directories() -> set[Path]:
+    """The directories this process holds (`claim_directory`), resolved: `run_dir.resolve()
+    in held_directories()`."""
+    return set(_HELD)
 
 
 def release_directory(directory: str | Path) -> None:

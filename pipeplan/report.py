@@ -47,7 +47,7 @@ from pipeplan.formats import (
     steady_steps,
 )
 from pipeplan.log import held
-from pipeplan.runfiles import check_distinct_runs, check_run_files
+from pipeplan.runfiles import check_distinct_runs, check_run_directory, check_run_files
 from pipeplan.simulate import StageWork, Timeline, TimelineEvent, received_in_op, simulate
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
@@ -60,15 +60,7 @@ class _Run:
     """A run directory's records, checked for what a report needs."""
 
     def __init__(self, run_dir: str | Path) -> None:
-        self.dir = Path(run_dir)
-        if not self.dir.is_dir():
-            # A run directory is the folder `pipeplan run` wrote, not one of its files.
-            what = "is not a run directory (give the folder `pipeplan run` wrote)"
-            what = what if self.dir.exists() else "no such run directory"
-            raise InputFileError(f"{self.dir}: {what}")
-        for name in ("run.json", "run.jsonl"):
-            if not (self.dir / name).is_file():
-                raise InputFileError(f"{self.dir}: not a run directory (no {name})")
+        self.dir = check_run_directory(run_dir)
         self.config = load(RunConfig, self.dir / "run.json")
         with held():  # a torn last record's notice only if the run is reported
             records = read_records(self.dir / "run.jsonl", self.config)

@@ -172,6 +172,17 @@ def _no_shape_message(
         )
     if pins.micro_batches and pins.micro_batches > MAX_MICRO_BATCHES:
         return f"--micro-batches {pins.micro_batches} is beyond the limit of {MAX_MICRO_BATCHES}"
+    # A micro-batch holds at least one sample: more of them than a replica's samples is the
+    # cause, said first (the twentieth round was told of micro-batch sizes and divisibility).
+    D = pins.replicas or 1
+    if pins.micro_batches and pins.micro_batches > global_batch // D:
+        over = f"the global batch {global_batch}"
+        if D > 1:
+            over = f"the {global_batch // D} samples per replica of global batch {global_batch}"
+        return (
+            f"--micro-batches {pins.micro_batches} is more than {over}: a micro-batch holds at "
+            "least one sample; choose at most that many micro-batches, or a larger --global-batch"
+        )
     S = pins.num_stages or 1
     training = S - min(forward_only_layers, S - 1)
     if (

@@ -313,7 +313,7 @@ def test_bad_runs_are_one_line_errors(tmp_path, profile):
     with pytest.raises(InputFileError, match="no such run directory"):
         calibrate([tmp_path / "missing"], profile)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputFileError, match="incomplete run"):
+    with pytest.raises(InputFileError, match=r"not a run directory \(no run.json\)"):
         calibrate([tmp_path / "empty"], profile)
     write_run(tmp_path / "short", profile, steps_per_phase=4)
     with pytest.raises(InputFileError, match="needs 5 steps"):

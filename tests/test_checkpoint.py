@@ -109,7 +109,7 @@ def test_resume_without_a_checkpoint_is_one_line(tmp_path, capsys):
     import cli
 
     assert cli.main(["run", "--resume", str(tmp_path)]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert f"{tmp_path}: not a run directory (no run.json)" in capsys.readouterr().err
 
 
 def test_a_failed_write_is_a_clear_error_and_keeps_the_previous_checkpoint(

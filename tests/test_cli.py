@@ -542,6 +542,32 @@ def test_an_empty_value_is_refused(args, flag, capsys, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
+    "args, flag, value",
+    [
+        (["preview", "--profile", PROFILE, "--debug=yes"], "--debug", "yes"),
+        (["--debug=yes", "preview", "--profile", PROFILE], "--debug", "yes"),
+        (["preview", "--profile", PROFILE, "--debug="], "--debug", ""),
+        (["preview", "--profile", PROFILE, "--no-cache=yes"], "--no-cache", "yes"),
+        (["preview", "--profile", PROFILE, "--json=1"], "--json", "1"),
+        (["run", "--model", "vit-digits", "--prepare-only=true"], "--prepare-only", "true"),
+        (["plan", "--help=1"], "--help", "1"),
+    ],
+)
+def test_a_value_given_to_a_switch_names_the_switch(
+    args, flag, value, capsys, tmp_path, monkeypatch
+):
+    """Found by the twentieth round: `preview … --debug=yes` said "No such option: --debug"
+    though the option exists (it takes no value), and `--debug=` "is empty; give a value".
+    Every switch, the root's and each command's, is refused one way."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(args) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"pipeplan: error: {flag} is a switch and takes no value, not {value!r}; give {flag} alone"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
     "args, flag, char",
     [
         (

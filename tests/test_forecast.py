@@ -246,7 +246,8 @@ def _edit_last_forecast(run_dir, edit) -> None:
         (lambda f: f.update(samples=7), "forecast.samples 7, but its 3 steps of 64 samples"),
         (
             lambda f: f["pricing"].update(profile_sha256="0" * 64),
-            "calibration-1.json: edited since the run priced its epoch 1's forecast with it",
+            "epoch 1's forecast: pricing.profile_sha256 000000000000… is not the sha256 of "
+            "calibration-1.json",
         ),
     ],
     ids=["freezing that falls", "beyond the model", "not the epochs so far", "samples", "sha"],

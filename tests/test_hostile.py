@@ -396,6 +396,22 @@ def test_flags_in_human_units_and_sizes_are_bounded(tmp_path, capsys, case):
     refused(argv, tmp_path, capsys, fragment)
 
 
+@pytest.mark.parametrize("command", ["preview", "plan"])
+def test_more_micro_batches_than_samples_says_so_first(tmp_path, capsys, command):
+    """Found by the twentieth round: `preview --micro-batches 512` with global batch 256 said
+    the batch "cannot be split into whole micro-batches of at most 16 samples … choose a
+    global batch divisible by one of them"; 512 micro-batches of 256 samples cannot be, and
+    that is the message."""
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    argv = [command, "--profile", str(profile), "--devices-per-node", "2", "--epochs", "3"]
+    argv += ["--global-batch", "64", "--samples", "6400", "--micro-batches", "65"]
+    if command == "plan":
+        argv += ["--out", str(tmp_path / "plan.json")]
+    fragment = "--micro-batches 65 is more than the global batch 64: a micro-batch holds at least"
+    refused(argv, tmp_path, capsys, fragment)
+
+
 HUGE = """
 import resource, sys, cli
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
@@ -608,6 +624,60 @@ def test_resume_applies_more_epochs_and_another_collective_timeout(finished_run,
     records = read_records(run / "run.jsonl")
     assert [r.epoch for r in records if isinstance(r, EpochRecord)] == [0, 1]
     assert [r.step for r in records if isinstance(r, StepRecord)] == [0, 1, 2, 3]
+
+
+def _prepared(tmp_path: Path) -> Path:
+    """A run prepared (`run --prepare-only`) and not held by this process, as another
+    process's resume finds it."""
+    from pipeplan.fileio import release_directory
+
+    argv = ["run", "--name", "held", "--runs-dir", str(tmp_path / "runs"), "--prepare-only"]
+    assert cli.main([*argv, "--nproc", "2"]) == 0
+    run = tmp_path / "runs" / "held"
+    release_directory(run)
+    return run
+
+
+def test_a_resume_of_a_held_run_is_refused_before_its_checks(tmp_path, capsys, monkeypatch):
+    """Found by the twentieth round: a second `run --resume` of a run being resumed took ~50 s
+    under load to say "in use by another pipeplan process": the lock was tried after every
+    check (torch's import, the checkpoint's load). It is tried first now."""
+    import fcntl
+
+    import executor.launch
+
+    def reached(*args, **kwargs):
+        raise AssertionError("a resume check ran before the lock was tried")
+
+    run = _prepared(tmp_path)
+    monkeypatch.setattr(executor.launch, "check_data", reached)
+    monkeypatch.setattr(executor.launch, "check_resume", reached)
+    capsys.readouterr()
+    with open(run / ".lock", "a") as other:  # another open file: flock refuses this process too
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fragment = f"{run}: in use by another pipeplan process"
+        refused(["run", "--resume", str(run)], tmp_path, capsys, fragment)
+
+
+@pytest.mark.parametrize("lock", ["kept", "absent"])
+def test_a_resume_refused_by_a_check_gives_its_claim_back(tmp_path, capsys, monkeypatch, lock):
+    """The claim taken before the checks (above) is given back when one refuses, and the lock
+    file goes if the claim made it: nothing is left held or written."""
+    import executor.launch
+    from pipeplan.errors import BadArgumentError
+    from pipeplan.fileio import held_directories
+
+    def refuse(*args, **kwargs):
+        raise BadArgumentError("refused by a check")
+
+    run = _prepared(tmp_path)
+    if lock == "absent":
+        (run / ".lock").unlink()
+    monkeypatch.setattr(executor.launch, "check_resume", refuse)
+    capsys.readouterr()
+    refused(["run", "--resume", str(run)], tmp_path, capsys, "refused by a check")
+    assert run.resolve() not in held_directories()
+    assert (run / ".lock").exists() == (lock == "kept")
 
 
 @pytest.mark.multiprocess
@@ -997,7 +1067,7 @@ FRESH_ROUND = {
         "calibrate {RUN} --profile {P} --out {DIR}",
         "is a directory",
     ),
-    "files: report of a file": ("report {EMPTY}", "is not a run directory"),
+    "files: report of a file": ("report {EMPTY}", "is a file, not a run directory"),
     "files: runs dir is a file": ("run --name x --runs-dir {EMPTY} --prepare-only", "cannot"),
     # flags: huge, negative, NaN and infinite values in every human-unit flag; counts
     "flags: memory -1GB": (f"preview --profile {{P}} --device-memory -1GB {SHAPE}", "memory"),

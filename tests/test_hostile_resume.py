@@ -844,13 +844,13 @@ def test_the_entry_refuses_a_missing_run_dir_in_one_line():
 
 
 def test_the_entry_refuses_a_folder_without_a_run_and_makes_none(tmp_path):
-    """A mistyped run folder: one line naming its run.json, and the folder is not created
+    """A mistyped run folder: one line naming it, and the folder is not created
     (the run's lock was taken first, which made the folder and its .lock)."""
     missing = tmp_path / "no-such-run"
     env = {**os.environ, **RANK_ENV}
     env.pop("PIPEPLAN_LAUNCHER_PID", None)
     code, err = _main_forked([str(missing), "--resume"], env)
-    assert code == 2 and err.count("\n") == 1 and "run.json" in err, err
+    assert code == 2 and err.count("\n") == 1 and f"{missing}: no such run directory" in err, err
     assert not missing.exists()
 
 

@@ -744,7 +744,56 @@ def test_a_file_given_as_the_run_is_not_a_run_directory(tmp_path, capsys, comman
     argv = ["run", "--resume", str(given)]
     if command == "export":
         argv = ["export", str(given), "--out", str(tmp_path / "e")]
-    refused(argv, tmp_path, capsys, f"{given}: not a run directory")
+    refused(argv, tmp_path, capsys, f"{given}: is a file, not a run directory")
+
+
+# Each command given a run, with what it reads of it: export reads no records.
+RUN_READERS = {
+    "report": (lambda run, tmp: ["report", str(run)], ("run.json", "run.jsonl")),
+    "calibrate": (
+        lambda run, tmp: ["calibrate", str(run), "--profile", str(PROFILE), "--out", f"{tmp}/c"],
+        ("run.json", "run.jsonl"),
+    ),
+    "export": (lambda run, tmp: ["export", str(run), "--out", str(tmp / "e")], ("run.json",)),
+    "resume": (lambda run, tmp: ["run", "--resume", str(run)], ("run.json",)),
+}
+
+
+@pytest.mark.parametrize("what", ["fifo", "folder"])
+@pytest.mark.parametrize("command", RUN_READERS)
+def test_a_run_file_that_is_no_regular_file_is_named_by_every_reader(
+    tmp_path, capsys, command, what
+):
+    """Found by the twentieth round: run.jsonl (or run.json) a FIFO or a folder made `report`
+    say "RUN: not a run directory (no run.jsonl)", though it is there; `calibrate` said
+    "not a regular file". Every command given a run checks it one way (`check_run_directory`),
+    naming the file and what it is."""
+    argv, needs = RUN_READERS[command]
+    for name in needs:
+        run = tmp_path / f"{name}-{what}"
+        run.mkdir()
+        for other in needs:
+            (run / other).write_text("{}\n")
+        (run / name).unlink()
+        if what == "fifo":  # a reader would block on it
+            os.mkfifo(run / name)
+        else:
+            (run / name).mkdir()
+        kind = "a FIFO" if what == "fifo" else "a directory"
+        refused(argv(run, tmp_path), tmp_path, capsys, f"{run / name}: not a regular file ({kind})")
+
+
+@pytest.mark.parametrize("command", RUN_READERS)
+def test_a_file_given_as_a_run_is_a_file_and_a_missing_run_is_missing(tmp_path, capsys, command):
+    """Found by the twentieth round: `calibrate FILE` said "FILE: no such run directory",
+    though FILE exists (it is a file); `export nope` said "nope/run.json: no such file".
+    Every command says the same of each."""
+    argv, _ = RUN_READERS[command]
+    given = tmp_path / "profile.json"
+    given.write_text("{}\n")
+    refused(argv(given, tmp_path), tmp_path, capsys, f"{given}: is a file, not a run directory")
+    missing = tmp_path / "nope"
+    refused(argv(missing, tmp_path), tmp_path, capsys, f"{missing}: no such run directory")
 
 
 def test_a_path_through_a_file_is_no_such_file_without_pythons_words(tmp_path):
@@ -1043,6 +1092,54 @@ def test_records_lacking_an_epoch_before_a_resumed_phase_are_refused(tmp_path, c
     _rewrite(run, lines)
     fragment = "phase 1: start_epoch 1, but the records before it end at step 7 of epoch 0"
     refused(argv, tmp_path, capsys, (f"run.jsonl:{i}: ", fragment))
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_a_step_of_a_later_epoch_is_named_with_the_epochs_closed(tmp_path, capsys, command):
+    """Found by the twentieth round: a step record's epoch edited to 7 said "the records before
+    it closed epochs up to 0 and its phase started in epoch 1", though its phase (phase 0)
+    started in epoch 0: the current epoch was named as its phase's start. The message states
+    what the records say: the epochs closed, and the current one. (calibrate's records: one
+    epoch, none closed.)"""
+    run, argv = _readable(tmp_path, command)
+    lines = _lines(run)
+    if command == "report":  # phase 0 goes on into epoch 1: its phase started in epoch 0
+        i = _last(lines, "phase")
+        del lines[i]
+        # Phase 0's last step's times and ranks (its layout's), under each step's number.
+        times = {k: v for k, v in lines[i - 2].items() if k not in ("step", "epoch")}
+        for line in _steps(lines[i:]):
+            line.update(times)
+    i = _last(lines, "step")
+    lines[i]["epoch"] = 7
+    _rewrite(run, lines)
+    closed = "closed epoch 0: a step is of the current epoch, 1"
+    closed = closed if command == "report" else "closed no epoch: a step is of the current epoch, 0"
+    fragment = f"step {lines[i]['step']}: epoch 7, but the records before it {closed}"
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_a_records_edited_profile_sha256_blames_the_record(tmp_path, capsys, command):
+    """Found by the twentieth round: phase 0's pricing.profile_sha256 edited made report say
+    "RUN/profile.json: edited since the run priced its phase 0 with it", though profile.json
+    was untouched and the other phases' records hold its sha256. The record is named, with its
+    field: as what was edited where other records hold the file's sha256 (calibrate's four
+    phases), as one of the two where it alone names the file (report's phase 1 is priced
+    with another profile)."""
+    run, argv = _readable(tmp_path, command)
+    lines = _lines(run)
+    first = next(i for i, line in enumerate(lines) if line["kind"] == "phase")
+    lines[first]["pricing"]["profile_sha256"] = "0" * 64
+    _rewrite(run, lines)
+    fragment = (
+        f"{run / 'run.jsonl'}: phase 0: pricing.profile_sha256 000000000000… is not the sha256 "
+        "of profile.json",
+        "which run.jsonl's other records priced with it hold: the record was edited"
+        if command == "calibrate"
+        else "the record or the file was edited since the run priced with it",
+    )
+    refused(argv, tmp_path, capsys, fragment)
 
 
 def _step_rate_unlike_its_time(lines: list[dict]) -> tuple[int, str]:

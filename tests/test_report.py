@@ -383,7 +383,7 @@ def without(name: str):
 
 BAD_RUNS = {
     "missing": (lambda tmp: tmp / "nope", "no such run directory"),
-    "a file": (a_file, "is not a run directory"),
+    "a file": (a_file, "is a file, not a run directory"),
     "no run.json": (without("run.json"), "no run.json"),
     "no run.jsonl": (without("run.jsonl"), "no run.jsonl"),
     "run.json of another version": (other_version, "schema_version 2 is not supported"),

@@ -848,6 +848,13 @@ class _Sequence:
         self.first_phase: int | None = None  # the phase of the current epoch's first step
         self.epoch_steps: list[StepRecord] = []  # the current epoch's step records
 
+    def closed(self) -> str:
+        """The epochs closed so far, for a message: "closed no epoch", "closed epoch 0",
+        "closed epochs 0 to 4" (never "up to -1")."""
+        if self.epoch == 0:
+            return "closed no epoch"
+        return "closed epoch 0" if self.epoch == 1 else f"closed epochs 0 to {self.epoch - 1}"
+
     def starts(self, record: PhaseRecord, at: str) -> None:
         # A --resume phase too: no crash loses the record of the epoch before it, which the
         # executor writes before the checkpoint the resume continues from. Taken for lost, the
@@ -870,10 +877,11 @@ class _Sequence:
                 f"{self.next_step}: steps follow one another"
             )
         if record.epoch != self.epoch:
+            # Its phase may have started epochs earlier: the current epoch is what the epoch
+            # records before it closed, said as such (twentieth round).
             raise InputFileError(
                 f"{at}: step {record.step}: epoch {record.epoch}, but the records before it "
-                f"closed epochs up to {self.epoch - 1} and its phase started in epoch "
-                f"{self.epoch}: a step's epoch is the current one"
+                f"{self.closed()}: a step is of the current epoch, {self.epoch}"
             )
         if self.first_phase is None:
             self.first_phase = record.phase
@@ -884,9 +892,10 @@ class _Sequence:
     def closes(self, record: EpochRecord, current: PhaseRecord, at: str) -> list[StepRecord]:
         """Close the current epoch with its record; returns the epoch's step records."""
         if record.epoch != self.epoch:
+            # Not "the steps before it": the current epoch may have none yet.
             raise InputFileError(
-                f"{at}: epoch {record.epoch}, but the steps before it are of epoch "
-                f"{self.epoch}: an epoch record closes the current epoch"
+                f"{at}: epoch {record.epoch}, but the records before it {self.closed()}: an "
+                f"epoch record closes the current epoch, {self.epoch}"
             )
         if record.steps != self.steps:
             raise InputFileError(
@@ -1416,15 +1425,30 @@ def _check_unedited(
     # (a resume planned with other times, and run.jsonl then named two profiles by one file)
     # no longer re-plans them. Each recalibration writes a file of its own, never over one.
     digest = profile_sha256(profile)
-    named = next(
-        (what for what, p in priced if p.profile == name and p.profile_sha256 != digest),
-        None,
-    )
-    if named is not None:
+    named = [(what, p.profile_sha256) for what, p in priced if p.profile == name]
+    wrong = [(what, recorded) for what, recorded in named if recorded != digest]
+    if not wrong:
+        return
+    what, recorded = wrong[0]
+    # Which side was edited is told by the other records of the same file: those that hold
+    # its sha256 say the file is as priced (the twentieth round edited one phase's digest and
+    # was told the untouched profile.json had been edited); all holding another one sha256
+    # say the file changed. One record alone cannot tell: both are named.
+    field = f"{run_dir / 'run.jsonl'}: {what}: pricing.profile_sha256 {recorded[:12]}…"
+    if len(wrong) < len(named):
         raise InputFileError(
-            f"{run_dir / name}: edited since the run priced its {named} with it (its "
+            f"{field} is not the sha256 of {name} ({digest[:12]}…), which run.jsonl's other "
+            "records priced with it hold: the record was edited; restore it or start a new run"
+        )
+    if len(named) > 1 and len({recorded for _, recorded in named}) == 1:
+        raise InputFileError(
+            f"{run_dir / name}: edited since the run priced its {what} with it (its "
             "sha256 differs from the one run.jsonl records); restore it or start a new run"
         )
+    raise InputFileError(
+        f"{field} is not the sha256 of {name} ({digest[:12]}…): the record or the file was "
+        "edited since the run priced with it; restore it or start a new run"
+    )
 
 
 def _check_step_bound(run_dir: Path, name: str, phase: PhaseRecord, profile: Profile) -> None:
