@@ -69,7 +69,14 @@ from pipeplan.formats.plan import (
     close_enough,
     step_upper_bound_s,
 )
-from pipeplan.formats.profile import Precision, Profile, Task, model_mismatch, profile_sha256
+from pipeplan.formats.profile import (
+    WARMUP_STEPS_PER_PHASE,
+    Precision,
+    Profile,
+    Task,
+    model_mismatch,
+    profile_sha256,
+)
 
 log = logging.getLogger("pipeplan.records")
 
@@ -619,10 +626,6 @@ class RunSummary(Strict):
     steps: NonNegInt
     final_eval_accuracy: float | None
     phases: list[PhaseSummary]
-
-
-# The first steps of a phase build buffers, shapes and process-group state: not measured.
-WARMUP_STEPS_PER_PHASE = 2
 
 
 def steady_step(step: StepRecord, phase: PhaseRecord, config: RunConfig) -> bool:
