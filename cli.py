@@ -17,7 +17,7 @@ from rich.table import Table
 
 from pipeplan.startup import stopped_by  # isort: skip  (first: ends a start interrupted by a signal)
 from pipeplan import log
-from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError, Stopped
+from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError, Stopped, quoted
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_EPOCHS, Needs, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
@@ -671,7 +671,7 @@ def _flag_of(args: list[str], n: int) -> str:
         return token.split("=", 1)[0]
     if n and args[n - 1].startswith("-"):
         return args[n - 1]
-    return f"the argument {token[:60]!r}"
+    return f"the argument {quoted(token, 60)}"
 
 
 def _check_printable(args: list[str]) -> None:

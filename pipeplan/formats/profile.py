@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from pipeplan.errors import InputFileError
+from pipeplan.errors import InputFileError, quoted
 from pipeplan.formats.base import (
     CONFIG_LIMIT,
     MAX_CONFIG_BYTES,
@@ -488,7 +488,7 @@ class Calibration(Strict):
         step to 0, scales "fitted" from 0 phases)."""
         if not self.runs or self.phases_used < len(self.runs):
             raise ValueError(
-                f"runs {self.runs[:4]} and phases_used {self.phases_used}: a calibration is "
+                f"runs {quoted(self.runs)} and phases_used {self.phases_used}: a calibration is "
                 "fitted from at least one phase of each run it names"
             )
         # Each phase fitted adds its steady steps: 5 phases "fitted" from 1 step (or one
