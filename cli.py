@@ -749,13 +749,13 @@ def main(argv: list[str] | None = None) -> int:
     except PipeplanError as exc:
         if _debug["on"]:  # the traceback too, and still the exit code of a user error
             traceback.print_exc()
-        print(f"pipeplan: error: {exc}", file=sys.stderr)
+        log.error(exc)
         return 2
     except _USAGE_ERRORS as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `pipeplan`: the help, printed
             return 0
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        print(f"pipeplan: error: {message}", file=sys.stderr)
+        log.error(message)
         return 2
     except (Interrupted, KeyboardInterrupt, typer.Abort):
         print("pipeplan: interrupted", file=sys.stderr)
@@ -767,7 +767,7 @@ def main(argv: list[str] | None = None) -> int:
         if _debug["on"]:
             traceback.print_exc()
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"pipeplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        log.error(f"{where}{exc.strerror or exc}")
         return 2
     finally:
         if previous is not None:

@@ -113,6 +113,44 @@ def test_a_log_file_on_a_full_disk_fails_in_silence(tmp_path, capfd):
     assert capfd.readouterr().err == ""
 
 
+# A message longer than any line pipeplan prints: the file and field first, then 10 MB.
+HUGE = "p.json: field 'model.name': is " + "x" * 10**7
+
+
+def _bounded_line(err: str, start: str) -> str:
+    """The one line of `err`, checked bounded: its start kept, the cut said."""
+    (line,) = err.splitlines()
+    assert len(line) <= len("pipeplan: WARNING: ") + log.MAX_LINE + 40, len(line)
+    assert start in line and line.endswith(" characters)"), line[-80:]
+    return line
+
+
+def test_an_error_line_is_bounded_whatever_its_message(monkeypatch, capsys):
+    """Found by the twentieth round: an error line echoed a value of any length (a 10 MB
+    hidden_act gave a 10 MB line). Whatever a message holds, the CLI prints at most
+    MAX_LINE characters of it, keeping its start (the file and the field), and says so."""
+    import cli
+    from pipeplan.errors import InputFileError
+
+    def refuse(args: list[str]) -> None:
+        raise InputFileError(HUGE)
+
+    monkeypatch.setattr(cli, "_check_version", refuse)
+    assert cli.main(["schema", "profile"]) == 2
+    line = _bounded_line(capsys.readouterr().err, "pipeplan: error: p.json: field 'model.name'")
+    assert line.endswith(f"… ({len(HUGE)} characters)")
+
+
+def test_a_warning_line_is_bounded_whatever_its_message(pipeplan_logger, capsys):
+    """Found by the twentieth round (with the error line): a warning pipeplan prints is
+    bounded as an error is; a short one is unchanged."""
+    log.setup()
+    logging.getLogger("pipeplan.run").warning("%s", HUGE)
+    _bounded_line(capsys.readouterr().err, "pipeplan: WARNING: p.json: field 'model.name'")
+    logging.getLogger("pipeplan.run").warning("short")
+    assert capsys.readouterr().err == "pipeplan: WARNING: short\n"
+
+
 @pytest.mark.parametrize(
     "call, shown",
     [
