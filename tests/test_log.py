@@ -194,7 +194,9 @@ def test_the_messages_that_quoted_a_cut_text_say_so():
     nothing was cut)."""
     import cli
     from executor.text import _label
+    from pipeplan.formats import RunConfig
     from pipeplan.formats.base import iso_timestamp
+    from pipeplan.options import build
 
     said = _refusal(iso_timestamp, "y" * 100)
     assert said.startswith(f"{'y' * 80!r}… (100 characters) is not an ISO 8601"), said
@@ -206,3 +208,6 @@ def test_the_messages_that_quoted_a_cut_text_say_so():
     assert said == f"d.csv:3: label {'1' * 20}… (30 characters) is beyond the limit of 1000000"
     said = _refusal(_label, "1" * 10, "d.csv:3", True)
     assert said == "d.csv:3: label 1111111111 is beyond the limit of 1000000"
+    # A flag's value outside its choices was quoted whole (an argument may be 128 KiB).
+    said = _refusal(build, RunConfig, {"precision": "q" * 500})
+    assert said == f"--precision: must be fp32 or bf16, not {'q' * 200!r}… (500 characters)"
