@@ -17,7 +17,7 @@ from rich.table import Table
 
 from pipeplan.startup import stopped_by  # isort: skip  (first: ends a start interrupted by a signal)
 from pipeplan import log
-from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError, Stopped
+from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError, Stopped, quoted
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_EPOCHS, Needs, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
@@ -700,7 +700,7 @@ def _flag_of(args: list[str], n: int) -> str:
         return token.split("=", 1)[0]
     if n and args[n - 1].startswith("-"):
         return args[n - 1]
-    return f"the argument {token[:60]!r}"
+    return f"the argument {quoted(token, 60)}"
 
 
 def _check_printable(args: list[str]) -> None:
@@ -779,13 +779,13 @@ def main(argv: list[str] | None = None) -> int:
     except PipeplanError as exc:
         if _debug["on"]:  # the traceback too, and still the exit code of a user error
             traceback.print_exc()
-        print(f"pipeplan: error: {exc}", file=sys.stderr)
+        log.error(exc)
         return 2
     except _USAGE_ERRORS as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `pipeplan`: the help, printed
             return 0
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        print(f"pipeplan: error: {message}", file=sys.stderr)
+        log.error(message)
         return 2
     except (Interrupted, KeyboardInterrupt, typer.Abort):
         print("pipeplan: interrupted", file=sys.stderr)
@@ -797,7 +797,7 @@ def main(argv: list[str] | None = None) -> int:
         if _debug["on"]:
             traceback.print_exc()
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"pipeplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        log.error(f"{where}{exc.strerror or exc}")
         return 2
     finally:
         if previous is not None:

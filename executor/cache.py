@@ -66,10 +66,10 @@ import numpy as np
 import torch
 
 from pipeplan.errors import OutputError
+from pipeplan.formats.checkpoint import CACHE_MANIFEST_FORMAT
 
 logger = logging.getLogger("pipeplan.cache")
 
-MANIFEST_FORMAT = 2
 
 AUGMENTATION_REASON = (
     "random augmentation changes a sample every epoch, so its frozen activations cannot be "
@@ -703,7 +703,7 @@ class ActivationCache:
     def manifest(self) -> dict[str, Any]:
         """A JSON-able description of the cache: version, row layout, fill, where rows live."""
         base = {
-            "format": MANIFEST_FORMAT,
+            "format": CACHE_MANIFEST_FORMAT,
             "frozen_layers": self.frozen_layers,
             "num_samples": self.num_samples,
             "budget_bytes": self.budget_bytes,

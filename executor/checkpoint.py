@@ -35,7 +35,7 @@ from torch import nn
 
 from executor.migrate import OptimizerState, migrate
 from executor.topology import host_group
-from pipeplan.errors import BadArgumentError, InputFileError, OutputError
+from pipeplan.errors import BadArgumentError, InputFileError, OutputError, excerpt, quoted
 from pipeplan.fileio import write_atomic, write_failure
 from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
 from pipeplan.formats.base import read_input
@@ -119,7 +119,9 @@ def save(
         # torch.save reports a full disk as a RuntimeError from its zip writer, not an
         # OSError: any failure, Ctrl-C too, removes the partial directory and keeps the
         # previous checkpoint. The reason is read first: the partial files fill the disk.
-        reason = write_failure(exc, root) or " ".join(str(exc).split())[:120] or type(exc).__name__
+        reason = (
+            write_failure(exc, root) or excerpt(" ".join(str(exc).split())) or type(exc).__name__
+        )
         shutil.rmtree(tmp, ignore_errors=True)
         if not isinstance(exc, Exception):  # Ctrl-C, SystemExit: nothing to explain
             raise
@@ -261,7 +263,7 @@ def latest(run_dir: Path, purpose: str = "resume") -> Path:
     # The pointer names a sibling folder, nothing else: not a path out of the run directory.
     if not re.fullmatch(r"step-[0-9]{1,12}", name):
         raise InputFileError(
-            f"{pointer}: holds {text[:40]!r}, not one checkpoint name (step-N and a newline, "
+            f"{pointer}: holds {quoted(text)}, not one checkpoint name (step-N and a newline, "
             "as pipeplan writes it)"
         )
     path = run_dir / "checkpoints" / name

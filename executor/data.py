@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.errors import BadArgumentError, InputFileError, quoted
 from pipeplan.formats.base import MAX_SAMPLES
 
 if TYPE_CHECKING:
@@ -345,7 +345,7 @@ def _contained(spec: str, what: str) -> Iterator[None]:
         said = [line.strip() for line in held.getvalue().splitlines() if line.strip()]
         if isinstance(exc.code, str):  # sys.exit("why"): Python would print it, exit 1
             said.append(exc.code)
-        last = f"; its last line on stderr: {said[-1][:200]!r}" if said else ""
+        last = f"; its last line on stderr: {quoted(said[-1])}" if said else ""
         raise BadArgumentError(
             f"data '{spec}': the data {what} exited (code {code or 0}){last}"
         ) from None

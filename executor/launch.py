@@ -725,7 +725,7 @@ def main(argv: list[str] | None = None) -> None:
         args = _parse(argv)
         world = launch_environment()
     except PipeplanError as exc:  # before anything: one line, as the CLI says it
-        print(f"pipeplan: error: {exc}", file=sys.stderr)
+        pipeplan_log.error(exc)
         sys.exit(2)
     rank = world["RANK"]
     die_with_launcher()
@@ -735,7 +735,7 @@ def main(argv: list[str] | None = None) -> None:
         try:  # `pipeplan run` made these checks before it started this rank; torchrun did not
             enter_run(Path(args.run_dir), args.resume, world)
         except PipeplanError as exc:
-            print(f"pipeplan: error: {exc}", file=console)
+            pipeplan_log.error(exc, console)
             sys.exit(2)
     try:
         # From here Ctrl-C is reported as every failure is (and its traceback goes to the rank's
@@ -750,7 +750,7 @@ def main(argv: list[str] | None = None) -> None:
         report = faults.write_report(exc, rank)
         traceback.print_exc()  # into the rank's log (or torchrun's console)
         if not args.log_dir:  # under torchrun: one line of ours after torch's traceback
-            print(f"pipeplan: error: rank {rank}: {report.message}", file=console)
+            pipeplan_log.error(f"rank {rank}: {report.message}", console)
         for stream in (sys.stdout, sys.stderr, console):
             stream.flush()
         remove_own_caches()  # after the report, whose time names the rank that failed first
@@ -878,7 +878,7 @@ def rank_output(log_dir: str | None, rank: int) -> TextIO:
     except PipeplanError as exc:
         report = faults.write_report(exc, rank)
         if not under_pipeplan_run():  # `pipeplan run` names the rank's failure itself
-            print(f"pipeplan: error: rank {rank}: {report.message}", file=sys.stderr, flush=True)
+            pipeplan_log.error(f"rank {rank}: {report.message}")
         os._exit(faults.exit_code(report))
 
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from executor.data import MAX_LABELS, TaskData, TensorPairs
-from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.errors import BadArgumentError, InputFileError, excerpt
 from pipeplan.formats.base import (
     NAMES_NOTHING,
     as_seen,
@@ -255,7 +255,7 @@ def _label(value: Any, where: str, cell: bool) -> int | str | None:
         digits = value.strip()
         if len(digits) > len(str(MAX_LABELS)):  # beyond it; int() of 4300+ digits raises
             raise InputFileError(
-                f"{where}: label {digits[:20]}… is beyond the limit of {MAX_LABELS}"
+                f"{where}: label {excerpt(digits, 20)} is beyond the limit of {MAX_LABELS}"
             )
         value = int(digits)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
@@ -537,7 +537,7 @@ def _check_tokenizer_json(directory: Path) -> None:
 
 def _first(exc: BaseException) -> str:
     """An exception's first line, or its type when it says nothing."""
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return excerpt(str(exc).strip().splitlines()[0]) if str(exc).strip() else type(exc).__name__
 
 
 def _pad_id(tok: Any, seq: LayerSequence) -> int:

@@ -60,12 +60,10 @@ from pipeplan.formats import (
     steady_step,
 )
 from pipeplan.formats.base import first_error
-from pipeplan.formats.run import WARMUP_STEPS_PER_PHASE
+from pipeplan.formats.profile import MIN_STEADY_STEPS, STRAGGLER_FACTOR, WARMUP_STEPS_PER_PHASE
 from pipeplan.log import held
 from pipeplan.runfiles import check_distinct_runs, check_run_directory, check_run_files
 
-MIN_STEADY_STEPS = 3
-STRAGGLER_FACTOR = 3.0  # a step this many times the phase median is a straggler, not data
 # A rank's parts (input, forward, backward, wait, all-reduce, optimizer) are spans of one step
 # on one clock (executor/clock.py), so they add up to its step time: exactly on CPU (the wait
 # is the remainder), to the events' 0.5 µs resolution per span on CUDA (a few hundred spans:

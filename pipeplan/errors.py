@@ -4,6 +4,38 @@ The library raises these; the CLI prints the message as one line and exits with 
 Anything else escaping the library is a bug and keeps its traceback.
 """
 
+# The most of a user's value (a config's, a file's, a flag's) a message quotes: a 10 MB
+# hidden_act was a 10 MB error line (twentieth round).
+SHOWN = 200
+
+
+def excerpt(text: str, limit: int = SHOWN) -> str:
+    """What a message shows of a text it did not write (a file's contents, another program's
+    message): at most `limit` characters, and a cut always visible, with the whole's length.
+
+        excerpt("CUDA out of memory")   # 'CUDA out of memory'
+        excerpt("x" * 500, 8)           # 'xxxxxxxx… (500 characters)'
+    """
+    return text if len(text) <= limit else text[:limit] + _cut(len(text))
+
+
+def quoted(value: object, limit: int = SHOWN) -> str:
+    """A value as a message quotes it (its repr), cut as `excerpt` cuts, outside the quotes
+    for a text: a cut quote otherwise misstates what the value holds.
+
+        quoted("step-6")                          # "'step-6'"
+        quoted("/tmp/run/checkpoints/step-6", 8)  # "'/tmp/run'… (27 characters)"
+        quoted(list(range(1000)), 12)             # '[0, 1, 2, 3,… (4890 characters)'
+    """
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit]) + _cut(len(value))
+    return excerpt(repr(value), limit)
+
+
+def _cut(length: int) -> str:
+    """The sign of a cut: `… (N characters)`, N the whole's length."""
+    return f"… ({length} characters)"
+
 
 class PipeplanError(Exception):
     """Base class: the message is the whole story, written for the user."""

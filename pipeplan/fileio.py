@@ -16,7 +16,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from pipeplan.errors import BadArgumentError, OutputError
+from pipeplan.errors import BadArgumentError, OutputError, excerpt
 
 
 def check_writable(
@@ -252,7 +252,7 @@ def write_failure(exc: BaseException, where: str | Path) -> str | None:
         free = _free_bytes(where)
         if free is not None and free < NEARLY_FULL:
             return os.strerror(errno.ENOSPC)
-        return f"torch's file writer failed: {text[:120]}"
+        return f"torch's file writer failed: {excerpt(text)}"
     return None
 
 

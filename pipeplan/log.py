@@ -17,8 +17,40 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
+from typing import TextIO
+
+from pipeplan.errors import excerpt
 
 LOGGER = "pipeplan"
+# The longest message pipeplan prints on one line (an error's or a warning's), in characters:
+# room for three paths of PATH_MAX (4,096 bytes) and as much again of words. Messages quote a
+# value at most `errors.SHOWN` characters long; this bound holds for any message besides (a
+# config's 10 MB hidden_act was a 10 MB error line in the twentieth round): a longer one keeps
+# its start, which names the file and the field, and says how long it was.
+MAX_LINE = 16_384
+
+
+def bounded(message: str) -> str:
+    """`bounded("p.json: field 'x': …")` → unchanged up to MAX_LINE characters, else cut
+    visibly: its first MAX_LINE characters and `… (N characters)`."""
+    return excerpt(message, MAX_LINE)
+
+
+def error(message: object, stream: TextIO | None = None) -> None:
+    """The one way pipeplan prints an error: `pipeplan: error: MESSAGE` on one bounded line,
+    to `stream` (default: whatever `sys.stderr` is now).
+
+        log.error(exc)   # pipeplan: error: p.json: invalid profile: field 'layers.3': …
+    """
+    print(f"pipeplan: error: {bounded(str(message))}", file=stream or sys.stderr, flush=True)
+
+
+class _Bounded(logging.Formatter):
+    """pipeplan's warnings and notices, each bounded as an error is (`bounded`): the record's
+    line, not a traceback `--debug` adds below it."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return bounded(super().formatMessage(record))
 
 
 class _Stderr(logging.StreamHandler):
@@ -83,7 +115,7 @@ def setup(rank: int | None = None, debug: bool = False, stream=None) -> logging.
         logger.addHandler(handler)
     where = "" if rank is None else f"rank {rank}: "
     handler.fixed = stream
-    handler.setFormatter(logging.Formatter(f"pipeplan: {where}%(levelname)s: %(message)s"))
+    handler.setFormatter(_Bounded(f"pipeplan: {where}%(levelname)s: %(message)s"))
     logger.setLevel(logging.DEBUG if debug else logging.INFO)
     return logger
 

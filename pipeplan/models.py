@@ -46,6 +46,8 @@ from pipeplan.errors import (
     OutputError,
     PipeplanError,
     UnknownModelError,
+    excerpt,
+    quoted,
 )
 from pipeplan.fileio import give_output_modes, new_directories, write_failure
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
@@ -526,7 +528,7 @@ def _first(exc: BaseException) -> str:
     """An exception's message on one line (at most 200 characters): transformers' field
     validation puts the reason on its second line. A bare KeyError says only the key, so
     the type comes first when it is not a plain ValueError."""
-    text = " ".join(str(exc).split())[:200]
+    text = excerpt(" ".join(str(exc).split()))
     if not text:
         return type(exc).__name__
     return text if isinstance(exc, ValueError | OSError) else f"{type(exc).__name__}: {text}"
@@ -801,7 +803,7 @@ def _check_config(config: Any, family: Family, family_name: str, name: str, task
     blocks = config.num_hidden_layers
     if isinstance(blocks, bool) or not isinstance(blocks, int) or not 1 <= blocks <= MAX_BLOCKS:
         raise InputFileError(
-            f"{name}: num_hidden_layers is {blocks!r}; a model has 1..{MAX_BLOCKS} blocks"
+            f"{name}: num_hidden_layers is {quoted(blocks)}; a model has 1..{MAX_BLOCKS} blocks"
         )
     if family.kind == "image" and not (
         isinstance(config.patch_size, int) and 1 <= config.patch_size <= config.image_size
@@ -859,7 +861,9 @@ def _check_sizes(config: Any, family: Family, family_name: str, name: str) -> No
         if value is None and (optional or not hasattr(config, size)):
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputFileError(f"{name}: {key(size)} is {value!r}; a size is an integer ≥ 1")
+            raise InputFileError(
+                f"{name}: {key(size)} is {quoted(value)}; a size is an integer ≥ 1"
+            )
     width, heads = config.hidden_size, config.num_attention_heads
     if getattr(config, "head_dim", None) is None and width % heads:
         raise InputFileError(
@@ -877,7 +881,7 @@ def _check_sizes(config: Any, family: Family, family_name: str, name: str) -> No
     low = _first_example_token(family_name)
     if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < low + 2:
         raise InputFileError(
-            f"{name}: vocab_size is {vocab!r}; a vocabulary holds at least {low + 2} tokens "
+            f"{name}: vocab_size is {quoted(vocab)}; a vocabulary holds at least {low + 2} tokens "
             f"(ids 0..{low - 1} are reserved and one may be padding)"
         )
 
@@ -902,20 +906,20 @@ def _check_values(config: Any, family_name: str, name: str, task: str) -> None:
     for key in ACTIVATION_KEYS:
         value = getattr(config, key, None)
         if isinstance(value, str) and value not in _activations():
-            refuse(f"{key} is {value!r}; not an activation transformers knows")
+            refuse(f"{key} is {quoted(value)}; not an activation transformers knows")
     if task == "classification" and config.problem_type not in (
         None,
         "single_label_classification",
     ):
         refuse(
-            f"problem_type is {config.problem_type!r}; pipeplan trains single-label "
+            f"problem_type is {quoted(config.problem_type)}; pipeplan trains single-label "
             "classification (or a causal language model)"
         )
     if (other := _other_architecture(config.architectures, family_name)) is not None:
         refuse(other)
     ids = sorted(config.id2label)
     if ids != list(range(len(ids))):
-        refuse(f"id2label has ids {ids[:5]}…; a classifier's ids are 0..{len(ids) - 1}")
+        refuse(f"id2label has ids {quoted(ids, 40)}; a classifier's ids are 0..{len(ids) - 1}")
     label2id = getattr(config, "label2id", None) or {}
     if label2id and {str(i): str(n) for n, i in label2id.items()} != {
         str(i): str(n) for i, n in config.id2label.items()
@@ -935,7 +939,7 @@ def _other_architecture(architectures: Any, family_name: str) -> str | None:
     if architectures is None:
         return None
     if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
-        return f"architectures is {architectures!r}; a list of transformers class names"
+        return f"architectures is {quoted(architectures)}; a list of transformers class names"
     config_class = FAMILIES[family_name].config_class
     prefix = config_class.removesuffix("Config")
     for name in architectures:
@@ -945,7 +949,7 @@ def _other_architecture(architectures: Any, family_name: str) -> str | None:
         except Exception:  # a lazy class whose backend is missing: not one pipeplan builds
             known = None
         if getattr(getattr(known, "config_class", None), "__name__", None) != config_class:
-            return f"architectures names {name!r}, not a {prefix} model class of transformers"
+            return f"architectures names {quoted(name)}, not a {prefix} model class of transformers"
     return None
 
 
@@ -985,7 +989,8 @@ def _check_pad_token(config: Any, name: str) -> None:
     pad, vocab = config.pad_token_id, config.vocab_size
     if isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad < vocab:
         raise InputFileError(
-            f"{name}: pad_token_id {pad!r} is not a token id of its vocabulary (0..{vocab - 1})"
+            f"{name}: pad_token_id {quoted(pad)} is not a token id of its vocabulary "
+            f"(0..{vocab - 1})"
         )
 
 
@@ -1184,7 +1189,7 @@ def _read_index(index: Path) -> tuple[dict[str, str], int | None]:
         if not _plain_file_name(name, suffix):
             shown = repr(name) if isinstance(name, str) else _json_kind(name)
             raise InputFileError(
-                f"{index}: weight_map[{key!r}] is {shown}; a shard is a file name ending in "
+                f"{index}: weight_map[{quoted(key)}] is {shown}; a shard is a file name ending in "
                 f"{suffix} in the model's folder (no folder, no '..')"
             )
         _check_index_name(index, name, f"weight_map[{key!r}], a shard's name,")
@@ -1317,7 +1322,7 @@ def _read_bin(file: Path) -> dict[str, torch.Tensor]:
     for key, value in state.items():
         if not (isinstance(key, str) and isinstance(value, torch.Tensor)):
             raise InputFileError(
-                f"{file}: {key!r} is {type(value).__name__}; a state dict maps tensor names "
+                f"{file}: {quoted(key)} is {type(value).__name__}; a state dict maps tensor names "
                 "to tensors"
             )
     return state

@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from pipeplan.cluster import format_bandwidth, format_bytes, parse_bandwidth, parse_bytes
-from pipeplan.errors import BadArgumentError
+from pipeplan.errors import BadArgumentError, quoted
 from pipeplan.formats.base import (
     DECIMAL,
     Flag,
@@ -368,7 +368,7 @@ def one_line(model: type[BaseModel], exc: ValidationError) -> str:
     if err["type"] == "value_error":
         message = str(context["error"])  # a validator's own words, without "Value error, "
     elif err["type"] == "literal_error":
-        message = f"must be {context['expected'].replace(chr(39), '')}, not {err['input']!r}"
+        message = f"must be {context['expected'].replace(chr(39), '')}, not {quoted(err['input'])}"
     else:
         message = err["msg"]
     loc = err["loc"]

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from pipeplan import precision as mixed
-from pipeplan.errors import BadArgumentError
+from pipeplan.errors import BadArgumentError, excerpt
 from pipeplan.formats import (
     PRECISION_DTYPE,
     DeviceInfo,
@@ -251,7 +251,7 @@ class LayerProfiler:
 
     def _mark_infeasible(self, m: int, layers: range, exc: BaseException) -> None:
         # Recorded in the profile's Text field: a tab or escape in torch's message is a space.
-        reason = one_line(f"out of memory: {str(exc).splitlines()[0][:200]}")
+        reason = one_line(f"out of memory: {excerpt(str(exc).splitlines()[0])}")
         for i in layers:
             self.cells[i, m].error = reason
 

@@ -41,7 +41,7 @@ TRUTH = Calibration(
     input_s_per_sample=3e-5,
     runs=["truth"],
     phases_used=1,
-    steps_used=1,
+    steps_used=3,
     residual_median=0,
     residual_max=0,
 )

@@ -813,6 +813,26 @@ def test_a_latest_pointer_is_one_name_and_at_most_one_newline(text, tmp_path, ca
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.parametrize("length", [60, 1000])
+def test_a_latest_pointer_is_quoted_whole_or_visibly_cut(length, tmp_path, capsys):
+    """Found by the twentieth round: `checkpoints/latest` holding an absolute path,
+    '/tmp/…/checkpoints/step-6', was refused as holding '/tmp/…/checkpoints': its first 40
+    characters, with no sign of the cut. A pointer is quoted whole up to 200 characters,
+    and beyond them cut with its length."""
+    run_dir = tmp_path / "x"
+    (run_dir / "checkpoints" / "step-4").mkdir(parents=True)
+    (run_dir / "run.json").write_text(dumps(RunConfig(name="x")))
+    tail = "/checkpoints/step-4"
+    text = ("/d" * length)[: length - len(tail)] + tail
+    assert len(text) == length
+    pointer = run_dir / "checkpoints" / "latest"
+    pointer.write_text(text)
+    assert cli.main(["export", str(run_dir), "--out", str(tmp_path / "m")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    shown = repr(text) if length <= 200 else f"{text[:200]!r}… ({length} characters)"
+    assert line.startswith(f"pipeplan: error: {pointer}: holds {shown}, not one checkpoint"), line
+
+
 def test_a_plan_of_a_shipped_bf16_profile_runs_in_bf16_without_flags(tmp_path, capsys):
     """Tenth round: `run --plan P` alone, P planned from the shipped bf16 profile, was refused
     (--precision's default fp32 priced with the fp32 profile, not the plan's). Left out, the

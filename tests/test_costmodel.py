@@ -279,7 +279,7 @@ def calibrated(profile, **fields):
     calibration = Calibration(
         runs=["synthetic"],  # as calibrate writes it: fitted from a phase of a run
         phases_used=1,
-        steps_used=1,
+        steps_used=3,
         residual_median=0.0,
         residual_max=0.0,
         p2p=FittedLink(**p2p) if p2p else None,

@@ -2170,6 +2170,43 @@ def test_model_configs_the_builders_reject_are_one_line(tmp_path, capsys, case, 
     assert not (tmp_path / "p.json").exists()
 
 
+# Found by the twentieth round: config.json's values were quoted whole, a 10 MB hidden_act a
+# 10 MB error line. (config.json, the field's words, the value's length)
+LONG_VALUES = {
+    "hidden_act": (
+        {**BERT_CONFIG, "hidden_act": "gelu" + " " * 10**7},
+        "hidden_act is 'gelu",
+        10**7 + 4,
+    ),
+    "problem_type": ({**VIT_CONFIG, "problem_type": "x" * 10**7}, "problem_type is 'xxx", 10**7),
+    "architectures": (
+        {**VIT_CONFIG, "architectures": ["ViT" + "x" * 10**7]},
+        "architectures names 'ViTxx",
+        10**7 + 3,
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", LONG_VALUES)
+def test_a_config_value_of_10_mb_is_quoted_cut(tmp_path, capsys, case):
+    """Found by the twentieth round: `pipeplan profile` of a folder whose config.json has a
+    hidden_act of 10 MB refused it in one line of 10,000,129 bytes. The value is quoted cut
+    (its first `errors.SHOWN` characters and its length): the line names the file and the
+    field, and stays short."""
+    from pipeplan.errors import SHOWN
+
+    config, fragment, length = LONG_VALUES[case]
+    model, argv = _model_folder_command(tmp_path, config, "profile")
+    before = snapshot(tmp_path / "in")
+    assert cli.main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"pipeplan: error: {model / 'config.json'}: "), line[:300]
+    assert fragment in line and f"… ({length} characters)" in line, line
+    assert len(line) < len(str(model)) + SHOWN + 200, len(line)
+    assert snapshot(tmp_path / "in") == before and not (tmp_path / "p.json").exists()
+
+
 # config.json as the nineteenth round wrote it, and the fragment of the one line (after the
 # config.json's path): a key of another JSON type, a chunk size that does not divide the
 # sequence length (64 here: the folder's max_position_embeddings), RoPE parameters.

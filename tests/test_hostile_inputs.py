@@ -10,6 +10,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -527,6 +528,37 @@ def test_a_hand_edited_calibration_is_held_to_what_calibrate_writes(tmp_path, ca
     naming an unknown parameter or one that holds a fitted value."""
     doc, fragments = CALIBRATION17[case]
     plan_refuses_profile(doc, ("profile.json: invalid profile", *fragments), tmp_path, capsys)
+
+
+# (steps_used, phases_used): fewer steps than the phases could be fitted from.
+TOO_FEW_STEPS = {"5 phases from 1 step": (1, 5), "1 phase from 0 steps": (0, 1)}
+
+
+@pytest.mark.parametrize("case", TOO_FEW_STEPS)
+def test_a_calibration_fitted_from_fewer_steps_than_its_phases_is_refused(tmp_path, capsys, case):
+    """Found by the twentieth round: a calibration of steps_used 1 with phases_used 5 (or 0
+    steps with 1 phase) was planned with, though calibrate keeps at least 2 steady steps of
+    each phase it fits (3 measured after 2 warm-up, one of them maybe a straggler)."""
+    steps, phases = TOO_FEW_STEPS[case]
+    doc = with_path(CALIBRATED, ("calibration", "steps_used"), steps)
+    doc = with_path(doc, ("calibration", "phases_used"), phases)
+    fragments = (f"steps_used {steps} is below {2 * phases}", f"phases_used {phases}")
+    plan_refuses_profile(
+        doc, ("profile.json: invalid profile", "'calibration'", *fragments), tmp_path, capsys
+    )
+
+
+def test_a_calibration_from_the_fewest_steps_calibrate_keeps_loads():
+    """The bound of the twentieth round's check is what calibrate can write: a phase of 3
+    measured steps, one of them a straggler, adds 2 to steps_used."""
+    from pipeplan.formats.base import parse
+    from pipeplan.formats.profile import STRAGGLER_FACTOR, Profile, fewest_steps_kept
+
+    times = [1.0, 1.0, 10.0]  # 10 s is over 3 × the median (1 s): dropped
+    kept = [t for t in times if t <= STRAGGLER_FACTOR * statistics.median(times)]
+    assert len(kept) == fewest_steps_kept() == 2
+    doc = with_path(CALIBRATED, ("calibration", "steps_used"), 2 * 2)
+    assert parse(Profile, json.dumps(doc)).calibration.steps_used == 4
 
 
 def test_a_calibration_as_calibrate_writes_it_loads():

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,12 @@ MANIFESTS = {
         {"layout": None, "frozen_layers": 1},
         "frozen_layers: 1, but phase 0 froze 0",
     ),
+    # Found by the twentieth round: `cache` was a free-form dict, {"bogus": 1} accepted.
+    "a free-form cache": ({"cache": {"bogus": 1}}, "field 'cache"),
+    "a cache in an uncached phase": (
+        {"cache": dict(format=2, frozen_layers=0, num_samples=64, budget_bytes=0, filled=0)},
+        "cache describes a cache, but the layout is not cached",
+    ),
 }
 
 
@@ -121,6 +129,8 @@ def test_resume_refuses_a_manifest_that_contradicts_its_run(finished_run, tmp_pa
 
 EXPORTED = [
     "another model",
+    "a free-form cache",
+    "a cache in an uncached phase",
     "a layer the model lacks",
     "a step that is not its epoch's",
     "an active layer missing from grad_history",
@@ -140,6 +150,100 @@ def test_export_refuses_a_manifest_resume_refuses(finished_run, tmp_path, capsys
     argv = ["export", str(run), "--out", str(tmp_path / "out")]
     refused(argv, tmp_path, capsys, (str(_manifest(run)), fragment))
     assert not (tmp_path / "out").exists()
+
+
+def _cache(precision: str = "fp32", budget_rows: int = 2) -> tuple[dict, dict]:
+    """(a cache's description, a manifest of a cached layout holding it), as a checkpoint
+    of a run in `precision` writes them: `ActivationCache.manifest` of a version at the
+    layout's freeze point, 3 of its 5 rows filled, `budget_rows` in memory."""
+    import torch
+
+    from executor.cache import ActivationCache
+    from pipeplan.formats import Layout, RunConfig
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    row_bytes, shape = 8 * dtype.itemsize, (2, 4)
+    cfg = RunConfig(name="r", precision=precision, cache_budget_bytes=budget_rows * row_bytes)
+    layout = Layout(
+        **dict(frozen_layers=2, cached=True, micro_batches=2, micro_batch_size=4),
+        **dict(schedule="1f1b", boundaries=(0, 4, 10), rank_map=((0, 1),)),
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        cache = ActivationCache(5, cfg.cache_budget_bytes, Path(folder))
+        cache.create(2, shape, dtype)
+        cache.store(torch.tensor([0, 3, 4]), torch.zeros((3, *shape), dtype=dtype), 2)
+        described = json.loads(json.dumps(cache.manifest()))
+        cache.close(unlink=True)
+    manifest = {
+        **dict(schema_version=1, step=4, epoch=1, step_in_epoch=0, phase=0, frozen_layers=2),
+        **dict(grad_history=[]),
+        **dict(grad_norm_sums={}, grad_norm_steps=0, world_size=2, model=cfg.model),
+        **dict(layout=json.loads(layout.model_dump_json()), config=cfg.model_dump(mode="json")),
+    }
+    return described, {**manifest, "cache": described}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("budget_rows", [0, 2, 9])
+def test_a_cache_as_the_executor_describes_it_loads(precision, budget_rows):
+    """What `ActivationCache.manifest` writes into a checkpoint of a cached layout passes the
+    twentieth round's checks: rows all spilled, split or all in memory, either precision."""
+    from pipeplan.formats import CheckpointManifest
+    from pipeplan.formats.base import parse
+
+    described, manifest = _cache(precision, budget_rows)
+    loaded = parse(CheckpointManifest, json.dumps(manifest))
+    assert loaded.cache.model_dump(mode="json", exclude_none=True) == described
+    assert loaded.cache.filled == 3
+
+
+def _described(**changes) -> dict:
+    return {**_cache()[0], **changes}
+
+
+# (manifest fields as edited, what the line names): a cache that contradicts the cached
+# layout, the run or itself.
+CACHED = {
+    "another freeze point": ({"frozen_layers": 3}, "cache.frozen_layers 3 disagrees"),
+    # Each edit below keeps the cache's own numbers consistent (a budget still of 2 rows,
+    # rows still of 32 bytes): what is refused is the disagreement with the run.
+    "another budget": ({"budget_bytes": 65}, "cache.budget_bytes 65 disagrees"),
+    "another precision's dtype": (
+        {"dtype": "bfloat16", "sample_shape": [4, 4]},
+        "cache.dtype bfloat16 is not the fp32 run's float32",
+    ),
+    "a row of another size": ({"row_bytes": 33}, "row_bytes 33 is not a row of shape [2, 4]"),
+    "rows split unlike the budget": (
+        {"memory": {**_cache()[0]["memory"], "rows": [0, 5]}},
+        "memory.rows [0, 5] and spill.rows [2, 5] are not [0, 2] and [2, 5]",
+    ),
+    "more filled than counted": ({"filled": 4}, "filled 4, filled_in_memory 1"),
+    "a description without its dtype": ({"dtype": None}, "describes the cache's rows without"),
+    "fill without a description": (
+        {k: v for k, v in _described().items() if k in ("format", "frozen_layers")}
+        | {"num_samples": 5, "budget_bytes": 64, "filled": 3},
+        "filled 3, but no rows are described",
+    ),
+    "an unknown key": ({"bogus": 1}, "field 'cache.bogus'"),
+    "another format": ({"format": 1}, "field 'cache.format'"),
+}
+
+
+@pytest.mark.parametrize("case", CACHED)
+def test_a_cache_that_contradicts_its_cached_layout_is_refused(case):
+    """Found by the twentieth round: a manifest's `cache` was a free-form dict (`{"bogus": 1}`
+    in an uncached phase resumed and trained on). Typed now, its keys those the executor
+    writes, and held to the layout (freeze point), the run (budget, precision) and itself."""
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats import CheckpointManifest
+    from pipeplan.formats.base import parse
+
+    changes, fragment = CACHED[case]
+    described, manifest = _cache()
+    cache = changes if "num_samples" in changes else {**described, **changes}
+    cache = {k: v for k, v in cache.items() if v is not None}
+    with pytest.raises(InputFileError, match=re.escape(fragment)):
+        parse(CheckpointManifest, json.dumps({**manifest, "cache": cache}), "m.json")
 
 
 def _emptied(run: Path) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from executor.launch import rank_console
 from pipeplan import log
+from pipeplan.errors import PipeplanError
 from pipeplan.spawn import run_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,3 +111,103 @@ def test_a_log_file_on_a_full_disk_fails_in_silence(tmp_path, capfd):
         handler.close()
     assert isinstance(handler.failure, OSError) and handler.failure.strerror is not None
     assert capfd.readouterr().err == ""
+
+
+# A message longer than any line pipeplan prints: the file and field first, then 10 MB.
+HUGE = "p.json: field 'model.name': is " + "x" * 10**7
+
+
+def _bounded_line(err: str, start: str) -> str:
+    """The one line of `err`, checked bounded: its start kept, the cut said."""
+    (line,) = err.splitlines()
+    assert len(line) <= len("pipeplan: WARNING: ") + log.MAX_LINE + 40, len(line)
+    assert start in line and line.endswith(" characters)"), line[-80:]
+    return line
+
+
+def test_an_error_line_is_bounded_whatever_its_message(monkeypatch, capsys):
+    """Found by the twentieth round: an error line echoed a value of any length (a 10 MB
+    hidden_act gave a 10 MB line). Whatever a message holds, the CLI prints at most
+    MAX_LINE characters of it, keeping its start (the file and the field), and says so."""
+    import cli
+    from pipeplan.errors import InputFileError
+
+    def refuse(args: list[str]) -> None:
+        raise InputFileError(HUGE)
+
+    monkeypatch.setattr(cli, "_check_version", refuse)
+    assert cli.main(["schema", "profile"]) == 2
+    line = _bounded_line(capsys.readouterr().err, "pipeplan: error: p.json: field 'model.name'")
+    assert line.endswith(f"… ({len(HUGE)} characters)")
+
+
+def test_a_warning_line_is_bounded_whatever_its_message(pipeplan_logger, capsys):
+    """Found by the twentieth round (with the error line): a warning pipeplan prints is
+    bounded as an error is; a short one is unchanged."""
+    log.setup()
+    logging.getLogger("pipeplan.run").warning("%s", HUGE)
+    _bounded_line(capsys.readouterr().err, "pipeplan: WARNING: p.json: field 'model.name'")
+    logging.getLogger("pipeplan.run").warning("short")
+    assert capsys.readouterr().err == "pipeplan: WARNING: short\n"
+
+
+@pytest.mark.parametrize(
+    "call, shown",
+    [
+        (("step-6",), "'step-6'"),
+        (("/tmp/run/checkpoints/step-6", 8), "'/tmp/run'… (27 characters)"),
+        (("a\nb" * 100, 4), "'a\\nba'… (300 characters)"),
+        ((list(range(1000)), 12), "[0, 1, 2, 3,… (4890 characters)"),
+        (([0, 5],), "[0, 5]"),
+    ],
+)
+def test_a_quoted_value_is_whole_or_visibly_cut(call, shown):
+    """Found by the twentieth round: messages quoted a value's first 40 (or 60, 120, 200)
+    characters with no sign of the cut: `checkpoints/latest` holding
+    '/tmp/…/checkpoints/step-6' was said to hold '/tmp/…/checkpoints'. One helper cuts now,
+    outside the quotes, with the whole's length."""
+    from pipeplan.errors import excerpt, quoted
+
+    assert quoted(*call) == shown
+    assert excerpt("x" * 500, 8) == "xxxxxxxx… (500 characters)"
+    assert excerpt("short", 8) == "short"
+
+
+def _exited(message: str) -> None:
+    from executor.data import _contained
+
+    with _contained("m:load", "function"):
+        sys.exit(message)
+
+
+def _refusal(call, *args) -> str:
+    """The message `call(*args)` raises (a ValueError or one of pipeplan's errors)."""
+    with pytest.raises((ValueError, PipeplanError)) as caught:
+        call(*args)
+    return str(caught.value)
+
+
+def test_the_messages_that_quoted_a_cut_text_say_so():
+    """Found by the twentieth round: besides `checkpoints/latest`, these quoted the first
+    characters of a user's text silently: a created_at (40), an argument (60), a data
+    function's last stderr line (200), a label's digits (20, with an ellipsis even when
+    nothing was cut)."""
+    import cli
+    from executor.text import _label
+    from pipeplan.formats import RunConfig
+    from pipeplan.formats.base import iso_timestamp
+    from pipeplan.options import build
+
+    said = _refusal(iso_timestamp, "y" * 100)
+    assert said.startswith(f"{'y' * 80!r}… (100 characters) is not an ISO 8601"), said
+    said = cli._flag_of(["x" * 100], 0)
+    assert said == f"the argument {'x' * 60!r}… (100 characters)"
+    said = _refusal(_exited, "z" * 300)
+    assert said.endswith(f"its last line on stderr: {'z' * 200!r}… (300 characters)"), said
+    said = _refusal(_label, "1" * 30, "d.csv:3", True)
+    assert said == f"d.csv:3: label {'1' * 20}… (30 characters) is beyond the limit of 1000000"
+    said = _refusal(_label, "1" * 10, "d.csv:3", True)
+    assert said == "d.csv:3: label 1111111111 is beyond the limit of 1000000"
+    # A flag's value outside its choices was quoted whole (an argument may be 128 KiB).
+    said = _refusal(build, RunConfig, {"precision": "q" * 500})
+    assert said == f"--precision: must be fp32 or bf16, not {'q' * 200!r}… (500 characters)"

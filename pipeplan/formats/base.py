@@ -36,7 +36,7 @@ from pydantic import (
     ValidationError,
 )
 
-from pipeplan.errors import InputFileError, PipeplanError
+from pipeplan.errors import InputFileError, PipeplanError, excerpt, quoted
 
 NonNegFloat = Annotated[float, Field(ge=0.0)]
 PosFloat = Annotated[float, Field(gt=0.0)]
@@ -256,7 +256,7 @@ def iso_timestamp(text: str) -> str:
         when = None
     if when is None or "T" not in text or when.utcoffset() is None:
         raise ValueError(
-            f"{text[:40]!r} is not an ISO 8601 date and time with its UTC offset "
+            f"{quoted(text, 80)} is not an ISO 8601 date and time with its UTC offset "
             "(e.g. 2026-11-29T18:59:10+00:00)"
         )
     return text
@@ -474,7 +474,7 @@ def _key_shown(key: str | int) -> str:
     """`_key_shown("a\nb")` → 'a\\nb'; a key longer than 40 characters as its first 20 and
     its length: 'yyyyyyyyyyyyyyyyyyyy… (100000 characters)'."""
     text = str(key).encode("unicode_escape").decode()
-    return text if len(text) <= 40 else f"{text[:20]}… ({len(str(key))} characters)"
+    return text if len(text) <= 40 else excerpt(text, 20)
 
 
 def kind_of(model: type) -> str:

@@ -3,6 +3,7 @@ checkpoint's tensors belong to (the tensors themselves: `executor.checkpoint`)."
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Annotated, Literal
 
@@ -11,8 +12,12 @@ from pydantic import AfterValidator, Field, StringConstraints, model_validator
 from pipeplan.formats.base import (
     MAX_COUNT,
     MAX_EPOCHS,
+    MAX_SAMPLES,
     MAX_STEPS,
+    Bytes,
     NonNegFloat,
+    PosBytes,
+    PosInt,
     Sha256,
     Strict,
     Text,
@@ -41,6 +46,106 @@ Norms = dict[LayerKey, Norm]
 Step = Annotated[int, Field(ge=0, le=MAX_STEPS)]
 
 
+# The version of the cache description below (`executor.cache.ActivationCache.manifest`).
+CACHE_MANIFEST_FORMAT = 2
+# A cache row holds the frozen prefix's output in the run's precision's boundary dtype
+# (`pipeplan.precision.BOUNDARY_DTYPE`, named as torch prints it), of this many bytes an element.
+CACHE_DTYPE = {"fp32": "float32", "bf16": "bfloat16"}
+ITEM_BYTES = {"float32": 4, "bfloat16": 2}
+Samples = Annotated[int, Field(ge=0, le=MAX_SAMPLES)]
+
+
+class CacheRows(Strict):
+    """A span of a cache's rows and the file holding it: rows [first, stop)."""
+
+    file: Text
+    rows: tuple[Samples, Samples]
+
+
+class MemoryRows(CacheRows):
+    resident_bytes: Bytes
+
+
+class SpillRows(CacheRows):
+    bytes: Bytes
+
+
+class CacheManifest(Strict):
+    """Rank 0's node cache as a checkpoint describes it (`ActivationCache.manifest`): its
+    version (the freeze point it caches), budget and fill, and, once a version exists, its
+    rows' shape and where they live. Informational (a resume rebuilds the cache), but held to
+    what the executor writes: it was a free-form dict, `{"bogus": 1}` accepted."""
+
+    format: Literal[2]  # CACHE_MANIFEST_FORMAT
+    frozen_layers: Annotated[int, Field(ge=0, le=MAX_COUNT)]
+    num_samples: Samples
+    budget_bytes: Bytes
+    filled: Samples
+    # The version's description: all of these, or none (a handle with no version yet).
+    filled_in_memory: Samples | None = None
+    filled_spilled: Samples | None = None
+    sample_shape: tuple[PosInt, ...] | None = None
+    dtype: Literal["float32", "bfloat16"] | None = None
+    row_bytes: PosBytes | None = None
+    memory: MemoryRows | None = None
+    spill: SpillRows | None = None
+
+    @model_validator(mode="after")
+    def _as_written(self) -> CacheManifest:
+        described = [getattr(self, name) for name in DESCRIPTION]
+        if all(v is None for v in described):
+            if self.filled:
+                raise ValueError(f"filled {self.filled}, but no rows are described")
+            return self
+        if any(v is None for v in described):
+            missing = next(n for n in DESCRIPTION if getattr(self, n) is None)
+            raise ValueError(f"describes the cache's rows without {missing}")
+        _check_rows(self)
+        return self
+
+    @property
+    def memory_rows(self) -> int:
+        """Rows kept in memory: as many as the budget holds, at most every sample's."""
+        return min(self.num_samples, self.budget_bytes // self.row_bytes)
+
+
+DESCRIPTION = (
+    "filled_in_memory",
+    "filled_spilled",
+    "sample_shape",
+    "dtype",
+    "row_bytes",
+    "memory",
+    "spill",
+)
+
+
+def _check_rows(cache: CacheManifest) -> None:
+    """A described cache's numbers as `ActivationCache` makes them: a row of the shape and
+    dtype, the budget's rows in memory and the rest spilled, each filled row counted once."""
+    row = math.prod(cache.sample_shape) * ITEM_BYTES[cache.dtype]
+    if cache.row_bytes != row:
+        raise ValueError(
+            f"row_bytes {cache.row_bytes} is not a row of shape {list(cache.sample_shape)} in "
+            f"{cache.dtype} ({row} bytes)"
+        )
+    split, total = cache.memory_rows, cache.num_samples
+    if cache.memory.rows != (0, split) or cache.spill.rows != (split, total):
+        raise ValueError(
+            f"memory.rows {list(cache.memory.rows)} and spill.rows {list(cache.spill.rows)} "
+            f"are not [0, {split}] and [{split}, {total}]: the budget of {cache.budget_bytes} "
+            f"bytes holds {split} of the {total} rows of {row} bytes"
+        )
+    if cache.filled_in_memory + cache.filled_spilled != cache.filled or not (
+        cache.filled_in_memory <= split and cache.filled_spilled <= total - split
+    ):
+        raise ValueError(
+            f"filled {cache.filled}, filled_in_memory {cache.filled_in_memory} and "
+            f"filled_spilled {cache.filled_spilled} do not count the filled rows of "
+            f"{split} in memory and {total - split} spilled"
+        )
+
+
 class CheckpointManifest(Strict):
     schema_version: Literal[1] = 1
     step: Step = Field(description="Global steps completed.")
@@ -62,7 +167,11 @@ class CheckpointManifest(Strict):
         "weighs moving from it, as the uninterrupted run did.",
     )
     # Informational: a resume rebuilds the cache and never reads this.
-    cache: dict | None = Field(None, description="Stage-0 cache manifest (rebuilt on resume).")
+    cache: CacheManifest | None = Field(
+        None,
+        description="Rank 0's node cache of the frozen prefix when the layout is cached "
+        "(rebuilt on resume); null otherwise.",
+    )
     # Required: a manifest without it switched the check off, and resume, export and report
     # took an edited lr or seed as the run's. No older schema_version is read (`parse` takes
     # exactly this one), so no manifest reaches a run unchecked: one written before this field
@@ -99,4 +208,32 @@ class CheckpointManifest(Strict):
                 f"frozen_layers {self.frozen_layers} disagrees with the layout's "
                 f"{self.layout.frozen_layers}"
             )
+        if self.cache is not None:
+            _check_cache(self.cache, self.layout, self.config)
         return self
+
+
+def _check_cache(cache: CacheManifest, layout: Layout | None, config: RunConfig) -> None:
+    """A checkpoint's cache is of the layout it was taken in: only a cached one has a cache
+    (the executor drops it otherwise), of that layout's freeze point, the run's budget and,
+    once described, its precision's dtype."""
+    if layout is None or not layout.cached:
+        raise ValueError(
+            "cache describes a cache, but the layout is not cached (a phase that reads no "
+            "cache has none: null)"
+        )
+    if cache.frozen_layers != layout.frozen_layers:
+        raise ValueError(
+            f"cache.frozen_layers {cache.frozen_layers} disagrees with the layout's "
+            f"{layout.frozen_layers}"
+        )
+    if cache.budget_bytes != config.cache_budget_bytes:
+        raise ValueError(
+            f"cache.budget_bytes {cache.budget_bytes} disagrees with config.cache_budget_bytes "
+            f"{config.cache_budget_bytes}"
+        )
+    if cache.dtype is not None and cache.dtype != CACHE_DTYPE[config.precision]:
+        raise ValueError(
+            f"cache.dtype {cache.dtype} is not the {config.precision} run's "
+            f"{CACHE_DTYPE[config.precision]}"
+        )

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from pipeplan.errors import quoted
 from pipeplan.formats.base import as_seen, label_name_problem
 
 # Token ids a config keeps: an id outside the vocabulary indexes past the embeddings (the pad
@@ -160,9 +161,8 @@ def _admits(kind: str, value: Any) -> bool:
 
 
 def shown(value: Any, limit: int = 60) -> str:
-    """A value as a message shows it: its repr, cut to `limit` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """A value as a message shows it: its repr, cut visibly (`errors.quoted`)."""
+    return quoted(value, limit)
 
 
 def type_problem(config: dict[str, Any]) -> str | None:
@@ -195,22 +195,22 @@ def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = 
         number = isinstance(value, int | float) and not isinstance(value, bool)
         low, high = EPS_RANGE
         if key.endswith(("_eps", "_epsilon")) and not (number and low <= value <= high):
-            return f"{key} is {value!r}; a norm's epsilon is a number in [{low:g}, {high:g}]"
+            return f"{key} is {quoted(value)}; a norm's epsilon is a number in [{low:g}, {high:g}]"
         dropout = key.endswith(("dropout", "dropout_prob", "_pdrop"))
         if dropout and value is not None and not (number and 0 <= value < 1):
-            return f"{key} is {value!r}; a dropout probability is in [0, 1)"
+            return f"{key} is {quoted(value)}; a dropout probability is in [0, 1)"
         if key == "initializer_range" and not (number and 0 <= value <= MAX_INIT_STD):
-            return f"{key} is {value!r}; a standard deviation is in [0, {MAX_INIT_STD:g}]"
+            return f"{key} is {quoted(value)}; a standard deviation is in [0, {MAX_INIT_STD:g}]"
         if key == "pretraining_tp" and not (type(value) is int and value >= 1):
-            return f"{key} is {value!r}; a tensor-parallel degree is an integer ≥ 1"
+            return f"{key} is {quoted(value)}; a tensor-parallel degree is an integer ≥ 1"
         # Found by the eighteenth round: -1 and 'zorp' were accepted (transformers reads any
         # unknown position type as absolute, and a chunk size < 0 as none).
         if key == "chunk_size_feed_forward" and not (type(value) is int and value >= 0):
-            return f"{key} is {value!r}; a chunk size is an integer ≥ 0 (0: no chunking)"
+            return f"{key} is {quoted(value)}; a chunk size is an integer ≥ 0 (0: no chunking)"
         if key == "position_embedding_type" and value not in POSITION_TYPES:
-            return f"{key} is {value!r}; one of {', '.join(POSITION_TYPES)}"
+            return f"{key} is {quoted(value)}; one of {', '.join(POSITION_TYPES)}"
         if key == "num_labels" and not 1 <= value <= MAX_CONFIG_LABELS:
-            return f"{key} is {value!r}; a classifier has 1..{MAX_CONFIG_LABELS:,} labels"
+            return f"{key} is {quoted(value)}; a classifier has 1..{MAX_CONFIG_LABELS:,} labels"
     if (why := rope_problem(config)) is not None:
         return why
     if labels and (why := label_map_problem(config)) is not None:
@@ -270,13 +270,14 @@ def unbuilt_problem(config: dict[str, Any]) -> str | None:
     if quantized is not None:
         method = quantized.get("quant_method") if isinstance(quantized, dict) else quantized
         return (
-            f"quantization_config is given (quant_method {method!r}); pipeplan builds and "
+            f"quantization_config is given (quant_method {quoted(method)}); pipeplan builds and "
             "trains float weights, not a quantized model"
         )
     for key in ("dtype", "torch_dtype"):
         value = config.get(key)
         if value is not None and value not in FLOAT_DTYPES:
-            return f"{key} is {value!r}; the weights' dtype is one of {', '.join(FLOAT_DTYPES)}"
+            dtypes = ", ".join(FLOAT_DTYPES)
+            return f"{key} is {quoted(value)}; the weights' dtype is one of {dtypes}"
     if config.get("is_encoder_decoder") not in (None, False):
         return (
             f"is_encoder_decoder is {json.dumps(config['is_encoder_decoder'])}; pipeplan builds "
@@ -318,19 +319,21 @@ def label_map_problem(config: dict[str, Any]) -> str | None:
         where = f"id2label (none given: LABEL_0..LABEL_{labels - 1} for {labels} labels)"
     names = {str(name): str(i) for i, name in id2label.items()}  # JSON keys are strings
     if not isinstance(label2id, dict):
-        return f"label2id is {label2id!r}; a label map is an object of label → id"
+        return f"label2id is {quoted(label2id)}; a label map is an object of label → id"
     ids = sorted(names.values(), key=lambda i: (len(i), i))
     not_inverse = f"label2id is not the inverse of {where}"
     for name, i in label2id.items():
         if str(i) not in ids:
-            return f"{not_inverse}: it gives {name!r} id {i!r}; the ids are {ids[0]}..{ids[-1]}"
+            gives = f"{not_inverse}: it gives {quoted(name)} id {quoted(i)}"
+            return f"{gives}; the ids are {ids[0]}..{ids[-1]}"
         if names.get(str(name)) != str(i):
             other = _name(id2label, i)
-            return f"{not_inverse}: it gives {name!r} id {i!r}, but id {i} is {other!r}"
+            gives = f"{not_inverse}: it gives {quoted(name)} id {quoted(i)}"
+            return f"{gives}, but id {i} is {quoted(other)}"
     # Each entry is one of id2label's: the other way, a name it leaves out.
     missing = next((name for name in names if name not in label2id), None)
     if missing is not None:
-        return f"{not_inverse}: it gives no id to {missing!r} (id {names[missing]})"
+        return f"{not_inverse}: it gives no id to {quoted(missing)} (id {names[missing]})"
     return None
 
 
@@ -371,7 +374,7 @@ def id2label_problem(id2label: Any) -> str | None:
     for key, name in id2label.items():
         if not _CANONICAL_ID.fullmatch(str(key)):
             return (
-                f"id2label has key {str(key)!r}; a class id is written as a plain integer "
+                f"id2label has key {quoted(str(key))}; a class id is written as a plain integer "
                 "0, 1, 2… (transformers reads the key with int(), as another id's spelling)"
             )
         if (why := _label_name_problem(name)) is not None:
@@ -379,7 +382,7 @@ def id2label_problem(id2label: Any) -> str | None:
         looks, (other_key, other) = as_seen(name), seen.get(as_seen(name), (None, None))
         if other == name:
             return (
-                f"id2label names {name!r} for ids {other_key} and {key}; each class has "
+                f"id2label names {quoted(name)} for ids {other_key} and {key}; each class has "
                 "a name of its own (label2id maps a name to one id)"
             )
         if other is not None:  # ascii(): the two print alike; their escapes show the difference
@@ -543,11 +546,11 @@ def _rope_order_problem(rope: dict[str, Any]) -> str | None:
     3's high_freq_factor > low_freq_factor (equal ones divide by zero)."""
     fast, slow = rope.get("beta_fast") or 32, rope.get("beta_slow") or 1
     if fast < slow:
-        return f"beta_fast is {fast!r} but beta_slow is {slow!r}; beta_fast ≥ beta_slow"
+        return f"beta_fast is {quoted(fast)} but beta_slow is {quoted(slow)}; beta_fast ≥ beta_slow"
     low, high = rope.get("low_freq_factor"), rope.get("high_freq_factor")
     if low is not None and high is not None and not high > low:
         return (
-            f"high_freq_factor is {high!r} but low_freq_factor is {low!r}; "
+            f"high_freq_factor is {quoted(high)} but low_freq_factor is {quoted(low)}; "
             "high_freq_factor > low_freq_factor"
         )
     return None
@@ -571,7 +574,7 @@ def token_id_problem(
             continue
         ids = value if isinstance(value, list) else [value]
         if not ids or not all(type(i) is int and 0 <= i < vocab for i in ids):
-            return f"{key} {value!r} is not a token id of its vocabulary (0..{vocab - 1})"
+            return f"{key} {quoted(value)} is not a token id of its vocabulary (0..{vocab - 1})"
     return None
 
 
@@ -860,7 +863,7 @@ def generation_value_problem(generation: dict[str, Any], vocab: Any, family: str
         # The first id that is wrong, not the list: it may hold a whole vocabulary.
         for i in items:
             if not (_integer(i) and 0 <= i < vocab):
-                return f"{key} holds {i!r}, not a token id of its vocabulary (0..{vocab - 1})"
+                return f"{key} holds {quoted(i)}, not a token id of its vocabulary (0..{vocab - 1})"
     beams = generation.get("num_beams")
     # Beam search scores every beam over the whole vocabulary in one tensor.
     if beams is not None and beams * vocab > MAX_GENERATION_COUNT:
@@ -887,8 +890,7 @@ def _generation_range_problem(generation: dict[str, Any]) -> str | None:
 
 def _short(value: Any) -> str:
     """A value as the message shows it: its repr, cut (a list may hold a vocabulary)."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return quoted(value, 80)
 
 
 # --------------------------------------------------------------------------- sizes

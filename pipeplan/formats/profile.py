@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from pipeplan.errors import InputFileError
+from pipeplan.errors import InputFileError, quoted
 from pipeplan.formats.base import (
     CONFIG_LIMIT,
     MAX_CONFIG_BYTES,
@@ -411,6 +411,23 @@ class FittedLink(Strict):
     bandwidth_bytes_per_s: Bandwidth
 
 
+# The first steps of a phase build buffers, shapes and process-group state: not measured.
+WARMUP_STEPS_PER_PHASE = 2
+# What `pipeplan calibrate` keeps of a phase (one definition, the fit's and the format's): a
+# phase is fitted only with at least MIN_STEADY_STEPS measured steps after its warm-up, and a
+# step over STRAGGLER_FACTOR times the phase median is a straggler, not data (dropped).
+MIN_STEADY_STEPS = 3
+STRAGGLER_FACTOR = 3.0
+
+
+def fewest_steps_kept(measured: int = MIN_STEADY_STEPS) -> int:
+    """`fewest_steps_kept()` → 2: the fewest steps a fitted phase adds to a calibration's
+    steps_used. The steps at or below the median are never stragglers (the factor is at least
+    2, so neither is the upper middle one of an even count): of 3 measured, one straggler may
+    go; of more, more stay."""
+    return measured // 2 + 1
+
+
 class Calibration(Strict):
     """Corrections fitted from measured runs (`pipeplan calibrate`); the cost model applies
     them on top of the profile's measurements."""
@@ -480,8 +497,18 @@ class Calibration(Strict):
         step to 0, scales "fitted" from 0 phases)."""
         if not self.runs or self.phases_used < len(self.runs):
             raise ValueError(
-                f"runs {self.runs[:4]} and phases_used {self.phases_used}: a calibration is "
+                f"runs {quoted(self.runs)} and phases_used {self.phases_used}: a calibration is "
                 "fitted from at least one phase of each run it names"
+            )
+        # Each phase fitted adds its steady steps: 5 phases "fitted" from 1 step (or one
+        # from none) cannot have been measured.
+        fewest = fewest_steps_kept() * self.phases_used
+        if self.steps_used < fewest:
+            raise ValueError(
+                f"steps_used {self.steps_used} is below {fewest}, the fewest that "
+                f"phases_used {self.phases_used} can be fitted from: calibrate keeps at least "
+                f"{fewest_steps_kept()} steady steps of each phase it fits (of "
+                f"{MIN_STEADY_STEPS} measured, after {WARMUP_STEPS_PER_PHASE} warm-up)"
             )
         if self.residual_median > self.residual_max:
             raise ValueError(

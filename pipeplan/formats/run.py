@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
+from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError, quoted
 from pipeplan.formats.base import (
     MAX_COUNT,
     MAX_EPOCHS,
@@ -69,7 +69,14 @@ from pipeplan.formats.plan import (
     close_enough,
     step_upper_bound_s,
 )
-from pipeplan.formats.profile import Precision, Profile, Task, model_mismatch, profile_sha256
+from pipeplan.formats.profile import (
+    WARMUP_STEPS_PER_PHASE,
+    Precision,
+    Profile,
+    Task,
+    model_mismatch,
+    profile_sha256,
+)
 
 log = logging.getLogger("pipeplan.records")
 
@@ -114,7 +121,7 @@ def check_run_name(name: str) -> str:
     """`check_run_name("exp1")` → "exp1"; ValueError for anything but a plain folder name."""
     if not RUN_NAME.fullmatch(name):
         # Shown whole up to a run name's length and a little more: not a line of megabytes.
-        shown = repr(name) if len(name) <= 140 else f"{name[:20]!r}… ({len(name)} characters)"
+        shown = repr(name) if len(name) <= 140 else quoted(name, 20)
         raise ValueError(
             f"{shown}: use up to 128 letters, digits, '.', '_' and '-', starting with a letter "
             "or digit (a folder name, not a path)"
@@ -621,10 +628,6 @@ class RunSummary(Strict):
     phases: list[PhaseSummary]
 
 
-# The first steps of a phase build buffers, shapes and process-group state: not measured.
-WARMUP_STEPS_PER_PHASE = 2
-
-
 def steady_step(step: StepRecord, phase: PhaseRecord, config: RunConfig) -> bool:
     """A cached phase's steps that still fill the cache (they compute the frozen prefix) are
     not the steady state the phase was planned for."""
@@ -1054,8 +1057,8 @@ def _check_ranks(
     listed = sorted(times.rank for times in step.ranks)
     if listed != list(range(world)):
         raise InputFileError(
-            f"{where}: step {step.step} lists ranks {listed[:8]}, but phase {phase.phase} runs "
-            f"on {world}: each rank 0..{world - 1} once"
+            f"{where}: step {step.step} lists ranks {quoted(listed, 40)}, but phase "
+            f"{phase.phase} runs on {world}: each rank 0..{world - 1} once"
         )
     _check_rank_times(step, where, config)
     layout = phase.layout
@@ -1184,7 +1187,7 @@ def _check_grad_norms(epoch: EpochRecord, phase: PhaseRecord, where: str) -> Non
         # Its length first: int() of 4,300 digits or more raised a traceback.
         index = int(key) if len(key) <= 7 and key.isdecimal() and key.isascii() else None
         if index is None or str(index) != key:
-            shown = repr(key) if len(key) <= 40 else f"{key[:20]!r}… ({len(key)} characters)"
+            shown = repr(key) if len(key) <= 40 else quoted(key, 20)
             raise InputFileError(
                 f"{where}: epoch {epoch.epoch}: grad_norms key {shown} is not a layer index "
                 "(a decimal number without leading zeros, below 10,000,000)"
@@ -1238,8 +1241,8 @@ def _check_forecast(
         schedule = case.frozen_layers
         if schedule[: len(finished)] != finished:
             raise InputFileError(
-                f"{where}: epoch {epoch.epoch}: {field} {schedule[:8]} does not begin with "
-                f"the epochs so far, {finished[:8]}"
+                f"{where}: epoch {epoch.epoch}: {field} {quoted(schedule, 40)} does not begin with "
+                f"the epochs so far, {quoted(finished, 40)}"
             )
         for at, value in enumerate(schedule):
             if value > layers - 1 or (at and value < schedule[at - 1]):
