@@ -21,7 +21,7 @@ from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError, Stoppe
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_EPOCHS, Needs, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
-from pipeplan.options import build, checked, options
+from pipeplan.options import SettingsFromFile, build, checked, options
 
 app = typer.Typer(
     name="pipeplan",
@@ -387,6 +387,7 @@ def run(
             "longer; the run's other options come from its run.json (giving another value is "
             "refused)."
         ),
+        SettingsFromFile(),  # the flags given beside it are checked against its run.json
     ] = None,
 ) -> None:
     """Train for real: elastic pipeline × data parallel with AutoFreeze and AutoCache."""

@@ -424,6 +424,13 @@ def _as_task_data(result: Any, spec: str) -> TaskData:
                 "map-style dataset with __len__ and __getitem__"
             )
         length(dataset, spec, split)
+    # An empty eval set trained with no evaluation at all (held-out accuracy -), as an empty
+    # EVAL file of --data TRAIN,EVAL did (twentieth round).
+    if length(data.eval, spec, "eval") == 0:
+        raise BadArgumentError(
+            f"data '{spec}': the eval set is empty; held-out loss and accuracy need at least "
+            "one sample"
+        )
     return data
 
 

@@ -183,7 +183,7 @@ from pipeplan.formats.run import (
     torn_tail,
 )
 from pipeplan.freeze import list_schedule
-from pipeplan.options import build
+from pipeplan.options import build, check_needs_against
 from pipeplan.report import make_report
 from pipeplan.spawn import RankFailedError, check_local_ranks
 
@@ -297,7 +297,7 @@ def check_run(
         check_local_ranks(cfg.nproc, cfg.device)
     elif cfg.device == "cuda":  # each rank checks its LOCAL_RANK against its own node's GPUs
         check_local_ranks(1, cfg.device)
-    seq, data = build_task(cfg)
+    seq, data = build_task(cfg, from_checkpoint=resumed is not None)
     if len(data.train) < cfg.global_batch:
         raise BadArgumentError(
             f"--global-batch {cfg.global_batch} is larger than the {len(data.train)} training "
@@ -918,7 +918,8 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
         # and this claim is refused: taken after the rendezvous, rank 0 holds it by then.
         with contextlib.suppress(OutputError):
             claim_directory(run_dir)
-    trainer = Trainer(cfg, run_dir, RunPlanner.for_run(run_dir, cfg), device, recalibrate=calibrate)
+    planner = RunPlanner.for_run(run_dir, cfg)
+    trainer = Trainer(cfg, run_dir, planner, device, recalibrate=calibrate, resume=resume)
     if rank == 0:
         from executor.progress import ProgressView
 
@@ -1211,9 +1212,10 @@ def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:
         if field not in RESUME_FLAGS:
             flag = flag_of(RunConfig, field)
             allowed = ", ".join(flag_of(RunConfig, f) for f in RESUME_FLAGS)
+            was = saved_setting(saved, field)
             raise BadArgumentError(
-                f"{flag}: --resume continues the run as it was saved and cannot change {flag} "
-                f"(only {allowed}); start a new run for that"
+                f"{flag}: --resume continues the run as it was saved ({was} in its run.json) "
+                f"and cannot change {flag} (only {allowed}); start a new run for that"
             )
     if changed.get("epochs", saved.epochs) < saved.epochs:
         raise BadArgumentError(
@@ -1221,6 +1223,23 @@ def resumed_config(saved: RunConfig, given: dict[str, Any]) -> RunConfig:
             "not remove them"
         )
     return build(RunConfig, {**saved.model_dump(), **changed})
+
+
+def saved_setting(saved: RunConfig, field: str) -> str:
+    """How a run's `field` was set, as its flag: what a refusal of another value names.
+
+    saved_setting(saved, "init")     # "--init left out"
+    saved_setting(saved, "cache")    # "--no-cache"
+    saved_setting(saved, "freeze")   # "--freeze 0,2" (a list), "--freeze auto"
+    """
+    flag, value = flag_of(RunConfig, field), getattr(saved, field)
+    if field == "freeze" and value == "list":
+        value = ",".join(map(str, saved.freeze_list or []))
+    if value is None:
+        return f"{flag} left out"
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag[2:]
+    return f"{flag} {value}"
 
 
 def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = True) -> list:
@@ -1291,6 +1310,9 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     check_run_location(path)
     with claimed_for_checks(path):  # a run in use is refused before the checkpoint is read
         check_data(path, saved)
+        # The flags given mean something beside the run's own settings, not beside their
+        # defaults (`--init` was refused "with --model vit-digits" for a run of a model folder).
+        check_needs_against(RunConfig, given or {}, saved, str(path / "run.json"))
         cfg = resumed_config(saved, given or {})
         records = check_resume(path, saved, cfg)
     mend_torn_tail(path / "run.jsonl", records)

@@ -42,9 +42,18 @@ MODEL_DIR = "model"  # runs/NAME/model/: the trained transformers model
 DATA_RECORD = "data.json"  # runs/NAME/data.json: what the data files were at the start
 
 
-def build_task(cfg: RunConfig, quiet: bool = False) -> tuple[LayerSequence, TaskData]:
+def build_task(
+    cfg: RunConfig, quiet: bool = False, from_checkpoint: bool = False
+) -> tuple[LayerSequence, TaskData]:
     """The run's model and data, checked against each other. `quiet` keeps the fresh-head
-    notice for the first build (launch.prepare) only, not once per rank."""
+    notice for the first build (launch.prepare) only, not once per rank. `from_checkpoint`:
+    a checkpoint then gives every weight (a resume, an export), so the model is drawn at
+    random; the model folder's weights are not read, and need not still be there.
+
+        seq, data = build_task(cfg, quiet=True, from_checkpoint=True)   # then restore(…)
+    """
+    if from_checkpoint:  # moved away since the run, they refused a resume (twentieth round)
+        cfg = cfg.model_copy(update={"init": "random"})
     spec = cfg.data
     if cfg.tokenizer is not None and not text.is_text_spec(spec):
         raise BadArgumentError("--tokenizer applies to text files: --data FILE.jsonl or FILE.csv")
@@ -337,8 +346,8 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     # The model folder's config.json edited since the run (another activation) would build
     # another architecture around the weights: refused as a resume refuses it.
     check_run_model(run_dir, cfg)
-    # Random init: every weight comes from the checkpoint, the model directory's are not read.
-    seq, data = build_task(cfg.model_copy(update={"init": "random"}), quiet=True)
+    # Every weight comes from the checkpoint, the model directory's are not read.
+    seq, data = build_task(cfg, quiet=True, from_checkpoint=True)
     # The manifest as a resume checks it (its layers, position and layout): a manifest resume
     # refuses is no checkpoint of this run to export either.
     where = manifest_path(run_dir, manifest)

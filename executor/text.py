@@ -100,8 +100,10 @@ def read_corpus(spec: str, seed: int = 0) -> Corpus:
     kinds = _LabelKinds()  # one kind of label across both files
     spellings = _Spellings()  # one spelling of each label across both files
     rows = [_read_rows(path, kinds, spellings) for path in files]
-    if not rows[0]:
-        raise InputFileError(f"{files[0]}: no rows of text")
+    for index, (path, split) in enumerate(zip(files, rows, strict=True)):
+        if not split:  # an empty EVAL trained with no evaluation at all (held-out accuracy -)
+            role = " (the held-out file of --data TRAIN,EVAL)" if index else ""
+            raise InputFileError(f"{path}: no rows of text{role}")
     labelled = {label is not None for split in rows for _, label in split}
     if len(labelled) > 1:
         raise InputFileError(

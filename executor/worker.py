@@ -130,13 +130,15 @@ class Trainer:
         planner: RunPlanner,
         device: torch.device,
         recalibrate: Recalibrate | None = None,
+        resume: bool = False,
     ):
         self.cfg, self.run_dir, self.planner, self.device = cfg, run_dir, planner, device
         self.fit_profile = recalibrate
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        # Same weights everywhere: the checkpoint's, or drawn from the seed (a fresh head
-        # too); launch.prepare already gave the builder's notices once.
-        self.seq, self.data = build_task(cfg, quiet=True)
+        # Same weights everywhere: the checkpoint's (`resume`: the model folder's are then not
+        # read), or the folder's or drawn from the seed (a fresh head too); launch.prepare
+        # already gave the builder's notices once.
+        self.seq, self.data = build_task(cfg, quiet=True, from_checkpoint=resume)
         # The layers stay on the host: each phase's runtime puts only its stage on `device`.
         # From here each rank draws its own dropout.
         torch.manual_seed(cfg.seed * 1000 + self.rank + 1)

@@ -65,8 +65,10 @@ from pipeplan.formats.base import (
     unique_keys,
 )
 from pipeplan.formats.modelconfig import (
+    GENERATION_TOKEN_ID_KEYS,
     MAX_PARAMETERS,
     PARAMETER_BYTES,
+    TOKEN_ID_KEYS,
     chunk_problem,
     config_value_problem,
     generation_value_problem,
@@ -497,7 +499,10 @@ def build_with_hf(
         pad = config.pad_token_id if padding_mask else None
         layers = family.cut(hf_model, task, pad)
     if _untie(layers):
-        config.tie_word_embeddings = False
+        # from_pretrained keeps a copy of `config`, and save_pretrained writes the copy: said on
+        # one alone, a pretrained GPT-2's own model/ said tied beside an untied, trained head
+        # (transformers 4 then ties it on loading, replacing the head; 5 warns).
+        config.tie_word_embeddings = hf_model.config.tie_word_embeddings = False
     seq = LayerSequence(
         name_or_path, source.family, config, layers, shape, dtype, task, padding_mask, hf_model
     )
@@ -555,6 +560,7 @@ def export(seq: LayerSequence, out_dir: str | Path) -> Path:
             tmp.mkdir()
             with _quiet_transformers():
                 seq.hf_model.save_pretrained(tmp)
+            _drop_ids_outside_vocabulary(tmp)
             give_output_modes(tmp)
             tmp.replace(out)  # an empty `out` is replaced
         except BaseException as exc:
@@ -566,6 +572,42 @@ def export(seq: LayerSequence, out_dir: str | Path) -> Path:
                 raise
             raise OutputError(f"{out}: write failed ({reason})") from None
     return out
+
+
+def _drop_ids_outside_vocabulary(folder: Path) -> None:
+    """Null, in the config.json and generation_config.json save_pretrained wrote to `folder`,
+    every token id outside config.json's vocabulary; the model itself keeps them:
+
+        _drop_ids_outside_vocabulary(tmp)   # {"bos_token_id": 50256, …} → null
+
+    Only a family's default can be one (`modelconfig.DEFAULT_TOKEN_IDS`; any other is refused
+    when the folder is read): GPT-2's bos and eos, 50256 at any vocab_size. Exported as found,
+    from_pretrained warned on loading, and `generate` would pad with, or stop at, a token the
+    model has no row for. The files are edited, not the configs before saving: a generation
+    config changed since it was read is saved only if it passes transformers' strict checks."""
+    vocab = json.loads((folder / "config.json").read_text()).get("vocab_size")
+    if type(vocab) is not int:
+        return  # an image model: no token ids
+    for name, keys in (
+        ("config.json", TOKEN_ID_KEYS),
+        (GENERATION_CONFIG, GENERATION_TOKEN_ID_KEYS),
+    ):
+        path = folder / name
+        if not path.is_file():
+            continue  # an encoder's export has no generation_config.json
+        settings = json.loads(path.read_text())
+        outside = [key for key in keys if not _in_vocabulary(settings.get(key), vocab)]
+        if outside:
+            settings.update(dict.fromkeys(outside))
+            # As transformers writes it (`to_json_string`), so the file reads the same.
+            path.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+
+
+def _in_vocabulary(value: Any, vocab: int) -> bool:
+    """A token id setting (an id, a list of them for eos, or None) names no id outside the
+    vocabulary, 0..vocab-1."""
+    ids = value if isinstance(value, list) else [] if value is None else [value]
+    return all(type(i) is int and 0 <= i < vocab for i in ids)
 
 
 # --------------------------------------------------------------------------- sources

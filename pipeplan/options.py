@@ -72,6 +72,21 @@ UNITS = {
 
 # Sources of a value the user did not type (click's ParameterSource names).
 _NOT_GIVEN = {"DEFAULT", "DEFAULT_MAP"}
+
+
+@dataclass(frozen=True)
+class SettingsFromFile:
+    """Marks a command's own parameter that, given, takes the model's settings from a file
+    rather than from the flags' defaults (`run --resume RUN`: its run.json):
+
+        resume: Annotated[str | None, Opt(...), SettingsFromFile()] = None
+
+    The model's flags typed beside it are then not held to their `Needs` against defaults the
+    command does not use (`--resume R --init random` was "--init means nothing with --model
+    vit-digits", --model's default, for a run of a model folder); the command checks them
+    against the file's settings (`check_needs_against`)."""
+
+
 _CONTEXT = "_typer_context"
 # Numbers arrive as text and are read by `number`, not by typer: its pydantic reading takes
 # "1_0", "+2" and "١" as 10, 2 and 1. The metavar keeps the help saying what is expected.
@@ -248,9 +263,10 @@ def _command(
     if clash:
         raise TypeError(f"{fn.__name__}: parameters {sorted(clash)} are fields of the model")
     needs, defaults, _ = model_needs(model) if model else ({}, {}, {})
+    from_file = {p.name for p in own if any(isinstance(m, SettingsFromFile) for m in _marks(p))}
     numbers: dict[str, Any] = {}  # fn's own numeric parameters: name → Annotated[int, Field(…)]
     for i, p in enumerate(own):
-        marks = get_args(p.annotation)[1:] if get_origin(p.annotation) is Annotated else ()
+        marks = _marks(p)
         needs[p.name] = tuple(m for m in marks if isinstance(m, Needs))
         defaults[p.name] = p.default
         bare, _ = _bare(p.annotation)
@@ -278,6 +294,8 @@ def _command(
         for name, value in values.items():
             if context.get_parameter_source(name).name not in _NOT_GIVEN:
                 typed[name] = value
+        if from_file & set(typed):  # the model's flags are the command's to check
+            typed = {name: value for name, value in typed.items() if name not in given}
         check_needs(typed, needs, defaults, _spellings(context))
         return fn(given, **values) if model else fn(**values)
 
@@ -288,6 +306,12 @@ def _command(
     for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
         setattr(command, attribute, getattr(fn, attribute))
     return command
+
+
+def _marks(parameter: inspect.Parameter) -> tuple[Any, ...]:
+    """The markers in a parameter's `Annotated[...]` (Opt, Needs, …), or none."""
+    annotation = parameter.annotation
+    return get_args(annotation)[1:] if get_origin(annotation) is Annotated else ()
 
 
 def _own_number(text: Any, typed_as: Any, spelling: str) -> Any:
@@ -311,16 +335,32 @@ def model_needs(
     return needs, defaults, spellings
 
 
+def check_needs_against(
+    model: type[BaseModel], given: dict[str, Any], settings: BaseModel, where: str
+) -> None:
+    """`check_needs` for the model's flags given beside a `SettingsFromFile` parameter: the
+    flags not given count at `settings`' values, the file `where` holds, not at defaults.
+
+        check_needs_against(RunConfig, {"init": "random"}, saved, "runs/r/run.json")
+        # --init means nothing with --model vit-digits (from runs/r/run.json); …
+    """
+    needs, _, spellings = model_needs(model)
+    check_needs(given, needs, settings.model_dump(), spellings, where)
+
+
 def check_needs(
     typed: dict[str, Any],
     needs: dict[str, tuple[Needs, ...]],
     defaults: dict[str, Any],
     spellings: dict[str, tuple[str, str]],
+    where: str | None = None,
 ) -> None:
     """Refuse the first typed flag whose `Needs` the others do not meet, in one line:
     `--alpha means nothing with --freeze none; it sets …`. A flag not typed is never refused,
     and the others count at their defaults (a default always meets them: tests/test_cli).
-    `spellings`: each flag as given on and, for a switch, off (`--cache`, `--no-cache`)."""
+    `spellings`: each flag as given on and, for a switch, off (`--cache`, `--no-cache`).
+    `where`: the file `defaults` come from (a resumed run's run.json), named beside a value
+    taken from it."""
     for name, own in typed.items():
         for need in needs.get(name, ()):
             if not need.concerns(own):
@@ -335,6 +375,8 @@ def check_needs(
                 setting = on
             else:
                 setting = f"{on} {value}"
+            if where is not None and need.other not in typed:  # not typed: the file's value
+                setting += f" (from {where})"
             typed_as = spellings[name][1] if own is False else spellings[name][0]  # --no-cache
             raise BadArgumentError(f"{typed_as} means nothing with {setting}; {need.why}")
 

@@ -227,7 +227,11 @@ def not_datasets():
     return 1, 2
 
 def int_labels():
-    return [(torch.zeros(32, dtype=torch.long), 1)], []
+    items = [(torch.zeros(32, dtype=torch.long), 1)]
+    return items, items
+
+def empty_eval():
+    return _pairs(8, 0), _pairs(0, 1)
 
 not_callable = 3
 """
@@ -280,6 +284,16 @@ def test_user_module_by_import_name(user_file, bert, monkeypatch):
 def test_user_function_errors(user_file, bert, function, match):
     message = _one_line_error(D.load_data, f"{user_file}:{function}", bert, match=match)
     assert f"{user_file}:{function}" in message
+
+
+def test_a_user_function_with_an_empty_eval_set_is_refused(user_file, bert):
+    """Found by the twentieth round: an empty held-out set (an empty EVAL file of --data
+    TRAIN,EVAL) trained with no evaluation at all, rc 0 and "held-out accuracy -"; a
+    function's eval set of no samples is the same, refused in one line naming the function."""
+    message = _one_line_error(
+        D.load_data, f"{user_file}:empty_eval", bert, match="eval set is empty"
+    )
+    assert f"{user_file}:empty_eval" in message
 
 
 def test_user_import_errors(tmp_path, bert):

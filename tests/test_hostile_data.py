@@ -392,6 +392,25 @@ def test_a_csv_text_holding_newlines_in_closed_quotes_is_one_text(tmp_path):
     assert corpus.train_labels == [1, *[1 if i % 2 else 0 for i in range(20)]]
 
 
+EMPTY_HELD_OUT = {  # the held-out file's name and text: no row in any format
+    "empty JSONL": ("eval.jsonl", ""),
+    "JSONL of blank lines": ("eval.jsonl", "\n  \n"),
+    "CSV header only": ("eval.csv", "text,label\n"),
+}
+
+
+@pytest.mark.parametrize(("name", "content"), EMPTY_HELD_OUT.values(), ids=EMPTY_HELD_OUT.keys())
+def test_an_empty_held_out_file_is_refused(made, tmp_path, capsys, name, content):
+    """Found by the twentieth round: `--data TRAIN,EVAL` with EVAL empty trained with no
+    evaluation (rc 0, "held-out loss -, accuracy -") while the same file as the only data was
+    refused ("no rows of text"). Refused before any rank starts, naming the held-out file."""
+    train = write_jsonl(tmp_path / "train.jsonl", reviews(20, seed=1))
+    held = tmp_path / name
+    held.write_text(content)
+    argv = prepare(made, tmp_path, f"{train},{held}")
+    refused(argv, tmp_path, capsys, (f"{held}: no rows of text", "held-out file"))
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"], ids=["same file", "eval file"])
 def test_integer_and_named_labels_mixed(made, tmp_path, capsys, suffix):
     """Found by the tenth independent round: `{"label": 1}` beside `{"label": "cat"}` made

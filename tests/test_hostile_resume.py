@@ -1073,6 +1073,44 @@ def test_a_data_file_that_is_not_a_regular_file_is_refused_unread(made, tmp_path
     refused(argv, tmp_path, capsys, (str(data), "not a regular file"))
 
 
+@pytest.mark.timeout(60)
+def test_a_flag_beside_resume_is_judged_by_the_runs_own_settings(made, tmp_path, capsys):
+    """Found by the twentieth round: `run --resume R --init random`, R a run of a model folder,
+    was refused as "--init means nothing with --model vit-digits", --model's default, not the
+    run's. A flag given to --resume is held to the run's own settings: one that cannot change
+    names how the run set it; one that means nothing names the run's value and its run.json."""
+    run, _ = _prepared(made, tmp_path, capsys)
+    fragments = ("cannot change --init", "--init left out in its run.json")
+    refused(["run", "--resume", str(run), "--init", "random"], tmp_path, capsys, fragments)
+    run = ["run", "--model", "vit-digits", "--nproc", "1", "--epochs", "1", "--prepare-only"]
+    assert cli.main([*run, "--runs-dir", str(tmp_path / "runs"), "--name", "vd"]) == 0
+    capsys.readouterr()
+    built_in = tmp_path / "runs" / "vd"
+    fragment = f"--init means nothing with --model vit-digits (from {built_in / 'run.json'}); "
+    refused(["run", "--resume", str(built_in), "--init", "random"], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_model_folder_run_resumes_and_exports_without_the_folders_weights(made, tmp_path, capsys):
+    """Found by the twentieth round: a run of a model folder whose model.safetensors was moved
+    away since could be exported but not resumed ("a config without weights …; pass --init
+    random", a flag --resume refuses). A resume, like an export, takes every weight from the
+    checkpoint: the folder's config.json (checked unchanged), not its weights."""
+    folder = Path(shutil.copytree(made["checkpoint"], tmp_path / "bert"))
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    argv = test_hostile_data.prepare(made, tmp_path, data, model=folder)
+    steps = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "2"]
+    assert cli.main([a for a in argv if a != "--prepare-only"] + steps) == 0, capsys.readouterr()
+    (folder / "model.safetensors").rename(tmp_path / "moved.safetensors")
+    run = tmp_path / "runs" / "r"
+    capsys.readouterr()
+    assert cli.main(["run", "--resume", str(run), "--epochs", "2"]) == 0, capsys.readouterr().err
+    epochs = [json.loads(line) for line in (run / "run.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in epochs if r["kind"] == "epoch"] == [0, 1]
+    assert cli.main(["export", str(run), "--out", str(tmp_path / "out")]) == 0
+
+
 EDITED_SINCE = {"dropout": (0.5, "null"), "seed": (7, "0"), "init": ("random", "null")}
 
 

@@ -145,6 +145,33 @@ def test_plain_text_trains_a_causal_lm_with_padding_ignored(files):
     check_compatible(data, seq)
 
 
+def test_a_build_from_a_checkpoint_is_the_model_the_folders_weights_build(files):
+    """Found by the twentieth round: a resume loaded the model folder's weights only to
+    overwrite every parameter with the checkpoint's, and refused a folder whose weights were
+    moved away since. A resume (like an export) now draws the model at random: nothing else
+    of the model comes from the weights file, so once the parameters are the checkpoint's the
+    two builds are one model, buffers, config and outputs alike."""
+    cfg = _config(files, str(files["labelled"]), tokenizer=str(files["tokenizer"]))
+    loaded, data = build_task(cfg)
+    drawn, _ = build_task(cfg, from_checkpoint=True)
+    pairs = list(zip(loaded.layers.parameters(), drawn.layers.parameters(), strict=True))
+    assert not all(torch.equal(a, b) for a, b in pairs)  # drawn: not the folder's weights
+    with torch.no_grad():
+        for a, b in pairs:  # what `checkpoint.restore` does: every parameter, by layer
+            b.copy_(a)
+    ours, theirs = loaded.hf_model.state_dict(), drawn.hf_model.state_dict()
+    assert list(ours) == list(theirs) and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert loaded.config_json() == drawn.config_json()
+    # What save_pretrained writes: from_pretrained also records the folder, which it does not.
+    written = [m.hf_model.config.to_dict() for m in (loaded, drawn)]
+    for config in written:
+        config.pop("_name_or_path")
+    assert written[0] == written[1]
+    loaded.layers.eval(), drawn.layers.eval()
+    with torch.no_grad():
+        assert torch.equal(loaded.forward(data.eval.inputs), drawn.forward(data.eval.inputs))
+
+
 def test_the_model_directory_holds_the_tokenizer_by_default(files, tmp_path):
     model = bert_checkpoint(tmp_path / "with-tok")
     make_tokenizer(model)
