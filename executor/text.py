@@ -23,6 +23,7 @@ the model's pad_token_id: the model then carries the padding mask between stages
 
 from __future__ import annotations
 
+import collections
 import csv
 import json
 import unicodedata
@@ -164,7 +165,8 @@ def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings
     header = _next_record(reader, lines, path)
     if header is None or "text" not in header:
         raise InputFileError(f"{path}: the header row must name a 'text' column")
-    twice = sorted({name for name in header if header.count(name) > 1})
+    # Counted once each: header.count per name was quadratic in a header of many columns.
+    twice = sorted(name for name, n in collections.Counter(header).items() if n > 1)
     if twice:
         raise InputFileError(f"{path}: the header row names column {twice[0]!r} more than once")
     text_at = header.index("text")

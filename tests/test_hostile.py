@@ -2058,6 +2058,24 @@ def test_model_configs_the_builders_reject_are_one_line(tmp_path, capsys, case, 
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.timeout(120)
+def test_a_config_of_the_most_labels_is_checked_in_seconds():
+    """Found by the twentieth round: label2id's ids were looked up in a list, once per label:
+    10k/20k/40k labels took 2.1/9.6/42 s, and the 10^6 labels README allows
+    (MAX_CONFIG_LABELS) hours, in every command that reads the folder. CPU time: on a busy
+    machine the wall clock says little."""
+    import time
+
+    from pipeplan.formats.modelconfig import MAX_CONFIG_LABELS, config_value_problem
+
+    labels = range(MAX_CONFIG_LABELS)
+    config = {**BERT_CONFIG, "id2label": {str(i): f"l{i}" for i in labels}}
+    config["label2id"] = {f"l{i}": i for i in labels}
+    start = time.process_time()
+    assert config_value_problem(config, "bert") is None
+    assert time.process_time() - start < 10
+
+
 # config.json as the nineteenth round wrote it, and the fragment of the one line (after the
 # config.json's path): a key of another JSON type, a chunk size that does not divide the
 # sequence length (64 here: the folder's max_position_embeddings), RoPE parameters.

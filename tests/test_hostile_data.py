@@ -21,6 +21,7 @@ from test_hostile import copy_run, refused
 from text_data import bert_checkpoint, make_tokenizer, reviews, write_jsonl
 
 import cli
+from pipeplan.errors import InputFileError
 
 finished_run = test_hostile.finished_run  # the shared module-scoped finished run (a fixture)
 
@@ -70,6 +71,22 @@ def test_a_csv_header_naming_a_column_twice(made, tmp_path, capsys):
     """`text,text,label`: DictReader let the last `text` column win, silently."""
     data = csv_file(tmp_path, "text,text,label", [f"a{i},b{i},{i % 2}" for i in range(20)])
     refused(prepare(made, tmp_path, data), tmp_path, capsys, ("data.csv", "'text' more than once"))
+
+
+@pytest.mark.timeout(60)
+def test_a_csv_header_of_many_columns_is_read_in_seconds(tmp_path):
+    """Found by the twentieth round (beside F3, label checks quadratic in the labels): a
+    column named twice was looked for with header.count per column, quadratic in a header
+    of 200,000 columns (400 KB, within the file's limits)."""
+    import time
+
+    from executor.text import read_corpus
+
+    data = csv_file(tmp_path, "text," + "c," * 200_000 + "c", GOOD_ROWS)
+    start = time.process_time()
+    with pytest.raises(InputFileError, match="names column 'c' more than once"):
+        read_corpus(str(data))
+    assert time.process_time() - start < 5
 
 
 @pytest.mark.parametrize(
@@ -484,6 +501,22 @@ LABEL_EDITS = {  # label_names written into data.json (the data gives negative, 
     "removed": (None, "are not the names the run's data"),
     "one name twice": (["negative", "negative"], "'negative' more than once"),
 }
+
+
+@pytest.mark.timeout(120)
+def test_data_json_of_the_most_label_names_is_read_in_seconds():
+    """Found by the twentieth round (beside F3, label checks quadratic in the labels):
+    data.json's label_names were checked for a name twice with list.count per name, hours
+    for the 10^6 labels a data set may name (MAX_LABELS). CPU time, not the wall clock."""
+    import time
+
+    from executor.data import MAX_LABELS
+    from pipeplan.formats.run import DataRecord
+
+    names = [f"l{i}" for i in range(MAX_LABELS)]
+    start = time.process_time()
+    assert DataRecord(data="d.jsonl", files=[], label_names=names).label_names == names
+    assert time.process_time() - start < 10
 
 
 @pytest.mark.timeout(60)
