@@ -85,6 +85,26 @@ def is_text_spec(spec: str) -> bool:
     return len(parts) <= 2 and all(p.lower().endswith(TEXT_SUFFIXES) for p in parts)
 
 
+def check_two_files(spec: str) -> None:
+    """TRAIN,EVAL are two files: the same one twice (`a.jsonl,a.jsonl`, or through a link or
+    another spelling of its path) held out the very rows it trained on, accepted silently
+    (twentieth round). BadArgumentError naming --data; a file missing is left to the reader.
+
+        check_two_files("train.jsonl,./train.jsonl")   # BadArgumentError: "--data names …"
+    """
+    files = [Path(p) for p in spec.split(",")]
+    try:
+        same = len(files) == 2 and files[0].samefile(files[1])
+    except OSError:  # one is missing or unreadable: the reader names it
+        return
+    if same:
+        raise BadArgumentError(
+            f"--data names one file twice ({spec!r}): held-out rows must be other rows than "
+            f"the training rows; give the file alone ({EVAL_FRACTION:.0%} of it is held out) "
+            "or TRAIN,EVAL of two different files"
+        )
+
+
 # --------------------------------------------------------------------------- reading
 
 

@@ -97,6 +97,10 @@ def default_data(model: str) -> str:
     )
 
 
+# The suffixes of text data files: executor.text's TEXT_SUFFIXES (formats import no executor).
+TEXT_DATA_SUFFIXES = (".jsonl", ".csv")
+
+
 def _data_for_model(validated: dict[str, Any]) -> str:
     # `model` is missing only when it failed validation; that error is the one reported.
     return default_data(validated["model"]) if "model" in validated else ""
@@ -367,6 +371,30 @@ class RunConfig(Strict):
     @classmethod
     def _plain_name(cls, value: str) -> str:
         return check_run_name(value)
+
+    @field_validator("data")
+    @classmethod
+    def _one_or_two_files(cls, value: str) -> str:
+        """A comma separates TRAIN from EVAL: `--data a.jsonl,b.jsonl,c.jsonl` or `a.jsonl,`
+        was read as no text data at all and blamed on --tokenizer (twentieth round).
+
+        RunConfig(data="a.jsonl,")   # ValidationError: "… names no file after its comma …"
+        """
+        parts = value.split(",")
+        if len(parts) == 1:
+            return value
+        takes = (
+            "it takes one file, or TRAIN,EVAL: two text files (.jsonl or .csv) separated by a "
+            "comma (a file whose name holds a comma cannot be given: rename or link it)"
+        )
+        if "" in parts:
+            where = "before" if parts[0] == "" else "after"
+            raise ValueError(f"{value!r} names no file {where} its comma; {takes}")
+        if len(parts) > 2:
+            raise ValueError(f"{value!r} names {len(parts)} files; {takes}")
+        if not all(part.lower().endswith(TEXT_DATA_SUFFIXES) for part in parts):
+            raise ValueError(f"{value!r} is not two text files; {takes}")
+        return value
 
     @field_validator("nproc")
     @classmethod
