@@ -182,7 +182,7 @@ def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings
     # file; a quoted field closing before the line ends may hold newlines (texts do).
     lines = _RecordLines(handle)
     reader = csv.reader(lines, strict=True)
-    header = _next_record(reader, lines, path)
+    header = _next_record(reader, lines, path, "the header row")
     if header is None or "text" not in header:
         raise InputFileError(f"{path}: the header row must name a 'text' column")
     # Counted once each: header.count per name was quadratic in a header of many columns.
@@ -230,13 +230,18 @@ class _RecordLines:
         self.record = []
 
 
-def _next_record(reader: Any, lines: _RecordLines, path: Path) -> list[str] | None:
-    """The next CSV record, or None at the end; a malformed one names its line."""
+def _next_record(
+    reader: Any, lines: _RecordLines, path: Path, what: str = "the row"
+) -> list[str] | None:
+    """The next CSV record, or None at the end; a malformed one names its line (and `what` it
+    is, for a field over the limit)."""
     lines.start()
     try:
         return next(reader, None)
     except csv.Error as exc:
         first = lines.before + 1
+        if "field larger than field limit" in str(exc):
+            raise InputFileError(_too_long(path, first, len(lines.record), what)) from None
         if "unexpected end of data" not in str(exc):
             # `"a"b`: text after a closing quote; when the quote opened lines earlier (one
             # left unclosed, closed by the next row's quote) the row's first line says where.
@@ -255,6 +260,23 @@ def _next_record(reader: Any, lines: _RecordLines, path: Path) -> list[str] | No
             f"{path}:{line}: a quote opened on this line never closes (it would swallow the "
             "rest of the file); close it, or double a quote inside a quoted field"
         ) from None
+
+
+def _too_long(path: Path, first: int, lines: int, what: str) -> str:
+    """A CSV field longer than csv's limit, in words: it was "malformed quoting" though
+    nothing was quoted (twentieth round: a header naming a column of 1 MB). A quote left
+    open makes one too, running on over the lines after it.
+
+        _too_long(Path("h.csv"), 1, 1, "the header row")
+        # "h.csv:1: the header row holds a field of more than 131,072 characters, …"
+    """
+    last = first + max(lines, 1) - 1
+    span = f"{first}" if last == first else f"{first}-{last}"
+    return (
+        f"{path}:{span}: {what} holds a field of more than {csv.field_size_limit():,} "
+        "characters, the longest a CSV field may be (or a quote opened there runs on, never "
+        "closing)"
+    )
 
 
 def _label(value: Any, where: str, cell: bool) -> int | str | None:

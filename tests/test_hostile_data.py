@@ -291,6 +291,30 @@ def test_a_csv_quote_that_never_closes(made, tmp_path, capsys, last):
     refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
 
 
+@pytest.mark.parametrize("where", ["header", "row"])
+def test_a_csv_field_over_the_limit_says_so(tmp_path, where):
+    """Found by the twentieth round: a header naming an unquoted column of 1 MB was
+    "h.csv:1: malformed quoting (field larger than field limit (131072)); a quoted field
+    must close …" though nothing was quoted. The row and the limit are named (a data row's
+    field alike)."""
+    from executor.text import read_corpus
+
+    long = "x" * 200_000
+    header, rows = (
+        ("text," + long, ["a,b"])
+        if where == "header"
+        else ("text,label", [*GOOD_ROWS[:3], f"{long},positive"])
+    )
+    data = csv_file(tmp_path, header, rows)
+    line, what = ("1", "the header row") if where == "header" else ("5", "the row")
+    with pytest.raises(InputFileError) as info:
+        read_corpus(str(data))
+    assert str(info.value) == (
+        f"{data}:{line}: {what} holds a field of more than 131,072 characters, the longest a "
+        "CSV field may be (or a quote opened there runs on, never closing)"
+    )
+
+
 def test_a_csv_text_holding_newlines_in_closed_quotes_is_one_text(tmp_path):
     """The decision beside the refusal above: a text may hold newlines when its quote
     closes; the row after it is read as the next row (strict reading must not refuse it)."""
