@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import collections
 import csv
-import json
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,13 @@ import torch
 
 from executor.data import MAX_LABELS, TaskData, TensorPairs
 from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.formats.base import MAX_TEXT, check_input_file, read_input
+from pipeplan.formats.base import (
+    MAX_TEXT,
+    TooManyDigits,
+    check_input_file,
+    json_loads,
+    read_input,
+)
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -153,7 +158,9 @@ def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellin
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
+            item = json_loads(line)
+        except TooManyDigits as exc:  # valid JSON: a number no label or text takes
+            raise InputFileError(f"{path}:{number}: {exc}") from None
         except ValueError as exc:
             raise InputFileError(f"{path}:{number}: not a JSON object ({exc})") from None
         except RecursionError:
@@ -530,7 +537,9 @@ def _check_tokenizer_json(directory: Path) -> None:
         if not path.is_file():
             continue
         try:
-            json.loads(read_input(path, why="not a tokenizer's file"))
+            json_loads(read_input(path, why="not a tokenizer's file"))
+        except TooManyDigits as exc:  # valid JSON: a number no field takes
+            raise InputFileError(f"{path}: {exc}") from None
         except ValueError as exc:
             raise InputFileError(f"{path}: cannot be read as JSON ({_first(exc)})") from None
         except RecursionError:

@@ -56,7 +56,9 @@ from pipeplan.formats.base import (
     MAX_CONFIG_BYTES,
     MAX_GENERATION_CONFIG_BYTES,
     MAX_INDEX_BYTES,
+    TooManyDigits,
     check_json,
+    json_loads,
     out_of_memory,
     read_input,
 )
@@ -650,7 +652,9 @@ def _read_config(
     """
     text = read_input(path, limit, why=why)
     try:
-        data = json.loads(text)
+        data = json_loads(text)
+    except TooManyDigits as exc:  # valid JSON: a number no field takes
+        raise InputFileError(f"{path}: {exc}") from None
     except ValueError as exc:
         raise InputFileError(f"{path}: not valid JSON ({exc})") from None
     except RecursionError:

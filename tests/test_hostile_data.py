@@ -276,6 +276,40 @@ def test_json_nested_too_deeply_in_text_inputs(made, tmp_path, capsys, where):
     refused(prepare(made, tmp_path, data, **paths), tmp_path, capsys, "nested too deeply")
 
 
+HUGE = "1" + "0" * 5000  # 5,001 digits: past what Python's int() reads
+
+
+@pytest.mark.parametrize(
+    "where", ["data", "tokenizer_config", "model config", "generation config", "profile"]
+)
+def test_an_integer_of_thousands_of_digits_in_json_names_the_field(made, tmp_path, capsys, where):
+    """Found by the twentieth round: a config.json integer of 5,001 digits was "not valid JSON
+    (Exceeds the limit (4300 digits) for integer string conversion …; use
+    sys.set_int_max_str_digits() to increase the limit)", advice the user cannot act on. Every
+    JSON pipeplan reads refuses it in one line naming the file and the field."""
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    paths, field = {}, "max_position_embeddings"
+    if where == "data":
+        data.write_text(data.read_text() + '{"text": "a", "label": ' + HUGE + "}\n")
+        file, field = "r.jsonl:21", "label"
+    elif where == "tokenizer_config":
+        paths["tokenizer"] = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+        file, field = paths["tokenizer"] / "tokenizer_config.json", "model_max_length"
+        file.write_text('{"model_max_length": ' + HUGE + "}")
+    elif where == "profile":
+        paths["profile"] = file = tmp_path / "p.json"
+        text = made["profile"].read_text()
+        file.write_text(text.replace('"schema_version": 1', '"schema_version": ' + HUGE, 1))
+        field = "schema_version"
+    else:
+        paths["model"] = Path(shutil.copytree(made["checkpoint"], tmp_path / "m"))
+        name = "config.json" if where == "model config" else "generation_config.json"
+        file = paths["model"] / name
+        file.write_text('{"model_type": "bert", "max_position_embeddings": ' + HUGE + "}")
+    fragment = f"{file}: {field} is an integer of 5,001 digits; a number pipeplan reads has"
+    refused(prepare(made, tmp_path, data, **paths), tmp_path, capsys, fragment)
+
+
 @pytest.mark.parametrize("last", [False, True], ids=["mid-file", "last row, no newline"])
 def test_a_csv_quote_that_never_closes(made, tmp_path, capsys, last):
     """Found by the tenth independent round: `"unclosed,positive` swallowed every following

@@ -99,7 +99,7 @@ def test_a_memory_error_decoding_a_line_is_one_line(tmp_path, monkeypatch):
         raise MemoryError
 
     path = write_jsonl(tmp_path / "r.jsonl", reviews(4, seed=1))
-    monkeypatch.setattr(text, "json", type("Json", (), {"loads": staticmethod(out_of_memory)}))
+    monkeypatch.setattr(text, "json_loads", out_of_memory)
     _one_line(InputFileError, text.read_corpus, str(path), match=r"r\.jsonl:1: out of memory")
 
 

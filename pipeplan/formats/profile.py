@@ -29,7 +29,9 @@ from pipeplan.formats.base import (
     Strict,
     Text,
     Timestamp,
+    TooManyDigits,
     dumps,
+    json_loads,
     out_of_memory,
     read_input,
     text_sha256,
@@ -799,12 +801,13 @@ def model_mismatch(model: str, profile: Profile) -> str | None:
         if _spelling(model) == _spelling(profile.model.name):
             return None
         return f"profiles '{profile.model.name}', not the model '{model}'"
-    import json
 
     path = folder / "config.json"
     text = read_input(path, MAX_CONFIG_BYTES, why=CONFIG_LIMIT)
     try:
-        config = json.loads(text)
+        config = json_loads(text)
+    except TooManyDigits as exc:
+        raise InputFileError(f"{path}: {exc}") from None
     except (ValueError, RecursionError):
         raise InputFileError(f"{path}: not valid JSON") from None
     except MemoryError:
