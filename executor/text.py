@@ -489,11 +489,20 @@ def load_tokenizer(directory: Path) -> Any:
     if not directory.is_dir():
         raise InputFileError(f"{directory}: no such tokenizer directory")
     _check_tokenizer_json(directory)
+    config = _check_tokenizer_config(directory)
     # The `tokenizers` library raises a plain Exception on a broken or unknown-model
-    # tokenizer.json: anything from loading is the directory's fault.
+    # tokenizer.json: anything from loading is the directory's fault. trust_remote_code off:
+    # left unset, transformers asks on a terminal whether to run a folder's code.
     try:
-        return AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        return AutoTokenizer.from_pretrained(
+            directory, local_files_only=True, trust_remote_code=False
+        )
     except Exception as exc:
+        if config is not None:  # its class failed: the bare tokenizer.json has no pad token
+            wanted = config.get("tokenizer_class")
+            what = f"the tokenizer_class {wanted!r} it names" if wanted else "its tokenizer"
+            path = directory / "tokenizer_config.json"
+            raise InputFileError(f"{path}: cannot load {what} ({_first(exc)})") from None
         if not (directory / "tokenizer.json").is_file():
             raise InputFileError(f"{directory}: cannot load a tokenizer ({_first(exc)})") from None
     try:
@@ -502,6 +511,32 @@ def load_tokenizer(directory: Path) -> Any:
         raise InputFileError(
             f"{directory / 'tokenizer.json'}: cannot load a tokenizer ({_first(exc)})"
         ) from None
+
+
+def _check_tokenizer_config(directory: Path) -> dict[str, Any] | None:
+    """tokenizer_config.json's fields that a tokenizer class reads first, or None without
+    the file: no auto_map (custom code, which pipeplan never runs) and padding and
+    truncation sides of 'right' or 'left'. Found by the twentieth round: each, like a
+    tokenizer_class that fails to load, fell back to the bare tokenizer.json and was
+    reported as "the tokenizer has no pad token".
+
+        _check_tokenizer_config(Path("tok"))   # InputFileError: "…: padding_side is 'middle'; …"
+    """
+    path = directory / "tokenizer_config.json"
+    if not path.is_file():
+        return None
+    config = json_loads(read_input(path, why="not a tokenizer's file"))  # parsed before
+    if not isinstance(config, dict):
+        raise InputFileError(f"{path}: a tokenizer config is a JSON object")
+    if "auto_map" in config:
+        raise InputFileError(
+            f"{path}: auto_map names custom tokenizer code; pipeplan runs no code from a "
+            "folder: remove auto_map and name a transformers class in tokenizer_class"
+        )
+    for side in ("padding_side", "truncation_side"):
+        if side in config and config[side] not in ("right", "left"):
+            raise InputFileError(f"{path}: {side} is {config[side]!r}; it is 'right' or 'left'")
+    return config
 
 
 def tokenizer_files(directory: Path) -> list[Path]:

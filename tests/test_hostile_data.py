@@ -116,6 +116,36 @@ def test_a_garbled_tokenizer_config(made, tmp_path, capsys):
     refused(argv, tmp_path, capsys, ("tokenizer_config.json", "cannot be read as JSON"))
 
 
+TOKENIZER_CONFIG_EDITS = {  # tokenizer_config.json's fields → the one line's fragment
+    "a class that fails to load": (
+        {"tokenizer_class": "T5Tokenizer"},
+        "cannot load the tokenizer_class 'T5Tokenizer' it names",
+    ),
+    "custom code": (
+        {"auto_map": {"AutoTokenizer": ["tok.Tok", None]}, "tokenizer_class": "Tok"},
+        "auto_map names custom tokenizer code; pipeplan runs no code from a folder",
+    ),
+    "padding side": ({"padding_side": "middle"}, "padding_side is 'middle'; it is 'right' or"),
+    "truncation side": ({"truncation_side": 3}, "truncation_side is 3; it is 'right' or 'left'"),
+}
+
+
+@pytest.mark.parametrize("edit", TOKENIZER_CONFIG_EDITS)
+def test_a_tokenizer_config_field_that_cannot_load_is_named(made, tmp_path, capsys, edit):
+    """Found by the twentieth round: a tokenizer_class that fails to load, an auto_map (custom
+    code; none ran) or a padding_side of 'middle' fell back to the bare tokenizer.json and
+    was refused as "the tokenizer has no pad token" (it has one). The field is named, and
+    auto_map is refused before transformers sees it (unset, trust_remote_code asks on a
+    terminal whether to run the folder's code)."""
+    fields, fragment = TOKENIZER_CONFIG_EDITS[edit]
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    (tok / "tokenizer_config.json").write_text(json.dumps({**config, **fields}))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer_config.json'}: ", fragment))
+
+
 NOT_REGULAR = {"a FIFO": os.mkfifo, "a directory": os.mkdir}
 
 
