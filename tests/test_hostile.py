@@ -536,6 +536,23 @@ def test_resume_refuses_other_hand_edits(finished_run, tmp_path, capsys, edit, f
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
+def test_export_says_where_it_wrote_on_one_line(finished_run, tmp_path, capsys, monkeypatch):
+    """Found by the twentieth round: `wrote PATH (config.json, model.safetensors: …)` of a
+    long --out was wrapped at the terminal's width (80 columns off a terminal) over several
+    stderr lines. At 40 columns, a path of 300+ characters: one line."""
+    from rich.console import Console
+
+    monkeypatch.setenv("COLUMNS", "40")
+    monkeypatch.setattr(cli, "console", Console(stderr=True))  # a console made now reads it
+    out = tmp_path / ("d" * 100) / ("e" * 100) / ("m" * 100)
+    out.parent.mkdir(parents=True)
+    assert cli.main(["export", str(finished_run), "--out", str(out)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == f"wrote {out} (config.json, model.safetensors: from_pretrained({out}))"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
 def test_export_of_a_run_whose_data_exits_is_one_line(finished_run, tmp_path, capsys):
     """`"data": "sys:exit"` in run.json: export read the data again and ended with code 0,
     having written nothing. It is now refused before the data is read: run.json is checked
