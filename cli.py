@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from pipeplan.startup import stopped_by  # isort: skip  (first: ends a start interrupted by a signal)
 from pipeplan import log
@@ -30,7 +31,27 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console(stderr=True)
+
+
+def plain_console(stderr: bool = False) -> Console:
+    """A console that prints text as given: `plain_console().print(table)`. rich read `[x]`
+    in a path as markup (`--out 'p[x].json'` printed `wrote p.json`; `a[/x]` raised MarkupError
+    after the file was written) and `:name:` as an emoji: found by the twentieth round."""
+    return Console(stderr=stderr, markup=False, emoji=False)
+
+
+console = plain_console(stderr=True)
+
+
+def say(line: str | Text, to: Console | None = None) -> None:
+    """One line on stderr (or `to`), whole: `say(f"wrote {out}")`. rich wrapped a line at the
+    terminal's width (80 columns off a terminal), so a long path in `wrote PATH` came out
+    split over several lines (found by the twentieth round); a script reading the line got a
+    broken path. Bold parts come as styled Text (`Text.assemble(("1.20×", "bold"))`), never
+    as markup, which would read a path's brackets."""
+    (to or console).print(line, soft_wrap=True, markup=False, emoji=False)
+
+
 _debug = {"on": False}
 
 # typer ≥ 0.26 vendors click; older versions raise click's own exceptions.
@@ -75,7 +96,7 @@ def models() -> None:
     table = Table("name", "family", "description")
     for name, preset in PRESETS.items():
         table.add_row(name, preset.family, preset.description)
-    Console().print(table)
+    plain_console().print(table)
 
 
 @app.command()
@@ -130,10 +151,10 @@ def profile(given: dict[str, Any]) -> None:
         + f", {result.device.name}, {result.device.threads} thread(s), {result.model.precision}"
         + (f"; infeasible (out of memory): {', '.join(too_big)}" if too_big else "")
     )
-    Console().print(table)
+    plain_console().print(table)
     if result.comm:
         c = result.comm
-        console.print(
+        say(
             f"links ({c.backend}, {c.nproc} ranks): p2p {c.p2p.latency_s * 1e6:.0f} µs + "
             f"{c.p2p.bandwidth_bytes_per_s / 1e9:.2f} GB/s; all-reduce "
             f"{c.allreduce.latency_s * 1e6:.0f} µs + "
@@ -144,7 +165,7 @@ def profile(given: dict[str, Any]) -> None:
                 else ""
             )
         )
-    console.print(f"wrote {request.out}")
+    say(f"wrote {request.out}")
 
 
 # --------------------------------------------------------------------------- plan / preview
@@ -168,12 +189,12 @@ def plan(
     result = make_plan(args.profile, args.cluster, **args.kwargs())
     write_atomic(out, dumps(result))
     for p in result.phases:
-        console.print(
+        say(
             f"epoch {p.start_epoch}+{p.epochs}: frozen {p.layout.frozen_layers}, "
             f"{p.layout.label()}, boundaries {list(p.layout.boundaries)}, "
             f"step {p.step_s * 1e3:.1f} ms"
         )
-    console.print(f"wrote {out} (predicted total {result.predicted_total_s:.1f} s)")
+    say(f"wrote {out} (predicted total {result.predicted_total_s:.1f} s)")
 
 
 @app.command()
@@ -196,11 +217,11 @@ def preview(
         from pipeplan.plots import write_preview_plots
 
         written = write_preview_plots(result, phase_timelines(args.profile, result.plan), plot)
-        console.print(f"wrote {len(written)} plots to {plot}")
+        say(f"wrote {len(written)} plots to {plot}")
     if as_json:
         print(dumps(result), end="")
         return
-    out = Console()
+    out = plain_console()
     first = result.cases[0]
     table = Table(
         "epoch",
@@ -221,21 +242,22 @@ def preview(
         )
     out.print(table)
     b = result.baseline
-    out.print(
+    say(
         f"baseline (best static plan, nothing frozen): {b.layout.label()}, "
-        f"{b.epoch_s:.2f} s/epoch, {b.total_s:.1f} s"
+        f"{b.epoch_s:.2f} s/epoch, {b.total_s:.1f} s",
+        out,
     )
     ablation = Table("configuration", "total s", "speedup", title="ablation")
     for row in result.ablation:
         ablation.add_row(row.name, f"{row.total_s:.1f}", f"{row.speedup:.2f}×")
     out.print(ablation)
     for line in preview_freeze_lines(result):
-        out.print(line)
+        say(line, out)
 
 
-def preview_freeze_lines(result: Any) -> list[str]:
+def preview_freeze_lines(result: Any) -> list[str | Text]:
     """The schedule the preview assumes and its speedup: one line for one schedule; for
-    `--freeze auto` the band, one line per case and the range."""
+    `--freeze auto` the band, one line per case and the range (the speedup in bold)."""
     from pipeplan.freeze import compact
 
     if len(result.cases) == 1:
@@ -243,8 +265,11 @@ def preview_freeze_lines(result: Any) -> list[str]:
         return [
             f"freeze schedule: {case.assumes}; frozen layers per epoch: "
             f"{compact(case.freeze.frozen_layers)}",
-            f"predicted total {case.total_s:.1f} s, speedup [bold]{case.predicted_speedup:.2f}×[/] "
-            "over the baseline",
+            Text.assemble(
+                f"predicted total {case.total_s:.1f} s, speedup ",
+                (f"{case.predicted_speedup:.2f}×", "bold"),
+                " over the baseline",
+            ),
         ]
     lines = ["--freeze auto, frozen layers per epoch:"]
     for case in result.cases:
@@ -255,9 +280,12 @@ def preview_freeze_lines(result: Any) -> list[str]:
     low = min(c.predicted_speedup for c in result.cases)
     high = max(c.predicted_speedup for c in result.cases)
     lines.append(
-        f"predicted speedup [bold]{low:.2f}×–{high:.2f}×[/] over the baseline; a run may "
-        "freeze later than the later case (1.00× if it never freezes): `pipeplan run` "
-        "prints its forecast each epoch"
+        Text.assemble(
+            "predicted speedup ",
+            (f"{low:.2f}×–{high:.2f}×", "bold"),
+            " over the baseline; a run may freeze later than the later case (1.00× if it never "
+            "freezes): `pipeplan run` prints its forecast each epoch",
+        )
     )
     return lines
 
@@ -287,9 +315,9 @@ def demo(
     from executor.demo import pretrained_checkpoint, run_demo
 
     if pretrain_only:
-        pretrained_checkpoint(runs_dir, say=console.print)
+        pretrained_checkpoint(runs_dir, say=say)
         return
-    result = run_demo(runs_dir, say=console.print, epochs=epochs)
+    result = run_demo(runs_dir, say=say, epochs=epochs)
     s, e = result.static, result.elastic
     table = Table(
         "", "static baseline", "elastic", title="pipeplan demo: fine-tuning vit-digits, 2 ranks"
@@ -309,16 +337,24 @@ def demo(
         f"{s.summary.final_eval_accuracy:.1%}",
         f"{e.summary.final_eval_accuracy:.1%}",
     )
-    Console().print(table)
-    Console().print(
-        f"speedup measured: [bold]{result.measured_speedup:.2f}×[/] (wall time of the whole "
-        f"runs), {result.training_speedup:.2f}× (training time)\n"
+    plain_console().print(table)
+    stdout = plain_console()
+    say(
+        Text.assemble(
+            "speedup measured: ",
+            (f"{result.measured_speedup:.2f}×", "bold"),
+            f" (wall time of the whole runs), {result.training_speedup:.2f}× (training time)",
+        ),
+        stdout,
+    )
+    say(
         f"speedup previewed: {result.previewed_speedup:.2f}× before running (α schedule); "
         f"for the schedule the run followed ({','.join(map(str, e.frozen_per_epoch))} frozen "
         f"layers per epoch): {result.followed_speedup:.2f}× raw profile, "
-        f"{result.followed_calibrated_speedup:.2f}× calibrated"
+        f"{result.followed_calibrated_speedup:.2f}× calibrated",
+        stdout,
     )
-    console.print(f"runs, records and the calibrated profile are in {result.run_dir}")
+    say(f"runs, records and the calibrated profile are in {result.run_dir}")
 
 
 def _phase_lines(summary) -> list[str]:
@@ -342,7 +378,7 @@ def calibrate(
     with log.held():  # a notice (a torn last record) only once nothing else is refused
         c = calibrate_to_file(run_dirs, profile, out).calibration
     call = {kind: c.scales(kind)[0] for kind in ("fwd", "bwd", "nograd")}
-    console.print(
+    say(
         f"compute scales per sample / per call: forward {c.fwd_scale:.3f} / {call['fwd']:.3f}, "
         f"backward {c.bwd_scale:.3f} / {call['bwd']:.3f}, no-grad {c.nograd_scale:.3f} / "
         f"{call['nograd']:.3f}; step overhead {c.step_overhead_s * 1e3:.2f} ms + "
@@ -350,15 +386,15 @@ def calibrate(
         f"{c.micro_batch_overhead_s * 1e3:.2f} ms per micro-batch and stage"
     )
     if c.allreduce:
-        console.print(
+        say(
             f"all-reduce: {c.allreduce.latency_s * 1e6:.0f} µs + "
             f"{c.allreduce.bandwidth_bytes_per_s / 1e9:.2f} GB/s"
         )
     if c.group_rebuild_s is not None:
-        console.print(f"layout change besides moving bytes: {c.group_rebuild_s * 1e3:.1f} ms")
+        say(f"layout change besides moving bytes: {c.group_rebuild_s * 1e3:.1f} ms")
     for name, why in c.not_fitted.items():
-        console.print(f"not fitted: {name} — {why}")
-    console.print(
+        say(f"not fitted: {name} — {why}")
+    say(
         f"fit over {c.phases_used} phases, {c.steps_used} steps: step-time error median "
         f"{c.residual_median:.1%}, worst {c.residual_max:.1%}; wrote {out}"
     )
@@ -435,9 +471,9 @@ def run(
             ms(p.measured_step_s),
             error,
         )
-    Console().print(table)
+    plain_console().print(table)
     acc = summary.final_eval_accuracy
-    console.print(
+    say(
         f"{summary.steps} steps in {summary.total_s:.1f} s; held-out accuracy "
         f"{'-' if acc is None else f'{acc:.1%}'}; records in {run_dir}, the trained "
         f"model in {run_dir / MODEL_DIR}"
@@ -460,7 +496,7 @@ def export(
     from executor.task import export_run
 
     path = export_run(run_dir, out, checkpoint)
-    console.print(f"wrote {path} (config.json, model.safetensors: from_pretrained({path}))")
+    say(f"wrote {path} (config.json, model.safetensors: from_pretrained({path}))")
 
 
 # --------------------------------------------------------------------------- report
@@ -486,7 +522,7 @@ def report(
         result = make_report(run_dir, baseline)
         written = write_report_plots(result, plot) if plot else []
     if plot:
-        console.print(f"wrote {len(written)} plots to {plot}")
+        say(f"wrote {len(written)} plots to {plot}")
     if as_json:
         print(dumps(result), end="")
         return
@@ -502,7 +538,7 @@ def report(
             f" ({pct(c.error)})" if c.error is not None else ""
         )
 
-    out = Console()
+    out = plain_console()
     table = Table(
         "phase",
         "frozen",
@@ -553,22 +589,28 @@ def report(
         out.print(stages)
     out.print(epoch_table(result))
     acc = result.final_eval_accuracy
-    out.print(
+    say(
         f"{result.steps} steps, {result.epochs_completed}/{result.epochs_planned} epochs, "
         f"training {result.training_s:.1f} s; held-out accuracy "
-        f"{'-' if acc is None else f'{acc:.1%}'}"
+        f"{'-' if acc is None else f'{acc:.1%}'}",
+        out,
     )
     b = result.baseline
     if b:
         base_acc = "-" if b.final_eval_accuracy is None else f"{b.final_eval_accuracy:.1%}"
         speedup = "-" if b.measured_speedup is None else f"{b.measured_speedup:.2f}×"
         previewed = "-" if b.previewed_speedup is None else f"{b.previewed_speedup:.2f}×"
-        out.print(
-            f"speedup over {b.name}: measured [bold]{speedup}[/] (previewed {previewed}); "
-            f"training {b.training_s:.1f} s, held-out accuracy {base_acc}"
+        say(
+            Text.assemble(
+                f"speedup over {b.name}: measured ",
+                (speedup, "bold"),
+                f" (previewed {previewed}); training {b.training_s:.1f} s, held-out accuracy "
+                f"{base_acc}",
+            ),
+            out,
         )
         if b.steps != result.steps:
-            console.print(f"note: the baseline ran {b.steps} steps, this run {result.steps}")
+            say(f"note: the baseline ran {b.steps} steps, this run {result.steps}")
 
 
 def epoch_table(result: Any) -> Table:

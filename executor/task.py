@@ -62,8 +62,9 @@ def build_task(
             seq = _build(cfg, cfg.task)
             data = load_data(spec, seq, cfg.seed)
         elif text.is_text_spec(spec):
+            text.check_two_files(spec)
             corpus = text.read_corpus(spec, cfg.seed)
-            task = _text_task(corpus, cfg.task, spec)
+            task = _text_task(corpus, cfg.task, spec, quiet)
             classes = corpus.num_labels if task == "classification" else None
             if task == "classification":  # the labels the rows use, not the head's size
                 _check_classes(len({*corpus.train_labels, *(corpus.eval_labels or [])}), spec)
@@ -98,9 +99,12 @@ def _build(
     )
 
 
-def _text_task(corpus: text.Corpus, task: str | None, spec: str) -> str:
+def _text_task(corpus: text.Corpus, task: str | None, spec: str, quiet: bool = False) -> str:
     """Labelled text is classification, plain text causal-lm, unless --task says otherwise
-    (a causal LM may train on labelled text: the labels are then not used)."""
+    (a causal LM may train on labelled text: the labels are then not used, which is said
+    once, unless `quiet`; found by the twentieth round: they were dropped without a word)."""
+    if task == "causal-lm" and corpus.labelled and not quiet:
+        log.warning(f"{spec}: --task causal-lm trains on the text only; its labels are not used")
     if task is None:
         return "classification" if corpus.labelled else "causal-lm"
     if task == "classification" and not corpus.labelled:

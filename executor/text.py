@@ -23,8 +23,8 @@ the model's pad_token_id: the model then carries the padding mask between stages
 
 from __future__ import annotations
 
+import collections
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,8 +36,10 @@ from executor.data import MAX_LABELS, TaskData, TensorPairs
 from pipeplan.errors import BadArgumentError, InputFileError, excerpt
 from pipeplan.formats.base import (
     NAMES_NOTHING,
+    TooManyDigits,
     as_seen,
     check_input_file,
+    json_loads,
     label_name_problem,
     read_input,
     unique_keys,
@@ -88,6 +90,26 @@ def is_text_spec(spec: str) -> bool:
     """`reviews.jsonl`, `train.csv,eval.csv`: one or two text files."""
     parts = spec.split(",")
     return len(parts) <= 2 and all(p.lower().endswith(TEXT_SUFFIXES) for p in parts)
+
+
+def check_two_files(spec: str) -> None:
+    """TRAIN,EVAL are two files: the same one twice (`a.jsonl,a.jsonl`, or through a link or
+    another spelling of its path) held out the very rows it trained on, accepted silently
+    (twentieth round). BadArgumentError naming --data; a file missing is left to the reader.
+
+        check_two_files("train.jsonl,./train.jsonl")   # BadArgumentError: "--data names …"
+    """
+    files = [Path(p) for p in spec.split(",")]
+    try:
+        same = len(files) == 2 and files[0].samefile(files[1])
+    except OSError:  # one is missing or unreadable: the reader names it
+        return
+    if same:
+        raise BadArgumentError(
+            f"--data names one file twice ({spec!r}): held-out rows must be other rows than "
+            f"the training rows; give the file alone ({EVAL_FRACTION:.0%} of it is held out) "
+            "or TRAIN,EVAL of two different files"
+        )
 
 
 # --------------------------------------------------------------------------- reading
@@ -142,7 +164,9 @@ def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellin
         try:
             # A key twice ({"text": "x", "text": "real", …}): json keeps the last value, and
             # a reader of the line sees the first (twentieth round).
-            item = json.loads(line, object_pairs_hook=unique_keys)
+            item = json_loads(line, object_pairs_hook=unique_keys)
+        except TooManyDigits as exc:  # valid JSON: a number no label or text takes
+            raise InputFileError(f"{path}:{number}: {exc}") from None
         except ValueError as exc:
             raise InputFileError(f"{path}:{number}: not a JSON object ({exc})") from None
         except RecursionError:
@@ -171,10 +195,11 @@ def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings
     # file; a quoted field closing before the line ends may hold newlines (texts do).
     lines = _RecordLines(handle)
     reader = csv.reader(lines, strict=True)
-    header = _next_record(reader, lines, path)
+    header = _next_record(reader, lines, path, "the header row")
     if header is None or "text" not in header:
         raise InputFileError(f"{path}: the header row must name a 'text' column")
-    twice = sorted({name for name in header if header.count(name) > 1})
+    # Counted once each: header.count per name was quadratic in a header of many columns.
+    twice = sorted(name for name, n in collections.Counter(header).items() if n > 1)
     if twice:
         raise InputFileError(f"{path}: the header row names column {twice[0]!r} more than once")
     text_at = header.index("text")
@@ -218,13 +243,18 @@ class _RecordLines:
         self.record = []
 
 
-def _next_record(reader: Any, lines: _RecordLines, path: Path) -> list[str] | None:
-    """The next CSV record, or None at the end; a malformed one names its line."""
+def _next_record(
+    reader: Any, lines: _RecordLines, path: Path, what: str = "the row"
+) -> list[str] | None:
+    """The next CSV record, or None at the end; a malformed one names its line (and `what` it
+    is, for a field over the limit)."""
     lines.start()
     try:
         return next(reader, None)
     except csv.Error as exc:
         first = lines.before + 1
+        if "field larger than field limit" in str(exc):
+            raise InputFileError(_too_long(path, first, len(lines.record), what)) from None
         if "unexpected end of data" not in str(exc):
             # `"a"b`: text after a closing quote; when the quote opened lines earlier (one
             # left unclosed, closed by the next row's quote) the row's first line says where.
@@ -243,6 +273,23 @@ def _next_record(reader: Any, lines: _RecordLines, path: Path) -> list[str] | No
             f"{path}:{line}: a quote opened on this line never closes (it would swallow the "
             "rest of the file); close it, or double a quote inside a quoted field"
         ) from None
+
+
+def _too_long(path: Path, first: int, lines: int, what: str) -> str:
+    """A CSV field longer than csv's limit, in words: it was "malformed quoting" though
+    nothing was quoted (twentieth round: a header naming a column of 1 MB). A quote left
+    open makes one too, running on over the lines after it.
+
+        _too_long(Path("h.csv"), 1, 1, "the header row")
+        # "h.csv:1: the header row holds a field of more than 131,072 characters, …"
+    """
+    last = first + max(lines, 1) - 1
+    span = f"{first}" if last == first else f"{first}-{last}"
+    return (
+        f"{path}:{span}: {what} holds a field of more than {csv.field_size_limit():,} "
+        "characters, the longest a CSV field may be (or a quote opened there runs on, never "
+        "closing)"
+    )
 
 
 def _label(value: Any, where: str, cell: bool) -> int | str | None:
@@ -469,11 +516,20 @@ def load_tokenizer(directory: Path) -> Any:
             f"{directory}: no tokenizer vocabulary (tokenizer.json, vocab.txt, vocab.json or a "
             "sentencepiece .model); pass a folder a tokenizer was saved to with save_pretrained"
         )
+    config = _check_tokenizer_config(directory)
     # The `tokenizers` library raises a plain Exception on a broken or unknown-model
-    # tokenizer.json: anything from loading is the directory's fault.
+    # tokenizer.json: anything from loading is the directory's fault. trust_remote_code off:
+    # left unset, transformers asks on a terminal whether to run a folder's code.
     try:
-        return AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        return AutoTokenizer.from_pretrained(
+            directory, local_files_only=True, trust_remote_code=False
+        )
     except Exception as exc:
+        if config is not None:  # its class failed: the bare tokenizer.json has no pad token
+            wanted = config.get("tokenizer_class")
+            what = f"the tokenizer_class {wanted!r} it names" if wanted else "its tokenizer"
+            path = directory / "tokenizer_config.json"
+            raise InputFileError(f"{path}: cannot load {what} ({_first(exc)})") from None
         if not (directory / "tokenizer.json").is_file():
             raise InputFileError(f"{directory}: cannot load a tokenizer ({_first(exc)})") from None
     try:
@@ -482,6 +538,32 @@ def load_tokenizer(directory: Path) -> Any:
         raise InputFileError(
             f"{directory / 'tokenizer.json'}: cannot load a tokenizer ({_first(exc)})"
         ) from None
+
+
+def _check_tokenizer_config(directory: Path) -> dict[str, Any] | None:
+    """tokenizer_config.json's fields that a tokenizer class reads first, or None without
+    the file: no auto_map (custom code, which pipeplan never runs) and padding and
+    truncation sides of 'right' or 'left'. Found by the twentieth round: each, like a
+    tokenizer_class that fails to load, fell back to the bare tokenizer.json and was
+    reported as "the tokenizer has no pad token".
+
+        _check_tokenizer_config(Path("tok"))   # InputFileError: "…: padding_side is 'middle'; …"
+    """
+    path = directory / "tokenizer_config.json"
+    if not path.is_file():
+        return None
+    config = json_loads(read_input(path, why="not a tokenizer's file"))  # parsed before
+    if not isinstance(config, dict):
+        raise InputFileError(f"{path}: a tokenizer config is a JSON object")
+    if "auto_map" in config:
+        raise InputFileError(
+            f"{path}: auto_map names custom tokenizer code; pipeplan runs no code from a "
+            "folder: remove auto_map and name a transformers class in tokenizer_class"
+        )
+    for side in ("padding_side", "truncation_side"):
+        if side in config and config[side] not in ("right", "left"):
+            raise InputFileError(f"{path}: {side} is {config[side]!r}; it is 'right' or 'left'")
+    return config
 
 
 def tokenizer_files(directory: Path) -> list[Path]:
@@ -528,7 +610,9 @@ def _check_tokenizer_json(directory: Path) -> None:
             continue
         try:
             text = read_input(path, why="not a tokenizer's file")
-            json.loads(text, object_pairs_hook=unique_keys)  # a key twice: transformers' last
+            json_loads(text, object_pairs_hook=unique_keys)  # a key twice: transformers' last
+        except TooManyDigits as exc:  # valid JSON: a number no field takes
+            raise InputFileError(f"{path}: {exc}") from None
         except ValueError as exc:
             raise InputFileError(f"{path}: cannot be read as JSON ({_first(exc)})") from None
         except RecursionError:

@@ -58,7 +58,9 @@ from pipeplan.formats.base import (
     MAX_CONFIG_BYTES,
     MAX_GENERATION_CONFIG_BYTES,
     MAX_INDEX_BYTES,
+    TooManyDigits,
     check_json,
+    json_loads,
     out_of_memory,
     printable,
     read_input,
@@ -699,7 +701,9 @@ def _read_config(
     try:
         # A key twice: transformers builds the last value while a reader of the file sees the
         # first (twentieth round: "hidden_act" "gelu" then "relu" built a ReLU model).
-        data = json.loads(text, object_pairs_hook=unique_keys)
+        data = json_loads(text, object_pairs_hook=unique_keys)
+    except TooManyDigits as exc:  # valid JSON: a number no field takes
+        raise InputFileError(f"{path}: {exc}") from None
     except ValueError as exc:
         raise InputFileError(f"{path}: not valid JSON ({exc})") from None
     except RecursionError:

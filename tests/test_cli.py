@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import typer
+from rich.console import Console
 
 import cli
 import pipeplan
@@ -614,6 +615,46 @@ def test_a_value_with_a_bidi_or_zero_width_character_is_refused_by_its_flag(
     assert len(err) == 1 and err[0].startswith("pipeplan: error: --out"), err
     assert f"U+{ord(char):04X}" in err[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_status_line_stays_one_line_whatever_the_terminal_width(tmp_path, capsys, monkeypatch):
+    """Found by the twentieth round: a long --out path was wrapped over several stderr lines
+    (`wrote `, then the path in pieces) at the terminal's width, 80 columns off a terminal; a
+    script reading `wrote PATH` got a broken path. `[x]` in the path was read as markup (it
+    printed without it), `:smile:` as an emoji. Every line is now printed whole, as given."""
+    monkeypatch.setenv("COLUMNS", "40")
+    monkeypatch.setattr(cli, "console", Console(stderr=True))  # a console made now reads it
+    folder = tmp_path / ("d" * 100) / ("e" * 100)  # a path of 300+ characters
+    folder.mkdir(parents=True)
+    out = folder / ("x" * 90 + "[x]:smile:.json")
+    assert cli.main(["plan", "--profile", PROFILE, *CLUSTER, "--out", str(out)]) == 0
+    assert cli.main(["preview", "--profile", PROFILE, *CLUSTER]) == 0
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert err[-1].startswith(f"wrote {out} (predicted total "), err
+    assert all(line.startswith(("epoch ", "wrote ")) for line in err), err
+    lines = captured.out.splitlines()  # preview's lines after its tables: one of 200+ characters
+    assert any(line.startswith("  later case: ") and line.endswith("))") for line in lines), lines
+
+
+def test_every_text_line_of_the_cli_goes_through_say():
+    """Found by the twentieth round: each command printed its lines with rich's `print`,
+    which wraps them at the terminal's width and reads markup; `say` prints a line whole.
+    A console's own `print` is left for tables (`say` itself calls it, unwrapped)."""
+    import ast
+
+    tree = ast.parse(Path(cli.__file__).read_text())
+    functions = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name != "say"]
+    printed = [
+        ast.unparse(node.args[0])
+        for f in functions
+        for node in ast.walk(f)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "print"
+        and node.args
+    ]
+    assert printed and set(printed) <= {"table", "ablation", "stages", "epoch_table(result)"}
 
 
 def _children(pid: int) -> list[int]:

@@ -552,6 +552,23 @@ def test_resume_refuses_other_hand_edits(finished_run, tmp_path, capsys, edit, f
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
+def test_export_says_where_it_wrote_on_one_line(finished_run, tmp_path, capsys, monkeypatch):
+    """Found by the twentieth round: `wrote PATH (config.json, model.safetensors: …)` of a
+    long --out was wrapped at the terminal's width (80 columns off a terminal) over several
+    stderr lines. At 40 columns, a path of 300+ characters: one line."""
+    from rich.console import Console
+
+    monkeypatch.setenv("COLUMNS", "40")
+    monkeypatch.setattr(cli, "console", Console(stderr=True))  # a console made now reads it
+    out = tmp_path / ("d" * 100) / ("e" * 100) / ("m" * 100)
+    out.parent.mkdir(parents=True)
+    assert cli.main(["export", str(finished_run), "--out", str(out)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == f"wrote {out} (config.json, model.safetensors: from_pretrained({out}))"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
 def test_export_of_a_run_whose_data_exits_is_one_line(finished_run, tmp_path, capsys):
     """`"data": "sys:exit"` in run.json: export read the data again and ended with code 0,
     having written nothing. It is now refused before the data is read: run.json is checked
@@ -2205,6 +2222,24 @@ def test_a_config_value_of_10_mb_is_quoted_cut(tmp_path, capsys, case):
     assert fragment in line and f"… ({length} characters)" in line, line
     assert len(line) < len(str(model)) + SHOWN + 200, len(line)
     assert snapshot(tmp_path / "in") == before and not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_config_of_the_most_labels_is_checked_in_seconds():
+    """Found by the twentieth round: label2id's ids were looked up in a list, once per label:
+    10k/20k/40k labels took 2.1/9.6/42 s, and the 10^6 labels README allows
+    (MAX_CONFIG_LABELS) hours, in every command that reads the folder. CPU time: on a busy
+    machine the wall clock says little."""
+    import time
+
+    from pipeplan.formats.modelconfig import MAX_CONFIG_LABELS, config_value_problem
+
+    labels = range(MAX_CONFIG_LABELS)
+    config = {**BERT_CONFIG, "id2label": {str(i): f"l{i}" for i in labels}}
+    config["label2id"] = {f"l{i}": i for i in labels}
+    start = time.process_time()
+    assert config_value_problem(config, "bert") is None
+    assert time.process_time() - start < 10
 
 
 # config.json as the nineteenth round wrote it, and the fragment of the one line (after the

@@ -21,6 +21,7 @@ from test_hostile import copy_run, refused
 from text_data import bert_checkpoint, make_tokenizer, reviews, write_jsonl
 
 import cli
+from pipeplan.errors import InputFileError
 
 finished_run = test_hostile.finished_run  # the shared module-scoped finished run (a fixture)
 
@@ -72,6 +73,22 @@ def test_a_csv_header_naming_a_column_twice(made, tmp_path, capsys):
     refused(prepare(made, tmp_path, data), tmp_path, capsys, ("data.csv", "'text' more than once"))
 
 
+@pytest.mark.timeout(60)
+def test_a_csv_header_of_many_columns_is_read_in_seconds(tmp_path):
+    """Found by the twentieth round (beside F3, label checks quadratic in the labels): a
+    column named twice was looked for with header.count per column, quadratic in a header
+    of 200,000 columns (400 KB, within the file's limits)."""
+    import time
+
+    from executor.text import read_corpus
+
+    data = csv_file(tmp_path, "text," + "c," * 200_000 + "c", GOOD_ROWS)
+    start = time.process_time()
+    with pytest.raises(InputFileError, match="names column 'c' more than once"):
+        read_corpus(str(data))
+    assert time.process_time() - start < 5
+
+
 @pytest.mark.parametrize(
     "row, fields", [("a,b,c,d", "4 fields"), ("only text", "1 fields")], ids=["more", "fewer"]
 )
@@ -97,6 +114,36 @@ def test_a_garbled_tokenizer_config(made, tmp_path, capsys):
     data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
     argv = prepare(made, tmp_path, data, tokenizer=tok)
     refused(argv, tmp_path, capsys, ("tokenizer_config.json", "cannot be read as JSON"))
+
+
+TOKENIZER_CONFIG_EDITS = {  # tokenizer_config.json's fields → the one line's fragment
+    "a class that fails to load": (
+        {"tokenizer_class": "T5Tokenizer"},
+        "cannot load the tokenizer_class 'T5Tokenizer' it names",
+    ),
+    "custom code": (
+        {"auto_map": {"AutoTokenizer": ["tok.Tok", None]}, "tokenizer_class": "Tok"},
+        "auto_map names custom tokenizer code; pipeplan runs no code from a folder",
+    ),
+    "padding side": ({"padding_side": "middle"}, "padding_side is 'middle'; it is 'right' or"),
+    "truncation side": ({"truncation_side": 3}, "truncation_side is 3; it is 'right' or 'left'"),
+}
+
+
+@pytest.mark.parametrize("edit", TOKENIZER_CONFIG_EDITS)
+def test_a_tokenizer_config_field_that_cannot_load_is_named(made, tmp_path, capsys, edit):
+    """Found by the twentieth round: a tokenizer_class that fails to load, an auto_map (custom
+    code; none ran) or a padding_side of 'middle' fell back to the bare tokenizer.json and
+    was refused as "the tokenizer has no pad token" (it has one). The field is named, and
+    auto_map is refused before transformers sees it (unset, trust_remote_code asks on a
+    terminal whether to run the folder's code)."""
+    fields, fragment = TOKENIZER_CONFIG_EDITS[edit]
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    (tok / "tokenizer_config.json").write_text(json.dumps({**config, **fields}))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer_config.json'}: ", fragment))
 
 
 NOT_REGULAR = {"a FIFO": os.mkfifo, "a directory": os.mkdir}
@@ -364,6 +411,40 @@ def test_a_key_twice_in_the_config_a_profile_is_held_to(made, tmp_path):
         model_mismatch(str(model), load(Profile, made["profile"]))
 
 
+HUGE = "1" + "0" * 5000  # 5,001 digits: past what Python's int() reads
+
+
+@pytest.mark.parametrize(
+    "where", ["data", "tokenizer_config", "model config", "generation config", "profile"]
+)
+def test_an_integer_of_thousands_of_digits_in_json_names_the_field(made, tmp_path, capsys, where):
+    """Found by the twentieth round: a config.json integer of 5,001 digits was "not valid JSON
+    (Exceeds the limit (4300 digits) for integer string conversion …; use
+    sys.set_int_max_str_digits() to increase the limit)", advice the user cannot act on. Every
+    JSON pipeplan reads refuses it in one line naming the file and the field."""
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    paths, field = {}, "max_position_embeddings"
+    if where == "data":
+        data.write_text(data.read_text() + '{"text": "a", "label": ' + HUGE + "}\n")
+        file, field = "r.jsonl:21", "label"
+    elif where == "tokenizer_config":
+        paths["tokenizer"] = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+        file, field = paths["tokenizer"] / "tokenizer_config.json", "model_max_length"
+        file.write_text('{"model_max_length": ' + HUGE + "}")
+    elif where == "profile":
+        paths["profile"] = file = tmp_path / "p.json"
+        text = made["profile"].read_text()
+        file.write_text(text.replace('"schema_version": 1', '"schema_version": ' + HUGE, 1))
+        field = "schema_version"
+    else:
+        paths["model"] = Path(shutil.copytree(made["checkpoint"], tmp_path / "m"))
+        name = "config.json" if where == "model config" else "generation_config.json"
+        file = paths["model"] / name
+        file.write_text('{"model_type": "bert", "max_position_embeddings": ' + HUGE + "}")
+    fragment = f"{file}: {field} is an integer of 5,001 digits; a number pipeplan reads has"
+    refused(prepare(made, tmp_path, data, **paths), tmp_path, capsys, fragment)
+
+
 @pytest.mark.parametrize("last", [False, True], ids=["mid-file", "last row, no newline"])
 def test_a_csv_quote_that_never_closes(made, tmp_path, capsys, last):
     """Found by the tenth independent round: `"unclosed,positive` swallowed every following
@@ -377,6 +458,30 @@ def test_a_csv_quote_that_never_closes(made, tmp_path, capsys, last):
     line = 2 + 1 + at  # the header, the two-line text, then one line a row
     fragments = (f"data.csv:{line}:", "quote opened on this line never closes")
     refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
+@pytest.mark.parametrize("where", ["header", "row"])
+def test_a_csv_field_over_the_limit_says_so(tmp_path, where):
+    """Found by the twentieth round: a header naming an unquoted column of 1 MB was
+    "h.csv:1: malformed quoting (field larger than field limit (131072)); a quoted field
+    must close …" though nothing was quoted. The row and the limit are named (a data row's
+    field alike)."""
+    from executor.text import read_corpus
+
+    long = "x" * 200_000
+    header, rows = (
+        ("text," + long, ["a,b"])
+        if where == "header"
+        else ("text,label", [*GOOD_ROWS[:3], f"{long},positive"])
+    )
+    data = csv_file(tmp_path, header, rows)
+    line, what = ("1", "the header row") if where == "header" else ("5", "the row")
+    with pytest.raises(InputFileError) as info:
+        read_corpus(str(data))
+    assert str(info.value) == (
+        f"{data}:{line}: {what} holds a field of more than 131,072 characters, the longest a "
+        "CSV field may be (or a quote opened there runs on, never closing)"
+    )
 
 
 def test_a_csv_text_holding_newlines_in_closed_quotes_is_one_text(tmp_path):
@@ -608,6 +713,22 @@ LABEL_EDITS = {  # label_names written into data.json (the data gives negative, 
     "removed": (None, "are not the names the run's data"),
     "one name twice": (["negative", "negative"], "'negative' more than once"),
 }
+
+
+@pytest.mark.timeout(120)
+def test_data_json_of_the_most_label_names_is_read_in_seconds():
+    """Found by the twentieth round (beside F3, label checks quadratic in the labels):
+    data.json's label_names were checked for a name twice with list.count per name, hours
+    for the 10^6 labels a data set may name (MAX_LABELS). CPU time, not the wall clock."""
+    import time
+
+    from executor.data import MAX_LABELS
+    from pipeplan.formats.run import DataRecord
+
+    names = [f"l{i}" for i in range(MAX_LABELS)]
+    start = time.process_time()
+    assert DataRecord(data="d.jsonl", files=[], label_names=names).label_names == names
+    assert time.process_time() - start < 10
 
 
 @pytest.mark.timeout(60)

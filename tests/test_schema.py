@@ -300,7 +300,7 @@ def test_every_string_a_file_holds_is_bounded():
             {"data": "d" * 8194},
             "field 'data': is 8194 characters long; a data spec is at most 8193",
         ),
-        ({"data": ",".join(["/" + "d" * 4094] * 2)}, None),
+        ({"data": ",".join(["/" + "d" * 4088 + ".jsonl"] * 2)}, None),  # TRAIN,EVAL files
     ],
     ids=["model 4097", "model 4096", "run name 4000", "data 8194", "data of two paths of 4095"],
 )

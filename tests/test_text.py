@@ -99,7 +99,7 @@ def test_a_memory_error_decoding_a_line_is_one_line(tmp_path, monkeypatch):
         raise MemoryError
 
     path = write_jsonl(tmp_path / "r.jsonl", reviews(4, seed=1))
-    monkeypatch.setattr(text, "json", type("Json", (), {"loads": staticmethod(out_of_memory)}))
+    monkeypatch.setattr(text, "json_loads", out_of_memory)
     _one_line(InputFileError, text.read_corpus, str(path), match=r"r\.jsonl:1: out of memory")
 
 
@@ -197,6 +197,70 @@ def test_what_the_data_cannot_train_is_one_line(files, data, options, match):
     with pytest.raises((BadArgumentError, InputFileError), match=match) as info:
         build_task(cfg)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ("{f},{f},{f}", "names 3 files"),
+        ("{f},", "names no file after its comma"),
+        (",{f}", "names no file before its comma"),
+        ("{f},eval.txt", "is not two text files"),
+    ],
+)
+def test_data_of_other_than_one_or_two_text_files_names_data(
+    files, tmp_path, capsys, spec, fragment
+):
+    """Found by the twentieth round: `--data A,B,C` or `--data A,` with --tokenizer said
+    "--tokenizer applies to text files" (they are text files), without it "unknown data". A
+    comma separates TRAIN from EVAL, so a file whose name holds one cannot be given: said."""
+    argv = ["run", "--model", "llama-tiny", "--tokenizer", str(files["tokenizer"])]
+    argv += ["--data", spec.format(f=files["plain"]), "--prepare-only"]
+    assert cli.main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("pipeplan: error: --data: "), err
+    assert fragment in err[0] and "TRAIN,EVAL" in err[0] and "holds a comma" in err[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("other", ["same", "link", "spelling", "hard link"])
+def test_one_file_as_training_and_held_out_data_is_refused(files, tmp_path, other):
+    """Found by the twentieth round: `--data TRAIN,TRAIN` was accepted silently, the held-out
+    rows the very rows trained on; also through a link or another spelling of the path."""
+    train = files["plain"]
+    if other == "link":
+        (tmp_path / "l.jsonl").symlink_to(train)
+    elif other == "hard link":
+        (tmp_path / "l.jsonl").hardlink_to(train)
+    second = {"same": train, "spelling": train.parent / ".." / train.parent.name / train.name}
+    cfg = RunConfig(
+        model="llama-tiny",
+        data=f"{train},{second.get(other, tmp_path / 'l.jsonl')}",
+        tokenizer=str(files["tokenizer"]),
+        seq_len=12,
+    )
+    _one_line(BadArgumentError, build_task, cfg, match="--data names one file twice")
+
+
+def test_labelled_text_for_a_causal_lm_says_its_labels_are_not_used(files, caplog):
+    """Found by the twentieth round: `--task causal-lm` on labelled text dropped the labels
+    without a word. The task is the user's choice, so it trains, saying so in one line (once:
+    a rank's build, `quiet`, says nothing)."""
+    cfg = RunConfig(
+        model="llama-tiny",
+        data=str(files["labelled"]),
+        tokenizer=str(files["tokenizer"]),
+        seq_len=12,
+        task="causal-lm",
+    )
+    with caplog.at_level("WARNING", logger="pipeplan"):
+        seq, _ = build_task(cfg)
+        build_task(cfg, quiet=True)
+    said = [r.getMessage() for r in caplog.records if "labels" in r.getMessage()]
+    assert seq.task == "causal-lm"
+    assert said == [
+        f"{files['labelled']}: --task causal-lm trains on the text only; its labels are not used"
+    ]
 
 
 def test_the_tokenizer_must_pad_with_the_models_pad_token(files, tmp_path):

@@ -508,6 +508,59 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+# The most digits of an integer in any JSON pipeplan reads: Python's own limit for int()
+# (sys.get_int_max_str_digits), past which json said "Exceeds the limit (4300 digits) for
+# integer string conversion …; use sys.set_int_max_str_digits()". No field's range comes near.
+MAX_INT_DIGITS = 4300
+_TOO_MANY_DIGITS = re.compile(rf"[0-9]{{{MAX_INT_DIGITS + 1}}}")
+
+
+class TooManyDigits(ValueError):
+    """An integer of more than MAX_INT_DIGITS digits; the message names the field."""
+
+
+class _Digits:
+    """What `parse_int` makes of an integer too long for int(): its digit count, for
+    `json_loads` to name where it is."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def parse_int(token: str) -> int | _Digits:
+    """json's parse_int: an int, or for one of more than MAX_INT_DIGITS digits a marker that
+    `json_loads` refuses, naming the field (int() raised without a field)."""
+    digits = len(token) - token.startswith("-")
+    return _Digits(digits) if digits > MAX_INT_DIGITS else int(token)
+
+
+def json_loads(text: str, **hooks: Any) -> Any:
+    """json.loads(text, **hooks) of any JSON pipeplan reads, an integer of more than
+    MAX_INT_DIGITS digits refused: TooManyDigits naming its field (twentieth round: Python's
+    advice to call sys.set_int_max_str_digits() was the message).
+
+        json_loads('{"max_length": 1' + "0" * 5000 + "}")
+        # TooManyDigits: max_length is an integer of 5,001 digits; …
+    """
+    data = json.loads(text, parse_int=parse_int, **hooks)
+    if _TOO_MANY_DIGITS.search(text) is None:  # the common case: no walk
+        return data
+    pending: list[tuple[tuple, Any]] = [((), data)]  # (key path, value), first on top
+    while pending:
+        at, value = pending.pop()
+        if isinstance(value, _Digits):
+            where = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in at)
+            raise TooManyDigits(
+                f"{where.lstrip('.') or 'the value'} is an integer of {value.digits:,} digits; "
+                f"a number pipeplan reads has at most {MAX_INT_DIGITS:,} (each field its range)"
+            )
+        if isinstance(value, dict):
+            pending += [((*at, key), item) for key, item in value.items()][::-1]
+        elif isinstance(value, list):
+            pending += [((*at, i), item) for i, item in enumerate(value)][::-1]
+    return data
+
+
 # The most keys an object read as one of pipeplan's models may have (the largest has 31
 # fields). Pydantic makes one error for each unknown key, about 1.7 KB apiece, all before the
 # first is read: an object of a million keys took 1.8 GB and 30 s to refuse. The keys of a
@@ -573,12 +626,14 @@ def _models_in(annotation: Any) -> set[type[BaseModel]]:
 def check_json(text: str, source: str) -> Any:
     """Syntax, NaN/Infinity and out-of-range numbers, nesting depth: InputFileError."""
     try:
-        return json.loads(
+        return json_loads(
             text,
             parse_constant=_reject_constant,
             parse_float=_finite_float,
             object_pairs_hook=unique_keys,
         )
+    except TooManyDigits as exc:  # valid JSON: a number no field takes
+        raise InputFileError(f"{source}: {exc}") from None
     except (ValueError, RecursionError) as exc:
         raise InputFileError(f"{source}: not valid JSON ({str(exc).splitlines()[0]})") from None
     except MemoryError:

@@ -29,7 +29,9 @@ from pipeplan.formats.base import (
     Strict,
     Text,
     Timestamp,
+    TooManyDigits,
     dumps,
+    json_loads,
     out_of_memory,
     read_input,
     text_sha256,
@@ -891,12 +893,13 @@ def model_mismatch(model: str, profile: Profile) -> str | None:
         if _spelling(model) == _spelling(profile.model.name):
             return None
         return f"profiles '{profile.model.name}', not the model '{model}'"
-    import json
 
     path = folder / "config.json"
     text = read_input(path, MAX_CONFIG_BYTES, why=CONFIG_LIMIT)
     try:
-        config = json.loads(text, object_pairs_hook=unique_keys)  # as `models` reads it
+        config = json_loads(text, object_pairs_hook=unique_keys)  # as `models` reads it
+    except TooManyDigits as exc:
+        raise InputFileError(f"{path}: {exc}") from None
     except (ValueError, RecursionError) as exc:
         raise InputFileError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
     except MemoryError:

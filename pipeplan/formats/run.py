@@ -14,6 +14,7 @@ import logging
 import math
 import re
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -101,6 +102,10 @@ def default_data(model: str) -> str:
     raise BadArgumentError(
         f"no default data for model '{model}'; pass --data ({builtins}, or module:function)"
     )
+
+
+# The suffixes of text data files: executor.text's TEXT_SUFFIXES (formats import no executor).
+TEXT_DATA_SUFFIXES = (".jsonl", ".csv")
 
 
 def _data_for_model(validated: dict[str, Any]) -> str:
@@ -374,6 +379,30 @@ class RunConfig(Strict):
     def _plain_name(cls, value: str) -> str:
         return check_run_name(value)
 
+    @field_validator("data")
+    @classmethod
+    def _one_or_two_files(cls, value: str) -> str:
+        """A comma separates TRAIN from EVAL: `--data a.jsonl,b.jsonl,c.jsonl` or `a.jsonl,`
+        was read as no text data at all and blamed on --tokenizer (twentieth round).
+
+        RunConfig(data="a.jsonl,")   # ValidationError: "… names no file after its comma …"
+        """
+        parts = value.split(",")
+        if len(parts) == 1:
+            return value
+        takes = (
+            "it takes one file, or TRAIN,EVAL: two text files (.jsonl or .csv) separated by a "
+            "comma (a file whose name holds a comma cannot be given: rename or link it)"
+        )
+        if "" in parts:
+            where = "before" if parts[0] == "" else "after"
+            raise ValueError(f"{value!r} names no file {where} its comma; {takes}")
+        if len(parts) > 2:
+            raise ValueError(f"{value!r} names {len(parts)} files; {takes}")
+        if not all(part.lower().endswith(TEXT_DATA_SUFFIXES) for part in parts):
+            raise ValueError(f"{value!r} is not two text files; {takes}")
+        return value
+
     @field_validator("nproc")
     @classmethod
     def _ranks(cls, value: int) -> int:
@@ -613,7 +642,9 @@ class DataRecord(Strict):
     def _names_once(cls, value: list[str] | None) -> list[str] | None:
         """A name twice would give two ids one name: the exported id2label could not say
         which class a prediction is."""
-        twice = sorted({name for name in value or [] if (value or []).count(name) > 1})
+        # Counted once each: list.count per name made 10^6 names take hours (twentieth round).
+        counts = Counter(value or [])
+        twice = sorted(name for name, n in counts.items() if n > 1)
         if twice:
             raise ValueError(f"names the label {twice[0]!r} more than once")
         return value
