@@ -508,7 +508,7 @@ def test_resume_refuses_a_run_json_edited_since_its_checkpoint(
     value, trained = TRAINED_WITH[field]
     test_hostile.edit_run_json(run, **{field: value})
     shown = json.dumps(value)
-    fragment = f"{run / 'run.json'}: {field} is {shown} but checkpoint step-2 was trained with "
+    fragment = f"{run / 'run.json'}: {field} is {shown}, but {_manifest(run)} has config.{field} "
     fragment = RECORDS_CONTRADICT.get(field, fragment + trained)
     refused(["run", "--resume", str(run), *MORE], tmp_path, capsys, fragment)
 
@@ -988,8 +988,8 @@ def test_export_and_report_refuse_a_run_json_edited_since_the_checkpoint(
     argv = {"export": ["export", str(run), "--out", str(tmp_path / "out")]}.get(
         command, ["report", str(run)]
     )
-    fragment = f"{run / 'run.json'}: {field} is {json.dumps(value)} but checkpoint step-2 "
-    refused(argv, tmp_path, capsys, fragment + f"was trained with {trained}")
+    fragment = f"{run / 'run.json'}: {field} is {json.dumps(value)}, but {_manifest(run)} has "
+    refused(argv, tmp_path, capsys, fragment + f"config.{field} {trained}")
     assert not (tmp_path / "out").exists()
 
 
@@ -1011,7 +1011,7 @@ def test_calibrate_refuses_a_run_json_edited_since_the_checkpoint(finished_run, 
     latest checkpoint's configuration (its manifest only) as resume and export do."""
     run, argv = _readable(tmp_path, "calibrate")
     _checkpoint_of(finished_run, run, dropout=0.1)
-    fragment = f"{run / 'run.json'}: dropout is null but checkpoint step-2 was trained with 0.1"
+    fragment = f"{run / 'run.json'}: dropout is null, but {_manifest(run)} has config.dropout 0.1"
     refused(argv, tmp_path, capsys, fragment)
     (run / "checkpoints" / "step-2" / "manifest.json").unlink()
     _checkpoint_of(finished_run, run)  # the same configuration: the fit goes ahead
