@@ -1164,7 +1164,10 @@ def test_calibrate_refuses_a_run_json_edited_since_the_checkpoint(finished_run, 
     fragment = f"{run / 'run.json'}: dropout is null, but {_manifest(run)} has config.dropout 0.1"
     refused(argv, tmp_path, capsys, fragment)
     (run / "checkpoints" / "step-2" / "manifest.json").unlink()
-    _checkpoint_of(finished_run, run)  # the same configuration: the fit goes ahead
+    _checkpoint_of(finished_run, run)  # the same configuration passes run.json's check…
+    # …to be held to the records (twentieth round): another run's checkpoint, put here.
+    refused(argv, tmp_path, capsys, f"{run / 'run.jsonl'}: no record of epoch 0")
+    shutil.rmtree(run / "checkpoints")  # no checkpoint to hold run.json to: the fit goes ahead
     assert cli.main(argv) == 0
 
 
