@@ -385,36 +385,100 @@ def check_trained_with(manifest: CheckpointManifest, cfg: RunConfig, run_json: P
     only grow. A run.json edited since (lr, seed, the freeze list, precision…) resumed the
     state under another meaning, exported it into another model, or calibrated its fp32 times
     as bf16: resume, export and calibrate/report (`check_latest_trained_with`) all call this.
+    Every other checkpoint kept beside it is held to the same fields (`check_same_training`).
     InputFileError naming the field: `check_trained_with(manifest, cfg, run_dir /
     "run.json")`. Every manifest carries it (`CheckpointManifest.config` is required)."""
     trained = manifest.config
     step = f"step-{manifest.step}"
+    if cfg.epochs < trained.epochs:
+        raise InputFileError(
+            f"{run_json}: epochs is {cfg.epochs} but checkpoint {step} was trained with "
+            f"{trained.epochs}; --resume adds epochs, never removes them"
+        )
+    check_same_training(manifest, cfg, run_json)
+
+
+# One source of a run's training configuration: (its name in a message, its file, the field's
+# name there, the configuration).
+_Source = tuple[str, Path, str, RunConfig]
+
+
+def check_same_training(manifest: CheckpointManifest, cfg: RunConfig, run_json: Path) -> None:
+    """run.json (`cfg`), `manifest` and every other checkpoint kept beside it agree on each
+    field a resume cannot change (all but RESUMABLE): an edit to one of them alone (the latest
+    manifest's lr, or run.json's and the latest manifest's together) trained on under a
+    configuration the run's own records contradict (the twentieth round).
+    InputFileError naming the file that disagrees: `check_same_training(manifest, cfg,
+    run_dir / "run.json")`."""
+    run_dir = run_json.parent
+    sources: list[_Source] = [("run.json", run_json, "", cfg)]
+    sources.append(_manifest_source(manifest_path(run_dir, manifest), manifest))
+    for path in checkpoints_written(run_dir / "checkpoints"):
+        other = kept_manifest(path)
+        if other is not None and other.step != manifest.step:
+            sources.append(_manifest_source(path / "manifest.json", other))
     for field in RunConfig.model_fields:
-        now, then = getattr(cfg, field), getattr(trained, field)
-        if field == "epochs" and now < then:
-            raise InputFileError(
-                f"{run_json}: epochs is {now} but checkpoint {step} was trained with {then}; "
-                "--resume adds epochs, never removes them"
-            )
-        if field not in RESUMABLE and now != then:
-            raise InputFileError(
-                f"{run_json}: {field} is {json.dumps(now)} but checkpoint {step} was trained "
-                f"with {json.dumps(then)}; a run is resumed, exported and measured as it was "
-                "trained"
-            )
+        if field not in RESUMABLE:
+            _check_field_agrees(field, sources)
 
 
-def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> None:
+def _manifest_source(path: Path, manifest: CheckpointManifest) -> _Source:
+    """A checkpoint as a `_Source`: its config is the configuration it was trained under."""
+    return (f"checkpoint step-{manifest.step}", path, "config.", manifest.config)
+
+
+def kept_manifest(path: Path) -> CheckpointManifest | None:
+    """The manifest of a kept checkpoint `path`, or None when it does not read: a corrupt
+    older checkpoint is `load_latest`'s to report (or pass over), not a disagreement."""
+    try:
+        return load(CheckpointManifest, path / "manifest.json")
+    except (InputFileError, OSError):
+        return None
+
+
+def _check_field_agrees(field: str, sources: list[_Source]) -> None:
+    """InputFileError when `sources` (run.json first) hold more than one value of `field`.
+    The file every other source agrees against (two at least) is named first: the likely
+    edit, though which side was edited cannot be told for sure (run.json and the latest
+    manifest edited together outvote an older checkpoint). Otherwise run.json and the first
+    checkpoint that differs from it are named side by side, neither taken for the truth."""
+    values = [json.dumps(getattr(config, field)) for _, _, _, config in sources]
+    if len(set(values)) == 1:
+        return
+    why = "a run is resumed, exported and measured as it was trained"
+    for i, (_, path, prefix, _) in enumerate(sources):
+        rest = values[:i] + values[i + 1 :]
+        if len(rest) >= 2 and len(set(rest)) == 1 and rest[0] != values[i]:
+            others = [name for j, (name, *_) in enumerate(sources) if j != i]
+            raise InputFileError(
+                f"{path}: {prefix}{field} is {values[i]}, but {_and_list(others)} say "
+                f"{rest[0]}; one side was edited since the run trained, and {why}"
+            )
+    i = next(i for i, v in enumerate(values) if v != values[0])
+    _, path, prefix, _ = sources[i]
+    raise InputFileError(
+        f"{sources[0][1]}: {field} is {values[0]}, but {path} has {prefix}{field} "
+        f"{values[i]}; one of the two was edited since the run trained, and {why}"
+    )
+
+
+def _and_list(names: list[str]) -> str:
+    """`_and_list(["run.json", "checkpoint step-4"])` -> "run.json and checkpoint step-4"."""
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> CheckpointManifest | None:
     """`check_trained_with` against the run's latest checkpoint, when it has one: its manifest
     only, no tensor read: calibrate and report take run.json's precision, batch… as what the
-    run trained under.
+    run trained under. Returns the manifest (None without a checkpoint).
     `check_latest_trained_with(run_dir, load(RunConfig, run_dir / "run.json"))`."""
     if not (run_dir / "checkpoints" / "latest").exists():
-        return  # a run stopped before its first checkpoint: nothing to check against
+        return None  # a run stopped before its first checkpoint: nothing to check against
     path = latest(run_dir, "export")
     manifest = load(CheckpointManifest, path / "manifest.json")
     _check_manifest(path, manifest)
     check_trained_with(manifest, cfg, run_dir / "run.json")
+    return manifest
 
 
 def load_latest(run_dir: Path, purpose: str = "resume", notice: bool = True) -> Loaded:

@@ -115,7 +115,9 @@ from executor.checkpoint import (
     check_position,
     check_trained_with,
     check_weights,
+    checkpoints_written,
     commit_config,
+    kept_manifest,
     latest,
     manifest_path,
 )
@@ -430,8 +432,7 @@ def check_manifest_records(
         )
     differs = None if manifest.layout is None else first_difference(manifest.layout, phase.layout)
     if differs is not None:  # the field, not the labels: two layouts may share one label
-        field, value, ran = differs
-        raise InputFileError(f"{where}: layout.{field}: {value}, but phase {phase.phase} ran {ran}")
+        raise _layout_disagrees(manifest, phase, run_dir, differs)
     if manifest.frozen_layers != phase.layout.frozen_layers:  # a manifest without a layout
         raise InputFileError(
             f"{where}: frozen_layers: {manifest.frozen_layers}, but phase {phase.phase} froze "
@@ -456,6 +457,38 @@ def check_manifest_records(
             f"{cfg.freeze} {made} {manifest.step} (one entry each)"
         )
     check_history_recorded(manifest, records, phases, cfg, where)
+
+
+def _layout_disagrees(
+    manifest: CheckpointManifest, phase: PhaseRecord, run_dir: Path, differs: tuple
+) -> InputFileError:
+    """The error for a manifest whose layout is not its phase's record, naming the file that
+    was edited when the run's other checkpoints taken in that phase tell which: all agreeing
+    with the manifest blame run.jsonl, all agreeing with the record blame the manifest (the
+    twentieth round: run.jsonl's schedule edited was put on the unedited manifest).
+    Otherwise both are named, neither taken for the truth."""
+    field, value, ran = differs
+    others = [
+        m.layout
+        for m in (kept_manifest(p) for p in checkpoints_written(run_dir / "checkpoints"))
+        if m is not None and m.step != manifest.step and m.phase == phase.phase
+        if m.layout is not None
+    ]
+    where = manifest_path(run_dir, manifest)
+    if others and all(first_difference(o, manifest.layout) is None for o in others):
+        return InputFileError(
+            f"{run_dir / 'run.jsonl'}: phase {phase.phase}'s layout.{field} is {ran}, but "
+            f"every checkpoint taken in it says {value}; it was edited since the run trained"
+        )
+    if others and all(first_difference(o, phase.layout) is None for o in others):
+        return InputFileError(
+            f"{where}: layout.{field}: {value}, but phase {phase.phase} ran {ran} (run.jsonl "
+            "and the run's other checkpoints say so); it was edited since the run trained"
+        )
+    return InputFileError(
+        f"{where}: layout.{field}: {value}, but phase {phase.phase} ran {ran} in "
+        f"{run_dir / 'run.jsonl'}; one of the two was edited since the run trained"
+    )
 
 
 def check_history_recorded(

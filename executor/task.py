@@ -335,6 +335,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
         manifest_path,
         restore,
     )
+    from executor.launch import check_manifest_records, read_records
     from executor.planning import check_run_model
 
     run_dir, out = Path(run_dir), Path(out)
@@ -356,6 +357,9 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     # refuses is no checkpoint of this run to export either.
     where = manifest_path(run_dir, manifest)
     check_position(manifest, cfg, len(data.train), seq.layers, where)
+    # Its layout, phase and position against run.jsonl: export accepted a schedule edited in
+    # the manifest that resume refused (twentieth round).
+    check_manifest_records(manifest, read_records(run_dir / "run.jsonl", cfg), run_dir, cfg)
     check_weights(weights, seq.layers, path or latest(run_dir, "export"))  # shapes and dtype kinds
     try:
         restore(seq.layers, weights, {})

@@ -66,15 +66,23 @@ def _entry(path: Path) -> str | None:
 
 def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> None:
     """run.json (`config`) is what the run trained under: its latest checkpoint's configuration
-    (`executor.checkpoint.check_trained_with`, as resume and export check it) and its phases'
-    profiles (`check_priced_profiles`). InputFileError naming the file and field."""
+    (`executor.checkpoint.check_trained_with`, as resume and export check it; its layout and
+    position against the records, `executor.launch.check_manifest_records`, as resume checks
+    them) and its phases' profiles (`check_priced_profiles`). InputFileError naming the file
+    and field."""
     run_dir = Path(run_dir)
     check_priced_profiles(run_dir, config, records)
     if (run_dir / "checkpoints" / "latest").exists():
         # Imported here: it brings torch, which a run without checkpoints never needs.
         from executor.checkpoint import check_latest_trained_with
+        from executor.launch import check_manifest_records
 
-        check_latest_trained_with(run_dir, config)
+        manifest = check_latest_trained_with(run_dir, config)
+        # Its layout, phase and position against run.jsonl, as a resume checks them: a
+        # schedule edited in the records was reported as one the run never ran (twentieth
+        # round), though the same folder could not be resumed.
+        if manifest is not None:
+            check_manifest_records(manifest, records, run_dir, config)
 
 
 def check_distinct_runs(run_dirs: Iterable[str | Path], what: str) -> None:

@@ -576,7 +576,7 @@ def test_export_of_a_run_whose_data_exits_is_one_line(finished_run, tmp_path, ca
     run = copy_run(finished_run, tmp_path)
     edit_run_json(run, data="sys:exit")
     argv = ["export", str(run), "--out", str(tmp_path / "out")]
-    refused(argv, tmp_path, capsys, 'data is "sys:exit" but checkpoint step-2 was trained with')
+    refused(argv, tmp_path, capsys, 'data is "sys:exit", but ')
     assert not (tmp_path / "out").exists()
 
 

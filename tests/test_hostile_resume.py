@@ -127,6 +127,73 @@ def test_resume_refuses_a_manifest_that_contradicts_its_run(finished_run, tmp_pa
     refused(argv, tmp_path, capsys, (str(_manifest(run)), *fragments))
 
 
+def _edit_phase_schedule(run: Path, schedule: str) -> None:
+    """run.jsonl with every phase record's layout.schedule set to `schedule`."""
+    path = run / "run.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in records:
+        if record.get("kind") == "phase":
+            record["layout"]["schedule"] = schedule
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _set_manifest_schedule(run: Path, schedule: str) -> None:
+    """The (one) checkpoint manifest's layout.schedule set to `schedule`."""
+    layout = json.loads(_manifest(run).read_text())["layout"]
+    _edit_manifest(run, layout={**layout, "schedule": schedule})
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("edited", ["run.jsonl", "manifest"])
+@pytest.mark.parametrize("command", ["report", "calibrate", "export"])
+def test_every_command_holds_the_checkpoint_to_the_records(
+    finished_run, tmp_path, capsys, command, edited
+):
+    """Found by the twentieth round: only resume held the checkpoint's layout to run.jsonl's
+    phase records. With run.jsonl's schedule edited to gpipe, report showed a schedule the
+    run never ran and calibrate fitted it (exit 0); with the manifest's, export wrote its
+    weights. All three make resume's check now; with one checkpoint, which file was edited
+    cannot be told, so both are named."""
+    run = copy_run(finished_run, tmp_path)
+    ran = json.loads(_manifest(run).read_text())["layout"]["schedule"]
+    other = "gpipe" if ran == "1f1b" else "1f1b"
+    if edited == "run.jsonl":
+        _edit_phase_schedule(run, other)
+        shown, recorded = ran, other
+    else:
+        _set_manifest_schedule(run, other)
+        shown, recorded = other, ran
+    argv = _priced_argv(command, run, tmp_path)
+    fragment = (
+        f"{_manifest(run)}: layout.schedule: {shown}, but phase 0 ran {recorded} in "
+        f"{run / 'run.jsonl'}; one of the two was edited"
+    )
+    refused(argv, tmp_path, capsys, fragment)
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_resume_names_run_jsonl_when_the_checkpoints_agree_against_it(
+    mid_epoch_run, tmp_path, capsys
+):
+    """Found by the twentieth round: run.jsonl's schedule edited was refused as
+    `…/checkpoints/step-3/manifest.json: layout.schedule: 1f1b, but phase 0 ran gpipe`,
+    blaming the unedited manifest. Both checkpoints taken in the phase agree against the
+    record: run.jsonl is named."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    manifests = sorted((run / "checkpoints").glob("step-*/manifest.json"))
+    ran = json.loads(manifests[-1].read_text())["layout"]["schedule"]
+    other = "gpipe" if ran == "1f1b" else "1f1b"
+    _edit_phase_schedule(run, other)
+    fragment = (
+        f"{run / 'run.jsonl'}: phase 0's layout.schedule is {other}, but every checkpoint "
+        f"taken in it says {ran}"
+    )
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
+
+
 EXPORTED = [
     "another model",
     "a free-form cache",
@@ -612,7 +679,7 @@ def test_resume_refuses_a_run_json_edited_since_its_checkpoint(
     value, trained = TRAINED_WITH[field]
     test_hostile.edit_run_json(run, **{field: value})
     shown = json.dumps(value)
-    fragment = f"{run / 'run.json'}: {field} is {shown} but checkpoint step-2 was trained with "
+    fragment = f"{run / 'run.json'}: {field} is {shown}, but {_manifest(run)} has config.{field} "
     fragment = RECORDS_CONTRADICT.get(field, fragment + trained)
     refused(["run", "--resume", str(run), *MORE], tmp_path, capsys, fragment)
 
@@ -691,6 +758,89 @@ def test_every_field_but_the_resumable_ones_is_the_checkpoints(tmp_path):
     fewer = trained.model_copy(update={"epochs": trained.epochs - 1})
     with pytest.raises(InputFileError, match="epochs is 3 but checkpoint step-4 was trained"):
         check_trained_with(manifest, fewer, tmp_path / "run.json")
+
+
+def _kept_checkpoints(root: Path, **lrs: float):
+    """Checkpoints step-N under `root`/checkpoints, one per `step_N=lr`, trained with that lr,
+    and the run.json configuration they share otherwise. Returns (config, {step: manifest})."""
+    from pipeplan.formats import CheckpointManifest, RunConfig, dumps
+
+    cfg = RunConfig(name="r", seq_len=16, tokenizer="t", task="classification", lr=0.001)
+    kept = {}
+    for name, lr in lrs.items():
+        step = int(name.removeprefix("step_"))
+        kept[step] = CheckpointManifest(
+            step=step,
+            epoch=1,
+            step_in_epoch=0,
+            phase=0,
+            frozen_layers=0,
+            grad_history=[],
+            grad_norm_sums={},
+            grad_norm_steps=0,
+            world_size=2,
+            model=cfg.model,
+            config=cfg.model_copy(update={"lr": lr}),
+        )
+        folder = root / "checkpoints" / f"step-{step}"
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text(dumps(kept[step]))
+    return cfg, kept
+
+
+def test_a_manifest_edited_alone_is_named_not_run_json(tmp_path):
+    """Found by the twentieth round: lr edited in checkpoints/step-6/manifest.json only was
+    refused as `…/run.json: lr is 0.001 but checkpoint step-6 was trained with 0.002`,
+    blaming the unedited run.json and presenting the edit as the truth. run.json and step-4
+    agree against step-6: step-6's manifest is named, with the value they hold."""
+    from executor.checkpoint import check_trained_with
+    from pipeplan.errors import InputFileError
+
+    cfg, kept = _kept_checkpoints(tmp_path, step_4=0.001, step_6=0.002)
+    manifest = tmp_path / "checkpoints" / "step-6" / "manifest.json"
+    with pytest.raises(InputFileError) as caught:
+        check_trained_with(kept[6], cfg, tmp_path / "run.json")
+    assert str(caught.value).startswith(
+        f"{manifest}: config.lr is 0.002, but run.json and checkpoint step-4 say 0.001; "
+    )
+
+
+def test_run_json_and_a_lone_manifest_that_disagree_are_both_named(tmp_path):
+    """Found by the twentieth round: with no other checkpoint to tell which file was edited,
+    the line still said run.json was wrong and the manifest right ("was trained with"). Both
+    files are named side by side now, neither taken for the truth."""
+    from executor.checkpoint import check_trained_with
+    from pipeplan.errors import InputFileError
+
+    cfg, kept = _kept_checkpoints(tmp_path, step_6=0.002)
+    manifest = tmp_path / "checkpoints" / "step-6" / "manifest.json"
+    with pytest.raises(InputFileError) as caught:
+        check_trained_with(kept[6], cfg, tmp_path / "run.json")
+    assert str(caught.value).startswith(
+        f"{tmp_path / 'run.json'}: lr is 0.001, but {manifest} has config.lr 0.002; one of the "
+        "two was edited since the run trained"
+    )
+
+
+def test_every_kept_checkpoint_is_held_to_run_json(tmp_path):
+    """Found by the twentieth round: lr edited in run.json and in the latest manifest alike
+    resumed at the new lr (exit 0, other weights), though step-4's manifest still said the
+    old one: only the latest manifest was compared. Every kept checkpoint is, and the one
+    that disagrees is named."""
+    from executor.checkpoint import check_trained_with
+    from pipeplan.errors import InputFileError
+
+    cfg, kept = _kept_checkpoints(tmp_path, step_4=0.001, step_6=0.002)
+    edited = cfg.model_copy(update={"lr": 0.002})
+    older = tmp_path / "checkpoints" / "step-4" / "manifest.json"
+    with pytest.raises(InputFileError) as caught:
+        check_trained_with(kept[6], edited, tmp_path / "run.json")
+    assert str(caught.value).startswith(
+        f"{older}: config.lr is 0.001, but run.json and checkpoint step-6 say 0.002; "
+    )
+    # A corrupt older manifest is load_latest's to report, not a disagreement.
+    older.write_text("{")
+    check_trained_with(kept[6], edited, tmp_path / "run.json")
 
 
 # A run with a checkpoint after every step, one layer frozen by the list: 1 rank, 1 epoch of 3.
@@ -1130,8 +1280,8 @@ def test_export_and_report_refuse_a_run_json_edited_since_the_checkpoint(
     argv = {"export": ["export", str(run), "--out", str(tmp_path / "out")]}.get(
         command, ["report", str(run)]
     )
-    fragment = f"{run / 'run.json'}: {field} is {json.dumps(value)} but checkpoint step-2 "
-    refused(argv, tmp_path, capsys, fragment + f"was trained with {trained}")
+    fragment = f"{run / 'run.json'}: {field} is {json.dumps(value)}, but {_manifest(run)} has "
+    refused(argv, tmp_path, capsys, fragment + f"config.{field} {trained}")
     assert not (tmp_path / "out").exists()
 
 
@@ -1153,10 +1303,13 @@ def test_calibrate_refuses_a_run_json_edited_since_the_checkpoint(finished_run, 
     latest checkpoint's configuration (its manifest only) as resume and export do."""
     run, argv = _readable(tmp_path, "calibrate")
     _checkpoint_of(finished_run, run, dropout=0.1)
-    fragment = f"{run / 'run.json'}: dropout is null but checkpoint step-2 was trained with 0.1"
+    fragment = f"{run / 'run.json'}: dropout is null, but {_manifest(run)} has config.dropout 0.1"
     refused(argv, tmp_path, capsys, fragment)
     (run / "checkpoints" / "step-2" / "manifest.json").unlink()
-    _checkpoint_of(finished_run, run)  # the same configuration: the fit goes ahead
+    _checkpoint_of(finished_run, run)  # the same configuration passes run.json's check…
+    # …to be held to the records (twentieth round): another run's checkpoint, put here.
+    refused(argv, tmp_path, capsys, f"{run / 'run.jsonl'}: no record of epoch 0")
+    shutil.rmtree(run / "checkpoints")  # no checkpoint to hold run.json to: the fit goes ahead
     assert cli.main(argv) == 0
 
 
@@ -1260,12 +1413,13 @@ def test_a_profile_edited_since_the_run_is_refused(finished_run, tmp_path, capsy
 
 
 def _priced_argv(command: str, run: Path, tmp_path: Path) -> list[str]:
-    """The argv of `command` (resume, report, report --plot, calibrate) on `run`."""
+    """The argv of `command` (resume, report, report --plot, calibrate, export) on `run`."""
     return {
         "resume": ["run", "--resume", str(run), *MORE],
         "report": ["report", str(run)],
         "report --plot": ["report", str(run), "--plot", str(tmp_path / "plots")],
         "calibrate": ["calibrate", str(run), "--profile", str(PROFILE)],
+        "export": ["export", str(run), "--out", str(tmp_path / "out")],
     }[command] + (["--out", str(tmp_path / "c.json")] if command == "calibrate" else [])
 
 
