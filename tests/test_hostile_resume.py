@@ -692,16 +692,13 @@ RECORDS_CONTRADICT = {
 }
 
 
-def test_every_field_but_the_resumable_ones_is_the_checkpoints(tmp_path):
-    """check_trained_with goes through every RunConfig field: each changed alone is refused
-    unless --resume may change it, and epochs only upwards."""
-    from executor.checkpoint import RESUMABLE, check_trained_with
-    from pipeplan.errors import InputFileError
-    from pipeplan.formats import CheckpointManifest, RunConfig
+def _first_epoch_manifest(step: int, config):
+    """A 2-rank checkpoint manifest of step `step`, taken as epoch 1 began, trained under
+    `config` (a RunConfig)."""
+    from pipeplan.formats import CheckpointManifest
 
-    trained = RunConfig(name="r", seq_len=16, tokenizer="t", task="classification")
-    manifest = CheckpointManifest(
-        step=4,
+    return CheckpointManifest(
+        step=step,
         epoch=1,
         step_in_epoch=0,
         phase=0,
@@ -710,9 +707,20 @@ def test_every_field_but_the_resumable_ones_is_the_checkpoints(tmp_path):
         grad_norm_sums={},
         grad_norm_steps=0,
         world_size=2,
-        model=trained.model,
-        config=trained,
+        model=config.model,
+        config=config,
     )
+
+
+def test_every_field_but_the_resumable_ones_is_the_checkpoints(tmp_path):
+    """check_trained_with goes through every RunConfig field: each changed alone is refused
+    unless --resume may change it, and epochs only upwards."""
+    from executor.checkpoint import RESUMABLE, check_trained_with
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats import RunConfig
+
+    trained = RunConfig(name="r", seq_len=16, tokenizer="t", task="classification")
+    manifest = _first_epoch_manifest(4, trained)
     other = {  # a valid value unlike the trained one, per field
         "name": "x",
         "model": "bert-synth",
@@ -763,25 +771,13 @@ def test_every_field_but_the_resumable_ones_is_the_checkpoints(tmp_path):
 def _kept_checkpoints(root: Path, **lrs: float):
     """Checkpoints step-N under `root`/checkpoints, one per `step_N=lr`, trained with that lr,
     and the run.json configuration they share otherwise. Returns (config, {step: manifest})."""
-    from pipeplan.formats import CheckpointManifest, RunConfig, dumps
+    from pipeplan.formats import RunConfig, dumps
 
     cfg = RunConfig(name="r", seq_len=16, tokenizer="t", task="classification", lr=0.001)
     kept = {}
     for name, lr in lrs.items():
         step = int(name.removeprefix("step_"))
-        kept[step] = CheckpointManifest(
-            step=step,
-            epoch=1,
-            step_in_epoch=0,
-            phase=0,
-            frozen_layers=0,
-            grad_history=[],
-            grad_norm_sums={},
-            grad_norm_steps=0,
-            world_size=2,
-            model=cfg.model,
-            config=cfg.model_copy(update={"lr": lr}),
-        )
+        kept[step] = _first_epoch_manifest(step, cfg.model_copy(update={"lr": lr}))
         folder = root / "checkpoints" / f"step-{step}"
         folder.mkdir(parents=True)
         (folder / "manifest.json").write_text(dumps(kept[step]))
