@@ -29,10 +29,9 @@ from executor import text
 from executor.data import TaskData, check_compatible, data_task, label_count, load_data
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError
-from pipeplan.fileio import check_not_stdout, check_outside_runs
+from pipeplan.fileio import check_not_stdout, check_outside_runs, check_run_directory
 from pipeplan.formats import DataFile, DataRecord, RunConfig, load
 from pipeplan.formats.base import check_input_file
-from pipeplan.runfiles import check_run_directory
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence

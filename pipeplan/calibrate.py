@@ -43,6 +43,7 @@ from scipy.optimize import lsq_linear
 
 from pipeplan.costmodel import CostModel, same_placement
 from pipeplan.errors import InputFileError
+from pipeplan.fileio import check_run_directory
 from pipeplan.formats import (
     Calibration,
     Cluster,
@@ -62,7 +63,7 @@ from pipeplan.formats import (
 from pipeplan.formats.base import first_error
 from pipeplan.formats.profile import MIN_STEADY_STEPS, STRAGGLER_FACTOR, WARMUP_STEPS_PER_PHASE
 from pipeplan.log import held
-from pipeplan.runfiles import check_distinct_runs, check_run_directory, check_run_files
+from pipeplan.runfiles import check_distinct_runs, check_run_files
 
 # A rank's parts (input, forward, backward, wait, all-reduce, optimizer) are spans of one step
 # on one clock (executor/clock.py), so they add up to its step time: exactly on CPU (the wait

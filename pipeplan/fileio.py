@@ -16,7 +16,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from pipeplan.errors import BadArgumentError, OutputError, excerpt
+from pipeplan.errors import BadArgumentError, InputFileError, OutputError, excerpt
 
 
 def check_writable(
@@ -530,3 +530,47 @@ def release_directory(directory: str | Path) -> None:
     handle = _HELD.pop(Path(directory).resolve(), None)
     if handle is not None:
         handle.close()
+
+
+# What a finished run's readers (report, calibrate) need; resume and export read run.json first.
+RUN_FILES = ("run.json", "run.jsonl")
+
+
+def check_run_directory(run_dir: str | Path, needs: Iterable[str] = RUN_FILES) -> Path:
+    """`run_dir` is a run directory holding the regular files `needs`, checked the same way
+    for every command given one (report, calibrate, export, run --resume, torchrun's entry),
+    so that each says the same true cause: "no such run directory", "is a file, not a run
+    directory", "not a run directory (no run.jsonl)", "RUN/run.jsonl: not a regular file (a
+    FIFO)". Links are followed (a run's files are read, never replaced). InputFileError.
+
+        run_dir = check_run_directory("runs/exp1")
+        check_run_directory("runs/exp1", needs=("run.json",))   # export: no records read
+    """
+    run_dir = Path(run_dir)
+    what = _entry(run_dir)
+    if what is None:
+        raise InputFileError(f"{run_dir}: no such run directory")
+    if what != "a directory":
+        # A run directory is the folder `pipeplan run` wrote, not one of its files.
+        what = "a file" if what == "a regular file" else what
+        raise InputFileError(
+            f"{run_dir}: is {what}, not a run directory (give the folder `pipeplan run` wrote)"
+        )
+    for name in needs:
+        what = _entry(run_dir / name)
+        if what is None:
+            raise InputFileError(f"{run_dir}: not a run directory (no {name})")
+        if what != "a regular file":  # a FIFO would block its reader, a folder is no record
+            raise InputFileError(f"{run_dir / name}: not a regular file ({what})")
+    return run_dir
+
+
+def _entry(path: Path) -> str | None:
+    """What `path` is, links followed, in words ("a directory", "a FIFO"); None when there is
+    nothing there (a dangling link, or a file where a folder on its path belongs)."""
+    try:
+        return entry_kind(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:  # a loop of links, a name too long, a folder it may not read
+        raise InputFileError(f"{path}: cannot be reached ({exc.strerror or exc})") from None

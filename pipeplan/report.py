@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
+from pipeplan.fileio import check_run_directory
 from pipeplan.formats import (
     BaselineReport,
     Comparison,
@@ -47,7 +48,7 @@ from pipeplan.formats import (
     steady_steps,
 )
 from pipeplan.log import held
-from pipeplan.runfiles import check_distinct_runs, check_run_directory, check_run_files
+from pipeplan.runfiles import check_distinct_runs, check_run_files
 from pipeplan.simulate import StageWork, Timeline, TimelineEvent, received_in_op, simulate
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
