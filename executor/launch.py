@@ -88,7 +88,6 @@ if __name__ == "__main__":
 import argparse
 import contextlib
 import logging
-import math
 import re
 import shlex
 import sys
@@ -115,12 +114,11 @@ from executor.checkpoint import (
     check_position,
     check_trained_with,
     check_weights,
-    checkpoints_written,
     commit_config,
-    kept_manifest,
     latest,
     manifest_path,
 )
+from executor.history import check_manifest_records
 from executor.planning import (
     RUN_PLAN,
     RUN_PROFILE,
@@ -144,7 +142,6 @@ from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
 from pipeplan.errors import (
     BadArgumentError,
-    InputFileError,
     Interrupted,
     OutputError,
     PipeplanError,
@@ -166,7 +163,6 @@ from pipeplan.fileio import (
 )
 from pipeplan.formats import (
     CheckpointManifest,
-    EpochRecord,
     PhaseRecord,
     PhaseSummary,
     Plan,
@@ -178,11 +174,10 @@ from pipeplan.formats import (
     load,
     read_records,
 )
-from pipeplan.formats.base import first_difference, flag_of, read_input, text_sha256
+from pipeplan.formats.base import flag_of, text_sha256
 from pipeplan.formats.run import (
     check_priced_profiles,
     check_run_name,
-    torn_tail,
 )
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build, check_needs_against
@@ -391,224 +386,6 @@ def note_plan_epoch(plan: Plan, cfg: RunConfig, samples: int) -> None:
             plan.inputs.samples,
             steps,
         )
-
-
-def check_manifest_records(
-    manifest: CheckpointManifest, records: list, run_dir: Path, cfg: RunConfig
-) -> None:
-    """The checkpoint against run.jsonl: the records reach it (an emptied or cut run.jsonl
-    resumed, and the run's history was lost), every epoch it follows with its record; its
-    phase is a recorded one, whose layout and world it was taken in; its epoch is the one its
-    last step was recorded in (or the next, at an epoch's start: a manifest saying epoch 1 at
-    step 6 of a 2-step-epoch run trained epochs 1–2 again); and its gradient history has one
-    entry for each decision made by then (`gradient_decisions`: 50 entries after 2 epochs
-    were taken as measurements, none as a run that never measured)."""
-    where = manifest_path(run_dir, manifest)
-    # The step before the checkpoint, not its epoch's record: a crash may tear the last
-    # record, and a resume writes an epoch's record again (`read_records` leaves it out).
-    steps = {r.step: r for r in records if isinstance(r, StepRecord)}
-    last = steps.get(manifest.step - 1)
-    if manifest.step > 0 and last is None:
-        raise InputFileError(
-            f"{run_dir / 'run.jsonl'}: the records end before step {manifest.step} of the "
-            f"checkpoint step-{manifest.step} (epoch {manifest.epoch}); the run's history is lost"
-        )
-    check_epochs_recorded(manifest, records, run_dir)
-    phase = next(
-        (r for r in records if isinstance(r, PhaseRecord) and r.phase == manifest.phase), None
-    )
-    if phase is None:
-        raise InputFileError(f"{where}: phase: {manifest.phase}, but run.jsonl has no such phase")
-    if phase.start_step > manifest.step or (last is not None and last.phase > phase.phase):
-        raise InputFileError(
-            f"{where}: phase: {phase.phase} starts at step {phase.start_step} in run.jsonl, "
-            f"which recorded step {manifest.step - 1} in phase {last.phase if last else '-'}"
-        )
-    world = phase.pricing.cluster.num_devices
-    if manifest.world_size != world:
-        raise InputFileError(
-            f"{where}: world_size: {manifest.world_size}, but phase {phase.phase} ran on "
-            f"{world} ranks"
-        )
-    differs = None if manifest.layout is None else first_difference(manifest.layout, phase.layout)
-    if differs is not None:  # the field, not the labels: two layouts may share one label
-        raise _layout_disagrees(manifest, phase, run_dir, differs)
-    if manifest.frozen_layers != phase.layout.frozen_layers:  # a manifest without a layout
-        raise InputFileError(
-            f"{where}: frozen_layers: {manifest.frozen_layers}, but phase {phase.phase} froze "
-            f"{phase.layout.frozen_layers}"
-        )
-    if last is not None:
-        expected = last.epoch if manifest.step_in_epoch > 0 else last.epoch + 1
-        if manifest.epoch != expected:
-            raise InputFileError(
-                f"{run_dir}: the checkpoint at step {manifest.step} says epoch "
-                f"{manifest.epoch}, but run.jsonl recorded step {last.step} in epoch "
-                f"{last.epoch}"
-            )
-    phases = [r for r in records if isinstance(r, PhaseRecord) and r.phase <= manifest.phase]
-    decisions = gradient_decisions(manifest, phases, cfg)
-    if len(manifest.grad_history) != decisions:
-        made = f"made {decisions} gradient decision{'s' * (decisions != 1)} by step"
-        if cfg.freeze != "auto":
-            made = "measures no gradients: none by step"
-        raise InputFileError(
-            f"{where}: grad_history: {len(manifest.grad_history)} entries, but --freeze "
-            f"{cfg.freeze} {made} {manifest.step} (one entry each)"
-        )
-    check_history_recorded(manifest, records, phases, cfg, where)
-
-
-def _layout_disagrees(
-    manifest: CheckpointManifest, phase: PhaseRecord, run_dir: Path, differs: tuple
-) -> InputFileError:
-    """The error for a manifest whose layout is not its phase's record, naming the file that
-    was edited when the run's other checkpoints taken in that phase tell which: all agreeing
-    with the manifest blame run.jsonl, all agreeing with the record blame the manifest (the
-    twentieth round: run.jsonl's schedule edited was put on the unedited manifest).
-    Otherwise both are named, neither taken for the truth."""
-    field, value, ran = differs
-    others = [
-        m.layout
-        for m in (kept_manifest(p) for p in checkpoints_written(run_dir / "checkpoints"))
-        if m is not None and m.step != manifest.step and m.phase == phase.phase
-        if m.layout is not None
-    ]
-    where = manifest_path(run_dir, manifest)
-    if others and all(first_difference(o, manifest.layout) is None for o in others):
-        return InputFileError(
-            f"{run_dir / 'run.jsonl'}: phase {phase.phase}'s layout.{field} is {ran}, but "
-            f"every checkpoint taken in it says {value}; it was edited since the run trained"
-        )
-    if others and all(first_difference(o, phase.layout) is None for o in others):
-        return InputFileError(
-            f"{where}: layout.{field}: {value}, but phase {phase.phase} ran {ran} (run.jsonl "
-            "and the run's other checkpoints say so); it was edited since the run trained"
-        )
-    return InputFileError(
-        f"{where}: layout.{field}: {value}, but phase {phase.phase} ran {ran} in "
-        f"{run_dir / 'run.jsonl'}; one of the two was edited since the run trained"
-    )
-
-
-def check_history_recorded(
-    manifest: CheckpointManifest,
-    records: list,
-    phases: list[PhaseRecord],
-    cfg: RunConfig,
-    where: Path,
-) -> None:
-    """Each grad_history entry of a decision at an epoch's end is that epoch's grad_norms in
-    run.jsonl: the worker records the norms it decides with (`Trainer.end_epoch`). The
-    nineteenth round edited a norm to 1e300 in the manifest (`where`) alone, and AutoFreeze's
-    gradient criterion decided with it on resume. `phases`: run.jsonl's up to the
-    checkpoint's; `check_epochs_recorded` found a record of every epoch before it.
-
-        check_history_recorded(manifest, records, phases, cfg, manifest_path(run_dir, manifest))
-    """
-    recorded = {r.epoch: r.grad_norms for r in records if isinstance(r, EpochRecord)}
-    for index, epoch in epoch_end_decisions(manifest, phases, cfg).items():
-        entry, norms = manifest.grad_history[index], recorded[epoch]
-        if entry == norms:
-            continue
-        differ = (k for k in entry.keys() | norms.keys() if entry.get(k) != norms.get(k))
-        layer = min(differ, key=int)
-        raise InputFileError(
-            f"{where}: grad_history.{index}: layer {layer}'s norm {entry.get(layer)!r}, but "
-            f"run.jsonl's epoch {epoch} record has {norms.get(layer)!r} (grad_norms), the "
-            "norms the decision at that epoch's end was made with"
-        )
-
-
-def check_epochs_recorded(manifest: CheckpointManifest, records: list, run_dir: Path) -> None:
-    """Every epoch before the checkpoint's has its record: the executor writes an epoch's
-    record before the checkpoint that follows the epoch (the transition's at the next
-    epoch's start, the final one, or any later), so no crash loses it. Deleted or torn
-    (`read_records` leaves a torn last line out), the resumed run's records and metrics.csv
-    lacked that epoch for good (eighteenth round).
-
-        check_epochs_recorded(manifest, read_records(run_dir / "run.jsonl"), run_dir)
-    """
-    recorded = {r.epoch for r in records if isinstance(r, EpochRecord)}
-    missing = next((e for e in range(manifest.epoch) if e not in recorded), None)
-    if missing is None:
-        return
-    path = run_dir / "run.jsonl"
-    torn = torn_tail(read_input(path)) is not None  # as `read_records` read it
-    why = "; its last line is cut short, not a whole record" if torn else ""
-    raise InputFileError(
-        f"{path}: no record of epoch {missing}, which ended before the checkpoint "
-        f"step-{manifest.step} (epoch {manifest.epoch}) was taken{why}; the run's history "
-        "is lost"
-    )
-
-
-def gradient_decisions(
-    manifest: CheckpointManifest, phases: list[PhaseRecord], cfg: RunConfig
-) -> int:
-    """How many gradient measurements `--freeze auto` made by the checkpoint: its
-    grad_history holds one entry each (AutoFreeze.decide appends one per decision); other
-    modes measure none. `phases`: run.jsonl's phase records up to the checkpoint's.
-
-        gradient_decisions(manifest, phases, cfg)  # 1: 2 epochs of a 2-epoch run, resumed
-    """
-    return _decisions(manifest, phases, cfg)[0]
-
-
-def epoch_end_decisions(
-    manifest: CheckpointManifest, phases: list[PhaseRecord], cfg: RunConfig
-) -> dict[int, int]:
-    """The grad_history entries measured over an epoch, by index: the epoch whose end made
-    the decision. The worker records the same norms as that epoch's `grad_norms`.
-
-        epoch_end_decisions(manifest, phases, cfg)  # {1: 0}: N = 2, 3 steps an epoch, step 5
-    """
-    return _decisions(manifest, phases, cfg)[1]
-
-
-def _decisions(
-    manifest: CheckpointManifest, phases: list[PhaseRecord], cfg: RunConfig
-) -> tuple[int, dict[int, int]]:
-    """How many gradient decisions `--freeze auto` made by the checkpoint, and which of them
-    (by index) were at an epoch's end (→ that epoch). Other modes make none.
-
-    `auto` decides at the end of every epoch but the run's last, and with --freeze-every N
-    after every N-th step (counted over the run) but at an epoch's end, where the end's
-    decision is the one. A run's last epoch is where its final checkpoint was taken: the
-    checkpoint itself, at an epoch's start but not a transition's (no phase entered by a
-    decision starts there), or a resume of one (a phase entered by --resume at an epoch's
-    start that no transition started). The epochs --resume adds end later.
-
-        _decisions(manifest, phases, cfg)  # (3, {1: 0}): N = 2, 3 steps an epoch, step 5
-    """
-    if cfg.freeze != "auto":
-        return 0, {}
-    epoch, step = manifest.epoch, manifest.step
-    # The checkpoint's position gives the epoch's length (`check_position` held it to the
-    # run's); in epoch 0 no epoch has ended, and any length beyond the step counts alike.
-    per_epoch = (step - manifest.step_in_epoch) // epoch if epoch else step + 1
-
-    def within(at: int) -> int:
-        """The N-th steps up to step `at`, less the epochs' ends: counted, not listed (a
-        run of a million steps has as many)."""
-        every = cfg.freeze_every
-        return at // every - at // math.lcm(every, per_epoch) if every else 0
-
-    transitions = {p.start_step for p in phases if not p.resumed}
-    # The epochs' ends (an epoch's start step) where a run ended: no decision there.
-    ended = {
-        p.start_step
-        for p in phases
-        if p.resumed and 0 < p.start_step <= step and p.start_step % per_epoch == 0
-    }
-    if manifest.step_in_epoch == 0 and epoch > 0:
-        ended.add(step)
-    ends: dict[int, int] = {}
-    for done in range(epoch):
-        at = (done + 1) * per_epoch
-        if at not in ended - transitions:
-            ends[within(at) + len(ends)] = done
-    return within(step) + len(ends), ends
 
 
 def finished(manifest: CheckpointManifest, cfg: RunConfig) -> bool:

@@ -334,8 +334,9 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
         manifest_path,
         restore,
     )
-    from executor.launch import check_manifest_records, read_records
+    from executor.history import check_manifest_records
     from executor.planning import check_run_model
+    from pipeplan.formats import read_records
 
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)

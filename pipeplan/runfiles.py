@@ -22,7 +22,7 @@ from pipeplan.formats.base import MAX_FILE_BYTES, check_input_file, check_json
 def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> None:
     """run.json (`config`) is what the run trained under: its latest checkpoint's configuration
     (`executor.checkpoint.check_trained_with`, as resume and export check it; its layout and
-    position against the records, `executor.launch.check_manifest_records`, as resume checks
+    position against the records, `executor.history.check_manifest_records`, as resume checks
     them) and its phases' profiles (`check_priced_profiles`). InputFileError naming the file
     and field."""
     run_dir = Path(run_dir)
@@ -30,7 +30,7 @@ def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> No
     if (run_dir / "checkpoints" / "latest").exists():
         # Imported here: it brings torch, which a run without checkpoints never needs.
         from executor.checkpoint import check_latest_trained_with
-        from executor.launch import check_manifest_records
+        from executor.history import check_manifest_records
 
         manifest = check_latest_trained_with(run_dir, config)
         # Its layout, phase and position against run.jsonl, as a resume checks them: a

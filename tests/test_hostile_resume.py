@@ -412,7 +412,7 @@ def test_grad_history_has_one_entry_per_decision_auto_made(case):
     """`gradient_decisions` counts what the worker appended, taken from real runs' manifests:
     a decision at every epoch's end but where a run ended (its final checkpoint, and a
     resume of one), and at every --freeze-every N-th step within an epoch."""
-    from executor.launch import gradient_decisions
+    from executor.history import gradient_decisions
     from pipeplan.formats import CheckpointManifest, RunConfig
 
     every, phases, (step, epoch, within), entries = DECISIONS[case]
@@ -468,7 +468,7 @@ EPOCH_ENDS = {
 def test_the_grad_history_entries_of_epoch_ends_are_found(case):
     """`epoch_end_decisions` finds the entries a resume holds to the epochs' records, among
     the decisions `gradient_decisions` counts."""
-    from executor.launch import epoch_end_decisions, gradient_decisions
+    from executor.history import epoch_end_decisions, gradient_decisions
     from pipeplan.formats import CheckpointManifest, RunConfig
 
     every, phases, (step, epoch, within), entries = DECISIONS[case]
@@ -512,7 +512,7 @@ def test_a_resumed_runs_grad_history_is_its_decisions(auto_run, tmp_path):
     """The count a resume holds a manifest to is what the worker writes: resumed from its
     final checkpoint for 2 more epochs, the run decides at epoch 2's end (not at epoch 1's,
     its last before) and its final manifest holds 2 entries, which the next resume accepts."""
-    from executor.launch import check_manifest_records
+    from executor.history import check_manifest_records
     from pipeplan.formats import CheckpointManifest, RunConfig, load, read_records
 
     run = copy_run(auto_run, tmp_path)

@@ -57,6 +57,7 @@ LAYERS = [  # bottom first
                     "migrate",
                     "cache",
                     "checkpoint",
+                    "history",
                     "data",
                     "text",
                     "task",
