@@ -1488,7 +1488,8 @@ def plan_run(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("since", ["replaced", "deleted"])
+# "deleted": long (the same check of the plan's sha256), for the 15-minute default run.
+@pytest.mark.parametrize("since", ["replaced", pytest.param("deleted", marks=pytest.mark.long)])
 def test_a_resumed_run_follows_its_plan_as_it_started(plan_run, tmp_path, since):
     """A run of `--plan FILE` resumed after FILE was replaced by a plan of the same schedule
     in another layout (gpipe, 4 micro-batches) switched layout mid-phase (three phase records

@@ -256,6 +256,7 @@ def catches(pid: int, signum: int) -> bool:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # a signalled rank named: the SIGKILL case above, in the default run
 @pytest.mark.timeout(200)
 def test_a_rank_sent_sigterm_as_it_starts_is_the_rank_named(tmp_path):
     """Found by the seventeenth round: SIGTERM to rank 1 as it started said "runs/k/run.jsonl:
@@ -312,6 +313,7 @@ def test_long_one_sided_work_does_not_trip_the_collective_timeout(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.long  # the cached-phase stop below asserts the same line of a launcher stopped
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("signum", [signal.SIGTERM])  # SIGHUP: the single-process test
 def test_sigterm_to_the_launcher_is_one_line_and_leaves_no_process(tmp_path, signum):
@@ -364,8 +366,12 @@ def test_a_run_stopped_in_a_cached_phase_leaves_no_cache(tmp_path, whom, signum)
     folders = [*rank_caches(list(ranks.values())), tmp_path / "k" / "cache"]
     assert [f for folder in folders for f in folder.glob("node0-v4.rows")]  # a cached phase
     os.kill(run.pid if whom == "launcher" else ranks[0], signum)
-    # stopped (128 + 15), interrupted (130), or a failed rank (2): said as before
-    assert run.wait(timeout=120) == (128 + signum if whom == "launcher" else 2)
+    # stopped (128 + 15), interrupted (130), or a failed rank (2): said as before, in one line
+    if whom == "launcher":
+        said = "interrupted" if signum == signal.SIGINT else "stopped by SIGTERM"
+        one_line(run, 128 + signum, f"pipeplan: {said}")
+    else:
+        assert run.wait(timeout=120) == 2
     assert no_rank_left(tmp_path)
     assert rank_caches(list(ranks.values())) == []
     assert not (tmp_path / "k" / "cache").exists()
@@ -464,7 +470,12 @@ def rank_started(tmp_path: Path, run: subprocess.Popen, timeout: float = 120) ->
 @pytest.mark.parametrize(
     "moment",
     # "1 s later" lies between the two others: long, for the 15-minute default run.
-    ["as its rank starts", pytest.param("1 s later", marks=pytest.mark.long), "mid-step"],
+    # "as its rank starts": long too; the profile ranks' start is tested in test_cli.
+    [
+        pytest.param("as its rank starts", marks=pytest.mark.long),
+        pytest.param("1 s later", marks=pytest.mark.long),
+        "mid-step",
+    ],
 )
 def test_ctrl_c_prints_interrupted_exits_130_and_leaves_no_process(tmp_path, moment):
     """Thirteenth round: Ctrl-C while a rank started printed its traceback before `pipeplan:
