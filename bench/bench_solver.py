@@ -67,7 +67,7 @@ def random_calibration(rng: np.random.Generator) -> Calibration:
         input_s_per_sample=float(rng.uniform(0, 1e-4)),
         runs=["synthetic"],  # as calibrate writes it: fitted from a phase of a run
         phases_used=1,
-        steps_used=1,
+        steps_used=3,
         residual_median=0.0,
         residual_max=0.0,
     )

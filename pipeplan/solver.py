@@ -1087,10 +1087,9 @@ class _Run:
         self.work = 0
         self.stopped_at: float | None = None
         # Tens of layers: per stage count, the candidates and their closed-form bounds; a
-        # shape's root bound (`partition.root_bounds`) once computed; the spaces built.
+        # shape's root bound (`partition.root_bounds`) once computed.
         self.by_stages: dict[int, list[tuple[tuple[Shape, Schedule], float]]] = {}
         self.roots: dict[tuple[Shape, Schedule], float] = {}
-        self.spaces: dict[tuple[Shape, Schedule], PartitionSpace] = {}
 
     def push(self, bound: float, kind: str, item: object, later: bool = False) -> None:
         if bound < self.limit():
@@ -1212,10 +1211,8 @@ class _Run:
             self.roots[key] = float(root)
 
     def space(self, shape: Shape, schedule: Schedule) -> PartitionSpace:
-        """The shape's partition space (kept for tens of layers: its root is bounded first,
-        then its tree may open)."""
-        if (shape, schedule) in self.spaces:
-            return self.spaces[(shape, schedule)]
+        """The shape's partition space. Not kept once its root is bounded: thousands of
+        shapes' tables would hold gigabytes, and the few trees that open rebuild theirs."""
         search = self.phase
         links = search._rank_links(shape)  # the tables price transfers: same links, same tables
         key = (
@@ -1225,10 +1222,7 @@ class _Run:
             links.latency.tobytes(),
             links.per_byte.tobytes(),
         )
-        space = PartitionSpace(search.pricing(shape, schedule), search.shared_tables(key))
-        if search.model.num_layers <= DENSE_MAX_LAYERS:
-            self.spaces[(shape, schedule)] = space
-        return space
+        return PartitionSpace(search.pricing(shape, schedule), search.shared_tables(key))
 
     def open_tree(
         self, shape: Shape, schedule: Schedule, space: PartitionSpace | None = None
