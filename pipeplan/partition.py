@@ -436,7 +436,6 @@ class PartitionSpace:
         # Per (depth, end) of forward-only prefixes: the (a, pf) not dominated so far.
         self._fronts: dict[tuple[int, int], list[tuple[float, float]]] = {}
         self._window_terms: np.ndarray | None = None
-        self._costs: dict[str, tuple[np.ndarray, ...]] = {}
 
     @functools.cached_property
     def open(self) -> list[np.ndarray]:
@@ -447,13 +446,6 @@ class PartitionSpace:
         first = np.where(links, stages, S).min(axis=1, initial=S)
         last = np.where(links, stages, -1).max(axis=1, initial=-1)
         return [np.flatnonzero((first < d) & (d <= last)) for d in range(S + 1)]
-
-    def costs(self, names: list[str]) -> list[tuple[np.ndarray, ...]]:
-        """`table_costs` of these tables, kept (the root's bound and the tree share them)."""
-        missing = [n for n in names if n not in self._costs]
-        if missing:
-            self._costs.update(zip(missing, table_costs(self.p, missing), strict=True))
-        return [self._costs[n] for n in names]
 
     # ------------------------------------------------------------------ ranges
 
@@ -1003,7 +995,7 @@ class PartitionSpace:
         if name not in names:
             names.append(name)
         built = [n for n in names if n not in self._tables and shared.get(n) not in self._shared]
-        costs = self.costs(built)
+        costs = table_costs(p, built)
         for n, table in zip(built, self._minmax(costs), strict=True):
             self._tables[n] = table
             if n in shared:
@@ -1231,7 +1223,7 @@ def root_bounds(spaces: list[PartitionSpace]) -> np.ndarray:
     costs, owners = [], []
     for row, space in enumerate(spaces):
         names = space.table_names()
-        costs += space.costs(names)
+        costs += table_costs(space.p, names)
         owners += [(row, name) for name in names]
     # Each stage leaves a layer for every later one; memory is not checked (a relaxation).
     his = np.repeat(np.minimum(L, L - (S - 1 - np.arange(S)))[:, None], L + 1, axis=1)

@@ -860,7 +860,7 @@ def generation_value_problem(generation: dict[str, Any], vocab: Any, family: str
         if value is None:
             continue
         if (items := found(value)) is None:
-            return f"{key} is {_short(value)}; {shape}"
+            return f"{key} is {shown(value, 80)}; {shape}"
         # The first id that is wrong, not the list: it may hold a whole vocabulary.
         for i in items:
             if not (_integer(i) and 0 <= i < vocab):
@@ -881,17 +881,12 @@ def _generation_range_problem(generation: dict[str, Any]) -> str | None:
         for key in keys:
             value = generation.get(key)
             if value is not None and not valid(value):
-                return f"{key} is {_short(value)}; {words}"
+                return f"{key} is {shown(value, 80)}; {words}"
     for low, high in GENERATION_ORDER:
         small, large = generation.get(low), generation.get(high)
         if small is not None and large is not None and small > large:
             return f"{low} is {small}, above {high} {large}; it is at most {high}"
     return None
-
-
-def _short(value: Any) -> str:
-    """A value as the message shows it: its repr, cut (a list may hold a vocabulary)."""
-    return quoted(value, 80)
 
 
 # --------------------------------------------------------------------------- sizes
