@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import _thread
 import json
 import shlex
 import signal
 import sys
 import threading
+import time
 import traceback
 from typing import Annotated, Any
 
@@ -781,6 +783,27 @@ def _check_help(args: list[str]) -> None:
         )
 
 
+def _redeliver_dropped(unraisable: object) -> None:
+    """Python drops an exception raised inside a __del__ or a weakref callback ("Exception
+    ignored in ..."), so a signal whose handler ran there left the command running (a
+    1000-repeat profile went on after SIGHUP): the dropped stop is delivered again, silently."""
+    exc = unraisable.exc_value
+    if not isinstance(exc, (Interrupted, Stopped)):
+        sys.__unraisablehook__(unraisable)
+        return
+    signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+    # From another thread, once this hook has returned: called here, the handler would run at
+    # once, inside the hook, and be dropped again (threading.Thread.start would wait for it).
+    _thread.start_new_thread(_deliver_soon, (signum,))
+
+
+def _deliver_soon(signum: int) -> None:
+    time.sleep(0.05)
+    # A real signal, to the main thread: it also ends a blocking call there (a sleep, a wait),
+    # which _thread.interrupt_main would not.
+    signal.pthread_kill(threading.main_thread().ident, signum)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise Interrupted
 
@@ -809,6 +832,7 @@ def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else list(argv)
     args = _hoist_debug(given)
     previous = _install({signal.SIGINT: _interrupt, **dict.fromkeys(STOP_SIGNALS, _stop)})
+    sys.unraisablehook = _redeliver_dropped
     try:
         _check_repeats(given)  # before hoisting, which folds `--debug --debug` into one
         _check_switch_values(args, _switches(command))  # before `--debug=` is "empty"
@@ -843,6 +867,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error(f"{where}{exc.strerror or exc}")
         return 2
     finally:
+        sys.unraisablehook = sys.__unraisablehook__
         if previous is not None:
             _install(previous)
         if argv is None:  # the process's own run: a later Ctrl-C has nothing left to stop

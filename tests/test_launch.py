@@ -456,6 +456,51 @@ def test_sigterm_to_a_single_process_command_is_one_line(tmp_path, signum):
     assert not out.exists()
 
 
+# A command whose first check collects an object that is stopped inside its __del__: the
+# handler's exception is dropped there by Python, and the command then sleeps a minute.
+_STOPPED_IN_A_DEL = """
+import os, signal, sys, time
+import cli
+
+class Collected:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIG{name})
+        for _ in range(10**6):  # the handler runs here, inside __del__
+            pass
+
+def check(given):
+    Collected()
+    time.sleep(60)
+
+cli._check_repeats = check
+sys.exit(cli.main(["plan", "--help"]))
+"""
+
+
+@pytest.mark.parametrize("name", ["INT", "TERM", "HUP"])
+def test_a_signal_that_lands_in_a_del_still_stops_the_command(name):
+    """Python drops an exception raised in a __del__ ("Exception ignored in ..."): a SIGHUP
+    handled there once left a 1000-repeat profile running for minutes, with a traceback. The
+    signal is delivered again: the command stops at once, with its one line."""
+    signum = getattr(signal, f"SIG{name}")
+    code, line = (
+        (130, "pipeplan: interrupted")
+        if name == "INT"
+        else (128 + signum, f"pipeplan: stopped by SIG{name}")
+    )
+    start = time.monotonic()
+    run = subprocess.Popen(
+        [sys.executable, "-c", _STOPPED_IN_A_DEL.format(name=name)],
+        cwd=ROOT,
+        env=environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    one_line(run, code, line, timeout=50)
+    assert time.monotonic() - start < 50  # not the minute's sleep
+
+
 def rank_started(tmp_path: Path, run: subprocess.Popen, timeout: float = 120) -> None:
     """Returns as soon as a rank process of the run exists: its Python is starting."""
     deadline = time.monotonic() + timeout
