@@ -183,9 +183,10 @@ class Trainer:
                 if self.phase_steps == RECALIBRATE_AFTER_STEPS:
                     self.recalibrate()
                 if step_in_epoch + 1 < self.steps_per_epoch:  # else the epoch's end does both
-                    if self.due(cfg.freeze_every):
-                        self.maybe_refreeze(epoch, self.gather_grad_norms(), step_in_epoch + 1)
-                    if self.due(cfg.checkpoint_every):
+                    moved = self.due(cfg.freeze_every) and self.maybe_refreeze(
+                        epoch, self.gather_grad_norms(), step_in_epoch + 1
+                    )
+                    if not moved and self.due(cfg.checkpoint_every):
                         self.checkpoint(epoch, step_in_epoch + 1)
             if not losses and getattr(self.seq, "task", None) == "causal-lm":
                 # Every rank holds every step's record: all stop here alike. A corpus that
@@ -197,8 +198,12 @@ class Trainer:
                     f"{models.IGNORE_INDEX}); a causal LM needs targets"
                 )
             norms = self.end_epoch(epoch, phase, time.perf_counter() - t0, losses)
+            # A checkpoint due on the epoch's last step is written here, after its epoch record,
+            # unless the freeze decision's transition wrote one (the last epoch's is the final).
             if epoch + 1 < cfg.epochs:
-                self.maybe_refreeze(epoch + 1, norms)
+                moved = self.maybe_refreeze(epoch + 1, norms)
+                if not moved and self.due(cfg.checkpoint_every):
+                    self.checkpoint(epoch + 1, 0)
             skip = 0  # only a resumed epoch starts mid-way
         self.checkpoint(cfg.epochs, 0)  # the final state, resumable for more epochs
         if self.rank == 0:  # the checkpoint gathered every layer's current values here
@@ -548,19 +553,21 @@ class Trainer:
         dist.all_reduce(norms)
         return {i: float(v) for i, v in enumerate(norms.tolist()) if v > 0}
 
-    def maybe_refreeze(self, epoch: int, norms: dict[int, float], step_in_epoch: int = 0) -> None:
+    def maybe_refreeze(self, epoch: int, norms: dict[int, float], step_in_epoch: int = 0) -> bool:
         """Rank 0 decides the freeze point (pipeplan.freeze.AutoFreeze), everyone follows.
         (epoch, step_in_epoch) is where training continues: the transition's checkpoint
-        resumes there, mid-epoch with --freeze-every."""
+        resumes there, mid-epoch with --freeze-every. Returns whether the point moved (and a
+        checkpoint was written)."""
         box = [self.autofreeze.decide(epoch, norms, self.frozen_layers) if self.rank == 0 else None]
         dist.broadcast_object_list(box, src=0)
         new_point = int(box[0])
         if new_point == self.frozen_layers:
-            return
+            return False
         self.frozen_layers = new_point
         self.phase_index += 1
         self.enter_phase(self.decide_phase(new_point, epoch), epoch)
         self.checkpoint(epoch, step_in_epoch)  # every transition is a checkpoint
+        return True
 
     # ----------------------------------------------------------------- checkpoints
 

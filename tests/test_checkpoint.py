@@ -1,6 +1,7 @@
 """Checkpoints: a run killed mid-step and resumed ends exactly where the uninterrupted run
 ends; resuming on another world size re-plans and finishes."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -75,6 +76,24 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
         r.step for r in read_records(tmp_path / "cut" / "run.jsonl") if isinstance(r, StepRecord)
     ]
     assert steps == list(range(12))  # records after the checkpoint were rewritten, not doubled
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_checkpoint_due_on_an_epochs_last_step_is_written(tmp_path):
+    """Found by the twenty-second round: `--checkpoint-every N` skipped every checkpoint that
+    fell on an epoch's last step (the epoch's end wrote one only when the freeze point moved):
+    with N = the steps per epoch no periodic checkpoint was ever written. Now it is written
+    after the epoch's record, and resumes at the next epoch's first step."""
+    args = ["--nproc", "1", "--epochs", "3", "--max-steps-per-epoch", "2", "--freeze", "none"]
+    run = pipeplan(
+        "run", *args, "--checkpoint-every", "2", "--runs-dir", str(tmp_path), "--name", "e"
+    )
+    assert run.returncode == 0, run.stderr
+    kept = sorted(p.name for p in (tmp_path / "e" / "checkpoints").glob("step-*"))
+    assert kept == ["step-4", "step-6"]  # the two newest: epoch 1's end, and the final state
+    manifest = json.loads((tmp_path / "e" / "checkpoints" / "step-4" / "manifest.json").read_text())
+    assert (manifest["epoch"], manifest["step_in_epoch"]) == (2, 0)
 
 
 @pytest.mark.long
