@@ -488,6 +488,8 @@ def build_with_hf(
         if init == "pretrained":
             stored = _stored_tensors(source)  # each file checked before anything opens it
             _check_weight_shapes(source, config, stored)
+            if task == "classification":
+                _check_head_labels(source, family, stored)
         _check_model_size(source, config, task, name_or_path)
         _check_padding_mask(family, config, padding_mask, where)
         shape, dtype = _input(
@@ -1105,6 +1107,36 @@ def _check_weight_shapes(source: _Source, config: Any, stored: dict[str, _Stored
         raise InputFileError(
             f"{source.config_file}: {found}; a config of another model, or damaged weights"
         )
+
+
+def _check_head_labels(source: _Source, family: Family, stored: dict[str, _Stored]) -> None:
+    """A classifier head in the weight files has a row per label of config.json (its id2label,
+    else num_labels: `label_count`), as the file says them, before a run's data sizes the
+    head anew (another count there is a fresh head, warned: `_check_loaded`).
+
+        _check_head_labels(source, FAMILIES["bert"], _stored_tensors(source))
+        # InputFileError: m/config.json: num_labels is 1 but model.safetensors holds
+        # classifier.weight of shape [2, 32], a row per label; …
+
+    Found by the twenty-first round: num_labels 1 (no id2label, as transformers 5 saves it)
+    beside a head of 2 rows was run and exported with 2 labels without a word: the data's
+    count replaced the config's, which then matched the head."""
+    config = source.config
+    count = label_count(config)
+    said = (
+        f"id2label has {count} labels"
+        if isinstance(config.get("id2label"), dict)
+        else f"num_labels is {count}"
+    )
+    for module in family.labels:
+        for key in (f"{module}.weight", f"{module}.bias"):
+            tensor = stored.get(key)  # the task model's own module: never under a prefix
+            if tensor is None or tensor.shape[:1] == [count]:
+                continue
+            raise InputFileError(
+                f"{source.config_file}: {said} but {tensor.file.name} holds {key} of shape "
+                f"{tensor.shape}, a row per label; a config of another model, or damaged weights"
+            )
 
 
 def _ends_with(key: str, ending: str) -> bool:

@@ -2778,6 +2778,68 @@ def test_a_generation_config_field_of_any_kind_is_checked(tmp_path, capsys, case
     assert not (tmp_path / "p.json").exists()
 
 
+# The twenty-first round's generation_config.json cases (as GENERATION_CONFIGS_20): values
+# transformers reads but its generate() refuses (its warpers' open range ends, integer factors,
+# group beam search), and a negative guidance scale.
+SAMPLING_FLOAT = "written as a float (transformers refuses an integer other than 1)"
+GENERATION_CONFIGS_21 = {
+    "temperature 0 when sampling": (
+        '{"do_sample": true, "temperature": 0.0}',
+        f"temperature is 0.0 with do_sample true; a sampling temperature is a number > 0 "
+        f"{SAMPLING_FLOAT}",
+    ),
+    "temperature 2 (an integer) when sampling": (
+        '{"do_sample": true, "temperature": 2}',
+        "temperature is 2 with do_sample true",
+    ),
+    "typical_p 0": (
+        '{"do_sample": true, "typical_p": 0.0}',
+        "typical_p is 0.0; a probability mass is in (0, 1]",
+    ),
+    "top_h 0": ('{"do_sample": true, "top_h": 0.0}', "top_h is 0.0; a probability mass"),
+    "epsilon_cutoff 1": (
+        '{"do_sample": true, "epsilon_cutoff": 1.0}',
+        "epsilon_cutoff is 1.0; a cutoff probability is in [0, 1) (0: off)",
+    ),
+    "eta_cutoff 1": ('{"eta_cutoff": 1.0}', "eta_cutoff is 1.0; a cutoff probability"),
+    "num_beam_groups above the default num_beams": (
+        '{"num_beam_groups": 3}',
+        "num_beam_groups is 3, above num_beams 1",
+    ),
+    "num_beam_groups not dividing num_beams": (
+        '{"num_beams": 4, "num_beam_groups": 3}',
+        "num_beam_groups is 3, which does not divide num_beams 4",
+    ),
+    "guidance_scale -1": (
+        '{"guidance_scale": -1.0}',
+        "guidance_scale is -1.0; a guidance scale is a number ≥ 0",
+    ),
+    "repetition_penalty 2 (an integer)": (
+        '{"repetition_penalty": 2}',
+        f"repetition_penalty is 2; a penalty factor is a number > 0 {SAMPLING_FLOAT}",
+    ),
+    "sequence_bias with an integer bias": (
+        '{"sequence_bias": [[[5], 1]]}',
+        "sequence_bias is [[[5], 1]]; a list of [token ids, bias] pairs, each bias a float",
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", GENERATION_CONFIGS_21, ids=str)
+def test_a_generation_config_generate_would_refuse_is_refused(tmp_path, capsys, case):
+    """Found by the twenty-first round: with do_sample true, temperature 0.0, typical_p 0.0
+    and epsilon_cutoff 1.0 (outside the open ranges of transformers' warpers), num_beam_groups
+    3 with num_beams 1 and guidance_scale -1.0 were accepted by run and exported, for
+    generate() to refuse. One line naming generation_config.json and the field."""
+    text, fragment = GENERATION_CONFIGS_21[case]
+    model, argv = _model_folder_command(tmp_path, GPT2_CONFIG, "profile")
+    (model / "generation_config.json").write_text(text)
+    where = f"{model / 'generation_config.json'}: {fragment}"
+    refused_quietly(argv, tmp_path / "in", capsys, where)
+    assert not (tmp_path / "p.json").exists()
+
+
 @pytest.mark.parametrize(
     "kind, fragment",
     [

@@ -1668,6 +1668,78 @@ def test_a_head_for_other_labels_starts_fresh_in_every_family(tmp_path, caplog):
         assert all(m in record.getMessage() for m in spec.labels), record.getMessage()
 
 
+def _classifier_checkpoint(directory: Path, family: str, labels: int) -> Path:
+    """`family`'s classifier of `labels` labels (pad_token_id 0: decoders pool on it), saved."""
+    _, config_class, sizes = FAMILY_CHECKPOINTS[family]
+    config = getattr(transformers, config_class)(**{**sizes, "pad_token_id": 0}, num_labels=labels)
+    torch.manual_seed(0)
+    model_class = getattr(transformers, models.FAMILIES[family].models["classification"])
+    model_class(config).save_pretrained(directory)
+    return directory
+
+
+def _edit_labels(model: Path, **labels) -> None:
+    """config.json's num_labels/id2label/label2id replaced by `labels` (the others dropped)."""
+    config = json.loads((model / "config.json").read_text())
+    config = {k: v for k, v in config.items() if k not in ("num_labels", "id2label", "label2id")}
+    (model / "config.json").write_text(json.dumps({**config, **labels}))
+
+
+@pytest.mark.parametrize("family", list(models.FAMILIES))
+def test_a_head_of_other_rows_than_config_json_labels_is_refused(tmp_path, capsys, family):
+    """Found by the twenty-first round: a BERT folder whose config.json said num_labels 1 (no
+    id2label, as transformers 5 saves it) beside classifier.weight of shape [2, 32] ran with
+    the data's 2 classes and exported 2 labels without a word. The head's rows are held to the
+    file's label count before the data's count sizes the model: one line naming config.json,
+    num_labels and the tensor."""
+    model = _classifier_checkpoint(tmp_path / "in" / "model", family, labels=2)
+    _edit_labels(model, num_labels=1)
+    capsys.readouterr()  # save_pretrained's progress bar
+    key = f"{models.FAMILIES[family].labels[0]}.weight"
+    where = (
+        f"{model / 'config.json'}: num_labels is 1 but model.safetensors holds {key} of shape [2,"
+    )
+    _profile_refused(model, tmp_path, capsys, where)
+
+
+def test_a_head_of_other_rows_than_id2label_is_refused(tmp_path, capsys):
+    """Found by the twenty-first round (as above), the labels named by id2label: 3 names beside
+    a head of 2 rows."""
+    model = _classifier_checkpoint(tmp_path / "in" / "model", "bert", labels=2)
+    names = ["a", "b", "c"]
+    id2label = dict(enumerate(names))
+    _edit_labels(model, id2label=id2label, label2id={n: i for i, n in id2label.items()})
+    capsys.readouterr()
+    where = f"{model / 'config.json'}: id2label has 3 labels but model.safetensors holds "
+    _profile_refused(model, tmp_path, capsys, where + "classifier.weight of shape [2, 32]")
+
+
+def test_a_run_whose_data_agrees_with_the_head_but_not_config_json_is_refused(tmp_path, capsys):
+    """Found by the twenty-first round: the reproduction, through run: num_labels 1 beside a
+    head of 2 rows and data of 2 classes was prepared (and ran, and exported 2 labels)."""
+    from text_data import bert_checkpoint, make_tokenizer, reviews, write_jsonl
+
+    model = bert_checkpoint(tmp_path / "in" / "nl1", num_labels=2)
+    _edit_labels(model, num_labels=1)
+    tok = make_tokenizer(tmp_path / "in" / "tok")
+    data = write_jsonl(tmp_path / "in" / "two.jsonl", reviews(30, seed=4))
+    argv = ["run", "--model", str(model), "--data", str(data), "--tokenizer", str(tok)]
+    argv += ["--seq-len", "12", "--nproc", "1", "--prepare-only"]
+    capsys.readouterr()
+    where = f"{model / 'config.json'}: num_labels is 1 but model.safetensors holds classifier"
+    refused([*argv, "--runs-dir", str(tmp_path / "runs")], tmp_path / "in", capsys, where)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_head_as_config_json_counts_it_still_builds(tmp_path):
+    """The twenty-first round's check refuses no consistent folder: a one-label head (the
+    regression switch) with num_labels 1 builds, and a head of 2 rows for data of 3 classes
+    still starts fresh (`test_a_head_for_other_labels_starts_fresh_in_every_family`)."""
+    model = _classifier_checkpoint(tmp_path / "one", "bert", labels=1)
+    assert models.build(str(model)).num_labels == 1
+    assert models.build(str(model), num_labels=3).num_labels == 3
+
+
 def test_every_familys_checkpoint_passes_its_own_shapes(tmp_path):
     """The shapes config.json implies are those transformers writes: an unedited checkpoint
     of every family builds (the eighteenth round's check refuses none of them)."""

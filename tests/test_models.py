@@ -479,11 +479,17 @@ def test_every_checked_generation_field_refuses_a_value_of_another_shape():
         {"num_beams": 4, "num_beam_groups": 2, "min_length": 10, "max_length": 10},
         {"max_length": 2**31 - 1, "length_penalty": -1.5, "constraints": []},
         {"bos_token_id": 1, "do_sample": True, "eos_token_id": 2, "max_length": 4096},
+        # The twenty-first round's range ends, at the values that turn each setting off.
+        {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 50, "typical_p": 1.0},
+        {"do_sample": True, "temperature": 1, "epsilon_cutoff": 0.0, "eta_cutoff": 3e-4},
+        {"temperature": 0, "repetition_penalty": 1, "guidance_scale": 1, "top_h": 1.0},
+        {"num_beams": 6, "num_beam_groups": 3, "diversity_penalty": 0.5},
     ],
 )
 def test_generation_configs_as_transformers_writes_them_pass(generation):
-    """The twentieth round's checks refuse no valid value of the fields they add (the shapes
-    transformers writes: [[ids, bias]] pairs, words of alternatives, min equal to max)."""
+    """The twentieth and twenty-first rounds' checks refuse no valid value of the fields they
+    add (the shapes transformers writes: [[ids, bias]] pairs, words of alternatives, min equal
+    to max; the range ends that turn a setting off)."""
     from pipeplan.formats.modelconfig import generation_value_problem
 
     assert generation_value_problem(generation, 128, "gpt2") is None

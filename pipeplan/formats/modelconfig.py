@@ -626,7 +626,14 @@ def _decay(value: Any) -> bool:
     )
 
 
+def _float_or_one(value: Any) -> bool:
+    """A factor transformers' processors take: a float, or the integer 1 that turns them off
+    (TemperatureLogitsWarper and RepetitionPenaltyLogitsProcessor refuse the integer 2)."""
+    return isinstance(value, float) or value == 1
+
+
 _UPTO = f"at most {MAX_GENERATION_COUNT}"
+_FLOAT = "written as a float (transformers refuses an integer other than 1)"
 # (keys, what a value must be, that in words): the settings `generate` reads, each unset (null)
 # or valid. transformers refuses none of these when it reads the file.
 GENERATION_RANGES: tuple[tuple[tuple[str, ...], Any, str], ...] = (
@@ -660,10 +667,18 @@ GENERATION_RANGES: tuple[tuple[tuple[str, ...], Any, str], ...] = (
         _count(0),
         f"a layer or token index is an integer ≥ 0 and {_UPTO}",
     ),
+    (("top_p", "min_p"), lambda v: _number(v) and 0 <= v <= 1, "a probability is in [0, 1]"),
+    # Found by the twenty-first round: held to [0, 1], while transformers' warpers refuse a
+    # mass of 0 (TypicalLogitsWarper, TopHLogitsWarper) and a cutoff of 1 (it cuts every token).
     (
-        ("top_p", "typical_p", "min_p", "top_h", "epsilon_cutoff", "eta_cutoff"),
-        lambda v: _number(v) and 0 <= v <= 1,
-        "a probability is in [0, 1]",
+        ("typical_p", "top_h"),
+        lambda v: _number(v) and 0 < v <= 1,
+        "a probability mass is in (0, 1]",
+    ),
+    (
+        ("epsilon_cutoff", "eta_cutoff"),
+        lambda v: _number(v) and 0 <= v < 1,
+        "a cutoff probability is in [0, 1) (0: off)",
     ),
     (
         ("assistant_confidence_threshold", "penalty_alpha"),
@@ -671,13 +686,17 @@ GENERATION_RANGES: tuple[tuple[tuple[str, ...], Any, str], ...] = (
         "a probability is in [0, 1]",
     ),
     (("temperature",), lambda v: _number(v) and v >= 0, "a temperature is a number ≥ 0"),
+    # RepetitionPenaltyLogitsProcessor refuses an integer factor but 1 (the one it skips).
     (
         ("repetition_penalty", "encoder_repetition_penalty"),
-        lambda v: _number(v) and v > 0,
-        "a penalty factor is a number > 0",
+        lambda v: _number(v) and v > 0 and _float_or_one(v),
+        f"a penalty factor is a number > 0 {_FLOAT}",
     ),
     (("diversity_penalty",), lambda v: _number(v) and v >= 0, "a penalty is a number ≥ 0"),
-    (("length_penalty", "guidance_scale"), _number, "a number"),
+    (("length_penalty",), _number, "a number"),
+    # The weight of the prompt's scores against the unconditional ones (1: off, below 1 toward
+    # the unconditional ones); below 0 the unconditional scores are pushed away from.
+    (("guidance_scale",), lambda v: _number(v) and v >= 0, "a guidance scale is a number ≥ 0"),
     (("max_time",), lambda v: _number(v) and v > 0, "a time in seconds is a number > 0"),
     (
         (
@@ -773,7 +792,7 @@ def _pairs(value: Any, first: IdsOf, second: IdsOf) -> list[Any] | None:
     """The ids of a list of [a, b] pairs, `first(a) + second(b)` for each (either None: the
     pair is not valid), or None:
 
-        _pairs([[[5, 6], 1.5]], _nonempty_ids, _no_ids_if_number)   # [5, 6]
+        _pairs([[[5, 6], 1.5]], _nonempty_ids, _no_ids_if_float)   # [5, 6]
     """
     if not isinstance(value, list):
         return None
@@ -792,8 +811,9 @@ def _nonempty_ids(value: Any) -> list[Any] | None:
     return _ids(value, 1) or None
 
 
-def _no_ids_if_number(value: Any) -> list[Any] | None:
-    return [] if _number(value) else None
+def _no_ids_if_float(value: Any) -> list[Any] | None:
+    """A bias: SequenceBiasLogitsProcessor refuses an integer one (the twenty-first round)."""
+    return [] if isinstance(value, float) else None
 
 
 def _no_ids_if_position(value: Any) -> list[Any] | None:
@@ -809,8 +829,8 @@ GENERATION_TOKEN_LISTS: dict[str, tuple[IdsOf, str]] = {
     "force_words_ids": (_force_words_ids, "a list of non-empty lists (or lists of lists) of ids"),
     # As transformers writes it: [[ids, bias], …] (a dict's keys would be strings in JSON).
     "sequence_bias": (
-        lambda v: _pairs(v, _nonempty_ids, _no_ids_if_number),
-        "a list of [token ids, bias] pairs",
+        lambda v: _pairs(v, _nonempty_ids, _no_ids_if_float),
+        "a list of [token ids, bias] pairs, each bias a float",
     ),
     # Whisper's legacy [position, token id] pairs: transformers keeps it as an extra attribute.
     "forced_decoder_ids": (
@@ -824,7 +844,58 @@ GENERATION_LEGACY_KEYS = ("forced_decoder_ids",)
 GENERATION_ORDER = (
     ("min_length", "max_length"),
     ("min_new_tokens", "max_new_tokens"),
-    ("num_beam_groups", "num_beams"),
+)
+
+
+def _sampling_problem(generation: dict[str, Any]) -> str | None:
+    """With do_sample true, the temperature TemperatureLogitsWarper divides the scores by:
+    greater than 0 and a float unless 1 (the warper it skips). Without sampling it is unused
+    (0 is a common way of saying greedy), so only the range table holds it.
+
+        _sampling_problem({"do_sample": True, "temperature": 0.0})
+        # "temperature is 0.0 with do_sample true; a sampling temperature is a number > 0 …"
+    """
+    value = generation.get("temperature")
+    if generation.get("do_sample") is not True or value is None:
+        return None
+    if value > 0 and _float_or_one(value):
+        return None
+    return (
+        f"temperature is {shown(value, 80)} with do_sample true; a sampling temperature is a "
+        f"number > 0 {_FLOAT}"
+    )
+
+
+def _beam_group_problem(generation: dict[str, Any]) -> str | None:
+    """Group beam search splits num_beams (1 when unset, as transformers defaults it) into
+    num_beam_groups groups of equal size: at most num_beams of them, and dividing it.
+
+        _beam_group_problem({"num_beam_groups": 3})
+        # "num_beam_groups is 3, above num_beams 1; …"
+    """
+    groups = generation.get("num_beam_groups")
+    beams = generation.get("num_beams")
+    beams = 1 if beams is None else beams
+    if groups is None or groups == 1:
+        return None
+    if groups > beams:
+        return (
+            f"num_beam_groups is {groups}, above num_beams {beams}; group beam search splits "
+            "the beams into at most num_beams groups"
+        )
+    if beams % groups:
+        return (
+            f"num_beam_groups is {groups}, which does not divide num_beams {beams}; group "
+            "beam search splits the beams into groups of equal size"
+        )
+    return None
+
+
+# Found by the twenty-first round: rules between fields that transformers' generate() enforces
+# (its warpers, group beam search), each a function of the whole file, its ranges already held.
+GENERATION_RULES: tuple[Callable[[dict[str, Any]], str | None], ...] = (
+    _sampling_problem,
+    _beam_group_problem,
 )
 
 
@@ -838,7 +909,8 @@ def generation_fields() -> set[str]:
 
 def generation_value_problem(generation: dict[str, Any], vocab: Any, family: str) -> str | None:
     """What is wrong with a generation_config.json's values, in words, or None: the values of
-    `GENERATION_RANGES` valid, the pairs of `GENERATION_ORDER` in order, and (a text model,
+    `GENERATION_RANGES` valid, the pairs of `GENERATION_ORDER` in order, `GENERATION_RULES`
+    between fields kept (what generate() refuses), and (a text model,
     `vocab` its config.json's vocab_size) every token id inside the vocabulary but its family's
     defaults, as config.json's are.
 
@@ -886,7 +958,7 @@ def _generation_range_problem(generation: dict[str, Any]) -> str | None:
         small, large = generation.get(low), generation.get(high)
         if small is not None and large is not None and small > large:
             return f"{low} is {small}, above {high} {large}; it is at most {high}"
-    return None
+    return next((why for rule in GENERATION_RULES if (why := rule(generation)) is not None), None)
 
 
 # --------------------------------------------------------------------------- sizes
