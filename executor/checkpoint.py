@@ -467,6 +467,23 @@ def _and_list(names: list[str]) -> str:
     return ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def check_kept_trained_with(run_dir: Path, cfg: RunConfig) -> None:
+    """`check_trained_with` against the newest kept checkpoint whose manifest reads (no tensor
+    read; a corrupt one is `load_latest`'s to pass over with its notice), before anything acts
+    on run.json: a resume imported and called the `module:function` an edited run.json named
+    as its data, and judged other edits as flags nobody typed, before comparing run.json with
+    the checkpoints, as export and report do first (twenty-second round).
+
+        check_kept_trained_with(Path("runs/exp1"), load(RunConfig, "runs/exp1/run.json"))
+    """
+    check_checkpoints_folder(run_dir)
+    for path in reversed(checkpoints_written(run_dir / "checkpoints")):
+        manifest = kept_manifest(path)
+        if manifest is not None:
+            check_trained_with(manifest, cfg, run_dir / "run.json")
+            return
+
+
 def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> CheckpointManifest | None:
     """`check_trained_with` against the run's latest checkpoint, when it has one: its manifest
     only, no tensor read: calibrate and report take run.json's precision, batch… as what the

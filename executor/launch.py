@@ -111,6 +111,7 @@ from executor.cache import remove_own_caches, remove_run_caches, remove_stale_ca
 from executor.checkpoint import (
     PENDING_CONFIG,
     RESUMABLE,
+    check_kept_trained_with,
     check_position,
     check_trained_with,
     check_weights,
@@ -662,6 +663,7 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
             )
         check_outputs(run_dir)  # a resume checks them in `check_run`
         return
+    check_kept_trained_with(run_dir, saved)  # run.json as trained, before anything acts on it
     check_data(run_dir, saved)
     # What the ranks will run (`rank_config`): the configuration a resume re-planned for its
     # world size, if one is pending, on the launcher's world size.
@@ -1119,6 +1121,7 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     saved = read_run_config(path)
     check_run_location(path)
     with claimed_for_checks(path):  # a run in use is refused before the checkpoint is read
+        check_kept_trained_with(path, saved)  # run.json as trained, before anything acts on it
         check_data(path, saved)
         # The flags given mean something beside the run's own settings, not beside their
         # defaults (`--init` was refused "with --model vit-digits" for a run of a model folder).

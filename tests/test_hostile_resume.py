@@ -454,6 +454,36 @@ def test_resume_refuses_a_grad_history_of_another_length(auto_run, tmp_path, cap
     refused(["run", "--resume", str(run), "--epochs", "3"], tmp_path, capsys, (fragment,))
 
 
+_EVIL = """
+import pathlib
+pathlib.Path(__file__).with_name("IMPORTED").write_text("x")
+def load(seed=0):
+    raise SystemExit(0)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("data", "evilmod22:load"), ("data", "synth-text"), ("tokenizer", "/tmp"), ("seed", 7)],
+)
+def test_resume_compares_run_json_with_its_checkpoints_before_acting_on_it(
+    auto_run, tmp_path, capsys, monkeypatch, field, value
+):
+    """Found by the twenty-second round: `run --resume` of a run whose run.json was edited
+    imported and called the `module:function` it named as data (export and report refuse the
+    edit first), and other edits were refused as flags nobody typed (`--tokenizer applies to
+    text files`). run.json is now held to its checkpoints first: one line naming run.json."""
+    (tmp_path / "evilmod22.py").write_text(_EVIL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = copy_run(auto_run, tmp_path)
+    test_hostile.edit_run_json(run, **{field: value})
+    fragments = (f"{run / 'run.json'}: {field} is {json.dumps(value)}", "step-4/manifest.json")
+    refused(["run", "--resume", str(run), "--epochs", "3"], tmp_path / "runs", capsys, fragments)
+    assert not (tmp_path / "IMPORTED").exists()
+
+
 # Which of DECISIONS' entries were measured over an epoch (index → the epoch whose end
 # decided): within-epoch decisions (--freeze-every) come between them, a run's end makes none.
 EPOCH_ENDS = {
