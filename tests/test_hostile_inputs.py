@@ -1243,6 +1243,40 @@ def test_config_sizes_are_held_to_the_weights_header_before_building(tmp_path, c
     _profile_refused(model, tmp_path, capsys, where)
 
 
+# (family, config.json's edit, what the one line says after "config.json: "), the weights float32
+CONFIG_DTYPE_EDITS = {
+    "bert dtype float16": ("bert", {"dtype": "float16"}, "dtype is 'float16'"),
+    "gpt2 torch_dtype bfloat16": ("gpt2", {"torch_dtype": "bfloat16"}, "torch_dtype is 'bfloat16'"),
+}
+
+
+@pytest.mark.parametrize("case", CONFIG_DTYPE_EDITS)
+def test_a_config_dtype_is_held_to_the_weights_dtype(tmp_path, capsys, case):
+    """Found by the twenty-first round: a folder whose config.json says dtype (or torch_dtype)
+    float16 beside float32 weights was accepted without a word (pipeplan loads and exports
+    float32 whatever it says; from_pretrained(dtype="auto") of the folder loads float16): one
+    line naming config.json, the key, and the dtype the weights are stored in."""
+    family, edit, fragment = CONFIG_DTYPE_EDITS[case]
+    model = _family_checkpoint(tmp_path / "in" / "model", family)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, **edit}))
+    capsys.readouterr()  # save_pretrained's progress bar
+    held = "but model.safetensors holds its float weights as F32; the dtype a config records"
+    _profile_refused(model, tmp_path, capsys, f"{model / 'config.json'}: {fragment} {held}")
+
+
+def test_a_config_dtype_of_the_weights_own_is_accepted(tmp_path):
+    """The check above is on the weights' dtype, not float32's: a bfloat16 checkpoint saying
+    bfloat16 (as save_pretrained writes one) builds, loaded as float32."""
+    model = _family_checkpoint(tmp_path / "model", "bert")
+    transformers.BertForSequenceClassification.from_pretrained(model).to(
+        torch.bfloat16
+    ).save_pretrained(model)
+    assert json.loads((model / "config.json").read_text())["dtype"] == "bfloat16"
+    seq = models.build(str(model))
+    assert {p.dtype for p in seq.hf_model.parameters()} == {torch.float32}
+
+
 def _profile_refused(model: Path, tmp_path: Path, capsys, where: str) -> None:
     """`profile MODEL` refused in one line holding `where`, nothing under tmp_path/in changed
     and no profile written."""
