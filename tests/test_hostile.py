@@ -2090,6 +2090,36 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
         "dtype is 'int8'; the weights' dtype is one of float32, float16, bfloat16, float64",
     ),
     "bert torch_dtype int8": ({**BERT_CONFIG, "torch_dtype": "int8"}, "torch_dtype is 'int8'"),
+    # Found by the twenty-first round: each accepted without a word. output_attentions true
+    # was trained, then the run's export failed in a traceback (transformers saves it beside
+    # eager attention only, which save_pretrained does not record); gradient_checkpointing
+    # recomputed the activations the profile and plan count as kept; an unknown attention was
+    # refused as "cannot load model.safetensors"; torchscript was not typed.
+    "bert output_attentions true": (
+        {**BERT_CONFIG, "output_attentions": True},
+        "output_attentions is true; pipeplan's layers pass hidden states on, no attention",
+    ),
+    "gpt2 output_attentions true beside eager attention": (
+        {**GPT2_CONFIG, "output_attentions": True, "attn_implementation": "eager"},
+        "output_attentions is true; pipeplan's layers pass hidden states on, no attention",
+    ),
+    "bert gradient_checkpointing true": (
+        {**BERT_CONFIG, "gradient_checkpointing": True},
+        "gradient_checkpointing is true; pipeplan's profile and plan count the activations",
+    ),
+    "bert gradient_checkpointing 1": (
+        {**BERT_CONFIG, "gradient_checkpointing": 1},
+        "gradient_checkpointing is 1; true or false",
+    ),
+    "bert attn_implementation zorp": (
+        {**BERT_CONFIG, "attn_implementation": "zorp"},
+        "attn_implementation is 'zorp'; one of eager, sdpa, or null (sdpa)",
+    ),
+    "gpt2 attn_implementation flash_attention_2": (
+        {**GPT2_CONFIG, "attn_implementation": "flash_attention_2"},
+        "attn_implementation is 'flash_attention_2'; one of eager, sdpa",
+    ),
+    "bert torchscript yes": ({**BERT_CONFIG, "torchscript": "yes"}, "torchscript is 'yes'; true"),
     "gpt2 is_encoder_decoder": (
         {**GPT2_CONFIG, "is_encoder_decoder": True},
         "is_encoder_decoder is true; pipeplan builds encoders and decoders",

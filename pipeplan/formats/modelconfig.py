@@ -48,6 +48,10 @@ MAX_INIT_STD = 1.0
 
 # The position embeddings of the BERT-like families (transformers' `position_embedding_type`).
 POSITION_TYPES = ("absolute", "relative_key", "relative_key_query")
+# The attention implementations pipeplan builds (`attn_implementation`; null is sdpa, transformers'
+# default): those transformers has in torch alone. Another name was refused by from_pretrained
+# as a failure to load the weights, or tried as a kernel hub repository.
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
 
 # The JSON types each config key that transformers or pipeplan reads may have: what the config
 # classes of the families declare (a test holds this table to their annotations) and what their
@@ -65,6 +69,8 @@ FIELD_TYPES: dict[str, tuple[str, ...]] = {
     "output_hidden_states": ("bool", "null"),
     "return_dict": ("bool", "null"),
     "output_attentions": _BOOL,
+    "torchscript": _BOOL,  # transformers 5 reads it no more: kept in the export, unread
+    "gradient_checkpointing": _BOOL,
     "dtype": ("string", "null"),
     "torch_dtype": ("string", "null"),
     "attn_implementation": ("string", "null"),
@@ -183,7 +189,8 @@ def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = 
     (`FIELD_TYPES`), nothing pipeplan does not build (`unbuilt_problem`), norm epsilons in
     `EPS_RANGE`, dropouts in [0, 1), initializer_range in [0, `MAX_INIT_STD`], pretraining_tp
     an integer ≥ 1, a feed-forward chunk size ≥ 0, num_labels in 1..MAX_CONFIG_LABELS, a known
-    position embedding type, the RoPE parameters (`rope_problem`), with `labels` id2label,
+    position embedding type, the RoPE parameters (`rope_problem`), the switches of the forward
+    pass (`switch_problem`), with `labels` id2label,
     label2id and num_labels one mapping of names a data label may be (`label_map_problem`), and
     (text models) every token id inside the vocabulary but the
     family's defaults."""
@@ -213,11 +220,49 @@ def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = 
             return f"{key} is {quoted(value)}; a classifier has 1..{MAX_CONFIG_LABELS:,} labels"
     if (why := rope_problem(config)) is not None:
         return why
+    if (why := switch_problem(config)) is not None:
+        return why
     if labels and (why := label_map_problem(config)) is not None:
         return why
     if family in ("vit", "deit"):
         return None
     return token_id_problem(config, DEFAULT_TOKEN_IDS.get(family, {}))
+
+
+def switch_problem(config: dict[str, Any]) -> str | None:
+    """What the config's switches of transformers' forward ask for that pipeplan cannot give,
+    in words, or None: an attention implementation other than `ATTENTION_IMPLEMENTATIONS`,
+    attention weights, and gradient checkpointing. Found by the twenty-first round:
+    output_attentions true was built and trained, then the run's export failed in a traceback
+    (transformers saves it beside eager attention only, and save_pretrained does not write
+    attn_implementation: an eager folder's export saved, reloaded as sdpa, and failed there), and
+    gradient_checkpointing true made transformers recompute every block's activations, which
+    the profile and plan count as kept. (return_dict, output_hidden_states, use_cache and
+    torchscript change nothing pipeplan computes: only their types are checked.)
+
+        switch_problem({"output_attentions": True})
+        # "output_attentions is true; pipeplan's layers pass hidden states on, no attention …"
+    """
+    attention = config.get("attn_implementation")
+    if attention is not None and attention not in ATTENTION_IMPLEMENTATIONS:
+        return (
+            f"attn_implementation is {quoted(attention)}; one of "
+            f"{', '.join(ATTENTION_IMPLEMENTATIONS)}, or null (sdpa)"
+        )
+    if config.get("output_attentions"):
+        return (
+            "output_attentions is true; pipeplan's layers pass hidden states on, no attention "
+            "weights, and transformers saves this switch beside eager attention only, which a "
+            "saved config does not record (the export, or a save of the exported model, "
+            "fails): set it false"
+        )
+    if config.get("gradient_checkpointing"):
+        return (
+            "gradient_checkpointing is true; pipeplan's profile and plan count the activations "
+            "each block keeps for its backward pass, which transformers would recompute "
+            "instead: set it false"
+        )
+    return None
 
 
 # The families whose feed-forward transformers chunks along the sequence when
