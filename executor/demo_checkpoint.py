@@ -34,7 +34,7 @@ from pathlib import Path
 from executor.launch import check_runs_root, prepare, run_local
 from pipeplan import models
 from pipeplan.errors import OutputError, PipeplanError
-from pipeplan.fileio import check_writable, is_run_directory
+from pipeplan.fileio import check_writable, claim_directory, is_run_directory
 from pipeplan.formats import Profile, RunConfig, RunSummary, load
 from pipeplan.formats.base import CONFIG_LIMIT, MAX_CONFIG_BYTES, out_of_memory, read_input
 from pipeplan.inputs import ProfileRequest
@@ -110,8 +110,18 @@ def pretrained_checkpoint(
                 "folder to pretrain again)"
             )
             return found
+        # Claimed before anything goes (the claim is kept for the pretraining run): another
+        # demo still pretraining there, or any process holding the run, is refused, not
+        # deleted under it (twenty-second round). The folder is emptied but for its lock.
+        claim_directory(run_dir)
         say(f"{prefix}pretrained checkpoint {run_dir}: {problem}; rebuilding it")
-        shutil.rmtree(run_dir)
+        for entry in run_dir.iterdir():
+            if entry.name == ".lock":
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     say(
         f"{prefix}pretrained checkpoint: pretraining {MODEL} on the source task (the ten digits, "
         f"{SOURCE_RUN.epochs} epochs) into {run_dir}, then profiling it…"

@@ -113,3 +113,21 @@ def test_a_refused_runs_dir_says_nothing_before_its_one_line(tmp_path, capsys, i
     assert len(err) == 1 and "lies inside the run directory" in err[0], err
     assert {p.name: p.stat().st_mtime_ns for p in run.iterdir()} == touched
     assert [list((run / folder).iterdir()) for folder in ("checkpoints", "logs")] == [[], []]
+
+
+def test_a_pretraining_folder_another_process_holds_is_not_rebuilt(tmp_path, capsys):
+    """Found by the twenty-second round: `demo` found the pretraining folder unfinished (a
+    first demo still pretraining into it) and deleted it under the process holding it. The
+    rebuild claims the folder first: refused in one line, and nothing in it removed."""
+    import fcntl
+
+    held = tmp_path / PRETRAINED
+    held.mkdir()
+    (held / "run.json").write_text("{}")
+    (held / "marker.txt").write_text("keep")
+    with open(held / ".lock", "a") as lock:  # another process's claim (a separate open file)
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert cli.main(["demo", "--pretrain-only", "--runs-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].endswith("in use by another pipeplan process"), err
+    assert sorted(p.name for p in held.iterdir()) == [".lock", "marker.txt", "run.json"]
