@@ -9,7 +9,8 @@ common failure), with a precise time and a kind:
 - `interrupted`: it got SIGINT;
 - `lost`: a collective failed because a peer went away (connection closed or reset);
 - `timeout`: a collective waited longer than the collective timeout;
-- `stopped`: it got SIGTERM as it started (`executor.launch`), from a user or from the agent.
+- `stopped`: it got SIGTERM as it started (`executor.launch`), from a user or from the agent,
+  or SIGTERM or SIGHUP while it waited for the other ranks (`worker.meet_every_rank`).
 
 The last two are what the *other* ranks see once one rank has failed, often before the failing
 rank's own exit is noticed. So the launcher does not take the failure the agent observed first:
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from executor import errorfile
-from pipeplan.errors import PipeplanError
+from pipeplan.errors import Interrupted, PipeplanError, Stopped
 
 OWN_FAULT = ("raised", "interrupted")
 EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
@@ -72,8 +73,10 @@ class Report:
 def classify(exc: BaseException) -> str:
     """`classify(KeyboardInterrupt())` → "interrupted"; a gloo/NCCL error caused by a peer →
     "lost" or "timeout"; anything else → "raised"."""
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, (KeyboardInterrupt, Interrupted)):  # Interrupted: in the start's wait
         return "interrupted"
+    if isinstance(exc, Stopped):  # SIGTERM or SIGHUP while it waited for the others to start
+        return "stopped"
     backend = _backend_error(exc)
     if backend is None:
         return "raised"
@@ -104,6 +107,8 @@ def describe(exc: BaseException, kind: str) -> str:
     the last line of its message (gloo's carry a source path first)."""
     if kind == "interrupted":
         return "interrupted by SIGINT"
+    if isinstance(exc, Stopped):
+        return f"stopped by {signal.Signals(exc.signum).name}"
     if isinstance(exc, ValidationError) and exc.errors():
         # Its last line is a link to pydantic's documentation: say what failed instead.
         error = exc.errors()[0]

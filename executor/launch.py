@@ -11,7 +11,9 @@ the world size), creates `runs/NAME/` with `run.json`, and then has
 per rank (through a shell that ignores Ctrl-C until the rank takes it over, RANK_SHELL),
 exactly what torchrun starts on each node. Either way rank, world size, LOCAL_RANK
 and the rendezvous come from the launcher's environment, and the process group is created with
-`init_method="env://"`. Rank 0 writes `summary.json` at the end.
+`init_method="env://"` (or, started without an agent, on the store rank 0 hosts as env:// would)
+once every rank has started (`worker.meet_every_rank`: a wait that takes Ctrl-C and SIGTERM).
+Rank 0 writes `summary.json` at the end.
 
 Faults: torch's agent watches the ranks and stops them all as soon as one fails. Each failing
 rank writes its own report first (`executor.faults`), so the launcher names the rank that failed
@@ -138,7 +140,13 @@ from executor.task import (
     data_record,
     read_run_config,
 )
-from executor.worker import Trainer, init_distributed
+from executor.worker import (
+    ONE_SIDED_TIMEOUT_S,
+    StartAbandoned,
+    StartWait,
+    Trainer,
+    init_distributed,
+)
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
 from pipeplan.errors import (
@@ -559,15 +567,73 @@ def main(argv: list[str] | None = None) -> None:
         train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as exc:  # every failure is reported, then the rank exits
         report = faults.write_report(exc, rank)
-        traceback.print_exc()  # into the rank's log (or torchrun's console)
-        if not args.log_dir:  # under torchrun: one line of ours after torch's traceback
-            pipeplan_log.error(f"rank {rank}: {report.message}", console)
+        said = start_line(exc, rank)
+        if said is not None:  # its own line, as the CLI's: a start that never trained
+            line, code = said
+            # Under `pipeplan run` into the rank's log: the launcher says it on the console.
+            print(line, file=sys.stderr if args.log_dir else console, flush=True)
+        else:
+            traceback.print_exc()  # into the rank's log (or torchrun's console)
+            if not args.log_dir:  # under torchrun: one line of ours after torch's traceback
+                pipeplan_log.error(f"rank {rank}: {report.message}", console)
+            code = faults.exit_code(report)
         for stream in (sys.stdout, sys.stderr, console):
             stream.flush()
         remove_own_caches()  # after the report, whose time names the rank that failed first
         # No interpreter teardown: a process group broken by a dead peer can hang it.
-        os._exit(faults.exit_code(report))
+        os._exit(code)
     errorfile.release()  # trained: the report's room is given back
+
+
+def start_line(exc: BaseException, rank: int) -> tuple[str, int] | None:
+    """The line and exit code of a rank that ended while it waited for the others to start
+    (`worker.meet_every_rank`), as the CLI's own: Ctrl-C, SIGTERM or SIGHUP, the wait's limit.
+    None for any other failure (its traceback, then `pipeplan: error: rank R: …`).
+
+        start_line(Stopped(signal.SIGTERM), 0)   # ("pipeplan: stopped by SIGTERM", 143)
+    """
+    if isinstance(exc, Interrupted):
+        return "pipeplan: interrupted", faults.EXIT_INTERRUPTED
+    if isinstance(exc, Stopped):
+        return f"pipeplan: stopped by {signal.Signals(exc.signum).name}", 128 + exc.signum
+    if isinstance(exc, StartAbandoned):
+        return f"pipeplan: error: {pipeplan_log.bounded(f'rank {rank}: {exc}')}", 2
+    return None
+
+
+@contextlib.contextmanager
+def stoppable() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise Stopped inside the block (the rank's wait for the others, which
+    takes signals: `worker.meet_every_rank`), and kill at once again after it: a rank blocked in
+    a collective would not run a handler until it returned, and the agent stops ranks with it.
+
+        with stoppable():
+            device = init_distributed(cfg.device, cfg.collective_timeout_s, start)
+    """
+
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signum)
+
+    before = {sig: signal.signal(sig, stop) for sig in START_STOPS}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+# What stops a rank waiting for the others with its line (`stoppable`).
+START_STOPS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def start_wait(cfg: RunConfig) -> StartWait:
+    """How long this rank waits for the others to start. Under `pipeplan run` as long as
+    one-sided work (its ranks start together, and its agent stops them all if one fails to),
+    in silence; under torchrun (or any launcher) the run's --collective-timeout, said once
+    when it waits: a node started late or never, whose rank no agent here watches."""
+    if under_pipeplan_run():
+        return StartWait(ONE_SIDED_TIMEOUT_S)
+    return StartWait(cfg.collective_timeout_s, "the run's --collective-timeout", say=True)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -722,7 +788,8 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
     cfg = rank_config(run_dir, resume)
     if int(os.environ["LOCAL_RANK"]) == 0:  # one rank per node: /dev/shm is the node's
         remove_stale_caches()  # of runs killed before they could remove their cache
-    device = init_distributed(cfg.device, cfg.collective_timeout_s)
+    with stoppable():  # waiting for the others takes Ctrl-C, SIGTERM and SIGHUP
+        device = init_distributed(cfg.device, cfg.collective_timeout_s, start_wait(cfg))
     rank = dist.get_rank()
     if rank != 0 and int(os.environ["LOCAL_RANK"]) == 0 and not under_pipeplan_run():
         # Another node's copy of the run is locked too, for the run's life (rank 0 took its

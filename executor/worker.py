@@ -18,14 +18,15 @@ import datetime as _dt
 import logging
 import math
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.elastic.utils.store import barrier
 from torch.utils.data import DistributedSampler
 
 from executor.cache import ActivationCache, cache_allowed, memory_dir_for
@@ -36,7 +37,7 @@ from executor.records import Recorder, step_loss, step_record, step_row
 from executor.task import build_task, save_model
 from executor.topology import comm_device, node_peers, set_host_group
 from pipeplan import freeze, models
-from pipeplan.errors import BadArgumentError, PipeplanError
+from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
@@ -68,11 +69,12 @@ _one_sided: list[dist.ProcessGroup] = []  # the group one_sided_done waits on, o
 Recalibrate = Callable[[list[Path], Profile], Profile]
 
 
-def init_distributed(device: str, timeout_s: float) -> torch.device:
+def init_distributed(device: str, timeout_s: float, start: StartWait | None = None) -> torch.device:
     """`init_distributed("cpu", 600)` → this rank's device, once it has joined the job its
     launcher (torchrun, or `pipeplan run` through elastic_launch) started: RANK, WORLD_SIZE,
     LOCAL_RANK and the rendezvous (MASTER_ADDR, MASTER_PORT) come from the environment.
-    Collectives fail after `timeout_s`."""
+    Collectives fail after `timeout_s`; the ranks first wait for each other as `start` says
+    (`meet_every_rank`; default: ONE_SIDED_TIMEOUT_S, in silence)."""
     torch.set_num_threads(1)
     if device == "cuda":
         local = int(os.environ.get("LOCAL_RANK", 0))
@@ -85,12 +87,20 @@ def init_distributed(device: str, timeout_s: float) -> torch.device:
         dev = torch.device("cuda", local)
     else:
         dev = torch.device("cpu")
-    wait_for_every_rank()
-    dist.init_process_group(
-        "nccl" if device == "cuda" else "gloo",
-        init_method="env://",
-        timeout=_dt.timedelta(seconds=timeout_s),
-    )
+    backend = "nccl" if device == "cuda" else "gloo"
+    store = meet_every_rank(start or StartWait(ONE_SIDED_TIMEOUT_S))
+    timeout = _dt.timedelta(seconds=timeout_s)
+    if store is None:  # under torch's agent: its store, as torch's env:// finds it
+        dist.init_process_group(backend, init_method="env://", timeout=timeout)
+    else:  # the store rank 0 hosts, as env:// would make it (`torch.distributed.rendezvous`)
+        store.set_timeout(timeout)
+        dist.init_process_group(
+            backend,
+            store=dist.PrefixStore("default_pg", store),
+            rank=int(os.environ["RANK"]),
+            world_size=int(os.environ["WORLD_SIZE"]),
+            timeout=timeout,
+        )
     # gloo on every backend: a barrier needs no device, and NCCL's cannot wait this long.
     timeout = _dt.timedelta(seconds=max(timeout_s, ONE_SIDED_TIMEOUT_S))
     _one_sided[:] = [dist.new_group(backend="gloo", timeout=timeout)]
@@ -99,20 +109,180 @@ def init_distributed(device: str, timeout_s: float) -> torch.device:
     return dev
 
 
-def wait_for_every_rank() -> None:
-    """Wait (ONE_SIDED_TIMEOUT_S at most) until every rank of the job has started. Joining the
+# ----------------------------------------------------------------------------- the start
+# Every rank waits for the others before it joins the process group. torch's own waits (the
+# store's, env://'s TCPStore on rank 0) are C++ calls that take no Ctrl-C or SIGTERM until they
+# return: a lone rank of a 2-rank torchrun job ignored Ctrl-C for 10 minutes, said nothing, and
+# died silently on SIGTERM (the twenty-first round). This wait returns to Python every
+# POLL_S at most, so a signal's handler runs at once, and it says what it waits for.
+
+# Seconds between two looks at the store (a look never blocks: `Store.check`; a store's own
+# timed wait printed two C++ warnings each time it timed out).
+POLL_S = 0.25
+# A rank still waiting after this many seconds says so, once (when `StartWait.say`): a normal
+# start, whose ranks arrive within a few seconds of each other, says nothing.
+NOTICE_AFTER_S = 5.0
+# Missing ranks named in a line at most (the rest are counted).
+NAMED_MISSING = 8
+
+
+@dataclass(frozen=True)
+class StartWait:
+    """How long a rank waits for the others at the start, where that limit comes from (for
+    the lines), and whether it says that it waits.
+
+        StartWait(600, "the run's --collective-timeout", say=True)
+    """
+
+    limit_s: float
+    source: str = ""
+    say: bool = False
+
+    def limit(self) -> str:
+        """`"600 s (the run's --collective-timeout)"`"""
+        return f"{self.limit_s:g} s" + (f" ({self.source})" if self.source else "")
+
+
+class StartAbandoned(PipeplanError):
+    """The ranks did not all arrive within the start's limit, or the store they meet at went
+    away: the rank gives up with one line naming the address and the ranks missing."""
+
+
+def meet_every_rank(start: StartWait) -> dist.TCPStore | None:
+    """Wait (`start.limit_s` at most) until every rank of the job has started: joining the
     process group is bounded by the collective timeout, and one rank may take longer than that
-    to import torch or set up its GPU. Only under torch's launchers, whose agent hosts the
-    store (MASTER_ADDR:MASTER_PORT); a rank that dies before it gets here stops the run anyway."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        return
-    timeout = _dt.timedelta(seconds=ONE_SIDED_TIMEOUT_S)
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout
-    )
+    to import torch or set up its GPU. Under torch's launchers their agent hosts the store
+    (returns None: torch's env:// finds it again); otherwise rank 0 hosts it, as env:// would,
+    and returns it for the process group. StartAbandoned when the time runs out; Interrupted
+    on Ctrl-C, whenever it comes.
+
+        store = meet_every_rank(StartWait(600, "the run's --collective-timeout", say=True))
+    """
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     attempt = [os.environ.get(f"TORCHELASTIC_{key}", "") for key in ("RUN_ID", "RESTART_COUNT")]
     prefix = "pipeplan/started/" + "/".join(attempt)  # once per start: keys stay in the store
-    barrier(store, int(os.environ["WORLD_SIZE"]), prefix, barrier_timeout=ONE_SIDED_TIMEOUT_S)
+    deadline = time.monotonic() + start.limit_s
+    try:
+        if not agent and rank == 0:
+            store = _host_store(host, port, world)
+        else:
+            store = _join_store(host, port, world, deadline, start)
+        store.set(f"{prefix}/{rank}", "1")
+        if store.add(f"{prefix}/count", 1) == world:  # the last to arrive says all have
+            store.set(f"{prefix}/all", "1")
+        _await_all(store, prefix, world, deadline, start, f"{host}:{port}")
+    except KeyboardInterrupt:
+        raise Interrupted from None
+    except dist.DistError as exc:  # the store went away (its host gave up, or died)
+        raise StartAbandoned(
+            f"lost the store at {host}:{port} while waiting for the other ranks of "
+            f"WORLD_SIZE={world} ({_last_line(exc)}); the rank hosting it stopped"
+        ) from None
+    return None if agent else store
+
+
+def _host_store(host: str, port: int, world: int) -> dist.TCPStore:
+    """Rank 0's store on MASTER_PORT, as env:// makes it, but not waiting for the others in
+    its constructor (a C++ wait): `_await_all` waits for them."""
+    try:
+        return dist.TCPStore(
+            host,
+            port,
+            world,
+            is_master=True,
+            timeout=_dt.timedelta(seconds=60),
+            wait_for_workers=False,
+            multi_tenant=True,
+        )
+    except dist.DistError as exc:
+        raise StartAbandoned(
+            f"MASTER_PORT={port}: rank 0 cannot host the ranks' store there ({_last_line(exc)}); "
+            "pick a free port"
+        ) from None
+
+
+def _join_store(
+    host: str, port: int, world: int, deadline: float, start: StartWait
+) -> dist.TCPStore:
+    """A client of the store at host:port, once something listens there: looked for with a
+    plain connection every POLL_S (a TCPStore's own connect retries in C++, printing an error
+    and a C++ backtrace for each try)."""
+    started = time.monotonic()
+    said = False
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=min(1.0, start.limit_s)).close()
+            break
+        except OSError:
+            pass
+        now = time.monotonic()
+        if now >= deadline:
+            raise StartAbandoned(
+                f"gave up after {start.limit()} waiting for rank 0 of WORLD_SIZE={world} to "
+                f"open its store at {host}:{port}: nothing listens there; start every rank "
+                "within that time, with the same MASTER_ADDR and MASTER_PORT"
+            )
+        if start.say and not said and now - started >= NOTICE_AFTER_S:
+            log.info(
+                "waiting for rank 0 to open its store at %s:%d, at most %s",
+                host,
+                port,
+                start.limit(),
+            )
+            said = True
+        time.sleep(min(POLL_S, max(deadline - now, 0.0)))
+    left = max(deadline - time.monotonic(), 1.0)
+    return dist.TCPStore(host, port, world, False, timeout=_dt.timedelta(seconds=min(left, 30)))
+
+
+def _await_all(
+    store: dist.TCPStore, prefix: str, world: int, deadline: float, start: StartWait, at: str
+) -> None:
+    """Look (never blocking) every POLL_S at most until the last rank has arrived; say once
+    that this rank waits (`start.say`, after NOTICE_AFTER_S); StartAbandoned naming the ranks
+    that never arrived once `deadline` is past."""
+    started = time.monotonic()
+    said = False
+    pause = 0.01
+    while not store.check([f"{prefix}/all"]):
+        now = time.monotonic()
+        if now >= deadline:
+            raise StartAbandoned(
+                f"gave up after {start.limit()} waiting at {at} for the other ranks of "
+                f"WORLD_SIZE={world}: {_missing(store, prefix, world)}; start every rank "
+                "within that time"
+            )
+        if start.say and not said and now - started >= NOTICE_AFTER_S:
+            arrived = store.add(f"{prefix}/count", 0)
+            log.info(
+                "waiting at %s for the other ranks (%d of %d have started), at most %s",
+                at,
+                arrived,
+                world,
+                start.limit(),
+            )
+            said = True
+        time.sleep(min(pause, max(deadline - now, 0.0)))
+        pause = min(pause * 2, POLL_S)  # quick while the others arrive together
+
+
+def _missing(store: dist.TCPStore, prefix: str, world: int) -> str:
+    """`"1 of 2 ranks arrived; rank 1 never did"`: the ranks that never set their key."""
+    missing = [r for r in range(world) if not store.check([f"{prefix}/{r}"])]
+    named = ", ".join(map(str, missing[:NAMED_MISSING]))
+    more = len(missing) - NAMED_MISSING
+    if more > 0:
+        named += f" and {more} more"
+    which = f"rank {named} never did" if len(missing) == 1 else f"ranks {named} never did"
+    return f"{world - len(missing)} of {world} ranks arrived; {which}"
+
+
+def _last_line(exc: BaseException) -> str:
+    """A store error's last line, without the C++ source location torch puts first."""
+    lines = str(exc).strip().splitlines()
+    return lines[-1].rsplit("] ", 1)[-1] if lines else type(exc).__name__
 
 
 def one_sided_done() -> None:

@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -1175,6 +1176,116 @@ def test_the_entry_refuses_a_world_size_the_run_was_not_prepared_for(tmp_path, c
     code, err = _main_forked([str(run)], env)
     assert code == 2 and err.count("\n") == 1, err[-3000:]
     assert "WORLD_SIZE=2" in err and "prepared for 1 ranks" in err, err
+    assert snapshot(run) == before
+
+
+# A rank whose peers never start (a second node late, or its command mistyped), waiting for
+# them before the process group: it says so, takes Ctrl-C, SIGTERM and SIGHUP with the CLI's
+# lines, and gives up after the run's --collective-timeout naming the address and the ranks.
+
+
+def _lone_rank(
+    tmp_path: Path, capsys, rank: int = 0, *flags: str
+) -> tuple[subprocess.Popen, Path, str]:
+    """Rank `rank` alone of a 2-rank run prepared with `flags`, started as torchrun's entry
+    (no agent: rank 0 hosts the store on MASTER_PORT, a free port); its stderr piped. Returns
+    it, the run and the port."""
+    from pipeplan.fileio import release_directory
+    from pipeplan.spawn import free_port
+
+    argv = ["run", "--model", "vit-digits", "--nproc", "2", "--epochs", "1", "--name", "lone"]
+    assert cli.main([*argv, *flags, "--runs-dir", str(tmp_path), "--prepare-only"]) == 0
+    capsys.readouterr()
+    run = tmp_path / "lone"
+    release_directory(run)  # prepared in this process, which holds its lock: the rank takes it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
+    env.pop("PIPEPLAN_LAUNCHER_PID", None)
+    port = str(free_port())
+    env = {**env, **RANK_ENV, "WORLD_SIZE": "2", "RANK": str(rank), "MASTER_PORT": port}
+    env["PYTHONPATH"] = str(ROOT)
+    command = [sys.executable, "-m", "executor.launch", str(run)]
+    rank_process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    return rank_process, run, port
+
+
+def _said(process: subprocess.Popen, fragment: str, timeout: float = 150) -> str:
+    """The first stderr line of `process`, once it comes, holding `fragment`."""
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        ready, _, _ = select.select([process.stderr], [], [], 0.5)
+        if ready:
+            line = process.stderr.readline()
+            assert fragment in line, line
+            return line
+    process.kill()
+    raise AssertionError(f"no line in {timeout} s: {process.communicate()[1][-3000:]}")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "sig, line, code",
+    [
+        (signal.SIGINT, "pipeplan: interrupted", 130),
+        (signal.SIGTERM, "pipeplan: stopped by SIGTERM", 143),
+        (signal.SIGHUP, "pipeplan: stopped by SIGHUP", 129),
+    ],
+)
+def test_a_rank_waiting_for_its_peers_says_so_and_takes_signals(tmp_path, capsys, sig, line, code):
+    """Found by the twenty-first round: rank 0 of a 2-rank torchrun-entry run whose rank 1
+    never started waited in torch's store (a C++ wait) saying nothing, ignored Ctrl-C for ten
+    minutes, and exited 143 on SIGTERM with no line. It says once that it waits, and for how
+    long at most; a signal then ends it at once with the CLI's line and exit code, nothing
+    of the run changed."""
+    import time
+
+    rank_process, run, _ = _lone_rank(tmp_path, capsys)
+    before = snapshot(run)
+    said = _said(rank_process, "waiting at 127.0.0.1:")
+    assert said.startswith("pipeplan: rank 0: INFO: ") and "(1 of 2 have started)" in said
+    assert "at most 600 s (the run's --collective-timeout)" in said
+    sent = time.monotonic()
+    rank_process.send_signal(sig)
+    _, err = rank_process.communicate(timeout=30)
+    assert time.monotonic() - sent < 10, "not at once"
+    assert (rank_process.returncode, err.splitlines()) == (code, [line]), err[-3000:]
+    assert snapshot(run) == before
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "rank, fragment",
+    [
+        (
+            0,
+            "waiting at 127.0.0.1:{port} for the other ranks of WORLD_SIZE=2: 1 of 2 ranks "
+            "arrived; rank 1 never did",
+        ),
+        (
+            1,
+            "waiting for rank 0 of WORLD_SIZE=2 to open its store at 127.0.0.1:{port}: "
+            "nothing listens there",
+        ),
+    ],
+)
+def test_a_rank_whose_peers_never_start_gives_up_naming_them(tmp_path, capsys, rank, fragment):
+    """Found by the twenty-first round: a lone rank of a 2-rank run waited with no stated
+    limit (killed after 10 minutes, nothing said). It gives up after the run's
+    --collective-timeout with one line naming the address it waited at and the ranks that
+    never arrived (rank 1 alone: rank 0, whose store never opened), exit 2."""
+    rank_process, run, port = _lone_rank(tmp_path, capsys, rank, "--collective-timeout", "2")
+    before = snapshot(run)
+    _, err = rank_process.communicate(timeout=150)
+    lines = err.splitlines()
+    assert rank_process.returncode == 2 and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith(
+        f"pipeplan: error: rank {rank}: gave up after 2 s (the run's --collective-timeout) "
+    )
+    assert fragment.format(port=port) in lines[0], lines[0]
     assert snapshot(run) == before
 
 

@@ -18,6 +18,8 @@ from conftest import rank_processes
 
 from executor import faults
 from executor.launch import INTERRUPTED, RANK_SHELL
+from executor.worker import StartAbandoned
+from pipeplan.errors import Interrupted, Stopped
 from pipeplan.spawn import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -643,6 +645,47 @@ def test_the_verdict_names_the_first_to_fail(failures, expected):
 )
 def test_a_rank_classifies_its_own_failure(exc, kind):
     assert faults.classify(exc) == kind
+
+
+@pytest.mark.parametrize(
+    "exc, kind, message, line, code",
+    [
+        (Interrupted(), "interrupted", "interrupted by SIGINT", "pipeplan: interrupted", 130),
+        (
+            Stopped(signal.SIGTERM),
+            "stopped",
+            "stopped by SIGTERM",
+            "pipeplan: stopped by SIGTERM",
+            143,
+        ),
+        (
+            Stopped(signal.SIGHUP),
+            "stopped",
+            "stopped by SIGHUP",
+            "pipeplan: stopped by SIGHUP",
+            129,
+        ),
+        (
+            StartAbandoned("gave up after 2 s waiting at h:1"),
+            "raised",
+            "gave up after 2 s waiting at h:1",
+            "pipeplan: error: rank 3: gave up after 2 s waiting at h:1",
+            2,
+        ),
+    ],
+)
+def test_a_rank_ended_while_waiting_for_its_peers_says_it_as_the_cli_does(
+    exc, kind, message, line, code
+):
+    """Found by the twenty-first round: a rank waiting for its peers exited 143 on SIGTERM
+    with no line (and took no Ctrl-C). Ended in that wait, its report (for `pipeplan run`'s
+    verdict) says what ended it, and its one console line and exit code are the CLI's."""
+    from executor.launch import start_line
+
+    report = faults.write_report(exc, rank=3)
+    assert (report.kind, report.message) == (kind, message)
+    assert start_line(exc, 3) == (line, code)
+    assert start_line(ValueError("x"), 3) is None  # any other failure: traceback, then its line
 
 
 def test_a_rank_whose_report_cannot_be_written_still_exits_leaving_no_partial_report(

@@ -328,7 +328,8 @@ class RunConfig(Strict):
         "before the run stops, naming the rank that did not respond. A dead rank stops the run "
         "at once "
         "whatever this is; long one-sided work (start-up, checkpoint writes, cache fills, "
-        "evaluation, re-planning) is waited for apart from it.",
+        "evaluation, re-planning) is waited for apart from it. Under torchrun each rank "
+        "waits this long at most for the others to start.",
     )
     # Below 1: at 1 every activation is zeroed in training, and nothing is learned.
     dropout: Annotated[NonNegFloat | None, Flag(default="the model's")] = Field(
