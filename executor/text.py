@@ -430,9 +430,10 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     """Token ids padded or cut to the model's length; labels, or for a causal LM the ids
     with IGNORE_INDEX at padding."""
     directory = tokenizer_directory(tokenizer, seq, corpus.name)
-    tok = load_tokenizer(directory)
-    pad = _pad_id(tok, seq)
     length = seq.input_shape[0]
+    vocab = getattr(seq.config, "vocab_size", None)
+    tok = load_tokenizer(directory, length, vocab if type(vocab) is int else None)
+    pad = _pad_id(tok, seq)
 
     def encode(texts: list[str]) -> torch.Tensor:
         if not texts:
@@ -500,9 +501,13 @@ def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Pat
     )
 
 
-def load_tokenizer(directory: Path) -> Any:
+def load_tokenizer(directory: Path, length: int | None = None, vocab: int | None = None) -> Any:
     """A tokenizer saved by transformers (`save_pretrained`), offline; a bare tokenizer.json
-    of the `tokenizers` library works too."""
+    of the `tokenizers` library works too. `length` (--seq-len) and `vocab` (the model's
+    vocab_size) bound tokenizer_config.json's model_max_length and added tokens' ids.
+
+        load_tokenizer(Path("tok"), 128, 30522)
+    """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if not directory.is_dir():
@@ -516,7 +521,7 @@ def load_tokenizer(directory: Path) -> Any:
             f"{directory}: no tokenizer vocabulary (tokenizer.json, vocab.txt, vocab.json or a "
             "sentencepiece .model); pass a folder a tokenizer was saved to with save_pretrained"
         )
-    config = _check_tokenizer_config(directory)
+    config = _check_tokenizer_config(directory, length, vocab)
     # The `tokenizers` library raises a plain Exception on a broken or unknown-model
     # tokenizer.json: anything from loading is the directory's fault. trust_remote_code off:
     # left unset, transformers asks on a terminal whether to run a folder's code.
@@ -540,15 +545,21 @@ def load_tokenizer(directory: Path) -> Any:
         ) from None
 
 
-def _check_tokenizer_config(directory: Path) -> dict[str, Any] | None:
-    """tokenizer_config.json's fields that a tokenizer class reads first, or None without
-    the file: no auto_map (custom code, which pipeplan never runs) and padding and
-    truncation sides of 'right' or 'left'. Found by the twentieth round: each, like a
-    tokenizer_class that fails to load, fell back to the bare tokenizer.json and was
-    reported as "the tokenizer has no pad token".
+def _check_tokenizer_config(
+    directory: Path, length: int | None = None, vocab: int | None = None
+) -> dict[str, Any] | None:
+    """tokenizer_config.json's values, or None without the file: no auto_map (custom code,
+    which pipeplan never runs), and every key by `tokenizerconfig`'s table (types, ranges,
+    padding and cutting on the right, files inside the folder, model_max_length not below
+    `length`, added tokens' ids below `vocab`). Found by the twentieth round: auto_map and a
+    padding_side of 'middle', like a tokenizer_class that fails to load, fell back to the bare
+    tokenizer.json and were reported as "the tokenizer has no pad token"; by the twenty-first:
+    do_lower_case "yes", model_max_length -1, tokenizer_file "/etc/passwd" were read silently.
 
         _check_tokenizer_config(Path("tok"))   # InputFileError: "…: padding_side is 'middle'; …"
     """
+    from pipeplan.formats.tokenizerconfig import tokenizer_config_problem
+
     path = directory / "tokenizer_config.json"
     if not path.is_file():
         return None
@@ -560,9 +571,8 @@ def _check_tokenizer_config(directory: Path) -> dict[str, Any] | None:
             f"{path}: auto_map names custom tokenizer code; pipeplan runs no code from a "
             "folder: remove auto_map and name a transformers class in tokenizer_class"
         )
-    for side in ("padding_side", "truncation_side"):
-        if side in config and config[side] not in ("right", "left"):
-            raise InputFileError(f"{path}: {side} is {config[side]!r}; it is 'right' or 'left'")
+    if (why := tokenizer_config_problem(config, length=length, vocab=vocab)) is not None:
+        raise InputFileError(f"{path}: {why}")
     return config
 
 

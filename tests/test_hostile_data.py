@@ -146,6 +146,108 @@ def test_a_tokenizer_config_field_that_cannot_load_is_named(made, tmp_path, caps
     refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer_config.json'}: ", fragment))
 
 
+_TOKEN_FLAGS = {"lstrip": False, "rstrip": False, "normalized": False, "special": True}
+# tokenizer_config.json's fields of the wrong type or out of range → the one line's fragment.
+TOKENIZER_CONFIG_VALUES = {
+    "a string for a switch": ({"do_lower_case": "yes"}, "do_lower_case is 'yes'; a switch is"),
+    "a string for clean-up": (
+        {"clean_up_tokenization_spaces": "x"},
+        "clean_up_tokenization_spaces is 'x'; a switch is true or false",
+    ),
+    "a negative length": ({"model_max_length": -1}, "model_max_length is -1; a length in"),
+    "a length as a float": ({"model_max_length": 512.0}, "model_max_length is 512.0; a length"),
+    "a length below --seq-len": (
+        {"model_max_length": 4},
+        "model_max_length is 4, below --seq-len 12; ",
+    ),
+    "padding on the left": ({"padding_side": "left"}, "padding_side is 'left'; pipeplan pads"),
+    "cutting on the left": (
+        {"truncation_side": "left"},
+        "truncation_side is 'left'; pipeplan keeps the start of each text",
+    ),
+    "a file outside the folder": (
+        {"tokenizer_file": "/etc/passwd"},
+        "tokenizer_file is '/etc/passwd'; a file the tokenizer reads lies in its folder",
+    ),
+    "a file above the folder": ({"vocab_file": "../vocab.txt"}, "vocab_file is '../vocab.txt';"),
+    "a name of 5,000 characters": (
+        {"name_or_path": "n" * 5000},
+        "(5000 characters); a name, class or version is a string of at most 4096",
+    ),
+    "a special token of no text": ({"pad_token": {"content": 3}}, "pad_token is {'content': 3}"),
+    "an added token beyond the vocabulary": (
+        {"added_tokens_decoder": {"500": {"content": "[X]", **_TOKEN_FLAGS}}},
+        "added_tokens_decoder holds id 500, not a token id of the vocabulary (0..127)",
+    ),
+    "an added token id that is no integer": (
+        {"added_tokens_decoder": {"x1": {"content": "[X]", **_TOKEN_FLAGS}}},
+        "added_tokens_decoder has key 'x1'; a token id is an integer ≥ 0",
+    ),
+    "an added token of no content": (
+        {"added_tokens_decoder": {"5": {"content": "", **_TOKEN_FLAGS}}},
+        "added_tokens_decoder[5] is ",
+    ),
+    "a chat template that is a number": ({"chat_template": 5}, "chat_template is 5; a template"),
+    "a chat template of 2 MiB": (
+        {"chat_template": "{{ x }}" * 300_000},
+        "chat_template is 2,100,002 characters long; at most 1,048,576",
+    ),
+    "an unknown key holding NaN": ({"extra": float("nan")}, "'extra' holds nan; NaN and"),
+    "an unknown key holding 100,000 items": (
+        {"extra": list(range(100_000))},
+        "'extra' holds 688,890 characters of JSON; a key pipeplan does not know holds at most",
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", TOKENIZER_CONFIG_VALUES)
+def test_a_tokenizer_config_value_of_the_wrong_type_or_range(made, tmp_path, capsys, edit):
+    """Found by the twenty-first round: run --prepare-only accepted tokenizer_config.json's
+    do_lower_case "yes", clean_up_tokenization_spaces "x", model_max_length -1 and 4 (below
+    --seq-len), padding_side and truncation_side "left" (pipeplan pads and cuts on the
+    right), tokenizer_file "/etc/passwd" and a name_or_path of 5,000 characters, exit 0 and
+    no word. Each key is held to its table (`tokenizerconfig.TOKENIZER_RANGES`): one line
+    naming the file and the key."""
+    fields, fragment = TOKENIZER_CONFIG_VALUES[edit]
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    (tok / "tokenizer_config.json").write_text(json.dumps({**config, **fields}))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer_config.json'}: ", fragment))
+
+
+def test_a_tokenizer_config_as_transformers_writes_it_passes(tmp_path):
+    """Found by the twenty-first round (the other side of the table): a tokenizer saved with
+    extra special tokens passes (transformers 5 writes is_local, local_files_only and
+    model_max_length 10^30 for "no limit"), and so do the fields transformers 4 wrote:
+    special tokens as AddedToken objects, added_tokens_decoder, a chat template's text or a
+    list of named ones."""
+    import transformers
+    from tokenizers import AddedToken
+
+    from pipeplan.formats.tokenizerconfig import tokenizer_config_problem
+
+    tok = transformers.AutoTokenizer.from_pretrained(make_tokenizer(tmp_path / "tok"))
+    tok.add_special_tokens({"additional_special_tokens": [AddedToken("[X]", lstrip=True)]})
+    tok.save_pretrained(tmp_path / "saved")
+    config = json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())
+    assert config["model_max_length"] > 10**29
+    assert tokenizer_config_problem(config, length=128, vocab=128) is None
+    pad = {"content": "[PAD]", "single_word": False, **_TOKEN_FLAGS, "__type": "AddedToken"}
+    older = {
+        "pad_token": pad,
+        "added_tokens_decoder": {"0": pad},
+        "additional_special_tokens": ["[X]"],
+        "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+        "clean_up_tokenization_spaces": True,
+        "do_lower_case": False,
+    }
+    assert tokenizer_config_problem({**config, **older}, length=128, vocab=128) is None
+    named = [{"name": "default", "template": "{{ x }}"}, {"name": "tool_use", "template": ""}]
+    assert tokenizer_config_problem({**config, "chat_template": named}) is None
+
+
 NOT_REGULAR = {"a FIFO": os.mkfifo, "a directory": os.mkdir}
 
 
