@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import collections
 import csv
+import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,6 +63,11 @@ Row = tuple[str, Any]  # (text, label as written, or None)
 # token needs, so what is cut lies beyond the length anyway. The fast tokenizers encode a whole
 # text before truncating it: a 100 MB line made them abort on a 1.6 GB allocation.
 CHARS_PER_TOKEN = 64
+# How many times longer a tokenizer's Replace normalizers may make a text (the real ones
+# shorten or keep it: Llama's " " → "▁", T5's " {2,}" → " "). Found by the twenty-first round:
+# one Replace of "o" by 1,000 characters took 12 s for 64 texts of --seq-len 128 (0.3 s
+# without it), and two in a sequence (10^6 times) were killed for memory.
+MAX_REPLACE_GROWTH = 16
 
 
 @dataclass(frozen=True)
@@ -433,6 +440,7 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     length = seq.input_shape[0]
     vocab = getattr(seq.config, "vocab_size", None)
     tok = load_tokenizer(directory, length, vocab if type(vocab) is int else None)
+    _check_backend(tok, directory)
     pad = _pad_id(tok, seq)
 
     def encode(texts: list[str]) -> torch.Tensor:
@@ -484,6 +492,64 @@ def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]
         f"{directory}: the tokenizer turns every text of {data} into its unknown or special "
         f"tokens ({names}); its vocabulary cannot encode the data"
     )
+
+
+def _check_backend(tok: Any, directory: Path) -> None:
+    """The `tokenizers` tokenizer behind `tok` (none for a slow one): a vocabulary that maps
+    each id to one word, and Replace normalizers that lengthen a text at most
+    MAX_REPLACE_GROWTH times (the characters read a token are bounded; what the normalizer makes
+    of them must be too).
+
+        _check_backend(tok, Path("tok"))   # InputFileError: "…: the words 'bad' and 'good' …"
+    """
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        return
+    where = directory / "tokenizer.json" if (directory / "tokenizer.json").is_file() else directory
+    if (twice := _id_twice(backend.get_vocab(with_added_tokens=False))) is not None:
+        (first, second), i = twice
+        raise InputFileError(
+            f"{where}: the vocabulary maps both {first!r} and {second!r} to id {i}; each id is "
+            "one word (texts differing in them would be the same tokens)"
+        )
+    normalizer = backend.normalizer
+    growth = _replace_growth(json.loads(normalizer.__getstate__())) if normalizer else 1.0
+    if growth > MAX_REPLACE_GROWTH:
+        raise InputFileError(
+            f"{where}: its normalizer's Replace rules can make a text {growth:,.0f} times "
+            f"longer; at most {MAX_REPLACE_GROWTH} (tokenizing a text must cost a bounded time)"
+        )
+
+
+def _id_twice(vocab: dict[str, int]) -> tuple[tuple[str, str], int] | None:
+    """Two words of a vocabulary (sorted) and the one id they share, or None:
+    `_id_twice({"a": 0, "b": 1, "c": 0})` → (("a", "c"), 0)."""
+    words: dict[int, str] = {}
+    for word, i in vocab.items():
+        if (other := words.setdefault(i, word)) != word:
+            first, second = sorted((other, word))
+            return (first, second), i
+    return None
+
+
+def _replace_growth(normalizer: dict[str, Any]) -> float:
+    """How many times longer a normalizer's Replace rules can make a text, at most (a Sequence
+    multiplies its members'; other normalizers count as 1: Unicode forms and lowercasing grow a
+    character by a bounded few):
+
+        _replace_growth({"type": "Replace", "pattern": {"String": "o"}, "content": "oo"})  # 2.0
+    """
+    kind = normalizer.get("type")
+    if kind == "Sequence":
+        return math.prod(_replace_growth(n) for n in normalizer.get("normalizers") or [])
+    if kind != "Replace":
+        return 1.0
+    content, pattern = normalizer.get("content") or "", normalizer.get("pattern") or {}
+    text = pattern.get("String")
+    if isinstance(text, str) and text:
+        return max(1.0, len(content) / len(text))
+    # A regular expression may match a single character or none: its content after each.
+    return float(len(content) + 1) if content else 1.0
 
 
 def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Path:

@@ -248,6 +248,67 @@ def test_a_tokenizer_config_as_transformers_writes_it_passes(tmp_path):
     assert tokenizer_config_problem({**config, "chat_template": named}) is None
 
 
+def _edited_tokenizer_json(made, tmp_path, edit) -> Path:
+    """A copy of the made tokenizer whose tokenizer.json `edit(document)` changed."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    document = json.loads((tok / "tokenizer.json").read_text())
+    edit(document)
+    (tok / "tokenizer.json").write_text(json.dumps(document))
+    return tok
+
+
+def test_a_tokenizer_vocabulary_mapping_two_words_to_one_id(made, tmp_path, capsys):
+    """Found by the twenty-first round: a tokenizer.json whose vocabulary gave 'good' the id of
+    'bad' was accepted, and the data's two classes' words became one token. A vocabulary is a
+    bijection: the two words and the id are named."""
+
+    def same_id(document: dict) -> None:
+        vocab = document["model"]["vocab"]
+        vocab["great"] = vocab["dull"]
+
+    tok = _edited_tokenizer_json(made, tmp_path, same_id)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragment = "the vocabulary maps both 'dull' and 'great' to id "
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: ", fragment))
+
+
+def _replace(content: str) -> dict:
+    return {"type": "Replace", "pattern": {"String": "o"}, "content": content}
+
+
+@pytest.mark.parametrize("times", [1, 2], ids=["one Replace", "two in a sequence"])
+def test_a_tokenizer_normalizer_that_lengthens_text_without_bound(made, tmp_path, capsys, times):
+    """Found by the twenty-first round: a Replace normalizer of 'o' by 1,000 characters was
+    accepted; measured, it took 12 s for 64 texts of --seq-len 128 (0.3 s without), and two in
+    a sequence were killed for memory. Replace rules may lengthen a text at most
+    MAX_REPLACE_GROWTH times, refused before a text is tokenized."""
+
+    def lengthen(document: dict) -> None:
+        normalizers = [document["normalizer"], *[_replace("o" * 1000)] * times]
+        document["normalizer"] = {"type": "Sequence", "normalizers": normalizers}
+
+    tok = _edited_tokenizer_json(made, tmp_path, lengthen)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    growth = f"{1000**times:,}"
+    fragment = f"its normalizer's Replace rules can make a text {growth} times longer; at most 16"
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: ", fragment))
+
+
+def test_replace_rules_that_shorten_or_keep_a_text_pass():
+    """The Replace rules real tokenizers use (Llama's " " → "▁", T5's regex " {2,}" → " ")
+    count as growth 1 and 2; a longer content over a longer pattern by their ratio."""
+    from executor.text import _replace_growth
+
+    llama = {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
+    t5 = {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}
+    sequence = {"type": "Sequence", "normalizers": [llama, t5, {"type": "NFKC"}]}
+    assert _replace_growth(sequence) == 2.0
+    longer = {"type": "Replace", "pattern": {"String": "ab"}, "content": "x" * 8}
+    assert _replace_growth(longer) == 4
+
+
 NOT_REGULAR = {"a FIFO": os.mkfifo, "a directory": os.mkdir}
 
 
