@@ -248,6 +248,23 @@ def test_a_tokenizer_config_as_transformers_writes_it_passes(tmp_path):
     assert tokenizer_config_problem({**config, "chat_template": named}) is None
 
 
+def test_the_tokenizer_config_table_knows_every_key_transformers_reads():
+    """Found by the twenty-first round: tokenizer_config.json's keys had no table. Every key
+    transformers' PreTrainedTokenizerBase reads from its arguments is in the table or named
+    as left to the rule for unknown keys, so a key transformers adds is not missed."""
+    import inspect
+    import re
+
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    from pipeplan.formats.tokenizerconfig import TOKENIZER_LEFT_AS_JSON, tokenizer_fields
+
+    source = inspect.getsource(PreTrainedTokenizerBase.__init__)
+    read = set(re.findall(r'kwargs\.(?:pop|get)\(\s*"(\w+)"', source))
+    assert len(read) > 10
+    assert read - tokenizer_fields() - set(TOKENIZER_LEFT_AS_JSON) == set()
+
+
 def _edited_tokenizer_json(made, tmp_path, edit) -> Path:
     """A copy of the made tokenizer whose tokenizer.json `edit(document)` changed."""
     tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))

@@ -172,6 +172,19 @@ _WHY_RIGHT = {
 FILE_KEY_SUFFIX = "_file"
 
 
+# Keys transformers' tokenizer reads that the tables leave to the rule for unknown keys (plain
+# JSON of bounded size): chat and response parsing, a loader's bookkeeping; none changes the
+# tokens a text becomes.
+TOKENIZER_LEFT_AS_JSON = (
+    "chat_control_tokens",
+    "response_template",
+    "response_schema",
+    "files_loaded",
+    "model_specific_special_tokens",
+    "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output",
+)
+
+
 def tokenizer_fields() -> set[str]:
     """Every key the tables above check, by name."""
     keys = {key for keys, _, _ in TOKENIZER_RANGES for key in keys}
