@@ -496,7 +496,9 @@ def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]
 
 def _check_backend(tok: Any, directory: Path) -> None:
     """The `tokenizers` tokenizer behind `tok` (none for a slow one): a vocabulary that maps
-    each id to one word, and Replace normalizers that lengthen a text at most
+    each id to one word, padding and truncation (when it states them) on the right, as
+    tokenizer_config.json's sides are (their lengths and pad id yield to --seq-len and the
+    model's pad token), and Replace normalizers that lengthen a text at most
     MAX_REPLACE_GROWTH times (the characters read a token are bounded; what the normalizer makes
     of them must be too).
 
@@ -512,6 +514,13 @@ def _check_backend(tok: Any, directory: Path) -> None:
             f"{where}: the vocabulary maps both {first!r} and {second!r} to id {i}; each id is "
             "one word (texts differing in them would be the same tokens)"
         )
+    for what, setting in (("padding", backend.padding), ("truncation", backend.truncation)):
+        # transformers takes a tokenizer.json's direction as its padding or truncation side.
+        if setting and setting.get("direction") != "right":
+            raise InputFileError(
+                f"{where}: its {what} direction is {setting.get('direction')!r}; pipeplan pads "
+                f"and cuts each text on the right: set it to 'Right' or remove {what}"
+            )
     normalizer = backend.normalizer
     growth = _replace_growth(json.loads(normalizer.__getstate__())) if normalizer else 1.0
     if growth > MAX_REPLACE_GROWTH:

@@ -290,6 +290,37 @@ def test_a_tokenizer_vocabulary_mapping_two_words_to_one_id(made, tmp_path, caps
     refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: ", fragment))
 
 
+_LEFT = {
+    "padding": {
+        "strategy": {"Fixed": 4},
+        "direction": "Left",
+        "pad_to_multiple_of": None,
+        "pad_id": 5,
+        "pad_type_id": 0,
+        "pad_token": "w1",
+    },
+    "truncation": {"direction": "Left", "max_length": 2, "strategy": "LongestFirst", "stride": 0},
+}
+
+
+@pytest.mark.parametrize("what", _LEFT)
+def test_a_tokenizer_json_padding_or_cutting_on_the_left(made, tmp_path, capsys, what):
+    """Found by the twenty-first round (its note on tokenizer.json's truncation and padding,
+    checked here): a tokenizer.json padding or truncating with direction Left made the
+    tokenizer's padding_side or truncation_side 'left', so texts were padded on the left
+    although tokenizer_config.json's 'left' is refused. Its length and pad id are overridden
+    by --seq-len and the pad token; its direction is refused as the config's side is."""
+
+    def left(document: dict) -> None:
+        document[what] = _LEFT[what]
+
+    tok = _edited_tokenizer_json(made, tmp_path, left)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragment = f"its {what} direction is 'left'; pipeplan pads and cuts each text on the right"
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: ", fragment))
+
+
 def _replace(content: str) -> dict:
     return {"type": "Replace", "pattern": {"String": "o"}, "content": content}
 
