@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import collections
 import csv
+import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,6 +63,11 @@ Row = tuple[str, Any]  # (text, label as written, or None)
 # token needs, so what is cut lies beyond the length anyway. The fast tokenizers encode a whole
 # text before truncating it: a 100 MB line made them abort on a 1.6 GB allocation.
 CHARS_PER_TOKEN = 64
+# How many times longer a tokenizer's Replace normalizers may make a text (the real ones
+# shorten or keep it: Llama's " " → "▁", T5's " {2,}" → " "). Found by the twenty-first round:
+# one Replace of "o" by 1,000 characters took 12 s for 64 texts of --seq-len 128 (0.3 s
+# without it), and two in a sequence (10^6 times) were killed for memory.
+MAX_REPLACE_GROWTH = 16
 
 
 @dataclass(frozen=True)
@@ -430,9 +437,11 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     """Token ids padded or cut to the model's length; labels, or for a causal LM the ids
     with IGNORE_INDEX at padding."""
     directory = tokenizer_directory(tokenizer, seq, corpus.name)
-    tok = load_tokenizer(directory)
-    pad = _pad_id(tok, seq)
     length = seq.input_shape[0]
+    vocab = getattr(seq.config, "vocab_size", None)
+    tok = load_tokenizer(directory, length, vocab if type(vocab) is int else None)
+    _check_backend(tok, directory)
+    pad = _pad_id(tok, seq)
 
     def encode(texts: list[str]) -> torch.Tensor:
         if not texts:
@@ -485,6 +494,73 @@ def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]
     )
 
 
+def _check_backend(tok: Any, directory: Path) -> None:
+    """The `tokenizers` tokenizer behind `tok` (none for a slow one): a vocabulary that maps
+    each id to one word, padding and truncation (when it states them) on the right, as
+    tokenizer_config.json's sides are (their lengths and pad id yield to --seq-len and the
+    model's pad token), and Replace normalizers that lengthen a text at most
+    MAX_REPLACE_GROWTH times (the characters read a token are bounded; what the normalizer makes
+    of them must be too).
+
+        _check_backend(tok, Path("tok"))   # InputFileError: "…: the words 'bad' and 'good' …"
+    """
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        return
+    where = directory / "tokenizer.json" if (directory / "tokenizer.json").is_file() else directory
+    if (twice := _id_twice(backend.get_vocab(with_added_tokens=False))) is not None:
+        (first, second), i = twice
+        raise InputFileError(
+            f"{where}: the vocabulary maps both {first!r} and {second!r} to id {i}; each id is "
+            "one word (texts differing in them would be the same tokens)"
+        )
+    for what, setting in (("padding", backend.padding), ("truncation", backend.truncation)):
+        # transformers takes a tokenizer.json's direction as its padding or truncation side.
+        if setting and setting.get("direction") != "right":
+            raise InputFileError(
+                f"{where}: its {what} direction is {setting.get('direction')!r}; pipeplan pads "
+                f"and cuts each text on the right: set it to 'Right' or remove {what}"
+            )
+    normalizer = backend.normalizer
+    growth = _replace_growth(json.loads(normalizer.__getstate__())) if normalizer else 1.0
+    if growth > MAX_REPLACE_GROWTH:
+        raise InputFileError(
+            f"{where}: its normalizer's Replace rules can make a text {growth:,.0f} times "
+            f"longer; at most {MAX_REPLACE_GROWTH} (tokenizing a text must cost a bounded time)"
+        )
+
+
+def _id_twice(vocab: dict[str, int]) -> tuple[tuple[str, str], int] | None:
+    """Two words of a vocabulary (sorted) and the one id they share, or None:
+    `_id_twice({"a": 0, "b": 1, "c": 0})` → (("a", "c"), 0)."""
+    words: dict[int, str] = {}
+    for word, i in vocab.items():
+        if (other := words.setdefault(i, word)) != word:
+            first, second = sorted((other, word))
+            return (first, second), i
+    return None
+
+
+def _replace_growth(normalizer: dict[str, Any]) -> float:
+    """How many times longer a normalizer's Replace rules can make a text, at most (a Sequence
+    multiplies its members'; other normalizers count as 1: Unicode forms and lowercasing grow a
+    character by a bounded few):
+
+        _replace_growth({"type": "Replace", "pattern": {"String": "o"}, "content": "oo"})  # 2.0
+    """
+    kind = normalizer.get("type")
+    if kind == "Sequence":
+        return math.prod(_replace_growth(n) for n in normalizer.get("normalizers") or [])
+    if kind != "Replace":
+        return 1.0
+    content, pattern = normalizer.get("content") or "", normalizer.get("pattern") or {}
+    text = pattern.get("String")
+    if isinstance(text, str) and text:
+        return max(1.0, len(content) / len(text))
+    # A regular expression may match a single character or none: its content after each.
+    return float(len(content) + 1) if content else 1.0
+
+
 def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Path:
     """--tokenizer, else the model's own directory when it holds a tokenizer."""
     if given is not None:
@@ -500,9 +576,13 @@ def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Pat
     )
 
 
-def load_tokenizer(directory: Path) -> Any:
+def load_tokenizer(directory: Path, length: int | None = None, vocab: int | None = None) -> Any:
     """A tokenizer saved by transformers (`save_pretrained`), offline; a bare tokenizer.json
-    of the `tokenizers` library works too."""
+    of the `tokenizers` library works too. `length` (--seq-len) and `vocab` (the model's
+    vocab_size) bound tokenizer_config.json's model_max_length and added tokens' ids.
+
+        load_tokenizer(Path("tok"), 128, 30522)
+    """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if not directory.is_dir():
@@ -516,7 +596,7 @@ def load_tokenizer(directory: Path) -> Any:
             f"{directory}: no tokenizer vocabulary (tokenizer.json, vocab.txt, vocab.json or a "
             "sentencepiece .model); pass a folder a tokenizer was saved to with save_pretrained"
         )
-    config = _check_tokenizer_config(directory)
+    config = _check_tokenizer_config(directory, length, vocab)
     # The `tokenizers` library raises a plain Exception on a broken or unknown-model
     # tokenizer.json: anything from loading is the directory's fault. trust_remote_code off:
     # left unset, transformers asks on a terminal whether to run a folder's code.
@@ -540,15 +620,21 @@ def load_tokenizer(directory: Path) -> Any:
         ) from None
 
 
-def _check_tokenizer_config(directory: Path) -> dict[str, Any] | None:
-    """tokenizer_config.json's fields that a tokenizer class reads first, or None without
-    the file: no auto_map (custom code, which pipeplan never runs) and padding and
-    truncation sides of 'right' or 'left'. Found by the twentieth round: each, like a
-    tokenizer_class that fails to load, fell back to the bare tokenizer.json and was
-    reported as "the tokenizer has no pad token".
+def _check_tokenizer_config(
+    directory: Path, length: int | None = None, vocab: int | None = None
+) -> dict[str, Any] | None:
+    """tokenizer_config.json's values, or None without the file: no auto_map (custom code,
+    which pipeplan never runs), and every key by `tokenizerconfig`'s table (types, ranges,
+    padding and cutting on the right, files inside the folder, model_max_length not below
+    `length`, added tokens' ids below `vocab`). Found by the twentieth round: auto_map and a
+    padding_side of 'middle', like a tokenizer_class that fails to load, fell back to the bare
+    tokenizer.json and were reported as "the tokenizer has no pad token"; by the twenty-first:
+    do_lower_case "yes", model_max_length -1, tokenizer_file "/etc/passwd" were read silently.
 
         _check_tokenizer_config(Path("tok"))   # InputFileError: "…: padding_side is 'middle'; …"
     """
+    from pipeplan.formats.tokenizerconfig import tokenizer_config_problem
+
     path = directory / "tokenizer_config.json"
     if not path.is_file():
         return None
@@ -560,9 +646,8 @@ def _check_tokenizer_config(directory: Path) -> dict[str, Any] | None:
             f"{path}: auto_map names custom tokenizer code; pipeplan runs no code from a "
             "folder: remove auto_map and name a transformers class in tokenizer_class"
         )
-    for side in ("padding_side", "truncation_side"):
-        if side in config and config[side] not in ("right", "left"):
-            raise InputFileError(f"{path}: {side} is {config[side]!r}; it is 'right' or 'left'")
+    if (why := tokenizer_config_problem(config, length=length, vocab=vocab)) is not None:
+        raise InputFileError(f"{path}: {why}")
     return config
 
 

@@ -146,6 +146,217 @@ def test_a_tokenizer_config_field_that_cannot_load_is_named(made, tmp_path, caps
     refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer_config.json'}: ", fragment))
 
 
+_TOKEN_FLAGS = {"lstrip": False, "rstrip": False, "normalized": False, "special": True}
+# tokenizer_config.json's fields of the wrong type or out of range → the one line's fragment.
+TOKENIZER_CONFIG_VALUES = {
+    "a string for a switch": ({"do_lower_case": "yes"}, "do_lower_case is 'yes'; a switch is"),
+    "a string for clean-up": (
+        {"clean_up_tokenization_spaces": "x"},
+        "clean_up_tokenization_spaces is 'x'; a switch is true or false",
+    ),
+    "a negative length": ({"model_max_length": -1}, "model_max_length is -1; a length in"),
+    "a length as a float": ({"model_max_length": 512.0}, "model_max_length is 512.0; a length"),
+    "a length below --seq-len": (
+        {"model_max_length": 4},
+        "model_max_length is 4, below --seq-len 12; ",
+    ),
+    "padding on the left": ({"padding_side": "left"}, "padding_side is 'left'; pipeplan pads"),
+    "cutting on the left": (
+        {"truncation_side": "left"},
+        "truncation_side is 'left'; pipeplan keeps the start of each text",
+    ),
+    "a file outside the folder": (
+        {"tokenizer_file": "/etc/passwd"},
+        "tokenizer_file is '/etc/passwd'; a file the tokenizer reads lies in its folder",
+    ),
+    "a file above the folder": ({"vocab_file": "../vocab.txt"}, "vocab_file is '../vocab.txt';"),
+    "a name of 5,000 characters": (
+        {"name_or_path": "n" * 5000},
+        "(5000 characters); a name, class or version is a string of at most 4096",
+    ),
+    "a special token of no text": ({"pad_token": {"content": 3}}, "pad_token is {'content': 3}"),
+    "an added token beyond the vocabulary": (
+        {"added_tokens_decoder": {"500": {"content": "[X]", **_TOKEN_FLAGS}}},
+        "added_tokens_decoder holds id 500, not a token id of the vocabulary (0..127)",
+    ),
+    "an added token id that is no integer": (
+        {"added_tokens_decoder": {"x1": {"content": "[X]", **_TOKEN_FLAGS}}},
+        "added_tokens_decoder has key 'x1'; a token id is an integer ≥ 0",
+    ),
+    "an added token of no content": (
+        {"added_tokens_decoder": {"5": {"content": "", **_TOKEN_FLAGS}}},
+        "added_tokens_decoder[5] is ",
+    ),
+    "a chat template that is a number": ({"chat_template": 5}, "chat_template is 5; a template"),
+    "a chat template of 2 MiB": (
+        {"chat_template": "{{ x }}" * 300_000},
+        "chat_template is 2,100,002 characters long; at most 1,048,576",
+    ),
+    "an unknown key holding NaN": ({"extra": float("nan")}, "'extra' holds nan; NaN and"),
+    "an unknown key holding 100,000 items": (
+        {"extra": list(range(100_000))},
+        "'extra' holds 688,890 characters of JSON; a key pipeplan does not know holds at most",
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", TOKENIZER_CONFIG_VALUES)
+def test_a_tokenizer_config_value_of_the_wrong_type_or_range(made, tmp_path, capsys, edit):
+    """Found by the twenty-first round: run --prepare-only accepted tokenizer_config.json's
+    do_lower_case "yes", clean_up_tokenization_spaces "x", model_max_length -1 and 4 (below
+    --seq-len), padding_side and truncation_side "left" (pipeplan pads and cuts on the
+    right), tokenizer_file "/etc/passwd" and a name_or_path of 5,000 characters, exit 0 and
+    no word. Each key is held to its table (`tokenizerconfig.TOKENIZER_RANGES`): one line
+    naming the file and the key."""
+    fields, fragment = TOKENIZER_CONFIG_VALUES[edit]
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    (tok / "tokenizer_config.json").write_text(json.dumps({**config, **fields}))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer_config.json'}: ", fragment))
+
+
+def test_a_tokenizer_config_as_transformers_writes_it_passes(tmp_path):
+    """Found by the twenty-first round (the other side of the table): a tokenizer saved with
+    extra special tokens passes (transformers 5 writes is_local, local_files_only and
+    model_max_length 10^30 for "no limit"), and so do the fields transformers 4 wrote:
+    special tokens as AddedToken objects, added_tokens_decoder, a chat template's text or a
+    list of named ones."""
+    import transformers
+    from tokenizers import AddedToken
+
+    from pipeplan.formats.tokenizerconfig import tokenizer_config_problem
+
+    tok = transformers.AutoTokenizer.from_pretrained(make_tokenizer(tmp_path / "tok"))
+    tok.add_special_tokens({"additional_special_tokens": [AddedToken("[X]", lstrip=True)]})
+    tok.save_pretrained(tmp_path / "saved")
+    config = json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())
+    assert config["model_max_length"] > 10**29
+    assert tokenizer_config_problem(config, length=128, vocab=128) is None
+    pad = {"content": "[PAD]", "single_word": False, **_TOKEN_FLAGS, "__type": "AddedToken"}
+    older = {
+        "pad_token": pad,
+        "added_tokens_decoder": {"0": pad},
+        "additional_special_tokens": ["[X]"],
+        "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+        "clean_up_tokenization_spaces": True,
+        "do_lower_case": False,
+    }
+    assert tokenizer_config_problem({**config, **older}, length=128, vocab=128) is None
+    named = [{"name": "default", "template": "{{ x }}"}, {"name": "tool_use", "template": ""}]
+    assert tokenizer_config_problem({**config, "chat_template": named}) is None
+
+
+def test_the_tokenizer_config_table_knows_every_key_transformers_reads():
+    """Found by the twenty-first round: tokenizer_config.json's keys had no table. Every key
+    transformers' PreTrainedTokenizerBase reads from its arguments is in the table or named
+    as left to the rule for unknown keys, so a key transformers adds is not missed."""
+    import inspect
+    import re
+
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    from pipeplan.formats.tokenizerconfig import TOKENIZER_LEFT_AS_JSON, tokenizer_fields
+
+    source = inspect.getsource(PreTrainedTokenizerBase.__init__)
+    read = set(re.findall(r'kwargs\.(?:pop|get)\(\s*"(\w+)"', source))
+    assert len(read) > 10
+    assert read - tokenizer_fields() - set(TOKENIZER_LEFT_AS_JSON) == set()
+
+
+def _edited_tokenizer_json(made, tmp_path, edit) -> Path:
+    """A copy of the made tokenizer whose tokenizer.json `edit(document)` changed."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    document = json.loads((tok / "tokenizer.json").read_text())
+    edit(document)
+    (tok / "tokenizer.json").write_text(json.dumps(document))
+    return tok
+
+
+def test_a_tokenizer_vocabulary_mapping_two_words_to_one_id(made, tmp_path, capsys):
+    """Found by the twenty-first round: a tokenizer.json whose vocabulary gave 'good' the id of
+    'bad' was accepted, and the data's two classes' words became one token. A vocabulary is a
+    bijection: the two words and the id are named."""
+
+    def same_id(document: dict) -> None:
+        vocab = document["model"]["vocab"]
+        vocab["great"] = vocab["dull"]
+
+    tok = _edited_tokenizer_json(made, tmp_path, same_id)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragment = "the vocabulary maps both 'dull' and 'great' to id "
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: ", fragment))
+
+
+_LEFT = {
+    "padding": {
+        "strategy": {"Fixed": 4},
+        "direction": "Left",
+        "pad_to_multiple_of": None,
+        "pad_id": 5,
+        "pad_type_id": 0,
+        "pad_token": "w1",
+    },
+    "truncation": {"direction": "Left", "max_length": 2, "strategy": "LongestFirst", "stride": 0},
+}
+
+
+@pytest.mark.parametrize("what", _LEFT)
+def test_a_tokenizer_json_padding_or_cutting_on_the_left(made, tmp_path, capsys, what):
+    """Found by the twenty-first round (its note on tokenizer.json's truncation and padding,
+    checked here): a tokenizer.json padding or truncating with direction Left made the
+    tokenizer's padding_side or truncation_side 'left', so texts were padded on the left
+    although tokenizer_config.json's 'left' is refused. Its length and pad id are overridden
+    by --seq-len and the pad token; its direction is refused as the config's side is."""
+
+    def left(document: dict) -> None:
+        document[what] = _LEFT[what]
+
+    tok = _edited_tokenizer_json(made, tmp_path, left)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragment = f"its {what} direction is 'left'; pipeplan pads and cuts each text on the right"
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: ", fragment))
+
+
+def _replace(content: str) -> dict:
+    return {"type": "Replace", "pattern": {"String": "o"}, "content": content}
+
+
+@pytest.mark.parametrize("times", [1, 2], ids=["one Replace", "two in a sequence"])
+def test_a_tokenizer_normalizer_that_lengthens_text_without_bound(made, tmp_path, capsys, times):
+    """Found by the twenty-first round: a Replace normalizer of 'o' by 1,000 characters was
+    accepted; measured, it took 12 s for 64 texts of --seq-len 128 (0.3 s without), and two in
+    a sequence were killed for memory. Replace rules may lengthen a text at most
+    MAX_REPLACE_GROWTH times, refused before a text is tokenized."""
+
+    def lengthen(document: dict) -> None:
+        normalizers = [document["normalizer"], *[_replace("o" * 1000)] * times]
+        document["normalizer"] = {"type": "Sequence", "normalizers": normalizers}
+
+    tok = _edited_tokenizer_json(made, tmp_path, lengthen)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    growth = f"{1000**times:,}"
+    fragment = f"its normalizer's Replace rules can make a text {growth} times longer; at most 16"
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: ", fragment))
+
+
+def test_replace_rules_that_shorten_or_keep_a_text_pass():
+    """The Replace rules real tokenizers use (Llama's " " → "▁", T5's regex " {2,}" → " ")
+    count as growth 1 and 2; a longer content over a longer pattern by their ratio."""
+    from executor.text import _replace_growth
+
+    llama = {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
+    t5 = {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}
+    sequence = {"type": "Sequence", "normalizers": [llama, t5, {"type": "NFKC"}]}
+    assert _replace_growth(sequence) == 2.0
+    longer = {"type": "Replace", "pattern": {"String": "ab"}, "content": "x" * 8}
+    assert _replace_growth(longer) == 4
+
+
 NOT_REGULAR = {"a FIFO": os.mkfifo, "a directory": os.mkdir}
 
 
