@@ -441,6 +441,11 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     vocab = getattr(seq.config, "vocab_size", None)
     tok = load_tokenizer(directory, length, vocab if type(vocab) is int else None)
     _check_backend(tok, directory)
+    # Every text padded and cut on the right, whatever the tokenizer's sides (its config's, or
+    # a tokenizer.json's padding direction, which transformers takes as its side): positions
+    # count from the first token, a BERT-style head reads it, and a text was first cut to its
+    # start (CHARS_PER_TOKEN a token). Decoder tokenizers often say 'left', for generation.
+    tok.padding_side = tok.truncation_side = "right"
     pad = _pad_id(tok, seq)
 
     def encode(texts: list[str]) -> torch.Tensor:
@@ -514,13 +519,6 @@ def _check_backend(tok: Any, directory: Path) -> None:
             f"{where}: the vocabulary maps both {first!r} and {second!r} to id {i}; each id is "
             "one word (texts differing in them would be the same tokens)"
         )
-    for what, setting in (("padding", backend.padding), ("truncation", backend.truncation)):
-        # transformers takes a tokenizer.json's direction as its padding or truncation side.
-        if setting and setting.get("direction") != "right":
-            raise InputFileError(
-                f"{where}: its {what} direction is {setting.get('direction')!r}; pipeplan pads "
-                f"and cuts each text on the right: set it to 'Right' or remove {what}"
-            )
     normalizer = backend.normalizer
     growth = _replace_growth(json.loads(normalizer.__getstate__())) if normalizer else 1.0
     if growth > MAX_REPLACE_GROWTH:

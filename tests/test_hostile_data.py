@@ -21,6 +21,8 @@ from test_hostile import copy_run, refused
 from text_data import bert_checkpoint, make_tokenizer, reviews, write_jsonl
 
 import cli
+from executor import text as text_files
+from pipeplan import models
 from pipeplan.errors import InputFileError
 
 finished_run = test_hostile.finished_run  # the shared module-scoped finished run (a fixture)
@@ -160,11 +162,6 @@ TOKENIZER_CONFIG_VALUES = {
         {"model_max_length": 4},
         "model_max_length is 4, below --seq-len 12; ",
     ),
-    "padding on the left": ({"padding_side": "left"}, "padding_side is 'left'; pipeplan pads"),
-    "cutting on the left": (
-        {"truncation_side": "left"},
-        "truncation_side is 'left'; pipeplan keeps the start of each text",
-    ),
     "a file outside the folder": (
         {"tokenizer_file": "/etc/passwd"},
         "tokenizer_file is '/etc/passwd'; a file the tokenizer reads lies in its folder",
@@ -204,8 +201,7 @@ TOKENIZER_CONFIG_VALUES = {
 def test_a_tokenizer_config_value_of_the_wrong_type_or_range(made, tmp_path, capsys, edit):
     """Found by the twenty-first round: run --prepare-only accepted tokenizer_config.json's
     do_lower_case "yes", clean_up_tokenization_spaces "x", model_max_length -1 and 4 (below
-    --seq-len), padding_side and truncation_side "left" (pipeplan pads and cuts on the
-    right), tokenizer_file "/etc/passwd" and a name_or_path of 5,000 characters, exit 0 and
+    --seq-len), tokenizer_file "/etc/passwd" and a name_or_path of 5,000 characters, exit 0 and
     no word. Each key is held to its table (`tokenizerconfig.TOKENIZER_RANGES`): one line
     naming the file and the key."""
     fields, fragment = TOKENIZER_CONFIG_VALUES[edit]
@@ -303,22 +299,28 @@ _LEFT = {
 }
 
 
-@pytest.mark.parametrize("what", _LEFT)
-def test_a_tokenizer_json_padding_or_cutting_on_the_left(made, tmp_path, capsys, what):
-    """Found by the twenty-first round (its note on tokenizer.json's truncation and padding,
-    checked here): a tokenizer.json padding or truncating with direction Left made the
-    tokenizer's padding_side or truncation_side 'left', so texts were padded on the left
-    although tokenizer_config.json's 'left' is refused. Its length and pad id are overridden
-    by --seq-len and the pad token; its direction is refused as the config's side is."""
-
-    def left(document: dict) -> None:
-        document[what] = _LEFT[what]
-
-    tok = _edited_tokenizer_json(made, tmp_path, left)
-    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
-    argv = prepare(made, tmp_path, data, tokenizer=tok)
-    fragment = f"its {what} direction is 'left'; pipeplan pads and cuts each text on the right"
-    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: ", fragment))
+@pytest.mark.parametrize("where", ["tokenizer_config.json", "tokenizer.json"])
+def test_a_tokenizer_that_pads_and_cuts_on_the_left_is_used_on_the_right(made, tmp_path, where):
+    """Found by the twenty-first round (its note on tokenizer.json's truncation and padding):
+    a tokenizer.json padding or truncating with direction Left made the tokenizer pad texts
+    on the left, where positions count from the first token and a BERT-style head reads it.
+    Decoder tokenizers often say 'left' (for generation), so it is not refused: every text is
+    padded and cut on the right, the tokenizer's other settings (its length, pad id) as
+    pipeplan sets them too. Compared with the folder's own tokenizer, as it pads."""
+    if where == "tokenizer.json":
+        tok = _edited_tokenizer_json(made, tmp_path, lambda doc: doc.update(_LEFT))
+    else:
+        tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+        config = json.loads((tok / "tokenizer_config.json").read_text())
+        sides = {"padding_side": "left", "truncation_side": "left"}
+        (tok / "tokenizer_config.json").write_text(json.dumps({**config, **sides}))
+    seq = models.build(str(made["checkpoint"]), seq_len=12, padding_mask=True)
+    corpus = text_files.read_corpus(str(write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))), 0)
+    left = text_files.tokenize(corpus, str(tok), seq).train.inputs
+    right = text_files.tokenize(corpus, str(made["tokenizer"]), seq).train.inputs
+    assert torch.equal(left, right)
+    pad = text_files.load_tokenizer(made["tokenizer"]).pad_token_id
+    assert bool((left[:, -1] == pad).any()) and not bool((left[:, 0] == pad).any())
 
 
 def _replace(content: str) -> dict:

@@ -158,15 +158,10 @@ TOKENIZER_RANGES: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...]
     (("sp_model_kwargs",), lambda v: isinstance(v, dict), "an object of sentencepiece options"),
     (("init_inputs",), lambda v: v == [], "a saved tokenizer's positional arguments: []"),
 )
-# Where pipeplan's own padding and cutting happen: see `side_problem`.
+# The sides a tokenizer pads and cuts on: a type check only. pipeplan pads and cuts every
+# training text on the right whatever they say (`executor.text.tokenize`): many decoder
+# tokenizers ship padding_side 'left' for batched generation, which is no reason to refuse them.
 SIDE_KEYS = ("padding_side", "truncation_side")
-# Why each side is 'right': what pipeplan does with the tokens.
-_WHY_RIGHT = {
-    "padding_side": "pipeplan pads each text on the right (positions count from its first "
-    "token, which a BERT-style classifier reads)",
-    "truncation_side": "pipeplan keeps the start of each text (it reads the first "
-    "characters of a text, at most 64 a token, before it cuts the tokens)",
-}
 # Keys naming a file the tokenizer reads: transformers 5 takes the folder's own files instead,
 # but a reader of the file sees the path it names.
 FILE_KEY_SUFFIX = "_file"
@@ -223,17 +218,11 @@ def _range_problem(config: dict[str, Any]) -> str | None:
 
 
 def _side_problem(config: dict[str, Any]) -> str | None:
-    """pipeplan pads and cuts every text on the right, its way: the model's positions count
-    from the first token and a BERT-style head reads that token (left padding would put a pad
-    token there); a text is first cut to CHARS_PER_TOKEN characters a token of --seq-len from
-    its start, so cutting tokens from the left would keep its middle, not its end."""
+    """A side is 'right' or 'left' (transformers refuses anything else when it pads)."""
     for side in SIDE_KEYS:
         value = config.get(side)
-        if value is None or value == "right":
-            continue
-        if value == "left":
-            return f"{side} is 'left'; {_WHY_RIGHT[side]}: set it to 'right'"
-        return f"{side} is {quoted(value, 80)}; it is 'right' or 'left' (pipeplan: 'right')"
+        if value is not None and value not in ("right", "left"):
+            return f"{side} is {quoted(value, 80)}; it is 'right' or 'left'"
     return None
 
 
