@@ -399,7 +399,7 @@ def _one_f_one_b_rounds(stages: Sequence[StageWork], M: int) -> _Schedule:
             free[s] = end = start + F[s]
             send = end if end > link_fwd[s] else link_fwd[s]
             link_fwd[s] = arrive[s + 1][j] = send + sf[s]
-    history: list[list[float]] = []
+    history: list[np.ndarray] = []
     steady_end = M - S  # last round with every stage's forward
     i = 0
     while i < M:
@@ -450,27 +450,27 @@ def _forward_flow_shop(stages: Sequence[StageWork], M: int) -> tuple[_Schedule, 
     return _Schedule(stage_free, link_fwd, [0.0] * len(stages), []), arrivals, largest
 
 
-def _period(history: list[list[float]], state: list[float]) -> tuple[int, float] | None:
-    """(c, δ) when `state` is the state c rounds ago plus δ in every component."""
-    history.append(state)
+def _period(history: list[np.ndarray], state: list[float]) -> tuple[int, float] | None:
+    """(c, δ) when `state` is the state c rounds ago plus δ in every component, the smallest
+    such c. Every c at once in numpy: this runs in every round of every simulated 1F1B step,
+    and comparing the states one pair at a time in Python was most of a simulation's time.
+
+        _period([np.array([0.0, 1.0])], [2.0, 3.0]) == (1, 2.0)"""
+    now = np.array(state)
+    history.append(now)
     if len(history) > MAX_PERIOD + 1:
         history.pop(0)
+    if len(history) < 2:
+        return None
     tolerance = 1e-12 * max(abs(state[0]), abs(state[-1]), 1e-300)
-    for period in range(1, len(history)):
-        before = history[-1 - period]
-        shift = state[0] - before[0]
-        if shift > 0 and _shifted(state, before, shift, tolerance):
-            return period, shift
-    return None
-
-
-def _shifted(state: list[float], before: list[float], shift: float, tolerance: float) -> bool:
-    """Every component moved by `shift` within `tolerance` (a loop: this runs in every round
-    of every simulated 1F1B step, and a generator costs more than the comparisons)."""
-    for now, then in zip(state, before, strict=True):
-        if not abs(now - then - shift) <= tolerance:
-            return False
-    return True
+    moved = now - np.array(history[-2::-1])  # [c − 1, component]: the state c rounds ago
+    shift = moved[:, 0]
+    # Written as the comparison it replaces (now − then − δ), so the same rounds are skipped.
+    same = (np.abs(moved - shift[:, None]) <= tolerance).all(axis=1) & (shift > 0)
+    found = np.flatnonzero(same)
+    if found.size == 0:
+        return None
+    return int(found[0]) + 1, float(shift[found[0]])
 
 
 def _jump(i, rounds, shift, free, link_fwd, link_bwd, arrive, S) -> int:
