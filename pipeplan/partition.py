@@ -1237,7 +1237,12 @@ def minmax_tables(
     return tables
 
 
-def root_bounds(spaces: list[PartitionSpace]) -> np.ndarray:
+# The tables whose costs do not depend on the schedule (`table_costs`): a shape's GPipe and
+# 1F1B spaces share them.
+SCHEDULE_FREE_TABLES = ("l1", "l1own", "nic")
+
+
+def root_bounds(spaces: list[PartitionSpace], shapes: list | None = None) -> np.ndarray:
     """Per space (shapes of one phase with the same number of stages), a lower bound on the
     step of every partition: the families of `PartitionSpace.bounds` at the root (no stage
     placed), with every table built for all the spaces in one `minmax_tables` (memory and
@@ -1246,21 +1251,35 @@ def root_bounds(spaces: list[PartitionSpace]) -> np.ndarray:
         bounds = root_bounds([space_a, space_b])   # shapes whose bound clears it stay closed
 
     A shape's closed-form bound misses the integrality of layers and the transfers at each
-    boundary; its root expansion would build these tables one shape at a time."""
+    boundary; its root expansion would build these tables one shape at a time. `shapes`:
+    per space, a key equal for the spaces of one shape (S, D, M, m) under both schedules,
+    whose SCHEDULE_FREE_TABLES are then built once."""
     first = spaces[0].p
     S, L = first.num_stages, first.num_layers
-    costs, owners = [], []
+    costs: list[tuple[np.ndarray, ...]] = []
+    owners: list[tuple[int, str, int]] = []  # (space, table, row of costs)
+    built: dict[tuple, int] = {}
     for row, space in enumerate(spaces):
         names = space.table_names()
-        costs += table_costs(space.p, names)
-        owners += [(row, name) for name in names]
+        new = []
+        for name in names:
+            shared = shapes is not None and name in SCHEDULE_FREE_TABLES
+            key = (shapes[row], name) if shared else None
+            if key not in built:
+                owners.append((row, name, len(costs) + len(new)))
+                new.append(name)
+                if key is not None:
+                    built[key] = owners[-1][2]
+            else:
+                owners.append((row, name, built[key]))
+        costs += table_costs(space.p, new)
     # Each stage leaves a layer for every later one; memory is not checked (a relaxation).
     his = np.repeat(np.minimum(L, L - (S - 1 - np.arange(S)))[:, None], L + 1, axis=1)
     positions = np.stack([spaces[0]._positions(k) for k in range(S)])
     tables = minmax_tables(costs, his, positions, down_to=0)[0, :, 0]
     values: list[dict[str, float]] = [{} for _ in spaces]
-    for (row, name), value in zip(owners, tables, strict=True):
-        values[row][name] = float(value)
+    for row, name, cost in owners:
+        values[row][name] = float(tables[cost])
     return np.array([space.root_bound(v) for space, v in zip(spaces, values, strict=True)])
 
 

@@ -320,6 +320,8 @@ class PhaseSearch:
         # Stage 0 holds layers 0..k unless the prefix may run on forward-only stages.
         self.first_boundary = frozen_layers - self.forward_only_layers + 1
         self.max_stages = model.num_layers - self.first_boundary + 1
+        # No shape has more stages than devices: the bottleneck tables stop there.
+        self.most_stages = min(self.max_stages, model.cluster.num_devices)
         self.cluster = model.cluster
         # Memory the layers may use: the reserve is part of every stage.
         self.memory_limit_bytes = self.cluster.device_memory_bytes - model.reserve_bytes
@@ -815,7 +817,7 @@ class PhaseSearch:
         if key not in self._bottlenecks:  # the three kinds in one DP: each is asked for
             costs = view.costs
             per_layer = np.stack([costs.fwd_s + costs.bwd_s, costs.fwd_s, costs.bwd_s])
-            most = min(self.max_stages, len(costs.fwd_s))
+            most = min(self.most_stages, len(costs.fwd_s))
             values = bottlenecks(per_layer, view.first + 1, most)
             mu = self.model.micro_batch_overhead_s
             for row, (name, overhead) in enumerate((("c", mu), ("f", mu), ("b", 0.0))):
@@ -923,7 +925,7 @@ class PhaseSearch:
         key = ("suffix", m)
         if key not in self._bottlenecks:
             costs = self.costs(m)
-            table = suffix_bottlenecks(costs.fwd_s + costs.bwd_s, self.max_stages)
+            table = suffix_bottlenecks(costs.fwd_s + costs.bwd_s, self.most_stages)
             self._bottlenecks[key] = table * (1 - 1e-12)
         return self._bottlenecks[key]
 
@@ -1207,7 +1209,8 @@ class _Run:
         ]
         self.work += WORK_PER_TABLE_STAGE * shape.num_stages
         spaces = [self.space(*key) for key in waiting]
-        for key, root in zip(waiting, root_bounds(spaces), strict=True):
+        shapes = [shape for shape, _ in waiting]  # both schedules share three tables
+        for key, root in zip(waiting, root_bounds(spaces, shapes), strict=True):
             self.roots[key] = float(root)
 
     def space(self, shape: Shape, schedule: Schedule) -> PartitionSpace:

@@ -440,6 +440,12 @@ def test_partition_bounds_never_exceed_a_completion(seed, pick):
     others = [s for s in shapes if s.num_stages == shape.num_stages and s != shape]
     batch = [space] + [PartitionSpace(search.pricing(s, schedule)) for s in others]
     assert root_bounds(batch)[0] == root
+    # Both schedules of each shape, sharing the tables that do not depend on the schedule
+    # (as `bound_roots` batches them): every row as it is alone.
+    both = [(s, sch) for s in [shape, *others] for sch in search.schedules(s.num_stages)]
+    spaces = [PartitionSpace(search.pricing(s, sch)) for s, sch in both]
+    shared = root_bounds(spaces, [s for s, _ in both])
+    assert list(shared) == [root_bounds([one])[0] for one in spaces]
 
 
 def frozen_heavy_model(device_memory: int) -> CostModel:
