@@ -1003,6 +1003,19 @@ class PartitionSpace:
             self._tables[name] = self._build_table(name)
         return self._tables[name]
 
+    def adopt(self, tables: dict[str, np.ndarray]) -> bool:
+        """Take the min-max tables `root_bounds` built for this shape (`keep`) as this tree's,
+        when memory limits no stage's end here: the tables are then the same, row for row,
+        and the tree need not build them again. Whether they were taken.
+
+            space.adopt(kept[row])"""
+        p = self.p
+        if not np.array_equal(self._last_ends_all(), relaxed_ends(p.num_stages, p.num_layers)):
+            return False
+        for name, table in tables.items():
+            self._tables.setdefault(name, list(table))
+        return True
+
     def _build_table(self, name: str) -> list[np.ndarray]:
         p = self.p
         if name == "sends":
@@ -1242,7 +1255,12 @@ def minmax_tables(
 SCHEDULE_FREE_TABLES = ("l1", "l1own", "nic")
 
 
-def root_bounds(spaces: list[PartitionSpace], shapes: list | None = None) -> np.ndarray:
+def root_bounds(
+    spaces: list[PartitionSpace],
+    shapes: list | None = None,
+    kept: dict[int, dict[str, np.ndarray]] | None = None,
+    keep_below: float = -np.inf,
+) -> np.ndarray:
     """Per space (shapes of one phase with the same number of stages), a lower bound on the
     step of every partition: the families of `PartitionSpace.bounds` at the root (no stage
     placed), with every table built for all the spaces in one `minmax_tables` (memory and
@@ -1253,7 +1271,9 @@ def root_bounds(spaces: list[PartitionSpace], shapes: list | None = None) -> np.
     A shape's closed-form bound misses the integrality of layers and the transfers at each
     boundary; its root expansion would build these tables one shape at a time. `shapes`:
     per space, a key equal for the spaces of one shape (S, D, M, m) under both schedules,
-    whose SCHEDULE_FREE_TABLES are then built once."""
+    whose SCHEDULE_FREE_TABLES are then built once. `kept`: filled, for each row whose bound
+    is below `keep_below` (a tree that may open), with copies of its whole tables ([stage,
+    position] per name) for `PartitionSpace.adopt`."""
     first = spaces[0].p
     S, L = first.num_stages, first.num_layers
     costs: list[tuple[np.ndarray, ...]] = []
@@ -1274,13 +1294,28 @@ def root_bounds(spaces: list[PartitionSpace], shapes: list | None = None) -> np.
                 owners.append((row, name, built[key]))
         costs += table_costs(space.p, new)
     # Each stage leaves a layer for every later one; memory is not checked (a relaxation).
-    his = np.repeat(np.minimum(L, L - (S - 1 - np.arange(S)))[:, None], L + 1, axis=1)
+    his = relaxed_ends(S, L)
     positions = np.stack([spaces[0]._positions(k) for k in range(S)])
-    tables = minmax_tables(costs, his, positions, down_to=0)[0, :, 0]
+    full = minmax_tables(costs, his, positions, down_to=0)
+    tables = full[0, :, 0]
     values: list[dict[str, float]] = [{} for _ in spaces]
     for row, name, cost in owners:
         values[row][name] = float(tables[cost])
-    return np.array([space.root_bound(v) for space, v in zip(spaces, values, strict=True)])
+    bounds = np.array([space.root_bound(v) for space, v in zip(spaces, values, strict=True)])
+    if kept is not None:
+        for row, name, cost in owners:
+            if bounds[row] < keep_below:
+                kept.setdefault(row, {})[name] = full[:, cost].copy()
+    return bounds
+
+
+def relaxed_ends(num_stages: int, num_layers: int) -> np.ndarray:
+    """[k, i]: the last end of stage k from i when memory is not checked (a layer left for
+    every later stage), as `root_bounds` builds its tables.
+
+        relaxed_ends(2, 3)   # [[2, 2, 2, 2], [3, 3, 3, 3]]"""
+    S, L = num_stages, num_layers
+    return np.repeat(np.minimum(L, L - (S - 1 - np.arange(S)))[:, None], L + 1, axis=1)
 
 
 # Rows of at most this many positions are searched by one comparison of every pair.

@@ -68,6 +68,9 @@ WORK_PER_TABLE_STAGE = 30
 WORK_PER_LEAF_STAGE = 10
 # Shapes with more forward-only stage counts than this get a cheaper bound over them.
 FORWARD_ONLY_COUNTS = 64
+# Bytes of root-batch tables a search keeps for the trees that may open (`_Run.bound_roots`):
+# bert-large's 8-stage tables take 10 kB a shape; a bound, not a cache that grows with shapes.
+KEPT_TABLE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -1092,6 +1095,10 @@ class _Run:
         # shape's root bound (`partition.root_bounds`) once computed.
         self.by_stages: dict[int, list[tuple[tuple[Shape, Schedule], float]]] = {}
         self.roots: dict[tuple[Shape, Schedule], float] = {}
+        # The min-max tables of root batches for the trees that may open (`bound_roots`), at
+        # most KEPT_TABLE_BYTES of them.
+        self.root_tables: dict[tuple[Shape, Schedule], dict[str, np.ndarray]] = {}
+        self.kept_bytes = 0
 
     def push(self, bound: float, kind: str, item: object, later: bool = False) -> None:
         if bound < self.limit():
@@ -1187,6 +1194,7 @@ class _Run:
                 self.push(bound + overhead, "leaf", (shape, schedule, layout.boundaries))
             return
         space = self.space(shape, schedule)
+        self.adopt_root_tables(shape, schedule, space)
         if search.model.num_layers > DENSE_MAX_LAYERS:
             # Long models, where nodes are costly and bounds far from tight: every shape's
             # time-balanced partition first; its tree waits (`later`) and is built anew.
@@ -1210,8 +1218,25 @@ class _Run:
         self.work += WORK_PER_TABLE_STAGE * shape.num_stages
         spaces = [self.space(*key) for key in waiting]
         shapes = [shape for shape, _ in waiting]  # both schedules share three tables
-        for key, root in zip(waiting, root_bounds(spaces, shapes), strict=True):
+        kept: dict[int, dict[str, np.ndarray]] = {}
+        roots = root_bounds(spaces, shapes, kept, limit)
+        for key, root in zip(waiting, roots, strict=True):
             self.roots[key] = float(root)
+        # The tables of the trees that may open, kept for them while they fit the budget
+        # (a constant: a space is not kept, and neither are thousands of shapes' tables).
+        for row in sorted(kept, key=lambda row: roots[row]):
+            size = sum(table.nbytes for table in kept[row].values())
+            if self.kept_bytes + size > KEPT_TABLE_BYTES:
+                break
+            self.root_tables[waiting[row]] = kept[row]
+            self.kept_bytes += size
+
+    def adopt_root_tables(self, shape: Shape, schedule: Schedule, space: PartitionSpace) -> None:
+        """Give an opening tree the tables its root batch kept (`bound_roots`), if any."""
+        tables = self.root_tables.pop((shape, schedule), None)
+        if tables is not None:
+            self.kept_bytes -= sum(table.nbytes for table in tables.values())
+            space.adopt(tables)
 
     def space(self, shape: Shape, schedule: Schedule) -> PartitionSpace:
         """The shape's partition space. Not kept once its root is bounded: thousands of
