@@ -372,14 +372,21 @@ class Node:
             node = node.parent
         return tuple(reversed(positions))
 
-    def cycles(self, count: int) -> np.ndarray:
-        """c of the last `count` fixed stages (fewer near the root), in stage order."""
-        values = []
+    def window_sums(self, count: int) -> np.ndarray:
+        """Per window start among the last `count` fixed stages, the sum of their c from it
+        to the last, then 0 (the window of the new stage alone): the suffix sums of
+        `cycles(count)`, added up from the last stage as np.cumsum would, without its
+        reversals (this runs in every 1F1B expansion).
+
+            node.window_sums(2)   # [c_{k-2} + c_{k-1}, c_{k-1}, 0]"""
+        sums = [0.0]
+        total = 0.0
         node: Node | None = self
-        while node is not None and node.parent is not None and len(values) < count:
-            values.append(node.cycle)
+        while node is not None and node.parent is not None and len(sums) <= count:
+            total = total + node.cycle
+            sums.append(total)
             node = node.parent
-        return np.array(values[::-1])
+        return np.array(sums[::-1])
 
 
 # Windows of at most this many fixed stages enter a node's bound (all, for shorter pipelines).
@@ -436,6 +443,9 @@ class PartitionSpace:
         # Per (depth, end) of forward-only prefixes: the (a, pf) not dominated so far.
         self._fronts: dict[tuple[int, int], list[tuple[float, float]]] = {}
         self._window_terms: np.ndarray | None = None
+        # Per depth: `_training_rest`'s running minimum, `_suffix_windows`' (rounds, parts).
+        self._smallest_rest: dict[int, np.ndarray] = {}
+        self._window_groups: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     @functools.cached_property
     def open(self) -> list[np.ndarray]:
@@ -504,7 +514,7 @@ class PartitionSpace:
         keep = np.flatnonzero(bounds < limit)
         if searched and i <= self.p.forward_only_layers and not self.p.shared_links.shape[0]:
             keep = self._undominated(k + 1, j, sums, keep)
-        columns = np.stack(sums, axis=1)[keep].tolist()
+        columns = np.array(sums).T[keep].tolist()
         shared = shared[:, keep].T.tolist()
         if i <= self.p.forward_only_layers:  # every fixed stage runs forward only
             active_from = np.where(self.trains(j), k, k + 1)
@@ -561,17 +571,18 @@ class PartitionSpace:
         k, i = node.depth, node.position
         a, d, tail0, l1, l1own, p3, pf, pb, win, nic, pace = node.sums
         M = p.micro_batches
-        F = p.fwd_prefix[j] - p.fwd_prefix[i] + p.micro_batch_overhead_s
-        B = p.bwd_prefix[j] - p.bwd_prefix[i]
+        at = _span(j)  # the children's ends are consecutive: slices, not fancy indexing
+        F = p.fwd_prefix[at] - p.fwd_prefix[i] + p.micro_batch_overhead_s
+        B = p.bwd_prefix[at] - p.bwd_prefix[i]
         # As the simulator prices stages (`received_in_op`): a transfer is part of the op that
         # receives it, and no link carries one on its own. Stage k's forward receives the
         # activation over boundary k−1 (at i), its backward the gradient over boundary k (at j).
         if k > 0:
             F = F + p.send_s[k - 1][i]
         if k < p.num_stages - 1:
-            B = B + p.grad_send_s[k][j]
+            B = B + p.grad_send_s[k, at]
         c = F + B
-        grads = p.grad_prefix[j] - p.grad_prefix[i]
+        grads = p.grad_prefix[at] - p.grad_prefix[i]
         allreduce = np.where(
             grads > 0, p.allreduce_latency_s[k] + p.allreduce_s_per_byte[k] * grads, 0.0
         )
@@ -616,8 +627,11 @@ class PartitionSpace:
         their bytes pass after stage k's last op."""
         p = self.p
         k = node.depth
+        if not p.shared_links.shape[0]:  # no link shared: nothing to carry
+            return np.full(grads.shape, nic), np.zeros((0, grads.size))
         before_k = np.zeros((len(p.shared_links), 1))
-        before_k[self.open[k], 0] = node.shared
+        if node.shared:
+            before_k[self.open[k], 0] = node.shared
         with_k = before_k + grads[None, :] * p.shared_links[:, k][:, None]
         crossing = p.shared_links[:, k]
         if crossing.any():
@@ -647,11 +661,12 @@ class PartitionSpace:
         if not trains.any():
             return busy, None
         if k < S - 1:
-            work_left = p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[j] - p.bwd_prefix[j]
+            at = _span(j)
+            work_left = p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[at] - p.bwd_prefix[at]
             below = work_left + (S - 1 - k) * p.micro_batch_overhead_s
             # Boundary k's activation is received in stage k+1's forward (its gradient in
             # stage k's own backward, part of B), the later boundaries' both ways.
-            below = below + p.send_s[k][j] + self.table("sends")[k + 1][j]
+            below = below + p.send_s[k, at] + self.table("sends")[k + 1][at]
         else:
             below = np.zeros_like(F)
         if p.schedule == "gpipe":
@@ -662,8 +677,7 @@ class PartitionSpace:
         first = node.active_from if node.position > p.forward_only_layers else k
         rounds, fwd_left, bwd_left = _window_counts(k, max(first, k - MAX_WINDOW_STAGES + 1), S, M)
         # Work and transfers of the fixed stages t..k−1 of each window, then stage k's.
-        recent = node.cycles(len(rounds) - 1)
-        fixed = np.append(np.cumsum(recent[::-1])[::-1], 0.0)
+        fixed = node.window_sums(len(rounds) - 1)
         cycle = fixed[:, None] + (F + B)[None, :]
         terms = rounds[:, None] * cycle + fwd_left[:, None] * F + bwd_left[:, None] * B
         ends = np.where(trains, np.maximum(busy, first_bwd_end + terms.max(axis=0)), busy)
@@ -683,26 +697,29 @@ class PartitionSpace:
         f_max = np.maximum(node.sums[6], F)
         b_max = B
         if k < p.num_stages - 1 and "fwd" in self._tables and "bwd" in self._tables:
-            f_max = np.maximum(f_max, self._tables["fwd"][k + 1][j])
-            b_max = np.maximum(b_max, self._tables["bwd"][k + 1][j])
+            at = _span(j)
+            f_max = np.maximum(f_max, self._tables["fwd"][k + 1][at])
+            b_max = np.maximum(b_max, self._tables["bwd"][k + 1][at])
         return node.sums[0] + F + B + below + (M - 1) * (f_max + b_max)
 
     def bounds(
         self, k: int, i: np.ndarray, sums: tuple[np.ndarray, ...], limit: float = np.inf
     ) -> np.ndarray:
         """Lower bounds on the step of every completion of prefixes of k stages ending at
-        positions i with the given sums (k = S: complete partitions). The families are
+        consecutive positions i (a node's children, `ends`) with the given sums (k = S:
+        complete partitions). The families are
         added cheapest first, and once every bound reaches `limit` the rest (and the tables
         they would build) are skipped: the result is then still a lower bound, ≥ limit."""
         p = self.p
         a, d, tail0, l1, l1own, p3, pf, pb, win, nic, pace = sums
         M, S, L = p.micro_batches, p.num_stages, p.num_layers
+        at = _span(i)  # the tables and prefix sums read as views
         if p.forward_only_layers and k < S:
             # Every fixed stage runs forward only where i ≤ the frozen prefix: the first stage
             # that trains is still to place.
             tail0 = np.where(i <= p.forward_only_layers, self.tail_floor()[k], tail0)
         placed = a + d  # Σ_{t<k} (c_t + X_t)
-        bound = np.maximum.reduce([l1 + tail0, l1own, win, nic])
+        bound = np.maximum(np.maximum(l1 + tail0, l1own), np.maximum(win, nic))
         if k == S:
             if p.schedule == "gpipe":
                 bound = np.maximum(bound, placed + (M - 1) * (pf + pb) + tail0)
@@ -722,37 +739,37 @@ class PartitionSpace:
             last_op = (
                 pace
                 + p.fwd_prefix[L]
-                - p.fwd_prefix[i]
+                - p.fwd_prefix[at]
                 + (S - k) * mu
-                + p.send_s[k - 1][i]
+                + p.send_s[k - 1, at]
                 + after * (p.bwd_prefix[L] - p.bwd_prefix[L - 1])
             )
             carried = p.shared_latency_s + p.shared_s_per_byte * p.grad_prefix[L]
             bound = np.maximum(bound, last_op + carried)
         if (bound >= limit).all():
             return bound + p.overhead_s
-        l1_rest = placed - p.fwd_prefix[i] - p.bwd_prefix[i] - shift + self.table("l1")[k][i]
+        l1_rest = placed - p.fwd_prefix[at] - p.bwd_prefix[at] - shift + self.table("l1")[k][at]
         bound = np.maximum(bound, l1_rest + tail0)
         total = (
             placed
-            + (p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[i] - p.bwd_prefix[i])
+            + (p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[at] - p.bwd_prefix[at])
             + (S - k) * mu
-            + self.table("sends")[k][i]
+            + self.table("sends")[k][at]
         )
         if p.schedule == "gpipe":
-            forwards = np.maximum(pf, self.table("fwd")[k][i])
-            machines = forwards + np.maximum(pb, self.table("bwd")[k][i])
+            forwards = np.maximum(pf, self.table("fwd")[k][at])
+            machines = forwards + np.maximum(pb, self.table("bwd")[k][at])
             # With one micro-batch no machine repeats (and inf·0, where no completion fits,
             # would be NaN; the other terms are inf there).
             repeats = (M - 1) * machines if M > 1 else 0.0
             bound = np.maximum(bound, total + repeats + tail0)
         else:
-            bound = np.maximum(bound, total + np.maximum(p3, self.table("round")[k][i]) + tail0)
+            bound = np.maximum(bound, total + np.maximum(p3, self.table("round")[k][at]) + tail0)
         if (bound >= limit).all():
             return bound + p.overhead_s
-        bound = np.maximum(bound, a - p.fwd_prefix[i] - shift + self.table("l1own")[k][i])
+        bound = np.maximum(bound, a - p.fwd_prefix[at] - shift + self.table("l1own")[k][at])
         if self.shares_one_link:
-            nic_rest = a - p.fwd_prefix[i] - shift + p.shared_latency_s + self.table("nic")[k][i]
+            nic_rest = a - p.fwd_prefix[at] - shift + p.shared_latency_s + self.table("nic")[k][at]
             bound = np.maximum(bound, nic_rest)
             # The last stage's last op after an unplaced stage t's last forward (its M
             # forwards and the M − nF_t backwards before it), the forwards after t and the
@@ -760,11 +777,11 @@ class PartitionSpace:
             after = M if p.schedule == "gpipe" else 1
             paced = (
                 a
-                - p.fwd_prefix[i]
+                - p.fwd_prefix[at]
                 + p.fwd_prefix[L]
                 + (S - 1 - k) * mu
                 + after * (p.bwd_prefix[L] - p.bwd_prefix[L - 1])
-                + self.table("pace")[k][i]
+                + self.table("pace")[k][at]
             )
             carried = p.shared_latency_s + p.shared_s_per_byte * p.grad_prefix[L]
             bound = np.maximum(bound, paced + carried)
@@ -815,13 +832,16 @@ class PartitionSpace:
         turns out to be the first that trains: the smallest over the q still possible
         (those with a frozen layer for each forward-only stage) of `_training_terms`."""
         p = self.p
-        terms = self._training_terms()[k:]
-        first = max(0, p.min_forward_only_stages - k)
-        if first:
-            terms = np.concatenate([np.full(first, np.inf), terms[first:]])
+        smallest_from = self._smallest_rest.get(k)
+        if smallest_from is None:  # per depth, asked by every expansion there
+            terms = self._training_terms()[k:]
+            first = max(0, p.min_forward_only_stages - k)
+            if first:
+                terms = np.concatenate([np.full(first, np.inf), terms[first:]])
+            smallest_from = self._smallest_rest[k] = np.minimum.accumulate(terms)
         # Stages placed already train where i > the frozen prefix: q < k, windows from k.
-        most = np.clip(p.forward_only_layers - i, 0, len(terms) - 1)
-        smallest = np.minimum.accumulate(terms)[most]
+        most = np.minimum(np.maximum(p.forward_only_layers - i, 0), len(smallest_from) - 1)
+        smallest = smallest_from[most]
         # Frozen layers i..k−1 still run before any training stage's work, once at least.
         frozen = (
             p.fwd_prefix[p.forward_only_layers] - p.fwd_prefix[np.minimum(i, p.forward_only_layers)]
@@ -923,9 +943,10 @@ class PartitionSpace:
         slack = p.micro_batches - p.num_stages + k - 1
         if table is None or left < 1 or slack < 0:
             return np.zeros_like(around)
-        w = np.arange(1, left + 1)
-        rounds = slack // w + 1
-        parts = -(-left // w)
+        if k not in self._window_groups:  # per depth, asked by every expansion there
+            w = np.arange(1, left + 1)
+            self._window_groups[k] = (slack // w + 1, -(-left // w))
+        rounds, parts = self._window_groups[k]
         F = p.forward_only_layers
         if not F or bool((i >= F).all()):
             windows = table[parts][:, i] + p.micro_batch_overhead_s
@@ -981,6 +1002,19 @@ class PartitionSpace:
         if name not in self._tables:
             self._tables[name] = self._build_table(name)
         return self._tables[name]
+
+    def adopt(self, tables: dict[str, np.ndarray]) -> bool:
+        """Take the min-max tables `root_bounds` built for this shape (`keep`) as this tree's,
+        when memory limits no stage's end here: the tables are then the same, row for row,
+        and the tree need not build them again. Whether they were taken.
+
+            space.adopt(kept[row])"""
+        p = self.p
+        if not np.array_equal(self._last_ends_all(), relaxed_ends(p.num_stages, p.num_layers)):
+            return False
+        for name, table in tables.items():
+            self._tables.setdefault(name, list(table))
+        return True
 
     def _build_table(self, name: str) -> list[np.ndarray]:
         p = self.p
@@ -1104,6 +1138,14 @@ class PartitionSpace:
         return node
 
 
+def _span(j: np.ndarray) -> slice:
+    """The slice of consecutive positions `j` (`PartitionSpace.ends`, never empty here):
+    a slice reads a view where fancy indexing copies, in every expansion.
+
+        _span(np.arange(3, 7)) == slice(3, 7)"""
+    return slice(int(j[0]), int(j[-1]) + 1)
+
+
 @functools.lru_cache(maxsize=4096)
 def _window_counts(k: int, first: int, S: int, M: int) -> tuple[np.ndarray, ...]:
     """`simulate.window_counts`, kept: the same few (k, first, S, M) recur across every
@@ -1208,7 +1250,17 @@ def minmax_tables(
     return tables
 
 
-def root_bounds(spaces: list[PartitionSpace]) -> np.ndarray:
+# The tables whose costs do not depend on the schedule (`table_costs`): a shape's GPipe and
+# 1F1B spaces share them.
+SCHEDULE_FREE_TABLES = ("l1", "l1own", "nic")
+
+
+def root_bounds(
+    spaces: list[PartitionSpace],
+    shapes: list | None = None,
+    kept: dict[int, dict[str, np.ndarray]] | None = None,
+    keep_below: float = -np.inf,
+) -> np.ndarray:
     """Per space (shapes of one phase with the same number of stages), a lower bound on the
     step of every partition: the families of `PartitionSpace.bounds` at the root (no stage
     placed), with every table built for all the spaces in one `minmax_tables` (memory and
@@ -1217,22 +1269,53 @@ def root_bounds(spaces: list[PartitionSpace]) -> np.ndarray:
         bounds = root_bounds([space_a, space_b])   # shapes whose bound clears it stay closed
 
     A shape's closed-form bound misses the integrality of layers and the transfers at each
-    boundary; its root expansion would build these tables one shape at a time."""
+    boundary; its root expansion would build these tables one shape at a time. `shapes`:
+    per space, a key equal for the spaces of one shape (S, D, M, m) under both schedules,
+    whose SCHEDULE_FREE_TABLES are then built once. `kept`: filled, for each row whose bound
+    is below `keep_below` (a tree that may open), with copies of its whole tables ([stage,
+    position] per name) for `PartitionSpace.adopt`."""
     first = spaces[0].p
     S, L = first.num_stages, first.num_layers
-    costs, owners = [], []
+    costs: list[tuple[np.ndarray, ...]] = []
+    owners: list[tuple[int, str, int]] = []  # (space, table, row of costs)
+    built: dict[tuple, int] = {}
     for row, space in enumerate(spaces):
         names = space.table_names()
-        costs += table_costs(space.p, names)
-        owners += [(row, name) for name in names]
+        new = []
+        for name in names:
+            shared = shapes is not None and name in SCHEDULE_FREE_TABLES
+            key = (shapes[row], name) if shared else None
+            if key not in built:
+                owners.append((row, name, len(costs) + len(new)))
+                new.append(name)
+                if key is not None:
+                    built[key] = owners[-1][2]
+            else:
+                owners.append((row, name, built[key]))
+        costs += table_costs(space.p, new)
     # Each stage leaves a layer for every later one; memory is not checked (a relaxation).
-    his = np.repeat(np.minimum(L, L - (S - 1 - np.arange(S)))[:, None], L + 1, axis=1)
+    his = relaxed_ends(S, L)
     positions = np.stack([spaces[0]._positions(k) for k in range(S)])
-    tables = minmax_tables(costs, his, positions, down_to=0)[0, :, 0]
+    full = minmax_tables(costs, his, positions, down_to=0)
+    tables = full[0, :, 0]
     values: list[dict[str, float]] = [{} for _ in spaces]
-    for (row, name), value in zip(owners, tables, strict=True):
-        values[row][name] = float(value)
-    return np.array([space.root_bound(v) for space, v in zip(spaces, values, strict=True)])
+    for row, name, cost in owners:
+        values[row][name] = float(tables[cost])
+    bounds = np.array([space.root_bound(v) for space, v in zip(spaces, values, strict=True)])
+    if kept is not None:
+        for row, name, cost in owners:
+            if bounds[row] < keep_below:
+                kept.setdefault(row, {})[name] = full[:, cost].copy()
+    return bounds
+
+
+def relaxed_ends(num_stages: int, num_layers: int) -> np.ndarray:
+    """[k, i]: the last end of stage k from i when memory is not checked (a layer left for
+    every later stage), as `root_bounds` builds its tables.
+
+        relaxed_ends(2, 3)   # [[2, 2, 2, 2], [3, 3, 3, 3]]"""
+    S, L = num_stages, num_layers
+    return np.repeat(np.minimum(L, L - (S - 1 - np.arange(S)))[:, None], L + 1, axis=1)
 
 
 # Rows of at most this many positions are searched by one comparison of every pair.

@@ -68,6 +68,9 @@ WORK_PER_TABLE_STAGE = 30
 WORK_PER_LEAF_STAGE = 10
 # Shapes with more forward-only stage counts than this get a cheaper bound over them.
 FORWARD_ONLY_COUNTS = 64
+# Bytes of root-batch tables a search keeps for the trees that may open (`_Run.bound_roots`):
+# bert-large's 8-stage tables take 10 kB a shape; a bound, not a cache that grows with shapes.
+KEPT_TABLE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -320,6 +323,8 @@ class PhaseSearch:
         # Stage 0 holds layers 0..k unless the prefix may run on forward-only stages.
         self.first_boundary = frozen_layers - self.forward_only_layers + 1
         self.max_stages = model.num_layers - self.first_boundary + 1
+        # No shape has more stages than devices: the bottleneck tables stop there.
+        self.most_stages = min(self.max_stages, model.cluster.num_devices)
         self.cluster = model.cluster
         # Memory the layers may use: the reserve is part of every stage.
         self.memory_limit_bytes = self.cluster.device_memory_bytes - model.reserve_bytes
@@ -815,7 +820,7 @@ class PhaseSearch:
         if key not in self._bottlenecks:  # the three kinds in one DP: each is asked for
             costs = view.costs
             per_layer = np.stack([costs.fwd_s + costs.bwd_s, costs.fwd_s, costs.bwd_s])
-            most = min(self.max_stages, len(costs.fwd_s))
+            most = min(self.most_stages, len(costs.fwd_s))
             values = bottlenecks(per_layer, view.first + 1, most)
             mu = self.model.micro_batch_overhead_s
             for row, (name, overhead) in enumerate((("c", mu), ("f", mu), ("b", 0.0))):
@@ -923,7 +928,7 @@ class PhaseSearch:
         key = ("suffix", m)
         if key not in self._bottlenecks:
             costs = self.costs(m)
-            table = suffix_bottlenecks(costs.fwd_s + costs.bwd_s, self.max_stages)
+            table = suffix_bottlenecks(costs.fwd_s + costs.bwd_s, self.most_stages)
             self._bottlenecks[key] = table * (1 - 1e-12)
         return self._bottlenecks[key]
 
@@ -1090,6 +1095,10 @@ class _Run:
         # shape's root bound (`partition.root_bounds`) once computed.
         self.by_stages: dict[int, list[tuple[tuple[Shape, Schedule], float]]] = {}
         self.roots: dict[tuple[Shape, Schedule], float] = {}
+        # The min-max tables of root batches for the trees that may open (`bound_roots`), at
+        # most KEPT_TABLE_BYTES of them.
+        self.root_tables: dict[tuple[Shape, Schedule], dict[str, np.ndarray]] = {}
+        self.kept_bytes = 0
 
     def push(self, bound: float, kind: str, item: object, later: bool = False) -> None:
         if bound < self.limit():
@@ -1185,6 +1194,7 @@ class _Run:
                 self.push(bound + overhead, "leaf", (shape, schedule, layout.boundaries))
             return
         space = self.space(shape, schedule)
+        self.adopt_root_tables(shape, schedule, space)
         if search.model.num_layers > DENSE_MAX_LAYERS:
             # Long models, where nodes are costly and bounds far from tight: every shape's
             # time-balanced partition first; its tree waits (`later`) and is built anew.
@@ -1207,8 +1217,26 @@ class _Run:
         ]
         self.work += WORK_PER_TABLE_STAGE * shape.num_stages
         spaces = [self.space(*key) for key in waiting]
-        for key, root in zip(waiting, root_bounds(spaces), strict=True):
+        shapes = [shape for shape, _ in waiting]  # both schedules share three tables
+        kept: dict[int, dict[str, np.ndarray]] = {}
+        roots = root_bounds(spaces, shapes, kept, limit)
+        for key, root in zip(waiting, roots, strict=True):
             self.roots[key] = float(root)
+        # The tables of the trees that may open, kept for them while they fit the budget
+        # (a constant: a space is not kept, and neither are thousands of shapes' tables).
+        for row in sorted(kept, key=lambda row: roots[row]):
+            size = sum(table.nbytes for table in kept[row].values())
+            if self.kept_bytes + size > KEPT_TABLE_BYTES:
+                break
+            self.root_tables[waiting[row]] = kept[row]
+            self.kept_bytes += size
+
+    def adopt_root_tables(self, shape: Shape, schedule: Schedule, space: PartitionSpace) -> None:
+        """Give an opening tree the tables its root batch kept (`bound_roots`), if any."""
+        tables = self.root_tables.pop((shape, schedule), None)
+        if tables is not None:
+            self.kept_bytes -= sum(table.nbytes for table in tables.values())
+            space.adopt(tables)
 
     def space(self, shape: Shape, schedule: Schedule) -> PartitionSpace:
         """The shape's partition space. Not kept once its root is bounded: thousands of

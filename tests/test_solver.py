@@ -440,6 +440,23 @@ def test_partition_bounds_never_exceed_a_completion(seed, pick):
     others = [s for s in shapes if s.num_stages == shape.num_stages and s != shape]
     batch = [space] + [PartitionSpace(search.pricing(s, schedule)) for s in others]
     assert root_bounds(batch)[0] == root
+    # Both schedules of each shape, sharing the tables that do not depend on the schedule
+    # (as `bound_roots` batches them): every row as it is alone.
+    both = [(s, sch) for s in [shape, *others] for sch in search.schedules(s.num_stages)]
+    spaces = [PartitionSpace(search.pricing(s, sch)) for s, sch in both]
+    shared = root_bounds(spaces, [s for s, _ in both])
+    assert list(shared) == [root_bounds([one])[0] for one in spaces]
+    # The whole tables a root batch keeps for a tree that may open are, where a space
+    # adopts them (memory limits no stage's end), the tables the tree builds itself.
+    kept: dict = {}
+    alone = PartitionSpace(search.pricing(shape, schedule))
+    assert root_bounds([alone], None, kept, np.inf)[0] == root
+    adopting = PartitionSpace(search.pricing(shape, schedule))
+    if 0 in kept and adopting.adopt(kept[0]):
+        own = PartitionSpace(search.pricing(shape, schedule))
+        for name in kept[0]:
+            for k in range(1, shape.num_stages + 1):
+                assert np.array_equal(adopting.table(name)[k], own.table(name)[k])
 
 
 def frozen_heavy_model(device_memory: int) -> CostModel:
