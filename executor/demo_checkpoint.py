@@ -34,7 +34,7 @@ from pathlib import Path
 from executor.launch import check_runs_root, prepare, run_local
 from pipeplan import models
 from pipeplan.errors import OutputError, PipeplanError
-from pipeplan.fileio import check_writable, claim_directory, is_run_directory
+from pipeplan.fileio import check_writable, claim_directory, entry_kind, is_run_directory
 from pipeplan.formats import Profile, RunConfig, RunSummary, load
 from pipeplan.formats.base import CONFIG_LIMIT, MAX_CONFIG_BYTES, out_of_memory, read_input
 from pipeplan.inputs import ProfileRequest
@@ -84,8 +84,15 @@ def pretrained_checkpoint(
     check_runs_root(runs_dir)
     try:  # also before anything is said: a --runs-dir that cannot be a folder is one line
         Path(runs_dir).mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a file there: "cannot be a folder" read as if folders were refused
+        where = Path(runs_dir)
+        what = entry_kind(where.stat().st_mode) if where.exists() else "a file"
+        raise OutputError(f"{runs_dir}: --runs-dir is {what}, not a folder") from None
+    except NotADirectoryError:  # a file on its way: name it
+        parent = next(p for p in reversed(Path(runs_dir).parents) if p.exists() and not p.is_dir())
+        raise OutputError(f"{runs_dir}: --runs-dir cannot be made ({parent} is a file)") from None
     except OSError as exc:
-        raise OutputError(f"{runs_dir}: --runs-dir cannot be a folder ({exc.strerror})") from None
+        raise OutputError(f"{runs_dir}: --runs-dir cannot be made ({exc.strerror})") from None
     # Nor a folder nothing can be made in.
     check_writable(Path(runs_dir) / ".pipeplan-probe", run_owned=True)
     named = Path(runs_dir) / PRETRAINED

@@ -29,7 +29,12 @@ from executor import text
 from executor.data import TaskData, check_compatible, data_task, label_count, load_data
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError
-from pipeplan.fileio import check_not_stdout, check_outside_runs, check_run_directory
+from pipeplan.fileio import (
+    check_not_stdout,
+    check_outside_runs,
+    check_run_directory,
+    not_a_new_directory,
+)
 from pipeplan.formats import DataFile, DataRecord, RunConfig, load
 from pipeplan.formats.base import check_input_file
 
@@ -385,8 +390,8 @@ def _check_new_directory(out: Path) -> None:
     """Before any work: export writes a new directory (models.export checks it again)."""
     check_not_stdout(out, "--out", "directory")
     check_outside_runs(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise OutputError(f"{out}: exists and is not an empty directory; export needs a new one")
+    if (why := not_a_new_directory(out)) is not None:  # a device was "not an empty directory"
+        raise OutputError(f"{out}: {why}; export needs a new one")
 
 
 def read_run_config(run_dir: Path) -> RunConfig:

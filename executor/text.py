@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import difflib
 import json
 import math
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 
 from executor.data import MAX_LABELS, TaskData, TensorPairs
-from pipeplan.errors import BadArgumentError, InputFileError, excerpt
+from pipeplan.errors import BadArgumentError, InputFileError, excerpt, quoted
 from pipeplan.formats.base import (
     NAMES_NOTHING,
     TooManyDigits,
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
 
 TEXT_SUFFIXES = (".jsonl", ".csv")
+# The keys of a JSONL row and the columns of a CSV header; anything else is refused: a row
+# spelling "lable" trained a decoder on labelled text as a causal LM, silently (22nd round).
+ROW_KEYS = ("text", "label")
 EVAL_FRACTION = 0.2  # held out of a single file
 # What marks a directory as holding a tokenizer (transformers writes both).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -180,6 +184,8 @@ def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellin
             raise InputFileError(f"{path}:{number}: nested too deeply") from None
         except MemoryError:  # a line of hundreds of MB: the file is bounded, its lines are not
             raise InputFileError(f"{path}:{number}: out of memory decoding it as JSON") from None
+        if isinstance(item, dict):
+            _check_row_keys(item, f"{path}:{number}", "key")
         if not isinstance(item, dict) or not isinstance(item.get("text"), str):
             raise InputFileError(f'{path}:{number}: expected an object with a string "text"')
         _check_unicode(item["text"], f"{path}:{number}: the text")
@@ -209,6 +215,7 @@ def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings
     twice = sorted(name for name, n in collections.Counter(header).items() if n > 1)
     if twice:
         raise InputFileError(f"{path}: the header row names column {twice[0]!r} more than once")
+    _check_row_keys(header, f"{path}:1", "column")
     text_at = header.index("text")
     label_at = header.index("label") if "label" in header else None
     rows = []
@@ -229,6 +236,24 @@ def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings
             spellings.see(fields[label_at], label, where)
         rows.append((fields[text_at], label))
     return rows
+
+
+def _check_row_keys(keys: Any, where: str, what: str) -> None:
+    """Every key of a JSONL row (or column of a CSV header) is one of ROW_KEYS; else
+    InputFileError naming it and the nearest known one:
+        _check_row_keys({"text": "x", "lable": 1}, "d.jsonl:1", "key")
+        # "d.jsonl:1: unknown key 'lable' (did you mean 'label'? a row holds 'text' and, …)"
+    """
+    for key in keys:
+        if key in ROW_KEYS:
+            continue
+        near = difflib.get_close_matches(key, ROW_KEYS, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        holds = "a row holds" if what == "key" else "the header names"
+        raise InputFileError(
+            f"{where}: unknown {what} {quoted(key)} ({hint}{holds} 'text' and, for "
+            "classification, 'label'; nothing else is read)"
+        )
 
 
 class _RecordLines:

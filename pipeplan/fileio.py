@@ -468,6 +468,25 @@ def entry_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "not a file")
 
 
+def not_a_new_directory(out: Path) -> str | None:
+    """Why `out` cannot be a new directory to write (None when it is free or an empty
+    folder), naming what it is: `export --out /dev/null` said "not an empty directory" of a
+    device (twenty-second round).
+
+        not_a_new_directory(Path("/dev/null"))   # "is a character device, not a directory"
+        not_a_new_directory(Path("old"))         # "exists and is not an empty directory"
+    """
+    try:
+        mode = os.stat(out).st_mode  # through a link: a link to an empty folder is one
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be a directory ({exc.strerror})"
+    if not stat.S_ISDIR(mode):
+        return f"is {entry_kind(mode)}, not a directory"
+    return "exists and is not an empty directory" if any(out.iterdir()) else None
+
+
 # Locks held until this process exits (the kernel drops them when it dies, however it dies).
 _HELD: dict[Path, object] = {}
 

@@ -38,6 +38,7 @@ from pipeplan.formats.base import (
     leading_zero,
     other_kind,
     read_input,
+    refuse_run_file,
 )
 from pipeplan.formats.freeze import (  # the α bound and auto's reach: formats check by them
     GRADIENT_MEASUREMENTS,
@@ -124,6 +125,7 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
     with the rest of a `FreezeSchedule`'s fields, held to what they say (`TrajectoryFile`).
     `trajectory_schedule("t.json", 5, 12)`: no more counts than epochs."""
     path = Path(path)
+    refuse_run_file(path, "freeze trajectory")  # run.jsonl was "not valid JSON (Extra data…)"
     text = read_input(path, MAX_SMALL_JSON_BYTES, why="the limit for a freeze trajectory")
     try:
         data = check_json(text, "")
@@ -153,10 +155,11 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
 
 
 def _names_a_file(text: str) -> bool:
-    """Whether `text` names an existing file; a text no file name can be (too long, a NUL) is
-    an inline list to read, not an OSError about a file nobody named."""
+    """Whether `text` names an existing file or folder (a run directory given as the
+    trajectory was "expected comma-separated integers"); a text no file name can be (too
+    long, a NUL) is an inline list to read, not an OSError about a file nobody named."""
     try:
-        return Path(text).is_file()
+        return Path(text).exists()
     except (OSError, ValueError):
         return False
 

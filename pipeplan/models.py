@@ -49,7 +49,7 @@ from pipeplan.errors import (
     excerpt,
     quoted,
 )
-from pipeplan.fileio import give_output_modes, new_directories, write_failure
+from pipeplan.fileio import give_output_modes, new_directories, not_a_new_directory, write_failure
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
 from pipeplan.formats.base import (
     CONFIG_LIMIT,
@@ -556,8 +556,8 @@ def export(seq: LayerSequence, out_dir: str | Path) -> Path:
     if seq.hf_model is None:
         raise BadArgumentError(f"'{seq.name}' was not built by models.build: nothing to export")
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise OutputError(f"{out}: exists and is not an empty directory; export needs a new one")
+    if (why := not_a_new_directory(out)) is not None:  # a device was "not an empty directory"
+        raise OutputError(f"{out}: {why}; export needs a new one")
     tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
     with new_directories(out.parent):  # folders made for `out` go again if nothing is written
         try:

@@ -1266,6 +1266,64 @@ def test_a_file_of_another_kind_is_named_as_that_kind(tmp_path, capsys, plans, t
     refused(argv, [tmp_path, Path(paths["PLAN"]).parent], capsys, fragment.format(**paths))
 
 
+def _run_files(root: Path) -> Path:
+    """A run directory's files that are not one JSON document, named as a run names them:
+    run.jsonl, metrics.csv, a rank's log, a checkpoint folder (what `run_file_kind` reads
+    is the name and place, not the content)."""
+    run = root / "run"
+    (run / "logs").mkdir(parents=True)
+    (run / "checkpoints" / "step-2").mkdir(parents=True)
+    (run / "run.json").write_text("{}\n")
+    (run / "run.jsonl").write_text('{"epoch": 0}\n{"epoch": 1}\n')
+    (run / "metrics.csv").write_text("epoch,train_loss,eval_loss\n0,0.69,0.68\n")
+    (run / "logs" / "rank-0.log").write_text("started\n")
+    _manifest_file(run / "checkpoints" / "step-2" / "manifest.json")
+    return run
+
+
+RUN_FILE_KINDS = {  # the entry of the run, as --freeze-schedule / --profile: what it is
+    "run.jsonl": "(it is a run's records, run.jsonl)",
+    "metrics.csv": "(it is a run's metrics table, metrics.csv)",
+    "logs/rank-0.log": "(it is a run's log)",
+    "": "(it is a run directory)",
+    "checkpoints/step-2": "(it is a checkpoint folder)",
+}
+
+
+@pytest.mark.parametrize("flag", ["--freeze-schedule", "--profile"])
+@pytest.mark.parametrize("entry", RUN_FILE_KINDS, ids=lambda e: e or "the run directory")
+def test_a_run_file_given_as_an_input_of_another_kind_is_named(tmp_path, capsys, flag, entry):
+    """Found by the twenty-second round: run.jsonl or metrics.csv given as --freeze-schedule
+    said "cannot read freeze trajectory: not valid JSON (Extra data …)" and a run directory
+    "cannot read freeze schedule 'runs/b0' (expected comma-separated integers)", though
+    summary.json was named "a run summary". Every file a run writes is named as what it is,
+    as --freeze-schedule and as --profile (`load`) alike."""
+    path = _run_files(tmp_path) / entry
+    profile = str(shipped_profile("bert-tiny", "cpu"))
+    argv = ["preview", "--profile", profile, "--devices-per-node", "2"]
+    argv = [*argv, "--freeze-schedule", str(path)] if flag != "--profile" else argv
+    if flag == "--profile":
+        argv[2] = str(path)
+    wanted = "freeze trajectory" if flag == "--freeze-schedule" else "profile"
+    refused(argv, tmp_path, capsys, (f"{path}: not a {wanted} ", RUN_FILE_KINDS[entry]))
+
+
+@pytest.mark.parametrize("what", ["a file", "a device"])
+def test_a_demo_runs_dir_or_export_out_that_is_no_folder_says_what_it_is(tmp_path, capsys, what):
+    """Found by the twenty-second round: `demo --runs-dir /etc/passwd` said "--runs-dir
+    cannot be a folder (File exists)", as if a folder were forbidden, and `export RUN --out
+    /dev/null` "exists and is not an empty directory" of a device. Each says what is there."""
+    target = tmp_path / "afile" if what == "a file" else Path("/dev/null")
+    if what == "a file":
+        target.write_text("keep me\n")
+    said = "a regular file" if what == "a file" else "a character device"
+    demo = ["demo", "--runs-dir", str(target), "--pretrain-only"]
+    refused(demo, tmp_path, capsys, f"{target}: --runs-dir is {said}, not a folder")
+    run = _run_files(tmp_path)
+    export = ["export", str(run), "--out", str(target)]
+    refused(export, tmp_path, capsys, f"{target}: is {said}, not a directory")
+
+
 def _manifest_file(path: Path) -> Path:
     """A checkpoint manifest as a run writes one (`_manifest_file(tmp_path / "m.json")`)."""
     from pipeplan.formats import CheckpointManifest, RunConfig, dumps
@@ -1521,8 +1579,9 @@ def test_a_demo_runs_dir_that_cannot_be_a_folder_is_one_line(tmp_path, capsys, p
     afile = tmp_path / "afile"
     afile.write_text("keep me\n")
     argv = ["demo", "--runs-dir", str(afile), *pretrain_only]
-    refused(argv, tmp_path, capsys, "--runs-dir cannot be a folder")
-    refused([*argv[:2], str(afile / "below"), *pretrain_only], tmp_path, capsys, "cannot be a")
+    refused(argv, tmp_path, capsys, "--runs-dir is a regular file, not a folder")
+    below = [*argv[:2], str(afile / "below"), *pretrain_only]
+    refused(below, tmp_path, capsys, f"--runs-dir cannot be made ({afile} is a file)")
 
 
 @pytest.mark.parametrize("pretrain_only", [[], ["--pretrain-only"]], ids=["demo", "pretrain-only"])

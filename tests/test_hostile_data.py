@@ -91,6 +91,57 @@ def test_a_csv_header_of_many_columns_is_read_in_seconds(tmp_path):
     assert time.process_time() - start < 5
 
 
+UNKNOWN_KEYS = {  # what: (file name, content, the fragments the one line must hold)
+    "jsonl 'lable' on every row": (
+        "d.jsonl",
+        "".join(
+            json.dumps({"text": r["text"], "lable": r["label"]}) + "\n" for r in reviews(20, 3)
+        ),
+        ("d.jsonl:1:", "unknown key 'lable'", "did you mean 'label'?"),
+    ),
+    "jsonl one row with an extra key": (
+        "d.jsonl",
+        "".join(
+            json.dumps({**r, "extra": "x"} if i == 4 else r) + "\n"
+            for i, r in enumerate(reviews(20, 3))
+        ),
+        ("d.jsonl:5:", "unknown key 'extra'"),
+    ),
+    "csv header 'lable'": (
+        "d.csv",
+        "text,lable\n" + "\n".join(f"t{i},{i % 2}" for i in range(20)) + "\n",
+        ("d.csv:1:", "unknown column 'lable'", "did you mean 'label'?"),
+    ),
+    "csv extra column": (
+        "d.csv",
+        "id,text,label\n" + "\n".join(f"{i},t{i},{i % 2}" for i in range(20)) + "\n",
+        ("d.csv:1:", "unknown column 'id'"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UNKNOWN_KEYS, ids=str)
+def test_an_unknown_key_in_text_data_is_refused(made, tmp_path, capsys, case):
+    """Found by the twenty-second round: unknown keys of a JSONL row were ignored, so rows
+    spelling "lable" made a GPT-2 run train causal-LM on labelled data silently (BERT said
+    only "task 'causal-lm' is not available"), and a row with an extra key was accepted.
+    Each is refused naming file:line, the key and the nearest known one; CSV columns alike."""
+    name, content, fragments = UNKNOWN_KEYS[case]
+    data = tmp_path / name
+    data.write_text(content)
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
+def test_a_mistyped_label_key_does_not_read_as_plain_text(tmp_path):
+    """Found by the twenty-second round: read_corpus, which decides the task for a decoder
+    too, read rows keyed "lable" as unlabelled text (a causal-LM run, no word said)."""
+    from executor.text import read_corpus
+
+    rows = [{"text": r["text"], "lable": r["label"]} for r in reviews(20, seed=3)]
+    with pytest.raises(InputFileError, match=r"unknown key 'lable'.*did you mean 'label'"):
+        read_corpus(str(write_jsonl(tmp_path / "d.jsonl", rows)))
+
+
 @pytest.mark.parametrize(
     "row, fields", [("a,b,c,d", "4 fields"), ("only text", "1 fields")], ids=["more", "fewer"]
 )

@@ -1635,3 +1635,47 @@ def test_init_beside_a_built_in_model_is_refused(tmp_path, capsys, model, init):
     fragment = f"--init means nothing with --model {model}; "
     refused(argv, tmp_path, capsys, fragment + "it chooses between a model directory's weights")
     assert not (tmp_path / "runs").exists()
+
+
+# ------------------------------------------------------ twenty-second round: held-out numbers
+
+
+def _with_eval_files(run: Path, summary: bool) -> None:
+    """metrics.csv (or summary.json instead) as the run writes them from its epoch records."""
+    from executor.records import metrics_csv
+    from pipeplan.formats import EpochRecord, RunSummary, dumps
+
+    epochs = [EpochRecord(**line) for line in _lines(run) if line["kind"] == "epoch"]
+    if not summary:
+        (run / "metrics.csv").write_text(metrics_csv(epochs, {}))
+        return
+    steps = len(_steps(_lines(run)))
+    final = epochs[-1].eval_accuracy
+    doc = RunSummary(name=run.name, total_s=1.0, steps=steps, final_eval_accuracy=final, phases=[])
+    (run / "summary.json").write_text(dumps(doc))
+
+
+EVAL_EDITS = {  # (field, value, the file that says otherwise)
+    "accuracy vs metrics.csv": ("eval_accuracy", 0.4567, "metrics.csv"),
+    "loss vs metrics.csv": ("eval_loss", 50.0, "metrics.csv"),
+    "accuracy vs summary.json": ("eval_accuracy", 0.4567, "summary.json"),
+}
+
+
+@pytest.mark.parametrize("case", EVAL_EDITS, ids=str)
+def test_an_epochs_held_out_numbers_edited_against_the_runs_files(tmp_path, capsys, case):
+    """Found by the twenty-second round: an epoch record's eval_accuracy edited to 0.4567 or
+    eval_loss to 50.0 was reported (45.7 %) and calibrated from with exit 0, though
+    metrics.csv and summary.json said 0.45. Each is held to the files the run wrote."""
+    field, value, other = EVAL_EDITS[case]
+    run, argv = _readable(tmp_path, "report")
+    lines = _lines(run)
+    i = _last(lines, "epoch")
+    lines[i][field] = lines[i][field] if lines[i][field] is not None else 0.5
+    _rewrite(run, lines)
+    _with_eval_files(run, summary=other == "summary.json")
+    assert cli.main(argv) == 0, capsys.readouterr().err  # as written: read
+    capsys.readouterr()
+    lines[i][field] = value
+    _rewrite(run, lines)
+    refused(argv, tmp_path, capsys, (f"epoch {lines[i]['epoch']}: {field} {value!r}", other))

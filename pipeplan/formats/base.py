@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from pipeplan.errors import InputFileError, PipeplanError, excerpt, quoted
+from pipeplan.fileio import is_run_directory
 
 NonNegFloat = Annotated[float, Field(ge=0.0)]
 PosFloat = Annotated[float, Field(gt=0.0)]
@@ -817,10 +818,49 @@ def limit_of(model: type[BaseModel]) -> int:
     return FILE_LIMITS.get(model, MAX_JSON_BYTES)
 
 
+# A run's files that are not one JSON document, by name: a JSON reader given one said "not
+# valid JSON (Extra data …)", not what it was (twenty-second round). Its JSON files (run.json,
+# summary.json, data.json, manifests) are named by their keys (`other_kind`).
+RUN_FILE_KINDS = {
+    "run.jsonl": "a run's records, run.jsonl",
+    "metrics.csv": "a run's metrics table, metrics.csv",
+}
+LOG_FILE = re.compile(r"(rank-[0-9]+|launcher)\.log")
+
+
+def run_file_kind(path: Path) -> str | None:
+    """What `path` is when it is a run's file no JSON reader takes, a run directory or a
+    checkpoint folder; None otherwise (the reader's own checks say what is wrong):
+
+        run_file_kind(Path("runs/b0/run.jsonl"))   # "a run's records, run.jsonl"
+        run_file_kind(Path("runs/b0"))             # "a run directory"
+    """
+    try:
+        if path.is_dir():
+            if is_run_directory(path):
+                return "a run directory"
+            return "a checkpoint folder" if (path / "manifest.json").is_file() else None
+    except (OSError, ValueError):  # unreachable, or no file name at all: not a run's
+        return None
+    if path.name in RUN_FILE_KINDS:
+        return RUN_FILE_KINDS[path.name]
+    return "a run's log" if LOG_FILE.fullmatch(path.name) else None
+
+
+def refuse_run_file(path: Path, wanted: str) -> None:
+    """InputFileError when `path` is one of a run's files `run_file_kind` names, given where
+    a `wanted` file is: `refuse_run_file(Path("runs/b0"), "profile")` →
+    "runs/b0: not a profile (it is a run directory)"."""
+    kind = run_file_kind(path)
+    if kind is not None:
+        raise InputFileError(f"{path}: not a {wanted} (it is {kind})")
+
+
 def load(model: type[M], path: str | Path) -> M:
     """`load(Profile, "p.json")`: a file larger than its kind's limit is refused unread."""
     path = Path(path)
     kind = KINDS.get(model, kind_of(model))
+    refuse_run_file(path, kind)  # before "not valid JSON" or "not a regular file"
     text = read_input(path, limit_of(model), why=f"the limit for a {kind}")
     return parse(model, text, str(path))
 
