@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -430,7 +431,7 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     """Token ids padded or cut to the model's length; labels, or for a causal LM the ids
     with IGNORE_INDEX at padding."""
     directory = tokenizer_directory(tokenizer, seq, corpus.name)
-    tok = load_tokenizer(directory)
+    tok = load_tokenizer(directory, seq.config if _same_folder(directory, seq) else None)
     pad = _pad_id(tok, seq)
     length = seq.input_shape[0]
 
@@ -500,9 +501,31 @@ def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Pat
     )
 
 
-def load_tokenizer(directory: Path) -> Any:
+def _same_folder(directory: Path, seq: LayerSequence) -> bool:
+    """Whether the tokenizer `directory` is the folder the model `seq` was built from."""
+    model = Path(seq.name)
+    model = model.parent if model.suffix == ".json" else model
+    return model.is_dir() and directory.resolve() == model.resolve()
+
+
+def load_tokenizer(directory: Path, model_config: Any = None) -> Any:
     """A tokenizer saved by transformers (`save_pretrained`), offline; a bare tokenizer.json
-    of the `tokenizers` library works too."""
+    of the `tokenizers` library works too. `model_config`: the model's config when the tokenizer is
+    in the model's folder (transformers otherwise reads its config.json again, unchecked).
+
+        load_tokenizer(Path("ckpt"), seq.config)
+    """
+    # Found by the twenty-second round: transformers' own reading of a BERT folder's
+    # config.json printed a FutureWarning (rope_scaling) that `profile` of the same folder did
+    # not; its warnings and log lines never reach stderr, a failure is one line below.
+    from pipeplan.models import quiet_transformers
+
+    with warnings.catch_warnings(), quiet_transformers():
+        warnings.simplefilter("ignore")
+        return _load_tokenizer(directory, model_config)
+
+
+def _load_tokenizer(directory: Path, model_config: Any) -> Any:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if not directory.is_dir():
@@ -522,7 +545,7 @@ def load_tokenizer(directory: Path) -> Any:
     # left unset, transformers asks on a terminal whether to run a folder's code.
     try:
         return AutoTokenizer.from_pretrained(
-            directory, local_files_only=True, trust_remote_code=False
+            directory, config=model_config, local_files_only=True, trust_remote_code=False
         )
     except Exception as exc:
         if config is not None:  # its class failed: the bare tokenizer.json has no pad token

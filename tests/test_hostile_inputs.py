@@ -778,7 +778,8 @@ NINETEENTH = {
     ),
     "config.rope_scaling factor 0": (
         _edit((("model", "config", "rope_scaling"), {"rope_type": "linear", "factor": 0.0})),
-        ("'model'", "config: rope_scaling.factor is 0.0; a RoPE scaling factor"),
+        # A BERT's RoPE key is refused as such since the twenty-second round.
+        ("'model'", "config: rope_scaling is given but a bert model has no rotary position"),
     ),
 }
 
