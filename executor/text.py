@@ -28,6 +28,7 @@ import csv
 import difflib
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -464,7 +465,12 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     directory = tokenizer_directory(tokenizer, seq, corpus.name)
     length = seq.input_shape[0]
     vocab = getattr(seq.config, "vocab_size", None)
-    tok = load_tokenizer(directory, length, vocab if type(vocab) is int else None)
+    tok = load_tokenizer(
+        directory,
+        length,
+        vocab if type(vocab) is int else None,
+        model_config=seq.config if _same_folder(directory, seq) else None,
+    )
     _check_backend(tok, directory)
     # Every text padded and cut on the right, whatever the tokenizer's sides (its config's, or
     # a tokenizer.json's padding direction, which transformers takes as its side): positions
@@ -599,13 +605,37 @@ def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Pat
     )
 
 
-def load_tokenizer(directory: Path, length: int | None = None, vocab: int | None = None) -> Any:
+def _same_folder(directory: Path, seq: LayerSequence) -> bool:
+    """Whether the tokenizer `directory` is the folder the model `seq` was built from."""
+    model = Path(seq.name)
+    model = model.parent if model.suffix == ".json" else model
+    return model.is_dir() and directory.resolve() == model.resolve()
+
+
+def load_tokenizer(
+    directory: Path, length: int | None = None, vocab: int | None = None, model_config: Any = None
+) -> Any:
     """A tokenizer saved by transformers (`save_pretrained`), offline; a bare tokenizer.json
     of the `tokenizers` library works too. `length` (--seq-len) and `vocab` (the model's
-    vocab_size) bound tokenizer_config.json's model_max_length and added tokens' ids.
+    vocab_size) bound tokenizer_config.json's model_max_length and added tokens' ids;
+    `model_config`: the model's config when the tokenizer is in the model's folder
+    (transformers otherwise reads its config.json again, unchecked).
 
-        load_tokenizer(Path("tok"), 128, 30522)
+        load_tokenizer(Path("ckpt"), 128, 30522, seq.config)
     """
+    # Found by the twenty-second round: transformers' own reading of a BERT folder's
+    # config.json printed a FutureWarning (rope_scaling) that `profile` of the same folder did
+    # not; its warnings and log lines never reach stderr, a failure is one line below.
+    from pipeplan.models import quiet_transformers
+
+    with warnings.catch_warnings(), quiet_transformers():
+        warnings.simplefilter("ignore")
+        return _load_tokenizer(directory, length, vocab, model_config)
+
+
+def _load_tokenizer(
+    directory: Path, length: int | None, vocab: int | None, model_config: Any
+) -> Any:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if not directory.is_dir():
@@ -625,7 +655,7 @@ def load_tokenizer(directory: Path, length: int | None = None, vocab: int | None
     # left unset, transformers asks on a terminal whether to run a folder's code.
     try:
         return AutoTokenizer.from_pretrained(
-            directory, local_files_only=True, trust_remote_code=False
+            directory, config=model_config, local_files_only=True, trust_remote_code=False
         )
     except Exception as exc:
         if config is not None:  # its class failed: the bare tokenizer.json has no pad token
@@ -648,7 +678,7 @@ def _check_tokenizer_config(
 ) -> dict[str, Any] | None:
     """tokenizer_config.json's values, or None without the file: no auto_map (custom code,
     which pipeplan never runs), and every key by `tokenizerconfig`'s table (types, ranges,
-    padding and cutting on the right, files inside the folder, model_max_length not below
+    sides 'right' or 'left', files inside the folder, model_max_length not below
     `length`, added tokens' ids below `vocab`). Found by the twentieth round: auto_map and a
     padding_side of 'middle', like a tokenizer_class that fails to load, fell back to the bare
     tokenizer.json and were reported as "the tokenizer has no pad token"; by the twenty-first:

@@ -45,6 +45,7 @@ from pipeplan.formats.cluster import (
     DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
 )
 from pipeplan.formats.profile import MAX_ROUNDS as PROFILE_MAX_ROUNDS
+from pipeplan.formats.profile import MAX_THREADS as PROFILE_MAX_THREADS
 from pipeplan.formats.run import (
     ALPHA_NEEDS,
     BUDGET_DOES,
@@ -98,7 +99,7 @@ def distinct_sizes(sizes: list[int]) -> list[int]:
 # Limits of a profile's work: sizes timed, rounds per size, threads per rank.
 MAX_SIZES = 64
 MAX_ROUNDS = PROFILE_MAX_ROUNDS  # the profile format holds a profile's settings to it too
-MAX_THREADS = 1024
+MAX_THREADS = PROFILE_MAX_THREADS  # the profile format holds a profile's device.threads to it
 
 
 class ProfileRequest(Strict):

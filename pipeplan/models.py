@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import inspect
 import json
 import logging
 import math
@@ -524,7 +526,7 @@ def _building(name: str) -> Iterator[None]:
     (ValueError for hidden size vs heads, KeyError for an unknown hidden_act, AssertionError
     for a pad_token_id beyond the vocabulary). Any of those names the model and its reason."""
     try:
-        with warnings.catch_warnings(), _quiet_transformers():
+        with warnings.catch_warnings(), quiet_transformers():
             warnings.simplefilter("ignore")
             yield
     except PipeplanError:
@@ -563,7 +565,7 @@ def export(seq: LayerSequence, out_dir: str | Path) -> Path:
         try:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-            with _quiet_transformers():
+            with quiet_transformers():
                 seq.hf_model.save_pretrained(tmp)
             _drop_ids_outside_vocabulary(tmp)
             give_output_modes(tmp)
@@ -826,6 +828,9 @@ def _make_config(
     import transformers
 
     config_dict = dict(source.config)
+    config_class = getattr(transformers, family.config_class)
+    if (why := _unsettable_key(config_dict, config_class)) is not None:
+        raise InputFileError(f"{name}: {why}")
     # The file's own types and values, before transformers reads them (it builds an id2label
     # of num_labels names, and keeps a RoPE scaling under rope_parameters whatever the file
     # called it). transformers remakes label2id from id2label (or num_labels) unread: the
@@ -837,7 +842,7 @@ def _make_config(
     if dropout is not None:
         config_dict.update(dict.fromkeys(family.dropout, dropout))
     try:
-        config = getattr(transformers, family.config_class)(**config_dict)
+        config = config_class(**config_dict)
     except Exception as exc:  # transformers' strict fields raise their own error classes
         raise InputFileError(f"{name}: invalid {source.family} config ({_first(exc)})") from None
     if num_labels is not None:
@@ -846,6 +851,35 @@ def _make_config(
         config.num_labels = num_labels  # also resizes id2label/label2id
     _check_config(config, family, source.family, name, task)
     return config
+
+
+def _unsettable_key(config: dict[str, Any], config_class: type) -> str | None:
+    """Why a key of config.json cannot be a setting of `config_class`, or None: it names a
+    read-only property (a value transformers derives) or a method of the class, not a field.
+
+        _unsettable_key({"use_return_dict": False}, BertConfig)
+        # "use_return_dict is a read-only property of transformers' BertConfig, …"
+
+    Found by the twenty-second round: use_return_dict, is_heterogeneous and per_layer_attributes
+    made transformers log its whole config (28 lines) before failing, and a method's name
+    (to_dict) replaced the method. The class is looked into, not run (getattr_static), so
+    every such key of every family is found, none listed here."""
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    for key in config:
+        if key in fields or key in config_class.attribute_map:
+            continue
+        held = inspect.getattr_static(config_class, key, None)
+        if isinstance(held, property) and held.fset is None:
+            return (
+                f"{key} is a read-only property of transformers' {config_class.__name__} (a "
+                "value it derives), not a setting a config.json gives: remove it"
+            )
+        if callable(held) or isinstance(held, classmethod | staticmethod):
+            return (
+                f"{key} names a method of transformers' {config_class.__name__}, not a "
+                "setting a config.json gives: remove it"
+            )
+    return None
 
 
 def _check_config(config: Any, family: Family, family_name: str, name: str, task: str) -> None:
@@ -1520,7 +1554,7 @@ def _instantiate(
     # Given the checked generation config, from_pretrained does not read the file itself.
     given = {} if generation is None else {"generation_config": generation}
     try:
-        with _quiet_transformers():
+        with quiet_transformers():
             model, loading = cls.from_pretrained(
                 source.directory,
                 config=config,
@@ -1783,13 +1817,15 @@ def _untie(layers: nn.ModuleList) -> bool:
 
 
 @contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
+def quiet_transformers() -> Iterator[None]:
     """transformers reports a missing head as a many-line table and draws progress bars; the
-    one line that matters is `_check_loaded`'s."""
+    one line that matters is `_check_loaded`'s. Its errors are silenced too: each is raised
+    after it is logged (a config key it cannot set was logged with the whole config, 28
+    lines, twenty-second round), and pipeplan reports the exception in one line."""
     from transformers.utils import logging as hf_logging
 
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
+    hf_logging.set_verbosity(logging.CRITICAL + 1)  # above every level it logs at
     hf_logging.disable_progress_bar()
     try:
         yield

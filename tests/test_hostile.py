@@ -2441,6 +2441,125 @@ def test_config_types_chunking_and_rope_parameters_are_refused_naming_the_key(
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
 
 
+# Found by the twenty-second round: config.json keys transformers' config class cannot take.
+# A read-only property made transformers log its whole config (28 lines) before the error
+# line; a method's name replaced the method; a RoPE key on a family without RoPE was kept
+# (rope_scaling with a FutureWarning on stderr).
+TWENTY_SECOND_CONFIGS = {
+    "bert use_return_dict false": (
+        {**BERT_CONFIG, "use_return_dict": False},
+        "use_return_dict is a read-only property of transformers' BertConfig",
+    ),
+    "gpt2 is_heterogeneous true": (
+        {**GPT2_CONFIG, "is_heterogeneous": True},
+        "is_heterogeneous is a read-only property of transformers' GPT2Config",
+    ),
+    "vit per_layer_attributes": (
+        {**VIT_CONFIG, "per_layer_attributes": ["a"]},
+        "per_layer_attributes is a read-only property of transformers' ViTConfig",
+    ),
+    "llama sub_configs": (
+        {**LLAMA_CONFIG, "sub_configs": {}},
+        "sub_configs is a read-only property of transformers' LlamaConfig",
+    ),
+    "bert to_dict 1": (
+        {**BERT_CONFIG, "to_dict": 1},
+        "to_dict names a method of transformers' BertConfig, not a setting",
+    ),
+    "bert rope_scaling": (
+        {**BERT_CONFIG, "rope_scaling": {"type": "linear", "factor": 2}},
+        "rope_scaling is given but a bert model has no rotary position embeddings (RoPE: llama)",
+    ),
+    "gpt2 rope_theta": (
+        {**GPT2_CONFIG, "rope_theta": 10000.0},
+        "rope_theta is given but a gpt2 model has no rotary position embeddings",
+    ),
+    "vit partial_rotary_factor": (
+        {**VIT_CONFIG, "partial_rotary_factor": 1.0},
+        "partial_rotary_factor is given but a vit model has no rotary position embeddings",
+    ),
+}
+TWENTY_SECOND_COMMANDS = [(c, m) for c in TWENTY_SECOND_CONFIGS for m in ("run", "profile")]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "case, command", TWENTY_SECOND_COMMANDS, ids=[f"{c}-{m}" for c, m in TWENTY_SECOND_COMMANDS]
+)
+def test_a_config_key_transformers_cannot_take_is_refused_naming_it(tmp_path, capfd, case, command):
+    """Found by the twenty-second round: use_return_dict false (is_heterogeneous,
+    per_layer_attributes: every property without a setter) printed transformers' `Can't set …`
+    and the whole config, 30 lines on stderr before the error line; rope_scaling on a BERT was
+    accepted with transformers' FutureWarning on stderr. One line naming config.json and the
+    key, before transformers reads it (capfd: transformers' handler writes to the real stderr)."""
+    config, fragment = TWENTY_SECOND_CONFIGS[case]
+    model, argv = _model_folder_command(tmp_path, config, command)
+    refused_quietly(argv, tmp_path / "in", capfd, f"{model / 'config.json'}: {fragment}")
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
+
+
+def test_transformers_logs_nothing_while_a_model_is_built():
+    """Found by the twenty-second round: transformers logs an error before it raises (a config
+    key it cannot set: the whole config, 28 lines), and `set_verbosity_error` let that through.
+    While pipeplan builds, nothing transformers logs passes its level; the error is one line.
+    (A handler of the test's own: transformers' writes wherever stderr was when it was made.)"""
+    import io
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    from pipeplan import models
+    from pipeplan.errors import InputFileError
+
+    seen = io.StringIO()
+    handler = logging.StreamHandler(seen)
+    root = logging.getLogger("transformers")
+    root.addHandler(handler)
+    logger = hf_logging.get_logger("transformers.configuration_utils")
+    refused = pytest.raises(InputFileError, match="m: cannot build the model from its config")
+    try:
+        with refused, models._building("m"):
+            logger.error("Can't set use_return_dict with value False for BertConfig {")
+            logger.critical("and worse")
+            raise AttributeError("property 'use_return_dict' of 'BertConfig' object has no setter")
+    finally:
+        root.removeHandler(handler)
+    assert seen.getvalue() == ""
+
+
+def test_the_rotary_families_are_those_transformers_gives_rope_parameters():
+    """Found by the twenty-second round: `modelconfig.ROTARY_FAMILIES` are the families whose
+    config class has rope_parameters (the RoPE keys of the others are refused as meaningless)."""
+    import dataclasses
+
+    import transformers
+
+    from pipeplan import models
+    from pipeplan.formats.modelconfig import ROTARY_FAMILIES
+
+    for name, family in models.FAMILIES.items():
+        config_class = getattr(transformers, family.config_class)
+        fields = {f.name for f in dataclasses.fields(config_class)}
+        assert ("rope_parameters" in fields) == (name in ROTARY_FAMILIES), name
+
+
+def test_a_tokenizer_in_the_model_folder_does_not_read_config_json_again(tmp_path):
+    """Found by the twenty-second round: `run` on a BERT folder whose config.json had
+    rope_scaling printed transformers' FutureWarning and `profile` did not: AutoTokenizer read
+    the folder's config.json a second time, unchecked. It now gets the model's built config
+    (config.json garbled after the build is never read)."""
+    from text_data import bert_checkpoint, make_tokenizer, reviews, write_jsonl
+
+    from executor.text import read_corpus, tokenize
+    from pipeplan import models
+
+    folder = make_tokenizer(bert_checkpoint(tmp_path / "mb"))
+    seq = models.build(str(folder), seq_len=16)
+    (folder / "config.json").write_text('{"model_type": "zorp"')  # transformers would fail
+    data = write_jsonl(tmp_path / "d.jsonl", reviews(20, 0))
+    assert tokenize(read_corpus(str(data), 0), None, seq).train.inputs.shape[1] == 16
+
+
 def test_a_chunk_size_dividing_the_sequence_is_profiled(tmp_path):
     """What the nineteenth round's chunking rule leaves alone: a chunk of 16 tokens in a
     sequence of 64 (the folder's max_position_embeddings) is built and profiled."""

@@ -778,7 +778,8 @@ NINETEENTH = {
     ),
     "config.rope_scaling factor 0": (
         _edit((("model", "config", "rope_scaling"), {"rope_type": "linear", "factor": 0.0})),
-        ("'model'", "config: rope_scaling.factor is 0.0; a RoPE scaling factor"),
+        # A BERT's RoPE key is refused as such since the twenty-second round.
+        ("'model'", "config: rope_scaling is given but a bert model has no rotary position"),
     ),
 }
 
@@ -800,6 +801,68 @@ def test_a_cuda_profiles_peak_memory_loads():
 
     doc = _edit((("device", "kind"), "cuda"), (("layers", 1, "timings", 0, "peak_mem_bytes"), 900))
     assert parse(Profile, json.dumps(doc)).layers[1].timings[0].peak_mem_bytes == 900
+
+
+def _spreads_as(spread):
+    """An edit: every timing's three spreads set to `spread(median)` of their medians."""
+
+    def edit(doc: dict) -> None:
+        for layer in doc["layers"]:
+            for timing in layer["timings"]:
+                for k in ("fwd", "bwd", "fwd_nograd"):
+                    timing[f"{k}_spread_s"] = spread(timing[f"{k}_s"])
+
+    return edit
+
+
+# The shipped bert-tiny profile (warm: 2 warm-up rounds, 7 repeats) with a spread no repeats
+# of its medians give, or a thread count no host has.
+SPREADS = {
+    "a forward spread of 10^6 s beside a median of 0.0023 s": (
+        _edit((("layers", 1, "timings", 0, "fwd_spread_s"), 1e6)),
+        ("layers.1.timings.0.fwd_spread_s is 1e+06 s but its fwd_s", "7 repeats", "100×"),
+    ),
+    "a spread of one repeat": (
+        _edit((("settings", "repeats"), 1)),
+        ("layers.0.timings.0.fwd_spread_s is 3.91e-05 s", "the interquartile range of one"),
+    ),
+    "a no-grad spread above two repeats' median": (
+        _edit(
+            (("settings", "repeats"), 2),
+            _spreads_as(lambda median: 0.0),
+            (("layers", 2, "timings", 1, "fwd_nograd_spread_s"), 0.01),
+        ),
+        ("layers.2.timings.1.fwd_nograd_spread_s is 0.01 s", "at most their median"),
+    ),
+    "device.threads 100000": (
+        _edit((("device", "threads"), 100000)),
+        ("'device.threads'", "1024"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SPREADS)
+def test_a_profiles_spreads_and_threads_are_ones_it_could_measure(tmp_path, capsys, case):
+    """Found by the twenty-second round: `preview` took a fwd_spread_s of 10^6 s beside a
+    median of 0.0023 s, and device.threads 100000 (beyond `profile --threads`), with exit 0.
+    One or two repeats bound their interquartile range soundly (0; their median); from three
+    on a warm profile's is held to 100× + 1 s of its median (`formats.profile.SPREAD_FACTOR`)."""
+    doc, fragments = SPREADS[case]
+    plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
+
+
+def test_spreads_the_profiler_measures_load():
+    """What the spread rules leave alone: a cold profile's (--warmup 0: a first call's time in
+    one repeat), two repeats' spread equal to their median, and the shipped profiles (the
+    test above of the seventeenth round's tolerances loads each)."""
+    from pipeplan.formats.base import parse
+    from pipeplan.formats.profile import Profile
+
+    cold = _edit((("settings", "warmup"), 0), (("layers", 1, "timings", 0, "fwd_spread_s"), 5.0))
+    assert parse(Profile, json.dumps(cold)).layers[1].timings[0].fwd_spread_s == 5.0
+    median = PROFILE["layers"][1]["timings"][0]["fwd_s"]
+    two = _edit((("settings", "repeats"), 2), _spreads_as(lambda median: median))
+    assert parse(Profile, json.dumps(two)).layers[1].timings[0].fwd_spread_s == median
 
 
 @pytest.mark.parametrize("case", NINETEENTH)

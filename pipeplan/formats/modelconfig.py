@@ -189,7 +189,8 @@ def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = 
     (`FIELD_TYPES`), nothing pipeplan does not build (`unbuilt_problem`), norm epsilons in
     `EPS_RANGE`, dropouts in [0, 1), initializer_range in [0, `MAX_INIT_STD`], pretraining_tp
     an integer ≥ 1, a feed-forward chunk size ≥ 0, num_labels in 1..MAX_CONFIG_LABELS, a known
-    position embedding type, the RoPE parameters (`rope_problem`), the switches of the forward
+    position embedding type, RoPE keys on a family with RoPE only (`rotary_problem`), the RoPE
+    parameters (`rope_problem`), the switches of the forward
     pass (`switch_problem`), with `labels` id2label,
     label2id and num_labels one mapping of names a data label may be (`label_map_problem`), and
     (text models) every token id inside the vocabulary but the
@@ -218,6 +219,8 @@ def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = 
             return f"{key} is {quoted(value)}; one of {', '.join(POSITION_TYPES)}"
         if key == "num_labels" and not 1 <= value <= MAX_CONFIG_LABELS:
             return f"{key} is {quoted(value)}; a classifier has 1..{MAX_CONFIG_LABELS:,} labels"
+    if (why := rotary_problem(config, family)) is not None:
+        return why
     if (why := rope_problem(config)) is not None:
         return why
     if (why := switch_problem(config)) is not None:
@@ -480,6 +483,31 @@ _ROPE_BASE = (
 _WHOLE_HEADS = "1 (Llama rotates whole heads)"
 _ROPE_FACTOR = f"a RoPE scaling factor is a number in 1..{MAX_ROPE_FACTOR:,}"
 _ROPE_POSITIVE = f"a number > 0 and at most {MAX_ROPE_FACTOR:,}"
+
+
+# The families whose models rotate positions (RoPE): the others' config classes have no
+# rope_parameters, and a test holds this to transformers'.
+ROTARY_FAMILIES = ("llama",)
+
+
+def rotary_problem(config: dict[str, Any], family: str) -> str | None:
+    """A RoPE key (rope_scaling, rope_theta, rope_parameters, partial_rotary_factor, any rope_*
+    or *rotary*) in the config of a family without rotary position embeddings, in words, or
+    None. Found by the twenty-second round: a BERT's rope_scaling was built with transformers'
+    FutureWarning on stderr and kept (as rope_parameters) in the export, meaning nothing.
+
+        rotary_problem({"rope_theta": 10000.0}, "bert")
+        # "rope_theta is given but a bert model has no rotary position embeddings …"
+    """
+    if family in ROTARY_FAMILIES:
+        return None
+    for key in config:
+        if key.startswith("rope_") or "rotary" in key:
+            return (
+                f"{key} is given but a {family} model has no rotary position embeddings (RoPE: "
+                f"{', '.join(ROTARY_FAMILIES)}); transformers would keep it unread: remove it"
+            )
+    return None
 
 
 def rope_problem(config: dict[str, Any]) -> str | None:

@@ -50,6 +50,9 @@ from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
 
 # Rounds a profile may record, the bounds of `pipeplan profile --warmup / --repeats`.
 MAX_ROUNDS = 1000
+# Intra-op threads a profile may record, the bound of `pipeplan profile --threads` (the
+# largest hosts have a few hundred cores; 100000 was accepted, twenty-second round).
+MAX_THREADS = 1024
 
 # What a model is trained for: classes, or the next token (decoders). Defined once, here: the
 # profile records it, `pipeplan run --task` takes it, `pipeplan.models.build` builds it.
@@ -213,7 +216,9 @@ class DeviceInfo(Strict):
     kind: Literal["cpu", "cuda"]
     name: Text
     memory_bytes: PosBytes = Field(description="Total device memory (host RAM for CPU).")
-    threads: Count = Field(description="torch intra-op threads the layers were timed with.")
+    threads: Annotated[int, Field(ge=1, le=MAX_THREADS)] = Field(
+        description="torch intra-op threads the layers were timed with."
+    )
     count: Count = Field(1, description="Devices of this kind on the profiled host.")
     torch_version: Text
     transformers_version: Text
@@ -687,6 +692,14 @@ NOGRAD_SLACK_S = 0.05
 # time drops by at most the size ratio ÷ this): the shipped profiles' worst is 0.076 (a noisy
 # first size); 1e-6 s beside 0.003 s made micro-batch 8 2000× faster than micro-batch 4.
 MIN_TIME_RATIO = 0.01
+# A timing's spread (the interquartile range of its repeats, `profiler._median_iqr`) beside its
+# median. Sound for one or two repeats: one repeat's range is 0, and two repeats' is half their
+# difference, at most half their sum (their median: times are ≥ 0). From three repeats on no
+# sound bound exists (the slowest quarter of the repeats may take any time without moving the
+# median), so a warm profile's is held to this factor plus slack, as the no-grad forward is:
+# the shipped profiles' worst is 32× at 0.2 ms (6 ms); 10^6 s beside 0.0023 s was accepted.
+SPREAD_FACTOR = 100.0
+SPREAD_SLACK_S = 1.0
 # created_at may be this far in the future: clocks of two hosts disagree.
 CLOCK_SKEW_S = 86400.0
 
@@ -713,6 +726,8 @@ def _check_timings(profile: Profile) -> None:
                     f"forward with autograd) is {t.fwd_s:.3g} s: more than "
                     f"{NOGRAD_FACTOR:g}× + {NOGRAD_SLACK_S:g} s slower without autograd"
                 )
+            if (why := _spread_problem(t, profile.settings.repeats, warm)) is not None:
+                raise ValueError(f"{where}.{why}")
             if layer.params > 0 and t.bwd_s == 0:
                 raise ValueError(
                     f"{where}.bwd_s is 0 but the layer has {layer.params} parameters: "
@@ -739,6 +754,34 @@ def _check_timings(profile: Profile) -> None:
                         f"micro-batch {b.micro_batch} but {small:.3g} s at {a.micro_batch}: a "
                         f"larger micro-batch takes at least {MIN_TIME_RATIO:g}× the time"
                     )
+
+
+def _spread_problem(timing: MicroBatchTiming, repeats: int, warm: bool) -> str | None:
+    """Why a timing's spreads cannot be the interquartile ranges of `repeats` measurements
+    whose medians it gives (`SPREAD_FACTOR`), or None:
+
+        _spread_problem(MicroBatchTiming(fwd_s=0.0023, fwd_spread_s=1e6, …), 7, True)
+        # "fwd_spread_s is 1e+06 s but its fwd_s (the median of the same 7 repeats) is …"
+    """
+    for name in ("fwd", "bwd", "fwd_nograd"):
+        spread, median = getattr(timing, f"{name}_spread_s"), getattr(timing, f"{name}_s")
+        if spread is None or median is None:
+            continue
+        said = (
+            f"{name}_spread_s is {spread:.3g} s but its {name}_s (the median of the same "
+            f"{repeats} repeat{'s' if repeats > 1 else ''}) is {median:.3g} s"
+        )
+        if repeats == 1 and spread > 0:
+            return f"{said}: the interquartile range of one repeat is 0"
+        # A relative slack of 1e-9: numpy's interpolated quartiles round.
+        if repeats == 2 and spread > median * (1 + 1e-9):
+            return f"{said}: two repeats' interquartile range is at most their median"
+        if repeats > 2 and warm and spread > SPREAD_FACTOR * median + SPREAD_SLACK_S:
+            return (
+                f"{said}: more than {SPREAD_FACTOR:g}× + {SPREAD_SLACK_S:g} s, not a spread "
+                "the profiler measures"
+            )
+    return None
 
 
 # A hidden state's element, by the dtype the layers computed in (ModelInfo.dtype).
