@@ -351,6 +351,7 @@ def check_run_length(cfg: RunConfig, steps: int) -> None:
             f"--warmup-steps {cfg.warmup_steps} is longer than the run: {cfg.epochs} epochs of "
             f"{steps} steps; the learning rate would never reach --lr"
         )
+    check_checkpoint_every(cfg, steps)
     every = cfg.freeze_every
     if every is None:
         return
@@ -364,6 +365,20 @@ def check_run_length(cfg: RunConfig, steps: int) -> None:
         raise BadArgumentError(
             f"--freeze-every {every} is {than} the run: {cfg.epochs} epochs of "
             f"{steps} steps; AutoFreeze would decide only at the epochs' ends, as without it"
+        )
+
+
+def check_checkpoint_every(cfg: RunConfig, steps: int) -> None:
+    """`check_checkpoint_every(cfg, steps)`: --checkpoint-every N adds a checkpoint every N
+    steps to those at layout changes and the run's end. An N of the run's `cfg.epochs` ×
+    `steps` steps or more adds none: accepted silently (twenty-second round: 100000), where
+    such a --freeze-every is refused. BadArgumentError naming the flag and the run's steps."""
+    every, total = cfg.checkpoint_every, steps * cfg.epochs
+    if every is not None and every >= total:  # the run's last step writes its final one anyway
+        than = "longer than" if every > total else "as long as"
+        raise BadArgumentError(
+            f"--checkpoint-every {every} is {than} the run: {cfg.epochs} epochs of {steps} "
+            "steps; the run would checkpoint only at layout changes and its end, as without it"
         )
 
 
