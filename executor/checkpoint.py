@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import pickle
 import re
@@ -33,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from executor.migrate import OptimizerState, migrate
+from executor.migrate import ADAMW_STATE_KEYS, OptimizerState, migrate
 from executor.topology import host_group
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, excerpt, quoted
 from pipeplan.fileio import write_atomic, write_failure
@@ -283,8 +284,9 @@ Loaded = tuple[CheckpointManifest, dict[str, torch.Tensor], dict[str, OptimizerS
 
 
 def load_checkpoint(path: Path) -> Loaded:
-    """One checkpoint, verified: every file's sha256 as the manifest recorded it, and finite
-    parameters. InputFileError (one line) if anything is off."""
+    """One checkpoint, verified: every file's sha256 as the manifest recorded it, finite
+    parameters, AdamW's state and the random states as `save` writes them (`_check_optimizer`,
+    `_check_rng`). InputFileError (one line) if anything is off."""
     if path.is_symlink():
         raise InputFileError(f"{path}: is a symbolic link; a run's checkpoints are its own folders")
     manifest = load(CheckpointManifest, path / "manifest.json")
@@ -312,6 +314,10 @@ def load_checkpoint(path: Path) -> Loaded:
     bad = next((n for n, t in model.items() if not torch.isfinite(t).all()), None)
     if bad is not None:
         raise InputFileError(f"{path}: parameter {bad} holds NaN or infinite values")
+    # The other two files held to what `save` writes as well: a NaN moment resumed, trained
+    # and failed as "training diverged … lower --lr" (twenty-second round).
+    _check_optimizer(path / "optimizer.pt", manifest.step, model, optimizer)
+    _check_rng(path / "rng.pt", manifest.world_size, rng)
     return manifest, model, optimizer, rng
 
 
@@ -360,9 +366,105 @@ def _check_structure(path: Path, model: object, optimizer: object, rng: object) 
             raise InputFileError(f"{path / name}: not the tensors a checkpoint holds")
 
 
+def _dtype(tensor: torch.Tensor) -> str:
+    """`_dtype(torch.zeros(1))` -> "float32": a tensor's dtype as a message names it."""
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _check_optimizer(
+    file: Path, step: int, model: dict[str, torch.Tensor], optimizer: dict[str, OptimizerState]
+) -> None:
+    """optimizer.pt (`file`) holds what AdamW keeps for parameters of model.pt: for each, its
+    `step` (a count of the updates it took, so a whole number in 0..`step`, the manifest's
+    global step) and its moments `exp_avg` and `exp_avg_sq` (its parameter's shape and dtype,
+    finite; the second a mean of squares, never negative: AdamW takes its square root).
+    The state records no learning rate or other hyper-parameter: run.json gives them.
+    InputFileError naming the file and the entry:
+
+        _check_optimizer(path / "optimizer.pt", manifest.step, model, optimizer)
+    """
+    for name, state in optimizer.items():
+        if name not in model:
+            raise InputFileError(f"{file}: {name}: no such parameter in model.pt")
+        if sorted(state) != sorted(ADAMW_STATE_KEYS):
+            raise InputFileError(
+                f"{file}: {name}: holds {', '.join(sorted(state)) or 'nothing'}; AdamW's state "
+                f"is {', '.join(ADAMW_STATE_KEYS)}"
+            )
+        for key in ("exp_avg", "exp_avg_sq"):
+            _check_moment(f"{file}: {name}.{key}", state[key], model[name], name)
+        _check_step(f"{file}: {name}.step", state["step"], step)
+
+
+def _check_moment(where: str, moment: torch.Tensor, param: torch.Tensor, name: str) -> None:
+    """One AdamW moment (`where` names it) of model.pt's parameter `name`, as the optimizer
+    keeps it: `_check_moment("…/optimizer.pt: 0.w.exp_avg", moment, model["0.w"], "0.w")`."""
+    if tuple(moment.shape) != tuple(param.shape) or moment.dtype != param.dtype:
+        # Either file may be the edited one: both are named.
+        raise InputFileError(
+            f"{where}: {_dtype(moment)} of shape {list(moment.shape)}, but model.pt's {name} "
+            f"is {_dtype(param)} of shape {list(param.shape)}"
+        )
+    if not torch.isfinite(moment).all():
+        raise InputFileError(f"{where}: holds NaN or infinite values")
+    if where.endswith(".exp_avg_sq") and (moment < 0).any():
+        raise InputFileError(f"{where}: holds negative values (a mean of squares is not)")
+
+
+def _check_step(where: str, value: torch.Tensor, step: int) -> None:
+    """AdamW's update count of one parameter: a float scalar as AdamW keeps it, a whole
+    number, at most the checkpoint's global step (one update a step, none while frozen)."""
+    if value.shape != () or not value.is_floating_point():
+        raise InputFileError(
+            f"{where}: {_dtype(value)} of shape {list(value.shape)}, not a float scalar (AdamW's "
+            "count of updates)"
+        )
+    count = value.item()
+    if not math.isfinite(count) or count != int(count) or not 0 <= count <= step:
+        raise InputFileError(
+            f"{where}: {count!r} is not a count of updates: a whole number in 0..{step} (the "
+            "checkpoint's step)"
+        )
+
+
+# The CUDA generator's state (torch.cuda.get_rng_state): its seed and offset, 8 bytes each.
+CUDA_RNG_BYTES = 16
+
+
+def _check_rng(file: Path, world_size: int, rng: dict[str, torch.Tensor]) -> None:
+    """rng.pt (`file`) holds what `rng_states` gave on each of the `world_size` ranks: "R",
+    the CPU generator's state, and maybe "R.cuda", the GPU's. A state of another size or type
+    failed inside the rank at set_rng_state; the CPU one is tried on a spare generator, which
+    checks its content as the rank would. InputFileError naming the file and the entry."""
+    ranks = [str(r) for r in range(world_size)]
+    allowed = {*ranks, *(f"{r}.cuda" for r in ranks)}
+    extra = sorted(set(rng) - allowed)
+    missing = [r for r in ranks if r not in rng]
+    if extra or missing:
+        what = f"names {extra[0]!r}" if extra else f"lacks rank {missing[0]}'s state"
+        raise InputFileError(
+            f"{file}: {what}; it holds a state for each of the checkpoint's {world_size} ranks"
+        )
+    cpu = torch.get_rng_state()
+    for key, state in rng.items():
+        want = (CUDA_RNG_BYTES,) if key.endswith(".cuda") else tuple(cpu.shape)
+        if state.dtype != torch.uint8 or tuple(state.shape) != want:
+            raise InputFileError(
+                f"{file}: {key}: {_dtype(state)} of shape {list(state.shape)}, not a random "
+                f"state (uint8 of shape {list(want)})"
+            )
+        if not key.endswith(".cuda"):
+            try:
+                torch.Generator().set_state(state)
+            except RuntimeError as exc:
+                raise InputFileError(
+                    f"{file}: {key}: not a random state ({str(exc).splitlines()[0]})"
+                ) from None
+
+
 def check_weights(model: dict[str, torch.Tensor], layers: nn.ModuleList, where: Path) -> None:
-    """Every parameter of `layers` is in the checkpoint with its shape (another model's
-    checkpoint, or a tensor of the wrong shape, is one line before any rank starts)."""
+    """Every parameter of `layers` is in the checkpoint with its shape and dtype (another
+    model's checkpoint, or a tensor of the wrong shape, is one line before any rank starts)."""
     for p, name in _names(layers).items():
         if name not in model:
             raise InputFileError(f"{where}: checkpoint lacks parameter {name} (another model?)")
@@ -371,11 +473,12 @@ def check_weights(model: dict[str, torch.Tensor], layers: nn.ModuleList, where: 
                 f"{where}: parameter {name} has shape {list(model[name].shape)} in the "
                 f"checkpoint, {list(p.shape)} in the model"
             )
-        if model[name].is_floating_point() != p.is_floating_point():
-            # copy_ would cast an integer tensor's values into a float parameter, silently.
+        if model[name].dtype != p.dtype:
+            # copy_ would cast the values into the parameter's dtype, silently: an integer
+            # tensor's, or a float64 one the run never wrote (twenty-second round).
             raise InputFileError(
-                f"{where}: parameter {name} is {str(model[name].dtype).removeprefix('torch.')} "
-                f"in the checkpoint, {str(p.dtype).removeprefix('torch.')} in the model"
+                f"{where}: parameter {name} is {_dtype(model[name])} in the checkpoint, "
+                f"{_dtype(p)} in the model"
             )
 
 

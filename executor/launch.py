@@ -336,10 +336,43 @@ def check_run(
         check_position(manifest, cfg, len(data.train), seq.layers, where)
         check_weights(weights, seq.layers, latest(run_dir))
         check_outputs(run_dir)
+    nodes = 1 if local else launcher_nodes()  # a local run is one node
+    if planner.plan is not None and nodes is not None:
+        where = cfg.plan if resumed is None else resumed[0] / RUN_PLAN
+        check_plan_nodes(planner.plan, where, nodes, cfg.nproc)
     planner.check(seq)
     if resumed is not None:  # last: the checks above say more about a value that cannot run
         check_trained_with(resumed[1], cfg, resumed[0] / "run.json")
     return planner
+
+
+def launcher_nodes() -> int | None:
+    """The nodes torchrun started this rank's world on (it runs LOCAL_WORLD_SIZE ranks on
+    each: WORLD_SIZE / LOCAL_WORLD_SIZE), or None where no launcher says (`--prepare-only`:
+    torchrun starts the ranks later, on nodes not known yet)."""
+    world, local = os.environ.get("WORLD_SIZE", ""), os.environ.get("LOCAL_WORLD_SIZE", "")
+    if not (world.isascii() and world.isdigit() and local.isascii() and local.isdigit()):
+        return None
+    return max(1, int(world) // max(1, int(local)))
+
+
+def check_plan_nodes(plan: Plan, where: str | Path, nodes: int, nproc: int) -> None:
+    """A plan priced for more nodes than the run has (its inter-node link, a cache on each
+    node) is not this run's plan: a local `pipeplan run --plan` of a plan for 2 nodes × 1
+    device ran on one host (twenty-second round), as another --nproc never did.
+    BadArgumentError naming the plan file (`where`) and its nodes:
+
+        check_plan_nodes(plan, "plan.json", 1, cfg.nproc)   # a local run: one node
+    """
+    cluster = plan.inputs.cluster
+    if cluster.nodes > nodes:
+        per_node = max(1, nproc // nodes)
+        devices = f"{cluster.devices_per_node} device{'s' if cluster.devices_per_node > 1 else ''}"
+        here = f"{nodes} node{'s' if nodes > 1 else ''} × {per_node} ranks"
+        raise BadArgumentError(
+            f"{where}: the plan is for {cluster.nodes} nodes × {devices}; this run is {here}: "
+            f"re-plan with --nodes {nodes} --devices-per-node {per_node}"
+        )
 
 
 def check_run_length(cfg: RunConfig, steps: int) -> None:
@@ -351,6 +384,7 @@ def check_run_length(cfg: RunConfig, steps: int) -> None:
             f"--warmup-steps {cfg.warmup_steps} is longer than the run: {cfg.epochs} epochs of "
             f"{steps} steps; the learning rate would never reach --lr"
         )
+    check_checkpoint_every(cfg, steps)
     every = cfg.freeze_every
     if every is None:
         return
@@ -364,6 +398,20 @@ def check_run_length(cfg: RunConfig, steps: int) -> None:
         raise BadArgumentError(
             f"--freeze-every {every} is {than} the run: {cfg.epochs} epochs of "
             f"{steps} steps; AutoFreeze would decide only at the epochs' ends, as without it"
+        )
+
+
+def check_checkpoint_every(cfg: RunConfig, steps: int) -> None:
+    """`check_checkpoint_every(cfg, steps)`: --checkpoint-every N adds a checkpoint every N
+    steps to those at layout changes and the run's end. An N of the run's `cfg.epochs` ×
+    `steps` steps or more adds none: accepted silently (twenty-second round: 100000), where
+    such a --freeze-every is refused. BadArgumentError naming the flag and the run's steps."""
+    every, total = cfg.checkpoint_every, steps * cfg.epochs
+    if every is not None and every >= total:  # the run's last step writes its final one anyway
+        than = "longer than" if every > total else "as long as"
+        raise BadArgumentError(
+            f"--checkpoint-every {every} is {than} the run: {cfg.epochs} epochs of {steps} "
+            "steps; the run would checkpoint only at layout changes and its end, as without it"
         )
 
 
@@ -727,6 +775,10 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
                 f"WORLD_SIZE={world['WORLD_SIZE']}: {run_dir} is prepared for {saved.nproc} "
                 f"ranks; prepare it with --nproc {world['WORLD_SIZE']}"
             )
+        if saved.plan:  # the run's copy of its plan, against the nodes torchrun started
+            nodes = world["WORLD_SIZE"] // world["LOCAL_WORLD_SIZE"]
+            plan = RunPlanner.for_run(run_dir, saved).plan
+            check_plan_nodes(plan, run_dir / RUN_PLAN, nodes, saved.nproc)
         check_outputs(run_dir)  # a resume checks them in `check_run`
         return
     check_kept_trained_with(run_dir, saved)  # run.json as trained, before anything acts on it

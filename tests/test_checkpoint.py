@@ -317,6 +317,176 @@ def test_a_corrupted_checkpoint_is_refused_and_the_previous_one_used(
     assert "resuming from the older" in caplog.text
 
 
+def _adamw_states(layers, step: float) -> dict:
+    """AdamW's state after `step` updates of every parameter of `layers`, as a run keeps it."""
+    return {
+        p: {
+            "step": torch.tensor(step),
+            "exp_avg": torch.full_like(p, 0.1),
+            "exp_avg_sq": torch.full_like(p, 0.01),
+        }
+        for p in layers.parameters()
+    }
+
+
+def _first_state(o: dict) -> dict:
+    return o[next(iter(o))]
+
+
+# A forgery of one file of a checkpoint (its checksum recomputed) -> what the refusal says.
+FORGED_SAYS = {
+    "NaN exp_avg": (
+        "optimizer.pt",
+        lambda o: _first_state(o).update(exp_avg=_first_state(o)["exp_avg"] * float("nan")),
+        "optimizer.pt: 0.embeddings.word_embeddings.weight.exp_avg: holds NaN or infinite values",
+    ),
+    "infinite exp_avg_sq": (
+        "optimizer.pt",
+        lambda o: _first_state(o)["exp_avg_sq"].fill_(float("inf")),
+        ".exp_avg_sq: holds NaN or infinite values",
+    ),
+    "negative exp_avg_sq": (
+        "optimizer.pt",
+        lambda o: _first_state(o)["exp_avg_sq"].neg_(),
+        ".exp_avg_sq: holds negative values",
+    ),
+    "exp_avg of another shape": (
+        "optimizer.pt",
+        lambda o: _first_state(o).update(exp_avg=torch.zeros(3)),
+        "exp_avg: float32 of shape [3], but model.pt's 0.embeddings.word_embeddings.weight is",
+    ),
+    "exp_avg as float64": (
+        "optimizer.pt",
+        lambda o: _first_state(o).update(exp_avg=_first_state(o)["exp_avg"].double()),
+        "exp_avg: float64 of shape",
+    ),
+    "step -5": (
+        "optimizer.pt",
+        lambda o: _first_state(o).update(step=torch.tensor(-5.0)),
+        ".step: -5.0 is not a count of updates: a whole number in 0..8",
+    ),
+    "step 2.5": (
+        "optimizer.pt",
+        lambda o: _first_state(o).update(step=torch.tensor(2.5)),
+        ".step: 2.5 is not a count of updates",
+    ),
+    "step NaN": (
+        "optimizer.pt",
+        lambda o: _first_state(o).update(step=torch.tensor(float("nan"))),
+        ".step: nan is not a count of updates",
+    ),
+    "step past the checkpoint's": (
+        "optimizer.pt",
+        lambda o: _first_state(o).update(step=torch.tensor(9.0)),
+        ".step: 9.0 is not a count of updates: a whole number in 0..8",
+    ),
+    "step a vector": (
+        "optimizer.pt",
+        lambda o: _first_state(o).update(step=torch.zeros(2)),
+        ".step: float32 of shape [2], not a float scalar",
+    ),
+    "a state key missing": (
+        "optimizer.pt",
+        lambda o: _first_state(o).pop("exp_avg_sq"),
+        "holds exp_avg, step; AdamW's state is step, exp_avg, exp_avg_sq",
+    ),
+    "a state of no parameter": (
+        "optimizer.pt",
+        lambda o: o.update({"99.w": {}}),
+        "optimizer.pt: 99.w: no such parameter in model.pt",
+    ),
+    "a parameter as float64": (
+        "model.pt",
+        lambda o: o.update({next(iter(o)): _first_state(o).double()}),
+        "but model.pt's 0.embeddings.word_embeddings.weight is float64",
+    ),
+    "an rng state of 3 bytes": (
+        "rng.pt",
+        lambda o: o.update({"0": torch.zeros(3, dtype=torch.uint8)}),
+        "rng.pt: 0: uint8 of shape [3], not a random state (uint8 of shape [5056])",
+    ),
+    "an rng state of zeros": (
+        "rng.pt",
+        lambda o: o.update({"0": torch.zeros_like(o["0"])}),
+        "rng.pt: 0: not a random state (Invalid mt19937 state)",
+    ),
+    "an rng state as float": (
+        "rng.pt",
+        lambda o: o.update({"0": o["0"].float()}),
+        "rng.pt: 0: float32 of shape [5056], not a random state",
+    ),
+    "a CUDA rng state of the wrong size": (
+        "rng.pt",
+        lambda o: o.update({"0.cuda": torch.zeros(5, dtype=torch.uint8)}),
+        "rng.pt: 0.cuda: uint8 of shape [5], not a random state (uint8 of shape [16])",
+    ),
+    "an rng state of a rank the run lacks": (
+        "rng.pt",
+        lambda o: o.update({"1": o["0"]}),
+        "rng.pt: names '1'; it holds a state for each of the checkpoint's 1 ranks",
+    ),
+    "no rng state for a rank": (
+        "rng.pt",
+        lambda o: o.pop("0"),
+        "rng.pt: lacks rank 0's state",
+    ),
+}
+
+
+@pytest.mark.parametrize("forgery", FORGED_SAYS)
+def test_a_forged_optimizer_or_rng_state_is_refused_and_the_previous_one_used(
+    tmp_path, single_rank_group, caplog, forgery
+):
+    """Found by the twenty-second round: only model.pt's values were checked, so AdamW's
+    moments set to NaN (checksums recomputed) resumed, trained and failed as "training
+    diverged … lower --lr", suggesting the same resume; a negative exp_avg_sq, a step of -5, a
+    float64 parameter and a 3-byte RNG state were accepted too. Each is refused naming its
+    file and entry, and the older checkpoint is used with a notice, as for any corrupt one."""
+    import hashlib
+
+    from executor import checkpoint
+    from pipeplan import models
+    from pipeplan.errors import InputFileError
+
+    seq = models.build("bert-synth")
+    layout = checkpoint._gather_layout(0, len(seq.layers))
+    checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 4.0), _manifest(4))
+    checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 8.0), _manifest(8))
+    newest = tmp_path / "checkpoints" / "step-8"
+    checkpoint.load_checkpoint(newest)  # as written, it loads
+    name, forge, says = FORGED_SAYS[forgery]
+    value = torch.load(newest / name, weights_only=True)
+    forge(value)
+    torch.save(value, newest / name)
+    manifest = json.loads((newest / "manifest.json").read_text())
+    manifest["files"][name] = hashlib.sha256((newest / name).read_bytes()).hexdigest()
+    (newest / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputFileError) as err:
+        checkpoint.load_checkpoint(newest)
+    assert "\n" not in str(err.value) and says in str(err.value)
+    assert str(err.value).startswith(f"{newest}/")
+    with caplog.at_level("WARNING", logger="pipeplan.checkpoint"):
+        assert checkpoint.load_latest(tmp_path)[0].step == 4
+    assert "resuming from the older step-4" in caplog.text
+
+
+def test_a_parameter_of_another_float_dtype_is_refused(tmp_path):
+    """Found by the twenty-second round: a parameter stored as float64 in model.pt (with no
+    optimizer state to disagree with it: a frozen layer's) was cast into the float32 model
+    silently; check_weights compared only whether both were floating point."""
+    from executor import checkpoint
+    from pipeplan import models
+    from pipeplan.errors import InputFileError
+
+    seq = models.build("bert-synth")
+    weights = {n: p.detach().clone() for p, n in checkpoint._names(seq.layers).items()}
+    checkpoint.check_weights(weights, seq.layers, tmp_path)  # as the model has them
+    name = next(iter(weights))
+    weights[name] = weights[name].double()
+    with pytest.raises(InputFileError, match=f"parameter {name} is float64 in the checkpoint"):
+        checkpoint.check_weights(weights, seq.layers, tmp_path)
+
+
 def test_export_s_notice_for_an_older_checkpoint_says_it_exports(
     tmp_path, single_rank_group, caplog
 ):

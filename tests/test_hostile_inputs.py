@@ -2414,3 +2414,18 @@ def test_a_freeze_every_that_never_falls_within_an_epoch_is_refused(tmp_path, ca
     assert cli.main([*argv, "--name", "fits", "--freeze-every", "3"]) == 0
     # An epoch's length is what auto does anyway: accepted (an epoch's steps depend on the data).
     assert cli.main([*argv, "--name", "epoch", "--freeze-every", "2"]) == 0
+
+
+@pytest.mark.parametrize("every", FREEZE_EVERY_DOES_NOTHING, ids=FREEZE_EVERY_DOES_NOTHING.keys())
+def test_a_checkpoint_every_of_the_run_s_length_or_more_is_refused(tmp_path, capsys, every):
+    """Found by the twenty-second round: `run --checkpoint-every 100000` (or the run's 8
+    steps) was accepted silently and wrote no periodic checkpoint, while such a
+    --freeze-every is refused. Refused alike, naming the flag and the run's steps; a count
+    within the run (an epoch's length too: its last step checkpoints) runs."""
+    argv = [*_argv("run", tmp_path), "--model", "vit-digits", "--epochs", "3"]
+    argv += ["--max-steps-per-epoch", "2", "--nproc", "1"]
+    value, fragment = FREEZE_EVERY_DOES_NOTHING[every]
+    fragment = f"--checkpoint-every {value} {fragment}"
+    refused([*argv, "--checkpoint-every", value], tmp_path, capsys, fragment)
+    assert cli.main([*argv, "--name", "fits", "--checkpoint-every", "5"]) == 0
+    assert cli.main([*argv, "--name", "epoch", "--checkpoint-every", "2"]) == 0

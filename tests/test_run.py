@@ -101,6 +101,40 @@ def test_a_plan_for_another_world_size_is_refused(tmp_path, capsys):
     assert "the plan is for 4 devices but --nproc is 2" in capsys.readouterr().err
 
 
+def test_a_plan_for_more_nodes_than_the_run_has_is_refused(tmp_path, capsys, monkeypatch):
+    """Found by the twenty-second round: a local `run --plan P` of a plan for 2 nodes × 1
+    device started its ranks on one host, its phases priced with the inter-node link and a
+    cache per node. A local run is one node: refused in one line naming the plan file, with
+    nothing made. `--prepare-only` (torchrun starts the ranks, on nodes not known yet) takes
+    it; under torchrun the launcher's nodes (WORLD_SIZE / LOCAL_WORLD_SIZE) are compared."""
+    from executor.launch import check_plan_nodes, launcher_nodes
+    from pipeplan.errors import BadArgumentError
+    from pipeplan.formats import Plan, load
+
+    plan = tmp_path / "plan.json"
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    made = ["plan", "--profile", profile, "--nodes", "2", "--devices-per-node", "1"]
+    made += ["--global-batch", "64", "--samples", "1438", "--epochs", "2"]
+    assert cli.main([*made, "--out", str(plan)]) == 0
+    args = ["run", "--plan", str(plan), "--runs-dir", str(tmp_path / "runs"), "--name", "x"]
+    capsys.readouterr()
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"pipeplan: error: {plan}: the plan is for 2 nodes × 1 device; this run is 1 node × 2 "
+        "ranks: re-plan with --nodes 1 --devices-per-node 2"
+    ]
+    assert not (tmp_path / "runs").exists()
+    assert cli.main([*args, "--prepare-only"]) == 0
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert launcher_nodes() == 2
+    check_plan_nodes(load(Plan, plan), plan, launcher_nodes(), 2)  # torchrun on 2 nodes
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(BadArgumentError, match="this run is 1 node × 2 ranks"):
+        check_plan_nodes(load(Plan, plan), plan, launcher_nodes(), 2)
+
+
 @pytest.mark.long  # test_launch names a killed and a raising rank: for the 15-minute default run
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)

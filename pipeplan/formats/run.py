@@ -303,7 +303,10 @@ class RunConfig(Strict):
     )
     checkpoint_every: Annotated[
         Steps | None, Flag(default="only at layout changes and the end")
-    ] = Field(None, description="Also checkpoint every N steps.")
+    ] = Field(
+        None,
+        description="Also checkpoint every N steps; an N of the run's steps or more is refused.",
+    )
     cache: Annotated[bool, Flag(needs=(CACHE_SOMETHING_FROZEN, PLAN_CACHES))] = Field(
         True, description="AutoCache the frozen prefix's activations."
     )
