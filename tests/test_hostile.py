@@ -485,10 +485,11 @@ def cores() -> int:
 
 
 # (a field of run.json, its hostile value, the flag a fresh run gives it with, the fragment
-# both refusals share: the limit, or the check a fresh run fails; where run.jsonl's records
-# contradict the edit, a resume names that contradiction first)
+# both refusals share: the limit, or the check a fresh run fails; where the run's checkpoints
+# (or, for nproc, which a resume may change, run.jsonl's records) contradict the edit, a
+# resume names that contradiction first: it holds run.json to them before acting on it)
 CONTRADICTS = {
-    "global batch beyond the data": "but run.json says global_batch 1000000",
+    "global batch beyond the data": "run.json: global_batch is 1000000, but",
     "more ranks than cores": "but run.json says nproc",
 }
 REVALIDATED = {
@@ -530,11 +531,12 @@ def test_resume_revalidates_a_hand_edited_run_json_as_a_fresh_run(
     "edit, fragment",
     [
         ({"name": "../../x"}, "name"),
-        # The records' forecasts (of freeze auto) contradict the edit: named first.
-        ({"freeze": "list", "freeze_list": [5, 3]}, "but run.json's freeze list forecasts"),
+        # The checkpoints (trained with freeze auto) contradict the edit: named first.
+        ({"freeze": "list", "freeze_list": [5, 3]}, 'run.json: freeze is "list", but'),
         ({"cache_budget_bytes": 2**70}, "cache_budget_bytes"),
         ({"global_batch": "64"}, "global_batch"),
-        ({"data": "sys:exit"}, "data 'sys:exit': the data function exited (code 0)"),
+        # Refused before the data function is imported (22nd round: a resume ran it).
+        ({"data": "sys:exit"}, 'run.json: data is "sys:exit", but'),
     ],
     ids=[
         "name out of the runs dir",

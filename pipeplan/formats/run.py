@@ -328,11 +328,9 @@ class RunConfig(Strict):
     collective_timeout_s: Annotated[Seconds, Field(ge=1.0), Flag("--collective-timeout")] = Field(
         600.0,
         description="Seconds (at least 1) a rank waits in a collective or pipeline transfer "
-        "before the run stops, naming the rank that did not respond. A dead rank stops the run "
-        "at once "
-        "whatever this is; long one-sided work (start-up, checkpoint writes, cache fills, "
-        "evaluation, re-planning) is waited for apart from it. Under torchrun each rank "
-        "waits this long at most for the others to start.",
+        "before the run stops, naming the rank that did not respond (under torchrun, also for "
+        "the others to start). A dead rank stops it at once; one-sided work (checkpoints, cache "
+        "fills, evaluation, re-planning) is waited for apart.",
     )
     # Below 1: at 1 every activation is zeroed in training, and nothing is learned.
     dropout: Annotated[NonNegFloat | None, Flag(default="the model's")] = Field(
