@@ -442,8 +442,9 @@ def _check_rng(file: Path, world_size: int, rng: dict[str, torch.Tensor]) -> Non
     missing = [r for r in ranks if r not in rng]
     if extra or missing:
         what = f"names {extra[0]!r}" if extra else f"lacks rank {missing[0]}'s state"
-        raise InputFileError(
-            f"{file}: {what}; it holds a state for each of the checkpoint's {world_size} ranks"
+        raise InputFileError(  # either file may be the edited one: both are named
+            f"{file}: {what}; it holds a state for each of the checkpoint's ranks, and "
+            f"{file.parent / 'manifest.json'} says world_size {world_size}"
         )
     cpu = torch.get_rng_state()
     for key, state in rng.items():

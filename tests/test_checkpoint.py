@@ -423,7 +423,7 @@ FORGED_SAYS = {
     "an rng state of a rank the run lacks": (
         "rng.pt",
         lambda o: o.update({"1": o["0"]}),
-        "rng.pt: names '1'; it holds a state for each of the checkpoint's 1 ranks",
+        "rng.pt: names '1'; it holds a state for each of the checkpoint's ranks, and ",
     ),
     "no rng state for a rank": (
         "rng.pt",

@@ -766,7 +766,7 @@ def _weights_of_another_shape(run: Path) -> str:
     weights = torch.load(step / "model.pt", weights_only=True)
     name = next(iter(weights))
     _forge(run, "model.pt", {**weights, name: torch.zeros(3, 5)})
-    return "in the checkpoint"
+    return f"model.pt's {name} is float32 of shape [3, 5]"  # beside its optimizer state
 
 
 def _weights_not_tensors(run: Path) -> str:

@@ -79,7 +79,8 @@ MANIFESTS = {
     "sums without steps": ({"grad_norm_sums": {"1": 1.0}}, "grad_norm_steps is 0"),
     "a negative sum": ({"grad_norm_sums": {"0": -1.0}}, "grad_norm_sums.0"),
     "a step that is not its epoch's": ({"epoch": 0, "step_in_epoch": 1}, "not a position"),
-    "another world": ({"world_size": 2}, "world_size: 2, but phase 0 ran on 1"),
+    # rng.pt holds one rank's state: the checkpoint's files are compared first (22nd round).
+    "another world": ({"world_size": 2}, "lacks rank 1's state; it holds a state for each of"),
     "a phase never recorded": ({"phase": 5}, "phase: 5, but run.jsonl has no such phase"),
     "frozen layers the phase did not freeze (no layout)": (
         {"layout": None, "frozen_layers": 1},
