@@ -85,15 +85,15 @@ def test_a_checkpoint_due_on_an_epochs_last_step_is_written(tmp_path):
     fell on an epoch's last step (the epoch's end wrote one only when the freeze point moved):
     with N = the steps per epoch no periodic checkpoint was ever written. Now it is written
     after the epoch's record, and resumes at the next epoch's first step."""
-    args = ["--nproc", "1", "--epochs", "3", "--max-steps-per-epoch", "2", "--freeze", "none"]
+    args = ["--nproc", "1", "--epochs", "2", "--max-steps-per-epoch", "2", "--freeze", "none"]
     run = pipeplan(
         "run", *args, "--checkpoint-every", "2", "--runs-dir", str(tmp_path), "--name", "e"
     )
     assert run.returncode == 0, run.stderr
     kept = sorted(p.name for p in (tmp_path / "e" / "checkpoints").glob("step-*"))
-    assert kept == ["step-4", "step-6"]  # the two newest: epoch 1's end, and the final state
-    manifest = json.loads((tmp_path / "e" / "checkpoints" / "step-4" / "manifest.json").read_text())
-    assert (manifest["epoch"], manifest["step_in_epoch"]) == (2, 0)
+    assert kept == ["step-2", "step-4"]  # epoch 0's end (none before the fix), and the final
+    manifest = json.loads((tmp_path / "e" / "checkpoints" / "step-2" / "manifest.json").read_text())
+    assert (manifest["epoch"], manifest["step_in_epoch"]) == (1, 0)
 
 
 @pytest.mark.long

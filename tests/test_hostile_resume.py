@@ -1223,7 +1223,8 @@ def _said(process: subprocess.Popen, fragment: str, timeout: float = 150) -> str
     [
         (signal.SIGINT, "pipeplan: interrupted", 130),
         (signal.SIGTERM, "pipeplan: stopped by SIGTERM", 143),
-        (signal.SIGHUP, "pipeplan: stopped by SIGHUP", 129),
+        # SIGTERM's path (`stoppable`) with another number: in `-m long`, for the suite's time.
+        pytest.param(signal.SIGHUP, "pipeplan: stopped by SIGHUP", 129, marks=pytest.mark.long),
     ],
 )
 def test_a_rank_waiting_for_its_peers_says_so_and_takes_signals(tmp_path, capsys, sig, line, code):
