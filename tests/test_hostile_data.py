@@ -183,6 +183,17 @@ TOKENIZER_CONFIG_EDITS = {  # tokenizer_config.json's fields → the one line's 
 }
 
 
+def _refused_tokenizer_config(made, tmp_path, capsys, fields: dict, fragment: str) -> None:
+    """`run --prepare-only` with the tokenizer's tokenizer_config.json updated by `fields`:
+    one line naming that file, holding `fragment`, and nothing changed."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    (tok / "tokenizer_config.json").write_text(json.dumps({**config, **fields}))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer_config.json'}: ", fragment))
+
+
 @pytest.mark.parametrize("edit", TOKENIZER_CONFIG_EDITS)
 def test_a_tokenizer_config_field_that_cannot_load_is_named(made, tmp_path, capsys, edit):
     """Found by the twentieth round: a tokenizer_class that fails to load, an auto_map (custom
@@ -191,12 +202,7 @@ def test_a_tokenizer_config_field_that_cannot_load_is_named(made, tmp_path, caps
     auto_map is refused before transformers sees it (unset, trust_remote_code asks on a
     terminal whether to run the folder's code)."""
     fields, fragment = TOKENIZER_CONFIG_EDITS[edit]
-    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
-    config = json.loads((tok / "tokenizer_config.json").read_text())
-    (tok / "tokenizer_config.json").write_text(json.dumps({**config, **fields}))
-    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
-    argv = prepare(made, tmp_path, data, tokenizer=tok)
-    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer_config.json'}: ", fragment))
+    _refused_tokenizer_config(made, tmp_path, capsys, fields, fragment)
 
 
 _TOKEN_FLAGS = {"lstrip": False, "rstrip": False, "normalized": False, "special": True}
@@ -256,12 +262,7 @@ def test_a_tokenizer_config_value_of_the_wrong_type_or_range(made, tmp_path, cap
     no word. Each key is held to its table (`tokenizerconfig.TOKENIZER_RANGES`): one line
     naming the file and the key."""
     fields, fragment = TOKENIZER_CONFIG_VALUES[edit]
-    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
-    config = json.loads((tok / "tokenizer_config.json").read_text())
-    (tok / "tokenizer_config.json").write_text(json.dumps({**config, **fields}))
-    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
-    argv = prepare(made, tmp_path, data, tokenizer=tok)
-    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer_config.json'}: ", fragment))
+    _refused_tokenizer_config(made, tmp_path, capsys, fields, fragment)
 
 
 def test_a_tokenizer_config_as_transformers_writes_it_passes(tmp_path):
