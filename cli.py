@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import _thread
+import atexit
 import json
+import os
 import shlex
 import signal
 import sys
@@ -874,5 +876,20 @@ def main(argv: list[str] | None = None) -> int:
             _install({signal.SIGINT: signal.SIG_IGN})  # (it raised at exit, or a traceback)
 
 
+def entry() -> None:
+    """The `pipeplan` command: `main`, then an exit without the interpreter's teardown
+    (freeing torch's and transformers' modules costs 1-2 s of CPU after every command).
+    atexit's callbacks, logging's flush among them, still run; an output that cannot be
+    flushed (a closed pipe) takes the interpreter's usual exit, which reports it."""
+    code = main()
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

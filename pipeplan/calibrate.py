@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import ValidationError
-from scipy.optimize import lsq_linear
 
 from pipeplan.costmodel import CostModel, same_placement
 from pipeplan.errors import InputFileError
@@ -275,6 +274,8 @@ def bounded_lstsq(matrix: np.ndarray, target: np.ndarray, lower: np.ndarray) -> 
     x = np.zeros(matrix.shape[1])
     used = norms > 0
     if used.any():
+        from scipy.optimize import lsq_linear  # here: scipy.optimize slows every rank's start
+
         bounds = (lower[used] * norms[used], np.inf)
         x[used] = lsq_linear(unit[:, used], target, bounds=bounds, method="bvls").x / norms[used]
     return x

@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from scipy.optimize import nnls
 
 from pipeplan.errors import BadArgumentError
 from pipeplan.formats import CommProfile, LinkFit, LinkSample
@@ -122,6 +121,8 @@ def _fit(samples: list[LinkSample], latency_coef: float, bytes_coef: float) -> L
     b = np.array([s.bytes for s in samples], dtype=float)
     w = 1.0 / np.maximum(t, 1e-9)
     a = np.stack([np.full_like(b, latency_coef), bytes_coef * b], axis=1) * w[:, None]
+    from scipy.optimize import nnls  # here: scipy.optimize slows every command's start
+
     (lat, inv_bw), _ = nnls(a, t * w)
     if inv_bw <= 0:  # bandwidth too high to see: bound it by the fastest large message
         inv_bw = float(min(t / (bytes_coef * b)))

@@ -33,7 +33,7 @@ def pipeplan(*args: str, kill_after: int | None = None) -> subprocess.CompletedP
     env.pop("PIPEPLAN_TEST_KILL_AFTER", None)
     if kill_after:
         env["PIPEPLAN_TEST_KILL_AFTER"] = str(kill_after)
-    code = "import sys, cli; sys.exit(cli.main())"
+    code = "import cli; cli.entry()"
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         capture_output=True,
@@ -85,11 +85,11 @@ def test_a_checkpoint_due_on_an_epochs_last_step_is_written(tmp_path):
     fell on an epoch's last step (the epoch's end wrote one only when the freeze point moved):
     with N = the steps per epoch no periodic checkpoint was ever written. Now it is written
     after the epoch's record, and resumes at the next epoch's first step."""
+    import cli
+
     args = ["--nproc", "1", "--epochs", "2", "--max-steps-per-epoch", "2", "--freeze", "none"]
-    run = pipeplan(
-        "run", *args, "--checkpoint-every", "2", "--runs-dir", str(tmp_path), "--name", "e"
-    )
-    assert run.returncode == 0, run.stderr
+    args += ["--checkpoint-every", "2", "--runs-dir", str(tmp_path), "--name", "e"]
+    assert cli.main(["run", *args]) == 0
     kept = sorted(p.name for p in (tmp_path / "e" / "checkpoints").glob("step-*"))
     assert kept == ["step-2", "step-4"]  # epoch 0's end (none before the fix), and the final
     manifest = json.loads((tmp_path / "e" / "checkpoints" / "step-2" / "manifest.json").read_text())

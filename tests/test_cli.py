@@ -30,7 +30,7 @@ FAST = ["--micro-batch-sizes", "1,2", "--warmup", "0", "--repeats", "1"]
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     """The installed entry point in a fresh process, as a user runs it."""
-    code = "import sys, cli; sys.exit(cli.main())"
+    code = "import cli; cli.entry()"
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         capture_output=True,

@@ -74,6 +74,7 @@ def test_demo_pretrains_once_then_fine_tunes_statically_and_elastically(tmp_path
     # The baseline is a pipeline (the whole model does not fit one rank) and stays one phase;
     # the elastic run froze something: more than one phase, and frozen layers in its records.
     assert len(static.phases) == 1 and static.phases[0].layout.num_stages == 2
+    assert static.phases[0].layout.frozen_layers == 0  # `--freeze none`: nothing, ever
     records = read_records(demo / "elastic" / "run.jsonl")
     assert len([r for r in records if isinstance(r, PhaseRecord)]) > 1
     assert max(r.frozen_layers for r in records if isinstance(r, EpochRecord)) > 0

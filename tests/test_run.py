@@ -140,7 +140,7 @@ def test_a_plan_for_more_nodes_than_the_run_has_is_refused(tmp_path, capsys, mon
 @pytest.mark.timeout(180)
 def test_a_dying_rank_stops_the_run_names_the_rank_and_leaves_no_process(tmp_path):
     before = spawned_workers()
-    code = "import sys, cli; sys.exit(cli.main())"
+    code = "import cli; cli.entry()"
     args = ["run", "--nproc", "2", "--data", "tests.killer_data:digits_then_die", "--epochs", "2"]
     started = time.monotonic()
     result = subprocess.run(

@@ -77,6 +77,9 @@ def test_alpha_freezing_with_a_cache_that_spills_to_disk(tmp_path):
     assert manifest["cache"]["filled_spilled"] == manifest["cache"]["filled"] > 0
 
 
+# In `-m long`, for the suite's time: the demo's static run (test_demo.py) is a run of
+# `--freeze none` and asserts one phase that freezes nothing.
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_freeze_none_keeps_one_phase(tmp_path):
