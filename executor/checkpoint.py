@@ -247,6 +247,11 @@ def latest(run_dir: Path, purpose: str = "resume") -> Path:
     `latest(run_dir, "export")`."""
     check_checkpoints_folder(run_dir)
     pointer = run_dir / "checkpoints" / "latest"
+    if pointer.is_symlink():  # pipeplan replaces the pointer as a file: a link is an edit
+        raise InputFileError(
+            f"{pointer}: is a symbolic link; pipeplan writes the pointer as a plain file "
+            "(step-N and a newline)"
+        )
     if not pointer.exists():
         kept = checkpoints_written(pointer.parent)
         if kept:  # deleted by hand: which checkpoint is the run's is not guessed, as for an edit

@@ -318,6 +318,22 @@ def test_a_bad_latest_checkpoint_pointer(tmp_path, capsys, pointer):
     refused(["run", "--resume", str(run)], tmp_path, capsys, "latest")
 
 
+@pytest.mark.parametrize("target", ["a file of secrets", "nothing"])
+def test_a_latest_pointer_that_is_a_link_is_refused_unread(tmp_path, capsys, target):
+    """Found by the twenty-third round: a `checkpoints/latest` linked to another file was
+    followed and that file's text quoted in the error line (/etc/passwd's first lines). The
+    pointer is pipeplan's plain file: a link is refused as one, whatever it points at."""
+    from test_report import elastic_records, write_run
+
+    run = write_run(tmp_path / "run", elastic_records())
+    (run / "checkpoints").mkdir()
+    secret = tmp_path / "secret"
+    if target != "nothing":
+        secret.write_text("root:x:0:0\n")
+    (run / "checkpoints" / "latest").symlink_to(secret)
+    refused(["export", str(run), "--out", str(tmp_path / "e")], tmp_path, capsys, "symbolic link")
+
+
 # ----------------------------------------------------------------------------- run directories
 
 
@@ -1617,6 +1633,19 @@ def test_demo_never_deletes_a_users_folder_named_like_its_pretraining_run(tmp_pa
         mine.rename(runs / PRETRAINED)
         fragment = "not a run pipeplan made"
     refused(["demo", "--pretrain-only", "--runs-dir", str(runs)], tmp_path, capsys, fragment)
+
+
+def test_demo_names_a_fifo_where_its_pretraining_folder_belongs(tmp_path, capsys):
+    """Found by the twenty-third round: a FIFO named demo-pretrained was called "a file"."""
+    import os
+
+    from executor.demo_checkpoint import PRETRAINED
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    os.mkfifo(runs / PRETRAINED)
+    argv = ["demo", "--pretrain-only", "--runs-dir", str(runs)]
+    refused(argv, tmp_path, capsys, f"{runs / PRETRAINED} is a FIFO, not a folder")
 
 
 @pytest.mark.multiprocess

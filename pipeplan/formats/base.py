@@ -801,10 +801,12 @@ def check_input_file(
 
 def _not_a_folder(path: Path) -> str:
     """Why `path` cannot be reached, for a NotADirectoryError: `_not_a_folder(Path(
-    "/etc/hostname/run.json"))` → "/etc/hostname is a file, not a folder"."""
+    "/etc/hostname/run.json"))` → "/etc/hostname is a regular file, not a folder"."""
+    from pipeplan.fileio import entry_kind
+
     for folder in reversed(path.parents):
         if folder.exists() and not folder.is_dir():
-            return f"{folder} is a file, not a folder"
+            return f"{folder} is {entry_kind(folder.stat().st_mode)}, not a folder"
     return "a folder on its path is a file"
 
 
