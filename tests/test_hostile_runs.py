@@ -806,7 +806,8 @@ def test_a_path_through_a_file_is_no_such_file_without_pythons_words(tmp_path):
     with pytest.raises(InputFileError) as caught:
         read_input(tmp_path / "f" / "run.json")
     assert str(caught.value) == (
-        f"{tmp_path / 'f' / 'run.json'}: no such file ({tmp_path / 'f'} is a regular file, not a folder)"
+        f"{tmp_path / 'f' / 'run.json'}: no such file "
+        f"({tmp_path / 'f'} is a regular file, not a folder)"
     )
 
 

@@ -439,7 +439,9 @@ def test_a_rank_stopped_while_it_imports_dies_with_its_killed_launcher(tmp_path)
 
 
 # SIGHUP takes SIGTERM's handler with another number: in `-m long`, for the suite's time.
-@pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.long)])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.long)]
+)
 def test_sigterm_to_a_single_process_command_is_one_line(tmp_path, signum):
     """The same for a command without ranks (a profile of 1000 repeats takes minutes): one
     line, 128 + the signal, and no profile written."""
