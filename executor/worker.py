@@ -669,7 +669,8 @@ class Trainer:
         if loss is not None and not math.isfinite(loss):
             # Every rank has the rows: all stop here, before a record (which holds finite
             # numbers only) is made, and the run's records stay valid.
-            self.diverged(f"the loss is {loss} at step {self.step_index + 1}", epoch)
+            # Step numbers count from 0 as run.jsonl and the launcher's "at step N" do.
+            self.diverged(f"the loss is {loss} at step {self.step_index}", epoch)
         record = step_record(
             rows,
             step=self.step_index,
