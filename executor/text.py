@@ -658,6 +658,7 @@ def _load_tokenizer(
             directory, config=model_config, local_files_only=True, trust_remote_code=False
         )
     except Exception as exc:
+        _check_tokenizer_json_loads(directory)  # a broken tokenizer.json is named as itself
         if config is not None:  # its class failed: the bare tokenizer.json has no pad token
             wanted = config.get("tokenizer_class")
             what = f"the tokenizer_class {wanted!r} it names" if wanted else "its tokenizer"
@@ -671,6 +672,21 @@ def _load_tokenizer(
         raise InputFileError(
             f"{directory / 'tokenizer.json'}: cannot load a tokenizer ({_first(exc)})"
         ) from None
+
+
+def _check_tokenizer_json_loads(directory: Path) -> None:
+    """InputFileError naming tokenizer.json when the `tokenizers` library cannot read it: a
+    class that tokenizer_config.json names fails on it too, and the fault is the file's
+    (twenty-third round: a vocabulary id of -3 was blamed on tokenizer_config.json)."""
+    from tokenizers import Tokenizer
+
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        return
+    try:
+        Tokenizer.from_file(str(path))
+    except Exception as exc:  # `tokenizers` raises plain Exceptions
+        raise InputFileError(f"{path}: cannot load a tokenizer ({_first(exc)})") from None
 
 
 def _check_tokenizer_config(

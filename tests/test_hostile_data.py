@@ -338,6 +338,21 @@ def test_a_tokenizer_vocabulary_mapping_two_words_to_one_id(made, tmp_path, caps
     refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: ", fragment))
 
 
+def test_a_tokenizer_json_that_cannot_load_is_named_not_its_config(made, tmp_path, capsys):
+    """Found by the twenty-third round: a vocabulary id of -3 in tokenizer.json was reported
+    as `tokenizer_config.json: cannot load the tokenizer_class …`, with tokenizer.json's line
+    and column. The file `tokenizers` cannot read is the one named."""
+
+    def negative_id(document: dict) -> None:
+        document["model"]["vocab"]["great"] = -3
+
+    tok = _edited_tokenizer_json(made, tmp_path, negative_id)
+    assert (tok / "tokenizer_config.json").is_file()  # the file that was blamed
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, f"{tok / 'tokenizer.json'}: cannot load a tokenizer (")
+
+
 _LEFT = {
     "padding": {
         "strategy": {"Fixed": 4},
