@@ -87,8 +87,11 @@ MANIFESTS = {
         "frozen_layers: 1, but phase 0 froze 0",
     ),
     # run_ends (twenty-third round's fix): epochs' starts before the checkpoint, in order.
-    "a run end at the checkpoint's step": ({"run_ends": [2]}, "run_ends [2]: a run ends at"),
-    "a run end inside an epoch": ({"run_ends": [1]}, "run_ends [1]: step 1 is not an epoch's"),
+    "a run end at the checkpoint's step": (
+        {"run_ends": [2]},
+        "run_ends [2]: step 2 is not before the checkpoint's step 2",
+    ),
+    "a run end inside an epoch": ({"run_ends": [1]}, "run_ends [1]: step 1 is not an epoch's end"),
     "a run end listed twice": ({"run_ends": [1, 1]}, "run_ends [1, 1] is not ascending"),
     # Found by the twentieth round: `cache` was a free-form dict, {"bogus": 1} accepted.
     "a free-form cache": ({"cache": {"bogus": 1}}, "field 'cache"),

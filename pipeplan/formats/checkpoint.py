@@ -237,8 +237,8 @@ def _check_run_ends(manifest: CheckpointManifest) -> None:
         raise ValueError(f"run_ends {ends} is not ascending and distinct")
     if epoch == 0 or ends[-1] >= step:
         raise ValueError(
-            f"run_ends {ends}: a run ends at an epoch's start before the checkpoint's step "
-            f"{step} (epoch {epoch})"
+            f"run_ends {ends}: step {ends[-1]} is not before the checkpoint's step {step} in an "
+            f"epoch after the first (epoch {epoch}); a resume continues from a run's end"
         )
     started = step - manifest.step_in_epoch  # the checkpoint's epoch's first step
     per_epoch, rest = divmod(started, epoch)
@@ -247,8 +247,8 @@ def _check_run_ends(manifest: CheckpointManifest) -> None:
     odd = next((e for e in ends if e == 0 or e % per_epoch), None)
     if odd is not None:
         raise ValueError(
-            f"run_ends {ends}: step {odd} is not an epoch's start ({started} steps in "
-            f"{epoch} epoch(s) before step {step})"
+            f"run_ends {ends}: step {odd} is not an epoch's end ({per_epoch} steps an epoch: "
+            f"epoch {epoch} starts at step {started})"
         )
 
 
