@@ -421,8 +421,11 @@ class Trainer:
         return manifest.epoch, manifest.step_in_epoch
 
     def phases_before(self, manifest: CheckpointManifest) -> list[PhaseRecord]:
-        """run.jsonl's phases up to the checkpoint's, as every rank reads them (rank 0's
-        truncation keeps them: it replaces the file whole)."""
+        """run.jsonl's phases up to the checkpoint's, where `history.run_ends` needs them: for
+        a manifest written before its run_ends, whose resumed phases were the run's ends. Every
+        rank reads them alike (rank 0's truncation keeps them: it replaces the file whole)."""
+        if manifest.run_ends is not None:  # the manifest lists the ends itself
+            return []
         records = read_records(self.run_dir / "run.jsonl")
         return [r for r in records if isinstance(r, PhaseRecord) and r.phase <= manifest.phase]
 
