@@ -28,7 +28,8 @@ def check_manifest_records(
     last step was recorded in (or the next, at an epoch's start: a manifest saying epoch 1 at
     step 6 of a 2-step-epoch run trained epochs 1–2 again); and its gradient history has one
     entry for each decision made by then (`gradient_decisions`: 50 entries after 2 epochs
-    were taken as measurements, none as a run that never measured)."""
+    were taken as measurements, none as a run that never measured), the run ends it lists
+    being resumes run.jsonl records."""
     where = manifest_path(run_dir, manifest)
     # The step before the checkpoint, not its epoch's record: a crash may tear the last
     # record, and a resume writes an epoch's record again (`read_records` leaves it out).

@@ -6,7 +6,8 @@ that no file of the run changed (`refused`). The one real run is test_hostile's 
 Classes: a checkpoint manifest that contradicts its run; records that end before the
 checkpoint; a resume of a finished run; one run given twice; step records out of range;
 run.json edited since its checkpoint (resume, export, report, calibrate); data.json deleted,
-emptied or naming other files, and a data file that is not a regular file; one run copied.
+emptied or naming other files, and a data file that is not a regular file; one run copied;
+a run killed after a checkpoint at an epoch's end (its decision counted, not a run's end).
 """
 
 from __future__ import annotations
