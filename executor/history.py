@@ -4,6 +4,7 @@ says the same about it.
 
     check_manifest_records(manifest, read_records(run_dir / "run.jsonl"), run_dir, cfg)
     gradient_decisions(manifest, phases, cfg)   # grad_history entries AutoFreeze made by then
+    run_ends(manifest, phases)                  # the epochs' ends where a run ended by then
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def check_manifest_records(
     last step was recorded in (or the next, at an epoch's start: a manifest saying epoch 1 at
     step 6 of a 2-step-epoch run trained epochs 1–2 again); and its gradient history has one
     entry for each decision made by then (`gradient_decisions`: 50 entries after 2 epochs
-    were taken as measurements, none as a run that never measured)."""
+    were taken as measurements, none as a run that never measured), the run ends it lists
+    being resumes run.jsonl records."""
     where = manifest_path(run_dir, manifest)
     # The step before the checkpoint, not its epoch's record: a crash may tear the last
     # record, and a resume writes an epoch's record again (`read_records` leaves it out).
@@ -72,6 +74,7 @@ def check_manifest_records(
                 f"{last.epoch}"
             )
     phases = [r for r in records if isinstance(r, PhaseRecord) and r.phase <= manifest.phase]
+    check_run_ends_recorded(manifest, phases, where)
     decisions = gradient_decisions(manifest, phases, cfg)
     if len(manifest.grad_history) != decisions:
         made = f"made {decisions} gradient decision{'s' * (decisions != 1)} by step"
@@ -145,6 +148,24 @@ def check_history_recorded(
         )
 
 
+def check_run_ends_recorded(
+    manifest: CheckpointManifest, phases: list[PhaseRecord], where: Path
+) -> None:
+    """Each of `manifest.run_ends` is where run.jsonl records a resume (a phase resumed at
+    that step): a run continued from its final checkpoint there. `phases`: run.jsonl's up to
+    the checkpoint's.
+
+        check_run_ends_recorded(manifest, phases, manifest_path(run_dir, manifest))
+    """
+    resumed = {p.start_step for p in phases if p.resumed}
+    odd = next((s for s in manifest.run_ends or [] if s not in resumed), None)
+    if odd is not None:
+        raise InputFileError(
+            f"{where}: run_ends: {manifest.run_ends} lists step {odd}, but run.jsonl records "
+            f"no resume at step {odd} (no phase up to {manifest.phase} was resumed there)"
+        )
+
+
 def check_epochs_recorded(manifest: CheckpointManifest, records: list, run_dir: Path) -> None:
     """Every epoch before the checkpoint's has its record: the executor writes an epoch's
     record before the checkpoint that follows the epoch (the transition's at the next
@@ -199,10 +220,10 @@ def _decisions(
 
     `auto` decides at the end of every epoch but the run's last, and with --freeze-every N
     after every N-th step (counted over the run) but at an epoch's end, where the end's
-    decision is the one. A run's last epoch is where its final checkpoint was taken: the
-    checkpoint itself, at an epoch's start but not a transition's (no phase entered by a
-    decision starts there), or a resume of one (a phase entered by --resume at an epoch's
-    start that no transition started). The epochs --resume adds end later.
+    decision is the one. A run's last epoch is where its final checkpoint was taken
+    (`run_ends`: the checkpoint itself when final, or one a resume continued from); a
+    periodic checkpoint at an epoch's start, and a resume of one, come after the decision.
+    The epochs --resume adds end later.
 
         _decisions(manifest, phases, cfg)  # (3, {1: 0}): N = 2, 3 steps an epoch, step 5
     """
@@ -219,18 +240,40 @@ def _decisions(
         every = cfg.freeze_every
         return at // every - at // math.lcm(every, per_epoch) if every else 0
 
-    transitions = {p.start_step for p in phases if not p.resumed}
-    # The epochs' ends (an epoch's start step) where a run ended: no decision there.
-    ended = {
-        p.start_step
-        for p in phases
-        if p.resumed and 0 < p.start_step <= step and p.start_step % per_epoch == 0
-    }
-    if manifest.step_in_epoch == 0 and epoch > 0:
-        ended.add(step)
+    ended = run_ends(manifest, phases)
     ends: dict[int, int] = {}
     for done in range(epoch):
         at = (done + 1) * per_epoch
-        if at not in ended - transitions:
+        if at not in ended:
             ends[within(at) + len(ends)] = done
     return within(step) + len(ends), ends
+
+
+def run_ends(manifest: CheckpointManifest, phases: list[PhaseRecord]) -> set[int]:
+    """The epochs' ends (each an epoch's start step) up to the checkpoint where a run ended,
+    so that no freeze decision was made there: the checkpoint itself when it is its run's
+    final one (its epoch the epochs it was trained for; a periodic checkpoint at an epoch's
+    start follows the decision), and the ends its run.jsonl-recorded resumes continued from
+    (`manifest.run_ends`). A manifest written before that field lists none: then every phase
+    resumed at an epoch's start was such a resume, as no periodic checkpoint was written at an
+    epoch's end. A transition's start is never one (its decision moved the point).
+
+        run_ends(manifest, phases)  # {4, 6}: 2 steps an epoch, finished at 4, extended to 6
+    """
+    epoch, step = manifest.epoch, manifest.step
+    if epoch == 0:
+        return set()
+    per_epoch = max(1, (step - manifest.step_in_epoch) // epoch)  # 0: `check_position`'s
+    if manifest.run_ends is not None:
+        ended = set(manifest.run_ends)
+    else:
+        ended = {
+            p.start_step
+            for p in phases
+            if p.resumed and 0 < p.start_step <= step and p.start_step % per_epoch == 0
+        }
+    # The final checkpoint: a fact of the manifest (its config is run.json when it was
+    # taken, and --resume never removes epochs), not of its position alone.
+    if manifest.step_in_epoch == 0 and epoch == manifest.config.epochs:
+        ended.add(step)
+    return ended - {p.start_step for p in phases if not p.resumed}

@@ -49,6 +49,7 @@ from pipeplan.formats import (
     Profile,
     RunConfig,
     StepRecord,
+    read_records,
 )
 from pipeplan.plan import make_forecast
 
@@ -322,6 +323,8 @@ class Trainer:
         self.step_index = 0  # global steps done
         self.phase_index = 0
         self.phase_steps = 0  # steps done in this phase (online recalibration)
+        # The epochs' ends where a run ended and a resume continued (the manifest's run_ends).
+        self.run_ends: list[int] = []
         self.autofreeze = freeze.AutoFreeze(
             cfg.freeze, self.seq.num_blocks, cfg.alpha, list(cfg.freeze_list or [])
         )
@@ -392,7 +395,7 @@ class Trainer:
     def resume(self) -> tuple[int, int]:
         """Continue from the latest checkpoint, re-planned for this world size; returns where
         to start: (epoch, step in epoch)."""
-        from executor import checkpoint
+        from executor import checkpoint, history
 
         # The command (or torchrun's entry) that started this rank said any notice once.
         manifest, model, optimizer, rng = checkpoint.load_latest(self.run_dir, notice=False)
@@ -404,6 +407,7 @@ class Trainer:
         self.frozen_layers, self.phase_index = manifest.frozen_layers, manifest.phase + 1
         self.step_index = manifest.step
         self.autofreeze.history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
+        self.run_ends = sorted(history.run_ends(manifest, self.phases_before(manifest)))
         self.recorder.truncate(manifest)
         # On the same ranks the phase is weighed against the layout it ran in, so a resume
         # keeps it as the uninterrupted run did (bit for bit); elsewhere it is planned afresh.
@@ -415,6 +419,15 @@ class Trainer:
         if manifest.world_size == self.world:  # same ranks: the same random streams
             checkpoint.restore_rng(rng, self.rank, self.device)
         return manifest.epoch, manifest.step_in_epoch
+
+    def phases_before(self, manifest: CheckpointManifest) -> list[PhaseRecord]:
+        """run.jsonl's phases up to the checkpoint's, where `history.run_ends` needs them: for
+        a manifest written before its run_ends, whose resumed phases were the run's ends. Every
+        rank reads them alike (rank 0's truncation keeps them: it replaces the file whole)."""
+        if manifest.run_ends is not None:  # the manifest lists the ends itself
+            return []
+        records = read_records(self.run_dir / "run.jsonl")
+        return [r for r in records if isinstance(r, PhaseRecord) and r.phase <= manifest.phase]
 
     def restore_runtime(self, manifest: CheckpointManifest, states: dict) -> None:
         """The resumed phase's runtime takes the optimizer state and the gradient-norm sums of
@@ -754,6 +767,9 @@ class Trainer:
             phase=self.phase_index,
             frozen_layers=self.frozen_layers,
             grad_history=[{str(k): v for k, v in h.items()} for h in self.autofreeze.history],
+            # The ends before this step: a final checkpoint taken again by a resume that
+            # added no epoch is no end a resume continued from.
+            run_ends=[s for s in self.run_ends if s < self.step_index],
             grad_norm_sums=sums,
             grad_norm_steps=steps,
             world_size=self.world,

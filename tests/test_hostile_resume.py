@@ -6,7 +6,8 @@ that no file of the run changed (`refused`). The one real run is test_hostile's 
 Classes: a checkpoint manifest that contradicts its run; records that end before the
 checkpoint; a resume of a finished run; one run given twice; step records out of range;
 run.json edited since its checkpoint (resume, export, report, calibrate); data.json deleted,
-emptied or naming other files, and a data file that is not a regular file; one run copied.
+emptied or naming other files, and a data file that is not a regular file; one run copied;
+a run killed after a checkpoint at an epoch's end (its decision counted, not a run's end).
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ MANIFESTS = {
         {"layout": None, "frozen_layers": 1},
         "frozen_layers: 1, but phase 0 froze 0",
     ),
+    # run_ends (twenty-third round's fix): epochs' starts before the checkpoint, in order.
+    "a run end at the checkpoint's step": (
+        {"run_ends": [2]},
+        "run_ends [2]: step 2 is not before the checkpoint's step 2",
+    ),
+    "a run end inside an epoch": ({"run_ends": [1]}, "run_ends [1]: step 1 is not an epoch's end"),
+    "a run end listed twice": ({"run_ends": [1, 1]}, "run_ends [1, 1] is not ascending"),
     # Found by the twentieth round: `cache` was a free-form dict, {"bogus": 1} accepted.
     "a free-form cache": ({"cache": {"bogus": 1}}, "field 'cache"),
     "a cache in an uncached phase": (
@@ -409,21 +417,55 @@ DECISIONS = {
 }
 
 
-@pytest.mark.parametrize("case", DECISIONS)
-def test_grad_history_has_one_entry_per_decision_auto_made(case):
-    """`gradient_decisions` counts what the worker appended, taken from real runs' manifests:
-    a decision at every epoch's end but where a run ended (its final checkpoint, and a
-    resume of one), and at every --freeze-every N-th step within an epoch."""
-    from executor.history import gradient_decisions
+# Found by the twenty-third round: a periodic checkpoint at an epoch's start (--checkpoint-every)
+# follows the epoch's decision, and so does a resume of one; they were counted as runs' ends.
+# (The resumed cases' manifests have run_ends; those above, as written before it, have none.)
+DECISIONS |= {
+    "a periodic checkpoint at an epoch's start": (None, _phases((0, False)), (6, 2, 0), 2),
+    "resumed from a periodic checkpoint at an epoch's start": (
+        *(None, _phases((0, False), (6, True)), (12, 4, 0), 3),
+    ),
+    "resumed from a finished run, then from a periodic one": (
+        *(None, _phases((0, False), (6, True), (9, True)), (12, 4, 0), 2),
+    ),
+}
+# The cases' manifests' run_ends (absent: None) and those taken at a run's end (config.epochs
+# their epoch, as the worker writes them; any other is not its run's last).
+RUN_ENDS = {
+    "resumed from a periodic checkpoint at an epoch's start": [],
+    "resumed from a finished run, then from a periodic one": [6],
+}
+FINAL = {"a final checkpoint", "finished twice", "resumed mid-epoch", "epoch ends only"}
+FINAL |= {"epoch ends only, resumed", "resumed from a periodic checkpoint at an epoch's start"}
+FINAL |= {"resumed from a finished run, then from a periodic one"}
+
+
+def _decided(case: str) -> tuple:
+    """(manifest, phases, cfg, entries) of DECISIONS' `case`, as the worker wrote it."""
     from pipeplan.formats import CheckpointManifest, RunConfig
 
     every, phases, (step, epoch, within), entries = DECISIONS[case]
-    cfg = RunConfig(name="r", model="vit-digits", nproc=1, epochs=12, freeze_every=every)
+    epochs = epoch if case in FINAL else 12
+    cfg = RunConfig(name="r", model="vit-digits", nproc=1, epochs=epochs, freeze_every=every)
     manifest = CheckpointManifest(
         **dict(step=step, epoch=epoch, step_in_epoch=within, phase=len(phases) - 1),
         **dict(frozen_layers=0, grad_history=[], grad_norm_sums={}, grad_norm_steps=0),
         **dict(world_size=1, model="vit-digits", layout=None, config=cfg),
+        **({"run_ends": RUN_ENDS[case]} if case in RUN_ENDS else {}),
     )
+    return manifest, phases, cfg, entries
+
+
+@pytest.mark.parametrize("case", DECISIONS)
+def test_grad_history_has_one_entry_per_decision_auto_made(case):
+    """`gradient_decisions` counts what the worker appended, taken from real runs' manifests:
+    a decision at every epoch's end but where a run ended (its final checkpoint, and a
+    resume of one), and at every --freeze-every N-th step within an epoch. Found by the
+    twenty-third round: a periodic checkpoint at an epoch's start (and a resume of one) was
+    counted as a run's end, and a run killed after one could never be resumed."""
+    from executor.history import gradient_decisions
+
+    manifest, phases, cfg, entries = _decided(case)
     assert gradient_decisions(manifest, phases, cfg) == entries
     assert gradient_decisions(manifest, phases, cfg.model_copy(update={"freeze": "none"})) == 0
 
@@ -493,6 +535,9 @@ EPOCH_ENDS = {
     "a transition at an epoch's start": {1: 0},  # steps 2, 3
     "epoch ends only": {0: 0},  # epoch 1's end finished the run
     "epoch ends only, resumed": {0: 0, 1: 2},  # epochs 1 and 3 ended runs
+    "a periodic checkpoint at an epoch's start": {0: 0, 1: 1},
+    "resumed from a periodic checkpoint at an epoch's start": {0: 0, 1: 1, 2: 2},
+    "resumed from a finished run, then from a periodic one": {0: 0, 1: 2},
 }
 
 
@@ -501,15 +546,8 @@ def test_the_grad_history_entries_of_epoch_ends_are_found(case):
     """`epoch_end_decisions` finds the entries a resume holds to the epochs' records, among
     the decisions `gradient_decisions` counts."""
     from executor.history import epoch_end_decisions, gradient_decisions
-    from pipeplan.formats import CheckpointManifest, RunConfig
 
-    every, phases, (step, epoch, within), entries = DECISIONS[case]
-    cfg = RunConfig(name="r", model="vit-digits", nproc=1, epochs=12, freeze_every=every)
-    manifest = CheckpointManifest(
-        **dict(step=step, epoch=epoch, step_in_epoch=within, phase=len(phases) - 1),
-        **dict(frozen_layers=0, grad_history=[], grad_norm_sums={}, grad_norm_steps=0),
-        **dict(world_size=1, model="vit-digits", layout=None, config=cfg),
-    )
+    manifest, phases, cfg, entries = _decided(case)
     assert epoch_end_decisions(manifest, phases, cfg) == EPOCH_ENDS[case]
     assert gradient_decisions(manifest, phases, cfg) == entries
 
@@ -945,6 +983,146 @@ def test_resume_refuses_gradient_norms_of_a_frozen_layer(mid_epoch_run, tmp_path
     path.write_text(json.dumps(doc))
     fragment = (str(path), "grad_norm_sums: layer 0, but layers 0..0 are frozen")
     refused(["run", "--resume", str(cut)], tmp_path, capsys, fragment)
+
+
+# ------------------------------------------------------------- a checkpoint at an epoch's end
+# (twenty-third round) A periodic checkpoint due on an epoch's last step is written after the
+# epoch's record and its freeze decision; the history check took every checkpoint at an epoch's
+# start, and every resume from one, for a run's end (where no decision is made), and refused
+# the killed run's resume, export, report and calibrate for good.
+
+# 1 rank, 2 epochs of 5 steps (calibrate fits a phase of 5), --freeze auto, a checkpoint every
+# 5 steps: step-5 at epoch 1's start (after epoch 0's decision) and the final step-10, both kept.
+EPOCH = 5
+BOUNDARY = ["--nproc", "1", "--epochs", "2", "--max-steps-per-epoch", str(EPOCH)]
+BOUNDARY += ["--checkpoint-every", str(EPOCH), "--freeze", "auto"]
+
+
+@pytest.fixture(scope="module")
+def boundary_run(tmp_path_factory) -> Path:
+    """Uninterrupted: BOUNDARY's run."""
+    root = tmp_path_factory.mktemp("boundary")
+    assert cli.main(["run", *BOUNDARY, "--name", "b", "--runs-dir", str(root)]) == 0
+    return root / "b"
+
+
+@pytest.fixture(scope="module")
+def boundary_resumed(boundary_run, tmp_path_factory) -> Path:
+    """`boundary_run` cut back to step-5 and resumed to its end."""
+    cut = _cut_at_the_epochs_end(boundary_run, tmp_path_factory.mktemp("resumed"))
+    assert cli.main(["run", "--resume", str(cut)]) == 0
+    return cut
+
+
+def _cut_at_the_epochs_end(run: Path, tmp_path: Path) -> Path:
+    """A copy of `boundary_run` as a kill right after its checkpoint step-5 leaves it: that
+    checkpoint the latest, the records of epoch 0 and its steps, no end (step-10, model/,
+    summary.json, and epoch 1's row in metrics.csv)."""
+    cut = copy_run(run, tmp_path)
+    shutil.rmtree(cut / "checkpoints" / f"step-{2 * EPOCH}")
+    shutil.rmtree(cut / "model")
+    (cut / "summary.json").unlink()
+    (cut / "checkpoints" / "latest").write_text(f"step-{EPOCH}\n")
+    kept = [
+        r
+        for r in _lines(cut)
+        if r["kind"] == "phase"
+        or (r["kind"] == "step" and r["step"] < EPOCH)
+        or (r["kind"] == "epoch" and r["epoch"] < 1)
+    ]
+    _rewrite(cut, kept)
+    rows = (cut / "metrics.csv").read_text().splitlines(keepends=True)
+    (cut / "metrics.csv").write_text("".join(rows[:2]))  # the header and epoch 0's row
+    return cut
+
+
+def _held_to_records(run: Path, step: int, epochs: int):
+    """checkpoints/step-`step`'s manifest, after resume's check against run.jsonl (a resume
+    to `epochs` makes it), or the check's InputFileError."""
+    from executor.history import check_manifest_records
+    from pipeplan.formats import CheckpointManifest, RunConfig, load, read_records
+
+    manifest = load(CheckpointManifest, run / "checkpoints" / f"step-{step}" / "manifest.json")
+    cfg = load(RunConfig, run / "run.json").model_copy(update={"epochs": epochs})
+    check_manifest_records(manifest, read_records(run / "run.jsonl"), run, cfg)
+    return manifest
+
+
+def _weights(run: Path, step: int) -> dict:
+    import torch
+
+    return torch.load(run / "checkpoints" / f"step-{step}" / "model.pt", weights_only=True)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_run_killed_after_a_checkpoint_at_an_epochs_end_resumes_as_uninterrupted(
+    boundary_run, boundary_resumed
+):
+    """Found by the twenty-third round: a run killed after its --checkpoint-every checkpoint
+    at epoch 1's start (not its last epoch) was refused on resume, "grad_history: 1 entries,
+    but --freeze auto made 0 gradient decisions by step N": epoch 0's decision, which that
+    checkpoint follows, was not counted. Resumed, it ends as the uninterrupted run: the same
+    weights bit for bit and the same gradient history, no run end recorded."""
+    import torch
+
+    cut = boundary_resumed / "checkpoints" / f"step-{EPOCH}" / "manifest.json"
+    doc = json.loads(cut.read_text())
+    assert (doc["epoch"], doc["step_in_epoch"], len(doc["grad_history"])) == (1, 0, 1)
+    full, resumed = (_weights(r, 2 * EPOCH) for r in (boundary_run, boundary_resumed))
+    assert full.keys() == resumed.keys()
+    assert all(torch.equal(full[k], resumed[k]) for k in full)
+    manifests = [_held_to_records(r, 2 * EPOCH, 3) for r in (boundary_run, boundary_resumed)]
+    assert manifests[0].grad_history == manifests[1].grad_history
+    assert [m.run_ends for m in manifests] == [[], []]  # the resume at step 5 is no run's end
+    assert [p["resumed"] for p in _lines(boundary_resumed) if p["kind"] == "phase"] == [
+        False,
+        True,
+    ]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate", "export"])
+def test_every_command_takes_a_run_killed_after_a_checkpoint_at_an_epochs_end(
+    boundary_run, tmp_path, capsys, command
+):
+    """Found by the twenty-third round: report, calibrate and export of the killed run
+    (latest checkpoint step-5, at epoch 1's start) exited 2 with resume's grad_history line;
+    they take it now."""
+    cut = _cut_at_the_epochs_end(boundary_run, tmp_path)
+    assert cli.main(_priced_argv(command, cut, tmp_path)) == 0, capsys.readouterr().err
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_finished_run_resumed_at_an_epochs_end_is_extended_and_checked(
+    boundary_resumed, tmp_path
+):
+    """The run's end is a recorded fact, not the position: `boundary_resumed` (resumed at
+    step 5 after epoch 0's decision, finished at step 10 without one) extended by
+    `--resume --epochs 3` lists step 10 as a run's end (run_ends), not step 5; its
+    checkpoints hold the one decision and pass the next resume's check. Found by the
+    twenty-third round: the check took every resume at an epoch's start for a run's end."""
+    run = copy_run(boundary_resumed, tmp_path)
+    assert cli.main(["run", "--resume", str(run), "--epochs", "3"]) == 0
+    before, after = (_held_to_records(run, n * EPOCH, 4) for n in (2, 3))
+    assert (before.run_ends, after.run_ends) == ([], [2 * EPOCH])
+    assert after.grad_history == before.grad_history and len(after.grad_history) == 1
+    phases = [(p["start_step"], p["resumed"]) for p in _lines(run) if p["kind"] == "phase"]
+    assert phases == [(0, False), (EPOCH, True), (2 * EPOCH, True)]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_run_end_run_jsonl_does_not_record_is_refused(boundary_run, tmp_path, capsys):
+    """A manifest's run_ends is held to run.jsonl: a run end listed where no resume is
+    recorded (step 5 of the uninterrupted run) would drop a decision from the count."""
+    run = copy_run(boundary_run, tmp_path)
+    path = run / "checkpoints" / f"step-{2 * EPOCH}" / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "run_ends": [EPOCH]}))
+    fragment = (str(path), "run_ends: [5] lists step 5, but run.jsonl records no resume at")
+    refused(["run", "--resume", str(run), "--epochs", "3"], tmp_path, capsys, fragment)
 
 
 # ----------------------------------------------------------------------------- torchrun's entry

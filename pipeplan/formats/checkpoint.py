@@ -3,6 +3,7 @@ checkpoint's tensors belong to (the tensors themselves: `executor.checkpoint`)."
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 from typing import Annotated, Literal
@@ -157,6 +158,15 @@ class CheckpointManifest(Strict):
         description="Per `auto` freeze decision, the mean gradient norm of each layer since the "
         "one before (one for each decision the run has made at most; checked on resume)."
     )
+    # Absent (None) in a manifest written before the field: every phase run.jsonl records as
+    # resumed at an epoch's start was a resume of a finished run then, since no periodic
+    # checkpoint was written at an epoch's end (`executor.history.run_ends`).
+    run_ends: list[Step] | None = Field(
+        None,
+        description="The steps, before this checkpoint's, where a run ended with its final "
+        "checkpoint (at an epoch's start) and a --resume with more epochs continued: no freeze "
+        "decision was made at those epochs' ends. Ascending, distinct.",
+    )
     grad_norm_sums: Norms = Field(description="Gradient norms summed since the last decision.")
     grad_norm_steps: Step = Field(description="The steps summed in grad_norm_sums.")
     world_size: Annotated[int, Field(ge=1, le=MAX_COUNT)]
@@ -210,7 +220,36 @@ class CheckpointManifest(Strict):
             )
         if self.cache is not None:
             _check_cache(self.cache, self.layout, self.config)
+        if self.run_ends:
+            _check_run_ends(self)
         return self
+
+
+def _check_run_ends(manifest: CheckpointManifest) -> None:
+    """`run_ends` lists epochs' starts before the checkpoint, each once and in order: a run
+    ends only at an epoch's start (its final checkpoint), and only an epoch that has ended
+    (none in epoch 0) can have.
+
+        _check_run_ends(manifest)  # run_ends [4] at step 6 of 2 steps an epoch: accepted
+    """
+    ends, step, epoch = manifest.run_ends, manifest.step, manifest.epoch
+    if any(b <= a for a, b in itertools.pairwise(ends)):
+        raise ValueError(f"run_ends {ends} is not ascending and distinct")
+    if epoch == 0 or ends[-1] >= step:
+        raise ValueError(
+            f"run_ends {ends}: step {ends[-1]} is not before the checkpoint's step {step} in an "
+            f"epoch after the first (epoch {epoch}); a resume continues from a run's end"
+        )
+    started = step - manifest.step_in_epoch  # the checkpoint's epoch's first step
+    per_epoch, rest = divmod(started, epoch)
+    if rest or not per_epoch:  # no position of any run: `check_position` names step
+        return
+    odd = next((e for e in ends if e == 0 or e % per_epoch), None)
+    if odd is not None:
+        raise ValueError(
+            f"run_ends {ends}: step {odd} is not an epoch's end ({per_epoch} steps an epoch: "
+            f"epoch {epoch} starts at step {started})"
+        )
 
 
 def _check_cache(cache: CacheManifest, layout: Layout | None, config: RunConfig) -> None:
