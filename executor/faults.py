@@ -124,13 +124,19 @@ def describe(exc: BaseException, kind: str) -> str:
     return f"{type(exc).__name__}: {last}" if last else type(exc).__name__
 
 
-def write_report(exc: BaseException, rank: int) -> Report:
+def write_report(exc: BaseException, rank: int, traced: bool = True) -> Report:
     """Write this rank's report to its error file (when a launcher gave one); returns it.
     Into the room the rank reserved as it started (`errorfile`): the failure being reported
     is often a full disk. Where it cannot be written, the rank still exits with its code,
-    which the launcher reports, and no partial report stays."""
+    which the launcher reports, and no partial report stays. `traced=False` where the rank
+    says one line instead of a traceback (a refusal, a signal in the wait for its peers): the
+    report's traceback, which torchrun's summary shows, is then that line's message.
+
+        write_report(ValueError("sample 183 is unreadable"), rank=1)
+        write_report(Stopped(signal.SIGTERM), rank=1, traced=False)   # "stopped by SIGTERM"
+    """
     kind = classify(exc)
-    callstack = "".join(traceback.format_exception(exc))
+    callstack = "".join(traceback.format_exception(exc)) if traced else ""
     report = Report(rank, kind, time.time(), describe(exc, kind), callstack)
     errorfile.write(report.to_json())
     return report

@@ -99,7 +99,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import torch
 import torch.distributed as dist
@@ -603,8 +603,7 @@ def main(argv: list[str] | None = None) -> None:
         try:  # `pipeplan run` made these checks before it started this rank; torchrun did not
             enter_run(Path(args.run_dir), args.resume, world)
         except PipeplanError as exc:
-            pipeplan_log.error(exc, console)
-            sys.exit(2)
+            refuse_entry(exc, rank, console)
     try:
         # From here Ctrl-C is reported as every failure is (and its traceback goes to the rank's
         # log under `pipeplan run`): a KeyboardInterrupt again, where the top of this module
@@ -615,8 +614,10 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as exc:  # every failure is reported, then the rank exits
-        report = faults.write_report(exc, rank)
         said = start_line(exc, rank)
+        # A traceback in the report where the rank prints one: a stop in the wait for the
+        # others (torchrun's SIGTERM once a peer failed) showed where it landed in our code.
+        report = faults.write_report(exc, rank, traced=said is None)
         if said is not None:  # its own line, as the CLI's: a start that never trained
             line, code = said
             # Under `pipeplan run` into the rank's log: the launcher says it on the console.
@@ -633,6 +634,20 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(code)
     errorfile.release()  # trained: the report's room is given back
     exit_without_teardown(0, console)
+
+
+def refuse_entry(exc: PipeplanError, rank: int, console: TextIO) -> NoReturn:
+    """torchrun's entry refused the run (`enter_run`): the rank's report, the refusal (its
+    message is the whole story: no traceback), its line naming the rank, and exit 2. With no
+    report, torchrun's summary gave the refusing rank no cause and showed instead the
+    traceback of a peer it stopped meanwhile (the twenty-third round).
+
+        refuse_entry(BadArgumentError("runs/q1: has started already …"), 0, sys.stderr)
+        # pipeplan: error: rank 0: runs/q1: has started already …
+    """
+    faults.write_report(exc, rank, traced=False)
+    pipeplan_log.error(f"rank {rank}: {exc}", console)
+    sys.exit(2)
 
 
 def exit_without_teardown(code: int, console: TextIO) -> None:

@@ -32,6 +32,7 @@ from test_report import elastic_records, write_run
 from text_data import reviews, write_jsonl
 
 import cli
+from pipeplan.errors import BadArgumentError, Stopped
 
 finished_run = test_hostile.finished_run
 MORE = ["--epochs", "2"]  # a resume that has an epoch to train: only the damage stops it
@@ -1349,6 +1350,87 @@ def test_the_entry_refuses_a_world_size_the_run_was_not_prepared_for(tmp_path, c
     assert snapshot(run) == before
 
 
+def _refused_at_entry(run_dir, resume, world):
+    raise BadArgumentError("runs/q1: has started already")
+
+
+def _stopped_in_the_wait(run_dir, resume, console):
+    raise Stopped(signal.SIGTERM)  # torchrun's SIGTERM once a peer failed (`stoppable`)
+
+
+def _abandoned_in_the_wait(run_dir, resume, console):
+    from executor.worker import StartAbandoned
+
+    raise StartAbandoned("gave up after 2 s waiting at h:1")
+
+
+def _failed_training(run_dir, resume, console):
+    raise ValueError("sample 183 is unreadable")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "stage, fails, code, line, callstack",
+    [
+        (
+            "enter_run",
+            _refused_at_entry,
+            2,
+            "pipeplan: error: rank 0: runs/q1: has started already",
+            "runs/q1: has started already",
+        ),
+        ("train_rank", _stopped_in_the_wait, 143, "pipeplan: stopped by SIGTERM", None),
+        (
+            "train_rank",
+            _abandoned_in_the_wait,
+            2,
+            "pipeplan: error: rank 0: gave up after 2 s waiting at h:1",
+            "gave up after 2 s waiting at h:1",
+        ),
+    ],
+)
+def test_a_torchrun_rank_reports_its_one_line_end_without_a_traceback(
+    tmp_path, monkeypatch, stage, fails, code, line, callstack
+):
+    """Found by the twenty-third round: a rank refused at torchrun's entry wrote no report
+    and printed its line without its rank; a rank stopped by torchrun as it waited for its
+    peers (or giving up that wait) reported the traceback of our internals
+    (`pipeplan.errors.Stopped: 15`), which torchrun's summary showed. Each now reports
+    what its one line says (stopped: "stopped by SIGTERM"), no traceback."""
+    from executor import launch
+
+    # The fork below inherits these: the entry's checks pass, but where they are the stage.
+    monkeypatch.setattr(launch, "enter_run", lambda run_dir, resume, world: None)
+    monkeypatch.setattr(launch, stage, fails)
+    error_file = tmp_path / "error.json"
+    env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
+    env = {**env, **RANK_ENV, "TORCHELASTIC_ERROR_FILE": str(error_file)}
+    got, err = _main_forked([str(tmp_path / "q1")], env)
+    assert (got, err.splitlines()) == (code, [line]), err[-3000:]
+    report = json.loads(error_file.read_text())
+    assert report["message"]["extraInfo"]["py_callstack"] == (callstack or "stopped by SIGTERM")
+    assert report["pipeplan"]["rank"] == 0 and not (tmp_path / "error.json.tmp").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_torchrun_rank_that_fails_training_still_reports_its_traceback(tmp_path, monkeypatch):
+    """The other side of the test above: a failure of the rank's own code keeps its
+    traceback in the report (torchrun's summary shows where it failed)."""
+    from executor import launch
+
+    monkeypatch.setattr(launch, "enter_run", lambda run_dir, resume, world: None)
+    monkeypatch.setattr(launch, "train_rank", _failed_training)
+    error_file = tmp_path / "error.json"
+    env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
+    env = {**env, **RANK_ENV, "TORCHELASTIC_ERROR_FILE": str(error_file)}
+    got, err = _main_forked([str(tmp_path / "q1")], env)
+    assert got == 1 and err.endswith(
+        "pipeplan: error: rank 0: ValueError: sample 183 is unreadable\n"
+    )
+    callstack = json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"]
+    assert callstack.startswith("Traceback") and "_failed_training" in callstack
+
+
 # A rank whose peers never start (a second node late, or its command mistyped), waiting for
 # them before the process group: it says so, takes Ctrl-C, SIGTERM and SIGHUP with the CLI's
 # lines, and gives up after the run's --collective-timeout naming the address and the ranks.
@@ -1457,6 +1539,50 @@ def test_a_rank_whose_peers_never_start_gives_up_naming_them(tmp_path, capsys, r
         f"pipeplan: error: rank {rank}: gave up after 2 s (the run's --collective-timeout) "
     )
     assert fragment.format(port=port) in lines[0], lines[0]
+    assert snapshot(run) == before
+
+
+def _torchrun(run: Path, nproc: int = 2, timeout: float = 100) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc-per-node NPROC -m executor.launch RUN`, as a user starts
+    it on one node (no `pipeplan run` above it, the rendezvous on a free port)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
+    env.pop("PIPEPLAN_LAUNCHER_PID", None)
+    env = {**env, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", str(nproc), "-m", "executor.launch", str(run)]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(150)
+def test_a_refusal_at_the_torchrun_entry_is_the_summarys_root_cause(tmp_path, capsys):
+    """Found by the twenty-third round: rank 0 refusing a 2-rank run at torchrun's entry
+    printed its line without its rank and wrote no report (torchrun's root cause: `error_file:
+    <N/A>`), while rank 1, stopped by torchrun's SIGTERM as it waited for its peers, recorded
+    the traceback of our internals (`pipeplan.errors.Stopped: 15`), which the summary showed.
+    The refusal is rank 0's report and line; the stopped rank's report is "stopped by
+    SIGTERM". (A run that has started, started again without --resume: any entry refusal.)"""
+    from pipeplan.fileio import release_directory
+
+    argv = ["run", "--model", "vit-digits", "--nproc", "2", "--epochs", "1", "--name", "q1"]
+    assert cli.main([*argv, "--runs-dir", str(tmp_path), "--prepare-only"]) == 0
+    capsys.readouterr()
+    run = tmp_path / "q1"
+    release_directory(run)  # prepared in this process, which holds its lock: rank 0 takes it
+    (run / "run.jsonl").touch()  # what a run that started leaves
+    before = snapshot(run)
+    done = _torchrun(run)
+    ours = [line for line in done.stderr.splitlines() if line.startswith("pipeplan: ")]
+    refusal = f"{run}: has started already (it holds run.jsonl)"
+    assert done.returncode == 1 and ours, done.stderr[-5000:]
+    assert ours[0].startswith(f"pipeplan: error: rank 0: {refusal}"), done.stderr[-5000:]
+    # Rank 1 says it was stopped, or nothing where the SIGTERM came as it still imported.
+    assert ours[1:] in ([], ["pipeplan: stopped by SIGTERM"]), done.stderr[-5000:]
+    summary = done.stderr[done.stderr.index("executor.launch FAILED") :]
+    others, root = summary.split("Root Cause")
+    assert "rank      : 0 (local_rank: 0)" in root and f"traceback : {refusal}" in root, summary
+    assert "Traceback" not in summary and "pipeplan.errors" not in done.stderr, summary
+    assert "rank      : 1 (local_rank: 1)" in others, summary
     assert snapshot(run) == before
 
 
