@@ -615,15 +615,19 @@ def main(argv: list[str] | None = None) -> None:
         train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as exc:  # every failure is reported, then the rank exits
         said = start_line(exc, rank)
+        # Bad input (a run file missing or edited, a diverged run: a PipeplanError) is one
+        # line under torchrun as on the CLI; only a failure of the code shows its traceback.
+        user = isinstance(exc, PipeplanError)
         # A traceback in the report where the rank prints one: a stop in the wait for the
         # others (torchrun's SIGTERM once a peer failed) showed where it landed in our code.
-        report = faults.write_report(exc, rank, traced=said is None)
+        report = faults.write_report(exc, rank, traced=said is None and not user)
         if said is not None:  # its own line, as the CLI's: a start that never trained
             line, code = said
             # Under `pipeplan run` into the rank's log: the launcher says it on the console.
             print(line, file=sys.stderr if args.log_dir else console, flush=True)
         else:
-            traceback.print_exc()  # into the rank's log (or torchrun's console)
+            if args.log_dir or not user:
+                traceback.print_exc()  # into the rank's log (or torchrun's console)
             if not args.log_dir:  # under torchrun: one line of ours after torch's traceback
                 pipeplan_log.error(f"rank {rank}: {report.message}", console)
             code = faults.exit_code(report)

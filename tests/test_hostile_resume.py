@@ -1431,6 +1431,33 @@ def test_a_torchrun_rank_that_fails_training_still_reports_its_traceback(tmp_pat
     assert callstack.startswith("Traceback") and "_failed_training" in callstack
 
 
+def _missing_run_file(run_dir, resume, console):
+    from pipeplan.errors import InputFileError
+
+    raise InputFileError(f"{run_dir}/profile.json: no such file")
+
+
+@pytest.mark.timeout(120)
+def test_a_torchrun_rank_refused_by_a_run_file_says_one_line(tmp_path, monkeypatch):
+    """Found by the twenty-third round: a run file deleted between `--prepare-only` and
+    torchrun (profile.json) printed each rank's Python traceback before its line. Bad input
+    (a PipeplanError) is one line under torchrun as on the CLI, and the report holds it."""
+    from executor import launch
+
+    monkeypatch.setattr(launch, "enter_run", lambda run_dir, resume, world: None)
+    monkeypatch.setattr(launch, "train_rank", _missing_run_file)
+    error_file = tmp_path / "error.json"
+    env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
+    env = {**env, **RANK_ENV, "TORCHELASTIC_ERROR_FILE": str(error_file)}
+    got, err = _main_forked([str(tmp_path / "q1")], env)
+    assert (
+        got == 1
+        and err == f"pipeplan: error: rank 0: {tmp_path / 'q1'}/profile.json: no such file\n"
+    )
+    callstack = json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"]
+    assert callstack == f"{tmp_path / 'q1'}/profile.json: no such file"
+
+
 # A rank whose peers never start (a second node late, or its command mistyped), waiting for
 # them before the process group: it says so, takes Ctrl-C, SIGTERM and SIGHUP with the CLI's
 # lines, and gives up after the run's --collective-timeout naming the address and the ranks.
