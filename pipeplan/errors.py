@@ -32,6 +32,18 @@ def quoted(value: object, limit: int = SHOWN) -> str:
     return excerpt(repr(value), limit)
 
 
+def fitted(text: str, room: int) -> str:
+    """`text` in at most `room` characters, the sign of a cut included: what a line of a
+    bounded length holds of it (`log.bounded`).
+
+        fitted("x" * 500, 30)   # 'xxxxxxxxxxx… (500 characters)', 30 characters in all
+    """
+    if len(text) <= room:
+        return text
+    sign = _cut(len(text))
+    return text[: max(room - len(sign), 0)] + sign
+
+
 def _cut(length: int) -> str:
     """The sign of a cut: `… (N characters)`, N the whole's length."""
     return f"… ({length} characters)"
