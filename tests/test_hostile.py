@@ -436,12 +436,24 @@ def _base_lines(root: Path) -> dict[str, list[str]]:
     }
 
 
+# Flags of the base lines a parameter means nothing with: left out, so that its value is read.
+_LEFT_OUT = {"--cluster": ("--devices-per-node",), "--resume": ("--runs-dir", "--prepare-only")}
+
+
+def _without(base: list[str], flag: str) -> list[str]:
+    """`base` less `flag` and its value (a switch has none), if it is there."""
+    if flag not in base:
+        return base
+    at = base.index(flag)
+    valued = at + 1 < len(base) and not base[at + 1].startswith("-")
+    return base[:at] + base[at + 1 + valued :]
+
+
 def _with_value(base: list[str], parameter: str, value: str) -> list[str]:
     """`base` with `parameter` (an option, or the first argument) set to `value`."""
+    for flag in (*_LEFT_OUT.get(parameter, ()), parameter):
+        base = _without(base, flag)
     if parameter.startswith("-"):
-        if parameter in base:
-            at = base.index(parameter)
-            base = base[:at] + base[at + 2 :]
         return [*base, parameter, value]
     if base and not base[0].startswith("-"):  # the argument the base line gives: replaced
         return [value, *base[1:]]
