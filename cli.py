@@ -22,7 +22,15 @@ from rich.text import Text
 
 from pipeplan.startup import stopped_by  # isort: skip  (first: ends a start interrupted by a signal)
 from pipeplan import log
-from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError, Stopped, quoted
+from pipeplan.errors import (
+    SHOWN,
+    BadArgumentError,
+    Interrupted,
+    PipeplanError,
+    Stopped,
+    excerpt,
+    quoted,
+)
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_EPOCHS, Needs, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
@@ -710,7 +718,7 @@ def _check_switch_values(args: list[str], switches: set[str]) -> None:
         name, equals, value = token.partition("=")
         if equals and name in switches:
             raise BadArgumentError(
-                f"{name} is a switch and takes no value, not {value[:60]!r}; give {name} alone"
+                f"{name} is a switch and takes no value, not {quoted(value)}; give {name} alone"
             )
 
 
@@ -762,12 +770,28 @@ def _check_printable(args: list[str]) -> None:
             raise BadArgumentError(f"{_flag_of(args, n)}: {exc}") from None
 
 
+def _cut_arguments(message: str, args: list[str]) -> str:
+    """click's message with each argument it quotes cut as pipeplan's own messages cut a
+    value (`errors.quoted`): click quoted an unknown command, option or extra argument whole
+    (`No such command 'xxx…'`, 5,000 characters: twenty-third round).
+
+        _cut_arguments(f"No such command '{'x' * 5000}'.", ["x" * 5000])
+        # "No such command 'xx…x'… (5000 characters).": 200 x's between the quotes
+    """
+    tokens = {part for arg in args for part in (arg, arg.split("=", 1)[0]) if len(part) > SHOWN}
+    for token in sorted(tokens, key=len, reverse=True):  # a token inside a longer one: after
+        message = message.replace(f"'{token}'", quoted(token)).replace(token, excerpt(token))
+    return message
+
+
 def _check_version(args: list[str]) -> None:
     """`pipeplan --version extra` (or `--version plan`) is refused: click printed the version
     and exited 0 before reading the rest, which then meant nothing."""
     rest = [a for a in args if a != "--debug"]
     if rest[:1] == ["--version"] and len(rest) > 1:
-        raise BadArgumentError(f"--version takes nothing more, not {rest[1]!r}; give it alone")
+        raise BadArgumentError(
+            f"--version takes nothing more, not {quoted(rest[1])}; give it alone"
+        )
 
 
 def _check_help(args: list[str]) -> None:
@@ -780,7 +804,7 @@ def _check_help(args: list[str]) -> None:
     after = [a for a in args[args.index("--help") + 1 :] if a != "--debug"]
     if after:
         raise BadArgumentError(
-            f"--help takes nothing after it, not {after[0]!r}; give it last: "
+            f"--help takes nothing after it, not {quoted(after[0])}; give it last: "
             "pipeplan COMMAND --help"
         )
 
@@ -854,7 +878,7 @@ def main(argv: list[str] | None = None) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `pipeplan`: the help, printed
             return 0
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        log.error(message)
+        log.error(_cut_arguments(message, args))
         return 2
     except (Interrupted, KeyboardInterrupt, typer.Abort):
         print("pipeplan: interrupted", file=sys.stderr)

@@ -93,14 +93,14 @@ def load_data(
     if ":" in spec:
         return _load_user(spec, seed)
     raise BadArgumentError(
-        f"unknown data '{spec}'; built-ins: {', '.join(BUILTINS)} "
+        f"unknown data {quoted(spec)}; built-ins: {', '.join(BUILTINS)} "
         "(or FILE.jsonl, FILE.csv, module:function, or path/to/file.py:function)"
     )
 
 
 def _needs_model(seq: LayerSequence | None, spec: str) -> LayerSequence:
     if seq is None:
-        raise BadArgumentError(f"data '{spec}' is made for a model: pass the model")
+        raise BadArgumentError(f"data {quoted(spec)} is made for a model: pass the model")
     return seq
 
 
@@ -316,17 +316,19 @@ def _synth_split(
 def _load_user(spec: str, seed: int) -> TaskData:
     target, _, func_name = spec.rpartition(":")
     if not target or not func_name.isidentifier():
-        raise BadArgumentError(f"data '{spec}': expected module:function or file.py:function")
+        raise BadArgumentError(f"data {quoted(spec)}: expected module:function or file.py:function")
     with _contained(spec, "module"):
         module = _import(target, spec)
     func = getattr(module, func_name, None)
     if not callable(func):
-        raise BadArgumentError(f"data '{spec}': '{target}' has no function '{func_name}'")
+        raise BadArgumentError(
+            f"data {quoted(spec)}: {quoted(target)} has no function {quoted(func_name)}"
+        )
     with _contained(spec, "function"):
         try:
             result = func(seed=seed) if _takes_seed(func) else func()
         except Exception as exc:  # the user's code: its error in one line, not our traceback
-            raise BadArgumentError(f"data '{spec}' raised {_one_line(exc)}") from exc
+            raise BadArgumentError(f"data {quoted(spec)} raised {_one_line(exc)}") from exc
     return _as_task_data(result, spec)
 
 
@@ -347,7 +349,7 @@ def _contained(spec: str, what: str) -> Iterator[None]:
             said.append(exc.code)
         last = f"; its last line on stderr: {quoted(said[-1])}" if said else ""
         raise BadArgumentError(
-            f"data '{spec}': the data {what} exited (code {code or 0}){last}"
+            f"data {quoted(spec)}: the data {what} exited (code {code or 0}){last}"
         ) from None
     sys.stderr.write(held.getvalue())
 
@@ -357,11 +359,11 @@ def _import(target: str, spec: str) -> Any:
         if target.endswith(".py") or "/" in target or "\\" in target:
             path = Path(target)
             if not path.is_file():
-                raise BadArgumentError(f"data '{spec}': no such file {target}")
+                raise BadArgumentError(f"data {quoted(spec)}: no such file {target}")
             name = f"_pipeplan_data_{path.stem}"
             module_spec = importlib.util.spec_from_file_location(name, path)
             if module_spec is None or module_spec.loader is None:
-                raise BadArgumentError(f"data '{spec}': {target} is not a Python file")
+                raise BadArgumentError(f"data {quoted(spec)}: {target} is not a Python file")
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[name] = module  # dataclasses and pickle look classes up here
             try:
@@ -375,7 +377,9 @@ def _import(target: str, spec: str) -> Any:
     except BadArgumentError:
         raise
     except Exception as exc:
-        raise BadArgumentError(f"data '{spec}': cannot import {target}: {_one_line(exc)}") from exc
+        raise BadArgumentError(
+            f"data {quoted(spec)}: cannot import {target}: {_one_line(exc)}"
+        ) from exc
 
 
 @contextlib.contextmanager
@@ -409,18 +413,18 @@ def _as_task_data(result: Any, spec: str) -> TaskData:
         augmented = result[2] if len(result) == 3 else False
         if not isinstance(augmented, bool):
             raise BadArgumentError(
-                f"data '{spec}': the third returned value (augmented) must be True or False"
+                f"data {quoted(spec)}: the third returned value (augmented) must be True or False"
             )
         data = TaskData(spec, result[0], result[1], augmented)
     else:
         raise BadArgumentError(
-            f"data '{spec}' returned {type(result).__name__}; expected a TaskData or a "
+            f"data {quoted(spec)} returned {type(result).__name__}; expected a TaskData or a "
             "(train, eval) or (train, eval, augmented) tuple of datasets"
         )
     for split, dataset in (("train", data.train), ("eval", data.eval)):
         if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
             raise BadArgumentError(
-                f"data '{spec}': the {split} set ({type(dataset).__name__}) is not a "
+                f"data {quoted(spec)}: the {split} set ({type(dataset).__name__}) is not a "
                 "map-style dataset with __len__ and __getitem__"
             )
         length(dataset, spec, split)
@@ -428,7 +432,7 @@ def _as_task_data(result: Any, spec: str) -> TaskData:
     # EVAL file of --data TRAIN,EVAL did (twentieth round).
     if length(data.eval, spec, "eval") == 0:
         raise BadArgumentError(
-            f"data '{spec}': the eval set is empty; held-out loss and accuracy need at least "
+            f"data {quoted(spec)}: the eval set is empty; held-out loss and accuracy need at least "
             "one sample"
         )
     return data

@@ -677,7 +677,7 @@ def start_line(exc: BaseException, rank: int) -> tuple[str, int] | None:
     if isinstance(exc, Stopped):
         return f"pipeplan: stopped by {signal.Signals(exc.signum).name}", 128 + exc.signum
     if isinstance(exc, StartAbandoned):
-        return f"pipeplan: error: {pipeplan_log.bounded(f'rank {rank}: {exc}')}", 2
+        return pipeplan_log.error_line(f"rank {rank}: {exc}"), 2
     return None
 
 

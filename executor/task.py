@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from executor import text
 from executor.data import TaskData, check_compatible, data_task, label_count, load_data
 from pipeplan import models
-from pipeplan.errors import BadArgumentError, InputFileError, OutputError
+from pipeplan.errors import BadArgumentError, InputFileError, OutputError, quoted
 from pipeplan.fileio import (
     check_not_stdout,
     check_outside_runs,
@@ -132,9 +132,9 @@ def _check_classes(classes: int | None, spec: str) -> None:
     single class has nothing to learn."""
     if classes is not None and classes < 2:
         raise BadArgumentError(
-            f"data '{spec}' has {classes} class{'es' if classes != 1 else ''}; classification "
-            "needs at least 2 classes (label the rows with two or more labels, or train a "
-            "decoder with --task causal-lm)"
+            f"data {quoted(spec)} has {classes} class{'es' if classes != 1 else ''}; "
+            "classification needs at least 2 classes (label the rows with two or more labels, "
+            "or train a decoder with --task causal-lm)"
         )
 
 
@@ -378,7 +378,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
 
 def _checkpoint_path(run_dir: Path, name: str) -> Path:
     if not re.fullmatch(r"step-[0-9]{1,12}", name):
-        raise BadArgumentError(f"--checkpoint {name!r}: name a checkpoint as step-N")
+        raise BadArgumentError(f"--checkpoint {quoted(name)}: name a checkpoint as step-N")
     path = run_dir / "checkpoints" / name
     if not path.is_dir():
         kept = sorted(p.name for p in (run_dir / "checkpoints").glob("step-*"))

@@ -118,7 +118,7 @@ def check_two_files(spec: str) -> None:
         return
     if same:
         raise BadArgumentError(
-            f"--data names one file twice ({spec!r}): held-out rows must be other rows than "
+            f"--data names one file twice ({quoted(spec)}): held-out rows must be other rows than "
             f"the training rows; give the file alone ({EVAL_FRACTION:.0%} of it is held out) "
             "or TRAIN,EVAL of two different files"
         )

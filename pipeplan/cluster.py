@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 
-from pipeplan.errors import BadArgumentError
+from pipeplan.errors import BadArgumentError, excerpt, quoted
 from pipeplan.formats import Cluster, Link, Profile, RunConfig
 from pipeplan.formats.base import (
     DECIMAL,
@@ -54,6 +54,8 @@ _BYTE_UNITS = {
     "g": 10**9,
     "t": 10**12,
 }
+# A unit is quoted at most this long: the value quoted beside it shows the rest.
+UNIT_SHOWN = 20
 _SI = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _DURATION_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
@@ -66,9 +68,11 @@ def _split(text: str | float | int, what: str, example: str) -> tuple[float, str
         raise BadArgumentError(f"{what} {spaced(text)}")
     match = re.fullmatch(_NUMBER + _UNIT, text)
     if not match and re.fullmatch(_NUMBER + _UNIT, unpadded(text)):
-        raise BadArgumentError(f"{what} '{text}' has a leading zero; write {unpadded(text)}")
+        raise BadArgumentError(
+            f"{what} {quoted(text)} has a leading zero; write {excerpt(unpadded(text))}"
+        )
     if not match:
-        raise BadArgumentError(f"cannot read {what} '{text}' (example: {example})")
+        raise BadArgumentError(f"cannot read {what} {quoted(text)} (example: {example})")
     return float(match.group(1)), match.group(2)
 
 
@@ -80,13 +84,17 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
         # The hint from the prefix letter alone: 'Gib' less its b is 'Gi', not a prefix.
         prefix = unit[0].upper()
         raise BadArgumentError(
-            f"{what} '{text}': '{unit}' reads as bits; give bytes ({prefix}B or {prefix}iB)"
+            f"{what} {quoted(text)}: {quoted(unit, UNIT_SHOWN)} reads as bits; give bytes "
+            f"({prefix}B or {prefix}iB)"
         )
     factor = _BYTE_UNITS.get(unit.lower())
     if factor is None:
-        raise BadArgumentError(f"unknown unit '{unit}' in {what} '{text}' (use B, MB, GiB, ...)")
+        raise BadArgumentError(
+            f"unknown unit {quoted(unit, UNIT_SHOWN)} in {what} {quoted(text)} "
+            "(use B, MB, GiB, ...)"
+        )
     if factor == 1 and math.isfinite(value) and not value.is_integer():  # '1.5B' was 1 byte
-        raise BadArgumentError(f"{what} '{text}': a size in bytes is a whole number")
+        raise BadArgumentError(f"{what} {quoted(text)}: a size in bytes is a whole number")
     # A fraction of a larger unit rounds to whole bytes (1.5KiB is 1536, 0.1KB 100).
     return round(_within(value * factor, 0, MAX_BYTES, what, text, "bytes"))
 
@@ -94,7 +102,7 @@ def parse_bytes(text: str | int | float, what: str = "size") -> int:
 def _within(value: float, low: float, high: float, what: str, text, unit: str) -> float:
     """A parsed flag as a finite number inside physical bounds, or one line naming it."""
     if not math.isfinite(value) or not low <= value <= high:
-        raise BadArgumentError(f"{what} '{text}' is outside {low:g}..{high:g} {unit}")
+        raise BadArgumentError(f"{what} {quoted(text)} is outside {low:g}..{high:g} {unit}")
     return value
 
 
@@ -119,12 +127,12 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     """Bytes per second from '15.75GB/s', '100Gbit/s', '10Gbps', '12GiB/s' or a bare number."""
     value, unit = _split(text, what, "15.75GB/s, 100Gbit/s")
     if unit and not unit.endswith(("/s", "ps")):  # '5GB' is a size: a typo, not 5 GB/s
-        raise BadArgumentError(f"{what} '{text}' is not a rate (use e.g. GB/s, Gbit/s, Gbps)")
+        raise BadArgumentError(f"{what} {quoted(text)} is not a rate (use e.g. GB/s, Gbit/s, Gbps)")
     unit = unit.removesuffix("/s").removesuffix("ps")
     match = re.fullmatch(r"([kKmMgGtT]?)(i?)(bit|b|B|byte|Byte)?", unit)
     if not match or (match.group(2) and match.group(3) in (None, "bit")):
         raise BadArgumentError(
-            f"unknown unit in {what} '{text}' (use e.g. GB/s, GiB/s, Gbit/s, Gbps)"
+            f"unknown unit in {what} {quoted(text)} (use e.g. GB/s, GiB/s, Gbit/s, Gbps)"
         )
     prefix, binary, base = match.group(1).lower(), match.group(2), match.group(3) or "B"
     scale = (2 ** (10 * "kmgt".index(prefix) + 10) if prefix else 1) if binary else _SI[prefix]
@@ -138,7 +146,9 @@ def parse_duration(text: str | int | float, what: str = "duration") -> float:
     value, unit = _split(text, what, "5us, 1.5ms, 0.002")
     factor = _DURATION_UNITS.get(unit.lower() if unit != "µs" else unit)
     if factor is None:
-        raise BadArgumentError(f"unknown unit '{unit}' in {what} '{text}' (use s, ms, us, ns)")
+        raise BadArgumentError(
+            f"unknown unit {quoted(unit, UNIT_SHOWN)} in {what} {quoted(text)} (use s, ms, us, ns)"
+        )
     return _within(value * factor, 0, MAX_LATENCY_S, what, text, "s")
 
 
@@ -179,7 +189,9 @@ def cluster_from_flags(
         # Only the flag's value is the flag's fault: a message naming --device-memory for the
         # profile's memory named a flag the user never gave ("got 'None'").
         if memory_bytes <= 0:
-            raise BadArgumentError(f"--device-memory must be positive (got '{device_memory}')")
+            raise BadArgumentError(
+                f"--device-memory must be positive (got {quoted(device_memory)})"
+            )
 
     comm = profile.comm if profile is not None else None
     p2p_bw = comm.p2p.bandwidth_bytes_per_s if comm else DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S

@@ -32,6 +32,32 @@ def quoted(value: object, limit: int = SHOWN) -> str:
     return excerpt(repr(value), limit)
 
 
+def fitted(text: str, room: int) -> str:
+    """`text` in at most `room` characters, the sign of a cut included: what a line of a
+    bounded length holds of it (`log.bounded`).
+
+        fitted("x" * 500, 30)   # 'xxxxxxxxxxx… (500 characters)', 30 characters in all
+    """
+    if len(text) <= room:
+        return text
+    sign = _cut(len(text))
+    return text[: max(room - len(sign), 0)] + sign
+
+
+def reason(exc: BaseException) -> str:
+    """Why reading failed, for a message that names the file already: an OSError's str
+    repeats its file name, quoted whole (a 5,000-character path was named twice, the second
+    time uncut: twenty-third round).
+
+        reason(OSError(36, "File name too long", "x" * 5000))   # 'OSError: File name too long'
+        reason(UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"))
+        # "UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 0: …"
+    """
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.__class__.__name__}: {exc.strerror}"
+    return f"{exc.__class__.__name__}: {excerpt(str(exc))}"
+
+
 def _cut(length: int) -> str:
     """The sign of a cut: `… (N characters)`, N the whole's length."""
     return f"… ({length} characters)"

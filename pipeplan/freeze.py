@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from pipeplan.errors import BadArgumentError, InputFileError
+from pipeplan.errors import BadArgumentError, InputFileError, quoted
 from pipeplan.formats import FreezePhase, FreezeSchedule
 from pipeplan.formats.base import (
     MAX_EPOCHS,
@@ -88,7 +88,7 @@ def list_schedule(
     for epoch, value in enumerate(frozen_layers):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
             raise BadArgumentError(
-                f"freeze schedule epoch {epoch}: {value!r} is not a frozen-layer count in "
+                f"freeze schedule epoch {epoch}: {quoted(value)} is not a frozen-layer count in "
                 f"0..{limit} (the head, layer {limit}, is never frozen)"
             )
     for epoch in range(1, len(frozen_layers)):
@@ -108,8 +108,8 @@ def parse_list(text: str) -> list[int]:
         raise BadArgumentError(f"--freeze-schedule: {leading_zero(text)}")
     if values is None:
         raise BadArgumentError(
-            f"--freeze-schedule: cannot read freeze schedule '{text}' (expected comma-separated "
-            "integers)"
+            f"--freeze-schedule: cannot read freeze schedule {quoted(text)} (expected "
+            "comma-separated integers)"
         )
     return values
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, field_validator
 
 from pipeplan.cluster import cluster_from_flags, format_bandwidth
-from pipeplan.errors import BadArgumentError
+from pipeplan.errors import BadArgumentError, quoted
 from pipeplan.formats import (
     Cluster,
     Flag,
@@ -77,7 +77,7 @@ def parse_micro_batches(text: str) -> list[int]:
         raise BadArgumentError(leading_zero(text))
     if sizes is None or min(sizes) < 1:
         raise BadArgumentError(
-            f"micro-batch sizes must be positive integers separated by commas, got '{text}'"
+            f"micro-batch sizes must be positive integers separated by commas, got {quoted(text)}"
         )
     return distinct_sizes(sizes)
 
@@ -308,7 +308,9 @@ class PlanRequest(Strict):
         if leading_zero(value):
             raise ValueError(leading_zero(value))
         if indices is None:
-            raise ValueError(f"must be comma-separated layer indices like 0,5,14, not '{value}'")
+            raise ValueError(
+                f"must be comma-separated layer indices like 0,5,14, not {quoted(value)}"
+            )
         return tuple(indices)
 
     def resolve(self) -> PlanArgs:

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator
 from typing import TextIO
 
-from pipeplan.errors import excerpt
+from pipeplan.errors import fitted
 
 LOGGER = "pipeplan"
 # The longest message pipeplan prints on one line (an error's or a warning's), in characters:
@@ -30,10 +30,22 @@ LOGGER = "pipeplan"
 MAX_LINE = 16_384
 
 
-def bounded(message: str) -> str:
-    """`bounded("p.json: field 'x': …")` → unchanged up to MAX_LINE characters, else cut
-    visibly: its first MAX_LINE characters and `… (N characters)`."""
-    return excerpt(message, MAX_LINE)
+def bounded(message: str, prefix: str = "") -> str:
+    """`bounded("p.json: field 'x': …", "pipeplan: error: ")` → the line `prefix + message`,
+    unchanged up to MAX_LINE characters, else the message cut visibly, `… (N characters)`
+    (N: the message's length), so that the whole line, prefix and cut included, is
+    MAX_LINE characters. The bound is the line's as printed: counting the message alone,
+    a cut line was 16,424 characters (twenty-third round)."""
+    return prefix + fitted(message, MAX_LINE - len(prefix))
+
+
+ERROR_PREFIX = "pipeplan: error: "
+
+
+def error_line(message: object) -> str:
+    """`error_line(exc)` → "pipeplan: error: p.json: …", bounded: the line `error` prints,
+    for a caller that prints it elsewhere (a rank's failure in the launcher)."""
+    return bounded(str(message), ERROR_PREFIX)
 
 
 def error(message: object, stream: TextIO | None = None) -> None:
@@ -42,7 +54,7 @@ def error(message: object, stream: TextIO | None = None) -> None:
 
         log.error(exc)   # pipeplan: error: p.json: invalid profile: field 'layers.3': …
     """
-    print(f"pipeplan: error: {bounded(str(message))}", file=stream or sys.stderr, flush=True)
+    print(error_line(message), file=stream or sys.stderr, flush=True)
 
 
 class _Bounded(logging.Formatter):
@@ -50,7 +62,9 @@ class _Bounded(logging.Formatter):
     line, not a traceback `--debug` adds below it."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return bounded(super().formatMessage(record))
+        line = super().formatMessage(record)  # the format ends with the message
+        prefix = line[: len(line) - len(record.message)]
+        return bounded(line[len(prefix) :], prefix)
 
 
 class _Stderr(logging.StreamHandler):

@@ -640,7 +640,7 @@ def _resolve(name_or_path: str) -> _Source:
     looks_like_path = path.suffix == ".json" or "/" in name_or_path or path.exists()
     if not looks_like_path:
         raise UnknownModelError(
-            f"unknown model '{name_or_path}'; known: {', '.join(PRESETS)} "
+            f"unknown model {quoted(name_or_path)}; known: {', '.join(PRESETS)} "
             "(or a transformers directory / config.json path)"
         )
     _check_config_file(path)
@@ -782,11 +782,11 @@ def _generation_config(source: _Source, config: Any) -> Any:
 
 def _choose_init(source: _Source, init: str | None, name: str) -> str:
     if init not in (None, "pretrained", "random"):
-        raise BadArgumentError(f"init must be pretrained or random, got {init!r}")
+        raise BadArgumentError(f"init must be pretrained or random, got {quoted(init)}")
     if source.directory is None:
         if init == "pretrained":
             raise BadArgumentError(
-                f"'{name}' is a built-in shape without weights; pretrained weights come from "
+                f"{quoted(name)} is a built-in shape without weights; pretrained weights come from "
                 "a directory with model.safetensors or pytorch_model.bin"
             )
         return "random"
@@ -810,7 +810,7 @@ def _choose_task(source: _Source, family: Family, task: str | None) -> str:
         return "classification" if classifier else "causal-lm"
     if task not in family.models:
         raise BadArgumentError(
-            f"task {task!r} is not available for {source.family} "
+            f"task {quoted(task)} is not available for {source.family} "
             f"(available: {', '.join(family.models)}; causal-lm needs a decoder: "
             f"{', '.join(n for n, f in FAMILIES.items() if f.kind == 'decoder')})"
         )

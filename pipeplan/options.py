@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from pipeplan.cluster import format_bandwidth, format_bytes, parse_bandwidth, parse_bytes
-from pipeplan.errors import BadArgumentError, quoted
+from pipeplan.errors import BadArgumentError, excerpt, quoted
 from pipeplan.formats.base import (
     DECIMAL,
     Flag,
@@ -114,25 +114,25 @@ def number(text: Any, kind: Any, spelling: str) -> Any:
             raise BadArgumentError(
                 f"{spelling}: {why}"
                 if why
-                else f"{spelling}: expected a whole number in digits 0-9, not {text!r}"
+                else f"{spelling}: expected a whole number in digits 0-9, not {quoted(text)}"
             )
         return value
     if "_" in text:
-        raise BadArgumentError(f"{spelling}: expected a number without '_', not {text!r}")
+        raise BadArgumentError(f"{spelling}: expected a number without '_', not {quoted(text)}")
     if not _FLOAT.fullmatch(text):
         if unpadded(text) != text and _FLOAT.fullmatch(unpadded(text)):
             raise BadArgumentError(
-                f"{spelling}: {text!r} has a leading zero; write {unpadded(text)}"
+                f"{spelling}: {quoted(text)} has a leading zero; write {excerpt(unpadded(text))}"
             )
         raise BadArgumentError(
-            f"{spelling}: expected a number like 0.3, 1e-3 or -2 in digits 0-9, not {text!r}"
+            f"{spelling}: expected a number like 0.3, 1e-3 or -2 in digits 0-9, not {quoted(text)}"
         )
     try:
         value = TypeAdapter(float).validate_python(text)  # what typer read before: 1e-3, .5
     except ValidationError as exc:
         raise BadArgumentError(f"{spelling}: {exc.errors()[0]['msg']}") from None
     if value == 0 and text.startswith("-"):  # '+0.3' is refused; a signed zero is its twin
-        raise BadArgumentError(f"{spelling}: {text!r} has a sign on 0; write 0")
+        raise BadArgumentError(f"{spelling}: {quoted(text)} has a sign on 0; write 0")
     return value
 
 

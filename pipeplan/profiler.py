@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from pipeplan import precision as mixed
-from pipeplan.errors import BadArgumentError, excerpt
+from pipeplan.errors import BadArgumentError, excerpt, quoted
 from pipeplan.formats import (
     PRECISION_DTYPE,
     DeviceInfo,
@@ -167,7 +167,7 @@ def resolve_device(name: str) -> torch.device:
         if not torch.cuda.is_available():
             raise BadArgumentError("--device cuda: no CUDA device is available here")
         return torch.device("cuda", torch.cuda.current_device())
-    raise BadArgumentError(f"unknown device '{name}'; use cpu or cuda")
+    raise BadArgumentError(f"unknown device {quoted(name)}; use cpu or cuda")
 
 
 class LayerProfiler:

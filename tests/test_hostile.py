@@ -413,6 +413,133 @@ def test_flags_in_human_units_and_sizes_are_bounded(tmp_path, capsys, case):
     refused(argv, tmp_path, capsys, fragment)
 
 
+# Found by the twenty-third round: flag values quoted whole. Every parameter of every command
+# that takes a value, read from the typer app (a new flag or command is covered, or the test
+# asks for its base line); each is given in turn after the base line of its command.
+def _value_parameters() -> list[tuple[str, str]]:
+    """[("schema", "name"), ("profile", "--out"), …]: (command, option or argument name)."""
+    import typer
+
+    root = typer.main.get_command(cli.app)
+    return [
+        (name, param.opts[0])
+        for name, command in root.commands.items()
+        for param in command.params
+        if not getattr(param, "is_flag", False)
+    ]
+
+
+def _base_lines(root: Path) -> dict[str, list[str]]:
+    """Each command's line that the value under test joins: what it needs besides, valid,
+    so that the value is what is read (a shipped profile, a run folder with a checkpoint)."""
+    from pipeplan.formats import RunConfig, dumps
+
+    run_dir = root / "r1"
+    (run_dir / "checkpoints" / "step-4").mkdir(parents=True)
+    (run_dir / "run.json").write_text(dumps(RunConfig(name="r1")))
+    profile = str(shipped_profile("bert-tiny", "cpu"))
+    return {
+        "models": [],
+        "schema": [],
+        "profile": ["bert-tiny", "--out", "o.json"],
+        "plan": ["--profile", profile, "--devices-per-node", "2", "--out", "p.json"],
+        "preview": ["--profile", profile, "--devices-per-node", "2"],
+        "demo": ["--runs-dir", "rd"],
+        "calibrate": ["r1", "--profile", profile, "--out", "c.json"],
+        "run": ["--prepare-only", "--runs-dir", "runs"],
+        "export": ["r1", "--out", "e"],
+        "report": ["r1"],
+    }
+
+
+# Flags of the base lines a parameter means nothing with: left out, so that its value is read.
+_LEFT_OUT = {"--cluster": ("--devices-per-node",), "--resume": ("--runs-dir", "--prepare-only")}
+
+
+def _without(base: list[str], flag: str) -> list[str]:
+    """`base` less `flag` and its value (a switch has none), if it is there."""
+    if flag not in base:
+        return base
+    at = base.index(flag)
+    valued = at + 1 < len(base) and not base[at + 1].startswith("-")
+    return base[:at] + base[at + 1 + valued :]
+
+
+def _with_value(base: list[str], parameter: str, value: str) -> list[str]:
+    """`base` with `parameter` (an option, or the first argument) set to `value`."""
+    for flag in (*_LEFT_OUT.get(parameter, ()), parameter):
+        base = _without(base, flag)
+    if parameter.startswith("-"):
+        return [*base, parameter, value]
+    if base and not base[0].startswith("-"):  # the argument the base line gives: replaced
+        return [value, *base[1:]]
+    return [value, *base]
+
+
+def _refusal_line(argv: list[str], root: Path, capsys) -> str:
+    """The one line `argv` is refused with (exit 2), nothing under `root` changed."""
+    before = snapshot(root)
+    assert cli.main(argv) == 2, argv[:3]
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeplan: error: "), lines
+    assert snapshot(root) == before
+    return lines[0]
+
+
+def _shows_at_most_shown(line: str, value: str) -> bool:
+    """Whether `line` shows at most `errors.SHOWN` characters of `value` in a row, cut visibly
+    (`'xxx…'… (N characters)`, N the length of the value or of the part quoted), or names it
+    whole as the path it is (followed by ':' or '/': a refusal names its file whole)."""
+    from pipeplan.errors import SHOWN
+
+    alphabet = "".join(sorted(set(value)))
+    for run in re.finditer(f"[{re.escape(alphabet)}]+", line):
+        after = line[run.end() : run.end() + 40]
+        if len(run.group()) > SHOWN and not after.startswith((":", "/")):
+            return False
+        if len(run.group()) == SHOWN and not re.match(r"'?… \(\d+ characters\)", after):
+            return False
+    return True
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command, parameter", _value_parameters())
+def test_every_flag_quotes_a_long_value_cut_and_its_line_is_bounded(
+    tmp_path, monkeypatch, capsys, command, parameter
+):
+    """Found by the twenty-third round: `schema X`, `preview --freeze-schedule`,
+    `--boundaries`, `--inter-bw`, `--device-memory`, `profile --device`,
+    `--micro-batch-sizes`, `run --data`, `export --checkpoint` and every numeric flag quoted a
+    5,000-character value whole (README: at most 200 characters, cut visibly), and with
+    100,000 characters the cut line was 16,424 characters, over the 16,384 stated. Every
+    parameter that takes a value, a text and a comma list: one line, exit 2, at most SHOWN
+    characters of the value in a row with the cut said; 100,000 characters: a line of at
+    most MAX_LINE characters, its prefix included."""
+    from pipeplan.log import MAX_LINE
+
+    monkeypatch.chdir(tmp_path)
+    base = _base_lines(tmp_path)[command]  # a new command: give its base line above
+    for value in ("x" * 1000, ("1," * 500)[:-1]):
+        line = _refusal_line([command, *_with_value(base, parameter, value)], tmp_path, capsys)
+        assert _shows_at_most_shown(line, value), line
+    huge = "x" * 100_000
+    line = _refusal_line([command, *_with_value(base, parameter, huge)], tmp_path, capsys)
+    assert len(line) <= MAX_LINE, len(line)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["x" * 5000], ["schema", "profile", "x" * 5000], ["schema", "--" + "x" * 5000]],
+    ids=["command", "extra argument", "option"],
+)
+def test_click_quotes_an_argument_cut(tmp_path, capsys, argv):
+    """Found by the twenty-third round (with the flags' values): click's own refusals, an
+    unknown command or option and an extra argument, quoted it whole (5,000 characters)."""
+    line = _refusal_line(argv, tmp_path, capsys)
+    assert "… (5000 characters)" in line or "… (5002 characters)" in line, line
+    assert len(line) < 400, len(line)
+
+
 @pytest.mark.parametrize("command", ["preview", "plan"])
 def test_more_micro_batches_than_samples_says_so_first(tmp_path, capsys, command):
     """Found by the twentieth round: `preview --micro-batches 512` with global batch 256 said

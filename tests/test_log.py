@@ -118,9 +118,10 @@ HUGE = "p.json: field 'model.name': is " + "x" * 10**7
 
 
 def _bounded_line(err: str, start: str) -> str:
-    """The one line of `err`, checked bounded: its start kept, the cut said."""
+    """The one line of `err`, checked bounded as printed (prefix and cut included): its
+    start kept, the cut said."""
     (line,) = err.splitlines()
-    assert len(line) <= len("pipeplan: WARNING: ") + log.MAX_LINE + 40, len(line)
+    assert len(line) == log.MAX_LINE, len(line)
     assert start in line and line.endswith(" characters)"), line[-80:]
     return line
 
@@ -139,6 +140,24 @@ def test_an_error_line_is_bounded_whatever_its_message(monkeypatch, capsys):
     assert cli.main(["schema", "profile"]) == 2
     line = _bounded_line(capsys.readouterr().err, "pipeplan: error: p.json: field 'model.name'")
     assert line.endswith(f"… ({len(HUGE)} characters)")
+
+
+def test_a_line_is_bounded_with_its_prefix_and_its_cut(pipeplan_logger, capsys):
+    """Found by the twenty-third round: a cut error line was 16,424 characters, over the
+    16,384 the README states: the bound counted the message, not the `pipeplan: error: `
+    before it nor the `… (N characters)` after the cut. Now the line as printed is bounded,
+    a rank's warning (the longer prefix) too; a line of exactly MAX_LINE is not cut."""
+    message = "x" * 100_000
+    log.error(message)
+    line = _bounded_line(capsys.readouterr().err, "pipeplan: error: xxx")
+    assert line.endswith("x… (100000 characters)"), line[-40:]
+    log.setup(rank=12)
+    logging.getLogger("pipeplan.run").warning("%s", message)
+    _bounded_line(capsys.readouterr().err, "pipeplan: rank 12: WARNING: xxx")
+    exact = "y" * (log.MAX_LINE - len("pipeplan: error: "))
+    log.error(exact)
+    assert capsys.readouterr().err == f"pipeplan: error: {exact}\n"
+    assert log.error_line(message) == log.bounded(message, "pipeplan: error: ")
 
 
 def test_a_warning_line_is_bounded_whatever_its_message(pipeplan_logger, capsys):

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from pipeplan.errors import PipeplanError
+from pipeplan.errors import PipeplanError, quoted
 from pipeplan.formats.base import (
     FILE_LIMITS,
     KINDS,
@@ -142,7 +142,7 @@ FILE_LIMITS.update(
 
 def json_schema(name: str) -> dict[str, Any]:
     if name not in SCHEMAS:
-        raise PipeplanError(f"unknown schema '{name}'; known: {', '.join(sorted(SCHEMAS))}")
+        raise PipeplanError(f"unknown schema {quoted(name)}; known: {', '.join(sorted(SCHEMAS))}")
     return SCHEMAS[name].model_json_schema()
 
 

@@ -36,7 +36,7 @@ from pydantic import (
     ValidationError,
 )
 
-from pipeplan.errors import InputFileError, PipeplanError, excerpt, quoted
+from pipeplan.errors import InputFileError, PipeplanError, excerpt, quoted, reason
 from pipeplan.fileio import is_run_directory
 
 NonNegFloat = Annotated[float, Field(ge=0.0)]
@@ -410,8 +410,8 @@ def unpadded(text: str) -> str:
 def spaced(text: str) -> str:
     """Why a value with space around it is refused: `spaced(" 0.3")` → the message."""
     if not text.strip():
-        return f"{text!r} is only spaces; give a value"
-    return f"{text!r} has space around it (a quoting mistake?); give {text.strip()!r}"
+        return f"{quoted(text)} is only spaces; give a value"
+    return f"{quoted(text)} has space around it (a quoting mistake?); give {quoted(text.strip())}"
 
 
 def leading_zero(text: str) -> str | None:
@@ -429,7 +429,7 @@ def leading_zero(text: str) -> str | None:
             octal = set(digits) <= set("01234567") and len(digits) <= _MAX_DIGITS
             other = int(part, 8) if octal else value
             read = f": read as {value}, though in octal it is {other}" if other != value else ""
-            return f"{part!r} has a leading zero{read}; write {value}"
+            return f"{quoted(part)} has a leading zero{read}; write {value}"
     return None
 
 
@@ -747,7 +747,7 @@ def read_input(path: Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pip
     except NotADirectoryError:
         raise InputFileError(f"{path}: no such file ({_not_a_folder(path)})") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+        raise InputFileError(f"{path}: cannot read ({reason(exc)})") from None
     except MemoryError:  # a file under a large limit, in a process with less
         why = "out of memory reading it; run pipeplan with more memory"
         raise InputFileError(f"{path}: {why}") from None
@@ -776,7 +776,7 @@ def read_lines(path: Path, line_limit: int, limit: int = MAX_FILE_BYTES) -> Iter
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+        raise InputFileError(f"{path}: cannot read ({reason(exc)})") from None
 
 
 def check_input_file(
@@ -792,7 +792,7 @@ def check_input_file(
     except NotADirectoryError:  # a file given where a folder is: Python's name leaked
         raise InputFileError(f"{path}: no such file ({_not_a_folder(path)})") from None
     except OSError as exc:
-        raise InputFileError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+        raise InputFileError(f"{path}: cannot read ({reason(exc)})") from None
     if not stat.S_ISREG(info.st_mode):
         raise InputFileError(f"{path}: not a regular file")
     if info.st_size > limit:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pipeplan.errors import quoted
+
 # The config key of each family that counts its transformer blocks.
 BLOCKS_KEY = {
     "bert": "num_hidden_layers",
@@ -141,12 +143,12 @@ def preset_mismatch(name: str, family: str, config: dict[str, Any]) -> str | Non
     if preset is None:
         return None
     if family != preset.family:
-        return f"'{name}' is a built-in {preset.family} model, not {family}"
+        return f"{quoted(name)} is a built-in {preset.family} model, not {family}"
     for key, value in preset.config.items():
         # num_labels is the head's (config.id2label records it), the rest set shapes.
         if key != "num_labels" and config.get(key) != value:
             return (
-                f"'{name}' is a built-in model whose config has {key} {value!r}, but this "
+                f"{quoted(name)} is a built-in model whose config has {key} {value!r}, but this "
                 f"profile's config has {config.get(key)!r}"
             )
     return None

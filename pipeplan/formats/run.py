@@ -100,7 +100,7 @@ def default_data(model: str) -> str:
         return DEFAULT_DATA[model]
     builtins = ", ".join(sorted(set(DEFAULT_DATA.values())))
     raise BadArgumentError(
-        f"no default data for model '{model}'; pass --data ({builtins}, or module:function)"
+        f"no default data for model {quoted(model)}; pass --data ({builtins}, or module:function)"
     )
 
 
@@ -398,11 +398,11 @@ class RunConfig(Strict):
         )
         if "" in parts:
             where = "before" if parts[0] == "" else "after"
-            raise ValueError(f"{value!r} names no file {where} its comma; {takes}")
+            raise ValueError(f"{quoted(value)} names no file {where} its comma; {takes}")
         if len(parts) > 2:
-            raise ValueError(f"{value!r} names {len(parts)} files; {takes}")
+            raise ValueError(f"{quoted(value)} names {len(parts)} files; {takes}")
         if not all(part.lower().endswith(TEXT_DATA_SUFFIXES) for part in parts):
-            raise ValueError(f"{value!r} is not two text files; {takes}")
+            raise ValueError(f"{quoted(value)} is not two text files; {takes}")
         return value
 
     @field_validator("nproc")
@@ -422,8 +422,8 @@ class RunConfig(Strict):
             raise ValueError(leading_zero(value))
         if isinstance(value, str) and value not in get_args(FreezeMode):
             raise ValueError(
-                f"cannot read freeze schedule '{value}' (auto, alpha, none, or comma-separated "
-                "frozen layers per epoch like 0,2,4)"
+                f"cannot read freeze schedule {quoted(value)} (auto, alpha, none, or "
+                "comma-separated frozen layers per epoch like 0,2,4)"
             )
         return value
 
@@ -648,7 +648,7 @@ class DataRecord(Strict):
         counts = Counter(value or [])
         twice = sorted(name for name, n in counts.items() if n > 1)
         if twice:
-            raise ValueError(f"names the label {twice[0]!r} more than once")
+            raise ValueError(f"names the label {quoted(twice[0])} more than once")
         return value
 
 
