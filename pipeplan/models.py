@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
-import inspect
 import json
 import logging
 import math
@@ -75,9 +73,11 @@ from pipeplan.formats.modelconfig import (
     TOKEN_ID_KEYS,
     chunk_problem,
     config_value_problem,
+    generation_fields,
     generation_value_problem,
     implied_shapes,
     label_count,
+    problem_type_problem,
     shown,
     size_problem,
     type_problem,
@@ -761,23 +761,46 @@ def _generation_config(source: _Source, config: Any) -> Any:
         return None
     path = source.directory / GENERATION_CONFIG
     if not (path.exists() or path.is_symlink()):  # a dangling link is refused as no file
+        _check_config_generation(source)
         return None
     data = _read_config(path, MAX_GENERATION_CONFIG_BYTES, GENERATION_CONFIG_LIMIT)
     vocab = getattr(config, "vocab_size", None)
     if (why := generation_value_problem(data, vocab, source.family)) is not None:
         raise InputFileError(f"{path}: {why}")
+    generation = _read_generation(data, path)
+    # As GenerationConfig.from_pretrained marks what it read: saved as found (a setting
+    # transformers only warns about is not an error at export).
+    generation._original_object_hash = hash(generation)
+    return generation
+
+
+def _check_config_generation(source: _Source) -> None:
+    """config.json's own generation settings pass transformers' validation, as those of a
+    generation_config.json do (`_read_generation`): without that file transformers lifts them
+    into the model's generation config (`GenerationConfig.from_model_config`). Their values
+    were held to generation_config.json's table with config.json's (`_make_config`). Found by
+    the twenty-third round: early_stopping 'zorp' was blamed on model.safetensors.
+
+        _check_config_generation(source)
+        # InputFileError: m/config.json: not a generation config transformers reads (…)
+    """
+    fields = generation_fields()
+    lifted = {key: value for key, value in source.config.items() if key in fields}
+    if lifted:
+        _read_generation(lifted, source.config_file or source.directory)
+
+
+def _read_generation(data: dict[str, Any], path: Path | None) -> Any:
+    """The GenerationConfig transformers makes of `data`, or one line naming `path` with
+    transformers' reason when its own validation refuses it."""
     from transformers import GenerationConfig
 
     try:
-        generation = GenerationConfig.from_dict(data)
-        # As GenerationConfig.from_pretrained marks what it read: saved as found (a setting
-        # transformers only warns about is not an error at export).
-        generation._original_object_hash = hash(generation)
+        return GenerationConfig.from_dict(data)
     except Exception as exc:  # transformers' own validation: ValueError, AttributeError, …
         raise InputFileError(
             f"{path}: not a generation config transformers reads ({_first(exc)})"
         ) from None
-    return generation
 
 
 def _choose_init(source: _Source, init: str | None, name: str) -> str:
@@ -829,9 +852,8 @@ def _make_config(
 
     config_dict = dict(source.config)
     config_class = getattr(transformers, family.config_class)
-    if (why := _unsettable_key(config_dict, config_class)) is not None:
-        raise InputFileError(f"{name}: {why}")
-    # The file's own types and values, before transformers reads them (it builds an id2label
+    # The file's own keys, types and values, before transformers reads them (no key its class
+    # cannot take: a read-only property made it log its whole config; it builds an id2label
     # of num_labels names, and keeps a RoPE scaling under rope_parameters whatever the file
     # called it). transformers remakes label2id from id2label (or num_labels) unread: the
     # file's is checked when its labels are the model's (a run's data of another label count
@@ -851,35 +873,6 @@ def _make_config(
         config.num_labels = num_labels  # also resizes id2label/label2id
     _check_config(config, family, source.family, name, task)
     return config
-
-
-def _unsettable_key(config: dict[str, Any], config_class: type) -> str | None:
-    """Why a key of config.json cannot be a setting of `config_class`, or None: it names a
-    read-only property (a value transformers derives) or a method of the class, not a field.
-
-        _unsettable_key({"use_return_dict": False}, BertConfig)
-        # "use_return_dict is a read-only property of transformers' BertConfig, …"
-
-    Found by the twenty-second round: use_return_dict, is_heterogeneous and per_layer_attributes
-    made transformers log its whole config (28 lines) before failing, and a method's name
-    (to_dict) replaced the method. The class is looked into, not run (getattr_static), so
-    every such key of every family is found, none listed here."""
-    fields = {f.name for f in dataclasses.fields(config_class)}
-    for key in config:
-        if key in fields or key in config_class.attribute_map:
-            continue
-        held = inspect.getattr_static(config_class, key, None)
-        if isinstance(held, property) and held.fset is None:
-            return (
-                f"{key} is a read-only property of transformers' {config_class.__name__} (a "
-                "value it derives), not a setting a config.json gives: remove it"
-            )
-        if callable(held) or isinstance(held, classmethod | staticmethod):
-            return (
-                f"{key} names a method of transformers' {config_class.__name__}, not a "
-                "setting a config.json gives: remove it"
-            )
-    return None
 
 
 def _check_config(config: Any, family: Family, family_name: str, name: str, task: str) -> None:
@@ -990,14 +983,8 @@ def _check_values(config: Any, family_name: str, name: str, task: str) -> None:
         value = getattr(config, key, None)
         if isinstance(value, str) and value not in _activations():
             refuse(f"{key} is {quoted(value)}; not an activation transformers knows")
-    if task == "classification" and config.problem_type not in (
-        None,
-        "single_label_classification",
-    ):
-        refuse(
-            f"problem_type is {quoted(config.problem_type)}; pipeplan trains single-label "
-            "classification (or a causal language model)"
-        )
+    if (why := problem_type_problem(config.to_dict(), task)) is not None:
+        refuse(why)  # a profile's config is held to it too
     if (other := _other_architecture(config.architectures, family_name)) is not None:
         refuse(other)
     ids = sorted(config.id2label)
