@@ -1264,8 +1264,9 @@ def _check_index_covers(
     index: Path, weight_map: dict[str, str], totals: dict[str, int], stored: dict[str, _Stored]
 ) -> None:
     """The index names every tensor its shards hold, and its metadata's totals (when given)
-    are theirs, as save_pretrained writes them: total_size their bytes, total_parameters the
-    values of their float tensors (`num_parameters()`; a tied weight is saved once). Found by
+    are theirs, as save_pretrained writes them: total_size their bytes, total_parameters their
+    values (`num_parameters()`; a tied weight is saved once; a tensor of another dtype is
+    `_check_stored_dtypes`' to name, so every tensor counts). Found by
     the twentieth round: a tensor a shard holds but weight_map leaves out was loaded without a
     word, and a total_size of 1 passed (a shard swapped for one of other dtypes or shapes); by
     the twenty-third, total_parameters 5 beside 24,482 parameters passed."""
@@ -1279,9 +1280,9 @@ def _check_index_covers(
     held = {
         # None: a dtype whose size torch does not know, so no total to hold it to
         "total_size": None if None in sizes else sum(n for n in sizes if n is not None),
-        "total_parameters": sum(math.prod(f.shape) for f in stored.values() if f.floating),
+        "total_parameters": sum(math.prod(found.shape) for found in stored.values()),
     }
-    units = {"total_size": "bytes", "total_parameters": "parameters (float values)"}
+    units = {"total_size": "bytes", "total_parameters": "values"}
     for key, total in totals.items():
         if held[key] is not None and total != held[key]:
             raise InputFileError(

@@ -1749,8 +1749,8 @@ TWENTY_THIRD_METADATA = {
 def test_a_shard_indexs_totals_and_metadata_text_are_checked(sharded, tmp_path, capsys, case):
     """Found by the twenty-third round: metadata.total_parameters 5 (the shards hold 24,482)
     passed while total_size is held to the shards, and an unknown metadata key holding ESC and
-    a terminal's codes passed. total_parameters is the shards' float values, as save_pretrained
-    writes num_parameters(); every key and text of the metadata is printable."""
+    a terminal's codes passed. total_parameters is the values of the shards' tensors, as
+    save_pretrained writes num_parameters(); every key and text of the metadata is printable."""
     model, index, data = _copy(sharded, "safetensors", tmp_path)
     added, said = TWENTY_THIRD_METADATA[case]
     data["metadata"] = {**data["metadata"], **added}
