@@ -783,25 +783,29 @@ def _check_config_generation(source: _Source) -> None:
     the twenty-third round: early_stopping 'zorp' was blamed on model.safetensors.
 
         _check_config_generation(source)
-        # InputFileError: m/config.json: not a generation config transformers reads (…)
+        # InputFileError: m/config.json: its generation settings are not ones transformers
+        # reads (`early_stopping` must be a boolean or 'never', but is zorp.)
     """
     fields = generation_fields()
     lifted = {key: value for key, value in source.config.items() if key in fields}
     if lifted:
-        _read_generation(lifted, source.config_file or source.directory)
+        what = "its generation settings are not ones transformers reads"
+        _read_generation(lifted, source.config_file or source.directory, what)
 
 
-def _read_generation(data: dict[str, Any], path: Path | None) -> Any:
-    """The GenerationConfig transformers makes of `data`, or one line naming `path` with
-    transformers' reason when its own validation refuses it."""
+# What `_read_generation` says of a generation_config.json transformers' validation refuses.
+_NOT_READ = "not a generation config transformers reads"
+
+
+def _read_generation(data: dict[str, Any], path: Path | None, what: str = _NOT_READ) -> Any:
+    """The GenerationConfig transformers makes of `data`, or one line naming `path`, `what`
+    is wrong, and transformers' reason when its own validation refuses it."""
     from transformers import GenerationConfig
 
     try:
         return GenerationConfig.from_dict(data)
     except Exception as exc:  # transformers' own validation: ValueError, AttributeError, …
-        raise InputFileError(
-            f"{path}: not a generation config transformers reads ({_first(exc)})"
-        ) from None
+        raise InputFileError(f"{path}: {what} ({_first(exc)})") from None
 
 
 def _choose_init(source: _Source, init: str | None, name: str) -> str:

@@ -3111,7 +3111,7 @@ CONFIG_GENERATION_KEYS = {
     ),
     "early_stopping zorp (transformers' own validation)": (
         {**GPT2_CONFIG, "early_stopping": "zorp"},
-        "not a generation config transformers reads (`early_stopping` must be",
+        "its generation settings are not ones transformers reads (`early_stopping` must be",
     ),
     "an encoder's top_p 1.5": (
         {**BERT_CONFIG, "top_p": 1.5},
