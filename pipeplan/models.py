@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
-import inspect
 import json
 import logging
 import math
@@ -43,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeplan.errors import (
+    SHOWN,
     BadArgumentError,
     InputFileError,
     OutputError,
@@ -75,9 +74,11 @@ from pipeplan.formats.modelconfig import (
     TOKEN_ID_KEYS,
     chunk_problem,
     config_value_problem,
+    generation_fields,
     generation_value_problem,
     implied_shapes,
     label_count,
+    problem_type_problem,
     shown,
     size_problem,
     type_problem,
@@ -761,23 +762,50 @@ def _generation_config(source: _Source, config: Any) -> Any:
         return None
     path = source.directory / GENERATION_CONFIG
     if not (path.exists() or path.is_symlink()):  # a dangling link is refused as no file
+        _check_config_generation(source)
         return None
     data = _read_config(path, MAX_GENERATION_CONFIG_BYTES, GENERATION_CONFIG_LIMIT)
     vocab = getattr(config, "vocab_size", None)
     if (why := generation_value_problem(data, vocab, source.family)) is not None:
         raise InputFileError(f"{path}: {why}")
+    generation = _read_generation(data, path)
+    # As GenerationConfig.from_pretrained marks what it read: saved as found (a setting
+    # transformers only warns about is not an error at export).
+    generation._original_object_hash = hash(generation)
+    return generation
+
+
+def _check_config_generation(source: _Source) -> None:
+    """config.json's own generation settings pass transformers' validation, as those of a
+    generation_config.json do (`_read_generation`): without that file transformers lifts them
+    into the model's generation config (`GenerationConfig.from_model_config`). Their values
+    were held to generation_config.json's table with config.json's (`_make_config`). Found by
+    the twenty-third round: early_stopping 'zorp' was blamed on model.safetensors.
+
+        _check_config_generation(source)
+        # InputFileError: m/config.json: its generation settings are not ones transformers
+        # reads (`early_stopping` must be a boolean or 'never', but is zorp.)
+    """
+    fields = generation_fields()
+    lifted = {key: value for key, value in source.config.items() if key in fields}
+    if lifted:
+        what = "its generation settings are not ones transformers reads"
+        _read_generation(lifted, source.config_file or source.directory, what)
+
+
+# What `_read_generation` says of a generation_config.json transformers' validation refuses.
+_NOT_READ = "not a generation config transformers reads"
+
+
+def _read_generation(data: dict[str, Any], path: Path | None, what: str = _NOT_READ) -> Any:
+    """The GenerationConfig transformers makes of `data`, or one line naming `path`, `what`
+    is wrong, and transformers' reason when its own validation refuses it."""
     from transformers import GenerationConfig
 
     try:
-        generation = GenerationConfig.from_dict(data)
-        # As GenerationConfig.from_pretrained marks what it read: saved as found (a setting
-        # transformers only warns about is not an error at export).
-        generation._original_object_hash = hash(generation)
+        return GenerationConfig.from_dict(data)
     except Exception as exc:  # transformers' own validation: ValueError, AttributeError, …
-        raise InputFileError(
-            f"{path}: not a generation config transformers reads ({_first(exc)})"
-        ) from None
-    return generation
+        raise InputFileError(f"{path}: {what} ({_first(exc)})") from None
 
 
 def _choose_init(source: _Source, init: str | None, name: str) -> str:
@@ -829,9 +857,8 @@ def _make_config(
 
     config_dict = dict(source.config)
     config_class = getattr(transformers, family.config_class)
-    if (why := _unsettable_key(config_dict, config_class)) is not None:
-        raise InputFileError(f"{name}: {why}")
-    # The file's own types and values, before transformers reads them (it builds an id2label
+    # The file's own keys, types and values, before transformers reads them (no key its class
+    # cannot take: a read-only property made it log its whole config; it builds an id2label
     # of num_labels names, and keeps a RoPE scaling under rope_parameters whatever the file
     # called it). transformers remakes label2id from id2label (or num_labels) unread: the
     # file's is checked when its labels are the model's (a run's data of another label count
@@ -851,35 +878,6 @@ def _make_config(
         config.num_labels = num_labels  # also resizes id2label/label2id
     _check_config(config, family, source.family, name, task)
     return config
-
-
-def _unsettable_key(config: dict[str, Any], config_class: type) -> str | None:
-    """Why a key of config.json cannot be a setting of `config_class`, or None: it names a
-    read-only property (a value transformers derives) or a method of the class, not a field.
-
-        _unsettable_key({"use_return_dict": False}, BertConfig)
-        # "use_return_dict is a read-only property of transformers' BertConfig, …"
-
-    Found by the twenty-second round: use_return_dict, is_heterogeneous and per_layer_attributes
-    made transformers log its whole config (28 lines) before failing, and a method's name
-    (to_dict) replaced the method. The class is looked into, not run (getattr_static), so
-    every such key of every family is found, none listed here."""
-    fields = {f.name for f in dataclasses.fields(config_class)}
-    for key in config:
-        if key in fields or key in config_class.attribute_map:
-            continue
-        held = inspect.getattr_static(config_class, key, None)
-        if isinstance(held, property) and held.fset is None:
-            return (
-                f"{key} is a read-only property of transformers' {config_class.__name__} (a "
-                "value it derives), not a setting a config.json gives: remove it"
-            )
-        if callable(held) or isinstance(held, classmethod | staticmethod):
-            return (
-                f"{key} names a method of transformers' {config_class.__name__}, not a "
-                "setting a config.json gives: remove it"
-            )
-    return None
 
 
 def _check_config(config: Any, family: Family, family_name: str, name: str, task: str) -> None:
@@ -990,14 +988,8 @@ def _check_values(config: Any, family_name: str, name: str, task: str) -> None:
         value = getattr(config, key, None)
         if isinstance(value, str) and value not in _activations():
             refuse(f"{key} is {quoted(value)}; not an activation transformers knows")
-    if task == "classification" and config.problem_type not in (
-        None,
-        "single_label_classification",
-    ):
-        refuse(
-            f"problem_type is {quoted(config.problem_type)}; pipeplan trains single-label "
-            "classification (or a causal language model)"
-        )
+    if (why := problem_type_problem(config.to_dict(), task)) is not None:
+        refuse(why)  # a profile's config is held to it too
     if (other := _other_architecture(config.architectures, family_name)) is not None:
         refuse(other)
     ids = sorted(config.id2label)
@@ -1133,11 +1125,12 @@ def _check_weight_shapes(source: _Source, config: Any, stored: dict[str, _Stored
         if shape == expected:
             continue
         if len(shape) != len(expected):
-            found = f"{file.name} holds {key} of shape {shape}, but its config implies {expected}"
+            found = f"{file.name} holds {_tensor_name(key)} of shape {shape}, but its config "
+            found += f"implies {expected}"
         else:
             at = next(i for i, (a, b) in enumerate(zip(shape, expected, strict=True)) if a != b)
             label, value = dims[at]
-            found = f"{label} is {value} but {file.name} holds {key} of shape {shape}"
+            found = f"{label} is {value} but {file.name} holds {_tensor_name(key)} of shape {shape}"
             found += f" (dimension {at}: {shape[at]})"
         raise InputFileError(
             f"{source.config_file}: {found}; a config of another model, or damaged weights"
@@ -1179,25 +1172,34 @@ _STORED_AS = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64":
 
 
 def _check_config_dtype(source: _Source, stored: dict[str, _Stored]) -> None:
-    """config.json's dtype (or torch_dtype) is a dtype the weights' float tensors are stored
-    in: from_pretrained(dtype="auto") loads a model in the config's dtype, so a config saying
-    float16 beside float32 weights is of other weights, or edited. Found by the twenty-first
-    round: accepted without a word (pipeplan loads and exports float32 whatever it says).
+    """config.json's dtype (or torch_dtype) is the dtype every float tensor of the weights is
+    stored in (headers only, no tensor read): from_pretrained(dtype="auto") loads a model in
+    the config's dtype, so a config saying float16 beside float32 weights is of other weights,
+    or edited. Found by the twenty-first round: accepted without a word (pipeplan loads and
+    exports float32 whatever it says); by the twenty-third, a config checked against one
+    tensor only: float16 weights but the first, or one shard of seven, under float32.
 
         _check_config_dtype(source, _stored_tensors(source))
         # InputFileError: m/config.json: dtype is 'float16' but model.safetensors holds its
         # float weights as F32; …
     """
-    floats = {found.dtype: found for found in stored.values() if found.floating}
+    floats = {key: found for key, found in stored.items() if found.floating}
     for key in ("dtype", "torch_dtype"):
         value = source.config.get(key)
-        if value is None or not floats or _STORED_AS.get(value) in floats:
+        expected = _STORED_AS.get(value)
+        other = next((k for k, found in floats.items() if found.dtype != expected), None)
+        if value is None or other is None:
             continue
-        held = ", ".join(sorted(floats))
+        held = ", ".join(sorted({found.dtype for found in floats.values()}))
+        if all(found.dtype != expected for found in floats.values()):
+            found = f"{source.weights} holds its float weights as {held}"
+        else:  # the first tensor of another dtype, by file and name
+            tensor = floats[other]
+            found = f"{tensor.file.name} holds {_tensor_name(other)} as {tensor.dtype} (its "
+            found += f"float weights are {held})"
         raise InputFileError(
-            f"{source.config_file}: {key} is {quoted(value)} but {source.weights} holds its "
-            f"float weights as {held}; the dtype a config records is its weights' (a config of "
-            "other weights, or edited)"
+            f"{source.config_file}: {key} is {quoted(value)} but {found}; the dtype a config "
+            "records is its weights' (a config of other weights, or edited)"
         )
 
 
@@ -1238,36 +1240,40 @@ def _stored_tensors(source: _Source) -> dict[str, _Stored]:
     assert source.directory is not None and source.weights is not None
     index = source.directory / source.weights
     sharded = source.weights in _SHARD_SUFFIXES
-    weight_map, total_size = _read_index(index) if sharded else ({}, None)
+    weight_map, totals = _read_index(index) if sharded else ({}, {})
     files = sorted({source.directory / name for name in weight_map.values()}) or [index]
     stored: dict[str, _Stored] = {}
     for file in files:
         for key, found in _read_weights(file).items():
             if key in stored:
                 raise InputFileError(
-                    f"{index}: tensor {key} is in two shards, {stored[key].file.name} and "
-                    f"{file.name}; one checkpoint holds each tensor once"
+                    f"{index}: tensor {_tensor_name(key)} is in two shards, "
+                    f"{stored[key].file.name} and {file.name}; one checkpoint holds each tensor "
+                    "once"
                 )
             stored[key] = found
     for key, name in weight_map.items():
         if key not in stored or stored[key].file.name != name:
             elsewhere = f" (it is in {stored[key].file.name})" if key in stored else ""
             raise InputFileError(
-                f"{index}: weight_map puts tensor {key} in {name}, which does not hold "
-                f"it{elsewhere}; the index is not of these shards"
+                f"{index}: weight_map puts tensor {_tensor_name(key)} in {name}, which does not "
+                f"hold it{elsewhere}; the index is not of these shards"
             )
     if sharded:
-        _check_index_covers(index, weight_map, total_size, stored)
+        _check_index_covers(index, weight_map, totals, stored)
     return stored
 
 
 def _check_index_covers(
-    index: Path, weight_map: dict[str, str], total_size: int | None, stored: dict[str, _Stored]
+    index: Path, weight_map: dict[str, str], totals: dict[str, int], stored: dict[str, _Stored]
 ) -> None:
-    """The index names every tensor its shards hold, and its metadata.total_size (when given)
-    is their bytes, as save_pretrained writes it. Found by the twentieth round: a tensor a
-    shard holds but weight_map leaves out was loaded without a word, and a total_size of 1
-    passed (a shard swapped for one of other dtypes or shapes)."""
+    """The index names every tensor its shards hold, and its metadata's totals (when given)
+    are theirs, as save_pretrained writes them: total_size their bytes, total_parameters their
+    values (`num_parameters()`; a tied weight is saved once; a tensor of another dtype is
+    `_check_stored_dtypes`' to name, so every tensor counts). Found by
+    the twentieth round: a tensor a shard holds but weight_map leaves out was loaded without a
+    word, and a total_size of 1 passed (a shard swapped for one of other dtypes or shapes); by
+    the twenty-third, total_parameters 5 beside 24,482 parameters passed."""
     for key, found in stored.items():
         if key not in weight_map:
             raise InputFileError(
@@ -1275,38 +1281,46 @@ def _check_index_covers(
                 "weight_map leaves out; the index names exactly the tensors its shards hold"
             )
     sizes = [found.nbytes for found in stored.values()]
-    if total_size is None or None in sizes:
-        return  # not given, or a dtype whose size torch does not know
-    held = sum(n for n in sizes if n is not None)
-    if total_size != held:
-        raise InputFileError(
-            f"{index}: metadata.total_size is {total_size} but its shards' tensors hold "
-            f"{held} bytes; the index is not of these shards"
-        )
+    held = {
+        # None: a dtype whose size torch does not know, so no total to hold it to
+        "total_size": None if None in sizes else sum(n for n in sizes if n is not None),
+        "total_parameters": sum(math.prod(found.shape) for found in stored.values()),
+    }
+    units = {"total_size": "bytes", "total_parameters": "values"}
+    for key, total in totals.items():
+        if held[key] is not None and total != held[key]:
+            raise InputFileError(
+                f"{index}: metadata.{key} is {total} but its shards' tensors hold {held[key]} "
+                f"{units[key]}; the index is not of these shards"
+            )
 
 
 def _tensor_name(name: str) -> str:
-    """A tensor name as a message shows it: itself, or its repr when it holds a character
-    `printable` refuses (the names inside a shard are not held to pipeplan's rules):
+    """A tensor name as a message shows it: itself, or quoted with escapes (`errors.quoted`,
+    cut visibly past 200 characters) when it holds a character `printable` refuses or is
+    longer: the names inside a weight file are not held to pipeplan's rules.
 
         _tensor_name("bert.pooler.dense.weight")   # 'bert.pooler.dense.weight'
-        _tensor_name("a\\nb")                      # "'a\\\\nb'"
-    """
+        _tensor_name("bert.x\x1b[31m")             # "'bert.x\\x1b[31m'"
+
+    Found by the twenty-third round: a safetensors tensor named with ESC was printed raw in
+    the error line (the terminal turned the rest red; a name can rewrite the line)."""
     try:
-        return printable(name)
+        printable(name)
     except ValueError:
-        return repr(name)
+        return quoted(name)
+    return name if len(name) <= SHOWN else quoted(name)
 
 
-def _read_index(index: Path) -> tuple[dict[str, str], int | None]:
-    """A shard index's weight_map (tensor name → shard file name) and metadata.total_size
-    (None when not given), read as strictly as a pipeplan file (a stated size limit; NaN, a key
+def _read_index(index: Path) -> tuple[dict[str, str], dict[str, int]]:
+    """A shard index's weight_map (tensor name → shard file name) and the metadata's totals it
+    gives (`_index_totals`), read as strictly as a pipeplan file (a stated size limit; NaN, a key
     given twice or nesting past the parser's depth refused), each shard a plain file name in
     the index's folder and a regular file:
 
         _read_index(Path("m/model.safetensors.index.json"))
         # ({"bert.embeddings.word_embeddings.weight": "model-00001-of-00002.safetensors", …},
-        #  97928)
+        #  {"total_parameters": 24482, "total_size": 97928})
 
     Found by the nineteenth round: shards named '../elsewhere/b.safetensors', absolute paths
     and /dev/zero were read, a shard that is a FIFO blocked open() forever (deaf to Ctrl-C),
@@ -1315,7 +1329,7 @@ def _read_index(index: Path) -> tuple[dict[str, str], int | None]:
     data = check_json(read_input(index, MAX_INDEX_BYTES, why=INDEX_LIMIT), str(index))
     if not isinstance(data, dict):
         raise InputFileError(f"{index}: a shard index is a JSON object")
-    total_size = _index_total_size(index, data.get("metadata", _MISSING))
+    totals = _index_totals(index, data.get("metadata", _MISSING))
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         what = "missing" if "weight_map" not in data else f"{_json_kind(weight_map)}"
@@ -1335,20 +1349,22 @@ def _read_index(index: Path) -> tuple[dict[str, str], int | None]:
         _check_index_name(index, name, f"weight_map[{key!r}], a shard's name,")
     for name in sorted(set(weight_map.values())):
         _check_shard(index, name)
-    return weight_map, total_size
+    return weight_map, totals
 
 
 # metadata absent from an index (None is the JSON null, refused as not an object).
 _MISSING = object()
 
 
-def _index_total_size(index: Path, metadata: Any) -> int | None:
-    """An index's metadata.total_size, checked: metadata is an object (transformers reads it
-    and adds keys to it: a missing or other one was "cannot build the model from its config
-    (KeyError: 'metadata')"), total_size and total_parameters (when given) integers ≥ 0.
-    Found by the twentieth round: total_size "abc" and -5 were ignored.
+def _index_totals(index: Path, metadata: Any) -> dict[str, int]:
+    """An index's metadata.total_size and total_parameters, those given, checked: metadata is
+    an object (transformers reads it and adds keys to it: a missing or other one was "cannot
+    build the model from its config (KeyError: 'metadata')"), both totals integers ≥ 0, and
+    its every key and text printable (another tool's keys, mergekit_version and the like, are
+    kept unread). Found by the twentieth round: total_size "abc" and -5 were ignored; by the
+    twenty-third, a key holding ESC and the codes of a terminal passed.
 
-        _index_total_size(index, {"total_size": 97928})   # 97928
+        _index_totals(index, {"total_size": 97928})   # {"total_size": 97928}
     """
     if not isinstance(metadata, dict):
         what = "missing" if metadata is _MISSING else _json_kind(metadata)
@@ -1356,11 +1372,34 @@ def _index_total_size(index: Path, metadata: Any) -> int | None:
             f"{index}: metadata is {what}; a shard index holds a metadata object "
             '({"total_size": the bytes of its tensors}), as save_pretrained writes it'
         )
+    _check_metadata_text(index, metadata)
+    totals = {}
     for key in ("total_size", "total_parameters"):
         value = metadata.get(key)
         if value is not None and not (type(value) is int and value >= 0):
             raise InputFileError(f"{index}: metadata.{key} is {_json_kind(value)}; an integer ≥ 0")
-    return metadata.get("total_size")
+        if value is not None:
+            totals[key] = value
+    return totals
+
+
+def _check_metadata_text(index: Path, metadata: dict[str, Any]) -> None:
+    """Every key and text in an index's metadata, nested too, is printable (`printable`):
+    `_check_metadata_text(index, {"foo": "x\x1b[2J"})` → InputFileError naming metadata.foo."""
+    pending: list[tuple[str, Any]] = [("metadata", metadata)]
+    while pending:  # a stack, not recursion: JSON may nest as deep as the parser reads
+        where, value = pending.pop()
+        texts = [(where, value)] if isinstance(value, str) else []
+        if isinstance(value, dict):
+            texts += [(f"{where} key", key) for key in value]
+            pending += [(f"{where}.{key}", item) for key, item in value.items()]
+        elif isinstance(value, list):
+            pending += [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+        for what, text in texts:
+            try:
+                printable(text)
+            except ValueError as exc:
+                raise InputFileError(f"{index}: {excerpt(what)} {quoted(text)} {exc}") from None
 
 
 def _check_index_name(index: Path, name: str, what: str) -> None:
@@ -1619,9 +1658,9 @@ def _check_stored_dtypes(model: nn.Module, stored: dict[str, _Stored]) -> None:
         if found.floating != target.is_floating_point():
             kind = "floating" if target.is_floating_point() else "integer"
             raise InputFileError(
-                f"{found.file}: tensor {key} is stored as {found.dtype} but the model's is "
-                f"{kind} ({str(target.dtype).removeprefix('torch.')}); the file is damaged or "
-                "of another model"
+                f"{found.file}: tensor {_tensor_name(key)} is stored as {found.dtype} but the "
+                f"model's is {kind} ({str(target.dtype).removeprefix('torch.')}); the file is "
+                "damaged or of another model"
             )
 
 
@@ -1661,8 +1700,8 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
         raise InputFileError(
             f"{source.directory}: {source.weights} holds {len(unused)} weights of the "
             f"embeddings and blocks that the model of config.json does not have (e.g. "
-            f"{', '.join(unused[:3])}); does config.json describe these weights' model "
-            "(its number of layers)?"
+            f"{', '.join(map(_tensor_name, unused[:3]))}); does config.json describe these "
+            "weights' model (its number of layers)?"
         )
     _check_shapes(loading, seq, source)  # every misshapen tensor left is label-sized
     fresh = _fresh_head(seq)
@@ -1671,7 +1710,8 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
     if body:
         raise InputFileError(
             f"{source.directory}: {source.weights} lacks {len(body)} weights outside the task "
-            f"head (e.g. {body[0]}); is it a {source.family} checkpoint of this config?"
+            f"head (e.g. {_tensor_name(body[0])}); is it a {source.family} checkpoint of this "
+            "config?"
         )
     lacking = sorted(k for k in missing if fresh(k))
     other_size = sorted({_mismatch(entry)[0] for entry in loading.get("mismatched_keys", ())})
@@ -1680,8 +1720,9 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
     why = "; ".join(
         part
         for part in (
-            lacking and f"no {', '.join(lacking)}",
-            other_size and f"{', '.join(other_size)} sized for another number of labels",
+            lacking and f"no {', '.join(map(_tensor_name, lacking))}",
+            other_size
+            and f"{', '.join(map(_tensor_name, other_size))} sized for another number of labels",
         )
         if part
     )
@@ -1707,8 +1748,8 @@ def _check_shapes(loading: dict[str, Any], seq: LayerSequence, source: _Source) 
                 f" of shape {list(stored)} but the model of config.json expects {list(expected)}"
             )
         raise InputFileError(
-            f"{source.directory}: {source.weights} holds {key}{shapes}; the file is damaged "
-            "or of another model"
+            f"{source.directory}: {source.weights} holds {_tensor_name(key)}{shapes}; the file is "
+            "damaged or of another model"
         )
 
 

@@ -2657,6 +2657,41 @@ def test_a_config_key_transformers_cannot_take_is_refused_naming_it(tmp_path, ca
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
 
 
+# config.json's pruned_heads: (config.json, what the one line says after "config.json: ").
+PRUNED_HEADS = {
+    "bert": (
+        {**BERT_CONFIG, "pruned_heads": {"0": [0]}},
+        "pruned_heads is {'0': [0]}; pipeplan builds and trains every attention head",
+    ),
+    "gpt2": (
+        {**GPT2_CONFIG, "pruned_heads": {"0": [0, 1]}},
+        "pruned_heads is {'0': [0, 1]}; pipeplan builds and trains every attention head",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", PRUNED_HEADS)
+def test_pruned_heads_in_config_json_are_refused(tmp_path, capsys, case):
+    """Found by the twenty-third round: config.json's pruned_heads {'0': [0]} was accepted and
+    kept unread (the profile's layers were the unpruned model's; transformers 5 prunes none),
+    and it travelled to the export, where a transformers 4 from_pretrained would prune head 0
+    and then fail to load the full-size weights. One line naming config.json and the key."""
+    config, fragment = PRUNED_HEADS[case]
+    model, argv = _model_folder_command(tmp_path, config, "profile")
+    refused_quietly(argv, tmp_path / "in", capsys, f"{model / 'config.json'}: {fragment}")
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_an_empty_pruned_heads_is_no_pruning(tmp_path):
+    """What the check above leaves alone: an empty mapping (transformers 4's default) builds."""
+    from pipeplan import models
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({**BERT_CONFIG, "pruned_heads": {}}))
+    assert models.build(str(model), init="random").num_blocks == BERT_CONFIG["num_hidden_layers"]
+
+
 def test_transformers_logs_nothing_while_a_model_is_built():
     """Found by the twenty-second round: transformers logs an error before it raises (a config
     key it cannot set: the whole config, 28 lines), and `set_verbosity_error` let that through.
@@ -3205,6 +3240,83 @@ def test_a_generation_config_generate_would_refuse_is_refused(tmp_path, capsys, 
     where = f"{model / 'generation_config.json'}: {fragment}"
     refused_quietly(argv, tmp_path / "in", capsys, where)
     assert not (tmp_path / "p.json").exists()
+
+
+# The twenty-third round's config.json holding generation settings (old transformers wrote them
+# there), no generation_config.json beside it: (config.json, what the one line says after
+# "config.json: "). GPT2_CONFIG's vocabulary is 512 tokens.
+CONFIG_GENERATION_KEYS = {
+    "temperature -1 with do_sample": (
+        {**GPT2_CONFIG, "do_sample": True, "temperature": -1.0},
+        "temperature is -1.0; a temperature is a number ≥ 0",
+    ),
+    "temperature 0 with do_sample": (
+        {**GPT2_CONFIG, "do_sample": True, "temperature": 0.0},
+        "temperature is 0.0 with do_sample true; a sampling temperature is a number > 0",
+    ),
+    "num_beams as text": (
+        {**GPT2_CONFIG, "num_beams": "3"},
+        "num_beams is '3'; a count is an integer ≥ 1",
+    ),
+    "max_length -5": (
+        {**GPT2_CONFIG, "max_length": -5},
+        "max_length is -5; a length in tokens is an integer ≥ 1",
+    ),
+    "bad_words_ids beyond the vocabulary": (
+        {**GPT2_CONFIG, "bad_words_ids": [[99999]]},
+        "bad_words_ids holds 99999, not a token id of its vocabulary (0..511)",
+    ),
+    "early_stopping zorp (transformers' own validation)": (
+        {**GPT2_CONFIG, "early_stopping": "zorp"},
+        "its generation settings are not ones transformers reads (`early_stopping` must be",
+    ),
+    "an encoder's top_p 1.5": (
+        {**BERT_CONFIG, "top_p": 1.5},
+        "top_p is 1.5; a probability is in [0, 1]",
+    ),
+}
+CONFIG_GENERATION_COMMANDS = [(c, "profile") for c in CONFIG_GENERATION_KEYS]
+CONFIG_GENERATION_COMMANDS += [("temperature -1 with do_sample", "run")]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "case, command",
+    CONFIG_GENERATION_COMMANDS,
+    ids=[f"{c}-{m}" for c, m in CONFIG_GENERATION_COMMANDS],
+)
+def test_generation_keys_in_config_json_are_held_as_generation_config_json_is(
+    tmp_path, capsys, case, command
+):
+    """Found by the twenty-third round: a decoder folder without generation_config.json whose
+    config.json held temperature -1 with do_sample, num_beams "3" or max_length -5 was accepted
+    by profile and run, and the trained model's generation_config.json carried them
+    (transformers lifts config.json's generation keys, `GenerationConfig.from_model_config`);
+    early_stopping 'zorp' was blamed on model.safetensors. Held to generation_config.json's
+    table and transformers' validation: one line naming config.json and the key."""
+    config, fragment = CONFIG_GENERATION_KEYS[case]
+    model, argv = _model_folder_command(tmp_path, config, command)
+    refused_quietly(argv, tmp_path / "in", capsys, f"{model / 'config.json'}: {fragment}")
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
+
+
+def test_valid_generation_keys_in_config_json_still_build(tmp_path):
+    """What the check above leaves alone: a checkpoint's config.json with sound generation
+    settings (no generation_config.json) builds, and from_pretrained lifts them into the
+    model's generation config as before."""
+    import transformers
+
+    from pipeplan import models
+
+    model = tmp_path / "model"
+    config = transformers.GPT2Config(**{**GPT2_CONFIG, "n_embd": 32, "n_head": 2})
+    transformers.GPT2LMHeadModel(config).save_pretrained(model)
+    (model / "generation_config.json").unlink()
+    edited = json.loads((model / "config.json").read_text())
+    edited.update(do_sample=True, temperature=0.7, max_length=7)
+    (model / "config.json").write_text(json.dumps(edited))
+    generation = models.build(str(model)).hf_model.generation_config
+    assert (generation.temperature, generation.max_length) == (0.7, 7)
 
 
 @pytest.mark.parametrize(

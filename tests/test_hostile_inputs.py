@@ -876,6 +876,62 @@ def test_a_profiles_config_is_held_to_its_types_chunking_and_rope_parameters(
     plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
 
 
+# The shipped bert-tiny profile with a config edit a model folder's config.json is refused for
+# (the twenty-second round's keys, problem_type, generation settings, pruned_heads), each
+# planned by the twenty-third round (exit 0).
+TWENTY_THIRD = {
+    "config.problem_type regression": (
+        _edit((("model", "config", "problem_type"), "regression")),
+        ("'model'", "config: problem_type is 'regression'; pipeplan trains single-label"),
+    ),
+    "config.use_return_dict false": (
+        _edit((("model", "config", "use_return_dict"), False)),
+        ("'model'", "config: use_return_dict is a read-only property of transformers' BertConfig"),
+    ),
+    "config.to_dict 1": (
+        _edit((("model", "config", "to_dict"), 1)),
+        ("'model'", "config: to_dict names a method of transformers' BertConfig"),
+    ),
+    "config.temperature -1": (
+        _edit((("model", "config", "temperature"), -1.0)),
+        ("'model'", "config: temperature is -1.0; a temperature is a number ≥ 0"),
+    ),
+    "config.num_beams as text": (
+        _edit((("model", "config", "num_beams"), "3")),
+        ("'model'", "config: num_beams is '3'; a count is an integer ≥ 1"),
+    ),
+    "config.pruned_heads": (
+        _edit((("model", "config", "pruned_heads"), {"0": [0]})),
+        ("'model'", "config: pruned_heads is {'0': [0]}; pipeplan builds and trains every"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", TWENTY_THIRD)
+def test_a_profiles_config_is_held_to_the_model_folder_rules(tmp_path, capsys, case):
+    """Found by the twenty-third round: a profile's config with problem_type 'regression',
+    use_return_dict false, temperature -1 or pruned_heads {'0': [0]} was previewed and planned
+    (exit 0), while the same keys in a model folder's config.json are refused. Both are held
+    to one function (`modelconfig.config_value_problem`, `problem_type_problem`)."""
+    doc, fragments = TWENTY_THIRD[case]
+    plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
+
+
+def test_a_profiles_config_with_what_a_folder_may_hold_loads():
+    """What the rules above leave alone: single-label classification, an empty pruned_heads
+    and sound generation settings, as a model folder's config.json may hold them."""
+    from pipeplan.formats.base import parse
+    from pipeplan.formats.profile import Profile
+
+    config = ("model", "config")
+    doc = _edit(
+        ((*config, "problem_type"), "single_label_classification"),
+        ((*config, "pruned_heads"), {}),
+        ((*config, "temperature"), 0.7),
+    )
+    assert parse(Profile, json.dumps(doc)).model.config["temperature"] == 0.7
+
+
 def _params(*indices: int, params: int = 5):
     """An edit: layers `indices` (all blocks when none) given `params` and their float32 bytes."""
 
@@ -1328,6 +1384,40 @@ def test_a_config_dtype_is_held_to_the_weights_dtype(tmp_path, capsys, case):
     _profile_refused(model, tmp_path, capsys, f"{model / 'config.json'}: {fragment} {held}")
 
 
+# (family, the tensors stored as float16 beside float32 ones under config.json's float32: all but
+# the first, or one; what the one line names after "config.json: dtype is 'float32' but ")
+MIXED_DTYPES = {
+    "bert, all but the first": (
+        "bert",
+        lambda i, key: i > 0,
+        "model.safetensors holds bert.embeddings.LayerNorm.weight as F16",
+    ),
+    "gpt2, one tensor": (
+        "gpt2",
+        lambda i, key: key == "transformer.h.0.mlp.c_fc.weight",
+        "model.safetensors holds transformer.h.0.mlp.c_fc.weight as F16",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MIXED_DTYPES)
+def test_every_float_tensor_is_held_to_the_config_dtype(tmp_path, capsys, case):
+    """Found by the twenty-third round: config.json's dtype was checked against one tensor
+    only: weights all float16 but the first, or float32 but one, under dtype float32 were
+    accepted. Every float tensor's header is read (no tensor data): one line naming the first
+    tensor of another dtype and the dtypes the weights hold."""
+    from safetensors.torch import load_file, save_file
+
+    family, half, fragment = MIXED_DTYPES[case]
+    model = _family_checkpoint(tmp_path / "in" / "model", family)
+    tensors = load_file(model / "model.safetensors")
+    tensors = {k: v.half() if half(i, k) else v for i, (k, v) in enumerate(sorted(tensors.items()))}
+    save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    capsys.readouterr()  # save_pretrained's progress bar
+    said = f"{model / 'config.json'}: dtype is 'float32' but {fragment} (its float weights are F16"
+    _profile_refused(model, tmp_path, capsys, said)
+
+
 def test_a_config_dtype_of_the_weights_own_is_accepted(tmp_path):
     """The check above is on the weights' dtype, not float32's: a bfloat16 checkpoint saying
     bfloat16 (as save_pretrained writes one) builds, loaded as float32."""
@@ -1340,7 +1430,7 @@ def test_a_config_dtype_of_the_weights_own_is_accepted(tmp_path):
     assert {p.dtype for p in seq.hf_model.parameters()} == {torch.float32}
 
 
-def _profile_refused(model: Path, tmp_path: Path, capsys, where: str) -> None:
+def _profile_refused(model: Path, tmp_path: Path, capsys, where: str | tuple[str, ...]) -> None:
     """`profile MODEL` refused in one line holding `where`, nothing under tmp_path/in changed
     and no profile written."""
     out = tmp_path / "p.json"
@@ -1634,6 +1724,78 @@ def test_names_in_a_shard_index_are_printable(sharded, tmp_path, capsys, case):
     capsys.readouterr()
     said = (f"{index}: ", repr(name), f"character {character}")
     refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, said)
+
+
+# The twenty-third round's index metadata: (metadata added, what the one line says after the
+# index's path).
+TWENTY_THIRD_METADATA = {
+    "total_parameters not the shards'": (
+        {"total_parameters": 5},
+        "metadata.total_parameters is 5 but its shards' tensors hold",
+    ),
+    "a value holding ESC": (
+        {"foo": "x\x1b[2J"},
+        "metadata.foo 'x\\x1b[2J' holds the control character U+001B",
+    ),
+    "a key holding U+202E": ({"a\u202e": 1}, "metadata key 'a\\u202e' holds the invisible bidi"),
+    "a nested value holding a newline": (
+        {"foo": {"b": ["ok", "y\n"]}},
+        "metadata.foo.b[1] 'y\\n' holds the control character U+000A",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", TWENTY_THIRD_METADATA)
+def test_a_shard_indexs_totals_and_metadata_text_are_checked(sharded, tmp_path, capsys, case):
+    """Found by the twenty-third round: metadata.total_parameters 5 (the shards hold 24,482)
+    passed while total_size is held to the shards, and an unknown metadata key holding ESC and
+    a terminal's codes passed. total_parameters is the values of the shards' tensors, as
+    save_pretrained writes num_parameters(); every key and text of the metadata is printable."""
+    model, index, data = _copy(sharded, "safetensors", tmp_path)
+    added, said = TWENTY_THIRD_METADATA[case]
+    data["metadata"] = {**data["metadata"], **added}
+    index.write_text(json.dumps(data))
+    capsys.readouterr()
+    refused(_profile_argv(model, tmp_path), tmp_path / "in", capsys, (f"{index}: ", said))
+
+
+def test_a_shard_indexs_own_totals_and_another_tools_keys_load(sharded, tmp_path):
+    """What the checks above leave alone: the totals save_pretrained writes (total_parameters
+    with a tied weight saved once, in both indexes) and another tool's printable key."""
+    for kind in ("safetensors", "bin"):
+        index = json.loads((sharded[kind] / INDEXES[kind]).read_text())
+        assert set(index["metadata"]) == {"total_parameters", "total_size"}
+    model, index, data = _copy(sharded, "safetensors", tmp_path)
+    data["metadata"]["mergekit_version"] = "0.0.4"
+    index.write_text(json.dumps(data))
+    assert models.build(str(model), seq_len=16).num_blocks == 1
+
+
+# Tensor names inside a weight file as one line shows them: (the name of an extra tensor in a
+# BERT's model.safetensors, what the line says of it).
+TENSOR_NAMES = {
+    "ESC and a terminal's colour code": ("bert.x\x1b[31m", "(e.g. 'bert.x\\x1b[31m')"),
+    "U+202E": ("bert.x\u202e", "(e.g. 'bert.x\\u202e')"),
+    "5000 characters": ("bert." + "x" * 5000, "(e.g. 'bert.xxx"),
+}
+
+
+@pytest.mark.parametrize("case", TENSOR_NAMES)
+def test_tensor_names_are_quoted_with_escapes(tmp_path, capsys, case):
+    """Found by the twenty-third round: a safetensors tensor named 'bert.x\\x1b[31m' was
+    printed raw in the error line (the terminal turned the rest of it red; a name can rewrite
+    the line). Names of a weight file's tensors are quoted with escapes, as the shard index's
+    are, and a long one cut visibly."""
+    from safetensors.torch import load_file, save_file
+
+    name, said = TENSOR_NAMES[case]
+    model = _family_checkpoint(tmp_path / "in" / "model", "bert")
+    tensors = load_file(model / "model.safetensors")
+    tensors[name] = torch.zeros(1)
+    save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    capsys.readouterr()  # save_pretrained's progress bar
+    cut = "… (5005 characters)" if len(name) > 200 else ""
+    _profile_refused(model, tmp_path, capsys, ("weights of the embeddings and blocks", said, cut))
 
 
 def test_a_sharded_checkpoint_and_a_link_to_a_shard_still_load(sharded, tmp_path):

@@ -419,6 +419,38 @@ def test_the_light_config_tables_are_transformers_and_the_families():
     assert set(DECODER_FAMILIES) == {n for n, f in FAMILIES.items() if f.kind == "decoder"}
 
 
+def test_the_unsettable_config_keys_are_transformers():
+    """The keys a config may not give (`modelconfig.READ_ONLY_KEYS`, `CONFIG_METHODS`, written
+    out so that a profile's config is checked without transformers since the twenty-third
+    round) are exactly each family's config class's read-only properties and methods, looked
+    into (getattr_static, nothing run): one transformers adds fails here."""
+    import dataclasses
+    import inspect
+
+    import transformers
+
+    from pipeplan.formats.modelconfig import CONFIG_CLASSES, CONFIG_METHODS, READ_ONLY_KEYS
+
+    assert {name: family.config_class for name, family in FAMILIES.items()} == CONFIG_CLASSES
+    for class_name in CONFIG_CLASSES.values():
+        config_class = getattr(transformers, class_name)
+        fields = {f.name for f in dataclasses.fields(config_class)} | set(
+            config_class.attribute_map
+        )
+        held = {key: inspect.getattr_static(config_class, key) for key in dir(config_class)}
+        read_only = {
+            k for k, v in held.items() if isinstance(v, property) and v.fset is None
+        } - fields
+        methods = {
+            k
+            for k, v in held.items()
+            if not isinstance(v, property)
+            and (callable(v) or isinstance(v, classmethod | staticmethod))
+        } - fields
+        assert (class_name, read_only) == (class_name, set(READ_ONLY_KEYS))
+        assert (class_name, methods) == (class_name, set(CONFIG_METHODS))
+
+
 def test_the_generation_config_keys_checked_are_transformers():
     """The nineteenth round's checks of a folder's generation_config.json (`formats.modelconfig`,
     without transformers) name GenerationConfig's own attributes: a key transformers renamed

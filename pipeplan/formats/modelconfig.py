@@ -87,6 +87,7 @@ FIELD_TYPES: dict[str, tuple[str, ...]] = {
     "partial_rotary_factor": _NUMBER,
     "eos_token_id": ("int", "ints", "null"),  # a list: generation stops at any of them
     "summary_activation": ("string", "null"),
+    "pruned_heads": ("object", "null"),  # transformers 4's head pruning (`unbuilt_problem`)
     **{key: _TOKEN_ID for key in TOKEN_ID_KEYS if key != "eos_token_id"},
     **dict.fromkeys(
         (
@@ -185,16 +186,20 @@ def type_problem(config: dict[str, Any]) -> str | None:
 
 
 def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = True) -> str | None:
-    """What is wrong with the config's values, in words, or None: each key's JSON type
+    """What is wrong with the config's values, in words, or None: no key transformers' config
+    class cannot take (`unsettable_problem`), each key's JSON type
     (`FIELD_TYPES`), nothing pipeplan does not build (`unbuilt_problem`), norm epsilons in
     `EPS_RANGE`, dropouts in [0, 1), initializer_range in [0, `MAX_INIT_STD`], pretraining_tp
     an integer ≥ 1, a feed-forward chunk size ≥ 0, num_labels in 1..MAX_CONFIG_LABELS, a known
     position embedding type, RoPE keys on a family with RoPE only (`rotary_problem`), the RoPE
     parameters (`rope_problem`), the switches of the forward
     pass (`switch_problem`), with `labels` id2label,
-    label2id and num_labels one mapping of names a data label may be (`label_map_problem`), and
-    (text models) every token id inside the vocabulary but the
-    family's defaults."""
+    label2id and num_labels one mapping of names a data label may be (`label_map_problem`),
+    (text models) every token id inside the vocabulary but the family's defaults, and the
+    generation settings it holds held as generation_config.json's (`generation_keys_problem`).
+    A model folder's config.json and a profile's config are held to it alike."""
+    if (why := unsettable_problem(config, family)) is not None:
+        return why
     if (why := type_problem(config)) is not None:
         return why
     if (why := unbuilt_problem(config)) is not None:
@@ -227,9 +232,99 @@ def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = 
         return why
     if labels and (why := label_map_problem(config)) is not None:
         return why
-    if family in ("vit", "deit"):
+    text = family not in ("vit", "deit")
+    if text and (why := token_id_problem(config, DEFAULT_TOKEN_IDS.get(family, {}))) is not None:
+        return why
+    return generation_keys_problem(config, family)
+
+
+# Each family's transformers config class, by name (a test holds it to `models.FAMILIES`).
+CONFIG_CLASSES = {
+    "bert": "BertConfig",
+    "roberta": "RobertaConfig",
+    "distilbert": "DistilBertConfig",
+    "electra": "ElectraConfig",
+    "vit": "ViTConfig",
+    "deit": "DeiTConfig",
+    "gpt2": "GPT2Config",
+    "llama": "LlamaConfig",
+}
+# The names on those classes that are no setting a config may give: read-only properties (values
+# transformers derives) and methods. Written out, not looked up, so a profile's config is held
+# to them without importing transformers (seconds); a test holds both to the classes (every
+# family has the same ones).
+READ_ONLY_KEYS = ("is_heterogeneous", "per_layer_attributes", "sub_configs", "use_return_dict")
+CONFIG_METHODS = (
+    "__delattr__", "__dir__", "__eq__", "__format__", "__ge__", "__getattribute__",
+    "__getstate__", "__gt__", "__init__", "__init_subclass__", "__iter__", "__le__", "__lt__",
+    "__ne__", "__new__", "__post_init__", "__reduce__", "__reduce_ex__", "__repr__",
+    "__setattr__", "__sizeof__", "__str__", "__subclasshook__", "_check_received_keys",
+    "_decode_special_floats", "_dict_from_json_file", "_encode_special_floats",
+    "_get_config_dict", "_get_files_timestamps", "_get_generation_parameters",
+    "_getattr_without_heterogeneous_validation", "_hasattr_without_heterogeneous_validation",
+    "_iter_config_keys_with_heterogeneous_adjustment", "_remove_keys_not_serialized",
+    "_update_heterogeneous_to_dict_output", "_upload_modified_files",
+    "_validate_axial_rope_parameters", "_validate_default_rope_parameters",
+    "_validate_dynamic_rope_parameters", "_validate_linear_rope_parameters",
+    "_validate_llama3_rope_parameters", "_validate_longrope_rope_parameters",
+    "_validate_proportional_rope_parameters", "_validate_yarn_rope_parameters",
+    "convert_rope_params_to_dict", "default_config_fields", "dict_dtype_to_str", "from_dict",
+    "from_json_file", "from_pretrained", "get_config_dict", "get_mtp_config", "get_text_config",
+    "is_custom_code", "is_remote_code", "nested_rope_parameter_keys", "push_to_hub",
+    "register_for_auto_class", "save_pretrained", "standardize_rope_params", "to_dict",
+    "to_diff_dict", "to_json_file", "to_json_string", "update", "update_from_string",
+    "validate", "validate_architecture", "validate_layer_type", "validate_output_attentions",
+    "validate_rope", "validate_token_ids",
+)  # fmt: skip
+
+
+def unsettable_problem(config: dict[str, Any], family: str) -> str | None:
+    """Why a key of the config cannot be a setting of its family's transformers config class,
+    in words, or None: it names a read-only property or a method (`READ_ONLY_KEYS`,
+    `CONFIG_METHODS`), not a field.
+
+        unsettable_problem({"use_return_dict": False}, "bert")
+        # "use_return_dict is a read-only property of transformers' BertConfig, …"
+
+    Found by the twenty-second round in a model folder: use_return_dict, is_heterogeneous and
+    per_layer_attributes made transformers log its whole config (28 lines) before failing, and a
+    method's name (to_dict) replaced the method; by the twenty-third, the same keys in a
+    profile's config were planned without a word."""
+    name = f"transformers' {CONFIG_CLASSES.get(family, 'PretrainedConfig')}"
+    for key in config:
+        if key in READ_ONLY_KEYS:
+            return (
+                f"{key} is a read-only property of {name} (a value it derives), not a setting "
+                "a config.json gives: remove it"
+            )
+        if key in CONFIG_METHODS:
+            return f"{key} names a method of {name}, not a setting a config.json gives: remove it"
+    return None
+
+
+# The problem types transformers' config classes take (`PretrainedConfig.validate`); pipeplan
+# trains the single-label one (or, for a causal language model, none is read).
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
+
+def problem_type_problem(config: dict[str, Any], task: str) -> str | None:
+    """The config's problem_type against the task pipeplan trains, in words, or None: null or
+    single-label classification; for causal-lm, which reads none, any type transformers
+    takes. A model folder's config.json and a profile's config alike (the twenty-third round
+    found a profile's 'regression' planned).
+
+        problem_type_problem({"problem_type": "regression"}, "classification")
+        # "problem_type is 'regression'; pipeplan trains single-label classification …"
+    """
+    value = config.get("problem_type")
+    if value in (None, "single_label_classification"):
         return None
-    return token_id_problem(config, DEFAULT_TOKEN_IDS.get(family, {}))
+    if task == "classification" or value not in PROBLEM_TYPES:
+        return (
+            f"problem_type is {quoted(value)}; pipeplan trains single-label classification "
+            "(or a causal language model)"
+        )
+    return None
 
 
 def switch_problem(config: dict[str, Any]) -> str | None:
@@ -307,9 +402,10 @@ def unbuilt_problem(config: dict[str, Any]) -> str | None:
     """What a config asks for that pipeplan does not build, in words, or None: a quantized
     model (any quantization_config: its weights are not float; transformers refused the
     methods it knows only for want of a package, and an unknown one was accepted unread),
-    weights of a dtype that is not a float one, an encoder-decoder, or cross-attention (an
-    encoder-decoder's too). Found by the nineteenth round: quant_method "zorp", dtype "int8"
-    and GPT-2's is_encoder_decoder true were profiled without a word.
+    weights of a dtype that is not a float one, pruned attention heads (an empty mapping is
+    none), an encoder-decoder, or cross-attention (an encoder-decoder's too). Found by the
+    nineteenth round: quant_method "zorp", dtype "int8" and GPT-2's is_encoder_decoder true
+    were profiled without a word.
 
         unbuilt_problem({"quantization_config": {"quant_method": "zorp"}})
         # "quantization_config is given (quant_method 'zorp'); pipeplan …"
@@ -330,6 +426,14 @@ def unbuilt_problem(config: dict[str, Any]) -> str | None:
         return (
             f"is_encoder_decoder is {json.dumps(config['is_encoder_decoder'])}; pipeplan builds "
             "encoders and decoders, not encoder-decoder models"
+        )
+    # Found by the twenty-third round: accepted and kept unread (transformers 5 prunes no head;
+    # a transformers 4 reading the export would prune them, then fail on the full-size weights).
+    if config.get("pruned_heads"):
+        return (
+            f"pruned_heads is {quoted(config['pruned_heads'], 80)}; pipeplan builds and trains "
+            "every attention head (transformers 5 prunes none, and transformers 4 would prune "
+            "the exported model's and then fail to load its full-size weights): remove it"
         )
     # Found by the twentieth round: a profile's config may not ask for the cross-attention
     # weights (GPT-2's, in every block) that a model folder's is refused for.
@@ -1018,6 +1122,23 @@ def generation_value_problem(generation: dict[str, Any], vocab: Any, family: str
             f"tokens at once, {_UPTO}"
         )
     return None
+
+
+def generation_keys_problem(config: dict[str, Any], family: str) -> str | None:
+    """The generation settings a config.json holds (old transformers wrote them there), held
+    to generation_config.json's rules (`generation_value_problem`, with the config's own
+    vocabulary), in words, or None:
+
+        generation_keys_problem({"do_sample": True, "temperature": -1.0}, "gpt2")
+        # "temperature is -1.0; a temperature is a number ≥ 0"
+
+    Found by the twenty-third round: without a generation_config.json, transformers lifts them
+    into the model's generation config (`GenerationConfig.from_model_config`), and temperature
+    -1 with do_sample, num_beams "3" and max_length -5 were accepted and exported in the
+    trained model's generation_config.json."""
+    fields = generation_fields()
+    lifted = {key: value for key, value in config.items() if key in fields}
+    return generation_value_problem(lifted, config.get("vocab_size"), family) if lifted else None
 
 
 def _generation_range_problem(generation: dict[str, Any]) -> str | None:

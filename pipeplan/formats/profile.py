@@ -44,6 +44,7 @@ from pipeplan.formats.modelconfig import (
     layer_parameters,
     missing_size,
     model_sizes,
+    problem_type_problem,
     size_problem,
 )
 from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
@@ -157,9 +158,13 @@ def _check_model_config(model: ModelInfo) -> None:
     causal-lm). Found by the seventeenth round: layer_norm_eps 0, pad_token_id 10^6, task
     causal-lm on a BERT, input_dtype float32 on a BERT and num_labels 7 beside 2 labels were
     all planned; the eighteenth round's sizes past `modelconfig.MAX_PARAMETERS` and a label2id
-    contradicting id2label are refused too."""
+    contradicting id2label are refused too; the twenty-third round's problem_type
+    'regression', read-only properties (use_return_dict), generation settings
+    (temperature -1) and pruned_heads, as in a model folder."""
     config = model.config
     if (why := config_value_problem(config, model.family)) is not None:
+        raise ValueError(f"config: {why}")
+    if (why := problem_type_problem(config, model.task)) is not None:
         raise ValueError(f"config: {why}")
     if (why := size_problem(config, model.family, model.task)) is not None:
         raise ValueError(f"config: {why}")
