@@ -192,6 +192,7 @@ from pipeplan.formats.run import (
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build, check_needs_against
 from pipeplan.report import make_report
+from pipeplan.runfiles import check_eval_metrics
 from pipeplan.spawn import RankFailedError, check_local_ranks
 
 log = logging.getLogger("pipeplan.run")
@@ -1204,6 +1205,10 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         # Held to the run.json they were written under as report and calibrate hold them
         # (`check_records`): the world, the batch, the rates, the epochs against their steps.
         records = read_records(path / "run.jsonl", saved)
+        # metrics.csv and summary.json against them, as report and calibrate hold them: the
+        # resume rewrote metrics.csv from an edited record, and the edit then agreed with
+        # it (twenty-third round).
+        check_eval_metrics(path, records)
         # profile.json (and each calibration-N.json) as its phases were priced: edited, the
         # resume would plan with other times than the records say the run did.
         phases = [r for r in records if isinstance(r, PhaseRecord)]
