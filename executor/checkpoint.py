@@ -28,6 +28,7 @@ import pickle
 import re
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -667,6 +668,32 @@ def _unmeasured(norms: dict[str, float], frozen_layers: int, layers: nn.ModuleLi
     return None
 
 
+def _check_sums_measured(
+    manifest: CheckpointManifest, layers: nn.ModuleList, refuse: Callable[[str, str], None]
+) -> None:
+    """With steps summed, grad_norm_sums holds exactly the active layers that have parameters
+    (from frozen_layers to the head): a sum left out was resumed as zero and the epoch's
+    mean gradient norms differed from the uninterrupted run's (twenty-third round).
+
+        _check_sums_measured(manifest, seq.layers, refuse)   # refuse(field, why) raises
+    """
+    if not manifest.grad_norm_steps:
+        return  # none summed: the manifest's own validator holds the sums empty
+    active = range(manifest.frozen_layers, len(layers))
+    measured = {str(i) for i in active if any(True for _ in layers[i].parameters())}
+    missing = next((i for i in active if str(i) in measured - set(manifest.grad_norm_sums)), None)
+    if missing is not None:
+        refuse(
+            "grad_norm_sums",
+            f"layer {missing} is missing, but grad_norm_steps is {manifest.grad_norm_steps}: "
+            f"every active layer with parameters (of {manifest.frozen_layers}.."
+            f"{len(layers) - 1}) has a sum",
+        )
+    extra = next((k for k in manifest.grad_norm_sums if k not in measured), None)
+    if extra is not None:
+        refuse("grad_norm_sums", f"layer {extra}, but it has no parameters and no gradient norm")
+
+
 def check_position(
     manifest: CheckpointManifest,
     cfg: RunConfig,
@@ -733,6 +760,7 @@ def check_position(
             f"layer {frozen}, but layers 0..{manifest.frozen_layers - 1} are frozen "
             f"(frozen_layers {manifest.frozen_layers}) and collect no gradient norms",
         )
+    _check_sums_measured(manifest, layers, refuse)
     if manifest.layout is not None and manifest.world_size == cfg.nproc:
         try:
             manifest.layout.check(num_layers, cfg.nproc)
