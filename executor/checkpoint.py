@@ -626,10 +626,28 @@ def load_latest(run_dir: Path, purpose: str = "resume", notice: bool = True) -> 
             first_error = first_error or exc
             continue
         if path != newest and notice:
-            log.warning("%s; %s the older %s", first_error, USING_OLDER[purpose], path.name)
+            log.warning("%s; %s %s", first_error, USING_OLDER[purpose], _instead(path, newest))
         return loaded
     assert first_error is not None
     raise first_error
+
+
+def _instead(path: Path, named: Path) -> str:
+    """The checkpoint used instead of the one `latest` names, by what it is: a crash between
+    writing step-8 and the pointer leaves `latest` naming step-6, and a notice called step-8
+    "the older" (twenty-third round).
+
+        _instead(Path("c/step-8"), Path("c/step-6"))   # "the newer step-8 (latest names step-6)"
+    """
+    if _step_of(path) > _step_of(named):
+        return f"the newer {path.name} ({named.parent.name}/latest names {named.name})"
+    return f"the older {path.name}"
+
+
+def _step_of(path: Path) -> int:
+    """`_step_of(Path("c/step-8"))` → 8; -1 for a folder not named as `save` names one."""
+    digits = path.name[5:]
+    return int(digits) if digits.isdecimal() and len(digits) < 20 else -1
 
 
 def restore(
