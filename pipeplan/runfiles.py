@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
-from pipeplan.fileio import check_distinct
+from pipeplan.fileio import check_distinct, not_a_plain_file
 from pipeplan.formats import (
     EpochRecord,
     PhaseRecord,
@@ -131,6 +131,9 @@ def check_metrics_table(run_dir: Path, records: list) -> None:
     path = run_dir / METRICS_FILE
     if not path.exists() and not path.is_symlink():
         return  # removed: nothing to hold the records to (a resume writes it again)
+    problem = not_a_plain_file(path)  # a FIFO is never opened: it would block
+    if problem is not None:
+        raise InputFileError(f"{path}: {problem}")
     try:
         rows = list(csv.reader(io.StringIO(read_input(path, MAX_FILE_BYTES))))
     except csv.Error as exc:
