@@ -202,9 +202,6 @@ class Recorder:
         self._layouts, self._epochs, self._open = {}, [], []
         for record in kept:
             self._remember(record)
-        # Without a kept epoch no row was rewritten: the table held the dropped epochs' rows
-        # beside records that no longer had them.
-        write_atomic(self.metrics_path, metrics_csv(self._epochs, self._layouts))
         if not self._epochs:  # nothing kept to show: no stale rows either
             self.metrics_path.unlink(missing_ok=True)
 
