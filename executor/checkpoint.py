@@ -627,6 +627,8 @@ def load_latest(run_dir: Path, purpose: str = "resume", notice: bool = True) -> 
             continue
         if path != newest and notice:
             log.warning("%s; %s %s", first_error, USING_OLDER[purpose], _instead(path, newest))
+        elif notice:
+            _say_newer(newest, candidates, purpose)
         return loaded
     assert first_error is not None
     raise first_error
@@ -642,6 +644,25 @@ def _instead(path: Path, named: Path) -> str:
     if _step_of(path) > _step_of(named):
         return f"the newer {path.name} ({named.parent.name}/latest names {named.name})"
     return f"the older {path.name}"
+
+
+def _say_newer(named: Path, folders: list[Path], purpose: str) -> None:
+    """A notice when a checkpoint folder newer than the one `latest` names is there (a crash
+    between writing it and the pointer): the command uses what `latest` names, and says so.
+    The newer one is not read (it may be incomplete or corrupt).
+
+        _say_newer(Path("r/checkpoints/step-6"), [.../step-8, ...], "export")
+    """
+    newer = max(folders, key=_step_of)
+    if _step_of(newer) > _step_of(named):
+        log.warning(
+            "%s: names %s, but %s beside it is newer (not checked); %s %s, as it names",
+            named.parent / "latest",
+            named.name,
+            newer.name,
+            USING_OLDER[purpose],
+            named.name,
+        )
 
 
 def _step_of(path: Path) -> int:
