@@ -1205,10 +1205,6 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         # Held to the run.json they were written under as report and calibrate hold them
         # (`check_records`): the world, the batch, the rates, the epochs against their steps.
         records = read_records(path / "run.jsonl", saved)
-        # metrics.csv and summary.json against them, as report and calibrate hold them: the
-        # resume rewrote metrics.csv from an edited record, and the edit then agreed with
-        # it (twenty-third round).
-        check_eval_metrics(path, records)
         # profile.json (and each calibration-N.json) as its phases were priced: edited, the
         # resume would plan with other times than the records say the run did.
         phases = [r for r in records if isinstance(r, PhaseRecord)]
@@ -1222,6 +1218,11 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         manifest, weights, _, _ = load_latest(path)
         check_run(cfg, local, resumed=(path, manifest, weights))
         check_manifest_records(manifest, records, path, cfg)
+        # metrics.csv and summary.json against the records, as report and calibrate hold
+        # them: the resume rewrote metrics.csv from an edited record, and the edit then
+        # agreed with it (twenty-third round). After the checkpoint's checks, which name
+        # the records' own faults (cut short, another schedule) more exactly.
+        check_eval_metrics(path, records)
         check_unfinished(manifest, cfg, path, local)
     return records
 

@@ -37,7 +37,6 @@ def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> No
     and field."""
     run_dir = Path(run_dir)
     check_priced_profiles(run_dir, config, records)
-    check_eval_metrics(run_dir, records)
     if (run_dir / "checkpoints" / "latest").exists():
         # Imported here: it brings torch, which a run without checkpoints never needs.
         from executor.checkpoint import check_latest_trained_with
@@ -49,6 +48,9 @@ def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> No
         # round), though the same folder could not be resumed.
         if manifest is not None:
             check_manifest_records(manifest, records, run_dir, config)
+    # After the checkpoint's checks, which name the records' own faults more exactly (a
+    # schedule edited in run.jsonl is one the checkpoint was not taken in).
+    check_eval_metrics(run_dir, records)
 
 
 # The held-out numbers an epoch record holds, which the run also wrote to summary.json (the
