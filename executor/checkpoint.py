@@ -28,6 +28,7 @@ import pickle
 import re
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -630,10 +631,49 @@ def load_latest(run_dir: Path, purpose: str = "resume", notice: bool = True) -> 
             first_error = first_error or exc
             continue
         if path != newest and notice:
-            log.warning("%s; %s the older %s", first_error, USING_OLDER[purpose], path.name)
+            log.warning("%s; %s %s", first_error, USING_OLDER[purpose], _instead(path, newest))
+        elif notice:
+            _say_newer(newest, candidates, purpose)
         return loaded
     assert first_error is not None
     raise first_error
+
+
+def _instead(path: Path, named: Path) -> str:
+    """The checkpoint used instead of the one `latest` names, by what it is: a crash between
+    writing step-8 and the pointer leaves `latest` naming step-6, and a notice called step-8
+    "the older" (twenty-third round).
+
+        _instead(Path("c/step-8"), Path("c/step-6"))   # "the newer step-8 (latest names step-6)"
+    """
+    if _step_of(path) > _step_of(named):
+        return f"the newer {path.name} ({named.parent.name}/latest names {named.name})"
+    return f"the older {path.name}"
+
+
+def _say_newer(named: Path, folders: list[Path], purpose: str) -> None:
+    """A notice when a checkpoint folder newer than the one `latest` names is there (a crash
+    between writing it and the pointer): the command uses what `latest` names, and says so.
+    The newer one is not read (it may be incomplete or corrupt).
+
+        _say_newer(Path("r/checkpoints/step-6"), [.../step-8, ...], "export")
+    """
+    newer = max(folders, key=_step_of)
+    if _step_of(newer) > _step_of(named):
+        log.warning(
+            "%s: names %s, but %s beside it is newer (not checked); %s %s, as it names",
+            named.parent / "latest",
+            named.name,
+            newer.name,
+            USING_OLDER[purpose],
+            named.name,
+        )
+
+
+def _step_of(path: Path) -> int:
+    """`_step_of(Path("c/step-8"))` → 8; -1 for a folder not named as `save` names one."""
+    digits = path.name[5:]
+    return int(digits) if digits.isdecimal() and len(digits) < 20 else -1
 
 
 def restore(
@@ -670,6 +710,32 @@ def _unmeasured(norms: dict[str, float], frozen_layers: int, layers: nn.ModuleLi
         if str(index) not in norms and any(True for _ in layers[index].parameters()):
             return index
     return None
+
+
+def _check_sums_measured(
+    manifest: CheckpointManifest, layers: nn.ModuleList, refuse: Callable[[str, str], None]
+) -> None:
+    """With steps summed, grad_norm_sums holds exactly the active layers that have parameters
+    (from frozen_layers to the head): a sum left out was resumed as zero and the epoch's
+    mean gradient norms differed from the uninterrupted run's (twenty-third round).
+
+        _check_sums_measured(manifest, seq.layers, refuse)   # refuse(field, why) raises
+    """
+    if not manifest.grad_norm_steps:
+        return  # none summed: the manifest's own validator holds the sums empty
+    active = range(manifest.frozen_layers, len(layers))
+    measured = {str(i) for i in active if any(True for _ in layers[i].parameters())}
+    missing = next((i for i in active if str(i) in measured - set(manifest.grad_norm_sums)), None)
+    if missing is not None:
+        refuse(
+            "grad_norm_sums",
+            f"layer {missing} is missing, but grad_norm_steps is {manifest.grad_norm_steps}: "
+            f"every active layer with parameters (of {manifest.frozen_layers}.."
+            f"{len(layers) - 1}) has a sum",
+        )
+    extra = next((k for k in manifest.grad_norm_sums if k not in measured), None)
+    if extra is not None:
+        refuse("grad_norm_sums", f"layer {extra}, but it has no parameters and no gradient norm")
 
 
 def check_position(
@@ -738,6 +804,7 @@ def check_position(
             f"layer {frozen}, but layers 0..{manifest.frozen_layers - 1} are frozen "
             f"(frozen_layers {manifest.frozen_layers}) and collect no gradient norms",
         )
+    _check_sums_measured(manifest, layers, refuse)
     if manifest.layout is not None and manifest.world_size == cfg.nproc:
         try:
             manifest.layout.check(num_layers, cfg.nproc)

@@ -51,6 +51,17 @@ def check_manifest_records(
             f"{where}: phase: {phase.phase} starts at step {phase.start_step} in run.jsonl, "
             f"which recorded step {manifest.step - 1} in phase {last.phase if last else '-'}"
         )
+    # The phase its last step ran in, or one a freeze transition entered at the checkpoint's
+    # step ("every transition is a checkpoint"): a resume's phase (or a later transition)
+    # recorded there was taken as the checkpoint's own (twenty-third round).
+    transition = phase.start_step == manifest.step and not phase.resumed
+    if last is not None and last.phase != phase.phase and not transition:
+        entered = "a resume entered it" if phase.resumed else "it starts"
+        raise InputFileError(
+            f"{where}: phase: {phase.phase}, but run.jsonl recorded step {last.step} in phase "
+            f"{last.phase}, and phase {phase.phase} is no transition at step {manifest.step} "
+            f"({entered} at step {phase.start_step})"
+        )
     world = phase.pricing.cluster.num_devices
     if manifest.world_size != world:
         raise InputFileError(

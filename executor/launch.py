@@ -192,6 +192,7 @@ from pipeplan.formats.run import (
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build, check_needs_against
 from pipeplan.report import make_report
+from pipeplan.runfiles import check_eval_metrics
 from pipeplan.spawn import RankFailedError, check_local_ranks
 
 log = logging.getLogger("pipeplan.run")
@@ -1236,6 +1237,11 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         manifest, weights, _, _ = load_latest(path)
         check_run(cfg, local, resumed=(path, manifest, weights))
         check_manifest_records(manifest, records, path, cfg)
+        # metrics.csv and summary.json against the records, as report and calibrate hold
+        # them: the resume rewrote metrics.csv from an edited record, and the edit then
+        # agreed with it (twenty-third round). After the checkpoint's checks, which name
+        # the records' own faults (cut short, another schedule) more exactly.
+        check_eval_metrics(path, records)
         check_unfinished(manifest, cfg, path, local)
     return records
 

@@ -10,8 +10,6 @@ other ranks the recorder drops what it is given.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 from collections.abc import Callable
@@ -32,6 +30,7 @@ from pipeplan.formats import (
 )
 from pipeplan.formats.base import read_input
 from pipeplan.formats.run import torn_tail
+from pipeplan.runfiles import METRICS_FILE, metrics_csv
 
 if TYPE_CHECKING:
     from executor.parallel import StepTimes
@@ -98,31 +97,6 @@ def step_record(
         cache_hits=sum(int(f["cache_hits"]) for f in fields if f["stage"] == 0),
         ranks=ranks,
     )
-
-
-# metrics.csv: one row per epoch, the numbers a fine-tuning user follows.
-METRICS_FILE = "metrics.csv"
-METRICS = (
-    "epoch",
-    "train_loss",
-    "eval_loss",
-    "eval_accuracy",
-    "samples_per_s",
-    "frozen_layers",
-    "layout",
-)
-
-
-def metrics_csv(epochs: list[EpochRecord], layouts: dict[int, str]) -> str:
-    """The rows of metrics.csv: epoch records with their phase's layout label; a value the
-    epoch does not have (no held-out set) is an empty cell."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(METRICS)
-    for e in epochs:
-        values = dict(e.model_dump(), layout=layouts.get(e.phase, ""))
-        writer.writerow("" if values[name] is None else values[name] for name in METRICS)
-    return out.getvalue()
 
 
 def mend_torn_tail(path: Path, records: list) -> None:

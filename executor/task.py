@@ -342,6 +342,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     from executor.history import check_manifest_records
     from executor.planning import check_run_model
     from pipeplan.formats import read_records
+    from pipeplan.runfiles import check_eval_metrics
 
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)
@@ -364,7 +365,11 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     check_position(manifest, cfg, len(data.train), seq.layers, where)
     # Its layout, phase and position against run.jsonl: export accepted a schedule edited in
     # the manifest that resume refused (twentieth round).
-    check_manifest_records(manifest, read_records(run_dir / "run.jsonl", cfg), run_dir, cfg)
+    records = read_records(run_dir / "run.jsonl", cfg)
+    check_manifest_records(manifest, records, run_dir, cfg)
+    # The records against metrics.csv and summary.json, as resume, report and calibrate hold
+    # them (twenty-third round): one command's refusal is every command's.
+    check_eval_metrics(run_dir, records)
     check_weights(weights, seq.layers, path or latest(run_dir, "export"))  # shapes and dtype kinds
     try:
         restore(seq.layers, weights, {})

@@ -506,6 +506,47 @@ def test_export_s_notice_for_an_older_checkpoint_says_it_exports(
     assert "resuming" not in caplog.text
 
 
+def test_the_notice_names_a_newer_checkpoint_as_the_newer(tmp_path, single_rank_group, caplog):
+    """Found by the twenty-third round: with `latest` naming step-4 (a crash between writing
+    step-8 and the pointer) and step-4 invalid, export took step-8 with a notice that called
+    it "the older step-8". It is the newer, and the notice says what `latest` names."""
+    from executor import checkpoint
+    from pipeplan import models
+
+    seq = models.build("bert-synth")
+    layout = checkpoint._gather_layout(0, len(seq.layers))
+    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(8))
+    (tmp_path / "checkpoints" / "latest").write_text("step-4\n")
+    (tmp_path / "checkpoints" / "step-4" / "rng.pt").unlink()
+    with caplog.at_level("WARNING", logger="pipeplan.checkpoint"):
+        assert checkpoint.load_latest(tmp_path, "export")[0].step == 8
+    assert "; exporting the newer step-8 (checkpoints/latest names step-4)" in caplog.text
+    assert "older" not in caplog.text
+
+
+def test_a_latest_naming_an_older_checkpoint_is_said(tmp_path, single_rank_group, caplog):
+    """Found by the twenty-third round: `latest` naming step-4 beside a newer step-8 (a crash
+    between writing step-8 and the pointer) was used without a word. It is still what the
+    command uses (step-8 is not read), with a notice naming both."""
+    from executor import checkpoint
+    from pipeplan import models
+
+    seq = models.build("bert-synth")
+    layout = checkpoint._gather_layout(0, len(seq.layers))
+    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(8))
+    with caplog.at_level("WARNING", logger="pipeplan.checkpoint"):
+        assert checkpoint.load_latest(tmp_path, "export")[0].step == 8
+    assert not caplog.text  # latest names the newest: nothing to say
+    (tmp_path / "checkpoints" / "latest").write_text("step-4\n")
+    with caplog.at_level("WARNING", logger="pipeplan.checkpoint"):
+        assert checkpoint.load_latest(tmp_path, "export")[0].step == 4
+    latest = tmp_path / "checkpoints" / "latest"
+    assert f"{latest}: names step-4, but step-8 beside it is newer" in caplog.text
+    assert "exporting step-4, as it names" in caplog.text
+
+
 MID_EPOCH = [
     *["--model", "vit-digits", "--nproc", "2", "--device-memory", "100MiB", "--epochs", "3"],
     *["--max-steps-per-epoch", "6", "--freeze", "auto", "--alpha", "0.9", "--freeze-every", "1"],

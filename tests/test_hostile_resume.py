@@ -1084,6 +1084,37 @@ def test_a_run_killed_after_a_checkpoint_at_an_epochs_end_resumes_as_uninterrupt
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
+def test_resume_refuses_a_sum_missing_for_an_active_layer(mid_epoch_run, tmp_path, capsys):
+    """Found by the twenty-third round: step-2's manifest with the sum of an active layer
+    removed (grad_norm_steps 2 kept) resumed with exit 0; the lost steps' norms were taken
+    as zero and the epoch recorded other gradient norms than the uninterrupted run."""
+    cut = _interrupted(mid_epoch_run, tmp_path)
+    path = cut / "checkpoints" / "step-2" / "manifest.json"
+    doc = json.loads(path.read_text())
+    last = max(doc["grad_norm_sums"], key=int)
+    del doc["grad_norm_sums"][last]
+    path.write_text(json.dumps(doc))
+    fragment = (str(path), f"grad_norm_sums: layer {last} is missing, but grad_norm_steps is 2")
+    refused(["run", "--resume", str(cut)], tmp_path, capsys, fragment)
+
+
+def test_a_manifest_with_steps_but_no_sums_is_refused(mid_epoch_run):
+    """Found by the twenty-third round: grad_norm_sums emptied while grad_norm_steps is 2
+    was accepted by resume, export and report (now the manifest itself is invalid, so a
+    resume or export passes over it for an older checkpoint with the usual notice)."""
+    from pydantic import ValidationError
+
+    from pipeplan.formats import CheckpointManifest
+
+    doc = json.loads((mid_epoch_run / "checkpoints" / "step-2" / "manifest.json").read_text())
+    assert doc["grad_norm_steps"] == 2
+    CheckpointManifest.model_validate(doc)  # as the run wrote it
+    with pytest.raises(ValidationError, match="grad_norm_sums is empty, but grad_norm_steps is 2"):
+        CheckpointManifest.model_validate({**doc, "grad_norm_sums": {}})
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("command", ["report", "calibrate", "export"])
 def test_every_command_takes_a_run_killed_after_a_checkpoint_at_an_epochs_end(
     boundary_run, tmp_path, capsys, command
@@ -1116,6 +1147,27 @@ def test_a_finished_run_resumed_at_an_epochs_end_is_extended_and_checked(
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
+def test_a_manifests_phase_is_the_phase_of_its_last_step(mid_epoch_run, tmp_path, capsys):
+    """Found by the twenty-third round: a manifest's phase edited to name a resume's phase
+    that started at its step (one that never ran before the checkpoint) was accepted by
+    resume, report and export. Its phase is its last step's, or a transition entered at its
+    step (every transition is a checkpoint), never a resume's."""
+    cut = _interrupted(mid_epoch_run, tmp_path)
+    lines = _lines(cut)
+    first = next(r for r in lines if r["kind"] == "phase")
+    # What a resume from step-2 that stopped before its first step leaves in run.jsonl.
+    _rewrite(cut, [*lines, {**first, "phase": 1, "start_step": 2, "resumed": True}])
+    path = cut / "checkpoints" / "step-2" / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "phase": 1}))
+    fragment = (str(path), "phase: 1, but run.jsonl recorded step 1 in phase 0", "a resume")
+    refused(["run", "--resume", str(cut)], tmp_path, capsys, fragment)
+
+
+EVAL_FIELDS_EDITED = {"eval_accuracy": 0.99, "eval_loss": 0.5}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
 def test_a_run_end_run_jsonl_does_not_record_is_refused(boundary_run, tmp_path, capsys):
     """A manifest's run_ends is held to run.jsonl: a run end listed where no resume is
     recorded (step 5 of the uninterrupted run) would drop a decision from the count."""
@@ -1124,6 +1176,30 @@ def test_a_run_end_run_jsonl_does_not_record_is_refused(boundary_run, tmp_path, 
     path.write_text(json.dumps({**json.loads(path.read_text()), "run_ends": [EPOCH]}))
     fragment = (str(path), "run_ends: [5] lists step 5, but run.jsonl records no resume at")
     refused(["run", "--resume", str(run), "--epochs", "3"], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["resume", "export"])
+@pytest.mark.parametrize("field", EVAL_FIELDS_EDITED)
+def test_resume_and_export_hold_the_records_to_metrics_csv(
+    finished_run, tmp_path, capsys, command, field
+):
+    """Found by the twenty-third round: an epoch record's eval_accuracy edited to 0.99 (or
+    eval_loss to 0.5) was resumed with exit 0, and the resume rewrote metrics.csv from the
+    edited record, after which report and calibrate accepted it (laundered); export accepted
+    it too. Both compare the records with metrics.csv before anything starts or is written."""
+    run = copy_run(finished_run, tmp_path)
+    lines = _lines(run)
+    epoch = next(r for r in lines if r["kind"] == "epoch")
+    epoch[field] = EVAL_FIELDS_EDITED[field]
+    _rewrite(run, lines)
+    argv = ["run", "--resume", str(run), *MORE]
+    if command == "export":
+        argv = ["export", str(run), "--out", str(tmp_path / "out")]
+    fragment = (f"{run / 'metrics.csv'}: epoch 0: {field}", f"{run / 'run.jsonl'}'s record")
+    refused(argv, tmp_path, capsys, fragment)
+    assert not (tmp_path / "out").exists()
 
 
 # ----------------------------------------------------------------------------- torchrun's entry

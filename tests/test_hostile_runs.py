@@ -1643,12 +1643,12 @@ def test_init_beside_a_built_in_model_is_refused(tmp_path, capsys, model, init):
 
 def _with_eval_files(run: Path, summary: bool) -> None:
     """metrics.csv (or summary.json instead) as the run writes them from its epoch records."""
-    from executor.records import metrics_csv
-    from pipeplan.formats import EpochRecord, RunSummary, dumps
+    from pipeplan.formats import EpochRecord, RunSummary, dumps, read_records
+    from pipeplan.runfiles import metrics_of
 
     epochs = [EpochRecord(**line) for line in _lines(run) if line["kind"] == "epoch"]
     if not summary:
-        (run / "metrics.csv").write_text(metrics_csv(epochs, {}))
+        (run / "metrics.csv").write_text(metrics_of(read_records(run / "run.jsonl")))
         return
     steps = len(_steps(_lines(run)))
     final = epochs[-1].eval_accuracy
@@ -1679,4 +1679,58 @@ def test_an_epochs_held_out_numbers_edited_against_the_runs_files(tmp_path, caps
     capsys.readouterr()
     lines[i][field] = value
     _rewrite(run, lines)
-    refused(argv, tmp_path, capsys, (f"epoch {lines[i]['epoch']}: {field} {value!r}", other))
+    said = (f"epoch {lines[i]['epoch']}: {field} {value!r}", other)
+    if other == "metrics.csv":  # the table's line names both files (either may be edited)
+        said = (f"metrics.csv: epoch {lines[i]['epoch']}: {field}", f"says '{value!r}'")
+    refused(argv, tmp_path, capsys, said)
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+# metrics.csv as the run wrote it, then changed: (the change, what the one line says).
+METRICS_EDITS = {
+    "train_loss": (
+        lambda m: m.replace("\n0,", "\n0,9", 1),
+        ("metrics.csv: epoch 0: train_loss '9", "run.jsonl's record of that epoch says"),
+    ),
+    "a row for an epoch never run": (
+        lambda m: m + m.splitlines()[-1].replace("1,", "7,", 1) + "\n",
+        ("metrics.csv: row 4 (epoch 7) has no epoch record in", "run.jsonl"),
+    ),
+    "an unknown column": (
+        lambda m: m.replace("layout\n", "layout,extra\n"),
+        ("metrics.csv: header", "layout,extra'"),
+    ),
+    "another layout": (
+        lambda m: m.replace("gpipe", "1f1b").replace("1f1b\n", "gpipe\n", 1),
+        ("metrics.csv: epoch 0: layout", "run.jsonl's record of that epoch says"),
+    ),
+    "emptied": (lambda m: "", "metrics.csv: empty"),
+    "rows missing": (lambda m: m.splitlines()[0] + "\n", "metrics.csv: no row for epoch 0"),
+    "a cell too many": (lambda m: m.replace("\n1,", "\n1,1,", 1), "epoch 1's row has 8 cells"),
+}
+
+
+@pytest.mark.parametrize("case", [*METRICS_EDITS, "a FIFO"], ids=str)
+def test_metrics_csv_is_what_the_records_say(tmp_path, capsys, case):
+    """Found by the twenty-third round: report held metrics.csv to the records for
+    eval_accuracy and eval_loss only: an edited train_loss, a row for an epoch that never ran,
+    an unknown column, another layout, an empty file and a FIFO there were read with exit 0
+    (a FIFO skipped). The table is read strictly: its header, a row per epoch record, every
+    cell the record's value, a regular file; the line names both files."""
+    run, argv = _readable(tmp_path, "report")
+    _with_eval_files(run, summary=False)
+    assert len([r for r in _lines(run) if r["kind"] == "epoch"]) == 2
+    assert cli.main(argv) == 0, capsys.readouterr().err  # as the run writes it: read
+    capsys.readouterr()
+    table = run / "metrics.csv"
+    if case == "a FIFO":
+        _fifo(table)
+        refused(argv, tmp_path, capsys, "metrics.csv: not a regular file")
+        return
+    edit, fragment = METRICS_EDITS[case]
+    table.write_text(edit(table.read_text()))
+    refused(argv, tmp_path, capsys, fragment)

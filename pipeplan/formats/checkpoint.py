@@ -211,6 +211,13 @@ class CheckpointManifest(Strict):
                 f"grad_norm_sums holds {len(self.grad_norm_sums)} layer(s), but grad_norm_steps "
                 "is 0"
             )
+        # And steps counted were summed: the head is never frozen, so a sum holds it at least
+        # (an emptied one resumed as zero norms, divided by the steps: twenty-third round).
+        if self.grad_norm_steps and not self.grad_norm_sums:
+            raise ValueError(
+                f"grad_norm_sums is empty, but grad_norm_steps is {self.grad_norm_steps} (each "
+                "step measures every active layer)"
+            )
         # A resume takes frozen_layers: one that contradicts the layout it was taken in
         # unfroze layers whose optimizer state had been dropped.
         if self.layout is not None and self.layout.frozen_layers != self.frozen_layers:
