@@ -185,6 +185,7 @@ from pipeplan.formats import (
     read_records,
 )
 from pipeplan.formats.base import flag_of, text_sha256
+from pipeplan.formats.metrics import check_eval_metrics
 from pipeplan.formats.run import (
     check_priced_profiles,
     check_run_name,
@@ -192,7 +193,6 @@ from pipeplan.formats.run import (
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build, check_needs_against
 from pipeplan.report import make_report
-from pipeplan.runfiles import check_eval_metrics
 from pipeplan.spawn import RankFailedError, check_local_ranks
 
 log = logging.getLogger("pipeplan.run")

@@ -29,8 +29,8 @@ from pipeplan.formats import (
     read_records,
 )
 from pipeplan.formats.base import read_input
+from pipeplan.formats.metrics import METRICS_FILE, metrics_csv
 from pipeplan.formats.run import torn_tail
-from pipeplan.runfiles import METRICS_FILE, metrics_csv
 
 if TYPE_CHECKING:
     from executor.parallel import StepTimes

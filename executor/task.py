@@ -342,7 +342,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     from executor.history import check_manifest_records
     from executor.planning import check_run_model
     from pipeplan.formats import read_records
-    from pipeplan.runfiles import check_eval_metrics
+    from pipeplan.formats.metrics import check_eval_metrics
 
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)

@@ -1644,7 +1644,7 @@ def test_init_beside_a_built_in_model_is_refused(tmp_path, capsys, model, init):
 def _with_eval_files(run: Path, summary: bool) -> None:
     """metrics.csv (or summary.json instead) as the run writes them from its epoch records."""
     from pipeplan.formats import EpochRecord, RunSummary, dumps, read_records
-    from pipeplan.runfiles import metrics_of
+    from pipeplan.formats.metrics import metrics_of
 
     epochs = [EpochRecord(**line) for line in _lines(run) if line["kind"] == "epoch"]
     if not summary:
