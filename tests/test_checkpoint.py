@@ -44,6 +44,20 @@ def pipeplan(*args: str, kill_after: int | None = None) -> subprocess.CompletedP
     )
 
 
+def pipeplan_here(monkeypatch, capsys, *args: str, kill_after: int | None = None):
+    """`pipeplan` in this process (its ranks are processes of their own, which read
+    PIPEPLAN_TEST_KILL_AFTER): (exit code, stderr). No interpreter to start per command."""
+    monkeypatch.chdir(ROOT)  # the ranks import tests.killer_data from here
+    monkeypatch.delenv("PIPEPLAN_TEST_KILL_AFTER", raising=False)
+    if kill_after:
+        monkeypatch.setenv("PIPEPLAN_TEST_KILL_AFTER", str(kill_after))
+    import cli
+
+    capsys.readouterr()
+    code = cli.main(list(args))
+    return code, capsys.readouterr().err
+
+
 def final_model(run_dir: Path) -> dict[str, torch.Tensor]:
     pointer = (run_dir / "checkpoints" / "latest").read_text().strip()
     assert pointer == "step-12"
@@ -52,23 +66,26 @@ def final_model(run_dir: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
-def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
+def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path, monkeypatch, capsys):
+    def run(*args: str, kill_after: int | None = None):
+        return pipeplan_here(monkeypatch, capsys, *args, kill_after=kill_after)
+
     # Dropout on: bit-for-bit equality needs every rank's random stream restored too.
     runs = ["--runs-dir", str(tmp_path), "--dropout", "0.1"]
-    assert pipeplan("run", *COMMON, *runs, "--name", "full").returncode == 0
-    killed = pipeplan("run", *COMMON, *runs, "--name", "cut", kill_after=600)
-    assert killed.returncode != 0 and "rank 1" in killed.stderr.splitlines()[-1]
+    assert run("run", *COMMON, *runs, "--name", "full")[0] == 0
+    code, err = run("run", *COMMON, *runs, "--name", "cut", kill_after=600)
+    assert code != 0 and "rank 1" in err.splitlines()[-1]
     checkpoints = sorted(p.name for p in (tmp_path / "cut" / "checkpoints").glob("step-*"))
     assert checkpoints and "step-12" not in checkpoints  # it died before the end
     # A resume that changes the configuration and fails before its first checkpoint leaves
     # run.json as it was (it used to say 3 epochs from then on, and a plain resume was refused).
     saved = (tmp_path / "cut" / "run.json").read_bytes()
-    failed = pipeplan("run", "--resume", str(tmp_path / "cut"), "--epochs", "3", kill_after=1)
-    assert failed.returncode != 0 and "rank 1" in failed.stderr.splitlines()[-1]
+    code, err = run("run", "--resume", str(tmp_path / "cut"), "--epochs", "3", kill_after=1)
+    assert code != 0 and "rank 1" in err.splitlines()[-1]
     assert (tmp_path / "cut" / "run.json").read_bytes() == saved
     assert not (tmp_path / "cut" / "run.resume.json").exists()
-    resumed = pipeplan("run", "--resume", str(tmp_path / "cut"))
-    assert resumed.returncode == 0, resumed.stderr
+    code, err = run("run", "--resume", str(tmp_path / "cut"))
+    assert code == 0, err
     full, cut = final_model(tmp_path / "full"), final_model(tmp_path / "cut")
     assert full.keys() == cut.keys()
     assert all(torch.equal(full[k], cut[k]) for k in full)
@@ -78,6 +95,9 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
     assert steps == list(range(12))  # records after the checkpoint were rewritten, not doubled
 
 
+# In `-m long`, for the suite's time: tests/test_hostile_resume.py's epoch-end runs
+# (`boundary_run`) write and resume such a checkpoint under --freeze auto.
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_a_checkpoint_due_on_an_epochs_last_step_is_written(tmp_path):
