@@ -931,6 +931,7 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     args = [*RANK_SHELL[1:], sys.executable, "-u", "-m", "executor.launch", str(run_dir)]
     args += ["--log-dir", str(logs)]
     args += ["--resume"] * resume + ["--debug"] * log.isEnabledFor(logging.DEBUG)
+    name_rendezvous_events_cheaply()
     launcher_log = None
     try:
         with agent_scope(logs) as launcher_log:
@@ -978,6 +979,22 @@ def check_launch_written(run_dir: Path, launcher_log: pipeplan_log.FileHandler |
         return
     reason = write_failure(failure, run_dir) or str(failure)
     raise NotStartedError(f"{run_dir}: write failed ({reason})")
+
+
+def name_rendezvous_events_cheaply() -> None:
+    """torch's rendezvous names the caller of each of its events with `inspect.stack()`, twice
+    an event, which reads the source file of every frame on the stack: about 1.2 s of CPU per
+    run started from a deep stack (a notebook, a test), for a name nobody logs here. The same
+    name read from the frame itself (`inspect.stack()[depth]` is `sys._getframe(depth)`)."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    def get_method_name(depth: int = 2) -> str:
+        try:
+            return sys._getframe(depth).f_code.co_name
+        except ValueError:  # a stack shallower than depth, as torch's own answer
+            return "no_method_name"
+
+    dynamic_rendezvous.get_method_name = get_method_name
 
 
 def local_config(nproc: int, logs: Path) -> LaunchConfig:

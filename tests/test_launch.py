@@ -892,3 +892,30 @@ def test_a_failure_is_placed_without_refusing_unreadable_records(tmp_path):
     assert failed_at(records) == " before the first step"
     records.write_text("not json\n")
     assert failed_at(records) == ""
+
+
+def test_the_rendezvous_names_its_events_callers_as_torch_does():
+    """`name_rendezvous_events_cheaply`: torch's `get_method_name(depth)` answered with the
+    frame itself, the same name `inspect.stack()[depth].function` gives, without reading
+    every frame's source (1.2 s of CPU per run from a deep stack)."""
+    import inspect
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from executor.launch import name_rendezvous_events_cheaply
+
+    def by_inspect(depth: int = 2) -> str:
+        stack = inspect.stack()
+        return stack[depth].function if len(stack) > depth else "no_method_name"
+
+    def recorded(namer) -> str:  # as `_record` calls it: the name of _record's caller
+        return namer()
+
+    def handler_method(namer) -> str:
+        return recorded(namer)
+
+    name_rendezvous_events_cheaply()
+    assert dynamic_rendezvous.get_method_name is not by_inspect
+    got = handler_method(dynamic_rendezvous.get_method_name)
+    assert got == handler_method(by_inspect) == "handler_method"
+    assert dynamic_rendezvous.get_method_name(10_000) == by_inspect(10_000) == "no_method_name"
