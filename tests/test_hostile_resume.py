@@ -1488,22 +1488,29 @@ def test_a_torchrun_rank_reports_its_one_line_end_without_a_traceback(
     assert report["pipeplan"]["rank"] == 0 and not (tmp_path / "error.json.tmp").exists()
 
 
-@pytest.mark.timeout(120)
-def test_a_torchrun_rank_that_fails_training_still_reports_its_traceback(tmp_path, monkeypatch):
-    """The other side of the test above: a failure of the rank's own code keeps its
-    traceback in the report (torchrun's summary shows where it failed)."""
+def _torchrun_rank_training(tmp_path, monkeypatch, train) -> tuple[int, str, str]:
+    """Rank 0 as torchrun starts it, past its entry, training with `train`: (exit code,
+    stderr, the callstack its error file reports)."""
     from executor import launch
 
     monkeypatch.setattr(launch, "enter_run", lambda run_dir, resume, world: None)
-    monkeypatch.setattr(launch, "train_rank", _failed_training)
+    monkeypatch.setattr(launch, "train_rank", train)
     error_file = tmp_path / "error.json"
     env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
     env = {**env, **RANK_ENV, "TORCHELASTIC_ERROR_FILE": str(error_file)}
     got, err = _main_forked([str(tmp_path / "q1")], env)
+    report = json.loads(error_file.read_text())
+    return got, err, report["message"]["extraInfo"]["py_callstack"]
+
+
+@pytest.mark.timeout(120)
+def test_a_torchrun_rank_that_fails_training_still_reports_its_traceback(tmp_path, monkeypatch):
+    """The other side of the test above: a failure of the rank's own code keeps its
+    traceback in the report (torchrun's summary shows where it failed)."""
+    got, err, callstack = _torchrun_rank_training(tmp_path, monkeypatch, _failed_training)
     assert got == 1 and err.endswith(
         "pipeplan: error: rank 0: ValueError: sample 183 is unreadable\n"
     )
-    callstack = json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"]
     assert callstack.startswith("Traceback") and "_failed_training" in callstack
 
 
@@ -1518,20 +1525,10 @@ def test_a_torchrun_rank_refused_by_a_run_file_says_one_line(tmp_path, monkeypat
     """Found by the twenty-third round: a run file deleted between `--prepare-only` and
     torchrun (profile.json) printed each rank's Python traceback before its line. Bad input
     (a PipeplanError) is one line under torchrun as on the CLI, and the report holds it."""
-    from executor import launch
-
-    monkeypatch.setattr(launch, "enter_run", lambda run_dir, resume, world: None)
-    monkeypatch.setattr(launch, "train_rank", _missing_run_file)
-    error_file = tmp_path / "error.json"
-    env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
-    env = {**env, **RANK_ENV, "TORCHELASTIC_ERROR_FILE": str(error_file)}
-    got, err = _main_forked([str(tmp_path / "q1")], env)
-    assert (
-        got == 1
-        and err == f"pipeplan: error: rank 0: {tmp_path / 'q1'}/profile.json: no such file\n"
-    )
-    callstack = json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"]
-    assert callstack == f"{tmp_path / 'q1'}/profile.json: no such file"
+    got, err, callstack = _torchrun_rank_training(tmp_path, monkeypatch, _missing_run_file)
+    said = f"{tmp_path / 'q1'}/profile.json: no such file"
+    assert (got, err) == (1, f"pipeplan: error: rank 0: {said}\n")
+    assert callstack == said
 
 
 # A rank whose peers never start (a second node late, or its command mistyped), waiting for
