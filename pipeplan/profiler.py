@@ -45,7 +45,7 @@ from pipeplan.formats import (
 from pipeplan.formats.base import one_line
 from pipeplan.formats.profile import hidden_state_bytes
 from pipeplan.inputs import DEFAULT_MICRO_BATCH_SIZES, ProfileRequest
-from pipeplan.models import LayerSequence
+from pipeplan.models import LayerSequence, memory_limit
 
 Progress = Callable[[int, int], None]
 
@@ -197,7 +197,25 @@ class LayerProfiler:
         self.grads: dict[tuple[int, int], torch.Tensor] = {}
         self.logits_bytes: dict[int, int] = {}  # per micro-batch size: the head's output
         self.cells = {(i, m): _Cell() for m in self.sizes for i in range(len(self.layers))}
+        kept, limit = 0, memory_limit()
         for m in self.sizes:
+            # The inputs kept for every layer and size are a floor of the memory a size takes:
+            # beyond this process's memory, it is recorded as infeasible unallocated (without
+            # a ulimit, Linux lends the pages and its OOM killer ends the profile, or another
+            # process; twenty-fourth round: --micro-batch-sizes 1,1048576 took 24 GB).
+            need = m * self._kept_bytes_per_sample()
+            if limit is not None and kept + need > limit[0]:
+                self._mark_infeasible(
+                    m,
+                    range(len(self.layers)),
+                    MemoryError(
+                        f"its layers' inputs alone take {need / 2**30:,.1f} GiB, beyond "
+                        f"{(limit[0] - kept) / 2**30:,.1f} GiB left ({limit[1]})"
+                    ),
+                )
+                self.inputs[m] = []
+                continue
+            kept += need
             x, y = seq.example_batch(m, gen)
             self.labels[m] = y.to(device)
             self.inputs[m] = []
@@ -221,6 +239,12 @@ class LayerProfiler:
                 self._free()
             del x
         self.make_resident(None)
+
+    def _kept_bytes_per_sample(self) -> int:
+        """Bytes per sample of the inputs kept for layers 1..n-1 (hidden states, in the
+        boundary dtype); 0 where the config does not say its size."""
+        model = ModelInfo(**self.seq.describe(), dtype=PRECISION_DTYPE[self.precision])
+        return (len(self.layers) - 1) * (hidden_state_bytes(model) or 0)
 
     def make_resident(self, i: int | None) -> None:
         """Layer i (None: no layer) and its inputs on the device, the layer before back on the

@@ -1121,11 +1121,34 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
+def test_a_micro_batch_beyond_memory_is_infeasible_before_it_is_allocated(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the twenty-fourth round: `--micro-batch-sizes 1,1048576` (the flag's stated
+    limit) took 24 GB without a ulimit until the kernel's OOM killer ended the profile (exit
+    137, nothing written): Linux lends pages that were never there, so no allocation fails.
+    A size whose kept layer inputs alone pass this process's memory is recorded infeasible
+    before anything is allocated. Here the memory is made 1 MiB, and micro-batch 64 of
+    vit-digits keeps about 5 MB of inputs."""
+    from pipeplan import profiler
+    from pipeplan.formats import Profile, load
+
+    monkeypatch.setattr(profiler, "memory_limit", lambda: (1 << 20, "a test's limit"))
+    out = tmp_path / "p.json"
+    argv = ["profile", "vit-digits", "--out", str(out), "--micro-batch-sizes", "1,64"]
+    assert cli.main([*argv, "--warmup", "0", "--repeats", "1"]) == 0
+    for layer in load(Profile, out).layers:
+        small, large = layer.timings
+        assert small.feasible and not large.feasible
+        assert large.error.startswith("out of memory: its layers' inputs alone take"), large.error
+        assert large.error.endswith("left (a test's limit)")
+
+
 @pytest.mark.timeout(180)
 def test_a_micro_batch_too_large_to_allocate_is_recorded_as_infeasible(tmp_path):
-    """A real allocation failure: under a 3 GiB address-space cap, bert-tiny's micro-batch of
-    a million sequences (64 GB of activations) cannot be allocated; the profile completes,
-    that size infeasible at every layer, micro-batch 1 measured."""
+    """Under a 3 GiB address-space cap, bert-tiny's micro-batch of a million sequences (64 GB
+    of activations) cannot be allocated (the cap is the memory the profiler holds it to); the
+    profile completes, that size infeasible at every layer, micro-batch 1 measured."""
     import subprocess
     import sys
 
