@@ -2293,7 +2293,13 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
     ),
     "bert position_embedding_type zorp": (
         {**BERT_CONFIG, "position_embedding_type": "zorp"},
-        "position_embedding_type is 'zorp'; one of absolute, relative_key, relative_key_query",
+        "position_embedding_type is 'zorp'; pipeplan builds absolute position embeddings only",
+    ),
+    # Found by the twenty-fourth round: accepted and trained as absolute (transformers 5
+    # builds no relative position embeddings), the key kept in the export.
+    "bert position_embedding_type relative_key": (
+        {**BERT_CONFIG, "position_embedding_type": "relative_key"},
+        "position_embedding_type is 'relative_key'; pipeplan builds absolute position",
     ),
     # Found by the nineteenth round: each profiled without a word (the checks wanted > 0 only,
     # or the key was not read: the prefix GPT2 was all an architecture had to share).

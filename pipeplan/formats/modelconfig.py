@@ -46,8 +46,10 @@ EPS_RANGE = (1e-30, 1.0)
 # 0.02 or so; above 1 a deep model's activations overflow (1e300 was accepted, nineteenth round).
 MAX_INIT_STD = 1.0
 
-# The position embeddings of the BERT-like families (transformers' `position_embedding_type`).
-POSITION_TYPES = ("absolute", "relative_key", "relative_key_query")
+# The position embeddings of the BERT-like families (transformers' `position_embedding_type`):
+# absolute only. transformers 5 builds no relative ones, so "relative_key" was trained as
+# absolute and exported with the key (twenty-fourth round).
+POSITION_TYPES = ("absolute",)
 # The attention implementations pipeplan builds (`attn_implementation`; null is sdpa, transformers'
 # default): those transformers has in torch alone. Another name was refused by from_pretrained
 # as a failure to load the weights, or tried as a kernel hub repository.
@@ -221,7 +223,7 @@ def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = 
         if key == "chunk_size_feed_forward" and not (type(value) is int and value >= 0):
             return f"{key} is {quoted(value)}; a chunk size is an integer ≥ 0 (0: no chunking)"
         if key == "position_embedding_type" and value not in POSITION_TYPES:
-            return f"{key} is {quoted(value)}; one of {', '.join(POSITION_TYPES)}"
+            return f"{key} is {quoted(value)}; pipeplan builds absolute position embeddings only"
         if key == "num_labels" and not 1 <= value <= MAX_CONFIG_LABELS:
             return f"{key} is {quoted(value)}; a classifier has 1..{MAX_CONFIG_LABELS:,} labels"
     if (why := rotary_problem(config, family)) is not None:
