@@ -197,13 +197,13 @@ class LayerProfiler:
         self.grads: dict[tuple[int, int], torch.Tensor] = {}
         self.logits_bytes: dict[int, int] = {}  # per micro-batch size: the head's output
         self.cells = {(i, m): _Cell() for m in self.sizes for i in range(len(self.layers))}
-        kept, limit = 0, memory_limit()
+        kept, limit, per_sample = 0, memory_limit(), self._kept_bytes_per_sample()
         for m in self.sizes:
             # The inputs kept for every layer and size are a floor of the memory a size takes:
             # beyond this process's memory, it is recorded as infeasible unallocated (without
             # a ulimit, Linux lends the pages and its OOM killer ends the profile, or another
             # process; twenty-fourth round: --micro-batch-sizes 1,1048576 took 24 GB).
-            need = m * self._kept_bytes_per_sample()
+            need = m * per_sample
             if limit is not None and kept + need > limit[0]:
                 self._mark_infeasible(
                     m,

@@ -507,11 +507,9 @@ def test_a_parameter_of_another_float_dtype_is_refused(tmp_path):
         checkpoint.check_weights(weights, seq.layers, tmp_path)
 
 
-def test_export_s_notice_for_an_older_checkpoint_says_it_exports(
-    tmp_path, single_rank_group, caplog
-):
-    """Eighth round: `pipeplan export` fell back to an older checkpoint with a notice that
-    said "resuming from", which export does not do."""
+def _steps_4_and_8(tmp_path):
+    """Checkpoints step-4 and step-8 of bert-synth in tmp_path (latest: step-8); returns the
+    checkpoint module."""
     from executor import checkpoint
     from pipeplan import models
 
@@ -519,6 +517,15 @@ def test_export_s_notice_for_an_older_checkpoint_says_it_exports(
     layout = checkpoint._gather_layout(0, len(seq.layers))
     checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
     checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(8))
+    return checkpoint
+
+
+def test_export_s_notice_for_an_older_checkpoint_says_it_exports(
+    tmp_path, single_rank_group, caplog
+):
+    """Eighth round: `pipeplan export` fell back to an older checkpoint with a notice that
+    said "resuming from", which export does not do."""
+    checkpoint = _steps_4_and_8(tmp_path)
     (tmp_path / "checkpoints" / "step-8" / "rng.pt").unlink()
     with caplog.at_level("WARNING", logger="pipeplan.checkpoint"):
         assert checkpoint.load_latest(tmp_path, "export")[0].step == 4
@@ -530,13 +537,7 @@ def test_the_notice_names_a_newer_checkpoint_as_the_newer(tmp_path, single_rank_
     """Found by the twenty-third round: with `latest` naming step-4 (a crash between writing
     step-8 and the pointer) and step-4 invalid, export took step-8 with a notice that called
     it "the older step-8". It is the newer, and the notice says what `latest` names."""
-    from executor import checkpoint
-    from pipeplan import models
-
-    seq = models.build("bert-synth")
-    layout = checkpoint._gather_layout(0, len(seq.layers))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(8))
+    checkpoint = _steps_4_and_8(tmp_path)
     (tmp_path / "checkpoints" / "latest").write_text("step-4\n")
     (tmp_path / "checkpoints" / "step-4" / "rng.pt").unlink()
     with caplog.at_level("WARNING", logger="pipeplan.checkpoint"):
@@ -549,13 +550,7 @@ def test_a_latest_naming_an_older_checkpoint_is_said(tmp_path, single_rank_group
     """Found by the twenty-third round: `latest` naming step-4 beside a newer step-8 (a crash
     between writing step-8 and the pointer) was used without a word. It is still what the
     command uses (step-8 is not read), with a notice naming both."""
-    from executor import checkpoint
-    from pipeplan import models
-
-    seq = models.build("bert-synth")
-    layout = checkpoint._gather_layout(0, len(seq.layers))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(8))
+    checkpoint = _steps_4_and_8(tmp_path)
     with caplog.at_level("WARNING", logger="pipeplan.checkpoint"):
         assert checkpoint.load_latest(tmp_path, "export")[0].step == 8
     assert not caplog.text  # latest names the newest: nothing to say
