@@ -495,6 +495,8 @@ def build_with_hf(
                 _check_head_labels(source, family, stored)
             _check_config_dtype(source, stored)
         _check_model_size(source, config, task, name_or_path)
+        if stored is not None:  # reads two tensors: once the sizes are known to fit memory
+            _check_tied_head(source, family, task, config, stored)
         _check_padding_mask(family, config, padding_mask, where)
         shape, dtype = _input(
             family, config, seq_len or source.seq_len, seq_len is not None, name_or_path
@@ -1201,6 +1203,75 @@ def _check_config_dtype(source: _Source, stored: dict[str, _Stored]) -> None:
             f"{source.config_file}: {key} is {quoted(value)} but {found}; the dtype a config "
             "records is its weights' (a config of other weights, or edited)"
         )
+
+
+def _check_tied_head(
+    source: _Source, family: Family, task: str, config: Any, stored: dict[str, _Stored]
+) -> None:
+    """A config that ties the task model's head to the embeddings (tie_word_embeddings true,
+    by config.json or its family's default) beside weights storing both, unequal, is refused:
+    transformers 5 then keeps the two apart (warning), transformers 4 ties them on loading and
+    drops the stored head, so the folder is one model to one reader and another to the next.
+    Equal copies (what a tied model's pytorch_model.bin holds) are the tie, and load.
+
+        _check_tied_head(source, FAMILIES["llama"], "causal-lm", config, stored)
+        # InputFileError: m/config.json: tie_word_embeddings is true but model.safetensors
+        # holds lm_head.weight unlike model.embed_tokens.weight; …
+
+    Found by the twenty-fourth round: such a Llama folder was trained untied and exported
+    saying tie_word_embeddings true (transformers 4 then threw the trained head away)."""
+    import transformers
+
+    if not getattr(config, "tie_word_embeddings", False):
+        return  # transformers ties nothing either (`get_expanded_tied_weights_keys`)
+    model_class = getattr(transformers, family.models[task])
+    prefix = model_class.base_model_prefix
+    for target, origin in (model_class._tied_weights_keys or {}).items():
+        head, tied = _stored_key(stored, target, prefix), _stored_key(stored, origin, prefix)
+        if head is None or tied is None or _same_values(stored, head, tied):
+            continue  # one of them stored: transformers ties it to the other
+        given = "tie_word_embeddings" in source.config  # else the family's default
+        said = "true" if given else f"unset (true for {source.family})"
+        raise InputFileError(
+            f"{source.config_file}: tie_word_embeddings is {said} but {stored[head].file.name} "
+            f"holds {_tensor_name(head)} unlike {_tensor_name(tied)}; transformers 5 keeps "
+            "the stored head, 4 ties it to the embeddings on loading and drops it (set "
+            f"tie_word_embeddings false to keep the head, or remove {_tensor_name(head)} to tie)"
+        )
+
+
+def _stored_key(stored: dict[str, _Stored], name: str, prefix: str) -> str | None:
+    """The stored name of the task model's tensor `name`: as is, or with the base model's
+    `prefix` added or removed (a base model's checkpoint), as from_pretrained matches them."""
+    names = (name, f"{prefix}.{name}", name.removeprefix(f"{prefix}."))
+    return next((key for key in names if key in stored), None)
+
+
+def _same_values(stored: dict[str, _Stored], first: str, second: str) -> bool:
+    """Whether two stored tensors hold the same values once loaded as float32 (pipeplan loads
+    float32), as transformers' `_tied_params_are_equal` compares them after loading."""
+    a, b = _load_tensor(stored[first], first), _load_tensor(stored[second], second)
+    if a.shape != b.shape:
+        return False
+    if a.dtype != b.dtype:
+        a, b = a.float(), b.float()
+    return torch.equal(a, b)
+
+
+def _load_tensor(found: _Stored, key: str) -> torch.Tensor:
+    """One stored tensor's values, and only its: safetensors reads just that tensor, a
+    pytorch_model.bin is memory-mapped (`_read_bin`)."""
+    if found.file.suffix != ".safetensors":
+        return _read_bin(found.file)[key]
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(found.file), framework="pt") as handle:
+            return handle.get_tensor(key)
+    except (OSError, SafetensorError) as exc:  # a data section cut short
+        raise InputFileError(
+            f"{found.file}: cannot read tensor {_tensor_name(key)} ({_first(exc)})"
+        ) from None
 
 
 def _ends_with(key: str, ending: str) -> bool:

@@ -3273,6 +3273,75 @@ def test_a_generation_config_generate_would_refuse_is_refused(tmp_path, capsys, 
     assert not (tmp_path / "p.json").exists()
 
 
+# The twenty-fourth round's generation_config.json watermarking_config cases (as
+# GENERATION_CONFIGS_20): each key of transformers' WatermarkingConfig, and one it lacks.
+WATERMARKING = "watermarking_config"
+GENERATION_CONFIGS_24 = {
+    "greenlist_ratio 5": (
+        '{"watermarking_config": {"greenlist_ratio": 5}}',
+        f"{WATERMARKING}.greenlist_ratio is 5; a share of the vocabulary is a number in (0, 1)",
+    ),
+    "greenlist_ratio 1.0": (
+        '{"watermarking_config": {"greenlist_ratio": 1.0}}',
+        f"{WATERMARKING}.greenlist_ratio is 1.0; a share of the vocabulary",
+    ),
+    "seeding_scheme zorp": (
+        '{"watermarking_config": {"seeding_scheme": "zorp"}}',
+        f"{WATERMARKING}.seeding_scheme is 'zorp'; one of lefthash, selfhash",
+    ),
+    "context_width 0": (
+        '{"watermarking_config": {"context_width": 0}}',
+        f"{WATERMARKING}.context_width is 0; a count of tokens is an integer ≥ 1",
+    ),
+    "hashing_key 1.5": (
+        '{"watermarking_config": {"hashing_key": 1.5}}',
+        f"{WATERMARKING}.hashing_key is 1.5; a seed is an integer from -2^63 to 2^64 - 1",
+    ),
+    "hashing_key 2^64": (
+        '{"watermarking_config": {"hashing_key": 18446744073709551616}}',
+        f"{WATERMARKING}.hashing_key is 18446744073709551616; a seed is an integer",
+    ),
+    "bias as text": (
+        '{"watermarking_config": {"bias": "high"}}',
+        f"{WATERMARKING}.bias is 'high'; a bias (added to the green tokens' scores) is a number",
+    ),
+    "an unknown key": (
+        '{"watermarking_config": {"ngram_len": 5}}',
+        f"{WATERMARKING} has an unknown key 'ngram_len'; its keys are greenlist_ratio, bias,",
+    ),
+    "a list": (
+        '{"watermarking_config": [0.5]}',
+        f"{WATERMARKING} is [0.5]; an object of greenlist_ratio, bias, hashing_key,",
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", GENERATION_CONFIGS_24, ids=str)
+def test_a_watermarking_config_names_its_key_and_value(tmp_path, capsys, case):
+    """Found by the twenty-fourth round: watermarking_config {"greenlist_ratio": 5} was refused
+    in transformers' own words, which quote seeding_scheme's value ("but found lefthash"), and
+    an unknown key as a TypeError of its constructor. One line naming generation_config.json,
+    the key inside watermarking_config and the value given."""
+    text, fragment = GENERATION_CONFIGS_24[case]
+    model, argv = _model_folder_command(tmp_path, GPT2_CONFIG, "profile")
+    (model / "generation_config.json").write_text(text)
+    where = f"{model / 'generation_config.json'}: {fragment}"
+    refused_quietly(argv, tmp_path / "in", capsys, where)
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_watermarking_config_in_config_json_is_named_there(tmp_path, capsys):
+    """Found by the twenty-fourth round (as above), for config.json's own generation settings
+    (transformers lifts them into the model's generation config): one line naming
+    config.json."""
+    config = {**GPT2_CONFIG, "watermarking_config": {"greenlist_ratio": 5}}
+    model, argv = _model_folder_command(tmp_path, config, "run")
+    where = f"{model / 'config.json'}: {WATERMARKING}.greenlist_ratio is 5; a share"
+    refused_quietly(argv, tmp_path / "in", capsys, where)
+    assert not (tmp_path / "runs").exists()
+
+
 # The twenty-third round's config.json holding generation settings (old transformers wrote them
 # there), no generation_config.json beside it: (config.json, what the one line says after
 # "config.json: "). GPT2_CONFIG's vocabulary is 512 tokens.

@@ -1418,6 +1418,96 @@ def test_every_float_tensor_is_held_to_the_config_dtype(tmp_path, capsys, case):
     _profile_refused(model, tmp_path, capsys, said)
 
 
+def _tied_folder(directory: Path, family: str, head: str, tie: bool | None = True) -> Path:
+    """A causal LM's folder (`FAMILY_CHECKPOINTS`) whose config.json's tie_word_embeddings is
+    `tie` (None: no key, the family's default) and whose weights store lm_head.weight as
+    `head` says: "unlike" the input embeddings (them + 1), "equal" to them, or "absent"; in
+    model.safetensors, or in pytorch_model.bin ("... in bin")."""
+    from safetensors.torch import load_file, save_file
+
+    model = _family_checkpoint(directory, family)
+    embeddings = {"gpt2": "transformer.wte.weight", "llama": "model.embed_tokens.weight"}[family]
+    tensors = load_file(model / "model.safetensors")
+    copies = {"unlike": tensors[embeddings] + 1, "equal": tensors[embeddings].clone()}
+    tensors.pop("lm_head.weight", None)
+    if head.split()[0] in copies:
+        tensors["lm_head.weight"] = copies[head.split()[0]]
+    (model / "model.safetensors").unlink()
+    if head.endswith(" in bin"):
+        torch.save(tensors, model / "pytorch_model.bin")
+    else:
+        save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((model / "config.json").read_text())
+    config.pop("tie_word_embeddings", None)
+    tied = {} if tie is None else {"tie_word_embeddings": tie}
+    (model / "config.json").write_text(json.dumps({**config, **tied}))
+    return model
+
+
+# (family, tie_word_embeddings (None: unset), the stored head, the command, what the one line
+# says after "config.json: tie_word_embeddings is ")
+TIED_UNLIKE = {
+    "llama true, profile": ("llama", True, "unlike", "profile", "true but model.safetensors holds "
+                            "lm_head.weight unlike model.embed_tokens.weight"),
+    "llama true, run": ("llama", True, "unlike", "run", "true but model.safetensors holds "
+                        "lm_head.weight unlike model.embed_tokens.weight"),
+    "gpt2 unset (true)": ("gpt2", None, "unlike", "profile", "unset (true for gpt2) but "
+                          "model.safetensors holds lm_head.weight unlike transformer.wte.weight"),
+    "gpt2 true, pytorch_model.bin": ("gpt2", True, "unlike in bin", "run", "true but "
+                                     "pytorch_model.bin holds lm_head.weight unlike transformer"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", TIED_UNLIKE)
+def test_a_tied_config_beside_a_stored_head_unlike_the_embeddings_is_refused(
+    tmp_path, capsys, case
+):
+    """Found by the twenty-fourth round: a Llama folder whose config.json says
+    tie_word_embeddings true beside a stored lm_head.weight unlike the embeddings was
+    profiled, trained untied and exported still saying true (transformers 5 keeps such a head
+    apart, 4 ties it on loading, throwing the trained head away). profile and run (prepared)
+    refuse it in one line naming config.json's tie_word_embeddings and the stored head."""
+    family, tie, head, command, fragment = TIED_UNLIKE[case]
+    model = _tied_folder(tmp_path / "in" / "model", family, head, tie)
+    capsys.readouterr()  # save_pretrained's progress bar
+    where = f"{model / 'config.json'}: tie_word_embeddings is {fragment}"
+    if command == "profile":
+        return _profile_refused(model, tmp_path, capsys, (where, "set tie_word_embeddings false"))
+    argv = ["run", "--nproc", "1", "--prepare-only", "--name", "x", "--model", str(model)]
+    argv += ["--data", "synth-text", "--task", "causal-lm", "--runs-dir", str(tmp_path / "runs")]
+    refused(argv, tmp_path / "in", capsys, where)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "family, head, tie, task",
+    [
+        ("llama", "equal", True, "causal-lm"),  # the tie, stored twice
+        ("gpt2", "equal in bin", None, "causal-lm"),  # a tied model's pytorch_model.bin
+        ("llama", "absent", True, "causal-lm"),  # tied to the embeddings on loading
+        ("llama", "unlike", False, "causal-lm"),  # untied, as said
+        ("gpt2", "unlike", True, "classification"),  # no LM head built, nothing tied
+    ],
+)
+def test_a_tied_head_stored_as_the_embeddings_or_not_at_all_builds(
+    tmp_path, family, head, tie, task
+):
+    """The check above refuses only a tie with two different stored values: an equal copy,
+    a head left to the tie, an untied config or a task model with no tied head builds, and
+    the head it trains starts from the stored head, else the embeddings."""
+    model = _tied_folder(tmp_path / "model", family, head, tie)
+    if task == "classification":
+        config = json.loads((model / "config.json").read_text())
+        (model / "config.json").write_text(json.dumps({**config, "pad_token_id": 0}))
+    labels = {"num_labels": 2} if task == "classification" else {}
+    seq = models.build(str(model), task=task, **labels)
+    assert seq.hf_model.config.tie_word_embeddings is False or task == "classification"
+    if task == "causal-lm":
+        embeddings = seq.hf_model.get_input_embeddings().weight
+        expected = embeddings + 1 if head == "unlike" else embeddings
+        assert torch.equal(seq.hf_model.lm_head.weight, expected)
+
+
 def test_a_config_dtype_of_the_weights_own_is_accepted(tmp_path):
     """The check above is on the weights' dtype, not float32's: a bfloat16 checkpoint saying
     bfloat16 (as save_pretrained writes one) builds, loaded as float32."""

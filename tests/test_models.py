@@ -516,6 +516,17 @@ def test_every_checked_generation_field_refuses_a_value_of_another_shape():
         {"do_sample": True, "temperature": 1, "epsilon_cutoff": 0.0, "eta_cutoff": 3e-4},
         {"temperature": 0, "repetition_penalty": 1, "guidance_scale": 1, "top_h": 1.0},
         {"num_beams": 6, "num_beam_groups": 3, "diversity_penalty": 0.5},
+        # The twenty-fourth round's watermarking keys, each valid (its own checks).
+        {"watermarking_config": {}},
+        {
+            "watermarking_config": {
+                "greenlist_ratio": 0.5,
+                "bias": -1,
+                "hashing_key": 2**64 - 1,
+                "seeding_scheme": "selfhash",
+                "context_width": 3,
+            }
+        },
     ],
 )
 def test_generation_configs_as_transformers_writes_them_pass(generation):

@@ -926,7 +926,6 @@ GENERATION_LEFT_TO_TRANSFORMERS = (
     "assistant_ensemble_weight",  # in (0, 1)
     "cache_implementation",  # one of transformers' caches
     "compile_config",  # a CompileConfig: none in a file
-    "watermarking_config",  # validated by its own class
     "cache_config",  # options of the cache transformers builds
     "continuous_batching_config",  # options of transformers' serving loop
     "speculation_type",  # names transformers' speculative decoders
@@ -1070,11 +1069,56 @@ def _beam_group_problem(generation: dict[str, Any]) -> str | None:
     return None
 
 
+# WatermarkingConfig's keys (transformers makes one of a watermarking_config object), each with
+# what it must be as generate()'s WatermarkLogitsProcessor takes it: (valid, in words).
+WATERMARKING_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    # The processor refuses 0 and 1 (WatermarkingConfig.validate allows them).
+    "greenlist_ratio": (
+        lambda v: _number(v) and 0 < v < 1,
+        "a share of the vocabulary is a number in (0, 1) (generate's watermark refuses 0 and 1)",
+    ),
+    "bias": (_number, "a bias (added to the green tokens' scores) is a number"),
+    # torch.Generator.manual_seed's range; 2^64 raised inside generate().
+    "hashing_key": (
+        lambda v: _integer(v) and -(2**63) <= v <= 2**64 - 1,
+        "a seed is an integer from -2^63 to 2^64 - 1",
+    ),
+    "seeding_scheme": (lambda v: v in ("lefthash", "selfhash"), "one of lefthash, selfhash"),
+    "context_width": (_count(1), f"a count of tokens is an integer ≥ 1 and {_UPTO}"),
+}
+
+
+def _watermarking_problem(generation: dict[str, Any]) -> str | None:
+    """watermarking_config is null or an object of `WATERMARKING_KEYS`, each valid, checked
+    here rather than by transformers: its validate quoted seeding_scheme's value for a wrong
+    greenlist_ratio (twenty-fourth round: `... but found lefthash` for 5), and an unknown key
+    was a TypeError of WatermarkingConfig's constructor.
+
+        _watermarking_problem({"watermarking_config": {"greenlist_ratio": 5}})
+        # "watermarking_config.greenlist_ratio is 5; a share of the vocabulary is a number …"
+    """
+    value = generation.get("watermarking_config")
+    if value is None:
+        return None
+    keys = ", ".join(WATERMARKING_KEYS)
+    if not isinstance(value, dict):
+        return f"watermarking_config is {shown(value, 80)}; an object of {keys}, or null"
+    for key, item in value.items():
+        if key not in WATERMARKING_KEYS:
+            return f"watermarking_config has an unknown key {quoted(key)}; its keys are {keys}"
+        valid, words = WATERMARKING_KEYS[key]
+        if not valid(item):
+            return f"watermarking_config.{key} is {shown(item, 80)}; {words}"
+    return None
+
+
 # Found by the twenty-first round: rules between fields that transformers' generate() enforces
-# (its warpers, group beam search), each a function of the whole file, its ranges already held.
+# (its warpers, group beam search), each a function of the whole file, its ranges already held;
+# and the keys of a field that is an object (`_watermarking_problem`).
 GENERATION_RULES: tuple[Callable[[dict[str, Any]], str | None], ...] = (
     _sampling_problem,
     _beam_group_problem,
+    _watermarking_problem,
 )
 
 
@@ -1083,6 +1127,7 @@ def generation_fields() -> set[str]:
     name (a test holds it to GenerationConfig's own fields)."""
     keys = {key for keys, _, _ in GENERATION_RANGES for key in keys}
     keys |= {*GENERATION_TOKEN_ID_KEYS, *GENERATION_TOKEN_LISTS, *GENERATION_LEFT_TO_TRANSFORMERS}
+    keys.add("watermarking_config")  # its keys: `_watermarking_problem`
     return keys - {"sep_token_id", "cls_token_id"}  # config.json's, not GenerationConfig's
 
 
