@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import traceback
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -830,12 +831,47 @@ def _deliver_soon(signum: int) -> None:
     signal.pthread_kill(threading.main_thread().ident, signum)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise Interrupted
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    if not _deferred(signum, frame):
+        raise Interrupted
 
 
-def _stop(signum: int, frame: object) -> None:
-    raise Stopped(signum)
+def _stop(signum: int, frame: FrameType | None) -> None:
+    if not _deferred(signum, frame):
+        raise Stopped(signum)
+
+
+def _deferred(signum: int, frame: FrameType | None) -> bool:
+    """A signal that lands inside an import is delivered again once the import is done: an
+    exception raised there is swallowed by some libraries' guarded imports and leaves a module
+    half-imported (Ctrl-C as `pipeplan run` imported torch printed numpy's "cannot load module
+    more than once" traceback, or became a false "cannot build the model" error)."""
+    if not _importing(frame):
+        return False
+    if not _pending:  # one waiter however many signals come meanwhile
+        _pending.add(signum)
+        _thread.start_new_thread(_deliver_after_imports, (signum,))
+    return True
+
+
+_pending: set[int] = set()
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether `frame` runs inside an import: importlib's own frames are on its stack."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deliver_after_imports(signum: int) -> None:
+    main = threading.main_thread().ident
+    while _importing(sys._current_frames().get(main)):
+        time.sleep(0.01)
+    _pending.clear()
+    signal.pthread_kill(main, signum)
 
 
 # Signals that stop pipeplan with one line, as Ctrl-C does (they killed it silently, where a

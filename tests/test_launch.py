@@ -2,6 +2,7 @@
 runs the same worker (the README's commands, verbatim), and every fault ends the run with its
 exit code and exactly one line naming the rank that failed first."""
 
+import importlib
 import json
 import os
 import re
@@ -504,6 +505,39 @@ def test_a_signal_that_lands_in_a_del_still_stops_the_command(name):
     )
     one_line(run, code, line, timeout=50)
     assert time.monotonic() - start < 50  # not the minute's sleep
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["INT", "TERM"])
+def test_a_signal_that_lands_inside_an_import_stops_the_command_after_it(
+    tmp_path, monkeypatch, name
+):
+    """Found by the twenty-fifth round: Ctrl-C while `pipeplan run` imported torch, numpy or
+    a transformers model class (about 1 start in 8) raised inside the import; a library's
+    guarded import swallowed it and the command went on with a half-imported module (numpy's
+    traceback, exit 1) or called it "cannot build the model" (exit 2). Now the signal is held
+    until the import is done, then stops the command as anywhere else. Here a module imports
+    a slow one under a guard, as such libraries do; the signal lands in the slow one."""
+    import cli
+
+    (tmp_path / f"slow_inner_{name}.py").write_text(
+        f"import os, signal, time\nos.kill(os.getpid(), signal.SIG{name})\n"
+        "time.sleep(0.3)  # the handler runs here, mid-import\nDONE = True\n"
+    )
+    (tmp_path / f"guarded_outer_{name}.py").write_text(
+        f"try:\n    import slow_inner_{name} as inner\nexcept BaseException:  # a library's guard\n"
+        "    inner = None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    signum = getattr(signal, f"SIG{name}")
+    previous = cli._install({signum: cli._interrupt if name == "INT" else cli._stop})
+    try:
+        with pytest.raises(Interrupted if name == "INT" else Stopped):
+            importlib.import_module(f"guarded_outer_{name}")
+            time.sleep(30)  # the held signal lands here, once the import is done
+    finally:
+        cli._install(previous)
+    assert sys.modules[f"guarded_outer_{name}"].inner.DONE  # imported whole, not swallowed
 
 
 def rank_started(tmp_path: Path, run: subprocess.Popen, timeout: float = 120) -> None:
