@@ -168,6 +168,7 @@ from pipeplan.fileio import (
     not_a_plain_folder,
     open_append,
     release_directory,
+    trains,
     write_atomic,
     write_failure,
 )
@@ -870,6 +871,7 @@ def rank_console(log_dir: Path, rank: int) -> TextIO:
 
 def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
     """This rank's share of the run: join the job, train, and on rank 0 write summary.json."""
+    trains(run_dir)  # its launcher holds the lock; this rank reads what it writes
     cfg = rank_config(run_dir, resume)
     if int(os.environ["LOCAL_RANK"]) == 0:  # one rank per node: /dev/shm is the node's
         remove_stale_caches()  # of runs killed before they could remove their cache
@@ -1311,6 +1313,7 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
         return path, run_local(cfg, path, resume=True)
     finally:  # not committed by a checkpoint or the run's end: run.json stays as it was
         pending.unlink(missing_ok=True)
+        release_directory(path)  # trained: readers in other processes may read it now
 
 
 def with_file_values(cfg: RunConfig) -> RunConfig:
@@ -1370,6 +1373,8 @@ def start_run(
     except NotStartedError:
         remove_unstarted(run_dir, made)
         raise
+    finally:
+        release_directory(run_dir)  # trained: readers in other processes may read it now
 
 
 def missing_folders(directory: Path) -> list[Path]:

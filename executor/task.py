@@ -34,6 +34,7 @@ from pipeplan.fileio import (
     check_outside_runs,
     check_run_directory,
     not_a_new_directory,
+    reading_run,
 )
 from pipeplan.formats import DataFile, DataRecord, RunConfig, load
 from pipeplan.formats.base import check_input_file
@@ -327,7 +328,13 @@ def save_model(seq: LayerSequence, run_dir: Path) -> Path:
 def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = None) -> Path:
     """`pipeplan export RUN [--checkpoint step-N] --out DIR`: a checkpoint's weights (the
     latest that verifies, or the named one) in the model the run builds, as a transformers
-    directory. The run's data is read again: it sizes the head as it did in the run."""
+    directory. The run's data is read again: it sizes the head as it did in the run. Not
+    while a run or resume trains it (`reading_run`)."""
+    with reading_run(run_dir):
+        return _export(run_dir, out, checkpoint)
+
+
+def _export(run_dir: str | Path, out: str | Path, checkpoint: str | None) -> Path:
     from executor.checkpoint import (
         check_checkpoints_folder,
         check_position,

@@ -42,7 +42,7 @@ from pydantic import ValidationError
 
 from pipeplan.costmodel import CostModel, same_placement
 from pipeplan.errors import InputFileError
-from pipeplan.fileio import check_run_directory
+from pipeplan.fileio import check_run_directory, reading_run
 from pipeplan.formats import (
     Calibration,
     Cluster,
@@ -131,10 +131,9 @@ class PhaseObservation:
 
 def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
     run_dir = check_run_directory(run_dir)
-    config_path = run_dir / "run.json"
-    config = load(RunConfig, config_path)
-    check_run_profile(run_dir, config, profile)
-    with held():  # a torn last record's notice only if the records pass
+    with reading_run(run_dir), held():  # held: a torn last record's notice only if they pass
+        config = load(RunConfig, run_dir / "run.json")
+        check_run_profile(run_dir, config, profile)
         records = read_records(run_dir / "run.jsonl", config)
         # run.json's precision edited to bf16 fitted fp32 times as bf16: checked against the
         # run's checkpoint and its phases' profiles first.

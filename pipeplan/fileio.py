@@ -551,6 +551,53 @@ def release_directory(directory: str | Path) -> None:
         handle.close()
 
 
+# Run directories whose training this process takes part in (a rank): its launcher holds
+# their lock, and the rank reads them as it writes them (the summary, online recalibration).
+_TRAINED: set[Path] = set()
+
+
+def trains(directory: str | Path) -> None:
+    """`trains(run_dir)`: this process is a rank of the run training `run_dir`; its own reads
+    of it need no lock (`reading_run`)."""
+    _TRAINED.add(Path(directory).resolve())
+
+
+@contextmanager
+def reading_run(directory: str | Path) -> Iterator[None]:
+    """Hold a shared lock on a run directory while a reader (report, calibrate, export) reads
+    it: a run or resume training it holds the exclusive one (`claim_directory`), and its files
+    change under the reader (a report then called run.json edited, or the history lost).
+    OutputError if it is in use. A run this process holds itself (a run, then its report, in
+    one notebook) or trains as a rank (`trains`) is read as it is; a folder without a plain
+    `.lock` file has no writer to wait for.
+
+        with reading_run("runs/exp1"):
+            records = read_records(Path("runs/exp1") / "run.jsonl")
+    """
+    directory = Path(directory)
+    if directory.resolve() in _HELD.keys() | _TRAINED:
+        yield
+        return
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(directory / ".lock", flags)
+    except OSError:  # none, a link, unreadable: the checks that follow name what is wrong
+        yield
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise OutputError(
+                    f"{directory}: in use by a pipeplan process training it (a run or a resume);"
+                    " read it once that ends"
+                ) from None
+        yield
+    finally:
+        os.close(fd)  # drops the shared lock
+
+
 # What a finished run's readers (report, calibrate) need; resume and export read run.json first.
 RUN_FILES = ("run.json", "run.jsonl")
 

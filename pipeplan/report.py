@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
-from pipeplan.fileio import check_run_directory
+from pipeplan.fileio import check_run_directory, reading_run
 from pipeplan.formats import (
     BaselineReport,
     Comparison,
@@ -62,8 +62,8 @@ class _Run:
 
     def __init__(self, run_dir: str | Path) -> None:
         self.dir = check_run_directory(run_dir)
-        self.config = load(RunConfig, self.dir / "run.json")
-        with held():  # a torn last record's notice only if the run is reported
+        with reading_run(self.dir), held():  # held: a torn last record's notice only if reported
+            self.config = load(RunConfig, self.dir / "run.json")
             records = read_records(self.dir / "run.jsonl", self.config)
             self.phases = [r for r in records if isinstance(r, PhaseRecord)]
             self.steps = [r for r in records if isinstance(r, StepRecord)]

@@ -715,6 +715,39 @@ def test_export_says_where_it_wrote_on_one_line(finished_run, tmp_path, capsys, 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("command", ["report", "calibrate", "export"])
+def test_a_run_being_trained_is_not_read(finished_run, tmp_path, capsys, command):
+    """Found by the twenty-fifth round: `report` or `calibrate` of a run that a resume was
+    training read its files mid-write: half the reports said run.json was edited ("epochs is 2
+    but checkpoint step-14 was trained with 5") or "the run's history is lost". A run being
+    trained holds its `.lock` exclusively; its readers now say it is in use, in one line, and
+    read it once that ends. (The lock is taken here on its own descriptor, as another
+    process's run holds it.)"""
+    import fcntl
+
+    from pipeplan.fileio import held_directories
+
+    # The run this process trained (the fixture's) is no longer held: others may read it.
+    assert finished_run.resolve() not in held_directories()
+    run = copy_run(finished_run, tmp_path)
+    argv = {
+        "report": ["report", str(run)],
+        "calibrate": ["calibrate", str(run), "--profile", str(run / "profile.json")],
+        "export": ["export", str(run), "--out", str(tmp_path / "out")],
+    }[command]
+    if command == "calibrate":
+        argv += ["--out", str(tmp_path / "c.json")]
+    fd = os.open(run / ".lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        refused(argv, tmp_path, capsys, (str(run), "in use by a pipeplan process training it"))
+    finally:
+        os.close(fd)
+    # Once it ends, read (this 2-step run is too short for calibrate to fit: it says so).
+    assert cli.main(argv) == (2 if command == "calibrate" else 0)
+    assert "in use" not in capsys.readouterr().err
+
+
 def test_export_of_a_run_whose_data_exits_is_one_line(finished_run, tmp_path, capsys):
     """`"data": "sys:exit"` in run.json: export read the data again and ended with code 0,
     having written nothing. It is now refused before the data is read: run.json is checked
