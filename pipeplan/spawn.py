@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -117,6 +118,11 @@ def run_ranks(
             _orphan_proof, args=args, nprocs=nproc, join=False, start_method="spawn"
         )
     deadline = time.monotonic() + deadline_s
+    # torch says "Terminating process N via signal SIGTERM" as it stops the others once one
+    # has failed: the stop is this function's, and its error is the command's one line.
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    level = spawn_log.level
+    spawn_log.setLevel(logging.ERROR)
     try:
         while not ctx.join(timeout=0.5):
             if time.monotonic() > deadline:
@@ -130,6 +136,7 @@ def run_ranks(
             f"{what}: rank {exc.error_index} died (exit code {exc.exit_code})", exc.error_index
         ) from None
     finally:
+        spawn_log.setLevel(level)
         for process in ctx.processes:
             if process.is_alive():
                 process.kill()

@@ -136,3 +136,16 @@ def sigint_disposition(rank: int, out: str) -> None:
 
     ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     (Path(out) / str(rank)).write_text("ignored" if ignored else "handled")
+
+
+def rank_0_dies(rank: int, started: str) -> None:
+    """For `pipeplan.spawn.run_ranks`: both ranks say they started; rank 0 then SIGKILLs
+    itself once rank 1 has, and rank 1 sleeps until the parent stops it."""
+    (Path(started) / f".{rank}").write_text(str(os.getpid()))
+    os.replace(Path(started) / f".{rank}", Path(started) / str(rank))
+    if rank == 0:
+        while not (Path(started) / "1").exists():
+            time.sleep(0.01)
+        time.sleep(0.5)  # rank 1 is asleep by now
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(600)

@@ -3,6 +3,7 @@
 import importlib.metadata
 import inspect
 import json
+import os
 import re
 import signal
 import subprocess
@@ -711,6 +712,41 @@ def test_spawned_ranks_die_with_a_terminated_parent(tmp_path):
     for pid in alive:  # not left to the rest of the suite
         os.kill(pid, signal.SIGKILL)
     assert alive == []
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_spawned_rank_that_dies_is_the_commands_one_line(tmp_path):
+    """Found by the twenty-fifth round: SIGKILL to a link rank of `profile --nproc 2` printed
+    torch's "W… Terminating process N via signal SIGTERM" and the other rank's "pipeplan:
+    stopped by SIGTERM" (a spawned rank is given the command's argv and took itself for the
+    command) before the error line. Ranks started as `pipeplan` starts them (a main script
+    named pipeplan, the command's start-up handlers installed); rank 0 dies."""
+    started = tmp_path / "started"
+    started.mkdir()
+    script = tmp_path / "pipeplan"
+    script.write_text(
+        "import sys\n"
+        "import cli  # noqa: F401  (the command's start-up handlers, as `pipeplan` has them)\n"
+        "import killer_data\n"
+        "from pipeplan.spawn import RankFailedError, run_ranks\n"
+        "if __name__ == '__main__':\n"
+        "    try:\n"
+        f"        run_ranks(killer_data.rank_0_dies, 2, ({str(started)!r},), 90, 'probe')\n"
+        "    except RankFailedError as exc:\n"
+        "        sys.exit(f'pipeplan: error: {exc}')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == ["pipeplan: error: probe: rank 0 died (exit code -9)"]
 
 
 @pytest.mark.multiprocess
