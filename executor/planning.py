@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
-from pipeplan import freeze
+from pipeplan import freeze, models
 from pipeplan.cluster import run_cluster
 from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError, InputFileError
@@ -124,8 +124,33 @@ def check_run_model(run_dir: Path, cfg: RunConfig) -> None:
     of `run --resume` and `export`. InputFileError naming the field.
 
         check_run_model(Path("runs/exp1"), load(RunConfig, "runs/exp1/run.json"))
+
+    Any edit to the folder's config.json since the run was prepared (run.json's
+    `model_config_sha256`: dropout or layer_norm_eps, which no shape shows) is refused too.
     """
+    check_model_config(cfg)
     check_run_profile(run_dir, cfg, load(Profile, run_dir / RUN_PROFILE))
+
+
+def model_config_sha256(model: str) -> str | None:
+    """sha256 of the bytes of `model`'s config.json (a model folder's); None for a built-in."""
+    path = models.config_path(model)
+    return None if path is None else text_sha256(read_input(path))  # its bytes: UTF-8 JSON
+
+
+def check_model_config(cfg: RunConfig) -> None:
+    """The model folder's config.json is the one the run was prepared with (its sha256 in
+    run.json); InputFileError naming it otherwise. A run prepared before the sha256 was
+    recorded has none: only its shape fields are held (`check_run_profile`)."""
+    if cfg.model_config_sha256 is None:
+        return
+    digest = model_config_sha256(cfg.model)
+    if digest != cfg.model_config_sha256:
+        raise InputFileError(
+            f"{models.config_path(cfg.model)}: edited since the run started (its sha256 is "
+            f"{str(digest)[:12]}…, run.json recorded {cfg.model_config_sha256[:12]}…); the run "
+            "builds its model from it: restore it or start a new run"
+        )
 
 
 def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> None:

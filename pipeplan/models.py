@@ -633,6 +633,17 @@ class _Source:
     config_file: Path | None = None  # its config.json (a directory's; or the path given)
 
 
+def config_path(name_or_path: str) -> Path | None:
+    """The config.json a model name stands for; None for a built-in name.
+
+    config_path("runs/demo-pretrained/model")   # → runs/demo-pretrained/model/config.json
+    """
+    if name_or_path in PRESETS:
+        return None
+    path = Path(name_or_path)
+    return path / "config.json" if path.is_dir() else path
+
+
 def _resolve(name_or_path: str) -> _Source:
     if name_or_path in PRESETS:
         preset = PRESETS[name_or_path]

@@ -1096,21 +1096,31 @@ def test_export_refuses_a_model_folder_edited_since_the_run(made, tmp_path, caps
     """Found by the nineteenth round: `export RUN` rebuilt the model from the folder's
     config.json as it is now; edited since the run (activation relu for gelu), it wrote the
     trained weights under another architecture with exit 0, where a resume refused naming the
-    field. Both make one check (`check_run_model`): one line, nothing written."""
+    field. Found by the twenty-fifth round: an edit no shape shows (dropout 0.3 for 0.1, the
+    layer norm's epsilon, label names the run never had) was still exported, and trained by
+    a resume, with exit 0. run.json records the config's sha256 as the run is prepared, and
+    both make one check (`check_run_model`): one line naming it, nothing written."""
     model = Path(shutil.copytree(made["checkpoint"], tmp_path / "bert"))
     measured = profile(model, tmp_path / "profile.json")
     data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
     argv = prepare(made, tmp_path, data, model=model, profile=measured)
     steps = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "2"]
     assert cli.main([a for a in argv if a != "--prepare-only"] + steps) == 0, capsys.readouterr()
-    config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps({**config, "hidden_act": "relu"}))
-    capsys.readouterr()
+    text = (model / "config.json").read_text()
+    config = json.loads(text)
     run, out = tmp_path / "runs" / "r", tmp_path / "out"
-    fragment = ("config field 'hidden_act' is 'gelu'", f"{model / 'config.json'} has 'relu'")
+    fragment = (f"{model / 'config.json'}: edited since the run started", "restore it")
+    labels = {"id2label": {"0": "bad", "1": "good"}, "label2id": {"bad": 0, "good": 1}}
+    for edit in ({"hidden_act": "relu"}, {"hidden_dropout_prob": 0.3}, {"layer_norm_eps": 1e-3}):
+        (model / "config.json").write_text(json.dumps({**config, **edit}))
+        capsys.readouterr()
+        refused(["export", str(run), "--out", str(out)], tmp_path, capsys, fragment)
+        assert not out.exists()
+        refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
+    (model / "config.json").write_text(json.dumps({**config, **labels}))
     refused(["export", str(run), "--out", str(out)], tmp_path, capsys, fragment)
-    assert not out.exists()
-    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
+    (model / "config.json").write_text(text)  # restored: exported as trained
+    assert cli.main(["export", str(run), "--out", str(out)]) == 0, capsys.readouterr()
 
 
 @pytest.mark.timeout(60)

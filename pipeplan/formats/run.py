@@ -364,6 +364,14 @@ class RunConfig(Strict):
         description="sha256 of the bytes of the run's copy of its plan (run.plan.json) as the "
         "run was prepared; absent in runs prepared before it was recorded.",
     )
+    # Set when the run is prepared, never on the command line: a run of a model folder builds
+    # its model from the folder's config.json again on resume and export, and one edited since
+    # (dropout, layer_norm_eps, id2label) was trained or exported silently (twenty-fifth round).
+    model_config_sha256: Annotated[Sha256 | None, NOT_A_FLAG] = Field(
+        None,
+        description="sha256 of the bytes of the model folder's config.json as the run was "
+        "prepared; absent for a built-in model and in runs prepared before it was recorded.",
+    )
 
     @model_validator(mode="before")
     @classmethod
