@@ -695,7 +695,7 @@ def test_a_failure_after_the_final_checkpoint_says_to_export_not_to_resume(finis
     assert f"its model: pipeplan export {run} --out DIR" in line and "resume" not in line
     more = cfg.model_copy(update={"epochs": 2})  # a resume for another epoch failed
     assert failure_line(0, "exit code 1", run, more).endswith(
-        f"resume with: pipeplan run --resume {run}"
+        f"resume with: pipeplan run --resume {run} --epochs 2"
     )
 
 
@@ -714,8 +714,117 @@ def test_a_failed_checkpoints_line_says_where_before_why(finished_run, tmp_path)
     )
     assert failure_line(0, why, run, more) == (
         f"training failed on rank 0 at step 2: {why}; rank logs in {run / 'logs'}; "
+        f"resume with: pipeplan run --resume {run} --epochs 2"
+    )
+
+
+def test_a_failed_resumes_line_carries_the_flags_it_was_given(finished_run, tmp_path):
+    """Found by the twenty-fifth round: a resume for more epochs (or another world) that fails
+    before its first checkpoint leaves run.json as it was, and its line said "resume with:
+    pipeplan run --resume R", which was refused ("finished all its 1 epochs; give --epochs N
+    > 1") or trained another world. The command carries each resumable flag run.json does
+    not hold yet; once a checkpoint made them run.json's, none."""
+    from executor.launch import failure_line
+    from pipeplan.formats import RunConfig, dumps, load
+
+    run = copy_run(finished_run, tmp_path)
+    cfg = load(RunConfig, run / "run.json")
+    more = cfg.model_copy(update={"epochs": 3, "nproc": 2, "collective_timeout_s": 30.0})
+    assert failure_line(0, "exit code 1", run, more).endswith(
+        f"resume with: pipeplan run --resume {run} --nproc 2 --epochs 3 --collective-timeout 30.0"
+    )
+    (run / "run.json").write_text(dumps(more))  # what its first checkpoint commits
+    assert failure_line(0, "exit code 1", run, more).endswith(
         f"resume with: pipeplan run --resume {run}"
     )
+
+
+# ------------------------------------------------ a resume for more epochs failed before its first
+# checkpoint: run.json keeps its epochs (the checkpoint commits them), run.jsonl has its records.
+
+# A file-size limit over everything a resume writes but its checkpoint (model.pt: 6 MiB): the
+# first checkpoint fails as on the round's full disk, after the epoch's records.
+FILE_LIMIT = 2 << 20
+LIMITED = (
+    f"import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, ({FILE_LIMIT},) * 2); "
+    "import cli; sys.exit(cli.main())"
+)
+
+
+@pytest.fixture(scope="module")
+def failed_extension(finished_run, tmp_path_factory) -> tuple[Path, str]:
+    """`finished_run` (1 epoch) after `run --resume RUN --epochs 2` failed writing its first
+    checkpoint, step-4 (the final one): run.json says 1 epoch, run.jsonl holds the resumed
+    phase 1, steps 2-3 and epoch 1's record, and metrics.csv its row. The run and the
+    resume's stderr."""
+    run = copy_run(finished_run, tmp_path_factory.mktemp("extension"))
+    env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
+    argv = ["run", "--resume", str(run), *MORE]
+    done = subprocess.run(
+        [sys.executable, "-c", LIMITED, *argv],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "cannot write checkpoint step-4" in done.stderr, done.stderr[-3000:]
+    assert (run / "checkpoints" / "latest").read_text() == "step-2\n"
+    return run, done.stderr
+
+
+class _Trains(Exception):
+    """Raised where the ranks would start: every check of the resume passed."""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_failed_extensions_resume_command_is_accepted(failed_extension, tmp_path, monkeypatch):
+    """Found by the twenty-fifth round: `run --resume R --epochs 3` failed writing its first
+    checkpoint (a full disk) and said "resume with: pipeplan run --resume R", which was
+    refused ("finished all its 2 epochs; give --epochs N > 2"). The command it prints now
+    carries --epochs, and passes every check of the resume up to the ranks' start."""
+    import executor.launch
+
+    run, err = failed_extension
+    line = err.strip().splitlines()[-1]
+    assert line.endswith(f"resume with: pipeplan run --resume {run} --epochs 2"), line
+    copy = copy_run(run, tmp_path)
+    command = shlex.split(line.split("resume with: ")[1].replace(str(run), str(copy)))
+
+    def trains(cfg, run_dir, resume=False):
+        raise _Trains(cfg.epochs)
+
+    monkeypatch.setattr(executor.launch, "run_local", trains)
+    with pytest.raises(_Trains) as started:
+        cli.main(command[1:])
+    assert started.value.args == (2,)
+
+
+@pytest.mark.long
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_failed_extensions_resume_trains_as_the_extension_uninterrupted(
+    failed_extension, tmp_path
+):
+    """The printed command rewrites the failed resume's records and trains on exactly as it
+    did (the same losses and held-out numbers, bit for bit: it was the extension,
+    uninterrupted up to its checkpoint), and its checkpoint makes run.json 2 epochs."""
+    from pipeplan.formats import EpochRecord, StepRecord, read_records
+
+    run, err = failed_extension
+    copy = copy_run(run, tmp_path)
+    command = shlex.split(err.strip().splitlines()[-1].split("resume with: ")[1])
+    assert cli.main([str(copy) if arg == str(run) else arg for arg in command[1:]]) == 0
+    failed, resumed = (read_records(r / "run.jsonl") for r in (run, copy))
+    assert [r.step for r in resumed if isinstance(r, StepRecord)] == [0, 1, 2, 3]
+    assert [r.epoch for r in resumed if isinstance(r, EpochRecord)] == [0, 1]
+    for before, after in zip(failed, resumed, strict=True):
+        if not isinstance(before, StepRecord | EpochRecord):
+            continue
+        fields = ("loss",) if isinstance(before, StepRecord) else ("train_loss", "eval_loss")
+        assert [getattr(before, f) for f in fields] == [getattr(after, f) for f in fields]
+    assert json.loads((copy / "run.json").read_text())["epochs"] == 2
 
 
 # ----------------------------------------------------------------------------- eighth round
