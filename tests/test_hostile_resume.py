@@ -827,6 +827,84 @@ def test_a_failed_extensions_resume_trains_as_the_extension_uninterrupted(
     assert json.loads((copy / "run.json").read_text())["epochs"] == 2
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("killed", ["after its epoch's record", "mid-epoch"])
+def test_report_leaves_out_a_failed_extensions_records(failed_extension, tmp_path, capsys, killed):
+    """Found by the twenty-fifth round: a resume for more epochs that failed before its first
+    checkpoint left its records past run.json's epochs, and report read them as the run's
+    ("14 steps, 2/2 epochs"). They are left out with one notice naming run.jsonl, what it
+    left out and the resume that trains them again; the report is of run.json's epochs."""
+    run = copy_run(failed_extension[0], tmp_path)
+    left_out = "phase 1, steps 2 to 3 and the record of epoch 1"
+    if killed == "mid-epoch":  # the round's state: no epoch record, no metrics.csv row
+        lines = _lines(run)
+        assert lines[-1]["kind"] == "epoch"
+        _rewrite(run, lines[:-1])
+        rows = (run / "metrics.csv").read_text().splitlines(keepends=True)
+        (run / "metrics.csv").write_text("".join(rows[:-1]))
+        left_out = "phase 1 and steps 2 to 3"
+    before = snapshot(run)
+    capsys.readouterr()
+    assert cli.main(["report", str(run)]) == 0
+    out, err = capsys.readouterr()
+    notice = (
+        f"pipeplan: WARNING: {run / 'run.jsonl'}: {left_out} left out: past run.json's epochs "
+        f"(1), written by a resume for more epochs that stopped before its first checkpoint; "
+        f"pipeplan run --resume {run} --epochs N (N > 1) trains on and rewrites them"
+    )
+    assert err.splitlines() == [notice]
+    assert "2 steps, 1/1 epochs" in out
+    assert snapshot(run) == before
+
+
+def _extended_fit_run(tmp_path: Path, resumed: bool) -> tuple[Path, list[str]]:
+    """Calibrate's records (four phases of 8 steps on 2 ranks) as a 1-epoch run whose
+    epoch 0 closed after phase 1, then phases 2-3 in epoch 1, past run.json's epochs:
+    `resumed`, phase 2 entered by --resume (a failed extension's records), else by a
+    transition (no run writes those)."""
+    from test_report import epoch
+
+    run, argv = _readable(tmp_path, "calibrate")
+    lines = []
+    for line in _lines(run):
+        if line["kind"] == "phase" and line["phase"] == 2:
+            closed = epoch(0, 0, epoch_s=2.0, accuracy=None, steps=16)
+            lines.append(closed.model_dump(mode="json"))
+        if line["kind"] == "phase" and line["phase"] >= 2:
+            line = {**line, "start_epoch": 1, "resumed": resumed and line["phase"] == 2}
+        elif line["kind"] == "step" and line["phase"] >= 2:
+            line = {**line, "epoch": 1}
+        lines.append(line)
+    _rewrite(run, lines)
+    return run, argv
+
+
+def test_calibrate_fits_none_of_a_failed_extensions_records(tmp_path, capsys):
+    """Found by the twenty-fifth round: calibrate fitted the steps a failed resume for more
+    epochs recorded past run.json's epochs. It fits the phases of run.json's epochs only,
+    and says what it left out once (it reads the records twice)."""
+    _, argv = _extended_fit_run(tmp_path, resumed=True)
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    notices = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
+    assert len(notices) == 1 and "phases 2 to 3 and steps 16 to 31 left out" in notices[0]
+    calibration = json.loads((tmp_path / "c").read_text())["calibration"]
+    assert (calibration["phases_used"], calibration["steps_used"]) == (2, 12)
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_records_past_run_json_epochs_that_no_resume_wrote_are_refused(tmp_path, capsys, command):
+    """Found by the twenty-fifth round's fix: records of an epoch past run.json's were read
+    as the run's ("2/1 epochs"). Only a failed resume for more epochs leaves such records:
+    without one before them, run.json or run.jsonl was edited, and the line says so."""
+    run, argv = _extended_fit_run(tmp_path, resumed=False)
+    if command == "report":
+        argv = ["report", str(run)]
+    fragment = (f"{run / 'run.jsonl'}: phase 2 starts in epoch 1, but run.json says epochs 1",)
+    refused(argv, tmp_path, capsys, (*fragment, "no resume for more epochs wrote it"))
+
+
 # ----------------------------------------------------------------------------- eighth round
 # (run.json, fields, the value it is edited to, the value the checkpoint was trained with as
 # the one line shows it): every field but those --resume may change (nproc, epochs up only,
