@@ -1114,9 +1114,10 @@ def on_ctrl_c(mark: Path) -> Callable[[int, Any], None]:
 
 def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     """`training failed on rank 1 at step 7: killed by SIGKILL; rank logs in runs/k/logs;
-    resume with: pipeplan run --resume runs/k`. A failure after the final checkpoint (writing
-    model/ or summary.json) has nothing left to train (`check_unfinished` refuses its resume):
-    the line says how to export the model instead."""
+    resume with: pipeplan run --resume runs/k` (with the flags `resume_command` carries). A
+    failure after the final checkpoint (writing model/ or summary.json) has nothing left to
+    train (`check_unfinished` refuses its resume): the line says how to export the model
+    instead."""
     at = failed_at(run_dir / "run.jsonl")
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
@@ -1130,7 +1131,29 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     quoted = shlex.quote(str(run_dir))
     if manifest is not None and finished(manifest, cfg):
         return line + f"; every epoch was trained: its model: pipeplan export {quoted} --out DIR"
-    return line + f"; resume with: pipeplan run --resume {quoted}"
+    return line + f"; resume with: {resume_command(run_dir, cfg)}"
+
+
+def resume_command(run_dir: Path, cfg: RunConfig) -> str:
+    """The command that continues `run_dir` as the failed command (`cfg`: what it ran) would
+    have: `pipeplan run --resume runs/k`, with each RESUME_FLAGS setting of `cfg` that
+    run.json does not hold now. A resume for more epochs (or on another world) that fails
+    before its first checkpoint leaves run.json as it was: the bare command was refused
+    ("finished all its 2 epochs; give --epochs N > 2") or trained another configuration (the
+    twenty-fifth round).
+
+        resume_command(Path("runs/k"), cfg)   # "pipeplan run --resume runs/k --epochs 3"
+    """
+    try:
+        saved = load(RunConfig, run_dir / "run.json")
+    except PipeplanError:  # the resume's own checks say what is wrong with it; keep them all
+        saved = None
+    flags = [
+        f" {saved_setting(cfg, field)}"  # numbers: nothing to quote
+        for field in RESUME_FLAGS
+        if saved is None or getattr(saved, field) != getattr(cfg, field)
+    ]
+    return f"pipeplan run --resume {shlex.quote(str(run_dir))}" + "".join(flags)
 
 
 def failed_at(records: Path) -> str:

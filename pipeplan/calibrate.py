@@ -62,7 +62,7 @@ from pipeplan.formats import (
 from pipeplan.formats.base import first_error
 from pipeplan.formats.profile import MIN_STEADY_STEPS, STRAGGLER_FACTOR, WARMUP_STEPS_PER_PHASE
 from pipeplan.log import held
-from pipeplan.runfiles import check_distinct_runs, check_run_files
+from pipeplan.runfiles import check_distinct_runs, check_run_files, trained_records
 
 # A rank's parts (input, forward, backward, wait, all-reduce, optimizer) are spans of one step
 # on one clock (executor/clock.py), so they add up to its step time: exactly on CPU (the wait
@@ -138,7 +138,8 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
         # run.json's precision edited to bf16 fitted fp32 times as bf16: checked against the
         # run's checkpoint and its phases' profiles first.
         check_run_files(run_dir, config, records)
-        return config, records
+        # Never fitted: a failed resume's records past run.json's epochs (left out, noticed).
+        return config, trained_records(run_dir, config, records)
 
 
 def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservation]:

@@ -48,7 +48,7 @@ from pipeplan.formats import (
     steady_steps,
 )
 from pipeplan.log import held
-from pipeplan.runfiles import check_distinct_runs, check_run_files
+from pipeplan.runfiles import check_distinct_runs, check_run_files, trained_records
 from pipeplan.simulate import StageWork, Timeline, TimelineEvent, received_in_op, simulate
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
@@ -65,11 +65,16 @@ class _Run:
         with reading_run(self.dir), held():  # held: a torn last record's notice only if reported
             self.config = load(RunConfig, self.dir / "run.json")
             records = read_records(self.dir / "run.jsonl", self.config)
-            self.phases = [r for r in records if isinstance(r, PhaseRecord)]
-            self.steps = [r for r in records if isinstance(r, StepRecord)]
-            self.epochs = [r for r in records if isinstance(r, EpochRecord)]
+            self._split(records)
             self._check()
             check_run_files(self.dir, self.config, records)
+            # The epochs run.json has: a failed resume's records past them are left out.
+            self._split(trained_records(self.dir, self.config, records))
+
+    def _split(self, records: list) -> None:
+        self.phases = [r for r in records if isinstance(r, PhaseRecord)]
+        self.steps = [r for r in records if isinstance(r, StepRecord)]
+        self.epochs = [r for r in records if isinstance(r, EpochRecord)]
 
     def _check(self) -> None:
         where = self.dir / "run.jsonl"

@@ -1,22 +1,29 @@
 """A finished run's files checked against each other before report or calibrate trust them:
 run.json against what the run itself recorded of its training (the latest checkpoint's
 configuration, the profiles its phases were priced with), and run directories given together
-against being one run twice (a `cp -a` copy fitted every step twice).
+against being one run twice (a `cp -a` copy fitted every step twice); and the records of
+the epochs run.json says the run has, which are what report and calibrate read.
 
     check_run_files(run_dir, config, records)       # calibrate.load_run, report's _Run
+    records = trained_records(run_dir, config, records)   # likewise, after it
     check_distinct_runs(run_dirs, "run")            # calibrate RUN…, report RUN --baseline B
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
-from pipeplan.errors import BadArgumentError, PipeplanError
+from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.fileio import check_distinct
 from pipeplan.formats import (
+    EpochRecord,
+    PhaseRecord,
     RunConfig,
+    StepRecord,
     check_priced_profiles,
 )
 from pipeplan.formats.base import MAX_FILE_BYTES, check_input_file, check_json
@@ -45,6 +52,88 @@ def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> No
     # After the checkpoint's checks, which name the records' own faults more exactly (a
     # schedule edited in run.jsonl is one the checkpoint was not taken in).
     check_eval_metrics(run_dir, records)
+
+
+def trained_records(run_dir: str | Path, config: RunConfig, records: list) -> list:
+    """`records` (run.jsonl's, checked with `check_run_files`) up to run.json's `epochs`.
+
+    A resume for more epochs that stops before its first checkpoint (a full disk, a kill)
+    leaves run.json at the epochs it had (`executor.checkpoint.commit_config`) and run.jsonl
+    with its phase and steps past them, which the next resume rewrites. Report and calibrate
+    read them as the run's ("14 steps, 2/2 epochs", and fitted them): the twenty-fifth round.
+    They are left out with one notice saying how to train them again; records past run.json's
+    epochs that no resume wrote contradict run.json: InputFileError.
+
+        records = trained_records(Path("runs/r"), config, records)
+    """
+    cut = next((n for n, r in enumerate(records) if _epoch_of(r) >= config.epochs), None)
+    if cut is None:
+        return records
+    path = Path(run_dir) / "run.jsonl"
+    # The phase the records past run.json's epochs ran in, or one before it in their attempt:
+    # a resume entered it. A run's own first attempt trains run.json's epochs, no more.
+    if not any(isinstance(r, PhaseRecord) and r.resumed for r in records[: cut + 1]):
+        raise InputFileError(
+            f"{path}: {_past(records[cut])}, but run.json says epochs {config.epochs}, and no "
+            "resume for more epochs wrote it (no phase up to it was entered by --resume); "
+            "run.json or run.jsonl was edited since the run trained"
+        )
+    _notice_extension(Path(run_dir), config, records[cut:])
+    return records[:cut]
+
+
+def _epoch_of(record: PhaseRecord | StepRecord | EpochRecord) -> int:
+    """The epoch a record is of: a phase's is the epoch it starts in."""
+    return record.start_epoch if isinstance(record, PhaseRecord) else record.epoch
+
+
+def _past(record: PhaseRecord | StepRecord | EpochRecord) -> str:
+    """The first record past run.json's epochs, for a message: "step 12 is of epoch 2"."""
+    if isinstance(record, PhaseRecord):
+        return f"phase {record.phase} starts in epoch {record.start_epoch}"
+    if isinstance(record, StepRecord):
+        return f"step {record.step} is of epoch {record.epoch}"
+    return f"epoch {record.epoch} is recorded"
+
+
+# Records left out already noticed, by run.jsonl and its length: calibrate reads a run's
+# records twice, and says so once (as `formats.run` notices a torn record).
+_NOTICED: set[tuple[Path, int]] = set()
+
+
+def _notice_extension(run_dir: Path, config: RunConfig, left_out: list) -> None:
+    path = run_dir / "run.jsonl"
+    key = (path.resolve(), path.stat().st_size)
+    if key in _NOTICED:
+        return
+    _NOTICED.add(key)
+    logging.getLogger("pipeplan.records").warning(
+        "%s: %s left out: past run.json's epochs (%d), written by a resume for more epochs "
+        "that stopped before its first checkpoint; pipeplan run --resume %s --epochs N "
+        "(N > %d) trains on and rewrites them",
+        path,
+        _span(left_out),
+        config.epochs,
+        shlex.quote(str(run_dir)),
+        config.epochs,
+    )
+
+
+def _span(records: list) -> str:
+    """What `records` are, by kind: "phase 1, steps 2 to 3 and the record of epoch 1"."""
+    parts = []
+    for kind, name in ((PhaseRecord, "phase"), (StepRecord, "step"), (EpochRecord, "epoch")):
+        numbers = [getattr(r, name) for r in records if isinstance(r, kind)]
+        if numbers:
+            parts.append(_numbered(name, numbers))
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+
+
+def _numbered(name: str, numbers: list[int]) -> str:
+    """`_numbered("step", [2, 3])` → "steps 2 to 3" (records come in order, once each)."""
+    one = len(numbers) == 1
+    which = f"{name} {numbers[0]}" if one else f"{name}s {numbers[0]} to {numbers[-1]}"
+    return f"the record{'' if one else 's'} of {which}" if name == "epoch" else which
 
 
 def check_distinct_runs(run_dirs: Iterable[str | Path], what: str) -> None:

@@ -695,7 +695,7 @@ def test_a_failure_after_the_final_checkpoint_says_to_export_not_to_resume(finis
     assert f"its model: pipeplan export {run} --out DIR" in line and "resume" not in line
     more = cfg.model_copy(update={"epochs": 2})  # a resume for another epoch failed
     assert failure_line(0, "exit code 1", run, more).endswith(
-        f"resume with: pipeplan run --resume {run}"
+        f"resume with: pipeplan run --resume {run} --epochs 2"
     )
 
 
@@ -714,8 +714,195 @@ def test_a_failed_checkpoints_line_says_where_before_why(finished_run, tmp_path)
     )
     assert failure_line(0, why, run, more) == (
         f"training failed on rank 0 at step 2: {why}; rank logs in {run / 'logs'}; "
+        f"resume with: pipeplan run --resume {run} --epochs 2"
+    )
+
+
+def test_a_failed_resumes_line_carries_the_flags_it_was_given(finished_run, tmp_path):
+    """Found by the twenty-fifth round: a resume for more epochs (or another world) that fails
+    before its first checkpoint leaves run.json as it was, and its line said "resume with:
+    pipeplan run --resume R", which was refused ("finished all its 1 epochs; give --epochs N
+    > 1") or trained another world. The command carries each resumable flag run.json does
+    not hold yet; once a checkpoint made them run.json's, none."""
+    from executor.launch import failure_line
+    from pipeplan.formats import RunConfig, dumps, load
+
+    run = copy_run(finished_run, tmp_path)
+    cfg = load(RunConfig, run / "run.json")
+    more = cfg.model_copy(update={"epochs": 3, "nproc": 2, "collective_timeout_s": 30.0})
+    assert failure_line(0, "exit code 1", run, more).endswith(
+        f"resume with: pipeplan run --resume {run} --nproc 2 --epochs 3 --collective-timeout 30.0"
+    )
+    (run / "run.json").write_text(dumps(more))  # what its first checkpoint commits
+    assert failure_line(0, "exit code 1", run, more).endswith(
         f"resume with: pipeplan run --resume {run}"
     )
+
+
+# ------------------------------------------------ a resume for more epochs failed before its first
+# checkpoint: run.json keeps its epochs (the checkpoint commits them), run.jsonl has its records.
+
+# A file-size limit over everything a resume writes but its checkpoint (model.pt: 6 MiB): the
+# first checkpoint fails as on the round's full disk, after the epoch's records.
+FILE_LIMIT = 2 << 20
+LIMITED = (
+    f"import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, ({FILE_LIMIT},) * 2); "
+    "import cli; sys.exit(cli.main())"
+)
+
+
+@pytest.fixture(scope="module")
+def failed_extension(finished_run, tmp_path_factory) -> tuple[Path, str]:
+    """`finished_run` (1 epoch) after `run --resume RUN --epochs 2` failed writing its first
+    checkpoint, step-4 (the final one): run.json says 1 epoch, run.jsonl holds the resumed
+    phase 1, steps 2-3 and epoch 1's record, and metrics.csv its row. The run and the
+    resume's stderr."""
+    run = copy_run(finished_run, tmp_path_factory.mktemp("extension"))
+    env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
+    argv = ["run", "--resume", str(run), *MORE]
+    done = subprocess.run(
+        [sys.executable, "-c", LIMITED, *argv],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "cannot write checkpoint step-4" in done.stderr, done.stderr[-3000:]
+    assert (run / "checkpoints" / "latest").read_text() == "step-2\n"
+    return run, done.stderr
+
+
+class _Trains(Exception):
+    """Raised where the ranks would start: every check of the resume passed."""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_failed_extensions_resume_command_is_accepted(failed_extension, tmp_path, monkeypatch):
+    """Found by the twenty-fifth round: `run --resume R --epochs 3` failed writing its first
+    checkpoint (a full disk) and said "resume with: pipeplan run --resume R", which was
+    refused ("finished all its 2 epochs; give --epochs N > 2"). The command it prints now
+    carries --epochs, and passes every check of the resume up to the ranks' start."""
+    import executor.launch
+
+    run, err = failed_extension
+    line = err.strip().splitlines()[-1]
+    assert line.endswith(f"resume with: pipeplan run --resume {run} --epochs 2"), line
+    copy = copy_run(run, tmp_path)
+    command = shlex.split(line.split("resume with: ")[1].replace(str(run), str(copy)))
+
+    def trains(cfg, run_dir, resume=False):
+        raise _Trains(cfg.epochs)
+
+    monkeypatch.setattr(executor.launch, "run_local", trains)
+    with pytest.raises(_Trains) as started:
+        cli.main(command[1:])
+    assert started.value.args == (2,)
+
+
+@pytest.mark.long
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_failed_extensions_resume_trains_as_the_extension_uninterrupted(
+    failed_extension, tmp_path
+):
+    """The printed command rewrites the failed resume's records and trains on exactly as it
+    did (the same losses and held-out numbers, bit for bit: it was the extension,
+    uninterrupted up to its checkpoint), and its checkpoint makes run.json 2 epochs."""
+    from pipeplan.formats import EpochRecord, StepRecord, read_records
+
+    run, err = failed_extension
+    copy = copy_run(run, tmp_path)
+    command = shlex.split(err.strip().splitlines()[-1].split("resume with: ")[1])
+    assert cli.main([str(copy) if arg == str(run) else arg for arg in command[1:]]) == 0
+    failed, resumed = (read_records(r / "run.jsonl") for r in (run, copy))
+    assert [r.step for r in resumed if isinstance(r, StepRecord)] == [0, 1, 2, 3]
+    assert [r.epoch for r in resumed if isinstance(r, EpochRecord)] == [0, 1]
+    for before, after in zip(failed, resumed, strict=True):
+        if not isinstance(before, StepRecord | EpochRecord):
+            continue
+        fields = ("loss",) if isinstance(before, StepRecord) else ("train_loss", "eval_loss")
+        assert [getattr(before, f) for f in fields] == [getattr(after, f) for f in fields]
+    assert json.loads((copy / "run.json").read_text())["epochs"] == 2
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("killed", ["after its epoch's record", "mid-epoch"])
+def test_report_leaves_out_a_failed_extensions_records(failed_extension, tmp_path, capsys, killed):
+    """Found by the twenty-fifth round: a resume for more epochs that failed before its first
+    checkpoint left its records past run.json's epochs, and report read them as the run's
+    ("14 steps, 2/2 epochs"). They are left out with one notice naming run.jsonl, what it
+    left out and the resume that trains them again; the report is of run.json's epochs."""
+    run = copy_run(failed_extension[0], tmp_path)
+    left_out = "phase 1, steps 2 to 3 and the record of epoch 1"
+    if killed == "mid-epoch":  # the round's state: no epoch record, no metrics.csv row
+        lines = _lines(run)
+        assert lines[-1]["kind"] == "epoch"
+        _rewrite(run, lines[:-1])
+        rows = (run / "metrics.csv").read_text().splitlines(keepends=True)
+        (run / "metrics.csv").write_text("".join(rows[:-1]))
+        left_out = "phase 1 and steps 2 to 3"
+    before = snapshot(run)
+    capsys.readouterr()
+    assert cli.main(["report", str(run)]) == 0
+    out, err = capsys.readouterr()
+    notice = (
+        f"pipeplan: WARNING: {run / 'run.jsonl'}: {left_out} left out: past run.json's epochs "
+        f"(1), written by a resume for more epochs that stopped before its first checkpoint; "
+        f"pipeplan run --resume {run} --epochs N (N > 1) trains on and rewrites them"
+    )
+    assert err.splitlines() == [notice]
+    assert "2 steps, 1/1 epochs" in out
+    assert snapshot(run) == before
+
+
+def _extended_fit_run(tmp_path: Path, resumed: bool) -> tuple[Path, list[str]]:
+    """Calibrate's records (four phases of 8 steps on 2 ranks) as a 1-epoch run whose
+    epoch 0 closed after phase 1, then phases 2-3 in epoch 1, past run.json's epochs:
+    `resumed`, phase 2 entered by --resume (a failed extension's records), else by a
+    transition (no run writes those)."""
+    from test_report import epoch
+
+    run, argv = _readable(tmp_path, "calibrate")
+    lines = []
+    for line in _lines(run):
+        if line["kind"] == "phase" and line["phase"] == 2:
+            closed = epoch(0, 0, epoch_s=2.0, accuracy=None, steps=16)
+            lines.append(closed.model_dump(mode="json"))
+        if line["kind"] == "phase" and line["phase"] >= 2:
+            line = {**line, "start_epoch": 1, "resumed": resumed and line["phase"] == 2}
+        elif line["kind"] == "step" and line["phase"] >= 2:
+            line = {**line, "epoch": 1}
+        lines.append(line)
+    _rewrite(run, lines)
+    return run, argv
+
+
+def test_calibrate_fits_none_of_a_failed_extensions_records(tmp_path, capsys):
+    """Found by the twenty-fifth round: calibrate fitted the steps a failed resume for more
+    epochs recorded past run.json's epochs. It fits the phases of run.json's epochs only,
+    and says what it left out once (it reads the records twice)."""
+    _, argv = _extended_fit_run(tmp_path, resumed=True)
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    notices = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
+    assert len(notices) == 1 and "phases 2 to 3 and steps 16 to 31 left out" in notices[0]
+    calibration = json.loads((tmp_path / "c").read_text())["calibration"]
+    assert (calibration["phases_used"], calibration["steps_used"]) == (2, 12)
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_records_past_run_json_epochs_that_no_resume_wrote_are_refused(tmp_path, capsys, command):
+    """Found by the twenty-fifth round's fix: records of an epoch past run.json's were read
+    as the run's ("2/1 epochs"). Only a failed resume for more epochs leaves such records:
+    without one before them, run.json or run.jsonl was edited, and the line says so."""
+    run, argv = _extended_fit_run(tmp_path, resumed=False)
+    if command == "report":
+        argv = ["report", str(run)]
+    fragment = (f"{run / 'run.jsonl'}: phase 2 starts in epoch 1, but run.json says epochs 1",)
+    refused(argv, tmp_path, capsys, (*fragment, "no resume for more epochs wrote it"))
 
 
 # ----------------------------------------------------------------------------- eighth round
