@@ -74,6 +74,8 @@ FIRST_RECORD_LIMIT = 1 << 20
 def _first_record(path: Path) -> str | None:
     """run.jsonl's first record as canonical JSON (its keys sorted, so a copy written out
     again with other spacing is still the same record); None when there is none to read."""
+    if path.is_symlink():
+        return None  # refused as a link by the run's reader (`check_own_files`), never read
     try:
         check_input_file(path, MAX_FILE_BYTES)
         with path.open("rb") as f:

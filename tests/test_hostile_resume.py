@@ -205,6 +205,43 @@ def test_resume_names_run_jsonl_when_the_checkpoints_agree_against_it(
     refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
 
 
+# ------------------------------------------------- twenty-fourth round: every file of the run
+
+
+def _commands(run: Path, tmp_path: Path) -> dict[str, list[str]]:
+    """Every command given a run, by name: each must read the run's files alike."""
+    return {
+        "report": ["report", str(run)],
+        "calibrate": [
+            *("calibrate", str(run), "--profile", str(run / "profile.json")),
+            *("--out", str(tmp_path / "c.json")),
+        ],
+        "export": ["export", str(run), "--out", str(tmp_path / "out")],
+        "resume": ["run", "--resume", str(run), *MORE],
+    }
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
+@pytest.mark.parametrize("name", ["run.json", "run.jsonl"])
+def test_a_run_file_linked_to_a_file_of_text_is_refused_as_a_link(
+    mid_epoch_run, tmp_path, capsys, command, name
+):
+    """Found by the twenty-fourth round: run.jsonl (run.json) replaced by a link to a file of
+    text was refused as `run.jsonl:1: not a run record: not valid JSON`, sending the user to
+    its contents; linked to a valid copy, resume called it a link. The link is refused
+    first, whatever it points at, by every command given the run."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("victim\n")
+    (run / name).unlink()
+    (run / name).symlink_to(victim)
+    fragment = f"{run / name}: is a symbolic link, not a file of its own; the run writes this file"
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, fragment)
+    assert victim.read_text() == "victim\n"
+
+
 EXPORTED = [
     "another model",
     "a free-form cache",
