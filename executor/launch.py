@@ -193,6 +193,7 @@ from pipeplan.formats.run import (
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build, check_needs_against
 from pipeplan.report import make_report
+from pipeplan.runfiles import check_summary
 from pipeplan.spawn import RankFailedError, check_local_ranks
 
 log = logging.getLogger("pipeplan.run")
@@ -1259,6 +1260,7 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         # agreed with it (twenty-third round). After the checkpoint's checks, which name
         # the records' own faults (cut short, another schedule) more exactly.
         check_eval_metrics(path, records)
+        check_summary(path, saved, records)
         check_unfinished(manifest, cfg, path, local)
     return records
 

@@ -343,6 +343,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     from executor.planning import check_run_model
     from pipeplan.formats import read_records
     from pipeplan.formats.metrics import check_eval_metrics
+    from pipeplan.runfiles import check_summary
 
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)
@@ -370,6 +371,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = No
     # The records against metrics.csv and summary.json, as resume, report and calibrate hold
     # them (twenty-third round): one command's refusal is every command's.
     check_eval_metrics(run_dir, records)
+    check_summary(run_dir, cfg, records)
     check_weights(weights, seq.layers, path or latest(run_dir, "export"))  # shapes and dtype kinds
     try:
         restore(seq.layers, weights, {})

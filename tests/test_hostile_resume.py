@@ -221,6 +221,49 @@ def _commands(run: Path, tmp_path: Path) -> dict[str, list[str]]:
     }
 
 
+# summary.json edited: (the field's path, its value, what the one line says).
+SUMMARIES = {
+    "steps and name": ((("steps",), 7), (("name",), "other"), "name 'other', but"),
+    "steps": ((("steps",), 7), None, "steps is 7, but"),
+    "total_s": ((("total_s",), 99.0), None, "total_s is 99.0, but"),
+    "a phase's measured step": (
+        (("phases", 0, "measured_step_s"), 9.0),
+        None,
+        "phases.0.measured_step_s is 9.0, but",
+    ),
+    "a phase's steps": ((("phases", 0, "steps"), 2), None, "phases.0.steps is 2, but"),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "command, case",
+    [(c, "steps and name") for c in ("report", "calibrate", "export", "resume")]
+    + [("report", c) for c in SUMMARIES if c != "steps and name"],
+)
+def test_summary_json_is_what_the_run_wrote(mid_epoch_run, tmp_path, capsys, command, case):
+    """Found by the twenty-fourth round: summary.json saying steps 7 and name "other" for a
+    6-step run r1 was reported, exported and calibrated from (exit 0); only its
+    final_eval_accuracy was compared. Every field is held to what the run writes from its
+    records and run.json (`runfiles.check_summary`): one line naming both files."""
+    from test_hostile import with_path
+
+    run = copy_run(mid_epoch_run, tmp_path)
+    summary = run / "summary.json"
+    if command == "report":
+        assert cli.main(["report", str(run)]) == 0  # as the run wrote it: read
+        capsys.readouterr()
+    *edits, fragment = SUMMARIES[case]
+    doc = json.loads(summary.read_text())
+    for where, value in filter(None, edits):
+        doc = with_path(doc, where, value)
+    summary.write_text(json.dumps(doc))
+    other = "run.json" if case == "steps and name" else "run.jsonl"
+    fragment = (f"{summary}: {fragment}", str(run / other))
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, fragment)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
@@ -1180,6 +1223,25 @@ def test_a_finished_run_resumed_at_an_epochs_end_is_extended_and_checked(
     assert after.grad_history == before.grad_history and len(after.grad_history) == 1
     phases = [(p["start_step"], p["resumed"]) for p in _lines(run) if p["kind"] == "phase"]
     assert phases == [(0, False), (EPOCH, True), (2 * EPOCH, True)]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_summary_of_the_end_a_resume_continued_from_is_read(boundary_resumed, tmp_path, capsys):
+    """A summary of fewer steps than the records is one written at the end a resume then
+    continued from (a resume killed before its own end leaves it): read, as long as run.jsonl
+    records that resume at its step; any other count is refused."""
+    run = copy_run(boundary_resumed, tmp_path)
+    resumed = [r["start_step"] for r in _lines(run) if r["kind"] == "phase" and r["resumed"]]
+    assert resumed == [EPOCH]
+    summary = run / "summary.json"
+    doc = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**doc, "steps": EPOCH}))
+    assert cli.main(["report", str(run)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    summary.write_text(json.dumps({**doc, "steps": EPOCH - 1}))
+    fragment = f"{summary}: steps is {EPOCH - 1}, but {run / 'run.jsonl'} records {2 * EPOCH}"
+    refused(["report", str(run)], tmp_path, capsys, fragment)
 
 
 @pytest.mark.multiprocess

@@ -1675,17 +1675,16 @@ def test_init_beside_a_built_in_model_is_refused(tmp_path, capsys, model, init):
 
 
 def _with_eval_files(run: Path, summary: bool) -> None:
-    """metrics.csv (or summary.json instead) as the run writes them from its epoch records."""
-    from pipeplan.formats import EpochRecord, RunSummary, dumps, read_records
+    """metrics.csv (or summary.json instead) as the run writes them from its records."""
+    from pipeplan.formats import RunConfig, dumps, read_records
     from pipeplan.formats.metrics import metrics_of
+    from pipeplan.report import run_summary
 
-    epochs = [EpochRecord(**line) for line in _lines(run) if line["kind"] == "epoch"]
+    records = read_records(run / "run.jsonl")
     if not summary:
-        (run / "metrics.csv").write_text(metrics_of(read_records(run / "run.jsonl")))
+        (run / "metrics.csv").write_text(metrics_of(records))
         return
-    steps = len(_steps(_lines(run)))
-    final = epochs[-1].eval_accuracy
-    doc = RunSummary(name=run.name, total_s=1.0, steps=steps, final_eval_accuracy=final, phases=[])
+    doc = run_summary(load(RunConfig, run / "run.json"), records)
     (run / "summary.json").write_text(dumps(doc))
 
 
