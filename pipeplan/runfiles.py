@@ -39,7 +39,7 @@ def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> No
     if (run_dir / "checkpoints" / "latest").exists():
         # Imported here: it brings torch, which a run without checkpoints never needs.
         from executor.checkpoint import check_latest_trained_with
-        from executor.history import check_manifest_records
+        from executor.history import check_manifest_records, check_older_manifests
 
         manifest = check_latest_trained_with(run_dir, config)
         # Its layout, phase and position against run.jsonl, as a resume checks them: a
@@ -47,6 +47,7 @@ def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> No
         # round), though the same folder could not be resumed.
         if manifest is not None:
             check_manifest_records(manifest, records, run_dir, config)
+            check_older_manifests(manifest, records, run_dir, config)
     # After the checkpoint's checks, which name the records' own faults more exactly (a
     # schedule edited in run.jsonl is one the checkpoint was not taken in).
     check_eval_metrics(run_dir, records)

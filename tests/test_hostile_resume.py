@@ -221,6 +221,38 @@ def _commands(run: Path, tmp_path: Path) -> dict[str, list[str]]:
     }
 
 
+# An older kept checkpoint's manifest edited: (fields as edited, what the one line says).
+OLDER_MANIFESTS = {
+    "an unknown key": ({"evil": 1}, "invalid checkpoint manifest: field 'evil'"),
+    "another world size": ({"world_size": 3}, "world_size: 3, but phase 0 ran on 1 ranks"),
+    "another epoch": ({"epoch": 1}, "epoch: 1 at step 2, but run.jsonl recorded step 1 in epoch 0"),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "command, case",
+    [(c, "an unknown key") for c in ("report", "calibrate", "export", "resume")]
+    + [("report", "another world size"), ("export", "another epoch")],
+)
+def test_every_command_holds_an_older_checkpoints_manifest(
+    mid_epoch_run, tmp_path, capsys, command, case
+):
+    """Found by the twenty-fourth round: step-4's manifest beside the latest step-6, edited
+    (an unknown key, run_ends not a list, world_size 3), was read by neither report,
+    calibrate nor the default export (exit 0); only `export --checkpoint step-4` refused it.
+    Every kept checkpoint older than the one read is held to its schema and to run.jsonl
+    (`history.check_older_manifests`), manifests only: one line naming its manifest.json."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    path = run / "checkpoints" / "step-2" / "manifest.json"
+    assert (run / "checkpoints" / "latest").read_text() == "step-3\n"
+    changes, fragment = OLDER_MANIFESTS[case]
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, (f"{path}: ", fragment))
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
+
+
 # summary.json edited: (the field's path, its value, what the one line says).
 SUMMARIES = {
     "steps and name": ((("steps",), 7), (("name",), "other"), "name 'other', but"),
