@@ -1,9 +1,11 @@
 """A finished run's files checked against each other before report or calibrate trust them:
-run.json against what the run itself recorded of its training (the latest checkpoint's
-configuration, the profiles its phases were priced with), and run directories given together
-against being one run twice (a `cp -a` copy fitted every step twice).
+run.json against what the run itself recorded of its training (every kept checkpoint's
+configuration, the profiles its phases were priced with), summary.json against the records,
+and run directories given together against being one run twice (a `cp -a` copy fitted every
+step twice).
 
     check_run_files(run_dir, config, records)       # calibrate.load_run, report's _Run
+    check_summary(run_dir, config, records)         # and resume, export
     check_distinct_runs(run_dirs, "run")            # calibrate RUN…, report RUN --baseline B
 """
 
@@ -102,7 +104,7 @@ def check_summary(run_dir: Path, config: RunConfig, records: list) -> None:
         )
 
 
-def _check_earlier_end(path: Path, steps: int, recorded: int, records: list, run_dir: Path):
+def _check_earlier_end(path: Path, steps: int, recorded: int, records: list, run_dir: Path) -> None:
     """A summary of `steps` steps beside records of `recorded`: written at the end a resume
     continued from (a phase resumed at that step), or before a resume from an older
     checkpoint rewrote the records after it (one resumed before `steps`, the records ending
