@@ -34,8 +34,10 @@ def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> No
     """run.json (`config`) is what the run trained under: its latest checkpoint's configuration
     (`executor.checkpoint.check_trained_with`, as resume and export check it; its layout and
     position against the records, `executor.history.check_manifest_records`, as resume checks
-    them) and its phases' profiles (`check_priced_profiles`). InputFileError naming the file
-    and field."""
+    them; every older kept checkpoint's manifest likewise, `check_older_manifests`) and its
+    phases' profiles (`check_priced_profiles`); metrics.csv and summary.json are what the
+    run wrote from its records (`check_eval_metrics`, `check_summary`). InputFileError
+    naming the file and field."""
     run_dir = Path(run_dir)
     check_priced_profiles(run_dir, config, records)
     if (run_dir / "checkpoints" / "latest").exists():
