@@ -66,11 +66,14 @@ SUMMARY_TOLERANCE_REL = 1e-9
 def check_summary(run_dir: Path, config: RunConfig, records: list) -> None:
     """summary.json, when the run has one, is what the run wrote at an end from its records
     and run.json (`report.run_summary`): its name run.json's; and when it sums up these
-    records (as many steps) every field, each phase's included. A summary of fewer or more
-    steps is one written at an earlier end, before a resume that run.jsonl records at that
-    step (a resume killed since, or one from an older checkpoint that rewrote the records
-    after it). steps 7 and name "other" in a 6-step run r1's summary were reported, exported
-    and calibrated from (twenty-fourth round). InputFileError naming both files.
+    records (as many steps) every field, each phase's included, but where run.jsonl records
+    a resume: then its final_eval_accuracy and the phases that ended before the resume (a
+    summary of as many steps may be that of the end before a resume from an older checkpoint
+    ran them again). A summary of fewer or more steps is one written at an earlier end,
+    before a resume that run.jsonl records at that step (a resume killed since, or one from
+    an older checkpoint that rewrote the records after it). steps 7 and name "other" in a
+    6-step run r1's summary were reported, exported and calibrated from (twenty-fourth
+    round). InputFileError naming both files.
 
         check_summary(Path("runs/r1"), load(RunConfig, "runs/r1/run.json"), records)
     """
@@ -97,7 +100,17 @@ def check_summary(run_dir: Path, config: RunConfig, records: list) -> None:
             f"{expected.final_eval_accuracy!r}, but {path} says final_eval_accuracy "
             f"{summary.final_eval_accuracy!r}"
         )
-    field = _first_field_differing(summary.model_dump(), expected.model_dump())
+    have, want = summary.model_dump(), expected.model_dump()
+    phases = [r for r in records if isinstance(r, PhaseRecord)]
+    rerun = min((p.start_step for p in phases if p.resumed), default=None)
+    if rerun is not None:
+        # A resume at that step ran the steps after it again or on: the summary may be the
+        # one written at an earlier end of as many steps (a resume of a finished run from an
+        # older checkpoint), its totals and later phases other measurements. The phases that
+        # ended before the resume are records it never rewrote: held still.
+        kept = next((i for i, p in enumerate(phases[1:]) if p.start_step >= rerun), 0)
+        have, want = ({"phases": doc["phases"][:kept]} for doc in (have, want))
+    field = _first_field_differing(have, want)
     if field is not None:
         name, have, want = field
         raise InputFileError(

@@ -1262,12 +1262,16 @@ def test_a_finished_run_resumed_at_an_epochs_end_is_extended_and_checked(
 def test_a_summary_of_the_end_a_resume_continued_from_is_read(boundary_resumed, tmp_path, capsys):
     """A summary of fewer steps than the records is one written at the end a resume then
     continued from (a resume killed before its own end leaves it): read, as long as run.jsonl
-    records that resume at its step; any other count is refused."""
+    records that resume at its step; any other count is refused. One of as many steps but
+    other totals is the end before a resume from an older checkpoint ran the steps again
+    (test_checkpoint's mid-epoch resume): read, where run.jsonl records that resume."""
     run = copy_run(boundary_resumed, tmp_path)
     resumed = [r["start_step"] for r in _lines(run) if r["kind"] == "phase" and r["resumed"]]
     assert resumed == [EPOCH]
     summary = run / "summary.json"
     doc = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**doc, "total_s": doc["total_s"] * 2}))
+    assert cli.main(["report", str(run)]) == 0, capsys.readouterr().err
     summary.write_text(json.dumps({**doc, "steps": EPOCH}))
     assert cli.main(["report", str(run)]) == 0, capsys.readouterr().err
     capsys.readouterr()
