@@ -296,7 +296,7 @@ def load_checkpoint(path: Path) -> Loaded:
     if path.is_symlink():
         raise InputFileError(f"{path}: is a symbolic link; a run's checkpoints are its own folders")
     manifest = load(CheckpointManifest, path / "manifest.json")
-    _check_manifest(path, manifest)
+    check_manifest_folder(path, manifest)
     for name in FILES:
         recorded = manifest.files.get(name)
         if recorded is None:
@@ -327,7 +327,7 @@ def load_checkpoint(path: Path) -> Loaded:
     return manifest, model, optimizer, rng
 
 
-def _check_manifest(path: Path, manifest: CheckpointManifest) -> None:
+def check_manifest_folder(path: Path, manifest: CheckpointManifest) -> None:
     """The manifest describes this folder: its step is the one the folder is named after (a
     copy of step-3 put in place of step-4 resumed epoch 2 again), and its files map names
     exactly the files a checkpoint has (extra entries such as "/dev/zero" or
@@ -603,7 +603,7 @@ def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> CheckpointManife
         return None  # a run stopped before its first checkpoint: nothing to check against
     path = latest(run_dir, "export")
     manifest = load(CheckpointManifest, path / "manifest.json")
-    _check_manifest(path, manifest)
+    check_manifest_folder(path, manifest)
     check_trained_with(manifest, cfg, run_dir / "run.json")
     return manifest
 

@@ -3,6 +3,7 @@ any rank starts, and report, calibrate and export alike, so that every command g
 says the same about it.
 
     check_manifest_records(manifest, read_records(run_dir / "run.jsonl"), run_dir, cfg)
+    check_older_manifests(manifest, records, run_dir, cfg)   # every kept checkpoint before it
     gradient_decisions(manifest, phases, cfg)   # grad_history entries AutoFreeze made by then
     run_ends(manifest, phases)                  # the epochs' ends where a run ended by then
 """
@@ -12,10 +13,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from executor.checkpoint import checkpoints_written, kept_manifest, manifest_path
+from executor.checkpoint import (
+    check_manifest_folder,
+    checkpoints_written,
+    kept_manifest,
+    manifest_path,
+)
 from pipeplan.errors import InputFileError
 from pipeplan.formats import CheckpointManifest, EpochRecord, PhaseRecord, RunConfig, StepRecord
-from pipeplan.formats.base import first_difference, read_input
+from pipeplan.formats.base import first_difference, load, read_input
 from pipeplan.formats.run import torn_tail
 
 
@@ -80,9 +86,8 @@ def check_manifest_records(
         expected = last.epoch if manifest.step_in_epoch > 0 else last.epoch + 1
         if manifest.epoch != expected:
             raise InputFileError(
-                f"{run_dir}: the checkpoint at step {manifest.step} says epoch "
-                f"{manifest.epoch}, but run.jsonl recorded step {last.step} in epoch "
-                f"{last.epoch}"
+                f"{where}: epoch: {manifest.epoch} at step {manifest.step}, but run.jsonl "
+                f"recorded step {last.step} in epoch {last.epoch}"
             )
     phases = [r for r in records if isinstance(r, PhaseRecord) and r.phase <= manifest.phase]
     check_run_ends_recorded(manifest, phases, where)
@@ -96,6 +101,33 @@ def check_manifest_records(
             f"{cfg.freeze} {made} {manifest.step} (one entry each)"
         )
     check_history_recorded(manifest, records, phases, cfg, where)
+
+
+def check_older_manifests(
+    used: CheckpointManifest, records: list, run_dir: Path, cfg: RunConfig
+) -> None:
+    """Every checkpoint kept older than `used` (the one a command reads: the latest, or the
+    one a resume or export falls back to or is given) is held to the rules `used` is: its
+    manifest read to its schema, its step its folder's (`check_manifest_folder`), and against
+    run.jsonl (`check_manifest_records`); run.json it is held to by `check_same_training`.
+    Manifests only: no tensor file is read or hashed. A newer one is what the fallback passed
+    over with its notice, or one `latest` does not name yet: not read. step-4's manifest
+    beside the latest step-6 was read by no command but `export --checkpoint step-4`: any
+    edit, even one of its schema, passed report, calibrate and export (twenty-fourth round).
+
+        check_older_manifests(manifest, records, run_dir, cfg)   # InputFileError naming it
+    """
+    for path in checkpoints_written(run_dir / "checkpoints"):
+        if _folder_step(path) >= used.step:
+            continue
+        manifest = load(CheckpointManifest, path / "manifest.json")
+        check_manifest_folder(path, manifest)
+        check_manifest_records(manifest, records, run_dir, cfg)
+
+
+def _folder_step(path: Path) -> int:
+    """`_folder_step(Path("c/step-4"))` → 4: a `checkpoints_written` folder's step."""
+    return int(path.name.removeprefix("step-"))
 
 
 def _layout_disagrees(

@@ -122,7 +122,7 @@ from executor.checkpoint import (
     latest,
     manifest_path,
 )
-from executor.history import check_manifest_records
+from executor.history import check_manifest_records, check_older_manifests
 from executor.planning import (
     RUN_PLAN,
     RUN_PROFILE,
@@ -195,6 +195,7 @@ from pipeplan.formats.run import (
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build, check_needs_against
 from pipeplan.report import make_report
+from pipeplan.runfiles import check_summary
 from pipeplan.spawn import RankFailedError, check_local_ranks
 
 log = logging.getLogger("pipeplan.run")
@@ -1282,11 +1283,13 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         manifest, weights, _, _ = load_latest(path)
         check_run(cfg, local, resumed=(path, manifest, weights))
         check_manifest_records(manifest, records, path, cfg)
+        check_older_manifests(manifest, records, path, cfg)  # every kept one before it
         # metrics.csv and summary.json against the records, as report and calibrate hold
         # them: the resume rewrote metrics.csv from an edited record, and the edit then
         # agreed with it (twenty-third round). After the checkpoint's checks, which name
         # the records' own faults (cut short, another schedule) more exactly.
         check_eval_metrics(path, records)
+        check_summary(path, saved, records)
         check_unfinished(manifest, cfg, path, local)
     return records
 

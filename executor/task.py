@@ -346,10 +346,11 @@ def _export(run_dir: str | Path, out: str | Path, checkpoint: str | None) -> Pat
         manifest_path,
         restore,
     )
-    from executor.history import check_manifest_records
+    from executor.history import check_manifest_records, check_older_manifests
     from executor.planning import check_run_model
     from pipeplan.formats import read_records
     from pipeplan.formats.metrics import check_eval_metrics
+    from pipeplan.runfiles import check_summary
 
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)
@@ -374,9 +375,11 @@ def _export(run_dir: str | Path, out: str | Path, checkpoint: str | None) -> Pat
     # the manifest that resume refused (twentieth round).
     records = read_records(run_dir / "run.jsonl", cfg)
     check_manifest_records(manifest, records, run_dir, cfg)
+    check_older_manifests(manifest, records, run_dir, cfg)  # their manifests, as resume does
     # The records against metrics.csv and summary.json, as resume, report and calibrate hold
     # them (twenty-third round): one command's refusal is every command's.
     check_eval_metrics(run_dir, records)
+    check_summary(run_dir, cfg, records)
     check_weights(weights, seq.layers, path or latest(run_dir, "export"))  # shapes and dtype kinds
     try:
         restore(seq.layers, weights, {})

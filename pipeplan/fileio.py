@@ -607,7 +607,8 @@ def check_run_directory(run_dir: str | Path, needs: Iterable[str] = RUN_FILES) -
     for every command given one (report, calibrate, export, run --resume, torchrun's entry),
     so that each says the same true cause: "no such run directory", "is a file, not a run
     directory", "not a run directory (no run.jsonl)", "RUN/run.jsonl: not a regular file (a
-    FIFO)". Links are followed (a run's files are read, never replaced). InputFileError.
+    FIFO)". The folder may be reached through a link; the files the run writes in it may not
+    be links (`check_own_files`). InputFileError.
 
         run_dir = check_run_directory("runs/exp1")
         check_run_directory("runs/exp1", needs=("run.json",))   # export: no records read
@@ -622,6 +623,7 @@ def check_run_directory(run_dir: str | Path, needs: Iterable[str] = RUN_FILES) -
         raise InputFileError(
             f"{run_dir}: is {what}, not a run directory (give the folder `pipeplan run` wrote)"
         )
+    check_own_files(run_dir)  # a link is refused before anything is read through it
     for name in needs:
         what = _entry(run_dir / name)
         if what is None:
@@ -629,6 +631,30 @@ def check_run_directory(run_dir: str | Path, needs: Iterable[str] = RUN_FILES) -
         if what != "a regular file":  # a FIFO would block its reader, a folder is no record
             raise InputFileError(f"{run_dir / name}: not a regular file ({what})")
     return run_dir
+
+
+# The files a run writes in place or replaces at the top of its directory, which the commands
+# given it also read: a link there is refused before it is read (`check_own_files`).
+RUN_OWN_FILES = ("run.json", "run.jsonl", "run.resume.json", "summary.json", "metrics.csv")
+
+
+def check_own_files(run_dir: Path) -> None:
+    """No file the run writes at the top of `run_dir` (RUN_OWN_FILES, calibration-N.json) is a
+    symbolic link, whatever it points at: a run.jsonl linked to a file of text was read first
+    and called "not valid JSON", and only a link to a valid copy was refused as a link
+    (twenty-fourth round). InputFileError naming the first one, in resume's words.
+
+        check_own_files(Path("runs/exp1"))   # runs/exp1/run.jsonl: is a symbolic link, …
+    """
+    try:
+        names = [n for n in os.listdir(run_dir) if CALIBRATION_FILE.fullmatch(n)]
+    except OSError:
+        names = []  # the folder's own checks say why it cannot be read
+    for name in (*RUN_OWN_FILES, *sorted(names)):
+        path = run_dir / name
+        if os.path.islink(path):
+            why = "is a symbolic link, not a file of its own"
+            raise InputFileError(f"{path}: {why}; the run writes this file")
 
 
 def _entry(path: Path) -> str | None:

@@ -35,10 +35,12 @@ from pipeplan.formats import (
     EpochReport,
     PhaseRecord,
     PhaseReport,
+    PhaseSummary,
     RankBreakdown,
     RankTimes,
     Report,
     RunConfig,
+    RunSummary,
     StagePlan,
     StageReport,
     StepRecord,
@@ -219,6 +221,37 @@ def phase_report(phase: PhaseRecord, steps: Sequence[StepRecord], config: RunCon
         predicted_overhead_s=predicted_overhead(phase),
         predicted_stages=phase.predicted_stages,
         stages=[stage_report(phase, s, used) for s in range(phase.layout.num_stages)],
+    )
+
+
+def run_summary(config: RunConfig, records: list) -> RunSummary:
+    """summary.json as a run whose records are `records` (run.jsonl's) writes it at its end
+    (`executor.launch.summarize`, from this report): what `runfiles.check_summary` holds a
+    run's summary.json to.
+
+        run_summary(load(RunConfig, "runs/r/run.json"), read_records("runs/r/run.jsonl"))
+    """
+    phases = [r for r in records if isinstance(r, PhaseRecord)]
+    steps = [r for r in records if isinstance(r, StepRecord)]
+    epochs = [r for r in records if isinstance(r, EpochRecord)]
+    reports = [phase_report(p, [s for s in steps if s.phase == p.phase], config) for p in phases]
+    return RunSummary(
+        name=config.name,
+        total_s=sum(e.epoch_s for e in epochs) + sum(p.transition_s for p in phases),
+        steps=len(steps),
+        final_eval_accuracy=epochs[-1].eval_accuracy if epochs else None,
+        phases=[
+            PhaseSummary(
+                phase=p.phase,
+                layout=p.layout,
+                steps=p.steps,
+                predicted_step_s=p.predicted_step_s,
+                measured_step_s=p.measured_step_s,
+                measured_spread_s=p.measured_iqr_s,
+                error=p.error,
+            )
+            for p in reports
+        ],
     )
 
 

@@ -1,11 +1,13 @@
 """A finished run's files checked against each other before report or calibrate trust them:
-run.json against what the run itself recorded of its training (the latest checkpoint's
-configuration, the profiles its phases were priced with), and run directories given together
-against being one run twice (a `cp -a` copy fitted every step twice); and the records of
-the epochs run.json says the run has, which are what report and calibrate read.
+run.json against what the run itself recorded of its training (every kept checkpoint's
+configuration, the profiles its phases were priced with), summary.json against the records,
+and run directories given together against being one run twice (a `cp -a` copy fitted every
+step twice); and the records of the epochs run.json says the run has, which are what report
+and calibrate read.
 
     check_run_files(run_dir, config, records)       # calibrate.load_run, report's _Run
     records = trained_records(run_dir, config, records)   # likewise, after it
+    check_summary(run_dir, config, records)         # and resume, export
     check_distinct_runs(run_dirs, "run")            # calibrate RUN…, report RUN --baseline B
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shlex
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,8 +26,10 @@ from pipeplan.formats import (
     EpochRecord,
     PhaseRecord,
     RunConfig,
+    RunSummary,
     StepRecord,
     check_priced_profiles,
+    load,
 )
 from pipeplan.formats.base import MAX_FILE_BYTES, check_input_file, check_json
 from pipeplan.formats.metrics import check_eval_metrics
@@ -34,14 +39,16 @@ def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> No
     """run.json (`config`) is what the run trained under: its latest checkpoint's configuration
     (`executor.checkpoint.check_trained_with`, as resume and export check it; its layout and
     position against the records, `executor.history.check_manifest_records`, as resume checks
-    them) and its phases' profiles (`check_priced_profiles`). InputFileError naming the file
-    and field."""
+    them; every older kept checkpoint's manifest likewise, `check_older_manifests`) and its
+    phases' profiles (`check_priced_profiles`); metrics.csv and summary.json are what the
+    run wrote from its records (`check_eval_metrics`, `check_summary`). InputFileError
+    naming the file and field."""
     run_dir = Path(run_dir)
     check_priced_profiles(run_dir, config, records)
     if (run_dir / "checkpoints" / "latest").exists():
         # Imported here: it brings torch, which a run without checkpoints never needs.
         from executor.checkpoint import check_latest_trained_with
-        from executor.history import check_manifest_records
+        from executor.history import check_manifest_records, check_older_manifests
 
         manifest = check_latest_trained_with(run_dir, config)
         # Its layout, phase and position against run.jsonl, as a resume checks them: a
@@ -49,9 +56,120 @@ def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> No
         # round), though the same folder could not be resumed.
         if manifest is not None:
             check_manifest_records(manifest, records, run_dir, config)
+            check_older_manifests(manifest, records, run_dir, config)
     # After the checkpoint's checks, which name the records' own faults more exactly (a
     # schedule edited in run.jsonl is one the checkpoint was not taken in).
     check_eval_metrics(run_dir, records)
+    check_summary(run_dir, config, records)
+
+
+# A summary.json float and the one its records make again: the same computation on the same
+# numbers, so only their text can differ (as metrics.csv's cells).
+SUMMARY_TOLERANCE_REL = 1e-9
+
+
+def check_summary(run_dir: Path, config: RunConfig, records: list) -> None:
+    """summary.json, when the run has one, is what the run wrote at an end from its records
+    and run.json (`report.run_summary`): its name run.json's; and when it sums up these
+    records (as many steps) every field, each phase's included, but where run.jsonl records
+    a resume: then its final_eval_accuracy and the phases that ended before the resume (a
+    summary of as many steps may be that of the end before a resume from an older checkpoint
+    ran them again). A summary of fewer or more steps is one written at an earlier end,
+    before a resume that run.jsonl records at that step (a resume killed since, or one from
+    an older checkpoint that rewrote the records after it). steps 7 and name "other" in a
+    6-step run r1's summary were reported, exported and calibrated from (twenty-fourth
+    round). InputFileError naming both files.
+
+        check_summary(Path("runs/r1"), load(RunConfig, "runs/r1/run.json"), records)
+    """
+    from pipeplan.report import run_summary  # it imports this module
+
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        return  # removed (a resume writes it again at the end); a link was refused first
+    summary = load(RunSummary, path)
+    if summary.name != config.name:
+        raise InputFileError(
+            f"{path}: name {summary.name!r}, but {run_dir / 'run.json'} says {config.name!r}; "
+            "the run wrote its summary under its own name"
+        )
+    expected = run_summary(config, records)
+    if summary.steps != expected.steps:
+        _check_earlier_end(path, summary.steps, expected.steps, records, run_dir)
+        return
+    records_file = run_dir / "run.jsonl"
+    epochs = [r for r in records if isinstance(r, EpochRecord)]
+    if epochs and not _close(summary.final_eval_accuracy, expected.final_eval_accuracy):
+        raise InputFileError(
+            f"{records_file}: epoch {epochs[-1].epoch}: eval_accuracy "
+            f"{expected.final_eval_accuracy!r}, but {path} says final_eval_accuracy "
+            f"{summary.final_eval_accuracy!r}"
+        )
+    have, want = summary.model_dump(), expected.model_dump()
+    phases = [r for r in records if isinstance(r, PhaseRecord)]
+    rerun = min((p.start_step for p in phases if p.resumed), default=None)
+    if rerun is not None:
+        # A resume at that step ran the steps after it again or on: the summary may be the
+        # one written at an earlier end of as many steps (a resume of a finished run from an
+        # older checkpoint), its totals and later phases other measurements. The phases that
+        # ended before the resume are records it never rewrote: held still.
+        kept = next((i for i, p in enumerate(phases[1:]) if p.start_step >= rerun), 0)
+        have, want = ({"phases": doc["phases"][:kept]} for doc in (have, want))
+    field = _first_field_differing(have, want)
+    if field is not None:
+        name, have, want = field
+        raise InputFileError(
+            f"{path}: {name} is {_cut(have)}, but {records_file} makes it {_cut(want)} (the run "
+            "wrote summary.json from its records: one of the two files was changed since)"
+        )
+
+
+def _check_earlier_end(path: Path, steps: int, recorded: int, records: list, run_dir: Path) -> None:
+    """A summary of `steps` steps beside records of `recorded`: written at the end a resume
+    continued from (a phase resumed at that step), or before a resume from an older
+    checkpoint rewrote the records after it (one resumed before `steps`, the records ending
+    before it). InputFileError naming both files otherwise."""
+    resumes = [r.start_step for r in records if isinstance(r, PhaseRecord) and r.resumed]
+    if steps in resumes or (recorded < steps and any(s < steps for s in resumes)):
+        return
+    raise InputFileError(
+        f"{path}: steps is {steps}, but {run_dir / 'run.jsonl'} records {recorded} steps and "
+        f"no resume at step {steps}; the run wrote summary.json at its end, from its records"
+    )
+
+
+def _first_field_differing(have: object, want: object, name: str = "") -> tuple | None:
+    """The first field (dotted: "phases.0.measured_step_s") where a summary's dump `have`
+    differs from `want`, with both values; floats within SUMMARY_TOLERANCE_REL agree."""
+    if isinstance(have, dict) and isinstance(want, dict) and have.keys() == want.keys():
+        for key in want:
+            found = _first_field_differing(have[key], want[key], f"{name}.{key}".lstrip("."))
+            if found is not None:
+                return found
+        return None
+    if isinstance(have, list) and isinstance(want, list):
+        if len(have) != len(want):
+            return (f"{name} (its length)", len(have), len(want))
+        for i, (a, b) in enumerate(zip(have, want, strict=True)):
+            found = _first_field_differing(a, b, f"{name}.{i}")
+            if found is not None:
+                return found
+        return None
+    return None if _close(have, want) else (name, have, want)
+
+
+def _close(have: object, want: object) -> bool:
+    """Equal, or two numbers (not booleans) within SUMMARY_TOLERANCE_REL."""
+    if have == want and type(have) is type(want):
+        return True
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (have, want))
+    return numbers and math.isclose(have, want, rel_tol=SUMMARY_TOLERANCE_REL)
+
+
+def _cut(value: object, limit: int = 120) -> str:
+    """A value as quoted in an error line: its JSON, at most `limit` characters."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def trained_records(run_dir: str | Path, config: RunConfig, records: list) -> list:
@@ -163,6 +281,8 @@ FIRST_RECORD_LIMIT = 1 << 20
 def _first_record(path: Path) -> str | None:
     """run.jsonl's first record as canonical JSON (its keys sorted, so a copy written out
     again with other spacing is still the same record); None when there is none to read."""
+    if path.is_symlink():
+        return None  # refused as a link by the run's reader (`check_own_files`), never read
     try:
         check_input_file(path, MAX_FILE_BYTES)
         with path.open("rb") as f:

@@ -205,6 +205,118 @@ def test_resume_names_run_jsonl_when_the_checkpoints_agree_against_it(
     refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragment)
 
 
+# ------------------------------------------------- twenty-fourth round: every file of the run
+
+
+def _commands(run: Path, tmp_path: Path) -> dict[str, list[str]]:
+    """Every command given a run, by name: each must read the run's files alike."""
+    return {
+        "report": ["report", str(run)],
+        "calibrate": [
+            *("calibrate", str(run), "--profile", str(run / "profile.json")),
+            *("--out", str(tmp_path / "c.json")),
+        ],
+        "export": ["export", str(run), "--out", str(tmp_path / "out")],
+        "resume": ["run", "--resume", str(run), *MORE],
+    }
+
+
+# An older kept checkpoint's manifest edited: (fields as edited, what the one line says).
+OLDER_MANIFESTS = {
+    "an unknown key": ({"evil": 1}, "invalid checkpoint manifest: field 'evil'"),
+    "another world size": ({"world_size": 3}, "world_size: 3, but phase 0 ran on 1 ranks"),
+    "another epoch": ({"epoch": 1}, "epoch: 1 at step 2, but run.jsonl recorded step 1 in epoch 0"),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "command, case",
+    [(c, "an unknown key") for c in ("report", "calibrate", "export", "resume")]
+    + [("report", "another world size"), ("export", "another epoch")],
+)
+def test_every_command_holds_an_older_checkpoints_manifest(
+    mid_epoch_run, tmp_path, capsys, command, case
+):
+    """Found by the twenty-fourth round: step-4's manifest beside the latest step-6, edited
+    (an unknown key, run_ends not a list, world_size 3), was read by neither report,
+    calibrate nor the default export (exit 0); only `export --checkpoint step-4` refused it.
+    Every kept checkpoint older than the one read is held to its schema and to run.jsonl
+    (`history.check_older_manifests`), manifests only: one line naming its manifest.json."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    path = run / "checkpoints" / "step-2" / "manifest.json"
+    assert (run / "checkpoints" / "latest").read_text() == "step-3\n"
+    changes, fragment = OLDER_MANIFESTS[case]
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, (f"{path}: ", fragment))
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
+
+
+# summary.json edited: (the field's path, its value, what the one line says).
+SUMMARIES = {
+    "steps and name": ((("steps",), 7), (("name",), "other"), "name 'other', but"),
+    "steps": ((("steps",), 7), None, "steps is 7, but"),
+    "total_s": ((("total_s",), 99.0), None, "total_s is 99.0, but"),
+    "a phase's measured step": (
+        (("phases", 0, "measured_step_s"), 9.0),
+        None,
+        "phases.0.measured_step_s is 9.0, but",
+    ),
+    "a phase's steps": ((("phases", 0, "steps"), 2), None, "phases.0.steps is 2, but"),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "command, case",
+    [(c, "steps and name") for c in ("report", "calibrate", "export", "resume")]
+    + [("report", c) for c in SUMMARIES if c != "steps and name"],
+)
+def test_summary_json_is_what_the_run_wrote(mid_epoch_run, tmp_path, capsys, command, case):
+    """Found by the twenty-fourth round: summary.json saying steps 7 and name "other" for a
+    6-step run r1 was reported, exported and calibrated from (exit 0); only its
+    final_eval_accuracy was compared. Every field is held to what the run writes from its
+    records and run.json (`runfiles.check_summary`): one line naming both files."""
+    from test_hostile import with_path
+
+    run = copy_run(mid_epoch_run, tmp_path)
+    summary = run / "summary.json"
+    if command == "report":
+        assert cli.main(["report", str(run)]) == 0  # as the run wrote it: read
+        capsys.readouterr()
+    *edits, fragment = SUMMARIES[case]
+    doc = json.loads(summary.read_text())
+    for where, value in filter(None, edits):
+        doc = with_path(doc, where, value)
+    summary.write_text(json.dumps(doc))
+    other = "run.json" if case == "steps and name" else "run.jsonl"
+    fragment = (f"{summary}: {fragment}", str(run / other))
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
+@pytest.mark.parametrize("name", ["run.json", "run.jsonl"])
+def test_a_run_file_linked_to_a_file_of_text_is_refused_as_a_link(
+    mid_epoch_run, tmp_path, capsys, command, name
+):
+    """Found by the twenty-fourth round: run.jsonl (run.json) replaced by a link to a file of
+    text was refused as `run.jsonl:1: not a run record: not valid JSON`, sending the user to
+    its contents; linked to a valid copy, resume called it a link. The link is refused
+    first, whatever it points at, by every command given the run."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("victim\n")
+    (run / name).unlink()
+    (run / name).symlink_to(victim)
+    fragment = f"{run / name}: is a symbolic link, not a file of its own; the run writes this file"
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, fragment)
+    assert victim.read_text() == "victim\n"
+
+
 EXPORTED = [
     "another model",
     "a free-form cache",
@@ -1331,6 +1443,29 @@ def test_a_finished_run_resumed_at_an_epochs_end_is_extended_and_checked(
     assert after.grad_history == before.grad_history and len(after.grad_history) == 1
     phases = [(p["start_step"], p["resumed"]) for p in _lines(run) if p["kind"] == "phase"]
     assert phases == [(0, False), (EPOCH, True), (2 * EPOCH, True)]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_summary_of_the_end_a_resume_continued_from_is_read(boundary_resumed, tmp_path, capsys):
+    """A summary of fewer steps than the records is one written at the end a resume then
+    continued from (a resume killed before its own end leaves it): read, as long as run.jsonl
+    records that resume at its step; any other count is refused. One of as many steps but
+    other totals is the end before a resume from an older checkpoint ran the steps again
+    (test_checkpoint's mid-epoch resume): read, where run.jsonl records that resume."""
+    run = copy_run(boundary_resumed, tmp_path)
+    resumed = [r["start_step"] for r in _lines(run) if r["kind"] == "phase" and r["resumed"]]
+    assert resumed == [EPOCH]
+    summary = run / "summary.json"
+    doc = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**doc, "total_s": doc["total_s"] * 2}))
+    assert cli.main(["report", str(run)]) == 0, capsys.readouterr().err
+    summary.write_text(json.dumps({**doc, "steps": EPOCH}))
+    assert cli.main(["report", str(run)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    summary.write_text(json.dumps({**doc, "steps": EPOCH - 1}))
+    fragment = f"{summary}: steps is {EPOCH - 1}, but {run / 'run.jsonl'} records {2 * EPOCH}"
+    refused(["report", str(run)], tmp_path, capsys, fragment)
 
 
 @pytest.mark.multiprocess

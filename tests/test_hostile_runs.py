@@ -506,6 +506,39 @@ def test_what_a_run_writes_in_its_directory_is_checked_before_any_rank(tmp_path,
     assert _tree(tmp_path) == before
 
 
+# The files a run writes at its top that its readers read (`fileio.RUN_OWN_FILES`, and one
+# calibration-N.json).
+OWN_FILES = ["run.json", "run.jsonl", "run.resume.json", "summary.json", "metrics.csv"]
+OWN_FILES += ["calibration-2.json"]
+
+
+@pytest.mark.parametrize("target", ["a file of text", "a copy of the file"])
+@pytest.mark.parametrize("name", OWN_FILES)
+def test_a_runs_own_file_that_is_a_link_is_refused_before_it_is_read(tmp_path, name, target):
+    """Found by the twenty-fourth round: run.jsonl (or run.json) linked to a file of text was
+    read through the link and called "not valid JSON"; linked to a valid copy, resume called
+    it a link and report read it. Every command given a run (`check_run_directory`) refuses
+    a link at a file the run writes first, whatever it points at, in resume's words."""
+    from pipeplan.errors import InputFileError
+    from pipeplan.fileio import check_run_directory
+
+    run, outside = _run_outside(tmp_path)
+    for own in ("run.json", "run.jsonl"):
+        (run / own).write_text("{}\n")
+    path = run / name
+    victim = outside / "victim.txt"
+    if target == "a copy of the file":
+        victim.write_text("{}\n")
+    path.unlink(missing_ok=True)
+    path.symlink_to(victim)
+    before = _tree(tmp_path)
+    with pytest.raises(InputFileError) as refusal:
+        check_run_directory(run)
+    said = f"{path}: is a symbolic link, not a file of its own; the run writes this file"
+    assert str(refusal.value) == said
+    assert _tree(tmp_path) == before
+
+
 def test_a_runs_own_plain_files_and_folders_pass_the_check(tmp_path):
     """The check refuses only what is not a plain file or folder: every name in it, as a run
     leaves it, passes (`check_outputs`)."""
@@ -1642,17 +1675,16 @@ def test_init_beside_a_built_in_model_is_refused(tmp_path, capsys, model, init):
 
 
 def _with_eval_files(run: Path, summary: bool) -> None:
-    """metrics.csv (or summary.json instead) as the run writes them from its epoch records."""
-    from pipeplan.formats import EpochRecord, RunSummary, dumps, read_records
+    """metrics.csv (or summary.json instead) as the run writes them from its records."""
+    from pipeplan.formats import RunConfig, dumps, read_records
     from pipeplan.formats.metrics import metrics_of
+    from pipeplan.report import run_summary
 
-    epochs = [EpochRecord(**line) for line in _lines(run) if line["kind"] == "epoch"]
+    records = read_records(run / "run.jsonl")
     if not summary:
-        (run / "metrics.csv").write_text(metrics_of(read_records(run / "run.jsonl")))
+        (run / "metrics.csv").write_text(metrics_of(records))
         return
-    steps = len(_steps(_lines(run)))
-    final = epochs[-1].eval_accuracy
-    doc = RunSummary(name=run.name, total_s=1.0, steps=steps, final_eval_accuracy=final, phases=[])
+    doc = run_summary(load(RunConfig, run / "run.json"), records)
     (run / "summary.json").write_text(dumps(doc))
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pipeplan.errors import InputFileError
 from pipeplan.fileio import not_a_plain_file
-from pipeplan.formats.base import MAX_FILE_BYTES, load, read_input
-from pipeplan.formats.run import EpochRecord, PhaseRecord, RunSummary, StepRecord
+from pipeplan.formats.base import MAX_FILE_BYTES, read_input
+from pipeplan.formats.run import EpochRecord, PhaseRecord
 
 # The held-out numbers an epoch record holds, which the run also wrote to summary.json (the
 # last): from the same floats, so only their text can differ.
@@ -61,27 +61,14 @@ def metrics_of(records: list) -> str:
 
 
 def check_eval_metrics(run_dir: Path, records: list) -> None:
-    """metrics.csv is what the epoch records say (`check_metrics_table`), and the last
-    eval_accuracy summary.json's final_eval_accuracy (when it sums up these records: as many
-    steps). An accuracy of 0.4567 edited into run.jsonl was reported beside a summary.json of
-    0.45 (twenty-second round); train_loss and samples_per_s are held to the step records
-    too (`formats.run.check_epoch`).
+    """metrics.csv is what the epoch records say (`check_metrics_table`); summary.json is
+    held to them and to run.json by `pipeplan.runfiles.check_summary`. An accuracy of 0.4567
+    edited into run.jsonl was reported beside a metrics.csv of 0.45 (twenty-second round);
+    train_loss and samples_per_s are held to the step records too (`formats.run.check_epoch`).
 
         check_eval_metrics(Path("runs/ft"), read_records("runs/ft/run.jsonl"))
     """
     check_metrics_table(run_dir, records)
-    epochs = [r for r in records if isinstance(r, EpochRecord)]
-    summary = run_dir / "summary.json"
-    if not epochs or not summary.is_file():
-        return
-    final = load(RunSummary, summary)
-    steps = sum(isinstance(r, StepRecord) for r in records)
-    last = epochs[-1].eval_accuracy
-    if final.steps == steps and not _same(last, _shown(final.final_eval_accuracy)):
-        raise InputFileError(
-            f"{run_dir / 'run.jsonl'}: epoch {epochs[-1].epoch}: eval_accuracy {last!r}, but "
-            f"{summary} says final_eval_accuracy {final.final_eval_accuracy!r}"
-        )
 
 
 def check_metrics_table(run_dir: Path, records: list) -> None:
@@ -154,10 +141,6 @@ def _number(cell: str) -> float | None:
 def _cut(text: str, limit: int = 80) -> str:
     """A cell as quoted in an error line: at most `limit` characters."""
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-def _shown(value: float | None) -> str:
-    return "" if value is None else repr(value)
 
 
 def _same(value: float | None, cell: str) -> bool:
