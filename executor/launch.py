@@ -933,12 +933,13 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     args += ["--resume"] * resume + ["--debug"] * log.isEnabledFor(logging.DEBUG)
     name_rendezvous_events_cheaply()
     launcher_log = None
+    stops = faults.AgentStops()  # the ranks the agent stopped once one had failed
     try:
-        with agent_scope(logs) as launcher_log:
+        with agent_scope(logs) as launcher_log, stops:
             elastic_launch(local_config(cfg.nproc, logs), RANK_SHELL[0])(*args)
     except ChildFailedError as exc:
         check_launch_written(run_dir, launcher_log)
-        rank, why = faults.verdict(exc.failures, cfg.collective_timeout_s)
+        rank, why = faults.verdict(exc.failures, cfg.collective_timeout_s, stops.pids)
         raise RankFailedError(failure_line(rank, why, run_dir, cfg), rank) from None
     except SignalException as exc:  # the agent has stopped every rank by now
         if exc.sigval == signal.SIGINT:

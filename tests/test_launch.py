@@ -603,8 +603,9 @@ def test_a_rank_that_ignored_ctrl_c_stops_at_the_launchers_mark(tmp_path):
 class Failure:
     """What the verdict reads of torch's ProcessFailure."""
 
-    def __init__(self, exitcode: int, report: faults.Report | None = None):
+    def __init__(self, exitcode: int, report: faults.Report | None = None, pid: int = 0):
         self.exitcode = exitcode
+        self.pid = pid
         self.error_file_data = {"message": "<NONE>"}
         if report is not None:
             self.error_file_data = json.loads(report.to_json())
@@ -666,6 +667,75 @@ def report(rank: int, kind: str, at: float, message: str = "m") -> faults.Report
 )
 def test_the_verdict_names_the_first_to_fail(failures, expected):
     assert faults.verdict(failures, timeout_s=5) == expected
+
+
+@pytest.mark.parametrize(
+    "failures, agent_stopped, expected",
+    [
+        # rank 1 killed by SIGTERM before its handler; rank 0 (pid 10) stopped by the agent
+        (
+            {1: Failure(-15, pid=11), 0: Failure(143, report(0, "stopped", 2.0, "S"), 10)},
+            {10},
+            (1, "stopped by SIGTERM"),
+        ),
+        # both training, so silent: rank 0 is no longer named for being the lowest
+        ({0: Failure(-15, pid=10), 1: Failure(-15, pid=11)}, {10}, (1, "stopped by SIGTERM")),
+        # the other way round, as before: rank 0 stopped as it started, rank 1 by the agent
+        (
+            {0: Failure(143, report(0, "stopped", 1.0, "S"), 10), 1: Failure(-15, pid=11)},
+            {11},
+            (0, "S"),
+        ),
+        # a rank the agent stopped that hung is still the one that timed the others out
+        (
+            {0: Failure(1, report(0, "timeout", 1.0), 10), 1: Failure(-9, pid=11)},
+            {11},
+            (1, "no response within the collective timeout of 5 s (stopped or hung)"),
+        ),
+    ],
+)
+def test_the_verdict_never_names_a_rank_the_agent_stopped_for_an_earlier_death(
+    failures, agent_stopped, expected
+):
+    """Found by the twenty-fifth round: SIGTERM to rank 1 right after it existed (before its
+    own handler, so no report: exit -15) ended the run with "training failed on rank 0 …:
+    stopped by SIGTERM": rank 0, which the agent stopped as a consequence, was the one rank
+    that reported. The pids the agent stopped itself (`AgentStops`) tell the ranks that
+    ended before it acted: those came first."""
+    assert faults.verdict(failures, timeout_s=5, agent_stopped=agent_stopped) == expected
+
+
+# Two ranks as torch's agent runs them (`start_processes`: its SubprocessContext, its log):
+# rank 1 dies of SIGTERM with no report once rank 0 listens; rank 0, stopped by the agent,
+# reports that it was stopped, as a rank does that is still starting.
+RANK_0 = """trap 'printf %s "$REPORT" > "$TORCHELASTIC_ERROR_FILE"; exit 143' TERM
+: > "$READY"
+while :; do sleep 0.02; done"""
+RANK_1 = 'while [ ! -e "$READY" ]; do sleep 0.02; done; kill -TERM $$'
+
+
+@pytest.mark.timeout(60)
+def test_the_launcher_hears_which_ranks_the_agent_stopped(tmp_path):
+    """Found by the twenty-fifth round (as the test above): the launcher learns from torch's
+    agent itself which ranks it stopped (its "closing signal" log line, `AgentStops`), so the
+    verdict names rank 1, dead of a SIGTERM before it could report, not rank 0 that reported
+    the agent's SIGTERM."""
+    from torch.distributed.elastic.multiprocessing import start_processes
+
+    from executor.launch import RankLogs
+
+    stopped = faults.Report(0, "stopped", time.time() + 5, "stopped by SIGTERM").to_json()
+    shared = {"READY": str(tmp_path / "ready"), "REPORT": stopped, "PATH": os.environ["PATH"]}
+    envs = {rank: {**shared, "RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in (0, 1)}
+    with faults.AgentStops() as stops:
+        ranks = start_processes(
+            "ranks", "/bin/sh", {0: ("-c", RANK_0), 1: ("-c", RANK_1)}, envs, RankLogs(tmp_path)
+        )
+        done = ranks.wait(timeout=30, period=0.02)
+    assert done is not None and sorted(done.failures) == [0, 1]
+    assert faults.Report.from_error_data(done.failures[0].error_file_data).kind == "stopped"
+    assert stops.pids == {done.failures[0].pid}
+    assert faults.verdict(done.failures, 5, stops.pids) == (1, "stopped by SIGTERM")
 
 
 @pytest.mark.parametrize(
