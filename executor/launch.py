@@ -668,15 +668,19 @@ def exit_without_teardown(code: int, console: TextIO) -> None:
 
 def start_line(exc: BaseException, rank: int) -> tuple[str, int] | None:
     """The line and exit code of a rank that ended while it waited for the others to start
-    (`worker.meet_every_rank`), as the CLI's own: Ctrl-C, SIGTERM or SIGHUP, the wait's limit.
-    None for any other failure (its traceback, then `pipeplan: error: rank R: …`).
+    (`worker.meet_every_rank`), as the CLI's own, naming the rank as every line of a rank
+    does: Ctrl-C, SIGTERM or SIGHUP, the wait's limit. None for any other failure (its
+    traceback, then `pipeplan: error: rank R: …`).
 
-        start_line(Stopped(signal.SIGTERM), 0)   # ("pipeplan: stopped by SIGTERM", 143)
+        start_line(Stopped(signal.SIGTERM), 1)   # ("pipeplan: rank 1: stopped by SIGTERM", 143)
     """
+    # Without its rank, a rank stopped by torchrun while it waited read as if torchrun itself
+    # had been stopped (the twenty-fifth round).
     if isinstance(exc, Interrupted):
-        return "pipeplan: interrupted", faults.EXIT_INTERRUPTED
+        return f"pipeplan: rank {rank}: interrupted", faults.EXIT_INTERRUPTED
     if isinstance(exc, Stopped):
-        return f"pipeplan: stopped by {signal.Signals(exc.signum).name}", 128 + exc.signum
+        name = signal.Signals(exc.signum).name
+        return f"pipeplan: rank {rank}: stopped by {name}", 128 + exc.signum
     if isinstance(exc, StartAbandoned):
         return pipeplan_log.error_line(f"rank {rank}: {exc}"), 2
     return None

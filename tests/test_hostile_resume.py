@@ -1455,7 +1455,7 @@ def _failed_training(run_dir, resume, console):
             "pipeplan: error: rank 0: runs/q1: has started already",
             "runs/q1: has started already",
         ),
-        ("train_rank", _stopped_in_the_wait, 143, "pipeplan: stopped by SIGTERM", None),
+        ("train_rank", _stopped_in_the_wait, 143, "pipeplan: rank 0: stopped by SIGTERM", None),
         (
             "train_rank",
             _abandoned_in_the_wait,
@@ -1581,18 +1581,21 @@ def _said(process: subprocess.Popen, fragment: str, timeout: float = 150) -> str
 @pytest.mark.parametrize(
     "sig, line, code",
     [
-        (signal.SIGINT, "pipeplan: interrupted", 130),
-        (signal.SIGTERM, "pipeplan: stopped by SIGTERM", 143),
+        (signal.SIGINT, "pipeplan: rank 0: interrupted", 130),
+        (signal.SIGTERM, "pipeplan: rank 0: stopped by SIGTERM", 143),
         # SIGTERM's path (`stoppable`) with another number: in `-m long`, for the suite's time.
-        pytest.param(signal.SIGHUP, "pipeplan: stopped by SIGHUP", 129, marks=pytest.mark.long),
+        pytest.param(
+            signal.SIGHUP, "pipeplan: rank 0: stopped by SIGHUP", 129, marks=pytest.mark.long
+        ),
     ],
 )
 def test_a_rank_waiting_for_its_peers_says_so_and_takes_signals(tmp_path, capsys, sig, line, code):
     """Found by the twenty-first round: rank 0 of a 2-rank torchrun-entry run whose rank 1
     never started waited in torch's store (a C++ wait) saying nothing, ignored Ctrl-C for ten
     minutes, and exited 143 on SIGTERM with no line. It says once that it waits, and for how
-    long at most; a signal then ends it at once with the CLI's line and exit code, nothing
-    of the run changed."""
+    long at most; a signal then ends it at once with the CLI's line (naming the rank, as
+    every line of a rank does since the twenty-fifth round) and exit code, nothing of the
+    run changed."""
     import time
 
     rank_process, run, _ = _lone_rank(tmp_path, capsys)
@@ -1677,7 +1680,7 @@ def test_a_refusal_at_the_torchrun_entry_is_the_summarys_root_cause(tmp_path, ca
     assert done.returncode == 1 and ours, done.stderr[-5000:]
     assert ours[0].startswith(f"pipeplan: error: rank 0: {refusal}"), done.stderr[-5000:]
     # Rank 1 says it was stopped, or nothing where the SIGTERM came as it still imported.
-    assert ours[1:] in ([], ["pipeplan: stopped by SIGTERM"]), done.stderr[-5000:]
+    assert ours[1:] in ([], ["pipeplan: rank 1: stopped by SIGTERM"]), done.stderr[-5000:]
     summary = done.stderr[done.stderr.index("executor.launch FAILED") :]
     others, root = summary.split("Root Cause")
     assert "rank      : 0 (local_rank: 0)" in root and f"traceback : {refusal}" in root, summary

@@ -757,19 +757,25 @@ def test_a_rank_classifies_its_own_failure(exc, kind):
 @pytest.mark.parametrize(
     "exc, kind, message, line, code",
     [
-        (Interrupted(), "interrupted", "interrupted by SIGINT", "pipeplan: interrupted", 130),
+        (
+            Interrupted(),
+            "interrupted",
+            "interrupted by SIGINT",
+            "pipeplan: rank 3: interrupted",
+            130,
+        ),
         (
             Stopped(signal.SIGTERM),
             "stopped",
             "stopped by SIGTERM",
-            "pipeplan: stopped by SIGTERM",
+            "pipeplan: rank 3: stopped by SIGTERM",
             143,
         ),
         (
             Stopped(signal.SIGHUP),
             "stopped",
             "stopped by SIGHUP",
-            "pipeplan: stopped by SIGHUP",
+            "pipeplan: rank 3: stopped by SIGHUP",
             129,
         ),
         (
@@ -786,13 +792,29 @@ def test_a_rank_ended_while_waiting_for_its_peers_says_it_as_the_cli_does(
 ):
     """Found by the twenty-first round: a rank waiting for its peers exited 143 on SIGTERM
     with no line (and took no Ctrl-C). Ended in that wait, its report (for `pipeplan run`'s
-    verdict) says what ended it, and its one console line and exit code are the CLI's."""
+    verdict) says what ended it, and its one console line and exit code are the CLI's (the
+    line naming the rank: the twenty-fifth round)."""
     from executor.launch import start_line
 
     report = faults.write_report(exc, rank=3)
     assert (report.kind, report.message) == (kind, message)
     assert start_line(exc, 3) == (line, code)
     assert start_line(ValueError("x"), 3) is None  # any other failure: traceback, then its line
+
+
+@pytest.mark.parametrize(
+    "exc", [Interrupted(), Stopped(signal.SIGTERM), Stopped(signal.SIGHUP), StartAbandoned("x")]
+)
+@pytest.mark.parametrize("rank", [0, 1, 12])
+def test_every_line_a_rank_prints_as_it_waits_names_the_rank(exc, rank):
+    """Found by the twenty-fifth round: under torchrun, rank 1 stopped by the agent while it
+    waited for its peers printed `pipeplan: stopped by SIGTERM` after rank 0's refusal, which
+    read as if the torchrun command itself had been stopped. Every line a rank prints names
+    it, as its error lines do: `pipeplan: rank 1: stopped by SIGTERM`."""
+    from executor.launch import start_line
+
+    line, _ = start_line(exc, rank)
+    assert re.fullmatch(rf"pipeplan: (error: )?rank {rank}: \S.*", line), line
 
 
 def test_a_rank_whose_report_cannot_be_written_still_exits_leaving_no_partial_report(
