@@ -1514,6 +1514,31 @@ def test_a_torchrun_rank_that_fails_training_still_reports_its_traceback(tmp_pat
     assert callstack.startswith("Traceback") and "_failed_training" in callstack
 
 
+def _interrupted_with_a_spilled_cache(run_dir, resume, console):
+    """Rank 0 of its node, its cache's rows all spilled under the run, then Ctrl-C."""
+    import torch
+
+    from executor.cache import ActivationCache
+
+    cache = ActivationCache(8, 0, run_dir / "cache" / "node0", name="node0")
+    cache.create(2, (4,), torch.float32)
+    cache.store(torch.arange(8), torch.ones(8, 4), frozen_layers=2)
+    assert (run_dir / "cache" / "node0" / "node0-v2.spill").exists()
+    raise KeyboardInterrupt
+
+
+@pytest.mark.timeout(120)
+def test_a_torchrun_rank_interrupted_removes_its_nodes_spill_file(tmp_path, monkeypatch):
+    """Found by the twenty-fifth round: Ctrl-C of a torchrun-started run left
+    `RUN/cache/node0/node0-v2.spill` (12.5 MB; GBs for a real dataset): the rank removed its
+    folder in /dev/shm only, and under torchrun no pipeplan launcher cleans up after it. The
+    rank reports, then removes its node's cache, the spill file and its folders included."""
+    (tmp_path / "q1").mkdir()
+    got, err, _ = _torchrun_rank_training(tmp_path, monkeypatch, _interrupted_with_a_spilled_cache)
+    assert (got, err.splitlines()[-1]) == (130, "pipeplan: error: rank 0: interrupted by SIGINT")
+    assert list((tmp_path / "q1").iterdir()) == []
+
+
 def _missing_run_file(run_dir, resume, console):
     from pipeplan.errors import InputFileError
 
