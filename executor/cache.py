@@ -58,6 +58,7 @@ import secrets
 import shutil
 import stat
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -149,23 +150,31 @@ def memory_dir_for(fallback: Path, need_bytes: int, root: Path = SHM) -> Path:
     return path
 
 
-# The node directories this process made (`memory_dir_for`), for a failing rank to remove
-# (`remove_own_caches`): it exits at once afterwards, without the worker's clean-up.
+# The node directories this process made (`memory_dir_for`), and the caches it has open
+# (`ActivationCache`, until closed), for a failing rank to remove (`remove_own_caches`): it
+# exits at once afterwards, without the worker's clean-up.
 _MADE: list[Path] = []
+_OPENED: weakref.WeakSet[ActivationCache] = weakref.WeakSet()
 
 
 def remove_own_caches() -> list[Path]:
     """`remove_own_caches()` → the node directories this process made in /dev/shm, removed
-    now with what they hold. For a rank that is failing (an exception, Ctrl-C), after its
-    report: it ends without closing its cache, and under torchrun no launcher of pipeplan's
-    cleans up after it. A peer still mapping a file keeps its pages (POSIX), and it is
-    stopped anyway."""
+    now with what they hold, and the files of the caches it has open (the spill file under
+    the run directory: `cache/node0/node0-v2.spill`), with their folders once empty. For a
+    rank that is failing (an exception, Ctrl-C), after its report: it ends without closing
+    its cache, and under torchrun no launcher of pipeplan's cleans up after it (a spill file
+    of GBs stayed in the run directory). Any rank of the node removes the node's files: the
+    one that made them may be stopped by the agent before it can. A peer still mapping a file
+    keeps its pages (POSIX), and it is stopped anyway."""
     removed = []
     while _MADE:
         path = _MADE.pop()
         if os.path.lexists(path):
             shutil.rmtree(path, ignore_errors=True)  # never follows a link inside
             removed.append(path)
+    for cache in list(_OPENED):
+        _OPENED.discard(cache)
+        removed += cache.remove_files()
     return removed
 
 
@@ -467,6 +476,7 @@ class ActivationCache:
         self.memory_dir = Path(memory_dir) if memory_dir is not None else self.spill_dir
         self._current: _Version | None = None
         self.previous: _Version | None = None  # the version `advance_rows` reads from
+        _OPENED.add(self)  # until closed: a failing rank removes its files (`remove_own_caches`)
 
     # --- state -----------------------------------------------------------------------------
 
@@ -556,13 +566,33 @@ class ActivationCache:
         time)."""
         if self._current is not None or self.previous is not None:
             raise ValueError("leftovers are removed before any version is open")
+        removed = self._remove_named()
+        if removed:
+            logger.debug("removed %d cache files a killed run left: %s", len(removed), removed)
+        return removed
+
+    def remove_files(self) -> list[Path]:
+        """`cache.remove_files()` → every file of this cache's name in its directories, whoever
+        created it and whatever version, deleted now (a link unlinked, its target untouched),
+        then those directories once empty, the run's `cache` folder above a node's too. For a
+        failing rank (`remove_own_caches`): the files of a run that is ending."""
+        removed = self._remove_named()
+        folders = [self.spill_dir, self.memory_dir]
+        if _NODE_NAME.fullmatch(self.spill_dir.name):  # `cache/nodeN`, as the worker names it
+            folders.append(self.spill_dir.parent)
+        for folder in dict.fromkeys(folders):
+            with contextlib.suppress(OSError):  # removes only an empty directory, never a link
+                folder.rmdir()
+        return removed
+
+    def _remove_named(self) -> list[Path]:
+        """The files of this cache's name (`{name}-v{k}.rows`, `.map`, `.spill`) in its
+        directories, unlinked now."""
         pattern = re.compile(rf"{re.escape(self.name)}-v\d+\.(rows|map|spill)")
         removed = []
         for directory in dict.fromkeys((self.memory_dir, self.spill_dir)):
             # none yet, or not private: refused when first used
             removed += _remove_matching(directory, pattern)
-        if removed:
-            logger.debug("removed %d cache files a killed run left: %s", len(removed), removed)
         return removed
 
     def _check_indices(self, indices: torch.Tensor, *, unique: bool) -> torch.Tensor:
@@ -699,6 +729,7 @@ class ActivationCache:
             if version is not None:
                 version.close(unlink=unlink and version.created)
         self.previous = self._current = None
+        _OPENED.discard(self)  # closed: no longer this process's to remove if it fails
 
     def manifest(self) -> dict[str, Any]:
         """A JSON-able description of the cache: version, row layout, fill, where rows live."""

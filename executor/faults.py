@@ -17,18 +17,24 @@ rank's own exit is noticed. So the launcher does not take the failure the agent 
 `verdict` names the rank whose own fault came first (the earliest `raised` or `interrupted`
 report), else a rank that died without a report (killed by a signal or crashed: the others only
 lost it), else the earliest report. When the others timed out, the rank that died without a
-report was killed by the agent after it stopped responding (stopped or hung).
+report was killed by the agent after it stopped responding (stopped or hung). A rank the agent
+itself stopped (`AgentStops`: it was still running when the agent saw the first failure) is
+not named for a SIGTERM death or report where another rank ended before the agent acted.
 
     write_report(exc, rank=1)                     # in the rank, before it exits
-    rank, why = verdict(failures, timeout_s=600)  # in the launcher, from ChildFailedError
+    with AgentStops() as stops: ...               # in the launcher, while the agent runs
+    rank, why = verdict(failures, timeout_s=600, agent_stopped=stops.pids)
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import signal
 import sys
 import time
 import traceback
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -167,12 +173,17 @@ def _death(exitcode: int) -> str:
     return f"killed by {_signal_name(exitcode)}" if exitcode < 0 else f"exited with code {exitcode}"
 
 
-def verdict(failures: dict, timeout_s: float) -> tuple[int, str]:
+def verdict(
+    failures: dict, timeout_s: float, agent_stopped: Collection[int] = ()
+) -> tuple[int, str]:
     """(rank, why) of the failure that came first, from torch's `ChildFailedError.failures`
-    (global rank → `ProcessFailure`).
+    (global rank → `ProcessFailure`) and the pids of the ranks the agent stopped itself
+    (`AgentStops.pids`).
 
         verdict({0: <lost, from its file>, 1: <exit -9, no file>}, 600)
         → (1, "killed by SIGKILL")
+        verdict({0: <stopped, from its file; pid 7>, 1: <exit -15, no file>}, 600, {7})
+        → (1, "stopped by SIGTERM")
     """
     reports = {
         rank: report
@@ -184,16 +195,24 @@ def verdict(failures: dict, timeout_s: float) -> tuple[int, str]:
         first = min(own, key=lambda r: r.time)
         return first.rank, first.message
     silent = {rank: f.exitcode for rank, f in failures.items() if rank not in reports}
+
+    def by_agent(rank: int) -> bool:
+        """Whether the agent stopped `rank` (still running when it saw the first failure);
+        where it is not known (no stops heard), any rank may have been."""
+        return not agent_stopped or failures[rank].pid in agent_stopped
+
     # A SIGTERM as a rank started is reported with its time; the agent's SIGTERMs to the
-    # others come after it (reported too, or silent once they train).
+    # others come after it (reported too, or silent once they train). A silent SIGTERM death
+    # the agent did not cause came first: named rank 0, which the agent had stopped as a
+    # consequence, for a SIGTERM that killed rank 1 before it could report (twenty-fifth round).
     stopped = [r for r in reports.values() if r.kind == "stopped"]
-    if stopped and all(code == -signal.SIGTERM for code in silent.values()):
+    if stopped and all(code == -signal.SIGTERM and by_agent(r) for r, code in silent.items()):
         first = min(stopped, key=lambda r: r.time)
         return first.rank, first.message
     if silent:
-        # The agent stops the other ranks with SIGTERM once one has failed: a SIGTERM death is
-        # the least likely to be the first.
-        rank = min(silent, key=lambda r: (silent[r] == -signal.SIGTERM, r))
+        # The agent stops the other ranks with SIGTERM once one has failed: a rank that ended
+        # before it acted came first, and a SIGTERM death is the least likely to be the first.
+        rank = min(silent, key=lambda r: (by_agent(r), silent[r] == -signal.SIGTERM, r))
         if any(r.kind == "timeout" for r in reports.values()):
             return (
                 rank,
@@ -202,3 +221,41 @@ def verdict(failures: dict, timeout_s: float) -> tuple[int, str]:
         return rank, _death(silent[rank])
     first = min(reports.values(), key=lambda r: r.time)
     return first.rank, first.message
+
+
+# torch's agent, as it stops the ranks still running once one has failed (or it was signalled):
+# `SubprocessContext._close` logs this for each, with the rank's pid (`ProcessFailure.pid`).
+AGENT_LOGGER = "torch.distributed.elastic.multiprocessing.api"
+AGENT_STOPS = "Sending process %s closing signal %s"
+
+
+class AgentStops(logging.Handler):
+    """The pids of the ranks torch's agent stopped itself, from its log, while the block runs:
+    those ranks were still running when it saw the first failure, so theirs came after it.
+
+        with AgentStops() as stops:
+            elastic_launch(...)(...)
+        stops.pids   # {24785}
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.pids: set[int] = set()
+        self._logger = logging.getLogger(AGENT_LOGGER)
+        self._level = self._logger.level
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == AGENT_STOPS and record.args:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                self.pids.add(int(record.args[0]))
+
+    def __enter__(self) -> AgentStops:
+        # A WARNING: heard even where logging was set quieter (the verdict needs it).
+        if not self._logger.isEnabledFor(logging.WARNING):
+            self._logger.setLevel(logging.WARNING)
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._level)

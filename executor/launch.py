@@ -673,15 +673,19 @@ def exit_without_teardown(code: int, console: TextIO) -> None:
 
 def start_line(exc: BaseException, rank: int) -> tuple[str, int] | None:
     """The line and exit code of a rank that ended while it waited for the others to start
-    (`worker.meet_every_rank`), as the CLI's own: Ctrl-C, SIGTERM or SIGHUP, the wait's limit.
-    None for any other failure (its traceback, then `pipeplan: error: rank R: …`).
+    (`worker.meet_every_rank`), as the CLI's own, naming the rank as every line of a rank
+    does: Ctrl-C, SIGTERM or SIGHUP, the wait's limit. None for any other failure (its
+    traceback, then `pipeplan: error: rank R: …`).
 
-        start_line(Stopped(signal.SIGTERM), 0)   # ("pipeplan: stopped by SIGTERM", 143)
+        start_line(Stopped(signal.SIGTERM), 1)   # ("pipeplan: rank 1: stopped by SIGTERM", 143)
     """
+    # Without its rank, a rank stopped by torchrun while it waited read as if torchrun itself
+    # had been stopped (the twenty-fifth round).
     if isinstance(exc, Interrupted):
-        return "pipeplan: interrupted", faults.EXIT_INTERRUPTED
+        return f"pipeplan: rank {rank}: interrupted", faults.EXIT_INTERRUPTED
     if isinstance(exc, Stopped):
-        return f"pipeplan: stopped by {signal.Signals(exc.signum).name}", 128 + exc.signum
+        name = signal.Signals(exc.signum).name
+        return f"pipeplan: rank {rank}: stopped by {name}", 128 + exc.signum
     if isinstance(exc, StartAbandoned):
         return pipeplan_log.error_line(f"rank {rank}: {exc}"), 2
     return None
@@ -939,12 +943,13 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     args += ["--resume"] * resume + ["--debug"] * log.isEnabledFor(logging.DEBUG)
     name_rendezvous_events_cheaply()
     launcher_log = None
+    stops = faults.AgentStops()  # the ranks the agent stopped once one had failed
     try:
-        with agent_scope(logs) as launcher_log:
+        with agent_scope(logs) as launcher_log, stops:
             elastic_launch(local_config(cfg.nproc, logs), RANK_SHELL[0])(*args)
     except ChildFailedError as exc:
         check_launch_written(run_dir, launcher_log)
-        rank, why = faults.verdict(exc.failures, cfg.collective_timeout_s)
+        rank, why = faults.verdict(exc.failures, cfg.collective_timeout_s, stops.pids)
         raise RankFailedError(failure_line(rank, why, run_dir, cfg), rank) from None
     except SignalException as exc:  # the agent has stopped every rank by now
         if exc.sigval == signal.SIGINT:

@@ -5,6 +5,7 @@ import json
 import os
 import stat
 import subprocess
+import weakref
 
 import pytest
 import torch
@@ -488,6 +489,7 @@ def test_a_failing_rank_removes_the_folder_it_made(tmp_path, monkeypatch):
     from executor.cache import remove_own_caches
 
     monkeypatch.setattr(executor.cache, "_MADE", [])  # not other tests' folders
+    monkeypatch.setattr(executor.cache, "_OPENED", weakref.WeakSet(), raising=False)
     shm = tmp_path / "shm"
     shm.mkdir()
     other = shm / "pipeplan-1-2-3-0123456789abcdef"
@@ -496,6 +498,49 @@ def test_a_failing_rank_removes_the_folder_it_made(tmp_path, monkeypatch):
     (made / "node0-v3.rows").write_bytes(b"rows")
     assert remove_own_caches() == [made]
     assert sorted(shm.iterdir()) == [other]
+    assert remove_own_caches() == []
+
+
+@pytest.mark.parametrize("where", ["shm", "run"])
+@pytest.mark.parametrize("maker", [True, False])
+def test_a_failing_rank_removes_its_nodes_spill_files_under_the_run(
+    tmp_path, monkeypatch, where, maker
+):
+    """Found by the twenty-fifth round: Ctrl-C of a torchrun-started run whose cache had
+    spilled left `runs/NAME/cache/node0/node0-v2.spill` (12.5 MB there, GBs for a real
+    dataset; nothing ever removed it where the run had no checkpoint): a failing rank removed
+    its folder in /dev/shm only. It now removes every file of its node's open cache, the spill
+    file and (where /dev/shm lacked room) the rows under the run directory, whichever rank of
+    the node made them (the maker may be stopped by the agent first), then those folders once
+    empty; the user's own files stay."""
+    import executor.cache
+    from executor.cache import remove_own_caches
+
+    monkeypatch.setattr(executor.cache, "_MADE", [])  # not other tests' folders
+    monkeypatch.setattr(executor.cache, "_OPENED", weakref.WeakSet(), raising=False)
+    run = tmp_path / "run"
+    run.mkdir()
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    memory = memory_dir_for(run / "cache", 1 if where == "shm" else 1 << 60, root=shm)
+    row = 4 * torch.Size(SHAPE).numel()
+    made = ActivationCache(N, 3 * row, run / "cache" / "node0", memory_dir=memory, name="node0")
+    made.create(2, SHAPE, torch.float32)
+    made.store(torch.arange(N), sample_values(N, SHAPE, torch.float32), frozen_layers=2)
+    cache = made
+    if not maker:  # a peer of the node, which only attached: the maker has let go
+        made.close(unlink=False)
+        executor.cache._MADE.clear()
+        cache = ActivationCache(
+            N, 3 * row, run / "cache" / "node0", memory_dir=memory, name="node0"
+        )
+        cache.attach(2, SHAPE, torch.float32)
+    assert (run / "cache" / "node0" / "node0-v2.spill").exists()
+    mine = run / "mine.txt"  # the user's own file in the run directory stays
+    mine.write_text("x")
+    remove_own_caches()
+    assert sorted(run.iterdir()) == [mine]
+    assert list(shm.iterdir()) == []
     assert remove_own_caches() == []
 
 

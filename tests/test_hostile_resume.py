@@ -1778,7 +1778,7 @@ def _failed_training(run_dir, resume, console):
             "pipeplan: error: rank 0: runs/q1: has started already",
             "runs/q1: has started already",
         ),
-        ("train_rank", _stopped_in_the_wait, 143, "pipeplan: stopped by SIGTERM", None),
+        ("train_rank", _stopped_in_the_wait, 143, "pipeplan: rank 0: stopped by SIGTERM", None),
         (
             "train_rank",
             _abandoned_in_the_wait,
@@ -1835,6 +1835,31 @@ def test_a_torchrun_rank_that_fails_training_still_reports_its_traceback(tmp_pat
         "pipeplan: error: rank 0: ValueError: sample 183 is unreadable\n"
     )
     assert callstack.startswith("Traceback") and "_failed_training" in callstack
+
+
+def _interrupted_with_a_spilled_cache(run_dir, resume, console):
+    """Rank 0 of its node, its cache's rows all spilled under the run, then Ctrl-C."""
+    import torch
+
+    from executor.cache import ActivationCache
+
+    cache = ActivationCache(8, 0, run_dir / "cache" / "node0", name="node0")
+    cache.create(2, (4,), torch.float32)
+    cache.store(torch.arange(8), torch.ones(8, 4), frozen_layers=2)
+    assert (run_dir / "cache" / "node0" / "node0-v2.spill").exists()
+    raise KeyboardInterrupt
+
+
+@pytest.mark.timeout(120)
+def test_a_torchrun_rank_interrupted_removes_its_nodes_spill_file(tmp_path, monkeypatch):
+    """Found by the twenty-fifth round: Ctrl-C of a torchrun-started run left
+    `RUN/cache/node0/node0-v2.spill` (12.5 MB; GBs for a real dataset): the rank removed its
+    folder in /dev/shm only, and under torchrun no pipeplan launcher cleans up after it. The
+    rank reports, then removes its node's cache, the spill file and its folders included."""
+    (tmp_path / "q1").mkdir()
+    got, err, _ = _torchrun_rank_training(tmp_path, monkeypatch, _interrupted_with_a_spilled_cache)
+    assert (got, err.splitlines()[-1]) == (130, "pipeplan: error: rank 0: interrupted by SIGINT")
+    assert list((tmp_path / "q1").iterdir()) == []
 
 
 def _missing_run_file(run_dir, resume, console):
@@ -1904,18 +1929,21 @@ def _said(process: subprocess.Popen, fragment: str, timeout: float = 150) -> str
 @pytest.mark.parametrize(
     "sig, line, code",
     [
-        (signal.SIGINT, "pipeplan: interrupted", 130),
-        (signal.SIGTERM, "pipeplan: stopped by SIGTERM", 143),
+        (signal.SIGINT, "pipeplan: rank 0: interrupted", 130),
+        (signal.SIGTERM, "pipeplan: rank 0: stopped by SIGTERM", 143),
         # SIGTERM's path (`stoppable`) with another number: in `-m long`, for the suite's time.
-        pytest.param(signal.SIGHUP, "pipeplan: stopped by SIGHUP", 129, marks=pytest.mark.long),
+        pytest.param(
+            signal.SIGHUP, "pipeplan: rank 0: stopped by SIGHUP", 129, marks=pytest.mark.long
+        ),
     ],
 )
 def test_a_rank_waiting_for_its_peers_says_so_and_takes_signals(tmp_path, capsys, sig, line, code):
     """Found by the twenty-first round: rank 0 of a 2-rank torchrun-entry run whose rank 1
     never started waited in torch's store (a C++ wait) saying nothing, ignored Ctrl-C for ten
     minutes, and exited 143 on SIGTERM with no line. It says once that it waits, and for how
-    long at most; a signal then ends it at once with the CLI's line and exit code, nothing
-    of the run changed."""
+    long at most; a signal then ends it at once with the CLI's line (naming the rank, as
+    every line of a rank does since the twenty-fifth round) and exit code, nothing of the
+    run changed."""
     import time
 
     rank_process, run, _ = _lone_rank(tmp_path, capsys)
@@ -2000,7 +2028,7 @@ def test_a_refusal_at_the_torchrun_entry_is_the_summarys_root_cause(tmp_path, ca
     assert done.returncode == 1 and ours, done.stderr[-5000:]
     assert ours[0].startswith(f"pipeplan: error: rank 0: {refusal}"), done.stderr[-5000:]
     # Rank 1 says it was stopped, or nothing where the SIGTERM came as it still imported.
-    assert ours[1:] in ([], ["pipeplan: stopped by SIGTERM"]), done.stderr[-5000:]
+    assert ours[1:] in ([], ["pipeplan: rank 1: stopped by SIGTERM"]), done.stderr[-5000:]
     summary = done.stderr[done.stderr.index("executor.launch FAILED") :]
     others, root = summary.split("Root Cause")
     assert "rank      : 0 (local_rank: 0)" in root and f"traceback : {refusal}" in root, summary

@@ -261,19 +261,22 @@ def catches(pid: int, signum: int) -> bool:
 @pytest.mark.multiprocess
 @pytest.mark.long  # a signalled rank named: the SIGKILL case above, in the default run
 @pytest.mark.timeout(200)
-def test_a_rank_sent_sigterm_as_it_starts_is_the_rank_named(tmp_path):
+@pytest.mark.parametrize("moment", ["once it catches SIGTERM", "as soon as it exists"])
+def test_a_rank_sent_sigterm_as_it_starts_is_the_rank_named(tmp_path, moment):
     """Found by the seventeenth round: SIGTERM to rank 1 as it started said "runs/k/run.jsonl:
     no such file"; then (both ranks dead of SIGTERM, the second by the agent) it named rank 0.
-    A rank stopped as it starts reports it, with its time."""
+    A rank stopped as it starts reports it, with its time. Found again by the twenty-fifth
+    round, as soon as rank 1 exists (its shell, or the interpreter's own start: dead of
+    SIGTERM with no report): rank 0, which reported the agent's SIGTERM, was named; the
+    agent's own stops now tell it (`faults.AgentStops`)."""
     run = start_run(tmp_path)
     deadline = time.monotonic() + 60
     while (rank1 := rank_processes(tmp_path / "k").get(1)) is None:
         assert time.monotonic() < deadline and run.poll() is None
-        time.sleep(0.05)
-    # Once its first statements catch SIGTERM (`executor.launch`; before them, in the
-    # interpreter's own start, the rank dies unreported: left as found). A fixed 0.3 s was
-    # too short on a loaded machine (load 10 on 2 cores: rank 0 named).
-    while not catches(rank1, signal.SIGTERM):
+        time.sleep(0.01)
+    # Once its first statements catch SIGTERM (`executor.launch`), it reports its stop. A
+    # fixed 0.3 s was too short on a loaded machine (load 10 on 2 cores: rank 0 named).
+    while moment.startswith("once") and not catches(rank1, signal.SIGTERM):
         assert time.monotonic() < deadline and run.poll() is None
         time.sleep(0.01)
     os.kill(rank1, signal.SIGTERM)
@@ -603,8 +606,9 @@ def test_a_rank_that_ignored_ctrl_c_stops_at_the_launchers_mark(tmp_path):
 class Failure:
     """What the verdict reads of torch's ProcessFailure."""
 
-    def __init__(self, exitcode: int, report: faults.Report | None = None):
+    def __init__(self, exitcode: int, report: faults.Report | None = None, pid: int = 0):
         self.exitcode = exitcode
+        self.pid = pid
         self.error_file_data = {"message": "<NONE>"}
         if report is not None:
             self.error_file_data = json.loads(report.to_json())
@@ -669,6 +673,75 @@ def test_the_verdict_names_the_first_to_fail(failures, expected):
 
 
 @pytest.mark.parametrize(
+    "failures, agent_stopped, expected",
+    [
+        # rank 1 killed by SIGTERM before its handler; rank 0 (pid 10) stopped by the agent
+        (
+            {1: Failure(-15, pid=11), 0: Failure(143, report(0, "stopped", 2.0, "S"), 10)},
+            {10},
+            (1, "stopped by SIGTERM"),
+        ),
+        # both training, so silent: rank 0 is no longer named for being the lowest
+        ({0: Failure(-15, pid=10), 1: Failure(-15, pid=11)}, {10}, (1, "stopped by SIGTERM")),
+        # the other way round, as before: rank 0 stopped as it started, rank 1 by the agent
+        (
+            {0: Failure(143, report(0, "stopped", 1.0, "S"), 10), 1: Failure(-15, pid=11)},
+            {11},
+            (0, "S"),
+        ),
+        # a rank the agent stopped that hung is still the one that timed the others out
+        (
+            {0: Failure(1, report(0, "timeout", 1.0), 10), 1: Failure(-9, pid=11)},
+            {11},
+            (1, "no response within the collective timeout of 5 s (stopped or hung)"),
+        ),
+    ],
+)
+def test_the_verdict_never_names_a_rank_the_agent_stopped_for_an_earlier_death(
+    failures, agent_stopped, expected
+):
+    """Found by the twenty-fifth round: SIGTERM to rank 1 right after it existed (before its
+    own handler, so no report: exit -15) ended the run with "training failed on rank 0 …:
+    stopped by SIGTERM": rank 0, which the agent stopped as a consequence, was the one rank
+    that reported. The pids the agent stopped itself (`AgentStops`) tell the ranks that
+    ended before it acted: those came first."""
+    assert faults.verdict(failures, timeout_s=5, agent_stopped=agent_stopped) == expected
+
+
+# Two ranks as torch's agent runs them (`start_processes`: its SubprocessContext, its log):
+# rank 1 dies of SIGTERM with no report once rank 0 listens; rank 0, stopped by the agent,
+# reports that it was stopped, as a rank does that is still starting.
+RANK_0 = """trap 'printf %s "$REPORT" > "$TORCHELASTIC_ERROR_FILE"; exit 143' TERM
+: > "$READY"
+while :; do sleep 0.02; done"""
+RANK_1 = 'while [ ! -e "$READY" ]; do sleep 0.02; done; kill -TERM $$'
+
+
+@pytest.mark.timeout(60)
+def test_the_launcher_hears_which_ranks_the_agent_stopped(tmp_path):
+    """Found by the twenty-fifth round (as the test above): the launcher learns from torch's
+    agent itself which ranks it stopped (its "closing signal" log line, `AgentStops`), so the
+    verdict names rank 1, dead of a SIGTERM before it could report, not rank 0 that reported
+    the agent's SIGTERM."""
+    from torch.distributed.elastic.multiprocessing import start_processes
+
+    from executor.launch import RankLogs
+
+    stopped = faults.Report(0, "stopped", time.time() + 5, "stopped by SIGTERM").to_json()
+    shared = {"READY": str(tmp_path / "ready"), "REPORT": stopped, "PATH": os.environ["PATH"]}
+    envs = {rank: {**shared, "RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in (0, 1)}
+    with faults.AgentStops() as stops:
+        ranks = start_processes(
+            "ranks", "/bin/sh", {0: ("-c", RANK_0), 1: ("-c", RANK_1)}, envs, RankLogs(tmp_path)
+        )
+        done = ranks.wait(timeout=30, period=0.02)
+    assert done is not None and sorted(done.failures) == [0, 1]
+    assert faults.Report.from_error_data(done.failures[0].error_file_data).kind == "stopped"
+    assert stops.pids == {done.failures[0].pid}
+    assert faults.verdict(done.failures, 5, stops.pids) == (1, "stopped by SIGTERM")
+
+
+@pytest.mark.parametrize(
     "exc, kind",
     [
         (KeyboardInterrupt(), "interrupted"),
@@ -687,19 +760,25 @@ def test_a_rank_classifies_its_own_failure(exc, kind):
 @pytest.mark.parametrize(
     "exc, kind, message, line, code",
     [
-        (Interrupted(), "interrupted", "interrupted by SIGINT", "pipeplan: interrupted", 130),
+        (
+            Interrupted(),
+            "interrupted",
+            "interrupted by SIGINT",
+            "pipeplan: rank 3: interrupted",
+            130,
+        ),
         (
             Stopped(signal.SIGTERM),
             "stopped",
             "stopped by SIGTERM",
-            "pipeplan: stopped by SIGTERM",
+            "pipeplan: rank 3: stopped by SIGTERM",
             143,
         ),
         (
             Stopped(signal.SIGHUP),
             "stopped",
             "stopped by SIGHUP",
-            "pipeplan: stopped by SIGHUP",
+            "pipeplan: rank 3: stopped by SIGHUP",
             129,
         ),
         (
@@ -716,13 +795,29 @@ def test_a_rank_ended_while_waiting_for_its_peers_says_it_as_the_cli_does(
 ):
     """Found by the twenty-first round: a rank waiting for its peers exited 143 on SIGTERM
     with no line (and took no Ctrl-C). Ended in that wait, its report (for `pipeplan run`'s
-    verdict) says what ended it, and its one console line and exit code are the CLI's."""
+    verdict) says what ended it, and its one console line and exit code are the CLI's (the
+    line naming the rank: the twenty-fifth round)."""
     from executor.launch import start_line
 
     report = faults.write_report(exc, rank=3)
     assert (report.kind, report.message) == (kind, message)
     assert start_line(exc, 3) == (line, code)
     assert start_line(ValueError("x"), 3) is None  # any other failure: traceback, then its line
+
+
+@pytest.mark.parametrize(
+    "exc", [Interrupted(), Stopped(signal.SIGTERM), Stopped(signal.SIGHUP), StartAbandoned("x")]
+)
+@pytest.mark.parametrize("rank", [0, 1, 12])
+def test_every_line_a_rank_prints_as_it_waits_names_the_rank(exc, rank):
+    """Found by the twenty-fifth round: under torchrun, rank 1 stopped by the agent while it
+    waited for its peers printed `pipeplan: stopped by SIGTERM` after rank 0's refusal, which
+    read as if the torchrun command itself had been stopped. Every line a rank prints names
+    it, as its error lines do: `pipeplan: rank 1: stopped by SIGTERM`."""
+    from executor.launch import start_line
+
+    line, _ = start_line(exc, rank)
+    assert re.fullmatch(rf"pipeplan: (error: )?rank {rank}: \S.*", line), line
 
 
 def test_a_rank_whose_report_cannot_be_written_still_exits_leaving_no_partial_report(
