@@ -38,7 +38,7 @@ from torch import nn
 from executor.migrate import ADAMW_STATE_KEYS, OptimizerState, migrate
 from executor.topology import host_group
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, excerpt, quoted
-from pipeplan.fileio import write_atomic, write_failure
+from pipeplan.fileio import stops_raised, write_atomic, write_failure
 from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
 from pipeplan.formats.base import read_input
 
@@ -92,9 +92,6 @@ def save(
     dist.all_gather_object(rng, rng_states(), group=host)
     if rank != 0:
         return None
-    root = run_dir / "checkpoints"
-    final = root / f"step-{manifest.step}"
-    tmp = root / f".tmp-step-{manifest.step}"
     names = _names(layers)
     tensors = {
         "model.pt": {names[p]: p.detach().cpu() for p in names},
@@ -102,6 +99,22 @@ def save(
         "optimizer.pt": {names[p]: {k: v.cpu() for k, v in s.items()} for p, s in gathered.items()},
         "rng.pt": {f"{r}{kind}": state for r, states in enumerate(rng) for kind, state in states},
     }
+    # SIGTERM or SIGHUP (the command's stop, forwarded; a scheduler's; torchrun's agent's)
+    # removes the partial folder as Ctrl-C does: they killed the rank and left it, the size
+    # of the model and its AdamW state. No collective in here, so a handler runs at once.
+    with stops_raised():
+        final = _write(run_dir, tensors, manifest)
+    prune(run_dir / "checkpoints")
+    return final
+
+
+def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest) -> Path:
+    """Rank 0's part of `save`: `tensors` ({file name: what it holds}) and the manifest into
+    `.tmp-step-N/`, fsynced, renamed `step-N/`, then pointed at by `latest`. Whatever stops
+    it, the temporary folder goes."""
+    root = run_dir / "checkpoints"
+    final = root / f"step-{manifest.step}"
+    tmp = root / f".tmp-step-{manifest.step}"
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -132,7 +145,6 @@ def save(
             f"{final}: cannot write checkpoint {final.name} ({reason}; {free >> 20} MiB free on "
             f"its disk); {_kept(root, final.name)}"
         ) from None
-    prune(root)
     return final
 
 

@@ -4,8 +4,10 @@ ends; resuming on another world size re-plans and finishes."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -282,6 +284,63 @@ def test_ctrl_c_during_a_checkpoint_leaves_no_partial_folder(
     with pytest.raises(KeyboardInterrupt):
         checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-2"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_during_a_checkpoint_leaves_no_partial_folder(
+    tmp_path, single_rank_group, monkeypatch, signum
+):
+    """Found by the twenty-fifth round: SIGTERM or SIGHUP (to `pipeplan run`, forwarded to
+    its ranks; to rank 0 alone; torchrun's agent's) while rank 0 wrote a checkpoint killed it
+    at once and left `checkpoints/.tmp-step-N/` (model.pt, optimizer.pt: GBs for a real
+    model), where Ctrl-C removed it. The write now takes them as Ctrl-C: the folder goes and
+    the rank stops with Stopped (`pipeplan: stopped by SIGTERM`)."""
+    from executor import checkpoint
+    from pipeplan import models
+    from pipeplan.errors import Stopped
+
+    seq = models.build("bert-synth")
+    layout = checkpoint._gather_layout(0, len(seq.layers))
+    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(2))
+    real_save = torch.save
+
+    def stopped(obj, path, **kwargs):
+        real_save(obj, path, **kwargs)
+        if not isinstance(path, str | Path):  # collectives serialise through torch.save too
+            return
+        if signal.getsignal(signum) is not signal.SIG_DFL:
+            os.kill(os.getpid(), signum)  # handled: raised here, at the next bytecode
+        # Unhandled, the signal would kill this test's process: said instead.
+        raise RuntimeError(f"{signal.Signals(signum).name} would kill the rank here")
+
+    monkeypatch.setattr(torch, "save", stopped)
+    with pytest.raises(Stopped) as err:
+        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+    assert err.value.signum == signum
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-2"]
+    assert signal.getsignal(signum) is signal.SIG_DFL  # killing at once again after the write
+
+
+def test_a_second_stop_does_not_cut_the_clean_up_short():
+    """Found by the twenty-fifth round (with the checkpoint's stop above): once a stop has
+    landed in a write, later ones (the agent's SIGTERM after the command's, a second Ctrl-C)
+    are ignored until the write's clean-up is done; then each signal is as it was before."""
+    from pipeplan.errors import Stopped
+    from pipeplan.fileio import STOPS, stops_raised
+
+    before = {signum: signal.getsignal(signum) for signum in STOPS}
+    cleaned = []
+    with pytest.raises(Stopped), stops_raised():
+        try:
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(5)  # cut short by the handler
+        except BaseException:
+            for signum in STOPS:  # each would end the clean-up, or the test's process
+                os.kill(os.getpid(), signum)
+            cleaned.append(True)
+            raise
+    assert cleaned == [True]
+    assert {signum: signal.getsignal(signum) for signum in STOPS} == before
 
 
 DAMAGE_SAYS = {
