@@ -343,6 +343,55 @@ def test_a_second_stop_does_not_cut_the_clean_up_short():
     assert {signum: signal.getsignal(signum) for signum in STOPS} == before
 
 
+def test_remove_partial_takes_only_what_an_unfinished_write_left(tmp_path):
+    """Found by the twenty-fifth round: SIGKILL of rank 0 in a checkpoint write (and under
+    torchrun its agent's SIGTERM outside one) left `checkpoints/.tmp-step-N/`; a kill in
+    `write_atomic` left its probe and staged file. `pipeplan run`'s launcher, once every rank
+    is gone, and a resume's rank 0 remove them; nothing else: complete checkpoints, the
+    model, a link (or what it leads to), a file where a folder is written, a user's files."""
+    from executor import checkpoint
+
+    run = tmp_path / "k"
+    points = run / "checkpoints"
+    outside = tmp_path / "outside"
+    for folder in (points / "step-12", points / ".tmp-step-14", run / ".tmp-model-77", outside):
+        folder.mkdir(parents=True)
+        (folder / "model.pt").write_bytes(b"\0" * 64)
+    (run / "model").mkdir()
+    kept = [points / "step-12" / "model.pt", run / "model", outside / "model.pt"]
+    for name in ("latest", ".tmp-step-9", ".latest.notmkstemp.tmp"):  # not a folder, not ours
+        (points / name).write_text("step-12\n")
+        kept.append(points / name)
+    for name in ("notes.txt", ".run.json.bak", ".notes.abcdefgh.tmp"):
+        (run / name).write_text("mine")
+        kept.append(run / name)
+    (points / ".tmp-step-16").symlink_to(outside)
+    kept.append(points / ".tmp-step-16")
+    staged = [points / ".latest.ab_12xyz.tmp", points / ".pipeplan-probe-0jqs7t64"]
+    staged += [run / ".run.jsonl.k2j4m9q1.tmp", run / ".metrics.csv.abcdefgh.tmp"]
+    for path in staged:
+        path.write_text("partial")
+    removed = checkpoint.remove_partial(run)
+    assert sorted(removed) == sorted([points / ".tmp-step-14", run / ".tmp-model-77", *staged])
+    assert all(not path.exists() for path in removed)
+    assert all(path.exists() or path.is_symlink() for path in kept)
+    assert (outside / "model.pt").read_bytes() == b"\0" * 64
+    assert checkpoint.remove_partial(tmp_path / "none") == []  # no run there: nothing, no error
+
+
+def test_remove_partial_does_not_follow_a_linked_checkpoints_folder(tmp_path):
+    """Found by the twenty-fifth round (the clean-up above): a checkpoints/ that is a link
+    leads out of the run; what lies there is not the run's to remove."""
+    from executor import checkpoint
+
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / ".tmp-step-4").mkdir(parents=True)
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "checkpoints").symlink_to(elsewhere)
+    assert checkpoint.remove_partial(tmp_path / "k") == []
+    assert (elsewhere / ".tmp-step-4").is_dir()
+
+
 DAMAGE_SAYS = {
     "bit flip": "model.pt: checksum mismatch",
     "NaN weights": "holds NaN or infinite values",
