@@ -19,6 +19,7 @@ resumed runtime moves what each rank owns onto its device (`PhaseRuntime`, `inst
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -38,7 +39,7 @@ from torch import nn
 from executor.migrate import ADAMW_STATE_KEYS, OptimizerState, migrate
 from executor.topology import host_group
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, excerpt, quoted
-from pipeplan.fileio import write_atomic, write_failure
+from pipeplan.fileio import stops_raised, write_atomic, write_failure
 from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
 from pipeplan.formats.base import read_input
 
@@ -92,9 +93,6 @@ def save(
     dist.all_gather_object(rng, rng_states(), group=host)
     if rank != 0:
         return None
-    root = run_dir / "checkpoints"
-    final = root / f"step-{manifest.step}"
-    tmp = root / f".tmp-step-{manifest.step}"
     names = _names(layers)
     tensors = {
         "model.pt": {names[p]: p.detach().cpu() for p in names},
@@ -102,6 +100,22 @@ def save(
         "optimizer.pt": {names[p]: {k: v.cpu() for k, v in s.items()} for p, s in gathered.items()},
         "rng.pt": {f"{r}{kind}": state for r, states in enumerate(rng) for kind, state in states},
     }
+    # SIGTERM or SIGHUP (the command's stop, forwarded; a scheduler's; torchrun's agent's)
+    # removes the partial folder as Ctrl-C does: they killed the rank and left it, the size
+    # of the model and its AdamW state. No collective in here, so a handler runs at once.
+    with stops_raised():
+        final = _write(run_dir, tensors, manifest)
+    prune(run_dir / "checkpoints")
+    return final
+
+
+def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest) -> Path:
+    """Rank 0's part of `save`: `tensors` ({file name: what it holds}) and the manifest into
+    `.tmp-step-N/`, fsynced, renamed `step-N/`, then pointed at by `latest`. Whatever stops
+    it, the temporary folder goes (`remove_partial` for a rank killed outright)."""
+    root = run_dir / "checkpoints"
+    final = root / f"step-{manifest.step}"
+    tmp = root / f"{PARTIAL}{final.name}"
     try:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -132,7 +146,6 @@ def save(
             f"{final}: cannot write checkpoint {final.name} ({reason}; {free >> 20} MiB free on "
             f"its disk); {_kept(root, final.name)}"
         ) from None
-    prune(root)
     return final
 
 
@@ -180,6 +193,64 @@ def prune(root: Path, keep: int = KEEP) -> None:
     (`checkpoints_written`) is ever removed (`prune(run_dir / "checkpoints")`)."""
     for old in checkpoints_written(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+# What a rank writes before it renames it, by folder of the run ("." the run directory): a
+# checkpoint's `.tmp-step-N/` (beside the `step-N/` it becomes), the model's `.tmp-model-PID/`
+# (`models.export`, for `model/`); and the files `write_atomic` stages beside the run's own
+# (`.latest.RANDOM8.tmp`, `.run.json.RANDOM8.tmp`, …) with the probe it writes first.
+PARTIAL = ".tmp-"
+_MKSTEMP = r"[a-z0-9_]{8}"  # tempfile's random part of a name
+_PROBE = rf"\.pipeplan-probe-{_MKSTEMP}"  # `check_writable`'s
+_RUN_FILES = (
+    r"run\.json|run\.jsonl|run\.resume\.json|metrics\.csv|summary\.json|calibration-[0-9]+\.json"
+)
+PARTIAL_FOLDERS = {
+    "checkpoints": re.compile(r"\.tmp-step-[0-9]{1,12}"),
+    ".": re.compile(r"\.tmp-model-[0-9]{1,12}"),
+}
+PARTIAL_FILES = {
+    "checkpoints": re.compile(rf"\.latest\.{_MKSTEMP}\.tmp|{_PROBE}"),
+    ".": re.compile(rf"\.(?:{_RUN_FILES})\.{_MKSTEMP}\.tmp|{_PROBE}"),
+}
+
+
+def remove_partial(run_dir: Path) -> list[Path]:
+    """`remove_partial(Path("runs/k"))` → what writes a rank did not finish left in the run
+    directory (`PARTIAL_FOLDERS`, as large as the model and its AdamW state; `PARTIAL_FILES`),
+    removed. A stop the rank handles removes its own (`stops_raised`); one killed outright
+    (SIGKILL, or SIGTERM under torchrun outside a write) cannot. Only where no rank of the
+    run writes: `pipeplan run`'s launcher once every rank is gone, a resume's rank 0 before
+    it trains. Never a complete checkpoint (`step-N/`), nor a link, nor a folder where a file
+    is named or a file where a folder is. Never raises."""
+    return [
+        Path(entry.path)
+        for folder in PARTIAL_FOLDERS
+        for entry in _entries(run_dir / folder)
+        if _remove_if_partial(entry, folder)
+    ]
+
+
+def _remove_if_partial(entry: os.DirEntry[str], folder: str) -> bool:
+    """Remove `entry` of the run's `folder` if it is what a write left (`remove_partial`)."""
+    with contextlib.suppress(OSError):
+        # follow_symlinks=False: a link is neither followed nor removed.
+        if PARTIAL_FOLDERS[folder].fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            return True
+        if PARTIAL_FILES[folder].fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            os.unlink(entry.path)
+            return True
+    return False
+
+
+def _entries(folder: Path) -> list[os.DirEntry[str]]:
+    """The entries of `folder`; none when it is missing, not a folder, or a link (a
+    checkpoints/ linked elsewhere leads out of the run: `check_outputs` refuses it)."""
+    try:
+        return [] if folder.is_symlink() else list(os.scandir(folder))
+    except OSError:
+        return []
 
 
 def commit_config(run_dir: Path) -> None:

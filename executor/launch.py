@@ -121,6 +121,7 @@ from executor.checkpoint import (
     commit_config,
     latest,
     manifest_path,
+    remove_partial,
 )
 from executor.history import check_manifest_records, check_older_manifests
 from executor.planning import (
@@ -960,6 +961,7 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         # SIGTERM (at once: it may be blocked in a collective) or SIGKILL could not remove it.
         remove_run_caches(run_dir)
         remove_report_rooms(logs)
+        remove_partial(run_dir)  # and the checkpoint or model folder a killed rank 0 wrote
     return load(RunSummary, run_dir / "summary.json")
 
 

@@ -35,6 +35,7 @@ from pipeplan.fileio import (
     check_run_directory,
     not_a_new_directory,
     reading_run,
+    stops_raised,
 )
 from pipeplan.formats import DataFile, DataRecord, RunConfig, load
 from pipeplan.formats.base import check_input_file
@@ -320,7 +321,8 @@ def save_model(seq: LayerSequence, run_dir: Path) -> Path:
     run replaces the directory."""
     out = run_dir / MODEL_DIR
     shutil.rmtree(out, ignore_errors=True)
-    models.export(seq, out)
+    with stops_raised():  # SIGTERM too removes the partial `.tmp-model-PID/`, as Ctrl-C does
+        models.export(seq, out)
     log.info("trained model: %s (transformers: from_pretrained)", out)
     return out
 

@@ -397,6 +397,8 @@ class Trainer:
         to start: (epoch, step in epoch)."""
         from executor import checkpoint, history
 
+        if self.rank == 0:  # the writer; under torchrun no launcher removed a killed rank's
+            checkpoint.remove_partial(self.run_dir)
         # The command (or torchrun's entry) that started this rank said any notice once.
         manifest, model, optimizer, rng = checkpoint.load_latest(self.run_dir, notice=False)
         # `pipeplan run --resume` checked this before any rank started; torchrun did not.

@@ -16,7 +16,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from pipeplan.errors import BadArgumentError, InputFileError, OutputError, excerpt
+from pipeplan.errors import BadArgumentError, InputFileError, OutputError, Stopped, excerpt
 
 
 def check_writable(
@@ -353,6 +353,51 @@ def sigint_deferred() -> Iterator[None]:
         previous(*caught[0])
     elif caught and previous == signal.SIG_DFL:
         raise KeyboardInterrupt
+
+
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def stops_raised() -> Iterator[None]:
+    """Inside the block SIGTERM and SIGHUP raise Stopped as Ctrl-C raises KeyboardInterrupt,
+    so the clean-up of a write (`except BaseException`) runs for every stop; once one has
+    landed, later ones are ignored until the block ends, and do not cut that clean-up short.
+    For a rank, where SIGTERM and SIGHUP otherwise kill at once (it may be blocked in a
+    collective, where no handler runs): only around work that returns to Python often, rank
+    0 writing a checkpoint or the model. A handler installed before (the CLI's own) is
+    called instead; an ignored signal stays ignored. Off the main thread a no-op.
+
+        with stops_raised():
+            try: torch.save(state, tmp / "model.pt") ...
+            except BaseException: shutil.rmtree(tmp); raise
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {signum: signal.getsignal(signum) for signum in STOPS}
+
+    def stop(signum: int, frame: Any) -> None:
+        previous = before[signum]
+        try:
+            if callable(previous):  # raises, or holds the stop for later (the CLI's, in an import)
+                previous(signum, frame)
+                return
+            raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
+        except BaseException:
+            for other in STOPS:  # the first stop is the one acted on
+                signal.signal(other, signal.SIG_IGN)
+            raise
+
+    for signum, previous in before.items():
+        if previous != signal.SIG_IGN:
+            signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        for signum, previous in before.items():
+            # None: a handler not installed from Python; the default stands in for it.
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
 
 
 def output_mode(path: str | Path) -> int:

@@ -93,6 +93,24 @@ def digits_pause_once(seed: int = 0) -> TaskData:
     return TaskData("digits", train, data.eval, False)
 
 
+def digits_pause_in_checkpoint(seed: int = 0) -> TaskData:
+    """Digits; rank 0 pauses inside its first checkpoint write, once model.pt is in the
+    temporary folder (`.tmp-step-N/`): it touches PIPEPLAN_TEST_PAUSED and sleeps for an hour
+    in Python, where a signal's handler runs, as it would between torch.save's records."""
+    if os.environ.get("RANK") == "0":
+        real_save = torch.save
+
+        def pausing_save(obj, path, *args, **kwargs):
+            real_save(obj, path, *args, **kwargs)
+            if isinstance(path, str | Path) and ".tmp-step-" in str(path):
+                Path(os.environ["PIPEPLAN_TEST_PAUSED"]).touch()
+                for _ in range(36000):
+                    time.sleep(0.1)
+
+        torch.save = pausing_save
+    return load_data("digits", models.build("vit-digits"), seed=seed)
+
+
 class SlowToEvaluate:
     """Sleeps `seconds` on its first read under no_grad: the first evaluation batch."""
 

@@ -4,8 +4,10 @@ ends; resuming on another world size re-plans and finishes."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -282,6 +284,112 @@ def test_ctrl_c_during_a_checkpoint_leaves_no_partial_folder(
     with pytest.raises(KeyboardInterrupt):
         checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-2"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_during_a_checkpoint_leaves_no_partial_folder(
+    tmp_path, single_rank_group, monkeypatch, signum
+):
+    """Found by the twenty-fifth round: SIGTERM or SIGHUP (to `pipeplan run`, forwarded to
+    its ranks; to rank 0 alone; torchrun's agent's) while rank 0 wrote a checkpoint killed it
+    at once and left `checkpoints/.tmp-step-N/` (model.pt, optimizer.pt: GBs for a real
+    model), where Ctrl-C removed it. The write now takes them as Ctrl-C: the folder goes and
+    the rank stops with Stopped (`pipeplan: stopped by SIGTERM`)."""
+    from executor import checkpoint
+    from pipeplan import models
+    from pipeplan.errors import Stopped
+
+    seq = models.build("bert-synth")
+    layout = checkpoint._gather_layout(0, len(seq.layers))
+    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(2))
+    real_save = torch.save
+
+    def stopped(obj, path, **kwargs):
+        real_save(obj, path, **kwargs)
+        if not isinstance(path, str | Path):  # collectives serialise through torch.save too
+            return
+        if signal.getsignal(signum) is not signal.SIG_DFL:
+            os.kill(os.getpid(), signum)  # handled: raised here, at the next bytecode
+        # Unhandled, the signal would kill this test's process: said instead.
+        raise RuntimeError(f"{signal.Signals(signum).name} would kill the rank here")
+
+    monkeypatch.setattr(torch, "save", stopped)
+    with pytest.raises(Stopped) as err:
+        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+    assert err.value.signum == signum
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-2"]
+    assert signal.getsignal(signum) is signal.SIG_DFL  # killing at once again after the write
+
+
+def test_a_second_stop_does_not_cut_the_clean_up_short():
+    """Found by the twenty-fifth round (with the checkpoint's stop above): once a stop has
+    landed in a write, later ones (the agent's SIGTERM after the command's, a second Ctrl-C)
+    are ignored until the write's clean-up is done; then each signal is as it was before."""
+    from pipeplan.errors import Stopped
+    from pipeplan.fileio import STOPS, stops_raised
+
+    before = {signum: signal.getsignal(signum) for signum in STOPS}
+    cleaned = []
+    with pytest.raises(Stopped), stops_raised():
+        try:
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(5)  # cut short by the handler
+        except BaseException:
+            for signum in STOPS:  # each would end the clean-up, or the test's process
+                os.kill(os.getpid(), signum)
+            cleaned.append(True)
+            raise
+    assert cleaned == [True]
+    assert {signum: signal.getsignal(signum) for signum in STOPS} == before
+
+
+def test_remove_partial_takes_only_what_an_unfinished_write_left(tmp_path):
+    """Found by the twenty-fifth round: SIGKILL of rank 0 in a checkpoint write (and under
+    torchrun its agent's SIGTERM outside one) left `checkpoints/.tmp-step-N/`; a kill in
+    `write_atomic` left its probe and staged file. `pipeplan run`'s launcher, once every rank
+    is gone, and a resume's rank 0 remove them; nothing else: complete checkpoints, the
+    model, a link (or what it leads to), a file where a folder is written, a user's files."""
+    from executor import checkpoint
+
+    run = tmp_path / "k"
+    points = run / "checkpoints"
+    outside = tmp_path / "outside"
+    for folder in (points / "step-12", points / ".tmp-step-14", run / ".tmp-model-77", outside):
+        folder.mkdir(parents=True)
+        (folder / "model.pt").write_bytes(b"\0" * 64)
+    (run / "model").mkdir()
+    kept = [points / "step-12" / "model.pt", run / "model", outside / "model.pt"]
+    for name in ("latest", ".tmp-step-9", ".latest.notmkstemp.tmp"):  # not a folder, not ours
+        (points / name).write_text("step-12\n")
+        kept.append(points / name)
+    for name in ("notes.txt", ".run.json.bak", ".notes.abcdefgh.tmp"):
+        (run / name).write_text("mine")
+        kept.append(run / name)
+    (points / ".tmp-step-16").symlink_to(outside)
+    kept.append(points / ".tmp-step-16")
+    staged = [points / ".latest.ab_12xyz.tmp", points / ".pipeplan-probe-0jqs7t64"]
+    staged += [run / ".run.jsonl.k2j4m9q1.tmp", run / ".metrics.csv.abcdefgh.tmp"]
+    for path in staged:
+        path.write_text("partial")
+    removed = checkpoint.remove_partial(run)
+    assert sorted(removed) == sorted([points / ".tmp-step-14", run / ".tmp-model-77", *staged])
+    assert all(not path.exists() for path in removed)
+    assert all(path.exists() or path.is_symlink() for path in kept)
+    assert (outside / "model.pt").read_bytes() == b"\0" * 64
+    assert checkpoint.remove_partial(tmp_path / "none") == []  # no run there: nothing, no error
+
+
+def test_remove_partial_does_not_follow_a_linked_checkpoints_folder(tmp_path):
+    """Found by the twenty-fifth round (the clean-up above): a checkpoints/ that is a link
+    leads out of the run; what lies there is not the run's to remove."""
+    from executor import checkpoint
+
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / ".tmp-step-4").mkdir(parents=True)
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "checkpoints").symlink_to(elsewhere)
+    assert checkpoint.remove_partial(tmp_path / "k") == []
+    assert (elsewhere / ".tmp-step-4").is_dir()
 
 
 DAMAGE_SAYS = {

@@ -886,6 +886,34 @@ def test_the_runs_model_on_a_full_disk_is_pipeplans_own_line(tmp_path, monkeypat
     assert entries(tmp_path) == ["run.json"]
 
 
+def test_sigterm_as_the_run_saves_its_model_leaves_nothing(tmp_path, monkeypatch):
+    """Found by the twenty-fifth round (with the checkpoint's `.tmp-step-N/`): SIGTERM or
+    SIGHUP to rank 0 as it saved model/ killed it at once and left `.tmp-model-PID/` (the
+    model's size) in the run directory, where Ctrl-C removed it. The save takes it as Ctrl-C:
+    the temporary goes, and the rank stops with Stopped."""
+    import signal
+
+    import transformers.modeling_utils
+
+    from executor.task import save_model
+    from pipeplan import models
+    from pipeplan.errors import Stopped
+
+    def stopped(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 4096)
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled: raised here, at the next bytecode
+        # Unhandled, the signal would kill this test's process: said instead.
+        raise RuntimeError("SIGTERM would kill the rank here")
+
+    seq = models.build("bert-synth")
+    (tmp_path / "run.json").write_text("{}")
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", stopped)
+    with pytest.raises(Stopped):
+        save_model(seq, tmp_path)
+    assert entries(tmp_path) == ["run.json"]
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_pipeplan_export_on_a_full_disk_is_one_line(finished_run, tmp_path, monkeypatch, capsys):

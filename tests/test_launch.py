@@ -383,6 +383,43 @@ def test_a_run_stopped_in_a_cached_phase_leaves_no_cache(tmp_path, whom, signum)
     assert not (tmp_path / "k" / "cache").exists()
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(
+    "whom, signum",
+    [
+        ("launcher", signal.SIGTERM),  # the rank's own clean-up
+        # The launcher's, for a rank killed outright: long, for the default run's 15 minutes.
+        pytest.param("rank 0", signal.SIGKILL, marks=pytest.mark.long),
+    ],
+)
+def test_a_run_stopped_during_a_checkpoint_write_leaves_no_partial_folder(tmp_path, whom, signum):
+    """Found by the twenty-fifth round: SIGTERM or SIGHUP to `pipeplan run` (or SIGTERM or
+    SIGKILL to rank 0 alone) while rank 0 wrote a checkpoint left `checkpoints/.tmp-step-N/`
+    (model.pt and optimizer.pt: GBs for a real model) until a later resume; Ctrl-C removed
+    it. Rank 0 now takes SIGTERM and SIGHUP in the write as Ctrl-C, and removes the folder;
+    the launcher removes what a rank killed outright left, once every rank is gone."""
+    paused = tmp_path / "paused"
+    run = start_run(
+        tmp_path,
+        *("--data", "tests.killer_data:digits_pause_in_checkpoint"),
+        *("--max-steps-per-epoch", "4", "--checkpoint-every", "2"),
+        PIPEPLAN_TEST_PAUSED=str(paused),
+    )
+    wait_for(paused, run)
+    checkpoints = tmp_path / "k" / "checkpoints"
+    assert (checkpoints / ".tmp-step-2" / "model.pt").is_file()  # paused inside the write
+    os.kill(run.pid if whom == "launcher" else rank_processes(tmp_path / "k")[0], signum)
+    if whom == "launcher":
+        one_line(run, 128 + signum, "pipeplan: stopped by SIGTERM")
+    else:
+        one_line(run, 2, r"pipeplan: error: training failed on rank 0.*killed by SIGKILL.*")
+    assert no_rank_left(tmp_path)
+    assert sorted(p.name for p in checkpoints.iterdir()) == []
+    if whom == "launcher":  # rank 0 removed it itself (under torchrun no launcher would)
+        assert "pipeplan: stopped by SIGTERM" in (tmp_path / "k/logs/rank-0.log").read_text()
+
+
 def process_state(pid: int) -> str | None:
     """A process's state letter (R, S, T, Z, …), or None when it is gone."""
     try:
