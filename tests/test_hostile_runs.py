@@ -1712,6 +1712,17 @@ METRICS_EDITS = {
     "rows missing": (lambda m: m.splitlines()[0] + "\n", "metrics.csv: no row for epoch 0"),
     "a cell too many": (lambda m: m.replace("\n1,", "\n1,1,", 1), "epoch 1's row has 8 cells"),
 }
+# Found by the twenty-fifth round: one trailing empty line was "row 4 (epoch ?) has no epoch
+# record in run.jsonl" (and one inside the table "epoch 1's row has 0 cells"): an empty row is
+# named as one, wherever it is.
+EMPTY_ROWS = {
+    "an empty last line": (lambda m: m + "\n", "metrics.csv: row 4 is empty; pipeplan writes no"),
+    "an empty line inside": (
+        lambda m: m.replace("\n1,", "\n\n1,", 1),
+        "metrics.csv: row 3 is empty",
+    ),
+    "an empty first line": (lambda m: "\n" + m, "metrics.csv: row 1 is empty"),
+}
 
 
 @pytest.mark.parametrize("case", [*METRICS_EDITS, "a FIFO"], ids=str)
@@ -1732,5 +1743,18 @@ def test_metrics_csv_is_what_the_records_say(tmp_path, capsys, case):
         refused(argv, tmp_path, capsys, "metrics.csv: not a regular file")
         return
     edit, fragment = METRICS_EDITS[case]
+    table.write_text(edit(table.read_text()))
+    refused(argv, tmp_path, capsys, fragment)
+
+
+@pytest.mark.parametrize("case", EMPTY_ROWS, ids=str)
+def test_an_empty_row_of_metrics_csv_is_named_as_empty(tmp_path, capsys, case):
+    """Found by the twenty-fifth round: metrics.csv with one trailing empty line was refused as
+    "row 4 (epoch ?) has no epoch record in run.jsonl, which records 2 epoch(s)": it is an
+    empty row, not an epoch. Wherever an empty line is, the line says that row is empty."""
+    run, argv = _readable(tmp_path, "report")
+    _with_eval_files(run, summary=False)
+    table = run / "metrics.csv"
+    edit, fragment = EMPTY_ROWS[case]
     table.write_text(edit(table.read_text()))
     refused(argv, tmp_path, capsys, fragment)
