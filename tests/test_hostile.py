@@ -93,6 +93,25 @@ def test_cluster_files_with_wrong_meaning_or_magnitude(tmp_path, capsys, case):
     refused(argv, tmp_path, capsys, fragment)
 
 
+def test_a_cluster_file_without_its_schema_version_says_it_is_missing(tmp_path, capsys):
+    """Found by the twenty-fifth round: a cluster file without schema_version was refused as
+    "cluster schema_version None is not supported (this pipeplan reads 1)", 'None' reading as
+    a value written, while `pipeplan schema cluster` showed a default of 1. The schema now
+    requires the key, and the line says it is missing."""
+    doc = {k: v for k, v in CLUSTER.items() if k != "schema_version"}
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(doc))
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    argv = ["preview", "--profile", str(profile), "--cluster", str(path), *PREVIEW]
+    said = f"{path}: cluster has no schema_version; every pipeplan file states its version"
+    refused(argv, tmp_path, capsys, (said, "(this pipeplan reads 1)"))
+    assert cli.main(["schema", "cluster"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert "schema_version" in schema["required"]
+    assert "default" not in schema["properties"]["schema_version"]
+
+
 # (what, document, what the one line must hold): text a cluster copies into every plan.
 CLUSTER_TEXT_CASES = {
     "a name of 900,000 characters": (
