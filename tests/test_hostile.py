@@ -1545,6 +1545,32 @@ def test_a_demo_runs_dir_or_export_out_that_is_no_folder_says_what_it_is(tmp_pat
     refused(export, tmp_path, capsys, f"{target}: is {said}, not a directory")
 
 
+@pytest.mark.parametrize("what", ["a file", "a device", "a file on its path"])
+@pytest.mark.parametrize("command", ["preview", "report"])
+def test_a_plot_directory_that_is_no_folder_says_what_it_is(tmp_path, capsys, command, what):
+    """Found by the twenty-fifth round: `preview --plot /etc/passwd` said "/etc/passwd: cannot
+    create directory (File exists)". Every folder a command makes for its output
+    (`fileio.new_directories`) says what is in its place or on its path, as export's --out
+    does."""
+    from test_report import elastic_records, write_run
+
+    afile = tmp_path / "afile"
+    afile.write_text("keep me\n")
+    target = {"a file": afile, "a device": Path("/dev/null")}.get(what, afile / "plots")
+    said = {
+        "a file": f"{target}: is a regular file, not a directory",
+        "a device": f"{target}: is a character device, not a directory",
+        "a file on its path": (
+            f"{target}: cannot create directory ({afile} is a regular file, not a directory)"
+        ),
+    }[what]
+    if command == "preview":
+        argv = ["preview", "--profile", str(shipped_profile("bert-tiny", "cpu")), *PREVIEW]
+    else:
+        argv = ["report", str(write_run(tmp_path / "run", elastic_records()))]
+    refused([*argv, "--plot", str(target)], tmp_path, capsys, said)
+
+
 def _manifest_file(path: Path) -> Path:
     """A checkpoint manifest as a run writes one (`_manifest_file(tmp_path / "m.json")`)."""
     from pipeplan.formats import CheckpointManifest, RunConfig, dumps
