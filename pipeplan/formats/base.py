@@ -292,23 +292,11 @@ def fail_fast(schema: Any) -> Any:
     return schema
 
 
-def _version_required(schema: dict[str, Any], model: type[BaseModel]) -> None:
-    """A versioned format's JSON Schema lists `schema_version` as required, with no default: a
-    file must state it (`Strict._version_stated`), though Python code builds a model without
-    it (the default is the version written)."""
-    if "schema_version" not in model.model_fields:
-        return
-    schema["properties"]["schema_version"].pop("default", None)
-    schema["required"] = ["schema_version", *schema.get("required", [])]
-
-
 class Strict(BaseModel):
     """Base for every format: unknown fields and NaN/inf are errors, not silently kept, and
     every collection stops at its first bad element (`fail_fast`)."""
 
-    model_config = ConfigDict(
-        extra="forbid", allow_inf_nan=False, frozen=False, json_schema_extra=_version_required
-    )
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=False)
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> Any:
@@ -316,18 +304,32 @@ class Strict(BaseModel):
         # schema here): `Field(fail_fast=True)` is per field, and pydantic refuses it on dicts.
         return fail_fast(handler(source))
 
+
+def _version_required(schema: dict[str, Any]) -> None:
+    """A versioned format's JSON Schema lists `schema_version` as required, with no default: a
+    file must state it (`Versioned._version_stated`), though Python code builds a model
+    without it (the default is the version written)."""
+    schema["properties"]["schema_version"].pop("default", None)
+    schema["required"] = ["schema_version", *schema.get("required", [])]
+
+
+class Versioned(Strict):
+    """Base for a format with a `schema_version` (each file kind, and a plan's cluster or a
+    manifest's run configuration nested in another): a file states it, nested ones too;
+    pipeplan writes it in every file, and the schemas require it. Found by the twenty-fifth
+    round: `pipeplan schema cluster` showed a default of 1 that the loader did not apply
+    ("schema_version None is not supported"). `parse` names a missing top-level one before
+    validation (`missing_version`)."""
+
+    model_config = ConfigDict(json_schema_extra=_version_required)
+
     @model_validator(mode="after")
-    def _version_stated(self, info: ValidationInfo) -> Strict:
-        """A versioned format read from JSON states its schema_version, nested ones too (a
-        plan's cluster): pipeplan writes it in every file, and the schemas require it. Found by
-        the twenty-fifth round: `pipeplan schema cluster` showed a default of 1 that the loader
-        did not apply ("schema_version None is not supported"). `parse` names a missing
-        top-level one before validation (`missing_version`). After validation, from the fields
-        set: a "before" validator would make pydantic validate the JSON as Python objects (a
-        strict tuple then refuses a JSON array)."""
-        model = type(self)
-        stated = "schema_version" in self.model_fields_set
-        if info.mode == "json" and "schema_version" in model.model_fields and not stated:
+    def _version_stated(self, info: ValidationInfo) -> Versioned:
+        # After validation, from the fields set: a "before" validator would make pydantic
+        # validate the JSON as Python objects (a strict tuple then refuses a JSON array).
+        # Python code (mode "python") builds a model without it: the default is the version.
+        if info.mode == "json" and "schema_version" not in self.model_fields_set:
+            model = type(self)
             raise ValueError(missing_version(kind_of(model), schema_version(model)))
         return self
 

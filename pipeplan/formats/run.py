@@ -50,6 +50,7 @@ from pipeplan.formats.base import (
     Steps,
     Strict,
     Text,
+    Versioned,
     check_json,
     check_keys,
     first_error,
@@ -203,7 +204,7 @@ PLAN_CACHE_BUDGET = Needs(
 )
 
 
-class RunConfig(Strict):
+class RunConfig(Versioned):
     """A run's configuration, `runs/NAME/run.json`, and the options of `pipeplan run`: each
     option is a field here, with its default, description and unit (`pipeplan.options`)."""
 
@@ -634,7 +635,7 @@ class DataFile(Strict):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of its bytes.")
 
 
-class DataRecord(Strict):
+class DataRecord(Versioned):
     """`runs/NAME/data.json`: what the run's data was when it started, so that a resume or an
     export refuses a data file edited since (a renamed label shifts every label id)."""
 
@@ -660,7 +661,7 @@ class DataRecord(Strict):
         return value
 
 
-class RunSummary(Strict):
+class RunSummary(Versioned):
     schema_version: Literal[2] = 2
     name: Text
     total_s: NonNegFloat
