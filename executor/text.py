@@ -477,7 +477,7 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     # count from the first token, a BERT-style head reads it, and a text was first cut to its
     # start (CHARS_PER_TOKEN a token). Decoder tokenizers often say 'left', for generation.
     tok.padding_side = tok.truncation_side = "right"
-    pad = _pad_id(tok, seq)
+    pad = _pad_id(tok, seq, directory)
 
     def encode(texts: list[str]) -> torch.Tensor:
         if not texts:
@@ -780,17 +780,77 @@ def _first(exc: BaseException) -> str:
     return excerpt(str(exc).strip().splitlines()[0]) if str(exc).strip() else type(exc).__name__
 
 
-def _pad_id(tok: Any, seq: LayerSequence) -> int:
-    """The tokenizer's padding must be what the model reads as padding."""
+def _pad_id(tok: Any, seq: LayerSequence, directory: Path) -> int:
+    """The tokenizer's padding must be a token of its `directory`'s vocabulary and what the
+    model reads as padding: `_pad_id(tok, seq, Path("tok"))` → 0."""
     pad, model_pad = tok.pad_token_id, seq.config.pad_token_id
     if pad is None:
         raise BadArgumentError(
             "the tokenizer has no pad token; text is padded to --seq-len: set one "
             "(tokenizer.pad_token = ...) and save it again"
         )
+    _check_pad_token_known(tok, directory)
     if pad != model_pad:
         raise BadArgumentError(
             f"the tokenizer pads with id {pad} but the model's pad_token_id is {model_pad}; "
             "they must agree (set pad_token_id in the model's config.json)"
         )
     return pad
+
+
+def _check_pad_token_known(tok: Any, directory: Path) -> None:
+    """Refuses a pad token that none of the tokenizer's files holds: transformers adds such a
+    token at load, as a new id past the vocabulary, and the model's pad_token_id cannot be set
+    to an id the files do not have.
+
+        _check_pad_token_known(tok, Path("tok"))   # InputFileError: "…: pad_token '[NOPE]' …"
+
+    Found by the twenty-fifth round: a pad_token of '[NOPE]' became id 120 of a 0..119
+    vocabulary, and the line advised setting pad_token_id 120 in the model's config.json. A
+    slow tokenizer (no `tokenizers` backend) is left to the id check."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    token = tok.pad_token
+    if backend is None or token in backend.get_vocab(with_added_tokens=False):
+        return
+    if token in _added_tokens(directory):
+        return
+    raise InputFileError(
+        f"{_naming(directory, 'pad_token')}: pad_token {token!r} is not in the tokenizer's "
+        f"vocabulary (loading added it as a new id {tok.pad_token_id}); name one of its tokens "
+        "(the model's pad_token_id is an id of the vocabulary)"
+    )
+
+
+def _added_tokens(directory: Path) -> set[str]:
+    """The tokens a tokenizer's files add to its vocabulary: tokenizer.json's added_tokens,
+    tokenizer_config.json's added_tokens_decoder, added_tokens.json's keys (each file was read
+    and checked before; the tokenizer loaded from them)."""
+    from tokenizers import Tokenizer
+
+    added: set[str] = set()
+    if (directory / "tokenizer.json").is_file():
+        decoder = Tokenizer.from_file(str(directory / "tokenizer.json")).get_added_tokens_decoder()
+        added |= {token.content for token in decoder.values()}
+    config = _json_object(directory / "tokenizer_config.json")
+    decoder = config.get("added_tokens_decoder")
+    if isinstance(decoder, dict):
+        added |= {t.get("content") for t in decoder.values() if isinstance(t, dict)} - {None}
+    added |= set(_json_object(directory / "added_tokens.json"))
+    return added
+
+
+def _naming(directory: Path, key: str) -> Path:
+    """The tokenizer file that names the special token `key` (tokenizer_config.json before
+    special_tokens_map.json, as transformers reads them), else the directory."""
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        if key in _json_object(directory / name):
+            return directory / name
+    return directory
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    """A tokenizer JSON file's object, or {} without the file (or when it holds no object)."""
+    if not path.is_file():
+        return {}
+    value = json_loads(read_input(path, why="not a tokenizer's file"))
+    return value if isinstance(value, dict) else {}

@@ -286,12 +286,48 @@ def new_directories(directory: str | Path) -> Iterator[Path]:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         _remove_empty(missing)
-        raise OutputError(f"{directory}: cannot create directory ({exc.strerror or exc})") from None
+        raise OutputError(f"{directory}: {_not_made(directory, exc)}") from None
     try:
         yield directory
     except BaseException:
         _remove_empty(missing)
         raise
+
+
+def _not_made(directory: Path, exc: OSError) -> str:
+    """Why `directory` could not be made, naming what stands in its place or on its path as
+    other outputs do (`entry_kind`); else the system's reason. Found by the twenty-fifth
+    round: `preview --plot /etc/passwd` said "cannot create directory (File exists)".
+
+        _not_made(Path("/etc/passwd"), exc)     # "is a regular file, not a directory"
+        _not_made(Path("/etc/passwd/p"), exc)   # "cannot create directory (/etc/passwd is …)"
+    """
+    for folder in (*reversed(directory.parents), directory):
+        what = _what_is_there(folder)
+        if what == "a directory":
+            continue
+        if what is None:  # nothing there: the folders from here on were to be made
+            break
+        if folder == directory:
+            return f"is {what}, not a directory"
+        return f"cannot create directory ({folder} is {what}, not a directory)"
+    return f"cannot create directory ({exc.strerror or exc})"
+
+
+def _what_is_there(path: Path) -> str | None:
+    """`entry_kind` of what `path` leads to (a link to a folder is a folder), "a symbolic link
+    to nothing" for a dangling one; None when nothing is there or it cannot be reached."""
+    try:
+        return entry_kind(os.stat(path).st_mode)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    try:
+        os.lstat(path)
+    except OSError:
+        return None
+    return "a symbolic link to nothing"
 
 
 def _remove_empty(folders: Iterable[Path]) -> None:

@@ -93,6 +93,25 @@ def test_cluster_files_with_wrong_meaning_or_magnitude(tmp_path, capsys, case):
     refused(argv, tmp_path, capsys, fragment)
 
 
+def test_a_cluster_file_without_its_schema_version_says_it_is_missing(tmp_path, capsys):
+    """Found by the twenty-fifth round: a cluster file without schema_version was refused as
+    "cluster schema_version None is not supported (this pipeplan reads 1)", 'None' reading as
+    a value written, while `pipeplan schema cluster` showed a default of 1. The schema now
+    requires the key, and the line says it is missing."""
+    doc = {k: v for k, v in CLUSTER.items() if k != "schema_version"}
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(doc))
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    argv = ["preview", "--profile", str(profile), "--cluster", str(path), *PREVIEW]
+    said = f"{path}: cluster has no schema_version; every pipeplan file states its version"
+    refused(argv, tmp_path, capsys, (said, "(this pipeplan reads 1)"))
+    assert cli.main(["schema", "cluster"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert "schema_version" in schema["required"]
+    assert "default" not in schema["properties"]["schema_version"]
+
+
 # (what, document, what the one line must hold): text a cluster copies into every plan.
 CLUSTER_TEXT_CASES = {
     "a name of 900,000 characters": (
@@ -1524,6 +1543,32 @@ def test_a_demo_runs_dir_or_export_out_that_is_no_folder_says_what_it_is(tmp_pat
     run = _run_files(tmp_path)
     export = ["export", str(run), "--out", str(target)]
     refused(export, tmp_path, capsys, f"{target}: is {said}, not a directory")
+
+
+@pytest.mark.parametrize("what", ["a file", "a device", "a file on its path"])
+@pytest.mark.parametrize("command", ["preview", "report"])
+def test_a_plot_directory_that_is_no_folder_says_what_it_is(tmp_path, capsys, command, what):
+    """Found by the twenty-fifth round: `preview --plot /etc/passwd` said "/etc/passwd: cannot
+    create directory (File exists)". Every folder a command makes for its output
+    (`fileio.new_directories`) says what is in its place or on its path, as export's --out
+    does."""
+    from test_report import elastic_records, write_run
+
+    afile = tmp_path / "afile"
+    afile.write_text("keep me\n")
+    target = {"a file": afile, "a device": Path("/dev/null")}.get(what, afile / "plots")
+    said = {
+        "a file": f"{target}: is a regular file, not a directory",
+        "a device": f"{target}: is a character device, not a directory",
+        "a file on its path": (
+            f"{target}: cannot create directory ({afile} is a regular file, not a directory)"
+        ),
+    }[what]
+    if command == "preview":
+        argv = ["preview", "--profile", str(shipped_profile("bert-tiny", "cpu")), *PREVIEW]
+    else:
+        argv = ["report", str(write_run(tmp_path / "run", elastic_records()))]
+    refused([*argv, "--plot", str(target)], tmp_path, capsys, said)
 
 
 def _manifest_file(path: Path) -> Path:

@@ -265,6 +265,41 @@ def test_a_tokenizer_config_value_of_the_wrong_type_or_range(made, tmp_path, cap
     _refused_tokenizer_config(made, tmp_path, capsys, fields, fragment)
 
 
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "special_tokens_map.json"])
+def test_a_pad_token_not_in_the_vocabulary_is_named(made, tmp_path, capsys, name):
+    """Found by the twenty-fifth round: a pad_token of '[NOPE]', in none of the tokenizer's
+    files, was added by transformers as a new id past the vocabulary, and the line said "the
+    tokenizer pads with id 120 but the model's pad_token_id is 0; … set pad_token_id in the
+    model's config.json", advice for an id the vocabulary does not have. The file naming the
+    pad token is named, and the token as not in the vocabulary."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    if name == "tokenizer_config.json":
+        config["pad_token"] = "[NOPE]"
+    else:  # transformers reads special_tokens_map.json's when the config has none
+        del config["pad_token"]
+        (tok / name).write_text(json.dumps({"pad_token": "[NOPE]"}))
+    (tok / "tokenizer_config.json").write_text(json.dumps(config))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragment = "pad_token '[NOPE]' is not in the tokenizer's vocabulary (loading added it as a new"
+    refused(argv, tmp_path, capsys, (f"{tok / name}: ", fragment))
+
+
+def test_a_pad_token_the_saved_tokenizer_added_passes(tmp_path):
+    """Found by the twenty-fifth round (the other side): a pad token added with
+    add_special_tokens and saved is one of the files' tokens (tokenizer.json's added_tokens),
+    past the trained vocabulary but no new id at load, so it is not refused."""
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(make_tokenizer(tmp_path / "tok"))
+    tok.add_special_tokens({"pad_token": "[NEWPAD]"})
+    tok.save_pretrained(tmp_path / "saved")
+    loaded = text_files.load_tokenizer(tmp_path / "saved")
+    assert loaded.pad_token == "[NEWPAD]" and loaded.pad_token_id == len(tok) - 1
+    text_files._check_pad_token_known(loaded, tmp_path / "saved")
+
+
 def test_a_tokenizer_config_as_transformers_writes_it_passes(tmp_path):
     """Found by the twenty-first round (the other side of the table): a tokenizer saved with
     extra special tokens passes (transformers 5 writes is_local, local_files_only and

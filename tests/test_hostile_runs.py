@@ -315,6 +315,34 @@ def test_a_torn_last_record_is_left_out_but_a_whole_bad_line_is_refused(tmp_path
     refused(argv, tmp_path, capsys, (f"run.jsonl:{number}", "not a run record"))
 
 
+# An empty line in run.jsonl (which pipeplan never writes): (its line number, counted from 1,
+# -1 for after the last record; its text).
+EMPTY_LINES = {
+    "inside": (3, "\n"),
+    "of spaces inside": (2, "  \t\n"),
+    "at the end": (-1, "\n"),
+    "of spaces at the end, no newline": (-1, "   "),
+}
+
+
+@pytest.mark.parametrize("where", EMPTY_LINES, ids=str)
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_an_empty_line_in_run_jsonl_is_refused_naming_it(tmp_path, capsys, command, where):
+    """Found by the twenty-fifth round: an empty line in the middle of run.jsonl, which
+    pipeplan never writes, was accepted by resume and report without a word, while a torn
+    last line is named. Every empty line (or one of spaces) is refused in one line naming
+    run.jsonl and its number, as other record problems are (resume reads the records with
+    the same `read_records`); a torn last line keeps its notice (the test above)."""
+    run, argv = _readable(tmp_path, command)
+    lines = (run / "run.jsonl").read_text().splitlines(keepends=True)
+    number, empty = EMPTY_LINES[where]
+    number = number if number > 0 else len(lines) + 1
+    lines.insert(number - 1, empty)
+    (run / "run.jsonl").write_text("".join(lines))
+    said = f"{run / 'run.jsonl'}:{number}: an empty line; pipeplan writes a record on every line"
+    refused(argv, tmp_path, capsys, said)
+
+
 @pytest.mark.timeout(120)
 def test_records_repeated_a_million_times_are_refused_at_the_first_repeat(tmp_path):
     """Found by the nineteenth round's lead: run.jsonl was read whole and every record built
@@ -1744,6 +1772,17 @@ METRICS_EDITS = {
     "rows missing": (lambda m: m.splitlines()[0] + "\n", "metrics.csv: no row for epoch 0"),
     "a cell too many": (lambda m: m.replace("\n1,", "\n1,1,", 1), "epoch 1's row has 8 cells"),
 }
+# Found by the twenty-fifth round: one trailing empty line was "row 4 (epoch ?) has no epoch
+# record in run.jsonl" (and one inside the table "epoch 1's row has 0 cells"): an empty row is
+# named as one, wherever it is.
+EMPTY_ROWS = {
+    "an empty last line": (lambda m: m + "\n", "metrics.csv: row 4 is empty; pipeplan writes no"),
+    "an empty line inside": (
+        lambda m: m.replace("\n1,", "\n\n1,", 1),
+        "metrics.csv: row 3 is empty",
+    ),
+    "an empty first line": (lambda m: "\n" + m, "metrics.csv: row 1 is empty"),
+}
 
 
 @pytest.mark.parametrize("case", [*METRICS_EDITS, "a FIFO"], ids=str)
@@ -1764,5 +1803,18 @@ def test_metrics_csv_is_what_the_records_say(tmp_path, capsys, case):
         refused(argv, tmp_path, capsys, "metrics.csv: not a regular file")
         return
     edit, fragment = METRICS_EDITS[case]
+    table.write_text(edit(table.read_text()))
+    refused(argv, tmp_path, capsys, fragment)
+
+
+@pytest.mark.parametrize("case", EMPTY_ROWS, ids=str)
+def test_an_empty_row_of_metrics_csv_is_named_as_empty(tmp_path, capsys, case):
+    """Found by the twenty-fifth round: metrics.csv with one trailing empty line was refused as
+    "row 4 (epoch ?) has no epoch record in run.jsonl, which records 2 epoch(s)": it is an
+    empty row, not an epoch. Wherever an empty line is, the line says that row is empty."""
+    run, argv = _readable(tmp_path, "report")
+    _with_eval_files(run, summary=False)
+    table = run / "metrics.csv"
+    edit, fragment = EMPTY_ROWS[case]
     table.write_text(edit(table.read_text()))
     refused(argv, tmp_path, capsys, fragment)

@@ -206,7 +206,7 @@ def test_epochs_empty_and_bad(tmp_path: Path) -> None:
 def test_unwritable_path_raises_output_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(OutputError, match="cannot create directory"):
+    with pytest.raises(OutputError, match="file: is a regular file, not a directory"):
         plot_timeline(gpipe(1, 1), blocker / "step.png")
     with pytest.raises(OutputError, match="is a directory"):
         plot_epochs(epoch_rows(), tmp_path)

@@ -77,7 +77,7 @@ def mutate(path: str, value) -> str:
         ("{", "not valid JSON"),
         ("[]", "JSON object"),
         (mutate("schema_version", 2), "schema_version 2"),
-        (mutate("schema_version", KeyError), "schema_version None"),
+        (mutate("schema_version", KeyError), "profile has no schema_version; every pipeplan"),
         (mutate("layers.1.params", -5), "layers.1.params"),
         (mutate("layers.1.params", "many"), "layers.1.params"),
         (mutate("layers.1.kind", "decoder"), "layers.1.kind"),
@@ -94,6 +94,61 @@ def test_bad_profiles_give_one_line_naming_the_problem(text, fragment):
         formats.parse(formats.Profile, text, "p.json")
     message = str(err.value)
     assert fragment in message and "\n" not in message and message.startswith("p.json")
+
+
+@pytest.mark.parametrize("name", sorted(formats.SCHEMAS))
+def test_every_format_requires_its_schema_version_as_its_schema_says(name):
+    """Found by the twenty-fifth round: a cluster file without schema_version was refused as
+    "cluster schema_version None is not supported" while `pipeplan schema cluster` stated a
+    default of 1. For every format the schema and the loader agree: the key is required (no
+    default in the schema, nested versioned documents' too) and a file without it is refused
+    as missing it, not as the value None."""
+    model = formats.SCHEMAS[name]
+    schema = formats.json_schema(name)
+    versioned = [schema, *(d for d in schema.get("$defs", {}).values() if _versioned(d))]
+    for document in versioned:
+        assert "schema_version" in document["required"]
+        assert "default" not in document["properties"]["schema_version"]
+    with pytest.raises(InputFileError) as err:
+        formats.parse(model, "{}", "f.json")
+    kind = formats.base.kind_of(model)
+    expected = formats.schema_version(model)
+    said = f"f.json: {kind} has no schema_version; every pipeplan file states its version "
+    assert str(err.value) == said + f"(this pipeplan reads {expected})"
+
+
+def _versioned(schema: dict) -> bool:
+    return "schema_version" in schema.get("properties", {})
+
+
+def test_a_nested_document_without_its_schema_version_is_refused(tmp_path):
+    """Found by the twenty-fifth round (the nested side of the rule above): a plan's cluster
+    and a checkpoint manifest's run configuration without schema_version were read as the
+    default version. They are required there too; the one line names the nested field."""
+    from test_hostile import _manifest_file
+
+    import cli
+    from executor.planning import shipped_profile
+
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--profile", str(shipped_profile("bert-tiny", "cpu")), "--out", str(out)]
+    assert cli.main([*argv, "--devices-per-node", "2", "--samples", "1400"]) == 0
+    manifest = _manifest_file(tmp_path / "manifest.json")
+    cases = [
+        (formats.Plan, out, ("inputs", "cluster"), "cluster has no schema_version"),
+        (formats.CheckpointManifest, manifest, ("config",), "run config has no schema_version"),
+    ]
+    for model, path, where, said in cases:
+        doc = json.loads(path.read_text())
+        formats.parse(model, json.dumps(doc), str(path))  # as written: read
+        node = doc
+        for key in where:
+            node = node[key]
+        del node["schema_version"]
+        with pytest.raises(InputFileError) as err:
+            formats.parse(model, json.dumps(doc), str(path))
+        assert f"field '{'.'.join(where)}': {said}" in str(err.value)
+        assert "\n" not in str(err.value)
 
 
 def with_comm(**comm) -> str:

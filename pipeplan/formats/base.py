@@ -4,7 +4,8 @@ files are parsed, loaded and written.
     cluster = load(Cluster, "cluster.json")   # InputFileError with one line on any problem
     text = dumps(cluster)                      # canonical JSON, same value → same bytes
 
-Loaders reject other schema versions, unknown fields, NaN and infinities, naming the field.
+Loaders reject other schema versions (a missing one too), unknown fields, NaN and infinities,
+naming the field.
 A model that is also a command's input marks how its fields are given on the command line with
 `Flag` (`pipeplan.options` builds the typer options from the fields).
 """
@@ -34,6 +35,8 @@ from pydantic import (
     GetCoreSchemaHandler,
     StringConstraints,
     ValidationError,
+    ValidationInfo,
+    model_validator,
 )
 
 from pipeplan.errors import InputFileError, PipeplanError, excerpt, quoted, reason
@@ -300,6 +303,35 @@ class Strict(BaseModel):
         # One place for every field of every format, nested models included (each builds its
         # schema here): `Field(fail_fast=True)` is per field, and pydantic refuses it on dicts.
         return fail_fast(handler(source))
+
+
+def _version_required(schema: dict[str, Any]) -> None:
+    """A versioned format's JSON Schema lists `schema_version` as required, with no default: a
+    file must state it (`Versioned._version_stated`), though Python code builds a model
+    without it (the default is the version written)."""
+    schema["properties"]["schema_version"].pop("default", None)
+    schema["required"] = ["schema_version", *schema.get("required", [])]
+
+
+class Versioned(Strict):
+    """Base for a format with a `schema_version` (each file kind, and a plan's cluster or a
+    manifest's run configuration nested in another): a file states it, nested ones too;
+    pipeplan writes it in every file, and the schemas require it. Found by the twenty-fifth
+    round: `pipeplan schema cluster` showed a default of 1 that the loader did not apply
+    ("schema_version None is not supported"). `parse` names a missing top-level one before
+    validation (`missing_version`)."""
+
+    model_config = ConfigDict(json_schema_extra=_version_required)
+
+    @model_validator(mode="after")
+    def _version_stated(self, info: ValidationInfo) -> Versioned:
+        # After validation, from the fields set: a "before" validator would make pydantic
+        # validate the JSON as Python objects (a strict tuple then refuses a JSON array).
+        # Python code (mode "python") builds a model without it: the default is the version.
+        if info.mode == "json" and "schema_version" not in self.model_fields_set:
+            model = type(self)
+            raise ValueError(missing_version(kind_of(model), schema_version(model)))
+        return self
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -692,6 +724,8 @@ def parse(model: type[M], text: str, source: str = "input") -> M:
     if other is not None:
         raise InputFileError(f"{source}: not a {KINDS.get(model, kind)} (it is a {other})")
     version, expected = data.get("schema_version"), schema_version(model)
+    if "schema_version" not in data:  # not "schema_version None", a value never written
+        raise InputFileError(f"{source}: {missing_version(kind, expected)}")
     # `true == 1` in Python: the type is checked too, so a boolean is not a version.
     if type(version) is not int or version != expected:
         raise InputFileError(
@@ -704,6 +738,16 @@ def parse(model: type[M], text: str, source: str = "input") -> M:
         return _validate(model, text, source, kind)
     except MemoryError:  # also one raised while the validation error is read
         raise InputFileError(out_of_memory(source, text)) from None
+
+
+def missing_version(kind: str, expected: int) -> str:
+    """The words for a document without its schema_version: `missing_version("cluster", 1)` →
+    "cluster has no schema_version; every pipeplan file states its version (this pipeplan
+    reads 1)"."""
+    return (
+        f"{kind} has no schema_version; every pipeplan file states its version (this pipeplan "
+        f"reads {expected})"
+    )
 
 
 def _validate(model: type[M], text: str, source: str, kind: str) -> M:

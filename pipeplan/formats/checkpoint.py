@@ -22,6 +22,7 @@ from pipeplan.formats.base import (
     Sha256,
     Strict,
     Text,
+    Versioned,
 )
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.run import RunConfig
@@ -147,7 +148,7 @@ def _check_rows(cache: CacheManifest) -> None:
         )
 
 
-class CheckpointManifest(Strict):
+class CheckpointManifest(Versioned):
     schema_version: Literal[1] = 1
     step: Step = Field(description="Global steps completed.")
     epoch: Annotated[int, Field(ge=0, le=MAX_EPOCHS)]

@@ -16,6 +16,7 @@ from pipeplan.formats.base import (
     PosBytes,
     Strict,
     Text,
+    Versioned,
 )
 
 # Defaults when neither a flag nor the profile says otherwise. PCIe 3.0 x16 inside a node,
@@ -40,7 +41,7 @@ class Link(Strict):
     latency_s: Latency = 0.0
 
 
-class Cluster(Strict):
+class Cluster(Versioned):
     schema_version: Literal[1] = 1
     name: Text | None = None
     nodes: Count

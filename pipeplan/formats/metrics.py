@@ -95,6 +95,7 @@ def check_metrics_table(run_dir: Path, records: list) -> None:
     expected = list(csv.reader(io.StringIO(metrics_of(records))))
     if not rows:
         raise InputFileError(f"{path}: empty; the run writes its header and a row per epoch")
+    _check_no_empty_row(path, rows)
     if tuple(rows[0]) != METRICS:
         raise InputFileError(
             f"{path}: header {_cut(','.join(rows[0]), 200)!r}, but pipeplan writes "
@@ -104,7 +105,7 @@ def check_metrics_table(run_dir: Path, records: list) -> None:
     for index, row in enumerate(rows[1:]):
         if index >= len(expected) - 1:
             raise InputFileError(
-                f"{path}: row {index + 2} (epoch {_cut(row[0]) if row else '?'}) has no epoch "
+                f"{path}: row {index + 2} (epoch {_cut(row[0])}) has no epoch "
                 f"record in {records_file}, which records {len(expected) - 1} epoch(s)"
             )
         _check_row(path, records_file, row, expected[index + 1])
@@ -113,6 +114,18 @@ def check_metrics_table(run_dir: Path, records: list) -> None:
         raise InputFileError(
             f"{path}: no row for epoch {missing}, which {records_file} records (and later ones)"
         )
+
+
+def _check_no_empty_row(path: Path, rows: list[list[str]]) -> None:
+    """An empty row is named as one: `csv` reads an empty line as a row of no cells, which was
+    refused as "row 4 (epoch ?) has no epoch record" at the end of the table (twenty-fifth
+    round: one trailing empty line) and as "epoch 1's row has 0 cells" inside it.
+
+        _check_no_empty_row(Path("runs/r/metrics.csv"), [["epoch", …], []])   # InputFileError
+    """
+    for number, row in enumerate(rows, start=1):
+        if not row:
+            raise InputFileError(f"{path}: row {number} is empty; pipeplan writes no empty row")
 
 
 def _check_row(path: Path, records_file: Path, row: list[str], want: list[str]) -> None:

@@ -21,6 +21,7 @@ from pipeplan.formats.base import (
     Steps,
     Strict,
     Text,
+    Versioned,
     printable,
 )
 from pipeplan.formats.cluster import Cluster
@@ -214,7 +215,7 @@ PINNED: dict[str, Callable[[Layout], int | str | list[int]]] = {
 }
 
 
-class Plan(Strict):
+class Plan(Versioned):
     schema_version: Literal[2] = 2
     inputs: PlanInputs
     phases: list[PhasePlan]

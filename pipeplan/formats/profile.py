@@ -30,6 +30,7 @@ from pipeplan.formats.base import (
     Text,
     Timestamp,
     TooManyDigits,
+    Versioned,
     dumps,
     json_loads,
     out_of_memory,
@@ -599,7 +600,7 @@ class ProfileSettings(Strict):
     seed: Seed  # the bounds of --seed, which it records
 
 
-class Profile(Strict):
+class Profile(Versioned):
     schema_version: Literal[1] = 1
     created_at: Timestamp
     model: ModelInfo

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from pipeplan.formats.base import DataText, NonNegFloat, NonNegInt, PosInt, Strict, Text
+from pipeplan.formats.base import DataText, NonNegFloat, NonNegInt, PosInt, Strict, Text, Versioned
 from pipeplan.formats.layout import EpochShape, Layout
 from pipeplan.formats.plan import StagePlan
 from pipeplan.formats.run import Forecast
@@ -110,7 +110,7 @@ class BaselineReport(Strict):
     )
 
 
-class Report(Strict):
+class Report(Versioned):
     schema_version: Literal[2] = 2
     name: Text
     run_dir: Text
