@@ -507,8 +507,9 @@ def export(
 ) -> None:
     """Write a run's model from a checkpoint as a transformers directory (from_pretrained)."""
     from executor.task import export_run
+    from pipeplan.runfiles import check_summary
 
-    path = export_run(run_dir, out, checkpoint)
+    path = export_run(run_dir, out, checkpoint, check_files=check_summary)
     say(f"wrote {path} (config.json, model.safetensors: from_pretrained({path}))")
 
 

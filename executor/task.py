@@ -21,7 +21,7 @@ import contextlib
 import logging
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -327,16 +327,32 @@ def save_model(seq: LayerSequence, run_dir: Path) -> Path:
     return out
 
 
-def export_run(run_dir: str | Path, out: str | Path, checkpoint: str | None = None) -> Path:
+# What the commands above the executor hold a run's records to besides (`runfiles.
+# check_summary`: summary.json as the report builds it), called with (run_dir, config, records).
+RecordsCheck = Callable[[Path, RunConfig, list], None]
+
+
+def export_run(
+    run_dir: str | Path,
+    out: str | Path,
+    checkpoint: str | None = None,
+    check_files: RecordsCheck | None = None,
+) -> Path:
     """`pipeplan export RUN [--checkpoint step-N] --out DIR`: a checkpoint's weights (the
     latest that verifies, or the named one) in the model the run builds, as a transformers
     directory. The run's data is read again: it sizes the head as it did in the run. Not
-    while a run or resume trains it (`reading_run`)."""
+    while a run or resume trains it (`reading_run`). `check_files` holds the records to the
+    files the analysis layer checks (the CLI and the API pass `runfiles.check_summary`).
+
+        export_run("runs/exp1", "trained/", check_files=check_summary)
+    """
     with reading_run(run_dir):
-        return _export(run_dir, out, checkpoint)
+        return _export(run_dir, out, checkpoint, check_files)
 
 
-def _export(run_dir: str | Path, out: str | Path, checkpoint: str | None) -> Path:
+def _export(
+    run_dir: str | Path, out: str | Path, checkpoint: str | None, check_files: RecordsCheck | None
+) -> Path:
     from executor.checkpoint import (
         check_checkpoints_folder,
         check_position,
@@ -352,7 +368,6 @@ def _export(run_dir: str | Path, out: str | Path, checkpoint: str | None) -> Pat
     from executor.planning import check_run_model
     from pipeplan.formats import read_records
     from pipeplan.formats.metrics import check_eval_metrics
-    from pipeplan.runfiles import check_summary
 
     run_dir, out = Path(run_dir), Path(out)
     _check_new_directory(out)
@@ -381,7 +396,8 @@ def _export(run_dir: str | Path, out: str | Path, checkpoint: str | None) -> Pat
     # The records against metrics.csv and summary.json, as resume, report and calibrate hold
     # them (twenty-third round): one command's refusal is every command's.
     check_eval_metrics(run_dir, records)
-    check_summary(run_dir, cfg, records)
+    if check_files is not None:
+        check_files(run_dir, cfg, records)
     check_weights(weights, seq.layers, path or latest(run_dir, "export"))  # shapes and dtype kinds
     try:
         restore(seq.layers, weights, {})

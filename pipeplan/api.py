@@ -86,8 +86,9 @@ def run(runs_dir: str | Path = "runs", **options: Any) -> RunSummary:
 def export(run_dir: str | Path, out: str | Path, checkpoint: str | None = None) -> Path:
     """`pipeplan export RUN --out DIR [--checkpoint step-N]`: a transformers directory."""
     from executor.task import export_run
+    from pipeplan.runfiles import check_summary
 
-    return export_run(run_dir, out, checkpoint)
+    return export_run(run_dir, out, checkpoint, check_files=check_summary)
 
 
 def _request(model: type[BaseModel], options: dict[str, Any]) -> Any:

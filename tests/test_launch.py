@@ -417,7 +417,8 @@ def test_a_run_stopped_during_a_checkpoint_write_leaves_no_partial_folder(tmp_pa
     assert no_rank_left(tmp_path)
     assert sorted(p.name for p in checkpoints.iterdir()) == []
     if whom == "launcher":  # rank 0 removed it itself (under torchrun no launcher would)
-        assert "pipeplan: stopped by SIGTERM" in (tmp_path / "k/logs/rank-0.log").read_text()
+        log = (tmp_path / "k/logs/rank-0.log").read_text()
+        assert "pipeplan: rank 0: stopped by SIGTERM" in log
 
 
 def process_state(pid: int) -> str | None:
@@ -767,11 +768,19 @@ def test_the_launcher_hears_which_ranks_the_agent_stopped(tmp_path):
     stopped = faults.Report(0, "stopped", time.time() + 5, "stopped by SIGTERM").to_json()
     shared = {"READY": str(tmp_path / "ready"), "REPORT": stopped, "PATH": os.environ["PATH"]}
     envs = {rank: {**shared, "RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in (0, 1)}
-    with faults.AgentStops() as stops:
-        ranks = start_processes(
-            "ranks", "/bin/sh", {0: ("-c", RANK_0), 1: ("-c", RANK_1)}, envs, RankLogs(tmp_path)
-        )
-        done = ranks.wait(timeout=30, period=0.02)
+    # torch's start installs its own handlers in this process (as in a launcher) and never
+    # puts the old ones back: a later test found SIGINT taken by them.
+    stops_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    handlers = {signum: signal.getsignal(signum) for signum in stops_signals}
+    try:
+        with faults.AgentStops() as stops:
+            ranks = start_processes(
+                "ranks", "/bin/sh", {0: ("-c", RANK_0), 1: ("-c", RANK_1)}, envs, RankLogs(tmp_path)
+            )
+            done = ranks.wait(timeout=30, period=0.02)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     assert done is not None and sorted(done.failures) == [0, 1]
     assert faults.Report.from_error_data(done.failures[0].error_file_data).kind == "stopped"
     assert stops.pids == {done.failures[0].pid}
