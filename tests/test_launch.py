@@ -388,8 +388,10 @@ def test_a_run_stopped_in_a_cached_phase_leaves_no_cache(tmp_path, whom, signum)
 @pytest.mark.parametrize(
     "whom, signum",
     [
-        ("launcher", signal.SIGTERM),  # the rank's own clean-up
-        # The launcher's, for a rank killed outright: long, for the default run's 15 minutes.
+        # Both long, for the default run's 15 minutes: the rank's own clean-up is
+        # tests/test_checkpoint.py's SIGTERM and SIGHUP inside `save`, in one process.
+        pytest.param("launcher", signal.SIGTERM, marks=pytest.mark.long),
+        # The launcher's, for a rank killed outright.
         pytest.param("rank 0", signal.SIGKILL, marks=pytest.mark.long),
     ],
 )
