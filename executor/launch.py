@@ -177,7 +177,6 @@ from pipeplan.fileio import (
 from pipeplan.formats import (
     CheckpointManifest,
     PhaseRecord,
-    PhaseSummary,
     Plan,
     Profile,
     RunConfig,
@@ -195,7 +194,7 @@ from pipeplan.formats.run import (
 )
 from pipeplan.freeze import list_schedule
 from pipeplan.options import build, check_needs_against
-from pipeplan.report import make_report
+from pipeplan.report import make_report, phase_summaries
 from pipeplan.runfiles import check_summary
 from pipeplan.spawn import RankFailedError, check_local_ranks
 
@@ -1192,18 +1191,7 @@ def summarize(run_dir: Path) -> RunSummary:
         total_s=report.training_s,
         steps=report.steps,
         final_eval_accuracy=report.final_eval_accuracy,
-        phases=[
-            PhaseSummary(
-                phase=p.phase,
-                layout=p.layout,
-                steps=p.steps,
-                predicted_step_s=p.predicted_step_s,
-                measured_step_s=p.measured_step_s,
-                measured_spread_s=p.measured_iqr_s,
-                error=p.error,
-            )
-            for p in report.phases
-        ],
+        phases=phase_summaries(report.phases),
     )
     write_atomic(run_dir / "summary.json", dumps(summary))
     return summary

@@ -240,19 +240,24 @@ def run_summary(config: RunConfig, records: list) -> RunSummary:
         total_s=sum(e.epoch_s for e in epochs) + sum(p.transition_s for p in phases),
         steps=len(steps),
         final_eval_accuracy=epochs[-1].eval_accuracy if epochs else None,
-        phases=[
-            PhaseSummary(
-                phase=p.phase,
-                layout=p.layout,
-                steps=p.steps,
-                predicted_step_s=p.predicted_step_s,
-                measured_step_s=p.measured_step_s,
-                measured_spread_s=p.measured_iqr_s,
-                error=p.error,
-            )
-            for p in reports
-        ],
+        phases=phase_summaries(reports),
     )
+
+
+def phase_summaries(reports: list[PhaseReport]) -> list[PhaseSummary]:
+    """summary.json's `phases`, from the report's (`run_summary`, `executor.launch.summarize`)."""
+    return [
+        PhaseSummary(
+            phase=p.phase,
+            layout=p.layout,
+            steps=p.steps,
+            predicted_step_s=p.predicted_step_s,
+            measured_step_s=p.measured_step_s,
+            measured_spread_s=p.measured_iqr_s,
+            error=p.error,
+        )
+        for p in reports
+    ]
 
 
 def epoch_reports(run: _Run) -> list[EpochReport]:
