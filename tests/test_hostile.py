@@ -3219,11 +3219,18 @@ def test_a_bad_generation_config_is_refused_as_config_json_is(tmp_path, capsys, 
     held to config.json's rules whatever the model's init (here random: a config alone): one
     line naming generation_config.json and the key."""
     text, fragment = GENERATION_CONFIGS[case]
+    _generation_config_refused(tmp_path, capsys, text, fragment, command)
+    assert not (tmp_path / "runs").exists()
+
+
+def _generation_config_refused(tmp_path, capsys, text: str, fragment: str, command: str):
+    """A GPT-2 folder whose generation_config.json is `text`, given to `command`: refused in one
+    line naming generation_config.json and `fragment`, nothing written, no Python warning."""
     model, argv = _model_folder_command(tmp_path, GPT2_CONFIG, command)
     (model / "generation_config.json").write_text(text)
     where = f"{model / 'generation_config.json'}: {fragment}"
     refused_quietly(argv, tmp_path / "in", capsys, where)
-    assert not (tmp_path / "p.json").exists() and not (tmp_path / "runs").exists()
+    assert not (tmp_path / "p.json").exists()
 
 
 # The twentieth round's generation_config.json cases (as GENERATION_CONFIGS; 512 tokens).
@@ -3282,11 +3289,7 @@ def test_a_generation_config_field_of_any_kind_is_checked(tmp_path, capsys, case
     negative num_assistant_tokens and min_length above max_length were accepted and exported.
     One line naming generation_config.json and the field."""
     text, fragment = GENERATION_CONFIGS_20[case]
-    model, argv = _model_folder_command(tmp_path, GPT2_CONFIG, "profile")
-    (model / "generation_config.json").write_text(text)
-    where = f"{model / 'generation_config.json'}: {fragment}"
-    refused_quietly(argv, tmp_path / "in", capsys, where)
-    assert not (tmp_path / "p.json").exists()
+    _generation_config_refused(tmp_path, capsys, text, fragment, "profile")
 
 
 # The twenty-first round's generation_config.json cases (as GENERATION_CONFIGS_20): values
@@ -3344,11 +3347,7 @@ def test_a_generation_config_generate_would_refuse_is_refused(tmp_path, capsys, 
     3 with num_beams 1 and guidance_scale -1.0 were accepted by run and exported, for
     generate() to refuse. One line naming generation_config.json and the field."""
     text, fragment = GENERATION_CONFIGS_21[case]
-    model, argv = _model_folder_command(tmp_path, GPT2_CONFIG, "profile")
-    (model / "generation_config.json").write_text(text)
-    where = f"{model / 'generation_config.json'}: {fragment}"
-    refused_quietly(argv, tmp_path / "in", capsys, where)
-    assert not (tmp_path / "p.json").exists()
+    _generation_config_refused(tmp_path, capsys, text, fragment, "profile")
 
 
 # The twenty-fourth round's generation_config.json watermarking_config cases (as
@@ -3402,11 +3401,7 @@ def test_a_watermarking_config_names_its_key_and_value(tmp_path, capsys, case):
     an unknown key as a TypeError of its constructor. One line naming generation_config.json,
     the key inside watermarking_config and the value given."""
     text, fragment = GENERATION_CONFIGS_24[case]
-    model, argv = _model_folder_command(tmp_path, GPT2_CONFIG, "profile")
-    (model / "generation_config.json").write_text(text)
-    where = f"{model / 'generation_config.json'}: {fragment}"
-    refused_quietly(argv, tmp_path / "in", capsys, where)
-    assert not (tmp_path / "p.json").exists()
+    _generation_config_refused(tmp_path, capsys, text, fragment, "profile")
 
 
 def test_a_watermarking_config_in_config_json_is_named_there(tmp_path, capsys):
