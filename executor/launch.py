@@ -130,7 +130,7 @@ from executor.planning import (
     RunPlanner,
     check_plan_cache,
     check_run_model,
-    model_config_sha256,
+    model_files_sha256,
     shipped_precision,
 )
 from executor.records import METRICS_FILE, mend_torn_tail
@@ -249,8 +249,9 @@ def _make_run_directory(cfg: RunConfig, runs_root: str | Path, planner: RunPlann
     plan = None if planner.plan is None else dumps(planner.plan)
     if plan is not None:  # run.json holds the copy's sha256: a resume refuses it edited since
         cfg = cfg.model_copy(update={"plan_sha256": text_sha256(plan)})
-    # And the model folder's config.json's: resume and export build the model from it again.
-    cfg = cfg.model_copy(update={"model_config_sha256": model_config_sha256(cfg.model)})
+    # And the model folder's config.json's and generation_config.json's: resume and export
+    # build the model from them again.
+    cfg = model_files_sha256(cfg)
     files = {"run.json": cfg, DATA_RECORD: record, RUN_PROFILE: planner.profile}
     files[RUN_PLAN] = plan
     lock_made = not (run_dir / ".lock").exists()

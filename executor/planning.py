@@ -46,7 +46,13 @@ from pipeplan.formats import (
     dumps,
     load,
 )
-from pipeplan.formats.base import first_difference, parse, read_input, text_sha256
+from pipeplan.formats.base import (
+    MAX_GENERATION_CONFIG_BYTES,
+    first_difference,
+    parse,
+    read_input,
+    text_sha256,
+)
 from pipeplan.formats.profile import model_mismatch
 from pipeplan.plan import TrainingShape, decide_phase, profile_identity, stage_plans
 from pipeplan.solver import Pins
@@ -138,18 +144,58 @@ def model_config_sha256(model: str) -> str | None:
     return None if path is None else text_sha256(read_input(path))  # its bytes: UTF-8 JSON
 
 
+def generation_config_sha256(model: str) -> str | None:
+    """sha256 of the bytes of `model`'s generation_config.json, of no bytes when the folder has
+    none (`RunConfig.generation_config_sha256`); None for a built-in."""
+    path = models.generation_config_path(model)
+    if path is None:
+        return None
+    there = path.exists() or path.is_symlink()  # a dangling link: read_input names it
+    return text_sha256(read_input(path, MAX_GENERATION_CONFIG_BYTES) if there else "")
+
+
+def model_files_sha256(cfg: RunConfig) -> RunConfig:
+    """`cfg` with the sha256s of the model folder's files a resume and an export read again
+    (config.json, generation_config.json), as the run is prepared."""
+    return cfg.model_copy(
+        update={
+            "model_config_sha256": model_config_sha256(cfg.model),
+            "generation_config_sha256": generation_config_sha256(cfg.model),
+        }
+    )
+
+
 def check_model_config(cfg: RunConfig) -> None:
-    """The model folder's config.json is the one the run was prepared with (its sha256 in
-    run.json); InputFileError naming it otherwise. A run prepared before the sha256 was
-    recorded has none: only its shape fields are held (`check_run_profile`)."""
-    if cfg.model_config_sha256 is None:
-        return
-    digest = model_config_sha256(cfg.model)
-    if digest != cfg.model_config_sha256:
+    """The model folder's config.json and generation_config.json are the ones the run was
+    prepared with (their sha256s in run.json); InputFileError naming the file otherwise. A run
+    prepared before a sha256 was recorded has none: only config.json's shape fields are held
+    (`check_run_profile`)."""
+    recorded = [
+        (models.config_path(cfg.model), cfg.model_config_sha256, model_config_sha256),
+        (
+            models.generation_config_path(cfg.model),
+            cfg.generation_config_sha256,
+            generation_config_sha256,
+        ),
+    ]
+    for path, expected, digest_of in recorded:
+        if expected is None:
+            continue
+        digest = digest_of(cfg.model)
+        if digest == expected:
+            continue
+        empty = text_sha256("")
+        if expected == empty:
+            what = "made since the run started (the folder had none)"
+        elif digest == empty:
+            what = "deleted since the run started"
+        else:
+            what = (
+                f"edited since the run started (its sha256 is {str(digest)[:12]}…, run.json "
+                f"recorded {expected[:12]}…)"
+            )
         raise InputFileError(
-            f"{models.config_path(cfg.model)}: edited since the run started (its sha256 is "
-            f"{str(digest)[:12]}…, run.json recorded {cfg.model_config_sha256[:12]}…); the run "
-            "builds its model from it: restore it or start a new run"
+            f"{path}: {what}; the run builds its model from it: restore it or start a new run"
         )
 
 

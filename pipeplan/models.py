@@ -644,6 +644,16 @@ def config_path(name_or_path: str) -> Path | None:
     return path / "config.json" if path.is_dir() else path
 
 
+def generation_config_path(name_or_path: str) -> Path | None:
+    """The generation_config.json a model folder's build reads (`_generation_config`), there
+    or not; None for a built-in name.
+
+        generation_config_path("runs/demo-pretrained/model")   # → …/model/generation_config.json
+    """
+    config = config_path(name_or_path)
+    return None if config is None else config.parent / GENERATION_CONFIG
+
+
 def _resolve(name_or_path: str) -> _Source:
     if name_or_path in PRESETS:
         preset = PRESETS[name_or_path]

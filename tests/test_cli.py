@@ -197,7 +197,13 @@ def command_params(name: str) -> dict:
     return {p.name: p for p in typer.main.get_command(cli.app).commands[name].params}
 
 
-NOT_RUN_OPTIONS = {"schema_version", "freeze_list", "plan_sha256", "model_config_sha256"}
+NOT_RUN_OPTIONS = {
+    "schema_version",
+    "freeze_list",
+    "plan_sha256",
+    "model_config_sha256",
+    "generation_config_sha256",
+}
 
 
 def test_every_run_option_is_a_run_config_field_with_its_default(capsys, monkeypatch):

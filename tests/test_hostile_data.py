@@ -1155,7 +1155,42 @@ def test_export_refuses_a_model_folder_edited_since_the_run(made, tmp_path, caps
     (model / "config.json").write_text(json.dumps({**config, **labels}))
     refused(["export", str(run), "--out", str(out)], tmp_path, capsys, fragment)
     (model / "config.json").write_text(text)  # restored: exported as trained
+    # Twenty-sixth round: the folder's generation_config.json, which the exported model keeps,
+    # is held the same way; this folder had none, so one made since is refused.
+    generation = model / "generation_config.json"
+    generation.write_text(json.dumps({"max_length": 20}))
+    made_since = (f"{generation}: made since the run started (the folder had none)", "restore")
+    refused(["export", str(run), "--out", str(out)], tmp_path, capsys, made_since)
+    assert not out.exists()
+    generation.unlink()
     assert cli.main(["export", str(run), "--out", str(out)]) == 0, capsys.readouterr()
+
+
+@pytest.mark.timeout(60)
+def test_a_generation_config_edited_or_deleted_since_the_run_is_refused(made, tmp_path):
+    """Found by the twenty-sixth round: a model folder's generation_config.json edited after
+    the run (max_length 99), or deleted, was exported and trained by a resume with exit 0:
+    run.json held only config.json's sha256. Its sha256 is recorded as the run is prepared
+    (`model_files_sha256`, the sha256 of no bytes without one) and `check_model_config`,
+    resume's and export's check, names the file; unedited, it passes."""
+    from executor.planning import check_model_config, model_files_sha256
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats import RunConfig
+
+    model = Path(shutil.copytree(made["checkpoint"], tmp_path / "m"))
+    generation = model / "generation_config.json"
+    generation.write_text(json.dumps({"max_length": 20}))
+    cfg = model_files_sha256(RunConfig(model=str(model), data="synth-text"))
+    assert cfg.model_config_sha256 and cfg.generation_config_sha256
+    check_model_config(cfg)
+    generation.write_text(json.dumps({"max_length": 99}))
+    with pytest.raises(InputFileError, match=r"generation_config\.json: edited since the run"):
+        check_model_config(cfg)
+    generation.unlink()
+    with pytest.raises(InputFileError, match=r"generation_config\.json: deleted since the run"):
+        check_model_config(cfg)
+    # An older run (no sha256 recorded) keeps the old check only.
+    check_model_config(cfg.model_copy(update={"generation_config_sha256": None}))
 
 
 @pytest.mark.timeout(60)

@@ -1115,6 +1115,7 @@ def test_every_field_but_the_resumable_ones_is_the_checkpoints(tmp_path):
         "plan": "plan.json",
         "plan_sha256": "0" * 64,
         "model_config_sha256": "1" * 64,
+        "generation_config_sha256": "2" * 64,
     }
     fields = set(RunConfig.model_fields) - {"schema_version"}
     assert set(other) == fields  # a field added later is listed here too

@@ -373,6 +373,16 @@ class RunConfig(Versioned):
         description="sha256 of the bytes of the model folder's config.json as the run was "
         "prepared; absent for a built-in model and in runs prepared before it was recorded.",
     )
+    # The same for the folder's generation_config.json, which the model (and an export) takes
+    # from the folder again: max_length 99 edited after the run was exported (twenty-sixth
+    # round). A folder without one records the sha256 of no bytes (an empty file is no JSON a
+    # run accepts), so a file added since is refused too.
+    generation_config_sha256: Annotated[Sha256 | None, NOT_A_FLAG] = Field(
+        None,
+        description="sha256 of the bytes of the model folder's generation_config.json as the "
+        "run was prepared, of no bytes when the folder had none; absent for a built-in model "
+        "and in runs prepared before it was recorded.",
+    )
 
     @model_validator(mode="before")
     @classmethod
