@@ -556,11 +556,14 @@ def not_a_new_directory(out: Path) -> str | None:
 
         not_a_new_directory(Path("/dev/null"))   # "is a character device, not a directory"
         not_a_new_directory(Path("old"))         # "exists and is not an empty directory"
+
+    A link to nothing is no place to write either: `export --out` said "write failed (Not a
+    directory)" of one (twenty-sixth round), where `--plot` names it.
     """
     try:
         mode = os.stat(out).st_mode  # through a link: a link to an empty folder is one
     except FileNotFoundError:
-        return None
+        return "is a symbolic link to nothing, not a directory" if out.is_symlink() else None
     except OSError as exc:
         return f"cannot be a directory ({exc.strerror})"
     if not stat.S_ISDIR(mode):

@@ -1545,6 +1545,17 @@ def test_a_demo_runs_dir_or_export_out_that_is_no_folder_says_what_it_is(tmp_pat
     refused(export, tmp_path, capsys, f"{target}: is {said}, not a directory")
 
 
+def test_an_export_out_that_links_to_nothing_says_so_and_makes_nothing(tmp_path, capsys):
+    """Found by the twenty-sixth round: `export RUN --out LINK`, LINK a symbolic link to
+    nothing, said "LINK: write failed (Not a directory)", as if the disk had failed, where
+    `--plot LINK` names the link. It is named before any work, and nothing is made."""
+    link = tmp_path / "dl"
+    link.symlink_to(tmp_path / "nowhere")
+    export = ["export", str(_run_files(tmp_path)), "--out", str(link)]
+    refused(export, tmp_path, capsys, f"{link}: is a symbolic link to nothing, not a directory")
+    assert link.is_symlink() and not (tmp_path / "nowhere").exists()
+
+
 @pytest.mark.parametrize("what", ["a file", "a device", "a file on its path"])
 @pytest.mark.parametrize("command", ["preview", "report"])
 def test_a_plot_directory_that_is_no_folder_says_what_it_is(tmp_path, capsys, command, what):
