@@ -501,6 +501,11 @@ CALIBRATION17 = {
         with_path(CALIBRATED, ("calibration", "runs"), []),
         ("'calibration'", "runs [] and phases_used 2"),
     ),
+    # Twenty-sixth round: calibrate refuses a run given twice; written twice it was taken.
+    "a run named twice": (
+        with_path(CALIBRATED, ("calibration", "runs"), ["runs/a", "./runs/a/"]),
+        ("'calibration'", "runs names 'runs/a' twice: a calibration is fitted from distinct"),
+    ),
     "a median residual above the worst": (
         with_path(CALIBRATED, ("calibration", "residual_median"), 0.5),
         ("'calibration'", "residual_median 0.5 is above residual_max 0.04"),

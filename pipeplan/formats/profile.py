@@ -4,6 +4,7 @@ the corrections `pipeplan calibrate` fitted on top (docs/architecture.md §3).""
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -512,6 +513,13 @@ class Calibration(Strict):
             raise ValueError(
                 f"runs {quoted(self.runs)} and phases_used {self.phases_used}: a calibration is "
                 "fitted from at least one phase of each run it names"
+            )
+        # calibrate refuses a run given twice; written twice by hand, its phases count twice.
+        spelled = [os.path.normpath(run) for run in self.runs]
+        if len(set(spelled)) < len(spelled):
+            twice = next(run for i, run in enumerate(spelled) if run in spelled[:i])
+            raise ValueError(
+                f"runs names {quoted(twice)} twice: a calibration is fitted from distinct runs"
             )
         # Each phase fitted adds its steady steps: 5 phases "fitted" from 1 step (or one
         # from none) cannot have been measured.
