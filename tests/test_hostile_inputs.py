@@ -403,11 +403,16 @@ SIXTEENTH = {
     ),
     "an empty layer name": (
         with_path(PROFILE, ("layers", 1, "name"), ""),
-        ("layers.1.name is empty",),
+        ("layers.1.name '' is not 'block1'",),
     ),
     "two layers of one name": (
         with_path(PROFILE, ("layers", 2, "name"), PROFILE["layers"][1]["name"]),
-        ("layers.2.name", "the name of an earlier layer"),
+        ("layers.2.name 'block1' is not 'block2'",),
+    ),
+    # Twenty-sixth round: a block named as the head (and the head as a block) was taken.
+    "a block named head": (
+        with_path(PROFILE, ("layers", 1, "name"), "head"),
+        ("layers.1.name 'head' is not 'block1': a layer is named by its kind",),
     ),
     "a subnormal forward time": (
         with_path(PROFILE, ("layers", 1, "timings", 0, "fwd_s"), 5e-324),

@@ -26,7 +26,8 @@ LAYER = {
 def minimal_profile() -> dict:
     layers = []
     for i, kind in enumerate(["embeddings", "block", "head"]):
-        layers.append({**copy.deepcopy(LAYER), "index": i, "name": kind, "kind": kind})
+        name = f"block{i}" if kind == "block" else kind  # as pipeplan names layers
+        layers.append({**copy.deepcopy(LAYER), "index": i, "name": name, "kind": kind})
     return {
         "schema_version": 1,
         "created_at": "2026-11-29T00:00:00+00:00",

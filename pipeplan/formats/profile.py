@@ -642,18 +642,17 @@ class Profile(Versioned):
         return self
 
     @model_validator(mode="after")
-    def _layer_names_unique(self) -> Profile:
-        """Layer names are non-empty and unique: plans, reports and the freeze schedule name
-        layers by them, and an empty or repeated one names no layer or two."""
-        seen: set[str] = set()
+    def _layer_names_as_written(self) -> Profile:
+        """Each layer's name is the one pipeplan gives it: its kind, and `blockN` for block N.
+        Plans, reports and the freeze schedule name layers by them; an empty or repeated one
+        named no layer or two, and layer 1 named `head` (twenty-sixth round) the wrong one."""
         for layer in self.layers:
-            if not layer.name.strip():
-                raise ValueError(f"layers.{layer.index}.name is empty")
-            if layer.name in seen:
+            expected = f"block{layer.index}" if layer.kind == "block" else layer.kind
+            if layer.name != expected:
                 raise ValueError(
-                    f"layers.{layer.index}.name {layer.name!r} is the name of an earlier layer"
+                    f"layers.{layer.index}.name {layer.name!r} is not {expected!r}: a layer is "
+                    "named by its kind, a block by its index too"
                 )
-            seen.add(layer.name)
         return self
 
     @model_validator(mode="after")
