@@ -331,7 +331,7 @@ def check_run(
             where = "--freeze" if cfg.plan is None else f"{cfg.plan}: inputs.freeze"
             raise BadArgumentError(f"{where}: {exc}") from None
     if resumed is None:
-        planner = RunPlanner.from_config(cfg)
+        planner = RunPlanner.from_config(cfg, seq)
         if planner.plan is not None and data.augmented:
             check_plan_cache(planner.plan, False, f"its data '{cfg.data}' is augmented")
         if planner.plan is not None:  # once: `prepare` runs in the launcher only

@@ -96,17 +96,19 @@ def shipped_precision(identity: ProfileIdentity, model: str, device: str) -> str
     return None
 
 
-def config_profile(cfg: RunConfig) -> Profile:
-    """The profile a run configuration names (`--profile`, else the shipped one)."""
+def config_profile(cfg: RunConfig, seq: LayerSequence | None = None) -> Profile:
+    """The profile a run configuration names (`--profile`, else the shipped one). Without one,
+    the line says how to measure it, for the input `seq` takes when given: the hint without
+    --seq-len and --task made a profile the same run then refused (twenty-sixth round)."""
     path = (
         Path(cfg.profile) if cfg.profile else shipped_profile(cfg.model, cfg.device, cfg.precision)
     )
     if path is None:
         precision = "" if cfg.precision == "fp32" else f" in {cfg.precision}"
-        flag = "" if cfg.precision == "fp32" else f" --precision {cfg.precision}"
+        flags = _profile_flags(seq, cfg) if seq is not None else _precision_flag(cfg)
         raise BadArgumentError(
             f"no shipped profile for {cfg.model} on {cfg.device}{precision}; run `pipeplan "
-            f"profile {cfg.model}{flag} --out P.json --nproc {max(2, cfg.nproc)}` and pass "
+            f"profile {cfg.model}{flags} --out P.json --nproc {max(2, cfg.nproc)}` and pass "
             "--profile P.json"
         )
     profile = load(Profile, path)
@@ -214,13 +216,24 @@ def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> 
     want = _input_words(list(seq.input_shape), dtype, cfg.precision, seq.task, seq.padding_mask)
     if have == want:
         return
-    flags = f" --seq-len {seq.input_shape[0]}" if dtype == "int64" else ""
-    flags += f" --task {seq.task}" + (" --padding-mask" if seq.padding_mask else "")
-    flags += f" --precision {cfg.precision}" if cfg.precision != "fp32" else ""
     raise BadArgumentError(
         f"the profile was measured for {have}, but this run feeds {want}; profile that: "
-        f"pipeplan profile {cfg.model}{flags} --out P.json, and pass --profile P.json"
+        f"pipeplan profile {cfg.model}{_profile_flags(seq, cfg)} --out P.json, and pass "
+        "--profile P.json"
     )
+
+
+def _profile_flags(seq: LayerSequence, cfg: RunConfig) -> str:
+    """The `pipeplan profile` flags that time the input `seq` takes in `cfg`'s precision:
+    ` --seq-len 16 --task classification --padding-mask`."""
+    dtype = str(seq.input_dtype).removeprefix("torch.")
+    flags = f" --seq-len {seq.input_shape[0]}" if dtype == "int64" else ""
+    flags += f" --task {seq.task}" + (" --padding-mask" if seq.padding_mask else "")
+    return flags + _precision_flag(cfg)
+
+
+def _precision_flag(cfg: RunConfig) -> str:
+    return f" --precision {cfg.precision}" if cfg.precision != "fp32" else ""
 
 
 def _input_words(shape: list[int], dtype: str, precision: str, task: str, padded: bool) -> str:
@@ -238,9 +251,10 @@ class RunPlanner:
     plan: Plan | None = None
 
     @classmethod
-    def from_config(cls, cfg: RunConfig) -> RunPlanner:
-        """Before the run directory exists: the profile the configuration names."""
-        profile = config_profile(cfg)
+    def from_config(cls, cfg: RunConfig, seq: LayerSequence | None = None) -> RunPlanner:
+        """Before the run directory exists: the profile the configuration names (for the
+        input of `seq`, the model built, `config_profile`)."""
+        profile = config_profile(cfg, seq)
         plan = load(Plan, cfg.plan) if cfg.plan else None
         if plan is not None:
             check_plan(plan, profile, cfg)

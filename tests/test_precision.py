@@ -138,7 +138,8 @@ def test_run_refuses_a_profile_of_the_other_precision_before_any_process(capsys,
     assert cli.main(["run", "--model", "bert-synth", "--precision", "bf16", *runs]) == 2
     err = one_error_line(capsys)
     assert "no shipped profile for bert-synth on cpu in bf16" in err
-    assert "pipeplan profile bert-synth --precision bf16" in err
+    assert "pipeplan profile bert-synth --seq-len 32 --task classification" in err
+    assert "--precision bf16 --out P.json" in err
     assert not (tmp_path / "x").exists()
 
 

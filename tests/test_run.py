@@ -91,6 +91,43 @@ def test_bad_input_fails_before_any_process_starts(tmp_path, capsys, args, fragm
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.timeout(120)
+def test_the_no_profile_hint_measures_the_input_the_run_feeds(tmp_path, capsys):
+    """Found by the twenty-sixth round: a model folder without a shipped profile was told
+    `pipeplan profile MODEL --out P.json --nproc 2`, whose profile (the default sequence
+    length and task) the same run then refused. The hint carries the run's input flags: the
+    profile it makes (measured briefly here, on one rank) is accepted."""
+    import shlex
+
+    import transformers
+
+    config = transformers.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "bert")
+    model = str(tmp_path / "bert")
+    args = ["run", "--model", model, "--data", "synth-text", "--seq-len", "16", "--nproc", "1"]
+    args += ["--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    hint = err.split("run `", 1)[1].split("`", 1)[0]
+    assert hint.startswith(f"pipeplan profile {model} --seq-len 16 --task classification"), err
+    profile = str(tmp_path / "P.json")
+    measured = shlex.split(hint)[1:]
+    measured = measured[: measured.index("--nproc")]  # the links: not for this check
+    measured[measured.index("P.json")] = profile
+    quick = ["--micro-batch-sizes", "1,2,4,8", "--repeats", "1", "--warmup", "0"]
+    assert cli.main([*measured, *quick]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert cli.main([*args, "--profile", profile, "--global-batch", "8"]) == 0, (
+        capsys.readouterr().err
+    )
+
+
 def test_a_plan_for_another_world_size_is_refused(tmp_path, capsys):
     plan = tmp_path / "plan.json"
     profile = str(shipped_profile("vit-digits", "cpu"))
