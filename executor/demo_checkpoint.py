@@ -17,8 +17,10 @@ a run plans with a profile of the model it names.
 
 Reused only when everything checks out: the run's configuration is the pretraining's, it
 finished, `model/` loads with a head for the source task and the architecture of vit-digits,
-and the profile loads and names this `model/`. Anything else (an interrupted pretraining, a
-truncated weight file, another model's directory, a moved folder) is rebuilt, with one line
+and the profile loads and names this `model/`; `model/` holds what the run's final checkpoint
+exports, and the run's records pass export's checks. Anything else (an interrupted pretraining, a
+truncated weight file, another model's directory, other weights copied in, an edited
+summary, a moved folder) is rebuilt, with one line
 saying what was wrong; it is never used.
 """
 
@@ -194,6 +196,35 @@ def check(run_dir: Path) -> str | None:
         return f"no usable profile of the model ({exc})"
     if profile.model.name != str(model_dir):
         return f"its profile is of {profile.model.name}, not {model_dir}"
+    return _check_trained(run_dir, model_dir)
+
+
+def _check_trained(run_dir: Path, model_dir: Path) -> str | None:
+    """`model/` holds the weights the run's final checkpoint exports, and the run's records
+    pass `export`'s checks (run.jsonl, metrics.csv and summary.json against run.json and the
+    checkpoints): weights of another model copied in, an edited accuracy, or records deleted
+    were reused and reported as the pretraining's (twenty-sixth round)."""
+    import tempfile
+
+    from safetensors.torch import load_file
+
+    from executor.task import export_run
+    from pipeplan.runfiles import check_summary
+
+    with tempfile.TemporaryDirectory(prefix="pipeplan-demo-") as scratch:
+        try:
+            exported = export_run(run_dir, Path(scratch) / "model", check_files=check_summary)
+            trained = load_file(exported / "model.safetensors")
+            kept = load_file(model_dir / "model.safetensors")
+        except PipeplanError as exc:
+            return f"its records do not check out ({exc})"
+        except (OSError, ValueError, RuntimeError) as exc:  # safetensors' own errors
+            return f"{model_dir}/model.safetensors cannot be read ({type(exc).__name__})"
+    same = trained.keys() == kept.keys() and all(
+        trained[name].equal(kept[name]) for name in trained
+    )
+    if not same:
+        return f"{model_dir} does not hold the weights its run's final checkpoint holds"
     return None
 
 

@@ -3,6 +3,7 @@ and reused, both fine-tuning runs learn, the elastic run freezes, and the measur
 speedup is near the one previewed for the schedule the elastic run followed."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -54,6 +55,7 @@ def test_demo_pretrains_once_then_fine_tunes_statically_and_elastically(tmp_path
     # A standard transformers directory, with the source task's 10-class head.
     assert AutoModelForImageClassification.from_pretrained(pretrained / "model").num_labels == 10
     assert check(pretrained) is None
+    _tampered_pretraining_is_not_reused(pretrained, weights)
 
     # The whole demo (10 epochs): with 5, AutoFreeze froze nothing (its gradient criterion needs
     # two measurements and then freezes at most half of the active layers, here from epoch 3).
@@ -93,6 +95,32 @@ def test_demo_pretrains_once_then_fine_tunes_statically_and_elastically(tmp_path
     (pretrained / "run.json").write_text(json.dumps({**config, "epochs": 1}))
     expected = f"made with other settings (epochs 1, not {SOURCE_RUN.epochs})"
     assert expected in check(pretrained)
+
+
+def _tampered_pretraining_is_not_reused(pretrained: Path, weights: Path) -> None:
+    """Found by the twenty-sixth round: other weights of the same shapes copied into
+    `model/`, an edited summary.json accuracy, or run.jsonl deleted were reused, the edited
+    accuracy printed. `check` exports the run's final checkpoint and compares (export's
+    record checks included); each is named, and the folder passes again once restored."""
+    from safetensors.torch import load_file, save_file
+
+    kept, stat = weights.read_bytes(), weights.stat()
+    tensors = load_file(weights)
+    name = next(iter(tensors))
+    save_file({**tensors, name: tensors[name] + 1}, weights, metadata={"format": "pt"})
+    assert "does not hold the weights its run's final checkpoint holds" in check(pretrained)
+    weights.write_bytes(kept)
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the reuse test reads it
+    summary = pretrained / "summary.json"
+    text = summary.read_text()
+    summary.write_text(json.dumps({**json.loads(text), "final_eval_accuracy": 0.999}))
+    assert "says final_eval_accuracy 0.999" in check(pretrained)
+    summary.write_text(text)
+    records = pretrained / "run.jsonl"
+    records.rename(pretrained / "aside.jsonl")
+    assert "run.jsonl: no such file" in check(pretrained)
+    (pretrained / "aside.jsonl").rename(records)
+    assert check(pretrained) is None
 
 
 @pytest.mark.parametrize("inside", ["", "checkpoints", "link to logs"])
