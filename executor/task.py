@@ -250,6 +250,16 @@ def data_record(cfg: RunConfig) -> DataRecord | None:
     return DataRecord(data=cfg.data, files=hashed, label_names=names)
 
 
+def _made_since(missing: list[str], record: Path) -> str | None:
+    """The first of `missing` whose inode changed after `record` was last written (a file
+    made or moved in since), None if each is older: then the record lost it."""
+    try:
+        written = record.stat().st_mtime_ns
+        return next((m for m in missing if Path(m).stat().st_ctime_ns > written), None)
+    except OSError:
+        return None
+
+
 def check_data(run_dir: Path, cfg: RunConfig) -> None:
     """Before the task is rebuilt from run.json (a resume, an export): the data must be what
     the run started with, or label ids would silently change meaning. data.json must list
@@ -284,6 +294,14 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
     reads = f"run.json's data '{cfg.data}' and its tokenizer"
     if extra:
         raise InputFileError(f"{path}: files names '{extra[0]}', which {reads} do not read")
+    of_tokenizer = sorted(set(missing) - {str(f) for f in data_files(cfg.data)})
+    if of_tokenizer == missing and not twice and (gained := _made_since(missing, path)):
+        # A file the tokenizer folder gained after data.json was written (its inode changed
+        # later): data.json is intact, the folder is not (twenty-sixth round).
+        raise InputFileError(
+            f"{gained}: in the run's tokenizer folder now, but made after the run started "
+            f"({path} lists what it read); remove it or start a new run"
+        )
     if missing or twice:
         wrong = (
             f"lacks '{missing[0]}', which {reads} read" if missing else f"names '{twice[0]}' twice"

@@ -2095,6 +2095,31 @@ def test_a_data_record_that_no_longer_covers_the_data_is_refused(
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("command", ["export", "resume"])
+def test_a_tokenizer_file_made_since_the_run_is_named_not_data_json(
+    made, tmp_path, capsys, command
+):
+    """Found by the twenty-sixth round: a special_tokens_map.json added to the run's
+    tokenizer folder was refused as "data.json: files lacks '…/special_tokens_map.json'…;
+    restore data.json", blaming the intact record. A file made after data.json was written
+    is named as the folder's new file."""
+    tokenizer = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    argv = test_hostile_data.prepare(made, tmp_path, data, tokenizer=tokenizer)
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    added = tokenizer / "special_tokens_map.json"
+    added.write_text(json.dumps({"unk_token": "[CLS]"}))
+    run = tmp_path / "runs" / "r"
+    command_argv = {
+        "export": ["export", str(run), "--out", str(tmp_path / "out")],
+        "resume": ["run", "--resume", str(run)],
+    }[command]
+    said = (f"{added}: in the run's tokenizer folder now, but made after the run started",)
+    refused(command_argv, tmp_path, capsys, said)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", ["export", "resume"])
 def test_a_data_file_that_is_not_a_regular_file_is_refused_unread(made, tmp_path, capsys, command):
     """The data file replaced by a FIFO (listed in data.json as the run named it) blocked the
     sha256 forever: every file is checked as an input (a regular file within the limit)
