@@ -219,15 +219,27 @@ def check_recorded_paths(run_dir: Path, cfg: RunConfig) -> None:
     """A run prepared before run.json recorded absolute paths (`absolute_paths`) holds paths
     relative to the directory it was started from, which it does not record: from another
     directory one was reported missing, or data.json as naming files the run does not read.
-    InputFileError naming the field and that directory."""
+    InputFileError naming the field and that directory.
+
+    The model folder, data and tokenizer, which the command reads again, gone since (moved
+    or deleted) are named as run.json's: "/tmp/rt/bert: no such file" did not say that it was
+    the run's model folder (twenty-sixth round). The profile and the plan need not stay: the
+    run keeps its copies."""
     for field, values in recorded_paths(cfg).items():
         for value in values:
             path = Path(value)
-            if not path.is_absolute() and not path.exists() and not path.is_symlink():
+            if path.exists() or path.is_symlink():
+                continue
+            if not path.is_absolute():
                 raise InputFileError(
                     f"{run_dir / 'run.json'}: {field} names '{value}', a path relative to the "
                     f"directory the run was started from, and {Path.cwd()} holds no such path; "
                     "run this command from that directory"
+                )
+            if field in ("model", "data", "tokenizer"):
+                raise InputFileError(
+                    f"{run_dir / 'run.json'}: {field} names {value}, which is gone (moved or "
+                    "deleted since the run started); the run reads it again: restore it there"
                 )
 
 

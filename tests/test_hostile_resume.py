@@ -2094,6 +2094,31 @@ def test_a_data_record_that_no_longer_covers_the_data_is_refused(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("field", ["model", "tokenizer", "data"])
+def test_a_folder_or_file_the_run_reads_moved_away_is_named_as_run_jsons(
+    made, tmp_path, capsys, field
+):
+    """Found by the twenty-sixth round: the run's model folder moved away was refused by
+    export and resume as "/tmp/rt/bert: no such file", not saying it was the folder run.json
+    names. The model folder, tokenizer and data, gone, are named as run.json's field."""
+    model = Path(shutil.copytree(made["checkpoint"], tmp_path / "bert"))
+    tokenizer = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    argv = test_hostile_data.prepare(made, tmp_path, data, model=model, tokenizer=tokenizer)
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    gone = {"model": model, "tokenizer": tokenizer, "data": data}[field]
+    gone.rename(tmp_path / "moved")
+    run = tmp_path / "runs" / "r"
+    said = f"{run / 'run.json'}: {field} names {gone}, which is gone (moved or deleted since"
+    for command in (
+        ["export", str(run), "--out", str(tmp_path / "out")],
+        ["run", "--resume", str(run)],
+    ):
+        refused(command, tmp_path, capsys, said)
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("command", ["export", "resume"])
 def test_a_tokenizer_file_made_since_the_run_is_named_not_data_json(
     made, tmp_path, capsys, command
