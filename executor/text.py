@@ -472,6 +472,7 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
         model_config=seq.config if _same_folder(directory, seq) else None,
     )
     _check_backend(tok, directory)
+    _check_special_tokens_known(tok, directory)
     # Every text padded and cut on the right, whatever the tokenizer's sides (its config's, or
     # a tokenizer.json's padding direction, which transformers takes as its side): positions
     # count from the first token, a BERT-style head reads it, and a text was first cut to its
@@ -781,15 +782,14 @@ def _first(exc: BaseException) -> str:
 
 
 def _pad_id(tok: Any, seq: LayerSequence, directory: Path) -> int:
-    """The tokenizer's padding must be a token of its `directory`'s vocabulary and what the
-    model reads as padding: `_pad_id(tok, seq, Path("tok"))` → 0."""
+    """The tokenizer's padding must be what the model reads as padding (and, checked before,
+    a token of its `directory`'s vocabulary): `_pad_id(tok, seq, Path("tok"))` → 0."""
     pad, model_pad = tok.pad_token_id, seq.config.pad_token_id
     if pad is None:
         raise BadArgumentError(
             "the tokenizer has no pad token; text is padded to --seq-len: set one "
             "(tokenizer.pad_token = ...) and save it again"
         )
-    _check_pad_token_known(tok, directory)
     if pad != model_pad:
         raise BadArgumentError(
             f"the tokenizer pads with id {pad} but the model's pad_token_id is {model_pad}; "
@@ -798,27 +798,47 @@ def _pad_id(tok: Any, seq: LayerSequence, directory: Path) -> int:
     return pad
 
 
-def _check_pad_token_known(tok: Any, directory: Path) -> None:
-    """Refuses a pad token that none of the tokenizer's files holds: transformers adds such a
-    token at load, as a new id past the vocabulary, and the model's pad_token_id cannot be set
-    to an id the files do not have.
+def _check_special_tokens_known(tok: Any, directory: Path) -> None:
+    """Refuses a special token (pad, bos, eos, unk, sep, cls, mask or an additional one) that
+    none of the tokenizer's files holds: transformers adds such a token at load, as a new id
+    past the vocabulary, which the model has no embedding for (or the one it has is another
+    word's, the vocabulary's size not being the model's).
 
-        _check_pad_token_known(tok, Path("tok"))   # InputFileError: "…: pad_token '[NOPE]' …"
+        _check_special_tokens_known(tok, Path("tok"))
+        # InputFileError: "tok/tokenizer_config.json: bos_token '[NOPE]' is not in the …"
 
-    Found by the twenty-fifth round: a pad_token of '[NOPE]' became id 120 of a 0..119
-    vocabulary, and the line advised setting pad_token_id 120 in the model's config.json. A
-    slow tokenizer (no `tokenizers` backend) is left to the id check."""
+    Found by the twenty-fifth round for pad_token: '[NOPE]' became id 120 of a 0..119
+    vocabulary, and the line advised setting pad_token_id 120 in the model's config.json; by
+    the twenty-sixth for the others: a bos_token '[NOPE]' loaded silently as id 117 of a
+    117-word tokenizer and model, and data holding '[NOPE]' was refused naming the data. A slow
+    tokenizer (no `tokenizers` backend) is left to the id check."""
     backend = getattr(tok, "backend_tokenizer", None)
-    token = tok.pad_token
-    if backend is None or token in backend.get_vocab(with_added_tokens=False):
+    if backend is None:
         return
-    if token in _added_tokens(directory):
+    vocabulary = backend.get_vocab(with_added_tokens=False)
+    unknown = [(key, token) for key, token in _special_tokens(tok) if token not in vocabulary]
+    if not unknown:
         return
-    raise InputFileError(
-        f"{_naming(directory, 'pad_token')}: pad_token {token!r} is not in the tokenizer's "
-        f"vocabulary (loading added it as a new id {tok.pad_token_id}); name one of its tokens "
-        "(the model's pad_token_id is an id of the vocabulary)"
-    )
+    added = _added_tokens(directory)  # read only when needed: it loads tokenizer.json again
+    for key, token in unknown:
+        if token in added:
+            continue
+        path, what = _naming(directory, key, token)
+        raise InputFileError(
+            f"{path}: {what} {token!r} is not in the tokenizer's vocabulary (loading added it "
+            f"as a new id {tok.convert_tokens_to_ids(token)}); name one of its tokens (the "
+            "model's embeddings are for the vocabulary's ids)"
+        )
+
+
+def _special_tokens(tok: Any) -> list[tuple[str, str]]:
+    """(key, token) of each special token `tok` has: its named ones (pad_token, bos_token, …)
+    and the additional ones, under 'additional_special_tokens'."""
+    named = [(key, str(token)) for key, token in tok.special_tokens_map.items()]
+    named = [(key, token) for key, token in named if key != "additional_special_tokens"]
+    known = {token for _, token in named}
+    extra = [str(t) for t in tok.all_special_tokens if str(t) not in known]
+    return named + [("additional_special_tokens", token) for token in extra]
 
 
 def _added_tokens(directory: Path) -> set[str]:
@@ -839,13 +859,36 @@ def _added_tokens(directory: Path) -> set[str]:
     return added
 
 
-def _naming(directory: Path, key: str) -> Path:
+# The keys of a tokenizer's JSON files that list additional special tokens (transformers 5
+# writes extra_special_tokens, a list or an object of named tokens).
+_EXTRA_KEYS = ("additional_special_tokens", "extra_special_tokens")
+
+
+def _naming(directory: Path, key: str, token: str) -> tuple[Path, str]:
     """The tokenizer file that names the special token `key` (tokenizer_config.json before
-    special_tokens_map.json, as transformers reads them), else the directory."""
+    special_tokens_map.json, as transformers reads them), else the directory, and the key as
+    written there: an additional token is looked for in either file's lists of them.
+
+        _naming(Path("tok"), "additional_special_tokens", "[X]")
+        # (Path("tok/tokenizer_config.json"), "extra_special_tokens entry")
+    """
     for name in ("tokenizer_config.json", "special_tokens_map.json"):
-        if key in _json_object(directory / name):
-            return directory / name
-    return directory
+        document = _json_object(directory / name)
+        if key in document and key not in _EXTRA_KEYS:
+            return directory / name, key
+        for extra in _EXTRA_KEYS:
+            if token in _written_tokens(document.get(extra)):
+                return directory / name, f"{extra} entry"
+    return directory, key
+
+
+def _written_tokens(value: Any) -> list[Any]:
+    """The tokens a list (or an object of named tokens) holds, as text: an AddedToken object
+    by its content."""
+    items = list(value.values()) if isinstance(value, dict) else value
+    if not isinstance(items, list):
+        return []
+    return [item.get("content") if isinstance(item, dict) else item for item in items]
 
 
 def _json_object(path: Path) -> dict[str, Any]:
