@@ -27,7 +27,6 @@ import collections
 import csv
 import difflib
 import json
-import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +72,12 @@ CHARS_PER_TOKEN = 64
 # one Replace of "o" by 1,000 characters took 12 s for 64 texts of --seq-len 128 (0.3 s
 # without it), and two in a sequence (10^6 times) were killed for memory.
 MAX_REPLACE_GROWTH = 16
+# How many characters a tokenizer's normalizer may add to every text whatever its length (a
+# Prepend; a regular-expression Replace matching the empty end): a token's worth of characters.
+# Llama's Prepend adds one "▁". Found by the twenty-sixth round: a Prepend of 1.2 M characters
+# (a 1.2 MB tokenizer.json) took 5.8 GB for 250 short rows, a Rust abort under `ulimit -v`, and
+# every text became the prefix's first --seq-len tokens.
+MAX_ADDED_CHARS = CHARS_PER_TOKEN
 
 
 @dataclass(frozen=True)
@@ -507,6 +512,7 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     train = split(corpus.train, corpus.train_labels)
     eval_ = split(corpus.eval, corpus.eval_labels)
     _check_encoded(tok, directory, corpus.name, [train.inputs, eval_.inputs])
+    _check_texts_kept(tok, directory, corpus, torch.cat([train.inputs, eval_.inputs]))
     return TaskData(corpus.name, train, eval_, augmented=False, padded=True)
 
 
@@ -531,13 +537,36 @@ def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]
     )
 
 
+def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: torch.Tensor) -> None:
+    """Refuses a tokenizer that encodes texts that differ as the same tokens, every one: what
+    it adds to a text filled --seq-len, and the data was replaced by it.
+
+        _check_texts_kept(tok, Path("tok"), corpus, ids)
+        # InputFileError: "tok: the tokenizer encodes every text of d.jsonl as the same 12 …"
+
+    Found by the twenty-sixth round: a normalizer's Prepend of "great " made every text 16
+    copies of 'great' (a word of the vocabulary, so not every text was unknown tokens)."""
+    if ids.shape[0] < 2 or not bool((ids == ids[0]).all()):
+        return
+    texts = corpus.train + corpus.eval
+    if all(text == texts[0] for text in texts):  # the data's own texts are one text
+        return
+    length = ids.shape[1]
+    shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(ids[0, :4].tolist()))
+    raise InputFileError(
+        f"{directory}: the tokenizer encodes every text of {corpus.name} as the same {length} "
+        f"tokens ({shown}, …): what it adds to a text fills --seq-len {length} (or the texts "
+        "differ only beyond it)"
+    )
+
+
 def _check_backend(tok: Any, directory: Path) -> None:
     """The `tokenizers` tokenizer behind `tok` (none for a slow one): a vocabulary that maps
     each id to one word, padding and truncation (when it states them) on the right, as
     tokenizer_config.json's sides are (their lengths and pad id yield to --seq-len and the
-    model's pad token), and Replace normalizers that lengthen a text at most
-    MAX_REPLACE_GROWTH times (the characters read a token are bounded; what the normalizer makes
-    of them must be too).
+    model's pad token), a normalizer that lengthens a text at most MAX_REPLACE_GROWTH times
+    and adds at most MAX_ADDED_CHARS characters to it (the characters read a token are
+    bounded; what the normalizer makes of them must be too).
 
         _check_backend(tok, Path("tok"))   # InputFileError: "…: the words 'bad' and 'good' …"
     """
@@ -551,13 +580,90 @@ def _check_backend(tok: Any, directory: Path) -> None:
             f"{where}: the vocabulary maps both {first!r} and {second!r} to id {i}; each id is "
             "one word (texts differing in them would be the same tokens)"
         )
-    normalizer = backend.normalizer
-    growth = _replace_growth(json.loads(normalizer.__getstate__())) if normalizer else 1.0
-    if growth > MAX_REPLACE_GROWTH:
+    if backend.normalizer is not None:
+        _check_normalizer(json.loads(backend.normalizer.__getstate__()), where)
+
+
+def _check_normalizer(normalizer: dict[str, Any], where: Path) -> None:
+    """A normalizer (tokenizer.json's, as JSON) may make a text at most MAX_REPLACE_GROWTH
+    times longer and add at most MAX_ADDED_CHARS characters to it: the characters read from a
+    text are bounded (CHARS_PER_TOKEN a token), and so must be what the normalizer makes of
+    them, before any text is encoded. Pre-tokenizers need no bound: the library holds
+    Metaspace's replacement to one character, and the others split a text or map a byte to a
+    character.
+
+        _check_normalizer({"type": "Prepend", "prepend": "x" * 100}, where)
+        # InputFileError: "…: its normalizer's Prepend rules add up to 100 characters to …"
+    """
+    growth = _normalizer_growth(normalizer)
+    if growth.times > MAX_REPLACE_GROWTH:
         raise InputFileError(
-            f"{where}: its normalizer's Replace rules can make a text {growth:,.0f} times "
-            f"longer; at most {MAX_REPLACE_GROWTH} (tokenizing a text must cost a bounded time)"
+            f"{where}: its normalizer's {growth.named('times')} rules can make a text "
+            f"{growth.times:,.0f} times longer; at most {MAX_REPLACE_GROWTH} (tokenizing a text "
+            "must cost a bounded time)"
         )
+    if growth.added > MAX_ADDED_CHARS:
+        raise InputFileError(
+            f"{where}: its normalizer's {growth.named('added')} rules add up to "
+            f"{growth.added:,.0f} characters to every text; at most {MAX_ADDED_CHARS} (tokenizing "
+            "a text must cost a bounded time, and what is added is not the text)"
+        )
+
+
+@dataclass(frozen=True)
+class _Growth:
+    """How long a normalizer can make a text of n characters: times · n + added at most, and
+    the normalizer types behind each (for the message)."""
+
+    times: float = 1.0
+    added: float = 0.0
+    lengthen: tuple[str, ...] = ()  # the types that multiply a text's length
+    prefix: tuple[str, ...] = ()  # the types that add characters whatever the length
+
+    def then(self, after: _Growth) -> _Growth:
+        """This normalizer followed by `after`: what `after` makes of this one's output."""
+        return _Growth(
+            after.times * self.times,
+            after.times * self.added + after.added,
+            tuple(dict.fromkeys(self.lengthen + after.lengthen)),
+            tuple(dict.fromkeys(self.prefix + after.prefix)),
+        )
+
+    def named(self, part: str) -> str:
+        """The types behind `part` ('times' or 'added'), as words: "Replace and Prepend"."""
+        kinds = self.lengthen if part == "times" else self.prefix
+        return " and ".join(kinds)
+
+
+def _normalizer_growth(normalizer: dict[str, Any]) -> _Growth:
+    """How long a normalizer (tokenizer.json's, as JSON) can make a text: a Sequence composes
+    its members; a Replace multiplies the length by its content over its pattern (a regular
+    expression may match a single character or none: its content after each, and once at
+    the end); a Prepend adds its text; other normalizers count as 1 (Unicode forms and
+    lowercasing grow a character by a bounded few):
+
+        _normalizer_growth({"type": "Replace", "pattern": {"String": "o"}, "content": "oo"})
+        # _Growth(times=2.0, added=0.0, lengthen=("Replace",), prefix=())
+    """
+    kind = normalizer.get("type")
+    if kind == "Sequence":
+        growth = _Growth()
+        for member in normalizer.get("normalizers") or []:
+            growth = growth.then(_normalizer_growth(member))
+        return growth
+    if kind == "Prepend":
+        added = len(normalizer.get("prepend") or "")
+        return _Growth(added=added, prefix=("Prepend",) if added else ())
+    if kind != "Replace":
+        return _Growth()
+    content, pattern = normalizer.get("content") or "", normalizer.get("pattern") or {}
+    text = pattern.get("String")
+    if isinstance(text, str) and text:
+        times = max(1.0, len(content) / len(text))
+        return _Growth(times, lengthen=("Replace",) if times > 1 else ())
+    if not content:
+        return _Growth()
+    return _Growth(len(content) + 1.0, len(content), ("Replace",), ("Replace",))
 
 
 def _id_twice(vocab: dict[str, int]) -> tuple[tuple[str, str], int] | None:
@@ -569,26 +675,6 @@ def _id_twice(vocab: dict[str, int]) -> tuple[tuple[str, str], int] | None:
             first, second = sorted((other, word))
             return (first, second), i
     return None
-
-
-def _replace_growth(normalizer: dict[str, Any]) -> float:
-    """How many times longer a normalizer's Replace rules can make a text, at most (a Sequence
-    multiplies its members'; other normalizers count as 1: Unicode forms and lowercasing grow a
-    character by a bounded few):
-
-        _replace_growth({"type": "Replace", "pattern": {"String": "o"}, "content": "oo"})  # 2.0
-    """
-    kind = normalizer.get("type")
-    if kind == "Sequence":
-        return math.prod(_replace_growth(n) for n in normalizer.get("normalizers") or [])
-    if kind != "Replace":
-        return 1.0
-    content, pattern = normalizer.get("content") or "", normalizer.get("pattern") or {}
-    text = pattern.get("String")
-    if isinstance(text, str) and text:
-        return max(1.0, len(content) / len(text))
-    # A regular expression may match a single character or none: its content after each.
-    return float(len(content) + 1) if content else 1.0
 
 
 def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Path:

@@ -490,15 +490,89 @@ def test_a_tokenizer_normalizer_that_lengthens_text_without_bound(made, tmp_path
 
 def test_replace_rules_that_shorten_or_keep_a_text_pass():
     """The Replace rules real tokenizers use (Llama's " " → "▁", T5's regex " {2,}" → " ")
-    count as growth 1 and 2; a longer content over a longer pattern by their ratio."""
-    from executor.text import _replace_growth
+    count as growth 1 and 2; a longer content over a longer pattern by their ratio; Llama 2's
+    Prepend of "▁" adds one character."""
+    from executor.text import _normalizer_growth
 
     llama = {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
     t5 = {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}
     sequence = {"type": "Sequence", "normalizers": [llama, t5, {"type": "NFKC"}]}
-    assert _replace_growth(sequence) == 2.0
+    assert _normalizer_growth(sequence).times == 2.0
     longer = {"type": "Replace", "pattern": {"String": "ab"}, "content": "x" * 8}
-    assert _replace_growth(longer) == 4
+    assert _normalizer_growth(longer).times == 4
+    llama2 = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"}, llama]}
+    assert (_normalizer_growth(llama2).times, _normalizer_growth(llama2).added) == (1.0, 1.0)
+
+
+def _prepend(text: str) -> dict:
+    return {"type": "Prepend", "prepend": text}
+
+
+# Normalizers that add more than MAX_ADDED_CHARS characters to a text: (normalizers after
+# the tokenizer's own, the one line's fragment).
+ADDING_NORMALIZERS = {
+    "a Prepend of 6,000 characters": (
+        [_prepend("great " * 1000)],
+        "its normalizer's Prepend rules add up to 6,000 characters to every text; at most 64",
+    ),
+    "a Prepend of 40 lengthened tenfold by a Replace": (
+        [_prepend("oa" * 20), _replace("o" * 10)],
+        "its normalizer's Prepend rules add up to 400 characters to every text; at most 64",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", ADDING_NORMALIZERS)
+def test_a_tokenizer_normalizer_that_adds_text_without_bound(made, tmp_path, capsys, case):
+    """Found by the twenty-sixth round: a Prepend normalizer of 1.2 M characters (a 1.2 MB
+    tokenizer.json) was added to every text after the text's cut to CHARS_PER_TOKEN a token:
+    5.8 GB for 250 short rows, a Rust abort (rc 134) under `ulimit -v`, and every text became
+    16 copies of 'great'. What a normalizer adds whatever a text's length is bounded like what
+    it multiplies it by (a Replace after the Prepend multiplies the prefix too), refused before
+    a text is tokenized."""
+    after, fragment = ADDING_NORMALIZERS[case]
+
+    def prepend(document: dict) -> None:
+        normalizers = [*after, document["normalizer"]]
+        document["normalizer"] = {"type": "Sequence", "normalizers": normalizers}
+
+    tok = _edited_tokenizer_json(made, tmp_path, prepend)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: ", fragment))
+
+
+def test_a_prepend_that_fills_the_length_replaces_no_text_silently(made, tmp_path, capsys):
+    """Found by the twenty-sixth round: the texts a Prepend's prefix crowded out of --seq-len
+    trained as the prefix alone, every row the same tokens of a vocabulary word (so not "every
+    text is unknown tokens"). A Prepend within MAX_ADDED_CHARS can still fill --seq-len 12
+    ("a " 20 times): texts that differ all encoding the same is refused."""
+    tok = _edited_tokenizer_json(
+        made, tmp_path, lambda doc: doc.update(normalizer=_prepend("a " * 20))
+    )
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragment = "the tokenizer encodes every text of "
+    refused(argv, tmp_path, capsys, (f"{tok}: ", fragment, "as the same 12 tokens ('a', 'a',"))
+
+
+def test_a_pre_tokenizer_adds_at_most_a_character(made, tmp_path, capsys):
+    """The twenty-sixth round's bound on what a tokenizer adds to a text leaves pre-tokenizers
+    out: the `tokenizers` library holds Metaspace's replacement (added before every word) to
+    one character, and refuses to load one of four, which is named as tokenizer.json's."""
+
+    def metaspace(document: dict) -> None:
+        document["pre_tokenizer"] = {
+            "type": "Metaspace", "replacement": "xxxx", "prepend_scheme": "always", "split": True
+        }  # fmt: skip
+
+    tok = _edited_tokenizer_json(made, tmp_path, metaspace)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragment = "expected a character"
+    refused(
+        argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: cannot load a tokenizer (", fragment)
+    )
 
 
 NOT_REGULAR = {"a FIFO": os.mkfifo, "a directory": os.mkdir}
