@@ -27,6 +27,7 @@ import collections
 import csv
 import difflib
 import json
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -476,7 +477,7 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
         vocab if type(vocab) is int else None,
         model_config=seq.config if _same_folder(directory, seq) else None,
     )
-    _check_backend(tok, directory)
+    _check_backend(tok, directory, length)
     _check_special_tokens_known(tok, directory)
     # Every text padded and cut on the right, whatever the tokenizer's sides (its config's, or
     # a tokenizer.json's padding direction, which transformers takes as its side): positions
@@ -497,6 +498,7 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
             raise InputFileError(
                 f"{directory}: the tokenizer cannot encode {corpus.name} ({_first(exc)})"
             ) from None
+        _check_lengths(out["input_ids"], length, directory, corpus.name)
         return torch.tensor(out["input_ids"], dtype=torch.int64)
 
     def split(texts: list[str], labels: list[int] | None) -> TensorPairs:
@@ -514,6 +516,25 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     _check_encoded(tok, directory, corpus.name, [train.inputs, eval_.inputs])
     _check_texts_kept(tok, directory, corpus, torch.cat([train.inputs, eval_.inputs]))
     return TaskData(corpus.name, train, eval_, augmented=False, padded=True)
+
+
+def _check_lengths(rows: list[list[int]], length: int, directory: Path, data: str) -> None:
+    """Every encoded row is --seq-len (`length`) tokens: padding and truncation make it so
+    unless the tokenizer adds tokens truncation cannot cut (`_check_post_processor` refuses
+    those it knows before encoding; this names any other as the tokenizer's, not a traceback).
+
+        _check_lengths([[1, 2], [1, 2, 3]], 2, Path("tok"), "d.jsonl")
+        # InputFileError: "tok: the tokenizer makes a text of d.jsonl 3 tokens long, …"
+    """
+    longest = max((len(row) for row in rows), default=length)
+    shortest = min((len(row) for row in rows), default=length)
+    if longest == shortest == length:
+        return
+    wrong = longest if longest != length else shortest
+    raise InputFileError(
+        f"{directory}: the tokenizer makes a text of {data} {wrong:,} tokens long, not "
+        f"--seq-len {length} (it adds tokens truncation cannot cut)"
+    )
 
 
 def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]) -> None:
@@ -560,15 +581,16 @@ def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: torch.Tens
     )
 
 
-def _check_backend(tok: Any, directory: Path) -> None:
+def _check_backend(tok: Any, directory: Path, length: int) -> None:
     """The `tokenizers` tokenizer behind `tok` (none for a slow one): a vocabulary that maps
     each id to one word, padding and truncation (when it states them) on the right, as
     tokenizer_config.json's sides are (their lengths and pad id yield to --seq-len and the
     model's pad token), a normalizer that lengthens a text at most MAX_REPLACE_GROWTH times
     and adds at most MAX_ADDED_CHARS characters to it (the characters read a token are
-    bounded; what the normalizer makes of them must be too).
+    bounded; what the normalizer makes of them must be too), and a post-processor that leaves
+    room in --seq-len (`length`) for the text.
 
-        _check_backend(tok, Path("tok"))   # InputFileError: "…: the words 'bad' and 'good' …"
+        _check_backend(tok, Path("tok"), 16)   # InputFileError: "…: the words 'bad' and …"
     """
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
@@ -582,6 +604,8 @@ def _check_backend(tok: Any, directory: Path) -> None:
         )
     if backend.normalizer is not None:
         _check_normalizer(json.loads(backend.normalizer.__getstate__()), where)
+    if backend.post_processor is not None:
+        _check_post_processor(backend.post_processor, where, length)
 
 
 def _check_normalizer(normalizer: dict[str, Any], where: Path) -> None:
@@ -664,6 +688,47 @@ def _normalizer_growth(normalizer: dict[str, Any]) -> _Growth:
     if not content:
         return _Growth()
     return _Growth(len(content) + 1.0, len(content), ("Replace",), ("Replace",))
+
+
+def _check_post_processor(processor: Any, where: Path, length: int) -> None:
+    """A post-processor holds the text once and adds fewer tokens than --seq-len (`length`):
+    truncation cuts the text to make room for what it adds, never what it adds. Checked
+    before any text is encoded.
+
+        _check_post_processor(backend.post_processor, where, 16)
+        # InputFileError: "…: its post-processor (TemplateProcessing) adds 20 special …"
+
+    Found by the twenty-sixth round: a TemplateProcessing of 20 [CLS] tokens made rows of 30
+    and 29 tokens for --seq-len 16, a traceback (ragged rows); a template holding $A twice
+    doubles the cut text past --seq-len."""
+    state = json.loads(processor.__getstate__())
+    kind = state.get("type")
+    copies = _text_copies(state)
+    if copies != 1:
+        raise InputFileError(
+            f"{where}: its post-processor's ({kind}) template for a single text holds the text "
+            f"{copies:,} times; it holds it once ($A), with the special tokens around it"
+        )
+    added = processor.num_special_tokens_to_add(False)
+    if added >= length:
+        raise InputFileError(
+            f"{where}: its post-processor ({kind}) adds {added:,} special tokens to every text, "
+            f"leaving none of --seq-len {length} for the text; at most {length - 1}"
+        )
+
+
+def _text_copies(processor: dict[str, Any]) -> int:
+    """How many times a post-processor's output (as JSON) holds a single text: its
+    TemplateProcessing's `single` template's sequences; a Sequence multiplies its members'.
+
+        _text_copies({"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A"}}]})  # 1
+    """
+    kind = processor.get("type")
+    if kind == "Sequence":
+        return math.prod(_text_copies(p) for p in processor.get("processors") or [])
+    if kind != "TemplateProcessing":
+        return 1
+    return sum(1 for piece in processor.get("single") or [] if "Sequence" in piece)
 
 
 def _id_twice(vocab: dict[str, int]) -> tuple[tuple[str, str], int] | None:
