@@ -324,10 +324,11 @@ def test_a_special_token_not_in_the_vocabulary_is_named(made, tmp_path, capsys, 
 
 
 def test_special_tokens_the_saved_tokenizer_added_pass(tmp_path):
-    """Found by the twenty-fifth round (the other side), for every special token by the
-    twenty-sixth: pad, bos and additional tokens added with add_special_tokens and saved are
-    the files' tokens (tokenizer.json's added_tokens), past the trained vocabulary but no new
-    id at load, so they are not refused."""
+    """Found by the twenty-sixth round: bos and other special tokens outside the vocabulary
+    loaded silently. The other side (the twenty-fifth round's, for pad): pad, bos and
+    additional tokens added with add_special_tokens and saved are the files' tokens
+    (tokenizer.json's added_tokens), past the trained vocabulary but no new id at load, so
+    they are not refused."""
     import transformers
 
     tok = transformers.AutoTokenizer.from_pretrained(make_tokenizer(tmp_path / "tok"))
@@ -490,8 +491,9 @@ def test_a_tokenizer_normalizer_that_lengthens_text_without_bound(made, tmp_path
 
 def test_replace_rules_that_shorten_or_keep_a_text_pass():
     """The Replace rules real tokenizers use (Llama's " " → "▁", T5's regex " {2,}" → " ")
-    count as growth 1 and 2; a longer content over a longer pattern by their ratio; Llama 2's
-    Prepend of "▁" adds one character."""
+    count as growth 1 and 2; a longer content over a longer pattern by their ratio. Found by
+    the twenty-sixth round: a Prepend of 1.2 M characters was unbounded; Llama 2's Prepend of
+    "▁" counts as adding one character."""
     from executor.text import _normalizer_growth
 
     llama = {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
@@ -557,9 +559,10 @@ def test_a_prepend_that_fills_the_length_replaces_no_text_silently(made, tmp_pat
 
 
 def test_a_pre_tokenizer_adds_at_most_a_character(made, tmp_path, capsys):
-    """The twenty-sixth round's bound on what a tokenizer adds to a text leaves pre-tokenizers
-    out: the `tokenizers` library holds Metaspace's replacement (added before every word) to
-    one character, and refuses to load one of four, which is named as tokenizer.json's."""
+    """Found by the twenty-sixth round: a Prepend normalizer added 1.2 M characters to every
+    text. The bound on what a tokenizer adds leaves pre-tokenizers out: the `tokenizers`
+    library holds Metaspace's replacement (added before every word) to one character, and
+    refuses to load one of four, which is named as tokenizer.json's."""
 
     def metaspace(document: dict) -> None:
         document["pre_tokenizer"] = {
@@ -651,8 +654,9 @@ def test_rows_longer_than_the_length_are_named_not_a_traceback(made, tmp_path, m
 
 
 def test_post_processors_of_real_tokenizers_pass():
-    """BERT's [CLS] … [SEP] (2 tokens) and a byte-level one (none) leave --seq-len 12 for the
-    text and hold it once."""
+    """Found by the twenty-sixth round: a template of 20 [CLS] tokens crashed `run`. The
+    other side: BERT's [CLS] … [SEP] (2 tokens) and a byte-level one (none) leave --seq-len 12
+    for the text and hold it once, and pass."""
     from tokenizers import processors
 
     bert = processors.TemplateProcessing(
