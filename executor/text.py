@@ -73,6 +73,12 @@ CHARS_PER_TOKEN = 64
 # one Replace of "o" by 1,000 characters took 12 s for 64 texts of --seq-len 128 (0.3 s
 # without it), and two in a sequence (10^6 times) were killed for memory.
 MAX_REPLACE_GROWTH = 16
+# How many characters a tokenizer's normalizer may add to every text whatever its length (a
+# Prepend; a regular-expression Replace matching the empty end): a token's worth of characters.
+# Llama's Prepend adds one "▁". Found by the twenty-sixth round: a Prepend of 1.2 M characters
+# (a 1.2 MB tokenizer.json) took 5.8 GB for 250 short rows, a Rust abort under `ulimit -v`, and
+# every text became the prefix's first --seq-len tokens.
+MAX_ADDED_CHARS = CHARS_PER_TOKEN
 
 
 @dataclass(frozen=True)
@@ -471,7 +477,8 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
         vocab if type(vocab) is int else None,
         model_config=seq.config if _same_folder(directory, seq) else None,
     )
-    _check_backend(tok, directory)
+    _check_backend(tok, directory, length)
+    _check_special_tokens_known(tok, directory)
     # Every text padded and cut on the right, whatever the tokenizer's sides (its config's, or
     # a tokenizer.json's padding direction, which transformers takes as its side): positions
     # count from the first token, a BERT-style head reads it, and a text was first cut to its
@@ -491,6 +498,7 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
             raise InputFileError(
                 f"{directory}: the tokenizer cannot encode {corpus.name} ({_first(exc)})"
             ) from None
+        _check_lengths(out["input_ids"], length, directory, corpus.name)
         return torch.tensor(out["input_ids"], dtype=torch.int64)
 
     def split(texts: list[str], labels: list[int] | None) -> TensorPairs:
@@ -506,7 +514,27 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     train = split(corpus.train, corpus.train_labels)
     eval_ = split(corpus.eval, corpus.eval_labels)
     _check_encoded(tok, directory, corpus.name, [train.inputs, eval_.inputs])
+    _check_texts_kept(tok, directory, corpus, torch.cat([train.inputs, eval_.inputs]))
     return TaskData(corpus.name, train, eval_, augmented=False, padded=True)
+
+
+def _check_lengths(rows: list[list[int]], length: int, directory: Path, data: str) -> None:
+    """Every encoded row is --seq-len (`length`) tokens: padding and truncation make it so
+    unless the tokenizer adds tokens truncation cannot cut (`_check_post_processor` refuses
+    those it knows before encoding; this names any other as the tokenizer's, not a traceback).
+
+        _check_lengths([[1, 2], [1, 2, 3]], 2, Path("tok"), "d.jsonl")
+        # InputFileError: "tok: the tokenizer makes a text of d.jsonl 3 tokens long, …"
+    """
+    longest = max((len(row) for row in rows), default=length)
+    shortest = min((len(row) for row in rows), default=length)
+    if longest == shortest == length:
+        return
+    wrong = longest if longest != length else shortest
+    raise InputFileError(
+        f"{directory}: the tokenizer makes a text of {data} {wrong:,} tokens long, not "
+        f"--seq-len {length} (it adds tokens truncation cannot cut)"
+    )
 
 
 def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]) -> None:
@@ -530,15 +558,39 @@ def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]
     )
 
 
-def _check_backend(tok: Any, directory: Path) -> None:
+def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: torch.Tensor) -> None:
+    """Refuses a tokenizer that encodes texts that differ as the same tokens, every one: what
+    it adds to a text filled --seq-len, and the data was replaced by it.
+
+        _check_texts_kept(tok, Path("tok"), corpus, ids)
+        # InputFileError: "tok: the tokenizer encodes every text of d.jsonl as the same 12 …"
+
+    Found by the twenty-sixth round: a normalizer's Prepend of "great " made every text 16
+    copies of 'great' (a word of the vocabulary, so not every text was unknown tokens)."""
+    if ids.shape[0] < 2 or not bool((ids == ids[0]).all()):
+        return
+    texts = corpus.train + corpus.eval
+    if all(text == texts[0] for text in texts):  # the data's own texts are one text
+        return
+    length = ids.shape[1]
+    shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(ids[0, :4].tolist()))
+    raise InputFileError(
+        f"{directory}: the tokenizer encodes every text of {corpus.name} as the same {length} "
+        f"tokens ({shown}, …): what it adds to a text fills --seq-len {length} (or the texts "
+        "differ only beyond it)"
+    )
+
+
+def _check_backend(tok: Any, directory: Path, length: int) -> None:
     """The `tokenizers` tokenizer behind `tok` (none for a slow one): a vocabulary that maps
     each id to one word, padding and truncation (when it states them) on the right, as
     tokenizer_config.json's sides are (their lengths and pad id yield to --seq-len and the
-    model's pad token), and Replace normalizers that lengthen a text at most
-    MAX_REPLACE_GROWTH times (the characters read a token are bounded; what the normalizer makes
-    of them must be too).
+    model's pad token), a normalizer that lengthens a text at most MAX_REPLACE_GROWTH times
+    and adds at most MAX_ADDED_CHARS characters to it (the characters read a token are
+    bounded; what the normalizer makes of them must be too), and a post-processor that leaves
+    room in --seq-len (`length`) for the text.
 
-        _check_backend(tok, Path("tok"))   # InputFileError: "…: the words 'bad' and 'good' …"
+        _check_backend(tok, Path("tok"), 16)   # InputFileError: "…: the words 'bad' and …"
     """
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
@@ -550,13 +602,133 @@ def _check_backend(tok: Any, directory: Path) -> None:
             f"{where}: the vocabulary maps both {first!r} and {second!r} to id {i}; each id is "
             "one word (texts differing in them would be the same tokens)"
         )
-    normalizer = backend.normalizer
-    growth = _replace_growth(json.loads(normalizer.__getstate__())) if normalizer else 1.0
-    if growth > MAX_REPLACE_GROWTH:
+    if backend.normalizer is not None:
+        _check_normalizer(json.loads(backend.normalizer.__getstate__()), where)
+    if backend.post_processor is not None:
+        _check_post_processor(backend.post_processor, where, length)
+
+
+def _check_normalizer(normalizer: dict[str, Any], where: Path) -> None:
+    """A normalizer (tokenizer.json's, as JSON) may make a text at most MAX_REPLACE_GROWTH
+    times longer and add at most MAX_ADDED_CHARS characters to it: the characters read from a
+    text are bounded (CHARS_PER_TOKEN a token), and so must be what the normalizer makes of
+    them, before any text is encoded. Pre-tokenizers need no bound: the library holds
+    Metaspace's replacement to one character, and the others split a text or map a byte to a
+    character.
+
+        _check_normalizer({"type": "Prepend", "prepend": "x" * 100}, where)
+        # InputFileError: "…: its normalizer's Prepend rules add up to 100 characters to …"
+    """
+    growth = _normalizer_growth(normalizer)
+    if growth.times > MAX_REPLACE_GROWTH:
         raise InputFileError(
-            f"{where}: its normalizer's Replace rules can make a text {growth:,.0f} times "
-            f"longer; at most {MAX_REPLACE_GROWTH} (tokenizing a text must cost a bounded time)"
+            f"{where}: its normalizer's {growth.named('times')} rules can make a text "
+            f"{growth.times:,.0f} times longer; at most {MAX_REPLACE_GROWTH} (tokenizing a text "
+            "must cost a bounded time)"
         )
+    if growth.added > MAX_ADDED_CHARS:
+        raise InputFileError(
+            f"{where}: its normalizer's {growth.named('added')} rules add up to "
+            f"{growth.added:,.0f} characters to every text; at most {MAX_ADDED_CHARS} (tokenizing "
+            "a text must cost a bounded time, and what is added is not the text)"
+        )
+
+
+@dataclass(frozen=True)
+class _Growth:
+    """How long a normalizer can make a text of n characters: times · n + added at most, and
+    the normalizer types behind each (for the message)."""
+
+    times: float = 1.0
+    added: float = 0.0
+    lengthen: tuple[str, ...] = ()  # the types that multiply a text's length
+    prefix: tuple[str, ...] = ()  # the types that add characters whatever the length
+
+    def then(self, after: _Growth) -> _Growth:
+        """This normalizer followed by `after`: what `after` makes of this one's output."""
+        return _Growth(
+            after.times * self.times,
+            after.times * self.added + after.added,
+            tuple(dict.fromkeys(self.lengthen + after.lengthen)),
+            tuple(dict.fromkeys(self.prefix + after.prefix)),
+        )
+
+    def named(self, part: str) -> str:
+        """The types behind `part` ('times' or 'added'), as words: "Replace and Prepend"."""
+        kinds = self.lengthen if part == "times" else self.prefix
+        return " and ".join(kinds)
+
+
+def _normalizer_growth(normalizer: dict[str, Any]) -> _Growth:
+    """How long a normalizer (tokenizer.json's, as JSON) can make a text: a Sequence composes
+    its members; a Replace multiplies the length by its content over its pattern (a regular
+    expression may match a single character or none: its content after each, and once at
+    the end); a Prepend adds its text; other normalizers count as 1 (Unicode forms and
+    lowercasing grow a character by a bounded few):
+
+        _normalizer_growth({"type": "Replace", "pattern": {"String": "o"}, "content": "oo"})
+        # _Growth(times=2.0, added=0.0, lengthen=("Replace",), prefix=())
+    """
+    kind = normalizer.get("type")
+    if kind == "Sequence":
+        growth = _Growth()
+        for member in normalizer.get("normalizers") or []:
+            growth = growth.then(_normalizer_growth(member))
+        return growth
+    if kind == "Prepend":
+        added = len(normalizer.get("prepend") or "")
+        return _Growth(added=added, prefix=("Prepend",) if added else ())
+    if kind != "Replace":
+        return _Growth()
+    content, pattern = normalizer.get("content") or "", normalizer.get("pattern") or {}
+    text = pattern.get("String")
+    if isinstance(text, str) and text:
+        times = max(1.0, len(content) / len(text))
+        return _Growth(times, lengthen=("Replace",) if times > 1 else ())
+    if not content:
+        return _Growth()
+    return _Growth(len(content) + 1.0, len(content), ("Replace",), ("Replace",))
+
+
+def _check_post_processor(processor: Any, where: Path, length: int) -> None:
+    """A post-processor holds the text once and adds fewer tokens than --seq-len (`length`):
+    truncation cuts the text to make room for what it adds, never what it adds. Checked
+    before any text is encoded.
+
+        _check_post_processor(backend.post_processor, where, 16)
+        # InputFileError: "…: its post-processor (TemplateProcessing) adds 20 special …"
+
+    Found by the twenty-sixth round: a TemplateProcessing of 20 [CLS] tokens made rows of 30
+    and 29 tokens for --seq-len 16, a traceback (ragged rows); a template holding $A twice
+    doubles the cut text past --seq-len."""
+    state = json.loads(processor.__getstate__())
+    kind = state.get("type")
+    copies = _text_copies(state)
+    if copies != 1:
+        raise InputFileError(
+            f"{where}: its post-processor's ({kind}) template for a single text holds the text "
+            f"{copies:,} times; it holds it once ($A), with the special tokens around it"
+        )
+    added = processor.num_special_tokens_to_add(False)
+    if added >= length:
+        raise InputFileError(
+            f"{where}: its post-processor ({kind}) adds {added:,} special tokens to every text, "
+            f"leaving none of --seq-len {length} for the text; at most {length - 1}"
+        )
+
+
+def _text_copies(processor: dict[str, Any]) -> int:
+    """How many times a post-processor's output (as JSON) holds a single text: its
+    TemplateProcessing's `single` template's sequences; a Sequence multiplies its members'.
+
+        _text_copies({"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A"}}]})  # 1
+    """
+    kind = processor.get("type")
+    if kind == "Sequence":
+        return math.prod(_text_copies(p) for p in processor.get("processors") or [])
+    if kind != "TemplateProcessing":
+        return 1
+    return sum(1 for piece in processor.get("single") or [] if "Sequence" in piece)
 
 
 def _id_twice(vocab: dict[str, int]) -> tuple[tuple[str, str], int] | None:
@@ -568,26 +740,6 @@ def _id_twice(vocab: dict[str, int]) -> tuple[tuple[str, str], int] | None:
             first, second = sorted((other, word))
             return (first, second), i
     return None
-
-
-def _replace_growth(normalizer: dict[str, Any]) -> float:
-    """How many times longer a normalizer's Replace rules can make a text, at most (a Sequence
-    multiplies its members'; other normalizers count as 1: Unicode forms and lowercasing grow a
-    character by a bounded few):
-
-        _replace_growth({"type": "Replace", "pattern": {"String": "o"}, "content": "oo"})  # 2.0
-    """
-    kind = normalizer.get("type")
-    if kind == "Sequence":
-        return math.prod(_replace_growth(n) for n in normalizer.get("normalizers") or [])
-    if kind != "Replace":
-        return 1.0
-    content, pattern = normalizer.get("content") or "", normalizer.get("pattern") or {}
-    text = pattern.get("String")
-    if isinstance(text, str) and text:
-        return max(1.0, len(content) / len(text))
-    # A regular expression may match a single character or none: its content after each.
-    return float(len(content) + 1) if content else 1.0
 
 
 def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Path:
@@ -781,15 +933,14 @@ def _first(exc: BaseException) -> str:
 
 
 def _pad_id(tok: Any, seq: LayerSequence, directory: Path) -> int:
-    """The tokenizer's padding must be a token of its `directory`'s vocabulary and what the
-    model reads as padding: `_pad_id(tok, seq, Path("tok"))` → 0."""
+    """The tokenizer's padding must be what the model reads as padding (and, checked before,
+    a token of its `directory`'s vocabulary): `_pad_id(tok, seq, Path("tok"))` → 0."""
     pad, model_pad = tok.pad_token_id, seq.config.pad_token_id
     if pad is None:
         raise BadArgumentError(
             "the tokenizer has no pad token; text is padded to --seq-len: set one "
             "(tokenizer.pad_token = ...) and save it again"
         )
-    _check_pad_token_known(tok, directory)
     if pad != model_pad:
         raise BadArgumentError(
             f"the tokenizer pads with id {pad} but the model's pad_token_id is {model_pad}; "
@@ -798,27 +949,47 @@ def _pad_id(tok: Any, seq: LayerSequence, directory: Path) -> int:
     return pad
 
 
-def _check_pad_token_known(tok: Any, directory: Path) -> None:
-    """Refuses a pad token that none of the tokenizer's files holds: transformers adds such a
-    token at load, as a new id past the vocabulary, and the model's pad_token_id cannot be set
-    to an id the files do not have.
+def _check_special_tokens_known(tok: Any, directory: Path) -> None:
+    """Refuses a special token (pad, bos, eos, unk, sep, cls, mask or an additional one) that
+    none of the tokenizer's files holds: transformers adds such a token at load, as a new id
+    past the vocabulary, which the model has no embedding for (or the one it has is another
+    word's, the vocabulary's size not being the model's).
 
-        _check_pad_token_known(tok, Path("tok"))   # InputFileError: "…: pad_token '[NOPE]' …"
+        _check_special_tokens_known(tok, Path("tok"))
+        # InputFileError: "tok/tokenizer_config.json: bos_token '[NOPE]' is not in the …"
 
-    Found by the twenty-fifth round: a pad_token of '[NOPE]' became id 120 of a 0..119
-    vocabulary, and the line advised setting pad_token_id 120 in the model's config.json. A
-    slow tokenizer (no `tokenizers` backend) is left to the id check."""
+    Found by the twenty-fifth round for pad_token: '[NOPE]' became id 120 of a 0..119
+    vocabulary, and the line advised setting pad_token_id 120 in the model's config.json; by
+    the twenty-sixth for the others: a bos_token '[NOPE]' loaded silently as id 117 of a
+    117-word tokenizer and model, and data holding '[NOPE]' was refused naming the data. A slow
+    tokenizer (no `tokenizers` backend) is left to the id check."""
     backend = getattr(tok, "backend_tokenizer", None)
-    token = tok.pad_token
-    if backend is None or token in backend.get_vocab(with_added_tokens=False):
+    if backend is None:
         return
-    if token in _added_tokens(directory):
+    vocabulary = backend.get_vocab(with_added_tokens=False)
+    unknown = [(key, token) for key, token in _special_tokens(tok) if token not in vocabulary]
+    if not unknown:
         return
-    raise InputFileError(
-        f"{_naming(directory, 'pad_token')}: pad_token {token!r} is not in the tokenizer's "
-        f"vocabulary (loading added it as a new id {tok.pad_token_id}); name one of its tokens "
-        "(the model's pad_token_id is an id of the vocabulary)"
-    )
+    added = _added_tokens(directory)  # read only when needed: it loads tokenizer.json again
+    for key, token in unknown:
+        if token in added:
+            continue
+        path, what = _naming(directory, key, token)
+        raise InputFileError(
+            f"{path}: {what} {token!r} is not in the tokenizer's vocabulary (loading added it "
+            f"as a new id {tok.convert_tokens_to_ids(token)}); name one of its tokens (the "
+            "model's embeddings are for the vocabulary's ids)"
+        )
+
+
+def _special_tokens(tok: Any) -> list[tuple[str, str]]:
+    """(key, token) of each special token `tok` has: its named ones (pad_token, bos_token, …)
+    and the additional ones, under 'additional_special_tokens'."""
+    named = [(key, str(token)) for key, token in tok.special_tokens_map.items()]
+    named = [(key, token) for key, token in named if key != "additional_special_tokens"]
+    known = {token for _, token in named}
+    extra = [str(t) for t in tok.all_special_tokens if str(t) not in known]
+    return named + [("additional_special_tokens", token) for token in extra]
 
 
 def _added_tokens(directory: Path) -> set[str]:
@@ -839,13 +1010,36 @@ def _added_tokens(directory: Path) -> set[str]:
     return added
 
 
-def _naming(directory: Path, key: str) -> Path:
+# The keys of a tokenizer's JSON files that list additional special tokens (transformers 5
+# writes extra_special_tokens, a list or an object of named tokens).
+_EXTRA_KEYS = ("additional_special_tokens", "extra_special_tokens")
+
+
+def _naming(directory: Path, key: str, token: str) -> tuple[Path, str]:
     """The tokenizer file that names the special token `key` (tokenizer_config.json before
-    special_tokens_map.json, as transformers reads them), else the directory."""
+    special_tokens_map.json, as transformers reads them), else the directory, and the key as
+    written there: an additional token is looked for in either file's lists of them.
+
+        _naming(Path("tok"), "additional_special_tokens", "[X]")
+        # (Path("tok/tokenizer_config.json"), "extra_special_tokens entry")
+    """
     for name in ("tokenizer_config.json", "special_tokens_map.json"):
-        if key in _json_object(directory / name):
-            return directory / name
-    return directory
+        document = _json_object(directory / name)
+        if key in document and key not in _EXTRA_KEYS:
+            return directory / name, key
+        for extra in _EXTRA_KEYS:
+            if token in _written_tokens(document.get(extra)):
+                return directory / name, f"{extra} entry"
+    return directory, key
+
+
+def _written_tokens(value: Any) -> list[Any]:
+    """The tokens a list (or an object of named tokens) holds, as text: an AddedToken object
+    by its content."""
+    items = list(value.values()) if isinstance(value, dict) else value
+    if not isinstance(items, list):
+        return []
+    return [item.get("content") if isinstance(item, dict) else item for item in items]
 
 
 def _json_object(path: Path) -> dict[str, Any]:

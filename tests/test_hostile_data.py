@@ -286,18 +286,59 @@ def test_a_pad_token_not_in_the_vocabulary_is_named(made, tmp_path, capsys, name
     refused(argv, tmp_path, capsys, (f"{tok / name}: ", fragment))
 
 
-def test_a_pad_token_the_saved_tokenizer_added_passes(tmp_path):
-    """Found by the twenty-fifth round (the other side): a pad token added with
-    add_special_tokens and saved is one of the files' tokens (tokenizer.json's added_tokens),
-    past the trained vocabulary but no new id at load, so it is not refused."""
+# Special tokens a tokenizer's files may name outside its vocabulary: (file, fields).
+UNKNOWN_SPECIAL_TOKENS = {
+    "bos_token": ("tokenizer_config.json", {"bos_token": "[NOPE]"}),
+    "eos_token": ("tokenizer_config.json", {"eos_token": "[NOPE]"}),
+    "unk_token": ("tokenizer_config.json", {"unk_token": "[NOPE]"}),
+    "sep_token": ("tokenizer_config.json", {"sep_token": "[NOPE]"}),
+    "cls_token": ("tokenizer_config.json", {"cls_token": "[NOPE]"}),
+    "mask_token": ("special_tokens_map.json", {"mask_token": "[NOPE]"}),
+    "additional_special_tokens entry": (
+        "special_tokens_map.json",
+        {"additional_special_tokens": ["[CLS]", "[NOPE]"]},
+    ),
+    "extra_special_tokens entry": (
+        "tokenizer_config.json",
+        {"extra_special_tokens": {"image_token": "[NOPE]"}},
+    ),
+}
+
+
+@pytest.mark.parametrize("key", UNKNOWN_SPECIAL_TOKENS)
+def test_a_special_token_not_in_the_vocabulary_is_named(made, tmp_path, capsys, key):
+    """Found by the twenty-sixth round: a bos_token (or unk_token) of '[NOPE]' in
+    tokenizer_config.json, in none of the tokenizer's files, loaded silently as a new id past
+    the vocabulary (117 of a 117-word tokenizer and model); data holding the token's text was
+    then refused naming the data ("has token ids in 0..117 but model … has vocab_size 117"),
+    not the file. Every special token is held to the vocabulary as pad_token is: the file and
+    key are named."""
+    name, fields = UNKNOWN_SPECIAL_TOKENS[key]
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    document = json.loads((tok / name).read_text()) if (tok / name).is_file() else {}
+    (tok / name).write_text(json.dumps({**document, **fields}))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragment = f"{key} '[NOPE]' is not in the tokenizer's vocabulary (loading added it as a new"
+    refused(argv, tmp_path, capsys, (f"{tok / name}: ", fragment))
+
+
+def test_special_tokens_the_saved_tokenizer_added_pass(tmp_path):
+    """Found by the twenty-sixth round: bos and other special tokens outside the vocabulary
+    loaded silently. The other side (the twenty-fifth round's, for pad): pad, bos and
+    additional tokens added with add_special_tokens and saved are the files' tokens
+    (tokenizer.json's added_tokens), past the trained vocabulary but no new id at load, so
+    they are not refused."""
     import transformers
 
     tok = transformers.AutoTokenizer.from_pretrained(make_tokenizer(tmp_path / "tok"))
-    tok.add_special_tokens({"pad_token": "[NEWPAD]"})
+    added = {"pad_token": "[NEWPAD]", "bos_token": "[BOS]", "additional_special_tokens": ["[X]"]}
+    tok.add_special_tokens(added)
     tok.save_pretrained(tmp_path / "saved")
     loaded = text_files.load_tokenizer(tmp_path / "saved")
-    assert loaded.pad_token == "[NEWPAD]" and loaded.pad_token_id == len(tok) - 1
-    text_files._check_pad_token_known(loaded, tmp_path / "saved")
+    assert loaded.pad_token == "[NEWPAD]" and loaded.pad_token_id >= len(tok) - 3
+    assert {"[BOS]", "[X]"} <= set(loaded.all_special_tokens)
+    text_files._check_special_tokens_known(loaded, tmp_path / "saved")
 
 
 def test_a_tokenizer_config_as_transformers_writes_it_passes(tmp_path):
@@ -450,15 +491,182 @@ def test_a_tokenizer_normalizer_that_lengthens_text_without_bound(made, tmp_path
 
 def test_replace_rules_that_shorten_or_keep_a_text_pass():
     """The Replace rules real tokenizers use (Llama's " " → "▁", T5's regex " {2,}" → " ")
-    count as growth 1 and 2; a longer content over a longer pattern by their ratio."""
-    from executor.text import _replace_growth
+    count as growth 1 and 2; a longer content over a longer pattern by their ratio. Found by
+    the twenty-sixth round: a Prepend of 1.2 M characters was unbounded; Llama 2's Prepend of
+    "▁" counts as adding one character."""
+    from executor.text import _normalizer_growth
 
     llama = {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}
     t5 = {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}
     sequence = {"type": "Sequence", "normalizers": [llama, t5, {"type": "NFKC"}]}
-    assert _replace_growth(sequence) == 2.0
+    assert _normalizer_growth(sequence).times == 2.0
     longer = {"type": "Replace", "pattern": {"String": "ab"}, "content": "x" * 8}
-    assert _replace_growth(longer) == 4
+    assert _normalizer_growth(longer).times == 4
+    llama2 = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"}, llama]}
+    assert (_normalizer_growth(llama2).times, _normalizer_growth(llama2).added) == (1.0, 1.0)
+
+
+def _prepend(text: str) -> dict:
+    return {"type": "Prepend", "prepend": text}
+
+
+# Normalizers that add more than MAX_ADDED_CHARS characters to a text: (normalizers after
+# the tokenizer's own, the one line's fragment).
+ADDING_NORMALIZERS = {
+    "a Prepend of 6,000 characters": (
+        [_prepend("great " * 1000)],
+        "its normalizer's Prepend rules add up to 6,000 characters to every text; at most 64",
+    ),
+    "a Prepend of 40 lengthened tenfold by a Replace": (
+        [_prepend("oa" * 20), _replace("o" * 10)],
+        "its normalizer's Prepend rules add up to 400 characters to every text; at most 64",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", ADDING_NORMALIZERS)
+def test_a_tokenizer_normalizer_that_adds_text_without_bound(made, tmp_path, capsys, case):
+    """Found by the twenty-sixth round: a Prepend normalizer of 1.2 M characters (a 1.2 MB
+    tokenizer.json) was added to every text after the text's cut to CHARS_PER_TOKEN a token:
+    5.8 GB for 250 short rows, a Rust abort (rc 134) under `ulimit -v`, and every text became
+    16 copies of 'great'. What a normalizer adds whatever a text's length is bounded like what
+    it multiplies it by (a Replace after the Prepend multiplies the prefix too), refused before
+    a text is tokenized."""
+    after, fragment = ADDING_NORMALIZERS[case]
+
+    def prepend(document: dict) -> None:
+        normalizers = [*after, document["normalizer"]]
+        document["normalizer"] = {"type": "Sequence", "normalizers": normalizers}
+
+    tok = _edited_tokenizer_json(made, tmp_path, prepend)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: ", fragment))
+
+
+def test_a_prepend_that_fills_the_length_replaces_no_text_silently(made, tmp_path, capsys):
+    """Found by the twenty-sixth round: the texts a Prepend's prefix crowded out of --seq-len
+    trained as the prefix alone, every row the same tokens of a vocabulary word (so not "every
+    text is unknown tokens"). A Prepend within MAX_ADDED_CHARS can still fill --seq-len 12
+    ("a " 20 times): texts that differ all encoding the same is refused."""
+    tok = _edited_tokenizer_json(
+        made, tmp_path, lambda doc: doc.update(normalizer=_prepend("a " * 20))
+    )
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragment = "the tokenizer encodes every text of "
+    refused(argv, tmp_path, capsys, (f"{tok}: ", fragment, "as the same 12 tokens ('a', 'a',"))
+
+
+def test_a_pre_tokenizer_adds_at_most_a_character(made, tmp_path, capsys):
+    """Found by the twenty-sixth round: a Prepend normalizer added 1.2 M characters to every
+    text. The bound on what a tokenizer adds leaves pre-tokenizers out: the `tokenizers`
+    library holds Metaspace's replacement (added before every word) to one character, and
+    refuses to load one of four, which is named as tokenizer.json's."""
+
+    def metaspace(document: dict) -> None:
+        document["pre_tokenizer"] = {
+            "type": "Metaspace", "replacement": "xxxx", "prepend_scheme": "always", "split": True
+        }  # fmt: skip
+
+    tok = _edited_tokenizer_json(made, tmp_path, metaspace)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragment = "expected a character"
+    refused(
+        argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: cannot load a tokenizer (", fragment)
+    )
+
+
+def _template(single: list, special: dict) -> dict:
+    """A TemplateProcessing post-processor of `single` (pieces: "A" the text, else a special
+    token's name) with `special` tokens' ids."""
+    pieces = [
+        {"Sequence": {"id": "A", "type_id": 0}}
+        if p == "A"
+        else {"SpecialToken": {"id": p, "type_id": 0}}
+        for p in single
+    ]
+    pair = [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}]
+    tokens = {
+        name: {"id": name, "ids": ids, "tokens": [name] * len(ids)} for name, ids in special.items()
+    }
+    return {"type": "TemplateProcessing", "single": pieces, "pair": pair, "special_tokens": tokens}
+
+
+# Post-processors that leave no room for the text in --seq-len 12, or do not hold it once:
+# (post_processor, the one line's fragment).
+CROWDING_POST_PROCESSORS = {
+    "20 [CLS] around the text": (
+        _template(["[CLS]"] * 20 + ["A"], {"[CLS]": [2]}),
+        "its post-processor (TemplateProcessing) adds 20 special tokens to every text, leaving "
+        "none of --seq-len 12 for the text; at most 11",
+    ),
+    "one special token of 12 ids": (
+        _template(["[CLS]", "A"], {"[CLS]": [2] * 12}),
+        "its post-processor (TemplateProcessing) adds 12 special tokens to every text",
+    ),
+    "two templates of 6 in a sequence": (
+        {"type": "Sequence", "processors": [_template(["[CLS]"] * 6 + ["A"], {"[CLS]": [2]})] * 2},
+        "its post-processor (Sequence) adds 12 special tokens to every text",
+    ),
+    "the text twice": (
+        _template(["[CLS]", "A", "A"], {"[CLS]": [2]}),
+        "its post-processor's (TemplateProcessing) template for a single text holds the text 2 "
+        "times; it holds it once ($A)",
+    ),
+    "no text": (
+        _template(["[CLS]"], {"[CLS]": [2]}),
+        "template for a single text holds the text 0 times",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CROWDING_POST_PROCESSORS)
+def test_a_tokenizer_post_processor_that_crowds_out_the_text(made, tmp_path, capsys, case):
+    """Found by the twenty-sixth round: a TemplateProcessing post-processor of 50,000 [CLS]
+    tokens (20 with --seq-len 16 did the same) crashed `run` with a 56-line traceback,
+    "ValueError: expected sequence of length 30 at dim 1 (got 29)": truncation cuts the text to
+    make room for the added tokens, never the added tokens, so rows were ragged and longer than
+    --seq-len. What a post-processor adds must leave a token of --seq-len for the text, and its
+    template holds the text once (twice, it doubled the cut text past --seq-len); refused
+    naming tokenizer.json before a text is encoded."""
+    processor, fragment = CROWDING_POST_PROCESSORS[case]
+    tok = _edited_tokenizer_json(made, tmp_path, lambda doc: doc.update(post_processor=processor))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, (f"{tok / 'tokenizer.json'}: ", fragment))
+
+
+def test_rows_longer_than_the_length_are_named_not_a_traceback(made, tmp_path, monkeypatch):
+    """Found by the twenty-sixth round: rows of 30 and 29 tokens for --seq-len 16 (a
+    post-processor's tokens, which truncation cannot cut) became a ValueError traceback in
+    torch.tensor. Past the post-processor's own check (switched off here), any row not
+    --seq-len tokens long is named as the tokenizer's doing."""
+    processor = _template(["[CLS]"] * 20 + ["A"], {"[CLS]": [2]})
+    tok = _edited_tokenizer_json(made, tmp_path, lambda doc: doc.update(post_processor=processor))
+    monkeypatch.setattr(text_files, "_check_post_processor", lambda *args: None)
+    seq = models.build(str(made["checkpoint"]), seq_len=12, padding_mask=True)
+    corpus = text_files.read_corpus(str(write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))), 0)
+    fragment = r"the tokenizer makes a text of .*r\.jsonl \d+ tokens long, not --seq-len 12"
+    with pytest.raises(InputFileError, match=fragment):
+        text_files.tokenize(corpus, str(tok), seq)
+
+
+def test_post_processors_of_real_tokenizers_pass():
+    """Found by the twenty-sixth round: a template of 20 [CLS] tokens crashed `run`. The
+    other side: BERT's [CLS] … [SEP] (2 tokens) and a byte-level one (none) leave --seq-len 12
+    for the text and hold it once, and pass."""
+    from tokenizers import processors
+
+    bert = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B [SEP]",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
+    )
+    both = processors.Sequence([processors.ByteLevel(), bert])
+    for processor in (bert, both, processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))):
+        text_files._check_post_processor(processor, Path("tok/tokenizer.json"), 12)
 
 
 NOT_REGULAR = {"a FIFO": os.mkfifo, "a directory": os.mkdir}
