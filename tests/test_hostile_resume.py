@@ -317,6 +317,26 @@ def test_a_run_file_linked_to_a_file_of_text_is_refused_as_a_link(
     assert victim.read_text() == "victim\n"
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
+def test_a_runs_profile_linked_to_a_copy_is_refused_as_a_link(
+    mid_epoch_run, tmp_path, capsys, command
+):
+    """Found by the twenty-sixth round: profile.json replaced by a link to a copy of itself
+    outside the run was read by report and export, and a resume trained through it, the link
+    left in place (exit 0). Every file the run writes at its top is refused as a link
+    (`fileio.RUN_OWN_FILES`), by every command given the run."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    copy = tmp_path / "profile-copy.json"
+    shutil.copyfile(run / "profile.json", copy)
+    (run / "profile.json").unlink()
+    (run / "profile.json").symlink_to(copy)
+    said = f"{run / 'profile.json'}: is a symbolic link, not a file of its own; the run writes"
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, said)
+    assert (run / "profile.json").is_symlink() and not (tmp_path / "out").exists()
+
+
 EXPORTED = [
     "another model",
     "a free-form cache",
