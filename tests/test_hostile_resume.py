@@ -80,7 +80,11 @@ MANIFESTS = {
     ),
     "sums without steps": ({"grad_norm_sums": {"1": 1.0}}, "grad_norm_steps is 0"),
     "a negative sum": ({"grad_norm_sums": {"0": -1.0}}, "grad_norm_sums.0"),
-    "a step that is not its epoch's": ({"epoch": 0, "step_in_epoch": 1}, "not a position"),
+    "a step that is not its epoch's": (
+        # Its step summed, as a run writes a mid-epoch checkpoint (the manifest's own rule).
+        {"epoch": 0, "step_in_epoch": 1, "grad_norm_steps": 1, "grad_norm_sums": EVERY_LAYER},
+        "not a position",
+    ),
     # rng.pt holds one rank's state: the checkpoint's files are compared first (22nd round).
     "another world": ({"world_size": 2}, "lacks rank 1's state; it holds a state for each of"),
     "a phase never recorded": ({"phase": 5}, "phase: 5, but run.jsonl has no such phase"),
@@ -580,9 +584,13 @@ def _decided(case: str) -> tuple:
     every, phases, (step, epoch, within), entries = DECISIONS[case]
     epochs = epoch if case in FINAL else 12
     cfg = RunConfig(name="r", model="vit-digits", nproc=1, epochs=epochs, freeze_every=every)
+    # The steps summed since the last decision, as the worker writes them: "mid-epoch" is one
+    # step after the decision at step 4; every other case is at a decision or an epoch's start.
+    summed = int(case == "mid-epoch")
     manifest = CheckpointManifest(
         **dict(step=step, epoch=epoch, step_in_epoch=within, phase=len(phases) - 1),
-        **dict(frozen_layers=0, grad_history=[], grad_norm_sums={}, grad_norm_steps=0),
+        **dict(frozen_layers=0, grad_history=[], grad_norm_steps=summed),
+        grad_norm_sums=EVERY_LAYER if summed else {},
         **dict(world_size=1, model="vit-digits", layout=None, config=cfg),
         **({"run_ends": RUN_ENDS[case]} if case in RUN_ENDS else {}),
     )
@@ -1431,6 +1439,53 @@ def test_a_manifest_with_steps_but_no_sums_is_refused(mid_epoch_run):
     CheckpointManifest.model_validate(doc)  # as the run wrote it
     with pytest.raises(ValidationError, match="grad_norm_sums is empty, but grad_norm_steps is 2"):
         CheckpointManifest.model_validate({**doc, "grad_norm_sums": {}})
+
+
+def test_a_manifests_steps_summed_are_those_since_the_sums_restarted(mid_epoch_run):
+    """Found by the twenty-sixth round: step-7's grad_norm_steps edited from 7 to 6 (its
+    step_in_epoch 7, no --freeze-every) resumed with exit 0, and the epoch recorded the
+    untouched resume's gradient norms scaled by 7/6, which `--freeze auto` decides by. The
+    run restarts its sums at every epoch's end and every --freeze-every decision: a manifest
+    counting other steps is invalid (a resume or export passes over it for an older
+    checkpoint, with the usual notice; report and calibrate refuse it)."""
+    from pydantic import ValidationError
+
+    from pipeplan.formats import CheckpointManifest
+
+    doc = json.loads((mid_epoch_run / "checkpoints" / "step-2" / "manifest.json").read_text())
+    assert (doc["step_in_epoch"], doc["grad_norm_steps"]) == (2, 2)  # as the run wrote it
+    for steps in (1, 0):
+        summed = {**doc, "grad_norm_steps": steps, "grad_norm_sums": doc["grad_norm_sums"]}
+        if not steps:
+            summed["grad_norm_sums"] = {}  # none summed, nothing summed: only the count is off
+        said = f"grad_norm_steps {steps}, but step 2 is 2 steps after its epoch's start (step 0)"
+        with pytest.raises(ValidationError, match=re.escape(said)):
+            CheckpointManifest.model_validate(summed)
+    # With --freeze-every 2: step 5 (2 into its epoch of 3) is 1 step after the decision at 4.
+    manifest, *_ = _decided("mid-epoch")
+    assert manifest.grad_norm_steps == 1
+    said = "grad_norm_steps 2, but step 5 is 1 step after the --freeze-every 2 decision at step 4"
+    with pytest.raises(ValidationError, match=re.escape(said)):
+        CheckpointManifest.model_validate({**manifest.model_dump(), "grad_norm_steps": 2})
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
+def test_every_command_refuses_a_latest_manifest_counting_other_steps(
+    mid_epoch_run, tmp_path, capsys, command
+):
+    """Found by the twenty-sixth round (as above): a run stopped mid-epoch with step-2 its
+    only checkpoint, its grad_norm_steps one short, was resumed (and exported, reported)
+    with exit 0. No other checkpoint to fall back on: one line naming the manifest."""
+    cut = _interrupted(mid_epoch_run, tmp_path)
+    path = cut / "checkpoints" / "step-2" / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "grad_norm_steps": 1}))
+    fragment = (str(path), "grad_norm_steps 1, but step 2 is 2 steps after its epoch's start")
+    argv = _commands(cut, tmp_path)[command]
+    if command == "resume":
+        argv = ["run", "--resume", str(cut)]  # mid-epoch: it has its epoch to finish
+    refused(argv, tmp_path, capsys, fragment)
 
 
 @pytest.mark.multiprocess
