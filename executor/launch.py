@@ -123,7 +123,7 @@ from executor.checkpoint import (
     manifest_path,
     remove_partial,
 )
-from executor.history import check_manifest_records, check_older_manifests
+from executor.history import check_manifest_records, check_older_manifests, older_manifests
 from executor.planning import (
     RUN_PLAN,
     RUN_PROFILE,
@@ -341,6 +341,11 @@ def check_run(
         planner = RunPlanner.for_run(run_dir, cfg)
         where = manifest_path(run_dir, manifest)
         check_position(manifest, cfg, len(data.train), seq.layers, where)
+        # Every kept checkpoint before it alike, the model in hand: each is one a fallback may
+        # resume from, and its layers and position were held by nothing (twenty-sixth round).
+        for older in older_manifests(manifest, run_dir):
+            where = manifest_path(run_dir, older)
+            check_position(older, cfg, len(data.train), seq.layers, where)
         check_weights(weights, seq.layers, latest(run_dir))
         check_outputs(run_dir)
     nodes = 1 if local else launcher_nodes()  # a local run is one node

@@ -364,7 +364,7 @@ def _export(
         manifest_path,
         restore,
     )
-    from executor.history import check_manifest_records, check_older_manifests
+    from executor.history import check_manifest_records, check_older_manifests, older_manifests
     from executor.planning import check_run_model
     from pipeplan.formats import read_records
     from pipeplan.formats.metrics import check_eval_metrics
@@ -388,6 +388,8 @@ def _export(
     # refuses is no checkpoint of this run to export either.
     where = manifest_path(run_dir, manifest)
     check_position(manifest, cfg, len(data.train), seq.layers, where)
+    for older in older_manifests(manifest, run_dir):  # every kept one before it, alike
+        check_position(older, cfg, len(data.train), seq.layers, manifest_path(run_dir, older))
     # Its layout, phase and position against run.jsonl: export accepted a schedule edited in
     # the manifest that resume refused (twentieth round).
     records = read_records(run_dir / "run.jsonl", cfg)

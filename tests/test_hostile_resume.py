@@ -257,6 +257,92 @@ def test_every_command_holds_an_older_checkpoints_manifest(
     assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
 
 
+def _without_layer_9(doc: dict) -> dict:
+    """The manifest's sums with layer 9's (active, with parameters) left out."""
+    return {k: v for k, v in doc["grad_norm_sums"].items() if k != "9"}
+
+
+# An older kept checkpoint's manifest edited in a field only the run, its records or its model
+# tell: (the edit of the document, what the one line says).
+OLDER_RUN_FIELDS = {
+    "another model": (lambda d: {"model": "bert-tiny"}, "model: 'bert-tiny', but the run trains"),
+    "a sum of a layer the model lacks": (
+        lambda d: {"grad_norm_sums": {**d["grad_norm_sums"], "99": 1.0}},
+        "grad_norm_sums: layer 99, but the model has layers 0..9",
+    ),
+    "an active layer's sum left out": (
+        lambda d: {"grad_norm_sums": _without_layer_9(d)},
+        "grad_norm_sums: layer 9 is missing, but grad_norm_steps is 2",
+    ),
+    "a step_in_epoch its records contradict": (
+        lambda d: {"step_in_epoch": 1, "grad_norm_steps": 1},
+        "step_in_epoch: 1 at step 2, but run.jsonl records epoch 0 from step 0",
+    ),
+    "a step_in_epoch its run cannot reach": (
+        lambda d: {"step_in_epoch": 1, "grad_norm_steps": 1},
+        "step: 2 (epoch 0, step 1) is not a position of this run",
+    ),
+    "fewer steps summed than its position": (
+        lambda d: {"grad_norm_steps": 1},
+        "grad_norm_steps 1, but step 2 is 2 steps after its epoch's start (step 0)",
+    ),
+    "more epochs than the later checkpoint": (
+        lambda d: {"config": {**d["config"], "epochs": 5}},
+        "config.epochs: 5, but the later checkpoint step-3 was trained with 1",
+    ),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "command, case",
+    [(c, "another model") for c in ("report", "calibrate", "export", "resume")]
+    + [(c, "a sum of a layer the model lacks") for c in ("report", "calibrate")]
+    + [(c, "an active layer's sum left out") for c in ("export", "resume")]
+    + [("report", "a step_in_epoch its records contradict")]
+    + [(c, "a step_in_epoch its run cannot reach") for c in ("export", "resume")]
+    + [(c, "fewer steps summed than its position") for c in ("report", "export")]
+    + [("report", "more epochs than the later checkpoint")],
+)
+def test_every_command_holds_every_field_of_an_older_manifest_to_the_run(
+    mid_epoch_run, tmp_path, capsys, command, case
+):
+    """Found by the twenty-sixth round: step-2's manifest beside the latest step-3 saying
+    model "bert-tiny" in a vit-digits run was reported, calibrated, exported and resumed from
+    (exit 0); the twenty-fourth round's check held its other fields to run.jsonl, not its
+    model. Going through the manifest field by field, its sums of a layer the model lacks or
+    without an active layer, a step_in_epoch its records (or the run's epoch length)
+    contradict, and config.epochs above the later checkpoint's passed as well. Each kept
+    manifest is held to what the run, its records and (for export and resume, which build
+    it) its model say, as the latest is: one line naming its manifest.json."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    path = run / "checkpoints" / "step-2" / "manifest.json"
+    assert (run / "checkpoints" / "latest").read_text() == "step-3\n"
+    edit, fragment = OLDER_RUN_FIELDS[case]
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, **edit(doc)}))
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, (f"{path}: ", fragment))
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_report_and_calibrate_hold_the_latest_manifests_model(
+    mid_epoch_run, tmp_path, capsys, command
+):
+    """Found by the twenty-sixth round: the latest checkpoint's manifest saying model
+    "bert-tiny" in a vit-digits run was reported and calibrated from (exit 0), though export
+    refused it naming the field. `check_manifest_records`, which every command makes, holds
+    the model as well."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    path = run / "checkpoints" / "step-3" / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "model": "bert-tiny"}))
+    fragment = (f"{path}: model: 'bert-tiny', but the run trains 'vit-digits'",)
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, fragment)
+
+
 # summary.json edited: (the field's path, its value, what the one line says).
 SUMMARIES = {
     "steps and name": ((("steps",), 7), (("name",), "other"), "name 'other', but"),
