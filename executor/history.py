@@ -4,7 +4,7 @@ says the same about it.
 
     check_manifest_records(manifest, read_records(run_dir / "run.jsonl"), run_dir, cfg)
     check_older_manifests(manifest, records, run_dir, cfg)   # every kept checkpoint before it
-    older_manifests(manifest, run_dir)          # those, read (export and resume: check_position)
+    check_older_manifests(manifest, records, run_dir, cfg, position)   # and `position(older)`
     gradient_decisions(manifest, phases, cfg)   # grad_history entries AutoFreeze made by then
     run_ends(manifest, phases)                  # the epochs' ends where a run ended by then
 """
@@ -12,6 +12,7 @@ says the same about it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from executor.checkpoint import (
@@ -137,7 +138,11 @@ def check_step_in_epoch(manifest: CheckpointManifest, records: list, where: Path
 
 
 def check_older_manifests(
-    used: CheckpointManifest, records: list, run_dir: Path, cfg: RunConfig
+    used: CheckpointManifest,
+    records: list,
+    run_dir: Path,
+    cfg: RunConfig,
+    position: Callable[[CheckpointManifest], None] | None = None,
 ) -> None:
     """Every checkpoint kept older than `used` (the one a command reads: the latest, or the
     one a resume or export falls back to or is given) is held to the rules `used` is: its
@@ -149,9 +154,14 @@ def check_older_manifests(
     edit, even one of its schema, passed report, calibrate and export (twenty-fourth round).
 
         check_older_manifests(manifest, records, run_dir, cfg)   # InputFileError naming it
+
+    `position`: export's and resume's check of each against the model they build
+    (`check_position`), after its records', so that every command says the same first.
     """
     for manifest in older_manifests(used, run_dir):
         check_manifest_records(manifest, records, run_dir, cfg)
+        if position is not None:
+            position(manifest)
         # The one RunConfig field that may differ between them grows only (nproc and the
         # timeout are each resume's own): `check_same_training` holds the rest.
         if manifest.config.epochs > used.config.epochs:
@@ -165,9 +175,9 @@ def check_older_manifests(
 def older_manifests(used: CheckpointManifest, run_dir: Path) -> list[CheckpointManifest]:
     """The manifests of the checkpoints kept older than `used`, each read to its schema and
     its step its folder's (`check_manifest_folder`): InputFileError naming the first that is
-    not. Export and resume hold each to the model as well (`check_position`).
+    not.
 
-        for older in older_manifests(manifest, run_dir): check_position(older, …)
+        for older in older_manifests(manifest, run_dir): ...
     """
     manifests = []
     for path in checkpoints_written(run_dir / "checkpoints"):

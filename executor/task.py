@@ -37,7 +37,7 @@ from pipeplan.fileio import (
     reading_run,
     stops_raised,
 )
-from pipeplan.formats import DataFile, DataRecord, RunConfig, load
+from pipeplan.formats import CheckpointManifest, DataFile, DataRecord, RunConfig, load
 from pipeplan.formats.base import check_input_file
 
 if TYPE_CHECKING:
@@ -364,7 +364,7 @@ def _export(
         manifest_path,
         restore,
     )
-    from executor.history import check_manifest_records, check_older_manifests, older_manifests
+    from executor.history import check_manifest_records, check_older_manifests
     from executor.planning import check_run_model
     from pipeplan.formats import read_records
     from pipeplan.formats.metrics import check_eval_metrics
@@ -388,13 +388,18 @@ def _export(
     # refuses is no checkpoint of this run to export either.
     where = manifest_path(run_dir, manifest)
     check_position(manifest, cfg, len(data.train), seq.layers, where)
-    for older in older_manifests(manifest, run_dir):  # every kept one before it, alike
-        check_position(older, cfg, len(data.train), seq.layers, manifest_path(run_dir, older))
     # Its layout, phase and position against run.jsonl: export accepted a schedule edited in
     # the manifest that resume refused (twentieth round).
     records = read_records(run_dir / "run.jsonl", cfg)
     check_manifest_records(manifest, records, run_dir, cfg)
-    check_older_manifests(manifest, records, run_dir, cfg)  # their manifests, as resume does
+    # Every kept one before it, as resume does: its records, then its model's (its layers'
+    # sums, its position), the model in hand (twenty-sixth round).
+    samples = len(data.train)
+
+    def position(older: CheckpointManifest) -> None:
+        check_position(older, cfg, samples, seq.layers, manifest_path(run_dir, older))
+
+    check_older_manifests(manifest, records, run_dir, cfg, position)
     # The records against metrics.csv and summary.json, as resume, report and calibrate hold
     # them (twenty-third round): one command's refusal is every command's.
     check_eval_metrics(run_dir, records)
