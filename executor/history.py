@@ -162,14 +162,35 @@ def check_older_manifests(
         check_manifest_records(manifest, records, run_dir, cfg)
         if position is not None:
             position(manifest)
-        # The one RunConfig field that may differ between them grows only (nproc and the
-        # timeout are each resume's own): `check_same_training` holds the rest.
-        if manifest.config.epochs > used.config.epochs:
-            raise InputFileError(
-                f"{manifest_path(run_dir, manifest)}: config.epochs: {manifest.config.epochs}, "
-                f"but the later checkpoint step-{used.step} was trained with "
-                f"{used.config.epochs}; --resume adds epochs, never removes them"
-            )
+        check_later_agrees(manifest, used, run_dir)
+
+
+def check_later_agrees(older: CheckpointManifest, used: CheckpointManifest, run_dir: Path) -> None:
+    """What an older kept checkpoint carries forward is the later one's (`used`) so far: its
+    config.epochs at most the later's (the one RunConfig field that may differ between them
+    and grows only; nproc and the timeout are each resume's own, `check_same_training` holds
+    the rest), and its grad_history the later's first entries (AutoFreeze only appends; a
+    --freeze-every decision's entry has no record of its own to be held to).
+
+        check_later_agrees(older, manifest, run_dir)   # "…/step-2/manifest.json: config.epochs…"
+    """
+    where = manifest_path(run_dir, older)
+    if older.config.epochs > used.config.epochs:
+        raise InputFileError(
+            f"{where}: config.epochs: {older.config.epochs}, but the later checkpoint "
+            f"step-{used.step} was trained with {used.config.epochs}; --resume adds epochs, "
+            "never removes them"
+        )
+    later = used.grad_history
+    index = next(
+        (i for i, h in enumerate(older.grad_history) if i >= len(later) or h != later[i]), None
+    )
+    if index is not None:
+        raise InputFileError(
+            f"{where}: grad_history.{index} is not entry {index} of the later checkpoint "
+            f"step-{used.step}'s ({manifest_path(run_dir, used)}); the history only grows, so "
+            "one of the two was edited since the run trained"
+        )
 
 
 def older_manifests(used: CheckpointManifest, run_dir: Path) -> list[CheckpointManifest]:

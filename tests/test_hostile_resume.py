@@ -321,6 +321,44 @@ def test_every_command_holds_every_field_of_an_older_manifest_to_the_run(
     assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
 
 
+# 1 rank, 1 epoch of 4 steps, --freeze auto deciding every 2 steps, a checkpoint each step:
+# step-3 (its history the decision at step 2, which no record holds) and the final step-4 kept.
+EVERY_2_STEPS = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "4"]
+EVERY_2_STEPS += ["--checkpoint-every", "1", "--freeze", "auto", "--freeze-every", "2"]
+
+
+@pytest.fixture(scope="module")
+def every_2_steps_run(tmp_path_factory) -> Path:
+    """Uninterrupted: EVERY_2_STEPS' run."""
+    root = tmp_path_factory.mktemp("every2")
+    assert cli.main(["run", *EVERY_2_STEPS, "--name", "e", "--runs-dir", str(root)]) == 0
+    return root / "e"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
+def test_an_older_manifests_grad_history_is_the_later_ones_so_far(
+    every_2_steps_run, tmp_path, capsys, command
+):
+    """Found going through the manifest field by field for the twenty-sixth round: step-3's
+    grad_history entry of the --freeze-every decision at step 2 (no epoch record holds it)
+    edited beside the latest step-4 was accepted by every command; a fallback to step-3
+    would have decided with it. AutoFreeze only appends, so an older checkpoint's history is
+    the later one's first entries: both manifests named, neither taken for the truth."""
+    run = copy_run(every_2_steps_run, tmp_path)
+    path = run / "checkpoints" / "step-3" / "manifest.json"
+    doc = json.loads(path.read_text())
+    assert (doc["step_in_epoch"], len(doc["grad_history"])) == (3, 1)  # as the run wrote it
+    doc["grad_history"][0]["9"] *= 2
+    path.write_text(json.dumps(doc))
+    fragment = (f"{path}: grad_history.0 is not entry 0 of the later checkpoint step-4's",)
+    argv = _commands(run, tmp_path)[command]
+    if command == "resume":
+        argv = ["run", "--resume", str(run), "--epochs", "2"]
+    refused(argv, tmp_path, capsys, fragment)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("command", ["report", "calibrate"])
