@@ -4,7 +4,7 @@ says the same about it.
 
     check_manifest_records(manifest, read_records(run_dir / "run.jsonl"), run_dir, cfg)
     check_older_manifests(manifest, records, run_dir, cfg)   # every kept checkpoint before it
-    check_older_manifests(manifest, records, run_dir, cfg, position)   # and `position(older)`
+    check_older_manifests(manifest, records, run_dir, cfg, position)   # export, resume: + model
     gradient_decisions(manifest, phases, cfg)   # grad_history entries AutoFreeze made by then
     run_ends(manifest, phases)                  # the epochs' ends where a run ended by then
 """
@@ -146,8 +146,9 @@ def check_older_manifests(
 ) -> None:
     """Every checkpoint kept older than `used` (the one a command reads: the latest, or the
     one a resume or export falls back to or is given) is held to the rules `used` is: its
-    manifest read to its schema, its step its folder's (`check_manifest_folder`), and against
-    run.jsonl (`check_manifest_records`); run.json it is held to by `check_same_training`.
+    manifest read to its schema, its step its folder's (`check_manifest_folder`), against
+    run.jsonl and the run (`check_manifest_records`) and against `used` (`check_later_agrees`);
+    run.json it is held to by `check_same_training`.
     Manifests only: no tensor file is read or hashed. A newer one is what the fallback passed
     over with its notice, or one `latest` does not name yet: not read. step-4's manifest
     beside the latest step-6 was read by no command but `export --checkpoint step-4`: any
