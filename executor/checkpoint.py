@@ -809,6 +809,44 @@ def _check_sums_measured(
         refuse("grad_norm_sums", f"layer {extra}, but it has no parameters and no gradient norm")
 
 
+def check_manifest_layers(manifest: CheckpointManifest, num_layers: int, where: Path) -> None:
+    """The layers the manifest (`where`) names are a model of `num_layers` layers', as the run
+    measured them: frozen_layers leaves the head, every gradient norm is of a layer the model
+    has, and no sum is of a frozen layer. What `check_position` holds without the model: report
+    and calibrate take `num_layers` from the layout run.jsonl recorded the checkpoint's phase
+    in (`executor.history.check_manifest_records`), for every kept checkpoint.
+
+        check_manifest_layers(manifest, 10, where)   # "…: grad_norm_sums: layer 99, but …"
+    """
+
+    def refuse(field: str, why: str) -> None:
+        raise InputFileError(f"{where}: {field}: {why}")
+
+    if manifest.frozen_layers > num_layers - 1:
+        refuse(
+            "frozen_layers",
+            f"{manifest.frozen_layers} of the model's {num_layers} layers (the head is never "
+            "frozen)",
+        )
+    for field, norms in (
+        *((f"grad_history.{i}", h) for i, h in enumerate(manifest.grad_history)),
+        ("grad_norm_sums", manifest.grad_norm_sums),
+    ):
+        beyond = next((k for k in norms if int(k) >= num_layers), None)
+        if beyond is not None:
+            refuse(field, f"layer {beyond}, but the model has layers 0..{num_layers - 1}")
+    # Frozen layers collect no gradient norms (only active layers have gradients): a sum for
+    # one was a measurement the gradient criterion never made, taken as made. (grad_history's
+    # entries were measured before later freezing: their layers may be frozen now.)
+    frozen = next((k for k in manifest.grad_norm_sums if int(k) < manifest.frozen_layers), None)
+    if frozen is not None:
+        refuse(
+            "grad_norm_sums",
+            f"layer {frozen}, but layers 0..{manifest.frozen_layers - 1} are frozen "
+            f"(frozen_layers {manifest.frozen_layers}) and collect no gradient norms",
+        )
+
+
 def check_position(
     manifest: CheckpointManifest,
     cfg: RunConfig,
@@ -843,19 +881,7 @@ def check_position(
             f"{manifest.step} (epoch {manifest.epoch}, step {manifest.step_in_epoch}) is not a "
             f"position of this run ({per_epoch} steps an epoch, {cfg.epochs} epochs)",
         )
-    if manifest.frozen_layers > num_layers - 1:
-        refuse(
-            "frozen_layers",
-            f"{manifest.frozen_layers} of the model's {num_layers} layers (the head is never "
-            "frozen)",
-        )
-    for field, norms in (
-        *((f"grad_history.{i}", h) for i, h in enumerate(manifest.grad_history)),
-        ("grad_norm_sums", manifest.grad_norm_sums),
-    ):
-        beyond = next((k for k in norms if int(k) >= num_layers), None)
-        if beyond is not None:
-            refuse(field, f"layer {beyond}, but the model has layers 0..{num_layers - 1}")
+    check_manifest_layers(manifest, num_layers, where)
     for i, entry in enumerate(manifest.grad_history):
         missing = _unmeasured(entry, manifest.frozen_layers, layers)
         if missing is not None:
@@ -865,16 +891,6 @@ def check_position(
                 f"layer {missing} is missing; every active layer ({first}..{num_layers - 1}) "
                 "has a norm",
             )
-    # Frozen layers collect no gradient norms (only active layers have gradients): a sum for
-    # one was a measurement the gradient criterion never made, taken as made. (grad_history's
-    # entries were measured before later freezing: their layers may be frozen now.)
-    frozen = next((k for k in manifest.grad_norm_sums if int(k) < manifest.frozen_layers), None)
-    if frozen is not None:
-        refuse(
-            "grad_norm_sums",
-            f"layer {frozen}, but layers 0..{manifest.frozen_layers - 1} are frozen "
-            f"(frozen_layers {manifest.frozen_layers}) and collect no gradient norms",
-        )
     _check_sums_measured(manifest, layers, refuse)
     if manifest.layout is not None and manifest.world_size == cfg.nproc:
         try:

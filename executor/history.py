@@ -4,6 +4,7 @@ says the same about it.
 
     check_manifest_records(manifest, read_records(run_dir / "run.jsonl"), run_dir, cfg)
     check_older_manifests(manifest, records, run_dir, cfg)   # every kept checkpoint before it
+    check_older_manifests(manifest, records, run_dir, cfg, position)   # export, resume: + model
     gradient_decisions(manifest, phases, cfg)   # grad_history entries AutoFreeze made by then
     run_ends(manifest, phases)                  # the epochs' ends where a run ended by then
 """
@@ -11,10 +12,12 @@ says the same about it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from executor.checkpoint import (
     check_manifest_folder,
+    check_manifest_layers,
     checkpoints_written,
     kept_manifest,
     manifest_path,
@@ -28,15 +31,23 @@ from pipeplan.formats.run import torn_tail
 def check_manifest_records(
     manifest: CheckpointManifest, records: list, run_dir: Path, cfg: RunConfig
 ) -> None:
-    """The checkpoint against run.jsonl: the records reach it (an emptied or cut run.jsonl
-    resumed, and the run's history was lost), every epoch it follows with its record; its
-    phase is a recorded one, whose layout and world it was taken in; its epoch is the one its
-    last step was recorded in (or the next, at an epoch's start: a manifest saying epoch 1 at
-    step 6 of a 2-step-epoch run trained epochs 1–2 again); and its gradient history has one
-    entry for each decision made by then (`gradient_decisions`: 50 entries after 2 epochs
-    were taken as measurements, none as a run that never measured), the run ends it lists
-    being resumes run.jsonl records."""
+    """The checkpoint against its run: its model is run.json's (`cfg`), and against run.jsonl:
+    the records reach it (an emptied or cut run.jsonl resumed, and the run's history was
+    lost), every epoch it follows with its record; its phase is a recorded one, whose layout
+    and world it was taken in; its epoch is the one its last step was recorded in (or the
+    next, at an epoch's start: a manifest saying epoch 1 at step 6 of a 2-step-epoch run
+    trained epochs 1–2 again), and its step_in_epoch its steps into that epoch; the layers
+    it names are its phase's model's; and its gradient history has one entry for each
+    decision made by then (`gradient_decisions`: 50 entries after 2 epochs were taken as
+    measurements, none as a run that never measured), the run ends it lists being resumes
+    run.jsonl records."""
     where = manifest_path(run_dir, manifest)
+    # Its model before its records: step-6's "bert-tiny" beside a vit-digits run.json was
+    # reported, calibrated, exported and resumed from (twenty-sixth round); export and resume
+    # said so of the latest checkpoint alone (`check_position`).
+    if manifest.model != cfg.model:
+        why = f"'{manifest.model}', but the run trains '{cfg.model}'"
+        raise InputFileError(f"{where}: model: {why}")
     # The step before the checkpoint, not its epoch's record: a crash may tear the last
     # record, and a resume writes an epoch's record again (`read_records` leaves it out).
     steps = {r.step: r for r in records if isinstance(r, StepRecord)}
@@ -89,6 +100,10 @@ def check_manifest_records(
                 f"{where}: epoch: {manifest.epoch} at step {manifest.step}, but run.jsonl "
                 f"recorded step {last.step} in epoch {last.epoch}"
             )
+        check_step_in_epoch(manifest, records, where)
+    # The layers it names are the model's, which the layout of its phase spans (the model is
+    # not built to read a run): `check_position`'s, for report and calibrate too.
+    check_manifest_layers(manifest, phase.layout.boundaries[-1], where)
     phases = [r for r in records if isinstance(r, PhaseRecord) and r.phase <= manifest.phase]
     check_run_ends_recorded(manifest, phases, where)
     decisions = gradient_decisions(manifest, phases, cfg)
@@ -103,26 +118,97 @@ def check_manifest_records(
     check_history_recorded(manifest, records, phases, cfg, where)
 
 
+def check_step_in_epoch(manifest: CheckpointManifest, records: list, where: Path) -> None:
+    """A mid-epoch checkpoint's step_in_epoch is its steps since the first step run.jsonl
+    records in its epoch (`check_manifest_records` found the step before it there): the
+    position `check_position` holds to the run's epoch length, held to the records, which
+    report and calibrate read without the data. An older checkpoint's was held by nothing.
+
+        check_step_in_epoch(manifest, records, where)   # "…: step_in_epoch: 1 at step 6, …"
+    """
+    if manifest.step_in_epoch == 0:
+        return  # at its epoch's start: the step before it is the last epoch's (checked)
+    first = min(r.step for r in records if isinstance(r, StepRecord) and r.epoch == manifest.epoch)
+    if manifest.step - first != manifest.step_in_epoch:
+        raise InputFileError(
+            f"{where}: step_in_epoch: {manifest.step_in_epoch} at step {manifest.step}, but "
+            f"run.jsonl records epoch {manifest.epoch} from step {first}: "
+            f"{manifest.step - first} steps into it"
+        )
+
+
 def check_older_manifests(
-    used: CheckpointManifest, records: list, run_dir: Path, cfg: RunConfig
+    used: CheckpointManifest,
+    records: list,
+    run_dir: Path,
+    cfg: RunConfig,
+    position: Callable[[CheckpointManifest], None] | None = None,
 ) -> None:
     """Every checkpoint kept older than `used` (the one a command reads: the latest, or the
     one a resume or export falls back to or is given) is held to the rules `used` is: its
-    manifest read to its schema, its step its folder's (`check_manifest_folder`), and against
-    run.jsonl (`check_manifest_records`); run.json it is held to by `check_same_training`.
+    manifest read to its schema, its step its folder's (`check_manifest_folder`), against
+    run.jsonl and the run (`check_manifest_records`) and against `used` (`check_later_agrees`);
+    run.json it is held to by `check_same_training`.
     Manifests only: no tensor file is read or hashed. A newer one is what the fallback passed
     over with its notice, or one `latest` does not name yet: not read. step-4's manifest
     beside the latest step-6 was read by no command but `export --checkpoint step-4`: any
     edit, even one of its schema, passed report, calibrate and export (twenty-fourth round).
 
         check_older_manifests(manifest, records, run_dir, cfg)   # InputFileError naming it
+
+    `position`: export's and resume's check of each against the model they build
+    (`check_position`), after its records', so that every command says the same first.
     """
+    for manifest in older_manifests(used, run_dir):
+        check_manifest_records(manifest, records, run_dir, cfg)
+        if position is not None:
+            position(manifest)
+        check_later_agrees(manifest, used, run_dir)
+
+
+def check_later_agrees(older: CheckpointManifest, used: CheckpointManifest, run_dir: Path) -> None:
+    """What an older kept checkpoint carries forward is the later one's (`used`) so far: its
+    config.epochs at most the later's (the one RunConfig field that may differ between them
+    and grows only; nproc and the timeout are each resume's own, `check_same_training` holds
+    the rest), and its grad_history the later's first entries (AutoFreeze only appends; a
+    --freeze-every decision's entry has no record of its own to be held to).
+
+        check_later_agrees(older, manifest, run_dir)   # "…/step-2/manifest.json: config.epochs…"
+    """
+    where = manifest_path(run_dir, older)
+    if older.config.epochs > used.config.epochs:
+        raise InputFileError(
+            f"{where}: config.epochs: {older.config.epochs}, but the later checkpoint "
+            f"step-{used.step} was trained with {used.config.epochs}; --resume adds epochs, "
+            "never removes them"
+        )
+    later = used.grad_history
+    index = next(
+        (i for i, h in enumerate(older.grad_history) if i >= len(later) or h != later[i]), None
+    )
+    if index is not None:
+        raise InputFileError(
+            f"{where}: grad_history.{index} is not entry {index} of the later checkpoint "
+            f"step-{used.step}'s ({manifest_path(run_dir, used)}); the history only grows, so "
+            "one of the two was edited since the run trained"
+        )
+
+
+def older_manifests(used: CheckpointManifest, run_dir: Path) -> list[CheckpointManifest]:
+    """The manifests of the checkpoints kept older than `used`, each read to its schema and
+    its step its folder's (`check_manifest_folder`): InputFileError naming the first that is
+    not.
+
+        for older in older_manifests(manifest, run_dir): ...
+    """
+    manifests = []
     for path in checkpoints_written(run_dir / "checkpoints"):
         if _folder_step(path) >= used.step:
             continue
         manifest = load(CheckpointManifest, path / "manifest.json")
         check_manifest_folder(path, manifest)
-        check_manifest_records(manifest, records, run_dir, cfg)
+        manifests.append(manifest)
+    return manifests
 
 
 def _folder_step(path: Path) -> int:

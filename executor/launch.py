@@ -296,14 +296,15 @@ def _check_empty(run_dir: Path) -> None:
 def check_run(
     cfg: RunConfig,
     local: bool = True,
-    resumed: tuple[Path, CheckpointManifest, dict[str, torch.Tensor]] | None = None,
+    resumed: tuple[Path, CheckpointManifest, dict[str, torch.Tensor], list] | None = None,
 ) -> RunPlanner:
     """Everything a configuration must pass before any process starts, the same for a fresh
     run and a resume: ranks this host has (`local`; torchrun's world size is the launcher's),
     model and data, the freeze list, a first phase that can be planned. A resume (`resumed`:
     the run directory, its latest checkpoint's manifest and weights) is checked against the
-    profile the run prices with, its checkpoint against the run's steps and model, and the
-    files the run writes must be writable.
+    profile the run prices with, its checkpoint (and every kept one before it, with
+    run.jsonl's records, the fourth item) against the run's steps and model, and the files the
+    run writes must be writable.
 
         planner = check_run(cfg)   # BadArgumentError with one line naming the flag
     """
@@ -338,10 +339,18 @@ def check_run(
             check_plan_samples(planner.plan, cfg, len(data.train))
             note_plan_epoch(planner.plan, cfg, len(data.train))
     else:
-        run_dir, manifest, weights = resumed
+        run_dir, manifest, weights, records = resumed
         planner = RunPlanner.for_run(run_dir, cfg)
         where = manifest_path(run_dir, manifest)
         check_position(manifest, cfg, len(data.train), seq.layers, where)
+        # Every kept checkpoint before it alike, the model in hand: its records', then its
+        # layers and position, which were held by nothing (twenty-sixth round).
+        samples = len(data.train)
+
+        def position(older: CheckpointManifest) -> None:
+            check_position(older, cfg, samples, seq.layers, manifest_path(run_dir, older))
+
+        check_older_manifests(manifest, records, run_dir, cfg, position)
         check_weights(weights, seq.layers, latest(run_dir))
         check_outputs(run_dir)
     nodes = 1 if local else launcher_nodes()  # a local run is one node
@@ -1277,9 +1286,8 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         RunPlanner.for_run(path, cfg).check_records(path, phases)
         # Checksums, what the files hold, finite weights (an older one, with a notice).
         manifest, weights, _, _ = load_latest(path)
-        check_run(cfg, local, resumed=(path, manifest, weights))
+        check_run(cfg, local, resumed=(path, manifest, weights, records))  # the older ones too
         check_manifest_records(manifest, records, path, cfg)
-        check_older_manifests(manifest, records, path, cfg)  # every kept one before it
         # metrics.csv and summary.json against the records, as report and calibrate hold
         # them: the resume rewrote metrics.csv from an edited record, and the edit then
         # agreed with it (twenty-third round). After the checkpoint's checks, which name

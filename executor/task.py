@@ -37,7 +37,7 @@ from pipeplan.fileio import (
     reading_run,
     stops_raised,
 )
-from pipeplan.formats import DataFile, DataRecord, RunConfig, load
+from pipeplan.formats import CheckpointManifest, DataFile, DataRecord, RunConfig, load
 from pipeplan.formats.base import check_input_file
 
 if TYPE_CHECKING:
@@ -422,7 +422,14 @@ def _export(
     # the manifest that resume refused (twentieth round).
     records = read_records(run_dir / "run.jsonl", cfg)
     check_manifest_records(manifest, records, run_dir, cfg)
-    check_older_manifests(manifest, records, run_dir, cfg)  # their manifests, as resume does
+    # Every kept one before it, as resume does: its records, then its model's (its layers'
+    # sums, its position), the model in hand (twenty-sixth round).
+    samples = len(data.train)
+
+    def position(older: CheckpointManifest) -> None:
+        check_position(older, cfg, samples, seq.layers, manifest_path(run_dir, older))
+
+    check_older_manifests(manifest, records, run_dir, cfg, position)
     # The records against metrics.csv and summary.json, as resume, report and calibrate hold
     # them (twenty-third round): one command's refusal is every command's.
     check_eval_metrics(run_dir, records)

@@ -717,16 +717,21 @@ def check_run_directory(run_dir: str | Path, needs: Iterable[str] = RUN_FILES) -
     return run_dir
 
 
-# The files a run writes in place or replaces at the top of its directory, which the commands
-# given it also read: a link there is refused before it is read (`check_own_files`).
+# Every file a run writes at the top of its directory (RUN_ENTRIES' files; the lock has its
+# own check), which the commands given it also read: a link there is refused before it is
+# read (`check_own_files`). The copies `prepare` writes once (profile.json, run.plan.json,
+# data.json) are the run's own as much as its records: linked, a resume and torchrun's entry
+# trained, and report and export read, through the link (twenty-sixth round).
 RUN_OWN_FILES = ("run.json", "run.jsonl", "run.resume.json", "summary.json", "metrics.csv")
+RUN_OWN_FILES += ("profile.json", "run.plan.json", "data.json")
 
 
 def check_own_files(run_dir: Path) -> None:
     """No file the run writes at the top of `run_dir` (RUN_OWN_FILES, calibration-N.json) is a
     symbolic link, whatever it points at: a run.jsonl linked to a file of text was read first
     and called "not valid JSON", and only a link to a valid copy was refused as a link
-    (twenty-fourth round). InputFileError naming the first one, in resume's words.
+    (twenty-fourth round); profile.json and run.plan.json, linked, were read and trained by
+    (twenty-sixth). InputFileError naming the first one, in resume's words.
 
         check_own_files(Path("runs/exp1"))   # runs/exp1/run.jsonl: is a symbolic link, …
     """

@@ -187,8 +187,9 @@ def _manifest(step: int):
         phase=0,
         frozen_layers=0,
         grad_history=[],
-        grad_norm_sums={},
-        grad_norm_steps=0,
+        # Every step of the epoch summed, as the run writes a mid-epoch checkpoint.
+        grad_norm_sums={"0": 1.0} if step else {},
+        grad_norm_steps=step,
         world_size=1,
         model="bert-synth",
         config=checkpoint.RunConfig(name="t", model="bert-synth"),

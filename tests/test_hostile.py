@@ -793,6 +793,8 @@ def test_resume_checks_the_runs_own_profile_and_the_checkpoints_position(
     run = copy_run(finished_run, tmp_path / "b")
     manifest = next((run / "checkpoints").glob("step-*/manifest.json"))
     doc = json.loads(manifest.read_text())
+    # Its 99 steps summed, as a run writes a mid-epoch checkpoint (the manifest's own rule).
+    doc.update(grad_norm_steps=99, grad_norm_sums={"0": 1.0})
     manifest.write_text(json.dumps({**doc, "step": 99, "epoch": 0, "step_in_epoch": 99}))
     refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, "not a position")
 

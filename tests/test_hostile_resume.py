@@ -80,7 +80,11 @@ MANIFESTS = {
     ),
     "sums without steps": ({"grad_norm_sums": {"1": 1.0}}, "grad_norm_steps is 0"),
     "a negative sum": ({"grad_norm_sums": {"0": -1.0}}, "grad_norm_sums.0"),
-    "a step that is not its epoch's": ({"epoch": 0, "step_in_epoch": 1}, "not a position"),
+    "a step that is not its epoch's": (
+        # Its step summed, as a run writes a mid-epoch checkpoint (the manifest's own rule).
+        {"epoch": 0, "step_in_epoch": 1, "grad_norm_steps": 1, "grad_norm_sums": EVERY_LAYER},
+        "not a position",
+    ),
     # rng.pt holds one rank's state: the checkpoint's files are compared first (22nd round).
     "another world": ({"world_size": 2}, "lacks rank 1's state; it holds a state for each of"),
     "a phase never recorded": ({"phase": 5}, "phase: 5, but run.jsonl has no such phase"),
@@ -253,6 +257,125 @@ def test_every_command_holds_an_older_checkpoints_manifest(
     assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
 
 
+def _without_layer_9(doc: dict) -> dict:
+    """The manifest's sums with layer 9's (active, with parameters) left out."""
+    return {k: v for k, v in doc["grad_norm_sums"].items() if k != "9"}
+
+
+# An older kept checkpoint's manifest edited in a field only the run, its records or its model
+# tell: (the edit of the document, what the one line says).
+OLDER_RUN_FIELDS = {
+    "another model": (lambda d: {"model": "bert-tiny"}, "model: 'bert-tiny', but the run trains"),
+    "a sum of a layer the model lacks": (
+        lambda d: {"grad_norm_sums": {**d["grad_norm_sums"], "99": 1.0}},
+        "grad_norm_sums: layer 99, but the model has layers 0..9",
+    ),
+    "an active layer's sum left out": (
+        lambda d: {"grad_norm_sums": _without_layer_9(d)},
+        "grad_norm_sums: layer 9 is missing, but grad_norm_steps is 2",
+    ),
+    "a step_in_epoch its records contradict": (
+        lambda d: {"step_in_epoch": 1, "grad_norm_steps": 1},
+        "step_in_epoch: 1 at step 2, but run.jsonl records epoch 0 from step 0",
+    ),
+    "fewer steps summed than its position": (
+        lambda d: {"grad_norm_steps": 1},
+        "grad_norm_steps 1, but step 2 is 2 steps after its epoch's start (step 0)",
+    ),
+    "more epochs than the later checkpoint": (
+        lambda d: {"config": {**d["config"], "epochs": 5}},
+        "config.epochs: 5, but the later checkpoint step-3 was trained with 1",
+    ),
+}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "command, case",
+    [(c, "another model") for c in ("report", "calibrate", "export", "resume")]
+    + [(c, "a sum of a layer the model lacks") for c in ("report", "calibrate")]
+    + [(c, "an active layer's sum left out") for c in ("export", "resume")]
+    + [(c, "a step_in_epoch its records contradict") for c in ("report", "export", "resume")]
+    + [(c, "fewer steps summed than its position") for c in ("report", "export")]
+    + [("report", "more epochs than the later checkpoint")],
+)
+def test_every_command_holds_every_field_of_an_older_manifest_to_the_run(
+    mid_epoch_run, tmp_path, capsys, command, case
+):
+    """Found by the twenty-sixth round: step-2's manifest beside the latest step-3 saying
+    model "bert-tiny" in a vit-digits run was reported, calibrated, exported and resumed from
+    (exit 0); the twenty-fourth round's check held its other fields to run.jsonl, not its
+    model. Going through the manifest field by field, its sums of a layer the model lacks or
+    without an active layer, a step_in_epoch its records contradict, and config.epochs above
+    the later checkpoint's passed as well. Each kept manifest is held to what the run and its
+    records say, and (export and resume, which build it, after the records) its model, as
+    the latest is: one line naming its manifest.json, its records' word first alike."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    path = run / "checkpoints" / "step-2" / "manifest.json"
+    assert (run / "checkpoints" / "latest").read_text() == "step-3\n"
+    edit, fragment = OLDER_RUN_FIELDS[case]
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, **edit(doc)}))
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, (f"{path}: ", fragment))
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
+
+
+# 1 rank, 1 epoch of 4 steps, --freeze auto deciding every 2 steps, a checkpoint each step:
+# step-3 (its history the decision at step 2, which no record holds) and the final step-4 kept.
+EVERY_2_STEPS = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "4"]
+EVERY_2_STEPS += ["--checkpoint-every", "1", "--freeze", "auto", "--freeze-every", "2"]
+
+
+@pytest.fixture(scope="module")
+def every_2_steps_run(tmp_path_factory) -> Path:
+    """Uninterrupted: EVERY_2_STEPS' run."""
+    root = tmp_path_factory.mktemp("every2")
+    assert cli.main(["run", *EVERY_2_STEPS, "--name", "e", "--runs-dir", str(root)]) == 0
+    return root / "e"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
+def test_an_older_manifests_grad_history_is_the_later_ones_so_far(
+    every_2_steps_run, tmp_path, capsys, command
+):
+    """Found going through the manifest field by field for the twenty-sixth round: step-3's
+    grad_history entry of the --freeze-every decision at step 2 (no epoch record holds it)
+    edited beside the latest step-4 was accepted by every command; a fallback to step-3
+    would have decided with it. AutoFreeze only appends, so an older checkpoint's history is
+    the later one's first entries: both manifests named, neither taken for the truth."""
+    run = copy_run(every_2_steps_run, tmp_path)
+    path = run / "checkpoints" / "step-3" / "manifest.json"
+    doc = json.loads(path.read_text())
+    assert (doc["step_in_epoch"], len(doc["grad_history"])) == (3, 1)  # as the run wrote it
+    doc["grad_history"][0]["9"] *= 2
+    path.write_text(json.dumps(doc))
+    fragment = (f"{path}: grad_history.0 is not entry 0 of the later checkpoint step-4's",)
+    argv = _commands(run, tmp_path)[command]
+    if command == "resume":
+        argv = ["run", "--resume", str(run), "--epochs", "2"]
+    refused(argv, tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_report_and_calibrate_hold_the_latest_manifests_model(
+    mid_epoch_run, tmp_path, capsys, command
+):
+    """Found by the twenty-sixth round: the latest checkpoint's manifest saying model
+    "bert-tiny" in a vit-digits run was reported and calibrated from (exit 0), though export
+    refused it naming the field. `check_manifest_records`, which every command makes, holds
+    the model as well."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    path = run / "checkpoints" / "step-3" / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "model": "bert-tiny"}))
+    fragment = (f"{path}: model: 'bert-tiny', but the run trains 'vit-digits'",)
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, fragment)
+
+
 # summary.json edited: (the field's path, its value, what the one line says).
 SUMMARIES = {
     "steps and name": ((("steps",), 7), (("name",), "other"), "name 'other', but"),
@@ -315,6 +438,26 @@ def test_a_run_file_linked_to_a_file_of_text_is_refused_as_a_link(
     fragment = f"{run / name}: is a symbolic link, not a file of its own; the run writes this file"
     refused(_commands(run, tmp_path)[command], tmp_path, capsys, fragment)
     assert victim.read_text() == "victim\n"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
+def test_a_runs_profile_linked_to_a_copy_is_refused_as_a_link(
+    mid_epoch_run, tmp_path, capsys, command
+):
+    """Found by the twenty-sixth round: profile.json replaced by a link to a copy of itself
+    outside the run was read by report and export, and a resume trained through it, the link
+    left in place (exit 0). Every file the run writes at its top is refused as a link
+    (`fileio.RUN_OWN_FILES`), by every command given the run."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    copy = tmp_path / "profile-copy.json"
+    shutil.copyfile(run / "profile.json", copy)
+    (run / "profile.json").unlink()
+    (run / "profile.json").symlink_to(copy)
+    said = f"{run / 'profile.json'}: is a symbolic link, not a file of its own; the run writes"
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, said)
+    assert (run / "profile.json").is_symlink() and not (tmp_path / "out").exists()
 
 
 EXPORTED = [
@@ -560,9 +703,13 @@ def _decided(case: str) -> tuple:
     every, phases, (step, epoch, within), entries = DECISIONS[case]
     epochs = epoch if case in FINAL else 12
     cfg = RunConfig(name="r", model="vit-digits", nproc=1, epochs=epochs, freeze_every=every)
+    # The steps summed since the last decision, as the worker writes them: "mid-epoch" is one
+    # step after the decision at step 4; every other case is at a decision or an epoch's start.
+    summed = int(case == "mid-epoch")
     manifest = CheckpointManifest(
         **dict(step=step, epoch=epoch, step_in_epoch=within, phase=len(phases) - 1),
-        **dict(frozen_layers=0, grad_history=[], grad_norm_sums={}, grad_norm_steps=0),
+        **dict(frozen_layers=0, grad_history=[], grad_norm_steps=summed),
+        grad_norm_sums=EVERY_LAYER if summed else {},
         **dict(world_size=1, model="vit-digits", layout=None, config=cfg),
         **({"run_ends": RUN_ENDS[case]} if case in RUN_ENDS else {}),
     )
@@ -1412,6 +1559,53 @@ def test_a_manifest_with_steps_but_no_sums_is_refused(mid_epoch_run):
     CheckpointManifest.model_validate(doc)  # as the run wrote it
     with pytest.raises(ValidationError, match="grad_norm_sums is empty, but grad_norm_steps is 2"):
         CheckpointManifest.model_validate({**doc, "grad_norm_sums": {}})
+
+
+def test_a_manifests_steps_summed_are_those_since_the_sums_restarted(mid_epoch_run):
+    """Found by the twenty-sixth round: step-7's grad_norm_steps edited from 7 to 6 (its
+    step_in_epoch 7, no --freeze-every) resumed with exit 0, and the epoch recorded the
+    untouched resume's gradient norms scaled by 7/6, which `--freeze auto` decides by. The
+    run restarts its sums at every epoch's end and every --freeze-every decision: a manifest
+    counting other steps is invalid (a resume or export passes over it for an older
+    checkpoint, with the usual notice; report and calibrate refuse it)."""
+    from pydantic import ValidationError
+
+    from pipeplan.formats import CheckpointManifest
+
+    doc = json.loads((mid_epoch_run / "checkpoints" / "step-2" / "manifest.json").read_text())
+    assert (doc["step_in_epoch"], doc["grad_norm_steps"]) == (2, 2)  # as the run wrote it
+    for steps in (1, 0):
+        summed = {**doc, "grad_norm_steps": steps, "grad_norm_sums": doc["grad_norm_sums"]}
+        if not steps:
+            summed["grad_norm_sums"] = {}  # none summed, nothing summed: only the count is off
+        said = f"grad_norm_steps {steps}, but step 2 is 2 steps after its epoch's start (step 0)"
+        with pytest.raises(ValidationError, match=re.escape(said)):
+            CheckpointManifest.model_validate(summed)
+    # With --freeze-every 2: step 5 (2 into its epoch of 3) is 1 step after the decision at 4.
+    manifest, *_ = _decided("mid-epoch")
+    assert manifest.grad_norm_steps == 1
+    said = "grad_norm_steps 2, but step 5 is 1 step after the --freeze-every 2 decision at step 4"
+    with pytest.raises(ValidationError, match=re.escape(said)):
+        CheckpointManifest.model_validate({**manifest.model_dump(), "grad_norm_steps": 2})
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
+def test_every_command_refuses_a_latest_manifest_counting_other_steps(
+    mid_epoch_run, tmp_path, capsys, command
+):
+    """Found by the twenty-sixth round (as above): a run stopped mid-epoch with step-2 its
+    only checkpoint, its grad_norm_steps one short, was resumed (and exported, reported)
+    with exit 0. No other checkpoint to fall back on: one line naming the manifest."""
+    cut = _interrupted(mid_epoch_run, tmp_path)
+    path = cut / "checkpoints" / "step-2" / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "grad_norm_steps": 1}))
+    fragment = (str(path), "grad_norm_steps 1, but step 2 is 2 steps after its epoch's start")
+    argv = _commands(cut, tmp_path)[command]
+    if command == "resume":
+        argv = ["run", "--resume", str(cut)]  # mid-epoch: it has its epoch to finish
+    refused(argv, tmp_path, capsys, fragment)
 
 
 @pytest.mark.multiprocess

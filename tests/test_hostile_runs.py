@@ -567,6 +567,50 @@ def test_a_runs_own_file_that_is_a_link_is_refused_before_it_is_read(tmp_path, n
     assert _tree(tmp_path) == before
 
 
+# The copies `prepare` writes once at the top of a run (executor.planning.RUN_PROFILE, RUN_PLAN,
+# executor.task.DATA_RECORD): the twenty-fourth round's check passed them over.
+PREPARED_FILES = ["profile.json", "run.plan.json", "data.json"]
+
+
+@pytest.mark.parametrize("name", PREPARED_FILES)
+def test_a_runs_prepared_copy_that_is_a_link_is_refused_before_it_is_read(tmp_path, name):
+    """Found by the twenty-sixth round: profile.json (run.plan.json) replaced by a link to a
+    copy outside the run was read by report and export and trained through by a resume and
+    torchrun's entry (exit 0); only the files the twenty-fourth round listed were refused as
+    links. Every command given a run (`check_run_directory`) refuses them alike.
+
+        check_run_directory(run)   # run/profile.json: is a symbolic link, …
+    """
+    from pipeplan.errors import InputFileError
+    from pipeplan.fileio import check_run_directory
+
+    run, outside = _run_outside(tmp_path)
+    for own in ("run.json", "run.jsonl"):
+        (run / own).write_text("{}\n")
+    (outside / "copy.json").write_text("{}\n")  # a valid copy: the link alone is refused
+    (run / name).symlink_to(outside / "copy.json")
+    before = _tree(tmp_path)
+    with pytest.raises(InputFileError) as refusal:
+        check_run_directory(run)
+    said = f"{run / name}: is a symbolic link, not a file of its own; the run writes this file"
+    assert str(refusal.value) == said
+    assert _tree(tmp_path) == before
+
+
+def test_every_file_a_run_keeps_at_its_top_is_refused_as_a_link():
+    """Found by the twenty-sixth round (as above): the ownership rule covered some of the
+    run's files only. Every file name among what a run keeps at its top (`RUN_ENTRIES`; its
+    folders and the lock, which has its own check, aside) is one `check_own_files` holds, and
+    so are the copies `prepare` writes, by the names the executor writes them under."""
+    from executor.planning import RUN_PLAN, RUN_PROFILE
+    from executor.task import DATA_RECORD
+    from pipeplan.fileio import RUN_ENTRIES, RUN_OWN_FILES
+
+    folders = {"checkpoints", "model", "cache", "logs", ".lock"}
+    assert RUN_ENTRIES - folders == set(RUN_OWN_FILES)
+    assert {RUN_PLAN, RUN_PROFILE, DATA_RECORD} <= set(RUN_OWN_FILES)
+
+
 def test_a_runs_own_plain_files_and_folders_pass_the_check(tmp_path):
     """The check refuses only what is not a plain file or folder: every name in it, as a run
     leaves it, passes (`check_outputs`)."""

@@ -219,6 +219,7 @@ class CheckpointManifest(Versioned):
                 f"grad_norm_sums is empty, but grad_norm_steps is {self.grad_norm_steps} (each "
                 "step measures every active layer)"
             )
+        _check_norm_steps(self)
         # A resume takes frozen_layers: one that contradicts the layout it was taken in
         # unfroze layers whose optimizer state had been dropped.
         if self.layout is not None and self.layout.frozen_layers != self.frozen_layers:
@@ -231,6 +232,32 @@ class CheckpointManifest(Versioned):
         if self.run_ends:
             _check_run_ends(self)
         return self
+
+
+def _check_norm_steps(manifest: CheckpointManifest) -> None:
+    """grad_norm_steps counts the steps since the gradient sums last restarted, as the run
+    writes it: they restart at every epoch's end and, with --freeze-every N (its config's),
+    after every N-th step of the run, where `--freeze auto` decides. So a checkpoint at step
+    6, 2 steps into its epoch, holds 2 steps (with N = 3: 0, the decision at step 6). One
+    step fewer was resumed as the same sums over fewer steps: the epoch recorded other
+    gradient norms than the uninterrupted run, and `--freeze auto` decided by them
+    (twenty-sixth round).
+
+        _check_norm_steps(manifest)   # ValueError: grad_norm_steps 1, but …
+    """
+    step, started = manifest.step, manifest.step - manifest.step_in_epoch
+    every = manifest.config.freeze_every
+    restarted = max(started, step - step % every) if every else started
+    summed = step - restarted
+    if manifest.grad_norm_steps != summed:
+        since = f"its epoch's start (step {started})"
+        if restarted != started:
+            since = f"the --freeze-every {every} decision at step {restarted}"
+        raise ValueError(
+            f"grad_norm_steps {manifest.grad_norm_steps}, but step {step} is {summed} "
+            f"step{'s' * (summed != 1)} after {since}, where the run's gradient sums restart "
+            f"(step_in_epoch {manifest.step_in_epoch}); the run writes {summed}"
+        )
 
 
 def _check_run_ends(manifest: CheckpointManifest) -> None:
