@@ -366,7 +366,7 @@ def load_checkpoint(path: Path) -> Loaded:
     `_check_rng`). InputFileError (one line) if anything is off."""
     if path.is_symlink():
         raise InputFileError(f"{path}: is a symbolic link; a run's checkpoints are its own folders")
-    manifest = load(CheckpointManifest, path / "manifest.json")
+    manifest = read_manifest(path)
     check_manifest_folder(path, manifest)
     for name in FILES:
         recorded = manifest.files.get(name)
@@ -612,7 +612,7 @@ def kept_manifest(path: Path) -> CheckpointManifest | None:
     """The manifest of a kept checkpoint `path`, or None when it does not read: a corrupt
     older checkpoint is `load_latest`'s to report (or pass over), not a disagreement."""
     try:
-        return load(CheckpointManifest, path / "manifest.json")
+        return read_manifest(path)
     except (InputFileError, OSError):
         return None
 
@@ -673,7 +673,7 @@ def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> CheckpointManife
     if not (run_dir / "checkpoints" / "latest").exists():
         return None  # a run stopped before its first checkpoint: nothing to check against
     path = latest(run_dir, "export")
-    manifest = load(CheckpointManifest, path / "manifest.json")
+    manifest = read_manifest(path)
     check_manifest_folder(path, manifest)
     check_trained_with(manifest, cfg, run_dir / "run.json")
     return manifest
@@ -757,6 +757,19 @@ def restore(
         for p, name in names.items():
             p.copy_(model[name])
     return {p: optimizer[name] for p, name in names.items() if name in optimizer}
+
+
+def read_manifest(folder: Path) -> CheckpointManifest:
+    """The manifest of the checkpoint `folder`, a file of its own: one that is a link (to a
+    copy, or to another run's) was read and exported through (twenty-sixth round), where a
+    linked model.pt had the checkpoint passed over. InputFileError naming it.
+
+        manifest = read_manifest(Path("runs/exp1/checkpoints/step-8"))
+    """
+    path = folder / "manifest.json"
+    if path.is_symlink():
+        raise InputFileError(f"{path}: is a symbolic link; a checkpoint writes its own manifest")
+    return load(CheckpointManifest, path)
 
 
 def manifest_path(run_dir: Path, manifest: CheckpointManifest) -> Path:

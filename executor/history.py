@@ -21,10 +21,11 @@ from executor.checkpoint import (
     checkpoints_written,
     kept_manifest,
     manifest_path,
+    read_manifest,
 )
 from pipeplan.errors import InputFileError
 from pipeplan.formats import CheckpointManifest, EpochRecord, PhaseRecord, RunConfig, StepRecord
-from pipeplan.formats.base import first_difference, load, read_input
+from pipeplan.formats.base import first_difference, read_input
 from pipeplan.formats.run import torn_tail
 
 
@@ -205,7 +206,7 @@ def older_manifests(used: CheckpointManifest, run_dir: Path) -> list[CheckpointM
     for path in checkpoints_written(run_dir / "checkpoints"):
         if _folder_step(path) >= used.step:
             continue
-        manifest = load(CheckpointManifest, path / "manifest.json")
+        manifest = read_manifest(path)
         check_manifest_folder(path, manifest)
         manifests.append(manifest)
     return manifests

@@ -121,6 +121,7 @@ from executor.checkpoint import (
     commit_config,
     latest,
     manifest_path,
+    read_manifest,
     remove_partial,
 )
 from executor.history import check_manifest_records, check_older_manifests
@@ -1142,7 +1143,7 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     if not (run_dir / "checkpoints" / "latest").exists():
         return line
     try:
-        manifest = load(CheckpointManifest, latest(run_dir) / "manifest.json")
+        manifest = read_manifest(latest(run_dir))
     except PipeplanError:  # the resume's own checks say what is wrong with it
         manifest = None
     quoted = shlex.quote(str(run_dir))

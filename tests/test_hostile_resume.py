@@ -257,6 +257,36 @@ def test_every_command_holds_an_older_checkpoints_manifest(
     assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_a_checkpoint_manifest_that_is_a_link_is_not_read_through(
+    mid_epoch_run, tmp_path, capsys, command
+):
+    """Found by the twenty-sixth round: a checkpoint's manifest.json replaced by a link to a
+    copy was read and exported through with exit 0, where a linked model.pt had the
+    checkpoint passed over. An older checkpoint's is refused by every command; the latest's
+    is passed over by export, as any checkpoint that does not verify."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    older = run / "checkpoints" / "step-2" / "manifest.json"
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(older.read_bytes())
+    older.unlink()
+    older.symlink_to(copy)
+    said = f"{older}: is a symbolic link; a checkpoint writes its own manifest"
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, said)
+    if command == "export":  # the latest linked: passed over for the older one, with a notice
+        older.unlink()
+        older.write_bytes(copy.read_bytes())
+        latest = run / "checkpoints" / "step-3" / "manifest.json"
+        copy.write_bytes(latest.read_bytes())
+        latest.unlink()
+        latest.symlink_to(copy)
+        assert cli.main(_commands(run, tmp_path)["export"]) == 0
+        err = capsys.readouterr().err
+        assert f"{latest}: is a symbolic link" in err and "step-2" in err, err
+
+
 def _without_layer_9(doc: dict) -> dict:
     """The manifest's sums with layer 9's (active, with parameters) left out."""
     return {k: v for k, v in doc["grad_norm_sums"].items() if k != "9"}
