@@ -826,14 +826,17 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
         return
     check_kept_trained_with(run_dir, saved)  # run.json as trained, before anything acts on it
     check_data(run_dir, saved)
-    # What the ranks will run (`rank_config`): the configuration a resume re-planned for its
-    # world size, if one is pending, on the launcher's world size.
-    pending = run_dir / PENDING_CONFIG
-    current = load(RunConfig, pending) if pending.exists() else saved
-    cfg = resumed_config(current, {"nproc": world["WORLD_SIZE"]})
+    # What the ranks will run (`rank_config`): run.json on the launcher's world size, the one
+    # thing a torchrun resume changes. A run.resume.json here is not this entry's (its rank 0
+    # writes one in `rank_config`, after these checks): it trained the epochs a killed
+    # `pipeplan run --resume --epochs N` had asked for, and an edited one was refused as if
+    # run.json were (the twenty-sixth round).
+    cfg = resumed_config(saved, {"nproc": world["WORLD_SIZE"]})
     records = check_resume(run_dir, saved, cfg, local=False)
-    if world["RANK"] == 0:  # the rank that appends to run.jsonl
+    if world["RANK"] == 0:  # the rank that appends to run.jsonl and commits run.resume.json
         mend_torn_tail(run_dir / "run.jsonl", records)
+        # Removed as `resume_run` removes it: the first checkpoint would commit it to run.json.
+        (run_dir / PENDING_CONFIG).unlink(missing_ok=True)
 
 
 def rank_output(log_dir: str | None, rank: int) -> TextIO:
@@ -912,9 +915,11 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
 
 def rank_config(run_dir: Path, resume: bool) -> RunConfig:
     """run.json, for the world size the launcher started: a fresh run must match it; a resumed
-    run is re-planned for it (rank 0 records the new size)."""
+    run is re-planned for it (rank 0 records the new size). A `pipeplan run --resume` runs
+    the run.resume.json its launcher wrote; torchrun's entry never reads one (`enter_run`)."""
     pending = run_dir / PENDING_CONFIG
-    cfg = load(RunConfig, pending if resume and pending.exists() else run_dir / "run.json")
+    ours = resume and under_pipeplan_run() and pending.exists()
+    cfg = load(RunConfig, pending if ours else run_dir / "run.json")
     check_data(run_dir, cfg)  # torchrun starts ranks without `pipeplan run`'s checks
     world = int(os.environ["WORLD_SIZE"])
     if world == cfg.nproc:

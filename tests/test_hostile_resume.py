@@ -1578,6 +1578,46 @@ def test_the_entry_resume_makes_the_checks_pipeplan_run_resume_makes(finished_ru
     _entry_refused(run, "--resume", fragment=(str(run), "finished all its 1 epochs", more))
 
 
+def _stale_pending(run: Path, **changes) -> None:
+    """A run.resume.json no resume of this entry wrote: run.json with `changes`, as a
+    `pipeplan run --resume --epochs N` killed before its first checkpoint leaves it."""
+    saved = json.loads((run / "run.json").read_text())
+    (run / "run.resume.json").write_text(json.dumps({**saved, **changes}))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("changes", [{"epochs": 2}, {"epochs": 2, "lr": 0.5}])
+def test_the_entry_resume_ignores_a_run_resume_json_it_did_not_write(
+    finished_run, tmp_path, changes
+):
+    """Found by the twenty-sixth round: torchrun's `--resume` ran a stale run.resume.json
+    (left by a killed `pipeplan run --resume --epochs 3`, or hand-made): it trained the epoch
+    nobody asked it for (exit 0, run.json then said 3), and one with an edited lr was refused
+    naming run.json, which holds the checkpoint's lr. It now resumes run.json as `pipeplan run
+    --resume` does: this finished run is refused as finished, nothing changed, the file too."""
+    run = copy_run(finished_run, tmp_path)
+    _stale_pending(run, **changes)
+    _entry_refused(run, "--resume", fragment=(str(run), "finished all its 1 epochs"))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_the_entry_resume_trains_run_json_not_a_stale_run_resume_json(mid_epoch_run, tmp_path):
+    """Found by the twenty-sixth round: the other side of the test above, a run with a step
+    left to train: torchrun's `--resume` trained the stale file's extra epoch. It trains
+    run.json's one epoch, and removes the file as `pipeplan run --resume` does (its first
+    checkpoint would have made it run.json)."""
+    run = _interrupted(mid_epoch_run, tmp_path)
+    _stale_pending(run, epochs=2)
+    done = _entry(run, "--resume", timeout=150)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((run / "run.json").read_text())["epochs"] == 1
+    assert not (run / "run.resume.json").exists()
+    epochs = [[r["epoch"] for r in _lines(r) if r["kind"] == "epoch"] for r in (run, mid_epoch_run)]
+    assert epochs[0] == epochs[1]  # the uninterrupted run's one epoch, no second
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("entry", ["torchrun", "torchrun --resume", "run --resume"])
