@@ -807,12 +807,7 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
     if world["RANK"] == 0:
         claim_directory(run_dir)
     if not resume:
-        started = next((name for name in STARTED if (run_dir / name).exists()), None)
-        if started is not None:
-            raise BadArgumentError(
-                f"{run_dir}: has started already (it holds {started}); continue it with "
-                f"-m executor.launch {shlex.quote(str(run_dir))} --resume"
-            )
+        check_not_trained(run_dir)
         if world["WORLD_SIZE"] != saved.nproc:
             raise BadArgumentError(
                 f"WORLD_SIZE={world['WORLD_SIZE']}: {run_dir} is prepared for {saved.nproc} "
@@ -823,7 +818,14 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
             plan = RunPlanner.for_run(run_dir, saved).plan
             check_plan_nodes(plan, run_dir / RUN_PLAN, nodes, saved.nproc)
         check_outputs(run_dir)  # a resume checks them in `check_run`
+        if world["RANK"] == 0:  # a start that trained nothing left it (`trained`): not this one's
+            (run_dir / "run.jsonl").unlink(missing_ok=True)
         return
+    if not trained(run_dir):  # where check_resume said only "no checkpoint to resume from"
+        raise BadArgumentError(
+            f"{run_dir}: no checkpoint to resume from: the run has trained no step; start it "
+            f"with -m executor.launch {shlex.quote(str(run_dir))} (without --resume)"
+        )
     check_kept_trained_with(run_dir, saved)  # run.json as trained, before anything acts on it
     check_data(run_dir, saved)
     # What the ranks will run (`rank_config`): run.json on the launcher's world size, the one
@@ -837,6 +839,25 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
         mend_torn_tail(run_dir / "run.jsonl", records)
         # Removed as `resume_run` removes it: the first checkpoint would commit it to run.json.
         (run_dir / PENDING_CONFIG).unlink(missing_ok=True)
+
+
+def check_not_trained(run_dir: Path) -> None:
+    """torchrun's entry without --resume: the run has not trained (`trained`; one stopped
+    before its first step starts again as prepared). A run that has is refused: a second
+    start retrained it and appended a second run's records. The refusal says what can
+    continue it: --resume from its checkpoint, or, without one, nothing but a new run.
+
+        check_not_trained(Path("runs/q1"))   # runs/q1: has started already (it holds …); …
+    """
+    if not trained(run_dir):
+        return
+    started = next(name for name in STARTED if (run_dir / name).exists())
+    quoted = shlex.quote(str(run_dir))
+    if (run_dir / "checkpoints" / "latest").exists():
+        more = f"continue it with -m executor.launch {quoted} --resume"
+    else:  # "--resume" was refused: "no checkpoint to resume from" (the twenty-sixth round)
+        more = "it has no checkpoint to resume from: prepare a new run to train it again"
+    raise BadArgumentError(f"{run_dir}: has started already (it holds {started}); {more}")
 
 
 def rank_output(log_dir: str | None, rank: int) -> TextIO:
@@ -1135,13 +1156,15 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
     line = f"training failed on rank {rank}{at}: {why}; rank logs in {run_dir / 'logs'}"
+    quoted = shlex.quote(str(run_dir))
     if not (run_dir / "checkpoints" / "latest").exists():
-        return line
+        # Neither resumable nor a name a new run takes (its logs say why it failed): said,
+        # where the line named nothing to do (the twenty-sixth round).
+        return line + f"; no checkpoint to resume from: delete {quoted} to start it again"
     try:
         manifest = load(CheckpointManifest, latest(run_dir) / "manifest.json")
     except PipeplanError:  # the resume's own checks say what is wrong with it
         manifest = None
-    quoted = shlex.quote(str(run_dir))
     if manifest is not None and finished(manifest, cfg):
         return line + f"; every epoch was trained: its model: pipeplan export {quoted} --out DIR"
     return line + f"; resume with: {resume_command(run_dir, cfg)}"
@@ -1178,12 +1201,15 @@ def failed_at(records: Path) -> str:
         failed_at(Path("runs/k/run.jsonl"))   # " at step 7"
     """
     if not records.exists():
-        return " before the first step"
+        return NO_STEP
     try:
         steps = [r for r in read_records(records) if isinstance(r, StepRecord)]
     except PipeplanError:
         return ""
-    return f" at step {steps[-1].step + 1}" if steps else " before the first step"
+    return f" at step {steps[-1].step + 1}" if steps else NO_STEP
+
+
+NO_STEP = " before the first step"  # `failed_at`'s answer for a run that recorded no step
 
 
 # ----------------------------------------------------------------------------- the command
@@ -1400,7 +1426,11 @@ def start_run(
         return run_dir, None
     try:
         return run_dir, run_local(cfg, run_dir)
-    except NotStartedError:
+    except RankFailedError:
+        raise  # the rank's log holds why: the folder stays, and the line says what to do
+    except BaseException:
+        # A full disk, Ctrl-C or a stop before the first step: a folder left with no checkpoint
+        # could not be resumed, nor its name run again (the twenty-sixth round).
         remove_unstarted(run_dir, made)
         raise
     finally:
@@ -1423,16 +1453,29 @@ def missing_folders(directory: Path) -> list[Path]:
 START_LOGS = ("launcher.log", "rank-*.log", "rank-*.error.json", "rank-*.error.json.tmp")
 
 
+def trained(run_dir: Path) -> bool:
+    """Whether the run has trained: anything it writes once it trains (STARTED) but a
+    run.jsonl without a step record, which rank 0 opens before its first step. A run.jsonl
+    that cannot be read counts as trained (kept, for the resume's checks to name).
+
+        trained(Path("runs/k"))   # False: prepared, or stopped before its first step
+    """
+    if any((run_dir / name).exists() for name in STARTED if name != "run.jsonl"):
+        return True
+    return (run_dir / "run.jsonl").exists() and failed_at(run_dir / "run.jsonl") != NO_STEP
+
+
 def remove_unstarted(run_dir: Path, made: list[Path]) -> None:
-    """Undo `start_run` for a run that trained nothing (`NotStartedError`): the files
-    `prepare` and the launch wrote, the lock, and the folders the command made (`made`,
-    deepest first), those left empty. A folder holding anything a run writes once it trains
-    (STARTED), or anything else, stays as it is.
+    """Undo `start_run` for a run that trained nothing (`trained`; a full disk, Ctrl-C or a
+    stop as its ranks started): the files `prepare` and the launch wrote, the lock, and the
+    folders the command made (`made`, deepest first), those left empty. A folder holding
+    anything else stays as it is.
 
         remove_unstarted(Path("runs/fd2"), [Path("runs/fd2")])
     """
-    if any((run_dir / name).exists() for name in STARTED):
+    if trained(run_dir):
         return
+    (run_dir / "run.jsonl").unlink(missing_ok=True)  # no step recorded (`trained`)
     logs = run_dir / "logs"
     for pattern in START_LOGS:
         for path in logs.glob(pattern):

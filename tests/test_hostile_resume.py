@@ -1618,6 +1618,58 @@ def test_the_entry_resume_trains_run_json_not_a_stale_run_resume_json(mid_epoch_
     assert epochs[0] == epochs[1]  # the uninterrupted run's one epoch, no second
 
 
+def _prepared_for_torchrun(tmp_path: Path, capsys) -> Path:
+    """`finished_run`'s run prepared for torchrun (`--prepare-only`), not started: runs/r."""
+    from test_hostile import FINISHED
+
+    from pipeplan.fileio import release_directory
+
+    argv = ["run", *FINISHED, "--name", "r", "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main([*argv, "--prepare-only"]) == 0
+    capsys.readouterr()
+    release_directory(tmp_path / "runs" / "r")  # this process's claim: torchrun's rank takes it
+    return tmp_path / "runs" / "r"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_the_entry_starts_again_a_run_that_trained_nothing(finished_run, tmp_path, capsys):
+    """Found by the twenty-sixth round: a torchrun start stopped before its first step (rank 0
+    had opened run.jsonl and written its first phase) was refused by the same command, "has
+    started already (it holds run.jsonl); continue it with --resume", and that resume by "no
+    checkpoint to resume from". A run that recorded no step starts again as prepared: rank 0
+    replaces the records it left, and the run is the uninterrupted one's."""
+    run = _prepared_for_torchrun(tmp_path, capsys)
+    first = (finished_run / "run.jsonl").read_text().splitlines(keepends=True)[0]
+    assert json.loads(first)["kind"] == "phase"
+    (run / "run.jsonl").write_text(first)
+    done = _entry(run, timeout=150)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["kind"] for r in _lines(run)] == [r["kind"] for r in _lines(finished_run)]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_the_entry_resume_of_a_run_that_trained_nothing_says_to_start_it(tmp_path, capsys):
+    """Found by the twenty-sixth round: `--resume` of a run that never trained a step said
+    only "no checkpoint to resume from"; it says how the run is started instead."""
+    run = _prepared_for_torchrun(tmp_path, capsys)
+    start = f"start it with -m executor.launch {run} (without --resume)"
+    _entry_refused(run, "--resume", fragment=(str(run), "has trained no step", start))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_the_entry_refusing_a_run_without_a_checkpoint_names_no_resume(finished_run, tmp_path):
+    """Found by the twenty-sixth round: a run that trained steps but has no checkpoint was
+    refused "continue it with … --resume", which then said "no checkpoint to resume from".
+    The refusal says that nothing continues it: a new run trains it again."""
+    run = copy_run(finished_run, tmp_path)
+    shutil.rmtree(run / "checkpoints")
+    more = "it has no checkpoint to resume from: prepare a new run to train it again"
+    _entry_refused(run, fragment=(str(run), "has started already (it holds run.jsonl)", more))
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("entry", ["torchrun", "torchrun --resume", "run --resume"])
