@@ -623,10 +623,11 @@ def test_ctrl_c_prints_interrupted_exits_130_and_leaves_no_process(tmp_path, mom
     run.send_signal(signal.SIGINT)
     one_line(run, 130, "pipeplan: interrupted")
     assert no_rank_left(tmp_path)
-    if moment == "as its rank starts":
-        # The rank acted on it: one that lost it (it ignores SIGINT until its first statement)
-        # trained its 2 steps before the agent killed it, SHUTDOWN_S later.
-        assert not (tmp_path / "k" / "run.jsonl").exists()
+    # Twenty-sixth round: a run interrupted before its first step left runs/k, which could
+    # neither resume nor be started again; it goes (a run that trained stays, for `report`).
+    # As its rank starts, the rank acted on it: one that lost it (it ignores SIGINT until its
+    # first statement) trained its 2 steps before the agent killed it, SHUTDOWN_S later.
+    assert (tmp_path / "k").exists() == (moment == "mid-step")
 
 
 def test_a_rank_that_ignored_ctrl_c_stops_at_the_launchers_mark(tmp_path):
