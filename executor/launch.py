@@ -118,6 +118,7 @@ from executor.checkpoint import (
     check_position,
     check_trained_with,
     check_weights,
+    checkpoints_written,
     commit_config,
     latest,
     manifest_path,
@@ -853,7 +854,7 @@ def check_not_trained(run_dir: Path) -> None:
         return
     started = next(name for name in STARTED if (run_dir / name).exists())
     quoted = shlex.quote(str(run_dir))
-    if (run_dir / "checkpoints" / "latest").exists():
+    if has_checkpoint(run_dir):
         more = f"continue it with -m executor.launch {quoted} --resume"
     else:  # "--resume" was refused: "no checkpoint to resume from" (the twenty-sixth round)
         more = "it has no checkpoint to resume from: prepare a new run to train it again"
@@ -1157,10 +1158,12 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
     line = f"training failed on rank {rank}{at}: {why}; rank logs in {run_dir / 'logs'}"
     quoted = shlex.quote(str(run_dir))
-    if not (run_dir / "checkpoints" / "latest").exists():
+    if not has_checkpoint(run_dir):
         # Neither resumable nor a name a new run takes (its logs say why it failed): said,
         # where the line named nothing to do (the twenty-sixth round).
         return line + f"; no checkpoint to resume from: delete {quoted} to start it again"
+    if not (run_dir / "checkpoints" / "latest").exists():
+        return line  # a checkpoint without its pointer: the resume's checks say what to do
     try:
         manifest = load(CheckpointManifest, latest(run_dir) / "manifest.json")
     except PipeplanError:  # the resume's own checks say what is wrong with it
@@ -1463,6 +1466,13 @@ def trained(run_dir: Path) -> bool:
     if any((run_dir / name).exists() for name in STARTED if name != "run.jsonl"):
         return True
     return (run_dir / "run.jsonl").exists() and failed_at(run_dir / "run.jsonl") != NO_STEP
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether the run has a checkpoint to resume from: `checkpoints/latest`, or a `step-N`
+    written without it (killed before the pointer; the resume says to restore it)."""
+    folder = run_dir / "checkpoints"
+    return (folder / "latest").exists() or bool(checkpoints_written(folder))
 
 
 def remove_unstarted(run_dir: Path, made: list[Path]) -> None:

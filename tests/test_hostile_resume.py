@@ -811,6 +811,24 @@ def test_a_failure_after_the_final_checkpoint_says_to_export_not_to_resume(finis
     )
 
 
+def test_a_failure_without_a_checkpoint_says_to_delete_the_run(finished_run, tmp_path):
+    """Found by the twenty-sixth round: a rank failing before any checkpoint left a folder
+    neither resumable ("no checkpoint to resume from") nor a name a new run takes ("already
+    holds a run"), and its line said nothing of it. It says to delete the folder; never where
+    a checkpoint was written without its pointer (the resume says to restore that)."""
+    from executor.launch import failure_line
+    from pipeplan.formats import RunConfig, load
+
+    run = copy_run(finished_run, tmp_path)
+    cfg = load(RunConfig, run / "run.json").model_copy(update={"epochs": 2})
+    (run / "checkpoints" / "latest").unlink()  # killed between step-N and its pointer
+    assert failure_line(0, "exit code 1", run, cfg).endswith(f"rank logs in {run / 'logs'}")
+    shutil.rmtree(run / "checkpoints")
+    assert failure_line(0, "exit code 1", run, cfg).endswith(
+        f"rank logs in {run / 'logs'}; no checkpoint to resume from: delete {run} to start it again"
+    )
+
+
 def test_a_failed_checkpoints_line_says_where_before_why(finished_run, tmp_path):
     """Found by the fifteenth round: "…; the previous checkpoint is kept (at step 4); rank
     logs in …" read as if step 4 were the checkpoint kept. The step the rank failed at comes
