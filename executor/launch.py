@@ -1347,6 +1347,23 @@ def claimed_for_checks(run_dir: Path) -> Iterator[None]:
         raise
 
 
+def check_trained_a_step(run_dir: Path) -> None:
+    """`pipeplan run --resume` of a run that never trained (`trained`: prepared only, or its
+    start killed outright) is refused saying what starts it: `check_resume` said only "no
+    checkpoint to resume from", and a new run of its name "already holds a run" (the
+    twenty-sixth round). BadArgumentError:
+
+        check_trained_a_step(Path("runs/ty"))   # runs/ty: no checkpoint to resume from: …
+    """
+    if trained(run_dir):
+        return
+    quoted = shlex.quote(str(run_dir))
+    raise BadArgumentError(
+        f"{run_dir}: no checkpoint to resume from: the run has trained no step; start it with "
+        f"torchrun's -m executor.launch {quoted}, or delete it to run it again under its name"
+    )
+
+
 def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path, RunSummary]:
     """`pipeplan run --resume RUN_DIR [--nproc N] [--epochs E] [--collective-timeout S]`:
     continue from the latest checkpoint, re-checked as a fresh run would be (a hand-edited
@@ -1356,6 +1373,7 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     saved = read_run_config(path)
     check_run_location(path)
     with claimed_for_checks(path):  # a run in use is refused before the checkpoint is read
+        check_trained_a_step(path)
         check_kept_trained_with(path, saved)  # run.json as trained, before anything acts on it
         check_data(path, saved)
         # The flags given mean something beside the run's own settings, not beside their

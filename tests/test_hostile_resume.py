@@ -1676,6 +1676,18 @@ def test_the_entry_resume_of_a_run_that_trained_nothing_says_to_start_it(tmp_pat
     _entry_refused(run, "--resume", fragment=(str(run), "has trained no step", start))
 
 
+@pytest.mark.parametrize("records", ["none", "empty"])
+def test_run_resume_of_a_run_that_trained_nothing_says_what_starts_it(tmp_path, capsys, records):
+    """Found by the twenty-sixth round: `pipeplan run --resume` of a run that never trained
+    (prepared, or its start killed outright: an empty run.jsonl) said only "no checkpoint to
+    resume from", and a new run of its name "already holds a run". It says what starts it."""
+    run = _prepared_for_torchrun(tmp_path, capsys)
+    if records == "empty":
+        (run / "run.jsonl").touch()
+    start = f"start it with torchrun's -m executor.launch {run}, or delete it to run it again"
+    refused(["run", "--resume", str(run)], tmp_path, capsys, ("has trained no step", start))
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 def test_the_entry_refusing_a_run_without_a_checkpoint_names_no_resume(finished_run, tmp_path):
@@ -2131,7 +2143,11 @@ def test_a_refusal_at_the_torchrun_entry_is_the_summarys_root_cause(tmp_path, ca
     capsys.readouterr()
     run = tmp_path / "q1"
     release_directory(run)  # prepared in this process, which holds its lock: rank 0 takes it
-    (run / "run.jsonl").touch()  # what a run that started leaves
+    # What a run that trained a step leaves (one that recorded none starts again: the
+    # twenty-sixth round).
+    (run / "run.jsonl").write_text(
+        "".join(r.model_dump_json() + "\n" for r in elastic_records()[:2])
+    )
     before = snapshot(run)
     done = _torchrun(run)
     ours = [line for line in done.stderr.splitlines() if line.startswith("pipeplan: ")]
