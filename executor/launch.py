@@ -822,13 +822,13 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
         if world["RANK"] == 0:  # a start that trained nothing left it (`trained`): not this one's
             (run_dir / "run.jsonl").unlink(missing_ok=True)
         return
+    check_kept_trained_with(run_dir, saved)  # run.json as trained, before anything acts on it
+    check_data(run_dir, saved)
     if not trained(run_dir):  # where check_resume said only "no checkpoint to resume from"
         raise BadArgumentError(
             f"{run_dir}: no checkpoint to resume from: the run has trained no step; start it "
             f"with -m executor.launch {shlex.quote(str(run_dir))} (without --resume)"
         )
-    check_kept_trained_with(run_dir, saved)  # run.json as trained, before anything acts on it
-    check_data(run_dir, saved)
     # What the ranks will run (`rank_config`): run.json on the launcher's world size, the one
     # thing a torchrun resume changes. A run.resume.json here is not this entry's (its rank 0
     # writes one in `rank_config`, after these checks): it trained the epochs a killed
@@ -1373,13 +1373,13 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
     saved = read_run_config(path)
     check_run_location(path)
     with claimed_for_checks(path):  # a run in use is refused before the checkpoint is read
-        check_trained_a_step(path)
         check_kept_trained_with(path, saved)  # run.json as trained, before anything acts on it
         check_data(path, saved)
         # The flags given mean something beside the run's own settings, not beside their
         # defaults (`--init` was refused "with --model vit-digits" for a run of a model folder).
         check_needs_against(RunConfig, given or {}, saved, str(path / "run.json"))
         cfg = resumed_config(saved, given or {})
+        check_trained_a_step(path)  # after the checks above, which name a file or flag
         records = check_resume(path, saved, cfg)
     mend_torn_tail(path / "run.jsonl", records)
     pending = path / PENDING_CONFIG
