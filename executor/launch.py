@@ -824,11 +824,6 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
         return
     check_kept_trained_with(run_dir, saved)  # run.json as trained, before anything acts on it
     check_data(run_dir, saved)
-    if not trained(run_dir):  # where check_resume said only "no checkpoint to resume from"
-        raise BadArgumentError(
-            f"{run_dir}: no checkpoint to resume from: the run has trained no step; start it "
-            f"with -m executor.launch {shlex.quote(str(run_dir))} (without --resume)"
-        )
     # What the ranks will run (`rank_config`): run.json on the launcher's world size, the one
     # thing a torchrun resume changes. A run.resume.json here is not this entry's (its rank 0
     # writes one in `rank_config`, after these checks): it trained the epochs a killed
@@ -1292,6 +1287,7 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
     """
     from executor.checkpoint import load_latest
 
+    check_trained_a_step(path, local)  # a run that never trained: what starts it instead
     latest(path)  # fail before any process starts (and before claiming) if nothing to resume
     # What every rank reads on resume, read here first: a missing or corrupt file is one line
     # before any rank starts, not a rank failure that suggests the same --resume again.
@@ -1347,20 +1343,24 @@ def claimed_for_checks(run_dir: Path) -> Iterator[None]:
         raise
 
 
-def check_trained_a_step(run_dir: Path) -> None:
-    """`pipeplan run --resume` of a run that never trained (`trained`: prepared only, or its
-    start killed outright) is refused saying what starts it: `check_resume` said only "no
-    checkpoint to resume from", and a new run of its name "already holds a run" (the
-    twenty-sixth round). BadArgumentError:
+def check_trained_a_step(run_dir: Path, local: bool = True) -> None:
+    """A resume of a run that never trained (`trained`: prepared only, or a start stopped
+    outright) is refused saying what starts it: `check_resume` said only "no checkpoint to
+    resume from", and a new run of its name "already holds a run" (the twenty-sixth round).
+    `local` as for `check_resume` (torchrun's entry starts it without --resume).
 
         check_trained_a_step(Path("runs/ty"))   # runs/ty: no checkpoint to resume from: …
     """
     if trained(run_dir):
         return
     quoted = shlex.quote(str(run_dir))
+    if local:
+        start = f"torchrun's -m executor.launch {quoted}, or delete it to run it again"
+    else:
+        start = f"-m executor.launch {quoted} (without --resume)"
     raise BadArgumentError(
         f"{run_dir}: no checkpoint to resume from: the run has trained no step; start it with "
-        f"torchrun's -m executor.launch {quoted}, or delete it to run it again under its name"
+        f"{start}"
     )
 
 
@@ -1379,7 +1379,6 @@ def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path,
         # defaults (`--init` was refused "with --model vit-digits" for a run of a model folder).
         check_needs_against(RunConfig, given or {}, saved, str(path / "run.json"))
         cfg = resumed_config(saved, given or {})
-        check_trained_a_step(path)  # after the checks above, which name a file or flag
         records = check_resume(path, saved, cfg)
     mend_torn_tail(path / "run.jsonl", records)
     pending = path / PENDING_CONFIG
