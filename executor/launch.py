@@ -118,6 +118,7 @@ from executor.checkpoint import (
     check_position,
     check_trained_with,
     check_weights,
+    checkpoints_written,
     commit_config,
     latest,
     manifest_path,
@@ -817,12 +818,7 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
     if world["RANK"] == 0:
         claim_directory(run_dir)
     if not resume:
-        started = next((name for name in STARTED if (run_dir / name).exists()), None)
-        if started is not None:
-            raise BadArgumentError(
-                f"{run_dir}: has started already (it holds {started}); continue it with "
-                f"-m executor.launch {shlex.quote(str(run_dir))} --resume"
-            )
+        check_not_trained(run_dir)
         if world["WORLD_SIZE"] != saved.nproc:
             raise BadArgumentError(
                 f"WORLD_SIZE={world['WORLD_SIZE']}: {run_dir} is prepared for {saved.nproc} "
@@ -833,17 +829,41 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
             plan = RunPlanner.for_run(run_dir, saved).plan
             check_plan_nodes(plan, run_dir / RUN_PLAN, nodes, saved.nproc)
         check_outputs(run_dir)  # a resume checks them in `check_run`
+        if world["RANK"] == 0:  # a start that trained nothing left it (`trained`): not this one's
+            (run_dir / "run.jsonl").unlink(missing_ok=True)
         return
     check_kept_trained_with(run_dir, saved)  # run.json as trained, before anything acts on it
     check_data(run_dir, saved)
-    # What the ranks will run (`rank_config`): the configuration a resume re-planned for its
-    # world size, if one is pending, on the launcher's world size.
-    pending = run_dir / PENDING_CONFIG
-    current = load(RunConfig, pending) if pending.exists() else saved
-    cfg = resumed_config(current, {"nproc": world["WORLD_SIZE"]})
+    # What the ranks will run (`rank_config`): run.json on the launcher's world size, the one
+    # thing a torchrun resume changes. A run.resume.json here is not this entry's (its rank 0
+    # writes one in `rank_config`, after these checks): it trained the epochs a killed
+    # `pipeplan run --resume --epochs N` had asked for, and an edited one was refused as if
+    # run.json were (the twenty-sixth round).
+    cfg = resumed_config(saved, {"nproc": world["WORLD_SIZE"]})
     records = check_resume(run_dir, saved, cfg, local=False)
-    if world["RANK"] == 0:  # the rank that appends to run.jsonl
+    if world["RANK"] == 0:  # the rank that appends to run.jsonl and commits run.resume.json
         mend_torn_tail(run_dir / "run.jsonl", records)
+        # Removed as `resume_run` removes it: the first checkpoint would commit it to run.json.
+        (run_dir / PENDING_CONFIG).unlink(missing_ok=True)
+
+
+def check_not_trained(run_dir: Path) -> None:
+    """torchrun's entry without --resume: the run has not trained (`trained`; one stopped
+    before its first step starts again as prepared). A run that has is refused: a second
+    start retrained it and appended a second run's records. The refusal says what can
+    continue it: --resume from its checkpoint, or, without one, nothing but a new run.
+
+        check_not_trained(Path("runs/q1"))   # runs/q1: has started already (it holds …); …
+    """
+    if not trained(run_dir):
+        return
+    started = next(name for name in STARTED if (run_dir / name).exists())
+    quoted = shlex.quote(str(run_dir))
+    if has_checkpoint(run_dir):
+        more = f"continue it with -m executor.launch {quoted} --resume"
+    else:  # "--resume" was refused: "no checkpoint to resume from" (the twenty-sixth round)
+        more = "it has no checkpoint to resume from: prepare a new run to train it again"
+    raise BadArgumentError(f"{run_dir}: has started already (it holds {started}); {more}")
 
 
 def rank_output(log_dir: str | None, rank: int) -> TextIO:
@@ -922,9 +942,11 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
 
 def rank_config(run_dir: Path, resume: bool) -> RunConfig:
     """run.json, for the world size the launcher started: a fresh run must match it; a resumed
-    run is re-planned for it (rank 0 records the new size)."""
+    run is re-planned for it (rank 0 records the new size). A `pipeplan run --resume` runs
+    the run.resume.json its launcher wrote; torchrun's entry never reads one (`enter_run`)."""
     pending = run_dir / PENDING_CONFIG
-    cfg = load(RunConfig, pending if resume and pending.exists() else run_dir / "run.json")
+    ours = resume and under_pipeplan_run() and pending.exists()
+    cfg = load(RunConfig, pending if ours else run_dir / "run.json")
     check_data(run_dir, cfg)  # torchrun starts ranks without `pipeplan run`'s checks
     world = int(os.environ["WORLD_SIZE"])
     if world == cfg.nproc:
@@ -1140,13 +1162,17 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
     line = f"training failed on rank {rank}{at}: {why}; rank logs in {run_dir / 'logs'}"
+    quoted = shlex.quote(str(run_dir))
+    if not has_checkpoint(run_dir):
+        # Neither resumable nor a name a new run takes (its logs say why it failed): said,
+        # where the line named nothing to do (the twenty-sixth round).
+        return line + f"; no checkpoint to resume from: delete {quoted} to start it again"
     if not (run_dir / "checkpoints" / "latest").exists():
-        return line
+        return line  # a checkpoint without its pointer: the resume's checks say what to do
     try:
         manifest = read_manifest(latest(run_dir))
     except PipeplanError:  # the resume's own checks say what is wrong with it
         manifest = None
-    quoted = shlex.quote(str(run_dir))
     if manifest is not None and finished(manifest, cfg):
         return line + f"; every epoch was trained: its model: pipeplan export {quoted} --out DIR"
     return line + f"; resume with: {resume_command(run_dir, cfg)}"
@@ -1183,12 +1209,15 @@ def failed_at(records: Path) -> str:
         failed_at(Path("runs/k/run.jsonl"))   # " at step 7"
     """
     if not records.exists():
-        return " before the first step"
+        return NO_STEP
     try:
         steps = [r for r in read_records(records) if isinstance(r, StepRecord)]
     except PipeplanError:
         return ""
-    return f" at step {steps[-1].step + 1}" if steps else " before the first step"
+    return f" at step {steps[-1].step + 1}" if steps else NO_STEP
+
+
+NO_STEP = " before the first step"  # `failed_at`'s answer for a run that recorded no step
 
 
 # ----------------------------------------------------------------------------- the command
@@ -1268,6 +1297,7 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
     """
     from executor.checkpoint import load_latest
 
+    check_trained_a_step(path, local)  # a run that never trained: what starts it instead
     latest(path)  # fail before any process starts (and before claiming) if nothing to resume
     # What every rank reads on resume, read here first: a missing or corrupt file is one line
     # before any rank starts, not a rank failure that suggests the same --resume again.
@@ -1320,6 +1350,27 @@ def claimed_for_checks(run_dir: Path) -> Iterator[None]:
             if lock_made:
                 (run_dir / ".lock").unlink(missing_ok=True)
         raise
+
+
+def check_trained_a_step(run_dir: Path, local: bool = True) -> None:
+    """A resume of a run that never trained (`trained`: prepared only, or a start stopped
+    outright) is refused saying what starts it: `check_resume` said only "no checkpoint to
+    resume from", and a new run of its name "already holds a run" (the twenty-sixth round).
+    `local` as for `check_resume` (torchrun's entry starts it without --resume).
+
+        check_trained_a_step(Path("runs/ty"))   # runs/ty: no checkpoint to resume from: …
+    """
+    if trained(run_dir):
+        return
+    quoted = shlex.quote(str(run_dir))
+    if local:
+        start = f"torchrun's -m executor.launch {quoted}, or delete it to run it again"
+    else:
+        start = f"-m executor.launch {quoted} (without --resume)"
+    raise BadArgumentError(
+        f"{run_dir}: no checkpoint to resume from: the run has trained no step; start it with "
+        f"{start}"
+    )
 
 
 def resume_run(run_dir: str, given: dict[str, Any] | None = None) -> tuple[Path, RunSummary]:
@@ -1404,7 +1455,11 @@ def start_run(
         return run_dir, None
     try:
         return run_dir, run_local(cfg, run_dir)
-    except NotStartedError:
+    except RankFailedError:
+        raise  # the rank's log holds why: the folder stays, and the line says what to do
+    except BaseException:
+        # A full disk, Ctrl-C or a stop before the first step: a folder left with no checkpoint
+        # could not be resumed, nor its name run again (the twenty-sixth round).
         remove_unstarted(run_dir, made)
         raise
     finally:
@@ -1427,16 +1482,36 @@ def missing_folders(directory: Path) -> list[Path]:
 START_LOGS = ("launcher.log", "rank-*.log", "rank-*.error.json", "rank-*.error.json.tmp")
 
 
+def trained(run_dir: Path) -> bool:
+    """Whether the run has trained: anything it writes once it trains (STARTED) but a
+    run.jsonl without a step record, which rank 0 opens before its first step. A run.jsonl
+    that cannot be read counts as trained (kept, for the resume's checks to name).
+
+        trained(Path("runs/k"))   # False: prepared, or stopped before its first step
+    """
+    if any((run_dir / name).exists() for name in STARTED if name != "run.jsonl"):
+        return True
+    return (run_dir / "run.jsonl").exists() and failed_at(run_dir / "run.jsonl") != NO_STEP
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether the run has a checkpoint to resume from: `checkpoints/latest`, or a `step-N`
+    written without it (killed before the pointer; the resume says to restore it)."""
+    folder = run_dir / "checkpoints"
+    return (folder / "latest").exists() or bool(checkpoints_written(folder))
+
+
 def remove_unstarted(run_dir: Path, made: list[Path]) -> None:
-    """Undo `start_run` for a run that trained nothing (`NotStartedError`): the files
-    `prepare` and the launch wrote, the lock, and the folders the command made (`made`,
-    deepest first), those left empty. A folder holding anything a run writes once it trains
-    (STARTED), or anything else, stays as it is.
+    """Undo `start_run` for a run that trained nothing (`trained`; a full disk, Ctrl-C or a
+    stop as its ranks started): the files `prepare` and the launch wrote, the lock, and the
+    folders the command made (`made`, deepest first), those left empty. A folder holding
+    anything else stays as it is.
 
         remove_unstarted(Path("runs/fd2"), [Path("runs/fd2")])
     """
-    if any((run_dir / name).exists() for name in STARTED):
+    if trained(run_dir):
         return
+    (run_dir / "run.jsonl").unlink(missing_ok=True)  # no step recorded (`trained`)
     logs = run_dir / "logs"
     for pattern in START_LOGS:
         for path in logs.glob(pattern):

@@ -988,6 +988,24 @@ def test_a_failure_after_the_final_checkpoint_says_to_export_not_to_resume(finis
     )
 
 
+def test_a_failure_without_a_checkpoint_says_to_delete_the_run(finished_run, tmp_path):
+    """Found by the twenty-sixth round: a rank failing before any checkpoint left a folder
+    neither resumable ("no checkpoint to resume from") nor a name a new run takes ("already
+    holds a run"), and its line said nothing of it. It says to delete the folder; never where
+    a checkpoint was written without its pointer (the resume says to restore that)."""
+    from executor.launch import failure_line
+    from pipeplan.formats import RunConfig, load
+
+    run = copy_run(finished_run, tmp_path)
+    cfg = load(RunConfig, run / "run.json").model_copy(update={"epochs": 2})
+    (run / "checkpoints" / "latest").unlink()  # killed between step-N and its pointer
+    assert failure_line(0, "exit code 1", run, cfg).endswith(f"rank logs in {run / 'logs'}")
+    shutil.rmtree(run / "checkpoints")
+    assert failure_line(0, "exit code 1", run, cfg).endswith(
+        f"rank logs in {run / 'logs'}; no checkpoint to resume from: delete {run} to start it again"
+    )
+
+
 def test_a_failed_checkpoints_line_says_where_before_why(finished_run, tmp_path):
     """Found by the fifteenth round: "…; the previous checkpoint is kept (at step 4); rank
     logs in …" read as if step 4 were the checkpoint kept. The step the rank failed at comes
@@ -1802,6 +1820,110 @@ def test_the_entry_resume_makes_the_checks_pipeplan_run_resume_makes(finished_ru
     _entry_refused(run, "--resume", fragment=(str(run), "finished all its 1 epochs", more))
 
 
+def _stale_pending(run: Path, **changes) -> None:
+    """A run.resume.json no resume of this entry wrote: run.json with `changes`, as a
+    `pipeplan run --resume --epochs N` killed before its first checkpoint leaves it."""
+    saved = json.loads((run / "run.json").read_text())
+    (run / "run.resume.json").write_text(json.dumps({**saved, **changes}))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("changes", [{"epochs": 2}, {"epochs": 2, "lr": 0.5}])
+def test_the_entry_resume_ignores_a_run_resume_json_it_did_not_write(
+    finished_run, tmp_path, changes
+):
+    """Found by the twenty-sixth round: torchrun's `--resume` ran a stale run.resume.json
+    (left by a killed `pipeplan run --resume --epochs 3`, or hand-made): it trained the epoch
+    nobody asked it for (exit 0, run.json then said 3), and one with an edited lr was refused
+    naming run.json, which holds the checkpoint's lr. It now resumes run.json as `pipeplan run
+    --resume` does: this finished run is refused as finished, nothing changed, the file too."""
+    run = copy_run(finished_run, tmp_path)
+    _stale_pending(run, **changes)
+    _entry_refused(run, "--resume", fragment=(str(run), "finished all its 1 epochs"))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_the_entry_resume_trains_run_json_not_a_stale_run_resume_json(mid_epoch_run, tmp_path):
+    """Found by the twenty-sixth round: the other side of the test above, a run with a step
+    left to train: torchrun's `--resume` trained the stale file's extra epoch. It trains
+    run.json's one epoch, and removes the file as `pipeplan run --resume` does (its first
+    checkpoint would have made it run.json)."""
+    run = _interrupted(mid_epoch_run, tmp_path)
+    _stale_pending(run, epochs=2)
+    done = _entry(run, "--resume", timeout=150)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((run / "run.json").read_text())["epochs"] == 1
+    assert not (run / "run.resume.json").exists()
+    epochs = [[r["epoch"] for r in _lines(r) if r["kind"] == "epoch"] for r in (run, mid_epoch_run)]
+    assert epochs[0] == epochs[1]  # the uninterrupted run's one epoch, no second
+
+
+def _prepared_for_torchrun(tmp_path: Path, capsys) -> Path:
+    """`finished_run`'s run prepared for torchrun (`--prepare-only`), not started: runs/r."""
+    from test_hostile import FINISHED
+
+    from pipeplan.fileio import release_directory
+
+    argv = ["run", *FINISHED, "--name", "r", "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main([*argv, "--prepare-only"]) == 0
+    capsys.readouterr()
+    release_directory(tmp_path / "runs" / "r")  # this process's claim: torchrun's rank takes it
+    return tmp_path / "runs" / "r"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_the_entry_starts_again_a_run_that_trained_nothing(finished_run, tmp_path, capsys):
+    """Found by the twenty-sixth round: a torchrun start stopped before its first step (rank 0
+    had opened run.jsonl and written its first phase) was refused by the same command, "has
+    started already (it holds run.jsonl); continue it with --resume", and that resume by "no
+    checkpoint to resume from". A run that recorded no step starts again as prepared: rank 0
+    replaces the records it left, and the run is the uninterrupted one's."""
+    run = _prepared_for_torchrun(tmp_path, capsys)
+    first = (finished_run / "run.jsonl").read_text().splitlines(keepends=True)[0]
+    assert json.loads(first)["kind"] == "phase"
+    (run / "run.jsonl").write_text(first)
+    done = _entry(run, timeout=150)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["kind"] for r in _lines(run)] == [r["kind"] for r in _lines(finished_run)]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_the_entry_resume_of_a_run_that_trained_nothing_says_to_start_it(tmp_path, capsys):
+    """Found by the twenty-sixth round: `--resume` of a run that never trained a step said
+    only "no checkpoint to resume from"; it says how the run is started instead."""
+    run = _prepared_for_torchrun(tmp_path, capsys)
+    start = f"start it with -m executor.launch {run} (without --resume)"
+    _entry_refused(run, "--resume", fragment=(str(run), "has trained no step", start))
+
+
+@pytest.mark.parametrize("records", ["none", "empty"])
+def test_run_resume_of_a_run_that_trained_nothing_says_what_starts_it(tmp_path, capsys, records):
+    """Found by the twenty-sixth round: `pipeplan run --resume` of a run that never trained
+    (prepared, or its start killed outright: an empty run.jsonl) said only "no checkpoint to
+    resume from", and a new run of its name "already holds a run". It says what starts it."""
+    run = _prepared_for_torchrun(tmp_path, capsys)
+    if records == "empty":
+        (run / "run.jsonl").touch()
+    start = f"start it with torchrun's -m executor.launch {run}, or delete it to run it again"
+    refused(["run", "--resume", str(run)], tmp_path, capsys, ("has trained no step", start))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_the_entry_refusing_a_run_without_a_checkpoint_names_no_resume(finished_run, tmp_path):
+    """Found by the twenty-sixth round: a run that trained steps but has no checkpoint was
+    refused "continue it with … --resume", which then said "no checkpoint to resume from".
+    The refusal says that nothing continues it: a new run trains it again."""
+    run = copy_run(finished_run, tmp_path)
+    shutil.rmtree(run / "checkpoints")
+    more = "it has no checkpoint to resume from: prepare a new run to train it again"
+    _entry_refused(run, fragment=(str(run), "has started already (it holds run.jsonl)", more))
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("entry", ["torchrun", "torchrun --resume", "run --resume"])
@@ -2245,7 +2367,11 @@ def test_a_refusal_at_the_torchrun_entry_is_the_summarys_root_cause(tmp_path, ca
     capsys.readouterr()
     run = tmp_path / "q1"
     release_directory(run)  # prepared in this process, which holds its lock: rank 0 takes it
-    (run / "run.jsonl").touch()  # what a run that started leaves
+    # What a run that trained a step leaves (one that recorded none starts again: the
+    # twenty-sixth round).
+    (run / "run.jsonl").write_text(
+        "".join(r.model_dump_json() + "\n" for r in elastic_records()[:2])
+    )
     before = snapshot(run)
     done = _torchrun(run)
     ours = [line for line in done.stderr.splitlines() if line.startswith("pipeplan: ")]

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,68 @@ def test_a_full_disk_as_the_ranks_start_is_one_line_and_leaves_no_folder(
     err = capsys.readouterr().err
     assert err == f"pipeplan: error: {runs / 'k'}: write failed (No space left on device)\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def stopped_launch(monkeypatch, signum: int, records: int) -> list[str]:
+    """Have `run_local` start no rank: the start writes what ranks write as they start (a
+    rank's log; rank 0's run.jsonl with the first `records` of `elastic_records`, or none
+    for -1), then the launcher gets `signum`, as Ctrl-C or a stop to the command raises in
+    torch's agent. Returns the argv of a 1-rank run named k."""
+    from torch.distributed.elastic.multiprocessing import SignalException
+
+    import executor.launch
+
+    def launch(config, entrypoint):
+        def ranks(*args):
+            run = Path(args[args.index("--log-dir") - 1])
+            (run / "logs" / "rank-0.log").write_text("--- rank 0, pid 1\n")
+            if records >= 0:
+                lines = [r.model_dump_json() + "\n" for r in elastic_records()[:records]]
+                (run / "run.jsonl").write_text("".join(lines))
+            raise SignalException("stopped", signum)
+
+        return ranks
+
+    monkeypatch.setattr(executor.launch, "elastic_launch", launch)
+    return ["run", "--model", "vit-digits", "--nproc", "1", "--name", "k"]
+
+
+STOPS = [
+    (signal.SIGINT, 130, "pipeplan: interrupted"),
+    (signal.SIGTERM, 143, "pipeplan: stopped by SIGTERM"),
+]
+
+
+@pytest.mark.parametrize("signum, code, line", STOPS)
+@pytest.mark.parametrize("records", [-1, 0, 1], ids=["no run.jsonl", "empty", "a phase"])
+def test_a_run_stopped_before_its_first_step_leaves_no_folder(
+    tmp_path, monkeypatch, capsys, signum, code, line, records
+):
+    """Found by the twenty-sixth round: Ctrl-C or SIGTERM to `pipeplan run` while its ranks
+    started left RUNS/NAME (run.json, profile.json, .lock, logs/): its resume said "no
+    checkpoint to resume from", a new run of the name "already holds a run". A start that
+    recorded no step goes as one that met a full disk does: the files and the folders the
+    command made, run.jsonl without a step record included; the name is free again."""
+    runs = tmp_path / "new" / "runs"
+    argv = [*stopped_launch(monkeypatch, signum, records), "--runs-dir", str(runs)]
+    assert cli.main(argv) == code
+    assert capsys.readouterr().err == line + "\n"
+    assert list(tmp_path.iterdir()) == []
+    assert cli.main([*argv, "--prepare-only"]) == 0  # the name is free
+
+
+@pytest.mark.parametrize("signum, code, line", STOPS)
+def test_a_run_stopped_after_a_step_keeps_its_folder(
+    tmp_path, monkeypatch, capsys, signum, code, line
+):
+    """Found by the twenty-sixth round: the other side of the test above. A run that recorded
+    a step is the user's to look at (its records, `report`): it stays, whole."""
+    (tmp_path / "runs").mkdir()
+    argv = [*stopped_launch(monkeypatch, signum, 2), "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main(argv) == code
+    assert capsys.readouterr().err == line + "\n"
+    kept = {p.name for p in (tmp_path / "runs" / "k").iterdir()}
+    assert {"run.json", "profile.json", "run.jsonl", "logs"} <= kept
 
 
 def test_a_run_named_by_a_link_into_a_run_is_refused(tmp_path, capsys):

@@ -215,6 +215,8 @@ def no_rank_left(tmp_path: Path) -> bool:
 
 AT = r" at step \d+"  # where it failed, before why
 LOGS = r"; rank logs in .*/k/logs"
+# What a failed run with no checkpoint says to do (twenty-sixth round).
+NO_CHECKPOINT = r"; no checkpoint to resume from: delete .*/k to start it again"
 
 
 @pytest.mark.multiprocess
@@ -225,7 +227,7 @@ def test_a_rank_that_raises_is_named_with_its_error(tmp_path):
         run,
         2,
         r"pipeplan: error: training failed on rank 1" + AT + r": ValueError: sample \d+ is "
-        r"unreadable" + LOGS,
+        r"unreadable" + LOGS + NO_CHECKPOINT,
     )
     assert no_rank_left(tmp_path)
     assert "Traceback" in (tmp_path / "k" / "logs" / "rank-1.log").read_text()
@@ -244,7 +246,11 @@ def test_a_rank_that_raises_is_named_with_its_error(tmp_path):
 def test_a_signalled_rank_is_named_not_the_rank_that_noticed(tmp_path, sig, what):
     run, rank1 = paused_run(tmp_path)
     os.kill(rank1, sig)
-    one_line(run, 2, r"pipeplan: error: training failed on rank 1" + AT + f": {what}" + LOGS)
+    one_line(
+        run,
+        2,
+        r"pipeplan: error: training failed on rank 1" + AT + f": {what}" + LOGS + NO_CHECKPOINT,
+    )
     assert no_rank_left(tmp_path)
 
 
@@ -281,7 +287,7 @@ def test_a_rank_sent_sigterm_as_it_starts_is_the_rank_named(tmp_path, moment):
         time.sleep(0.01)
     os.kill(rank1, signal.SIGTERM)
     pattern = r"pipeplan: error: training failed on rank 1 before the first step: stopped by "
-    one_line(run, 2, pattern + "SIGTERM" + LOGS)
+    one_line(run, 2, pattern + "SIGTERM" + LOGS + NO_CHECKPOINT)
     assert no_rank_left(tmp_path)
 
 
@@ -297,7 +303,7 @@ def test_a_stopped_rank_ends_the_run_after_the_collective_timeout(tmp_path):
             run,
             2,
             r"pipeplan: error: training failed on rank 1" + AT + r": no response within the "
-            r"collective timeout of 5 s \(stopped or hung\)" + LOGS,
+            r"collective timeout of 5 s \(stopped or hung\)" + LOGS + NO_CHECKPOINT,
         )
     finally:
         if run.poll() is None:
@@ -617,10 +623,11 @@ def test_ctrl_c_prints_interrupted_exits_130_and_leaves_no_process(tmp_path, mom
     run.send_signal(signal.SIGINT)
     one_line(run, 130, "pipeplan: interrupted")
     assert no_rank_left(tmp_path)
-    if moment == "as its rank starts":
-        # The rank acted on it: one that lost it (it ignores SIGINT until its first statement)
-        # trained its 2 steps before the agent killed it, SHUTDOWN_S later.
-        assert not (tmp_path / "k" / "run.jsonl").exists()
+    # Twenty-sixth round: a run interrupted before its first step left runs/k, which could
+    # neither resume nor be started again; it goes (a run that trained stays, for `report`).
+    # As its rank starts, the rank acted on it: one that lost it (it ignores SIGINT until its
+    # first statement) trained its 2 steps before the agent killed it, SHUTDOWN_S later.
+    assert (tmp_path / "k").exists() == (moment == "mid-step")
 
 
 def test_a_rank_that_ignored_ctrl_c_stops_at_the_launchers_mark(tmp_path):
@@ -1013,7 +1020,10 @@ def test_a_rank_stopped_as_it_starts_is_named_not_a_missing_run_jsonl(
     """Found by the seventeenth round: SIGTERM or SIGINT to a rank during its start-up (before
     run.jsonl exists) was reported as `pipeplan: error: runs/k/run.jsonl: no such file`: the
     failure's line read the records to say the step. Whatever a rank dies of before run.jsonl
-    exists is that rank's failure "before the first step"; the prepared run stays."""
+    exists is that rank's failure "before the first step"; the prepared run stays, its logs
+    holding why. Found by the twenty-sixth round: the folder could then neither be resumed
+    ("no checkpoint to resume from") nor its name run again ("already holds a run"), and the
+    line said nothing of it: it says to delete the folder to start the run again."""
     import cli
 
     argv = [*fake_launch(monkeypatch, exitcode), "--runs-dir", str(tmp_path / "runs")]
@@ -1022,9 +1032,9 @@ def test_a_rank_stopped_as_it_starts_is_named_not_a_missing_run_jsonl(
     run = tmp_path / "runs" / "k"
     assert err == (
         f"pipeplan: error: training failed on rank 1 before the first step: {why}; rank logs in "
-        f"{run / 'logs'}\n"
+        f"{run / 'logs'}; no checkpoint to resume from: delete {run} to start it again\n"
     )
-    assert (run / "run.json").is_file()
+    assert (run / "run.json").is_file() and (run / "logs" / "launcher.log").is_file()
 
 
 def test_the_report_rooms_of_killed_ranks_go_when_the_ranks_have(tmp_path, monkeypatch, capsys):
