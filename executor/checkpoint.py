@@ -332,7 +332,15 @@ def latest(run_dir: Path, purpose: str = "resume") -> Path:
                 f"{pointer}: is missing, though the run has checkpoints ({names}); restore it "
                 f"to name one (pipeplan writes {kept[-1].name} and a newline)"
             )
-        raise InputFileError(f"{run_dir}: {NO_CHECKPOINT[purpose]}")
+        # A run that trained steps but wrote no checkpoint (stopped before its first): only a
+        # new run trains it, and its name is taken until the folder goes (twenty-sixth round).
+        restart = (
+            ": it stopped before it wrote one; delete it to run it again (--checkpoint-every N "
+            "writes them sooner)"
+            if purpose == "resume"
+            else ""
+        )
+        raise InputFileError(f"{run_dir}: {NO_CHECKPOINT[purpose]}{restart}")
     # `step-N` and a newline: a few bytes, so a larger file is not the run's pointer.
     text = read_input(pointer, POINTER_LIMIT, why="not a checkpoint pointer")
     # Exactly what `save` writes, `step-N` and at most one newline: blanks or more lines

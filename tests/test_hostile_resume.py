@@ -1914,6 +1914,20 @@ def test_run_resume_of_a_run_that_trained_nothing_says_what_starts_it(tmp_path, 
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
+def test_resume_of_a_run_stopped_before_its_first_checkpoint_says_to_delete_it(
+    finished_run, tmp_path, capsys
+):
+    """Found by the twenty-sixth round: a run stopped after some steps but before its first
+    checkpoint was refused by `run --resume` as only "no checkpoint to resume from", and its
+    name by a new run ("already holds a run"). The refusal says what runs it again."""
+    run = copy_run(finished_run, tmp_path)
+    shutil.rmtree(run / "checkpoints")
+    said = (f"{run}: no checkpoint to resume from: it stopped before it wrote one; delete it",)
+    refused(["run", "--resume", str(run)], tmp_path, capsys, said)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
 def test_the_entry_refusing_a_run_without_a_checkpoint_names_no_resume(finished_run, tmp_path):
     """Found by the twenty-sixth round: a run that trained steps but has no checkpoint was
     refused "continue it with … --resume", which then said "no checkpoint to resume from".
