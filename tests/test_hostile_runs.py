@@ -598,9 +598,10 @@ def test_what_a_run_writes_in_its_directory_is_checked_before_any_rank(tmp_path,
 
 
 # The files a run writes at its top that its readers read (`fileio.RUN_OWN_FILES`, and one
-# calibration-N.json).
+# calibration-N.json). The twenty-sixth round found the copies `prepare` writes once
+# (profile.json, run.plan.json, data.json) read and trained through as links.
 OWN_FILES = ["run.json", "run.jsonl", "run.resume.json", "summary.json", "metrics.csv"]
-OWN_FILES += ["calibration-2.json"]
+OWN_FILES += ["profile.json", "run.plan.json", "data.json", "calibration-2.json"]
 
 
 @pytest.mark.parametrize("target", ["a file of text", "a copy of the file"])
@@ -626,36 +627,6 @@ def test_a_runs_own_file_that_is_a_link_is_refused_before_it_is_read(tmp_path, n
     with pytest.raises(InputFileError) as refusal:
         check_run_directory(run)
     said = f"{path}: is a symbolic link, not a file of its own; the run writes this file"
-    assert str(refusal.value) == said
-    assert _tree(tmp_path) == before
-
-
-# The copies `prepare` writes once at the top of a run (executor.planning.RUN_PROFILE, RUN_PLAN,
-# executor.task.DATA_RECORD): the twenty-fourth round's check passed them over.
-PREPARED_FILES = ["profile.json", "run.plan.json", "data.json"]
-
-
-@pytest.mark.parametrize("name", PREPARED_FILES)
-def test_a_runs_prepared_copy_that_is_a_link_is_refused_before_it_is_read(tmp_path, name):
-    """Found by the twenty-sixth round: profile.json (run.plan.json) replaced by a link to a
-    copy outside the run was read by report and export and trained through by a resume and
-    torchrun's entry (exit 0); only the files the twenty-fourth round listed were refused as
-    links. Every command given a run (`check_run_directory`) refuses them alike.
-
-        check_run_directory(run)   # run/profile.json: is a symbolic link, …
-    """
-    from pipeplan.errors import InputFileError
-    from pipeplan.fileio import check_run_directory
-
-    run, outside = _run_outside(tmp_path)
-    for own in ("run.json", "run.jsonl"):
-        (run / own).write_text("{}\n")
-    (outside / "copy.json").write_text("{}\n")  # a valid copy: the link alone is refused
-    (run / name).symlink_to(outside / "copy.json")
-    before = _tree(tmp_path)
-    with pytest.raises(InputFileError) as refusal:
-        check_run_directory(run)
-    said = f"{run / name}: is a symbolic link, not a file of its own; the run writes this file"
     assert str(refusal.value) == said
     assert _tree(tmp_path) == before
 
