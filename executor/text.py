@@ -24,11 +24,16 @@ the model's pad_token_id: the model then carries the padding mask between stages
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import difflib
 import json
 import math
+import os
+import sys
+import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +62,8 @@ TEXT_SUFFIXES = (".jsonl", ".csv")
 # spelling "lable" trained a decoder on labelled text as a causal LM, silently (22nd round).
 ROW_KEYS = ("text", "label")
 EVAL_FRACTION = 0.2  # held out of a single file
+# What a tokenizer's loading and encoding may print meanwhile, passed on (rust_panics_named).
+MAX_PASSED_ON = 1 << 16
 # What marks a directory as holding a tokenizer (transformers writes both).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # The small JSON files transformers reads beside tokenizer.json (tokenizer.json itself is
@@ -469,6 +476,51 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     """Token ids padded or cut to the model's length; labels, or for a causal LM the ids
     with IGNORE_INDEX at padding."""
     directory = tokenizer_directory(tokenizer, seq, corpus.name)
+    with rust_panics_named(directory):
+        return _tokenize(corpus, directory, seq)
+
+
+@contextlib.contextmanager
+def rust_panics_named(directory: Path) -> Iterator[None]:
+    """A panic of the `tokenizers` library (Rust) as one InputFileError naming the tokenizer
+    directory. Found by the twenty-sixth round: a malformed sentencepiece `Precompiled` table
+    in tokenizer.json panics as the library parses it; the panic hook writes its message and a
+    backtrace straight to file descriptor 2, and pyo3 raises PanicException, a BaseException.
+    Descriptor 2 is therefore held in a file meanwhile: dropped after a panic, passed on
+    otherwise; every other exception passes through unchanged.
+
+        with rust_panics_named(Path("tok")):
+            Tokenizer.from_file("tok/tokenizer.json")
+        # InputFileError: "tok/tokenizer.json: the tokenizers library cannot use it (…)"
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    panicked = False
+    try:
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), 2)
+            try:
+                yield
+            except BaseException as exc:
+                if type(exc).__name__ != "PanicException":
+                    raise
+                panicked = True
+                named = directory / "tokenizer.json"  # where the library's tables are
+                raise InputFileError(
+                    f"{named if named.is_file() else directory}: the tokenizers library cannot "
+                    f"use it (it stopped with: {_first(exc)})"
+                ) from None
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                if not panicked:
+                    held.seek(0)
+                    os.write(2, held.read(MAX_PASSED_ON))
+    finally:
+        os.close(saved)
+
+
+def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence) -> TaskData:
     length = seq.input_shape[0]
     vocab = getattr(seq.config, "vocab_size", None)
     tok = load_tokenizer(

@@ -1444,3 +1444,35 @@ def test_a_relative_path_of_an_older_run_read_from_elsewhere_says_so(
         str(elsewhere),
     )
     refused(argv, tmp_path, capsys, fragments)
+
+
+def test_a_tokenizer_table_the_library_panics_on_is_one_line(made, tmp_path, capfd):
+    """Left as found by the twenty-sixth round: a malformed sentencepiece `Precompiled` table
+    in tokenizer.json makes the `tokenizers` library panic as it parses it: its Rust panic
+    hook wrote the panic and a backtrace to file descriptor 2, then a PanicException traceback
+    followed, exit 1. Now one line naming tokenizer.json, exit 2, and nothing else on the
+    descriptor (capfd reads the descriptor, not sys.stderr)."""
+    import base64
+
+    table = base64.b64encode(b"\x05\x00\x00\x00abc").decode()  # a trie of 5 bytes: not whole
+
+    def precompiled(document: dict) -> None:
+        document["normalizer"] = {"type": "Precompiled", "precompiled_charsmap": table}
+
+    tok = _edited_tokenizer_json(made, tmp_path, precompiled)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragment = "the tokenizers library cannot use it (it stopped with: Precompiled: "
+    refused(argv, tmp_path, capfd, (f"{tok / 'tokenizer.json'}: ", fragment))
+
+
+def test_what_a_tokenizer_prints_without_a_panic_is_passed_on(tmp_path, capfd):
+    """rust_panics_named holds descriptor 2 only to drop a panic's lines: anything else
+    written there meanwhile reaches it afterwards, and other exceptions pass unchanged."""
+    with text_files.rust_panics_named(tmp_path):
+        os.write(2, b"a line of the library's own\n")
+    assert capfd.readouterr().err == "a line of the library's own\n"
+    with pytest.raises(KeyError), text_files.rust_panics_named(tmp_path):
+        raise KeyError("passes")
+    os.write(2, b"after\n")  # the descriptor is the terminal's again
+    assert capfd.readouterr().err == "after\n"
