@@ -818,7 +818,7 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
     if world["RANK"] == 0:
         claim_directory(run_dir)
     if not resume:
-        check_not_trained(run_dir)
+        check_not_trained(run_dir, saved)
         if world["WORLD_SIZE"] != saved.nproc:
             raise BadArgumentError(
                 f"WORLD_SIZE={world['WORLD_SIZE']}: {run_dir} is prepared for {saved.nproc} "
@@ -847,18 +847,27 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
         (run_dir / PENDING_CONFIG).unlink(missing_ok=True)
 
 
-def check_not_trained(run_dir: Path) -> None:
+def check_not_trained(run_dir: Path, cfg: RunConfig) -> None:
     """torchrun's entry without --resume: the run has not trained (`trained`; one stopped
     before its first step starts again as prepared). A run that has is refused: a second
     start retrained it and appended a second run's records. The refusal says what can
-    continue it: --resume from its checkpoint, or, without one, nothing but a new run.
+    continue it: --resume from its checkpoint, or, without one, nothing but a new run; a
+    finished run is said to be finished, as its --resume would say (the twenty-seventh round:
+    the line advised a --resume that was then refused).
 
-        check_not_trained(Path("runs/q1"))   # runs/q1: has started already (it holds …); …
+        check_not_trained(Path("runs/q1"), cfg)   # runs/q1: has started already (it holds …); …
     """
     if not trained(run_dir):
         return
     started = next(name for name in STARTED if (run_dir / name).exists())
     quoted = shlex.quote(str(run_dir))
+    if has_checkpoint(run_dir) and (run_dir / "checkpoints" / "latest").exists():
+        try:
+            manifest = read_manifest(latest(run_dir))
+        except PipeplanError:  # the resume's own checks say what is wrong with it
+            manifest = None
+        if manifest is not None:
+            check_unfinished(manifest, cfg, run_dir, local=False)
     if has_checkpoint(run_dir):
         more = f"continue it with -m executor.launch {quoted} --resume"
     else:  # "--resume" was refused: "no checkpoint to resume from" (the twenty-sixth round)

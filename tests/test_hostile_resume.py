@@ -1804,9 +1804,31 @@ def _entry_refused(run: Path, *args: str, fragment: tuple[str, ...]) -> None:
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 def test_the_entry_without_resume_refuses_a_run_that_started(finished_run, tmp_path):
-    """Without --resume it trained the run again and appended a second run's records."""
+    """Without --resume it trained the run again and appended a second run's records. A
+    finished run is said to be finished (the twenty-seventh round: the line advised a
+    --resume, which was then refused as finished)."""
     run = copy_run(finished_run, tmp_path)
-    _entry_refused(run, fragment=(str(run), "has started already", "--resume"))
+    more = f"takes no --epochs; train on with pipeplan run --resume {run} --epochs N > 1"
+    _entry_refused(run, fragment=(str(run), "finished all its 1 epochs", more))
+
+
+def test_the_entry_without_resume_says_what_continues_a_started_run(finished_run, tmp_path):
+    """The refusal of a started run names what continues it: a finished run is finished
+    (train on with more epochs), an unfinished one with a checkpoint resumes from it."""
+    from executor.launch import check_not_trained
+    from executor.task import read_run_config
+
+    run = copy_run(finished_run, tmp_path)
+    cfg = read_run_config(run)
+    with pytest.raises(BadArgumentError, match="finished all its 1 epochs"):
+        check_not_trained(run, cfg)
+    unfinished = cfg.model_copy(update={"epochs": 2})
+    with pytest.raises(BadArgumentError) as refusal:
+        check_not_trained(run, unfinished)
+    assert str(refusal.value) == (
+        f"{run}: has started already (it holds run.jsonl); continue it with -m executor.launch "
+        f"{run} --resume"
+    )
 
 
 @pytest.mark.multiprocess
