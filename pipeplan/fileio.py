@@ -711,10 +711,25 @@ def check_run_directory(run_dir: str | Path, needs: Iterable[str] = RUN_FILES) -
     for name in needs:
         what = _entry(run_dir / name)
         if what is None:
-            raise InputFileError(f"{run_dir}: not a run directory (no {name})")
+            raise InputFileError(f"{run_dir}: {_missing(run_dir, name)}")
         if what != "a regular file":  # a FIFO would block its reader, a folder is no record
             raise InputFileError(f"{run_dir / name}: not a regular file ({what})")
     return run_dir
+
+
+def _missing(run_dir: Path, name: str) -> str:
+    """Why `run_dir` lacks `name`, as far as its files tell. Beside its run.json, a missing
+    run.jsonl is a run that recorded no step: prepared and never started, or stopped (its
+    ranks failed) before its first step; "not a run directory" was not true of it (the
+    twenty-seventh round)."""
+    if name != "run.jsonl" or _entry(run_dir / "run.json") != "a regular file":
+        return f"not a run directory (no {name})"
+    logs = run_dir / "logs"
+    said = f"; its rank logs are in {logs}" if _entry(logs) == "a directory" else ""
+    return (
+        "has recorded no step (no run.jsonl: prepared and not started, or stopped before its "
+        f"first step){said}"
+    )
 
 
 # Every file a run writes at the top of its directory (RUN_ENTRIES' files; the lock has its

@@ -385,7 +385,9 @@ BAD_RUNS = {
     "missing": (lambda tmp: tmp / "nope", "no such run directory"),
     "a file": (a_file, "is a file, not a run directory"),
     "no run.json": (without("run.json"), "no run.json"),
-    "no run.jsonl": (without("run.jsonl"), "no run.jsonl"),
+    # Beside its run.json: a run that recorded no step (the twenty-seventh round: "not a run
+    # directory" was said of a run whose ranks failed before their first step).
+    "no run.jsonl": (without("run.jsonl"), "has recorded no step"),
     "run.json of another version": (other_version, "schema_version 2 is not supported"),
     "no steps": (
         lambda tmp: write_run(tmp / "empty", elastic_records()[:1]),
