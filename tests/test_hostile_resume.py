@@ -1772,6 +1772,10 @@ def test_resume_and_export_hold_the_records_to_metrics_csv(
 # `python -m executor.launch RUN [--resume]`, what torchrun starts on every node, made none of
 # the checks `pipeplan run` makes. Each case runs it as torchrun would (one rank, its
 # environment) on a copy of `finished_run`: one line, exit 2, no file of the run changed.
+# A refusal comes before any process group: the refusals run `launch.main` in a fork of this
+# process (`_main_forked`, torch imported already: no start-up of seconds each), but one,
+# test_the_entry_without_resume_refuses_a_run_that_started, which starts the entry as
+# torchrun does (`_entry`: its own interpreter, whose whole stderr is the one line).
 
 ROOT = Path(__file__).resolve().parents[1]
 RANK_ENV = {
@@ -1792,11 +1796,19 @@ def _entry(run: Path, *args: str, timeout: float = 90) -> subprocess.CompletedPr
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _entry_refused(run: Path, *args: str, fragment: tuple[str, ...]) -> None:
+def _entry_refused(run: Path, *args: str, fragment: tuple[str, ...], process: bool = False) -> None:
+    """The entry on `run` with `args` refuses it: exit 2, one line holding every `fragment`,
+    no file of the run changed. In a fork of this process (`_main_forked`, under `_entry`'s
+    environment), or with `process` in a process started as torchrun starts it (`_entry`)."""
     before = snapshot(run)
-    done = _entry(run, *args)
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    if process:
+        done = _entry(run, *args)
+        code, err = done.returncode, done.stderr
+    else:
+        env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
+        code, err = _main_forked([str(run), *args], {**env, **RANK_ENV, "PYTHONPATH": str(ROOT)})
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err[-3000:]
     assert lines[0].startswith("pipeplan: error: ") and all(f in lines[0] for f in fragment)
     assert snapshot(run) == before
 
@@ -1806,7 +1818,8 @@ def _entry_refused(run: Path, *args: str, fragment: tuple[str, ...]) -> None:
 def test_the_entry_without_resume_refuses_a_run_that_started(finished_run, tmp_path):
     """Without --resume it trained the run again and appended a second run's records."""
     run = copy_run(finished_run, tmp_path)
-    _entry_refused(run, fragment=(str(run), "has started already", "--resume"))
+    fragment = (str(run), "has started already", "--resume")
+    _entry_refused(run, fragment=fragment, process=True)  # the one refusal in its own process
 
 
 @pytest.mark.multiprocess
