@@ -1,6 +1,6 @@
 """Hostile resumes and repeated inputs (an independent round's findings), by class: each case
 asserts exit code 2, exactly one line `pipeplan: error: …` naming the file and field, and
-that no file of the run changed (`refused`). The one real run is test_hostile's module-scoped
+that no file of the run changed (`refused`). The one real run is the shared (conftest)
 `finished_run` (1 rank, 1 epoch of 2 steps); report and calibrate read synthetic records.
 
 Classes: a checkpoint manifest that contradicts its run; records that end before the
@@ -34,7 +34,6 @@ from text_data import reviews, write_jsonl
 import cli
 from pipeplan.errors import BadArgumentError, Stopped
 
-finished_run = test_hostile.finished_run
 MORE = ["--epochs", "2"]  # a resume that has an epoch to train: only the damage stops it
 
 
@@ -1875,7 +1874,7 @@ def test_the_entry_resume_trains_run_json_not_a_stale_run_resume_json(mid_epoch_
 
 def _prepared_for_torchrun(tmp_path: Path, capsys) -> Path:
     """`finished_run`'s run prepared for torchrun (`--prepare-only`), not started: runs/r."""
-    from test_hostile import FINISHED
+    from conftest import FINISHED
 
     from pipeplan.fileio import release_directory
 

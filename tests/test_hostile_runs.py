@@ -1,6 +1,6 @@
 """Hostile run directories, records and checkpoints, found by an independent round (the
 fifth): each refusal asserts exit code 2, exactly one line `pipeplan: error: …` naming what
-is wrong, and that no file changed. Real runs are the one `finished_run` of test_hostile
+is wrong, and that no file changed. Real runs are the one `finished_run` (conftest)
 (1 rank, 1 epoch of 2 steps, its checkpoint `step-2`), copied per case; records are written
 cheaply by `write_run`.
 """
@@ -16,16 +16,12 @@ import signal
 from pathlib import Path
 
 import pytest
-import test_hostile
 from test_hostile import copy_run, refused
 from test_report import elastic_records, write_run
 
 import cli
 from executor.planning import shipped_profile
 from pipeplan.formats import Profile, load
-
-# test_hostile's module-scoped real run, one per module that uses it.
-finished_run = test_hostile.finished_run
 
 # ----------------------------------------------------------------------------- run directories
 
