@@ -759,16 +759,19 @@ def test_grad_history_has_one_entry_per_decision_auto_made(case):
     assert gradient_decisions(manifest, phases, cfg.model_copy(update={"freeze": "none"})) == 0
 
 
-# 1 rank, 2 epochs of 2 steps, --freeze auto: its final checkpoint step-4 holds the one
-# measurement of the decision at epoch 0's end.
-AUTO = ["--nproc", "1", "--epochs", "2", "--max-steps-per-epoch", "2", "--freeze", "auto"]
+# 1 rank, 2 epochs of EPOCH steps, --freeze auto: its final checkpoint step-10 (the only one
+# kept) holds the one measurement of the decision at epoch 0's end.
+AUTO_END = 10
 
 
 @pytest.fixture(scope="module")
-def auto_run(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("auto")
-    assert cli.main(["run", *AUTO, "--name", "a", "--runs-dir", str(root)]) == 0
-    return root / "a"
+def auto_run(boundary_run, tmp_path_factory) -> Path:
+    """`boundary_run` (BOUNDARY: 2 epochs of EPOCH steps, --freeze auto; one run less to
+    train) with its final checkpoint step-10 its only one: a copy without step-5."""
+    run = copy_run(boundary_run, tmp_path_factory.mktemp("auto"))
+    shutil.rmtree(run / "checkpoints" / f"step-{EPOCH}")
+    assert (run / "checkpoints" / "latest").read_text() == f"step-{AUTO_END}\n"
+    return run
 
 
 @pytest.mark.multiprocess
@@ -782,7 +785,8 @@ def test_resume_refuses_a_grad_history_of_another_length(auto_run, tmp_path, cap
     (entry,) = json.loads(_manifest(run).read_text())["grad_history"]
     _edit_manifest(run, grad_history=[entry] * entries)
     fragment = (
-        f"grad_history: {entries} entries, but --freeze auto made 1 gradient decision by step 4"
+        f"grad_history: {entries} entries, but --freeze auto made 1 gradient decision by step "
+        f"{AUTO_END}"
     )
     refused(["run", "--resume", str(run), "--epochs", "3"], tmp_path, capsys, (fragment,))
 
@@ -812,7 +816,10 @@ def test_resume_compares_run_json_with_its_checkpoints_before_acting_on_it(
     monkeypatch.syspath_prepend(str(tmp_path))
     run = copy_run(auto_run, tmp_path)
     test_hostile.edit_run_json(run, **{field: value})
-    fragments = (f"{run / 'run.json'}: {field} is {json.dumps(value)}", "step-4/manifest.json")
+    fragments = (
+        f"{run / 'run.json'}: {field} is {json.dumps(value)}",
+        f"step-{AUTO_END}/manifest.json",
+    )
     refused(["run", "--resume", str(run), "--epochs", "3"], tmp_path / "runs", capsys, fragments)
     assert not (tmp_path / "IMPORTED").exists()
 
@@ -876,7 +883,9 @@ def test_a_resumed_runs_grad_history_is_its_decisions(auto_run, tmp_path):
 
     run = copy_run(auto_run, tmp_path)
     assert cli.main(["run", "--resume", str(run), "--epochs", "4"]) == 0
-    manifest = load(CheckpointManifest, run / "checkpoints" / "step-8" / "manifest.json")
+    manifest = load(
+        CheckpointManifest, run / "checkpoints" / f"step-{2 * AUTO_END}" / "manifest.json"
+    )
     assert len(manifest.grad_history) == 2
     cfg = load(RunConfig, run / "run.json").model_copy(update={"epochs": 5})
     check_manifest_records(manifest, read_records(run / "run.jsonl"), run, cfg)
