@@ -50,6 +50,30 @@ def gloo_ranks_module():
     return run
 
 
+# A real run's flags: 1 rank, 1 epoch of 2 steps.
+FINISHED = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "2"]
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory) -> Path:
+    """A real run (FINISHED), finished with its final checkpoint: what `--resume` reads.
+    Made once per test process (each pytest-xdist worker), not once per module: test_hostile
+    and the test_hostile_* files read it. Each test resumes or edits a copy (`copy_run`);
+    what reads the run itself (export, report) changes none of its files: checked at the
+    end of the session, as no test may leave it changed for the next file's."""
+    import cli
+
+    root = tmp_path_factory.mktemp("finished")
+    assert cli.main(["run", *FINISHED, "--name", "r", "--runs-dir", str(root)]) == 0
+    made = _files(root / "r")
+    yield root / "r"
+    assert _files(root / "r") == made, "a test changed the shared finished_run"
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
 @pytest.fixture
 def single_rank_group():
     """A one-rank gloo process group in the test's own process."""

@@ -119,10 +119,14 @@ def config(cache: bool, budget: int):
     )
 
 
-def _train_counting(rank, world, run_dir, out):
-    """One rank of a run, its Trainer instrumented: which training samples' prefix it
-    computes from the input (matched by content within the batch being fed), the rows
-    `prepare_cache` computes from inputs (the shape probe only) and the rows it advances."""
+def _train_counting(rank, world, *run_dirs):
+    """One rank of each run of `run_dirs` in turn (one process group: the ranks start once),
+    its Trainer instrumented: which training samples' prefix it computes from the input
+    (matched by content within the batch being fed), the rows `prepare_cache` computes from
+    inputs (the shape probe only) and the rows it advances; counted per run, into the run's
+    directory (rank{rank}.json)."""
+    import torch.distributed as dist
+
     from executor import cache as cache_module
     from executor import worker
     from executor.planning import RunPlanner
@@ -173,21 +177,26 @@ def _train_counting(rank, world, run_dir, out):
     worker.Trainer.prepare_cache = prepare_cache
     cache_module.ActivationCache.advance_rows = advance_rows
 
-    cfg = load(RunConfig, run_dir / "run.json")
-    trainer = worker.Trainer(cfg, run_dir, RunPlanner.for_run(run_dir, cfg), torch.device("cpu"))
-    trainer.train()
-    state = {str(k): v for k, v in computed.items()}
-    (out / f"rank{rank}.json").write_text(json.dumps({"computed": state, **counts}))
+    for run_dir in run_dirs:
+        computed.clear()
+        counts.update(prepare_rows=0, advanced_rows=0)
+        cfg = load(RunConfig, run_dir / "run.json")
+        planner = RunPlanner.for_run(run_dir, cfg)
+        worker.Trainer(cfg, run_dir, planner, torch.device("cpu")).train()
+        state = {str(k): v for k, v in computed.items()}
+        (run_dir / f"rank{rank}.json").write_text(json.dumps({"computed": state, **counts}))
+        dist.barrier()  # the next run starts on every rank at once
 
 
-def run_instrumented(root: Path, name: str, cache: bool, budget: int) -> Path:
+def run_instrumented(root: Path, *runs: tuple[str, bool, int]) -> list[Path]:
+    """Each run of `runs` (name, cache, budget), prepared under `root`, trained on 2 gloo
+    ranks that start once for all of them (`_train_counting`)."""
     from executor.launch import prepare
     from pipeplan.spawn import run_gloo_ranks
 
-    cfg = config(cache, budget).model_copy(update={"name": name})
-    run_dir = prepare(cfg, root)
-    run_gloo_ranks(_train_counting, 2, (run_dir, run_dir), deadline_s=300, what="instrumented run")
-    return run_dir
+    run_dirs = [prepare(config(c, b).model_copy(update={"name": n}), root) for n, c, b in runs]
+    run_gloo_ranks(_train_counting, 2, tuple(run_dirs), deadline_s=300, what="instrumented runs")
+    return run_dirs
 
 
 def drawn_samples(replicas_per_epoch: list[int]) -> list[set[int]]:
@@ -224,7 +233,11 @@ ROW_BYTES, BUDGET_ROWS = 17 * 128 * 4, 700
 def test_two_replicas_compute_each_prefix_once_and_match_no_cache(tmp_path):
     from pipeplan.formats import PhaseRecord, StepRecord, read_records
 
-    run_dir = run_instrumented(tmp_path, "cache", True, BUDGET_ROWS * ROW_BYTES)
+    # The run without a cache (the parameters to match) trains after it on the same ranks.
+    budget = BUDGET_ROWS * ROW_BYTES
+    run_dir, reference = run_instrumented(
+        tmp_path, ("cache", True, budget), ("nocache", False, budget)
+    )
     records = list(read_records(run_dir / "run.jsonl"))
     phases = [r for r in records if isinstance(r, PhaseRecord)]
     shapes = [(p.layout.frozen_layers, p.layout.replicas, p.layout.cached) for p in phases]
@@ -261,7 +274,6 @@ def test_two_replicas_compute_each_prefix_once_and_match_no_cache(tmp_path):
     assert hits == len(FREEZE) * STEPS * BATCH - len(everything) > 0
 
     # Same parameters as the run without a cache (bitwise: same rows, same arithmetic).
-    reference = run_instrumented(tmp_path, "nocache", False, BUDGET_ROWS * ROW_BYTES)
     got, expected = final_parameters(run_dir), final_parameters(reference)
     assert got.keys() == expected.keys()
     for key in got:

@@ -616,16 +616,7 @@ def test_the_largest_allowed_inputs_finish_within_memory_and_time(tmp_path, extr
 
 # ----------------------------------------------------------------------------- resume
 
-FINISHED = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "2"]
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    """A real run (1 rank, 1 epoch of 2 steps), finished with its final checkpoint: what
-    `--resume` reads. Each test resumes a copy."""
-    root = tmp_path_factory.mktemp("finished")
-    assert cli.main(["run", *FINISHED, "--name", "r", "--runs-dir", str(root)]) == 0
-    return root / "r"
+# `finished_run` (conftest): a real run of FINISHED, shared by the test_hostile_* files.
 
 
 def copy_run(run: Path, tmp_path: Path) -> Path:

@@ -3,7 +3,7 @@ a single class, a garbled tokenizer JSON, weights stored with an integer dtype o
 (in a model folder and in a run's own checkpoint), and data edited after a run started. Each
 case asserts exit code 2, one line `pipeplan: error: …` naming the file and what is wrong,
 and that no file changed (`refused`). Runs are `--prepare-only` unless the case needs a
-checkpoint (the shared `finished_run`)."""
+checkpoint (the shared `finished_run`, conftest)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import struct
 from pathlib import Path
 
 import pytest
-import test_hostile
 import torch
 from test_hostile import copy_run, refused
 from text_data import bert_checkpoint, make_tokenizer, reviews, write_jsonl
@@ -24,8 +23,6 @@ import cli
 from executor import text as text_files
 from pipeplan import models
 from pipeplan.errors import InputFileError
-
-finished_run = test_hostile.finished_run  # the shared module-scoped finished run (a fixture)
 
 
 @pytest.fixture(scope="module")

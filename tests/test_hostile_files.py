@@ -4,7 +4,7 @@ export of a run without a checkpoint or whose checkpoints/ is a link, the hint f
 bits, and (the eleventh round) a plan edited to contradict itself. Each refusal asserts exit
 code 2, one line `pipeplan: error: …` naming the file and what is wrong, and that no file
 changed. Runs are `--prepare-only` unless the case needs a checkpoint (the shared
-`finished_run`)."""
+`finished_run`, conftest)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import stat
 from pathlib import Path
 
 import pytest
-import test_hostile
 import test_hostile_data
 from test_hostile import PREVIEW, copy_run, refused
 from text_data import reviews, write_jsonl
@@ -26,7 +25,6 @@ from text_data import reviews, write_jsonl
 import cli
 from executor.planning import shipped_profile
 
-finished_run = test_hostile.finished_run  # the shared module-scoped finished run (a fixture)
 made = test_hostile_data.made  # a small BERT checkpoint, its tokenizer and profile (a fixture)
 
 HUGE = 3 << 30  # bytes: a sparse file this long uses no disk, and reading it whole fails

@@ -1,6 +1,6 @@
 """Hostile resumes and repeated inputs (an independent round's findings), by class: each case
 asserts exit code 2, exactly one line `pipeplan: error: …` naming the file and field, and
-that no file of the run changed (`refused`). The one real run is test_hostile's module-scoped
+that no file of the run changed (`refused`). The one real run is the shared (conftest)
 `finished_run` (1 rank, 1 epoch of 2 steps); report and calibrate read synthetic records.
 
 Classes: a checkpoint manifest that contradicts its run; records that end before the
@@ -34,7 +34,6 @@ from text_data import reviews, write_jsonl
 import cli
 from pipeplan.errors import BadArgumentError, Stopped
 
-finished_run = test_hostile.finished_run
 MORE = ["--epochs", "2"]  # a resume that has an epoch to train: only the damage stops it
 
 
@@ -760,16 +759,19 @@ def test_grad_history_has_one_entry_per_decision_auto_made(case):
     assert gradient_decisions(manifest, phases, cfg.model_copy(update={"freeze": "none"})) == 0
 
 
-# 1 rank, 2 epochs of 2 steps, --freeze auto: its final checkpoint step-4 holds the one
-# measurement of the decision at epoch 0's end.
-AUTO = ["--nproc", "1", "--epochs", "2", "--max-steps-per-epoch", "2", "--freeze", "auto"]
+# 1 rank, 2 epochs of EPOCH steps, --freeze auto: its final checkpoint step-10 (the only one
+# kept) holds the one measurement of the decision at epoch 0's end.
+AUTO_END = 10
 
 
 @pytest.fixture(scope="module")
-def auto_run(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("auto")
-    assert cli.main(["run", *AUTO, "--name", "a", "--runs-dir", str(root)]) == 0
-    return root / "a"
+def auto_run(boundary_run, tmp_path_factory) -> Path:
+    """`boundary_run` (BOUNDARY: 2 epochs of EPOCH steps, --freeze auto; one run less to
+    train) with its final checkpoint step-10 its only one: a copy without step-5."""
+    run = copy_run(boundary_run, tmp_path_factory.mktemp("auto"))
+    shutil.rmtree(run / "checkpoints" / f"step-{EPOCH}")
+    assert (run / "checkpoints" / "latest").read_text() == f"step-{AUTO_END}\n"
+    return run
 
 
 @pytest.mark.multiprocess
@@ -783,7 +785,8 @@ def test_resume_refuses_a_grad_history_of_another_length(auto_run, tmp_path, cap
     (entry,) = json.loads(_manifest(run).read_text())["grad_history"]
     _edit_manifest(run, grad_history=[entry] * entries)
     fragment = (
-        f"grad_history: {entries} entries, but --freeze auto made 1 gradient decision by step 4"
+        f"grad_history: {entries} entries, but --freeze auto made 1 gradient decision by step "
+        f"{AUTO_END}"
     )
     refused(["run", "--resume", str(run), "--epochs", "3"], tmp_path, capsys, (fragment,))
 
@@ -813,7 +816,10 @@ def test_resume_compares_run_json_with_its_checkpoints_before_acting_on_it(
     monkeypatch.syspath_prepend(str(tmp_path))
     run = copy_run(auto_run, tmp_path)
     test_hostile.edit_run_json(run, **{field: value})
-    fragments = (f"{run / 'run.json'}: {field} is {json.dumps(value)}", "step-4/manifest.json")
+    fragments = (
+        f"{run / 'run.json'}: {field} is {json.dumps(value)}",
+        f"step-{AUTO_END}/manifest.json",
+    )
     refused(["run", "--resume", str(run), "--epochs", "3"], tmp_path / "runs", capsys, fragments)
     assert not (tmp_path / "IMPORTED").exists()
 
@@ -877,7 +883,9 @@ def test_a_resumed_runs_grad_history_is_its_decisions(auto_run, tmp_path):
 
     run = copy_run(auto_run, tmp_path)
     assert cli.main(["run", "--resume", str(run), "--epochs", "4"]) == 0
-    manifest = load(CheckpointManifest, run / "checkpoints" / "step-8" / "manifest.json")
+    manifest = load(
+        CheckpointManifest, run / "checkpoints" / f"step-{2 * AUTO_END}" / "manifest.json"
+    )
     assert len(manifest.grad_history) == 2
     cfg = load(RunConfig, run / "run.json").model_copy(update={"epochs": 5})
     check_manifest_records(manifest, read_records(run / "run.jsonl"), run, cfg)
@@ -1772,6 +1780,10 @@ def test_resume_and_export_hold_the_records_to_metrics_csv(
 # `python -m executor.launch RUN [--resume]`, what torchrun starts on every node, made none of
 # the checks `pipeplan run` makes. Each case runs it as torchrun would (one rank, its
 # environment) on a copy of `finished_run`: one line, exit 2, no file of the run changed.
+# A refusal comes before any process group: the refusals run `launch.main` in a fork of this
+# process (`_main_forked`, torch imported already: no start-up of seconds each), but one,
+# test_the_entry_without_resume_refuses_a_run_that_started, which starts the entry as
+# torchrun does (`_entry`: its own interpreter, whose whole stderr is the one line).
 
 ROOT = Path(__file__).resolve().parents[1]
 RANK_ENV = {
@@ -1792,11 +1804,19 @@ def _entry(run: Path, *args: str, timeout: float = 90) -> subprocess.CompletedPr
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _entry_refused(run: Path, *args: str, fragment: tuple[str, ...]) -> None:
+def _entry_refused(run: Path, *args: str, fragment: tuple[str, ...], process: bool = False) -> None:
+    """The entry on `run` with `args` refuses it: exit 2, one line holding every `fragment`,
+    no file of the run changed. In a fork of this process (`_main_forked`, under `_entry`'s
+    environment), or with `process` in a process started as torchrun starts it (`_entry`)."""
     before = snapshot(run)
-    done = _entry(run, *args)
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    if process:
+        done = _entry(run, *args)
+        code, err = done.returncode, done.stderr
+    else:
+        env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
+        code, err = _main_forked([str(run), *args], {**env, **RANK_ENV, "PYTHONPATH": str(ROOT)})
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err[-3000:]
     assert lines[0].startswith("pipeplan: error: ") and all(f in lines[0] for f in fragment)
     assert snapshot(run) == before
 
@@ -1809,7 +1829,8 @@ def test_the_entry_without_resume_refuses_a_run_that_started(finished_run, tmp_p
     --resume, which was then refused as finished)."""
     run = copy_run(finished_run, tmp_path)
     more = f"takes no --epochs; train on with pipeplan run --resume {run} --epochs N > 1"
-    _entry_refused(run, fragment=(str(run), "finished all its 1 epochs", more))
+    # The one refusal in its own process.
+    _entry_refused(run, fragment=(str(run), "finished all its 1 epochs", more), process=True)
 
 
 def test_the_entry_without_resume_says_what_continues_a_started_run(finished_run, tmp_path):
@@ -1884,7 +1905,7 @@ def test_the_entry_resume_trains_run_json_not_a_stale_run_resume_json(mid_epoch_
 
 def _prepared_for_torchrun(tmp_path: Path, capsys) -> Path:
     """`finished_run`'s run prepared for torchrun (`--prepare-only`), not started: runs/r."""
-    from test_hostile import FINISHED
+    from conftest import FINISHED
 
     from pipeplan.fileio import release_directory
 

@@ -1,6 +1,6 @@
 """Hostile run directories, records and checkpoints, found by an independent round (the
 fifth): each refusal asserts exit code 2, exactly one line `pipeplan: error: …` naming what
-is wrong, and that no file changed. Real runs are the one `finished_run` of test_hostile
+is wrong, and that no file changed. Real runs are the one `finished_run` (conftest)
 (1 rank, 1 epoch of 2 steps, its checkpoint `step-2`), copied per case; records are written
 cheaply by `write_run`.
 """
@@ -16,16 +16,12 @@ import signal
 from pathlib import Path
 
 import pytest
-import test_hostile
 from test_hostile import copy_run, refused
 from test_report import elastic_records, write_run
 
 import cli
 from executor.planning import shipped_profile
 from pipeplan.formats import Profile, load
-
-# test_hostile's module-scoped real run, one per module that uses it.
-finished_run = test_hostile.finished_run
 
 # ----------------------------------------------------------------------------- run directories
 
@@ -799,18 +795,18 @@ def test_a_rank_whose_log_is_not_a_plain_file_reports_it_and_writes_nothing(tmp_
     """Found by the nineteenth round: a rank opened logs/rank-R.log following a link (its
     output went outside the run) or blocking on a FIFO (it never started). What is put there
     after the launcher's check is the rank's failure: its report naming the file, one line,
-    exit 1, nothing written. (A rank starts: about 5 s each, for importing torch.)"""
-    import subprocess
-    import sys
+    exit 1, nothing written. The rank's entry (`launch.main`) runs in a fork of this process
+    (`_main_forked`: a rank started anew takes about 5 s, for importing torch); it fails
+    before any process group."""
+    from test_hostile_resume import _main_forked
 
     run, outside = _run_outside(tmp_path)
     log = run / "logs" / "rank-0.log"
     said = _plant(log, kind, outside)
     env = {**os.environ, **RANK_ENV, "TORCHELASTIC_ERROR_FILE": str(log.parent / "r.json")}
-    argv = [sys.executable, "-m", "executor.launch", str(run), "--log-dir", str(log.parent)]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90)
-    assert done.returncode == 1, done.stderr
-    (line,) = done.stderr.splitlines()
+    code, err = _main_forked([str(run), "--log-dir", str(log.parent)], env, timeout=90)
+    assert code == 1, err
+    (line,) = err.splitlines()
     assert line.startswith(f"pipeplan: error: rank 0: {log}: ") and said in line, line
     assert f"{log}: " in json.loads((log.parent / "r.json").read_text())["pipeplan"]["error"]
     assert (outside / "victim.txt").read_text() == "someone else's\n"
