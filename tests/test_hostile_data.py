@@ -1476,3 +1476,56 @@ def test_what_a_tokenizer_prints_without_a_panic_is_passed_on(tmp_path, capfd):
         raise KeyError("passes")
     os.write(2, b"after\n")  # the descriptor is the terminal's again
     assert capfd.readouterr().err == "after\n"
+
+
+# What a text's first CHARS_PER_TOKEN characters a token (768 at --seq-len 12) may hold no
+# token of: spaces, characters the normalizer drops (a zero-width space), one unknown word.
+EMPTY_STARTS = {"spaces": " " * 1100, "zero-width spaces": "\u200b" * 1100, "a URL": "x" * 1100}
+
+
+@pytest.mark.parametrize("start", EMPTY_STARTS)
+def test_a_text_whose_start_holds_no_token_is_read_farther(made, tmp_path, start):
+    """Found by the twenty-seventh round: a text was cut to CHARS_PER_TOKEN characters a token
+    before encoding, and 36 of 40 texts starting with 1,100 spaces trained as all padding at
+    --seq-len 16, silently (transformers encodes them as their words). A text whose cut leaves
+    padding while it goes on is read farther: its ids are the uncut text's."""
+    texts = [EMPTY_STARTS[start] * (i % 2) + row["text"] for i, row in enumerate(reviews(20, 1))]
+    rows = [{"text": t, "label": ["positive", "negative"][i % 2]} for i, t in enumerate(texts)]
+    corpus = text_files.read_corpus(str(write_jsonl(tmp_path / "r.jsonl", rows)), 0)
+    seq = models.build(str(made["checkpoint"]), seq_len=12, padding_mask=True)
+    data = text_files.tokenize(corpus, str(made["tokenizer"]), seq)
+    tok = text_files.load_tokenizer(made["tokenizer"])
+    whole = tok(corpus.train, padding="max_length", truncation=True, max_length=12)["input_ids"]
+    assert data.train.inputs.tolist() == whole
+    assert (data.train.inputs != tok.pad_token_id).sum(dim=1).min() >= 2  # words, not padding
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_text_short_of_the_length_after_the_most_read_is_said(made, tmp_path, capsys, suffix):
+    """Found by the twenty-seventh round: texts whose first 64 characters a token held no token
+    trained as all padding, silently. Read up to 16 times farther, a text still short of
+    --seq-len (here 20,000 spaces before its words: 12,288 characters are read at --seq-len
+    12) is said in one warning naming how many and the first (file and line); the run goes
+    on. A rank's build (`quiet`) says nothing."""
+    texts = [row["text"] for row in reviews(20, seed=1)]
+    texts[5] = texts[9] = " " * 20_000 + texts[5]
+    labels = ["positive", "negative"] * 10
+    if suffix == ".csv":
+        data = csv_file(
+            tmp_path, "text,label", [f"{t},{lab}" for t, lab in zip(texts, labels, strict=True)]
+        )
+    else:
+        rows = [{"text": t, "label": lab} for t, lab in zip(texts, labels, strict=True)]
+        data = write_jsonl(tmp_path / "r.jsonl", rows)
+    assert cli.main(prepare(made, tmp_path, data)) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        f"pipeplan: WARNING: {data}:{6 + (suffix == '.csv')} and 1 other text: fewer than "
+        "--seq-len 12 tokens in the first 12,288 characters, the most read of a text (1,024 a "
+        "token), though the text goes on; trained on those tokens only (remove the whitespace "
+        "or long unknown words before its words to train on them)"
+    ]
+    corpus = text_files.read_corpus(str(data), 0)
+    seq = models.build(str(made["checkpoint"]), seq_len=12, padding_mask=True)
+    text_files.tokenize(corpus, str(made["tokenizer"]), seq, quiet=True)
+    assert capsys.readouterr().err == ""
