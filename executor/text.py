@@ -19,7 +19,8 @@ IGNORE_INDEX at padding. A text is read up to CHARS_PER_TOKEN characters per tok
 length, and farther (up to MAX_READ_GROWTH times) when those leave it short of the length
 while the text goes on; what lies beyond is cut anyway. Padding is the tokenizer's pad token,
 which must be the model's pad_token_id: the model then carries the padding mask between
-stages (docs/architecture.md §4.17).
+stages (docs/architecture.md §4.17). A tokenizer slower than MAX_SECONDS_PER_CHAR a character
+is refused.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -84,6 +86,29 @@ CHARS_PER_TOKEN = 64
 # trained as all padding at --seq-len 16, silently. A text still short at 1,024 characters a
 # token is named in one warning: reading on without bound is what the cut is there to stop.
 MAX_READ_GROWTH = 16
+# The slowest a tokenizer may encode, in seconds a character (CHARS_PER_TEXT more a text).
+# Real fast tokenizers take 0.1-1 µs a character (measured for the twenty-seventh round on
+# a loaded 2-core machine: WordLevel, WordPiece with BERT's normalizer, a GPT-2-style
+# byte-level BPE and a Metaspace Unigram took 0.4-0.9 µs a character of long texts, and
+# 10-30 µs a text besides); 50 µs leaves room for a machine 50 times slower or busier. Found
+# by that round: a Split pre-tokenizer's backtracking regular expression `(a|a)+$` took
+# 0.1-0.2 s a text of 32 characters, each search just under the regex library's retry limit
+# (past it the library panics, which `rust_panics_named` names): hours for 100,000 rows.
+MAX_SECONDS_PER_CHAR = 50e-6
+# What each text counts as beyond its characters: transformers' own cost a text (padding it,
+# returning lists; 10-30 µs) made texts of a few characters look slow a character.
+CHARS_PER_TEXT = 64
+# How long encoding is timed before its pace is judged, again and again: a loaded machine's
+# pauses average out over a second, and a slow tokenizer is refused within a few. Time is the
+# lesser of the wall clock and the process's CPU time: the wall clock runs on while the
+# machine serves others or the process is stopped (Ctrl-Z), the CPU time runs faster while
+# the library's threads encode in parallel; neither is the tokenizer's cost.
+JUDGED_AFTER_SECONDS = 1.0
+# Texts are encoded in chunks, so the pace is measured before most are encoded: the first of
+# FIRST_CHUNK texts, each next one at most twice the last one's texts and what CHUNK_SECONDS
+# takes at the pace measured (a slow tokenizer spends about a chunk past the second judged).
+FIRST_CHUNK = 16
+CHUNK_SECONDS = 0.25
 # How many times longer a tokenizer's Replace normalizers may make a text (the real ones
 # shorten or keep it: Llama's " " → "▁", T5's " {2,}" → " "). Found by the twenty-first round:
 # one Replace of "o" by 1,000 characters took 12 s for 64 texts of --seq-len 128 (0.3 s
@@ -635,8 +660,10 @@ def _warn_read_short(first: str, count: int, length: int) -> None:
 
 
 class _Encoder:
-    """A tokenizer encoding texts at --seq-len `length`. Returns the rows of ids and how many
-    tokens of each are not padding.
+    """A tokenizer encoding texts at --seq-len `length`, in timed chunks: once
+    JUDGED_AFTER_SECONDS of encoding took more than MAX_SECONDS_PER_CHAR a character
+    (CHARS_PER_TEXT more for each text), InputFileError naming tokenizer.json. Returns the
+    rows of ids and how many tokens of each are not padding.
 
         encoder = _Encoder(tok, 16, Path("tok"), "d.jsonl")
         rows, used = encoder(["good film", "bad"])   # [[95, 97, 0, …], …], [2, 1]
@@ -644,13 +671,26 @@ class _Encoder:
 
     def __init__(self, tok: Any, length: int, directory: Path, data: str) -> None:
         self.tok, self.length, self.directory, self.data = tok, length, directory, data
+        self.size = FIRST_CHUNK  # the next chunk's texts at most
+        self.pace = 0.0  # the last chunk's seconds a character (0: none timed yet)
+        # Seconds, characters and texts timed since the pace was last judged.
+        self.seconds, self.chars, self.texts = 0.0, 0, 0
 
     def __call__(self, texts: list[str]) -> tuple[list[list[int]], list[int]]:
-        if not texts:
-            return [], []
-        out = self._encode(texts)
-        _check_lengths(out["input_ids"], self.length, self.directory, self.data)
-        return out["input_ids"], [sum(mask) for mask in out["attention_mask"]]
+        rows: list[list[int]] = []
+        used: list[int] = []
+        start = 0
+        while start < len(texts):
+            chunk = texts[start : self._end(texts, start)]
+            wall, cpu = time.perf_counter(), time.process_time()
+            out = self._encode(chunk)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            self._timed(min(wall, cpu), chunk)
+            _check_lengths(out["input_ids"], self.length, self.directory, self.data)
+            rows += out["input_ids"]
+            used += [sum(mask) for mask in out["attention_mask"]]
+            start += len(chunk)
+        return rows, used
 
     def _encode(self, texts: list[str]) -> Any:
         # The `tokenizers` library raises plain Exceptions when its model cannot encode (a
@@ -667,6 +707,42 @@ class _Encoder:
             raise InputFileError(
                 f"{self.directory}: the tokenizer cannot encode {self.data} ({_first(exc)})"
             ) from None
+
+    def _end(self, texts: list[str], start: int) -> int:
+        """Where the chunk from `start` ends: at most `size` texts, and at most the characters
+        CHUNK_SECONDS takes at the last pace; one text at least."""
+        most = CHUNK_SECONDS / self.pace if self.pace else math.inf
+        end, chars = start, 0
+        while end < min(len(texts), start + self.size):
+            chars += len(texts[end]) + CHARS_PER_TEXT
+            if end > start and chars > most:
+                break
+            end += 1
+        return end
+
+    def _timed(self, seconds: float, chunk: list[str]) -> None:
+        """Counts a chunk's time; judges the pace once JUDGED_AFTER_SECONDS are counted."""
+        chars = sum(len(text) for text in chunk) + CHARS_PER_TEXT * len(chunk)
+        self.pace, self.size = seconds / chars, 2 * len(chunk)
+        self.seconds, self.chars, self.texts = (
+            self.seconds + seconds,
+            self.chars + chars,
+            self.texts + len(chunk),
+        )
+        if self.seconds < JUDGED_AFTER_SECONDS:
+            return
+        pace, seconds, texts = self.seconds / self.chars, self.seconds, self.texts
+        self.seconds, self.chars, self.texts = 0.0, 0, 0
+        if pace <= MAX_SECONDS_PER_CHAR:
+            return
+        named = self.directory / "tokenizer.json"
+        raise InputFileError(
+            f"{named if named.is_file() else self.directory}: the tokenizer took "
+            f"{seconds:.1f} s to encode {texts:,} texts of {self.data}, "
+            f"{pace * 1e6:,.0f} µs a character; at most {MAX_SECONDS_PER_CHAR * 1e6:.0f} µs "
+            "(real tokenizers take about 1 µs; a regular expression of its pre-tokenizer or "
+            "normalizer that backtracks takes this long)"
+        )
 
 
 def _check_lengths(rows: list[list[int]], length: int, directory: Path, data: str) -> None:
@@ -765,7 +841,7 @@ def _check_normalizer(normalizer: dict[str, Any], where: Path) -> None:
     text are bounded (CHARS_PER_TOKEN a token, MAX_READ_GROWTH times that at most), and so
     must be what the normalizer makes of them, before any text is encoded. Pre-tokenizers need
     no bound on length: the library holds Metaspace's replacement to one character, and the
-    others split a text or map a byte to a character.
+    others split a text or map a byte to a character (their time is bounded by `_Encoder`).
 
         _check_normalizer({"type": "Prepend", "prepend": "x" * 100}, where)
         # InputFileError: "…: its normalizer's Prepend rules add up to 100 characters to …"
