@@ -76,7 +76,7 @@ def build_task(
                 _check_classes(len({*corpus.train_labels, *(corpus.eval_labels or [])}), spec)
             seq = _build(cfg, task, classes, padding_mask=True)
             _name_labels(seq, corpus.label_names)
-            data = text.tokenize(corpus, cfg.tokenizer, seq)
+            data = text.tokenize(corpus, cfg.tokenizer, seq, quiet)
         else:
             data = load_data(spec, None, cfg.seed)
             task = cfg.task or data_task(data)

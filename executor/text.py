@@ -16,9 +16,11 @@ CSV: a header row naming a `text` column and optionally a `label` column; its la
 class indices only when every one is a canonical decimal integer ("1", not "01"), else all
 are names. Text without labels trains a causal LM: its labels are the input ids,
 IGNORE_INDEX at padding. A text is read up to CHARS_PER_TOKEN characters per token of the
-length (what lies beyond is cut anyway). Padding is the tokenizer's pad token, which must be
-the model's pad_token_id: the model then carries the padding mask between stages
-(docs/architecture.md §4.17).
+length, and farther (up to MAX_READ_GROWTH times) when those leave it short of the length
+while the text goes on; what lies beyond is cut anyway. Padding is the tokenizer's pad token,
+which must be the model's pad_token_id: the model then carries the padding mask between
+stages (docs/architecture.md §4.17). A tokenizer slower than MAX_SECONDS_PER_CHAR a character
+is refused.
 """
 
 from __future__ import annotations
@@ -28,13 +30,15 @@ import contextlib
 import csv
 import difflib
 import json
+import logging
 import math
 import os
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +61,7 @@ from pipeplan.formats.base import (
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
 
+log = logging.getLogger("pipeplan.run")
 TEXT_SUFFIXES = (".jsonl", ".csv")
 # The keys of a JSONL row and the columns of a CSV header; anything else is refused: a row
 # spelling "lable" trained a decoder on labelled text as a causal LM, silently (22nd round).
@@ -70,11 +75,40 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # parsed by the `tokenizers` library, which names a broken one).
 TOKENIZER_JSON = ("tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 
-Row = tuple[str, Any]  # (text, label as written, or None)
+Row = tuple[str, Any, int]  # (text, label as written or None, line number)
 # Characters of a text the tokenizer sees, per token of --seq-len: far more than any real
 # token needs, so what is cut lies beyond the length anyway. The fast tokenizers encode a whole
 # text before truncating it: a 100 MB line made them abort on a 1.6 GB allocation.
 CHARS_PER_TOKEN = 64
+# How much farther a text is read, doubling, when its first CHARS_PER_TOKEN characters a token
+# leave padding while the text goes on: whitespace makes no token and a long unknown word
+# (a URL, base64) one. Found by the twenty-seventh round: texts starting with 1,100 spaces
+# trained as all padding at --seq-len 16, silently. A text still short at 1,024 characters a
+# token is named in one warning: reading on without bound is what the cut is there to stop.
+MAX_READ_GROWTH = 16
+# The slowest a tokenizer may encode, in seconds a character (CHARS_PER_TEXT more a text).
+# Real fast tokenizers take 0.1-1 µs a character (measured for the twenty-seventh round on
+# a loaded 2-core machine: WordLevel, WordPiece with BERT's normalizer, a GPT-2-style
+# byte-level BPE and a Metaspace Unigram took 0.4-0.9 µs a character of long texts, and
+# 10-30 µs a text besides); 50 µs leaves room for a machine 50 times slower or busier. Found
+# by that round: a Split pre-tokenizer's backtracking regular expression `(a|a)+$` took
+# 0.1-0.2 s a text of 32 characters, each search just under the regex library's retry limit
+# (past it the library panics, which `rust_panics_named` names): hours for 100,000 rows.
+MAX_SECONDS_PER_CHAR = 50e-6
+# What each text counts as beyond its characters: transformers' own cost a text (padding it,
+# returning lists; 10-30 µs) made texts of a few characters look slow a character.
+CHARS_PER_TEXT = 64
+# How long encoding is timed before its pace is judged, again and again: a loaded machine's
+# pauses average out over a second, and a slow tokenizer is refused within a few. Time is the
+# lesser of the wall clock and the process's CPU time: the wall clock runs on while the
+# machine serves others or the process is stopped (Ctrl-Z), the CPU time runs faster while
+# the library's threads encode in parallel; neither is the tokenizer's cost.
+JUDGED_AFTER_SECONDS = 1.0
+# Texts are encoded in chunks, so the pace is measured before most are encoded: the first of
+# FIRST_CHUNK texts, each next one at most twice the last one's texts and what CHUNK_SECONDS
+# takes at the pace measured (a slow tokenizer spends about a chunk past the second judged).
+FIRST_CHUNK = 16
+CHUNK_SECONDS = 0.25
 # How many times longer a tokenizer's Replace normalizers may make a text (the real ones
 # shorten or keep it: Llama's " " → "▁", T5's " {2,}" → " "). Found by the twenty-first round:
 # one Replace of "o" by 1,000 characters took 12 s for 64 texts of --seq-len 128 (0.3 s
@@ -98,6 +132,17 @@ class Corpus:
     train_labels: list[int] | None
     eval_labels: list[int] | None
     label_names: list[str] | None = None  # when the files name their labels
+    # The line each text was read from: TRAIN's file (the one file's) and EVAL's.
+    train_lines: list[int] = field(default_factory=list)
+    eval_lines: list[int] = field(default_factory=list)
+
+    def where(self, held_out: bool, index: int) -> tuple[int, int]:
+        """The file (0: TRAIN's, or the one file's; 1: EVAL's) and line the `index`th training
+        (or `held_out`) text was read from, in the order they were read:
+        `corpus.where(True, 0)` → (0, 12) for a held-out text of line 12 of the one file."""
+        if held_out:
+            return len(self.name.split(",")) - 1, self.eval_lines[index]
+        return 0, self.train_lines[index]
 
     @property
     def labelled(self) -> bool:
@@ -151,7 +196,7 @@ def read_corpus(spec: str, seed: int = 0) -> Corpus:
         if not split:  # an empty EVAL trained with no evaluation at all (held-out accuracy -)
             role = " (the held-out file of --data TRAIN,EVAL)" if index else ""
             raise InputFileError(f"{path}: no rows of text{role}")
-    labelled = {label is not None for split in rows for _, label in split}
+    labelled = {label is not None for split in rows for _, label, _ in split}
     if len(labelled) > 1:
         raise InputFileError(
             f"{spec}: some rows have a label and some do not; label every row (classification) "
@@ -159,11 +204,11 @@ def read_corpus(spec: str, seed: int = 0) -> Corpus:
         )
     names = None  # plain text
     if True in labelled:
-        names = _label_names([label for split in rows for _, label in split])
+        names = _label_names([label for split in rows for _, label, _ in split])
     if len(rows) == 1:
         rows = _hold_out(rows[0], seed)
-    (train, train_labels), (eval_, eval_labels) = (_columns(split, names) for split in rows)
-    return Corpus(spec, train, eval_, train_labels, eval_labels, names or None)
+    train, eval_ = (_columns(split, names) for split in rows)
+    return Corpus(spec, train[0], eval_[0], train[1], eval_[1], names or None, train[2], eval_[2])
 
 
 def _read_rows(path: Path, kinds: _LabelKinds, spellings: _Spellings) -> list[Row]:
@@ -211,7 +256,7 @@ def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellin
             kind = "a name" if isinstance(label, str) else "an integer"
             kinds.see(kind, f"{path}:{number}")
             spellings.see(written, label, f"{path}:{number}")
-        rows.append((item["text"], label))
+        rows.append((item["text"], label, number))
     return rows
 
 
@@ -248,7 +293,7 @@ def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings
         kinds.see(_name_or_none(label), where)
         if label is not None:
             spellings.see(fields[label_at], label, where)
-        rows.append((fields[text_at], label))
+        rows.append((fields[text_at], label, reader.line_num))
     return rows
 
 
@@ -461,23 +506,32 @@ def _hold_out(rows: list[Row], seed: int) -> list[list[Row]]:
     return [[r for r, h in zip(rows, held, strict=True) if h == want] for want in (False, True)]
 
 
-def _columns(rows: list[Row], names: list[str] | None) -> tuple[list[str], list[int] | None]:
-    texts = [text for text, _ in rows]
+def _columns(
+    rows: list[Row], names: list[str] | None
+) -> tuple[list[str], list[int] | None, list[int]]:
+    """The texts, label ids (None for plain text) and line numbers of `rows`."""
+    texts, lines = [text for text, _, _ in rows], [line for _, _, line in rows]
     if names is None:
-        return texts, None
+        return texts, None, lines
     ids = {name: i for i, name in enumerate(names)}
-    return texts, [ids[str(label)] if names else int(label) for _, label in rows]
+    return texts, [ids[str(label)] if names else int(label) for _, label, _ in rows], lines
 
 
 # --------------------------------------------------------------------------- tokenizing
 
 
-def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskData:
+def tokenize(
+    corpus: Corpus, tokenizer: str | None, seq: LayerSequence, quiet: bool = False
+) -> TaskData:
     """Token ids padded or cut to the model's length; labels, or for a causal LM the ids
-    with IGNORE_INDEX at padding."""
+    with IGNORE_INDEX at padding. `quiet`: without the warning on texts read short (given
+    once, by the first build, not once per rank).
+
+        data = tokenize(corpus, "tok/", seq)
+    """
     directory = tokenizer_directory(tokenizer, seq, corpus.name)
     with rust_panics_named(directory):
-        return _tokenize(corpus, directory, seq)
+        return _tokenize(corpus, directory, seq, quiet)
 
 
 @contextlib.contextmanager
@@ -520,7 +574,7 @@ def rust_panics_named(directory: Path) -> Iterator[None]:
         os.close(saved)
 
 
-def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence) -> TaskData:
+def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence, quiet: bool) -> TaskData:
     length = seq.input_shape[0]
     vocab = getattr(seq.config, "vocab_size", None)
     tok = load_tokenizer(
@@ -537,25 +591,15 @@ def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence) -> TaskData:
     # start (CHARS_PER_TOKEN a token). Decoder tokenizers often say 'left', for generation.
     tok.padding_side = tok.truncation_side = "right"
     pad = _pad_id(tok, seq, directory)
+    encoder = _Encoder(tok, length, directory, corpus.name)
 
-    def encode(texts: list[str]) -> torch.Tensor:
-        if not texts:
-            return torch.zeros((0, length), dtype=torch.int64)
-        cut = [text[: CHARS_PER_TOKEN * length] for text in texts]
-        # The `tokenizers` library raises plain Exceptions when its model cannot encode (a
-        # WordPiece vocabulary without its [UNK] token): the tokenizer directory's fault.
-        try:
-            out = tok(cut, padding="max_length", truncation=True, max_length=length)
-        except Exception as exc:
-            raise InputFileError(
-                f"{directory}: the tokenizer cannot encode {corpus.name} ({_first(exc)})"
-            ) from None
-        _check_lengths(out["input_ids"], length, directory, corpus.name)
-        return torch.tensor(out["input_ids"], dtype=torch.int64)
-
-    def split(texts: list[str], labels: list[int] | None) -> TensorPairs:
-        ids = encode(texts)
+    def split(held_out: bool) -> TensorPairs:
+        texts = corpus.eval if held_out else corpus.train
+        rows, short = _read(encoder, texts)
+        read_short.extend(corpus.where(held_out, i) for i in short)
+        ids = torch.tensor(rows, dtype=torch.int64).reshape(len(rows), length)
         if seq.task != "causal-lm":
+            labels = corpus.eval_labels if held_out else corpus.train_labels
             return TensorPairs(ids, torch.tensor(labels or [], dtype=torch.int64))
         from pipeplan.models import IGNORE_INDEX
 
@@ -563,11 +607,142 @@ def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence) -> TaskData:
         targets[ids == pad] = IGNORE_INDEX
         return TensorPairs(ids, targets)
 
-    train = split(corpus.train, corpus.train_labels)
-    eval_ = split(corpus.eval, corpus.eval_labels)
+    read_short: list[tuple[int, int]] = []  # (file, line) of the texts read short
+    train, eval_ = split(held_out=False), split(held_out=True)
     _check_encoded(tok, directory, corpus.name, [train.inputs, eval_.inputs])
     _check_texts_kept(tok, directory, corpus, torch.cat([train.inputs, eval_.inputs]))
+    if read_short and not quiet:
+        file, line = min(read_short)
+        _warn_read_short(f"{corpus.name.split(',')[file]}:{line}", len(read_short), length)
     return TaskData(corpus.name, train, eval_, augmented=False, padded=True)
+
+
+def _read(encoder: _Encoder, texts: list[str]) -> tuple[list[list[int]], list[int]]:
+    """Each text's ids at --seq-len, read up to CHARS_PER_TOKEN characters a token of it and,
+    where those leave padding while the text goes on, farther, doubling, up to
+    MAX_READ_GROWTH times; and the indices of the texts still short of --seq-len then.
+
+        rows, short = _read(encoder, ["good film", " " * 2000 + "good film"])   # short: []
+    """
+    reach = CHARS_PER_TOKEN * encoder.length
+    rows, used = encoder([text[:reach] for text in texts])
+    short = [i for i, n in enumerate(used) if n < encoder.length and len(texts[i]) > reach]
+    while short and reach < MAX_READ_GROWTH * CHARS_PER_TOKEN * encoder.length:
+        reach *= 2
+        again, used = encoder([texts[i][:reach] for i in short])
+        for i, row in zip(short, again, strict=True):
+            rows[i] = row
+        short = [
+            i
+            for i, n in zip(short, used, strict=True)
+            if n < encoder.length and len(texts[i]) > reach
+        ]
+    return rows, short
+
+
+def _warn_read_short(first: str, count: int, length: int) -> None:
+    """One warning for the `count` texts (the `first` where it was read) whose most characters
+    read (MAX_READ_GROWTH · CHARS_PER_TOKEN a token) still leave padding though they go on:
+    they train on those characters' tokens, and the exported model, reading them whole, would
+    see more.
+
+        _warn_read_short("d.jsonl:7", 2, 16)
+        # "d.jsonl:7 and 1 other text: fewer than --seq-len 16 tokens in the first 16,384 …"
+    """
+    most = MAX_READ_GROWTH * CHARS_PER_TOKEN
+    others = f" and {count - 1:,} other text{'s' if count > 2 else ''}" if count > 1 else ""
+    log.warning(
+        f"{first}{others}: fewer than --seq-len {length} tokens in the first {most * length:,} "
+        f"characters, the most read of a text ({most:,} a token), though the text goes on; "
+        "trained on those tokens only (remove the whitespace or long unknown words before "
+        "its words to train on them)"
+    )
+
+
+class _Encoder:
+    """A tokenizer encoding texts at --seq-len `length`, in timed chunks: once
+    JUDGED_AFTER_SECONDS of encoding took more than MAX_SECONDS_PER_CHAR a character
+    (CHARS_PER_TEXT more for each text), InputFileError naming tokenizer.json. Returns the
+    rows of ids and how many tokens of each are not padding.
+
+        encoder = _Encoder(tok, 16, Path("tok"), "d.jsonl")
+        rows, used = encoder(["good film", "bad"])   # [[95, 97, 0, …], …], [2, 1]
+    """
+
+    def __init__(self, tok: Any, length: int, directory: Path, data: str) -> None:
+        self.tok, self.length, self.directory, self.data = tok, length, directory, data
+        self.size = FIRST_CHUNK  # the next chunk's texts at most
+        self.pace = 0.0  # the last chunk's seconds a character (0: none timed yet)
+        # Seconds, characters and texts timed since the pace was last judged.
+        self.seconds, self.chars, self.texts = 0.0, 0, 0
+
+    def __call__(self, texts: list[str]) -> tuple[list[list[int]], list[int]]:
+        rows: list[list[int]] = []
+        used: list[int] = []
+        start = 0
+        while start < len(texts):
+            chunk = texts[start : self._end(texts, start)]
+            wall, cpu = time.perf_counter(), time.process_time()
+            out = self._encode(chunk)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            self._timed(min(wall, cpu), chunk)
+            _check_lengths(out["input_ids"], self.length, self.directory, self.data)
+            rows += out["input_ids"]
+            used += [sum(mask) for mask in out["attention_mask"]]
+            start += len(chunk)
+        return rows, used
+
+    def _encode(self, texts: list[str]) -> Any:
+        # The `tokenizers` library raises plain Exceptions when its model cannot encode (a
+        # WordPiece vocabulary without its [UNK] token): the tokenizer directory's fault.
+        try:
+            return self.tok(
+                texts,
+                padding="max_length",
+                truncation=True,
+                max_length=self.length,
+                return_attention_mask=True,
+            )
+        except Exception as exc:
+            raise InputFileError(
+                f"{self.directory}: the tokenizer cannot encode {self.data} ({_first(exc)})"
+            ) from None
+
+    def _end(self, texts: list[str], start: int) -> int:
+        """Where the chunk from `start` ends: at most `size` texts, and at most the characters
+        CHUNK_SECONDS takes at the last pace; one text at least."""
+        most = CHUNK_SECONDS / self.pace if self.pace else math.inf
+        end, chars = start, 0
+        while end < min(len(texts), start + self.size):
+            chars += len(texts[end]) + CHARS_PER_TEXT
+            if end > start and chars > most:
+                break
+            end += 1
+        return end
+
+    def _timed(self, seconds: float, chunk: list[str]) -> None:
+        """Counts a chunk's time; judges the pace once JUDGED_AFTER_SECONDS are counted."""
+        chars = sum(len(text) for text in chunk) + CHARS_PER_TEXT * len(chunk)
+        self.pace, self.size = seconds / chars, 2 * len(chunk)
+        self.seconds, self.chars, self.texts = (
+            self.seconds + seconds,
+            self.chars + chars,
+            self.texts + len(chunk),
+        )
+        if self.seconds < JUDGED_AFTER_SECONDS:
+            return
+        pace, seconds, texts = self.seconds / self.chars, self.seconds, self.texts
+        self.seconds, self.chars, self.texts = 0.0, 0, 0
+        if pace <= MAX_SECONDS_PER_CHAR:
+            return
+        named = self.directory / "tokenizer.json"
+        raise InputFileError(
+            f"{named if named.is_file() else self.directory}: the tokenizer took "
+            f"{seconds:.1f} s to encode {texts:,} texts of {self.data}, "
+            f"{pace * 1e6:,.0f} µs a character; at most {MAX_SECONDS_PER_CHAR * 1e6:.0f} µs "
+            "(real tokenizers take about 1 µs; a regular expression of its pre-tokenizer or "
+            "normalizer that backtracks takes this long)"
+        )
 
 
 def _check_lengths(rows: list[list[int]], length: int, directory: Path, data: str) -> None:
@@ -663,10 +838,10 @@ def _check_backend(tok: Any, directory: Path, length: int) -> None:
 def _check_normalizer(normalizer: dict[str, Any], where: Path) -> None:
     """A normalizer (tokenizer.json's, as JSON) may make a text at most MAX_REPLACE_GROWTH
     times longer and add at most MAX_ADDED_CHARS characters to it: the characters read from a
-    text are bounded (CHARS_PER_TOKEN a token), and so must be what the normalizer makes of
-    them, before any text is encoded. Pre-tokenizers need no bound: the library holds
-    Metaspace's replacement to one character, and the others split a text or map a byte to a
-    character.
+    text are bounded (CHARS_PER_TOKEN a token, MAX_READ_GROWTH times that at most), and so
+    must be what the normalizer makes of them, before any text is encoded. Pre-tokenizers need
+    no bound on length: the library holds Metaspace's replacement to one character, and the
+    others split a text or map a byte to a character (their time is bounded by `_Encoder`).
 
         _check_normalizer({"type": "Prepend", "prepend": "x" * 100}, where)
         # InputFileError: "…: its normalizer's Prepend rules add up to 100 characters to …"

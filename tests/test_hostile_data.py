@@ -1473,3 +1473,144 @@ def test_what_a_tokenizer_prints_without_a_panic_is_passed_on(tmp_path, capfd):
         raise KeyError("passes")
     os.write(2, b"after\n")  # the descriptor is the terminal's again
     assert capfd.readouterr().err == "after\n"
+
+
+# A regular expression that backtracks: `(a|a)+$` tries 2^n ways on n a's before a 'c'. Texts
+# of 20 a's cost ~0.05 s of CPU each (22 go past the regex library's retry limit: a panic).
+BACKTRACKING = {"Regex": "(a|a)+$"}
+SLOW_REGEXES = {
+    "a Split pre-tokenizer": lambda doc: doc.update(
+        pre_tokenizer={
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": BACKTRACKING, "behavior": "Isolated", "invert": False},
+                doc["pre_tokenizer"],
+            ],
+        }
+    ),
+    "a Replace normalizer": lambda doc: doc.update(
+        normalizer={
+            "type": "Sequence",
+            "normalizers": [
+                doc["normalizer"],
+                {"type": "Replace", "pattern": BACKTRACKING, "content": "b"},
+            ],
+        }
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", SLOW_REGEXES)
+def test_a_tokenizer_regex_that_backtracks_is_refused_in_seconds(made, tmp_path, capsys, case):
+    """Found by the twenty-seventh round: a Split pre-tokenizer of `(a|a)+$` (a Replace
+    normalizer likewise) cost 0.1-0.2 s a text of 32 characters, just under the regex
+    library's retry limit: 31 s for 200 rows of `run --prepare-only`, hours for 100,000.
+    Encoding is timed in chunks: once a second of it took more than 50 µs a character (real
+    tokenizers: about 1), one line names tokenizer.json, the pace and the bound, within
+    seconds."""
+    import time
+
+    tok = _edited_tokenizer_json(made, tmp_path, SLOW_REGEXES[case])
+    rows = [
+        {"text": f"great film {'a' * 20}c", "label": ["positive", "negative"][i % 2]}
+        for i in range(100)
+    ]
+    argv = prepare(made, tmp_path, write_jsonl(tmp_path / "slow.jsonl", rows), tokenizer=tok)
+    began = time.perf_counter()
+    fragments = (f"{tok / 'tokenizer.json'}: the tokenizer took ", "µs a character; at most 50 µs")
+    refused(argv, tmp_path, capsys, fragments)
+    assert time.perf_counter() - began < 30
+
+
+class _FakeTokenizer:
+    """Encodes every text as one token, taking `seconds` a call: asleep (wall-clock time
+    only, as a stopped or crowded-out process), or busy (CPU time too, as a slow regex)."""
+
+    def __init__(self, seconds: float, busy: bool) -> None:
+        self.seconds, self.busy, self.calls = seconds, busy, 0
+
+    def __call__(self, texts: list[str], max_length: int, **options) -> dict:
+        import time
+
+        self.calls += 1
+        if not self.busy:
+            time.sleep(self.seconds)
+        end = time.process_time() + self.seconds
+        while self.busy and time.process_time() < end:
+            pass
+        ids = [[5] + [0] * (max_length - 1) for _ in texts]
+        return {"input_ids": ids, "attention_mask": [[1] + [0] * (max_length - 1)] * len(texts)}
+
+
+def test_encoding_is_judged_slow_by_its_cost_not_by_a_pause(tmp_path):
+    """Twenty-seventh round (the time bound on tokenizing): the pace is judged on the lesser
+    of the wall clock and the CPU time, and only once a second is counted. A tokenizer that
+    waits 0.3 s a call (a stopped process, a crowded machine) is not refused; one that
+    computes as long is, once a second is counted (within a chunk more)."""
+    import time
+
+    texts = ["good film"] * 200
+    asleep = _FakeTokenizer(0.3, busy=False)
+    encoder = text_files._Encoder(asleep, 4, tmp_path, "d.jsonl")
+    began = time.perf_counter()
+    rows, used = encoder(texts)
+    assert time.perf_counter() - began > 1.0 and len(rows) == 200 and used == [1] * 200
+    busy = _FakeTokenizer(0.3, busy=True)
+    began = time.process_time()
+    with pytest.raises(InputFileError, match=r"d\.jsonl, [\d,]+ µs a character; at most 50 µs"):
+        text_files._Encoder(busy, 4, tmp_path, "d.jsonl")(texts)
+    assert time.process_time() - began >= 1.0 and busy.calls == 4  # 1.2 s: judged, refused
+
+
+# What a text's first CHARS_PER_TOKEN characters a token (768 at --seq-len 12) may hold no
+# token of: spaces, characters the normalizer drops (a zero-width space), one unknown word.
+EMPTY_STARTS = {"spaces": " " * 1100, "zero-width spaces": "\u200b" * 1100, "a URL": "x" * 1100}
+
+
+@pytest.mark.parametrize("start", EMPTY_STARTS)
+def test_a_text_whose_start_holds_no_token_is_read_farther(made, tmp_path, start):
+    """Found by the twenty-seventh round: a text was cut to CHARS_PER_TOKEN characters a token
+    before encoding, and 36 of 40 texts starting with 1,100 spaces trained as all padding at
+    --seq-len 16, silently (transformers encodes them as their words). A text whose cut leaves
+    padding while it goes on is read farther: its ids are the uncut text's."""
+    texts = [EMPTY_STARTS[start] * (i % 2) + row["text"] for i, row in enumerate(reviews(20, 1))]
+    rows = [{"text": t, "label": ["positive", "negative"][i % 2]} for i, t in enumerate(texts)]
+    corpus = text_files.read_corpus(str(write_jsonl(tmp_path / "r.jsonl", rows)), 0)
+    seq = models.build(str(made["checkpoint"]), seq_len=12, padding_mask=True)
+    data = text_files.tokenize(corpus, str(made["tokenizer"]), seq)
+    tok = text_files.load_tokenizer(made["tokenizer"])
+    whole = tok(corpus.train, padding="max_length", truncation=True, max_length=12)["input_ids"]
+    assert data.train.inputs.tolist() == whole
+    assert (data.train.inputs != tok.pad_token_id).sum(dim=1).min() >= 2  # words, not padding
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_text_short_of_the_length_after_the_most_read_is_said(made, tmp_path, capsys, suffix):
+    """Found by the twenty-seventh round: texts whose first 64 characters a token held no token
+    trained as all padding, silently. Read up to 16 times farther, a text still short of
+    --seq-len (here 20,000 spaces before its words: 12,288 characters are read at --seq-len
+    12) is said in one warning naming how many and the first (file and line); the run goes
+    on. A rank's build (`quiet`) says nothing."""
+    texts = [row["text"] for row in reviews(20, seed=1)]
+    texts[5] = texts[9] = " " * 20_000 + texts[5]
+    labels = ["positive", "negative"] * 10
+    if suffix == ".csv":
+        data = csv_file(
+            tmp_path, "text,label", [f"{t},{lab}" for t, lab in zip(texts, labels, strict=True)]
+        )
+    else:
+        rows = [{"text": t, "label": lab} for t, lab in zip(texts, labels, strict=True)]
+        data = write_jsonl(tmp_path / "r.jsonl", rows)
+    assert cli.main(prepare(made, tmp_path, data)) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        f"pipeplan: WARNING: {data}:{6 + (suffix == '.csv')} and 1 other text: fewer than "
+        "--seq-len 12 tokens in the first 12,288 characters, the most read of a text (1,024 a "
+        "token), though the text goes on; trained on those tokens only (remove the whitespace "
+        "or long unknown words before its words to train on them)"
+    ]
+    corpus = text_files.read_corpus(str(data), 0)
+    seq = models.build(str(made["checkpoint"]), seq_len=12, padding_mask=True)
+    text_files.tokenize(corpus, str(made["tokenizer"]), seq, quiet=True)
+    assert capsys.readouterr().err == ""
