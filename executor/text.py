@@ -7,7 +7,9 @@ a local tokenizer directory and padded or cut to the model's sequence length.
 
 JSONL: one object per line with a string "text" and, for classification, a "label": a JSON
 integer ≥ 0 (a class index) or a JSON string (a name, always: "1" is the name "1"); names are
-numbered in sorted order and become the exported model's id2label. A name is read without the
+numbered in sorted order, or as the model's config.json numbers them when its id2label names
+the same classes (`models.label_order`; `tokenize` follows the model), and become the
+exported model's id2label. A name is read without the
 whitespace around it (a CSV written "text, label" style), so one corpus must spell each name
 one way: "a" beside " a" is refused, naming both rows, rather than merged into one class; so
 are two names a reader cannot tell apart (NFC "café" beside NFD "café", "pos" beside "pos"
@@ -26,6 +28,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import csv
+import dataclasses
 import difflib
 import json
 import math
@@ -109,6 +112,25 @@ class Corpus:
         if self.label_names is not None:
             return len(self.label_names)
         return 1 + max([*(self.train_labels or []), *(self.eval_labels or []), 0])
+
+    def numbered(self, order: list[str]) -> Corpus:
+        """This corpus with its named labels numbered in `order`, the same names in another
+        order (a model's id2label: `models.label_order`).
+
+            corpus.numbered(["pos", "neg"]).train_labels   # [0, 1] where "pos", "neg"
+        """
+        if self.label_names is None or order == self.label_names:
+            return self
+        if sorted(order) != sorted(self.label_names):
+            raise ValueError(f"{order} are not the names {self.label_names} in another order")
+        at = {name: i for i, name in enumerate(order)}
+        new = [at[name] for name in self.label_names]  # old id → new id
+        return dataclasses.replace(
+            self,
+            train_labels=[new[i] for i in self.train_labels or []],
+            eval_labels=[new[i] for i in self.eval_labels or []],
+            label_names=list(order),
+        )
 
 
 def is_text_spec(spec: str) -> bool:
@@ -474,7 +496,12 @@ def _columns(rows: list[Row], names: list[str] | None) -> tuple[list[str], list[
 
 def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskData:
     """Token ids padded or cut to the model's length; labels, or for a causal LM the ids
-    with IGNORE_INDEX at padding."""
+    with IGNORE_INDEX at padding. Named labels take the ids `seq`'s id2label gives them when
+    it names the same classes (`models.build(label_names=…)` made it so), else sorted ones."""
+    if seq.task == "classification" and corpus.label_names is not None:
+        rows = [seq.config.id2label[i] for i in range(seq.config.num_labels)]
+        if sorted(rows) == sorted(corpus.label_names):  # the same names: the model's numbering
+            corpus = corpus.numbered(rows)
     directory = tokenizer_directory(tokenizer, seq, corpus.name)
     with rust_panics_named(directory):
         return _tokenize(corpus, directory, seq)

@@ -1476,3 +1476,99 @@ def test_what_a_tokenizer_prints_without_a_panic_is_passed_on(tmp_path, capfd):
         raise KeyError("passes")
     os.write(2, b"after\n")  # the descriptor is the terminal's again
     assert capfd.readouterr().err == "after\n"
+
+
+# ----------------------------------------------------------------------------- twenty-seventh round
+# Named labels numbered as the checkpoint's id2label numbers them (F5).
+
+
+def _named_checkpoint(made, tmp_path: Path, names: list[str]) -> Path:
+    """A copy of the BERT checkpoint whose config.json names its head's rows `names`."""
+    model = Path(shutil.copytree(made["checkpoint"], tmp_path / "named"))
+    config = json.loads((model / "config.json").read_text())
+    config["id2label"] = dict(enumerate(names))
+    config["label2id"] = {name: i for i, name in enumerate(names)}
+    (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
+def _head(folder: Path) -> torch.Tensor:
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")["classifier.weight"]
+
+
+@pytest.mark.timeout(120)
+def test_named_labels_take_the_ids_the_checkpoints_id2label_gives(made, tmp_path, capsys):
+    """Found by the twenty-seventh round: a checkpoint whose config.json said id2label
+    {0: positive, 1: negative} kept its head while the data's names were numbered sorted
+    (negative 0, positive 1): every row of the pretrained head meant the other class, and the
+    export said so, without a word. The names now take the config's ids: data.json, the
+    tokenized labels, the built model and the export all say positive 0, negative 1, the
+    head kept as it was; a resume's check of data.json agrees, and config.json reordered
+    since is named as edited."""
+    from executor.task import build_task, check_data
+    from pipeplan.formats import RunConfig
+
+    model = _named_checkpoint(made, tmp_path, ["positive", "negative"])
+    rows = reviews(20, seed=1)
+    data = write_jsonl(tmp_path / "reviews.jsonl", rows)
+    assert cli.main(prepare(made, tmp_path, data, model=model)) == 0
+    assert "WARNING" not in capsys.readouterr().err  # the head is the checkpoint's, kept
+    run = tmp_path / "runs" / "r"
+    assert json.loads((run / "data.json").read_text())["label_names"] == ["positive", "negative"]
+    cfg = RunConfig.model_validate_json((run / "run.json").read_text())
+    seq, task_data = build_task(cfg, quiet=True)
+    assert seq.config.id2label == {0: "positive", 1: "negative"}
+    texts = text_files.read_corpus(str(data), cfg.seed)
+    want = [0 if row["label"] == "positive" else 1 for row in rows]
+    by_text = dict(zip([row["text"] for row in rows], want, strict=True))
+    assert task_data.train.labels.tolist() == [by_text[t] for t in texts.train]
+    assert task_data.eval.labels.tolist() == [by_text[t] for t in texts.eval]
+    out = models.export(seq, tmp_path / "out")
+    assert json.loads((out / "config.json").read_text())["id2label"] == {
+        "0": "positive",
+        "1": "negative",
+    }
+    assert torch.equal(_head(out), _head(model))  # row 0 still the checkpoint's "positive"
+    check_data(run, cfg)  # a resume or an export numbers them the same way
+    config = json.loads((model / "config.json").read_text())
+    config["id2label"] = {"0": "negative", "1": "positive"}
+    config["label2id"] = {"negative": 0, "positive": 1}
+    (model / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputFileError, match=r"config\.json: edited since the run started"):
+        check_data(run, cfg)
+
+
+@pytest.mark.timeout(120)
+def test_named_labels_of_other_classes_start_a_fresh_head_with_a_notice(made, tmp_path, capsys):
+    """Found by the twenty-seventh round: a checkpoint whose config.json named two other
+    classes ("good", "bad") kept its head for the data's "negative" and "positive", silently:
+    rows trained for other classes. The head now starts afresh (from --seed), as a head of
+    another size does, and one warning names both sets; the names are numbered sorted. A
+    config that names none (transformers' LABEL_0, LABEL_1) still keeps its head."""
+    from executor.task import build_task
+    from pipeplan.formats import RunConfig
+
+    model = _named_checkpoint(made, tmp_path, ["good", "bad"])
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    assert cli.main(prepare(made, tmp_path, data, model=model)) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    warned = [line for line in lines if "WARNING" in line]
+    assert len(warned) == 1, lines
+    for fragment in ("config.json names its classes ['good', 'bad']", "['negative', 'positive']"):
+        assert fragment in warned[0], warned[0]
+    assert "the head starts from random weights (seed 0) with 2 outputs" in warned[0]
+    run = tmp_path / "runs" / "r"
+    assert json.loads((run / "data.json").read_text())["label_names"] == ["negative", "positive"]
+    cfg = RunConfig.model_validate_json((run / "run.json").read_text())
+    seq = build_task(cfg, quiet=True)[0]
+    assert seq.config.id2label == {0: "negative", 1: "positive"}
+    head = seq.hf_model.classifier
+    assert not torch.equal(head.weight.detach(), _head(model))
+    again = build_task(cfg, quiet=True)[0].hf_model.classifier
+    assert torch.equal(head.weight.detach(), again.weight.detach())  # every rank draws it alike
+    assert not head.bias.detach().any()  # drawn as transformers draws a head it lacks
+    plain = RunConfig.model_validate({**cfg.model_dump(), "model": str(made["checkpoint"])})
+    kept = build_task(plain, quiet=True)[0].hf_model.classifier.weight.detach()
+    assert torch.equal(kept, _head(made["checkpoint"]))  # LABEL_0, LABEL_1 name nothing
