@@ -1479,7 +1479,7 @@ def test_what_a_tokenizer_prints_without_a_panic_is_passed_on(tmp_path, capfd):
 
 
 # ----------------------------------------------------------------------------- twenty-seventh round
-# Named labels numbered as the checkpoint's id2label numbers them (F5).
+# Named labels numbered as the checkpoint's id2label numbers them (F5); a label only EVAL has (F8).
 
 
 def _named_checkpoint(made, tmp_path: Path, names: list[str]) -> Path:
@@ -1572,3 +1572,48 @@ def test_named_labels_of_other_classes_start_a_fresh_head_with_a_notice(made, tm
     plain = RunConfig.model_validate({**cfg.model_dump(), "model": str(made["checkpoint"])})
     kept = build_task(plain, quiet=True)[0].hf_model.classifier.weight.detach()
     assert torch.equal(kept, _head(made["checkpoint"]))  # LABEL_0, LABEL_1 name nothing
+
+
+EVAL_ONLY = {  # (TRAIN labels, EVAL labels, the fragments of the one line)
+    "a name": (["a", "b"], ["a", "c"], ("the label 'c' ",)),
+    "two names": (["a", "b"], ["c", "d", "a"], ("2 labels 'c', 'd' ",)),
+    "an integer id": ([0, 1], [0, 5], ("the label 5 ",)),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("train", "held"), [v[:2] for v in EVAL_ONLY.values()], ids=EVAL_ONLY)
+def test_a_label_only_the_held_out_file_has_is_refused(made, tmp_path, capsys, train, held):
+    """Found by the twenty-seventh round: TRAIN,EVAL where only EVAL had the label "c" (a
+    typo, say) prepared a head of 3 classes, the checkpoint's 2-class head thrown away with
+    a generic warning; an EVAL id 5 beside TRAIN's 0 and 1 made 6. A class no training row
+    has cannot be learnt: refused in one line naming EVAL and the label."""
+    fragments = next(v[2] for v in EVAL_ONLY.values() if v[:2] == (train, held))
+    texts = ["great film", "dull plot", "fine acting"]
+    trained = [{"text": texts[i % 2], "label": train[i % 2]} for i in range(20)]
+    tr = write_jsonl(tmp_path / "tr.jsonl", trained)
+    scored = [{"text": texts[i % 3], "label": label} for i, label in enumerate(held * 2)]
+    ev = write_jsonl(tmp_path / "ev.jsonl", scored)
+    fragments = (f"{ev}: ", *fragments, "held-out file of --data TRAIN,EVAL", "no training row")
+    refused(prepare(made, tmp_path, Path(f"{tr},{ev}")), tmp_path, capsys, fragments)
+
+
+@pytest.mark.timeout(60)
+def test_an_eval_label_no_training_sample_has_is_refused_for_user_data(tmp_path, capsys):
+    """Found by the twenty-seventh round (the class of F8): a `module:function`'s in-memory
+    eval labels sized the head too (train 0, 1; eval 0, 7: 8 classes). Refused in one line
+    naming the data and the label, unless TaskData(num_labels=…) declares the classes."""
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "evalonly.py"
+    path.write_text(
+        "import torch\n"
+        "from executor.data import TensorPairs\n"
+        "def load(seed=0):\n"
+        "    x = torch.randint(3, 100, (40, 16), generator=torch.Generator().manual_seed(seed))\n"
+        "    held = TensorPairs(x[:8], torch.arange(8) % 2 * 7)\n"
+        "    return TensorPairs(x, torch.arange(40) % 2), held\n"
+    )
+    argv = ["run", "--nproc", "1", "--model", "bert-synth", "--prepare-only", "--name", "x"]
+    argv += ["--data", f"{path}:load", "--runs-dir", str(tmp_path / "runs")]
+    fragments = (f"data '{path}:load'", "the eval label 7 ", "no training sample")
+    refused(argv, tmp_path, capsys, fragments)
