@@ -1532,6 +1532,9 @@ def test_named_labels_take_the_ids_the_checkpoints_id2label_gives(made, tmp_path
     }
     assert torch.equal(_head(out), _head(model))  # row 0 still the checkpoint's "positive"
     check_data(run, cfg)  # a resume or an export numbers them the same way
+    resumed, again = build_task(cfg, quiet=True, from_checkpoint=True)
+    assert resumed.config.id2label == seq.config.id2label
+    assert torch.equal(again.train.labels, task_data.train.labels)
     config = json.loads((model / "config.json").read_text())
     config["id2label"] = {"0": "negative", "1": "positive"}
     config["label2id"] = {"negative": 0, "positive": 1}
