@@ -71,18 +71,20 @@ def build_task(
             text.check_two_files(spec)
             corpus = text.read_corpus(spec, cfg.seed)
             task = _text_task(corpus, cfg.task, spec, quiet)
-            classes = corpus.num_labels if task == "classification" else None
+            classes, names = None, None
             if task == "classification":  # the labels the rows use, not the head's size
                 _check_classes(len({*corpus.train_labels, *(corpus.eval_labels or [])}), spec)
-            seq = _build(cfg, task, classes, padding_mask=True)
-            _name_labels(seq, corpus.label_names)
+                classes, names = corpus.num_labels, corpus.label_names
+            # Named labels: numbered as the model's config numbers them (`models.label_order`),
+            # which the tokenized labels then follow (`text.tokenize`).
+            seq = _build(cfg, task, classes, names, padding_mask=True)
             data = text.tokenize(corpus, cfg.tokenizer, seq, quiet)
         else:
             data = load_data(spec, None, cfg.seed)
             task = cfg.task or data_task(data)
             classes = _classes(data, task)
             _check_classes(classes, spec)
-            seq = _build(cfg, task, classes, data.padded)
+            seq = _build(cfg, task, classes, padding_mask=data.padded)
     check_compatible(data, seq)
     return seq, data
 
@@ -91,6 +93,8 @@ def _build(
     cfg: RunConfig,
     task: str | None,
     num_labels: int | None = None,
+    label_names: list[str] | None = None,
+    *,
     padding_mask: bool = False,
 ) -> LayerSequence:
     return models.build(
@@ -101,6 +105,7 @@ def _build(
         init=cfg.init,
         task=task,
         num_labels=num_labels,
+        label_names=label_names,
         padding_mask=padding_mask,
     )
 
@@ -138,15 +143,6 @@ def _check_classes(classes: int | None, spec: str) -> None:
             "classification needs at least 2 classes (label the rows with two or more labels, "
             "or train a decoder with --task causal-lm)"
         )
-
-
-def _name_labels(seq: LayerSequence, names: list[str] | None) -> None:
-    """Label names from the data become the exported model's id2label."""
-    if not names:
-        return
-    for config in {id(c): c for c in (seq.config, seq.hf_model.config)}.values():
-        config.id2label = dict(enumerate(names))
-        config.label2id = {name: i for i, name in enumerate(names)}
 
 
 @contextlib.contextmanager
@@ -251,9 +247,8 @@ def data_record(cfg: RunConfig) -> DataRecord | None:
     files = data_files(cfg.data)
     if not files:
         return None
-    names = None
+    names = label_names(cfg)
     if text.is_text_spec(cfg.data):
-        names = text.read_corpus(cfg.data, cfg.seed).label_names
         files += tokenizer_files(cfg)  # edited, it turns the same text into other ids
     try:
         hashed = [DataFile(path=str(p), sha256=file_sha256(p)) for p in files]
@@ -330,16 +325,35 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
                 f"{file.path}: changed since the run started (its sha256 was "
                 f"{file.sha256[:16]}…, now {now[:16]}…); restore it or start a new run"
             )
-    # The files are the run's: the names they give are what the run trained with, so
-    # label_names edited in data.json (swapped, or one added) are refused, not trusted.
-    names = (
-        text.read_corpus(cfg.data, cfg.seed).label_names if text.is_text_spec(cfg.data) else None
-    )
+    # The files are the run's: the names they give, numbered as the run numbers them, are
+    # what the run trained with, so label_names edited in data.json (swapped, or one added)
+    # are refused, not trusted.
+    names = label_names(cfg)
     if record.label_names != names:
+        if sorted(record.label_names or []) == sorted(names or []):
+            # The same names in another order: data.json reordered, or the model folder's
+            # config.json, whose id2label numbers them, edited since (named as its own).
+            from executor.planning import check_model_config
+
+            check_model_config(cfg)
         raise InputFileError(
             f"{path}: label_names {record.label_names} are not the names the run's data "
-            f"'{cfg.data}' gives ({names}); restore data.json or start a new run"
+            f"'{cfg.data}' gives, in the order the run numbers them ({names}); restore "
+            "data.json or start a new run"
         )
+
+
+def label_names(cfg: RunConfig) -> list[str] | None:
+    """The label names of the run's text data in the order of their ids, as the run numbers
+    them (`models.label_order`: its model's config.json decides); None when the data names
+    no labels. What data.json records.
+
+        label_names(cfg)   # ["pos", "neg"] for names "neg", "pos" and a config saying so
+    """
+    if not text.is_text_spec(cfg.data):
+        return None
+    names = text.read_corpus(cfg.data, cfg.seed).label_names
+    return None if names is None else models.label_order(cfg.model, names)
 
 
 # --------------------------------------------------------------------------- the model out

@@ -7,7 +7,11 @@ a local tokenizer directory and padded or cut to the model's sequence length.
 
 JSONL: one object per line with a string "text" and, for classification, a "label": a JSON
 integer ≥ 0 (a class index) or a JSON string (a name, always: "1" is the name "1"); names are
-numbered in sorted order and become the exported model's id2label. A name is read without the
+numbered in sorted order, or as the model's config.json numbers them when its id2label names
+the same classes (`models.label_order`; `tokenize` follows the model), and become the
+exported model's id2label. Of TRAIN,EVAL, EVAL may hold no label that no TRAIN row has (a
+class nothing trains); one file's classes are those of all its rows, the held-out ones
+included. A name is read without the
 whitespace around it (a CSV written "text, label" style), so one corpus must spell each name
 one way: "a" beside " a" is refused, naming both rows, rather than merged into one class; so
 are two names a reader cannot tell apart (NFC "café" beside NFD "café", "pos" beside "pos"
@@ -28,6 +32,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import csv
+import dataclasses
 import difflib
 import json
 import logging
@@ -155,6 +160,25 @@ class Corpus:
             return len(self.label_names)
         return 1 + max([*(self.train_labels or []), *(self.eval_labels or []), 0])
 
+    def numbered(self, order: list[str]) -> Corpus:
+        """This corpus with its named labels numbered in `order`, the same names in another
+        order (a model's id2label: `models.label_order`).
+
+            corpus.numbered(["pos", "neg"]).train_labels   # [0, 1] where "pos", "neg"
+        """
+        if self.label_names is None or order == self.label_names:
+            return self
+        if sorted(order) != sorted(self.label_names):
+            raise ValueError(f"{order} are not the names {self.label_names} in another order")
+        at = {name: i for i, name in enumerate(order)}
+        new = [at[name] for name in self.label_names]  # old id → new id
+        return dataclasses.replace(
+            self,
+            train_labels=[new[i] for i in self.train_labels or []],
+            eval_labels=[new[i] for i in self.eval_labels or []],
+            label_names=list(order),
+        )
+
 
 def is_text_spec(spec: str) -> bool:
     """`reviews.jsonl`, `train.csv,eval.csv`: one or two text files."""
@@ -187,7 +211,10 @@ def check_two_files(spec: str) -> None:
 
 def read_corpus(spec: str, seed: int = 0) -> Corpus:
     """The texts and labels of `spec`: one file (EVAL_FRACTION of it held out, drawn from
-    `seed`) or `TRAIN,EVAL`. InputFileError naming file and line on anything malformed."""
+    `seed`; its classes are those of all its rows, so a class whose rows are all held out
+    still has its id and its row of the head) or `TRAIN,EVAL` (a classifier's EVAL holds no
+    class TRAIN lacks: `check_eval_labels`).
+    InputFileError naming file and line on anything malformed."""
     files = [Path(p) for p in spec.split(",")]
     kinds = _LabelKinds()  # one kind of label across both files
     spellings = _Spellings()  # one spelling of each label across both files
@@ -517,6 +544,35 @@ def _columns(
     return texts, [ids[str(label)] if names else int(label) for _, label, _ in rows], lines
 
 
+def check_eval_labels(corpus: Corpus) -> None:
+    """Refuses labels of a classifier's TRAIN,EVAL that the held-out file has and no training
+    row has: a class nothing trains cannot be learnt, and its held-out rows are scored
+    against it. Found by the twenty-seventh round: an EVAL label "c" (a typo, say) beside
+    TRAIN's "a" and "b" made a head of 3 classes, the checkpoint's 2-class head thrown away
+    for it; an EVAL id 5 beside TRAIN's 0 and 1 likewise made 6. One file's held-out rows
+    are left: its classes are all its rows' (`read_corpus`). Plain text (a causal LM's) and
+    labels a causal LM does not use are not classes: `tokenize` calls it for a classifier.
+
+        check_eval_labels(read_corpus("tr.jsonl,ev.jsonl"))
+        # InputFileError: "ev.jsonl: the label 'c' of this held-out file of --data …"
+    """
+    files = corpus.name.split(",")
+    if len(files) != 2 or corpus.train_labels is None:
+        return
+    only = sorted(set(corpus.eval_labels or []) - set(corpus.train_labels))
+    if not only:
+        return
+    names = corpus.label_names
+    shown = [quoted(names[i], 40) if names else str(i) for i in only[:5]]
+    listed = ", ".join(shown) + (", …" if len(only) > 5 else "")
+    which = "the label" if len(only) == 1 else f"{len(only)} labels"
+    raise InputFileError(
+        f"{files[1]}: {which} {listed} of this held-out file of --data TRAIN,EVAL "
+        f"{'is' if len(only) == 1 else 'are'} in no training row (a class nothing trains "
+        "cannot be learnt); correct the label, or add training rows of it"
+    )
+
+
 # --------------------------------------------------------------------------- tokenizing
 
 
@@ -524,11 +580,19 @@ def tokenize(
     corpus: Corpus, tokenizer: str | None, seq: LayerSequence, quiet: bool = False
 ) -> TaskData:
     """Token ids padded or cut to the model's length; labels, or for a causal LM the ids
-    with IGNORE_INDEX at padding. `quiet`: without the warning on texts read short (given
-    once, by the first build, not once per rank).
+    with IGNORE_INDEX at padding. Named labels take the ids `seq`'s id2label gives them when
+    it names the same classes (`models.build(label_names=…)` made it so), else sorted ones.
+    `quiet`: without the warning on texts read short (given once, by the first build, not
+    once per rank).
 
         data = tokenize(corpus, "tok/", seq)
     """
+    if seq.task == "classification":
+        check_eval_labels(corpus)
+    if seq.task == "classification" and corpus.label_names is not None:
+        rows = [seq.config.id2label[i] for i in range(seq.config.num_labels)]
+        if sorted(rows) == sorted(corpus.label_names):  # the same names: the model's numbering
+            corpus = corpus.numbered(rows)
     directory = tokenizer_directory(tokenizer, seq, corpus.name)
     with rust_panics_named(directory):
         return _tokenize(corpus, directory, seq, quiet)

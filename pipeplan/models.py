@@ -10,6 +10,7 @@ exactly that model's forward, training them trains that model, and `export` save
     models.build("bert-tiny")                          # built-in shape, random weights
     models.build("ckpt/")                              # weights of ckpt/model.safetensors
     models.build("ckpt/", num_labels=3)                # … with a fresh 3-class head if needed
+    models.build("ckpt/", label_names=["neg", "pos"])  # numbered as ckpt's id2label numbers them
     models.build("config-only/", init="random")        # a config alone: say so
     models.build("llama-tiny", task="classification")  # decoders: causal LM or classification
     models.export(seq, "out/")                         # AutoModelFor….from_pretrained("out/")
@@ -31,7 +32,7 @@ import os
 import pickle
 import shutil
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -73,7 +74,9 @@ from pipeplan.formats.modelconfig import (
     PARAMETER_BYTES,
     TOKEN_ID_KEYS,
     chunk_problem,
+    class_names,
     config_value_problem,
+    default_class_names,
     generation_fields,
     generation_value_problem,
     implied_shapes,
@@ -437,6 +440,7 @@ def build(
     init: Init | None = None,
     task: Task | None = None,
     num_labels: int | None = None,
+    label_names: Sequence[str] | None = None,
     padding_mask: bool = False,
 ) -> LayerSequence:
     """Build a LayerSequence from a built-in name, or a transformers directory (or the path of
@@ -450,8 +454,11 @@ def build(
     `init`: None loads the directory's weights (model.safetensors or pytorch_model.bin) and
     refuses a directory without any; "random" draws every weight from `seed`. Presets are
     always random. A checkpoint without this task's head (or sized for other `num_labels`)
-    gets a fresh head from `seed` and one warning. `task`: "classification" (default) or, for
-    decoders, "causal-lm" (the default for a decoder not saved as a classifier).
+    gets a fresh head from `seed` and one warning. `label_names`: the data's classes by name
+    (any order; `num_labels` is then their count), numbered by `label_order` and written as
+    the config's id2label: a checkpoint naming other classes gets a fresh head and one warning
+    too. `task`: "classification" (default) or, for decoders, "causal-lm" (the default for a
+    decoder not saved as a classifier).
     `padding_mask`: input ids equal to pad_token_id are padding; the mask travels with the
     hidden state (module docstring)."""
     return build_with_hf(
@@ -462,6 +469,7 @@ def build(
         init=init,
         task=task,
         num_labels=num_labels,
+        label_names=label_names,
         padding_mask=padding_mask,
     )[0]
 
@@ -475,6 +483,7 @@ def build_with_hf(
     init: Init | None = None,
     task: Task | None = None,
     num_labels: int | None = None,
+    label_names: Sequence[str] | None = None,
     padding_mask: bool = False,
 ) -> tuple[LayerSequence, nn.Module]:
     """Like `build`, also returning the transformers model whose parameters the layers share."""
@@ -482,8 +491,12 @@ def build_with_hf(
     family = FAMILIES[source.family]
     task = _choose_task(source, family, task)
     where = str(source.config_file or name_or_path)  # what a config's refusal names
+    order, other_classes = None, None
+    if label_names is not None:
+        order, other_classes = _label_order(source.config, label_names)
+        num_labels = len(order)
     with _building(name_or_path):
-        config = _make_config(source, family, where, dropout, task, num_labels)
+        config = _make_config(source, family, where, dropout, task, num_labels, order)
         generation = _generation_config(source, config)  # checked with config.json's vocabulary
         init = _choose_init(source, init, name_or_path)  # a broken config is reported first
         # Before torch allocates: the weights' shapes, then the size the config asks for.
@@ -506,6 +519,8 @@ def build_with_hf(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             hf_model, loading = _instantiate(family, task, config, source, init, stored, generation)
+            if loading is not None and other_classes is not None:
+                _redraw_head(hf_model, family)  # rows the checkpoint trained for other classes
         pad = config.pad_token_id if padding_mask else None
         layers = family.cut(hf_model, task, pad)
     if _untie(layers):
@@ -517,8 +532,46 @@ def build_with_hf(
         name_or_path, source.family, config, layers, shape, dtype, task, padding_mask, hf_model
     )
     if loading is not None:
-        _check_loaded(loading, seq, source, seed)
+        _check_loaded(loading, seq, source, seed, other_classes)
     return seq, hf_model
+
+
+def label_order(name_or_path: str, names: Sequence[str]) -> list[str]:
+    """The data's label names (any order) in the order of their ids on the model
+    `name_or_path`, what `build(label_names=…)` numbers them by and data.json records:
+    config.json's own numbering when its id2label names the same classes, else sorted.
+
+        label_order("ckpt/", ["neg", "pos"])   # ["pos", "neg"]: ckpt/config.json's id2label
+        label_order("bert-tiny", ["b", "a"])   # ["a", "b"]
+    """
+    return _label_order(_resolve(name_or_path).config, names)[0]
+
+
+def _label_order(config: dict[str, Any], names: Sequence[str]) -> tuple[list[str], str | None]:
+    """`label_order` of a config.json's dictionary, and why a head loaded for it must start
+    afresh (None: it may be kept). Found by the twenty-seventh round: the names were always
+    numbered sorted, so a checkpoint whose id2label said {0: pos, 1: neg} kept its head with
+    its rows swapped, silently ("pos" data trained and exported as row 1, which was "neg").
+    The config's numbering keeps what each row meant. A config naming the same number of
+    other classes (its own names, not transformers' LABEL_0…) has rows that mean none of the
+    data's: the head starts afresh, and the build says why. Names a config does not give
+    (LABEL_0…) say nothing of the rows: the data's names are numbered onto them sorted.
+
+        config = {"id2label": {"0": "pos", "1": "neg"}}
+        _label_order(config, ["neg", "pos"])   # (["pos", "neg"], None)
+        _label_order(config, ["a", "b"])
+        # (["a", "b"], "config.json names its classes ['pos', 'neg'] and the data ['a', 'b'], …")
+    """
+    own = class_names(config)
+    if own is not None and set(own) == set(names):
+        return own, None
+    ordered = sorted(names)
+    if own is None or len(own) != len(ordered) or own == default_class_names(len(own)):
+        return ordered, None  # no head of the data's size, or one that names nothing
+    return ordered, (
+        f"config.json names its classes {quoted(own, 80)} and the data {quoted(ordered, 80)}, "
+        "other classes"
+    )
 
 
 @contextlib.contextmanager
@@ -875,6 +928,7 @@ def _make_config(
     dropout: float | None,
     task: str,
     num_labels: int | None,
+    order: list[str] | None = None,
 ) -> Any:
     import transformers
 
@@ -899,6 +953,9 @@ def _make_config(
         if task == "causal-lm":
             raise BadArgumentError("num_labels applies to classification, not causal-lm")
         config.num_labels = num_labels  # also resizes id2label/label2id
+    if order is not None:  # the data's names, as the exported model's id2label
+        config.id2label = dict(enumerate(order))
+        config.label2id = {label: i for i, label in enumerate(order)}
     _check_config(config, family, source.family, name, task)
     return config
 
@@ -1784,11 +1841,18 @@ def _check_finite(model: nn.Module, source: _Source) -> None:
             )
 
 
-def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, seed: int) -> None:
+def _check_loaded(
+    loading: dict[str, Any],
+    seq: LayerSequence,
+    source: _Source,
+    seed: int,
+    other_classes: str | None = None,
+) -> None:
     """Weights the checkpoint lacked in the task head (`_fresh_head`), or sized for another
-    number of labels (`_label_sized`): a fresh head and one warning. Anything else lacking or
-    misshapen, the pooler and final norm too, means the checkpoint is not of this model:
-    using it would silently train from noise."""
+    number of labels (`_label_sized`), or a head for `other_classes` (`_label_order`: redrawn
+    by the build): a fresh head and one warning. Anything else lacking or misshapen, the
+    pooler and final norm too, means the checkpoint is not of this model: using it would
+    silently train from noise."""
     unused = _unused_body_weights(loading, seq.hf_model)
     if unused:
         raise InputFileError(
@@ -1809,7 +1873,10 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
         )
     lacking = sorted(k for k in missing if fresh(k))
     other_size = sorted({_mismatch(entry)[0] for entry in loading.get("mismatched_keys", ())})
+    fresh_rows = f"the head starts from random weights (seed {seed}) with {seq.num_labels} outputs"
     if not (lacking or other_size):
+        if other_classes is not None:
+            log.warning(f"{source.directory}: {other_classes}; {fresh_rows}")
         return
     why = "; ".join(
         part
@@ -1821,8 +1888,7 @@ def _check_loaded(loading: dict[str, Any], seq: LayerSequence, source: _Source, 
         if part
     )
     log.warning(
-        f"{source.directory}: the checkpoint has no head for this task ({why}); the head "
-        f"starts from random weights (seed {seed}) with {seq.num_labels} outputs"
+        f"{source.directory}: the checkpoint has no head for this task ({why}); {fresh_rows}"
     )
 
 
@@ -1867,6 +1933,24 @@ def _label_sized(seq: LayerSequence, key: str, stored: Any, expected: Any) -> bo
         return True  # the key alone: it is the output projection
     stored, expected = list(stored), list(expected)
     return len(stored) == len(expected) >= 1 and stored[1:] == expected[1:]
+
+
+def _redraw_head(model: nn.Module, family: Family) -> None:
+    """The head's output projection (`Family.labels`) drawn anew as transformers draws one it
+    did not load (the model's `_init_weights`; the build seeds the generator, so every rank
+    draws the same): its rows were trained for other classes than the data's (`_label_order`).
+
+        _redraw_head(hf_model, FAMILIES["bert"])   # classifier.weight ~ N(0, 0.02), bias 0
+    """
+    for name in family.labels:
+        module = model.get_submodule(name)
+        # A new module: transformers skips parameters it marked as loaded (5.x).
+        fresh = nn.Linear(module.in_features, module.out_features, bias=module.bias is not None)
+        model._init_weights(fresh)
+        with torch.no_grad():
+            module.weight.copy_(fresh.weight)
+            if module.bias is not None:
+                module.bias.copy_(fresh.bias)
 
 
 # The part of the base model a task checkpoint may lack and the task model builds fresh:

@@ -1614,3 +1614,147 @@ def test_a_text_short_of_the_length_after_the_most_read_is_said(made, tmp_path, 
     seq = models.build(str(made["checkpoint"]), seq_len=12, padding_mask=True)
     text_files.tokenize(corpus, str(made["tokenizer"]), seq, quiet=True)
     assert capsys.readouterr().err == ""
+
+
+# ----------------------------------------------------------------------------- twenty-seventh round
+# Named labels numbered as the checkpoint's id2label numbers them (F5); a label only EVAL has (F8).
+
+
+def _named_checkpoint(made, tmp_path: Path, names: list[str]) -> Path:
+    """A copy of the BERT checkpoint whose config.json names its head's rows `names`."""
+    model = Path(shutil.copytree(made["checkpoint"], tmp_path / "named"))
+    config = json.loads((model / "config.json").read_text())
+    config["id2label"] = dict(enumerate(names))
+    config["label2id"] = {name: i for i, name in enumerate(names)}
+    (model / "config.json").write_text(json.dumps(config))
+    return model
+
+
+def _head(folder: Path) -> torch.Tensor:
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")["classifier.weight"]
+
+
+@pytest.mark.timeout(120)
+def test_named_labels_take_the_ids_the_checkpoints_id2label_gives(made, tmp_path, capsys):
+    """Found by the twenty-seventh round: a checkpoint whose config.json said id2label
+    {0: positive, 1: negative} kept its head while the data's names were numbered sorted
+    (negative 0, positive 1): every row of the pretrained head meant the other class, and the
+    export said so, without a word. The names now take the config's ids: data.json, the
+    tokenized labels, the built model and the export all say positive 0, negative 1, the
+    head kept as it was; a resume's check of data.json agrees, and config.json reordered
+    since is named as edited."""
+    from executor.task import build_task, check_data
+    from pipeplan.formats import RunConfig
+
+    model = _named_checkpoint(made, tmp_path, ["positive", "negative"])
+    rows = reviews(20, seed=1)
+    data = write_jsonl(tmp_path / "reviews.jsonl", rows)
+    assert cli.main(prepare(made, tmp_path, data, model=model)) == 0
+    assert "WARNING" not in capsys.readouterr().err  # the head is the checkpoint's, kept
+    run = tmp_path / "runs" / "r"
+    assert json.loads((run / "data.json").read_text())["label_names"] == ["positive", "negative"]
+    cfg = RunConfig.model_validate_json((run / "run.json").read_text())
+    seq, task_data = build_task(cfg, quiet=True)
+    assert seq.config.id2label == {0: "positive", 1: "negative"}
+    texts = text_files.read_corpus(str(data), cfg.seed)
+    want = [0 if row["label"] == "positive" else 1 for row in rows]
+    by_text = dict(zip([row["text"] for row in rows], want, strict=True))
+    assert task_data.train.labels.tolist() == [by_text[t] for t in texts.train]
+    assert task_data.eval.labels.tolist() == [by_text[t] for t in texts.eval]
+    out = models.export(seq, tmp_path / "out")
+    assert json.loads((out / "config.json").read_text())["id2label"] == {
+        "0": "positive",
+        "1": "negative",
+    }
+    assert torch.equal(_head(out), _head(model))  # row 0 still the checkpoint's "positive"
+    check_data(run, cfg)  # a resume or an export numbers them the same way
+    resumed, again = build_task(cfg, quiet=True, from_checkpoint=True)
+    assert resumed.config.id2label == seq.config.id2label
+    assert torch.equal(again.train.labels, task_data.train.labels)
+    config = json.loads((model / "config.json").read_text())
+    config["id2label"] = {"0": "negative", "1": "positive"}
+    config["label2id"] = {"negative": 0, "positive": 1}
+    (model / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputFileError, match=r"config\.json: edited since the run started"):
+        check_data(run, cfg)
+
+
+@pytest.mark.timeout(120)
+def test_named_labels_of_other_classes_start_a_fresh_head_with_a_notice(made, tmp_path, capsys):
+    """Found by the twenty-seventh round: a checkpoint whose config.json named two other
+    classes ("good", "bad") kept its head for the data's "negative" and "positive", silently:
+    rows trained for other classes. The head now starts afresh (from --seed), as a head of
+    another size does, and one warning names both sets; the names are numbered sorted. A
+    config that names none (transformers' LABEL_0, LABEL_1) still keeps its head."""
+    from executor.task import build_task
+    from pipeplan.formats import RunConfig
+
+    model = _named_checkpoint(made, tmp_path, ["good", "bad"])
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    assert cli.main(prepare(made, tmp_path, data, model=model)) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    warned = [line for line in lines if "WARNING" in line]
+    assert len(warned) == 1, lines
+    for fragment in ("config.json names its classes ['good', 'bad']", "['negative', 'positive']"):
+        assert fragment in warned[0], warned[0]
+    assert "the head starts from random weights (seed 0) with 2 outputs" in warned[0]
+    run = tmp_path / "runs" / "r"
+    assert json.loads((run / "data.json").read_text())["label_names"] == ["negative", "positive"]
+    cfg = RunConfig.model_validate_json((run / "run.json").read_text())
+    seq = build_task(cfg, quiet=True)[0]
+    assert seq.config.id2label == {0: "negative", 1: "positive"}
+    head = seq.hf_model.classifier
+    assert not torch.equal(head.weight.detach(), _head(model))
+    again = build_task(cfg, quiet=True)[0].hf_model.classifier
+    assert torch.equal(head.weight.detach(), again.weight.detach())  # every rank draws it alike
+    assert not head.bias.detach().any()  # drawn as transformers draws a head it lacks
+    plain = RunConfig.model_validate({**cfg.model_dump(), "model": str(made["checkpoint"])})
+    kept = build_task(plain, quiet=True)[0].hf_model.classifier.weight.detach()
+    assert torch.equal(kept, _head(made["checkpoint"]))  # LABEL_0, LABEL_1 name nothing
+
+
+EVAL_ONLY = {  # (TRAIN labels, EVAL labels, the fragments of the one line)
+    "a name": (["a", "b"], ["a", "c"], ("the label 'c' ",)),
+    "two names": (["a", "b"], ["c", "d", "a"], ("2 labels 'c', 'd' ",)),
+    "an integer id": ([0, 1], [0, 5], ("the label 5 ",)),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("train", "held"), [v[:2] for v in EVAL_ONLY.values()], ids=EVAL_ONLY)
+def test_a_label_only_the_held_out_file_has_is_refused(made, tmp_path, capsys, train, held):
+    """Found by the twenty-seventh round: TRAIN,EVAL where only EVAL had the label "c" (a
+    typo, say) prepared a head of 3 classes, the checkpoint's 2-class head thrown away with
+    a generic warning; an EVAL id 5 beside TRAIN's 0 and 1 made 6. A class no training row
+    has cannot be learnt: refused in one line naming EVAL and the label."""
+    fragments = next(v[2] for v in EVAL_ONLY.values() if v[:2] == (train, held))
+    texts = ["great film", "dull plot", "fine acting"]
+    trained = [{"text": texts[i % 2], "label": train[i % 2]} for i in range(20)]
+    tr = write_jsonl(tmp_path / "tr.jsonl", trained)
+    scored = [{"text": texts[i % 3], "label": label} for i, label in enumerate(held * 2)]
+    ev = write_jsonl(tmp_path / "ev.jsonl", scored)
+    fragments = (f"{ev}: ", *fragments, "held-out file of --data TRAIN,EVAL", "no training row")
+    refused(prepare(made, tmp_path, Path(f"{tr},{ev}")), tmp_path, capsys, fragments)
+
+
+@pytest.mark.timeout(60)
+def test_an_eval_label_no_training_sample_has_is_refused_for_user_data(tmp_path, capsys):
+    """Found by the twenty-seventh round (the class of F8): a `module:function`'s in-memory
+    eval labels sized the head too (train 0, 1; eval 0, 7: 8 classes). Refused in one line
+    naming the data and the label, unless TaskData(num_labels=…) declares the classes."""
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "evalonly.py"
+    path.write_text(
+        "import torch\n"
+        "from executor.data import TensorPairs\n"
+        "def load(seed=0):\n"
+        "    x = torch.randint(3, 100, (40, 16), generator=torch.Generator().manual_seed(seed))\n"
+        "    held = TensorPairs(x[:8], torch.arange(8) % 2 * 7)\n"
+        "    return TensorPairs(x, torch.arange(40) % 2), held\n"
+    )
+    argv = ["run", "--nproc", "1", "--model", "bert-synth", "--prepare-only", "--name", "x"]
+    argv += ["--data", f"{path}:load", "--runs-dir", str(tmp_path / "runs")]
+    fragments = (f"data '{path}:load'", "the eval label 7 ", "no training sample")
+    refused(argv, tmp_path, capsys, fragments)

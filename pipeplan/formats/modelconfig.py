@@ -1420,6 +1420,28 @@ def label_count(config: dict[str, Any]) -> int:
     return labels if type(labels) is int and labels >= 1 else 2
 
 
+def default_class_names(count: int) -> list[str]:
+    """The names transformers gives `count` classes a config does not name: LABEL_0, …"""
+    return [f"LABEL_{i}" for i in range(count)]
+
+
+def class_names(config: dict[str, Any]) -> list[str] | None:
+    """What each row of a classifier of this config means: its id2label's names in id order,
+    else `default_class_names` of `label_count`; None when its label map is refused
+    (`label_map_problem`: the model's build names why).
+
+        class_names({"id2label": {"0": "pos", "1": "neg"}})   # ["pos", "neg"]
+        class_names({"num_labels": 3})                         # ["LABEL_0", "LABEL_1", "LABEL_2"]
+    """
+    if label_map_problem(config) is not None:
+        return None
+    id2label = config.get("id2label")
+    if not isinstance(id2label, dict):
+        return default_class_names(label_count(config))
+    by_id = {int(key): name for key, name in id2label.items()}  # keys 0..n-1, checked above
+    return [by_id[i] for i in range(len(by_id))]
+
+
 def _embedding_terms(s: dict[str, Dim], family: str) -> list[tuple[int, list[Dim]]]:
     h = s["hidden"][1]
     if family in ("vit", "deit"):
