@@ -1204,14 +1204,17 @@ def failed_at(records: Path) -> str:
     """Where in training a rank failed, from run.jsonl: " at step 7", " before the first step"
     where no step is recorded (or run.jsonl is not there yet: a rank that died as it started),
     "" where the records cannot be read (the resume's checks say why). A rank's failure is
-    reported as that, never as a fault of the records read to place it.
+    reported as that, never as a fault of the records read to place it. Without the notice
+    of a torn last record: a failure's line, or a refusal of a resume or of torchrun's entry
+    (`trained`), is the only line, where the notice came before it (the twenty-seventh
+    round); the resume's checks, which read the records again, give it if they pass.
 
         failed_at(Path("runs/k/run.jsonl"))   # " at step 7"
     """
     if not records.exists():
         return NO_STEP
     try:
-        steps = [r for r in read_records(records) if isinstance(r, StepRecord)]
+        steps = [r for r in read_records(records, notice=False) if isinstance(r, StepRecord)]
     except PipeplanError:
         return ""
     return f" at step {steps[-1].step + 1}" if steps else NO_STEP

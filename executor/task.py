@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from executor import text
 from executor.data import TaskData, check_compatible, data_task, label_count, load_data
 from pipeplan import models
+from pipeplan.log import held
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, quoted
 from pipeplan.fileio import (
     check_not_stdout,
@@ -373,10 +374,12 @@ def export_run(
     directory. The run's data is read again: it sizes the head as it did in the run. Not
     while a run or resume trains it (`reading_run`). `check_files` holds the records to the
     files the analysis layer checks (the CLI and the API pass `runfiles.check_summary`).
+    Notices (a torn last record, an older checkpoint) come only once it passes: a refusal
+    after them was a second line (the twenty-seventh round).
 
         export_run("runs/exp1", "trained/", check_files=check_summary)
     """
-    with reading_run(run_dir):
+    with reading_run(run_dir), held():
         return _export(run_dir, out, checkpoint, check_files)
 
 

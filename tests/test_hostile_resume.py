@@ -1926,6 +1926,42 @@ def test_resume_of_a_run_stopped_before_its_first_checkpoint_says_to_delete_it(
     refused(["run", "--resume", str(run)], tmp_path, capsys, said)
 
 
+def _torn_before_its_first_checkpoint(finished_run: Path, tmp_path: Path) -> Path:
+    """`finished_run` copied as a run killed mid-append before its first checkpoint leaves it
+    (or a full disk): a phase and a step record, the next step's torn (no newline), and none
+    of the files a run writes later (metrics.csv at the epoch's end, checkpoints, model/)."""
+    run = copy_run(finished_run, tmp_path)
+    for name in ("checkpoints", "model"):
+        shutil.rmtree(run / name)
+    for name in ("metrics.csv", "summary.json"):
+        (run / name).unlink()
+    lines = (run / "run.jsonl").read_text().splitlines(keepends=True)
+    (run / "run.jsonl").write_text("".join(lines[:2]) + '{"kind": "step", "step": 1, "ep')
+    return run
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("entry", ["run --resume", "torchrun --resume", "torchrun"])
+def test_a_torn_record_notice_never_precedes_the_no_checkpoint_refusal(
+    finished_run, tmp_path, capsys, entry
+):
+    """Found by the twenty-seventh round: a run killed mid-append (or on a full disk) before
+    its first checkpoint, its last record torn, was refused by `run --resume` and torchrun's
+    entry (with and without --resume) after a second line, the torn record's WARNING: the
+    check whether the run trained read the records with their notice. One line, nothing
+    changed."""
+    run = _torn_before_its_first_checkpoint(finished_run, tmp_path)
+    none = "no checkpoint to resume from"
+    if entry == "run --resume":
+        said = (f"{run}: {none}: it stopped before it wrote one; delete it",)
+        refused(["run", "--resume", str(run)], tmp_path, capsys, said)
+    elif entry == "torchrun --resume":
+        _entry_refused(run, "--resume", fragment=(f"{run}: {none}: it stopped before",))
+    else:
+        _entry_refused(run, fragment=(f"{run}: has started already (it holds run.jsonl)", none))
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 def test_the_entry_refusing_a_run_without_a_checkpoint_names_no_resume(finished_run, tmp_path):
