@@ -167,6 +167,7 @@ from pipeplan.fileio import (
     claim_directory,
     enclosing_run,
     held_directories,
+    moved_away,
     new_directories,
     not_a_plain_file,
     not_a_plain_folder,
@@ -1157,7 +1158,14 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     resume with: pipeplan run --resume runs/k` (with the flags `resume_command` carries). A
     failure after the final checkpoint (writing model/ or summary.json) has nothing left to
     train (`check_unfinished` refuses its resume): the line says how to export the model
-    instead."""
+    instead. A run directory moved or deleted while the ranks trained is said to be gone and
+    nothing else of it: read where it was, it looked untrained, and the line said "before the
+    first step" and to delete it (the twenty-seventh round)."""
+    if moved_away(run_dir):
+        return (
+            f"training failed on rank {rank}: {why}; {run_dir}: the run directory disappeared "
+            "while it trained (moved or deleted)"
+        )
     at = failed_at(run_dir / "run.jsonl")
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").

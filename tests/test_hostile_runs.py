@@ -1952,3 +1952,31 @@ def test_a_failure_line_beside_a_torn_record_is_the_only_line(
         f"pipeplan: error: training failed on rank 0 at step 1: exited with code 1; rank logs "
         f"in {run / 'logs'}; no checkpoint to resume from: delete {run} to start it again\n"
     )
+
+
+@pytest.mark.parametrize("how", ["moved", "deleted", "replaced by an empty folder"])
+def test_a_run_directory_gone_while_it_trained_is_said_to_be_gone(
+    tmp_path, capsys, monkeypatch, how
+):
+    """Found by the twenty-seventh round: a run directory moved away while its ranks trained
+    (steps and a checkpoint in it) failed with "before the first step … no checkpoint to
+    resume from: delete runs/mv to start it again": the line read where it had been. The line
+    says the run directory disappeared, and nothing else of it; what is at the path now (an
+    empty folder made there) is not the run's."""
+
+    def gone(run: Path) -> None:
+        (run / "run.jsonl").write_text("")  # rank 0 opened it: the ranks trained
+        if how == "moved":
+            run.rename(run.with_name("k2"))
+            return
+        shutil.rmtree(run)
+        if how == "replaced by an empty folder":
+            run.mkdir()
+
+    argv = _ranks_failing(monkeypatch, gone)
+    assert cli.main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 2
+    run = tmp_path / "runs" / "k"
+    assert capsys.readouterr().err == (
+        f"pipeplan: error: training failed on rank 0: exited with code 1; {run}: the run "
+        "directory disappeared while it trained (moved or deleted)\n"
+    )
