@@ -63,8 +63,7 @@ def _stopped_as_it_starts(signum: int, frame: object) -> None:
 
     rank = os.environ.get("RANK", "")
     if rank.isdigit():  # into the room `reserve` kept; the exit code is reported if it fails
-        report = errorfile.report_json(int(rank), "stopped", time.time(), "stopped by SIGTERM")
-        errorfile.write(report)
+        errorfile.write(int(rank), "stopped", time.time(), "stopped by SIGTERM")
     os._exit(128 + signum)
 
 

@@ -2934,3 +2934,67 @@ def test_a_plan_copys_later_phase_edited_between_runs_is_refused(tmp_path, capsy
     # A run prepared before the sha256 was recorded has none: its copy is held to the phases
     # it took (`check_records`), as then; a later phase edited is not told.
     RunPlanner.for_run(run, cfg.model_copy(update={"plan_sha256": None}))
+
+
+# ------------------------------------------- twenty-seventh round: a rank's report on a full disk
+
+
+class _Disk:
+    """A disk with `free` bytes left, for `errorfile._write_all`: what a write adds to a file
+    takes room (rewriting its bytes takes none); past the room left, ENOSPC, as a full disk
+    says."""
+
+    def __init__(self, free: int):
+        self.free = free
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        import errno
+
+        end = os.lseek(fd, 0, os.SEEK_CUR) + len(data)
+        grows = max(0, end - os.fstat(fd).st_size)
+        if grows > self.free:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.free -= grows
+        os.write(fd, data)
+
+
+@pytest.mark.parametrize("message", ["one line", "a long line, not ASCII"])
+def test_a_rank_on_a_nearly_full_disk_keeps_its_reports_room(tmp_path, monkeypatch, message):
+    """Found by the twenty-seventh round: on a disk with 24 KiB left as the ranks started (an
+    80 KiB tmpfs), rank 0 could not reserve its report's room (64 KiB), then its checkpoint
+    filled the disk and its report was lost: `training failed on rank 0 at step 2: exited
+    with code 1`. The rank keeps a room of one block where the larger does not fit, and its
+    report is cut to the room: the message kept (its start, where it is long), then as much
+    of the traceback's end as the rest holds."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    from executor import errorfile, faults
+    from pipeplan.errors import OutputError
+
+    error_file = tmp_path / "rank-0.error.json"
+    monkeypatch.setenv(errorfile.ENV, str(error_file))
+    disk = _Disk(free=24 << 10)
+    monkeypatch.setattr(errorfile, "_write_all", disk.write_all)
+    errorfile.reserve()  # as the rank starts
+    disk.free = 0  # then a checkpoint fills the disk
+    why = "runs/z/checkpoints/step-2: cannot write checkpoint step-2 (No space left on device)"
+    if message != "one line":
+        why += "; ünïcödé" * 200  # 6 bytes of JSON a letter: twice the room
+
+    try:  # a traceback far longer than the room: its cause's lines first
+        try:
+            raise OSError("what the write said " * 1000)
+        except OSError as cause:
+            raise OutputError(why) from cause
+    except OutputError as exc:
+        faults.write_report(exc, rank=0)
+    failure = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file=str(error_file))
+    rank, said = faults.verdict({0: failure}, timeout_s=600)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0.error.json"]
+    assert error_file.stat().st_size <= errorfile.MIN_ROOM
+    callstack = json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"]
+    if message == "one line":
+        assert (rank, said) == (0, why)
+        assert callstack.startswith("...") and callstack.endswith(f"OutputError: {why}\n")
+    else:
+        assert rank == 0 and said.startswith(why[:300]) and said.endswith("...")
