@@ -641,13 +641,17 @@ class PhaseSummary(Strict):
 
 
 class DataFile(Strict):
-    path: Text = Field(description="The file as the run's data names it.")
+    path: Text = Field(
+        description="The file as the run's data names it, or the file of the module that "
+        "module:function data imported."
+    )
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of its bytes.")
 
 
 class DataRecord(Versioned):
     """`runs/NAME/data.json`: what the run's data was when it started, so that a resume or an
-    export refuses a data file edited since (a renamed label shifts every label id)."""
+    export refuses a data file edited since (a renamed label shifts every label id), or the
+    module of `module:function` data imported from another file."""
 
     schema_version: Literal[1] = 1
     data: DataText = Field(description="The run's --data.")
