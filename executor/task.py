@@ -35,7 +35,6 @@ from executor.data import (
     module_file,
 )
 from pipeplan import models
-from pipeplan.log import held
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, quoted
 from pipeplan.fileio import (
     check_not_stdout,
@@ -47,6 +46,7 @@ from pipeplan.fileio import (
 )
 from pipeplan.formats import CheckpointManifest, DataFile, DataRecord, RunConfig, load
 from pipeplan.formats.base import check_input_file
+from pipeplan.log import held
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
