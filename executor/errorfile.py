@@ -6,11 +6,11 @@ a new file on that disk, could not be written then: `pipeplan run` said only "tr
 failed on rank 0 at step 2: exited with code 1", the cause in rank-0.log alone (the
 nineteenth round). So a rank `pipeplan run` starts reserves its report's room as it starts:
 `reserve()` writes ROOM bytes to PATH.tmp, or where the disk is nearly full already MIN_ROOM
-(64 KiB did not fit a disk that had 24 KiB left, and the report was lost again: the
-twenty-seventh round); `write(...)` overwrites them (which needs no new blocks) with the
-report cut to the room's size (`report_json`: the traceback goes first, the message last),
-cuts the file to the report and renames it to PATH, where torch's agent reads it once the
-rank is gone (renamed whole: the agent never reads half a report). `release()` gives
+(64 KiB did not fit an 80 KiB disk the run's files had half filled, and the report was lost
+again: the twenty-seventh round); `write(...)` overwrites them (which needs no new blocks)
+with the report cut to the room's size (`report_json`: the traceback is cut first, the
+message last), cuts the file to the report and renames it to PATH, where torch's agent reads
+it once the rank is gone (renamed whole: the agent never reads half a report). `release()` gives
 the room back at a clean end; the launcher removes what a killed rank left
 (`launch.run_local`). Under torchrun nothing is reserved (no launcher of ours would remove a
 killed rank's room), and a rank's traceback and line reach torchrun's console anyway.

@@ -2960,12 +2960,12 @@ class _Disk:
 
 @pytest.mark.parametrize("message", ["one line", "a long line, not ASCII"])
 def test_a_rank_on_a_nearly_full_disk_keeps_its_reports_room(tmp_path, monkeypatch, message):
-    """Found by the twenty-seventh round: on a disk with 24 KiB left as the ranks started (an
-    80 KiB tmpfs), rank 0 could not reserve its report's room (64 KiB), then its checkpoint
-    filled the disk and its report was lost: `training failed on rank 0 at step 2: exited
-    with code 1`. The rank keeps a room of one block where the larger does not fit, and its
-    report is cut to the room: the message kept (its start, where it is long), then as much
-    of the traceback's end as the rest holds."""
+    """Found by the twenty-seventh round: on a disk with less than 64 KiB left as the ranks
+    started (an 80 KiB tmpfs), rank 0 could not reserve its report's room (64 KiB), then its
+    checkpoint filled the disk and its report was lost: `training failed on rank 0 at step 2:
+    exited with code 1`. The rank keeps a room of one block where the larger does not fit,
+    and its report is cut to the room: the message kept (its start, where it is long), then
+    as much of the traceback's end as the rest holds."""
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
     from executor import errorfile, faults
