@@ -379,9 +379,40 @@ def _contained(spec: str, what: str) -> Iterator[None]:
     sys.stderr.write(held.getvalue())
 
 
+def _names_a_file(target: str) -> bool:
+    """Whether `target`, the part of `--data TARGET:function` before the colon, is a path
+    (`path/to/file.py`) rather than a module name."""
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
+def module_file(spec: str) -> Path | None:
+    """The file `--data module:function` imports its module from, found as `_load_user` finds
+    it (the current directory on the path) without running it: data.json records it with its
+    sha256, and a resume, an export or a rank is held to it. The same name imported elsewhere
+    (another directory's `mydata.py`), or the file edited, is other data: a resume from
+    another directory trained on it without a word (the twenty-seventh round). None for the
+    other forms, and for a module with no file of its own (built in) or none found (its import
+    names that).
+
+        module_file("reviews:load")   # Path("/home/me/examples/reviews.py") in examples/
+    """
+    target = spec.rpartition(":")[0]
+    if not target or _names_a_file(target) or spec in BUILTINS:
+        return None
+    try:
+        with _current_directory_on_path():
+            found = importlib.util.find_spec(target)  # a package's parents are imported
+    except Exception:  # not found, or a parent that fails to import: the import says why
+        return None
+    if found is None or not found.has_location or found.origin is None:
+        return None
+    path = Path(found.origin).resolve()
+    return path if path.is_file() else None
+
+
 def _import(target: str, spec: str) -> Any:
     try:
-        if target.endswith(".py") or "/" in target or "\\" in target:
+        if _names_a_file(target):
             path = Path(target)
             if not path.is_file():
                 raise BadArgumentError(f"data {quoted(spec)}: no such file {target}")

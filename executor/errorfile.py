@@ -5,9 +5,12 @@ A rank often fails *because* its disk is full (a checkpoint, a cache spill), and
 a new file on that disk, could not be written then: `pipeplan run` said only "training
 failed on rank 0 at step 2: exited with code 1", the cause in rank-0.log alone (the
 nineteenth round). So a rank `pipeplan run` starts reserves its report's room as it starts:
-`reserve()` writes ROOM bytes to PATH.tmp; `write(text)` overwrites them (which needs no new
-blocks), cuts the file to the report and renames it to PATH, where torch's agent reads it
-once the rank is gone (renamed whole: the agent never reads half a report). `release()` gives
+`reserve()` writes ROOM bytes to PATH.tmp, or where the disk is nearly full already MIN_ROOM
+(64 KiB did not fit an 80 KiB disk the run's files had half filled, and the report was lost
+again: the twenty-seventh round); `write(...)` overwrites them (which needs no new blocks)
+with the report cut to the room's size (`report_json`: the traceback is cut first, the
+message last), cuts the file to the report and renames it to PATH, where torch's agent reads
+it once the rank is gone (renamed whole: the agent never reads half a report). `release()` gives
 the room back at a clean end; the launcher removes what a killed rank left
 (`launch.run_local`). Under torchrun nothing is reserved (no launcher of ours would remove a
 killed rank's room), and a rank's traceback and line reach torchrun's console anyway.
@@ -16,7 +19,7 @@ Light (the standard library alone): a rank reserves, and a SIGTERM as it starts 
 before the imports that take seconds.
 
     errorfile.reserve()                                           # as a rank starts
-    errorfile.write(report_json(0, "raised", time.time(), why))   # at its failure
+    errorfile.write(0, "raised", time.time(), why, traceback)     # at its failure
 """
 
 from __future__ import annotations
@@ -27,24 +30,55 @@ import os
 import stat
 
 ENV = "TORCHELASTIC_ERROR_FILE"
-ROOM = 64 * 1024  # bytes reserved per rank: report_json's text always fits
+ROOM = 64 * 1024  # bytes reserved per rank: a report with its traceback's end fits
+# Where ROOM does not fit: one block of the disk (a tmpfs page), which a one-line report fits.
+MIN_ROOM = 4096
 MESSAGE_CHARS = 2048  # a one-line message is far shorter; a longer one is cut to fit the room
-TAIL_CHARS = 2048  # of a traceback too long for the room: its end, which names the error
 # Never through a link, never blocking on a FIFO put there (the failing rank would hang):
 # either is an OSError, and the report is written as a new file instead (`write`).
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def report_json(rank: int, kind: str, when: float, message: str, callstack: str = "") -> str:
+def report_json(
+    rank: int, kind: str, when: float, message: str, callstack: str = "", room: int = ROOM
+) -> str:
     """`report_json(0, "raised", time.time(), "disk full", traceback_text)`: torch's error-file
     format (`ErrorHandler.record_exception`: its summary under torchrun shows it), and ours
-    beside it (`faults.Report.from_error_data` reads it). ASCII, at most ROOM bytes."""
+    beside it (`faults.Report.from_error_data` reads it). ASCII, at most `room` bytes (at
+    least MIN_ROOM): the message first (its start kept, which the launcher's line shows; it
+    is there twice), then as much of the traceback as the rest holds (its end kept, which
+    names the error).
+
+        report_json(0, "raised", time.time(), why, traceback_text, room=MIN_ROOM)
+    """
     if len(message) > MESSAGE_CHARS:
         message = message[: MESSAGE_CHARS - 3] + "..."
-    text = _dumps(rank, kind, when, message, callstack or message)
-    if len(text) > ROOM:
-        text = _dumps(rank, kind, when, message, "..." + callstack[-TAIL_CHARS:])
-    return text
+    spare = room - len(_dumps(rank, kind, when, "", ""))
+    message = _fitted(message, spare // 2)
+    callstack = _fitted(callstack or message, spare - 2 * _size(message), end=True)
+    return _dumps(rank, kind, when, message, callstack)
+
+
+def _size(text: str) -> int:
+    """Bytes of `text` inside a JSON string (ASCII: a non-ASCII character is 6 or 12)."""
+    return len(json.dumps(text)) - 2
+
+
+def _fitted(text: str, budget: int, end: bool = False) -> str:
+    """`text`, or the longest start of it (its end where `end`) marked "..." whose JSON is at
+    most `budget` bytes: `_fitted("disk full", 7)` → "disk..."."""
+    if _size(text) <= budget:
+        return text
+    if budget < 3:
+        return ""
+    text = text[-budget:] if end else text[:budget]  # a character is at least one byte
+    kept, size = 0, 3
+    for char in reversed(text) if end else text:
+        size += _size(char)
+        if size > budget:
+            break
+        kept += 1
+    return "..." + text[len(text) - kept :] if end else text[:kept] + "..."
 
 
 def _dumps(rank: int, kind: str, when: float, message: str, callstack: str) -> str:
@@ -72,29 +106,35 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def reserve() -> None:
-    """Make this rank's report's room (`errorfile.reserve()`, as the rank starts). Where the
-    disk has no room even now, nothing stays: the report is tried as a new file then."""
+    """Make this rank's report's room (`errorfile.reserve()`, as the rank starts): ROOM bytes,
+    or MIN_ROOM where the disk has not ROOM left. Where it has not even that, nothing stays:
+    the report is tried as a new file then."""
     room = _room()
     if room is None:
         return
-    try:
-        fd = os.open(room, _FLAGS | os.O_TRUNC, 0o644)
+    for size in (ROOM, MIN_ROOM):
         try:
-            _write_all(fd, b" " * ROOM)
-        finally:
-            os.close(fd)
-    except OSError:
-        release()
+            fd = os.open(room, _FLAGS | os.O_TRUNC, 0o644)
+            try:
+                _write_all(fd, b" " * size)
+            finally:
+                os.close(fd)
+            return
+        except OSError:
+            release()
 
 
-def write(text: str) -> bool:
-    """Write `text` (report_json's) as this rank's report, into its room if `reserve` made
-    one: True once the error file holds it; False where there is no error file, or the write
-    failed (a full disk without a room), nothing partial left."""
+def write(rank: int, kind: str, when: float, message: str, callstack: str = "") -> bool:
+    """Write this rank's report (`report_json`'s, cut to its room's size) into the room
+    `reserve` made, else as a new file: True once the error file holds it; False where there
+    is no error file, or the write failed (a full disk without a room), nothing partial
+    left.
+
+        write(1, "raised", time.time(), "sample 183 is unreadable", traceback_text)
+    """
     room = _room()
     if room is None:
         return False
-    data = text.encode()
     fd = _open_room(room)
     if fd is None:  # a link, FIFO or folder put there: gone, and the report a new file
         release()
@@ -102,6 +142,10 @@ def write(text: str) -> bool:
             fd = os.open(room, _FLAGS | os.O_EXCL, 0o644)
         except OSError:
             return False
+    # The room's blocks are rewritten, never added to; a new file (no room: a rank under
+    # torchrun) takes what a report needs.
+    size = os.fstat(fd).st_size or ROOM
+    data = report_json(rank, kind, when, message, callstack, max(size, MIN_ROOM)).encode()
     try:
         try:
             _write_all(fd, data)

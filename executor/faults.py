@@ -144,7 +144,7 @@ def write_report(exc: BaseException, rank: int, traced: bool = True) -> Report:
     kind = classify(exc)
     callstack = "".join(traceback.format_exception(exc)) if traced else ""
     report = Report(rank, kind, time.time(), describe(exc, kind), callstack)
-    errorfile.write(report.to_json())
+    errorfile.write(report.rank, report.kind, report.time, report.message, report.callstack)
     return report
 
 

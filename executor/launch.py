@@ -63,8 +63,7 @@ def _stopped_as_it_starts(signum: int, frame: object) -> None:
 
     rank = os.environ.get("RANK", "")
     if rank.isdigit():  # into the room `reserve` kept; the exit code is reported if it fails
-        report = errorfile.report_json(int(rank), "stopped", time.time(), "stopped by SIGTERM")
-        errorfile.write(report)
+        errorfile.write(int(rank), "stopped", time.time(), "stopped by SIGTERM")
     os._exit(128 + signum)
 
 
@@ -167,6 +166,7 @@ from pipeplan.fileio import (
     claim_directory,
     enclosing_run,
     held_directories,
+    moved_away,
     new_directories,
     not_a_plain_file,
     not_a_plain_folder,
@@ -1166,7 +1166,14 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     resume with: pipeplan run --resume runs/k` (with the flags `resume_command` carries). A
     failure after the final checkpoint (writing model/ or summary.json) has nothing left to
     train (`check_unfinished` refuses its resume): the line says how to export the model
-    instead."""
+    instead. A run directory moved or deleted while the ranks trained is said to be gone and
+    nothing else of it: read where it was, it looked untrained, and the line said "before the
+    first step" and to delete it (the twenty-seventh round)."""
+    if moved_away(run_dir):
+        return (
+            f"training failed on rank {rank}: {why}; {run_dir}: the run directory disappeared "
+            "while it trained (moved or deleted)"
+        )
     at = failed_at(run_dir / "run.jsonl")
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
@@ -1213,14 +1220,17 @@ def failed_at(records: Path) -> str:
     """Where in training a rank failed, from run.jsonl: " at step 7", " before the first step"
     where no step is recorded (or run.jsonl is not there yet: a rank that died as it started),
     "" where the records cannot be read (the resume's checks say why). A rank's failure is
-    reported as that, never as a fault of the records read to place it.
+    reported as that, never as a fault of the records read to place it. Without the notice
+    of a torn last record: a failure's line, or a refusal of a resume or of torchrun's entry
+    (`trained`), is the only line, where the notice came before it (the twenty-seventh
+    round); the resume's checks, which read the records again, give it if they pass.
 
         failed_at(Path("runs/k/run.jsonl"))   # " at step 7"
     """
     if not records.exists():
         return NO_STEP
     try:
-        steps = [r for r in read_records(records) if isinstance(r, StepRecord)]
+        steps = [r for r in read_records(records, notice=False) if isinstance(r, StepRecord)]
     except PipeplanError:
         return ""
     return f" at step {steps[-1].step + 1}" if steps else NO_STEP

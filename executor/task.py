@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from executor import text
-from executor.data import TaskData, check_compatible, data_task, label_count, load_data
+from executor.data import (
+    TaskData,
+    check_compatible,
+    data_task,
+    label_count,
+    load_data,
+    module_file,
+)
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, quoted
 from pipeplan.fileio import (
@@ -39,6 +46,7 @@ from pipeplan.fileio import (
 )
 from pipeplan.formats import CheckpointManifest, DataFile, DataRecord, RunConfig, load
 from pipeplan.formats.base import check_input_file
+from pipeplan.log import held
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -170,6 +178,20 @@ def data_files(spec: str) -> list[Path]:
     return [Path(target)] if target.endswith(".py") else []
 
 
+def read_files(cfg: RunConfig) -> list[Path]:
+    """Every file the run's data is read from, as data.json lists them: the files --data
+    names (`data_files`), a text run's tokenizer's (edited, it turns the same text into other
+    ids), and the module `module:function` imports from here (`data.module_file`).
+
+        read_files(cfg)   # [Path("/home/me/examples/reviews.py")] for --data reviews:load
+    """
+    files = data_files(cfg.data)
+    if text.is_text_spec(cfg.data):
+        return files + tokenizer_files(cfg)
+    module = None if files else module_file(cfg.data)
+    return files + ([module] if module is not None else [])
+
+
 def tokenizer_files(cfg: RunConfig) -> list[Path]:
     """The files of the tokenizer a text run reads (--tokenizer, else the model directory's
     own): `text.tokenizer_files`."""
@@ -244,12 +266,10 @@ def data_record(cfg: RunConfig) -> DataRecord | None:
     data gives; None when the data reads no file. Called after build_task read them."""
     from executor.checkpoint import file_sha256
 
-    files = data_files(cfg.data)
+    files = read_files(cfg)
     if not files:
         return None
     names = label_names(cfg)
-    if text.is_text_spec(cfg.data):
-        files += tokenizer_files(cfg)  # edited, it turns the same text into other ids
     try:
         hashed = [DataFile(path=str(p), sha256=file_sha256(p)) for p in files]
     except OSError as exc:
@@ -278,9 +298,7 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
 
     check_recorded_paths(run_dir, cfg)  # first: a relative path read from elsewhere
     path = run_dir / DATA_RECORD
-    expected = [str(p) for p in data_files(cfg.data)]
-    if expected and text.is_text_spec(cfg.data):
-        expected += [str(p) for p in tokenizer_files(cfg)]
+    expected = [str(p) for p in read_files(cfg)]
     if not path.exists() and not path.is_symlink():
         if expected:
             raise InputFileError(
@@ -295,6 +313,7 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
             f"('{record.data}', {path}); restore it or start a new run"
         )
     listed = [file.path for file in record.files]
+    check_data_module(path, cfg.data, listed, expected)
     extra = sorted(set(listed) - set(expected))
     missing = sorted(set(expected) - set(listed))
     twice = sorted({p for p in listed if listed.count(p) > 1})
@@ -322,7 +341,7 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
             raise InputFileError(f"{file.path}: cannot read the run's data ({exc})") from None
         if now != file.sha256:
             raise InputFileError(
-                f"{file.path}: changed since the run started (its sha256 was "
+                f"{file.path}: changed since the run started (its sha256 in {path} is "
                 f"{file.sha256[:16]}…, now {now[:16]}…); restore it or start a new run"
             )
     # The files are the run's: the names they give, numbered as the run numbers them, are
@@ -356,6 +375,26 @@ def label_names(cfg: RunConfig) -> list[str] | None:
     return None if names is None else models.label_order(cfg.model, names)
 
 
+def check_data_module(path: Path, spec: str, listed: list[str], found: list[str]) -> None:
+    """`module:function` data: the module this process imports (`found`, `read_files`) is the
+    file data.json lists (`listed`). The same name found elsewhere, or not at all, is other
+    data: a resume from another directory imported that directory's `mydata.py` and trained
+    on it with exit 0 (the twenty-seventh round). InputFileError naming data.json, the
+    module and both files.
+
+        check_data_module(Path("runs/m/data.json"), "mydata:load", ["/a/mydata.py"], [])
+    """
+    module = spec.rpartition(":")[0]
+    if text.is_text_spec(spec) or data_files(spec) or len(listed) != 1 or found == listed:
+        return  # not the module form, or a list data.json's own checks name
+    here = found[0] if found else "no file (not found)"
+    raise InputFileError(
+        f"{path}: the run's data module '{module}' was {listed[0]}, but here (in {Path.cwd()}) "
+        f"'{module}' is {here}; run this command from the directory the run was started "
+        "from, or start a new run"
+    )
+
+
 # --------------------------------------------------------------------------- the model out
 
 
@@ -387,10 +426,12 @@ def export_run(
     directory. The run's data is read again: it sizes the head as it did in the run. Not
     while a run or resume trains it (`reading_run`). `check_files` holds the records to the
     files the analysis layer checks (the CLI and the API pass `runfiles.check_summary`).
+    Notices (a torn last record, an older checkpoint) come only once it passes: a refusal
+    after them was a second line (the twenty-seventh round).
 
         export_run("runs/exp1", "trained/", check_files=check_summary)
     """
-    with reading_run(run_dir):
+    with reading_run(run_dir), held():
         return _export(run_dir, out, checkpoint, check_files)
 
 

@@ -624,6 +624,26 @@ def held_directories() -> set[Path]:
     return set(_HELD)
 
 
+def moved_away(directory: str | Path) -> bool:
+    """Whether the directory this process claimed (`claim_directory`) is no longer at
+    `directory`: moved or deleted while its run trained, so that its files are not there to
+    read (the lock file there, if any, is not the one this process holds). A directory this
+    process does not hold: whether none is there.
+
+        moved_away(run_dir)   # True once runs/k was renamed while its ranks trained
+    """
+    directory = Path(directory)
+    handle = _HELD.get(directory.resolve())
+    if handle is None:
+        return not directory.is_dir()
+    try:
+        there = os.stat(directory / ".lock", follow_symlinks=False)
+    except OSError:
+        return True
+    held = os.fstat(handle.fileno())
+    return (there.st_dev, there.st_ino) != (held.st_dev, held.st_ino)
+
+
 def release_directory(directory: str | Path) -> None:
     """Give up this process's claim on `directory` (`claim_directory`): for a run whose
     preparation failed, so that the folder can go and be claimed again.

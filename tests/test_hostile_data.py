@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -1758,3 +1759,65 @@ def test_an_eval_label_no_training_sample_has_is_refused_for_user_data(tmp_path,
     argv += ["--data", f"{path}:load", "--runs-dir", str(tmp_path / "runs")]
     fragments = (f"data '{path}:load'", "the eval label 7 ", "no training sample")
     refused(argv, tmp_path, capsys, fragments)
+
+
+# ----------------------------------------------------------------------------- twenty-seventh round
+# `--data module:function`: the module a resume, an export or torchrun's entry imports.
+
+DATA_MODULE = """
+import torch
+from executor.data import TaskData, TensorPairs
+
+def load(seed: int = 0):
+    g = torch.Generator().manual_seed({draw})
+    x = torch.randn(160, 1, 8, 8, generator=g)
+    y = (x.mean((1, 2, 3)) > 0).long()
+    return TaskData("{draw}", TensorPairs(x[:128], y[:128]), TensorPairs(x[128:], y[128:]))
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_module_data_found_elsewhere_or_edited_is_refused(tmp_path, capsys, monkeypatch):
+    """Found by the twenty-seventh round: `--data mydata:load` (the README's worked form) was
+    recorded as given, with no data.json: a resume from another directory imported that
+    directory's `mydata.py` and trained on other data with exit 0 (an edited module alike).
+    data.json records the file the module was imported from and its sha256; a resume, an
+    export and torchrun's entry that import another file, none, or the file edited, are
+    refused in one line naming data.json and the module."""
+    from test_hostile_resume import _entry
+
+    from pipeplan.fileio import release_directory
+
+    name = "rt27_mydata"  # this process imports it as the run is prepared: forgotten after
+    first, other = tmp_path / "A", tmp_path / "B"
+    for folder, draw in ((first, 1), (other, 2)):  # the same shapes, other samples
+        folder.mkdir()
+        (folder / f"{name}.py").write_text(DATA_MODULE.format(draw=draw))
+    monkeypatch.chdir(first)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--nproc", "1"]
+    assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    sys.modules.pop(name)  # as a new process: found again where it runs
+    run = first / "runs" / "m"
+    release_directory(run)  # this process's claim: torchrun's rank takes it
+    module = first / f"{name}.py"
+    record = json.loads((run / "data.json").read_text())
+    digest = hashlib.sha256(module.read_bytes()).hexdigest()
+    assert record["files"] == [{"path": str(module), "sha256": digest}]
+    resume, export = ["run", "--resume", str(run)], ["export", str(run), "--out", "o"]
+    monkeypatch.chdir(other)
+    elsewhere = (f"{run / 'data.json'}: the run's data module '{name}' was {module}",)
+    found = (*elsewhere, f"here (in {other}) '{name}' is {other / f'{name}.py'}")
+    for argv in (resume, export):
+        refused(argv, tmp_path, capsys, found)
+    done = _entry(run, "--resume")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert all(f in done.stderr for f in found), done.stderr
+    (other / f"{name}.py").unlink()
+    refused(resume, tmp_path, capsys, (*elsewhere, f"'{name}' is no file (not found)"))
+    monkeypatch.chdir(first)
+    module.write_text(module.read_text() + "# edited\n")
+    for argv in (resume, export):
+        refused(argv, tmp_path, capsys, (str(module), "changed since the run started", str(run)))
+    assert name not in sys.modules

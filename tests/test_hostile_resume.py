@@ -1969,6 +1969,42 @@ def test_resume_of_a_run_stopped_before_its_first_checkpoint_says_to_delete_it(
     refused(["run", "--resume", str(run)], tmp_path, capsys, said)
 
 
+def _torn_before_its_first_checkpoint(finished_run: Path, tmp_path: Path) -> Path:
+    """`finished_run` copied as a run killed mid-append before its first checkpoint leaves it
+    (or a full disk): a phase and a step record, the next step's torn (no newline), and none
+    of the files a run writes later (metrics.csv at the epoch's end, checkpoints, model/)."""
+    run = copy_run(finished_run, tmp_path)
+    for name in ("checkpoints", "model"):
+        shutil.rmtree(run / name)
+    for name in ("metrics.csv", "summary.json"):
+        (run / name).unlink()
+    lines = (run / "run.jsonl").read_text().splitlines(keepends=True)
+    (run / "run.jsonl").write_text("".join(lines[:2]) + '{"kind": "step", "step": 1, "ep')
+    return run
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("entry", ["run --resume", "torchrun --resume", "torchrun"])
+def test_a_torn_record_notice_never_precedes_the_no_checkpoint_refusal(
+    finished_run, tmp_path, capsys, entry
+):
+    """Found by the twenty-seventh round: a run killed mid-append (or on a full disk) before
+    its first checkpoint, its last record torn, was refused by `run --resume` and torchrun's
+    entry (with and without --resume) after a second line, the torn record's WARNING: the
+    check whether the run trained read the records with their notice. One line, nothing
+    changed."""
+    run = _torn_before_its_first_checkpoint(finished_run, tmp_path)
+    none = "no checkpoint to resume from"
+    if entry == "run --resume":
+        said = (f"{run}: {none}: it stopped before it wrote one; delete it",)
+        refused(["run", "--resume", str(run)], tmp_path, capsys, said)
+    elif entry == "torchrun --resume":
+        _entry_refused(run, "--resume", fragment=(f"{run}: {none}: it stopped before",))
+    else:
+        _entry_refused(run, fragment=(f"{run}: has started already (it holds run.jsonl)", none))
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 def test_the_entry_refusing_a_run_without_a_checkpoint_names_no_resume(finished_run, tmp_path):
@@ -2941,3 +2977,67 @@ def test_a_plan_copys_later_phase_edited_between_runs_is_refused(tmp_path, capsy
     # A run prepared before the sha256 was recorded has none: its copy is held to the phases
     # it took (`check_records`), as then; a later phase edited is not told.
     RunPlanner.for_run(run, cfg.model_copy(update={"plan_sha256": None}))
+
+
+# ------------------------------------------- twenty-seventh round: a rank's report on a full disk
+
+
+class _Disk:
+    """A disk with `free` bytes left, for `errorfile._write_all`: what a write adds to a file
+    takes room (rewriting its bytes takes none); past the room left, ENOSPC, as a full disk
+    says."""
+
+    def __init__(self, free: int):
+        self.free = free
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        import errno
+
+        end = os.lseek(fd, 0, os.SEEK_CUR) + len(data)
+        grows = max(0, end - os.fstat(fd).st_size)
+        if grows > self.free:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.free -= grows
+        os.write(fd, data)
+
+
+@pytest.mark.parametrize("message", ["one line", "a long line, not ASCII"])
+def test_a_rank_on_a_nearly_full_disk_keeps_its_reports_room(tmp_path, monkeypatch, message):
+    """Found by the twenty-seventh round: on a disk with less than 64 KiB left as the ranks
+    started (an 80 KiB tmpfs), rank 0 could not reserve its report's room (64 KiB), then its
+    checkpoint filled the disk and its report was lost: `training failed on rank 0 at step 2:
+    exited with code 1`. The rank keeps a room of one block where the larger does not fit,
+    and its report is cut to the room: the message kept (its start, where it is long), then
+    as much of the traceback's end as the rest holds."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    from executor import errorfile, faults
+    from pipeplan.errors import OutputError
+
+    error_file = tmp_path / "rank-0.error.json"
+    monkeypatch.setenv(errorfile.ENV, str(error_file))
+    disk = _Disk(free=24 << 10)
+    monkeypatch.setattr(errorfile, "_write_all", disk.write_all)
+    errorfile.reserve()  # as the rank starts
+    disk.free = 0  # then a checkpoint fills the disk
+    why = "runs/z/checkpoints/step-2: cannot write checkpoint step-2 (No space left on device)"
+    if message != "one line":
+        why += "; ünïcödé" * 200  # 6 bytes of JSON a letter: twice the room
+
+    try:  # a traceback far longer than the room: its cause's lines first
+        try:
+            raise OSError("what the write said " * 1000)
+        except OSError as cause:
+            raise OutputError(why) from cause
+    except OutputError as exc:
+        faults.write_report(exc, rank=0)
+    failure = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file=str(error_file))
+    rank, said = faults.verdict({0: failure}, timeout_s=600)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0.error.json"]
+    assert error_file.stat().st_size <= errorfile.MIN_ROOM
+    callstack = json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"]
+    if message == "one line":
+        assert (rank, said) == (0, why)
+        assert callstack.startswith("...") and callstack.endswith(f"OutputError: {why}\n")
+    else:
+        assert rank == 0 and said.startswith(why[:300]) and said.endswith("...")

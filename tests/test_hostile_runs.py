@@ -1892,3 +1892,87 @@ def test_an_empty_row_of_metrics_csv_is_named_as_empty(tmp_path, capsys, case):
     edit, fragment = EMPTY_ROWS[case]
     table.write_text(edit(table.read_text()))
     refused(argv, tmp_path, capsys, fragment)
+
+
+# ------------------------------------------- twenty-seventh round: one line beside a torn record
+
+
+def test_export_holds_a_torn_record_notice_until_it_passes(finished_run, tmp_path, capsys):
+    """Found by the twenty-seventh round (the class of its torn-record findings): export read
+    run.jsonl with its notice, then refused something else (metrics.csv edited): two lines,
+    where report, calibrate and resume hold the notice until they pass."""
+    run = copy_run(finished_run, tmp_path)
+    _torn_resumed_phase(run)
+    rows = (run / "metrics.csv").read_text().splitlines(keepends=True)
+    fields = rows[1].split(",")
+    rows[1] = ",".join([*fields[:3], "0.123456", *fields[4:]])
+    (run / "metrics.csv").write_text("".join(rows))
+    argv = ["export", str(run), "--out", str(tmp_path / "out")]
+    refused(argv, tmp_path, capsys, f"{run / 'metrics.csv'}: epoch 0: eval_accuracy")
+
+
+def _ranks_failing(monkeypatch, act) -> list[str]:
+    """Have `run_local` start no rank: `act(run_dir)` does what the ranks did before rank 0
+    failed (exit code 1, no report). Returns the argv of a 1-rank run, runs-dir left out."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    import executor.launch
+
+    def launch(config, entrypoint):
+        def ranks(*args):
+            act(Path(args[args.index("--log-dir") + 1]).parent)
+            failure = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file="")
+            raise ChildFailedError("executor.launch", {0: failure})
+
+        return ranks
+
+    monkeypatch.setattr(executor.launch, "elastic_launch", launch)
+    return ["run", "--model", "vit-digits", "--nproc", "1", "--name", "k"]
+
+
+def test_a_failure_line_beside_a_torn_record_is_the_only_line(
+    finished_run, tmp_path, capsys, monkeypatch
+):
+    """Found by the twenty-seventh round: rank 0 failing on a full disk as it appended a step
+    record (its last line torn at the block's end) gave the torn record's WARNING before the
+    failure line: the line reads the records to name the step. One line."""
+    records = (finished_run / "run.jsonl").read_text().splitlines(keepends=True)
+
+    def torn(run: Path) -> None:
+        (run / "run.jsonl").write_text("".join(records[:2]) + '{"kind": "step", "step": 1, "ep')
+
+    argv = _ranks_failing(monkeypatch, torn)
+    assert cli.main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 2
+    run = tmp_path / "runs" / "k"
+    assert capsys.readouterr().err == (
+        f"pipeplan: error: training failed on rank 0 at step 1: exited with code 1; rank logs "
+        f"in {run / 'logs'}; no checkpoint to resume from: delete {run} to start it again\n"
+    )
+
+
+@pytest.mark.parametrize("how", ["moved", "deleted", "replaced by an empty folder"])
+def test_a_run_directory_gone_while_it_trained_is_said_to_be_gone(
+    tmp_path, capsys, monkeypatch, how
+):
+    """Found by the twenty-seventh round: a run directory moved away while its ranks trained
+    (steps and a checkpoint in it) failed with "before the first step … no checkpoint to
+    resume from: delete runs/mv to start it again": the line read where it had been. The line
+    says the run directory disappeared, and nothing else of it; what is at the path now (an
+    empty folder made there) is not the run's."""
+
+    def gone(run: Path) -> None:
+        (run / "run.jsonl").write_text("")  # rank 0 opened it: the ranks trained
+        if how == "moved":
+            run.rename(run.with_name("k2"))
+            return
+        shutil.rmtree(run)
+        if how == "replaced by an empty folder":
+            run.mkdir()
+
+    argv = _ranks_failing(monkeypatch, gone)
+    assert cli.main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 2
+    run = tmp_path / "runs" / "k"
+    assert capsys.readouterr().err == (
+        f"pipeplan: error: training failed on rank 0: exited with code 1; {run}: the run "
+        "directory disappeared while it trained (moved or deleted)\n"
+    )

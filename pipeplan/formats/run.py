@@ -641,13 +641,17 @@ class PhaseSummary(Strict):
 
 
 class DataFile(Strict):
-    path: Text = Field(description="The file as the run's data names it.")
+    path: Text = Field(
+        description="The file as the run's data names it, or the file of the module that "
+        "module:function data imported."
+    )
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of its bytes.")
 
 
 class DataRecord(Versioned):
     """`runs/NAME/data.json`: what the run's data was when it started, so that a resume or an
-    export refuses a data file edited since (a renamed label shifts every label id)."""
+    export refuses a data file edited since (a renamed label shifts every label id), or the
+    module of `module:function` data imported from another file."""
 
     schema_version: Literal[1] = 1
     data: DataText = Field(description="The run's --data.")
@@ -696,14 +700,17 @@ def steady_steps(
 
 
 def read_records(
-    path: str | Path, config: RunConfig | None = None
+    path: str | Path, config: RunConfig | None = None, notice: bool = True
 ) -> list[PhaseRecord | StepRecord | EpochRecord]:
     """Parse run.jsonl; a bad line is an InputFileError naming the line. With the run's
     `config` (run.json), the records must also agree with it (`check_records`).
 
     Records are appended as whole lines ending in a newline, so a last line without its
     newline that does not parse is an append a crash cut short (a torn record): it is left
-    out, with one notice, and `torn_tail(path)` says where the whole records end. A bad line
+    out, with one notice (none with `notice=False`: a reader that only places a failure or
+    tells whether the run trained, whose command may end in an error line, which must be the
+    only line; the reader that reports the records gives it), and `torn_tail(path)` says
+    where the whole records end. A bad line
     that ends in a newline was written whole, and is refused; so is an empty line (or one of
     spaces), which pipeplan never writes: found by the twenty-fifth round, one inside the file
     was read by resume and report without a word."""
@@ -721,7 +728,8 @@ def read_records(
             record = _parse_record(line, where)
         except InputFileError:
             if not line.endswith("\n"):  # the last line, cut short by a crash mid-append
-                _notice_torn(path, size, where)
+                if notice:
+                    _notice_torn(path, size, where)
                 break
             raise
         # Here, not only in `check_records`: a file of one record repeated a million times is
