@@ -258,7 +258,9 @@ class PlanRequest(Strict):
         "or none one schedule. Lists: --freeze-schedule.",
     )
     freeze_schedule: str | None = Field(
-        None, description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory."
+        None,
+        description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory file (integers "
+        "are always the list: ./4 names a file 4).",
     )
     cache: Annotated[
         bool,

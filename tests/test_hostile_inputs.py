@@ -2694,3 +2694,20 @@ def test_a_checkpoint_every_of_the_run_s_length_or_more_is_refused(tmp_path, cap
     refused([*argv, "--checkpoint-every", value], tmp_path, capsys, fragment)
     assert cli.main([*argv, "--name", "fits", "--checkpoint-every", "5"]) == 0
     assert cli.main([*argv, "--name", "epoch", "--checkpoint-every", "2"]) == 0
+
+
+def test_a_freeze_schedule_of_integers_is_the_list_whatever_files_are_here(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the twenty-seventh round: `--freeze-schedule 4` read a file named 4 when the
+    current directory held one (its schedule 0×3, speedup 1.00×, where the list gives 4×3),
+    so the same command meant two things. Now integers and commas are always the list; the
+    file is named as a path, ./4."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "4").write_text("[0, 0, 0]")
+    vit = str(shipped_profile("vit-digits", "cpu"))
+    argv = ["preview", "--profile", vit, "--devices-per-node", "2", "--epochs", "3"]
+    assert cli.main([*argv, "--freeze-schedule", "4"]) == 0
+    assert "the list given; frozen layers per epoch: 4×3" in capsys.readouterr().out
+    assert cli.main([*argv, "--freeze-schedule", "./4"]) == 0
+    assert "frozen layers per epoch: 0×3" in capsys.readouterr().out
