@@ -112,7 +112,10 @@ def config_profile(cfg: RunConfig, seq: LayerSequence | None = None) -> Profile:
             "--profile P.json"
         )
     profile = load(Profile, path)
-    why = model_mismatch(cfg.model, profile)
+    # The advice measures the input the run feeds too: a profile of the folder alone was
+    # refused next for its input (a second refusal after following the first).
+    flags = _profile_flags(seq, cfg) if seq is not None else _precision_flag(cfg)
+    why = model_mismatch(cfg.model, profile, flags)
     if why is not None:
         raise BadArgumentError(f"{path} {why}")
     if profile.device.kind != cfg.device:  # CPU times and host memory say nothing of a GPU

@@ -79,11 +79,13 @@ from pipeplan.formats.modelconfig import (
     implied_shapes,
     label_count,
     problem_type_problem,
+    quiet_transformers,
     shown,
     size_problem,
+    transformers_config,
     type_problem,
 )
-from pipeplan.formats.presets import PRESETS
+from pipeplan.formats.presets import PRESETS, config_path, shadowed_folder
 
 log = logging.getLogger("pipeplan.models")
 
@@ -518,6 +520,13 @@ def build_with_hf(
     )
     if loading is not None:
         _check_loaded(loading, seq, source, seed)
+    if (folder := shadowed_folder(name_or_path)) is not None:
+        # Once built (a refused build says one line only), once a command: a run's ranks
+        # build quietly (`executor.task.build_task`).
+        log.warning(
+            f"{name_or_path} is the built-in model, not the folder {folder}/ here: "
+            f"./{folder} names that folder"
+        )
     return seq, hf_model
 
 
@@ -633,17 +642,6 @@ class _Source:
     config_file: Path | None = None  # its config.json (a directory's; or the path given)
 
 
-def config_path(name_or_path: str) -> Path | None:
-    """The config.json a model name stands for; None for a built-in name.
-
-    config_path("runs/demo-pretrained/model")   # → runs/demo-pretrained/model/config.json
-    """
-    if name_or_path in PRESETS:
-        return None
-    path = Path(name_or_path)
-    return path / "config.json" if path.is_dir() else path
-
-
 def generation_config_path(name_or_path: str) -> Path | None:
     """The generation_config.json a model folder's build reads (`_generation_config`), there
     or not; None for a built-in name.
@@ -655,12 +653,10 @@ def generation_config_path(name_or_path: str) -> Path | None:
 
 
 def _resolve(name_or_path: str) -> _Source:
-    if name_or_path in PRESETS:
+    path = config_path(name_or_path)  # the one rule: a built-in name is the built-in
+    if path is None:
         preset = PRESETS[name_or_path]
         return _Source(preset.family, dict(preset.config), preset.seq_len)
-    path = Path(name_or_path)
-    if path.is_dir():
-        path = path / "config.json"
     looks_like_path = path.suffix == ".json" or "/" in name_or_path or path.exists()
     if not looks_like_path:
         raise UnknownModelError(
@@ -876,10 +872,7 @@ def _make_config(
     task: str,
     num_labels: int | None,
 ) -> Any:
-    import transformers
-
     config_dict = dict(source.config)
-    config_class = getattr(transformers, family.config_class)
     # The file's own keys, types and values, before transformers reads them (no key its class
     # cannot take: a read-only property made it log its whole config; it builds an id2label
     # of num_labels names, and keeps a RoPE scaling under rope_parameters whatever the file
@@ -892,7 +885,7 @@ def _make_config(
     if dropout is not None:
         config_dict.update(dict.fromkeys(family.dropout, dropout))
     try:
-        config = config_class(**config_dict)
+        config = transformers_config(source.family, config_dict)
     except Exception as exc:  # transformers' strict fields raise their own error classes
         raise InputFileError(f"{name}: invalid {source.family} config ({_first(exc)})") from None
     if num_labels is not None:
@@ -1949,25 +1942,6 @@ def _untie(layers: nn.ModuleList) -> bool:
                     owner[id(copy_)] = i
                     untied = True
     return untied
-
-
-@contextlib.contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """transformers reports a missing head as a many-line table and draws progress bars; the
-    one line that matters is `_check_loaded`'s. Its errors are silenced too: each is raised
-    after it is logged (a config key it cannot set was logged with the whole config, 28
-    lines, twenty-second round), and pipeplan reports the exception in one line."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity(logging.CRITICAL + 1)  # above every level it logs at
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 # --------------------------------------------------------------------------- families

@@ -18,7 +18,7 @@ import pytest
 import test_hostile
 import torch
 from test_hostile import copy_run, refused
-from text_data import bert_checkpoint, make_tokenizer, reviews, write_jsonl
+from text_data import BERT, bert_checkpoint, make_tokenizer, reviews, write_jsonl
 
 import cli
 from executor import text as text_files
@@ -1476,3 +1476,42 @@ def test_what_a_tokenizer_prints_without_a_panic_is_passed_on(tmp_path, capfd):
         raise KeyError("passes")
     os.write(2, b"after\n")  # the descriptor is the terminal's again
     assert capfd.readouterr().err == "after\n"
+
+
+def _folder_without(made, tmp_path, edit) -> Path:
+    """The BERT checkpoint's config.json edited by `edit`, in a folder without its weights
+    (a config of other sizes would not load them): built with --init random."""
+    folder = tmp_path / "edited"
+    folder.mkdir(parents=True)
+    config = json.loads((made["checkpoint"] / "config.json").read_text())
+    edit(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "field, default",
+    [("intermediate_size", 3072), ("num_hidden_layers", 12), ("vocab_size", 30522)],
+)
+def test_a_shape_field_config_json_leaves_out_is_held_to_the_profile_at_its_default(
+    made, tmp_path, capsys, field, default
+):
+    """Found by the twenty-seventh round: a folder whose config.json leaves out
+    intermediate_size was planned and trained with the profile of the model whose config
+    said 64 (transformers built BERT's default 3072: a model 18 times larger, priced as the
+    small one), and one leaving out num_hidden_layers was prepared and failed on rank 0 after
+    launching. Now the config transformers builds, defaults filled in, is held to the
+    profile: refused before anything is written, naming the field, its default and the
+    command that profiles the folder; a field left out at the recorded value still passes."""
+    folder = _folder_without(made, tmp_path, lambda config: config.pop(field))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = [*prepare(made, tmp_path, data, model=folder), "--init", "random"]
+    fragments = (
+        f"config field '{field}' is {BERT[field]}",
+        f"{folder / 'config.json'} has no {field}, so transformers builds bert's default {default}",
+        f"pipeplan profile {folder} --seq-len 12 --task classification --padding-mask --out",
+    )
+    refused(argv, tmp_path, capsys, fragments)
+    # A field left out at the value the profile recorded (type_vocab_size 2) is that model.
+    same = _folder_without(made, tmp_path / "same", lambda config: config.pop("type_vocab_size"))
+    assert cli.main([*prepare(made, tmp_path, data, model=same), "--init", "random"]) == 0
