@@ -406,8 +406,14 @@ class LayerSequence:
         return inputs
 
     def config_json(self) -> dict[str, Any]:
-        """The full config as plain JSON data (integer label keys become strings)."""
-        return json.loads(self.config.to_json_string(use_diff=False))
+        """The full config as plain JSON data (integer label keys become strings), with the
+        attention implementation built, which to_dict() leaves out: a profile records what it
+        timed (eager keeps the attention probabilities for backward; twenty-seventh round: an
+        eager folder was planned with a profile timed with sdpa)."""
+        data = json.loads(self.config.to_json_string(use_diff=False))
+        # The model's own config: from_pretrained builds from a copy of `config`.
+        built = self.hf_model.config if self.hf_model is not None else self.config
+        return {**data, "attn_implementation": built._attn_implementation}
 
     def describe(self) -> dict[str, Any]:
         """The identity recorded in profiles and plans."""
@@ -640,6 +646,13 @@ class _Source:
     directory: Path | None = None  # None for presets
     weights: str | None = None  # the weight file found in `directory`
     config_file: Path | None = None  # its config.json (a directory's; or the path given)
+
+
+def config_labels(name_or_path: str) -> int:
+    """The classes a classifier of `name_or_path` has unless told otherwise (`build` without
+    num_labels, `pipeplan profile` without --num-labels): its config's id2label, else
+    num_labels, else 2. `config_labels("vit-digits")` → 10."""
+    return label_count(_resolve(name_or_path).config)
 
 
 def generation_config_path(name_or_path: str) -> Path | None:
@@ -890,7 +903,10 @@ def _make_config(
         raise InputFileError(f"{name}: invalid {source.family} config ({_first(exc)})") from None
     if num_labels is not None:
         if task == "causal-lm":
-            raise BadArgumentError("num_labels applies to classification, not causal-lm")
+            # Only `pipeplan profile --num-labels` asks (a run sizes a head for its labels).
+            raise BadArgumentError(
+                "--num-labels applies to classification, not causal-lm: give --task classification"
+            )
         config.num_labels = num_labels  # also resizes id2label/label2id
     _check_config(config, family, source.family, name, task)
     return config

@@ -507,6 +507,7 @@ def profile_to_file(
         seed=request.seed,
         init=None if models.weight_file(name) else "random",
         task=request.task,
+        num_labels=request.num_labels,
         padding_mask=request.padding_mask,
     )
     profile = profile_layers(

@@ -59,6 +59,17 @@ POSITION_TYPES = ("absolute",)
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
 
 
+def built_attention(config: dict[str, Any]) -> str:
+    """The attention implementation a config builds: its attn_implementation, sdpa where it is
+    null or left out. Eager keeps each block's attention probabilities for the backward pass
+    (quadratic in the sequence), so a profile records the one it timed (`models.LayerSequence
+    .config_json`), and `profile.model_mismatch` holds a folder to it.
+
+        built_attention({"attn_implementation": None})   # "sdpa"
+    """
+    return config.get("attn_implementation") or "sdpa"
+
+
 # The JSON types each config key that transformers or pipeplan reads may have: what the config
 # classes of the families declare (a test holds this table to their annotations) and what their
 # __init__ reads besides (num_labels, rope_theta, rope_scaling, …). "number" is an integer or a

@@ -42,6 +42,7 @@ from pipeplan.formats.base import (
 from pipeplan.formats.modelconfig import (
     CONFIG_CLASSES,
     Dim,
+    built_attention,
     chunk_problem,
     config_value_problem,
     layer_parameters,
@@ -984,6 +985,11 @@ def model_mismatch(model: str, profile: Profile, flags: str = "") -> str | None:
             if field not in config:
                 given = f"no {field}, so transformers builds {family}'s default {given}"
             return _differs(field, measured.get(field), given, path, flags)
+    # A profile made before the twenty-seventh round does not record its attention: not held.
+    if "attn_implementation" in recorded:
+        timed, built_with = built_attention(recorded), built_attention(config)
+        if timed != built_with:
+            return _differs("attn_implementation", timed, repr(built_with), path, flags)
     return None
 
 
