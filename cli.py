@@ -195,9 +195,11 @@ def plan(
     """Write the elastic plan (one layout per freeze point) as JSON."""
     from pipeplan.fileio import check_writable, write_atomic
     from pipeplan.formats import dumps
+    from pipeplan.freeze import schedule_file
     from pipeplan.plan import make_plan
 
-    check_writable(out, inputs=[given.get(k) for k in ("profile", "cluster", "freeze_schedule")])
+    schedule = schedule_file(given.get("freeze_schedule"))  # a list is no file
+    check_writable(out, inputs=[given.get("profile"), given.get("cluster"), schedule])
     args = build(PlanRequest, given).resolve()
     result = make_plan(args.profile, args.cluster, **args.kwargs())
     write_atomic(out, dumps(result))

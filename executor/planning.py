@@ -112,7 +112,10 @@ def config_profile(cfg: RunConfig, seq: LayerSequence | None = None) -> Profile:
             "--profile P.json"
         )
     profile = load(Profile, path)
-    why = model_mismatch(cfg.model, profile)
+    # The advice measures the input the run feeds too: a profile of the folder alone was
+    # refused next for its input (a second refusal after following the first).
+    flags = _profile_flags(seq, cfg) if seq is not None else _precision_flag(cfg)
+    why = model_mismatch(cfg.model, profile, flags)
     if why is not None:
         raise BadArgumentError(f"{path} {why}")
     if profile.device.kind != cfg.device:  # CPU times and host memory say nothing of a GPU
@@ -202,8 +205,11 @@ def check_model_config(cfg: RunConfig) -> None:
 
 
 def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> None:
-    """A profile times one input shape: a run that feeds another (a longer sequence, padded
-    text, another task) would be planned with times that do not hold for it."""
+    """A profile times one input shape and one head: a run that feeds another (a longer
+    sequence, padded text, another task) or builds a head of other outputs (the data's
+    labels: 10^6 of them were planned with a 2-label profile, its head's 66 parameters
+    priced for 32 million, twenty-seventh round) would be planned with times and memory that
+    do not hold for it. The model itself is `model_mismatch`'s (`config_profile`)."""
     measured = profile.model
     have = _input_words(
         measured.input_shape,
@@ -214,22 +220,44 @@ def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> 
     )
     dtype = str(seq.input_dtype).removeprefix("torch.")
     want = _input_words(list(seq.input_shape), dtype, cfg.precision, seq.task, seq.padding_mask)
-    if have == want:
-        return
-    raise BadArgumentError(
-        f"the profile was measured for {have}, but this run feeds {want}; profile that: "
-        f"pipeplan profile {cfg.model}{_profile_flags(seq, cfg)} --out P.json, and pass "
-        "--profile P.json"
-    )
+    if have != want:
+        raise BadArgumentError(
+            f"the profile was measured for {have}, but this run feeds {want}; profile that: "
+            f"pipeplan profile {cfg.model}{_profile_flags(seq, cfg)} --out P.json, and pass "
+            "--profile P.json"
+        )
+    if measured.num_labels != seq.num_labels:
+        raise BadArgumentError(
+            f"{_profile_named(cfg)}: model.num_labels is {measured.num_labels}, but this run "
+            f"builds a head of {seq.num_labels} outputs ({_labels_from(seq)}); profile that: "
+            f"pipeplan profile {cfg.model}{_profile_flags(seq, cfg)} --out P.json, and pass "
+            "--profile P.json"
+        )
 
 
 def _profile_flags(seq: LayerSequence, cfg: RunConfig) -> str:
-    """The `pipeplan profile` flags that time the input `seq` takes in `cfg`'s precision:
-    ` --seq-len 16 --task classification --padding-mask`."""
+    """The `pipeplan profile` flags that time the input `seq` takes, and the head it has, in
+    `cfg`'s precision: ` --seq-len 16 --task classification --num-labels 5 --padding-mask`
+    (--num-labels where the data's labels are not the model's own)."""
     dtype = str(seq.input_dtype).removeprefix("torch.")
     flags = f" --seq-len {seq.input_shape[0]}" if dtype == "int64" else ""
-    flags += f" --task {seq.task}" + (" --padding-mask" if seq.padding_mask else "")
+    flags += f" --task {seq.task}"
+    if seq.task == "classification" and seq.num_labels != models.config_labels(cfg.model):
+        flags += f" --num-labels {seq.num_labels}"
+    flags += " --padding-mask" if seq.padding_mask else ""
     return flags + _precision_flag(cfg)
+
+
+def _profile_named(cfg: RunConfig) -> str:
+    """The profile a run prices with, as the user named it: --profile, or the shipped one."""
+    shipped = shipped_profile(cfg.model, cfg.device, cfg.precision)
+    return cfg.profile or f"the shipped profile {shipped}"
+
+
+def _labels_from(seq: LayerSequence) -> str:
+    """Where a head's outputs come from, in words: a classifier's from the data's labels, a
+    causal LM's from the vocabulary."""
+    return "the data's labels" if seq.task == "classification" else "vocab_size"
 
 
 def _precision_flag(cfg: RunConfig) -> str:

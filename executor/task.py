@@ -46,6 +46,7 @@ from pipeplan.fileio import (
 )
 from pipeplan.formats import CheckpointManifest, DataFile, DataRecord, RunConfig, load
 from pipeplan.formats.base import check_input_file
+from pipeplan.formats.presets import config_path
 from pipeplan.log import held
 
 if TYPE_CHECKING:
@@ -195,7 +196,10 @@ def read_files(cfg: RunConfig) -> list[Path]:
 def tokenizer_files(cfg: RunConfig) -> list[Path]:
     """The files of the tokenizer a text run reads (--tokenizer, else the model directory's
     own): `text.tokenizer_files`."""
-    return text.tokenizer_files(Path(cfg.tokenizer) if cfg.tokenizer else Path(cfg.model))
+    if cfg.tokenizer:
+        return text.tokenizer_files(Path(cfg.tokenizer))
+    config = config_path(cfg.model)  # a built-in has no tokenizer, even beside a folder
+    return [] if config is None else text.tokenizer_files(config.parent)
 
 
 def recorded_paths(cfg: RunConfig) -> dict[str, list[str]]:
@@ -204,7 +208,7 @@ def recorded_paths(cfg: RunConfig) -> dict[str, list[str]]:
 
         recorded_paths(cfg)   # {"model": ["ckpt"], "data": ["train.jsonl", "eval.csv"], …}
     """
-    paths = {"model": [] if cfg.model in models.PRESETS else [cfg.model]}
+    paths = {"model": [] if config_path(cfg.model) is None else [cfg.model]}
     paths["data"] = [str(p) for p in data_files(cfg.data)]
     for field in ("tokenizer", "profile", "plan"):
         value = getattr(cfg, field)

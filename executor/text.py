@@ -62,6 +62,7 @@ from pipeplan.formats.base import (
     read_input,
     unique_keys,
 )
+from pipeplan.formats.presets import config_path
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -1034,13 +1035,13 @@ def _id_twice(vocab: dict[str, int]) -> tuple[tuple[str, str], int] | None:
 
 
 def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Path:
-    """--tokenizer, else the model's own directory when it holds a tokenizer."""
+    """--tokenizer, else the model's own directory when it holds a tokenizer (a built-in has
+    none, even beside a folder of its name: `presets.config_path`)."""
     if given is not None:
         return Path(given)
-    model = Path(seq.name)
-    model = model.parent if model.suffix == ".json" else model
+    model = _model_folder(seq)
     # Any tokenizer file: one without a vocabulary is then refused naming what it lacks.
-    if tokenizer_files(model):
+    if model is not None and tokenizer_files(model):
         return model
     raise BadArgumentError(
         f"data '{data}' is text: pass --tokenizer DIR, a local tokenizer directory (nothing "
@@ -1050,9 +1051,14 @@ def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Pat
 
 def _same_folder(directory: Path, seq: LayerSequence) -> bool:
     """Whether the tokenizer `directory` is the folder the model `seq` was built from."""
-    model = Path(seq.name)
-    model = model.parent if model.suffix == ".json" else model
-    return model.is_dir() and directory.resolve() == model.resolve()
+    model = _model_folder(seq)
+    return model is not None and model.is_dir() and directory.resolve() == model.resolve()
+
+
+def _model_folder(seq: LayerSequence) -> Path | None:
+    """The folder `seq` was built from (its config.json's), or None for a built-in."""
+    config = config_path(seq.name)
+    return None if config is None else config.parent
 
 
 def load_tokenizer(

@@ -51,7 +51,9 @@ def plan(profile: str, out: str | Path | None = None, **options: Any) -> Plan:
     from pipeplan.plan import make_plan
 
     if out is not None:
-        inputs = [profile, options.get("cluster"), options.get("freeze_schedule")]
+        from pipeplan.freeze import schedule_file
+
+        inputs = [profile, options.get("cluster"), schedule_file(options.get("freeze_schedule"))]
         check_writable(str(out), inputs=inputs)
     args = _request(PlanRequest, {"profile": profile, **options}).resolve()
     result = make_plan(args.profile, args.cluster, **args.kwargs())

@@ -154,14 +154,34 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
     return schedule
 
 
-def _names_a_file(text: str) -> bool:
-    """Whether `text` names an existing file or folder (a run directory given as the
-    trajectory was "expected comma-separated integers"); a text no file name can be (too
-    long, a NUL) is an inline list to read, not an OSError about a file nobody named."""
+def names_a_trajectory(text: str) -> bool:
+    """The one rule of `--freeze-schedule VALUE` (preview, plan): whether it names a
+    trajectory file rather than being the inline list. Integers and commas are the list,
+    always, whatever the current directory holds (twenty-seventh round: a file named 4 there
+    turned `--freeze-schedule 4` into that file's schedule; such a file is given as a path,
+    ./4). Anything else is a file when named as one (ending in .json) or when it is there
+    (a run's trajectory without the suffix, or a folder, then named in the refusal: a run
+    directory was "expected comma-separated integers"); otherwise a list that cannot be read.
+
+        names_a_trajectory("0,4")            # False, beside a file named 0,4 too
+        names_a_trajectory("./4")            # True
+        names_a_trajectory("runs/a/t.json")  # True
+    """
+    parts = [part.strip() for part in text.split(",")]
+    if all(part.isascii() and part.isdigit() for part in parts):
+        return False  # list-shaped: read as the list (a leading zero is refused there)
+    if text.endswith(".json"):
+        return True
     try:
         return Path(text).exists()
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # no file name can be this (too long, a NUL): a list's typo
         return False
+
+
+def schedule_file(value: object) -> str | None:
+    """The trajectory file `--freeze-schedule VALUE` reads (`names_a_trajectory`), or None: an
+    input a command's --out must not overwrite. `schedule_file("4")` → None (a list)."""
+    return value if isinstance(value, str) and names_a_trajectory(value) else None
 
 
 def schedule_from_flags(
@@ -175,7 +195,7 @@ def schedule_from_flags(
         return alpha_schedule(alpha, epochs, num_blocks)
     if freeze_schedule is None:
         return no_freezing(epochs)
-    if freeze_schedule.endswith(".json") or _names_a_file(freeze_schedule):
+    if names_a_trajectory(freeze_schedule):
         return trajectory_schedule(freeze_schedule, epochs, num_blocks)
     values = parse_list(freeze_schedule)
     _check_epochs(epochs)  # the flag's fault, not the list's

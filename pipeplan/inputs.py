@@ -44,6 +44,7 @@ from pipeplan.formats.cluster import (
     DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
     DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
 )
+from pipeplan.formats.modelconfig import MAX_CONFIG_LABELS
 from pipeplan.formats.profile import MAX_ROUNDS as PROFILE_MAX_ROUNDS
 from pipeplan.formats.profile import MAX_THREADS as PROFILE_MAX_THREADS
 from pipeplan.formats.run import (
@@ -130,6 +131,12 @@ class ProfileRequest(Strict):
     )
     task: Annotated[Task | None, Flag(default="the model's own")] = Field(
         None, description="classification, or causal-lm for decoders: the run's task."
+    )
+    num_labels: Annotated[Count | None, Flag(default="the model's own")] = Field(
+        None,
+        ge=2,
+        le=MAX_CONFIG_LABELS,
+        description="Classes of a classifier's head: the run's (its data's labels).",
     )
     padding_mask: bool = Field(
         False, description="Time padded text, as runs on text files feed it (§4.17)."
@@ -258,7 +265,9 @@ class PlanRequest(Strict):
         "or none one schedule. Lists: --freeze-schedule.",
     )
     freeze_schedule: str | None = Field(
-        None, description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory."
+        None,
+        description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory file (integers "
+        "are always the list: ./4 names a file 4).",
     )
     cache: Annotated[
         bool,

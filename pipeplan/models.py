@@ -82,11 +82,13 @@ from pipeplan.formats.modelconfig import (
     implied_shapes,
     label_count,
     problem_type_problem,
+    quiet_transformers,
     shown,
     size_problem,
+    transformers_config,
     type_problem,
 )
-from pipeplan.formats.presets import PRESETS
+from pipeplan.formats.presets import PRESETS, config_path, shadowed_folder
 
 log = logging.getLogger("pipeplan.models")
 
@@ -407,8 +409,14 @@ class LayerSequence:
         return inputs
 
     def config_json(self) -> dict[str, Any]:
-        """The full config as plain JSON data (integer label keys become strings)."""
-        return json.loads(self.config.to_json_string(use_diff=False))
+        """The full config as plain JSON data (integer label keys become strings), with the
+        attention implementation built, which to_dict() leaves out: a profile records what it
+        timed (eager keeps the attention probabilities for backward; twenty-seventh round: an
+        eager folder was planned with a profile timed with sdpa)."""
+        data = json.loads(self.config.to_json_string(use_diff=False))
+        # The model's own config: from_pretrained builds from a copy of `config`.
+        built = self.hf_model.config if self.hf_model is not None else self.config
+        return {**data, "attn_implementation": built._attn_implementation}
 
     def describe(self) -> dict[str, Any]:
         """The identity recorded in profiles and plans."""
@@ -533,6 +541,13 @@ def build_with_hf(
     )
     if loading is not None:
         _check_loaded(loading, seq, source, seed, other_classes)
+    if (folder := shadowed_folder(name_or_path)) is not None:
+        # Once built (a refused build says one line only), once a command: a run's ranks
+        # build quietly (`executor.task.build_task`).
+        log.warning(
+            f"{name_or_path} is the built-in model, not the folder {folder}/ here: "
+            f"./{folder} names that folder"
+        )
     return seq, hf_model
 
 
@@ -686,15 +701,11 @@ class _Source:
     config_file: Path | None = None  # its config.json (a directory's; or the path given)
 
 
-def config_path(name_or_path: str) -> Path | None:
-    """The config.json a model name stands for; None for a built-in name.
-
-    config_path("runs/demo-pretrained/model")   # → runs/demo-pretrained/model/config.json
-    """
-    if name_or_path in PRESETS:
-        return None
-    path = Path(name_or_path)
-    return path / "config.json" if path.is_dir() else path
+def config_labels(name_or_path: str) -> int:
+    """The classes a classifier of `name_or_path` has unless told otherwise (`build` without
+    num_labels, `pipeplan profile` without --num-labels): its config's id2label, else
+    num_labels, else 2. `config_labels("vit-digits")` → 10."""
+    return label_count(_resolve(name_or_path).config)
 
 
 def generation_config_path(name_or_path: str) -> Path | None:
@@ -708,12 +719,10 @@ def generation_config_path(name_or_path: str) -> Path | None:
 
 
 def _resolve(name_or_path: str) -> _Source:
-    if name_or_path in PRESETS:
+    path = config_path(name_or_path)  # the one rule: a built-in name is the built-in
+    if path is None:
         preset = PRESETS[name_or_path]
         return _Source(preset.family, dict(preset.config), preset.seq_len)
-    path = Path(name_or_path)
-    if path.is_dir():
-        path = path / "config.json"
     looks_like_path = path.suffix == ".json" or "/" in name_or_path or path.exists()
     if not looks_like_path:
         raise UnknownModelError(
@@ -930,10 +939,7 @@ def _make_config(
     num_labels: int | None,
     order: list[str] | None = None,
 ) -> Any:
-    import transformers
-
     config_dict = dict(source.config)
-    config_class = getattr(transformers, family.config_class)
     # The file's own keys, types and values, before transformers reads them (no key its class
     # cannot take: a read-only property made it log its whole config; it builds an id2label
     # of num_labels names, and keeps a RoPE scaling under rope_parameters whatever the file
@@ -946,12 +952,15 @@ def _make_config(
     if dropout is not None:
         config_dict.update(dict.fromkeys(family.dropout, dropout))
     try:
-        config = config_class(**config_dict)
+        config = transformers_config(source.family, config_dict)
     except Exception as exc:  # transformers' strict fields raise their own error classes
         raise InputFileError(f"{name}: invalid {source.family} config ({_first(exc)})") from None
     if num_labels is not None:
         if task == "causal-lm":
-            raise BadArgumentError("num_labels applies to classification, not causal-lm")
+            # Only `pipeplan profile --num-labels` asks (a run sizes a head for its labels).
+            raise BadArgumentError(
+                "--num-labels applies to classification, not causal-lm: give --task classification"
+            )
         config.num_labels = num_labels  # also resizes id2label/label2id
     if order is not None:  # the data's names, as the exported model's id2label
         config.id2label = dict(enumerate(order))
@@ -2033,25 +2042,6 @@ def _untie(layers: nn.ModuleList) -> bool:
                     owner[id(copy_)] = i
                     untied = True
     return untied
-
-
-@contextlib.contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """transformers reports a missing head as a many-line table and draws progress bars; the
-    one line that matters is `_check_loaded`'s. Its errors are silenced too: each is raised
-    after it is logged (a config key it cannot set was logged with the whole config, 28
-    lines, twenty-second round), and pipeplan reports the exception in one line."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity(logging.CRITICAL + 1)  # above every level it logs at
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 # --------------------------------------------------------------------------- families

@@ -43,6 +43,7 @@ from pipeplan.formats import (
     dumps,
 )
 from pipeplan.formats.base import one_line
+from pipeplan.formats.presets import config_path, model_argument
 from pipeplan.formats.profile import hidden_state_bytes
 from pipeplan.inputs import DEFAULT_MICRO_BATCH_SIZES, ProfileRequest
 from pipeplan.models import LayerSequence, memory_limit
@@ -490,19 +491,23 @@ def profile_to_file(
         # The profile names the folder, as `run --model` does (a config.json is the same
         # model): what report, calibrate and the demo compare a run's model with.
         model = model.parent
-    inputs = [model, *(model.iterdir() if model.is_dir() else ())]
+    # A built-in reads no file, even beside a folder of its name (`presets.config_path`).
+    builtin = config_path(request.model) is None
+    inputs = [] if builtin else [model, *(model.iterdir() if model.is_dir() else ())]
     check_writable(request.out, inputs=inputs, run_owned=run_owned)
     # Times and bytes do not depend on the weights' values, but a folder's weights are loaded
     # anyway: the checks `run` makes of them (NaN, a float stored as integers, a missing or
     # misshapen tensor) refuse a damaged checkpoint here, before it is timed, not at `run`
     # (the seventeenth round profiled all three). A config without weights is random.
-    name = str(model) if model != Path(request.model) else request.model
+    # `bert-tiny/config.json` names the folder ./bert-tiny, not the built-in bert-tiny.
+    name = model_argument(model) if model != Path(request.model) else request.model
     seq = models.build(
         name,
         seq_len=request.seq_len,
         seed=request.seed,
         init=None if models.weight_file(name) else "random",
         task=request.task,
+        num_labels=request.num_labels,
         padding_mask=request.padding_mask,
     )
     profile = profile_layers(

@@ -35,7 +35,8 @@ def made(tmp_path_factory):
     for name, model, extra in (
         ("encoder", encoder, []),
         ("plain", ckpt, []),
-        ("padded", ckpt, ["--padding-mask"]),
+        # The reviews have 2 labels: the run's head, not the checkpoint's 3 (twenty-seventh round).
+        ("padded", ckpt, ["--padding-mask", "--num-labels", "2"]),
     ):
         profiles[name] = root / f"{name}.json"
         args = ["profile", str(model), "--seq-len", str(SEQ_LEN), *extra, *FAST_PROFILE]

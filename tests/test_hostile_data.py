@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_hostile import copy_run, refused
-from text_data import bert_checkpoint, make_tokenizer, reviews, write_jsonl
+from text_data import BERT, bert_checkpoint, make_tokenizer, reviews, write_jsonl
 
 import cli
 from executor import text as text_files
@@ -34,12 +34,14 @@ def made(tmp_path_factory) -> dict[str, Path]:
         tokenizer=make_tokenizer(root / "tok"),
         checkpoint=checkpoint,
         profile=profile(checkpoint, root / "profile.json"),
+        # Data of three classes builds a head of three outputs: its profile (twenty-seventh round).
+        profile3=profile(checkpoint, root / "profile3.json", "--num-labels", "3"),
     )
 
 
-def profile(model: Path, out: Path) -> Path:
+def profile(model: Path, out: Path, *more: str) -> Path:
     """A quick profile of `model` for padded text of 12 tokens: what `run` plans with."""
-    args = ["profile", str(model), "--seq-len", "12", "--padding-mask", "--warmup", "0"]
+    args = ["profile", str(model), "--seq-len", "12", "--padding-mask", "--warmup", "0", *more]
     args += ["--micro-batch-sizes", "1,2,4", "--repeats", "1", "--out", str(out)]
     assert cli.main(args) == 0
     return out
@@ -1079,7 +1081,7 @@ def test_digit_strings_that_differ_are_different_names(made, tmp_path, capsys, s
     from executor.text import read_corpus
 
     data = _written_labels(suffix, tmp_path, labels)
-    assert cli.main(prepare(made, tmp_path, data)) == 0
+    assert cli.main(prepare(made, tmp_path, data, profile=made["profile3"])) == 0
     capsys.readouterr()
     record = json.loads((tmp_path / "runs" / "r" / "data.json").read_text())
     assert record["label_names"] == ["01", "1", "2"]
@@ -1821,3 +1823,73 @@ def test_module_data_found_elsewhere_or_edited_is_refused(tmp_path, capsys, monk
     for argv in (resume, export):
         refused(argv, tmp_path, capsys, (str(module), "changed since the run started", str(run)))
     assert name not in sys.modules
+
+
+def _folder_without(made, tmp_path, edit) -> Path:
+    """The BERT checkpoint's config.json edited by `edit`, in a folder without its weights
+    (a config of other sizes would not load them): built with --init random."""
+    folder = tmp_path / "edited"
+    folder.mkdir(parents=True)
+    config = json.loads((made["checkpoint"] / "config.json").read_text())
+    edit(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "field, default",
+    [("intermediate_size", 3072), ("num_hidden_layers", 12), ("vocab_size", 30522)],
+)
+def test_a_shape_field_config_json_leaves_out_is_held_to_the_profile_at_its_default(
+    made, tmp_path, capsys, field, default
+):
+    """Found by the twenty-seventh round: a folder whose config.json leaves out
+    intermediate_size was planned and trained with the profile of the model whose config
+    said 64 (transformers built BERT's default 3072: a model 18 times larger, priced as the
+    small one), and one leaving out num_hidden_layers was prepared and failed on rank 0 after
+    launching. Now the config transformers builds, defaults filled in, is held to the
+    profile: refused before anything is written, naming the field, its default and the
+    command that profiles the folder; a field left out at the recorded value still passes."""
+    folder = _folder_without(made, tmp_path, lambda config: config.pop(field))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = [*prepare(made, tmp_path, data, model=folder), "--init", "random"]
+    fragments = (
+        f"config field '{field}' is {BERT[field]}",
+        f"{folder / 'config.json'} has no {field}, so transformers builds bert's default {default}",
+        f"pipeplan profile {folder} --seq-len 12 --task classification --padding-mask --out",
+    )
+    refused(argv, tmp_path, capsys, fragments)
+    # A field left out at the value the profile recorded (type_vocab_size 2) is that model.
+    same = _folder_without(made, tmp_path / "same", lambda config: config.pop("type_vocab_size"))
+    assert cli.main([*prepare(made, tmp_path, data, model=same), "--init", "random"]) == 0
+
+
+def test_an_eager_folder_is_refused_a_profile_timed_with_sdpa(made, tmp_path, capsys):
+    """Found by the twenty-seventh round: a folder whose config.json says attn_implementation
+    eager (which keeps every block's attention probabilities for the backward pass) was
+    planned with a profile timed with sdpa, which did not even record the attention it timed.
+    Now a profile records it (`LayerSequence.config_json`) and a folder is held to it."""
+    assert json.loads(made["profile"].read_text())["model"]["config"]["attn_implementation"] == (
+        "sdpa"
+    )
+    folder = _folder_without(made, tmp_path, lambda c: c.update(attn_implementation="eager"))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = [*prepare(made, tmp_path, data, model=folder), "--init", "random"]
+    refused(argv, tmp_path, capsys, "config field 'attn_implementation' is 'sdpa', but")
+
+
+def test_data_of_another_label_count_than_the_profiles_head_is_refused(made, tmp_path, capsys):
+    """Found by the twenty-seventh round: data whose labels make a head of another size than
+    the profile's (10^6 classes against a 2-label profile: 32 million parameters priced as
+    66) was planned as fitting. Now the profile's num_labels is held to the head the run
+    builds, in one line naming the profile, both counts and the command that profiles it
+    (`profile --num-labels`), whose profile passes."""
+    rows = [{"text": row["text"], "label": i % 3} for i, row in enumerate(reviews(30, seed=1))]
+    data = write_jsonl(tmp_path / "three.jsonl", rows)
+    fragments = (
+        f"{made['profile']}: model.num_labels is 2, but this run builds a head of 3 outputs",
+        "--task classification --num-labels 3 --padding-mask --out P.json",
+    )
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+    # The profile that command makes is the run's.
+    assert cli.main(prepare(made, tmp_path, data, profile=made["profile3"])) == 0

@@ -2694,3 +2694,85 @@ def test_a_checkpoint_every_of_the_run_s_length_or_more_is_refused(tmp_path, cap
     refused([*argv, "--checkpoint-every", value], tmp_path, capsys, fragment)
     assert cli.main([*argv, "--name", "fits", "--checkpoint-every", "5"]) == 0
     assert cli.main([*argv, "--name", "epoch", "--checkpoint-every", "2"]) == 0
+
+
+def test_a_freeze_schedule_of_integers_is_the_list_whatever_files_are_here(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the twenty-seventh round: `--freeze-schedule 4` read a file named 4 when the
+    current directory held one (its schedule 0×3, speedup 1.00×, where the list gives 4×3),
+    so the same command meant two things. Now integers and commas are always the list; the
+    file is named as a path, ./4."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "4").write_text("[0, 0, 0]")
+    vit = str(shipped_profile("vit-digits", "cpu"))
+    argv = ["preview", "--profile", vit, "--devices-per-node", "2", "--epochs", "3"]
+    assert cli.main([*argv, "--freeze-schedule", "4"]) == 0
+    assert "the list given; frozen layers per epoch: 4×3" in capsys.readouterr().out
+    assert cli.main([*argv, "--freeze-schedule", "./4"]) == 0
+    assert "frozen layers per epoch: 0×3" in capsys.readouterr().out
+
+
+@pytest.fixture
+def bert_tiny_folder(tmp_path, monkeypatch) -> Path:
+    """The current directory holds a transformers folder named like the built-in bert-tiny
+    (a clone of prajjwal1/bert-tiny, say), of other sizes than the built-in's."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "bert-tiny"
+    folder.mkdir()
+    transformers.BertConfig(**BERT).save_pretrained(folder)
+    return folder
+
+
+def test_a_built_in_name_beside_a_folder_of_that_name_is_the_built_in(
+    bert_tiny_folder, tmp_path, capsys
+):
+    """Found by the twenty-seventh round: with a folder bert-tiny/ in the current directory,
+    `run --model bert-tiny` built the built-in (as `profile` did) but held its profile, the
+    shipped one or one just made, to the folder's config.json, and refused both, advising a
+    command that made the same profile again. Now a built-in name is the built-in everywhere
+    (`presets.config_path`): the run is prepared with one warning naming ./bert-tiny, which
+    names the folder (`--init` beside the name means nothing, as without the folder)."""
+    argv = ["run", "--model", "bert-tiny", "--data", "synth-text", "--nproc", "1", "--epochs"]
+    argv += ["1", "--global-batch", "8", "--name", "a", "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main([*argv, "--prepare-only"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
+    assert warnings == [
+        "pipeplan: WARNING: bert-tiny is the built-in model, not the folder bert-tiny/ here: "
+        "./bert-tiny names that folder"
+    ]
+    refused([*argv, "--init", "random", "--prepare-only"], tmp_path, capsys, "--init")
+
+
+def test_a_folder_named_like_a_built_in_is_advised_as_a_path(bert_tiny_folder, tmp_path, capsys):
+    """Found by the twenty-seventh round: the command a refusal advised to profile the folder
+    ./bert-tiny was `pipeplan profile bert-tiny`, which profiles the built-in (a loop). Now it
+    names the folder as ./bert-tiny."""
+    shipped = str(shipped_profile("bert-tiny", "cpu"))
+    argv = ["run", "--model", "./bert-tiny", "--init", "random", "--data", "synth-text"]
+    argv += ["--nproc", "1", "--epochs", "1", "--global-batch", "8", "--profile", shipped]
+    argv += ["--name", "a", "--runs-dir", str(tmp_path / "runs"), "--prepare-only"]
+    refused(argv, tmp_path, capsys, "profile this model: pipeplan profile ./bert-tiny --seq-len")
+
+
+def test_a_shipped_profile_of_another_head_is_refused_not_used(tmp_path, capsys):
+    """Found by the twenty-seventh round: a profile's head (num_labels) was never held to the
+    head a run builds from its data. A shipped profile is held alike: vit-digits' (10
+    classes) is refused for data of 3 classes, naming it and the command that profiles the
+    run's head, rather than pricing a head the run does not have."""
+    module = tmp_path / "three.py"
+    module.write_text(
+        "import torch\n"
+        "from executor.data import TaskData, TensorPairs\n"
+        "def load():\n"
+        "    x, y = torch.zeros(32, 1, 8, 8), torch.arange(32) % 3\n"
+        "    return TaskData('three', TensorPairs(x, y), TensorPairs(x[:8], y[:8]))\n"
+    )
+    argv = ["run", "--model", "vit-digits", "--data", f"{module}:load", "--nproc", "1"]
+    argv += ["--epochs", "1", "--global-batch", "8", "--runs-dir", str(tmp_path / "runs")]
+    fragments = (
+        f"the shipped profile {shipped_profile('vit-digits', 'cpu')}: model.num_labels is 10, "
+        "but this run builds a head of 3 outputs",
+        "pipeplan profile vit-digits --task classification --num-labels 3 --out P.json",
+    )
+    refused([*argv, "--prepare-only"], tmp_path, capsys, fragments)

@@ -10,9 +10,12 @@ that need transformers' classes (activations, problem types, label maps).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pipeplan.errors import quoted
@@ -54,6 +57,18 @@ POSITION_TYPES = ("absolute",)
 # default): those transformers has in torch alone. Another name was refused by from_pretrained
 # as a failure to load the weights, or tried as a kernel hub repository.
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
+
+
+def built_attention(config: dict[str, Any]) -> str:
+    """The attention implementation a config builds: its attn_implementation, sdpa where it is
+    null or left out. Eager keeps each block's attention probabilities for the backward pass
+    (quadratic in the sequence), so a profile records the one it timed (`models.LayerSequence
+    .config_json`), and `profile.model_mismatch` holds a folder to it.
+
+        built_attention({"attn_implementation": None})   # "sdpa"
+    """
+    return config.get("attn_implementation") or "sdpa"
+
 
 # The JSON types each config key that transformers or pipeplan reads may have: what the config
 # classes of the families declare (a test holds this table to their annotations) and what their
@@ -251,6 +266,46 @@ CONFIG_CLASSES = {
     "gpt2": "GPT2Config",
     "llama": "LlamaConfig",
 }
+
+
+def transformers_config(family: str, config: dict[str, Any]) -> Any:
+    """The config object `family`'s transformers class makes of `config` (a config.json's
+    object, model_type left out): the family's defaults for the keys it leaves out and what
+    the class derives (Llama's num_key_value_heads and head_dim), as the model is built from
+    it. The one place a config becomes transformers' (`pipeplan.models` builds with it, a
+    profile's identity is held to it: `profile.model_mismatch`). Imports transformers
+    (seconds): only where a model folder is read, never to read a profile (`plan`). Whatever
+    the class raises propagates; what it logs or warns is silenced.
+
+        transformers_config("bert", {"hidden_size": 32}).intermediate_size   # 3072
+    """
+    import transformers
+
+    config_class = getattr(transformers, CONFIG_CLASSES[family])
+    with warnings.catch_warnings(), quiet_transformers():
+        warnings.simplefilter("ignore")
+        return config_class(**config)
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers reports a missing head as a many-line table and draws progress bars; the
+    one line that matters is `_check_loaded`'s. Its errors are silenced too: each is raised
+    after it is logged (a config key it cannot set was logged with the whole config, 28
+    lines, twenty-second round), and pipeplan reports the exception in one line."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity(logging.CRITICAL + 1)  # above every level it logs at
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 # The names on those classes that are no setting a config may give: read-only properties (values
 # transformers derives) and methods. Written out, not looked up, so a profile's config is held
 # to them without importing transformers (seconds); a test holds both to the classes (every

@@ -9,6 +9,7 @@ measured: a profile named after a preset holds that preset's shape (`preset_mism
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pipeplan.errors import quoted
@@ -152,3 +153,36 @@ def preset_mismatch(name: str, family: str, config: dict[str, Any]) -> str | Non
                 f"profile's config has {config.get(key)!r}"
             )
     return None
+
+
+def config_path(name_or_path: str) -> Path | None:
+    """The config.json a MODEL argument stands for, or None for a built-in name: the one rule
+    every command reads MODEL by (`pipeplan.models` builds by it, a profile's identity is
+    checked by it, a run finds its tokenizer by it). A built-in name is always the built-in,
+    even beside a folder of that name, which `./bert-tiny` names (twenty-seventh round: `run`
+    judged the profile of the built-in against such a folder's config.json, and refused it).
+
+        config_path("bert-tiny")                   # None, whatever ./bert-tiny is
+        config_path("runs/demo-pretrained/model")  # runs/demo-pretrained/model/config.json
+        config_path("ckpt/my.json")                # ckpt/my.json
+    """
+    if name_or_path in PRESETS:
+        return None
+    path = Path(name_or_path)
+    return path / "config.json" if path.is_dir() else path
+
+
+def shadowed_folder(name: str) -> Path | None:
+    """The folder of the current directory that the built-in name `name` passes over (one
+    with a config.json, so `name` would be a model there but for the rule of `config_path`),
+    or None. `shadowed_folder("bert-tiny")` → Path("bert-tiny") after `git clone …/bert-tiny`."""
+    if name not in PRESETS or not (Path(name) / "config.json").is_file():
+        return None
+    return Path(name)
+
+
+def model_argument(folder: Path) -> str:
+    """How to name the model folder `folder` as MODEL in a command shown to the user: as it is,
+    or `./NAME` where its path is a built-in's name (`bert-tiny` would be the built-in)."""
+    text = str(folder)
+    return f"./{text}" if text in PRESETS else text

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from pipeplan.errors import InputFileError, quoted
+from pipeplan.errors import InputFileError, quoted, reason
 from pipeplan.formats.base import (
     CONFIG_LIMIT,
     MAX_CONFIG_BYTES,
@@ -40,7 +40,9 @@ from pipeplan.formats.base import (
     unique_keys,
 )
 from pipeplan.formats.modelconfig import (
+    CONFIG_CLASSES,
     Dim,
+    built_attention,
     chunk_problem,
     config_value_problem,
     layer_parameters,
@@ -48,8 +50,15 @@ from pipeplan.formats.modelconfig import (
     model_sizes,
     problem_type_problem,
     size_problem,
+    transformers_config,
 )
-from pipeplan.formats.presets import BLOCKS_KEY, PRESETS, preset_mismatch
+from pipeplan.formats.presets import (
+    BLOCKS_KEY,
+    PRESETS,
+    config_path,
+    model_argument,
+    preset_mismatch,
+)
 
 # Rounds a profile may record, the bounds of `pipeplan profile --warmup / --repeats`.
 MAX_ROUNDS = 1000
@@ -935,22 +944,58 @@ def profile_sha256(profile: Profile) -> str:
     return text_sha256(dumps(profile))
 
 
-def model_mismatch(model: str, profile: Profile) -> str | None:
+def model_mismatch(model: str, profile: Profile, flags: str = "") -> str | None:
     """Why `profile` was not measured of `model` (a built-in name, a transformers folder or
-    its config.json), or None when it was. A folder is identified by its config.json's shape
-    fields, not by how its path is spelled (`ckpt/`, its absolute path, a link to it): the
-    first field differing from the config the profile recorded is named. The one check of
-    run (`--profile`), report and calibrate.
+    its config.json), or None when it was. A built-in name is the built-in, even beside a
+    folder of that name (`presets.config_path`, the rule `pipeplan.models` builds by), and is
+    identified by its name. A folder is identified by the config transformers builds of its
+    config.json (`modelconfig.transformers_config`: the family's defaults for the shape
+    fields it leaves out), not by how its path is spelled (`ckpt/`, its absolute path, a
+    link to it): the first shape field differing from the config the profile recorded is
+    named, with the `pipeplan profile` command that measures the folder (`flags`: what it
+    takes besides, the run's input: ` --seq-len 16 --padding-mask`). The one check of run
+    (`--profile`), report and calibrate.
 
         model_mismatch("ckpt/", load(Profile, "p.json"))   # None, or "… 'hidden_size' …"
+
+    Found by the twenty-seventh round: a config.json leaving out intermediate_size (BERT's
+    default 3072) was planned with the profile of a model whose config said 64, and one
+    leaving out num_hidden_layers failed on rank 0 after the run was prepared.
     """
-    folder = _model_folder(model)
-    if folder is None:  # a built-in name (or a folder no longer there): its name is its identity
+    path = config_path(model)
+    if path is None or not (path.exists() or path.is_symlink()):
+        # A built-in name (or a folder no longer there): its name is its identity.
         if _spelling(model) == _spelling(profile.model.name):
             return None
         return f"profiles '{profile.model.name}', not the model '{model}'"
+    config = _read_model_config(path)
+    recorded = profile.model.config
+    family = config.get("model_type")
+    if family != recorded.get("model_type") or family not in CONFIG_CLASSES:
+        given = repr(family) if "model_type" in config else "no model_type"
+        return _differs("model_type", recorded.get("model_type"), given, path, flags)
+    built = _built_config(family, config, path)
+    try:  # what the profile's config builds today: the fields a newer transformers added
+        measured = transformers_config(family, _without_type(recorded)).to_dict()
+    except Exception:  # a config written by hand: its fields, as it says them
+        measured = recorded
+    for field in SHAPE_FIELDS:
+        if built.get(field) != measured.get(field):
+            given = repr(built.get(field))
+            if field not in config:
+                given = f"no {field}, so transformers builds {family}'s default {given}"
+            return _differs(field, measured.get(field), given, path, flags)
+    # A profile made before the twenty-seventh round does not record its attention: not held.
+    if "attn_implementation" in recorded:
+        timed, built_with = built_attention(recorded), built_attention(config)
+        if timed != built_with:
+            return _differs("attn_implementation", timed, repr(built_with), path, flags)
+    return None
 
-    path = folder / "config.json"
+
+def _read_model_config(path: Path) -> dict[str, Any]:
+    """A model's config.json read as `pipeplan.models` reads it (strict JSON, no key twice);
+    InputFileError naming it otherwise."""
     text = read_input(path, MAX_CONFIG_BYTES, why=CONFIG_LIMIT)
     try:
         config = json_loads(text, object_pairs_hook=unique_keys)  # as `models` reads it
@@ -960,25 +1005,35 @@ def model_mismatch(model: str, profile: Profile) -> str | None:
         raise InputFileError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
     except MemoryError:
         raise InputFileError(out_of_memory(str(path), text)) from None
-    recorded = profile.model.config
     if not isinstance(config, dict):
         raise InputFileError(f"{path}: not a JSON object")
-    for field in SHAPE_FIELDS:
-        if field in config and config[field] != recorded.get(field):
-            return (
-                f"profiles a model whose config field '{field}' is {recorded.get(field)!r}, "
-                f"but {path} has {config[field]!r}; profile this model: pipeplan profile "
-                f"{folder} --out P.json"
-            )
-    return None
+    return config
 
 
-def _model_folder(model: str) -> Path | None:
-    """The transformers folder `model` names (itself, or its config.json's folder)."""
-    path = Path(model)
-    if path.name == "config.json" and path.is_file():
-        return path.parent
-    return path if (path / "config.json").is_file() else None
+def _built_config(family: str, config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The config transformers builds of a folder's config.json (`transformers_config`) as
+    to_dict() writes it, as a profile records its model's; InputFileError naming the file
+    when the family's class refuses it (a run builds the model first: report and calibrate
+    read the folder of a run that may have been edited since)."""
+    try:
+        return transformers_config(family, _without_type(config)).to_dict()
+    except Exception as exc:  # transformers' strict fields raise their own error classes
+        raise InputFileError(f"{path}: invalid {family} config ({reason(exc)})") from None
+
+
+def _without_type(config: dict[str, Any]) -> dict[str, Any]:
+    """A config's keys but model_type, which its class sets itself (`models._resolve`)."""
+    return {key: value for key, value in config.items() if key != "model_type"}
+
+
+def _differs(field: str, recorded: Any, given: str, path: Path, flags: str) -> str:
+    """The line of `model_mismatch` for the first field differing, with the command that
+    profiles the folder (`./bert-tiny` where its path is a built-in's name)."""
+    folder = model_argument(path.parent)
+    return (
+        f"profiles a model whose config field '{field}' is {recorded!r}, but {path} has "
+        f"{given}; profile this model: pipeplan profile {folder}{flags} --out P.json"
+    )
 
 
 def _spelling(model: str) -> str:

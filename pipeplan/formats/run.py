@@ -71,6 +71,7 @@ from pipeplan.formats.plan import (
     close_enough,
     step_upper_bound_s,
 )
+from pipeplan.formats.presets import config_path
 from pipeplan.formats.profile import (
     WARMUP_STEPS_PER_PHASE,
     Precision,
@@ -158,10 +159,13 @@ def something_frozen(other: str, what: str, when: tuple[Any, ...] | None = None)
 
 def names_a_directory(model: Any) -> bool:
     """Whether `--model VALUE` names a transformers directory or config.json, by the rule
-    `pipeplan.models` resolves it with (a path: a `/`, a `.json`, or something there); a
-    built-in name is none. `names_a_directory("vit-digits")` → False."""
-    return isinstance(model, str) and (
-        "/" in model or model.endswith(".json") or Path(model).exists()
+    `pipeplan.models` resolves it with (`presets.config_path`: a built-in name is none, even
+    beside a folder of its name; else a path: a `/`, a `.json`, or something there).
+    `names_a_directory("vit-digits")` → False."""
+    return (
+        isinstance(model, str)
+        and config_path(model) is not None
+        and ("/" in model or model.endswith(".json") or Path(model).exists())
     )
 
 
