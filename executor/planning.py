@@ -209,7 +209,9 @@ def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> 
     sequence, padded text, another task) or builds a head of other outputs (the data's
     labels: 10^6 of them were planned with a 2-label profile, its head's 66 parameters
     priced for 32 million, twenty-seventh round) would be planned with times and memory that
-    do not hold for it. The model itself is `model_mismatch`'s (`config_profile`)."""
+    do not hold for it; a head whose weights differ by at most HEAD_SHARE of the model's is
+    priced as the profile's (`_head_matters`). The model itself is `model_mismatch`'s
+    (`config_profile`)."""
     measured = profile.model
     have = _input_words(
         measured.input_shape,
@@ -226,13 +228,28 @@ def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> 
             f"pipeplan profile {cfg.model}{_profile_flags(seq, cfg)} --out P.json, and pass "
             "--profile P.json"
         )
-    if measured.num_labels != seq.num_labels:
+    if measured.num_labels != seq.num_labels and _head_matters(profile, seq):
         raise BadArgumentError(
             f"{_profile_named(cfg)}: model.num_labels is {measured.num_labels}, but this run "
             f"builds a head of {seq.num_labels} outputs ({_labels_from(seq)}); profile that: "
             f"pipeplan profile {cfg.model}{_profile_flags(seq, cfg)} --out P.json, and pass "
             "--profile P.json"
         )
+
+
+# A head of other outputs than the profile's is priced as the profile's while the weights it
+# adds or drops are at most this share of the model's: a 3-class fine-tune of a checkpoint
+# profiled with its 2-class head (769 weights of BERT-base's 110 M) plans as that profile
+# does, where refusing it would cost a profile run for nothing a plan can show.
+HEAD_SHARE = 0.01
+
+
+def _head_matters(profile: Profile, seq: LayerSequence) -> bool:
+    """Whether the head `seq` builds differs from the profile's by more than HEAD_SHARE of the
+    profile's weights (its last layer's, against every layer's)."""
+    built = sum(p.numel() for p in seq.layers[-1].parameters())
+    timed = profile.layers[-1].params
+    return abs(built - timed) > HEAD_SHARE * sum(layer.params for layer in profile.layers)
 
 
 def _profile_flags(seq: LayerSequence, cfg: RunConfig) -> str:

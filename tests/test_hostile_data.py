@@ -1882,14 +1882,23 @@ def test_data_of_another_label_count_than_the_profiles_head_is_refused(made, tmp
     """Found by the twenty-seventh round: data whose labels make a head of another size than
     the profile's (10^6 classes against a 2-label profile: 32 million parameters priced as
     66) was planned as fitting. Now the profile's num_labels is held to the head the run
-    builds, in one line naming the profile, both counts and the command that profiles it
-    (`profile --num-labels`), whose profile passes."""
-    rows = [{"text": row["text"], "label": i % 3} for i, row in enumerate(reviews(30, seed=1))]
-    data = write_jsonl(tmp_path / "three.jsonl", rows)
+    builds where the weights differ by more than HEAD_SHARE of the model's (ids 0, 50, 100: a
+    head of 101 outputs, 3,267 weights more than the profile's 2 on this 24,482-weight BERT),
+    in one line naming the profile, both counts and the command that profiles it (`profile
+    --num-labels`), whose profile passes; a head of 3 (33 weights more) is priced as the
+    profile's."""
+    rows = [{"text": row["text"], "label": i % 3 * 50} for i, row in enumerate(reviews(30, seed=1))]
+    data = write_jsonl(tmp_path / "wide.jsonl", rows)
     fragments = (
-        f"{made['profile']}: model.num_labels is 2, but this run builds a head of 3 outputs",
-        "--task classification --num-labels 3 --padding-mask --out P.json",
+        f"{made['profile']}: model.num_labels is 2, but this run builds a head of 101 outputs",
+        "--task classification --num-labels 101 --padding-mask --out P.json",
     )
     refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
     # The profile that command makes is the run's.
-    assert cli.main(prepare(made, tmp_path, data, profile=made["profile3"])) == 0
+    wide = profile(made["checkpoint"], tmp_path / "p101.json", "--num-labels", "101")
+    assert cli.main(prepare(made, tmp_path, data, profile=wide)) == 0
+    rows = [{"text": row["text"], "label": i % 3} for i, row in enumerate(reviews(30, seed=1))]
+    three = write_jsonl(tmp_path / "three.jsonl", rows)
+    argv = prepare(made, tmp_path, three)
+    argv[argv.index("--name") + 1] = "three"
+    assert cli.main(argv) == 0

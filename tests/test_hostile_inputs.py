@@ -2758,21 +2758,22 @@ def test_a_folder_named_like_a_built_in_is_advised_as_a_path(bert_tiny_folder, t
 def test_a_shipped_profile_of_another_head_is_refused_not_used(tmp_path, capsys):
     """Found by the twenty-seventh round: a profile's head (num_labels) was never held to the
     head a run builds from its data. A shipped profile is held alike: vit-digits' (10
-    classes) is refused for data of 3 classes, naming it and the command that profiles the
-    run's head, rather than pricing a head the run does not have."""
+    classes) is refused for data of 249 (ids 0, 8, …, 248: 30,831 weights more than its
+    1,590,666-weight model's 1 %), naming it and the command that profiles the run's head,
+    rather than pricing a head the run does not have."""
     module = tmp_path / "three.py"
     module.write_text(
         "import torch\n"
         "from executor.data import TaskData, TensorPairs\n"
         "def load():\n"
-        "    x, y = torch.zeros(32, 1, 8, 8), torch.arange(32) % 3\n"
+        "    x, y = torch.zeros(32, 1, 8, 8), torch.arange(32) * 8\n"
         "    return TaskData('three', TensorPairs(x, y), TensorPairs(x[:8], y[:8]))\n"
     )
     argv = ["run", "--model", "vit-digits", "--data", f"{module}:load", "--nproc", "1"]
     argv += ["--epochs", "1", "--global-batch", "8", "--runs-dir", str(tmp_path / "runs")]
     fragments = (
         f"the shipped profile {shipped_profile('vit-digits', 'cpu')}: model.num_labels is 10, "
-        "but this run builds a head of 3 outputs",
-        "pipeplan profile vit-digits --task classification --num-labels 3 --out P.json",
+        "but this run builds a head of 249 outputs",
+        "pipeplan profile vit-digits --task classification --num-labels 249 --out P.json",
     )
     refused([*argv, "--prepare-only"], tmp_path, capsys, fragments)
