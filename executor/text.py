@@ -62,6 +62,7 @@ TEXT_SUFFIXES = (".jsonl", ".csv")
 # spelling "lable" trained a decoder on labelled text as a causal LM, silently (22nd round).
 ROW_KEYS = ("text", "label")
 EVAL_FRACTION = 0.2  # held out of a single file
+ID_BYTES = 8  # a token id's, int64: what embeddings and the losses take
 # What a tokenizer's loading and encoding may print meanwhile, passed on (rust_panics_named).
 MAX_PASSED_ON = 1 << 16
 # What marks a directory as holding a tokenizer (transformers writes both).
@@ -86,6 +87,22 @@ MAX_REPLACE_GROWTH = 16
 # (a 1.2 MB tokenizer.json) took 5.8 GB for 250 short rows, a Rust abort under `ulimit -v`, and
 # every text became the prefix's first --seq-len tokens.
 MAX_ADDED_CHARS = CHARS_PER_TOKEN
+# Texts given to the tokenizer at a time, and their characters at most (at least one text):
+# the library's encodings of a call and transformers' Python lists of them take ~2.5 KB a
+# short text, so they are made a chunk at a time and written into one preallocated tensor of
+# ids. Found by the twenty-seventh round: one call over 1,000,000 short rows peaked at 3 GB
+# (a 30 MB file), and under `ulimit -v` the library aborted on a failed allocation, silently.
+ENCODE_TEXTS = 4096
+ENCODE_CHARS = 1 << 20
+# What encoding a chunk may take besides the ids, kept free when the ids are sized against
+# the memory left (`_check_room`): the library allocates outside Python, and aborts, with no
+# line, when an allocation fails. A chunk measured ~40 MB; its threads' arenas add address
+# space under `ulimit -v`.
+ENCODE_ROOM = 512 << 20
+# Rows read between two looks at the memory left while a data file is read, and the least
+# that must stay free: a file of short rows holds ~100 bytes of Python objects a row (a 1 GiB
+# file of 12-byte rows, 9 GB), and the kernel kills a process out of physical memory unwarned.
+ROWS_BETWEEN_LOOKS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -179,6 +196,38 @@ def _read_rows(path: Path, kinds: _LabelKinds, spellings: _Spellings) -> list[Ro
         raise InputFileError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputFileError(f"{path}: cannot read ({exc})") from None
+    except MemoryError:  # between two looks of `_check_rows_held`, or under `ulimit -v`
+        raise InputFileError(
+            f"{path}: out of memory holding its rows; run pipeplan with more memory, or give "
+            "fewer rows"
+        ) from None
+
+
+def _check_rows_held(path: Path, count: int) -> None:
+    """Every ROWS_BETWEEN_LOOKS rows read (`count` so far), InputFileError naming the data
+    file when less than ENCODE_ROOM of memory is left: the rows are held as Python objects
+    (~100 bytes a short row), and a process out of physical memory is killed with no line.
+    Found by the twenty-seventh round: under `ulimit -v` a file of 5,000,000 rows was blamed
+    on tokenizer_config.json, read next.
+
+        _check_rows_held(Path("d.jsonl"), 65536)
+        # InputFileError: "d.jsonl: out of memory holding its rows (65,536 read; …)"
+    """
+    from pipeplan.models import memory_left
+
+    if count % ROWS_BETWEEN_LOOKS or (left := memory_left()) is None or left[0] >= ENCODE_ROOM:
+        return
+    raise InputFileError(
+        f"{path}: out of memory holding its rows ({count:,} read; {_size(left[0])} of "
+        f"{_size(left[1])} left: {left[2]}); run pipeplan with more memory, or give fewer rows"
+    )
+
+
+def _size(bytes_: int) -> str:
+    """`_size(3 << 29)` → "1.5 GiB"; `_size(5 << 20)` → "5 MiB"."""
+    if bytes_ >= 1 << 30:
+        return f"{bytes_ / 2**30:,.1f} GiB"
+    return f"{bytes_ / 2**20:,.0f} MiB"
 
 
 def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings) -> list[Row]:
@@ -212,6 +261,7 @@ def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellin
             kinds.see(kind, f"{path}:{number}")
             spellings.see(written, label, f"{path}:{number}")
         rows.append((item["text"], label))
+        _check_rows_held(path, len(rows))
     return rows
 
 
@@ -249,6 +299,7 @@ def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings
         if label is not None:
             spellings.see(fields[label_at], label, where)
         rows.append((fields[text_at], label))
+        _check_rows_held(path, len(rows))
     return rows
 
 
@@ -476,8 +527,35 @@ def tokenize(corpus: Corpus, tokenizer: str | None, seq: LayerSequence) -> TaskD
     """Token ids padded or cut to the model's length; labels, or for a causal LM the ids
     with IGNORE_INDEX at padding."""
     directory = tokenizer_directory(tokenizer, seq, corpus.name)
+    _check_room(corpus, seq.input_shape[0], seq.task == "causal-lm")
     with rust_panics_named(directory):
         return _tokenize(corpus, directory, seq)
+
+
+def _check_room(corpus: Corpus, length: int, causal: bool) -> None:
+    """The token ids of every row at --seq-len `length` (a causal LM's targets a second copy,
+    labels, a comparison's mask of a byte a token) and ENCODE_ROOM for encoding a chunk fit in
+    the memory this process has left, checked before the tokenizer is loaded: else
+    InputFileError naming the data file, its rows and the limit. The `tokenizers` library
+    aborts the process on a failed allocation, with no line (and `rust_panics_named` holds
+    descriptor 2 meanwhile); it must never get near one.
+
+        _check_room(corpus, 512, causal=True)
+        # InputFileError: "big.jsonl: 5,000,000 rows at --seq-len 512 take 39.1 GiB as …"
+    """
+    from pipeplan.models import memory_left
+
+    rows = len(corpus.train) + len(corpus.eval)
+    need = rows * (length * ((2 if causal else 1) * ID_BYTES + 1) + ID_BYTES) + ENCODE_ROOM
+    left = memory_left()
+    if left is None or need <= left[0]:
+        return
+    raise InputFileError(
+        f"{corpus.name}: {rows:,} rows at --seq-len {length} take {_size(need)} as token ids "
+        f"(and to encode them), more than the {_size(left[0])} this process has left of "
+        f"{_size(left[1])} ({left[2]}); run pipeplan with more memory, or give fewer rows or a "
+        "shorter --seq-len"
+    )
 
 
 @contextlib.contextmanager
@@ -539,19 +617,20 @@ def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence) -> TaskData:
     pad = _pad_id(tok, seq, directory)
 
     def encode(texts: list[str]) -> torch.Tensor:
-        if not texts:
-            return torch.zeros((0, length), dtype=torch.int64)
-        cut = [text[: CHARS_PER_TOKEN * length] for text in texts]
-        # The `tokenizers` library raises plain Exceptions when its model cannot encode (a
-        # WordPiece vocabulary without its [UNK] token): the tokenizer directory's fault.
-        try:
-            out = tok(cut, padding="max_length", truncation=True, max_length=length)
-        except Exception as exc:
-            raise InputFileError(
-                f"{directory}: the tokenizer cannot encode {corpus.name} ({_first(exc)})"
-            ) from None
-        _check_lengths(out["input_ids"], length, directory, corpus.name)
-        return torch.tensor(out["input_ids"], dtype=torch.int64)
+        ids = torch.empty((len(texts), length), dtype=torch.int64)  # sized by `_check_room`
+        for start, end in _chunks(texts, CHARS_PER_TOKEN * length):
+            cut = [text[: CHARS_PER_TOKEN * length] for text in texts[start:end]]
+            # The `tokenizers` library raises plain Exceptions when its model cannot encode (a
+            # WordPiece vocabulary without its [UNK] token): the tokenizer directory's fault.
+            try:
+                out = tok(cut, padding="max_length", truncation=True, max_length=length)
+            except Exception as exc:
+                raise InputFileError(
+                    f"{directory}: the tokenizer cannot encode {corpus.name} ({_first(exc)})"
+                ) from None
+            _check_lengths(out["input_ids"], length, directory, corpus.name)
+            ids[start:end] = torch.tensor(out["input_ids"], dtype=torch.int64)
+        return ids
 
     def split(texts: list[str], labels: list[int] | None) -> TensorPairs:
         ids = encode(texts)
@@ -566,8 +645,26 @@ def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence) -> TaskData:
     train = split(corpus.train, corpus.train_labels)
     eval_ = split(corpus.eval, corpus.eval_labels)
     _check_encoded(tok, directory, corpus.name, [train.inputs, eval_.inputs])
-    _check_texts_kept(tok, directory, corpus, torch.cat([train.inputs, eval_.inputs]))
+    _check_texts_kept(tok, directory, corpus, [train.inputs, eval_.inputs])
     return TaskData(corpus.name, train, eval_, augmented=False, padded=True)
+
+
+def _chunks(texts: list[str], reach: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of the chunks `texts` are encoded in: ENCODE_TEXTS texts at most, and
+    ENCODE_CHARS characters of the first `reach` of each (what is encoded), one text at least.
+
+        list(_chunks(["a"] * 5000, 1024))   # [(0, 4096), (4096, 5000)]
+    """
+    start = 0
+    while start < len(texts):
+        end, chars = start + 1, min(len(texts[start]), reach)
+        while end < min(len(texts), start + ENCODE_TEXTS):
+            chars += min(len(texts[end]), reach)
+            if chars > ENCODE_CHARS:
+                break
+            end += 1
+        yield start, end
+        start = end
 
 
 def _check_lengths(rows: list[list[int]], length: int, directory: Path, data: str) -> None:
@@ -598,10 +695,11 @@ def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]
     Found by the twentieth round: a tokenizer without a vocabulary loaded and gave [UNK] for
     every word. A vocabulary that knows one word of the data passes (the data's own business)."""
     special = (set(tok.all_special_ids) | {tok.unk_token_id}) - {None}
-    every = torch.cat([t.flatten() for t in ids])
-    if not special or every.numel() == 0:
+    if not special or all(t.numel() == 0 for t in ids):
         return
-    if not torch.isin(every, torch.tensor(sorted(special), dtype=every.dtype)).all():
+    # Each tensor alone: a concatenation was one more copy of every id (`_check_room`).
+    known = torch.tensor(sorted(special), dtype=torch.int64)
+    if not all(bool(torch.isin(t, known).all()) for t in ids):
         return
     names = ", ".join(sorted(set(tok.all_special_tokens)))
     raise InputFileError(
@@ -610,22 +708,24 @@ def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]
     )
 
 
-def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: torch.Tensor) -> None:
+def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: list[torch.Tensor]) -> None:
     """Refuses a tokenizer that encodes texts that differ as the same tokens, every one: what
-    it adds to a text filled --seq-len, and the data was replaced by it.
+    it adds to a text filled --seq-len, and the data was replaced by it. `ids`: each split's.
 
-        _check_texts_kept(tok, Path("tok"), corpus, ids)
+        _check_texts_kept(tok, Path("tok"), corpus, [train_ids, eval_ids])
         # InputFileError: "tok: the tokenizer encodes every text of d.jsonl as the same 12 …"
 
     Found by the twenty-sixth round: a normalizer's Prepend of "great " made every text 16
     copies of 'great' (a word of the vocabulary, so not every text was unknown tokens)."""
-    if ids.shape[0] < 2 or not bool((ids == ids[0]).all()):
+    ids = [t for t in ids if t.shape[0]]
+    if sum(t.shape[0] for t in ids) < 2 or not all(bool((t == ids[0][0]).all()) for t in ids):
         return
     texts = corpus.train + corpus.eval
     if all(text == texts[0] for text in texts):  # the data's own texts are one text
         return
-    length = ids.shape[1]
-    shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(ids[0, :4].tolist()))
+    first = ids[0][0]
+    length = first.shape[0]
+    shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(first[:4].tolist()))
     raise InputFileError(
         f"{directory}: the tokenizer encodes every text of {corpus.name} as the same {length} "
         f"tokens ({shown}, …): what it adds to a text fills --seq-len {length} (or the texts "
