@@ -63,6 +63,10 @@ TEXT_SUFFIXES = (".jsonl", ".csv")
 ROW_KEYS = ("text", "label")
 EVAL_FRACTION = 0.2  # held out of a single file
 ID_BYTES = 8  # a token id's, int64: what embeddings and the losses take
+# The share of a CSV's labels at most that, read as names beside class indices (canonical
+# digits), are taken for typos of indices and refused (`1.0`, `-1` in a column of 0 and 1);
+# more are names, all of them, as the column then names its classes.
+TYPO_SHARE = 0.1
 # What a tokenizer's loading and encoding may print meanwhile, passed on (rust_panics_named).
 MAX_PASSED_ON = 1 << 16
 # What marks a directory as holding a tokenizer (transformers writes both).
@@ -174,6 +178,7 @@ def read_corpus(spec: str, seed: int = 0) -> Corpus:
             f"{spec}: some rows have a label and some do not; label every row (classification) "
             "or none (causal-lm)"
         )
+    kinds.check_indices()
     names = None  # plain text
     if True in labelled:
         names = _label_names([label for split in rows for _, label in split])
@@ -296,6 +301,7 @@ def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings
         # Every CSV cell is a string: canonical digits are an id or, beside names (in either
         # file), a name too; `_label_names` decides once every label is read.
         kinds.see(_name_or_none(label), where)
+        kinds.count(label, where)
         if label is not None:
             spellings.see(fields[label_at], label, where)
         rows.append((fields[text_at], label))
@@ -441,6 +447,36 @@ class _LabelKinds:
 
     def __init__(self) -> None:
         self.first: tuple[str, str] | None = None  # (kind, where)
+        # CSV cells: how many are read as ids and as names, and the first name (and where).
+        self.ids = self.names = 0
+        self.first_name: tuple[str, str] | None = None
+
+    def count(self, label: int | str | None, where: str) -> None:
+        """Counts a CSV cell's label: an id (canonical digits) or a name."""
+        if isinstance(label, int):
+            self.ids += 1
+        elif label is not None:
+            self.names += 1
+            self.first_name = self.first_name or (label, where)
+
+    def check_indices(self) -> None:
+        """CSV labels most of which are ids (canonical digits) and a few not: InputFileError
+        naming the first that is not. Every label became a name, silently, and the classes
+        were renumbered in the names' order ("-1", "0", "1": class 0 became id 1), as JSONL
+        refuses `1.0` or `-1`. Found by the twenty-seventh round. Labels more than TYPO_SHARE
+        of which are names ("01" beside "1" and "2", codes "007" beside "100") stay names.
+
+            kinds.check_indices()   # InputFileError: "c.csv:42: the label '-1' is not a …"
+        """
+        if self.first_name is None or self.names > TYPO_SHARE * (self.ids + self.names):
+            return
+        label, where = self.first_name
+        raise InputFileError(
+            f"{where}: the label {label!r} is not a class index, but {self.ids:,} of the "
+            f"{self.ids + self.names:,} labels are (digits only, such as 1); write it as one "
+            f"(a column of indices with at most {TYPO_SHARE:.0%} other labels is taken to "
+            "hold typos, not names)"
+        )
 
     def see(self, kind: str | None, where: str) -> None:
         if kind is None:

@@ -1564,3 +1564,15 @@ def test_rows_read_past_the_memory_left_name_the_data_file(
     data = _written_labels(suffix, tmp_path, ["0", "1"])
     fragments = f"{data.name}: out of memory holding its rows (8 read; 1 MiB of 4.0 GiB left"
     refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
+@pytest.mark.parametrize("odd", ["-1", "1.0", "+1", "١"])
+def test_a_csv_label_not_an_index_among_indices_is_refused(made, tmp_path, capsys, odd):
+    """Found by the twenty-seventh round: one CSV label `-1` (or `1.0`, `+1`, an Arabic-Indic
+    one) among 40 of 0 and 1 made every label a name, silently: "-1", "0", "1" numbered in
+    order, so class 0 became id 1, as JSONL refuses `-1`. A few labels that are not class
+    indices (a tenth at most) among indices are refused, naming the first."""
+    rows = [f"great film {i},{i % 2}" for i in range(40)] + [f"so so,{odd}"]
+    data = csv_file(tmp_path, "text,label", rows)
+    fragments = (f"data.csv:42: the label {odd!r} is not a class index", "40 of the 41 labels")
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
