@@ -122,6 +122,12 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
             if split == "train" and isinstance(dataset, TensorPairs):  # every sample at hand
                 _check_has_targets(labels, data.name)
             continue
+        if labels.dim() != 1 and labels.shape[1:] != inputs.shape[1:]:  # (twenty-seventh round)
+            raise BadArgumentError(
+                f"data '{data.name}' gives {split} labels of shape "
+                f"{_shape(tuple(labels.shape[1:]))}; a classifier's label is a scalar class "
+                "index, one a sample"
+            )
         if labels.dim() != 1:
             raise BadArgumentError(
                 f"data '{data.name}' gives {split} labels of shape "
@@ -176,8 +182,19 @@ def data_task(data: TaskData) -> str:
     "classification"."""
     if length(data.train, data.name, "train") == 0:
         raise BadArgumentError(f"data '{data.name}' has no training samples")
-    _, label = item(data.train, 0, data.name, "train")
-    return "causal-lm" if isinstance(label, torch.Tensor) and label.dim() == 1 else "classification"
+    sample, label = item(data.train, 0, data.name, "train")
+    if not isinstance(label, torch.Tensor) or label.dim() == 0:
+        return "classification"
+    # Found by the twenty-seventh round: a label of shape (1,) was taken for token ids, and a
+    # BERT was refused for the causal-lm task no one asked for.
+    shape = tuple(getattr(sample, "shape", ()))
+    if label.dim() != 1 or tuple(label.shape) != shape:
+        raise BadArgumentError(
+            f"data '{data.name}': a training sample's label has shape {tuple(label.shape)}; a "
+            "label is a scalar class index, one a sample (classification), or token ids as "
+            f"long as its input's {shape} (causal-lm)"
+        )
+    return "causal-lm"
 
 
 def label_count(data: TaskData) -> int | None:

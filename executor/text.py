@@ -138,6 +138,23 @@ def is_text_spec(spec: str) -> bool:
     return len(parts) <= 2 and all(p.lower().endswith(TEXT_SUFFIXES) for p in parts)
 
 
+def not_text(spec: str) -> str:
+    """Why --tokenizer does not apply to --data `spec`: a file of another extension is named
+    as such (found by the twenty-seventh round: `d.json` was told to give a text file, which
+    it is), anything else (a built-in, module:function) as not text.
+
+        not_text("d.json")   # "--data 'd.json': a text file is FILE.jsonl or FILE.csv, not …"
+    """
+    other = [Path(p).suffix for p in spec.split(",") if ":" not in p and Path(p).suffix]
+    other = [suffix for suffix in other if suffix.lower() not in TEXT_SUFFIXES]
+    if other:
+        return (
+            f"--data {quoted(spec)}: a text file is FILE.jsonl or FILE.csv, not {other[0]}; "
+            "rename it to the extension of its content (--tokenizer applies to text files)"
+        )
+    return "--tokenizer applies to text files: --data FILE.jsonl or FILE.csv"
+
+
 def check_two_files(spec: str) -> None:
     """TRAIN,EVAL are two files: the same one twice (`a.jsonl,a.jsonl`, or through a link or
     another spelling of its path) held out the very rows it trained on, accepted silently

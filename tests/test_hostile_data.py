@@ -1576,3 +1576,13 @@ def test_a_csv_label_not_an_index_among_indices_is_refused(made, tmp_path, capsy
     data = csv_file(tmp_path, "text,label", rows)
     fragments = (f"data.csv:42: the label {odd!r} is not a class index", "40 of the 41 labels")
     refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
+@pytest.mark.parametrize("name", ["d.json", "d.txt", "d.tsv"])
+def test_a_text_file_of_another_extension_is_named_as_such(made, tmp_path, capsys, name):
+    """Found by the twenty-seventh round: `--data d.json --tokenizer tok/` said "--tokenizer
+    applies to text files: --data FILE.jsonl or FILE.csv", blaming the flag for a text file
+    whose extension is the problem. Now its extension is named."""
+    data = write_jsonl(tmp_path / name, reviews(20, seed=6))
+    fragments = (f"--data '{data}': a text file is FILE.jsonl or FILE.csv, not {data.suffix}",)
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)

@@ -2694,3 +2694,52 @@ def test_a_checkpoint_every_of_the_run_s_length_or_more_is_refused(tmp_path, cap
     refused([*argv, "--checkpoint-every", value], tmp_path, capsys, fragment)
     assert cli.main([*argv, "--name", "fits", "--checkpoint-every", "5"]) == 0
     assert cli.main([*argv, "--name", "epoch", "--checkpoint-every", "2"]) == 0
+
+
+# ----------------------------------------------------------------------------- the 27th round
+
+USER_DATA = """
+import sys, warnings
+import torch
+class Pairs:
+    def __init__(self, n, shape=()): self.n, self.shape = n, shape
+    def __len__(self): return self.n
+    def __getitem__(self, i):
+        if not 0 <= i < self.n: raise IndexError(i)
+        ids = torch.randint(5, 95, (128,), generator=torch.Generator().manual_seed(i))
+        return ids, torch.tensor(i % 2).reshape(self.shape)
+def warn():
+    warnings.warn("user warning here")
+    print("a line of its own", file=sys.stderr)
+    return Pairs(64), Pairs(16)
+def interrupt():
+    raise KeyboardInterrupt
+def interrupt_item():
+    class Stops(Pairs):
+        def __getitem__(self, i): raise KeyboardInterrupt
+    return Stops(64), Stops(16)
+def shaped():
+    return Pairs(64, (1,)), Pairs(16, (1,))
+"""
+
+
+def _user_run(tmp_path: Path, function: str, *extra: str) -> list[str]:
+    """`run --prepare-only` of bert-tiny (its shipped profile) on tmp_path/user_data.py's
+    `function`."""
+    (tmp_path / "user_data.py").write_text(USER_DATA)
+    profile = shipped_profile("bert-tiny", "cpu")
+    return [
+        "run", "--prepare-only", "--model", "bert-tiny", "--data",
+        f"{tmp_path / 'user_data.py'}:{function}", "--profile", str(profile), "--nproc", "1",
+        "--global-batch", "8", "--runs-dir", str(tmp_path / "runs"), "--name", "u", *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("task", [[], ["--task", "classification"]], ids=["by the data", "given"])
+def test_a_label_of_shape_one_is_not_taken_for_token_ids(tmp_path, capsys, task):
+    """Found by the twenty-seventh round: a module:function's labels of shape (1,) on a BERT
+    said "task 'causal-lm' is not available for bert" (or, with --task classification, that
+    they are token sequences for a decoder). A label is a scalar class index or token ids as
+    long as the input: the shape is named as wrong."""
+    fragments = ("user_data.py:shaped'", "label", "(1,)", "scalar class index")
+    refused(_user_run(tmp_path, "shaped", *task), tmp_path / "runs", capsys, fragments)
