@@ -2735,6 +2735,28 @@ def _user_run(tmp_path: Path, function: str, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def test_the_warnings_of_user_data_code_are_pipeplan_warnings(tmp_path, capsys):
+    """Found by the twenty-seventh round: `warnings.warn` in a `--data module:function`
+    printed two raw lines (`/…/m.py:9: UserWarning: …` and the source line), and what it
+    wrote to stderr came raw too. Each is one `pipeplan: WARNING:` line naming the data."""
+    assert cli.main(_user_run(tmp_path, "warn")) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    spec = f"data '{tmp_path / 'user_data.py'}:warn'"
+    assert f"pipeplan: WARNING: {spec}: user_data.py:12: UserWarning: user warning here" in lines
+    assert f"pipeplan: WARNING: {spec} wrote: a line of its own" in lines
+    assert all(line.startswith("pipeplan: ") for line in lines), lines
+    assert len([line for line in lines if spec in line]) == 2, lines
+
+
+@pytest.mark.parametrize("function", ["interrupt", "interrupt_item"])
+def test_a_keyboard_interrupt_from_user_data_code_is_an_interruption(tmp_path, capsys, function):
+    """Found by the twenty-seventh round: a data function raising KeyboardInterrupt exited 130
+    with no line (typer turns one into 130 silently). It is an interruption, as Ctrl-C is:
+    `pipeplan: interrupted`, 130; from the function or a dataset's __getitem__."""
+    assert cli.main(_user_run(tmp_path, function)) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["pipeplan: interrupted"]
+
+
 @pytest.mark.parametrize("task", [[], ["--task", "classification"]], ids=["by the data", "given"])
 def test_a_label_of_shape_one_is_not_taken_for_token_ids(tmp_path, capsys, task):
     """Found by the twenty-seventh round: a module:function's labels of shape (1,) on a BERT
