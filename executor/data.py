@@ -22,7 +22,9 @@ import importlib
 import importlib.util
 import inspect
 import io
+import logging
 import sys
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,11 +34,16 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from pipeplan.errors import BadArgumentError, InputFileError, quoted
+from pipeplan.errors import BadArgumentError, InputFileError, Interrupted, quoted
 from pipeplan.formats.base import MAX_SAMPLES
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
+
+log = logging.getLogger("pipeplan.data")
+# The lines of what a user's data module or function writes to stderr that are passed on,
+# each a warning; the rest are counted.
+MAX_USER_LINES = 10
 
 BUILTINS = ("digits", "synth-text")
 
@@ -122,6 +129,12 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
             if split == "train" and isinstance(dataset, TensorPairs):  # every sample at hand
                 _check_has_targets(labels, data.name)
             continue
+        if labels.dim() != 1 and labels.shape[1:] != inputs.shape[1:]:  # (twenty-seventh round)
+            raise BadArgumentError(
+                f"data '{data.name}' gives {split} labels of shape "
+                f"{_shape(tuple(labels.shape[1:]))}; a classifier's label is a scalar class "
+                "index, one a sample"
+            )
         if labels.dim() != 1:
             raise BadArgumentError(
                 f"data '{data.name}' gives {split} labels of shape "
@@ -176,8 +189,19 @@ def data_task(data: TaskData) -> str:
     "classification"."""
     if length(data.train, data.name, "train") == 0:
         raise BadArgumentError(f"data '{data.name}' has no training samples")
-    _, label = item(data.train, 0, data.name, "train")
-    return "causal-lm" if isinstance(label, torch.Tensor) and label.dim() == 1 else "classification"
+    sample, label = item(data.train, 0, data.name, "train")
+    if not isinstance(label, torch.Tensor) or label.dim() == 0:
+        return "classification"
+    # Found by the twenty-seventh round: a label of shape (1,) was taken for token ids, and a
+    # BERT was refused for the causal-lm task no one asked for.
+    shape = tuple(getattr(sample, "shape", ()))
+    if label.dim() != 1 or tuple(label.shape) != shape:
+        raise BadArgumentError(
+            f"data '{data.name}': a training sample's label has shape {tuple(label.shape)}; a "
+            "label is a scalar class index, one a sample (classification), or token ids as "
+            f"long as its input's {shape} (causal-lm)"
+        )
+    return "causal-lm"
 
 
 def label_count(data: TaskData) -> int | None:
@@ -362,10 +386,16 @@ def _contained(spec: str, what: str) -> Iterator[None]:
     """The user's module or function, held to pipeplan's one-line errors: a SystemExit
     (`sys.exit`, argparse) is an error naming its code, not pipeplan's exit (`--data
     sys:exit` ended a run with code 0, having done nothing), and what it writes to stderr
-    is held back: shown after success, summarised on failure."""
+    is held back: passed on after success as pipeplan's warnings, as are its Python warnings
+    (twenty-seventh round: they came raw, `m.py:9: UserWarning: …` and the source line),
+    summarised on failure."""
     held = io.StringIO()
     try:
-        with contextlib.redirect_stderr(held):
+        with (
+            _user_code(),
+            warnings.catch_warnings(record=True) as caught,
+            contextlib.redirect_stderr(held),
+        ):
             yield
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
@@ -376,7 +406,43 @@ def _contained(spec: str, what: str) -> Iterator[None]:
         raise BadArgumentError(
             f"data {quoted(spec)}: the data {what} exited (code {code or 0}){last}"
         ) from None
-    sys.stderr.write(held.getvalue())
+    _pass_on(spec, caught, held.getvalue())
+
+
+def _pass_on(spec: str, caught: list[warnings.WarningMessage], said: str) -> None:
+    """The Python warnings (each place once) and stderr lines (MAX_USER_LINES at most) of the
+    user's data code, each a pipeplan warning naming --data and where it was raised:
+
+        _pass_on("m:load", caught, "")   # pipeplan: WARNING: data 'm:load': m.py:9: UserWarning: …
+    """
+    seen = set()
+    for w in caught:
+        key = (str(w.message), w.category, w.filename, w.lineno)
+        if key in seen:
+            continue
+        seen.add(key)
+        where = f"{Path(w.filename).name}:{w.lineno}"
+        log.warning(f"data {quoted(spec)}: {where}: {w.category.__name__}: {w.message}")
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    for line in lines[:MAX_USER_LINES]:
+        log.warning(f"data {quoted(spec)} wrote: {line}")
+    if len(lines) > MAX_USER_LINES:
+        log.warning(f"data {quoted(spec)} wrote {len(lines) - MAX_USER_LINES:,} lines more")
+
+
+@contextlib.contextmanager
+def _user_code() -> Iterator[None]:
+    """The user's data code, whose KeyboardInterrupt is an interruption: `pipeplan:
+    interrupted`, exit 130 (the CLI's Ctrl-C raises Interrupted; typer turned a
+    KeyboardInterrupt into exit 130 with no line: twenty-seventh round).
+
+        with _user_code():
+            dataset[0]   # raise KeyboardInterrupt → Interrupted
+    """
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted from None
 
 
 def _names_a_file(target: str) -> bool:
@@ -498,7 +564,8 @@ def length(dataset: Any, name: str, split: str) -> int:
     """`len(dataset)`, checked: a user's `__len__` may raise, or return -1 or 10**20 (then
     len() itself raises), or more samples than any sampler can index."""
     try:
-        count = len(dataset)
+        with _user_code():
+            count = len(dataset)
     except Exception as exc:
         raise BadArgumentError(
             f"data '{name}': len() of the {split} set raised {_one_line(exc)}"
@@ -514,7 +581,8 @@ def item(dataset: Any, index: int, name: str, split: str) -> tuple[Any, Any]:
     """`dataset[index]`, an (input, label) pair, with a user's `__getitem__` error or an item
     of another kind (a dict, a triple, a number) in one line."""
     try:
-        value = dataset[index]
+        with _user_code():
+            value = dataset[index]
     except Exception as exc:
         raise BadArgumentError(
             f"data '{name}': reading {split} item {index} raised {_one_line(exc)}"

@@ -71,7 +71,7 @@ def build_task(
         cfg = cfg.model_copy(update={"init": "random"})
     spec = cfg.data
     if cfg.tokenizer is not None and not text.is_text_spec(spec):
-        raise BadArgumentError("--tokenizer applies to text files: --data FILE.jsonl or FILE.csv")
+        raise BadArgumentError(text.not_text(spec))
     with _notices(quiet):
         if spec == "synth-text":  # generated for the model: its task, length and vocabulary
             seq = _build(cfg, cfg.task)

@@ -73,6 +73,11 @@ TEXT_SUFFIXES = (".jsonl", ".csv")
 # spelling "lable" trained a decoder on labelled text as a causal LM, silently (22nd round).
 ROW_KEYS = ("text", "label")
 EVAL_FRACTION = 0.2  # held out of a single file
+ID_BYTES = 8  # a token id's, int64: what embeddings and the losses take
+# The share of a CSV's labels at most that, read as names beside class indices (canonical
+# digits), are taken for typos of indices and refused (`1.0`, `-1` in a column of 0 and 1);
+# more are names, all of them, as the column then names its classes.
+TYPO_SHARE = 0.1
 # What a tokenizer's loading and encoding may print meanwhile, passed on (rust_panics_named).
 MAX_PASSED_ON = 1 << 16
 # What marks a directory as holding a tokenizer (transformers writes both).
@@ -126,6 +131,22 @@ MAX_REPLACE_GROWTH = 16
 # (a 1.2 MB tokenizer.json) took 5.8 GB for 250 short rows, a Rust abort under `ulimit -v`, and
 # every text became the prefix's first --seq-len tokens.
 MAX_ADDED_CHARS = CHARS_PER_TOKEN
+# Texts given to the tokenizer at a time, and their characters at most (at least one text):
+# the library's encodings of a call and transformers' Python lists of them take ~2.5 KB a
+# short text, so they are made a chunk at a time and written into one preallocated tensor of
+# ids. Found by the twenty-seventh round: one call over 1,000,000 short rows peaked at 3 GB
+# (a 30 MB file), and under `ulimit -v` the library aborted on a failed allocation, silently.
+ENCODE_TEXTS = 4096
+ENCODE_CHARS = 1 << 20
+# What encoding a chunk may take besides the ids, kept free when the ids are sized against
+# the memory left (`_check_room`): the library allocates outside Python, and aborts, with no
+# line, when an allocation fails. A chunk measured ~40 MB; its threads' arenas add address
+# space under `ulimit -v`.
+ENCODE_ROOM = 512 << 20
+# Rows read between two looks at the memory left while a data file is read, and the least
+# that must stay free: a file of short rows holds ~100 bytes of Python objects a row (a 1 GiB
+# file of 12-byte rows, 9 GB), and the kernel kills a process out of physical memory unwarned.
+ROWS_BETWEEN_LOOKS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -187,6 +208,23 @@ def is_text_spec(spec: str) -> bool:
     return len(parts) <= 2 and all(p.lower().endswith(TEXT_SUFFIXES) for p in parts)
 
 
+def not_text(spec: str) -> str:
+    """Why --tokenizer does not apply to --data `spec`: a file of another extension is named
+    as such (found by the twenty-seventh round: `d.json` was told to give a text file, which
+    it is), anything else (a built-in, module:function) as not text.
+
+        not_text("d.json")   # "--data 'd.json': a text file is FILE.jsonl or FILE.csv, not …"
+    """
+    other = [Path(p).suffix for p in spec.split(",") if ":" not in p and Path(p).suffix]
+    other = [suffix for suffix in other if suffix.lower() not in TEXT_SUFFIXES]
+    if other:
+        return (
+            f"--data {quoted(spec)}: a text file is FILE.jsonl or FILE.csv, not {other[0]}; "
+            "rename it to the extension of its content (--tokenizer applies to text files)"
+        )
+    return "--tokenizer applies to text files: --data FILE.jsonl or FILE.csv"
+
+
 def check_two_files(spec: str) -> None:
     """TRAIN,EVAL are two files: the same one twice (`a.jsonl,a.jsonl`, or through a link or
     another spelling of its path) held out the very rows it trained on, accepted silently
@@ -230,6 +268,7 @@ def read_corpus(spec: str, seed: int = 0) -> Corpus:
             f"{spec}: some rows have a label and some do not; label every row (classification) "
             "or none (causal-lm)"
         )
+    kinds.check_indices()
     names = None  # plain text
     if True in labelled:
         names = _label_names([label for split in rows for _, label, _ in split])
@@ -252,6 +291,38 @@ def _read_rows(path: Path, kinds: _LabelKinds, spellings: _Spellings) -> list[Ro
         raise InputFileError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputFileError(f"{path}: cannot read ({exc})") from None
+    except MemoryError:  # between two looks of `_check_rows_held`, or under `ulimit -v`
+        raise InputFileError(
+            f"{path}: out of memory holding its rows; run pipeplan with more memory, or give "
+            "fewer rows"
+        ) from None
+
+
+def _check_rows_held(path: Path, count: int) -> None:
+    """Every ROWS_BETWEEN_LOOKS rows read (`count` so far), InputFileError naming the data
+    file when less than ENCODE_ROOM of memory is left: the rows are held as Python objects
+    (~100 bytes a short row), and a process out of physical memory is killed with no line.
+    Found by the twenty-seventh round: under `ulimit -v` a file of 5,000,000 rows was blamed
+    on tokenizer_config.json, read next.
+
+        _check_rows_held(Path("d.jsonl"), 65536)
+        # InputFileError: "d.jsonl: out of memory holding its rows (65,536 read; …)"
+    """
+    from pipeplan.models import memory_left
+
+    if count % ROWS_BETWEEN_LOOKS or (left := memory_left()) is None or left[0] >= ENCODE_ROOM:
+        return
+    raise InputFileError(
+        f"{path}: out of memory holding its rows ({count:,} read; {_size(left[0])} of "
+        f"{_size(left[1])} left: {left[2]}); run pipeplan with more memory, or give fewer rows"
+    )
+
+
+def _size(bytes_: int) -> str:
+    """`_size(3 << 29)` → "1.5 GiB"; `_size(5 << 20)` → "5 MiB"."""
+    if bytes_ >= 1 << 30:
+        return f"{bytes_ / 2**30:,.1f} GiB"
+    return f"{bytes_ / 2**20:,.0f} MiB"
 
 
 def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings) -> list[Row]:
@@ -285,6 +356,7 @@ def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellin
             kinds.see(kind, f"{path}:{number}")
             spellings.see(written, label, f"{path}:{number}")
         rows.append((item["text"], label, number))
+        _check_rows_held(path, len(rows))
     return rows
 
 
@@ -319,9 +391,11 @@ def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings
         # Every CSV cell is a string: canonical digits are an id or, beside names (in either
         # file), a name too; `_label_names` decides once every label is read.
         kinds.see(_name_or_none(label), where)
+        kinds.count(label, where)
         if label is not None:
             spellings.see(fields[label_at], label, where)
         rows.append((fields[text_at], label, reader.line_num))
+        _check_rows_held(path, len(rows))
     return rows
 
 
@@ -463,6 +537,36 @@ class _LabelKinds:
 
     def __init__(self) -> None:
         self.first: tuple[str, str] | None = None  # (kind, where)
+        # CSV cells: how many are read as ids and as names, and the first name (and where).
+        self.ids = self.names = 0
+        self.first_name: tuple[str, str] | None = None
+
+    def count(self, label: int | str | None, where: str) -> None:
+        """Counts a CSV cell's label: an id (canonical digits) or a name."""
+        if isinstance(label, int):
+            self.ids += 1
+        elif label is not None:
+            self.names += 1
+            self.first_name = self.first_name or (label, where)
+
+    def check_indices(self) -> None:
+        """CSV labels most of which are ids (canonical digits) and a few not: InputFileError
+        naming the first that is not. Every label became a name, silently, and the classes
+        were renumbered in the names' order ("-1", "0", "1": class 0 became id 1), as JSONL
+        refuses `1.0` or `-1`. Found by the twenty-seventh round. Labels more than TYPO_SHARE
+        of which are names ("01" beside "1" and "2", codes "007" beside "100") stay names.
+
+            kinds.check_indices()   # InputFileError: "c.csv:42: the label '-1' is not a …"
+        """
+        if self.first_name is None or self.names > TYPO_SHARE * (self.ids + self.names):
+            return
+        label, where = self.first_name
+        raise InputFileError(
+            f"{where}: the label {label!r} is not a class index, but {self.ids:,} of the "
+            f"{self.ids + self.names:,} labels are (digits only, such as 1); write it as one "
+            f"(a column of indices with at most {TYPO_SHARE:.0%} other labels is taken to "
+            "hold typos, not names)"
+        )
 
     def see(self, kind: str | None, where: str) -> None:
         if kind is None:
@@ -595,8 +699,35 @@ def tokenize(
         if sorted(rows) == sorted(corpus.label_names):  # the same names: the model's numbering
             corpus = corpus.numbered(rows)
     directory = tokenizer_directory(tokenizer, seq, corpus.name)
+    _check_room(corpus, seq.input_shape[0], seq.task == "causal-lm")
     with rust_panics_named(directory):
         return _tokenize(corpus, directory, seq, quiet)
+
+
+def _check_room(corpus: Corpus, length: int, causal: bool) -> None:
+    """The token ids of every row at --seq-len `length` (a causal LM's targets a second copy,
+    labels, a comparison's mask of a byte a token) and ENCODE_ROOM for encoding a chunk fit in
+    the memory this process has left, checked before the tokenizer is loaded: else
+    InputFileError naming the data file, its rows and the limit. The `tokenizers` library
+    aborts the process on a failed allocation, with no line (and `rust_panics_named` holds
+    descriptor 2 meanwhile); it must never get near one.
+
+        _check_room(corpus, 512, causal=True)
+        # InputFileError: "big.jsonl: 5,000,000 rows at --seq-len 512 take 39.1 GiB as …"
+    """
+    from pipeplan.models import memory_left
+
+    rows = len(corpus.train) + len(corpus.eval)
+    need = rows * (length * ((2 if causal else 1) * ID_BYTES + 1) + ID_BYTES) + ENCODE_ROOM
+    left = memory_left()
+    if left is None or need <= left[0]:
+        return
+    raise InputFileError(
+        f"{corpus.name}: {rows:,} rows at --seq-len {length} take {_size(need)} as token ids "
+        f"(and to encode them), more than the {_size(left[0])} this process has left of "
+        f"{_size(left[1])} ({left[2]}); run pipeplan with more memory, or give fewer rows or a "
+        "shorter --seq-len"
+    )
 
 
 @contextlib.contextmanager
@@ -660,9 +791,8 @@ def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence, quiet: bool) 
 
     def split(held_out: bool) -> TensorPairs:
         texts = corpus.eval if held_out else corpus.train
-        rows, short = _read(encoder, texts)
+        ids, short = _read(encoder, texts)
         read_short.extend(corpus.where(held_out, i) for i in short)
-        ids = torch.tensor(rows, dtype=torch.int64).reshape(len(rows), length)
         if seq.task != "causal-lm":
             labels = corpus.eval_labels if held_out else corpus.train_labels
             return TensorPairs(ids, torch.tensor(labels or [], dtype=torch.int64))
@@ -675,34 +805,33 @@ def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence, quiet: bool) 
     read_short: list[tuple[int, int]] = []  # (file, line) of the texts read short
     train, eval_ = split(held_out=False), split(held_out=True)
     _check_encoded(tok, directory, corpus.name, [train.inputs, eval_.inputs])
-    _check_texts_kept(tok, directory, corpus, torch.cat([train.inputs, eval_.inputs]))
+    _check_texts_kept(tok, directory, corpus, [train.inputs, eval_.inputs])
     if read_short and not quiet:
         file, line = min(read_short)
         _warn_read_short(f"{corpus.name.split(',')[file]}:{line}", len(read_short), length)
     return TaskData(corpus.name, train, eval_, augmented=False, padded=True)
 
 
-def _read(encoder: _Encoder, texts: list[str]) -> tuple[list[list[int]], list[int]]:
+def _read(encoder: _Encoder, texts: list[str]) -> tuple[torch.Tensor, list[int]]:
     """Each text's ids at --seq-len, read up to CHARS_PER_TOKEN characters a token of it and,
     where those leave padding while the text goes on, farther, doubling, up to
     MAX_READ_GROWTH times; and the indices of the texts still short of --seq-len then.
 
-        rows, short = _read(encoder, ["good film", " " * 2000 + "good film"])   # short: []
+        ids, short = _read(encoder, ["good film", " " * 2000 + "good film"])   # short: []
     """
     reach = CHARS_PER_TOKEN * encoder.length
-    rows, used = encoder([text[:reach] for text in texts])
+    ids, used = encoder([text[:reach] for text in texts])
     short = [i for i, n in enumerate(used) if n < encoder.length and len(texts[i]) > reach]
     while short and reach < MAX_READ_GROWTH * CHARS_PER_TOKEN * encoder.length:
         reach *= 2
         again, used = encoder([texts[i][:reach] for i in short])
-        for i, row in zip(short, again, strict=True):
-            rows[i] = row
+        ids[short] = again
         short = [
             i
             for i, n in zip(short, used, strict=True)
             if n < encoder.length and len(texts[i]) > reach
         ]
-    return rows, short
+    return ids, short
 
 
 def _warn_read_short(first: str, count: int, length: int) -> None:
@@ -728,10 +857,11 @@ class _Encoder:
     """A tokenizer encoding texts at --seq-len `length`, in timed chunks: once
     JUDGED_AFTER_SECONDS of encoding took more than MAX_SECONDS_PER_CHAR a character
     (CHARS_PER_TEXT more for each text), InputFileError naming tokenizer.json. Returns the
-    rows of ids and how many tokens of each are not padding.
+    ids, written chunk by chunk into one tensor (ENCODE_TEXTS and ENCODE_CHARS a chunk at
+    most), and how many tokens of each row are not padding.
 
         encoder = _Encoder(tok, 16, Path("tok"), "d.jsonl")
-        rows, used = encoder(["good film", "bad"])   # [[95, 97, 0, …], …], [2, 1]
+        ids, used = encoder(["good film", "bad"])   # tensor([[95, 97, 0, …], …]), [2, 1]
     """
 
     def __init__(self, tok: Any, length: int, directory: Path, data: str) -> None:
@@ -741,8 +871,8 @@ class _Encoder:
         # Seconds, characters and texts timed since the pace was last judged.
         self.seconds, self.chars, self.texts = 0.0, 0, 0
 
-    def __call__(self, texts: list[str]) -> tuple[list[list[int]], list[int]]:
-        rows: list[list[int]] = []
+    def __call__(self, texts: list[str]) -> tuple[torch.Tensor, list[int]]:
+        ids = torch.empty((len(texts), self.length), dtype=torch.int64)  # sized by `_check_room`
         used: list[int] = []
         start = 0
         while start < len(texts):
@@ -752,10 +882,10 @@ class _Encoder:
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             self._timed(min(wall, cpu), chunk)
             _check_lengths(out["input_ids"], self.length, self.directory, self.data)
-            rows += out["input_ids"]
+            ids[start : start + len(chunk)] = torch.tensor(out["input_ids"], dtype=torch.int64)
             used += [sum(mask) for mask in out["attention_mask"]]
             start += len(chunk)
-        return rows, used
+        return ids, used
 
     def _encode(self, texts: list[str]) -> Any:
         # The `tokenizers` library raises plain Exceptions when its model cannot encode (a
@@ -774,11 +904,12 @@ class _Encoder:
             ) from None
 
     def _end(self, texts: list[str], start: int) -> int:
-        """Where the chunk from `start` ends: at most `size` texts, and at most the characters
-        CHUNK_SECONDS takes at the last pace; one text at least."""
-        most = CHUNK_SECONDS / self.pace if self.pace else math.inf
+        """Where the chunk from `start` ends: at most `size` texts and ENCODE_TEXTS, and at
+        most the characters CHUNK_SECONDS takes at the last pace and ENCODE_CHARS; one text at
+        least."""
+        most = min(CHUNK_SECONDS / self.pace if self.pace else math.inf, ENCODE_CHARS)
         end, chars = start, 0
-        while end < min(len(texts), start + self.size):
+        while end < min(len(texts), start + min(self.size, ENCODE_TEXTS)):
             chars += len(texts[end]) + CHARS_PER_TEXT
             if end > start and chars > most:
                 break
@@ -838,10 +969,11 @@ def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]
     Found by the twentieth round: a tokenizer without a vocabulary loaded and gave [UNK] for
     every word. A vocabulary that knows one word of the data passes (the data's own business)."""
     special = (set(tok.all_special_ids) | {tok.unk_token_id}) - {None}
-    every = torch.cat([t.flatten() for t in ids])
-    if not special or every.numel() == 0:
+    if not special or all(t.numel() == 0 for t in ids):
         return
-    if not torch.isin(every, torch.tensor(sorted(special), dtype=every.dtype)).all():
+    # Each tensor alone: a concatenation was one more copy of every id (`_check_room`).
+    known = torch.tensor(sorted(special), dtype=torch.int64)
+    if not all(bool(torch.isin(t, known).all()) for t in ids):
         return
     names = ", ".join(sorted(set(tok.all_special_tokens)))
     raise InputFileError(
@@ -850,22 +982,24 @@ def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]
     )
 
 
-def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: torch.Tensor) -> None:
+def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: list[torch.Tensor]) -> None:
     """Refuses a tokenizer that encodes texts that differ as the same tokens, every one: what
-    it adds to a text filled --seq-len, and the data was replaced by it.
+    it adds to a text filled --seq-len, and the data was replaced by it. `ids`: each split's.
 
-        _check_texts_kept(tok, Path("tok"), corpus, ids)
+        _check_texts_kept(tok, Path("tok"), corpus, [train_ids, eval_ids])
         # InputFileError: "tok: the tokenizer encodes every text of d.jsonl as the same 12 …"
 
     Found by the twenty-sixth round: a normalizer's Prepend of "great " made every text 16
     copies of 'great' (a word of the vocabulary, so not every text was unknown tokens)."""
-    if ids.shape[0] < 2 or not bool((ids == ids[0]).all()):
+    ids = [t for t in ids if t.shape[0]]
+    if sum(t.shape[0] for t in ids) < 2 or not all(bool((t == ids[0][0]).all()) for t in ids):
         return
     texts = corpus.train + corpus.eval
     if all(text == texts[0] for text in texts):  # the data's own texts are one text
         return
-    length = ids.shape[1]
-    shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(ids[0, :4].tolist()))
+    first = ids[0][0]
+    length = first.shape[0]
+    shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(first[:4].tolist()))
     raise InputFileError(
         f"{directory}: the tokenizer encodes every text of {corpus.name} as the same {length} "
         f"tokens ({shown}, …): what it adds to a text fills --seq-len {length} (or the texts "

@@ -1707,27 +1707,71 @@ def _check_model_size(source: _Source, config: Any, task: str, name: str) -> Non
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 
+# What counts against each limit already, by the limit's cgroup file: the cgroup's usage.
+_CGROUP_USAGE = {
+    "memory.max": "/sys/fs/cgroup/memory.current",
+    "memory.limit_in_bytes": "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+}
+
+
 def memory_limit() -> tuple[int, str] | None:
     """The most memory this process may use, in bytes, and what sets it: the least of the
     physical memory, `ulimit -v` / `-d` and the cgroup's limit (None when none is known).
 
         memory_limit()   # (25186529280, "its physical memory")
     """
+    found = [(limit, what) for limit, _, what in _memory_limits()]
+    return min(found) if found else None
+
+
+def memory_left() -> tuple[int, int, str] | None:
+    """The memory this process may still take, in bytes, with the limit that leaves the least
+    and what sets it: each limit of `memory_limit` less what already counts against it (the
+    address space for `ulimit -v`, the data segment for `ulimit -d`, the cgroup's usage for
+    its limit, the memory the system has available for the physical memory). None when no
+    limit is known.
+
+        memory_left()   # (20401094656, 25186529280, "its physical memory")
+    """
+    found = [(max(left, 0), limit, what) for limit, left, what in _memory_limits()]
+    return min(found) if found else None
+
+
+def _memory_limits() -> list[tuple[int, int, str]]:
+    """(limit, left of it, what sets it) for each memory limit this process is under."""
     import resource
 
     found = []
     with contextlib.suppress(ValueError, OSError):
-        found.append(
-            (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "its physical memory")
-        )
-    for kind, what in ((resource.RLIMIT_AS, "ulimit -v"), (resource.RLIMIT_DATA, "ulimit -d")):
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        available = _kib_field("/proc/meminfo", "MemAvailable")
+        left = physical if available is None else available
+        found.append((physical, left, "its physical memory"))
+    for kind, what, used in (
+        (resource.RLIMIT_AS, "ulimit -v", "VmSize"),
+        (resource.RLIMIT_DATA, "ulimit -d", "VmData"),
+    ):
         soft, _ = resource.getrlimit(kind)
         if soft != resource.RLIM_INFINITY:
-            found.append((soft, what))
+            found.append((soft, soft - (_kib_field("/proc/self/status", used) or 0), what))
     for path in _CGROUP_LIMITS:
         with contextlib.suppress(ValueError, OSError):
-            found.append((int(Path(path).read_text()), f"the cgroup's {Path(path).name}"))
-    return min(found) if found else None
+            limit = int(Path(path).read_text())
+            usage = Path(_CGROUP_USAGE[Path(path).name])
+            used = int(usage.read_text()) if usage.is_file() else 0
+            found.append((limit, limit - used, f"the cgroup's {Path(path).name}"))
+    return found
+
+
+def _kib_field(path: str, key: str) -> int | None:
+    """A "Key:   123 kB" line's value in bytes, of /proc/meminfo or /proc/self/status (None
+    when the file or the line is not there, off Linux)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(path).read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name == key:
+                return int(value.split()[0]) * 1024
+    return None
 
 
 def _instantiate(

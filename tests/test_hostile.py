@@ -3077,6 +3077,25 @@ def test_the_memory_a_build_may_use_is_the_least_of_ram_ulimit_and_cgroup():
     assert out.stdout.strip() == f"({2**30}, 'ulimit -v')", out.stderr
 
 
+def test_the_memory_left_is_each_limit_less_what_counts_against_it():
+    """Found by the twenty-seventh round: text data was sized against no limit, and under
+    `ulimit -v` the tokenizers library aborted (exit 134, no line). What a data file's rows and
+    ids may still take is `memory_left()`: under `ulimit -v` the cap less the address space
+    the process already maps (its imports' included), so less than the cap."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource\nfrom pipeplan.models import memory_left\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (2**32, resource.RLIM_INFINITY))\n"
+        "print(*memory_left())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    left, limit, what = out.stdout.split(maxsplit=2)
+    assert (int(limit), what.strip()) == (2**32, "ulimit -v"), out.stderr
+    assert 0 < int(left) < 2**32 - (100 << 20)  # torch alone maps more than 100 MiB
+
+
 # config.json as text (json.dumps writes NaN and Infinity, which Python's json reads back),
 # and the key path the one line names.
 NON_FINITE_CONFIGS = {

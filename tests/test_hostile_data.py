@@ -1902,3 +1902,113 @@ def test_data_of_another_label_count_than_the_profiles_head_is_refused(made, tmp
     argv = prepare(made, tmp_path, three)
     argv[argv.index("--name") + 1] = "three"
     assert cli.main(argv) == 0
+
+
+# ----------------------------------------------------------------------------- the 27th round
+
+PEAK_OF_TOKENIZING = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+import cli
+from executor import text
+
+def status(key):
+    line = next(l for l in open("/proc/self/status") if l.startswith(key + ":"))
+    return int(line.split()[1]) * 1024
+
+tokenize, grown = text.tokenize, []
+
+def measured(*args, **kwargs):
+    before = status("VmRSS")
+    try:
+        return tokenize(*args, **kwargs)
+    finally:
+        grown.append(status("VmHWM") - before)
+
+text.tokenize = measured
+code = cli.main(sys.argv[1:])
+print(json.dumps({"code": code, "grown": grown}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_many_short_rows_are_tokenized_in_bounded_memory(made, tmp_path):
+    """Found by the twenty-seventh round: one tokenizer call over every text held the
+    library's encodings and transformers' lists of them at once, ~2.5 KB a short row (1,000,000
+    rows of a 30 MB file peaked at 3 GB), and under `ulimit -v` the library aborted, no line.
+    Now they are encoded a chunk at a time into one tensor: 100,000 rows prepare under a 4 GiB
+    address-space cap, tokenizing growing the peak by less than 120 MB (was ~250 MB)."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "many.jsonl"
+    data.write_text('{"text": "great film", "label": "positive"}\n' * 50_000 +
+                    '{"text": "dull plot", "label": "negative"}\n' * 50_000)  # fmt: skip
+    argv = prepare(made, tmp_path, data)
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK_OF_TOKENIZING, *argv],
+        capture_output=True,
+        text=True,
+        timeout=220,
+        cwd=Path(cli.__file__).parent,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["code"] == 0, done.stderr[-2000:]
+    assert len(result["grown"]) == 1 and result["grown"][0] < 120 << 20, result
+
+
+def _memory_left(monkeypatch, left: int, limit: int = 4 << 30) -> None:
+    """`memory_left()` says `left` bytes of `limit` are left (ulimit -v)."""
+    monkeypatch.setattr(models, "memory_left", lambda: (left, limit, "ulimit -v"))
+
+
+def test_rows_whose_ids_exceed_the_memory_left_are_refused(made, tmp_path, capsys, monkeypatch):
+    """Found by the twenty-seventh round: 5,000,000 rows (a 152 MB file) under `ulimit -v`
+    died in the tokenizers library's allocator, exit 134 with no line (pipeplan holds stderr
+    while the library runs). The ids' size (rows × --seq-len × 8 bytes, and room to encode)
+    is weighed against the memory left before the tokenizer loads: one line naming the data
+    file, its rows and the limit."""
+    rows = [{**row, "label": i % 2} for i, row in enumerate(reviews(40, seed=6))]
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    _memory_left(monkeypatch, text_files.ENCODE_ROOM + 100)
+    fragments = ("rows.jsonl: 40 rows at --seq-len 12 take 512 MiB", "(ulimit -v)", "4.0 GiB")
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_rows_read_past_the_memory_left_name_the_data_file(
+    made, tmp_path, capsys, monkeypatch, suffix
+):
+    """Found by the twenty-seventh round: under `ulimit -v` a file of 5,000,000 rows held as
+    Python objects left no memory, and the tokenizer_config.json read next was blamed ("out
+    of memory reading it"); out of physical memory the kernel kills the process, no line. The
+    memory left is looked at every ROWS_BETWEEN_LOOKS rows read: the data file is named."""
+    monkeypatch.setattr(text_files, "ROWS_BETWEEN_LOOKS", 8)
+    _memory_left(monkeypatch, 1 << 20)
+    data = _written_labels(suffix, tmp_path, ["0", "1"])
+    fragments = f"{data.name}: out of memory holding its rows (8 read; 1 MiB of 4.0 GiB left"
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
+@pytest.mark.parametrize("odd", ["-1", "1.0", "+1", "١"])
+def test_a_csv_label_not_an_index_among_indices_is_refused(made, tmp_path, capsys, odd):
+    """Found by the twenty-seventh round: one CSV label `-1` (or `1.0`, `+1`, an Arabic-Indic
+    one) among 40 of 0 and 1 made every label a name, silently: "-1", "0", "1" numbered in
+    order, so class 0 became id 1, as JSONL refuses `-1`. A few labels that are not class
+    indices (a tenth at most) among indices are refused, naming the first."""
+    rows = [f"great film {i},{i % 2}" for i in range(40)] + [f"so so,{odd}"]
+    data = csv_file(tmp_path, "text,label", rows)
+    fragments = (f"data.csv:42: the label {odd!r} is not a class index", "40 of the 41 labels")
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
+@pytest.mark.parametrize("name", ["d.json", "d.txt", "d.tsv"])
+def test_a_text_file_of_another_extension_is_named_as_such(made, tmp_path, capsys, name):
+    """Found by the twenty-seventh round: `--data d.json --tokenizer tok/` said "--tokenizer
+    applies to text files: --data FILE.jsonl or FILE.csv", blaming the flag for a text file
+    whose extension is the problem. Now its extension is named."""
+    data = write_jsonl(tmp_path / name, reviews(20, seed=6))
+    fragments = (f"--data '{data}': a text file is FILE.jsonl or FILE.csv, not {data.suffix}",)
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)

@@ -2777,3 +2777,74 @@ def test_a_shipped_profile_of_another_head_is_refused_not_used(tmp_path, capsys)
         "pipeplan profile vit-digits --task classification --num-labels 249 --out P.json",
     )
     refused([*argv, "--prepare-only"], tmp_path, capsys, fragments)
+
+
+# ----------------------------------------------------------------------------- the 27th round
+
+USER_DATA = """
+import sys, warnings
+import torch
+class Pairs:
+    def __init__(self, n, shape=()): self.n, self.shape = n, shape
+    def __len__(self): return self.n
+    def __getitem__(self, i):
+        if not 0 <= i < self.n: raise IndexError(i)
+        ids = torch.randint(5, 95, (128,), generator=torch.Generator().manual_seed(i))
+        return ids, torch.tensor(i % 2).reshape(self.shape)
+def warn():
+    warnings.warn("user warning here")
+    print("a line of its own", file=sys.stderr)
+    return Pairs(64), Pairs(16)
+def interrupt():
+    raise KeyboardInterrupt
+def interrupt_item():
+    class Stops(Pairs):
+        def __getitem__(self, i): raise KeyboardInterrupt
+    return Stops(64), Stops(16)
+def shaped():
+    return Pairs(64, (1,)), Pairs(16, (1,))
+"""
+
+
+def _user_run(tmp_path: Path, function: str, *extra: str) -> list[str]:
+    """`run --prepare-only` of bert-tiny (its shipped profile) on tmp_path/user_data.py's
+    `function`."""
+    (tmp_path / "user_data.py").write_text(USER_DATA)
+    profile = shipped_profile("bert-tiny", "cpu")
+    return [
+        "run", "--prepare-only", "--model", "bert-tiny", "--data",
+        f"{tmp_path / 'user_data.py'}:{function}", "--profile", str(profile), "--nproc", "1",
+        "--global-batch", "8", "--runs-dir", str(tmp_path / "runs"), "--name", "u", *extra,
+    ]  # fmt: skip
+
+
+def test_the_warnings_of_user_data_code_are_pipeplan_warnings(tmp_path, capsys):
+    """Found by the twenty-seventh round: `warnings.warn` in a `--data module:function`
+    printed two raw lines (`/…/m.py:9: UserWarning: …` and the source line), and what it
+    wrote to stderr came raw too. Each is one `pipeplan: WARNING:` line naming the data."""
+    assert cli.main(_user_run(tmp_path, "warn")) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    spec = f"data '{tmp_path / 'user_data.py'}:warn'"
+    assert f"pipeplan: WARNING: {spec}: user_data.py:12: UserWarning: user warning here" in lines
+    assert f"pipeplan: WARNING: {spec} wrote: a line of its own" in lines
+    assert all(line.startswith("pipeplan: ") for line in lines), lines
+    assert len([line for line in lines if spec in line]) == 2, lines
+
+
+@pytest.mark.parametrize("function", ["interrupt", "interrupt_item"])
+def test_a_keyboard_interrupt_from_user_data_code_is_an_interruption(tmp_path, capsys, function):
+    """Found by the twenty-seventh round: a data function raising KeyboardInterrupt exited 130
+    with no line (typer turns one into 130 silently). It is an interruption, as Ctrl-C is:
+    `pipeplan: interrupted`, 130; from the function or a dataset's __getitem__."""
+    assert cli.main(_user_run(tmp_path, function)) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["pipeplan: interrupted"]
+
+
+@pytest.mark.parametrize("task", [[], ["--task", "classification"]], ids=["by the data", "given"])
+def test_a_label_of_shape_one_is_not_taken_for_token_ids(tmp_path, capsys, task):
+    """Found by the twenty-seventh round: a module:function's labels of shape (1,) on a BERT
+    said "task 'causal-lm' is not available for bert" (or, with --task classification, that
+    they are token sequences for a decoder). A label is a scalar class index or token ids as
+    long as the input: the shape is named as wrong."""
+    fragments = ("user_data.py:shaped'", "label", "(1,)", "scalar class index")
+    refused(_user_run(tmp_path, "shaped", *task), tmp_path / "runs", capsys, fragments)
