@@ -2448,6 +2448,17 @@ MODEL_CONFIGS = {  # config.json → the fragment of the one line
         {**GPT2_CONFIG, "attn_implementation": "flash_attention_2"},
         "attn_implementation is 'flash_attention_2'; one of eager, sdpa",
     ),
+    # Found by the twenty-eighth round: transformers builds the underscore spelling (its
+    # property's setter), which was not read: flex_attention was a 52-line traceback in
+    # profile and accepted by run, 5 "cannot build the model … AttributeError".
+    "bert _attn_implementation flex_attention": (
+        {**BERT_CONFIG, "_attn_implementation": "flex_attention"},
+        "_attn_implementation is 'flex_attention'; one of eager, sdpa, or null (sdpa)",
+    ),
+    "gpt2 _attn_implementation 5": (
+        {**GPT2_CONFIG, "_attn_implementation": 5},
+        "_attn_implementation is 5; a string or null",
+    ),
     "bert torchscript yes": ({**BERT_CONFIG, "torchscript": "yes"}, "torchscript is 'yes'; true"),
     "gpt2 is_encoder_decoder": (
         {**GPT2_CONFIG, "is_encoder_decoder": True},

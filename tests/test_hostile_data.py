@@ -1878,6 +1878,23 @@ def test_an_eager_folder_is_refused_a_profile_timed_with_sdpa(made, tmp_path, ca
     refused(argv, tmp_path, capsys, "config field 'attn_implementation' is 'sdpa', but")
 
 
+def test_the_underscore_attention_spelling_is_held_to_the_profile(made, tmp_path, capsys):
+    """Found by the twenty-eighth round: a config.json saying `_attn_implementation` eager
+    (transformers' spelling, which it builds) was planned with a profile timed with sdpa, and
+    its own profile, which recorded eager, was refused as profiling another attention. Both
+    spellings are read (`modelconfig.attention_setting`): the sdpa profile is refused, the
+    folder's own passes."""
+    folder = _folder_without(made, tmp_path, lambda c: c.update(_attn_implementation="eager"))
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = [*prepare(made, tmp_path, data, model=folder), "--init", "random"]
+    refused(argv, tmp_path, capsys, "config field 'attn_implementation' is 'sdpa', but")
+    own = profile(folder, tmp_path / "eager.json")
+    assert (
+        cli.main([*prepare(made, tmp_path, data, model=folder, profile=own), "--init", "random"])
+        == 0
+    )
+
+
 def test_data_of_another_label_count_than_the_profiles_head_is_refused(made, tmp_path, capsys):
     """Found by the twenty-seventh round: data whose labels make a head of another size than
     the profile's (10^6 classes against a 2-label profile: 32 million parameters priced as

@@ -59,15 +59,28 @@ POSITION_TYPES = ("absolute",)
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
 
 
+def attention_setting(config: dict[str, Any]) -> tuple[str, Any]:
+    """The config key that sets the attention implementation transformers builds, and its
+    value: `_attn_implementation` where the config has it (transformers' config takes it through
+    its property's setter, and it wins over `attn_implementation`, even as null), else
+    `attn_implementation`. Found by the twenty-eighth round: the underscore key was built but
+    not read, so an eager folder was priced with an sdpa profile and flex_attention got through.
+
+        attention_setting({"_attn_implementation": "eager"})   # ("_attn_implementation", "eager")
+    """
+    key = "_attn_implementation" if "_attn_implementation" in config else "attn_implementation"
+    return key, config.get(key)
+
+
 def built_attention(config: dict[str, Any]) -> str:
-    """The attention implementation a config builds: its attn_implementation, sdpa where it is
+    """The attention implementation a config builds: its `attention_setting`, sdpa where it is
     null or left out. Eager keeps each block's attention probabilities for the backward pass
     (quadratic in the sequence), so a profile records the one it timed (`models.LayerSequence
     .config_json`), and `profile.model_mismatch` holds a folder to it.
 
         built_attention({"attn_implementation": None})   # "sdpa"
     """
-    return config.get("attn_implementation") or "sdpa"
+    return attention_setting(config)[1] or "sdpa"
 
 
 # The JSON types each config key that transformers or pipeplan reads may have: what the config
@@ -91,6 +104,7 @@ FIELD_TYPES: dict[str, tuple[str, ...]] = {
     "dtype": ("string", "null"),
     "torch_dtype": ("string", "null"),
     "attn_implementation": ("string", "null"),
+    "_attn_implementation": ("string", "null"),  # its setter's spelling (`attention_setting`)
     "chunk_size_feed_forward": ("int",),
     "is_encoder_decoder": _BOOL,
     "id2label": ("object", "null"),
@@ -392,16 +406,17 @@ def switch_problem(config: dict[str, Any]) -> str | None:
     (transformers saves it beside eager attention only, and save_pretrained does not write
     attn_implementation: an eager folder's export saved, reloaded as sdpa, and failed there), and
     gradient_checkpointing true made transformers recompute every block's activations, which
-    the profile and plan count as kept. (return_dict, output_hidden_states, use_cache and
+    the profile and plan count as kept. The attention is read in both spellings
+    (`attention_setting`). (return_dict, output_hidden_states, use_cache and
     torchscript change nothing pipeplan computes: only their types are checked.)
 
         switch_problem({"output_attentions": True})
         # "output_attentions is true; pipeplan's layers pass hidden states on, no attention …"
     """
-    attention = config.get("attn_implementation")
+    key, attention = attention_setting(config)
     if attention is not None and attention not in ATTENTION_IMPLEMENTATIONS:
         return (
-            f"attn_implementation is {quoted(attention)}; one of "
+            f"{key} is {quoted(attention)}; one of "
             f"{', '.join(ATTENTION_IMPLEMENTATIONS)}, or null (sdpa)"
         )
     if config.get("output_attentions"):

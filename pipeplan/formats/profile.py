@@ -986,7 +986,7 @@ def model_mismatch(model: str, profile: Profile, flags: str = "") -> str | None:
                 given = f"no {field}, so transformers builds {family}'s default {given}"
             return _differs(field, measured.get(field), given, path, flags)
     # A profile made before the twenty-seventh round does not record its attention: not held.
-    if "attn_implementation" in recorded:
+    if {"attn_implementation", "_attn_implementation"} & recorded.keys():
         timed, built_with = built_attention(recorded), built_attention(config)
         if timed != built_with:
             return _differs("attn_implementation", timed, repr(built_with), path, flags)
