@@ -23,7 +23,9 @@ import importlib.util
 import inspect
 import io
 import logging
+import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +36,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from pipeplan.errors import BadArgumentError, InputFileError, Interrupted, quoted
+from pipeplan.errors import BadArgumentError, InputFileError, Interrupted, Stopped, quoted
 from pipeplan.formats.base import MAX_SAMPLES
 
 if TYPE_CHECKING:
@@ -44,6 +46,9 @@ log = logging.getLogger("pipeplan.data")
 # The lines of what a user's data module or function writes to stderr that are passed on,
 # each a warning; the rest are counted.
 MAX_USER_LINES = 10
+# What user code or a library writes to file descriptor 2 meanwhile, held and passed on at most
+# (`descriptor_2_held`).
+MAX_HELD_BYTES = 1 << 16
 
 BUILTINS = ("digits", "synth-text")
 
@@ -385,28 +390,76 @@ def _load_user(spec: str, seed: int) -> TaskData:
 def _contained(spec: str, what: str) -> Iterator[None]:
     """The user's module or function, held to pipeplan's one-line errors: a SystemExit
     (`sys.exit`, argparse) is an error naming its code, not pipeplan's exit (`--data
-    sys:exit` ended a run with code 0, having done nothing), and what it writes to stderr
-    is held back: passed on after success as pipeplan's warnings, as are its Python warnings
-    (twenty-seventh round: they came raw, `m.py:9: UserWarning: …` and the source line),
-    summarised on failure."""
+    sys:exit` ended a run with code 0, having done nothing), another BaseException (a user
+    `class E(BaseException)`, GeneratorExit; `_user_code`) an error naming it, and what it
+    writes to stderr, from Python (`sys.stderr`) or to file descriptor 2 (`os.write`, a C
+    extension, a subprocess: `descriptor_2_held`), is held back: passed on after success as
+    pipeplan's warnings, as are its Python warnings (twenty-seventh round: they came raw,
+    `m.py:9: UserWarning: …` and the source line), summarised or dropped on failure. Found by
+    the twenty-eighth round: a BaseException was a traceback, and descriptor 2 came raw before
+    the error line."""
     held = io.StringIO()
+    raw: list[bytes] = []
     try:
         with (
             _user_code(),
             warnings.catch_warnings(record=True) as caught,
             contextlib.redirect_stderr(held),
+            descriptor_2_held(raw),
         ):
             yield
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
-        said = [line.strip() for line in held.getvalue().splitlines() if line.strip()]
+        said = _lines(held.getvalue() + _text(raw))
         if isinstance(exc.code, str):  # sys.exit("why"): Python would print it, exit 1
             said.append(exc.code)
         last = f"; its last line on stderr: {quoted(said[-1])}" if said else ""
         raise BadArgumentError(
             f"data {quoted(spec)}: the data {what} exited (code {code or 0}){last}"
         ) from None
-    _pass_on(spec, caught, held.getvalue())
+    except UserBaseException as exc:
+        raise BadArgumentError(
+            f"data {quoted(spec)}: the data {what} raised {_one_line(exc)}"
+        ) from None
+    _pass_on(spec, caught, held.getvalue() + _text(raw))
+
+
+def _lines(said: str) -> list[str]:
+    return [line.strip() for line in said.splitlines() if line.strip()]
+
+
+def _text(raw: list[bytes]) -> str:
+    """What `descriptor_2_held` held, as text (a C extension's bytes may be any encoding)."""
+    return b"".join(raw).decode("utf-8", errors="replace")
+
+
+@contextlib.contextmanager
+def descriptor_2_held(into: list[bytes], limit: int = MAX_HELD_BYTES) -> Iterator[None]:
+    """File descriptor 2 held in a temporary file while the block runs, its first `limit`
+    bytes appended to `into` when it ends, however it ends: what C code, `os.write(2, …)` or
+    a subprocess writes there (below `sys.stderr`, which `contextlib.redirect_stderr` holds)
+    cannot come raw before pipeplan's one error line. The caller passes it on or drops it
+    (`_contained`; `text.rust_panics_named`, whose Rust panics write a backtrace there).
+
+        raw = []
+        with descriptor_2_held(raw):
+            os.write(2, b"said")
+        # raw == [b"said"], nothing on the terminal
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as file:
+            os.dup2(file.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                file.seek(0)
+                into.append(file.read(limit))
+    finally:
+        os.close(saved)
 
 
 def _pass_on(spec: str, caught: list[warnings.WarningMessage], said: str) -> None:
@@ -423,7 +476,7 @@ def _pass_on(spec: str, caught: list[warnings.WarningMessage], said: str) -> Non
         seen.add(key)
         where = f"{Path(w.filename).name}:{w.lineno}"
         log.warning(f"data {quoted(spec)}: {where}: {w.category.__name__}: {w.message}")
-    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    lines = _lines(said)
     for line in lines[:MAX_USER_LINES]:
         log.warning(f"data {quoted(spec)} wrote: {line}")
     if len(lines) > MAX_USER_LINES:
@@ -443,6 +496,20 @@ def _user_code() -> Iterator[None]:
         yield
     except KeyboardInterrupt:
         raise Interrupted from None
+    except (SystemExit, Interrupted, Stopped):  # an exit (`_contained` names it), our signals
+        raise
+    except BaseException as exc:  # GeneratorExit, a user `class E(BaseException)`
+        raise UserBaseException(exc) from exc
+
+
+class UserBaseException(Exception):
+    """A BaseException of the user's data code other than an exit or an interruption, as an
+    Exception, so that each place that names the user's errors in one line names it too
+    (`_one_line` names the original). Found by the twenty-eighth round: `raise
+    GeneratorExit` or a user `class E(BaseException)` in a data function was a traceback.
+
+        raise UserBaseException(GeneratorExit())   # "... raised GeneratorExit"
+    """
 
 
 def _names_a_file(target: str) -> bool:
@@ -651,5 +718,7 @@ def _describe(value: Any) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, UserBaseException) and exc.__cause__ is not None:
+        exc = exc.__cause__  # the user's own exception, by its name
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

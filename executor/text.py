@@ -38,8 +38,6 @@ import json
 import logging
 import math
 import os
-import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -50,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from executor.data import MAX_LABELS, TaskData, TensorPairs
+from executor.data import MAX_LABELS, TaskData, TensorPairs, descriptor_2_held
 from pipeplan.errors import BadArgumentError, InputFileError, excerpt, quoted
 from pipeplan.formats.base import (
     NAMES_NOTHING,
@@ -78,8 +76,6 @@ ID_BYTES = 8  # a token id's, int64: what embeddings and the losses take
 # digits), are taken for typos of indices and refused (`1.0`, `-1` in a column of 0 and 1);
 # more are names, all of them, as the column then names its classes.
 TYPO_SHARE = 0.1
-# What a tokenizer's loading and encoding may print meanwhile, passed on (rust_panics_named).
-MAX_PASSED_ON = 1 << 16
 # What marks a directory as holding a tokenizer (transformers writes both).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # The small JSON files transformers reads beside tokenizer.json (tokenizer.json itself is
@@ -736,19 +732,17 @@ def rust_panics_named(directory: Path) -> Iterator[None]:
     directory. Found by the twenty-sixth round: a malformed sentencepiece `Precompiled` table
     in tokenizer.json panics as the library parses it; the panic hook writes its message and a
     backtrace straight to file descriptor 2, and pyo3 raises PanicException, a BaseException.
-    Descriptor 2 is therefore held in a file meanwhile: dropped after a panic, passed on
-    otherwise; every other exception passes through unchanged.
+    Descriptor 2 is therefore held meanwhile (`data.descriptor_2_held`): dropped after a
+    panic, passed on otherwise; every other exception passes through unchanged.
 
         with rust_panics_named(Path("tok")):
             Tokenizer.from_file("tok/tokenizer.json")
         # InputFileError: "tok/tokenizer.json: the tokenizers library cannot use it (…)"
     """
-    sys.stderr.flush()
-    saved = os.dup(2)
+    raw: list[bytes] = []
     panicked = False
     try:
-        with tempfile.TemporaryFile() as held:
-            os.dup2(held.fileno(), 2)
+        with descriptor_2_held(raw):
             try:
                 yield
             except BaseException as exc:
@@ -760,14 +754,9 @@ def rust_panics_named(directory: Path) -> Iterator[None]:
                     f"{named if named.is_file() else directory}: the tokenizers library cannot "
                     f"use it (it stopped with: {_first(exc)})"
                 ) from None
-            finally:
-                sys.stderr.flush()
-                os.dup2(saved, 2)
-                if not panicked:
-                    held.seek(0)
-                    os.write(2, held.read(MAX_PASSED_ON))
     finally:
-        os.close(saved)
+        if not panicked and raw:
+            os.write(2, raw[0])
 
 
 def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence, quiet: bool) -> TaskData:

@@ -2803,6 +2803,23 @@ def interrupt_item():
     return Stops(64), Stops(16)
 def shaped():
     return Pairs(64, (1,)), Pairs(16, (1,))
+class Mine(BaseException): pass
+def custom():
+    raise Mine("boom")
+def genexit():
+    raise GeneratorExit
+def custom_item():
+    class Raises(Pairs):
+        def __getitem__(self, i): raise Mine("in item")
+    return Raises(64), Raises(16)
+def raw():
+    import os
+    os.write(2, b"raw fd2 line\\n")
+    return 5
+def raw_ok():
+    import os
+    os.write(2, b"raw fd2 line\\n")
+    return Pairs(64), Pairs(16)
 """
 
 
@@ -2848,3 +2865,35 @@ def test_a_label_of_shape_one_is_not_taken_for_token_ids(tmp_path, capsys, task)
     long as the input: the shape is named as wrong."""
     fragments = ("user_data.py:shaped'", "label", "(1,)", "scalar class index")
     refused(_user_run(tmp_path, "shaped", *task), tmp_path / "runs", capsys, fragments)
+
+
+# ----------------------------------------------------------------------------- the 28th round
+
+
+@pytest.mark.parametrize(
+    "function, said",
+    [
+        ("custom", "the data function raised Mine: boom"),
+        ("genexit", "the data function raised GeneratorExit"),
+        ("custom_item", "reading train item 0 raised Mine: in item"),
+    ],
+)
+def test_a_base_exception_from_user_data_code_is_one_line(tmp_path, capsys, function, said):
+    """Found by the twenty-eighth round: a data function raising a BaseException other than
+    KeyboardInterrupt or SystemExit (GeneratorExit, a user `class E(BaseException)`) was a
+    traceback, exit 1. It is one line naming the data and the exception, as an Exception
+    from it is (`data._user_code`)."""
+    refused(_user_run(tmp_path, function), tmp_path / "runs", capsys, said)
+
+
+def test_user_data_code_writing_to_descriptor_2_is_held(tmp_path, capfd):
+    """Found by the twenty-eighth round: what a data function wrote to file descriptor 2
+    (`os.write`, a C extension, a subprocess) came raw, before the error line. It is held
+    (`data.descriptor_2_held`): dropped before a refusal, a `pipeplan: WARNING:` line naming
+    the data after success."""
+    refused(_user_run(tmp_path, "raw"), tmp_path / "runs", capfd, "returned int")
+    assert cli.main(_user_run(tmp_path, "raw_ok")) == 0
+    lines = capfd.readouterr().err.strip().splitlines()
+    spec = f"data '{tmp_path / 'user_data.py'}:raw_ok'"
+    assert f"pipeplan: WARNING: {spec} wrote: raw fd2 line" in lines
+    assert all(line.startswith("pipeplan: ") for line in lines), lines
