@@ -24,7 +24,9 @@ import inspect
 import io
 import logging
 import os
+import site
 import sys
+import sysconfig
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -371,6 +373,7 @@ def _load_user(spec: str, seed: int) -> TaskData:
     target, _, func_name = spec.rpartition(":")
     if not target or not func_name.isidentifier():
         raise BadArgumentError(f"data {quoted(spec)}: expected module:function or file.py:function")
+    before = set(sys.modules)
     with _contained(spec, "module"):
         module = _import(target, spec)
     func = getattr(module, func_name, None)
@@ -383,6 +386,8 @@ def _load_user(spec: str, seed: int) -> TaskData:
             result = func(seed=seed) if _takes_seed(func) else func()
         except Exception as exc:  # the user's code: its error in one line, not our traceback
             raise BadArgumentError(f"data {quoted(spec)} raised {_one_line(exc)}") from exc
+    if getattr(module, "__file__", None):  # what `helper_files` picks the user's files from
+        _BROUGHT_IN[Path(module.__file__).resolve()] = [n for n in sys.modules if n not in before]
     return _as_task_data(result, spec)
 
 
@@ -541,6 +546,84 @@ def module_file(spec: str) -> Path | None:
         return None
     path = Path(found.origin).resolve()
     return path if path.is_file() else None
+
+
+# The modules each data module's import and its function added to sys.modules, by the
+# module's file: `helper_files` picks the user's own among them for data.json.
+_BROUGHT_IN: dict[Path, list[str]] = {}
+
+
+def main_file(spec: str) -> Path | None:
+    """The file the code of `--data TARGET:function` is in: `path/file.py` itself, or the file
+    `module_file` finds for a module; None for the other forms.
+
+        main_file("reviews:load")   # Path("/home/me/examples/reviews.py") in examples/
+    """
+    target = spec.rpartition(":")[0]
+    if target and _names_a_file(target) and spec not in BUILTINS:
+        return Path(target).resolve()
+    return module_file(spec)
+
+
+def module_root(spec: str) -> Path | None:
+    """The folder the user's data code lives in: the one `path/file.py` is in, or the one a
+    module is imported from (for `pkg.sub:load` the folder holding `pkg/`). The modules of
+    its tree that the data brings in are the user's: `helper_files`.
+
+        module_root("pkg.sub:load")   # Path("/home/me") for /home/me/pkg/sub.py
+    """
+    file = main_file(spec)
+    if file is None:
+        return None
+    target = spec.rpartition(":")[0]
+    if _names_a_file(target):
+        return file.parent
+    depth = target.count(".") + (1 if file.name == "__init__.py" else 0)
+    return file.parents[depth] if depth < len(file.parents) else None
+
+
+def _installed_folders() -> list[Path]:
+    """The interpreter's standard library and site-packages: installed code, not the user's."""
+    paths = sysconfig.get_paths()
+    found = [paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths]
+    found += getattr(site, "getsitepackages", list)()
+    found.append(site.getusersitepackages())
+    return [Path(p).resolve() for p in found if p]
+
+
+def is_helper_file(spec: str, path: Path) -> bool:
+    """Whether `path` may be one of the user's own modules that `spec`'s data code imports: a
+    .py file under `module_root`, not installed code (a virtual environment inside the
+    user's folder holds torch: its files are no data of the run's).
+
+        is_helper_file("mydata:load", Path("/home/me/helper.py"))   # True in /home/me
+    """
+    root = module_root(spec)
+    if root is None or path.suffix != ".py" or not path.is_relative_to(root):
+        return False
+    return not any(path.is_relative_to(folder) for folder in _installed_folders())
+
+
+def helper_files(spec: str) -> list[Path]:
+    """The user's own modules the data's module brought in when `_load_user` ran it in this
+    process (a helper module beside it, a package's submodules and parents): `is_helper_file`
+    of each module its import and its function added to sys.modules. data.json records them
+    with their sha256, as it does the module: a helper edited between a stop and --resume
+    trained on other data without a word (twenty-eighth round). Modules imported from
+    elsewhere (another folder on PYTHONPATH, installed packages) are not the run's record.
+
+        helper_files("mydata:load")   # [Path("/home/me/helper.py")] if mydata imports helper
+    """
+    main = main_file(spec)
+    if main is None:
+        return []
+    files = set()
+    for name in _BROUGHT_IN.get(main, []):
+        file = getattr(sys.modules.get(name), "__file__", None)
+        path = Path(file).resolve() if isinstance(file, str) else None
+        if path is not None and path != main and path.is_file() and is_helper_file(spec, path):
+            files.add(path)
+    return sorted(files)
 
 
 def _import(target: str, spec: str) -> Any:

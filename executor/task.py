@@ -30,9 +30,12 @@ from executor.data import (
     TaskData,
     check_compatible,
     data_task,
+    helper_files,
+    is_helper_file,
     label_count,
     load_data,
     module_file,
+    module_root,
 )
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, quoted
@@ -267,10 +270,14 @@ def check_recorded_paths(run_dir: Path, cfg: RunConfig) -> None:
 
 def data_record(cfg: RunConfig) -> DataRecord | None:
     """What the run's data files hold now (sha256 of their bytes), and the label names text
-    data gives; None when the data reads no file. Called after build_task read them."""
+    data gives; None when the data reads no file. Called after build_task read them: for
+    `module:function` and `file.py:function` data the user's modules it brought in
+    (`data.helper_files`) are listed after its own file."""
     from executor.checkpoint import file_sha256
 
     files = read_files(cfg)
+    if not text.is_text_spec(cfg.data):  # the module first: `check_data_module` reads it there
+        files += [p for p in helper_files(cfg.data) if p not in files]
     if not files:
         return None
     names = label_names(cfg)
@@ -279,6 +286,22 @@ def data_record(cfg: RunConfig) -> DataRecord | None:
     except OSError as exc:
         raise InputFileError(f"{cfg.data}: cannot read the data ({exc})") from None
     return DataRecord(data=cfg.data, files=hashed, label_names=names)
+
+
+def _what_reads(cfg: RunConfig) -> tuple[str, str]:
+    """What reads data.json's files, and its verb, for its refusals: text data "and its
+    tokenizer"; a module or file.py the folder the modules it imports may come from (a
+    module:function run has no tokenizer: twenty-eighth round).
+
+        _what_reads(cfg)   # ("run.json's data 'm:load' (its module, and yours …)", "s")
+    """
+    data = f"run.json's data '{cfg.data}'"
+    if text.is_text_spec(cfg.data):
+        return f"{data} and its tokenizer", ""
+    root = module_root(cfg.data)
+    if root is None:
+        return data, "s"
+    return f"{data} (its module, and yours it imports from {root})", "s"
 
 
 def _made_since(missing: list[str], record: Path) -> str | None:
@@ -321,9 +344,16 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
     extra = sorted(set(listed) - set(expected))
     missing = sorted(set(expected) - set(listed))
     twice = sorted({p for p in listed if listed.count(p) > 1})
-    reads = f"run.json's data '{cfg.data}' and its tokenizer"
+    if not text.is_text_spec(cfg.data):
+        # A module's helpers are whatever it imported when the run started (`data_record`):
+        # any of the user's .py files under its folder may be listed; each is hashed below.
+        extra = [p for p in extra if not is_helper_file(cfg.data, Path(p))]
+    reads, s = _what_reads(cfg)
     if extra:
-        raise InputFileError(f"{path}: files names '{extra[0]}', which {reads} do not read")
+        raise InputFileError(
+            f"{path}: files names '{extra[0]}', which {reads} do{'es' if s else ''} not read; "
+            "restore data.json or start a new run"
+        )
     of_tokenizer = sorted(set(missing) - {str(f) for f in data_files(cfg.data)})
     if of_tokenizer == missing and not twice and (gained := _made_since(missing, path)):
         # A file the tokenizer folder gained after data.json was written (its inode changed
@@ -334,7 +364,9 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
         )
     if missing or twice:
         wrong = (
-            f"lacks '{missing[0]}', which {reads} read" if missing else f"names '{twice[0]}' twice"
+            f"lacks '{missing[0]}', which {reads} read{s}"
+            if missing
+            else f"names '{twice[0]}' twice"
         )
         raise InputFileError(f"{path}: files {wrong}; restore data.json or start a new run")
     for file in record.files:
@@ -389,9 +421,14 @@ def check_data_module(path: Path, spec: str, listed: list[str], found: list[str]
         check_data_module(Path("runs/m/data.json"), "mydata:load", ["/a/mydata.py"], [])
     """
     module = spec.rpartition(":")[0]
-    if text.is_text_spec(spec) or data_files(spec) or len(listed) != 1 or found == listed:
+    if text.is_text_spec(spec) or data_files(spec) or not listed or found == listed[:1]:
         return  # not the module form, or a list data.json's own checks name
-    here = found[0] if found else "no file (not found)"
+    root = module_root(spec)
+    if root is not None and Path(listed[0]).is_relative_to(root):
+        # From the folder the run started in: the module dropped from data.json or listed
+        # after a helper (`helper_files`): data.json's own checks below name it.
+        return
+    here = found[0] if found else "not found"
     raise InputFileError(
         f"{path}: the run's data module '{module}' was {listed[0]}, but here (in {Path.cwd()}) "
         f"'{module}' is {here}; run this command from the directory the run was started "

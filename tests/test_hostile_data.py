@@ -1817,12 +1817,66 @@ def test_module_data_found_elsewhere_or_edited_is_refused(tmp_path, capsys, monk
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-3000:]
     assert all(f in done.stderr for f in found), done.stderr
     (other / f"{name}.py").unlink()
-    refused(resume, tmp_path, capsys, (*elsewhere, f"'{name}' is no file (not found)"))
+    refused(resume, tmp_path, capsys, (*elsewhere, f"'{name}' is not found"))
     monkeypatch.chdir(first)
     module.write_text(module.read_text() + "# edited\n")
     for argv in (resume, export):
         refused(argv, tmp_path, capsys, (str(module), "changed since the run started", str(run)))
     assert name not in sys.modules
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("package", [False, True], ids=["beside", "package"])
+def test_a_helper_module_data_imports_edited_is_refused(tmp_path, capsys, monkeypatch, package):
+    """Found by the twenty-eighth round: data.json held only the `--data module:function`
+    module's own file: a helper module it imports (beside it, or a package's submodule)
+    edited between a stop and --resume trained on other data with exit 0. data.json lists
+    the user's modules the data brought in, each with its sha256: a resume or an export with
+    one edited is refused naming it; a file data.json names that the data does not read, or
+    the module dropped from it, is refused naming the run's data and advising what to do."""
+    names = ("rt28_pkg", "rt28_pkg.impl", "rt28_pkg.helper") if package else ("rt28_mydata",)
+    helper_name = "rt28_pkg.helper" if package else "rt28_helper"
+    folder = tmp_path / "A"
+    code = tmp_path / "A" / "rt28_pkg" if package else folder
+    code.mkdir(parents=True)
+    body = DATA_MODULE.format(draw="helper.DRAW")
+    if package:
+        (code / "__init__.py").write_text("")
+        (module := code / "impl.py").write_text("from rt28_pkg import helper\n" + body)
+        helper, spec = code / "helper.py", "rt28_pkg.impl:load"
+    else:
+        (module := code / "rt28_mydata.py").write_text("import rt28_helper as helper\n" + body)
+        helper, spec = code / "rt28_helper.py", "rt28_mydata:load"
+    helper.write_text("DRAW = 1\n")
+    monkeypatch.chdir(folder)
+    argv = ["run", "--model", "vit-digits", "--data", spec, "--nproc", "1"]
+    try:
+        assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
+    finally:
+        for name in (*names, helper_name):  # as a new process: imported again
+            sys.modules.pop(name, None)
+    capsys.readouterr()
+    run = folder / "runs" / "m"
+    record = json.loads((run / "data.json").read_text())
+    paths = [f["path"] for f in record["files"]]
+    assert paths[0] == str(module) and str(helper) in paths, paths
+    resume, export = ["run", "--resume", str(run)], ["export", str(run), "--out", "o"]
+    kept = helper.read_text()
+    helper.write_text("DRAW = 2\n")  # other samples, the same shapes
+    for argv in (resume, export):
+        refused(argv, tmp_path, capsys, (str(helper), "changed since the run started"))
+    helper.write_text(kept)
+    data_json = run / "data.json"
+    for files, said in (
+        ([*record["files"], {"path": str(tmp_path / "x.txt"), "sha256": "0" * 64}], "not read"),
+        (record["files"][1:], f"lacks '{module}'"),
+    ):
+        data_json.write_text(json.dumps({**record, "files": files}))
+        reads = f"run.json's data '{spec}' (its module, and yours it imports from {folder})"
+        refused(resume, tmp_path, capsys, (said, reads, "restore data.json or start a new run"))
+    for name in (*names, helper_name):  # find_spec imports a package's parents: forgotten
+        assert package or name not in sys.modules
+        sys.modules.pop(name, None)
 
 
 def _folder_without(made, tmp_path, edit) -> Path:
