@@ -524,6 +524,9 @@ def make_preview(
     plan = _plan_from(model, profile, shape, freeze, cache, pins)
     full_total = plan.predicted_total_s
 
+    # What an epoch trains: its whole steps (the last partial batch is dropped, as the run
+    # does); `--samples` counted the dropped rows too (the twenty-ninth round).
+    trained = steps * global_batch
     rows = []
     for phase in plan.phases:
         # A node-local cache's later epochs differ (their hits grow): they share the rest
@@ -538,7 +541,7 @@ def make_preview(
                     epoch=phase.start_epoch + k,
                     layout=phase.layout,
                     epoch_s=_r(epoch_s),
-                    samples_per_s=_r(samples / epoch_s) if epoch_s > 0 else 0.0,
+                    samples_per_s=_r(trained / epoch_s) if epoch_s > 0 else 0.0,
                 )
             )
 

@@ -183,3 +183,17 @@ def test_no_gradient_history_freezes_earlier_than_the_later_case():
             norms = {i: generator.lognormvariate(0, 1) for i in range(frozen, BLOCKS + 2)}
             frozen = rule.decide(epoch, norms, frozen)
             assert frozen <= later[epoch]
+
+
+def test_throughput_counts_the_samples_an_epoch_trains(band):
+    """Found by the twenty-ninth round: the preview's samples/s divided all of --samples by the
+    epoch's time, though the last partial batch is dropped (1437 samples, batch 64: 22 steps
+    train 1408), up to 2× high at odd shapes. Now it is what the run measures, and a preview
+    that says otherwise is refused."""
+    trained = (1437 // 64) * 64
+    for row in band.epochs:
+        assert row.samples_per_s == pytest.approx(trained / row.epoch_s, rel=2e-8)
+    data = band.model_dump(mode="json")
+    data["epochs"][0]["samples_per_s"] = 1437 / data["epochs"][0]["epoch_s"]
+    with pytest.raises(ValueError, match=r"epochs\[0\]\.samples_per_s"):
+        type(band).model_validate(data)

@@ -438,3 +438,16 @@ class Preview(Strict):
     )
     ablation: list[AblationRow]
     plan: Plan
+
+    @model_validator(mode="after")
+    def _throughput_is_what_an_epoch_trains(self) -> Preview:
+        # An epoch trains steps_per_epoch × global_batch samples (the partial batch is dropped,
+        # as the run does, and a run's record is held to the same): a preview that divided all
+        # of --samples overstated it, up to 2× (the twenty-ninth round).
+        trained = self.plan.inputs.steps_per_epoch * self.plan.inputs.global_batch
+        for n, row in enumerate(self.epochs):
+            expected = trained / row.epoch_s if row.epoch_s > 0 else 0.0
+            relation = "is not steps_per_epoch × global_batch / epoch_s,"
+            scale = row.samples_per_s + expected
+            close_enough(f"epochs[{n}].samples_per_s", row.samples_per_s, expected, scale, relation)
+        return self
