@@ -1926,6 +1926,49 @@ def test_stdlib_named_files_and_a_module_on_pythonpath_leave_the_ranks_alone(
     assert done.stderr.startswith("pipeplan: error: "), done.stderr
 
 
+@pytest.mark.timeout(120)
+def test_a_module_data_imports_inside_its_function_is_found(tmp_path, capsys, monkeypatch):
+    """Found by the twenty-eighth round: `import helper` inside load(), helper.py beside the
+    data module, was "data 'mydata:load' raised ModuleNotFoundError: No module named
+    'helper'": the directory was on sys.path only while the module itself was imported.
+    It stays there while load() runs (the ranks alike): the run is prepared, and data.json
+    lists the helper."""
+    name, helper = "rt28f7_mydata", "rt28f7_helper"
+    body = DATA_MODULE.format(draw=f"__import__('{helper}').DRAW")
+    (tmp_path / f"{name}.py").write_text(body)
+    (tmp_path / f"{helper}.py").write_text("DRAW = 1\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--nproc", "1"]
+    try:
+        assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
+    finally:
+        for module in (name, helper):
+            sys.modules.pop(module, None)
+    record = json.loads((tmp_path / "runs" / "m" / "data.json").read_text())
+    assert [f["path"] for f in record["files"]] == [
+        str(tmp_path / f"{name}.py"),
+        str(tmp_path / f"{helper}.py"),
+    ]
+
+
+def test_a_data_module_named_like_the_standard_library_says_which_it_imported(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the twenty-eighth round: `--data queue:load` beside ./queue.py said "'queue'
+    has no function 'load'" of the standard library's queue, which the directory comes
+    after. The refusal names the file imported and the one not, and to rename it."""
+    (tmp_path / "queue.py").write_text("def load():\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    stdlib = Path(sys.modules["queue"].__file__).resolve()
+    argv = ["run", "--model", "vit-digits", "--data", "queue:load", "--prepare-only"]
+    fragments = (
+        "data 'queue:load': 'queue' has no function 'load'",
+        f"'queue' is the standard library's {stdlib}, not ./queue.py",
+        "rename your file",
+    )
+    refused([*argv, "--runs-dir", str(tmp_path / "runs")], tmp_path, capsys, fragments)
+
+
 def _folder_without(made, tmp_path, edit) -> Path:
     """The BERT checkpoint's config.json edited by `edit`, in a folder without its weights
     (a config of other sizes would not load them): built with --init random."""
