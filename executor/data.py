@@ -529,8 +529,8 @@ def _names_a_file(target: str) -> bool:
 def module_file(spec: str) -> Path | None:
     """The file `--data module:function` imports its module from, found as `_load_user` finds
     it (`_data_directory_on_path`) without running it, in the launcher and in every rank
-    alike: data.json records it with its
-    sha256, and a resume, an export or a rank is held to it. The same name imported elsewhere
+    alike: data.json records it with its sha256, and a resume, an export or a rank is held
+    to it. The same name imported elsewhere
     (another directory's `mydata.py`), or the file edited, is other data: a resume from
     another directory trained on it without a word (the twenty-seventh round). None for the
     other forms, and for a module with no file of its own (built in) or none found (its import
@@ -690,10 +690,12 @@ def _not_the_file_here(target: str, module: Any) -> str:
         _not_the_file_here("queue", queue)
         # "; 'queue' is the standard library's /usr/lib/python3.11/queue.py, not ./queue.py …"
     """
+    if _names_a_file(target):
+        return ""
     top = target.partition(".")[0]
     here = next((p for p in (Path(f"{top}.py"), Path(top, "__init__.py")) if p.is_file()), None)
     file = getattr(module, "__file__", None)
-    if here is None or _names_a_file(target) or not isinstance(file, str):
+    if here is None or not isinstance(file, str):
         return ""
     path = Path(file).resolve()
     mine = here.resolve() if here.name == f"{top}.py" else here.parent.resolve()
