@@ -374,14 +374,17 @@ def _load_user(spec: str, seed: int) -> TaskData:
     if not target or not func_name.isidentifier():
         raise BadArgumentError(f"data {quoted(spec)}: expected module:function or file.py:function")
     before = set(sys.modules)
-    with _contained(spec, "module"):
+    with _contained(spec, "module"), _data_directory_on_path():
         module = _import(target, spec)
     func = getattr(module, func_name, None)
     if not callable(func):
         raise BadArgumentError(
             f"data {quoted(spec)}: {quoted(target)} has no function {quoted(func_name)}"
+            f"{_not_the_file_here(target, module)}"
         )
-    with _contained(spec, "function"):
+    # A module imported inside load() is found as the data module was: `import helper` in
+    # load() was "No module named 'helper'" beside mydata.py (twenty-eighth round).
+    with _contained(spec, "function"), _data_directory_on_path():
         try:
             result = func(seed=seed) if _takes_seed(func) else func()
         except Exception as exc:  # the user's code: its error in one line, not our traceback
@@ -525,8 +528,9 @@ def _names_a_file(target: str) -> bool:
 
 def module_file(spec: str) -> Path | None:
     """The file `--data module:function` imports its module from, found as `_load_user` finds
-    it (the current directory on the path) without running it: data.json records it with its
-    sha256, and a resume, an export or a rank is held to it. The same name imported elsewhere
+    it (`_data_directory_on_path`) without running it, in the launcher and in every rank
+    alike: data.json records it with its sha256, and a resume, an export or a rank is held
+    to it. The same name imported elsewhere
     (another directory's `mydata.py`), or the file edited, is other data: a resume from
     another directory trained on it without a word (the twenty-seventh round). None for the
     other forms, and for a module with no file of its own (built in) or none found (its import
@@ -538,7 +542,7 @@ def module_file(spec: str) -> Path | None:
     if not target or _names_a_file(target) or spec in BUILTINS:
         return None
     try:
-        with _current_directory_on_path():
+        with _data_directory_on_path():
             found = importlib.util.find_spec(target)  # a package's parents are imported
     except Exception:  # not found, or a parent that fails to import: the import says why
         return None
@@ -644,8 +648,7 @@ def _import(target: str, spec: str) -> Any:
                 sys.modules.pop(name, None)
                 raise
             return module
-        with _current_directory_on_path():
-            return importlib.import_module(target)
+        return importlib.import_module(target)
     except BadArgumentError:
         raise
     except Exception as exc:
@@ -655,10 +658,19 @@ def _import(target: str, spec: str) -> Any:
 
 
 @contextlib.contextmanager
-def _current_directory_on_path() -> Iterator[None]:
+def _data_directory_on_path() -> Iterator[None]:
     """`--data mydata:load` finds mydata.py in the directory the command runs in, as
     `python -c` would: the `pipeplan` script's sys.path starts at its own folder instead.
-    Appended, so it never shadows an installed package, and only for this import."""
+    Appended, so it never shadows an installed package or the standard library (a module of
+    PYTHONPATH comes first too), and only while the data module is found, imported and its
+    function runs. The one rule for the launcher and its ranks: a rank's Python no longer
+    puts that directory first (`launch.working_directory_off_path`), so both import the
+    same file, the one data.json records; the ranks refused the run's own module when
+    PYTHONPATH held one of the same name (twenty-eighth round).
+
+        with _data_directory_on_path():
+            importlib.import_module("mydata")   # ./mydata.py, unless installed or on PYTHONPATH
+    """
     here = str(Path.cwd())
     added = here not in sys.path and "" not in sys.path
     if added:
@@ -668,6 +680,38 @@ def _current_directory_on_path() -> Iterator[None]:
     finally:
         if added:
             sys.path.remove(here)
+
+
+def _not_the_file_here(target: str, module: Any) -> str:
+    """What a refusal adds when `target` was imported from elsewhere although this directory
+    holds a file of that name (`_data_directory_on_path` puts it last): `--data queue:load`
+    beside ./queue.py said "'queue' has no function 'load'" of the standard library's queue.
+
+        _not_the_file_here("queue", queue)
+        # "; 'queue' is the standard library's /usr/lib/python3.11/queue.py, not ./queue.py …"
+    """
+    if _names_a_file(target):
+        return ""
+    top = target.partition(".")[0]
+    here = next((p for p in (Path(f"{top}.py"), Path(top, "__init__.py")) if p.is_file()), None)
+    file = getattr(module, "__file__", None)
+    if here is None or not isinstance(file, str):
+        return ""
+    path = Path(file).resolve()
+    mine = here.resolve() if here.name == f"{top}.py" else here.parent.resolve()
+    if path.is_relative_to(mine):
+        return ""
+    paths = sysconfig.get_paths()
+    stdlib = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib") if k in paths}
+    site_packages = [f for f in _installed_folders() if f not in stdlib]  # inside stdlib
+    if any(path.is_relative_to(folder) for folder in site_packages):
+        whose = "an installed package's "
+    else:
+        whose = "the standard library's " if any(map(path.is_relative_to, stdlib)) else ""
+    return (
+        f"; {quoted(target)} is {whose}{path}, not ./{here} (found before this directory): "
+        "rename your file"
+    )
 
 
 def _takes_seed(func: Any) -> bool:

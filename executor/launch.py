@@ -28,6 +28,38 @@ from __future__ import annotations
 
 # ruff: noqa: E402 (a rank takes SIGINT over before the imports that take seconds)
 import os
+import sys
+
+
+def working_directory_off_path() -> None:
+    """A rank's first statement: the directory it was started in off sys.path, where `python
+    -m executor.launch` puts it first (torchrun's entry; `pipeplan run`'s ranks on Python
+    3.10: on 3.11+ it starts them with `-P`, SAFE_PATH). A user file there named like a
+    module of the standard library (token.py, queue.py, random.py) was imported inside
+    `import torch`: every rank died with a traceback (twenty-eighth round). The executor's
+    own folder stays on the path (a checkout run from its folder); the data module is
+    imported as the launcher imports it (`data._data_directory_on_path`). Standard library
+    only: nothing is imported before it.
+
+        working_directory_off_path()   # ["/home/me", …] → […, "/opt/pipeplan"]
+    """
+    if getattr(sys.flags, "safe_path", False) or not sys.path:
+        return  # `python -P`: the directory was never added
+    try:
+        here = os.getcwd()
+    except OSError:  # the directory is gone: nothing of the user's can be found there
+        here = None
+    if sys.path[0] not in ("", here):
+        return
+    del sys.path[0]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.append(root)
+
+
+if __name__ == "__main__":
+    working_directory_off_path()
+
 import signal
 
 from executor import errorfile  # light: a rank reserves its report's room before the imports
@@ -92,7 +124,6 @@ import contextlib
 import logging
 import re
 import shlex
-import sys
 import threading
 import traceback
 import uuid
@@ -211,6 +242,11 @@ SHUTDOWN_S = 10
 # rank ignored is found by its first statement, in the launcher's INTERRUPTED file.
 # torchrun starts `python -m executor.launch` itself, without this.
 RANK_SHELL = ("/bin/sh", "-c", 'trap "" INT; exec "$0" "$@"')
+# Each rank's Python does not put the directory it starts in first on sys.path (3.11+; before
+# that its first statement takes it off: `working_directory_off_path`): a user's token.py
+# there shadowed the standard library inside `import torch`. The ranks find the executor on
+# PYTHONPATH (`agent_scope`) and the data module as the launcher does (`data.module_file`).
+SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()
 # What torch's launcher changes in this process while it runs, put back afterwards.
 AGENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 # What torch's agent handles itself: SIGINT is `agent_scope`'s, which marks it for the ranks.
@@ -980,7 +1016,8 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     Interrupted once every rank is gone."""
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
-    args = [*RANK_SHELL[1:], sys.executable, "-u", "-m", "executor.launch", str(run_dir)]
+    args = [*RANK_SHELL[1:], sys.executable, "-u", *SAFE_PATH, "-m", "executor.launch"]
+    args.append(str(run_dir))
     args += ["--log-dir", str(logs)]
     args += ["--resume"] * resume + ["--debug"] * log.isEnabledFor(logging.DEBUG)
     name_rendezvous_events_cheaply()

@@ -432,7 +432,7 @@ def check_data_module(path: Path, spec: str, listed: list[str], found: list[str]
     raise InputFileError(
         f"{path}: the run's data module '{module}' was {listed[0]}, but here (in {Path.cwd()}) "
         f"'{module}' is {here}; run this command from the directory the run was started "
-        "from, or start a new run"
+        "from, with its PYTHONPATH, or start a new run"
     )
 
 

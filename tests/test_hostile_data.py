@@ -1879,6 +1879,96 @@ def test_a_helper_module_data_imports_edited_is_refused(tmp_path, capsys, monkey
         sys.modules.pop(name, None)
 
 
+# The ranks are `python -m executor.launch`, started in the user's directory: `-m` put it first
+# on sys.path, while the launcher appends it for the data module alone (twenty-eighth round).
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_stdlib_named_files_and_a_module_on_pythonpath_leave_the_ranks_alone(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the twenty-eighth round: a token.py or queue.py in the directory a run was
+    started from (a user's own file) was imported inside `import torch` by every rank: a
+    50-line traceback and advice to delete the run; and a `--data mydata:load` whose name
+    was also on PYTHONPATH was recorded from there by the launcher (which appends the
+    directory) and refused by the ranks (which had it first), advising to run from the
+    directory the run was started in. The ranks start with safe path handling (`-P`, and a
+    first statement that takes the directory off for torchrun's entry) and import the data
+    module by the launcher's rule: the run trains on the file data.json records, and the
+    torchrun entry started there says its one line."""
+    from test_hostile_resume import _entry
+
+    name = "rt28p_mydata"
+    here, lib = tmp_path / "A", tmp_path / "lib"
+    for folder, draw in ((here, 1), (lib, 2)):  # the same shapes, other samples
+        folder.mkdir()
+        (folder / f"{name}.py").write_text(DATA_MODULE.format(draw=draw))
+    for stdlib in ("token", "queue"):  # torch imports both: `from token import …` failed
+        (here / f"{stdlib}.py").write_text("x = 1\n")
+    monkeypatch.chdir(here)
+    monkeypatch.syspath_prepend(str(lib))  # this process as started with lib on PYTHONPATH
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(lib)]))
+    )
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--nproc", "1"]
+    argv += ["--epochs", "1", "--max-steps-per-epoch", "2", "--name", "m"]
+    try:
+        assert cli.main(argv) == 0, capsys.readouterr().err[-3000:]
+    finally:
+        sys.modules.pop(name, None)
+    run = here / "runs" / "m"
+    record = json.loads((run / "data.json").read_text())
+    assert [f["path"] for f in record["files"]] == [str(lib / f"{name}.py")]
+    assert json.loads((run / "summary.json").read_text())
+    done = _entry(run)  # torchrun's entry, from here: the run has finished
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert done.stderr.startswith("pipeplan: error: "), done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_module_data_imports_inside_its_function_is_found(tmp_path, capsys, monkeypatch):
+    """Found by the twenty-eighth round: `import helper` inside load(), helper.py beside the
+    data module, was "data 'mydata:load' raised ModuleNotFoundError: No module named
+    'helper'": the directory was on sys.path only while the module itself was imported.
+    It stays there while load() runs (the ranks alike): the run is prepared, and data.json
+    lists the helper."""
+    name, helper = "rt28f7_mydata", "rt28f7_helper"
+    body = DATA_MODULE.format(draw=f"__import__('{helper}').DRAW")
+    (tmp_path / f"{name}.py").write_text(body)
+    (tmp_path / f"{helper}.py").write_text("DRAW = 1\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--nproc", "1"]
+    try:
+        assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
+    finally:
+        for module in (name, helper):
+            sys.modules.pop(module, None)
+    record = json.loads((tmp_path / "runs" / "m" / "data.json").read_text())
+    assert [f["path"] for f in record["files"]] == [
+        str(tmp_path / f"{name}.py"),
+        str(tmp_path / f"{helper}.py"),
+    ]
+
+
+def test_a_data_module_named_like_the_standard_library_says_which_it_imported(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the twenty-eighth round: `--data queue:load` beside ./queue.py said "'queue'
+    has no function 'load'" of the standard library's queue, which the directory comes
+    after. The refusal names the file imported and the one not, and to rename it."""
+    (tmp_path / "queue.py").write_text("def load():\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    stdlib = Path(sys.modules["queue"].__file__).resolve()
+    argv = ["run", "--model", "vit-digits", "--data", "queue:load", "--prepare-only"]
+    fragments = (
+        "data 'queue:load': 'queue' has no function 'load'",
+        f"'queue' is the standard library's {stdlib}, not ./queue.py",
+        "rename your file",
+    )
+    refused([*argv, "--runs-dir", str(tmp_path / "runs")], tmp_path, capsys, fragments)
+
+
 def _folder_without(made, tmp_path, edit) -> Path:
     """The BERT checkpoint's config.json edited by `edit`, in a folder without its weights
     (a config of other sizes would not load them): built with --init random."""
