@@ -124,6 +124,7 @@ from executor.checkpoint import (
     read_manifest,
     remove_partial,
 )
+from executor.data import length
 from executor.history import check_manifest_records, check_older_manifests
 from executor.planning import (
     RUN_PLAN,
@@ -315,12 +316,12 @@ def check_run(
     elif cfg.device == "cuda":  # each rank checks its LOCAL_RANK against its own node's GPUs
         check_local_ranks(1, cfg.device)
     seq, data = build_task(cfg, from_checkpoint=resumed is not None)
-    if len(data.train) < cfg.global_batch:
+    samples = length(data.train, data.name, "train")  # the user's __len__, held (`length`)
+    if samples < cfg.global_batch:
         raise BadArgumentError(
-            f"--global-batch {cfg.global_batch} is larger than the {len(data.train)} training "
-            "samples"
+            f"--global-batch {cfg.global_batch} is larger than the {samples} training samples"
         )
-    check_run_length(cfg, cfg.steps_per_epoch(len(data.train)))
+    check_run_length(cfg, cfg.steps_per_epoch(samples))
     if cfg.freeze == "list":  # validated as `plan --freeze-schedule` validates its list
         # A list longer than --epochs is refused when typed. Not on resume (run.json's list,
         # as it was saved; --epochs only grows there), nor beside --plan: the plan's list is
@@ -338,16 +339,15 @@ def check_run(
         if planner.plan is not None and data.augmented:
             check_plan_cache(planner.plan, False, f"its data '{cfg.data}' is augmented")
         if planner.plan is not None:  # once: `prepare` runs in the launcher only
-            check_plan_samples(planner.plan, cfg, len(data.train))
-            note_plan_epoch(planner.plan, cfg, len(data.train))
+            check_plan_samples(planner.plan, cfg, samples)
+            note_plan_epoch(planner.plan, cfg, samples)
     else:
         run_dir, manifest, weights, records = resumed
         planner = RunPlanner.for_run(run_dir, cfg)
         where = manifest_path(run_dir, manifest)
-        check_position(manifest, cfg, len(data.train), seq.layers, where)
+        check_position(manifest, cfg, samples, seq.layers, where)
         # Every kept checkpoint before it alike, the model in hand: its records', then its
         # layers and position, which were held by nothing (twenty-sixth round).
-        samples = len(data.train)
 
         def position(older: CheckpointManifest) -> None:
             check_position(older, cfg, samples, seq.layers, manifest_path(run_dir, older))
