@@ -501,6 +501,43 @@ def _pass_on(spec: str, caught: list[warnings.WarningMessage], said: str) -> Non
         log.warning(f"data {quoted(spec)} wrote {len(lines) - MAX_USER_LINES:,} lines more")
 
 
+def warn_once_per_place(spec: str, rank: int) -> None:
+    """Set up once in a rank, after its checks (`Trainer`): a warning of the user's data code
+    (`main_file`, a helper module of it: `is_helper_file`) as training reads items is one line
+    `pipeplan: rank R: WARNING: data 'm:load': m.py:9: UserWarning: …` on stderr (the rank's
+    log under `pipeplan run`), once for each place in the code. Python said each distinct
+    message in two raw lines: an f-string's, naming the item, once per item read (twenty-
+    eighth round). No item is wrapped: only a warning that is raised costs anything. Other
+    warnings are shown as Python shows them.
+
+        warn_once_per_place("m:load", rank=1)
+    """
+    main = main_file(spec)
+    if main is None:  # built-in data, text files: no code of the user's
+        return
+    python_shows, said, mine = warnings.showwarning, set(), {}
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if filename not in mine:  # once for each file that warns
+            path = Path(filename).resolve()
+            mine[filename] = path == main or is_helper_file(spec, path)
+        if not mine[filename]:
+            return python_shows(message, category, filename, lineno, file, line)
+        if (filename, lineno, category) in said:
+            return None
+        said.add((filename, lineno, category))
+        where = f"{Path(filename).name}:{lineno}"
+        print(
+            f"pipeplan: rank {rank}: WARNING: data {quoted(spec)}: {where}: "
+            f"{category.__name__}: {message} (said once for this line)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+
+    warnings.showwarning = show
+
+
 @contextlib.contextmanager
 def _user_code() -> Iterator[None]:
     """The user's data code, whose KeyboardInterrupt is an interruption: `pipeplan:

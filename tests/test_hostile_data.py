@@ -2186,3 +2186,35 @@ def test_what_user_data_says_as_the_parent_reads_it_is_pipeplan_warnings(tmp_pat
     cfg = load(RunConfig, tmp_path / "runs" / "s" / "run.json")
     build_task(cfg, quiet=True)  # as each rank builds it
     assert capfd.readouterr().err == ""
+
+
+def test_a_ranks_data_warnings_are_said_once_for_each_line(tmp_path, capsys):
+    """Found by the twenty-eighth round: in a rank, a warning of the data's `__getitem__`
+    naming its item was two raw lines per item read (4,685 lines in a rank's log for one
+    epoch). After its checks a rank says each line of the data's code that warns once, as a
+    pipeplan warning (`data.warn_once_per_place`); no item read is wrapped for it."""
+    import importlib.util
+    import warnings
+
+    from executor.data import warn_once_per_place
+
+    (tmp_path / "speaks.py").write_text(SPEAKING_DATA)
+    found = importlib.util.spec_from_file_location("rt28_speaks", tmp_path / "speaks.py")
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    spec = f"{tmp_path / 'speaks.py'}:good"
+    train = module.Speaks(64)
+    with warnings.catch_warnings(record=True) as seen:  # Python's own showing: recorded
+        warnings.simplefilter("default")
+        warn_once_per_place(spec, 1)  # until the block ends
+        for i in range(10):
+            train[i]
+        warnings.warn_explicit("not the data's", UserWarning, "/elsewhere/lib.py", 3)
+    err = capsys.readouterr().err
+    ours = [line for line in err.splitlines() if line.startswith("pipeplan: ")]
+    assert ours == [
+        f"pipeplan: rank 1: WARNING: data '{spec}': speaks.py:10: UserWarning: item 0 odd "
+        "(said once for this line)"
+    ]
+    assert err.count("said by an item") == 10  # what it writes itself stays in the log
+    assert [str(w.message) for w in seen] == ["not the data's"]  # others: as Python shows them
