@@ -626,7 +626,7 @@ def main(argv: list[str] | None = None) -> None:
         # From here Ctrl-C is reported as every failure is (and its traceback goes to the rank's
         # log under `pipeplan run`): a KeyboardInterrupt again, where the top of this module
         # exited in silence, and the rank's shell (RANK_SHELL) ignored it.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, faults.on_sigint)  # told from code's KeyboardInterrupt
         # SIGTERM kills at once again (a rank blocked in a collective would not run a handler
         # until it returned; the agent stops the ranks with it).
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

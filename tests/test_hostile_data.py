@@ -2218,3 +2218,34 @@ def test_a_ranks_data_warnings_are_said_once_for_each_line(tmp_path, capsys):
     ]
     assert err.count("said by an item") == 10  # what it writes itself stays in the log
     assert [str(w.message) for w in seen] == ["not the data's"]  # others: as Python shows them
+
+
+def test_a_keyboard_interrupt_raised_in_a_rank_is_not_a_sigint(tmp_path):
+    """Found by the twenty-eighth round: `raise KeyboardInterrupt` in a `__getitem__` as a
+    rank trained read "training failed on rank 1 at step 13: interrupted by SIGINT", and no
+    signal had been sent. A rank's SIGINT raises `faults.SignalInterrupt`, which alone is an
+    interruption; a KeyboardInterrupt code raised is the rank's failure, naming where."""
+    import signal
+
+    from executor import faults
+
+    (tmp_path / "stops.py").write_text("def item(i):\n    raise KeyboardInterrupt\n")
+    code = compile((tmp_path / "stops.py").read_text(), str(tmp_path / "stops.py"), "exec")
+    space: dict = {}
+    exec(code, space)
+    try:
+        space["item"](77)
+    except KeyboardInterrupt as exc:
+        raised = exc
+    assert faults.classify(raised) == "raised"
+    said = faults.describe(raised, "raised")
+    assert said == "KeyboardInterrupt raised by the code at stops.py:2, not by a SIGINT"
+    before = signal.signal(signal.SIGINT, faults.on_sigint)  # as the rank's `main` sets it
+    try:
+        signal.raise_signal(signal.SIGINT)
+    except KeyboardInterrupt as exc:
+        signalled = exc
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert faults.classify(signalled) == "interrupted"
+    assert faults.describe(signalled, "interrupted") == "interrupted by SIGINT"
