@@ -217,7 +217,8 @@ def label_count(data: TaskData) -> int | None:
     model keeps its own; check_compatible still checks the labels it sees)."""
     count = data.num_labels
     if count is None:
-        splits = [d for d in (data.train, data.eval) if len(d)]
+        both = (("train", data.train), ("eval", data.eval))
+        splits = [d for split, d in both if length(d, data.name, split)]
         if not all(isinstance(d, TensorPairs) for d in splits):
             return None
         _check_eval_labels(data)
@@ -374,7 +375,8 @@ def _load_user(spec: str, seed: int) -> TaskData:
     if not target or not func_name.isidentifier():
         raise BadArgumentError(f"data {quoted(spec)}: expected module:function or file.py:function")
     before = set(sys.modules)
-    with _contained(spec, "module"), _data_directory_on_path():
+    _PASSED_ON.clear()  # a new loading of the data: its warnings are said again
+    with _contained(spec, "the data module"), _data_directory_on_path():
         module = _import(target, spec)
     func = getattr(module, func_name, None)
     if not callable(func):
@@ -384,7 +386,7 @@ def _load_user(spec: str, seed: int) -> TaskData:
         )
     # A module imported inside load() is found as the data module was: `import helper` in
     # load() was "No module named 'helper'" beside mydata.py (twenty-eighth round).
-    with _contained(spec, "function"), _data_directory_on_path():
+    with _contained(spec, "the data function"), _data_directory_on_path():
         try:
             result = func(seed=seed) if _takes_seed(func) else func()
         except Exception as exc:  # the user's code: its error in one line, not our traceback
@@ -395,8 +397,9 @@ def _load_user(spec: str, seed: int) -> TaskData:
 
 
 @contextlib.contextmanager
-def _contained(spec: str, what: str) -> Iterator[None]:
-    """The user's module or function, held to pipeplan's one-line errors: a SystemExit
+def _contained(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`: the data module, its function, `len()` or an item of a
+    set it returned), held to pipeplan's one-line errors: a SystemExit
     (`sys.exit`, argparse) is an error naming its code, not pipeplan's exit (`--data
     sys:exit` ended a run with code 0, having done nothing), another BaseException (a user
     `class E(BaseException)`, GeneratorExit; `_user_code`) an error naming it, and what it
@@ -405,7 +408,12 @@ def _contained(spec: str, what: str) -> Iterator[None]:
     pipeplan's warnings, as are its Python warnings (twenty-seventh round: they came raw,
     `m.py:9: UserWarning: …` and the source line), summarised or dropped on failure. Found by
     the twenty-eighth round: a BaseException was a traceback, and descriptor 2 came raw before
-    the error line."""
+    the error line; and the parent's own reads of the sets (`length`, `item`) ran unheld, so a
+    `__getitem__`'s warnings were raw lines before the error line.
+
+        with _contained("m:load", f"reading train item {index}"):
+            value = dataset[index]
+    """
     held = io.StringIO()
     raw: list[bytes] = []
     try:
@@ -423,12 +431,10 @@ def _contained(spec: str, what: str) -> Iterator[None]:
             said.append(exc.code)
         last = f"; its last line on stderr: {quoted(said[-1])}" if said else ""
         raise BadArgumentError(
-            f"data {quoted(spec)}: the data {what} exited (code {code or 0}){last}"
+            f"data {quoted(spec)}: {doing} exited (code {code or 0}){last}"
         ) from None
     except UserBaseException as exc:
-        raise BadArgumentError(
-            f"data {quoted(spec)}: the data {what} raised {_one_line(exc)}"
-        ) from None
+        raise BadArgumentError(f"data {quoted(spec)}: {doing} raised {_one_line(exc)}") from None
     _pass_on(spec, caught, held.getvalue() + _text(raw))
 
 
@@ -470,25 +476,69 @@ def descriptor_2_held(into: list[bytes], limit: int = MAX_HELD_BYTES) -> Iterato
         os.close(saved)
 
 
+# What `_pass_on` has said since the data was last loaded (`_load_user`): the parent reads a
+# set's len() and items in several checks (named by --data, then by the TaskData's name), and
+# each read's warnings were said again.
+_PASSED_ON: set[tuple] = set()
+
+
 def _pass_on(spec: str, caught: list[warnings.WarningMessage], said: str) -> None:
     """The Python warnings (each place once) and stderr lines (MAX_USER_LINES at most) of the
-    user's data code, each a pipeplan warning naming --data and where it was raised:
+    user's data code, each a pipeplan warning naming --data and where it was raised, once
+    for each loading of the data:
 
         _pass_on("m:load", caught, "")   # pipeplan: WARNING: data 'm:load': m.py:9: UserWarning: …
     """
-    seen = set()
     for w in caught:
         key = (str(w.message), w.category, w.filename, w.lineno)
-        if key in seen:
+        if key in _PASSED_ON:
             continue
-        seen.add(key)
+        _PASSED_ON.add(key)
         where = f"{Path(w.filename).name}:{w.lineno}"
         log.warning(f"data {quoted(spec)}: {where}: {w.category.__name__}: {w.message}")
-    lines = _lines(said)
+    lines = [line for line in _lines(said) if line not in _PASSED_ON]
+    _PASSED_ON.update(lines)
     for line in lines[:MAX_USER_LINES]:
         log.warning(f"data {quoted(spec)} wrote: {line}")
     if len(lines) > MAX_USER_LINES:
         log.warning(f"data {quoted(spec)} wrote {len(lines) - MAX_USER_LINES:,} lines more")
+
+
+def warn_once_per_place(spec: str, rank: int) -> None:
+    """Set up once in a rank, after its checks (`Trainer`): a warning of the user's data code
+    (`main_file`, a helper module of it: `is_helper_file`) as training reads items is one line
+    `pipeplan: rank R: WARNING: data 'm:load': m.py:9: UserWarning: …` on stderr (the rank's
+    log under `pipeplan run`), once for each place in the code. Python said each distinct
+    message in two raw lines: an f-string's, naming the item, once per item read (twenty-
+    eighth round). No item is wrapped: only a warning that is raised costs anything. Other
+    warnings are shown as Python shows them.
+
+        warn_once_per_place("m:load", rank=1)
+    """
+    main = main_file(spec)
+    if main is None:  # built-in data, text files: no code of the user's
+        return
+    python_shows, said, mine = warnings.showwarning, set(), {}
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if filename not in mine:  # once for each file that warns
+            path = Path(filename).resolve()
+            mine[filename] = path == main or is_helper_file(spec, path)
+        if not mine[filename]:
+            return python_shows(message, category, filename, lineno, file, line)
+        if (filename, lineno, category) in said:
+            return None
+        said.add((filename, lineno, category))
+        where = f"{Path(filename).name}:{lineno}"
+        print(
+            f"pipeplan: rank {rank}: WARNING: data {quoted(spec)}: {where}: "
+            f"{category.__name__}: {message} (said once for this line)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+
+    warnings.showwarning = show
 
 
 @contextlib.contextmanager
@@ -504,7 +554,9 @@ def _user_code() -> Iterator[None]:
         yield
     except KeyboardInterrupt:
         raise Interrupted from None
-    except (SystemExit, Interrupted, Stopped):  # an exit (`_contained` names it), our signals
+    # An Exception is the caller's to name (as "... raised ValueError: …"): taken for a
+    # BaseException, one was named twice ("raised BadArgumentError: data 'm:f' raised …").
+    except (Exception, SystemExit, Interrupted, Stopped):  # exits: `_contained` names them
         raise
     except BaseException as exc:  # GeneratorExit, a user `class E(BaseException)`
         raise UserBaseException(exc) from exc
@@ -756,14 +808,14 @@ def _as_task_data(result: Any, spec: str) -> TaskData:
 
 def length(dataset: Any, name: str, split: str) -> int:
     """`len(dataset)`, checked: a user's `__len__` may raise, or return -1 or 10**20 (then
-    len() itself raises), or more samples than any sampler can index."""
-    try:
-        with _user_code():
+    len() itself raises), or more samples than any sampler can index. Every len() of the
+    parent's on a user's set is this one: held as all its data code is (`_contained`)."""
+    doing = f"len() of the {split} set"
+    with _contained(name, doing):
+        try:
             count = len(dataset)
-    except Exception as exc:
-        raise BadArgumentError(
-            f"data '{name}': len() of the {split} set raised {_one_line(exc)}"
-        ) from None
+        except Exception as exc:
+            raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from None
     if count > MAX_SAMPLES:
         raise BadArgumentError(
             f"data '{name}': the {split} set has {count} samples, beyond the limit of {MAX_SAMPLES}"
@@ -773,14 +825,14 @@ def length(dataset: Any, name: str, split: str) -> int:
 
 def item(dataset: Any, index: int, name: str, split: str) -> tuple[Any, Any]:
     """`dataset[index]`, an (input, label) pair, with a user's `__getitem__` error or an item
-    of another kind (a dict, a triple, a number) in one line."""
-    try:
-        with _user_code():
+    of another kind (a dict, a triple, a number) in one line. Every item the parent reads
+    is read here: held as all the user's data code is (`_contained`)."""
+    doing = f"reading {split} item {index}"
+    with _contained(name, doing):
+        try:
             value = dataset[index]
-    except Exception as exc:
-        raise BadArgumentError(
-            f"data '{name}': reading {split} item {index} raised {_one_line(exc)}"
-        ) from None
+        except Exception as exc:
+            raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from None
     if not (isinstance(value, tuple | list) and len(value) == 2):
         kind = f"a {len(value)}-tuple" if isinstance(value, tuple | list) else type(value).__name__
         raise BadArgumentError(

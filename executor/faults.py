@@ -36,6 +36,8 @@ import time
 import traceback
 from collections.abc import Collection
 from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
 
 from pydantic import ValidationError
 
@@ -76,10 +78,24 @@ class Report:
             return None
 
 
+class SignalInterrupt(KeyboardInterrupt):
+    """The KeyboardInterrupt a rank's SIGINT raises (`on_sigint`). Any other one was raised by
+    code, the user's data code most often: not a signal (twenty-eighth round: `raise
+    KeyboardInterrupt` in a `__getitem__` read as "interrupted by SIGINT" of the rank)."""
+
+
+def on_sigint(signum: int, frame: object) -> NoReturn:
+    """A rank's SIGINT handler once it reports its failures:
+
+    signal.signal(signal.SIGINT, on_sigint)
+    """
+    raise SignalInterrupt
+
+
 def classify(exc: BaseException) -> str:
-    """`classify(KeyboardInterrupt())` → "interrupted"; a gloo/NCCL error caused by a peer →
-    "lost" or "timeout"; anything else → "raised"."""
-    if isinstance(exc, (KeyboardInterrupt, Interrupted)):  # Interrupted: in the start's wait
+    """`classify(SignalInterrupt())` → "interrupted"; a gloo/NCCL error caused by a peer →
+    "lost" or "timeout"; anything else (a KeyboardInterrupt that code raised too) → "raised"."""
+    if isinstance(exc, (SignalInterrupt, Interrupted)):  # Interrupted: in the start's wait
         return "interrupted"
     if isinstance(exc, Stopped):  # SIGTERM or SIGHUP while it waited for the others to start
         return "stopped"
@@ -127,6 +143,10 @@ def describe(exc: BaseException, kind: str) -> str:
     if kind in ("lost", "timeout"):
         gloo = last.rsplit("] ", 1)[-1]  # drop "[/…/gloo/transport/tcp/pair.cc:537] "
         return f"a collective failed: {gloo}"
+    if isinstance(exc, KeyboardInterrupt) and exc.__traceback__ is not None:  # no SIGINT's
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f"{Path(frame.filename).name}:{frame.lineno}"
+        return f"{type(exc).__name__} raised by the code at {where}, not by a SIGINT"
     return f"{type(exc).__name__}: {last}" if last else type(exc).__name__
 
 

@@ -155,6 +155,7 @@ from executor.checkpoint import (
     read_manifest,
     remove_partial,
 )
+from executor.data import length
 from executor.history import check_manifest_records, check_older_manifests
 from executor.planning import (
     RUN_PLAN,
@@ -351,12 +352,12 @@ def check_run(
     elif cfg.device == "cuda":  # each rank checks its LOCAL_RANK against its own node's GPUs
         check_local_ranks(1, cfg.device)
     seq, data = build_task(cfg, from_checkpoint=resumed is not None)
-    if len(data.train) < cfg.global_batch:
+    samples = length(data.train, data.name, "train")  # the user's __len__, held (`length`)
+    if samples < cfg.global_batch:
         raise BadArgumentError(
-            f"--global-batch {cfg.global_batch} is larger than the {len(data.train)} training "
-            "samples"
+            f"--global-batch {cfg.global_batch} is larger than the {samples} training samples"
         )
-    check_run_length(cfg, cfg.steps_per_epoch(len(data.train)))
+    check_run_length(cfg, cfg.steps_per_epoch(samples))
     if cfg.freeze == "list":  # validated as `plan --freeze-schedule` validates its list
         # A list longer than --epochs is refused when typed. Not on resume (run.json's list,
         # as it was saved; --epochs only grows there), nor beside --plan: the plan's list is
@@ -374,16 +375,15 @@ def check_run(
         if planner.plan is not None and data.augmented:
             check_plan_cache(planner.plan, False, f"its data '{cfg.data}' is augmented")
         if planner.plan is not None:  # once: `prepare` runs in the launcher only
-            check_plan_samples(planner.plan, cfg, len(data.train))
-            note_plan_epoch(planner.plan, cfg, len(data.train))
+            check_plan_samples(planner.plan, cfg, samples)
+            note_plan_epoch(planner.plan, cfg, samples)
     else:
         run_dir, manifest, weights, records = resumed
         planner = RunPlanner.for_run(run_dir, cfg)
         where = manifest_path(run_dir, manifest)
-        check_position(manifest, cfg, len(data.train), seq.layers, where)
+        check_position(manifest, cfg, samples, seq.layers, where)
         # Every kept checkpoint before it alike, the model in hand: its records', then its
         # layers and position, which were held by nothing (twenty-sixth round).
-        samples = len(data.train)
 
         def position(older: CheckpointManifest) -> None:
             check_position(older, cfg, samples, seq.layers, manifest_path(run_dir, older))
@@ -662,7 +662,7 @@ def main(argv: list[str] | None = None) -> None:
         # From here Ctrl-C is reported as every failure is (and its traceback goes to the rank's
         # log under `pipeplan run`): a KeyboardInterrupt again, where the top of this module
         # exited in silence, and the rank's shell (RANK_SHELL) ignored it.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, faults.on_sigint)  # told from code's KeyboardInterrupt
         # SIGTERM kills at once again (a rank blocked in a collective would not run a handler
         # until it returned; the agent stops the ranks with it).
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -33,6 +33,7 @@ from executor.data import (
     helper_files,
     is_helper_file,
     label_count,
+    length,
     load_data,
     module_file,
     module_root,
@@ -97,7 +98,7 @@ def build_task(
             classes = _classes(data, task)
             _check_classes(classes, spec)
             seq = _build(cfg, task, classes, padding_mask=data.padded)
-    check_compatible(data, seq)
+        check_compatible(data, seq)
     return seq, data
 
 
@@ -141,7 +142,7 @@ def _text_task(corpus: text.Corpus, task: str | None, spec: str, quiet: bool = F
 def _classes(data: TaskData, task: str) -> int | None:
     """The head's size for classification data; None when the data does not say (then the
     model keeps its own and check_compatible names any label outside it)."""
-    if task != "classification" or len(data.train) == 0:
+    if task != "classification" or length(data.train, data.name, "train") == 0:
         return None
     return label_count(data)
 
@@ -159,15 +160,19 @@ def _check_classes(classes: int | None, spec: str) -> None:
 
 @contextlib.contextmanager
 def _notices(quiet: bool) -> Iterator[None]:
-    """Without the model builder's warnings when `quiet` (they were given once already)."""
-    logger = logging.getLogger("pipeplan.models")
-    level = logger.level
+    """Without the model builder's warnings, and those of the user's data code as the data
+    is loaded and checked (`data._pass_on`), when `quiet` (they were given once already:
+    each rank said the data's again on the console, twenty-eighth round)."""
+    loggers = [logging.getLogger("pipeplan.models"), logging.getLogger("pipeplan.data")]
+    levels = [logger.level for logger in loggers]
     if quiet:
-        logger.setLevel(logging.ERROR)
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 # --------------------------------------------------------------------------- the data's identity
@@ -513,14 +518,14 @@ def _export(
     # The manifest as a resume checks it (its layers, position and layout): a manifest resume
     # refuses is no checkpoint of this run to export either.
     where = manifest_path(run_dir, manifest)
-    check_position(manifest, cfg, len(data.train), seq.layers, where)
+    samples = length(data.train, data.name, "train")
+    check_position(manifest, cfg, samples, seq.layers, where)
     # Its layout, phase and position against run.jsonl: export accepted a schedule edited in
     # the manifest that resume refused (twentieth round).
     records = read_records(run_dir / "run.jsonl", cfg)
     check_manifest_records(manifest, records, run_dir, cfg)
     # Every kept one before it, as resume does: its records, then its model's (its layers'
     # sums, its position), the model in hand (twenty-sixth round).
-    samples = len(data.train)
 
     def position(older: CheckpointManifest) -> None:
         check_position(older, cfg, samples, seq.layers, manifest_path(run_dir, older))

@@ -2173,3 +2173,169 @@ def test_a_text_file_of_another_extension_is_named_as_such(made, tmp_path, capsy
     data = write_jsonl(tmp_path / name, reviews(20, seed=6))
     fragments = (f"--data '{data}': a text file is FILE.jsonl or FILE.csv, not {data.suffix}",)
     refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+
+
+# ----------------------------------------------------------------------------- the 28th round
+
+# Data whose sets speak as the parent reads them: a warning from __len__ and from each item,
+# a line to sys.stderr and one to file descriptor 2; `wrong`'s items do not fit bert-tiny.
+SPEAKING_DATA = """
+import os, sys, warnings
+import torch
+class Speaks:
+    def __init__(self, n, wrong=False, fails=None): self.n, self.wrong, self.fails = n, wrong, fails
+    def __len__(self):
+        warnings.warn("len odd")
+        return self.n
+    def __getitem__(self, i):
+        warnings.warn(f"item {i} odd")
+        print("said by an item", file=sys.stderr)
+        os.write(2, b"fd2 by an item\\n")
+        if self.fails is not None:
+            raise self.fails
+        if self.wrong:
+            return torch.zeros(5), torch.tensor(0)
+        ids = torch.randint(5, 95, (128,), generator=torch.Generator().manual_seed(i))
+        return ids, torch.tensor(i % 2)
+def good():
+    return Speaks(64), Speaks(16)
+def wrong():
+    return Speaks(64, wrong=True), Speaks(16, wrong=True)
+def raises():
+    return Speaks(64, fails=ValueError("no such review")), Speaks(16)
+def exits():
+    return Speaks(64, fails=SystemExit(3)), Speaks(16)
+def broken():
+    raise ValueError("nope")
+"""
+
+
+def _speaking_run(tmp_path: Path, function: str) -> list[str]:
+    """`run --prepare-only` of bert-tiny (its shipped profile) on SPEAKING_DATA's `function`."""
+    from executor.planning import shipped_profile
+
+    (tmp_path / "speaks.py").write_text(SPEAKING_DATA)
+    profile = shipped_profile("bert-tiny", "cpu")
+    return [
+        "run", "--prepare-only", "--model", "bert-tiny", "--data",
+        f"{tmp_path / 'speaks.py'}:{function}", "--profile", str(profile), "--nproc", "1",
+        "--global-batch", "8", "--runs-dir", str(tmp_path / "runs"), "--name", "s",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "function, said",
+    [
+        ("wrong", ("gives inputs of shape (5,) float32", "takes (128,) int64")),
+        ("raises", ("reading train item 0 raised ValueError: no such review",)),
+        ("exits", ("reading train item 0 exited (code 3)",)),
+        ("broken", ("pipeplan: error: {data} raised ValueError: nope",)),  # named once
+    ],
+)
+def test_what_user_data_says_as_the_parent_reads_it_comes_not_before_a_refusal(
+    tmp_path, capfd, function, said
+):
+    """Found by the twenty-eighth round: the parent's own reads of a user's sets (len(), items
+    0 and N-1 of each, as it checks them against the model) ran outside the hold of its data
+    code, so a `__getitem__`'s warnings (two raw lines each) and what it wrote to stderr came
+    before the error line, and an exit in one was a traceback. Every len() and item the parent
+    reads is held (`data.length`, `data.item`): a refusal is one line and nothing before it;
+    an Exception of the data function is named once (it read "raised BadArgumentError: …
+    raised ValueError")."""
+    from test_hostile import refused_quietly
+
+    data = f"data '{tmp_path / 'speaks.py'}:{function}'"
+    said = tuple(fragment.format(data=data) for fragment in said)
+    refused_quietly(_speaking_run(tmp_path, function), tmp_path / "runs", capfd, said)
+
+
+def test_what_user_data_says_as_the_parent_reads_it_is_pipeplan_warnings(tmp_path, capfd):
+    """Found by the twenty-eighth round: a run on data whose `__getitem__` warns printed 8 raw
+    lines before its first epoch line, and each rank said the data's warnings again. What the
+    data says as the parent reads its sets is `pipeplan: WARNING:` lines naming it, each once;
+    a rank, which builds the task again quietly, says none of them."""
+    import warnings
+
+    from executor.task import build_task
+    from pipeplan.formats import RunConfig, load
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert cli.main(_speaking_run(tmp_path, "good")) == 0
+    assert [str(w.message) for w in seen] == []
+    lines = capfd.readouterr().err.strip().splitlines()
+    data = f"data '{tmp_path / 'speaks.py'}:good'"
+    assert all(line.startswith("pipeplan: ") for line in lines), lines
+    for said in (
+        *(f"{data}: speaks.py:{line}: UserWarning: {what}" for line, what in [(7, "len odd")]),
+        *(f"{data}: speaks.py:10: UserWarning: item {i} odd" for i in (0, 63, 15)),
+        f"{data} wrote: said by an item",
+        f"{data} wrote: fd2 by an item",
+    ):
+        assert lines.count(f"pipeplan: WARNING: {said}") == 1, (said, lines)
+    cfg = load(RunConfig, tmp_path / "runs" / "s" / "run.json")
+    build_task(cfg, quiet=True)  # as each rank builds it
+    assert capfd.readouterr().err == ""
+
+
+def test_a_ranks_data_warnings_are_said_once_for_each_line(tmp_path, capsys):
+    """Found by the twenty-eighth round: in a rank, a warning of the data's `__getitem__`
+    naming its item was two raw lines per item read (4,685 lines in a rank's log for one
+    epoch). After its checks a rank says each line of the data's code that warns once, as a
+    pipeplan warning (`data.warn_once_per_place`); no item read is wrapped for it."""
+    import importlib.util
+    import warnings
+
+    from executor.data import warn_once_per_place
+
+    (tmp_path / "speaks.py").write_text(SPEAKING_DATA)
+    found = importlib.util.spec_from_file_location("rt28_speaks", tmp_path / "speaks.py")
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    spec = f"{tmp_path / 'speaks.py'}:good"
+    train = module.Speaks(64)
+    with warnings.catch_warnings(record=True) as seen:  # Python's own showing: recorded
+        warnings.simplefilter("default")
+        warn_once_per_place(spec, 1)  # until the block ends
+        for i in range(10):
+            train[i]
+        warnings.warn_explicit("not the data's", UserWarning, "/elsewhere/lib.py", 3)
+    err = capsys.readouterr().err
+    ours = [line for line in err.splitlines() if line.startswith("pipeplan: ")]
+    assert ours == [
+        f"pipeplan: rank 1: WARNING: data '{spec}': speaks.py:10: UserWarning: item 0 odd "
+        "(said once for this line)"
+    ]
+    assert err.count("said by an item") == 10  # what it writes itself stays in the log
+    assert [str(w.message) for w in seen] == ["not the data's"]  # others: as Python shows them
+
+
+def test_a_keyboard_interrupt_raised_in_a_rank_is_not_a_sigint(tmp_path):
+    """Found by the twenty-eighth round: `raise KeyboardInterrupt` in a `__getitem__` as a
+    rank trained read "training failed on rank 1 at step 13: interrupted by SIGINT", and no
+    signal had been sent. A rank's SIGINT raises `faults.SignalInterrupt`, which alone is an
+    interruption; a KeyboardInterrupt code raised is the rank's failure, naming where."""
+    import signal
+
+    from executor import faults
+
+    (tmp_path / "stops.py").write_text("def item(i):\n    raise KeyboardInterrupt\n")
+    code = compile((tmp_path / "stops.py").read_text(), str(tmp_path / "stops.py"), "exec")
+    space: dict = {}
+    exec(code, space)
+    try:
+        space["item"](77)
+    except KeyboardInterrupt as exc:
+        raised = exc
+    assert faults.classify(raised) == "raised"
+    said = faults.describe(raised, "raised")
+    assert said == "KeyboardInterrupt raised by the code at stops.py:2, not by a SIGINT"
+    before = signal.signal(signal.SIGINT, faults.on_sigint)  # as the rank's `main` sets it
+    try:
+        signal.raise_signal(signal.SIGINT)
+    except KeyboardInterrupt as exc:
+        signalled = exc
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert faults.classify(signalled) == "interrupted"
+    assert faults.describe(signalled, "interrupted") == "interrupted by SIGINT"
