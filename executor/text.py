@@ -758,10 +758,9 @@ def _check_room(corpus: Corpus, length: int, causal: bool) -> None:
 def encode_room(corpus: Corpus, length: int) -> int:
     """What tokenizing `corpus` at --seq-len `length` takes besides the ids (ENCODE_FIXED and
     ENCODE_TOKEN_BYTES a token of its largest chunk): `encode_room(corpus, 16)` → 161 MiB for
-    80 short rows. A chunk holds at most ENCODE_TEXTS texts, padded to
-    `length`, and at most ENCODE_CHARS characters before they are cut (`_read` gives each
-    text CHARS_PER_TOKEN a token of it first), each counted as a token (the most a tokenizer
-    makes of them)."""
+    80 short rows. A chunk holds at most ENCODE_TEXTS texts, padded to `length`, and at most
+    ENCODE_CHARS characters before they are cut (`_read` gives each text CHARS_PER_TOKEN a
+    token of it first), each counted as a token (the most a tokenizer makes of them)."""
     rows = len(corpus.train) + len(corpus.eval)
     chars, reach = 0, CHARS_PER_TOKEN * length
     for text in itertools.chain(corpus.train, corpus.eval):
