@@ -53,6 +53,7 @@ from pipeplan.formats.base import (
     read_input,
     text_sha256,
 )
+from pipeplan.formats.presets import config_path
 from pipeplan.formats.profile import model_mismatch
 from pipeplan.plan import TrainingShape, decide_phase, profile_identity, stage_plans
 from pipeplan.solver import Pins
@@ -76,7 +77,14 @@ def profiles_dir() -> Path:
 def shipped_profile(model: str, device: str, precision: str = "fp32") -> Path | None:
     """`shipped_profile("vit-digits", "cpu")` → the profile measured with one thread per rank,
     or None when none ships for that model, device and precision (`MODEL@cpu-1t.json` is
-    fp32; a bf16 one would be `MODEL@cpu-1t-bf16.json`)."""
+    fp32; a bf16 one would be `MODEL@cpu-1t-bf16.json`). Profiles ship for built-in names
+    only: a MODEL that is a path (`./bert-tiny`, `bert-tiny/`, `/data/bert-tiny`) is a folder
+    by `config_path`'s rule, never the built-in. Found by the twenty-eighth round: the name was
+    joined to the profiles' folder, so `./bert-tiny` got the built-in's profile (refused for
+    the folder's hidden_size; planned with it had the shapes agreed) while `bert-tiny/` got
+    none, and `/data/bert-tiny` would have read a `/data/bert-tiny@cpu-1t.json` as shipped."""
+    if config_path(model) is not None:
+        return None
     suffix = "" if precision == "fp32" else f"-{precision}"
     path = profiles_dir() / f"{model}@{device}-1t{suffix}.json"
     return path if path.exists() else None
@@ -106,9 +114,11 @@ def config_profile(cfg: RunConfig, seq: LayerSequence | None = None) -> Profile:
     if path is None:
         precision = "" if cfg.precision == "fp32" else f" in {cfg.precision}"
         flags = _profile_flags(seq, cfg) if seq is not None else _precision_flag(cfg)
+        folder = " (a path names a model folder: profiles ship for built-in names only)"
         raise BadArgumentError(
-            f"no shipped profile for {cfg.model} on {cfg.device}{precision}; run `pipeplan "
-            f"profile {cfg.model}{flags} --out P.json --nproc {max(2, cfg.nproc)}` and pass "
+            f"no shipped profile for {cfg.model} on {cfg.device}{precision}"
+            f"{folder if config_path(cfg.model) is not None else ''}; run `pipeplan profile "
+            f"{cfg.model}{flags} --out P.json --nproc {max(2, cfg.nproc)}` and pass "
             "--profile P.json"
         )
     profile = load(Profile, path)

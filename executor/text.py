@@ -34,6 +34,7 @@ import contextlib
 import csv
 import dataclasses
 import difflib
+import itertools
 import json
 import logging
 import math
@@ -134,11 +135,30 @@ MAX_ADDED_CHARS = CHARS_PER_TOKEN
 # (a 30 MB file), and under `ulimit -v` the library aborted on a failed allocation, silently.
 ENCODE_TEXTS = 4096
 ENCODE_CHARS = 1 << 20
-# What encoding a chunk may take besides the ids, kept free when the ids are sized against
-# the memory left (`_check_room`): the library allocates outside Python, and aborts, with no
-# line, when an allocation fails. A chunk measured ~40 MB; its threads' arenas add address
-# space under `ulimit -v`.
-ENCODE_ROOM = 512 << 20
+# What encoding takes besides the ids (`encode_room`), kept free when the ids are sized
+# against the memory left (`_check_room`): the library allocates outside Python, and aborts,
+# with no line, when an allocation fails. It loads the tokenizer, then encodes a chunk at a
+# time, so what it takes is bounded by a chunk (ENCODE_TEXTS texts padded to --seq-len, and
+# up to ENCODE_CHARS characters before they are cut), not by the rows: ENCODE_FIXED plus
+# ENCODE_TOKEN_BYTES for each token of the largest chunk (a character counted as a token).
+# Measured (twenty-eighth round) on 2 cores with a WordPiece tokenizer of 30,522 words, as the
+# least `ulimit -v` headroom above the ids in which tokenizing succeeds (bisected to 8 MiB; a
+# failed allocation is a Rust abort), against this room:
+#   80 short rows, --seq-len 16 (3 K tokens a chunk)          24 MiB     room 161 MiB
+#   20,000 short rows, --seq-len 16 (0.47 M tokens)           157 MiB    room 271 MiB
+#   20,000 short rows, --seq-len 128 (0.92 M tokens)          178 MiB    room 383 MiB
+#   300 rows of 10,000 characters, --seq-len 512 (1.2 M)      150-300    room 454 MiB
+#   20,000 short rows, --seq-len 512 (2.5 M tokens)           520 MiB    room 767 MiB
+# The fixed part is mostly glibc's: each thread that allocates (the library's, one a core)
+# reserves a 64 MiB heap of address space once a chunk outgrows the main arena, so the need
+# jumps from 24 MiB to ~160 MiB on 2 cores (a machine of more cores may reserve more heaps;
+# not measured). The resident peak is lower (RSS grew 20 MiB for 80 rows, 360 MiB for the
+# last). The per-token bytes are the slope of the large chunks (~230) rounded up: the room is
+# 1.3-1.5 times the measured need where chunks are large, 1.7 times at 0.47 M tokens.
+# The fixed 512 MiB this replaces made 80 rows at --seq-len 16 (12 KiB of ids) "take
+# 512 MiB as token ids" and refused them with 486 MiB left.
+ENCODE_FIXED = 160 << 20
+ENCODE_TOKEN_BYTES = 256
 # Rows read between two looks at the memory left while a data file is read, and the least
 # that must stay free: a file of short rows holds ~100 bytes of Python objects a row (a 1 GiB
 # file of 12-byte rows, 9 GB), and the kernel kills a process out of physical memory unwarned.
@@ -296,7 +316,8 @@ def _read_rows(path: Path, kinds: _LabelKinds, spellings: _Spellings) -> list[Ro
 
 def _check_rows_held(path: Path, count: int) -> None:
     """Every ROWS_BETWEEN_LOOKS rows read (`count` so far), InputFileError naming the data
-    file when less than ENCODE_ROOM of memory is left: the rows are held as Python objects
+    file when less than ENCODE_FIXED of memory is left (the least encoding them will take,
+    `encode_room`): the rows are held as Python objects
     (~100 bytes a short row), and a process out of physical memory is killed with no line.
     Found by the twenty-seventh round: under `ulimit -v` a file of 5,000,000 rows was blamed
     on tokenizer_config.json, read next.
@@ -306,7 +327,7 @@ def _check_rows_held(path: Path, count: int) -> None:
     """
     from pipeplan.models import memory_left
 
-    if count % ROWS_BETWEEN_LOOKS or (left := memory_left()) is None or left[0] >= ENCODE_ROOM:
+    if count % ROWS_BETWEEN_LOOKS or (left := memory_left()) is None or left[0] >= ENCODE_FIXED:
         return
     raise InputFileError(
         f"{path}: out of memory holding its rows ({count:,} read; {_size(left[0])} of "
@@ -315,10 +336,13 @@ def _check_rows_held(path: Path, count: int) -> None:
 
 
 def _size(bytes_: int) -> str:
-    """`_size(3 << 29)` → "1.5 GiB"; `_size(5 << 20)` → "5 MiB"."""
+    """`_size(3 << 29)` → "1.5 GiB"; `_size(5 << 20)` → "5 MiB"; `_size(12_160)` → "12 KiB"
+    (under a MiB, rounded up: never "0 MiB" for rows that take some)."""
     if bytes_ >= 1 << 30:
         return f"{bytes_ / 2**30:,.1f} GiB"
-    return f"{bytes_ / 2**20:,.0f} MiB"
+    if bytes_ >= 1 << 20:
+        return f"{bytes_ / 2**20:,.0f} MiB"
+    return f"{math.ceil(bytes_ / 2**10):,} KiB"
 
 
 def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings) -> list[Row]:
@@ -702,28 +726,49 @@ def tokenize(
 
 def _check_room(corpus: Corpus, length: int, causal: bool) -> None:
     """The token ids of every row at --seq-len `length` (a causal LM's targets a second copy,
-    labels, a comparison's mask of a byte a token) and ENCODE_ROOM for encoding a chunk fit in
-    the memory this process has left, checked before the tokenizer is loaded: else
-    InputFileError naming the data file, its rows and the limit. The `tokenizers` library
-    aborts the process on a failed allocation, with no line (and `rust_panics_named` holds
-    descriptor 2 meanwhile); it must never get near one.
+    labels, a comparison's mask of a byte a token) and what encoding them takes besides
+    (`encode_room`) fit in the memory this process has left, checked before the tokenizer is
+    loaded: else InputFileError naming the data file, its rows and the limit. The `tokenizers`
+    library aborts the process on a failed allocation, with no line (and `rust_panics_named`
+    holds descriptor 2 meanwhile); it must never get near one. The two are named apart, and
+    fewer rows or a shorter --seq-len advised only where they could make it fit: the
+    twenty-eighth round's 80 rows (12 KiB of ids) were said to "take 512 MiB as token ids".
 
         _check_room(corpus, 512, causal=True)
-        # InputFileError: "big.jsonl: 5,000,000 rows at --seq-len 512 take 39.1 GiB as …"
+        # InputFileError: "big.jsonl: 5,000,000 rows at --seq-len 512 take 40.6 GiB as …"
     """
     from pipeplan.models import memory_left
 
     rows = len(corpus.train) + len(corpus.eval)
-    need = rows * (length * ((2 if causal else 1) * ID_BYTES + 1) + ID_BYTES) + ENCODE_ROOM
+    ids = rows * (length * ((2 if causal else 1) * ID_BYTES + 1) + ID_BYTES)
+    room = encode_room(corpus, length)
     left = memory_left()
-    if left is None or need <= left[0]:
+    if left is None or ids + room <= left[0]:
         return
+    # Only the fixed part of the room is beyond what fewer rows or a shorter --seq-len shrink.
+    fewer = ", or give fewer rows or a shorter --seq-len" if left[0] > ENCODE_FIXED else ""
     raise InputFileError(
-        f"{corpus.name}: {rows:,} rows at --seq-len {length} take {_size(need)} as token ids "
-        f"(and to encode them), more than the {_size(left[0])} this process has left of "
-        f"{_size(left[1])} ({left[2]}); run pipeplan with more memory, or give fewer rows or a "
-        "shorter --seq-len"
+        f"{corpus.name}: {rows:,} rows at --seq-len {length} take {_size(ids)} as token ids, "
+        f"and encoding them needs {_size(room)} more; that is more than the {_size(left[0])} "
+        f"this process has left of {_size(left[1])} ({left[2]}); run pipeplan with more "
+        f"memory{fewer}"
     )
+
+
+def encode_room(corpus: Corpus, length: int) -> int:
+    """What tokenizing `corpus` at --seq-len `length` takes besides the ids (ENCODE_FIXED and
+    ENCODE_TOKEN_BYTES a token of its largest chunk): `encode_room(corpus, 16)` → 161 MiB for
+    80 short rows. A chunk holds at most ENCODE_TEXTS texts, padded to `length`, and at most
+    ENCODE_CHARS characters before they are cut (`_read` gives each text CHARS_PER_TOKEN a
+    token of it first), each counted as a token (the most a tokenizer makes of them)."""
+    rows = len(corpus.train) + len(corpus.eval)
+    chars, reach = 0, CHARS_PER_TOKEN * length
+    for text in itertools.chain(corpus.train, corpus.eval):
+        chars += min(len(text), reach)
+        if chars >= ENCODE_CHARS:
+            break
+    tokens = min(rows, ENCODE_TEXTS) * length + min(chars, ENCODE_CHARS)
+    return ENCODE_FIXED + tokens * ENCODE_TOKEN_BYTES
 
 
 @contextlib.contextmanager

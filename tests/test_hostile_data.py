@@ -2133,9 +2133,40 @@ def test_rows_whose_ids_exceed_the_memory_left_are_refused(made, tmp_path, capsy
     file, its rows and the limit."""
     rows = [{**row, "label": i % 2} for i, row in enumerate(reviews(40, seed=6))]
     data = write_jsonl(tmp_path / "rows.jsonl", rows)
-    _memory_left(monkeypatch, text_files.ENCODE_ROOM + 100)
-    fragments = ("rows.jsonl: 40 rows at --seq-len 12 take 512 MiB", "(ulimit -v)", "4.0 GiB")
-    refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
+    corpus = text_files.Corpus(str(data), [row["text"] for row in rows], [], None, None)
+    _memory_left(monkeypatch, text_files.encode_room(corpus, 12) + 100)
+    fragments = ("rows.jsonl: 40 rows at --seq-len 12 take 5 KiB as token ids", "(ulimit -v)")
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, (*fragments, "4.0 GiB"))
+
+
+def test_what_encoding_takes_is_not_said_to_be_the_rows(made, tmp_path, capsys, monkeypatch):
+    """Found by the twenty-eighth round: the fixed 512 MiB kept for encoding was added to the
+    rows' ids and the sum said to be what the rows take ("80 rows at --seq-len 16 take 512 MiB
+    as token ids"), advising fewer rows or a shorter --seq-len, which could not help; and
+    those 80 rows (12 KiB of ids) were refused with 486 MiB left. Now the room scales with the
+    largest chunk encoded (`encode_room`, measured), the line names the ids and the room
+    apart, and advises fewer rows or a shorter --seq-len only where they could make it fit."""
+    rows = [{**row, "label": i % 2} for i, row in enumerate(reviews(80, seed=6))]
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    _memory_left(monkeypatch, 486 << 20)
+    assert cli.main(prepare(made, tmp_path, data)) == 0
+    shutil.rmtree(tmp_path / "runs")
+    capsys.readouterr()
+    corpus = text_files.Corpus(str(data), [row["text"] for row in rows], [], None, None)
+    room = text_files.encode_room(corpus, 12)
+    # Less left than encoding takes at least: more memory is the one advice.
+    _memory_left(monkeypatch, text_files.ENCODE_FIXED - 1)
+    line = (
+        "rows.jsonl: 80 rows at --seq-len 12 take 10 KiB as token ids, and encoding them needs "
+        f"{text_files._size(room)} more; that is more than the "
+        f"{text_files._size(text_files.ENCODE_FIXED - 1)} this process has left of 4.0 GiB "
+        "(ulimit -v); run pipeplan with more memory"
+    )
+    assert cli.main(prepare(made, tmp_path, data)) == 2
+    assert capsys.readouterr().err == f"pipeplan: error: {data.parent}/{line}\n"
+    # Where the rows' part could close the gap, fewer rows or a shorter --seq-len is advised.
+    _memory_left(monkeypatch, room - 1)
+    refused(prepare(made, tmp_path, data), tmp_path, capsys, "or give fewer rows or a shorter")
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])

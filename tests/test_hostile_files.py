@@ -1079,3 +1079,53 @@ def test_the_node_cache_folder_is_new_and_private_each_time(tmp_path):
         info = os.lstat(made)
         assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o700
         assert info.st_uid == os.getuid()
+
+
+# ----------------------------------------------------------------- 10. memory (round 28)
+
+READ_UNDER_A_CAP = """
+import resource, sys
+from pathlib import Path
+from pipeplan.formats.base import read_input
+
+used = next(int(line.split()[1]) for line in open("/proc/self/status") if line[:7] == "VmSize:")
+cap = used * 1024 + (256 << 20)  # 256 MiB more than the process holds: far below the 1 GiB limit
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+print(read_input(Path(sys.argv[1])))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_small_file_is_read_under_an_address_space_cap(tmp_path):
+    """Found by the twenty-eighth round: `read_input` read `f.read(limit + 1)`, which allocates
+    the limit (1 GiB by default) before reading, so under `ulimit -v` a 1 KB
+    tokenizer_config.json was "out of memory reading it; run pipeplan with more memory". Now
+    the read is sized from the file: it is read with 256 MiB to spare."""
+    import subprocess
+    import sys
+
+    small = tmp_path / "tokenizer_config.json"
+    small.write_text('{"model_max_length": 512}' + " " * 1000)
+    done = subprocess.run(
+        [sys.executable, "-c", READ_UNDER_A_CAP, str(small)],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        cwd=Path(cli.__file__).parent,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == small.read_text().strip()
+
+
+def test_a_file_read_past_its_size_still_stops_past_the_limit():
+    """Found by the twenty-eighth round, the other side of sizing the read from the file: one
+    that grew since it was looked at, or reports no size (a pipe), is read on in chunks, still
+    no more than the limit and one byte (which tells it is past the limit)."""
+    from pipeplan.formats.base import _read_at_most
+
+    for written, limit, read in ((b"x" * 10, 4, b"xxxxx"), (b"abc", 4, b"abc")):
+        reader, writer = os.pipe()
+        os.write(writer, written)
+        os.close(writer)
+        with os.fdopen(reader, "rb") as f:
+            assert _read_at_most(f, limit) == read

@@ -2755,6 +2755,28 @@ def test_a_folder_named_like_a_built_in_is_advised_as_a_path(bert_tiny_folder, t
     refused(argv, tmp_path, capsys, "profile this model: pipeplan profile ./bert-tiny --seq-len")
 
 
+@pytest.mark.parametrize("spelled", ["./bert-tiny", "bert-tiny/", "ABSOLUTE"])
+def test_a_folder_named_like_a_built_in_has_no_shipped_profile(
+    bert_tiny_folder, tmp_path, capsys, spelled
+):
+    """Found by the twenty-eighth round: the shipped profile was looked up by joining MODEL to
+    the profiles' folder, so `--model ./bert-tiny` (which names the folder) got the built-in's
+    profile and was refused for its hidden_size, `bert-tiny/` got none, and an absolute path
+    read a `bert-tiny@cpu-1t.json` beside the folder as shipped. Now a path is a folder, never
+    the built-in: no shipped profile, however it is spelled, and the line says so."""
+    # A profile named like a shipped one beside the folder: an absolute MODEL found it.
+    shutil.copy(shipped_profile("bert-tiny", "cpu"), tmp_path / "bert-tiny@cpu-1t.json")
+    model = str(bert_tiny_folder) if spelled == "ABSOLUTE" else spelled
+    argv = ["run", "--model", model, "--init", "random", "--data", "synth-text", "--nproc"]
+    argv += ["1", "--epochs", "1", "--global-batch", "8", "--name", "a", "--runs-dir"]
+    argv += [str(tmp_path / "runs"), "--prepare-only"]
+    fragments = (
+        f"no shipped profile for {model} on cpu (a path names a model folder: profiles ship "
+        "for built-in names only); run `pipeplan profile " + model,
+    )
+    refused(argv, tmp_path, capsys, fragments)
+
+
 def test_a_shipped_profile_of_another_head_is_refused_not_used(tmp_path, capsys):
     """Found by the twenty-seventh round: a profile's head (num_labels) was never held to the
     head a run builds from its data. A shipped profile is held alike: vit-digits' (10
