@@ -903,7 +903,10 @@ def rank_console(log_dir: Path, rank: int) -> TextIO:
         console = rank_console(Path("runs/exp1/logs"), 1)
     """
     try:
-        log_dir.mkdir(parents=True, exist_ok=True)
+        # Not its parents: under `pipeplan run` the folder is the run's logs/, which the
+        # launcher made; a run directory moved away before its ranks started is not made
+        # again (the twenty-eighth round).
+        log_dir.mkdir(exist_ok=True)
     except OSError as exc:  # a file, or a link to nowhere, where the folder belongs
         raise OutputError(f"{log_dir}: cannot make the logs' folder ({exc.strerror})") from None
     fd = open_append(log_dir / f"rank-{rank}.log")

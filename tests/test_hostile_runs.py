@@ -1976,3 +1976,30 @@ def test_a_run_directory_gone_while_it_trained_is_said_to_be_gone(
         f"pipeplan: error: training failed on rank 0: exited with code 1; {run}: the run "
         "directory disappeared while it trained (moved or deleted)\n"
     )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_ranks_writes_never_make_a_run_directory_moved_away_again(finished_run, tmp_path):
+    """Found by the twenty-eighth round: a run directory moved away mid-run was made again at
+    its old path by its ranks' writes: a checkpoint (its folder made with its parents), the
+    model's export (the folders above it made), the activation cache's folders and a rank's
+    logs/. Each now fails naming what it could not write, and nothing is made."""
+    from executor import cache, checkpoint
+    from executor.launch import rank_console
+    from pipeplan import models
+    from pipeplan.errors import OutputError
+
+    gone = tmp_path / "runs" / "gone"
+    gone.parent.mkdir()
+    manifest = checkpoint.read_manifest(checkpoint.latest(finished_run))
+    writes = {
+        "checkpoint": lambda: checkpoint._write(gone, {"model.pt": {}}, manifest),
+        "model": lambda: models.export(models.build("gpt2-tiny"), gone / "model", parents=False),
+        "cache": lambda: cache.private_directory(gone / "cache" / "node0"),
+        "logs": lambda: rank_console(gone / "logs", 0),
+    }
+    for what, write in writes.items():
+        with pytest.raises(OutputError):
+            write()
+        assert list(gone.parent.iterdir()) == [], what
