@@ -258,14 +258,16 @@ def remove_stale_caches(root: Path = SHM) -> list[Path]:
     return removed
 
 
-def private_directory(path: Path) -> Path:
+def private_directory(path: Path, parents: int = 1) -> Path:
     """`private_directory(run_dir / "cache" / "node0")` → `path`, a directory only this user
-    can write: made 0700 if it is missing (with missing parents, the same), else checked.
-    OutputError naming it when it is a link, not a directory, another user's, or writable by
-    others: a cache file made there could be a link someone else put in its place."""
+    can write: made 0700 if it is missing (with up to `parents` missing folders above it, the
+    same), else checked. OutputError naming it when it is a link, not a directory, another
+    user's, or writable by others: a cache file made there could be a link someone else put
+    in its place. The folder above those (the run directory) is never made: one moved away
+    mid-run was made again at its old path (the twenty-eighth round)."""
     if not os.path.lexists(path):
-        if not os.path.lexists(path.parent):
-            private_directory(path.parent)
+        if parents > 0 and not os.path.lexists(path.parent):
+            private_directory(path.parent, parents - 1)
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:

@@ -118,7 +118,10 @@ def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest
     tmp = root / f"{PARTIAL}{final.name}"
     try:
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        # Never the run directory itself: one moved away mid-run was made again, with a
+        # second half-run's checkpoints (the twenty-eighth round).
+        root.mkdir(exist_ok=True)
+        tmp.mkdir()
         for name, value in tensors.items():
             torch.save(value, tmp / name)
         files = {name: file_sha256(tmp / name) for name in tensors}

@@ -205,6 +205,7 @@ from pipeplan.fileio import (
     open_append,
     release_directory,
     trains,
+    where_now,
     write_atomic,
     write_failure,
 )
@@ -939,7 +940,10 @@ def rank_console(log_dir: Path, rank: int) -> TextIO:
         console = rank_console(Path("runs/exp1/logs"), 1)
     """
     try:
-        log_dir.mkdir(parents=True, exist_ok=True)
+        # Not its parents: under `pipeplan run` the folder is the run's logs/, which the
+        # launcher made; a run directory moved away before its ranks started is not made
+        # again (the twenty-eighth round).
+        log_dir.mkdir(exist_ok=True)
     except OSError as exc:  # a file, or a link to nowhere, where the folder belongs
         raise OutputError(f"{log_dir}: cannot make the logs' folder ({exc.strerror})") from None
     fd = open_append(log_dir / f"rank-{rank}.log")
@@ -980,6 +984,7 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
         trainer.train(resume)
     dist.barrier()
     if rank == 0:
+        trainer.check_in_place()  # run.json and summary.json: never a new folder's
         commit_config(run_dir)  # a resume that took no checkpoint has still finished
         summarize(run_dir)
     dist.destroy_process_group()
@@ -1037,9 +1042,13 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     finally:
         # However the ranks ended, their AutoCache goes as at a normal end: a rank killed by
         # SIGTERM (at once: it may be blocked in a collective) or SIGKILL could not remove it.
-        remove_run_caches(run_dir)
-        remove_report_rooms(logs)
-        remove_partial(run_dir)  # and the checkpoint or model folder a killed rank 0 wrote
+        # A run directory moved away mid-run is cleaned where it is now: what is at its old
+        # path (a folder made there since) is not the run's.
+        here = where_now(run_dir) if moved_away(run_dir) else run_dir
+        if here is not None:
+            remove_run_caches(here)
+            remove_report_rooms(here / "logs")
+            remove_partial(here)  # and the checkpoint or model folder a killed rank 0 wrote
     return load(RunSummary, run_dir / "summary.json")
 
 
@@ -1203,32 +1212,64 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     resume with: pipeplan run --resume runs/k` (with the flags `resume_command` carries). A
     failure after the final checkpoint (writing model/ or summary.json) has nothing left to
     train (`check_unfinished` refuses its resume): the line says how to export the model
-    instead. A run directory moved or deleted while the ranks trained is said to be gone and
-    nothing else of it: read where it was, it looked untrained, and the line said "before the
-    first step" and to delete it (the twenty-seventh round)."""
+    instead. A run directory moved or deleted while the ranks trained: `moved_line`."""
     if moved_away(run_dir):
-        return (
-            f"training failed on rank {rank}: {why}; {run_dir}: the run directory disappeared "
-            "while it trained (moved or deleted)"
-        )
+        return moved_line(run_dir, cfg)
     at = failed_at(run_dir / "run.jsonl")
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
     line = f"training failed on rank {rank}{at}: {why}; rank logs in {run_dir / 'logs'}"
+    return line + what_next(run_dir, cfg)
+
+
+def what_next(run_dir: Path, cfg: RunConfig) -> str:
+    """What a failed run's line says to do with `run_dir` (`failure_line`): "; resume with:
+    pipeplan run --resume runs/k", "; no checkpoint to resume from: delete runs/k to start it
+    again", "; every epoch was trained: its model: pipeplan export …", or "" (a checkpoint
+    without its pointer: the resume's checks say what to do)."""
     quoted = shlex.quote(str(run_dir))
     if not has_checkpoint(run_dir):
         # Neither resumable nor a name a new run takes (its logs say why it failed): said,
         # where the line named nothing to do (the twenty-sixth round).
-        return line + f"; no checkpoint to resume from: delete {quoted} to start it again"
+        return f"; no checkpoint to resume from: delete {quoted} to start it again"
     if not (run_dir / "checkpoints" / "latest").exists():
-        return line  # a checkpoint without its pointer: the resume's checks say what to do
+        return ""
     try:
         manifest = read_manifest(latest(run_dir))
     except PipeplanError:  # the resume's own checks say what is wrong with it
         manifest = None
     if manifest is not None and finished(manifest, cfg):
-        return line + f"; every epoch was trained: its model: pipeplan export {quoted} --out DIR"
-    return line + f"; resume with: {resume_command(run_dir, cfg)}"
+        return f"; every epoch was trained: its model: pipeplan export {quoted} --out DIR"
+    return f"; resume with: {resume_command(run_dir, cfg)}"
+
+
+def moved_line(run_dir: Path, cfg: RunConfig) -> str:
+    """The line of a run whose directory moved away from `run_dir` (or was deleted) while its
+    ranks trained. They stop at the next step or write (`Trainer.check_in_place`), never
+    making the path again, and the failing rank's report went with the folder (or nowhere):
+    its "exited with code 1" said nothing. Read where it was, the run looked untrained, and
+    the line said to delete it (the twenty-seventh round); it trained to the end and re-made
+    the path with a second half-run (the twenty-eighth). Where the folder is now
+    (`where_now`): the step its records reached, and what to do with it there; else (deleted,
+    or the kernel does not say) that it is gone from here:
+
+        moved_line(Path("runs/k"), cfg)
+        # training stopped at step 15: runs/k: the run directory moved to runs/k2 while it
+        # trained; resume with: pipeplan run --resume runs/k2
+    """
+    now = where_now(run_dir)
+    if now is None:
+        return (
+            f"training stopped: {run_dir}: the run directory moved or was deleted while it "
+            "trained; if it was moved, resume it where it is now with `pipeplan run --resume "
+            "NEWPATH`"
+        )
+    if not run_dir.is_absolute():  # named as the user named the run: from here
+        with contextlib.suppress(ValueError):
+            now = now.relative_to(Path.cwd())
+    at = failed_at(now / "run.jsonl")
+    line = f"training stopped{at}: {run_dir}: the run directory moved to {now} while it trained"
+    return line + what_next(now, cfg)
 
 
 def resume_command(run_dir: Path, cfg: RunConfig) -> str:
@@ -1565,7 +1606,7 @@ def remove_unstarted(run_dir: Path, made: list[Path]) -> None:
 
         remove_unstarted(Path("runs/fd2"), [Path("runs/fd2")])
     """
-    if trained(run_dir):
+    if moved_away(run_dir) or trained(run_dir):  # what is at a moved run's path is not its
         return
     (run_dir / "run.jsonl").unlink(missing_ok=True)  # no step recorded (`trained`)
     logs = run_dir / "logs"

@@ -451,7 +451,7 @@ def save_model(seq: LayerSequence, run_dir: Path) -> Path:
     out = run_dir / MODEL_DIR
     shutil.rmtree(out, ignore_errors=True)
     with stops_raised():  # SIGTERM too removes the partial `.tmp-model-PID/`, as Ctrl-C does
-        models.export(seq, out)
+        models.export(seq, out, parents=False)  # the run directory as it is, never made again
     log.info("trained model: %s (transformers: from_pretrained)", out)
     return out
 

@@ -38,7 +38,8 @@ from executor.records import Recorder, step_loss, step_record, step_row
 from executor.task import build_task, save_model
 from executor.topology import comm_device, node_peers, set_host_group
 from pipeplan import freeze, models
-from pipeplan.errors import BadArgumentError, Interrupted, PipeplanError
+from pipeplan.errors import BadArgumentError, Interrupted, OutputError, PipeplanError
+from pipeplan.fileio import moved_away
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
@@ -294,6 +295,11 @@ def one_sided_done() -> None:
     dist.barrier(group=_one_sided[0] if _one_sided else None)
 
 
+class RunDirectoryMoved(OutputError):
+    """The run directory is no longer at the path its ranks write to: moved or deleted while
+    they trained (`Trainer.check_in_place`)."""
+
+
 class Trainer:
     def __init__(
         self,
@@ -382,6 +388,7 @@ class Trainer:
             skip = 0  # only a resumed epoch starts mid-way
         self.checkpoint(cfg.epochs, 0)  # the final state, resumable for more epochs
         if self.rank == 0:  # the checkpoint gathered every layer's current values here
+            self.check_in_place()
             self.seq.layers.cpu()  # its own stage's from its device: the export is host tensors
             save_model(self.seq, self.run_dir)
         self.finish()
@@ -490,6 +497,7 @@ class Trainer:
             precision=self.cfg.precision,
         )
         install_states(self.runtime.optimizer, states)
+        self.check_in_place()  # the cache's folder and the phase's record are under it
         self.prepare_cache(layout)
         one_sided_done()
         self.recorder.write(
@@ -695,8 +703,28 @@ class Trainer:
             phase=self.phase_index,
             global_batch=self.cfg.global_batch,
         )
+        self.check_in_place()
         self.recorder.write(record)
         return record
+
+    def check_in_place(self) -> None:
+        """Every rank, before it writes under the run directory (each step's record, a phase's
+        record and cache, a checkpoint, an epoch's record and metrics.csv, the model): the
+        folder at `run_dir` is still the one the rank started in (`moved_away`: one stat).
+        Else RunDirectoryMoved, naming the step: a run directory moved (or deleted) mid-run
+        was trained to the end, and its ranks made the old path again with checkpoints,
+        metrics.csv and a model that were no run's (the twenty-eighth round). Its records and
+        checkpoints went with the folder: it resumes where it is now (the launcher, which
+        holds the folder, names the path where it can).
+
+            self.check_in_place()   # RunDirectoryMoved once runs/k was renamed
+        """
+        if moved_away(self.run_dir):
+            raise RunDirectoryMoved(
+                f"{self.run_dir}: the run directory moved or was deleted at step "
+                f"{self.step_index}; resume it where it is now with -m executor.launch NEWPATH "
+                "--resume"
+            )
 
     def diverged(self, what: str, epoch: int) -> None:
         """Stop the run on a non-finite loss, before a record holds it, saying what to do."""
@@ -763,6 +791,7 @@ class Trainer:
         """Collective: every rank's state to rank 0, written atomically (executor.checkpoint)."""
         from executor import checkpoint
 
+        self.check_in_place()  # every rank alike, before the collectives that gather it
         sums, steps = self.grad_norm_state()
         manifest = CheckpointManifest(
             step=self.step_index,
@@ -833,6 +862,7 @@ class Trainer:
             grad_norms={str(k): v for k, v in sorted(norms.items())},
             forecast=forecast,
         )
+        self.check_in_place()  # the record, and metrics.csv with it
         self.recorder.write(record)
         if self.rank == 0:
             log.info(epoch_line(record, self.cfg.epochs, self.decision.layout.label()))

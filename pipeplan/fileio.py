@@ -625,23 +625,59 @@ def held_directories() -> set[Path]:
 
 
 def moved_away(directory: str | Path) -> bool:
-    """Whether the directory this process claimed (`claim_directory`) is no longer at
-    `directory`: moved or deleted while its run trained, so that its files are not there to
-    read (the lock file there, if any, is not the one this process holds). A directory this
-    process does not hold: whether none is there.
+    """Whether the directory this process claimed (`claim_directory`) or trains (`trains`) is
+    no longer at `directory`: moved or deleted while its run trained, so that its files are
+    not there to read, and whatever a write there made would be a new folder, not the run (the
+    lock file there, if any, is not the one this process holds; the folder there is not the
+    one the rank started in). A directory this process neither holds nor trains: whether none
+    is there. One stat (a rank asks at every step).
 
         moved_away(run_dir)   # True once runs/k was renamed while its ranks trained
     """
     directory = Path(directory)
-    handle = _HELD.get(directory.resolve())
+    key = directory.resolve()
+    if key in _TRAINED:
+        there = _identity(directory)
+        return there is None or there != _TRAINED[key]
+    handle = _HELD.get(key)
     if handle is None:
         return not directory.is_dir()
+    return _identity(directory / ".lock") != _identity(handle)
+
+
+def _identity(entry: str | Path | Any) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of a path (never through a link) or of an open file; None where
+    nothing is there."""
     try:
-        there = os.stat(directory / ".lock", follow_symlinks=False)
+        if isinstance(entry, str | Path):
+            info = os.stat(entry, follow_symlinks=False)
+        else:
+            info = os.fstat(entry.fileno())
     except OSError:
-        return True
-    held = os.fstat(handle.fileno())
-    return (there.st_dev, there.st_ino) != (held.st_dev, held.st_ino)
+        return None
+    return info.st_dev, info.st_ino
+
+
+def where_now(directory: str | Path) -> Path | None:
+    """Where the directory this process claimed (`claim_directory`) is now, after it moved
+    away from `directory` (`moved_away`): the kernel names the lock file this process holds
+    open wherever it went (Linux: /proc/self/fd), and the name is believed only once the lock
+    file there is the held one. None where the directory was deleted, is not held, or the
+    kernel does not say: its run cannot be read or resumed from a path we know.
+
+        where_now(run_dir)   # Path("/home/u/runs/k2") once runs/k was renamed to runs/k2
+    """
+    handle = _HELD.get(Path(directory).resolve())
+    if handle is None:
+        return None
+    try:
+        lock = Path(os.readlink(f"/proc/self/fd/{handle.fileno()}"))
+    except OSError:
+        return None
+    # A deleted file is named "PATH (deleted)": no lock file by that name is the held one.
+    if lock.name != ".lock" or _identity(lock) != _identity(handle):
+        return None
+    return lock.parent
 
 
 def release_directory(directory: str | Path) -> None:
@@ -657,13 +693,15 @@ def release_directory(directory: str | Path) -> None:
 
 # Run directories whose training this process takes part in (a rank): its launcher holds
 # their lock, and the rank reads them as it writes them (the summary, online recalibration).
-_TRAINED: set[Path] = set()
+# Each with the folder's identity as the rank started (`moved_away`; None: none was there).
+_TRAINED: dict[Path, tuple[int, int] | None] = {}
 
 
 def trains(directory: str | Path) -> None:
     """`trains(run_dir)`: this process is a rank of the run training `run_dir`; its own reads
-    of it need no lock (`reading_run`)."""
-    _TRAINED.add(Path(directory).resolve())
+    of it need no lock (`reading_run`), and `moved_away(run_dir)` tells whether the folder at
+    that path is still the one there now."""
+    _TRAINED[Path(directory).resolve()] = _identity(directory)
 
 
 @contextmanager
@@ -679,7 +717,7 @@ def reading_run(directory: str | Path) -> Iterator[None]:
             records = read_records(Path("runs/exp1") / "run.jsonl")
     """
     directory = Path(directory)
-    if directory.resolve() in _HELD.keys() | _TRAINED:
+    if directory.resolve() in _HELD.keys() | _TRAINED.keys():
         yield
         return
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -617,22 +617,26 @@ def _first(exc: BaseException) -> str:
     return text if isinstance(exc, ValueError | OSError) else f"{type(exc).__name__}: {text}"
 
 
-def export(seq: LayerSequence, out_dir: str | Path) -> Path:
+def export(seq: LayerSequence, out_dir: str | Path, parents: bool = True) -> Path:
     """Write `seq`'s current weights as a standard transformers directory (config.json and
     model.safetensors) and return its path:
 
-        models.export(seq, "runs/r/model")
-        AutoModelForSequenceClassification.from_pretrained("runs/r/model")  # …ForCausalLM
+        models.export(seq, "trained/bert")
+        AutoModelForSequenceClassification.from_pretrained("trained/bert")  # …ForCausalLM
 
     The layers are views of `seq.hf_model`, so saving that model saves what was trained. The
-    directory must not exist (or be empty); it appears whole or not at all."""
+    directory must not exist (or be empty); it appears whole or not at all. `parents`: the
+    folders above it are made where missing; a run's model/ (`parents=False`) is written
+    only into its run directory as it is, never into one made again at a path the run moved
+    away from (the twenty-eighth round)."""
     if seq.hf_model is None:
         raise BadArgumentError(f"'{seq.name}' was not built by models.build: nothing to export")
     out = Path(out_dir)
     if (why := not_a_new_directory(out)) is not None:  # a device was "not an empty directory"
         raise OutputError(f"{out}: {why}; export needs a new one")
     tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
-    with new_directories(out.parent):  # folders made for `out` go again if nothing is written
+    made = new_directories(out.parent) if parents else contextlib.nullcontext()
+    with made:  # folders made for `out` go again if nothing is written
         try:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()

@@ -980,6 +980,7 @@ def node_cache(tmp_path: Path, memory: Path | None = None):
 
     memory = memory if memory is not None else tmp_path / "shm" / "pipeplan-node"
     spill = tmp_path / "run" / "cache" / "node0"
+    (tmp_path / "run").mkdir(exist_ok=True)  # a cache never makes its run directory
     return ActivationCache(10, 2 * 128, spill, memory_dir=memory, name="node0")
 
 

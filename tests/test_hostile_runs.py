@@ -13,6 +13,8 @@ import math
 import os
 import shutil
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -1972,7 +1974,103 @@ def test_a_run_directory_gone_while_it_trained_is_said_to_be_gone(
     argv = _ranks_failing(monkeypatch, gone)
     assert cli.main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 2
     run = tmp_path / "runs" / "k"
-    assert capsys.readouterr().err == (
-        f"pipeplan: error: training failed on rank 0: exited with code 1; {run}: the run "
-        "directory disappeared while it trained (moved or deleted)\n"
+    if how == "moved":  # where it went is known (the lock file held open): named, and its state
+        said = (
+            f"training stopped before the first step: {run}: the run directory moved to "
+            f"{run.with_name('k2')} while it trained; no checkpoint to resume from: delete "
+            f"{run.with_name('k2')} to start it again"
+        )
+    else:
+        said = (
+            f"training stopped: {run}: the run directory moved or was deleted while it trained;"
+            " if it was moved, resume it where it is now with `pipeplan run --resume NEWPATH`"
+        )
+    assert capsys.readouterr().err == f"pipeplan: error: {said}\n"
+    # Nothing made (or removed) at the old path: the empty folder made there stays as it is.
+    there = sorted(p.name for p in run.iterdir()) if run.exists() else None
+    assert there == ([] if how == "replaced by an empty folder" else None)
+
+
+def _move_at_first_checkpoint(run: Path, to: Path, deadline_s: float) -> None:
+    """Rename `run` to `to` as soon as its first checkpoint is written (its ranks train on)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if (run / "checkpoints" / "latest").exists():
+            run.rename(to)
+            return
+        time.sleep(0.005)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_run_directory_moved_mid_run_stops_its_ranks_and_is_never_made_again(tmp_path, capsys):
+    """Found by the twenty-eighth round: a run directory moved mid-run (after a checkpoint)
+    trained on to the end; its ranks made the old path again with checkpoints, metrics.csv
+    and model/ (a second half-run, and an INFO "trained model: runs/c/model" line of a model
+    that was no run's), and the line said "exited with code 1" and that the run directory
+    had disappeared. Now the ranks stop at the next step (they compare the folder at the
+    path with the one they started in), nothing is made at the old path, and the one line
+    names the step, where the run went and how to resume it there."""
+    runs = tmp_path / "runs"
+    run, moved = runs / "mv", runs / "mv2"
+    mover = threading.Thread(target=_move_at_first_checkpoint, args=(run, moved, 240))
+    mover.start()
+    argv = ["run", "--nproc", "1", "--epochs", "2", "--max-steps-per-epoch", "4"]
+    code = cli.main([*argv, "--checkpoint-every", "1", "--name", "mv", "--runs-dir", str(runs)])
+    mover.join()
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert not run.exists() and sorted(p.name for p in runs.iterdir()) == ["mv2"]
+    steps = sum('"kind": "step"' in line for line in (moved / "run.jsonl").open())
+    assert 1 <= steps < 8  # stopped mid-run, not at its end
+    assert err == (
+        f"pipeplan: error: training stopped at step {steps}: {run}: the run directory moved to "
+        f"{moved} while it trained; resume with: pipeplan run --resume {moved}\n"
     )
+    assert not (moved / "model").exists() and not (moved / "summary.json").exists()
+    assert not list((moved / "logs").glob("*.tmp"))  # the report rooms went, where it is now
+
+
+def test_a_rank_tells_its_run_directory_moved_or_replaced(tmp_path, monkeypatch):
+    """Found by the twenty-eighth round: a rank never looked at whether its run directory was
+    still where it started, and wrote on into a new one at the old path. `moved_away` tells,
+    by the folder's identity as the rank started (`trains`): moved, deleted, or replaced by
+    a folder of the same name."""
+    from pipeplan import fileio
+
+    monkeypatch.setattr(fileio, "_TRAINED", {})
+    run = tmp_path / "k"
+    run.mkdir()
+    fileio.trains(run)
+    assert not fileio.moved_away(run)
+    run.rename(tmp_path / "k2")
+    assert fileio.moved_away(run)
+    run.mkdir()  # a folder of the same name is not the one the rank started in
+    assert fileio.moved_away(run)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_ranks_writes_never_make_a_run_directory_moved_away_again(finished_run, tmp_path):
+    """Found by the twenty-eighth round: a run directory moved away mid-run was made again at
+    its old path by its ranks' writes: a checkpoint (its folder made with its parents), the
+    model's export (the folders above it made), the activation cache's folders and a rank's
+    logs/. Each now fails naming what it could not write, and nothing is made."""
+    from executor import cache, checkpoint
+    from executor.launch import rank_console
+    from pipeplan import models
+    from pipeplan.errors import OutputError
+
+    gone = tmp_path / "runs" / "gone"
+    gone.parent.mkdir()
+    manifest = checkpoint.read_manifest(checkpoint.latest(finished_run))
+    writes = {
+        "checkpoint": lambda: checkpoint._write(gone, {"model.pt": {}}, manifest),
+        "model": lambda: models.export(models.build("gpt2-tiny"), gone / "model", parents=False),
+        "cache": lambda: cache.private_directory(gone / "cache" / "node0"),
+        "logs": lambda: rank_console(gone / "logs", 0),
+    }
+    for what, write in writes.items():
+        with pytest.raises(OutputError):
+            write()
+        assert list(gone.parent.iterdir()) == [], what
