@@ -2950,3 +2950,34 @@ def test_a_plan_for_a_cpu_hosts_devices_is_the_runs_own(tmp_path, capsys, monkey
     layout = own(0, horizon).layout
     assert (layout.num_stages, layout.replicas) == (2, 1)  # 1x2 does not fit 100 MiB a rank
     assert planned(0, horizon).layout == layout
+
+
+@pytest.mark.parametrize("made", ["--device-memory", "by an older pipeplan"])
+def test_a_plan_giving_a_device_more_than_a_ranks_share_is_refused(
+    tmp_path, capsys, monkeypatch, made
+):
+    """Found by the twenty-ninth round: `run --plan` ran a plan whose devices each had more
+    memory than its node's ranks (here 200 MiB each, where 2 ranks share a host of 200 MiB:
+    given with --device-memory, or each device the host's whole memory as plans were made
+    before) without a word: layouts chosen for memory the ranks do not have. It is refused
+    in one line naming the plan's field, a rank's share and what to re-plan with."""
+    monkeypatch.chdir(tmp_path)
+    profile = str(_host_of_200mib(tmp_path))
+    plan = ["plan", "--profile", profile, "--devices-per-node", "2", *DIGITS_SHAPE, "-o", "p.json"]
+    if made == "--device-memory":
+        plan += ["--device-memory", "200MiB"]
+    assert cli.main(plan) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    if made == "by an older pipeplan":
+        doc = json.loads((tmp_path / "p.json").read_text())
+        doc["inputs"]["cluster"]["device_memory_bytes"] = 200 << 20
+        (tmp_path / "p.json").write_text(json.dumps(doc))
+    argv = ["run", "--model", "vit-digits", "--data", "digits", "--profile", profile]
+    argv += ["--plan", "p.json", "--prepare-only", "--name", "a"]
+    fragments = (
+        f"the plan gives each device {200 << 20} bytes (inputs.cluster.device_memory_bytes)",
+        f"node's 2 ranks has: {100 << 20} bytes (the profile's device.memory_bytes "
+        f"{200 << 20} shared by --devices-per-node 2)",
+        "re-plan without --device-memory, or with --device-memory 100MiB or less",
+    )
+    refused(argv, tmp_path, capsys, fragments)
