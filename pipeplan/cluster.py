@@ -168,9 +168,16 @@ def cluster_from_flags(
     cache_budget: int = DEFAULT_CACHE_BUDGET_BYTES,
     name: str | None = None,
     profile: Profile | None = None,
+    devices_flag: str = "--devices-per-node",
 ) -> Cluster:
     """Build a Cluster from CLI flags. Unset links come from `profile.comm` where measured,
-    else from the DEFAULT_* constants; unset device memory comes from the profiled device."""
+    else from the DEFAULT_* constants; unset device memory is what the profiled device offers
+    one of a node's devices (`profile_device_memory`; `devices_flag` names the flag that
+    gave their count, in messages).
+
+        cluster_from_flags(nodes=2, devices_per_node=8, device_memory="16GiB")
+        cluster_from_flags(nodes=1, devices_per_node=2, profile=cpu_profile)  # host memory // 2
+    """
     for flag, count in (("--nodes", nodes), ("--devices-per-node", devices_per_node)):
         if count < 1:
             raise BadArgumentError(f"{flag} must be at least 1 (got {count})")
@@ -183,7 +190,7 @@ def cluster_from_flags(
     if device_memory is None:
         if profile is None:
             raise BadArgumentError("give --device-memory (e.g. 16GiB)")
-        memory_bytes = profile.device.memory_bytes  # ≥ 1: the profile format says so
+        memory_bytes = profile_device_memory(profile, devices_per_node, devices_flag)
     else:
         memory_bytes = parse_bytes(device_memory, "--device-memory")
         # Only the flag's value is the flag's fault: a message naming --device-memory for the
@@ -235,39 +242,61 @@ def cluster_from_flags(
         host_to_device_bandwidth_bytes_per_s=h2d,
         cache_budget_bytes=cache_budget,
     )
-    if device_memory is None and profile is not None:
-        cluster._memory_source = f"the profile's device.memory_bytes {memory_bytes}"
+    if device_memory is None and profile is not None:  # the profile's, not a flag's: say so
+        cluster._memory_source = memory_source(profile, devices_per_node, devices_flag)
     return cluster
 
 
 def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
     """The cluster a local run plans for: its ranks on one node, links as profiled, each rank
-    limited to --device-memory, else to what the profiled device offers one rank: a GPU's
-    whole memory (each rank has a GPU of its own), an equal share of a CPU host's memory
-    (the ranks share it); the node's cache limited to --cache-budget."""
-    memory = config.device_memory_bytes or per_rank_memory(profile, config.nproc)
-    if memory < 1:  # not --device-memory, which was not given: the profile's share of it
-        raise BadArgumentError(
-            f"the profile's device.memory_bytes {profile.device.memory_bytes} is less than a "
-            f"byte for each of --nproc {config.nproc} ranks sharing it; give --device-memory"
-        )
-    cluster = cluster_from_flags(
+    limited to --device-memory, else to what the profiled device offers one rank
+    (`profile_device_memory`: the same as `pipeplan plan --devices-per-node N` gives, so a plan
+    made on this host with those flags is the run's own); the node's cache limited to
+    --cache-budget.
+
+        cluster = run_cluster(config, profile)   # config.nproc devices on one node
+    """
+    return cluster_from_flags(
         nodes=1,
         devices_per_node=config.nproc,
-        device_memory=memory,
+        device_memory=config.device_memory_bytes,
         cache_budget=config.cache_budget_bytes,
         profile=profile,
+        devices_flag="--nproc",
     )
-    if not config.device_memory_bytes:  # the profile's, not a flag's: messages say so
-        total = profile.device.memory_bytes
-        shared = "" if memory == total else f" shared by --nproc {config.nproc} ranks"
-        cluster._memory_source = f"the profile's device.memory_bytes {total}{shared}"
-    return cluster
 
 
-def per_rank_memory(profile: Profile, ranks_on_host: int) -> int:
-    """`per_rank_memory(h200_profile, 8)` → one H200's memory: a GPU's memory is per GPU;
-    a CPU profile's memory is the host's, shared by its ranks."""
+def profile_device_memory(
+    profile: Profile, devices_per_node: int, devices_flag: str = "--devices-per-node"
+) -> int:
+    """The memory one device of a node has when no --device-memory says, for every command that
+    builds a cluster from a profile (plan, preview, run): a GPU's memory is its own; a CPU
+    profile's memory is its host's, which the node's devices (its ranks) share equally.
+    Planning a CPU node's devices each with the host's whole memory let `plan` choose layouts
+    that together need N times the host's memory and that `run` of the same host refused
+    (twenty-ninth round).
+
+        profile_device_memory(h200_profile, 8)   # one H200's memory
+        profile_device_memory(cpu_profile, 2)    # half the host's memory
+        profile_device_memory(cpu_profile, cfg.nproc, "--nproc")   # one rank's share
+    """
     if profile.device.kind == "cuda":
-        return profile.device.memory_bytes
-    return profile.device.memory_bytes // ranks_on_host
+        return profile.device.memory_bytes  # ≥ 1: the profile format says so
+    share = profile.device.memory_bytes // devices_per_node
+    if share < 1:  # no flag gave it: the message names the profile's field
+        raise BadArgumentError(
+            f"the profile's device.memory_bytes {profile.device.memory_bytes} is less than a "
+            f"byte for each of the {devices_per_node} devices ({devices_flag} "
+            f"{devices_per_node}) sharing it; give --device-memory"
+        )
+    return share
+
+
+def memory_source(profile: Profile, devices_per_node: int, devices_flag: str) -> str:
+    """Where `profile_device_memory` took a device's memory from, for messages about it:
+    "the profile's device.memory_bytes 25276063744 shared by --nproc 2"."""
+    total = profile.device.memory_bytes
+    source = f"the profile's device.memory_bytes {total}"
+    if profile_device_memory(profile, devices_per_node, devices_flag) == total:
+        return source
+    return f"{source} shared by {devices_flag} {devices_per_node}"

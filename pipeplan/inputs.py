@@ -226,7 +226,8 @@ class PlanRequest(Strict):
         Flag(
             "--device-memory",
             unit="bytes",
-            default="the profiled device's",
+            default="the profiled GPU's memory; on CPU the profiled host's memory / "
+            "devices-per-node",
             needs=NO_CLUSTER_FILE,
         ),
     ] = Field(None, description="Memory per device, in bytes.")

@@ -2919,3 +2919,87 @@ def test_user_data_code_writing_to_descriptor_2_is_held(tmp_path, capfd):
     spec = f"data '{tmp_path / 'user_data.py'}:raw_ok'"
     assert f"pipeplan: WARNING: {spec} wrote: raw fd2 line" in lines
     assert all(line.startswith("pipeplan: ") for line in lines), lines
+
+
+# ----------------------------------------------------------------------------- the 29th round
+
+# vit-digits on the digits' training set, one epoch, nothing frozen: one phase to compare.
+DIGITS_SHAPE = ["--global-batch", "64", "--samples", "1438", "--epochs", "1", "--freeze", "none"]
+
+
+def _host_of_200mib(tmp_path: Path) -> Path:
+    """The shipped vit-digits CPU profile on a host of 200 MiB: two ranks of 100 MiB each
+    cannot hold the whole model with its activations (1x2), one of 200 MiB can."""
+    vit = json.loads(shipped_profile("vit-digits", "cpu").read_text())
+    path = tmp_path / "mem200.json"
+    path.write_text(json.dumps(with_path(vit, ("device", "memory_bytes"), 200 << 20)))
+    return path
+
+
+def test_a_plan_for_a_cpu_hosts_devices_is_the_runs_own(tmp_path, capsys, monkeypatch):
+    """Found by the twenty-ninth round: `plan --devices-per-node 2` on a CPU profile gave each
+    device the host's whole memory (200 MiB; `run` gives each rank half), so `run --plan` ran
+    1x2, a layout the run's own planner finds does not fit, and its records priced the run
+    with a cluster it never had. The devices of a CPU node share the host's memory in plan,
+    preview and run alike (`cluster.profile_device_memory`): the plan's cluster and layout
+    are those the run plans itself."""
+    from executor.planning import RunPlanner
+    from pipeplan.formats import Horizon, Plan, dumps
+
+    monkeypatch.chdir(tmp_path)
+    profile = str(_host_of_200mib(tmp_path))
+    flags = ["--profile", profile, "--devices-per-node", "2", *DIGITS_SHAPE]
+    assert cli.main(["plan", *flags, "-o", "p.json"]) == 0
+    plan = load(Plan, tmp_path / "p.json")
+    assert plan.inputs.cluster.device_memory_bytes == 100 << 20
+    capsys.readouterr()
+    assert cli.main(["preview", *flags, "--json"]) == 0
+    previewed = json.loads(capsys.readouterr().out)["plan"]["inputs"]["cluster"]
+    assert previewed["device_memory_bytes"] == 100 << 20
+    run = ["run", "--model", "vit-digits", "--data", "digits", "--profile", profile]
+    run += ["--prepare-only", "--name"]
+    assert cli.main([*run, "own", "--nproc", "2", *DIGITS_SHAPE[:2], "--epochs", "1"]) == 0
+    assert cli.main([*run, "planned", "--plan", "p.json"]) == 0, capsys.readouterr().err
+    own, planned = (
+        RunPlanner.for_run(
+            tmp_path / "runs" / n, load(RunConfig, tmp_path / "runs" / n / "run.json")
+        )
+        for n in ("own", "planned")
+    )
+    assert own.plan is None and planned.plan is not None
+    assert dumps(planned.cluster) == dumps(own.cluster)  # what the run's records price with
+    horizon = Horizon(samples=1408, epochs=1, previous=None, cache=False)
+    layout = own(0, horizon).layout
+    assert (layout.num_stages, layout.replicas) == (2, 1)  # 1x2 does not fit 100 MiB a rank
+    assert planned(0, horizon).layout == layout
+
+
+@pytest.mark.parametrize("made", ["--device-memory", "by an older pipeplan"])
+def test_a_plan_giving_a_device_more_than_a_ranks_share_is_refused(
+    tmp_path, capsys, monkeypatch, made
+):
+    """Found by the twenty-ninth round: `run --plan` ran a plan whose devices each had more
+    memory than its node's ranks (here 200 MiB each, where 2 ranks share a host of 200 MiB:
+    given with --device-memory, or each device the host's whole memory as plans were made
+    before) without a word: layouts chosen for memory the ranks do not have. It is refused
+    in one line naming the plan's field, a rank's share and what to re-plan with."""
+    monkeypatch.chdir(tmp_path)
+    profile = str(_host_of_200mib(tmp_path))
+    plan = ["plan", "--profile", profile, "--devices-per-node", "2", *DIGITS_SHAPE, "-o", "p.json"]
+    if made == "--device-memory":
+        plan += ["--device-memory", "200MiB"]
+    assert cli.main(plan) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    if made == "by an older pipeplan":
+        doc = json.loads((tmp_path / "p.json").read_text())
+        doc["inputs"]["cluster"]["device_memory_bytes"] = 200 << 20
+        (tmp_path / "p.json").write_text(json.dumps(doc))
+    argv = ["run", "--model", "vit-digits", "--data", "digits", "--profile", profile]
+    argv += ["--plan", "p.json", "--prepare-only", "--name", "a"]
+    fragments = (
+        f"the plan gives each device {200 << 20} bytes (inputs.cluster.device_memory_bytes)",
+        f"node's 2 ranks has: {100 << 20} bytes (the profile's device.memory_bytes "
+        f"{200 << 20} shared by --devices-per-node 2)",
+        "re-plan without --device-memory, or with --device-memory 100MiB or less",
+    )
+    refused(argv, tmp_path, capsys, fragments)
