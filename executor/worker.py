@@ -402,8 +402,8 @@ class Trainer:
         return 0, 0
 
     def resume(self) -> tuple[int, int]:
-        """Continue from the latest checkpoint, re-planned for this world size; returns where
-        to start: (epoch, step in epoch)."""
+        """Continue from the latest checkpoint, in its phase's layout on its world size, else
+        re-planned for this one; returns where to start: (epoch, step in epoch)."""
         from executor import checkpoint, history
 
         if self.rank == 0:  # the writer; under torchrun no launcher removed a killed rank's
@@ -420,11 +420,7 @@ class Trainer:
         self.autofreeze.history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
         self.run_ends = sorted(history.run_ends(manifest, self.phases_before(manifest)))
         self.recorder.truncate(manifest)
-        # On the same ranks the phase is weighed against the layout it ran in, so a resume
-        # keeps it as the uninterrupted run did (bit for bit); elsewhere it is planned afresh.
-        same_world = manifest.world_size == self.world
-        previous = manifest.layout if same_world else None
-        decision = self.decide_phase(self.frozen_layers, manifest.epoch, previous)
+        decision = self.share_decision(lambda: self.resumed_phase(manifest))
         self.enter_phase(decision, manifest.epoch, resumed=True)
         self.restore_runtime(manifest, states)
         if manifest.world_size == self.world:  # same ranks: the same random streams
@@ -455,26 +451,59 @@ class Trainer:
 
     # ----------------------------------------------------------------- phases
 
-    def decide_phase(
-        self, frozen_layers: int, epoch: int, previous: Layout | None = None
-    ) -> PhaseDecision:
-        """Rank 0 plans the phase starting in `epoch` (by the plan's rule: over the epochs
-        left, from the current placement or `previous`); everyone receives the same decision."""
-        box: list[PhaseDecision | None] = [None]
-        if self.rank == 0:
-            if self.decision is not None:
-                previous = self.decision.layout
-            horizon = Horizon(
-                samples=self.steps_per_epoch * self.cfg.global_batch,
-                epochs=max(1, self.cfg.epochs - epoch),
-                previous=previous,
-                cache=self.use_cache,
-            )
-            box[0] = self.planner(frozen_layers, horizon)
+    def decide_phase(self, frozen_layers: int, epoch: int) -> PhaseDecision:
+        """Collective: rank 0 plans the phase starting in `epoch` (`plan_phase`); everyone
+        receives the same decision."""
+        return self.share_decision(lambda: self.plan_phase(frozen_layers, epoch))
+
+    def share_decision(self, decide: Callable[[], PhaseDecision]) -> PhaseDecision:
+        """Collective: rank 0's `decide()`, the same decision on every rank."""
+        box: list[PhaseDecision | None] = [decide() if self.rank == 0 else None]
         one_sided_done()
         dist.broadcast_object_list(box, src=0)
         assert box[0] is not None
         return box[0]
+
+    def plan_phase(
+        self, frozen_layers: int, epoch: int, previous: Layout | None = None
+    ) -> PhaseDecision:
+        """Rank 0's plan of the phase starting in `epoch`, by the plan's rule: over the epochs
+        left, from the current placement or `previous`."""
+        horizon = Horizon(
+            samples=self.steps_per_epoch * self.cfg.global_batch,
+            epochs=max(1, self.cfg.epochs - epoch),
+            previous=self.decision.layout if self.decision is not None else previous,
+            cache=self.use_cache,
+        )
+        return self.planner(frozen_layers, horizon)
+
+    def resumed_phase(self, manifest: CheckpointManifest) -> PhaseDecision:
+        """Rank 0's decision for the phase a resume enters: on the checkpoint's world size the
+        phase continues as the uninterrupted run did, bit for bit, in the layout it ran in
+        (`kept_phase`); on another it is planned afresh."""
+        if manifest.world_size != self.world:
+            return self.plan_phase(self.frozen_layers, manifest.epoch)
+        kept = self.kept_phase(manifest)
+        return kept or self.plan_phase(self.frozen_layers, manifest.epoch, manifest.layout)
+
+    def kept_phase(self, manifest: CheckpointManifest) -> PhaseDecision | None:
+        """Rank 0, resuming on the checkpoint's world size: the decision of the phase the
+        checkpoint was taken in, as run.jsonl recorded it (its layout, prediction and
+        pricing). The uninterrupted run went on in that layout until its next freeze
+        decision, so the resume does too: planned again, the phase could come out in another
+        layout, whose other micro-batches give other float sums (the twenty-ninth round: a
+        resumed 1x2 cached phase re-planned as 1x1 with the run's first profile, not the
+        calibration it was planned with, and the run ended 7e-9 off). A record of
+        another layout than the manifest's (`history.check_manifest_records` refuses one
+        before a resume) is not taken, nor is one that is missing: None, and the phase is
+        planned, weighed against the manifest's layout."""
+        for record in read_records(self.run_dir / "run.jsonl"):
+            if isinstance(record, PhaseRecord) and record.phase == manifest.phase:
+                if manifest.layout is not None and record.layout != manifest.layout:
+                    return None
+                fields = PhaseDecision.model_fields
+                return PhaseDecision(**{field: getattr(record, field) for field in fields})
+        return None
 
     def enter_phase(self, decision: PhaseDecision, epoch: int, resumed: bool = False) -> None:
         """Move to the decided layout; the time it takes is the phase's transition_s

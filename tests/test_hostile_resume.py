@@ -3041,3 +3041,74 @@ def test_a_rank_on_a_nearly_full_disk_keeps_its_reports_room(tmp_path, monkeypat
         assert callstack.startswith("...") and callstack.endswith(f"OutputError: {why}\n")
     else:
         assert rank == 0 and said.startswith(why[:300]) and said.endswith("...")
+
+
+def _slow_profile(path: Path) -> Path:
+    """The shipped vit-digits CPU profile with every layer 1000 times slower: as a profile
+    measured on another machine, which the run's online recalibration corrects, so that the
+    layouts it plans after the refit are not those its first profile would choose."""
+    from executor.planning import shipped_profile
+
+    doc = json.loads(shipped_profile("vit-digits", "cpu").read_text())
+    for layer in doc["layers"]:
+        for timing in layer["timings"]:
+            for key in ("fwd_s", "fwd_spread_s", "bwd_s", "bwd_spread_s", "fwd_nograd_s"):
+                if timing.get(key) is not None:
+                    timing[key] *= 1000
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _final_model(run: Path) -> dict:
+    import torch
+
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    return torch.load(run / "checkpoints" / latest / "model.pt", weights_only=True)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_resume_keeps_the_layout_of_its_checkpoints_phase(tmp_path):
+    """Found by the twenty-ninth round: a run resumed on its own ranks from a checkpoint of
+    an online-recalibrated phase re-planned that phase with the run's first profile, not the
+    calibration it was planned with, and could take another layout (a 1x2 cached phase came
+    back as 1x1, here 1x2 M=2 as 1x2 M=1): other micro-batches, other float sums, and the
+    run ended 7e-9 off the uninterrupted one, though "on the same layout a resume is bitwise
+    exact". The resumed phase now keeps its recorded decision: the run ends bitwise equal,
+    with the same losses."""
+    import torch
+
+    from executor.planning import RunPlanner
+    from pipeplan.formats import Horizon, PhaseRecord, RunConfig, StepRecord, load, read_records
+
+    profile = _slow_profile(tmp_path / "slow.json")
+    args = ["--nproc", "2", "--epochs", "2", "--max-steps-per-epoch", "10", "--global-batch"]
+    args += ["32", "--freeze", "0,5", "--checkpoint-every", "5", "--device-memory", "100MiB"]
+    args += ["--profile", str(profile), "--runs-dir", str(tmp_path)]
+    assert cli.main(["run", *args, "--name", "full"]) == 0
+    full = tmp_path / "full"
+    phases = [r for r in read_records(full / "run.jsonl") if isinstance(r, PhaseRecord)]
+    assert [(p.start_step, p.pricing.profile) for p in phases] == [
+        (0, "profile.json"),
+        (10, "calibration-1.json"),  # planned after the refit of step 8
+    ]
+    # What a resume from step 15 planned before: phase 1 again with profile.json, from its
+    # layout. It differs from the recorded one, or this run would not tell.
+    planner = RunPlanner.for_run(full, load(RunConfig, full / "run.json"))
+    horizon = Horizon(samples=320, epochs=1, previous=phases[1].layout, cache=True)
+    assert planner(5, horizon).layout != phases[1].layout
+
+    cut = tmp_path / "cut"  # the uninterrupted run, cut back to its checkpoint of step 15
+    shutil.copytree(full, cut, ignore=shutil.ignore_patterns(".lock", "model"))
+    shutil.rmtree(cut / "checkpoints" / "step-20")
+    (cut / "checkpoints" / "latest").write_text("step-15\n")
+    assert cli.main(["run", "--resume", str(cut)]) == 0
+    resumed = [r for r in read_records(cut / "run.jsonl") if isinstance(r, PhaseRecord)]
+    assert resumed[-1].resumed and resumed[-1].layout == phases[1].layout
+    a, b = _final_model(full), _final_model(cut)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    def losses(run: Path) -> list:
+        return [r.loss for r in read_records(run / "run.jsonl") if isinstance(r, StepRecord)]
+
+    assert losses(cut) == losses(full) and len(losses(full)) == 20
