@@ -107,9 +107,12 @@ def parse_list(text: str) -> list[int]:
     if leading_zero(text):
         raise BadArgumentError(f"--freeze-schedule: {leading_zero(text)}")
     if values is None:
+        # Not the list, and no file of that name (`names_a_trajectory`): both readings are
+        # said, so `./nonexist` is told the file is missing, not that it holds no integers
+        # (twenty-ninth round), and a list's typo (0;4) what the list is.
         raise BadArgumentError(
-            f"--freeze-schedule: cannot read freeze schedule {quoted(text)} (expected "
-            "comma-separated integers)"
+            f"--freeze-schedule: {quoted(text)} is no file (a freeze trajectory) and not the "
+            "inline list of frozen-layer counts per epoch (comma-separated integers, like 0,0,3,5)"
         )
     return values
 

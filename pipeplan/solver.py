@@ -164,14 +164,34 @@ def candidate_shapes(
     return shapes
 
 
+def _pinned_stages(pins: Pins) -> str:
+    """The flag that pinned the stage count, as the user gave it: --boundaries pins it too,
+    and a refusal naming `--stages` then named a flag never given (twenty-ninth round).
+
+        _pinned_stages(Pins(num_stages=3))  # "--stages 3"
+        _pinned_stages(Pins(num_stages=2, boundaries=(0, 3, 6)))
+        # "the 2 stages of --boundaries 0,3,6"
+    """
+    if pins.boundaries is not None:
+        given = ",".join(str(b) for b in pins.boundaries)
+        return f"the {pins.num_stages} stages of --boundaries {given}"
+    return f"--stages {pins.num_stages}"
+
+
 def _no_shape_message(
     model: CostModel, global_batch: int, max_stages: int, pins: Pins, forward_only_layers: int
 ) -> str:
+    """Why `candidate_shapes` found none, naming only the flags the user gave."""
     N = model.cluster.num_devices
-    if pins.num_stages and pins.num_stages > min(max_stages, N):
+    possible = min(max_stages, N)
+    if pins.num_stages and pins.num_stages > possible:
+        stages = f"--stages {pins.num_stages} is"
+        if pins.boundaries is not None:
+            given = ",".join(str(b) for b in pins.boundaries)
+            stages = f"--boundaries {given} makes {pins.num_stages} stages,"
         return (
-            f"--stages {pins.num_stages} is more than the {min(max_stages, N)} stages possible "
-            f"({max_stages} partitionable layers, {N} devices)"
+            f"{stages} more than the {possible} stages possible ({max_stages} partitionable "
+            f"layers, {N} devices)"
         )
     if pins.micro_batches and pins.micro_batches > MAX_MICRO_BATCHES:
         return f"--micro-batches {pins.micro_batches} is beyond the limit of {MAX_MICRO_BATCHES}"
@@ -195,16 +215,19 @@ def _no_shape_message(
         and (pins.schedule == "1f1b")
     ):
         return (
-            f"--micro-batches {pins.micro_batches} is fewer than --stages {pins.num_stages}"
+            f"--micro-batches {pins.micro_batches} is fewer than {_pinned_stages(pins)}"
             + (f" (at least {training} of them train)" if training < pins.num_stages else "")
             + ": 1F1B needs at least one micro-batch per stage that trains (GPipe does not)"
         )
-    replicas = f"{pins.replicas}" if pins.replicas else f"1..{N}"
+    # What was searched, as `candidate_shapes` searches it: a pinned stage count leaves
+    # 1..N // S replicas, and is named by its flag (the twenty-ninth round was told of "1..2
+    # stages" beside --stages 2).
+    stages = _pinned_stages(pins) if pins.num_stages else f"1..{possible} stages"
+    replicas = f"{pins.replicas}" if pins.replicas else "1" if N // S == 1 else f"1..{N // S}"
     return (
         f"global batch {global_batch} cannot be split into whole micro-batches of at most "
-        f"{model.max_micro_batch_size} samples over any replica count ({replicas} for "
-        f"1..{min(max_stages, N)} stages"
-        + (f", {pins.micro_batches} micro-batches" if pins.micro_batches else "")
+        f"{model.max_micro_batch_size} samples over any replica count ({replicas} for {stages}"
+        + (f", --micro-batches {pins.micro_batches}" if pins.micro_batches else "")
         + "); choose a global batch divisible by one of them"
     )
 
@@ -357,7 +380,11 @@ class PhaseSearch:
                     "of --boundaries"
                 )
             pins = Pins(
-                pinned_stages, self.pins.replicas, self.pins.micro_batches, self.pins.schedule
+                pinned_stages,
+                self.pins.replicas,
+                self.pins.micro_batches,
+                self.pins.schedule,
+                self.pins.boundaries,  # kept for the refusal to name (`_pinned_stages`)
             )
         else:
             pins = self.pins

@@ -1130,3 +1130,91 @@ def test_a_file_read_past_its_size_still_stops_past_the_limit():
         os.close(writer)
         with os.fdopen(reader, "rb") as f:
             assert _read_at_most(f, limit) == read
+
+
+# ----------------------------------------------------------------- 11. bounds of predictions
+
+
+def _slow(doc: dict) -> None:
+    """Every timing 2e5 s (the format allows 1e6): a step of 4e6 s."""
+    for layer in doc["layers"]:
+        for t in layer["timings"]:
+            t.update(fwd_s=2e5, bwd_s=2e5, fwd_nograd_s=2e5)
+            t.update(fwd_spread_s=0.0, bwd_spread_s=0.0, fwd_nograd_spread_s=0.0)
+
+
+def _calibrated_at_maxima(doc: dict) -> None:
+    """The shipped timings, and a calibration at its format's own maxima."""
+    doc["calibration"] = {
+        **{f"{kind}_scale": 1e6 for kind in ("fwd", "bwd", "nograd")},
+        **{f"{kind}_call_scale": 1e6 for kind in ("fwd", "bwd", "nograd")},
+        "optimizer_s_per_byte": 1.0,
+        "micro_batch_overhead_s": 1e6,
+        "step_overhead_s": 1e6,
+        "input_s_per_sample": 1e6,
+        "runs": ["r"],
+        "phases_used": 1,
+        "steps_used": 2,
+        "residual_median": 0.0,
+        "residual_max": 0.0,
+    }
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("edit", [_slow, _calibrated_at_maxima], ids=["slow", "calibrated"])
+def test_a_valid_profile_of_long_timings_runs_as_it_plans(tmp_path, capsys, edit):
+    """Found by the twenty-ninth round: a profile whose timings are 2e5 s each (the format
+    allows 1e6), or a calibration at its format's maxima, planned fine, but `run --profile` and
+    `run --plan` of the plan `plan` wrote died in a pydantic traceback: the phase record held a
+    predicted step to 1e6 s. Predictions are bounded by what valid inputs can produce
+    (`MAX_PREDICTED_S`), in plans and run records alike: both runs prepare."""
+    from pipeplan.formats import Plan, load
+
+    doc = json.loads(shipped_profile("vit-digits", "cpu").read_text())
+    edit(doc)
+    profile = tmp_path / "long.json"
+    profile.write_text(json.dumps(doc))
+    plan = tmp_path / "long.plan.json"
+    argv = ["plan", "--profile", str(profile), "--devices-per-node", "2", "--global-batch", "64"]
+    assert cli.main([*argv, "--samples", "1438", "--epochs", "3", "--out", str(plan)]) == 0
+    assert load(Plan, plan).phases[0].step_s > 1e6
+    run = ["run", "--nproc", "2", "--model", "vit-digits", "--data", "digits", "--epochs", "3"]
+    run += ["--profile", str(profile), "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    capsys.readouterr()
+    assert cli.main([*run, "--name", "solved"]) == 0, capsys.readouterr().err
+    assert cli.main([*run, "--plan", str(plan), "--name", "planned"]) == 0, capsys.readouterr().err
+
+
+def _times_scaled(doc: dict, factor: float) -> dict:
+    """`doc` (a plan) with every predicted time times `factor`: still consistent with itself."""
+
+    def scaled(value):
+        if isinstance(value, dict):
+            return {k: v * factor if k.endswith("_s") else scaled(v) for k, v in value.items()}
+        return [scaled(v) for v in value] if isinstance(value, list) else value
+
+    return {
+        **doc,
+        "phases": scaled(doc["phases"]),
+        "predicted_total_s": doc["predicted_total_s"] * factor,
+    }
+
+
+def test_a_plan_predicting_beyond_any_valid_input_is_refused_naming_the_field(
+    self_plan, tmp_path, capsys
+):
+    """Found by the twenty-ninth round, the other side: a plan's times were any finite float,
+    and a run's phase record refused a step above 1e6 s with a traceback. A plan predicting
+    beyond what any valid profile can (`MAX_PREDICTED_S`) is refused as it loads, naming the
+    field; the same plan scaled to a step of 1e7 s runs."""
+    argv = ["run", "--plan", "", "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    for factor, name in ((1e7, "long"), (1e43, "far")):
+        plan = tmp_path / f"{name}.json"
+        plan.write_text(
+            json.dumps(_times_scaled(self_plan, factor / self_plan["phases"][0]["step_s"]))
+        )
+        argv[2] = str(plan)
+        if name == "long":
+            assert cli.main([*argv, "--name", "long"]) == 0, capsys.readouterr().err
+    fragments = ("far.json", "phases.0.step_s", "s is more than the 1e+40 s")
+    refused([*argv, "--name", "far"], tmp_path, capsys, fragments)

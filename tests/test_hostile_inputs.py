@@ -3003,3 +3003,46 @@ def test_a_plan_giving_a_device_more_than_a_ranks_share_is_refused(
         "re-plan without --device-memory, or with --device-memory 100MiB or less",
     )
     refused(argv, tmp_path, capsys, fragments)
+
+
+BERT_TINY_ON = [
+    "preview",
+    "--profile",
+    str(shipped_profile("bert-tiny", "cpu")),
+    "--devices-per-node",
+]
+NAMES_WHAT_WAS_GIVEN = {
+    "boundaries": (
+        ["4", "--boundaries", "0,1,2,3,4,5,6"],
+        ("--boundaries 0,1,2,3,4,5,6 makes 6 stages, more than the 4 stages possible",),
+    ),
+    "stages": (
+        ["2", "--stages", "2", "--micro-batches", "3", "--global-batch", "64"],
+        ("over any replica count (1 for --stages 2, --micro-batches 3)",),
+    ),
+    "boundaries-micro-batches": (
+        ["4", "--boundaries", "0,3,6", "--micro-batches", "3", "--global-batch", "64"],
+        ("(1..2 for the 2 stages of --boundaries 0,3,6, --micro-batches 3)",),
+    ),
+    "boundaries-1f1b": (
+        ["2", "--boundaries", "0,3,6", "--micro-batches", "1", "--schedule", "1f1b"],
+        ("--micro-batches 1 is fewer than the 2 stages of --boundaries 0,3,6: 1F1B needs",),
+    ),
+    "missing-file": (
+        ["2", "--freeze-schedule", "./nonexist"],
+        ("--freeze-schedule: './nonexist' is no file (a freeze trajectory) and not the inline",),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", NAMES_WHAT_WAS_GIVEN)
+def test_a_refusal_names_the_flag_given_not_one_derived_from_it(
+    tmp_path, capsys, monkeypatch, case
+):
+    """Found by the twenty-ninth round: `--boundaries 0,1,…,6` alone was refused as "--stages
+    6 is more than …", `--stages 2 --micro-batches 3` searched "1..2 stages", and
+    `--freeze-schedule ./nonexist` "expected comma-separated integers". Each refusal names
+    the flag the user gave, with its value, and what was searched for it."""
+    monkeypatch.chdir(tmp_path)  # where ./nonexist is not
+    extra, fragments = NAMES_WHAT_WAS_GIVEN[case]
+    refused([*BERT_TINY_ON, *extra], tmp_path, capsys, fragments)

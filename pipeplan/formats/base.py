@@ -130,6 +130,34 @@ def not_subnormal_signed(value: float) -> float:
 SignedSeconds = Annotated[
     float, Field(ge=-MAX_SECONDS, le=MAX_SECONDS), AfterValidator(not_subnormal_signed)
 ]
+
+# What the planner predicts from valid inputs (a step, a stage's times: plans, run records) is
+# a sum of bounded terms, so it is bounded too, but far above MAX_SECONDS: a step of a profile
+# whose every timing is 2e5 s is 4e6 s (twenty-ninth round: its run's phase record refused it
+# with a traceback, though `plan` had written it). The sum, generously: a layer's fitted time
+# per micro-batch (a line through timings ≤ 1e6 s, at most 2e6 s per call and per sample, at
+# up to MAX_COUNT = 2^20 samples, × a calibration scale ≤ 1e6, + 1e6 s of micro-batch
+# overhead) is ≤ 2.2e18 s; × 3 kinds (fwd, bwd, nograd) × MAX_MICRO_BATCHES = 1024 × fewer
+# than 2^27 layers (one per byte of the largest JSON file read) is ≤ 9e32 s. A send is ≤ 60 s
+# + 2^60 bytes per sample × 2^20 samples at 1 B/s ≤ 1.3e24 s; 2 per boundary and micro-batch:
+# ≤ 3.5e35 s. An all-reduce and the optimizer over ≤ 2^27 × 2^60 bytes at ≥ 1 B/s (or ≤ 1 s
+# per byte) ≤ 1e26 s; the step's overhead (1e6 s + 1e6 s per sample) ≤ 2e15 s. So < 1e36 s;
+# 1e40 leaves room, and an epoch of it (× MAX_STEPS ≈ 1.1e12) over MAX_EPOCHS (× 1e4) stays
+# ≈ 1e56, far from overflowing a float. No subnormal check: a prediction is not a clock's
+# reading (nothing divides by it unguarded), and a plan's times never had one.
+MAX_PREDICTED_S = 1e40
+
+
+def predictable(value: float) -> float:
+    """`predictable(4e6)` → 4e6; ValueError above MAX_PREDICTED_S, saying why it is the limit."""
+    if value > MAX_PREDICTED_S:
+        raise ValueError(
+            f"{value!r} s is more than the {MAX_PREDICTED_S:g} s any valid profile can predict"
+        )
+    return value
+
+
+PredictedSeconds = Annotated[float, Field(ge=0.0), AfterValidator(predictable)]
 Latency = Annotated[float, Field(ge=0.0, le=MAX_LATENCY_S), AfterValidator(not_subnormal)]
 Bandwidth = Annotated[float, Field(ge=MIN_BANDWIDTH, le=MAX_BANDWIDTH)]
 Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]

@@ -18,6 +18,7 @@ from pipeplan.formats.base import (
     NonNegFloat,
     NonNegInt,
     PosInt,
+    PredictedSeconds,
     Steps,
     Strict,
     Text,
@@ -53,12 +54,12 @@ class StagePlan(Strict):
 
     first_layer: NonNegInt
     stop_layer: PosInt = Field(description="Exclusive.")
-    fwd_s: NonNegFloat = Field(description="Forward per micro-batch.")
-    bwd_s: NonNegFloat = Field(description="Backward per micro-batch.")
-    send_fwd_s: NonNegFloat
-    send_bwd_s: NonNegFloat
-    allreduce_s: NonNegFloat
-    optimizer_s: NonNegFloat
+    fwd_s: PredictedSeconds = Field(description="Forward per micro-batch.")
+    bwd_s: PredictedSeconds = Field(description="Backward per micro-batch.")
+    send_fwd_s: PredictedSeconds
+    send_bwd_s: PredictedSeconds
+    allreduce_s: PredictedSeconds
+    optimizer_s: PredictedSeconds
     memory_bytes: NonNegInt
 
 
@@ -142,7 +143,7 @@ class ScoredLayout(Strict):
     """A layout the solver simulated, with its step time."""
 
     layout: Layout
-    step_s: NonNegFloat
+    step_s: PredictedSeconds
 
 
 # Counts are bounded by the planner's own limits (`TrainingShape.check`): an epoch count of
@@ -151,7 +152,7 @@ class PhasePlan(Strict):
     start_epoch: NonNegInt = Field(le=MAX_EPOCHS)
     epochs: PosInt = Field(le=MAX_EPOCHS)
     layout: Layout
-    step_s: NonNegFloat = Field(description="Predicted step (cached steady state if cached).")
+    step_s: PredictedSeconds = Field(description="Predicted step (cached steady state if cached).")
     epoch_s: NonNegFloat = Field(description="Predicted epoch (cached steady state if cached).")
     first_epoch_s: NonNegFloat = Field(description="First epoch (fills the cache if cached).")
     transition_s: NonNegFloat = Field(description="Re-partitioning before the phase starts.")

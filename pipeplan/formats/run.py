@@ -44,6 +44,7 @@ from pipeplan.formats.base import (
     PosBytes,
     PosFloat,
     PosInt,
+    PredictedSeconds,
     Seconds,
     Seed,
     Sha256,
@@ -519,7 +520,7 @@ class PhaseDecision(Strict):
     priced the prediction. Broadcast to every rank and recorded as a `PhaseRecord`."""
 
     layout: Layout
-    predicted_step_s: Seconds | None
+    predicted_step_s: PredictedSeconds | None
     predicted_stages: list[StagePlan] | None = Field(
         None, description="The planner's per-stage times (per micro-batch) for this layout."
     )
@@ -635,7 +636,7 @@ class PhaseSummary(Strict):
     phase: NonNegInt
     layout: Layout
     steps: NonNegInt
-    predicted_step_s: Seconds | None
+    predicted_step_s: PredictedSeconds | None
     measured_step_s: NonNegFloat | None = Field(
         description="Median of steady steps: the first steps of the phase and, when cached, the "
         "steps that still fill the cache are excluded."
