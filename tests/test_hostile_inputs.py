@@ -41,7 +41,7 @@ def test_a_causal_lm_corpus_without_a_next_token_is_refused_before_any_rank_star
     """Texts of 0 or 1 token (the rest padding) give the model nothing to predict: every
     loss would be a mean of nothing (NaN). One text of 2 tokens is enough to train on."""
     seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8)
-    pad = seq.config.pad_token_id
+    pad = models.PADDING
     ids = torch.full((6, 8), pad, dtype=torch.int64)
     ids[1:, 0] = 5  # one empty text, five of one token
     labels = torch.where(ids == pad, IGNORE, ids)
@@ -50,7 +50,8 @@ def test_a_causal_lm_corpus_without_a_next_token_is_refused_before_any_rank_star
         check_compatible(data, seq)
     ids[3, 1] = 6  # a text of 2 tokens: one target
     labels = torch.where(ids == pad, IGNORE, ids)
-    check_compatible(TaskData("lm.jsonl", TensorPairs(ids, labels), TensorPairs(ids, labels)), seq)
+    pairs = TensorPairs(ids, labels)
+    check_compatible(TaskData("lm.jsonl", pairs, pairs, padded=True), seq)
 
 
 def _step(logits: torch.Tensor, labels: torch.Tensor, replicas: int, micro_batches: int):
@@ -113,8 +114,8 @@ def _lm_batch(seq) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(4)
     x, _ = seq.example_batch(LM_BATCH, gen)
     lengths = torch.tensor([8, 3, 1, 1, 6, 2, 8, 5])
-    x[torch.arange(x.shape[1]) >= lengths[:, None]] = seq.config.pad_token_id
-    return x, torch.where(x == seq.config.pad_token_id, IGNORE, x)
+    x[torch.arange(x.shape[1]) >= lengths[:, None]] = models.PADDING
+    return x, torch.where(x == models.PADDING, IGNORE, x)
 
 
 def _lm_rank(rank, port, out):
