@@ -54,6 +54,27 @@ def test_a_causal_lm_corpus_without_a_next_token_is_refused_before_any_rank_star
     check_compatible(TaskData("lm.jsonl", pairs, pairs, padded=True), seq)
 
 
+def test_padded_user_data_marks_padding_with_minus_100_and_its_pad_ids_are_tokens():
+    """Found by the twenty-ninth round: ids equal to pad_token_id were padding, so a real
+    token that is the pad token (pad = eos) was dropped from attention and the loss. A data
+    module's padded ids hold models.PADDING (−100) at padding, as text files do; the pad
+    token's own id is a token (attended to: the mask channel is 0 at padding alone), and −100
+    in data not marked padded names `TaskData(..., padded=True)`."""
+    seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8)
+    pad = seq.config.pad_token_id
+    ids = torch.tensor([[5, 6, pad, 7, pad, -100, -100, -100]] * 2)
+    pairs = TensorPairs(ids, ids.clone())
+    check_compatible(TaskData("lm", pairs, pairs, padded=True), seq)
+    seq.layers.eval()
+    with torch.no_grad():
+        channel = seq.forward(ids, 0, 1)[..., -1]
+    assert ((channel != 0) == (ids != models.PADDING)).all()
+    with pytest.raises(
+        BadArgumentError, match=r"-100 is padding in TaskData\(\.\.\., padded=True\)"
+    ):
+        check_compatible(TaskData("lm", pairs, pairs), seq)
+
+
 def _step(logits: torch.Tensor, labels: torch.Tensor, replicas: int, micro_batches: int):
     """What a step does with StepMean: each replica's share split into micro-batches, each
     micro-batch's loss, gradients divided by M (the schedule's scale_grads) and averaged over
