@@ -18,8 +18,8 @@ The contract, all of it:
 - Items are deterministic: `ds[i]` gives the same sample every time it is read, because the
   activations of frozen layers are cached per sample index. Random augmentation must say so
   (`augmented=True`); the cache is then off.
-- Samples padded with the model's pad_token_id set `padded=True`: the model then masks the
-  padding (profile it with --padding-mask).
+- Padded samples hold -100 (`pipeplan.models.PADDING`, not the pad token's id) at padding and
+  set `padded=True`: the model then masks the padding (profile it with --padding-mask).
 """
 
 import numpy as np

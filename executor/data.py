@@ -10,8 +10,10 @@ augmented])`; a module in the current directory is found (README, "Your own data
 
 Every dataset item is `(input, label)`: `input` has the model's per-sample shape and dtype,
 `label` is an int64 scalar tensor, or for a causal LM the int64 token ids the model predicts
-(the input ids, IGNORE_INDEX at padding). Items are deterministic unless `TaskData.augmented`
-is set, because the executor caches frozen layers' activations per sample index.
+(the input ids, IGNORE_INDEX at padding). Padded token ids hold `models.PADDING` (−100) where
+they are padding (`TaskData.padded`), never the pad token's id. Items are deterministic unless
+`TaskData.augmented` is set, because the executor caches frozen layers' activations per sample
+index.
 """
 
 from __future__ import annotations
@@ -66,8 +68,9 @@ class TaskData:
     train: Dataset  # item i -> (input tensor, int64 label tensor: scalar, or token ids)
     eval: Dataset
     augmented: bool = False  # train items are randomly augmented: never cache activations
-    # Token inputs are padded with the model's pad_token_id: the model is built with the
-    # padding-mask channel, so padding is not attended to (docs/architecture.md §4.17).
+    # Token inputs are padded with models.PADDING (−100; not the pad token's id, which may be a
+    # real token: pad = eos): the model is built with the padding-mask channel, so padding is
+    # not attended to nor a target (docs/architecture.md §4.17).
     padded: bool = False
     # Classes, for the head's size; None: read from in-memory labels (TensorPairs), else the
     # model's own. Never found by reading every item: that may be slow, or have effects.
@@ -126,7 +129,7 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
                 raise BadArgumentError(f"data '{data.name}' has no training samples")
             continue
         inputs, labels = _samples(dataset, data.name, split)
-        _check_inputs(inputs, data.name, seq)
+        _check_inputs(inputs, data.name, seq, data.padded)
         if labels.dtype != torch.int64:
             raise BadArgumentError(
                 f"data '{data.name}': {split} labels must be int64, not {_dtype(labels.dtype)}"
@@ -865,7 +868,11 @@ def _samples(dataset: Any, name: str, split: str) -> tuple[torch.Tensor, torch.T
     return torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
 
 
-def _check_inputs(inputs: torch.Tensor, name: str, seq: LayerSequence) -> None:
+def _check_inputs(inputs: torch.Tensor, name: str, seq: LayerSequence, padded: bool) -> None:
+    """Inputs of the model's shape and dtype; token ids within its vocabulary, or PADDING in
+    `padded` data. `_check_inputs(ids, "d.jsonl", seq, padded=True)`."""
+    from pipeplan.models import PADDING
+
     shape, dtype = tuple(inputs.shape[1:]), inputs.dtype
     if shape != tuple(seq.input_shape) or dtype != seq.input_dtype:
         raise BadArgumentError(
@@ -874,11 +881,17 @@ def _check_inputs(inputs: torch.Tensor, name: str, seq: LayerSequence) -> None:
         )
     vocab = getattr(seq.config, "vocab_size", None)
     if dtype == torch.int64 and vocab is not None:
-        low, high = int(inputs.min()), int(inputs.max())
+        tokens = inputs[inputs != PADDING] if padded else inputs
+        if not len(tokens.view(-1)):
+            return
+        low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= vocab:
+            padding = f" ({PADDING} at padding)" if padded else ""
+            if not padded and low == PADDING:
+                padding = f" ({PADDING} is padding in TaskData(..., padded=True))"
             raise BadArgumentError(
                 f"data '{name}' has token ids in {low}..{high} but model '{seq.name}' has "
-                f"vocab_size {vocab}"
+                f"vocab_size {vocab}{padding}"
             )
 
 

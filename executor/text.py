@@ -21,8 +21,10 @@ class indices only when every one is a canonical decimal integer ("1", not "01")
 are names. Text without labels trains a causal LM: its labels are the input ids,
 IGNORE_INDEX at padding. A text is read up to CHARS_PER_TOKEN characters per token of the
 length, and farther (up to MAX_READ_GROWTH times) when those leave it short of the length
-while the text goes on; what lies beyond is cut anyway. Padding is the tokenizer's pad token,
-which must be the model's pad_token_id: the model then carries the padding mask between
+while the text goes on; what lies beyond is cut anyway. Padding is what the tokenizer padded
+(its attention mask 0), written as `models.PADDING` in the ids, so a real token equal to the
+pad token (pad = eos, pad = unk) stays a token; the tokenizer's pad token must be the model's
+pad_token_id (what layer 0 embeds there), and the model carries the padding mask between
 stages (docs/architecture.md §4.17). A tokenizer slower than MAX_SECONDS_PER_CHAR a character
 is refused.
 """
@@ -820,7 +822,7 @@ def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence, quiet: bool) 
     # count from the first token, a BERT-style head reads it, and a text was first cut to its
     # start (CHARS_PER_TOKEN a token). Decoder tokenizers often say 'left', for generation.
     tok.padding_side = tok.truncation_side = "right"
-    pad = _pad_id(tok, seq, directory)
+    _check_pad_agrees(tok, seq, directory)
     encoder = _Encoder(tok, length, directory, corpus.name)
 
     def split(held_out: bool) -> TensorPairs:
@@ -830,11 +832,7 @@ def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence, quiet: bool) 
         if seq.task != "causal-lm":
             labels = corpus.eval_labels if held_out else corpus.train_labels
             return TensorPairs(ids, torch.tensor(labels or [], dtype=torch.int64))
-        from pipeplan.models import IGNORE_INDEX
-
-        targets = ids.clone()
-        targets[ids == pad] = IGNORE_INDEX
-        return TensorPairs(ids, targets)
+        return TensorPairs(ids, ids.clone())  # PADDING is IGNORE_INDEX: not a target
 
     read_short: list[tuple[int, int]] = []  # (file, line) of the texts read short
     train, eval_ = split(held_out=False), split(held_out=True)
@@ -887,6 +885,19 @@ def _warn_read_short(first: str, count: int, length: int) -> None:
     )
 
 
+def _padded_ids(out: Any) -> torch.Tensor:
+    """A tokenizer's output as pipeplan's padded ids: PADDING where its attention mask is 0
+    (what it padded), never "an id equal to the pad token" (a real `</s>` of a pad = eos
+    tokenizer is the pad id; twenty-ninth round).
+
+        _padded_ids(tok(["a b"], padding="max_length", max_length=4))   # [[7, 9, -100, -100]]
+    """
+    from pipeplan.models import PADDING
+
+    ids = torch.tensor(out["input_ids"], dtype=torch.int64)
+    return ids.masked_fill(torch.tensor(out["attention_mask"]) == 0, PADDING)
+
+
 class _Encoder:
     """A tokenizer encoding texts at --seq-len `length`, in timed chunks: once
     JUDGED_AFTER_SECONDS of encoding took more than MAX_SECONDS_PER_CHAR a character
@@ -895,7 +906,7 @@ class _Encoder:
     most), and how many tokens of each row are not padding.
 
         encoder = _Encoder(tok, 16, Path("tok"), "d.jsonl")
-        ids, used = encoder(["good film", "bad"])   # tensor([[95, 97, 0, …], …]), [2, 1]
+        ids, used = encoder(["good film", "bad"])   # tensor([[95, 97, -100, …], …]), [2, 1]
     """
 
     def __init__(self, tok: Any, length: int, directory: Path, data: str) -> None:
@@ -916,7 +927,7 @@ class _Encoder:
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             self._timed(min(wall, cpu), chunk)
             _check_lengths(out["input_ids"], self.length, self.directory, self.data)
-            ids[start : start + len(chunk)] = torch.tensor(out["input_ids"], dtype=torch.int64)
+            ids[start : start + len(chunk)] = _padded_ids(out)
             used += [sum(mask) for mask in out["attention_mask"]]
             start += len(chunk)
         return ids, used
@@ -1002,7 +1013,9 @@ def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]
 
     Found by the twentieth round: a tokenizer without a vocabulary loaded and gave [UNK] for
     every word. A vocabulary that knows one word of the data passes (the data's own business)."""
-    special = (set(tok.all_special_ids) | {tok.unk_token_id}) - {None}
+    from pipeplan.models import PADDING
+
+    special = (set(tok.all_special_ids) | {tok.unk_token_id, PADDING}) - {None}
     if not special or all(t.numel() == 0 for t in ids):
         return
     # Each tensor alone: a concatenation was one more copy of every id (`_check_room`).
@@ -1031,13 +1044,15 @@ def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: list[torch
     texts = corpus.train + corpus.eval
     if all(text == texts[0] for text in texts):  # the data's own texts are one text
         return
+    from pipeplan.models import PADDING
+
     first = ids[0][0]
-    length = first.shape[0]
-    shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(first[:4].tolist()))
+    length, tokens = first.shape[0], first[first != PADDING]  # what it padded is no token
+    shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(tokens[:4].tolist()))
     raise InputFileError(
-        f"{directory}: the tokenizer encodes every text of {corpus.name} as the same {length} "
-        f"tokens ({shown}, …): what it adds to a text fills --seq-len {length} (or the texts "
-        "differ only beyond it)"
+        f"{directory}: the tokenizer encodes every text of {corpus.name} as the same "
+        f"{len(tokens)} tokens ({shown}, …): what it adds to a text fills --seq-len {length} "
+        "(or the texts differ only beyond it)"
     )
 
 
@@ -1397,9 +1412,11 @@ def _first(exc: BaseException) -> str:
     return excerpt(str(exc).strip().splitlines()[0]) if str(exc).strip() else type(exc).__name__
 
 
-def _pad_id(tok: Any, seq: LayerSequence, directory: Path) -> int:
-    """The tokenizer's padding must be what the model reads as padding (and, checked before,
-    a token of its `directory`'s vocabulary): `_pad_id(tok, seq, Path("tok"))` → 0."""
+def _check_pad_agrees(tok: Any, seq: LayerSequence, directory: Path) -> None:
+    """The tokenizer's pad token must be the model's pad_token_id (and, checked before, a
+    token of its `directory`'s vocabulary): layer 0 embeds pad_token_id where the tokenizer
+    padded, as transformers is given the tokenizer's ids, and a decoder classifier skips it
+    when pooling. `_check_pad_agrees(tok, seq, Path("tok"))`."""
     pad, model_pad = tok.pad_token_id, seq.config.pad_token_id
     if pad is None:
         raise BadArgumentError(
@@ -1411,7 +1428,6 @@ def _pad_id(tok: Any, seq: LayerSequence, directory: Path) -> int:
             f"the tokenizer pads with id {pad} but the model's pad_token_id is {model_pad}; "
             "they must agree (set pad_token_id in the model's config.json)"
         )
-    return pad
 
 
 def _check_special_tokens_known(tok: Any, directory: Path) -> None:

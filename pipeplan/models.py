@@ -17,8 +17,10 @@ exactly that model's forward, training them trains that model, and `export` save
 
 What travels between layers (docs/architecture.md §4.17): the hidden state only. Decoder blocks
 recompute positions, rotary embeddings and the causal mask from its shape. With
-`padding_mask=True` it has one extra trailing channel (1.0 = token, 0.0 = padding, i.e. an
-input id equal to pad_token_id) that each block turns into the attention mask.
+`padding_mask=True` it has one extra trailing channel (`mask_channel`: 0.0 = padding, i.e. an
+input id equal to PADDING, else a token) that each block turns into the attention mask.
+Padding is PADDING in the input ids, never "an id equal to pad_token_id": with the common
+pad = eos (or unk) tokenizer a real `</s>` is the pad id, and it is attended to and learnt.
 """
 
 from __future__ import annotations
@@ -105,6 +107,13 @@ WEIGHT_FILES = (
 GENERATION_CONFIG = "generation_config.json"
 TASKS = get_args(Task)
 IGNORE_INDEX = -100  # label of a token the causal-LM loss skips, as in transformers
+# Padding in padded input ids (text tokenized to --seq-len, `TaskData(padded=True)`): what the
+# tokenizer padded (its attention mask 0), never a token id, so a real token equal to the
+# pad token (pad = eos, pad = unk) stays a token. Layer 0 masks it and embeds pad_token_id
+# there, as transformers is given it. The same value as IGNORE_INDEX, so a causal LM's labels
+# are its input ids unchanged. Found by the twenty-ninth round: ids equal to pad_token_id were
+# padding, and every `</s>` of a pad = eos tokenizer was dropped from attention and the loss.
+PADDING = IGNORE_INDEX
 # Blocks a model may have: no real model has more than a few hundred; 10**6 tiny blocks made
 # building one run for hours. Checked before anything is built.
 MAX_BLOCKS = 4096
@@ -113,20 +122,53 @@ MAX_BLOCKS = 4096
 # --------------------------------------------------------------------------- layers
 
 
-def _with_mask(hidden: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
-    """Append the padding mask (B, T) bool as a trailing channel: 1.0 token, 0.0 padding."""
-    return torch.cat([hidden, padding.unsqueeze(-1).to(hidden.dtype)], dim=-1)
+def _with_mask(hidden: torch.Tensor, channel: torch.Tensor) -> torch.Tensor:
+    """Append the mask channel (B, T) (`mask_channel`) as the trailing channel."""
+    return torch.cat([hidden, channel.unsqueeze(-1).to(hidden.dtype)], dim=-1)
+
+
+# The mask channel's values (exact in bf16): what each position is.
+_PAD_CHANNEL, _TOKEN_CHANNEL, _PAD_ID_CHANNEL = 0.0, 1.0, 2.0
+
+
+def mask_channel(inputs: torch.Tensor, pad_token_id: int) -> torch.Tensor:
+    """The padding-mask channel of padded input ids (B, T): 0.0 at PADDING (not attended to),
+    1.0 at a token, 2.0 at a real token whose id is pad_token_id (attended to, but skipped by
+    a decoder classifier's pooling, which transformers finds from the ids: the rightmost
+    token that is not pad_token_id).
+
+        mask_channel(torch.tensor([[5, 0, PADDING]]), 0)   # tensor([[1., 2., 0.]])
+    """
+    channel = torch.full(inputs.shape, _TOKEN_CHANNEL, device=inputs.device)
+    channel[inputs == pad_token_id] = _PAD_ID_CHANNEL
+    channel[inputs == PADDING] = _PAD_CHANNEL
+    return channel
+
+
+def transformers_inputs(inputs: torch.Tensor, pad_token_id: int) -> dict[str, torch.Tensor]:
+    """What a transformers model is given for pipeplan's padded input ids: PADDING replaced
+    by pad_token_id, and the attention mask the tokenizer made (0 at padding).
+
+        hf_model(**transformers_inputs(ids, config.pad_token_id))
+    """
+    padding = inputs == PADDING
+    return {
+        "input_ids": inputs.masked_fill(padding, pad_token_id),
+        "attention_mask": (~padding).long(),
+    }
 
 
 def _split_mask(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The hidden state and its mask channel (`mask_channel`); `channel != 0` is attended."""
     # Contiguous, so the block gets the memory layout the transformers model gives it and
     # runs the same kernels: the results agree bit for bit.
-    return x[..., :-1].contiguous(), x[..., -1] != 0
+    return x[..., :-1].contiguous(), x[..., -1]
 
 
 class Embeddings(nn.Module):
     """Layer 0: token/patch embeddings (inputs → hidden states); with `pad_token_id` also the
-    padding-mask channel, taken from the input ids."""
+    padding-mask channel, taken from the input ids (PADDING: padding), and pad_token_id
+    embedded at padding, as transformers is given it."""
 
     def __init__(
         self,
@@ -143,12 +185,15 @@ class Embeddings(nn.Module):
         self.pad_token_id = pad_token_id
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        hidden = self.embeddings(**{self.input_name: inputs})
-        if self.project is not None:
-            hidden = self.project(hidden)
         if self.pad_token_id is None:
-            return hidden
-        return _with_mask(hidden, inputs != self.pad_token_id)
+            return self._embed(inputs)
+        channel = mask_channel(inputs, self.pad_token_id)
+        ids = transformers_inputs(inputs, self.pad_token_id)["input_ids"]
+        return _with_mask(self._embed(ids), channel)
+
+    def _embed(self, inputs: torch.Tensor) -> torch.Tensor:
+        hidden = self.embeddings(**{self.input_name: inputs})
+        return hidden if self.project is None else self.project(hidden)
 
 
 class GPT2Embeddings(nn.Module):
@@ -218,13 +263,14 @@ class Block(nn.Module):
         self.carries_mask = carries_mask
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        padding = None
+        channel = padding = None
         if self.carries_mask:
-            hidden, padding = _split_mask(hidden)
+            hidden, channel = _split_mask(hidden)
+            padding = channel != _PAD_CHANNEL  # True: attended to
         kwargs = {} if self.context is None else self.context(hidden, padding)
         out = self.block(hidden, **kwargs)
         out = out[0] if isinstance(out, tuple) else out  # transformers 4.x returned a tuple
-        return out if padding is None else _with_mask(out, padding)
+        return out if channel is None else _with_mask(out, channel)
 
 
 class FirstToken(nn.Module):
@@ -234,15 +280,16 @@ class FirstToken(nn.Module):
         return hidden[:, 0]
 
 
-def _last_token(logits: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
-    """Each sample's logits at its rightmost token that is not padding, found and gathered as
-    transformers' …ForSequenceClassification does (left and right padding both work)."""
+def _last_token(logits: torch.Tensor, channel: torch.Tensor | None) -> torch.Tensor:
+    """Each sample's logits at its rightmost token whose id is not pad_token_id (the mask
+    channel's 1.0), found and gathered as transformers' …ForSequenceClassification does from
+    the ids (left and right padding both work; a real trailing pad = eos is skipped there too)."""
     batch, length = logits.shape[:2]
-    if padding is None:  # no pad tokens travel: every sample is full length
+    if channel is None:  # no pad tokens travel: every sample is full length
         last = torch.full((batch,), length - 1, device=logits.device)
     else:
         positions = torch.arange(length, device=logits.device, dtype=torch.int32)
-        last = (positions * padding.to(torch.int32)).argmax(-1)
+        last = (positions * (channel == _TOKEN_CHANNEL).to(torch.int32)).argmax(-1)
     return logits[torch.arange(batch, device=logits.device), last]
 
 
@@ -264,14 +311,14 @@ class Head(nn.Module):
         self.pool_last_token = pool_last_token  # decoder classification
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        padding = None
+        channel = None
         if self.carries_mask:
-            hidden, padding = _split_mask(hidden)
+            hidden, channel = _split_mask(hidden)
         for i, part in enumerate(self.parts):
             hidden = part(hidden)
             if i == 0 and self.take_first_token:
                 hidden = hidden[:, 0]
-        return _last_token(hidden, padding) if self.pool_last_token else hidden
+        return _last_token(hidden, channel) if self.pool_last_token else hidden
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -385,11 +432,8 @@ class LayerSequence:
             inputs = torch.randn(shape, generator=generator)
         else:
             inputs = self._example_tokens(shape, generator)
-        if self.task == "causal-lm":
-            labels = inputs.clone()
-            if self.padding_mask:
-                labels[inputs == self.config.pad_token_id] = IGNORE_INDEX
-            return inputs, labels
+        if self.task == "causal-lm":  # PADDING is IGNORE_INDEX: the loss skips padding
+            return inputs, inputs.clone()
         labels = torch.randint(0, self.num_labels, (batch_size,), generator=generator)
         return inputs, labels
 
@@ -397,15 +441,12 @@ class LayerSequence:
         self, shape: tuple[int, ...], generator: torch.Generator | None
     ) -> torch.Tensor:
         low = _first_example_token(self.family)
-        vocab, pad = self.config.vocab_size, self.config.pad_token_id
-        skip_pad = pad is not None and low <= pad < vocab  # e.g. GPT-2 padding with eos
-        inputs = torch.randint(low, vocab - skip_pad, shape, generator=generator)
-        if skip_pad:  # draw around the pad token: a real token never reads as padding
-            inputs += (inputs >= pad).long()
+        # Any token, the pad token's too (GPT-2 padding with eos): padding is PADDING.
+        inputs = torch.randint(low, self.config.vocab_size, shape, generator=generator)
         if self.padding_mask:
             length = shape[1]
             lengths = torch.randint((length + 1) // 2, length + 1, shape[:1], generator=generator)
-            inputs[torch.arange(length) >= lengths[:, None]] = pad
+            inputs[torch.arange(length) >= lengths[:, None]] = PADDING
         return inputs
 
     def config_json(self) -> dict[str, Any]:
@@ -467,7 +508,7 @@ def build(
     the config's id2label: a checkpoint naming other classes gets a fresh head and one warning
     too. `task`: "classification" (default) or, for decoders, "causal-lm" (the default for a
     decoder not saved as a classifier).
-    `padding_mask`: input ids equal to pad_token_id are padding; the mask travels with the
+    `padding_mask`: input ids equal to PADDING are padding; the mask travels with the
     hidden state (module docstring)."""
     return build_with_hf(
         name_or_path,

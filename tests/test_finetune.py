@@ -204,8 +204,9 @@ def test_a_causal_lm_learns_plain_text_and_its_export_has_the_same_loss(made, tm
     held = load_data(str(plain), seq, seed=0, tokenizer=str(made["tokenizer"])).eval
     model = transformers.AutoModelForCausalLM.from_pretrained(run_dir / "model").eval()
     with torch.no_grad():
-        ids = held.inputs
-        own = model(input_ids=ids, attention_mask=(ids != 0).long(), labels=held.labels).loss
+        ids, padding = held.inputs, held.inputs == models.PADDING
+        given = dict(input_ids=ids.masked_fill(padding, 0), attention_mask=(~padding).long())
+        own = model(**given, labels=held.labels).loss
     assert float(own) == pytest.approx(epochs[-1].eval_loss, rel=1e-4)
 
 

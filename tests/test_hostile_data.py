@@ -462,7 +462,7 @@ def test_a_tokenizer_that_pads_and_cuts_on_the_left_is_used_on_the_right(made, t
     left = text_files.tokenize(corpus, str(tok), seq).train.inputs
     right = text_files.tokenize(corpus, str(made["tokenizer"]), seq).train.inputs
     assert torch.equal(left, right)
-    pad = text_files.load_tokenizer(made["tokenizer"]).pad_token_id
+    pad = models.PADDING  # what the tokenizer padded
     assert bool((left[:, -1] == pad).any()) and not bool((left[:, 0] == pad).any())
 
 
@@ -1583,9 +1583,11 @@ def test_a_text_whose_start_holds_no_token_is_read_farther(made, tmp_path, start
     seq = models.build(str(made["checkpoint"]), seq_len=12, padding_mask=True)
     data = text_files.tokenize(corpus, str(made["tokenizer"]), seq)
     tok = text_files.load_tokenizer(made["tokenizer"])
-    whole = tok(corpus.train, padding="max_length", truncation=True, max_length=12)["input_ids"]
-    assert data.train.inputs.tolist() == whole
-    assert (data.train.inputs != tok.pad_token_id).sum(dim=1).min() >= 2  # words, not padding
+    whole = tok(corpus.train, padding="max_length", truncation=True, max_length=12)
+    padding = data.train.inputs == models.PADDING  # what the tokenizer padded
+    assert data.train.inputs.masked_fill(padding, tok.pad_token_id).tolist() == whole["input_ids"]
+    assert (~padding).long().tolist() == whole["attention_mask"]
+    assert (~padding).sum(dim=1).min() >= 2  # words, not padding
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
@@ -2370,3 +2372,97 @@ def test_a_keyboard_interrupt_raised_in_a_rank_is_not_a_sigint(tmp_path):
         signal.signal(signal.SIGINT, before)
     assert faults.classify(signalled) == "interrupted"
     assert faults.describe(signalled, "interrupted") == "interrupted by SIGINT"
+
+
+# ------------------------------------------------------------- a pad token that is a real token
+
+PAD_SHARED_WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "fast", "a", "big", "red"]
+PAD_SHARED_LENGTH = 12
+# pad = eos: '</s>' appended to each text by the post-processor, and written in one; pad = unk:
+# unknown words in the texts.
+PAD_SHARED_TEXTS = {
+    "</s>": ["the cat sat", "a big red dog ran fast on the mat", "the cat </s> sat on mat", "dog"],
+    "<unk>": ["the zebra sat", "a big red gnu ran fast", "the cat sat on a lion", "emu dog"],
+}
+
+
+def _pad_shared_folder(root: Path, pad: str, task: str) -> Path:
+    """A tiny Llama (a causal LM, or a classifier of 2 classes) saved with a word-level
+    tokenizer that pads with `pad`, a real token: '</s>', which its TemplateProcessing
+    post-processor appends to every text (the usual `pad_token = eos_token`), or '<unk>'."""
+    import transformers
+    from tokenizers import Tokenizer, pre_tokenizers, processors, trainers
+    from tokenizers import models as tokenizer_models
+
+    tok = Tokenizer(tokenizer_models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    special = ["<pad>", "<unk>", "<s>", "</s>"]
+    tok.train_from_iterator([PAD_SHARED_WORDS], trainers.WordLevelTrainer(special_tokens=special))
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 3)]
+    )
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=pad, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    config = transformers.LlamaConfig(
+        vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        pad_token_id=fast.pad_token_id, bos_token_id=2, eos_token_id=3,
+        tie_word_embeddings=False, num_labels=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    causal = task == "causal-lm"
+    model = transformers.LlamaForCausalLM if causal else transformers.LlamaForSequenceClassification
+    folder = root / f"llama-{task}"
+    model(config).save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("task", ["causal-lm", "classification"])
+@pytest.mark.parametrize("pad", ["</s>", "<unk>"], ids=["pad=eos", "pad=unk"])
+def test_a_pad_token_that_is_a_real_token_is_attended_to_and_learnt(tmp_path, pad, task):
+    """Found by the twenty-ninth round: input ids equal to pad_token_id were padding, so with
+    pad = eos every `</s>` the tokenizer appended (or the text held) and with pad = unk every
+    unknown word was dropped from attention and from the causal LM's targets, silently: the
+    loss and held-out figures were not transformers' with the tokenizer's attention mask.
+    Padding is now what the tokenizer padded (its attention mask): pipeplan's loss on the
+    batch is the transformers model's own, given the tokenizer's ids and attention mask (a
+    classifier pooling, as transformers does, the rightmost token that is not the pad id)."""
+    import transformers
+
+    from executor.task import build_task
+    from pipeplan.formats import RunConfig
+
+    folder = _pad_shared_folder(tmp_path, pad, task)
+    texts = PAD_SHARED_TEXTS[pad]
+    rows = [
+        {"text": t, **({"label": i % 2} if task != "causal-lm" else {})}
+        for i, t in enumerate(texts)
+    ]
+    data = write_jsonl(tmp_path / "train.jsonl", rows)
+    spec = f"{data},{write_jsonl(tmp_path / 'eval.jsonl', rows)}"
+    cfg = RunConfig(model=str(folder), data=spec, tokenizer=str(folder), seq_len=PAD_SHARED_LENGTH)
+    seq, task_data = build_task(cfg)
+    assert seq.task == task and seq.padding_mask
+
+    tok = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    given = tok(
+        texts, padding="max_length", truncation=True, max_length=PAD_SHARED_LENGTH,
+        return_tensors="pt",
+    )  # fmt: skip
+    ids, mask = given["input_ids"], given["attention_mask"]
+    real_pads = (ids == tok.pad_token_id) & (mask == 1)
+    assert int(real_pads.sum()) >= len(texts)  # every text holds the pad token as a token
+    if task == "causal-lm":
+        auto, labels = transformers.AutoModelForCausalLM, ids.masked_fill(mask == 0, -100)
+    else:
+        auto, labels = transformers.AutoModelForSequenceClassification, torch.tensor([0, 1, 0, 1])
+    reference = auto.from_pretrained(folder, local_files_only=True).eval()
+    seq.layers.eval()
+    with torch.no_grad():
+        theirs = reference(input_ids=ids, attention_mask=mask, labels=labels).loss
+        x, y = task_data.train.inputs, task_data.train.labels
+        ours = seq.loss(seq.forward(x), y)
+    assert torch.equal(ours, theirs)  # bit for bit, as the layers are tested
+    assert torch.equal(y, labels)

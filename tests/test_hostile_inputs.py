@@ -41,7 +41,7 @@ def test_a_causal_lm_corpus_without_a_next_token_is_refused_before_any_rank_star
     """Texts of 0 or 1 token (the rest padding) give the model nothing to predict: every
     loss would be a mean of nothing (NaN). One text of 2 tokens is enough to train on."""
     seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8)
-    pad = seq.config.pad_token_id
+    pad = models.PADDING
     ids = torch.full((6, 8), pad, dtype=torch.int64)
     ids[1:, 0] = 5  # one empty text, five of one token
     labels = torch.where(ids == pad, IGNORE, ids)
@@ -50,7 +50,29 @@ def test_a_causal_lm_corpus_without_a_next_token_is_refused_before_any_rank_star
         check_compatible(data, seq)
     ids[3, 1] = 6  # a text of 2 tokens: one target
     labels = torch.where(ids == pad, IGNORE, ids)
-    check_compatible(TaskData("lm.jsonl", TensorPairs(ids, labels), TensorPairs(ids, labels)), seq)
+    pairs = TensorPairs(ids, labels)
+    check_compatible(TaskData("lm.jsonl", pairs, pairs, padded=True), seq)
+
+
+def test_padded_user_data_marks_padding_with_minus_100_and_its_pad_ids_are_tokens():
+    """Found by the twenty-ninth round: ids equal to pad_token_id were padding, so a real
+    token that is the pad token (pad = eos) was dropped from attention and the loss. A data
+    module's padded ids hold models.PADDING (−100) at padding, as text files do; the pad
+    token's own id is a token (attended to: the mask channel is 0 at padding alone), and −100
+    in data not marked padded names `TaskData(..., padded=True)`."""
+    seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8)
+    pad = seq.config.pad_token_id
+    ids = torch.tensor([[5, 6, pad, 7, pad, -100, -100, -100]] * 2)
+    pairs = TensorPairs(ids, ids.clone())
+    check_compatible(TaskData("lm", pairs, pairs, padded=True), seq)
+    seq.layers.eval()
+    with torch.no_grad():
+        channel = seq.forward(ids, 0, 1)[..., -1]
+    assert ((channel != 0) == (ids != models.PADDING)).all()
+    with pytest.raises(
+        BadArgumentError, match=r"-100 is padding in TaskData\(\.\.\., padded=True\)"
+    ):
+        check_compatible(TaskData("lm", pairs, pairs), seq)
 
 
 def _step(logits: torch.Tensor, labels: torch.Tensor, replicas: int, micro_batches: int):
@@ -113,8 +135,8 @@ def _lm_batch(seq) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(4)
     x, _ = seq.example_batch(LM_BATCH, gen)
     lengths = torch.tensor([8, 3, 1, 1, 6, 2, 8, 5])
-    x[torch.arange(x.shape[1]) >= lengths[:, None]] = seq.config.pad_token_id
-    return x, torch.where(x == seq.config.pad_token_id, IGNORE, x)
+    x[torch.arange(x.shape[1]) >= lengths[:, None]] = models.PADDING
+    return x, torch.where(x == models.PADDING, IGNORE, x)
 
 
 def _lm_rank(rank, port, out):

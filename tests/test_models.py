@@ -115,8 +115,9 @@ def _write_config(tmp_path, family, **changes):
 
 def _hf_outputs(seq, hf, x, y):
     key = "pixel_values" if seq.family in ("vit", "deit") else "input_ids"
-    if seq.padding_mask:  # what a transformers user passes with padded input ids
-        return hf(input_ids=x, attention_mask=(x != seq.config.pad_token_id).long(), labels=y)
+    if seq.padding_mask:  # what a transformers user passes: the tokenizer's ids and mask
+        pad, padding = seq.config.pad_token_id, x == models.PADDING
+        return hf(input_ids=x.masked_fill(padding, pad), attention_mask=(~padding).long(), labels=y)
     return hf(**{key: x}, labels=y)
 
 
@@ -169,7 +170,7 @@ def test_decoder_saved_as_a_classifier_stays_one(tmp_path):
 def _padded_batch(seq, left=False):
     """Three samples of lengths T, T-3 and 2, padded on the right (or on the left)."""
     gen = torch.Generator().manual_seed(1)
-    pad, length = seq.config.pad_token_id, seq.input_shape[0]
+    pad, length = models.PADDING, seq.input_shape[0]
     x = torch.randint(3, seq.config.vocab_size, (3, length), generator=gen)  # no special ids
     y = torch.randint(0, seq.num_labels, (3,), generator=gen)
     for row, keep in [(1, length - 3), (2, 2)]:
@@ -178,7 +179,7 @@ def _padded_batch(seq, left=False):
         else:
             x[row, keep:] = pad
     if seq.task == "causal-lm":
-        y = x.masked_fill(x == pad, models.IGNORE_INDEX)
+        y = x.clone()  # PADDING is IGNORE_INDEX
     return x, y
 
 
@@ -205,7 +206,8 @@ def test_padding_mask_changes_what_padded_samples_see(tmp_path, family):
     masked.layers.eval(), plain.layers.eval()
     x, _ = _padded_batch(masked, left=True)
     with torch.no_grad():  # the last block's output, without the mask channel
-        a, b = masked.forward(x, 0, -1)[..., :-1], plain.forward(x, 0, -1)
+        ids = x.masked_fill(x == models.PADDING, masked.config.pad_token_id)  # unmarked
+        a, b = masked.forward(x, 0, -1)[..., :-1], plain.forward(ids, 0, -1)
     # The unpadded sample agrees up to rounding (a masked batch takes another kernel); the
     # two real tokens of sample 2 see something else.
     assert torch.allclose(a[0], b[0], atol=1e-4)
@@ -219,7 +221,7 @@ def test_padding_mask_travels_as_one_trailing_channel():
     with torch.no_grad():
         hidden = seq.forward(x, 0, 1)
         assert hidden.shape == (3, 32, seq.config.hidden_size + 1)
-        assert torch.equal(hidden[..., -1], (x != 0).float())
+        assert torch.equal(hidden[..., -1], (x != models.PADDING).float())
         after = seq.forward(hidden, 1, 3)
         assert torch.equal(after[..., -1], hidden[..., -1])
         assert torch.equal(seq.forward(after, 3), seq.forward(x))
@@ -241,8 +243,9 @@ def test_causal_lm_example_batch_labels_are_the_inputs():
     assert torch.equal(x, y) and (x != 0).all()
     seq = models.build("gpt2-tiny", padding_mask=True)
     x, y = seq.example_batch(4, torch.Generator().manual_seed(0))
-    assert ((x == 0) == (y == models.IGNORE_INDEX)).all() and (x == 0).any()
-    assert torch.equal(x[x != 0], y[y != models.IGNORE_INDEX])
+    padding = x == models.PADDING
+    assert (padding == (y == models.IGNORE_INDEX)).all() and padding.any()
+    assert torch.equal(x[~padding], y[y != models.IGNORE_INDEX]) and (x[~padding] >= 1).all()
 
 
 def test_causal_lm_loss_skips_ignored_labels_and_the_last_position():

@@ -18,7 +18,7 @@ from executor.data import check_compatible
 from executor.task import build_task
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import RunConfig
-from pipeplan.models import IGNORE_INDEX
+from pipeplan.models import IGNORE_INDEX, PADDING
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,13 +124,15 @@ def test_labelled_text_builds_a_padded_classifier_with_named_labels(files):
     assert seq.num_labels == 2 and seq.hf_model.config.id2label == {0: "negative", 1: "positive"}
     ids, labels = data.train.inputs, data.train.labels
     assert ids.shape == (40, 12) and ids.dtype == torch.int64 and labels.shape == (40,)
-    assert (ids == 0).any() and (ids[:, 0] != 0).all()  # right-padded with the pad id 0
+    padding = ids == PADDING  # what the tokenizer padded, on the right
+    assert padding.any() and not padding[:, 0].any()
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(files["tokenizer"], local_files_only=True)
     corpus = text.read_corpus(cfg.data, cfg.seed)
     expected = tok(corpus.train, padding="max_length", truncation=True, max_length=12)
-    assert ids.tolist() == expected["input_ids"]
+    assert ids.masked_fill(padding, 0).tolist() == expected["input_ids"]
+    assert (~padding).long().tolist() == expected["attention_mask"]
 
 
 def test_plain_text_trains_a_causal_lm_with_padding_ignored(files):
@@ -140,8 +142,9 @@ def test_plain_text_trains_a_causal_lm_with_padding_ignored(files):
     seq, data = build_task(cfg)
     assert seq.task == "causal-lm" and seq.padding_mask
     ids, labels = data.train.inputs, data.train.labels
-    assert torch.equal(labels[ids != 0], ids[ids != 0])
-    assert (labels[ids == 0] == IGNORE_INDEX).all() and (ids == 0).any()
+    padding = ids == PADDING
+    assert torch.equal(labels[~padding], ids[~padding]) and (ids[~padding] >= 0).all()
+    assert (labels[padding] == IGNORE_INDEX).all() and padding.any()
     check_compatible(data, seq)
 
 
