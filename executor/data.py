@@ -130,6 +130,8 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
             continue
         inputs, labels = _samples(dataset, data.name, split)
         _check_inputs(inputs, data.name, seq, data.padded)
+        if data.padded:
+            _warn_old_padding(inputs, data.name, split, seq)
         if labels.dtype != torch.int64:
             raise BadArgumentError(
                 f"data '{data.name}': {split} labels must be int64, not {_dtype(labels.dtype)}"
@@ -893,6 +895,37 @@ def _check_inputs(inputs: torch.Tensor, name: str, seq: LayerSequence, padded: b
                 f"data '{name}' has token ids in {low}..{high} but model '{seq.name}' has "
                 f"vocab_size {vocab}{padding}"
             )
+
+
+def _warn_old_padding(inputs: torch.Tensor, name: str, split: str, seq: LayerSequence) -> None:
+    """Padded data that pads with the pad token's id, as padded data did before the
+    twenty-ninth round made padding PADDING (a pad id is now a real token, attended to and
+    learnt: pad = eos is common): its padding would train silently as text. A row ending in
+    two or more pad ids and holding no PADDING is taken for it (a text the tokenizer ends with
+    one eos is not), and said once.
+
+        _warn_old_padding(ids, "mydata:load", "train", seq)
+    """
+    from pipeplan.models import PADDING
+
+    pad = getattr(seq.config, "pad_token_id", None)
+    if not isinstance(pad, int) or inputs.dtype != torch.int64 or inputs.dim() != 2:
+        return
+    if inputs.shape[1] < 2 or bool((inputs == PADDING).any()):
+        return
+    rows = int(((inputs[:, -1] == pad) & (inputs[:, -2] == pad)).sum())
+    if rows:
+        log.warning(
+            "data '%s': %d %s row(s) end in a run of pad_token_id %d and hold no %d: padding is "
+            "%d (pipeplan.models.PADDING) in TaskData(..., padded=True); a pad id is a token, "
+            "attended to and learnt",
+            name,
+            rows,
+            split,
+            pad,
+            PADDING,
+            PADDING,
+        )
 
 
 def _shape(shape: tuple[int, ...]) -> str:

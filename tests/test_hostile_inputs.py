@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import shutil
@@ -73,6 +74,27 @@ def test_padded_user_data_marks_padding_with_minus_100_and_its_pad_ids_are_token
         BadArgumentError, match=r"-100 is padding in TaskData\(\.\.\., padded=True\)"
     ):
         check_compatible(TaskData("lm", pairs, pairs), seq)
+
+
+def test_padded_data_padding_with_the_pad_id_as_before_is_warned_of(caplog):
+    """The twenty-ninth round made padding -100 (models.PADDING) and the pad token's id a
+    token: a data module that still pads with pad_token_id would train on its padding as
+    text without a word. A row ending in a run of pad ids and holding no -100 is warned of
+    once, naming the change; a row ending in one eos that is the pad token is not."""
+    seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8)
+    pad = seq.config.pad_token_id
+    old = torch.tensor([[5, 6, 7, 8, pad, pad, pad, pad], [5, 6, 7, 8, 9, 10, 11, pad]])
+    new = torch.tensor([[5, 6, 7, 8, pad, -100, -100, -100], [5, 6, 7, 8, 9, 10, 11, pad]])
+    said = {}
+    for case, ids in (("old", old), ("new", new), ("one eos", old[1:])):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="pipeplan.data"):
+            pairs = TensorPairs(ids, ids.clone())
+            check_compatible(TaskData("lm", pairs, pairs, padded=True), seq)
+        said[case] = [r.getMessage() for r in caplog.records if "pad_token_id" in r.getMessage()]
+    assert not said["new"] and not said["one eos"], said
+    assert len(said["old"]) == 2, said  # the training and the held-out set
+    assert f"1 train row(s) end in a run of pad_token_id {pad} and hold no -100" in said["old"][0]
 
 
 def _step(logits: torch.Tensor, labels: torch.Tensor, replicas: int, micro_batches: int):
