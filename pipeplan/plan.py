@@ -473,11 +473,13 @@ def _plan_from(
 
 
 def phase_timelines(
-    profile: Profile, plan: Plan, params: CostParams | None = None
+    profile: Profile, plan: Plan, shown: list[int] | None = None, params: CostParams | None = None
 ) -> list[Timeline]:
-    """One simulated step per phase (steady state), for the Gantt plot."""
+    """One simulated step per phase (steady state) of the phases `shown` (None: all), for the
+    Gantt plots."""
     model = CostModel(profile, plan.inputs.cluster, params)
-    return [model.evaluate(p.layout, record=True).timeline for p in plan.phases]
+    shown = range(len(plan.phases)) if shown is None else shown
+    return [model.evaluate(plan.phases[i].layout, record=True).timeline for i in shown]
 
 
 # --------------------------------------------------------------------------- preview

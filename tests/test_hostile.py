@@ -614,6 +614,50 @@ def test_the_largest_allowed_inputs_finish_within_memory_and_time(tmp_path, extr
         assert len(done.stderr.strip().splitlines()) == 1
 
 
+def long_profile(blocks: int) -> dict:
+    """PROFILE (bert-tiny) with `blocks` blocks, its four repeated: a long model in a small file."""
+    import copy
+
+    doc = copy.deepcopy(PROFILE)
+    doc["model"]["name"] = "long-bert"  # a built-in name holds its own config's depth
+    doc["model"]["config"]["num_hidden_layers"] = blocks
+    layers = [doc["layers"][0]]
+    for index in range(1, blocks + 1):
+        block = copy.deepcopy(doc["layers"][1 + (index - 1) % 4])
+        layers.append(block | {"index": index, "name": f"block{index}"})
+    layers.append(doc["layers"][-1] | {"index": blocks + 1})
+    return doc | {"layers": layers}
+
+
+def every_epoch_freezes(epochs: int, step: int = 1) -> list[str]:
+    """--epochs N --freeze-schedule 0,step,2·step,…: a phase per epoch."""
+    schedule = ",".join(str(step * epoch) for epoch in range(epochs))
+    return ["--epochs", str(epochs), "--freeze-schedule", schedule]
+
+
+@pytest.mark.timeout(120)
+def test_preview_plots_a_bounded_number_of_phases(tmp_path, capsys, monkeypatch):
+    """Found by the twenty-ninth round: `preview --plot` wrote a Gantt per phase (1,000 PNGs
+    and six minutes for 1,000 phases). At most 16 are drawn (here 3, so the test is cheap),
+    spread from the first phase to the last, each named by its phase, beside the per-epoch
+    chart."""
+    from pipeplan import plots as plots_module
+
+    monkeypatch.setattr(plots_module, "MAX_GANTT_PHASES", 3, raising=False)  # 16: new here
+    profile = tmp_path / "long.json"
+    profile.write_text(json.dumps(long_profile(6)))
+    plots = tmp_path / "plots"
+    argv = ["preview", "--profile", str(profile), "--devices-per-node", "2"]
+    argv += ["--global-batch", "64", "--samples", "6400", *every_epoch_freezes(7)]
+    assert cli.main([*argv, "--plot", str(plots)]) == 0
+    names = sorted(p.name for p in plots.iterdir())
+    assert names == ["epochs.png", "phase0-step.png", "phase3-step.png", "phase6-step.png"]
+    assert f"wrote 4 plots to {plots}" in capsys.readouterr().err
+    monkeypatch.undo()
+    spread = plots_module.gantt_phases(1000)
+    assert len(spread) == 16 and spread[0] == 0 and spread[-1] == 999
+
+
 # ----------------------------------------------------------------------------- resume
 
 # `finished_run` (conftest): a real run of FINISHED, shared by the test_hostile_* files.
