@@ -51,6 +51,7 @@ from pipeplan.solver import (
     BaselineName,
     NothingFasterError,
     Pins,
+    PlanWork,
     baseline_boundaries,
     solve_phase,
 )
@@ -269,15 +270,18 @@ def _elastic(
     freeze: FreezeSchedule,
     cache: bool,
     pins: Pins,
+    work: PlanWork,
     fixed_layout: Layout | None = None,
 ) -> list[tuple[int, int, _Choice]]:
-    """Per phase (start epoch, epochs, choice). With `fixed_layout` every phase keeps that
-    placement (the "freeze only" ablation)."""
+    """Per phase (start epoch, epochs, choice), the phases' searches within one plan's `work`.
+    With `fixed_layout` every phase keeps that placement (the "freeze only" ablation)."""
     result = []
     previous: Layout | None = None
     for phase in phases(freeze):
         frozen, epochs = phase.frozen_layers, phase.epochs
-        choice = decide_phase(model, shape, frozen, epochs, cache, pins, previous, fixed_layout)
+        choice = decide_phase(
+            model, shape, frozen, epochs, cache, pins, previous, fixed_layout, work
+        )
         previous = choice.layout
         result.append((phase.start_epoch, epochs, choice))
     return result
@@ -292,6 +296,7 @@ def decide_phase(
     pins: Pins,
     previous: Layout | None,
     fixed_layout: Layout | None = None,
+    work: PlanWork | None = None,
 ) -> _Choice:
     """One phase of `epochs` epochs with `frozen` layers frozen, after `previous`: the plan's
     rule, which `pipeplan run` applies too when it plans online. With the cache on, the
@@ -299,7 +304,8 @@ def decide_phase(
     cache as it trains, later epochs hit as far as the node caches cover the samples); each
     keeps `previous`'s placement unless moving pays for itself. A cached phase is priced only
     when its cache can hit within the phase (`cache_can_hit`): one that only fills costs the
-    uncached placement's steps plus the stores, never less than that placement uncached."""
+    uncached placement's steps plus the stores, never less than that placement uncached.
+    `work`: the plan's search budget (`solve_phase`)."""
     can_hit = cache_can_hit(epochs, previous)
     options = [True, False] if cache and frozen > 0 and can_hit else [False]
     best: _Choice | None = None
@@ -313,7 +319,7 @@ def decide_phase(
             beat = best.total_s(epochs) / (epochs * shape.steps_per_epoch) * (1 + BEAT_MARGIN)
         try:
             choice = _choose(
-                model, shape, frozen, cached, epochs, pins, previous, fixed_layout, beat
+                model, shape, frozen, cached, epochs, pins, previous, fixed_layout, beat, work
             )
         except PipeplanError as exc:  # e.g. only the cached layout fits in memory
             error = exc
@@ -343,6 +349,7 @@ def _choose(
     previous: Layout | None,
     fixed_layout: Layout | None,
     faster_than_s: float = math.inf,
+    work: PlanWork | None = None,
 ) -> _Choice:
     """The layout of one phase: the solver's, unless keeping the previous placement is
     cheaper once the transition is paid for. `faster_than_s`: the solver's layout matters
@@ -357,7 +364,7 @@ def _choose(
         return _phase_choice(model, shape, kept, 0.0, [], previous)
     try:
         solution = solve_phase(
-            model, shape.global_batch, frozen, cached, pins, 2, faster_than_s, hint=previous
+            model, shape.global_batch, frozen, cached, pins, 2, faster_than_s, previous, work
         )
     except NothingFasterError:
         kept = None if previous is None else _with_freeze(previous, frozen, cached, model)
@@ -442,7 +449,10 @@ def make_plan(
     model = CostModel(profile, cluster, params)
     shape = TrainingShape(global_batch, samples, epochs)
     _check_freeze(freeze, shape, model)
-    return _plan_from(model, profile, shape, freeze, cache, pins or Pins())
+    work = PlanWork()
+    plan = _plan_from(model, profile, shape, freeze, cache, pins or Pins(), work)
+    work.report()
+    return plan
 
 
 def _plan_from(
@@ -452,8 +462,9 @@ def _plan_from(
     freeze: FreezeSchedule,
     cache: bool,
     pins: Pins,
+    work: PlanWork,
 ) -> Plan:
-    chosen = _elastic(model, shape, freeze, cache, pins)
+    chosen = _elastic(model, shape, freeze, cache, pins, work)
     phase_plans = [_phase_plan(*row) for row in chosen]
     return Plan(
         inputs=PlanInputs(
@@ -511,19 +522,27 @@ def make_preview(
     pins = pins or Pins()
     steps = shape.steps_per_epoch
 
-    base = solve_phase(model, global_batch, 0, False, pins).best
+    # One line for all the preview's searches stopped at their work limit; each plan priced
+    # has a plan's budget (`another`), so the plan previewed is the one `make_plan` gives.
+    work = PlanWork()
+    base = solve_phase(model, global_batch, 0, False, pins, work=work).best
     base_epoch_s = steps * base.step_s
     base_total = epochs * base_epoch_s
 
     def total(rows: list) -> float:
         return sum(c.total_s(epochs) for _, epochs, c in rows)
 
-    freeze_only = _elastic(model, shape, freeze, False, pins, fixed_layout=base.layout)
+    freeze_only = _elastic(model, shape, freeze, False, pins, work.another(), base.layout)
     repartition = _elastic(
-        model, shape, freeze, False, replace(pins, replicas=base.layout.replicas)
+        model,
+        shape,
+        freeze,
+        False,
+        replace(pins, replicas=base.layout.replicas),
+        work.another(),
     )
-    wider = _elastic(model, shape, freeze, False, pins)
-    plan = _plan_from(model, profile, shape, freeze, cache, pins)
+    wider = _elastic(model, shape, freeze, False, pins, work.another())
+    plan = _plan_from(model, profile, shape, freeze, cache, pins, work.another())
     full_total = plan.predicted_total_s
 
     # What an epoch trains: its whole steps (the last partial batch is dropped, as the run
@@ -570,8 +589,11 @@ def make_preview(
 
     cases = [case("given" if later is None else "best", freeze, full_total)]
     if later is not None:
-        later_total = _plan_from(model, profile, shape, later, cache, pins).predicted_total_s
+        later_total = _plan_from(
+            model, profile, shape, later, cache, pins, work.another()
+        ).predicted_total_s
         cases.append(case("later", later, later_total))
+    work.report()
     return Preview(
         model=profile.model.name,
         devices=cluster.num_devices,

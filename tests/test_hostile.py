@@ -636,6 +636,44 @@ def every_epoch_freezes(epochs: int, step: int = 1) -> list[str]:
 
 
 @pytest.mark.timeout(120)
+def test_a_plans_phases_share_one_work_budget_and_say_their_gap_once(tmp_path, capsys, monkeypatch):
+    """Found by the twenty-ninth round: each phase's search had a work limit but the plan's
+    phases did not share one, and each search that reached its limit logged its own line (3
+    identical lines for a 3-epoch preview). The phases share one budget (here shrunk to three
+    phases' worth so the test is cheap): past it a search gets what is left; one INFO line for
+    the plan gives the widest gap."""
+    from pipeplan import solver
+    from pipeplan.formats import dumps
+    from pipeplan.synthetic import synthetic_profile, transformer_layers
+
+    works: list[int] = []
+    search = solver._Run.search
+
+    def counted(run) -> None:
+        search(run)
+        works.append(run.work)
+
+    monkeypatch.setattr(solver._Run, "search", counted)
+    monkeypatch.setattr(solver, "DEFAULT_WORK_LIMIT", 20_000)
+    monkeypatch.setattr(solver, "PLAN_WORK_LIMIT", 60_000, raising=False)  # new here
+    # 200 near-equal blocks on 64 devices: every search reaches the limit.
+    layers = transformer_layers(num_blocks=200, hidden=1024, seq_len=256, vocab=32000)
+    profile = tmp_path / "long.json"
+    profile.write_text(dumps(synthetic_profile(layers, name="long")))
+    argv = ["plan", "--profile", str(profile), "--nodes", "8", "--devices-per-node", "8"]
+    argv += ["--device-memory", "80GiB", "--global-batch", "512", "--samples", "51200"]
+    argv += [*every_epoch_freezes(6, 20), "--no-cache", "--out", str(tmp_path / "plan.json")]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    stops = [line for line in err.splitlines() if "stopped at its work limit" in line]
+    assert len(stops) == 1, err
+    assert stops[0].startswith("pipeplan: INFO: layout search stopped at its work limit in 6")
+    assert len(works) == 6
+    # Each search may pass its limit by what it does before it looks again (a simulation).
+    assert sum(works) <= 60_000 + 6 * 5_000, works
+
+
+@pytest.mark.timeout(120)
 def test_preview_plots_a_bounded_number_of_phases(tmp_path, capsys, monkeypatch):
     """Found by the twenty-ninth round: `preview --plot` wrote a Gantt per phase (1,000 PNGs
     and six minutes for 1,000 phases). At most 16 are drawn (here 3, so the test is cheap),
