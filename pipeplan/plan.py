@@ -60,6 +60,12 @@ SIGNIFICANT_DIGITS = 9
 # A phase's total is a sum of epochs, the bound on it a product: the margin keeps a layout
 # whose total would tie the other option's from being pruned by the last bit of rounding.
 BEAT_MARGIN = 1e-9
+# Phases × layers a freeze schedule may ask for: each phase is a layout search whose setup
+# grows with the layers, beside the work the plan's searches share (`PlanWork`). Any schedule
+# of a model up to 315 layers, 100 phases of 1,000 layers (an α schedule has one per epoch
+# at most: tens), 10 of 10,000; the twenty-ninth round's 9,990 phases of 9,990 layers ran for
+# hours.
+MAX_PHASE_LAYERS = 100_000
 
 
 def _r(x: float) -> float:
@@ -130,6 +136,13 @@ def _check_freeze(freeze: FreezeSchedule, shape: TrainingShape, model: CostModel
         raise BadArgumentError(
             f"the freeze schedule freezes {too_many[0]} layers but the profile has "
             f"{model.num_layers} (the head is never frozen)"
+        )
+    count = len(phases(freeze))
+    if count * model.num_layers > MAX_PHASE_LAYERS:
+        raise BadArgumentError(
+            f"the freeze schedule has {count} phases (runs of epochs with one freeze point) "
+            f"on a {model.num_layers}-layer profile, and a plan searches a layout per phase: "
+            f"phases × layers is at most {MAX_PHASE_LAYERS:,} (freeze in fewer steps)"
         )
 
 

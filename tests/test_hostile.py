@@ -636,6 +636,26 @@ def every_epoch_freezes(epochs: int, step: int = 1) -> list[str]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["preview", "plan"])
+def test_a_schedule_of_more_phases_than_a_plan_searches_is_refused(tmp_path, capsys, command):
+    """Found by the twenty-ninth round: a plan searched a layout per freeze point, with nothing
+    bounding their number (9,990 phases of a 9,990-layer profile: hours; 300 of 300 layers:
+    13 s). Phases × layers beyond 100,000 is refused at once in one line naming the limit."""
+    import time
+
+    profile = tmp_path / "long.json"
+    profile.write_text(json.dumps(long_profile(398)))  # 400 layers
+    argv = [command, "--profile", str(profile), "--devices-per-node", "8"]
+    argv += ["--global-batch", "64", "--samples", "6400", *every_epoch_freezes(251)]
+    if command == "plan":
+        argv += ["--out", str(tmp_path / "plan.json")]
+    start = time.monotonic()
+    fragments = ("251 phases", "400-layer profile", "phases × layers is at most 100,000")
+    refused(argv, tmp_path, capsys, fragments)
+    assert time.monotonic() - start < 20
+
+
+@pytest.mark.timeout(120)
 def test_a_plans_phases_share_one_work_budget_and_say_their_gap_once(tmp_path, capsys, monkeypatch):
     """Found by the twenty-ninth round: each phase's search had a work limit but the plan's
     phases did not share one, and each search that reached its limit logged its own line (3
