@@ -229,9 +229,11 @@ def preview(
     args = build(PlanRequest, given).resolve()
     result = make_preview(args.profile, args.cluster, **args.preview_kwargs())
     if plot:
-        from pipeplan.plots import write_preview_plots
+        from pipeplan.plots import gantt_phases, write_preview_plots
 
-        written = write_preview_plots(result, phase_timelines(args.profile, result.plan), plot)
+        shown = gantt_phases(len(result.plan.phases))
+        timelines = phase_timelines(args.profile, result.plan, shown)
+        written = write_preview_plots(result, timelines, plot)
         say(f"wrote {len(written)} plots to {plot}")
     if as_json:
         print(dumps(result), end="")

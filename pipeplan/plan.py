@@ -51,6 +51,7 @@ from pipeplan.solver import (
     BaselineName,
     NothingFasterError,
     Pins,
+    PlanWork,
     baseline_boundaries,
     solve_phase,
 )
@@ -59,6 +60,12 @@ SIGNIFICANT_DIGITS = 9
 # A phase's total is a sum of epochs, the bound on it a product: the margin keeps a layout
 # whose total would tie the other option's from being pruned by the last bit of rounding.
 BEAT_MARGIN = 1e-9
+# Phases × layers a freeze schedule may ask for: each phase is a layout search whose setup
+# grows with the layers, beside the work the plan's searches share (`PlanWork`). Any schedule
+# of a model up to 315 layers, 100 phases of 1,000 layers (an α schedule has one per epoch
+# at most: tens), 10 of 10,000; the twenty-ninth round's 9,990 phases of 9,990 layers ran for
+# hours.
+MAX_PHASE_LAYERS = 100_000
 
 
 def _r(x: float) -> float:
@@ -129,6 +136,13 @@ def _check_freeze(freeze: FreezeSchedule, shape: TrainingShape, model: CostModel
         raise BadArgumentError(
             f"the freeze schedule freezes {too_many[0]} layers but the profile has "
             f"{model.num_layers} (the head is never frozen)"
+        )
+    count = len(phases(freeze))
+    if count * model.num_layers > MAX_PHASE_LAYERS:
+        raise BadArgumentError(
+            f"the freeze schedule has {count} phases (runs of epochs with one freeze point) "
+            f"on a {model.num_layers}-layer profile, and a plan searches a layout per phase: "
+            f"phases × layers is at most {MAX_PHASE_LAYERS:,} (freeze in fewer steps)"
         )
 
 
@@ -269,15 +283,18 @@ def _elastic(
     freeze: FreezeSchedule,
     cache: bool,
     pins: Pins,
+    work: PlanWork,
     fixed_layout: Layout | None = None,
 ) -> list[tuple[int, int, _Choice]]:
-    """Per phase (start epoch, epochs, choice). With `fixed_layout` every phase keeps that
-    placement (the "freeze only" ablation)."""
+    """Per phase (start epoch, epochs, choice), the phases' searches within one plan's `work`.
+    With `fixed_layout` every phase keeps that placement (the "freeze only" ablation)."""
     result = []
     previous: Layout | None = None
     for phase in phases(freeze):
         frozen, epochs = phase.frozen_layers, phase.epochs
-        choice = decide_phase(model, shape, frozen, epochs, cache, pins, previous, fixed_layout)
+        choice = decide_phase(
+            model, shape, frozen, epochs, cache, pins, previous, fixed_layout, work
+        )
         previous = choice.layout
         result.append((phase.start_epoch, epochs, choice))
     return result
@@ -292,6 +309,7 @@ def decide_phase(
     pins: Pins,
     previous: Layout | None,
     fixed_layout: Layout | None = None,
+    work: PlanWork | None = None,
 ) -> _Choice:
     """One phase of `epochs` epochs with `frozen` layers frozen, after `previous`: the plan's
     rule, which `pipeplan run` applies too when it plans online. With the cache on, the
@@ -299,7 +317,8 @@ def decide_phase(
     cache as it trains, later epochs hit as far as the node caches cover the samples); each
     keeps `previous`'s placement unless moving pays for itself. A cached phase is priced only
     when its cache can hit within the phase (`cache_can_hit`): one that only fills costs the
-    uncached placement's steps plus the stores, never less than that placement uncached."""
+    uncached placement's steps plus the stores, never less than that placement uncached.
+    `work`: the plan's search budget (`solve_phase`)."""
     can_hit = cache_can_hit(epochs, previous)
     options = [True, False] if cache and frozen > 0 and can_hit else [False]
     best: _Choice | None = None
@@ -313,7 +332,7 @@ def decide_phase(
             beat = best.total_s(epochs) / (epochs * shape.steps_per_epoch) * (1 + BEAT_MARGIN)
         try:
             choice = _choose(
-                model, shape, frozen, cached, epochs, pins, previous, fixed_layout, beat
+                model, shape, frozen, cached, epochs, pins, previous, fixed_layout, beat, work
             )
         except PipeplanError as exc:  # e.g. only the cached layout fits in memory
             error = exc
@@ -343,6 +362,7 @@ def _choose(
     previous: Layout | None,
     fixed_layout: Layout | None,
     faster_than_s: float = math.inf,
+    work: PlanWork | None = None,
 ) -> _Choice:
     """The layout of one phase: the solver's, unless keeping the previous placement is
     cheaper once the transition is paid for. `faster_than_s`: the solver's layout matters
@@ -357,7 +377,7 @@ def _choose(
         return _phase_choice(model, shape, kept, 0.0, [], previous)
     try:
         solution = solve_phase(
-            model, shape.global_batch, frozen, cached, pins, 2, faster_than_s, hint=previous
+            model, shape.global_batch, frozen, cached, pins, 2, faster_than_s, previous, work
         )
     except NothingFasterError:
         kept = None if previous is None else _with_freeze(previous, frozen, cached, model)
@@ -442,7 +462,10 @@ def make_plan(
     model = CostModel(profile, cluster, params)
     shape = TrainingShape(global_batch, samples, epochs)
     _check_freeze(freeze, shape, model)
-    return _plan_from(model, profile, shape, freeze, cache, pins or Pins())
+    work = PlanWork()
+    plan = _plan_from(model, profile, shape, freeze, cache, pins or Pins(), work)
+    work.report()
+    return plan
 
 
 def _plan_from(
@@ -452,8 +475,9 @@ def _plan_from(
     freeze: FreezeSchedule,
     cache: bool,
     pins: Pins,
+    work: PlanWork,
 ) -> Plan:
-    chosen = _elastic(model, shape, freeze, cache, pins)
+    chosen = _elastic(model, shape, freeze, cache, pins, work)
     phase_plans = [_phase_plan(*row) for row in chosen]
     return Plan(
         inputs=PlanInputs(
@@ -473,11 +497,13 @@ def _plan_from(
 
 
 def phase_timelines(
-    profile: Profile, plan: Plan, params: CostParams | None = None
+    profile: Profile, plan: Plan, shown: list[int] | None = None, params: CostParams | None = None
 ) -> list[Timeline]:
-    """One simulated step per phase (steady state), for the Gantt plot."""
+    """One simulated step per phase (steady state) of the phases `shown` (None: all), for the
+    Gantt plots."""
     model = CostModel(profile, plan.inputs.cluster, params)
-    return [model.evaluate(p.layout, record=True).timeline for p in plan.phases]
+    shown = range(len(plan.phases)) if shown is None else shown
+    return [model.evaluate(plan.phases[i].layout, record=True).timeline for i in shown]
 
 
 # --------------------------------------------------------------------------- preview
@@ -509,19 +535,27 @@ def make_preview(
     pins = pins or Pins()
     steps = shape.steps_per_epoch
 
-    base = solve_phase(model, global_batch, 0, False, pins).best
+    # One line for all the preview's searches stopped at their work limit; each plan priced
+    # has a plan's budget (`another`), so the plan previewed is the one `make_plan` gives.
+    work = PlanWork()
+    base = solve_phase(model, global_batch, 0, False, pins, work=work).best
     base_epoch_s = steps * base.step_s
     base_total = epochs * base_epoch_s
 
     def total(rows: list) -> float:
         return sum(c.total_s(epochs) for _, epochs, c in rows)
 
-    freeze_only = _elastic(model, shape, freeze, False, pins, fixed_layout=base.layout)
+    freeze_only = _elastic(model, shape, freeze, False, pins, work.another(), base.layout)
     repartition = _elastic(
-        model, shape, freeze, False, replace(pins, replicas=base.layout.replicas)
+        model,
+        shape,
+        freeze,
+        False,
+        replace(pins, replicas=base.layout.replicas),
+        work.another(),
     )
-    wider = _elastic(model, shape, freeze, False, pins)
-    plan = _plan_from(model, profile, shape, freeze, cache, pins)
+    wider = _elastic(model, shape, freeze, False, pins, work.another())
+    plan = _plan_from(model, profile, shape, freeze, cache, pins, work.another())
     full_total = plan.predicted_total_s
 
     # What an epoch trains: its whole steps (the last partial batch is dropped, as the run
@@ -568,8 +602,11 @@ def make_preview(
 
     cases = [case("given" if later is None else "best", freeze, full_total)]
     if later is not None:
-        later_total = _plan_from(model, profile, shape, later, cache, pins).predicted_total_s
+        later_total = _plan_from(
+            model, profile, shape, later, cache, pins, work.another()
+        ).predicted_total_s
         cases.append(case("later", later, later_total))
+    work.report()
     return Preview(
         model=profile.model.name,
         devices=cluster.num_devices,

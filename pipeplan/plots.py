@@ -530,25 +530,41 @@ def _save(png: bytes, path: str | Path) -> Path:
     return path
 
 
+# Gantt charts `preview --plot` draws at most: one per phase made a file per freeze point (the
+# twenty-ninth round: 1,000 PNGs and six minutes for a schedule of 1,000 phases).
+MAX_GANTT_PHASES = 16
+
+
+def gantt_phases(count: int) -> list[int]:
+    """The phases of `count` whose Gantt `preview --plot` draws: all up to MAX_GANTT_PHASES,
+    else that many spread evenly, the first and the last among them (`gantt_phases(100)` →
+    [0, 7, 13, …, 99]); each file keeps its phase's index."""
+    if count <= MAX_GANTT_PHASES:
+        return list(range(count))
+    step = (count - 1) / (MAX_GANTT_PHASES - 1)
+    return sorted({round(i * step) for i in range(MAX_GANTT_PHASES)})
+
+
 def write_preview_plots(
     preview: Any, timelines: Sequence[Any], directory: str | Path
 ) -> list[Path]:
-    """`pipeplan preview --plot DIR`: one Gantt per phase and the per-epoch chart, written
-    all or nothing (`write_files`)."""
+    """`pipeplan preview --plot DIR`: the Gantt of each phase of `gantt_phases` (`timelines`
+    in that order: `plan.phase_timelines(profile, preview.plan, shown)`) and the per-epoch
+    chart, written all or nothing (`write_files`)."""
     directory = Path(directory)
-    phases = range(len(preview.plan.phases))
-    targets = [*(directory / f"phase{i}-step.png" for i in phases), directory / "epochs.png"]
+    shown = gantt_phases(len(preview.plan.phases))
+    targets = [*(directory / f"phase{i}-step.png" for i in shown), directory / "epochs.png"]
     with checked_targets(targets):
         stale = stale_plots(directory, r"phase[0-9]+-step\.png", targets)
-        return write_files(_preview_figures(preview, timelines, directory), stale)
+        return write_files(_preview_figures(preview, shown, timelines, directory), stale)
 
 
 def _preview_figures(
-    preview: Any, timelines: Sequence[Any], directory: Path
+    preview: Any, shown: list[int], timelines: Sequence[Any], directory: Path
 ) -> Iterator[tuple[Path, bytes]]:
     """`write_preview_plots`' set, each figure drawn just before it is written."""
-    pairs = zip(preview.plan.phases, timelines, strict=True)
-    for index, (phase, timeline) in enumerate(pairs):
+    for index, timeline in zip(shown, timelines, strict=True):
+        phase = preview.plan.phases[index]
         title = (
             f"phase {index}: epochs {phase.start_epoch}–"
             f"{phase.start_epoch + phase.epochs - 1}, "

@@ -62,6 +62,12 @@ MESSAGE_BUDGET_S = 1.0
 # pipelines of near-equal partitions, which the bounds cannot separate, reach it (the
 # 1,000-layer benchmark: 0.2–0.6 s a phase on 2 cores).
 DEFAULT_WORK_LIMIT = 120_000
+# Work all the phase searches of one plan may do together (`PlanWork`): the work limit bounds
+# one phase, this the plan, whose phases a schedule makes as many as its freeze points (the
+# twenty-ninth round: 9,990 of them on a 9,990-layer profile searched for hours). 32 phases
+# that each stop at their limit (the 1,000-layer benchmark has 10) plan as before; past it, a
+# phase gets what is left, at least its first simulated layout (the previous placement).
+PLAN_WORK_LIMIT = 32 * DEFAULT_WORK_LIMIT
 WORK_PER_EXPANSION = 40
 WORK_PER_CHILD = 8
 WORK_PER_TABLE_STAGE = 30
@@ -101,6 +107,59 @@ class PhaseSolution:
     # work limit stopped the search first, `lower_bound_s` is what is proven instead.
     proven: bool = True
     lower_bound_s: float = 0.0
+
+
+class PlanWork:
+    """The work budget one plan's phase searches share (PLAN_WORK_LIMIT), and what the
+    searches stopped at their limit left unproven, said in one line by `report`:
+
+        work = PlanWork()
+        for frozen in freeze_points:
+            solve_phase(model, 64, frozen, work=work)   # each within what is left
+        work.report()   # "layout search stopped at its work limit in 3 of 10 phase searches: ..."
+
+    `another()` is a fresh budget for another plan of the same command (a preview prices
+    several) whose stops the same line counts."""
+
+    def __init__(self, limit: int | None = None, stops: list | None = None):
+        self.limit = PLAN_WORK_LIMIT if limit is None else limit
+        self.left = self.limit
+        # Per search: (best step, proven lower bound), shared with `another()`'s budgets.
+        self.stops: list[tuple[float, float] | None] = [] if stops is None else stops
+
+    def another(self) -> PlanWork:
+        return PlanWork(self.limit, self.stops)
+
+    def phase_limit(self) -> int:
+        """The next phase search's work limit: its own, unless the plan has less left."""
+        return max(0, min(DEFAULT_WORK_LIMIT, self.left))
+
+    def solve(self, search: PhaseSearch, *args) -> PhaseSolution:
+        """`search.solve(*args)` (a search built with `phase_limit()`), its work counted
+        whatever it raises, its gap kept for `report`."""
+        try:
+            solution = search.solve(*args)
+        finally:
+            self.left -= search.work_done
+        stop = None if solution.proven else (solution.best.step_s, solution.lower_bound_s)
+        self.stops.append(stop)
+        return solution
+
+    def report(self) -> None:
+        """One INFO line when a search stopped at its work limit, with the widest gap."""
+        stopped = [s for s in self.stops if s is not None]
+        if not stopped:
+            return
+        best_s, lower_s = max(stopped, key=lambda s: s[0] / s[1] if s[1] > 0 else math.inf)
+        gap = 100 * (best_s / lower_s - 1) if lower_s > 0 else math.inf
+        log.info(
+            "layout search stopped at its work limit in %d of %d phase searches: each best "
+            "layout at most %.3g%% above its optimum (the widest: best step %.6g s)",
+            len(stopped),
+            len(self.stops),
+            gap,
+            best_s,
+        )
 
 
 class NothingFasterError(PipeplanError):
@@ -358,6 +417,7 @@ class PhaseSearch:
         # Rank links depend on the cluster and the map only: every phase of a plan shares them.
         self._links: dict[tuple[tuple[int, ...], ...], _RankLinks] = _LINKS.setdefault(model, {})
         self._shapes: list[Shape] | None = None
+        self.work_done = 0  # by the last `solve`
 
     def costs(self, m: int) -> PhaseCosts:
         return self.model.phase_costs(m, self.frozen_layers, self.cached)
@@ -1009,6 +1069,7 @@ class PhaseSearch:
         if hint is not None:
             run.seed(hint)
         run.search()
+        self.work_done = run.work  # a plan's budget counts it (`PlanWork.solve`)
         if faster_than_s < math.inf and not (run.simulated and run.best_s < faster_than_s):
             raise NothingFasterError(faster_than_s)
         if not run.simulated:
@@ -1167,12 +1228,6 @@ class _Run:
             shape, schedule = item[:2]  # type: ignore[index]
             if kind == "shape" and shape.num_stages == 1 and bound < self.limit():
                 self.simulate(shape, schedule, (0, L))
-        log.info(
-            "layout search stopped at its work limit: best step %.6g s, at most %.3g%% above "
-            "the optimum",
-            self.best_s,
-            100 * (self.best_s / self.stopped_at - 1),
-        )
 
     def seed(self, hint: Layout) -> None:
         """Simulate `hint`'s placement with this phase's freeze point, if the space holds it
@@ -1453,6 +1508,7 @@ def solve_phase(
     runner_ups: int = 2,
     faster_than_s: float = math.inf,
     hint: Layout | None = None,
+    work: PlanWork | None = None,
 ) -> PhaseSolution:
     """The best layout (and runner-ups) for one phase; see the module docstring. A long
     model's uncached phase whose frozen prefix fits no stage 0 is searched again with the
@@ -1461,18 +1517,28 @@ def solve_phase(
     `faster_than_s` (`PhaseSearch.solve`): NothingFasterError unless a layout is faster. A
     long model's uncached phase ignores it: whether to search forward-only stages depends
     on whether anything fits at all, which a pruned search cannot tell. `hint`: see
-    `PhaseSearch.solve`."""
+    `PhaseSearch.solve`. `work`: the plan's budget this search draws on and reports to
+    (None: a budget of one phase, its stop reported here)."""
+    alone = work is None
+    work = work or PlanWork()  # alone: its one or two searches get their own limit each
     retries = not cached and frozen_layers > 0 and model.num_layers > DENSE_MAX_LAYERS
     if retries:
         faster_than_s = math.inf
+    limit = work.phase_limit()
     try:
-        search = PhaseSearch(model, global_batch, frozen_layers, cached, pins)
-        return search.solve(runner_ups, faster_than_s, hint)
+        search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, limit)
+        solution = work.solve(search, runner_ups, faster_than_s, hint)
     except DoesNotFitError:
         if not retries:
             raise
-    search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, forward_only=True)
-    return search.solve(runner_ups, hint=hint)
+        limit = work.phase_limit()
+        search = PhaseSearch(
+            model, global_batch, frozen_layers, cached, pins, limit, forward_only=True
+        )
+        solution = work.solve(search, runner_ups, math.inf, hint)
+    if alone:
+        work.report()
+    return solution
 
 
 # --------------------------------------------------------------------------- baselines

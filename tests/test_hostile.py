@@ -614,6 +614,108 @@ def test_the_largest_allowed_inputs_finish_within_memory_and_time(tmp_path, extr
         assert len(done.stderr.strip().splitlines()) == 1
 
 
+def long_profile(blocks: int) -> dict:
+    """PROFILE (bert-tiny) with `blocks` blocks, its four repeated: a long model in a small file."""
+    import copy
+
+    doc = copy.deepcopy(PROFILE)
+    doc["model"]["name"] = "long-bert"  # a built-in name holds its own config's depth
+    doc["model"]["config"]["num_hidden_layers"] = blocks
+    layers = [doc["layers"][0]]
+    for index in range(1, blocks + 1):
+        block = copy.deepcopy(doc["layers"][1 + (index - 1) % 4])
+        layers.append(block | {"index": index, "name": f"block{index}"})
+    layers.append(doc["layers"][-1] | {"index": blocks + 1})
+    return doc | {"layers": layers}
+
+
+def every_epoch_freezes(epochs: int, step: int = 1) -> list[str]:
+    """--epochs N --freeze-schedule 0,step,2·step,…: a phase per epoch."""
+    schedule = ",".join(str(step * epoch) for epoch in range(epochs))
+    return ["--epochs", str(epochs), "--freeze-schedule", schedule]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["preview", "plan"])
+def test_a_schedule_of_more_phases_than_a_plan_searches_is_refused(tmp_path, capsys, command):
+    """Found by the twenty-ninth round: a plan searched a layout per freeze point, with nothing
+    bounding their number (9,990 phases of a 9,990-layer profile: hours; 300 of 300 layers:
+    13 s). Phases × layers beyond 100,000 is refused at once in one line naming the limit."""
+    import time
+
+    profile = tmp_path / "long.json"
+    profile.write_text(json.dumps(long_profile(398)))  # 400 layers
+    argv = [command, "--profile", str(profile), "--devices-per-node", "8"]
+    argv += ["--global-batch", "64", "--samples", "6400", *every_epoch_freezes(251)]
+    if command == "plan":
+        argv += ["--out", str(tmp_path / "plan.json")]
+    start = time.monotonic()
+    fragments = ("251 phases", "400-layer profile", "phases × layers is at most 100,000")
+    refused(argv, tmp_path, capsys, fragments)
+    assert time.monotonic() - start < 20
+
+
+@pytest.mark.timeout(120)
+def test_a_plans_phases_share_one_work_budget_and_say_their_gap_once(tmp_path, capsys, monkeypatch):
+    """Found by the twenty-ninth round: each phase's search had a work limit but the plan's
+    phases did not share one, and each search that reached its limit logged its own line (3
+    identical lines for a 3-epoch preview). The phases share one budget (here shrunk to three
+    phases' worth so the test is cheap): past it a search gets what is left; one INFO line for
+    the plan gives the widest gap."""
+    from pipeplan import solver
+    from pipeplan.formats import dumps
+    from pipeplan.synthetic import synthetic_profile, transformer_layers
+
+    works: list[int] = []
+    search = solver._Run.search
+
+    def counted(run) -> None:
+        search(run)
+        works.append(run.work)
+
+    monkeypatch.setattr(solver._Run, "search", counted)
+    monkeypatch.setattr(solver, "DEFAULT_WORK_LIMIT", 20_000)
+    monkeypatch.setattr(solver, "PLAN_WORK_LIMIT", 60_000, raising=False)  # new here
+    # 200 near-equal blocks on 64 devices: every search reaches the limit.
+    layers = transformer_layers(num_blocks=200, hidden=1024, seq_len=256, vocab=32000)
+    profile = tmp_path / "long.json"
+    profile.write_text(dumps(synthetic_profile(layers, name="long")))
+    argv = ["plan", "--profile", str(profile), "--nodes", "8", "--devices-per-node", "8"]
+    argv += ["--device-memory", "80GiB", "--global-batch", "512", "--samples", "51200"]
+    argv += [*every_epoch_freezes(6, 20), "--no-cache", "--out", str(tmp_path / "plan.json")]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    stops = [line for line in err.splitlines() if "stopped at its work limit" in line]
+    assert len(stops) == 1, err
+    assert stops[0].startswith("pipeplan: INFO: layout search stopped at its work limit in 6")
+    assert len(works) == 6
+    # Each search may pass its limit by what it does before it looks again (a simulation).
+    assert sum(works) <= 60_000 + 6 * 5_000, works
+
+
+@pytest.mark.timeout(120)
+def test_preview_plots_a_bounded_number_of_phases(tmp_path, capsys, monkeypatch):
+    """Found by the twenty-ninth round: `preview --plot` wrote a Gantt per phase (1,000 PNGs
+    and six minutes for 1,000 phases). At most 16 are drawn (here 3, so the test is cheap),
+    spread from the first phase to the last, each named by its phase, beside the per-epoch
+    chart."""
+    from pipeplan import plots as plots_module
+
+    monkeypatch.setattr(plots_module, "MAX_GANTT_PHASES", 3, raising=False)  # 16: new here
+    profile = tmp_path / "long.json"
+    profile.write_text(json.dumps(long_profile(6)))
+    plots = tmp_path / "plots"
+    argv = ["preview", "--profile", str(profile), "--devices-per-node", "2"]
+    argv += ["--global-batch", "64", "--samples", "6400", *every_epoch_freezes(7)]
+    assert cli.main([*argv, "--plot", str(plots)]) == 0
+    names = sorted(p.name for p in plots.iterdir())
+    assert names == ["epochs.png", "phase0-step.png", "phase3-step.png", "phase6-step.png"]
+    assert f"wrote 4 plots to {plots}" in capsys.readouterr().err
+    monkeypatch.undo()
+    spread = plots_module.gantt_phases(1000)
+    assert len(spread) == 16 and spread[0] == 0 and spread[-1] == 999
+
+
 # ----------------------------------------------------------------------------- resume
 
 # `finished_run` (conftest): a real run of FINISHED, shared by the test_hostile_* files.
