@@ -123,6 +123,7 @@ def _needs_model(seq: LayerSequence | None, spec: str) -> LayerSequence:
 
 def check_compatible(data: TaskData, seq: LayerSequence) -> None:
     """Raise BadArgumentError when the model cannot take the dataset's samples."""
+    old_padding: dict[str, int] = {}
     for split, dataset in (("train", data.train), ("eval", data.eval)):
         if length(dataset, data.name, split) == 0:
             if split == "train":
@@ -131,7 +132,8 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
         inputs, labels = _samples(dataset, data.name, split)
         _check_inputs(inputs, data.name, seq, data.padded)
         if data.padded:
-            _warn_old_padding(inputs, data.name, split, seq)
+            _check_not_all_padding(inputs, data.name, split, isinstance(dataset, TensorPairs))
+            old_padding[split] = _old_padding_rows(inputs, seq)
         if labels.dtype != torch.int64:
             raise BadArgumentError(
                 f"data '{data.name}': {split} labels must be int64, not {_dtype(labels.dtype)}"
@@ -159,6 +161,20 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
                 f"data '{data.name}' has {split} labels in {low}..{high} but model "
                 f"'{seq.name}' has {seq.num_labels} classes (0..{seq.num_labels - 1})"
             )
+    if any(old_padding.values()):
+        from pipeplan.models import PADDING
+
+        rows = " and ".join(f"{n} {split}" for split, n in old_padding.items() if n)
+        log.warning(
+            "data '%s': %s row(s) end in a run of pad_token_id %d and hold no %d: padding is "
+            "%d (pipeplan.models.PADDING) in TaskData(..., padded=True); a pad id is a token, "
+            "attended to and learnt",
+            data.name,
+            rows,
+            seq.config.pad_token_id,
+            PADDING,
+            PADDING,
+        )
 
 
 def _check_token_labels(
@@ -397,7 +413,7 @@ def _load_user(spec: str, seed: int) -> TaskData:
         except Exception as exc:  # the user's code: its error in one line, not our traceback
             raise BadArgumentError(f"data {quoted(spec)} raised {_one_line(exc)}") from exc
     if getattr(module, "__file__", None):  # what `helper_files` picks the user's files from
-        _BROUGHT_IN[Path(module.__file__).resolve()] = [n for n in sys.modules if n not in before]
+        _BROUGHT_IN[Path(module.__file__).resolve()] = before
     return _as_task_data(result, spec)
 
 
@@ -609,9 +625,14 @@ def module_file(spec: str) -> Path | None:
     return path if path.is_file() else None
 
 
-# The modules each data module's import and its function added to sys.modules, by the
-# module's file: `helper_files` picks the user's own among them for data.json.
-_BROUGHT_IN: dict[Path, list[str]] = {}
+# What sys.modules held before each data module was imported, by the module's file: the
+# modules added since (by its import, its function, or its sets read lazily: thirtieth round)
+# are what `helper_files` picks the user's own from for data.json.
+_BROUGHT_IN: dict[Path, set[str]] = {}
+# The installation's top-level packages (pyproject's), imported before the data's directory
+# goes on the path (`_data_directory_on_path`); its module `cli` is the launcher's own entry,
+# imported already, and no rank uses it.
+OWN_PACKAGES = ("executor", "pipeplan", "profiles")
 
 
 def main_file(spec: str) -> Path | None:
@@ -679,7 +700,8 @@ def helper_files(spec: str) -> list[Path]:
     if main is None:
         return []
     files = set()
-    for name in _BROUGHT_IN.get(main, []):
+    before = _BROUGHT_IN.get(main)
+    for name in [] if before is None else [n for n in list(sys.modules) if n not in before]:
         file = getattr(sys.modules.get(name), "__file__", None)
         path = Path(file).resolve() if isinstance(file, str) else None
         if path is not None and path != main and path.is_file() and is_helper_file(spec, path):
@@ -727,7 +749,16 @@ def _data_directory_on_path() -> Iterator[None]:
 
         with _data_directory_on_path():
             importlib.import_module("mydata")   # ./mydata.py, unless installed or on PYTHONPATH
+
+    The launcher's reads of the sets are under it too (`length`, `item`), and a rank keeps it
+    while it trains (`keep_data_directory_on_path`): a module the sets import lazily (`import
+    helper` in a `__getitem__`) was "No module named 'helper'" (thirtieth round). The
+    installation's own top-level packages are imported first, so that none of them is taken
+    from the directory: a user's profiles.py became pipeplan's `profiles` (thirtieth round: a
+    traceback, `'profiles' is not a package`).
     """
+    for name in OWN_PACKAGES:  # ours before the directory can shadow one (thirtieth round)
+        importlib.import_module(name)
     here = str(Path.cwd())
     added = here not in sys.path and "" not in sys.path
     if added:
@@ -737,6 +768,22 @@ def _data_directory_on_path() -> Iterator[None]:
     finally:
         if added:
             sys.path.remove(here)
+
+
+def keep_data_directory_on_path(spec: str) -> None:
+    """A rank's: the directory `--data module:function` was found in stays on sys.path while
+    the rank trains, appended as `_data_directory_on_path` appends it, so that what the sets
+    import as they are read is found as the launcher found it. Nothing for other data.
+
+        keep_data_directory_on_path(cfg.data)   # Trainer, once its data is built
+    """
+    if ":" not in spec or spec in BUILTINS or _names_a_file(spec.rpartition(":")[0]):
+        return
+    for name in OWN_PACKAGES:
+        importlib.import_module(name)
+    here = str(Path.cwd())
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
 
 
 def _not_the_file_here(target: str, module: Any) -> str:
@@ -816,7 +863,7 @@ def length(dataset: Any, name: str, split: str) -> int:
     len() itself raises), or more samples than any sampler can index. Every len() of the
     parent's on a user's set is this one: held as all its data code is (`_contained`)."""
     doing = f"len() of the {split} set"
-    with _contained(name, doing):
+    with _contained(name, doing), _data_directory_on_path():
         try:
             count = len(dataset)
         except Exception as exc:
@@ -833,7 +880,7 @@ def item(dataset: Any, index: int, name: str, split: str) -> tuple[Any, Any]:
     of another kind (a dict, a triple, a number) in one line. Every item the parent reads
     is read here: held as all the user's data code is (`_contained`)."""
     doing = f"reading {split} item {index}"
-    with _contained(name, doing):
+    with _contained(name, doing), _data_directory_on_path():
         try:
             value = dataset[index]
         except Exception as exc:
@@ -897,34 +944,33 @@ def _check_inputs(inputs: torch.Tensor, name: str, seq: LayerSequence, padded: b
             )
 
 
-def _warn_old_padding(inputs: torch.Tensor, name: str, split: str, seq: LayerSequence) -> None:
-    """Padded data that pads with the pad token's id, as padded data did before the
-    twenty-ninth round made padding PADDING (a pad id is now a real token, attended to and
-    learnt: pad = eos is common): its padding would train silently as text. A row ending in
-    two or more pad ids and holding no PADDING is taken for it (a text the tokenizer ends with
-    one eos is not), and said once.
-
-        _warn_old_padding(ids, "mydata:load", "train", seq)
-    """
+def _old_padding_rows(inputs: torch.Tensor, seq: LayerSequence) -> int:
+    """How many rows of padded data look padded with the pad token's id, as padded data was
+    before the twenty-ninth round made padding PADDING (a pad id is now a real token,
+    attended to and learnt: pad = eos is common), so that its padding would train silently as
+    text: a row ending in two or more pad ids that holds no PADDING (a text the tokenizer
+    ends with one eos does not), counted row by row (one row padded the new way hid every
+    other: thirtieth round). `check_compatible` says it once for both sets."""
     from pipeplan.models import PADDING
 
     pad = getattr(seq.config, "pad_token_id", None)
     if not isinstance(pad, int) or inputs.dtype != torch.int64 or inputs.dim() != 2:
-        return
-    if inputs.shape[1] < 2 or bool((inputs == PADDING).any()):
-        return
-    rows = int(((inputs[:, -1] == pad) & (inputs[:, -2] == pad)).sum())
-    if rows:
-        log.warning(
-            "data '%s': %d %s row(s) end in a run of pad_token_id %d and hold no %d: padding is "
-            "%d (pipeplan.models.PADDING) in TaskData(..., padded=True); a pad id is a token, "
-            "attended to and learnt",
-            name,
-            rows,
-            split,
-            pad,
-            PADDING,
-            PADDING,
+        return 0
+    if inputs.shape[1] < 2:
+        return 0
+    ends = (inputs[:, -1] == pad) & (inputs[:, -2] == pad)
+    return int((ends & ~(inputs == PADDING).any(dim=1)).sum())
+
+
+def _check_not_all_padding(inputs: torch.Tensor, name: str, split: str, whole: bool) -> None:
+    """Padded data whose every row is padding holds no token to learn from: it trained and
+    evaluated without a word (thirtieth round), where text files whose every text encodes to
+    nothing are refused. Checked where every row is at hand (`whole`: in-memory sets)."""
+    from pipeplan.models import PADDING
+
+    if whole and inputs.dtype == torch.int64 and bool((inputs == PADDING).all()):
+        raise BadArgumentError(
+            f"data '{name}': every {split} row is padding ({PADDING}), not one token"
         )
 
 

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
 from executor.cache import ActivationCache, cache_allowed, memory_dir_for
-from executor.data import warn_once_per_place
+from executor.data import keep_data_directory_on_path, warn_once_per_place
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseRuntime, StepMean, StepTimes, frozen_forward
 from executor.planning import RunPlanner
@@ -318,6 +318,7 @@ class Trainer:
         # already gave the builder's notices once.
         self.seq, self.data = build_task(cfg, quiet=True, from_checkpoint=resume)
         warn_once_per_place(cfg.data, self.rank)  # the data's warnings as items are read
+        keep_data_directory_on_path(cfg.data)  # and what they import as they are read
         # The layers stay on the host: each phase's runtime puts only its stage on `device`.
         # From here each rank draws its own dropout.
         torch.manual_seed(cfg.seed * 1000 + self.rank + 1)

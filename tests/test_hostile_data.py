@@ -1971,6 +1971,70 @@ def test_a_data_module_named_like_the_standard_library_says_which_it_imported(
     refused([*argv, "--runs-dir", str(tmp_path / "runs")], tmp_path, capsys, fragments)
 
 
+def test_a_data_module_named_like_pipeplans_own_package_is_not_taken_for_it(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the thirtieth round: a user's profiles.py beside the data (or `--data
+    profiles:load`) was imported as pipeplan's own `profiles` package while the directory was
+    on the path (the editable install's finder comes after it): a traceback, "'profiles' is
+    not a package". The installation's packages are imported first: the refusal names the
+    package imported and ./profiles.py."""
+    (tmp_path / "profiles.py").write_text(DATA_MODULE.format(draw=1))
+    monkeypatch.chdir(tmp_path)
+    # As the `pipeplan` script runs: `profiles` not imported yet, and found by the install's
+    # finder, which comes after the path (`python -m pytest` puts the checkout on it).
+    monkeypatch.delitem(sys.modules, "profiles", raising=False)
+    own = [p for p in sys.path if (Path(p or ".") / "profiles" / "__init__.py").is_file()]
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in own])
+    argv = ["run", "--model", "vit-digits", "--data", "profiles:load", "--prepare-only"]
+    fragments = ("'profiles' has no function 'load'", "not ./profiles.py", "rename your file")
+    refused([*argv, "--runs-dir", str(tmp_path / "runs")], tmp_path, capsys, fragments)
+    assert Path(sys.modules["profiles"].__file__).parent != tmp_path
+
+
+@pytest.mark.timeout(120)
+def test_a_module_the_data_imports_as_its_items_are_read_is_found(tmp_path, capsys, monkeypatch):
+    """Found by the thirtieth round: `import helper` inside a `__getitem__` (helper.py beside
+    the data module) was "reading train item 0 raised ModuleNotFoundError": the directory was
+    on the path only while the module was imported and `load()` ran. The launcher's reads of
+    the sets are under the same rule, a rank keeps the directory while it trains, and
+    data.json lists the helper."""
+    name, helper = "rt30f3_mydata", "rt30f3_helper"
+    body = DATA_MODULE.replace(
+        "import torch\n", "import torch\nfrom torch.utils.data import Dataset\n", 1
+    ).format(draw=1)
+    body += f"""
+class Lazy(Dataset):
+    def __init__(self, pairs):
+        self.pairs = pairs
+    def __len__(self):
+        return len(self.pairs)
+    def __getitem__(self, i):
+        import {helper}
+        x, y = self.pairs[i]
+        return x + {helper}.OFFSET, y
+
+def lazy(seed: int = 0):
+    data = load(seed)
+    return TaskData("lazy", Lazy(data.train), Lazy(data.eval))
+"""
+    (tmp_path / f"{name}.py").write_text(body)
+    (tmp_path / f"{helper}.py").write_text("OFFSET = 0.0\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:lazy", "--nproc", "1"]
+    try:
+        assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
+    finally:
+        for module in (name, helper):
+            sys.modules.pop(module, None)
+    assert str(tmp_path) not in sys.path  # the launcher's reads put it back
+    record = json.loads((tmp_path / "runs" / "m" / "data.json").read_text())
+    assert [f["path"] for f in record["files"]] == [
+        str(tmp_path / f"{name}.py"),
+        str(tmp_path / f"{helper}.py"),
+    ]
+
+
 def _folder_without(made, tmp_path, edit) -> Path:
     """The BERT checkpoint's config.json edited by `edit`, in a folder without its weights
     (a config of other sizes would not load them): built with --init random."""

@@ -79,22 +79,36 @@ def test_padded_user_data_marks_padding_with_minus_100_and_its_pad_ids_are_token
 def test_padded_data_padding_with_the_pad_id_as_before_is_warned_of(caplog):
     """The twenty-ninth round made padding -100 (models.PADDING) and the pad token's id a
     token: a data module that still pads with pad_token_id would train on its padding as
-    text without a word. A row ending in a run of pad ids and holding no -100 is warned of
-    once, naming the change; a row ending in one eos that is the pad token is not."""
+    text without a word. A row ending in a run of pad ids and holding no -100 is warned of, in
+    one line for both sets, row by row (the thirtieth round: a line a set, and one row padded
+    the new way hid the others); a row ending in one eos that is the pad token is not."""
     seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8)
     pad = seq.config.pad_token_id
     old = torch.tensor([[5, 6, 7, 8, pad, pad, pad, pad], [5, 6, 7, 8, 9, 10, 11, pad]])
     new = torch.tensor([[5, 6, 7, 8, pad, -100, -100, -100], [5, 6, 7, 8, 9, 10, 11, pad]])
+    mixed = torch.cat([old[:1], new[:1]])
     said = {}
-    for case, ids in (("old", old), ("new", new), ("one eos", old[1:])):
+    for case, ids in (("old", old), ("new", new), ("one eos", old[1:]), ("mixed", mixed)):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="pipeplan.data"):
             pairs = TensorPairs(ids, ids.clone())
             check_compatible(TaskData("lm", pairs, pairs, padded=True), seq)
         said[case] = [r.getMessage() for r in caplog.records if "pad_token_id" in r.getMessage()]
     assert not said["new"] and not said["one eos"], said
-    assert len(said["old"]) == 2, said  # the training and the held-out set
-    assert f"1 train row(s) end in a run of pad_token_id {pad} and hold no -100" in said["old"][0]
+    assert len(said["old"]) == 1 and len(said["mixed"]) == 1, said
+    line = f"1 train and 1 eval row(s) end in a run of pad_token_id {pad} and hold no -100"
+    assert line in said["old"][0] and line in said["mixed"][0], said
+
+
+def test_padded_data_of_padding_alone_is_refused():
+    """Found by the thirtieth round: padded module data whose every row is -100 trained and
+    evaluated without a word (accuracy at chance), where text files encoding to nothing are
+    refused. It is refused naming the set."""
+    seq = models.build("gpt2-tiny", padding_mask=True, seq_len=8)
+    ids = torch.full((4, 8), models.PADDING)
+    pairs = TensorPairs(ids, ids.clone())
+    with pytest.raises(BadArgumentError, match="every train row is padding"):
+        check_compatible(TaskData("lm", pairs, pairs, padded=True), seq)
 
 
 def _step(logits: torch.Tensor, labels: torch.Tensor, replicas: int, micro_batches: int):
