@@ -26,6 +26,7 @@ import inspect
 import io
 import logging
 import os
+import signal
 import site
 import sys
 import sysconfig
@@ -40,6 +41,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from executor.faults import SignalInterrupt
 from pipeplan.errors import BadArgumentError, InputFileError, Interrupted, Stopped, quoted
 from pipeplan.formats.base import MAX_SAMPLES
 
@@ -564,23 +566,32 @@ def warn_once_per_place(spec: str, rank: int) -> None:
 
 @contextlib.contextmanager
 def _user_code() -> Iterator[None]:
-    """The user's data code, whose KeyboardInterrupt is an interruption: `pipeplan:
-    interrupted`, exit 130 (the CLI's Ctrl-C raises Interrupted; typer turned a
-    KeyboardInterrupt into exit 130 with no line: twenty-seventh round).
+    """The user's data code, whose Ctrl-C is an interruption: `pipeplan: interrupted`, exit
+    130 (typer turned a KeyboardInterrupt into exit 130 with no line: twenty-seventh round),
+    and whose own `raise KeyboardInterrupt` is its failure, named (thirtieth round).
 
         with _user_code():
-            dataset[0]   # raise KeyboardInterrupt → Interrupted
+            dataset[0]   # raise KeyboardInterrupt → "… raised KeyboardInterrupt"
     """
     try:
         yield
-    except KeyboardInterrupt:
-        raise Interrupted from None
+    except KeyboardInterrupt as exc:
+        # A signal's only where SIGINT raises one: Python's own handler (an API call), a
+        # rank's (`faults.SignalInterrupt`). Under the CLI Ctrl-C raises Interrupted, so a
+        # KeyboardInterrupt is the code's: its failure, as in a rank (thirtieth round).
+        if isinstance(exc, SignalInterrupt) or _sigint_raises_keyboard_interrupt():
+            raise Interrupted from None
+        raise UserBaseException(exc) from exc
     # An Exception is the caller's to name (as "... raised ValueError: …"): taken for a
     # BaseException, one was named twice ("raised BadArgumentError: data 'm:f' raised …").
     except (Exception, SystemExit, Interrupted, Stopped):  # exits: `_contained` names them
         raise
     except BaseException as exc:  # GeneratorExit, a user `class E(BaseException)`
         raise UserBaseException(exc) from exc
+
+
+def _sigint_raises_keyboard_interrupt() -> bool:
+    return signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 class UserBaseException(Exception):

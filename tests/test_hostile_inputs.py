@@ -2881,6 +2881,10 @@ def interrupt_item():
     class Stops(Pairs):
         def __getitem__(self, i): raise KeyboardInterrupt
     return Stops(64), Stops(16)
+def ctrl_c():
+    import signal, time
+    signal.raise_signal(signal.SIGINT)
+    time.sleep(30)
 def shaped():
     return Pairs(64, (1,)), Pairs(16, (1,))
 class Mine(BaseException): pass
@@ -2928,12 +2932,29 @@ def test_the_warnings_of_user_data_code_are_pipeplan_warnings(tmp_path, capsys):
     assert len([line for line in lines if spec in line]) == 2, lines
 
 
-@pytest.mark.parametrize("function", ["interrupt", "interrupt_item"])
-def test_a_keyboard_interrupt_from_user_data_code_is_an_interruption(tmp_path, capsys, function):
+@pytest.mark.parametrize(
+    "function, said",
+    [
+        ("interrupt", "the data function raised KeyboardInterrupt"),
+        ("interrupt_item", "reading train item 0 raised KeyboardInterrupt"),
+    ],
+)
+def test_a_keyboard_interrupt_raised_by_user_data_code_is_its_failure(
+    tmp_path, capsys, function, said
+):
     """Found by the twenty-seventh round: a data function raising KeyboardInterrupt exited 130
-    with no line (typer turns one into 130 silently). It is an interruption, as Ctrl-C is:
-    `pipeplan: interrupted`, 130; from the function or a dataset's __getitem__."""
-    assert cli.main(_user_run(tmp_path, function)) == 130
+    with no line; it was made an interruption. The thirtieth round found that inconsistent
+    with a rank, where since the twenty-eighth a KeyboardInterrupt raised by code is its
+    failure, named: so it is in the launcher too (its Ctrl-C raises Interrupted, not a
+    KeyboardInterrupt), one line, exit 2; a real Ctrl-C is still an interruption."""
+    refused(_user_run(tmp_path, function), tmp_path / "runs", capsys, (said,))
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_user_data_code_runs_is_an_interruption(tmp_path, capsys):
+    """A SIGINT while the data function runs is the user's Ctrl-C: `pipeplan: interrupted`,
+    130, as anywhere else."""
+    assert cli.main(_user_run(tmp_path, "ctrl_c")) == 130
     assert capsys.readouterr().err.strip().splitlines() == ["pipeplan: interrupted"]
 
 
