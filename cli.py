@@ -30,6 +30,7 @@ from pipeplan.errors import (
     PipeplanError,
     Stopped,
     excerpt,
+    memory_failure,
     quoted,
 )
 from pipeplan.formats import RunConfig
@@ -927,9 +928,18 @@ def main(argv: list[str] | None = None) -> int:
     except Stopped as exc:
         print(f"pipeplan: {stopped_by(exc.signum)}", file=sys.stderr)
         return 128 + exc.signum
+    except (ImportError, MemoryError) as exc:  # a library that cannot load for lack of memory
+        failure = memory_failure(exc)
+        if failure is None:
+            raise
+        log.error(failure)
+        return 2
     except OSError as exc:  # what the file system refuses (a name too long, …) in one line
         if _debug["on"]:
             traceback.print_exc()
+        if (failure := memory_failure(exc)) is not None:
+            log.error(failure)
+            return 2
         where = f"{exc.filename}: " if exc.filename else ""
         log.error(f"{where}{exc.strerror or exc}")
         return 2

@@ -4,6 +4,8 @@ The library raises these; the CLI prints the message as one line and exits with 
 Anything else escaping the library is a bug and keeps its traceback.
 """
 
+import re
+
 # The most of a user's value (a config's, a file's, a flag's) a message quotes: a 10 MB
 # hidden_act was a 10 MB error line (twentieth round).
 SHOWN = 200
@@ -99,3 +101,31 @@ class Stopped(BaseException):
     def __init__(self, signum: int):
         super().__init__(signum)
         self.signum = signum
+
+
+# What the loader says when a shared object cannot be mapped for lack of address space
+# (`ulimit -v`): torch, numpy, scipy and transformers load theirs lazily, at the first use.
+_NO_ROOM = ("failed to map segment", "cannot allocate memory", "out of memory")
+
+
+def memory_failure(exc: BaseException) -> PipeplanError | None:
+    """The one-line error a failed allocation while loading or building is, or None: a
+    MemoryError, or an import that could not map a library (`failed to map segment from
+    shared object`). Found by the thirtieth round: under a small `ulimit -v` such an import
+    was an 80-line traceback, or was taken for a wrong model config.
+
+        memory_failure(ImportError("libtorch_cpu.so: failed to map segment from shared object"))
+        # PipeplanError("not enough memory to load libtorch_cpu.so (…); run pipeplan with …")
+    """
+    if isinstance(exc, MemoryError):
+        return PipeplanError("out of memory; run pipeplan with more memory")
+    text = str(exc)
+    if not isinstance(exc, ImportError | OSError) or not any(s in text.lower() for s in _NO_ROOM):
+        return None
+    # numpy wraps the loader's line in a page of advice: the line itself names the library.
+    found = re.search(r"([^\s:/]+\.so[\w.\-]*): ([^\n]*)", text)
+    library, said = found.groups() if found else ("a library", " ".join(text.split()))
+    return PipeplanError(
+        f"not enough memory to load {excerpt(library, 80)} ({excerpt(said)}); run pipeplan "
+        "with more memory"
+    )

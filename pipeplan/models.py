@@ -51,6 +51,7 @@ from pipeplan.errors import (
     PipeplanError,
     UnknownModelError,
     excerpt,
+    memory_failure,
     quoted,
 )
 from pipeplan.fileio import give_output_modes, new_directories, not_a_new_directory, write_failure
@@ -644,6 +645,8 @@ def _building(name: str) -> Iterator[None]:
     except PipeplanError:
         raise
     except Exception as exc:
+        if (failure := memory_failure(exc)) is not None:  # not the config's fault
+            raise failure from None
         reason = _first(exc)
         raise InputFileError(f"{name}: cannot build the model from its config ({reason})") from None
 
@@ -1155,7 +1158,9 @@ def _other_architecture(architectures: Any, family_name: str) -> str | None:
         # Looked up only under the family's prefix: the name is the file's, not one to import.
         try:
             known = getattr(transformers, name, None) if name.startswith(prefix) else None
-        except Exception:  # a lazy class whose backend is missing: not one pipeplan builds
+        except Exception as exc:  # a lazy class whose backend is missing: not one pipeplan builds
+            if (failure := memory_failure(exc)) is not None:  # one it could not load
+                raise failure from None
             known = None
         if getattr(getattr(known, "config_class", None), "__name__", None) != config_class:
             return f"architectures names {quoted(name)}, not a {prefix} model class of transformers"

@@ -3923,3 +3923,46 @@ def test_a_format_error_reads_in_words(doc, expected):
     with pytest.raises(InputFileError) as caught:
         parse(RunConfig, json.dumps({"schema_version": 1, **doc}), "run.json")
     assert str(caught.value) == expected
+
+
+# ----------------------------------------------------------------------------- the 30th round
+
+NUMPY_SAYS = (
+    "\n\nIMPORTANT: PLEASE READ THIS FOR ADVICE ON HOW TO SOLVE THIS ISSUE!\n\nImporting the numpy"
+    " C-extensions failed.\n…\nOriginal error was: libscipy_openblas64_-32a4b2a6.so: failed to"
+    " map segment from shared object\n"
+)
+
+
+@pytest.mark.parametrize(
+    "exc, said",
+    [
+        (
+            ImportError("libtorch_cpu.so: failed to map segment from shared object"),
+            "not enough memory to load libtorch_cpu.so (failed to map segment",
+        ),
+        (ImportError(NUMPY_SAYS), "not enough memory to load libscipy_openblas64_-32a4b2a6.so"),
+        (OSError(12, "Cannot allocate memory"), "not enough memory to load a library"),
+        (MemoryError(), "out of memory; run pipeplan with more memory"),
+    ],
+    ids=["torch", "numpy", "oserror", "memoryerror"],
+)
+def test_a_library_that_cannot_load_for_lack_of_memory_is_one_line(
+    tmp_path, capsys, monkeypatch, exc, said
+):
+    """Found by the thirtieth round: under a small `ulimit -v` torch, numpy or scipy, loaded
+    at their first use, could not map their shared objects: an 80-line traceback, exit 1 (or,
+    inside a model's build, "cannot build the model from its config"). It is one line saying
+    memory is short, exit 2; an ImportError of another cause is still a bug's traceback."""
+    from pipeplan import report
+
+    def fails(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(report, "make_report", fails)
+    refused(
+        ["report", str(tmp_path / "r")], tmp_path, capsys, (said, "run pipeplan with more memory")
+    )
+    monkeypatch.setattr(report, "make_report", lambda *a, **k: __import__("no_such_module_x"))
+    with pytest.raises(ImportError):
+        cli.main(["report", str(tmp_path / "r")])
