@@ -123,12 +123,24 @@ def trajectory(frozen_layers: list[int], epochs: int, num_blocks: int) -> Freeze
     return list_schedule(frozen_layers, epochs, num_blocks, source="trajectory")
 
 
+# What a refusal of a run's file given as a trajectory says to write instead: no command writes
+# a trajectory file, and the README's "a trajectory from a run" left the user guessing (the
+# thirtieth round gave it every file a run writes).
+TRAJECTORY_HINT = (
+    "; a trajectory is a JSON list of frozen layers per epoch, [0, 0, 3, 5], or "
+    "{\"frozen_layers\": [...]} (a run's: its epoch records' frozen_layers in run.jsonl)"
+)
+
+
 def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> FreezeSchedule:
     """A trajectory file: a JSON list of per-epoch frozen counts, or {"frozen_layers": [...]}
     with the rest of a `FreezeSchedule`'s fields, held to what they say (`TrajectoryFile`).
     `trajectory_schedule("t.json", 5, 12)`: no more counts than epochs."""
     path = Path(path)
-    refuse_run_file(path, "freeze trajectory")  # run.jsonl was "not valid JSON (Extra data…)"
+    try:  # run.jsonl was "not valid JSON (Extra data…)"
+        refuse_run_file(path, "freeze trajectory")
+    except InputFileError as exc:
+        raise InputFileError(f"{exc}{TRAJECTORY_HINT}") from None
     text = read_input(path, MAX_SMALL_JSON_BYTES, why="the limit for a freeze trajectory")
     try:
         data = check_json(text, "")
@@ -137,7 +149,9 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
     if isinstance(data, dict):
         other = other_kind(TrajectoryFile, data)  # a profile or plan given as the trajectory
         if other is not None:
-            raise InputFileError(f"{path}: not a freeze trajectory (it is a {other})")
+            raise InputFileError(
+                f"{path}: not a freeze trajectory (it is a {other}){TRAJECTORY_HINT}"
+            )
         check_keys(data, (TrajectoryFile,), str(path))  # before an error for each key
         try:
             context = {"num_blocks": num_blocks}  # what source alpha freezes depends on them

@@ -267,8 +267,8 @@ class PlanRequest(Strict):
     )
     freeze_schedule: str | None = Field(
         None,
-        description="Frozen layers per epoch: 0,0,3, or a run's JSON trajectory file (integers "
-        "are always the list: ./4 names a file 4).",
+        description="Frozen layers per epoch: 0,0,3, or a JSON trajectory file, [0,0,3] or "
+        '{"frozen_layers": [0,0,3]} (integers are always the list: ./4 names a file 4).',
     )
     cache: Annotated[
         bool,

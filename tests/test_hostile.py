@@ -1547,7 +1547,9 @@ def test_a_fresh_round_of_hostile_inputs(tmp_path, capsys, plans, case):
         (f"preview --profile {{P}} --cluster {{P}} {SHAPE}", "{P}: not a cluster (it is a prof"),
         (
             f"preview --profile {{P}} --freeze-schedule {{PLAN}} {SHAPE}",
-            "{PLAN}: not a freeze trajectory (it is a plan)",
+            # and what one is (thirtieth round: "a trajectory from a run" left it a guess)
+            "{PLAN}: not a freeze trajectory (it is a plan); a trajectory is a JSON list of "
+            'frozen layers per epoch, [0, 0, 3, 5], or {{"frozen_layers": [...]}}',
         ),
         (
             f"preview --profile {{P}} --freeze-schedule {{MANIFEST}} {SHAPE}",
