@@ -191,6 +191,7 @@ from pipeplan.errors import (
     OutputError,
     PipeplanError,
     Stopped,
+    quoted,
 )
 from pipeplan.fileio import (
     check_not_stdout,
@@ -1268,6 +1269,12 @@ def moved_line(run_dir: Path, cfg: RunConfig) -> str:
         with contextlib.suppress(ValueError):
             now = now.relative_to(Path.cwd())
     at = failed_at(now / "run.jsonl")
+    if not str(now).isprintable():  # a line feed split the line, an ESC reached the terminal
+        return (  # and the command a resume takes refuses it (thirtieth round)
+            f"training stopped{at}: {run_dir}: the run directory moved to {quoted(str(now))} "
+            "while it trained; rename it to a printable name, then resume it there with "
+            "`pipeplan run --resume NEWPATH`"
+        )
     line = f"training stopped{at}: {run_dir}: the run directory moved to {now} while it trained"
     return line + what_next(now, cfg)
 

@@ -2074,3 +2074,21 @@ def test_a_ranks_writes_never_make_a_run_directory_moved_away_again(finished_run
         with pytest.raises(OutputError):
             write()
         assert list(gone.parent.iterdir()) == [], what
+
+
+@pytest.mark.parametrize("name", ["c\nfake line", "c\x1b[31mred"], ids=["line feed", "escape"])
+def test_a_run_directory_moved_to_an_unprintable_name_is_quoted(tmp_path, monkeypatch, name):
+    """Found by the thirtieth round: the line of a run whose folder moved mid-run printed the
+    new name raw: a line feed split the error over lines, an ESC sequence reached the
+    terminal, and the `resume with:` command it gave is one the CLI refuses. The name is
+    quoted, and the line says to rename it first."""
+    from executor import launch
+    from pipeplan.formats import RunConfig
+
+    moved = tmp_path / name
+    moved.mkdir()
+    monkeypatch.setattr(launch, "where_now", lambda run_dir: moved)
+    cfg = RunConfig.model_validate({"name": "c", "model": "vit-digits", "data": "digits"})
+    line = launch.moved_line(tmp_path / "c", cfg)
+    assert line.isprintable(), line
+    assert repr(str(moved)) in line and "rename it to a printable name" in line
