@@ -68,6 +68,30 @@ from executor import errorfile  # light: a rank reserves its report's room befor
 # (`agent_scope`), named in the ranks' environment.
 INTERRUPTED = "PIPEPLAN_INTERRUPTED"
 LAUNCHER_PID = "PIPEPLAN_LAUNCHER_PID"  # set for the ranks `pipeplan run` starts
+# The identity ("st_dev:st_ino") of the run directory `pipeplan run`'s launcher claimed, set for
+# its ranks (`replaced_as_it_started`).
+RUN_DIR_ID = "PIPEPLAN_RUN_DIR_ID"
+
+
+def directory_id(path: str) -> str:
+    """`directory_id("runs/k")` → "2049:1835", what RUN_DIR_ID holds."""
+    st = os.stat(path)
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def replaced_as_it_started() -> bool:
+    """Whether the run directory this rank of `pipeplan run` names (its first argument) is no
+    longer the one its launcher claimed: moved away, and another folder (another run's) put
+    at its path while the ranks started, which took the path's for theirs and trained that
+    run again inside it, appending a second history to its records (the thirtieth round).
+    Checked before the rank writes anything (its report's room, its log). Light: no torch."""
+    claimed = os.environ.get(RUN_DIR_ID)
+    if not claimed or len(sys.argv) < 2:
+        return False
+    try:
+        return directory_id(sys.argv[1]) != claimed
+    except OSError:  # gone: nothing there to write into either
+        return True
 
 
 def die_with_launcher() -> None:
@@ -112,6 +136,8 @@ if __name__ == "__main__":
     # Before the imports that take seconds too: a rank stopped (SIGSTOP) while it imported
     # outlived a launcher killed meanwhile, stopped for ever (the seventeenth round).
     die_with_launcher()
+    if replaced_as_it_started():  # not a file written there: its launcher says it moved
+        os._exit(1)  # faults.EXIT_FAILED (not imported yet)
     # `pipeplan run`'s rank: its report's room, kept now (its launcher removes a killed
     # rank's; torchrun would not, and shows a rank's own lines on its console anyway).
     if os.environ.get(LAUNCHER_PID):
@@ -255,7 +281,7 @@ AGENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 # What torch's agent handles itself: SIGINT is `agent_scope`'s, which marks it for the ranks.
 AGENT_HANDLES = "SIGTERM,SIGHUP,SIGQUIT"
 AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
-AGENT_ENV = ("TORCHELASTIC_SIGNALS_TO_HANDLE", "PYTHONPATH", LAUNCHER_PID, INTERRUPTED)
+AGENT_ENV = ("TORCHELASTIC_SIGNALS_TO_HANDLE", "PYTHONPATH", LAUNCHER_PID, INTERRUPTED, RUN_DIR_ID)
 
 
 # ----------------------------------------------------------------------------- before any rank
@@ -1163,6 +1189,7 @@ def agent_scope(logs: Path) -> Iterator[pipeplan_log.FileHandler]:
     root = str(Path(executor.__file__).resolve().parents[1])
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env["PYTHONPATH"]]))
     os.environ[LAUNCHER_PID] = str(os.getpid())
+    os.environ[RUN_DIR_ID] = directory_id(str(logs.parent))  # the folder this process claimed
     mark = logs / "interrupted"
     mark.unlink(missing_ok=True)  # left by a launcher killed after a Ctrl-C: not this one's
     os.environ[INTERRUPTED] = str(mark)

@@ -2092,3 +2092,33 @@ def test_a_run_directory_moved_to_an_unprintable_name_is_quoted(tmp_path, monkey
     line = launch.moved_line(tmp_path / "c", cfg)
     assert line.isprintable(), line
     assert repr(str(moved)) in line and "rename it to a printable name" in line
+
+
+def test_a_rank_whose_run_directory_was_replaced_as_it_started_writes_nothing(
+    tmp_path, monkeypatch
+):
+    """Found by the thirtieth round: a run's folder moved away while its ranks started, and
+    another run's folder put at its path, was taken by the ranks for theirs: they trained that
+    run again inside it (a second history appended to its run.jsonl, its checkpoints, model
+    and logs rewritten, with no lock on it). The launcher hands its ranks the identity of the
+    folder it claimed (`agent_scope`), and a rank whose path holds another exits before it
+    writes anything; the launcher says the folder moved."""
+    from executor import launch
+
+    run, other = tmp_path / "u4", tmp_path / "other"
+    (run / "logs").mkdir(parents=True)
+    (other / "logs").mkdir(parents=True)
+    monkeypatch.delenv(launch.RUN_DIR_ID, raising=False)
+    with launch.agent_scope(run / "logs"):
+        claimed = os.environ[launch.RUN_DIR_ID]
+    assert launch.RUN_DIR_ID not in os.environ  # put back, as the agent's environment is
+    assert claimed == launch.directory_id(str(run))
+    monkeypatch.setenv(launch.RUN_DIR_ID, claimed)
+    monkeypatch.setattr("sys.argv", ["executor.launch", str(run), "--log-dir", str(run / "logs")])
+    assert not launch.replaced_as_it_started()
+    run.rename(tmp_path / "u4m")
+    assert launch.replaced_as_it_started()  # gone
+    other.rename(run)
+    assert launch.replaced_as_it_started()  # another folder in its place
+    monkeypatch.delenv(launch.RUN_DIR_ID)
+    assert not launch.replaced_as_it_started()  # torchrun's ranks: no launcher claimed it
