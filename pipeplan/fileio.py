@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, Stopped, excerpt
 
@@ -635,11 +635,11 @@ def moved_away(directory: str | Path) -> bool:
         moved_away(run_dir)   # True once runs/k was renamed while its ranks trained
     """
     directory = Path(directory)
-    key = directory.resolve()
-    if key in _TRAINED:
+    trained = _trained_identity(directory)
+    if trained is not False:
         there = _identity(directory)
-        return there is None or there != _TRAINED[key]
-    handle = _HELD.get(key)
+        return there is None or there != trained
+    handle = _HELD.get(directory.resolve())
     if handle is None:
         return not directory.is_dir()
     return _identity(directory / ".lock") != _identity(handle)
@@ -701,7 +701,21 @@ def trains(directory: str | Path) -> None:
     """`trains(run_dir)`: this process is a rank of the run training `run_dir`; its own reads
     of it need no lock (`reading_run`), and `moved_away(run_dir)` tells whether the folder at
     that path is still the one there now."""
-    _TRAINED[Path(directory).resolve()] = _identity(directory)
+    identity = _identity(directory)
+    _TRAINED[Path(os.path.abspath(directory))] = identity
+    _TRAINED[Path(directory).resolve()] = identity
+
+
+def _trained_identity(directory: str | Path) -> tuple[int, int] | Literal[False] | None:
+    """The identity `trains` took of a rank's run directory, or False if it trains none by
+    that name: found as the rank names it (links not followed) or as it resolved then. Keyed
+    by the resolved path alone, a folder moved away and a link to it put in its place was
+    another path, not the rank's: the rank trained on, then took its own lock for another
+    process's (thirtieth round)."""
+    for key in (Path(os.path.abspath(directory)), Path(directory).resolve()):
+        if key in _TRAINED:
+            return _TRAINED[key]
+    return False
 
 
 @contextmanager
@@ -717,7 +731,7 @@ def reading_run(directory: str | Path) -> Iterator[None]:
             records = read_records(Path("runs/exp1") / "run.jsonl")
     """
     directory = Path(directory)
-    if directory.resolve() in _HELD.keys() | _TRAINED.keys():
+    if directory.resolve() in _HELD or _trained_identity(directory) is not False:
         yield
         return
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

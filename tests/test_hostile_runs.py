@@ -2122,3 +2122,37 @@ def test_a_rank_whose_run_directory_was_replaced_as_it_started_writes_nothing(
     assert launch.replaced_as_it_started()  # another folder in its place
     monkeypatch.delenv(launch.RUN_DIR_ID)
     assert not launch.replaced_as_it_started()  # torchrun's ranks: no launcher claimed it
+
+
+def test_a_rank_whose_run_directory_became_a_link_to_it_is_told_and_reads_its_own(
+    tmp_path, monkeypatch
+):
+    """Found by the thirtieth round: a run's folder moved and a link to it put at its path
+    mid-run (or its parent folder replaced so) trained to the end and then failed on its own
+    lock ("in use by a pipeplan process"): the rank's folder was known by its resolved path,
+    which the link changed. It is known by its name as the rank gave it (links not followed):
+    a link in its place is a move (`moved_away`), a link above it is not, and the rank reads
+    its own folder through either without taking a lock."""
+    from pipeplan import fileio
+
+    monkeypatch.setattr(fileio, "_TRAINED", {})
+    runs = tmp_path / "runs"
+    (runs / "k").mkdir(parents=True)
+    (runs / "k" / ".lock").write_text("")
+    fcntl = pytest.importorskip("fcntl")
+    with open(runs / "k" / ".lock") as held:  # the launcher's lock, held by another file
+        fcntl.flock(held, fcntl.LOCK_EX)
+        run = runs / "k"
+        fileio.trains(run)
+        (runs / "k").rename(runs / "k2")
+        (runs / "k").symlink_to("k2")
+        assert fileio.moved_away(run)
+        with fileio.reading_run(run):  # its own: no lock taken, none refused
+            pass
+        (runs / "k").unlink()
+        (runs / "k2").rename(runs / "k")
+        runs.rename(tmp_path / "runs2")
+        runs.symlink_to("runs2")
+        assert not fileio.moved_away(run)
+        with fileio.reading_run(run):
+            pass
