@@ -1116,19 +1116,23 @@ def test_the_report_rooms_of_killed_ranks_go_when_the_ranks_have(tmp_path, monke
         def ranks(*args):
             envs = {0: {"RANK": "0"}, 1: {"RANK": "1"}}
             config.logs_specs.reify(envs)  # as the agent does: each rank's error file
-            for env in envs.values():  # each rank keeps its room, then the agent kills both
+            for env in envs.values():  # each rank keeps its room, then both are killed
                 monkeypatch.setenv(errorfile.ENV, env[errorfile.ENV])
                 errorfile.reserve()
-            error_file = envs[1][errorfile.ENV]
-            failure = ProcessFailure(1, 1, exitcode=-signal.SIGTERM, error_file=error_file)
-            raise ChildFailedError("executor.launch", {1: failure})
+            # Listed both, as the agent lists every rank that did not exit 0: a rank that
+            # did, its room left, ended before the run (the thirtieth round).
+            failures = {
+                rank: ProcessFailure(rank, rank + 1, exitcode, envs[rank][errorfile.ENV])
+                for rank, exitcode in ((0, -signal.SIGTERM), (1, -signal.SIGKILL))
+            }
+            raise ChildFailedError("executor.launch", failures)
 
         return ranks
 
     monkeypatch.setattr(executor.launch, "elastic_launch", launch)
-    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--name", "k"]
+    argv = ["run", "--model", "vit-digits", "--nproc", "2", "--name", "k"]
     assert cli.main([*argv, "--runs-dir", str(tmp_path)]) == 2
-    assert "rank 1 before the first step: stopped by SIGTERM" in capsys.readouterr().err
+    assert "rank 1 before the first step: killed by SIGKILL" in capsys.readouterr().err
     assert not list((tmp_path / "k" / "logs").glob("*.tmp"))
 
 
