@@ -172,6 +172,18 @@ def _open_room(room: str) -> int | None:
     return None
 
 
+def room_left(path: str | os.PathLike) -> bool:
+    """Whether the room of the error file `path` is still there once its rank is gone: a rank
+    keeps it from its start (`reserve`) until its normal end (`release`) or its report
+    (`write`), so a rank that exited 0 with its room left ended before its part of the run
+    did (`os._exit(0)` in data code: the thirtieth round). A rank whose disk had no room for
+    it (`reserve` kept none) is not told apart.
+
+        room_left("runs/k/logs/rank-1.error.json")   # True: rank 1 never reached its end
+    """
+    return os.path.lexists(f"{os.fspath(path)}.tmp")
+
+
 def release() -> None:
     """Give the room back (a rank's clean end, or a failed write): no PATH.tmp stays."""
     room = _room()

@@ -15,8 +15,9 @@ common failure), with a precise time and a kind:
 The last two are what the *other* ranks see once one rank has failed, often before the failing
 rank's own exit is noticed. So the launcher does not take the failure the agent observed first:
 `verdict` names the rank whose own fault came first (the earliest `raised` or `interrupted`
-report), else a rank that died without a report (killed by a signal or crashed: the others only
-lost it), else the earliest report. When the others timed out, the rank that died without a
+report), else a rank that died without a report (killed by a signal or crashed, or exited 0
+before the run ended, which torch's agent takes for a success: the others only lost it), else
+the earliest report. When the others timed out, the rank that died without a
 report was killed by the agent after it stopped responding (stopped or hung). A rank the agent
 itself stopped (`AgentStops`: it was still running when the agent saw the first failure) is
 not named for a SIGTERM death or report where another rank ended before the agent acted.
@@ -186,6 +187,8 @@ def _death(exitcode: int) -> str:
     """How a rank that left no report ended, from its exit code: `_death(-9)` → "killed by
     SIGKILL". A SIGINT before the rank could report it (it starts by exiting 130 on one) and a
     SIGTERM are worded as the command words them for itself."""
+    if exitcode == 0:  # a failure only where its rank ended before the run did (`verdict`)
+        return "exited with code 0 before the run ended"
     if exitcode == EXIT_INTERRUPTED:
         return "interrupted by SIGINT"
     if exitcode == -signal.SIGTERM:
@@ -194,16 +197,21 @@ def _death(exitcode: int) -> str:
 
 
 def verdict(
-    failures: dict, timeout_s: float, agent_stopped: Collection[int] = ()
+    failures: dict,
+    timeout_s: float,
+    agent_stopped: Collection[int] = (),
+    ended_early: Collection[int] = (),
 ) -> tuple[int, str]:
     """(rank, why) of the failure that came first, from torch's `ChildFailedError.failures`
-    (global rank → `ProcessFailure`) and the pids of the ranks the agent stopped itself
-    (`AgentStops.pids`).
+    (global rank → `ProcessFailure`), the pids of the ranks the agent stopped itself
+    (`AgentStops.pids`) and the ranks that exited 0 before the run ended (`launch.ended_early`).
 
         verdict({0: <lost, from its file>, 1: <exit -9, no file>}, 600)
         → (1, "killed by SIGKILL")
         verdict({0: <stopped, from its file; pid 7>, 1: <exit -15, no file>}, 600, {7})
         → (1, "stopped by SIGTERM")
+        verdict({0: <lost, from its file>}, 600, (), {1})
+        → (1, "exited with code 0 before the run ended")
     """
     reports = {
         rank: report
@@ -215,10 +223,17 @@ def verdict(
         first = min(own, key=lambda r: r.time)
         return first.rank, first.message
     silent = {rank: f.exitcode for rank, f in failures.items() if rank not in reports}
+    # torch's agent takes a rank's exit 0 for its success and lists it nowhere: one that left
+    # mid-run (`os._exit(0)` in data code) died as silently as a killed one, and the peer
+    # that lost it was named, for a "Connection reset by peer" (the thirtieth round).
+    silent.update((rank, 0) for rank in ended_early if rank not in failures)
 
     def by_agent(rank: int) -> bool:
         """Whether the agent stopped `rank` (still running when it saw the first failure);
-        where it is not known (no stops heard), any rank may have been."""
+        where it is not known (no stops heard), any rank may have been. Never one that
+        exited 0: the agent's stop is a SIGTERM."""
+        if rank not in failures:
+            return False
         return not agent_stopped or failures[rank].pid in agent_stopped
 
     # A SIGTERM as a rank started is reported with its time; the agent's SIGTERMs to the
@@ -233,7 +248,7 @@ def verdict(
         # The agent stops the other ranks with SIGTERM once one has failed: a rank that ended
         # before it acted came first, and a SIGTERM death is the least likely to be the first.
         rank = min(silent, key=lambda r: (by_agent(r), silent[r] == -signal.SIGTERM, r))
-        if any(r.kind == "timeout" for r in reports.values()):
+        if silent[rank] != 0 and any(r.kind == "timeout" for r in reports.values()):
             return (
                 rank,
                 f"no response within the collective timeout of {timeout_s:g} s (stopped or hung)",

@@ -153,7 +153,7 @@ import shlex
 import threading
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -1058,9 +1058,14 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     try:
         with agent_scope(logs) as launcher_log, stops:
             elastic_launch(local_config(cfg.nproc, logs), RANK_SHELL[0])(*args)
+        # Every rank exited 0, one (nproc 1: the only one) before its end.
+        if early := ended_early(logs, range(cfg.nproc)):
+            rank, why = faults.verdict({}, cfg.collective_timeout_s, ended_early=early)
+            raise RankFailedError(failure_line(rank, why, run_dir, cfg), rank)
     except ChildFailedError as exc:
         check_launch_written(run_dir, launcher_log)
-        rank, why = faults.verdict(exc.failures, cfg.collective_timeout_s, stops.pids)
+        early = ended_early(logs, set(range(cfg.nproc)) - set(exc.failures))
+        rank, why = faults.verdict(exc.failures, cfg.collective_timeout_s, stops.pids, early)
         raise RankFailedError(failure_line(rank, why, run_dir, cfg), rank) from None
     except SignalException as exc:  # the agent has stopped every rank by now
         if exc.sigval == signal.SIGINT:
@@ -1077,6 +1082,22 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
             remove_report_rooms(here / "logs")
             remove_partial(here)  # and the checkpoint or model folder a killed rank 0 wrote
     return load(RunSummary, run_dir / "summary.json")
+
+
+def error_file(logs: Path, rank: int) -> Path:
+    """`error_file(run_dir / "logs", 1)` → runs/k/logs/rank-1.error.json: where `pipeplan
+    run`'s rank reports its failure (torch's `TORCHELASTIC_ERROR_FILE`, `RankLogs`)."""
+    return logs / f"rank-{rank}.error.json"
+
+
+def ended_early(logs: Path, ranks: Iterable[int]) -> list[int]:
+    """Of `ranks`, which exited 0 (torch's agent lists them nowhere), those that ended before
+    their part of the run did: their report's room is still in `logs` (`errorfile.room_left`;
+    run it before `remove_report_rooms`).
+
+        ended_early(run_dir / "logs", [1])   # [1]: os._exit(0) in its data code
+    """
+    return [rank for rank in ranks if errorfile.room_left(error_file(logs, rank))]
 
 
 def remove_report_rooms(logs: Path) -> None:
@@ -1162,7 +1183,7 @@ class RankLogs(LogsSpecs):
     def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
         errors = {}
         for local_rank, env in envs.items():
-            path = self.logs / f"rank-{env['RANK']}.error.json"
+            path = error_file(self.logs, int(env["RANK"]))
             path.unlink(missing_ok=True)  # a report from an earlier start is not this one's
             Path(f"{path}.tmp").unlink(missing_ok=True)  # nor its room (`errorfile`)
             env["TORCHELASTIC_ERROR_FILE"] = errors[local_rank] = str(path)

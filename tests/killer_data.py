@@ -32,6 +32,30 @@ def digits_then_die(seed: int = 0) -> TaskData:
     return TaskData("digits-die", DiesOnRank1(data.train, after=200), data.eval, False)
 
 
+class ExitsOnTheLastRank:
+    """The last rank (rank 1 of 2, the only one of 1) exits with status 0 on its read number
+    `after + 1`, at once (`os._exit`: no report, no clean end), as data code may."""
+
+    def __init__(self, inner, after: int):
+        self.inner, self.after, self.reads = inner, after, 0
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, index):
+        self.reads += 1
+        last = dist.is_initialized() and dist.get_rank() == dist.get_world_size() - 1
+        if self.reads > self.after and last:
+            os._exit(0)
+        return self.inner[index]
+
+
+def digits_then_exit_0(seed: int = 0) -> TaskData:
+    """Digits; the last rank exits with status 0 on its read number 201, mid-run."""
+    data = load_data("digits", models.build("vit-digits"), seed=seed)
+    return TaskData("digits-exit-0", ExitsOnTheLastRank(data.train, 200), data.eval, False)
+
+
 def digits_die_once(seed: int = 0) -> TaskData:
     """Digits; rank 1 dies after PIPEPLAN_TEST_KILL_AFTER item reads if that is set (the
     resumed run, started without it, reads the same data and lives)."""

@@ -254,6 +254,35 @@ def test_a_signalled_rank_is_named_not_the_rank_that_noticed(tmp_path, sig, what
     assert no_rank_left(tmp_path)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(
+    "nproc",
+    [
+        2,
+        # every rank exiting 0 is torch's agent's success: summary.json was missing
+        pytest.param(1, marks=pytest.mark.long),
+    ],
+)
+def test_a_rank_that_exits_0_mid_run_is_named_not_the_rank_that_noticed(tmp_path, nproc):
+    """Found by the thirtieth round: a rank whose data code called `os._exit(0)` mid-run was
+    taken by torch's agent for a rank that succeeded, and the line blamed rank 0 for a
+    "Connection reset by peer" (one rank: "summary.json: no such file"). Its report's room,
+    left until a rank's normal end, tells the launcher that it ended before the run did."""
+    run = start_run(tmp_path, "--data", "tests.killer_data:digits_then_exit_0", nproc=nproc)
+    one_line(
+        run,
+        2,
+        rf"pipeplan: error: training failed on rank {nproc - 1}"
+        + AT
+        + ": exited with code 0 before the run ended"
+        + LOGS
+        + NO_CHECKPOINT,
+    )
+    assert no_rank_left(tmp_path)
+    assert not list((tmp_path / "k" / "logs").glob("*.tmp"))  # the rooms removed as ever
+
+
 def catches(pid: int, signum: int) -> bool:
     """Whether process `pid` has a handler for `signum` (Linux: SigCgt in /proc/PID/status)."""
     try:
@@ -755,6 +784,40 @@ def test_the_verdict_never_names_a_rank_the_agent_stopped_for_an_earlier_death(
     assert faults.verdict(failures, timeout_s=5, agent_stopped=agent_stopped) == expected
 
 
+EARLY = "exited with code 0 before the run ended"
+
+
+@pytest.mark.parametrize(
+    "failures, rooms, expected",
+    [
+        # the peer that lost it reported; rank 1 exited 0 with its room left
+        ({0: Failure(1, report(0, "lost", 1.0))}, [1], (1, EARLY)),
+        # its peer timed out: it did not hang, it left
+        ({0: Failure(1, report(0, "timeout", 1.0))}, [1], (1, EARLY)),
+        # every rank exited 0 (the agent's success), rank 0 before its end
+        ({}, [0], (0, EARLY)),
+        # a rank that ended normally gave its room back: not named
+        ({0: Failure(1, report(0, "lost", 1.0))}, [], (0, "m")),
+        # a rank's own error still comes first; one the agent stopped never does
+        ({0: Failure(1, report(0, "raised", 1.0, "E"))}, [1], (0, "E")),
+        ({0: Failure(-15, pid=10)}, [1], (1, EARLY)),
+    ],
+)
+def test_the_verdict_names_a_rank_that_exited_0_before_the_run_ended(
+    tmp_path, failures, rooms, expected
+):
+    """Found by the thirtieth round: torch's agent lists a rank that exited 0 nowhere, so one
+    that left mid-run (`os._exit(0)` in data code) was never named: its peer was, for the
+    connection it lost. `ended_early` finds such a rank by the room of its report
+    (`errorfile.reserve`), which a rank gives back only at its normal end."""
+    from executor.launch import ended_early, error_file
+
+    for rank in rooms:
+        Path(f"{error_file(tmp_path, rank)}.tmp").touch()
+    early = ended_early(tmp_path, {0, 1} - set(failures))
+    assert faults.verdict(failures, 5, {10}, early) == expected
+
+
 # Two ranks as torch's agent runs them (`start_processes`: its SubprocessContext, its log):
 # rank 1 dies of SIGTERM with no report once rank 0 listens; rank 0, stopped by the agent,
 # reports that it was stopped, as a rank does that is still starting.
@@ -1053,19 +1116,23 @@ def test_the_report_rooms_of_killed_ranks_go_when_the_ranks_have(tmp_path, monke
         def ranks(*args):
             envs = {0: {"RANK": "0"}, 1: {"RANK": "1"}}
             config.logs_specs.reify(envs)  # as the agent does: each rank's error file
-            for env in envs.values():  # each rank keeps its room, then the agent kills both
+            for env in envs.values():  # each rank keeps its room, then both are killed
                 monkeypatch.setenv(errorfile.ENV, env[errorfile.ENV])
                 errorfile.reserve()
-            error_file = envs[1][errorfile.ENV]
-            failure = ProcessFailure(1, 1, exitcode=-signal.SIGTERM, error_file=error_file)
-            raise ChildFailedError("executor.launch", {1: failure})
+            # Listed both, as the agent lists every rank that did not exit 0: a rank that
+            # did, its room left, ended before the run (the thirtieth round).
+            failures = {
+                rank: ProcessFailure(rank, rank + 1, exitcode, envs[rank][errorfile.ENV])
+                for rank, exitcode in ((0, -signal.SIGTERM), (1, -signal.SIGKILL))
+            }
+            raise ChildFailedError("executor.launch", failures)
 
         return ranks
 
     monkeypatch.setattr(executor.launch, "elastic_launch", launch)
-    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--name", "k"]
+    argv = ["run", "--model", "vit-digits", "--nproc", "2", "--name", "k"]
     assert cli.main([*argv, "--runs-dir", str(tmp_path)]) == 2
-    assert "rank 1 before the first step: stopped by SIGTERM" in capsys.readouterr().err
+    assert "rank 1 before the first step: killed by SIGKILL" in capsys.readouterr().err
     assert not list((tmp_path / "k" / "logs").glob("*.tmp"))
 
 
