@@ -17,8 +17,9 @@ exactly that model's forward, training them trains that model, and `export` save
 
 What travels between layers (docs/architecture.md §4.17): the hidden state only. Decoder blocks
 recompute positions, rotary embeddings and the causal mask from its shape. With
-`padding_mask=True` it has one extra trailing channel (`mask_channel`: 0.0 = padding, i.e. an
-input id equal to PADDING, else a token) that each block turns into the attention mask.
+`padding_mask=True` (always for a decoder classifier, `pools_by_pad_id`) it has one extra
+trailing channel (`mask_channel`: 0.0 = padding, i.e. an input id equal to PADDING, else a
+token) that each block turns into the attention mask.
 Padding is PADDING in the input ids, never "an id equal to pad_token_id": with the common
 pad = eos (or unk) tokenizer a real `</s>` is the pad id, and it is attended to and learnt.
 """
@@ -281,16 +282,14 @@ class FirstToken(nn.Module):
         return hidden[:, 0]
 
 
-def _last_token(logits: torch.Tensor, channel: torch.Tensor | None) -> torch.Tensor:
+def _last_token(logits: torch.Tensor, channel: torch.Tensor) -> torch.Tensor:
     """Each sample's logits at its rightmost token whose id is not pad_token_id (the mask
     channel's 1.0), found and gathered as transformers' …ForSequenceClassification does from
     the ids (left and right padding both work; a real trailing pad = eos is skipped there too)."""
+    # A decoder classifier always carries the channel (`pools_by_pad_id`).
     batch, length = logits.shape[:2]
-    if channel is None:  # no pad tokens travel: every sample is full length
-        last = torch.full((batch,), length - 1, device=logits.device)
-    else:
-        positions = torch.arange(length, device=logits.device, dtype=torch.int32)
-        last = (positions * (channel == _TOKEN_CHANNEL).to(torch.int32)).argmax(-1)
+    positions = torch.arange(length, device=logits.device, dtype=torch.int32)
+    last = (positions * (channel == _TOKEN_CHANNEL).to(torch.int32)).argmax(-1)
     return logits[torch.arange(batch, device=logits.device), last]
 
 
@@ -369,7 +368,9 @@ class LayerSequence:
     input_shape: tuple[int, ...]
     input_dtype: torch.dtype
     task: str = "classification"  # or "causal-lm"
-    padding_mask: bool = False  # the hidden state carries the padding-mask channel
+    # The hidden state carries the padding-mask channel: padded data, or a decoder classifier
+    # (`pools_by_pad_id`), whatever its data.
+    padding_mask: bool = False
     hf_model: nn.Module | None = field(default=None, repr=False)  # what the layers view
 
     @property
@@ -510,7 +511,8 @@ def build(
     too. `task`: "classification" (default) or, for decoders, "causal-lm" (the default for a
     decoder not saved as a classifier).
     `padding_mask`: input ids equal to PADDING are padding; the mask travels with the
-    hidden state (module docstring)."""
+    hidden state (module docstring). A decoder classifier carries it always
+    (`pools_by_pad_id`): its head pools the rightmost token whose id is not pad_token_id."""
     return build_with_hf(
         name_or_path,
         seq_len=seq_len,
@@ -560,6 +562,7 @@ def build_with_hf(
         _check_model_size(source, config, task, name_or_path)
         if stored is not None:  # reads two tensors: once the sizes are known to fit memory
             _check_tied_head(source, family, task, config, stored)
+        padding_mask = padding_mask or pools_by_pad_id(family, task)
         _check_padding_mask(family, config, padding_mask, where)
         shape, dtype = _input(
             family, config, seq_len or source.seq_len, seq_len is not None, name_or_path
@@ -1181,6 +1184,19 @@ def _first_example_token(family_name: str) -> int:
     """The lowest token id example inputs are drawn from: BERT pads with 0; RoBERTa also
     reserves 1 and 2."""
     return 3 if family_name == "roberta" else 1
+
+
+def pools_by_pad_id(family: Family, task: str) -> bool:
+    """Whether the model pools where transformers finds the rightmost token whose id is not
+    pad_token_id (a decoder classifier: GPT-2, Llama), which only the ids show: such a model
+    always carries the padding-mask channel (`mask_channel`), padded data or not, so that the
+    head pools that token, not the last position. Found by the thirtieth round: on unpadded
+    data whose rows end in a real pad id (pad = eos) the layers pooled the last position, and
+    the exported model another one.
+
+        pools_by_pad_id(FAMILIES["gpt2"], "classification")   # True
+    """
+    return family.kind == "decoder" and task == "classification"
 
 
 def _check_padding_mask(family: Family, config: Any, padding_mask: bool, name: str) -> None:

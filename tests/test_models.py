@@ -162,6 +162,41 @@ def test_decoder_classification_matches_hf_forward_exactly(tmp_path, family, tra
     _check_exact(seq, hf, train)
 
 
+@pytest.mark.parametrize("family", DECODERS)
+@pytest.mark.parametrize("padding_mask", [False, True], ids=["unpadded", "padded"])
+@pytest.mark.parametrize("pad_last", [True, False], ids=["ends-in-pad-id", "no-pad-id"])
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_decoder_classifier_pools_past_a_real_pad_id_as_transformers(
+    tmp_path, family, padding_mask, pad_last, train
+):
+    """Found by the thirtieth round: a decoder classifier on unpadded data (padding_mask
+    False) pooled the last position, where transformers (the exported model) pools the
+    rightmost token whose id is not pad_token_id: rows ending in a real pad id (pad = eos)
+    gave other logits. Now such a model always carries the mask channel and pools that token,
+    bit for bit as transformers, with the tokenizer's attention mask or none."""
+    path = _write_config(tmp_path, family)
+    seq, hf = models.build_with_hf(
+        str(path), init="random", task="classification", padding_mask=padding_mask
+    )
+    pad = seq.config.pad_token_id
+    ids = torch.randint(
+        3, seq.config.vocab_size, (4, 12), generator=torch.Generator().manual_seed(0)
+    )
+    ids[1, 5] = pad  # a real pad id inside a row is a token wherever it is
+    if pad_last:
+        ids[:, -1] = pad  # every row ends in a real `</s>` whose id is pad_token_id
+        ids[2, -3:] = pad
+    labels = torch.tensor([0, 1, 2, 0])
+    hf.train(train)
+    for mask in (None, torch.ones_like(ids)):
+        torch.manual_seed(7)
+        expected = hf(input_ids=ids, attention_mask=mask, labels=labels)
+        torch.manual_seed(7)  # same dropout draws, in the same order, when training
+        logits = seq.forward(ids)
+        assert torch.equal(logits, expected.logits)
+        assert torch.equal(seq.loss(logits, labels), expected.loss)
+
+
 def test_decoder_saved_as_a_classifier_stays_one(tmp_path):
     path = _write_config(tmp_path, "gpt2", architectures=["GPT2ForSequenceClassification"])
     assert models.build(str(path), init="random").task == "classification"
@@ -205,9 +240,11 @@ def test_padding_mask_changes_what_padded_samples_see(tmp_path, family):
     plain = models.build(str(path), init="random", task="classification")
     masked.layers.eval(), plain.layers.eval()
     x, _ = _padded_batch(masked, left=True)
+    width = masked.config.hidden_size
     with torch.no_grad():  # the last block's output, without the mask channel
         ids = x.masked_fill(x == models.PADDING, masked.config.pad_token_id)  # unmarked
-        a, b = masked.forward(x, 0, -1)[..., :-1], plain.forward(ids, 0, -1)
+        # (A decoder classifier carries the channel unpadded too: its pad ids are tokens.)
+        a, b = masked.forward(x, 0, -1)[..., :width], plain.forward(ids, 0, -1)[..., :width]
     # The unpadded sample agrees up to rounding (a masked batch takes another kernel); the
     # two real tokens of sample 2 see something else.
     assert torch.allclose(a[0], b[0], atol=1e-4)

@@ -51,6 +51,15 @@ def _batch(seq, n=4):
     return seq.example_batch(n, torch.Generator().manual_seed(2))
 
 
+def _hf_inputs(seq, x):
+    """What a transformers user passes for the example ids `x`: with a padding mask (a decoder
+    classifier always carries one, and its example batch is padded) the tokenizer's ids and
+    attention mask."""
+    if seq.padding_mask:
+        return models.transformers_inputs(x, seq.config.pad_token_id)
+    return {"input_ids": x}
+
+
 def _same_loss(seq, reference, x, y):
     """The sequence's eval loss and the transformers model's own loss on the same batch."""
     seq.layers.eval()
@@ -259,7 +268,7 @@ def test_export_is_a_transformers_directory_with_the_trained_weights(tmp_path, n
     x, _ = _batch(seq)
     with torch.no_grad():
         logits = seq.forward(x)
-        assert torch.equal(loaded(input_ids=x).logits, logits)
+        assert torch.equal(loaded(**_hf_inputs(seq, x)).logits, logits)
         assert not torch.equal(initial.forward(x), logits)  # trained weights, not the initial
 
 
@@ -325,9 +334,9 @@ def test_a_trained_tied_checkpoint_exports_untied_and_loads_without_a_warning(
     seq.layers.eval()
     x, _ = _batch(seq)
     with torch.no_grad():
-        assert torch.equal(loaded(input_ids=x).logits, seq.forward(x))
+        assert torch.equal(loaded(**_hf_inputs(seq, x)).logits, seq.forward(x))
         loaded.tie_weights()
-        assert torch.equal(loaded(input_ids=x).logits, seq.forward(x))
+        assert torch.equal(loaded(**_hf_inputs(seq, x)).logits, seq.forward(x))
     # The model itself keeps its ids: only the files say null.
     assert seq.hf_model.config.bos_token_id == getattr(transformers, config_cls)().bos_token_id
 
