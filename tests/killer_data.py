@@ -13,47 +13,45 @@ from executor.data import TaskData, load_data
 from pipeplan import models
 
 
-class DiesOnRank1:
-    def __init__(self, inner, after: int):
-        self.inner, self.after, self.reads = inner, after, 0
+class EndsOnARank:
+    """Ends its process with `end()` on read number `after + 1`, on the rank `which(rank,
+    world)` picks, at once, as data code may: `os.kill(os.getpid(), SIGKILL)`, `os._exit(0)`
+    (no report, no clean end)."""
+
+    def __init__(self, inner, after: int, which, end):
+        self.inner, self.after, self.which, self.end, self.reads = inner, after, which, end, 0
 
     def __len__(self):
         return len(self.inner)
 
     def __getitem__(self, index):
         self.reads += 1
-        if self.reads > self.after and dist.is_initialized() and dist.get_rank() == 1:
-            os.kill(os.getpid(), signal.SIGKILL)
+        ranked = self.reads > self.after and dist.is_initialized()
+        if ranked and self.which(dist.get_rank(), dist.get_world_size()):
+            self.end()
         return self.inner[index]
+
+
+def _rank_1(rank: int, world: int) -> bool:
+    return rank == 1
+
+
+def _killed() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def digits_then_die(seed: int = 0) -> TaskData:
+    """Digits; rank 1 SIGKILLs itself on its read number 201."""
     data = load_data("digits", models.build("vit-digits"), seed=seed)
-    return TaskData("digits-die", DiesOnRank1(data.train, after=200), data.eval, False)
-
-
-class ExitsOnTheLastRank:
-    """The last rank (rank 1 of 2, the only one of 1) exits with status 0 on its read number
-    `after + 1`, at once (`os._exit`: no report, no clean end), as data code may."""
-
-    def __init__(self, inner, after: int):
-        self.inner, self.after, self.reads = inner, after, 0
-
-    def __len__(self):
-        return len(self.inner)
-
-    def __getitem__(self, index):
-        self.reads += 1
-        last = dist.is_initialized() and dist.get_rank() == dist.get_world_size() - 1
-        if self.reads > self.after and last:
-            os._exit(0)
-        return self.inner[index]
+    return TaskData("digits-die", EndsOnARank(data.train, 200, _rank_1, _killed), data.eval, False)
 
 
 def digits_then_exit_0(seed: int = 0) -> TaskData:
-    """Digits; the last rank exits with status 0 on its read number 201, mid-run."""
+    """Digits; the last rank (rank 1 of 2, the only one of 1) exits with status 0 on its read
+    number 201, mid-run."""
     data = load_data("digits", models.build("vit-digits"), seed=seed)
-    return TaskData("digits-exit-0", ExitsOnTheLastRank(data.train, 200), data.eval, False)
+    exits = EndsOnARank(data.train, 200, lambda rank, world: rank == world - 1, lambda: os._exit(0))
+    return TaskData("digits-exit-0", exits, data.eval, False)
 
 
 def digits_die_once(seed: int = 0) -> TaskData:
@@ -61,7 +59,7 @@ def digits_die_once(seed: int = 0) -> TaskData:
     resumed run, started without it, reads the same data and lives)."""
     data = load_data("digits", models.build("vit-digits"), seed=seed)
     after = int(os.environ.get("PIPEPLAN_TEST_KILL_AFTER", "0"))
-    train = DiesOnRank1(data.train, after=after) if after else data.train
+    train = EndsOnARank(data.train, after, _rank_1, _killed) if after else data.train
     return TaskData("digits", train, data.eval, False)
 
 
