@@ -1937,20 +1937,24 @@ def test_a_module_data_imports_inside_its_function_is_found(tmp_path, capsys, mo
     lists the helper."""
     name, helper = "rt28f7_mydata", "rt28f7_helper"
     body = DATA_MODULE.format(draw=f"__import__('{helper}').DRAW")
+    files = _prepared_beside_a_helper(tmp_path, capsys, monkeypatch, name, body, helper, "load")
+    assert files == [str(tmp_path / f"{name}.py"), str(tmp_path / f"{helper}.py")]
+
+
+def _prepared_beside_a_helper(tmp_path, capsys, monkeypatch, name, body, helper, function):
+    """`run --prepare-only` of `--data NAME:FUNCTION` (NAME.py holding `body`) from tmp_path,
+    a helper module HELPER.py beside it (`DRAW = 1`, `OFFSET = 0.0`): data.json's files."""
     (tmp_path / f"{name}.py").write_text(body)
-    (tmp_path / f"{helper}.py").write_text("DRAW = 1\n")
+    (tmp_path / f"{helper}.py").write_text("DRAW = 1\nOFFSET = 0.0\n")
     monkeypatch.chdir(tmp_path)
-    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--nproc", "1"]
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:{function}", "--nproc", "1"]
     try:
         assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
     finally:
         for module in (name, helper):
             sys.modules.pop(module, None)
     record = json.loads((tmp_path / "runs" / "m" / "data.json").read_text())
-    assert [f["path"] for f in record["files"]] == [
-        str(tmp_path / f"{name}.py"),
-        str(tmp_path / f"{helper}.py"),
-    ]
+    return [f["path"] for f in record["files"]]
 
 
 def test_a_data_module_named_like_the_standard_library_says_which_it_imported(
@@ -2018,21 +2022,9 @@ def lazy(seed: int = 0):
     data = load(seed)
     return TaskData("lazy", Lazy(data.train), Lazy(data.eval))
 """
-    (tmp_path / f"{name}.py").write_text(body)
-    (tmp_path / f"{helper}.py").write_text("OFFSET = 0.0\n")
-    monkeypatch.chdir(tmp_path)
-    argv = ["run", "--model", "vit-digits", "--data", f"{name}:lazy", "--nproc", "1"]
-    try:
-        assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
-    finally:
-        for module in (name, helper):
-            sys.modules.pop(module, None)
+    files = _prepared_beside_a_helper(tmp_path, capsys, monkeypatch, name, body, helper, "lazy")
     assert str(tmp_path) not in sys.path  # the launcher's reads put it back
-    record = json.loads((tmp_path / "runs" / "m" / "data.json").read_text())
-    assert [f["path"] for f in record["files"]] == [
-        str(tmp_path / f"{name}.py"),
-        str(tmp_path / f"{helper}.py"),
-    ]
+    assert files == [str(tmp_path / f"{name}.py"), str(tmp_path / f"{helper}.py")]
 
 
 def _folder_without(made, tmp_path, edit) -> Path:
