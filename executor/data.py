@@ -768,17 +768,25 @@ def _data_directory_on_path() -> Iterator[None]:
     from the directory: a user's profiles.py became pipeplan's `profiles` (thirtieth round: a
     traceback, `'profiles' is not a package`).
     """
-    for name in OWN_PACKAGES:  # ours before the directory can shadow one (thirtieth round)
-        importlib.import_module(name)
-    here = str(Path.cwd())
-    added = here not in sys.path and "" not in sys.path
-    if added:
-        sys.path.append(here)
+    added = _append_data_directory()
     try:
         yield
     finally:
-        if added:
-            sys.path.remove(here)
+        if added is not None:
+            sys.path.remove(added)
+
+
+def _append_data_directory() -> str | None:
+    """The working directory appended to sys.path, after the installation's own packages
+    are imported (ours before the directory can shadow one: thirtieth round); the entry
+    added, or None where it was there already."""
+    for name in OWN_PACKAGES:
+        importlib.import_module(name)
+    here = str(Path.cwd())
+    if here in sys.path or "" in sys.path:
+        return None
+    sys.path.append(here)
+    return here
 
 
 def keep_data_directory_on_path(spec: str) -> None:
@@ -790,11 +798,7 @@ def keep_data_directory_on_path(spec: str) -> None:
     """
     if ":" not in spec or spec in BUILTINS or _names_a_file(spec.rpartition(":")[0]):
         return
-    for name in OWN_PACKAGES:
-        importlib.import_module(name)
-    here = str(Path.cwd())
-    if here not in sys.path and "" not in sys.path:
-        sys.path.append(here)
+    _append_data_directory()
 
 
 def _not_the_file_here(target: str, module: Any) -> str:

@@ -1276,11 +1276,11 @@ def what_next(run_dir: Path, cfg: RunConfig) -> str:
     pipeplan run --resume runs/k", "; no checkpoint to resume from: delete runs/k to start it
     again", "; every epoch was trained: its model: pipeplan export …", or "" (a checkpoint
     without its pointer: the resume's checks say what to do)."""
-    quoted = shlex.quote(str(run_dir))
+    shown = shlex.quote(str(run_dir))
     if not has_checkpoint(run_dir):
         # Neither resumable nor a name a new run takes (its logs say why it failed): said,
         # where the line named nothing to do (the twenty-sixth round).
-        return f"; no checkpoint to resume from: delete {quoted} to start it again"
+        return f"; no checkpoint to resume from: delete {shown} to start it again"
     if not (run_dir / "checkpoints" / "latest").exists():
         return ""
     try:
@@ -1288,7 +1288,7 @@ def what_next(run_dir: Path, cfg: RunConfig) -> str:
     except PipeplanError:  # the resume's own checks say what is wrong with it
         manifest = None
     if manifest is not None and finished(manifest, cfg):
-        return f"; every epoch was trained: its model: pipeplan export {quoted} --out DIR"
+        return f"; every epoch was trained: its model: pipeplan export {shown} --out DIR"
     return f"; resume with: {resume_command(run_dir, cfg)}"
 
 
