@@ -173,6 +173,13 @@ POINTER_LIMIT = 4096  # bytes of checkpoints/latest, which holds `step-N`
 STEP_DIR = re.compile(r"step-([0-9]{1,12})")
 
 
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether the run has a checkpoint to resume from: `checkpoints/latest`, or a `step-N`
+    written without it (killed before the pointer; the resume says to restore it)."""
+    folder = run_dir / "checkpoints"
+    return (folder / "latest").exists() or bool(checkpoints_written(folder))
+
+
 def checkpoints_written(root: Path) -> list[Path]:
     """The checkpoints under `root` (a run's checkpoints/), oldest first: folders `step-N`
     holding a checkpoint manifest and no run.json. Anything else there (a run a user put

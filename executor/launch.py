@@ -174,8 +174,8 @@ from executor.checkpoint import (
     check_position,
     check_trained_with,
     check_weights,
-    checkpoints_written,
     commit_config,
+    has_checkpoint,
     latest,
     manifest_path,
     read_manifest,
@@ -329,21 +329,37 @@ def _make_run_directory(cfg: RunConfig, runs_root: str | Path, planner: RunPlann
             for name, doc in files.items():
                 if doc is not None:
                     write_atomic(run_dir / name, doc if isinstance(doc, str) else dumps(doc))
-        except BaseException:
+        except BaseException as exc:
             # A full disk after run.json left a run that could neither start nor be
             # prepared again under its name.
-            _unprepare(run_dir, list(files), lock_made)
-            raise
+            if not moved_away(run_dir):
+                _unprepare(run_dir, list(files), lock_made)
+                raise
+            # Moved (or deleted) as it was prepared: its writes failed as "write failed (No
+            # such file or directory)", and the folder kept the run.json written before (the
+            # thirtieth round). Undone where it is now; what is at the path is not ours.
+            now = where_now(run_dir)
+            _unprepare(now, list(files), lock_made, claimed=run_dir)
+            if not isinstance(exc, OSError | PipeplanError):
+                raise
+            where = "moved or was deleted" if now is None else f"moved to {quoted(str(now))}"
+            raise OutputError(
+                f"{run_dir}: the run directory {where} while the run was prepared; nothing was "
+                "started: run it again"
+            ) from None
     return run_dir
 
 
-def _unprepare(run_dir: Path, names: list[str], lock_made: bool) -> None:
-    """Undo a `prepare` that failed after its claim: the files it wrote (the folder held none
-    of them), and the lock it made, released."""
-    for name in names:
+def _unprepare(
+    run_dir: Path | None, names: list[str], lock_made: bool, claimed: Path | None = None
+) -> None:
+    """Undo a `prepare` that failed after its claim: the files it wrote in `run_dir` (the
+    folder held none of them; None: the folder is gone), and the lock it made, released.
+    `claimed`: the path it was claimed by, where it moved away from there."""
+    for name in names if run_dir is not None else []:
         (run_dir / name).unlink(missing_ok=True)
-    release_directory(run_dir)
-    if lock_made:
+    release_directory(claimed or run_dir)
+    if lock_made and run_dir is not None:
         (run_dir / ".lock").unlink(missing_ok=True)
 
 
@@ -1514,14 +1530,16 @@ def check_trained_a_step(run_dir: Path, local: bool = True) -> None:
     """
     if trained(run_dir):
         return
-    quoted = shlex.quote(str(run_dir))
-    if local:
-        start = f"torchrun's -m executor.launch {quoted}, or delete it to run it again"
+    shown = shlex.quote(str(run_dir))
+    if local:  # a run `pipeplan run` started (the usual), or one prepared for torchrun
+        start = (
+            f"delete it to run it again (a run prepared for torchrun starts with -m "
+            f"executor.launch {shown})"
+        )
     else:
-        start = f"-m executor.launch {quoted} (without --resume)"
+        start = f"start it with -m executor.launch {shown} (without --resume)"
     raise BadArgumentError(
-        f"{run_dir}: no checkpoint to resume from: the run has trained no step; start it with "
-        f"{start}"
+        f"{run_dir}: no checkpoint to resume from: the run has trained no step; {start}"
     )
 
 
@@ -1644,13 +1662,6 @@ def trained(run_dir: Path) -> bool:
     if any((run_dir / name).exists() for name in STARTED if name != "run.jsonl"):
         return True
     return (run_dir / "run.jsonl").exists() and failed_at(run_dir / "run.jsonl") != NO_STEP
-
-
-def has_checkpoint(run_dir: Path) -> bool:
-    """Whether the run has a checkpoint to resume from: `checkpoints/latest`, or a `step-N`
-    written without it (killed before the pointer; the resume says to restore it)."""
-    folder = run_dir / "checkpoints"
-    return (folder / "latest").exists() or bool(checkpoints_written(folder))
 
 
 def remove_unstarted(run_dir: Path, made: list[Path]) -> None:

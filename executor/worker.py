@@ -18,6 +18,7 @@ import datetime as _dt
 import logging
 import math
 import os
+import shlex
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
 from executor.cache import ActivationCache, cache_allowed, memory_dir_for
+from executor.checkpoint import has_checkpoint
 from executor.data import keep_data_directory_on_path, warn_once_per_place
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseRuntime, StepMean, StepTimes, frozen_forward
@@ -38,8 +40,8 @@ from executor.records import Recorder, step_loss, step_record, step_row
 from executor.task import build_task, save_model
 from executor.topology import comm_device, node_peers, set_host_group
 from pipeplan import freeze, models
-from pipeplan.errors import BadArgumentError, Interrupted, OutputError, PipeplanError
-from pipeplan.fileio import moved_away
+from pipeplan.errors import BadArgumentError, Interrupted, OutputError, PipeplanError, quoted
+from pipeplan.fileio import moved_away, where_now
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
@@ -298,6 +300,41 @@ def one_sided_done() -> None:
 class RunDirectoryMoved(OutputError):
     """The run directory is no longer at the path its ranks write to: moved or deleted while
     they trained (`Trainer.check_in_place`)."""
+
+
+def moved_message(run_dir: Path, step: int) -> str:
+    """What a rank says once its run directory moved away (`Trainer.check_in_place`): where
+    it is now (`where_now`: the folder the rank holds open) and what continues it there, as
+    torchrun's entry takes it. Under torchrun this is the run's line (under `pipeplan run` the
+    launcher says its own); it said "moved or was deleted … NEWPATH" even where the folder had
+    only been renamed (the thirtieth round).
+
+        moved_message(Path("runs/k"), 15)
+        # runs/k: the run directory moved to runs/k2 at step 15; resume it there with
+        # -m executor.launch runs/k2 --resume
+    """
+    now = where_now(run_dir)
+    if now is None:
+        return (
+            f"{run_dir}: the run directory moved or was deleted at step {step}; if it was "
+            "moved, resume it where it is now with -m executor.launch NEWPATH --resume"
+        )
+    if not run_dir.is_absolute():  # named as the user named the run: from here
+        with contextlib.suppress(ValueError):
+            now = now.relative_to(Path.cwd())
+    if not str(now).isprintable():  # a line feed would split the line, an ESC reach the terminal
+        return (
+            f"{run_dir}: the run directory moved to {quoted(str(now))} at step {step}; rename "
+            "it to a printable name, then resume it there with -m executor.launch NEWPATH --resume"
+        )
+    shown = shlex.quote(str(now))
+    if has_checkpoint(now):
+        more = f"resume it there with -m executor.launch {shown} --resume"
+    elif step == 0:  # nothing trained: it starts again as prepared (`check_not_trained`)
+        more = f"start it there with -m executor.launch {shown}"
+    else:
+        more = "it has no checkpoint to resume from: prepare a new run to train it again"
+    return f"{run_dir}: the run directory moved to {now} at step {step}; {more}"
 
 
 class Trainer:
@@ -750,11 +787,7 @@ class Trainer:
             self.check_in_place()   # RunDirectoryMoved once runs/k was renamed
         """
         if moved_away(self.run_dir):
-            raise RunDirectoryMoved(
-                f"{self.run_dir}: the run directory moved or was deleted at step "
-                f"{self.step_index}; resume it where it is now with -m executor.launch NEWPATH "
-                "--resume"
-            )
+            raise RunDirectoryMoved(moved_message(self.run_dir, self.step_index))
 
     def diverged(self, what: str, epoch: int) -> None:
         """Stop the run on a non-finite loss, before a record holds it, saying what to do."""

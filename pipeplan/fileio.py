@@ -662,14 +662,15 @@ def where_now(directory: str | Path) -> Path | None:
     """Where the directory this process claimed (`claim_directory`) is now, after it moved
     away from `directory` (`moved_away`): the kernel names the lock file this process holds
     open wherever it went (Linux: /proc/self/fd), and the name is believed only once the lock
-    file there is the held one. None where the directory was deleted, is not held, or the
-    kernel does not say: its run cannot be read or resumed from a path we know.
+    file there is the held one; a rank (`trains`) names the folder it holds open. None where
+    the directory was deleted, is neither held nor trained, or the kernel does not say: its
+    run cannot be read or resumed from a path we know.
 
         where_now(run_dir)   # Path("/home/u/runs/k2") once runs/k was renamed to runs/k2
     """
     handle = _HELD.get(Path(directory).resolve())
     if handle is None:
-        return None
+        return _where_trained_now(directory)
     try:
         lock = Path(os.readlink(f"/proc/self/fd/{handle.fileno()}"))
     except OSError:
@@ -678,6 +679,21 @@ def where_now(directory: str | Path) -> Path | None:
     if lock.name != ".lock" or _identity(lock) != _identity(handle):
         return None
     return lock.parent
+
+
+def _where_trained_now(directory: str | Path) -> Path | None:
+    """`where_now` for a rank (`trains`), which holds no lock: the kernel names the folder
+    the rank holds open, believed once the folder there is the one the rank started in. A
+    torchrun rank's line said only "moved or was deleted … NEWPATH" (the thirtieth round)."""
+    trained = _trained_identity(directory)
+    fd = _TRAINED_FD.get(Path(os.path.abspath(directory)))
+    if not trained or fd is None:
+        return None
+    try:
+        now = Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return None
+    return now if _identity(now) == trained else None
 
 
 def release_directory(directory: str | Path) -> None:
@@ -695,6 +711,8 @@ def release_directory(directory: str | Path) -> None:
 # their lock, and the rank reads them as it writes them (the summary, online recalibration).
 # Each with the folder's identity as the rank started (`moved_away`; None: none was there).
 _TRAINED: dict[Path, tuple[int, int] | None] = {}
+# The folder each holds open, by the path the rank names it (`_where_trained_now`).
+_TRAINED_FD: dict[Path, int] = {}
 
 
 def trains(directory: str | Path) -> None:
@@ -704,6 +722,11 @@ def trains(directory: str | Path) -> None:
     identity = _identity(directory)
     _TRAINED[Path(os.path.abspath(directory))] = identity
     _TRAINED[Path(directory).resolve()] = identity
+    with suppress(OSError):  # held open to say where it went (`where_now`)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with suppress(OSError, TypeError):  # one folder open for each name
+            os.close(_TRAINED_FD.get(Path(os.path.abspath(directory))))  # type: ignore[arg-type]
+        _TRAINED_FD[Path(os.path.abspath(directory))] = fd
 
 
 def _trained_identity(directory: str | Path) -> tuple[int, int] | Literal[False] | None:

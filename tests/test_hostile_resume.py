@@ -1952,7 +1952,8 @@ def test_run_resume_of_a_run_that_trained_nothing_says_what_starts_it(tmp_path, 
     run = _prepared_for_torchrun(tmp_path, capsys)
     if records == "empty":
         (run / "run.jsonl").touch()
-    start = f"start it with torchrun's -m executor.launch {run}, or delete it to run it again"
+    start = "delete it to run it again (a run prepared for torchrun starts with -m executor.launch"
+    start += f" {run})"
     refused(["run", "--resume", str(run)], tmp_path, capsys, ("has trained no step", start))
 
 

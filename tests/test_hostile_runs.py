@@ -2156,3 +2156,65 @@ def test_a_rank_whose_run_directory_became_a_link_to_it_is_told_and_reads_its_ow
         assert not fileio.moved_away(run)
         with fileio.reading_run(run):
             pass
+
+
+def test_a_rank_names_where_its_run_directory_moved_and_what_continues_it(tmp_path, monkeypatch):
+    """Found by the thirtieth round (a note): under torchrun, whose line is the rank's own, a
+    run directory renamed mid-run was said to have "moved or was deleted … resume it where it
+    is now with -m executor.launch NEWPATH --resume", though `pipeplan run` named the place.
+    A rank holds its folder open (`trains`): the line names where it is now and what continues
+    it there: a resume from its checkpoint, a start where it trained no step, else a new run."""
+    from executor.worker import moved_message
+    from pipeplan import fileio
+
+    monkeypatch.setattr(fileio, "_TRAINED", {})
+    monkeypatch.setattr(fileio, "_TRAINED_FD", {})
+    monkeypatch.chdir(tmp_path)
+    run, moved = Path("runs") / "k", Path("runs") / "k2"
+    run.mkdir(parents=True)
+    fileio.trains(run)
+    assert fileio.where_now(run) == run.resolve()  # in place: where it is
+    run.rename(moved)
+    assert fileio.where_now(run) == moved.resolve()
+    said = f"{run}: the run directory moved to {moved} at step"
+    assert moved_message(run, 0) == f"{said} 0; start it there with -m executor.launch {moved}"
+    assert moved_message(run, 5) == (
+        f"{said} 5; it has no checkpoint to resume from: prepare a new run to train it again"
+    )
+    (moved / "checkpoints" / "latest").mkdir(parents=True)
+    assert (
+        moved_message(run, 5)
+        == f"{said} 5; resume it there with -m executor.launch {moved} --resume"
+    )
+    shutil.rmtree(moved)
+    assert fileio.where_now(run) is None  # deleted: not named, however the kernel names it
+    assert "moved or was deleted at step 5" in moved_message(run, 5)
+
+
+def test_a_run_directory_moved_as_it_is_prepared_is_said_to_have_moved_and_left_clean(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the thirtieth round (a note): a run directory moved while `pipeplan run`
+    wrote its files (after run.json) failed with "runs/sv/profile.json: write failed (No such
+    file or directory)", not saying the folder had moved, and the moved folder kept the
+    run.json and lock written before. The line says it moved and where; what the run wrote
+    there is removed, and nothing is made at the old path."""
+    from executor import launch
+
+    runs = tmp_path / "runs"
+    real = launch.write_atomic
+
+    def moving(path, text):
+        if path.name != "run.json":  # after run.json: the folder goes
+            (runs / "sv").rename(runs / "sv2")
+        return real(path, text)
+
+    monkeypatch.setattr(launch, "write_atomic", moving)
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--name", "sv"]
+    assert cli.main([*argv, "--runs-dir", str(runs)]) == 2
+    assert capsys.readouterr().err == (
+        f"pipeplan: error: {runs / 'sv'}: the run directory moved to {str(runs / 'sv2')!r} "
+        "while the run was prepared; nothing was started: run it again\n"
+    )
+    assert sorted(p.name for p in runs.iterdir()) == ["sv2"]
+    assert list((runs / "sv2").iterdir()) == []
