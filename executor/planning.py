@@ -393,6 +393,17 @@ class RunPlanner:
         write_atomic(run_dir / name, dumps(profile))
         self.profile, self.profile_file, self.online = profile, name, True
 
+    def continue_with(self, run_dir: Path, name: str) -> None:
+        """A resume plans on with the run's profile `name` (profile.json, or the
+        calibration-N.json its checkpoint's phase was priced with), as the run did before it
+        stopped.
+
+            planner.continue_with(run_dir, "calibration-2.json")
+        """
+        if name != self.profile_file:
+            self.profile = load(Profile, run_dir / name)
+            self.profile_file, self.online = name, name != RUN_PROFILE
+
     def pricing(self, source: str, horizon: Horizon | None = None) -> Pricing:
         calibration = "online" if self.online else "profile" if self.profile.calibration else "none"
         return Pricing(

@@ -458,6 +458,8 @@ class Trainer:
         self.autofreeze.history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
         self.run_ends = sorted(history.run_ends(manifest, self.phases_before(manifest)))
         self.recorder.truncate(manifest)
+        if self.rank == 0:  # the planner's rank
+            self.continue_pricing(manifest)
         decision = self.share_decision(lambda: self.resumed_phase(manifest))
         self.enter_phase(decision, manifest.epoch, resumed=True)
         self.restore_runtime(manifest, states)
@@ -523,6 +525,17 @@ class Trainer:
             return self.plan_phase(self.frozen_layers, manifest.epoch)
         kept = self.kept_phase(manifest)
         return kept or self.plan_phase(self.frozen_layers, manifest.epoch, manifest.layout)
+
+    def continue_pricing(self, manifest: CheckpointManifest) -> None:
+        """Rank 0, resuming: plan on with the profile the checkpoint's phase was priced with
+        (a calibration-N.json the run fitted, whose sha256 its records hold and the resume's
+        checks compared), not the profile.json the run started from: the resumed run's next
+        decisions were priced uncalibrated until its next refit, RECALIBRATE_AFTER_STEPS
+        steps into a phase (the nineteenth session's notes)."""
+        for record in read_records(self.run_dir / "run.jsonl"):
+            if isinstance(record, PhaseRecord) and record.phase == manifest.phase:
+                self.planner.continue_with(self.run_dir, record.pricing.profile)
+                return
 
     def kept_phase(self, manifest: CheckpointManifest) -> PhaseDecision | None:
         """Rank 0, resuming on the checkpoint's world size: the decision of the phase the

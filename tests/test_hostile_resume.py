@@ -3116,3 +3116,33 @@ def test_a_resume_keeps_the_layout_of_its_checkpoints_phase(tmp_path):
         return [r.loss for r in read_records(run / "run.jsonl") if isinstance(r, StepRecord)]
 
     assert losses(cut) == losses(full) and len(losses(full)) == 20
+
+
+@pytest.mark.parametrize("phase", [0, 1])
+def test_a_resume_plans_on_with_the_profile_its_phase_was_priced_with(tmp_path, phase):
+    """Found in the nineteenth session's notes: a resumed run planned its next phases with
+    the profile.json it started from, not the calibration-N.json the run had fitted and its
+    checkpoint's phase was priced with, until its next refit (RECALIBRATE_AFTER_STEPS steps
+    into a phase). Rank 0 plans on with the phase's own profile, as the run did."""
+    from types import SimpleNamespace
+
+    from test_report import CALIBRATED_PRICING, calibrated_profile
+
+    from executor.planning import RUN_PROFILE, RunPlanner
+    from executor.worker import Trainer
+    from pipeplan.formats import PhaseRecord, RunConfig, load
+
+    records = elastic_records()
+    later = [n for n, r in enumerate(records) if isinstance(r, PhaseRecord) and r.phase == 1]
+    records[later[0]] = records[later[0]].model_copy(update={"pricing": CALIBRATED_PRICING})
+    run = write_run(tmp_path / "k", records)
+    planner = RunPlanner.for_run(run, load(RunConfig, run / "run.json"))
+    assert planner.profile_file == RUN_PROFILE and not planner.online
+    trainer = SimpleNamespace(run_dir=run, planner=planner)
+    Trainer.continue_pricing(trainer, SimpleNamespace(phase=phase))  # type: ignore[arg-type]
+    if phase == 0:  # priced with profile.json: planned on with it
+        assert planner.profile_file == RUN_PROFILE and not planner.online
+        return
+    assert planner.profile_file == CALIBRATED_PRICING.profile
+    assert planner.profile == calibrated_profile()
+    assert planner.pricing("solver").calibration == "online"
