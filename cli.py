@@ -549,6 +549,8 @@ def report(
     def ms(v):
         return "-" if v is None else f"{v * 1e3:.1f}"
 
+    worlds = " then ".join(str(n) for n in result.worlds or [result.nproc])
+
     def pct(v):
         return "-" if v is None else f"{v:+.0%}"
 
@@ -566,7 +568,8 @@ def report(
         "predicted ms",
         "measured ms ± IQR",
         "error",
-        title=f"run {result.name}: {result.model}, {result.nproc} ranks",
+        # "2 then 4 ranks": a run resumed on another --nproc
+        title=f"run {result.name}: {result.model}, {worlds} ranks",
         caption="used: steady steps (no warm-up, none still filling the cache)",
     )
     for p in result.phases:

@@ -93,6 +93,17 @@ class _Run:
             except PipeplanError as exc:
                 raise InputFileError(f"{where}: phase {p.phase}: {exc}") from None
 
+    @property
+    def worlds(self) -> list[int]:
+        """The world sizes its phases ran on, each once in order: [2, 4] for a run resumed on 4
+        ranks. Titled by run.json's nproc alone, a run resumed on another world size read as
+        if it had trained on that one throughout."""
+        worlds: list[int] = []
+        for phase in self.phases:
+            if not worlds or phase.pricing.cluster.num_devices != worlds[-1]:
+                worlds.append(phase.pricing.cluster.num_devices)
+        return worlds
+
     def phase_steps(self, phase: int) -> list[StepRecord]:
         return [s for s in self.steps if s.phase == phase]
 
@@ -331,6 +342,7 @@ def make_report(run_dir: str | Path, baseline_dir: str | Path | None = None) -> 
         model=cfg.model,
         data=cfg.data,
         nproc=cfg.nproc,
+        worlds=run.worlds,
         global_batch=cfg.global_batch,
         freeze=cfg.freeze,
         epochs_planned=cfg.epochs,

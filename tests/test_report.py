@@ -467,3 +467,26 @@ def test_cli_plot_writes_pngs(elastic, static, tmp_path, capsys):
     ]
     assert all((out / n).read_bytes().startswith(b"\x89PNG") for n in names)
     assert "wrote 3 plots" in capsys.readouterr().err
+
+
+def test_a_run_resumed_on_another_world_size_is_titled_by_each(tmp_path, capsys, monkeypatch):
+    """Found in the hostile rounds' notes: `report` titled a run resumed on another --nproc by
+    run.json's last nproc ("4 ranks"), as if it had trained on 4 ranks throughout. The title
+    names each world in order, and the report's JSON carries them."""
+    from conftest import fake_pricing
+
+    records = elastic_records()
+    for n, record in enumerate(records):  # phase 1 resumed on 4 ranks, two of them idle
+        if isinstance(record, PhaseRecord) and record.phase == 1:
+            pricing = record.pricing.model_copy(update={"cluster": fake_pricing(4).cluster})
+            records[n] = record.model_copy(update={"pricing": pricing, "resumed": True})
+        elif isinstance(record, StepRecord) and record.phase == 1:
+            idle = [rank(2, None, None), rank(3, None, None)]
+            records[n] = record.model_copy(update={"ranks": [*record.ranks, *idle]})
+    run = write_run(tmp_path / "r", records, nproc=4)
+    (run / CALIBRATED_PRICING.profile).write_text(dumps(calibrated_profile()))
+    monkeypatch.setenv("COLUMNS", "160")
+    assert cli.main(["report", str(run)]) == 0
+    assert "run r: vit-digits, 2 then 4 ranks" in capsys.readouterr().out
+    assert make_report(run).worlds == [2, 4]
+    assert make_report(write_run(tmp_path / "e", elastic_records())).worlds == [2]

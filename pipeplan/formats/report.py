@@ -117,6 +117,11 @@ class Report(Versioned):
     model: Text
     data: DataText
     nproc: PosInt
+    worlds: list[PosInt] | None = Field(
+        None,
+        description="The ranks the run trained on, in order: one entry, or more where a "
+        "resume changed --nproc (None: a report made before this field).",
+    )
     global_batch: PosInt
     freeze: Text
     epochs_planned: PosInt
