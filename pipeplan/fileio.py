@@ -573,6 +573,9 @@ def not_a_new_directory(out: Path) -> str | None:
 
 # Locks held until this process exits (the kernel drops them when it dies, however it dies).
 _HELD: dict[Path, object] = {}
+# Each held directory by the name it was claimed by (links not followed): its resolved key in
+# _HELD, and the identity of the entry at that name then (`_held`).
+_HELD_AS: dict[Path, tuple[Path, tuple[int, int] | None]] = {}
 
 
 def _open_lock(lock: Path):
@@ -615,7 +618,22 @@ def claim_directory(directory: str | Path) -> Path:
         handle.close()
         raise OutputError(f"{directory}: in use by another pipeplan process") from None
     _HELD[key] = handle
+    _HELD_AS[Path(os.path.abspath(directory))] = (key, _identity(directory))
     return directory
+
+
+def _held(directory: Path) -> tuple[Any, bool] | None:
+    """The lock this process holds on `directory` (`claim_directory`), found by the name it
+    was claimed by or as it resolves, and whether the entry at that name is another now
+    (a link, or another folder, put in its place). Keyed by the resolved path alone, a
+    folder moved away and a link to it put at its name was still in place to the launcher,
+    which then read and named the run through the link (the thirty-first round)."""
+    named = _HELD_AS.get(Path(os.path.abspath(directory)))
+    if named is not None and named[0] in _HELD:
+        key, identity = named
+        return _HELD[key], _identity(directory) != identity
+    handle = _HELD.get(directory.resolve())
+    return None if handle is None else (handle, False)
 
 
 def held_directories() -> set[Path]:
@@ -639,10 +657,11 @@ def moved_away(directory: str | Path) -> bool:
     if trained is not False:
         there = _identity(directory)
         return there is None or there != trained
-    handle = _HELD.get(directory.resolve())
-    if handle is None:
+    held = _held(directory)
+    if held is None:
         return not directory.is_dir()
-    return _identity(directory / ".lock") != _identity(handle)
+    handle, replaced = held
+    return replaced or _identity(directory / ".lock") != _identity(handle)
 
 
 def _identity(entry: str | Path | Any) -> tuple[int, int] | None:
@@ -668,9 +687,10 @@ def where_now(directory: str | Path) -> Path | None:
 
         where_now(run_dir)   # Path("/home/u/runs/k2") once runs/k was renamed to runs/k2
     """
-    handle = _HELD.get(Path(directory).resolve())
-    if handle is None:
+    held = _held(Path(directory))
+    if held is None:
         return _where_trained_now(directory)
+    handle = held[0]
     try:
         lock = Path(os.readlink(f"/proc/self/fd/{handle.fileno()}"))
     except OSError:
@@ -702,7 +722,9 @@ def release_directory(directory: str | Path) -> None:
 
         release_directory(runs / name)
     """
-    handle = _HELD.pop(Path(directory).resolve(), None)
+    named = _HELD_AS.pop(Path(os.path.abspath(directory)), None)
+    key = named[0] if named is not None else Path(directory).resolve()
+    handle = _HELD.pop(key, None)
     if handle is not None:
         handle.close()
 
@@ -754,7 +776,7 @@ def reading_run(directory: str | Path) -> Iterator[None]:
             records = read_records(Path("runs/exp1") / "run.jsonl")
     """
     directory = Path(directory)
-    if directory.resolve() in _HELD or _trained_identity(directory) is not False:
+    if _held(directory) is not None or _trained_identity(directory) is not False:
         yield
         return
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -2218,3 +2218,34 @@ def test_a_run_directory_moved_as_it_is_prepared_is_said_to_have_moved_and_left_
     )
     assert sorted(p.name for p in runs.iterdir()) == ["sv2"]
     assert list((runs / "sv2").iterdir()) == []
+
+
+def test_a_link_put_in_a_held_run_directorys_place_is_a_move_to_its_launcher(tmp_path, monkeypatch):
+    """Found by the thirty-first round: a run folder moved mid-run and a link to it put at its
+    name was a move to the ranks, but not to `pipeplan run`, which knew its folder by the
+    resolved path: the line was a "failure on rank 0" with torchrun's advice, the logs and
+    the resume named through the link. The launcher knows the folder by the name it claimed
+    it by (links not followed) too: a link there is a move, named where the folder is now,
+    and its own run is still read without a lock."""
+    from executor import launch
+    from pipeplan import fileio
+    from pipeplan.formats import RunConfig
+
+    monkeypatch.setattr(fileio, "_HELD", {})
+    monkeypatch.setattr(fileio, "_HELD_AS", {}, raising=False)
+    monkeypatch.chdir(tmp_path)
+    run, real = Path("runs") / "s2", Path("runs") / "s2.real"
+    fileio.claim_directory(run)
+    assert not fileio.moved_away(run)
+    run.rename(real)
+    run.symlink_to("s2.real")
+    assert fileio.moved_away(run)
+    assert fileio.where_now(run) == real.resolve()
+    with fileio.reading_run(run):  # its own: no lock taken, none refused
+        pass
+    cfg = RunConfig.model_validate({"name": "s2", "model": "vit-digits", "data": "digits"})
+    line = launch.failure_line(0, "exited with code 1", run, cfg)
+    assert line.startswith("training stopped") and f"moved to {real} while it trained" in line
+    assert "rank 0" not in line and "executor.launch" not in line
+    fileio.release_directory(run)
+    assert fileio._HELD == {} and fileio._HELD_AS == {}
