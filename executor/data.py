@@ -35,7 +35,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import torch
@@ -574,7 +574,8 @@ def _user_code() -> Iterator[None]:
             dataset[0]   # raise KeyboardInterrupt → "… raised KeyboardInterrupt"
     """
     try:
-        yield
+        with _exits_raised():
+            yield
     except KeyboardInterrupt as exc:
         # A signal's only where SIGINT raises one: Python's own handler (an API call), a
         # rank's (`faults.SignalInterrupt`). Under the CLI Ctrl-C raises Interrupted, so a
@@ -588,6 +589,30 @@ def _user_code() -> Iterator[None]:
         raise
     except BaseException as exc:  # GeneratorExit, a user `class E(BaseException)`
         raise UserBaseException(exc) from exc
+
+
+@contextlib.contextmanager
+def _exits_raised() -> Iterator[None]:
+    """`os._exit(code)` called by the user's data code in this process raises SystemExit,
+    which `_contained` names ("the data function exited (code 0)"): it ended `pipeplan run`
+    with status 0 and no line, nothing trained (the thirty-first round). A process the code
+    forks (multiprocessing) still exits with it, as its own end does.
+
+        with _exits_raised():
+            os._exit(0)   # SystemExit(0)
+    """
+    real, here = os._exit, os.getpid()
+
+    def exit_raised(code: int) -> NoReturn:
+        if os.getpid() != here:  # a child: it ends, never runs on in our code
+            real(code)
+        raise SystemExit(code)
+
+    os._exit = exit_raised
+    try:
+        yield
+    finally:
+        os._exit = real
 
 
 def _sigint_raises_keyboard_interrupt() -> bool:

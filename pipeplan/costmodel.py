@@ -133,6 +133,13 @@ def check_profile(profile: Profile) -> None:
             raise InputFileError(
                 f"profile layer {layer.index} ({layer.name}) has no feasible micro-batch size"
             )
+        # The planner never uses a size at or above a layer's smallest infeasible one; at 1
+        # no size is left, and the floor of 1 planned that size anyway (thirty-first round).
+        if any(t.micro_batch == 1 and not t.feasible for t in layer.timings):
+            raise InputFileError(
+                f"profile layer {layer.index} ({layer.name}) ran out of memory at micro-batch "
+                "size 1: no micro-batch size can run it; profile on a device with more memory"
+            )
 
 
 class CostModel:

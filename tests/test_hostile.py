@@ -15,6 +15,8 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -2294,6 +2296,55 @@ def test_user_data_that_exits_or_misbehaves_is_one_line(tmp_path, capsys, case):
         spec = f"{inputs / 'userdata.py'}:{func}"
     argv = shlex.split(PREPARE.format(model="vit-digits", data=spec))
     refused([*argv, "--runs-dir", str(tmp_path / "runs")], inputs, capsys, fragment)
+    assert not (tmp_path / "runs").exists()
+
+
+# In a process of its own: on code that lets os._exit through it ends the test's process
+# with status 0, and a forked child that ran on would run the tests on.
+EXITING_DATA = {
+    "os._exit in the function": (
+        "import os\ndef load():\n    os._exit(0)\n",
+        "load",
+        "the data function exited (code 0)",
+    ),
+    "os._exit in an item the launcher reads": (
+        "import os\nclass D:\n    def __len__(self): return 10\n"
+        "    def __getitem__(self, i): os._exit(0)\ndef load():\n    return D(), D()\n",
+        "load",
+        "reading train item 0 exited (code 0)",
+    ),
+    # A child it forks still ends with os._exit, never running on in pipeplan's code.
+    "a forked child that ends": (
+        "import multiprocessing\ndef nothing():\n    pass\ndef load():\n"
+        "    child = multiprocessing.get_context('fork').Process(target=nothing)\n"
+        "    child.start()\n    child.join()\n"
+        "    raise ValueError(f'child ended with {child.exitcode}')\n",
+        "load",
+        "raised ValueError: child ended with 0",
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", EXITING_DATA, ids=str)
+def test_user_data_that_ends_its_process_is_one_line(tmp_path, case):
+    """Found by the thirty-first round: `os._exit(0)` in the data function (or an item the
+    launcher reads) ended `pipeplan run` with exit status 0 and no line, nothing trained
+    (`sys.exit(0)` there was already named). It is named as an exit of the data code; a
+    process the code forks still ends as its own end says."""
+    text, func, fragment = EXITING_DATA[case]
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "userdata.py").write_text(text)
+    argv = shlex.split(PREPARE.format(model="vit-digits", data=f"{inputs / 'userdata.py'}:{func}"))
+    argv += ["--runs-dir", str(tmp_path / "runs")]
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("pipeplan: error: ") and fragment in done.stderr, done.stderr
+    assert list(inputs.iterdir()) == [inputs / "userdata.py"]
     assert not (tmp_path / "runs").exists()
 
 

@@ -1218,3 +1218,25 @@ def test_a_plan_predicting_beyond_any_valid_input_is_refused_naming_the_field(
             assert cli.main([*argv, "--name", "long"]) == 0, capsys.readouterr().err
     fragments = ("far.json", "phases.0.step_s", "s is more than the 1e+40 s")
     refused([*argv, "--name", "far"], tmp_path, capsys, fragments)
+
+
+@pytest.mark.parametrize("command", ["preview", "plan"])
+def test_a_layer_out_of_memory_at_one_sample_is_refused_not_planned(tmp_path, capsys, command):
+    """Found by the thirty-first round: a profile recording a layer out of memory at
+    micro-batch size 1 (larger sizes timed) was planned at exactly that size: the planner's
+    largest usable size (below every layer's smallest infeasible one) had a floor of 1. No
+    size can run that layer: the profile is refused naming the layer."""
+    doc = json.loads(shipped_profile("vit-digits", "cpu").read_text())
+    timing = doc["layers"][3]["timings"][0]
+    assert timing["micro_batch"] == 1
+    for key in [k for k in timing if k.startswith(("fwd", "bwd"))]:
+        timing[key] = None
+    timing.update(feasible=False, error="out of memory")
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "p.json"
+    path.write_text(json.dumps(doc))
+    argv = [command, "--profile", str(path), "--devices-per-node", "1", "--device-memory", "1GiB"]
+    argv += ["--global-batch", "8", "--samples", "80", "--epochs", "1", "--freeze", "none"]
+    if command == "plan":
+        argv = [a for a in argv if a != "--freeze" and a != "none"] + ["--out", str(tmp_path / "p")]
+    refused(argv, tmp_path, capsys, ("layer 3", "out of memory at micro-batch size 1"))
