@@ -145,8 +145,9 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
 def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservation]:
     """Every phase with enough steady steps, from every run."""
     base = profile.model_copy(update={"calibration": None})
-    observations = []
+    observations: list[PhaseObservation] = []
     for run_dir in run_dirs:
+        before = len(observations)
         config, records = load_run(run_dir, profile)
         steps = [r for r in records if isinstance(r, StepRecord)]
         for phase in (r for r in records if isinstance(r, PhaseRecord)):
@@ -159,12 +160,15 @@ def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservati
             median = statistics.median(s.step_s for s in mine)
             steady = [s for s in mine if s.step_s <= STRAGGLER_FACTOR * median]
             observations.append(_phase_observation(str(run_dir), phase, steady, model))
-    if not observations:
-        raise InputFileError(
-            "the runs have no phase with enough steps to fit: a phase needs "
-            f"{WARMUP_STEPS_PER_PHASE + MIN_STEADY_STEPS} steps ({WARMUP_STEPS_PER_PHASE} warm-up, "
-            f"{MIN_STEADY_STEPS} measured)"
-        )
+        # Each run named is fitted to: one left out in silence was read as fitted to (the
+        # calibration's `runs` said otherwise; the thirty-first round).
+        if len(observations) == before:
+            raise InputFileError(
+                f"{run_dir}: no phase with enough steps to fit: a phase needs "
+                f"{WARMUP_STEPS_PER_PHASE + MIN_STEADY_STEPS} steps ({WARMUP_STEPS_PER_PHASE} "
+                f"warm-up, {MIN_STEADY_STEPS} measured)"
+                + ("; leave it out" if len(run_dirs) > 1 else "")
+            )
     return observations
 
 

@@ -598,3 +598,20 @@ def test_a_transition_to_a_layout_beyond_the_model_is_one_line(tmp_path, profile
     path.write_text(path.read_text() + bad.model_dump_json() + "\n")
     with pytest.raises(BadArgumentError, match=r"boundaries \[0, 5, 12\] must start at 0"):
         calibrate([tmp_path / "run"], profile)
+
+
+def test_a_run_named_with_no_phase_to_fit_is_refused_not_left_out(tmp_path, profile, capsys):
+    """Found by the thirty-first round: `calibrate long short` fitted to `long` alone, exit 0,
+    saying nothing of `short` (too few steps), which `calibrate short` refused: a user read
+    the calibration as fitted to both. Each run named must have a phase to fit, or the
+    command is refused naming it, the output not written."""
+    write_run(tmp_path / "long", profile)
+    write_run(tmp_path / "short", profile, steps_per_phase=4, phases=PHASES[1:])  # another run
+    with pytest.raises(InputFileError, match=r"short: no phase with enough steps to fit.*leave it"):
+        calibrate([tmp_path / "long", tmp_path / "short"], profile)
+    out = tmp_path / "fitted.json"
+    argv = ["calibrate", str(tmp_path / "long"), str(tmp_path / "short")]
+    assert cli.main([*argv, "--profile", str(PROFILE_PATH), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tmp_path / 'short'}: no phase with enough" in err, err
+    assert not out.exists()
