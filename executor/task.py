@@ -341,12 +341,15 @@ def data_modules_imported(cfg: RunConfig, known: set[str], seen: set[str]) -> li
 def record_data_modules(run_dir: Path, found: list[DataFile]) -> None:
     """Rank 0's, at each checkpoint before its manifest is written: data.json lists `found`
     (every rank's `data_modules_imported`) too, after its files, rewritten atomically; not
-    written when it lists each already. A resume or an export then refuses one of them
-    edited (`check_data`), as it refuses the modules the launcher recorded. A file's sha256
-    is the first rank's, taken at the first checkpoint after its import.
+    written when it lists each already, nor read when `found` is empty (data whose module
+    has no file has no data.json). A resume or an export then refuses one of them edited
+    (`check_data`), as it refuses the modules the launcher recorded. A file's sha256 is the
+    first rank's, taken at the first checkpoint after its import.
 
         record_data_modules(Path("runs/exp1"), [DataFile(path="/home/me/lazy.py", …)])
     """
+    if not found:
+        return
     path = run_dir / DATA_RECORD
     record = load(DataRecord, path)  # one deleted or edited mid-run: named, as a resume would
     listed = {file.path for file in record.files}
