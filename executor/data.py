@@ -109,12 +109,23 @@ def load_data(
         return synth_text(_needs_model(seq, spec), seed)
     if text.is_text_spec(spec):
         return text.tokenize(text.read_corpus(spec, seed), tokenizer, _needs_model(seq, spec))
-    if ":" in spec:
+    if is_user_code(spec):
         return _load_user(spec, seed)
     raise BadArgumentError(
         f"unknown data {quoted(spec)}; built-ins: {', '.join(BUILTINS)} "
         "(or FILE.jsonl, FILE.csv, module:function, or path/to/file.py:function)"
     )
+
+
+def is_user_code(spec: str) -> bool:
+    """Whether `--data spec` is code of the user's (`module:function`, `path/file.py:function`)
+    rather than built-in data or text files, by the spec alone: every rank tells it alike.
+
+        is_user_code("mydata:load")   # True; False for "digits" and "train.csv,eval.csv"
+    """
+    from executor import text
+
+    return spec not in BUILTINS and not text.is_text_spec(spec) and ":" in spec
 
 
 def _needs_model(seq: LayerSequence | None, spec: str) -> LayerSequence:
@@ -716,19 +727,29 @@ def is_helper_file(spec: str, path: Path) -> bool:
 
         is_helper_file("mydata:load", Path("/home/me/helper.py"))   # True in /home/me
     """
-    root = module_root(spec)
+    return _user_file(path, module_root(spec), _installed_folders())
+
+
+def _user_file(path: Path, root: Path | None, installed: list[Path]) -> bool:
+    """`is_helper_file` with the folder and the installed folders found once, for a scan of
+    sys.modules (`helper_files`: a rank's, at each checkpoint)."""
     if root is None or path.suffix != ".py" or not path.is_relative_to(root):
         return False
-    return not any(path.is_relative_to(folder) for folder in _installed_folders())
+    return not any(path.is_relative_to(folder) for folder in installed)
 
 
-def helper_files(spec: str) -> list[Path]:
+def helper_files(spec: str, seen: set[str] | None = None) -> list[Path]:
     """The user's own modules the data's module brought in when `_load_user` ran it in this
     process (a helper module beside it, a package's submodules and parents): `is_helper_file`
-    of each module its import and its function added to sys.modules. data.json records them
-    with their sha256, as it does the module: a helper edited between a stop and --resume
-    trained on other data without a word (twenty-eighth round). Modules imported from
-    elsewhere (another folder on PYTHONPATH, installed packages) are not the run's record.
+    of each module its import and its function added to sys.modules, and since then its sets
+    as they were read (a rank asks at each checkpoint: `task.data_modules_imported`).
+    data.json records them with their sha256, as it does the module: a helper edited between
+    a stop and --resume trained on other data without a word (twenty-eighth round). Modules
+    imported from elsewhere (another folder on PYTHONPATH, installed packages) are not the
+    run's record, nor pipeplan's own, which a rank imports as it trains (from a checkout
+    that is the data's folder too, they were the user's by the folder alone). `seen`: the
+    names of the modules looked at before, passed over, and gaining those looked at now (a
+    rank's scan at each checkpoint looks only at the modules imported since the last).
 
         helper_files("mydata:load")   # [Path("/home/me/helper.py")] if mydata imports helper
     """
@@ -737,10 +758,19 @@ def helper_files(spec: str) -> list[Path]:
         return []
     files = set()
     before = _BROUGHT_IN.get(main)
+    seen = set() if seen is None else seen
+    root, installed = module_root(spec), _installed_folders()
     for name in [] if before is None else [n for n in list(sys.modules) if n not in before]:
+        if name in seen:
+            continue
+        seen.add(name)
+        if name.partition(".")[0] in OWN_PACKAGES:  # never the user's (`_append_data_directory`)
+            continue
         file = getattr(sys.modules.get(name), "__file__", None)
-        path = Path(file).resolve() if isinstance(file, str) else None
-        if path is not None and path != main and path.is_file() and is_helper_file(spec, path):
+        if not isinstance(file, str) or not file.endswith(".py"):  # resolved: a link's target
+            continue
+        path = Path(file).resolve()
+        if path != main and path.is_file() and _user_file(path, root, installed):
             files.add(path)
     return sorted(files)
 

@@ -8,6 +8,8 @@ same seed, so all ranks hold the same weights: the checkpoint's, a fresh head in
 
     seq, data = build_task(cfg)                      # launch.prepare and every rank
     record = data_record(cfg)                        # launch.prepare: runs/NAME/data.json
+    found = data_modules_imported(cfg, known, seen)  # each rank, at each checkpoint …
+    record_data_modules(run_dir, found)              # … and rank 0 adds them to data.json
     check_data(run_dir, cfg)                         # a resume or export: the data unchanged
     cfg = absolute_paths(cfg)                        # launch.prepare: what run.json records
     save_model(seq, run_dir)                         # the end of a run: runs/NAME/model/
@@ -47,8 +49,9 @@ from pipeplan.fileio import (
     not_a_new_directory,
     reading_run,
     stops_raised,
+    write_atomic,
 )
-from pipeplan.formats import CheckpointManifest, DataFile, DataRecord, RunConfig, load
+from pipeplan.formats import CheckpointManifest, DataFile, DataRecord, RunConfig, dumps, load
 from pipeplan.formats.base import check_input_file
 from pipeplan.formats.presets import config_path
 from pipeplan.log import held
@@ -291,6 +294,72 @@ def data_record(cfg: RunConfig) -> DataRecord | None:
     except OSError as exc:
         raise InputFileError(f"{cfg.data}: cannot read the data ({exc})") from None
     return DataRecord(data=cfg.data, files=hashed, label_names=names)
+
+
+def recorded_files(run_dir: Path) -> set[str]:
+    """The files data.json lists (none without one: data that reads no file); what a rank's
+    `data_modules_imported` starts from.
+
+        known = recorded_files(Path("runs/exp1"))   # {"/home/me/mydata.py", …}
+    """
+    path = run_dir / DATA_RECORD
+    if not path.exists():
+        return set()
+    return {file.path for file in load(DataRecord, path).files}
+
+
+def data_modules_imported(cfg: RunConfig, known: set[str], seen: set[str]) -> list[DataFile]:
+    """A rank's, at each checkpoint: your own modules its data brought in (`data.helper_files`,
+    the launcher's rule: imported by the module, by `load`, or since, by a `__getitem__` or
+    `__len__` as the rank read its sets) that `known` lacks (data.json's files, then those
+    this rank found before), each with the sha256 of its file now; `known` gains them, and
+    `seen` the names of the modules looked at (the next checkpoint looks at new ones only).
+    Found by the thirty-first round: a helper a `__getitem__` imported only for items the
+    launcher's checks never read was imported by the ranks alone, unlisted in data.json, and
+    a resume after it was edited trained on other data without a word.
+
+        found = data_modules_imported(cfg, known, seen)   # [DataFile(path="/home/me/l.py", …)]
+    """
+    from executor.checkpoint import file_sha256
+
+    found = []
+    for path in helper_files(cfg.data, seen):
+        if str(path) in known:
+            continue
+        known.add(str(path))
+        try:
+            found.append(DataFile(path=str(path), sha256=file_sha256(path)))
+        except OSError as exc:  # gone since it was imported: a resume imports it again
+            log.warning(
+                "%s: a module of yours the data '%s' imported, but it cannot be read now (%s): "
+                "data.json does not record it; keep it unchanged while the run may be resumed",
+                path, cfg.data, exc.strerror or exc,
+            )  # fmt: skip
+    return found
+
+
+def record_data_modules(run_dir: Path, found: list[DataFile]) -> None:
+    """Rank 0's, at each checkpoint before its manifest is written: data.json lists `found`
+    (every rank's `data_modules_imported`) too, after its files, rewritten atomically; not
+    written when it lists each already, nor read when `found` is empty (data whose module
+    has no file has no data.json). A resume or an export then refuses one of them edited
+    (`check_data`), as it refuses the modules the launcher recorded. A file's sha256 is the
+    first rank's, taken at the first checkpoint after its import.
+
+        record_data_modules(Path("runs/exp1"), [DataFile(path="/home/me/lazy.py", …)])
+    """
+    if not found:
+        return
+    path = run_dir / DATA_RECORD
+    record = load(DataRecord, path)  # one deleted or edited mid-run: named, as a resume would
+    listed = {file.path for file in record.files}
+    new = []
+    for file in found:
+        if file.path not in listed:
+            listed.add(file.path)
+            new.append(file)
+    if new:
+        write_atomic(path, dumps(record.model_copy(update={"files": [*record.files, *new]})))
 
 
 def _what_reads(cfg: RunConfig) -> tuple[str, str]:

@@ -32,13 +32,19 @@ from torch.utils.data import DistributedSampler
 
 from executor.cache import ActivationCache, cache_allowed, memory_dir_for
 from executor.checkpoint import has_checkpoint
-from executor.data import keep_data_directory_on_path, warn_once_per_place
+from executor.data import is_user_code, keep_data_directory_on_path, warn_once_per_place
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseRuntime, StepMean, StepTimes, frozen_forward
 from executor.planning import RunPlanner
 from executor.records import Recorder, step_loss, step_record, step_row
-from executor.task import build_task, save_model
-from executor.topology import comm_device, node_peers, set_host_group
+from executor.task import (
+    build_task,
+    data_modules_imported,
+    record_data_modules,
+    recorded_files,
+    save_model,
+)
+from executor.topology import comm_device, host_group, node_peers, set_host_group
 from pipeplan import freeze, models
 from pipeplan.errors import BadArgumentError, Interrupted, OutputError, PipeplanError, quoted
 from pipeplan.fileio import moved_away, where_now
@@ -356,6 +362,11 @@ class Trainer:
         self.seq, self.data = build_task(cfg, quiet=True, from_checkpoint=resume)
         warn_once_per_place(cfg.data, self.rank)  # the data's warnings as items are read
         keep_data_directory_on_path(cfg.data)  # and what they import as they are read
+        # Your modules data.json lists and those this rank has found its data import since
+        # (`record_data_modules`, at each checkpoint); None: the data is no code of yours.
+        # And the modules looked at already: each checkpoint looks at those new since.
+        self.data_modules = recorded_files(run_dir) if is_user_code(cfg.data) else None
+        self.modules_seen: set[str] = set()
         # The layers stay on the host: each phase's runtime puts only its stage on `device`.
         # From here each rank draws its own dropout.
         torch.manual_seed(cfg.seed * 1000 + self.rank + 1)
@@ -868,6 +879,7 @@ class Trainer:
         from executor import checkpoint
 
         self.check_in_place()  # every rank alike, before the collectives that gather it
+        self.record_data_modules()  # before the manifest: a resume from it checks them
         sums, steps = self.grad_norm_state()
         manifest = CheckpointManifest(
             step=self.step_index,
@@ -893,6 +905,22 @@ class Trainer:
         self.recorder.sync()
         checkpoint.save(self.run_dir, self.seq.layers, self.runtime.layout, states, manifest)
         one_sided_done()  # rank 0 writes it
+
+    def record_data_modules(self) -> None:
+        """Collective, for data that is code of yours: the modules of yours each rank's data
+        imported that data.json does not list (`task.data_modules_imported`: a
+        `__getitem__`'s `import helper` for items the launcher never read) gathered to rank 0,
+        which adds them to data.json (`task.record_data_modules`): a resume or an export
+        refuses one edited since. One gather of short lists, on the host group as the
+        checkpoint's own. Found by the thirty-first round: such a helper, edited before a
+        resume, trained on other data without a word."""
+        if self.data_modules is None:
+            return
+        found = data_modules_imported(self.cfg, self.data_modules, self.modules_seen)
+        every = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(found, every, dst=0, group=host_group())
+        if self.rank == 0:
+            record_data_modules(self.run_dir, [file for mine in every for file in mine])
 
     def grad_norm_state(self) -> tuple[dict[str, float], int]:
         """Collective: the gradient-norm sums since the last freeze decision (replica 0's

@@ -2027,6 +2027,67 @@ def lazy(seed: int = 0):
     assert files == [str(tmp_path / f"{name}.py"), str(tmp_path / f"{helper}.py")]
 
 
+# The thirty-first round's module: items 150 to 198 of the training set import a helper, which
+# the launcher's checks (the first and the last item) never read.
+LAZY_MODULE = """
+import torch
+
+class DS:
+    def __init__(self, n):
+        self.n = n
+    def __len__(self):
+        return self.n
+    def __getitem__(self, i):
+        if i >= self.n:
+            raise IndexError(i)
+        scale = 1.0
+        if 150 <= i < 199:
+            import {helper}
+            scale = {helper}.SCALE
+        g = torch.Generator().manual_seed(i)
+        return torch.rand(1, 8, 8, generator=g) * scale, torch.tensor(i % 10)
+
+def load(seed=0):
+    return DS(200), DS(40)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_a_module_only_the_ranks_import_is_recorded_at_checkpoints(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-first round: a helper a `__getitem__` imported only for items the
+    launcher never reads was imported by the ranks alone, so data.json (written by the
+    launcher) did not list it, and a resume after it was edited trained on other data with
+    exit 0. Each rank's imports of your modules are gathered at each checkpoint, before its
+    manifest, and added to data.json: a resume or an export with the helper edited is
+    refused naming it; restored, the run exports."""
+    name, helper = "rt31_lazydata", "rt31_lazyhelp"
+    (module := tmp_path / f"{name}.py").write_text(LAZY_MODULE.format(helper=helper))
+    (lazy := tmp_path / f"{helper}.py").write_text("SCALE = 1.0\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--nproc", "1", "--model", "vit-digits", "--data", f"{name}:load"]
+    argv += ["--epochs", "1", "--max-steps-per-epoch", "2", "--global-batch", "64", "--name", "y"]
+    try:
+        assert cli.main(argv) == 0, capsys.readouterr().err[-3000:]
+        assert helper not in sys.modules  # the launcher never imported it: the rank did
+    finally:
+        sys.modules.pop(name, None)
+    capsys.readouterr()
+    run = tmp_path / "runs" / "y"
+    record = json.loads((run / "data.json").read_text())
+    assert [f["path"] for f in record["files"]] == [str(module), str(lazy)], record
+    kept = lazy.read_text()
+    lazy.write_text("SCALE = 1000.0\n")  # the same shapes, inputs ×1000
+    try:
+        for command in (["export", str(run), "--out", "o"], ["run", "--resume", str(run)]):
+            refused(command, tmp_path, capsys, (str(lazy), "changed since the run started"))
+        lazy.write_text(kept)
+        assert cli.main(["export", str(run), "--out", "o"]) == 0, capsys.readouterr().err
+    finally:
+        for loaded in (name, helper):
+            sys.modules.pop(loaded, None)
+
+
 def _folder_without(made, tmp_path, edit) -> Path:
     """The BERT checkpoint's config.json edited by `edit`, in a folder without its weights
     (a config of other sizes would not load them): built with --init random."""
