@@ -55,7 +55,13 @@ from pipeplan.formats.base import (
 )
 from pipeplan.formats.presets import config_path
 from pipeplan.formats.profile import model_mismatch
-from pipeplan.plan import TrainingShape, decide_phase, profile_identity, stage_plans
+from pipeplan.plan import (
+    TrainingShape,
+    check_plan_prices,
+    decide_phase,
+    profile_identity,
+    stage_plans,
+)
 from pipeplan.solver import Pins
 
 if TYPE_CHECKING:
@@ -312,7 +318,7 @@ class RunPlanner:
         profile = config_profile(cfg, seq)
         plan = load(Plan, cfg.plan) if cfg.plan else None
         if plan is not None:
-            check_plan(plan, profile, cfg)
+            check_plan(plan, profile, cfg, cfg.plan)
         return cls(profile, RUN_PROFILE, False, cfg, plan)
 
     @classmethod
@@ -335,7 +341,7 @@ class RunPlanner:
             check_plan_copy(copy, text, cfg)
             plan = parse(Plan, text, str(copy))
         if plan is not None:  # the copy edited by hand is held to the run as the file was
-            check_plan(plan, profile, cfg)
+            check_plan(plan, profile, cfg, run_dir / RUN_PLAN)
         return cls(profile, RUN_PROFILE, False, cfg, plan)
 
     def check_records(self, run_dir: Path, phases: list[PhaseRecord]) -> None:
@@ -505,7 +511,10 @@ def _check_identity(plan: Plan, identity: ProfileIdentity) -> None:
             )
 
 
-def check_plan(plan: Plan, profile: Profile, cfg: RunConfig) -> None:
+def check_plan(plan: Plan, profile: Profile, cfg: RunConfig, where: str | Path) -> None:
+    """`check_plan(plan, profile, cfg, "plan.json")`: the plan `where` (the --plan file, or a
+    run's copy of it) was made for this run (`cfg`) from `profile`, and its phases are what
+    their layouts price to (`check_plan_prices`); BadArgumentError otherwise."""
     devices = plan.inputs.cluster.num_devices
     if devices != cfg.nproc:
         raise BadArgumentError(f"the plan is for {devices} devices but --nproc is {cfg.nproc}")
@@ -572,6 +581,8 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig) -> None:
             f"the run's cache budget is {cfg.cache_budget_bytes} bytes, but the plan's cluster "
             f"has {budget}; a run of a plan keeps the plan's cache budget"
         )
+    # Last: priced only once the plan is known to be this run's, from this run's profile.
+    check_plan_prices(plan, profile, str(where))
 
 
 def check_plan_cache(plan: Plan, cache: bool, why: str) -> None:

@@ -496,6 +496,86 @@ def _plan_from(
     )
 
 
+# A plan's predictions are written rounded to 9 significant digits (`_r`) and priced again when
+# it is run, perhaps on another platform whose float sums differ in the last bits: a recorded
+# value this close to the price is the planner's.
+PRICE_REL_TOL = 1e-6
+# What a phase records that its layout prices to (`_phase_plan`).
+PHASE_PRICES = ("step_s", "epoch_s", "first_epoch_s", "transition_s", "total_s")
+STAGE_PRICES = tuple(f for f in StagePlan.model_fields if f not in ("first_layer", "stop_layer"))
+
+
+def priced_phases(plan: Plan, profile: Profile) -> list[PhasePlan]:
+    """`plan`'s phases with their layouts priced again from `profile` (the plan's, by its
+    sha256) on inputs.cluster by the planner's own rule: `_phase_choice` after the phase
+    before, as `make_plan` wrote them (runner-ups kept: they are the search's, not the
+    layout's). BadArgumentError, naming the phase, for a layout that does not fit
+    inputs.cluster.device_memory_bytes (the solver keeps only layouts that do).
+
+        phases = priced_phases(load(Plan, "plan.json"), profile)   # == plan.phases, unedited
+
+    One simulated step per phase (two when cached), within the planner's own bound on
+    phases × layers (`_check_freeze`)."""
+    model = CostModel(profile, plan.inputs.cluster)
+    inputs = plan.inputs
+    shape = TrainingShape(inputs.global_batch, inputs.samples, inputs.epochs)
+    if len(plan.phases) * model.num_layers > MAX_PHASE_LAYERS:
+        raise BadArgumentError(
+            f"{len(plan.phases)} phases of {model.num_layers} layers, more than `pipeplan "
+            f"plan` writes (phases × layers is at most {MAX_PHASE_LAYERS:,})"
+        )
+    priced: list[PhasePlan] = []
+    previous: Layout | None = None
+    for i, phase in enumerate(plan.phases):
+        layout = phase.layout
+        transition = 0.0 if previous is None else model.transition_s(previous, layout)
+        choice = _phase_choice(model, shape, layout, transition, [], previous)
+        previous = layout
+        if not choice.steady.fits:
+            s, stage = max(enumerate(choice.steady.stages), key=lambda st: st[1].memory_bytes)
+            raise BadArgumentError(
+                f"phase {i}: its layout ({layout.label()}) needs {stage.memory_bytes} bytes "
+                f"on stage {s}, more than inputs.cluster.device_memory_bytes "
+                f"{model.cluster.device_memory_bytes}"
+            )
+        plan_of = _phase_plan(phase.start_epoch, phase.epochs, choice)
+        priced.append(plan_of.model_copy(update={"runner_ups": phase.runner_ups}))
+    return priced
+
+
+def check_plan_prices(plan: Plan, profile: Profile, where: str) -> None:
+    """Every phase of `plan` records what its layout prices to (`priced_phases`: its step,
+    epochs, transition and total, each stage's times and memory) and fits its devices;
+    BadArgumentError naming the file `where`, the phase and the field otherwise.
+
+        check_plan_prices(load(Plan, "plan.json"), profile, "plan.json")
+
+    The format holds the predictions only to each other (`Plan._predictions_agree`): a
+    layout edited by hand beside them (1f1b turned gpipe, M × m swapped, a phase turned
+    cached: the thirty-first round) ran a layout that did not fit the plan's devices and
+    recorded predictions that were another layout's. The planner rounds what it writes to 9
+    significant digits; another platform's floats may differ in the last bits: agreement
+    within PRICE_REL_TOL is the planner's."""
+    redo = "the plan was edited: re-run `pipeplan plan`"
+    try:
+        priced = priced_phases(plan, profile)
+    except BadArgumentError as exc:
+        raise BadArgumentError(f"{where}: {exc}; {redo}") from None
+    for i, (phase, ours) in enumerate(zip(plan.phases, priced, strict=True)):
+        pairs = [(f, getattr(phase, f), getattr(ours, f)) for f in PHASE_PRICES]
+        for s, (stage, price) in enumerate(zip(phase.stages, ours.stages, strict=True)):
+            pairs += [
+                (f"stages[{s}].{f}", getattr(stage, f), getattr(price, f)) for f in STAGE_PRICES
+            ]
+        for field, recorded, price in pairs:
+            if not math.isclose(recorded, price, rel_tol=PRICE_REL_TOL, abs_tol=1e-12):
+                raise BadArgumentError(
+                    f"{where}: phase {i}: {field} {recorded!r} is not what its layout "
+                    f"({phase.layout.label()}) prices to from the plan's profile and cluster, "
+                    f"{price!r}; {redo}"
+                )
+
+
 def phase_timelines(
     profile: Profile, plan: Plan, shown: list[int] | None = None, params: CostParams | None = None
 ) -> list[Timeline]:

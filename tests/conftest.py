@@ -143,23 +143,28 @@ def pinned_plan(
     epochs: int,
     cache: bool = True,
     cache_budget: str | None = None,
+    device_memory: str = "100MiB",
 ) -> str:
-    """A plan file for `pipeplan run --plan` on 2 vit-digits ranks (100 MiB each, global batch
-    of the layouts) whose phases run `layouts` (one per frozen count of `freeze`) as they are:
-    `pipeplan plan` writes the rest, its layouts and their stages' boundaries are replaced. A
-    run that must cover a given layout or transition then does not depend on the planner's
-    choice (which keeps a layout whose freezing leaves stage 0 forward-only when a move does
-    not pay over a short run). A run of it follows `freeze` with the plan's `cache` and
-    `cache_budget` (`pipeplan plan --no-cache`, `--cache-budget`): those flags are the plan's."""
+    """A plan file for `pipeplan run --plan` on 2 vit-digits ranks (`device_memory` each,
+    global batch of the layouts) whose phases run `layouts` (one per frozen count of
+    `freeze`) as they are: `pipeplan plan` writes the rest, its layouts replaced and priced
+    again (`priced_phases`). A run that must cover a given layout or transition then does not
+    depend on the planner's choice (which keeps a layout whose freezing leaves stage 0
+    forward-only when a move does not pay over a short run). A run of it follows `freeze`
+    with the plan's `cache` and `cache_budget` (`pipeplan plan --no-cache`, `--cache-budget`):
+    those flags are the plan's."""
     import itertools
     import json
 
     import cli
     from executor.planning import shipped_profile
+    from pipeplan.formats import Plan, Profile, dumps, load, parse
+    from pipeplan.plan import priced_phases
 
     batch = layouts[0].global_batch
     argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--samples", "1438"]
-    argv += ["--devices-per-node", "2", "--device-memory", "100MiB", "--global-batch", str(batch)]
+    argv += ["--devices-per-node", "2", "--device-memory", device_memory]
+    argv += ["--global-batch", str(batch)]
     argv += ["--epochs", str(epochs), "--freeze-schedule", ",".join(map(str, freeze))]
     argv += [] if cache else ["--no-cache"]
     argv += [] if cache_budget is None else ["--cache-budget", cache_budget]
@@ -169,9 +174,16 @@ def pinned_plan(
     for phase in plan["phases"]:
         layout = pinned[phase["layout"]["frozen_layers"]]
         phase["layout"] = layout.model_dump(mode="json")
-        cuts, template = itertools.pairwise(layout.boundaries), phase["stages"][0]
+        # Placeholders (no time holds a step up) until the layouts are priced below, as the
+        # planner prices them: a run refuses a plan whose predictions are not its layouts'
+        # (`check_plan_prices`).
+        template = {k: 0.0 if k.endswith("_s") else v for k, v in phase["stages"][0].items()}
+        cuts = itertools.pairwise(layout.boundaries)
         phase["stages"] = [{**template, "first_layer": a, "stop_layer": b} for a, b in cuts]
-    path.write_text(json.dumps(plan))
+    edited = parse(Plan, json.dumps(plan))
+    phases = priced_phases(edited, load(Profile, shipped_profile("vit-digits", "cpu")))
+    total = sum(phase.total_s for phase in phases)
+    path.write_text(dumps(edited.model_copy(update={"phases": phases, "predicted_total_s": total})))
     return str(path)
 
 

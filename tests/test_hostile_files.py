@@ -740,6 +740,68 @@ def test_a_plan_phase_whose_stages_run_out_of_rank_order_is_refused(tmp_path, ca
 
 
 @pytest.fixture(scope="module")
+def pipelined_plan(tmp_path_factory) -> dict:
+    """The thirty-first round's plan: frozen 0, 4, 6 over 3 epochs of vit-digits on 2 ranks of
+    100 MiB, every phase 2x1 M=4 (m = 16) 1f1b, whose stages come near the memory."""
+    path = tmp_path_factory.mktemp("pipelined") / "pp.json"
+    argv = ["plan", "--profile", str(shipped_profile("vit-digits", "cpu")), "--nodes", "1"]
+    argv += ["--devices-per-node", "2", "--device-memory", "100MiB", "--epochs", "3"]
+    argv += ["--global-batch", "64", "--samples", "1438", "--freeze-schedule", "0,4,6"]
+    assert cli.main([*argv, "--out", str(path)]) == 0
+    doc = json.loads(path.read_text())
+    assert [p["layout"]["micro_batches"] for p in doc["phases"]] == [4, 4, 4]
+    assert [p["layout"]["schedule"] for p in doc["phases"]] == ["1f1b"] * 3
+    assert doc["inputs"]["cache"] and not doc["phases"][1]["layout"]["cached"]
+    return doc
+
+
+REPRICED_EDITS = {
+    # The round's three edits of a layout beside its predictions, and one of a prediction.
+    "1f1b turned gpipe": (
+        lambda doc: doc["phases"][0]["layout"].update(schedule="gpipe"),
+        ("phase 0: its layout (2x1 M=4 gpipe) needs", "device_memory_bytes 104857600"),
+    ),
+    "M × m swapped, 4 × 16 to 2 × 32": (
+        lambda doc: doc["phases"][0]["layout"].update(micro_batches=2, micro_batch_size=32),
+        ("phase 0: its layout (2x1 M=2 1f1b) needs", "device_memory_bytes 104857600"),
+    ),
+    "a frozen phase turned cached": (
+        lambda doc: doc["phases"][1]["layout"].update(cached=True),
+        ("phase 1: step_s", "is not what its layout (2x1 M=4 1f1b cached) prices to"),
+    ),
+    "a stage's memory lowered": (
+        lambda doc: doc["phases"][2]["stages"][1].update(memory_bytes=1 << 20),
+        ("phase 2: stages[1].memory_bytes 1048576 is not what its layout",),
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", REPRICED_EDITS, ids=str)
+def test_a_plan_whose_layout_is_not_what_it_predicts_is_refused(
+    pipelined_plan, tmp_path, capsys, case
+):
+    """Found by the thirty-first round: a plan whose phase 0 was edited from 1f1b to gpipe (or
+    its M × m from 4 × 16 to 2 × 32, or its phase 1 turned cached), its predictions kept, was
+    run, exit 0: it trained a layout that does not fit the plan's 100 MiB devices (the planner
+    refuses it) and recorded another layout's predictions. Every phase is priced again from
+    the plan's profile and cluster as it loads: refused naming the file, the phase and the
+    field, saying to re-plan; the plan as written runs."""
+    tamper, fragments = REPRICED_EDITS[case]
+    doc = json.loads(json.dumps(pipelined_plan))
+    tamper(doc)
+    plan = tmp_path / "pp.json"
+    plan.write_text(json.dumps(doc))
+    runs = tmp_path / "runs"
+    argv = ["run", "--plan", str(plan), "--model", "vit-digits", "--prepare-only"]
+    argv += ["--runs-dir", str(runs)]
+    fragments = (f"{plan}: ", *fragments, "re-run `pipeplan plan`")
+    refused([*argv, "--name", "x"], tmp_path, capsys, fragments)
+    plan.write_text(json.dumps(pipelined_plan))  # the same plan untouched prepares
+    assert cli.main([*argv, "--name", "ok"]) == 0, capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
 def alpha_plan(tmp_path_factory) -> dict:
     """A plan of α = 0.3 over 2 epochs of vit-digits (8 blocks): frozen layers 0, 4."""
     path = tmp_path_factory.mktemp("alpha") / "ap.json"
@@ -1206,7 +1268,10 @@ def test_a_plan_predicting_beyond_any_valid_input_is_refused_naming_the_field(
     """Found by the twenty-ninth round, the other side: a plan's times were any finite float,
     and a run's phase record refused a step above 1e6 s with a traceback. A plan predicting
     beyond what any valid profile can (`MAX_PREDICTED_S`) is refused as it loads, naming the
-    field; the same plan scaled to a step of 1e7 s runs."""
+    field; the same plan scaled to a step of 1e7 s loads (a run refuses it as priced by
+    another profile than its own, `check_plan_prices`: a profile of such timings runs, above)."""
+    from pipeplan.formats import Plan, load
+
     argv = ["run", "--plan", "", "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
     for factor, name in ((1e7, "long"), (1e43, "far")):
         plan = tmp_path / f"{name}.json"
@@ -1215,7 +1280,7 @@ def test_a_plan_predicting_beyond_any_valid_input_is_refused_naming_the_field(
         )
         argv[2] = str(plan)
         if name == "long":
-            assert cli.main([*argv, "--name", "long"]) == 0, capsys.readouterr().err
+            assert load(Plan, plan).phases[0].step_s == pytest.approx(1e7)
     fragments = ("far.json", "phases.0.step_s", "s is more than the 1e+40 s")
     refused([*argv, "--name", "far"], tmp_path, capsys, fragments)
 

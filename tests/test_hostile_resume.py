@@ -2964,7 +2964,7 @@ def test_a_plan_copys_later_phase_edited_between_runs_is_refused(tmp_path, capsy
     (and every checkpoint's configuration with it), and the run's planner refuses the copy
     edited since: the launcher before any rank starts, and each rank alike."""
     from executor.planning import RunPlanner
-    from pipeplan.errors import InputFileError
+    from pipeplan.errors import BadArgumentError, InputFileError
     from pipeplan.formats import RunConfig, load
 
     run = _prepared_plan_run(tmp_path)
@@ -2979,8 +2979,12 @@ def test_a_plan_copys_later_phase_edited_between_runs_is_refused(tmp_path, capsy
     with pytest.raises(InputFileError, match=r"run\.plan\.json: edited since the run started"):
         RunPlanner.for_run(run, cfg)
     # A run prepared before the sha256 was recorded has none: its copy is held to the phases
-    # it took (`check_records`), as then; a later phase edited is not told.
-    RunPlanner.for_run(run, cfg.model_copy(update={"plan_sha256": None}))
+    # it took (`check_records`), and since the thirty-first round each phase to its layout's
+    # price (`check_plan_prices`): a later phase's schedule edited is told so.
+    with pytest.raises(
+        BadArgumentError, match=r"run\.plan\.json: phase 2: .* re-run `pipeplan plan`"
+    ):
+        RunPlanner.for_run(run, cfg.model_copy(update={"plan_sha256": None}))
 
 
 # ------------------------------------------- twenty-seventh round: a rank's report on a full disk
