@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import atexit
+import contextlib
 import json
 import os
 import shlex
@@ -854,8 +855,11 @@ def _deferred(signum: int, frame: FrameType | None) -> bool:
     """A signal that lands inside an import is delivered again once the import is done: an
     exception raised there is swallowed by some libraries' guarded imports and leaves a module
     half-imported (Ctrl-C as `pipeplan run` imported torch printed numpy's "cannot load module
-    more than once" traceback, or became a false "cannot build the model" error)."""
-    if not _importing(frame):
+    more than once" traceback, or became a false "cannot build the model" error). Not for
+    ever: an import still running IMPORT_GRACE_S later (a data module that prepares its corpus
+    at import, a library crawling under `ulimit -v`) takes the signal where it is, and one
+    that lets it pass stops the process (`_deliver_after_imports`)."""
+    if _forced or not _importing(frame):
         return False
     if not _pending:  # one waiter however many signals come meanwhile
         _pending.add(signum)
@@ -864,6 +868,24 @@ def _deferred(signum: int, frame: FrameType | None) -> bool:
 
 
 _pending: set[int] = set()
+# Seconds an import may hold a signal back, then seconds it may run on once the signal is
+# raised inside it, before the process ends with the signal's line (the thirty-first round:
+# a module looping at import time could be stopped by SIGKILL alone).
+IMPORT_GRACE_S = 5.0
+_forced: list[bool] = []  # true once a held signal is raised inside the import
+
+
+def _console_copy() -> int:
+    """A copy of the console's descriptor 2, made as pipeplan starts: the line of a stop
+    that ends a hung import goes there, where the data code's stderr is held meanwhile
+    (`executor.data.descriptor_2_held`)."""
+    try:
+        return os.dup(2)  # not inherited by a child
+    except OSError:  # no stderr: nowhere to say it
+        return 2
+
+
+_CONSOLE = _console_copy()
 
 
 def _importing(frame: FrameType | None) -> bool:
@@ -877,10 +899,24 @@ def _importing(frame: FrameType | None) -> bool:
 
 def _deliver_after_imports(signum: int) -> None:
     main = threading.main_thread().ident
-    while _importing(sys._current_frames().get(main)):
+    end = time.monotonic() + IMPORT_GRACE_S
+    while _importing(sys._current_frames().get(main)) and time.monotonic() < end:
         time.sleep(0.01)
+    if time.monotonic() >= end:
+        _forced.append(True)  # raised where the import is: it stops as elsewhere
     _pending.clear()
     signal.pthread_kill(main, signum)
+    if not _forced:
+        return
+    time.sleep(IMPORT_GRACE_S)
+    if not _importing(sys._current_frames().get(main)):
+        return  # it stops (or is stopping, undoing what it made) as any stop does
+    # Still importing: the import swallowed it (a guarded import) or runs in C. Nothing of
+    # ours runs inside an import to unwind; the line, and the signal's exit code.
+    said = "interrupted" if signum == signal.SIGINT else stopped_by(signum)
+    with contextlib.suppress(OSError):
+        os.write(_CONSOLE, f"pipeplan: {said}\n".encode())
+    os._exit(130 if signum == signal.SIGINT else 128 + signum)
 
 
 # Signals that stop pipeplan with one line, as Ctrl-C does (they killed it silently, where a

@@ -31,6 +31,7 @@ import site
 import sys
 import sysconfig
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -612,10 +613,12 @@ def _exits_raised() -> Iterator[None]:
         with _exits_raised():
             os._exit(0)   # SystemExit(0)
     """
-    real, here = os._exit, os.getpid()
+    real, here, thread = os._exit, os.getpid(), threading.get_ident()
 
     def exit_raised(code: int) -> NoReturn:
-        if os.getpid() != here:  # a child: it ends, never runs on in our code
+        # A child ends, never running on in our code; another thread (pipeplan's own stop
+        # of a hung import, `cli._deliver_after_imports`) ends the process as it asked.
+        if os.getpid() != here or threading.get_ident() != thread:
             real(code)
         raise SystemExit(code)
 

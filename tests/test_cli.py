@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import typing
 from pathlib import Path
 
@@ -946,3 +947,52 @@ def test_help_with_anything_after_it_is_refused(capsys):
     for args in (["plan", "--nodes", "2", "--help"], ["--help"]):
         assert cli.main(args) == 0
         assert "Usage:" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("module", "signum", "line"),
+    [
+        ("for i in range(10**12):\n    pass\n", signal.SIGTERM, "pipeplan: stopped by SIGTERM"),
+        (  # an import that swallows what is raised in it: the process ends anyway
+            "import time\nwhile True:\n    try:\n        time.sleep(1000)\n"
+            "    except BaseException:\n        pass\n",
+            signal.SIGINT,
+            "pipeplan: interrupted",
+        ),
+    ],
+    ids=["looping", "swallowing"],
+)
+def test_a_signal_inside_an_import_that_never_ends_still_stops_it(tmp_path, module, signum, line):
+    """Found by the thirty-first round: a signal landing in an import was held until the
+    import ended, so a `--data` module that works at import time (or torch crawling under
+    `ulimit -v`) could be stopped by SIGKILL alone; Ctrl-C and a scheduler's SIGTERM did
+    nothing. An import still running IMPORT_GRACE_S later takes the signal where it is, and
+    one that goes on regardless ends the process with the signal's line."""
+    (tmp_path / "slowdata.py").write_text(
+        "open('started', 'w').close()\n" + module + "def load():\n    pass\n"
+    )
+    argv = ["run", "--nproc", "1", "--prepare-only", "--model", "vit-digits"]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cli", *argv, "--data", "slowdata:load"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            assert run.poll() is None, run.communicate()[1][-3000:]
+            time.sleep(0.05)
+        time.sleep(0.5)
+        sent = time.monotonic()
+        run.send_signal(signum)
+        out, err = run.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        run.kill()  # never left looping, whatever failed
+    assert (run.returncode, out, err) == (128 + signum, "", line + "\n")
+    assert took < 3 * cli.IMPORT_GRACE_S, took
+    assert not (tmp_path / "runs").exists()
