@@ -199,6 +199,7 @@ from executor.task import (
     absolute_paths,
     build_task,
     check_data,
+    check_data_kept,
     data_record,
     read_run_config,
 )
@@ -1485,6 +1486,9 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         RunPlanner.for_run(path, cfg).check_records(path, phases)
         # Checksums, what the files hold, finite weights (an older one, with a notice).
         manifest, weights, _, _ = load_latest(path)
+        # data.json as the checkpoint saw it: a helper's entry deleted by hand, the helper
+        # edited, passed `check_data` (before any of the data's code runs again).
+        check_data_kept(path, manifest, manifest_path(path, manifest))
         check_run(cfg, local, resumed=(path, manifest, weights, records))  # the older ones too
         check_manifest_records(manifest, records, path, cfg)
         # metrics.csv and summary.json against the records, as report and calibrate hold

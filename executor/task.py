@@ -11,6 +11,7 @@ same seed, so all ranks hold the same weights: the checkpoint's, a fresh head in
     found = data_modules_imported(cfg, known, seen)  # each rank, at each checkpoint …
     record_data_modules(run_dir, found)              # … and rank 0 adds them to data.json
     check_data(run_dir, cfg)                         # a resume or export: the data unchanged
+    check_data_kept(run_dir, manifest, where)        # … and data.json as the checkpoint saw it
     cfg = absolute_paths(cfg)                        # launch.prepare: what run.json records
     save_model(seq, run_dir)                         # the end of a run: runs/NAME/model/
     export_run("runs/r", "out/")                     # `pipeplan export`: the latest checkpoint
@@ -296,16 +297,25 @@ def data_record(cfg: RunConfig) -> DataRecord | None:
     return DataRecord(data=cfg.data, files=hashed, label_names=names)
 
 
+def recorded_data(run_dir: Path) -> list[DataFile] | None:
+    """The files data.json lists, with their sha256; None without one (data that reads no
+    file). What a checkpoint's manifest holds (`CheckpointManifest.data`).
+
+        recorded_data(Path("runs/exp1"))   # [DataFile(path="/home/me/mydata.py", …), …]
+    """
+    path = run_dir / DATA_RECORD
+    if not path.exists():
+        return None
+    return load(DataRecord, path).files
+
+
 def recorded_files(run_dir: Path) -> set[str]:
     """The files data.json lists (none without one: data that reads no file); what a rank's
     `data_modules_imported` starts from.
 
         known = recorded_files(Path("runs/exp1"))   # {"/home/me/mydata.py", …}
     """
-    path = run_dir / DATA_RECORD
-    if not path.exists():
-        return set()
-    return {file.path for file in load(DataRecord, path).files}
+    return {file.path for file in recorded_data(run_dir) or []}
 
 
 def data_modules_imported(cfg: RunConfig, known: set[str], seen: set[str]) -> list[DataFile]:
@@ -472,6 +482,37 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
         )
 
 
+def check_data_kept(run_dir: Path, manifest: CheckpointManifest, where: Path) -> None:
+    """data.json still lists each file the checkpoint's manifest recorded it listing (`where`:
+    the manifest), with the same sha256. `check_data` holds data.json to the files; this
+    holds it to the checkpoint, for what data.json alone cannot tell: a module of yours may
+    be listed or not (`check_data` accepts any of your helpers), so a helper's entry
+    deleted by hand, and the helper edited, resumed on the edited data with exit 0, and the
+    next checkpoint recorded the edit (thirty-first round). Files data.json lists beyond the
+    manifest's are allowed: a rank's newly found module added to data.json just before a
+    crash that kept the checkpoint from being written. A manifest without the field (written
+    before it) holds nothing. InputFileError naming data.json, the checkpoint and the file:
+
+        check_data_kept(run_dir, manifest, manifest_path(run_dir, manifest))
+    """
+    if manifest.data is None:
+        return
+    path = run_dir / DATA_RECORD
+    listed = {file.path: file.sha256 for file in recorded_data(run_dir) or []}
+    for file in manifest.data:
+        now = listed.get(file.path)
+        if now == file.sha256:
+            continue
+        wrong = (
+            f"lacks '{file.path}'" if now is None else f"gives '{file.path}' the sha256 {now[:16]}…"
+        )
+        raise InputFileError(
+            f"{path}: files {wrong}, but checkpoint step-{manifest.step} ({where}) recorded it "
+            f"with sha256 {file.sha256[:16]}… as the run's data; data.json was edited since: "
+            "restore data.json or start a new run"
+        )
+
+
 def label_names(cfg: RunConfig) -> list[str] | None:
     """The label names of the run's text data in the order of their ids, as the run numbers
     them (`models.label_order`: its model's config.json decides); None when the data names
@@ -576,6 +617,8 @@ def _export(
     check_checkpoints_folder(run_dir)  # --checkpoint step-N too, not only the latest
     path = _checkpoint_path(run_dir, checkpoint) if checkpoint is not None else None
     manifest, weights, _, _ = load_checkpoint(path) if path else load_latest(run_dir, "export")
+    # data.json as the checkpoint saw it: a helper's entry deleted by hand passed `check_data`.
+    check_data_kept(run_dir, manifest, manifest_path(run_dir, manifest))
     # run.json edited since (dropout, seq_len, precision…) would build another model around
     # the weights: refused as a resume refuses it.
     check_trained_with(manifest, cfg, run_dir / "run.json")

@@ -39,8 +39,10 @@ from executor.planning import RunPlanner
 from executor.records import Recorder, step_loss, step_record, step_row
 from executor.task import (
     build_task,
+    check_data_kept,
     data_modules_imported,
     record_data_modules,
+    recorded_data,
     recorded_files,
     save_model,
 )
@@ -461,6 +463,7 @@ class Trainer:
         manifest, model, optimizer, rng = checkpoint.load_latest(self.run_dir, notice=False)
         # `pipeplan run --resume` checked this before any rank started; torchrun did not.
         checkpoint.check_trained_with(manifest, self.cfg, self.run_dir / "run.json")
+        check_data_kept(self.run_dir, manifest, checkpoint.manifest_path(self.run_dir, manifest))
         states = checkpoint.restore(self.seq.layers, model, optimizer)
         # The resumed run is a new phase: the steps before the checkpoint keep the record of
         # the layout they ran on, and the layout may differ now (another world size).
@@ -898,6 +901,8 @@ class Trainer:
             layout=self.runtime.layout,
             cache=self.cache.manifest() if self.cache is not None else None,
             config=self.cfg,
+            # data.json now, the modules just found included; read by the writer alone.
+            data=recorded_data(self.run_dir) if self.rank == 0 else None,
         )
         states = optimizer_states(self.runtime.optimizer)
         # The records the checkpoint follows reach the disk first: a resume refuses a

@@ -2088,6 +2088,55 @@ def test_a_module_only_the_ranks_import_is_recorded_at_checkpoints(tmp_path, cap
             sys.modules.pop(loaded, None)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_a_helpers_entry_deleted_from_data_json_is_refused_by_the_checkpoint(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the thirty-first round: a run whose helper module data.json listed (imported
+    for every item) resumed with exit 0 after the helper's entry was deleted from data.json
+    and the helper edited (inputs ×1000), and the next checkpoint recorded the edited file's
+    sha256: data.json's own list was trusted, any subset of your helpers accepted. Each
+    checkpoint's manifest holds the files data.json listed then: a resume or an export of a
+    data.json that lacks one, or lists it with another sha256, is refused in one line naming
+    data.json, the checkpoint and the file; the helper edited or not."""
+    name, helper = "rt31_eagerdata", "rt31_helper3"
+    body = LAZY_MODULE.replace("if 150 <= i < 199:", "if True:").format(helper=helper)
+    (module := tmp_path / f"{name}.py").write_text(body)
+    (lazy := tmp_path / f"{helper}.py").write_text("SCALE = 1.0\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--nproc", "1", "--model", "vit-digits", "--data", f"{name}:load"]
+    argv += ["--epochs", "1", "--max-steps-per-epoch", "1", "--global-batch", "64", "--name", "z"]
+    run = tmp_path / "runs" / "z"
+    commands = (["export", str(run), "--out", "o"], ["run", "--resume", str(run), "--epochs", "2"])
+    try:
+        assert cli.main(argv) == 0, capsys.readouterr().err[-3000:]
+        capsys.readouterr()
+        kept = (run / "data.json").read_text()
+        record = json.loads(kept)
+        assert [f["path"] for f in record["files"]] == [str(module), str(lazy)], record
+        edited = "SCALE = 1000.0\n"  # the same shapes, inputs ×1000
+        digest = hashlib.sha256(edited.encode()).hexdigest()
+        only_the_module = {**record, "files": record["files"][:1]}
+        laundered = {**record, "files": [record["files"][0], {"path": str(lazy), "sha256": digest}]}
+        for helper_text, doc, wrong in (
+            ("SCALE = 1.0\n", only_the_module, "lacks"),  # the helper as it was
+            (edited, only_the_module, "lacks"),
+            (edited, laundered, "gives"),  # what the resume left: the edit's sha256
+        ):
+            lazy.write_text(helper_text)
+            (run / "data.json").write_text(json.dumps(doc))
+            fragments = (f"{run / 'data.json'}: files {wrong} '{lazy}'", "checkpoint step-1")
+            for command in commands:
+                refused(command, tmp_path, capsys, (*fragments, "restore data.json"))
+        lazy.write_text("SCALE = 1.0\n")
+        (run / "data.json").write_text(kept)
+        assert cli.main(commands[0]) == 0, capsys.readouterr().err
+    finally:
+        for loaded in (name, helper):
+            sys.modules.pop(loaded, None)
+
+
 def _folder_without(made, tmp_path, edit) -> Path:
     """The BERT checkpoint's config.json edited by `edit`, in a folder without its weights
     (a config of other sizes would not load them): built with --init random."""

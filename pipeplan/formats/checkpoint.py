@@ -25,7 +25,7 @@ from pipeplan.formats.base import (
     Versioned,
 )
 from pipeplan.formats.layout import Layout
-from pipeplan.formats.run import RunConfig
+from pipeplan.formats.run import DataFile, RunConfig
 
 # A layer's index as a JSON key, written by `str(i)`: "01", " 1" or "-1" is not one (int()
 # took "abc" inside a rank, and "-1" as the head).
@@ -196,6 +196,16 @@ class CheckpointManifest(Versioned):
     files: dict[Text, Sha256] = Field(
         default_factory=dict,
         description="sha256 of each tensor file, verified before a resume trusts it.",
+    )
+    # Absent (None) in a manifest written before the field, and for data that reads no file
+    # (no data.json). data.json alone was trusted: a helper module's entry deleted from it by
+    # hand, the helper edited, resumed with exit 0 on the edited data (thirty-first round).
+    data: list[DataFile] | None = Field(
+        None,
+        description="The files the run's data.json listed when the checkpoint was taken (the "
+        "modules the ranks had found included): a resume or an export refuses a data.json "
+        "that lacks one of them or lists it with another sha256 (`executor.task."
+        "check_data_kept`).",
     )
 
     @model_validator(mode="after")
