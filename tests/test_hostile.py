@@ -2288,6 +2288,14 @@ USER_DATA = {  # a --data file (or None: the spec alone) → the fragment of the
 @pytest.mark.parametrize("case", USER_DATA, ids=str)
 def test_user_data_that_exits_or_misbehaves_is_one_line(tmp_path, capsys, case):
     text, func, fragment = USER_DATA[case]
+    inputs, argv = _user_data_run(tmp_path, text, func)
+    refused(argv, inputs, capsys, fragment)
+    assert not (tmp_path / "runs").exists()
+
+
+def _user_data_run(tmp_path: Path, text: str | None, func: str) -> tuple[Path, list[str]]:
+    """The inputs folder holding `text` as userdata.py (None: `func` is the whole --data
+    spec) and the argv of a prepared 1-rank run of it, under tmp_path/runs."""
     inputs = tmp_path / "in"
     inputs.mkdir()
     spec = func
@@ -2295,8 +2303,7 @@ def test_user_data_that_exits_or_misbehaves_is_one_line(tmp_path, capsys, case):
         (inputs / "userdata.py").write_text(text)
         spec = f"{inputs / 'userdata.py'}:{func}"
     argv = shlex.split(PREPARE.format(model="vit-digits", data=spec))
-    refused([*argv, "--runs-dir", str(tmp_path / "runs")], inputs, capsys, fragment)
-    assert not (tmp_path / "runs").exists()
+    return inputs, [*argv, "--runs-dir", str(tmp_path / "runs")]
 
 
 # In a process of its own: on code that lets os._exit through it ends the test's process
@@ -2333,11 +2340,7 @@ def test_user_data_that_ends_its_process_is_one_line(tmp_path, case):
     (`sys.exit(0)` there was already named). It is named as an exit of the data code; a
     process the code forks still ends as its own end says."""
     text, func, fragment = EXITING_DATA[case]
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    (inputs / "userdata.py").write_text(text)
-    argv = shlex.split(PREPARE.format(model="vit-digits", data=f"{inputs / 'userdata.py'}:{func}"))
-    argv += ["--runs-dir", str(tmp_path / "runs")]
+    inputs, argv = _user_data_run(tmp_path, text, func)
     done = subprocess.run(
         [sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=100
     )
