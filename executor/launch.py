@@ -234,6 +234,7 @@ from pipeplan.fileio import (
     release_directory,
     trains,
     where_now,
+    where_now_as_named,
     write_atomic,
     write_failure,
 )
@@ -339,7 +340,7 @@ def _make_run_directory(cfg: RunConfig, runs_root: str | Path, planner: RunPlann
             # Moved (or deleted) as it was prepared: its writes failed as "write failed (No
             # such file or directory)", and the folder kept the run.json written before (the
             # thirtieth round). Undone where it is now; what is at the path is not ours.
-            now = where_now(run_dir)
+            now = where_now_as_named(run_dir)
             _unprepare(now, list(files), lock_made, claimed=run_dir)
             if not isinstance(exc, OSError | PipeplanError):
                 raise
@@ -1323,16 +1324,13 @@ def moved_line(run_dir: Path, cfg: RunConfig) -> str:
         # training stopped at step 15: runs/k: the run directory moved to runs/k2 while it
         # trained; resume with: pipeplan run --resume runs/k2
     """
-    now = where_now(run_dir)
+    now = where_now_as_named(run_dir)
     if now is None:
         return (
             f"training stopped: {run_dir}: the run directory moved or was deleted while it "
             "trained; if it was moved, resume it where it is now with `pipeplan run --resume "
             "NEWPATH`"
         )
-    if not run_dir.is_absolute():  # named as the user named the run: from here
-        with contextlib.suppress(ValueError):
-            now = now.relative_to(Path.cwd())
     at = failed_at(now / "run.jsonl")
     if not str(now).isprintable():  # a line feed split the line, an ESC reached the terminal
         return (  # and the command a resume takes refuses it (thirtieth round)

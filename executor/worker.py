@@ -49,7 +49,7 @@ from executor.task import (
 from executor.topology import comm_device, host_group, node_peers, set_host_group
 from pipeplan import freeze, models
 from pipeplan.errors import BadArgumentError, Interrupted, OutputError, PipeplanError, quoted
-from pipeplan.fileio import moved_away, where_now
+from pipeplan.fileio import moved_away, where_now_as_named
 from pipeplan.formats import (
     CheckpointManifest,
     EpochRecord,
@@ -312,7 +312,7 @@ class RunDirectoryMoved(OutputError):
 
 def moved_message(run_dir: Path, step: int) -> str:
     """What a rank says once its run directory moved away (`Trainer.check_in_place`): where
-    it is now (`where_now`: the folder the rank holds open) and what continues it there, as
+    it is now (`where_now_as_named`: the folder the rank holds open) and what continues it there, as
     torchrun's entry takes it. Under torchrun this is the run's line (under `pipeplan run` the
     launcher says its own); it said "moved or was deleted … NEWPATH" even where the folder had
     only been renamed (the thirtieth round).
@@ -321,15 +321,12 @@ def moved_message(run_dir: Path, step: int) -> str:
         # runs/k: the run directory moved to runs/k2 at step 15; resume it there with
         # -m executor.launch runs/k2 --resume
     """
-    now = where_now(run_dir)
+    now = where_now_as_named(run_dir)
     if now is None:
         return (
             f"{run_dir}: the run directory moved or was deleted at step {step}; if it was "
             "moved, resume it where it is now with -m executor.launch NEWPATH --resume"
         )
-    if not run_dir.is_absolute():  # named as the user named the run: from here
-        with contextlib.suppress(ValueError):
-            now = now.relative_to(Path.cwd())
     if not str(now).isprintable():  # a line feed would split the line, an ESC reach the terminal
         return (
             f"{run_dir}: the run directory moved to {quoted(str(now))} at step {step}; rename "

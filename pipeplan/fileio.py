@@ -701,6 +701,19 @@ def where_now(directory: str | Path) -> Path | None:
     return lock.parent
 
 
+def where_now_as_named(directory: Path) -> Path | None:
+    """`where_now`, named as the user named `directory`: from the working folder where they
+    gave a relative path, so a line reads "runs/k moved to runs/k2", not "/home/u/runs/k2".
+
+        where_now_as_named(Path("runs/k"))   # Path("runs/k2")
+    """
+    now = where_now(directory)
+    if now is not None and not directory.is_absolute():
+        with suppress(ValueError):
+            now = now.relative_to(Path.cwd())
+    return now
+
+
 def _where_trained_now(directory: str | Path) -> Path | None:
     """`where_now` for a rank (`trains`), which holds no lock: the kernel names the folder
     the rank holds open, believed once the folder there is the one the rank started in. A

@@ -2087,7 +2087,7 @@ def test_a_run_directory_moved_to_an_unprintable_name_is_quoted(tmp_path, monkey
 
     moved = tmp_path / name
     moved.mkdir()
-    monkeypatch.setattr(launch, "where_now", lambda run_dir: moved)
+    monkeypatch.setattr(launch, "where_now_as_named", lambda run_dir: moved)
     cfg = RunConfig.model_validate({"name": "c", "model": "vit-digits", "data": "digits"})
     line = launch.moved_line(tmp_path / "c", cfg)
     assert line.isprintable(), line
