@@ -86,7 +86,9 @@ def replaced_as_it_started() -> bool:
     run again inside it, appending a second history to its records (the thirtieth round).
     Checked before the rank writes anything (its report's room, its log). Light: no torch."""
     claimed = os.environ.get(RUN_DIR_ID)
-    if not claimed or len(sys.argv) < 2:
+    # Under torchrun (no LAUNCHER_PID) a RUN_DIR_ID left in the environment by hand is not
+    # ours to believe: every rank exited 1 in silence (the thirty-first round's notes).
+    if not claimed or not os.environ.get(LAUNCHER_PID) or len(sys.argv) < 2:
         return False
     try:
         return directory_id(sys.argv[1]) != claimed
@@ -103,8 +105,14 @@ def die_with_launcher() -> None:
 
     # The launcher may have died before that (a rank takes seconds to import torch): then this
     # rank's parent is no longer it (`pipeplan run` says who it is; torchrun does not).
-    launcher = int(os.environ.get(LAUNCHER_PID, 0)) or os.getppid()
+    named = os.environ.get(LAUNCHER_PID, "")
+    launcher = int(named) if named.isdigit() else os.getppid()
     if not die_with_parent(launcher) or os.getppid() == 1:
+        if named and os.getppid() != 1:  # set by hand: a rank of torchrun, not of that process
+            sys.stderr.write(
+                f"pipeplan: error: {LAUNCHER_PID}={named!r} is set, but this rank was not "
+                "started by that process: it is `pipeplan run`'s own variable; unset it\n"
+            )
         os._exit(1)  # faults.EXIT_FAILED (not imported yet)
 
 

@@ -2094,6 +2094,39 @@ def test_a_run_directory_moved_to_an_unprintable_name_is_quoted(tmp_path, monkey
     assert repr(str(moved)) in line and "rename it to a printable name" in line
 
 
+def test_pipeplan_run_variables_set_by_hand_under_torchrun_are_not_believed(tmp_path, monkeypatch):
+    """Found in the thirty-first round's notes: a PIPEPLAN_RUN_DIR_ID left in a shell's
+    environment made every torchrun rank exit 1 in silence (its folder is not the one it
+    names), and a PIPEPLAN_LAUNCHER_PID did too (its process is not the rank's parent). The
+    first is believed only for `pipeplan run`'s ranks; the second says what is wrong."""
+    import subprocess
+    import sys
+
+    from executor import launch
+
+    monkeypatch.setenv(launch.RUN_DIR_ID, "1:1")
+    monkeypatch.delenv(launch.LAUNCHER_PID, raising=False)
+    monkeypatch.setattr("sys.argv", ["executor.launch", str(tmp_path)])
+    assert not launch.replaced_as_it_started()
+    monkeypatch.setenv(launch.LAUNCHER_PID, str(os.getpid()))
+    assert launch.replaced_as_it_started()  # a rank of `pipeplan run`: believed
+
+    env = {**os.environ, launch.LAUNCHER_PID: "999999999", "RANK": "0"}
+    env.pop(launch.RUN_DIR_ID)
+    done = subprocess.run(
+        [sys.executable, "-m", "executor.launch", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(launch.__file__).parents[1],
+    )
+    lines = done.stderr.splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("pipeplan: error: PIPEPLAN_LAUNCHER_PID='999999999' is set")
+    assert "unset it" in lines[0] and list(tmp_path.iterdir()) == []
+
+
 def test_a_rank_whose_run_directory_was_replaced_as_it_started_writes_nothing(
     tmp_path, monkeypatch
 ):
@@ -2114,6 +2147,7 @@ def test_a_rank_whose_run_directory_was_replaced_as_it_started_writes_nothing(
     assert launch.RUN_DIR_ID not in os.environ  # put back, as the agent's environment is
     assert claimed == launch.directory_id(str(run))
     monkeypatch.setenv(launch.RUN_DIR_ID, claimed)
+    monkeypatch.setenv(launch.LAUNCHER_PID, str(os.getpid()))  # a rank of `pipeplan run`
     monkeypatch.setattr("sys.argv", ["executor.launch", str(run), "--log-dir", str(run / "logs")])
     assert not launch.replaced_as_it_started()
     run.rename(tmp_path / "u4m")
