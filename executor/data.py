@@ -586,7 +586,7 @@ def _user_code() -> Iterator[None]:
             dataset[0]   # raise KeyboardInterrupt → "… raised KeyboardInterrupt"
     """
     try:
-        with _exits_raised():
+        with exits_raised():
             yield
     except KeyboardInterrupt as exc:
         # A signal's only where SIGINT raises one: Python's own handler (an API call), a
@@ -604,13 +604,15 @@ def _user_code() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _exits_raised() -> Iterator[None]:
+def exits_raised() -> Iterator[None]:
     """`os._exit(code)` called by the user's data code in this process raises SystemExit,
-    which `_contained` names ("the data function exited (code 0)"): it ended `pipeplan run`
-    with status 0 and no line, nothing trained (the thirty-first round). A process the code
-    forks (multiprocessing) still exits with it, as its own end does.
+    which the caller names: `_contained` in the launcher ("the data function exited (code
+    0)"), a rank's report ("exited with code 0 before the run ended"). It ended `pipeplan run`
+    with status 0 and no line, nothing trained (the thirty-first round), and a torchrun rank
+    in silence while its peer was named for the connection it lost. A process the code forks
+    (multiprocessing, a DataLoader's workers) still exits with it, as its own end does.
 
-        with _exits_raised():
+        with exits_raised():
             os._exit(0)   # SystemExit(0)
     """
     real, here, thread = os._exit, os.getpid(), threading.get_ident()

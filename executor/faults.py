@@ -43,7 +43,7 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from executor import errorfile
-from pipeplan.errors import Interrupted, PipeplanError, Stopped
+from pipeplan.errors import Interrupted, PipeplanError, Stopped, quoted
 
 OWN_FAULT = ("raised", "interrupted")
 EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
@@ -144,6 +144,11 @@ def describe(exc: BaseException, kind: str) -> str:
     if kind in ("lost", "timeout"):
         gloo = last.rsplit("] ", 1)[-1]  # drop "[/…/gloo/transport/tcp/pair.cc:537] "
         return f"a collective failed: {gloo}"
+    if isinstance(exc, SystemExit):  # the user's code ended its rank (`data.exits_raised`)
+        code = 0 if exc.code is None else exc.code
+        if isinstance(code, int):
+            return f"exited with code {code} before the run ended"
+        return f"exited before the run ended: {quoted(code)}"
     if isinstance(exc, KeyboardInterrupt) and exc.__traceback__ is not None:  # no SIGINT's
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         where = f"{Path(frame.filename).name}:{frame.lineno}"

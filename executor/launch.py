@@ -189,7 +189,7 @@ from executor.checkpoint import (
     read_manifest,
     remove_partial,
 )
-from executor.data import length
+from executor.data import exits_raised, length
 from executor.history import check_manifest_records, check_older_manifests
 from executor.planning import (
     RUN_PLAN,
@@ -720,7 +720,8 @@ def main(argv: list[str] | None = None) -> None:
         # SIGTERM kills at once again (a rank blocked in a collective would not run a handler
         # until it returned; the agent stops the ranks with it).
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        train_rank(Path(args.run_dir), args.resume, console)
+        with exits_raised():  # an `os._exit(0)` in data code is this rank's failure, named
+            train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as exc:  # every failure is reported, then the rank exits
         said = start_line(exc, rank)
         # Bad input (a run file missing or edited, a diverged run: a PipeplanError) is one

@@ -283,6 +283,35 @@ def test_a_rank_that_exits_0_mid_run_is_named_not_the_rank_that_noticed(tmp_path
     assert not list((tmp_path / "k" / "logs").glob("*.tmp"))  # the rooms removed as ever
 
 
+@pytest.mark.timeout(120)
+def test_a_torchrun_rank_whose_code_calls_os_exit_0_is_named(tmp_path):
+    """Found in the thirty-first round's notes: under torchrun (no launcher of ours to find
+    the report's room) a rank whose data code called `os._exit(0)` mid-run vanished in
+    silence, and its peer was named for the connection it lost. While a rank trains, the
+    call raises SystemExit (`data.exits_raised`): the rank's report and its line name it.
+    A subprocess: were the call not caught, it would end pytest with status 0."""
+    script = (
+        "import os\n"
+        "from executor import launch\n"
+        "launch.train_rank = lambda run_dir, resume, console: os._exit(0)\n"
+        f"launch.main([{str(tmp_path)!r}])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPEPLAN_", "TORCHELASTIC"))}
+    env.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    ours = [line for line in done.stderr.splitlines() if line.startswith("pipeplan: ")]
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert ours == ["pipeplan: error: rank 1: exited with code 0 before the run ended"], ours
+
+
 def catches(pid: int, signum: int) -> bool:
     """Whether process `pid` has a handler for `signum` (Linux: SigCgt in /proc/PID/status)."""
     try:
