@@ -45,6 +45,7 @@ from torch.utils.data import Dataset
 from executor.faults import SignalInterrupt
 from pipeplan.errors import BadArgumentError, InputFileError, Interrupted, Stopped, quoted
 from pipeplan.formats.base import MAX_SAMPLES
+from pipeplan.log import write_line
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -565,11 +566,9 @@ def warn_once_per_place(spec: str, rank: int) -> None:
             return None
         said.add((filename, lineno, category))
         where = f"{Path(filename).name}:{lineno}"
-        print(
+        write_line(  # one write: the ranks share the console
             f"pipeplan: rank {rank}: WARNING: data {quoted(spec)}: {where}: "
-            f"{category.__name__}: {message} (said once for this line)",
-            file=sys.stderr,
-            flush=True,
+            f"{category.__name__}: {message} (said once for this line)"
         )
         return None
 

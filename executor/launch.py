@@ -733,7 +733,7 @@ def main(argv: list[str] | None = None) -> None:
         if said is not None:  # its own line, as the CLI's: a start that never trained
             line, code = said
             # Under `pipeplan run` into the rank's log: the launcher says it on the console.
-            print(line, file=sys.stderr if args.log_dir else console, flush=True)
+            pipeplan_log.write_line(line, sys.stderr if args.log_dir else console)
         else:
             if args.log_dir or not user:
                 traceback.print_exc()  # into the rank's log (or torchrun's console)

@@ -54,7 +54,17 @@ def error(message: object, stream: TextIO | None = None) -> None:
 
         log.error(exc)   # pipeplan: error: p.json: invalid profile: field 'layers.3': …
     """
-    print(error_line(message), file=stream or sys.stderr, flush=True)
+    write_line(error_line(message), stream)
+
+
+def write_line(line: str, stream: TextIO | None = None) -> None:
+    """`write_line("pipeplan: rank 1: interrupted")`: one write of the line and its end, to
+    `stream` (default: whatever `sys.stderr` is now). `print` writes the text and the line
+    feed apart: two torchrun ranks failing at once on one console merged their lines into
+    one (the thirty-second round)."""
+    stream = stream or sys.stderr
+    stream.write(line + "\n")
+    stream.flush()
 
 
 class _Bounded(logging.Formatter):

@@ -236,3 +236,27 @@ def test_the_messages_that_quoted_a_cut_text_say_so():
     # A flag's value outside its choices was quoted whole (an argument may be 128 KiB).
     said = _refusal(build, RunConfig, {"precision": "q" * 500})
     assert said == f"--precision: must be fp32 or bf16, not {'q' * 200!r}… (500 characters)"
+
+
+def test_an_error_line_is_one_write_so_ranks_sharing_a_console_do_not_merge_lines():
+    """Found by the thirty-second round: two torchrun ranks failing at once printed "…
+    --resumepipeplan: error: rank 1: …" and a blank line: `print` writes the text and its
+    line feed apart, and the other rank's text came between. Each line is one write."""
+    import io
+
+    class Writes(io.StringIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.calls.append(text)
+            return super().write(text)
+
+    stream = Writes()
+    log.error("rank 0: runs/k: moved", stream)
+    log.write_line("pipeplan: rank 1: interrupted", stream)
+    assert stream.calls == [
+        "pipeplan: error: rank 0: runs/k: moved\n",
+        "pipeplan: rank 1: interrupted\n",
+    ]
