@@ -93,6 +93,27 @@ def _dumps(rank: int, kind: str, when: float, message: str, callstack: str) -> s
     )
 
 
+# The identity (st_dev, st_ino) of the folder the room was made in (`reserve`): a report or
+# release goes by path, and a run folder moved away mid-run, another run's put at its path,
+# got this rank's report as a new file in that run's logs (the thirty-second round).
+_FOLDERS: dict[str, tuple[int, int] | None] = {}  # by room
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _moved(room: str) -> bool:
+    """Whether the folder `room` lies in is no longer the one `reserve` made it in (moved
+    away or deleted: the launcher says so, and what is at the path now is not this run's)."""
+    made_in = _FOLDERS.get(room)
+    return made_in is not None and _identity(os.path.dirname(room) or ".") != made_in
+
+
 def _room() -> str | None:
     """PATH.tmp of this rank's error file, or None when no launcher gave one."""
     path = os.environ.get(ENV)
@@ -112,6 +133,7 @@ def reserve() -> None:
     room = _room()
     if room is None:
         return
+    _FOLDERS[room] = _identity(os.path.dirname(room) or ".")
     for size in (ROOM, MIN_ROOM):
         try:
             fd = os.open(room, _FLAGS | os.O_TRUNC, 0o644)
@@ -133,7 +155,7 @@ def write(rank: int, kind: str, when: float, message: str, callstack: str = "") 
         write(1, "raised", time.time(), "sample 183 is unreadable", traceback_text)
     """
     room = _room()
-    if room is None:
+    if room is None or _moved(room):
         return False
     fd = _open_room(room)
     if fd is None:  # a link, FIFO or folder put there: gone, and the report a new file
@@ -187,6 +209,6 @@ def room_left(path: str | os.PathLike) -> bool:
 def release() -> None:
     """Give the room back (a rank's clean end, or a failed write): no PATH.tmp stays."""
     room = _room()
-    if room is not None:
+    if room is not None and not _moved(room):
         with contextlib.suppress(OSError):
             os.unlink(room)

@@ -995,6 +995,32 @@ def test_a_rank_whose_report_cannot_be_written_still_exits_leaving_no_partial_re
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_rank_whose_run_folder_moved_writes_no_report_into_what_is_there_now(
+    tmp_path, monkeypatch
+):
+    """Found by the thirty-second round: a run folder moved mid-run, and another run's folder
+    put at its path, gained the moved run's reports (`logs/rank-R.error.json`): a report goes
+    by path, and the room missing there, it was made as a new file. A rank writes or gives
+    back its report's room only in the folder it reserved it in; the launcher says that the
+    folder moved, and removes the room where it went."""
+    from executor import errorfile
+
+    logs, moved = tmp_path / "k" / "logs", tmp_path / "moved"
+    logs.mkdir(parents=True)
+    monkeypatch.setenv(errorfile.ENV, str(logs / "rank-0.error.json"))
+    errorfile.reserve()  # as the rank starts
+    (tmp_path / "k").rename(moved)
+    logs.mkdir(parents=True)  # another run's folder at the path
+    assert not errorfile.write(0, "raised", time.time(), "runs/k: the run directory moved")
+    errorfile.release()
+    assert list(logs.iterdir()) == []
+    assert [p.name for p in (moved / "logs").iterdir()] == ["rank-0.error.json.tmp"]
+    (tmp_path / "k").rename(tmp_path / "other")
+    moved.rename(tmp_path / "k")  # back in place: written there as ever
+    assert errorfile.write(0, "raised", time.time(), "m")
+    assert [p.name for p in logs.iterdir()] == ["rank-0.error.json"]
+
+
 # A rank on a disk of 1 MiB (a tmpfs in a mount namespace of its own: it goes with the
 # process): its room reserved as it starts (argv[3] "room"; else none, as a rank under
 # torchrun), then a checkpoint fills the disk, then it reports that failure. Prints its error
