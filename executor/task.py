@@ -9,7 +9,7 @@ same seed, so all ranks hold the same weights: the checkpoint's, a fresh head in
     seq, data = build_task(cfg)                      # launch.prepare and every rank
     record = data_record(cfg)                        # launch.prepare: runs/NAME/data.json
     found = data_modules_imported(cfg, known, seen)  # each rank, at each checkpoint …
-    record_data_modules(run_dir, found)              # … and rank 0 adds them to data.json
+    record = record_data_modules(run_dir, record, found)  # … rank 0 adds them to data.json
     check_data(run_dir, cfg)                         # a resume or export: the data unchanged
     check_data_kept(run_dir, manifest, where)        # … and data.json as the checkpoint saw it
     cfg = absolute_paths(cfg)                        # launch.prepare: what run.json records
@@ -297,25 +297,24 @@ def data_record(cfg: RunConfig) -> DataRecord | None:
     return DataRecord(data=cfg.data, files=hashed, label_names=names)
 
 
-def recorded_data(run_dir: Path) -> list[DataFile] | None:
-    """The files data.json lists, with their sha256; None without one (data that reads no
-    file). What a checkpoint's manifest holds (`CheckpointManifest.data`).
+def read_data_record(run_dir: Path) -> DataRecord | None:
+    """The run's data.json; None without one (data that reads no file). A rank reads it as
+    it starts, and keeps it (`record_data_modules`).
 
-        recorded_data(Path("runs/exp1"))   # [DataFile(path="/home/me/mydata.py", …), …]
+        read_data_record(Path("runs/exp1"))   # DataRecord(data="mydata.py:load", files=[…])
     """
     path = run_dir / DATA_RECORD
-    if not path.exists():
-        return None
-    return load(DataRecord, path).files
+    return load(DataRecord, path) if path.exists() else None
 
 
-def recorded_files(run_dir: Path) -> set[str]:
-    """The files data.json lists (none without one: data that reads no file); what a rank's
-    `data_modules_imported` starts from.
+def recorded_data(run_dir: Path) -> list[DataFile] | None:
+    """The files data.json lists, with their sha256; None without one: what a resume holds
+    to its checkpoint's manifest (`check_data_kept`).
 
-        known = recorded_files(Path("runs/exp1"))   # {"/home/me/mydata.py", …}
+        recorded_data(Path("runs/exp1"))   # [DataFile(path="/home/me/mydata.py", …)]
     """
-    return {file.path for file in recorded_data(run_dir) or []}
+    record = read_data_record(run_dir)
+    return None if record is None else record.files
 
 
 def data_modules_imported(cfg: RunConfig, known: set[str], seen: set[str]) -> list[DataFile]:
@@ -348,28 +347,33 @@ def data_modules_imported(cfg: RunConfig, known: set[str], seen: set[str]) -> li
     return found
 
 
-def record_data_modules(run_dir: Path, found: list[DataFile]) -> None:
-    """Rank 0's, at each checkpoint before its manifest is written: data.json lists `found`
-    (every rank's `data_modules_imported`) too, after its files, rewritten atomically; not
-    written when it lists each already, nor read when `found` is empty (data whose module
-    has no file has no data.json). A resume or an export then refuses one of them edited
-    (`check_data`), as it refuses the modules the launcher recorded. A file's sha256 is the
-    first rank's, taken at the first checkpoint after its import.
+def record_data_modules(
+    run_dir: Path, record: DataRecord | None, found: list[DataFile]
+) -> DataRecord | None:
+    """Rank 0's, at each checkpoint before its manifest is written: `record` (data.json as
+    the run started) with `found` (every rank's `data_modules_imported`) added after its
+    files, written to data.json atomically where any is new; returned, for the manifest. A
+    resume or an export then refuses one of them edited (`check_data`), as it refuses the
+    modules the launcher recorded. A file's sha256 is the first rank's, taken at the first
+    checkpoint after its import. data.json is never read again mid-run: an edit made to it
+    meanwhile was taken into the next checkpoint's manifest (the thirty-first round's notes),
+    and a resume then trusted it (`check_data_kept`).
 
-        record_data_modules(Path("runs/exp1"), [DataFile(path="/home/me/lazy.py", …)])
+        record = record_data_modules(run_dir, record, [DataFile(path="/home/me/lazy.py", …)])
     """
-    if not found:
-        return
-    path = run_dir / DATA_RECORD
-    record = load(DataRecord, path)  # one deleted or edited mid-run: named, as a resume would
+    if record is None:  # data whose module has no file: nothing of yours to list
+        return None
     listed = {file.path for file in record.files}
     new = []
     for file in found:
         if file.path not in listed:
             listed.add(file.path)
             new.append(file)
-    if new:
-        write_atomic(path, dumps(record.model_copy(update={"files": [*record.files, *new]})))
+    if not new:
+        return record
+    record = record.model_copy(update={"files": [*record.files, *new]})
+    write_atomic(run_dir / DATA_RECORD, dumps(record))
+    return record
 
 
 def _what_reads(cfg: RunConfig) -> tuple[str, str]:

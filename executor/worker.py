@@ -41,9 +41,8 @@ from executor.task import (
     build_task,
     check_data_kept,
     data_modules_imported,
+    read_data_record,
     record_data_modules,
-    recorded_data,
-    recorded_files,
     save_model,
 )
 from executor.topology import comm_device, host_group, node_peers, set_host_group
@@ -358,13 +357,18 @@ class Trainer:
         # Same weights everywhere: the checkpoint's (`resume`: the model folder's are then not
         # read), or the folder's or drawn from the seed (a fresh head too); launch.prepare
         # already gave the builder's notices once.
+        # data.json as the run starts (the launcher checked it), with what checkpoints add:
+        # their manifests record this, never data.json as edited since (read before the
+        # data is: its code may edit it too).
+        self.data_record = read_data_record(run_dir)
         self.seq, self.data = build_task(cfg, quiet=True, from_checkpoint=resume)
         warn_once_per_place(cfg.data, self.rank)  # the data's warnings as items are read
         keep_data_directory_on_path(cfg.data)  # and what they import as they are read
         # Your modules data.json lists and those this rank has found its data import since
         # (`record_data_modules`, at each checkpoint); None: the data is no code of yours.
         # And the modules looked at already: each checkpoint looks at those new since.
-        self.data_modules = recorded_files(run_dir) if is_user_code(cfg.data) else None
+        listed = {file.path for file in self.data_record.files} if self.data_record else set()
+        self.data_modules = listed if is_user_code(cfg.data) else None
         self.modules_seen: set[str] = set()
         # The layers stay on the host: each phase's runtime puts only its stage on `device`.
         # From here each rank draws its own dropout.
@@ -898,8 +902,8 @@ class Trainer:
             layout=self.runtime.layout,
             cache=self.cache.manifest() if self.cache is not None else None,
             config=self.cfg,
-            # data.json now, the modules just found included; read by the writer alone.
-            data=recorded_data(self.run_dir) if self.rank == 0 else None,
+            # data.json as rank 0 keeps it, the modules just found included; the writer's.
+            data=self.data_record.files if self.rank == 0 and self.data_record else None,
         )
         states = optimizer_states(self.runtime.optimizer)
         # The records the checkpoint follows reach the disk first: a resume refuses a
@@ -922,7 +926,8 @@ class Trainer:
         every = [None] * self.world if self.rank == 0 else None
         dist.gather_object(found, every, dst=0, group=host_group())
         if self.rank == 0:
-            record_data_modules(self.run_dir, [file for mine in every for file in mine])
+            found = [file for mine in every for file in mine]
+            self.data_record = record_data_modules(self.run_dir, self.data_record, found)
 
     def grad_norm_state(self) -> tuple[dict[str, float], int]:
         """Collective: the gradient-norm sums since the last freeze decision (replica 0's

@@ -2137,6 +2137,57 @@ def test_a_helpers_entry_deleted_from_data_json_is_refused_by_the_checkpoint(
             sys.modules.pop(loaded, None)
 
 
+# A data module whose first item a rank reads edits its helper and data.json's sha256 of it,
+# as a user might while the run trains (the launcher, which has no RANK, never does).
+EDITING_MODULE = LAZY_MODULE.replace(
+    "        scale = 1.0\n",
+    """        scale = 1.0
+        import hashlib, json, os, pathlib
+        helper = pathlib.Path({folder!r}, "{helper}.py")
+        record = pathlib.Path({record!r})
+        if os.environ.get("RANK") and "1000" not in helper.read_text():
+            helper.write_text("SCALE = 1000.0\\n")
+            doc = json.loads(record.read_text())
+            digest = hashlib.sha256(helper.read_bytes()).hexdigest()
+            for f in doc["files"]:
+                if f["path"].endswith(helper.name):
+                    f["sha256"] = digest
+            record.write_text(json.dumps(doc))
+""",
+    1,
+).replace("if 150 <= i < 199:", "if True:")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_data_json_edited_while_the_run_trains_is_not_taken_into_its_checkpoint(
+    tmp_path, capsys, monkeypatch
+):
+    """Found in the thirty-first round's notes: data.json was read again at each checkpoint,
+    so an edit made to it mid-run (a helper edited, its sha256 in data.json updated to match)
+    went into the checkpoint's manifest, and a resume or an export took the edited helper for
+    the run's. Rank 0 keeps data.json as the run started, with what checkpoints add: the
+    manifest holds the helper's sha256 as the run started, and both are refused."""
+    name, helper = "rt32_editdata", "rt32_edithelp"
+    run = tmp_path / "runs" / "e"
+    body = EDITING_MODULE.format(helper=helper, folder=str(tmp_path), record=str(run / "data.json"))
+    (tmp_path / f"{name}.py").write_text(body)
+    (lazy := tmp_path / f"{helper}.py").write_text("SCALE = 1.0\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--nproc", "1", "--model", "vit-digits", "--data", f"{name}:load"]
+    argv += ["--epochs", "1", "--max-steps-per-epoch", "1", "--global-batch", "64", "--name", "e"]
+    try:
+        assert cli.main(argv) == 0, capsys.readouterr().err[-3000:]
+        capsys.readouterr()
+        assert "1000" in lazy.read_text()  # edited as the rank trained
+        fragments = (f"{run / 'data.json'}: files gives '{lazy}'", "checkpoint step-1")
+        for command in (["export", str(run), "--out", "o"], ["run", "--resume", str(run)]):
+            refused(command, tmp_path, capsys, (*fragments, "restore data.json"))
+    finally:
+        for loaded in (name, helper):
+            sys.modules.pop(loaded, None)
+
+
 def _folder_without(made, tmp_path, edit) -> Path:
     """The BERT checkpoint's config.json edited by `edit`, in a folder without its weights
     (a config of other sizes would not load them): built with --init random."""
