@@ -805,6 +805,18 @@ def _check_version(args: list[str]) -> None:
         )
 
 
+def _check_working_directory() -> None:
+    """The folder pipeplan was started in still exists: deleted (`rm -rf` from another
+    terminal), loading torch printed "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so"
+    and ended the process (the thirty-second round), and every relative path would fail."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise BadArgumentError(
+            "the current directory no longer exists (deleted or moved away): cd to one that does"
+        ) from None
+
+
 def _check_help(args: list[str]) -> None:
     """`pipeplan plan --help extra` is refused: click's eager --help printed the help and
     exited 0 before reading what follows, which then meant nothing. --help given last (after
@@ -948,6 +960,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_spaces(args)
         _check_version(args)
         _check_help(args)
+        _check_working_directory()
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except PipeplanError as exc:

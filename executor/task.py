@@ -664,7 +664,9 @@ def _export(
 
 
 def _checkpoint_path(run_dir: Path, name: str) -> Path:
-    if not re.fullmatch(r"step-[0-9]{1,12}", name):
+    # Any count of digits a file name holds: step-99999999999999999999 is no such checkpoint,
+    # not a misnamed one (the thirty-second round).
+    if not re.fullmatch(r"step-[0-9]{1,200}", name):
         raise BadArgumentError(f"--checkpoint {quoted(name)}: name a checkpoint as step-N")
     path = run_dir / "checkpoints" / name
     if not path.is_dir():

@@ -1469,9 +1469,13 @@ def _runs(layout: Layout, search: PhaseSearch) -> bool:
 
 
 def _gib(nbytes: float) -> str:
+    """`_gib(3 << 29)` → "1.50 GiB"; under 0.1 MiB in bytes: `--device-memory 1B` read as
+    "a device has 0.0 MiB" (the thirty-second round)."""
     if nbytes >= 1 << 30:
         return f"{nbytes / (1 << 30):.2f} GiB"
-    return f"{nbytes / (1 << 20):.1f} MiB"
+    if nbytes >= 0.1 * (1 << 20):
+        return f"{nbytes / (1 << 20):.1f} MiB"
+    return f"{nbytes:,.0f} byte" + ("" if round(nbytes) == 1 else "s")
 
 
 def _min_max_memory(problem: PartitionProblem, pinned: tuple[int, ...] | None) -> float:

@@ -996,3 +996,28 @@ def test_a_signal_inside_an_import_that_never_ends_still_stops_it(tmp_path, modu
     assert (run.returncode, out, err) == (128 + signum, "", line + "\n")
     assert took < 3 * cli.IMPORT_GRACE_S, took
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_working_directory_deleted_before_the_command_is_one_line(tmp_path):
+    """Found by the thirty-second round: started in a folder deleted meanwhile (`rm -rf` from
+    another terminal), every command that loads torch printed only "Intel oneMKL FATAL ERROR:
+    Cannot load …libtorch_cpu.so." and exited. pipeplan says what is wrong first."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    command = (
+        f"cd {gone} && rmdir {gone} && exec {sys.executable} -c "
+        "'import sys; from cli import entry; "
+        f'sys.argv = ["pipeplan", "profile", "vit-digits", "--out", "{tmp_path}/p.json"]; entry()\''
+    )
+    root = Path(cli.__file__).parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.splitlines() == [
+        "pipeplan: error: the current directory no longer exists (deleted or moved away): "
+        "cd to one that does"
+    ], done.stderr
+    assert list(tmp_path.iterdir()) == []

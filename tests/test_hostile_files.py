@@ -490,6 +490,21 @@ def test_export_refuses_a_checkpoints_folder_that_is_a_link(finished_run, tmp_pa
     refused(argv, tmp_path, capsys, ("checkpoints", "symbolic link"))
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_export_of_a_checkpoint_step_beyond_twelve_digits_is_no_such_checkpoint(
+    finished_run, tmp_path, capsys
+):
+    """Found by the thirty-second round: `--checkpoint step-99999999999999999999` was told
+    to "name a checkpoint as step-N", which it does: it is no such checkpoint, and the line
+    says which are kept."""
+    run = copy_run(finished_run, tmp_path)
+    kept = (run / "checkpoints" / "latest").read_text().strip()
+    name = "step-" + "9" * 20
+    argv = ["export", str(run), "--checkpoint", name, "--out", str(tmp_path / "out")]
+    refused(argv, tmp_path, capsys, (f"{name}: no such checkpoint (kept: ", kept))
+
+
 # ----------------------------------------------------------------- 6. the hint for bits
 
 

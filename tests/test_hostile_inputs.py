@@ -1213,7 +1213,8 @@ def test_a_profiles_memory_too_small_to_share_names_the_profile_not_the_flag(tmp
 def test_a_device_memory_from_the_profile_is_named_as_the_profiles(tmp_path, capsys, command):
     """Found by the seventeenth round: a profile whose device.memory_bytes is 1 gave `… a
     device has 0.0 MiB (use devices with more memory …)`, not saying where 0.0 MiB came from
-    (round 15 named --device-memory when it was the flag's)."""
+    (round 15 named --device-memory when it was the flag's). The thirty-second round: a
+    memory under 0.1 MiB is said in bytes, not as 0.0 MiB."""
     path = tmp_path / "m1.json"
     path.write_text(json.dumps(with_path(PROFILE, ("device", "memory_bytes"), 1)))
     if command == "plan":
@@ -1221,7 +1222,7 @@ def test_a_device_memory_from_the_profile_is_named_as_the_profiles(tmp_path, cap
     else:
         argv = ["run", "--model", "bert-tiny", "--data", "synth-text", "--nproc", "1"]
         argv += ["--profile", str(path), "--prepare-only", "--runs-dir", str(tmp_path / "r")]
-    refused(argv, tmp_path, capsys, ("a device has 0.0 MiB (the profile's device.memory_bytes 1)"))
+    refused(argv, tmp_path, capsys, ("a device has 1 byte (the profile's device.memory_bytes 1)"))
 
 
 def test_a_plans_profile_identity_is_its_profiles(tmp_path, capsys):
