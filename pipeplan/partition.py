@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -443,9 +444,9 @@ class PartitionSpace:
         # Per (depth, end) of forward-only prefixes: the (a, pf) not dominated so far.
         self._fronts: dict[tuple[int, int], list[tuple[float, float]]] = {}
         self._window_terms: np.ndarray | None = None
-        # Per depth: `_training_rest`'s running minimum, `_suffix_windows`' (rounds, parts).
-        self._smallest_rest: dict[int, np.ndarray] = {}
-        self._window_groups: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # Per (term, depth): a bound's term that depends only on the depth and the position,
+        # at every position (`_at_depth`).
+        self._depth_terms: dict[tuple[str, int], np.ndarray] = {}
 
     @functools.cached_property
     def open(self) -> list[np.ndarray]:
@@ -653,7 +654,7 @@ class PartitionSpace:
         [t, k] of fixed stages (`simulate.window_counts`), for GPipe all its other work.
         A forward-only stage waits for no gradient: only its M forwards."""
         p = self.p
-        S, M, L = p.num_stages, p.micro_batches, p.num_layers
+        S, M = p.num_stages, p.micro_batches
         k = node.depth
         a = node.sums[0]
         busy = a + M * (F + B)
@@ -661,12 +662,7 @@ class PartitionSpace:
         if not trains.any():
             return busy, None
         if k < S - 1:
-            at = _span(j)
-            work_left = p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[at] - p.bwd_prefix[at]
-            below = work_left + (S - 1 - k) * p.micro_batch_overhead_s
-            # Boundary k's activation is received in stage k+1's forward (its gradient in
-            # stage k's own backward, part of B), the later boundaries' both ways.
-            below = below + p.send_s[k, at] + self.table("sends")[k + 1][at]
+            below = self._at_depth("below", k, self._round_trip_below)[_span(j)]
         else:
             below = np.zeros_like(F)
         if p.schedule == "gpipe":
@@ -682,6 +678,17 @@ class PartitionSpace:
         terms = rounds[:, None] * cycle + fwd_left[:, None] * F + bwd_left[:, None] * B
         ends = np.where(trains, np.maximum(busy, first_bwd_end + terms.max(axis=0)), busy)
         return ends, first_bwd_end
+
+    def _round_trip_below(self, k: int, j: np.ndarray) -> np.ndarray:
+        """At least micro-batch 0's round trip below stage k < S − 1 ending at j: the work
+        left after j, a μ per stage after k, and the transfers on its way."""
+        p = self.p
+        S, L = p.num_stages, p.num_layers
+        work_left = p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[j] - p.bwd_prefix[j]
+        below = work_left + (S - 1 - k) * p.micro_batch_overhead_s
+        # Boundary k's activation is received in stage k+1's forward (its gradient in stage
+        # k's own backward, part of B), the later boundaries' both ways.
+        return below + p.send_s[k, j] + self.table("sends")[k + 1][j]
 
     def _gpipe_end(
         self, node: Node, j: np.ndarray, F: np.ndarray, B: np.ndarray, below: np.ndarray
@@ -786,9 +793,10 @@ class PartitionSpace:
             carried = p.shared_latency_s + p.shared_s_per_byte * p.grad_prefix[L]
             bound = np.maximum(bound, paced + carried)
         if p.schedule == "1f1b":
-            bound = np.maximum(bound, self._suffix_windows(k, i, a + d + tail0))
+            bound = np.maximum(bound, self._suffix_windows(k, at, a + d + tail0))
         if p.forward_only_layers:
-            bound = np.maximum(bound, a + d + tail0 + self._training_rest(k, i))
+            rest = self._at_depth("training rest", k, self._training_rest)[at]
+            bound = np.maximum(bound, a + d + tail0 + rest)
         return bound + p.overhead_s
 
     def root_bound(self, tables: dict[str, float]) -> float:
@@ -826,19 +834,26 @@ class PartitionSpace:
         own = p.allreduce_latency_s + (p.allreduce_s_per_byte + p.optimizer_s_per_byte) * g
         return float(own.min())
 
+    def _at_depth(self, term: str, k: int, compute: Callable[[int, np.ndarray], np.ndarray]):
+        """compute(k, i) at every position i, kept: a term of `bounds` that depends only on the
+        depth and the position is then computed once per depth, not in every expansion there
+        (elementwise, so each position's value is the same)."""
+        key = (term, k)
+        if key not in self._depth_terms:
+            self._depth_terms[key] = compute(k, np.arange(self.p.num_layers + 1))
+        return self._depth_terms[key]
+
     def _training_rest(self, k: int, i: np.ndarray) -> np.ndarray:
         """What the training stages still to place add between micro-batch 0's arrival and
         the last gradient's way down (`_suffix_windows`' `around`), whichever stage q ≥ k
         turns out to be the first that trains: the smallest over the q still possible
         (those with a frozen layer for each forward-only stage) of `_training_terms`."""
         p = self.p
-        smallest_from = self._smallest_rest.get(k)
-        if smallest_from is None:  # per depth, asked by every expansion there
-            terms = self._training_terms()[k:]
-            first = max(0, p.min_forward_only_stages - k)
-            if first:
-                terms = np.concatenate([np.full(first, np.inf), terms[first:]])
-            smallest_from = self._smallest_rest[k] = np.minimum.accumulate(terms)
+        terms = self._training_terms()[k:]
+        first = max(0, p.min_forward_only_stages - k)
+        if first:
+            terms = np.concatenate([np.full(first, np.inf), terms[first:]])
+        smallest_from = np.minimum.accumulate(terms)
         # Stages placed already train where i > the frozen prefix: q < k, windows from k.
         most = np.minimum(np.maximum(p.forward_only_layers - i, 0), len(smallest_from) - 1)
         smallest = smallest_from[most]
@@ -931,26 +946,29 @@ class PartitionSpace:
             self._window_terms = result
         return self._window_terms
 
-    def _suffix_windows(self, k: int, i: np.ndarray, around: np.ndarray) -> np.ndarray:
+    def _suffix_windows(self, k: int, at: slice, around: np.ndarray) -> np.ndarray:
         """1F1B: some window of w stages among the S − k unplaced ones holds at least the
         smallest bottleneck of [i, L) in ⌈(S−k)/w⌉ parts (group them w by w), and cycles at
         least ⌊(M − S + k − 1)/w⌋ + 1 rounds (`simulate.window_counts`: its first stage t ≥ k
         has w_t ≤ S−1−k), between micro-batch 0's arrival and the last gradient's way down
-        (`around`: a + d + tail0 of the placed stages)."""
+        (`around`: a + d + tail0 of the placed stages), for the positions i in `at`."""
+        p = self.p
+        left = p.num_stages - k
+        slack = p.micro_batches - p.num_stages + k - 1
+        if p.suffix_bottleneck is None or left < 1 or slack < 0:
+            return np.zeros_like(around)
+        return around + self._at_depth("windows", k, self._suffix_window_work)[at]
+
+    def _suffix_window_work(self, k: int, i: np.ndarray) -> np.ndarray:
+        """`_suffix_windows` less `around`, at positions i (where its guards pass): per w,
+        the rounds times the smallest window's work, the largest of them."""
         p = self.p
         table = p.suffix_bottleneck
         left = p.num_stages - k
         slack = p.micro_batches - p.num_stages + k - 1
-        if table is None or left < 1 or slack < 0:
-            return np.zeros_like(around)
-        if k not in self._window_groups:  # per depth, asked by every expansion there
-            w = np.arange(1, left + 1)
-            self._window_groups[k] = (slack // w + 1, -(-left // w))
-        rounds, parts = self._window_groups[k]
+        w = np.arange(1, left + 1)
+        rounds, parts = slack // w + 1, -(-left // w)
         F = p.forward_only_layers
-        if not F or bool((i >= F).all()):
-            windows = table[parts][:, i] + p.micro_batch_overhead_s
-            return around + (rounds[:, None] * windows).max(axis=0)
         # Where the stages left may begin with r forward-only ones (i < F), the rest train,
         # start later (more rounds) and cover [F, L) at least; grouped w by w they form at
         # most ⌈left/w⌉ windows (one of at most w stages when w exceeds them), and the
@@ -961,7 +979,7 @@ class PartitionSpace:
         column = np.where(may, F, i)[None, :]
         parts = np.where(may[None, :], np.minimum(parts[:, None], layers_left), parts[:, None])
         windows = table[parts, column] + p.micro_batch_overhead_s
-        return around + (rounds[:, None] * windows).max(axis=0)
+        return (rounds[:, None] * windows).max(axis=0)
 
     def tail_floor(self) -> np.ndarray:
         """[k]: the least tail (all-reduce alone + optimizer) the first stage that trains can
