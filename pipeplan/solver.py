@@ -589,9 +589,7 @@ class PhaseSearch:
         static, saved = costs.static_bytes, costs.saved_bytes_per_micro_batch
         limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
         fewest = np.where(gpipe, M, 1.0)
-        counts_in_flight, where = np.unique(fewest, return_inverse=True)  # one max per count
-        alone = np.array([float((static[k:] + n * saved[k:]).max()) for n in counts_in_flight])
-        alone = alone[where]
+        alone = (static[None, k:] + fewest[:, None] * saved[None, k:]).max(axis=1)
         fits = (alone <= limit) & (float(static.sum()) + fewest * float(saved.sum()) <= S * limit)
         bound = np.where(many & fits, cheap, np.inf)
         counts = np.where(many, 0, counts)
@@ -730,8 +728,7 @@ class PhaseSearch:
         fewest = np.where(gpipe, M, 1.0)
         first = np.where(gpipe, M, np.minimum(S, M))
         stage0 = float(static[: k + 1].sum()) + first * float(saved[: k + 1].sum())
-        counts, where = np.unique(fewest, return_inverse=True)
-        alone = np.array([float((static + n * saved).max()) for n in counts])[where]
+        alone = (static[None, :] + fewest[:, None] * saved[None, :]).max(axis=1)
         total = float(static.sum()) + fewest * float(saved.sum())
         return (stage0 <= limit) & (alone <= limit) & (total <= S * limit)
 
@@ -810,7 +807,8 @@ class PhaseSearch:
             fwd = np.where(crossed, latency + fewest * per_byte, 0.0)
             fewest = float(trained.min()) if trained.size else 0.0
             bwd = np.where(crossed & (trained.size > 0), latency + fewest * per_byte, 0.0)
-            shifted = np.pad(fwd[:, :-1], ((0, 0), (1, 0)))  # stage t's forward: boundary t−1
+            # Stage t's forward: boundary t−1 (np.pad would cost more than the table).
+            shifted = np.concatenate([np.zeros((len(fwd), 1)), fwd[:, :-1]], axis=1)
             by_stage = shifted + bwd
 
             def suffix_sum(x: np.ndarray) -> np.ndarray:
