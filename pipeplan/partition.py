@@ -633,15 +633,17 @@ class PartitionSpace:
         before_k = np.zeros((len(p.shared_links), 1))
         if node.shared:
             before_k[self.open[k], 0] = node.shared
-        with_k = before_k + grads[None, :] * p.shared_links[:, k][:, None]
         crossing = p.shared_links[:, k]
+        with_k = before_k + grads[None, :] * crossing[:, None]
         if crossing.any():
             most = with_k[crossing].max(axis=0)
             # Only an all-reduce that moves bytes pays the ring's latency (none of a
             # forward-only stage's, nor of a stage without parameters).
             carried = ops_end + p.shared_latency_s + p.shared_s_per_byte * most
             nic = np.where(most > 0, np.maximum(nic, carried), nic)
-        return np.broadcast_to(nic, grads.shape), with_k[self.open[k + 1]]
+        else:
+            nic = np.full(grads.shape, nic)  # np.broadcast_to costs more
+        return nic, with_k[self.open[k + 1]]
 
     def _ops_end(
         self, node: Node, j: np.ndarray, F: np.ndarray, B: np.ndarray
