@@ -316,6 +316,43 @@ class _View:
     name: str
 
 
+@dataclass(frozen=True)
+class _Rows:
+    """Shape-bound rows of several micro-batch sizes, grouped by size (each group's rows
+    consecutive, in the order of `views`): per group the view of its layers' costs, per
+    row its group. The bounds of every size are then one pass of numpy calls (per size,
+    the calls would cost more than their arithmetic on tens of shapes); what depends on
+    the size is computed per group and spread over its rows.
+
+        rows.each(lambda view: float(view.costs.fwd_s.sum()))   # [row]"""
+
+    views: tuple[_View, ...]
+    group: np.ndarray
+
+    def each(self, value: Callable[[_View], float]) -> np.ndarray:
+        """value(view) of each row's group."""
+        return np.array([value(view) for view in self.views], dtype=float)[self.group]
+
+    def layers(self, value: Callable[[PhaseCosts], np.ndarray]) -> np.ndarray:
+        """[row, layer]: value(costs) of each row's group."""
+        return np.stack([value(view.costs) for view in self.views])[self.group]
+
+    def joined(self, part: Callable[..., np.ndarray], *arrays: np.ndarray) -> np.ndarray:
+        """part(view, *the group's rows of `arrays`) of every group with rows, whose last
+        axis is per row, joined in row order."""
+        ends = np.searchsorted(self.group, np.arange(len(self.views) + 1))
+        parts = [
+            part(view, *(array[start:end] for array in arrays))
+            for view, start, end in zip(self.views, ends[:-1], ends[1:], strict=True)
+            if end > start
+        ]
+        return np.concatenate(parts, axis=-1)
+
+    def take(self, rows: np.ndarray, views: tuple[_View, ...]) -> _Rows:
+        """The rows `rows` (in order), their groups' layers seen through `views`."""
+        return _Rows(views, self.group[rows])
+
+
 def _training_layers(costs: PhaseCosts, start: int) -> PhaseCosts:
     """`costs` of layers start..L−1 only (the layers of the stages that train, when the
     frozen prefix 0..start−1 runs on forward-only stages)."""
@@ -524,32 +561,45 @@ class PhaseSearch:
         """A lower bound on the step of every partition of each (shape, schedule), in closed
         form and vectorised over the candidates (§4.8)."""
         bounds = np.zeros(len(candidates))
+        if not candidates:
+            return bounds
         sizes = np.array([shape.micro_batch_size for shape, _ in candidates])
-        for m in np.unique(sizes):
-            rows = np.flatnonzero(sizes == m)
-            bounds[rows] = self._shape_bounds_at(int(m), [candidates[r] for r in rows])
+        order = np.argsort(sizes, kind="stable")  # each size's rows together (`_Rows`)
+        values, group = np.unique(sizes[order], return_inverse=True)
+        views = tuple(
+            _View(self.costs(int(m)), self.frozen_layers, self.first_computed, "all")
+            for m in values
+        )
+        bounds[order] = self._sorted_shape_bounds(
+            [candidates[row] for row in order], _Rows(views, group)
+        )
         return bounds
 
-    def _shape_bounds_at(self, m: int, candidates: list[tuple[Shape, Schedule]]) -> np.ndarray:
-        """See `shape_bounds`: the smaller of the bound over partitions whose every stage
-        trains (stage 0 holds the frozen prefix; GPipe, or 1F1B with M ≥ S) and, in an
-        uncached phase, the bound over partitions with q ≥ 1 forward-only stages
-        (`_forward_only_bounds`); plus the calibrated overhead outside the schedule."""
+    def _sorted_shape_bounds(
+        self, candidates: list[tuple[Shape, Schedule]], rows: _Rows
+    ) -> np.ndarray:
+        """See `shape_bounds` (candidates grouped by micro-batch size as `rows`): the smaller
+        of the bound over partitions whose every stage trains (stage 0 holds the frozen
+        prefix; GPipe, or 1F1B with M ≥ S) and, in an uncached phase, the bound over
+        partitions with q ≥ 1 forward-only stages (`_forward_only_bounds`); plus the
+        calibrated overhead outside the schedule."""
         S = np.array([shape.num_stages for shape, _ in candidates], dtype=float)
         D = np.array([shape.replicas for shape, _ in candidates], dtype=float)
         M = np.array([shape.micro_batches for shape, _ in candidates], dtype=float)
         gpipe = np.array([schedule == "gpipe" for _, schedule in candidates])
-        view = _View(self.costs(m), self.frozen_layers, self.first_computed, "all")
-        bound = np.where(gpipe | (M >= S), self._pipeline_bounds(view, S, S, D, M, gpipe), np.inf)
+        bound = np.where(gpipe | (M >= S), self._pipeline_bounds(rows, S, S, D, M, gpipe), np.inf)
         if self.forward_only_layers:
-            bound = np.minimum(bound, self._forward_only_bounds(m, S, D, M, gpipe))
+            bound = np.minimum(bound, self._forward_only_bounds(rows, S, D, M, gpipe))
         overhead = np.array(
-            [self.model.overhead_s(shape.micro_batches * m) for shape, _ in candidates]
+            [
+                self.model.overhead_s(shape.micro_batches * shape.micro_batch_size)
+                for shape, _ in candidates
+            ]
         )
         return bound + overhead
 
     def _forward_only_bounds(
-        self, m: int, S: np.ndarray, D: np.ndarray, M: np.ndarray, gpipe: np.ndarray
+        self, rows: _Rows, S: np.ndarray, D: np.ndarray, M: np.ndarray, gpipe: np.ndarray
     ) -> np.ndarray:
         """A lower bound on every partition with q ≥ 1 forward-only stages (inf where there is
         none), the smallest over q of shift_q + the bound of its S − q training stages: every
@@ -563,20 +613,20 @@ class PhaseSearch:
         q that makes them smallest: enumerating hundreds of q for thousands of shapes costs
         more than the pruning it buys."""
         k, L = self.forward_only_layers, self.model.num_layers
-        costs = self.costs(m)
         mu = self.model.micro_batch_overhead_s
         # q: at least one, S − M for 1F1B, and one layer for each training stage; at most one
         # frozen layer per forward-only stage and one training stage.
         lowest = np.maximum.reduce([np.ones_like(S), np.where(gpipe, 1, S - M), S - (L - k)])
         highest = np.minimum(k, S - 1)
         counts = np.maximum(highest - lowest + 1, 0).astype(int)
-        average = M * (float((costs.fwd_s + costs.bwd_s).sum()) + S * mu) / S
-        frozen_fwd = float(costs.fwd_s[: k + 1].sum())
+        W = rows.each(lambda view: float((view.costs.fwd_s + view.costs.bwd_s).sum()))
+        average = M * (W + S * mu) / S
+        frozen_fwd = rows.each(lambda view: float(view.costs.fwd_s[: k + 1].sum()))
         many = counts > FORWARD_ONLY_COUNTS
         # The cheap bound: the average and prefix terms at their smallest, micro-batch 0's
         # way through every stage (W + S·μ), and GPipe's two flow shops, each machine at
         # least its average, (W + S·μ)·(1 + (M − 1)/S).
-        trip = float((costs.fwd_s + costs.bwd_s).sum()) + S * mu
+        trip = W + S * mu
         cheap = np.maximum.reduce(
             [
                 average,
@@ -586,46 +636,56 @@ class PhaseSearch:
         )
         # Memory whatever q: every training layer alone with its fewest micro-batches in
         # flight (1F1B's last stage: 1, GPipe: M), and all layers over the S devices.
-        static, saved = costs.static_bytes, costs.saved_bytes_per_micro_batch
+        static = rows.layers(lambda costs: costs.static_bytes[k:])
+        saved = rows.layers(lambda costs: costs.saved_bytes_per_micro_batch[k:])
         limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
         fewest = np.where(gpipe, M, 1.0)
-        alone = (static[None, k:] + fewest[:, None] * saved[None, k:]).max(axis=1)
-        fits = (alone <= limit) & (float(static.sum()) + fewest * float(saved.sum()) <= S * limit)
+        alone = (static + fewest[:, None] * saved).max(axis=1)
+        total = rows.each(lambda view: float(view.costs.static_bytes.sum())) + fewest * rows.each(
+            lambda view: float(view.costs.saved_bytes_per_micro_batch.sum())
+        )
+        fits = (alone <= limit) & (total <= S * limit)
         bound = np.where(many & fits, cheap, np.inf)
         counts = np.where(many, 0, counts)
         row = np.repeat(np.arange(len(S)), counts)
         if row.size == 0:
             return bound
         q = lowest[row] + (np.arange(row.size) - np.repeat(np.cumsum(counts) - counts, counts))
-        active = _View(_training_layers(costs, k), 0, 0, "training")
-        shift = float(costs.fwd_s[:k].sum()) + q * mu
+        expanded = rows.take(row, rows.views)
+        training = tuple(
+            _View(_training_layers(view.costs, k), 0, 0, "training") for view in rows.views
+        )
+        active = rows.take(row, training)
+        shift = expanded.each(lambda view: float(view.costs.fwd_s[:k].sum())) + q * mu
         values = shift + self._pipeline_bounds(
             active, S[row] - q, S[row], D[row], M[row], gpipe[row]
         )
         # Stages 0..q hold layers 0..k between them, each running M forwards.
-        prefix = M[row] * (frozen_fwd + (q + 1) * mu) / (q + 1)
+        prefix = M[row] * (frozen_fwd[row] + (q + 1) * mu) / (q + 1)
         # GPipe, all S stages as two flow shops: the forwards through every stage (the
         # busiest at least stages 0..q's average and the largest layer's), then the
         # backwards through the training stages (the busiest at least their average and
         # the largest layer's), then the first training stage's tail.
-        f, b = costs.fwd_s, costs.bwd_s
-        f_max = np.maximum(prefix / M[row], float(f.max()) + mu)
-        b_max = np.maximum(float(b.sum()) / (S[row] - q), float(b.max()))
-        tail = self._first_stage_tail(costs, k, S[row], D[row])
+        f_largest = expanded.each(lambda view: float(view.costs.fwd_s.max()) + mu)
+        f_max = np.maximum(prefix / M[row], f_largest)
+        b_sum = expanded.each(lambda view: float(view.costs.bwd_s.sum()))
+        b_largest = expanded.each(lambda view: float(view.costs.bwd_s.max()))
+        b_max = np.maximum(b_sum / (S[row] - q), b_largest)
+        tail = self._first_stage_tail(expanded, k, S[row], D[row])
         flow = np.where(gpipe[row], trip[row] + (M[row] - 1) * (f_max + b_max) + tail, 0.0)
         np.minimum.at(bound, row, np.maximum.reduce([values, average[row], prefix, flow]))
         return bound
 
     def _pipeline_bounds(
         self,
-        view: _View,
+        rows: _Rows,
         S: np.ndarray,
         S_map: np.ndarray,
         D: np.ndarray,
         M: np.ndarray,
         gpipe: np.ndarray,
     ) -> np.ndarray:
-        """The schedule's bound of S training stages over `view`'s layers, on the links of
+        """The schedule's bound of S training stages over `rows`' layers, on the links of
         the (S_map, D) rank map (inf where no partition may fit memory). With stage 0 holding
         at least layers 0..k (the frozen prefix and the first active layer), Σc = W + S·μ, and
         c_max, F_max, B_max bounded below by the
@@ -639,28 +699,40 @@ class PhaseSearch:
         - 1F1B: Σc + (M−1)·B_0 + (M − nF_0)·F_0 and Σc + (M − min(S, M))·c_max; GPipe: Σc +
           (M−1)·(F_max + B_max);
         - all-reduce terms (`_allreduce_bounds`)."""
-        costs, k, m = view.costs, view.first, view.costs.micro_batch_size
+        # The views of one call differ only in the micro-batch size.
+        k, first_computed = rows.views[0].first, rows.views[0].first_computed
         mu = self.model.micro_batch_overhead_s
-        f, b = costs.fwd_s, costs.bwd_s
-        c = f + b
+
+        def f(view: _View) -> np.ndarray:
+            return view.costs.fwd_s
+
+        def b(view: _View) -> np.ndarray:
+            return view.costs.bwd_s
+
+        def c(view: _View) -> np.ndarray:
+            return view.costs.fwd_s + view.costs.bwd_s
+
         # Ops include what they receive (`simulate.received_in_op`): Σc, the first stage's
         # ops and the largest ones grow by each boundary's cheapest transfers.
-        got = self._received_floors(m, S, S_map, D)
-        F0 = float(f[: k + 1].sum()) + mu + got.first_fwd
-        B0 = float(b[: k + 1].sum()) + got.first_bwd
-        Wf, Wb = float(f.sum()) + got.fwd, float(b.sum()) + got.bwd
+        got = self._received_floors(rows, S, S_map, D)
+        F0 = rows.each(lambda view: float(f(view)[: k + 1].sum()) + mu) + got.first_fwd
+        B0 = rows.each(lambda view: float(b(view)[: k + 1].sum())) + got.first_bwd
+        Wf = rows.each(lambda view: float(f(view).sum())) + got.fwd
+        Wb = rows.each(lambda view: float(b(view).sum())) + got.bwd
         work = Wf + Wb + S * mu
-        windows = self._lightest_windows(costs, view.first_computed, S)
+        windows = rows.joined(
+            lambda view, S: self._lightest_windows(view.costs, first_computed, S), S
+        )
         c_max = np.maximum.reduce(
             [
                 work / S,
-                np.full_like(S, c.max() + mu),
+                rows.each(lambda view: c(view).max() + mu),
                 F0 + B0,
                 windows[0] + mu,
-                got.most_c + float(c[k:].min()) + mu,
+                got.most_c + rows.each(lambda view: float(c(view)[k:].min())) + mu,
             ]
         )
-        known = self._bottleneck(view, S, m)
+        known = self._bottleneck(rows, S)
         # No partition at all (more stages than the view's layers allow, e.g. the frozen
         # prefix in stage 0): inf, masked at the end (inf·0 would be NaN on the way).
         possible = np.ones(S.shape, dtype=bool) if known is None else np.isfinite(known)
@@ -669,18 +741,24 @@ class PhaseSearch:
         f_max = np.maximum.reduce(
             [
                 Wf / S + mu,
-                np.full_like(S, f.max() + mu),
+                rows.each(lambda view: f(view).max() + mu),
                 F0,
                 windows[1] + mu,
-                got.most_fwd + float(f[k:].min()) + mu,
+                got.most_fwd + rows.each(lambda view: float(f(view)[k:].min())) + mu,
             ]
         )
         b_max = np.maximum.reduce(
-            [Wb / S, np.full_like(S, b.max()), B0, windows[2], got.most_bwd + float(b[k:].min())]
+            [
+                Wb / S,
+                rows.each(lambda view: b(view).max()),
+                B0,
+                windows[2],
+                got.most_bwd + rows.each(lambda view: float(b(view)[k:].min())),
+            ]
         )
         if known is not None:
-            f_max = np.maximum(f_max, np.where(possible, self._bottleneck(view, S, m, "f"), 0.0))
-            b_max = np.maximum(b_max, np.where(possible, self._bottleneck(view, S, m, "b"), 0.0))
+            f_max = np.maximum(f_max, np.where(possible, self._bottleneck(rows, S, "f"), 0.0))
+            b_max = np.maximum(b_max, np.where(possible, self._bottleneck(rows, S, "b"), 0.0))
         bound = np.maximum(M * c_max, work / (1 - (1 - 1 / M) ** S))
         rest = 1 / (1 - (1 - 1 / M) ** np.maximum(S - 1, 1))
         balanced_first = np.where(S > 1, rest * work / (M + rest - 1), work)
@@ -699,7 +777,7 @@ class PhaseSearch:
         bound = np.where(gpipe, bound, np.maximum(bound, z * work))
         # Each term above ends with stage 0's all-reduce and optimizer (tail0): stage 0 holds
         # at least the first active layer's gradient.
-        bound = bound + self._first_stage_tail(costs, k, S_map, D)
+        bound = bound + self._first_stage_tail(rows, k, S_map, D)
         # The last stage's last op (the first all-reduce to start, stages end in reverse
         # order) follows micro-batch M−1's forward through every stage, the last forward of
         # the busiest stage (which ran M forwards and M − nF backwards before it) and, 1F1B,
@@ -713,30 +791,43 @@ class PhaseSearch:
             ),
         )
         bound = np.maximum(
-            bound, self._allreduce_bounds(costs, k, S, S_map, D, M, work, last_stage_end)
+            bound, self._allreduce_bounds(rows, k, S, S_map, D, M, work, last_stage_end)
         )
-        return np.where(possible & self._may_fit(costs, k, S, M, gpipe), bound, np.inf)
+        return np.where(possible & self._may_fit(rows, k, S, M, gpipe), bound, np.inf)
 
     def _may_fit(
-        self, costs: PhaseCosts, k: int, S: np.ndarray, M: np.ndarray, gpipe: np.ndarray
+        self, rows: _Rows, k: int, S: np.ndarray, M: np.ndarray, gpipe: np.ndarray
     ) -> np.ndarray:
         """Necessary for some partition to fit memory (§4.6): stage 0 with layers 0..k and
         its in-flight micro-batches; every layer alone with the fewest in flight (1 for
         1F1B's last stage, M for GPipe); all layers over S devices."""
-        static, saved = costs.static_bytes, costs.saved_bytes_per_micro_batch
+
+        def static(view: _View) -> np.ndarray:
+            return view.costs.static_bytes
+
+        def saved(view: _View) -> np.ndarray:
+            return view.costs.saved_bytes_per_micro_batch
+
         limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
         fewest = np.where(gpipe, M, 1.0)
         first = np.where(gpipe, M, np.minimum(S, M))
-        stage0 = float(static[: k + 1].sum()) + first * float(saved[: k + 1].sum())
-        alone = (static[None, :] + fewest[:, None] * saved[None, :]).max(axis=1)
-        total = float(static.sum()) + fewest * float(saved.sum())
+        stage0 = rows.each(lambda view: float(static(view)[: k + 1].sum())) + first * rows.each(
+            lambda view: float(saved(view)[: k + 1].sum())
+        )
+        static_layers = rows.layers(lambda costs: costs.static_bytes)
+        saved_layers = rows.layers(lambda costs: costs.saved_bytes_per_micro_batch)
+        alone = (static_layers + fewest[:, None] * saved_layers).max(axis=1)
+        total = rows.each(lambda view: float(static(view).sum())) + fewest * rows.each(
+            lambda view: float(saved(view).sum())
+        )
         return (stage0 <= limit) & (alone <= limit) & (total <= S * limit)
 
     def _lightest_windows(
         self, costs: PhaseCosts, first_computed: int, S: np.ndarray
-    ) -> tuple[np.ndarray, ...]:
-        """Per S, the lightest sum of c, fwd and bwd over ⌈L_c/S⌉ consecutive computed
-        layers (L_c of them, from `first_computed`: cached layers cost nothing)."""
+    ) -> np.ndarray:
+        """[c, fwd, bwd; row]: per S, the lightest sum of c, fwd and bwd over ⌈L_c/S⌉
+        consecutive computed layers (L_c of them, from `first_computed`: cached layers cost
+        nothing)."""
         per_layer = np.stack([costs.fwd_s + costs.bwd_s, costs.fwd_s, costs.bwd_s])
         per_layer = per_layer[:, first_computed:]
         n = per_layer.shape[1]
@@ -747,7 +838,7 @@ class PhaseSearch:
         ends = starts[None, :] + widths[:, None]
         sums = prefix[:, np.minimum(ends, n)] - prefix[:, starts][:, None, :]
         lightest = np.where(ends <= n, sums, np.inf).min(axis=2)
-        return tuple(lightest[:, where])
+        return lightest[:, where]
 
     def _crosses(self, S: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(packed, crosses): with S ≤ G devices per node whole pipelines share a node, and a
@@ -757,14 +848,10 @@ class PhaseSearch:
         packed = per_node >= S
         return packed, np.where(packed, per_node // np.maximum(S, 1) < D, D >= 2)
 
-    def _first_stage_tail(
-        self, costs: PhaseCosts, k: int, S: np.ndarray, D: np.ndarray
-    ) -> np.ndarray:
+    def _first_stage_tail(self, rows: _Rows, k: int, S: np.ndarray, D: np.ndarray) -> np.ndarray:
         """A lower bound on A_0 + O_0 (stage 0: the first that trains, on the (S, D) rank
-        map): it all-reduces at least layer k's gradient."""
-        first = float(costs.grad_bytes[k])
-        if first <= 0:
-            return np.zeros_like(S)
+        map): it all-reduces at least layer k's gradient (none: 0)."""
+        first = rows.each(lambda view: float(view.costs.grad_bytes[k]))
         _, crosses = self._crosses(S, D)
         inter, intra = self.cluster.inter_node, self.model.intra_allreduce_link
         steps = 2 * (D - 1)
@@ -773,21 +860,28 @@ class PhaseSearch:
             for link in (inter, intra)
         ]
         alone = np.where(D > 1, np.where(crosses, ring[0], ring[1]), 0.0)
-        return alone + self.model.optimizer_s(first)
+        return np.where(first > 0, alone + self.model.optimizer_s(first), 0.0)
 
     def _received_floors(
-        self, m: int, S: np.ndarray, S_map: np.ndarray, D: np.ndarray
+        self, rows: _Rows, S: np.ndarray, S_map: np.ndarray, D: np.ndarray
     ) -> _Received:
         """Per row, lower bounds on what the S training stages (the last S of the (S_map, D)
         rank map) receive in their ops (`simulate.received_in_op`, `_received_table`);
         zeros for long models, whose thousands of rank maps would cost more than they prune."""
         if self.model.num_layers > DENSE_MAX_LAYERS or len(S) == 0:
             return _Received(*np.zeros((7, len(S))))
-        rows, table = self._received_table(m)
+        return _Received(*rows.joined(self._received_rows, S, S_map, D))
+
+    def _received_rows(
+        self, view: _View, S: np.ndarray, S_map: np.ndarray, D: np.ndarray
+    ) -> np.ndarray:
+        """`_received_floors` of rows with `view`'s micro-batch size: [field, row]."""
+        index_of, table = self._received_table(view.costs.micro_batch_size)
         S_map = S_map.astype(int)
-        index = [rows[pair] for pair in zip(S_map.tolist(), D.astype(int).tolist(), strict=True)]
+        pairs = zip(S_map.tolist(), D.astype(int).tolist(), strict=True)
+        index = [index_of[pair] for pair in pairs]
         # The training stages are the last S: the first of them is stage S_map − S.
-        return _Received(*table[index, :, S_map - S.astype(int)].T)
+        return table[index, :, S_map - S.astype(int)].T
 
     def _received_table(self, m: int) -> tuple[dict[tuple[int, int], int], np.ndarray]:
         """Per (S, D) rank map of this phase's shapes (the row) and q (stages q.. train),
@@ -843,7 +937,7 @@ class PhaseSearch:
 
     def _allreduce_bounds(
         self,
-        costs: PhaseCosts,
+        rows: _Rows,
         k: int,
         S: np.ndarray,
         S_map: np.ndarray,
@@ -864,7 +958,7 @@ class PhaseSearch:
         - A node link all the all-reduces cross (or, with S > G, the busiest node's link at
           its average share) carries their bytes after `release`."""
         model, cluster = self.model, self.cluster
-        G = float(costs.grad_bytes.sum())
+        G = rows.each(lambda view: float(view.costs.grad_bytes.sum()))
         per_node = cluster.devices_per_node
         packed, crosses = self._crosses(S_map, D)
         inter, intra = cluster.inter_node, model.intra_allreduce_link
@@ -883,24 +977,27 @@ class PhaseSearch:
         share = G / S
         busiest = release + np.where(share > 0, lat + rate * share, 0.0) + omega * share
         # Every stage holds an active layer; with parameters in each, every stage all-reduces.
-        active = costs.grad_bytes[k:]
-        every = bool((active > 0).all())
-        own = (M * work + (rate + omega) * G) / S + (lat if every else 0.0)
+        every = rows.each(lambda view: float((view.costs.grad_bytes[k:] > 0).all())) > 0
+        own = (M * work + (rate + omega) * G) / S + np.where(every, lat, 0.0)
         bound = np.maximum(busiest, own)
-        if G <= 0:
-            return bound
         nodes_used = np.maximum(np.ceil(D * S_map / per_node), 1)
         link_bytes = np.where(packed, steps / D * G, steps * G / nodes_used)
         link = release + latency(inter) + link_bytes / inter.bandwidth_bytes_per_s
-        return np.where(crosses, np.maximum(bound, link), bound)
+        # Without gradient bytes no link carries any.
+        return np.where(crosses & (G > 0), np.maximum(bound, link), bound)
 
-    def _bottleneck(self, view: _View, S: np.ndarray, m: int, kind: str = "c") -> np.ndarray | None:
-        """Per S, the exact smallest largest stage sum of c (fwd + bwd + μ), "f" (fwd + μ) or
-        "b" (bwd) over the partitions of `view`'s layers (memory and transfers ignored, so a
-        lower bound on the largest stage's); None for long models, where the DP would cost
-        more than it saves."""
+    def _bottleneck(self, rows: _Rows, S: np.ndarray, kind: str = "c") -> np.ndarray | None:
+        """Per row, the exact smallest largest stage sum of c (fwd + bwd + μ), "f" (fwd + μ)
+        or "b" (bwd) over the partitions of its layers into S stages (memory and transfers
+        ignored, so a lower bound on the largest stage's); None for long models, where the DP
+        would cost more than it saves."""
         if self.model.num_layers > DENSE_MAX_LAYERS:
             return None
+        return rows.joined(lambda view, S: self._bottlenecks_of(view, kind)[S.astype(int) - 1], S)
+
+    def _bottlenecks_of(self, view: _View, kind: str) -> np.ndarray:
+        """`_bottleneck` of `view`'s layers, per number of stages − 1."""
+        m = view.costs.micro_batch_size
         key = (view.name, kind, m)
         if key not in self._bottlenecks:  # the three kinds in one DP: each is asked for
             costs = view.costs
@@ -911,7 +1008,7 @@ class PhaseSearch:
             for row, (name, overhead) in enumerate((("c", mu), ("f", mu), ("b", 0.0))):
                 # Prefix sums in the DP: a hair of slack keeps the value a lower bound.
                 self._bottlenecks[(view.name, name, m)] = values[row] * (1 - 1e-12) + overhead
-        return self._bottlenecks[key][S.astype(int) - 1]
+        return self._bottlenecks[key]
 
     # ------------------------------------------------------------------ one shape
 
