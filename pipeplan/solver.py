@@ -315,6 +315,11 @@ class _View:
     first_computed: int
     name: str
 
+    def per_layer(self) -> np.ndarray:
+        """[c, fwd, bwd; layer] (c = fwd + bwd), as the bottleneck and window bounds read
+        them."""
+        return np.stack([self.costs.fwd_s + self.costs.bwd_s, self.costs.fwd_s, self.costs.bwd_s])
+
 
 @dataclass(frozen=True)
 class _Rows:
@@ -720,9 +725,7 @@ class PhaseSearch:
         Wf = rows.each(lambda view: float(f(view).sum())) + got.fwd
         Wb = rows.each(lambda view: float(b(view).sum())) + got.bwd
         work = Wf + Wb + S * mu
-        windows = rows.joined(
-            lambda view, S: self._lightest_windows(view.costs, first_computed, S), S
-        )
+        windows = self._lightest_windows(rows, first_computed, S)
         c_max = np.maximum.reduce(
             [
                 work / S,
@@ -822,23 +825,22 @@ class PhaseSearch:
         )
         return (stage0 <= limit) & (alone <= limit) & (total <= S * limit)
 
-    def _lightest_windows(
-        self, costs: PhaseCosts, first_computed: int, S: np.ndarray
-    ) -> np.ndarray:
+    def _lightest_windows(self, rows: _Rows, first_computed: int, S: np.ndarray) -> np.ndarray:
         """[c, fwd, bwd; row]: per S, the lightest sum of c, fwd and bwd over ⌈L_c/S⌉
         consecutive computed layers (L_c of them, from `first_computed`: cached layers cost
-        nothing)."""
-        per_layer = np.stack([costs.fwd_s + costs.bwd_s, costs.fwd_s, costs.bwd_s])
-        per_layer = per_layer[:, first_computed:]
-        n = per_layer.shape[1]
-        prefix = np.concatenate([np.zeros((3, 1)), np.cumsum(per_layer, axis=1)], axis=1)
+        nothing) of the row's layers."""
+        per_layer = np.stack([view.per_layer() for view in rows.views])
+        per_layer = per_layer[:, :, first_computed:]  # [group, kind, layer]
+        n = per_layer.shape[2]
+        zeros = np.zeros((*per_layer.shape[:2], 1))
+        prefix = np.concatenate([zeros, np.cumsum(per_layer, axis=2)], axis=2)
         widths, where = np.unique(np.ceil(n / S).astype(int), return_inverse=True)
-        # [kind, width, start]: every window of each width at once (inf past the end).
+        # [group, kind, width, start]: every window of each width at once (inf past the end).
         starts = np.arange(n + 1)
         ends = starts[None, :] + widths[:, None]
-        sums = prefix[:, np.minimum(ends, n)] - prefix[:, starts][:, None, :]
-        lightest = np.where(ends <= n, sums, np.inf).min(axis=2)
-        return lightest[:, where]
+        sums = prefix[:, :, np.minimum(ends, n)] - prefix[:, :, starts][:, :, None, :]
+        lightest = np.where(ends <= n, sums, np.inf).min(axis=3)
+        return lightest[rows.group, :, where].T
 
     def _crosses(self, S: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(packed, crosses): with S ≤ G devices per node whole pipelines share a node, and a
@@ -993,22 +995,28 @@ class PhaseSearch:
         would cost more than it saves."""
         if self.model.num_layers > DENSE_MAX_LAYERS:
             return None
-        return rows.joined(lambda view, S: self._bottlenecks_of(view, kind)[S.astype(int) - 1], S)
+        return self._bottleneck_tables(rows.views, kind)[rows.group, S.astype(int) - 1]
 
-    def _bottlenecks_of(self, view: _View, kind: str) -> np.ndarray:
-        """`_bottleneck` of `view`'s layers, per number of stages − 1."""
-        m = view.costs.micro_batch_size
-        key = (view.name, kind, m)
-        if key not in self._bottlenecks:  # the three kinds in one DP: each is asked for
-            costs = view.costs
-            per_layer = np.stack([costs.fwd_s + costs.bwd_s, costs.fwd_s, costs.bwd_s])
-            most = min(self.most_stages, len(costs.fwd_s))
-            values = bottlenecks(per_layer, view.first + 1, most)
+    def _bottleneck_tables(self, views: tuple[_View, ...], kind: str) -> np.ndarray:
+        """[view, S − 1]: `_bottleneck` of each view's layers, kept per (view, kind, m). The
+        three kinds of every view not kept yet are one DP (rows of `partition.bottlenecks`):
+        each kind is asked for."""
+
+        def key(view: _View, name: str) -> tuple[str, str, int]:
+            return (view.name, name, view.costs.micro_batch_size)
+
+        missing = [view for view in views if key(view, kind) not in self._bottlenecks]
+        if missing:
+            per_layer = np.concatenate([view.per_layer() for view in missing])
+            most = min(self.most_stages, len(missing[0].costs.fwd_s))
+            values = bottlenecks(per_layer, missing[0].first + 1, most)
             mu = self.model.micro_batch_overhead_s
-            for row, (name, overhead) in enumerate((("c", mu), ("f", mu), ("b", 0.0))):
-                # Prefix sums in the DP: a hair of slack keeps the value a lower bound.
-                self._bottlenecks[(view.name, name, m)] = values[row] * (1 - 1e-12) + overhead
-        return self._bottlenecks[key]
+            for index, view in enumerate(missing):
+                for row, (name, overhead) in enumerate((("c", mu), ("f", mu), ("b", 0.0))):
+                    # Prefix sums in the DP: a hair of slack keeps the value a lower bound.
+                    value = values[3 * index + row] * (1 - 1e-12) + overhead
+                    self._bottlenecks[key(view, name)] = value
+        return np.stack([self._bottlenecks[key(view, kind)] for view in views])
 
     # ------------------------------------------------------------------ one shape
 
