@@ -905,12 +905,8 @@ class PartitionSpace:
             first = max(p.min_first_boundary - 1, p.forward_only_layers)
             if p.schedule == "1f1b" and S > 1 and first + 1 < L:
                 positions = slice(first + 1, L)  # a boundary between two training stages
-                cheapest = np.array(
-                    [
-                        float((p.send_s[s][positions] + p.grad_send_s[s][positions]).min())
-                        for s in range(S - 1)
-                    ]
-                )
+                sends = p.send_s[: S - 1, positions] + p.grad_send_s[: S - 1, positions]
+                cheapest = sends.min(axis=1)
                 C = p.fwd_prefix + p.bwd_prefix
                 t = np.arange(S)
                 # [u]: the cheapest transfers over boundaries u..S−2.
