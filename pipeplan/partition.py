@@ -1077,7 +1077,8 @@ class PartitionSpace:
         """`minmax_tables` of this shape's costs, on its memory limits."""
         S = self.p.num_stages
         positions = np.stack([self._positions(k) for k in range(S)])
-        tables = minmax_tables(costs, self._last_ends_all(), positions)
+        stacked = tuple(np.stack(part) for part in zip(*costs, strict=True))
+        tables = minmax_tables(stacked, self._last_ends_all(), positions)
         return [list(tables[:, row]) for row in range(len(costs))]
 
     def _last_ends_all(self) -> np.ndarray:
@@ -1173,51 +1174,73 @@ def _window_counts(k: int, first: int, S: int, M: int) -> tuple[np.ndarray, ...]
 
 
 def table_costs(p: StagePricing, names: list[str]) -> list[tuple[np.ndarray, ...]]:
-    """The (Q, R, κ) of min-max tables of `PartitionSpace` (see `minmax_tables`): "l1",
-    "l1own", "nic", "round" (1F1B), "pace", "fwd" and "bwd" (GPipe). A stage t's ops
-    include what they receive (`simulate.received_in_op`): its forward the activation over
-    boundary t−1 at its first layer i (in R, any function of i), its backward the gradient
-    over boundary t at its end j (in Q, which must be nondecreasing: its running minimum
-    from the right, a lower envelope)."""
-    S, M, mu = p.num_stages, p.micro_batches, p.micro_batch_overhead_s
-    Fp, Bp, Gp = p.fwd_prefix, p.bwd_prefix, p.grad_prefix
+    """The (Q, R, κ) of min-max tables of `PartitionSpace` (see `minmax_tables`) of one
+    shape: `batch_table_costs` of it alone."""
+    return [tuple(part[0] for part in costs) for costs in batch_table_costs([p], names)]
+
+
+def batch_table_costs(
+    pricings: list[StagePricing], names: list[str]
+) -> list[tuple[np.ndarray, ...]]:
+    """Per name, the (Q, R, κ) of a min-max table of `PartitionSpace` (see `minmax_tables`)
+    for shapes with as many stages (a first axis per shape: numpy's per-call overhead, not
+    the arithmetic, is what a shape's costs cost): "l1", "l1own", "nic", "round" (1F1B),
+    "pace", "fwd" and "bwd" (GPipe). A stage t's ops include what they receive
+    (`simulate.received_in_op`): its forward the activation over boundary t−1 at its first
+    layer i (in R, any function of i), its backward the gradient over boundary t at its end
+    j (in Q, which must be nondecreasing: its running minimum from the right, a lower
+    envelope)."""
+    S = pricings[0].num_stages
+
+    def per_shape(value: Callable[[StagePricing], object]) -> np.ndarray:
+        return np.array([value(p) for p in pricings], dtype=float)
+
+    # [shape, stage, position] (a 1 where the value does not depend on it).
+    M = per_shape(lambda p: p.micro_batches)[:, None, None]
+    mu = per_shape(lambda p: p.micro_batch_overhead_s)[:, None, None]
+    Fp = per_shape(lambda p: p.fwd_prefix)[:, None, :]
+    Bp = per_shape(lambda p: p.bwd_prefix)[:, None, :]
+    Gp = per_shape(lambda p: p.grad_prefix)[:, None, :]
     Cp = Fp + Bp
-    # [k, position]: what stage k receives, its forward at its start (over boundary k−1),
-    # its backward at its end (over boundary k).
-    zero = np.zeros((1, len(Fp)))
-    rf = np.concatenate([zero, p.send_s[: S - 1]])
-    rb = np.concatenate([p.grad_send_s[: S - 1], zero])
-    ahead = (np.arange(S) + M) * mu  # the μ of stages before k and of k's M micro-batches
-    later = (M - np.array(p.forwards_first, dtype=float))[:, None]
+    # What stage k receives, its forward at its start (over boundary k−1), its backward at
+    # its end (over boundary k).
+    zero = np.zeros((len(pricings), 1, Fp.shape[2]))
+    rf = np.concatenate([zero, np.stack([p.send_s[: S - 1] for p in pricings])], axis=1)
+    rb = np.concatenate([np.stack([p.grad_send_s[: S - 1] for p in pricings]), zero], axis=1)
+    # [shape, stage]: the μ of stages before k and of k's M micro-batches.
+    ahead = (np.arange(S)[None, :] + M[:, :, 0]) * mu[:, :, 0]
+    later = M - per_shape(lambda p: p.forwards_first)[:, :, None]
 
     def rising(Q: np.ndarray) -> np.ndarray:
-        return np.minimum.accumulate(Q[:, ::-1], axis=1)[:, ::-1]
+        return np.minimum.accumulate(Q[:, :, ::-1], axis=2)[:, :, ::-1]
 
     def l1():
         return rising(M * (Cp + rb)), (M - 1) * Cp - M * rf, ahead
 
     def l1own():
-        rate = (p.allreduce_s_per_byte + p.optimizer_s_per_byte)[:, None]
+        rate = per_shape(lambda p: p.allreduce_s_per_byte + p.optimizer_s_per_byte)[:, :, None]
         Q = M * Cp + rate * Gp
         return rising(Q + M * rb), Q - Fp - M * rf, ahead
 
     def round_trip():
         Q = (M - 1) * Bp + later * Fp
-        return rising(Q + (M - 1) * rb), Q - later * rf, later[:, 0] * mu
+        return rising(Q + (M - 1) * rb), Q - later * rf, later[:, :, 0] * mu[:, :, 0]
 
     def nic():  # every stage's all-reduce crosses one link: stages ≤ k's bytes
-        Q = M * Cp + p.shared_s_per_byte * Gp + M * rb
+        per_byte = per_shape(lambda p: p.shared_s_per_byte)[:, None, None]
+        Q = M * Cp + per_byte * Gp + M * rb
         return rising(Q), M * Cp - Fp - M * rf, ahead
 
     def fwd():
-        return np.broadcast_to(Fp, rf.shape), Fp - rf, np.full(S, mu)
+        return np.broadcast_to(Fp, rf.shape), Fp - rf, np.broadcast_to(mu[:, :, 0], ahead.shape)
 
     def pace():  # stage k's last forward, less the forwards of the layers after it
         Q = (M - 1) * Fp + later * Bp
-        return rising(Q + later * rb), Q - M * rf, np.full(S, M * mu)
+        kappa = np.broadcast_to((M * mu)[:, :, 0], ahead.shape)
+        return rising(Q + later * rb), Q - M * rf, kappa
 
     def bwd():
-        return rising(Bp + rb), np.broadcast_to(Bp, rb.shape), np.zeros(S)
+        return rising(Bp + rb), np.broadcast_to(Bp, rb.shape), np.zeros(ahead.shape)
 
     costs = {"l1": l1, "l1own": l1own, "round": round_trip, "nic": nic, "fwd": fwd}
     costs.update(pace=pace, bwd=bwd)
@@ -1225,25 +1248,22 @@ def table_costs(p: StagePricing, names: list[str]) -> list[tuple[np.ndarray, ...
 
 
 def minmax_tables(
-    costs: list[tuple[np.ndarray, ...]], his: np.ndarray, positions: np.ndarray, down_to: int = 1
+    costs: tuple[np.ndarray, ...], his: np.ndarray, positions: np.ndarray, down_to: int = 1
 ) -> np.ndarray:
-    """[k, cost, i] for k ≥ `down_to`: per cost (Q, R, κ) with Q, R: [stage t, position],
-    κ: [t], T[k][i] ≤ min over placements of stages k..S−1 on [i, L) of max_t u_t,
-    u_t(i', j) = Q_t[j] − R_t[i'] + κ_t nondecreasing in j; stage t ends by his[t][i'] and
-    starts only where positions[t]. Backwards over k: T[k][i] = min_j max(u_k(i, j), T'[j])
-    with T' the running minimum of T[k+1] (nonincreasing, ≤ T[k+1]), so the best j is at the
-    crossing of a nondecreasing and a nonincreasing sequence: found by bisection on Q_k − T'.
-    The costs go together, one row each (numpy's per-call overhead, not the arithmetic, is
-    what a table of tens of layers costs). `his` may hold one [S, L+1] for every cost or
-    one per cost ([cost, S, L+1])."""
-    S, n = len(positions), len(costs)
+    """[k, cost, i] for k ≥ `down_to`: per cost (`costs` = (Q, R, κ), Q and R: [cost,
+    stage t, position], κ: [cost, t]), T[k][i] ≤ min over placements of stages k..S−1 on
+    [i, L) of max_t u_t, u_t(i', j) = Q_t[j] − R_t[i'] + κ_t nondecreasing in j; stage t
+    ends by his[t][i'] and starts only where positions[t]. Backwards over k: T[k][i] =
+    min_j max(u_k(i, j), T'[j]) with T' the running minimum of T[k+1] (nonincreasing,
+    ≤ T[k+1]), so the best j is at the crossing of a nondecreasing and a nonincreasing
+    sequence: found by bisection on Q_k − T'. The costs go together, one row each (numpy's
+    per-call overhead, not the arithmetic, is what a table of tens of layers costs). `his`
+    may hold one [S, L+1] for every cost or one per cost ([cost, S, L+1])."""
+    S, n = len(positions), len(costs[0])
     L = positions.shape[1] - 1
-    Qs = np.empty((S, n, L + 1))  # [t, cost, position]; filled row by row (a stack of
-    Rs = np.empty((S, n, L + 1))  # broadcasts costs more)
-    for row, (Q, R, _) in enumerate(costs):
-        Qs[:, row] = Q
-        Rs[:, row] = R
-    kappas = np.stack([kappa for _, _, kappa in costs], axis=1)[:, :, None]  # [t, cost, 1]
+    # [t, cost, position], [t, cost, 1]
+    Qs, Rs = (np.ascontiguousarray(np.swapaxes(part, 0, 1)) for part in costs[:2])
+    kappas = costs[2].T[:, :, None]
     his = his if his.ndim == 2 else np.moveaxis(his, 0, 1)  # [t, position] or [t, cost, ...]
     lo = np.arange(1, L + 2)  # j ≥ i + 1
     rows = np.arange(n)[:, None]  # fancy indexing row by row (take_along_axis costs more)
@@ -1292,23 +1312,34 @@ def root_bounds(
     position] per name) for `PartitionSpace.adopt`."""
     first = spaces[0].p
     S, L = first.num_stages, first.num_layers
-    costs: list[tuple[np.ndarray, ...]] = []
-    owners: list[tuple[int, str, int]] = []  # (space, table, row of costs)
+    batches: dict[str, list[int]] = {}  # per table, the spaces whose costs it is built for
+    owners: list[tuple[int, str, int]] = []  # (space, table, index in the table's batch)
     built: dict[tuple, int] = {}
     for row, space in enumerate(spaces):
-        names = space.table_names()
-        new = []
-        for name in names:
+        for name in space.table_names():
             shared = shapes is not None and name in SCHEDULE_FREE_TABLES
             key = (shapes[row], name) if shared else None
-            if key not in built:
-                owners.append((row, name, len(costs) + len(new)))
-                new.append(name)
-                if key is not None:
-                    built[key] = owners[-1][2]
-            else:
+            if key in built:
                 owners.append((row, name, built[key]))
-        costs += table_costs(space.p, new)
+                continue
+            batch = batches.setdefault(name, [])
+            owners.append((row, name, len(batch)))
+            if key is not None:
+                built[key] = len(batch)
+            batch.append(row)
+    # The costs of the tables built for the same spaces at once; their rows one table after
+    # another.
+    names_of: dict[tuple[int, ...], list[str]] = {}
+    for name, rows in batches.items():
+        names_of.setdefault(tuple(rows), []).append(name)
+    parts, offsets = [], {}
+    for rows, names in names_of.items():
+        built_costs = batch_table_costs([spaces[row].p for row in rows], names)
+        for name, part in zip(names, built_costs, strict=True):
+            offsets[name] = sum(len(done[0]) for done in parts)
+            parts.append(part)
+    costs = tuple(np.concatenate([part[n] for part in parts]) for n in range(3))
+    owners = [(row, name, offsets[name] + index) for row, name, index in owners]
     # Each stage leaves a layer for every later one; memory is not checked (a relaxation).
     his = relaxed_ends(S, L)
     positions = np.stack([spaces[0]._positions(k) for k in range(S)])
