@@ -329,18 +329,20 @@ class _Rows:
     the calls would cost more than their arithmetic on tens of shapes); what depends on
     the size is computed per group and spread over its rows.
 
-        rows.each(lambda view: float(view.costs.fwd_s.sum()))   # [row]"""
+        f = rows.stacked(lambda costs: costs.fwd_s)   # [group, layer]
+        rows.spread(f.sum(axis=1))                    # [row]: Σ fwd of its layers"""
 
     views: tuple[_View, ...]
     group: np.ndarray
 
-    def each(self, value: Callable[[_View], float]) -> np.ndarray:
-        """value(view) of each row's group."""
-        return np.array([value(view) for view in self.views], dtype=float)[self.group]
+    def stacked(self, value: Callable[[PhaseCosts], np.ndarray]) -> np.ndarray:
+        """[group, layer]: value(costs) of each group's layers. A group's row reduced along
+        the layers gives what its 1-D array would (numpy reduces each row alike)."""
+        return np.stack([value(view.costs) for view in self.views])
 
-    def layers(self, value: Callable[[PhaseCosts], np.ndarray]) -> np.ndarray:
-        """[row, layer]: value(costs) of each row's group."""
-        return np.stack([value(view.costs) for view in self.views])[self.group]
+    def spread(self, per_group: np.ndarray) -> np.ndarray:
+        """[row, ...]: each row's group's value."""
+        return per_group[self.group]
 
     def joined(self, part: Callable[..., np.ndarray], *arrays: np.ndarray) -> np.ndarray:
         """part(view, *the group's rows of `arrays`) of every group with rows, whose last
@@ -624,9 +626,11 @@ class PhaseSearch:
         lowest = np.maximum.reduce([np.ones_like(S), np.where(gpipe, 1, S - M), S - (L - k)])
         highest = np.minimum(k, S - 1)
         counts = np.maximum(highest - lowest + 1, 0).astype(int)
-        W = rows.each(lambda view: float((view.costs.fwd_s + view.costs.bwd_s).sum()))
+        f = rows.stacked(lambda costs: costs.fwd_s)  # [group, layer]
+        b = rows.stacked(lambda costs: costs.bwd_s)
+        W = rows.spread((f + b).sum(axis=1))
         average = M * (W + S * mu) / S
-        frozen_fwd = rows.each(lambda view: float(view.costs.fwd_s[: k + 1].sum()))
+        frozen_fwd = rows.spread(f[:, : k + 1].sum(axis=1))
         many = counts > FORWARD_ONLY_COUNTS
         # The cheap bound: the average and prefix terms at their smallest, micro-batch 0's
         # way through every stage (W + S·μ), and GPipe's two flow shops, each machine at
@@ -641,14 +645,14 @@ class PhaseSearch:
         )
         # Memory whatever q: every training layer alone with its fewest micro-batches in
         # flight (1F1B's last stage: 1, GPipe: M), and all layers over the S devices.
-        static = rows.layers(lambda costs: costs.static_bytes[k:])
-        saved = rows.layers(lambda costs: costs.saved_bytes_per_micro_batch[k:])
+        static = rows.stacked(lambda costs: costs.static_bytes)
+        saved = rows.stacked(lambda costs: costs.saved_bytes_per_micro_batch)
         limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
         fewest = np.where(gpipe, M, 1.0)
-        alone = (static + fewest[:, None] * saved).max(axis=1)
-        total = rows.each(lambda view: float(view.costs.static_bytes.sum())) + fewest * rows.each(
-            lambda view: float(view.costs.saved_bytes_per_micro_batch.sum())
+        alone = (rows.spread(static[:, k:]) + fewest[:, None] * rows.spread(saved[:, k:])).max(
+            axis=1
         )
+        total = rows.spread(static.sum(axis=1)) + fewest * rows.spread(saved.sum(axis=1))
         fits = (alone <= limit) & (total <= S * limit)
         bound = np.where(many & fits, cheap, np.inf)
         counts = np.where(many, 0, counts)
@@ -661,7 +665,7 @@ class PhaseSearch:
             _View(_training_layers(view.costs, k), 0, 0, "training") for view in rows.views
         )
         active = rows.take(row, training)
-        shift = expanded.each(lambda view: float(view.costs.fwd_s[:k].sum())) + q * mu
+        shift = expanded.spread(f[:, :k].sum(axis=1)) + q * mu
         values = shift + self._pipeline_bounds(
             active, S[row] - q, S[row], D[row], M[row], gpipe[row]
         )
@@ -671,10 +675,8 @@ class PhaseSearch:
         # busiest at least stages 0..q's average and the largest layer's), then the
         # backwards through the training stages (the busiest at least their average and
         # the largest layer's), then the first training stage's tail.
-        f_largest = expanded.each(lambda view: float(view.costs.fwd_s.max()) + mu)
-        f_max = np.maximum(prefix / M[row], f_largest)
-        b_sum = expanded.each(lambda view: float(view.costs.bwd_s.sum()))
-        b_largest = expanded.each(lambda view: float(view.costs.bwd_s.max()))
+        f_max = np.maximum(prefix / M[row], expanded.spread(f.max(axis=1) + mu))
+        b_sum, b_largest = expanded.spread(b.sum(axis=1)), expanded.spread(b.max(axis=1))
         b_max = np.maximum(b_sum / (S[row] - q), b_largest)
         tail = self._first_stage_tail(expanded, k, S[row], D[row])
         flow = np.where(gpipe[row], trip[row] + (M[row] - 1) * (f_max + b_max) + tail, 0.0)
@@ -707,32 +709,25 @@ class PhaseSearch:
         # The views of one call differ only in the micro-batch size.
         k, first_computed = rows.views[0].first, rows.views[0].first_computed
         mu = self.model.micro_batch_overhead_s
-
-        def f(view: _View) -> np.ndarray:
-            return view.costs.fwd_s
-
-        def b(view: _View) -> np.ndarray:
-            return view.costs.bwd_s
-
-        def c(view: _View) -> np.ndarray:
-            return view.costs.fwd_s + view.costs.bwd_s
-
+        f = rows.stacked(lambda costs: costs.fwd_s)  # [group, layer]
+        b = rows.stacked(lambda costs: costs.bwd_s)
+        c = f + b
         # Ops include what they receive (`simulate.received_in_op`): Σc, the first stage's
         # ops and the largest ones grow by each boundary's cheapest transfers.
         got = self._received_floors(rows, S, S_map, D)
-        F0 = rows.each(lambda view: float(f(view)[: k + 1].sum()) + mu) + got.first_fwd
-        B0 = rows.each(lambda view: float(b(view)[: k + 1].sum())) + got.first_bwd
-        Wf = rows.each(lambda view: float(f(view).sum())) + got.fwd
-        Wb = rows.each(lambda view: float(b(view).sum())) + got.bwd
+        F0 = rows.spread(f[:, : k + 1].sum(axis=1) + mu) + got.first_fwd
+        B0 = rows.spread(b[:, : k + 1].sum(axis=1)) + got.first_bwd
+        Wf = rows.spread(f.sum(axis=1)) + got.fwd
+        Wb = rows.spread(b.sum(axis=1)) + got.bwd
         work = Wf + Wb + S * mu
         windows = self._lightest_windows(rows, first_computed, S)
         c_max = np.maximum.reduce(
             [
                 work / S,
-                rows.each(lambda view: c(view).max() + mu),
+                rows.spread(c.max(axis=1) + mu),
                 F0 + B0,
                 windows[0] + mu,
-                got.most_c + rows.each(lambda view: float(c(view)[k:].min())) + mu,
+                got.most_c + rows.spread(c[:, k:].min(axis=1)) + mu,
             ]
         )
         known = self._bottleneck(rows, S)
@@ -744,19 +739,19 @@ class PhaseSearch:
         f_max = np.maximum.reduce(
             [
                 Wf / S + mu,
-                rows.each(lambda view: f(view).max() + mu),
+                rows.spread(f.max(axis=1) + mu),
                 F0,
                 windows[1] + mu,
-                got.most_fwd + rows.each(lambda view: float(f(view)[k:].min())) + mu,
+                got.most_fwd + rows.spread(f[:, k:].min(axis=1)) + mu,
             ]
         )
         b_max = np.maximum.reduce(
             [
                 Wb / S,
-                rows.each(lambda view: b(view).max()),
+                rows.spread(b.max(axis=1)),
                 B0,
                 windows[2],
-                got.most_bwd + rows.each(lambda view: float(b(view)[k:].min())),
+                got.most_bwd + rows.spread(b[:, k:].min(axis=1)),
             ]
         )
         if known is not None:
@@ -804,25 +799,16 @@ class PhaseSearch:
         """Necessary for some partition to fit memory (§4.6): stage 0 with layers 0..k and
         its in-flight micro-batches; every layer alone with the fewest in flight (1 for
         1F1B's last stage, M for GPipe); all layers over S devices."""
-
-        def static(view: _View) -> np.ndarray:
-            return view.costs.static_bytes
-
-        def saved(view: _View) -> np.ndarray:
-            return view.costs.saved_bytes_per_micro_batch
-
+        static = rows.stacked(lambda costs: costs.static_bytes)  # [group, layer]
+        saved = rows.stacked(lambda costs: costs.saved_bytes_per_micro_batch)
         limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
         fewest = np.where(gpipe, M, 1.0)
         first = np.where(gpipe, M, np.minimum(S, M))
-        stage0 = rows.each(lambda view: float(static(view)[: k + 1].sum())) + first * rows.each(
-            lambda view: float(saved(view)[: k + 1].sum())
+        stage0 = rows.spread(static[:, : k + 1].sum(axis=1)) + first * rows.spread(
+            saved[:, : k + 1].sum(axis=1)
         )
-        static_layers = rows.layers(lambda costs: costs.static_bytes)
-        saved_layers = rows.layers(lambda costs: costs.saved_bytes_per_micro_batch)
-        alone = (static_layers + fewest[:, None] * saved_layers).max(axis=1)
-        total = rows.each(lambda view: float(static(view).sum())) + fewest * rows.each(
-            lambda view: float(saved(view).sum())
-        )
+        alone = (rows.spread(static) + fewest[:, None] * rows.spread(saved)).max(axis=1)
+        total = rows.spread(static.sum(axis=1)) + fewest * rows.spread(saved.sum(axis=1))
         return (stage0 <= limit) & (alone <= limit) & (total <= S * limit)
 
     def _lightest_windows(self, rows: _Rows, first_computed: int, S: np.ndarray) -> np.ndarray:
@@ -853,7 +839,7 @@ class PhaseSearch:
     def _first_stage_tail(self, rows: _Rows, k: int, S: np.ndarray, D: np.ndarray) -> np.ndarray:
         """A lower bound on A_0 + O_0 (stage 0: the first that trains, on the (S, D) rank
         map): it all-reduces at least layer k's gradient (none: 0)."""
-        first = rows.each(lambda view: float(view.costs.grad_bytes[k]))
+        first = rows.spread(rows.stacked(lambda costs: costs.grad_bytes)[:, k])
         _, crosses = self._crosses(S, D)
         inter, intra = self.cluster.inter_node, self.model.intra_allreduce_link
         steps = 2 * (D - 1)
@@ -960,7 +946,8 @@ class PhaseSearch:
         - A node link all the all-reduces cross (or, with S > G, the busiest node's link at
           its average share) carries their bytes after `release`."""
         model, cluster = self.model, self.cluster
-        G = rows.each(lambda view: float(view.costs.grad_bytes.sum()))
+        grads = rows.stacked(lambda costs: costs.grad_bytes)  # [group, layer]
+        G = rows.spread(grads.sum(axis=1))
         per_node = cluster.devices_per_node
         packed, crosses = self._crosses(S_map, D)
         inter, intra = cluster.inter_node, model.intra_allreduce_link
@@ -979,7 +966,7 @@ class PhaseSearch:
         share = G / S
         busiest = release + np.where(share > 0, lat + rate * share, 0.0) + omega * share
         # Every stage holds an active layer; with parameters in each, every stage all-reduces.
-        every = rows.each(lambda view: float((view.costs.grad_bytes[k:] > 0).all())) > 0
+        every = rows.spread((grads[:, k:] > 0).all(axis=1))
         own = (M * work + (rate + omega) * G) / S + np.where(every, lat, 0.0)
         bound = np.maximum(busiest, own)
         nodes_used = np.maximum(np.ceil(D * S_map / per_node), 1)
