@@ -124,16 +124,19 @@ def bottlenecks(compute_s: np.ndarray, min_first_boundary: int, max_stages: int)
 
 def suffix_bottlenecks(compute_s: np.ndarray, max_parts: int) -> np.ndarray:
     """[p, i]: the smallest largest part sum of compute_s[i:] split into p contiguous parts
-    (inf when there are fewer layers than parts; p = 0 is inf), by a dense DP, O(p·L²)."""
-    L = len(compute_s)
-    C = np.concatenate([[0.0], np.cumsum(compute_s)])
+    (inf when there are fewer layers than parts; p = 0 is inf), by a dense DP, O(p·L²).
+    Rows of a 2-D `compute_s` are solved together (a table each: [row, p, i])."""
+    rows = np.atleast_2d(compute_s)
+    L = rows.shape[1]
+    C = np.concatenate([np.zeros((len(rows), 1)), np.cumsum(rows, axis=1)], axis=1)
     starts = np.arange(L + 1)
-    cost = np.where(starts[:, None] < starts[None, :], C[None, :] - C[:, None], np.inf)  # [i, j]
-    table = np.full((max_parts + 1, L + 1), np.inf)
-    table[1, :L] = C[L] - C[:L]
+    later = starts[:, None] < starts[None, :]
+    cost = np.where(later, C[:, None, :] - C[:, :, None], np.inf)  # [row, i, j]
+    table = np.full((len(rows), max_parts + 1, L + 1), np.inf)
+    table[:, 1, :L] = C[:, L:] - C[:, :L]
     for parts in range(2, max_parts + 1):
-        table[parts] = np.maximum(cost, table[parts - 1][None, :]).min(axis=1)
-    return table
+        table[:, parts] = np.maximum(cost, table[:, parts - 1][:, None, :]).min(axis=2)
+    return table if compute_s.ndim == 2 else table[0]
 
 
 def brute_force_partition(problem: PartitionProblem) -> PartitionResult | None:

@@ -1099,15 +1099,18 @@ class PhaseSearch:
 
     def _suffix_bottleneck(self, m: int) -> np.ndarray | None:
         """`partition.suffix_bottlenecks` of stage work at m, with a hair of slack (prefix
-        sums); None for long models, where the O(L³) table would cost more than it saves."""
+        sums); None for long models, where the O(L³) table would cost more than it saves.
+        Built for every micro-batch size of this phase's shapes at once (one DP)."""
         if self.model.num_layers > DENSE_MAX_LAYERS:
             return None
-        key = ("suffix", m)
-        if key not in self._bottlenecks:
-            costs = self.costs(m)
-            table = suffix_bottlenecks(costs.fwd_s + costs.bwd_s, self.most_stages)
-            self._bottlenecks[key] = table * (1 - 1e-12)
-        return self._bottlenecks[key]
+        if ("suffix", m) not in self._bottlenecks:
+            sizes = {shape.micro_batch_size for shape in self.shapes()} | {m}
+            missing = sorted(size for size in sizes if ("suffix", size) not in self._bottlenecks)
+            work = [self.costs(size).fwd_s + self.costs(size).bwd_s for size in missing]
+            tables = suffix_bottlenecks(np.stack(work), self.most_stages)
+            for size, table in zip(missing, tables, strict=True):
+                self._bottlenecks[("suffix", size)] = table * (1 - 1e-12)
+        return self._bottlenecks[("suffix", m)]
 
     def _shared_links(self, ranks: tuple[tuple[int, ...], ...]) -> np.ndarray:
         """Per node link crossed by two or more stages' all-reduces (deduplicated): which."""
