@@ -323,11 +323,10 @@ class _View:
 
 @dataclass(frozen=True)
 class _Rows:
-    """Shape-bound rows of several micro-batch sizes, grouped by size (each group's rows
-    consecutive, in the order of `views`): per group the view of its layers' costs, per
-    row its group. The bounds of every size are then one pass of numpy calls (per size,
-    the calls would cost more than their arithmetic on tens of shapes); what depends on
-    the size is computed per group and spread over its rows.
+    """Shape-bound rows of several micro-batch sizes, grouped by size: per group the view of
+    its layers' costs, per row its group. The bounds of every size are then one pass of
+    numpy calls (per size, the calls would cost more than their arithmetic on tens of
+    shapes); what depends on the size is computed per group and spread over its rows.
 
         f = rows.stacked(lambda costs: costs.fwd_s)   # [group, layer]
         rows.spread(f.sum(axis=1))                    # [row]: Σ fwd of its layers"""
@@ -343,17 +342,6 @@ class _Rows:
     def spread(self, per_group: np.ndarray) -> np.ndarray:
         """[row, ...]: each row's group's value."""
         return per_group[self.group]
-
-    def joined(self, part: Callable[..., np.ndarray], *arrays: np.ndarray) -> np.ndarray:
-        """part(view, *the group's rows of `arrays`) of every group with rows, whose last
-        axis is per row, joined in row order."""
-        ends = np.searchsorted(self.group, np.arange(len(self.views) + 1))
-        parts = [
-            part(view, *(array[start:end] for array in arrays))
-            for view, start, end in zip(self.views, ends[:-1], ends[1:], strict=True)
-            if end > start
-        ]
-        return np.concatenate(parts, axis=-1)
 
     def take(self, rows: np.ndarray, views: tuple[_View, ...]) -> _Rows:
         """The rows `rows` (in order), their groups' layers seen through `views`."""
@@ -566,30 +554,20 @@ class PhaseSearch:
 
     def shape_bounds(self, candidates: list[tuple[Shape, Schedule]]) -> np.ndarray:
         """A lower bound on the step of every partition of each (shape, schedule), in closed
-        form and vectorised over the candidates (§4.8)."""
-        bounds = np.zeros(len(candidates))
+        form and vectorised over the candidates of every micro-batch size (§4.8, `_Rows`):
+        the smaller of the bound over partitions whose every stage trains (stage 0 holds the
+        frozen prefix; GPipe, or 1F1B with M ≥ S) and, in an uncached phase, the bound over
+        partitions with q ≥ 1 forward-only stages (`_forward_only_bounds`); plus the
+        calibrated overhead outside the schedule."""
         if not candidates:
-            return bounds
+            return np.zeros(0)
         sizes = np.array([shape.micro_batch_size for shape, _ in candidates])
-        order = np.argsort(sizes, kind="stable")  # each size's rows together (`_Rows`)
-        values, group = np.unique(sizes[order], return_inverse=True)
+        values, group = np.unique(sizes, return_inverse=True)
         views = tuple(
             _View(self.costs(int(m)), self.frozen_layers, self.first_computed, "all")
             for m in values
         )
-        bounds[order] = self._sorted_shape_bounds(
-            [candidates[row] for row in order], _Rows(views, group)
-        )
-        return bounds
-
-    def _sorted_shape_bounds(
-        self, candidates: list[tuple[Shape, Schedule]], rows: _Rows
-    ) -> np.ndarray:
-        """See `shape_bounds` (candidates grouped by micro-batch size as `rows`): the smaller
-        of the bound over partitions whose every stage trains (stage 0 holds the frozen
-        prefix; GPipe, or 1F1B with M ≥ S) and, in an uncached phase, the bound over
-        partitions with q ≥ 1 forward-only stages (`_forward_only_bounds`); plus the
-        calibrated overhead outside the schedule."""
+        rows = _Rows(views, group)
         S = np.array([shape.num_stages for shape, _ in candidates], dtype=float)
         D = np.array([shape.replicas for shape, _ in candidates], dtype=float)
         M = np.array([shape.micro_batches for shape, _ in candidates], dtype=float)
@@ -858,20 +836,18 @@ class PhaseSearch:
         zeros for long models, whose thousands of rank maps would cost more than they prune."""
         if self.model.num_layers > DENSE_MAX_LAYERS or len(S) == 0:
             return _Received(*np.zeros((7, len(S))))
-        return _Received(*rows.joined(self._received_rows, S, S_map, D))
-
-    def _received_rows(
-        self, view: _View, S: np.ndarray, S_map: np.ndarray, D: np.ndarray
-    ) -> np.ndarray:
-        """`_received_floors` of rows with `view`'s micro-batch size: [field, row]."""
-        index_of, table = self._received_table(view.costs.micro_batch_size)
+        # [group, rank map, field, q]: every group's table (the rank maps are the phase's).
+        tables = np.stack(
+            [self._received_table(view.costs.micro_batch_size) for view in rows.views]
+        )
+        index_of = self._boundary_rates()[0]
         S_map = S_map.astype(int)
         pairs = zip(S_map.tolist(), D.astype(int).tolist(), strict=True)
         index = [index_of[pair] for pair in pairs]
         # The training stages are the last S: the first of them is stage S_map − S.
-        return table[index, :, S_map - S.astype(int)].T
+        return _Received(*tables[rows.group, index, :, S_map - S.astype(int)].T)
 
-    def _received_table(self, m: int) -> tuple[dict[tuple[int, int], int], np.ndarray]:
+    def _received_table(self, m: int) -> np.ndarray:
         """Per (S, D) rank map of this phase's shapes (the row) and q (stages q.. train),
         the fields of `_Received`: stage t's forward receives the activation over boundary
         t−1, its backward the gradient over boundary t, each at least its link's latency
@@ -879,7 +855,7 @@ class PhaseSearch:
         trains). Boundaries past a map's last stage (padding) carry nothing."""
         key = ("received", m)
         if key not in self._bottlenecks:
-            rows, latency, per_byte = self._boundary_rates()
+            _, latency, per_byte = self._boundary_rates()
             costs = self.costs(m)
             L = len(costs.boundary_bytes)
             inner = costs.boundary_bytes[: L - 1]  # positions 1..L−1: layer j−1's output
@@ -911,7 +887,7 @@ class PhaseSearch:
                 ],
                 axis=1,
             )
-            self._bottlenecks[key] = (rows, table)
+            self._bottlenecks[key] = table
         return self._bottlenecks[key]
 
     def _boundary_rates(self) -> tuple[dict[tuple[int, int], int], np.ndarray, np.ndarray]:
