@@ -343,9 +343,29 @@ class _Rows:
         """[row, ...]: each row's group's value."""
         return per_group[self.group]
 
+    def by_group(self, part: Callable[..., np.ndarray], *arrays: np.ndarray) -> np.ndarray:
+        """[row]: part(*each group's rows of `arrays`, in order), put back in their rows."""
+        result = np.empty(len(self.group))
+        for group in range(len(self.views)):
+            mine = self.group == group
+            if mine.any():
+                result[mine] = part(*(array[mine] for array in arrays))
+        return result
+
     def take(self, rows: np.ndarray, views: tuple[_View, ...]) -> _Rows:
         """The rows `rows` (in order), their groups' layers seen through `views`."""
         return _Rows(views, self.group[rows])
+
+
+def _largest_layer(
+    rows: _Rows, in_flight: np.ndarray, static: np.ndarray, saved: np.ndarray
+) -> np.ndarray:
+    """Per row, the most memory one layer takes with `in_flight` micro-batches (static +
+    in_flight·saved, [group, layer] each): one max per size and distinct count, as the
+    thousands of rows of a long model share a few."""
+    counts, where = np.unique(in_flight, return_inverse=True)
+    most = (static[:, None, :] + counts[None, :, None] * saved[:, None, :]).max(axis=2)
+    return most[rows.group, where]
 
 
 def _training_layers(costs: PhaseCosts, start: int) -> PhaseCosts:
@@ -627,9 +647,7 @@ class PhaseSearch:
         saved = rows.stacked(lambda costs: costs.saved_bytes_per_micro_batch)
         limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
         fewest = np.where(gpipe, M, 1.0)
-        alone = (rows.spread(static[:, k:]) + fewest[:, None] * rows.spread(saved[:, k:])).max(
-            axis=1
-        )
+        alone = _largest_layer(rows, fewest, static[:, k:], saved[:, k:])
         total = rows.spread(static.sum(axis=1)) + fewest * rows.spread(saved.sum(axis=1))
         fits = (alone <= limit) & (total <= S * limit)
         bound = np.where(many & fits, cheap, np.inf)
@@ -749,7 +767,9 @@ class PhaseSearch:
         flow_shop = work + (M - 1) * np.maximum(f_max + b_max, c_max)
         bound = np.where(gpipe, np.maximum(bound, flow_shop), bound)
         rounds_all = np.where(M > S, (M - S - 1) // S + 1, 0)
-        z = _windows_from_zero_cached(S.tobytes(), M.tobytes())
+        # Per size: the cache then holds what recurs across a plan's phases (a long model's
+        # thousands of shapes in one key would rarely recur whole).
+        z = rows.by_group(lambda S, M: _windows_from_zero_cached(S.tobytes(), M.tobytes()), S, M)
         bound = np.where(gpipe, bound, np.maximum(bound, z * work))
         # Each term above ends with stage 0's all-reduce and optimizer (tail0): stage 0 holds
         # at least the first active layer's gradient.
@@ -785,7 +805,7 @@ class PhaseSearch:
         stage0 = rows.spread(static[:, : k + 1].sum(axis=1)) + first * rows.spread(
             saved[:, : k + 1].sum(axis=1)
         )
-        alone = (rows.spread(static) + fewest[:, None] * rows.spread(saved)).max(axis=1)
+        alone = _largest_layer(rows, fewest, static, saved)
         total = rows.spread(static.sum(axis=1)) + fewest * rows.spread(saved.sum(axis=1))
         return (stage0 <= limit) & (alone <= limit) & (total <= S * limit)
 
