@@ -839,7 +839,9 @@ class PartitionSpace:
         own = p.allreduce_latency_s + (p.allreduce_s_per_byte + p.optimizer_s_per_byte) * g
         return float(own.min())
 
-    def _at_depth(self, term: str, k: int, compute: Callable[[int, np.ndarray], np.ndarray]):
+    def _at_depth(
+        self, term: str, k: int, compute: Callable[[int, np.ndarray], np.ndarray]
+    ) -> np.ndarray:
         """compute(k, i) at every position i, kept: a term of `bounds` that depends only on the
         depth and the position is then computed once per depth, not in every expansion there
         (elementwise, so each position's value is the same)."""
