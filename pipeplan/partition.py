@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -123,16 +124,19 @@ def bottlenecks(compute_s: np.ndarray, min_first_boundary: int, max_stages: int)
 
 def suffix_bottlenecks(compute_s: np.ndarray, max_parts: int) -> np.ndarray:
     """[p, i]: the smallest largest part sum of compute_s[i:] split into p contiguous parts
-    (inf when there are fewer layers than parts; p = 0 is inf), by a dense DP, O(p·L²)."""
-    L = len(compute_s)
-    C = np.concatenate([[0.0], np.cumsum(compute_s)])
+    (inf when there are fewer layers than parts; p = 0 is inf), by a dense DP, O(p·L²).
+    Rows of a 2-D `compute_s` are solved together (a table each: [row, p, i])."""
+    rows = np.atleast_2d(compute_s)
+    L = rows.shape[1]
+    C = np.concatenate([np.zeros((len(rows), 1)), np.cumsum(rows, axis=1)], axis=1)
     starts = np.arange(L + 1)
-    cost = np.where(starts[:, None] < starts[None, :], C[None, :] - C[:, None], np.inf)  # [i, j]
-    table = np.full((max_parts + 1, L + 1), np.inf)
-    table[1, :L] = C[L] - C[:L]
+    later = starts[:, None] < starts[None, :]
+    cost = np.where(later, C[:, None, :] - C[:, :, None], np.inf)  # [row, i, j]
+    table = np.full((len(rows), max_parts + 1, L + 1), np.inf)
+    table[:, 1, :L] = C[:, L:] - C[:, :L]
     for parts in range(2, max_parts + 1):
-        table[parts] = np.maximum(cost, table[parts - 1][None, :]).min(axis=1)
-    return table
+        table[:, parts] = np.maximum(cost, table[:, parts - 1][:, None, :]).min(axis=2)
+    return table if compute_s.ndim == 2 else table[0]
 
 
 def brute_force_partition(problem: PartitionProblem) -> PartitionResult | None:
@@ -443,9 +447,9 @@ class PartitionSpace:
         # Per (depth, end) of forward-only prefixes: the (a, pf) not dominated so far.
         self._fronts: dict[tuple[int, int], list[tuple[float, float]]] = {}
         self._window_terms: np.ndarray | None = None
-        # Per depth: `_training_rest`'s running minimum, `_suffix_windows`' (rounds, parts).
-        self._smallest_rest: dict[int, np.ndarray] = {}
-        self._window_groups: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # Per (term, depth): a bound's term that depends only on the depth and the position,
+        # at every position (`_at_depth`).
+        self._depth_terms: dict[tuple[str, int], np.ndarray] = {}
 
     @functools.cached_property
     def open(self) -> list[np.ndarray]:
@@ -632,15 +636,17 @@ class PartitionSpace:
         before_k = np.zeros((len(p.shared_links), 1))
         if node.shared:
             before_k[self.open[k], 0] = node.shared
-        with_k = before_k + grads[None, :] * p.shared_links[:, k][:, None]
         crossing = p.shared_links[:, k]
+        with_k = before_k + grads[None, :] * crossing[:, None]
         if crossing.any():
             most = with_k[crossing].max(axis=0)
             # Only an all-reduce that moves bytes pays the ring's latency (none of a
             # forward-only stage's, nor of a stage without parameters).
             carried = ops_end + p.shared_latency_s + p.shared_s_per_byte * most
             nic = np.where(most > 0, np.maximum(nic, carried), nic)
-        return np.broadcast_to(nic, grads.shape), with_k[self.open[k + 1]]
+        else:
+            nic = np.full(grads.shape, nic)  # np.broadcast_to costs more
+        return nic, with_k[self.open[k + 1]]
 
     def _ops_end(
         self, node: Node, j: np.ndarray, F: np.ndarray, B: np.ndarray
@@ -653,7 +659,7 @@ class PartitionSpace:
         [t, k] of fixed stages (`simulate.window_counts`), for GPipe all its other work.
         A forward-only stage waits for no gradient: only its M forwards."""
         p = self.p
-        S, M, L = p.num_stages, p.micro_batches, p.num_layers
+        S, M = p.num_stages, p.micro_batches
         k = node.depth
         a = node.sums[0]
         busy = a + M * (F + B)
@@ -661,12 +667,7 @@ class PartitionSpace:
         if not trains.any():
             return busy, None
         if k < S - 1:
-            at = _span(j)
-            work_left = p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[at] - p.bwd_prefix[at]
-            below = work_left + (S - 1 - k) * p.micro_batch_overhead_s
-            # Boundary k's activation is received in stage k+1's forward (its gradient in
-            # stage k's own backward, part of B), the later boundaries' both ways.
-            below = below + p.send_s[k, at] + self.table("sends")[k + 1][at]
+            below = self._at_depth("below", k, self._round_trip_below)[_span(j)]
         else:
             below = np.zeros_like(F)
         if p.schedule == "gpipe":
@@ -682,6 +683,17 @@ class PartitionSpace:
         terms = rounds[:, None] * cycle + fwd_left[:, None] * F + bwd_left[:, None] * B
         ends = np.where(trains, np.maximum(busy, first_bwd_end + terms.max(axis=0)), busy)
         return ends, first_bwd_end
+
+    def _round_trip_below(self, k: int, j: np.ndarray) -> np.ndarray:
+        """At least micro-batch 0's round trip below stage k < S − 1 ending at j: the work
+        left after j, a μ per stage after k, and the transfers on its way."""
+        p = self.p
+        S, L = p.num_stages, p.num_layers
+        work_left = p.fwd_prefix[L] + p.bwd_prefix[L] - p.fwd_prefix[j] - p.bwd_prefix[j]
+        below = work_left + (S - 1 - k) * p.micro_batch_overhead_s
+        # Boundary k's activation is received in stage k+1's forward (its gradient in stage
+        # k's own backward, part of B), the later boundaries' both ways.
+        return below + p.send_s[k, j] + self.table("sends")[k + 1][j]
 
     def _gpipe_end(
         self, node: Node, j: np.ndarray, F: np.ndarray, B: np.ndarray, below: np.ndarray
@@ -786,9 +798,10 @@ class PartitionSpace:
             carried = p.shared_latency_s + p.shared_s_per_byte * p.grad_prefix[L]
             bound = np.maximum(bound, paced + carried)
         if p.schedule == "1f1b":
-            bound = np.maximum(bound, self._suffix_windows(k, i, a + d + tail0))
+            bound = np.maximum(bound, self._suffix_windows(k, at, a + d + tail0))
         if p.forward_only_layers:
-            bound = np.maximum(bound, a + d + tail0 + self._training_rest(k, i))
+            rest = self._at_depth("training rest", k, self._training_rest)[at]
+            bound = np.maximum(bound, a + d + tail0 + rest)
         return bound + p.overhead_s
 
     def root_bound(self, tables: dict[str, float]) -> float:
@@ -826,19 +839,28 @@ class PartitionSpace:
         own = p.allreduce_latency_s + (p.allreduce_s_per_byte + p.optimizer_s_per_byte) * g
         return float(own.min())
 
+    def _at_depth(
+        self, term: str, k: int, compute: Callable[[int, np.ndarray], np.ndarray]
+    ) -> np.ndarray:
+        """compute(k, i) at every position i, kept: a term of `bounds` that depends only on the
+        depth and the position is then computed once per depth, not in every expansion there
+        (elementwise, so each position's value is the same)."""
+        key = (term, k)
+        if key not in self._depth_terms:
+            self._depth_terms[key] = compute(k, np.arange(self.p.num_layers + 1))
+        return self._depth_terms[key]
+
     def _training_rest(self, k: int, i: np.ndarray) -> np.ndarray:
         """What the training stages still to place add between micro-batch 0's arrival and
         the last gradient's way down (`_suffix_windows`' `around`), whichever stage q ≥ k
         turns out to be the first that trains: the smallest over the q still possible
         (those with a frozen layer for each forward-only stage) of `_training_terms`."""
         p = self.p
-        smallest_from = self._smallest_rest.get(k)
-        if smallest_from is None:  # per depth, asked by every expansion there
-            terms = self._training_terms()[k:]
-            first = max(0, p.min_forward_only_stages - k)
-            if first:
-                terms = np.concatenate([np.full(first, np.inf), terms[first:]])
-            smallest_from = self._smallest_rest[k] = np.minimum.accumulate(terms)
+        terms = self._training_terms()[k:]
+        first = max(0, p.min_forward_only_stages - k)
+        if first:
+            terms = np.concatenate([np.full(first, np.inf), terms[first:]])
+        smallest_from = np.minimum.accumulate(terms)
         # Stages placed already train where i > the frozen prefix: q < k, windows from k.
         most = np.minimum(np.maximum(p.forward_only_layers - i, 0), len(smallest_from) - 1)
         smallest = smallest_from[most]
@@ -888,12 +910,8 @@ class PartitionSpace:
             first = max(p.min_first_boundary - 1, p.forward_only_layers)
             if p.schedule == "1f1b" and S > 1 and first + 1 < L:
                 positions = slice(first + 1, L)  # a boundary between two training stages
-                cheapest = np.array(
-                    [
-                        float((p.send_s[s][positions] + p.grad_send_s[s][positions]).min())
-                        for s in range(S - 1)
-                    ]
-                )
+                sends = p.send_s[: S - 1, positions] + p.grad_send_s[: S - 1, positions]
+                cheapest = sends.min(axis=1)
                 C = p.fwd_prefix + p.bwd_prefix
                 t = np.arange(S)
                 # [u]: the cheapest transfers over boundaries u..S−2.
@@ -931,26 +949,29 @@ class PartitionSpace:
             self._window_terms = result
         return self._window_terms
 
-    def _suffix_windows(self, k: int, i: np.ndarray, around: np.ndarray) -> np.ndarray:
+    def _suffix_windows(self, k: int, at: slice, around: np.ndarray) -> np.ndarray:
         """1F1B: some window of w stages among the S − k unplaced ones holds at least the
         smallest bottleneck of [i, L) in ⌈(S−k)/w⌉ parts (group them w by w), and cycles at
         least ⌊(M − S + k − 1)/w⌋ + 1 rounds (`simulate.window_counts`: its first stage t ≥ k
         has w_t ≤ S−1−k), between micro-batch 0's arrival and the last gradient's way down
-        (`around`: a + d + tail0 of the placed stages)."""
+        (`around`: a + d + tail0 of the placed stages), for the positions i in `at`."""
+        p = self.p
+        left = p.num_stages - k
+        slack = p.micro_batches - p.num_stages + k - 1
+        if p.suffix_bottleneck is None or left < 1 or slack < 0:
+            return np.zeros_like(around)
+        return around + self._at_depth("windows", k, self._suffix_window_work)[at]
+
+    def _suffix_window_work(self, k: int, i: np.ndarray) -> np.ndarray:
+        """`_suffix_windows` less `around`, at positions i (where its guards pass): per w,
+        the rounds times the smallest window's work, the largest of them."""
         p = self.p
         table = p.suffix_bottleneck
         left = p.num_stages - k
         slack = p.micro_batches - p.num_stages + k - 1
-        if table is None or left < 1 or slack < 0:
-            return np.zeros_like(around)
-        if k not in self._window_groups:  # per depth, asked by every expansion there
-            w = np.arange(1, left + 1)
-            self._window_groups[k] = (slack // w + 1, -(-left // w))
-        rounds, parts = self._window_groups[k]
+        w = np.arange(1, left + 1)
+        rounds, parts = slack // w + 1, -(-left // w)
         F = p.forward_only_layers
-        if not F or bool((i >= F).all()):
-            windows = table[parts][:, i] + p.micro_batch_overhead_s
-            return around + (rounds[:, None] * windows).max(axis=0)
         # Where the stages left may begin with r forward-only ones (i < F), the rest train,
         # start later (more rounds) and cover [F, L) at least; grouped w by w they form at
         # most ⌈left/w⌉ windows (one of at most w stages when w exceeds them), and the
@@ -961,7 +982,7 @@ class PartitionSpace:
         column = np.where(may, F, i)[None, :]
         parts = np.where(may[None, :], np.minimum(parts[:, None], layers_left), parts[:, None])
         windows = table[parts, column] + p.micro_batch_overhead_s
-        return around + (rounds[:, None] * windows).max(axis=0)
+        return (rounds[:, None] * windows).max(axis=0)
 
     def tail_floor(self) -> np.ndarray:
         """[k]: the least tail (all-reduce alone + optimizer) the first stage that trains can
@@ -1061,7 +1082,8 @@ class PartitionSpace:
         """`minmax_tables` of this shape's costs, on its memory limits."""
         S = self.p.num_stages
         positions = np.stack([self._positions(k) for k in range(S)])
-        tables = minmax_tables(costs, self._last_ends_all(), positions)
+        stacked = tuple(np.stack(part) for part in zip(*costs, strict=True))
+        tables = minmax_tables(stacked, self._last_ends_all(), positions)
         return [list(tables[:, row]) for row in range(len(costs))]
 
     def _last_ends_all(self) -> np.ndarray:
@@ -1157,51 +1179,73 @@ def _window_counts(k: int, first: int, S: int, M: int) -> tuple[np.ndarray, ...]
 
 
 def table_costs(p: StagePricing, names: list[str]) -> list[tuple[np.ndarray, ...]]:
-    """The (Q, R, κ) of min-max tables of `PartitionSpace` (see `minmax_tables`): "l1",
-    "l1own", "nic", "round" (1F1B), "pace", "fwd" and "bwd" (GPipe). A stage t's ops
-    include what they receive (`simulate.received_in_op`): its forward the activation over
-    boundary t−1 at its first layer i (in R, any function of i), its backward the gradient
-    over boundary t at its end j (in Q, which must be nondecreasing: its running minimum
-    from the right, a lower envelope)."""
-    S, M, mu = p.num_stages, p.micro_batches, p.micro_batch_overhead_s
-    Fp, Bp, Gp = p.fwd_prefix, p.bwd_prefix, p.grad_prefix
+    """The (Q, R, κ) of min-max tables of `PartitionSpace` (see `minmax_tables`) of one
+    shape: `batch_table_costs` of it alone."""
+    return [tuple(part[0] for part in costs) for costs in batch_table_costs([p], names)]
+
+
+def batch_table_costs(
+    pricings: list[StagePricing], names: list[str]
+) -> list[tuple[np.ndarray, ...]]:
+    """Per name, the (Q, R, κ) of a min-max table of `PartitionSpace` (see `minmax_tables`)
+    for shapes with as many stages (a first axis per shape: numpy's per-call overhead, not
+    the arithmetic, is what a shape's costs cost): "l1", "l1own", "nic", "round" (1F1B),
+    "pace", "fwd" and "bwd" (GPipe). A stage t's ops include what they receive
+    (`simulate.received_in_op`): its forward the activation over boundary t−1 at its first
+    layer i (in R, any function of i), its backward the gradient over boundary t at its end
+    j (in Q, which must be nondecreasing: its running minimum from the right, a lower
+    envelope)."""
+    S = pricings[0].num_stages
+
+    def per_shape(value: Callable[[StagePricing], object]) -> np.ndarray:
+        return np.array([value(p) for p in pricings], dtype=float)
+
+    # [shape, stage, position] (a 1 where the value does not depend on it).
+    M = per_shape(lambda p: p.micro_batches)[:, None, None]
+    mu = per_shape(lambda p: p.micro_batch_overhead_s)[:, None, None]
+    Fp = per_shape(lambda p: p.fwd_prefix)[:, None, :]
+    Bp = per_shape(lambda p: p.bwd_prefix)[:, None, :]
+    Gp = per_shape(lambda p: p.grad_prefix)[:, None, :]
     Cp = Fp + Bp
-    # [k, position]: what stage k receives, its forward at its start (over boundary k−1),
-    # its backward at its end (over boundary k).
-    zero = np.zeros((1, len(Fp)))
-    rf = np.concatenate([zero, p.send_s[: S - 1]])
-    rb = np.concatenate([p.grad_send_s[: S - 1], zero])
-    ahead = (np.arange(S) + M) * mu  # the μ of stages before k and of k's M micro-batches
-    later = (M - np.array(p.forwards_first, dtype=float))[:, None]
+    # What stage k receives, its forward at its start (over boundary k−1), its backward at
+    # its end (over boundary k).
+    zero = np.zeros((len(pricings), 1, Fp.shape[2]))
+    rf = np.concatenate([zero, np.stack([p.send_s[: S - 1] for p in pricings])], axis=1)
+    rb = np.concatenate([np.stack([p.grad_send_s[: S - 1] for p in pricings]), zero], axis=1)
+    # [shape, stage]: the μ of stages before k and of k's M micro-batches.
+    ahead = (np.arange(S)[None, :] + M[:, :, 0]) * mu[:, :, 0]
+    later = M - per_shape(lambda p: p.forwards_first)[:, :, None]
 
     def rising(Q: np.ndarray) -> np.ndarray:
-        return np.minimum.accumulate(Q[:, ::-1], axis=1)[:, ::-1]
+        return np.minimum.accumulate(Q[:, :, ::-1], axis=2)[:, :, ::-1]
 
     def l1():
         return rising(M * (Cp + rb)), (M - 1) * Cp - M * rf, ahead
 
     def l1own():
-        rate = (p.allreduce_s_per_byte + p.optimizer_s_per_byte)[:, None]
+        rate = per_shape(lambda p: p.allreduce_s_per_byte + p.optimizer_s_per_byte)[:, :, None]
         Q = M * Cp + rate * Gp
         return rising(Q + M * rb), Q - Fp - M * rf, ahead
 
     def round_trip():
         Q = (M - 1) * Bp + later * Fp
-        return rising(Q + (M - 1) * rb), Q - later * rf, later[:, 0] * mu
+        return rising(Q + (M - 1) * rb), Q - later * rf, later[:, :, 0] * mu[:, :, 0]
 
     def nic():  # every stage's all-reduce crosses one link: stages ≤ k's bytes
-        Q = M * Cp + p.shared_s_per_byte * Gp + M * rb
+        per_byte = per_shape(lambda p: p.shared_s_per_byte)[:, None, None]
+        Q = M * Cp + per_byte * Gp + M * rb
         return rising(Q), M * Cp - Fp - M * rf, ahead
 
     def fwd():
-        return np.broadcast_to(Fp, rf.shape), Fp - rf, np.full(S, mu)
+        return np.broadcast_to(Fp, rf.shape), Fp - rf, np.broadcast_to(mu[:, :, 0], ahead.shape)
 
     def pace():  # stage k's last forward, less the forwards of the layers after it
         Q = (M - 1) * Fp + later * Bp
-        return rising(Q + later * rb), Q - M * rf, np.full(S, M * mu)
+        kappa = np.broadcast_to((M * mu)[:, :, 0], ahead.shape)
+        return rising(Q + later * rb), Q - M * rf, kappa
 
     def bwd():
-        return rising(Bp + rb), np.broadcast_to(Bp, rb.shape), np.zeros(S)
+        return rising(Bp + rb), np.broadcast_to(Bp, rb.shape), np.zeros(ahead.shape)
 
     costs = {"l1": l1, "l1own": l1own, "round": round_trip, "nic": nic, "fwd": fwd}
     costs.update(pace=pace, bwd=bwd)
@@ -1209,25 +1253,22 @@ def table_costs(p: StagePricing, names: list[str]) -> list[tuple[np.ndarray, ...
 
 
 def minmax_tables(
-    costs: list[tuple[np.ndarray, ...]], his: np.ndarray, positions: np.ndarray, down_to: int = 1
+    costs: tuple[np.ndarray, ...], his: np.ndarray, positions: np.ndarray, down_to: int = 1
 ) -> np.ndarray:
-    """[k, cost, i] for k ≥ `down_to`: per cost (Q, R, κ) with Q, R: [stage t, position],
-    κ: [t], T[k][i] ≤ min over placements of stages k..S−1 on [i, L) of max_t u_t,
-    u_t(i', j) = Q_t[j] − R_t[i'] + κ_t nondecreasing in j; stage t ends by his[t][i'] and
-    starts only where positions[t]. Backwards over k: T[k][i] = min_j max(u_k(i, j), T'[j])
-    with T' the running minimum of T[k+1] (nonincreasing, ≤ T[k+1]), so the best j is at the
-    crossing of a nondecreasing and a nonincreasing sequence: found by bisection on Q_k − T'.
-    The costs go together, one row each (numpy's per-call overhead, not the arithmetic, is
-    what a table of tens of layers costs). `his` may hold one [S, L+1] for every cost or
-    one per cost ([cost, S, L+1])."""
-    S, n = len(positions), len(costs)
+    """[k, cost, i] for k ≥ `down_to`: per cost (`costs` = (Q, R, κ), Q and R: [cost,
+    stage t, position], κ: [cost, t]), T[k][i] ≤ min over placements of stages k..S−1 on
+    [i, L) of max_t u_t, u_t(i', j) = Q_t[j] − R_t[i'] + κ_t nondecreasing in j; stage t
+    ends by his[t][i'] and starts only where positions[t]. Backwards over k: T[k][i] =
+    min_j max(u_k(i, j), T'[j]) with T' the running minimum of T[k+1] (nonincreasing,
+    ≤ T[k+1]), so the best j is at the crossing of a nondecreasing and a nonincreasing
+    sequence: found by bisection on Q_k − T'. The costs go together, one row each (numpy's
+    per-call overhead, not the arithmetic, is what a table of tens of layers costs). `his`
+    may hold one [S, L+1] for every cost or one per cost ([cost, S, L+1])."""
+    S, n = len(positions), len(costs[0])
     L = positions.shape[1] - 1
-    Qs = np.empty((S, n, L + 1))  # [t, cost, position]; filled row by row (a stack of
-    Rs = np.empty((S, n, L + 1))  # broadcasts costs more)
-    for row, (Q, R, _) in enumerate(costs):
-        Qs[:, row] = Q
-        Rs[:, row] = R
-    kappas = np.stack([kappa for _, _, kappa in costs], axis=1)[:, :, None]  # [t, cost, 1]
+    # [t, cost, position], [t, cost, 1]
+    Qs, Rs = (np.ascontiguousarray(np.swapaxes(part, 0, 1)) for part in costs[:2])
+    kappas = costs[2].T[:, :, None]
     his = his if his.ndim == 2 else np.moveaxis(his, 0, 1)  # [t, position] or [t, cost, ...]
     lo = np.arange(1, L + 2)  # j ≥ i + 1
     rows = np.arange(n)[:, None]  # fancy indexing row by row (take_along_axis costs more)
@@ -1276,23 +1317,34 @@ def root_bounds(
     position] per name) for `PartitionSpace.adopt`."""
     first = spaces[0].p
     S, L = first.num_stages, first.num_layers
-    costs: list[tuple[np.ndarray, ...]] = []
-    owners: list[tuple[int, str, int]] = []  # (space, table, row of costs)
+    batches: dict[str, list[int]] = {}  # per table, the spaces whose costs it is built for
+    owners: list[tuple[int, str, int]] = []  # (space, table, index in the table's batch)
     built: dict[tuple, int] = {}
     for row, space in enumerate(spaces):
-        names = space.table_names()
-        new = []
-        for name in names:
+        for name in space.table_names():
             shared = shapes is not None and name in SCHEDULE_FREE_TABLES
             key = (shapes[row], name) if shared else None
-            if key not in built:
-                owners.append((row, name, len(costs) + len(new)))
-                new.append(name)
-                if key is not None:
-                    built[key] = owners[-1][2]
-            else:
+            if key in built:
                 owners.append((row, name, built[key]))
-        costs += table_costs(space.p, new)
+                continue
+            batch = batches.setdefault(name, [])
+            owners.append((row, name, len(batch)))
+            if key is not None:
+                built[key] = len(batch)
+            batch.append(row)
+    # The costs of the tables built for the same spaces at once; their rows one table after
+    # another.
+    names_of: dict[tuple[int, ...], list[str]] = {}
+    for name, rows in batches.items():
+        names_of.setdefault(tuple(rows), []).append(name)
+    parts, offsets = [], {}
+    for rows, names in names_of.items():
+        built_costs = batch_table_costs([spaces[row].p for row in rows], names)
+        for name, part in zip(names, built_costs, strict=True):
+            offsets[name] = sum(len(done[0]) for done in parts)
+            parts.append(part)
+    costs = tuple(np.concatenate([part[n] for part in parts]) for n in range(3))
+    owners = [(row, name, offsets[name] + index) for row, name, index in owners]
     # Each stage leaves a layer for every later one; memory is not checked (a relaxation).
     his = relaxed_ends(S, L)
     positions = np.stack([spaces[0]._positions(k) for k in range(S)])

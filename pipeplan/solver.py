@@ -315,6 +315,58 @@ class _View:
     first_computed: int
     name: str
 
+    def per_layer(self) -> np.ndarray:
+        """[c, fwd, bwd; layer] (c = fwd + bwd), as the bottleneck and window bounds read
+        them."""
+        return np.stack([self.costs.fwd_s + self.costs.bwd_s, self.costs.fwd_s, self.costs.bwd_s])
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Shape-bound rows of several micro-batch sizes, grouped by size: per group the view of
+    its layers' costs, per row its group. The bounds of every size are then one pass of
+    numpy calls (per size, the calls would cost more than their arithmetic on tens of
+    shapes); what depends on the size is computed per group and spread over its rows.
+
+        f = rows.stacked(lambda costs: costs.fwd_s)   # [group, layer]
+        rows.spread(f.sum(axis=1))                    # [row]: Σ fwd of its layers"""
+
+    views: tuple[_View, ...]
+    group: np.ndarray
+
+    def stacked(self, value: Callable[[PhaseCosts], np.ndarray]) -> np.ndarray:
+        """[group, layer]: value(costs) of each group's layers. A group's row reduced along
+        the layers gives what its 1-D array would (numpy reduces each row alike)."""
+        return np.stack([value(view.costs) for view in self.views])
+
+    def spread(self, per_group: np.ndarray) -> np.ndarray:
+        """[row, ...]: each row's group's value."""
+        return per_group[self.group]
+
+    def by_group(self, part: Callable[..., np.ndarray], *arrays: np.ndarray) -> np.ndarray:
+        """[row]: part(*each group's rows of `arrays`, in order), put back in their rows."""
+        result = np.empty(len(self.group))
+        for group in range(len(self.views)):
+            mine = self.group == group
+            if mine.any():
+                result[mine] = part(*(array[mine] for array in arrays))
+        return result
+
+    def take(self, rows: np.ndarray, views: tuple[_View, ...]) -> _Rows:
+        """The rows `rows` (in order), their groups' layers seen through `views`."""
+        return _Rows(views, self.group[rows])
+
+
+def _largest_layer(
+    rows: _Rows, in_flight: np.ndarray, static: np.ndarray, saved: np.ndarray
+) -> np.ndarray:
+    """Per row, the most memory one layer takes with `in_flight` micro-batches (static +
+    in_flight·saved, [group, layer] each): one max per size and distinct count, as the
+    thousands of rows of a long model share a few."""
+    counts, where = np.unique(in_flight, return_inverse=True)
+    most = (static[:, None, :] + counts[None, :, None] * saved[:, None, :]).max(axis=2)
+    return most[rows.group, where]
+
 
 def _training_layers(costs: PhaseCosts, start: int) -> PhaseCosts:
     """`costs` of layers start..L−1 only (the layers of the stages that train, when the
@@ -522,34 +574,37 @@ class PhaseSearch:
 
     def shape_bounds(self, candidates: list[tuple[Shape, Schedule]]) -> np.ndarray:
         """A lower bound on the step of every partition of each (shape, schedule), in closed
-        form and vectorised over the candidates (§4.8)."""
-        bounds = np.zeros(len(candidates))
+        form and vectorised over the candidates of every micro-batch size (§4.8, `_Rows`):
+        the smaller of the bound over partitions whose every stage trains (stage 0 holds the
+        frozen prefix; GPipe, or 1F1B with M ≥ S) and, in an uncached phase, the bound over
+        partitions with q ≥ 1 forward-only stages (`_forward_only_bounds`); plus the
+        calibrated overhead outside the schedule."""
+        if not candidates:
+            return np.zeros(0)
         sizes = np.array([shape.micro_batch_size for shape, _ in candidates])
-        for m in np.unique(sizes):
-            rows = np.flatnonzero(sizes == m)
-            bounds[rows] = self._shape_bounds_at(int(m), [candidates[r] for r in rows])
-        return bounds
-
-    def _shape_bounds_at(self, m: int, candidates: list[tuple[Shape, Schedule]]) -> np.ndarray:
-        """See `shape_bounds`: the smaller of the bound over partitions whose every stage
-        trains (stage 0 holds the frozen prefix; GPipe, or 1F1B with M ≥ S) and, in an
-        uncached phase, the bound over partitions with q ≥ 1 forward-only stages
-        (`_forward_only_bounds`); plus the calibrated overhead outside the schedule."""
+        values, group = np.unique(sizes, return_inverse=True)
+        views = tuple(
+            _View(self.costs(int(m)), self.frozen_layers, self.first_computed, "all")
+            for m in values
+        )
+        rows = _Rows(views, group)
         S = np.array([shape.num_stages for shape, _ in candidates], dtype=float)
         D = np.array([shape.replicas for shape, _ in candidates], dtype=float)
         M = np.array([shape.micro_batches for shape, _ in candidates], dtype=float)
         gpipe = np.array([schedule == "gpipe" for _, schedule in candidates])
-        view = _View(self.costs(m), self.frozen_layers, self.first_computed, "all")
-        bound = np.where(gpipe | (M >= S), self._pipeline_bounds(view, S, S, D, M, gpipe), np.inf)
+        bound = np.where(gpipe | (M >= S), self._pipeline_bounds(rows, S, S, D, M, gpipe), np.inf)
         if self.forward_only_layers:
-            bound = np.minimum(bound, self._forward_only_bounds(m, S, D, M, gpipe))
+            bound = np.minimum(bound, self._forward_only_bounds(rows, S, D, M, gpipe))
         overhead = np.array(
-            [self.model.overhead_s(shape.micro_batches * m) for shape, _ in candidates]
+            [
+                self.model.overhead_s(shape.micro_batches * shape.micro_batch_size)
+                for shape, _ in candidates
+            ]
         )
         return bound + overhead
 
     def _forward_only_bounds(
-        self, m: int, S: np.ndarray, D: np.ndarray, M: np.ndarray, gpipe: np.ndarray
+        self, rows: _Rows, S: np.ndarray, D: np.ndarray, M: np.ndarray, gpipe: np.ndarray
     ) -> np.ndarray:
         """A lower bound on every partition with q ≥ 1 forward-only stages (inf where there is
         none), the smallest over q of shift_q + the bound of its S − q training stages: every
@@ -563,20 +618,22 @@ class PhaseSearch:
         q that makes them smallest: enumerating hundreds of q for thousands of shapes costs
         more than the pruning it buys."""
         k, L = self.forward_only_layers, self.model.num_layers
-        costs = self.costs(m)
         mu = self.model.micro_batch_overhead_s
         # q: at least one, S − M for 1F1B, and one layer for each training stage; at most one
         # frozen layer per forward-only stage and one training stage.
         lowest = np.maximum.reduce([np.ones_like(S), np.where(gpipe, 1, S - M), S - (L - k)])
         highest = np.minimum(k, S - 1)
         counts = np.maximum(highest - lowest + 1, 0).astype(int)
-        average = M * (float((costs.fwd_s + costs.bwd_s).sum()) + S * mu) / S
-        frozen_fwd = float(costs.fwd_s[: k + 1].sum())
+        f = rows.stacked(lambda costs: costs.fwd_s)  # [group, layer]
+        b = rows.stacked(lambda costs: costs.bwd_s)
+        W = rows.spread((f + b).sum(axis=1))
+        average = M * (W + S * mu) / S
+        frozen_fwd = rows.spread(f[:, : k + 1].sum(axis=1))
         many = counts > FORWARD_ONLY_COUNTS
         # The cheap bound: the average and prefix terms at their smallest, micro-batch 0's
         # way through every stage (W + S·μ), and GPipe's two flow shops, each machine at
         # least its average, (W + S·μ)·(1 + (M − 1)/S).
-        trip = float((costs.fwd_s + costs.bwd_s).sum()) + S * mu
+        trip = W + S * mu
         cheap = np.maximum.reduce(
             [
                 average,
@@ -586,48 +643,52 @@ class PhaseSearch:
         )
         # Memory whatever q: every training layer alone with its fewest micro-batches in
         # flight (1F1B's last stage: 1, GPipe: M), and all layers over the S devices.
-        static, saved = costs.static_bytes, costs.saved_bytes_per_micro_batch
+        static = rows.stacked(lambda costs: costs.static_bytes)
+        saved = rows.stacked(lambda costs: costs.saved_bytes_per_micro_batch)
         limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
         fewest = np.where(gpipe, M, 1.0)
-        counts_in_flight, where = np.unique(fewest, return_inverse=True)  # one max per count
-        alone = np.array([float((static[k:] + n * saved[k:]).max()) for n in counts_in_flight])
-        alone = alone[where]
-        fits = (alone <= limit) & (float(static.sum()) + fewest * float(saved.sum()) <= S * limit)
+        alone = _largest_layer(rows, fewest, static[:, k:], saved[:, k:])
+        total = rows.spread(static.sum(axis=1)) + fewest * rows.spread(saved.sum(axis=1))
+        fits = (alone <= limit) & (total <= S * limit)
         bound = np.where(many & fits, cheap, np.inf)
         counts = np.where(many, 0, counts)
         row = np.repeat(np.arange(len(S)), counts)
         if row.size == 0:
             return bound
         q = lowest[row] + (np.arange(row.size) - np.repeat(np.cumsum(counts) - counts, counts))
-        active = _View(_training_layers(costs, k), 0, 0, "training")
-        shift = float(costs.fwd_s[:k].sum()) + q * mu
+        expanded = rows.take(row, rows.views)
+        training = tuple(
+            _View(_training_layers(view.costs, k), 0, 0, "training") for view in rows.views
+        )
+        active = rows.take(row, training)
+        shift = expanded.spread(f[:, :k].sum(axis=1)) + q * mu
         values = shift + self._pipeline_bounds(
             active, S[row] - q, S[row], D[row], M[row], gpipe[row]
         )
         # Stages 0..q hold layers 0..k between them, each running M forwards.
-        prefix = M[row] * (frozen_fwd + (q + 1) * mu) / (q + 1)
+        prefix = M[row] * (frozen_fwd[row] + (q + 1) * mu) / (q + 1)
         # GPipe, all S stages as two flow shops: the forwards through every stage (the
         # busiest at least stages 0..q's average and the largest layer's), then the
         # backwards through the training stages (the busiest at least their average and
         # the largest layer's), then the first training stage's tail.
-        f, b = costs.fwd_s, costs.bwd_s
-        f_max = np.maximum(prefix / M[row], float(f.max()) + mu)
-        b_max = np.maximum(float(b.sum()) / (S[row] - q), float(b.max()))
-        tail = self._first_stage_tail(costs, k, S[row], D[row])
+        f_max = np.maximum(prefix / M[row], expanded.spread(f.max(axis=1) + mu))
+        b_sum, b_largest = expanded.spread(b.sum(axis=1)), expanded.spread(b.max(axis=1))
+        b_max = np.maximum(b_sum / (S[row] - q), b_largest)
+        tail = self._first_stage_tail(expanded, k, S[row], D[row])
         flow = np.where(gpipe[row], trip[row] + (M[row] - 1) * (f_max + b_max) + tail, 0.0)
         np.minimum.at(bound, row, np.maximum.reduce([values, average[row], prefix, flow]))
         return bound
 
     def _pipeline_bounds(
         self,
-        view: _View,
+        rows: _Rows,
         S: np.ndarray,
         S_map: np.ndarray,
         D: np.ndarray,
         M: np.ndarray,
         gpipe: np.ndarray,
     ) -> np.ndarray:
-        """The schedule's bound of S training stages over `view`'s layers, on the links of
+        """The schedule's bound of S training stages over `rows`' layers, on the links of
         the (S_map, D) rank map (inf where no partition may fit memory). With stage 0 holding
         at least layers 0..k (the frozen prefix and the first active layer), Σc = W + S·μ, and
         c_max, F_max, B_max bounded below by the
@@ -641,28 +702,31 @@ class PhaseSearch:
         - 1F1B: Σc + (M−1)·B_0 + (M − nF_0)·F_0 and Σc + (M − min(S, M))·c_max; GPipe: Σc +
           (M−1)·(F_max + B_max);
         - all-reduce terms (`_allreduce_bounds`)."""
-        costs, k, m = view.costs, view.first, view.costs.micro_batch_size
+        # The views of one call differ only in the micro-batch size.
+        k, first_computed = rows.views[0].first, rows.views[0].first_computed
         mu = self.model.micro_batch_overhead_s
-        f, b = costs.fwd_s, costs.bwd_s
+        f = rows.stacked(lambda costs: costs.fwd_s)  # [group, layer]
+        b = rows.stacked(lambda costs: costs.bwd_s)
         c = f + b
         # Ops include what they receive (`simulate.received_in_op`): Σc, the first stage's
         # ops and the largest ones grow by each boundary's cheapest transfers.
-        got = self._received_floors(m, S, S_map, D)
-        F0 = float(f[: k + 1].sum()) + mu + got.first_fwd
-        B0 = float(b[: k + 1].sum()) + got.first_bwd
-        Wf, Wb = float(f.sum()) + got.fwd, float(b.sum()) + got.bwd
+        got = self._received_floors(rows, S, S_map, D)
+        F0 = rows.spread(f[:, : k + 1].sum(axis=1) + mu) + got.first_fwd
+        B0 = rows.spread(b[:, : k + 1].sum(axis=1)) + got.first_bwd
+        Wf = rows.spread(f.sum(axis=1)) + got.fwd
+        Wb = rows.spread(b.sum(axis=1)) + got.bwd
         work = Wf + Wb + S * mu
-        windows = self._lightest_windows(costs, view.first_computed, S)
+        windows = self._lightest_windows(rows, first_computed, S)
         c_max = np.maximum.reduce(
             [
                 work / S,
-                np.full_like(S, c.max() + mu),
+                rows.spread(c.max(axis=1) + mu),
                 F0 + B0,
                 windows[0] + mu,
-                got.most_c + float(c[k:].min()) + mu,
+                got.most_c + rows.spread(c[:, k:].min(axis=1)) + mu,
             ]
         )
-        known = self._bottleneck(view, S, m)
+        known = self._bottleneck(rows, S)
         # No partition at all (more stages than the view's layers allow, e.g. the frozen
         # prefix in stage 0): inf, masked at the end (inf·0 would be NaN on the way).
         possible = np.ones(S.shape, dtype=bool) if known is None else np.isfinite(known)
@@ -671,18 +735,24 @@ class PhaseSearch:
         f_max = np.maximum.reduce(
             [
                 Wf / S + mu,
-                np.full_like(S, f.max() + mu),
+                rows.spread(f.max(axis=1) + mu),
                 F0,
                 windows[1] + mu,
-                got.most_fwd + float(f[k:].min()) + mu,
+                got.most_fwd + rows.spread(f[:, k:].min(axis=1)) + mu,
             ]
         )
         b_max = np.maximum.reduce(
-            [Wb / S, np.full_like(S, b.max()), B0, windows[2], got.most_bwd + float(b[k:].min())]
+            [
+                Wb / S,
+                rows.spread(b.max(axis=1)),
+                B0,
+                windows[2],
+                got.most_bwd + rows.spread(b[:, k:].min(axis=1)),
+            ]
         )
         if known is not None:
-            f_max = np.maximum(f_max, np.where(possible, self._bottleneck(view, S, m, "f"), 0.0))
-            b_max = np.maximum(b_max, np.where(possible, self._bottleneck(view, S, m, "b"), 0.0))
+            f_max = np.maximum(f_max, np.where(possible, self._bottleneck(rows, S, "f"), 0.0))
+            b_max = np.maximum(b_max, np.where(possible, self._bottleneck(rows, S, "b"), 0.0))
         bound = np.maximum(M * c_max, work / (1 - (1 - 1 / M) ** S))
         rest = 1 / (1 - (1 - 1 / M) ** np.maximum(S - 1, 1))
         balanced_first = np.where(S > 1, rest * work / (M + rest - 1), work)
@@ -697,11 +767,13 @@ class PhaseSearch:
         flow_shop = work + (M - 1) * np.maximum(f_max + b_max, c_max)
         bound = np.where(gpipe, np.maximum(bound, flow_shop), bound)
         rounds_all = np.where(M > S, (M - S - 1) // S + 1, 0)
-        z = _windows_from_zero_cached(S.tobytes(), M.tobytes())
+        # Per size: the cache then holds what recurs across a plan's phases (a long model's
+        # thousands of shapes in one key would rarely recur whole).
+        z = rows.by_group(lambda S, M: _windows_from_zero_cached(S.tobytes(), M.tobytes()), S, M)
         bound = np.where(gpipe, bound, np.maximum(bound, z * work))
         # Each term above ends with stage 0's all-reduce and optimizer (tail0): stage 0 holds
         # at least the first active layer's gradient.
-        bound = bound + self._first_stage_tail(costs, k, S_map, D)
+        bound = bound + self._first_stage_tail(rows, k, S_map, D)
         # The last stage's last op (the first all-reduce to start, stages end in reverse
         # order) follows micro-batch M−1's forward through every stage, the last forward of
         # the busiest stage (which ran M forwards and M − nF backwards before it) and, 1F1B,
@@ -715,42 +787,44 @@ class PhaseSearch:
             ),
         )
         bound = np.maximum(
-            bound, self._allreduce_bounds(costs, k, S, S_map, D, M, work, last_stage_end)
+            bound, self._allreduce_bounds(rows, k, S, S_map, D, M, work, last_stage_end)
         )
-        return np.where(possible & self._may_fit(costs, k, S, M, gpipe), bound, np.inf)
+        return np.where(possible & self._may_fit(rows, k, S, M, gpipe), bound, np.inf)
 
     def _may_fit(
-        self, costs: PhaseCosts, k: int, S: np.ndarray, M: np.ndarray, gpipe: np.ndarray
+        self, rows: _Rows, k: int, S: np.ndarray, M: np.ndarray, gpipe: np.ndarray
     ) -> np.ndarray:
         """Necessary for some partition to fit memory (§4.6): stage 0 with layers 0..k and
         its in-flight micro-batches; every layer alone with the fewest in flight (1 for
         1F1B's last stage, M for GPipe); all layers over S devices."""
-        static, saved = costs.static_bytes, costs.saved_bytes_per_micro_batch
+        static = rows.stacked(lambda costs: costs.static_bytes)  # [group, layer]
+        saved = rows.stacked(lambda costs: costs.saved_bytes_per_micro_batch)
         limit = self.memory_limit_bytes * (1 + 1e-9) + 2.0  # rounding slack
         fewest = np.where(gpipe, M, 1.0)
         first = np.where(gpipe, M, np.minimum(S, M))
-        stage0 = float(static[: k + 1].sum()) + first * float(saved[: k + 1].sum())
-        counts, where = np.unique(fewest, return_inverse=True)
-        alone = np.array([float((static + n * saved).max()) for n in counts])[where]
-        total = float(static.sum()) + fewest * float(saved.sum())
+        stage0 = rows.spread(static[:, : k + 1].sum(axis=1)) + first * rows.spread(
+            saved[:, : k + 1].sum(axis=1)
+        )
+        alone = _largest_layer(rows, fewest, static, saved)
+        total = rows.spread(static.sum(axis=1)) + fewest * rows.spread(saved.sum(axis=1))
         return (stage0 <= limit) & (alone <= limit) & (total <= S * limit)
 
-    def _lightest_windows(
-        self, costs: PhaseCosts, first_computed: int, S: np.ndarray
-    ) -> tuple[np.ndarray, ...]:
-        """Per S, the lightest sum of c, fwd and bwd over ⌈L_c/S⌉ consecutive computed
-        layers (L_c of them, from `first_computed`: cached layers cost nothing)."""
-        per_layer = np.stack([costs.fwd_s + costs.bwd_s, costs.fwd_s, costs.bwd_s])
-        per_layer = per_layer[:, first_computed:]
-        n = per_layer.shape[1]
-        prefix = np.concatenate([np.zeros((3, 1)), np.cumsum(per_layer, axis=1)], axis=1)
+    def _lightest_windows(self, rows: _Rows, first_computed: int, S: np.ndarray) -> np.ndarray:
+        """[c, fwd, bwd; row]: per S, the lightest sum of c, fwd and bwd over ⌈L_c/S⌉
+        consecutive computed layers (L_c of them, from `first_computed`: cached layers cost
+        nothing) of the row's layers."""
+        per_layer = np.stack([view.per_layer() for view in rows.views])
+        per_layer = per_layer[:, :, first_computed:]  # [group, kind, layer]
+        n = per_layer.shape[2]
+        zeros = np.zeros((*per_layer.shape[:2], 1))
+        prefix = np.concatenate([zeros, np.cumsum(per_layer, axis=2)], axis=2)
         widths, where = np.unique(np.ceil(n / S).astype(int), return_inverse=True)
-        # [kind, width, start]: every window of each width at once (inf past the end).
+        # [group, kind, width, start]: every window of each width at once (inf past the end).
         starts = np.arange(n + 1)
         ends = starts[None, :] + widths[:, None]
-        sums = prefix[:, np.minimum(ends, n)] - prefix[:, starts][:, None, :]
-        lightest = np.where(ends <= n, sums, np.inf).min(axis=2)
-        return tuple(lightest[:, where])
+        sums = prefix[:, :, np.minimum(ends, n)] - prefix[:, :, starts][:, :, None, :]
+        lightest = np.where(ends <= n, sums, np.inf).min(axis=3)
+        return lightest[rows.group, :, where].T
 
     def _crosses(self, S: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(packed, crosses): with S ≤ G devices per node whole pipelines share a node, and a
@@ -760,14 +834,10 @@ class PhaseSearch:
         packed = per_node >= S
         return packed, np.where(packed, per_node // np.maximum(S, 1) < D, D >= 2)
 
-    def _first_stage_tail(
-        self, costs: PhaseCosts, k: int, S: np.ndarray, D: np.ndarray
-    ) -> np.ndarray:
+    def _first_stage_tail(self, rows: _Rows, k: int, S: np.ndarray, D: np.ndarray) -> np.ndarray:
         """A lower bound on A_0 + O_0 (stage 0: the first that trains, on the (S, D) rank
-        map): it all-reduces at least layer k's gradient."""
-        first = float(costs.grad_bytes[k])
-        if first <= 0:
-            return np.zeros_like(S)
+        map): it all-reduces at least layer k's gradient (none: 0)."""
+        first = rows.spread(rows.stacked(lambda costs: costs.grad_bytes)[:, k])
         _, crosses = self._crosses(S, D)
         inter, intra = self.cluster.inter_node, self.model.intra_allreduce_link
         steps = 2 * (D - 1)
@@ -776,23 +846,28 @@ class PhaseSearch:
             for link in (inter, intra)
         ]
         alone = np.where(D > 1, np.where(crosses, ring[0], ring[1]), 0.0)
-        return alone + self.model.optimizer_s(first)
+        return np.where(first > 0, alone + self.model.optimizer_s(first), 0.0)
 
     def _received_floors(
-        self, m: int, S: np.ndarray, S_map: np.ndarray, D: np.ndarray
+        self, rows: _Rows, S: np.ndarray, S_map: np.ndarray, D: np.ndarray
     ) -> _Received:
         """Per row, lower bounds on what the S training stages (the last S of the (S_map, D)
         rank map) receive in their ops (`simulate.received_in_op`, `_received_table`);
         zeros for long models, whose thousands of rank maps would cost more than they prune."""
         if self.model.num_layers > DENSE_MAX_LAYERS or len(S) == 0:
             return _Received(*np.zeros((7, len(S))))
-        rows, table = self._received_table(m)
+        # [group, rank map, field, q]: every group's table (the rank maps are the phase's).
+        tables = np.stack(
+            [self._received_table(view.costs.micro_batch_size) for view in rows.views]
+        )
+        index_of = self._boundary_rates()[0]
         S_map = S_map.astype(int)
-        index = [rows[pair] for pair in zip(S_map.tolist(), D.astype(int).tolist(), strict=True)]
+        pairs = zip(S_map.tolist(), D.astype(int).tolist(), strict=True)
+        index = [index_of[pair] for pair in pairs]
         # The training stages are the last S: the first of them is stage S_map − S.
-        return _Received(*table[index, :, S_map - S.astype(int)].T)
+        return _Received(*tables[rows.group, index, :, S_map - S.astype(int)].T)
 
-    def _received_table(self, m: int) -> tuple[dict[tuple[int, int], int], np.ndarray]:
+    def _received_table(self, m: int) -> np.ndarray:
         """Per (S, D) rank map of this phase's shapes (the row) and q (stages q.. train),
         the fields of `_Received`: stage t's forward receives the activation over boundary
         t−1, its backward the gradient over boundary t, each at least its link's latency
@@ -800,7 +875,7 @@ class PhaseSearch:
         trains). Boundaries past a map's last stage (padding) carry nothing."""
         key = ("received", m)
         if key not in self._bottlenecks:
-            rows, latency, per_byte = self._boundary_rates()
+            _, latency, per_byte = self._boundary_rates()
             costs = self.costs(m)
             L = len(costs.boundary_bytes)
             inner = costs.boundary_bytes[: L - 1]  # positions 1..L−1: layer j−1's output
@@ -810,7 +885,8 @@ class PhaseSearch:
             fwd = np.where(crossed, latency + fewest * per_byte, 0.0)
             fewest = float(trained.min()) if trained.size else 0.0
             bwd = np.where(crossed & (trained.size > 0), latency + fewest * per_byte, 0.0)
-            shifted = np.pad(fwd[:, :-1], ((0, 0), (1, 0)))  # stage t's forward: boundary t−1
+            # Stage t's forward: boundary t−1 (np.pad would cost more than the table).
+            shifted = np.concatenate([np.zeros((len(fwd), 1)), fwd[:, :-1]], axis=1)
             by_stage = shifted + bwd
 
             def suffix_sum(x: np.ndarray) -> np.ndarray:
@@ -831,7 +907,7 @@ class PhaseSearch:
                 ],
                 axis=1,
             )
-            self._bottlenecks[key] = (rows, table)
+            self._bottlenecks[key] = table
         return self._bottlenecks[key]
 
     def _boundary_rates(self) -> tuple[dict[tuple[int, int], int], np.ndarray, np.ndarray]:
@@ -845,7 +921,7 @@ class PhaseSearch:
 
     def _allreduce_bounds(
         self,
-        costs: PhaseCosts,
+        rows: _Rows,
         k: int,
         S: np.ndarray,
         S_map: np.ndarray,
@@ -866,7 +942,8 @@ class PhaseSearch:
         - A node link all the all-reduces cross (or, with S > G, the busiest node's link at
           its average share) carries their bytes after `release`."""
         model, cluster = self.model, self.cluster
-        G = float(costs.grad_bytes.sum())
+        grads = rows.stacked(lambda costs: costs.grad_bytes)  # [group, layer]
+        G = rows.spread(grads.sum(axis=1))
         per_node = cluster.devices_per_node
         packed, crosses = self._crosses(S_map, D)
         inter, intra = cluster.inter_node, model.intra_allreduce_link
@@ -885,35 +962,44 @@ class PhaseSearch:
         share = G / S
         busiest = release + np.where(share > 0, lat + rate * share, 0.0) + omega * share
         # Every stage holds an active layer; with parameters in each, every stage all-reduces.
-        active = costs.grad_bytes[k:]
-        every = bool((active > 0).all())
-        own = (M * work + (rate + omega) * G) / S + (lat if every else 0.0)
+        every = rows.spread((grads[:, k:] > 0).all(axis=1))
+        own = (M * work + (rate + omega) * G) / S + np.where(every, lat, 0.0)
         bound = np.maximum(busiest, own)
-        if G <= 0:
-            return bound
         nodes_used = np.maximum(np.ceil(D * S_map / per_node), 1)
         link_bytes = np.where(packed, steps / D * G, steps * G / nodes_used)
         link = release + latency(inter) + link_bytes / inter.bandwidth_bytes_per_s
-        return np.where(crosses, np.maximum(bound, link), bound)
+        # Without gradient bytes no link carries any.
+        return np.where(crosses & (G > 0), np.maximum(bound, link), bound)
 
-    def _bottleneck(self, view: _View, S: np.ndarray, m: int, kind: str = "c") -> np.ndarray | None:
-        """Per S, the exact smallest largest stage sum of c (fwd + bwd + μ), "f" (fwd + μ) or
-        "b" (bwd) over the partitions of `view`'s layers (memory and transfers ignored, so a
-        lower bound on the largest stage's); None for long models, where the DP would cost
-        more than it saves."""
+    def _bottleneck(self, rows: _Rows, S: np.ndarray, kind: str = "c") -> np.ndarray | None:
+        """Per row, the exact smallest largest stage sum of c (fwd + bwd + μ), "f" (fwd + μ)
+        or "b" (bwd) over the partitions of its layers into S stages (memory and transfers
+        ignored, so a lower bound on the largest stage's); None for long models, where the DP
+        would cost more than it saves."""
         if self.model.num_layers > DENSE_MAX_LAYERS:
             return None
-        key = (view.name, kind, m)
-        if key not in self._bottlenecks:  # the three kinds in one DP: each is asked for
-            costs = view.costs
-            per_layer = np.stack([costs.fwd_s + costs.bwd_s, costs.fwd_s, costs.bwd_s])
-            most = min(self.most_stages, len(costs.fwd_s))
-            values = bottlenecks(per_layer, view.first + 1, most)
+        return self._bottleneck_tables(rows.views, kind)[rows.group, S.astype(int) - 1]
+
+    def _bottleneck_tables(self, views: tuple[_View, ...], kind: str) -> np.ndarray:
+        """[view, S − 1]: `_bottleneck` of each view's layers, kept per (view, kind, m). The
+        three kinds of every view not kept yet are one DP (rows of `partition.bottlenecks`):
+        each kind is asked for."""
+
+        def key(view: _View, name: str) -> tuple[str, str, int]:
+            return (view.name, name, view.costs.micro_batch_size)
+
+        missing = [view for view in views if key(view, kind) not in self._bottlenecks]
+        if missing:
+            per_layer = np.concatenate([view.per_layer() for view in missing])
+            most = min(self.most_stages, len(missing[0].costs.fwd_s))
+            values = bottlenecks(per_layer, missing[0].first + 1, most)
             mu = self.model.micro_batch_overhead_s
-            for row, (name, overhead) in enumerate((("c", mu), ("f", mu), ("b", 0.0))):
-                # Prefix sums in the DP: a hair of slack keeps the value a lower bound.
-                self._bottlenecks[(view.name, name, m)] = values[row] * (1 - 1e-12) + overhead
-        return self._bottlenecks[key][S.astype(int) - 1]
+            for index, view in enumerate(missing):
+                for row, (name, overhead) in enumerate((("c", mu), ("f", mu), ("b", 0.0))):
+                    # Prefix sums in the DP: a hair of slack keeps the value a lower bound.
+                    value = values[3 * index + row] * (1 - 1e-12) + overhead
+                    self._bottlenecks[key(view, name)] = value
+        return np.stack([self._bottlenecks[key(view, kind)] for view in views])
 
     # ------------------------------------------------------------------ one shape
 
@@ -1009,15 +1095,18 @@ class PhaseSearch:
 
     def _suffix_bottleneck(self, m: int) -> np.ndarray | None:
         """`partition.suffix_bottlenecks` of stage work at m, with a hair of slack (prefix
-        sums); None for long models, where the O(L³) table would cost more than it saves."""
+        sums); None for long models, where the O(L³) table would cost more than it saves.
+        Built for every micro-batch size of this phase's shapes at once (one DP)."""
         if self.model.num_layers > DENSE_MAX_LAYERS:
             return None
-        key = ("suffix", m)
-        if key not in self._bottlenecks:
-            costs = self.costs(m)
-            table = suffix_bottlenecks(costs.fwd_s + costs.bwd_s, self.most_stages)
-            self._bottlenecks[key] = table * (1 - 1e-12)
-        return self._bottlenecks[key]
+        if ("suffix", m) not in self._bottlenecks:
+            sizes = {shape.micro_batch_size for shape in self.shapes()} | {m}
+            missing = sorted(size for size in sizes if ("suffix", size) not in self._bottlenecks)
+            work = [self.costs(size).fwd_s + self.costs(size).bwd_s for size in missing]
+            tables = suffix_bottlenecks(np.stack(work), self.most_stages)
+            for size, table in zip(missing, tables, strict=True):
+                self._bottlenecks[("suffix", size)] = table * (1 - 1e-12)
+        return self._bottlenecks[("suffix", m)]
 
     def _shared_links(self, ranks: tuple[tuple[int, ...], ...]) -> np.ndarray:
         """Per node link crossed by two or more stages' all-reduces (deduplicated): which."""
