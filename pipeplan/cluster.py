@@ -124,8 +124,21 @@ def format_bandwidth(bytes_per_s: float) -> str:
 
 
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
-    """Bytes per second from '15.75GB/s', '100Gbit/s', '10Gbps', '12GiB/s' or a bare number."""
+    """Bytes per second from '15.75GB/s', '100Gbit/s', '10Gbps', '12GiB/s', '5B/s', or a
+    number (int or float: already bytes/s, as a cluster file's fields and the Python API's
+    numbers are). Text needs its unit:
+
+        parse_bandwidth("5GB/s")   # 5e9
+        parse_bandwidth(5e9)       # 5e9
+        parse_bandwidth("5")       # BadArgumentError: no unit
+    """
     value, unit = _split(text, what, "15.75GB/s, 100Gbit/s")
+    if isinstance(text, str) and not unit:
+        # '--intra-bw 5' was 5 bytes/s: the unit forgotten, not a link a million times slower
+        # than any real one, and the plan silently fell back to one device (thirty-second round).
+        raise BadArgumentError(
+            f"{what} {quoted(text)} has no unit: give it, e.g. {value:g}GB/s or {value * 8:g}Gbit/s"
+        )
     if unit and not unit.endswith(("/s", "ps")):  # '5GB' is a size: a typo, not 5 GB/s
         raise BadArgumentError(f"{what} {quoted(text)} is not a rate (use e.g. GB/s, Gbit/s, Gbps)")
     unit = unit.removesuffix("/s").removesuffix("ps")

@@ -3125,3 +3125,24 @@ def test_a_refusal_names_the_flag_given_not_one_derived_from_it(
     monkeypatch.chdir(tmp_path)  # where ./nonexist is not
     extra, fragments = NAMES_WHAT_WAS_GIVEN[case]
     refused([*BERT_TINY_ON, *extra], tmp_path, capsys, fragments)
+
+
+@pytest.mark.parametrize(
+    "command, flag, value, example",
+    [
+        ("plan", "--intra-bw", "5", "e.g. 5GB/s or 40Gbit/s"),
+        ("preview", "--intra-bw", "0.5", "e.g. 0.5GB/s or 4Gbit/s"),
+        ("plan", "--inter-bw", "100", "e.g. 100GB/s or 800Gbit/s"),
+        ("preview", "--inter-bw", "1e3", "e.g. 1000GB/s or 8000Gbit/s"),
+    ],
+)
+def test_a_rate_without_its_unit_is_refused(tmp_path, capsys, command, flag, value, example):
+    """Found by the thirty-second round: `plan --intra-bw 5` planned for a link of 5 bytes/s
+    (one device, the pipeline dropped, no word), while `--intra-bw 5GB` was refused as a size.
+    A rate flag needs its unit: a bare number is refused in one line naming the flag, with
+    the rate it likely meant in bytes and in bits. A rate with its unit is read as before."""
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = [command, "--profile", profile, "--nodes", "2", "--devices-per-node", "2", *PREVIEW]
+    out = ["--out", str(tmp_path / "p.json")] if command == "plan" else []
+    refused([*argv, *out, flag, value], tmp_path, capsys, (flag, f"'{value}' has no unit", example))
+    assert cli.main([*argv, *out, flag, f"{value}GB/s"]) == 0
