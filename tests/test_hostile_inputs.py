@@ -3076,12 +3076,46 @@ def test_a_plan_giving_a_device_more_than_a_ranks_share_is_refused(
     argv = ["run", "--model", "vit-digits", "--data", "digits", "--profile", profile]
     argv += ["--plan", "p.json", "--prepare-only", "--name", "a"]
     fragments = (
-        f"the plan gives each device {200 << 20} bytes (inputs.cluster.device_memory_bytes)",
-        f"node's 2 ranks has: {100 << 20} bytes (the profile's device.memory_bytes "
-        f"{200 << 20} shared by --devices-per-node 2)",
-        "re-plan without --device-memory, or with --device-memory 100MiB or less",
+        f"p.json: the plan gives each device {200 << 20} bytes "
+        "(inputs.cluster.device_memory_bytes)",
+        f"this run's 2 ranks has: {100 << 20} bytes (the profile's device.memory_bytes "
+        f"{200 << 20} shared by --nproc 2)",
+        "re-plan with --device-memory 100MiB or less",
     )
     refused(argv, tmp_path, capsys, fragments)
+
+
+def test_a_plan_from_a_profile_of_a_larger_host_is_refused(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-second round: a profile claiming a host of 1 TiB (another machine's,
+    or edited) made a plan giving each of 2 devices 512 GiB, and `run --plan` trained it on a
+    host of a few GiB: the memory check compared the plan with the profile's host, not this
+    one. A rank has no more than this host offers it (`cluster.rank_memory`), with a plan and
+    without: the plan is refused in one line naming it, its memory and a rank's here, and a
+    run of that profile without a plan plans for ranks of this host's share."""
+    from executor.planning import RunPlanner
+    from pipeplan.cluster import host_device_memory
+
+    monkeypatch.chdir(tmp_path)
+    vit = json.loads(shipped_profile("vit-digits", "cpu").read_text())
+    big = with_path(vit, ("device", "memory_bytes"), 1 << 40)
+    (tmp_path / "big.json").write_text(json.dumps(with_path(big, ("device", "hostname"), "big")))
+    plan = ["plan", "--profile", "big.json", "--devices-per-node", "2", *DIGITS_SHAPE]
+    assert cli.main([*plan, "-o", "p.json"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    here = host_device_memory("cpu")
+    run = ["run", "--model", "vit-digits", "--data", "digits", "--profile", "big.json"]
+    run += ["--prepare-only", "--name"]
+    fragments = (
+        f"p.json: the plan gives each device {1 << 39} bytes",
+        f"more than each of this run's 2 ranks has: {here // 2} bytes (this host's memory "
+        f"{here} shared by --nproc 2)",
+        f"re-plan with --device-memory {here // 2 >> 20}MiB or less",
+    )
+    refused([*run, "planned", "--plan", "p.json"], tmp_path, capsys, fragments)
+    assert cli.main([*run, "own", "--nproc", "2", *DIGITS_SHAPE[:2], "--epochs", "1"]) == 0
+    own = tmp_path / "runs" / "own"
+    cluster = RunPlanner.for_run(own, load(RunConfig, own / "run.json")).cluster
+    assert cluster.device_memory_bytes == here // 2
 
 
 BERT_TINY_ON = [
