@@ -545,15 +545,16 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig, where: str | Path) 
     # node: `check_plan_nodes`). A plan that gave each device more (--device-memory, a CPU
     # host's whole memory per device as plans did before the twenty-ninth round, or a profile
     # of a larger host: the thirty-second) chose layouts the ranks may not hold.
-    planned = plan.inputs.cluster.device_memory_bytes
-    has, source = rank_memory(cfg, profile)
+    cluster = plan.inputs.cluster
+    planned, per_node = cluster.device_memory_bytes, cluster.devices_per_node
+    has, source = rank_memory(cfg, profile, per_node, "--devices-per-node")
     if planned > has:
         # Re-planning without --device-memory is no advice where this host is the limit: the
         # profile would plan for its larger host again.
         raise BadArgumentError(
             f"{where}: the plan gives each device {planned} bytes "
-            f"(inputs.cluster.device_memory_bytes), more than each of this run's {cfg.nproc} "
-            f"ranks has: {has} bytes ({source}); re-plan with --device-memory "
+            f"(inputs.cluster.device_memory_bytes), more than each of a node's {per_node} "
+            f"ranks has here: {has} bytes ({source}); re-plan with --device-memory "
             f"{format_bytes(max(has >> 20 << 20, 1))} or less"  # whole MiB, as a user types
         )
     num_layers = len(profile.layers)

@@ -283,27 +283,31 @@ def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
     return cluster
 
 
-def rank_memory(config: RunConfig, profile: Profile) -> tuple[int, str | None]:
-    """The memory one rank of a local run has, for `run` with or without a plan: the
+def rank_memory(
+    config: RunConfig, profile: Profile, per_node: int | None = None, per_node_flag: str = "--nproc"
+) -> tuple[int, str | None]:
+    """The memory one rank of a run has, for `run` with or without a plan: the
     --device-memory given (the user's word; its source None), else what the profiled device
-    offers one of the --nproc ranks (`profile_device_memory`), but not more than this host's
-    device offers one (`host_device_memory`) by more than the planner's reserve. A profile is a
-    measurement of some host, maybe a larger one (or one edited to claim it): trusted alone,
-    `run --plan` ran a plan giving each rank 512 GiB on a 23 GiB host, and `run` planned its
-    own phases for such ranks (thirty-second round). The source says where the memory came
-    from, for messages.
+    offers one of the `per_node` ranks on a node (`profile_device_memory`; a local run's
+    --nproc, a plan's devices per node, named by `per_node_flag`), but not more than this
+    host's device offers one (`host_device_memory`) by more than the planner's reserve. A
+    profile is a measurement of some host, maybe a larger one (or one edited to claim it):
+    trusted alone, `run --plan` ran a plan giving each rank 512 GiB on a 23 GiB host, and
+    `run` planned its own phases for such ranks (thirty-second round). The source says where
+    the memory came from, for messages.
 
         memory, source = rank_memory(cfg, profile)
         # (12637995008, "this host's memory 25275990016 shared by --nproc 2")
+        rank_memory(cfg, profile, plan.inputs.cluster.devices_per_node, "--devices-per-node")
     """
     from pipeplan.costmodel import RESERVE_BYTES  # numpy: only for a run
 
     if config.device_memory_bytes is not None:
         return config.device_memory_bytes, None
-    nproc, kind = config.nproc, profile.device.kind
-    profiled = profile_device_memory(profile, nproc, "--nproc")
+    ranks, kind = per_node or config.nproc, profile.device.kind
+    profiled = profile_device_memory(profile, ranks, per_node_flag)
     here = host_device_memory(kind)
-    share = None if here is None else here if kind == "cuda" else here // nproc
+    share = None if here is None else here if kind == "cuda" else here // ranks
     # Within the planner's reserve of the profiled share this host is the profiled one: a
     # host's memory as reported differs by some pages between boots and kernels (the shipped
     # profiles' host had 73,728 bytes more than the machine that tests them), and the planner
@@ -311,10 +315,10 @@ def rank_memory(config: RunConfig, profile: Profile) -> tuple[int, str | None]:
     # for the profiled share still fit. Refusing a plan made here from a shipped profile, for
     # 36 KiB a rank, would say nothing true.
     if share is None or share >= profiled - RESERVE_BYTES[kind]:
-        return profiled, memory_source(profile, nproc, "--nproc")
+        return profiled, memory_source(profile, ranks, per_node_flag)
     if kind == "cuda":  # each rank has a GPU of its own
         return share, f"this host's GPU memory {here}"
-    return share, f"this host's memory {here} shared by --nproc {nproc}"
+    return share, f"this host's memory {here} shared by {per_node_flag} {ranks}"
 
 
 def host_device_memory(kind: str) -> int | None:

@@ -3078,8 +3078,8 @@ def test_a_plan_giving_a_device_more_than_a_ranks_share_is_refused(
     fragments = (
         f"p.json: the plan gives each device {200 << 20} bytes "
         "(inputs.cluster.device_memory_bytes)",
-        f"this run's 2 ranks has: {100 << 20} bytes (the profile's device.memory_bytes "
-        f"{200 << 20} shared by --nproc 2)",
+        f"node's 2 ranks has here: {100 << 20} bytes (the profile's device.memory_bytes "
+        f"{200 << 20} shared by --devices-per-node 2)",
         "re-plan with --device-memory 100MiB or less",
     )
     refused(argv, tmp_path, capsys, fragments)
@@ -3106,8 +3106,8 @@ def test_a_plan_from_a_profile_of_a_larger_host_is_refused(tmp_path, capsys, mon
     run += ["--prepare-only", "--name"]
     fragments = (
         f"p.json: the plan gives each device {1 << 39} bytes",
-        f"more than each of this run's 2 ranks has: {here // 2} bytes (this host's memory "
-        f"{here} shared by --nproc 2)",
+        f"more than each of a node's 2 ranks has here: {here // 2} bytes (this host's memory "
+        f"{here} shared by --devices-per-node 2)",
         f"re-plan with --device-memory {here // 2 >> 20}MiB or less",
     )
     refused([*run, "planned", "--plan", "p.json"], tmp_path, capsys, fragments)
