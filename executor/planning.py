@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
 from pipeplan import freeze, models
-from pipeplan.cluster import format_bytes, memory_source, profile_device_memory, run_cluster
+from pipeplan.cluster import format_bytes, rank_memory, run_cluster
 from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.fileio import CALIBRATION_FILE, write_atomic
@@ -539,20 +539,23 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig, where: str | Path) 
             "profile); pass the plan's profile with --profile or re-plan"
         )
     _check_identity(plan, profile_identity(profile))
-    # A rank has no more memory than the run would plan it with itself (`run_cluster`;
-    # --device-memory is refused beside --plan): the plan's node is a host whose memory its
-    # devices share (a local run is one node: `check_plan_nodes`). A plan that gave each
-    # device more (--device-memory, or a CPU host's whole memory per device as plans did
-    # before the twenty-ninth round) chose layouts the ranks may not hold.
+    # A rank has no more memory than the run would plan it with itself (`rank_memory`: the
+    # profiled device's share, never more than this host's; --device-memory is refused beside
+    # --plan): the plan's node is a host whose memory its devices share (a local run is one
+    # node: `check_plan_nodes`). A plan that gave each device more (--device-memory, a CPU
+    # host's whole memory per device as plans did before the twenty-ninth round, or a profile
+    # of a larger host: the thirty-second) chose layouts the ranks may not hold.
     cluster = plan.inputs.cluster
     planned, per_node = cluster.device_memory_bytes, cluster.devices_per_node
-    share = profile_device_memory(profile, per_node)
-    if planned > share:
+    has, source = rank_memory(cfg, profile, per_node, "--devices-per-node")
+    if planned > has:
+        # Re-planning without --device-memory is no advice where this host is the limit: the
+        # profile would plan for its larger host again.
         raise BadArgumentError(
-            f"the plan gives each device {planned} bytes (inputs.cluster.device_memory_bytes), "
-            f"more than each of a node's {per_node} ranks has: {share} bytes "
-            f"({memory_source(profile, per_node, '--devices-per-node')}); re-plan without "
-            f"--device-memory, or with --device-memory {format_bytes(share)} or less"
+            f"{where}: the plan gives each device {planned} bytes "
+            f"(inputs.cluster.device_memory_bytes), more than each of a node's {per_node} "
+            f"ranks has here: {has} bytes ({source}); re-plan with --device-memory "
+            f"{format_bytes(max(has >> 20 << 20, 1))} or less"  # whole MiB, as a user types
         )
     num_layers = len(profile.layers)
     for i, phase in enumerate(plan.phases):

@@ -13,9 +13,10 @@ named as on the command line without the dashes (or as the model's fields); path
 Each function builds its command's typed request (`ProfileRequest`, `PlanRequest`,
 `RunConfig`; docs/architecture.md §3.10), so a value is checked exactly as the command line
 checks it and a bad one raises `PipeplanError` with the command's one-line message (`--lr:
-Input should be greater than 0`). Sizes and bandwidths take numbers or text with units
-("100MiB", "15.75GB/s"). `import pipeplan` stays light: the package loads this module on the
-first call (`pipeplan.__getattr__`).
+Input should be greater than 0`). Sizes and bandwidths take numbers (bytes, bytes/s) or text
+with units ("100MiB", "15.75GB/s"; a rate's text needs its unit, as on the command line).
+`import pipeplan` stays light: the package loads this module on the first call
+(`pipeplan.__getattr__`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ they default to the documented constants of the format.
 from __future__ import annotations
 
 import math
+import os
 import re
 
 from pipeplan.errors import BadArgumentError, excerpt, quoted
@@ -124,8 +125,21 @@ def format_bandwidth(bytes_per_s: float) -> str:
 
 
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
-    """Bytes per second from '15.75GB/s', '100Gbit/s', '10Gbps', '12GiB/s' or a bare number."""
+    """Bytes per second from '15.75GB/s', '100Gbit/s', '10Gbps', '12GiB/s', '5B/s', or a
+    number (int or float: already bytes/s, as a cluster file's fields and the Python API's
+    numbers are). Text needs its unit:
+
+        parse_bandwidth("5GB/s")   # 5e9
+        parse_bandwidth(5e9)       # 5e9
+        parse_bandwidth("5")       # BadArgumentError: no unit
+    """
     value, unit = _split(text, what, "15.75GB/s, 100Gbit/s")
+    if isinstance(text, str) and not unit:
+        # '--intra-bw 5' was 5 bytes/s: the unit forgotten, not a link a million times slower
+        # than any real one, and the plan silently fell back to one device (thirty-second round).
+        raise BadArgumentError(
+            f"{what} {quoted(text)} has no unit: give it, e.g. {value:g}GB/s or {value * 8:g}Gbit/s"
+        )
     if unit and not unit.endswith(("/s", "ps")):  # '5GB' is a size: a typo, not 5 GB/s
         raise BadArgumentError(f"{what} {quoted(text)} is not a rate (use e.g. GB/s, Gbit/s, Gbps)")
     unit = unit.removesuffix("/s").removesuffix("ps")
@@ -249,21 +263,81 @@ def cluster_from_flags(
 
 def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
     """The cluster a local run plans for: its ranks on one node, links as profiled, each rank
-    limited to --device-memory, else to what the profiled device offers one rank
-    (`profile_device_memory`: the same as `pipeplan plan --devices-per-node N` gives, so a plan
-    made on this host with those flags is the run's own); the node's cache limited to
+    limited to what it has (`rank_memory`: --device-memory, else the profiled device's share,
+    the same as `pipeplan plan --devices-per-node N` gives, so a plan made on this host with
+    those flags is the run's own, but no more than this host's); the node's cache limited to
     --cache-budget.
 
         cluster = run_cluster(config, profile)   # config.nproc devices on one node
     """
-    return cluster_from_flags(
+    memory, source = rank_memory(config, profile)
+    cluster = cluster_from_flags(
         nodes=1,
         devices_per_node=config.nproc,
-        device_memory=config.device_memory_bytes,
+        device_memory=memory,
         cache_budget=config.cache_budget_bytes,
         profile=profile,
         devices_flag="--nproc",
     )
+    cluster._memory_source = source  # no flag gave it: messages say where it came from
+    return cluster
+
+
+def rank_memory(
+    config: RunConfig, profile: Profile, per_node: int | None = None, per_node_flag: str = "--nproc"
+) -> tuple[int, str | None]:
+    """The memory one rank of a run has, for `run` with or without a plan: the
+    --device-memory given (the user's word; its source None), else what the profiled device
+    offers one of the `per_node` ranks on a node (`profile_device_memory`; a local run's
+    --nproc, a plan's devices per node, named by `per_node_flag`), but not more than this
+    host's device offers one (`host_device_memory`) by more than the planner's reserve. A
+    profile is a measurement of some host, maybe a larger one (or one edited to claim it):
+    trusted alone, `run --plan` ran a plan giving each rank 512 GiB on a 23 GiB host, and
+    `run` planned its own phases for such ranks (thirty-second round). The source says where
+    the memory came from, for messages.
+
+        memory, source = rank_memory(cfg, profile)
+        # (12637995008, "this host's memory 25275990016 shared by --nproc 2")
+        rank_memory(cfg, profile, plan.inputs.cluster.devices_per_node, "--devices-per-node")
+    """
+    from pipeplan.costmodel import RESERVE_BYTES  # numpy: only for a run
+
+    if config.device_memory_bytes is not None:
+        return config.device_memory_bytes, None
+    ranks, kind = per_node or config.nproc, profile.device.kind
+    profiled = profile_device_memory(profile, ranks, per_node_flag)
+    here = host_device_memory(kind)
+    share = None if here is None else here if kind == "cuda" else here // ranks
+    # Within the planner's reserve of the profiled share this host is the profiled one: a
+    # host's memory as reported differs by some pages between boots and kernels (the shipped
+    # profiles' host had 73,728 bytes more than the machine that tests them), and the planner
+    # keeps the reserve free on each device for what it does not count, so layouts planned
+    # for the profiled share still fit. Refusing a plan made here from a shipped profile, for
+    # 36 KiB a rank, would say nothing true.
+    if share is None or share >= profiled - RESERVE_BYTES[kind]:
+        return profiled, memory_source(profile, ranks, per_node_flag)
+    if kind == "cuda":  # each rank has a GPU of its own
+        return share, f"this host's GPU memory {here}"
+    return share, f"this host's memory {here} shared by {per_node_flag} {ranks}"
+
+
+def host_device_memory(kind: str) -> int | None:
+    """The memory of one device of this host, measured as `pipeplan profile` records a
+    profile's `device.memory_bytes`: a GPU's own (cuda: the current one), or the host's
+    physical memory (cpu, which its ranks share); None where it cannot be told (no GPU here).
+
+        host_device_memory("cpu")    # 25275990016
+    """
+    if kind == "cuda":
+        import torch  # only here: plan and preview never ask, and stay light
+
+        if not torch.cuda.is_available():
+            return None
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # not a POSIX host that tells
+        return None
 
 
 def profile_device_memory(

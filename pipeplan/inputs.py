@@ -240,10 +240,13 @@ class PlanRequest(Strict):
             + format_bandwidth(DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S),
             needs=NO_CLUSTER_FILE,
         ),
-    ] = Field(None, description="Intra-node bandwidth, in bytes/s.")
+    ] = Field(None, description="Intra-node bandwidth (bytes/s in the plan).")
     inter_bandwidth_bytes_per_s: Annotated[
         PosFloat, Flag("--inter-bw", unit="bandwidth", needs=NO_CLUSTER_FILE)
-    ] = Field(DEFAULT_INTER_BANDWIDTH_BYTES_PER_S, description="Inter-node bandwidth, in bytes/s.")
+    ] = Field(
+        DEFAULT_INTER_BANDWIDTH_BYTES_PER_S,
+        description="Inter-node bandwidth (bytes/s in the plan).",
+    )
     global_batch: PosInt = Field(256, description="Global batch, fixed across phases.")
     samples: PosInt = Field(
         50_000, description="Training-set size: steps per epoch = samples // global batch."

@@ -67,7 +67,9 @@ UNITS = {
         "16GiB, 512MB; a fraction of a unit rounds to whole bytes, and bytes are whole (1.5B is"
         " refused)",
     ),
-    "bandwidth": Unit("bandwidth", parse_bandwidth, format_bandwidth, "15.75GB/s, 10Gbit/s"),
+    "bandwidth": Unit(
+        "bandwidth", parse_bandwidth, format_bandwidth, "15.75GB/s, 10Gbit/s; the unit is needed"
+    ),
 }
 
 # Sources of a value the user did not type (click's ParameterSource names).

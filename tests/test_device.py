@@ -333,21 +333,28 @@ def test_recalibration_refuses_a_step_whose_parts_do_not_add_up():
 # ----------------------------------------------------------------------------- memory
 
 
-def _profile(kind: str):
+def _profile(kind: str, memory: int = 141 << 30):
     from executor.planning import profiles_dir
     from pipeplan.formats import Profile, load
 
     profile = load(Profile, profiles_dir() / "vit-digits@cpu-1t.json")
-    device = profile.device.model_copy(update={"kind": kind, "memory_bytes": 141 << 30})
+    device = profile.device.model_copy(update={"kind": kind, "memory_bytes": memory})
     return profile.model_copy(update={"device": device})
 
 
 def test_a_gpu_rank_may_use_its_whole_gpu_and_cpu_ranks_share_the_host():
-    from pipeplan.cluster import run_cluster
+    """A rank has the profiled device's memory (a GPU's whole, a CPU host's share), but no
+    more than this host's device offers (thirty-second round: `cluster.rank_memory`)."""
+    from pipeplan.cluster import host_device_memory, run_cluster
 
     cfg = RunConfig(name="m", model="vit-digits", nproc=8)
-    assert run_cluster(cfg, _profile("cuda")).device_memory_bytes == 141 << 30
-    assert run_cluster(cfg, _profile("cpu")).device_memory_bytes == (141 << 30) // 8
+    assert run_cluster(cfg, _profile("cuda", 1 << 30)).device_memory_bytes == 1 << 30
+    assert run_cluster(cfg, _profile("cpu", 1 << 30)).device_memory_bytes == (1 << 30) // 8
+    here = host_device_memory("cpu")
+    assert run_cluster(cfg, _profile("cpu", 1 << 50)).device_memory_bytes == here // 8
+    gpu = host_device_memory("cuda")  # None without a GPU: the profile's is all there is
+    expected = 1 << 50 if gpu is None else gpu
+    assert run_cluster(cfg, _profile("cuda", 1 << 50)).device_memory_bytes == expected
 
 
 def test_a_profile_of_another_device_kind_is_refused(tmp_path):

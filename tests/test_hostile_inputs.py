@@ -3077,12 +3077,45 @@ def test_a_plan_giving_a_device_more_than_a_ranks_share_is_refused(
     argv = ["run", "--model", "vit-digits", "--data", "digits", "--profile", profile]
     argv += ["--plan", "p.json", "--prepare-only", "--name", "a"]
     fragments = (
-        f"the plan gives each device {200 << 20} bytes (inputs.cluster.device_memory_bytes)",
-        f"node's 2 ranks has: {100 << 20} bytes (the profile's device.memory_bytes "
+        f"p.json: the plan gives each device {200 << 20} bytes "
+        "(inputs.cluster.device_memory_bytes)",
+        f"node's 2 ranks has here: {100 << 20} bytes (the profile's device.memory_bytes "
         f"{200 << 20} shared by --devices-per-node 2)",
-        "re-plan without --device-memory, or with --device-memory 100MiB or less",
+        "re-plan with --device-memory 100MiB or less",
     )
     refused(argv, tmp_path, capsys, fragments)
+
+
+def test_a_plan_from_a_profile_of_a_larger_host_is_refused(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-second round: a profile claiming a host of 1 TiB (another machine's,
+    or edited) made a plan giving each of 2 devices 512 GiB, and `run --plan` trained it on a
+    host of a few GiB: the memory check compared the plan with the profile's host, not this
+    one. A rank has no more than this host offers it (`cluster.rank_memory`), with a plan and
+    without: the plan is refused in one line naming it, its memory and a rank's here, and a
+    run of that profile without a plan plans for ranks of this host's share."""
+    from executor.planning import RunPlanner
+
+    monkeypatch.chdir(tmp_path)
+    vit = json.loads(shipped_profile("vit-digits", "cpu").read_text())
+    big = with_path(vit, ("device", "memory_bytes"), 1 << 40)
+    (tmp_path / "big.json").write_text(json.dumps(with_path(big, ("device", "hostname"), "big")))
+    plan = ["plan", "--profile", "big.json", "--devices-per-node", "2", *DIGITS_SHAPE]
+    assert cli.main([*plan, "-o", "p.json"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    here = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # as profiles record it
+    run = ["run", "--model", "vit-digits", "--data", "digits", "--profile", "big.json"]
+    run += ["--prepare-only", "--name"]
+    fragments = (
+        f"p.json: the plan gives each device {1 << 39} bytes",
+        f"more than each of a node's 2 ranks has here: {here // 2} bytes (this host's memory "
+        f"{here} shared by --devices-per-node 2)",
+        f"re-plan with --device-memory {here // 2 >> 20}MiB or less",
+    )
+    refused([*run, "planned", "--plan", "p.json"], tmp_path, capsys, fragments)
+    assert cli.main([*run, "own", "--nproc", "2", *DIGITS_SHAPE[:2], "--epochs", "1"]) == 0
+    own = tmp_path / "runs" / "own"
+    cluster = RunPlanner.for_run(own, load(RunConfig, own / "run.json")).cluster
+    assert cluster.device_memory_bytes == here // 2
 
 
 BERT_TINY_ON = [
@@ -3126,3 +3159,24 @@ def test_a_refusal_names_the_flag_given_not_one_derived_from_it(
     monkeypatch.chdir(tmp_path)  # where ./nonexist is not
     extra, fragments = NAMES_WHAT_WAS_GIVEN[case]
     refused([*BERT_TINY_ON, *extra], tmp_path, capsys, fragments)
+
+
+@pytest.mark.parametrize(
+    "command, flag, value, example",
+    [
+        ("plan", "--intra-bw", "5", "e.g. 5GB/s or 40Gbit/s"),
+        ("preview", "--intra-bw", "0.5", "e.g. 0.5GB/s or 4Gbit/s"),
+        ("plan", "--inter-bw", "100", "e.g. 100GB/s or 800Gbit/s"),
+        ("preview", "--inter-bw", "1e3", "e.g. 1000GB/s or 8000Gbit/s"),
+    ],
+)
+def test_a_rate_without_its_unit_is_refused(tmp_path, capsys, command, flag, value, example):
+    """Found by the thirty-second round: `plan --intra-bw 5` planned for a link of 5 bytes/s
+    (one device, the pipeline dropped, no word), while `--intra-bw 5GB` was refused as a size.
+    A rate flag needs its unit: a bare number is refused in one line naming the flag, with
+    the rate it likely meant in bytes and in bits. A rate with its unit is read as before."""
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = [command, "--profile", profile, "--nodes", "2", "--devices-per-node", "2", *PREVIEW]
+    out = ["--out", str(tmp_path / "p.json")] if command == "plan" else []
+    refused([*argv, *out, flag, value], tmp_path, capsys, (flag, f"'{value}' has no unit", example))
+    assert cli.main([*argv, *out, flag, f"{value}GB/s"]) == 0

@@ -347,7 +347,8 @@ class RunConfig(Versioned):
         Flag(
             "--device-memory",
             unit="bytes",
-            default="one GPU's memory; on CPU the profiled host's memory / nproc",
+            default="one GPU's memory; on CPU the profiled host's memory / nproc; no more "
+            "than this host's",
             needs=Needs(
                 "plan",
                 (None,),
