@@ -25,7 +25,9 @@ while the text goes on; what lies beyond is cut anyway. Padding is what the toke
 (its attention mask 0), written as `models.PADDING` in the ids, so a real token equal to the
 pad token (pad = eos, pad = unk) stays a token; the tokenizer's pad token must be the model's
 pad_token_id (what layer 0 embeds there), and the model carries the padding mask between
-stages (docs/architecture.md §4.17). A tokenizer slower than MAX_SECONDS_PER_CHAR a character
+stages (docs/architecture.md §4.17). A built-in model takes the tokenizer's bos, eos, sep and
+cls ids (what `generate` and the export read); a folder naming other tokens is warned about
+(`_special_ids_agree`). A tokenizer slower than MAX_SECONDS_PER_CHAR a character
 is refused.
 """
 
@@ -822,7 +824,7 @@ def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence, quiet: bool) 
     # count from the first token, a BERT-style head reads it, and a text was first cut to its
     # start (CHARS_PER_TOKEN a token). Decoder tokenizers often say 'left', for generation.
     tok.padding_side = tok.truncation_side = "right"
-    _check_pad_agrees(tok, seq, directory)
+    _special_ids_agree(tok, seq, directory, quiet)
     encoder = _Encoder(tok, length, directory, corpus.name)
 
     def split(held_out: bool) -> TensorPairs:
@@ -1412,11 +1414,32 @@ def _first(exc: BaseException) -> str:
     return excerpt(str(exc).strip().splitlines()[0]) if str(exc).strip() else type(exc).__name__
 
 
-def _check_pad_agrees(tok: Any, seq: LayerSequence, directory: Path) -> None:
-    """The tokenizer's pad token must be the model's pad_token_id (and, checked before, a
-    token of its `directory`'s vocabulary): layer 0 embeds pad_token_id where the tokenizer
-    padded, as transformers is given the tokenizer's ids, and a decoder classifier skips it
-    when pooling. `_check_pad_agrees(tok, seq, Path("tok"))`."""
+# The special tokens a model's config.json names by id, besides pad (`_special_ids_agree`),
+# each under the name the tokenizer gives its own id of that token (tok.eos_token_id, …).
+SPECIAL_ID_KEYS = ("bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id")
+# And those a generation config names (what `generate` starts with, stops at, pads with).
+GENERATION_ID_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def _special_ids_agree(tok: Any, seq: LayerSequence, directory: Path, quiet: bool) -> None:
+    """The model's special-token ids are the tokenizer's, as the run uses them:
+
+        _special_ids_agree(tok, seq, Path("tok"), quiet=False)
+
+    pad: the tokenizer's pad token must be the model's pad_token_id (and, checked before, a
+    token of its `directory`'s vocabulary), or the run is refused: layer 0 embeds
+    pad_token_id where the tokenizer padded, as transformers is given the tokenizer's ids,
+    and a decoder classifier skips it when pooling.
+    bos, eos, sep, cls (SPECIAL_ID_KEYS; bos, eos and pad of a generation config) only tell
+    `generate` and the exported files what the ids mean; nothing trained reads them. A
+    built-in model's are ours and arbitrary (gpt2-tiny's bos 1, eos 2): they become the
+    tokenizer's (None where it has no such token), in the config and in the generation
+    config, so the run's model/ and `pipeplan export`, each built through here, say them
+    alike. A model folder's are the user's: one naming another token than the tokenizer's
+    is said in one warning (unless `quiet`: a rank's build, an export), not refused, and
+    left as the folder says. Found by the thirty-second round: gpt2-tiny trained with a
+    tokenizer whose eos is [EOS] (0) exported eos_token_id 2, the word "good" of it, so
+    `generate` stopped at "good" and never at [EOS]."""
     pad, model_pad = tok.pad_token_id, seq.config.pad_token_id
     if pad is None:
         raise BadArgumentError(
@@ -1428,6 +1451,66 @@ def _check_pad_agrees(tok: Any, seq: LayerSequence, directory: Path) -> None:
             f"the tokenizer pads with id {pad} but the model's pad_token_id is {model_pad}; "
             "they must agree (set pad_token_id in the model's config.json)"
         )
+    hf_model = seq.hf_model
+    generation = getattr(hf_model, "generation_config", None)  # a decoder's
+    if config_path(seq.name) is None:  # a built-in: its ids become the tokenizer's
+        # What save_pretrained writes is the transformers model's config (a random build's
+        # is seq.config itself).
+        own = getattr(hf_model, "config", seq.config)
+        for config in (seq.config,) if own is seq.config else (seq.config, own):
+            for key in SPECIAL_ID_KEYS:
+                if key in config.to_dict():  # a key of its family (BERT's bos and eos: None)
+                    setattr(config, key, getattr(tok, key, None))
+        for key in GENERATION_ID_KEYS if generation is not None else ():
+            setattr(generation, key, getattr(tok, key, None))
+        return
+    if not quiet and (said := _other_special_ids(tok, seq, generation, directory)):
+        log.warning(
+            f"{'; '.join(said)}: generate and the exported model read these ids (training does "
+            f"not); set them to {directory}'s ids (null where it has no such token)"
+        )
+
+
+def _other_special_ids(tok: Any, seq: LayerSequence, generation: Any, directory: Path) -> list[str]:
+    """What of a model folder's config.json and generation_config.json names another token
+    than the tokenizer's (in `directory`) same special token (`_special_ids_agree`), a phrase
+    a file:
+
+        _other_special_ids(tok, seq, generation, Path("tok"))
+        # ["m/config.json: bos_token_id 1 is '[UNK]' (tok has no bos token), eos_token_id 2
+        #   is 'good' (tok's eos token is '[EOS]', 0)"]
+
+    An id outside the vocabulary is not said here: the export writes it as null (only a
+    family's default can be one, `models._drop_ids_outside_vocabulary`)."""
+    from pipeplan.models import generation_config_path
+
+    vocab = seq.config.vocab_size
+    sources = [(config_path(seq.name), seq.config, SPECIAL_ID_KEYS)]
+    path = generation_config_path(seq.name)
+    # Without the file, transformers derives the generation config from config.json: said once.
+    if generation is not None and path is not None and path.is_file():
+        sources.append((path, generation, GENERATION_ID_KEYS))
+    said = []
+    for where, settings, keys in sources:
+        phrases = []
+        for key in keys:
+            value, own = getattr(settings, key, None), getattr(tok, key, None)
+            ids = value if isinstance(value, list) else [] if value is None else [value]
+            if not ids or not all(type(i) is int and 0 <= i < vocab for i in ids):
+                continue  # none, or nulled at export
+            if own in ids:
+                continue  # eos a list: generation stops at any of them
+            token = key.removesuffix("_token_id")
+            names = ", ".join(repr(tok.convert_ids_to_tokens(i)) for i in ids)
+            theirs = (
+                f"{directory} has no {token} token"
+                if own is None
+                else f"{directory}'s {token} token is {getattr(tok, f'{token}_token')!r}, {own}"
+            )
+            phrases.append(f"{key} {quoted(value)} is {names} ({theirs})")
+        if phrases:
+            said.append(f"{where}: {', '.join(phrases)}")
+    return said
 
 
 def _check_special_tokens_known(tok: Any, directory: Path) -> None:

@@ -2683,3 +2683,95 @@ def test_a_pad_token_that_is_a_real_token_is_attended_to_and_learnt(tmp_path, pa
         ours = seq.loss(seq.forward(x), y)
     assert torch.equal(ours, theirs)  # bit for bit, as the layers are tested
     assert torch.equal(y, labels)
+
+
+def eos_tokenizer(directory: Path) -> Path:
+    """The thirty-second round's tokenizer: word-level, [EOS] id 0 its eos and pad token,
+    [UNK] id 1, the word 'good' id 2; no bos token."""
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import models as token_models
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["good", "bad", "great", "awful", "film", "movie", "the", "a", "is", "was", "plot"]
+    vocab = {"[EOS]": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(words)}}
+    tok = Tokenizer(token_models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="[EOS]", unk_token="[UNK]", eos_token="[EOS]"
+    )
+    fast.save_pretrained(directory)
+    return directory
+
+
+def eos_texts(path: Path, n: int) -> Path:
+    rows = [{"text": f"{w} film was {w} [EOS]"} for w in ["good", "bad", "awful", "great"] * n]
+    return write_jsonl(path, rows)
+
+
+def special_ids(folder: Path) -> list[tuple]:
+    """bos and eos of `folder`'s config.json and generation_config.json."""
+    files = [json.loads((folder / name).read_text()) for name in CONFIGS]
+    return [(f.get("bos_token_id"), f.get("eos_token_id")) for f in files]
+
+
+CONFIGS = ("config.json", "generation_config.json")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("model", ["gpt2-tiny", "llama-tiny"])
+def test_a_built_in_decoder_takes_the_tokenizers_bos_and_eos(tmp_path, capsys, model):
+    """Found by the thirty-second round: a built-in decoder trained with a tokenizer whose eos
+    is [EOS] (0), no bos, wrote the preset's bos 1 and eos 2 into the run's model/ and
+    `pipeplan export` (config.json and generation_config.json): [UNK] and the word 'good' of
+    that tokenizer, so `generate` stopped at 'good'. A built-in's ids are the tokenizer's now
+    (none where it has none), in both, alike; the pad id stays the checked one."""
+    tok = eos_tokenizer(tmp_path / "tok")
+    data = f"{eos_texts(tmp_path / 't.jsonl', 5)},{eos_texts(tmp_path / 'e.jsonl', 1)}"
+    measured = tmp_path / "p.json"
+    args = ["profile", model, "--seq-len", "8", "--task", "causal-lm", "--padding-mask"]
+    args += ["--warmup", "0", "--micro-batch-sizes", "1,2,4", "--repeats", "1"]
+    assert cli.main([*args, "--out", str(measured)]) == 0
+    argv = ["run", "--nproc", "1", "--model", model, "--data", data, "--tokenizer", str(tok)]
+    argv += ["--seq-len", "8", "--global-batch", "4", "--epochs", "1", "--profile", str(measured)]
+    argv += ["--max-steps-per-epoch", "1", "--name", "r", "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main(argv) == 0, capsys.readouterr()
+    run, out = tmp_path / "runs" / "r", tmp_path / "out"
+    assert cli.main(["export", str(run), "--out", str(out)]) == 0, capsys.readouterr()
+    for folder in (run / "model", out):
+        assert special_ids(folder) == [(None, 0), (None, 0)], folder
+        assert json.loads((folder / "config.json").read_text())["pad_token_id"] == 0
+    for name in CONFIGS:
+        assert (run / "model" / name).read_text() == (out / name).read_text()
+
+
+@pytest.mark.timeout(60)
+def test_a_model_folder_naming_other_tokens_than_its_tokenizer_is_said(tmp_path, capsys):
+    """Found by the thirty-second round: a config's bos and eos naming other tokens of the
+    run's tokenizer than its bos and eos ([UNK] and the word 'good' for none and [EOS]) were
+    trained and exported without a word, while a pad id that disagrees is refused. A model
+    folder's config is the user's: `run` says so in one warning line, naming each file and
+    id, and trains (the ids are generate's, nothing trained reads them); the folder's ids
+    are left as it says them."""
+    tok = eos_tokenizer(tmp_path / "tok")
+    folder = models.export(models.build("gpt2-tiny"), tmp_path / "g")  # bos 1, eos 2
+    assert special_ids(folder) == [(1, 2), (1, 2)]
+    measured = tmp_path / "p.json"
+    args = ["profile", str(folder), "--seq-len", "8", "--task", "causal-lm", "--padding-mask"]
+    args += ["--warmup", "0", "--micro-batch-sizes", "1,2,4", "--repeats", "1"]
+    assert cli.main([*args, "--out", str(measured)]) == 0
+    data = f"{eos_texts(tmp_path / 't.jsonl', 5)},{eos_texts(tmp_path / 'e.jsonl', 1)}"
+    capsys.readouterr()
+    argv = ["run", "--prepare-only", "--model", str(folder), "--data", data, "--seq-len", "8"]
+    argv += ["--tokenizer", str(tok), "--profile", str(measured), "--global-batch", "4"]
+    assert cli.main([*argv, "--name", "r", "--runs-dir", str(tmp_path / "runs")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("pipeplan: WARNING: "), err
+    for name in CONFIGS:
+        said = (
+            f"{folder / name}: bos_token_id 1 is '[UNK]' ({tok} has no bos token), eos_token_id"
+            f" 2 is 'good' ({tok}'s eos token is '[EOS]', 0)"
+        )
+        assert said in err[0], err[0]
+    assert "generate and the exported model read these ids (training does not)" in err[0]
+    assert special_ids(folder) == [(1, 2), (1, 2)]
