@@ -654,9 +654,8 @@ class DataFile(Strict):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of its bytes.")
 
 
-# A training or eval set's length, as `executor.data.length` bounds it (1 << 40); each set
-# holds a sample at least (an empty one is refused before a run is prepared).
-SetLength = Annotated[int, Field(ge=1, le=MAX_SAMPLES)]
+# A set's length, as `executor.data.length` bounds it (1 << 40).
+SetLength = Annotated[int, Field(ge=0, le=MAX_SAMPLES)]
 
 
 class DataFacts(Strict):
@@ -666,7 +665,10 @@ class DataFacts(Strict):
     (`executor.task.check_data_facts`). A `__len__` that differed in the ranks trained another
     epoch than checked, or hung the run for --collective-timeout (thirty-second round)."""
 
-    train_samples: SetLength = Field(description="len() of the training set.")
+    # A run trains on a sample at least (`data.check_compatible`).
+    train_samples: Annotated[SetLength, Field(ge=1)] = Field(
+        description="len() of the training set."
+    )
     eval_samples: SetLength = Field(description="len() of the eval set.")
     num_labels: Count | None = Field(
         description="The classifier head's classes; null for a causal LM (its vocabulary)."
