@@ -936,7 +936,8 @@ def _as_task_data(result: Any, spec: str) -> TaskData:
 def length(dataset: Any, name: str, split: str) -> int:
     """`len(dataset)`, checked: a user's `__len__` may raise, or return -1 or 10**20 (then
     len() itself raises), or more samples than any sampler can index. Every len() of the
-    parent's on a user's set is this one: held as all its data code is (`_contained`)."""
+    parent's on a user's set is this one: held as all its data code is (`_contained`), and
+    the same count at every call (`_check_same_length`)."""
     doing = f"len() of the {split} set"
     with _contained(name, doing), _data_directory_on_path():
         try:
