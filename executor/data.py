@@ -33,6 +33,7 @@ import sysconfig
 import tempfile
 import threading
 import warnings
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -935,7 +936,8 @@ def _as_task_data(result: Any, spec: str) -> TaskData:
 def length(dataset: Any, name: str, split: str) -> int:
     """`len(dataset)`, checked: a user's `__len__` may raise, or return -1 or 10**20 (then
     len() itself raises), or more samples than any sampler can index. Every len() of the
-    parent's on a user's set is this one: held as all its data code is (`_contained`)."""
+    parent's on a user's set is this one: held as all its data code is (`_contained`), and
+    the same count at every call (`_check_same_length`)."""
     doing = f"len() of the {split} set"
     with _contained(name, doing), _data_directory_on_path():
         try:
@@ -946,7 +948,37 @@ def length(dataset: Any, name: str, split: str) -> int:
         raise BadArgumentError(
             f"data '{name}': the {split} set has {count} samples, beyond the limit of {MAX_SAMPLES}"
         )
+    _check_same_length(dataset, count, name, split)
     return count
+
+
+# The length each set gave at its first len() in this process, by id() while the set lives
+# (`_check_same_length`).
+_first_lengths: dict[int, int] = {}
+
+
+def _check_same_length(dataset: Any, count: int, name: str, split: str) -> None:
+    """Every len() of a set in a process gives what its first did: the checks, the epoch's
+    steps and the sampler each read it, and a `__len__` that changed between calls (256
+    twice, then 200) trained another epoch than the one checked, without a word (the
+    thirty-second round). A set that takes no weak reference (`__slots__`) is not followed.
+
+        _check_same_length(train, 200, "odd:load", "train")
+        # BadArgumentError: data 'odd:load': len() of the train set gave 200, and 256 before; …
+    """
+    key = id(dataset)
+    first = _first_lengths.get(key)
+    if first is None:
+        try:  # forgotten with the set: another object may take its id()
+            weakref.finalize(dataset, _first_lengths.pop, key, None)
+        except TypeError:
+            return
+        _first_lengths[key] = count
+    elif count != first:
+        raise BadArgumentError(
+            f"data '{name}': len() of the {split} set gave {count}, and {first} before; a "
+            "data set's length must not change while it is used"
+        )
 
 
 def item(dataset: Any, index: int, name: str, split: str) -> tuple[Any, Any]:

@@ -189,7 +189,7 @@ from executor.checkpoint import (
     read_manifest,
     remove_partial,
 )
-from executor.data import exits_raised, length
+from executor.data import exits_raised
 from executor.history import check_manifest_records, check_older_manifests
 from executor.planning import (
     RUN_PLAN,
@@ -207,8 +207,11 @@ from executor.task import (
     absolute_paths,
     build_task,
     check_data,
+    check_data_facts,
     check_data_kept,
+    data_facts,
     data_record,
+    read_data_record,
     read_run_config,
 )
 from executor.worker import (
@@ -248,6 +251,7 @@ from pipeplan.fileio import (
 )
 from pipeplan.formats import (
     CheckpointManifest,
+    DataFacts,
     PhaseRecord,
     Plan,
     Profile,
@@ -305,17 +309,21 @@ def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
     # Warnings (a head replaced, a plan for other epochs) only once the run is prepared: a
     # command refused in one line says nothing before it.
     with pipeplan_log.held():
-        planner = check_run(cfg, local)
-        return _make_run_directory(cfg, runs_root, planner)
+        planner, facts = check_run(cfg, local)
+        return _make_run_directory(cfg, runs_root, planner, facts)
 
 
-def _make_run_directory(cfg: RunConfig, runs_root: str | Path, planner: RunPlanner) -> Path:
-    """`prepare` once the checks passed: runs/NAME/ claimed, run.json and the copies."""
+def _make_run_directory(
+    cfg: RunConfig, runs_root: str | Path, planner: RunPlanner, facts: DataFacts
+) -> Path:
+    """`prepare` once the checks passed: runs/NAME/ claimed, run.json and the copies, and
+    data.json with what the checks saw of the data (`facts`), which each rank's must match."""
     # run.json records absolute paths: a resume, an export or another node (torchrun on a
     # shared file system) may start in another directory. The checks above name the paths
     # as they were given.
     cfg = absolute_paths(cfg)
-    record = data_record(cfg)  # hashed before the folder is claimed: a failure loses nothing
+    # Hashed before the folder is claimed: a failure loses nothing.
+    record = data_record(cfg, facts)
     run_dir = run_directory(runs_root, cfg.name)
     # Looked at before claiming (a claim leaves a .lock in the folder), and again after it
     # (another process may have filled it in between).
@@ -390,23 +398,28 @@ def check_run(
     cfg: RunConfig,
     local: bool = True,
     resumed: tuple[Path, CheckpointManifest, dict[str, torch.Tensor], list] | None = None,
-) -> RunPlanner:
+) -> tuple[RunPlanner, DataFacts]:
     """Everything a configuration must pass before any process starts, the same for a fresh
     run and a resume: ranks this host has (`local`; torchrun's world size is the launcher's),
     model and data, the freeze list, a first phase that can be planned. A resume (`resumed`:
     the run directory, its latest checkpoint's manifest and weights) is checked against the
     profile the run prices with, its checkpoint (and every kept one before it, with
     run.jsonl's records, the fourth item) against the run's steps and model, and the files the
-    run writes must be writable.
+    run writes must be writable. Returns the planner and what was checked of the data
+    (`data_facts`: data.json records it; a resume's data must give what the run started with).
 
-        planner = check_run(cfg)   # BadArgumentError with one line naming the flag
+        planner, facts = check_run(cfg)   # BadArgumentError with one line naming the flag
     """
     if local:
         check_local_ranks(cfg.nproc, cfg.device)
     elif cfg.device == "cuda":  # each rank checks its LOCAL_RANK against its own node's GPUs
         check_local_ranks(1, cfg.device)
     seq, data = build_task(cfg, from_checkpoint=resumed is not None)
-    samples = length(data.train, data.name, "train")  # the user's __len__, held (`length`)
+    facts = data_facts(data, seq)
+    if resumed is not None:  # the data the run started with (its ranks hold theirs to it too)
+        record = read_data_record(resumed[0])
+        check_data_facts(record and record.facts, facts, cfg.data, "the resume", resumed[0])
+    samples = facts.train_samples  # the user's __len__, held (`length`)
     if samples < cfg.global_batch:
         raise BadArgumentError(
             f"--global-batch {cfg.global_batch} is larger than the {samples} training samples"
@@ -452,7 +465,7 @@ def check_run(
     planner.check(seq)
     if resumed is not None:  # last: the checks above say more about a value that cannot run
         check_trained_with(resumed[1], cfg, resumed[0] / "run.json")
-    return planner
+    return planner, facts
 
 
 def launcher_nodes() -> int | None:

@@ -7,7 +7,8 @@ the padding-mask channel. `launch.prepare` and then every rank build the same wa
 same seed, so all ranks hold the same weights: the checkpoint's, a fresh head included.
 
     seq, data = build_task(cfg)                      # launch.prepare and every rank
-    record = data_record(cfg)                        # launch.prepare: runs/NAME/data.json
+    record = data_record(cfg, data_facts(data, seq))  # launch.prepare: runs/NAME/data.json
+    check_data_facts(record.facts, data_facts(data, seq), cfg.data, "rank 1")  # every rank
     found = data_modules_imported(cfg, known, seen)  # each rank, at each checkpoint …
     record = record_data_modules(run_dir, record, found)  # … rank 0 adds them to data.json
     check_data(run_dir, cfg)                         # a resume or export: the data unchanged
@@ -35,6 +36,7 @@ from executor.data import (
     data_task,
     helper_files,
     is_helper_file,
+    is_user_code,
     label_count,
     length,
     load_data,
@@ -52,7 +54,15 @@ from pipeplan.fileio import (
     stops_raised,
     write_atomic,
 )
-from pipeplan.formats import CheckpointManifest, DataFile, DataRecord, RunConfig, dumps, load
+from pipeplan.formats import (
+    CheckpointManifest,
+    DataFacts,
+    DataFile,
+    DataRecord,
+    RunConfig,
+    dumps,
+    load,
+)
 from pipeplan.formats.base import check_input_file
 from pipeplan.formats.presets import config_path
 from pipeplan.log import held
@@ -277,24 +287,93 @@ def check_recorded_paths(run_dir: Path, cfg: RunConfig) -> None:
                 )
 
 
-def data_record(cfg: RunConfig) -> DataRecord | None:
-    """What the run's data files hold now (sha256 of their bytes), and the label names text
-    data gives; None when the data reads no file. Called after build_task read them: for
-    `module:function` and `file.py:function` data the user's modules it brought in
-    (`data.helper_files`) are listed after its own file."""
+def data_record(cfg: RunConfig, facts: DataFacts) -> DataRecord | None:
+    """What the run's data files hold now (sha256 of their bytes), the label names text
+    data gives, and what the launcher checked of the data (`facts`, `data_facts`); None when
+    the data reads no file and is no code of yours (built-in data: the same in every
+    process). Called after build_task read them: for `module:function` and `file.py:function`
+    data the user's modules it brought in (`data.helper_files`) are listed after its own file.
+    An installed module's data has a record with no file: its facts.
+
+        record = data_record(cfg, data_facts(data, seq))   # launch.prepare: data.json
+    """
     from executor.checkpoint import file_sha256
 
     files = read_files(cfg)
     if not text.is_text_spec(cfg.data):  # the module first: `check_data_module` reads it there
         files += [p for p in helper_files(cfg.data) if p not in files]
-    if not files:
+    if not files and not is_user_code(cfg.data):
         return None
     names = label_names(cfg)
     try:
         hashed = [DataFile(path=str(p), sha256=file_sha256(p)) for p in files]
     except OSError as exc:
         raise InputFileError(f"{cfg.data}: cannot read the data ({exc})") from None
-    return DataRecord(data=cfg.data, files=hashed, label_names=names)
+    return DataRecord(data=cfg.data, files=hashed, label_names=names, facts=facts)
+
+
+# How `check_data_facts` says each fact of the data (None: a causal LM has no classes).
+FACT_WORDS = {
+    "train_samples": "{} training samples",
+    "eval_samples": "{} eval samples",
+    "num_labels": "{} classes",
+    "padded": "TaskData(padded={})",
+    "augmented": "TaskData(augmented={})",
+}
+
+
+def data_facts(data: TaskData, seq: LayerSequence) -> DataFacts:
+    """What the launcher checked of the run's data and model (`launch.check_run`): its sets'
+    lengths (`length`, as the checks read them), the head's classes, and whether it is
+    padded or augmented. data.json records them (`data_record`); each rank's own data must
+    give them again (`check_data_facts`).
+
+        data_facts(data, seq)   # DataFacts(train_samples=256, eval_samples=64, num_labels=10, …)
+    """
+    classifier = getattr(seq, "task", "classification") == "classification"
+    return DataFacts(
+        train_samples=length(data.train, data.name, "train"),
+        eval_samples=length(data.eval, data.name, "eval"),
+        num_labels=seq.num_labels if classifier else None,
+        padded=data.padded,
+        augmented=data.augmented,
+    )
+
+
+def check_data_facts(
+    recorded: DataFacts | None, got: DataFacts, spec: str, who: str, resumed: Path | None = None
+) -> None:
+    """The data a process built (`got`) is the data the launcher checked (`recorded`,
+    data.json's; None in a run prepared before it was recorded, or built-in data): every
+    rank calls `module:function` again, and one whose `__len__` differed (the process's
+    RANK, a file appended to, an unseeded subsample) trained another epoch than checked, or,
+    differing between ranks, hung the run for --collective-timeout, then named as a
+    collective's failure (the thirty-second round). `who` names the process as the line
+    says it: "rank 1" before its first collective; a resume's launcher gives its run
+    directory (`resumed`): the data must be what the run started with.
+
+        check_data_facts(record.facts, data_facts(data, seq), "lend:load", "rank 1")
+        # BadArgumentError: data 'lend:load' gave rank 1 512 training samples; the launcher
+        # checked 256: a data function must return the same data in every process
+    """
+    if recorded is None:
+        return
+    for field, words in FACT_WORDS.items():
+        mine, checked = getattr(got, field), getattr(recorded, field)
+        if mine == checked:
+            continue
+        said = words.format(mine) if mine is not None else "no classes (a causal LM)"
+        checked = "none" if checked is None else checked
+        if resumed is not None:
+            raise BadArgumentError(
+                f"data {quoted(spec)} gave {who} {said}; the run started with {checked} "
+                f"({resumed / DATA_RECORD}): a resume trains on the data its run started "
+                "with; restore it or start a new run"
+            )
+        raise BadArgumentError(
+            f"data {quoted(spec)} gave {who} {said}; the launcher checked {checked}: a data "
+            "function must return the same data in every process"
+        )
 
 
 def read_data_record(run_dir: Path) -> DataRecord | None:

@@ -39,7 +39,9 @@ from executor.planning import RunPlanner
 from executor.records import Recorder, step_loss, step_record, step_row
 from executor.task import (
     build_task,
+    check_data_facts,
     check_data_kept,
+    data_facts,
     data_modules_imported,
     read_data_record,
     record_data_modules,
@@ -362,6 +364,13 @@ class Trainer:
         # data is: its code may edit it too).
         self.data_record = read_data_record(run_dir)
         self.seq, self.data = build_task(cfg, quiet=True, from_checkpoint=resume)
+        # Each rank called the data's function again: what it got must be what the launcher
+        # checked (data.json's; on resume what the run started with), before any collective
+        # (a longer set on one rank hung the run for --collective-timeout: thirty-second
+        # round). Its lengths, read once here, are the ones this rank uses from now on.
+        self.facts = data_facts(self.data, self.seq)
+        recorded = self.data_record.facts if self.data_record else None
+        check_data_facts(recorded, self.facts, cfg.data, f"rank {self.rank}")
         warn_once_per_place(cfg.data, self.rank)  # the data's warnings as items are read
         keep_data_directory_on_path(cfg.data)  # and what they import as they are read
         # Your modules data.json lists and those this rank has found its data import since
@@ -377,7 +386,7 @@ class Trainer:
         self.use_cache = self.use_cache and cfg.cache
         if cfg.cache and not self.use_cache and self.rank == 0:
             log.warning("AutoCache off: %s", reason)
-        self.steps_per_epoch = cfg.steps_per_epoch(len(self.data.train))
+        self.steps_per_epoch = cfg.steps_per_epoch(self.facts.train_samples)
         self.total_steps = self.steps_per_epoch * cfg.epochs
         self.frozen_layers = 0
         self.step_index = 0  # global steps done
@@ -670,7 +679,7 @@ class Trainer:
         row = (layout.frozen_layers, tuple(sample.shape), sample.dtype)
         if self.cache is None:
             self.cache = ActivationCache(
-                len(self.data.train),
+                self.facts.train_samples,
                 self.cfg.cache_budget_bytes,  # per node: one cache serves the node
                 self.run_dir / "cache" / f"node{node}",
                 memory_dir=memory_dir,
@@ -724,7 +733,7 @@ class Trainer:
     def replica_order(self, epoch: int) -> torch.Tensor:
         """This replica's sample order for the epoch, from a seeded `DistributedSampler`."""
         sampler = DistributedSampler(
-            self.data.train,
+            range(self.facts.train_samples),  # its length alone: read once (`data_facts`)
             num_replicas=self.decision.layout.replicas,
             rank=self.runtime.topology.replica or 0,
             shuffle=True,
@@ -989,7 +998,7 @@ class Trainer:
         if len(finished) != epoch + 1:  # an epoch's record is missing: no trajectory to price
             return None
         batch = self.cfg.global_batch
-        samples = len(self.data.train)
+        samples = self.facts.train_samples
         if self.steps_per_epoch < samples // batch:  # --max-steps-per-epoch: a shorter epoch
             samples = self.steps_per_epoch * batch
         try:
@@ -1014,14 +1023,14 @@ class Trainer:
     def evaluate(self) -> tuple[float | None, float | None]:
         """Held-out (loss, accuracy) through the pipeline (forward only), summed over
         replicas: per sample for classification, per predicted token for a causal LM."""
-        if len(self.data.eval) == 0:
+        if self.facts.eval_samples == 0:
             return None, None
         runtime, replicas = self.runtime, self.decision.layout.replicas
         sums = torch.zeros(4, dtype=torch.float64)  # loss sum, losses, correct, predictions
         if runtime.topology.active:
             runtime.module.train(False)
             local = self.cfg.global_batch // replicas
-            indices = torch.arange(len(self.data.eval))[runtime.topology.replica :: replicas]
+            indices = torch.arange(self.facts.eval_samples)[runtime.topology.replica :: replicas]
             for start in range(0, len(indices), local):
                 sums += self.evaluate_batch(indices[start : start + local], local)
             runtime.module.train(True)

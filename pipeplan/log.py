@@ -165,7 +165,7 @@ def held() -> Iterator[None]:
     global batch larger than the data).
 
         with log.held():
-            planner = check_run(cfg)   # its warnings come out after it passes
+            planner, facts = check_run(cfg)   # its warnings come out after it passes
     """
     logger = logging.getLogger(LOGGER)
     hold, saved = _Held(), logger.handlers[:]

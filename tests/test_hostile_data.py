@@ -13,6 +13,7 @@ import os
 import shutil
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -1230,10 +1231,13 @@ def test_labels_that_look_alike_are_refused_by_run(made, tmp_path, capsys, accen
     refused(prepare(made, tmp_path, data), tmp_path, capsys, fragments)
 
 
-LABEL_EDITS = {  # label_names written into data.json (the data gives negative, positive)
+# label_names written into data.json (the data gives negative, positive). Another count of
+# names than the head's classes data.json records (`facts`, thirty-second round) is refused
+# by the format itself.
+LABEL_EDITS = {
     "swapped": (["positive", "negative"], "are not the names the run's data"),
-    "one added": (["negative", "positive", "zzz"], "are not the names the run's data"),
-    "one left out": (["negative"], "are not the names the run's data"),
+    "one added": (["negative", "positive", "zzz"], "num_labels 2 disagrees with the 3 label_names"),
+    "one left out": (["negative"], "num_labels 2 disagrees with the 1 label_names"),
     "removed": (None, "are not the names the run's data"),
     "one name twice": (["negative", "negative"], "'negative' more than once"),
 }
@@ -2717,6 +2721,73 @@ def special_ids(folder: Path) -> list[tuple]:
 CONFIGS = ("config.json", "generation_config.json")
 
 
+# A data module whose training set's length comes from the process: `{length}` is an
+# expression of `os.environ` (every rank has RANK; the launcher has none). Seeded items.
+RANK_LENGTH_MODULE = """
+import os
+import torch
+from executor.data import TaskData
+
+class DS:
+    def __init__(self, n, offset):
+        self.n, self.offset = n, offset
+    def __len__(self):
+        return self.n
+    def __getitem__(self, i):
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        g = torch.Generator().manual_seed(int(i) + self.offset)
+        return torch.rand(1, 8, 8, generator=g), torch.tensor((int(i) + self.offset) % 2)
+
+def load(seed=0):
+    return TaskData("len", DS({length}, 0), DS(32, 1000), num_labels=2)
+"""
+
+
+def _run_rank_length(tmp_path, capsys, monkeypatch, length: str, *more: str) -> tuple[str, float]:
+    """`pipeplan run` (not prepare-only) of RANK_LENGTH_MODULE with `length`, from tmp_path;
+    returns its only line, after asserting exit 2 and one line, and the seconds it took."""
+    name = "rt32_ranklen"
+    (tmp_path / f"{name}.py").write_text(RANK_LENGTH_MODULE.format(length=length))
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--epochs", "1"]
+    argv += ["--global-batch", "16", "--freeze", "none", "--name", "n", *more]
+    start = time.monotonic()
+    try:
+        code = cli.main(argv)
+    finally:
+        sys.modules.pop(name, None)
+    took = time.monotonic() - start
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("pipeplan: error: "), lines[0]
+    return lines[0], took
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_data_of_another_length_on_one_rank_is_refused_at_once(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-second round: `module:function` is called again by every rank, and
+    nothing compared what a rank got with what the launcher checked: a load() giving rank 1
+    512 training samples and rank 0 256 hung the run for --collective-timeout (rank 0's
+    epoch ended at step 16, rank 1's went on), then named a collective's timeout, not the
+    data. Each rank compares its data with data.json's facts before its first collective:
+    refused at once in one line naming rank 1 and both lengths."""
+    expr = '512 if os.environ.get("RANK") == "1" else 256'
+    line, took = _run_rank_length(
+        tmp_path, capsys, monkeypatch, expr, "--nproc", "2", "--collective-timeout", "120"
+    )
+    assert "rank 1" in line and "512 training samples" in line, line
+    assert "the launcher checked 256" in line and "rt32_ranklen:load" in line, line
+    assert took < 90, took  # not the collective timeout (120 s)
+    facts = json.loads((tmp_path / "runs" / "n" / "data.json").read_text())["facts"]
+    assert facts == {
+        "train_samples": 256, "eval_samples": 32, "num_labels": 2, "padded": False,
+        "augmented": False,
+    }  # fmt: skip
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("model", ["gpt2-tiny", "llama-tiny"])
@@ -2775,3 +2846,42 @@ def test_a_model_folder_naming_other_tokens_than_its_tokenizer_is_said(tmp_path,
         assert said in err[0], err[0]
     assert "generate and the exported model read these ids (training does not)" in err[0]
     assert special_ids(folder) == [(1, 2), (1, 2)]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_data_whose_length_only_the_ranks_see_is_refused(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-second round: a `__len__` of 128 under RANK and 256 in the
+    launcher trained 8 steps an epoch where the launcher checked 16 (a plan's --samples too),
+    with exit 0. The rank refuses its data in one line naming it and both lengths."""
+    expr = '128 if "RANK" in os.environ else 256'
+    line, _ = _run_rank_length(tmp_path, capsys, monkeypatch, expr, "--nproc", "1")
+    assert "rank 0 128 training samples" in line and "the launcher checked 256" in line, line
+
+
+@pytest.mark.timeout(60)
+def test_a_length_that_changes_between_calls_is_refused(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-second round: a `__len__` giving 256 twice, then 200, was checked
+    for one length and trained on another (12 steps an epoch, not 16), with exit 0. Every
+    len() of a set in a process must give its first: the launcher refuses it in one line,
+    and prepares nothing."""
+    name = "rt32_drift"
+    module = RANK_LENGTH_MODULE.format(length="256") + (
+        "\nDS.calls = 0\n"
+        "def _drifting(self):\n"
+        "    DS.calls += 1\n"
+        "    return self.n if DS.calls <= 2 or self.offset else 200\n"
+        "DS.__len__ = _drifting\n"
+    )
+    (tmp_path / f"{name}.py").write_text(module)
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--nproc", "1"]
+    argv += ["--global-batch", "16", "--name", "m", "--prepare-only"]
+    try:
+        assert cli.main(argv) == 2
+    finally:
+        sys.modules.pop(name, None)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeplan: error: "), lines
+    assert "len() of the train set gave 200, and 256 before" in lines[0], lines[0]
+    assert not (tmp_path / "runs").exists()

@@ -3150,3 +3150,29 @@ def test_a_resume_plans_on_with_the_profile_its_phase_was_priced_with(tmp_path, 
     assert planner.profile_file == CALIBRATED_PRICING.profile
     assert planner.profile == calibrated_profile()
     assert planner.pricing("solver").calibration == "online"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_resume_whose_data_gives_another_length_is_refused(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-second round (beside its rank lengths): `module:function` data is
+    loaded again by a resume, and one giving 80 training samples where the run started with
+    64 resumed on it with exit 0 (the epochs' cap kept its positions valid). data.json holds
+    what the launcher checked as the run started: the resume refuses other data in one line
+    naming data.json and both lengths, and changes nothing."""
+    name = "rt32_resumelen"
+    length = 'int(os.environ.get("RT32_LENGTH", "64"))'
+    module = test_hostile_data.RANK_LENGTH_MODULE.format(length=length)
+    (tmp_path / f"{name}.py").write_text(module)
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--nproc", "1"]
+    argv += ["--epochs", "1", "--max-steps-per-epoch", "1", "--global-batch", "16", "--name", "q"]
+    try:
+        assert cli.main(argv) == 0, capsys.readouterr().err[-3000:]
+        capsys.readouterr()
+        monkeypatch.setenv("RT32_LENGTH", "80")
+        run = tmp_path / "runs" / "q"
+        fragments = (f"gave the resume 80 training samples; the run started with 64 ({run}",)
+        refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragments)
+    finally:
+        sys.modules.pop(name, None)

@@ -80,6 +80,7 @@ from pipeplan.formats.report import (
 )
 from pipeplan.formats.run import (
     WARMUP_STEPS_PER_PHASE,
+    DataFacts,
     DataFile,
     DataRecord,
     EpochRecord,
@@ -160,6 +161,7 @@ __all__ = [
     "Cluster",
     "CommProfile",
     "Comparison",
+    "DataFacts",
     "DataFile",
     "DataRecord",
     "DeviceInfo",

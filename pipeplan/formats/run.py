@@ -32,6 +32,7 @@ from pipeplan.formats.base import (
     MAX_COUNT,
     MAX_EPOCHS,
     MAX_RECORD_BYTES,
+    MAX_SAMPLES,
     MAX_STEPS,
     NOT_A_FLAG,
     Bytes,
@@ -654,10 +655,37 @@ class DataFile(Strict):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of its bytes.")
 
 
+# A set's length, as `executor.data.length` bounds it (1 << 40).
+SetLength = Annotated[int, Field(ge=0, le=MAX_SAMPLES)]
+
+
+class DataFacts(Strict):
+    """What the launcher checked of the run's data as it prepared the run (`executor.task.
+    data_facts`): every rank loads the data again (`module:function` is called once in each
+    process) and compares what it got with these before its first collective
+    (`executor.task.check_data_facts`). A `__len__` that differed in the ranks trained another
+    epoch than checked, or hung the run for --collective-timeout (thirty-second round)."""
+
+    # A run trains on a sample at least (`data.check_compatible`).
+    train_samples: Annotated[SetLength, Field(ge=1)] = Field(
+        description="len() of the training set."
+    )
+    eval_samples: SetLength = Field(description="len() of the eval set.")
+    num_labels: Count | None = Field(
+        description="The classifier head's classes; null for a causal LM (its vocabulary)."
+    )
+    padded: bool = Field(description="TaskData.padded: token inputs padded with PADDING.")
+    augmented: bool = Field(description="TaskData.augmented: training items drawn at random.")
+
+
 class DataRecord(Versioned):
     """`runs/NAME/data.json`: what the run's data was when it started, so that a resume or an
     export refuses a data file edited since (a renamed label shifts every label id), or the
-    module of `module:function` data imported from another file."""
+    module of `module:function` data imported from another file; and what the launcher
+    checked of it (`facts`), which every rank's own load of the data must give too.
+
+        DataRecord(data="lend:load", files=[], facts=DataFacts(train_samples=256, …))
+    """
 
     schema_version: Literal[1] = 1
     data: DataText = Field(description="The run's --data.")
@@ -666,6 +694,12 @@ class DataRecord(Versioned):
     # the data reader takes it (which refuses one longer: `executor.text`).
     label_names: list[Annotated[str, AfterValidator(short)]] | None = Field(
         None, description="Named labels in id order, when the data names its labels."
+    )
+    # Absent (None) in a run prepared before it was recorded: its ranks compare nothing.
+    facts: DataFacts | None = Field(
+        None,
+        description="What the launcher checked of the data: its sets' lengths, classes and "
+        "kind; each rank refuses data of its own that differs.",
     )
 
     @field_validator("label_names")
@@ -679,6 +713,19 @@ class DataRecord(Versioned):
         if twice:
             raise ValueError(f"names the label {quoted(twice[0])} more than once")
         return value
+
+    @model_validator(mode="after")
+    def _one_name_a_class(self) -> DataRecord:
+        """Named labels name the head's classes, one each (`models.label_order` numbers them
+        onto its rows): a count edited apart from them would refuse every rank's data."""
+        names, facts = self.label_names, self.facts
+        classes = None if facts is None else facts.num_labels
+        if names is not None and classes is not None and classes != len(names):
+            raise ValueError(
+                f"facts.num_labels {classes} disagrees with the {len(names)} label_names: "
+                "each class has one name"
+            )
+        return self
 
 
 class RunSummary(Versioned):
