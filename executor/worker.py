@@ -356,13 +356,13 @@ class Trainer:
         self.cfg, self.run_dir, self.planner, self.device = cfg, run_dir, planner, device
         self.fit_profile = recalibrate
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        # Same weights everywhere: the checkpoint's (`resume`: the model folder's are then not
-        # read), or the folder's or drawn from the seed (a fresh head too); launch.prepare
-        # already gave the builder's notices once.
         # data.json as the run starts (the launcher checked it), with what checkpoints add:
         # their manifests record this, never data.json as edited since (read before the
         # data is: its code may edit it too).
         self.data_record = read_data_record(run_dir)
+        # Same weights everywhere: the checkpoint's (`resume`: the model folder's are then not
+        # read), or the folder's or drawn from the seed (a fresh head too); launch.prepare
+        # already gave the builder's notices once.
         self.seq, self.data = build_task(cfg, quiet=True, from_checkpoint=resume)
         # Each rank called the data's function again: what it got must be what the launcher
         # checked (data.json's; on resume what the run started with), before any collective
