@@ -904,6 +904,14 @@ def _takes_seed(func: Any) -> bool:
 def _as_task_data(result: Any, spec: str) -> TaskData:
     if isinstance(result, TaskData):
         data = result
+        # A dataclass takes any value: padded="false" (a true string) built the padding-mask
+        # model while data.json's facts read it as False (the thirty-third round).
+        for field in ("augmented", "padded"):
+            if type(getattr(data, field)) is not bool:
+                raise BadArgumentError(
+                    f"data {quoted(spec)}: TaskData's {field} is "
+                    f"{quoted(getattr(data, field))}; it must be True or False"
+                )
     elif isinstance(result, tuple | list) and len(result) in (2, 3):
         augmented = result[2] if len(result) == 3 else False
         if not isinstance(augmented, bool):

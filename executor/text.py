@@ -1447,9 +1447,17 @@ def _special_ids_agree(tok: Any, seq: LayerSequence, directory: Path, quiet: boo
             "(tokenizer.pad_token = ...) and save it again"
         )
     if pad != model_pad:
+        # A built-in has no config.json of the user's to edit (thirty-third round): its pad
+        # id is fixed as its embedding was built with it.
+        fix = (
+            "set pad_token_id in the model's config.json"
+            if config_path(seq.name) is not None
+            else f"{seq.name} pads with id {model_pad}: use a tokenizer whose pad token is "
+            f"id {model_pad}, or a model folder whose config.json says pad_token_id {pad}"
+        )
         raise BadArgumentError(
             f"the tokenizer pads with id {pad} but the model's pad_token_id is {model_pad}; "
-            "they must agree (set pad_token_id in the model's config.json)"
+            f"they must agree ({fix})"
         )
     hf_model = seq.hf_model
     generation = getattr(hf_model, "generation_config", None)  # a decoder's

@@ -712,7 +712,11 @@ class PartitionSpace:
             at = _span(j)
             f_max = np.maximum(f_max, self._tables["fwd"][k + 1][at])
             b_max = np.maximum(b_max, self._tables["bwd"][k + 1][at])
-        return node.sums[0] + F + B + below + (M - 1) * (f_max + b_max)
+        # An inf table (no memory-feasible rest) is no completion at all, with M = 1 too:
+        # 0·inf was NaN, which pruned nothing and printed numpy's warning (thirty-third round).
+        spread = f_max + b_max
+        flow = np.where(np.isinf(spread), np.inf, (M - 1) * np.where(np.isinf(spread), 0.0, spread))
+        return node.sums[0] + F + B + below + flow
 
     def bounds(
         self, k: int, i: np.ndarray, sums: tuple[np.ndarray, ...], limit: float = np.inf

@@ -226,6 +226,12 @@ def bad_augmented():
 def not_datasets():
     return 1, 2
 
+def string_augmented():
+    return TaskData("x", _pairs(2, 0), _pairs(2, 0), augmented="false")
+
+def string_padded():
+    return TaskData("x", _pairs(2, 0), _pairs(2, 0), padded="false")
+
 def int_labels():
     items = [(torch.zeros(32, dtype=torch.long), 1)]
     return items, items
@@ -279,6 +285,9 @@ def test_user_module_by_import_name(user_file, bert, monkeypatch):
         ("wrong_type", "returned int"),
         ("bad_augmented", "augmented"),
         ("not_datasets", "map-style dataset"),
+        # The thirty-third round: a true string built a padded model, recorded as not padded.
+        ("string_augmented", "TaskData's augmented is 'false'; it must be True or False"),
+        ("string_padded", "TaskData's padded is 'false'; it must be True or False"),
     ],
 )
 def test_user_function_errors(user_file, bert, function, match):

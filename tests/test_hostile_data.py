@@ -2689,9 +2689,9 @@ def test_a_pad_token_that_is_a_real_token_is_attended_to_and_learnt(tmp_path, pa
     assert torch.equal(y, labels)
 
 
-def eos_tokenizer(directory: Path) -> Path:
-    """The thirty-second round's tokenizer: word-level, [EOS] id 0 its eos and pad token,
-    [UNK] id 1, the word 'good' id 2; no bos token."""
+def eos_tokenizer(directory: Path, pad: str = "[EOS]") -> Path:
+    """The thirty-second round's tokenizer: word-level, [EOS] id 0 its eos and pad token
+    (`pad`: another), [UNK] id 1, the word 'good' id 2; no bos token."""
     from tokenizers import Tokenizer, pre_tokenizers
     from tokenizers import models as token_models
     from transformers import PreTrainedTokenizerFast
@@ -2701,7 +2701,7 @@ def eos_tokenizer(directory: Path) -> Path:
     tok = Tokenizer(token_models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="[EOS]", unk_token="[UNK]", eos_token="[EOS]"
+        tokenizer_object=tok, pad_token=pad, unk_token="[UNK]", eos_token="[EOS]"
     )
     fast.save_pretrained(directory)
     return directory
@@ -2814,6 +2814,23 @@ def test_a_built_in_decoder_takes_the_tokenizers_bos_and_eos(tmp_path, capsys, m
         assert json.loads((folder / "config.json").read_text())["pad_token_id"] == 0
     for name in CONFIGS:
         assert (run / "model" / name).read_text() == (out / name).read_text()
+
+
+@pytest.mark.timeout(60)
+def test_a_built_in_whose_pad_id_is_not_the_tokenizers_is_told_what_it_can_do(tmp_path, capsys):
+    """Found by the thirty-third round: gpt2-tiny with a tokenizer padding with [UNK] (id 1)
+    was told to "set pad_token_id in the model's config.json", which a built-in has not. The
+    line says the built-in's pad id and what can agree with it."""
+    tok = eos_tokenizer(tmp_path / "tok", pad="[UNK]")
+    data = f"{eos_texts(tmp_path / 't.jsonl', 5)},{eos_texts(tmp_path / 'e.jsonl', 1)}"
+    argv = ["run", "--nproc", "1", "--model", "gpt2-tiny", "--data", data, "--tokenizer", str(tok)]
+    argv += ["--seq-len", "8", "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    fragments = (
+        "the tokenizer pads with id 1 but the model's pad_token_id is 0",
+        "gpt2-tiny pads with id 0: use a tokenizer whose pad token is id 0, or a model folder "
+        "whose config.json says pad_token_id 1",
+    )
+    refused(argv, tmp_path, capsys, fragments)
 
 
 @pytest.mark.timeout(60)

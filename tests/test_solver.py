@@ -760,3 +760,70 @@ def test_a_root_bound_keeps_closed_what_the_closed_form_lets_open():
     assert closed < best < best * 1.01 < root
     pinned = Pins(num_stages=15, replicas=1, micro_batches=512, schedule="1f1b")
     assert root <= PhaseSearch(model, 512, 6, False, pinned).solve().best.step_s * (1 + 1e-9)
+
+
+def _noisy_instance(seed: int):
+    """The thirty-third round's random instance: a synthetic profile of 1–6 blocks, timings
+    scaled by ±50 % here and there, the largest micro-batch size infeasible for some layers,
+    maybe a calibration, on 1–6 devices over one or two nodes. (model, batch, frozen, cached)."""
+    rng = np.random.default_rng(seed)
+    blocks = int(rng.integers(1, 7))
+    sizes = rng.choice(np.arange(1, 13), size=int(rng.integers(1, 5)), replace=False)
+    sizes = sorted({int(x) for x in sizes})
+    layers = [
+        SyntheticLayer(
+            kind,
+            int(rng.integers(1, 2_000_000)),
+            float(rng.uniform(1e-4, 3e-3)),
+            float(rng.uniform(1e-4, 6e-3)),
+            int(rng.integers(1000, 400000)),
+            float(rng.uniform(1e4, 4e6)),
+            overhead_s=float(rng.uniform(0, 3e-3)),
+        )
+        for kind in ["embeddings"] + ["block"] * blocks + ["head"]
+    ]
+    profile = synthetic_profile(layers, micro_batches=tuple(sizes))
+    noisy = []
+    for layer in profile.layers:
+        timings = []
+        for t in layer.timings:
+            scaled = {}
+            if rng.random() < 0.5:
+                scaled = {
+                    name: getattr(t, name) * float(rng.uniform(0.5, 1.5))
+                    for name in ("fwd_s", "bwd_s", "fwd_nograd_s")
+                }
+            timings.append(t.model_copy(update=scaled))
+        if len(timings) > 1 and rng.random() < 0.15:
+            timings[-1] = timings[-1].model_copy(update={"feasible": False, "error": "oom"})
+        noisy.append(layer.model_copy(update={"timings": timings}))
+    profile = profile.model_copy(update={"layers": noisy})
+    if rng.integers(0, 2):
+        profile = profile.model_copy(update={"calibration": calibration(rng)})
+    devices = int(rng.integers(1, 7))
+    nodes = 2 if devices % 2 == 0 and rng.integers(0, 2) else 1
+    cluster = Cluster(
+        nodes=nodes,
+        devices_per_node=devices // nodes,
+        device_memory_bytes=int(rng.integers(40, 400)) << 20,
+        intra_node=Link(bandwidth_bytes_per_s=float(rng.uniform(1e8, 1e10)), latency_s=1e-5),
+        inter_node=Link(
+            bandwidth_bytes_per_s=float(10 ** rng.uniform(6, 9)),
+            latency_s=float(10 ** rng.uniform(-6, -3)),
+        ),
+    )
+    model = CostModel(profile, cluster, CostParams(reserve_bytes=0))
+    frozen = int(rng.integers(0, model.num_layers))
+    batch = int(rng.choice([12, 18, 20, 24, 30, 36, 40, 60]))
+    return model, batch, frozen, bool(rng.integers(0, 2))
+
+
+def test_a_gpipe_bound_at_one_micro_batch_over_tables_that_fit_nothing_is_inf(recwarn):
+    """Found by the thirty-third round: GPipe's bound at M = 1 over a rest whose min-max
+    tables fit no memory (inf) computed 0·inf: a NaN bound, which prunes nothing (safe by
+    accident), and numpy's "invalid value encountered in multiply" on plan's and preview's
+    stderr. Such a bound is inf; the search still finds the exhaustive optimum, in silence."""
+    model, batch, frozen, cached = _noisy_instance(1280)
+    found = PhaseSearch(model, batch, frozen, cached).solve().best.step_s
+    assert [str(w.message) for w in recwarn] == []
+    assert found == pytest.approx(brute_force_best_step(model, batch, frozen, cached), rel=1e-9)
