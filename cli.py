@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import json
 import os
+import resource
 import shlex
 import signal
 import sys
@@ -805,6 +806,24 @@ def _check_version(args: list[str]) -> None:
         )
 
 
+# Below this much address space (`ulimit -v`) torch, OpenBLAS and the tokenizers library
+# abort in their native start-up ("std::bad_alloc", "OpenBLAS error: Memory allocation still
+# failed", "cannot allocate memory for thread-local data"), past any handler that could say
+# it in one line: the thirty-third round saw them from 450 MB to about 900 MB on this machine.
+MIN_ADDRESS_SPACE = 1 << 30
+
+
+def _check_address_space() -> None:
+    """A `ulimit -v` below MIN_ADDRESS_SPACE is refused before any library loads: above it
+    a shortage is the one line `errors.memory_failure` makes of it."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < MIN_ADDRESS_SPACE:
+        raise BadArgumentError(
+            f"ulimit -v allows {soft >> 20} MiB of address space; pipeplan needs at least "
+            f"{MIN_ADDRESS_SPACE >> 20} MiB (its libraries abort below that): raise the limit"
+        )
+
+
 def _check_working_directory() -> None:
     """The folder pipeplan was started in still exists: deleted (`rm -rf` from another
     terminal), loading torch printed "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so"
@@ -961,6 +980,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_version(args)
         _check_help(args)
         _check_working_directory()
+        _check_address_space()
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except PipeplanError as exc:

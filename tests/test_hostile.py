@@ -4022,3 +4022,32 @@ def test_a_library_that_cannot_load_for_lack_of_memory_is_one_line(
     monkeypatch.setattr(report, "make_report", lambda *a, **k: __import__("no_such_module_x"))
     with pytest.raises(ImportError):
         cli.main(["report", str(tmp_path / "r")])
+
+
+@pytest.mark.timeout(60)
+def test_an_address_space_too_small_for_the_libraries_is_refused_before_they_load(tmp_path):
+    """Found by the thirty-third round: under `ulimit -v` of about 450–900 MB torch, OpenBLAS
+    or the tokenizers library aborted in their native start-up (`std::bad_alloc`, exit 134;
+    "OpenBLAS error: …", exit 1; a SystemError traceback), where no handler can say a line.
+    A limit below `cli.MIN_ADDRESS_SPACE` is refused first, in one line, nothing written."""
+    import resource
+
+    def small() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (600 << 20, resource.RLIM_INFINITY))
+
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--epochs", "1"]
+    argv += ["--runs-dir", str(tmp_path / "runs")]
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *argv],
+        cwd=Path(cli.__file__).parent,
+        preexec_fn=small,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert (done.returncode, done.stdout) == (2, ""), done
+    assert done.stderr.splitlines() == [
+        "pipeplan: error: ulimit -v allows 600 MiB of address space; pipeplan needs at least "
+        "1024 MiB (its libraries abort below that): raise the limit"
+    ], done.stderr
+    assert list(tmp_path.iterdir()) == []
