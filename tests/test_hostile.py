@@ -3309,6 +3309,21 @@ def test_a_set_whose_sample_indices_exceed_a_ranks_memory_is_refused_before_its_
     assert (runs / "h" / "run.json").is_file()
 
 
+def test_a_resume_whose_sample_indices_exceed_a_ranks_memory_is_refused(
+    finished_run, tmp_path, capsys, monkeypatch
+):
+    """Found by the thirty-third round: the sets' len() sized each rank's epoch order with no
+    look at the memory, at a start or a resume (a resume with less memory than its start had,
+    or more ranks sharing the host). A resume is held to the same check before a rank starts:
+    one line naming the data and the limit, the run's files unchanged."""
+    from pipeplan import models
+
+    run = copy_run(finished_run, tmp_path)
+    monkeypatch.setattr(models, "memory_left", lambda ranks=1: (1000, 4 << 30, "ulimit -v"))
+    said = ("of sample indices in each rank", "the 1 KiB each rank has left of 4.0 GiB (ulimit -v)")
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, said)
+
+
 # config.json as text (json.dumps writes NaN and Infinity, which Python's json reads back),
 # and the key path the one line names.
 NON_FINITE_CONFIGS = {
