@@ -209,6 +209,7 @@ from executor.task import (
     check_data,
     check_data_facts,
     check_data_kept,
+    check_index_memory,
     data_facts,
     data_record,
     read_data_record,
@@ -419,6 +420,11 @@ def check_run(
     if resumed is not None:  # the data the run started with (its ranks hold theirs to it too)
         record = read_data_record(resumed[0])
         check_data_facts(record and record.facts, facts, cfg.data, "the resume", resumed[0])
+    # Before the run folder is made, or a resume's rank starts: each rank's epoch order is
+    # sized by the sets' len() alone. A local run's ranks share this host; torchrun's, the
+    # nodes it started (`--prepare-only`: not known yet, so all of them, as a local run's).
+    nodes = 1 if local else launcher_nodes()
+    check_index_memory(cfg, facts, -(-cfg.nproc // (nodes or 1)))
     samples = facts.train_samples  # the user's __len__, held (`length`)
     if samples < cfg.global_batch:
         raise BadArgumentError(
@@ -458,8 +464,7 @@ def check_run(
         check_older_manifests(manifest, records, run_dir, cfg, position)
         check_weights(weights, seq.layers, latest(run_dir))
         check_outputs(run_dir)
-    nodes = 1 if local else launcher_nodes()  # a local run is one node
-    if planner.plan is not None and nodes is not None:
+    if planner.plan is not None and nodes is not None:  # a local run is one node
         where = cfg.plan if resumed is None else resumed[0] / RUN_PLAN
         check_plan_nodes(planner.plan, where, nodes, cfg.nproc)
     planner.check(seq)

@@ -340,6 +340,61 @@ def data_facts(data: TaskData, seq: LayerSequence) -> DataFacts:
     )
 
 
+# What a rank holds for each sample of the run's sets, whatever the sample is (`len()` alone
+# sizes it; the samples are read a batch at a time). Found by the thirty-third round: a
+# `module:function` set of len() 10**12 was prepared and its rank started, then the epoch's
+# order asked for 8 TB ("DefaultCPUAllocator: can't allocate memory"), and a run folder was
+# left to delete; 10**9 would take ~48 GB a rank at each epoch's start without a ulimit.
+# - The epoch's order (`worker.replica_order`): DistributedSampler's torch.randperm(n).tolist()
+#   (8 bytes a sample, then a list slot and an int object), its slice to the replica's share,
+#   and the int64 tensor kept. Measured (thirty-third round) as the growth of ru_maxrss over a
+#   process's baseline while `replica_order` built the order of 10**7 and 2 * 10**7 samples,
+#   for 1 and 2 replicas: 48.2-48.4 bytes a training sample, whatever the replicas.
+ORDER_BYTES = 48
+# - Evaluation's indices (`worker.evaluate`): torch.arange(eval samples), 8 bytes a sample,
+#   held whole while each replica walks its stride of it.
+EVAL_ORDER_BYTES = 8
+# - The AutoCache's tables, where it caches (`cache.ActivationCache`, on): a byte a training
+#   sample of the node's map of filled rows (/dev/shm: host memory, a page at a time as it
+#   fills), and, when a checkpoint describes the cache or a freeze point grows, the filled
+#   rows' indices (`filled_rows`: np.flatnonzero, 8 bytes each) and a byte each to tell the
+#   in-memory ones. Counted from the code, a byte a sample each: the map is a sparse file
+#   of one byte a sample, and the indices int64.
+CACHE_TABLE_BYTES = 1 + 8 + 1
+
+
+def check_index_memory(cfg: RunConfig, facts: DataFacts, ranks: int) -> None:
+    """The per-sample index structures of a rank (ORDER_BYTES a training sample,
+    EVAL_ORDER_BYTES an eval sample, CACHE_TABLE_BYTES a training sample where the AutoCache
+    is on) fit in what each of the `ranks` that share this host may still take
+    (`models.memory_left`, as text data's token ids are held to it): else BadArgumentError
+    naming the data, its samples, the bytes and the limit, before the run folder is
+    prepared (and at a resume, before a rank starts).
+
+        check_index_memory(cfg, data_facts(data, seq), ranks=2)
+        # BadArgumentError: data 'huge:load': 1,000,000,000,000 training and 100 eval samples
+        # take 54,016.7 GiB of sample indices in each rank (…); that is more than the …
+    """
+    from executor.cache import cache_allowed
+    from pipeplan.models import memory_left, memory_words, size_words
+
+    train, held_out = facts.train_samples, facts.eval_samples
+    cached = cfg.cache and cache_allowed(facts.augmented)[0]
+    per_sample = ORDER_BYTES + (CACHE_TABLE_BYTES if cached else 0)
+    need = train * per_sample + held_out * EVAL_ORDER_BYTES
+    left = memory_left(ranks)
+    if left is None or need <= left[0]:
+        return
+    table = f", {CACHE_TABLE_BYTES} more for the AutoCache's tables" if cached else ""
+    raise BadArgumentError(
+        f"data {quoted(cfg.data)}: {train:,} training and {held_out:,} eval samples take "
+        f"{size_words(need)} of sample indices in each rank ({ORDER_BYTES} bytes a training "
+        f"sample for the epoch's shuffled order{table}, {EVAL_ORDER_BYTES} an eval sample for "
+        f"evaluation's order); that is more than {memory_words(left, 'each rank')}; run pipeplan "
+        "with more memory, or give a data set of fewer samples"
+    )
+
+
 def check_data_facts(
     recorded: DataFacts | None, got: DataFacts, spec: str, who: str, resumed: Path | None = None
 ) -> None:

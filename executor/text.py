@@ -329,24 +329,15 @@ def _check_rows_held(path: Path, count: int) -> None:
         _check_rows_held(Path("d.jsonl"), 65536)
         # InputFileError: "d.jsonl: out of memory holding its rows (65,536 read; …)"
     """
-    from pipeplan.models import memory_left
+    from pipeplan.models import memory_left, size_words
 
     if count % ROWS_BETWEEN_LOOKS or (left := memory_left()) is None or left[0] >= ENCODE_FIXED:
         return
     raise InputFileError(
-        f"{path}: out of memory holding its rows ({count:,} read; {_size(left[0])} of "
-        f"{_size(left[1])} left: {left[2]}); run pipeplan with more memory, or give fewer rows"
+        f"{path}: out of memory holding its rows ({count:,} read; {size_words(left[0])} of "
+        f"{size_words(left[1])} left: {left[2]}); run pipeplan with more memory, or give fewer "
+        "rows"
     )
-
-
-def _size(bytes_: int) -> str:
-    """`_size(3 << 29)` → "1.5 GiB"; `_size(5 << 20)` → "5 MiB"; `_size(12_160)` → "12 KiB"
-    (under a MiB, rounded up: never "0 MiB" for rows that take some)."""
-    if bytes_ >= 1 << 30:
-        return f"{bytes_ / 2**30:,.1f} GiB"
-    if bytes_ >= 1 << 20:
-        return f"{bytes_ / 2**20:,.0f} MiB"
-    return f"{math.ceil(bytes_ / 2**10):,} KiB"
 
 
 def _jsonl_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings) -> list[Row]:
@@ -741,7 +732,7 @@ def _check_room(corpus: Corpus, length: int, causal: bool) -> None:
         _check_room(corpus, 512, causal=True)
         # InputFileError: "big.jsonl: 5,000,000 rows at --seq-len 512 take 40.6 GiB as …"
     """
-    from pipeplan.models import memory_left
+    from pipeplan.models import memory_left, memory_words, size_words
 
     rows = len(corpus.train) + len(corpus.eval)
     ids = rows * (length * ((2 if causal else 1) * ID_BYTES + 1) + ID_BYTES)
@@ -752,10 +743,9 @@ def _check_room(corpus: Corpus, length: int, causal: bool) -> None:
     # Only the fixed part of the room is beyond what fewer rows or a shorter --seq-len shrink.
     fewer = ", or give fewer rows or a shorter --seq-len" if left[0] > ENCODE_FIXED else ""
     raise InputFileError(
-        f"{corpus.name}: {rows:,} rows at --seq-len {length} take {_size(ids)} as token ids, "
-        f"and encoding them needs {_size(room)} more; that is more than the {_size(left[0])} "
-        f"this process has left of {_size(left[1])} ({left[2]}); run pipeplan with more "
-        f"memory{fewer}"
+        f"{corpus.name}: {rows:,} rows at --seq-len {length} take {size_words(ids)} as token "
+        f"ids, and encoding them needs {size_words(room)} more; that is more than "
+        f"{memory_words(left)}; run pipeplan with more memory{fewer}"
     )
 
 

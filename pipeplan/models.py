@@ -1790,17 +1790,45 @@ def memory_limit() -> tuple[int, str] | None:
     return min(found) if found else None
 
 
-def memory_left() -> tuple[int, int, str] | None:
+def memory_left(ranks: int = 1) -> tuple[int, int, str] | None:
     """The memory this process may still take, in bytes, with the limit that leaves the least
     and what sets it: each limit of `memory_limit` less what already counts against it (the
     address space for `ulimit -v`, the data segment for `ulimit -d`, the cgroup's usage for
     its limit, the memory the system has available for the physical memory). None when no
-    limit is known.
+    limit is known. `ranks`: the processes of this host that will share what is left, each
+    taking as much (a run's ranks): the physical memory's and the cgroup's part is theirs
+    together, a `ulimit` each one's own (every process has its own address space).
 
         memory_left()   # (20401094656, 25186529280, "its physical memory")
+        memory_left(2)  # (10200547328, 25186529280, "its physical memory, shared by 2 ranks")
     """
-    found = [(max(left, 0), limit, what) for limit, left, what in _memory_limits()]
+    found = []
+    for limit, left, what in _memory_limits():
+        if ranks > 1 and not what.startswith("ulimit"):
+            left, what = left // ranks, f"{what}, shared by {ranks} ranks"
+        found.append((max(left, 0), limit, what))
     return min(found) if found else None
+
+
+def memory_words(left: tuple[int, int, str], who: str = "this process") -> str:
+    """What a refusal for want of memory says of `memory_left`'s answer, the same for every
+    such refusal (text data's token ids, a data set's sample indices):
+
+        memory_words(memory_left())              # "the 3.1 GiB this process has left of
+                                                 #  4.0 GiB (ulimit -v)"
+        memory_words(memory_left(2), "each rank")
+    """
+    return f"the {size_words(left[0])} {who} has left of {size_words(left[1])} ({left[2]})"
+
+
+def size_words(bytes_: int) -> str:
+    """`size_words(3 << 29)` → "1.5 GiB"; `size_words(5 << 20)` → "5 MiB"; `size_words(12_160)`
+    → "12 KiB" (under a MiB, rounded up: never "0 MiB" for rows that take some)."""
+    if bytes_ >= 1 << 30:
+        return f"{bytes_ / 2**30:,.1f} GiB"
+    if bytes_ >= 1 << 20:
+        return f"{bytes_ / 2**20:,.0f} MiB"
+    return f"{math.ceil(bytes_ / 2**10):,} KiB"
 
 
 def _memory_limits() -> list[tuple[int, int, str]]:

@@ -3265,6 +3265,65 @@ def test_the_memory_left_is_each_limit_less_what_counts_against_it():
     assert 0 < int(left) < 2**32 - (100 << 20)  # torch alone maps more than 100 MiB
 
 
+# The thirty-third round's module: a lazily read set whose len() alone is huge.
+HUGE_DATA = """import torch
+from torch.utils.data import Dataset
+from executor.data import TaskData
+class DS(Dataset):
+    def __init__(self, n): self.n = n
+    def __len__(self): return self.n
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(int(i))
+        return torch.randint(3, 500, (32,), generator=g), torch.tensor(int(i) % 2)
+def huge(): return TaskData("huge", DS(10**12), DS(100), num_labels=2)
+def large(): return TaskData("large", DS(10**5), DS(100), num_labels=2)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_set_whose_sample_indices_exceed_a_ranks_memory_is_refused_before_its_run(
+    tmp_path, capsys
+):
+    """Found by the thirty-third round: a `module:function` set of len() 10**12 was prepared
+    and its rank started, then the epoch's shuffled order (DistributedSampler's randperm)
+    asked for 8 TB: one line, but after a run folder was made, left to be deleted by hand
+    (10**9 would take ~48 GB a rank at each epoch's start). The per-sample index structures
+    a rank holds (`task.check_index_memory`) are weighed against each rank's share of the
+    memory left before the run folder is prepared: one line naming the data, its samples,
+    the bytes and the limit; 10**5 samples are prepared."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "huge.py").write_text(HUGE_DATA)
+    runs = tmp_path / "runs"
+    argv = ["run", "--nproc", "1", "--prepare-only", "--model", "bert-synth"]
+    argv += ["--runs-dir", str(runs), "--name", "h", "--data"]
+    said = (
+        f"data '{inputs / 'huge.py'}:huge': 1,000,000,000,000 training and 100 eval samples take",
+        "GiB of sample indices in each rank (48 bytes a training sample for the epoch's",
+        "each rank has left of",
+        "run pipeplan with more memory, or give a data set of fewer samples",
+    )
+    refused([*argv, f"{inputs / 'huge.py'}:huge"], tmp_path, capsys, said)
+    assert not runs.exists()
+    assert cli.main([*argv, f"{inputs / 'huge.py'}:large"]) == 0
+    assert (runs / "h" / "run.json").is_file()
+
+
+def test_a_resume_whose_sample_indices_exceed_a_ranks_memory_is_refused(
+    finished_run, tmp_path, capsys, monkeypatch
+):
+    """Found by the thirty-third round: the sets' len() sized each rank's epoch order with no
+    look at the memory, at a start or a resume (a resume with less memory than its start had,
+    or more ranks sharing the host). A resume is held to the same check before a rank starts:
+    one line naming the data and the limit, the run's files unchanged."""
+    from pipeplan import models
+
+    run = copy_run(finished_run, tmp_path)
+    monkeypatch.setattr(models, "memory_left", lambda ranks=1: (1000, 4 << 30, "ulimit -v"))
+    said = ("of sample indices in each rank", "the 1 KiB each rank has left of 4.0 GiB (ulimit -v)")
+    refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, said)
+
+
 # config.json as text (json.dumps writes NaN and Infinity, which Python's json reads back),
 # and the key path the one line names.
 NON_FINITE_CONFIGS = {

@@ -2345,7 +2345,7 @@ def test_many_short_rows_are_tokenized_in_bounded_memory(made, tmp_path):
 
 def _memory_left(monkeypatch, left: int, limit: int = 4 << 30) -> None:
     """`memory_left()` says `left` bytes of `limit` are left (ulimit -v)."""
-    monkeypatch.setattr(models, "memory_left", lambda: (left, limit, "ulimit -v"))
+    monkeypatch.setattr(models, "memory_left", lambda ranks=1: (left, limit, "ulimit -v"))
 
 
 def test_rows_whose_ids_exceed_the_memory_left_are_refused(made, tmp_path, capsys, monkeypatch):
@@ -2381,8 +2381,8 @@ def test_what_encoding_takes_is_not_said_to_be_the_rows(made, tmp_path, capsys, 
     _memory_left(monkeypatch, text_files.ENCODE_FIXED - 1)
     line = (
         "rows.jsonl: 80 rows at --seq-len 12 take 10 KiB as token ids, and encoding them needs "
-        f"{text_files._size(room)} more; that is more than the "
-        f"{text_files._size(text_files.ENCODE_FIXED - 1)} this process has left of 4.0 GiB "
+        f"{models.size_words(room)} more; that is more than the "
+        f"{models.size_words(text_files.ENCODE_FIXED - 1)} this process has left of 4.0 GiB "
         "(ulimit -v); run pipeplan with more memory"
     )
     assert cli.main(prepare(made, tmp_path, data)) == 2
