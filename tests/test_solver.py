@@ -313,16 +313,11 @@ def calibration(rng: np.random.Generator):
     )
 
 
-def random_instance(seed: int) -> tuple[CostModel, int, int, bool]:
-    """3–9 layers, 1–6 devices on one or two nodes, tight memory, random freeze point and
-    cache, a calibration section half of the time."""
-    rng = np.random.default_rng(seed)
-    profile = random_profile(rng, int(rng.integers(1, 8)))
-    if rng.integers(0, 2):
-        profile = profile.model_copy(update={"calibration": calibration(rng)})
+def tight_cluster(rng: np.random.Generator) -> Cluster:
+    """1–6 devices on one or two nodes, 40–400 MiB each, links from 1 MB/s to 10 GB/s."""
     devices = int(rng.integers(1, 7))
     nodes = 2 if devices % 2 == 0 and rng.integers(0, 2) else 1
-    cluster = Cluster(
+    return Cluster(
         nodes=nodes,
         devices_per_node=devices // nodes,
         device_memory_bytes=int(rng.integers(40, 400)) << 20,
@@ -332,6 +327,16 @@ def random_instance(seed: int) -> tuple[CostModel, int, int, bool]:
             latency_s=float(10 ** rng.uniform(-6, -3)),
         ),
     )
+
+
+def random_instance(seed: int) -> tuple[CostModel, int, int, bool]:
+    """3–9 layers, 1–6 devices on one or two nodes, tight memory, random freeze point and
+    cache, a calibration section half of the time."""
+    rng = np.random.default_rng(seed)
+    profile = random_profile(rng, int(rng.integers(1, 8)))
+    if rng.integers(0, 2):
+        profile = profile.model_copy(update={"calibration": calibration(rng)})
+    cluster = tight_cluster(rng)
     model = CostModel(profile, cluster, CostParams(reserve_bytes=0))
     frozen = int(rng.integers(0, model.num_layers))
     batch = int(rng.choice([12, 16, 24, 48]))
@@ -800,18 +805,7 @@ def _noisy_instance(seed: int):
     profile = profile.model_copy(update={"layers": noisy})
     if rng.integers(0, 2):
         profile = profile.model_copy(update={"calibration": calibration(rng)})
-    devices = int(rng.integers(1, 7))
-    nodes = 2 if devices % 2 == 0 and rng.integers(0, 2) else 1
-    cluster = Cluster(
-        nodes=nodes,
-        devices_per_node=devices // nodes,
-        device_memory_bytes=int(rng.integers(40, 400)) << 20,
-        intra_node=Link(bandwidth_bytes_per_s=float(rng.uniform(1e8, 1e10)), latency_s=1e-5),
-        inter_node=Link(
-            bandwidth_bytes_per_s=float(10 ** rng.uniform(6, 9)),
-            latency_s=float(10 ** rng.uniform(-6, -3)),
-        ),
-    )
+    cluster = tight_cluster(rng)
     model = CostModel(profile, cluster, CostParams(reserve_bytes=0))
     frozen = int(rng.integers(0, model.num_layers))
     batch = int(rng.choice([12, 18, 20, 24, 30, 36, 40, 60]))
