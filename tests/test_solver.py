@@ -89,7 +89,12 @@ def test_memory_constraint_picks_a_fitting_partition_over_the_balanced_one():
     assert result.bottleneck_s == 3.0
 
 
-def random_profile(rng: np.random.Generator, num_blocks: int):
+def random_profile(
+    rng: np.random.Generator,
+    num_blocks: int,
+    micro_batches: tuple[int, ...] = (1, 2, 4),
+    overhead_max_s: float = 1e-3,
+):
     layers = [
         SyntheticLayer(
             kind,
@@ -98,11 +103,11 @@ def random_profile(rng: np.random.Generator, num_blocks: int):
             float(rng.uniform(1e-4, 6e-3)),
             int(rng.integers(1_000, 400_000)),
             float(rng.uniform(1e4, 4e6)),
-            overhead_s=float(rng.uniform(0, 1e-3)),
+            overhead_s=float(rng.uniform(0, overhead_max_s)),
         )
         for kind in ["embeddings"] + ["block"] * num_blocks + ["head"]
     ]
-    return synthetic_profile(layers, micro_batches=(1, 2, 4))
+    return synthetic_profile(layers, micro_batches=micro_batches)
 
 
 def random_cluster(rng: np.random.Generator, memory: int) -> Cluster:
@@ -775,19 +780,7 @@ def _noisy_instance(seed: int):
     blocks = int(rng.integers(1, 7))
     sizes = rng.choice(np.arange(1, 13), size=int(rng.integers(1, 5)), replace=False)
     sizes = sorted({int(x) for x in sizes})
-    layers = [
-        SyntheticLayer(
-            kind,
-            int(rng.integers(1, 2_000_000)),
-            float(rng.uniform(1e-4, 3e-3)),
-            float(rng.uniform(1e-4, 6e-3)),
-            int(rng.integers(1000, 400000)),
-            float(rng.uniform(1e4, 4e6)),
-            overhead_s=float(rng.uniform(0, 3e-3)),
-        )
-        for kind in ["embeddings"] + ["block"] * blocks + ["head"]
-    ]
-    profile = synthetic_profile(layers, micro_batches=tuple(sizes))
+    profile = random_profile(rng, blocks, tuple(sizes), overhead_max_s=3e-3)
     noisy = []
     for layer in profile.layers:
         timings = []
