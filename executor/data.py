@@ -44,7 +44,14 @@ import torch
 from torch.utils.data import Dataset
 
 from executor.faults import SignalInterrupt
-from pipeplan.errors import BadArgumentError, InputFileError, Interrupted, Stopped, quoted
+from pipeplan.errors import (
+    BadArgumentError,
+    InputFileError,
+    Interrupted,
+    OutputError,
+    Stopped,
+    quoted,
+)
 from pipeplan.formats.base import MAX_SAMPLES
 from pipeplan.log import write_line
 
@@ -106,6 +113,7 @@ def load_data(
     also need the `tokenizer` directory. digits and user functions do not need `seq`."""
     from executor import text
 
+    forget_users_side()
     if spec == "digits":
         return load_digits(seed)
     if spec == "synth-text":
@@ -830,10 +838,70 @@ def _data_directory_on_path() -> Iterator[None]:
     """
     added = _append_data_directory()
     try:
-        yield
+        with users_side():
+            yield
     finally:
         if added is not None:
             sys.path.remove(added)
+
+
+# What the user's data code set of the process's working directory and umask (None: nothing,
+# or not since the data was last loaded): it runs in them again each time (`users_side`).
+_USERS: dict[str, Any] = {"cwd": None, "umask": None}
+
+
+@contextlib.contextmanager
+def users_side() -> Iterator[None]:
+    """The user's data code runs in the working directory and umask it set itself, and
+    pipeplan's own are put back when it returns, however it ends. Found by the thirty-third
+    round: an `os.chdir` in a data module (at import, in load() or a `__getitem__`) moved
+    every relative path of pipeplan's after it (runs/NAME/ was made under the new directory,
+    and the ranks, started there, could not find the data module), and an `os.umask(0o777)`
+    left a run folder its owner could neither read nor write. pipeplan's paths stay as the
+    user gave them, relative to the directory pipeplan was started in; a data module that
+    changes directory to read its own files (at import, then in `__getitem__`) still finds
+    them. Every call into the data code goes through here: the launcher's
+    (`_data_directory_on_path`: the import, the function, `length`, `item`) and a rank's
+    reads as it trains (`worker.Trainer.rows`).
+
+        with users_side():
+            dataset[index]   # an os.chdir or os.umask inside it lasts until it returns
+    """
+    try:
+        ours = os.getcwd()
+    except OSError:  # gone already: pipeplan's relative paths fail their own way
+        ours = None
+    theirs = _USERS["cwd"]
+    if theirs is not None and theirs != ours:
+        with contextlib.suppress(OSError):  # the user's folder is gone: its code finds out
+            os.chdir(theirs)
+    our_umask = os.umask(0o077 if _USERS["umask"] is None else _USERS["umask"])
+    if _USERS["umask"] is None:
+        os.umask(our_umask)
+    try:
+        yield
+    finally:
+        theirs_now = os.umask(our_umask)
+        _USERS["umask"] = None if theirs_now == our_umask else theirs_now
+        try:
+            now = os.getcwd()
+        except OSError:  # the code removed the directory it went to
+            now = None
+        _USERS["cwd"] = None if now == ours else now
+        if ours is not None and now != ours:
+            try:
+                os.chdir(ours)
+            except OSError as exc:
+                raise OutputError(
+                    f"{ours}: the directory pipeplan runs in is gone ({exc.strerror}): the "
+                    "data code removed or moved it"
+                ) from None
+
+
+def forget_users_side() -> None:
+    """A new loading of the data starts from pipeplan's own directory and umask (`load_data`;
+    an earlier command's data code in this process is not this one's)."""
+    _USERS.update(cwd=None, umask=None)
 
 
 def _append_data_directory() -> str | None:

@@ -21,9 +21,10 @@ import os
 import shlex
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -32,7 +33,12 @@ from torch.utils.data import DistributedSampler
 
 from executor.cache import ActivationCache, cache_allowed, memory_dir_for
 from executor.checkpoint import has_checkpoint
-from executor.data import is_user_code, keep_data_directory_on_path, warn_once_per_place
+from executor.data import (
+    is_user_code,
+    keep_data_directory_on_path,
+    users_side,
+    warn_once_per_place,
+)
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseRuntime, StepMean, StepTimes, frozen_forward
 from executor.planning import RunPlanner
@@ -640,8 +646,19 @@ class Trainer:
         device = device or self.device
         return frozen_forward(self.seq.layers, inputs, 0, frozen, device, self.cfg.precision)
 
+    @staticmethod
+    def rows(dataset: Any, indices: Iterable[Any], part: int) -> torch.Tensor:
+        """The items' inputs (`part` 0) or labels (1), stacked: read as all the user's data
+        code runs (`data.users_side`), so an `os.chdir` or `os.umask` in a `__getitem__` never
+        moves or locks what this rank writes (the thirty-third round).
+
+            labels = self.rows(self.data.train, indices, 1)
+        """
+        with users_side():
+            return torch.stack([dataset[int(i)][part] for i in indices])
+
     def example_stage0_input(self, n: int) -> torch.Tensor:
-        x = torch.stack([self.data.train[i][0] for i in range(n)])
+        x = self.rows(self.data.train, range(n), 0)
         return self.frozen_prefix(x) if self.decision.layout.cached else x
 
     def prefix_sample(self) -> torch.Tensor:
@@ -650,7 +667,7 @@ class Trainer:
         frozen = self.decision.layout.frozen_layers
         prefix = [p for layer in self.seq.layers[:frozen] for p in layer.parameters()]
         device = prefix[0].device if prefix else torch.device("cpu")
-        return self.frozen_prefix(self.data.train[0][0].unsqueeze(0), device)[0]
+        return self.frozen_prefix(self.rows(self.data.train, [0], 0), device)[0]
 
     def prepare_cache(self, layout: Layout) -> None:
         """Collective: give this node the cache `layout` needs. One cache per node serves its
@@ -748,7 +765,7 @@ class Trainer:
         runtime = self.runtime
         t0 = time.perf_counter()
         inputs, hits = self.stage0_input(indices) if runtime.is_first else (None, 0)
-        labels = torch.stack([self.data.train[int(i)][1] for i in indices])
+        labels = self.rows(self.data.train, indices, 1)
         input_s = time.perf_counter() - t0
         for group in runtime.optimizer.param_groups if runtime.optimizer else []:
             group["lr"] = self.lr_at(self.step_index)
@@ -767,11 +784,11 @@ class Trainer:
         from the forward passes training runs anyway, and a row one replica stored is a hit
         for every replica on the node later on (`ActivationCache.store`: why that is safe)."""
         if self.cache is None:
-            return torch.stack([self.data.train[int(i)][0] for i in indices]), 0
+            return self.rows(self.data.train, indices, 0), 0
         values, hit = self.cache.lookup(indices)
         if not bool(hit.all()):
             missing = indices[~hit]
-            raw = torch.stack([self.data.train[int(i)][0] for i in missing])
+            raw = self.rows(self.data.train, missing, 0)
             computed = self.frozen_prefix(raw).cpu()
             self.cache.store(missing, computed, self.cache.frozen_layers)
             values[~hit] = computed
@@ -1048,8 +1065,8 @@ class Trainer:
         runtime, valid = self.runtime, len(indices)
         if valid < local:
             indices = torch.cat([indices, indices[:1].repeat(local - valid)])
-        x = torch.stack([self.data.eval[int(i)][0] for i in indices])
-        y = torch.stack([self.data.eval[int(i)][1] for i in indices])
+        x = self.rows(self.data.eval, indices, 0)
+        y = self.rows(self.data.eval, indices, 1)
         if runtime.is_first and self.decision.layout.cached:
             x = self.frozen_prefix(x)
         out = runtime.evaluate(x if runtime.is_first else None, y)

@@ -2902,3 +2902,108 @@ def test_a_length_that_changes_between_calls_is_refused(tmp_path, capsys, monkey
     assert len(lines) == 1 and lines[0].startswith("pipeplan: error: "), lines
     assert "len() of the train set gave 200, and 256 before" in lines[0], lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+MOVING_MODULE = """
+import os
+import torch
+from executor.data import TaskData
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+{at_import}
+
+class DS:
+    def __init__(self, n, offset):
+        self.n, self.offset = n, offset
+    def __len__(self):
+        return self.n
+    def __getitem__(self, i):
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        {in_item}
+        g = torch.Generator().manual_seed(int(i) + self.offset)
+        return torch.rand(1, 8, 8, generator=g), torch.tensor((int(i) + self.offset) % 2)
+
+def load(seed=0):
+    {in_load}
+    return TaskData("moving", DS(64, 0), DS(32, 1000), num_labels=2)
+"""
+
+
+def _run_moving(tmp_path, name: str, *argv: str, **code: str) -> int:
+    """`pipeplan run` (or `argv`, when given) of MOVING_MODULE with `code` put in at import,
+    in load() and in `__getitem__` (`at_import`, `in_load`, `in_item`), from tmp_path, the
+    module imported afresh; its exit code."""
+    code = {"at_import": "", "in_load": "", "in_item": "", **code}
+    (tmp_path / f"{name}.py").write_text(MOVING_MODULE.format(**code))
+    if not argv:
+        argv = ("run", "--model", "vit-digits", "--data", f"{name}:load", "--epochs", "1")
+        argv += ("--global-batch", "16", "--freeze", "none", "--nproc", "1", "--name", "n")
+    try:
+        return cli.main(list(argv))
+    finally:
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_data_code_that_changes_directory_moves_nothing_of_the_run(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-third round: a data module's `os.chdir` (at import, in load(), in
+    a `__getitem__`) moved every relative path of pipeplan's after it: runs/n/ (the default
+    --runs-dir is relative) was made under the new directory, and the rank, started there,
+    failed with "'…' is not found; run this command from the directory the run was started
+    from". The data code runs in the directory it chose, pipeplan in its own: the run trains
+    to its end in runs/n/ where it was named, nothing is written where the code went, and a
+    module that went to its own folder at import reads its files there (relative paths) in
+    load() and in every `__getitem__`, in the launcher and in the rank."""
+    monkeypatch.chdir(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "deeper").mkdir(parents=True)
+    (elsewhere / "scale.txt").write_text("1.0\n")
+    code = dict(
+        at_import='os.chdir(os.path.join(HERE, "elsewhere"))',  # its files, read relative
+        in_load='open("scale.txt").read(); os.chdir("deeper")',
+        in_item='os.chdir(os.path.join(HERE, "elsewhere")); open("scale.txt").read()',
+    )
+    assert _run_moving(tmp_path, "rt34_moving", **code) == 0, capsys.readouterr().err
+    assert Path.cwd() == tmp_path  # the launcher's own directory, after the data code ran
+    run = tmp_path / "runs" / "n"
+    for name in ("run.json", "data.json", "run.jsonl", "summary.json", "metrics.csv"):
+        assert (run / name).is_file(), name
+    assert (run / "model" / "config.json").is_file() and (run / "checkpoints" / "latest").exists()
+    assert (run / "logs" / "rank-0.log").is_file()
+    found = sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*"))
+    assert found == ["deeper", "scale.txt"], found  # nothing of the run's went there
+    assert cli.main(["report", "runs/n", "--json"]) == 0  # read back from where it was named
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_data_code_that_sets_a_umask_locks_nothing_of_the_run(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-third round: `os.umask(0o777)` in a data module's import (and
+    `os.umask(0o277)` in its `__getitem__`) held for everything pipeplan made after it: the
+    run folder, run.json, the records, checkpoints, logs, model/ came out `d---------` and
+    `----------`, a run its owner could neither read, resume, export nor delete (root alone
+    got through). The data code's umask lasts only while it runs: every folder and file of
+    the run and of its export is its owner's to read and write, and the process's umask is
+    pipeplan's again after each command."""
+    monkeypatch.chdir(tmp_path)
+    before = os.umask(0o022)
+    try:
+        name = "rt34_umask"
+        code = dict(at_import="os.umask(0o777)", in_item="os.umask(0o277)")
+        assert _run_moving(tmp_path, name, **code) == 0, capsys.readouterr().err
+        assert os.umask(0o022) == 0o022
+        out = tmp_path / "out"
+        exported = _run_moving(tmp_path, name, "export", "runs/n", "--out", "out", **code)
+        assert exported == 0, capsys.readouterr().err
+        assert os.umask(0o022) == 0o022
+    finally:
+        os.umask(before)
+    paths = [tmp_path / "runs", *(tmp_path / "runs").rglob("*"), out, *out.rglob("*")]
+    assert len(paths) > 20 and (tmp_path / "runs" / "n" / "summary.json") in paths
+    for path in paths:
+        mode = path.lstat().st_mode
+        owner = 0o700 if path.is_dir() else 0o600
+        assert mode & owner == owner, f"{path}: {oct(mode)}"
+    assert cli.main(["report", "runs/n", "--json"]) == 0
