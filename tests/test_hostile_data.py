@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -2902,3 +2903,52 @@ def test_a_length_that_changes_between_calls_is_refused(tmp_path, capsys, monkey
     assert len(lines) == 1 and lines[0].startswith("pipeplan: error: "), lines
     assert "len() of the train set gave 200, and 256 before" in lines[0], lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+# A stage whose layer raises, run by torch's own schedule in a one-rank gloo group: prints
+# what `faults` makes of the exception the schedule raises.
+STAGE_RAISES = """
+import os, sys, tempfile
+import torch, torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+from executor import faults
+
+class Raises(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.calls = torch.nn.Linear(4, 4), 0
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 1:  # not the stage's shape inference, which torch does not wrap
+            raise ValueError("mat1 and mat2 shapes cannot be multiplied (2x5 and 4x4)")
+        return self.lin(x)
+
+store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+stage = PipelineStage(Raises(), 0, 1, torch.device("cpu"), input_args=(torch.zeros(2, 4),))
+schedule = ScheduleGPipe(stage, 2, loss_fn=lambda out, y: out.sum())
+try:
+    schedule.step(torch.zeros(4, 4), target=torch.zeros(4))
+except Exception as exc:
+    kind = faults.classify(exc)
+    print(kind, "|", faults.describe(exc, kind))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_stages_own_error_is_named_not_torchs_wrapper():
+    """Found by the thirty-third round: an error raised inside a stage's forward read
+    "training failed on rank 0 at step 0: RuntimeError: kwargs: {}", the last line of the
+    RuntimeError torch's pipelining schedule wraps it in (its message lists the stage's
+    arguments). The rank's line names the stage's own exception and message. Run by torch's
+    own PipelineStage and schedule (a one-rank gloo group, in a subprocess)."""
+    done = subprocess.run(
+        [sys.executable, "-c", STAGE_RAISES], capture_output=True, text=True, timeout=100,
+        cwd=Path(__file__).resolve().parents[1], check=False,
+    )  # fmt: skip
+    said = done.stdout.strip().splitlines()
+    assert said == [
+        "raised | ValueError: mat1 and mat2 shapes cannot be multiplied (2x5 and 4x4)"
+    ], done.stdout + done.stderr[-2000:]
