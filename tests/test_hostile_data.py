@@ -2952,3 +2952,32 @@ def test_a_stages_own_error_is_named_not_torchs_wrapper():
     assert said == [
         "raised | ValueError: mat1 and mat2 shapes cannot be multiplied (2x5 and 4x4)"
     ], done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_an_evaluation_failure_is_placed_after_the_epochs_last_step(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-third round: a held-out set whose items fail only when the ranks
+    evaluate read "training failed on rank 0 at step 2: …" of a 2-step epoch: no step 2 ever
+    ran. The line places it after step 1, at the end of epoch 1."""
+    module = RANK_LENGTH_MODULE.replace(
+        "        g = torch.Generator()",
+        '        if self.offset and 8 <= i < self.n - 8 and "RANK" in os.environ:\n'
+        '            raise ValueError("held-out item %d is unreadable" % i)\n'
+        "        g = torch.Generator()",
+    )
+    name = "rt34_eval_raises"
+    (tmp_path / f"{name}.py").write_text(module.format(length=256))
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--epochs", "2"]
+    argv += ["--global-batch", "16", "--freeze", "none", "--name", "n", "--nproc", "1"]
+    argv += ["--max-steps-per-epoch", "2"]
+    try:
+        code = cli.main(argv)
+    finally:
+        sys.modules.pop(name, None)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err[-3000:]
+    assert "training failed on rank 0 after step 1, at the end of epoch 1: " in lines[0], lines
+    assert "ValueError: held-out item" in lines[0] and "is unreadable" in lines[0], lines[0]
