@@ -131,10 +131,42 @@ GRID = [
 TARGET_MEDIAN, TARGET_WORST, TARGET_TAU = 0.05, 0.15, 0.8
 
 
+# model -> the profile measured on this machine (`--profile-here`); else the shipped one.
+MEASURED_HERE: dict[str, Path] = {}
+
+
 def profile_path(model: str) -> Path:
+    if model in MEASURED_HERE:
+        return MEASURED_HERE[model]
     path = shipped_profile(model, "cpu")
     assert path is not None, f"no shipped CPU profile for {model}"
     return path
+
+
+def profile_here(tmp: Path) -> None:
+    """Profile each model on this machine with the shipped profiles' settings (one thread,
+    links between 2 gloo ranks), as a user does before planning: the shipped profiles were
+    measured on another day's machine, whose per-call and per-sample costs need not scale
+    alike to this one's. A profile kept in `tmp` (`--keep`) is reused."""
+    for model in MODELS:
+        out = tmp / f"{model}.profile.json"
+        if not out.exists():
+            shipped = load(Profile, shipped_profile(model, "cpu"))
+            sizes = ",".join(map(str, shipped.settings.micro_batches))
+            args = ["profile", model, "--nproc", "2", "--threads", "1", "--out", str(out)]
+            args += ["--micro-batch-sizes", sizes, "--warmup", str(shipped.settings.warmup)]
+            args += [
+                "--repeats",
+                str(shipped.settings.repeats),
+                "--seed",
+                str(shipped.settings.seed),
+            ]
+            if shipped.model.family != "vit":
+                args += ["--seq-len", str(shipped.model.input_shape[0])]
+            t0 = time.perf_counter()
+            pipeplan_cli(*args)
+            print(f"  profiled {model} here ({time.perf_counter() - t0:.0f} s): {out}")
+        MEASURED_HERE[model] = out
 
 
 def pipeplan_cli(*args: str) -> str:
@@ -209,6 +241,8 @@ def run_config(cfg: Config, plan: Path, tmp: Path) -> Path:
         str(cfg.stages * cfg.replicas),
         "--plan",
         str(plan),  # its freeze point and cache are the plan's (`plan_config`)
+        "--profile",
+        str(profile_path(cfg.model)),
         "--epochs",
         str(cfg.epochs),
         "--global-batch",
@@ -427,6 +461,12 @@ def main() -> None:
         help="keep the runs in this folder; a later call with it re-analyses the finished ones "
         "instead of running them again (to compare cost-model changes on the same measurements)",
     )
+    parser.add_argument(
+        "--profile-here",
+        action="store_true",
+        help="profile the models on this machine first (as a user would) instead of using "
+        "the shipped profiles, which another day's machine measured",
+    )
     args = parser.parse_args()
     print(f"torch {importlib.metadata.version('torch')}, gloo, one thread per rank")
     t0 = time.perf_counter()
@@ -435,6 +475,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         tmp = str(args.keep or scratch)
         vit_runs: list[Path] = []
+        if args.profile_here:
+            profile_here(Path(tmp))
         if args.only in (None, "grid"):
             rows = grid(Path(tmp))
             vit_runs = [r.run_dir for r in rows["vit-digits"]]

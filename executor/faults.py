@@ -96,6 +96,7 @@ def on_sigint(signum: int, frame: object) -> NoReturn:
 def classify(exc: BaseException) -> str:
     """`classify(SignalInterrupt())` → "interrupted"; a gloo/NCCL error caused by a peer →
     "lost" or "timeout"; anything else (a KeyboardInterrupt that code raised too) → "raised"."""
+    exc = _unwrapped(exc)
     if isinstance(exc, (SignalInterrupt, Interrupted)):  # Interrupted: in the start's wait
         return "interrupted"
     if isinstance(exc, Stopped):  # SIGTERM or SIGHUP while it waited for the others to start
@@ -125,6 +126,18 @@ def _backend_error(exc: BaseException) -> BaseException | None:
     return None
 
 
+def _unwrapped(exc: BaseException) -> BaseException:
+    """The exception a stage's code raised, not torch's wrapper around it: the pipelining
+    schedules re-raise a stage's failure as a RuntimeError whose message lists the stage's
+    arguments and ends on `kwargs: {}`, which says nothing of what went wrong."""
+    while isinstance(exc, RuntimeError) and exc.__cause__ is not None and exc.__traceback__:
+        raised_in = Path(traceback.extract_tb(exc.__traceback__)[-1].filename).as_posix()
+        if "/torch/distributed/pipelining/" not in raised_in:
+            break
+        exc = exc.__cause__
+    return exc
+
+
 def describe(exc: BaseException, kind: str) -> str:
     """One line for the user: a pipeplan error's own message, else the exception's type and
     the last line of its message (gloo's carry a source path first)."""
@@ -132,6 +145,7 @@ def describe(exc: BaseException, kind: str) -> str:
         return "interrupted by SIGINT"
     if isinstance(exc, Stopped):
         return f"stopped by {signal.Signals(exc.signum).name}"
+    exc = _unwrapped(exc)
     if isinstance(exc, ValidationError) and exc.errors():
         # Its last line is a link to pydantic's documentation: say what failed instead.
         error = exc.errors()[0]

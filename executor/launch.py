@@ -253,6 +253,7 @@ from pipeplan.fileio import (
 from pipeplan.formats import (
     CheckpointManifest,
     DataFacts,
+    EpochRecord,
     PhaseRecord,
     Plan,
     Profile,
@@ -1309,7 +1310,7 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     instead. A run directory moved or deleted while the ranks trained: `moved_line`."""
     if moved_away(run_dir):
         return moved_line(run_dir, cfg)
-    at = failed_at(run_dir / "run.jsonl")
+    at = failed_at(run_dir / "run.jsonl", _steps_per_epoch(run_dir, cfg))
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
     line = f"training failed on rank {rank}{at}: {why}; rank logs in {run_dir / 'logs'}"
@@ -1358,7 +1359,7 @@ def moved_line(run_dir: Path, cfg: RunConfig) -> str:
             "trained; if it was moved, resume it where it is now with `pipeplan run --resume "
             "NEWPATH`"
         )
-    at = failed_at(now / "run.jsonl")
+    at = failed_at(now / "run.jsonl", _steps_per_epoch(now, cfg))
     if not str(now).isprintable():  # a line feed split the line, an ESC reached the terminal
         return (  # and the command a resume takes refuses it (thirtieth round)
             f"training stopped{at}: {run_dir}: the run directory moved to {quoted(str(now))} "
@@ -1391,10 +1392,23 @@ def resume_command(run_dir: Path, cfg: RunConfig) -> str:
     return f"pipeplan run --resume {shlex.quote(str(run_dir))}" + "".join(flags)
 
 
-def failed_at(records: Path) -> str:
+def _steps_per_epoch(run_dir: Path, cfg: RunConfig) -> int | None:
+    """The run's steps per epoch from data.json's facts; None where they cannot be read."""
+    try:
+        record = read_data_record(run_dir)
+    except (PipeplanError, OSError):
+        return None
+    facts = None if record is None else record.facts
+    return None if facts is None else cfg.steps_per_epoch(facts.train_samples)
+
+
+def failed_at(records: Path, steps_per_epoch: int | None = None) -> str:
     """Where in training a rank failed, from run.jsonl: " at step 7", " before the first step"
     where no step is recorded (or run.jsonl is not there yet: a rank that died as it started),
-    "" where the records cannot be read (the resume's checks say why). A rank's failure is
+    " after step 5, at the end of epoch 2" where step 5 ended its epoch (`steps_per_epoch`)
+    and the epoch's record is missing: its evaluation, gradient norms or forecast failed,
+    not step 6 (the thirty-third round); "" where the records cannot be read (the resume's
+    checks say why). A rank's failure is
     reported as that, never as a fault of the records read to place it. Without the notice
     of a torn last record: a failure's line, or a refusal of a resume or of torchrun's entry
     (`trained`), is the only line, where the notice came before it (the twenty-seventh
@@ -1405,10 +1419,17 @@ def failed_at(records: Path) -> str:
     if not records.exists():
         return NO_STEP
     try:
-        steps = [r for r in read_records(records, notice=False) if isinstance(r, StepRecord)]
+        read = read_records(records, notice=False)
     except PipeplanError:
         return ""
-    return f" at step {steps[-1].step + 1}" if steps else NO_STEP
+    steps = [r for r in read if isinstance(r, StepRecord)]
+    if not steps:
+        return NO_STEP
+    last = steps[-1]
+    ended = {r.epoch for r in read if isinstance(r, EpochRecord)}
+    if steps_per_epoch and (last.step + 1) % steps_per_epoch == 0 and last.epoch not in ended:
+        return f" after step {last.step}, at the end of epoch {last.epoch + 1}"
+    return f" at step {last.step + 1}"
 
 
 NO_STEP = " before the first step"  # `failed_at`'s answer for a run that recorded no step

@@ -105,6 +105,9 @@ class RankObservation:
     grad_bytes: float
     replicas: int
     allreduce_in_node: bool  # its stage's replicas share a node: the link calibration fits
+    # The phase's cluster's in-node all-reduce link (latency s, bandwidth bytes/s): what a fit
+    # that cannot tell latency from bandwidth apart scales (`fit_allreduce`).
+    allreduce_link: tuple[float, float] = (0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,10 @@ def _phase_observation(
                 grad_bytes=float(model.param_bytes[inside & active].sum()),
                 replicas=layout.replicas,
                 allreduce_in_node=len(nodes) == 1,
+                allreduce_link=(
+                    model.cluster.allreduce_link.latency_s,
+                    model.cluster.allreduce_link.bandwidth_bytes_per_s,
+                ),
             )
         )
     return PhaseObservation(
@@ -432,7 +439,10 @@ def fit_allreduce(ranks: list[RankObservation]) -> tuple[FittedLink | None, dict
 
         link, not_fitted = fit_allreduce(ranks)
 
-    Points whose replicas span nodes measured the inter-node link, which is not fitted.
+    Points whose replicas span nodes measured the inter-node link, which is not fitted. When
+    every point has the same G/D, latency and bandwidth trade off exactly: what the points do
+    identify is how much slower than the cluster's link the run's all-reduces were, so that
+    link is fitted as a whole, (k·λ, β/k) — where the points priced it on one link.
     """
     points = [
         r
@@ -450,10 +460,19 @@ def fit_allreduce(ranks: list[RankObservation]) -> tuple[FittedLink | None, dict
     measured = np.array([r.measured_allreduce_s for r in points])
     if separable(terms / measured[:, None]) != [0, 1]:
         # Latency and bandwidth trade off exactly when every point has the same G/D.
-        return None, {
-            "allreduce": "every all-reduce had the same gradient bytes per replica (G/D): "
-            "latency and bandwidth cannot be told apart"
-        }
+        why = (
+            "every all-reduce had the same gradient bytes per replica (G/D): latency and "
+            "bandwidth cannot be told apart"
+        )
+        links = {r.allreduce_link for r in points}
+        if len(links) != 1:
+            return None, {"allreduce": why}
+        ((latency, bandwidth),) = links
+        modelled = terms @ np.array([latency, 1.0 / bandwidth])
+        (k,) = robust_linear(modelled[:, None], measured, np.zeros(1))
+        k = max(float(k), MIN_SCALE)
+        fitted = FittedLink(latency_s=k * latency, bandwidth_bytes_per_s=bandwidth / k)
+        return fitted, {}
     latency, inverse_bandwidth = robust_linear(terms, measured, np.zeros(2))
     # No bandwidth term at all is an infinitely fast link; the format needs a finite one.
     bandwidth = 1.0 / max(float(inverse_bandwidth), 1e-15)

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -3007,3 +3008,81 @@ def test_data_code_that_sets_a_umask_locks_nothing_of_the_run(tmp_path, capsys, 
         owner = 0o700 if path.is_dir() else 0o600
         assert mode & owner == owner, f"{path}: {oct(mode)}"
     assert cli.main(["report", "runs/n", "--json"]) == 0
+
+
+# A stage whose layer raises, run by torch's own schedule in a one-rank gloo group: prints
+# what `faults` makes of the exception the schedule raises.
+STAGE_RAISES = """
+import os, sys, tempfile
+import torch, torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+from executor import faults
+
+class Raises(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.calls = torch.nn.Linear(4, 4), 0
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 1:  # not the stage's shape inference, which torch does not wrap
+            raise ValueError("mat1 and mat2 shapes cannot be multiplied (2x5 and 4x4)")
+        return self.lin(x)
+
+store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+stage = PipelineStage(Raises(), 0, 1, torch.device("cpu"), input_args=(torch.zeros(2, 4),))
+schedule = ScheduleGPipe(stage, 2, loss_fn=lambda out, y: out.sum())
+try:
+    schedule.step(torch.zeros(4, 4), target=torch.zeros(4))
+except Exception as exc:
+    kind = faults.classify(exc)
+    print(kind, "|", faults.describe(exc, kind))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_stages_own_error_is_named_not_torchs_wrapper():
+    """Found by the thirty-third round: an error raised inside a stage's forward read
+    "training failed on rank 0 at step 0: RuntimeError: kwargs: {}", the last line of the
+    RuntimeError torch's pipelining schedule wraps it in (its message lists the stage's
+    arguments). The rank's line names the stage's own exception and message. Run by torch's
+    own PipelineStage and schedule (a one-rank gloo group, in a subprocess)."""
+    done = subprocess.run(
+        [sys.executable, "-c", STAGE_RAISES], capture_output=True, text=True, timeout=100,
+        cwd=Path(__file__).resolve().parents[1], check=False,
+    )  # fmt: skip
+    said = done.stdout.strip().splitlines()
+    assert said == [
+        "raised | ValueError: mat1 and mat2 shapes cannot be multiplied (2x5 and 4x4)"
+    ], done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_an_evaluation_failure_is_placed_after_the_epochs_last_step(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-third round: a held-out set whose items fail only when the ranks
+    evaluate read "training failed on rank 0 at step 2: …" of a 2-step epoch: no step 2 ever
+    ran. The line places it after step 1, at the end of epoch 1."""
+    module = RANK_LENGTH_MODULE.replace(
+        "        g = torch.Generator()",
+        '        if self.offset and 8 <= i < self.n - 8 and "RANK" in os.environ:\n'
+        '            raise ValueError("held-out item %d is unreadable" % i)\n'
+        "        g = torch.Generator()",
+    )
+    name = "rt34_eval_raises"
+    (tmp_path / f"{name}.py").write_text(module.format(length=256))
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--epochs", "2"]
+    argv += ["--global-batch", "16", "--freeze", "none", "--name", "n", "--nproc", "1"]
+    argv += ["--max-steps-per-epoch", "2"]
+    try:
+        code = cli.main(argv)
+    finally:
+        sys.modules.pop(name, None)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err[-3000:]
+    assert "training failed on rank 0 after step 1, at the end of epoch 1: " in lines[0], lines
+    assert "ValueError: held-out item" in lines[0] and "is unreadable" in lines[0], lines[0]
