@@ -2905,6 +2905,16 @@ def raw_ok():
     import os
     os.write(2, b"raw fd2 line\\n")
     return Pairs(64), Pairs(16)
+async def async_load():
+    return Pairs(64), Pairs(16)
+def returns_a_coroutine():
+    return async_load()
+def a_coroutine_as_the_train_set():
+    async def train():
+        return Pairs(64)
+    return train(), Pairs(16)
+async def async_generator():
+    yield Pairs(64), Pairs(16)
 """
 
 
@@ -2986,6 +2996,32 @@ def test_a_base_exception_from_user_data_code_is_one_line(tmp_path, capsys, func
     traceback, exit 1. It is one line naming the data and the exception, as an Exception
     from it is (`data._user_code`)."""
     refused(_user_run(tmp_path, function), tmp_path / "runs", capsys, said)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "function, said",
+    [
+        ("async_load", "returned a coroutine"),
+        ("returns_a_coroutine", "returned a coroutine"),
+        ("a_coroutine_as_the_train_set", "its train set is a coroutine"),
+        ("async_generator", "returned an async generator"),
+    ],
+)
+def test_an_async_data_function_is_refused_in_one_line(tmp_path, capsys, function, said):
+    """Found by the thirty-third round: an `async def` data function (or a plain one returning
+    a coroutine) was refused ("returned coroutine"), but the coroutine, dropped unawaited,
+    made Python print "RuntimeWarning: coroutine 'load' was never awaited" and two lines
+    more after the error line. Each coroutine it returns is closed before the refusal
+    (`data._refuse_awaitables`), which says why: no event loop, make it a plain `def`."""
+    import gc
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        refused(_user_run(tmp_path, function), tmp_path / "runs", capsys, (said, "plain `def`"))
+        gc.collect()  # what Python warns of as a coroutine is collected
+    assert [str(w.message) for w in seen] == []
 
 
 def test_user_data_code_writing_to_descriptor_2_is_held(tmp_path, capfd):
