@@ -30,7 +30,7 @@ from executor.parallel import StepMean
 from executor.planning import shipped_profile
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.formats import RunConfig, load
+from pipeplan.formats import Profile, RunConfig, load
 
 IGNORE = models.IGNORE_INDEX
 
@@ -3152,6 +3152,54 @@ def test_a_plan_from_a_profile_of_a_larger_host_is_refused(tmp_path, capsys, mon
     own = tmp_path / "runs" / "own"
     cluster = RunPlanner.for_run(own, load(RunConfig, own / "run.json")).cluster
     assert cluster.device_memory_bytes == here // 2
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_device_memory_beyond_this_host_is_refused(tmp_path, capsys, nproc):
+    """Found by the thirty-third round: `run --device-memory 512GB` on a CPU host of 23 GiB was
+    accepted, and the planner chose layouts for memory that does not exist. On CPU the ranks
+    share the host: --device-memory for each of them beyond their share of its memory is
+    refused in one line naming the flag's figure and the host's
+    (`cluster.check_device_memory_flag`), before the run folder is made; within it, it runs."""
+    from pipeplan.cluster import format_bytes
+
+    here = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # as profiles record it
+    run = ["run", "--model", "vit-digits", "--data", "digits", "--prepare-only", "--nproc"]
+    run += [str(nproc), "--runs-dir", str(tmp_path / "runs"), "--name"]
+    too_much = here // nproc + (1 << 20)
+    fragments = [f"--device-memory {format_bytes(too_much)} ", f"GiB of memory ({here} bytes)"]
+    fragments.append("more than this machine's ")
+    if nproc > 1:
+        fragments += [f"for each of --nproc {nproc} ranks", f"{here // nproc >> 20}MiB or less"]
+    refused([*run, "big", "--device-memory", str(too_much)], tmp_path, capsys, tuple(fragments))
+    assert not (tmp_path / "runs" / "big").exists()
+    assert cli.main([*run, "fits", "--device-memory", str(here // nproc >> 20 << 20)]) == 0
+
+
+def test_a_device_memory_beyond_the_gpu_is_refused(monkeypatch):
+    """The same on CUDA, where each rank has a GPU of its own: --device-memory more than the
+    GPU's total memory (`torch.cuda.get_device_properties`) is refused, naming both; up to
+    it, it is the rank's memory. By construction: no GPU is needed."""
+    from types import SimpleNamespace
+
+    from pipeplan.cluster import rank_memory
+
+    gpu = 80 << 30
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=gpu)
+    )
+    vit = load(Profile, shipped_profile("vit-digits", "cpu"))
+    profile = vit.model_copy(update={"device": vit.device.model_copy(update={"kind": "cuda"})})
+    cfg = RunConfig(name="m", model="vit-digits", nproc=8, device_memory_bytes=gpu + 1)
+    with pytest.raises(BadArgumentError) as refusal:
+        rank_memory(cfg, profile)
+    assert str(refusal.value) == (
+        f"--device-memory {gpu + 1} is more than this host's GPU memory (80.0 GiB, {gpu} bytes)"
+    )
+    assert rank_memory(cfg.model_copy(update={"device_memory_bytes": gpu}), profile) == (gpu, None)
 
 
 BERT_TINY_ON = [
