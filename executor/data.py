@@ -897,14 +897,17 @@ def _not_the_file_here(target: str, module: Any) -> str:
 def _refuse_awaitables(result: Any, spec: str) -> None:
     """Refuses what an `async def` data function (or a plain one returning one) gives back:
     a coroutine, an async generator or another awaitable, alone or as a set of the returned
-    tuple. pipeplan calls the data function without an event loop. Each coroutine is closed
-    first: dropped unawaited, Python said "RuntimeWarning: coroutine 'load' was never
-    awaited" and two lines more after pipeplan's error line (the thirty-third round). Run
-    inside `_contained`: closing a started coroutine runs its `finally` blocks, user code.
+    tuple or TaskData. pipeplan calls the data function without an event loop. Each
+    coroutine is closed first: dropped unawaited, Python said "RuntimeWarning: coroutine
+    'load' was never awaited" and two lines more after pipeplan's error line (the
+    thirty-third round). Run inside `_contained`: closing a started coroutine runs its
+    `finally` blocks, user code.
 
         _refuse_awaitables(load(), "m:load")   # async def load(): "… returned a coroutine …"
     """
     values = list(result) if isinstance(result, tuple | list) and len(result) <= 3 else []
+    if isinstance(result, TaskData):
+        values = [result.train, result.eval]
     found = None
     names = ("train set", "eval set", "augmented")[: len(values)]
     for name, value in [("", result), *zip(names, values, strict=True)]:

@@ -2915,6 +2915,11 @@ def a_coroutine_as_the_train_set():
     return train(), Pairs(16)
 async def async_generator():
     yield Pairs(64), Pairs(16)
+def a_coroutine_in_a_task_data():
+    from executor.data import TaskData
+    async def held_out():
+        return Pairs(16)
+    return TaskData("mine", Pairs(64), held_out())
 """
 
 
@@ -3006,6 +3011,7 @@ def test_a_base_exception_from_user_data_code_is_one_line(tmp_path, capsys, func
         ("returns_a_coroutine", "returned a coroutine"),
         ("a_coroutine_as_the_train_set", "its train set is a coroutine"),
         ("async_generator", "returned an async generator"),
+        ("a_coroutine_in_a_task_data", "its eval set is a coroutine"),
     ],
 )
 def test_an_async_data_function_is_refused_in_one_line(tmp_path, capsys, function, said):
