@@ -199,6 +199,7 @@ def remove_run_caches(run_dir: Path, root: Path = SHM) -> list[Path]:
 
 # The files a node's cache makes (`_Version`) and its folder under the run directory (worker).
 _CACHE_FILE = re.compile(r"node\d+-v\d+\.(rows|map|spill)")
+_MEMORY_FILE = re.compile(r"node\d+-v\d+\.(rows|map)")  # in a node's folder in /dev/shm
 _NODE_NAME = re.compile(r"node\d+")
 
 
@@ -229,10 +230,17 @@ def remove_stale_caches(root: Path = SHM) -> list[Path]:
     """`remove_stale_caches()` → the node caches that runs of this user left in /dev/shm when
     they were killed outright (SIGKILL, the OOM killer: nothing of theirs could clean up),
     removed now: directories named by `memory_dir_for` whose maker, the process of that pid
-    started at that time, no longer exists. A live run's cache is never touched (its maker
-    exists, if only stopped), nor one made in another pid namespace (another container: its
-    processes are not seen from here), another user's, a link, or another name (an older
-    pipeplan's `pipeplan-<12 hex digits>`). Without /proc nothing is provably gone: none."""
+    started at that time, no longer exists, and which hold nothing but what a cache writes
+    there (`_only_cache_files`). A live run's cache is never touched (its maker exists, if
+    only stopped), nor one made in another pid namespace (another container: its processes
+    are not seen from here), another user's, a link, or another name (an older pipeplan's
+    `pipeplan-<12 hex digits>`). Without /proc nothing is provably gone: none.
+
+    A name proves nothing: a run folder (`--runs-dir /dev/shm --name pipeplan-…`) named as
+    a cache is was deleted, checkpoints and all, by the next run's start (the thirty-third
+    round). Only the cache's own files are unlinked, then the folder if that empties it: a
+    folder holding anything else (run.json, a checkpoint, a subfolder, a file that appears
+    meanwhile) keeps everything."""
     namespace = pid_namespace()
     if namespace is None or process_start(os.getpid()) is None:
         return []
@@ -251,11 +259,33 @@ def remove_stale_caches(root: Path = SHM) -> list[Path]:
             continue
         if int(named[1]) != namespace or process_start(int(named[2])) == int(named[3]):
             continue  # another namespace's, whose processes this one cannot see; or alive
-        shutil.rmtree(entry.path, ignore_errors=True)  # never follows a link inside
+        files = _only_cache_files(Path(entry.path))
+        if files is None:
+            continue  # not (only) a cache: someone's folder that has a cache's name
+        for path in files:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()  # a link among them is unlinked, its target untouched
+        try:
+            os.rmdir(entry.path)  # only if empty: nothing that appeared meanwhile is lost
+        except OSError:
+            continue
         # DEBUG: a run's console holds pipeplan's own lines (a failure: exactly one)
         logger.debug("removed %s, the cache of a run that is gone (pid %s)", entry.path, named[2])
         removed.append(Path(entry.path))
     return removed
+
+
+def _only_cache_files(directory: Path) -> list[Path] | None:
+    """The entries of `directory`, a node's folder in /dev/shm, when each is a file a cache
+    writes there (`node0-v3.rows`, `.map`: `_MEMORY_FILE`) and not a folder; None when
+    anything else is there, or it cannot be read."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return None
+    if any(not _MEMORY_FILE.fullmatch(e.name) or e.is_dir(follow_symlinks=False) for e in entries):
+        return None
+    return [Path(e.path) for e in entries]
 
 
 def private_directory(path: Path, parents: int = 1) -> Path:

@@ -436,6 +436,7 @@ def _load_user(spec: str, seed: int) -> TaskData:
             result = func(seed=seed) if _takes_seed(func) else func()
         except Exception as exc:  # the user's code: its error in one line, not our traceback
             raise BadArgumentError(f"data {quoted(spec)} raised {_one_line(exc)}") from exc
+        _refuse_awaitables(result, spec)
     if getattr(module, "__file__", None):  # what `helper_files` picks the user's files from
         _BROUGHT_IN[Path(module.__file__).resolve()] = before
     return _as_task_data(result, spec)
@@ -958,6 +959,45 @@ def _not_the_file_here(target: str, module: Any) -> str:
     return (
         f"; {quoted(target)} is {whose}{path}, not ./{here} (found before this directory): "
         "rename your file"
+    )
+
+
+def _refuse_awaitables(result: Any, spec: str) -> None:
+    """Refuses what an `async def` data function (or a plain one returning one) gives back:
+    a coroutine, an async generator or another awaitable, alone or as a set of the returned
+    tuple or TaskData. pipeplan calls the data function without an event loop. Each
+    coroutine is closed first: dropped unawaited, Python said "RuntimeWarning: coroutine
+    'load' was never awaited" and two lines more after pipeplan's error line (the
+    thirty-third round). Run inside `_contained`: closing a started coroutine runs its
+    `finally` blocks, user code.
+
+        _refuse_awaitables(load(), "m:load")   # async def load(): "… returned a coroutine …"
+    """
+    values = list(result) if isinstance(result, tuple | list) and len(result) <= 3 else []
+    if isinstance(result, TaskData):
+        values = [result.train, result.eval]
+    found = None
+    names = ("train set", "eval set", "augmented")[: len(values)]
+    for name, value in [("", result), *zip(names, values, strict=True)]:
+        if inspect.isawaitable(value) or inspect.isasyncgen(value):
+            found = found or (name, value)
+            if inspect.iscoroutine(value) or inspect.isgenerator(value):
+                # Never awaited: closed, no RuntimeWarning when it is collected. One that
+                # ignores GeneratorExit (RuntimeError) is refused all the same.
+                with contextlib.suppress(Exception):
+                    value.close()
+    if found is None:
+        return
+    name, value = found
+    kind = (
+        "a coroutine" if inspect.iscoroutine(value)
+        else "an async generator" if inspect.isasyncgen(value)
+        else f"an awaitable ({type(value).__name__})"
+    )  # fmt: skip
+    said = f": its {name} is {kind}" if name else f" returned {kind}"
+    raise BadArgumentError(
+        f"data {quoted(spec)}{said}; pipeplan calls the data function without an event "
+        "loop: make it a plain `def` that returns the data sets"
     )
 
 

@@ -302,11 +302,12 @@ def rank_memory(
     """
     from pipeplan.costmodel import RESERVE_BYTES  # numpy: only for a run
 
-    if config.device_memory_bytes is not None:
-        return config.device_memory_bytes, None
     ranks, kind = per_node or config.nproc, profile.device.kind
-    profiled = profile_device_memory(profile, ranks, per_node_flag)
     here = host_device_memory(kind)
+    if config.device_memory_bytes is not None:
+        check_device_memory_flag(config.device_memory_bytes, here, kind, ranks, per_node_flag)
+        return config.device_memory_bytes, None
+    profiled = profile_device_memory(profile, ranks, per_node_flag)
     share = None if here is None else here if kind == "cuda" else here // ranks
     # Within the planner's reserve of the profiled share this host is the profiled one: a
     # host's memory as reported differs by some pages between boots and kernels (the shipped
@@ -319,6 +320,41 @@ def rank_memory(
     if kind == "cuda":  # each rank has a GPU of its own
         return share, f"this host's GPU memory {here}"
     return share, f"this host's memory {here} shared by {per_node_flag} {ranks}"
+
+
+def check_device_memory_flag(
+    given: int, here: int | None, kind: str, ranks: int, ranks_flag: str = "--nproc"
+) -> None:
+    """Refuses a run's --device-memory (`given` bytes for each rank) that this host does not
+    have (`here`, `host_device_memory(kind)`; None where it cannot be told: nothing to hold
+    it to): on cuda, more than one GPU's total memory (each rank has its own); on cpu, where
+    the `ranks` on this host share its memory, more than their share of it. Found by the
+    thirty-third round: `run --device-memory 512GB` on a 23 GiB CPU host was accepted, and
+    the planner chose layouts for memory that does not exist. The flag may only lower what
+    a rank has (to make a small model need a pipeline), as `rank_memory`'s default is never
+    more than this host's either.
+
+        check_device_memory_flag(512 * 10**9, 25275990016, "cpu", 1)   # BadArgumentError
+    """
+    if here is None:
+        return
+    if kind == "cuda":
+        if given > here:
+            raise BadArgumentError(
+                f"--device-memory {format_bytes(given)} is more than this host's GPU memory "
+                f"({here / (1 << 30):.1f} GiB, {here} bytes)"
+            )
+        return
+    if given * ranks <= here:
+        return
+    what = f"this machine's {here / (1 << 30):.1f} GiB of memory ({here} bytes)"
+    most = format_bytes(max((here // ranks) >> 20 << 20, 1))  # whole MiB, as a user types
+    if ranks == 1 or given > here:
+        raise BadArgumentError(f"--device-memory {format_bytes(given)} is more than {what}")
+    raise BadArgumentError(
+        f"--device-memory {format_bytes(given)} for each of {ranks_flag} {ranks} ranks is "
+        f"more than {what}, which they share; give --device-memory {most} or less"
+    )
 
 
 def host_device_memory(kind: str) -> int | None:

@@ -407,6 +407,42 @@ def test_caches_of_runs_that_are_gone_are_removed_and_no_other(tmp_path):
     assert remove_stale_caches(shm) == []
 
 
+@pytest.mark.timeout(30)
+def test_a_run_folder_named_as_a_cache_is_not_swept(tmp_path):
+    """Found by the thirty-third round: a run folder in /dev/shm (`--runs-dir /dev/shm`) whose
+    name looked like a cache's (`pipeplan-NS-PID-START-TOKEN`, PID gone) was deleted with its
+    checkpoints by the next run's sweep of stale caches: a name was taken for proof. Now
+    the sweep unlinks only the files a cache writes there (`node0-v3.rows`, `.map`) and the
+    folder once empty: a folder holding anything else is left as it is, every file kept; a
+    real stale cache is still removed."""
+    from executor.cache import pid_namespace, remove_stale_caches
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    pid, start = gone_process()
+    ns = pid_namespace()
+    run = shm / f"pipeplan-{ns}-{pid}-{start}-{'a' * 16}"
+    (run / "checkpoints").mkdir(parents=True, mode=0o700)
+    run.chmod(0o700)
+    (run / "run.json").write_text("{}")
+    (run / "checkpoints" / "phase-0.pt").write_bytes(b"weights")
+    mixed = shm / f"pipeplan-{ns}-{pid}-{start}-{'b' * 16}"  # a cache's file and the user's
+    mixed.mkdir(mode=0o700)
+    (mixed / "node0-v3.rows").write_bytes(b"rows")
+    (mixed / "notes.txt").write_bytes(b"mine")
+    stale = shm / f"pipeplan-{ns}-{pid}-{start}-{'c' * 16}"
+    stale.mkdir(mode=0o700)
+    for name in ("node0-v3.rows", "node0-v3.map", "node1-v5.rows"):
+        (stale / name).write_bytes(b"x")
+    empty = shm / f"pipeplan-{ns}-{pid}-{start}-{'d' * 16}"  # killed before its first file
+    empty.mkdir(mode=0o700)
+    before = {p: p.read_bytes() for p in [*run.rglob("*"), *mixed.iterdir()] if p.is_file()}
+    assert sorted(remove_stale_caches(shm)) == sorted([stale, empty])
+    assert sorted(shm.iterdir()) == sorted([run, mixed])
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(p for p in [*run.rglob("*"), *mixed.iterdir()] if p.is_file()) == sorted(before)
+
+
 def test_files_a_killed_run_left_under_its_run_directory_are_removed(tmp_path):
     """Found by the seventeenth round (the spill files of a killed run): the node's leader
     removes its node's leftover files before it makes the first version (a link among them is

@@ -30,7 +30,7 @@ from executor.parallel import StepMean
 from executor.planning import shipped_profile
 from pipeplan import models
 from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.formats import RunConfig, load
+from pipeplan.formats import Profile, RunConfig, load
 
 IGNORE = models.IGNORE_INDEX
 
@@ -2905,6 +2905,21 @@ def raw_ok():
     import os
     os.write(2, b"raw fd2 line\\n")
     return Pairs(64), Pairs(16)
+async def async_load():
+    return Pairs(64), Pairs(16)
+def returns_a_coroutine():
+    return async_load()
+def a_coroutine_as_the_train_set():
+    async def train():
+        return Pairs(64)
+    return train(), Pairs(16)
+async def async_generator():
+    yield Pairs(64), Pairs(16)
+def a_coroutine_in_a_task_data():
+    from executor.data import TaskData
+    async def held_out():
+        return Pairs(16)
+    return TaskData("mine", Pairs(64), held_out())
 """
 
 
@@ -2986,6 +3001,33 @@ def test_a_base_exception_from_user_data_code_is_one_line(tmp_path, capsys, func
     traceback, exit 1. It is one line naming the data and the exception, as an Exception
     from it is (`data._user_code`)."""
     refused(_user_run(tmp_path, function), tmp_path / "runs", capsys, said)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "function, said",
+    [
+        ("async_load", "returned a coroutine"),
+        ("returns_a_coroutine", "returned a coroutine"),
+        ("a_coroutine_as_the_train_set", "its train set is a coroutine"),
+        ("async_generator", "returned an async generator"),
+        ("a_coroutine_in_a_task_data", "its eval set is a coroutine"),
+    ],
+)
+def test_an_async_data_function_is_refused_in_one_line(tmp_path, capsys, function, said):
+    """Found by the thirty-third round: an `async def` data function (or a plain one returning
+    a coroutine) was refused ("returned coroutine"), but the coroutine, dropped unawaited,
+    made Python print "RuntimeWarning: coroutine 'load' was never awaited" and two lines
+    more after the error line. Each coroutine it returns is closed before the refusal
+    (`data._refuse_awaitables`), which says why: no event loop, make it a plain `def`."""
+    import gc
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        refused(_user_run(tmp_path, function), tmp_path / "runs", capsys, (said, "plain `def`"))
+        gc.collect()  # what Python warns of as a coroutine is collected
+    assert [str(w.message) for w in seen] == []
 
 
 def test_user_data_code_writing_to_descriptor_2_is_held(tmp_path, capfd):
@@ -3116,6 +3158,54 @@ def test_a_plan_from_a_profile_of_a_larger_host_is_refused(tmp_path, capsys, mon
     own = tmp_path / "runs" / "own"
     cluster = RunPlanner.for_run(own, load(RunConfig, own / "run.json")).cluster
     assert cluster.device_memory_bytes == here // 2
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_device_memory_beyond_this_host_is_refused(tmp_path, capsys, nproc):
+    """Found by the thirty-third round: `run --device-memory 512GB` on a CPU host of 23 GiB was
+    accepted, and the planner chose layouts for memory that does not exist. On CPU the ranks
+    share the host: --device-memory for each of them beyond their share of its memory is
+    refused in one line naming the flag's figure and the host's
+    (`cluster.check_device_memory_flag`), before the run folder is made; within it, it runs."""
+    from pipeplan.cluster import format_bytes
+
+    here = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # as profiles record it
+    run = ["run", "--model", "vit-digits", "--data", "digits", "--prepare-only", "--nproc"]
+    run += [str(nproc), "--runs-dir", str(tmp_path / "runs"), "--name"]
+    too_much = here // nproc + (1 << 20)
+    fragments = [f"--device-memory {format_bytes(too_much)} ", f"GiB of memory ({here} bytes)"]
+    fragments.append("more than this machine's ")
+    if nproc > 1:
+        fragments += [f"for each of --nproc {nproc} ranks", f"{here // nproc >> 20}MiB or less"]
+    refused([*run, "big", "--device-memory", str(too_much)], tmp_path, capsys, tuple(fragments))
+    assert not (tmp_path / "runs" / "big").exists()
+    assert cli.main([*run, "fits", "--device-memory", str(here // nproc >> 20 << 20)]) == 0
+
+
+def test_a_device_memory_beyond_the_gpu_is_refused(monkeypatch):
+    """The same on CUDA, where each rank has a GPU of its own: --device-memory more than the
+    GPU's total memory (`torch.cuda.get_device_properties`) is refused, naming both; up to
+    it, it is the rank's memory. By construction: no GPU is needed."""
+    from types import SimpleNamespace
+
+    from pipeplan.cluster import rank_memory
+
+    gpu = 80 << 30
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=gpu)
+    )
+    vit = load(Profile, shipped_profile("vit-digits", "cpu"))
+    profile = vit.model_copy(update={"device": vit.device.model_copy(update={"kind": "cuda"})})
+    cfg = RunConfig(name="m", model="vit-digits", nproc=8, device_memory_bytes=gpu + 1)
+    with pytest.raises(BadArgumentError) as refusal:
+        rank_memory(cfg, profile)
+    assert str(refusal.value) == (
+        f"--device-memory {gpu + 1} is more than this host's GPU memory (80.0 GiB, {gpu} bytes)"
+    )
+    assert rank_memory(cfg.model_copy(update={"device_memory_bytes": gpu}), profile) == (gpu, None)
 
 
 BERT_TINY_ON = [
