@@ -35,6 +35,9 @@ from pipeplan.formats.run import torn_tail
 if TYPE_CHECKING:
     from executor.parallel import StepTimes
 
+SUMMARY_FILE = "summary.json"  # rank 0's at a run's end (`executor.launch.summarize`)
+
+
 Record = PhaseRecord | StepRecord | EpochRecord
 
 # A rank's share of a step record travels as one float64 row: one small all_gather per step
@@ -186,17 +189,26 @@ class Recorder:
             write_atomic(self.metrics_path, metrics_csv(self._epochs, self._layouts))
 
     def truncate(self, manifest: CheckpointManifest) -> None:
-        """Drop the records written after the checkpoint: the resumed run writes them again."""
+        """Drop the records written after the checkpoint: the resumed run writes them again.
+        A summary.json of steps dropped goes too: written at the end of a run that finished
+        past the checkpoint (one older than its final, corrupted one), it summed records
+        that are no more, and the resumed run's end was held to it (the thirty-fourth
+        round: the run could not end, nor be reported or exported). The run writes it anew
+        at its end."""
         if self._file is None:
             return
+        records = read_records(self.path)
         kept = [
             r
-            for r in read_records(self.path)
+            for r in records
             if (isinstance(r, PhaseRecord) and r.phase <= manifest.phase)
             or (isinstance(r, StepRecord) and r.step < manifest.step)
             or (isinstance(r, EpochRecord) and r.epoch < manifest.epoch)
         ]
+        dropped_steps = any(isinstance(r, StepRecord) and r.step >= manifest.step for r in records)
         self._file.close()
+        if dropped_steps:  # before the records: a failure between leaves no stale summary
+            self.path.with_name(SUMMARY_FILE).unlink(missing_ok=True)
         write_atomic(self.path, "".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in kept))
         self._file = _append(self.path)
         self._layouts, self._epochs, self._open = {}, [], []

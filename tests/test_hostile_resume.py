@@ -366,6 +366,33 @@ def every_2_steps_run(tmp_path_factory) -> Path:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_a_finished_runs_resume_that_falls_back_leaves_a_run_that_reads(
+    every_2_steps_run, tmp_path, capsys
+):
+    """Found by the thirty-fourth round: a finished run whose final checkpoint is corrupted,
+    resumed for another epoch, fell back to the older step-3 with the notice, trained to
+    the end, and then failed: "summary.json: steps is 4, but run.jsonl records 8 steps and no
+    resume at step 4". The first run's summary.json, of the steps the resume dropped, was
+    held to the records the resume rewrote; the run could no longer be resumed, reported or
+    exported. The resume drops a summary of the steps it trains again (the run writes it
+    anew at its end): it ends 0 and every command reads the run."""
+    run = copy_run(every_2_steps_run, tmp_path)
+    model = run / "checkpoints" / "step-4" / "model.pt"
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    model.write_bytes(bytes(data))
+    assert cli.main(["run", "--resume", str(run), "--epochs", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "resuming from the older step-3" in err, err[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 8, summary
+    assert cli.main(["report", str(run)]) == 0
+    assert cli.main(["export", str(run), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "config.json").exists()
+
+
+@pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
 def test_an_older_manifests_grad_history_is_the_later_ones_so_far(
