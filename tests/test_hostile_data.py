@@ -2902,3 +2902,28 @@ def test_a_length_that_changes_between_calls_is_refused(tmp_path, capsys, monkey
     assert len(lines) == 1 and lines[0].startswith("pipeplan: error: "), lines
     assert "len() of the train set gave 200, and 256 before" in lines[0], lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("model", ["gpt2-tiny", "llama-tiny"])
+def test_no_padding_mask_is_refused_for_a_decoder_classifier(tmp_path, capsys, model):
+    """Found by the thirty-third round: `pipeplan profile gpt2-tiny --task classification
+    --no-padding-mask` was silently ignored: a decoder classifier always carries the padding
+    mask (its head pools the last real token, found from the mask), and the profile said
+    padding_mask true. The flag is now refused in one line saying why; an earlier profile at
+    --out is left as it was. Without the flag, and for a causal LM, it is taken as before."""
+    out = tmp_path / "p.json"
+    out.write_text("an earlier profile\n")
+    args = ["profile", model, "--seq-len", "8", "--warmup", "0", "--micro-batch-sizes", "1"]
+    args += ["--repeats", "1", "--out", str(out)]
+    classifier = [*args, "--task", "classification", "--num-labels", "3"]
+    fragments = (
+        f"--no-padding-mask: {model} is a decoder classifier, which always carries the padding "
+        "mask",
+        "leave the flag out",
+    )
+    refused([*classifier, "--no-padding-mask"], tmp_path, capsys, fragments)
+    assert cli.main([*args, "--task", "causal-lm", "--no-padding-mask"]) == 0
+    assert json.loads(out.read_text())["model"]["padding_mask"] is False
+    assert cli.main(classifier) == 0
+    assert json.loads(out.read_text())["model"]["padding_mask"] is True
