@@ -2927,3 +2927,56 @@ def test_no_padding_mask_is_refused_for_a_decoder_classifier(tmp_path, capsys, m
     assert json.loads(out.read_text())["model"]["padding_mask"] is False
     assert cli.main(classifier) == 0
     assert json.loads(out.read_text())["model"]["padding_mask"] is True
+
+
+def wide_tokenizer(directory: Path, words: int) -> Path:
+    """`eos_tokenizer`'s tokens ([EOS] 0, [UNK] 1, words from 2) with `words` words and a
+    [BOS] token last, at id words + 2."""
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import models as token_models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[EOS]": 0, "[UNK]": 1, **{f"w{i}": i + 2 for i in range(words)}}
+    vocab["[BOS]"] = words + 2
+    tok = Tokenizer(token_models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="[EOS]", unk_token="[UNK]", eos_token="[EOS]"
+    )
+    fast.bos_token = "[BOS]"
+    fast.save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.timeout(60)
+def test_a_tokenizer_larger_than_a_built_ins_vocabulary_is_refused(tmp_path, capsys):
+    """Found by the thirty-third round: gpt2-tiny (vocab_size 512) ran with a tokenizer of
+    703 ids whose bos is id 702: the data held no id past 511, so the run trained and its
+    model/ and export said bos_token_id null (an id outside the vocabulary); data holding
+    such ids was refused naming the data. The tokenizer is now refused before the run folder
+    is made, in one line naming it and both sizes; one whose ids fit still runs."""
+    tok = wide_tokenizer(tmp_path / "tok", 700)
+    rows = [{"text": f"w{i} w{i + 1} w{i} [EOS]"} for i in range(24)]
+    train, held_out = (
+        write_jsonl(tmp_path / "t.jsonl", rows),
+        write_jsonl(tmp_path / "e.jsonl", rows[:4]),
+    )
+    data = f"{train},{held_out}"
+    argv = ["run", "--prepare-only", "--model", "gpt2-tiny", "--data", data, "--seq-len", "8"]
+    argv += ["--tokenizer", str(tok), "--global-batch", "4", "--runs-dir", str(tmp_path / "runs")]
+    measured = tmp_path / "p.json"
+    args = ["profile", "gpt2-tiny", "--seq-len", "8", "--task", "causal-lm", "--padding-mask"]
+    args += ["--warmup", "0", "--micro-batch-sizes", "1,2,4", "--repeats", "1"]
+    assert cli.main([*args, "--out", str(measured)]) == 0
+    argv += ["--profile", str(measured)]
+    capsys.readouterr()
+    fragments = (
+        f"{tok}: the tokenizer's ids go up to 702 (703 ids) but model 'gpt2-tiny' has "
+        "vocab_size 512 (ids 0..511)",
+        "a model folder whose config.json says vocab_size 703 or more",
+    )
+    refused(argv, tmp_path, capsys, fragments)
+    assert not (tmp_path / "runs").exists()
+    fits = wide_tokenizer(tmp_path / "fits", 509)  # [BOS] is id 511
+    argv[argv.index(str(tok))] = str(fits)
+    assert cli.main(argv) == 0, capsys.readouterr()
