@@ -2980,3 +2980,49 @@ def test_a_tokenizer_larger_than_a_built_ins_vocabulary_is_refused(tmp_path, cap
     fits = wide_tokenizer(tmp_path / "fits", 509)  # [BOS] is id 511
     argv[argv.index(str(tok))] = str(fits)
     assert cli.main(argv) == 0, capsys.readouterr()
+
+
+# Data whose classes come from a file data.json does not list (classes.txt beside it).
+CLASSES_FILE_MODULE = """
+from pathlib import Path
+import torch
+from executor.data import TaskData, TensorPairs
+
+def load(seed=0):
+    k = int(Path(__file__).with_name("classes.txt").read_text())
+    x = torch.rand(64, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(64) % k
+    return TaskData("k", TensorPairs(x[:48], y[:48]), TensorPairs(x[48:], y[48:]), num_labels=k)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_export_names_the_data_when_its_classes_changed(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-third round: `pipeplan export` of a run whose `module:function`
+    data gives other classes now (10 then, 3 now: read from a file data.json does not list)
+    blamed the checkpoint ("runs/r/checkpoints/step-1: parameter 9.parts.1.weight has shape
+    [10, 128] in the checkpoint, [3, 128] in the model"), where a resume named the data.
+    Export holds the data to data.json's facts as a resume does: one line naming the data,
+    both counts and data.json; nothing written. The data restored, it exports."""
+    name = "rt33_classes"
+    (tmp_path / f"{name}.py").write_text(CLASSES_FILE_MODULE)
+    (tmp_path / "classes.txt").write_text("10\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--epochs", "1"]
+    argv += ["--global-batch", "16", "--freeze", "none", "--name", "r", "--nproc", "1"]
+    try:
+        assert cli.main([*argv, "--max-steps-per-epoch", "1"]) == 0, capsys.readouterr()
+        (tmp_path / "classes.txt").write_text("3\n")
+        capsys.readouterr()
+        fragments = (
+            f"data '{name}:load' gave the export 3 classes; the run started with 10 "
+            f"({Path('runs') / 'r' / 'data.json'})",
+            "the export builds the model the run trained",
+        )
+        refused(["export", "runs/r", "--out", "out"], tmp_path, capsys, fragments)
+        assert not (tmp_path / "out").exists()
+        (tmp_path / "classes.txt").write_text("10\n")
+        assert cli.main(["export", "runs/r", "--out", "out"]) == 0, capsys.readouterr()
+    finally:
+        sys.modules.pop(name, None)
