@@ -396,7 +396,12 @@ def check_index_memory(cfg: RunConfig, facts: DataFacts, ranks: int) -> None:
 
 
 def check_data_facts(
-    recorded: DataFacts | None, got: DataFacts, spec: str, who: str, resumed: Path | None = None
+    recorded: DataFacts | None,
+    got: DataFacts,
+    spec: str,
+    who: str,
+    resumed: Path | None = None,
+    why: str = "a resume trains on the data its run started with",
 ) -> None:
     """The data a process built (`got`) is the data the launcher checked (`recorded`,
     data.json's; None in a run prepared before it was recorded, or built-in data): every
@@ -404,8 +409,9 @@ def check_data_facts(
     RANK, a file appended to, an unseeded subsample) trained another epoch than checked, or,
     differing between ranks, hung the run for --collective-timeout, then named as a
     collective's failure (the thirty-second round). `who` names the process as the line
-    says it: "rank 1" before its first collective; a resume's launcher gives its run
-    directory (`resumed`): the data must be what the run started with.
+    says it: "rank 1" before its first collective; a resume's launcher, or an export, gives
+    the run directory (`resumed`): the data must be what the run started with, `why` says
+    for what.
 
         check_data_facts(record.facts, data_facts(data, seq), "lend:load", "rank 1")
         # BadArgumentError: data 'lend:load' gave rank 1 512 training samples; the launcher
@@ -422,8 +428,7 @@ def check_data_facts(
         if resumed is not None:
             raise BadArgumentError(
                 f"data {quoted(spec)} gave {who} {said}; the run started with {checked} "
-                f"({resumed / DATA_RECORD}): a resume trains on the data its run started "
-                "with; restore it or start a new run"
+                f"({resumed / DATA_RECORD}): {why}; restore it or start a new run"
             )
         raise BadArgumentError(
             f"data {quoted(spec)} gave {who} {said}; the launcher checked {checked}: a data "
@@ -765,6 +770,14 @@ def _export(
     check_run_model(run_dir, cfg)
     # Every weight comes from the checkpoint, the model directory's are not read.
     seq, data = build_task(cfg, quiet=True, from_checkpoint=True)
+    # The data as a resume holds it to data.json's facts: a `module:function` whose classes or
+    # lengths changed since (a file it reads that data.json does not list) built another head
+    # (or epoch), and the checkpoint's weights were blamed for it (thirty-third round).
+    record = read_data_record(run_dir)
+    why = "the export builds the model the run trained, the head sized by its data"
+    check_data_facts(
+        record and record.facts, data_facts(data, seq), cfg.data, "the export", run_dir, why
+    )
     # The manifest as a resume checks it (its layers, position and layout): a manifest resume
     # refuses is no checkpoint of this run to export either.
     where = manifest_path(run_dir, manifest)

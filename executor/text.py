@@ -809,6 +809,7 @@ def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence, quiet: bool) 
     )
     _check_backend(tok, directory, length)
     _check_special_tokens_known(tok, directory)
+    _check_vocabulary_fits(tok, seq, directory)
     # Every text padded and cut on the right, whatever the tokenizer's sides (its config's, or
     # a tokenizer.json's padding direction, which transformers takes as its side): positions
     # count from the first token, a BERT-style head reads it, and a text was first cut to its
@@ -1509,6 +1510,36 @@ def _other_special_ids(tok: Any, seq: LayerSequence, generation: Any, directory:
         if phrases:
             said.append(f"{where}: {', '.join(phrases)}")
     return said
+
+
+def _check_vocabulary_fits(tok: Any, seq: LayerSequence, directory: Path) -> None:
+    """Refuses a tokenizer with ids past the model's vocab_size: its embeddings have no row
+    for them, whether or not this data holds one (`generate` and later data would).
+
+        _check_vocabulary_fits(tok, seq, Path("tok"))
+        # BadArgumentError: "tok: the tokenizer's ids go up to 702 (703 ids) but model …"
+
+    Found by the thirty-third round: gpt2-tiny (vocab_size 512) trained with a tokenizer of
+    703 ids whose bos is 702; the data held no id past 511, so the run went through and the
+    export wrote bos_token_id null (an id outside the vocabulary). Data that holds such ids
+    was refused naming the data, not the tokenizer. A built-in keeps its size (its embedding
+    is not sized to a tokenizer), so the line names both sizes and what can agree."""
+    vocab = seq.config.vocab_size
+    ids = tok.get_vocab().values()  # with added tokens; ids need not be contiguous
+    top = max(ids, default=-1)
+    if top < vocab:
+        return
+    fix = (
+        f"a model whose embeddings hold them (vocab_size {top + 1} or more)"
+        if config_path(seq.name) is not None
+        else f"a model folder whose config.json says vocab_size {top + 1} or more (a "
+        "built-in's size is its own)"
+    )
+    raise BadArgumentError(
+        f"{directory}: the tokenizer's ids go up to {top} ({len(ids)} ids) but model "
+        f"{quoted(seq.name)} has vocab_size {vocab} (ids 0..{vocab - 1}); use a tokenizer "
+        f"whose ids fit, or {fix}"
+    )
 
 
 def _check_special_tokens_known(tok: Any, directory: Path) -> None:

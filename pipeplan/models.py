@@ -1199,6 +1199,21 @@ def pools_by_pad_id(family: Family, task: str) -> bool:
     return family.kind == "decoder" and task == "classification"
 
 
+def refuse_no_padding_mask(name_or_path: str, task: Task | None) -> None:
+    """`pipeplan profile MODEL --no-padding-mask` for a model that cannot go without the
+    padding-mask channel (a decoder classifier, `pools_by_pad_id`) is refused: its head finds
+    the last real token from the mask, so `build` adds it anyway. Found by the thirty-third
+    round: the flag was ignored without a word and the profile said padding_mask true."""
+    source = _resolve(name_or_path)
+    family = FAMILIES[source.family]
+    if pools_by_pad_id(family, _choose_task(source, family, task)):
+        raise BadArgumentError(
+            f"--no-padding-mask: {name_or_path} is a decoder classifier, which always carries "
+            "the padding mask (its head pools the last token that is not padding, found from "
+            "the mask); leave the flag out"
+        )
+
+
 def _check_padding_mask(family: Family, config: Any, padding_mask: bool, name: str) -> None:
     if not padding_mask:
         return

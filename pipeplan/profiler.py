@@ -501,6 +501,8 @@ def profile_to_file(
     # (the seventeenth round profiled all three). A config without weights is random.
     # `bert-tiny/config.json` names the folder ./bert-tiny, not the built-in bert-tiny.
     name = model_argument(model) if model != Path(request.model) else request.model
+    if "padding_mask" in request.model_fields_set and not request.padding_mask:
+        models.refuse_no_padding_mask(name, request.task)  # asked for, not the default
     seq = models.build(
         name,
         seq_len=request.seq_len,

@@ -3086,3 +3086,127 @@ def test_an_evaluation_failure_is_placed_after_the_epochs_last_step(tmp_path, ca
     assert code == 2 and len(lines) == 1, err[-3000:]
     assert "training failed on rank 0 after step 1, at the end of epoch 1: " in lines[0], lines
     assert "ValueError: held-out item" in lines[0] and "is unreadable" in lines[0], lines[0]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("model", ["gpt2-tiny", "llama-tiny"])
+def test_no_padding_mask_is_refused_for_a_decoder_classifier(tmp_path, capsys, model):
+    """Found by the thirty-third round: `pipeplan profile gpt2-tiny --task classification
+    --no-padding-mask` was silently ignored: a decoder classifier always carries the padding
+    mask (its head pools the last real token, found from the mask), and the profile said
+    padding_mask true. The flag is now refused in one line saying why; an earlier profile at
+    --out is left as it was. Without the flag, and for a causal LM, it is taken as before."""
+    out = tmp_path / "p.json"
+    out.write_text("an earlier profile\n")
+    args = ["profile", model, "--seq-len", "8", "--warmup", "0", "--micro-batch-sizes", "1"]
+    args += ["--repeats", "1", "--out", str(out)]
+    classifier = [*args, "--task", "classification", "--num-labels", "3"]
+    fragments = (
+        f"--no-padding-mask: {model} is a decoder classifier, which always carries the padding "
+        "mask",
+        "leave the flag out",
+    )
+    refused([*classifier, "--no-padding-mask"], tmp_path, capsys, fragments)
+    assert cli.main([*args, "--task", "causal-lm", "--no-padding-mask"]) == 0
+    assert json.loads(out.read_text())["model"]["padding_mask"] is False
+    assert cli.main(classifier) == 0
+    assert json.loads(out.read_text())["model"]["padding_mask"] is True
+
+
+def wide_tokenizer(directory: Path, words: int) -> Path:
+    """`eos_tokenizer`'s tokens ([EOS] 0, [UNK] 1, words from 2) with `words` words and a
+    [BOS] token last, at id words + 2."""
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import models as token_models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[EOS]": 0, "[UNK]": 1, **{f"w{i}": i + 2 for i in range(words)}}
+    vocab["[BOS]"] = words + 2
+    tok = Tokenizer(token_models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="[EOS]", unk_token="[UNK]", eos_token="[EOS]"
+    )
+    fast.bos_token = "[BOS]"
+    fast.save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.timeout(60)
+def test_a_tokenizer_larger_than_a_built_ins_vocabulary_is_refused(tmp_path, capsys):
+    """Found by the thirty-third round: gpt2-tiny (vocab_size 512) ran with a tokenizer of
+    703 ids whose bos is id 702: the data held no id past 511, so the run trained and its
+    model/ and export said bos_token_id null (an id outside the vocabulary); data holding
+    such ids was refused naming the data. The tokenizer is now refused before the run folder
+    is made, in one line naming it and both sizes; one whose ids fit still runs."""
+    tok = wide_tokenizer(tmp_path / "tok", 700)
+    rows = [{"text": f"w{i} w{i + 1} w{i} [EOS]"} for i in range(24)]
+    train, held_out = (
+        write_jsonl(tmp_path / "t.jsonl", rows),
+        write_jsonl(tmp_path / "e.jsonl", rows[:4]),
+    )
+    data = f"{train},{held_out}"
+    argv = ["run", "--prepare-only", "--model", "gpt2-tiny", "--data", data, "--seq-len", "8"]
+    argv += ["--tokenizer", str(tok), "--global-batch", "4", "--runs-dir", str(tmp_path / "runs")]
+    measured = tmp_path / "p.json"
+    args = ["profile", "gpt2-tiny", "--seq-len", "8", "--task", "causal-lm", "--padding-mask"]
+    args += ["--warmup", "0", "--micro-batch-sizes", "1,2,4", "--repeats", "1"]
+    assert cli.main([*args, "--out", str(measured)]) == 0
+    argv += ["--profile", str(measured)]
+    capsys.readouterr()
+    fragments = (
+        f"{tok}: the tokenizer's ids go up to 702 (703 ids) but model 'gpt2-tiny' has "
+        "vocab_size 512 (ids 0..511)",
+        "a model folder whose config.json says vocab_size 703 or more",
+    )
+    refused(argv, tmp_path, capsys, fragments)
+    assert not (tmp_path / "runs").exists()
+    fits = wide_tokenizer(tmp_path / "fits", 509)  # [BOS] is id 511
+    argv[argv.index(str(tok))] = str(fits)
+    assert cli.main(argv) == 0, capsys.readouterr()
+
+
+# Data whose classes come from a file data.json does not list (classes.txt beside it).
+CLASSES_FILE_MODULE = """
+from pathlib import Path
+import torch
+from executor.data import TaskData, TensorPairs
+
+def load(seed=0):
+    k = int(Path(__file__).with_name("classes.txt").read_text())
+    x = torch.rand(64, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(64) % k
+    return TaskData("k", TensorPairs(x[:48], y[:48]), TensorPairs(x[48:], y[48:]), num_labels=k)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_export_names_the_data_when_its_classes_changed(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-third round: `pipeplan export` of a run whose `module:function`
+    data gives other classes now (10 then, 3 now: read from a file data.json does not list)
+    blamed the checkpoint ("runs/r/checkpoints/step-1: parameter 9.parts.1.weight has shape
+    [10, 128] in the checkpoint, [3, 128] in the model"), where a resume named the data.
+    Export holds the data to data.json's facts as a resume does: one line naming the data,
+    both counts and data.json; nothing written. The data restored, it exports."""
+    name = "rt33_classes"
+    (tmp_path / f"{name}.py").write_text(CLASSES_FILE_MODULE)
+    (tmp_path / "classes.txt").write_text("10\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--epochs", "1"]
+    argv += ["--global-batch", "16", "--freeze", "none", "--name", "r", "--nproc", "1"]
+    try:
+        assert cli.main([*argv, "--max-steps-per-epoch", "1"]) == 0, capsys.readouterr()
+        (tmp_path / "classes.txt").write_text("3\n")
+        capsys.readouterr()
+        fragments = (
+            f"data '{name}:load' gave the export 3 classes; the run started with 10 "
+            f"({Path('runs') / 'r' / 'data.json'})",
+            "the export builds the model the run trained",
+        )
+        refused(["export", "runs/r", "--out", "out"], tmp_path, capsys, fragments)
+        assert not (tmp_path / "out").exists()
+        (tmp_path / "classes.txt").write_text("10\n")
+        assert cli.main(["export", "runs/r", "--out", "out"]) == 0, capsys.readouterr()
+    finally:
+        sys.modules.pop(name, None)
