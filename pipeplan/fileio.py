@@ -576,6 +576,8 @@ _HELD: dict[Path, object] = {}
 # Each held directory by the name it was claimed by (links not followed): its resolved key in
 # _HELD, and the identity of the entry at that name then (`_held`).
 _HELD_AS: dict[Path, tuple[Path, tuple[int, int] | None]] = {}
+# Each held directory's own open folder, locked as its `.lock` is (`_lock_folder`).
+_FOLDER_HELD: dict[Path, int] = {}
 
 
 def _open_lock(lock: Path):
@@ -611,15 +613,48 @@ def claim_directory(directory: str | Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"{directory}: cannot create ({exc.strerror})") from None
+    lock_made = not os.path.lexists(directory / ".lock")
     handle = _open_lock(directory / ".lock")
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
         raise OutputError(f"{directory}: in use by another pipeplan process") from None
+    try:
+        folder = _lock_folder(directory, fcntl.LOCK_EX)
+    except BlockingIOError:
+        handle.close()
+        if lock_made:  # the holder's was deleted: leave its folder as it was
+            (directory / ".lock").unlink(missing_ok=True)
+        raise OutputError(f"{directory}: in use by another pipeplan process") from None
     _HELD[key] = handle
     _HELD_AS[Path(os.path.abspath(directory))] = (key, _identity(directory))
+    if folder is not None:
+        _FOLDER_HELD[key] = folder
     return directory
+
+
+def _lock_folder(directory: Path, kind: int) -> int | None:
+    """The folder itself locked (`kind`: fcntl.LOCK_EX or LOCK_SH, never waiting), besides its
+    `.lock` file: a live run's `.lock` deleted (`rm runs/k/.lock`) let a second run or resume
+    claim the folder with a new one, and a report read it mid-write (the thirty-third
+    round); nothing inside the folder can take the folder's own lock away. The open folder,
+    or None where its file system locks no folders (its `.lock` alone then).
+    BlockingIOError if another process holds it."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(directory, flags)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _held(directory: Path) -> tuple[Any, bool] | None:
@@ -740,6 +775,9 @@ def release_directory(directory: str | Path) -> None:
     handle = _HELD.pop(key, None)
     if handle is not None:
         handle.close()
+    folder = _FOLDER_HELD.pop(key, None)
+    if folder is not None:
+        os.close(folder)
 
 
 # Run directories whose training this process takes part in (a rank): its launcher holds
@@ -792,24 +830,30 @@ def reading_run(directory: str | Path) -> Iterator[None]:
     if _held(directory) is not None or _trained_identity(directory) is not False:
         yield
         return
+    in_use = OutputError(
+        f"{directory}: in use by a pipeplan process training it (a run or a resume); read it "
+        "once that ends"
+    )
+    try:
+        folder = _lock_folder(directory, fcntl.LOCK_SH)
+    except BlockingIOError:
+        raise in_use from None
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(directory / ".lock", flags)
     except OSError:  # none, a link, unreadable: the checks that follow name what is wrong
-        yield
-        return
+        fd = None
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
+        if fd is not None and stat.S_ISREG(os.fstat(fd).st_mode):
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise OutputError(
-                    f"{directory}: in use by a pipeplan process training it (a run or a resume);"
-                    " read it once that ends"
-                ) from None
+                raise in_use from None
         yield
     finally:
-        os.close(fd)  # drops the shared lock
+        for held in (fd, folder):  # drops the shared locks
+            if held is not None:
+                os.close(held)
 
 
 # What a finished run's readers (report, calibrate) need; resume and export read run.json first.

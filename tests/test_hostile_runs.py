@@ -2283,3 +2283,40 @@ def test_a_link_put_in_a_held_run_directorys_place_is_a_move_to_its_launcher(tmp
     assert "rank 0" not in line and "executor.launch" not in line
     fileio.release_directory(run)
     assert fileio._HELD == {} and fileio._HELD_AS == {}
+
+
+# A process that claims a run directory as a run does and holds it until it is killed.
+HOLDER = """
+import sys, time
+from pipeplan.fileio import claim_directory
+claim_directory(sys.argv[1])
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_live_runs_deleted_lock_file_does_not_free_its_directory(finished_run, tmp_path, capsys):
+    """Found by the thirty-third round: `rm runs/k/.lock` while a run trained let a resume
+    claim the folder with a new .lock (two processes writing one run) and a report read it
+    mid-write. The folder itself is locked too, which nothing inside it can undo: with the
+    file gone, a resume and a report are still refused in one line, and nothing changed."""
+    import subprocess
+    import sys
+
+    run = copy_run(finished_run, tmp_path)
+    root = Path(__file__).resolve().parents[1]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(run)], cwd=root, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        (run / ".lock").unlink()
+        before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+        for argv in (["run", "--resume", str(run), "--epochs", "2"], ["report", str(run)]):
+            refused(argv, tmp_path, capsys, f"{run}: in use by")
+        assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert cli.main(["report", str(run)]) == 0  # the holder gone, the run reads again
