@@ -45,6 +45,7 @@ from pipeplan.formats.modelconfig import (
     built_attention,
     chunk_problem,
     config_value_problem,
+    head_labels_problem,
     layer_parameters,
     missing_size,
     model_sizes,
@@ -197,6 +198,12 @@ def _check_model_config(model: ModelInfo) -> None:
         source = "id2label's labels"
     if labels is not None and model.num_labels != labels:
         raise ValueError(f"num_labels is {model.num_labels} but its config has {labels} ({source})")
+    if (why := head_labels_problem(config, model.task)) is not None:
+        raise ValueError(f"config: {why}")  # a profile of a head no run trains
+    if model.task == "classification" and model.num_labels < 2:
+        raise ValueError(
+            f"num_labels is {model.num_labels}; a classifier pipeplan trains has at least 2 labels"
+        )
 
 
 def _check_input_shape(family: str, shape: list[int], config: dict[str, Any]) -> None:
