@@ -951,7 +951,9 @@ def profile_sha256(profile: Profile) -> str:
     return text_sha256(dumps(profile))
 
 
-def model_mismatch(model: str, profile: Profile, flags: str = "") -> str | None:
+def model_mismatch(
+    model: str, profile: Profile, flags: str = "", *, named: bool = True, advice: str = ""
+) -> str | None:
     """Why `profile` was not measured of `model` (a built-in name, a transformers folder or
     its config.json), or None when it was. A built-in name is the built-in, even beside a
     folder of that name (`presets.config_path`, the rule `pipeplan.models` builds by), and is
@@ -965,6 +967,11 @@ def model_mismatch(model: str, profile: Profile, flags: str = "") -> str | None:
 
         model_mismatch("ckpt/", load(Profile, "p.json"))   # None, or "… 'hidden_size' …"
 
+    A built-in name's line names `model` too ("profiles 'vit-digits', not the model
+    'bert-synth'") unless `named` is False, for a caller whose sentence names it already
+    (`run.check_run_profile`; the thirty-fourth round read it twice in one line), and ends
+    with `advice` when given (a folder's line ends with its own: the command profiling it).
+
     Found by the twenty-seventh round: a config.json leaving out intermediate_size (BERT's
     default 3072) was planned with the profile of a model whose config said 64, and one
     leaving out num_hidden_layers failed on rank 0 after the run was prepared.
@@ -974,7 +981,9 @@ def model_mismatch(model: str, profile: Profile, flags: str = "") -> str | None:
         # A built-in name (or a folder no longer there): its name is its identity.
         if _spelling(model) == _spelling(profile.model.name):
             return None
-        return f"profiles '{profile.model.name}', not the model '{model}'"
+        mine = f"profiles '{profile.model.name}'"
+        mine += f", not the model '{model}'" if named else ""
+        return f"{mine}; {advice}" if advice else mine
     config = _read_model_config(path)
     recorded = profile.model.config
     family = config.get("model_type")
