@@ -55,6 +55,7 @@ from pipeplan.formats.base import (
 )
 from pipeplan.formats.presets import config_path
 from pipeplan.formats.profile import model_mismatch
+from pipeplan.formats.run import EDITED_SINCE
 from pipeplan.plan import (
     TrainingShape,
     check_plan_prices,
@@ -156,7 +157,8 @@ def check_run_model(run_dir: Path, cfg: RunConfig) -> None:
     `model_config_sha256`: dropout or layer_norm_eps, which no shape shows) is refused too.
     """
     check_model_config(cfg)
-    check_run_profile(run_dir, cfg, load(Profile, run_dir / RUN_PROFILE))
+    profile = load(Profile, run_dir / RUN_PROFILE)
+    check_run_profile(run_dir, cfg, profile, f"its {RUN_PROFILE}", EDITED_SINCE)
 
 
 def model_config_sha256(model: str) -> str | None:

@@ -136,7 +136,9 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
     run_dir = check_run_directory(run_dir)
     with reading_run(run_dir), held():  # held: a torn last record's notice only if they pass
         config = load(RunConfig, run_dir / "run.json")
-        check_run_profile(run_dir, config, profile)
+        own = run_dir / "profile.json"  # the profile the run started with (`run` copies it)
+        mine = f"give the run's profile ({own})" if own.is_file() else "give a profile of its model"
+        check_run_profile(run_dir, config, profile, "--profile", mine)
         records = read_records(run_dir / "run.jsonl", config)
         # run.json's precision edited to bf16 fitted fp32 times as bf16: checked against the
         # run's checkpoint and its phases' profiles first.

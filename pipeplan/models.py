@@ -83,6 +83,7 @@ from pipeplan.formats.modelconfig import (
     default_class_names,
     generation_fields,
     generation_value_problem,
+    head_labels_problem,
     implied_shapes,
     label_count,
     problem_type_problem,
@@ -559,6 +560,14 @@ def build_with_hf(
             if task == "classification":
                 _check_head_labels(source, family, stored)
             _check_config_dtype(source, stored)
+        # The config's own labels size the head unless the caller's (a run's data,
+        # `profile --num-labels`) replace them: after the weights' rows, which say more of a
+        # head of other rows than the config counts.
+        if num_labels is None and (why := head_labels_problem(source.config, task)) is not None:
+            raise InputFileError(
+                f"{where}: {why}; set the config's num_labels (or id2label) to the classes, or "
+                "size the head with `pipeplan profile --num-labels N`"
+            )
         _check_model_size(source, config, task, name_or_path)
         if stored is not None:  # reads two tensors: once the sizes are known to fit memory
             _check_tied_head(source, family, task, config, stored)

@@ -326,7 +326,9 @@ def test_bad_runs_are_one_line_errors(tmp_path, profile):
     with pytest.raises(InputFileError, match="needs 5 steps"):
         calibrate([tmp_path / "short"], profile)
     other = load(Profile, shipped_profile("bert-synth", "cpu"))
-    with pytest.raises(InputFileError, match="profile is of 'bert-synth'"):
+    with pytest.raises(
+        InputFileError, match="is a run of 'vit-digits' but --profile profiles 'bert-synth'"
+    ):
         calibrate([tmp_path / "short"], other)
 
 

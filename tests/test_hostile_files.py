@@ -711,6 +711,55 @@ def test_a_plan_freezing_the_models_head_names_the_plan(self_plan, tmp_path, cap
     refused([*argv, "--runs-dir", str(tmp_path / "runs")], tmp_path, capsys, fragments)
 
 
+# (the phase-0 layout field edited, its value, what the one line must say)
+BROKEN_LAYOUTS = {
+    "boundaries []": ("boundaries", [], "[] must start at 0 and end at the layer count"),
+    "boundaries [0]": ("boundaries", [0], "[0] must start at 0 and end at the layer count"),
+    "boundaries [10]": ("boundaries", [10], "[10] must start at 0 and end at the layer count"),
+    "boundaries not increasing": (
+        "boundaries",
+        [0, 5, 3, 10],
+        "[0, 5, 3, 10] must be strictly increasing",
+    ),
+    "no replica": ("rank_map", [], "[] places no replica"),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", BROKEN_LAYOUTS, ids=str)
+def test_a_plans_broken_layout_is_refused_for_itself(self_plan, tmp_path, capsys, case):
+    """Found by the thirty-fourth round: a plan whose phase's layout had boundaries [] or [0]
+    or [8] was refused for "field 'phases.0': 1 predicted stages for a -1-stage layout" (or
+    "0-stage"): the phase's cross-field check ran on a layout that split nothing, and named
+    a stage count nobody wrote. The layout's own check (at least 2 boundaries, from 0,
+    strictly increasing; a rank map of at least one replica) now runs first, naming the
+    field `phases.0.layout.boundaries` (or `.rank_map`); nothing is written."""
+    key, value, words = BROKEN_LAYOUTS[case]
+    doc = json.loads(json.dumps(self_plan))
+    doc["phases"][0]["layout"][key] = value
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps(doc))
+    argv = ["run", "--plan", str(plan), "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    field = f"invalid plan: field 'phases.0.layout.{key}': "
+    refused([*argv, "--name", "x"], tmp_path, capsys, ("p.json", field + words))
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_plans_stage_off_its_boundaries_says_both(self_plan, tmp_path, capsys):
+    """Found by the thirty-fourth round: boundaries [0, 4] over a stage predicted for layers
+    0..10 was refused as "predicted stage 0 does not match the layout's boundaries", saying
+    neither. The line now gives both: the stage's layers and what the boundaries make of it."""
+    doc = json.loads(json.dumps(self_plan))
+    assert doc["phases"][0]["layout"]["boundaries"] == [0, 10]
+    doc["phases"][0]["layout"]["boundaries"] = [0, 4]
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps(doc))
+    argv = ["run", "--plan", str(plan), "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    words = "predicted stage 0 holds layers 0..10, but the layout's boundaries [0, 4] give it 0..4"
+    refused([*argv, "--name", "x"], tmp_path, capsys, ("p.json", words))
+
+
 def test_a_plan_whose_last_phase_unfreezes_is_refused(tmp_path, capsys):
     """Thirteenth round: a plan of phases frozen 0, 5, 7 (α = 0.5 over 3 epochs) edited to
     0, 5, 0, its schedule still 0,5,7, was run, exit 0: the run would have unfrozen 7

@@ -2154,11 +2154,83 @@ def test_a_run_whose_data_agrees_with_the_head_but_not_config_json_is_refused(tm
 
 def test_a_head_as_config_json_counts_it_still_builds(tmp_path):
     """The twenty-first round's check refuses no consistent folder: a one-label head (the
-    regression switch) with num_labels 1 builds, and a head of 2 rows for data of 3 classes
-    still starts fresh (`test_a_head_for_other_labels_starts_fresh_in_every_family`)."""
+    regression switch) with num_labels 1 builds for data of 3 classes, its head fresh
+    (`test_a_head_for_other_labels_starts_fresh_in_every_family`). Built as its own 1-label
+    head it is refused since the thirty-fourth round (a regression head pipeplan does not
+    train: `test_a_config_of_one_label_is_refused_when_it_sizes_the_head`)."""
     model = _classifier_checkpoint(tmp_path / "one", "bert", labels=1)
-    assert models.build(str(model)).num_labels == 1
     assert models.build(str(model), num_labels=3).num_labels == 3
+    with pytest.raises(
+        InputFileError, match="1 label: transformers makes a 1-label head a regression head"
+    ):
+        models.build(str(model))
+
+
+# A config of one label, as num_labels or as an id2label of one name (which transformers reads
+# as num_labels 1), and the words naming it.
+ONE_LABEL = {
+    "num_labels 1": ({"num_labels": 1}, "num_labels is 1"),
+    "id2label of one name": (
+        {"id2label": {"0": "only"}, "label2id": {"only": 0}},
+        "id2label names 1 label",
+    ),
+}
+
+
+def _one_label_config(directory: Path, labels: dict) -> Path:
+    """A config-only BERT folder (no weights) whose labels are `labels`."""
+    directory.mkdir(parents=True)
+    config = {"model_type": "bert", "num_hidden_layers": 2, "hidden_size": 32}
+    config |= {"num_attention_heads": 2, "intermediate_size": 64, "vocab_size": 100}
+    config |= {"max_position_embeddings": 32, **labels}
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", ONE_LABEL, ids=str)
+def test_a_config_of_one_label_is_refused_when_it_sizes_the_head(tmp_path, capsys, case):
+    """Found by the thirty-fourth round: a config folder of num_labels 1 was profiled as a
+    1-class classifier (exit 0) while `--num-labels 1` was refused ("greater than or equal to
+    2"), and `run` refused the model later. transformers makes a 1-label head a regression
+    head, which pipeplan does not train: `profile`, and a run whose data takes its classes
+    from the model (synth-text), now refuse it in one line naming config.json and the field;
+    with --num-labels the config's count is replaced and it profiles."""
+    labels, said = ONE_LABEL[case]
+    model = _one_label_config(tmp_path / "in" / "m", labels)
+    where = f"{model / 'config.json'}: {said}: transformers makes a 1-label head a regression"
+    _profile_refused(model, tmp_path, capsys, (where, "--num-labels N"))
+    argv = ["run", "--model", str(model), "--data", "synth-text", "--init", "random"]
+    argv += ["--nproc", "1", "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    refused(argv, tmp_path / "in", capsys, where)
+    assert not (tmp_path / "runs").exists()
+    assert models.build(str(model), init="random", num_labels=3).num_labels == 3
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", ["num_labels 1", "id2label of one name"])
+def test_a_profile_of_a_one_label_classifier_is_refused(tmp_path, capsys, case):
+    """Found by the thirty-fourth round (as above), in a profile: one of a 1-label
+    classifier, as such a config made before, was planned. It is refused naming the field."""
+    doc = json.loads(json.dumps(PROFILE))
+    model = doc["model"]
+    assert model.get("task", "classification") == "classification"
+    model["num_labels"] = 1
+    for key in ("num_labels", "id2label", "label2id"):
+        model["config"].pop(key, None)
+    if case == "num_labels 1":
+        model["config"]["num_labels"] = 1
+    else:
+        model["config"] |= {"id2label": {"0": "only"}, "label2id": {"only": 0}}
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "one.json"
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "p.json"
+    argv = ["plan", "--profile", str(path), "--devices-per-node", "2", "--out", str(out)]
+    said = ONE_LABEL[case][1]
+    where = f"one.json: invalid profile: field 'model': config: {said}: transformers makes"
+    refused(argv, tmp_path / "in", capsys, where)
+    assert not out.exists()
 
 
 def test_every_familys_checkpoint_passes_its_own_shapes(tmp_path):

@@ -23,7 +23,8 @@ from test_report import elastic_records, write_run
 
 import cli
 from executor.planning import shipped_profile
-from pipeplan.formats import Profile, load
+from pipeplan.errors import InputFileError
+from pipeplan.formats import Profile, RunConfig, load
 
 # ----------------------------------------------------------------------------- run directories
 
@@ -312,8 +313,42 @@ def test_report_refuses_a_run_json_of_another_model_than_its_profile(tmp_path, c
     shutil.copy(shipped_profile("vit-digits", "cpu"), run / "profile.json")
     doc = json.loads((run / "run.json").read_text())
     (run / "run.json").write_text(json.dumps({**doc, "model": "bert-synth"}))
-    fragment = "a run of 'bert-synth', but the profile is of 'vit-digits'"
+    fragment = "is a run of 'bert-synth' but its calibration-2.json profiles 'vit-digits'; "
     refused(["report", str(run)], tmp_path, capsys, fragment)
+
+
+@pytest.mark.timeout(60)
+def test_a_run_and_a_profile_of_other_models_is_one_sentence(tmp_path, capsys):
+    """Found by the thirty-fourth round: `calibrate RUN --profile OTHER` said "RUN: a run of
+    'bert-synth', but the profile is of 'vit-digits', which profiles 'vit-digits', not the
+    model 'bert-synth'": two messages composed, each naming both models. It is one sentence
+    now, naming the profile as given and what to give instead: --profile to calibrate (the
+    run's own profile.json), the run's own profile to report and to export or resume
+    (`check_run_model`: run.json or the profile was edited)."""
+    from test_calibrate import write_run as write_fit_run
+
+    from executor.planning import check_run_model
+
+    run = tmp_path / "fit"
+    write_fit_run(run, load(Profile, PROFILE))
+    other = shipped_profile("bert-synth", "cpu")
+    argv = ["calibrate", str(run), "--profile", str(other), "--out", str(tmp_path / "c.json")]
+    line = (
+        f"pipeplan: error: {run} is a run of 'vit-digits' but --profile profiles 'bert-synth'; "
+        f"give the run's profile ({run / 'profile.json'})"
+    )
+    refused(argv, tmp_path, capsys, line)
+    assert capsys.readouterr().err == ""
+    # The run's own profile of another model: run.json's model edited.
+    doc = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**doc, "model": "bert-synth"}))
+    config = load(RunConfig, run / "run.json")
+    with pytest.raises(InputFileError) as caught:
+        check_run_model(run, config)
+    assert str(caught.value) == (
+        f"{run} is a run of 'bert-synth' but its profile.json profiles 'vit-digits'; run.json's "
+        "model or the profile was edited after the run was prepared"
+    )
 
 
 @pytest.mark.multiprocess

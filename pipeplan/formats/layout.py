@@ -15,9 +15,9 @@ the same `check` before running one, so a written plan always runs.
 from __future__ import annotations
 
 import itertools
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict
+from pydantic import AfterValidator, ConfigDict
 
 from pipeplan.errors import BadArgumentError
 from pipeplan.formats.base import NonNegInt, PosInt, Strict
@@ -35,6 +35,30 @@ def check_boundaries(b: tuple[int, ...], num_layers: int) -> None:
         )
     if any(x >= y for x, y in itertools.pairwise(b)):
         raise BadArgumentError(f"boundaries {list(b)} must be strictly increasing")
+
+
+def _split_layers(b: tuple[int, ...]) -> tuple[int, ...]:
+    """A layout's boundaries as such, whatever the layer count (`check_boundaries` holds them
+    to it where it is known): at least two entries, from 0, strictly increasing. Checked on
+    every Layout read or built, so that no check using `num_stages` runs on boundaries that
+    split nothing. Found by the thirty-fourth round: a plan's phase with boundaries [] or [8]
+    was refused for '1 predicted stages for a -1-stage layout', not for its boundaries."""
+    if len(b) < 2 or b[0] != 0:
+        raise ValueError(
+            f"{list(b)} must start at 0 and end at the layer count (at least 2 entries: "
+            "stage s holds layers boundaries[s] up to boundaries[s+1])"
+        )
+    if any(x >= y for x, y in itertools.pairwise(b)):
+        raise ValueError(f"{list(b)} must be strictly increasing (every stage holds a layer)")
+    return b
+
+
+def _some_replica(rank_map: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """A rank map of at least one replica (`replicas`, and so `global_batch`, count its rows):
+    `check_placement` holds each row to the stage count."""
+    if not rank_map:
+        raise ValueError("[] places no replica: give one row of ranks per replica")
+    return rank_map
 
 
 def check_rank_order(rank_map: tuple[tuple[int, ...], ...]) -> None:
@@ -63,8 +87,8 @@ class Layout(Strict):
     micro_batches: PosInt
     micro_batch_size: PosInt
     schedule: Schedule
-    boundaries: tuple[NonNegInt, ...]
-    rank_map: tuple[tuple[NonNegInt, ...], ...]
+    boundaries: Annotated[tuple[NonNegInt, ...], AfterValidator(_split_layers)]
+    rank_map: Annotated[tuple[tuple[NonNegInt, ...], ...], AfterValidator(_some_replica)]
 
     @property
     def num_stages(self) -> int:

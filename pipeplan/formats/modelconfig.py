@@ -398,6 +398,30 @@ def problem_type_problem(config: dict[str, Any], task: str) -> str | None:
     return None
 
 
+def head_labels_problem(config: dict[str, Any], task: str) -> str | None:
+    """A classifier's head of the config's own labels (`label_count`: id2label's, else
+    num_labels) has at least 2, in words, or None: transformers reads num_labels 1 (which an
+    id2label of one name sets) as regression, a mean squared error on one output, which
+    pipeplan does not train (`--num-labels` and a run's data are held to 2 alike). Found by
+    the thirty-fourth round: a config.json of num_labels 1 was profiled as a 1-class
+    classifier, exit 0, and `run` refused the model later.
+
+        head_labels_problem({"num_labels": 1}, "classification")   # "num_labels is 1: …"
+    """
+    if task != "classification" or label_count(config) >= 2:
+        return None
+    id2label = config.get("id2label")
+    said = (
+        f"id2label names {len(id2label)} label{'' if len(id2label) == 1 else 's'}"
+        if isinstance(id2label, dict)
+        else f"num_labels is {config.get('num_labels')}"
+    )
+    return (
+        f"{said}: transformers makes a 1-label head a regression head, which pipeplan does not "
+        "train (a classifier has at least 2 labels)"
+    )
+
+
 def switch_problem(config: dict[str, Any]) -> str | None:
     """What the config's switches of transformers' forward ask for that pipeplan cannot give,
     in words, or None: an attention implementation other than `ATTENTION_IMPLEMENTATIONS`,

@@ -69,12 +69,14 @@ def check_stages(layout: Layout, stages: list[StagePlan] | None) -> None:
         return
     if len(stages) != layout.num_stages:
         raise ValueError(f"{len(stages)} predicted stages for a {layout.num_stages}-stage layout")
+    b = layout.boundaries
     for s, stage in enumerate(stages):
-        if (stage.first_layer, stage.stop_layer) != (
-            layout.boundaries[s],
-            layout.boundaries[s + 1],
-        ):
-            raise ValueError(f"predicted stage {s} does not match the layout's boundaries")
+        if (stage.first_layer, stage.stop_layer) != (b[s], b[s + 1]):
+            # Both sides, so an edit of either says which layers disagree.
+            raise ValueError(
+                f"predicted stage {s} holds layers {stage.first_layer}..{stage.stop_layer}, but "
+                f"the layout's boundaries {list(b)} give it {b[s]}..{b[s + 1]}"
+            )
 
 
 def check_stage_work(i: int, phase: PhasePlan) -> None:

@@ -45,6 +45,7 @@ from pipeplan.formats.modelconfig import (
     built_attention,
     chunk_problem,
     config_value_problem,
+    head_labels_problem,
     layer_parameters,
     missing_size,
     model_sizes,
@@ -197,6 +198,12 @@ def _check_model_config(model: ModelInfo) -> None:
         source = "id2label's labels"
     if labels is not None and model.num_labels != labels:
         raise ValueError(f"num_labels is {model.num_labels} but its config has {labels} ({source})")
+    if (why := head_labels_problem(config, model.task)) is not None:
+        raise ValueError(f"config: {why}")  # a profile of a head no run trains
+    if model.task == "classification" and model.num_labels < 2:
+        raise ValueError(
+            f"num_labels is {model.num_labels}; a classifier pipeplan trains has at least 2 labels"
+        )
 
 
 def _check_input_shape(family: str, shape: list[int], config: dict[str, Any]) -> None:
@@ -944,7 +951,9 @@ def profile_sha256(profile: Profile) -> str:
     return text_sha256(dumps(profile))
 
 
-def model_mismatch(model: str, profile: Profile, flags: str = "") -> str | None:
+def model_mismatch(
+    model: str, profile: Profile, flags: str = "", *, named: bool = True, advice: str = ""
+) -> str | None:
     """Why `profile` was not measured of `model` (a built-in name, a transformers folder or
     its config.json), or None when it was. A built-in name is the built-in, even beside a
     folder of that name (`presets.config_path`, the rule `pipeplan.models` builds by), and is
@@ -958,6 +967,11 @@ def model_mismatch(model: str, profile: Profile, flags: str = "") -> str | None:
 
         model_mismatch("ckpt/", load(Profile, "p.json"))   # None, or "… 'hidden_size' …"
 
+    A built-in name's line names `model` too ("profiles 'vit-digits', not the model
+    'bert-synth'") unless `named` is False, for a caller whose sentence names it already
+    (`run.check_run_profile`; the thirty-fourth round read it twice in one line), and ends
+    with `advice` when given (a folder's line ends with its own: the command profiling it).
+
     Found by the twenty-seventh round: a config.json leaving out intermediate_size (BERT's
     default 3072) was planned with the profile of a model whose config said 64, and one
     leaving out num_hidden_layers failed on rank 0 after the run was prepared.
@@ -967,7 +981,9 @@ def model_mismatch(model: str, profile: Profile, flags: str = "") -> str | None:
         # A built-in name (or a folder no longer there): its name is its identity.
         if _spelling(model) == _spelling(profile.model.name):
             return None
-        return f"profiles '{profile.model.name}', not the model '{model}'"
+        mine = f"profiles '{profile.model.name}'"
+        mine += f", not the model '{model}'" if named else ""
+        return f"{mine}; {advice}" if advice else mine
     config = _read_model_config(path)
     recorded = profile.model.config
     family = config.get("model_type")

@@ -1463,25 +1463,35 @@ class _ForecastEpochs:
         raise InputFileError(f"{prices}, but run.json says epochs {epochs}: {why}")
 
 
-def check_run_profile(run_dir: str | Path, config: RunConfig, profile: Profile) -> None:
+def check_run_profile(
+    run_dir: str | Path, config: RunConfig, profile: Profile, named: str, advice: str
+) -> None:
     """A run's times correct or price only a profile of its model in its precision: what
     `calibrate` checks against --profile and `report` against the profile the run's records
     were priced with (run.json's model edited to another one was reported as that model).
+    `named` is the profile as the line names it ("--profile", "its profile.json"), `advice`
+    what to do instead, said when the profile is of another built-in model (a folder's line
+    says its own: the command that profiles it).
 
-        check_run_profile(run_dir, load(RunConfig, run_dir / "run.json"), profile)
+        check_run_profile(run_dir, config, profile, "--profile", "give the run's profile")
+        # runs/r2 is a run of 'bert-synth' but --profile profiles 'vit-digits'; give …
+
+    Found by the thirty-fourth round: the line was two composed ("a run of 'bert-synth', but
+    the profile is of 'vit-digits', which profiles 'vit-digits', not the model 'bert-synth'").
     """
-    why = model_mismatch(config.model, profile)
+    why = model_mismatch(config.model, profile, named=False, advice=advice)
     if why is not None:
-        raise InputFileError(
-            f"{run_dir}: a run of '{config.model}', but the profile is of "
-            f"'{profile.model.name}', which {why}"
-        )
+        raise InputFileError(f"{run_dir} is a run of {quoted(config.model)} but {named} {why}")
     if config.precision != profile.model.precision:
         # Times measured in one precision cannot correct a profile of the other.
         raise InputFileError(
             f"{run_dir}: a run in {config.precision}, but the profile was measured in "
             f"{profile.model.precision}"
         )
+
+
+# What a run's own profile of another model than run.json's means (`check_run_profile`).
+EDITED_SINCE = "run.json's model or the profile was edited after the run was prepared"
 
 
 def check_priced_profiles(run_dir: str | Path, config: RunConfig, records: list) -> None:
@@ -1502,7 +1512,7 @@ def check_priced_profiles(run_dir: str | Path, config: RunConfig, records: list)
     ]
     for name in sorted({pricing.profile for _, pricing in priced}):
         profile = _priced_profile(run_dir, name, priced)
-        check_run_profile(run_dir, config, profile)
+        check_run_profile(run_dir, config, profile, f"its {name}", EDITED_SINCE)
         _check_unedited(run_dir, name, profile, priced)
         phases = [r for r in records if isinstance(r, PhaseRecord) and r.pricing.profile == name]
         for phase in phases:
