@@ -520,9 +520,15 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig, where: str | Path) 
     devices = plan.inputs.cluster.num_devices
     if devices != cfg.nproc:
         raise BadArgumentError(f"the plan is for {devices} devices but --nproc is {cfg.nproc}")
-    if plan.inputs.profile.model != cfg.model:
+    # Held to the run's profile, which is the run's model's (`config_profile`: a folder is its
+    # config, whatever its spelling): compared with --model as typed, a plan of a folder
+    # profiled as `./gpt2` passed the launcher (the same spelling) and failed every rank,
+    # whose run.json holds the absolute path, after the run folder was made (the
+    # thirty-fifth round); any other spelling was refused.
+    if plan.inputs.profile.model != profile.model.name:
         raise BadArgumentError(
-            f"the plan is for model '{plan.inputs.profile.model}', not '{cfg.model}'"
+            f"the plan is for model '{plan.inputs.profile.model}', not '{cfg.model}' "
+            f"(its profile is of '{profile.model.name}')"
         )
     if plan.inputs.epochs != cfg.epochs:
         # A plan's phases tile its epochs: fewer cut its schedule where it never said to stop

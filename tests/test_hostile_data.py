@@ -3210,3 +3210,31 @@ def test_export_names_the_data_when_its_classes_changed(tmp_path, capsys, monkey
         assert cli.main(["export", "runs/r", "--out", "out"]) == 0, capsys.readouterr()
     finally:
         sys.modules.pop(name, None)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_plan_of_a_folder_profiled_by_a_relative_path_runs(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-fifth round: the plan of a model folder profiled as `./gpt2` was
+    compared with --model as typed: `run --plan --model ./gpt2` passed the launcher, then
+    every rank (whose run.json holds the absolute path) failed "the plan is for model
+    './gpt2', not '/…/gpt2'" after the run folder was made; any other spelling was refused.
+    The plan is held to the run's profile, itself held to the folder: every spelling runs."""
+    import transformers
+
+    monkeypatch.chdir(tmp_path)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=128, n_positions=64)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained("gpt2")
+    profile = ["profile", "./gpt2", "--out", "gpt2.json", "--micro-batch-sizes", "1,2"]
+    assert cli.main([*profile, "--repeats", "1", "--warmup", "0", "--seq-len", "16"]) == 0
+    plan = ["plan", "--profile", "gpt2.json", "--devices-per-node", "1", "--out", "plan.json"]
+    plan += ["--global-batch", "16", "--samples", "4096", "--epochs", "1", "--freeze", "none"]
+    assert cli.main(plan) == 0
+    capsys.readouterr()
+    for n, spelling in enumerate(["./gpt2", str(tmp_path / "gpt2")]):
+        argv = ["run", "--plan", "plan.json", "--model", spelling, "--init", "random"]
+        argv += ["--data", "synth-text", "--profile", "gpt2.json", "--seq-len", "16"]
+        argv += ["--max-steps-per-epoch", "2", "--name", f"g{n}"]
+        assert cli.main(argv) == 0, capsys.readouterr().err[-2000:]
+        assert json.loads((tmp_path / "runs" / f"g{n}" / "summary.json").read_text())["steps"] == 2
