@@ -206,6 +206,7 @@ def plan(
     args = build(PlanRequest, given).resolve()
     result = make_plan(args.profile, args.cluster, **args.kwargs())
     write_atomic(out, dumps(result))
+    args.warn_links()  # once the work is done: no warning line before an error line
     for p in result.phases:
         say(
             f"epoch {p.start_epoch}+{p.epochs}: frozen {p.layout.frozen_layers}, "
@@ -238,6 +239,7 @@ def preview(
         timelines = phase_timelines(args.profile, result.plan, shown)
         written = write_preview_plots(result, timelines, plot)
         say(f"wrote {len(written)} plots to {plot}")
+    args.warn_links()  # once the work is done: no warning line before an error line
     if as_json:
         print(dumps(result), end="")
         return

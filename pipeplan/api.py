@@ -60,6 +60,7 @@ def plan(profile: str, out: str | Path | None = None, **options: Any) -> Plan:
     result = make_plan(args.profile, args.cluster, **args.kwargs())
     if out is not None:
         write_atomic(out, dumps(result))
+    args.warn_links()
     return result
 
 
@@ -70,7 +71,9 @@ def preview(profile: str, **options: Any) -> Preview:
     from pipeplan.plan import make_preview
 
     args = _request(PlanRequest, {"profile": profile, **options}).resolve()
-    return make_preview(args.profile, args.cluster, **args.preview_kwargs())
+    result = make_preview(args.profile, args.cluster, **args.preview_kwargs())
+    args.warn_links()
+    return result
 
 
 def run(runs_dir: str | Path = "runs", **options: Any) -> RunSummary:

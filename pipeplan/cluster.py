@@ -214,24 +214,18 @@ def cluster_from_flags(
                 f"--device-memory must be positive (got {quoted(device_memory)})"
             )
 
-    comm = profile.comm if profile is not None else None
-    p2p_bw = comm.p2p.bandwidth_bytes_per_s if comm else DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S
-    p2p_lat = comm.p2p.latency_s if comm else DEFAULT_INTRA_LATENCY_S
+    measured, measured_allreduce = profiled_links(profile)
     intra = Link(
-        bandwidth_bytes_per_s=p2p_bw
+        bandwidth_bytes_per_s=measured.bandwidth_bytes_per_s
         if intra_bw is None
         else parse_bandwidth(intra_bw, "--intra-bw"),
-        latency_s=p2p_lat
+        latency_s=measured.latency_s
         if intra_latency is None
         else parse_duration(intra_latency, "--intra-latency"),
     )
     # A measured all-reduce fit is only meaningful while the user keeps the measured link.
-    allreduce = None
-    if comm is not None and intra_bw is None and intra_latency is None:
-        allreduce = Link(
-            bandwidth_bytes_per_s=comm.allreduce.bandwidth_bytes_per_s,
-            latency_s=comm.allreduce.latency_s,
-        )
+    given = intra_bw is not None or intra_latency is not None
+    allreduce = None if given else measured_allreduce
     inter = Link(
         bandwidth_bytes_per_s=DEFAULT_INTER_BANDWIDTH_BYTES_PER_S
         if inter_bw is None
@@ -259,6 +253,29 @@ def cluster_from_flags(
     if device_memory is None and profile is not None:  # the profile's, not a flag's: say so
         cluster._memory_source = memory_source(profile, devices_per_node, devices_flag)
     return cluster
+
+
+def profiled_links(profile: Profile | None) -> tuple[Link, Link | None]:
+    """The in-node links a cluster takes when no flag gives them: the profile's measured
+    point-to-point and all-reduce fits (`Profile.comm`), else the format's default
+    point-to-point link and no all-reduce fit of its own (`Cluster.allreduce_link` is then the
+    point-to-point one). The links of the machine a profile measured, which a calibration's
+    runs (planned on `run_cluster`) were priced on: the cost model applies a calibration's
+    fitted links in place of these only (`costmodel.in_node_links`).
+
+        p2p, allreduce = profiled_links(profile)
+    """
+    comm = profile.comm if profile is not None else None
+    if comm is None:
+        return Link(
+            bandwidth_bytes_per_s=DEFAULT_INTRA_BANDWIDTH_BYTES_PER_S,
+            latency_s=DEFAULT_INTRA_LATENCY_S,
+        ), None
+    p2p, allreduce = comm.p2p, comm.allreduce
+    return (
+        Link(bandwidth_bytes_per_s=p2p.bandwidth_bytes_per_s, latency_s=p2p.latency_s),
+        Link(bandwidth_bytes_per_s=allreduce.bandwidth_bytes_per_s, latency_s=allreduce.latency_s),
+    )
 
 
 def run_cluster(config: RunConfig, profile: Profile) -> Cluster:

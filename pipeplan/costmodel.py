@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from pipeplan.cluster import profiled_links
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import DEFAULT_GROUP_REBUILD_S, Cluster, Layout, Link, Profile
 from pipeplan.simulate import (
@@ -142,6 +143,73 @@ def check_profile(profile: Profile) -> None:
             )
 
 
+def in_node_links(profile: Profile, cluster: Cluster) -> tuple[Link, Link]:
+    """The (point-to-point, all-reduce) links the cost model prices inside a node (§4.4, §4.5).
+
+        p2p, allreduce = in_node_links(profile, cluster)
+
+    A calibration's `p2p` and `allreduce` are fitted to the runs of the machine the profile
+    measured, against its measured links (`cluster.profiled_links`: a run plans on them). A
+    cluster link that is that measured one (a run's own cluster, `calibrate`'s predictions,
+    a plan or record of such a cluster read back, a cluster built without --intra-bw) is
+    priced as the calibration fitted it. A link the user described otherwise (--intra-bw,
+    a cluster file's intra_node or intra_node_allreduce) is another machine's: it is priced
+    as given, plus what the calibration fitted beyond the measured link (`calibrated_extra`).
+    Found by the thirty-fifth round: `preview --intra-bw 1GB/s` and `--intra-bw 100GB/s` of a
+    calibrated profile gave the same steps, the calibration's links priced in place of both.
+    Each link is decided apart; equal is exact, as a plan's JSON gives the numbers back."""
+    calibration = profile.calibration
+    measured_p2p, measured_allreduce = profiled_links(profile)
+    return (
+        _priced(cluster.intra_node, calibration and calibration.p2p, measured_p2p),
+        _priced(
+            cluster.allreduce_link,
+            calibration and calibration.allreduce,
+            measured_allreduce or measured_p2p,
+        ),
+    )
+
+
+def _priced(link: Link, fitted, measured: Link) -> Link:
+    """`link` as the cost model prices it, given the calibration's fit (None: not fitted) of
+    the `measured` link (`in_node_links`)."""
+    if fitted is None:
+        return link
+    if _terms(link) == _terms(measured):
+        return Link(latency_s=fitted.latency_s, bandwidth_bytes_per_s=fitted.bandwidth_bytes_per_s)
+    latency, per_byte = calibrated_extra(fitted, measured)
+    if latency == 0 and per_byte == 0:
+        return link
+    # A derived link, not input: not held to the format's bounds (constructed unchecked).
+    return Link.model_construct(
+        latency_s=link.latency_s + latency,
+        bandwidth_bytes_per_s=1.0 / (1.0 / link.bandwidth_bytes_per_s + per_byte),
+    )
+
+
+def _terms(link) -> tuple[float, float]:
+    return link.latency_s, link.bandwidth_bytes_per_s
+
+
+def calibrated_extra(fitted, profiled: Link) -> tuple[float, float]:
+    """What a calibration's fitted link costs beyond the measured link it was fitted against,
+    per term: (extra latency in seconds, extra seconds per byte), each at least 0. It is the
+    run's own work around a transfer (the executor's send and receive calls; concatenating,
+    dividing and splitting the all-reduce's bucket beside the other ranks' compute), which
+    the profiler's link benchmark leaves out, and which does not change with the link: a
+    user's link is priced with it added. A fit faster than the profiled link says the
+    benchmark overestimated that machine's link, which says nothing of another's: 0. None
+    (nothing fitted): (0, 0).
+
+        calibrated_extra(FittedLink(latency_s=3e-4, bandwidth_bytes_per_s=1e9), profiled)
+    """
+    if fitted is None:
+        return 0.0, 0.0
+    latency = max(0.0, fitted.latency_s - profiled.latency_s)
+    per_byte = max(0.0, 1.0 / fitted.bandwidth_bytes_per_s - 1.0 / profiled.bandwidth_bytes_per_s)
+    return latency, per_byte
+
+
 class CostModel:
     """Time and memory of candidate plans for one profile on one cluster."""
 
@@ -197,21 +265,7 @@ class CostModel:
         self.micro_batch_overhead_s = (
             self.calibration.micro_batch_overhead_s if self.calibration else 0.0
         )
-        fitted_p2p = self.calibration.p2p if self.calibration else None
-        self.intra_p2p_link = (
-            Link(
-                latency_s=fitted_p2p.latency_s,
-                bandwidth_bytes_per_s=fitted_p2p.bandwidth_bytes_per_s,
-            )
-            if fitted_p2p
-            else cluster.intra_node
-        )
-        fitted = self.calibration.allreduce if self.calibration else None
-        self.intra_allreduce_link = (
-            Link(latency_s=fitted.latency_s, bandwidth_bytes_per_s=fitted.bandwidth_bytes_per_s)
-            if fitted
-            else cluster.allreduce_link
-        )
+        self.intra_p2p_link, self.intra_allreduce_link = in_node_links(profile, cluster)
         self.group_rebuild_s = (
             self.params.group_rebuild_s
             if self.params.group_rebuild_s is not None

@@ -16,6 +16,7 @@ cli.py builds its options from these models at start-up.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -351,7 +352,17 @@ class PlanRequest(Strict):
             self.cache,
             pins,
             later,
+            self._links_given(),
         )
+
+    def _links_given(self) -> str | None:
+        """What described the in-node links, in the words of a message: None where they are
+        the profile's measured ones."""
+        if self.cluster is not None:
+            return f"the cluster file {quoted(self.cluster)}'s intra_node"
+        if self.intra_bandwidth_bytes_per_s is not None:
+            return f"--intra-bw {format_bandwidth(self.intra_bandwidth_bytes_per_s)}"
+        return None
 
     def _freeze(self, num_blocks: int) -> tuple[FreezeSchedule, FreezeSchedule | None]:
         """The schedule to plan, and for auto the later-freezing case of the preview's band."""
@@ -388,6 +399,11 @@ class PlanRequest(Strict):
         return load(Cluster, self.cluster)
 
 
+def shown(link: Any) -> str:
+    """'250 µs + 1 GB/s': a link's latency and bandwidth, for messages."""
+    return f"{link.latency_s * 1e6:.0f} µs + {link.bandwidth_bytes_per_s / 1e9:.3g} GB/s"
+
+
 @dataclass
 class PlanArgs:
     """A resolved `PlanRequest`: `make_plan(args.profile, args.cluster, **args.kwargs())`,
@@ -402,6 +418,41 @@ class PlanArgs:
     cache: bool
     pins: Pins
     later: FreezeSchedule | None = None  # auto: the band's later case (preview only)
+    links_given: str | None = None  # what gave the in-node links (`_links_given`)
+
+    def warn_links(self) -> None:
+        """`pipeplan: WARNING:` `links_warning()`, where there is one."""
+        if warning := self.links_warning():
+            logging.getLogger("pipeplan.plan").warning(warning)
+
+    def links_warning(self) -> str | None:
+        """Where a calibrated profile's fitted in-node links were not priced because the user
+        described other links (`costmodel.in_node_links`), what was priced instead, in one
+        line for `pipeplan: WARNING:`; else None. The commands log it once their work is done
+        (a warning before an error line is not one line)."""
+        from pipeplan.costmodel import in_node_links  # numpy: only once planned
+
+        calibration = self.profile.calibration
+        if calibration is None:
+            return None
+        priced = in_node_links(self.profile, self.cluster)
+        names = ("p2p", "all-reduce")
+        fitted = (calibration.p2p, calibration.allreduce)
+        replaced = [
+            (name, fit, link)
+            for name, fit, link in zip(names, fitted, priced, strict=True)
+            if fit is not None
+            and (fit.latency_s, fit.bandwidth_bytes_per_s)
+            != (link.latency_s, link.bandwidth_bytes_per_s)
+        ]
+        if not replaced:
+            return None
+        return (
+            f"{self.links_given or 'the cluster'} describes other in-node links than the "
+            "profiled machine's the calibration fitted: priced "
+            + ", ".join(f"{name} {shown(link)} (not {shown(fit)})" for name, fit, link in replaced)
+            + ", the links given plus what the calibrated runs spent beyond the measured ones"
+        )
 
     def kwargs(self) -> dict[str, Any]:
         return dict(

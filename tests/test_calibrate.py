@@ -28,7 +28,9 @@ from pipeplan.formats import (
     Calibration,
     FittedLink,
     Layout,
+    Link,
     PhaseRecord,
+    Plan,
     Profile,
     RankTimes,
     RunConfig,
@@ -36,6 +38,7 @@ from pipeplan.formats import (
     dumps,
     load,
 )
+from pipeplan.plan import priced_phases
 
 PROFILE_PATH = shipped_profile("vit-digits", "cpu")
 TRUTH = Calibration(
@@ -647,3 +650,107 @@ def test_a_run_named_with_no_phase_to_fit_is_refused_not_left_out(tmp_path, prof
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{tmp_path / 'short'}: no phase with enough" in err, err
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- links given
+
+
+def calibrated_links_profile(profile: Profile) -> Profile:
+    """`profile` calibrated as a run of its machine fits it: the all-reduce 2.5 times its
+    measured link (one G/D), 300 µs more per stage-to-stage transfer than measured."""
+    comm = profile.comm
+    update = {
+        "allreduce": FittedLink(
+            latency_s=2.5 * comm.allreduce.latency_s,
+            bandwidth_bytes_per_s=comm.allreduce.bandwidth_bytes_per_s / 2.5,
+        ),
+        "p2p": FittedLink(
+            latency_s=comm.p2p.latency_s + 3e-4,
+            bandwidth_bytes_per_s=comm.p2p.bandwidth_bytes_per_s,
+        ),
+    }
+    return profile.model_copy(update={"calibration": TRUTH.model_copy(update=update)})
+
+
+def preview_of(capsys, profile_path: Path, *flags: str) -> tuple[dict, str]:
+    args = ["preview", "--profile", str(profile_path), "--nodes", "1", "--devices-per-node"]
+    args += ["4", "--device-memory", "1GiB", "--global-batch", "64", "--samples", "2000"]
+    assert cli.main([*args, "--epochs", "3", "--freeze", "none", "--json", *flags]) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out), captured.err
+
+
+@pytest.mark.timeout(120)
+def test_a_given_in_node_link_is_priced_over_the_calibrations(tmp_path, profile, capsys):
+    """Found by the thirty-fifth round: `preview --intra-bw 1GB/s` and `--intra-bw 100GB/s` of
+    a calibrated profile gave the same steps and all-reduce times, and said nothing: the cost
+    model priced the calibration's fitted links, of the profiled machine, in place of the link
+    the user described. Now the link given is priced (plus what the calibrated runs spent
+    beyond the measured link), and one `pipeplan: WARNING:` line says what was priced instead
+    of the calibration's links; without --intra-bw the calibration's links are priced, as
+    before, and nothing is said. The plan of such a link prices again to itself (what `run
+    --plan` checks): the choice is made from the cluster's links, not from how it was built."""
+    path = tmp_path / "cal.json"
+    path.write_text(dumps(calibrated_links_profile(profile)))
+    before = path.read_bytes()
+    slow, slow_err = preview_of(capsys, path, "--intra-bw", "1GB/s")
+    fast, fast_err = preview_of(capsys, path, "--intra-bw", "100GB/s")
+    # The same layout priced on both links: its all-reduce is faster on the faster link.
+    pins = ["--stages", "1", "--micro-batches", "1"]
+    slow_dp, _ = preview_of(capsys, path, "--intra-bw", "1GB/s", *pins)
+    fast_dp, _ = preview_of(capsys, path, "--intra-bw", "100GB/s", *pins)
+    slow_ar = slow_dp["plan"]["phases"][0]["stages"][0]["allreduce_s"]
+    fast_ar = fast_dp["plan"]["phases"][0]["stages"][0]["allreduce_s"]
+    assert fast_ar < slow_ar
+    assert slow["plan"]["phases"][0]["step_s"] != fast["plan"]["phases"][0]["step_s"]
+    for err, flag in ((slow_err, "--intra-bw 1GB/s"), (fast_err, "--intra-bw 100GB/s")):
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"pipeplan: WARNING: {flag} "), err
+        assert "p2p" in lines[0] and "all-reduce" in lines[0]
+    _, measured_err = preview_of(capsys, path)
+    assert measured_err == ""
+    # A cluster file's intra_node is the user's description too.
+    cluster_file = tmp_path / "cluster.json"
+    links = {"intra_node": {"bandwidth_bytes_per_s": 1e11, "latency_s": 1e-5}}
+    shape = {"schema_version": 1, "nodes": 1, "devices_per_node": 4}
+    shape["device_memory_bytes"] = 1 << 30
+    inter = {"inter_node": {"bandwidth_bytes_per_s": 3e9, "latency_s": 2e-5}}
+    cluster_file.write_text(json.dumps({**shape, **links, **inter}))
+    args = ["preview", "--profile", str(path), "--cluster", str(cluster_file), "--epochs", "3"]
+    assert cli.main([*args, "--global-batch", "64", "--samples", "2000", "--json"]) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"pipeplan: WARNING: the cluster file '{cluster_file}'"), line
+    assert path.read_bytes() == before
+    out = tmp_path / "plan.json"
+    args = ["plan", "--profile", str(path), "--nodes", "1", "--devices-per-node", "4"]
+    args += ["--device-memory", "1GiB", "--intra-bw", "100GB/s", "--epochs", "3", "--out"]
+    assert cli.main([*args, str(out)]) == 0
+    plan = load(Plan, out)
+    assert priced_phases(plan, load(Profile, path)) == plan.phases
+
+
+@pytest.mark.timeout(60)
+def test_the_runs_own_cluster_prices_the_calibrations_links(tmp_path, profile):
+    """The thirty-fifth round's fix keeps a run's own pricing: on the cluster a run plans on
+    (`run_cluster`, the profile's measured links) the calibration's fitted links are priced
+    exactly as fitted, and `calibrate` recovers them from such a run as before. A cluster
+    file of other in-node links prices those, plus the calibration's extra."""
+    calibrated = calibrated_links_profile(profile)
+    c = calibrated.calibration
+    model = CostModel(calibrated, run_cluster_of(profile))
+    assert model.intra_p2p_link.latency_s == c.p2p.latency_s
+    assert model.intra_p2p_link.bandwidth_bytes_per_s == c.p2p.bandwidth_bytes_per_s
+    assert model.intra_allreduce_link.latency_s == c.allreduce.latency_s
+    assert model.intra_allreduce_link.bandwidth_bytes_per_s == c.allreduce.bandwidth_bytes_per_s
+    # A cluster of another in-node link: that link, with the 300 µs the runs added per transfer.
+    other = run_cluster_of(profile).model_copy(
+        update={
+            "intra_node": Link(latency_s=1e-5, bandwidth_bytes_per_s=1e11),
+            "intra_node_allreduce": None,
+        }
+    )
+    given = CostModel(calibrated, other)
+    assert given.intra_p2p_link.latency_s == pytest.approx(1e-5 + 3e-4)
+    assert given.intra_p2p_link.bandwidth_bytes_per_s == 1e11
+    extra = 1.5 / profile.comm.allreduce.bandwidth_bytes_per_s  # k − 1 = 1.5 per byte
+    assert 1 / given.intra_allreduce_link.bandwidth_bytes_per_s == pytest.approx(1e-11 + extra)
