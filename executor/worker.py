@@ -82,6 +82,8 @@ ONE_SIDED_TIMEOUT_S = 24 * 3600
 # the run has measured so far (2 warm-up steps are skipped), so the next re-plan uses it.
 RECALIBRATE_AFTER_STEPS = 8
 _one_sided: list[dist.ProcessGroup] = []  # the group one_sided_done waits on, once joined
+# (rank 0's wait after work of its own, the others' wait for it): `one_sided_done(by_rank0=True)`
+_one_sided_waits: list[tuple[_dt.timedelta, _dt.timedelta]] = []
 
 
 # Fits a calibrated profile to run directories (pipeplan.calibrate.calibrate, passed in by the
@@ -124,6 +126,7 @@ def init_distributed(device: str, timeout_s: float, start: StartWait | None = No
     # gloo on every backend: a barrier needs no device, and NCCL's cannot wait this long.
     timeout = _dt.timedelta(seconds=max(timeout_s, ONE_SIDED_TIMEOUT_S))
     _one_sided[:] = [dist.new_group(backend="gloo", timeout=timeout)]
+    _one_sided_waits[:] = [(_dt.timedelta(seconds=timeout_s), timeout)]
     # The same group carries host-side gathers (checkpoints) on CPU under NCCL.
     set_host_group(_one_sided[0])
     return dev
@@ -305,11 +308,28 @@ def _last_line(exc: BaseException) -> str:
     return lines[-1].rsplit("] ", 1)[-1] if lines else type(exc).__name__
 
 
-def one_sided_done() -> None:
+def one_sided_done(by_rank0: bool = False) -> None:
     """Collective: wait until every rank has finished its one-sided work (a checkpoint write,
     the cache fill, evaluation, rank 0's planning), under ONE_SIDED_TIMEOUT_S rather than the
-    collective timeout, so the next collective starts together."""
-    dist.barrier(group=_one_sided[0] if _one_sided else None)
+    collective timeout, so the next collective starts together.
+
+    `by_rank0`: rank 0 alone did the work, and the others came straight from a collective
+    with it, so they were waiting before it finished: rank 0 waits for them at most the
+    collective timeout, and one missing longer is stopped or hung. It fails as a collective
+    does, "Rank 1 failed to pass monitoredBarrier in 5000 ms" (a gloo timeout: the launcher
+    names rank 1, "no response within the collective timeout"); the others keep the long
+    wait (torch enforces only rank 0's anyway). A rank SIGSTOPped while rank 0 wrote a
+    checkpoint hung the run for 24 h, silent (the thirty-fourth round). The group is gloo on
+    every backend, as monitored_barrier needs."""
+    if not _one_sided:  # no group of its own (not joined through init_distributed)
+        dist.barrier()
+        return
+    if by_rank0:
+        rank0, others = _one_sided_waits[0]
+        timeout = rank0 if dist.get_rank() == 0 else others
+        dist.monitored_barrier(group=_one_sided[0], timeout=timeout, wait_all_ranks=False)
+    else:
+        dist.barrier(group=_one_sided[0])
 
 
 class RunDirectoryMoved(OutputError):
@@ -465,6 +485,7 @@ class Trainer:
     def begin(self) -> tuple[int, int]:
         """A fresh run enters its first phase; returns where to start: (epoch, step in epoch)."""
         self.frozen_layers = self.autofreeze.first
+        one_sided_done()  # every rank has built its task: rank 0's planning is then bounded
         self.enter_phase(self.decide_phase(self.frozen_layers, 0), epoch=0)
         return 0, 0
 
@@ -488,6 +509,9 @@ class Trainer:
         self.autofreeze.history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
         self.run_ends = sorted(history.run_ends(manifest, self.phases_before(manifest)))
         self.recorder.truncate(manifest)
+        # Every rank has loaded the checkpoint, however long it took it: rank 0's pricing
+        # and planning that follow are then bounded (`share_decision`).
+        one_sided_done()
         if self.rank == 0:  # the planner's rank
             self.continue_pricing(manifest)
         decision = self.share_decision(lambda: self.resumed_phase(manifest))
@@ -527,9 +551,11 @@ class Trainer:
         return self.share_decision(lambda: self.plan_phase(frozen_layers, epoch))
 
     def share_decision(self, decide: Callable[[], PhaseDecision]) -> PhaseDecision:
-        """Collective: rank 0's `decide()`, the same decision on every rank."""
+        """Collective: rank 0's `decide()`, the same decision on every rank. The others come
+        straight from a collective with rank 0 (`begin` and `resume` wait for every rank
+        first): rank 0 waits for them at most the collective timeout (`one_sided_done`)."""
         box: list[PhaseDecision | None] = [decide() if self.rank == 0 else None]
-        one_sided_done()
+        one_sided_done(by_rank0=True)
         dist.broadcast_object_list(box, src=0)
         assert box[0] is not None
         return box[0]
@@ -855,7 +881,7 @@ class Trainer:
         fitted profile is written to the run directory before any phase is priced with it."""
         if self.rank == 0:
             self.refit()
-        one_sided_done()
+        one_sided_done(by_rank0=True)  # the others came from the step's all-gather
 
     def refit(self) -> None:
         """Rank 0's part of `recalibrate`."""
@@ -936,7 +962,7 @@ class Trainer:
         # checkpoint whose records end before it (which a power loss could otherwise leave).
         self.recorder.sync()
         checkpoint.save(self.run_dir, self.seq.layers, self.runtime.layout, states, manifest)
-        one_sided_done()  # rank 0 writes it
+        one_sided_done(by_rank0=True)  # rank 0 writes it; the others come from its gather
 
     def record_data_modules(self) -> None:
         """Collective, for data that is code of yours: the modules of yours each rank's data
@@ -984,7 +1010,7 @@ class Trainer:
             self.diverged(f"the held-out loss is {eval_loss} after the epoch", epoch)
         norms = self.gather_grad_norms()
         forecast = self.forecast(epoch) if self.rank == 0 else None
-        one_sided_done()  # rank 0 priced the forecast
+        one_sided_done(by_rank0=True)  # rank 0 priced the forecast, after the norms' all-reduce
         record = EpochRecord(
             epoch=epoch,
             phase=phase,

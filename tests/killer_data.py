@@ -133,6 +133,25 @@ def digits_pause_in_checkpoint(seed: int = 0) -> TaskData:
     return load_data("digits", models.build("vit-digits"), seed=seed)
 
 
+def digits_stop_in_checkpoint(seed: int = 0) -> TaskData:
+    """Digits; rank 1 stops itself (SIGSTOP) once its part of the first checkpoint is done
+    (`executor.checkpoint.save` returned: the gather to rank 0), while rank 0 writes it, and
+    touches PIPEPLAN_TEST_PAUSED first: rank 0 writes the checkpoint, then finds rank 1 gone."""
+    if os.environ.get("RANK") == "1":
+        from executor import checkpoint
+
+        real_save = checkpoint.save
+
+        def stopping_save(*args, **kwargs):
+            written = real_save(*args, **kwargs)
+            Path(os.environ["PIPEPLAN_TEST_PAUSED"]).touch()
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return written
+
+        checkpoint.save = stopping_save
+    return load_data("digits", models.build("vit-digits"), seed=seed)
+
+
 class SlowToEvaluate:
     """Sleeps `seconds` on its first read under no_grad: the first evaluation batch."""
 

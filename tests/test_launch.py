@@ -371,6 +371,40 @@ def test_a_stopped_rank_ends_the_run_after_the_collective_timeout(tmp_path):
     assert no_rank_left(tmp_path)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_a_rank_stopped_while_rank_0_writes_a_checkpoint_ends_the_run(tmp_path):
+    """Found by the thirty-fourth round: rank 1 stopped (SIGSTOP) while rank 0 wrote a
+    checkpoint hung the run for 24 h, silent: rank 0 waited for it in the barrier after the
+    write, under the one-sided work's timeout. Rank 0, whose work it was, now waits for the
+    others there at most the collective timeout: the run ends naming rank 1, no response
+    within it, and keeps the checkpoint written."""
+    paused = tmp_path / "paused"
+    args = ["--collective-timeout", "5", "--checkpoint-every", "3", "--max-steps-per-epoch", "9"]
+    data = "tests.killer_data:digits_stop_in_checkpoint"
+    run = start_run(tmp_path, "--data", data, *args, PIPEPLAN_TEST_PAUSED=str(paused))
+    rank1 = None
+    try:
+        wait_for(paused, run)
+        stopped = time.monotonic()
+        rank1 = rank_processes(tmp_path / "k")[1]
+        one_line(
+            run,
+            2,
+            r"pipeplan: error: training failed on rank 1" + AT + r": no response within the "
+            r"collective timeout of 5 s \(stopped or hung\)" + LOGS + r"; resume with: .*",
+        )
+        # the timeout, torch's 30 s grace before it kills a rank that ignored SIGTERM, a margin
+        assert time.monotonic() - stopped < 5 + 30 + 15
+        assert (tmp_path / "k" / "checkpoints" / "latest").read_text() == "step-3\n"
+    finally:
+        if rank1 is not None and run.poll() is None:
+            os.kill(rank1, signal.SIGKILL)
+        if run.poll() is None:
+            run.kill()
+    assert no_rank_left(tmp_path)
+
+
 @pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
