@@ -23,7 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
-from pipeplan.startup import stopped_by  # isort: skip  (first: ends a start interrupted by a signal)
+from pipeplan.startup import STOP_SIGNALS, stopped_by  # isort: skip  (first: ends a start interrupted by a signal)
 from pipeplan import log
 from pipeplan.errors import (
     SHOWN,
@@ -953,8 +953,8 @@ def _deliver_after_imports(signum: int) -> None:
 
 
 # Signals that stop pipeplan with one line, as Ctrl-C does (they killed it silently, where a
-# run's launcher said "training stopped by SIGTERM" with a user error's exit code).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# run's launcher said "training stopped by SIGTERM" with a user error's exit code):
+# `startup.STOP_SIGNALS`, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM, imported above.
 
 
 def _install(handlers: dict) -> dict | None:

@@ -275,6 +275,7 @@ from pipeplan.options import build, check_needs_against
 from pipeplan.report import make_report, phase_summaries
 from pipeplan.runfiles import check_summary
 from pipeplan.spawn import RankFailedError, check_local_ranks
+from pipeplan.startup import STOP_SIGNALS
 
 log = logging.getLogger("pipeplan.run")
 
@@ -293,9 +294,13 @@ RANK_SHELL = ("/bin/sh", "-c", 'trap "" INT; exec "$0" "$@"')
 # PYTHONPATH (`agent_scope`) and the data module as the launcher does (`data.module_file`).
 SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()
 # What torch's launcher changes in this process while it runs, put back afterwards.
-AGENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+AGENT_SIGNALS = (signal.SIGINT, *STOP_SIGNALS)
 # What torch's agent handles itself: SIGINT is `agent_scope`'s, which marks it for the ranks.
-AGENT_HANDLES = "SIGTERM,SIGHUP,SIGQUIT"
+# Every stop signal (`startup.STOP_SIGNALS`): the agent sends it on to the ranks, waits for
+# them (SIGKILL after SHUTDOWN_S) and raises SignalException, said as `stopped by SIGUSR1`.
+# One torch left to its default (SIGUSR1, SIGUSR2, SIGALRM) killed this process at once,
+# without a line, and its ranks then died of their parent-death signal (the thirty-fourth round).
+AGENT_HANDLES = ",".join(signal.Signals(signum).name for signum in STOP_SIGNALS)
 AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
 AGENT_ENV = ("TORCHELASTIC_SIGNALS_TO_HANDLE", "PYTHONPATH", LAUNCHER_PID, INTERRUPTED, RUN_DIR_ID)
 
@@ -815,9 +820,10 @@ def start_line(exc: BaseException, rank: int) -> tuple[str, int] | None:
 
 @contextlib.contextmanager
 def stoppable() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise Stopped inside the block (the rank's wait for the others, which
-    takes signals: `worker.meet_every_rank`), and kill at once again after it: a rank blocked in
-    a collective would not run a handler until it returned, and the agent stops ranks with it.
+    """SIGTERM, SIGHUP, SIGUSR1, … (START_STOPS) raise Stopped inside the block (the rank's
+    wait for the others, which takes signals: `worker.meet_every_rank`), and kill at once again
+    after it: a rank blocked in a collective would not run a handler until it returned, and
+    the agent stops ranks with it.
 
         with stoppable():
             device = init_distributed(cfg.device, cfg.collective_timeout_s, start)
@@ -834,8 +840,9 @@ def stoppable() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-# What stops a rank waiting for the others with its line (`stoppable`).
-START_STOPS = (signal.SIGTERM, signal.SIGHUP)
+# What stops a rank waiting for the others with its line (`stoppable`): what the agent
+# forwards to it, SIGTERM, SIGHUP, SIGUSR1, … (`startup.STOP_SIGNALS`).
+START_STOPS = STOP_SIGNALS
 
 
 def start_wait(cfg: RunConfig) -> StartWait:
@@ -1116,7 +1123,7 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     except SignalException as exc:  # the agent has stopped every rank by now
         if exc.sigval == signal.SIGINT:
             raise Interrupted from None
-        raise Stopped(exc.sigval) from None  # SIGTERM, SIGHUP, SIGQUIT: every rank is gone
+        raise Stopped(exc.sigval) from None  # SIGTERM, SIGUSR1, …: every rank is gone
     finally:
         # However the ranks ended, their AutoCache goes as at a normal end: a rank killed by
         # SIGTERM (at once: it may be blocked in a collective) or SIGKILL could not remove it.

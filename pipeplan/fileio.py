@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, Stopped, excerpt
+from pipeplan.startup import STOP_SIGNALS
 
 
 def check_writable(
@@ -391,18 +392,19 @@ def sigint_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOPS = (signal.SIGINT, *STOP_SIGNALS)  # SIGTERM, SIGHUP, SIGUSR1, … (`startup.STOP_SIGNALS`)
 
 
 @contextmanager
 def stops_raised() -> Iterator[None]:
-    """Inside the block SIGTERM and SIGHUP raise Stopped as Ctrl-C raises KeyboardInterrupt,
-    so the clean-up of a write (`except BaseException`) runs for every stop; once one has
-    landed, later ones are ignored until the block ends, and do not cut that clean-up short.
-    For a rank, where SIGTERM and SIGHUP otherwise kill at once (it may be blocked in a
-    collective, where no handler runs): only around work that returns to Python often, rank
-    0 writing a checkpoint or the model. A handler installed before (the CLI's own) is
-    called instead; an ignored signal stays ignored. Off the main thread a no-op.
+    """Inside the block SIGTERM, SIGHUP and the other `STOP_SIGNALS` (SIGUSR1, …) raise
+    Stopped as Ctrl-C raises KeyboardInterrupt, so the clean-up of a write (`except
+    BaseException`) runs for every stop; once one has landed, later ones are ignored until
+    the block ends, and do not cut that clean-up short. For a rank, where they otherwise kill
+    at once (it may be blocked in a collective, where no handler runs): only around work that
+    returns to Python often, rank 0 writing a checkpoint or the model. A handler installed
+    before (the CLI's own) is called instead; an ignored signal stays ignored. Off the main
+    thread a no-op.
 
         with stops_raised():
             try: torch.save(state, tmp / "model.pt") ...

@@ -14,7 +14,24 @@ import os
 import signal
 import sys
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Signals that stop pipeplan as Ctrl-C does, with one line (`pipeplan: stopped by SIGUSR1`)
+# and exit code 128 + the signal, in the command's process (`cli.main`), under `pipeplan
+# run`'s agent (forwarded to the ranks) and in a rank's stops (`fileio.stops_raised`, the wait
+# for its peers). Each one's default action ends a process in silence. Beyond SIGTERM (a
+# scheduler's stop, `kill`) and SIGHUP (a closed terminal): SIGUSR1 and SIGUSR2 (Slurm's
+# `--signal=USR1@60` before a job's time limit, or data code signalling its own process:
+# "User defined signal 1", exit 138, no line, the thirty-fourth round), SIGALRM (an alarm()
+# with no handler of its own) and SIGQUIT (Ctrl-\, which torch's agent already stopped the
+# ranks on, while before them it dumped core in silence).
+STOP_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+)
+SIGNALS = (signal.SIGINT, *STOP_SIGNALS)
 
 
 def stopped_by(signum: int) -> str:

@@ -837,6 +837,33 @@ def test_a_signal_while_the_command_still_imports_is_one_line(signum, line, star
     assert (done.returncode, done.stdout, done.stderr) == (128 + signum, "", line + "\n")
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["SIGUSR1", "SIGUSR2", "SIGALRM", "SIGQUIT"])
+@pytest.mark.parametrize("stage", ["importing", "checking"])
+def test_a_user_signal_at_any_stage_of_a_command_is_one_line(name, stage):
+    """Found by the thirty-fourth round: SIGUSR1 or SIGUSR2 (Slurm's `--signal=USR1@60`,
+    `kill -USR1`, data code's own), SIGALRM or SIGQUIT ended a command silently, where
+    SIGTERM printed `pipeplan: stopped by SIGTERM`: they are stop signals as SIGTERM is, while
+    the command still imports (`pipeplan.startup`) and once `cli.main` runs (here in its
+    first check): one line, exit 128 + the signal."""
+    signum = getattr(signal, name)
+    if stage == "importing":
+        code = "import os, sys, time\nsys.argv[0] = 'pipeplan'\nimport pipeplan.startup\n"
+        code += f"os.kill(os.getpid(), {int(signum)})\ntime.sleep(30)\nprint('not ended')\n"
+    else:
+        code = (
+            "import os, sys, time, cli\n"
+            f"kill = lambda given: (os.kill(os.getpid(), {int(signum)}), time.sleep(30))\n"
+            "cli._check_repeats = kill\n"
+            "sys.exit(cli.main(['plan', '--help']))\n"
+        )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=50, cwd=ROOT
+    )
+    said = (done.returncode, done.stdout, done.stderr)
+    assert said == (128 + signum, "", f"pipeplan: stopped by {name}\n"), said
+
+
 def test_importing_cli_elsewhere_leaves_the_signals_alone():
     """A program or a test that imports cli keeps its own Ctrl-C: only the command's process
     (`pipeplan`, `python -m cli`) ends at once."""

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -3238,3 +3239,34 @@ def test_a_plan_of_a_folder_profiled_by_a_relative_path_runs(tmp_path, capsys, m
         argv += ["--max-steps-per-epoch", "2", "--name", f"g{n}"]
         assert cli.main(argv) == 0, capsys.readouterr().err[-2000:]
         assert json.loads((tmp_path / "runs" / f"g{n}" / "summary.json").read_text())["steps"] == 2
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("name", ["SIGUSR1", "SIGUSR2", "SIGALRM", "SIGQUIT"])
+def test_data_code_that_signals_its_own_process_stops_it_with_one_line(tmp_path, name):
+    """Found by the thirty-fourth round: data code sending SIGUSR1 (or SIGUSR2) to its own
+    process while `pipeplan run` checked the data (items read in pipeplan's process, before
+    any rank starts) ended the command with no line at all: the shell's "User defined signal
+    1", exit 138. Slurm's `--signal=USR1@60` sends the same to a job before its time limit;
+    SIGALRM (an alarm() without a handler) and SIGQUIT (Ctrl-\\) ended it as silently. Each
+    now stops pipeplan as SIGTERM does: `pipeplan: stopped by SIGUSR1`, exit 128 + the signal,
+    and no run folder is left. In a subprocess: the signal is the process's own."""
+    kill = f"os.kill(os.getpid(), signal.{name})"
+    code = dict(at_import="import signal", in_load="", in_item=kill)
+    (tmp_path / "rt34_signals.py").write_text(MOVING_MODULE.format(**code))
+    argv = ["run", "--model", "vit-digits", "--data", "rt34_signals:load", "--epochs", "1"]
+    argv += ["--global-batch", "16", "--freeze", "none", "--nproc", "1", "--name", "n"]
+    root = Path(cli.__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *argv], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=80, check=False,
+    )  # fmt: skip
+    signum = getattr(signal, name)
+    said = (done.returncode, done.stderr.splitlines())
+    assert said == (128 + signum, [f"pipeplan: stopped by {name}"]), said
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__")
+    assert left == ["rt34_signals.py"], left  # no runs/n, nothing else written

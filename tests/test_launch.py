@@ -430,6 +430,25 @@ def test_sigterm_to_the_launcher_is_one_line_and_leaves_no_process(tmp_path, sig
     assert no_rank_left(tmp_path)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_sigusr1_to_the_launcher_mid_run_is_one_line_and_leaves_no_rank(tmp_path):
+    """Found by the thirty-fourth round: SIGUSR1 to `pipeplan run` as its ranks trained (Slurm's
+    `--signal=USR1@60` before a job's time limit, or `kill -USR1`) killed the launcher at once
+    with no line (exit 138 said by the shell alone): torch's agent took only SIGTERM, SIGINT,
+    SIGHUP and SIGQUIT. It now takes every stop signal (SIGUSR1, SIGUSR2, SIGALRM too) as
+    SIGTERM: sent on to the ranks, every rank waited for, then `pipeplan: stopped by SIGUSR1`
+    and exit 138, no rank process left."""
+    run, _ = paused_run(tmp_path)
+    ranks = rank_processes(tmp_path / "k")
+    assert sorted(ranks) == [0, 1]
+    run.send_signal(signal.SIGUSR1)
+    one_line(run, 128 + signal.SIGUSR1, "pipeplan: stopped by SIGUSR1")
+    assert no_rank_left(tmp_path)
+    # Gone, not merely renamed: each rank process has exited (at most a zombie left to init).
+    assert [pid for pid in ranks.values() if process_state(pid) not in (None, "Z")] == []
+
+
 def rank_caches(pids: list[int], shm: Path = Path("/dev/shm")) -> list[Path]:
     """The AutoCache folders processes `pids` made in /dev/shm (`pipeplan-NS-PID-START-TOKEN`)."""
     named = [p.name.split("-") for p in shm.glob("pipeplan-*")]
