@@ -754,3 +754,32 @@ def test_the_runs_own_cluster_prices_the_calibrations_links(tmp_path, profile):
     assert given.intra_p2p_link.bandwidth_bytes_per_s == 1e11
     extra = 1.5 / profile.comm.allreduce.bandwidth_bytes_per_s  # k − 1 = 1.5 per byte
     assert 1 / given.intra_allreduce_link.bandwidth_bytes_per_s == pytest.approx(1e-11 + extra)
+
+
+def test_runs_without_frozen_layers_price_a_frozen_layer_as_a_trained_forward(tmp_path, profile):
+    """Found by the thirty-fifth round: calibrated on runs that froze nothing, the per-call
+    forward scale was fitted apart (0.001 against 6.2 per sample) while the no-grad per-call
+    scale, unmeasured, took the no-grad per-sample one (6.2): a frozen layer's call cost 6000×
+    the same layer's trained one, and freezing a layer was previewed as a slower step. With
+    nothing measured of frozen layers, they are priced as the trainable forward, per call and
+    per sample: never above training the layer."""
+    phases = [
+        Phase(0, 2, 1, 2, "gpipe", (0, 5, 10)),
+        Phase(0, 2, 1, 8, "1f1b", (0, 5, 10)),
+        Phase(0, 1, 2, 1, "gpipe", (0, 10)),
+        Phase(0, 1, 2, 4, "1f1b", (0, 10)),
+    ]
+    write_run(tmp_path / "run", profile, phases=phases, truth=full_truth(profile))
+    calibrated = calibrate([tmp_path / "run"], profile)
+    c = calibrated.calibration
+    assert c.fwd_call_scale is not None and c.fwd_call_scale != pytest.approx(c.fwd_scale)
+    assert c.scales("nograd") == c.scales("fwd")
+    assert "nograd_call_scale" in c.not_fitted and "nograd_scale" in c.not_fitted
+    model, raw = (
+        CostModel(calibrated, run_cluster_of(profile)),
+        CostModel(profile, run_cluster_of(profile)),
+    )
+    for kind in ("fwd", "nograd"):  # each kind's per-call part scaled by the fitted call scale
+        assert model.layer_call_times(kind) == pytest.approx(
+            c.fwd_call_scale * raw.layer_call_times(kind), rel=1e-9
+        )

@@ -583,7 +583,7 @@ PINNED: dict[str, Any] = {
     "fwd_scale": lambda c: (1.0,),
     "nograd_scale": lambda c: (c.fwd_scale,),
     "fwd_call_scale": lambda c: (None, c.fwd_scale),
-    "nograd_call_scale": lambda c: (None, c.nograd_scale),
+    "nograd_call_scale": lambda c: (None, c.nograd_scale, c.fwd_call_scale),
     "bwd_scale": lambda c: (c.fwd_scale,),
     "bwd_call_scale": lambda c: (None, c.bwd_scale, c.fwd_call_scale),
     "allreduce": lambda c: (None,),
