@@ -725,7 +725,15 @@ def load_latest(run_dir: Path, purpose: str = "resume", notice: bool = True) -> 
             _say_newer(newest, candidates, purpose)
         return loaded
     assert first_error is not None
-    raise first_error
+    if len(candidates) == 1:
+        raise first_error
+    # Every one failed: naming the newest alone read as if removing it would do (the
+    # thirty-fifth round); the older ones failed too.
+    older = ", ".join(p.name for p in candidates[1:])
+    raise InputFileError(
+        f"{first_error}; the older {older} cannot be used either: no checkpoint of this run "
+        "is left to continue from"
+    ) from None
 
 
 def _instead(path: Path, named: Path) -> str:

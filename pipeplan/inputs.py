@@ -180,12 +180,20 @@ def check_precision(profile: Profile, precision: str, where: str) -> None:
 
         check_precision(load(Profile, "p.json"), "bf16", "p.json")   # BadArgumentError or None
     """
-    if profile.model.precision == precision:
+    measured = profile.model
+    if measured.precision == precision:
         return
+    # The profile's own input and head, so that the command profiles what it did (without
+    # --seq-len a text model was profiled at its longest sequence: the thirty-fifth round).
+    flags = f" --seq-len {measured.input_shape[0]}" if measured.input_dtype == "int64" else ""
+    flags += f" --task {measured.task}"
+    if measured.task == "classification":
+        flags += f" --num-labels {measured.num_labels}"
+    flags += " --padding-mask" if measured.padding_mask else ""
     raise BadArgumentError(
-        f"{where} was measured in {profile.model.precision}, but --precision is {precision}; "
-        f"pass --precision {profile.model.precision}, or profile in {precision}: "
-        f"pipeplan profile {profile.model.name} --precision {precision} --out P.json"
+        f"{where} was measured in {measured.precision}, but --precision is {precision}; "
+        f"pass --precision {measured.precision}, or profile in {precision}: "
+        f"pipeplan profile {measured.name}{flags} --precision {precision} --out P.json"
     )
 
 

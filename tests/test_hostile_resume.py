@@ -365,6 +365,27 @@ def every_2_steps_run(tmp_path_factory) -> Path:
     return root / "e"
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["resume", "export"])
+def test_every_checkpoint_corrupted_is_said_of_them_all(
+    every_2_steps_run, tmp_path, capsys, command
+):
+    """Found by the thirty-fifth round: with every checkpoint's weights corrupted, resume and
+    export named the newest alone ("step-4/model.pt: checksum mismatch"), which read as if
+    removing it would do. The line says the older ones failed too and none is left."""
+    run = copy_run(every_2_steps_run, tmp_path)
+    for model in (run / "checkpoints").glob("step-*/model.pt"):
+        data = bytearray(model.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        model.write_bytes(bytes(data))
+    argv = {
+        "resume": ["run", "--resume", str(run), "--epochs", "2"],
+        "export": ["export", str(run), "--out", str(tmp_path / "out")],
+    }[command]
+    said = ("step-4/model.pt: checksum mismatch", "the older step-3 cannot be used either")
+    refused(argv, tmp_path, capsys, (*said, "no checkpoint of this run is left"))
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
 def test_a_finished_runs_resume_that_falls_back_leaves_a_run_that_reads(

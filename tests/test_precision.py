@@ -378,3 +378,28 @@ def test_a_killed_bf16_run_resumes_in_bf16_to_the_uninterrupted_parameters(tmp_p
     full, cut = final_model(tmp_path / "full"), final_model(tmp_path / "cut")
     assert full.keys() == cut.keys()
     assert all(full[k].dtype == torch.float32 and torch.equal(full[k], cut[k]) for k in full)
+
+
+@pytest.mark.timeout(120)
+def test_a_plan_in_another_precision_suggests_the_profiles_own_input(tmp_path, capsys):
+    """Found by the thirty-fifth round: `plan --precision bf16` with an fp32 profile of a text
+    model suggested `pipeplan profile MODEL --precision bf16`, which profiles another input
+    (the model's longest sequence) than the profile's, so `run` then refused the new profile.
+    The command carries the profile's sequence length, task, head and padding: run as given
+    (with quick timing flags), it profiles the same input in bf16."""
+    from pipeplan.formats import Profile, load
+
+    shipped = shipped_profile("bert-synth", "cpu")
+    argv = ["plan", "--profile", str(shipped), "--global-batch", "8", "--samples", "64"]
+    assert cli.main([*argv, "--epochs", "1", "--precision", "bf16", "--out", "x.json"]) == 2
+    line = one_error_line(capsys)
+    command = line.split("profile in bf16: ", 1)[1].split()
+    assert command[:3] == ["pipeplan", "profile", "bert-synth"] and "--seq-len" in command, line
+    out = command.index("--out")
+    command[out + 1] = str(tmp_path / "p.json")
+    quick = ["--micro-batch-sizes", "1", "--warmup", "0", "--repeats", "1"]
+    assert cli.main([*command[1:], *quick]) == 0
+    made, old = load(Profile, tmp_path / "p.json").model, load(Profile, shipped).model
+    assert made.precision == "bf16"
+    for field in ("input_shape", "input_dtype", "task", "num_labels", "padding_mask"):
+        assert getattr(made, field) == getattr(old, field), field
