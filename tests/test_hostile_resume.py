@@ -1056,7 +1056,8 @@ def test_a_failed_checkpoints_line_says_where_before_why(finished_run, tmp_path)
         "0 MiB free on its disk); the last checkpoint written, step-2, is kept"
     )
     assert failure_line(0, why, run, more) == (
-        f"training failed on rank 0 at step 2: {why}; rank logs in {run / 'logs'}; "
+        f"training failed on rank 0 after step 1, at the end of epoch 1 or at step 2: {why}; "
+        f"rank logs in {run / 'logs'}; "
         f"resume with: pipeplan run --resume {run} --epochs 2"
     )
 
@@ -1142,6 +1143,54 @@ def test_a_failed_extensions_resume_command_is_accepted(failed_extension, tmp_pa
     with pytest.raises(_Trains) as started:
         cli.main(command[1:])
     assert started.value.args == (2,)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_failure_after_the_last_epochs_record_is_placed_at_the_runs_end(failed_extension):
+    """Found by the thirty-fifth round: a rank that failed after the last epoch's record (the
+    final checkpoint, the model, summary.json) was placed at a step that does not exist: a
+    4-step run "failed on rank 0 at step 4". The line now places it after the last step, at
+    the run's end; the rest of the line is as before, and step-2 is still the latest."""
+    run, err = failed_extension
+    lines = err.strip().splitlines()
+    prefix = (
+        "pipeplan: error: training failed on rank 0 after the last step (step 3), writing the "
+        f"final checkpoint, model or summary: {run}/checkpoints/step-4: cannot write checkpoint "
+        "step-4"
+    )
+    assert lines[-1].startswith(prefix), lines[-1]
+    assert "at step 4" not in lines[-1]
+    assert (run / "checkpoints" / "latest").read_text() == "step-2\n"
+    assert not (run / "checkpoints" / "step-4").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_failure_after_an_epochs_record_names_both_places_it_can_be(finished_run, tmp_path):
+    """Found by the thirty-fifth round: a failure after a mid-run epoch's record (its freeze
+    transition, re-plan, cache fill or checkpoint) was placed " at step 2", a step that had
+    not started: the records cannot tell the epoch's end from the next step's start, and
+    the line now names both. Once a resume's phase follows the record (the resume entered
+    it), the failure is at the next step, as before. The records are only read."""
+    from executor.launch import failure_line
+    from pipeplan.formats import PhaseRecord, RunConfig, load, read_records
+
+    run = copy_run(finished_run, tmp_path)
+    more = load(RunConfig, run / "run.json").model_copy(update={"epochs": 2})
+    before = snapshot(run)
+    line = failure_line(1, "killed by SIGKILL", run, more)
+    assert line.startswith(
+        "training failed on rank 1 after step 1, at the end of epoch 1 or at step 2: killed by "
+        "SIGKILL; "
+    ), line
+    assert snapshot(run) == before
+    (phase,) = [r for r in read_records(run / "run.jsonl") if isinstance(r, PhaseRecord)]
+    resumed = phase.model_copy(update={"phase": 1, "start_step": 2, "start_epoch": 1})
+    with open(run / "run.jsonl", "a") as records:
+        records.write(resumed.model_copy(update={"resumed": True}).model_dump_json() + "\n")
+    line = failure_line(1, "killed by SIGKILL", run, more)
+    assert line.startswith("training failed on rank 1 at step 2: killed by SIGKILL; "), line
 
 
 @pytest.mark.long
