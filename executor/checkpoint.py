@@ -746,7 +746,7 @@ def set_aside_passed_over(run_dir: Path, used: CheckpointManifest) -> str | None
     names `used` already, so every command reads the run as the resume does.
 
         set_aside_passed_over(Path("runs/k"), manifest)
-        # "runs/k/checkpoints: step-6 did not verify and is moved to unusable-step-6 …"
+        # "runs/k/checkpoints: step-6, which did not verify, is moved to unusable-step-6 …"
     """
     root = run_dir / "checkpoints"
     name = f"step-{used.step}"
