@@ -736,6 +736,71 @@ def load_latest(run_dir: Path, purpose: str = "resume", notice: bool = True) -> 
     ) from None
 
 
+# What a resume that fell back names the checkpoints it passed over, moved aside in
+# checkpoints/: `unusable-step-N` (then `.2`, `.3`… if taken). Not `step-*`: no command lists,
+# reads, prunes or writes through it (`checkpoints_written`, `load_latest`, RUN_WRITES_FOLDERS).
+UNUSABLE = "unusable-"
+
+
+def set_aside_passed_over(run_dir: Path, used: CheckpointManifest) -> str | None:
+    """Rank 0 of a resume that loaded `used`'s checkpoint, once every rank has loaded: where
+    `latest` names another one, `load_latest` passed over it (and over every folder newer
+    than `used`) as unusable. `latest` is pointed at the one the run continues from and
+    those are moved aside as `unusable-step-N`, never deleted; returns the notice that says
+    where they went (None: no fallback). Left in place, `latest` still named the corrupt
+    one: a failure line called the run finished, export fell back again with its notice,
+    and report held the resumed records to the corrupt checkpoint's manifest ("the run's
+    history is lost") (the thirty-fifth round). OutputError if a move fails: `latest`
+    names `used` already, so every command reads the run as the resume does.
+
+        set_aside_passed_over(Path("runs/k"), manifest)
+        # "runs/k/checkpoints: step-6, which did not verify, is moved to unusable-step-6 …"
+    """
+    root = run_dir / "checkpoints"
+    name = f"step-{used.step}"
+    named = latest(run_dir).name
+    if named == name:
+        return None
+    passed = sorted(
+        (
+            p
+            for p in root.glob("step-*")
+            if p.is_dir() and (p.name == named or _step_of(p) > used.step)
+        ),
+        key=_step_of,
+    )
+    # The pointer first: stopped between the two, the run reads as resumed, the passed-over
+    # folders still beside it ("newer, not checked"), never a pointer to a moved folder.
+    write_atomic(root / "latest", name + "\n")
+    moved = []
+    for path in passed:
+        target = _free_name(root, UNUSABLE + path.name)
+        try:
+            os.rename(path, target)  # a link is renamed, not followed
+        except OSError as exc:
+            raise OutputError(
+                f"{path}: cannot move it aside to {target.name} ({exc.strerror}); "
+                f"{root / 'latest'} names {name}, the checkpoint the run continues from"
+            ) from None
+        moved.append((path.name, target.name))
+    were = ", ".join(a for a, _ in moved)
+    now = ", ".join(b for _, b in moved)
+    return (
+        f"{root}: {were}, which did not verify, {'is' if len(moved) == 1 else 'are'} moved to "
+        f"{now} (kept, never read by pipeplan); latest names {name}, which the run continues "
+        "from"
+    )
+
+
+def _free_name(root: Path, name: str) -> Path:
+    """`root / name`, or `name.2`, `name.3`… where that is taken: a second fallback's."""
+    path, n = root / name, 1
+    while os.path.lexists(path):
+        n += 1
+        path = root / f"{name}.{n}"
+    return path
+
+
 def _instead(path: Path, named: Path) -> str:
     """The checkpoint used instead of the one `latest` names, by what it is: a crash between
     writing step-8 and the pointer leaves `latest` naming step-6, and a notice called step-8

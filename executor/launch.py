@@ -1317,7 +1317,7 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     instead. A run directory moved or deleted while the ranks trained: `moved_line`."""
     if moved_away(run_dir):
         return moved_line(run_dir, cfg)
-    at = failed_at(run_dir / "run.jsonl", _steps_per_epoch(run_dir, cfg))
+    at = failed_at(run_dir / "run.jsonl", _steps_per_epoch(run_dir, cfg), cfg.epochs)
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
     line = f"training failed on rank {rank}{at}: {why}; rank logs in {run_dir / 'logs'}"
@@ -1366,7 +1366,7 @@ def moved_line(run_dir: Path, cfg: RunConfig) -> str:
             "trained; if it was moved, resume it where it is now with `pipeplan run --resume "
             "NEWPATH`"
         )
-    at = failed_at(now / "run.jsonl", _steps_per_epoch(now, cfg))
+    at = failed_at(now / "run.jsonl", _steps_per_epoch(now, cfg), cfg.epochs)
     if not str(now).isprintable():  # a line feed split the line, an ESC reached the terminal
         return (  # and the command a resume takes refuses it (thirtieth round)
             f"training stopped{at}: {run_dir}: the run directory moved to {quoted(str(now))} "
@@ -1409,12 +1409,13 @@ def _steps_per_epoch(run_dir: Path, cfg: RunConfig) -> int | None:
     return None if facts is None else cfg.steps_per_epoch(facts.train_samples)
 
 
-def failed_at(records: Path, steps_per_epoch: int | None = None) -> str:
+def failed_at(records: Path, steps_per_epoch: int | None = None, epochs: int | None = None) -> str:
     """Where in training a rank failed, from run.jsonl: " at step 7", " before the first step"
     where no step is recorded (or run.jsonl is not there yet: a rank that died as it started),
     " after step 5, at the end of epoch 2" where step 5 ended its epoch (`steps_per_epoch`)
     and the epoch's record is missing: its evaluation, gradient norms or forecast failed,
-    not step 6 (the thirty-third round); "" where the records cannot be read (the resume's
+    not step 6 (the thirty-third round); after an epoch's record, `_after_epoch` (`epochs`:
+    the run's, to know its last); "" where the records cannot be read (the resume's
     checks say why). A rank's failure is
     reported as that, never as a fault of the records read to place it. Without the notice
     of a torn last record: a failure's line, or a refusal of a resume or of torchrun's entry
@@ -1429,14 +1430,35 @@ def failed_at(records: Path, steps_per_epoch: int | None = None) -> str:
         read = read_records(records, notice=False)
     except PipeplanError:
         return ""
-    steps = [r for r in read if isinstance(r, StepRecord)]
+    steps = [i for i, r in enumerate(read) if isinstance(r, StepRecord)]
     if not steps:
         return NO_STEP
-    last = steps[-1]
+    last = read[steps[-1]]
     ended = {r.epoch for r in read if isinstance(r, EpochRecord)}
-    if steps_per_epoch and (last.step + 1) % steps_per_epoch == 0 and last.epoch not in ended:
+    if last.epoch in ended:  # written once the epoch's every step is: step N ended it
+        return _after_epoch(last, read[steps[-1] + 1 :], epochs)
+    if steps_per_epoch and (last.step + 1) % steps_per_epoch == 0:
         return f" after step {last.step}, at the end of epoch {last.epoch + 1}"
     return f" at step {last.step + 1}"
+
+
+def _after_epoch(last: StepRecord, later: list, epochs: int | None) -> str:
+    """Where a failure after `last`, the step that ended its epoch, and the epoch's record
+    happened (`later`: the records after the step). A resume's phase among them: the resume
+    had entered it, so at the next step. After the run's last epoch: its end (the final
+    checkpoint, model/, summary.json), not a step: a 6-step run "failed at step 6", a step
+    that does not exist (the thirty-fifth round). Otherwise the epoch's end work (the freeze
+    decision, its transition, the epoch's checkpoint) and the next step's start leave no
+    record apart: both are named, where the line named the next step alone.
+
+        _after_epoch(last, [], 2)   # " after step 5, at the end of epoch 1 or at step 6"
+    """
+    n = last.step
+    if any(isinstance(r, PhaseRecord) and r.resumed for r in later):
+        return f" at step {n + 1}"
+    if epochs is not None and last.epoch + 1 >= epochs:
+        return f" after the last step (step {n}), writing the final checkpoint, model or summary"
+    return f" after step {n}, at the end of epoch {last.epoch + 1} or at step {n + 1}"
 
 
 NO_STEP = " before the first step"  # `failed_at`'s answer for a run that recorded no step

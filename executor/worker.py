@@ -501,6 +501,11 @@ class Trainer:
         # `pipeplan run --resume` checked this before any rank started; torchrun did not.
         checkpoint.check_trained_with(manifest, self.cfg, self.run_dir / "run.json")
         check_data_kept(self.run_dir, manifest, checkpoint.manifest_path(self.run_dir, manifest))
+        # Every rank has read the checkpoints: rank 0 may now move those a fallback passed over
+        # (`set_aside_passed_over`), so that `latest` names the one the run continues from.
+        one_sided_done()
+        if self.rank == 0 and (moved := checkpoint.set_aside_passed_over(self.run_dir, manifest)):
+            log.warning("%s", moved)
         states = checkpoint.restore(self.seq.layers, model, optimizer)
         # The resumed run is a new phase: the steps before the checkpoint keep the record of
         # the layout they ran on, and the layout may differ now (another world size).

@@ -413,6 +413,88 @@ def test_a_finished_runs_resume_that_falls_back_leaves_a_run_that_reads(
     assert (tmp_path / "out" / "config.json").exists()
 
 
+# A held-out set whose items 8..23 raise in a rank while FALLBACK_EVAL_FAILS is set: the launcher's
+# checks read it whole (no RANK), the ranks fail as they evaluate an epoch.
+FALLBACK_EVAL_FAILS = "PIPEPLAN_TEST_EVAL_FAILS"
+FALLBACK_DATA = test_hostile_data.RANK_LENGTH_MODULE.replace(
+    "        g = torch.Generator()",
+    f'        if self.offset and 8 <= i < self.n - 8 and "RANK" in os.environ and os.environ.get('
+    f'"{FALLBACK_EVAL_FAILS}"):\n'
+    '            raise ValueError("held-out item %d is unreadable" % i)\n'
+    "        g = torch.Generator()",
+)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(400)
+def test_a_fallback_resume_that_fails_leaves_the_checkpoint_it_continued_from_latest(
+    tmp_path, capfd, monkeypatch
+):
+    """Found by the thirty-fifth round: a finished 2-epoch run (step-3, final step-6) whose
+    step-6/model.pt was corrupted, resumed: it fell back to step-3 with the notice, trained
+    epoch 2 and failed as it evaluated it. `latest` still named the corrupt step-6: the line
+    said "every epoch was trained: its model: pipeplan export …" (export then fell back to
+    the model after epoch 1), and report refused the records, held to step-6's manifest
+    ("no record of epoch 1, which ended before the checkpoint step-6 (epoch 2) was taken; the
+    run's history is lost"). The resume now points `latest` at step-3, the checkpoint it
+    continues from, and moves step-6 aside as unusable-step-6 (its bytes kept), with one
+    notice saying so: the line says to resume, report and export read step-3 without a
+    word of step-6, and the resume it names trains the run to its end."""
+    name = "rt35_fallback_eval"
+    (tmp_path / f"{name}.py").write_text(FALLBACK_DATA.format(length=256))
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--epochs", "2"]
+    argv += ["--global-batch", "16", "--freeze", "none", "--name", "f", "--nproc", "1"]
+    argv += ["--max-steps-per-epoch", "3", "--checkpoint-every", "3", "--runs-dir", "runs"]
+    run = tmp_path / "runs" / "f"
+    try:
+        assert cli.main(argv) == 0
+        checkpoints = run / "checkpoints"
+        assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step-3", "step-6"]
+        model = checkpoints / "step-6" / "model.pt"
+        data = bytearray(model.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        model.write_bytes(bytes(data))
+        step_6 = snapshot(checkpoints / "step-6")
+        capfd.readouterr()
+        monkeypatch.setenv(FALLBACK_EVAL_FAILS, "1")
+        assert cli.main(["run", "--resume", str(run)]) == 2
+        monkeypatch.delenv(FALLBACK_EVAL_FAILS)
+        err = capfd.readouterr().err
+        lines = err.strip().splitlines()
+        assert "resuming from the older step-3" in err, err[-3000:]
+        moved = (
+            f"{checkpoints}: step-6, which did not verify, is moved to unusable-step-6 (kept, "
+            "never read by pipeplan); latest names step-3, which the run continues from"
+        )
+        assert [line for line in lines if "unusable-step-6" in line] == [
+            f"pipeplan: rank 0: WARNING: {moved}"
+        ], err[-3000:]
+        assert lines[-1].startswith(
+            "pipeplan: error: training failed on rank 0 after step 5, at the end of epoch 2: "
+        ), lines[-1]
+        assert "ValueError: held-out item" in lines[-1], lines[-1]
+        assert lines[-1].endswith(f"; resume with: pipeplan run --resume {run}"), lines[-1]
+        assert (checkpoints / "latest").read_text() == "step-3\n"
+        assert sorted(p.name for p in checkpoints.iterdir()) == [
+            "latest",
+            "step-3",
+            "unusable-step-6",
+        ]
+        assert snapshot(checkpoints / "unusable-step-6") == step_6  # the bytes, as they were
+        assert cli.main(["report", str(run)]) == 0
+        assert cli.main(["export", str(run), "--out", str(tmp_path / "out")]) == 0
+        err = capfd.readouterr().err
+        assert "step-6" not in err, err
+        assert (tmp_path / "out" / "config.json").exists()
+        assert cli.main(["run", "--resume", str(run)]) == 0  # the resume the line named
+        assert (checkpoints / "latest").read_text() == "step-6\n"
+        assert snapshot(checkpoints / "unusable-step-6") == step_6
+        assert cli.main(["report", str(run)]) == 0
+    finally:
+        sys.modules.pop(name, None)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
@@ -1077,7 +1159,8 @@ def test_a_failed_checkpoints_line_says_where_before_why(finished_run, tmp_path)
         "0 MiB free on its disk); the last checkpoint written, step-2, is kept"
     )
     assert failure_line(0, why, run, more) == (
-        f"training failed on rank 0 at step 2: {why}; rank logs in {run / 'logs'}; "
+        f"training failed on rank 0 after step 1, at the end of epoch 1 or at step 2: {why}; "
+        f"rank logs in {run / 'logs'}; "
         f"resume with: pipeplan run --resume {run} --epochs 2"
     )
 
@@ -1163,6 +1246,54 @@ def test_a_failed_extensions_resume_command_is_accepted(failed_extension, tmp_pa
     with pytest.raises(_Trains) as started:
         cli.main(command[1:])
     assert started.value.args == (2,)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_failure_after_the_last_epochs_record_is_placed_at_the_runs_end(failed_extension):
+    """Found by the thirty-fifth round: a rank that failed after the last epoch's record (the
+    final checkpoint, the model, summary.json) was placed at a step that does not exist: a
+    4-step run "failed on rank 0 at step 4". The line now places it after the last step, at
+    the run's end; the rest of the line is as before, and step-2 is still the latest."""
+    run, err = failed_extension
+    lines = err.strip().splitlines()
+    prefix = (
+        "pipeplan: error: training failed on rank 0 after the last step (step 3), writing the "
+        f"final checkpoint, model or summary: {run}/checkpoints/step-4: cannot write checkpoint "
+        "step-4"
+    )
+    assert lines[-1].startswith(prefix), lines[-1]
+    assert "at step 4" not in lines[-1]
+    assert (run / "checkpoints" / "latest").read_text() == "step-2\n"
+    assert not (run / "checkpoints" / "step-4").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_a_failure_after_an_epochs_record_names_both_places_it_can_be(finished_run, tmp_path):
+    """Found by the thirty-fifth round: a failure after a mid-run epoch's record (its freeze
+    transition, re-plan, cache fill or checkpoint) was placed " at step 2", a step that had
+    not started: the records cannot tell the epoch's end from the next step's start, and
+    the line now names both. Once a resume's phase follows the record (the resume entered
+    it), the failure is at the next step, as before. The records are only read."""
+    from executor.launch import failure_line
+    from pipeplan.formats import PhaseRecord, RunConfig, load, read_records
+
+    run = copy_run(finished_run, tmp_path)
+    more = load(RunConfig, run / "run.json").model_copy(update={"epochs": 2})
+    before = snapshot(run)
+    line = failure_line(1, "killed by SIGKILL", run, more)
+    assert line.startswith(
+        "training failed on rank 1 after step 1, at the end of epoch 1 or at step 2: killed by "
+        "SIGKILL; "
+    ), line
+    assert snapshot(run) == before
+    (phase,) = [r for r in read_records(run / "run.jsonl") if isinstance(r, PhaseRecord)]
+    resumed = phase.model_copy(update={"phase": 1, "start_step": 2, "start_epoch": 1})
+    with open(run / "run.jsonl", "a") as records:
+        records.write(resumed.model_copy(update={"resumed": True}).model_dump_json() + "\n")
+    line = failure_line(1, "killed by SIGKILL", run, more)
+    assert line.startswith("training failed on rank 1 at step 2: killed by SIGKILL; "), line
 
 
 @pytest.mark.long
