@@ -1005,6 +1005,8 @@ def refuse_awaitable_item(value: Any, dataset: Any, index: int, name: str, split
         # BadArgumentError: "data 'm:load': train item 0 is a coroutine (its `__getitem__` is
         # `async def`); …"
     """
+    if type(value) in (tuple, list) and all(type(part) is torch.Tensor for part in value):
+        return  # the usual item, at once: a rank reads every item of every step here
     found = _close_awaitables(_parts(value))
     if found is None:
         return
