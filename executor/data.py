@@ -24,6 +24,7 @@ import importlib
 import importlib.util
 import inspect
 import io
+import itertools
 import logging
 import os
 import signal
@@ -34,7 +35,7 @@ import tempfile
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -976,29 +977,106 @@ def _refuse_awaitables(result: Any, spec: str) -> None:
     values = list(result) if isinstance(result, tuple | list) and len(result) <= 3 else []
     if isinstance(result, TaskData):
         values = [result.train, result.eval]
-    found = None
     names = ("train set", "eval set", "augmented")[: len(values)]
-    for name, value in [("", result), *zip(names, values, strict=True)]:
-        if inspect.isawaitable(value) or inspect.isasyncgen(value):
-            found = found or (name, value)
-            if inspect.iscoroutine(value) or inspect.isgenerator(value):
-                # Never awaited: closed, no RuntimeWarning when it is collected. One that
-                # ignores GeneratorExit (RuntimeError) is refused all the same.
-                with contextlib.suppress(Exception):
-                    value.close()
+    found = _close_awaitables([("", result), *zip(names, values, strict=True)])
     if found is None:
         return
     name, value = found
-    kind = (
-        "a coroutine" if inspect.iscoroutine(value)
-        else "an async generator" if inspect.isasyncgen(value)
-        else f"an awaitable ({type(value).__name__})"
-    )  # fmt: skip
+    kind = _awaitable_kind(value)
     said = f": its {name} is {kind}" if name else f" returned {kind}"
     raise BadArgumentError(
         f"data {quoted(spec)}{said}; pipeplan calls the data function without an event "
         "loop: make it a plain `def` that returns the data sets"
     )
+
+
+def refuse_awaitable_item(value: Any, dataset: Any, index: int, name: str, split: str) -> None:
+    """Refuses an item (`dataset[index]`) that is an awaitable, or holds one as its input or
+    label (or inside them: a list, a tuple, a dict's values), each coroutine closed first.
+    pipeplan reads items without an event loop. Found by the thirty-fifth round: an `async
+    def __getitem__` (or a plain one returning a coroutine as the label) was refused ("train
+    item 0 is coroutine, not an (input, label) pair"; "train labels must be int64 …, got
+    coroutine"), and Python's "RuntimeWarning: coroutine … was never awaited" and "Enable
+    tracemalloc …" lines came before or after the error line. Each read of an item checks
+    here: the launcher's and a rank's checks (`item`) and a rank's reads as it trains
+    (`worker.Trainer.rows`), inside the user's code (closing runs its `finally` blocks).
+
+        refuse_awaitable_item(train[0], train, 0, "m:load", "train")
+        # BadArgumentError: "data 'm:load': train item 0 is a coroutine (its `__getitem__` is
+        # `async def`); …"
+    """
+    if type(value) in (tuple, list) and all(type(part) is torch.Tensor for part in value):
+        return  # the usual item, at once: a rank reads every item of every step here
+    found = _close_awaitables(_parts(value))
+    if found is None:
+        return
+    part, awaitable = found
+    if part:
+        said = f"{split} item {index}'s {part} is {_awaitable_kind(awaitable)}"
+        fix = "return tensors, not awaitables"
+    else:
+        getitem = getattr(type(dataset), "__getitem__", None)
+        is_async = inspect.iscoroutinefunction(getitem) or inspect.isasyncgenfunction(getitem)
+        said = f"{split} item {index} is {_awaitable_kind(awaitable)}" + (
+            " (its `__getitem__` is `async def`)" if is_async else ""
+        )
+        fix = "make `__getitem__` a plain `def` that returns an (input, label) pair of tensors"
+    raise BadArgumentError(
+        f"data '{name}': {said}; pipeplan reads items without an event loop: {fix}"
+    )
+
+
+# How far `_parts` looks into an item: its input and label, and what they hold, so many of each.
+_PART_DEPTH, _PART_WIDTH = 3, 256
+
+
+def _parts(value: Any, name: str = "", depth: int = 0) -> Iterator[tuple[str, Any]]:
+    """`value` and what it holds, as (name, part) pairs: an (input, label) pair's "input"
+    and "label", another tuple's or list's "part 0", "part 1" …, and what each holds in turn
+    ("label[0]", "input['ids']": a list's, a tuple's, a dict's), `_PART_DEPTH` deep and
+    `_PART_WIDTH` wide; a tensor holds nothing looked into.
+
+        list(_parts((x, [y]))) # [("", (x, [y])), ("input", x), ("label", [y]), ("label[0]", y)]
+    """
+    yield name, value
+    if depth >= _PART_DEPTH:
+        return
+    if isinstance(value, dict):
+        inner = [(repr(k), v) for k, v in itertools.islice(value.items(), _PART_WIDTH)]
+    elif isinstance(value, tuple | list):
+        inner = [(str(i), v) for i, v in enumerate(value[:_PART_WIDTH])]
+    else:
+        return
+    pair = depth == 0 and isinstance(value, tuple | list) and len(value) == 2
+    for key, part in inner:
+        if depth:
+            part_name = f"{name}[{key}]"
+        else:
+            part_name = ("input", "label")[int(key)] if pair else f"part {key}"
+        yield from _parts(part, part_name, depth + 1)
+
+
+def _close_awaitables(named: Iterable[tuple[str, Any]]) -> tuple[str, Any] | None:
+    """The first (name, value) of `named` whose value is an awaitable or an async generator,
+    or None; every coroutine (or generator-based one) among them closed: dropped unawaited,
+    Python says "RuntimeWarning: coroutine … was never awaited" as it is collected. One that
+    ignores GeneratorExit (RuntimeError) is refused all the same."""
+    found = None
+    for name, value in named:
+        if inspect.isawaitable(value) or inspect.isasyncgen(value):
+            found = found or (name, value)
+            if inspect.iscoroutine(value) or inspect.isgenerator(value):
+                with contextlib.suppress(Exception):
+                    value.close()
+    return found
+
+
+def _awaitable_kind(value: Any) -> str:
+    return (
+        "a coroutine" if inspect.iscoroutine(value)
+        else "an async generator" if inspect.isasyncgen(value)
+        else f"an awaitable ({type(value).__name__})"
+    )  # fmt: skip
 
 
 def _takes_seed(func: Any) -> bool:
@@ -1107,6 +1185,7 @@ def item(dataset: Any, index: int, name: str, split: str) -> tuple[Any, Any]:
             value = dataset[index]
         except Exception as exc:
             raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from None
+        refuse_awaitable_item(value, dataset, index, name, split)
     if not (isinstance(value, tuple | list) and len(value) == 2):
         kind = f"a {len(value)}-tuple" if isinstance(value, tuple | list) else type(value).__name__
         raise BadArgumentError(

@@ -224,6 +224,7 @@ from executor.worker import (
 )
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
+from pipeplan.cluster import HostRanks
 from pipeplan.errors import (
     BadArgumentError,
     Interrupted,
@@ -449,8 +450,10 @@ def check_run(
             # flags are refused there): name the file it came from, not a flag never given.
             where = "--freeze" if cfg.plan is None else f"{cfg.plan}: inputs.freeze"
             raise BadArgumentError(f"{where}: {exc}") from None
+    # The ranks its --device-memory is held to (`host_ranks`): a resume's is run.json's.
+    host = host_ranks(cfg, local, None if resumed is None else resumed[0], resumed is not None)
     if resumed is None:
-        planner = RunPlanner.from_config(cfg, seq)
+        planner = RunPlanner.from_config(cfg, seq, host)
         if planner.plan is not None and data.augmented:
             check_plan_cache(planner.plan, False, f"its data '{cfg.data}' is augmented")
         if planner.plan is not None:  # once: `prepare` runs in the launcher only
@@ -458,7 +461,7 @@ def check_run(
             note_plan_epoch(planner.plan, cfg, samples)
     else:
         run_dir, manifest, weights, records = resumed
-        planner = RunPlanner.for_run(run_dir, cfg)
+        planner = RunPlanner.for_run(run_dir, cfg, host)
         where = manifest_path(run_dir, manifest)
         check_position(manifest, cfg, samples, seq.layers, where)
         # Every kept checkpoint before it alike, the model in hand: its records', then its
@@ -477,6 +480,32 @@ def check_run(
     if resumed is not None:  # last: the checks above say more about a value that cannot run
         check_trained_with(resumed[1], cfg, resumed[0] / "run.json")
     return planner, facts
+
+
+def host_ranks(
+    cfg: RunConfig, local: bool, run_dir: Path | None = None, resume: bool = False
+) -> HostRanks:
+    """The ranks of the run `cfg` that share this host (`cluster.HostRanks`), which its
+    --device-memory is held to: a `pipeplan run`'s --nproc (`local`: its launcher and ranks),
+    torchrun's LOCAL_WORLD_SIZE (its entry and ranks: `run_dir` given), else only the one
+    that is sure (`--prepare-only`: torchrun starts the ranks later, on nodes not known yet;
+    a run of 2 ranks for 2 nodes was refused as if both shared this host: the thirty-fifth
+    round). `run_dir`: the run's folder where its --device-memory is run.json's (a `resume`,
+    a rank), not a flag of this command.
+
+        host_ranks(cfg, local=True)                              # --nproc 2 ranks, here
+        host_ranks(cfg, True, Path("runs/c"), resume=True)      # run.json's, resumed
+    """
+    run_json = None if run_dir is None else run_dir / "run.json"
+    if local:
+        fewer = "resume with --nproc {k}" if resume else None
+        return HostRanks(cfg.nproc, f"--nproc {cfg.nproc} ranks", run_json, fewer)
+    local_world = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if run_dir is None or not (local_world.isascii() and local_world.isdigit()):
+        return HostRanks(1, None)
+    count = max(1, int(local_world))
+    named = f"the {count} ranks torchrun starts on this node (LOCAL_WORLD_SIZE={count})"
+    return HostRanks(count, named, run_json, "start torchrun with --nproc-per-node {k}")
 
 
 def launcher_nodes() -> int | None:
@@ -1052,7 +1081,9 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
         # and this claim is refused: taken after the rendezvous, rank 0 holds it by then.
         with contextlib.suppress(OutputError):
             claim_directory(run_dir)
-    planner = RunPlanner.for_run(run_dir, cfg)
+    # A rank's plans hold --device-memory to the ranks of its node (`host_ranks`).
+    host = host_ranks(cfg, under_pipeplan_run(), run_dir, resume)
+    planner = RunPlanner.for_run(run_dir, cfg, host)
     trainer = Trainer(cfg, run_dir, planner, device, recalibrate=calibrate, resume=resume)
     if rank == 0:
         from executor.progress import ProgressView

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
 from pipeplan import freeze, models
-from pipeplan.cluster import format_bytes, rank_memory, run_cluster
+from pipeplan.cluster import HostRanks, format_bytes, rank_memory, run_cluster
 from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.fileio import CALIBRATION_FILE, write_atomic
@@ -312,22 +312,27 @@ class RunPlanner:
     online: bool  # whether `profile` was fitted during this run
     config: RunConfig
     plan: Plan | None = None
+    # The ranks that share this host, which --device-memory is held to (`run_cluster`);
+    # None: all of --nproc (`pipeplan run`).
+    host: HostRanks | None = None
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, seq: LayerSequence | None = None) -> RunPlanner:
+    def from_config(
+        cls, cfg: RunConfig, seq: LayerSequence | None = None, host: HostRanks | None = None
+    ) -> RunPlanner:
         """Before the run directory exists: the profile the configuration names (for the
-        input of `seq`, the model built, `config_profile`)."""
+        input of `seq`, the model built, `config_profile`). `host` as `RunPlanner.host`."""
         profile = config_profile(cfg, seq)
         plan = load(Plan, cfg.plan) if cfg.plan else None
         if plan is not None:
             check_plan(plan, profile, cfg, cfg.plan)
-        return cls(profile, RUN_PROFILE, False, cfg, plan)
+        return cls(profile, RUN_PROFILE, False, cfg, plan, host)
 
     @classmethod
-    def for_run(cls, run_dir: Path, cfg: RunConfig) -> RunPlanner:
+    def for_run(cls, run_dir: Path, cfg: RunConfig, host: HostRanks | None = None) -> RunPlanner:
         """Inside a run: the profile and plan copied into the run directory when it was
         prepared, never the files run.json names (edited or gone since, they are not what the
-        run planned with)."""
+        run planned with). `host` as `RunPlanner.host`."""
         profile = load(Profile, run_dir / RUN_PROFILE)
         plan = None
         if cfg.plan:
@@ -344,7 +349,7 @@ class RunPlanner:
             plan = parse(Plan, text, str(copy))
         if plan is not None:  # the copy edited by hand is held to the run as the file was
             check_plan(plan, profile, cfg, run_dir / RUN_PLAN)
-        return cls(profile, RUN_PROFILE, False, cfg, plan)
+        return cls(profile, RUN_PROFILE, False, cfg, plan, host)
 
     def check_records(self, run_dir: Path, phases: list[PhaseRecord]) -> None:
         """The run's copy of its plan (RUN_PLAN) gives every phase the records say it took from
@@ -378,7 +383,7 @@ class RunPlanner:
     def cluster(self) -> Cluster:
         if self.plan is not None:
             return self.plan.inputs.cluster
-        return run_cluster(self.config, self.profile)
+        return run_cluster(self.config, self.profile, self.host)
 
     def check(self, seq: LayerSequence | None = None) -> None:
         """Fail before any process starts if the profile was measured for another input than

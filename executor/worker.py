@@ -36,6 +36,7 @@ from executor.checkpoint import has_checkpoint
 from executor.data import (
     is_user_code,
     keep_data_directory_on_path,
+    refuse_awaitable_item,
     users_side,
     warn_once_per_place,
 )
@@ -677,16 +678,24 @@ class Trainer:
         device = device or self.device
         return frozen_forward(self.seq.layers, inputs, 0, frozen, device, self.cfg.precision)
 
-    @staticmethod
-    def rows(dataset: Any, indices: Iterable[Any], part: int) -> torch.Tensor:
+    def rows(self, dataset: Any, indices: Iterable[Any], part: int) -> torch.Tensor:
         """The items' inputs (`part` 0) or labels (1), stacked: read as all the user's data
         code runs (`data.users_side`), so an `os.chdir` or `os.umask` in a `__getitem__` never
-        moves or locks what this rank writes (the thirty-third round).
+        moves or locks what this rank writes (the thirty-third round). An item that is or
+        holds an awaitable is refused, its coroutines closed (`data.refuse_awaitable_item`,
+        the thirty-fifth round): the part not kept was dropped unawaited, and Python's
+        "coroutine … was never awaited" lines came into the rank's log.
 
             labels = self.rows(self.data.train, indices, 1)
         """
+        split = "train" if dataset is self.data.train else "eval"
         with users_side():
-            return torch.stack([dataset[int(i)][part] for i in indices])
+            items = []
+            for i in indices:
+                value = dataset[int(i)]
+                refuse_awaitable_item(value, dataset, int(i), self.data.name, split)
+                items.append(value[part])
+            return torch.stack(items)
 
     def example_stage0_input(self, n: int) -> torch.Tensor:
         x = self.rows(self.data.train, range(n), 0)

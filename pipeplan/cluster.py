@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import os
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
 from pipeplan.errors import BadArgumentError, excerpt, quoted
 from pipeplan.formats import Cluster, Link, Profile, RunConfig
@@ -278,16 +280,16 @@ def profiled_links(profile: Profile | None) -> tuple[Link, Link | None]:
     )
 
 
-def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
+def run_cluster(config: RunConfig, profile: Profile, host: HostRanks | None = None) -> Cluster:
     """The cluster a local run plans for: its ranks on one node, links as profiled, each rank
     limited to what it has (`rank_memory`: --device-memory, else the profiled device's share,
     the same as `pipeplan plan --devices-per-node N` gives, so a plan made on this host with
     those flags is the run's own, but no more than this host's); the node's cache limited to
-    --cache-budget.
+    --cache-budget. `host`: the ranks that share this host, as `rank_memory` takes them.
 
         cluster = run_cluster(config, profile)   # config.nproc devices on one node
     """
-    memory, source = rank_memory(config, profile)
+    memory, source = rank_memory(config, profile, host=host)
     cluster = cluster_from_flags(
         nodes=1,
         devices_per_node=config.nproc,
@@ -300,11 +302,42 @@ def run_cluster(config: RunConfig, profile: Profile) -> Cluster:
     return cluster
 
 
+@dataclass(frozen=True)
+class HostRanks:
+    """The ranks of a run that share this host's memory, which its --device-memory is held
+    to (`check_device_memory_flag`), and how a refusal names them. Found by the thirty-fifth
+    round: the check held every run to all of its --nproc ranks on this host, and said so, for
+    a run prepared for torchrun on several nodes and for a resume's --nproc given against the
+    run's own --device-memory, which a resume cannot change.
+
+    `count`: the ranks known to run here; `named`: how the message names them ("--nproc 2
+    ranks"; None where only one is sure: a run prepared for torchrun, whose nodes are not
+    known yet); `run_json`: the run's file its --device-memory comes from (a resume,
+    torchrun's entry and ranks), None where it is a flag of this command; `fewer`: how to
+    run K of them here, with "{k}" for K ("resume with --nproc {k}"; " or fewer" follows).
+
+        HostRanks(2, "--nproc 2 ranks")                  # `pipeplan run --nproc 2`
+        HostRanks(1, None)                               # `run --prepare-only`
+        HostRanks(2, "--nproc 2 ranks", Path("runs/c/run.json"), "resume with --nproc {k}")
+    """
+
+    count: int
+    named: str | None
+    run_json: Path | None = None
+    fewer: str | None = None
+
+
 def rank_memory(
-    config: RunConfig, profile: Profile, per_node: int | None = None, per_node_flag: str = "--nproc"
+    config: RunConfig,
+    profile: Profile,
+    per_node: int | None = None,
+    per_node_flag: str = "--nproc",
+    host: HostRanks | None = None,
 ) -> tuple[int, str | None]:
     """The memory one rank of a run has, for `run` with or without a plan: the
-    --device-memory given (the user's word; its source None), else what the profiled device
+    --device-memory given (the user's word; its source None), held to what this host has for
+    the ranks that share it (`host`; left out, the `per_node` ranks of a node, or all of
+    --nproc, on this host: `check_device_memory_flag`), else what the profiled device
     offers one of the `per_node` ranks on a node (`profile_device_memory`; a local run's
     --nproc, a plan's devices per node, named by `per_node_flag`), but not more than this
     host's device offers one (`host_device_memory`) by more than the planner's reserve. A
@@ -322,7 +355,8 @@ def rank_memory(
     ranks, kind = per_node or config.nproc, profile.device.kind
     here = host_device_memory(kind)
     if config.device_memory_bytes is not None:
-        check_device_memory_flag(config.device_memory_bytes, here, kind, ranks, per_node_flag)
+        host = host or HostRanks(ranks, f"{per_node_flag} {ranks} ranks")
+        check_device_memory_flag(config.device_memory_bytes, here, kind, host)
         return config.device_memory_bytes, None
     profiled = profile_device_memory(profile, ranks, per_node_flag)
     share = None if here is None else here if kind == "cuda" else here // ranks
@@ -339,38 +373,53 @@ def rank_memory(
     return share, f"this host's memory {here} shared by {per_node_flag} {ranks}"
 
 
-def check_device_memory_flag(
-    given: int, here: int | None, kind: str, ranks: int, ranks_flag: str = "--nproc"
-) -> None:
+def check_device_memory_flag(given: int, here: int | None, kind: str, host: HostRanks) -> None:
     """Refuses a run's --device-memory (`given` bytes for each rank) that this host does not
     have (`here`, `host_device_memory(kind)`; None where it cannot be told: nothing to hold
     it to): on cuda, more than one GPU's total memory (each rank has its own); on cpu, where
-    the `ranks` on this host share its memory, more than their share of it. Found by the
-    thirty-third round: `run --device-memory 512GB` on a 23 GiB CPU host was accepted, and
+    the ranks on this host (`host`) share its memory, more than their share of it. Found by
+    the thirty-third round: `run --device-memory 512GB` on a 23 GiB CPU host was accepted, and
     the planner chose layouts for memory that does not exist. The flag may only lower what
     a rank has (to make a small model need a pipeline), as `rank_memory`'s default is never
-    more than this host's either.
+    more than this host's either. A --device-memory from the run's own run.json (a resume,
+    torchrun) is named as the run's, and the refusal says what runs instead: fewer ranks here
+    (`host.fewer`), or a new run.
 
-        check_device_memory_flag(512 * 10**9, 25275990016, "cpu", 1)   # BadArgumentError
+        check_device_memory_flag(512 * 10**9, 25275990016, "cpu", HostRanks(1, None))
+        # BadArgumentError: --device-memory 512GB is more than this machine's 23.5 GiB …
     """
     if here is None:
         return
+    said = f"--device-memory {format_bytes(given)}"
+    if host.run_json is not None:  # not a flag of this command: the run's, which it keeps
+        said = f"{host.run_json}: the run's {said}"
+
+    def new_run(most: int) -> str:  # whole MiB, as a user types
+        flag = f"--device-memory {format_bytes(max(most >> 20 << 20, 1))} or less"
+        return f"give {flag}" if host.run_json is None else f"start a new run with {flag}"
+
     if kind == "cuda":
         if given > here:
             raise BadArgumentError(
-                f"--device-memory {format_bytes(given)} is more than this host's GPU memory "
+                f"{said} is more than this host's GPU memory "
                 f"({here / (1 << 30):.1f} GiB, {here} bytes)"
+                + ("" if host.run_json is None else f"; {new_run(here)}")
             )
         return
-    if given * ranks <= here:
+    if given * host.count <= here:
         return
     what = f"this machine's {here / (1 << 30):.1f} GiB of memory ({here} bytes)"
-    most = format_bytes(max((here // ranks) >> 20 << 20, 1))  # whole MiB, as a user types
-    if ranks == 1 or given > here:
-        raise BadArgumentError(f"--device-memory {format_bytes(given)} is more than {what}")
+    if host.count == 1 or given > here:
+        # One rank alone would not have it: no count of ranks here makes it fit.
+        advice = "" if host.run_json is None else f"; {new_run(here)}"
+        raise BadArgumentError(f"{said} is more than {what}{advice}")
+    fits = here // given  # the ranks here it fits: at least 1 (given <= here)
+    instead = []
+    if host.fewer is not None:
+        instead.append(host.fewer.format(k=fits) + (" or fewer" if fits > 1 else ""))
     raise BadArgumentError(
-        f"--device-memory {format_bytes(given)} for each of {ranks_flag} {ranks} ranks is "
-        f"more than {what}, which they share; give --device-memory {most} or less"
+        f"{said} for each of {host.named} is more than {what}, which they share; "
+        + ", or ".join([*instead, new_run(here // host.count)])
     )
 
 

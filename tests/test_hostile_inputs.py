@@ -2992,6 +2992,34 @@ def a_coroutine_in_a_task_data():
     async def held_out():
         return Pairs(16)
     return TaskData("mine", Pairs(64), held_out())
+class AsyncItems(Pairs):
+    async def __getitem__(self, i):
+        return Pairs.__getitem__(self, i)
+def async_items():
+    return AsyncItems(64), Pairs(16)
+def async_eval_items():
+    return Pairs(64), AsyncItems(16)
+class CoroutineParts(Pairs):
+    def __init__(self, n, where, at=None): super().__init__(n); self.where, self.at = where, at
+    def __getitem__(self, i):
+        ids, label = Pairs.__getitem__(self, i)
+        if self.at is not None and i != self.at:
+            return ids, label
+        async def part():
+            return label
+        if self.where == "label":
+            return ids, part()
+        if self.where == "in the input":
+            return {"ids": ids, "mask": part()}, label
+        return part(), label
+def a_coroutine_label():
+    return CoroutineParts(64, "label"), Pairs(16)
+def a_coroutine_input():
+    return CoroutineParts(64, "input"), Pairs(16)
+def a_coroutine_in_the_input():
+    return CoroutineParts(64, "in the input"), Pairs(16)
+def a_coroutine_label_at_item_5():
+    return CoroutineParts(64, "label", at=5), Pairs(16)
 """
 
 
@@ -3100,6 +3128,56 @@ def test_an_async_data_function_is_refused_in_one_line(tmp_path, capsys, functio
         refused(_user_run(tmp_path, function), tmp_path / "runs", capsys, (said, "plain `def`"))
         gc.collect()  # what Python warns of as a coroutine is collected
     assert [str(w.message) for w in seen] == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "function, said",
+    [
+        ("async_items", "train item 0 is a coroutine (its `__getitem__` is `async def`)"),
+        ("async_eval_items", "eval item 0 is a coroutine (its `__getitem__` is `async def`)"),
+        ("a_coroutine_label", "train item 0's label is a coroutine"),
+        ("a_coroutine_input", "train item 0's input is a coroutine"),
+        ("a_coroutine_in_the_input", "train item 0's input['mask'] is a coroutine"),
+    ],
+)
+def test_an_item_that_is_or_holds_a_coroutine_is_refused_in_one_line(
+    tmp_path, capsys, function, said
+):
+    """Found by the thirty-fifth round: an `async def __getitem__` (or a plain one returning
+    a coroutine as an item's label or input) was refused ("train item 0 is coroutine, not an
+    (input, label) pair"; "train labels must be int64 …, got coroutine"), but the coroutines,
+    dropped unawaited, made Python print "RuntimeWarning: coroutine … was never awaited" and
+    "Enable tracemalloc …" lines before and after the error line. An awaitable item, or one
+    inside an item, is closed and refused in one line saying why (no event loop; a plain
+    `def`), by every read of an item (`data.refuse_awaitable_item`)."""
+    import gc
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        refused(_user_run(tmp_path, function), tmp_path / "runs", capsys, (said, "event loop"))
+        gc.collect()  # what Python warns of as a coroutine is collected
+    assert [str(w.message) for w in seen] == []
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_a_coroutine_in_an_item_a_rank_reads_is_refused_in_one_line(tmp_path, capsys):
+    """Found by the thirty-fifth round: an item the launcher's checks do not read (item 5 of
+    64: they read the first and last) whose label was a coroutine failed the rank with
+    "TypeError: expected Tensor as element 7 in argument 0, but got coroutine", and the
+    rank's log held Python's "RuntimeWarning: coroutine … was never awaited". A rank's reads
+    as it trains refuse it as the checks do (`worker.Trainer.rows`), the coroutine closed."""
+    argv = _user_run(tmp_path, "a_coroutine_label_at_item_5", "--epochs", "1")
+    argv.remove("--prepare-only")
+    assert cli.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeplan: error: training failed"), lines
+    assert "train item 5's label is a coroutine" in lines[0], lines[0]
+    assert "event loop" in lines[0], lines[0]
+    logs = tmp_path / "runs" / "u" / "logs"
+    assert "never awaited" not in "".join(f.read_text() for f in logs.iterdir())
 
 
 def test_user_data_code_writing_to_descriptor_2_is_held(tmp_path, capfd):
@@ -3239,11 +3317,12 @@ def test_a_device_memory_beyond_this_host_is_refused(tmp_path, capsys, nproc):
     accepted, and the planner chose layouts for memory that does not exist. On CPU the ranks
     share the host: --device-memory for each of them beyond their share of its memory is
     refused in one line naming the flag's figure and the host's
-    (`cluster.check_device_memory_flag`), before the run folder is made; within it, it runs."""
+    (`cluster.check_device_memory_flag`), before the run folder is made (a `pipeplan run`,
+    all of whose ranks run here, refused before any starts); within it, it runs."""
     from pipeplan.cluster import format_bytes
 
     here = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # as profiles record it
-    run = ["run", "--model", "vit-digits", "--data", "digits", "--prepare-only", "--nproc"]
+    run = ["run", "--model", "vit-digits", "--data", "digits", "--nproc"]
     run += [str(nproc), "--runs-dir", str(tmp_path / "runs"), "--name"]
     too_much = here // nproc + (1 << 20)
     fragments = [f"--device-memory {format_bytes(too_much)} ", f"GiB of memory ({here} bytes)"]
@@ -3252,7 +3331,90 @@ def test_a_device_memory_beyond_this_host_is_refused(tmp_path, capsys, nproc):
         fragments += [f"for each of --nproc {nproc} ranks", f"{here // nproc >> 20}MiB or less"]
     refused([*run, "big", "--device-memory", str(too_much)], tmp_path, capsys, tuple(fragments))
     assert not (tmp_path / "runs" / "big").exists()
-    assert cli.main([*run, "fits", "--device-memory", str(here // nproc >> 20 << 20)]) == 0
+    fits = ["fits", "--device-memory", str(here // nproc >> 20 << 20), "--prepare-only"]
+    assert cli.main([*run, *fits]) == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_device_memory_prepared_for_torchrun_is_held_to_one_rank_of_this_host(tmp_path, capsys):
+    """Found by the thirty-fifth round: `run --nproc 2 --device-memory 13GB --prepare-only`
+    on a 23.5 GiB host (a run prepared for torchrun on 2 nodes, --nproc the world size) was
+    refused "--device-memory 13GB for each of --nproc 2 ranks is more than this machine's
+    23.5 GiB of memory, which they share", as if both ranks ran here: how many will is not
+    known until torchrun starts them. It is held to the one rank that is sure (more than the
+    whole host is still refused, saying no more than that); torchrun's ranks hold it to
+    their node's LOCAL_WORLD_SIZE as they plan (`launch.host_ranks`)."""
+    from pipeplan.cluster import format_bytes
+
+    here = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # as profiles record it
+    run = ["run", "--model", "vit-digits", "--data", "digits", "--prepare-only", "--nproc", "2"]
+    run += ["--runs-dir", str(tmp_path / "runs"), "--name"]
+    half = here // 2 + (1 << 20)  # more than 2 ranks' share: fits one rank of a node
+    assert cli.main([*run, "two-nodes", "--device-memory", str(half)]) == 0
+    saved = load(RunConfig, tmp_path / "runs" / "two-nodes" / "run.json")
+    assert saved.device_memory_bytes == half
+    capsys.readouterr()
+    too_much = here + (1 << 20)
+    said = f"--device-memory {format_bytes(too_much)} is more than this machine's "
+    refused([*run, "big", "--device-memory", str(too_much)], tmp_path, capsys, said)
+    assert "each of" not in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "big").exists()
+
+
+def test_torchrun_ranks_hold_device_memory_to_their_node_s_ranks(tmp_path, monkeypatch):
+    """Found by the thirty-fifth round: a torchrun rank (its entry's checks, its planning)
+    held the run's --device-memory to all --nproc ranks on its host. It is held to the
+    ranks torchrun starts on its node (LOCAL_WORLD_SIZE), named as run.json's, with what
+    fits: fewer ranks a node, or a new run (`launch.host_ranks`)."""
+    from executor.launch import host_ranks
+    from pipeplan.cluster import format_bytes, rank_memory
+
+    here = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    half = here // 2 + (1 << 20)
+    cfg = RunConfig(name="t", model="vit-digits", nproc=2, device_memory_bytes=half)
+    profile = load(Profile, shipped_profile("vit-digits", "cpu"))
+    run = tmp_path / "runs" / "t"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # 2 nodes × 1 rank
+    assert rank_memory(cfg, profile, host=host_ranks(cfg, False, run)) == (half, None)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # 1 node × 2 ranks
+    with pytest.raises(BadArgumentError) as refusal:
+        rank_memory(cfg, profile, host=host_ranks(cfg, False, run, resume=True))
+    assert str(refusal.value).startswith(
+        f"{run / 'run.json'}: the run's --device-memory {format_bytes(half)} for each of the 2 "
+        "ranks torchrun starts on this node (LOCAL_WORLD_SIZE=2) is more than this machine's "
+    )
+    assert str(refusal.value).endswith(
+        "which they share; start torchrun with --nproc-per-node 1, or start a new run with "
+        f"--device-memory {here // 2 >> 20}MiB or less"
+    )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_a_resume_names_the_run_s_own_device_memory(tmp_path, capsys):
+    """Found by the thirty-fifth round: `run --resume runs/c --nproc 2` of a run trained with
+    `--nproc 1 --device-memory 20GiB` on a 23.5 GiB host was refused "--device-memory 20GiB
+    for each of --nproc 2 ranks …; give --device-memory 12052MiB or less", advising a flag
+    that --resume refuses. The line names the run's own --device-memory (its run.json) and
+    what works: a resume with the --nproc whose ranks it fits, or a new run; nothing of the
+    run is changed."""
+    from pipeplan.cluster import format_bytes
+
+    here = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    half = here // 2 + (1 << 20)  # one rank's, not two ranks' share
+    runs = tmp_path / "runs"
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--device-memory", str(half)]
+    argv += ["--epochs", "1", "--max-steps-per-epoch", "2", "--global-batch", "16"]
+    assert cli.main([*argv, "--runs-dir", str(runs), "--name", "c"]) == 0
+    capsys.readouterr()
+    fragments = (
+        f"{runs / 'c' / 'run.json'}: the run's --device-memory {format_bytes(half)} for each "
+        "of --nproc 2 ranks is more than this machine's ",
+        "which they share; resume with --nproc 1, or start a new run with --device-memory "
+        f"{here // 2 >> 20}MiB or less",
+    )
+    resume = ["run", "--resume", str(runs / "c"), "--nproc", "2", "--epochs", "2"]
+    refused(resume, runs, capsys, fragments)
 
 
 def test_a_device_memory_beyond_the_gpu_is_refused(monkeypatch):
