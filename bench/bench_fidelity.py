@@ -327,8 +327,42 @@ def grid(tmp: Path) -> dict[str, list[Row]]:
                 f"{r.loo * 1e3:8.1f} {pct(r.loo / r.measured - 1):>8s}"
             )
     print()
+    ranks(rows, profiles)
+    print()
     summarize(rows)
     return rows
+
+
+def ranks(rows: dict[str, list[Row]], profiles: dict[str, Profile]) -> None:
+    """What the records show per rank: measured / profiled forward and backward, and the
+    all-reduce against what the profile's link prices it at; then each model's fit to all
+    its runs (residuals, fitted p2p latency), which the leave-one-out fits fall short of."""
+    print(f"  {'configuration':44s} rank  fwd ×   bwd ×   all-reduce ms (profiled link)")
+    for model, mine in rows.items():
+        profile = profiles[model]
+        link = profile.comm.allreduce if profile.comm else None
+        for r in mine:
+            (o,) = observe([r.run_dir], profile)
+            for i, rank in enumerate(o.ranks):
+                fwd = rank.active_fwd_s + rank.nograd_fwd_s
+                priced = 0.0
+                if link is not None and rank.replicas > 1 and rank.grad_bytes > 0:
+                    steps = 2 * (rank.replicas - 1)
+                    per_replica = rank.grad_bytes / rank.replicas
+                    priced = steps * (link.latency_s + per_replica / link.bandwidth_bytes_per_s)
+                print(
+                    f"  {r.cfg.label if i == 0 else '':44s} {i:4d} "
+                    f"{rank.measured_fwd_s / fwd if fwd else 0:5.2f} "
+                    f"{rank.measured_bwd_s / rank.bwd_s if rank.bwd_s else 0:7.2f} "
+                    f"{rank.measured_allreduce_s * 1e3:8.1f} ({priced * 1e3:.1f})"
+                )
+        fit = calibrate([r.run_dir for r in mine], profile).calibration
+        assert fit is not None
+        p2p = "not fitted" if fit.p2p is None else f"{fit.p2p.latency_s * 1e3:.2f} ms"
+        print(
+            f"  {model} fitted to all {len(mine)} runs: residual median "
+            f"{fit.residual_median:.1%}, max {fit.residual_max:.1%}; p2p latency {p2p}"
+        )
 
 
 def summarize(rows: dict[str, list[Row]]) -> None:

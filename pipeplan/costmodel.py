@@ -198,13 +198,10 @@ def calibrated_extra(fitted, profiled: Link) -> tuple[float, float]:
     dividing and splitting the all-reduce's bucket beside the other ranks' compute), which
     the profiler's link benchmark leaves out, and which does not change with the link: a
     user's link is priced with it added. A fit faster than the profiled link says the
-    benchmark overestimated that machine's link, which says nothing of another's: 0. None
-    (nothing fitted): (0, 0).
+    benchmark overestimated that machine's link, which says nothing of another's: 0.
 
         calibrated_extra(FittedLink(latency_s=3e-4, bandwidth_bytes_per_s=1e9), profiled)
     """
-    if fitted is None:
-        return 0.0, 0.0
     latency = max(0.0, fitted.latency_s - profiled.latency_s)
     per_byte = max(0.0, 1.0 / fitted.bandwidth_bytes_per_s - 1.0 / profiled.bandwidth_bytes_per_s)
     return latency, per_byte
