@@ -3,6 +3,7 @@
     python bench/bench_fidelity.py              # the whole benchmark (about 10 minutes)
     python bench/bench_fidelity.py --only grid  # or: e2e
     python bench/bench_fidelity.py --only grid --keep /tmp/fid  # again: re-analysed, not re-run
+    python bench/bench_fidelity.py --only grid --profile-here --repeat 3  # median of 3 runs each
 
 1. Grid: 20 real configurations of `vit-digits` (digits, 1438 training samples) and `bert-synth`
    (synth-text, 4096), 10 each, chosen so that every value of every factor appears several
@@ -20,6 +21,11 @@
    (freeze auto, cache on); measured speedup of training time against the preview's for the
    freeze trajectory the elastic run took, from the raw profile and from the profile calibrated
    on the grid's vit-digits runs.
+
+`--repeat N` runs the grid N times over (round after round, so that a slow spell of a shared
+machine spreads over every configuration rather than landing on a few) and measures each
+configuration as the median of its N runs; calibration fits on every run of the other
+configurations. Printed per configuration: the spread of its runs around that median.
 
 Cached phases fill the node's cache on the fly in their first epoch; the steady steps exclude
 steps with misses, so a cached configuration is measured on its hit steps.
@@ -231,7 +237,7 @@ def plan_config(cfg: Config, tmp: Path) -> Path | None:
     return out
 
 
-def run_config(cfg: Config, plan: Path, tmp: Path) -> Path:
+def run_config(cfg: Config, plan: Path, tmp: Path, name: str) -> Path:
     cap = None if cfg.cached else UNCACHED_CAP.get(cfg.model)
     pipeplan_cli(
         "run",
@@ -249,11 +255,11 @@ def run_config(cfg: Config, plan: Path, tmp: Path) -> Path:
         str(BATCH),
         *([] if cap is None else ["--max-steps-per-epoch", str(cap)]),
         "--name",
-        cfg.name,
+        name,
         "--runs-dir",
         str(tmp),
     )
-    return tmp / cfg.name
+    return tmp / name
 
 
 def pct(x: float) -> str:
@@ -271,60 +277,82 @@ def verdict(value: float, target: float, higher_is_better: bool = False) -> str:
 @dataclass
 class Row:
     cfg: Config
-    run_dir: Path
-    measured: float
-    steps: int
+    run_dirs: list[Path]  # one per repeat
+    times: list[float]  # each run's steady step time
+    steps: int  # steady steps of the first run
     raw: float = 0.0
     loo: float = 0.0
 
+    @property
+    def measured(self) -> float:
+        return statistics.median(self.times)
 
-def grid(tmp: Path) -> dict[str, list[Row]]:
-    rows: dict[str, list[Row]] = {m: [] for m in MODELS}
+    @property
+    def spread(self) -> str:
+        """The runs' range around their median, e.g. "-2.1/+3.4 %"; "" for a single run."""
+        if len(self.times) < 2:
+            return ""
+        lo, hi = min(self.times) / self.measured - 1, max(self.times) / self.measured - 1
+        return f"{lo * 100:+.1f}/{hi * 100:+.1f} %"
+
+
+def grid(tmp: Path, repeat: int = 1) -> dict[str, list[Row]]:
     profiles = {m: load(Profile, profile_path(m)) for m in MODELS}
+    found: dict[Config, Row] = {}
     t_all = time.perf_counter()
-    for cfg in GRID:
-        t0 = time.perf_counter()
-        try:
-            plan = plan_config(cfg, tmp)
-            if plan is None:
+    # Round after round rather than each configuration N times in a row: a slow spell of the
+    # machine then lands on one run of many configurations, which the median discards.
+    for i in range(repeat):
+        for cfg in GRID:
+            t0 = time.perf_counter()
+            name = cfg.name if i == 0 else f"{cfg.name}-r{i}"
+            try:
+                plan = plan_config(cfg, tmp)
+                if plan is None:
+                    continue
+                run_dir = tmp / name
+                if not (run_dir / "summary.json").is_file():  # --keep: a finished run is reused
+                    run_dir = run_config(cfg, plan, tmp, name)
+                obs = observe([run_dir], profiles[cfg.model])
+            except (RuntimeError, PipeplanError) as exc:
+                print(f"  SKIP {cfg.label} (run {i + 1}): {exc}")
                 continue
-            run_dir = tmp / cfg.name
-            if not (run_dir / "summary.json").is_file():  # --keep: a finished run is reused
-                run_dir = run_config(cfg, plan, tmp)
-            obs = observe([run_dir], profiles[cfg.model])
-        except (RuntimeError, PipeplanError) as exc:
-            print(f"  SKIP {cfg.label}: {exc}")
-            continue
-        if len(obs) != 1:
-            print(f"  SKIP {cfg.label}: {len(obs)} observed phases, expected 1")
-            continue
-        o = obs[0]
-        rows[cfg.model].append(Row(cfg, run_dir, o.measured_step_s, o.steps))
-        print(
-            f"  ran {cfg.label}: {o.steps} steady steps, median step "
-            f"{o.measured_step_s * 1e3:.1f} ms ({time.perf_counter() - t0:.0f} s)"
-        )
+            if len(obs) != 1:
+                print(f"  SKIP {cfg.label} (run {i + 1}): {len(obs)} observed phases, expected 1")
+                continue
+            o = obs[0]
+            row = found.setdefault(cfg, Row(cfg, [], [], o.steps))
+            row.run_dirs.append(run_dir)
+            row.times.append(o.measured_step_s)
+            print(
+                f"  ran {cfg.label} (run {i + 1}): {o.steps} steady steps, median step "
+                f"{o.measured_step_s * 1e3:.1f} ms ({time.perf_counter() - t0:.0f} s)"
+            )
     print(f"  grid wall time {time.perf_counter() - t_all:.0f} s")
+    rows: dict[str, list[Row]] = {m: [] for m in MODELS}
+    for cfg in GRID:  # in the grid's order, whatever order the runs finished in
+        if cfg in found:
+            rows[cfg.model].append(found[cfg])
 
     for model, mine in rows.items():
         profile = profiles[model]
         for row in mine:
-            (o,) = observe([row.run_dir], profile)
+            (o,) = observe(row.run_dirs[:1], profile)  # the layout: the same in every repeat
             row.raw = predict(profile, o)
-            others = [r.run_dir for r in mine if r is not row]
+            others = [d for r in mine if r is not row for d in r.run_dirs]
             row.loo = predict(calibrate(others, profile), o)
 
     print()
     print(
         f"  {'configuration':44s} {'steps':>5s} {'measured ms':>11s} {'raw ms':>8s} "
-        f"{'raw err':>8s} {'LOO ms':>8s} {'LOO err':>8s}"
+        f"{'raw err':>8s} {'LOO ms':>8s} {'LOO err':>8s}  runs' spread"
     )
     for mine in rows.values():
         for r in mine:
             print(
                 f"  {r.cfg.label:44s} {r.steps:5d} {r.measured * 1e3:11.1f} "
                 f"{r.raw * 1e3:8.1f} {pct(r.raw / r.measured - 1):>8s} "
-                f"{r.loo * 1e3:8.1f} {pct(r.loo / r.measured - 1):>8s}"
+                f"{r.loo * 1e3:8.1f} {pct(r.loo / r.measured - 1):>8s}  {r.spread}"
             )
     print()
     ranks(rows, profiles)
@@ -342,7 +370,7 @@ def ranks(rows: dict[str, list[Row]], profiles: dict[str, Profile]) -> None:
         profile = profiles[model]
         link = profile.comm.allreduce if profile.comm else None
         for r in mine:
-            (o,) = observe([r.run_dir], profile)
+            (o,) = observe(r.run_dirs[:1], profile)
             for i, rank in enumerate(o.ranks):
                 fwd = rank.active_fwd_s + rank.nograd_fwd_s
                 priced = 0.0
@@ -356,11 +384,12 @@ def ranks(rows: dict[str, list[Row]], profiles: dict[str, Profile]) -> None:
                     f"{rank.measured_bwd_s / rank.bwd_s if rank.bwd_s else 0:7.2f} "
                     f"{rank.measured_allreduce_s * 1e3:8.1f} ({priced * 1e3:.1f})"
                 )
-        fit = calibrate([r.run_dir for r in mine], profile).calibration
+        fit = calibrate([d for r in mine for d in r.run_dirs], profile).calibration
         assert fit is not None
         p2p = "not fitted" if fit.p2p is None else f"{fit.p2p.latency_s * 1e3:.2f} ms"
+        n = sum(len(r.run_dirs) for r in mine)
         print(
-            f"  {model} fitted to all {len(mine)} runs: residual median "
+            f"  {model} fitted to all its {n} runs: residual median "
             f"{fit.residual_median:.1%}, max {fit.residual_max:.1%}; p2p latency {p2p}"
         )
 
@@ -501,7 +530,16 @@ def main() -> None:
         help="profile the models on this machine first (as a user would) instead of using "
         "the shipped profiles, which another day's machine measured",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the grid N times over and measure each configuration as its runs' median",
+    )
     args = parser.parse_args()
+    if not 1 <= args.repeat <= 9:
+        parser.error("--repeat takes 1 to 9")
     print(f"torch {importlib.metadata.version('torch')}, gloo, one thread per rank")
     t0 = time.perf_counter()
     if args.keep is not None:
@@ -512,8 +550,8 @@ def main() -> None:
         if args.profile_here:
             profile_here(Path(tmp))
         if args.only in (None, "grid"):
-            rows = grid(Path(tmp))
-            vit_runs = [r.run_dir for r in rows["vit-digits"]]
+            rows = grid(Path(tmp), args.repeat)
+            vit_runs = [d for r in rows["vit-digits"] for d in r.run_dirs]
         if args.only in (None, "e2e"):
             print()
             end_to_end(Path(tmp), vit_runs)
