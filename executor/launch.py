@@ -220,6 +220,7 @@ from executor.worker import (
     StartAbandoned,
     StartWait,
     Trainer,
+    end_one_sided_waits,
     init_distributed,
 )
 from pipeplan import log as pipeplan_log
@@ -1098,6 +1099,7 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
         trainer.check_in_place()  # run.json and summary.json: never a new folder's
         commit_config(run_dir)  # a resume that took no checkpoint has still finished
         summarize(run_dir)
+    end_one_sided_waits()
     dist.destroy_process_group()
 
 
