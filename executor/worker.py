@@ -76,10 +76,10 @@ from pipeplan.formats import (
 from pipeplan.plan import make_forecast
 
 log = logging.getLogger("pipeplan.run")
-# How long a rank under `pipeplan run` waits for the others to start, and the timeout of the
-# gloo group that carries host-side gathers (checkpoints). One-sided work (rank 0 writing a
-# checkpoint or re-planning, stage-0 ranks filling the cache, the pipeline's ranks evaluating)
-# is waited for as long as it takes, while its ranks are alive (`OneSidedWaits`).
+# How long a rank under `pipeplan run` waits for the others to start (its launcher stops them
+# all if one fails to). One-sided work (rank 0 writing a checkpoint or re-planning, stage-0
+# ranks filling the cache, the pipeline's ranks evaluating) is waited for under no limit, as
+# long as the ranks not there yet are alive (`OneSidedWaits`).
 ONE_SIDED_TIMEOUT_S = 24 * 3600
 # Online recalibration: after this many steps of a phase, rank 0 refits the cost model on what
 # the run has measured so far (2 warm-up steps are skipped), so the next re-plan uses it.
@@ -128,8 +128,10 @@ def init_distributed(device: str, timeout_s: float, start: StartWait | None = No
     # made: every rank's heartbeat exists before the first one-sided wait looks for it.
     store = dist.distributed_c10d._get_default_store()
     _one_sided[:] = [OneSidedWaits.start(store, timeout_s, dist.get_rank(), dist.get_world_size())]
-    # gloo on every backend, for host-side gathers (checkpoints) on CPU under NCCL.
-    timeout = _dt.timedelta(seconds=max(timeout_s, ONE_SIDED_TIMEOUT_S))
+    # gloo on every backend, for host-side gathers (checkpoints) on CPU under NCCL. Under the
+    # collective timeout: its ranks come to a gather together, from training. Under 24 h (as
+    # the one-sided barrier's group it was), a rank stopped as a checkpoint's gather began
+    # hung the run that long (the thirty-fourth round).
     set_host_group(dist.new_group(backend="gloo", timeout=timeout))
     return dev
 

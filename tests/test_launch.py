@@ -408,17 +408,39 @@ def test_a_rank_stopped_while_rank_0_writes_a_checkpoint_ends_the_run(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
-def test_a_rank_stopped_while_the_others_wait_for_one_sided_work_ends_the_run(tmp_path):
+@pytest.mark.parametrize(
+    "data, args, where",
+    [
+        ("digits_stop_at_a_one_sided_wait", [], " before the first step"),
+        # the same 24 h group's gather; the mechanism (a gloo timeout) is the run's as above
+        pytest.param(
+            "digits_stop_before_checkpoint_gather",
+            ["--checkpoint-every", "3", "--max-steps-per-epoch", "9"],
+            " at step 3",
+            marks=pytest.mark.long,
+        ),
+    ],
+)
+def test_a_rank_stopped_while_the_others_wait_for_one_sided_work_ends_the_run(
+    tmp_path, data, args, where
+):
     """Found by the thirty-fourth round: a rank stopped (SIGSTOP) or hung while the others
-    waited for one-sided work (a checkpoint's gather, the cache's fill, evaluation, rank 0's
+    waited for one-sided work (a checkpoint's write, the cache's fill, evaluation, rank 0's
     planning) hung the run for 24 h, silent: the wait was a gloo barrier under a 24 h timeout,
-    as the work can be long. Every rank now beats a heartbeat into the run's store while it
-    works, and the wait fails once a rank not there has been silent for the collective
-    timeout: the run ends naming the stopped rank (not the rank that waited), no rank left."""
+    as the work can be long; so did one stopped as a checkpoint's gather to rank 0 began (on
+    the same group). Every rank now beats a heartbeat into the run's store while it works,
+    and the wait fails once a rank not there has been silent for the collective timeout; the
+    gathers' group has the collective timeout. The run ends naming the stopped rank (not the
+    rank that waited), no rank left."""
     paused = tmp_path / "paused"
-    data = "tests.killer_data:digits_stop_at_a_one_sided_wait"
     run = start_run(
-        tmp_path, "--data", data, "--collective-timeout", "10", PIPEPLAN_TEST_PAUSED=str(paused)
+        tmp_path,
+        "--data",
+        f"tests.killer_data:{data}",
+        *args,
+        "--collective-timeout",
+        "10",
+        PIPEPLAN_TEST_PAUSED=str(paused),
     )
     rank1 = None
     try:
@@ -428,8 +450,8 @@ def test_a_rank_stopped_while_the_others_wait_for_one_sided_work_ends_the_run(tm
         one_line(
             run,
             2,
-            r"pipeplan: error: training failed on rank 1 before the first step: no response "
-            r"within the collective timeout of 10 s \(stopped or hung\)" + LOGS + NO_CHECKPOINT,
+            r"pipeplan: error: training failed on rank 1" + where + ": no response within the "
+            r"collective timeout of 10 s \(stopped or hung\)" + LOGS + NO_CHECKPOINT,
             timeout=90,
         )
         # the timeout, a heartbeat's look, torch's 30 s grace to kill a rank ignoring SIGTERM
@@ -440,7 +462,9 @@ def test_a_rank_stopped_while_the_others_wait_for_one_sided_work_ends_the_run(tm
         if run.poll() is None:
             run.kill()
     assert no_rank_left(tmp_path)
-    assert "while rank 0 waited for one-sided work" in (tmp_path / "k/logs/rank-0.log").read_text()
+    if data.endswith("wait"):  # rank 0's own line names the silent rank too
+        log = (tmp_path / "k" / "logs" / "rank-0.log").read_text()
+        assert "no response from rank 1 within the collective timeout of 10 s" in log
 
 
 def one_sided_ranks(world: int, timeout_s: float) -> tuple:
