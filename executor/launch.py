@@ -1094,12 +1094,14 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
             trainer.train(resume)
     else:
         trainer.train(resume)
+    # No one-sided wait follows: the heartbeats stop before the barrier, so none is still
+    # writing to the store once its host (rank 0, without an agent) may have exited.
+    end_one_sided_waits()
     dist.barrier()
     if rank == 0:
         trainer.check_in_place()  # run.json and summary.json: never a new folder's
         commit_config(run_dir)  # a resume that took no checkpoint has still finished
         summarize(run_dir)
-    end_one_sided_waits()
     dist.destroy_process_group()
 
 

@@ -443,8 +443,9 @@ class OneSidedWaits:
             )
 
     def close(self) -> None:
-        """Stop the heartbeat (the run's end: no wait follows)."""
+        """Stop the heartbeat (the run's end: no wait follows), its last beat written."""
         self.heartbeat.done.set()
+        self.heartbeat.join(timeout=5)  # a beat takes milliseconds; a store gone, no longer
 
 
 def one_sided_done(by_rank0: bool = False) -> None:
