@@ -8,7 +8,8 @@ common failure), with a precise time and a kind:
 - `raised`: its own code failed (a data error, a full disk, a bug);
 - `interrupted`: it got SIGINT;
 - `lost`: a collective failed because a peer went away (connection closed or reset);
-- `timeout`: a collective waited longer than the collective timeout;
+- `timeout`: a collective waited longer than the collective timeout, or a wait for one-sided
+  work found a rank that had not arrived silent that long (`PeerSilent`);
 - `stopped`: it got SIGTERM as it started (`executor.launch`), from a user or from the agent,
   or SIGTERM or SIGHUP while it waited for the other ranks (`worker.meet_every_rank`).
 
@@ -79,6 +80,12 @@ class Report:
             return None
 
 
+class PeerSilent(PipeplanError):
+    """A rank waiting for one-sided work (`worker.one_sided_done`) found a rank that had not
+    arrived silent (no heartbeat) for the collective timeout: stopped or hung. Reported as a
+    collective's timeout, so the launcher names the silent rank, not the rank that waited."""
+
+
 class SignalInterrupt(KeyboardInterrupt):
     """The KeyboardInterrupt a rank's SIGINT raises (`on_sigint`). Any other one was raised by
     code, the user's data code most often: not a signal (twenty-eighth round: `raise
@@ -101,6 +108,8 @@ def classify(exc: BaseException) -> str:
         return "interrupted"
     if isinstance(exc, Stopped):  # SIGTERM or SIGHUP while it waited for the others to start
         return "stopped"
+    if isinstance(exc, PeerSilent):  # a peer's fault, seen by this rank: as a collective's
+        return "timeout"
     backend = _backend_error(exc)
     if backend is None:
         return "raised"

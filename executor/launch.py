@@ -220,6 +220,7 @@ from executor.worker import (
     StartAbandoned,
     StartWait,
     Trainer,
+    end_one_sided_waits,
     init_distributed,
 )
 from pipeplan import log as pipeplan_log
@@ -1093,6 +1094,9 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
             trainer.train(resume)
     else:
         trainer.train(resume)
+    # No one-sided wait follows: the heartbeats stop before the barrier, so none is still
+    # writing to the store once its host (rank 0, without an agent) may have exited.
+    end_one_sided_waits()
     dist.barrier()
     if rank == 0:
         trainer.check_in_place()  # run.json and summary.json: never a new folder's

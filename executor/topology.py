@@ -25,7 +25,7 @@ import torch.distributed as dist
 from pipeplan.formats.layout import check_rank_order
 
 # The world group over gloo that init_distributed adds beside an NCCL world: host-side work
-# (checkpoint gathers on CPU, barriers that wait longer than NCCL can) goes through it.
+# (checkpoint gathers on CPU) goes through it.
 _host_group: list[dist.ProcessGroup] = []
 
 

@@ -20,6 +20,7 @@ import math
 import os
 import shlex
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from executor.data import (
     users_side,
     warn_once_per_place,
 )
+from executor.faults import PeerSilent
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseRuntime, StepMean, StepTimes, frozen_forward
 from executor.planning import RunPlanner
@@ -74,17 +76,15 @@ from pipeplan.formats import (
 from pipeplan.plan import make_forecast
 
 log = logging.getLogger("pipeplan.run")
-# How long the ranks wait for one-sided work: rank 0 writing a checkpoint or re-planning,
-# stage-0 ranks filling the cache, the pipeline's ranks evaluating. No collective timeout can
-# fit all of it, and a rank that dies meanwhile stops the run at once through the launcher's
-# agent; only a rank that hangs inside such work waits this long.
+# How long a rank under `pipeplan run` waits for the others to start (its launcher stops them
+# all if one fails to). One-sided work (rank 0 writing a checkpoint or re-planning, stage-0
+# ranks filling the cache, the pipeline's ranks evaluating) is waited for under no limit, as
+# long as the ranks not there yet are alive (`OneSidedWaits`).
 ONE_SIDED_TIMEOUT_S = 24 * 3600
 # Online recalibration: after this many steps of a phase, rank 0 refits the cost model on what
 # the run has measured so far (2 warm-up steps are skipped), so the next re-plan uses it.
 RECALIBRATE_AFTER_STEPS = 8
-_one_sided: list[dist.ProcessGroup] = []  # the group one_sided_done waits on, once joined
-# (rank 0's wait after work of its own, the others' wait for it): `one_sided_done(by_rank0=True)`
-_one_sided_waits: list[tuple[_dt.timedelta, _dt.timedelta]] = []
+_one_sided: list[OneSidedWaits] = []  # what one_sided_done waits with, once joined
 
 
 # Fits a calibrated profile to run directories (pipeplan.calibrate.calibrate, passed in by the
@@ -124,12 +124,15 @@ def init_distributed(device: str, timeout_s: float, start: StartWait | None = No
             world_size=int(os.environ["WORLD_SIZE"]),
             timeout=timeout,
         )
-    # gloo on every backend: a barrier needs no device, and NCCL's cannot wait this long.
-    timeout = _dt.timedelta(seconds=max(timeout_s, ONE_SIDED_TIMEOUT_S))
-    _one_sided[:] = [dist.new_group(backend="gloo", timeout=timeout)]
-    _one_sided_waits[:] = [(_dt.timedelta(seconds=timeout_s), timeout)]
-    # The same group carries host-side gathers (checkpoints) on CPU under NCCL.
-    set_host_group(_one_sided[0])
+    # The run's store (the agent's, or rank 0's: backend-independent), before any group is
+    # made: every rank's heartbeat exists before the first one-sided wait looks for it.
+    store = dist.distributed_c10d._get_default_store()
+    _one_sided[:] = [OneSidedWaits.start(store, timeout_s, dist.get_rank(), dist.get_world_size())]
+    # gloo on every backend, for host-side gathers (checkpoints) on CPU under NCCL. Under the
+    # collective timeout: its ranks come to a gather together, from training. Under 24 h (as
+    # the one-sided barrier's group it was), a rank stopped as a checkpoint's gather began
+    # hung the run that long (the thirty-fourth round).
+    set_host_group(dist.new_group(backend="gloo", timeout=timeout))
     return dev
 
 
@@ -295,12 +298,15 @@ def _await_all(
 def _missing(store: dist.TCPStore, prefix: str, world: int) -> str:
     """`"1 of 2 ranks arrived; rank 1 never did"`: the ranks that never set their key."""
     missing = [r for r in range(world) if not store.check([f"{prefix}/{r}"])]
-    named = ", ".join(map(str, missing[:NAMED_MISSING]))
-    more = len(missing) - NAMED_MISSING
-    if more > 0:
-        named += f" and {more} more"
-    which = f"rank {named} never did" if len(missing) == 1 else f"ranks {named} never did"
-    return f"{world - len(missing)} of {world} ranks arrived; {which}"
+    return f"{world - len(missing)} of {world} ranks arrived; {_ranks(missing)} never did"
+
+
+def _ranks(ranks: list[int]) -> str:
+    """`"rank 1"`, `"ranks 1, 3"`, `"ranks 0, 1, … 7 and 4 more"` (NAMED_MISSING named)."""
+    named = ", ".join(map(str, ranks[:NAMED_MISSING]))
+    if len(ranks) > NAMED_MISSING:
+        named += f" and {len(ranks) - NAMED_MISSING} more"
+    return f"rank {named}" if len(ranks) == 1 else f"ranks {named}"
 
 
 def _last_line(exc: BaseException) -> str:
@@ -309,28 +315,161 @@ def _last_line(exc: BaseException) -> str:
     return lines[-1].rsplit("] ", 1)[-1] if lines else type(exc).__name__
 
 
+# ----------------------------------------------------------------------------- one-sided work
+# A wait for one-sided work (a checkpoint's write, the cache's fill, evaluation, rank 0's
+# planning) can take any time, so no timeout fits it; but a rank SIGSTOPped or hung meanwhile
+# left the others waiting 24 h in silence, a gloo barrier under ONE_SIDED_TIMEOUT_S (the
+# thirty-fourth round). So every rank proves it is alive while it works: a daemon thread
+# counts a heartbeat into the run's store every BEAT_S (a stopped process's threads all stop;
+# a busy one's keeps beating), and the wait is a barrier on that store which looks every
+# POLL_S, never blocking in C++ (signals still end it), and fails once a rank that has not
+# arrived has not beaten for the collective timeout. A process that holds the GIL in C code
+# for that long (no torch operation does) is taken for a hung one.
+
+# Seconds between two heartbeats.
+BEAT_S = 1.0
+
+
+class _Heartbeat(threading.Thread):
+    """This rank's sign of life: `"{waits arrived at} {beats}"` under `key`, the beats
+    counted every BEAT_S on a connection of its own (a clone of the store: the main thread's
+    calls never wait for it). A rank's beats are compared with themselves only, by whoever
+    waits, on its own clock: the nodes' clocks need not agree."""
+
+    def __init__(self, store: dist.Store, key: str):
+        super().__init__(name="pipeplan-heartbeat", daemon=True)
+        self.store, self.key = store, key
+        self.arrived = self.beats = 0
+        self.lock = threading.Lock()  # a beat never overwrites an arrival with its old count
+        self.done = threading.Event()
+
+    def publish(self) -> None:
+        with self.lock:
+            self.store.set(self.key, f"{self.arrived} {self.beats}")
+
+    def arrive(self, wait: int) -> None:
+        """Say that this rank has arrived at one-sided wait number `wait`."""
+        self.arrived = wait
+        self.publish()
+
+    def run(self) -> None:
+        while not self.done.wait(BEAT_S):
+            self.beats += 1
+            try:
+                self.publish()
+            except Exception as exc:  # the store went away: the run is ending; say nothing
+                log.debug("heartbeat stopped: %s", exc)
+                return
+
+
+@dataclass
+class OneSidedWaits:
+    """The barriers of one-sided work, on the run's store (backend-independent: the same
+    under gloo and NCCL, under `pipeplan run` and torchrun on several nodes). Every rank makes
+    the same waits in the same order, so the n-th wait's keys are the same everywhere.
+
+        waits = OneSidedWaits.start(store, timeout_s=600, rank=1, world=2)
+        waits.wait()               # until every rank has arrived, while the missing ones beat
+        waits.wait(by_rank0=True)  # rank 0: the others, idle, have the timeout to arrive
+    """
+
+    store: dist.Store
+    rank: int
+    world: int
+    timeout_s: float
+    prefix: str
+    heartbeat: _Heartbeat
+    count: int = 0  # waits made so far
+
+    @classmethod
+    def start(cls, store: dist.Store, timeout_s: float, rank: int, world: int) -> OneSidedWaits:
+        """Publish this rank's heartbeat (returns once the store holds it) and start it."""
+        attempt = [os.environ.get(f"TORCHELASTIC_{key}", "") for key in ("RUN_ID", "RESTART_COUNT")]
+        prefix = "pipeplan/one-sided/" + "/".join(attempt)  # once per start, as the start's
+        heartbeat = _Heartbeat(store.clone(), f"{prefix}/alive/{rank}")
+        heartbeat.publish()
+        heartbeat.start()
+        return cls(store.clone(), rank, world, timeout_s, prefix, heartbeat)
+
+    def wait(self, by_rank0: bool = False) -> None:
+        """Until every rank has arrived. PeerSilent naming the ranks missing once one of them
+        has not beaten for the collective timeout; with `by_rank0` on rank 0, once they have
+        not arrived within it (they were idle: one missing is stopped or hung, even beating)."""
+        self.count += 1
+        keys = f"{self.prefix}/{self.count}"
+        self.heartbeat.arrive(self.count)
+        if self.store.add(f"{keys}/count", 1) == self.world:  # the last to arrive says all have
+            self.store.set(f"{keys}/all", "1")
+            if self.count > 1:  # every rank has left the wait before: its keys can go
+                self.store.delete_key(f"{self.prefix}/{self.count - 1}/count")
+                self.store.delete_key(f"{self.prefix}/{self.count - 1}/all")
+        started = looked = time.monotonic()  # the first look after BEAT_S: most waits are short
+        seen: dict[int, tuple[str, float]] = {}  # rank → (its beats, when they last changed)
+        pause = 0.01
+        while not self.store.check([f"{keys}/all"]):
+            now = time.monotonic()
+            if now - looked >= BEAT_S:
+                self._check_alive(seen, now, bounded=by_rank0 and self.rank == 0, since=started)
+                looked = now
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_S)  # quick while the others arrive together
+
+    def _check_alive(
+        self, seen: dict[int, tuple[str, float]], now: float, bounded: bool, since: float
+    ) -> None:
+        """PeerSilent when a rank that has not arrived has been silent for the timeout (or,
+        `bounded`, has not arrived within it)."""
+        names = [f"{self.prefix}/alive/{r}" for r in range(self.world)]
+        values = [v.decode().split() for v in self.store.multi_get(names)]
+        missing, silent = [], []
+        for rank, (arrived, beats) in enumerate(values):
+            if int(arrived) >= self.count:
+                continue
+            missing.append(rank)
+            if rank not in seen or seen[rank][0] != beats:
+                seen[rank] = (beats, now)
+            elif now - seen[rank][1] > self.timeout_s:
+                silent.append(rank)
+        if silent:
+            raise PeerSilent(
+                f"no response from {_ranks(silent)} within the collective timeout of "
+                f"{self.timeout_s:g} s (stopped or hung: no heartbeat) while rank {self.rank} "
+                "waited for one-sided work"
+            )
+        if bounded and missing and now - since > self.timeout_s:
+            raise PeerSilent(
+                f"no response from {_ranks(missing)} within the collective timeout of "
+                f"{self.timeout_s:g} s (stopped or hung) while rank 0 waited after its own work"
+            )
+
+    def close(self) -> None:
+        """Stop the heartbeat (the run's end: no wait follows), its last beat written."""
+        self.heartbeat.done.set()
+        self.heartbeat.join(timeout=5)  # a beat takes milliseconds; a store gone, no longer
+
+
 def one_sided_done(by_rank0: bool = False) -> None:
     """Collective: wait until every rank has finished its one-sided work (a checkpoint write,
-    the cache fill, evaluation, rank 0's planning), under ONE_SIDED_TIMEOUT_S rather than the
-    collective timeout, so the next collective starts together.
+    the cache fill, evaluation, rank 0's planning), as long as it takes while the ranks not
+    there yet are alive, so the next collective starts together (`OneSidedWaits`). A rank
+    silent for the collective timeout ends the wait: PeerSilent, reported as a collective's
+    timeout, so the launcher names the silent rank ("no response within the collective
+    timeout"). A rank SIGSTOPped while the others waited hung the run for 24 h, silent (the
+    thirty-fourth round).
 
     `by_rank0`: rank 0 alone did the work, and the others came straight from a collective
     with it, so they were waiting before it finished: rank 0 waits for them at most the
-    collective timeout, and one missing longer is stopped or hung. It fails as a collective
-    does, "Rank 1 failed to pass monitoredBarrier in 5000 ms" (a gloo timeout: the launcher
-    names rank 1, "no response within the collective timeout"); the others keep the long
-    wait (torch enforces only rank 0's anyway). A rank SIGSTOPped while rank 0 wrote a
-    checkpoint hung the run for 24 h, silent (the thirty-fourth round). The group is gloo on
-    every backend, as monitored_barrier needs."""
-    if not _one_sided:  # no group of its own (not joined through init_distributed)
+    collective timeout, heartbeat or not (one missing longer is stopped or hung)."""
+    if not _one_sided:  # no store of its own (not joined through init_distributed)
         dist.barrier()
         return
-    if by_rank0:
-        rank0, others = _one_sided_waits[0]
-        timeout = rank0 if dist.get_rank() == 0 else others
-        dist.monitored_barrier(group=_one_sided[0], timeout=timeout, wait_all_ranks=False)
-    else:
-        dist.barrier(group=_one_sided[0])
+    _one_sided[0].wait(by_rank0)
+
+
+def end_one_sided_waits() -> None:
+    """At the run's end, before the process group goes: the heartbeat stops."""
+    if _one_sided:
+        _one_sided.pop().close()
 
 
 class RunDirectoryMoved(OutputError):

@@ -152,6 +152,42 @@ def digits_stop_in_checkpoint(seed: int = 0) -> TaskData:
     return load_data("digits", models.build("vit-digits"), seed=seed)
 
 
+def digits_stop_at_a_one_sided_wait(seed: int = 0) -> TaskData:
+    """Digits; rank 1 stops itself (SIGSTOP) as it comes to its first wait for one-sided
+    work (`worker.one_sided_done`: every rank has built its task), touching
+    PIPEPLAN_TEST_PAUSED first, while rank 0 waits there for it."""
+    if os.environ.get("RANK") == "1":
+        from executor import worker
+
+        real_wait = worker.one_sided_done
+
+        def stopping_wait(*args, **kwargs):
+            Path(os.environ["PIPEPLAN_TEST_PAUSED"]).touch()
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return real_wait(*args, **kwargs)
+
+        worker.one_sided_done = stopping_wait
+    return load_data("digits", models.build("vit-digits"), seed=seed)
+
+
+def digits_stop_before_checkpoint_gather(seed: int = 0) -> TaskData:
+    """Digits; rank 1 stops itself (SIGSTOP) as its first checkpoint's gather to rank 0
+    begins (`executor.checkpoint.save` called), touching PIPEPLAN_TEST_PAUSED first, while
+    rank 0 waits in the gather for its share."""
+    if os.environ.get("RANK") == "1":
+        from executor import checkpoint
+
+        real_save = checkpoint.save
+
+        def stopping_save(*args, **kwargs):
+            Path(os.environ["PIPEPLAN_TEST_PAUSED"]).touch()
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return real_save(*args, **kwargs)
+
+        checkpoint.save = stopping_save
+    return load_data("digits", models.build("vit-digits"), seed=seed)
+
+
 class SlowToEvaluate:
     """Sleeps `seconds` on its first read under no_grad: the first evaluation batch."""
 

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -403,6 +404,134 @@ def test_a_rank_stopped_while_rank_0_writes_a_checkpoint_ends_the_run(tmp_path):
         if run.poll() is None:
             run.kill()
     assert no_rank_left(tmp_path)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(
+    "data, args, where",
+    [
+        ("digits_stop_at_a_one_sided_wait", [], " before the first step"),
+        # the same 24 h group's gather; the mechanism (a gloo timeout) is the run's as above
+        pytest.param(
+            "digits_stop_before_checkpoint_gather",
+            ["--checkpoint-every", "3", "--max-steps-per-epoch", "9"],
+            " at step 3",
+            marks=pytest.mark.long,
+        ),
+    ],
+)
+def test_a_rank_stopped_while_the_others_wait_for_one_sided_work_ends_the_run(
+    tmp_path, data, args, where
+):
+    """Found by the thirty-fourth round: a rank stopped (SIGSTOP) or hung while the others
+    waited for one-sided work (a checkpoint's write, the cache's fill, evaluation, rank 0's
+    planning) hung the run for 24 h, silent: the wait was a gloo barrier under a 24 h timeout,
+    as the work can be long; so did one stopped as a checkpoint's gather to rank 0 began (on
+    the same group). Every rank now beats a heartbeat into the run's store while it works,
+    and the wait fails once a rank not there has been silent for the collective timeout; the
+    gathers' group has the collective timeout. The run ends naming the stopped rank (not the
+    rank that waited), no rank left."""
+    paused = tmp_path / "paused"
+    run = start_run(
+        tmp_path,
+        "--data",
+        f"tests.killer_data:{data}",
+        *args,
+        "--collective-timeout",
+        "10",
+        PIPEPLAN_TEST_PAUSED=str(paused),
+    )
+    rank1 = None
+    try:
+        wait_for(paused, run)
+        stopped = time.monotonic()
+        rank1 = rank_processes(tmp_path / "k")[1]
+        one_line(
+            run,
+            2,
+            r"pipeplan: error: training failed on rank 1" + where + ": no response within the "
+            r"collective timeout of 10 s \(stopped or hung\)" + LOGS + NO_CHECKPOINT,
+            timeout=90,
+        )
+        # the timeout, a heartbeat's look, torch's 30 s grace to kill a rank ignoring SIGTERM
+        assert time.monotonic() - stopped < 10 + 2 + 30 + 15
+    finally:
+        if rank1 is not None and run.poll() is None:
+            os.kill(rank1, signal.SIGKILL)
+        if run.poll() is None:
+            run.kill()
+    assert no_rank_left(tmp_path)
+    if data.endswith("wait"):  # rank 0's own line names the silent rank too
+        log = (tmp_path / "k" / "logs" / "rank-0.log").read_text()
+        assert "no response from rank 1 within the collective timeout of 10 s" in log
+
+
+def one_sided_ranks(world: int, timeout_s: float) -> tuple:
+    """(the store, `world` ranks' OneSidedWaits on it): a local store, threads for ranks. The
+    store returned is its server: kept by the caller, or the ranks lose it."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from executor.worker import OneSidedWaits
+
+    store = dist.TCPStore(
+        "127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False
+    )
+    return store, *(OneSidedWaits.start(store, timeout_s, rank, world) for rank in range(world))
+
+
+def waited(waits, by_rank0: bool = False) -> tuple[threading.Thread, list, float]:
+    """`waits.wait(by_rank0)` in a thread of its own: (the thread, [what it raised, once
+    done: None if nothing], when it started)."""
+    outcome: list = [None]
+    started = time.monotonic()
+
+    def wait() -> None:
+        try:
+            waits.wait(by_rank0)
+        except BaseException as exc:
+            outcome[0] = exc
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread, outcome, started
+
+
+@pytest.mark.timeout(60)
+def test_a_one_sided_wait_waits_for_a_late_rank_that_beats_and_names_a_silent_one():
+    """Found by the thirty-fourth round (as above), the wait itself: a late rank whose
+    heartbeat goes on is waited for beyond the collective timeout (its work can be long); one
+    that fell silent (stopped) is named once it has been silent for the timeout; rank 0
+    waiting after its own work (`by_rank0`) names a missing rank after the timeout, beating or
+    not. Consecutive waits do not mix."""
+    from executor.faults import PeerSilent, classify
+
+    _store, rank0, rank1 = one_sided_ranks(2, timeout_s=1.5)
+    thread, outcome, started = waited(rank0)
+    time.sleep(4)  # well beyond the timeout, rank 1 beating
+    assert thread.is_alive()
+    rank1.wait()
+    thread.join(5)
+    assert not thread.is_alive() and outcome[0] is None
+    assert time.monotonic() - started >= 4
+
+    thread, outcome, started = waited(rank0, by_rank0=True)  # rank 1, beating, never comes
+    thread.join(10)
+    assert isinstance(outcome[0], PeerSilent) and classify(outcome[0]) == "timeout"
+    assert "no response from rank 1 within the collective timeout of 1.5 s" in str(outcome[0])
+    assert time.monotonic() - started < 1.5 + 2 + 1
+
+    rank1.wait(by_rank0=True)  # the second wait, late: rank 1 catches up
+    rank1.close()  # silent from now on, as a stopped rank is
+    thread, outcome, started = waited(rank0)
+    thread.join(10)
+    assert isinstance(outcome[0], PeerSilent), outcome[0]
+    assert "no response from rank 1 within the collective timeout of 1.5 s" in str(outcome[0])
+    assert "(stopped or hung: no heartbeat) while rank 0 waited" in str(outcome[0])
+    assert 1.5 <= time.monotonic() - started < 1.5 + 2 + 1
+    rank0.close()
 
 
 @pytest.mark.long
