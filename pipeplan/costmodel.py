@@ -170,6 +170,25 @@ def in_node_links(profile: Profile, cluster: Cluster) -> tuple[Link, Link]:
     )
 
 
+def inter_node_links(profile: Profile, cluster: Cluster) -> tuple[Link, Link]:
+    """The (point-to-point, all-reduce) links the cost model prices between nodes: the
+    cluster's inter-node link plus what the calibration fitted beyond the measured in-node
+    links (`calibrated_extra`: the run's own work around a transfer, the same whatever link
+    carries it). Found by the thirty-sixth round: the extra was added in-node only, so a
+    calibrated profile's 1×2 all-reduce across two nodes on a 1 GB/s network was priced 5×
+    faster than inside one node on a 100 GB/s link, and plans spread replicas over nodes.
+
+        p2p, allreduce = inter_node_links(profile, cluster)
+    """
+    calibration = profile.calibration
+    measured_p2p, measured_allreduce = profiled_links(profile)
+    inter, ring = cluster.inter_node, measured_allreduce or measured_p2p
+    return (
+        _with_extra(inter, calibration and calibration.p2p, measured_p2p),
+        _with_extra(inter, calibration and calibration.allreduce, ring),
+    )
+
+
 def _priced(link: Link, fitted, measured: Link) -> Link:
     """`link` as the cost model prices it, given the calibration's fit (None: not fitted) of
     the `measured` link (`in_node_links`)."""
@@ -177,6 +196,13 @@ def _priced(link: Link, fitted, measured: Link) -> Link:
         return link
     if _terms(link) == _terms(measured):
         return Link(latency_s=fitted.latency_s, bandwidth_bytes_per_s=fitted.bandwidth_bytes_per_s)
+    return _with_extra(link, fitted, measured)
+
+
+def _with_extra(link: Link, fitted, measured: Link) -> Link:
+    """`link` plus what `fitted` (None: nothing fitted) costs beyond `measured`."""
+    if fitted is None:
+        return link
     latency, per_byte = calibrated_extra(fitted, measured)
     if latency == 0 and per_byte == 0:
         return link
@@ -263,6 +289,7 @@ class CostModel:
             self.calibration.micro_batch_overhead_s if self.calibration else 0.0
         )
         self.intra_p2p_link, self.intra_allreduce_link = in_node_links(profile, cluster)
+        self.inter_p2p_link, self.inter_allreduce_link = inter_node_links(profile, cluster)
         self.group_rebuild_s = (
             self.params.group_rebuild_s
             if self.params.group_rebuild_s is not None
@@ -349,8 +376,9 @@ class CostModel:
 
     def p2p_link(self, crosses_nodes: bool) -> Link:
         """The one pricing of a stage-to-stage transfer: the inter-node link, else the
-        calibrated point-to-point link (the cluster's intra-node link without calibration)."""
-        return self.cluster.inter_node if crosses_nodes else self.intra_p2p_link
+        in-node point-to-point link, each as calibrated (`in_node_links`, `inter_node_links`;
+        the cluster's without calibration)."""
+        return self.inter_p2p_link if crosses_nodes else self.intra_p2p_link
 
     def boundary_shares(self, rank_map: Sequence[Sequence[int]]) -> list[int]:
         """For s in 0..S−2: how many of the replicas' simultaneous s → s+1 transfers share one
@@ -409,7 +437,7 @@ class CostModel:
         crossing, shares = (
             rows[np.asarray(replicas) - 1] for rows in self._prefix_boundaries(rank_map)
         )
-        inter, intra = self.cluster.inter_node, self.intra_p2p_link
+        inter, intra = self.inter_p2p_link, self.intra_p2p_link
         latency = np.where(crossing, inter.latency_s, intra.latency_s)
         bandwidth = np.where(crossing, inter.bandwidth_bytes_per_s, intra.bandwidth_bytes_per_s)
         return latency, 1 / np.where(shares > 1, bandwidth / shares, bandwidth)
@@ -447,10 +475,10 @@ class CostModel:
         return result
 
     def allreduce_links(self, rank_map: Sequence[Sequence[int]]) -> list[Link]:
-        """Per stage: the inter-node link if its replicas span nodes, else the calibrated
-        all-reduce link (the cluster's without calibration)."""
+        """Per stage: the inter-node all-reduce link if its replicas span nodes, else the
+        in-node one, each as calibrated (the cluster's without calibration)."""
         return [
-            self.cluster.inter_node if nodes else self.intra_allreduce_link
+            self.inter_allreduce_link if nodes else self.intra_allreduce_link
             for nodes in self.allreduce_nodes(rank_map)
         ]
 

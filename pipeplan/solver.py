@@ -839,7 +839,7 @@ class PhaseSearch:
         map): it all-reduces at least layer k's gradient (none: 0)."""
         first = rows.spread(rows.stacked(lambda costs: costs.grad_bytes)[:, k])
         _, crosses = self._crosses(S, D)
-        inter, intra = self.cluster.inter_node, self.model.intra_allreduce_link
+        inter, intra = self.model.inter_allreduce_link, self.model.intra_allreduce_link
         steps = 2 * (D - 1)
         ring = [
             steps * link.latency_s + steps / D * first / link.bandwidth_bytes_per_s
@@ -946,7 +946,7 @@ class PhaseSearch:
         G = rows.spread(grads.sum(axis=1))
         per_node = cluster.devices_per_node
         packed, crosses = self._crosses(S_map, D)
-        inter, intra = cluster.inter_node, model.intra_allreduce_link
+        inter, intra = model.inter_allreduce_link, model.intra_allreduce_link
         steps = 2 * (D - 1)
         many = D > 1
 
@@ -1068,7 +1068,7 @@ class PhaseSearch:
         if ranks not in self._links:
             model, D = self.model, shape.replicas
             boundary = model.boundary_links(ranks)
-            ring = [model.allreduce_links(ranks), self.cluster.inter_node]
+            ring = [model.allreduce_links(ranks), model.inter_allreduce_link]
             steps = 2 * (D - 1)
 
             def latency(link: Link) -> float:

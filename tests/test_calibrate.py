@@ -756,6 +756,52 @@ def test_the_runs_own_cluster_prices_the_calibrations_links(tmp_path, profile):
     assert 1 / given.intra_allreduce_link.bandwidth_bytes_per_s == pytest.approx(1e-11 + extra)
 
 
+@pytest.mark.timeout(120)
+def test_a_transfer_between_nodes_carries_the_calibrations_extra(tmp_path, profile, capsys):
+    """Found by the thirty-sixth round: what the calibrated runs spent beyond the measured
+    link (the run's own work around a transfer) was added to in-node links only, so the same
+    1×2 layout of a calibrated profile was priced with a 25 ms all-reduce inside one node on a
+    100 GB/s link and a 5 ms one across two nodes on a 1 GB/s network: plans spread replicas
+    over nodes. Now the inter-node links carry the same extra: the same link prices the same
+    inside a node and between nodes, and a slower network is never the faster choice. With
+    one device per node (no in-node link at all) --intra-bw draws no warning of an in-node
+    pricing the plan does not have."""
+    calibrated = calibrated_links_profile(profile)
+    link = Link(latency_s=1e-5, bandwidth_bytes_per_s=1e11)
+    base = run_cluster_of(profile)
+    one_node = base.model_copy(update={"intra_node": link, "intra_node_allreduce": None})
+    two_nodes = base.model_copy(update={"nodes": 2, "devices_per_node": 1, "inter_node": link})
+    inside, between = CostModel(calibrated, one_node), CostModel(calibrated, two_nodes)
+    for a, b in (
+        (inside.intra_p2p_link, between.inter_p2p_link),
+        (inside.intra_allreduce_link, between.inter_allreduce_link),
+    ):
+        assert b.latency_s == pytest.approx(a.latency_s)
+        assert b.bandwidth_bytes_per_s == pytest.approx(a.bandwidth_bytes_per_s)
+    assert between.inter_p2p_link.latency_s == pytest.approx(1e-5 + 3e-4)  # the runs' 300 µs
+    # Without calibration the inter-node link is the cluster's, as given.
+    assert CostModel(profile, two_nodes).inter_allreduce_link == link
+    # Through the CLI: one 1×2 layout, in one node on 100 GB/s and across two on 1 GB/s.
+    path = tmp_path / "cal.json"
+    path.write_text(dumps(calibrated))
+    pins = ["--stages", "1", "--micro-batches", "1", "--global-batch", "64", "--samples", "2000"]
+
+    def allreduce(*flags: str) -> tuple[float, str]:
+        args = ["preview", "--profile", str(path), "--device-memory", "1GiB", *pins, *flags]
+        assert cli.main([*args, "--epochs", "1", "--freeze", "none", "--json"]) == 0
+        captured = capsys.readouterr()
+        (phase,) = json.loads(captured.out)["plan"]["phases"]
+        assert phase["layout"]["rank_map"] == [[0], [1]]
+        return phase["stages"][0]["allreduce_s"], captured.err
+
+    fast_in_node, _ = allreduce("--nodes", "1", "--devices-per-node", "2", "--intra-bw", "100GB/s")
+    slow_between, err = allreduce(
+        "--nodes", "2", "--devices-per-node", "1", "--inter-bw", "1GB/s", "--intra-bw", "1GB/s"
+    )
+    assert slow_between > fast_in_node
+    assert err == ""  # no in-node link: nothing of --intra-bw to say
+
+
 def test_runs_without_frozen_layers_price_a_frozen_layer_as_a_trained_forward(tmp_path, profile):
     """Found by the thirty-fifth round: calibrated on runs that froze nothing, the per-call
     forward scale was fitted apart (0.001 against 6.2 per sample) while the no-grad per-call

@@ -294,7 +294,9 @@ def test_transfers_inside_a_node_use_the_calibrated_point_to_point_link():
     ranks = rank_map(4, 1, 2, 2)  # boundaries inside, across, inside
     links = model.boundary_links(ranks)
     assert links[0] == links[2] == model.intra_p2p_link != model.cluster.intra_node
-    assert links[1] == model.cluster.inter_node
+    # Across nodes: the cluster's link plus what the calibrated runs spent beyond theirs.
+    assert links[1] == model.inter_p2p_link != model.cluster.inter_node
+    assert links[1].latency_s > model.cluster.inter_node.latency_s
     assert model.p2p_link(False) == model.intra_p2p_link
 
 
