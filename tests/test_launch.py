@@ -534,6 +534,41 @@ def test_a_one_sided_wait_waits_for_a_late_rank_that_beats_and_names_a_silent_on
     rank0.close()
 
 
+@pytest.mark.timeout(60)
+def test_only_the_first_and_last_rank_read_the_heartbeats():
+    """Every waiting rank read every rank's heartbeat each second: world² reads a second of
+    the run's one store (16 million at 4,096 ranks). The first and the last rank watch; the
+    others only look for the end of the wait. A silent rank is still named, by a watcher."""
+    from executor.faults import PeerSilent
+
+    _store, *ranks = one_sided_ranks(4, timeout_s=1.0)
+    reads = {rank: 0 for rank in range(4)}
+
+    class Counted:  # the rank's store, its heartbeat reads counted
+        def __init__(self, store, rank):
+            self.store, self.rank = store, rank
+
+        def multi_get(self, keys):
+            reads[self.rank] += 1
+            return self.store.multi_get(keys)
+
+        def __getattr__(self, name):
+            return getattr(self.store, name)
+
+    for rank, waits in enumerate(ranks):
+        waits.store = Counted(waits.store, rank)
+    ranks[2].close()  # silent from now on, as a stopped rank is
+    threads = [waited(ranks[r]) for r in (0, 1, 3)]
+    for thread, _, _ in threads:
+        thread.join(10)
+    assert isinstance(threads[0][1][0], PeerSilent) and isinstance(threads[2][1][0], PeerSilent)
+    assert "no response from rank 2" in str(threads[0][1][0])
+    assert threads[1][0].is_alive()  # rank 1 waits on: the agent stops it as rank 0 fails
+    assert reads[0] > 0 and reads[3] > 0 and reads[1] == 0
+    for waits in ranks:
+        waits.close()
+
+
 @pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
