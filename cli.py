@@ -954,7 +954,7 @@ def _deliver_after_imports(signum: int) -> None:
 
 # Signals that stop pipeplan with one line, as Ctrl-C does (they killed it silently, where a
 # run's launcher said "training stopped by SIGTERM" with a user error's exit code):
-# `startup.STOP_SIGNALS`, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM, imported above.
+# `startup.STOP_SIGNALS`, SIGTERM, SIGHUP, SIGUSR1, SIGXCPU, SIGRTMIN, …, imported above.
 
 
 def _install(handlers: dict) -> dict | None:

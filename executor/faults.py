@@ -45,6 +45,7 @@ from pydantic import ValidationError
 
 from executor import errorfile
 from pipeplan.errors import Interrupted, PipeplanError, Stopped, quoted
+from pipeplan.startup import signal_name, stopped_by
 
 OWN_FAULT = ("raised", "interrupted")
 EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
@@ -153,7 +154,7 @@ def describe(exc: BaseException, kind: str) -> str:
     if kind == "interrupted":
         return "interrupted by SIGINT"
     if isinstance(exc, Stopped):
-        return f"stopped by {signal.Signals(exc.signum).name}"
+        return stopped_by(exc.signum)
     exc = _unwrapped(exc)
     if isinstance(exc, ValidationError) and exc.errors():
         # Its last line is a link to pydantic's documentation: say what failed instead.
@@ -204,13 +205,6 @@ def exit_code(report: Report) -> int:
 # ----------------------------------------------------------------------------- the launcher
 
 
-def _signal_name(exitcode: int) -> str:
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return f"signal {-exitcode}"
-
-
 def _death(exitcode: int) -> str:
     """How a rank that left no report ended, from its exit code: `_death(-9)` → "killed by
     SIGKILL". A SIGINT before the rank could report it (it starts by exiting 130 on one) and a
@@ -221,7 +215,7 @@ def _death(exitcode: int) -> str:
         return "interrupted by SIGINT"
     if exitcode == -signal.SIGTERM:
         return "stopped by SIGTERM"
-    return f"killed by {_signal_name(exitcode)}" if exitcode < 0 else f"exited with code {exitcode}"
+    return f"killed by {signal_name(-exitcode)}" if exitcode < 0 else f"exited with code {exitcode}"
 
 
 def verdict(

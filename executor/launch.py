@@ -277,7 +277,7 @@ from pipeplan.options import build, check_needs_against
 from pipeplan.report import make_report, phase_summaries
 from pipeplan.runfiles import check_summary
 from pipeplan.spawn import RankFailedError, check_local_ranks
-from pipeplan.startup import STOP_SIGNALS
+from pipeplan.startup import STOP_SIGNALS, signal_name, stopped_by
 
 log = logging.getLogger("pipeplan.run")
 
@@ -302,7 +302,12 @@ AGENT_SIGNALS = (signal.SIGINT, *STOP_SIGNALS)
 # them (SIGKILL after SHUTDOWN_S) and raises SignalException, said as `stopped by SIGUSR1`.
 # One torch left to its default (SIGUSR1, SIGUSR2, SIGALRM) killed this process at once,
 # without a line, and its ranks then died of their parent-death signal (the thirty-fourth round).
-AGENT_HANDLES = ",".join(signal.Signals(signum).name for signum in STOP_SIGNALS)
+# Torch takes a signal by its name in Python's signal module, which has none for SIGRTMIN+1 …
+# SIGRTMAX-1: those are `agent_scope`'s, handled as torch handles the others (`agent_stop`).
+AGENT_HANDLES = ",".join(
+    name for signum in STOP_SIGNALS if hasattr(signal, name := signal_name(signum))
+)
+AGENT_UNNAMED = tuple(s for s in STOP_SIGNALS if not hasattr(signal, signal_name(s)))
 AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
 AGENT_ENV = ("TORCHELASTIC_SIGNALS_TO_HANDLE", "PYTHONPATH", LAUNCHER_PID, INTERRUPTED, RUN_DIR_ID)
 
@@ -841,8 +846,7 @@ def start_line(exc: BaseException, rank: int) -> tuple[str, int] | None:
     if isinstance(exc, Interrupted):
         return f"pipeplan: rank {rank}: interrupted", faults.EXIT_INTERRUPTED
     if isinstance(exc, Stopped):
-        name = signal.Signals(exc.signum).name
-        return f"pipeplan: rank {rank}: stopped by {name}", 128 + exc.signum
+        return f"pipeplan: rank {rank}: {stopped_by(exc.signum)}", 128 + exc.signum
     if isinstance(exc, StartAbandoned):
         return pipeplan_log.error_line(f"rank {rank}: {exc}"), 2
     return None
@@ -1304,6 +1308,8 @@ def agent_scope(logs: Path) -> Iterator[pipeplan_log.FileHandler]:
     os.environ[INTERRUPTED] = str(mark)
     if threading.current_thread() is threading.main_thread():  # no handlers elsewhere
         signal.signal(signal.SIGINT, on_ctrl_c(mark))
+        for sig in AGENT_UNNAMED:
+            signal.signal(sig, agent_stop)
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     loggers = {logger: logger.propagate for logger in map(logging.getLogger, AGENT_LOGGERS)}
     for logger in loggers:
@@ -1325,6 +1331,28 @@ def agent_scope(logs: Path) -> Iterator[pipeplan_log.FileHandler]:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
         mark.unlink(missing_ok=True)  # every rank is gone: none will look for it
+
+
+class NamedSignal(int):
+    """A signal number with a `name`, as torch's agent takes it (`.name` in its log lines,
+    the number to send on): Python's `signal.Signals` has no member for SIGRTMIN+1 ….
+
+        NamedSignal(35).name   # "SIGRTMIN+1"
+    """
+
+    @property
+    def name(self) -> str:
+        return signal_name(self)
+
+
+def agent_stop(signum: int, frame: Any) -> None:
+    """What torch's own handler does for the stop signals it takes by name, for those it
+    cannot name (AGENT_UNNAMED: the real-time signals between the first and the last): raise
+    SignalException, on which the agent sends the signal on to every rank, waits for them,
+    and raises it here (`Stopped`: `pipeplan: stopped by SIGRTMIN+1`)."""
+    raise SignalException(
+        f"Process {os.getpid()} got signal: {signal_name(signum)}", NamedSignal(signum)
+    )
 
 
 def on_ctrl_c(mark: Path) -> Callable[[int, Any], None]:

@@ -375,21 +375,22 @@ def rank_memory(
 
 def check_device_memory_flag(given: int, here: int | None, kind: str, host: HostRanks) -> None:
     """Refuses a run's --device-memory (`given` bytes for each rank) that this host does not
-    have (`here`, `host_device_memory(kind)`; None where it cannot be told: nothing to hold
-    it to): on cuda, more than one GPU's total memory (each rank has its own); on cpu, where
-    the ranks on this host (`host`) share its memory, more than their share of it. Found by
-    the thirty-third round: `run --device-memory 512GB` on a 23 GiB CPU host was accepted, and
-    the planner chose layouts for memory that does not exist. The flag may only lower what
-    a rank has (to make a small model need a pipeline), as `rank_memory`'s default is never
-    more than this host's either. A --device-memory from the run's own run.json (a resume,
-    torchrun) is named as the run's, and the refusal says what runs instead: fewer ranks here
-    (`host.fewer`), or a new run.
+    have: on cuda, more than one GPU's total memory (`here`, `host_device_memory(kind)`; None
+    where it cannot be told: nothing to hold it to), each rank having its own; on cpu, more
+    than the least of the limits each rank is under (`models.memory_limits`): a `ulimit -v`
+    or `-d` is each rank's own (a process's, which the ranks inherit), its physical memory
+    and a cgroup's limit the ranks on this host (`host`) share. Found by the thirty-third
+    round: `run --device-memory 512GB` on a 23 GiB CPU host was accepted, and the planner
+    chose layouts for memory that does not exist; by the thirty-fifth, the same under a
+    `ulimit -v` of 4 GB for an 8GiB flag, the host's physical memory being all it was held
+    to. The flag may only lower what a rank has (to make a small model need a pipeline), as
+    `rank_memory`'s default is never more than this host's either. A --device-memory from
+    the run's own run.json (a resume, torchrun) is named as the run's, and the refusal says
+    what runs instead: fewer ranks here (`host.fewer`), or a new run.
 
-        check_device_memory_flag(512 * 10**9, 25275990016, "cpu", HostRanks(1, None))
+        check_device_memory_flag(512 * 10**9, None, "cpu", HostRanks(1, None))
         # BadArgumentError: --device-memory 512GB is more than this machine's 23.5 GiB …
     """
-    if here is None:
-        return
     said = f"--device-memory {format_bytes(given)}"
     if host.run_json is not None:  # not a flag of this command: the run's, which it keeps
         said = f"{host.run_json}: the run's {said}"
@@ -399,27 +400,45 @@ def check_device_memory_flag(given: int, here: int | None, kind: str, host: Host
         return f"give {flag}" if host.run_json is None else f"start a new run with {flag}"
 
     if kind == "cuda":
-        if given > here:
+        if here is not None and given > here:
             raise BadArgumentError(
                 f"{said} is more than this host's GPU memory "
                 f"({here / (1 << 30):.1f} GiB, {here} bytes)"
                 + ("" if host.run_json is None else f"; {new_run(here)}")
             )
         return
-    if given * host.count <= here:
+    from pipeplan.models import memory_limits  # torch: only for a run, which has it
+
+    # (what each rank may have of it, the limit, what sets it): a ulimit is each rank's own.
+    each = [
+        (limit if what.startswith("ulimit") else limit // host.count, limit, what)
+        for limit, _, what in memory_limits()
+    ]
+    if not each or given <= min(each)[0]:
         return
-    what = f"this machine's {here / (1 << 30):.1f} GiB of memory ({here} bytes)"
-    if host.count == 1 or given > here:
-        # One rank alone would not have it: no count of ranks here makes it fit.
-        advice = "" if host.run_json is None else f"; {new_run(here)}"
-        raise BadArgumentError(f"{said} is more than {what}{advice}")
-    fits = here // given  # the ranks here it fits: at least 1 (given <= here)
+    most = min(each)[0]  # what the advice gives: within every limit
+    own = [(limit, what) for _, limit, what in each if what.startswith("ulimit")]
+    if own and given > min(own)[0]:  # one rank alone would not have it: fewer do not help
+        (limit, what), alone = min(own), True
+    else:  # a limit the ranks here share: fewer of them may fit
+        limit, what = min((limit, what) for _, limit, what in each if (limit, what) not in own)
+        alone = host.count == 1 or given > limit
+    words = f"{limit / (1 << 30):.1f} GiB"
+    if what == "its physical memory":
+        words = f"this machine's {words} of memory ({limit} bytes)"
+    else:  # "the 3.8 GiB of memory ulimit -v allows each process (4096000000 bytes)"
+        whom = " each process" if (limit, what) in own else ""
+        words = f"the {words} of memory {what} allows{whom} ({limit} bytes)"
+    if alone:  # no count of ranks here makes it fit
+        advice = "" if host.run_json is None else f"; {new_run(most)}"
+        raise BadArgumentError(f"{said} is more than {words}{advice}")
+    fits = limit // given  # the ranks here it fits: at least 1 (given <= limit)
     instead = []
     if host.fewer is not None:
         instead.append(host.fewer.format(k=fits) + (" or fewer" if fits > 1 else ""))
     raise BadArgumentError(
-        f"{said} for each of {host.named} is more than {what}, which they share; "
-        + ", or ".join([*instead, new_run(here // host.count)])
+        f"{said} for each of {host.named} is more than {words}, which they share; "
+        + ", or ".join([*instead, new_run(most)])
     )
 
 

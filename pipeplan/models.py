@@ -1810,7 +1810,7 @@ def memory_limit() -> tuple[int, str] | None:
 
         memory_limit()   # (25186529280, "its physical memory")
     """
-    found = [(limit, what) for limit, _, what in _memory_limits()]
+    found = [(limit, what) for limit, _, what in memory_limits()]
     return min(found) if found else None
 
 
@@ -1827,7 +1827,7 @@ def memory_left(ranks: int = 1) -> tuple[int, int, str] | None:
         memory_left(2)  # (10200547328, 25186529280, "its physical memory, shared by 2 ranks")
     """
     found = []
-    for limit, left, what in _memory_limits():
+    for limit, left, what in memory_limits():
         if ranks > 1 and not what.startswith("ulimit"):
             left, what = left // ranks, f"{what}, shared by {ranks} ranks"
         found.append((max(left, 0), limit, what))
@@ -1855,8 +1855,14 @@ def size_words(bytes_: int) -> str:
     return f"{math.ceil(bytes_ / 2**10):,} KiB"
 
 
-def _memory_limits() -> list[tuple[int, int, str]]:
-    """(limit, left of it, what sets it) for each memory limit this process is under."""
+def memory_limits() -> list[tuple[int, int, str]]:
+    """(limit, left of it, what sets it) for each memory limit this process is under: its
+    physical memory and a cgroup's limit, which the processes of this host share, and
+    `ulimit -v` / `-d`, each process's own ("ulimit …": a rank started here inherits it).
+
+        memory_limits()   # [(25186529280, 20401094656, "its physical memory"),
+                          #  (4096000000, 1811939328, "ulimit -v")]
+    """
     import resource
 
     found = []

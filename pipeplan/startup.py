@@ -17,26 +17,70 @@ import sys
 # Signals that stop pipeplan as Ctrl-C does, with one line (`pipeplan: stopped by SIGUSR1`)
 # and exit code 128 + the signal, in the command's process (`cli.main`), under `pipeplan
 # run`'s agent (forwarded to the ranks) and in a rank's stops (`fileio.stops_raised`, the wait
-# for its peers). Each one's default action ends a process in silence. Beyond SIGTERM (a
-# scheduler's stop, `kill`) and SIGHUP (a closed terminal): SIGUSR1 and SIGUSR2 (Slurm's
+# for its peers). Each one's default action ends a process in silence: SIGTERM (a
+# scheduler's stop, `kill`), SIGHUP (a closed terminal), SIGUSR1 and SIGUSR2 (Slurm's
 # `--signal=USR1@60` before a job's time limit, or data code signalling its own process:
 # "User defined signal 1", exit 138, no line, the thirty-fourth round), SIGALRM (an alarm()
-# with no handler of its own) and SIGQUIT (Ctrl-\, which torch's agent already stopped the
-# ranks on, while before them it dumped core in silence).
-STOP_SIGNALS = (
-    signal.SIGTERM,
-    signal.SIGHUP,
-    signal.SIGQUIT,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-    signal.SIGALRM,
-)
+# with no handler of its own), SIGQUIT (Ctrl-\, which torch's agent already stopped the
+# ranks on, while before them it dumped core in silence); and, found by the thirty-fifth
+# round, which left them killing pipeplan with no line and its ranks behind: SIGXCPU (a
+# `ulimit -t` CPU limit, common on shared clusters), SIGVTALRM, SIGPROF, SIGIO, SIGPWR,
+# SIGSTKFLT and the real-time signals SIGRTMIN..SIGRTMAX (some schedulers send them).
+# Derived, so that none is missed: every signal this system has, but those that are not a
+# stop from outside (`_NOT_STOPS`).
+_NOT_STOPS = {
+    getattr(signal, name)
+    for name in (
+        "SIGINT",  # Ctrl-C: "interrupted", exit 130 (`SIGNALS`)
+        "SIGKILL",  # cannot be caught
+        "SIGSTOP",
+        "SIGTSTP",  # suspend (job control), not end, by default
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGCONT",  # continue, or nothing, by default
+        "SIGCHLD",
+        "SIGURG",
+        "SIGWINCH",
+        # Python ignores these, so that a write gets EPIPE (a closed pipe: `pipeplan plan |
+        # head`) or EFBIG (`ulimit -f`) and says it.
+        "SIGPIPE",
+        "SIGXFSZ",
+        # A fault of the process's own instruction (or abort()): a Python handler runs only
+        # after the instruction, which faults again; faulthandler prints the traceback.
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGSEGV",
+        "SIGSYS",
+        "SIGEMT",  # (not on Linux) a fault too
+        "SIGINFO",  # (not on Linux) BSD's Ctrl-T, ignored by default
+    )
+    if hasattr(signal, name)
+}
+STOP_SIGNALS = tuple(sorted(set(signal.valid_signals()) - _NOT_STOPS))
 SIGNALS = (signal.SIGINT, *STOP_SIGNALS)
 
 
 def stopped_by(signum: int) -> str:
     """`stopped_by(15)` → "stopped by SIGTERM": what pipeplan says of a signal that ends it."""
-    return f"stopped by {signal.Signals(signum).name}"
+    return f"stopped by {signal_name(signum)}"
+
+
+def signal_name(signum: int) -> str:
+    """A signal's name, as `kill -l` says it: `signal_name(15)` → "SIGTERM". Python names
+    only the first and last real-time signals: the others are counted from the nearer one,
+    `signal_name(35)` → "SIGRTMIN+1", `signal_name(63)` → "SIGRTMAX-1" (Linux's numbers)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        pass
+    low, high = getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", 0)
+    if low < signum < high:  # kill -l's: SIGRTMIN+1 … SIGRTMIN+15, SIGRTMAX-14 … SIGRTMAX-1
+        above = signum - low
+        return f"SIGRTMIN+{above}" if above <= (high - low) // 2 else f"SIGRTMAX-{high - signum}"
+    return f"signal {signum}"
 
 
 def _end(signum: int, frame: object) -> None:

@@ -864,6 +864,75 @@ def test_a_user_signal_at_any_stage_of_a_command_is_one_line(name, stage):
     assert said == (128 + signum, "", f"pipeplan: stopped by {name}\n"), said
 
 
+# The stop signals `startup.STOP_SIGNALS` held before the thirty-fifth round, by hand, and
+# those it found missing, but the real-time ones (Linux's: not every system has them all).
+OLD_STOPS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+NEW_STOPS = ("SIGSTKFLT", "SIGXCPU", "SIGVTALRM", "SIGPROF", "SIGIO", "SIGPWR")
+
+
+def test_every_signal_that_ends_a_process_is_a_stop_but_those_with_another_meaning():
+    """Found by the thirty-fifth round: SIGXCPU (a `ulimit -t` CPU limit), SIGVTALRM, SIGPROF
+    and the real-time signals killed pipeplan with no line, `STOP_SIGNALS` being six signals
+    listed by hand. It is every signal this system has but Ctrl-C's SIGINT, those that cannot
+    be caught or do not end a process by default, those Python ignores (SIGPIPE, SIGXFSZ: a
+    write gets EPIPE or EFBIG) and a process's own faults; `pipeplan run`'s agent takes each,
+    by name where torch can name it, else by `launch.agent_stop`."""
+    from executor.launch import AGENT_HANDLES, AGENT_UNNAMED
+    from pipeplan.startup import STOP_SIGNALS, signal_name
+
+    names = [signal_name(signum) for signum in STOP_SIGNALS]
+    assert set(OLD_STOPS) < set(names)
+    assert set(NEW_STOPS) < set(names)
+    assert set(range(signal.SIGRTMIN, signal.SIGRTMAX + 1)) < set(STOP_SIGNALS)
+    kept = {"SIGINT", "SIGKILL", "SIGSTOP", "SIGTSTP", "SIGCHLD", "SIGCONT", "SIGURG", "SIGWINCH"}
+    kept |= {"SIGPIPE", "SIGXFSZ", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGTRAP"}
+    assert not kept & set(names)
+    assert sorted([*AGENT_HANDLES.split(","), *map(signal_name, AGENT_UNNAMED)]) == sorted(names)
+    assert [signal_name(s) for s in AGENT_UNNAMED] == [f"SIGRTMIN+{k}" for k in range(1, 16)] + [
+        f"SIGRTMAX-{k}" for k in range(14, 0, -1)
+    ]
+
+
+@pytest.mark.timeout(120)
+def test_each_new_stop_signal_at_any_stage_of_a_command_is_one_line():
+    """Found by the thirty-fifth round: SIGXCPU, SIGVTALRM, SIGPROF, SIGIO, SIGPWR, SIGSTKFLT
+    and SIGRTMIN..SIGRTMAX ended a command in silence (SIGXCPU with a core dump) where SIGTERM
+    printed `pipeplan: stopped by SIGTERM`. Each is now a stop as SIGTERM is, while the
+    command still imports (`pipeplan.startup`; a process each) and once `cli.main` runs (in
+    one process, `cli.main` called once for each): one line naming it as `kill -l` does,
+    exit 128 + the signal."""
+    low, high = signal.SIGRTMIN, signal.SIGRTMAX
+    names = {int(getattr(signal, n)): n for n in NEW_STOPS if hasattr(signal, n)}
+    # As `kill -l` names them: SIGRTMIN, SIGRTMIN+1 … SIGRTMIN+15, SIGRTMAX-14 … SIGRTMAX.
+    names |= {k: f"SIGRTMIN+{k - low}" for k in range(low + 1, low + 16)}
+    names |= {k: f"SIGRTMAX-{high - k}" for k in range(low + 16, high)}
+    names |= {low: "SIGRTMIN", high: "SIGRTMAX"}
+    new = sorted(names)
+    for signum in new:
+        code = "import os, sys, time\nsys.argv[0] = 'pipeplan'\nimport pipeplan.startup\n"
+        code += f"os.kill(os.getpid(), {signum})\ntime.sleep(30)\nprint('not ended')\n"
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=50, cwd=ROOT
+        )
+        said = (done.returncode, done.stdout, done.stderr)
+        assert said == (128 + signum, "", f"pipeplan: stopped by {names[signum]}\n"), said
+    code = (
+        "import os, sys, time, cli\n"
+        "for signum in map(int, sys.argv[1:]):\n"
+        "    cli._check_repeats = lambda given: (os.kill(os.getpid(), signum), time.sleep(30))\n"
+        "    print(cli.main(['plan', '--help']), flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *map(str, new)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.stdout.split() == [str(128 + s) for s in new], done.stderr[-3000:]
+    assert done.stderr.splitlines() == [f"pipeplan: stopped by {names[s]}" for s in new]
+
+
 def test_importing_cli_elsewhere_leaves_the_signals_alone():
     """A program or a test that imports cli keeps its own Ctrl-C: only the command's process
     (`pipeplan`, `python -m cli`) ends at once."""

@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
-from test_hostile import DIGITS, PREVIEW, PROFILE, refused, with_path
+from test_hostile import DIGITS, PREVIEW, PROFILE, refused, snapshot, with_path
 from text_data import BERT
 
 import cli
@@ -3359,6 +3359,85 @@ def test_a_device_memory_prepared_for_torchrun_is_held_to_one_rank_of_this_host(
     refused([*run, "big", "--device-memory", str(too_much)], tmp_path, capsys, said)
     assert "each of" not in capsys.readouterr().err
     assert not (tmp_path / "runs" / "big").exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_device_memory_beyond_the_ulimit_is_refused(tmp_path, nproc):
+    """Found by the thirty-fifth round: `(ulimit -v 4000000; pipeplan run --nproc 1
+    --device-memory 8GiB …)` on a 23 GiB host was accepted, the flag held to the host's
+    physical memory only, and the planner planned for memory no rank could have. On CPU it
+    is held to the least of the limits a rank is under (`models.memory_limits`): a `ulimit`
+    is each rank's own, so more than it is refused whatever --nproc is, in one line naming
+    it, before anything is written."""
+    import resource
+
+    from pipeplan.cluster import format_bytes
+
+    cap, given = 4 << 30, 6 << 30  # torch starts within the cap; the flag is beyond it
+
+    def capped() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, resource.RLIM_INFINITY))
+
+    runs = tmp_path / "runs"
+    (runs / "old").mkdir(parents=True)
+    (runs / "old" / "kept.txt").write_text("a run's file\n")
+    before = snapshot(runs)
+    argv = ["run", "--model", "vit-digits", "--nproc", str(nproc), "--epochs", "1"]
+    argv += ["--device-memory", str(given), "--runs-dir", str(runs), "--name", "big"]
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *argv],
+        cwd=Path(cli.__file__).parent,
+        preexec_fn=capped,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert (done.returncode, done.stdout) == (2, ""), done
+    assert done.stderr.splitlines() == [
+        f"pipeplan: error: --device-memory {format_bytes(given)} is more than the 4.0 GiB of "
+        f"memory ulimit -v allows each process ({cap} bytes)"
+    ], done.stderr
+    assert snapshot(runs) == before
+
+
+def test_a_device_memory_beyond_a_cgroup_s_limit_is_refused(monkeypatch):
+    """Found by the thirty-fifth round, with the `ulimit -v` case: a container's cgroup
+    limit, which the ranks of this host share as they share its physical memory, did not
+    hold --device-memory either. Each rank's share of it does; the refusal names it and
+    what fits (`models.memory_limits` stood in for: no cgroup is needed)."""
+    from pipeplan.cluster import HostRanks, rank_memory
+
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = 4 << 30
+    monkeypatch.setattr(
+        models,
+        "memory_limits",
+        lambda: [
+            (physical, physical, "its physical memory"),
+            (limit, limit, "the cgroup's memory.max"),
+        ],
+    )
+    profile = load(Profile, shipped_profile("vit-digits", "cpu"))
+    cfg = RunConfig(name="g", model="vit-digits", nproc=2, device_memory_bytes=3 << 30)
+    with pytest.raises(BadArgumentError) as refusal:
+        rank_memory(cfg, profile)
+    assert str(refusal.value) == (
+        "--device-memory 3GiB for each of --nproc 2 ranks is more than the 4.0 GiB of memory "
+        f"the cgroup's memory.max allows ({limit} bytes), which they share; give "
+        "--device-memory 2GiB or less"
+    )
+    resume = HostRanks(2, "--nproc 2 ranks", Path("runs/g/run.json"), "resume with --nproc {k}")
+    with pytest.raises(BadArgumentError) as refusal:
+        rank_memory(cfg, profile, host=resume)
+    assert str(refusal.value).endswith(
+        "which they share; resume with --nproc 1, or start a new run with --device-memory "
+        "2GiB or less"
+    )
+    assert rank_memory(cfg.model_copy(update={"device_memory_bytes": 2 << 30}), profile) == (
+        2 << 30,
+        None,
+    )
 
 
 def test_torchrun_ranks_hold_device_memory_to_their_node_s_ranks(tmp_path, monkeypatch):

@@ -2585,6 +2585,31 @@ def test_a_rank_waiting_for_its_peers_says_so_and_takes_signals(tmp_path, capsys
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
+    ("sig", "name"),
+    [
+        (signal.SIGXCPU, "SIGXCPU"),
+        pytest.param(signal.SIGRTMIN + 1, "SIGRTMIN+1", marks=pytest.mark.long),
+    ],
+)
+def test_a_rank_waiting_for_its_peers_takes_every_stop_signal(tmp_path, capsys, sig, name):
+    """Found by the thirty-fifth round: SIGXCPU (a `ulimit -t` CPU limit) or a real-time
+    signal to a rank waiting for its peers killed it with no line (SIGXCPU dumping core),
+    where SIGTERM ended it with `pipeplan: rank 0: stopped by SIGTERM`: its stops
+    (`launch.stoppable`) are every `startup.STOP_SIGNALS` now, the same line and exit code
+    128 + the signal, nothing of the run changed."""
+    rank_process, run, _ = _lone_rank(tmp_path, capsys)
+    before = snapshot(run)
+    _said(rank_process, "waiting at 127.0.0.1:")
+    rank_process.send_signal(sig)
+    _, err = rank_process.communicate(timeout=30)
+    line = f"pipeplan: rank 0: stopped by {name}"
+    assert (rank_process.returncode, err.splitlines()) == (128 + sig, [line]), err[-3000:]
+    assert snapshot(run) == before
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
     "rank, fragment",
     [
         (

@@ -613,6 +613,43 @@ def test_sigusr1_to_the_launcher_mid_run_is_one_line_and_leaves_no_rank(tmp_path
     assert [pid for pid in ranks.values() if process_state(pid) not in (None, "Z")] == []
 
 
+# One stop signal of each kind the thirty-fifth round found killing `pipeplan run` in
+# silence: a CPU limit's, the timers' two, and real-time ones (torch's agent takes SIGRTMIN and
+# SIGRTMAX by name; SIGRTMIN+1 has none in Python's signal module: `launch.agent_stop`'s).
+# SIGXCPU and SIGRTMIN+1, one of each path, by default; the others' in `-m long`, for the
+# suite's 15 minutes (the command's own handlers take each of them: tests/test_cli.py).
+NEW_STOPS = [
+    (signal.SIGXCPU, "SIGXCPU"),
+    pytest.param(signal.SIGVTALRM, "SIGVTALRM", marks=pytest.mark.long),
+    pytest.param(signal.SIGPROF, "SIGPROF", marks=pytest.mark.long),
+    pytest.param(signal.SIGRTMIN, "SIGRTMIN", marks=pytest.mark.long),
+    (signal.SIGRTMIN + 1, "SIGRTMIN+1"),
+    pytest.param(signal.SIGRTMAX, "SIGRTMAX", marks=pytest.mark.long),
+]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(("signum", "name"), NEW_STOPS)
+def test_every_stop_signal_to_the_launcher_mid_run_is_one_line_and_leaves_no_rank(
+    tmp_path, signum, name
+):
+    """Found by the thirty-fifth round: SIGXCPU (a `ulimit -t` CPU limit), SIGVTALRM, SIGPROF
+    and the real-time signals SIGRTMIN..SIGRTMAX (some schedulers send them) to `pipeplan run`
+    as its ranks trained killed it at once with no line, its ranks left to their parent-death
+    signal: `startup.STOP_SIGNALS` held six signals by hand. It is now every signal whose
+    default ends a process but Ctrl-C's, the faults and those Python ignores; each is taken as
+    SIGTERM: sent on to the ranks, every rank waited for, then `pipeplan: stopped by
+    SIGRTMIN+1` (as `kill -l` names it) and exit 128 + the signal, no rank process left."""
+    run, _ = paused_run(tmp_path)
+    ranks = rank_processes(tmp_path / "k")
+    assert sorted(ranks) == [0, 1]
+    run.send_signal(signum)
+    one_line(run, 128 + signum, re.escape(f"pipeplan: stopped by {name}"))
+    assert no_rank_left(tmp_path)
+    assert [pid for pid in ranks.values() if process_state(pid) not in (None, "Z")] == []
+
+
 def rank_caches(pids: list[int], shm: Path = Path("/dev/shm")) -> list[Path]:
     """The AutoCache folders processes `pids` made in /dev/shm (`pipeplan-NS-PID-START-TOKEN`)."""
     named = [p.name.split("-") for p in shm.glob("pipeplan-*")]
