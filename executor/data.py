@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from executor.faults import SignalInterrupt
+from executor.faults import SignalInterrupt, classify
 from pipeplan.errors import (
     BadArgumentError,
     InputFileError,
@@ -1186,12 +1186,68 @@ def item(dataset: Any, index: int, name: str, split: str) -> tuple[Any, Any]:
         except Exception as exc:
             raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from None
         refuse_awaitable_item(value, dataset, index, name, split)
+    _check_pair(value, name, split, index)
+    return value[0], value[1]
+
+
+def _check_pair(value: Any, name: str, split: str, index: int) -> None:
     if not (isinstance(value, tuple | list) and len(value) == 2):
         kind = f"a {len(value)}-tuple" if isinstance(value, tuple | list) else type(value).__name__
         raise BadArgumentError(
             f"data '{name}': {split} item {index} is {kind}, not an (input, label) pair"
         )
-    return value[0], value[1]
+
+
+def batch_rows(
+    dataset: Any, indices: Iterable[Any], part: int, name: str, split: str
+) -> torch.Tensor:
+    """A rank's read of a batch as it trains: the items' inputs (`part` 0) or labels (1),
+    stacked. A failure says what the launcher's own reads say (`item`): the data's name, the
+    split and the item. Found by the thirty-fifth round: a rank's `__getitem__` that raised
+    was "training failed on rank 1 at step 2: ValueError: sample 527 is unreadable", with no
+    data, split or item (527 was the user's own word), and an item that was no pair, or a
+    batch whose items did not stack, was torch's message alone ("KeyError: 0", "stack
+    expects each tensor to be equal size…"). Called inside the user's side (`users_side`).
+    A peer's loss or a timeout met in a read (a `__getitem__` that runs a collective) stays
+    what it is: the launcher names the rank that failed first, not this one.
+
+        batch_rows(train, [527, 12], 0, "m:load", "train")
+        # BadArgumentError: data 'm:load': reading train item 527 raised ValueError: …
+    """
+    indices = [int(i) for i in indices]
+    what = ("input", "label")[part]
+    parts = []
+    for index in indices:
+        try:
+            value = dataset[index]
+        except Exception as exc:
+            if classify(exc) != "raised":
+                raise
+            doing = f"reading {split} item {index}"
+            # Chained: the rank's log shows the user's own traceback under the line.
+            raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from exc
+        refuse_awaitable_item(value, dataset, index, name, split)
+        _check_pair(value, name, split, index)
+        parts.append(value[part])
+    try:
+        return torch.stack(parts)
+    except (RuntimeError, TypeError) as exc:
+        for index, value in zip(indices, parts, strict=True):
+            if not isinstance(value, torch.Tensor):
+                why = f"{split} item {index}'s {what} is {_describe(value)}, not a tensor"
+                break
+            if value.shape != parts[0].shape:
+                why = (  # either may be the odd one: both named, in the batch's order
+                    f"{split} item {indices[0]}'s {what} is {_describe(parts[0])} and item "
+                    f"{index}'s {_describe(value)}: the {what}s of a batch are stacked into "
+                    "one tensor and must have one shape"
+                )
+                break
+        else:
+            first = f", item {indices[0]} first" if indices else ""
+            batch = f"{len(indices)} {split} items{first}"
+            why = f"stacking the {what}s of a batch ({batch}) raised {_one_line(exc)}"
+        raise BadArgumentError(f"data '{name}': {why}") from exc
 
 
 # --- helpers -----------------------------------------------------------------------------

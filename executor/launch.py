@@ -1380,7 +1380,7 @@ def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
     instead. A run directory moved or deleted while the ranks trained: `moved_line`."""
     if moved_away(run_dir):
         return moved_line(run_dir, cfg)
-    at = failed_at(run_dir / "run.jsonl", _steps_per_epoch(run_dir, cfg), cfg.epochs)
+    at = _placed(run_dir, cfg)
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
     line = f"training failed on rank {rank}{at}: {why}; rank logs in {run_dir / 'logs'}"
@@ -1429,7 +1429,7 @@ def moved_line(run_dir: Path, cfg: RunConfig) -> str:
             "trained; if it was moved, resume it where it is now with `pipeplan run --resume "
             "NEWPATH`"
         )
-    at = failed_at(now / "run.jsonl", _steps_per_epoch(now, cfg), cfg.epochs)
+    at = _placed(now, cfg)
     if not str(now).isprintable():  # a line feed split the line, an ESC reached the terminal
         return (  # and the command a resume takes refuses it (thirtieth round)
             f"training stopped{at}: {run_dir}: the run directory moved to {quoted(str(now))} "
@@ -1472,14 +1472,34 @@ def _steps_per_epoch(run_dir: Path, cfg: RunConfig) -> int | None:
     return None if facts is None else cfg.steps_per_epoch(facts.train_samples)
 
 
-def failed_at(records: Path, steps_per_epoch: int | None = None, epochs: int | None = None) -> str:
+def _placed(run_dir: Path, cfg: RunConfig) -> str:
+    """`failed_at` for the run in `run_dir`, told what `cfg` says of its epochs and cadences
+    (run.json's: a resume cannot change them)."""
+    return failed_at(
+        run_dir / "run.jsonl",
+        _steps_per_epoch(run_dir, cfg),
+        cfg.epochs,
+        checkpoint_every=cfg.checkpoint_every,
+        freeze_every=cfg.freeze_every,
+    )
+
+
+def failed_at(
+    records: Path,
+    steps_per_epoch: int | None = None,
+    epochs: int | None = None,
+    *,
+    checkpoint_every: int | None = None,
+    freeze_every: int | None = None,
+) -> str:
     """Where in training a rank failed, from run.jsonl: " at step 7", " before the first step"
     where no step is recorded (or run.jsonl is not there yet: a rank that died as it started),
     " after step 5, at the end of epoch 2" where step 5 ended its epoch (`steps_per_epoch`)
     and the epoch's record is missing: its evaluation, gradient norms or forecast failed,
     not step 6 (the thirty-third round); after an epoch's record, `_after_epoch` (`epochs`:
-    the run's, to know its last); "" where the records cannot be read (the resume's
-    checks say why). A rank's failure is
+    the run's, to know its last); within an epoch, after a step the run's cadences
+    (--checkpoint-every, --freeze-every) follow with their work, `_after_step`; "" where
+    the records cannot be read (the resume's checks say why). A rank's failure is
     reported as that, never as a fault of the records read to place it. Without the notice
     of a torn last record: a failure's line, or a refusal of a resume or of torchrun's entry
     (`trained`), is the only line, where the notice came before it (the twenty-seventh
@@ -1502,7 +1522,40 @@ def failed_at(records: Path, steps_per_epoch: int | None = None, epochs: int | N
         return _after_epoch(last, read[steps[-1] + 1 :], epochs)
     if steps_per_epoch and (last.step + 1) % steps_per_epoch == 0:
         return f" after step {last.step}, at the end of epoch {last.epoch + 1}"
-    return f" at step {last.step + 1}"
+    return _after_step(last, read[steps[-1] + 1 :], checkpoint_every, freeze_every)
+
+
+def _after_step(
+    last: StepRecord, later: list, checkpoint_every: int | None, freeze_every: int | None
+) -> str:
+    """Where a failure after `last`, a step within its epoch, happened (`later`: the records
+    after it). The run's cadences say what followed the step (`Trainer.train`, `due`: after
+    every N-th step, counted from the run's start): a freeze decision (--freeze-every), its
+    transition where the freeze point moved (the new phase's record written once it is
+    entered) and that transition's checkpoint, or a --checkpoint-every checkpoint. None
+    leaves a record once done, as the next step's start leaves none: both are named. Found
+    by the thirty-fifth round: a checkpoint that failed after step 1 (a full disk) was said
+    "at step 2", a step never started. A resume's phase among them: the resume had entered
+    it, so at the next step.
+
+        _after_step(last, [], 2, None)   # " after step 5, writing its checkpoint, or at step 6"
+    """
+    n = last.step
+    if any(isinstance(r, PhaseRecord) and r.resumed for r in later):
+        return f" at step {n + 1}"
+    decides = bool(freeze_every) and (n + 1) % freeze_every == 0
+    checkpoints = bool(checkpoint_every) and (n + 1) % checkpoint_every == 0
+    if decides and any(isinstance(r, PhaseRecord) for r in later):
+        work = "writing its new phase's checkpoint"  # the freeze point moved: a checkpoint
+    elif decides:  # the decision, a transition before its record, or a checkpoint after none
+        work = "at its freeze decision, transition or checkpoint"
+        if not checkpoints:
+            work = "at its freeze decision or transition"
+    elif checkpoints:
+        work = "writing its checkpoint"
+    else:
+        return f" at step {n + 1}"
+    return f" after step {n}, {work}, or at step {n + 1}"
 
 
 def _after_epoch(last: StepRecord, later: list, epochs: int | None) -> str:

@@ -35,9 +35,9 @@ from torch.utils.data import DistributedSampler
 from executor.cache import ActivationCache, cache_allowed, memory_dir_for
 from executor.checkpoint import has_checkpoint
 from executor.data import (
+    batch_rows,
     is_user_code,
     keep_data_directory_on_path,
-    refuse_awaitable_item,
     users_side,
     warn_once_per_place,
 )
@@ -831,18 +831,14 @@ class Trainer:
         moves or locks what this rank writes (the thirty-third round). An item that is or
         holds an awaitable is refused, its coroutines closed (`data.refuse_awaitable_item`,
         the thirty-fifth round): the part not kept was dropped unawaited, and Python's
-        "coroutine … was never awaited" lines came into the rank's log.
+        "coroutine … was never awaited" lines came into the rank's log. A failure names the
+        data, the split and the item as the launcher's reads do (`data.batch_rows`).
 
             labels = self.rows(self.data.train, indices, 1)
         """
         split = "train" if dataset is self.data.train else "eval"
         with users_side():
-            items = []
-            for i in indices:
-                value = dataset[int(i)]
-                refuse_awaitable_item(value, dataset, int(i), self.data.name, split)
-                items.append(value[part])
-            return torch.stack(items)
+            return batch_rows(dataset, indices, part, self.data.name, split)
 
     def example_stage0_input(self, n: int) -> torch.Tensor:
         x = self.rows(self.data.train, range(n), 0)

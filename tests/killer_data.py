@@ -103,6 +103,13 @@ def digits_then_raise(seed: int = 0) -> TaskData:
     return TaskData("digits-raise", RaisesOnRank1(data.train, 200), data.eval, False)
 
 
+def digits_then_eval_raise(seed: int = 0) -> TaskData:
+    """Digits; rank 1 raises ValueError on its third read of a held-out item: in the epoch's
+    evaluation, after its checks' reads of the first and the last item as it starts."""
+    data = load_data("digits", models.build("vit-digits"), seed=seed)
+    return TaskData("digits-eval-raise", data.train, RaisesOnRank1(data.eval, 2), False)
+
+
 def digits_pause_once(seed: int = 0) -> TaskData:
     """Digits; a rank pauses after PIPEPLAN_TEST_PAUSE_AFTER reads if that is set in its
     environment and PIPEPLAN_TEST_PAUSE_RANK, if set, is its rank (a resumed run, started

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -3087,6 +3088,66 @@ def test_an_evaluation_failure_is_placed_after_the_epochs_last_step(tmp_path, ca
     assert code == 2 and len(lines) == 1, err[-3000:]
     assert "training failed on rank 0 after step 1, at the end of epoch 1: " in lines[0], lines
     assert "ValueError: held-out item" in lines[0] and "is unreadable" in lines[0], lines[0]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    "in_item, why",
+    [
+        (  # its input has another shape than the batch's others': torch.stack fails
+            "return torch.rand(1, 8, 9), torch.tensor(0)",
+            r"train item \d+'s input is float32 tensor of shape \(1, 8, (8|9)\) and item \d+'s "
+            r"float32 tensor of shape \(1, 8, (8|9)\): the inputs of a batch are stacked into "
+            "one tensor and must have one shape",
+        ),
+        ('return {"input": 1}', r"train item 37 is dict, not an \(input, label\) pair"),
+    ],
+    ids=["shape", "dict"],
+)
+def test_a_ranks_unusable_item_is_named_as_the_launcher_names_one(
+    tmp_path, capsys, monkeypatch, in_item, why
+):
+    """Found by the thirty-fifth round: an item the launcher's checks never read (neither the
+    first nor the last) that could not be batched by the rank said torch's words alone:
+    "training failed on rank 0 at step 3: RuntimeError: stack expects each tensor to be
+    equal size, but got [1, 8, 8] at entry 0 and [1, 8, 9] at entry 5", or "KeyError: 0"
+    for an item that is a dict. The line now names the data, the split and the item, as
+    the launcher's own reads do (`data.batch_rows`); nothing is written but the failed
+    run's folder, with its logs and no checkpoint."""
+    monkeypatch.chdir(tmp_path)
+    code = f'if i == 37 and "RANK" in os.environ: {in_item}'  # in the rank alone
+    assert _run_moving(tmp_path, "rt35_batch", in_item=code) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    pattern = (
+        rf"pipeplan: error: training failed on rank 0 at step \d+: data 'moving': {why}; "
+        r"rank logs in runs/n/logs; no checkpoint to resume from: delete runs/n to start it again"
+    )
+    assert re.fullmatch(pattern, lines[0]), lines[0]
+    assert "item 37" in lines[0]
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__")
+    assert left == ["rt35_batch.py", "runs"], left
+    assert not (tmp_path / "runs" / "n" / "checkpoints" / "latest").exists()
+
+
+@pytest.mark.timeout(30)
+def test_a_peers_loss_met_in_a_ranks_read_is_not_called_the_datas_fault():
+    """The thirty-fifth round's fix (`data.batch_rows`) names a read's error as the data's;
+    never a lost peer or a timeout met in a `__getitem__` that runs a collective: that stays
+    torch's error, classified as a loss (`faults.classify`), so the launcher names the rank
+    that failed first, not this one."""
+    from executor.data import batch_rows
+
+    class Collective:
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            raise RuntimeError("[/x/gloo/transport/tcp/pair.cc:537] Connection reset by peer")
+
+    with pytest.raises(RuntimeError, match="Connection reset by peer"):
+        batch_rows(Collective(), [1], 0, "m:load", "train")
 
 
 @pytest.mark.timeout(60)

@@ -1296,6 +1296,115 @@ def test_a_failure_after_an_epochs_record_names_both_places_it_can_be(finished_r
     assert line.startswith("training failed on rank 1 at step 2: killed by SIGKILL; "), line
 
 
+def _mid_epoch_records(finished_run: Path, path: Path, last_step: int, *later) -> None:
+    """run.jsonl at `path`: `finished_run`'s phase 0, its step 0 copied as steps 0 to
+    `last_step` of epoch 0 (an epoch of 4 steps: no epoch record yet), then `later`."""
+    from pipeplan.formats import PhaseRecord, StepRecord, read_records
+
+    read = read_records(finished_run / "run.jsonl")
+    phase = next(r for r in read if isinstance(r, PhaseRecord))
+    step = next(r for r in read if isinstance(r, StepRecord))
+    steps = [step.model_copy(update={"step": n, "epoch": 0}) for n in range(last_step + 1)]
+    path.write_text("".join(r.model_dump_json() + "\n" for r in [phase, *steps, *later]))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "last_step, checkpoint_every, freeze_every, later, placed",
+    [
+        (1, 2, None, "", " after step 1, writing its checkpoint, or at step 2"),
+        (2, 3, None, "", " after step 2, writing its checkpoint, or at step 3"),
+        (1, 3, None, "", " at step 2"),  # no checkpoint after step 1
+        (1, None, None, "", " at step 2"),
+        (1, None, 2, "", " after step 1, at its freeze decision or transition, or at step 2"),
+        (
+            *(1, 1, 2, ""),
+            " after step 1, at its freeze decision, transition or checkpoint, or at step 2",
+        ),
+        (1, None, 2, "moved", " after step 1, writing its new phase's checkpoint, or at step 2"),
+        (1, 2, None, "resumed", " at step 2"),  # the resume entered its phase: at the step
+        (3, 2, 2, "", " after step 3, at the end of epoch 1"),  # the epoch's end does both
+    ],
+)
+def test_a_failure_after_a_mid_epoch_checkpoints_step_names_both_places_it_can_be(
+    finished_run, tmp_path, last_step, checkpoint_every, freeze_every, later, placed
+):
+    """Found by the thirty-fifth round: a failure writing a checkpoint taken within an epoch
+    (--checkpoint-every 2, after step 1) was placed " at step 2", a step never started. Where
+    the run's cadences (--checkpoint-every, --freeze-every) say what followed the last step
+    recorded, its checkpoint, freeze decision or transition is named with the next step:
+    nothing recorded tells them apart. A new phase's record after the step (not a resume's)
+    says the decision moved the freeze point: its checkpoint or the next step. A resume's
+    phase, as before: the next step. Hand-written records, only read."""
+    from executor.launch import failed_at
+    from pipeplan.formats import PhaseRecord, read_records
+
+    records = tmp_path / "run.jsonl"
+    _mid_epoch_records(finished_run, records, last_step)
+    if later:
+        phase = next(r for r in read_records(records) if isinstance(r, PhaseRecord))
+        update = {"phase": 1, "start_step": last_step + 1, "resumed": later == "resumed"}
+        with open(records, "a") as out:
+            out.write(phase.model_copy(update=update).model_dump_json() + "\n")
+    before = records.read_bytes()
+    every = {"checkpoint_every": checkpoint_every, "freeze_every": freeze_every}
+    assert failed_at(records, 4, 2, **every) == placed
+    assert records.read_bytes() == before
+
+
+@pytest.mark.timeout(60)
+def test_a_failure_line_places_a_failure_by_the_runs_own_cadence(finished_run, tmp_path):
+    """The thirty-fifth round's fix as `failure_line` uses it: the cadence is run.json's, as
+    the command's configuration holds it (a resume cannot change it)."""
+    from executor.launch import failure_line
+    from pipeplan.formats import RunConfig, load
+
+    run = copy_run(finished_run, tmp_path)
+    _mid_epoch_records(finished_run, run / "run.jsonl", 0)  # epoch 0 of 2 steps: step 0 within
+    cfg = load(RunConfig, run / "run.json").model_copy(update={"epochs": 2})
+    before = snapshot(run)
+    assert failure_line(0, "why", run, cfg).startswith("training failed on rank 0 at step 1: why")
+    cfg = cfg.model_copy(update={"checkpoint_every": 1})
+    assert failure_line(0, "why", run, cfg).startswith(
+        "training failed on rank 0 after step 0, writing its checkpoint, or at step 1: why; "
+    )
+    assert snapshot(run) == before
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+def test_a_mid_epoch_checkpoint_that_fails_is_placed_after_its_step(tmp_path):
+    """Found by the thirty-fifth round: a run whose --checkpoint-every 2 checkpoint, after
+    step 1 of a 4-step epoch, could not be written (a full disk; here a file-size limit
+    below model.pt's size) said "training failed on rank 0 at step 2", a step that was never
+    started. The line now says "after step 1, writing its checkpoint, or at step 2"; the
+    records of steps 0 and 1 are kept, and no partial checkpoint."""
+    env = {k: v for k, v in os.environ.items() if k != "PIPEPLAN_LAUNCHER_PID"}
+    argv = ["run", "--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "4"]
+    argv += ["--checkpoint-every", "2", "--name", "k", "--runs-dir", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-c", LIMITED, *argv],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    run = tmp_path / "k"
+    prefix = (
+        "pipeplan: error: training failed on rank 0 after step 1, writing its checkpoint, or "
+        f"at step 2: {run}/checkpoints/step-2: cannot write checkpoint step-2 ("
+    )
+    assert lines[0].startswith(prefix), lines[0]
+    assert lines[0].endswith(f"no checkpoint to resume from: delete {run} to start it again")
+    from pipeplan.formats import StepRecord, read_records
+
+    steps = [r.step for r in read_records(run / "run.jsonl") if isinstance(r, StepRecord)]
+    assert steps == [0, 1]
+    assert list((run / "checkpoints").iterdir()) == []
+
+
 @pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)

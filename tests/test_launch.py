@@ -222,16 +222,38 @@ NO_CHECKPOINT = r"; no checkpoint to resume from: delete .*/k to start it again"
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
-def test_a_rank_that_raises_is_named_with_its_error(tmp_path):
-    run = start_run(tmp_path, "--data", "tests.killer_data:digits_then_raise")
-    one_line(
+@pytest.mark.parametrize(
+    "data, name, split, at",
+    [
+        ("digits_then_raise", "digits-raise", "train", AT),
+        # the epoch's evaluation, after its last step (a 1-epoch run: no epoch record yet)
+        (
+            "digits_then_eval_raise",
+            "digits-eval-raise",
+            "eval",
+            r" after step \d+, at the end of epoch 1",
+        ),
+    ],
+)
+def test_a_rank_that_raises_is_named_with_its_error(tmp_path, data, name, split, at):
+    """Found by the thirty-fifth round: a rank's read of an item that raised said "training
+    failed on rank 1 at step 2: ValueError: sample 527 is unreadable": no data, no split, no
+    item, where the launcher's own read says all three. The line now says what the
+    launcher's does: "data 'digits-raise': reading train item 527 raised ValueError: …",
+    for the training's reads and the evaluation's; the rank's log keeps the traceback of
+    the user's code."""
+    run = start_run(tmp_path, "--data", f"tests.killer_data:{data}")
+    err = one_line(
         run,
         2,
-        r"pipeplan: error: training failed on rank 1" + AT + r": ValueError: sample \d+ is "
-        r"unreadable" + LOGS + NO_CHECKPOINT,
+        r"pipeplan: error: training failed on rank 1" + at + f": data '{name}': reading {split} "
+        r"item (\d+) raised ValueError: sample (\d+) is unreadable" + LOGS + NO_CHECKPOINT,
     )
+    item, sample = re.search(r"item (\d+) raised ValueError: sample (\d+)", err).groups()
+    assert item == sample  # the item the rank read, as the data's own message says
     assert no_rank_left(tmp_path)
-    assert "Traceback" in (tmp_path / "k" / "logs" / "rank-1.log").read_text()
+    log = (tmp_path / "k" / "logs" / "rank-1.log").read_text()
+    assert "Traceback" in log and 'raise ValueError(f"sample {index} is unreadable")' in log
 
 
 @pytest.mark.multiprocess
@@ -389,11 +411,14 @@ def test_a_rank_stopped_while_rank_0_writes_a_checkpoint_ends_the_run(tmp_path):
         wait_for(paused, run)
         stopped = time.monotonic()
         rank1 = rank_processes(tmp_path / "k")[1]
+        # In the checkpoint after step 2 (the barrier after its write), or at step 3: the
+        # records cannot tell them apart (the thirty-fifth round: it said "at step 3").
         one_line(
             run,
             2,
-            r"pipeplan: error: training failed on rank 1" + AT + r": no response within the "
-            r"collective timeout of 5 s \(stopped or hung\)" + LOGS + r"; resume with: .*",
+            r"pipeplan: error: training failed on rank 1 after step 2, writing its checkpoint, "
+            r"or at step 3: no response within the collective timeout of 5 s \(stopped or "
+            r"hung\)" + LOGS + r"; resume with: .*",
         )
         # the timeout, torch's 30 s grace before it kills a rank that ignored SIGTERM, a margin
         assert time.monotonic() - stopped < 5 + 30 + 15
