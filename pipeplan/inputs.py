@@ -367,7 +367,7 @@ class PlanRequest(Strict):
         """What described the in-node links, in the words of a message: None where they are
         the profile's measured ones."""
         if self.cluster is not None:
-            return f"the cluster file {quoted(self.cluster)}'s intra_node"
+            return f"the cluster file {quoted(self.cluster)}"  # its fields: `links_warning`
         if self.intra_bandwidth_bytes_per_s is not None:
             return f"--intra-bw {format_bandwidth(self.intra_bandwidth_bytes_per_s)}"
         return None
@@ -458,8 +458,18 @@ class PlanArgs:
         ]
         if not replaced:
             return None
+        given = self.links_given or "the cluster"
+        if given.startswith("the cluster file "):
+            # The fields that priced what was replaced. Found by the thirty-sixth round: a file
+            # whose intra_node_allreduce alone differed was said to differ in its intra_node.
+            own_ring = self.cluster.intra_node_allreduce is not None
+            fields = {
+                "intra_node_allreduce" if name == "all-reduce" and own_ring else "intra_node"
+                for name, _, _ in replaced
+            }
+            given += f" ({' and '.join(sorted(fields))})"
         return (
-            f"{self.links_given or 'the cluster'} describes other in-node links than the "
+            f"{given} describes other in-node links than the "
             "profiled machine's the calibration fitted: priced "
             + ", ".join(f"{name} {shown(link)} (not {shown(fit)})" for name, fit, link in replaced)
             + ", the links given plus what the calibrated runs spent beyond the measured ones"

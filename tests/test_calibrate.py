@@ -730,6 +730,31 @@ def test_a_given_in_node_link_is_priced_over_the_calibrations(tmp_path, profile,
 
 
 @pytest.mark.timeout(60)
+def test_the_links_warning_names_the_cluster_files_field_that_differs(tmp_path, profile, capsys):
+    """Found by the thirty-sixth round: a cluster file whose intra_node was the profiled
+    machine's measured link and whose intra_node_allreduce alone differed was said to differ
+    in its intra_node (`'c.json''s intra_node`, the quote doubled). The warning now names the
+    field that priced what was replaced."""
+    path = tmp_path / "cal.json"
+    path.write_text(dumps(calibrated_links_profile(profile)))
+    p2p = profile.comm.p2p
+    cluster_file = tmp_path / "c.json"
+    cluster = {"schema_version": 1, "nodes": 1, "devices_per_node": 4}
+    cluster["device_memory_bytes"] = 1 << 30
+    cluster["intra_node"] = {"bandwidth_bytes_per_s": p2p.bandwidth_bytes_per_s}
+    cluster["intra_node"]["latency_s"] = p2p.latency_s
+    cluster["intra_node_allreduce"] = {"bandwidth_bytes_per_s": 1e11, "latency_s": 1e-6}
+    cluster["inter_node"] = {"bandwidth_bytes_per_s": 1e9, "latency_s": 2e-5}
+    cluster_file.write_text(json.dumps(cluster))
+    args = ["preview", "--profile", str(path), "--cluster", str(cluster_file), "--epochs", "3"]
+    assert cli.main([*args, "--global-batch", "64", "--samples", "2000", "--json"]) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    said = f"pipeplan: WARNING: the cluster file '{cluster_file}' (intra_node_allreduce) describes"
+    assert line.startswith(said), line
+    assert "all-reduce" in line and "p2p" not in line
+
+
+@pytest.mark.timeout(60)
 def test_the_runs_own_cluster_prices_the_calibrations_links(tmp_path, profile):
     """The thirty-fifth round's fix keeps a run's own pricing: on the cluster a run plans on
     (`run_cluster`, the profile's measured links) the calibration's fitted links are priced
