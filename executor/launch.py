@@ -1147,18 +1147,22 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     name_rendezvous_events_cheaply()
     launcher_log = None
     stops = faults.AgentStops()  # the ranks the agent stopped once one had failed
+    # A resume's ranks rewrite the records past its checkpoint once they train: until then
+    # run.jsonl is the old run's, which places no failure of this one (`failure_line`).
+    old_records = _file_state(run_dir / "run.jsonl") if resume else None
     try:
         with agent_scope(logs) as launcher_log, stops:
             elastic_launch(local_config(cfg.nproc, logs), RANK_SHELL[0])(*args)
         # Every rank exited 0, one (nproc 1: the only one) before its end.
         if early := ended_early(logs, range(cfg.nproc)):
             rank, why = faults.verdict({}, cfg.collective_timeout_s, ended_early=early)
-            raise RankFailedError(failure_line(rank, why, run_dir, cfg), rank)
+            raise RankFailedError(failure_line(rank, why, run_dir, cfg, old_records), rank)
     except ChildFailedError as exc:
         check_launch_written(run_dir, launcher_log)
         early = ended_early(logs, set(range(cfg.nproc)) - set(exc.failures))
         rank, why = faults.verdict(exc.failures, cfg.collective_timeout_s, stops.pids, early)
-        raise RankFailedError(failure_line(rank, why, run_dir, cfg), rank) from None
+        line = failure_line(rank, why, run_dir, cfg, old_records)
+        raise RankFailedError(line, rank) from None
     except SignalException as exc:  # the agent has stopped every rank by now
         if exc.sigval == signal.SIGINT:
             raise Interrupted from None
@@ -1372,15 +1376,24 @@ def on_ctrl_c(mark: Path) -> Callable[[int, Any], None]:
     return handler
 
 
-def failure_line(rank: int, why: str, run_dir: Path, cfg: RunConfig) -> str:
+def failure_line(
+    rank: int, why: str, run_dir: Path, cfg: RunConfig, old_records: tuple | None = None
+) -> str:
     """`training failed on rank 1 at step 7: killed by SIGKILL; rank logs in runs/k/logs;
     resume with: pipeplan run --resume runs/k` (with the flags `resume_command` carries). A
     failure after the final checkpoint (writing model/ or summary.json) has nothing left to
     train (`check_unfinished` refuses its resume): the line says how to export the model
-    instead. A run directory moved or deleted while the ranks trained: `moved_line`."""
+    instead. A run directory moved or deleted while the ranks trained: `moved_line`.
+    `old_records`: a resume's run.jsonl as it started (`_file_state`); still so, the resume
+    failed before its first step. Found by the thirty-sixth round: a resume from step-4 of a
+    run whose records went on to step 5 said "after step 5, at the end of epoch 2 or at step
+    6", the old run's place, steps the resume never reached."""
     if moved_away(run_dir):
         return moved_line(run_dir, cfg)
-    at = _placed(run_dir, cfg)
+    if old_records is not None and _file_state(run_dir / "run.jsonl") == old_records:
+        at = " before the resume's first step"
+    else:
+        at = _placed(run_dir, cfg)
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
     line = f"training failed on rank {rank}{at}: {why}; rank logs in {run_dir / 'logs'}"
@@ -1470,6 +1483,15 @@ def _steps_per_epoch(run_dir: Path, cfg: RunConfig) -> int | None:
         return None
     facts = None if record is None else record.facts
     return None if facts is None else cfg.steps_per_epoch(facts.train_samples)
+
+
+def _file_state(path: Path) -> tuple | None:
+    """What tells a file rewritten: (size, modification time, inode); None if it is not there."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
 
 
 def _placed(run_dir: Path, cfg: RunConfig) -> str:

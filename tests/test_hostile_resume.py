@@ -1371,6 +1371,36 @@ def test_a_failure_line_places_a_failure_by_the_runs_own_cadence(finished_run, t
     assert snapshot(run) == before
 
 
+@pytest.mark.timeout(60)
+def test_a_resume_that_fails_before_its_first_step_is_not_placed_in_the_old_run(
+    finished_run, tmp_path
+):
+    """Found by the thirty-sixth round: a resume from step-4 of a run whose records went on
+    to step 5 (a run killed after its last checkpoint, or a fallback past an unusable newest
+    checkpoint), whose rank 1 died as the resume started, said "training failed on rank 1
+    after step 5, at the end of epoch 2 or at step 6": the old run's place, steps the resume
+    never reached. While run.jsonl is as the resume found it (its ranks rewrite the records
+    past the checkpoint once they train), the line says "before the resume's first step";
+    once they have written, the records place it, as for any run."""
+    from executor.launch import _file_state, failure_line
+    from pipeplan.formats import RunConfig, load
+
+    run = copy_run(finished_run, tmp_path)
+    cfg = load(RunConfig, run / "run.json")
+    records = run / "run.jsonl"
+    old = failure_line(1, "why", run, cfg)
+    assert " before the resume's first step" not in old
+    before = snapshot(run)
+    started = _file_state(records)
+    assert failure_line(1, "killed by SIGKILL", run, cfg, started).startswith(
+        "training failed on rank 1 before the resume's first step: killed by SIGKILL; "
+    )
+    assert snapshot(run) == before
+    with records.open("a") as f:  # the resume's ranks wrote (here: what was there, again)
+        f.write(records.read_text().splitlines()[-1] + "\n")
+    assert " before the resume's first step" not in failure_line(1, "why", run, cfg, started)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
 def test_a_mid_epoch_checkpoint_that_fails_is_placed_after_its_step(tmp_path):
