@@ -651,7 +651,8 @@ class CostModel:
 
         Every rank that must hold a layer it did not hold receives its weights, plus the AdamW
         moments when the layer stays trainable (gradients are recomputed, not moved). Ranks
-        receive in parallel; the slowest receiver over the slowest link bounds the time.
+        receive in parallel; the slowest receiver over the slowest link (per term, of the
+        links the cluster has: `slowest_link`) bounds the time.
         """
         # Layouts read from run records (calibrate) reach here unpriced: one line, not an
         # index error, when they do not fit this model and cluster.
@@ -670,7 +671,12 @@ class CostModel:
         kept_stop = np.maximum(np.minimum(new_stop, old_stop), kept_first)
         received = (prefix[new_stop] - prefix[new_first]) - (prefix[kept_stop] - prefix[kept_first])
         busiest = float(received.max())
-        link = self.p2p_link(crosses_nodes=self.cluster.nodes > 1)
+        cluster = self.cluster
+        link = self.p2p_link(crosses_nodes=cluster.nodes > 1)
+        if cluster.nodes > 1 and cluster.devices_per_node > 1:
+            # Moves run inside nodes too, whose link may be the slower one (PCIe-only GPUs
+            # with a fast NIC): the network alone priced them at its speed.
+            link = slowest_link(self.inter_p2p_link, self.intra_p2p_link)
         return self.transfer_s(busiest, link) if busiest > 0 else 0.0
 
 

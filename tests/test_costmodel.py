@@ -412,6 +412,32 @@ def test_a_ring_slowed_by_an_in_node_hop_shares_the_node_links_only_beyond_it(in
         assert any(s.allreduce_s > a.allreduce_s * 1.01 for s, a in pairs)
 
 
+@pytest.mark.timeout(60)
+def test_a_transition_on_nodes_with_slower_in_node_links_is_priced_on_them():
+    """Found fixing the thirty-sixth round's ring pricing: a layout change on two nodes was
+    priced on the inter-node link as the slowest, so with 1 MB/s in-node links and a
+    1000 TB/s network its moves were all but free. Now on the slower link, term by term."""
+    intra = Link(bandwidth_bytes_per_s=1e6, latency_s=1e-5)
+    inter = Link(bandwidth_bytes_per_s=1e15, latency_s=1e-4)
+    model = CostModel(small_profile(), fast_network(2, intra, inter))
+    a = Layout(
+        frozen_layers=0,
+        cached=False,
+        micro_batches=2,
+        micro_batch_size=4,
+        schedule="1f1b",
+        boundaries=(0, 3, 6),
+        rank_map=((0, 1), (2, 3)),
+    )
+    b = a.model_copy(
+        update={"micro_batches": 1, "boundaries": (0, 6), "rank_map": ((0,), (1,), (2,), (3,))}
+    )
+    moments = model.params.adam_state_per_param_byte
+    busiest = float(model.param_bytes[:3].sum() * (1 + moments))
+    assert busiest >= float(model.param_bytes[3:].sum() * (1 + moments))
+    assert model.move_s(a, b) == pytest.approx(1e-4 + busiest / 1e6, rel=1e-12)
+
+
 def test_simultaneous_transfers_of_replicas_crossing_one_node_link_share_it():
     model = CostModel(small_profile(), cluster(nodes=2, per_node=4))
     # Two replicas whose stage 0 is on node 0 and stage 1 on node 1.
