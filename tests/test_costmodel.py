@@ -274,8 +274,10 @@ def test_cluster_defaults_to_the_measured_links():
 
 def calibrated(profile, **fields):
     from pipeplan.formats import Calibration, FittedLink
+    from pipeplan.formats.profile import NULL_WHEN_UNFITTED
 
     p2p = fields.pop("p2p", None)
+    given = {**fields, "p2p": p2p}
     calibration = Calibration(
         runs=["synthetic"],  # as calibrate writes it: fitted from a phase of a run
         phases_used=1,
@@ -283,6 +285,8 @@ def calibrated(profile, **fields):
         residual_median=0.0,
         residual_max=0.0,
         p2p=FittedLink(**p2p) if p2p else None,
+        # What is left null, calibrate names with why.
+        not_fitted={n: "not measured" for n in NULL_WHEN_UNFITTED if given.get(n) is None},
         **fields,
     )
     return profile.model_copy(update={"calibration": calibration})
