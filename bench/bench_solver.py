@@ -24,6 +24,7 @@ from pipeplan.cluster import cluster_from_flags
 from pipeplan.costmodel import CostModel, CostParams, rank_map
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import Calibration, Cluster, FittedLink, Layout, Link
+from pipeplan.formats.profile import NULL_WHEN_UNFITTED
 from pipeplan.freeze import alpha_schedule
 from pipeplan.partition import PartitionProblem, brute_force_partition, solve_partition
 from pipeplan.plan import compare_partitions, make_plan, make_preview
@@ -70,6 +71,10 @@ def random_calibration(rng: np.random.Generator) -> Calibration:
         steps_used=3,
         residual_median=0.0,
         residual_max=0.0,
+        # Null, as calibrate leaves them unfitted: with why (no random draw: same instances).
+        not_fitted={
+            name: "not measured" for name in NULL_WHEN_UNFITTED if name not in ("allreduce", "p2p")
+        },
     )
 
 

@@ -630,7 +630,10 @@ class StepFit:
         x[pinned] = self.default()[pinned]
         why = {STEP_PARAMETERS[j]: self.reason(j, free) for j in pinned}
         fitted = self.calibration(x, p2p=P2P in free)
-        return fitted.model_copy(update={"not_fitted": {**self.partial.not_fitted, **why}})
+        # The partial named the parameters fitted here as pending (`PENDING`): each now has
+        # its value, or its reason.
+        earlier = {k: v for k, v in self.partial.not_fitted.items() if k not in STEP_PARAMETERS}
+        return fitted.model_copy(update={"not_fitted": {**earlier, **why}})
 
     def reason(self, j: int, free: list[int]) -> str:
         """Why parameter j keeps its default."""
@@ -708,6 +711,15 @@ def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
         ) from None
 
 
+# What the partial calibration leaves null for the later fits (the step fit, the group
+# rebuild's): a null parameter is named in not_fitted (`Calibration`), so it is, until each
+# fit gives its value or its own reason.
+PENDING = {
+    "p2p": "fitted with the step terms",
+    "group_rebuild_s": "fitted from the transitions",
+}
+
+
 def _calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
     observations = observe(run_dirs, profile)
     ranks = [r for o in observations for r in o.ranks]
@@ -723,7 +735,7 @@ def _calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
         steps_used=sum(o.steps for o in observations),
         residual_median=0.0,
         residual_max=0.0,
-        not_fitted={**why_compute, **why_allreduce, **why_optimizer},
+        not_fitted={**why_compute, **why_allreduce, **why_optimizer, **PENDING},
     )
     fitted = fit_transfers_and_overhead(profile, partial, observations)
     # The byte moves are priced as the calibrated model prices them (its p2p link), so that
@@ -731,8 +743,9 @@ def _calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
     rebuild, why_rebuild = fit_group_rebuild(
         run_dirs, profile.model_copy(update={"calibration": fitted})
     )
+    earlier = {k: v for k, v in fitted.not_fitted.items() if k != "group_rebuild_s"}
     fitted = fitted.model_copy(
-        update={"group_rebuild_s": rebuild, "not_fitted": {**fitted.not_fitted, **why_rebuild}}
+        update={"group_rebuild_s": rebuild, "not_fitted": {**earlier, **why_rebuild}}
     )
     calibrated = profile.model_copy(update={"calibration": fitted})
     errors = [abs(predict(calibrated, o) / o.measured_step_s - 1) for o in observations]

@@ -213,6 +213,19 @@ def _with_extra(link: Link, fitted, measured: Link) -> Link:
     )
 
 
+def slowest_link(*links: Link) -> Link:
+    """Per term, the slowest of `links` (the largest latency, the smallest bandwidth): what a
+    ring whose steps cross each of them waits for (`CostModel.allreduce_links`). Each term
+    is one of the links', so it is at least as slow as any of them, term by term."""
+    latency = max(link.latency_s for link in links)
+    bandwidth = min(link.bandwidth_bytes_per_s for link in links)
+    for link in links:
+        if _terms(link) == (latency, bandwidth):
+            return link  # one link slowest in both terms: itself
+    # A derived link, not input: not held to the format's bounds (constructed unchecked).
+    return Link.model_construct(latency_s=latency, bandwidth_bytes_per_s=bandwidth)
+
+
 def _terms(link) -> tuple[float, float]:
     return link.latency_s, link.bandwidth_bytes_per_s
 
@@ -475,12 +488,23 @@ class CostModel:
         return result
 
     def allreduce_links(self, rank_map: Sequence[Sequence[int]]) -> list[Link]:
-        """Per stage: the inter-node all-reduce link if its replicas span nodes, else the
-        in-node one, each as calibrated (the cluster's without calibration)."""
-        return [
-            self.inter_allreduce_link if nodes else self.intra_allreduce_link
-            for nodes in self.allreduce_nodes(rank_map)
-        ]
+        """Per stage, the link its data-parallel ring is priced on, each as calibrated (the
+        cluster's without calibration): in one node the in-node all-reduce link; across
+        nodes the inter-node one, or, where two or more of its ranks share a node (the ring
+        then has in-node hops too), the slower of the two per term (`slowest_link`): each of
+        the ring's steps waits for its slowest hop. Found by the thirty-sixth round: a 1×4
+        ring over two nodes of two devices was priced on a 1000 TB/s network alone, its
+        1 MB/s in-node hops left out (PCIe-only nodes with a fast NIC are real)."""
+        links = []
+        for column in self.node_map(rank_map).T:
+            _, counts = np.unique(column, return_counts=True)
+            if len(counts) == 1:
+                links.append(self.intra_allreduce_link)
+            elif counts.max() > 1:
+                links.append(slowest_link(self.inter_allreduce_link, self.intra_allreduce_link))
+            else:
+                links.append(self.inter_allreduce_link)
+        return links
 
     @staticmethod
     def transfer_s(nbytes: float, link: Link) -> float:
@@ -576,6 +600,10 @@ class CostModel:
             )
             grad_bytes = float(costs.grad_bytes[first:stop].sum())
             allreduce = self.allreduce_s(grad_bytes, D, ar_links[s])
+            # A ring slowed by an in-node hop leaves the node links it crosses room to share.
+            headroom = self.inter_allreduce_link.bandwidth_bytes_per_s / (
+                ar_links[s].bandwidth_bytes_per_s
+            )
             latency = self.allreduce_latency_s(D, ar_links[s]) if allreduce > 0 else 0.0
             optimizer = self.optimizer_s(grad_bytes)
             memory = self.stage_memory_bytes(
@@ -598,6 +626,7 @@ class CostModel:
                     optimizer,
                     allreduce_latency_s=latency,
                     allreduce_nodes=ar_nodes[s],
+                    allreduce_headroom=headroom if ar_nodes[s] else 1.0,
                 )
             )
             reports.append(
@@ -622,7 +651,8 @@ class CostModel:
 
         Every rank that must hold a layer it did not hold receives its weights, plus the AdamW
         moments when the layer stays trainable (gradients are recomputed, not moved). Ranks
-        receive in parallel; the slowest receiver over the slowest link bounds the time.
+        receive in parallel; the slowest receiver over the slowest link (per term, of the
+        links the cluster has: `slowest_link`) bounds the time.
         """
         # Layouts read from run records (calibrate) reach here unpriced: one line, not an
         # index error, when they do not fit this model and cluster.
@@ -641,7 +671,12 @@ class CostModel:
         kept_stop = np.maximum(np.minimum(new_stop, old_stop), kept_first)
         received = (prefix[new_stop] - prefix[new_first]) - (prefix[kept_stop] - prefix[kept_first])
         busiest = float(received.max())
-        link = self.p2p_link(crosses_nodes=self.cluster.nodes > 1)
+        cluster = self.cluster
+        link = self.p2p_link(crosses_nodes=cluster.nodes > 1)
+        if cluster.nodes > 1 and cluster.devices_per_node > 1:
+            # Moves run inside nodes too, whose link may be the slower one (PCIe-only GPUs
+            # with a fast NIC): the network alone priced them at its speed.
+            link = slowest_link(self.inter_p2p_link, self.intra_p2p_link)
         return self.transfer_s(busiest, link) if busiest > 0 else 0.0
 
 

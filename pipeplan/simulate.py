@@ -54,6 +54,10 @@ class StageWork:
     optimizer_s: float = 0.0
     allreduce_latency_s: float = 0.0
     allreduce_nodes: tuple[int, ...] = ()
+    # How many times faster the node links it crosses are than the all-reduce's own slowest
+    # hop (≥ 1; above 1 when an in-node hop is slower, `CostModel.allreduce_links`): shared
+    # by n all-reduces, a node link slows it only where its share is below that hop.
+    allreduce_headroom: float = 1.0
     # Of fwd_s / bwd_s: the incoming transfer the op waits for once it is reached
     # (`received_in_op`); drawn as the sender's transfer, priced as part of the op.
     recv_fwd_s: float = 0.0
@@ -273,8 +277,9 @@ def _gpipe_schedule(stages: Sequence[StageWork], micro_batches: int) -> _Schedul
 def shared_allreduce_ends(stages: Sequence[StageWork], starts: Sequence[float]) -> list[float]:
     """End of each trainable stage's all-reduce started at `starts[s]` (§4.5): after its
     latency terms, the bytes of the all-reduces crossing one node's network link share it
-    equally; an all-reduce moves at the rate of its most shared link (fluid model, recomputed
-    whenever one starts or ends). Unshared all-reduces take `allreduce_s`."""
+    equally; an all-reduce moves at the rate of its most shared link, or of its own slowest
+    hop where that is slower (`allreduce_headroom`; fluid model, recomputed whenever one
+    starts or ends). Unshared all-reduces take `allreduce_s`."""
     ends = [start + work.allreduce_s for start, work in zip(starts, stages, strict=True)]
     flows = [
         s
@@ -300,15 +305,22 @@ def shared_allreduce_ends(stages: Sequence[StageWork], starts: Sequence[float]) 
         uses[list(rows), column] = 1.0
     release = np.array([starts[s] + stages[s].allreduce_latency_s for s in flows])
     left = np.array([stages[s].allreduce_s - stages[s].allreduce_latency_s for s in flows])
-    finish = _fluid(uses, release, left)
+    headroom = np.array([stages[s].allreduce_headroom for s in flows])
+    finish = _fluid(uses, release, left, headroom)
     for row, s in enumerate(flows):
         ends[s] = float(finish[row])
     return ends
 
 
-def _fluid(uses: np.ndarray, release: np.ndarray, left: np.ndarray) -> np.ndarray:
+def _fluid(
+    uses: np.ndarray, release: np.ndarray, left: np.ndarray, headroom: np.ndarray | None = None
+) -> np.ndarray:
     """Completion times of flows (rows of `uses`: the links each crosses) released at
-    `release` with `left` seconds of work at full rate, each link shared equally."""
+    `release` with `left` seconds of work at full rate, each link shared equally: a flow's
+    share of a link is 1/n of the link, which is `headroom` (default 1) times the flow's
+    full rate, so it runs at min(1, headroom/n) of its full rate."""
+    if headroom is None:
+        headroom = np.ones(len(release))
     n = len(release)
     finish = np.full(n, np.inf)
     left = left.astype(float).copy()
@@ -323,7 +335,8 @@ def _fluid(uses: np.ndarray, release: np.ndarray, left: np.ndarray) -> np.ndarra
             now = float(release[waiting].min())
             continue
         counts = active.astype(float) @ uses
-        rate = np.where(active, 1.0 / np.maximum((uses * counts).max(axis=1), 1.0), 0.0)
+        shares = np.maximum((uses * counts).max(axis=1), 1.0)
+        rate = np.where(active, np.minimum(1.0, headroom / shares), 0.0)
         with np.errstate(divide="ignore"):
             to_finish = np.where(active, left / np.where(rate > 0, rate, 1.0), np.inf)
         step = float(to_finish.min())

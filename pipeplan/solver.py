@@ -30,7 +30,7 @@ from typing import Literal
 
 import numpy as np
 
-from pipeplan.costmodel import CostModel, Evaluation, PhaseCosts, rank_map
+from pipeplan.costmodel import CostModel, Evaluation, PhaseCosts, rank_map, slowest_link
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import SCHEDULES, Layout, Link, Schedule
 from pipeplan.formats.base import MAX_MICRO_BATCHES
@@ -834,18 +834,33 @@ class PhaseSearch:
         packed = per_node >= S
         return packed, np.where(packed, per_node // np.maximum(S, 1) < D, D >= 2)
 
+    def _ring_links(self, S: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, (latency, bandwidth) of a link no faster than any stage's all-reduce link
+        on the (S, D) rank map (`CostModel.allreduce_links`): the in-node one when the groups
+        stay in a node; across nodes the slower of both links (`slowest_link`) when whole
+        pipelines are packed two or more to a node (node 0 then holds two ranks of every
+        ring), else the inter-node one (with S > G a replica's stages span consecutive ranks,
+        so no two replicas share a node in one stage; leftover replicas may or may not)."""
+        model = self.model
+        inter, intra = model.inter_allreduce_link, model.intra_allreduce_link
+        slow = slowest_link(inter, intra)
+        packed, crosses = self._crosses(S, D)
+        doubled = packed & (self.cluster.devices_per_node // np.maximum(S, 1) >= 2)
+        spanning = [np.where(doubled, slow.latency_s, inter.latency_s)]
+        spanning.append(np.where(doubled, slow.bandwidth_bytes_per_s, inter.bandwidth_bytes_per_s))
+        return (
+            np.where(crosses, spanning[0], intra.latency_s),
+            np.where(crosses, spanning[1], intra.bandwidth_bytes_per_s),
+        )
+
     def _first_stage_tail(self, rows: _Rows, k: int, S: np.ndarray, D: np.ndarray) -> np.ndarray:
         """A lower bound on A_0 + O_0 (stage 0: the first that trains, on the (S, D) rank
         map): it all-reduces at least layer k's gradient (none: 0)."""
         first = rows.spread(rows.stacked(lambda costs: costs.grad_bytes)[:, k])
-        _, crosses = self._crosses(S, D)
-        inter, intra = self.model.inter_allreduce_link, self.model.intra_allreduce_link
+        latency, bandwidth = self._ring_links(S, D)
         steps = 2 * (D - 1)
-        ring = [
-            steps * link.latency_s + steps / D * first / link.bandwidth_bytes_per_s
-            for link in (inter, intra)
-        ]
-        alone = np.where(D > 1, np.where(crosses, ring[0], ring[1]), 0.0)
+        ring = steps * latency + steps / D * first / bandwidth
+        alone = np.where(D > 1, ring, 0.0)
         return np.where(first > 0, alone + self.model.optimizer_s(first), 0.0)
 
     def _received_floors(
@@ -946,18 +961,18 @@ class PhaseSearch:
         G = rows.spread(grads.sum(axis=1))
         per_node = cluster.devices_per_node
         packed, crosses = self._crosses(S_map, D)
-        inter, intra = model.inter_allreduce_link, model.intra_allreduce_link
+        inter = model.inter_allreduce_link
         steps = 2 * (D - 1)
         many = D > 1
 
-        def latency(link: Link) -> np.ndarray:
-            return np.where(many, steps * link.latency_s, 0.0)
+        def latency(link_latency) -> np.ndarray:
+            return np.where(many, steps * link_latency, 0.0)
 
-        def per_byte(link: Link) -> np.ndarray:
-            return np.where(many, steps / D / link.bandwidth_bytes_per_s, 0.0)
+        def per_byte(link_bandwidth) -> np.ndarray:
+            return np.where(many, steps / D / link_bandwidth, 0.0)
 
-        lat = np.where(crosses, latency(inter), latency(intra))
-        rate = np.where(crosses, per_byte(inter), per_byte(intra))
+        ring_latency, ring_bandwidth = self._ring_links(S_map, D)
+        lat, rate = latency(ring_latency), per_byte(ring_bandwidth)
         omega = model.optimizer_s(1.0)
         share = G / S
         busiest = release + np.where(share > 0, lat + rate * share, 0.0) + omega * share
@@ -967,7 +982,7 @@ class PhaseSearch:
         bound = np.maximum(busiest, own)
         nodes_used = np.maximum(np.ceil(D * S_map / per_node), 1)
         link_bytes = np.where(packed, steps / D * G, steps * G / nodes_used)
-        link = release + latency(inter) + link_bytes / inter.bandwidth_bytes_per_s
+        link = release + latency(inter.latency_s) + link_bytes / inter.bandwidth_bytes_per_s
         # Without gradient bytes no link carries any.
         return np.where(crosses & (G > 0), np.maximum(bound, link), bound)
 

@@ -54,6 +54,11 @@ TRUTH = Calibration(
     steps_used=3,
     residual_median=0,
     residual_max=0,
+    # Null, as calibrate leaves them unfitted (the truth's tests set some with model_copy).
+    not_fitted=dict.fromkeys(
+        ("fwd_call_scale", "nograd_call_scale", "bwd_call_scale", "p2p", "group_rebuild_s"),
+        "not in the truth",
+    ),
 )
 
 
@@ -668,6 +673,8 @@ def calibrated_links_profile(profile: Profile) -> Profile:
             latency_s=comm.p2p.latency_s + 3e-4,
             bandwidth_bytes_per_s=comm.p2p.bandwidth_bytes_per_s,
         ),
+        # Written to a file, read back: p2p is fitted here.
+        "not_fitted": {k: v for k, v in TRUTH.not_fitted.items() if k != "p2p"},
     }
     return profile.model_copy(update={"calibration": TRUTH.model_copy(update=update)})
 
@@ -854,3 +861,39 @@ def test_runs_without_frozen_layers_price_a_frozen_layer_as_a_trained_forward(tm
         assert model.layer_call_times(kind) == pytest.approx(
             c.fwd_call_scale * raw.layer_call_times(kind), rel=1e-9
         )
+
+
+@pytest.mark.timeout(120)
+def test_a_calibrations_fitted_allreduce_set_to_null_is_refused(tmp_path, capsys):
+    """Found by the thirty-sixth round: `pipeplan calibrate`'s output with its fitted
+    `allreduce` set to null (or deleted), not_fitted unchanged, was accepted and priced the
+    all-reduce as unfitted (on the cluster's link): preview's 112 s became 90 s. Now it is one
+    line naming the file and the field, exit 2, the file untouched; what calibrate wrote
+    (anything null named in not_fitted with its reason) loads and previews."""
+    out = tmp_path / "cal.json"
+    write_run(tmp_path / "run", load(Profile, PROFILE_PATH))
+    argv = ["calibrate", str(tmp_path / "run"), "--profile", str(PROFILE_PATH), "--out", str(out)]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    written = json.loads(out.read_text())["calibration"]
+    assert written["allreduce"] is not None and "allreduce" not in written["not_fitted"]
+    left_null = [name for name, value in written.items() if value is None]
+    assert all(name in written["not_fitted"] for name in left_null)
+    preview = ["preview", "--nodes", "1", "--devices-per-node", "4", "--global-batch", "64"]
+    preview += ["--samples", "2000", "--epochs", "3", "--freeze", "none", "--json"]
+    assert cli.main([*preview, "--profile", str(out)]) == 0
+    assert capsys.readouterr().err == ""
+    nulled = json.loads(out.read_text())
+    nulled["calibration"]["allreduce"] = None
+    deleted = json.loads(out.read_text())
+    del deleted["calibration"]["allreduce"]
+    for name, doc in (("nulled.json", nulled), ("deleted.json", deleted)):
+        path = tmp_path / name
+        path.write_text(json.dumps(doc))
+        before = path.read_bytes()
+        assert cli.main([*preview, "--profile", str(path)]) == 2
+        captured = capsys.readouterr()
+        (line,) = captured.err.splitlines()
+        assert line.startswith(f"pipeplan: error: {path}: invalid profile: field 'calibration'")
+        assert "allreduce is null" in line and "not_fitted does not name it" in line, line
+        assert captured.out == "" and path.read_bytes() == before

@@ -274,8 +274,10 @@ def test_cluster_defaults_to_the_measured_links():
 
 def calibrated(profile, **fields):
     from pipeplan.formats import Calibration, FittedLink
+    from pipeplan.formats.profile import NULL_WHEN_UNFITTED
 
     p2p = fields.pop("p2p", None)
+    given = {**fields, "p2p": p2p}
     calibration = Calibration(
         runs=["synthetic"],  # as calibrate writes it: fitted from a phase of a run
         phases_used=1,
@@ -283,6 +285,8 @@ def calibrated(profile, **fields):
         residual_median=0.0,
         residual_max=0.0,
         p2p=FittedLink(**p2p) if p2p else None,
+        # What is left null, calibrate names with why.
+        not_fitted={n: "not measured" for n in NULL_WHEN_UNFITTED if given.get(n) is None},
         **fields,
     )
     return profile.model_copy(update={"calibration": calibration})
@@ -332,6 +336,110 @@ def test_allreduces_that_cross_one_node_link_share_it_in_the_step():
     )
     unshared = simulate([replace(w, allreduce_nodes=()) for w in works], 2, "gpipe")
     assert shared.step_s > unshared.step_s
+
+
+def fast_network(per_node: int, intra: Link, inter: Link) -> Cluster:
+    """Two nodes whose in-node links may be slower than the network (PCIe-only GPUs, fast NIC)."""
+    return Cluster(
+        nodes=2,
+        devices_per_node=per_node,
+        device_memory_bytes=16 * GIB,
+        intra_node=intra,
+        inter_node=inter,
+        host_to_device_bandwidth_bytes_per_s=1e9,
+    )
+
+
+@pytest.mark.timeout(60)
+def test_a_ring_spanning_nodes_is_priced_at_its_slowest_hop():
+    """Found by the thirty-sixth round: on two nodes of two devices with 1 MB/s in-node links
+    and a 1000 TB/s network, a 1×4 ring (ranks 0, 1 on node 0, ranks 2, 3 on node 1) was
+    priced on the network alone, 0.12 ms, its in-node hops left out, and planned. Now a ring
+    with two or more ranks on a node is priced, per term, at the slower of the inter-node
+    and the in-node all-reduce links; a ring with one rank per node on the network alone."""
+    intra = Link(bandwidth_bytes_per_s=1e6, latency_s=1e-5)
+    inter = Link(bandwidth_bytes_per_s=1e15, latency_s=1e-4)  # slower to start, faster to move
+    model = CostModel(small_profile(), fast_network(2, intra, inter), CostParams(reserve_bytes=0))
+    (ring,) = model.allreduce_links(((0,), (1,), (2,), (3,)))
+    assert (ring.latency_s, ring.bandwidth_bytes_per_s) == (1e-4, 1e6)
+    # One rank per node: no in-node hop, the network alone; inside a node: the in-node link.
+    assert model.allreduce_links(((0, 1), (2, 3))) == [model.inter_allreduce_link] * 2
+    assert model.allreduce_links(((0,), (1,))) == [model.intra_allreduce_link]
+    layout = Layout(
+        frozen_layers=0,
+        cached=False,
+        micro_batches=1,
+        micro_batch_size=4,
+        schedule="1f1b",
+        boundaries=(0, 6),
+        rank_map=((0,), (1,), (2,), (3,)),
+    )
+    grads = float(model.phase_costs(4, 0, False).grad_bytes.sum())
+    priced = model.evaluate(layout).stages[0].allreduce_s
+    assert priced == pytest.approx(6 * 1e-4 + 6 / 4 * grads / 1e6)  # 2(D−1) hops at 1 MB/s
+    assert priced > 0.05  # the network alone: 0.6 ms
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("inter_bandwidth", [1e9, 1.5e8])
+def test_a_ring_slowed_by_an_in_node_hop_shares_the_node_links_only_beyond_it(inter_bandwidth):
+    """Two 2-stage replicas per node on 2 nodes × 4 devices: each stage's ring has in-node
+    hops (100 MB/s) and crosses both node links, which both stages' rings share. A share of
+    a 1 GB/s network (500 MB/s each) is faster than the in-node hop: neither is slowed. A
+    share of 150 MB/s (75 MB/s each) is slower: each all-reduce moves at 0.75 of its rate
+    while both run (the fluid model, `simulate.shared_allreduce_ends`)."""
+    layers = [SyntheticLayer("embeddings", 1000, 1e-3, 2e-3, 400, 800.0)]
+    layers += [SyntheticLayer("block", 2_000_000, 4e-3, 8e-3, 400, 4000.0) for _ in range(4)]
+    layers.append(SyntheticLayer("head", 500, 1e-3, 2e-3, 8, 100.0))
+    profile = synthetic_profile(layers, micro_batches=(1, 2, 4))
+    intra = Link(bandwidth_bytes_per_s=1e8, latency_s=1e-5)
+    inter = Link(bandwidth_bytes_per_s=inter_bandwidth, latency_s=1e-5)
+    model = CostModel(profile, fast_network(4, intra, inter), CostParams(reserve_bytes=0))
+    layout = Layout(
+        frozen_layers=0,
+        cached=False,
+        micro_batches=1,
+        micro_batch_size=2,
+        schedule="gpipe",
+        boundaries=(0, 3, 6),
+        rank_map=tuple(map(tuple, rank_map(2, 4, 4, 2))),  # (0, 1), (2, 3), (4, 5), (6, 7)
+    )
+    assert model.allreduce_nodes(layout.rank_map) == [(0, 1), (0, 1)]
+    assert model.allreduce_links(layout.rank_map) == [model.intra_allreduce_link] * 2
+    _, alone = model.stages(layout)
+    shared = model.evaluate(layout)
+    pairs = list(zip(shared.stages, alone, strict=True))
+    if inter_bandwidth == 1e9:
+        assert all(s.allreduce_s == pytest.approx(a.allreduce_s) for s, a in pairs)
+    else:
+        assert all(s.allreduce_s >= a.allreduce_s - 1e-15 for s, a in pairs)
+        assert any(s.allreduce_s > a.allreduce_s * 1.01 for s, a in pairs)
+
+
+@pytest.mark.timeout(60)
+def test_a_transition_on_nodes_with_slower_in_node_links_is_priced_on_them():
+    """Found fixing the thirty-sixth round's ring pricing: a layout change on two nodes was
+    priced on the inter-node link as the slowest, so with 1 MB/s in-node links and a
+    1000 TB/s network its moves were all but free. Now on the slower link, term by term."""
+    intra = Link(bandwidth_bytes_per_s=1e6, latency_s=1e-5)
+    inter = Link(bandwidth_bytes_per_s=1e15, latency_s=1e-4)
+    model = CostModel(small_profile(), fast_network(2, intra, inter))
+    a = Layout(
+        frozen_layers=0,
+        cached=False,
+        micro_batches=2,
+        micro_batch_size=4,
+        schedule="1f1b",
+        boundaries=(0, 3, 6),
+        rank_map=((0, 1), (2, 3)),
+    )
+    b = a.model_copy(
+        update={"micro_batches": 1, "boundaries": (0, 6), "rank_map": ((0,), (1,), (2,), (3,))}
+    )
+    moments = model.params.adam_state_per_param_byte
+    busiest = float(model.param_bytes[:3].sum() * (1 + moments))
+    assert busiest >= float(model.param_bytes[3:].sum() * (1 + moments))
+    assert model.move_s(a, b) == pytest.approx(1e-4 + busiest / 1e6, rel=1e-12)
 
 
 def test_simultaneous_transfers_of_replicas_crossing_one_node_link_share_it():

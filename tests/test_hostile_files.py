@@ -1283,6 +1283,8 @@ def _calibrated_at_maxima(doc: dict) -> None:
         "steps_used": 2,
         "residual_median": 0.0,
         "residual_max": 0.0,
+        # The links and the group rebuild null: unfitted, as calibrate says of them.
+        "not_fitted": dict.fromkeys(("allreduce", "p2p", "group_rebuild_s"), "not measured"),
     }
 
 

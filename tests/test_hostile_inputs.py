@@ -506,8 +506,9 @@ def test_a_hand_edited_profile_is_held_to_what_the_profiler_writes(tmp_path, cap
     plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
 
 
-# A calibration as `pipeplan calibrate` writes one: nograd_scale and input_s_per_sample not
-# fitted (at fwd_scale and 0), a step overhead below 0 (the smallest batch's input time off).
+# A calibration as `pipeplan calibrate` writes one: nograd_scale, the links and the group
+# rebuild not fitted (at fwd_scale and null, each with why), a step overhead below 0 (the
+# smallest batch's input time off).
 CALIBRATED = {
     **PROFILE,
     "calibration": {
@@ -529,7 +530,12 @@ CALIBRATED = {
         "steps_used": 12,
         "residual_median": 0.01,
         "residual_max": 0.04,
-        "not_fitted": {"nograd_scale": "no frozen layer ran", "p2p": "no pipelined phase"},
+        "not_fitted": {
+            "nograd_scale": "no frozen layer ran",
+            "allreduce": "no data-parallel stage with gradients inside one node",
+            "p2p": "no pipelined phase",
+            "group_rebuild_s": "no transition changed placement",
+        },
     },
 }
 
@@ -596,6 +602,72 @@ def test_a_hand_edited_calibration_is_held_to_what_calibrate_writes(tmp_path, ca
     naming an unknown parameter or one that holds a fitted value."""
     doc, fragments = CALIBRATION17[case]
     plan_refuses_profile(doc, ("profile.json: invalid profile", *fragments), tmp_path, capsys)
+
+
+def _without(doc: dict, path: tuple) -> dict:
+    """`doc` with the key at `path` deleted."""
+    doc = json.loads(json.dumps(doc))
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    del target[path[-1]]
+    return doc
+
+
+# (document, what the message must name): a parameter at its unfitted null that not_fitted
+# does not name, each of which `plan` took (exit 0) and priced as unfitted.
+FITTED = with_path(CALIBRATED, ("calibration", "allreduce"), {"latency_s": 1e-3})
+FITTED["calibration"]["allreduce"]["bandwidth_bytes_per_s"] = 1e8
+del FITTED["calibration"]["not_fitted"]["allreduce"]
+CALIBRATION36 = {
+    "a fitted all-reduce set to null": (
+        with_path(FITTED, ("calibration", "allreduce"), None),
+        ("'calibration'", "allreduce is null", "not_fitted does not name it"),
+    ),
+    "a fitted all-reduce deleted": (
+        _without(FITTED, ("calibration", "allreduce")),
+        ("'calibration'", "allreduce is null", "not_fitted does not name it"),
+    ),
+    "a fitted optimizer term set to null": (
+        with_path(CALIBRATED, ("calibration", "optimizer_s_per_byte"), None),
+        ("'calibration'", "optimizer_s_per_byte is null", "not_fitted does not name it"),
+    ),
+    "a fitted call scale deleted": (
+        _without(CALIBRATED, ("calibration", "bwd_call_scale")),
+        ("'calibration'", "bwd_call_scale is null", "not_fitted does not name it"),
+    ),
+    "the reasons of the unfitted links dropped": (
+        with_path(CALIBRATED, ("calibration", "not_fitted"), {"nograd_scale": "x"}),
+        ("'calibration'", "allreduce is null", "not_fitted does not name it"),
+    ),
+    "no reasons at all": (
+        with_path(CALIBRATED, ("calibration", "not_fitted"), {}),
+        ("'calibration'", "allreduce is null", "not_fitted does not name it"),
+    ),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", CALIBRATION36)
+def test_a_calibration_parameter_null_without_a_reason_is_refused(tmp_path, capsys, case):
+    """Found by the thirty-sixth round: a calibration whose fitted `allreduce` was set to null
+    (or deleted, or every reason in not_fitted dropped) was planned with, exit 0, its
+    all-reduce priced as unfitted on the cluster's link (preview 112 s became 90 s): the
+    seventeenth round's rule held each not_fitted entry at its unfitted value, not the
+    converse. Now a parameter at its unfitted null (the links, the optimizer term, the group
+    rebuild, a call scale) that not_fitted does not name is one line naming the file and the
+    field, exit 2, and no plan is written."""
+    doc, fragments = CALIBRATION36[case]
+    plan_refuses_profile(doc, ("profile.json: invalid profile", *fragments), tmp_path, capsys)
+
+
+@pytest.mark.timeout(60)
+def test_a_fitted_all_reduce_with_its_value_loads():
+    """The other side of the thirty-sixth round's rule: the fitted all-reduce is taken."""
+    from pipeplan.formats.base import parse
+    from pipeplan.formats.profile import Profile
+
+    assert parse(Profile, json.dumps(FITTED)).calibration.allreduce.latency_s == 1e-3
 
 
 # (steps_used, phases_used): fewer steps than the phases could be fitted from.

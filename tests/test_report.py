@@ -26,7 +26,7 @@ from pipeplan.formats import (
     dumps,
     load,
 )
-from pipeplan.formats.profile import profile_sha256
+from pipeplan.formats.profile import NULL_WHEN_UNFITTED, profile_sha256
 from pipeplan.report import (
     Report,
     make_report,
@@ -44,6 +44,7 @@ def calibrated_profile() -> Profile:
     prices forecasts with a calibration-1.json of its own)."""
     shipped = load(Profile, shipped_profile("vit-digits", "cpu"))
     fit = dict(runs=["elastic"], phases_used=1, steps_used=7, residual_median=0.0)
+    fit["not_fitted"] = dict.fromkeys(NULL_WHEN_UNFITTED, "not measured")  # null, with why
     calibration = Calibration(step_overhead_s=OVERHEAD_S, residual_max=0.0, **fit)
     return shipped.model_copy(update={"calibration": calibration})
 

@@ -52,7 +52,7 @@ class Cluster(Versioned):
         None,
         description="All-reduce fit (ring terms) inside a node; intra_node when absent.",
     )
-    inter_node: Link = Field(description="Link between nodes (slowest link of a crossing group).")
+    inter_node: Link = Field(description="Link between nodes: each node's network link (NIC).")
     host_to_device_bandwidth_bytes_per_s: Bandwidth = Field(
         DEFAULT_HOST_TO_DEVICE_BANDWIDTH_BYTES_PER_S,
         description="Reading cached activations from host memory.",

@@ -564,6 +564,17 @@ class Calibration(Strict):
             )
         for name in self.not_fitted:
             _check_not_fitted(self, name)
+        # The converse: null (or missing) is how calibrate leaves these unfitted, never a fit,
+        # and it then says why. Found by the thirty-sixth round: a fitted `allreduce` set to
+        # null by hand, not_fitted unchanged, was priced as unfitted (the cluster's link). A
+        # pinned number (a scale's parent, 0) may also be fitted: that edit cannot be told.
+        for name in NULL_WHEN_UNFITTED:
+            if getattr(self, name) is None and name not in self.not_fitted:
+                raise ValueError(
+                    f"{name} is null, which calibrate writes only for a parameter it did not "
+                    f"fit, but not_fitted does not name it: calibrate names each with the "
+                    "reason; give its fitted value back (or calibrate again)"
+                )
         return self
 
     def scales(self, kind: str) -> tuple[float, float]:
@@ -594,6 +605,19 @@ PINNED: dict[str, Any] = {
     "micro_batch_overhead_s": lambda c: (0.0,),
     "input_s_per_sample": lambda c: (0.0,),
 }
+
+
+# The parameters whose unfitted value is null (`PINNED`): calibrate writes a number for each
+# it fits (a call scale it cannot separate gets its parent's), so null comes with a reason.
+NULL_WHEN_UNFITTED = (
+    "fwd_call_scale",
+    "nograd_call_scale",
+    "bwd_call_scale",
+    "allreduce",
+    "p2p",
+    "optimizer_s_per_byte",
+    "group_rebuild_s",
+)
 
 
 def _check_not_fitted(calibration: Calibration, name: str) -> None:
