@@ -27,10 +27,12 @@ import math
 import os
 import pickle
 import re
+import shlex
 import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -44,6 +46,7 @@ from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
 from pipeplan.formats.base import read_input
 
 log = logging.getLogger("pipeplan.checkpoint")
+T = TypeVar("T")
 KEEP = 2  # checkpoints kept: the newest and the one before it
 FILES = ("model.pt", "optimizer.pt", "rng.pt")  # beside manifest.json, which names their sha256
 # A resume that changes the run's configuration (more epochs, another world size) writes it
@@ -311,9 +314,14 @@ def file_sha256(path: Path) -> str:
 NO_CHECKPOINT = {
     "resume": "no checkpoint to resume from",
     "export": "no checkpoint to export: the run has not saved one",
+    "report": "no checkpoint to check the run against",  # report and calibrate
 }
 # What the command does with an older checkpoint when the newest is refused, for its notice.
-USING_OLDER = {"resume": "resuming from", "export": "exporting"}
+USING_OLDER = {
+    "resume": "resuming from",
+    "export": "exporting",
+    "report": "checking the run against",
+}
 
 
 def check_checkpoints_folder(run_dir: Path) -> None:
@@ -370,8 +378,12 @@ def latest(run_dir: Path, purpose: str = "resume") -> Path:
         raise InputFileError(
             f"{pointer}: names {name}, which does not exist (checkpoints here: {kept})"
         )
-    if not (path / "manifest.json").exists():
-        raise InputFileError(f"{path}: checkpoint is incomplete")
+    # A folder without its manifest.json (or a file in its place) is returned as named: it
+    # is a checkpoint that does not verify (`read_manifest` says why), which `load_latest`
+    # passes over for the older one, as one without its model.pt. Refused here, the run could
+    # be neither resumed, exported nor reported, the usable step-4 beside it unnamed (the
+    # thirty-sixth round). Never one being written: `_write` fills `.tmp-step-N/` (no
+    # `step-*` name) and renames it complete, and a live run's lock keeps other commands out.
     return path
 
 
@@ -686,14 +698,22 @@ def check_kept_trained_with(run_dir: Path, cfg: RunConfig) -> None:
 def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> CheckpointManifest | None:
     """`check_trained_with` against the run's latest checkpoint, when it has one: its manifest
     only, no tensor read: calibrate and report take run.json's precision, batch… as what the
-    run trained under. Returns the manifest (None without a checkpoint).
+    run trained under. A newest one whose manifest does not read (missing, emptied, edited) is
+    passed over for the older, with a notice, as resume and export pass it over
+    (`load_latest`). Returns the manifest (None without a checkpoint).
     `check_latest_trained_with(run_dir, load(RunConfig, run_dir / "run.json"))`."""
     if not (run_dir / "checkpoints" / "latest").exists():
         return None  # a run stopped before its first checkpoint: nothing to check against
-    path = latest(run_dir, "export")
+    _, manifest = _first_usable(run_dir, "report", _folder_manifest, True)
+    check_trained_with(manifest, cfg, run_dir / "run.json")
+    return manifest
+
+
+def _folder_manifest(path: Path) -> CheckpointManifest:
+    """The manifest of the checkpoint folder `path`, its step the folder's: what report and
+    calibrate read of a checkpoint (`check_latest_trained_with`)."""
     manifest = read_manifest(path)
     check_manifest_folder(path, manifest)
-    check_trained_with(manifest, cfg, run_dir / "run.json")
     return manifest
 
 
@@ -705,35 +725,71 @@ def load_latest(run_dir: Path, purpose: str = "resume", notice: bool = True) -> 
 
         manifest, model, optimizer, rng = load_latest(run_dir, notice=False)   # in a rank
     """
+    return _first_usable(run_dir, purpose, load_checkpoint, notice)[1]
+
+
+def _first_usable(
+    run_dir: Path, purpose: str, read: Callable[[Path], T], notice: bool
+) -> tuple[Path, T]:
+    """The first checkpoint `read` takes without an InputFileError, and what it gave: the one
+    `latest` names, else every other `step-N` folder, newest first, with a notice naming why
+    the newest was passed over (unless `notice` is False; `purpose` a key of USING_OLDER).
+    Every way a checkpoint fails is one class, unusable, passed over alike: a manifest.json
+    missing, a folder emptied or a file in its place, as a corrupt model.pt (the thirty-sixth
+    round). InputFileError (`_none_left`) when none is left.
+
+        path, manifest = _first_usable(run_dir, "report", _folder_manifest, True)
+    """
     newest = latest(run_dir, purpose)
-    candidates = sorted(
-        (p for p in (run_dir / "checkpoints").glob("step-*") if p.is_dir()),
-        key=lambda p: int(p.name[5:]) if p.name[5:].isdigit() else -1,
+    older = sorted(
+        (p for p in (run_dir / "checkpoints").glob("step-*") if p.is_dir() and p != newest),
+        key=_step_of,
         reverse=True,
     )
-    candidates = [newest, *(p for p in candidates if p != newest)]
+    candidates = [newest, *older]
     first_error: InputFileError | None = None
     for path in candidates:
         try:
-            loaded = load_checkpoint(path)
+            value = read(path)
         except InputFileError as exc:
             first_error = first_error or exc
             continue
         if path != newest and notice:
             log.warning("%s; %s %s", first_error, USING_OLDER[purpose], _instead(path, newest))
-        elif notice:
+        elif notice and purpose != "report":  # report never said it: no new line where it reads
             _say_newer(newest, candidates, purpose)
-        return loaded
+        return path, value
     assert first_error is not None
-    if len(candidates) == 1:
-        raise first_error
-    # Every one failed: naming the newest alone read as if removing it would do (the
-    # thirty-fifth round); the older ones failed too.
-    older = ", ".join(p.name for p in candidates[1:])
-    raise InputFileError(
-        f"{first_error}; the older {older} cannot be used either: no checkpoint of this run "
-        "is left to continue from"
-    ) from None
+    raise _none_left(run_dir, first_error, older)
+
+
+def _none_left(run_dir: Path, error: InputFileError, older: list[Path]) -> InputFileError:
+    """The one line when no checkpoint of the run verifies: why the newest does not (`error`),
+    that the `older` ones do not either and those an earlier resume set aside (`UNUSABLE`)
+    did not, and what is left to do. Naming the newest alone read as if removing it would
+    do, where it was the last: the only checkpoint, or the one left after a fallback resume
+    moved the newer aside (the thirty-fifth and thirty-sixth rounds).
+
+        _none_left(run_dir, error, [])
+        # "…/step-4/model.pt: checksum mismatch (…); unusable-step-6 was set aside before (it
+        #  did not verify); no checkpoint of this run is left to continue from: delete …"
+    """
+    said = [str(error)]
+    if older:
+        said.append(f"the older {', '.join(p.name for p in older)} cannot be used either")
+    aside = sorted(
+        (p.name for p in (run_dir / "checkpoints").glob(UNUSABLE + "step-*")),
+        key=lambda name: (_step_of(Path(name.removeprefix(UNUSABLE).split(".")[0])), name),
+    )
+    if aside:
+        were = "was" if len(aside) == 1 else "were"
+        it = "it" if len(aside) == 1 else "they"
+        said.append(f"{', '.join(aside)} {were} set aside before ({it} did not verify)")
+    said.append(
+        "no checkpoint of this run is left to continue from: delete "
+        f"{shlex.quote(str(run_dir))} to run it again"
+    )
+    return InputFileError("; ".join(said))
 
 
 # What a resume that fell back names the checkpoints it passed over, moved aside in
@@ -758,17 +814,9 @@ def set_aside_passed_over(run_dir: Path, used: CheckpointManifest) -> str | None
     """
     root = run_dir / "checkpoints"
     name = f"step-{used.step}"
-    named = latest(run_dir).name
-    if named == name:
+    passed = passed_over(run_dir, used)
+    if not passed:
         return None
-    passed = sorted(
-        (
-            p
-            for p in root.glob("step-*")
-            if p.is_dir() and (p.name == named or _step_of(p) > used.step)
-        ),
-        key=_step_of,
-    )
     # The pointer first: stopped between the two, the run reads as resumed, the passed-over
     # folders still beside it ("newer, not checked"), never a pointer to a moved folder.
     write_atomic(root / "latest", name + "\n")
@@ -789,6 +837,29 @@ def set_aside_passed_over(run_dir: Path, used: CheckpointManifest) -> str | None
         f"{root}: {were}, which did not verify, {'is' if len(moved) == 1 else 'are'} moved to "
         f"{now} (kept, never read by pipeplan); latest names {name}, which the run continues "
         "from"
+    )
+
+
+def passed_over(run_dir: Path, used: CheckpointManifest) -> list[Path]:
+    """What a resume from `used`'s checkpoint moves aside (`set_aside_passed_over`), oldest
+    first: none where `latest` names it; else the entry `latest` names and every `step-N`
+    newer than `used`, folders or not. A `step-N` file, or a folder emptied, is as unusable
+    as a corrupt folder, and one newer than `used` is where the resumed run writes (the
+    thirty-sixth round). None is a checkpoint being written: `_write` fills `.tmp-step-N/`
+    and renames it whole, and a live run's lock keeps every other command out.
+
+        passed_over(Path("runs/k"), manifest)   # [Path("runs/k/checkpoints/step-6")]
+    """
+    named = latest(run_dir).name
+    if named == f"step-{used.step}":
+        return []
+    return sorted(
+        (
+            p
+            for p in (run_dir / "checkpoints").glob("step-*")
+            if p.name == named or _step_of(p) > used.step
+        ),
+        key=_step_of,
     )
 
 
@@ -860,7 +931,16 @@ def read_manifest(folder: Path) -> CheckpointManifest:
     path = folder / "manifest.json"
     if path.is_symlink():
         raise InputFileError(f"{path}: is a symbolic link; a checkpoint writes its own manifest")
+    # A checkpoint folder emptied, or a file in its place, said "No such file" or "Not a
+    # directory" of a manifest.json in it; `save` never leaves a `step-N` without one.
+    if not folder.is_dir():
+        raise InputFileError(f"{folder}: not a folder; a checkpoint is a folder of {_FOLDER}")
+    if not os.path.lexists(path):
+        raise InputFileError(f"{folder}: checkpoint is incomplete (no manifest.json)")
     return load(CheckpointManifest, path)
+
+
+_FOLDER = f"manifest.json, {', '.join(FILES[:-1])} and {FILES[-1]}"  # a checkpoint's files, said
 
 
 def manifest_path(run_dir: Path, manifest: CheckpointManifest) -> Path:

@@ -186,6 +186,7 @@ from executor.checkpoint import (
     has_checkpoint,
     latest,
     manifest_path,
+    passed_over,
     read_manifest,
     remove_partial,
 )
@@ -477,8 +478,10 @@ def check_run(
             check_position(older, cfg, samples, seq.layers, manifest_path(run_dir, older))
 
         check_older_manifests(manifest, records, run_dir, cfg, position)
-        check_weights(weights, seq.layers, latest(run_dir))
-        check_outputs(run_dir)
+        # Named as the checkpoint read: an older one where `load_latest` fell back.
+        check_weights(weights, seq.layers, manifest_path(run_dir, manifest).parent)
+        # Not what rank 0 moves aside before it writes (a `step-N` file passed over).
+        check_outputs(run_dir, skip=passed_over(run_dir, manifest))
     if planner.plan is not None and nodes is not None:  # a local run is one node
         where = cfg.plan if resumed is None else resumed[0] / RUN_PLAN
         check_plan_nodes(planner.plan, where, nodes, cfg.nproc)
@@ -669,19 +672,20 @@ RUN_WRITES_FILES = {
 }
 
 
-def check_outputs(run_dir: Path) -> None:
+def check_outputs(run_dir: Path, skip: list[Path] | tuple[Path, ...] = ()) -> None:
     """What a run writes into its directory (RUN_WRITES_FOLDERS, RUN_WRITES_FILES) can be
     written there, before any rank starts: each folder absent or a plain folder, each file
     absent or a regular file; never a symbolic link (a rank's log linked elsewhere had the
     resume append its output there), a FIFO (a rank blocked opening it: the resume hung), a
     device, or a folder where a file belongs (a rank's traceback, then "training failed on
-    rank 0 at step 2"). OutputError naming the first path that is not.
+    rank 0 at step 2"). OutputError naming the first path that is not. `skip`: paths a
+    resume's rank 0 moves aside before any write (`checkpoint.passed_over`).
 
         check_outputs(Path("runs/a"))   # runs/a/logs/rank-1.log: not a regular file (a FIFO); …
     """
     for folder, names in RUN_WRITES_FOLDERS.items():
         for path in _entries(run_dir / folder, names):
-            why = not_a_plain_folder(path)
+            why = None if path in skip else not_a_plain_folder(path)
             if why is not None:
                 raise OutputError(f"{path}: {why}; the run writes into it")
     for folder, names in RUN_WRITES_FILES.items():

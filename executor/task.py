@@ -742,7 +742,6 @@ def _export(
         check_position,
         check_trained_with,
         check_weights,
-        latest,
         load_checkpoint,
         load_latest,
         manifest_path,
@@ -799,7 +798,8 @@ def _export(
     check_eval_metrics(run_dir, records)
     if check_files is not None:
         check_files(run_dir, cfg, records)
-    check_weights(weights, seq.layers, path or latest(run_dir, "export"))  # shapes and dtype kinds
+    # Shapes and dtype kinds, named as the checkpoint read (an older one after a fallback).
+    check_weights(weights, seq.layers, path or manifest_path(run_dir, manifest).parent)
     try:
         restore(seq.layers, weights, {})
     except RuntimeError as exc:

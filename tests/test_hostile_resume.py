@@ -3519,3 +3519,200 @@ def test_a_resume_whose_data_gives_another_length_is_refused(tmp_path, capsys, m
         refused(["run", "--resume", str(run), "--epochs", "2"], tmp_path, capsys, fragments)
     finally:
         sys.modules.pop(name, None)
+
+
+# ----------------------------------------- thirty-sixth round: no usable checkpoint, and which
+
+# 1 rank, 2 epochs of 3 steps, a checkpoint every 2 steps: step-4 and the final step-6 kept.
+TWO_KEPT = ["--model", "vit-digits", "--nproc", "1", "--epochs", "2", "--global-batch", "16"]
+TWO_KEPT += ["--max-steps-per-epoch", "3", "--checkpoint-every", "2", "--freeze", "none"]
+
+
+@pytest.fixture(scope="module")
+def two_kept_run(tmp_path_factory) -> Path:
+    """Uninterrupted: TWO_KEPT's run, its checkpoints step-4 and step-6 (`latest`)."""
+    root = tmp_path_factory.mktemp("twokept")
+    assert cli.main(["run", *TWO_KEPT, "--name", "k", "--runs-dir", str(root)]) == 0
+    checkpoints = root / "k" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step-4", "step-6"]
+    return root / "k"
+
+
+def _two_kept_commands(run: Path, tmp_path: Path) -> dict[str, list[str]]:
+    """`_commands` for a TWO_KEPT run: its resume trains a third epoch."""
+    return {**_commands(run, tmp_path), "resume": ["run", "--resume", str(run), "--epochs", "3"]}
+
+
+def _corrupt(path: Path) -> None:
+    """One byte in the middle of `path` flipped, as a disk or a copy damages it."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["resume", "export"])
+@pytest.mark.parametrize("case", ["the only checkpoint", "the newer one set aside before"])
+def test_the_last_checkpoint_unusable_says_none_is_left(
+    two_kept_run, tmp_path, capsys, command, case
+):
+    """Found by the thirty-sixth round: where the checkpoint that did not verify was the last
+    one, resume and export said only "step-4/model.pt: checksum mismatch (corrupted or
+    replaced)", as if the run had another one or deleting that file would do: a run with a
+    single checkpoint, or one whose newer step-6 a fallback resume had already moved aside
+    as unusable-step-6. Two corrupt checkpoints said that none was left. Now every case
+    says so, names what an earlier resume set aside, and what is left to do: one line,
+    nothing changed."""
+    from executor.checkpoint import read_manifest, set_aside_passed_over
+
+    run = copy_run(two_kept_run, tmp_path)
+    checkpoints = run / "checkpoints"
+    if case == "the only checkpoint":
+        shutil.rmtree(checkpoints / "step-4")  # what a run that kept one checkpoint has
+        left, aside = "step-6", ()
+    else:  # what a fallback resume stopped after its first step leaves
+        _corrupt(checkpoints / "step-6" / "model.pt")
+        assert set_aside_passed_over(run, read_manifest(checkpoints / "step-4"))
+        assert sorted(p.name for p in checkpoints.iterdir()) == [
+            "latest",
+            "step-4",
+            "unusable-step-6",
+        ]
+        left, aside = "step-4", ("; unusable-step-6 was set aside before (it did not verify)",)
+    _corrupt(checkpoints / left / "model.pt")
+    argv = _two_kept_commands(run, tmp_path)[command]
+    said = (
+        f"pipeplan: error: {checkpoints / left / 'model.pt'}: checksum mismatch (corrupted or "
+        "replaced); ",
+        *aside,
+        f"; no checkpoint of this run is left to continue from: delete {run} to run it again",
+    )
+    refused(argv, tmp_path, capsys, said)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["resume", "export", "report"])
+def test_no_checkpoint_that_verifies_is_said_alike_by_every_command(
+    two_kept_run, tmp_path, capsys, command
+):
+    """Found by the thirty-sixth round (with its missing manifest): both checkpoints without
+    their manifest.json, resume, export and report each said "step-6: checkpoint is
+    incomplete". Each says, in the one line, that the older one cannot be used either and
+    that no checkpoint of the run is left."""
+    run = copy_run(two_kept_run, tmp_path)
+    for manifest in (run / "checkpoints").glob("step-*/manifest.json"):
+        manifest.unlink()
+    said = (
+        f"pipeplan: error: {run / 'checkpoints' / 'step-6'}: checkpoint is incomplete (no "
+        "manifest.json); the older step-4 cannot be used either; no checkpoint of this run is "
+        f"left to continue from: delete {run} to run it again"
+    )
+    refused(_two_kept_commands(run, tmp_path)[command], tmp_path, capsys, said)
+
+
+def _unusable_newest(run: Path, damage: str) -> None:
+    """The run's newest checkpoint step-6 damaged as `damage` says (UNUSABLE_NEWEST)."""
+    step = run / "checkpoints" / "step-6"
+    if damage == "manifest.json deleted":
+        (step / "manifest.json").unlink()
+    elif damage == "every file deleted":
+        for path in step.iterdir():
+            path.unlink()
+    else:  # a file in its place
+        shutil.rmtree(step)
+        step.write_text("not a checkpoint\n")
+
+
+# How the newest is damaged: what the notice says of it.
+UNUSABLE_NEWEST = {
+    "manifest.json deleted": "checkpoint is incomplete (no manifest.json)",
+    "every file deleted": "checkpoint is incomplete (no manifest.json)",
+    "a file in its place": (
+        "not a folder; a checkpoint is a folder of manifest.json, model.pt, optimizer.pt and rng.pt"
+    ),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["export", "report"])
+@pytest.mark.parametrize("damage", UNUSABLE_NEWEST)
+def test_a_newest_checkpoint_without_its_manifest_is_passed_over_by_export_and_report(
+    two_kept_run, tmp_path, capsys, command, damage
+):
+    """Found by the thirty-sixth round: the newest step-6 without its manifest.json (every
+    file of it deleted, or a file in its place) stopped export and report with "step-6:
+    checkpoint is incomplete", never naming the usable step-4 beside it; one without its
+    model.pt was passed over for step-4 with a notice. Both are one class, unusable: passed
+    over with the notice, step-4 exported (report checks the run against it), the run
+    unchanged."""
+    run = copy_run(two_kept_run, tmp_path)
+    _unusable_newest(run, damage)
+    before = snapshot(run)
+    assert cli.main(_two_kept_commands(run, tmp_path)[command]) == 0
+    err = capsys.readouterr().err
+    doing = {"export": "exporting", "report": "checking the run against"}[command]
+    notice = (
+        f"pipeplan: WARNING: {run / 'checkpoints' / 'step-6'}: {UNUSABLE_NEWEST[damage]}; "
+        f"{doing} the older step-4"
+    )
+    assert [line for line in err.splitlines() if "WARNING" in line] == [notice], err
+    assert snapshot(run) == before
+    if command == "export":
+        assert (tmp_path / "out" / "config.json").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("damage", ["manifest.json deleted", "a file in its place"])
+def test_a_resume_passes_over_a_newest_checkpoint_without_its_manifest(
+    two_kept_run, tmp_path, capfd, damage
+):
+    """Found by the thirty-sixth round: a resume of a run whose newest step-6 had lost its
+    manifest.json (or was a file) was refused, "step-6: checkpoint is incomplete", though
+    step-4 beside it was usable; a step-6 without its model.pt was passed over. Now it is
+    passed over alike: the notice, the resume from step-4, step-6 moved aside as
+    unusable-step-6 (its bytes kept, a file as a file) and the run trained to its end."""
+    run = copy_run(two_kept_run, tmp_path)
+    checkpoints = run / "checkpoints"
+    _unusable_newest(run, damage)
+    step_6 = checkpoints / "step-6"
+    kept = step_6.read_bytes() if step_6.is_file() else snapshot(step_6)
+    capfd.readouterr()
+    assert cli.main(["run", "--resume", str(run), "--epochs", "3"]) == 0
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if "WARNING" in line]
+    assert lines == [
+        f"pipeplan: WARNING: {step_6}: {UNUSABLE_NEWEST[damage]}; resuming from the older step-4",
+        f"pipeplan: rank 0: WARNING: {checkpoints}: step-6, which did not verify, is moved to "
+        "unusable-step-6 (kept, never read by pipeplan); latest names step-4, which the run "
+        "continues from",
+    ], err[-3000:]
+    assert sorted(p.name for p in checkpoints.iterdir()) == [
+        "latest",
+        "step-8",
+        "step-9",
+        "unusable-step-6",
+    ]
+    assert (checkpoints / "latest").read_text() == "step-9\n"
+    aside = checkpoints / "unusable-step-6"
+    assert (aside.read_bytes() if aside.is_file() else snapshot(aside)) == kept
+    assert cli.main(["report", str(run)]) == 0
+    assert "WARNING" not in capfd.readouterr().err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["export", "report"])
+def test_a_checkpoint_being_written_is_never_passed_over(two_kept_run, tmp_path, capsys, command):
+    """The thirty-sixth round's fix passes over a `step-N` without its manifest; a checkpoint
+    being written is not one: `save` fills `.tmp-step-N/` and renames it whole once its
+    manifest is in, and `latest` names it only after. A `.tmp-step-8/` holding model.pt
+    alone (a write under way, or one a kill left) is neither read nor named nor moved."""
+    run = copy_run(two_kept_run, tmp_path)
+    partial = run / "checkpoints" / ".tmp-step-8"
+    partial.mkdir()
+    (partial / "model.pt").write_bytes((run / "checkpoints" / "step-6" / "model.pt").read_bytes())
+    before = snapshot(run)
+    assert cli.main(_two_kept_commands(run, tmp_path)[command]) == 0
+    assert "WARNING" not in capsys.readouterr().err
+    assert snapshot(run) == before
