@@ -918,11 +918,15 @@ RUN_OWN_FILES += ("profile.json", "run.plan.json", "data.json")
 
 
 def check_own_files(run_dir: Path) -> None:
-    """No file the run writes at the top of `run_dir` (RUN_OWN_FILES, calibration-N.json) is a
-    symbolic link, whatever it points at: a run.jsonl linked to a file of text was read first
-    and called "not valid JSON", and only a link to a valid copy was refused as a link
-    (twenty-fourth round); profile.json and run.plan.json, linked, were read and trained by
-    (twenty-sixth). InputFileError naming the first one, in resume's words.
+    """Every file the run writes at the top of `run_dir` (RUN_OWN_FILES, calibration-N.json)
+    is absent or a regular file, told from its entry alone (never opened: a FIFO would block
+    its reader). A symbolic link is refused whatever it points at: a run.jsonl linked to a
+    file of text was read first and called "not valid JSON", and only a link to a valid copy
+    was refused as a link (twenty-fourth round); profile.json and run.plan.json, linked, were
+    read and trained by (twenty-sixth). Found by the thirty-sixth round: a summary.json or
+    run.plan.json that was a directory or a FIFO was taken by report and export as none
+    (`runfiles.check_summary` skips a summary that is not a file), though a resume refused
+    it. InputFileError naming the first one, in resume's words.
 
         check_own_files(Path("runs/exp1"))   # runs/exp1/run.jsonl: is a symbolic link, …
     """
@@ -932,9 +936,19 @@ def check_own_files(run_dir: Path) -> None:
         names = []  # the folder's own checks say why it cannot be read
     for name in (*RUN_OWN_FILES, *sorted(names)):
         path = run_dir / name
-        if os.path.islink(path):
+        try:
+            mode = os.lstat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # absent: whoever needs it says so
+        except OSError as exc:  # a name too long, a folder it may not read
+            raise InputFileError(f"{path}: cannot be reached ({exc.strerror or exc})") from None
+        if stat.S_ISLNK(mode):
             why = "is a symbolic link, not a file of its own"
-            raise InputFileError(f"{path}: {why}; the run writes this file")
+        elif not stat.S_ISREG(mode):  # as `check_run_directory` says of the files it needs
+            why = f"not a regular file ({entry_kind(mode)})"
+        else:
+            continue
+        raise InputFileError(f"{path}: {why}; the run writes this file")
 
 
 def _entry(path: Path) -> str | None:
