@@ -16,7 +16,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeplan.errors import BadArgumentError, InputFileError, OutputError, Stopped, excerpt
+from pipeplan.errors import (
+    BadArgumentError,
+    InputFileError,
+    OutputError,
+    Stopped,
+    excerpt,
+    quoted,
+)
 from pipeplan.startup import STOP_SIGNALS
 
 
@@ -70,6 +77,49 @@ def check_not_stdout(path: str | Path, flag: str, kind: str) -> None:
     refused. OutputError naming the flag. (./- names such a file or folder.)"""
     if str(path) == "-":
         raise OutputError(f"-: {flag} takes a {kind} name, not standard output")
+    check_name_lengths(path, flag)  # before anything probes the path (`check_outside_runs`)
+
+
+def check_name_lengths(path: str | Path, flag: str) -> None:
+    """Every name along an output path `path` fits the file system (its NAME_MAX, 255 bytes
+    on most), told before anything looks at the path. Found by the thirty-sixth round:
+    `export --out NAME` of a 300-character NAME said "<out>/run.json: File name too long",
+    a file export never writes, from the check that the output lies in no run directory
+    (`is_run_directory`); plan, calibrate and profile's --out and run's --runs-dir said the
+    same. OutputError naming the flag, and the name too long when it is not the whole path.
+
+        check_name_lengths("a" * 300, "--out")
+        # OutputError: --out 'aaa…' (300 characters): file name too long (300 bytes; …)
+    """
+    given = str(path)
+    parts = Path(given).parts
+    for i, name in enumerate(parts):
+        size = len(os.fsencode(name))
+        if size <= _SHORTEST_NAME_MAX:
+            continue
+        limit = _name_max(Path(*parts[:i]) if i else Path("."))
+        if size > limit:
+            which = "" if name == given else f"{quoted(name, 40)}: "
+            raise OutputError(
+                f"{flag} {quoted(given)}: file name too long ({which}{size} bytes; the file "
+                f"system takes {limit} a name)"
+            )
+
+
+# The least NAME_MAX POSIX allows: a name no longer than this fits every file system.
+_SHORTEST_NAME_MAX = 14
+
+
+def _name_max(folder: Path) -> int:
+    """The longest name (bytes) the file system holding `folder`, or its nearest existing
+    folder above, takes; 255 when none tells."""
+    where = Path(os.path.abspath(folder))
+    for candidate in (where, *where.parents):
+        try:
+            return os.pathconf(candidate, "PC_NAME_MAX")
+        except (OSError, ValueError):  # not there (yet), or a name too long itself
+            continue
+    return 255
 
 
 def check_distinct(paths: Iterable[str | Path], what: str) -> None:
@@ -150,10 +200,16 @@ def is_run_directory(folder: Path) -> bool:
     records and its checkpoints. A run copied without its dot-files (`cp -r RUN/* COPY/`),
     prepared but not started, or with run.json lost is still one: report, calibrate and resume
     read it (or would, once run.json is back), so nothing may write into what it keeps, no run
-    may start inside it, and the demo may rebuild it."""
-    if (folder / "run.json").is_file():
-        return True
-    return sum((folder / name).exists() for name in RUN_MARKS) >= 2
+    may start inside it, and the demo may rebuild it. A folder that cannot be looked into (a
+    name too long, one it may not search) is none: nothing could be written in it either, and
+    the probe named a file no command writes ("<out>/run.json: File name too long", the
+    thirty-sixth round); what then uses the path says why it cannot."""
+    try:
+        if (folder / "run.json").is_file():
+            return True
+        return sum((folder / name).exists() for name in RUN_MARKS) >= 2
+    except OSError:
+        return False
 
 
 def enclosing_run(path: str | Path, *, strictly: bool = False) -> Path | None:

@@ -1348,7 +1348,7 @@ FRESH_ROUND = {
     ),
     "files: a file name longer than the file system allows": (
         f"plan --profile {{P}} {SHAPE} --out {{DIR}}/{'a' * 300}.json",
-        "File name too long",
+        "file name too long",  # said of --out since the thirty-sixth round
     ),
     "flags: a size as a bandwidth": (
         f"preview --profile {{P}} --nodes 2 --devices-per-node 2 --inter-bw 5GB {SHAPE}",
