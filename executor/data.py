@@ -1026,6 +1026,74 @@ def refuse_awaitable_item(value: Any, dataset: Any, index: int, name: str, split
     )
 
 
+def refuse_odd_tensors(value: Any, index: int, name: str, split: str) -> None:
+    """Refuses an item (`dataset[index]`, an (input, label) pair: `_check_pair`) whose input
+    or label is a tensor pipeplan cannot read as it reads values: anything but a dense tensor
+    on the CPU (`_odd_tensor`). Found by the thirty-sixth round: a meta-device or sparse
+    input or label reached the launcher's checks (`.min()`, `.view()`, `nonzero()`), which
+    raised a traceback, exit 1; a vit-digits rank failed on one with a torch error naming no
+    data. Each read of an item checks here, after `refuse_awaitable_item`: the launcher's
+    and a rank's checks (`item`) and a rank's reads as it trains (`batch_rows`), which read
+    items the checks do not (those between the first and the last).
+
+        refuse_odd_tensors((x.to_sparse(), y), 0, "m:load", "train")
+        # BadArgumentError: "data 'm:load': train item 0's input is a sparse tensor
+        # (sparse_coo); an item's input and label must be dense tensors on the CPU …"
+    """
+    for part, tensor in zip(("input", "label"), value, strict=True):
+        kind = _odd_tensor(tensor) if isinstance(tensor, torch.Tensor) else None
+        if kind is not None:
+            raise BadArgumentError(
+                f"data '{name}': {split} item {index}'s {part} is {kind}; {_DENSE_CPU}"
+            )
+
+
+def refuse_odd_pairs(pairs: TensorPairs, name: str, split: str) -> None:
+    """`refuse_odd_tensors` for a `TensorPairs` a data function built: its inputs and labels
+    are read whole (`label_count`, `check_compatible`) before any item is."""
+    for part, tensor in (("inputs", pairs.inputs), ("labels", pairs.labels)):
+        kind = _odd_tensor(tensor) if isinstance(tensor, torch.Tensor) else None
+        if kind is not None:
+            raise BadArgumentError(
+                f"data {quoted(name)}: the {split} {part} are {kind}; {_DENSE_CPU}"
+            )
+
+
+# What every refusal of `refuse_odd_tensors` ends with: what an item must be, and why the CPU.
+_DENSE_CPU = (
+    "an item's input and label must be dense tensors on the CPU (a rank moves each batch to "
+    "its device itself)"
+)
+
+
+def _odd_tensor(tensor: torch.Tensor) -> str | None:
+    """What keeps `tensor` from being an item's input or label, or None when it is a dense
+    (strided, unquantized, not nested) tensor on the CPU: its attributes alone, read at no
+    cost for every item a rank reads.
+
+        _odd_tensor(torch.empty(3, device="meta"))   # "a meta tensor (it holds no values)"
+    """
+    if tensor.is_nested:
+        return "a nested tensor"
+    if tensor.layout is not torch.strided:
+        layout = str(tensor.layout).removeprefix("torch.")
+        sparse = tensor.layout in _SPARSE_LAYOUTS
+        return f"a sparse tensor ({layout})" if sparse else f"a tensor of layout {layout}"
+    if tensor.is_quantized:
+        return f"a quantized tensor ({_dtype(tensor.dtype)})"
+    device = tensor.device
+    if device.type == "meta":
+        return "a meta tensor (it holds no values)"
+    if device.type != "cpu":
+        return f"a tensor on {device}"
+    return None
+
+
+_SPARSE_LAYOUTS = (
+    torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc
+)  # fmt: skip
+
+
 # How far `_parts` looks into an item: its input and label, and what they hold, so many of each.
 _PART_DEPTH, _PART_WIDTH = 3, 256
 
@@ -1117,6 +1185,8 @@ def _as_task_data(result: Any, spec: str) -> TaskData:
                 "map-style dataset with __len__ and __getitem__"
             )
         length(dataset, spec, split)
+        if isinstance(dataset, TensorPairs):
+            refuse_odd_pairs(dataset, spec, split)
     # An empty eval set trained with no evaluation at all (held-out accuracy -), as an empty
     # EVAL file of --data TRAIN,EVAL did (twentieth round).
     if length(data.eval, spec, "eval") == 0:
@@ -1187,6 +1257,7 @@ def item(dataset: Any, index: int, name: str, split: str) -> tuple[Any, Any]:
             raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from None
         refuse_awaitable_item(value, dataset, index, name, split)
     _check_pair(value, name, split, index)
+    refuse_odd_tensors(value, index, name, split)
     return value[0], value[1]
 
 
@@ -1228,6 +1299,7 @@ def batch_rows(
             raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from exc
         refuse_awaitable_item(value, dataset, index, name, split)
         _check_pair(value, name, split, index)
+        refuse_odd_tensors(value, index, name, split)
         parts.append(value[part])
     try:
         return torch.stack(parts)

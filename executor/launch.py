@@ -1840,6 +1840,9 @@ def start_run(
     """`pipeplan run`: the checks and `runs/NAME/`, then the ranks unless only preparing (for
     torchrun); no summary then."""
     cfg = with_file_values(cfg)
+    # Before the folders are looked at: a --runs-dir name too long is said of the flag, not of
+    # RUNS/NAME as the file system refused it (`prepare` checks it again).
+    check_runs_root(runs_root)
     made = missing_folders(Path(runs_root) / cfg.name)  # the name is checked by `prepare`
     run_dir = prepare(cfg, runs_root, local=not prepare_only)
     if prepare_only:

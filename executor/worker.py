@@ -831,8 +831,10 @@ class Trainer:
         moves or locks what this rank writes (the thirty-third round). An item that is or
         holds an awaitable is refused, its coroutines closed (`data.refuse_awaitable_item`,
         the thirty-fifth round): the part not kept was dropped unawaited, and Python's
-        "coroutine … was never awaited" lines came into the rank's log. A failure names the
-        data, the split and the item as the launcher's reads do (`data.batch_rows`).
+        "coroutine … was never awaited" lines came into the rank's log; so is one whose input
+        or label is not a dense CPU tensor (`data.refuse_odd_tensors`, the thirty-sixth
+        round). A failure names the data, the split and the item as the launcher's reads do
+        (`data.batch_rows`).
 
             labels = self.rows(self.data.train, indices, 1)
         """

@@ -16,7 +16,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeplan.errors import BadArgumentError, InputFileError, OutputError, Stopped, excerpt
+from pipeplan.errors import (
+    BadArgumentError,
+    InputFileError,
+    OutputError,
+    Stopped,
+    excerpt,
+    quoted,
+)
 from pipeplan.startup import STOP_SIGNALS
 
 
@@ -70,6 +77,49 @@ def check_not_stdout(path: str | Path, flag: str, kind: str) -> None:
     refused. OutputError naming the flag. (./- names such a file or folder.)"""
     if str(path) == "-":
         raise OutputError(f"-: {flag} takes a {kind} name, not standard output")
+    check_name_lengths(path, flag)  # before anything probes the path (`check_outside_runs`)
+
+
+def check_name_lengths(path: str | Path, flag: str) -> None:
+    """Every name along an output path `path` fits the file system (its NAME_MAX, 255 bytes
+    on most), told before anything looks at the path. Found by the thirty-sixth round:
+    `export --out NAME` of a 300-character NAME said "<out>/run.json: File name too long",
+    a file export never writes, from the check that the output lies in no run directory
+    (`is_run_directory`); plan, calibrate and profile's --out and run's --runs-dir said the
+    same. OutputError naming the flag, and the name too long when it is not the whole path.
+
+        check_name_lengths("a" * 300, "--out")
+        # OutputError: --out 'aaa…' (300 characters): file name too long (300 bytes; …)
+    """
+    given = str(path)
+    parts = Path(given).parts
+    for i, name in enumerate(parts):
+        size = len(os.fsencode(name))
+        if size <= _SHORTEST_NAME_MAX:
+            continue
+        limit = _name_max(Path(*parts[:i]) if i else Path("."))
+        if size > limit:
+            which = "" if name == given else f"{quoted(name, 40)}: "
+            raise OutputError(
+                f"{flag} {quoted(given)}: file name too long ({which}{size} bytes; the file "
+                f"system takes {limit} a name)"
+            )
+
+
+# The least NAME_MAX POSIX allows: a name no longer than this fits every file system.
+_SHORTEST_NAME_MAX = 14
+
+
+def _name_max(folder: Path) -> int:
+    """The longest name (bytes) the file system holding `folder`, or its nearest existing
+    folder above, takes; 255 when none tells."""
+    where = Path(os.path.abspath(folder))
+    for candidate in (where, *where.parents):
+        try:
+            return os.pathconf(candidate, "PC_NAME_MAX")
+        except (OSError, ValueError):  # not there (yet), or a name too long itself
+            continue
+    return 255
 
 
 def check_distinct(paths: Iterable[str | Path], what: str) -> None:
@@ -150,10 +200,16 @@ def is_run_directory(folder: Path) -> bool:
     records and its checkpoints. A run copied without its dot-files (`cp -r RUN/* COPY/`),
     prepared but not started, or with run.json lost is still one: report, calibrate and resume
     read it (or would, once run.json is back), so nothing may write into what it keeps, no run
-    may start inside it, and the demo may rebuild it."""
-    if (folder / "run.json").is_file():
-        return True
-    return sum((folder / name).exists() for name in RUN_MARKS) >= 2
+    may start inside it, and the demo may rebuild it. A folder that cannot be looked into (a
+    name too long, one it may not search) is none: nothing could be written in it either, and
+    the probe named a file no command writes ("<out>/run.json: File name too long", the
+    thirty-sixth round); what then uses the path says why it cannot."""
+    try:
+        if (folder / "run.json").is_file():
+            return True
+        return sum((folder / name).exists() for name in RUN_MARKS) >= 2
+    except OSError:
+        return False
 
 
 def enclosing_run(path: str | Path, *, strictly: bool = False) -> Path | None:
@@ -918,11 +974,15 @@ RUN_OWN_FILES += ("profile.json", "run.plan.json", "data.json")
 
 
 def check_own_files(run_dir: Path) -> None:
-    """No file the run writes at the top of `run_dir` (RUN_OWN_FILES, calibration-N.json) is a
-    symbolic link, whatever it points at: a run.jsonl linked to a file of text was read first
-    and called "not valid JSON", and only a link to a valid copy was refused as a link
-    (twenty-fourth round); profile.json and run.plan.json, linked, were read and trained by
-    (twenty-sixth). InputFileError naming the first one, in resume's words.
+    """Every file the run writes at the top of `run_dir` (RUN_OWN_FILES, calibration-N.json)
+    is absent or a regular file, told from its entry alone (never opened: a FIFO would block
+    its reader). A symbolic link is refused whatever it points at: a run.jsonl linked to a
+    file of text was read first and called "not valid JSON", and only a link to a valid copy
+    was refused as a link (twenty-fourth round); profile.json and run.plan.json, linked, were
+    read and trained by (twenty-sixth). Found by the thirty-sixth round: a summary.json or
+    run.plan.json that was a directory or a FIFO was taken by report and export as none
+    (`runfiles.check_summary` skips a summary that is not a file), though a resume refused
+    it. InputFileError naming the first one, in resume's words.
 
         check_own_files(Path("runs/exp1"))   # runs/exp1/run.jsonl: is a symbolic link, …
     """
@@ -932,9 +992,19 @@ def check_own_files(run_dir: Path) -> None:
         names = []  # the folder's own checks say why it cannot be read
     for name in (*RUN_OWN_FILES, *sorted(names)):
         path = run_dir / name
-        if os.path.islink(path):
+        try:
+            mode = os.lstat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # absent: whoever needs it says so
+        except OSError as exc:  # a name too long, a folder it may not read
+            raise InputFileError(f"{path}: cannot be reached ({exc.strerror or exc})") from None
+        if stat.S_ISLNK(mode):
             why = "is a symbolic link, not a file of its own"
-            raise InputFileError(f"{path}: {why}; the run writes this file")
+        elif not stat.S_ISREG(mode):  # as `check_run_directory` says of the files it needs
+            why = f"not a regular file ({entry_kind(mode)})"
+        else:
+            continue
+        raise InputFileError(f"{path}: {why}; the run writes this file")
 
 
 def _entry(path: Path) -> str | None:

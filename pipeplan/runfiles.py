@@ -85,8 +85,10 @@ def check_summary(run_dir: Path, config: RunConfig, records: list) -> None:
     from pipeplan.report import run_summary  # it imports this module
 
     path = run_dir / "summary.json"
+    # Absent: removed (a resume writes it again at the end). Any entry but a regular file was
+    # refused before (`fileio.check_own_files`: a link, a folder, a FIFO).
     if not path.is_file():
-        return  # removed (a resume writes it again at the end); a link was refused first
+        return
     summary = load(RunSummary, path)
     if summary.name != config.name:
         raise InputFileError(

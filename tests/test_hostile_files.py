@@ -24,6 +24,7 @@ from text_data import reviews, write_jsonl
 
 import cli
 from executor.planning import shipped_profile
+from pipeplan.errors import quoted
 
 made = test_hostile_data.made  # a small BERT checkpoint, its tokenizer and profile (a fixture)
 
@@ -1371,3 +1372,38 @@ def test_a_layer_out_of_memory_at_one_sample_is_refused_not_planned(tmp_path, ca
     if command == "plan":
         argv = [a for a in argv if a != "--freeze" and a != "none"] + ["--out", str(tmp_path / "p")]
     refused(argv, tmp_path, capsys, ("layer 3", "out of memory at micro-batch size 1"))
+
+
+LONG = "a" * 300  # longer than any file system's name (255 bytes on most)
+LONG_OUTPUTS = {  # the command's argv (RUN: a finished run, P: a profile) → its output flag
+    "export": (["export", "{RUN}", "--out", LONG], "--out"),
+    "export, nested": (["export", "{RUN}", "--out", f"x/{LONG}/y"], "--out"),
+    "plan": (["plan", "--profile", "{P}", *PREVIEW, "--out", LONG], "--out"),
+    "calibrate": (["calibrate", "{RUN}", "--profile", "{P}", "--out", LONG], "--out"),
+    "preview --plot": (["preview", "--profile", "{P}", *PREVIEW, "--plot", LONG], "--plot"),
+    "report --plot": (["report", "{RUN}", "--plot", LONG], "--plot"),
+    "run --runs-dir": (
+        ["run", "--model", "vit-digits", "--prepare-only", "--name", "r", "--runs-dir", LONG],
+        "--runs-dir",
+    ),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", LONG_OUTPUTS)
+def test_an_output_name_too_long_names_the_flag(finished_run, tmp_path, capsys, monkeypatch, case):
+    """Found by the thirty-sixth round: `export --out NAME` of a 300-character NAME said
+    "<cwd>/NAME/run.json: File name too long", a file export never writes (the check that
+    --out lies in no run directory looked for NAME/run.json); plan's and calibrate's --out,
+    the --plot folders and run's --runs-dir (said of RUNS/NAME) were the same. Each output
+    flag's path is held to the file system's name length first: one line naming the flag,
+    its value and the name too long; nothing is made."""
+    monkeypatch.chdir(tmp_path)
+    argv, flag = LONG_OUTPUTS[case]
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = [a.replace("{RUN}", str(finished_run)).replace("{P}", profile) for a in argv]
+    given = argv[argv.index(flag) + 1]
+    nested = "" if given == LONG else f"{quoted(LONG, 40)}: "
+    said = f"{flag} {quoted(given)}: file name too long ({nested}300 bytes; the file system takes"
+    refused(argv, tmp_path, capsys, said)
+    assert os.listdir(tmp_path) == []

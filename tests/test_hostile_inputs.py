@@ -3092,6 +3092,34 @@ def a_coroutine_in_the_input():
     return CoroutineParts(64, "in the input"), Pairs(16)
 def a_coroutine_label_at_item_5():
     return CoroutineParts(64, "label", at=5), Pairs(16)
+ODD_TENSORS = {
+    "meta": lambda t: torch.empty_like(t, device="meta"),
+    "sparse": lambda t: t.to_sparse(),
+    "csr": lambda t: t.reshape(1, -1).to_sparse_csr(),
+    "nested": lambda t: torch.nested.nested_tensor([t, t]),
+    "quantized": lambda t: torch.quantize_per_tensor(t.float(), 0.1, 0, torch.qint8),
+}
+def _odd(values):
+    import os
+    part, kind = os.environ["ODD_PART"].split(",")  # "input,meta": the input made meta
+    k = ("input", "label").index(part)
+    values[k] = ODD_TENSORS[kind](values[k])
+    return tuple(values)
+class OddParts(Pairs):
+    def __init__(self, n, at=None): super().__init__(n); self.at = at
+    def __getitem__(self, i):
+        values = list(Pairs.__getitem__(self, i))
+        return values if self.at is not None and i != self.at else _odd(values)
+def odd_train():
+    return OddParts(64), Pairs(16)
+def odd_eval():
+    return Pairs(64), OddParts(16)
+def odd_at_item_5():
+    return OddParts(64, at=5), Pairs(16)
+def odd_in_memory():
+    from executor.data import TaskData, TensorPairs
+    ids, labels = torch.randint(5, 95, (64, 128)), torch.arange(64) % 2
+    return TaskData("mine", TensorPairs(*_odd([ids, labels])), TensorPairs(ids, labels))
 """
 
 
@@ -3250,6 +3278,62 @@ def test_a_coroutine_in_an_item_a_rank_reads_is_refused_in_one_line(tmp_path, ca
     assert "event loop" in lines[0], lines[0]
     logs = tmp_path / "runs" / "u" / "logs"
     assert "never awaited" not in "".join(f.read_text() for f in logs.iterdir())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "function, odd, said",
+    [
+        ("odd_train", "input,meta", "train item 0's input is a meta tensor (it holds no values)"),
+        ("odd_train", "label,meta", "train item 0's label is a meta tensor"),
+        ("odd_train", "input,sparse", "train item 0's input is a sparse tensor (sparse_coo)"),
+        ("odd_train", "label,sparse", "train item 0's label is a sparse tensor (sparse_coo)"),
+        ("odd_train", "input,csr", "train item 0's input is a sparse tensor (sparse_csr)"),
+        ("odd_train", "input,nested", "train item 0's input is a nested tensor"),
+        ("odd_train", "label,quantized", "train item 0's label is a quantized tensor (qint8)"),
+        ("odd_eval", "input,meta", "eval item 0's input is a meta tensor"),
+        ("odd_in_memory", "input,meta", "the train inputs are a meta tensor"),
+        ("odd_in_memory", "label,sparse", "the train labels are a sparse tensor (sparse_coo)"),
+    ],
+)
+def test_an_item_that_is_not_a_dense_cpu_tensor_is_refused_in_one_line(
+    tmp_path, capsys, monkeypatch, function, odd, said
+):
+    """Found by the thirty-sixth round: a `--data module:function` item whose input or label
+    was a meta-device or sparse tensor crashed the launcher's data checks (`.min()`,
+    `.view()`, `nonzero()`) with a traceback, exit 1; a nested one too ("NestedTensorImpl
+    doesn't support sizes"), and a CSR one ("do not have is_contiguous"). An item's input and
+    label must be dense tensors on the CPU: anything else (meta, sparse, nested, quantized,
+    on another device) is refused in one line naming the data, the split, the item and what
+    it is (`data.refuse_odd_tensors`; `refuse_odd_pairs` for in-memory `TensorPairs`), with
+    no warning of torch's before it."""
+    import warnings
+
+    monkeypatch.setenv("ODD_PART", odd)
+    fragments = (f"{function}'", said, "must be dense tensors on the CPU")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        refused(_user_run(tmp_path, function), tmp_path, capsys, fragments)
+    assert [str(w.message) for w in seen] == []
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_a_meta_tensor_in_an_item_a_rank_reads_is_refused_in_one_line(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the thirty-sixth round, with the launcher's case: an item the launcher's
+    checks do not read (item 5 of 64: they read the first and last) whose label is a meta
+    tensor failed the rank with a torch error naming no data. A rank's reads as it trains
+    refuse it as the checks do (`worker.Trainer.rows`, `data.refuse_odd_tensors`)."""
+    monkeypatch.setenv("ODD_PART", "label,meta")
+    argv = _user_run(tmp_path, "odd_at_item_5", "--epochs", "1")
+    argv.remove("--prepare-only")
+    assert cli.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeplan: error: training failed"), lines
+    assert "train item 5's label is a meta tensor" in lines[0], lines[0]
+    assert "must be dense tensors on the CPU" in lines[0], lines[0]
 
 
 def test_user_data_code_writing_to_descriptor_2_is_held(tmp_path, capfd):

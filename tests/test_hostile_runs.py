@@ -664,6 +664,59 @@ def test_a_runs_own_file_that_is_a_link_is_refused_before_it_is_read(tmp_path, n
     assert _tree(tmp_path) == before
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["a FIFO", "a directory"])
+@pytest.mark.parametrize("name", OWN_FILES)
+def test_a_runs_own_file_that_is_a_folder_or_a_fifo_is_refused_unopened(tmp_path, name, kind):
+    """Found by the thirty-sixth round: summary.json (or run.plan.json) a directory or a FIFO
+    was taken by report and export as no summary (`runfiles.check_summary` skipped what is
+    not a file), while a link there was refused and a resume refused the directory. Every
+    command given a run (`check_run_directory`, `check_own_files`) refuses any entry but a
+    regular file at a file the run writes, from its entry alone (a FIFO is never opened:
+    its reader would block), in one line naming it and what it is."""
+    from pipeplan.fileio import check_run_directory
+
+    run, _ = _run_outside(tmp_path)
+    for own in ("run.json", "run.jsonl"):
+        (run / own).write_text("{}\n")
+    path = run / name
+    path.unlink(missing_ok=True)
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    before = _tree(tmp_path)
+    with pytest.raises(InputFileError) as refusal:
+        check_run_directory(run)
+    assert str(refusal.value) == f"{path}: not a regular file ({kind}); the run writes this file"
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["a FIFO", "a directory"])
+@pytest.mark.parametrize("name", ["summary.json", "run.plan.json"])
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_report_and_export_refuse_a_summary_or_plan_that_is_no_file(
+    finished_run, tmp_path, capsys, command, name, kind
+):
+    """Found by the thirty-sixth round: `report RUN` and `export RUN --out E` of a run whose
+    summary.json (or run.plan.json) was a directory or a FIFO ended 0 without a word, as if
+    the run had none (export wrote E). Both refuse it in one line naming the file and what it
+    is, as they refuse a link there; nothing is written."""
+    run = copy_run(finished_run, tmp_path)
+    path = run / name
+    path.unlink(missing_ok=True)
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    out = tmp_path / "e"
+    argv = ["report", str(run)] if command == "report" else ["export", str(run), "--out", str(out)]
+    said = f"{path}: not a regular file ({kind}); the run writes this file"
+    refused(argv, tmp_path, capsys, said)
+    assert not out.exists()
+
+
 def test_every_file_a_run_keeps_at_its_top_is_refused_as_a_link():
     """Found by the twenty-sixth round (as above): the ownership rule covered some of the
     run's files only. Every file name among what a run keeps at its top (`RUN_ENTRIES`; its
