@@ -17,6 +17,7 @@ from pipeplan.calibrate import (
     RankObservation,
     calibrate,
     fit_allreduce,
+    fit_compute,
     fit_group_rebuild,
     observe,
     predict,
@@ -529,6 +530,37 @@ def test_one_gradient_size_on_two_links_leaves_the_allreduce_to_the_cluster():
 
     link, why = fit_allreduce([point(1e-4), point(2e-4)])
     assert link is None and "same gradient bytes per replica" in why["allreduce"]
+
+
+def test_per_call_scales_need_two_micro_batch_sizes():
+    """Found by the thirty-seventh round: one 2×1 run at m = 8 fitted every per-call scale to
+    its floor (0.001) with a 0 % residual: its two ranks hold other layers, whose per-call
+    and per-sample parts weigh differently, but the difference in their times is the layers'
+    own deviation from the profile, not a per-call scale. Small micro-batches then looked all
+    but free and the calibrated planner chose M = 16, measured 4× slower. At one micro-batch
+    size each kind's per-call scale is now its per-sample one (the whole layer scaled alike,
+    said in not_fitted); at two sizes it is fitted as before."""
+
+    def rank(m: int, sample: float, call: float, measured: float) -> RankObservation:
+        return RankObservation(
+            measured_fwd_s=measured, measured_bwd_s=2 * measured, measured_allreduce_s=0.0,
+            measured_optimizer_s=0.0, active_fwd_s=sample + call, nograd_fwd_s=0.0,
+            bwd_s=2 * (sample + call), active_fwd_call_s=call, nograd_fwd_call_s=0.0,
+            bwd_call_s=2 * call, grad_bytes=1e6, replicas=1, allreduce_in_node=True,
+            micro_batch_size=m,
+        )  # fmt: skip
+
+    # Two stages at m = 8 whose times the old fit split as 2.2 per sample, 0.05 per call.
+    ranks = [rank(8, 10.0, 1.0, 22.0), rank(8, 10.0, 5.0, 22.2)]
+    scales, why = fit_compute(ranks)
+    assert scales["fwd_call_scale"] == scales["fwd_scale"] > 1.3
+    assert scales["bwd_call_scale"] == scales["bwd_scale"]
+    assert {"fwd_call_scale", "bwd_call_scale"} <= set(why)
+    # The same layers at two sizes: the per-call part is told apart, exactly.
+    ranks = [rank(8, 10.0, 1.0, 2 * 10.0 + 0.5 * 1.0), rank(2, 2.5, 1.0, 2 * 2.5 + 0.5 * 1.0)]
+    scales, why = fit_compute(ranks)
+    assert scales["fwd_scale"] == pytest.approx(2.0) and "fwd_call_scale" not in why
+    assert scales["fwd_call_scale"] == pytest.approx(0.5)
 
 
 def scale_steps(run_dir: Path, factor: float) -> None:
