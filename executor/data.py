@@ -1420,5 +1420,8 @@ def _describe(value: Any) -> str:
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, UserBaseException) and exc.__cause__ is not None:
         exc = exc.__cause__  # the user's own exception, by its name
-    text = " ".join(str(exc).split())
+    try:
+        text = " ".join(str(exc).split())
+    except Exception:  # its __str__ raised (the thirty-seventh round): the name says it
+        text = ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

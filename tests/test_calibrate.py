@@ -563,6 +563,22 @@ def test_per_call_scales_need_two_micro_batch_sizes():
     assert scales["fwd_call_scale"] == pytest.approx(0.5)
 
 
+def test_a_blank_not_fitted_reason_is_refused(profile):
+    """Found by the thirty-seventh round: a null parameter's `not_fitted` reason made blank
+    by hand ("" or spaces) stood for a reason, where a missing one is refused."""
+    from pydantic import ValidationError
+
+    from pipeplan.formats import Calibration
+
+    fields = TRUTH.model_dump()
+    fields["not_fitted"] = {**fields["not_fitted"], "p2p": "   "}
+    fields["p2p"] = None
+    with pytest.raises(ValidationError, match="not_fitted gives p2p no reason"):
+        Calibration.model_validate(fields)
+    fields["not_fitted"]["p2p"] = "no pipelined phase"
+    assert Calibration.model_validate(fields).p2p is None
+
+
 def scale_steps(run_dir: Path, factor: float) -> None:
     """Every step of the run `factor` times as long (its per-rank times unchanged)."""
     lines = []

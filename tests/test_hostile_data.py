@@ -3331,3 +3331,18 @@ def test_data_code_that_signals_its_own_process_stops_it_with_one_line(tmp_path,
     assert said == (128 + signum, [f"pipeplan: stopped by {name}"]), said
     left = sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__")
     assert left == ["rt34_signals.py"], left  # no runs/n, nothing else written
+
+
+@pytest.mark.timeout(30)
+def test_an_exception_whose_str_raises_is_named_by_its_type():
+    """Found by the thirty-seventh round: a data item's exception whose `__str__` raised was
+    reported as that second error (`RuntimeError: str broke`), the data and item lost; it is
+    now named by its type."""
+    from executor.data import _one_line
+
+    class BadStr(Exception):
+        def __str__(self):
+            raise RuntimeError("str broke")
+
+    assert _one_line(BadStr()) == "BadStr"
+    assert _one_line(ValueError("a  b\nc")) == "ValueError: a b c"

@@ -621,7 +621,12 @@ NULL_WHEN_UNFITTED = (
 
 
 def _check_not_fitted(calibration: Calibration, name: str) -> None:
-    """A `not_fitted` entry names a parameter calibrate fits, at the value it pins it to."""
+    """A `not_fitted` entry names a parameter calibrate fits, at the value it pins it to,
+    and says why (found by the thirty-seventh round: a blank reason stood for one)."""
+    if not calibration.not_fitted[name].strip():
+        raise ValueError(
+            f"not_fitted gives {name} no reason: calibrate says why each parameter is not fitted"
+        )
     if name not in PINNED:
         raise ValueError(
             f"not_fitted names {name!r}, which is not a calibration parameter (one of "
