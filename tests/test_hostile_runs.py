@@ -680,16 +680,21 @@ def test_a_runs_own_file_that_is_a_folder_or_a_fifo_is_refused_unopened(tmp_path
     for own in ("run.json", "run.jsonl"):
         (run / own).write_text("{}\n")
     path = run / name
-    path.unlink(missing_ok=True)
-    if kind == "a FIFO":
-        os.mkfifo(path)
-    else:
-        path.mkdir()
+    _replace_with(path, kind)
     before = _tree(tmp_path)
     with pytest.raises(InputFileError) as refusal:
         check_run_directory(run)
     assert str(refusal.value) == f"{path}: not a regular file ({kind}); the run writes this file"
     assert _tree(tmp_path) == before
+
+
+def _replace_with(path: Path, kind: str) -> None:
+    """`path` made "a FIFO" or "a directory" (whatever it was before is gone)."""
+    path.unlink(missing_ok=True)
+    if kind == "a FIFO":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
 
 
 @pytest.mark.timeout(60)
@@ -705,11 +710,7 @@ def test_report_and_export_refuse_a_summary_or_plan_that_is_no_file(
     is, as they refuse a link there; nothing is written."""
     run = copy_run(finished_run, tmp_path)
     path = run / name
-    path.unlink(missing_ok=True)
-    if kind == "a FIFO":
-        os.mkfifo(path)
-    else:
-        path.mkdir()
+    _replace_with(path, kind)
     out = tmp_path / "e"
     argv = ["report", str(run)] if command == "report" else ["export", str(run), "--out", str(out)]
     said = f"{path}: not a regular file ({kind}); the run writes this file"
