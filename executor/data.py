@@ -53,7 +53,7 @@ from pipeplan.errors import (
     Stopped,
     quoted,
 )
-from pipeplan.formats.base import MAX_SAMPLES
+from pipeplan.formats.base import MAX_SAMPLES, one_line
 from pipeplan.log import write_line
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
             raise BadArgumentError(
                 f"data '{data.name}': {split} labels must be int64, not {_dtype(labels.dtype)}"
             )
-        if getattr(seq, "task", "classification") == "causal-lm":
+        if _is_token_task(seq):
             _check_token_labels(labels, inputs, data.name, split, seq)
             if split == "train" and isinstance(dataset, TensorPairs):  # every sample at hand
                 _check_has_targets(labels, data.name)
@@ -180,11 +180,10 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
                 f"{_shape(tuple(labels.shape[1:]))}, token sequences, but model '{seq.name}' "
                 "is a classifier; a decoder trains on them with --task causal-lm"
             )
-        low, high = int(labels.min()), int(labels.max())
-        if low < 0 or high >= seq.num_labels:
+        if bool(_not_labels(labels, seq).any()):
+            low, high = int(labels.min()), int(labels.max())
             raise BadArgumentError(
-                f"data '{data.name}' has {split} labels in {low}..{high} but model "
-                f"'{seq.name}' has {seq.num_labels} classes (0..{seq.num_labels - 1})"
+                f"data '{data.name}' has {split} labels in {low}..{high} but {_labels_taken(seq)}"
             )
     if any(old_padding.values()):
         from pipeplan.models import PADDING
@@ -216,12 +215,67 @@ def _check_token_labels(
             f"{_shape(tuple(inputs.shape[1:]))} positions: labels are the input ids "
             f"({IGNORE_INDEX} at padding)"
         )
-    kept = labels[labels != IGNORE_INDEX]
-    if len(kept) and (int(kept.min()) < 0 or int(kept.max()) >= seq.num_labels):
+    if bool(_not_labels(labels, seq).any()):
+        kept = labels[labels != IGNORE_INDEX]
         raise BadArgumentError(
             f"data '{name}' has {split} token labels in {int(kept.min())}..{int(kept.max())} "
-            f"but model '{seq.name}' has vocab_size {seq.num_labels} (or {IGNORE_INDEX}: skip)"
+            f"but {_labels_taken(seq)}"
         )
+
+
+def _is_token_task(seq: LayerSequence) -> bool:
+    return getattr(seq, "task", "classification") == "causal-lm"
+
+
+def _not_labels(labels: torch.Tensor, seq: LayerSequence) -> torch.Tensor:
+    """Where `labels` (int64, any shape) hold what is no label of `seq`'s: a class outside
+    0..num_labels-1, or for a causal LM a token id outside its vocabulary that is not
+    IGNORE_INDEX (a position the loss skips). The one rule of the launcher's checks
+    (`check_compatible`) and of a rank's reads (`check_batch_labels`), at tensor speed."""
+    from pipeplan.models import IGNORE_INDEX
+
+    outside = (labels < 0) | (labels >= seq.num_labels)
+    return outside & (labels != IGNORE_INDEX) if _is_token_task(seq) else outside
+
+
+def _labels_taken(seq: LayerSequence) -> str:
+    """What labels `seq` takes, for a message: "model 'vit-digits' has 10 classes (0..9)"."""
+    from pipeplan.models import IGNORE_INDEX
+
+    if _is_token_task(seq):
+        return f"model '{seq.name}' has vocab_size {seq.num_labels} (or {IGNORE_INDEX}: skip)"
+    return f"model '{seq.name}' has {seq.num_labels} classes (0..{seq.num_labels - 1})"
+
+
+def check_batch_labels(
+    labels: torch.Tensor, indices: list[int], name: str, split: str, seq: LayerSequence
+) -> None:
+    """A rank's check of a batch's labels (stacked, `batch_rows`; item `indices[i]`'s in row
+    i) against the model's classes or vocabulary, as the launcher's checks hold the items
+    they read (`check_compatible`, `_not_labels`): one comparison of the whole batch, the
+    first item holding a label none of them named. Found by the thirty-seventh round: a label
+    of 10**6 or -5 on an item only a rank read was torch's "IndexError: Target 1000000 is
+    out of bounds.", naming no data. A label that is no integer is not looked at here.
+
+        check_batch_labels(torch.tensor([3, 10**6]), [5, 37], "m:load", "train", seq)
+        # BadArgumentError: data 'm:load': train item 37's label 1000000 is not a class:
+        # model 'vit-digits' has 10 classes (0..9)
+    """
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        return
+    bad = _not_labels(labels, seq)
+    if not len(bad) or not bool(bad.any()):
+        return
+    row = int(bad.reshape(len(bad), -1).any(dim=1).nonzero()[0, 0])
+    value = int(labels[row].reshape(-1)[bad[row].reshape(-1)][0])
+    what = (
+        f"labels hold {value}, not a token id"
+        if _is_token_task(seq)
+        else f"label {value} is not a class"
+    )
+    raise BadArgumentError(
+        f"data '{name}': {split} item {indices[row]}'s {what}: {_labels_taken(seq)}"
+    )
 
 
 def _check_has_targets(labels: torch.Tensor, name: str) -> None:
@@ -1027,14 +1081,15 @@ def refuse_awaitable_item(value: Any, dataset: Any, index: int, name: str, split
 
 
 def refuse_odd_tensors(value: Any, index: int, name: str, split: str) -> None:
-    """Refuses an item (`dataset[index]`, an (input, label) pair: `_check_pair`) whose input
-    or label is a tensor pipeplan cannot read as it reads values: anything but a dense tensor
-    on the CPU (`_odd_tensor`). Found by the thirty-sixth round: a meta-device or sparse
-    input or label reached the launcher's checks (`.min()`, `.view()`, `nonzero()`), which
-    raised a traceback, exit 1; a vit-digits rank failed on one with a torch error naming no
-    data. Each read of an item checks here, after `refuse_awaitable_item`: the launcher's
-    and a rank's checks (`item`) and a rank's reads as it trains (`batch_rows`), which read
-    items the checks do not (those between the first and the last).
+    """Refuses an item (`dataset[index]`, an (input, label) pair: `_check_pair`) whose input or
+    label is a tensor pipeplan cannot read as it reads values: anything but a dense plain tensor
+    on the CPU (`_odd_tensor`; a subclass, Parameter aside: the thirty-seventh round). Found by
+    the thirty-sixth round: a meta-device or sparse input or label reached the launcher's checks
+    (`.min()`, `.view()`, `nonzero()`), which raised a traceback, exit 1; a vit-digits rank
+    failed on one with a torch error naming no data. Each read of an item checks here, after
+    `refuse_awaitable_item`: the launcher's and a rank's checks (`item`) and a rank's reads as
+    it trains (`batch_rows`), which read items the checks do not (those between the first and
+    the last).
 
         refuse_odd_tensors((x.to_sparse(), y), 0, "m:load", "train")
         # BadArgumentError: "data 'm:load': train item 0's input is a sparse tensor
@@ -1066,13 +1121,33 @@ _DENSE_CPU = (
 )
 
 
+# The types an item's input or label may be: a plain tensor, and a Parameter (a plain tensor
+# marked as a module's weight: torch turns `__torch_function__` off for it, so it stacks and
+# moves as a plain tensor and holds its values; the thirty-seventh round saw one train, and
+# refusing it would refuse data that works). Any other subclass of torch.Tensor is refused.
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 def _odd_tensor(tensor: torch.Tensor) -> str | None:
     """What keeps `tensor` from being an item's input or label, or None when it is a dense
-    (strided, unquantized, not nested) tensor on the CPU: its attributes alone, read at no
-    cost for every item a rank reads.
+    (strided, unquantized, not nested) plain tensor on the CPU: its type and attributes
+    alone, read at no cost for every item a rank reads.
 
         _odd_tensor(torch.empty(3, device="meta"))   # "a meta tensor (it holds no values)"
+
+    Found by the thirty-seventh round: a subclass passed, a FakeTensor (CPU and strided, but
+    holding no values) and one whose `__torch_function__` refused `torch.stack`, and the rank
+    failed in torch's or the subclass's words ("Mixing fake modes NYI", "ValueError: subclass
+    refuses stack"). Its type is looked at first: a subclass's attributes run its own code.
     """
+    kind = type(tensor)
+    if kind not in _PLAIN_TENSORS:
+        name = one_line(f"{kind.__module__}.{kind.__qualname__}")  # the user's own words
+        return (
+            f"of the tensor subclass {name}, not a plain torch.Tensor (a subclass may hold no "
+            "values, as a FakeTensor does, or refuse to be batched; `x.as_subclass(torch."
+            "Tensor)` is the plain tensor of one that holds values)"
+        )
     if tensor.is_nested:
         return "a nested tensor"
     if tensor.layout is not torch.strided:
@@ -1303,7 +1378,7 @@ def batch_rows(
         parts.append(value[part])
     try:
         return torch.stack(parts)
-    except (RuntimeError, TypeError) as exc:
+    except Exception as exc:  # any: a ValueError too (the thirty-seventh round)
         for index, value in zip(indices, parts, strict=True):
             if not isinstance(value, torch.Tensor):
                 why = f"{split} item {index}'s {what} is {_describe(value)}, not a tensor"

@@ -3346,3 +3346,147 @@ def test_an_exception_whose_str_raises_is_named_by_its_type():
 
     assert _one_line(BadStr()) == "BadStr"
     assert _one_line(ValueError("a  b\nc")) == "ValueError: a b c"
+
+
+# A thirty-seventh round's subclass of torch.Tensor that refuses to be stacked, and a
+# FakeTensor maker, for MOVING_MODULE's items (`at_import`).
+ODD_SUBCLASSES = """
+class Sub(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.stack:
+            raise ValueError("subclass refuses stack")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+def fake(x):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:
+        return mode.from_tensor(x)
+"""
+
+
+def _ranks_line(tmp_path, capsys, name: str, **code: str) -> str:
+    """The one line of a `pipeplan run` of MOVING_MODULE (`code` put in: `_run_moving`) that
+    fails in its rank, exit 2; nothing is written but the failed run's folder, with its logs
+    and no checkpoint."""
+    assert _run_moving(tmp_path, name, **code) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeplan: error: training failed"), lines
+    assert lines[0].endswith(
+        "; rank logs in runs/n/logs; no checkpoint to resume from: delete runs/n to start it again"
+    ), lines[0]
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__")
+    assert left == [f"{name}.py", "runs"], left
+    assert not (tmp_path / "runs" / "n" / "checkpoints" / "latest").exists()
+    return lines[0]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    "name, made, kind",
+    [
+        ("rt37_fake", "fake(torch.rand(1, 8, 8))", "torch._subclasses.fake_tensor.FakeTensor"),
+        ("rt37_subclass", "torch.rand(1, 8, 8).as_subclass(Sub)", "rt37_subclass.Sub"),
+    ],
+    ids=["fake", "subclass"],
+)
+def test_a_tensor_subclass_in_an_item_a_rank_reads_is_refused(
+    tmp_path, capsys, monkeypatch, name, made, kind
+):
+    """Found by the thirty-seventh round: an item only a rank read whose input was a tensor
+    subclass passed `refuse_odd_tensors`, which looked at its layout and device alone: a
+    FakeTensor (CPU and strided, but holding no values) failed the rank with "AssertionError:
+    Mixing fake modes NYI …", one whose `__torch_function__` refuses `torch.stack` with its own
+    "ValueError: subclass refuses stack", naming no data. An input or label that is not a
+    plain torch.Tensor (nor a Parameter) is now refused as a meta one is, in one line naming
+    the data, the split, the item and the subclass."""
+    monkeypatch.chdir(tmp_path)
+    code = f'if i == 37 and "RANK" in os.environ: return {made}, torch.tensor(0)'
+    line = _ranks_line(tmp_path, capsys, name, at_import=ODD_SUBCLASSES, in_item=code)
+    said = (
+        "training failed on rank 0 at step \\d+: data 'moving': train item 37's input is of "
+        f"the tensor subclass {re.escape(kind)}, not a plain torch.Tensor "
+    )
+    assert re.match(f"pipeplan: error: {said}", line), line
+    assert "must be dense tensors on the CPU" in line, line
+
+
+@pytest.mark.timeout(30)
+def test_the_launcher_refuses_a_tensor_subclass_and_any_stacking_error_is_named(monkeypatch):
+    """Found by the thirty-seventh round, with the ranks' case: the launcher's checks
+    (`data.item`) took a FakeTensor item too; and a batch whose `torch.stack` raised anything
+    but a RuntimeError or a TypeError (a subclass's ValueError) was that error alone. An item
+    of a subclass is refused where it is read; a Parameter (a plain tensor marked as a
+    module's weight) is taken; and a stacking failure of any type names the data and the
+    batch's first item (`data.batch_rows`)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from executor.data import BadArgumentError, batch_rows, item
+
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(torch.rand(1, 8, 8))
+    with pytest.raises(BadArgumentError) as refused_item:
+        item([(torch.rand(1, 8, 8), fake)], 0, "m:load", "train")
+    said = str(refused_item.value)
+    assert said.startswith(
+        "data 'm:load': train item 0's label is of the tensor subclass "
+        "torch._subclasses.fake_tensor.FakeTensor, not a plain torch.Tensor"
+    ), said
+    weight = torch.nn.Parameter(torch.rand(1, 8, 8))
+    assert item([(weight, torch.tensor(1))], 0, "m:load", "train")[0] is weight
+
+    def refuses(*args, **kwargs):
+        raise ValueError("no stacking today")
+
+    monkeypatch.setattr(torch, "stack", refuses)
+    items = [(torch.rand(1, 8, 8), torch.tensor(0))] * 8
+    with pytest.raises(BadArgumentError) as refused_batch:
+        batch_rows(items, [5, 2], 0, "m:load", "train")
+    assert str(refused_batch.value) == (
+        "data 'm:load': stacking the inputs of a batch (2 train items, item 5 first) raised "
+        "ValueError: no stacking today"
+    )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_label_out_of_the_classes_on_an_item_a_rank_reads_is_named(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-seventh round: a label of 10**6 (or -5) on an item only a rank
+    read, an int64 one the launcher's checks would have refused, failed the rank with torch's
+    "IndexError: Target 1000000 is out of bounds.", naming no data. A rank now holds each
+    batch's labels to the model's classes as the launcher's checks hold the items they read
+    (`data.check_batch_labels`, one comparison of the batch), in one line naming the data,
+    the split and the item."""
+    monkeypatch.chdir(tmp_path)
+    code = 'if i == 37 and "RANK" in os.environ: return torch.rand(1, 8, 8), torch.tensor(10**6)'
+    line = _ranks_line(tmp_path, capsys, "rt37_label", in_item=code)
+    said = (
+        "training failed on rank 0 at step \\d+: data 'moving': train item 37's label 1000000 "
+        "is not a class: model 'vit-digits' has 2 classes \\(0..1\\);"
+    )
+    assert re.match(f"pipeplan: error: {said}", line), line
+
+
+@pytest.mark.timeout(60)
+def test_a_ranks_label_check_is_the_launchers():
+    """The thirty-seventh round's rank check of labels (`data.check_batch_labels`) is the
+    launcher's rule: a negative class is named as one too large is, and a causal LM's token
+    labels may be IGNORE_INDEX (-100: a position the loss skips), not another id outside its
+    vocabulary."""
+    from executor.data import BadArgumentError, check_batch_labels
+
+    classifier = models.build("vit-digits")
+    check_batch_labels(torch.tensor([0, 9]), [1, 2], "m:load", "eval", classifier)
+    with pytest.raises(BadArgumentError, match=r"^data 'm:load': eval item 2's label -5 is not a"):
+        check_batch_labels(torch.tensor([0, -5]), [1, 2], "m:load", "eval", classifier)
+    decoder = models.build("gpt2-tiny", task="causal-lm")
+    tokens = torch.tensor([[5, 7, -100], [6, -100, -100]])
+    check_batch_labels(tokens, [3, 4], "m:load", "train", decoder)
+    tokens[1, 1] = -5
+    with pytest.raises(BadArgumentError) as refused:
+        check_batch_labels(tokens, [3, 4], "m:load", "train", decoder)
+    assert str(refused.value) == (
+        "data 'm:load': train item 4's labels hold -5, not a token id: model 'gpt2-tiny' has "
+        "vocab_size 512 (or -100: skip)"
+    )
