@@ -519,6 +519,7 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     raw: list[bytes] = []
     try:
         with (
+            torch_state_kept(spec, doing),
             _user_code(),
             warnings.catch_warnings(record=True) as caught,
             contextlib.redirect_stderr(held),
@@ -537,6 +538,55 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     except UserBaseException as exc:
         raise BadArgumentError(f"data {quoted(spec)}: {doing} raised {_one_line(exc)}") from None
     _pass_on(spec, caught, held.getvalue() + _text(raw))
+
+
+def _torch_state() -> tuple[torch.dtype, bool]:
+    """The settings of torch's that are the process's, not a tensor's, and that a rank trains
+    in: the default dtype (of the model's tensors) and the grad mode (of its backward)."""
+    return torch.get_default_dtype(), torch.is_grad_enabled()
+
+
+@contextlib.contextmanager
+def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) leaves torch's default dtype and grad mode as it found
+    them, or is refused in one line; they are put back either way, however it ends. Found by
+    the thirty-seventh round: a `load` that called `torch.set_default_dtype(torch.float64)`
+    or `torch.set_grad_enabled(False)` failed the run later in torch's words ("Input type
+    (float) and bias type (double) should be the same", "step() requires gradients to be
+    enabled"), naming no data. Refused, not only put back: data made under the setting it
+    chose (float64 tensors) would train other than the user meant, without a word. Every call
+    into the data code is held to it: the launcher's and a rank's (`_contained`: the import,
+    the function, len() and the checks' items) and a rank's reads as it trains
+    (`batch_rows`, item by item). A setting changed and put back inside (`with
+    torch.no_grad():`) is no change.
+
+        with torch_state_kept("m:load", "the data function"):
+            torch.set_default_dtype(torch.float64)
+        # BadArgumentError: data 'm:load': the data function changed torch's default dtype
+        # to torch.float64 (it was torch.float32); …
+    """
+    dtype, grad = before = _torch_state()
+    try:
+        yield
+    finally:
+        after = _torch_state()
+        torch.set_default_dtype(dtype)
+        torch.set_grad_enabled(grad)
+    if after == before:
+        return
+    changed, fixes = [], []
+    if after[0] != dtype:
+        changed.append(f"default dtype to {after[0]} (it was {dtype})")
+        fixes.append("make tensors of the dtype you want with .to(dtype)")
+    if after[1] != grad:
+        state = {True: "on", False: "off"}
+        changed.append(f"grad mode to {state[after[1]]} (it was {state[grad]})")
+        fixes.append("use `with torch.no_grad():`")
+    raise BadArgumentError(
+        f"data {quoted(spec)}: {doing} changed torch's {' and '.join(changed)}; data code must "
+        "leave torch's global settings as it found them, as pipeplan trains in them "
+        f"({'; '.join(fixes)})"
+    )
 
 
 def _lines(said: str) -> list[str]:
@@ -1364,14 +1414,15 @@ def batch_rows(
     what = ("input", "label")[part]
     parts = []
     for index in indices:
-        try:
-            value = dataset[index]
-        except Exception as exc:
-            if classify(exc) != "raised":
-                raise
-            doing = f"reading {split} item {index}"
-            # Chained: the rank's log shows the user's own traceback under the line.
-            raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from exc
+        doing = f"reading {split} item {index}"
+        with torch_state_kept(name, doing):
+            try:
+                value = dataset[index]
+            except Exception as exc:
+                if classify(exc) != "raised":
+                    raise
+                # Chained: the rank's log shows the user's own traceback under the line.
+                raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from exc
         refuse_awaitable_item(value, dataset, index, name, split)
         _check_pair(value, name, split, index)
         refuse_odd_tensors(value, index, name, split)

@@ -3490,3 +3490,69 @@ def test_a_ranks_label_check_is_the_launchers():
         "data 'm:load': train item 4's labels hold -5, not a token id: model 'gpt2-tiny' has "
         "vocab_size 512 (or -100: skip)"
     )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_data_function_that_changes_torchs_default_dtype_in_a_rank_is_refused(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the thirty-seventh round: a data `load` that called
+    `torch.set_default_dtype(torch.float64)` (in the ranks alone here) failed the rank in
+    torch's words, "RuntimeError: Input type (float) and bias type (double) should be the
+    same" (the round's digits, made before the change), or as this data's inputs "of shape
+    (1, 8, 8) float64 but model 'vit-digits' takes … float32" (made after it): never the
+    cause. Data code that leaves torch's default dtype or grad mode changed is refused in one
+    line naming the data and what changed (`data.torch_state_kept`)."""
+    monkeypatch.chdir(tmp_path)
+    code = 'if "RANK" in os.environ: torch.set_default_dtype(torch.float64)'
+    line = _ranks_line(tmp_path, capsys, "rt37_f64", in_load=code)
+    assert line.startswith(
+        "pipeplan: error: training failed on rank 0 before the first step: data "
+        "'rt37_f64:load': the data function changed torch's default dtype to torch.float64 "
+        "(it was torch.float32); data code must leave torch's global settings as it found "
+        "them"
+    ), line
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_turns_gradients_off_is_refused_and_undone(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-seventh round: a data `load` that called
+    `torch.set_grad_enabled(False)` failed a rank with "step() requires gradients to be
+    enabled …", naming no data. The launcher's own call of `load` now refuses it in one
+    line, no run folder made, and puts torch's grad mode back; a rank's read of an item that
+    changes a setting is refused too, naming the item (`data.batch_rows`)."""
+    from executor.data import BadArgumentError, batch_rows
+
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt37_grad:load")
+    argv += ("--nproc", "1", "--name", "n")
+    try:
+        code = _run_moving(tmp_path, "rt37_grad", *argv, in_load="torch.set_grad_enabled(False)")
+        grad = torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)  # for the tests after this one, whatever happened
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, grad) == (2, True), lines
+    assert lines == [
+        "pipeplan: error: data 'rt37_grad:load': the data function changed torch's grad mode "
+        "to off (it was on); data code must leave torch's global settings as it found them, "
+        "as pipeplan trains in them (use `with torch.no_grad():`)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+    class Doubles:
+        def __getitem__(self, index):
+            torch.set_default_dtype(torch.float64)
+            return torch.rand(2), torch.tensor(0)
+
+    try:
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Doubles(), [7, 8], 0, "m:load", "train")
+        dtype = torch.get_default_dtype()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert dtype == torch.float32
+    assert str(refused.value).startswith(
+        "data 'm:load': reading train item 7 changed torch's default dtype to torch.float64"
+    ), str(refused.value)
