@@ -1547,7 +1547,12 @@ def _one_line(exc: BaseException) -> str:
     if isinstance(exc, UserBaseException) and exc.__cause__ is not None:
         exc = exc.__cause__  # the user's own exception, by its name
     try:
-        text = " ".join(str(exc).split())
+        text = str(exc)
     except Exception:  # its __str__ raised (the thirty-seventh round): the name says it
         text = ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    # Each control character a space, then the spaces folded: a line break, a tab or an
+    # escape sequence (ESC, "\x1b[31m": the thirty-seventh round saw it reach the terminal
+    # raw) of the user's text never breaks or colours pipeplan's one line.
+    text = " ".join(one_line(text).split())
+    name = one_line(type(exc).__name__)
+    return f"{name}: {text}" if text else name

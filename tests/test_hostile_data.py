@@ -3556,3 +3556,50 @@ def test_data_code_that_turns_gradients_off_is_refused_and_undone(tmp_path, caps
     assert str(refused.value).startswith(
         "data 'm:load': reading train item 7 changed torch's default dtype to torch.float64"
     ), str(refused.value)
+
+
+@pytest.mark.timeout(30)
+def test_control_characters_of_a_users_error_reach_no_line():
+    """Found by the thirty-seventh round: a rank's item error "line one\\nline two\\r\\nthree
+    \\x1b[31mred" was folded onto one line, but its escape sequence reached the terminal raw
+    (`… three^[[31mred`). Each control character of a user's error is a space in pipeplan's
+    line (`formats.base.one_line`): in the data's words (`data._one_line`) and in a rank's
+    report, which the launcher's line says (`faults.describe`), whatever raised it."""
+    from executor.data import _one_line
+    from executor.faults import describe
+
+    raised = ValueError("line one\nline two\r\nthree\x1b[31mred\x07\x9b")
+    assert _one_line(raised) == "ValueError: line one line two three [31mred"
+    assert describe(raised, "raised") == "ValueError: three [31mred"
+    assert describe(RuntimeError("a\x1b]0;title\x07b"), "raised") == "RuntimeError: a ]0;title b"
+
+
+@pytest.mark.timeout(120)
+def test_a_data_modules_exit_callback_that_raises_is_one_warning_line(tmp_path):
+    """Found by the thirty-seventh round: a data module's `atexit` callback that raised
+    printed Python's "Exception ignored in atexit callback: <function …>" and its traceback,
+    nine lines after a successful run's. It is now one warning line naming the callback and
+    its error after a command that succeeded, and nothing after one that failed, whose error
+    line stays its one line (`cli._run_exit_callbacks`). In a subprocess: atexit's callbacks
+    run as the process ends."""
+    boom = "import atexit\ndef boom():\n    raise RuntimeError('atexit boom\\x1b[31m')"
+    root = Path(cli.__file__).resolve().parent
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    said = []
+    for name, in_load in (("rt37_atexit", ""), ("rt37_atexit_refused", "raise ValueError('no')")):
+        code = dict(at_import=boom, in_load=f"atexit.register(boom); {in_load}", in_item="")
+        (tmp_path / f"{name}.py").write_text(MOVING_MODULE.format(**code))
+        argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", f"{name}:load"]
+        argv += ["--nproc", "1", "--name", name]
+        done = subprocess.run(
+            [sys.executable, "-m", "cli", *argv], cwd=tmp_path, env=env, capture_output=True,
+            text=True, timeout=100, check=False,
+        )  # fmt: skip
+        said.append((done.returncode, done.stderr.splitlines()))
+    warned = "the exit callback rt37_atexit.boom raised RuntimeError: atexit boom [31m"
+    assert said == [
+        (0, [f"pipeplan: WARNING: {warned}"]),
+        (2, ["pipeplan: error: data 'rt37_atexit_refused:load' raised ValueError: no"]),
+    ], said
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["rt37_atexit"]
