@@ -570,8 +570,9 @@ def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
         yield
     finally:
         after = _torch_state()
-        torch.set_default_dtype(dtype)
-        torch.set_grad_enabled(grad)
+        if after != before:
+            torch.set_default_dtype(dtype)
+            torch.set_grad_enabled(grad)
     if after == before:
         return
     changed, fixes = [], []
