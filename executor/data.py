@@ -1133,14 +1133,14 @@ def refuse_awaitable_item(value: Any, dataset: Any, index: int, name: str, split
 
 def refuse_odd_tensors(value: Any, index: int, name: str, split: str) -> None:
     """Refuses an item (`dataset[index]`, an (input, label) pair: `_check_pair`) whose input or
-    label is a tensor pipeplan cannot read as it reads values: anything but a dense plain tensor
-    on the CPU (`_odd_tensor`; a subclass, Parameter aside: the thirty-seventh round). Found by
-    the thirty-sixth round: a meta-device or sparse input or label reached the launcher's checks
-    (`.min()`, `.view()`, `nonzero()`), which raised a traceback, exit 1; a vit-digits rank
-    failed on one with a torch error naming no data. Each read of an item checks here, after
-    `refuse_awaitable_item`: the launcher's and a rank's checks (`item`) and a rank's reads as
-    it trains (`batch_rows`), which read items the checks do not (those between the first and
-    the last).
+    label is a tensor pipeplan cannot read as it reads values: anything but a dense tensor on
+    the CPU holding its values (`_odd_tensor`; a subclass that may hold none: the 37th
+    round). Found by the thirty-sixth round: a meta-device or sparse input or label reached
+    the launcher's checks (`.min()`, `.view()`, `nonzero()`), which raised a traceback, exit
+    1; a vit-digits rank failed on one with a torch error naming no data. Each read of an
+    item checks here, after `refuse_awaitable_item`: the launcher's and a rank's checks
+    (`item`) and a rank's reads as it trains (`batch_rows`), which read items the checks do
+    not (those between the first and the last).
 
         refuse_odd_tensors((x.to_sparse(), y), 0, "m:load", "train")
         # BadArgumentError: "data 'm:load': train item 0's input is a sparse tensor
@@ -1172,32 +1172,35 @@ _DENSE_CPU = (
 )
 
 
-# The types an item's input or label may be: a plain tensor, and a Parameter (a plain tensor
-# marked as a module's weight: torch turns `__torch_function__` off for it, so it stacks and
-# moves as a plain tensor and holds its values; the thirty-seventh round saw one train, and
-# refusing it would refuse data that works). Any other subclass of torch.Tensor is refused.
-_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+def _holds_no_values(kind: type) -> bool:
+    """Whether tensors of `kind` (a subclass of torch.Tensor) may hold no values of their own:
+    a subclass that overrides `__torch_dispatch__` (FakeTensor, functional and other wrapper
+    tensors) answers every op with its own code, below the Python API. A subclass that only
+    adds Python (torchvision's tv_tensors.Image, a Parameter; `__torch_function__` at most)
+    holds its values and batches as a plain tensor: taken, and a batch of them that does not
+    stack is named by `batch_rows`. The class attribute is read, no method of the tensor run."""
+    return getattr(kind, "__torch_dispatch__", None) is not torch.Tensor.__torch_dispatch__
 
 
 def _odd_tensor(tensor: torch.Tensor) -> str | None:
     """What keeps `tensor` from being an item's input or label, or None when it is a dense
-    (strided, unquantized, not nested) plain tensor on the CPU: its type and attributes
+    (strided, unquantized, not nested) tensor on the CPU holding its values: its type and attributes
     alone, read at no cost for every item a rank reads.
 
         _odd_tensor(torch.empty(3, device="meta"))   # "a meta tensor (it holds no values)"
 
-    Found by the thirty-seventh round: a subclass passed, a FakeTensor (CPU and strided, but
-    holding no values) and one whose `__torch_function__` refused `torch.stack`, and the rank
-    failed in torch's or the subclass's words ("Mixing fake modes NYI", "ValueError: subclass
-    refuses stack"). Its type is looked at first: a subclass's attributes run its own code.
+    Found by the thirty-seventh round: a FakeTensor (CPU and strided, but holding no values)
+    passed, and the rank failed in torch's words ("Mixing fake modes NYI"). Its type is looked
+    at first: a subclass's attributes run its own code. Subclasses that hold their values
+    (torchvision's tv_tensors) are taken (`_holds_no_values`).
     """
     kind = type(tensor)
-    if kind not in _PLAIN_TENSORS:
+    if kind is not torch.Tensor and _holds_no_values(kind):
         name = one_line(f"{kind.__module__}.{kind.__qualname__}")  # the user's own words
         return (
-            f"of the tensor subclass {name}, not a plain torch.Tensor (a subclass may hold no "
-            "values, as a FakeTensor does, or refuse to be batched; `x.as_subclass(torch."
-            "Tensor)` is the plain tensor of one that holds values)"
+            f"of the tensor subclass {name}, which overrides __torch_dispatch__ (such a "
+            "tensor may hold no values, as a FakeTensor does; `x.as_subclass(torch.Tensor)` "
+            "is the plain tensor of one that holds them)"
         )
     if tensor.is_nested:
         return "a nested tensor"

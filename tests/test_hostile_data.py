@@ -3384,32 +3384,39 @@ def _ranks_line(tmp_path, capsys, name: str, **code: str) -> str:
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
-    "name, made, kind",
+    "name, made, said",
     [
-        ("rt37_fake", "fake(torch.rand(1, 8, 8))", "torch._subclasses.fake_tensor.FakeTensor"),
-        ("rt37_subclass", "torch.rand(1, 8, 8).as_subclass(Sub)", "rt37_subclass.Sub"),
+        (
+            "rt37_fake",
+            "fake(torch.rand(1, 8, 8))",
+            "train item 37's input is of the tensor subclass "
+            "torch._subclasses.fake_tensor.FakeTensor, which overrides __torch_dispatch__ ",
+        ),
+        (
+            "rt37_subclass",
+            "torch.rand(1, 8, 8).as_subclass(Sub)",
+            "stacking the inputs of a batch \\(\\d+ train items, item \\d+ first\\) raised "
+            "ValueError: subclass refuses stack;",
+        ),
     ],
     ids=["fake", "subclass"],
 )
-def test_a_tensor_subclass_in_an_item_a_rank_reads_is_refused(
-    tmp_path, capsys, monkeypatch, name, made, kind
+def test_a_tensor_subclass_in_an_item_a_rank_reads_is_named(
+    tmp_path, capsys, monkeypatch, name, made, said
 ):
     """Found by the thirty-seventh round: an item only a rank read whose input was a tensor
     subclass passed `refuse_odd_tensors`, which looked at its layout and device alone: a
     FakeTensor (CPU and strided, but holding no values) failed the rank with "AssertionError:
     Mixing fake modes NYI …", one whose `__torch_function__` refuses `torch.stack` with its own
-    "ValueError: subclass refuses stack", naming no data. An input or label that is not a
-    plain torch.Tensor (nor a Parameter) is now refused as a meta one is, in one line naming
-    the data, the split, the item and the subclass."""
+    "ValueError: subclass refuses stack", naming no data. A subclass that may hold no values
+    (it overrides `__torch_dispatch__`) is now refused as a meta tensor is; one that holds
+    them (torchvision's tv_tensors) is read, and a batch of them that does not stack is named
+    by its data and first item; in one line."""
     monkeypatch.chdir(tmp_path)
     code = f'if i == 37 and "RANK" in os.environ: return {made}, torch.tensor(0)'
     line = _ranks_line(tmp_path, capsys, name, at_import=ODD_SUBCLASSES, in_item=code)
-    said = (
-        "training failed on rank 0 at step \\d+: data 'moving': train item 37's input is of "
-        f"the tensor subclass {re.escape(kind)}, not a plain torch.Tensor "
-    )
-    assert re.match(f"pipeplan: error: {said}", line), line
-    assert "must be dense tensors on the CPU" in line, line
+    expected = f"training failed on rank 0 at step \\d+: data 'moving': {said}"
+    assert re.match(f"pipeplan: error: {expected}", line), line
 
 
 @pytest.mark.timeout(30)
@@ -3419,7 +3426,8 @@ def test_the_launcher_refuses_a_tensor_subclass_and_any_stacking_error_is_named(
     but a RuntimeError or a TypeError (a subclass's ValueError) was that error alone. An item
     of a subclass is refused where it is read; a Parameter (a plain tensor marked as a
     module's weight) is taken; and a stacking failure of any type names the data and the
-    batch's first item (`data.batch_rows`)."""
+    batch's first item (`data.batch_rows`). A subclass that holds its values (torchvision's
+    tv_tensors: Python only) is taken."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from executor.data import BadArgumentError, batch_rows, item
@@ -3431,10 +3439,19 @@ def test_the_launcher_refuses_a_tensor_subclass_and_any_stacking_error_is_named(
     said = str(refused_item.value)
     assert said.startswith(
         "data 'm:load': train item 0's label is of the tensor subclass "
-        "torch._subclasses.fake_tensor.FakeTensor, not a plain torch.Tensor"
+        "torch._subclasses.fake_tensor.FakeTensor, which overrides __torch_dispatch__"
     ), said
+    # Subclasses that hold their values are taken: a Parameter, a tv_tensors-like image.
     weight = torch.nn.Parameter(torch.rand(1, 8, 8))
     assert item([(weight, torch.tensor(1))], 0, "m:load", "train")[0] is weight
+
+    class Image(torch.Tensor):  # as torchvision.tv_tensors.Image: Python only
+        pass
+
+    image = torch.rand(1, 8, 8).as_subclass(Image)
+    assert item([(image, torch.tensor(1))], 0, "m:load", "train")[0] is image
+    stacked = batch_rows([(image, torch.tensor(1))] * 2, [0, 1], 0, "m:load", "train")
+    assert torch.equal(stacked, torch.stack([image, image]))
 
     def refuses(*args, **kwargs):
         raise ValueError("no stacking today")
