@@ -53,7 +53,7 @@ from pipeplan.errors import (
     Stopped,
     quoted,
 )
-from pipeplan.formats.base import MAX_SAMPLES
+from pipeplan.formats.base import MAX_SAMPLES, one_line
 from pipeplan.log import write_line
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
             raise BadArgumentError(
                 f"data '{data.name}': {split} labels must be int64, not {_dtype(labels.dtype)}"
             )
-        if getattr(seq, "task", "classification") == "causal-lm":
+        if _is_token_task(seq):
             _check_token_labels(labels, inputs, data.name, split, seq)
             if split == "train" and isinstance(dataset, TensorPairs):  # every sample at hand
                 _check_has_targets(labels, data.name)
@@ -180,11 +180,10 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
                 f"{_shape(tuple(labels.shape[1:]))}, token sequences, but model '{seq.name}' "
                 "is a classifier; a decoder trains on them with --task causal-lm"
             )
-        low, high = int(labels.min()), int(labels.max())
-        if low < 0 or high >= seq.num_labels:
+        if bool(_not_labels(labels, seq).any()):
+            low, high = int(labels.min()), int(labels.max())
             raise BadArgumentError(
-                f"data '{data.name}' has {split} labels in {low}..{high} but model "
-                f"'{seq.name}' has {seq.num_labels} classes (0..{seq.num_labels - 1})"
+                f"data '{data.name}' has {split} labels in {low}..{high} but {_labels_taken(seq)}"
             )
     if any(old_padding.values()):
         from pipeplan.models import PADDING
@@ -216,12 +215,67 @@ def _check_token_labels(
             f"{_shape(tuple(inputs.shape[1:]))} positions: labels are the input ids "
             f"({IGNORE_INDEX} at padding)"
         )
-    kept = labels[labels != IGNORE_INDEX]
-    if len(kept) and (int(kept.min()) < 0 or int(kept.max()) >= seq.num_labels):
+    if bool(_not_labels(labels, seq).any()):
+        kept = labels[labels != IGNORE_INDEX]
         raise BadArgumentError(
             f"data '{name}' has {split} token labels in {int(kept.min())}..{int(kept.max())} "
-            f"but model '{seq.name}' has vocab_size {seq.num_labels} (or {IGNORE_INDEX}: skip)"
+            f"but {_labels_taken(seq)}"
         )
+
+
+def _is_token_task(seq: LayerSequence) -> bool:
+    return getattr(seq, "task", "classification") == "causal-lm"
+
+
+def _not_labels(labels: torch.Tensor, seq: LayerSequence) -> torch.Tensor:
+    """Where `labels` (int64, any shape) hold what is no label of `seq`'s: a class outside
+    0..num_labels-1, or for a causal LM a token id outside its vocabulary that is not
+    IGNORE_INDEX (a position the loss skips). The one rule of the launcher's checks
+    (`check_compatible`) and of a rank's reads (`check_batch_labels`), at tensor speed."""
+    from pipeplan.models import IGNORE_INDEX
+
+    outside = (labels < 0) | (labels >= seq.num_labels)
+    return outside & (labels != IGNORE_INDEX) if _is_token_task(seq) else outside
+
+
+def _labels_taken(seq: LayerSequence) -> str:
+    """What labels `seq` takes, for a message: "model 'vit-digits' has 10 classes (0..9)"."""
+    from pipeplan.models import IGNORE_INDEX
+
+    if _is_token_task(seq):
+        return f"model '{seq.name}' has vocab_size {seq.num_labels} (or {IGNORE_INDEX}: skip)"
+    return f"model '{seq.name}' has {seq.num_labels} classes (0..{seq.num_labels - 1})"
+
+
+def check_batch_labels(
+    labels: torch.Tensor, indices: list[int], name: str, split: str, seq: LayerSequence
+) -> None:
+    """A rank's check of a batch's labels (stacked, `batch_rows`; item `indices[i]`'s in row
+    i) against the model's classes or vocabulary, as the launcher's checks hold the items
+    they read (`check_compatible`, `_not_labels`): one comparison of the whole batch, the
+    first item holding a label none of them named. Found by the thirty-seventh round: a label
+    of 10**6 or -5 on an item only a rank read was torch's "IndexError: Target 1000000 is
+    out of bounds.", naming no data. A label that is no integer is not looked at here.
+
+        check_batch_labels(torch.tensor([3, 10**6]), [5, 37], "m:load", "train", seq)
+        # BadArgumentError: data 'm:load': train item 37's label 1000000 is not a class:
+        # model 'vit-digits' has 10 classes (0..9)
+    """
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        return
+    bad = _not_labels(labels, seq)
+    if not len(bad) or not bool(bad.any()):
+        return
+    row = int(bad.reshape(len(bad), -1).any(dim=1).nonzero()[0, 0])
+    value = int(labels[row].reshape(-1)[bad[row].reshape(-1)][0])
+    what = (
+        f"labels hold {value}, not a token id"
+        if _is_token_task(seq)
+        else f"label {value} is not a class"
+    )
+    raise BadArgumentError(
+        f"data '{name}': {split} item {indices[row]}'s {what}: {_labels_taken(seq)}"
+    )
 
 
 def _check_has_targets(labels: torch.Tensor, name: str) -> None:
@@ -465,6 +519,7 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     raw: list[bytes] = []
     try:
         with (
+            torch_state_kept(spec, doing),
             _user_code(),
             warnings.catch_warnings(record=True) as caught,
             contextlib.redirect_stderr(held),
@@ -483,6 +538,56 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     except UserBaseException as exc:
         raise BadArgumentError(f"data {quoted(spec)}: {doing} raised {_one_line(exc)}") from None
     _pass_on(spec, caught, held.getvalue() + _text(raw))
+
+
+def _torch_state() -> tuple[torch.dtype, bool]:
+    """The settings of torch's that are the process's, not a tensor's, and that a rank trains
+    in: the default dtype (of the model's tensors) and the grad mode (of its backward)."""
+    return torch.get_default_dtype(), torch.is_grad_enabled()
+
+
+@contextlib.contextmanager
+def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) leaves torch's default dtype and grad mode as it found
+    them, or is refused in one line; they are put back either way, however it ends. Found by
+    the thirty-seventh round: a `load` that called `torch.set_default_dtype(torch.float64)`
+    or `torch.set_grad_enabled(False)` failed the run later in torch's words ("Input type
+    (float) and bias type (double) should be the same", "step() requires gradients to be
+    enabled"), naming no data. Refused, not only put back: data made under the setting it
+    chose (float64 tensors) would train other than the user meant, without a word. Every call
+    into the data code is held to it: the launcher's and a rank's (`_contained`: the import,
+    the function, len() and the checks' items) and a rank's reads as it trains
+    (`batch_rows`, item by item). A setting changed and put back inside (`with
+    torch.no_grad():`) is no change.
+
+        with torch_state_kept("m:load", "the data function"):
+            torch.set_default_dtype(torch.float64)
+        # BadArgumentError: data 'm:load': the data function changed torch's default dtype
+        # to torch.float64 (it was torch.float32); …
+    """
+    dtype, grad = before = _torch_state()
+    try:
+        yield
+    finally:
+        after = _torch_state()
+        if after != before:
+            torch.set_default_dtype(dtype)
+            torch.set_grad_enabled(grad)
+    if after == before:
+        return
+    changed, fixes = [], []
+    if after[0] != dtype:
+        changed.append(f"default dtype to {after[0]} (it was {dtype})")
+        fixes.append("make tensors of the dtype you want with .to(dtype)")
+    if after[1] != grad:
+        state = {True: "on", False: "off"}
+        changed.append(f"grad mode to {state[after[1]]} (it was {state[grad]})")
+        fixes.append("use `with torch.no_grad():`")
+    raise BadArgumentError(
+        f"data {quoted(spec)}: {doing} changed torch's {' and '.join(changed)}; data code must "
+        "leave torch's global settings as it found them, as pipeplan trains in them "
+        f"({'; '.join(fixes)})"
+    )
 
 
 def _lines(said: str) -> list[str]:
@@ -1027,14 +1132,15 @@ def refuse_awaitable_item(value: Any, dataset: Any, index: int, name: str, split
 
 
 def refuse_odd_tensors(value: Any, index: int, name: str, split: str) -> None:
-    """Refuses an item (`dataset[index]`, an (input, label) pair: `_check_pair`) whose input
-    or label is a tensor pipeplan cannot read as it reads values: anything but a dense tensor
-    on the CPU (`_odd_tensor`). Found by the thirty-sixth round: a meta-device or sparse
-    input or label reached the launcher's checks (`.min()`, `.view()`, `nonzero()`), which
-    raised a traceback, exit 1; a vit-digits rank failed on one with a torch error naming no
-    data. Each read of an item checks here, after `refuse_awaitable_item`: the launcher's
-    and a rank's checks (`item`) and a rank's reads as it trains (`batch_rows`), which read
-    items the checks do not (those between the first and the last).
+    """Refuses an item (`dataset[index]`, an (input, label) pair: `_check_pair`) whose input or
+    label is a tensor pipeplan cannot read as it reads values: anything but a dense tensor on
+    the CPU holding its values (`_odd_tensor`; a subclass that may hold none: the 37th
+    round). Found by the thirty-sixth round: a meta-device or sparse input or label reached
+    the launcher's checks (`.min()`, `.view()`, `nonzero()`), which raised a traceback, exit
+    1; a vit-digits rank failed on one with a torch error naming no data. Each read of an
+    item checks here, after `refuse_awaitable_item`: the launcher's and a rank's checks
+    (`item`) and a rank's reads as it trains (`batch_rows`), which read items the checks do
+    not (those between the first and the last).
 
         refuse_odd_tensors((x.to_sparse(), y), 0, "m:load", "train")
         # BadArgumentError: "data 'm:load': train item 0's input is a sparse tensor
@@ -1066,13 +1172,36 @@ _DENSE_CPU = (
 )
 
 
+def _holds_no_values(kind: type) -> bool:
+    """Whether tensors of `kind` (a subclass of torch.Tensor) may hold no values of their own:
+    a subclass that overrides `__torch_dispatch__` (FakeTensor, functional and other wrapper
+    tensors) answers every op with its own code, below the Python API. A subclass that only
+    adds Python (torchvision's tv_tensors.Image, a Parameter; `__torch_function__` at most)
+    holds its values and batches as a plain tensor: taken, and a batch of them that does not
+    stack is named by `batch_rows`. The class attribute is read, no method of the tensor run."""
+    return getattr(kind, "__torch_dispatch__", None) is not torch.Tensor.__torch_dispatch__
+
+
 def _odd_tensor(tensor: torch.Tensor) -> str | None:
     """What keeps `tensor` from being an item's input or label, or None when it is a dense
-    (strided, unquantized, not nested) tensor on the CPU: its attributes alone, read at no
-    cost for every item a rank reads.
+    (strided, unquantized, not nested) tensor on the CPU holding its values: its type and attributes
+    alone, read at no cost for every item a rank reads.
 
         _odd_tensor(torch.empty(3, device="meta"))   # "a meta tensor (it holds no values)"
+
+    Found by the thirty-seventh round: a FakeTensor (CPU and strided, but holding no values)
+    passed, and the rank failed in torch's words ("Mixing fake modes NYI"). Its type is looked
+    at first: a subclass's attributes run its own code. Subclasses that hold their values
+    (torchvision's tv_tensors) are taken (`_holds_no_values`).
     """
+    kind = type(tensor)
+    if kind is not torch.Tensor and _holds_no_values(kind):
+        name = one_line(f"{kind.__module__}.{kind.__qualname__}")  # the user's own words
+        return (
+            f"of the tensor subclass {name}, which overrides __torch_dispatch__ (such a "
+            "tensor may hold no values, as a FakeTensor does; `x.as_subclass(torch.Tensor)` "
+            "is the plain tensor of one that holds them)"
+        )
     if tensor.is_nested:
         return "a nested tensor"
     if tensor.layout is not torch.strided:
@@ -1289,21 +1418,22 @@ def batch_rows(
     what = ("input", "label")[part]
     parts = []
     for index in indices:
-        try:
-            value = dataset[index]
-        except Exception as exc:
-            if classify(exc) != "raised":
-                raise
-            doing = f"reading {split} item {index}"
-            # Chained: the rank's log shows the user's own traceback under the line.
-            raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from exc
+        doing = f"reading {split} item {index}"
+        with torch_state_kept(name, doing):
+            try:
+                value = dataset[index]
+            except Exception as exc:
+                if classify(exc) != "raised":
+                    raise
+                # Chained: the rank's log shows the user's own traceback under the line.
+                raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from exc
         refuse_awaitable_item(value, dataset, index, name, split)
         _check_pair(value, name, split, index)
         refuse_odd_tensors(value, index, name, split)
         parts.append(value[part])
     try:
         return torch.stack(parts)
-    except (RuntimeError, TypeError) as exc:
+    except Exception as exc:  # any: a ValueError too (the thirty-seventh round)
         for index, value in zip(indices, parts, strict=True):
             if not isinstance(value, torch.Tensor):
                 why = f"{split} item {index}'s {what} is {_describe(value)}, not a tensor"
@@ -1421,7 +1551,12 @@ def _one_line(exc: BaseException) -> str:
     if isinstance(exc, UserBaseException) and exc.__cause__ is not None:
         exc = exc.__cause__  # the user's own exception, by its name
     try:
-        text = " ".join(str(exc).split())
+        text = str(exc)
     except Exception:  # its __str__ raised (the thirty-seventh round): the name says it
         text = ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    # Each control character a space, then the spaces folded: a line break, a tab or an
+    # escape sequence (ESC, "\x1b[31m": the thirty-seventh round saw it reach the terminal
+    # raw) of the user's text never breaks or colours pipeplan's one line.
+    text = " ".join(one_line(text).split())
+    name = one_line(type(exc).__name__)
+    return f"{name}: {text}" if text else name

@@ -150,7 +150,15 @@ def _unwrapped(exc: BaseException) -> BaseException:
 
 def describe(exc: BaseException, kind: str) -> str:
     """One line for the user: a pipeplan error's own message, else the exception's type and
-    the last line of its message (gloo's carry a source path first)."""
+    the last line of its message (gloo's carry a source path first), each control character
+    a space (`formats.base.one_line`). Found by the thirty-seventh round: an escape sequence
+    of a user's exception ("\x1b[31m") reached the terminal raw in the launcher's line."""
+    from pipeplan.formats.base import one_line  # here: a rank imports this module as it starts
+
+    return one_line(_described(exc, kind)).strip()
+
+
+def _described(exc: BaseException, kind: str) -> str:
     if kind == "interrupted":
         return "interrupted by SIGINT"
     if isinstance(exc, Stopped):

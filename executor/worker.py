@@ -36,6 +36,7 @@ from executor.cache import ActivationCache, cache_allowed, memory_dir_for
 from executor.checkpoint import has_checkpoint
 from executor.data import (
     batch_rows,
+    check_batch_labels,
     is_user_code,
     keep_data_directory_on_path,
     users_side,
@@ -833,14 +834,19 @@ class Trainer:
         the thirty-fifth round): the part not kept was dropped unawaited, and Python's
         "coroutine … was never awaited" lines came into the rank's log; so is one whose input
         or label is not a dense CPU tensor (`data.refuse_odd_tensors`, the thirty-sixth
-        round). A failure names the data, the split and the item as the launcher's reads do
-        (`data.batch_rows`).
+        round), and a batch of labels holding no class of the model (`data.check_batch_labels`,
+        the thirty-seventh round). A failure names the data, the split and the item as the
+        launcher's reads do (`data.batch_rows`).
 
             labels = self.rows(self.data.train, indices, 1)
         """
         split = "train" if dataset is self.data.train else "eval"
+        indices = [int(i) for i in indices]
         with users_side():
-            return batch_rows(dataset, indices, part, self.data.name, split)
+            rows = batch_rows(dataset, indices, part, self.data.name, split)
+        if part == 1:
+            check_batch_labels(rows, indices, self.data.name, split, self.seq)
+        return rows
 
     def example_stage0_input(self, n: int) -> torch.Tensor:
         x = self.rows(self.data.train, range(n), 0)

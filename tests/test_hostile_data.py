@@ -3346,3 +3346,277 @@ def test_an_exception_whose_str_raises_is_named_by_its_type():
 
     assert _one_line(BadStr()) == "BadStr"
     assert _one_line(ValueError("a  b\nc")) == "ValueError: a b c"
+
+
+# A thirty-seventh round's subclass of torch.Tensor that refuses to be stacked, and a
+# FakeTensor maker, for MOVING_MODULE's items (`at_import`).
+ODD_SUBCLASSES = """
+class Sub(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.stack:
+            raise ValueError("subclass refuses stack")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+def fake(x):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:
+        return mode.from_tensor(x)
+"""
+
+
+def _ranks_line(tmp_path, capsys, name: str, **code: str) -> str:
+    """The one line of a `pipeplan run` of MOVING_MODULE (`code` put in: `_run_moving`) that
+    fails in its rank, exit 2; nothing is written but the failed run's folder, with its logs
+    and no checkpoint."""
+    assert _run_moving(tmp_path, name, **code) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeplan: error: training failed"), lines
+    assert lines[0].endswith(
+        "; rank logs in runs/n/logs; no checkpoint to resume from: delete runs/n to start it again"
+    ), lines[0]
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__")
+    assert left == [f"{name}.py", "runs"], left
+    assert not (tmp_path / "runs" / "n" / "checkpoints" / "latest").exists()
+    return lines[0]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    "name, made, said",
+    [
+        (
+            "rt37_fake",
+            "fake(torch.rand(1, 8, 8))",
+            "train item 37's input is of the tensor subclass "
+            "torch._subclasses.fake_tensor.FakeTensor, which overrides __torch_dispatch__ ",
+        ),
+        (
+            "rt37_subclass",
+            "torch.rand(1, 8, 8).as_subclass(Sub)",
+            "stacking the inputs of a batch \\(\\d+ train items, item \\d+ first\\) raised "
+            "ValueError: subclass refuses stack;",
+        ),
+    ],
+    ids=["fake", "subclass"],
+)
+def test_a_tensor_subclass_in_an_item_a_rank_reads_is_named(
+    tmp_path, capsys, monkeypatch, name, made, said
+):
+    """Found by the thirty-seventh round: an item only a rank read whose input was a tensor
+    subclass passed `refuse_odd_tensors`, which looked at its layout and device alone: a
+    FakeTensor (CPU and strided, but holding no values) failed the rank with "AssertionError:
+    Mixing fake modes NYI …", one whose `__torch_function__` refuses `torch.stack` with its own
+    "ValueError: subclass refuses stack", naming no data. A subclass that may hold no values
+    (it overrides `__torch_dispatch__`) is now refused as a meta tensor is; one that holds
+    them (torchvision's tv_tensors) is read, and a batch of them that does not stack is named
+    by its data and first item; in one line."""
+    monkeypatch.chdir(tmp_path)
+    code = f'if i == 37 and "RANK" in os.environ: return {made}, torch.tensor(0)'
+    line = _ranks_line(tmp_path, capsys, name, at_import=ODD_SUBCLASSES, in_item=code)
+    expected = f"training failed on rank 0 at step \\d+: data 'moving': {said}"
+    assert re.match(f"pipeplan: error: {expected}", line), line
+
+
+@pytest.mark.timeout(30)
+def test_the_launcher_refuses_a_tensor_subclass_and_any_stacking_error_is_named(monkeypatch):
+    """Found by the thirty-seventh round, with the ranks' case: the launcher's checks
+    (`data.item`) took a FakeTensor item too; and a batch whose `torch.stack` raised anything
+    but a RuntimeError or a TypeError (a subclass's ValueError) was that error alone. An item
+    of a subclass is refused where it is read; a Parameter (a plain tensor marked as a
+    module's weight) is taken; and a stacking failure of any type names the data and the
+    batch's first item (`data.batch_rows`). A subclass that holds its values (torchvision's
+    tv_tensors: Python only) is taken."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from executor.data import BadArgumentError, batch_rows, item
+
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(torch.rand(1, 8, 8))
+    with pytest.raises(BadArgumentError) as refused_item:
+        item([(torch.rand(1, 8, 8), fake)], 0, "m:load", "train")
+    said = str(refused_item.value)
+    assert said.startswith(
+        "data 'm:load': train item 0's label is of the tensor subclass "
+        "torch._subclasses.fake_tensor.FakeTensor, which overrides __torch_dispatch__"
+    ), said
+    # Subclasses that hold their values are taken: a Parameter, a tv_tensors-like image.
+    weight = torch.nn.Parameter(torch.rand(1, 8, 8))
+    assert item([(weight, torch.tensor(1))], 0, "m:load", "train")[0] is weight
+
+    class Image(torch.Tensor):  # as torchvision.tv_tensors.Image: Python only
+        pass
+
+    image = torch.rand(1, 8, 8).as_subclass(Image)
+    assert item([(image, torch.tensor(1))], 0, "m:load", "train")[0] is image
+    stacked = batch_rows([(image, torch.tensor(1))] * 2, [0, 1], 0, "m:load", "train")
+    assert torch.equal(stacked, torch.stack([image, image]))
+
+    def refuses(*args, **kwargs):
+        raise ValueError("no stacking today")
+
+    monkeypatch.setattr(torch, "stack", refuses)
+    items = [(torch.rand(1, 8, 8), torch.tensor(0))] * 8
+    with pytest.raises(BadArgumentError) as refused_batch:
+        batch_rows(items, [5, 2], 0, "m:load", "train")
+    assert str(refused_batch.value) == (
+        "data 'm:load': stacking the inputs of a batch (2 train items, item 5 first) raised "
+        "ValueError: no stacking today"
+    )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_label_out_of_the_classes_on_an_item_a_rank_reads_is_named(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-seventh round: a label of 10**6 (or -5) on an item only a rank
+    read, an int64 one the launcher's checks would have refused, failed the rank with torch's
+    "IndexError: Target 1000000 is out of bounds.", naming no data. A rank now holds each
+    batch's labels to the model's classes as the launcher's checks hold the items they read
+    (`data.check_batch_labels`, one comparison of the batch), in one line naming the data,
+    the split and the item."""
+    monkeypatch.chdir(tmp_path)
+    code = 'if i == 37 and "RANK" in os.environ: return torch.rand(1, 8, 8), torch.tensor(10**6)'
+    line = _ranks_line(tmp_path, capsys, "rt37_label", in_item=code)
+    said = (
+        "training failed on rank 0 at step \\d+: data 'moving': train item 37's label 1000000 "
+        "is not a class: model 'vit-digits' has 2 classes \\(0..1\\);"
+    )
+    assert re.match(f"pipeplan: error: {said}", line), line
+
+
+@pytest.mark.timeout(60)
+def test_a_ranks_label_check_is_the_launchers():
+    """The thirty-seventh round's rank check of labels (`data.check_batch_labels`) is the
+    launcher's rule: a negative class is named as one too large is, and a causal LM's token
+    labels may be IGNORE_INDEX (-100: a position the loss skips), not another id outside its
+    vocabulary."""
+    from executor.data import BadArgumentError, check_batch_labels
+
+    classifier = models.build("vit-digits")
+    check_batch_labels(torch.tensor([0, 9]), [1, 2], "m:load", "eval", classifier)
+    with pytest.raises(BadArgumentError, match=r"^data 'm:load': eval item 2's label -5 is not a"):
+        check_batch_labels(torch.tensor([0, -5]), [1, 2], "m:load", "eval", classifier)
+    decoder = models.build("gpt2-tiny", task="causal-lm")
+    tokens = torch.tensor([[5, 7, -100], [6, -100, -100]])
+    check_batch_labels(tokens, [3, 4], "m:load", "train", decoder)
+    tokens[1, 1] = -5
+    with pytest.raises(BadArgumentError) as refused:
+        check_batch_labels(tokens, [3, 4], "m:load", "train", decoder)
+    assert str(refused.value) == (
+        "data 'm:load': train item 4's labels hold -5, not a token id: model 'gpt2-tiny' has "
+        "vocab_size 512 (or -100: skip)"
+    )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_data_function_that_changes_torchs_default_dtype_in_a_rank_is_refused(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the thirty-seventh round: a data `load` that called
+    `torch.set_default_dtype(torch.float64)` (in the ranks alone here) failed the rank in
+    torch's words, "RuntimeError: Input type (float) and bias type (double) should be the
+    same" (the round's digits, made before the change), or as this data's inputs "of shape
+    (1, 8, 8) float64 but model 'vit-digits' takes … float32" (made after it): never the
+    cause. Data code that leaves torch's default dtype or grad mode changed is refused in one
+    line naming the data and what changed (`data.torch_state_kept`)."""
+    monkeypatch.chdir(tmp_path)
+    code = 'if "RANK" in os.environ: torch.set_default_dtype(torch.float64)'
+    line = _ranks_line(tmp_path, capsys, "rt37_f64", in_load=code)
+    assert line.startswith(
+        "pipeplan: error: training failed on rank 0 before the first step: data "
+        "'rt37_f64:load': the data function changed torch's default dtype to torch.float64 "
+        "(it was torch.float32); data code must leave torch's global settings as it found "
+        "them"
+    ), line
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_turns_gradients_off_is_refused_and_undone(tmp_path, capsys, monkeypatch):
+    """Found by the thirty-seventh round: a data `load` that called
+    `torch.set_grad_enabled(False)` failed a rank with "step() requires gradients to be
+    enabled …", naming no data. The launcher's own call of `load` now refuses it in one
+    line, no run folder made, and puts torch's grad mode back; a rank's read of an item that
+    changes a setting is refused too, naming the item (`data.batch_rows`)."""
+    from executor.data import BadArgumentError, batch_rows
+
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt37_grad:load")
+    argv += ("--nproc", "1", "--name", "n")
+    try:
+        code = _run_moving(tmp_path, "rt37_grad", *argv, in_load="torch.set_grad_enabled(False)")
+        grad = torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)  # for the tests after this one, whatever happened
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, grad) == (2, True), lines
+    assert lines == [
+        "pipeplan: error: data 'rt37_grad:load': the data function changed torch's grad mode "
+        "to off (it was on); data code must leave torch's global settings as it found them, "
+        "as pipeplan trains in them (use `with torch.no_grad():`)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+    class Doubles:
+        def __getitem__(self, index):
+            torch.set_default_dtype(torch.float64)
+            return torch.rand(2), torch.tensor(0)
+
+    try:
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Doubles(), [7, 8], 0, "m:load", "train")
+        dtype = torch.get_default_dtype()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert dtype == torch.float32
+    assert str(refused.value).startswith(
+        "data 'm:load': reading train item 7 changed torch's default dtype to torch.float64"
+    ), str(refused.value)
+
+
+@pytest.mark.timeout(30)
+def test_control_characters_of_a_users_error_reach_no_line():
+    """Found by the thirty-seventh round: a rank's item error "line one\\nline two\\r\\nthree
+    \\x1b[31mred" was folded onto one line, but its escape sequence reached the terminal raw
+    (`… three^[[31mred`). Each control character of a user's error is a space in pipeplan's
+    line (`formats.base.one_line`): in the data's words (`data._one_line`) and in a rank's
+    report, which the launcher's line says (`faults.describe`), whatever raised it."""
+    from executor.data import _one_line
+    from executor.faults import describe
+
+    raised = ValueError("line one\nline two\r\nthree\x1b[31mred\x07\x9b")
+    assert _one_line(raised) == "ValueError: line one line two three [31mred"
+    assert describe(raised, "raised") == "ValueError: three [31mred"
+    assert describe(RuntimeError("a\x1b]0;title\x07b"), "raised") == "RuntimeError: a ]0;title b"
+
+
+@pytest.mark.timeout(120)
+def test_a_data_modules_exit_callback_that_raises_is_one_warning_line(tmp_path):
+    """Found by the thirty-seventh round: a data module's `atexit` callback that raised
+    printed Python's "Exception ignored in atexit callback: <function …>" and its traceback,
+    nine lines after a successful run's. It is now one warning line naming the callback and
+    its error after a command that succeeded, and nothing after one that failed, whose error
+    line stays its one line (`cli._run_exit_callbacks`). In a subprocess: atexit's callbacks
+    run as the process ends."""
+    boom = "import atexit\ndef boom():\n    raise RuntimeError('atexit boom\\x1b[31m')"
+    root = Path(cli.__file__).resolve().parent
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    said = []
+    for name, in_load in (("rt37_atexit", ""), ("rt37_atexit_refused", "raise ValueError('no')")):
+        code = dict(at_import=boom, in_load=f"atexit.register(boom); {in_load}", in_item="")
+        (tmp_path / f"{name}.py").write_text(MOVING_MODULE.format(**code))
+        argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", f"{name}:load"]
+        argv += ["--nproc", "1", "--name", name]
+        done = subprocess.run(
+            [sys.executable, "-m", "cli", *argv], cwd=tmp_path, env=env, capture_output=True,
+            text=True, timeout=100, check=False,
+        )  # fmt: skip
+        said.append((done.returncode, done.stderr.splitlines()))
+    warned = "the exit callback rt37_atexit.boom raised RuntimeError: atexit boom [31m"
+    assert said == [
+        (0, [f"pipeplan: WARNING: {warned}"]),
+        (2, ["pipeplan: error: data 'rt37_atexit_refused:load' raised ValueError: no"]),
+    ], said
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["rt37_atexit"]
