@@ -586,13 +586,12 @@ class Trainer:
             t0 = time.perf_counter()
             # A mid-epoch resume: the epoch's steps before the checkpoint are in run.jsonl
             # (checked before any rank started to reach it), the one record of them. Its epoch
-            # record counts them as the uninterrupted run's did: their losses in the mean,
-            # their recorded time in the epoch's, and the phase its first step ran in. Rank 0
-            # alone writes the record, and alone holds them.
+            # record counts them as the uninterrupted run's did: their losses in the mean and
+            # their recorded time in the epoch's. Rank 0 alone writes the record, and alone
+            # holds them. (Its phase is the one its end runs in: `end_epoch`.)
             done = self.recorder.steps_of(epoch) if skip else []
             losses = [s.loss for s in done if s.loss is not None]
             t0 -= sum(s.step_s for s in done)
-            phase = done[0].phase if done else self.phase_index
             for step_in_epoch, indices in self.epoch_batches(epoch, skip):
                 record = self.train_step(epoch, indices)
                 if record.loss is not None:
@@ -614,7 +613,7 @@ class Trainer:
                     f"token to predict (every label after the first position is "
                     f"{models.IGNORE_INDEX}); a causal LM needs targets"
                 )
-            norms = self.end_epoch(epoch, phase, time.perf_counter() - t0, losses)
+            norms = self.end_epoch(epoch, time.perf_counter() - t0, losses)
             # A checkpoint due on the epoch's last step is written here, after its epoch record,
             # unless the freeze decision's transition wrote one (the last epoch's is the final).
             if epoch + 1 < cfg.epochs:
@@ -1163,12 +1162,16 @@ class Trainer:
 
     # ----------------------------------------------------------------- end of an epoch
 
-    def end_epoch(
-        self, epoch: int, phase: int, epoch_s: float, losses: list[float]
-    ) -> dict[int, float]:
+    def end_epoch(self, epoch: int, epoch_s: float, losses: list[float]) -> dict[int, float]:
         """Held-out loss and accuracy, the epoch's gradient norms, the speedup forecast and its
         record (rank 0 also logs it: batch jobs show progress without a terminal); returns the
-        norms."""
+        norms.
+
+        The record names the phase the epoch ends in, the one its last steps and evaluation
+        ran on and whose frozen layers it states, as its logged line names that layout. An
+        epoch split by a layout change (a mid-epoch resume on another --nproc, a --freeze-every
+        decision) was recorded in the phase its first step ran in: metrics.csv and `report`
+        gave a resumed 1x1 epoch as the 2x1 one it started on (thirty-seventh round)."""
         t0 = time.perf_counter()
         eval_loss, accuracy = self.evaluate()
         if eval_loss is not None and not math.isfinite(eval_loss):  # every rank has it
@@ -1178,7 +1181,7 @@ class Trainer:
         one_sided_done(by_rank0=True)  # rank 0 priced the forecast, after the norms' all-reduce
         record = EpochRecord(
             epoch=epoch,
-            phase=phase,
+            phase=self.phase_index,
             frozen_layers=self.frozen_layers,
             steps=self.steps_per_epoch,
             epoch_s=epoch_s,

@@ -136,12 +136,12 @@ def trajectory_schedule(path: str | Path, epochs: int, num_blocks: int) -> Freez
     """A trajectory file: a JSON list of per-epoch frozen counts, or {"frozen_layers": [...]}
     with the rest of a `FreezeSchedule`'s fields, held to what they say (`TrajectoryFile`).
     `trajectory_schedule("t.json", 5, 12)`: no more counts than epochs."""
-    path = Path(path)
+    given, path = path, Path(path)  # the text given is read: its trailing slash counts
     try:  # run.jsonl was "not valid JSON (Extra data…)"
         refuse_run_file(path, "freeze trajectory")
     except InputFileError as exc:
         raise InputFileError(f"{exc}{TRAJECTORY_HINT}") from None
-    text = read_input(path, MAX_SMALL_JSON_BYTES, why="the limit for a freeze trajectory")
+    text = read_input(given, MAX_SMALL_JSON_BYTES, why="the limit for a freeze trajectory")
     try:
         data = check_json(text, "")
     except InputFileError as exc:

@@ -487,7 +487,8 @@ def profile_to_file(
     # Never over the model it reads: a config.json given as the model, or a file of a model
     # directory (its config.json or weights were replaced by the profile).
     model = Path(request.model)
-    if model.name == "config.json" and model.is_file():
+    # As MODEL reads (`config_path`): `m/config.json/` names a folder m/config.json, not m.
+    if model.name == "config.json" and model.is_file() and config_path(request.model) == model:
         # The profile names the folder, as `run --model` does (a config.json is the same
         # model): what report, calibrate and the demo compare a run's model with.
         model = model.parent

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import test_hostile_data
-from test_hostile import PREVIEW, copy_run, refused
+from test_hostile import BERT_CONFIG, CLUSTER, PREVIEW, copy_run, refused
 from text_data import reviews, write_jsonl
 
 import cli
@@ -1407,3 +1407,66 @@ def test_an_output_name_too_long_names_the_flag(finished_run, tmp_path, capsys, 
     said = f"{flag} {quoted(given)}: file name too long ({nested}300 bytes; the file system takes"
     refused(argv, tmp_path, capsys, said)
     assert os.listdir(tmp_path) == []
+
+
+RUN_PREPARED = ["--prepare-only", "--name", "r", "--nproc", "1"]
+SLASHED = {  # a command given one input file ({F}) with a trailing slash: argv, what {F} holds
+    "plan --profile": (["plan", "--profile", "{F}/", *PREVIEW, "--out", "o.json"], "profile"),
+    "plan --profile, slash-dot": (
+        ["plan", "--profile", "{F}/.", *PREVIEW, "--out", "o.json"],
+        "profile",
+    ),
+    "preview --cluster": (
+        ["preview", "--profile", "{P}", "--cluster", "{F}/", *PREVIEW],
+        "cluster",
+    ),
+    "preview --freeze-schedule": (
+        ["preview", "--profile", "{P}", "--freeze-schedule", "{F}/", *PREVIEW],
+        "trajectory",
+    ),
+    "calibrate --profile": (["calibrate", "r", "--profile", "{F}/", "--out", "c.json"], "profile"),
+    "run --profile": (
+        ["run", "--model", "vit-digits", "--profile", "{F}/", *RUN_PREPARED],
+        "profile",
+    ),
+    "run --plan": (["run", "--model", "vit-digits", "--plan", "{F}/", *RUN_PREPARED], "plan"),
+    "profile MODEL": (["profile", "{F}/", "--out", "p.json"], "config"),
+    "run --model": (["run", "--model", "{F}/", "--data", "synth-text", *RUN_PREPARED], "config"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", SLASHED)
+def test_an_input_file_named_with_a_trailing_slash_is_not_read(tmp_path, capsys, monkeypatch, case):
+    """Found by the thirty-seventh round: `plan --profile vd.json/` (vd.json a regular file)
+    planned from vd.json and wrote its plan, as preview did with `--cluster c.json/` and
+    calibrate with `--profile`: pathlib drops the trailing slash, while the system refuses
+    the path (`open("vd.json/")`: Not a directory). Every input file is now checked as the
+    text given: one line "vd.json/: not a directory (vd.json is a regular file)", exit 2,
+    nothing written; a MODEL (`--model`, `profile MODEL`) with the slash names a folder, and
+    its config.json there is "no such file (… is a regular file, not a folder)"."""
+    monkeypatch.chdir(tmp_path)
+    argv, holds = SLASHED[case]
+    profile = shipped_profile("vit-digits", "cpu")
+    contents = {
+        "profile": profile.read_text(),
+        "cluster": json.dumps(CLUSTER),
+        "trajectory": "[0, 0, 3]",
+        "config": json.dumps(BERT_CONFIG),
+    }
+    given = tmp_path / "in" / f"{holds}.json"
+    given.parent.mkdir()
+    if holds == "plan":  # a real plan of the model run names, so only its slash is wrong
+        plan = ["plan", "--profile", str(profile), "--global-batch", "8", "--samples", "64"]
+        assert cli.main([*plan, "--epochs", "1", "--out", str(given)]) == 0
+        capsys.readouterr()
+    else:
+        given.write_text(contents[holds])
+    argv = [a.replace("{F}", str(given)).replace("{P}", str(profile)) for a in argv]
+    if holds == "config":
+        said = f"{given}/config.json: no such file ({given} is a regular file, not a folder)"
+    else:
+        slashed = next(a for a in argv if a.startswith(f"{given}/"))
+        said = f"pipeplan: error: {slashed}: not a directory ({given} is a regular file)"
+    refused(argv, tmp_path, capsys, said)
+    assert sorted(os.listdir(tmp_path)) == ["in"]

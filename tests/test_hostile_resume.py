@@ -1762,9 +1762,10 @@ def _interrupted(run: Path, tmp_path: Path) -> Path:
 @pytest.mark.timeout(300)
 def test_a_mid_epoch_resume_records_the_epoch_as_the_uninterrupted_run(mid_epoch_run, tmp_path):
     """Resumed at step 2 of 3, the epoch's record held the loss of step 2 alone, and its
-    time and samples/s only the resumed step's, in the resumed phase. Now it is the
-    uninterrupted run's: the mean loss over all 3 steps (equal bit for bit, as the weights
-    are), the same steps, phase and frozen layers, and a time that covers every step."""
+    time and samples/s only the resumed step's. Now it is the uninterrupted run's: the mean
+    loss over all 3 steps (equal bit for bit, as the weights are), the same steps, frozen
+    layers and layout, and a time that covers every step; its phase is the resumed one, the
+    phase it ends in (thirty-seventh round: the layout its end ran on, here the same)."""
     import torch
 
     cut = _interrupted(mid_epoch_run, tmp_path)
@@ -1781,9 +1782,14 @@ def test_a_mid_epoch_resume_records_the_epoch_as_the_uninterrupted_run(mid_epoch
     (full,), (resumed,) = (
         [r for r in _lines(r) if r["kind"] == "epoch"] for r in (mid_epoch_run, cut)
     )
-    assert [p["resumed"] for p in _lines(cut) if p["kind"] == "phase"] == [False, True]
-    same = ("epoch", "phase", "frozen_layers", "steps", "train_loss", "eval_loss", "grad_norms")
+    phases = [p for p in _lines(cut) if p["kind"] == "phase"]
+    assert [p["resumed"] for p in phases] == [False, True]
+    assert phases[0]["layout"] == phases[1]["layout"]  # the same layout, resumed
+    assert (full["phase"], resumed["phase"]) == (0, 1)  # the phase each ends in
+    same = ("epoch", "frozen_layers", "steps", "train_loss", "eval_loss", "grad_norms")
     assert {k: resumed[k] for k in same} == {k: full[k] for k in same}
+    layouts = [(r / "metrics.csv").read_text().split(",")[-1] for r in (mid_epoch_run, cut)]
+    assert layouts[0] == layouts[1]  # metrics.csv's layout column, as uninterrupted
     assert resumed["train_loss"] == sum(s["loss"] for s in _steps(_lines(cut))) / 3
     # Its time covers the recorded time of all 3 steps (not the resumed one's alone), and its
     # samples/s are the 3 steps' samples over it.
@@ -1791,6 +1797,68 @@ def test_a_mid_epoch_resume_records_the_epoch_as_the_uninterrupted_run(mid_epoch
     assert resumed["epoch_s"] >= steps_s
     samples = 3 * 64
     assert resumed["samples_per_s"] == pytest.approx(samples / resumed["epoch_s"], rel=1e-12)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_mid_epoch_resume_on_another_nproc_records_the_epoch_in_its_end_layout(
+    mid_epoch_run, tmp_path, capfd
+):
+    """Found by the thirty-seventh round: a 2-rank run killed after its mid-epoch checkpoint
+    and resumed with --nproc 1 logged the epoch as `… 1x1 M=1 1f1b cached`, but its record
+    named the phase its first step ran in: metrics.csv's row and `report` gave the epoch the
+    2x1 layout it started on (and that layout the 1x1 resume's samples/s). Now the epoch
+    record names the phase it ends in, the one its last steps and evaluation ran on, as its
+    line does: metrics.csv and `report` name the resumed layout (here 1 rank resumed on 2)."""
+    from pipeplan.formats import EpochRecord, PhaseRecord, read_records
+
+    cut = _interrupted(mid_epoch_run, tmp_path)
+    capfd.readouterr()
+    assert cli.main(["run", "--resume", str(cut), "--nproc", "2"]) == 0
+    logged = capfd.readouterr().err  # rank 0's lines reach the terminal from its process
+    records = read_records(cut / "run.jsonl")
+    before, after = [r for r in records if isinstance(r, PhaseRecord)]
+    assert after.resumed and after.pricing.cluster.num_devices == 2
+    started, ended = before.layout.label(), after.layout.label()
+    assert started != ended  # the epoch began on 1 rank and ends on 2
+    (epoch,) = [r for r in records if isinstance(r, EpochRecord)]
+    assert epoch.phase == after.phase
+    rows = (cut / "metrics.csv").read_text().splitlines()
+    assert rows[1].split(",")[0] == "0" and rows[1].split(",")[-1] == ended
+    (line,) = [x for x in logged.splitlines() if "INFO: epoch 1/1:" in x]
+    assert line.endswith(ended) or f"{ended}," in line
+    assert cli.main(["report", str(cut), "--json"]) == 0
+    (reported,) = json.loads(capfd.readouterr().out)["epochs"]
+    layout = after.layout.model_dump(mode="json")
+    assert (reported["phase"], reported["layout"]) == (after.phase, layout)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("named", [2, 0, 1])
+def test_an_epoch_record_names_the_phase_it_ends_in(mid_epoch_run, tmp_path, named):
+    """The reader's side of the thirty-seventh round's fix: an epoch split over phases 0, 1
+    and 2 (two resumes within it) names phase 2, where it ends; phase 0, its first step's,
+    as records written before the fix did, still loads; phase 1 is neither, and is refused
+    naming both."""
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats import read_records
+
+    phase, *steps, epoch = _lines(mid_epoch_run)
+    assert [s["step"] for s in steps] == [0, 1, 2] and epoch["phase"] == 0
+    lines = [phase, steps[0]]
+    for n in (1, 2):  # a resume before each of steps 1 and 2, on the same layout
+        lines += [{**phase, "phase": n, "start_step": n, "resumed": True}, {**steps[n], "phase": n}]
+    _rewrite(tmp_path, [*lines, {**epoch, "phase": named}])
+    if named != 1:
+        assert read_records(tmp_path / "run.jsonl")[-1].phase == named
+        return
+    with pytest.raises(InputFileError) as caught:
+        read_records(tmp_path / "run.jsonl")
+    assert str(caught.value) == (
+        f"{tmp_path / 'run.jsonl'}:7: epoch 0: phase 1, but it ends in phase 2 (its first step "
+        "ran in phase 0)"
+    )
 
 
 @pytest.mark.multiprocess

@@ -816,12 +816,15 @@ def out_of_memory(source: str, text: str) -> str:
     )
 
 
-def read_input(path: Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pipeplan file") -> str:
+def read_input(
+    path: str | Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pipeplan file"
+) -> str:
     """A regular file's text, at most `limit` bytes: a FIFO or device would block or never
-    end, and a file that large is not one pipeplan wrote (`read_input(pointer, 4096)`)."""
+    end, and a file that large is not one pipeplan wrote (`read_input(pointer, 4096)`).
+    `path` is best the user's own text (see `check_input_file`)."""
     try:
         check_input_file(path, limit, why=why)
-        with path.open("rb") as f:
+        with open(path, "rb") as f:
             data = _read_at_most(f, limit)
         if len(data) > limit:
             raise InputFileError(f"{path}: larger than {_size(limit)}, {why}")
@@ -829,7 +832,7 @@ def read_input(path: Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pip
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
     except NotADirectoryError:
-        raise InputFileError(f"{path}: no such file ({_not_a_folder(path)})") from None
+        raise InputFileError(f"{path}: {_not_a_folder(path)}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{path}: cannot read ({reason(exc)})") from None
     except MemoryError:  # a file under a large limit, in a process with less
@@ -854,7 +857,7 @@ def _read_at_most(f: BinaryIO, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_lines(path: Path, line_limit: int, limit: int = MAX_FILE_BYTES) -> Iterator[str]:
+def read_lines(path: str | Path, line_limit: int, limit: int = MAX_FILE_BYTES) -> Iterator[str]:
     """A regular file's lines, read one at a time (each with its newline, the last one maybe
     without), at most `limit` bytes in all: a file of records is never held whole, so a
     reader that finds a bad record early stops early (`for line in read_lines(path, 1 << 24)`).
@@ -863,7 +866,7 @@ def read_lines(path: Path, line_limit: int, limit: int = MAX_FILE_BYTES) -> Iter
     check_input_file(path, limit)
     total = 0
     try:
-        with path.open("rb") as f:
+        with open(path, "rb") as f:
             # A UTF-8 character is at most 4 bytes: a line of line_limit + 1 characters
             # takes no more than this to tell apart from a legal one.
             most = 4 * (line_limit + 1)
@@ -881,17 +884,22 @@ def read_lines(path: Path, line_limit: int, limit: int = MAX_FILE_BYTES) -> Iter
 
 
 def check_input_file(
-    path: Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pipeplan file"
+    path: str | Path, limit: int = MAX_FILE_BYTES, *, why: str = "not a pipeplan file"
 ) -> None:
     """`path` is a regular file of at most `limit` bytes, from its size alone, before any of
     it is read (a sparse 3 GiB file would otherwise be read whole); for files a reader then
-    streams, such as text data (`check_input_file(Path("train.csv"), why="...")`)."""
+    streams, such as text data (`check_input_file(Path("train.csv"), why="...")`).
+
+    Given as the user typed it (a str), a path is checked as the system reads it: pathlib
+    drops a trailing slash (`Path("vd.json/")` is vd.json), which names a folder to the
+    system (`open("vd.json/")` fails), so `--profile vd.json/` was read as the file
+    (thirty-seventh round); now it is "vd.json/: not a directory (vd.json is a regular file)"."""
     try:
-        info = path.stat()
+        info = os.stat(path)  # the text itself, not a Path of it: its trailing slash counts
     except FileNotFoundError:
         raise InputFileError(f"{path}: no such file") from None
     except NotADirectoryError:  # a file given where a folder is: Python's name leaked
-        raise InputFileError(f"{path}: no such file ({_not_a_folder(path)})") from None
+        raise InputFileError(f"{path}: {_not_a_folder(path)}") from None
     except OSError as exc:
         raise InputFileError(f"{path}: cannot read ({reason(exc)})") from None
     if not stat.S_ISREG(info.st_mode):
@@ -900,15 +908,20 @@ def check_input_file(
         raise InputFileError(f"{path}: larger than {_size(limit)}, {why}")
 
 
-def _not_a_folder(path: Path) -> str:
+def _not_a_folder(path: str | Path) -> str:
     """Why `path` cannot be reached, for a NotADirectoryError: `_not_a_folder(Path(
-    "/etc/hostname/run.json"))` → "/etc/hostname is a regular file, not a folder"."""
+    "/etc/hostname/run.json"))` → "no such file (/etc/hostname is a regular file, not a
+    folder)"; `_not_a_folder("vd.json/")`, a file named as a folder by its trailing slash (or
+    slash and dot), → "not a directory (vd.json is a regular file)"."""
     from pipeplan.fileio import entry_kind
 
-    for folder in reversed(path.parents):
+    named = Path(path)  # without the trailing slash: the entry the text names as a folder
+    if os.fspath(path).endswith(("/", "/.")) and named.exists() and not named.is_dir():
+        return f"not a directory ({named} is {entry_kind(named.stat().st_mode)})"
+    for folder in reversed(named.parents):
         if folder.exists() and not folder.is_dir():
-            return f"{folder} is {entry_kind(folder.stat().st_mode)}, not a folder"
-    return "a folder on its path is a file"
+            return f"no such file ({folder} is {entry_kind(folder.stat().st_mode)}, not a folder)"
+    return "no such file (a folder on its path is a file)"
 
 
 def _size(limit: int) -> str:
@@ -960,12 +973,12 @@ def refuse_run_file(path: Path, wanted: str) -> None:
 
 
 def load(model: type[M], path: str | Path) -> M:
-    """`load(Profile, "p.json")`: a file larger than its kind's limit is refused unread."""
-    path = Path(path)
+    """`load(Profile, "p.json")`: a file larger than its kind's limit is refused unread.
+    `path` as the user gave it is read as the system reads it (`check_input_file`)."""
     kind = KINDS.get(model, kind_of(model))
-    refuse_run_file(path, kind)  # before "not valid JSON" or "not a regular file"
+    refuse_run_file(Path(path), kind)  # before "not valid JSON" or "not a regular file"
     text = read_input(path, limit_of(model), why=f"the limit for a {kind}")
-    return parse(model, text, str(path))
+    return parse(model, text, str(Path(path)))
 
 
 def dumps(obj: BaseModel) -> str:

@@ -165,11 +165,16 @@ def config_path(name_or_path: str) -> Path | None:
         config_path("bert-tiny")                   # None, whatever ./bert-tiny is
         config_path("runs/demo-pretrained/model")  # runs/demo-pretrained/model/config.json
         config_path("ckpt/my.json")                # ckpt/my.json
-    """
+        config_path("ckpt/my.json/")               # ckpt/my.json/config.json: not read as
+                                                   # my.json (thirty-seventh round)
+
+    A trailing slash names a folder, as it does to the system: pathlib drops it, so
+    `ckpt/my.json/` was read as the file my.json; now its reading says my.json is not one."""
     if name_or_path in PRESETS:
         return None
     path = Path(name_or_path)
-    return path / "config.json" if path.is_dir() else path
+    folder = path.is_dir() or name_or_path.endswith(("/", "/."))
+    return path / "config.json" if folder else path
 
 
 def shadowed_folder(name: str) -> Path | None:

@@ -607,7 +607,10 @@ class Forecast(Strict):
 class EpochRecord(Strict):
     kind: Literal["epoch"] = "epoch"
     epoch: NonNegInt
-    phase: NonNegInt
+    phase: NonNegInt = Field(
+        description="The phase the epoch ends in: its last steps' and evaluation's (records "
+        "written before the thirty-seventh round's fixes name its first step's)."
+    )
     frozen_layers: NonNegInt
     steps: NonNegInt
     epoch_s: Seconds = Field(description="Training time of the epoch (evaluation excluded).")
@@ -952,9 +955,11 @@ class _Sequence:
     next step and its start_epoch the current epoch (entered by --resume too: its checkpoint
     follows every record of the epochs before it); a step's epoch is the current epoch
     (never one already closed, never one beyond the next); an epoch record closes the current
-    epoch, counts its steps, names the phase its first step ran in, and states the frozen
-    layers of the latest phase (a freeze decision within the epoch, --freeze-every, changes
-    them; one at its end starts the next phase after the record). Each was accepted while
+    epoch, counts its steps, names the latest phase, the one it ends in (records written
+    before the thirty-seventh round's fixes name its first step's: still read), and states
+    its frozen layers (a freeze decision within the epoch, --freeze-every, or a mid-epoch
+    resume changes the phase; one at its end starts the next phase after the record). Each
+    was accepted while
     contradicting its phase: an epoch record with another phase's frozen layers was charted
     as trained so, a phase starting at step 40 after step 9 was priced over steps it never
     had."""
@@ -1020,11 +1025,16 @@ class _Sequence:
                 f"{at}: epoch {record.epoch}: steps {record.steps}, but run.jsonl has "
                 f"{self.steps} step records of epoch {record.epoch}"
             )
+        # The phase the epoch ends in: its last steps' and evaluation's, whose frozen layers
+        # it states. Records written before the thirty-seventh round's fixes named the phase
+        # its first step ran in, which differs where a layout change split the epoch (a
+        # mid-epoch resume, a --freeze-every decision): theirs still load.
         started = current.phase if self.first_phase is None else self.first_phase
-        if record.phase != started:
+        if record.phase not in (current.phase, started):
+            before = "" if started == current.phase else f" (its first step ran in phase {started})"
             raise InputFileError(
-                f"{at}: epoch {record.epoch}: phase {record.phase}, but its first step ran in "
-                f"phase {started}"
+                f"{at}: epoch {record.epoch}: phase {record.phase}, but it ends in phase "
+                f"{current.phase}{before}"
             )
         frozen = current.layout.frozen_layers
         if record.frozen_layers != frozen:
