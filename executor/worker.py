@@ -78,8 +78,8 @@ from pipeplan.plan import make_forecast
 log = logging.getLogger("pipeplan.run")
 # How long a rank under `pipeplan run` waits for the others to start (its launcher stops them
 # all if one fails to). One-sided work (rank 0 writing a checkpoint or re-planning, stage-0
-# ranks filling the cache, the pipeline's ranks evaluating) is waited for under no limit, as
-# long as the ranks not there yet are alive (`OneSidedWaits`).
+# ranks filling the cache, the ranks reading the held-out data) is waited for under no limit,
+# as long as the ranks not there yet are alive (`OneSidedWaits`).
 ONE_SIDED_TIMEOUT_S = 24 * 3600
 # How much held-out data a rank reads ahead of evaluation's forward passes (its stacked inputs
 # and labels, sized by the evaluation's first batch, `Trainer.eval_ahead`). The reads are the
