@@ -1250,7 +1250,8 @@ class Trainer:
         if runtime.topology.active:
             runtime.module.train(False)
             indices = torch.arange(self.facts.eval_samples)[runtime.topology.replica :: replicas]
-            mine = list(torch.split(indices, local))
+            # Not torch.split: it gives one empty batch of a replica with no sample.
+            mine = [indices[start : start + local] for start in range(0, len(indices), local)]
         sums = torch.zeros(4, dtype=torch.float64)  # loss sum, losses, correct, predictions
         done, later = 0, 1  # batches evaluated; how many each chunk after the first holds
         while done < batches:
