@@ -79,9 +79,19 @@ from pipeplan.plan import make_forecast
 log = logging.getLogger("pipeplan.run")
 # How long a rank under `pipeplan run` waits for the others to start (its launcher stops them
 # all if one fails to). One-sided work (rank 0 writing a checkpoint or re-planning, stage-0
-# ranks filling the cache, the pipeline's ranks evaluating) is waited for under no limit, as
-# long as the ranks not there yet are alive (`OneSidedWaits`).
+# ranks filling the cache, the ranks reading the held-out data) is waited for under no limit,
+# as long as the ranks not there yet are alive (`OneSidedWaits`).
 ONE_SIDED_TIMEOUT_S = 24 * 3600
+# How much held-out data a rank reads ahead of evaluation's forward passes (its stacked inputs
+# and labels, sized by the evaluation's first batch, `Trainer.eval_ahead`). The reads are the
+# user's code, as long as it takes on one rank while its pipeline's next stage would wait in a
+# transfer under the collective timeout: so a chunk is read, every rank waits for the others'
+# reads as for other one-sided work, and then the chunk's forward passes run together. A
+# bound, not the whole set: a large held-out set never sits in memory at once. Found by the
+# thirty-seventh round: a 13 s `__getitem__` on stage 0 inside evaluation, under
+# `--collective-timeout 5`, ended a healthy run as "no response within the collective
+# timeout" (stage 1's receive of its activations timed out).
+EVAL_AHEAD_BYTES = 256 * 2**20
 # Online recalibration: after this many steps of a phase, rank 0 refits the cost model on what
 # the run has measured so far (2 warm-up steps are skipped), so the next re-plan uses it.
 RECALIBRATE_AFTER_STEPS = 8
@@ -1233,17 +1243,37 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> tuple[float | None, float | None]:
         """Held-out (loss, accuracy) through the pipeline (forward only), summed over
-        replicas: per sample for classification, per predicted token for a causal LM."""
+        replicas: per sample for classification, per predicted token for a causal LM.
+
+        The batches come in chunks (`EVAL_AHEAD_BYTES`): each rank reads a chunk's rows, all
+        wait for those reads as for one-sided work (`one_sided_done`: as long as the readers
+        beat), then the chunk's forward passes run under the collective timeout. The first
+        chunk is one batch, whose size sets the others' length. Every rank, in the layout or
+        not, makes the same waits: the batches are counted on the largest replica's share."""
         if self.facts.eval_samples == 0:
             return None, None
         runtime, replicas = self.runtime, self.decision.layout.replicas
-        sums = torch.zeros(4, dtype=torch.float64)  # loss sum, losses, correct, predictions
+        local = self.cfg.global_batch // replicas
+        batches = math.ceil(math.ceil(self.facts.eval_samples / replicas) / local)
+        mine: list[torch.Tensor] = []  # this replica's batches of indices (none outside it)
         if runtime.topology.active:
             runtime.module.train(False)
-            local = self.cfg.global_batch // replicas
             indices = torch.arange(self.facts.eval_samples)[runtime.topology.replica :: replicas]
-            for start in range(0, len(indices), local):
-                sums += self.evaluate_batch(indices[start : start + local], local)
+            # Not torch.split: it gives one empty batch of a replica with no sample.
+            mine = [indices[start : start + local] for start in range(0, len(indices), local)]
+        sums = torch.zeros(4, dtype=torch.float64)  # loss sum, losses, correct, predictions
+        done, later = 0, 1  # batches evaluated; how many each chunk after the first holds
+        while done < batches:
+            ahead = later if done else 1
+            chunk = [self.eval_rows(batch, local) for batch in mine[done : done + ahead]]
+            one_sided_done()  # the chunk is read everywhere: its forward passes start together
+            if not done:  # the first batch: it sizes the chunks after it
+                later = self.eval_ahead(chunk, batches)
+            done += ahead
+            for x, y, valid in chunk:
+                sums += self.evaluate_batch(x, y, valid)
+            del chunk  # the next chunk is read with this one let go
+        if runtime.topology.active:
             runtime.module.train(True)
         one_sided_done()  # ranks outside the layout wait for the pipeline's
         sums = sums.to(comm_device())
@@ -1252,15 +1282,30 @@ class Trainer:
         loss = float(sums[0] / sums[1]) if sums[1] > 0 else None
         return loss, float(sums[2] / sums[3]) if sums[3] > 0 else None
 
-    def evaluate_batch(self, indices: torch.Tensor, local: int) -> torch.Tensor:
-        """(loss sum, losses, correct, predictions) on one batch of held-out samples, as the
-        last stage sees it (zeros elsewhere). A short last batch is padded to the layout's
-        size; padded rows are not counted."""
-        runtime, valid = self.runtime, len(indices)
+    def eval_rows(
+        self, indices: torch.Tensor, local: int
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(inputs, labels, valid rows) of one batch of held-out samples. A short last batch
+        is padded to the layout's size with its first sample; padded rows are not counted."""
+        valid = len(indices)
         if valid < local:
             indices = torch.cat([indices, indices[:1].repeat(local - valid)])
-        x = self.rows(self.data.eval, indices, 0)
-        y = self.rows(self.data.eval, indices, 1)
+        return self.rows(self.data.eval, indices, 0), self.rows(self.data.eval, indices, 1), valid
+
+    def eval_ahead(self, first: list[tuple[torch.Tensor, torch.Tensor, int]], batches: int) -> int:
+        """Collective: how many held-out batches each chunk after the first holds, the same
+        on every rank: as many as `EVAL_AHEAD_BYTES` holds of the largest first batch any
+        rank read (a rank outside the layout read none). All have just left a wait
+        together, so this small all-reduce never waits on a read."""
+        size = sum(x.nbytes + y.nbytes for x, y, _ in first)
+        largest = torch.tensor([size], dtype=torch.int64, device=comm_device())
+        dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+        return max(1, min(batches, EVAL_AHEAD_BYTES // max(1, int(largest))))
+
+    def evaluate_batch(self, x: torch.Tensor, y: torch.Tensor, valid: int) -> torch.Tensor:
+        """(loss sum, losses, correct, predictions) on one batch of held-out rows, as the last
+        stage sees it (zeros elsewhere); its first `valid` rows are counted."""
+        runtime = self.runtime
         if runtime.is_first and self.decision.layout.cached:
             x = self.frozen_prefix(x)
         out = runtime.evaluate(x if runtime.is_first else None, y)

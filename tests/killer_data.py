@@ -223,6 +223,62 @@ def digits_slow_one_sided(seed: int = 0) -> TaskData:
     return TaskData("digits", data.train, evaluation, False)
 
 
+class SlowOnceAfter:
+    """Sleeps `seconds` once, on its read number `after + 1`: data whose reading takes a
+    while now and then (a network file system, a cold cache)."""
+
+    def __init__(self, inner, after: int, seconds: float):
+        self.inner, self.after, self.seconds, self.reads = inner, after, seconds, 0
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, index):
+        self.reads += 1
+        if self.reads == self.after + 1:
+            time.sleep(self.seconds)
+        return self.inner[index]
+
+
+def digits_slow_eval_read(seed: int = 0) -> TaskData:
+    """Digits; rank 0 sleeps 8 s (longer than a 3 s collective timeout) once, on its 41st
+    read of a held-out item: inside the epoch's evaluation, past its start-up checks' two
+    reads and, at a global batch of 8 (16 reads a batch: inputs, then labels), in its
+    third batch."""
+    data = load_data("digits", models.build("vit-digits"), seed=seed)
+    rank = dist.get_rank() if dist.is_initialized() else None
+    evaluation = SlowOnceAfter(data.eval, 40, 8) if rank == 0 else data.eval
+    return TaskData("digits", data.train, evaluation, False)
+
+
+class StopsOnce:
+    """Stops its process (SIGSTOP) on its read number `after + 1`, touching
+    PIPEPLAN_TEST_PAUSED first."""
+
+    def __init__(self, inner, after: int):
+        self.inner, self.after, self.reads = inner, after, 0
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, index):
+        self.reads += 1
+        if self.reads == self.after + 1:
+            Path(os.environ["PIPEPLAN_TEST_PAUSED"]).touch()
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return self.inner[index]
+
+
+def digits_stop_in_eval_read(seed: int = 0) -> TaskData:
+    """Digits; rank 1 stops itself (SIGSTOP) on its 41st read of a held-out item, inside
+    the epoch's evaluation (as `digits_slow_eval_read` sleeps), while rank 0 waits for its
+    reads."""
+    data = load_data("digits", models.build("vit-digits"), seed=seed)
+    rank = dist.get_rank() if dist.is_initialized() else None
+    evaluation = StopsOnce(data.eval, 40) if rank == 1 else data.eval
+    return TaskData("digits", data.train, evaluation, False)
+
+
 def sleeping_rank(rank: int, started: str) -> None:
     """For `pipeplan.spawn.run_ranks`: say it started (a file named after the rank), then
     sleep far beyond any test's patience; only a kill ends it."""

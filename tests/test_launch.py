@@ -22,6 +22,7 @@ from executor import faults
 from executor.launch import INTERRUPTED, RANK_SHELL
 from executor.worker import StartAbandoned
 from pipeplan.errors import Interrupted, Stopped
+from pipeplan.formats import EpochRecord, PhaseRecord, read_records
 from pipeplan.spawn import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -444,6 +445,13 @@ def test_a_rank_stopped_while_rank_0_writes_a_checkpoint_ends_the_run(tmp_path):
             " at step 3",
             marks=pytest.mark.long,
         ),
+        # the wait for a chunk of held-out reads (the thirty-seventh round's): the same barrier
+        pytest.param(
+            "digits_stop_in_eval_read",
+            ["--max-steps-per-epoch", "2", "--global-batch", "8"],
+            " after step 1, at the end of epoch 1",
+            marks=pytest.mark.long,
+        ),
     ],
 )
 def test_a_rank_stopped_while_the_others_wait_for_one_sided_work_ends_the_run(
@@ -603,6 +611,31 @@ def test_long_one_sided_work_does_not_trip_the_collective_timeout(tmp_path):
     run = start_run(tmp_path, *args)
     _, err = run.communicate(timeout=150)
     assert run.returncode == 0, err
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_a_slow_held_out_read_inside_evaluation_does_not_trip_the_collective_timeout(tmp_path):
+    """Found by the thirty-seventh round: `run --help` says one-sided work, evaluation among
+    it, is waited for apart, but a 13 s `__getitem__` of the held-out data on stage 0 inside
+    the epoch's evaluation, under `--collective-timeout 5`, ended a healthy 2x1 run: "training
+    failed on rank 0 after step 2, at the end of epoch 1: no response within the collective
+    timeout of 5 s (stopped or hung)" (stage 1's receive of the activations timed out while
+    stage 0 read). (The slow read of `digits_slow_one_sided` is the rank's first under
+    no_grad, in its start-up checks.) Each rank now reads the held-out batches a chunk ahead,
+    all wait for those reads as for other one-sided work (as long as the reader beats), and
+    only then run the chunk's forward passes: the run ends with rc 0, its epoch evaluated."""
+    args = ["--data", "tests.killer_data:digits_slow_eval_read", "--collective-timeout", "3"]
+    run = start_run(tmp_path, *args, "--max-steps-per-epoch", "2", "--global-batch", "8")
+    _, err = run.communicate(timeout=150)
+    assert run.returncode == 0, err
+    records = read_records(tmp_path / "k" / "run.jsonl")
+    phases = [r for r in records if isinstance(r, PhaseRecord)]
+    # A pipeline: stage 1 waits for stage 0's activations (two replicas would not).
+    assert [(p.layout.num_stages, p.layout.replicas) for p in phases] == [(2, 1)]
+    (epoch,) = [r for r in records if isinstance(r, EpochRecord)]
+    assert epoch.eval_loss is not None and epoch.eval_accuracy is not None
+    assert epoch.eval_s > 8  # the slow read was waited for, inside the evaluation
 
 
 @pytest.mark.multiprocess

@@ -4,6 +4,7 @@ the learning-rate schedule, held-out loss and token accuracy, the epoch line, me
 
 import datetime
 import itertools
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -129,6 +130,78 @@ def test_held_out_sums_per_sample_and_per_next_token():
         logits[1, :2].argmax(-1) == ids[1, 1:3]
     ).sum()
     assert correct == float(hits)
+
+
+def _evaluation_of_one_rank(monkeypatch, samples, replicas, replica, ahead_bytes) -> list:
+    """What `Trainer.evaluate` does on one rank (`replica` None: outside the layout), as
+    events: ("read", indices) of each batch's inputs, ("wait",) at each one-sided wait,
+    ("forward", indices, valid) of each batch evaluated. Rows of 16 bytes of input and 8 of
+    label: a batch of 4 is 96 bytes, on every rank (the all-reduce of `eval_ahead`)."""
+    from functools import partial
+
+    from executor import worker
+
+    events: list = []
+
+    def rows(dataset, indices, part):
+        if part == 0:
+            events.append(("read", [int(i) for i in indices]))
+            return torch.stack([torch.full((4,), float(i)) for i in indices])
+        return torch.tensor([int(i) for i in indices])
+
+    def evaluate_batch(x, y, valid):
+        events.append(("forward", [int(i) for i in x[:valid, 0]], valid))
+        return torch.tensor([1.0, 1.0, 1.0, 1.0], dtype=torch.float64) * valid
+
+    def all_reduce(tensor, op=None):
+        if tensor.dtype == torch.int64:  # eval_ahead's: the largest first batch
+            tensor.fill_(96)
+
+    monkeypatch.setattr(worker, "EVAL_AHEAD_BYTES", ahead_bytes)
+    monkeypatch.setattr(worker, "one_sided_done", lambda: events.append(("wait",)))
+    monkeypatch.setattr(worker, "comm_device", lambda *args: torch.device("cpu"))
+    monkeypatch.setattr(worker.dist, "all_reduce", all_reduce)
+    topology = SimpleNamespace(active=replica is not None, replica=replica)
+    fake = SimpleNamespace(
+        facts=SimpleNamespace(eval_samples=samples),
+        runtime=SimpleNamespace(topology=topology, module=SimpleNamespace(train=lambda on: None)),
+        decision=SimpleNamespace(layout=SimpleNamespace(replicas=replicas)),
+        cfg=SimpleNamespace(global_batch=4 * replicas),
+        data=SimpleNamespace(eval=None),
+        rows=rows,
+        evaluate_batch=evaluate_batch,
+    )
+    fake.eval_rows = partial(Trainer.eval_rows, fake)
+    fake.eval_ahead = partial(Trainer.eval_ahead, fake)
+    Trainer.evaluate(fake)
+    return events
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("ahead_bytes", [200, 96, 2**30])  # 2 batches a chunk, 1, all
+@pytest.mark.parametrize("samples", [1, 9, 21])  # a replica with none; 2 and 1 batches; 3
+def test_held_out_reads_come_a_chunk_ahead_with_the_same_waits_on_every_rank(
+    monkeypatch, samples, ahead_bytes
+):
+    """Found by the thirty-seventh round: a slow held-out read on stage 0 inside evaluation
+    held stage 1 in its receive until the collective timeout ended a healthy run. Each rank
+    now reads a chunk of batches (the first batch alone, then as many as EVAL_AHEAD_BYTES
+    holds), waits for every rank's reads (one-sided), then evaluates the chunk: every rank
+    makes the same waits (the replicas' shares differ, a replica may have no sample, a rank
+    outside the layout reads none), and each replica evaluates its share once, in order."""
+    per_chunk = max(1, ahead_bytes // 96)
+    total = math.ceil(math.ceil(samples / 2) / 4)  # replica 0's batches: the largest share
+    for replica in (0, 1, None):
+        share = list(range(samples))[replica::2] if replica is not None else []
+        batches = [share[i : i + 4] for i in range(0, len(share), 4)]
+        expected, done = [], 0
+        while done < total:
+            chunk = batches[done : done + (per_chunk if done else 1)]
+            expected += [("read", b + b[:1] * (4 - len(b))) for b in chunk]  # padded to 4
+            expected += [("wait",)] + [("forward", b, len(b)) for b in chunk]
+            done += per_chunk if done else 1
+        expected.append(("wait",))  # the ranks outside the layout wait for the pipeline's
+        assert _evaluation_of_one_rank(monkeypatch, samples, 2, replica, ahead_bytes) == expected
 
 
 def _epoch(epoch: int, phase: int, accuracy: float | None = 0.5) -> EpochRecord:
