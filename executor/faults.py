@@ -343,8 +343,10 @@ class AgentStops(logging.Handler):
 # started was waited for 24 h, in silence, fresh run or resume (the thirty-seventh round).
 # A stopped process is not slow, it is stopped: its launcher sees it in /proc.
 
-# Seconds between two looks at the ranks' states.
+# Seconds between two looks at the ranks' states; while a rank the agent stops waits to be
+# woken, WAKE_S.
 WATCH_S = 0.5
+WAKE_S = 0.02
 # A look later than this many intervals after the one before: this process was itself stopped
 # or starved meanwhile, and what the ranks did then is unknown. Their stops are timed afresh.
 WATCH_GAP = 5
@@ -354,6 +356,17 @@ STOPPED_STATES = ("T", "t")
 # run: once the ranks train, their own timeouts name a stopped peer first (a heartbeat's look
 # is a second or two late), and their logs say where each waited for it.
 STOPPED_GRACE_S = 5.0
+
+
+def signal_pending(pid: int) -> bool:
+    """Whether process `pid` has a signal pending (/proc/PID/status: SigPnd, ShdPnd), as a
+    stopped process has once it was sent one; False where it cannot be told."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            masks = [line.split()[1] for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
+        return any(int(mask, 16) for mask in masks)
+    except (OSError, IndexError, ValueError):
+        return False
 
 
 def child_state(pid: int, parent: int) -> str | None:
@@ -377,8 +390,9 @@ class StoppedRanks(threading.Thread):
     timeout … (stopped or hung)"). A start that is slow but running is never bounded. The
     ranks are this process's children whose environment holds `marker` (the variable naming
     this process, set before they start) and RANK, looked for until `world` are found.
-    `wake(pid)` wakes (SIGCONT) a rank the agent stops (`AgentStops`): a stopped process
-    cannot act on the agent's SIGTERM, and the agent waited 30 s before its SIGKILL.
+    `wake(pid)` wakes (SIGCONT) a rank the agent stops (`AgentStops`), once its signal is
+    pending: a stopped process cannot act on the agent's SIGTERM, and the agent waited 30 s
+    before its SIGKILL.
 
         with StoppedRanks(2, 600, "PIPEPLAN_LAUNCHER_PID") as watch, AgentStops(watch.wake):
             elastic_launch(...)(...)
@@ -391,7 +405,9 @@ class StoppedRanks(threading.Thread):
         self.launcher = os.getpid()
         self.pids: dict[int, int] = {}  # rank → pid, as found
         self.ended: set[int] = set()  # the ranks killed for being stopped
+        self._waking: set[int] = set()  # the pids the agent is stopping, to wake
         self._done = threading.Event()
+        self._poke = threading.Event()  # look now: done, or a rank to wake
 
     def __enter__(self) -> StoppedRanks:
         self.start()
@@ -399,16 +415,22 @@ class StoppedRanks(threading.Thread):
 
     def __exit__(self, *exc: object) -> None:
         self._done.set()
+        self._poke.set()
         self.join()
 
     def run(self) -> None:
         since: dict[int, float] = {}  # rank → when it was first seen stopped, without a break
         last = time.monotonic()
-        while not self._done.wait(WATCH_S):
+        while not self._done.is_set():
+            self._poke.wait(WAKE_S if self._waking else WATCH_S)
+            self._poke.clear()
+            if self._done.is_set():
+                return
             now = time.monotonic()
             if now - last > WATCH_GAP * WATCH_S:
                 since.clear()
             last = now
+            self._wake_signalled()
             if len(self.pids) < self.world:
                 self._find()
             for rank, pid in self.pids.items():
@@ -447,10 +469,23 @@ class StoppedRanks(threading.Thread):
         self._signal(pid, signal.SIGKILL)
 
     def wake(self, pid: int) -> None:
-        """SIGCONT to rank `pid` (and its process group), which the agent is stopping: a
-        stopped rank dies of the agent's SIGTERM at once, not of its SIGKILL 30 s later."""
+        """Wake (SIGCONT, its process group with it) rank `pid`, which the agent is stopping,
+        once the agent's signal is pending (it says so just before it sends it): a stopped
+        rank then dies of it at once, not of its SIGKILL 30 s later. Woken before, a rank ran
+        on for a moment, found its peer gone and reported that, named instead of it."""
         if child_state(pid, self.launcher) in STOPPED_STATES:
-            self._signal(pid, signal.SIGCONT)
+            self._waking.add(pid)
+            self._poke.set()
+
+    def _wake_signalled(self) -> None:
+        """SIGCONT to each rank to wake that has its signal pending now; the others (gone, or
+        running: the signal acts) are not woken."""
+        for pid in list(self._waking):
+            if child_state(pid, self.launcher) not in STOPPED_STATES:
+                self._waking.discard(pid)
+            elif signal_pending(pid):
+                self._signal(pid, signal.SIGCONT)
+                self._waking.discard(pid)
 
     def _signal(self, pid: int, signum: int) -> None:
         """`signum` to a rank of this process, its process group with it where it leads one

@@ -585,9 +585,9 @@ def test_the_launcher_kills_a_rank_stopped_the_timeout_and_wakes_those_the_agent
     """With the thirty-seventh round's fix (above), the watch itself (`faults.StoppedRanks`),
     on two children standing for ranks: one stopped without a break for the timeout is killed
     and listed; one stopped for less, then continued, is left alone. A rank the agent stops
-    (its "closing signal" log line, `AgentStops`) is woken (SIGCONT): stopped, it could not
-    act on the agent's SIGTERM, and torch waited 30 s before its SIGKILL (each SIGSTOP test
-    took 50 s of the suite)."""
+    (its "closing signal" log line, `AgentStops`) is woken (SIGCONT) once the agent's signal
+    is pending: stopped, it could not act on the agent's SIGTERM, and torch waited 30 s
+    before its SIGKILL (each SIGSTOP test took 50 s of the suite)."""
     import logging
 
     marker = "PIPEPLAN_LAUNCHER_PID"
@@ -612,12 +612,17 @@ def test_the_launcher_kills_a_rank_stopped_the_timeout_and_wakes_those_the_agent
             while process_state(ranks[0].pid) != "T":
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
-            with faults.AgentStops(watch.wake) as stops:
+            with faults.AgentStops(watch.wake) as stops:  # as the agent says it, then acts
                 logging.getLogger(faults.AGENT_LOGGER).warning(
                     faults.AGENT_STOPS, ranks[0].pid, "SIGTERM"
                 )
+                # Not woken before the agent's signal is sent: it would run on, find its peers
+                # gone, and report that (it was named instead of the stopped rank).
+                time.sleep(0.3)
+                assert process_state(ranks[0].pid) == "T"
+                os.killpg(ranks[0].pid, signal.SIGTERM)
             assert stops.pids == {ranks[0].pid}
-            assert process_state(ranks[0].pid) in ("S", "R")  # woken at once
+            assert ranks[0].wait(timeout=5) == -signal.SIGTERM  # woken: dead of it at once
             assert watch.ended == {1}
     finally:
         for rank in ranks:
