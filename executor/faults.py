@@ -21,22 +21,26 @@ before the run ended, which torch's agent takes for a success: the others only l
 the earliest report. When the others timed out, the rank that died without a
 report was killed by the agent after it stopped responding (stopped or hung). A rank the agent
 itself stopped (`AgentStops`: it was still running when the agent saw the first failure) is
-not named for a SIGTERM death or report where another rank ended before the agent acted.
+not named for a SIGTERM death or report where another rank ended before the agent acted. A
+rank the launcher found stopped (SIGSTOP) for the collective timeout and killed
+(`StoppedRanks`: no heartbeat exists yet as ranks start) is named as stopped or hung.
 
     write_report(exc, rank=1)                     # in the rank, before it exits
-    with AgentStops() as stops: ...               # in the launcher, while the agent runs
-    rank, why = verdict(failures, timeout_s=600, agent_stopped=stops.pids)
+    with StoppedRanks(2, 600, marker) as watch, AgentStops(watch.wake) as stops: ...
+    rank, why = verdict(failures, timeout_s=600, agent_stopped=stops.pids, stalled=watch.ended)
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -47,6 +51,8 @@ from executor import errorfile
 from pipeplan.errors import Interrupted, PipeplanError, Stopped, quoted
 from pipeplan.startup import signal_name, stopped_by
 
+# The launcher's own lines (`StoppedRanks`), into logs/launcher.log (`launch.agent_scope`).
+log = logging.getLogger("pipeplan.launcher")
 OWN_FAULT = ("raised", "interrupted")
 EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
 EXIT_FAILED = 1
@@ -231,10 +237,12 @@ def verdict(
     timeout_s: float,
     agent_stopped: Collection[int] = (),
     ended_early: Collection[int] = (),
+    stalled: Collection[int] = (),
 ) -> tuple[int, str]:
     """(rank, why) of the failure that came first, from torch's `ChildFailedError.failures`
     (global rank → `ProcessFailure`), the pids of the ranks the agent stopped itself
-    (`AgentStops.pids`) and the ranks that exited 0 before the run ended (`launch.ended_early`).
+    (`AgentStops.pids`), the ranks that exited 0 before the run ended (`launch.ended_early`)
+    and those the launcher killed for being stopped the collective timeout (`StoppedRanks`).
 
         verdict({0: <lost, from its file>, 1: <exit -9, no file>}, 600)
         → (1, "killed by SIGKILL")
@@ -242,6 +250,8 @@ def verdict(
         → (1, "stopped by SIGTERM")
         verdict({0: <lost, from its file>}, 600, (), {1})
         → (1, "exited with code 0 before the run ended")
+        verdict({0: <stopped, from its file>, 1: <exit -9, no file>}, 600, (), (), {1})
+        → (1, "no response within the collective timeout of 600 s (stopped or hung)")
     """
     reports = {
         rank: report
@@ -278,7 +288,10 @@ def verdict(
         # The agent stops the other ranks with SIGTERM once one has failed: a rank that ended
         # before it acted came first, and a SIGTERM death is the least likely to be the first.
         rank = min(silent, key=lambda r: (by_agent(r), silent[r] == -signal.SIGTERM, r))
-        if silent[rank] != 0 and any(r.kind == "timeout" for r in reports.values()):
+        # Killed by the launcher, stopped the timeout (before any heartbeat: the others
+        # waited for it to start, no collective to time out): its SIGKILL was not the cause.
+        timed_out = rank in stalled or any(r.kind == "timeout" for r in reports.values())
+        if silent[rank] != 0 and timed_out:
             return (
                 rank,
                 f"no response within the collective timeout of {timeout_s:g} s (stopped or hung)",
@@ -297,22 +310,27 @@ AGENT_STOPS = "Sending process %s closing signal %s"
 class AgentStops(logging.Handler):
     """The pids of the ranks torch's agent stopped itself, from its log, while the block runs:
     those ranks were still running when it saw the first failure, so theirs came after it.
+    `wake(pid)`, where given, is called for each as the agent stops it (`StoppedRanks.wake`).
 
         with AgentStops() as stops:
             elastic_launch(...)(...)
         stops.pids   # {24785}
     """
 
-    def __init__(self) -> None:
+    def __init__(self, wake: Callable[[int], None] | None = None) -> None:
         super().__init__(logging.DEBUG)
         self.pids: set[int] = set()
+        self.wake = wake
         self._logger = logging.getLogger(AGENT_LOGGER)
         self._level = self._logger.level
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.msg == AGENT_STOPS and record.args:
             with contextlib.suppress(KeyError, TypeError, ValueError):
-                self.pids.add(int(record.args[0]))
+                pid = int(record.args[0])
+                self.pids.add(pid)
+                if self.wake is not None:
+                    self.wake(pid)
 
     def __enter__(self) -> AgentStops:
         # A WARNING: heard even where logging was set quieter (the verdict needs it).
@@ -324,3 +342,164 @@ class AgentStops(logging.Handler):
     def __exit__(self, *exc: object) -> None:
         self._logger.removeHandler(self)
         self._logger.setLevel(self._level)
+
+
+# ----------------------------------------------------------------------------- stopped ranks
+# Under `pipeplan run` the ranks wait for each other to start without a limit (importing torch
+# or setting up a GPU can take longer than a collective timeout; the agent stops every rank if
+# one fails), and no heartbeat exists before they have met: a rank stopped (SIGSTOP) as it
+# started was waited for 24 h, in silence, fresh run or resume (the thirty-seventh round).
+# A stopped process is not slow, it is stopped: its launcher sees it in /proc.
+
+# Seconds between two looks at the ranks' states; while a rank the agent stops waits to be
+# woken, WAKE_S.
+WATCH_S = 0.5
+WAKE_S = 0.02
+# A look later than this many intervals after the one before: this process was itself stopped
+# or starved meanwhile, and what the ranks did then is unknown. Their stops are timed afresh.
+WATCH_GAP = 5
+# The states of a stopped process in /proc/PID/stat: by a signal (T) or by a tracer (t).
+STOPPED_STATES = ("T", "t")
+# Seconds a rank may stay stopped beyond the collective timeout before the launcher ends the
+# run: once the ranks train, their own timeouts name a stopped peer first (a heartbeat's look
+# is a second or two late), and their logs say where each waited for it.
+STOPPED_GRACE_S = 5.0
+
+
+def signal_pending(pid: int) -> bool:
+    """Whether process `pid` has a signal pending (/proc/PID/status: SigPnd, ShdPnd), as a
+    stopped process has once it was sent one; False where it cannot be told."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            masks = [line.split()[1] for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
+        return any(int(mask, 16) for mask in masks)
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def child_state(pid: int, parent: int) -> str | None:
+    """The state letter of process `pid` (R, S, T, …; /proc/PID/stat), where it is a child of
+    `parent`; None where it is not (gone, its pid taken by another process since) or there is
+    no /proc to ask. `child_state(rank_pid, os.getpid())` → "T" for a SIGSTOPped rank."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()  # the name, in (), may hold spaces
+        return fields[0] if int(fields[1]) == parent else None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class StoppedRanks(threading.Thread):
+    """The launcher's watch over its ranks (Linux: /proc; elsewhere it sees none and does
+    nothing): a rank stopped (state T: SIGSTOP, or a tracer's t) without a break for longer
+    than the collective timeout (and STOPPED_GRACE_S) is killed (SIGKILL, its process group
+    with it), so the agent
+    ends the run, and listed in `ended` for the verdict ("no response within the collective
+    timeout … (stopped or hung)"). A start that is slow but running is never bounded. The
+    ranks are this process's children whose environment holds `marker` (the variable naming
+    this process, set before they start) and RANK, looked for until `world` are found.
+    `wake(pid)` wakes (SIGCONT) a rank the agent stops (`AgentStops`), once its signal is
+    pending: a stopped process cannot act on the agent's SIGTERM, and the agent waited 30 s
+    before its SIGKILL.
+
+        with StoppedRanks(2, 600, "PIPEPLAN_LAUNCHER_PID") as watch, AgentStops(watch.wake):
+            elastic_launch(...)(...)
+        watch.ended   # {1}: stopped for 600 s
+    """
+
+    def __init__(self, world: int, timeout_s: float, marker: str) -> None:
+        super().__init__(name="pipeplan-stopped-ranks", daemon=True)
+        self.world, self.timeout_s, self.marker = world, timeout_s, marker
+        self.launcher = os.getpid()
+        self.pids: dict[int, int] = {}  # rank → pid, as found
+        self.ended: set[int] = set()  # the ranks killed for being stopped
+        self._waking: set[int] = set()  # the pids the agent is stopping, to wake
+        self._done = threading.Event()
+        self._poke = threading.Event()  # look now: done, or a rank to wake
+
+    def __enter__(self) -> StoppedRanks:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._poke.set()
+        self.join()
+
+    def run(self) -> None:
+        since: dict[int, float] = {}  # rank → when it was first seen stopped, without a break
+        last = time.monotonic()
+        while not self._done.is_set():
+            self._poke.wait(WAKE_S if self._waking else WATCH_S)
+            self._poke.clear()
+            if self._done.is_set():
+                return
+            now = time.monotonic()
+            if now - last > WATCH_GAP * WATCH_S:
+                since.clear()
+            last = now
+            self._wake_signalled()
+            if len(self.pids) < self.world:
+                self._find()
+            for rank, pid in self.pids.items():
+                if rank in self.ended or child_state(pid, self.launcher) not in STOPPED_STATES:
+                    since.pop(rank, None)
+                elif now - since.setdefault(rank, now) > self.timeout_s + STOPPED_GRACE_S:
+                    self._end(rank, pid)
+
+    def _find(self) -> None:
+        """The ranks started since the last look: this process's children whose environment
+        names this process (as they were exec'd: a child not yet exec'd shows this one's)."""
+        mine = str(self.launcher).encode()
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+            if not entry.isdigit() or int(entry) in self.pids.values():
+                continue
+            if child_state(int(entry), self.launcher) is None:
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as environ:
+                    pairs = environ.read().split(b"\0")
+            except OSError:
+                continue
+            env = dict(pair.split(b"=", 1) for pair in pairs if b"=" in pair)
+            rank = env.get(b"RANK", b"")
+            if env.get(self.marker.encode()) == mine and rank.isdigit():
+                self.pids[int(rank)] = int(entry)
+
+    def _end(self, rank: int, pid: int) -> None:
+        log.warning(
+            "rank %d (pid %d) stopped for more than the collective timeout of %g s: killed",
+            rank,
+            pid,
+            self.timeout_s,
+        )
+        self.ended.add(rank)
+        self._signal(pid, signal.SIGKILL)
+
+    def wake(self, pid: int) -> None:
+        """Wake (SIGCONT, its process group with it) rank `pid`, which the agent is stopping,
+        once the agent's signal is pending (it says so just before it sends it): a stopped
+        rank then dies of it at once, not of its SIGKILL 30 s later. Woken before, a rank ran
+        on for a moment, found its peer gone and reported that, named instead of it."""
+        if child_state(pid, self.launcher) in STOPPED_STATES:
+            self._waking.add(pid)
+            self._poke.set()
+
+    def _wake_signalled(self) -> None:
+        """SIGCONT to each rank to wake that has its signal pending now; the others (gone, or
+        running: the signal acts) are not woken."""
+        for pid in list(self._waking):
+            if child_state(pid, self.launcher) not in STOPPED_STATES:
+                self._waking.discard(pid)
+            elif signal_pending(pid):
+                self._signal(pid, signal.SIGCONT)
+                self._waking.discard(pid)
+
+    def _signal(self, pid: int, signum: int) -> None:
+        """`signum` to a rank of this process, its process group with it where it leads one
+        (torch starts each rank in a session of its own, and signals its group)."""
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, signum)
+            else:
+                os.kill(pid, signum)

@@ -309,7 +309,9 @@ AGENT_HANDLES = ",".join(
     name for signum in STOP_SIGNALS if hasattr(signal, name := signal_name(signum))
 )
 AGENT_UNNAMED = tuple(s for s in STOP_SIGNALS if not hasattr(signal, signal_name(s)))
-AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher")
+# The loggers whose lines go to logs/launcher.log while the agent runs: torch's and the
+# launcher's own watch over its ranks (`faults.StoppedRanks`).
+AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "pipeplan.launcher")
 AGENT_ENV = ("TORCHELASTIC_SIGNALS_TO_HANDLE", "PYTHONPATH", LAUNCHER_PID, INTERRUPTED, RUN_DIR_ID)
 
 
@@ -1150,12 +1152,16 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     args += ["--resume"] * resume + ["--debug"] * log.isEnabledFor(logging.DEBUG)
     name_rendezvous_events_cheaply()
     launcher_log = None
-    stops = faults.AgentStops()  # the ranks the agent stopped once one had failed
+    # A rank stopped (SIGSTOP) the collective timeout, killed and named: as it starts, where
+    # no heartbeat exists yet and the others wait for it without a limit (the thirty-seventh
+    # round: 24 h, in silence). Every rank the agent stops is woken so that it can die at once.
+    watch = faults.StoppedRanks(cfg.nproc, cfg.collective_timeout_s, LAUNCHER_PID)
+    stops = faults.AgentStops(watch.wake)  # the ranks the agent stopped once one had failed
     # A resume's ranks rewrite the records past its checkpoint once they train: until then
     # run.jsonl is the old run's, which places no failure of this one (`failure_line`).
     old_records = _file_state(run_dir / "run.jsonl") if resume else None
     try:
-        with agent_scope(logs) as launcher_log, stops:
+        with agent_scope(logs) as launcher_log, watch, stops:
             elastic_launch(local_config(cfg.nproc, logs), RANK_SHELL[0])(*args)
         # Every rank exited 0, one (nproc 1: the only one) before its end.
         if early := ended_early(logs, range(cfg.nproc)):
@@ -1164,7 +1170,8 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     except ChildFailedError as exc:
         check_launch_written(run_dir, launcher_log)
         early = ended_early(logs, set(range(cfg.nproc)) - set(exc.failures))
-        rank, why = faults.verdict(exc.failures, cfg.collective_timeout_s, stops.pids, early)
+        timeout = cfg.collective_timeout_s
+        rank, why = faults.verdict(exc.failures, timeout, stops.pids, early, watch.ended)
         line = failure_line(rank, why, run_dir, cfg, old_records)
         raise RankFailedError(line, rank) from None
     except SignalException as exc:  # the agent has stopped every rank by now

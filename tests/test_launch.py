@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -390,8 +391,9 @@ def test_a_stopped_rank_ends_the_run_after_the_collective_timeout(tmp_path):
     finally:
         if run.poll() is None:
             os.kill(rank1, signal.SIGKILL)
-    # the timeout, torch's 30 s grace before it kills a rank that ignored SIGTERM, a margin
-    assert time.monotonic() - stopped < 5 + 30 + 25
+    # the timeout and a margin: the launcher wakes (SIGCONT) the stopped rank it stops, which
+    # then dies of the SIGTERM at once (torch's 30 s grace before its SIGKILL was waited)
+    assert time.monotonic() - stopped < 5 + 20
     assert no_rank_left(tmp_path)
 
 
@@ -421,8 +423,9 @@ def test_a_rank_stopped_while_rank_0_writes_a_checkpoint_ends_the_run(tmp_path):
             r"or at step 3: no response within the collective timeout of 5 s \(stopped or "
             r"hung\)" + LOGS + r"; resume with: .*",
         )
-        # the timeout, torch's 30 s grace before it kills a rank that ignored SIGTERM, a margin
-        assert time.monotonic() - stopped < 5 + 30 + 15
+        # the timeout and a margin: no more torch's 30 s grace before it kills a rank that
+        # could not act on its SIGTERM (stopped): the launcher wakes the ranks it stops
+        assert time.monotonic() - stopped < 5 + 15
         assert (tmp_path / "k" / "checkpoints" / "latest").read_text() == "step-3\n"
     finally:
         if rank1 is not None and run.poll() is None:
@@ -442,7 +445,7 @@ def test_a_rank_stopped_while_rank_0_writes_a_checkpoint_ends_the_run(tmp_path):
         pytest.param(
             "digits_stop_before_checkpoint_gather",
             ["--checkpoint-every", "3", "--max-steps-per-epoch", "9"],
-            " at step 3",
+            " after step 2, writing its checkpoint, or at step 3",  # the thirty-fifth round's
             marks=pytest.mark.long,
         ),
         # the wait for a chunk of held-out reads (the thirty-seventh round's): the same barrier
@@ -487,8 +490,9 @@ def test_a_rank_stopped_while_the_others_wait_for_one_sided_work_ends_the_run(
             r"collective timeout of 10 s \(stopped or hung\)" + LOGS + NO_CHECKPOINT,
             timeout=90,
         )
-        # the timeout, a heartbeat's look, torch's 30 s grace to kill a rank ignoring SIGTERM
-        assert time.monotonic() - stopped < 10 + 2 + 30 + 15
+        # the timeout, a heartbeat's look, a margin (no more torch's 30 s grace before it
+        # kills a stopped rank: the launcher wakes the ranks it stops)
+        assert time.monotonic() - stopped < 10 + 2 + 15
     finally:
         if rank1 is not None and run.poll() is None:
             os.kill(rank1, signal.SIGKILL)
@@ -498,6 +502,140 @@ def test_a_rank_stopped_while_the_others_wait_for_one_sided_work_ends_the_run(
     if data.endswith("wait"):  # rank 0's own line names the silent rank too
         log = (tmp_path / "k" / "logs" / "rank-0.log").read_text()
         assert "no response from rank 1 within the collective timeout of 10 s" in log
+
+
+# A `sitecustomize` module on the ranks' path: rank 1 of `pipeplan run` stops itself
+# (SIGSTOP) as its interpreter starts, before anything of the rank's own (its heartbeat comes
+# after the ranks have met), touching PIPEPLAN_TEST_PAUSED first. The launcher imports it too
+# (no RANK there: nothing).
+STOP_AS_IT_STARTS = """import os, signal
+if os.environ.get("RANK") == "1" and os.environ.get("PIPEPLAN_LAUNCHER_PID"):
+    open(os.environ["PIPEPLAN_TEST_PAUSED"], "a").close()
+    os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
+def run_files(run_dir: Path) -> dict[str, bytes]:
+    """Every file of a run but its logs, by path: what a failed start must leave as it was."""
+    return {
+        str(path.relative_to(run_dir)): path.read_bytes()
+        for path in sorted(run_dir.rglob("*"))
+        if path.is_file() and "logs" not in path.relative_to(run_dir).parts
+    }
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("resume", [False, pytest.param(True, marks=pytest.mark.long)])
+def test_a_rank_stopped_as_it_starts_ends_the_run_after_the_collective_timeout(
+    tmp_path, request, resume
+):
+    """Found by the thirty-seventh round: under `pipeplan run` a rank stopped (SIGSTOP) as it
+    started (importing, meeting the others, a resume's start) was waited for without a limit,
+    silent: the others wait for a slow start, and no heartbeat exists before the ranks have
+    met (92 s of a fresh run, 194 s of a resume, then cut by `timeout`). The launcher now
+    watches its ranks' states: one stopped for the collective timeout (and a grace of 5 s,
+    for the ranks' own timeouts once they train) is killed and named as a rank stopped later
+    is, "no response within the collective timeout of 3 s (stopped or hung)", exit 2, no
+    rank left, the run's files as they were. A start slow but running is still waited for."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(STOP_AS_IT_STARTS)
+    paused = tmp_path / "paused"
+    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{hook}", "PIPEPLAN_TEST_PAUSED": str(paused)}
+    run_dir = tmp_path / "k"
+    if resume:  # a finished 1-rank run, resumed for a second epoch on 2 ranks
+        shutil.copytree(request.getfixturevalue("finished_run"), run_dir)
+        before = run_files(run_dir)
+        command = [*PIPEPLAN, "run", "--resume", str(run_dir), "--nproc", "2", "--epochs", "2"]
+        run = subprocess.Popen(
+            [*command, "--collective-timeout", "3"],
+            cwd=ROOT,
+            env=environment(**env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        where, then = " before the resume's first step", "; resume with: .*"
+    else:
+        run = start_run(tmp_path, "--collective-timeout", "3", **env)
+        where, then = " before the first step", NO_CHECKPOINT
+    try:
+        wait_for(paused, run)
+        stopped = time.monotonic()
+        one_line(
+            run,
+            2,
+            r"pipeplan: error: training failed on rank 1" + where + r": no response within the "
+            r"collective timeout of 3 s \(stopped or hung\)" + LOGS + then,
+            timeout=90,
+        )
+        # the timeout and the grace, the launcher's look (every 0.5 s), a margin
+        assert time.monotonic() - stopped < 3 + 5 + 12
+    finally:
+        if run.poll() is None:  # the old code: rank 1 stopped for good, the launcher waiting
+            for pid in rank_processes(run_dir).values():
+                os.kill(pid, signal.SIGKILL)
+            run.kill()
+            run.wait(timeout=30)
+    assert rank_processes(run_dir) == {}
+    if resume:  # its checkpoint, records and settings as they were
+        after = run_files(run_dir)
+        assert {name: after.get(name) for name in before} == before
+    log = (run_dir / "logs" / "launcher.log").read_text()
+    assert "rank 1 (pid " in log and "stopped for more than the collective timeout" in log
+
+
+@pytest.mark.timeout(60)
+def test_the_launcher_kills_a_rank_stopped_the_timeout_and_wakes_those_the_agent_stops(
+    monkeypatch,
+):
+    """With the thirty-seventh round's fix (above), the watch itself (`faults.StoppedRanks`),
+    on two children standing for ranks: one stopped without a break for the timeout is killed
+    and listed; one stopped for less, then continued, is left alone. A rank the agent stops
+    (its "closing signal" log line, `AgentStops`) is woken (SIGCONT) once the agent's signal
+    is pending: stopped, it could not act on the agent's SIGTERM, and torch waited 30 s
+    before its SIGKILL (each SIGSTOP test took 50 s of the suite)."""
+    import logging
+
+    marker = "PIPEPLAN_LAUNCHER_PID"
+    env = {**os.environ, marker: str(os.getpid())}
+    ranks = [
+        subprocess.Popen(["sleep", "60"], env={**env, "RANK": str(rank)}, start_new_session=True)
+        for rank in (0, 1)
+    ]
+    try:
+        # (Popen returns once its child has exec'd: its environment is the rank's.)
+        monkeypatch.setattr(faults, "STOPPED_GRACE_S", 0.0)  # the watch's timeout alone
+        with faults.StoppedRanks(2, 2.0, marker) as watch:
+            os.kill(ranks[1].pid, signal.SIGSTOP)
+            os.kill(ranks[0].pid, signal.SIGSTOP)
+            time.sleep(0.5)
+            os.kill(ranks[0].pid, signal.SIGCONT)  # stopped for less than the timeout
+            assert ranks[1].wait(timeout=10) == -signal.SIGKILL
+            assert watch.ended == {1} and watch.pids == {0: ranks[0].pid, 1: ranks[1].pid}
+            assert ranks[0].poll() is None
+            os.kill(ranks[0].pid, signal.SIGSTOP)
+            deadline = time.monotonic() + 5
+            while process_state(ranks[0].pid) != "T":
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            with faults.AgentStops(watch.wake) as stops:  # as the agent says it, then acts
+                logging.getLogger(faults.AGENT_LOGGER).warning(
+                    faults.AGENT_STOPS, ranks[0].pid, "SIGTERM"
+                )
+                # Not woken before the agent's signal is sent: it would run on, find its peers
+                # gone, and report that (it was named instead of the stopped rank).
+                time.sleep(0.3)
+                assert process_state(ranks[0].pid) == "T"
+                os.killpg(ranks[0].pid, signal.SIGTERM)
+            assert stops.pids == {ranks[0].pid}
+            assert ranks[0].wait(timeout=5) == -signal.SIGTERM  # woken: dead of it at once
+            assert watch.ended == {1}
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait(timeout=10)
 
 
 def one_sided_ranks(world: int, timeout_s: float) -> tuple:
@@ -592,11 +730,13 @@ def test_only_the_first_and_last_rank_read_the_heartbeats():
         waits.store = Counted(waits.store, rank)
     ranks[2].close()  # silent from now on, as a stopped rank is
     threads = [waited(ranks[r]) for r in (0, 1, 3)]
-    for thread, _, _ in threads:
+    for thread, _, _ in (threads[0], threads[2]):  # the watchers end, after the timeout
         thread.join(10)
     assert isinstance(threads[0][1][0], PeerSilent) and isinstance(threads[2][1][0], PeerSilent)
     assert "no response from rank 2" in str(threads[0][1][0])
-    assert threads[1][0].is_alive()  # rank 1 waits on: the agent stops it as rank 0 fails
+    # Rank 1 waits on, past the timeout that ended the watchers (it waited as long): the agent
+    # stops it as rank 0 fails. (A join of 10 s more proved nothing more, for 10 s of the suite.)
+    assert threads[1][0].is_alive() and threads[1][1][0] is None
     assert reads[0] > 0 and reads[3] > 0 and reads[1] == 0
     for waits in ranks:
         waits.close()
@@ -1123,6 +1263,37 @@ def test_the_verdict_never_names_a_rank_the_agent_stopped_for_an_earlier_death(
     that reported. The pids the agent stopped itself (`AgentStops`) tell the ranks that
     ended before it acted: those came first."""
     assert faults.verdict(failures, timeout_s=5, agent_stopped=agent_stopped) == expected
+
+
+STALLED = "no response within the collective timeout of 5 s (stopped or hung)"
+
+
+@pytest.mark.parametrize(
+    "failures, stalled, expected",
+    [
+        # rank 1 stopped as it started, killed by the launcher; rank 0 stopped by the agent
+        (
+            {0: Failure(143, report(0, "stopped", 1.0, "S"), 10), 1: Failure(-9, pid=11)},
+            {1},
+            (1, STALLED),
+        ),
+        # not the launcher's: a SIGKILL is what it says
+        (
+            {0: Failure(143, report(0, "stopped", 1.0, "S"), 10), 1: Failure(-9, pid=11)},
+            (),
+            (1, "killed by SIGKILL"),
+        ),
+        # a rank's own error still comes first
+        ({0: Failure(1, report(0, "raised", 1.0, "E"), 10), 1: Failure(-9, pid=11)}, {1}, (0, "E")),
+    ],
+)
+def test_the_verdict_names_a_rank_the_launcher_killed_for_being_stopped(
+    failures, stalled, expected
+):
+    """With the thirty-seventh round's fix (`faults.StoppedRanks`): the rank the launcher
+    killed for being stopped the collective timeout as it started is named as stopped or
+    hung, not for the SIGKILL that ended it; no collective had timed out to say so."""
+    assert faults.verdict(failures, 5, {10}, (), stalled) == expected
 
 
 EARLY = "exited with code 0 before the run ended"
