@@ -208,10 +208,13 @@ def plan(
     result = make_plan(args.profile, args.cluster, **args.kwargs())
     write_atomic(out, dumps(result))
     args.warn_links()  # once the work is done: no warning line before an error line
+    # On several nodes the rank map (the placement) decides which links are used: shown.
+    several_nodes = args.cluster.nodes > 1
     for p in result.phases:
+        ranks = f"ranks {[list(r) for r in p.layout.rank_map]}, " if several_nodes else ""
         say(
             f"epoch {p.start_epoch}+{p.epochs}: frozen {p.layout.frozen_layers}, "
-            f"{p.layout.label()}, boundaries {list(p.layout.boundaries)}, "
+            f"{p.layout.label()}, boundaries {list(p.layout.boundaries)}, {ranks}"
             f"step {p.step_s * 1e3:.1f} ms"
         )
     say(f"wrote {out} (predicted total {result.predicted_total_s:.1f} s)")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeplan.cluster import cluster_from_flags
-from pipeplan.costmodel import CostModel, CostParams, rank_map
+from pipeplan.costmodel import CostModel, CostParams
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import Calibration, Cluster, FittedLink, Layout, Link
 from pipeplan.formats.profile import NULL_WHEN_UNFITTED
@@ -123,6 +123,67 @@ def random_instance(seed: int) -> Instance:
 # --------------------------------------------------------------------------- exhaustive
 
 
+def packed_maps(S: int, D: int, G: int, nodes: int) -> list[list[int]]:
+    """Whole pipelines of S consecutive ranks packed into nodes, node 0 first, then the
+    leftover devices in rank order; with S > G, consecutive ranks."""
+    if S > G:
+        return [list(range(r * S, (r + 1) * S)) for r in range(D)]
+    whole = [[n * G + j * S + s for s in range(S)] for n in range(nodes) for j in range(G // S)]
+    left = [n * G + i for n in range(nodes) for i in range(G // S * S, G)]
+    return (whole + [left[r * S : (r + 1) * S] for r in range(len(left) // S)])[:D]
+
+
+def family_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...], ...]]:
+    """The planner's placements of (S, D) (`costmodel.PLACEMENTS`), built here from their
+    description, not by the planner's code: "packed", "rings" (the same for rings,
+    transposed), "spread" and "spread-rings" (pipelines and rings over the node-interleaved
+    device order), "consecutive" (replica d on ranks d·S..); rows sorted; a map on the same
+    nodes as an earlier one (replicas in any order) once; one map on one node or with one
+    device a node."""
+    order = [n * G + i for i in range(G) for n in range(nodes)]
+    rings = packed_maps(D, S, G, nodes)
+    candidates = [
+        packed_maps(S, D, G, nodes),
+        [[rings[s][d] for s in range(S)] for d in range(D)],
+        [order[d * S : (d + 1) * S] for d in range(D)],
+        [[order[s * D + d] for s in range(S)] for d in range(D)],
+        [list(range(d * S, (d + 1) * S)) for d in range(D)],  # "consecutive"
+    ]
+    result, seen = [], set()
+    for ranks in candidates[: 1 if nodes == 1 or G == 1 else None]:
+        ranks = tuple(tuple(sorted(row)) for row in ranks)
+        on = tuple(sorted(tuple(r // G for r in row) for row in ranks))
+        if on not in seen:
+            seen.add(on)
+            result.append(ranks)
+    return result
+
+
+def all_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...], ...]]:
+    """Every rank map the executor runs (a row's ranks increase, so its nodes never
+    decrease), once per node assignment (replicas in any order): each multiset of D
+    non-decreasing node rows with at most G cells on a node."""
+    result = []
+    rows = itertools.combinations_with_replacement(range(nodes), S)
+    for chosen in itertools.combinations_with_replacement(list(rows), D):
+        used = [0] * nodes
+        ranks = []
+        for row in chosen:
+            mapped = []
+            for node in row:
+                mapped.append(node * G + used[node])
+                used[node] += 1
+            ranks.append(tuple(mapped))
+        if max(used) <= G:
+            result.append(tuple(ranks))
+    return result
+
+
+# The all-placements reference runs on instances of at most this many layers (its maps are
+# up to a few dozen per (S, D) on 2 × 3 devices).
+ALL_MAPS_MAX_LAYERS = 6
+
+
 # The relaxations of the search space whose gain the benchmark reports: name → whether a
 # layout on N devices lies in the space without that relaxation.
 RESTRICTED: dict[str, Callable[[Layout, int], bool]] = {
@@ -132,58 +193,69 @@ RESTRICTED: dict[str, Callable[[Layout, int], bool]] = {
         layout.forward_only_stages == 0
     ),
 }
+# Rank maps other than "packed" (the placement family), checked against the packed map of
+# the layout's (S, D) given with it.
+PLACEMENT_GAIN = "placements other than whole pipelines packed into nodes"
 
 
-def exhaustive(instance: Instance) -> tuple[float, dict[str, float]]:
+def exhaustive(instance: Instance, maps=family_maps) -> tuple[float, dict[str, float]]:
     """Independent of the solver: (best step over the whole space, best step without each
-    relaxation of RESTRICTED), every S, D, M, schedule and contiguous partition evaluated by
-    the cost model, kept when it fits and passes Layout.check; inf when nothing does."""
+    relaxation of RESTRICTED and PLACEMENT_GAIN), every S, D, rank map of `maps` (the
+    planner's placement family; `all_maps`: every one), M, schedule and contiguous partition
+    evaluated by the cost model, kept when it fits and passes Layout.check; inf when nothing
+    does."""
     model, B, k = instance.model, instance.global_batch, instance.frozen_layers
     N, L = model.cluster.num_devices, model.num_layers
+    G, nodes = model.cluster.devices_per_node, model.cluster.nodes
     best = np.inf
-    restricted = dict.fromkeys(RESTRICTED, np.inf)
+    restricted = dict.fromkeys([*RESTRICTED, PLACEMENT_GAIN], np.inf)
     for S in range(1, min(N, L) + 1):
         for D in range(1, N // S + 1):
             if B % D:
                 continue
-            ranks = tuple(
-                tuple(r)
-                for r in rank_map(S, D, model.cluster.devices_per_node, model.cluster.nodes)
-            )
-            for M in range(1, B // D + 1):
-                m = B // D // M
-                if (B // D) % M or m > model.max_micro_batch_size:
-                    continue
-                for schedule in ("gpipe", "1f1b"):
-                    for cuts in itertools.combinations(range(1, L), S - 1):
-                        layout = Layout(
-                            frozen_layers=k,
-                            cached=instance.cached and k > 0,
-                            micro_batches=M,
-                            micro_batch_size=m,
-                            schedule=schedule,
-                            boundaries=(0, *cuts, L),
-                            rank_map=ranks,
-                        )
-                        try:
-                            layout.check(L, N)
-                        except BadArgumentError:
-                            continue
-                        evaluation = model.evaluate(layout, record=False)
-                        if evaluation.fits:
-                            best = min(best, evaluation.step_s)
+            packed = tuple(tuple(row) for row in packed_maps(S, D, G, nodes))
+            for ranks in maps(S, D, G, nodes):
+                for M in range(1, B // D + 1):
+                    m = B // D // M
+                    if (B // D) % M or m > model.max_micro_batch_size:
+                        continue
+                    for schedule in ("gpipe", "1f1b"):
+                        for cuts in itertools.combinations(range(1, L), S - 1):
+                            layout = Layout(
+                                frozen_layers=k,
+                                cached=instance.cached and k > 0,
+                                micro_batches=M,
+                                micro_batch_size=m,
+                                schedule=schedule,
+                                boundaries=(0, *cuts, L),
+                                rank_map=ranks,
+                            )
+                            try:
+                                layout.check(L, N)
+                            except BadArgumentError:
+                                continue
+                            evaluation = model.evaluate(layout, record=False)
+                            if not evaluation.fits:
+                                continue
+                            step = evaluation.step_s
+                            best = min(best, step)
                             for name, inside in RESTRICTED.items():
                                 if inside(layout, N):
-                                    restricted[name] = min(restricted[name], evaluation.step_s)
+                                    restricted[name] = min(restricted[name], step)
+                            if ranks == packed:
+                                restricted[PLACEMENT_GAIN] = min(restricted[PLACEMENT_GAIN], step)
     return best, restricted
 
 
 def bench_exactness(instances: int, first_seed: int) -> None:
     equal = nothing = 0
     misses: list[tuple[int, float, float]] = []
-    gains: dict[str, list[float]] = {name: [] for name in RESTRICTED}
-    old_space_empty = dict.fromkeys(RESTRICTED, 0)
+    gains: dict[str, list[float]] = {name: [] for name in [*RESTRICTED, PLACEMENT_GAIN]}
+    old_space_empty = dict.fromkeys(gains, 0)
     solve_times: list[float] = []
+    # The family's best against the best over every rank map (`all_maps`), where small enough.
+    compared = family_equal = 0
+    placement_misses: list[tuple[int, float]] = []
     for seed in range(first_seed, first_seed + instances):
         instance = random_instance(seed)
         start = time.perf_counter()
@@ -209,6 +281,14 @@ def bench_exactness(instances: int, first_seed: int) -> None:
                 old_space_empty[name] += 1
             elif best < without * (1 - 1e-9):
                 gains[name].append(without / best - 1)
+        if instance.model.num_layers <= ALL_MAPS_MAX_LAYERS:
+            every, _ = exhaustive(instance, all_maps)
+            if every < np.inf:
+                compared += 1
+                if best <= every * (1 + 1e-9):
+                    family_equal += 1
+                else:
+                    placement_misses.append((seed, best / every - 1))
     feasible = instances - nothing
     print(
         f"exactness: {instances} random instances (seeds {first_seed}.."
@@ -225,6 +305,17 @@ def bench_exactness(instances: int, first_seed: int) -> None:
         f"  solve time per instance: median {1e3 * statistics.median(solve_times):.1f} ms, "
         f"max {1e3 * max(solve_times):.1f} ms"
     )
+    print(
+        f"placement family against every rank map (instances of at most "
+        f"{ALL_MAPS_MAX_LAYERS} layers, every injective map of the cells into the devices once "
+        f"per node assignment): the family's best is the best of all maps on "
+        f"{family_equal}/{compared}"
+    )
+    for seed, gap in placement_misses:
+        described = random_instance(seed).describe()
+        print(
+            f"    FAMILY MISS seed {seed}: {100 * gap:.2f} % slower than the best map, {described}"
+        )
     for name, found in gains.items():
         print(f"{name}: the exhaustive optimum with and without it")
         print(

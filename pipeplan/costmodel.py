@@ -400,18 +400,20 @@ class CostModel:
 
     def _prefix_boundaries(
         self, rank_map: Sequence[Sequence[int]]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """`boundary_crosses_nodes` and `boundary_shares` of every prefix of the map's replicas:
-        row d holds those of replicas 0..d ([D, S−1] each). Row by row, a transfer's share on
-        its node's link is its rank among the crossing transfers out of (or into) that node so
-        far, and a prefix's share is the running maximum."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`boundary_crosses_nodes` and `boundary_shares` of every prefix of the map's replicas,
+        and whether some replica's transfer stays in its node: row d holds those of replicas
+        0..d ([D, S−1] each). Row by row, a transfer's share on its node's link is its rank
+        among the crossing transfers out of (or into) that node so far, and a prefix's share
+        is the running maximum."""
         nodes = self.node_map(rank_map)
         D = nodes.shape[0]
         crossing = nodes[:, :-1] != nodes[:, 1:]
         crosses = np.logical_or.accumulate(crossing, axis=0)
+        stays = np.logical_or.accumulate(~crossing, axis=0)
         shares = np.ones(crossing.shape, dtype=np.int64)
         if not crossing.any():
-            return crosses, shares
+            return crosses, shares, stays
         rows = np.arange(D)[:, None]
         for side in (nodes[:, :-1], nodes[:, 1:]):
             node = np.where(crossing, side, -1)  # -1: this transfer stays in its node
@@ -424,19 +426,25 @@ class CostModel:
             np.put_along_axis(count, order, rows - first + 1, axis=0)
             count[~crossing] = 0
             shares = np.maximum(shares, np.maximum.accumulate(count, axis=0))
-        return crosses, shares
+        return crosses, shares, stays
 
     def boundary_links(self, rank_map: Sequence[Sequence[int]]) -> list[Link]:
         """Link between stage s and s+1 as its transfer sees it: inter-node if any replica
         crosses (its bandwidth divided among the replicas' transfers sharing a node's link),
-        else the intra-node point-to-point link."""
+        else the intra-node point-to-point link; where some replicas cross and others stay in
+        a node, the slower of the two per term (`slowest_link`): the step waits for the
+        slowest replica. Found by the all-placements reference (issue 12): a boundary with
+        one replica's transfer on a 1 MB/s in-node link and another's on the network was
+        priced at the network's speed alone."""
         links = []
-        crossing, shares = (rows[-1] for rows in self._prefix_boundaries(rank_map))
-        for crosses, share in zip(crossing, shares, strict=True):
+        crossing, shares, stays = (rows[-1] for rows in self._prefix_boundaries(rank_map))
+        for crosses, share, mixed in zip(crossing, shares, crossing & stays, strict=True):
             link = self.p2p_link(bool(crosses))
             if share > 1:
                 shared = link.bandwidth_bytes_per_s / int(share)
                 link = Link(latency_s=link.latency_s, bandwidth_bytes_per_s=shared)
+            if mixed:
+                link = slowest_link(link, self.intra_p2p_link)
             links.append(link)
         return links
 
@@ -446,37 +454,50 @@ class CostModel:
         """`boundary_links` of the map's first D replicas, for each D in `replicas`, as
         [len(replicas), S−1] arrays of latency and seconds per byte (the same arithmetic).
         `rank_array`'s maps for fewer replicas are its first rows, so one map of the most
-        replicas prices them all without making a Link per boundary."""
-        crossing, shares = (
+        replicas prices them all without making a Link per boundary (another map: its own D
+        only)."""
+        crossing, shares, stays = (
             rows[np.asarray(replicas) - 1] for rows in self._prefix_boundaries(rank_map)
         )
         inter, intra = self.inter_p2p_link, self.intra_p2p_link
         latency = np.where(crossing, inter.latency_s, intra.latency_s)
         bandwidth = np.where(crossing, inter.bandwidth_bytes_per_s, intra.bandwidth_bytes_per_s)
-        return latency, 1 / np.where(shares > 1, bandwidth / shares, bandwidth)
+        bandwidth = np.where(shares > 1, bandwidth / shares, bandwidth)
+        mixed = crossing & stays  # the slower of both per term, as `boundary_links`
+        latency = np.where(mixed, np.maximum(latency, intra.latency_s), latency)
+        bandwidth = np.where(mixed, np.minimum(bandwidth, intra.bandwidth_bytes_per_s), bandwidth)
+        return latency, 1 / bandwidth
 
     def _boundary_rate_table(
-        self, pairs: tuple[tuple[int, int], ...]
-    ) -> tuple[dict[tuple[int, int], int], np.ndarray, np.ndarray]:
-        """Per (S, D) rank map of `pairs` (the row), each boundary link's latency and time per
-        byte ([row, boundary s], zeros past the map's last stage), with the row of each pair:
-        `boundary_rates` of every map. The same for every phase of a plan, so cached
-        (`boundary_rate_table`)."""
-        width = max(S for S, _ in pairs)
-        latency = np.zeros((len(pairs), width))
-        per_byte = np.zeros((len(pairs), width))
+        self, maps: tuple[tuple[int, int, str], ...]
+    ) -> tuple[dict[tuple[int, int, str], int], np.ndarray, np.ndarray]:
+        """Per (S, D, placement) rank map of `maps` (the row; `placement_array`), each
+        boundary link's latency and time per byte ([row, boundary s], zeros past the map's
+        last stage), with the row of each map: `boundary_rates` of every map. The same for
+        every phase of a plan, so cached (`boundary_rate_table`)."""
+        width = max(S for S, _, _ in maps)
+        latency = np.zeros((len(maps), width))
+        per_byte = np.zeros((len(maps), width))
         cluster = self.cluster
-        for S in sorted({S for S, _ in pairs}):
-            rows = [row for row, pair in enumerate(pairs) if pair[0] == S]
-            replicas = [pairs[row][1] for row in rows]
-            # One map of the most replicas prices every D.
-            ranks = rank_array(S, max(replicas), cluster.devices_per_node, cluster.nodes)
+        G, nodes = cluster.devices_per_node, cluster.nodes
+        for S in sorted({S for S, _, p in maps if p == PACKED}):
+            rows = [row for row, key in enumerate(maps) if key[0] == S and key[2] == PACKED]
+            replicas = [maps[row][1] for row in rows]
+            # One "packed" map of the most replicas prices every D: its maps for fewer
+            # replicas are its first rows.
+            ranks = rank_array(S, max(replicas), G, nodes)
             lat, rate = self.boundary_rates(ranks, replicas)
             latency[rows, : S - 1] = lat
             per_byte[rows, : S - 1] = rate
+        for row, (S, D, placement) in enumerate(maps):
+            if placement != PACKED:  # no such prefix property: each map alone
+                ranks = placement_array(placement, S, D, G, nodes)
+                lat, rate = self.boundary_rates(ranks, [D])
+                latency[row, : S - 1] = lat[0]
+                per_byte[row, : S - 1] = rate[0]
         for array in (latency, per_byte):
             array.flags.writeable = False  # shared by every phase
-        return {pair: row for row, pair in enumerate(pairs)}, latency, per_byte
+        return {key: row for row, key in enumerate(maps)}, latency, per_byte
 
     def allreduce_nodes(self, rank_map: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
         """Per stage: the nodes whose network link its data-parallel ring crosses (all the
@@ -708,9 +729,103 @@ def _held(layout: Layout, num_devices: int) -> tuple[np.ndarray, np.ndarray]:
     return first, stop
 
 
-def rank_map(num_stages: int, replicas: int, devices_per_node: int, nodes: int) -> list[list[int]]:
-    """[replica][stage] → global rank (`rank_array` as lists)."""
-    return rank_array(num_stages, replicas, devices_per_node, nodes).tolist()
+# The rank maps the planner searches for each (S, D) (docs/architecture.md §4.10), in this
+# order; they differ in which links the stage-to-stage transfers and the all-reduce rings use:
+# - "packed": `rank_array`, whole pipelines packed into nodes, node 0 first (transfers on
+#   the in-node link, rings across nodes once D exceeds a node's pipelines);
+# - "rings": stage-major, whole rings packed into nodes (`rank_array` with the roles of
+#   stages and replicas swapped): a stage's D replicas share a node when D ≤ devices per
+#   node, and the pipeline crosses nodes (gradients on the in-node link, activations on the
+#   network);
+# - "spread": pipelines over the devices taken in node-interleaved order (node 0 device 0,
+#   node 1 device 0, …, node 0 device 1, …): a plan using fewer devices than the cluster
+#   spreads its stages and replicas over the nodes' links (a pipeline across nodes, a ring
+#   of one rank per node), which wins when the in-node link is the slower one;
+# - "spread-rings": stage-major over that order: a stage's replicas on different nodes, so
+#   with D ≤ nodes each pipeline stays inside its own node and the rings cross the network
+#   one rank per node (no in-node hop, no node link shared by two replicas);
+# - "consecutive": replica d's stages on ranks d·S..d·S+S−1, whole pipelines not kept in a
+#   node: where S does not divide a node's devices, a pipeline straddles two nodes, so only
+#   some replicas' transfers and some stages' rings cross (found by comparing the family with
+#   every map on 2 × 3 devices: 2×2 as [[0, 1], [2, 3]] was up to 3.3 % faster).
+# Each row is sorted: the executor runs a replica's stages on increasing ranks
+# (`check_rank_order`), and ranks in a node are interchangeable. Members that put every
+# (replica, stage) on the same node as an earlier member are dropped (`placement_family`):
+# on one node there is one map.
+PACKED = "packed"
+PLACEMENTS = (PACKED, "rings", "spread", "spread-rings", "consecutive")
+
+
+def rank_map(
+    num_stages: int,
+    replicas: int,
+    devices_per_node: int,
+    nodes: int,
+    placement: str = PACKED,
+) -> list[list[int]]:
+    """[replica][stage] → global rank (`placement_array` as lists; `rank_array` by default)."""
+    return placement_array(placement, num_stages, replicas, devices_per_node, nodes).tolist()
+
+
+def placement_array(
+    placement: str, num_stages: int, replicas: int, devices_per_node: int, nodes: int
+) -> np.ndarray:
+    """[replica, stage] → global rank of one member of PLACEMENTS (arrays, as `rank_array`:
+    a cluster may hold a million devices).
+
+    >>> placement_array("spread", 1, 2, 2, 2).tolist()  # one replica on each node
+    [[0], [2]]
+    >>> placement_array("rings", 2, 2, 2, 2).tolist()  # each stage's ring inside a node
+    [[0, 2], [1, 3]]"""
+    S, D, G = num_stages, replicas, devices_per_node
+    if placement == PACKED:
+        return rank_array(S, D, G, nodes)
+    if placement == "rings":
+        ranks = rank_array(D, S, G, nodes).T
+    elif placement == "consecutive":
+        return np.arange(S * D, dtype=np.int64).reshape(D, S)
+    elif placement in ("spread", "spread-rings"):
+        cells = np.arange(S * D, dtype=np.int64)
+        # Position i of the node-interleaved order is device i // nodes of node i % nodes.
+        interleaved = (cells % nodes) * G + cells // nodes
+        spread = placement == "spread"  # pipelines over the order, else rings
+        ranks = interleaved.reshape(D, S) if spread else interleaved.reshape(S, D).T
+    else:
+        raise ValueError(f"unknown placement {placement!r} (one of {', '.join(PLACEMENTS)})")
+    return np.sort(ranks, axis=1)
+
+
+def placement_family(
+    num_stages: int, replicas: int, devices_per_node: int, nodes: int
+) -> list[tuple[str, np.ndarray]]:
+    """The members of PLACEMENTS for (S, D), in order, without those whose node assignment
+    (the node of every (replica, stage) cell, replicas in any order) an earlier member
+    already has: a step's time depends on the nodes only, and replicas are interchangeable,
+    so such a map would be priced the same. On one node, or one device a node, only
+    "packed"."""
+    family = [(PACKED, rank_array(num_stages, replicas, devices_per_node, nodes))]
+    if nodes == 1 or devices_per_node == 1:
+        # One node: one assignment. One device a node: every map puts each cell on a node of
+        # its own, the same but for the nodes' names (which no price depends on).
+        return family
+
+    # Rows put in an order that depends on their content only (by a hash of each row: a
+    # lexicographic sort of thousands of long rows costs more): equal multisets of rows give
+    # equal arrays; a hash collision can only keep a duplicate, never drop a distinct map.
+    weights = np.random.default_rng(0).integers(1, 1 << 62, num_stages)
+
+    def assignment(ranks: np.ndarray) -> np.ndarray:
+        node = ranks // devices_per_node
+        return node[np.argsort(node @ weights, kind="stable")]
+
+    seen = [assignment(family[0][1])]
+    for placement in PLACEMENTS[1:]:
+        ranks = placement_array(placement, num_stages, replicas, devices_per_node, nodes)
+        assigned = assignment(ranks)
+        if not any(np.array_equal(assigned, other) for other in seen):
+            family.append((placement, ranks))
+            seen.append(assigned)
+    return family
 
 
 def rank_array(num_stages: int, replicas: int, devices_per_node: int, nodes: int) -> np.ndarray:

@@ -30,7 +30,15 @@ from typing import Literal
 
 import numpy as np
 
-from pipeplan.costmodel import CostModel, Evaluation, PhaseCosts, rank_map, slowest_link
+from pipeplan.costmodel import (
+    PACKED,
+    PLACEMENTS,
+    CostModel,
+    Evaluation,
+    PhaseCosts,
+    placement_family,
+    slowest_link,
+)
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import SCHEDULES, Layout, Link, Schedule
 from pipeplan.formats.base import MAX_MICRO_BATCHES
@@ -96,6 +104,8 @@ class Shape:
     replicas: int
     micro_batches: int
     micro_batch_size: int
+    # Which rank map of (S, D) (`costmodel.PLACEMENTS`, one of `placement_family`'s).
+    placement: str = PACKED
 
 
 @dataclass
@@ -421,6 +431,12 @@ class _Received:
 # Per cost model, the links of each rank map (`PhaseSearch._rank_links`), kept while the model
 # lives: the phases of one plan search the same maps.
 _LINKS: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary()
+# Per cost model, each (S, D)'s rank maps (`costmodel.placement_family`) and what the shape
+# bounds read from a map (`PhaseSearch._fastest_ring`), kept alike.
+_FAMILIES: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary()
+# A long model's candidate for every placement of its (S, D) but "packed" (not a rank map:
+# `_Run.open_shape` makes it into the family's maps).
+OTHER_PLACEMENTS = "others"
 
 
 class PhaseSearch:
@@ -462,13 +478,15 @@ class PhaseSearch:
         self.cluster = model.cluster
         # Memory the layers may use: the reserve is part of every stage.
         self.memory_limit_bytes = self.cluster.device_memory_bytes - model.reserve_bytes
-        self._ranks: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
+        self._ranks: dict[tuple[int, int, str], tuple[tuple[int, ...], ...]] = {}
         self._bottlenecks: dict[object, np.ndarray] = {}
         self._shared_tables: dict[tuple, dict] = {}
         self._prefixes: dict[int, _LayerPrefixes] = {}
         # Rank links depend on the cluster and the map only: every phase of a plan shares them.
         self._links: dict[tuple[tuple[int, ...], ...], _RankLinks] = _LINKS.setdefault(model, {})
+        self._families: dict[tuple, object] = _FAMILIES.setdefault(model, {})
         self._shapes: list[Shape] | None = None
+        self._shape_set: set[Shape] | None = None
         self.work_done = 0  # by the last `solve`
 
     def costs(self, m: int) -> PhaseCosts:
@@ -510,8 +528,40 @@ class PhaseSearch:
                 )
             )
         if self.pins.boundaries is not None:
-            self._check_pinned_runs(shapes)
-        return shapes
+            self._check_pinned_runs(shapes)  # every placement runs what one runs
+        # Each (S, D, M, m) on every rank map of its (S, D) family (a placement dimension:
+        # the links its transfers and rings use; one map on one node). A long model's
+        # thousands of (S, D) get their other maps as one candidate (OTHER_PLACEMENTS) whose
+        # bound holds for each of them (`_ring_links`), made into the maps when it is opened
+        # (`_Run.open_shape`): built for every (S, D) of 4,096 devices they took seconds.
+        if self.cluster.nodes == 1 or self.cluster.devices_per_node == 1:
+            return shapes
+        if self.model.num_layers > DENSE_MAX_LAYERS:
+            return [
+                Shape(S, D, shape.micro_batches, shape.micro_batch_size, placement)
+                for shape in shapes
+                for S, D in [(shape.num_stages, shape.replicas)]
+                for placement in (PACKED, OTHER_PLACEMENTS)
+            ]
+        return [
+            Shape(S, D, shape.micro_batches, shape.micro_batch_size, placement)
+            for shape in shapes
+            for S, D in [(shape.num_stages, shape.replicas)]
+            for placement in self.placements(S, D)
+        ]
+
+    def holds(self, shape: Shape) -> bool:
+        """Whether `shape` (a concrete placement) is one the search considers."""
+        if self._shape_set is None:
+            self._shape_set = set(self.shapes())
+        if shape in self._shape_set:
+            return True
+        others = replace(shape, placement=OTHER_PLACEMENTS)
+        return (
+            shape.placement != PACKED
+            and others in self._shape_set
+            and shape.placement in self.placements(shape.num_stages, shape.replicas)
+        )
 
     def _check_pinned_runs(self, shapes: list[Shape]) -> None:
         """Pinned boundaries that no shape can run (a cached phase's frozen layers reach past
@@ -547,13 +597,37 @@ class PhaseSearch:
             return ("gpipe",)
         return SCHEDULES
 
-    def layout_ranks(self, shape: Shape) -> tuple[tuple[int, ...], ...]:
-        key = (shape.num_stages, shape.replicas)
-        if key not in self._ranks:
-            ranks = rank_map(
-                shape.num_stages, shape.replicas, self.cluster.devices_per_node, self.cluster.nodes
+    def family(self, num_stages: int, replicas: int) -> dict[str, np.ndarray]:
+        """The rank maps of (S, D) by placement (`costmodel.placement_family`), kept per
+        cost model: every phase of a plan searches the same."""
+        key = (num_stages, replicas)
+        if key not in self._families:
+            cluster = self.cluster
+            members = placement_family(
+                num_stages, replicas, cluster.devices_per_node, cluster.nodes
             )
-            self._ranks[key] = tuple(tuple(r) for r in ranks)
+            self._families[key] = dict(members)
+        return self._families[key]  # type: ignore[return-value]
+
+    def placements(self, num_stages: int, replicas: int) -> tuple[str, ...]:
+        return tuple(self.family(num_stages, replicas))
+
+    def placement_of(self, layout: Layout) -> str | None:
+        """The placement whose map is `layout`'s rank map, None when none of the family is."""
+        S, D = layout.num_stages, layout.replicas
+        if self.cluster.num_devices < S * D:
+            return None
+        wanted = np.asarray(layout.rank_map)
+        for placement, ranks in self.family(S, D).items():
+            if np.array_equal(ranks, wanted):
+                return placement
+        return None
+
+    def layout_ranks(self, shape: Shape) -> tuple[tuple[int, ...], ...]:
+        key = (shape.num_stages, shape.replicas, shape.placement)
+        if key not in self._ranks:
+            ranks = self.family(shape.num_stages, shape.replicas)[shape.placement]
+            self._ranks[key] = tuple(tuple(r) for r in ranks.tolist())
         return self._ranks[key]
 
     def layout(self, shape: Shape, schedule: Schedule, boundaries: tuple[int, ...]) -> Layout:
@@ -591,10 +665,19 @@ class PhaseSearch:
         S = np.array([shape.num_stages for shape, _ in candidates], dtype=float)
         D = np.array([shape.replicas for shape, _ in candidates], dtype=float)
         M = np.array([shape.micro_batches for shape, _ in candidates], dtype=float)
+        # The placement, as its index in PLACEMENTS (0: "packed", the closed forms' map).
+        P = np.array(
+            [
+                1 if shape.placement == OTHER_PLACEMENTS else PLACEMENTS.index(shape.placement)
+                for shape, _ in candidates
+            ]
+        )
         gpipe = np.array([schedule == "gpipe" for _, schedule in candidates])
-        bound = np.where(gpipe | (M >= S), self._pipeline_bounds(rows, S, S, D, M, gpipe), np.inf)
+        bound = np.where(
+            gpipe | (M >= S), self._pipeline_bounds(rows, S, S, D, P, M, gpipe), np.inf
+        )
         if self.forward_only_layers:
-            bound = np.minimum(bound, self._forward_only_bounds(rows, S, D, M, gpipe))
+            bound = np.minimum(bound, self._forward_only_bounds(rows, S, D, P, M, gpipe))
         overhead = np.array(
             [
                 self.model.overhead_s(shape.micro_batches * shape.micro_batch_size)
@@ -604,7 +687,13 @@ class PhaseSearch:
         return bound + overhead
 
     def _forward_only_bounds(
-        self, rows: _Rows, S: np.ndarray, D: np.ndarray, M: np.ndarray, gpipe: np.ndarray
+        self,
+        rows: _Rows,
+        S: np.ndarray,
+        D: np.ndarray,
+        P: np.ndarray,
+        M: np.ndarray,
+        gpipe: np.ndarray,
     ) -> np.ndarray:
         """A lower bound on every partition with q ≥ 1 forward-only stages (inf where there is
         none), the smallest over q of shift_q + the bound of its S − q training stages: every
@@ -616,7 +705,8 @@ class PhaseSearch:
         stages 0..q, which hold layers 0..k, M·(Σ_{l≤k} f_l + (q+1)·μ)/(q+1). A shape with
         more than FORWARD_ONLY_COUNTS values of q (long models) gets only the last two, at the
         q that makes them smallest: enumerating hundreds of q for thousands of shapes costs
-        more than the pruning it buys."""
+        more than the pruning it buys; so does a long model's candidate for its other
+        placements than "packed" (`OTHER_PLACEMENTS`), which doubles those shapes."""
         k, L = self.forward_only_layers, self.model.num_layers
         mu = self.model.micro_batch_overhead_s
         # q: at least one, S − M for 1F1B, and one layer for each training stage; at most one
@@ -629,7 +719,7 @@ class PhaseSearch:
         W = rows.spread((f + b).sum(axis=1))
         average = M * (W + S * mu) / S
         frozen_fwd = rows.spread(f[:, : k + 1].sum(axis=1))
-        many = counts > FORWARD_ONLY_COUNTS
+        many = (counts > FORWARD_ONLY_COUNTS) | ((L > DENSE_MAX_LAYERS) & (P > 0))
         # The cheap bound: the average and prefix terms at their smallest, micro-batch 0's
         # way through every stage (W + S·μ), and GPipe's two flow shops, each machine at
         # least its average, (W + S·μ)·(1 + (M − 1)/S).
@@ -663,7 +753,7 @@ class PhaseSearch:
         active = rows.take(row, training)
         shift = expanded.spread(f[:, :k].sum(axis=1)) + q * mu
         values = shift + self._pipeline_bounds(
-            active, S[row] - q, S[row], D[row], M[row], gpipe[row]
+            active, S[row] - q, S[row], D[row], P[row], M[row], gpipe[row]
         )
         # Stages 0..q hold layers 0..k between them, each running M forwards.
         prefix = M[row] * (frozen_fwd[row] + (q + 1) * mu) / (q + 1)
@@ -674,7 +764,7 @@ class PhaseSearch:
         f_max = np.maximum(prefix / M[row], expanded.spread(f.max(axis=1) + mu))
         b_sum, b_largest = expanded.spread(b.sum(axis=1)), expanded.spread(b.max(axis=1))
         b_max = np.maximum(b_sum / (S[row] - q), b_largest)
-        tail = self._first_stage_tail(expanded, k, S[row], D[row])
+        tail = self._first_stage_tail(expanded, k, S[row], D[row], P[row])
         flow = np.where(gpipe[row], trip[row] + (M[row] - 1) * (f_max + b_max) + tail, 0.0)
         np.minimum.at(bound, row, np.maximum.reduce([values, average[row], prefix, flow]))
         return bound
@@ -685,12 +775,14 @@ class PhaseSearch:
         S: np.ndarray,
         S_map: np.ndarray,
         D: np.ndarray,
+        P: np.ndarray,
         M: np.ndarray,
         gpipe: np.ndarray,
     ) -> np.ndarray:
         """The schedule's bound of S training stages over `rows`' layers, on the links of
-        the (S_map, D) rank map (inf where no partition may fit memory). With stage 0 holding
-        at least layers 0..k (the frozen prefix and the first active layer), Σc = W + S·μ, and
+        the (S_map, D) rank map of placement P (inf where no partition may fit memory). With
+        stage 0 holding at least layers 0..k (the frozen prefix and the first active layer),
+        Σc = W + S·μ, and
         c_max, F_max, B_max bounded below by the
         average, the largest layer, stage 0's least, the lightest window of ⌈L_c/S⌉
         consecutive computed layers (some stage holds that many) and, for models of at most
@@ -710,7 +802,7 @@ class PhaseSearch:
         c = f + b
         # Ops include what they receive (`simulate.received_in_op`): Σc, the first stage's
         # ops and the largest ones grow by each boundary's cheapest transfers.
-        got = self._received_floors(rows, S, S_map, D)
+        got = self._received_floors(rows, S, S_map, D, P)
         F0 = rows.spread(f[:, : k + 1].sum(axis=1) + mu) + got.first_fwd
         B0 = rows.spread(b[:, : k + 1].sum(axis=1)) + got.first_bwd
         Wf = rows.spread(f.sum(axis=1)) + got.fwd
@@ -773,7 +865,7 @@ class PhaseSearch:
         bound = np.where(gpipe, bound, np.maximum(bound, z * work))
         # Each term above ends with stage 0's all-reduce and optimizer (tail0): stage 0 holds
         # at least the first active layer's gradient.
-        bound = bound + self._first_stage_tail(rows, k, S_map, D)
+        bound = bound + self._first_stage_tail(rows, k, S_map, D, P)
         # The last stage's last op (the first all-reduce to start, stages end in reverse
         # order) follows micro-batch M−1's forward through every stage, the last forward of
         # the busiest stage (which ran M forwards and M − nF backwards before it) and, 1F1B,
@@ -787,7 +879,7 @@ class PhaseSearch:
             ),
         )
         bound = np.maximum(
-            bound, self._allreduce_bounds(rows, k, S, S_map, D, M, work, last_stage_end)
+            bound, self._allreduce_bounds(rows, k, S, S_map, D, P, M, work, last_stage_end)
         )
         return np.where(possible & self._may_fit(rows, k, S, M, gpipe), bound, np.inf)
 
@@ -834,10 +926,15 @@ class PhaseSearch:
         packed = per_node >= S
         return packed, np.where(packed, per_node // np.maximum(S, 1) < D, D >= 2)
 
-    def _ring_links(self, S: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per row, (latency, bandwidth) of a link no faster than any stage's all-reduce link
-        on the (S, D) rank map (`CostModel.allreduce_links`): the in-node one when the groups
-        stay in a node; across nodes the slower of both links (`slowest_link`) when whole
+    def _ring_links(
+        self, S: np.ndarray, D: np.ndarray, P: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, (latency, bandwidth) of a link no slower than any stage's all-reduce link
+        on the (S, D) rank map of placement P (`CostModel.allreduce_links`). Other maps than
+        "packed": per term the fastest of the links its stages' rings are priced on, read
+        from the map (`_fastest_ring`; for long models the faster of the two links).
+        "packed": the in-node one when the groups stay in a node; across nodes the slower of
+        both links (`slowest_link`) when whole
         pipelines are packed two or more to a node (node 0 then holds two ranks of every
         ring), else the inter-node one (with S > G a replica's stages span consecutive ranks,
         so no two replicas share a node in one stage; leftover replicas may or may not)."""
@@ -848,27 +945,70 @@ class PhaseSearch:
         doubled = packed & (self.cluster.devices_per_node // np.maximum(S, 1) >= 2)
         spanning = [np.where(doubled, slow.latency_s, inter.latency_s)]
         spanning.append(np.where(doubled, slow.bandwidth_bytes_per_s, inter.bandwidth_bytes_per_s))
-        return (
-            np.where(crosses, spanning[0], intra.latency_s),
-            np.where(crosses, spanning[1], intra.bandwidth_bytes_per_s),
-        )
+        latency = np.where(crosses, spanning[0], intra.latency_s)
+        bandwidth = np.where(crosses, spanning[1], intra.bandwidth_bytes_per_s)
+        other = np.flatnonzero(P > 0)
+        if other.size and self.model.num_layers > DENSE_MAX_LAYERS:
+            # Long models: the fastest link per term, true of any map, not read from each of
+            # thousands of maps (their bounds are loose anyway: `_received_floors`).
+            fastest = [(link.latency_s, link.bandwidth_bytes_per_s) for link in (inter, intra)]
+            latency[other] = min(lat for lat, _ in fastest)
+            bandwidth[other] = max(bw for _, bw in fastest)
+        elif other.size:
+            keys = np.stack([S[other], D[other], P[other]]).astype(int)
+            unique, inverse = np.unique(keys, axis=1, return_inverse=True)
+            fastest = np.array([self._fastest_ring(*map(int, key)) for key in unique.T])
+            latency[other] = fastest[inverse.ravel(), 0]
+            bandwidth[other] = fastest[inverse.ravel(), 1]
+        return latency, bandwidth
 
-    def _first_stage_tail(self, rows: _Rows, k: int, S: np.ndarray, D: np.ndarray) -> np.ndarray:
+    def _fastest_ring(self, S: int, D: int, placement: int) -> tuple[float, float]:
+        """(the least latency, the most bandwidth) among the links `CostModel.allreduce_links`
+        prices the rings of the (S, D) map of PLACEMENTS[placement] on: a stage in one node
+        uses the in-node link, one spanning nodes the inter-node link, or the slower of both
+        per term where two of its ranks share a node. Kept per cost model."""
+        key = ("fastest ring", S, D, placement)
+        if key not in self._families:
+            model = self.model
+            ranks = self.family(S, D)[PLACEMENTS[placement]]
+            nodes = np.sort(ranks // self.cluster.devices_per_node, axis=0)
+            spans = nodes[0] != nodes[-1]
+            shared = (nodes[1:] == nodes[:-1]).any(axis=0)
+            inter, intra = model.inter_allreduce_link, model.intra_allreduce_link
+            links = [
+                link
+                for link, used in (
+                    (intra, ~spans),
+                    (slowest_link(inter, intra), spans & shared),
+                    (inter, spans & ~shared),
+                )
+                if used.any()
+            ]
+            self._families[key] = (
+                min(link.latency_s for link in links),
+                max(link.bandwidth_bytes_per_s for link in links),
+            )
+        return self._families[key]  # type: ignore[return-value]
+
+    def _first_stage_tail(
+        self, rows: _Rows, k: int, S: np.ndarray, D: np.ndarray, P: np.ndarray
+    ) -> np.ndarray:
         """A lower bound on A_0 + O_0 (stage 0: the first that trains, on the (S, D) rank
-        map): it all-reduces at least layer k's gradient (none: 0)."""
+        map of placement P): it all-reduces at least layer k's gradient (none: 0)."""
         first = rows.spread(rows.stacked(lambda costs: costs.grad_bytes)[:, k])
-        latency, bandwidth = self._ring_links(S, D)
+        latency, bandwidth = self._ring_links(S, D, P)
         steps = 2 * (D - 1)
         ring = steps * latency + steps / D * first / bandwidth
         alone = np.where(D > 1, ring, 0.0)
         return np.where(first > 0, alone + self.model.optimizer_s(first), 0.0)
 
     def _received_floors(
-        self, rows: _Rows, S: np.ndarray, S_map: np.ndarray, D: np.ndarray
+        self, rows: _Rows, S: np.ndarray, S_map: np.ndarray, D: np.ndarray, P: np.ndarray
     ) -> _Received:
         """Per row, lower bounds on what the S training stages (the last S of the (S_map, D)
-        rank map) receive in their ops (`simulate.received_in_op`, `_received_table`);
-        zeros for long models, whose thousands of rank maps would cost more than they prune."""
+        rank map of placement P) receive in their ops (`simulate.received_in_op`,
+        `_received_table`); zeros for long models, whose thousands of rank maps would cost
+        more than they prune."""
         if self.model.num_layers > DENSE_MAX_LAYERS or len(S) == 0:
             return _Received(*np.zeros((7, len(S))))
         # [group, rank map, field, q]: every group's table (the rank maps are the phase's).
@@ -877,8 +1017,8 @@ class PhaseSearch:
         )
         index_of = self._boundary_rates()[0]
         S_map = S_map.astype(int)
-        pairs = zip(S_map.tolist(), D.astype(int).tolist(), strict=True)
-        index = [index_of[pair] for pair in pairs]
+        keys = zip(S_map.tolist(), D.astype(int).tolist(), P.tolist(), strict=True)
+        index = [index_of[(S, D, PLACEMENTS[p])] for S, D, p in keys]
         # The training stages are the last S: the first of them is stage S_map − S.
         return _Received(*tables[rows.group, index, :, S_map - S.astype(int)].T)
 
@@ -925,13 +1065,14 @@ class PhaseSearch:
             self._bottlenecks[key] = table
         return self._bottlenecks[key]
 
-    def _boundary_rates(self) -> tuple[dict[tuple[int, int], int], np.ndarray, np.ndarray]:
-        """Per (S, D) rank map of this phase's shapes (the row), each boundary link's latency
-        and time per byte (`CostModel.boundary_links`; zeros past the map's last stage)."""
+    def _boundary_rates(self) -> tuple[dict[tuple[int, int, str], int], np.ndarray, np.ndarray]:
+        """Per (S, D, placement) rank map of this phase's shapes (the row), each boundary
+        link's latency and time per byte (`CostModel.boundary_links`; zeros past the map's
+        last stage)."""
         key = ("boundary rates",)
         if key not in self._bottlenecks:
-            pairs = sorted({(shape.num_stages, shape.replicas) for shape in self.shapes()})
-            self._bottlenecks[key] = self.model.boundary_rate_table(tuple(pairs))
+            maps = {(shape.num_stages, shape.replicas, shape.placement) for shape in self.shapes()}
+            self._bottlenecks[key] = self.model.boundary_rate_table(tuple(sorted(maps)))
         return self._bottlenecks[key]
 
     def _allreduce_bounds(
@@ -941,6 +1082,7 @@ class PhaseSearch:
         S: np.ndarray,
         S_map: np.ndarray,
         D: np.ndarray,
+        P: np.ndarray,
         M: np.ndarray,
         work: np.ndarray,
         release: np.ndarray,
@@ -955,12 +1097,15 @@ class PhaseSearch:
         - The stage with the most gradient bytes (≥ G/S): its all-reduce alone and optimizer.
         - The average over k of M·c_k + A_k + O_k (every stage's own tail).
         - A node link all the all-reduces cross (or, with S > G, the busiest node's link at
-          its average share) carries their bytes after `release`."""
+          its average share) carries their bytes after `release`: "packed" maps only (the
+          other placements' rings share other links; the terms above hold for any map, on
+          its fastest ring link, `_ring_links`)."""
         model, cluster = self.model, self.cluster
         grads = rows.stacked(lambda costs: costs.grad_bytes)  # [group, layer]
         G = rows.spread(grads.sum(axis=1))
         per_node = cluster.devices_per_node
         packed, crosses = self._crosses(S_map, D)
+        crosses = crosses & (P == 0)
         inter = model.inter_allreduce_link
         steps = 2 * (D - 1)
         many = D > 1
@@ -971,7 +1116,7 @@ class PhaseSearch:
         def per_byte(link_bandwidth) -> np.ndarray:
             return np.where(many, steps / D / link_bandwidth, 0.0)
 
-        ring_latency, ring_bandwidth = self._ring_links(S_map, D)
+        ring_latency, ring_bandwidth = self._ring_links(S_map, D, P)
         lat, rate = latency(ring_latency), per_byte(ring_bandwidth)
         omega = model.optimizer_s(1.0)
         share = G / S
@@ -1226,6 +1371,8 @@ class PhaseSearch:
         best = np.inf
         smallest_m: dict[tuple[int, int], Shape] = {}
         for shape in shapes:  # per (S, D) the smallest micro-batch uses the least memory
+            if shape.placement == OTHER_PLACEMENTS:
+                continue  # memory does not depend on the map
             key = (shape.num_stages, shape.replicas)
             if key not in smallest_m or shape.micro_batch_size < smallest_m[key].micro_batch_size:
                 smallest_m[key] = shape
@@ -1276,10 +1423,12 @@ class _Run:
     def __init__(self, phase: PhaseSearch, faster_than_s: float = math.inf):
         self.phase = phase
         self.faster_than_s = faster_than_s
+        self.dense = phase.model.num_layers <= DENSE_MAX_LAYERS
         self.heap: list[tuple[float, int, str, object]] = []
         self.later: list[tuple[float, int, str, object]] = []
         self.order = itertools.count()
         self.best_s = math.inf
+        self._limit = faster_than_s  # `limit`: below the best step, below faster_than_s
         self.simulated: list[tuple[float, int, Evaluation]] = []
         self.work = 0
         self.stopped_at: float | None = None
@@ -1299,7 +1448,14 @@ class _Run:
             )
 
     def limit(self) -> float:
-        return min(self.best_s * (1 - PRUNE_TOLERANCE), self.faster_than_s)
+        return self._limit
+
+    def set_best(self, step_s: float) -> None:
+        """A layout of step `step_s` simulated: the best so far and the limit follow (the
+        limit is read on every push, a million times in a long model's plan)."""
+        if step_s < self.best_s:
+            self.best_s = step_s
+            self._limit = min(step_s * (1 - PRUNE_TOLERANCE), self.faster_than_s)
 
     def search(self) -> None:
         while True:
@@ -1331,17 +1487,27 @@ class _Run:
         for bound, _, kind, item in sorted(self.heap + self.later, key=lambda e: e[:2]):
             shape, schedule = item[:2]  # type: ignore[index]
             if kind == "shape" and shape.num_stages == 1 and bound < self.limit():
-                self.simulate(shape, schedule, (0, L))
+                placements = [shape.placement]
+                if shape.placement == OTHER_PLACEMENTS:
+                    placements = list(self.phase.placements(1, shape.replicas)[1:])
+                for placement in placements:
+                    self.simulate(replace(shape, placement=placement), schedule, (0, L))
 
     def seed(self, hint: Layout) -> None:
         """Simulate `hint`'s placement with this phase's freeze point, if the space holds it
         (its shape a candidate, its schedule allowed, its partition a leaf of the shape's
         tree): a layout outside the space must never become the answer."""
         search = self.phase
-        shape = Shape(hint.num_stages, hint.replicas, hint.micro_batches, hint.micro_batch_size)
+        # Its rank map must be one of the family's (the previous phase's placement is).
+        placement = search.placement_of(hint)
+        if placement is None:
+            return
+        shape = Shape(
+            hint.num_stages, hint.replicas, hint.micro_batches, hint.micro_batch_size, placement
+        )
         pinned = search.pins.boundaries
         if (
-            shape not in search.shapes()
+            not search.holds(shape)
             or hint.schedule not in search.schedules(shape.num_stages, shape.micro_batches)
             or (pinned is not None and tuple(pinned) != hint.boundaries)
             or not self.space(shape, hint.schedule).holds(hint.boundaries)
@@ -1352,10 +1518,16 @@ class _Run:
     def add(self, bound: float, shape: Shape, schedule: Schedule) -> None:
         """A candidate at its closed-form bound."""
         self.push(bound, "shape", (shape, schedule))
-        self.by_stages.setdefault(shape.num_stages, []).append(((shape, schedule), bound))
+        if self.dense:  # root batches (`bound_roots`) are for tens of layers only
+            self.by_stages.setdefault(shape.num_stages, []).append(((shape, schedule), bound))
 
     def open_shape(self, shape: Shape, schedule: Schedule, bound: float = 0.0) -> None:
         search = self.phase
+        if shape.placement == OTHER_PLACEMENTS:
+            # Its bound holds for each of the family's other maps: they wait at it.
+            for placement in search.placements(shape.num_stages, shape.replicas)[1:]:
+                self.push(bound, "shape", (replace(shape, placement=placement), schedule))
+            return
         pinned = search.pins.boundaries
         if (
             pinned is None
@@ -1488,7 +1660,7 @@ class _Run:
         if not evaluation.fits or not _runs(layout, search):
             return
         self.simulated.append((evaluation.step_s, next(self.order), evaluation))
-        self.best_s = min(self.best_s, evaluation.step_s)
+        self.set_best(evaluation.step_s)
 
     def solution(self, runner_ups: int) -> PhaseSolution:
         ranked = [e for _, _, e in sorted(self.simulated, key=lambda item: item[:2])]
@@ -1507,10 +1679,15 @@ class _Run:
 
 
 @functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)
 def _windows_from_zero_cached(S: bytes, M: bytes) -> np.ndarray:
     """`windows_from_zero` of float arrays given as bytes: every phase and micro-batch size
-    asks for the same few (S, M) candidates."""
-    z = windows_from_zero(np.frombuffer(S), np.frombuffer(M))
+    asks for the same few (S, M) candidates, each (S, M) pair computed once (the placements
+    and replica counts of a shape repeat it)."""
+    S_, M_ = np.frombuffer(S), np.frombuffer(M)
+    # One float key per pair (both are small whole numbers: exact).
+    _, first, inverse = np.unique(S_ * 2.0**32 + M_, return_index=True, return_inverse=True)
+    z = windows_from_zero(S_[first], M_[first])[inverse.ravel()]
     z.setflags(write=False)  # shared by every caller
     return z
 

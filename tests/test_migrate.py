@@ -1,5 +1,6 @@
 """Elastic transitions move parameters and optimizer state exactly, a run that changes layout
-three times (into a layout with a forward-only stage and out of it again) ends where
+four times (once only its rank map; into a layout with a forward-only stage and out of it
+again) ends where
 single-process training with the same freezes ends, and each old phase's runtime is freed as
 soon as it is dropped."""
 
@@ -15,9 +16,12 @@ from executor.parallel import PhaseRuntime, StepMean, set_frozen
 from pipeplan import models
 
 GLOBAL_BATCH, STEPS_PER_PHASE, LR = 8, 2, 1e-3
-PHASES = [  # 2×1 → 1×2 → 2×1 → 2×1 with a growing freeze point (bert-synth has 8 layers)
+PHASES = [  # 2×1 → 1×2 → 1×2 → 2×1 → 2×1 with a growing freeze point (bert-synth: 8 layers)
     make_layout(GLOBAL_BATCH, 0, False, (0, 4, 8), ((0, 1),), 2, "1f1b"),
     make_layout(GLOBAL_BATCH, 2, False, (0, 8), ((0,), (1,)), 2, "gpipe"),
+    # The same ranks in another rank map (replica 0 on rank 1), as the planner's placements
+    # may change it between phases (`costmodel.PLACEMENTS`), then out of it.
+    make_layout(GLOBAL_BATCH, 3, False, (0, 8), ((1,), (0,)), 2, "1f1b"),
     # Stage 0 (layers 0-2) frozen: it runs forward only (Layout.forward_only_stages == 1).
     make_layout(GLOBAL_BATCH, 4, False, (0, 3, 8), ((0, 1),), 2, "1f1b"),
     make_layout(GLOBAL_BATCH, 5, False, (0, 6, 8), ((0, 1),), 2, "1f1b"),  # and back
@@ -159,7 +163,7 @@ def test_the_old_phase_runtime_is_freed_without_the_garbage_collector(records, k
 def test_transitions_through_a_forward_only_stage_end_where_single_process_training_ends(
     records,
 ):
-    assert [p.forward_only_stages for p in PHASES] == [0, 0, 1, 0]
+    assert [p.forward_only_stages for p in PHASES] == [0, 0, 0, 1, 0]
     final = merged(records, "final")
     seq = models.build("bert-synth", dropout=0.0)
     params = []

@@ -158,6 +158,13 @@ SPECS = {
 }
 # Fewer micro-batches than stages: GPipe runs them (1F1B refuses).
 SPECS["2x1-gpipe-M1"] = make_layout(GLOBAL_BATCH, 0, False, *LAYOUTS["2x1"], 1, "gpipe")
+# Rank maps other than whole pipelines on consecutive ranks, as the planner's placements emit
+# them (`costmodel.PLACEMENTS`): each stage's ring on consecutive ranks ("rings", a pipeline
+# every other rank), and replicas not in rank order ("spread": [[0], [2], [1]] on 2 × 2).
+SPECS["2x2-rings-1f1b"] = make_layout(
+    GLOBAL_BATCH, 0, False, (0, 4, 8), ((0, 2), (1, 3)), 2, "1f1b"
+)
+SPECS["1x2-swapped-1f1b"] = make_layout(GLOBAL_BATCH, 0, False, (0, 8), ((1,), (0,)), 2, "1f1b")
 PLAIN = list(SPECS)  # nothing frozen
 SPECS["frozen3-recompute"] = make_layout(GLOBAL_BATCH, 3, False, (0, 5, 8), ((1, 3),), 2, "1f1b")
 SPECS["frozen3-cached"] = make_layout(GLOBAL_BATCH, 3, True, (0, 5, 8), ((1, 3),), 2, "1f1b")
