@@ -393,9 +393,10 @@ def describe(schedule: FreezeSchedule) -> str:
         return f"the α bound, α = {schedule.alpha:g}"
     if schedule.source == "autofreeze":
         return (
-            f"the earliest AutoFreeze can freeze: its gradient criterion needs "
-            f"{GRADIENT_MEASUREMENTS} epochs' norms, then freezes at most half the active blocks "
-            f"per epoch, within the α bound (α = {schedule.alpha:g})"
+            "the earliest AutoFreeze can freeze deciding at epoch ends (--freeze-every may "
+            f"freeze sooner): its gradient criterion needs {GRADIENT_MEASUREMENTS} epochs' norms, "
+            "then freezes at most half the active blocks per epoch, within the α bound "
+            f"(α = {schedule.alpha:g})"
         )
     if schedule.source == "none":
         return "nothing frozen"

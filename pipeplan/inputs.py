@@ -274,7 +274,8 @@ class PlanRequest(Strict):
     ] = Field(
         None,
         description="As `run --freeze`: auto is previewed as a band (the α bound, and the "
-        "earliest AutoFreeze's gradient criterion can freeze; a plan takes the α bound), alpha "
+        "earliest AutoFreeze's gradient criterion can freeze deciding at epoch ends; run's "
+        "--freeze-every may freeze sooner; a plan takes the α bound), alpha "
         "or none one schedule. Lists: --freeze-schedule.",
     )
     freeze_schedule: str | None = Field(
