@@ -516,7 +516,9 @@ def host_ranks(
         return HostRanks(1, None)
     count = max(1, int(local_world))
     named = f"the {count} ranks torchrun starts on this node (LOCAL_WORLD_SIZE={count})"
-    return HostRanks(count, named, run_json, "start torchrun with --nproc-per-node {k}")
+    # The nodes its phases are planned for (`cluster.run_cluster`), each of `count` ranks.
+    nodes = launcher_nodes() or 1
+    return HostRanks(count, named, run_json, "start torchrun with --nproc-per-node {k}", nodes)
 
 
 def launcher_nodes() -> int | None:
@@ -947,7 +949,34 @@ def launch_environment() -> dict[str, int]:
             raise BadArgumentError(f"{key}={values[key]}: must be in {low}{top}")
     if not os.environ.get("MASTER_ADDR"):
         raise BadArgumentError("MASTER_ADDR is not set: start it with torchrun")
+    check_equal_nodes(values)
     return values
+
+
+def check_equal_nodes(values: dict[str, int]) -> None:
+    """The launcher's nodes each run LOCAL_WORLD_SIZE ranks (`values`: `launch_environment`'s).
+    A run plans for WORLD_SIZE / LOCAL_WORLD_SIZE nodes of LOCAL_WORLD_SIZE ranks
+    (`host_ranks`, `cluster.run_cluster`), and its cost model puts global rank r on node
+    r // LOCAL_WORLD_SIZE, as torchrun numbers them (each node's ranks in a row, node after
+    node: torch's `_assign_worker_ranks`). torchrun's agents may be given different
+    --nproc-per-node: such a world has no such nodes, and is refused on every node that
+    can tell (its GROUP_WORLD_SIZE nodes times its own ranks are not WORLD_SIZE; the others
+    then wait for it at most the run's --collective-timeout). BadArgumentError:
+
+        check_equal_nodes({"WORLD_SIZE": 3, "LOCAL_WORLD_SIZE": 2, ...})
+        # WORLD_SIZE=3: not LOCAL_WORLD_SIZE=2 ranks on the nodes; …
+    """
+    world, local = values["WORLD_SIZE"], values["LOCAL_WORLD_SIZE"]
+    group = os.environ.get("GROUP_WORLD_SIZE", "")  # torchrun's nodes (its agents)
+    nodes = int(group) if group.isascii() and group.isdigit() else None
+    if world % local == 0 and (nodes is None or nodes * local == world):
+        return
+    on = "the nodes" if nodes is None else f"each of the GROUP_WORLD_SIZE={nodes} nodes"
+    raise BadArgumentError(
+        f"WORLD_SIZE={world}: not LOCAL_WORLD_SIZE={local} ranks on {on}; a run is planned "
+        "for nodes of as many ranks each: start torchrun with the same --nproc-per-node on "
+        "every node"
+    )
 
 
 def under_pipeplan_run() -> bool:

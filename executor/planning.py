@@ -5,7 +5,8 @@ schedule the run follows and the layout of each of its freeze points: every one 
 the plan. Without a plan each phase is decided with the run's profile by the plan's own rule
 (`pipeplan.plan.decide_phase`: cached or not, and a move only when it pays for itself over
 the epochs left), and the cluster is this run's
-ranks on one node (`pipeplan.cluster.run_cluster`), with the per-rank memory limit
+ranks on the nodes they run on (`pipeplan.cluster.run_cluster`: one node for `pipeplan run`,
+torchrun's WORLD_SIZE / LOCAL_WORLD_SIZE under torchrun), with the per-rank memory limit
 `--device-memory` (so a CPU run can be made to need a pipeline the way a large model does on
 real GPUs).
 

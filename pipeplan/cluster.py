@@ -281,22 +281,34 @@ def profiled_links(profile: Profile | None) -> tuple[Link, Link | None]:
 
 
 def run_cluster(config: RunConfig, profile: Profile, host: HostRanks | None = None) -> Cluster:
-    """The cluster a local run plans for: its ranks on one node, links as profiled, each rank
-    limited to what it has (`rank_memory`: --device-memory, else the profiled device's share,
-    the same as `pipeplan plan --devices-per-node N` gives, so a plan made on this host with
-    those flags is the run's own, but no more than this host's); the node's cache limited to
-    --cache-budget. `host`: the ranks that share this host, as `rank_memory` takes them.
+    """The cluster a run without a plan plans for: its ranks on the nodes they run on
+    (`host.nodes`, each with an equal share of --nproc: one node for a local run; torchrun's
+    WORLD_SIZE / LOCAL_WORLD_SIZE, `executor.launch.host_ranks`), links as profiled inside a
+    node and `pipeplan plan`'s defaults between nodes (`cluster_from_flags`: a run has no
+    --inter-bw; `run --plan` of a plan made with one runs on its links), each rank limited to
+    what it has (`rank_memory`: --device-memory, else the profiled device's share among a
+    node's ranks, the same as `pipeplan plan --nodes N --devices-per-node K` gives, so a plan
+    made on this host with those flags is the run's own, but no more than this host's); each
+    node's cache limited to --cache-budget. `host`: the ranks that share this host, as
+    `rank_memory` takes them; None, all of --nproc on one node.
 
         cluster = run_cluster(config, profile)   # config.nproc devices on one node
+        run_cluster(config, profile, HostRanks(1, named, nodes=2))   # 2 nodes × 1 rank
     """
-    memory, source = rank_memory(config, profile, host=host)
+    # Found by the thirty-eighth round: a run started by torchrun on 2 nodes of 1 rank was
+    # planned, priced and recorded as one node of 2 (its all-reduce on the in-node link, one
+    # AutoCache for both replicas, each rank half of its host's memory).
+    nodes = 1 if host is None else host.nodes
+    per_node = config.nproc // nodes
+    flag = "--nproc" if nodes == 1 else "LOCAL_WORLD_SIZE"  # the count that says it
+    memory, source = rank_memory(config, profile, per_node, flag, host=host)
     cluster = cluster_from_flags(
-        nodes=1,
-        devices_per_node=config.nproc,
+        nodes=nodes,
+        devices_per_node=per_node,
         device_memory=memory,
         cache_budget=config.cache_budget_bytes,
         profile=profile,
-        devices_flag="--nproc",
+        devices_flag=flag,
     )
     cluster._memory_source = source  # no flag gave it: messages say where it came from
     return cluster
@@ -314,17 +326,22 @@ class HostRanks:
     ranks"; None where only one is sure: a run prepared for torchrun, whose nodes are not
     known yet); `run_json`: the run's file its --device-memory comes from (a resume,
     torchrun's entry and ranks), None where it is a flag of this command; `fewer`: how to
-    run K of them here, with "{k}" for K ("resume with --nproc {k}"; " or fewer" follows).
+    run K of them here, with "{k}" for K ("resume with --nproc {k}"; " or fewer" follows);
+    `nodes`: the nodes the run's ranks are on, each running as many (torchrun's WORLD_SIZE /
+    LOCAL_WORLD_SIZE, `count` on each), which its phases are planned for (`run_cluster`); 1
+    for a local run, and for a run prepared for torchrun, whose planning then is only a check.
 
         HostRanks(2, "--nproc 2 ranks")                  # `pipeplan run --nproc 2`
         HostRanks(1, None)                               # `run --prepare-only`
         HostRanks(2, "--nproc 2 ranks", Path("runs/c/run.json"), "resume with --nproc {k}")
+        HostRanks(1, "the 1 ranks torchrun starts on this node …", run_json, fewer, nodes=2)
     """
 
     count: int
     named: str | None
     run_json: Path | None = None
     fewer: str | None = None
+    nodes: int = 1
 
 
 def rank_memory(

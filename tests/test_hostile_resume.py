@@ -2577,6 +2577,42 @@ def test_the_entry_refuses_a_world_size_the_run_was_not_prepared_for(tmp_path, c
     assert snapshot(run) == before
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "world, local, nodes, on",
+    [
+        ("3", "2", "2", "each of the GROUP_WORLD_SIZE=2 nodes"),  # 2 ranks here, 1 there
+        ("3", "1", "2", "each of the GROUP_WORLD_SIZE=2 nodes"),  # the other node's view
+        ("3", "2", None, "the nodes"),  # no GROUP_WORLD_SIZE: 3 ranks are no nodes of 2
+    ],
+)
+def test_the_entry_refuses_nodes_of_different_sizes(tmp_path, capsys, world, local, nodes, on):
+    """Found by the thirty-eighth round: a run is planned for WORLD_SIZE / LOCAL_WORLD_SIZE
+    nodes of LOCAL_WORLD_SIZE ranks (its cost model puts rank r on node r // LOCAL_WORLD_SIZE,
+    as torchrun numbers them), and torchrun's agents may each be given another
+    --nproc-per-node, a world of no such nodes (3 ranks: 2 on one node, 1 on the other), which
+    was planned as if it were. Each node that can tell refuses it in one line before any
+    process group, naming what to start; the run is left as it was."""
+    flags = ["--model", "vit-digits", "--nproc", "3", "--epochs", "1", "--name", "u"]
+    assert cli.main(["run", *flags, "--runs-dir", str(tmp_path), "--prepare-only"]) == 0
+    capsys.readouterr()
+    run = tmp_path / "u"
+    before = snapshot(run)
+    env = {**os.environ, **RANK_ENV, "WORLD_SIZE": world, "LOCAL_WORLD_SIZE": local}
+    env.pop("PIPEPLAN_LAUNCHER_PID", None)
+    env.pop("GROUP_WORLD_SIZE", None)
+    if nodes is not None:
+        env["GROUP_WORLD_SIZE"] = nodes
+    code, err = _main_forked([str(run)], env)
+    assert code == 2, err[-3000:]
+    assert err.splitlines() == [
+        f"pipeplan: error: WORLD_SIZE={world}: not LOCAL_WORLD_SIZE={local} ranks on {on}; "
+        "a run is planned for nodes of as many ranks each: start torchrun with the same "
+        "--nproc-per-node on every node"
+    ]
+    assert snapshot(run) == before
+
+
 def _refused_at_entry(run_dir, resume, world):
     raise BadArgumentError("runs/q1: has started already")
 

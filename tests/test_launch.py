@@ -121,6 +121,10 @@ def reference(tmp_path_factory) -> Path:
 @pytest.mark.multiprocess
 @pytest.mark.timeout(900)
 def test_the_readme_torchrun_commands_train_like_pipeplan_run(tmp_path, reference):
+    """The README's two torchrun agents (2 nodes of 1 rank) train bitwise as `pipeplan run
+    --nproc 2` does. Found by the thirty-eighth round: without --plan, their run planned and
+    recorded every phase for 1 node of 2 devices; its phases now record the 2 nodes of 1
+    device torchrun started (the layouts, and so the parameters, are the same here)."""
     port = free_port()
     prepare, nodes = readme_commands(port)
     done = subprocess.run(
@@ -134,6 +138,10 @@ def test_the_readme_torchrun_commands_train_like_pipeplan_run(tmp_path, referenc
     run_dir = tmp_path / "runs" / "exp1"
     assert (run_dir / "summary.json").exists()  # rank 0 summarised, as under pipeplan run
     assert same_parameters(run_dir, reference)
+    for run, nodes in ((run_dir, (2, 1)), (reference, (1, 2))):
+        phases = [r for r in read_records(run / "run.jsonl") if isinstance(r, PhaseRecord)]
+        clusters = {(p.pricing.cluster.nodes, p.pricing.cluster.devices_per_node) for p in phases}
+        assert phases and clusters == {nodes}, (run, clusters)
 
 
 @pytest.mark.long

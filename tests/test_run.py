@@ -172,6 +172,42 @@ def test_a_plan_for_more_nodes_than_the_run_has_is_refused(tmp_path, capsys, mon
         check_plan_nodes(load(Plan, plan), plan, launcher_nodes(), 2)
 
 
+@pytest.mark.timeout(60)
+def test_a_run_under_torchrun_on_two_nodes_plans_for_two_nodes(tmp_path, monkeypatch):
+    """Found by the thirty-eighth round: a run prepared without --plan and started by
+    torchrun on 2 nodes of 1 rank (WORLD_SIZE=2, LOCAL_WORLD_SIZE=1) planned every phase, and
+    recorded its pricing, for 1 node of 2 devices (`run_cluster` said nodes=1 whatever the
+    launcher said): its all-reduce priced on the in-node link, one AutoCache for both
+    replicas, each rank half its host's memory. A torchrun rank's planner now prices the
+    nodes torchrun started (WORLD_SIZE / LOCAL_WORLD_SIZE of LOCAL_WORLD_SIZE ranks each,
+    `launch.host_ranks`), each rank with its node's memory, and the links `pipeplan plan
+    --nodes 2 --devices-per-node 1` takes; a local run and one node of torchrun stay 1 node."""
+    from executor.launch import host_ranks
+    from executor.planning import RunPlanner
+    from pipeplan.cluster import cluster_from_flags
+    from pipeplan.formats import Profile, RunConfig, load
+
+    profile = load(Profile, shipped_profile("vit-digits", "cpu"))
+    cfg = RunConfig(name="t", model="vit-digits", nproc=2)
+    run = tmp_path / "runs" / "t"
+
+    def cluster(local: bool):  # what rank 0's planner records with a phase
+        planner = RunPlanner(profile, "profile.json", False, cfg, None, host_ranks(cfg, local, run))
+        return planner.pricing("solver").cluster
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    two = cluster(local=False)
+    one = cluster(local=True)  # `pipeplan run --nproc 2`: its ranks on this host
+    assert (two.nodes, two.devices_per_node, one.nodes, one.devices_per_node) == (2, 1, 1, 2)
+    assert two.device_memory_bytes >= 2 * one.device_memory_bytes  # one rank a host, not two
+    memory = two.device_memory_bytes
+    flags = cluster_from_flags(nodes=2, devices_per_node=1, device_memory=memory, profile=profile)
+    assert two.model_dump() == flags.model_dump()  # `pipeplan plan`'s cluster of 2 nodes
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun with 2 ranks on one node
+    assert cluster(local=False).model_dump() == one.model_dump()
+
+
 @pytest.mark.long  # test_launch names a killed and a raising rank: for the 15-minute default run
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
