@@ -133,10 +133,20 @@ class PhaseObservation:
         return self.layout.micro_batches * self.layout.micro_batch_size
 
 
-def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
+# The configurations runs are read under when not their run.json's, by run directory as given:
+# a running resume's own (`calibrate`'s `training`).
+Training = dict[str, RunConfig]
+
+
+def load_run(
+    run_dir: str | Path, profile: Profile, training: Training | None = None
+) -> tuple[RunConfig, list]:
+    """run.json (or the configuration `training` gives for `run_dir`) and the records trained
+    under it, checked as report checks them."""
+    given = (training or {}).get(str(run_dir))
     run_dir = check_run_directory(run_dir)
     with reading_run(run_dir), held():  # held: a torn last record's notice only if they pass
-        config = load(RunConfig, run_dir / "run.json")
+        config = given or load(RunConfig, run_dir / "run.json")
         own = run_dir / "profile.json"  # the profile the run started with (`run` copies it)
         mine = f"give the run's profile ({own})" if own.is_file() else "give a profile of its model"
         check_run_profile(run_dir, config, profile, "--profile", mine)
@@ -148,13 +158,15 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
         return config, trained_records(run_dir, config, records)
 
 
-def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservation]:
+def observe(
+    run_dirs: list[str | Path], profile: Profile, training: Training | None = None
+) -> list[PhaseObservation]:
     """Every phase with enough steady steps, from every run."""
     base = profile.model_copy(update={"calibration": None})
     observations: list[PhaseObservation] = []
     for run_dir in run_dirs:
         before = len(observations)
-        config, records = load_run(run_dir, profile)
+        config, records = load_run(run_dir, profile, training)
         steps = [r for r in records if isinstance(r, StepRecord)]
         for phase in (r for r in records if isinstance(r, PhaseRecord)):
             model = CostModel(base, phase.pricing.cluster)
@@ -695,7 +707,7 @@ def predict(profile: Profile, observation: PhaseObservation) -> float:
 
 
 def fit_group_rebuild(
-    run_dirs: list[str | Path], profile: Profile
+    run_dirs: list[str | Path], profile: Profile, training: Training | None = None
 ) -> tuple[float | None, dict[str, str]]:
     """What a layout change costs besides moving bytes, from the runs' measured transitions:
 
@@ -709,7 +721,7 @@ def fit_group_rebuild(
     it."""
     extra = []
     for run_dir in run_dirs:
-        _, records = load_run(run_dir, profile)
+        _, records = load_run(run_dir, profile, training)
         phases = sorted((r for r in records if isinstance(r, PhaseRecord)), key=lambda r: r.phase)
         for before, after in pairwise(phases):
             if same_placement(before.layout, after.layout) or after.resumed:
@@ -724,14 +736,24 @@ def fit_group_rebuild(
     return max(0.0, statistics.median(extra)), {}
 
 
-def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
+def calibrate(
+    run_dirs: list[str | Path], profile: Profile, training: Training | None = None
+) -> Profile:
     """The profile with a calibration fitted to the runs (replacing any earlier one). A fit
     beyond the format's bounds (a compute scale over 10^6: the runs took a million times
     the profile's times) is an InputFileError naming the field: the profile does not describe
-    the devices the runs ran on, and no calibration can make it."""
+    the devices the runs ran on, and no calibration can make it.
+
+    `training` ({run directory as given: configuration}) reads a run under the configuration
+    it is training under rather than its run.json: the run's own refit. A resume for more
+    epochs trains under run.resume.json, which becomes run.json only with its first
+    checkpoint, after the refit RECALIBRATE_AFTER_STEPS steps into its phase; read under
+    run.json, its own phase and steps were past run.json's epochs, left out as a failed
+    resume's, with a warning telling the running resume to run again (the thirty-eighth
+    round)."""
     check_distinct_runs(run_dirs, "run")  # else its steps are counted as often as it is given
     try:
-        return _calibrate(run_dirs, profile)
+        return _calibrate(run_dirs, profile, training)
     except ValidationError as exc:
         runs = ", ".join(str(d) for d in run_dirs)
         raise InputFileError(
@@ -750,8 +772,8 @@ PENDING = {
 }
 
 
-def _calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
-    observations = observe(run_dirs, profile)
+def _calibrate(run_dirs: list[str | Path], profile: Profile, training: Training | None) -> Profile:
+    observations = observe(run_dirs, profile, training)
     ranks = [r for o in observations for r in o.ranks]
     scales, why_compute = fit_compute(ranks)
     allreduce, why_allreduce = fit_allreduce(ranks)
@@ -771,7 +793,7 @@ def _calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
     # The byte moves are priced as the calibrated model prices them (its p2p link), so that
     # model's transitions reproduce the measured ones.
     rebuild, why_rebuild = fit_group_rebuild(
-        run_dirs, profile.model_copy(update={"calibration": fitted})
+        run_dirs, profile.model_copy(update={"calibration": fitted}), training
     )
     earlier = {k: v for k, v in fitted.not_fitted.items() if k != "group_rebuild_s"}
     fitted = fitted.model_copy(
