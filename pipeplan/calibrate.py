@@ -11,6 +11,8 @@ A parameter is fitted only when the runs identify it; otherwise it keeps its def
 Identified means that its effect on the fitted times (relative, scaled to unit norm) is at
 least SEPARABLE away from the span of the effects of the parameters admitted before it:
 
+- a compute scale also needs a part the runs' noise leaves known (`fit_tied`: fitted apart, its
+  deviation's standard error within IDENTIFIED_REL of the scale it would otherwise keep);
 - nograd_scale needs ranks whose frozen and trainable forward time differ in proportion (else it
   is tied to fwd_scale); bwd_scale a rank with backward time (else = fwd_scale); each per-call
   scale (`*_call_scale`, a layer's time that does not grow with m) ranks at micro-batch sizes
@@ -81,6 +83,12 @@ MIN_SCALE = 1e-3  # compute scales stay positive (the format requires it)
 # the runs cannot tell it apart from them. Exact collinearity leaves ~1e-11 (finite differences
 # through the simulator); the designs the tests use give 0.16 and more.
 SEPARABLE = 1e-6
+# A separable compute scale is identified when the runs' noise leaves it known: fitted apart
+# from the scale it would otherwise keep, its deviation's standard error is at most this share
+# of that scale (`fit_tied`). Beyond it the fit cannot tell the deviation's size, hardly its
+# sign. The noisy test data (16 phases, 5 % per time, 100 steps each) leave ≤ 0.04 of it; one
+# frozen layer of 2 % of a loaded host's forward, 10 steps, several times the scale.
+IDENTIFIED_REL = 0.25
 MAX_ITERATIONS = 100
 # A fit ends when its next step changes no relative prediction (or IRLS weight) by this much.
 CONVERGED = 1e-13
@@ -109,6 +117,10 @@ class RankObservation:
     # that cannot tell latency from bandwidth apart scales (`fit_allreduce`).
     allreduce_link: tuple[float, float] = (0.0, 1.0)
     micro_batch_size: int = 0  # its phase's m (0: not known)
+    # The relative standard error of measured_fwd_s and measured_bwd_s, medians of the phase's
+    # steady steps (`median_error`): how far the runs' noise leaves them (0: exact data).
+    fwd_noise: float = 0.0
+    bwd_noise: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -251,6 +263,8 @@ def _phase_observation(
                     model.cluster.allreduce_link.bandwidth_bytes_per_s,
                 ),
                 micro_batch_size=m,
+                fwd_noise=median_error([t.fwd_s for t in times]),
+                bwd_noise=median_error([t.bwd_s for t in times]),
             )
         )
     return PhaseObservation(
@@ -260,6 +274,20 @@ def _phase_observation(
         len(steps),
         ranks,
     )
+
+
+def median_error(values: list[float]) -> float:
+    """The relative standard error of the median of `values`: their robust spread (1.4826 ×
+    the median absolute deviation, σ for normal noise) × 1.2533 (the median's efficiency) / √n,
+    over the median. 0 for exact data (every value alike) or a median of 0.
+
+        median_error([0.010, 0.011, 0.009, 0.010])  # ≈ 0.046
+    """
+    middle = statistics.median(values)
+    if middle <= 0 or len(values) < 2:
+        return 0.0
+    spread = 1.4826 * statistics.median(abs(v - middle) for v in values)
+    return 1.2533 * spread / np.sqrt(len(values)) / middle
 
 
 # --------------------------------------------------------------------------- solvers
@@ -342,12 +370,16 @@ def robust_linear(matrix: np.ndarray, measured: np.ndarray, lower: np.ndarray) -
 
 
 def fit_tied(
-    parts: np.ndarray, parents: list[int | None], measured: np.ndarray
-) -> tuple[np.ndarray, list[int]]:
+    parts: np.ndarray,
+    parents: list[int | None],
+    measured: np.ndarray,
+    noise: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[int], dict[int, float]]:
     """Scales x ≥ MIN_SCALE of measured ≈ Σ x_j · parts[:, j], where a part the data cannot
-    tell apart keeps its parent's scale; and the parts that got a scale of their own.
+    tell apart keeps its parent's scale; the parts that got a scale of their own; and those
+    the runs' noise left unidentified, with how uncertain their scale was.
 
-        scales, own = fit_tied(np.column_stack([per_sample, per_call]), [None, 0], measured)
+        scales, own, noisy = fit_tied(np.column_stack([per_sample, per_call]), [None, 0], measured)
 
     Parts come parents first (parents[j] < j; part 0 is the root). Part j's own scale is its
     deviation from its parent's, which moves the times by the columns of j and of every part
@@ -355,6 +387,15 @@ def fit_tied(
     from the span of the effects admitted before it (`separable`), so a finer distinction is
     drawn only when the runs show it; a part not admitted takes the scale of its nearest
     admitted ancestor. The admitted scales are then one bounded robust fit.
+
+    Separable is not yet identified: a part that is a sliver of every measured time (a frozen
+    embeddings layer's 0.14 ms in a 12 ms forward) is separable on paper, and its scale then
+    absorbed the measured times' noise, 67× or 0.001× (the thirty-eighth round). So each
+    admitted part's deviation is also held to the measured times' relative `noise` (each
+    one's standard error): propagated through the fit (`deviation_errors`), the deviation's
+    standard error must stay within IDENTIFIED_REL of the scale it deviates from; the least
+    identified part beyond it keeps its ancestor's scale instead, and the rest are fitted
+    again, until every part left passes.
     """
     count = parts.shape[1]
     family = [[j] for j in range(count)]  # j and every part that inherits from it
@@ -362,14 +403,39 @@ def fit_tied(
         family[parents[j]] += family[j]
     effects = np.column_stack([parts[:, f].sum(axis=1) for f in family])
     own = sorted({0, *separable(effects / measured[:, None])})
-    holder = list(range(count))  # whose scale part j takes
-    for j in range(1, count):
-        holder[j] = j if j in own else holder[parents[j]]
-    columns = np.column_stack(
-        [parts[:, [j for j in range(count) if holder[j] == i]].sum(axis=1) for i in own]
-    )
-    fitted = robust_linear(columns, measured, np.full(len(own), MIN_SCALE))
-    return np.array([fitted[own.index(holder[j])] for j in range(count)]), own
+    noisy: dict[int, float] = {}
+    while True:
+        holder = list(range(count))  # whose scale part j takes
+        for j in range(1, count):
+            holder[j] = j if j in own else holder[parents[j]]
+        columns = np.column_stack(
+            [parts[:, [j for j in range(count) if holder[j] == i]].sum(axis=1) for i in own]
+        )
+        fitted = robust_linear(columns, measured, np.full(len(own), MIN_SCALE))
+        if noise is None or len(own) == 1:
+            break
+        ancestors = [own.index(holder[parents[j]]) for j in own[1:]]
+        errors = deviation_errors(columns / measured[:, None], ancestors, noise)
+        relative = errors / fitted[ancestors]
+        worst = int(np.argmax(relative))
+        if relative[worst] <= IDENTIFIED_REL:
+            break
+        noisy[own[worst + 1]] = float(relative[worst])
+        own.remove(own[worst + 1])
+    return np.array([fitted[own.index(holder[j])] for j in range(count)]), own, noisy
+
+
+def deviation_errors(relative: np.ndarray, ancestors: list[int], noise: np.ndarray) -> np.ndarray:
+    """The standard errors of x_i − x_ancestors[i−1] for each scale i ≥ 1 of the fit
+    relative · x ≈ 1 (`relative`: the merged columns over the measured times), when the
+    measured times carry independent relative errors of standard deviation `noise`: a
+    relative error ε moves the least-squares x by pinv(relative) · ε.
+
+        deviation_errors(np.array([[1.0, 0.0], [0.98, 0.02]]), [0], np.array([0.0, 0.01]))  # [0.5]
+    """
+    sensitivity = np.linalg.pinv(relative)  # scale × measured time
+    rows = sensitivity[1:] - sensitivity[ancestors]
+    return np.sqrt((rows**2 * noise[None, :] ** 2).sum(axis=1))
 
 
 # The compute scales, in the order fit_tied admits them, each with the scale it keeps when the
@@ -410,11 +476,22 @@ def fit_compute(ranks: list[RankObservation]) -> tuple[dict[str, float], dict[st
     if one_size:
         parts = _whole_layers(parts, [(0, 1)])
     measured = np.array([r.measured_bwd_s for r in bwd])
-    fitted, own = fit_tied(parts, [None, 0], measured)
+    noise = np.array([r.bwd_noise for r in bwd])
+    fitted, own, noisy = fit_tied(parts, [None, 0], measured, noise)
     scales.update(zip(BACKWARD, map(float, fitted), strict=True))
-    if 1 not in own:
+    if 1 in noisy:
+        why["bwd_call_scale"] = within_noise("backward", noisy[1], "bwd_scale")
+    elif 1 not in own:
         why["bwd_call_scale"] = f"not separable from bwd_scale ({SIZES_NEEDED}): set to bwd_scale"
     return scales, why
+
+
+def within_noise(kind: str, error: float, kept: str) -> str:
+    """The not_fitted reason of a scale `fit_tied` found separable but not identified."""
+    return (
+        f"too small a part of the measured {kind} to tell from its noise (fitted apart, "
+        f"uncertain by ±{error:.0%} of {kept}): set to {kept}"
+    )
 
 
 def _one_size(ranks: list[RankObservation]) -> bool:
@@ -455,20 +532,23 @@ def _fit_forward(
     if one_size:
         parts = _whole_layers(parts, [(0, 2), (1, 3)])
     measured = np.array([r.measured_fwd_s for r in fwd])
-    fitted, own = fit_tied(parts, FORWARD_PARENTS, measured)
-    why = {}
+    noise = np.array([r.fwd_noise for r in fwd])
+    fitted, own, noisy = fit_tied(parts, FORWARD_PARENTS, measured, noise)
     frozen_ran = bool(parts[:, [1, 3]].any())
-    if 1 not in own:
+    # A part the noise left unidentified keeps its nearest admitted ancestor's scale.
+    kept = {1: "fwd_scale", 2: "fwd_scale", 3: "nograd_scale" if 1 in own else "fwd_scale"}
+    why = {FORWARD[j]: within_noise("forward", error, kept[j]) for j, error in noisy.items()}
+    if 1 not in own and 1 not in noisy:
         why["nograd_scale"] = (
             "no frozen layer ran without the cache: set to fwd_scale"
             if not frozen_ran
             else "frozen and trainable layers ran in the same proportion on every rank: "
             "set to fwd_scale"
         )
-    if 2 not in own:
+    if 2 not in own and 2 not in noisy:
         why["fwd_call_scale"] = f"not separable from fwd_scale ({SIZES_NEEDED}): set to fwd_scale"
     scales = dict(zip(FORWARD, map(float, fitted), strict=True))
-    if 3 not in own and not frozen_ran:
+    if 3 not in own and not frozen_ran:  # then nothing to be noisy in
         # Nothing measured a frozen layer: it is priced as the trainable forward is, per call
         # and per sample alike. Tied to nograd_scale (= fwd_scale) instead, a per-call part
         # fitted apart (0.001 against 6.2 per sample) made a frozen layer's call 6000× the
@@ -476,7 +556,7 @@ def _fit_forward(
         # round).
         scales["nograd_call_scale"] = scales["fwd_call_scale"]
         why["nograd_call_scale"] = "no frozen layer ran without the cache: set to fwd_call_scale"
-    elif 3 not in own:
+    elif 3 not in own and 3 not in noisy:
         why["nograd_call_scale"] = (
             f"not separable from the other forward scales ({SIZES_NEEDED}): set to nograd_scale"
         )
