@@ -98,9 +98,10 @@ RECALIBRATE_AFTER_STEPS = 8
 _one_sided: list[OneSidedWaits] = []  # what one_sided_done waits with, once joined
 
 
-# Fits a calibrated profile to run directories (pipeplan.calibrate.calibrate, passed in by the
-# launcher: the executor does not import the analysis layer).
-Recalibrate = Callable[[list[Path], Profile], Profile]
+# Fits a calibrated profile to run directories, each read under the configuration given for it
+# (pipeplan.calibrate.calibrate, passed in by the launcher: the executor does not import the
+# analysis layer).
+Recalibrate = Callable[[list[Path], Profile, dict[str, RunConfig]], Profile]
 
 
 def init_distributed(device: str, timeout_s: float, start: StartWait | None = None) -> torch.device:
@@ -1062,7 +1063,11 @@ class Trainer:
         if self.fit_profile is None:
             return
         try:
-            fitted = self.fit_profile([self.run_dir], self.planner.profile)
+            # Under the configuration this run trains: a resume for more epochs commits its
+            # run.resume.json to run.json only with its first checkpoint, and read under the
+            # run.json before it, its own phase was a failed resume's, left out and warned of.
+            training = {str(self.run_dir): self.cfg}
+            fitted = self.fit_profile([self.run_dir], self.planner.profile, training)
         except PipeplanError as exc:  # too few steps yet: keep planning with what we have
             log.info("recalibration skipped: %s", exc)
             return

@@ -11,6 +11,8 @@ A parameter is fitted only when the runs identify it; otherwise it keeps its def
 Identified means that its effect on the fitted times (relative, scaled to unit norm) is at
 least SEPARABLE away from the span of the effects of the parameters admitted before it:
 
+- a compute scale also needs a part the runs' noise leaves known (`fit_tied`: fitted apart, its
+  deviation's standard error within IDENTIFIED_REL of the scale it would otherwise keep);
 - nograd_scale needs ranks whose frozen and trainable forward time differ in proportion (else it
   is tied to fwd_scale); bwd_scale a rank with backward time (else = fwd_scale); each per-call
   scale (`*_call_scale`, a layer's time that does not grow with m) ranks at micro-batch sizes
@@ -81,6 +83,12 @@ MIN_SCALE = 1e-3  # compute scales stay positive (the format requires it)
 # the runs cannot tell it apart from them. Exact collinearity leaves ~1e-11 (finite differences
 # through the simulator); the designs the tests use give 0.16 and more.
 SEPARABLE = 1e-6
+# A separable compute scale is identified when the runs' noise leaves it known: fitted apart
+# from the scale it would otherwise keep, its deviation's standard error is at most this share
+# of that scale (`fit_tied`). Beyond it the fit cannot tell the deviation's size, hardly its
+# sign. The noisy test data (16 phases, 5 % per time, 100 steps each) leave ≤ 0.04 of it; one
+# frozen layer of 2 % of a loaded host's forward, 10 steps, several times the scale.
+IDENTIFIED_REL = 0.25
 MAX_ITERATIONS = 100
 # A fit ends when its next step changes no relative prediction (or IRLS weight) by this much.
 CONVERGED = 1e-13
@@ -109,6 +117,10 @@ class RankObservation:
     # that cannot tell latency from bandwidth apart scales (`fit_allreduce`).
     allreduce_link: tuple[float, float] = (0.0, 1.0)
     micro_batch_size: int = 0  # its phase's m (0: not known)
+    # The relative standard error of measured_fwd_s and measured_bwd_s, medians of the phase's
+    # steady steps (`median_error`): how far the runs' noise leaves them (0: exact data).
+    fwd_noise: float = 0.0
+    bwd_noise: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -133,10 +145,20 @@ class PhaseObservation:
         return self.layout.micro_batches * self.layout.micro_batch_size
 
 
-def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
+# The configurations runs are read under when not their run.json's, by run directory as given:
+# a running resume's own (`calibrate`'s `training`).
+Training = dict[str, RunConfig]
+
+
+def load_run(
+    run_dir: str | Path, profile: Profile, training: Training | None = None
+) -> tuple[RunConfig, list]:
+    """run.json (or the configuration `training` gives for `run_dir`) and the records trained
+    under it, checked as report checks them."""
+    given = (training or {}).get(str(run_dir))
     run_dir = check_run_directory(run_dir)
     with reading_run(run_dir), held():  # held: a torn last record's notice only if they pass
-        config = load(RunConfig, run_dir / "run.json")
+        config = given or load(RunConfig, run_dir / "run.json")
         own = run_dir / "profile.json"  # the profile the run started with (`run` copies it)
         mine = f"give the run's profile ({own})" if own.is_file() else "give a profile of its model"
         check_run_profile(run_dir, config, profile, "--profile", mine)
@@ -148,13 +170,15 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
         return config, trained_records(run_dir, config, records)
 
 
-def observe(run_dirs: list[str | Path], profile: Profile) -> list[PhaseObservation]:
+def observe(
+    run_dirs: list[str | Path], profile: Profile, training: Training | None = None
+) -> list[PhaseObservation]:
     """Every phase with enough steady steps, from every run."""
     base = profile.model_copy(update={"calibration": None})
     observations: list[PhaseObservation] = []
     for run_dir in run_dirs:
         before = len(observations)
-        config, records = load_run(run_dir, profile)
+        config, records = load_run(run_dir, profile, training)
         steps = [r for r in records if isinstance(r, StepRecord)]
         for phase in (r for r in records if isinstance(r, PhaseRecord)):
             model = CostModel(base, phase.pricing.cluster)
@@ -239,6 +263,8 @@ def _phase_observation(
                     model.cluster.allreduce_link.bandwidth_bytes_per_s,
                 ),
                 micro_batch_size=m,
+                fwd_noise=median_error([t.fwd_s for t in times]),
+                bwd_noise=median_error([t.bwd_s for t in times]),
             )
         )
     return PhaseObservation(
@@ -248,6 +274,20 @@ def _phase_observation(
         len(steps),
         ranks,
     )
+
+
+def median_error(values: list[float]) -> float:
+    """The relative standard error of the median of `values`: their robust spread (1.4826 ×
+    the median absolute deviation, σ for normal noise) × 1.2533 (the median's efficiency) / √n,
+    over the median. 0 for exact data (every value alike) or a median of 0.
+
+        median_error([0.010, 0.011, 0.009, 0.010])  # ≈ 0.046
+    """
+    middle = statistics.median(values)
+    if middle <= 0 or len(values) < 2:
+        return 0.0
+    spread = 1.4826 * statistics.median(abs(v - middle) for v in values)
+    return 1.2533 * spread / np.sqrt(len(values)) / middle
 
 
 # --------------------------------------------------------------------------- solvers
@@ -330,12 +370,16 @@ def robust_linear(matrix: np.ndarray, measured: np.ndarray, lower: np.ndarray) -
 
 
 def fit_tied(
-    parts: np.ndarray, parents: list[int | None], measured: np.ndarray
-) -> tuple[np.ndarray, list[int]]:
+    parts: np.ndarray,
+    parents: list[int | None],
+    measured: np.ndarray,
+    noise: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[int], dict[int, float]]:
     """Scales x ≥ MIN_SCALE of measured ≈ Σ x_j · parts[:, j], where a part the data cannot
-    tell apart keeps its parent's scale; and the parts that got a scale of their own.
+    tell apart keeps its parent's scale; the parts that got a scale of their own; and those
+    the runs' noise left unidentified, with how uncertain their scale was.
 
-        scales, own = fit_tied(np.column_stack([per_sample, per_call]), [None, 0], measured)
+        scales, own, noisy = fit_tied(np.column_stack([per_sample, per_call]), [None, 0], measured)
 
     Parts come parents first (parents[j] < j; part 0 is the root). Part j's own scale is its
     deviation from its parent's, which moves the times by the columns of j and of every part
@@ -343,6 +387,15 @@ def fit_tied(
     from the span of the effects admitted before it (`separable`), so a finer distinction is
     drawn only when the runs show it; a part not admitted takes the scale of its nearest
     admitted ancestor. The admitted scales are then one bounded robust fit.
+
+    Separable is not yet identified: a part that is a sliver of every measured time (a frozen
+    embeddings layer's 0.14 ms in a 12 ms forward) is separable on paper, and its scale then
+    absorbed the measured times' noise, 67× or 0.001× (the thirty-eighth round). So each
+    admitted part's deviation is also held to the measured times' relative `noise` (each
+    one's standard error): propagated through the fit (`deviation_errors`), the deviation's
+    standard error must stay within IDENTIFIED_REL of the scale it deviates from; the least
+    identified part beyond it keeps its ancestor's scale instead, and the rest are fitted
+    again, until every part left passes.
     """
     count = parts.shape[1]
     family = [[j] for j in range(count)]  # j and every part that inherits from it
@@ -350,14 +403,39 @@ def fit_tied(
         family[parents[j]] += family[j]
     effects = np.column_stack([parts[:, f].sum(axis=1) for f in family])
     own = sorted({0, *separable(effects / measured[:, None])})
-    holder = list(range(count))  # whose scale part j takes
-    for j in range(1, count):
-        holder[j] = j if j in own else holder[parents[j]]
-    columns = np.column_stack(
-        [parts[:, [j for j in range(count) if holder[j] == i]].sum(axis=1) for i in own]
-    )
-    fitted = robust_linear(columns, measured, np.full(len(own), MIN_SCALE))
-    return np.array([fitted[own.index(holder[j])] for j in range(count)]), own
+    noisy: dict[int, float] = {}
+    while True:
+        holder = list(range(count))  # whose scale part j takes
+        for j in range(1, count):
+            holder[j] = j if j in own else holder[parents[j]]
+        columns = np.column_stack(
+            [parts[:, [j for j in range(count) if holder[j] == i]].sum(axis=1) for i in own]
+        )
+        fitted = robust_linear(columns, measured, np.full(len(own), MIN_SCALE))
+        if noise is None or len(own) == 1:
+            break
+        ancestors = [own.index(holder[parents[j]]) for j in own[1:]]
+        errors = deviation_errors(columns / measured[:, None], ancestors, noise)
+        relative = errors / fitted[ancestors]
+        worst = int(np.argmax(relative))
+        if relative[worst] <= IDENTIFIED_REL:
+            break
+        noisy[own[worst + 1]] = float(relative[worst])
+        own.remove(own[worst + 1])
+    return np.array([fitted[own.index(holder[j])] for j in range(count)]), own, noisy
+
+
+def deviation_errors(relative: np.ndarray, ancestors: list[int], noise: np.ndarray) -> np.ndarray:
+    """The standard errors of x_i − x_ancestors[i−1] for each scale i ≥ 1 of the fit
+    relative · x ≈ 1 (`relative`: the merged columns over the measured times), when the
+    measured times carry independent relative errors of standard deviation `noise`: a
+    relative error ε moves the least-squares x by pinv(relative) · ε.
+
+        deviation_errors(np.array([[1.0, 0.0], [0.98, 0.02]]), [0], np.array([0.0, 0.01]))  # [0.5]
+    """
+    sensitivity = np.linalg.pinv(relative)  # scale × measured time
+    rows = sensitivity[1:] - sensitivity[ancestors]
+    return np.sqrt((rows**2 * noise[None, :] ** 2).sum(axis=1))
 
 
 # The compute scales, in the order fit_tied admits them, each with the scale it keeps when the
@@ -398,11 +476,22 @@ def fit_compute(ranks: list[RankObservation]) -> tuple[dict[str, float], dict[st
     if one_size:
         parts = _whole_layers(parts, [(0, 1)])
     measured = np.array([r.measured_bwd_s for r in bwd])
-    fitted, own = fit_tied(parts, [None, 0], measured)
+    noise = np.array([r.bwd_noise for r in bwd])
+    fitted, own, noisy = fit_tied(parts, [None, 0], measured, noise)
     scales.update(zip(BACKWARD, map(float, fitted), strict=True))
-    if 1 not in own:
+    if 1 in noisy:
+        why["bwd_call_scale"] = within_noise("backward", noisy[1], "bwd_scale")
+    elif 1 not in own:
         why["bwd_call_scale"] = f"not separable from bwd_scale ({SIZES_NEEDED}): set to bwd_scale"
     return scales, why
+
+
+def within_noise(kind: str, error: float, kept: str) -> str:
+    """The not_fitted reason of a scale `fit_tied` found separable but not identified."""
+    return (
+        f"too small a part of the measured {kind} to tell from its noise (fitted apart, "
+        f"uncertain by ±{error:.0%} of {kept}): set to {kept}"
+    )
 
 
 def _one_size(ranks: list[RankObservation]) -> bool:
@@ -443,20 +532,23 @@ def _fit_forward(
     if one_size:
         parts = _whole_layers(parts, [(0, 2), (1, 3)])
     measured = np.array([r.measured_fwd_s for r in fwd])
-    fitted, own = fit_tied(parts, FORWARD_PARENTS, measured)
-    why = {}
+    noise = np.array([r.fwd_noise for r in fwd])
+    fitted, own, noisy = fit_tied(parts, FORWARD_PARENTS, measured, noise)
     frozen_ran = bool(parts[:, [1, 3]].any())
-    if 1 not in own:
+    # A part the noise left unidentified keeps its nearest admitted ancestor's scale.
+    kept = {1: "fwd_scale", 2: "fwd_scale", 3: "nograd_scale" if 1 in own else "fwd_scale"}
+    why = {FORWARD[j]: within_noise("forward", error, kept[j]) for j, error in noisy.items()}
+    if 1 not in own and 1 not in noisy:
         why["nograd_scale"] = (
             "no frozen layer ran without the cache: set to fwd_scale"
             if not frozen_ran
             else "frozen and trainable layers ran in the same proportion on every rank: "
             "set to fwd_scale"
         )
-    if 2 not in own:
+    if 2 not in own and 2 not in noisy:
         why["fwd_call_scale"] = f"not separable from fwd_scale ({SIZES_NEEDED}): set to fwd_scale"
     scales = dict(zip(FORWARD, map(float, fitted), strict=True))
-    if 3 not in own and not frozen_ran:
+    if 3 not in own and not frozen_ran:  # then nothing to be noisy in
         # Nothing measured a frozen layer: it is priced as the trainable forward is, per call
         # and per sample alike. Tied to nograd_scale (= fwd_scale) instead, a per-call part
         # fitted apart (0.001 against 6.2 per sample) made a frozen layer's call 6000× the
@@ -464,7 +556,7 @@ def _fit_forward(
         # round).
         scales["nograd_call_scale"] = scales["fwd_call_scale"]
         why["nograd_call_scale"] = "no frozen layer ran without the cache: set to fwd_call_scale"
-    elif 3 not in own:
+    elif 3 not in own and 3 not in noisy:
         why["nograd_call_scale"] = (
             f"not separable from the other forward scales ({SIZES_NEEDED}): set to nograd_scale"
         )
@@ -695,7 +787,7 @@ def predict(profile: Profile, observation: PhaseObservation) -> float:
 
 
 def fit_group_rebuild(
-    run_dirs: list[str | Path], profile: Profile
+    run_dirs: list[str | Path], profile: Profile, training: Training | None = None
 ) -> tuple[float | None, dict[str, str]]:
     """What a layout change costs besides moving bytes, from the runs' measured transitions:
 
@@ -709,7 +801,7 @@ def fit_group_rebuild(
     it."""
     extra = []
     for run_dir in run_dirs:
-        _, records = load_run(run_dir, profile)
+        _, records = load_run(run_dir, profile, training)
         phases = sorted((r for r in records if isinstance(r, PhaseRecord)), key=lambda r: r.phase)
         for before, after in pairwise(phases):
             if same_placement(before.layout, after.layout) or after.resumed:
@@ -724,14 +816,24 @@ def fit_group_rebuild(
     return max(0.0, statistics.median(extra)), {}
 
 
-def calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
+def calibrate(
+    run_dirs: list[str | Path], profile: Profile, training: Training | None = None
+) -> Profile:
     """The profile with a calibration fitted to the runs (replacing any earlier one). A fit
     beyond the format's bounds (a compute scale over 10^6: the runs took a million times
     the profile's times) is an InputFileError naming the field: the profile does not describe
-    the devices the runs ran on, and no calibration can make it."""
+    the devices the runs ran on, and no calibration can make it.
+
+    `training` ({run directory as given: configuration}) reads a run under the configuration
+    it is training under rather than its run.json: the run's own refit. A resume for more
+    epochs trains under run.resume.json, which becomes run.json only with its first
+    checkpoint, after the refit RECALIBRATE_AFTER_STEPS steps into its phase; read under
+    run.json, its own phase and steps were past run.json's epochs, left out as a failed
+    resume's, with a warning telling the running resume to run again (the thirty-eighth
+    round)."""
     check_distinct_runs(run_dirs, "run")  # else its steps are counted as often as it is given
     try:
-        return _calibrate(run_dirs, profile)
+        return _calibrate(run_dirs, profile, training)
     except ValidationError as exc:
         runs = ", ".join(str(d) for d in run_dirs)
         raise InputFileError(
@@ -750,8 +852,8 @@ PENDING = {
 }
 
 
-def _calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
-    observations = observe(run_dirs, profile)
+def _calibrate(run_dirs: list[str | Path], profile: Profile, training: Training | None) -> Profile:
+    observations = observe(run_dirs, profile, training)
     ranks = [r for o in observations for r in o.ranks]
     scales, why_compute = fit_compute(ranks)
     allreduce, why_allreduce = fit_allreduce(ranks)
@@ -771,7 +873,7 @@ def _calibrate(run_dirs: list[str | Path], profile: Profile) -> Profile:
     # The byte moves are priced as the calibrated model prices them (its p2p link), so that
     # model's transitions reproduce the measured ones.
     rebuild, why_rebuild = fit_group_rebuild(
-        run_dirs, profile.model_copy(update={"calibration": fitted})
+        run_dirs, profile.model_copy(update={"calibration": fitted}), training
     )
     earlier = {k: v for k, v in fitted.not_fitted.items() if k != "group_rebuild_s"}
     fitted = fitted.model_copy(

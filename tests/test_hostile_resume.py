@@ -1539,6 +1539,35 @@ def test_records_past_run_json_epochs_that_no_resume_wrote_are_refused(tmp_path,
     refused(argv, tmp_path, capsys, (*fragment, "no resume for more epochs wrote it"))
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_resume_for_more_epochs_refits_on_its_own_records_without_a_warning(tmp_path, capfd):
+    """Found by the thirty-eighth round: a healthy `run --resume R --epochs N` (more epochs)
+    warned mid-run "phase 1 and steps 8 to 15 left out: past run.json's epochs (1), written by
+    a resume for more epochs that stopped before its first checkpoint": the online refit,
+    RECALIBRATE_AFTER_STEPS steps into the resumed phase, read run.jsonl under run.json, which
+    holds the resume's epochs only from its first checkpoint on, and fitted without the phase
+    it refits for. Now the refit reads the records under the configuration the run trains:
+    no warning, and its calibration counts the resumed phase's steps."""
+    from executor.worker import RECALIBRATE_AFTER_STEPS
+    from pipeplan.formats import Profile, load
+    from pipeplan.formats.profile import WARMUP_STEPS_PER_PHASE
+
+    steps = RECALIBRATE_AFTER_STEPS  # one refit in each epoch's phase
+    argv = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", str(steps)]
+    assert cli.main(["run", *argv, "--name", "r", "--runs-dir", str(tmp_path)]) == 0
+    run = tmp_path / "r"
+    capfd.readouterr()
+    assert cli.main(["run", "--resume", str(run), "--epochs", "2"]) == 0
+    err = capfd.readouterr().err  # rank 0's lines reach the terminal from its process
+    assert "WARNING" not in err, err
+    refit = load(Profile, run / "calibration-2.json").calibration  # the resume's refit
+    # Both phases: phase 0 alone gives at most its steps past the warm-up.
+    assert refit.phases_used == 2, refit
+    assert refit.steps_used > steps - WARMUP_STEPS_PER_PHASE, refit
+    assert json.loads((run / "run.json").read_text())["epochs"] == 2
+
+
 # ----------------------------------------------------------------------------- eighth round
 # (run.json, fields, the value it is edited to, the value the checkpoint was trained with as
 # the one line shows it): every field but those --resume may change (nproc, epochs up only,
