@@ -155,8 +155,7 @@ def load_run(run_dir: str | Path, profile: Profile) -> tuple[RunConfig, list]:
         # The input too, as `run` holds --profile to it: a profile measured at --seq-len 48
         # was fitted to a run of 16, its scales the ratio of two shapes (thirty-eighth round).
         feeds = f"the run {run_dir}"
-        why = None if fed is None else input_mismatch(profile, fed, "--profile", feeds)
-        if fed is not None and why is not None:
+        if fed is not None and (why := input_mismatch(profile, fed, "--profile", feeds)):
             flags = fed.flags(model_labels(config.model))
             raise InputFileError(
                 f"{why}; profile that: pipeplan profile {config.model}{flags} --out P.json, and "
