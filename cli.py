@@ -523,7 +523,9 @@ def export(
     from pipeplan.runfiles import check_summary
 
     path = export_run(run_dir, out, checkpoint, check_files=check_summary)
-    say(f"wrote {path} (config.json, model.safetensors: from_pretrained({path}))")
+    # A text run's export carries its tokenizer (save_pretrained always writes this file).
+    tokenizer = ", the run's tokenizer" if (path / "tokenizer_config.json").is_file() else ""
+    say(f"wrote {path} (config.json, model.safetensors{tokenizer}: from_pretrained({path}))")
 
 
 # --------------------------------------------------------------------------- report

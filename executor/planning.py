@@ -55,7 +55,7 @@ from pipeplan.formats.base import (
     text_sha256,
 )
 from pipeplan.formats.presets import config_path
-from pipeplan.formats.profile import model_mismatch
+from pipeplan.formats.profile import FedInput, input_mismatch, model_mismatch
 from pipeplan.formats.run import EDITED_SINCE
 from pipeplan.plan import (
     TrainingShape,
@@ -225,63 +225,32 @@ def check_model_config(cfg: RunConfig) -> None:
 
 def check_profile_fits(profile: Profile, seq: LayerSequence, cfg: RunConfig) -> None:
     """A profile times one input shape and one head: a run that feeds another (a longer
-    sequence, padded text, another task) or builds a head of other outputs (the data's
-    labels: 10^6 of them were planned with a 2-label profile, its head's 66 parameters
-    priced for 32 million, twenty-seventh round) would be planned with times and memory that
-    do not hold for it; a head whose weights differ by at most HEAD_SHARE of the model's is
-    priced as the profile's (`_head_matters`). The model itself is `model_mismatch`'s
+    sequence, padded text, another task) or builds a head of other outputs would be planned
+    with times and memory that do not hold for it (`profile.input_mismatch`, which calibrate
+    holds a run's profile to as well). The model itself is `model_mismatch`'s
     (`config_profile`)."""
-    measured = profile.model
-    have = _input_words(
-        measured.input_shape,
-        measured.input_dtype,
-        measured.precision,
-        measured.task,
-        measured.padding_mask,
-    )
+    fed = fed_input(seq, cfg)
+    why = input_mismatch(profile, fed, _profile_named(cfg), "this run")
+    if why is not None:
+        raise BadArgumentError(
+            f"{why}; profile that: pipeplan profile {cfg.model}{_profile_flags(seq, cfg)} "
+            "--out P.json, and pass --profile P.json"
+        )
+
+
+def fed_input(seq: LayerSequence, cfg: RunConfig) -> FedInput:
+    """The input the model `seq` takes and the head it has, in `cfg`'s precision."""
     dtype = str(seq.input_dtype).removeprefix("torch.")
-    want = _input_words(list(seq.input_shape), dtype, cfg.precision, seq.task, seq.padding_mask)
-    if have != want:
-        raise BadArgumentError(
-            f"the profile was measured for {have}, but this run feeds {want}; profile that: "
-            f"pipeplan profile {cfg.model}{_profile_flags(seq, cfg)} --out P.json, and pass "
-            "--profile P.json"
-        )
-    if measured.num_labels != seq.num_labels and _head_matters(profile, seq):
-        raise BadArgumentError(
-            f"{_profile_named(cfg)}: model.num_labels is {measured.num_labels}, but this run "
-            f"builds a head of {seq.num_labels} outputs ({_labels_from(seq)}); profile that: "
-            f"pipeplan profile {cfg.model}{_profile_flags(seq, cfg)} --out P.json, and pass "
-            "--profile P.json"
-        )
-
-
-# A head of other outputs than the profile's is priced as the profile's while the weights it
-# adds or drops are at most this share of the model's: a 3-class fine-tune of a checkpoint
-# profiled with its 2-class head (769 weights of BERT-base's 110 M) plans as that profile
-# does, where refusing it would cost a profile run for nothing a plan can show.
-HEAD_SHARE = 0.01
-
-
-def _head_matters(profile: Profile, seq: LayerSequence) -> bool:
-    """Whether the head `seq` builds differs from the profile's by more than HEAD_SHARE of the
-    profile's weights (its last layer's, against every layer's)."""
-    built = sum(p.numel() for p in seq.layers[-1].parameters())
-    timed = profile.layers[-1].params
-    return abs(built - timed) > HEAD_SHARE * sum(layer.params for layer in profile.layers)
+    head = sum(p.numel() for p in seq.layers[-1].parameters())
+    shape = tuple(seq.input_shape)
+    return FedInput(shape, dtype, cfg.precision, seq.task, seq.padding_mask, seq.num_labels, head)
 
 
 def _profile_flags(seq: LayerSequence, cfg: RunConfig) -> str:
     """The `pipeplan profile` flags that time the input `seq` takes, and the head it has, in
     `cfg`'s precision: ` --seq-len 16 --task classification --num-labels 5 --padding-mask`
     (--num-labels where the data's labels are not the model's own)."""
-    dtype = str(seq.input_dtype).removeprefix("torch.")
-    flags = f" --seq-len {seq.input_shape[0]}" if dtype == "int64" else ""
-    flags += f" --task {seq.task}"
-    if seq.task == "classification" and seq.num_labels != models.config_labels(cfg.model):
-        flags += f" --num-labels {seq.num_labels}"
-    flags += " --padding-mask" if seq.padding_mask else ""
-    return flags + _precision_flag(cfg)
+    return fed_input(seq, cfg).flags(models.config_labels(cfg.model))
 
 
 def _profile_named(cfg: RunConfig) -> str:
@@ -290,20 +259,8 @@ def _profile_named(cfg: RunConfig) -> str:
     return cfg.profile or f"the shipped profile {shipped}"
 
 
-def _labels_from(seq: LayerSequence) -> str:
-    """Where a head's outputs come from, in words: a classifier's from the data's labels, a
-    causal LM's from the vocabulary."""
-    return "the data's labels" if seq.task == "classification" else "vocab_size"
-
-
 def _precision_flag(cfg: RunConfig) -> str:
     return f" --precision {cfg.precision}" if cfg.precision != "fp32" else ""
-
-
-def _input_words(shape: list[int], dtype: str, precision: str, task: str, padded: bool) -> str:
-    """`input (32,) int64, fp32 precision, causal-lm, padded`: what a profile's times hold for."""
-    text = f"input {tuple(shape)} {dtype}, {precision} precision, {task}"
-    return text + (", padded" if padded else "")
 
 
 @dataclass

@@ -14,7 +14,7 @@ same seed, so all ranks hold the same weights: the checkpoint's, a fresh head in
     check_data(run_dir, cfg)                         # a resume or export: the data unchanged
     check_data_kept(run_dir, manifest, where)        # … and data.json as the checkpoint saw it
     cfg = absolute_paths(cfg)                        # launch.prepare: what run.json records
-    save_model(seq, run_dir)                         # the end of a run: runs/NAME/model/
+    save_model(seq, run_dir, export_tokenizer(cfg, seq))  # the end of a run: runs/NAME/model/
     export_run("runs/r", "out/")                     # `pipeplan export`: the latest checkpoint
     export_run("runs/r", "out/", "step-40")          # … or a named one
 """
@@ -27,7 +27,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from executor import text
 from executor.data import (
@@ -697,16 +697,25 @@ def check_data_module(path: Path, spec: str, listed: list[str], found: list[str]
 # --------------------------------------------------------------------------- the model out
 
 
-def save_model(seq: LayerSequence, run_dir: Path) -> Path:
-    """`runs/NAME/model/`: the sequence's weights as a transformers directory. Rank 0 calls it
-    after the final checkpoint, which gathered every layer's current values there; a resumed
-    run replaces the directory."""
+def save_model(seq: LayerSequence, run_dir: Path, tokenizer: Any = None) -> Path:
+    """`runs/NAME/model/`: the sequence's weights as a transformers directory, with a text
+    run's tokenizer (`export_tokenizer`). Rank 0 calls it after the final checkpoint, which
+    gathered every layer's current values there; a resumed run replaces the directory."""
     out = run_dir / MODEL_DIR
     shutil.rmtree(out, ignore_errors=True)
     with stops_raised():  # SIGTERM too removes the partial `.tmp-model-PID/`, as Ctrl-C does
-        models.export(seq, out, parents=False)  # the run directory as it is, never made again
+        # The run directory as it is, never made again.
+        models.export(seq, out, parents=False, tokenizer=tokenizer)
     log.info("trained model: %s (transformers: from_pretrained)", out)
     return out
+
+
+def export_tokenizer(cfg: RunConfig, seq: LayerSequence) -> Any:
+    """The tokenizer a text run read, for its exported model to carry (`text.run_tokenizer`);
+    None for other data (built-in, synthetic ids, `module:function`), exported as before."""
+    if not text.is_text_spec(cfg.data):
+        return None
+    return text.run_tokenizer(cfg.tokenizer, seq, cfg.data)
 
 
 # What the commands above the executor hold a run's records to besides (`runfiles.
@@ -807,7 +816,9 @@ def _export(
             f"{run_dir}: the checkpoint does not fit the model the run builds now "
             f"({str(exc).splitlines()[0]}); did the model or the data change?"
         ) from None
-    return models.export(seq, out)
+    # The tokenizer data.json checked unchanged above (`check_data`): the export is a whole
+    # from_pretrained directory, its words read as the run read them (thirty-eighth round).
+    return models.export(seq, out, tokenizer=export_tokenizer(cfg, seq))
 
 
 def _checkpoint_path(run_dir: Path, name: str) -> Path:

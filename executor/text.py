@@ -800,13 +800,7 @@ def rust_panics_named(directory: Path) -> Iterator[None]:
 
 def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence, quiet: bool) -> TaskData:
     length = seq.input_shape[0]
-    vocab = getattr(seq.config, "vocab_size", None)
-    tok = load_tokenizer(
-        directory,
-        length,
-        vocab if type(vocab) is int else None,
-        model_config=seq.config if _same_folder(directory, seq) else None,
-    )
+    tok = _load_for(directory, seq)
     _check_backend(tok, directory, length)
     _check_special_tokens_known(tok, directory)
     _check_vocabulary_fits(tok, seq, directory)
@@ -1222,6 +1216,33 @@ def tokenizer_directory(given: str | None, seq: LayerSequence, data: str) -> Pat
     raise BadArgumentError(
         f"data '{data}' is text: pass --tokenizer DIR, a local tokenizer directory (nothing "
         "is downloaded)"
+    )
+
+
+def run_tokenizer(given: str | None, seq: LayerSequence, data: str) -> Any:
+    """The tokenizer a text run reads (--tokenizer, else the model's folder's), loaded again
+    as its folder says, for the trained model to carry (`models.export`): saved beside the
+    weights, `AutoTokenizer.from_pretrained(export)` gives the ids the run trained on. Without
+    it transformers built a tokenizer of 5 special tokens from config.json alone, every word
+    [UNK], and said nothing (the thirty-eighth round). A fresh load, not the run's: the run
+    pads and cuts on the right, and the export keeps the folder's sides (for generation).
+
+        models.export(seq, "trained/", tokenizer=run_tokenizer("tok/", seq, "t.jsonl"))
+    """
+    directory = tokenizer_directory(given, seq, data)
+    with rust_panics_named(directory):
+        return _load_for(directory, seq)
+
+
+def _load_for(directory: Path, seq: LayerSequence) -> Any:
+    """The tokenizer in `directory` as `seq`'s run loads it: bounded by --seq-len and the
+    model's vocabulary, with the model's config when it is the model's own folder."""
+    vocab = getattr(seq.config, "vocab_size", None)
+    return load_tokenizer(
+        directory,
+        seq.input_shape[0],
+        vocab if type(vocab) is int else None,
+        model_config=seq.config if _same_folder(directory, seq) else None,
     )
 
 

@@ -53,6 +53,7 @@ from executor.task import (
     check_data_kept,
     data_facts,
     data_modules_imported,
+    export_tokenizer,
     read_data_record,
     record_data_modules,
     save_model,
@@ -636,7 +637,7 @@ class Trainer:
         if self.rank == 0:  # the checkpoint gathered every layer's current values here
             self.check_in_place()
             self.seq.layers.cpu()  # its own stage's from its device: the export is host tensors
-            save_model(self.seq, self.run_dir)
+            save_model(self.seq, self.run_dir, export_tokenizer(self.cfg, self.seq))
         self.finish()
 
     # ----------------------------------------------------------------- start or resume

@@ -62,7 +62,14 @@ from pipeplan.formats import (
     steady_step,
 )
 from pipeplan.formats.base import first_error
-from pipeplan.formats.profile import MIN_STEADY_STEPS, STRAGGLER_FACTOR, WARMUP_STEPS_PER_PHASE
+from pipeplan.formats.profile import (
+    MIN_STEADY_STEPS,
+    STRAGGLER_FACTOR,
+    WARMUP_STEPS_PER_PHASE,
+    input_mismatch,
+    model_labels,
+)
+from pipeplan.formats.run import run_input
 from pipeplan.log import held
 from pipeplan.runfiles import check_distinct_runs, check_run_files, trained_records
 
@@ -159,13 +166,23 @@ def load_run(
     run_dir = check_run_directory(run_dir)
     with reading_run(run_dir), held():  # held: a torn last record's notice only if they pass
         config = given or load(RunConfig, run_dir / "run.json")
-        own = run_dir / "profile.json"  # the profile the run started with (`run` copies it)
-        mine = f"give the run's profile ({own})" if own.is_file() else "give a profile of its model"
-        check_run_profile(run_dir, config, profile, "--profile", mine)
         records = read_records(run_dir / "run.jsonl", config)
         # run.json's precision edited to bf16 fitted fp32 times as bf16: checked against the
-        # run's checkpoint and its phases' profiles first.
+        # run's checkpoint and its phases' profiles first, which then say what the run fed.
         check_run_files(run_dir, config, records)
+        fed = run_input(run_dir, records)
+        own = run_dir / "profile.json"  # the profile the run started with (`run` copies it)
+        mine = f"give the run's profile ({own})" if own.is_file() else "give a profile of its model"
+        check_run_profile(run_dir, config, profile, "--profile", mine, fed)
+        # The input too, as `run` holds --profile to it: a profile measured at --seq-len 48
+        # was fitted to a run of 16, its scales the ratio of two shapes (thirty-eighth round).
+        feeds = f"the run {run_dir}"
+        if fed is not None and (why := input_mismatch(profile, fed, "--profile", feeds)):
+            flags = fed.flags(model_labels(config.model))
+            raise InputFileError(
+                f"{why}; profile that: pipeplan profile {config.model}{flags} --out P.json, and "
+                "pass --profile P.json"
+            )
         # Never fitted: a failed resume's records past run.json's epochs (left out, noticed).
         return config, trained_records(run_dir, config, records)
 

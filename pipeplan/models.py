@@ -673,15 +673,20 @@ def _first(exc: BaseException) -> str:
     return text if isinstance(exc, ValueError | OSError) else f"{type(exc).__name__}: {text}"
 
 
-def export(seq: LayerSequence, out_dir: str | Path, parents: bool = True) -> Path:
+def export(
+    seq: LayerSequence, out_dir: str | Path, parents: bool = True, tokenizer: Any = None
+) -> Path:
     """Write `seq`'s current weights as a standard transformers directory (config.json and
-    model.safetensors) and return its path:
+    model.safetensors; with `tokenizer`, a transformers tokenizer, its files as its
+    save_pretrained writes them) and return its path:
 
-        models.export(seq, "trained/bert")
+        models.export(seq, "trained/bert", tokenizer=tok)
         AutoModelForSequenceClassification.from_pretrained("trained/bert")  # …ForCausalLM
+        AutoTokenizer.from_pretrained("trained/bert")   # tok again
 
     The layers are views of `seq.hf_model`, so saving that model saves what was trained. The
-    directory must not exist (or be empty); it appears whole or not at all. `parents`: the
+    directory must not exist (or be empty); it appears whole, tokenizer and all, or not at
+    all. `parents`: the
     folders above it are made where missing; a run's model/ (`parents=False`) is written
     only into its run directory as it is, never into one made again at a path the run moved
     away from (the twenty-eighth round)."""
@@ -698,6 +703,8 @@ def export(seq: LayerSequence, out_dir: str | Path, parents: bool = True) -> Pat
             tmp.mkdir()
             with quiet_transformers():
                 seq.hf_model.save_pretrained(tmp)
+                if tokenizer is not None:  # beside the weights: pipeline(model=out) reads it
+                    tokenizer.save_pretrained(tmp)
             _drop_ids_outside_vocabulary(tmp)
             give_output_modes(tmp)
             tmp.replace(out)  # an empty `out` is replaced

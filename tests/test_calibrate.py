@@ -159,25 +159,29 @@ def write_run(
     step_jitter: float = 0.003,
     sigma: float = 0.0,
     seed: int = 0,
+    model: str = "vit-digits",
+    priced: str | None = None,
 ) -> None:
     """Run records of `phases` as the cost model with `truth` prices them: step times with a
     normal jitter (`step_jitter`, the original test data) or, with `sigma`, every measured time
-    with lognormal noise (`seed`); both 0 is exact data."""
+    with lognormal noise (`seed`); both 0 is exact data. `model`: run.json's, a built-in
+    name or a folder; `priced`: the built-in whose shipped profile priced the run (`model`'s)."""
+    data = "digits" if model == "vit-digits" else "synth-text"
     config = RunConfig(
-        name=run_dir.name, model="vit-digits", data="digits", nproc=nproc, global_batch=64, epochs=1
+        name=run_dir.name, model=model, data=data, nproc=nproc, global_batch=64, epochs=1
     )
     run_dir.mkdir()
     (run_dir / "run.json").write_text(dumps(config))
-    model = CostModel(
+    cost = CostModel(
         profile.model_copy(update={"calibration": truth}), run_cluster(config, profile)
     )
     rng = np.random.default_rng(seed)
     lines, step, previous = [], 0, None
     for index, phase in enumerate(phases):
         layout = layout_of(phase)
-        step_s = model.evaluate(layout, record=False).step_s
+        step_s = cost.evaluate(layout, record=False).step_s
         # A transition takes what `truth` prices: its byte move plus its group rebuild.
-        transition_s = model.transition_s(previous, layout) if previous is not None else 0.0
+        transition_s = cost.transition_s(previous, layout) if previous is not None else 0.0
         previous = layout
         lines.append(
             PhaseRecord(
@@ -186,11 +190,13 @@ def write_run(
                 start_epoch=0,
                 layout=layout,
                 predicted_step_s=None,
-                pricing=fake_pricing(nproc).model_copy(update={"cluster": model.cluster}),
+                pricing=fake_pricing(nproc, priced or model).model_copy(
+                    update={"cluster": cost.cluster}
+                ),
                 transition_s=transition_s,
             )
         )
-        ranks = rank_times(model, layout)
+        ranks = rank_times(cost, layout)
         for _ in range(steps_per_phase):
             factor = float(rng.normal(1.0, step_jitter)) if step_jitter else 1.0
             if sigma:
@@ -211,7 +217,7 @@ def write_run(
             )
             step += 1
     (run_dir / "run.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in lines))
-    write_fake_profile(run_dir)
+    write_fake_profile(run_dir, priced or model)
 
 
 # 16 phases of vit-digits on 4 ranks, global batch 64: S and D in {1, 2, 4}, M from 1 to 16,
@@ -702,6 +708,67 @@ def test_a_run_named_with_no_phase_to_fit_is_refused_not_left_out(tmp_path, prof
     assert cli.main([*argv, "--profile", str(PROFILE_PATH), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{tmp_path / 'short'}: no phase with enough" in err, err
+    assert not out.exists()
+
+
+# bert-synth's 8 layers on 2 ranks: one phase, enough steps to fit.
+BERT_PHASES = [Phase(0, 2, 1, 16, "1f1b", (0, 4, 8))]  # m = 4
+
+
+@pytest.mark.timeout(120)
+def test_a_profile_of_another_input_than_the_runs_is_refused(tmp_path, capsys):
+    """Found by the thirty-eighth round: `calibrate RUN --profile P` fitted a run that fed
+    --seq-len 16 (padded text) to a profile measured at 48, exit 0, its scales the ratio of the
+    two shapes, where `run --profile P` refuses that profile for that run. calibrate holds
+    --profile to the input the run fed (as its own profile records it: shape, dtype,
+    precision, task, padding, head) with run's check and words: one line, exit 2, the
+    `pipeplan profile` command with the run's flags, nothing written."""
+    shipped = load(Profile, shipped_profile("bert-synth", "cpu"))  # input (32,) int64
+    run = tmp_path / "run"
+    write_run(run, shipped, phases=BERT_PHASES, model="bert-synth")
+    other = tmp_path / "bert16.json"
+    args = ["profile", "bert-synth", "--seq-len", "16", "--micro-batch-sizes", "1,2"]
+    assert cli.main([*args, "--warmup", "0", "--repeats", "1", "--out", str(other)]) == 0
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    out = tmp_path / "fitted.json"
+    argv = ["calibrate", str(run), "--profile", str(other), "--out", str(out)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"pipeplan: error: --profile was measured for input (16,) int64, fp32 precision, "
+        f"classification, but the run {run} feeds input (32,) int64, fp32 precision, "
+        "classification; profile that: pipeplan profile bert-synth --seq-len 32 --task "
+        "classification --out P.json, and pass --profile P.json\n"
+    )
+    assert not out.exists() and {p.name: p.read_bytes() for p in run.iterdir()} == before
+    # The run's own input fits: the shipped profile it was priced with.
+    argv = ["calibrate", str(run), "--profile", str(shipped_profile("bert-synth", "cpu"))]
+    assert cli.main([*argv, "--out", str(out)]) == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_profile_of_another_model_than_a_folder_run_is_one_sentence(tmp_path, capsys):
+    """Found by the thirty-eighth round: calibrating a run of a model folder against a profile
+    of another model said "RUN is a run of 'F' but --profile profiles a model whose config
+    field 'model_type' is …, but F/config.json has …; profile this model: pipeplan profile F
+    --out P.json": two "but" clauses, and a command without the --seq-len, --task and
+    --padding-mask the run needs, whose profile calibrate then refused for its input. One
+    sentence now, its command the one for the run's input."""
+    shipped = load(Profile, shipped_profile("bert-synth", "cpu"))
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(shipped.model.config))
+    run = tmp_path / "run"
+    write_run(run, shipped, phases=BERT_PHASES, model=str(folder), priced="bert-synth")
+    out = tmp_path / "fitted.json"
+    argv = ["calibrate", str(run), "--profile", str(PROFILE_PATH), "--out", str(out)]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"pipeplan: error: {run}: --profile profiles a model whose config field 'model_type' "
+        f"is 'vit', but {folder / 'config.json'} has 'bert'; profile this model: pipeplan "
+        f"profile {folder} --seq-len 32 --task classification --out P.json\n"
+    )
     assert not out.exists()
 
 

@@ -4,6 +4,7 @@ evaluation is the run's), a JSONL text set with a local tokenizer and padding, a
 learns, the worked `module:function` example, and profiles of another shape refused."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,46 @@ def test_jsonl_fine_tuning_exports_a_model_that_scores_what_the_run_reported(mad
     assert any(not torch.equal(t, final[n]) for n, t in before.items())
     assert transformers.AutoModelForSequenceClassification.from_pretrained(older) is not None
     assert cli.main(["export", str(run_dir), "--out", str(older)]) == 2  # never overwrites
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_the_trained_model_and_its_export_carry_the_runs_tokenizer(made, tmp_path, capfd):
+    """Found by the thirty-eighth round: runs/NAME/model/ and `pipeplan export` held only
+    config.json and model.safetensors, though the README said the export kept the
+    tokenizer's file; `AutoTokenizer.from_pretrained(export)` then silently built a tokenizer
+    of 5 special tokens from config.json (every word [UNK]) and `pipeline(model=export)`
+    classified garbage without an error. Both now hold the tokenizer the run read, as
+    transformers saves it: the same ids for a sentence, the folder's padding side ('left'
+    here; the run itself pads on the right), and the same pipeline answers."""
+    tok = shutil.copytree(made["tokenizer"], tmp_path / "tok")
+    settings = json.loads((tok / "tokenizer_config.json").read_text())
+    (tok / "tokenizer_config.json").write_text(json.dumps({**settings, "padding_side": "left"}))
+    data = f"{made['train']},{made['eval']}"
+    args = ["--model", str(made["ckpt"]), "--data", data, "--tokenizer", str(tok)]
+    args += ["--seq-len", str(SEQ_LEN), "--profile", str(made["profiles"]["padded"])]
+    args += ["--global-batch", "32", "--epochs", "1", "--max-steps-per-epoch", "2"]
+    runs = tmp_path / "runs"
+    assert cli.main(["run", "--nproc", "1", *args, "--name", "t", "--runs-dir", str(runs)]) == 0
+    out = tmp_path / "trained"
+    capfd.readouterr()
+    assert cli.main(["export", str(runs / "t"), "--out", str(out)]) == 0
+    said = capfd.readouterr().err.splitlines()[-1]
+    assert said == (
+        f"wrote {out} (config.json, model.safetensors, the run's tokenizer: from_pretrained({out}))"
+    )
+
+    sentence = "the film was very clever but the plot dull"
+    read = transformers.AutoTokenizer.from_pretrained(tok, local_files_only=True)(sentence)
+    assert read["input_ids"].count(read["input_ids"][0]) < len(read["input_ids"])  # not all [UNK]
+    for folder in (runs / "t" / "model", out):
+        carried = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        assert carried(sentence)["input_ids"] == read["input_ids"]
+        assert carried.padding_side == "left"
+    texts = [json.loads(line)["text"] for line in made["eval"].read_text().splitlines()[:20]]
+    classify = transformers.pipeline("text-classification", model=str(out))
+    given = transformers.pipeline("text-classification", model=str(out), tokenizer=str(tok))
+    assert [r["label"] for r in classify(texts)] == [r["label"] for r in given(texts)]
 
 
 @pytest.mark.long

@@ -992,6 +992,27 @@ def test_an_export_that_cannot_be_written_leaves_nothing(tmp_path, monkeypatch, 
     assert entries(tmp_path) == []
 
 
+def test_an_export_whose_tokenizer_cannot_be_written_leaves_nothing(tmp_path, monkeypatch):
+    """Found by the thirty-eighth round: a text run's export now carries its tokenizer
+    (models.export(tokenizer=…)); written into the same temporary folder as the weights, a
+    full disk as the tokenizer is saved leaves no half-written DIR: one OutputError, and
+    nothing under the folder it was to be made in."""
+    from pipeplan import models
+    from pipeplan.errors import OutputError
+
+    class FullDisk:
+        def save_pretrained(self, folder):
+            (Path(folder) / "tokenizer.json").write_text("{")
+            raise OSError(errno.ENOSPC, NO_SPACE)
+
+    seq = models.build("bert-synth")
+    out = tmp_path / "new" / "model"
+    with pytest.raises(OutputError) as err:
+        models.export(seq, out, tokenizer=FullDisk())
+    assert str(err.value) == f"{out}: write failed ({NO_SPACE})"
+    assert entries(tmp_path) == []
+
+
 def test_the_runs_model_on_a_full_disk_is_pipeplans_own_line(tmp_path, monkeypatch):
     """Found by the fifteenth round: a full disk while `pipeplan run` saved model/ ended in
     "training failed on rank 0: SafetensorError: Error while serializing: …" and left

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -46,6 +47,7 @@ from pipeplan.formats.modelconfig import (
     chunk_problem,
     config_value_problem,
     head_labels_problem,
+    label_count,
     layer_parameters,
     missing_size,
     model_sizes,
@@ -1006,7 +1008,7 @@ def model_mismatch(
     leaving out num_hidden_layers failed on rank 0 after the run was prepared.
     """
     path = config_path(model)
-    if path is None or not (path.exists() or path.is_symlink()):
+    if named_by_name(model):
         # A built-in name (or a folder no longer there): its name is its identity.
         if _spelling(model) == _spelling(profile.model.name):
             return None
@@ -1036,6 +1038,104 @@ def model_mismatch(
         if timed != built_with:
             return _differs("attn_implementation", timed, repr(built_with), path, flags)
     return None
+
+
+def named_by_name(model: str) -> bool:
+    """Whether `model_mismatch` identifies `model` by its name (a built-in, or a folder no
+    longer there) rather than by its folder's config.json, whose line names the file."""
+    path = config_path(model)
+    return path is None or not (path.exists() or path.is_symlink())
+
+
+@dataclass(frozen=True)
+class FedInput:
+    """The input a run feeds its model and the head it builds: a profile's times and memory
+    hold for a run only when it was measured for the same (`input_mismatch`). Of the model a
+    run builds (`executor.planning.check_profile_fits`), or of a profile a run was priced
+    with, which the run held to it then (`of_profile`: what `calibrate` knows of a run)."""
+
+    shape: tuple[int, ...]  # one sample's, without the batch
+    dtype: str  # "int64" token ids, "float32" pixels
+    precision: str
+    task: str
+    padded: bool  # token inputs padded (the hidden state carries the padding mask)
+    num_labels: int  # a classifier's classes, a causal LM's vocabulary
+    head_params: int  # the last layer's weights
+
+    @classmethod
+    def of_profile(cls, profile: Profile) -> FedInput:
+        """The input `profile` was measured for."""
+        model = profile.model
+        shape, dtype = tuple(model.input_shape), model.input_dtype
+        head = profile.layers[-1].params
+        return cls(
+            shape, dtype, model.precision, model.task, model.padding_mask, model.num_labels, head
+        )
+
+    def words(self) -> str:
+        """`input (32,) int64, fp32 precision, causal-lm, padded`: what a profile's times
+        hold for."""
+        text = f"input {self.shape} {self.dtype}, {self.precision} precision, {self.task}"
+        return text + (", padded" if self.padded else "")
+
+    def flags(self, model_labels: int | None) -> str:
+        """The `pipeplan profile` flags that time this input and head: ` --seq-len 16 --task
+        classification --num-labels 5 --padding-mask --precision bf16`. --num-labels where
+        the head is not the model's own `model_labels` classes (None: not known, so said)."""
+        flags = f" --seq-len {self.shape[0]}" if self.dtype == "int64" else ""
+        flags += f" --task {self.task}"
+        if self.task == "classification" and self.num_labels != model_labels:
+            flags += f" --num-labels {self.num_labels}"
+        flags += " --padding-mask" if self.padded else ""
+        return flags + (f" --precision {self.precision}" if self.precision != "fp32" else "")
+
+
+# A head of other outputs than the profile's is priced as the profile's while the weights it
+# adds or drops are at most this share of the model's: a 3-class fine-tune of a checkpoint
+# profiled with its 2-class head (769 weights of BERT-base's 110 M) plans as that profile
+# does, where refusing it would cost a profile run for nothing a plan can show.
+HEAD_SHARE = 0.01
+
+
+def input_mismatch(profile: Profile, fed: FedInput, named: str, feeds: str) -> str | None:
+    """Why `profile` (as the line names it: `named`) does not time the input `fed` that a
+    run (`feeds`: "this run", "the run runs/r") feeds, in one clause; None when it does. A
+    longer sequence, padded text, another task or precision, or a head of other outputs (the
+    data's labels: 10^6 of them were planned with a 2-label profile, its head's 66 parameters
+    priced for 32 million, twenty-seventh round) would be planned or fitted with times and
+    memory that do not hold for it; a head whose weights differ by at most HEAD_SHARE of the
+    model's is priced as the profile's. The one check of `run` and `calibrate`: calibrate fitted
+    a run of --seq-len 16 to a profile measured at 48 (the thirty-eighth round).
+
+        input_mismatch(profile, fed, "p.json", "this run")
+        # "p.json was measured for input (48,) int64, …, but this run feeds input (16,) …"
+    """
+    have = FedInput.of_profile(profile)
+    if have.words() != fed.words():
+        return f"{named} was measured for {have.words()}, but {feeds} feeds {fed.words()}"
+    weights = sum(layer.params for layer in profile.layers)
+    if have.num_labels != fed.num_labels and abs(fed.head_params - have.head_params) > (
+        HEAD_SHARE * weights
+    ):
+        labels = "the data's labels" if fed.task == "classification" else "vocab_size"
+        return (
+            f"{named}: model.num_labels is {have.num_labels}, but {feeds} builds a head of "
+            f"{fed.num_labels} outputs ({labels})"
+        )
+    return None
+
+
+def model_labels(model: str) -> int | None:
+    """The classes a classifier of `model` has unless told otherwise, as `pipeplan.models.
+    config_labels` says them, read without building it (a built-in's preset, a folder's
+    config.json); None when its folder cannot be read now."""
+    path = config_path(model)
+    if path is None:
+        return label_count(PRESETS[model].config)
+    try:
+        return label_count(_read_model_config(path))
+    except (InputFileError, OSError):
+        return None
 
 
 def _read_model_config(path: Path) -> dict[str, Any]:

@@ -76,10 +76,13 @@ from pipeplan.formats.plan import (
 from pipeplan.formats.presets import config_path
 from pipeplan.formats.profile import (
     WARMUP_STEPS_PER_PHASE,
+    FedInput,
     Precision,
     Profile,
     Task,
+    model_labels,
     model_mismatch,
+    named_by_name,
     profile_sha256,
 )
 
@@ -1475,14 +1478,20 @@ class _ForecastEpochs:
 
 
 def check_run_profile(
-    run_dir: str | Path, config: RunConfig, profile: Profile, named: str, advice: str
+    run_dir: str | Path,
+    config: RunConfig,
+    profile: Profile,
+    named: str,
+    advice: str,
+    fed: FedInput | None = None,
 ) -> None:
     """A run's times correct or price only a profile of its model in its precision: what
     `calibrate` checks against --profile and `report` against the profile the run's records
     were priced with (run.json's model edited to another one was reported as that model).
     `named` is the profile as the line names it ("--profile", "its profile.json"), `advice`
     what to do instead, said when the profile is of another built-in model (a folder's line
-    says its own: the command that profiles it).
+    says its own: the command that profiles it, with the flags of the input the run fed,
+    `fed`; the profile's own input when not given: a run's own profile is of its input).
 
         check_run_profile(run_dir, config, profile, "--profile", "give the run's profile")
         # runs/r2 is a run of 'bert-synth' but --profile profiles 'vit-digits'; give …
@@ -1490,15 +1499,36 @@ def check_run_profile(
     Found by the thirty-fourth round: the line was two composed ("a run of 'bert-synth', but
     the profile is of 'vit-digits', which profiles 'vit-digits', not the model 'bert-synth'").
     """
-    why = model_mismatch(config.model, profile, named=False, advice=advice)
-    if why is not None:
+    flags = (fed or FedInput.of_profile(profile)).flags(model_labels(config.model))
+    why = model_mismatch(config.model, profile, flags, named=False, advice=advice)
+    if why is not None and named_by_name(config.model):
         raise InputFileError(f"{run_dir} is a run of {quoted(config.model)} but {named} {why}")
+    if why is not None:
+        # A folder's line is its own contrast ("… whose config field 'model_type' is 'bert',
+        # but ckpt/config.json has 'llama'; profile this model: …"), the run's model named by
+        # its config.json: after "a run of ckpt but" it read as two "but"s (thirty-eighth round).
+        raise InputFileError(f"{run_dir}: {named} {why}")
     if config.precision != profile.model.precision:
         # Times measured in one precision cannot correct a profile of the other.
         raise InputFileError(
             f"{run_dir}: a run in {config.precision}, but the profile was measured in "
             f"{profile.model.precision}"
         )
+
+
+def run_input(run_dir: str | Path, records: list) -> FedInput | None:
+    """The input a run fed its model and the head it built, as the profile its first phase
+    was priced with records them (the run held that profile to its model: `executor.planning.
+    check_profile_fits`); None when no phase started. Read after `check_priced_profiles`,
+    which holds the file to the records' sha256.
+
+        run_input("runs/r", read_records("runs/r/run.jsonl"))   # FedInput((16,), "int64", …)
+    """
+    phases = [r for r in records if isinstance(r, PhaseRecord)]
+    if not phases:
+        return None
+    priced = [(f"phase {phases[0].phase}", phases[0].pricing)]
+    return FedInput.of_profile(_priced_profile(Path(run_dir), phases[0].pricing.profile, priced))
 
 
 # What a run's own profile of another model than run.json's means (`check_run_profile`).
