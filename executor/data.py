@@ -1387,7 +1387,20 @@ def item(dataset: Any, index: int, name: str, split: str) -> tuple[Any, Any]:
         refuse_awaitable_item(value, dataset, index, name, split)
     _check_pair(value, name, split, index)
     refuse_odd_tensors(value, index, name, split)
-    return value[0], value[1]
+    return _plain(value[0]), _plain(value[1])
+
+
+def _plain(value: Any) -> Any:
+    """A tensor subclass `_odd_tensor` takes (one holding its values: torchvision's tv_tensors,
+    a Parameter) as the plain tensor of the same values, else `value`: pipeplan checks, stacks
+    and trains on plain tensors, so no subclass's Python runs in them. `Tensor.as_subclass` is
+    outside `__torch_function__` (torch.overrides' ignored functions). Found by the
+    thirty-eighth round: a subclass whose comparisons lied passed the label check and failed
+    in torch's words; one whose `torch.stack` changed values had an item blamed for a label it
+    did not hold."""
+    if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
+        return torch.Tensor.as_subclass(value, torch.Tensor)
+    return value
 
 
 def _check_pair(value: Any, name: str, split: str, index: int) -> None:
@@ -1430,7 +1443,7 @@ def batch_rows(
         refuse_awaitable_item(value, dataset, index, name, split)
         _check_pair(value, name, split, index)
         refuse_odd_tensors(value, index, name, split)
-        parts.append(value[part])
+        parts.append(_plain(value[part]))
     try:
         return torch.stack(parts)
     except Exception as exc:  # any: a ValueError too (the thirty-seventh round)
