@@ -35,6 +35,7 @@ from torch.utils.data import DistributedSampler
 from executor.cache import ActivationCache, cache_allowed, memory_dir_for
 from executor.checkpoint import has_checkpoint
 from executor.data import (
+    batch_pair,
     batch_rows,
     check_batch_labels,
     is_user_code,
@@ -837,6 +838,15 @@ class Trainer:
         device = device or self.device
         return frozen_forward(self.seq.layers, inputs, 0, frozen, device, self.cfg.precision)
 
+    def pair(self, dataset: Any, indices: Iterable[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """`rows` of inputs and labels from one read of each item (`data.batch_pair`)."""
+        split = "train" if dataset is self.data.train else "eval"
+        indices = [int(i) for i in indices]
+        with users_side():
+            x, y = batch_pair(dataset, indices, self.data.name, split)
+        check_batch_labels(y, indices, self.data.name, split, self.seq)
+        return x, y
+
     def rows(self, dataset: Any, indices: Iterable[Any], part: int) -> torch.Tensor:
         """The items' inputs (`part` 0) or labels (1), stacked: read as all the user's data
         code runs (`data.users_side`), so an `os.chdir` or `os.umask` in a `__getitem__` never
@@ -1292,11 +1302,14 @@ class Trainer:
         self, indices: torch.Tensor, local: int
     ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(inputs, labels, valid rows) of one batch of held-out samples. A short last batch
-        is padded to the layout's size with its first sample; padded rows are not counted."""
+        is padded to the layout's size with its first sample; padded rows are not counted.
+        Found by the thirty-eighth round: each held-out item was read once per part, and a
+        padded row read its item again (64 `__getitem__` calls for 5 samples)."""
         valid = len(indices)
-        if valid < local:
-            indices = torch.cat([indices, indices[:1].repeat(local - valid)])
-        return self.rows(self.data.eval, indices, 0), self.rows(self.data.eval, indices, 1), valid
+        x, y = self.pair(self.data.eval, indices)
+        if valid < local:  # padded from the rows read: each item's `__getitem__` runs once
+            x, y = (torch.cat([t, t[:1].expand(local - valid, *t.shape[1:])]) for t in (x, y))
+        return x, y, valid
 
     def eval_ahead(self, first: list[tuple[torch.Tensor, torch.Tensor, int]], batches: int) -> int:
         """Collective: how many held-out batches each chunk after the first holds, the same

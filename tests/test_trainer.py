@@ -168,7 +168,7 @@ def _evaluation_of_one_rank(monkeypatch, samples, replicas, replica, ahead_bytes
         decision=SimpleNamespace(layout=SimpleNamespace(replicas=replicas)),
         cfg=SimpleNamespace(global_batch=4 * replicas),
         data=SimpleNamespace(eval=None),
-        rows=rows,
+        pair=lambda dataset, indices: (rows(dataset, indices, 0), rows(dataset, indices, 1)),
         evaluate_batch=evaluate_batch,
     )
     fake.eval_rows = partial(Trainer.eval_rows, fake)
@@ -188,7 +188,10 @@ def test_held_out_reads_come_a_chunk_ahead_with_the_same_waits_on_every_rank(
     now reads a chunk of batches (the first batch alone, then as many as EVAL_AHEAD_BYTES
     holds), waits for every rank's reads (one-sided), then evaluates the chunk: every rank
     makes the same waits (the replicas' shares differ, a replica may have no sample, a rank
-    outside the layout reads none), and each replica evaluates its share once, in order."""
+    outside the layout reads none), and each replica evaluates its share once, in order.
+    Found by the thirty-eighth round: a padded row read its item again (now padded from the
+    rows read), and each item was read once for its input and again for its label (now once:
+    `data.batch_pair`, below)."""
     per_chunk = max(1, ahead_bytes // 96)
     total = math.ceil(math.ceil(samples / 2) / 4)  # replica 0's batches: the largest share
     for replica in (0, 1, None):
@@ -197,11 +200,37 @@ def test_held_out_reads_come_a_chunk_ahead_with_the_same_waits_on_every_rank(
         expected, done = [], 0
         while done < total:
             chunk = batches[done : done + (per_chunk if done else 1)]
-            expected += [("read", b + b[:1] * (4 - len(b))) for b in chunk]  # padded to 4
+            # Each item read once: a short batch is padded from its rows, not read again.
+            expected += [("read", b) for b in chunk]
             expected += [("wait",)] + [("forward", b, len(b)) for b in chunk]
             done += per_chunk if done else 1
         expected.append(("wait",))  # the ranks outside the layout wait for the pipeline's
         assert _evaluation_of_one_rank(monkeypatch, samples, 2, replica, ahead_bytes) == expected
+
+
+@pytest.mark.timeout(30)
+def test_a_held_out_batch_reads_each_item_once():
+    """Found by the thirty-eighth round: evaluation called each held-out item's `__getitem__`
+    once for the inputs and once for the labels. `batch_pair` reads each once and gives both,
+    as `batch_rows` gives each."""
+    from executor.data import batch_pair, batch_rows
+
+    class Counted(torch.utils.data.Dataset):
+        def __init__(self):
+            self.calls: list[int] = []
+
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            self.calls.append(i)
+            return torch.full((2,), float(i)), torch.tensor(i)
+
+    data = Counted()
+    x, y = batch_pair(data, [3, 1, 4], "m:load", "eval")
+    assert data.calls == [3, 1, 4]
+    assert torch.equal(x, batch_rows(data, [3, 1, 4], 0, "m:load", "eval"))
+    assert torch.equal(y, batch_rows(data, [3, 1, 4], 1, "m:load", "eval"))
 
 
 def _epoch(epoch: int, phase: int, accuracy: float | None = 0.5) -> EpochRecord:
