@@ -35,8 +35,9 @@ import tempfile
 import threading
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -540,24 +541,70 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     _pass_on(spec, caught, held.getvalue() + _text(raw))
 
 
-def _torch_state() -> tuple[torch.dtype, bool]:
-    """The settings of torch's that are the process's, not a tensor's, and that a rank trains
-    in: the default dtype (of the model's tensors) and the grad mode (of its backward)."""
-    return torch.get_default_dtype(), torch.is_grad_enabled()
+def _autocast(kind: str) -> tuple[bool, torch.dtype]:
+    return torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind)
+
+
+def _set_autocast(kind: str, state: tuple[bool, torch.dtype]) -> None:
+    torch.set_autocast_enabled(kind, state[0])
+    torch.set_autocast_dtype(kind, state[1])
+
+
+# torch's settings that are the process's, not a tensor's, and that a rank trains in: what
+# they are called, how to read and set one, and what data code should do instead. The default
+# dtype and device make the model's tensors, the grad mode its backward, autocast its
+# precision (the thirty-eighth round: autocast turned on in a `__getitem__` trained an fp32
+# run in bfloat16, silently; a default device of meta failed in torch's words).
+_TORCH_SETTINGS: tuple[tuple[str, Callable[[], Any], Callable[[Any], None], str], ...] = (
+    (
+        "default dtype",
+        torch.get_default_dtype,
+        torch.set_default_dtype,
+        "make tensors of the dtype you want with .to(dtype)",
+    ),
+    (
+        "grad mode",
+        torch.is_grad_enabled,
+        torch.set_grad_enabled,
+        "use `with torch.no_grad():`",
+    ),
+    (
+        "default device",
+        torch.get_default_device,
+        torch.set_default_device,
+        "make tensors on the device you want with device=",
+    ),
+    *(
+        (f"{kind} autocast", partial(_autocast, kind), partial(_set_autocast, kind), fix)
+        for kind, fix in (
+            ("cpu", "use `with torch.autocast('cpu'):` around what it should cover"),
+            ("cuda", "use `with torch.autocast('cuda'):` around what it should cover"),
+        )
+    ),
+)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return {True: "on", False: "off"}[value]
+    if isinstance(value, tuple):  # autocast: (enabled, dtype)
+        return f"on ({value[1]})" if value[0] else "off"
+    return str(value)
 
 
 @contextlib.contextmanager
 def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
-    """The user's data code (`doing`) leaves torch's default dtype and grad mode as it found
-    them, or is refused in one line; they are put back either way, however it ends. Found by
-    the thirty-seventh round: a `load` that called `torch.set_default_dtype(torch.float64)`
-    or `torch.set_grad_enabled(False)` failed the run later in torch's words ("Input type
+    """The user's data code (`doing`) leaves torch's process-wide settings (`_TORCH_SETTINGS`:
+    default dtype and device, grad mode, autocast) as it found them, or is refused in one
+    line; they are put back either way, however it ends. Found by the thirty-seventh round: a
+    `load` that called `torch.set_default_dtype(torch.float64)` or
+    `torch.set_grad_enabled(False)` failed the run later in torch's words ("Input type
     (float) and bias type (double) should be the same", "step() requires gradients to be
     enabled"), naming no data. Refused, not only put back: data made under the setting it
     chose (float64 tensors) would train other than the user meant, without a word. Every call
     into the data code is held to it: the launcher's and a rank's (`_contained`: the import,
     the function, len() and the checks' items) and a rank's reads as it trains
-    (`batch_rows`, item by item). A setting changed and put back inside (`with
+    (`read_items`, item by item). A setting changed and put back inside (`with
     torch.no_grad():`) is no change.
 
         with torch_state_kept("m:load", "the data function"):
@@ -565,24 +612,21 @@ def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
         # BadArgumentError: data 'm:load': the data function changed torch's default dtype
         # to torch.float64 (it was torch.float32); …
     """
-    dtype, grad = before = _torch_state()
+    before = [get() for _, get, _, _ in _TORCH_SETTINGS]
     try:
         yield
     finally:
-        after = _torch_state()
-        if after != before:
-            torch.set_default_dtype(dtype)
-            torch.set_grad_enabled(grad)
-    if after == before:
-        return
+        after = [get() for _, get, _, _ in _TORCH_SETTINGS]
+        for (_, _, put, _), old, new in zip(_TORCH_SETTINGS, before, after, strict=True):
+            if new != old:
+                put(old)
     changed, fixes = [], []
-    if after[0] != dtype:
-        changed.append(f"default dtype to {after[0]} (it was {dtype})")
-        fixes.append("make tensors of the dtype you want with .to(dtype)")
-    if after[1] != grad:
-        state = {True: "on", False: "off"}
-        changed.append(f"grad mode to {state[after[1]]} (it was {state[grad]})")
-        fixes.append("use `with torch.no_grad():`")
+    for (what, _, _, fix), old, new in zip(_TORCH_SETTINGS, before, after, strict=True):
+        if new != old:
+            changed.append(f"{what} to {_shown(new)} (it was {_shown(old)})")
+            fixes.append(fix)
+    if not changed:
+        return
     raise BadArgumentError(
         f"data {quoted(spec)}: {doing} changed torch's {' and '.join(changed)}; data code must "
         "leave torch's global settings as it found them, as pipeplan trains in them "
@@ -1445,18 +1489,24 @@ def batch_pair(
 
 
 def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[Any]:
-    """Each item of `indices` read once and checked as `batch_rows` says."""
-    values = []
-    for index in indices:
-        doing = f"reading {split} item {index}"
-        with torch_state_kept(name, doing):
+    """Each item of `indices` read once and checked as `batch_rows` says. torch's settings
+    are held for the batch as a whole (`torch_state_kept`: reading the default device and
+    autocast costs microseconds, an item's read may cost less)."""
+    read = []
+    first = f", item {indices[0]} first" if indices else ""
+    with torch_state_kept(name, f"reading a batch ({len(indices)} {split} items{first})"):
+        for index in indices:
+            doing = f"reading {split} item {index}"
             try:
-                value = dataset[index]
+                read.append(dataset[index])
             except Exception as exc:
                 if classify(exc) != "raised":
                     raise
                 # Chained: the rank's log shows the user's own traceback under the line.
                 raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from exc
+    # Checked once the settings are: an item made under a changed one is said as that change.
+    values = []
+    for index, value in zip(indices, read, strict=True):
         refuse_awaitable_item(value, dataset, index, name, split)
         _check_pair(value, name, split, index)
         refuse_odd_tensors(value, index, name, split)

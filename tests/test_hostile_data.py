@@ -3575,8 +3575,43 @@ def test_data_code_that_turns_gradients_off_is_refused_and_undone(tmp_path, caps
         torch.set_default_dtype(torch.float32)
     assert dtype == torch.float32
     assert str(refused.value).startswith(
-        "data 'm:load': reading train item 7 changed torch's default dtype to torch.float64"
+        "data 'm:load': reading a batch (2 train items, item 7 first) changed torch's default "
+        "dtype to torch.float64"
     ), str(refused.value)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (
+            lambda: torch.set_autocast_enabled("cpu", True),
+            "cpu autocast to on (torch.bfloat16) (it was off)",
+        ),
+        (lambda: torch.set_default_device("meta"), "default device to meta (it was cpu)"),
+    ],
+    ids=["autocast", "default-device"],
+)
+def test_data_code_that_turns_on_autocast_or_moves_the_default_device_is_refused(change, said):
+    """Found by the thirty-eighth round: a rank's `__getitem__` that turned on CPU autocast
+    trained an fp32 run in bfloat16, silently; one that set the default device to meta failed
+    in torch's words ("Cannot copy out of meta tensor"). Both are torch settings of the process
+    that a rank trains in, held as the default dtype and grad mode are (`torch_state_kept`):
+    refused in one line, and put back."""
+    from executor.data import BadArgumentError, batch_rows
+
+    class Changes:
+        def __getitem__(self, index):
+            change()
+            return torch.zeros(2), torch.tensor(0)
+
+    with pytest.raises(BadArgumentError) as refused:
+        batch_rows(Changes(), [3, 4], 0, "m:load", "eval")
+    assert str(refused.value).startswith(
+        f"data 'm:load': reading a batch (2 eval items, item 3 first) changed torch's {said}; "
+    ), str(refused.value)
+    assert not torch.is_autocast_enabled("cpu")
+    assert torch.get_default_device() == torch.device("cpu")
 
 
 @pytest.mark.timeout(30)

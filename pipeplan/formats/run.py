@@ -337,11 +337,10 @@ class RunConfig(Versioned):
     # collective ("run.jsonl: no such file", the timeout unnamed).
     collective_timeout_s: Annotated[Seconds, Field(ge=1.0), Flag("--collective-timeout")] = Field(
         600.0,
-        description="Seconds (at least 1) a rank waits in a collective or pipeline transfer "
-        "before the run stops, naming the rank that did not respond (under torchrun, also for "
-        "the others to start; under pipeplan run, a rank stopped as it starts is named after "
-        "it too). A dead rank stops it at once; one-sided work (checkpoints, cache fills, "
-        "reading the held-out data, re-planning) is waited for apart.",
+        description="Seconds (at least 1) a rank waits in a collective or transfer before the "
+        "run stops, naming the rank that did not respond (also one stopped or, under torchrun, "
+        "slow as it starts). A dead rank stops it at once; one-sided work (checkpoints, cache "
+        "fills, reading held-out data, re-planning) is waited for apart.",
     )
     # Below 1: at 1 every activation is zeroed in training, and nothing is learned.
     dropout: Annotated[NonNegFloat | None, Flag(default="the model's")] = Field(
