@@ -475,6 +475,8 @@ def _load_user(spec: str, seed: int) -> TaskData:
     target, _, func_name = spec.rpartition(":")
     if not target or not func_name.isidentifier():
         raise BadArgumentError(f"data {quoted(spec)}: expected module:function or file.py:function")
+    if _names_a_file(target):
+        _refuse_a_file_as_folder(spec, target)
     before = set(sys.modules)
     _PASSED_ON.clear()  # a new loading of the data: its warnings are said again
     with _contained(spec, "the data module"), _data_directory_on_path():
@@ -808,6 +810,23 @@ def _names_a_file(target: str) -> bool:
     """Whether `target`, the part of `--data TARGET:function` before the colon, is a path
     (`path/to/file.py`) rather than a module name."""
     return target.endswith(".py") or "/" in target or "\\" in target
+
+
+def _refuse_a_file_as_folder(spec: str, target: str) -> None:
+    """`--data ./mod.py/:load` names a folder, as the system reads the slash: refused, as the
+    other input paths are (`fileio.check_input_file`). Found by the thirty-eighth round:
+    Python's import machinery read it as ./mod.py, and data.json recorded no file, so a resume
+    after the module was edited trained on other data without a word."""
+    try:
+        os.stat(target)
+    except NotADirectoryError:
+        file = target.rstrip("/\\.").rstrip("/\\") or target
+        raise BadArgumentError(
+            f"data {quoted(spec)}: {target}: not a directory ({file} is a file); name the "
+            f"module file without the slash: {file}:{spec.rpartition(':')[2]}"
+        ) from None
+    except OSError:  # missing or unreadable: the import says which
+        return
 
 
 def module_file(spec: str) -> Path | None:

@@ -3659,3 +3659,20 @@ def test_a_data_modules_exit_callback_that_raises_is_one_warning_line(tmp_path):
         (2, ["pipeplan: error: data 'rt37_atexit_refused:load' raised ValueError: no"]),
     ], said
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["rt37_atexit"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("slashed", ["./mod.py/", "./mod.py/.", "mod.py//"])
+def test_a_data_module_file_named_with_a_trailing_slash_is_refused(
+    tmp_path, capsys, monkeypatch, slashed
+):
+    """Found by the thirty-eighth round: `--data ./mod.py/:load` was read as ./mod.py by
+    Python's import machinery while data.json recorded no module file, so a resume after the
+    module was edited trained on other data without a word. A module file named as a folder is
+    refused, as the other input paths are, in one line, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mod.py").write_text("def load(seed=0):\n    raise RuntimeError('never run')\n")
+    argv = ["run", "--prepare-only", "--nproc", "1", "--model", "vit-digits"]
+    fragment = f"data '{slashed}:load': {slashed}: not a directory"
+    refused([*argv, "--data", f"{slashed}:load", "--runs-dir", "runs"], tmp_path, capsys, fragment)
+    assert not (tmp_path / "runs").exists()
