@@ -3388,11 +3388,13 @@ def _ranks_line(tmp_path, capsys, name: str, **code: str) -> str:
 @pytest.mark.parametrize(
     "name, made, said",
     [
-        (
+        pytest.param(  # long, for the 15-minute default run: the launcher's test below
+            # refuses a FakeTensor through the same `refuse_odd_tensors` a rank's reads call
             "rt37_fake",
             "fake(torch.rand(1, 8, 8)), torch.tensor(0)",
             "train item 37's input is of the tensor subclass "
             "torch._subclasses.fake_tensor.FakeTensor, which overrides __torch_dispatch__ ",
+            marks=pytest.mark.long,
         ),
         (
             "rt37_subclass",

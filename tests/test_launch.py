@@ -236,12 +236,15 @@ NO_CHECKPOINT = r"; no checkpoint to resume from: delete .*/k to start it again"
     "data, name, split, at",
     [
         ("digits_then_raise", "digits-raise", "train", AT),
-        # the epoch's evaluation, after its last step (a 1-epoch run: no epoch record yet)
-        (
+        # the epoch's evaluation, after its last step (a 1-epoch run: no epoch record yet);
+        # long, for the 15-minute default run: test_hostile_data's
+        # `test_an_evaluation_failure_is_placed_after_the_epochs_last_step` places it there
+        pytest.param(
             "digits_then_eval_raise",
             "digits-eval-raise",
             "eval",
             r" after step \d+, at the end of epoch 1",
+            marks=pytest.mark.long,
         ),
     ],
 )
@@ -271,7 +274,10 @@ def test_a_rank_that_raises_is_named_with_its_error(tmp_path, data, name, split,
 @pytest.mark.parametrize(
     "sig, what",
     [
-        (signal.SIGKILL, "killed by SIGKILL"),
+        # long, for the 15-minute default run: `test_a_rank_that_exits_0_mid_run_is_named_not_
+        # the_rank_that_noticed[2]` names the first rank to end by the same path, and
+        # test_checkpoint's killed-and-resumed run SIGKILLs a rank
+        pytest.param(signal.SIGKILL, "killed by SIGKILL", marks=pytest.mark.long),
         # Ctrl-C's own tests cover SIGINT to the ranks: long, for the 15-minute default run.
         pytest.param(signal.SIGINT, "interrupted by SIGINT", marks=pytest.mark.long),
     ],
