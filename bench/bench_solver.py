@@ -22,6 +22,7 @@ import numpy as np
 
 from pipeplan.cluster import cluster_from_flags
 from pipeplan.costmodel import CostModel, CostParams
+from pipeplan.costmodel import every_rank_map as all_maps
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import Calibration, Cluster, FittedLink, Layout, Link
 from pipeplan.formats.profile import NULL_WHEN_UNFITTED
@@ -156,26 +157,6 @@ def family_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...
         if on not in seen:
             seen.add(on)
             result.append(ranks)
-    return result
-
-
-def all_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...], ...]]:
-    """Every rank map the executor runs (a row's ranks increase, so its nodes never
-    decrease), once per node assignment (replicas in any order): each multiset of D
-    non-decreasing node rows with at most G cells on a node."""
-    result = []
-    rows = itertools.combinations_with_replacement(range(nodes), S)
-    for chosen in itertools.combinations_with_replacement(list(rows), D):
-        used = [0] * nodes
-        ranks = []
-        for row in chosen:
-            mapped = []
-            for node in row:
-                mapped.append(node * G + used[node])
-                used[node] += 1
-            ranks.append(tuple(mapped))
-        if max(used) <= G:
-            result.append(tuple(ranks))
     return result
 
 

@@ -11,6 +11,7 @@ stage memory §4.6, transitions §4.11.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -851,3 +852,25 @@ def rank_array(num_stages: int, replicas: int, devices_per_node: int, nodes: int
     # The devices no whole pipeline took: the last G − per_node·S of each node, in order.
     spare = np.arange(nodes, dtype=np.int64)[:, None] * G + np.arange(per_node * S, G)
     return np.concatenate([packed, spare.reshape(-1)[:missing].reshape(-1, S)])
+
+
+def every_rank_map(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...], ...]]:
+    """Every rank map of S·D cells on the cluster the executor runs (each row on increasing
+    ranks, so its nodes never decrease), once per node assignment (replicas in any order):
+    every multiset of D non-decreasing node rows that no node holds more than G cells of,
+    its ranks taken in each node in order. The reference the tests and bench_solver.py hold
+    the placement family to (tiny clusters only: the count grows combinatorially)."""
+    rows = list(itertools.combinations_with_replacement(range(nodes), S))
+    result = []
+    for chosen in itertools.combinations_with_replacement(rows, D):
+        used = [0] * nodes
+        ranks = []
+        for row in chosen:
+            mapped = []
+            for node in row:
+                mapped.append(node * G + used[node])
+                used[node] += 1
+            ranks.append(tuple(mapped))
+        if max(used) <= G:
+            result.append(tuple(ranks))
+    return result

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from pipeplan.cluster import Cluster, Link, cluster_from_flags
 from pipeplan.costmodel import CostModel, CostParams, Layout, rank_map
+from pipeplan.costmodel import every_rank_map as all_maps
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.partition import (
     PartitionProblem,
@@ -184,27 +185,6 @@ def family_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...
         if nodes_of not in seen and (not result or (nodes > 1 and G > 1)):
             seen.add(nodes_of)
             result.append(ranks)
-    return result
-
-
-def all_maps(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, ...], ...]]:
-    """Every rank map of S·D cells on the cluster the executor runs (each row on increasing
-    ranks, so its nodes never decrease), once per node assignment (replicas in any order):
-    every multiset of D non-decreasing node rows that no node holds more than G cells of,
-    its ranks taken in each node in order."""
-    rows = list(itertools.combinations_with_replacement(range(nodes), S))
-    result = []
-    for chosen in itertools.combinations_with_replacement(rows, D):
-        used = [0] * nodes
-        ranks = []
-        for row in chosen:
-            mapped = []
-            for node in row:
-                mapped.append(node * G + used[node])
-                used[node] += 1
-            ranks.append(tuple(mapped))
-        if max(used) <= G:
-            result.append(tuple(ranks))
     return result
 
 
