@@ -79,9 +79,8 @@ class RaisesOnRank1:
         return self.inner[index]
 
 
-class Pauses:
-    """On its read number `after + 1` a rank touches the file PIPEPLAN_TEST_PAUSED and sleeps
-    for an hour: long enough for a test to signal it, or its launcher."""
+class OnceAfter:
+    """A dataset that does `act()` once, on its read number `after + 1`, then reads on."""
 
     def __init__(self, inner, after: int):
         self.inner, self.after, self.reads = inner, after, 0
@@ -92,9 +91,20 @@ class Pauses:
     def __getitem__(self, index):
         self.reads += 1
         if self.reads == self.after + 1:
-            Path(os.environ["PIPEPLAN_TEST_PAUSED"]).touch()
-            time.sleep(3600)
+            self.act()
         return self.inner[index]
+
+    def act(self) -> None:
+        raise NotImplementedError
+
+
+class Pauses(OnceAfter):
+    """On its read number `after + 1` a rank touches the file PIPEPLAN_TEST_PAUSED and sleeps
+    for an hour: long enough for a test to signal it, or its launcher."""
+
+    def act(self) -> None:
+        Path(os.environ["PIPEPLAN_TEST_PAUSED"]).touch()
+        time.sleep(3600)
 
 
 def digits_then_raise(seed: int = 0) -> TaskData:
@@ -223,21 +233,16 @@ def digits_slow_one_sided(seed: int = 0) -> TaskData:
     return TaskData("digits", data.train, evaluation, False)
 
 
-class SlowOnceAfter:
+class SlowOnceAfter(OnceAfter):
     """Sleeps `seconds` once, on its read number `after + 1`: data whose reading takes a
     while now and then (a network file system, a cold cache)."""
 
     def __init__(self, inner, after: int, seconds: float):
-        self.inner, self.after, self.seconds, self.reads = inner, after, seconds, 0
+        super().__init__(inner, after)
+        self.seconds = seconds
 
-    def __len__(self):
-        return len(self.inner)
-
-    def __getitem__(self, index):
-        self.reads += 1
-        if self.reads == self.after + 1:
-            time.sleep(self.seconds)
-        return self.inner[index]
+    def act(self) -> None:
+        time.sleep(self.seconds)
 
 
 def digits_slow_eval_read(seed: int = 0) -> TaskData:
@@ -251,22 +256,13 @@ def digits_slow_eval_read(seed: int = 0) -> TaskData:
     return TaskData("digits", data.train, evaluation, False)
 
 
-class StopsOnce:
+class StopsOnce(OnceAfter):
     """Stops its process (SIGSTOP) on its read number `after + 1`, touching
     PIPEPLAN_TEST_PAUSED first."""
 
-    def __init__(self, inner, after: int):
-        self.inner, self.after, self.reads = inner, after, 0
-
-    def __len__(self):
-        return len(self.inner)
-
-    def __getitem__(self, index):
-        self.reads += 1
-        if self.reads == self.after + 1:
-            Path(os.environ["PIPEPLAN_TEST_PAUSED"]).touch()
-            os.kill(os.getpid(), signal.SIGSTOP)
-        return self.inner[index]
+    def act(self) -> None:
+        Path(os.environ["PIPEPLAN_TEST_PAUSED"]).touch()
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def digits_stop_in_eval_read(seed: int = 0) -> TaskData:
