@@ -202,14 +202,16 @@ def _phase_choice(
     runner_ups: list[Evaluation],
     previous: Layout | None,
     steady: Evaluation | None = None,
+    uncached: Evaluation | None = None,
 ) -> _Choice:
-    """`steady`: `layout`'s evaluation when the caller has it (the solver's best)."""
+    """`steady`: `layout`'s evaluation when the caller has it (the solver's best); `uncached`:
+    a cached `layout`'s uncached one, likewise."""
     steady = steady or model.evaluate(layout, record=False)
     epoch_s = shape.steps_per_epoch * steady.step_s
     if not layout.cached:
         return _Choice(layout, steady, epoch_s, epoch_s, transition_s, runner_ups)
     start = cached_prefix(previous, layout, model)
-    cache = cache_pricing(model, shape, layout, steady.step_s, survives=start > 0)
+    cache = cache_pricing(model, shape, layout, steady.step_s, start > 0, uncached)
     transition_s += cache_advance_s(model, layout, shape.samples, start)
     return _Choice(
         layout, steady, cache.epoch_s(0), cache.hit_epoch_s, transition_s, runner_ups, cache
@@ -226,12 +228,18 @@ def stage0_nodes(model: CostModel, layout: Layout) -> dict[int, int]:
 
 
 def cache_pricing(
-    model: CostModel, shape: TrainingShape, layout: Layout, hit_step_s: float, survives: bool
+    model: CostModel,
+    shape: TrainingShape,
+    layout: Layout,
+    hit_step_s: float,
+    survives: bool,
+    uncached: Evaluation | None = None,
 ) -> CachePricing:
     """A cached phase's miss and hit epochs. Per step each stage-0 rank handles its replica's
     M·m samples of `row` bytes each; the node's first budget // row rows live in host memory
     (stored at the host link's bandwidth), the rest on local disk (stored and read at the
-    disk's). A miss costs the uncached placement's step plus the store."""
+    disk's). A miss costs the uncached placement's step (`uncached`, evaluated when not given)
+    plus the store."""
     cluster = model.cluster
     row = float(model.out_bytes_per_sample[layout.frozen_layers - 1])
     memory_rows = cluster.cache_budget_bytes // row if row > 0 else shape.samples
@@ -241,7 +249,7 @@ def cache_pricing(
     store_s = local * (in_memory / cluster.host_to_device_bandwidth_bytes_per_s)
     store_s += local * (1.0 - in_memory) / disk
     spill_read_s = local * (1.0 - in_memory) / disk
-    uncached = model.evaluate(layout.model_copy(update={"cached": False}), record=False)
+    uncached = uncached or model.evaluate(layout.model_copy(update={"cached": False}), record=False)
     steps = shape.steps_per_epoch
     return CachePricing(
         miss_epoch_s=steps * (uncached.step_s + store_s),
@@ -286,18 +294,99 @@ def _elastic(
     work: PlanWork,
     fixed_layout: Layout | None = None,
 ) -> list[tuple[int, int, _Choice]]:
-    """Per phase (start epoch, epochs, choice), the phases' searches within one plan's `work`.
-    With `fixed_layout` every phase keeps that placement (the "freeze only" ablation)."""
-    result = []
+    """Per phase (start epoch, epochs, choice): the phases' searches within one plan's `work`,
+    phase by phase as `pipeplan run` decides online (`decide_phase`), then the whole
+    schedule's best sequence of the layouts they found (`_over_the_schedule`). With
+    `fixed_layout` every phase keeps that placement (the "freeze only" ablation)."""
+    greedy = []
+    found: list[Evaluation] = []
     previous: Layout | None = None
     for phase in phases(freeze):
         frozen, epochs = phase.frozen_layers, phase.epochs
         choice = decide_phase(
-            model, shape, frozen, epochs, cache, pins, previous, fixed_layout, work
+            model, shape, frozen, epochs, cache, pins, previous, fixed_layout, work, found
         )
         previous = choice.layout
-        result.append((phase.start_epoch, epochs, choice))
-    return result
+        greedy.append((phase.start_epoch, epochs, choice))
+    if fixed_layout is not None:
+        return greedy
+    return _over_the_schedule(model, shape, cache, greedy, found)
+
+
+def _placement(layout: Layout) -> Layout:
+    """`layout` but for its freeze point and cache: what `same_placement` compares."""
+    return layout.model_copy(update={"frozen_layers": 0, "cached": False})
+
+
+def _over_the_schedule(
+    model: CostModel,
+    shape: TrainingShape,
+    cache: bool,
+    greedy: list[tuple[int, int, _Choice]],
+    found: list[Evaluation],
+) -> list[tuple[int, int, _Choice]]:
+    """The phases' layouts chosen over the whole schedule. Phase by phase, a layout is kept
+    unless moving pays within the phase: a layout a little slower now that spares a later
+    move, or keeps a cache alive, is never weighed, and a larger cluster planned up to 28 %
+    slower than its subset (the thirty-eighth round: its first phase's fastest layout, kept).
+    Here every placement the searches found (each phase's best and the greedy's choices) is
+    priced at every phase, cached where a cache can hit and uncached, and a shortest path over
+    the phases (the transitions and cache survival between consecutive layouts, priced as
+    `priced_phases` prices a written plan) picks the sequence. The greedy sequence is one of
+    them: the plan is never slower, and is the greedy's unless another is faster."""
+    placements = list(
+        dict.fromkeys(_placement(e.layout) for e in [*(c.steady for *_, c in greedy), *found])
+    )
+    evaluated = {e.layout: e for e in found} | {c.layout: c.steady for *_, c in greedy}
+
+    def steady(layout: Layout) -> Evaluation:
+        if layout not in evaluated:
+            evaluated[layout] = model.evaluate(layout, record=False)
+        return evaluated[layout]
+
+    def priced(epochs: int, layout: Layout, previous: Layout | None) -> _Choice:
+        transition = 0.0 if previous is None else model.transition_s(previous, layout)
+        uncached = steady(layout.model_copy(update={"cached": False})) if layout.cached else None
+        return _phase_choice(
+            model, shape, layout, transition, [], previous, steady(layout), uncached
+        )
+
+    # Per phase, each layout's cheapest (total up to its end, the layout before it, its choice).
+    paths: list[dict[Layout, tuple[float, Layout | None, _Choice]]] = []
+    for _, epochs, greedy_choice in greedy:
+        frozen = greedy_choice.layout.frozen_layers
+        ends = sorted(paths[-1].items(), key=lambda end: end[1][0]) if paths else [(None, (0.0,))]
+        now: dict[Layout, tuple[float, Layout | None, _Choice]] = {}
+        for placement in placements:
+            for cached in [False, True] if cache and frozen > 0 else [False]:
+                layout = _with_freeze(placement, frozen, cached, model)
+                if layout is None or not steady(layout).fits:
+                    continue
+                # An uncached phase costs its steps whatever came before and a transition only
+                # adds: once the totals so far reach the best found, none after them is cheaper.
+                floor = 0.0 if cached else shape.steps_per_epoch * epochs * steady(layout).step_s
+                for previous, (so_far, *_) in ends:
+                    if layout in now and so_far + floor >= now[layout][0]:
+                        break
+                    if cached and not cache_can_hit(epochs, previous):
+                        continue
+                    choice = priced(epochs, layout, previous)
+                    total = so_far + choice.total_s(epochs)
+                    if layout not in now or total < now[layout][0]:
+                        now[layout] = (total, previous, choice)
+        paths.append(now)
+    last = min(paths[-1], key=lambda layout: paths[-1][layout][0])
+    if paths[-1][last][0] >= sum(c.total_s(e) for _, e, c in greedy) * (1 - BEAT_MARGIN):
+        return greedy  # ties keep the phase-by-phase plan, as `pipeplan run` would decide it
+    chosen: list[_Choice] = []
+    layout: Layout | None = last
+    for now in reversed(paths):
+        _, layout, choice = now[layout]
+        chosen.insert(0, choice)
+    return [
+        (start, epochs, replace(choice, runner_ups=greedy_choice.runner_ups))
+        for (start, epochs, greedy_choice), choice in zip(greedy, chosen, strict=True)
+    ]
 
 
 def decide_phase(
@@ -310,6 +399,7 @@ def decide_phase(
     previous: Layout | None,
     fixed_layout: Layout | None = None,
     work: PlanWork | None = None,
+    found: list[Evaluation] | None = None,
 ) -> _Choice:
     """One phase of `epochs` epochs with `frozen` layers frozen, after `previous`: the plan's
     rule, which `pipeplan run` applies too when it plans online. With the cache on, the
@@ -318,7 +408,8 @@ def decide_phase(
     keeps `previous`'s placement unless moving pays for itself. A cached phase is priced only
     when its cache can hit within the phase (`cache_can_hit`): one that only fills costs the
     uncached placement's steps plus the stores, never less than that placement uncached.
-    `work`: the plan's search budget (`solve_phase`)."""
+    `work`: the plan's search budget (`solve_phase`); `found` collects the searches' best
+    layouts (`_over_the_schedule`)."""
     can_hit = cache_can_hit(epochs, previous)
     options = [True, False] if cache and frozen > 0 and can_hit else [False]
     best: _Choice | None = None
@@ -332,7 +423,17 @@ def decide_phase(
             beat = best.total_s(epochs) / (epochs * shape.steps_per_epoch) * (1 + BEAT_MARGIN)
         try:
             choice = _choose(
-                model, shape, frozen, cached, epochs, pins, previous, fixed_layout, beat, work
+                model,
+                shape,
+                frozen,
+                cached,
+                epochs,
+                pins,
+                previous,
+                fixed_layout,
+                beat,
+                work,
+                found,
             )
         except PipeplanError as exc:  # e.g. only the cached layout fits in memory
             error = exc
@@ -363,6 +464,7 @@ def _choose(
     fixed_layout: Layout | None,
     faster_than_s: float = math.inf,
     work: PlanWork | None = None,
+    found: list[Evaluation] | None = None,
 ) -> _Choice:
     """The layout of one phase: the solver's, unless keeping the previous placement is
     cheaper once the transition is paid for. `faster_than_s`: the solver's layout matters
@@ -387,6 +489,8 @@ def _choose(
         if not keep.steady.fits:
             raise
         return keep
+    if found is not None:
+        found.append(solution.best)
     new_layout = solution.best.layout
     transition = 0.0
     if previous is not None:
