@@ -1,12 +1,13 @@
 """Planner benchmark (issues 3, 12): the solver against an exhaustive search, its speed, the
 gain of each relaxation of the search space (fewer replicas than ⌊N/S⌋, fewer micro-batches
 than stages, a frozen prefix over several forward-only stages), the solver's step against the
-partition baselines and the preview's ablation. Prints its figures; run from the repository
+partition baselines, the preview's ablation and how often a cluster plans slower than one it
+contains. Prints its figures; run from the repository
 root:
 
     python bench/bench_solver.py            # everything (about 5 minutes on 2 cores)
     python bench/bench_solver.py --quick    # 300 instances, no 1,000-layer plan
-    python bench/bench_solver.py --only exact|speed|baselines [--instances N] [--seed S]
+    python bench/bench_solver.py --only exact|speed|baselines|superset [--instances N] [--seed S]
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pipeplan.cluster import cluster_from_flags
 from pipeplan.costmodel import CostModel, CostParams
 from pipeplan.costmodel import every_rank_map as all_maps
 from pipeplan.errors import BadArgumentError, PipeplanError
-from pipeplan.formats import Calibration, Cluster, FittedLink, Layout, Link
+from pipeplan.formats import Calibration, Cluster, FittedLink, FreezeSchedule, Layout, Link
 from pipeplan.formats.profile import NULL_WHEN_UNFITTED
 from pipeplan.freeze import alpha_schedule
 from pipeplan.partition import PartitionProblem, brute_force_partition, solve_partition
@@ -528,10 +529,72 @@ def bench_ablation() -> None:
     print(f"  re-partition (D kept) / freeze only: {repartition / freeze_only:.4f} ({verdict})")
 
 
+# --------------------------------------------------------------------------- superset clusters
+
+
+def random_cluster_pair(seed: int):
+    """A random profile (4–11 layers), a cluster of 1–2 nodes × 1–3 devices and one that
+    contains it (a node more, or up to two devices more per node, same links and memory), a
+    random list schedule over 2–7 epochs and cache on or off."""
+    rng = np.random.default_rng(seed)
+    profile = random_profile(rng, int(rng.integers(2, 10)))
+    memory = int(rng.integers(600, 4000)) << 20
+    intra = Link(bandwidth_bytes_per_s=float(rng.uniform(1e8, 1e10)), latency_s=1e-5)
+    inter = Link(
+        bandwidth_bytes_per_s=float(10 ** rng.uniform(6, 9)),
+        latency_s=float(10 ** rng.uniform(-6, -3)),
+    )
+    nodes, per_node = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    more_nodes, more_per_node = nodes + int(rng.integers(0, 2)), per_node + int(rng.integers(0, 3))
+    if (more_nodes, more_per_node) == (nodes, per_node):
+        more_per_node += 1
+    clusters = [
+        Cluster(
+            nodes=n,
+            devices_per_node=g,
+            device_memory_bytes=memory,
+            intra_node=intra,
+            inter_node=inter,
+        )
+        for n, g in ((nodes, per_node), (more_nodes, more_per_node))
+    ]
+    epochs = int(rng.integers(2, 8))
+    points = sorted(int(k) for k in rng.integers(0, len(profile.layers) - 1, size=epochs))
+    batch = int(rng.choice([12, 16, 24, 48]))
+    samples = int(rng.choice([batch * 4, batch * 20, batch * 100]))
+    freeze = FreezeSchedule(source="list", frozen_layers=points)
+    shape = {"global_batch": batch, "samples": samples, "epochs": epochs, "freeze": freeze}
+    return profile, clusters, shape | {"cache": bool(rng.integers(0, 2))}
+
+
+def bench_superset(instances: int, first_seed: int) -> None:
+    """A plan on a cluster against the plan on a cluster it contains (whose layouts are all in
+    the larger one's space): how often, and by how much, the larger one plans slower."""
+    slower: list[tuple[float, int]] = []
+    planned = 0
+    start = time.perf_counter()
+    for seed in range(first_seed, first_seed + instances):
+        profile, (small, large), shape = random_cluster_pair(seed)
+        try:
+            subset = make_plan(profile, small, **shape).predicted_total_s
+        except PipeplanError:  # nothing fits the smaller cluster: nothing to compare
+            continue
+        total = make_plan(profile, large, **shape).predicted_total_s
+        planned += 1
+        if total > subset * (1 + 1e-9):
+            slower.append((total / subset - 1, seed))
+    worst = ", ".join(f"seed {seed} +{100 * gap:.2f} %" for gap, seed in sorted(slower)[::-1][:8])
+    print(
+        f"superset: {planned} cluster pairs planned (seeds {first_seed}–"
+        f"{first_seed + instances - 1}, {time.perf_counter() - start:.0f} s): the larger "
+        f"cluster plans slower on {len(slower)}" + (f" ({worst})" if slower else "")
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=["exact", "speed", "baselines"])
+    parser.add_argument("--only", choices=["exact", "speed", "baselines", "superset"])
     parser.add_argument("--instances", type=int)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=5)
@@ -545,6 +608,8 @@ def main() -> None:
     if args.only in (None, "baselines"):
         bench_baselines()
         bench_ablation()
+    if args.only in (None, "superset"):
+        bench_superset(args.instances or (300 if args.quick else 1000), args.seed)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@
     preview = make_preview(..., freeze=alpha_schedule(...), later=autofreeze_earliest(...))
     forecast = make_forecast(profile, cluster, pricing, ..., finished=[0, 0, 4])  # a run's
 
-One phase per distinct freeze point, each with the solver's layout unless keeping the previous
-placement is cheaper once the transition is paid; every emitted layout passes `Layout.check`,
-the check the executor applies. Same inputs give byte-identical `dumps(plan)`.
+One phase per distinct freeze point. Phase by phase (`decide_phase`, what `pipeplan run` applies
+online) each takes the solver's layout unless keeping the previous placement is cheaper once
+the transition is paid; a plan then chooses over the whole schedule among the layouts the
+searches found (`_over_the_schedule`). Every emitted layout passes `Layout.check`, the check
+the executor applies. Same inputs give byte-identical `dumps(plan)`.
 """
 
 from __future__ import annotations
