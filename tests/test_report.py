@@ -478,6 +478,25 @@ def test_the_previewed_speedup_prices_a_refitted_run_with_the_profile_it_started
     assert f"(previewed {expected:.2f}× from profile.json)" in capsys.readouterr().out
 
 
+def test_a_phase_a_resume_entered_is_previewed_afresh(tmp_path, planned):
+    """A resumed phase's state came from a checkpoint and its node caches start empty: the
+    planner prices it as a first phase (no transition, its first epoch filling the cache)."""
+    elastic_plan, static_plan = planned
+    records = planned_records(elastic_plan)
+    for n, record in enumerate(records):
+        if isinstance(record, PhaseRecord) and record.phase == 1:
+            records[n] = record.model_copy(update={"resumed": True})
+    resumed = write_run(tmp_path / "resumed", records, epochs=PREVIEW_EPOCHS)
+    static = write_planned(tmp_path / "static", static_plan)
+    alone = [elastic_plan.model_copy(update={"phases": [p]}) for p in elastic_plan.phases]
+    baseline = make_report(resumed, static).baseline
+    assert baseline is not None
+    assert baseline.run_previewed_training_s == pytest.approx(
+        sum(planner_total(plan) for plan in alone), rel=1e-6
+    )
+    assert baseline.run_previewed_training_s < planner_total(elastic_plan)  # no move priced
+
+
 def test_no_previewed_speedup_for_runs_started_from_different_profiles(
     tmp_path, planned, capsys, monkeypatch
 ):

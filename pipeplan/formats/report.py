@@ -127,7 +127,10 @@ class BaselineReport(Strict):
         "thirty-eighth round's fixes held predicted_training_s / this run's here."
     )
     previewed_unavailable: Text | None = Field(
-        None, description="Why previewed_speedup is None: what the runs' records lack."
+        None,
+        description="Why previewed_speedup is None: the runs started from different profiles, "
+        "or their records lack what pricing them needs (one epoch length, a phase priced with "
+        "profile.json).",
     )
 
 
