@@ -631,7 +631,13 @@ def report(
     if b:
         base_acc = "-" if b.final_eval_accuracy is None else f"{b.final_eval_accuracy:.1%}"
         speedup = "-" if b.measured_speedup is None else f"{b.measured_speedup:.2f}×"
-        previewed = "-" if b.previewed_speedup is None else f"{b.previewed_speedup:.2f}×"
+        # One pricing for both runs, as `preview` showed it: their profile.json, not the
+        # refit a run that recalibrated itself priced its later phases with.
+        previewed = (
+            "n/a"
+            if b.previewed_speedup is None
+            else f"{b.previewed_speedup:.2f}× from profile.json"
+        )
         say(
             Text.assemble(
                 f"speedup over {b.name}: measured ",
@@ -641,6 +647,8 @@ def report(
             ),
             out,
         )
+        if b.previewed_unavailable is not None:
+            say(f"note: no previewed speedup: {b.previewed_unavailable}")
         if b.steps != result.steps:
             say(f"note: the baseline ran {b.steps} steps, this run {result.steps}")
 

@@ -634,8 +634,7 @@ def priced_phases(plan: Plan, profile: Profile) -> list[PhasePlan]:
     previous: Layout | None = None
     for i, phase in enumerate(plan.phases):
         layout = phase.layout
-        transition = 0.0 if previous is None else model.transition_s(previous, layout)
-        choice = _phase_choice(model, shape, layout, transition, [], previous)
+        choice = priced_choice(model, shape, layout, previous)
         previous = layout
         if not choice.steady.fits:
             s, stage = max(enumerate(choice.steady.stages), key=lambda st: st[1].memory_bytes)
@@ -647,6 +646,33 @@ def priced_phases(plan: Plan, profile: Profile) -> list[PhasePlan]:
         plan_of = _phase_plan(phase.start_epoch, phase.epochs, choice)
         priced.append(plan_of.model_copy(update={"runner_ups": phase.runner_ups}))
     return priced
+
+
+def priced_choice(
+    model: CostModel, shape: TrainingShape, layout: Layout, previous: Layout | None
+) -> _Choice:
+    """`layout` priced as a phase after `previous` (None: the first, nothing to move from and
+    no cache surviving) by the planner's own rule: the transition from `previous`, then
+    `_phase_choice` (a cached phase's epochs by `CachePricing`)."""
+    transition = 0.0 if previous is None else model.transition_s(previous, layout)
+    return _phase_choice(model, shape, layout, transition, [], previous)
+
+
+def ran_phase_s(
+    model: CostModel, shape: TrainingShape, layout: Layout, previous: Layout | None, steps: int
+) -> float:
+    """The planner's price of a phase that ran `steps` steps in `layout` after `previous`, as
+    `priced_phases` prices a plan's phase (`priced_choice`): its transition, then its epochs
+    of shape.steps_per_epoch steps each, a cached phase's first filling the cache at the
+    uncached cost plus the stores, the last epoch in proportion to the steps of it that ran.
+    `pipeplan report --baseline`'s previewed speedup prices both runs' phases so.
+
+        ran_phase_s(CostModel(profile, cluster), TrainingShape(64, 256, 1), layout, None, 8)
+    """
+    choice = priced_choice(model, shape, layout, previous)
+    whole, rest = divmod(steps, shape.steps_per_epoch)
+    epochs_s = sum(choice.epoch_at(k) for k in range(whole))
+    return choice.transition_s + epochs_s + choice.epoch_at(whole) * rest / shape.steps_per_epoch
 
 
 def check_plan_prices(plan: Plan, profile: Profile, where: str) -> None:

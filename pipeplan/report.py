@@ -5,7 +5,9 @@
 time the planner predicted before the phase started with the measured one, and stage by stage
 the predicted compute, transfer, all-reduce and optimizer time with the per-rank timings the
 run recorded. With a baseline run (e.g. the same run with `--freeze none`) it adds the measured
-speedup and the speedup the two runs' own predictions previewed.
+speedup and the previewed one: both runs as they ran (their layouts, transitions and steps)
+priced by the planner from the profile they started with, as `pipeplan preview` prices a plan
+before any run (`previewed_training_s`).
 
 `write_report_plots(report, directory)` draws, per phase, the measured step above the
 planner's simulated one, and the per-epoch chart: throughput and layout, held-out loss and
@@ -26,6 +28,7 @@ import statistics
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.fileio import check_run_directory, reading_run
 from pipeplan.formats import (
@@ -36,6 +39,7 @@ from pipeplan.formats import (
     PhaseRecord,
     PhaseReport,
     PhaseSummary,
+    Profile,
     RankBreakdown,
     RankTimes,
     Report,
@@ -50,10 +54,13 @@ from pipeplan.formats import (
     steady_steps,
 )
 from pipeplan.log import held
+from pipeplan.plan import TrainingShape, ran_phase_s
 from pipeplan.runfiles import check_distinct_runs, check_run_files, trained_records
 from pipeplan.simulate import StageWork, Timeline, TimelineEvent, received_in_op, simulate
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
+# The profile a run started with, copied into its directory (`executor.planning.RUN_PROFILE`).
+RUN_PROFILE = "profile.json"
 
 
 # --------------------------------------------------------------------------- reading
@@ -113,6 +120,8 @@ class _Run:
 
     @property
     def predicted_training_s(self) -> float | None:
+        """Σ predicted_step_s × steps: each phase's own recorded prediction, priced with the
+        profile its record names (a refit once the run recalibrated itself)."""
         total = 0.0
         for p in self.phases:
             steps = len(self.phase_steps(p.phase))
@@ -124,6 +133,28 @@ class _Run:
     @property
     def final_eval_accuracy(self) -> float | None:
         return self.epochs[-1].eval_accuracy if self.epochs else None
+
+    def raw_profile(self, who: str) -> tuple[Profile, str]:
+        """The profile the run started with (profile.json) and its sha256, as the phases
+        priced with it record it (`check_priced_profiles` held the file to it)."""
+        digests = [
+            p.pricing.profile_sha256 for p in self.phases if p.pricing.profile == RUN_PROFILE
+        ]
+        if not digests:
+            raise NotPreviewed(f"no phase of {who} was priced with its {RUN_PROFILE}")
+        return load(Profile, self.dir / RUN_PROFILE), digests[0]
+
+    def steps_per_epoch(self, who: str) -> int:
+        """The steps of one of its epochs: what its epoch records, and the phases it solved
+        (`Horizon.samples`, whole global batches), say."""
+        batch = self.config.global_batch
+        lengths = {e.steps for e in self.epochs}
+        lengths |= {p.pricing.horizon.samples // batch for p in self.phases if p.pricing.horizon}
+        if len(lengths) != 1 or 0 in lengths:
+            said = ", ".join(map(str, sorted(lengths)))
+            why = f"epochs of {said} steps" if lengths else "no finished epoch to tell its length"
+            raise NotPreviewed(f"{who} has {why}: no one epoch to price")
+        return lengths.pop()
 
 
 # --------------------------------------------------------------------------- statistics
@@ -312,8 +343,58 @@ def check_comparable(run: _Run, baseline: _Run) -> None:
             )
 
 
+class NotPreviewed(Exception):
+    """Why the previewed speedup cannot be priced: the report says it in place of a number."""
+
+
+def previewed_training_s(run: _Run, profile: Profile, who: str) -> float:
+    """The planner's price of `run` as it ran, from `profile`: per phase, on the cluster it
+    ran on, its transition from the phase before and its epochs for the steps it ran
+    (`pipeplan.plan.ran_phase_s`: a cached phase's fill epoch included). A phase a resume
+    entered starts afresh: its state came from a checkpoint, and the node caches from empty."""
+    batch = run.config.global_batch
+    shape = TrainingShape(batch, run.steps_per_epoch(who) * batch, 1)
+    total, before = 0.0, None
+    for phase in run.phases:
+        cluster = phase.pricing.cluster
+        moved = before is not None and not phase.resumed and before.pricing.cluster == cluster
+        previous = before.layout if moved else None
+        steps = len(run.phase_steps(phase.phase))
+        total += ran_phase_s(CostModel(profile, cluster), shape, phase.layout, previous, steps)
+        before = phase
+    return total
+
+
+def previewed_totals(run: _Run, baseline: _Run) -> tuple[float, float]:
+    """(the baseline's, the run's) `previewed_training_s`, both from one pricing: the
+    profile.json both runs started with, what `pipeplan preview` priced before either ran. A
+    phase record's predicted_step_s is no such pricing: a run that recalibrated itself priced
+    its later phases with its refit. NotPreviewed saying why when there is none."""
+    profile, digest = run.raw_profile("this run")
+    _, theirs = baseline.raw_profile("the baseline")
+    if theirs != digest:
+        raise NotPreviewed(
+            f"the baseline started from another {RUN_PROFILE} (sha256 {theirs[:12]}…, this "
+            f"run's {digest[:12]}…): no one profile prices both"
+        )
+    try:
+        return (
+            previewed_training_s(baseline, profile, "the baseline"),
+            previewed_training_s(run, profile, "this run"),
+        )
+    except PipeplanError as exc:  # a layout its profile cannot price
+        said = str(exc) if len(str(exc)) <= 400 else str(exc)[:400] + "…"
+        raise NotPreviewed(f"the planner cannot price the runs' layouts: {said}") from None
+
+
 def baseline_report(run: _Run, baseline: _Run) -> BaselineReport:
     check_comparable(run, baseline)
+    try:
+        theirs, ours = previewed_totals(run, baseline)
+        why = None
+    except NotPreviewed as exc:
+        theirs = ours = None
+        why = str(exc)
     trained_s = sum(e.epoch_s for e in baseline.epochs)
     samples = baseline.config.global_batch * sum(e.steps for e in baseline.epochs)
     return BaselineReport(
@@ -325,7 +406,10 @@ def baseline_report(run: _Run, baseline: _Run) -> BaselineReport:
         samples_per_s=per_second(samples, trained_s),
         final_eval_accuracy=baseline.final_eval_accuracy,
         measured_speedup=ratio(baseline.training_s, run.training_s),
-        previewed_speedup=ratio(baseline.predicted_training_s, run.predicted_training_s),
+        previewed_training_s=theirs,
+        run_previewed_training_s=ours,
+        previewed_speedup=ratio(theirs, ours),
+        previewed_unavailable=why,
     )
 
 

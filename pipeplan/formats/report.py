@@ -13,6 +13,11 @@ from pipeplan.formats.plan import StagePlan
 from pipeplan.formats.run import Forecast
 
 ERROR_DESCRIPTION = "(predicted − measured) / measured, a fraction; None unless both are > 0."
+PREDICTED_TRAINING = (
+    "Σ over phases of predicted_step_s × steps (no transitions, no cache fills, no "
+    "evaluation): each phase's own prediction, priced with the profile its record names, a "
+    "refit once the run recalibrated itself; not comparable across runs (previewed_speedup is)."
+)
 
 
 # --------------------------------------------------------------------------- format
@@ -101,12 +106,31 @@ class BaselineReport(Strict):
     name: Text
     steps: NonNegInt
     training_s: NonNegFloat
-    predicted_training_s: NonNegFloat | None
+    predicted_training_s: NonNegFloat | None = Field(description=PREDICTED_TRAINING)
     samples_per_s: NonNegFloat | None = Field(description="Mean training throughput.")
     final_eval_accuracy: float | None
     measured_speedup: float | None = Field(description="Baseline training_s / this run's.")
+    previewed_training_s: NonNegFloat | None = Field(
+        None,
+        description="The baseline as it ran, priced by the planner from the profile.json both "
+        "runs started with (what `pipeplan preview` shows before any run): per phase, on the "
+        "cluster it ran on, its transition and its epochs for the steps it ran, a cached "
+        "phase's first epoch filling the cache (`pipeplan.plan.ran_phase_s`). None with "
+        "previewed_unavailable.",
+    )
+    run_previewed_training_s: NonNegFloat | None = Field(
+        None, description="This run, priced the same way from the same profile."
+    )
     previewed_speedup: float | None = Field(
-        description="Baseline predicted_training_s / this run's: both runs' own predictions."
+        description="previewed_training_s / run_previewed_training_s: one pricing for both "
+        "runs (never a refit one run recalibrated online). Reports made before the "
+        "thirty-eighth round's fixes held predicted_training_s / this run's here."
+    )
+    previewed_unavailable: Text | None = Field(
+        None,
+        description="Why previewed_speedup is None: the runs started from different profiles, "
+        "or their records lack what pricing them needs (one epoch length, a phase priced with "
+        "profile.json).",
     )
 
 
@@ -128,9 +152,7 @@ class Report(Versioned):
     epochs_completed: NonNegInt
     steps: NonNegInt
     training_s: NonNegFloat = Field(description="Σ epoch training time + Σ transitions.")
-    predicted_training_s: NonNegFloat | None = Field(
-        description="Σ over phases of predicted_step_s × steps (no transitions, no evaluation)."
-    )
+    predicted_training_s: NonNegFloat | None = Field(description=PREDICTED_TRAINING)
     final_eval_accuracy: float | None
     phases: list[PhaseReport]
     epochs: list[EpochReport]
