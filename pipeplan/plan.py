@@ -333,8 +333,8 @@ def _over_the_schedule(
     slower than its subset (the thirty-eighth round: its first phase's fastest layout, kept).
     Here every placement the searches found (each phase's best and the greedy's choices) is
     priced at every phase, cached where a cache can hit and uncached, and a shortest path over
-    the phases (the transitions and cache survival between consecutive layouts, priced as
-    `priced_phases` prices a written plan) picks the sequence. The greedy sequence is one of
+    the phases (the transitions and cache survival between consecutive layouts, priced as a
+    written plan is: `priced_choice`) picks the sequence. The greedy sequence is one of
     them: the plan is never slower, and is the greedy's unless another is faster."""
     placements = list(
         dict.fromkeys(_placement(e.layout) for e in [*(c.steady for *_, c in greedy), *found])
@@ -346,12 +346,9 @@ def _over_the_schedule(
             evaluated[layout] = model.evaluate(layout, record=False)
         return evaluated[layout]
 
-    def priced(epochs: int, layout: Layout, previous: Layout | None) -> _Choice:
-        transition = 0.0 if previous is None else model.transition_s(previous, layout)
+    def priced(layout: Layout, previous: Layout | None) -> _Choice:
         uncached = steady(layout.model_copy(update={"cached": False})) if layout.cached else None
-        return _phase_choice(
-            model, shape, layout, transition, [], previous, steady(layout), uncached
-        )
+        return priced_choice(model, shape, layout, previous, steady(layout), uncached)
 
     # Per phase, each layout's cheapest (total up to its end, the layout before it, its choice).
     paths: list[dict[Layout, tuple[float, Layout | None, _Choice]]] = []
@@ -372,7 +369,7 @@ def _over_the_schedule(
                         break
                     if cached and not cache_can_hit(epochs, previous):
                         continue
-                    choice = priced(epochs, layout, previous)
+                    choice = priced(layout, previous)
                     total = so_far + choice.total_s(epochs)
                     if layout not in now or total < now[layout][0]:
                         now[layout] = (total, previous, choice)
@@ -649,13 +646,19 @@ def priced_phases(plan: Plan, profile: Profile) -> list[PhasePlan]:
 
 
 def priced_choice(
-    model: CostModel, shape: TrainingShape, layout: Layout, previous: Layout | None
+    model: CostModel,
+    shape: TrainingShape,
+    layout: Layout,
+    previous: Layout | None,
+    steady: Evaluation | None = None,
+    uncached: Evaluation | None = None,
 ) -> _Choice:
     """`layout` priced as a phase after `previous` (None: the first, nothing to move from and
     no cache surviving) by the planner's own rule: the transition from `previous`, then
-    `_phase_choice` (a cached phase's epochs by `CachePricing`)."""
+    `_phase_choice` (a cached phase's epochs by `CachePricing`; `steady`, `uncached`: its
+    evaluations when the caller has them)."""
     transition = 0.0 if previous is None else model.transition_s(previous, layout)
-    return _phase_choice(model, shape, layout, transition, [], previous)
+    return _phase_choice(model, shape, layout, transition, [], previous, steady, uncached)
 
 
 def ran_phase_s(
