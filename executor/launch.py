@@ -1201,7 +1201,10 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         early = ended_early(logs, set(range(cfg.nproc)) - set(exc.failures))
         timeout = cfg.collective_timeout_s
         rank, why = faults.verdict(exc.failures, timeout, stops.pids, early, watch.ended)
-        line = failure_line(rank, why, run_dir, cfg, old_records)
+        # A rank a tracer (gdb) holds dead is let go unreaped (`StoppedRanks`): said, as the
+        # process left behind, its debugger's to reap (the thirty-eighth round: the run never
+        # ended).
+        line = failure_line(rank, why + watch.unreaped(), run_dir, cfg, old_records)
         raise RankFailedError(line, rank) from None
     except SignalException as exc:  # the agent has stopped every rank by now
         if exc.sigval == signal.SIGINT:
