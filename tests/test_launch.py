@@ -351,6 +351,53 @@ def test_a_torchrun_rank_whose_code_calls_os_exit_0_is_named(tmp_path):
     assert ours == ["pipeplan: error: rank 1: exited with code 0 before the run ended"], ours
 
 
+# A rank's line for its data module's exit callback that called `os._exit(3)`.
+EXITED = "the exit callback __main__.bye exited with code 3"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "trains, code, said",
+    [
+        # trained: its exit 0 kept, the callback's exit one warning line
+        ("None", 0, [f"pipeplan: rank 1: WARNING: {EXITED}"]),
+        # failed: its failure kept; the callbacks never run (no line of theirs)
+        ("[][1]", 1, ["pipeplan: error: rank 1: IndexError: list index out of range"]),
+    ],
+)
+def test_a_ranks_exit_callback_that_exits_never_sets_its_exit_code(tmp_path, trains, code, said):
+    """Found by the thirty-eighth round: a rank runs atexit's callbacks itself as it ends
+    (`launch.exit_without_teardown`), and a data module's callback that called `os._exit(3)`
+    there turned a rank that had trained into a failure, exit 3, past its own flush. A
+    callback that exits is now one that raises, as in the launcher (`cli._run_exit_callbacks`):
+    one warning line (into the rank's log under `pipeplan run`), the rank's exit code its
+    own. A failed rank exits without running them: `os._exit(0)` there cannot make it a
+    success. The rank as torchrun runs it, its training replaced; a subprocess, as the callback
+    ends the process."""
+    script = (
+        "import atexit, os\n"
+        "from executor import launch\n"
+        "def bye():\n"
+        f"    os._exit({3 if code == 0 else 0})\n"
+        "atexit.register(bye)\n"
+        f"launch.train_rank = lambda run_dir, resume, console: {trains}\n"
+        f"launch.main([{str(tmp_path)!r}])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPEPLAN_", "TORCHELASTIC"))}
+    env.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    ours = [line for line in done.stderr.splitlines() if line.startswith("pipeplan: ")]
+    assert (done.returncode, ours) == (code, said), done.stderr[-3000:]
+
+
 def catches(pid: int, signum: int) -> bool:
     """Whether process `pid` has a handler for `signum` (Linux: SigCgt in /proc/PID/status)."""
     try:
@@ -652,16 +699,18 @@ def test_the_launcher_kills_a_rank_stopped_the_timeout_and_wakes_those_the_agent
             rank.wait(timeout=10)
 
 
-# A debugger's hold on a process (gdb -p PID): PTRACE_ATTACH, which stops it (state t), and
-# then nothing, for an hour: it never resumes it, nor reaps it once it is killed. Prints
-# "attached", or "refused: …" and exits 3.
+# A debugger's hold on a process (gdb -p PID): PTRACE_ATTACH, which stops it (state t), a
+# wait for that stop, and then nothing, for an hour: it never resumes it, nor reaps it once
+# it is killed. Prints "attached" once it is stopped, or "refused: …" and exits 3.
 TRACER = """import ctypes, os, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 libc.ptrace.argtypes = (ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p)
 libc.ptrace.restype = ctypes.c_long
-if libc.ptrace(16, int(sys.argv[1]), None, None) != 0:  # PTRACE_ATTACH
+pid = int(sys.argv[1])
+if libc.ptrace(16, pid, None, None) != 0:  # PTRACE_ATTACH
     print("refused:", os.strerror(ctypes.get_errno()), flush=True)
     sys.exit(3)
+os.waitpid(pid, 0x40000000)  # __WALL: its stop
 print("attached", flush=True)
 time.sleep(3600)
 """
