@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import _thread
-import atexit
 import contextlib
 import json
 import logging
@@ -36,8 +35,9 @@ from pipeplan.errors import (
     memory_failure,
     quoted,
 )
+from pipeplan.exits import run_exit_callbacks
 from pipeplan.formats import RunConfig
-from pipeplan.formats.base import MAX_EPOCHS, Needs, one_line, printable, spaced
+from pipeplan.formats.base import MAX_EPOCHS, Needs, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
 from pipeplan.options import SettingsFromFile, build, checked, options
 
@@ -1055,34 +1055,16 @@ def entry() -> None:
 
 
 def _run_exit_callbacks(code: int) -> None:
-    """atexit's callbacks, run now (`entry` skips the interpreter's teardown); one that raises
-    is one warning line after a command that succeeded, and nothing after a failed one (its
-    error line stays its last). Found by the thirty-seventh round: a data module's callback
-    that raised printed Python's "Exception ignored in atexit callback: <function …>" and its
-    traceback, nine lines after a successful run's. `--debug` keeps Python's traceback."""
-
-    def said(unraisable: Any) -> None:
-        if _debug["on"] or not (unraisable.err_msg or "").endswith("in atexit callback"):
-            sys.__unraisablehook__(unraisable)
-            return
-        if code != 0:
-            return
-        func, exc = unraisable.object, unraisable.exc_value
-        name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', func)}"
-        try:
-            text = " ".join(one_line(str(exc)).split())
-        except Exception:  # its __str__ raised: the type names it
-            text = ""
-        why = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-        logging.getLogger("pipeplan.cli").warning(
-            "the exit callback %s raised %s", one_line(name), one_line(why)
-        )
-
-    sys.unraisablehook = said
-    try:
-        atexit._run_exitfuncs()
-    finally:
-        sys.unraisablehook = sys.__unraisablehook__
+    """atexit's callbacks, run now (`entry` skips the interpreter's teardown), none of which
+    sets the command's exit status (`exits.run_exit_callbacks`): one that raises or exits
+    (`os._exit(3)`, `sys.exit(3)`) is one warning line after a command that succeeded, and
+    nothing after a failed one (its error line stays its last). Found by the thirty-seventh
+    round: a data module's callback that raised printed Python's "Exception ignored in
+    atexit callback: <function …>" and its traceback, nine lines after a successful run's;
+    by the thirty-eighth, one that called `os._exit(3)` ended `pipeplan run` with status 3.
+    `--debug` keeps Python's traceback."""
+    warn = logging.getLogger("pipeplan.cli").warning
+    run_exit_callbacks((lambda line: warn("%s", line)) if code == 0 else None, _debug["on"])
 
 
 if __name__ == "__main__":

@@ -32,14 +32,13 @@ import site
 import sys
 import sysconfig
 import tempfile
-import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -54,6 +53,7 @@ from pipeplan.errors import (
     Stopped,
     quoted,
 )
+from pipeplan.exits import exits_raised
 from pipeplan.formats.base import MAX_SAMPLES, one_line
 from pipeplan.log import write_line
 
@@ -762,34 +762,6 @@ def _user_code() -> Iterator[None]:
         raise
     except BaseException as exc:  # GeneratorExit, a user `class E(BaseException)`
         raise UserBaseException(exc) from exc
-
-
-@contextlib.contextmanager
-def exits_raised() -> Iterator[None]:
-    """`os._exit(code)` called by the user's data code in this process raises SystemExit,
-    which the caller names: `_contained` in the launcher ("the data function exited (code
-    0)"), a rank's report ("exited with code 0 before the run ended"). It ended `pipeplan run`
-    with status 0 and no line, nothing trained (the thirty-first round), and a torchrun rank
-    in silence while its peer was named for the connection it lost. A process the code forks
-    (multiprocessing, a DataLoader's workers) still exits with it, as its own end does.
-
-        with exits_raised():
-            os._exit(0)   # SystemExit(0)
-    """
-    real, here, thread = os._exit, os.getpid(), threading.get_ident()
-
-    def exit_raised(code: int) -> NoReturn:
-        # A child ends, never running on in our code; another thread (pipeplan's own stop
-        # of a hung import, `cli._deliver_after_imports`) ends the process as it asked.
-        if os.getpid() != here or threading.get_ident() != thread:
-            real(code)
-        raise SystemExit(code)
-
-    os._exit = exit_raised
-    try:
-        yield
-    finally:
-        os._exit = real
 
 
 def _sigint_raises_keyboard_interrupt() -> bool:

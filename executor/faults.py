@@ -33,9 +33,11 @@ rank the launcher found stopped (SIGSTOP) for the collective timeout and killed
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -364,6 +366,11 @@ STOPPED_STATES = ("T", "t")
 # run: once the ranks train, their own timeouts name a stopped peer first (a heartbeat's look
 # is a second or two late), and their logs say where each waited for it.
 STOPPED_GRACE_S = 5.0
+# Seconds a rank may stay dead but unreaped (a zombie) before the launcher lets it go: one a
+# tracer holds (gdb, strace: ptrace) is reaped by its tracer alone, and the agent waited for
+# it until the debugger let go, the run ended and killed but `pipeplan run` never ending
+# (the thirty-eighth round). Any other dead rank is reaped within the agent's next look.
+REAP_S = 3.0
 
 
 def signal_pending(pid: int) -> bool:
@@ -375,6 +382,43 @@ def signal_pending(pid: int) -> bool:
         return any(int(mask, 16) for mask in masks)
     except (OSError, IndexError, ValueError):
         return False
+
+
+def tracer_of(pid: int) -> int:
+    """The pid of the process that traces (ptrace: gdb, strace) process `pid`
+    (/proc/PID/status: TracerPid), 0 where none does or it cannot be told."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0
+
+
+def zombie_exitcode(pid: int) -> int:
+    """The exit code, as `subprocess.Popen.returncode` gives it (-9: killed by SIGKILL), of
+    process `pid`, dead but not reaped (/proc/PID/stat's last field, exit_code, the status
+    waitpid would give); -SIGKILL where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            status = int(stat.read().rsplit(")", 1)[1].split()[49])
+        return os.waitstatus_to_exitcode(status)
+    except (OSError, IndexError, ValueError):
+        return -signal.SIGKILL
+
+
+def let_go(pid: int, exitcode: int) -> bool:
+    """Mark this process's child `pid` ended with `exitcode` in its `subprocess.Popen` (torch's
+    agent's, reached through the garbage collector: the agent keeps it to itself), which then
+    stops waiting for it: its `poll()` and timed `wait()` return the code. For a dead child
+    that cannot be reaped (a tracer holds it); False where no Popen of it waits."""
+    for obj in gc.get_objects():
+        if isinstance(obj, subprocess.Popen) and obj.pid == pid and obj.returncode is None:
+            obj.returncode = exitcode
+            return True
+    return False
 
 
 def child_state(pid: int, parent: int) -> str | None:
@@ -389,6 +433,15 @@ def child_state(pid: int, parent: int) -> str | None:
         return None
 
 
+def held_line(rank: int, pid: int, tracer: int) -> str:
+    """`held_line(1, 5252, 5301)` → "rank 1 (pid 5252) is held by a tracer (pid 5301) and
+    could not be reaped"; without a tracer (it let go meanwhile) "… ended but could not be
+    reaped"."""
+    if tracer:
+        return f"rank {rank} (pid {pid}) is held by a tracer (pid {tracer}) and could not be reaped"
+    return f"rank {rank} (pid {pid}) ended but could not be reaped"
+
+
 class StoppedRanks(threading.Thread):
     """The launcher's watch over its ranks (Linux: /proc; elsewhere it sees none and does
     nothing): a rank stopped (state T: SIGSTOP, or a tracer's t) without a break for longer
@@ -400,11 +453,15 @@ class StoppedRanks(threading.Thread):
     this process, set before they start) and RANK, looked for until `world` are found.
     `wake(pid)` wakes (SIGCONT) a rank the agent stops (`AgentStops`), once its signal is
     pending: a stopped process cannot act on the agent's SIGTERM, and the agent waited 30 s
-    before its SIGKILL.
+    before its SIGKILL; one a tracer holds stopped no SIGCONT wakes, and it is killed instead.
+    A rank dead but unreaped for REAP_S (a tracer holds it: only the tracer can reap it) is
+    let go (`let_go`), so that the agent ends the run anyway, and listed in `held`, named
+    with its tracer (`unreaped`).
 
         with StoppedRanks(2, 600, "PIPEPLAN_LAUNCHER_PID") as watch, AgentStops(watch.wake):
             elastic_launch(...)(...)
         watch.ended   # {1}: stopped for 600 s
+        watch.held    # {1: (5252, 5301)}: its pid, and its tracer's
     """
 
     def __init__(self, world: int, timeout_s: float, marker: str) -> None:
@@ -413,6 +470,7 @@ class StoppedRanks(threading.Thread):
         self.launcher = os.getpid()
         self.pids: dict[int, int] = {}  # rank → pid, as found
         self.ended: set[int] = set()  # the ranks killed for being stopped
+        self.held: dict[int, tuple[int, int]] = {}  # rank → (pid, tracer): dead, not reaped
         self._waking: set[int] = set()  # the pids the agent is stopping, to wake
         self._done = threading.Event()
         self._poke = threading.Event()  # look now: done, or a rank to wake
@@ -428,6 +486,7 @@ class StoppedRanks(threading.Thread):
 
     def run(self) -> None:
         since: dict[int, float] = {}  # rank → when it was first seen stopped, without a break
+        dead: dict[int, float] = {}  # rank → when it was first seen dead and not reaped
         last = time.monotonic()
         while not self._done.is_set():
             self._poke.wait(WAKE_S if self._waking else WATCH_S)
@@ -437,12 +496,17 @@ class StoppedRanks(threading.Thread):
             now = time.monotonic()
             if now - last > WATCH_GAP * WATCH_S:
                 since.clear()
+                dead.clear()
             last = now
             self._wake_signalled()
             if len(self.pids) < self.world:
                 self._find()
             for rank, pid in self.pids.items():
-                if rank in self.ended or child_state(pid, self.launcher) not in STOPPED_STATES:
+                state = child_state(pid, self.launcher)
+                held = state == "Z" and rank not in self.held
+                if held and now - dead.setdefault(rank, now) > REAP_S:
+                    self._let_go(rank, pid)
+                if rank in self.ended or state not in STOPPED_STATES:
                     since.pop(rank, None)
                 elif now - since.setdefault(rank, now) > self.timeout_s + STOPPED_GRACE_S:
                     self._end(rank, pid)
@@ -476,6 +540,20 @@ class StoppedRanks(threading.Thread):
         self.ended.add(rank)
         self._signal(pid, signal.SIGKILL)
 
+    def _let_go(self, rank: int, pid: int) -> None:
+        """Rank `rank`, dead for REAP_S and still not reaped: its tracer holds it (the agent's
+        wait for it ended only when the debugger let go). Said, listed in `held`, and let go
+        with the code it died of: the agent ends the run. The zombie is the tracer's to reap."""
+        tracer = tracer_of(pid)
+        self.held[rank] = (pid, tracer)
+        log.warning("%s", held_line(rank, pid, tracer))
+        let_go(pid, zombie_exitcode(pid))
+
+    def unreaped(self) -> str:
+        """What the run's line adds for the ranks let go unreaped (`held`), "" for none:
+        "; rank 1 (pid 5252) is held by a tracer (pid 5301) and could not be reaped"."""
+        return "".join(f"; {held_line(rank, *self.held[rank])}" for rank in sorted(self.held))
+
     def wake(self, pid: int) -> None:
         """Wake (SIGCONT, its process group with it) rank `pid`, which the agent is stopping,
         once the agent's signal is pending (it says so just before it sends it): a stopped
@@ -487,12 +565,14 @@ class StoppedRanks(threading.Thread):
 
     def _wake_signalled(self) -> None:
         """SIGCONT to each rank to wake that has its signal pending now; the others (gone, or
-        running: the signal acts) are not woken."""
+        running: the signal acts) are not woken. A rank a tracer holds stopped (gdb) is not
+        woken by SIGCONT, only by its tracer: SIGKILL, which acts on it (the agent's SIGTERM
+        waited 30 s for its own SIGKILL, and then the tracer for its reaping: `_let_go`)."""
         for pid in list(self._waking):
             if child_state(pid, self.launcher) not in STOPPED_STATES:
                 self._waking.discard(pid)
             elif signal_pending(pid):
-                self._signal(pid, signal.SIGCONT)
+                self._signal(pid, signal.SIGKILL if tracer_of(pid) else signal.SIGCONT)
                 self._waking.discard(pid)
 
     def _signal(self, pid: int, signum: int) -> None:

@@ -153,7 +153,6 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _stopped_as_it_starts)  # until `main` puts the default back
 
 import argparse
-import atexit
 import contextlib
 import logging
 import re
@@ -190,7 +189,6 @@ from executor.checkpoint import (
     read_manifest,
     remove_partial,
 )
-from executor.data import exits_raised
 from executor.history import check_manifest_records, check_older_manifests
 from executor.planning import (
     RUN_PLAN,
@@ -235,6 +233,7 @@ from pipeplan.errors import (
     Stopped,
     quoted,
 )
+from pipeplan.exits import exits_raised, run_exit_callbacks
 from pipeplan.fileio import (
     check_not_stdout,
     check_writable,
@@ -813,7 +812,7 @@ def main(argv: list[str] | None = None) -> None:
         # No interpreter teardown: a process group broken by a dead peer can hang it.
         os._exit(code)
     errorfile.release()  # trained: the report's room is given back
-    exit_without_teardown(0, console)
+    exit_without_teardown(0, console, rank, args.debug)
 
 
 def refuse_entry(exc: PipeplanError, rank: int, console: TextIO) -> NoReturn:
@@ -830,12 +829,21 @@ def refuse_entry(exc: PipeplanError, rank: int, console: TextIO) -> NoReturn:
     sys.exit(2)
 
 
-def exit_without_teardown(code: int, console: TextIO) -> None:
-    """Exit once atexit's callbacks (logging's flush among them) have run, skipping the
-    interpreter's teardown: with torch and transformers loaded, freeing every module costs a
-    rank 1-2 s of CPU at the end of every run, and nothing of ours needs it (the records and
-    logs are closed, the process group destroyed)."""
-    atexit._run_exitfuncs()
+def exit_without_teardown(code: int, console: TextIO, rank: int, debug: bool = False) -> None:
+    """Rank `rank` exits with `code` once atexit's callbacks (logging's flush among them) have
+    run, skipping the interpreter's teardown: with torch and transformers loaded, freeing
+    every module costs a rank 1-2 s of CPU at the end of every run, and nothing of ours needs
+    it (the records and logs are closed, the process group destroyed). A callback of the
+    user's data code that raises or exits (`os._exit(3)`) is one warning line into the rank's
+    output (its log under `pipeplan run`), as the launcher's own is (`cli._run_exit_callbacks`),
+    never the rank's exit code: it turned a rank that had trained into a failure (the
+    thirty-eighth round). A failed rank exits without the callbacks (`main`): none turns its
+    failure into a success."""
+
+    def say(line: str) -> None:
+        pipeplan_log.write_line(f"pipeplan: rank {rank}: WARNING: {line}")
+
+    run_exit_callbacks(say, traced=debug)
     for stream in (sys.stdout, sys.stderr, console):
         stream.flush()
     os._exit(code)
@@ -1201,7 +1209,10 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
         early = ended_early(logs, set(range(cfg.nproc)) - set(exc.failures))
         timeout = cfg.collective_timeout_s
         rank, why = faults.verdict(exc.failures, timeout, stops.pids, early, watch.ended)
-        line = failure_line(rank, why, run_dir, cfg, old_records)
+        # A rank a tracer (gdb) holds dead is let go unreaped (`StoppedRanks`): said, as the
+        # process left behind, its debugger's to reap (the thirty-eighth round: the run never
+        # ended).
+        line = failure_line(rank, why + watch.unreaped(), run_dir, cfg, old_records)
         raise RankFailedError(line, rank) from None
     except SignalException as exc:  # the agent has stopped every rank by now
         if exc.sigval == signal.SIGINT:

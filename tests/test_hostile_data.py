@@ -3663,6 +3663,43 @@ def test_a_data_modules_exit_callback_that_raises_is_one_warning_line(tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["rt37_atexit"]
 
 
+@pytest.mark.timeout(120)
+def test_a_data_modules_exit_callback_that_exits_is_one_warning_line(tmp_path):
+    """Found by the thirty-eighth round: a data module's `atexit` callback that called
+    `os._exit(3)` ended `pipeplan run` with status 3 (pipeplan runs atexit's callbacks
+    itself, `cli._run_exit_callbacks`), skipping what pipeplan still had to flush. A callback
+    that exits (`os._exit`, `sys.exit`) is now one that raises: pipeplan keeps its own exit
+    status and says it in one warning line after a command that succeeded (nothing after one
+    that failed, as for a callback that raised, above); the callbacks registered before it
+    still run. In a subprocess: atexit's callbacks run as the process ends."""
+    at_import = (
+        "import atexit, sys\n"
+        "def bye():\n    os._exit(3)\n"
+        "def leave():\n    sys.exit(4)\n"
+        "def last():\n    open(os.path.join(HERE, 'ran'), 'w').close()"
+    )
+    register = "atexit.register(last); atexit.register(leave); atexit.register(bye)"
+    code = dict(at_import=at_import, in_load=register, in_item="")
+    (tmp_path / "rt38_exit.py").write_text(MOVING_MODULE.format(**code))
+    root = Path(cli.__file__).resolve().parent
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", "rt38_exit:load"]
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *argv, "--nproc", "1", "--name", "rt38_exit"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True,
+        timeout=100, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr.splitlines()) == (
+        0,
+        [
+            "pipeplan: WARNING: the exit callback rt38_exit.bye exited with code 3",
+            "pipeplan: WARNING: the exit callback rt38_exit.leave exited with code 4",
+        ],
+    ), done.stderr
+    assert (tmp_path / "ran").exists()  # the first registered, run last
+    assert (tmp_path / "runs" / "rt38_exit" / "run.json").exists()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("slashed", ["./mod.py/", "./mod.py/.", "mod.py//"])
 def test_a_data_module_file_named_with_a_trailing_slash_is_refused(

@@ -351,6 +351,53 @@ def test_a_torchrun_rank_whose_code_calls_os_exit_0_is_named(tmp_path):
     assert ours == ["pipeplan: error: rank 1: exited with code 0 before the run ended"], ours
 
 
+# A rank's line for its data module's exit callback that called `os._exit(3)`.
+EXITED = "the exit callback __main__.bye exited with code 3"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "trains, code, said",
+    [
+        # trained: its exit 0 kept, the callback's exit one warning line
+        ("None", 0, [f"pipeplan: rank 1: WARNING: {EXITED}"]),
+        # failed: its failure kept; the callbacks never run (no line of theirs)
+        ("[][1]", 1, ["pipeplan: error: rank 1: IndexError: list index out of range"]),
+    ],
+)
+def test_a_ranks_exit_callback_that_exits_never_sets_its_exit_code(tmp_path, trains, code, said):
+    """Found by the thirty-eighth round: a rank runs atexit's callbacks itself as it ends
+    (`launch.exit_without_teardown`), and a data module's callback that called `os._exit(3)`
+    there turned a rank that had trained into a failure, exit 3, past its own flush. A
+    callback that exits is now one that raises, as in the launcher (`cli._run_exit_callbacks`):
+    one warning line (into the rank's log under `pipeplan run`), the rank's exit code its
+    own. A failed rank exits without running them: `os._exit(0)` there cannot make it a
+    success. The rank as torchrun runs it, its training replaced; a subprocess, as the callback
+    ends the process."""
+    script = (
+        "import atexit, os\n"
+        "from executor import launch\n"
+        "def bye():\n"
+        f"    os._exit({3 if code == 0 else 0})\n"
+        "atexit.register(bye)\n"
+        f"launch.train_rank = lambda run_dir, resume, console: {trains}\n"
+        f"launch.main([{str(tmp_path)!r}])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPEPLAN_", "TORCHELASTIC"))}
+    env.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    ours = [line for line in done.stderr.splitlines() if line.startswith("pipeplan: ")]
+    assert (done.returncode, ours) == (code, said), done.stderr[-3000:]
+
+
 def catches(pid: int, signum: int) -> bool:
     """Whether process `pid` has a handler for `signum` (Linux: SigCgt in /proc/PID/status)."""
     try:
@@ -650,6 +697,154 @@ def test_the_launcher_kills_a_rank_stopped_the_timeout_and_wakes_those_the_agent
         for rank in ranks:
             rank.kill()
             rank.wait(timeout=10)
+
+
+# A debugger's hold on a process (gdb -p PID): PTRACE_ATTACH, which stops it (state t), a
+# wait for that stop, and then nothing, for an hour: it never resumes it, nor reaps it once
+# it is killed. Prints "attached" once it is stopped, or "refused: …" and exits 3.
+TRACER = """import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = (ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p)
+libc.ptrace.restype = ctypes.c_long
+pid = int(sys.argv[1])
+if libc.ptrace(16, pid, None, None) != 0:  # PTRACE_ATTACH
+    print("refused:", os.strerror(ctypes.get_errno()), flush=True)
+    sys.exit(3)
+os.waitpid(pid, 0x40000000)  # __WALL: its stop
+print("attached", flush=True)
+time.sleep(3600)
+"""
+
+
+def attach_tracer(pid: int) -> subprocess.Popen:
+    """A debugger's hold (TRACER) on process `pid`, once it has taken it; pytest.skip, with
+    the reason, where this machine does not let a process trace another (Yama's
+    ptrace_scope, a container's seccomp)."""
+    tracer = subprocess.Popen(
+        [sys.executable, "-c", TRACER, str(pid)], stdout=subprocess.PIPE, text=True
+    )
+    said = tracer.stdout.readline().strip()
+    if said == "attached":
+        return tracer
+    tracer.wait(timeout=10)
+    try:
+        scope = Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip()
+    except OSError:
+        scope = "absent"
+    pytest.skip(f"ptrace refused here ({said or 'no answer'}; yama ptrace_scope: {scope})")
+
+
+def end_tracer(tracer: subprocess.Popen) -> None:
+    """The debugger lets go (it dies): a zombie it held goes back to its parent, or init."""
+    tracer.kill()
+    tracer.wait(timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_the_launcher_lets_go_of_a_rank_a_tracer_holds_dead(monkeypatch):
+    """Found by the thirty-eighth round: a rank held by a debugger (gdb -p: ptrace) was killed
+    on time, the collective timeout after it stopped, but a killed process that is traced
+    stays a zombie only its tracer can reap, and the agent waited for it until the debugger
+    let go: `pipeplan run` never ended. The watch (`faults.StoppedRanks`) now lets go of a rank
+    dead and unreaped for REAP_S: its Popen says the code it died of (the agent's `poll()`
+    and timed `wait()` return), and `held` and `unreaped()` name it with its tracer. A rank a
+    tracer holds stopped that the agent stops is killed, not woken: SIGCONT cannot resume
+    it, and the agent waited 30 s before its own SIGKILL. Two `sleep` children stand for the
+    ranks, as in the test above."""
+    import logging
+
+    marker = "PIPEPLAN_LAUNCHER_PID"
+    env = {**os.environ, marker: str(os.getpid())}
+    ranks = [
+        subprocess.Popen(["sleep", "60"], env={**env, "RANK": str(rank)}, start_new_session=True)
+        for rank in (0, 1)
+    ]
+    tracers = []
+    try:
+        monkeypatch.setattr(faults, "STOPPED_GRACE_S", 0.0)
+        monkeypatch.setattr(faults, "REAP_S", 0.5)
+        with faults.StoppedRanks(2, 1.0, marker) as watch:
+            tracers.append(attach_tracer(ranks[1].pid))
+            started = time.monotonic()
+            # rank 1: stopped by its tracer for the timeout, killed, then let go unreaped
+            assert ranks[1].wait(timeout=10) == -signal.SIGKILL
+            assert time.monotonic() - started < 1.0 + 0.5 + 3  # the timeout, REAP_S, looks
+            assert process_state(ranks[1].pid) == "Z"  # the tracer's to reap
+            assert watch.ended == {1} and watch.held == {1: (ranks[1].pid, tracers[0].pid)}
+            # rank 0: stopped by its tracer as the agent stops it (well within the timeout)
+            tracers.insert(0, attach_tracer(ranks[0].pid))
+            with faults.AgentStops(watch.wake):
+                logging.getLogger(faults.AGENT_LOGGER).warning(
+                    faults.AGENT_STOPS, ranks[0].pid, "SIGTERM"
+                )
+                os.killpg(ranks[0].pid, signal.SIGTERM)
+            assert ranks[0].wait(timeout=10) == -signal.SIGKILL
+            assert watch.ended == {1} and set(watch.held) == {0, 1}
+        assert watch.unreaped() == "".join(
+            f"; rank {rank} (pid {ranks[rank].pid}) is held by a tracer "
+            f"(pid {tracers[rank].pid}) and could not be reaped"
+            for rank in (0, 1)
+        )
+    finally:
+        for tracer in tracers:
+            end_tracer(tracer)
+        for rank in ranks:
+            rank.kill()
+
+
+# A `sitecustomize` module on the ranks' path: rank 1 of `pipeplan run` writes its pid into
+# PIPEPLAN_TEST_PAUSED as its interpreter starts, then sleeps there (for a debugger to take).
+SLEEP_AS_IT_STARTS = """import os, time
+if os.environ.get("RANK") == "1" and os.environ.get("PIPEPLAN_LAUNCHER_PID"):
+    with open(os.environ["PIPEPLAN_TEST_PAUSED"] + ".tmp", "w") as pid:
+        pid.write(str(os.getpid()))
+    os.rename(os.environ["PIPEPLAN_TEST_PAUSED"] + ".tmp", os.environ["PIPEPLAN_TEST_PAUSED"])
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.long  # a run's start; the watch's own test above, in the default run
+@pytest.mark.timeout(200)
+def test_a_run_whose_rank_a_debugger_holds_ends_and_names_it(tmp_path):
+    """Found by the thirty-eighth round: `gdb -p` on a rank of `pipeplan run` (here its
+    ptrace attach alone, from a helper process) stopped it; the launcher killed it on time
+    (the collective timeout of 3 s and its grace of 5 s), but the agent then waited for the
+    traced zombie until the debugger let go: the run never ended (cut by `timeout` at 60 s).
+    It now ends within REAP_S of the kill, exit 2, in one line that names the rank and the
+    tracer that holds it; no rank of ours is left running."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SLEEP_AS_IT_STARTS)
+    paused = tmp_path / "paused"
+    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{hook}", "PIPEPLAN_TEST_PAUSED": str(paused)}
+    run = start_run(tmp_path, "--collective-timeout", "3", **env)
+    tracer = None
+    try:
+        wait_for(paused, run)
+        rank1 = int(paused.read_text())
+        tracer = attach_tracer(rank1)
+        held = time.monotonic()
+        one_line(
+            run,
+            2,
+            r"pipeplan: error: training failed on rank 1 before the first step: no response "
+            r"within the collective timeout of 3 s \(stopped or hung\); "
+            rf"rank 1 \(pid {rank1}\) is held by a tracer \(pid {tracer.pid}\) and could not "
+            r"be reaped" + LOGS + NO_CHECKPOINT,
+            timeout=60,
+        )
+        # the timeout and the grace, REAP_S, the launcher's looks (every 0.5 s), a margin
+        assert time.monotonic() - held < 3 + 5 + 3 + 12
+        assert no_rank_left(tmp_path)  # rank 1 a zombie: not a process that runs
+    finally:
+        if run.poll() is None:  # the old code: the launcher waiting for the tracer
+            run.kill()
+            run.wait(timeout=30)
+        if tracer is not None:
+            end_tracer(tracer)
+        for pid in rank_processes(tmp_path / "k").values():
+            os.kill(pid, signal.SIGKILL)
 
 
 def one_sided_ranks(world: int, timeout_s: float) -> tuple:

@@ -1,0 +1,100 @@
+"""How a pipeplan process ends around the user's code: an `os._exit` the user's code calls
+while pipeplan runs it raises SystemExit instead (`exits_raised`), and atexit's callbacks,
+which pipeplan runs itself before it exits without the interpreter's teardown, never set the
+process's exit status (`run_exit_callbacks`). Light (the standard library and pipeplan's
+formats): the `pipeplan` command runs the callbacks at every end.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+from pipeplan.formats.base import one_line
+
+
+@contextlib.contextmanager
+def exits_raised() -> Iterator[None]:
+    """`os._exit(code)` called by the user's data code in this process raises SystemExit,
+    which the caller names: `_contained` in the launcher ("the data function exited (code
+    0)"), a rank's report ("exited with code 0 before the run ended"), an exit callback's
+    line (`run_exit_callbacks`). It ended `pipeplan run` with status 0 and no line, nothing
+    trained (the thirty-first round), and a torchrun rank in silence while its peer was named
+    for the connection it lost. A process the code forks (multiprocessing, a DataLoader's
+    workers) still exits with it, as its own end does.
+
+        with exits_raised():
+            os._exit(0)   # SystemExit(0)
+    """
+    real, here, thread = os._exit, os.getpid(), threading.get_ident()
+
+    def exit_raised(code: int) -> NoReturn:
+        # A child ends, never running on in our code; another thread (pipeplan's own stop
+        # of a hung import, `cli._deliver_after_imports`) ends the process as it asked.
+        if os.getpid() != here or threading.get_ident() != thread:
+            real(code)
+        raise SystemExit(code)
+
+    os._exit = exit_raised
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
+def run_exit_callbacks(say: Callable[[str], None] | None, traced: bool = False) -> None:
+    """atexit's callbacks, run now (the process then exits without the interpreter's teardown,
+    with the status pipeplan chose). Each callback's end is its own: one that raises, or that
+    ends the process (`os._exit(3)`, `sys.exit(3)`: SystemExit here, `exits_raised`), is
+    one line given to `say` (`callback_line`), or nothing where `say` is None (a command that
+    failed: its error line stays its last); the callbacks after it still run. `traced`:
+    Python's own report of each instead, its traceback (--debug).
+
+        run_exit_callbacks(log.warning)   # "the exit callback m.bye exited with code 3"
+
+    Found by the thirty-seventh round: a data module's callback that raised printed Python's
+    "Exception ignored in atexit callback: <function …>" and its traceback, nine lines after
+    a successful run's. Found by the thirty-eighth: one that called `os._exit(3)` ended
+    `pipeplan run` (and a rank that had trained) with status 3, past pipeplan's own flush."""
+    before = sys.unraisablehook
+
+    def said(unraisable: Any) -> None:
+        if traced or not (unraisable.err_msg or "").endswith("in atexit callback"):
+            sys.__unraisablehook__(unraisable)
+        elif say is not None:
+            say(callback_line(unraisable.object, unraisable.exc_value))
+
+    sys.unraisablehook = said
+    try:
+        with exits_raised():
+            atexit._run_exitfuncs()
+    finally:
+        sys.unraisablehook = before
+
+
+def callback_line(func: object, exc: BaseException | None) -> str:
+    """`callback_line(m.bye, SystemExit(3))` → "the exit callback m.bye exited with code 3":
+    what exit callback `func`, ended by `exc`, did; "… m.boom raised RuntimeError: x" for
+    one that raised."""
+    name = one_line(f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', func)}")
+    if isinstance(exc, SystemExit):
+        code = 0 if exc.code is None else exc.code
+        if isinstance(code, int):
+            return f"the exit callback {name} exited with code {code}"
+        return f"the exit callback {name} exited: {_text(code)}"
+    text = _text(exc)
+    why = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return f"the exit callback {name} raised {why}"
+
+
+def _text(value: object) -> str:
+    """`value`'s text on one line, its runs of spaces one; "" where its __str__ raised."""
+    try:
+        return " ".join(one_line(str(value)).split())
+    except Exception:  # its __str__ raised: the caller names its type
+        return ""
