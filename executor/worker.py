@@ -888,7 +888,7 @@ class Trainer:
         caches an older prefix, its stage-0 ranks split the cached rows and run only the newly
         frozen layers on them; a node without a stage 0 in a cached layout drops its cache.
         Nothing is computed from the inputs here: stage 0 fills the cache as it trains
-        (`stage0_input`). Every rank passes the same two barriers whatever its node does."""
+        (`stage0_batch`). Every rank passes the same two barriers whatever its node does."""
         if not self.use_cache:
             return
         if self.node_cache is None:
@@ -976,8 +976,10 @@ class Trainer:
         """One optimizer step on the global batch; every rank returns the step's record."""
         runtime = self.runtime
         t0 = time.perf_counter()
-        inputs, hits = self.stage0_input(indices) if runtime.is_first else (None, 0)
-        labels = self.rows(self.data.train, indices, 1)
+        if runtime.is_first:
+            inputs, labels, hits = self.stage0_batch(indices)
+        else:
+            inputs, labels, hits = None, self.rows(self.data.train, indices, 1), 0
         input_s = time.perf_counter() - t0
         for group in runtime.optimizer.param_groups if runtime.optimizer else []:
             group["lr"] = self.lr_at(self.step_index)
@@ -989,22 +991,38 @@ class Trainer:
         self.phase_steps += 1
         return record
 
-    def stage0_input(self, indices: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """The batch stage 0 feeds the pipeline, and how many rows came from the cache. In a
-        cached phase, rows the node's cache holds are read; the others are computed by the
-        frozen prefix (no autograd) and stored, so the phase's first epoch fills the cache
-        from the forward passes training runs anyway, and a row one replica stored is a hit
-        for every replica on the node later on (`ActivationCache.store`: why that is safe)."""
+    def stage0_batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The batch stage 0 feeds the pipeline, its labels, and how many rows came from the
+        cache, each item read once (`pair`; found by the thirty-eighth round: a stage-0 rank
+        read every item twice, for its input and again for its label). In a cached phase,
+        rows the node's cache holds are read from it (their items for the labels alone); the
+        others are computed by the frozen prefix (no autograd) and stored, so the phase's
+        first epoch fills the cache from the forward passes training runs anyway, and a row
+        one replica stored is a hit for every replica on the node later on
+        (`ActivationCache.store`: why that is safe)."""
+        train = self.data.train
         if self.cache is None:
-            return self.rows(self.data.train, indices, 0), 0
+            return *self.pair(train, indices), 0
         values, hit = self.cache.lookup(indices)
-        if not bool(hit.all()):
-            missing = indices[~hit]
-            raw = self.rows(self.data.train, missing, 0)
-            computed = self.frozen_prefix(raw).cpu()
-            self.cache.store(missing, computed, self.cache.frozen_layers)
-            values[~hit] = computed
-        return values, int(hit.sum())
+        if bool(hit.all()):
+            return values, self.rows(train, indices, 1), len(indices)
+        missing = indices[~hit]
+        raw, missed_labels = self.pair(train, missing)
+        computed = self.frozen_prefix(raw).cpu()
+        self.cache.store(missing, computed, self.cache.frozen_layers)
+        values[~hit] = computed
+        if not bool(hit.any()):
+            return values, missed_labels, 0
+        hit_labels = self.rows(train, indices[hit], 1)
+        if hit_labels.shape[1:] != missed_labels.shape[1:]:
+            # Refused as one read of them all is, naming the items (`data.stack_part`).
+            return values, self.rows(train, indices, 1), int(hit.sum())
+        # The batch's labels in its order, of the dtype stacking them all gives.
+        dtype = torch.promote_types(missed_labels.dtype, hit_labels.dtype)
+        labels = missed_labels.new_empty((len(indices), *missed_labels.shape[1:]), dtype=dtype)
+        labels[~hit] = missed_labels
+        labels[hit] = hit_labels
+        return values, labels, int(hit.sum())
 
     def lr_at(self, step: int) -> float:
         """Linear warm-up, then cosine decay to 10 %, by global step (layout-independent):

@@ -137,12 +137,12 @@ def _train_counting(rank, world, *run_dirs):
     feeding: list[torch.Tensor | None] = [None]
     in_prepare = [False]
 
-    original_input = worker.Trainer.stage0_input
+    original_input = worker.Trainer.stage0_batch
     original_prefix = worker.Trainer.frozen_prefix
     original_prepare = worker.Trainer.prepare_cache
     original_advance = cache_module.ActivationCache.advance_rows
 
-    def stage0_input(self, indices):
+    def stage0_batch(self, indices):
         feeding[0] = indices
         try:
             return original_input(self, indices)
@@ -172,7 +172,7 @@ def _train_counting(rank, world, *run_dirs):
         counts["advanced_rows"] += done
         return done
 
-    worker.Trainer.stage0_input = stage0_input
+    worker.Trainer.stage0_batch = stage0_batch
     worker.Trainer.frozen_prefix = frozen_prefix
     worker.Trainer.prepare_cache = prepare_cache
     cache_module.ActivationCache.advance_rows = advance_rows

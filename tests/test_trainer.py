@@ -233,6 +233,68 @@ def test_a_held_out_batch_reads_each_item_once():
     assert torch.equal(y, batch_rows(data, [3, 1, 4], 1, "m:load", "eval"))
 
 
+class _Counted(torch.utils.data.Dataset):
+    """Items (input [i, i], label i + 0.5 as a float: no class check) that count their reads."""
+
+    def __init__(self, n: int = 8):
+        self.n, self.calls = n, []
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.calls.append(i)
+        return torch.full((2,), float(i)), torch.tensor(i + 0.5)
+
+
+class _Cache:
+    """A node cache holding rows `held` (row i = 10·i), storing what it is given."""
+
+    frozen_layers = 1
+
+    def __init__(self, held):
+        self.rows = {i: torch.full((2,), 10.0 * i) for i in held}
+
+    def lookup(self, indices):
+        hit = torch.tensor([int(i) in self.rows for i in indices], dtype=torch.bool)
+        values = torch.zeros(len(indices), 2)
+        for row, i in enumerate(indices):
+            if int(i) in self.rows:
+                values[row] = self.rows[int(i)]
+        return values, hit
+
+    def store(self, indices, computed, frozen_layers):
+        self.rows |= {int(i): row for i, row in zip(indices, computed, strict=True)}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("held", [None, [], [3, 5], [1, 3, 5, 6]])  # no cache; none, some, all
+def test_a_training_step_reads_each_of_stage_0s_items_once(held):
+    """Found by the thirty-eighth round: a stage-0 rank read each item of its batch twice,
+    once for the input and again for the label (a slow or side-effecting `__getitem__` paid
+    twice). Now once, cached or not: a hit's item is read for its label alone, a miss's for
+    both; inputs and labels come in the batch's order, hits from the cache, misses through
+    the frozen prefix (here ×10) and then stored."""
+    data = _Counted()
+    fake = SimpleNamespace(
+        data=SimpleNamespace(train=data, name="m:load"),
+        seq=None,
+        cache=None if held is None else _Cache(held),
+        frozen_prefix=lambda x: 10 * x,
+    )
+    fake.pair = lambda dataset, indices: Trainer.pair(fake, dataset, indices)
+    fake.rows = lambda dataset, indices, part: Trainer.rows(fake, dataset, indices, part)
+    indices = torch.tensor([5, 1, 6, 3])
+    inputs, labels, hits = Trainer.stage0_batch(fake, indices)
+    assert sorted(data.calls) == [1, 3, 5, 6]
+    scale = 1.0 if held is None else 10.0
+    assert torch.equal(inputs, scale * torch.tensor([[5.0, 5], [1, 1], [6, 6], [3, 3]]))
+    assert torch.equal(labels, torch.tensor([5.5, 1.5, 6.5, 3.5]))
+    assert hits == len(set(held or []) & {5, 1, 6, 3})
+    if held is not None:  # every row is in the cache now
+        assert sorted(fake.cache.rows) == sorted({*held, 5, 1, 6, 3})
+
+
 def _epoch(epoch: int, phase: int, accuracy: float | None = 0.5) -> EpochRecord:
     return EpochRecord(
         epoch=epoch,

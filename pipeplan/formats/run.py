@@ -1213,7 +1213,7 @@ def _check_ranks(
 
 def _check_cache_hits(step: StepRecord, phase: PhaseRecord, where: str) -> None:
     """Only a cached phase reads the cache: a phase whose layout is not cached feeds stage 0
-    from the data alone (`executor.worker.Worker.stage0_input`, its node's cache dropped), so
+    from the data alone (`executor.worker.Worker.stage0_batch`, its node's cache dropped), so
     its steps have no hits; 5 hits on a step of a phase that froze nothing were read back
     (exit 0) as reads that never happened. (At most the global batch: `check_against_config`
     holds them to run.json's.)
