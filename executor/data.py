@@ -607,7 +607,7 @@ def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
     into the data code is held to it: the launcher's and a rank's (`_contained`: the import,
     the function, len() and the checks' items) and a rank's reads as it trains
     (`read_items`, item by item). A setting changed and put back inside (`with
-    torch.no_grad():`) is no change.
+    torch.no_grad():`) is no change. The intra-op thread count is put back too, silently.
 
         with torch_state_kept("m:load", "the data function"):
             torch.set_default_dtype(torch.float64)
@@ -615,6 +615,7 @@ def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
         # to torch.float64 (it was torch.float32); …
     """
     before = [get() for _, get, _, _ in _TORCH_SETTINGS]
+    threads = torch.get_num_threads()
     try:
         yield
     finally:
@@ -622,6 +623,12 @@ def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
         for (_, _, put, _), old, new in zip(_TORCH_SETTINGS, before, after, strict=True):
             if new != old:
                 put(old)
+        # Put back without a word: the count changes how fast a rank trains, not what (a
+        # `torch.set_num_threads(1)` in a loader is common), and pipeplan gives each rank its
+        # share of the cores; kept, a rank of one thread trained on 16 (the thirty-seventh
+        # round).
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
     changed, fixes = [], []
     for (what, _, _, fix), old, new in zip(_TORCH_SETTINGS, before, after, strict=True):
         if new != old:

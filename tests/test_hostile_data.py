@@ -3617,6 +3617,25 @@ def test_data_code_that_turns_on_autocast_or_moves_the_default_device_is_refused
 
 
 @pytest.mark.timeout(30)
+def test_data_code_that_sets_the_thread_count_has_it_put_back():
+    """Found by the thirty-seventh round (left open until the thirty-ninth): a `__getitem__`
+    calling `torch.set_num_threads(n)` kept n for the rank's training, a rank given one core
+    training on n threads. The count is put back after every call into the data code, without
+    a word (it changes how fast a rank trains, not what), and the batch is read as usual."""
+    from executor.data import batch_rows
+
+    class Threads:
+        def __getitem__(self, index):
+            torch.set_num_threads(torch.get_num_threads() + 3)
+            return torch.full((2,), float(index)), torch.tensor(0)
+
+    threads = torch.get_num_threads()
+    rows = batch_rows(Threads(), [3, 4], 0, "m:load", "train")
+    assert torch.get_num_threads() == threads
+    assert torch.equal(rows, torch.tensor([[3.0, 3.0], [4.0, 4.0]]))
+
+
+@pytest.mark.timeout(30)
 def test_control_characters_of_a_users_error_reach_no_line():
     """Found by the thirty-seventh round: a rank's item error "line one\\nline two\\r\\nthree
     \\x1b[31mred" was folded onto one line, but its escape sequence reached the terminal raw
