@@ -68,6 +68,10 @@ BEAT_MARGIN = 1e-9
 # at most: tens), 10 of 10,000; the twenty-ninth round's 9,990 phases of 9,990 layers ran for
 # hours.
 MAX_PHASE_LAYERS = 100_000
+# What a plan's choice over the whole schedule may simulate, in layers (phases × placements ×
+# layers, × 2 with the cache): bert-large's 10 phases weigh every placement found, 99 phases of
+# 1,000 layers about 10 (`_over_the_schedule`).
+SCHEDULE_LAYER_EVALUATIONS = 1_000_000
 
 
 def _r(x: float) -> float:
@@ -312,7 +316,32 @@ def _elastic(
         greedy.append((phase.start_epoch, epochs, choice))
     if fixed_layout is not None:
         return greedy
+    if pins.num_stages is None:
+        found += _data_parallel(model, shape, freeze, pins, work.another())
     return _over_the_schedule(model, shape, cache, greedy, found)
+
+
+def _data_parallel(
+    model: CostModel, shape: TrainingShape, freeze: FreezeSchedule, pins: Pins, work: PlanWork
+) -> list[Evaluation]:
+    """The first and the last phase's best one-stage layouts (replicas of the whole model),
+    where one fits: layouts no freeze point ever moves, which no phase's search may find best
+    (the thirty-ninth round: 2 × 7 devices planned 36 % slower than 1 × 4, whose 4 replicas
+    need no transition, each phase of the larger cluster preferring a pipeline of its own).
+    Two searches, not one per phase: every placement is priced at every phase after."""
+    one_stage = replace(pins, num_stages=1)
+    found = []
+    every = phases(freeze)
+    for phase in every[:1] + every[1:][-1:]:
+        try:
+            found.append(
+                solve_phase(
+                    model, shape.global_batch, phase.frozen_layers, False, one_stage, 0, work=work
+                ).best
+            )
+        except PipeplanError:  # the whole model fits no device
+            break
+    return found
 
 
 def _placement(layout: Layout) -> Layout:
@@ -336,9 +365,14 @@ def _over_the_schedule(
     the phases (the transitions and cache survival between consecutive layouts, priced as a
     written plan is: `priced_choice`) picks the sequence. The greedy sequence is one of
     them: the plan is never slower, and is the greedy's unless another is faster."""
-    placements = list(
-        dict.fromkeys(_placement(e.layout) for e in [*(c.steady for *_, c in greedy), *found])
-    )
+    placements = list(dict.fromkeys(_placement(c.layout) for *_, c in greedy))
+    others = dict.fromkeys(_placement(e.layout) for e in found)
+    # Each placement is simulated once per phase: a bounded number of them for long models
+    # and schedules (99 phases of 1,000 layers found 87), the greedy's first.
+    room = SCHEDULE_LAYER_EVALUATIONS // (len(greedy) * model.num_layers * (2 if cache else 1))
+    if len(placements) > room:
+        return greedy
+    placements += [p for p in others if p not in placements][: room - len(placements)]
     evaluated = {e.layout: e for e in found} | {c.layout: c.steady for *_, c in greedy}
 
     def steady(layout: Layout) -> Evaluation:
