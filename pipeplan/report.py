@@ -377,6 +377,15 @@ def previewed_totals(run: _Run, baseline: _Run) -> tuple[float, float]:
             f"the baseline started from another {RUN_PROFILE} (sha256 {theirs[:12]}…, this "
             f"run's {digest[:12]}…): no one profile prices both"
         )
+    theirs_steps = baseline.steps_per_epoch("the baseline")
+    ours_steps = run.steps_per_epoch("this run")
+    if theirs_steps != ours_steps:
+        # Found by the thirty-ninth round: 15 steps priced against 66 (a baseline run with
+        # --max-steps-per-epoch 5) gave "previewed 0.17×".
+        raise NotPreviewed(
+            f"the baseline's epochs are {theirs_steps} steps, this run's {ours_steps}: they "
+            "trained different amounts"
+        )
     try:
         return (
             previewed_training_s(baseline, profile, "the baseline"),

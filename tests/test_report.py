@@ -367,12 +367,12 @@ def preview_plan(frozen: list[int], first=None):
     return plan
 
 
-def planned_records(plan, refit_after: int | None = None) -> list:
+def planned_records(plan, refit_after: int | None = None, steps: int = PREVIEW_STEPS) -> list:
     """A run's records of `plan`'s phases, as the run trained them: every step of every epoch
     (a cached phase's first epoch filling the cache), each phase's record predicting the
     plan's step. From phase `refit_after` on, the phases were priced with a refit
     (calibration-2.json: OVERHEAD_S more per step), as a run that recalibrated itself records
-    them."""
+    them. `steps`: of each epoch (a run with --max-steps-per-epoch trains fewer)."""
     cluster = preview_cluster()
     records: list = []
     step_number = 0
@@ -397,12 +397,12 @@ def planned_records(plan, refit_after: int | None = None) -> list:
         ranks = [rank(r, s, d) for d, row in enumerate(layout.rank_map) for s, r in enumerate(row)]
         for k in range(phase.epochs):
             hits = GLOBAL_BATCH if layout.cached and k > 0 else 0
-            for _ in range(PREVIEW_STEPS):
+            for _ in range(steps):
                 epoch_number = phase.start_epoch + k
                 records.append(step(step_number, epoch_number, n, 0.1, ranks, cache_hits=hits))
                 step_number += 1
             frozen = layout.frozen_layers
-            records.append(epoch(epoch_number, n, 0.4, 0.5, PREVIEW_STEPS, frozen=frozen))
+            records.append(epoch(epoch_number, n, 0.4, 0.5, steps, frozen=frozen))
     return records
 
 
@@ -520,6 +520,22 @@ def test_no_previewed_speedup_for_runs_started_from_different_profiles(
     captured = capsys.readouterr()
     assert "(previewed n/a)" in captured.out
     assert "note: no previewed speedup: the baseline started from another" in captured.err
+
+
+def test_no_previewed_speedup_for_runs_whose_epochs_differ_in_length(tmp_path, planned):
+    """Found by the thirty-ninth round: a baseline run with --max-steps-per-epoch 5 against a
+    run of 22 steps per epoch gave "previewed 0.17×", 15 steps priced against 66. Runs that
+    trained different amounts get none, and the report says why."""
+    elastic_plan, static_plan = planned
+    elastic = write_planned(tmp_path / "elastic", elastic_plan)
+    records = planned_records(static_plan, steps=PREVIEW_STEPS - 2)
+    static = write_run(tmp_path / "static", records, epochs=PREVIEW_EPOCHS)
+    baseline = make_report(elastic, static).baseline
+    assert baseline is not None and baseline.previewed_speedup is None
+    assert baseline.previewed_unavailable == (
+        f"the baseline's epochs are {PREVIEW_STEPS - 2} steps, this run's {PREVIEW_STEPS}: "
+        "they trained different amounts"
+    )
 
 
 def test_timelines_for_the_plots(elastic):
