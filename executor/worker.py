@@ -577,6 +577,7 @@ class Trainer:
         self.steps_per_epoch = cfg.steps_per_epoch(self.facts.train_samples)
         self.total_steps = self.steps_per_epoch * cfg.epochs
         self.frozen_layers = 0
+        self.decision_due = False  # a resume's, from a final checkpoint (`resume`)
         self.step_index = 0  # global steps done
         self.phase_index = 0
         self.phase_steps = 0  # steps done in this phase (online recalibration)
@@ -595,6 +596,11 @@ class Trainer:
         """The loop: epochs → steps → freeze decisions → checkpoints."""
         cfg = self.cfg
         start_epoch, skip = self.resume() if resume else self.begin()
+        if resume and self.decision_due and start_epoch < cfg.epochs:
+            # The freeze decision at the end of the run this one continues: it had no epoch
+            # after its last, so none was made (the thirty-ninth round: a `--freeze alpha`
+            # run extended by --epochs never froze again, 0, 4, 4, 4 where 0, 4, 6, 7).
+            self.maybe_refreeze(start_epoch, None)
         for epoch in range(start_epoch, cfg.epochs):
             t0 = time.perf_counter()
             # A mid-epoch resume: the epoch's steps before the checkpoint are in run.jsonl
@@ -633,6 +639,8 @@ class Trainer:
                 moved = self.maybe_refreeze(epoch + 1, norms)
                 if not moved and self.due(cfg.checkpoint_every):
                     self.checkpoint(epoch + 1, 0)
+            elif self.rank == 0:  # kept in the final checkpoint for a resume's decision
+                self.autofreeze.measured(norms)
             skip = 0  # only a resumed epoch starts mid-way
         self.checkpoint(cfg.epochs, 0)  # the final state, resumable for more epochs
         if self.rank == 0:  # the checkpoint gathered every layer's current values here
@@ -671,6 +679,9 @@ class Trainer:
         # The resumed run is a new phase: the steps before the checkpoint keep the record of
         # the layout they ran on, and the layout may differ now (another world size).
         self.frozen_layers, self.phase_index = manifest.frozen_layers, manifest.phase + 1
+        # A final checkpoint (its run's last epoch ended there) is one no freeze decision
+        # followed: `train` makes it before the added epochs.
+        self.decision_due = (manifest.epoch, manifest.step_in_epoch) == (manifest.config.epochs, 0)
         self.step_index = manifest.step
         self.autofreeze.history = [{int(k): v for k, v in h.items()} for h in manifest.grad_history]
         self.run_ends = sorted(history.run_ends(manifest, self.phases_before(manifest)))
@@ -1120,7 +1131,9 @@ class Trainer:
         dist.all_reduce(norms)
         return {i: float(v) for i, v in enumerate(norms.tolist()) if v > 0}
 
-    def maybe_refreeze(self, epoch: int, norms: dict[int, float], step_in_epoch: int = 0) -> bool:
+    def maybe_refreeze(
+        self, epoch: int, norms: dict[int, float] | None, step_in_epoch: int = 0
+    ) -> bool:
         """Rank 0 decides the freeze point (pipeplan.freeze.AutoFreeze), everyone follows.
         (epoch, step_in_epoch) is where training continues: the transition's checkpoint
         resumes there, mid-epoch with --freeze-every. Returns whether the point moved (and a

@@ -299,13 +299,23 @@ class AutoFreeze:
         """The freeze point training starts at: a fixed list may start frozen (fine-tuning)."""
         return self.freeze_list[0] if self.mode == "list" and self.freeze_list else 0
 
-    def decide(self, epoch: int, norms: dict[int, float], frozen_layers: int) -> int:
+    def decide(self, epoch: int, norms: dict[int, float] | None, frozen_layers: int) -> int:
         """The freeze point from `epoch` on, given the mean gradient norm per layer since the
-        last decision: never below `frozen_layers` (freezing only grows), never the head."""
+        last decision (None: those `measured` already kept, for the decision a resume makes
+        where the run it continues ended): never below `frozen_layers` (freezing only
+        grows), never the head."""
+        if norms is not None:
+            self.measured(norms)
         head = self.num_blocks + 1
-        return max(frozen_layers, min(self._proposal(epoch, norms, frozen_layers), head))
+        return max(frozen_layers, min(self._proposal(epoch, frozen_layers), head))
 
-    def _proposal(self, epoch: int, norms: dict[int, float], frozen_layers: int) -> int:
+    def measured(self, norms: dict[int, float]) -> None:
+        """An epoch's mean gradient norms, kept where the mode decides by them (auto): the
+        decision at the end of a run's last epoch is made only by a resume for more epochs."""
+        if self.mode == "auto":
+            self.history.append(norms)
+
+    def _proposal(self, epoch: int, frozen_layers: int) -> int:
         if self.mode == "none":
             return 0
         if self.mode == "list":
@@ -314,7 +324,6 @@ class AutoFreeze:
         bound = blocks_to_frozen_layers(alpha_frozen_blocks(self.alpha, epoch, self.num_blocks))
         if self.mode == "alpha":
             return bound
-        self.history.append(norms)
         return min(bound, gradient_freeze_point(self.history, frozen_layers))
 
 

@@ -3849,3 +3849,25 @@ def test_a_checkpoint_being_written_is_never_passed_over(two_kept_run, tmp_path,
     assert cli.main(_two_kept_commands(run, tmp_path)[command]) == 0
     assert "WARNING" not in capsys.readouterr().err
     assert snapshot(run) == before
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_run_extended_by_more_epochs_makes_the_freeze_decision_its_end_did_not(tmp_path):
+    """Found by the thirty-ninth round: a run's last epoch makes no freeze decision (no epoch
+    follows it), and a resume for more epochs never made it either: `--freeze alpha` grown
+    epoch by epoch trained frozen layers 0, 4, 4, 4 where its schedule says 0, 4, 6, 7. The
+    resume now decides at the epoch it starts, as the uninterrupted run did: the α bound's."""
+    from pipeplan.formats import EpochRecord, Profile, load, read_records
+    from pipeplan.freeze import alpha_schedule
+
+    runs = tmp_path / "runs"
+    argv = ["run", "--nproc", "1", "--max-steps-per-epoch", "2", "--freeze", "alpha"]
+    argv += ["--alpha", "0.5", "--name", "grown", "--runs-dir", str(runs)]
+    assert cli.main([*argv, "--epochs", "1"]) == 0
+    assert cli.main(["run", "--resume", str(runs / "grown"), "--epochs", "2"]) == 0
+    records = read_records(runs / "grown" / "run.jsonl")
+    blocks = len(load(Profile, runs / "grown" / "profile.json").layers) - 2
+    expected = alpha_schedule(0.5, 2, blocks).frozen_layers
+    assert expected[1] > 0  # the decision matters
+    assert [r.frozen_layers for r in records if isinstance(r, EpochRecord)] == expected
