@@ -1516,9 +1516,21 @@ def stack_part(
     values: list[Any], indices: list[int], part: int, name: str, split: str
 ) -> torch.Tensor:
     """The inputs (`part` 0) or labels (1) of items `read_items` read, stacked; a batch that
-    does not stack is named by its data and items."""
+    does not stack is named by its data and items, and so is one whose items hold tensors of
+    two dtypes. Found by the thirty-ninth round: torch.stack promotes them to one, silently
+    (one image in five of int64, or a label `tensor(True)` among int64 ones, trained with
+    exit 0), where the same data wrong in every item is refused."""
     what = ("input", "label")[part]
     parts = [value[part] for value in values]
+    tensors = [p for p in parts if isinstance(p, torch.Tensor)]
+    if len(tensors) == len(parts) and parts:
+        for index, value in zip(indices, parts, strict=True):
+            if value.dtype != parts[0].dtype:
+                raise BadArgumentError(
+                    f"data '{name}': {split} item {indices[0]}'s {what} is {_describe(parts[0])}"
+                    f" and item {index}'s {_describe(value)}: the {what}s of a batch are "
+                    "stacked into one tensor and must have one dtype"
+                )
     try:
         return torch.stack(parts)
     except Exception as exc:  # any: a ValueError too (the thirty-seventh round)

@@ -596,10 +596,12 @@ class Trainer:
         """The loop: epochs → steps → freeze decisions → checkpoints."""
         cfg = self.cfg
         start_epoch, skip = self.resume() if resume else self.begin()
-        if resume and self.decision_due and start_epoch < cfg.epochs:
-            # The freeze decision at the end of the run this one continues: it had no epoch
-            # after its last, so none was made (the thirty-ninth round: a `--freeze alpha`
-            # run extended by --epochs never froze again, 0, 4, 4, 4 where 0, 4, 6, 7).
+        # The freeze decision at the end of the run this one continues: it had no epoch after
+        # its last, so none was made (the thirty-ninth round: a `--freeze alpha` run extended
+        # by --epochs never froze again, 0, 4, 4, 4 where 0, 4, 6, 7). Made by the schedules
+        # decided without gradients; `auto` measured that epoch's norms for no decision
+        # (`history.run_ends`) and decides at the first added epoch's end.
+        if resume and self.decision_due and start_epoch < cfg.epochs and cfg.freeze != "auto":
             self.maybe_refreeze(start_epoch, None)
         for epoch in range(start_epoch, cfg.epochs):
             t0 = time.perf_counter()
@@ -639,8 +641,6 @@ class Trainer:
                 moved = self.maybe_refreeze(epoch + 1, norms)
                 if not moved and self.due(cfg.checkpoint_every):
                     self.checkpoint(epoch + 1, 0)
-            elif self.rank == 0:  # kept in the final checkpoint for a resume's decision
-                self.autofreeze.measured(norms)
             skip = 0  # only a resumed epoch starts mid-way
         self.checkpoint(cfg.epochs, 0)  # the final state, resumable for more epochs
         if self.rank == 0:  # the checkpoint gathered every layer's current values here
@@ -1025,12 +1025,13 @@ class Trainer:
         if not bool(hit.any()):
             return values, missed_labels, 0
         hit_labels = self.rows(train, indices[hit], 1)
-        if hit_labels.shape[1:] != missed_labels.shape[1:]:
+        hit_kind, missed_kind = (
+            (labels.shape[1:], labels.dtype) for labels in (hit_labels, missed_labels)
+        )
+        if hit_kind != missed_kind:
             # Refused as one read of them all is, naming the items (`data.stack_part`).
             return values, self.rows(train, indices, 1), int(hit.sum())
-        # The batch's labels in its order, of the dtype stacking them all gives.
-        dtype = torch.promote_types(missed_labels.dtype, hit_labels.dtype)
-        labels = missed_labels.new_empty((len(indices), *missed_labels.shape[1:]), dtype=dtype)
+        labels = missed_labels.new_empty((len(indices), *missed_labels.shape[1:]))
         labels[~hit] = missed_labels
         labels[hit] = hit_labels
         return values, labels, int(hit.sum())

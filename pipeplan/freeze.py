@@ -301,19 +301,13 @@ class AutoFreeze:
 
     def decide(self, epoch: int, norms: dict[int, float] | None, frozen_layers: int) -> int:
         """The freeze point from `epoch` on, given the mean gradient norm per layer since the
-        last decision (None: those `measured` already kept, for the decision a resume makes
-        where the run it continues ended): never below `frozen_layers` (freezing only
-        grows), never the head."""
-        if norms is not None:
-            self.measured(norms)
+        last decision (None: none measured, for the decision a resume makes where the run it
+        continues ended, by a schedule decided without gradients): never below
+        `frozen_layers` (freezing only grows), never the head."""
+        if norms is not None and self.mode == "auto":
+            self.history.append(norms)
         head = self.num_blocks + 1
         return max(frozen_layers, min(self._proposal(epoch, frozen_layers), head))
-
-    def measured(self, norms: dict[int, float]) -> None:
-        """An epoch's mean gradient norms, kept where the mode decides by them (auto): the
-        decision at the end of a run's last epoch is made only by a resume for more epochs."""
-        if self.mode == "auto":
-            self.history.append(norms)
 
     def _proposal(self, epoch: int, frozen_layers: int) -> int:
         if self.mode == "none":

@@ -55,8 +55,9 @@ def digits_then_exit_0(seed: int = 0) -> TaskData:
 
 
 def digits_die_once(seed: int = 0) -> TaskData:
-    """Digits; rank 1 dies after PIPEPLAN_TEST_KILL_AFTER item reads if that is set (the
-    resumed run, started without it, reads the same data and lives)."""
+    """Digits; rank 1 dies after PIPEPLAN_TEST_KILL_AFTER item reads (each of its batch's
+    items read once a step) if that is set (the resumed run, started without it, reads the
+    same data and lives)."""
     data = load_data("digits", models.build("vit-digits"), seed=seed)
     after = int(os.environ.get("PIPEPLAN_TEST_KILL_AFTER", "0"))
     train = EndsOnARank(data.train, after, _rank_1, _killed) if after else data.train

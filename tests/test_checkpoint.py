@@ -75,7 +75,7 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path, monkeypat
     # Dropout on: bit-for-bit equality needs every rank's random stream restored too.
     runs = ["--runs-dir", str(tmp_path), "--dropout", "0.1"]
     assert run("run", *COMMON, *runs, "--name", "full")[0] == 0
-    code, err = run("run", *COMMON, *runs, "--name", "cut", kill_after=600)
+    code, err = run("run", *COMMON, *runs, "--name", "cut", kill_after=300)
     assert code != 0 and "rank 1" in err.splitlines()[-1]
     checkpoints = sorted(p.name for p in (tmp_path / "cut" / "checkpoints").glob("step-*"))
     assert checkpoints and "step-12" not in checkpoints  # it died before the end
@@ -127,7 +127,7 @@ def test_resume_on_another_world_size(tmp_path):
     float sums (no dropout: another world size draws other random streams)."""
     runs = ["--runs-dir", str(tmp_path), "--dropout", "0"]
     assert pipeplan("run", *COMMON, *runs, "--name", "full").returncode == 0
-    killed = pipeplan("run", *COMMON, *runs, "--name", "cut", kill_after=600)
+    killed = pipeplan("run", *COMMON, *runs, "--name", "cut", kill_after=300)
     assert killed.returncode != 0
     checkpoints = tmp_path / "cut" / "checkpoints"
     pointer = (checkpoints / "latest").read_text().strip()

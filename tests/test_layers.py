@@ -39,6 +39,7 @@ LAYERS = [  # bottom first
                 "plan",
                 "inputs",
                 "synthetic",
+                "exits",
             ]
         ],
     ),

@@ -371,7 +371,7 @@ def test_a_killed_bf16_run_resumes_in_bf16_to_the_uninterrupted_parameters(tmp_p
 
     runs = ["--runs-dir", str(tmp_path), "--precision", "bf16"]
     assert pipeplan("run", *COMMON, *runs, "--name", "full").returncode == 0
-    killed = pipeplan("run", *COMMON, *runs, "--name", "cut", kill_after=600)
+    killed = pipeplan("run", *COMMON, *runs, "--name", "cut", kill_after=300)
     assert killed.returncode != 0 and "rank 1" in killed.stderr.splitlines()[-1]
     resumed = pipeplan("run", "--resume", str(tmp_path / "cut"))
     assert resumed.returncode == 0, resumed.stderr
