@@ -527,6 +527,7 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
             warnings.catch_warnings(record=True) as caught,
             contextlib.redirect_stderr(held),
             descriptor_2_held(raw),
+            descriptor_1_kept(),
         ):
             yield
     except SystemExit as exc:
@@ -678,6 +679,35 @@ def descriptor_2_held(into: list[bytes], limit: int = MAX_HELD_BYTES) -> Iterato
                 file.seek(0)
                 into.append(file.read(limit))
     finally:
+        os.close(saved)
+
+
+@contextlib.contextmanager
+def descriptor_1_kept() -> Iterator[None]:
+    """File descriptor 1 put back as it was when the block ends, however it ends: the user's
+    data code that closes it (`os.close(1)`) or points it elsewhere does so for itself alone.
+    Found by the thirty-ninth round: closed in the launcher, the ranks it started inherited no
+    stdout (Python gave them `sys.stdout = None`) and each printed a traceback before the error
+    line. Nothing is kept where the descriptor was closed already.
+
+        with descriptor_1_kept():
+            os.close(1)
+        print("still here")
+    """
+    if sys.stdout is not None:
+        sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # closed before: nothing to put back
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):  # a stream left on the closed one
+            if sys.stdout is not None:
+                sys.stdout.flush()
+        os.dup2(saved, 1)
         os.close(saved)
 
 

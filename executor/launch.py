@@ -1105,11 +1105,18 @@ def rank_console(log_dir: Path, rank: int) -> TextIO:
         raise OutputError(f"{log_dir}: cannot make the logs' folder ({exc.strerror})") from None
     fd = open_append(log_dir / f"rank-{rank}.log")
     console = os.fdopen(os.dup(2), "w", buffering=1)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:  # None: Python started without the descriptor
+            stream.flush()
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    # A stream Python started without (its descriptor closed by whoever started the rank)
+    # writes to the log too: `print` to None said nothing, a flush of it raised.
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     print(f"--- rank {rank}, pid {os.getpid()}", flush=True)  # a resume appends
     return console
 

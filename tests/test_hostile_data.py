@@ -3653,6 +3653,36 @@ def _dtype_word(tensor: torch.Tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
+@pytest.mark.timeout(60)
+def test_data_code_that_closes_stdout_closes_it_for_itself_alone():
+    """Found by the thirty-ninth round: a data function that closed descriptor 1 in the
+    launcher left the ranks it started with no stdout (`sys.stdout = None`), each printing a
+    traceback before the error line. The descriptor is put back when the data code returns
+    (`data.descriptor_1_kept`), and a rank started without one writes to its log anyway. In a
+    subprocess: its descriptor 1 is a pipe this test reads."""
+    script = (
+        "import os, sys\n"
+        "from executor.data import _contained\n"
+        "with _contained('m:load', 'the data function'):\n"
+        "    os.close(1)\n"
+        "print('still here', flush=True)\n"
+        "from executor.launch import rank_console\n"
+        "import pathlib, tempfile\n"
+        "logs = pathlib.Path(tempfile.mkdtemp())\n"
+        "sys.stdout = None\n"
+        "console = rank_console(logs / 'logs', 1)\n"
+        "print('into the log', flush=True)\n"
+        "console.write('console ' + (logs / 'logs' / 'rank-1.log').read_text().splitlines()[-1])\n"
+    )
+    root = Path(cli.__file__).resolve().parent
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=50,
+        env={**os.environ, "PYTHONPATH": str(root)}, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "still here\n"), done.stderr
+    assert done.stderr == "console into the log", done.stderr
+
+
 @pytest.mark.timeout(30)
 def test_data_code_that_sets_the_thread_count_has_it_put_back():
     """Found by the thirty-seventh round (left open until the thirty-ninth): a `__getitem__`
