@@ -458,6 +458,8 @@ def test_a_stopped_rank_ends_the_run_after_the_collective_timeout(tmp_path):
     assert no_rank_left(tmp_path)
 
 
+# In `-m long` for the suite's time (24 s): the stopped-rank tests beside it cover the wait.
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
 def test_a_rank_stopped_while_rank_0_writes_a_checkpoint_ends_the_run(tmp_path):
@@ -501,7 +503,9 @@ def test_a_rank_stopped_while_rank_0_writes_a_checkpoint_ends_the_run(tmp_path):
 @pytest.mark.parametrize(
     "data, args, where",
     [
-        ("digits_stop_at_a_one_sided_wait", [], " before the first step"),
+        pytest.param(  # `-m long` for the suite's time: the one-sided unit tests below
+            "digits_stop_at_a_one_sided_wait", [], " before the first step", marks=pytest.mark.long
+        ),
         # the same 24 h group's gather; the mechanism (a gloo timeout) is the run's as above
         pytest.param(
             "digits_stop_before_checkpoint_gather",
@@ -962,6 +966,9 @@ def test_long_one_sided_work_does_not_trip_the_collective_timeout(tmp_path):
     assert run.returncode == 0, err
 
 
+# In `-m long` for the suite's time (29 s): tests/test_trainer.py's chunked-read test covers
+# the order of reads and waits.
+@pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
 def test_a_slow_held_out_read_inside_evaluation_does_not_trip_the_collective_timeout(tmp_path):
@@ -1030,7 +1037,7 @@ NEW_STOPS = [
     pytest.param(signal.SIGVTALRM, "SIGVTALRM", marks=pytest.mark.long),
     pytest.param(signal.SIGPROF, "SIGPROF", marks=pytest.mark.long),
     pytest.param(signal.SIGRTMIN, "SIGRTMIN", marks=pytest.mark.long),
-    (signal.SIGRTMIN + 1, "SIGRTMIN+1"),
+    pytest.param(signal.SIGRTMIN + 1, "SIGRTMIN+1", marks=pytest.mark.long),
     pytest.param(signal.SIGRTMAX, "SIGRTMAX", marks=pytest.mark.long),
 ]
 
