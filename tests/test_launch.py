@@ -322,6 +322,22 @@ def test_a_rank_that_exits_0_mid_run_is_named_not_the_rank_that_noticed(tmp_path
     assert not list((tmp_path / "k" / "logs").glob("*.tmp"))  # the rooms removed as ever
 
 
+def rank_1_of_2(script: str) -> subprocess.CompletedProcess:
+    """`script` (Python, which calls `launch.main`) run as rank 1 of 2 under a torchrun-like
+    environment, its output captured."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPEPLAN_", "TORCHELASTIC"))}
+    env.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+
+
 @pytest.mark.timeout(120)
 def test_a_torchrun_rank_whose_code_calls_os_exit_0_is_named(tmp_path):
     """Found in the thirty-first round's notes: under torchrun (no launcher of ours to find
@@ -335,17 +351,7 @@ def test_a_torchrun_rank_whose_code_calls_os_exit_0_is_named(tmp_path):
         "launch.train_rank = lambda run_dir, resume, console: os._exit(0)\n"
         f"launch.main([{str(tmp_path)!r}])\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPEPLAN_", "TORCHELASTIC"))}
-    env.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=Path(__file__).parents[1],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
+    done = rank_1_of_2(script)
     ours = [line for line in done.stderr.splitlines() if line.startswith("pipeplan: ")]
     assert done.returncode == 1, done.stderr[-3000:]
     assert ours == ["pipeplan: error: rank 1: exited with code 0 before the run ended"], ours
@@ -383,17 +389,7 @@ def test_a_ranks_exit_callback_that_exits_never_sets_its_exit_code(tmp_path, tra
         f"launch.train_rank = lambda run_dir, resume, console: {trains}\n"
         f"launch.main([{str(tmp_path)!r}])\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPEPLAN_", "TORCHELASTIC"))}
-    env.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=Path(__file__).parents[1],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
+    done = rank_1_of_2(script)
     ours = [line for line in done.stderr.splitlines() if line.startswith("pipeplan: ")]
     assert (done.returncode, ours) == (code, said), done.stderr[-3000:]
 

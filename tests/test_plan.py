@@ -380,22 +380,11 @@ def test_a_cached_phase_is_searched_only_when_its_cache_can_hit(monkeypatch, epo
 
 
 def _small_instance(rng, nodes: int, devices_per_node: int, memory_bytes: int, links):
-    from pipeplan.formats import Cluster, Link
-    from pipeplan.synthetic import SyntheticLayer, synthetic_profile
+    from test_solver import random_profile
 
-    kinds = ["embeddings"] + ["block"] * int(rng.integers(2, 7)) + ["head"]
-    layers = [
-        SyntheticLayer(
-            kind,
-            int(rng.integers(1, 2_000_000)),
-            float(rng.uniform(1e-4, 3e-3)),
-            float(rng.uniform(1e-4, 6e-3)),
-            int(rng.integers(1_000, 400_000)),
-            float(rng.uniform(1e4, 4e6)),
-            overhead_s=float(rng.uniform(0, 1e-3)),
-        )
-        for kind in kinds
-    ]
+    from pipeplan.formats import Cluster, Link
+
+    profile = random_profile(rng, int(rng.integers(2, 7)))
     intra, inter = links
     cluster = Cluster(
         nodes=nodes,
@@ -404,7 +393,7 @@ def _small_instance(rng, nodes: int, devices_per_node: int, memory_bytes: int, l
         intra_node=Link(bandwidth_bytes_per_s=intra, latency_s=1e-5),
         inter_node=Link(bandwidth_bytes_per_s=inter, latency_s=1e-5),
     )
-    return synthetic_profile(layers, micro_batches=(1, 2, 4)), cluster
+    return profile, cluster
 
 
 def _subset_and_superset():
