@@ -713,10 +713,16 @@ def group_rebuild_s_of(profile: Profile) -> float:
     return measured if measured is not None else DEFAULT_GROUP_REBUILD_S
 
 
+def placement_of(layout: Layout) -> Layout:
+    """`layout` but for its freeze point and cache (set to 0 and uncached): what two layouts
+    share when a phase change keeps the process groups and every rank keeps its layers."""
+    return layout.model_copy(update={"frozen_layers": 0, "cached": False})
+
+
 def same_placement(old: Layout, new: Layout) -> bool:
     """Equal but for the freeze point and the cache: the next phase keeps the process groups,
     and every rank keeps its layers."""
-    return old.model_copy(update={"frozen_layers": new.frozen_layers, "cached": new.cached}) == new
+    return placement_of(old) == placement_of(new)
 
 
 def _held(layout: Layout, num_devices: int) -> tuple[np.ndarray, np.ndarray]:

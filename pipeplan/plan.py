@@ -20,7 +20,14 @@ from dataclasses import dataclass, replace
 
 from pydantic import Field
 
-from pipeplan.costmodel import CostModel, CostParams, Evaluation, StageReport, same_placement
+from pipeplan.costmodel import (
+    CostModel,
+    CostParams,
+    Evaluation,
+    StageReport,
+    placement_of,
+    same_placement,
+)
 from pipeplan.errors import BadArgumentError, PipeplanError
 from pipeplan.formats import (
     AblationRow,
@@ -344,11 +351,6 @@ def _one_stage(
     return found
 
 
-def _placement(layout: Layout) -> Layout:
-    """`layout` but for its freeze point and cache: what `same_placement` compares."""
-    return layout.model_copy(update={"frozen_layers": 0, "cached": False})
-
-
 def _over_the_schedule(
     model: CostModel,
     shape: TrainingShape,
@@ -360,13 +362,14 @@ def _over_the_schedule(
     unless moving pays within the phase: a layout a little slower now that spares a later
     move, or keeps a cache alive, is never weighed, and a larger cluster planned up to 28 %
     slower than its subset (the thirty-eighth round: its first phase's fastest layout, kept).
-    Here every placement the searches found (each phase's best and the greedy's choices) is
-    priced at every phase, cached where a cache can hit and uncached, and a shortest path over
-    the phases (the transitions and cache survival between consecutive layouts, priced as a
-    written plan is: `priced_choice`) picks the sequence. The greedy sequence is one of
+    Here every placement the searches found (each phase's best, the greedy's choices and the
+    best one-stage layouts, `_one_stage`) is priced at every phase, cached where a cache can
+    hit and uncached, and a shortest path over the phases (the transitions and cache survival
+    between consecutive layouts, priced as a written plan is: `priced_choice`) picks the
+    sequence. The greedy sequence is one of
     them: the plan is never slower, and is the greedy's unless another is faster."""
-    placements = list(dict.fromkeys(_placement(c.layout) for *_, c in greedy))
-    others = dict.fromkeys(_placement(e.layout) for e in found)
+    placements = list(dict.fromkeys(placement_of(c.layout) for *_, c in greedy))
+    others = dict.fromkeys(placement_of(e.layout) for e in found)
     # Each placement is simulated once per phase: a bounded number of them for long models
     # and schedules (99 phases of 1,000 layers found 87), the greedy's first.
     room = SCHEDULE_LAYER_EVALUATIONS // (len(greedy) * model.num_layers * (2 if cache else 1))
