@@ -38,6 +38,9 @@ TYPICAL_MEMORY_BANDWIDTH_BYTES_PER_S = {"cpu": 10e9, "cuda": 1e12}
 
 # A CUDA context and NCCL buffers take about a GiB; a CPU rank's extra is the gloo buffers.
 RESERVE_BYTES = {"cuda": GIB, "cpu": 64 << 20}
+# Moves a cost model keeps priced (`CostModel.move_s`): a bound on what they hold, as the
+# schedule-wide choice prices up to placements² of them per phase.
+MAX_KEPT_MOVES = 100_000
 
 
 @dataclass(frozen=True)
@@ -312,6 +315,7 @@ class CostModel:
         self._phase_costs = lru_cache(maxsize=4096)(self._phase_costs_uncached)
         self.boundary_rate_table = lru_cache(maxsize=64)(self._boundary_rate_table)
         self._links: dict[tuple[tuple[int, ...], ...], tuple] = {}
+        self._moves: dict[tuple, float] = {}
 
     # ------------------------------------------------------------------ per layer
 
@@ -676,6 +680,16 @@ class CostModel:
         receive in parallel; the slowest receiver over the slowest link (per term, of the
         links the cluster has: `slowest_link`) bounds the time.
         """
+        # What the move depends on: a plan prices the same moves at every phase of its
+        # schedule-wide choice (`plan._over_the_schedule`).
+        key = (old.boundaries, old.rank_map, new.boundaries, new.rank_map, new.frozen_layers)
+        if key not in self._moves:
+            if len(self._moves) >= MAX_KEPT_MOVES:
+                self._moves.clear()
+            self._moves[key] = self._move_s(old, new)
+        return self._moves[key]
+
+    def _move_s(self, old: Layout, new: Layout) -> float:
         # Layouts read from run records (calibrate) reach here unpriced: one line, not an
         # index error, when they do not fit this model and cluster.
         for layout in (old, new):
