@@ -1042,16 +1042,29 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """The `pipeplan` command: `main`, then an exit without the interpreter's teardown
     (freeing torch's and transformers' modules costs 1-2 s of CPU after every command).
-    atexit's callbacks, logging's flush among them, still run; an output that cannot be
-    flushed (a closed pipe) takes the interpreter's usual exit, which reports it."""
+    atexit's callbacks, logging's flush among them, still run. Its console never fails the
+    work (`log.guard_console`); what a failed stdout means is `_output_status`'s."""
+    out, err = log.guard_console()
     code = main()
     _run_exit_callbacks(code)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        sys.exit(code)
-    os._exit(code)
+    out.flush()
+    err.flush()
+    os._exit(_output_status(code, out))
+
+
+def _output_status(code: int, out: log.Output) -> int:
+    """The command's exit status once its stdout `out` is flushed. A closed pipe (EPIPE:
+    `pipeplan report RUN | head -n 1`) is a reader that wanted no more: the command stopped
+    writing there and went on, and its status is the work's, with no line, as `git log |
+    head` does. Found by the thirty-ninth round: it was exit 1 and nothing said, even after
+    `run` had trained to the end. Any other failure (`> /dev/full`, an I/O error, stdout
+    closed: `>&-`) lost output the user asked for: after work that succeeded, one line and
+    exit 2; a failed command keeps its own line and status."""
+    if code != 0 or out.failure is None or out.reader_gone:
+        return code
+    failure = out.failure
+    log.error(f"could not write the output to standard output: {failure.strerror or failure}")
+    return 2
 
 
 def _run_exit_callbacks(code: int) -> None:

@@ -1104,7 +1104,9 @@ def rank_console(log_dir: Path, rank: int) -> TextIO:
     except OSError as exc:  # a file, or a link to nowhere, where the folder belongs
         raise OutputError(f"{log_dir}: cannot make the logs' folder ({exc.strerror})") from None
     fd = open_append(log_dir / f"rank-{rank}.log")
-    console = os.fdopen(os.dup(2), "w", buffering=1)
+    # Never failing the rank: a closed console (`pipeplan run 2>&1 | head`) raised EPIPE at
+    # the rank's last flush, after it had trained, and the run failed (the thirty-ninth round).
+    console = pipeplan_log.Output(os.fdopen(os.dup(2), "w", buffering=1))
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:  # None: Python started without the descriptor
             stream.flush()

@@ -13,6 +13,7 @@ configures logging.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sys
@@ -65,6 +66,112 @@ def write_line(line: str, stream: TextIO | None = None) -> None:
     stream = stream or sys.stderr
     stream.write(line + "\n")
     stream.flush()
+
+
+class Output:
+    """A console stream (`sys.stdout`, `sys.stderr`, a rank's console) whose writes never
+    fail the command: the first failure of a write or flush is kept in `failure`, the
+    stream's descriptor then goes to /dev/null, and what follows is written there. A failed
+    console is not failed work: `pipeplan run | head` trains to the end, and the command
+    decides what the failure means (`guard_console`, `cli.entry`).
+
+        out = Output(sys.stdout)
+        out.write("...")        # EPIPE, ENOSPC, EIO: never raised
+        out.failure             # the OSError of the first failed write, or None
+
+    Everything else (`fileno`, `isatty`, `encoding`) is the stream's.
+    """
+
+    def __init__(self, stream: TextIO, closed: OSError | None = None) -> None:
+        self.stream = stream
+        self.failure: OSError | None = None
+        # The descriptor was closed when the process started (`open_console`): the first
+        # text written is this failure.
+        self._closed = closed
+
+    def write(self, text: str) -> int:
+        if text and self._closed is not None:
+            self._failed(self._closed)
+        try:
+            return self.stream.write(text)
+        except OSError as exc:
+            self._failed(exc)
+            return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as exc:
+            self._failed(exc)
+
+    @property
+    def reader_gone(self) -> bool:
+        """Whether the failure is a closed pipe (EPIPE): its reader wanted no more (`| head`)."""
+        return isinstance(self.failure, BrokenPipeError)
+
+    def _failed(self, exc: OSError) -> None:
+        """From the first failure on, the descriptor is /dev/null's: what the stream still
+        holds goes there, and so does what anything else writes to it (a library, the
+        interpreter's final flush, a child started later), none of which fails again."""
+        self.failure = self.failure or exc
+        self._closed = None
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, self.stream.fileno())
+            finally:
+                os.close(null)
+            self.stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+def guard_console() -> tuple[Output, Output]:
+    """`out, err = guard_console()`: `sys.stdout` and `sys.stderr` as `Output`s, for the
+    command's own process. Python ignores SIGPIPE, so a closed pipe (`pipeplan plan | head`)
+    is an EPIPE on the next write: rich turned it into a silent exit 1 (after `run` had
+    trained, the thirty-ninth round), `print` into a traceback or "Exception ignored …
+    BrokenPipeError" at exit. Now no write of either stream raises; the caller reads
+    `out.failure` at the end. A stream Python started without (its descriptor closed:
+    `pipeplan report RUN >&-`) is one on /dev/null that fails with EBADF once written."""
+    return open_console(1, "stdout"), open_console(2, "stderr")
+
+
+def open_console(fd: int, name: str) -> Output:
+    """`sys.<name>` (descriptor `fd`) as an Output, installed there. Python set it to None
+    when the descriptor was closed as it started: then /dev/null takes the descriptor, so
+    that no file opened later becomes this process's (and its children's) stdout or stderr,
+    and writing to it is an EBADF failure."""
+    stream = getattr(sys, name)
+    if isinstance(stream, Output):
+        return stream
+    closed = None
+    if stream is None:
+        closed = OSError(errno.EBADF, os.strerror(errno.EBADF))
+        stream = open(fd, "w", closefd=False) if _null_on(fd) else open(os.devnull, "w")  # noqa: SIM115
+    output = Output(stream, closed)
+    setattr(sys, name, output)
+    return output
+
+
+def _null_on(fd: int) -> bool:
+    """/dev/null opened as descriptor `fd` where it is closed; False where something holds
+    it already (then it is left alone)."""
+    try:
+        os.fstat(fd)
+        return False
+    except OSError:
+        pass
+    null = os.open(os.devnull, os.O_WRONLY)
+    if null != fd:
+        os.dup2(null, fd)
+        os.close(null)
+    return True
 
 
 class _Bounded(logging.Formatter):

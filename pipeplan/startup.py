@@ -41,8 +41,10 @@ _NOT_STOPS = {
         "SIGCHLD",
         "SIGURG",
         "SIGWINCH",
-        # Python ignores these, so that a write gets EPIPE (a closed pipe: `pipeplan plan |
-        # head`) or EFBIG (`ulimit -f`) and says it.
+        # Python ignores these, so that a write fails with EPIPE or EFBIG where the signal
+        # would kill the process. A closed pipe (`pipeplan plan | head`) ends the command's
+        # output, never its work, in silence; any other failed write of stdout (EFBIG: a
+        # `ulimit -f`) is one line after the work (`log.guard_console`, `cli.entry`).
         "SIGPIPE",
         "SIGXFSZ",
         # A fault of the process's own instruction (or abort()): a Python handler runs only
