@@ -3702,6 +3702,210 @@ def test_data_code_that_sets_the_thread_count_has_it_put_back():
     assert torch.equal(rows, torch.tensor([[3.0, 3.0], [4.0, 4.0]]))
 
 
+# ------------------------------------- the 39th round: data code's functions and resource limits
+
+# What a data module does to the process (MOVING_MODULE's `at_import` and `in_load`), and the
+# start of what the one line says it did.
+REBINDINGS = {
+    "all_reduce-at-import": (
+        dict(at_import="torch.distributed.all_reduce = lambda *a, **k: None"),
+        "the data module replaced torch.distributed.all_reduce; ",
+    ),
+    "all_reduce-in-load": (
+        dict(in_load="torch.distributed.all_reduce = lambda *a, **k: None"),
+        "the data function replaced torch.distributed.all_reduce; ",
+    ),
+    "json.dumps-in-load": (
+        dict(in_load="import json; json.dumps = lambda *a, **k: '{}'"),
+        "the data function replaced json.dumps; ",
+    ),
+    "nofile-in-load": (
+        dict(
+            in_load="import resource; resource.setrlimit(resource.RLIMIT_NOFILE, "
+            "(40, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))"
+        ),
+        "the data function lowered the open files limit (RLIMIT_NOFILE) to 40 (it was {nofile:,}",
+    ),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", list(REBINDINGS))
+def test_data_code_that_rebinds_a_function_or_lowers_a_limit_is_refused(
+    tmp_path, capsys, monkeypatch, case
+):
+    """Found by the thirty-ninth round: a data module's `torch.distributed.all_reduce =
+    lambda *a, **k: None` (at import or in `load`) made `pipeplan run` exit 0 with its
+    replicas trained apart, `json.dumps = lambda *a, **k: "{}"` in `load` failed it in a
+    75-line traceback of torch's launcher (`KeyError: 'role'`), and a `load` that lowered the
+    open files limit to 40 failed it in a raw c10d warning and an error naming the wrong rank
+    and cause ("stopped by SIGTERM"). Each is refused in one line naming the data and what
+    it changed (`data.functions_kept`, `data.limits_kept`), exit 2 before the run folder is
+    made, and the function or limit is put back."""
+    import json
+    import resource
+
+    import torch.distributed as dist
+
+    monkeypatch.chdir(tmp_path)
+    code, said = REBINDINGS[case]
+    real = (dist.all_reduce, json.dumps, resource.getrlimit(resource.RLIMIT_NOFILE))
+    name = f"rt39_{case.replace('-', '_').replace('.', '_')}"
+    code = {**code, "at_import": "import torch.distributed\n" + code.get("at_import", "")}
+    assert _run_moving(tmp_path, name, **code) == 2
+    assert (dist.all_reduce, json.dumps, resource.getrlimit(resource.RLIMIT_NOFILE)) == real
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    start = f"pipeplan: error: data '{name}:load': " + said.format(nofile=real[2][0])
+    assert lines[0].startswith(start), lines[0]
+    assert "data code must leave " in lines[0], lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_data_code_that_replaces_or_deletes_a_function_is_refused_however_it_is_read():
+    """Found by the thirty-ninth round (above): a function of the modules pipeplan trains
+    and records with, replaced or deleted by the data code anywhere it runs (here a rank's
+    batch read, `batch_rows`, and the launcher's calls, `_contained`), is refused naming it,
+    compared by identity (an object that says it equals the function is still another), and
+    put back. A `functools.wraps` wrapper is another function; names added are no change,
+    nor is a patch the code puts back itself, nor torch's own wrapper of its function
+    (importing torch._dynamo wraps torch.manual_seed so)."""
+    import functools
+    import json
+    import os
+    import unittest.mock
+
+    import torch.nn.functional as F
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    real = (F.cross_entropy, json.dumps, os.replace, torch.manual_seed)
+
+    class Liar:
+        def __eq__(self, other):
+            return True
+
+        __hash__ = None
+
+        def __call__(self, *args, **kwargs):
+            return None
+
+    def changes(change):
+        class Items:
+            def __getitem__(self, index):
+                if index == 3:
+                    change()
+                return torch.zeros(2), torch.tensor(0)
+
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [3, 4], 0, "m:load", "train")
+        assert (F.cross_entropy, json.dumps, os.replace, torch.manual_seed) == real
+        return str(refused.value).removeprefix("data 'm:load': reading a batch (2 train items, "
+                                               "item 3 first) ")  # fmt: skip
+
+    said = changes(lambda: setattr(F, "cross_entropy", Liar()))
+    assert said.startswith("replaced torch.nn.functional.cross_entropy; data code must leave"), said
+    wrapped = functools.wraps(json.dumps)(lambda *a, **k: "{}")
+    assert changes(lambda: setattr(json, "dumps", wrapped)).startswith("replaced json.dumps; ")
+    said = changes(lambda: (delattr(os, "replace"), setattr(json, "dumps", wrapped)))
+    assert said.startswith("replaced json.dumps and deleted os.replace; "), said
+
+    with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+        torch.manual_seed = lambda seed: None
+    assert torch.manual_seed is real[3]
+    assert str(refused.value).startswith(
+        "data 'm:load': the data function replaced torch.manual_seed; data code must leave the "
+        "functions of torch and of Python's modules as it found them"
+    )
+
+    try:
+        with _contained("m:load", "the data function"):
+            torch.rt39_registered = lambda: None  # an addition
+            with unittest.mock.patch("json.dumps", wrapped):  # put back by the code itself
+                pass
+            torch.manual_seed = torch._disable_dynamo(torch.manual_seed)
+        assert torch.manual_seed.__wrapped__ is real[3]  # torch's own wrapper, kept
+    finally:
+        torch.manual_seed = real[3]
+        vars(torch).pop("rt39_registered", None)
+
+
+@pytest.mark.timeout(30)
+def test_data_code_that_lowers_a_resource_limit_is_refused_and_it_is_put_back():
+    """Found by the thirty-ninth round: a data `load` that lowered the open files limit
+    (`resource.setrlimit(resource.RLIMIT_NOFILE, (40, hard))`) failed the run later naming
+    the wrong rank and cause, the launcher's store out of file descriptors. Every resource
+    limit the data code lowers (here in a rank's batch read, `batch_rows`) is refused in one
+    line naming it, its new and old value and what pipeplan needs it for, and put back;
+    a limit raised is no change."""
+    import resource
+
+    from executor.data import BadArgumentError, batch_rows
+
+    def changes(kind, soft):
+        class Items:
+            def __getitem__(self, index):
+                resource.setrlimit(kind, (soft, resource.getrlimit(kind)[1]))
+                return torch.zeros(2), torch.tensor(0)
+
+        return batch_rows(Items(), [5], 0, "m:load", "eval")
+
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with pytest.raises(BadArgumentError) as refused:
+        changes(resource.RLIMIT_NOFILE, 40)
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == nofile
+    assert str(refused.value) == (
+        "data 'm:load': reading a batch (1 eval items, item 5 first) lowered the open files "
+        f"limit (RLIMIT_NOFILE) to 40 (it was {nofile[0]:,}); data code must leave the "
+        "process's resource limits as it found them, as pipeplan runs under them (open files: "
+        "the launcher's rendezvous store holds a connection for each rank, and a rank its own "
+        "connections, log and checkpoint files; the ranks pipeplan starts inherit them)"
+    )
+    fsize = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if fsize[1] != resource.RLIM_INFINITY:
+        pytest.skip(f"the file size limit is {fsize} already")
+    with pytest.raises(BadArgumentError) as refused:
+        changes(resource.RLIMIT_FSIZE, 2 << 20)
+    assert resource.getrlimit(resource.RLIMIT_FSIZE) == fsize
+    assert "lowered the file size limit (RLIMIT_FSIZE) to 2MiB (it was unlimited); " in str(
+        refused.value
+    )
+    stack = resource.getrlimit(resource.RLIMIT_STACK)
+    if stack[0] != resource.RLIM_INFINITY and stack[0] < _limit_value(stack[1]) // 2:
+        try:
+            changes(resource.RLIMIT_STACK, stack[0] * 2)  # raised: no change
+        finally:
+            resource.setrlimit(resource.RLIMIT_STACK, stack)
+
+
+def _limit_value(value: int) -> float:
+    import resource
+
+    return float("inf") if value == resource.RLIM_INFINITY else value
+
+
+@pytest.mark.multiprocess
+@pytest.mark.long
+@pytest.mark.timeout(180)
+def test_a_ranks_data_code_that_rebinds_all_reduce_fails_the_run_naming_it(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the thirty-ninth round: `torch.distributed.all_reduce = lambda *a, **k: None`
+    in data code trained the replicas apart, exit 0. In a rank's `__getitem__` alone (the
+    launcher's own calls are the test above's) the run fails in one line naming the data,
+    the item (the rank's check of its first, `data.item`) and the function. Long: a run of
+    ranks; the unit tests above hold the same check (`_contained`, `batch_rows`)."""
+    monkeypatch.chdir(tmp_path)
+    code = 'if "RANK" in os.environ: torch.distributed.all_reduce = lambda *a, **k: None'
+    line = _ranks_line(tmp_path, capsys, "rt39_rank", in_item=code)
+    said = (
+        "pipeplan: error: training failed on rank 0 before the first step: data 'moving': "
+        "reading train item 0 replaced torch.distributed.all_reduce; data code must leave"
+    )
+    assert re.match(said, line), line
+
+
 @pytest.mark.timeout(30)
 def test_control_characters_of_a_users_error_reach_no_line():
     """Found by the thirty-seventh round: a rank's item error "line one\\nline two\\r\\nthree
