@@ -1700,7 +1700,6 @@ class _Run:
 
 
 @functools.lru_cache(maxsize=256)
-@functools.lru_cache(maxsize=256)
 def _windows_from_zero_cached(S: bytes, M: bytes) -> np.ndarray:
     """`windows_from_zero` of float arrays given as bytes: every phase and micro-batch size
     asks for the same few (S, M) candidates, each (S, M) pair computed once (the placements
