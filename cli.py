@@ -630,7 +630,7 @@ def report(
     b = result.baseline
     if b:
         base_acc = "-" if b.final_eval_accuracy is None else f"{b.final_eval_accuracy:.1%}"
-        speedup = "-" if b.measured_speedup is None else f"{b.measured_speedup:.2f}×"
+        speedup = "n/a" if b.measured_speedup is None else f"{b.measured_speedup:.2f}×"
         # One pricing for both runs, as `preview` showed it: their profile.json, not the
         # refit a run that recalibrated itself priced its later phases with.
         previewed = (

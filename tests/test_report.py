@@ -538,6 +538,30 @@ def test_no_previewed_speedup_for_runs_whose_epochs_differ_in_length(tmp_path, p
     )
 
 
+def test_no_speedup_for_runs_that_trained_different_numbers_of_epochs(
+    tmp_path, planned, capsys, monkeypatch
+):
+    """Found by the fortieth round: a 3-epoch run against a 2-epoch baseline reported
+    "previewed 0.49×" and a measured ratio, both the epoch ratio times the speedup. Runs
+    that trained different numbers of steps get neither, and the report says why."""
+    elastic_plan, static_plan = planned
+    elastic = write_planned(tmp_path / "elastic", elastic_plan)
+    records = planned_records(static_plan)
+    ends = [n for n, record in enumerate(records) if isinstance(record, EpochRecord)]
+    static = write_run(tmp_path / "static", records[: ends[-2] + 1], epochs=PREVIEW_EPOCHS)
+    baseline = make_report(elastic, static).baseline
+    assert baseline is not None
+    assert (baseline.measured_speedup, baseline.previewed_speedup) == (None, None)
+    fewer, more = (PREVIEW_EPOCHS - 1) * PREVIEW_STEPS, PREVIEW_EPOCHS * PREVIEW_STEPS
+    assert baseline.previewed_unavailable == (
+        f"the baseline trained {fewer} steps, this run {more}: they trained different amounts"
+    )
+    monkeypatch.setenv("COLUMNS", "160")
+    assert cli.main(["report", str(elastic), "--baseline", str(static)]) == 0
+    captured = capsys.readouterr()
+    assert "measured n/a (previewed n/a)" in captured.out
+
+
 def test_timelines_for_the_plots(elastic):
     phase = make_report(elastic).phases[0]
     measured = measured_timeline(phase)

@@ -109,7 +109,10 @@ class BaselineReport(Strict):
     predicted_training_s: NonNegFloat | None = Field(description=PREDICTED_TRAINING)
     samples_per_s: NonNegFloat | None = Field(description="Mean training throughput.")
     final_eval_accuracy: float | None
-    measured_speedup: float | None = Field(description="Baseline training_s / this run's.")
+    measured_speedup: float | None = Field(
+        description="Baseline training_s / this run's; None when they trained different "
+        "numbers of steps (previewed_unavailable says so)."
+    )
     previewed_training_s: NonNegFloat | None = Field(
         None,
         description="The baseline as it ran, priced by the planner from the profile.json both "
@@ -129,8 +132,8 @@ class BaselineReport(Strict):
     previewed_unavailable: Text | None = Field(
         None,
         description="Why previewed_speedup is None: the runs started from different profiles, "
-        "or their records lack what pricing them needs (one epoch length, a phase priced with "
-        "profile.json).",
+        "or trained different numbers of steps, or their records lack what pricing them needs "
+        "(one epoch length, a phase priced with profile.json).",
     )
 
 
