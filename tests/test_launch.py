@@ -144,6 +144,41 @@ def test_the_readme_torchrun_commands_train_like_pipeplan_run(tmp_path, referenc
         assert phases and clusters == {nodes}, (run, clusters)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_the_printed_torchrun_command_waits_for_a_missing_node_at_most_the_runs_timeout(
+    tmp_path,
+):
+    """Found by the fortieth round: with one of two nodes never started, torchrun's c10d
+    rendezvous started no rank (so no pipeplan line) for torch's join_timeout of 600 s,
+    whatever the run's --collective-timeout. The command `--prepare-only` prints bounds it
+    by the run's: torchrun gives up with its own error, and nothing of the run has started."""
+    port = free_port()
+    prepare, _ = readme_commands(port)
+    done = subprocess.run(
+        [*prepare, "--collective-timeout", "3"],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (printed,) = [line for line in done.stdout.splitlines() if line.startswith("torchrun ")]
+    assert "--rdzv-conf=join_timeout=3,last_call_timeout=1" in printed
+    for name, value in (("NODES", "2"), ("RANKS_PER_NODE", "1"), ("NODE", "0")):
+        printed = re.sub(rf"\b{name}\b", value, printed)
+    command = TORCHRUN + printed.replace("HOST0:29500", f"127.0.0.1:{port}").split()[1:]
+    started = time.monotonic()
+    alone = subprocess.run(
+        command, cwd=tmp_path, env=environment(), capture_output=True, timeout=150
+    )
+    assert alone.returncode != 0
+    assert time.monotonic() - started < 3 + 60  # the join timeout, torchrun's start and exit
+    assert b"RendezvousTimeoutError" in alone.stderr
+    assert not (tmp_path / "runs" / "exp1" / "run.jsonl").exists()  # no rank ever started
+
+
 @pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(900)
