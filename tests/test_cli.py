@@ -758,6 +758,9 @@ def test_a_spawned_rank_that_dies_is_the_commands_one_line(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
+# In `-m long`, for the suite's time: the default run keeps
+# test_ctrl_c_while_profile_ranks_start_is_one_line.
+@pytest.mark.long
 def test_spawned_ranks_ignore_ctrl_c_from_their_start(tmp_path):
     """Thirteenth round: Ctrl-C (SIGINT to the terminal's whole process group) as the link
     ranks of `profile --nproc 2` started printed "Fatal Python error: init_import_site" and a

@@ -181,6 +181,9 @@ def test_jsonl_fine_tuning_exports_a_model_that_scores_what_the_run_reported(mad
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
+# In `-m long`, for the suite's time: the default run keeps
+# test_jsonl_fine_tuning_exports_a_model_that_scores_what_the_run_reported.
+@pytest.mark.long
 def test_the_trained_model_and_its_export_carry_the_runs_tokenizer(made, tmp_path, capfd):
     """Found by the thirty-eighth round: runs/NAME/model/ and `pipeplan export` held only
     config.json and model.safetensors, though the README said the export kept the

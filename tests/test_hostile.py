@@ -925,6 +925,9 @@ def test_resume_refuses_flags_it_cannot_apply(finished_run, tmp_path, capsys, fl
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
+# In `-m long`, for the suite's time: the default run keeps
+# test_resume_revalidates_a_hand_edited_run_json_as_a_fresh_run.
+@pytest.mark.long
 def test_resume_applies_more_epochs_and_another_collective_timeout(finished_run, tmp_path):
     """--epochs and --collective-timeout are applied and saved; a flag given with the saved
     value (--seed 0) is no change. Training continues from the final checkpoint of epoch 0."""

@@ -1305,6 +1305,9 @@ def _relative_run_argv(made, tmp_path: Path, data: Path) -> list[str]:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
+# In `-m long`, for the suite's time: the default run keeps
+# test_a_plan_of_a_folder_profiled_by_a_relative_path_runs.
+@pytest.mark.long
 def test_a_run_started_with_relative_paths_exports_and_resumes_from_elsewhere(
     made, tmp_path, capsys, monkeypatch
 ):
@@ -1342,6 +1345,9 @@ def test_a_run_started_with_relative_paths_exports_and_resumes_from_elsewhere(
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
+# In `-m long`, for the suite's time: the default run keeps
+# test_module_data_found_elsewhere_or_edited_is_refused.
+@pytest.mark.long
 def test_export_refuses_a_model_folder_edited_since_the_run(made, tmp_path, capsys):
     """Found by the nineteenth round: `export RUN` rebuilt the model from the folder's
     config.json as it is now; edited since the run (activation relu for gelu), it wrote the
@@ -2061,6 +2067,9 @@ def load(seed=0):
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
+# In `-m long`, for the suite's time: the default run keeps
+# test_data_json_edited_while_the_run_trains_is_not_taken_into_its_checkpoint.
+@pytest.mark.long
 def test_a_module_only_the_ranks_import_is_recorded_at_checkpoints(tmp_path, capsys, monkeypatch):
     """Found by the thirty-first round: a helper a `__getitem__` imported only for items the
     launcher never reads was imported by the ranks alone, so data.json (written by the
@@ -2097,6 +2106,9 @@ def test_a_module_only_the_ranks_import_is_recorded_at_checkpoints(tmp_path, cap
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
+# In `-m long`, for the suite's time: the default run keeps
+# test_module_data_found_elsewhere_or_edited_is_refused.
+@pytest.mark.long
 def test_a_helpers_entry_deleted_from_data_json_is_refused_by_the_checkpoint(
     tmp_path, capsys, monkeypatch
 ):
@@ -2793,7 +2805,8 @@ def test_data_of_another_length_on_one_rank_is_refused_at_once(tmp_path, capsys,
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("model", ["gpt2-tiny", "llama-tiny"])
+# llama-tiny in `-m long`, for the suite's time: the same tokenizer path as gpt2-tiny's.
+@pytest.mark.parametrize("model", ["gpt2-tiny", pytest.param("llama-tiny", marks=pytest.mark.long)])
 def test_a_built_in_decoder_takes_the_tokenizers_bos_and_eos(tmp_path, capsys, model):
     """Found by the thirty-second round: a built-in decoder trained with a tokenizer whose eos
     is [EOS] (0), no bos, wrote the preset's bos 1 and eos 2 into the run's model/ and
@@ -2870,6 +2883,9 @@ def test_a_model_folder_naming_other_tokens_than_its_tokenizer_is_said(tmp_path,
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
+# In `-m long`, for the suite's time: the default run keeps
+# test_data_of_another_length_on_one_rank_is_refused_at_once.
+@pytest.mark.long
 def test_data_whose_length_only_the_ranks_see_is_refused(tmp_path, capsys, monkeypatch):
     """Found by the thirty-second round: a `__len__` of 128 under RANK and 256 in the
     launcher trained 8 steps an epoch where the launcher checked 16 (a plan's --samples too),

@@ -427,6 +427,9 @@ FALLBACK_DATA = test_hostile_data.RANK_LENGTH_MODULE.replace(
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(400)
+# In `-m long`, for the suite's time: the default run keeps
+# test_a_finished_runs_resume_that_falls_back_leaves_a_run_that_reads.
+@pytest.mark.long
 def test_a_fallback_resume_that_fails_leaves_the_checkpoint_it_continued_from_latest(
     tmp_path, capfd, monkeypatch
 ):
@@ -1403,6 +1406,9 @@ def test_a_resume_that_fails_before_its_first_step_is_not_placed_in_the_old_run(
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
+# In `-m long`, for the suite's time: the default run keeps
+# test_a_mid_epoch_resume_records_the_epoch_as_the_uninterrupted_run.
+@pytest.mark.long
 def test_a_mid_epoch_checkpoint_that_fails_is_placed_after_its_step(tmp_path):
     """Found by the thirty-fifth round: a run whose --checkpoint-every 2 checkpoint, after
     step 1 of a 4-step epoch, could not be written (a full disk; here a file-size limit
@@ -2825,8 +2831,11 @@ def _said(process: subprocess.Popen, fragment: str, timeout: float = 150) -> str
     "sig, line, code",
     [
         (signal.SIGINT, "pipeplan: rank 0: interrupted", 130),
-        (signal.SIGTERM, "pipeplan: rank 0: stopped by SIGTERM", 143),
-        # SIGTERM's path (`stoppable`) with another number: in `-m long`, for the suite's time.
+        # SIGTERM's path (`stoppable`): in `-m long`, for the suite's time (SIGXCPU takes it in
+        # test_a_rank_waiting_for_its_peers_takes_every_stop_signal).
+        pytest.param(
+            signal.SIGTERM, "pipeplan: rank 0: stopped by SIGTERM", 143, marks=pytest.mark.long
+        ),
         pytest.param(
             signal.SIGHUP, "pipeplan: rank 0: stopped by SIGHUP", 129, marks=pytest.mark.long
         ),
@@ -2889,10 +2898,11 @@ def test_a_rank_waiting_for_its_peers_takes_every_stop_signal(tmp_path, capsys, 
             "waiting at 127.0.0.1:{port} for the other ranks of WORLD_SIZE=2: 1 of 2 ranks "
             "arrived; rank 1 never did",
         ),
-        (
+        pytest.param(  # in `-m long`, for the suite's time
             1,
             "waiting for rank 0 of WORLD_SIZE=2 to open its store at 127.0.0.1:{port}: "
             "nothing listens there",
+            marks=pytest.mark.long,
         ),
     ],
 )
@@ -2926,6 +2936,9 @@ def _torchrun(run: Path, nproc: int = 2, timeout: float = 100) -> subprocess.Com
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(150)
+# In `-m long`, for the suite's time: the default run keeps
+# test_the_entry_starts_again_a_run_that_trained_nothing.
+@pytest.mark.long
 def test_a_refusal_at_the_torchrun_entry_is_the_summarys_root_cause(tmp_path, capsys):
     """Found by the twenty-third round: rank 0 refusing a 2-rank run at torchrun's entry
     printed its line without its rank and wrote no report (torchrun's root cause: `error_file:
@@ -3101,6 +3114,9 @@ def test_a_flag_beside_resume_is_judged_by_the_runs_own_settings(made, tmp_path,
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
+# In `-m long`, for the suite's time: the default run keeps
+# test_a_finished_run_resumed_at_an_epochs_end_is_extended_and_checked.
+@pytest.mark.long
 def test_a_model_folder_run_resumes_and_exports_without_the_folders_weights(made, tmp_path, capsys):
     """Found by the twentieth round: a run of a model folder whose model.safetensors was moved
     away since could be exported but not resumed ("a config without weights …; pass --init

@@ -1041,6 +1041,9 @@ def test_sigterm_to_the_launcher_is_one_line_and_leaves_no_process(tmp_path, sig
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
+# In `-m long`, for the suite's time: the default run keeps
+# test_every_stop_signal_to_the_launcher_mid_run_is_one_line_and_leaves_no_rank.
+@pytest.mark.long
 def test_sigusr1_to_the_launcher_mid_run_is_one_line_and_leaves_no_rank(tmp_path):
     """Found by the thirty-fourth round: SIGUSR1 to `pipeplan run` as its ranks trained (Slurm's
     `--signal=USR1@60` before a job's time limit, or `kill -USR1`) killed the launcher at once
