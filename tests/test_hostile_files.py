@@ -635,6 +635,15 @@ SELF_CONTRADICTIONS = {
         ),
         ("phase 1: its layout cannot run: 10 frozen layers of 10 (the head is never frozen)",),
     ),
+    # Fortieth round: a runner-up is a layout of its phase, held to the same check.
+    "a runner-up on ranks the cluster lacks": (
+        lambda doc: _runner_up(doc, rank_map=[[r + 100 for r in row] for row in _ranks(doc)]),
+        ("phase 0: runner_ups[0]: its layout cannot run", "must use distinct ranks of 0.."),
+    ),
+    "a runner-up of another freeze point": (
+        lambda doc: _runner_up(doc, frozen_layers=3),
+        ("phase 0: runner_ups[0] freezes 3 layers, its phase 0",),
+    ),
     "phases that split different layer counts": (
         lambda doc: (
             doc["phases"][1]["layout"].update(boundaries=[0, 12]),
@@ -660,6 +669,17 @@ SELF_CONTRADICTIONS = {
         ("phase 0: epoch_s", "is not 22 steps × step_s"),
     ),
 }
+
+
+def _ranks(doc: dict) -> list[list[int]]:
+    return doc["phases"][0]["layout"]["rank_map"]
+
+
+def _runner_up(doc: dict, **changed) -> None:
+    """Phase 0's runner-ups: its own layout with `changed`, at its step."""
+    phase = doc["phases"][0]
+    layout = {**phase["layout"], **changed}
+    phase["runner_ups"] = [{"layout": layout, "step_s": phase["step_s"]}]
 
 
 def _scale_uncached_epoch(doc: dict, i: int, factor: float) -> None:

@@ -269,6 +269,20 @@ class Plan(Versioned):
                 phase.layout.check(num_layers, devices)
             except BadArgumentError as exc:
                 raise ValueError(f"phase {i}: its layout cannot run: {exc}") from None
+            # The runner-ups are layouts of the same phase: held to the same check (the
+            # fortieth round: one on rank 5 of a 2-device plan passed `run --plan`).
+            for j, other in enumerate(phase.runner_ups):
+                try:
+                    other.layout.check(num_layers, devices)
+                except BadArgumentError as exc:
+                    raise ValueError(
+                        f"phase {i}: runner_ups[{j}]: its layout cannot run: {exc}"
+                    ) from None
+                if other.layout.frozen_layers != phase.layout.frozen_layers:
+                    raise ValueError(
+                        f"phase {i}: runner_ups[{j}] freezes {other.layout.frozen_layers} "
+                        f"layers, its phase {phase.layout.frozen_layers}"
+                    )
         for epoch, frozen in enumerate(self.inputs.freeze.frozen_layers):
             if frozen > num_layers - 1:
                 raise ValueError(
