@@ -58,7 +58,7 @@ from pipeplan.errors import (
     Stopped,
     quoted,
 )
-from pipeplan.exits import exits_raised
+from pipeplan.exits import exits_raised, forks_ended
 from pipeplan.formats.base import MAX_SAMPLES, one_line
 from pipeplan.log import write_line
 
@@ -518,7 +518,9 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     `m.py:9: UserWarning: …` and the source line), summarised or dropped on failure. Found by
     the twenty-eighth round: a BaseException was a traceback, and descriptor 2 came raw before
     the error line; and the parent's own reads of the sets (`length`, `item`) ran unheld, so a
-    `__getitem__`'s warnings were raw lines before the error line.
+    `__getitem__`'s warnings were raw lines before the error line. A process the code forks
+    that comes back ends at once (`forks_ended`), and code that closes the descriptors
+    pipeplan holds is refused (`held_descriptors_kept`): the fortieth round.
 
         with _contained("m:load", f"reading train item {index}"):
             value = dataset[index]
@@ -538,6 +540,9 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
             limits_kept(spec, doing),
             functions_kept(spec, doing),
             torch_state_kept(spec, doing),
+            held_descriptors_kept(spec, doing),
+            # Innermost of all: a child the code forked ends before any of the above runs.
+            forks_ended(),
         ):
             yield
     except SystemExit as exc:
@@ -909,6 +914,105 @@ def _text(raw: list[bytes]) -> str:
     return b"".join(raw).decode("utf-8", errors="replace")
 
 
+# The descriptors pipeplan holds across the user's data code (`_holding`): each one's number
+# and the file it was (`_identity`). `held_descriptors_kept` refuses code that closed or
+# replaced one; `descriptor_2_held` and `descriptor_1_kept` put back what they can without it.
+_HELD_DESCRIPTORS: list[tuple[int, tuple[int, int] | None]] = []
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    """The file descriptor `fd` is open on, as (device, inode); None where it is closed."""
+    try:
+        found = os.fstat(fd)
+    except (OSError, ValueError):
+        return None
+    return found.st_dev, found.st_ino
+
+
+@contextlib.contextmanager
+def _holding(*fds: int) -> Iterator[None]:
+    """`fds` listed in _HELD_DESCRIPTORS while the block runs."""
+    entries = [(fd, _identity(fd)) for fd in fds]
+    _HELD_DESCRIPTORS.extend(entries)
+    try:
+        yield
+    finally:
+        for entry in entries:
+            with contextlib.suppress(ValueError):
+                _HELD_DESCRIPTORS.remove(entry)
+
+
+def _lost(fd: int, identity: tuple[int, int] | None) -> bool:
+    """Whether `fd` is no longer the file it was (`identity`): closed, or another file's."""
+    return _identity(fd) != identity
+
+
+@contextlib.contextmanager
+def held_descriptors_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) closes or replaces none of the descriptors pipeplan
+    holds across it (_HELD_DESCRIPTORS: the console's copies and the file descriptor 2 is held
+    in), or is refused in one line; `descriptor_2_held` and `descriptor_1_kept` then put the
+    console back as they can (`_console_again`). Found by the fortieth round: a `load` that
+    called `os.closerange(3, 65536)` in the launcher ended `pipeplan run` with exit 2 and no
+    line at all: the copy of the console's descriptor 2 was closed, and the error line went
+    into the held temporary file.
+
+        with descriptor_2_held(raw), held_descriptors_kept("m:load", "the data function"):
+            os.closerange(3, 65536)
+        # BadArgumentError: data 'm:load': the data function closed descriptors pipeplan
+        # holds (4, 5); data code must not close descriptors it did not open
+    """
+    held = list(_HELD_DESCRIPTORS)
+    try:
+        yield
+    finally:
+        lost = sorted({fd for fd, identity in held if _lost(fd, identity)})
+    if lost:
+        raise BadArgumentError(
+            f"data {quoted(spec)}: {doing} closed descriptors pipeplan holds "
+            f"({', '.join(map(str, lost))}); data code must not close descriptors it did not "
+            "open (`os.closerange(3, …)` closes pipeplan's own too)"
+        )
+
+
+def _where(fd: int) -> str | None:
+    """The path `fd` was opened by, where it has one that can be opened again (a terminal, a
+    file), else None (a pipe, a socket, a deleted file)."""
+    try:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    return path if path.startswith("/") and not path.endswith(" (deleted)") else None
+
+
+def _console_again(fd: int, identity: tuple[int, int] | None, path: str | None) -> None:
+    """Descriptor `fd` (1 or 2) pointed back at the file it was (`identity`) where the user's
+    code closed pipeplan's copy of it: from the other one of 1 and 2 where that is the same
+    file (a terminal), else opened again by its `path`; else, for 2, the terminal
+    (/dev/tty) rather than nothing; else left as it is (the process still exits 2)."""
+    other = 3 - fd
+    if identity is not None and _identity(other) == identity:
+        with contextlib.suppress(OSError):
+            os.dup2(other, fd)
+            return
+    candidates = [path] if path else []
+    if fd == 2:
+        candidates.append("/dev/tty")
+    for candidate in candidates:
+        try:
+            opened = os.open(candidate, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY)
+        except OSError:
+            continue
+        try:
+            if candidate == "/dev/tty" or _identity(opened) == identity:
+                os.dup2(opened, fd)
+                return
+        except OSError:
+            pass
+        finally:
+            os.close(opened)
+
+
 @contextlib.contextmanager
 def descriptor_2_held(into: list[bytes], limit: int = MAX_HELD_BYTES) -> Iterator[None]:
     """File descriptor 2 held in a temporary file while the block runs, its first `limit`
@@ -916,6 +1020,9 @@ def descriptor_2_held(into: list[bytes], limit: int = MAX_HELD_BYTES) -> Iterato
     a subprocess writes there (below `sys.stderr`, which `contextlib.redirect_stderr` holds)
     cannot come raw before pipeplan's one error line. The caller passes it on or drops it
     (`_contained`; `text.rust_panics_named`, whose Rust panics write a backtrace there).
+    Where the block closed the console's copy (or the file), descriptor 2 is put back as it
+    can be (`_console_again`) and nothing is held: `held_descriptors_kept` says so (the
+    fortieth round: the error line went into the temporary file).
 
         raw = []
         with descriptor_2_held(raw):
@@ -923,19 +1030,41 @@ def descriptor_2_held(into: list[bytes], limit: int = MAX_HELD_BYTES) -> Iterato
         # raw == [b"said"], nothing on the terminal
     """
     sys.stderr.flush()
+    console, path = _identity(2), _where(2)
     saved = os.dup(2)
     try:
-        with tempfile.TemporaryFile() as file:
-            os.dup2(file.fileno(), 2)
-            try:
-                yield
-            finally:
-                sys.stderr.flush()
-                os.dup2(saved, 2)
-                file.seek(0)
-                into.append(file.read(limit))
-    finally:
+        held, name = tempfile.mkstemp(prefix="pipeplan-stderr-")
+    except BaseException:
         os.close(saved)
+        raise
+    os.unlink(name)  # gone with its last descriptor
+    kept = (saved, _identity(saved)), (held, _identity(held))
+    try:
+        os.dup2(held, 2)
+        with _holding(saved, held):
+            yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        saved_lost, held_lost = (_lost(*entry) for entry in kept)
+        if saved_lost:
+            _console_again(2, console, path)
+        else:
+            os.dup2(saved, 2)
+            os.close(saved)
+        if not held_lost:  # else its number is another's now, or nothing's: not ours to close
+            os.lseek(held, 0, os.SEEK_SET)
+            into.append(_read_up_to(held, limit))
+            os.close(held)
+
+
+def _read_up_to(fd: int, limit: int) -> bytes:
+    """The first `limit` bytes from where `fd` is, or fewer where it ends first."""
+    parts: list[bytes] = []
+    while limit > 0 and (part := os.read(fd, limit)):
+        parts.append(part)
+        limit -= len(part)
+    return b"".join(parts)
 
 
 @contextlib.contextmanager
@@ -944,7 +1073,8 @@ def descriptor_1_kept() -> Iterator[None]:
     data code that closes it (`os.close(1)`) or points it elsewhere does so for itself alone.
     Found by the thirty-ninth round: closed in the launcher, the ranks it started inherited no
     stdout (Python gave them `sys.stdout = None`) and each printed a traceback before the error
-    line. Nothing is kept where the descriptor was closed already.
+    line. Nothing is kept where the descriptor was closed already. Where the block closed the
+    copy too, descriptor 1 is put back as it can be (`_console_again`; the fortieth round).
 
         with descriptor_1_kept():
             os.close(1)
@@ -952,19 +1082,26 @@ def descriptor_1_kept() -> Iterator[None]:
     """
     if sys.stdout is not None:
         sys.stdout.flush()
+    console, path = _identity(1), _where(1)
     try:
         saved = os.dup(1)
     except OSError:  # closed before: nothing to put back
         yield
         return
+    kept = _identity(saved)
     try:
-        yield
+        with _holding(saved):
+            yield
     finally:
         with contextlib.suppress(OSError, ValueError):  # a stream left on the closed one
             if sys.stdout is not None:
                 sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+        if _lost(saved, kept):  # its number is another's now, or nothing's
+            if _lost(1, console):
+                _console_again(1, console, path)
+        else:
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 # What `_pass_on` has said since the data was last loaded (`_load_user`): the parent reads a
@@ -1776,11 +1913,17 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
     """Each item of `indices` read once and checked as `batch_rows` says. torch's settings,
     the resource limits and the functions of KEPT_MODULES are held for the batch as a whole
     (`torch_state_kept`, `limits_kept`, `functions_kept`: together ~0.2 ms, where an item's
-    read may cost microseconds)."""
+    read may cost microseconds), and a process the code forks ends as the batch's reads come
+    back (`forks_ended`)."""
     read = []
     first = f", item {indices[0]} first" if indices else ""
     batch = f"reading a batch ({len(indices)} {split} items{first})"
-    with limits_kept(name, batch), functions_kept(name, batch), torch_state_kept(name, batch):
+    with (
+        limits_kept(name, batch),
+        functions_kept(name, batch),
+        torch_state_kept(name, batch),
+        forks_ended(),  # a child the code forks ends at once (`_contained`)
+    ):
         for index in indices:
             doing = f"reading {split} item {index}"
             try:

@@ -47,6 +47,35 @@ def exits_raised() -> Iterator[None]:
         os._exit = real
 
 
+# The process's own `os._exit`, taken as pipeplan is imported: what `forks_ended` ends a
+# forked child with, whatever the user's code has made of `os._exit` meanwhile.
+_EXIT = os._exit
+
+
+@contextlib.contextmanager
+def forks_ended() -> Iterator[None]:
+    """A process the user's code forks that comes back out of the block (`os.fork()` in a
+    data function or a `__getitem__`, the child returning or raising) ends there at once,
+    with status 0 and nothing said: it is a copy of pipeplan, not pipeplan, and the parent
+    goes on as the real one. `os._exit` runs none of pipeplan's code, atexit's callbacks or
+    the flush of the stdio buffers it inherited (the parent's own to write). A child that never
+    comes back (its own loop, `os._exit`, multiprocessing) is the code's business. Found by
+    the fortieth round: a `load` whose `os.fork()` returned in the launcher ran a second
+    `pipeplan run` that raced the first for the run directory (one "already holds a run", the
+    other training orphaned after the command ended); in a rank, a second rank 0 hung or left
+    a process behind. Innermost around the user's code: the child ends before any put-back.
+
+        with forks_ended():
+            os.fork()   # the child ends here; the parent carries on
+    """
+    here = os.getpid()
+    try:
+        yield
+    finally:
+        if os.getpid() != here:
+            _EXIT(0)
+
+
 def run_exit_callbacks(say: Callable[[str], None] | None, traced: bool = False) -> None:
     """atexit's callbacks, run now (the process then exits without the interpreter's teardown,
     with the status pipeplan chose). Each callback's end is its own: one that raises, or that

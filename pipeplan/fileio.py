@@ -60,7 +60,7 @@ def check_writable(
         if path.exists() and Path(source).is_file() and os.path.samefile(path, source):
             raise OutputError(f"{path}: is also an input of this command; write elsewhere")
     if not parent.is_dir():
-        raise OutputError(f"{path}: directory {parent} does not exist")
+        raise OutputError(f"{path}: {_no_folder(parent)}")
     try:
         fd, probe = tempfile.mkstemp(dir=parent, prefix=".pipeplan-probe-")
     except OSError as exc:
@@ -68,6 +68,23 @@ def check_writable(
     os.close(fd)
     os.unlink(probe)
     return path
+
+
+def _no_folder(parent: Path) -> str:
+    """Why an output's `parent` is no folder to write in: what stands in its place or on its
+    path (`_what_is_there`), as other outputs say, else that it does not exist. Found by the
+    fortieth round: `profile --out f/p.json`, f a regular file, said "directory f does not
+    exist".
+
+        _no_folder(Path("f"))   # "f is a regular file, not a directory"
+    """
+    for folder in (*reversed(parent.parents), parent):
+        what = _what_is_there(folder)
+        if what is None:  # nothing there (or unreachable): the folder is missing
+            break
+        if what != "a directory":
+            return f"{folder} is {what}, not a directory"
+    return f"directory {parent} does not exist"
 
 
 def check_not_stdout(path: str | Path, flag: str, kind: str) -> None:

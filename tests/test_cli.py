@@ -78,6 +78,18 @@ def test_bad_input_is_one_line_exit_2_and_keeps_existing_output(tmp_path, capsys
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]  # no temporary leftovers
 
 
+@pytest.mark.parametrize("under", ["f", "f/g"])
+def test_an_output_under_a_regular_file_names_the_file(tmp_path, capsys, monkeypatch, under):
+    """Found by the fortieth round: `profile --out f/p.json`, f a regular file, said
+    "directory f does not exist"; every --out file is checked so (`fileio.check_writable`)."""
+    monkeypatch.chdir(tmp_path)
+    Path("f").write_text("x")
+    assert cli.main(["profile", "bert-synth", "--out", f"{under}/p.json"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"pipeplan: error: {under}/p.json: f is a regular file, not a directory\n"
+    assert Path("f").read_text() == "x" and sorted(os.listdir()) == ["f"]
+
+
 def test_not_an_encoder_config_in_a_fresh_process(tmp_path):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "t5", "num_layers": 2}))

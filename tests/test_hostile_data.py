@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import struct
@@ -4020,4 +4021,130 @@ def test_a_data_module_file_named_with_a_trailing_slash_is_refused(
     argv = ["run", "--prepare-only", "--nproc", "1", "--model", "vit-digits"]
     fragment = f"data '{slashed}:load': {slashed}: not a directory"
     refused([*argv, "--data", f"{slashed}:load", "--runs-dir", "runs"], tmp_path, capsys, fragment)
+    assert not (tmp_path / "runs").exists()
+
+
+# ------------------------------------------ the 40th round: data code that forks or closes fds
+
+# Run in a process of their own: a fork under pytest that ran on would run the tests on.
+FORKING_SCRIPT = """\
+import os, sys, torch
+from executor.data import _contained, batch_rows
+class Forks:
+    def __getitem__(self, index):
+        if os.fork() == 0 and index == 1:
+            raise ValueError("the child's own error")
+        return torch.zeros(2), torch.tensor(0)
+children = []
+with _contained("m:load", "the data function"):
+    print("held in a buffer,", end="")  # not written twice: the child flushes nothing
+    children.append(os.fork())
+with _contained("m:load", "the data function"):
+    child = os.fork()
+    children.append(child)
+    if child == 0:
+        raise ValueError("the child's own error")
+batch_rows(Forks(), [0, 1], 0, "m:load", "train")
+print(" read by", "the parent" if all(children) else "a child")
+print("children ended with", sorted({os.waitpid(pid, 0)[1] for pid in children}))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_fork_of_the_data_code_that_comes_back_ends_at_once():
+    """Found by the fortieth round: a `load` whose `os.fork()` child returned ran on in
+    pipeplan's code as a second launcher (racing the first for the run directory, or
+    training orphaned after the command ended) or a second rank. The child ends where it comes
+    back out of the data code, returning or raising (`exits.forks_ended`, in `_contained` and
+    a rank's item reads), with status 0, saying nothing and flushing no inherited buffer."""
+    root = Path(cli.__file__).resolve().parent
+    done = subprocess.run(
+        [sys.executable, "-c", FORKING_SCRIPT], cwd=root, capture_output=True, text=True,
+        timeout=50, env={**os.environ, "PYTHONPATH": str(root)}, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout == "held in a buffer, read by the parent\nchildren ended with [0]\n"
+
+
+FORKING_LOAD = """\
+import os, torch
+def load():
+    child = os.fork()
+    if child:
+        with open(os.environ["CHILD_FILE"], "w") as file:
+            file.write(str(child))
+    x, y = torch.zeros(80, 1, 8, 8), torch.arange(80) % 10
+    return torch.utils.data.TensorDataset(x, y), torch.utils.data.TensorDataset(x, y)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_launcher_whose_data_function_forks_prepares_one_run(tmp_path):
+    """Found by the fortieth round: `pipeplan run --data m:load` whose load forked (the child
+    returning) ended with exit 2 "already holds a run" while an orphaned copy trained in the
+    background, or with an error line in a successful run. The run is as without the fork:
+    one command line, nothing on stderr, and no copy of pipeplan left running."""
+    (tmp_path / "forks.py").write_text(FORKING_LOAD)
+    child_file = tmp_path / "child"
+    argv = shlex.split(
+        "run --nproc 1 --prepare-only --name x --model vit-digits --global-batch 16 "
+        f"--data {tmp_path / 'forks.py'}:load --runs-dir {tmp_path / 'runs'}"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=50,
+        cwd=Path(cli.__file__).resolve().parent, env={**os.environ, "CHILD_FILE": str(child_file)},
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.count("\n") == 1 and "executor.launch" in done.stdout, done.stdout
+    child = int(child_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (not gone, not a zombie waiting for its reaper)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+CLOSING_LOAD = """\
+import os, torch
+def load():
+    os.closerange(3, 65536)
+    x, y = torch.zeros(80, 1, 8, 8), torch.arange(80) % 10
+    return torch.utils.data.TensorDataset(x, y), torch.utils.data.TensorDataset(x, y)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("stderr", ["the terminal stdout is", "a file"])
+def test_data_code_that_closes_pipeplans_descriptors_is_one_line(tmp_path, stderr):
+    """Found by the fortieth round: a `load` calling `os.closerange(3, 65536)` in the launcher
+    ended `pipeplan run` with exit 2 and no line at all: the copy of the console's descriptor
+    2 had been closed, and the line went into the file descriptor 2 was held in. Refused in
+    one line (`data.held_descriptors_kept`), which reaches the console however it was given:
+    the file stdout is too (a terminal), or a file opened again by its name."""
+    (tmp_path / "closes.py").write_text(CLOSING_LOAD)
+    argv = shlex.split(
+        "run --nproc 1 --prepare-only --name x --model vit-digits --global-batch 16 "
+        f"--data {tmp_path / 'closes.py'}:load --runs-dir {tmp_path / 'runs'}"
+    )
+    err_file = tmp_path / "err.txt"
+    with err_file.open("w") as file:
+        done = subprocess.run(
+            [sys.executable, "-m", "cli", *argv], stdout=subprocess.PIPE, text=True, timeout=50,
+            stderr=subprocess.STDOUT if stderr.startswith("the terminal") else file,
+            cwd=Path(cli.__file__).resolve().parent,
+        )  # fmt: skip
+    said = done.stdout if stderr.startswith("the terminal") else err_file.read_text()
+    assert done.returncode == 2, (done.returncode, said)
+    assert said.count("\n") == 1, said
+    assert said.startswith(f"pipeplan: error: data '{tmp_path / 'closes.py'}:load': the data "
+                           "function closed descriptors pipeplan holds ("), said  # fmt: skip
+    assert "data code must not close descriptors it did not open" in said
     assert not (tmp_path / "runs").exists()
