@@ -1064,7 +1064,12 @@ def test_help_with_anything_after_it_is_refused(capsys):
 @pytest.mark.parametrize(
     ("module", "signum", "line"),
     [
-        ("for i in range(10**12):\n    pass\n", signal.SIGTERM, "pipeplan: stopped by SIGTERM"),
+        pytest.param(  # in `-m long`, for the suite's time: SIGTERM's line is tested elsewhere
+            "for i in range(10**12):\n    pass\n",
+            signal.SIGTERM,
+            "pipeplan: stopped by SIGTERM",
+            marks=pytest.mark.long,
+        ),
         (  # an import that swallows what is raised in it: the process ends anyway
             "import time\nwhile True:\n    try:\n        time.sleep(1000)\n"
             "    except BaseException:\n        pass\n",

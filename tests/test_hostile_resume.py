@@ -3568,6 +3568,9 @@ def _final_model(run: Path) -> dict:
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
+# In `-m long`, for the suite's time: the default run keeps
+# test_a_mid_epoch_resume_on_another_nproc_records_the_epoch_in_its_end_layout.
+@pytest.mark.long
 def test_a_resume_keeps_the_layout_of_its_checkpoints_phase(tmp_path):
     """Found by the twenty-ninth round: a run resumed on its own ranks from a checkpoint of
     an online-recalibrated phase re-planned that phase with the run's first profile, not the
@@ -3813,7 +3816,10 @@ def test_a_newest_checkpoint_without_its_manifest_is_passed_over_by_export_and_r
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("damage", ["manifest.json deleted", "a file in its place"])
+# "a file in its place" in `-m long`, for the suite's time: the same pass over it.
+@pytest.mark.parametrize(
+    "damage", ["manifest.json deleted", pytest.param("a file in its place", marks=pytest.mark.long)]
+)
 def test_a_resume_passes_over_a_newest_checkpoint_without_its_manifest(
     two_kept_run, tmp_path, capfd, damage
 ):

@@ -1390,6 +1390,9 @@ def test_ctrl_c_prints_interrupted_exits_130_and_leaves_no_process(tmp_path, mom
     assert (tmp_path / "k").exists() == (moment == "mid-step")
 
 
+# In `-m long`, for the suite's time: the default run keeps
+# test_ctrl_c_prints_interrupted_exits_130_and_leaves_no_process.
+@pytest.mark.long
 def test_a_rank_that_ignored_ctrl_c_stops_at_the_launchers_mark(tmp_path):
     """A rank of `pipeplan run` ignores SIGINT until its first statement (RANK_SHELL), so a
     Ctrl-C then is lost to it; the launcher marks it first (`on_ctrl_c`), and the rank's first
