@@ -467,19 +467,19 @@ def run(
     else:
         cfg = build(RunConfig, given)
         run_dir, summary = start_run(cfg, runs_dir, prepare_only)
-    if summary is None:
-        # torchrun starts no rank until every node's agent has joined, for join_timeout
-        # (torch's default 600 s): a missing node's wait is bounded as the ranks' is, by the
-        # run's --collective-timeout (found by the fortieth round: with torch's default it
-        # was 600 s of silence whatever the run's timeout).
-        join = math.ceil(cfg.collective_timeout_s)
-        print(
-            f"torchrun --nnodes NODES --nproc-per-node RANKS_PER_NODE --node-rank NODE "
-            f"--rdzv-backend c10d --rdzv-endpoint HOST0:29500 "
-            f"--rdzv-conf=join_timeout={join},last_call_timeout=1 "
-            f"-m executor.launch {shlex.quote(str(run_dir))}"  # a folder name with a space
-        )
-        return
+        if summary is None:  # --prepare-only: the command for every node
+            # torchrun starts no rank until every node's agent has joined, for join_timeout
+            # (torch's default 600 s): a missing node's wait is bounded as the ranks' is, by the
+            # run's --collective-timeout (found by the fortieth round: with torch's default it
+            # was 600 s of silence whatever the run's timeout).
+            join = math.ceil(cfg.collective_timeout_s)
+            print(
+                f"torchrun --nnodes NODES --nproc-per-node RANKS_PER_NODE --node-rank NODE "
+                f"--rdzv-backend c10d --rdzv-endpoint HOST0:29500 "
+                f"--rdzv-conf=join_timeout={join},last_call_timeout=1 "
+                f"-m executor.launch {shlex.quote(str(run_dir))}"  # a folder name with a space
+            )
+            return
     table = Table(
         "phase",
         "frozen",
