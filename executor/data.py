@@ -59,6 +59,7 @@ from pipeplan.errors import (
     quoted,
 )
 from pipeplan.exits import exits_raised, forks_ended
+from pipeplan.fileio import identity
 from pipeplan.formats.base import MAX_SAMPLES, one_line
 from pipeplan.log import write_line
 
@@ -915,24 +916,15 @@ def _text(raw: list[bytes]) -> str:
 
 
 # The descriptors pipeplan holds across the user's data code (`_holding`): each one's number
-# and the file it was (`_identity`). `held_descriptors_kept` refuses code that closed or
+# and the file it was (`fileio.identity`). `held_descriptors_kept` refuses code that closed or
 # replaced one; `descriptor_2_held` and `descriptor_1_kept` put back what they can without it.
 _HELD_DESCRIPTORS: list[tuple[int, tuple[int, int] | None]] = []
-
-
-def _identity(fd: int) -> tuple[int, int] | None:
-    """The file descriptor `fd` is open on, as (device, inode); None where it is closed."""
-    try:
-        found = os.fstat(fd)
-    except (OSError, ValueError):
-        return None
-    return found.st_dev, found.st_ino
 
 
 @contextlib.contextmanager
 def _holding(*fds: int) -> Iterator[None]:
     """`fds` listed in _HELD_DESCRIPTORS while the block runs."""
-    entries = [(fd, _identity(fd)) for fd in fds]
+    entries = [(fd, identity(fd)) for fd in fds]
     _HELD_DESCRIPTORS.extend(entries)
     try:
         yield
@@ -942,9 +934,10 @@ def _holding(*fds: int) -> Iterator[None]:
                 _HELD_DESCRIPTORS.remove(entry)
 
 
-def _lost(fd: int, identity: tuple[int, int] | None) -> bool:
-    """Whether `fd` is no longer the file it was (`identity`): closed, or another file's."""
-    return _identity(fd) != identity
+def _lost(fd: int, was: tuple[int, int] | None) -> bool:
+    """Whether `fd` is no longer the file it was (`was`, its `identity`): closed, or another
+    file's."""
+    return identity(fd) != was
 
 
 @contextlib.contextmanager
@@ -966,7 +959,7 @@ def held_descriptors_kept(spec: str, doing: str) -> Iterator[None]:
     try:
         yield
     finally:
-        lost = sorted({fd for fd, identity in held if _lost(fd, identity)})
+        lost = sorted({fd for fd, was in held if _lost(fd, was)})
     if lost:
         raise BadArgumentError(
             f"data {quoted(spec)}: {doing} closed descriptors pipeplan holds "
@@ -985,13 +978,13 @@ def _where(fd: int) -> str | None:
     return path if path.startswith("/") and not path.endswith(" (deleted)") else None
 
 
-def _console_again(fd: int, identity: tuple[int, int] | None, path: str | None) -> None:
-    """Descriptor `fd` (1 or 2) pointed back at the file it was (`identity`) where the user's
+def _console_again(fd: int, was: tuple[int, int] | None, path: str | None) -> None:
+    """Descriptor `fd` (1 or 2) pointed back at the file it was (`was`) where the user's
     code closed pipeplan's copy of it: from the other one of 1 and 2 where that is the same
     file (a terminal), else opened again by its `path`; else, for 2, the terminal
     (/dev/tty) rather than nothing; else left as it is (the process still exits 2)."""
     other = 3 - fd
-    if identity is not None and _identity(other) == identity:
+    if was is not None and identity(other) == was:
         with contextlib.suppress(OSError):
             os.dup2(other, fd)
             return
@@ -1004,7 +997,7 @@ def _console_again(fd: int, identity: tuple[int, int] | None, path: str | None) 
         except OSError:
             continue
         try:
-            if candidate == "/dev/tty" or _identity(opened) == identity:
+            if candidate == "/dev/tty" or identity(opened) == was:
                 os.dup2(opened, fd)
                 return
         except OSError:
@@ -1030,7 +1023,7 @@ def descriptor_2_held(into: list[bytes], limit: int = MAX_HELD_BYTES) -> Iterato
         # raw == [b"said"], nothing on the terminal
     """
     sys.stderr.flush()
-    console, path = _identity(2), _where(2)
+    console, path = identity(2), _where(2)
     saved = os.dup(2)
     try:
         held, name = tempfile.mkstemp(prefix="pipeplan-stderr-")
@@ -1038,7 +1031,7 @@ def descriptor_2_held(into: list[bytes], limit: int = MAX_HELD_BYTES) -> Iterato
         os.close(saved)
         raise
     os.unlink(name)  # gone with its last descriptor
-    kept = (saved, _identity(saved)), (held, _identity(held))
+    kept = (saved, identity(saved)), (held, identity(held))
     try:
         os.dup2(held, 2)
         with _holding(saved, held):
@@ -1082,13 +1075,13 @@ def descriptor_1_kept() -> Iterator[None]:
     """
     if sys.stdout is not None:
         sys.stdout.flush()
-    console, path = _identity(1), _where(1)
+    console, path = identity(1), _where(1)
     try:
         saved = os.dup(1)
     except OSError:  # closed before: nothing to put back
         yield
         return
-    kept = _identity(saved)
+    kept = identity(saved)
     try:
         with _holding(saved):
             yield

@@ -703,7 +703,7 @@ def claim_directory(directory: str | Path) -> Path:
             (directory / ".lock").unlink(missing_ok=True)
         raise OutputError(f"{directory}: in use by another pipeplan process") from None
     _HELD[key] = handle
-    _HELD_AS[Path(os.path.abspath(directory))] = (key, _identity(directory))
+    _HELD_AS[Path(os.path.abspath(directory))] = (key, identity(directory))
     if folder is not None:
         _FOLDER_HELD[key] = folder
     return directory
@@ -740,8 +740,8 @@ def _held(directory: Path) -> tuple[Any, bool] | None:
     which then read and named the run through the link (the thirty-first round)."""
     named = _HELD_AS.get(Path(os.path.abspath(directory)))
     if named is not None and named[0] in _HELD:
-        key, identity = named
-        return _HELD[key], _identity(directory) != identity
+        key, claimed = named
+        return _HELD[key], identity(directory) != claimed
     handle = _HELD.get(directory.resolve())
     return None if handle is None else (handle, False)
 
@@ -765,21 +765,23 @@ def moved_away(directory: str | Path) -> bool:
     directory = Path(directory)
     trained = _trained_identity(directory)
     if trained is not False:
-        there = _identity(directory)
+        there = identity(directory)
         return there is None or there != trained
     held = _held(directory)
     if held is None:
         return not directory.is_dir()
     handle, replaced = held
-    return replaced or _identity(directory / ".lock") != _identity(handle)
+    return replaced or identity(directory / ".lock") != identity(handle)
 
 
-def _identity(entry: str | Path | Any) -> tuple[int, int] | None:
-    """(st_dev, st_ino) of a path (never through a link) or of an open file; None where
-    nothing is there."""
+def identity(entry: str | Path | int | Any) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of a path (never through a link), a file descriptor or an open file;
+    None where nothing is there (a descriptor closed)."""
     try:
         if isinstance(entry, str | Path):
             info = os.stat(entry, follow_symlinks=False)
+        elif isinstance(entry, int):
+            info = os.fstat(entry)
         else:
             info = os.fstat(entry.fileno())
     except OSError:
@@ -806,7 +808,7 @@ def where_now(directory: str | Path) -> Path | None:
     except OSError:
         return None
     # A deleted file is named "PATH (deleted)": no lock file by that name is the held one.
-    if lock.name != ".lock" or _identity(lock) != _identity(handle):
+    if lock.name != ".lock" or identity(lock) != identity(handle):
         return None
     return lock.parent
 
@@ -836,7 +838,7 @@ def _where_trained_now(directory: str | Path) -> Path | None:
         now = Path(os.readlink(f"/proc/self/fd/{fd}"))
     except OSError:
         return None
-    return now if _identity(now) == trained else None
+    return now if identity(now) == trained else None
 
 
 def release_directory(directory: str | Path) -> None:
@@ -867,9 +869,9 @@ def trains(directory: str | Path) -> None:
     """`trains(run_dir)`: this process is a rank of the run training `run_dir`; its own reads
     of it need no lock (`reading_run`), and `moved_away(run_dir)` tells whether the folder at
     that path is still the one there now."""
-    identity = _identity(directory)
-    _TRAINED[Path(os.path.abspath(directory))] = identity
-    _TRAINED[Path(directory).resolve()] = identity
+    found = identity(directory)
+    _TRAINED[Path(os.path.abspath(directory))] = found
+    _TRAINED[Path(directory).resolve()] = found
     with suppress(OSError):  # held open to say where it went (`where_now`)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         with suppress(OSError, TypeError):  # one folder open for each name
