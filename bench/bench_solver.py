@@ -1,23 +1,26 @@
 """Planner benchmark (issues 3, 12): the solver against an exhaustive search, its speed, the
 gain of each relaxation of the search space (fewer replicas than ⌊N/S⌋, fewer micro-batches
 than stages, a frozen prefix over several forward-only stages), the solver's step against the
-partition baselines, the preview's ablation and how often a cluster plans slower than one it
-contains. Prints its figures; run from the repository
-root:
+partition baselines, the preview's ablation, how often a cluster plans slower than one it
+contains and how often a pin (a narrower search) plans faster than none. Prints its figures;
+run from the repository root:
 
     python bench/bench_solver.py            # everything (about 5 minutes on 2 cores)
     python bench/bench_solver.py --quick    # 300 instances, no 1,000-layer plan
-    python bench/bench_solver.py --only exact|speed|baselines|superset [--instances N] [--seed S]
+    python bench/bench_solver.py --only exact|speed|baselines|superset|pins [--instances N]
+                                 [--seed S]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 
 import numpy as np
 
@@ -25,7 +28,16 @@ from pipeplan.cluster import cluster_from_flags
 from pipeplan.costmodel import CostModel, CostParams
 from pipeplan.costmodel import every_rank_map as all_maps
 from pipeplan.errors import BadArgumentError, PipeplanError
-from pipeplan.formats import Calibration, Cluster, FittedLink, FreezeSchedule, Layout, Link
+from pipeplan.formats import (
+    Calibration,
+    Cluster,
+    FittedLink,
+    FreezeSchedule,
+    Layout,
+    Link,
+    Profile,
+    load,
+)
 from pipeplan.formats.profile import NULL_WHEN_UNFITTED
 from pipeplan.freeze import alpha_schedule
 from pipeplan.partition import PartitionProblem, brute_force_partition, solve_partition
@@ -591,10 +603,108 @@ def bench_superset(instances: int, first_seed: int) -> None:
     )
 
 
+PINS = [
+    Pins(num_stages=1),
+    Pins(num_stages=2),
+    Pins(num_stages=3),
+    Pins(schedule="gpipe"),
+    Pins(schedule="1f1b"),
+    Pins(micro_batches=1),
+    Pins(micro_batches=2),
+    Pins(micro_batches=4),
+]
+
+
+def random_pinned_instance(seed: int, profiles: dict):
+    """One of the shipped CPU profiles, 1–2 nodes × 1–4 devices of 80 MiB–4 GiB, a list or α
+    schedule over 2–8 epochs, cache on or off (the fortieth round's random instances)."""
+    rng = np.random.default_rng(seed)
+    name = str(rng.choice(sorted(profiles)))
+    profile = profiles[name]
+    blocks = len(profile.layers) - 2
+    cluster = Cluster(
+        nodes=int(rng.integers(1, 3)),
+        devices_per_node=int(rng.integers(1, 5)),
+        device_memory_bytes=int(rng.choice([80, 120, 200, 400, 1000, 4000])) << 20,
+        intra_node=Link(
+            bandwidth_bytes_per_s=float(rng.choice([5e8, 5e9, 1.575e10])), latency_s=5e-6
+        ),
+        inter_node=Link(
+            bandwidth_bytes_per_s=float(rng.choice([1e8, 1e9, 5e9, 2.5e10])),
+            latency_s=float(rng.choice([2e-5, 1e-4])),
+        ),
+    )
+    epochs = int(rng.integers(2, 9))
+    if rng.integers(0, 2):
+        points = sorted(int(k) for k in rng.integers(0, blocks + 1, size=epochs))
+        freeze = FreezeSchedule(source="list", frozen_layers=points)
+    else:
+        freeze = alpha_schedule(float(rng.choice([0.1, 0.3, 0.5])), epochs, blocks)
+    batch = int(rng.choice([16, 32, 64, 128]))
+    shape = {
+        "global_batch": batch,
+        "samples": batch * int(rng.choice([2, 10, 50])),
+        "epochs": epochs,
+        "freeze": freeze,
+        "cache": bool(rng.integers(0, 2)),
+    }
+    return name, profile, cluster, shape
+
+
+def bench_pins(instances: int, first_seed: int) -> None:
+    """The plan without pins against the same plan with one pin (stages, schedule or
+    micro-batches), which only narrows the search: how often, and by how much, a pin plans
+    faster (the schedule-wide choice missed a layout: `plan._widened`)."""
+    profiles = {}
+    for name in ("bert-tiny", "vit-digits", "bert-synth"):
+        with resources.as_file(resources.files("profiles") / f"{name}@cpu-1t.json") as path:
+            profiles[name] = load(Profile, path)
+    faster: list[tuple[float, int, str]] = []
+    planned, free_s = 0, []
+    start = time.perf_counter()
+    for seed in range(first_seed, first_seed + instances):
+        name, profile, cluster, shape = random_pinned_instance(seed, profiles)
+        began = time.perf_counter()
+        try:
+            free = make_plan(profile, cluster, **shape).predicted_total_s
+        except PipeplanError:
+            continue
+        free_s.append(time.perf_counter() - began)
+        planned += 1
+        best = min(
+            (
+                (total, pins)
+                for pins in PINS
+                for total in _pinned_total(profile, cluster, shape, pins)
+            ),
+            default=(math.inf, None),
+            key=lambda item: item[0],
+        )
+        if best[0] < free * (1 - 1e-9):
+            pinned = {k: v for k, v in vars(best[1]).items() if v is not None}
+            faster.append((free / best[0] - 1, seed, f"{name} {pinned}"))
+    worst = ", ".join(
+        f"seed {seed} {what} +{100 * gap:.2f} %" for gap, seed, what in sorted(faster)[::-1][:8]
+    )
+    print(
+        f"pins: {planned} instances planned (seeds {first_seed}–{first_seed + instances - 1}, "
+        f"{time.perf_counter() - start:.0f} s; a free plan median "
+        f"{statistics.median(free_s) * 1000:.0f} ms, max {max(free_s) * 1000:.0f} ms): a pin "
+        f"plans faster than no pin on {len(faster)}" + (f" ({worst})" if faster else "")
+    )
+
+
+def _pinned_total(profile, cluster, shape, pins: Pins) -> list[float]:
+    try:
+        return [make_plan(profile, cluster, pins=pins, **shape).predicted_total_s]
+    except PipeplanError:  # nothing fits the pin
+        return []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=["exact", "speed", "baselines", "superset"])
+    parser.add_argument("--only", choices=["exact", "speed", "baselines", "superset", "pins"])
     parser.add_argument("--instances", type=int)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=5)
@@ -610,6 +720,8 @@ def main() -> None:
         bench_ablation()
     if args.only in (None, "superset"):
         bench_superset(args.instances or (300 if args.quick else 1000), args.seed)
+    if args.only in (None, "pins"):
+        bench_pins(args.instances or (60 if args.quick else 200), args.seed)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ the executor applies. Same inputs give byte-identical `dumps(plan)`.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 
@@ -55,13 +56,16 @@ from pipeplan.formats import (
 from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_SAMPLES
 from pipeplan.formats.profile import profile_sha256
 from pipeplan.freeze import continuations, describe, phases
+from pipeplan.partition import DENSE_MAX_LAYERS
 from pipeplan.simulate import Timeline
 from pipeplan.solver import (
+    DEFAULT_WORK_LIMIT,
     BaselineName,
     NothingFasterError,
     Pins,
     PlanWork,
     baseline_boundaries,
+    layouts_within,
     solve_phase,
 )
 
@@ -314,11 +318,23 @@ def _elastic(
     `fixed_layout` every phase keeps that placement (the "freeze only" ablation)."""
     greedy = []
     found: list[Evaluation] = []
+    floors: list[dict[bool, float]] = []
     previous: Layout | None = None
     for phase in phases(freeze):
         frozen, epochs = phase.frozen_layers, phase.epochs
+        floors.append({})
         choice = decide_phase(
-            model, shape, frozen, epochs, cache, pins, previous, fixed_layout, work, found
+            model,
+            shape,
+            frozen,
+            epochs,
+            cache,
+            pins,
+            previous,
+            fixed_layout,
+            work,
+            found,
+            floors[-1],
         )
         previous = choice.layout
         greedy.append((phase.start_epoch, epochs, choice))
@@ -326,7 +342,7 @@ def _elastic(
         return greedy
     if pins.num_stages is None:
         found += _one_stage(model, shape, freeze, pins, work.another())
-    return _over_the_schedule(model, shape, cache, greedy, found)
+    return _over_the_schedule(model, shape, cache, greedy, found, floors, pins, work)
 
 
 def _one_stage(
@@ -357,6 +373,9 @@ def _over_the_schedule(
     cache: bool,
     greedy: list[tuple[int, int, _Choice]],
     found: list[Evaluation],
+    floors: list[dict[bool, float]],
+    pins: Pins,
+    work: PlanWork,
 ) -> list[tuple[int, int, _Choice]]:
     """The phases' layouts chosen over the whole schedule. Phase by phase, a layout is kept
     unless moving pays within the phase: a layout a little slower now that spares a later
@@ -366,8 +385,14 @@ def _over_the_schedule(
     best one-stage layouts, `_one_stage`) is priced at every phase, cached where a cache can
     hit and uncached, and a shortest path over the phases (the transitions and cache survival
     between consecutive layouts, priced as a written plan is: `priced_choice`) picks the
-    sequence. The greedy sequence is one of
-    them: the plan is never slower, and is the greedy's unless another is faster."""
+    sequence. The greedy sequence is one of them: the plan is never slower, and is the
+    greedy's unless another is faster.
+
+    A layout no phase finds best can still be the one to keep (the fortieth round: phase 0's
+    best no longer fits at phase 1's freeze point, and the layout that fits both, a little
+    slower in each, spared a 2 s move: 2.5 s against 4.4 s). So unless the plan is proven
+    within WIDEN_GAP of every sequence, the candidates are widened (`_widened`) with the
+    fastest layouts each phase could use in a faster sequence, and the path is sought again."""
     placements = list(dict.fromkeys(placement_of(c.layout) for *_, c in greedy))
     others = dict.fromkeys(placement_of(e.layout) for e in found)
     # Each placement is simulated once per phase: a bounded number of them for long models
@@ -377,6 +402,110 @@ def _over_the_schedule(
         return greedy
     placements += [p for p in others if p not in placements][: room - len(placements)]
     evaluated = {e.layout: e for e in found} | {c.layout: c.steady for *_, c in greedy}
+    greedy_total = sum(c.total_s(e) for _, e, c in greedy)
+    best_total, chosen = _shortest_path(model, shape, cache, greedy, placements, evaluated)
+    wider = _widened(model, shape, cache, greedy, floors, pins, work, min(best_total, greedy_total))
+    wider = [p for p in dict.fromkeys(wider) if p not in placements]
+    wider = wider[: min(WIDENED_MOST, room - len(placements))]
+    if wider:
+        best_total, chosen = _shortest_path(
+            model, shape, cache, greedy, placements + wider, evaluated
+        )
+    if best_total >= greedy_total * (1 - BEAT_MARGIN):
+        return greedy  # ties keep the phase-by-phase plan, as `pipeplan run` would decide it
+    return [
+        (start, epochs, replace(choice, runner_ups=greedy_choice.runner_ups))
+        for (start, epochs, greedy_choice), choice in zip(greedy, chosen, strict=True)
+    ]
+
+
+# The schedule-wide choice's widening (`_widened`). It runs unless the plan is proven within
+# WIDEN_GAP of every sequence (no sequence costs less than the sum of the phases' floors):
+# bert-large's 10 phases on 2 × 8 devices are, within 2.0 % (widened, that plan took twice as
+# long and gained 0.07 %); the fortieth round's misses were not (3–46 %). A phase's search
+# keeps its WIDENED_PER_SEARCH fastest layouts (those beyond are the slowest within its
+# allowance, the least likely in the best sequence), WIDENED_MOST in all (the shortest path
+# weighs pairs of consecutive layouts: 256 of them took 4 s); the searches together do at
+# most WIDENING_WORK times the work the phase searches did.
+WIDEN_GAP = 0.025
+WIDENED_PER_SEARCH = 8
+WIDENED_MOST = 40
+WIDENING_WORK = 1.0
+
+
+def _widened(
+    model: CostModel,
+    shape: TrainingShape,
+    cache: bool,
+    greedy: list[tuple[int, int, _Choice]],
+    floors: list[dict[bool, float]],
+    pins: Pins,
+    work: PlanWork,
+    total_s: float,
+) -> list[Layout]:
+    """Placements of the layouts a sequence faster than `total_s` may use, each phase's
+    fastest first. A phase of E epochs costs at least E × steps × its floor (the fastest
+    step its searches proved, cached or not: a miss epoch costs the uncached step and more,
+    a hit epoch the cached one; transitions add), so a sequence faster than `total_s` uses
+    at phase p only layouts whose step is at most (`total_s` − the other phases' least
+    costs) / (E_p × steps): `layouts_within` lists the fastest of them. None when no
+    sequence can be more than WIDEN_GAP faster, or for long models, whose searches run out
+    of work before they prove anything."""
+    if model.num_layers > DENSE_MAX_LAYERS:
+        return []
+    steps = shape.steps_per_epoch
+    can_cache = False  # whether some sequence caches the phase (`cache_can_hit`)
+    floors = [dict(floor) for floor in floors]
+    for (_, epochs, choice), floor in zip(greedy, floors, strict=True):
+        frozen = choice.layout.frozen_layers
+        can_cache = cache and frozen > 0 and (epochs > 1 or can_cache)
+        if not can_cache:
+            floor.pop(True, None)
+        elif True not in floor:  # a cached phase the greedy never priced
+            try:
+                floor[True] = solve_phase(
+                    model, shape.global_batch, frozen, True, pins, 0, work=work.another()
+                ).lower_bound_s
+            except PipeplanError:
+                floor[True] = math.inf
+    least = [
+        epochs * steps * min(floor.values())
+        for (_, epochs, _), floor in zip(greedy, floors, strict=True)
+    ]
+    if not all(math.isfinite(x) for x in least) or total_s - sum(least) <= WIDEN_GAP * total_s:
+        return []  # no sequence is more than WIDEN_GAP faster
+    # WIDENING_WORK times the work the phase searches did (a phase search's at least), the
+    # phases of most epochs first.
+    until = work.left - WIDENING_WORK * max(work.limit - work.left, DEFAULT_WORK_LIMIT)
+    found: list[list[Layout]] = []
+    order = sorted(range(len(greedy)), key=lambda p: -greedy[p][1])
+    for p in order:
+        _, epochs, choice = greedy[p]
+        within = (total_s - (sum(least) - least[p])) / (epochs * steps) * (1 + BEAT_MARGIN)
+        for cached, lowest in floors[p].items():
+            if lowest >= within or work.left <= until:
+                continue
+            frozen = choice.layout.frozen_layers
+            layouts = layouts_within(
+                model, shape.global_batch, frozen, cached, pins, within, work, WIDENED_PER_SEARCH
+            )
+            found.append([placement_of(e.layout) for e in layouts])
+    # Each search's fastest, then each one's second...: the cap keeps every phase's best.
+    ranked = itertools.zip_longest(*found)
+    return [placement for rank in ranked for placement in rank if placement is not None]
+
+
+def _shortest_path(
+    model: CostModel,
+    shape: TrainingShape,
+    cache: bool,
+    greedy: list[tuple[int, int, _Choice]],
+    placements: list[Layout],
+    evaluated: dict[Layout, Evaluation],
+) -> tuple[float, list[_Choice]]:
+    """The cheapest sequence of `placements` over the phases of `greedy` (each with its
+    phase's freeze point; cached where the cache can hit, and uncached) and its total.
+    `evaluated`: the simulations known, added to."""
 
     def steady(layout: Layout) -> Evaluation:
         if layout not in evaluated:
@@ -411,18 +540,15 @@ def _over_the_schedule(
                     if layout not in now or total < now[layout][0]:
                         now[layout] = (total, previous, choice)
         paths.append(now)
+    if not paths[-1]:
+        return math.inf, []
     last = min(paths[-1], key=lambda layout: paths[-1][layout][0])
-    if paths[-1][last][0] >= sum(c.total_s(e) for _, e, c in greedy) * (1 - BEAT_MARGIN):
-        return greedy  # ties keep the phase-by-phase plan, as `pipeplan run` would decide it
     chosen: list[_Choice] = []
     layout: Layout | None = last
     for now in reversed(paths):
         _, layout, choice = now[layout]
         chosen.insert(0, choice)
-    return [
-        (start, epochs, replace(choice, runner_ups=greedy_choice.runner_ups))
-        for (start, epochs, greedy_choice), choice in zip(greedy, chosen, strict=True)
-    ]
+    return paths[-1][last][0], chosen
 
 
 def decide_phase(
@@ -436,6 +562,7 @@ def decide_phase(
     fixed_layout: Layout | None = None,
     work: PlanWork | None = None,
     found: list[Evaluation] | None = None,
+    floors: dict[bool, float] | None = None,
 ) -> _Choice:
     """One phase of `epochs` epochs with `frozen` layers frozen, after `previous`: the plan's
     rule, which `pipeplan run` applies too when it plans online. With the cache on, the
@@ -445,7 +572,8 @@ def decide_phase(
     when its cache can hit within the phase (`cache_can_hit`): one that only fills costs the
     uncached placement's steps plus the stores, never less than that placement uncached.
     `work`: the plan's search budget (`solve_phase`); `found` collects the searches' best
-    layouts (`_over_the_schedule`)."""
+    layouts, `floors` what each proved of the phase's fastest step, cached or not (∞: nothing
+    fits; `_over_the_schedule`)."""
     can_hit = cache_can_hit(epochs, previous)
     options = [True, False] if cache and frozen > 0 and can_hit else [False]
     best: _Choice | None = None
@@ -470,9 +598,12 @@ def decide_phase(
                 beat,
                 work,
                 found,
+                floors,
             )
         except PipeplanError as exc:  # e.g. only the cached layout fits in memory
             error = exc
+            if floors is not None and not isinstance(exc, NothingFasterError):
+                floors[cached] = math.inf
             continue
         if best is None or choice.total_s(epochs) < best.total_s(epochs):
             best = choice
@@ -501,6 +632,7 @@ def _choose(
     faster_than_s: float = math.inf,
     work: PlanWork | None = None,
     found: list[Evaluation] | None = None,
+    floors: dict[bool, float] | None = None,
 ) -> _Choice:
     """The layout of one phase: the solver's, unless keeping the previous placement is
     cheaper once the transition is paid for. `faster_than_s`: the solver's layout matters
@@ -518,6 +650,8 @@ def _choose(
             model, shape.global_batch, frozen, cached, pins, 2, faster_than_s, previous, work
         )
     except NothingFasterError:
+        if floors is not None:  # no step of the phase is below it
+            floors[cached] = faster_than_s
         kept = None if previous is None else _with_freeze(previous, frozen, cached, model)
         if kept is None:
             raise
@@ -527,6 +661,8 @@ def _choose(
         return keep
     if found is not None:
         found.append(solution.best)
+    if floors is not None:
+        floors[cached] = solution.lower_bound_s
     new_layout = solution.best.layout
     transition = 0.0
     if previous is not None:

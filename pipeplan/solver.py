@@ -61,6 +61,8 @@ log = logging.getLogger("pipeplan.solver")
 # Bounds within this relative distance of the best step prune: what is lost is below the
 # floating-point noise of summing stage times in a different order.
 PRUNE_TOLERANCE = 1e-12
+# `layouts_within`'s step is widened by this, relative: it asks for steps at most a given one.
+WITHIN_ROUNDING = 1e-9
 # Seconds a does-not-fit message may spend finding the smallest per-device memory.
 MESSAGE_BUDGET_S = 1.0
 # Work after which the search stops with the best layout so far and reports how far from
@@ -1303,7 +1305,12 @@ class PhaseSearch:
         return np.unique(rows, axis=0).reshape(len(patterns), S)
 
     def solve(
-        self, runner_ups: int = 2, faster_than_s: float = math.inf, hint: Layout | None = None
+        self,
+        runner_ups: int = 2,
+        faster_than_s: float = math.inf,
+        hint: Layout | None = None,
+        within_s: float = 0.0,
+        collect: int = 0,
     ) -> PhaseSolution:
         """Best-first branch and bound over (shape, schedule, partial partition): pop the
         smallest bound; a shape opens into its first stage's choices, a partial partition
@@ -1318,9 +1325,14 @@ class PhaseSearch:
 
         `hint`: a layout likely near the optimum (the previous phase's placement), simulated
         first when the space holds it, so that the search prunes against it from the start;
-        the result is the same optimum, found with fewer nodes opened."""
+        the result is the same optimum, found with fewer nodes opened.
+
+        `collect` > 0: the search is for the `collect` fastest layouts whose step is at most
+        `within_s`, not for the best alone (`layouts_within`): bounds prune at `within_s`,
+        then at the `collect`-th fastest step simulated; they come back as the best and its
+        runner-ups (ask for `collect` − 1 of them)."""
         shapes = self.shapes()
-        run = _Run(self, faster_than_s)
+        run = _Run(self, faster_than_s, within_s, collect)
         candidates = [
             (shape, sch)
             for shape in shapes
@@ -1432,15 +1444,26 @@ class _Run:
     been opened and its time-balanced partition simulated: their nodes are costly and their
     bounds loose, so the budget goes to comparing shapes first."""
 
-    def __init__(self, phase: PhaseSearch, faster_than_s: float = math.inf):
+    def __init__(
+        self,
+        phase: PhaseSearch,
+        faster_than_s: float = math.inf,
+        within_s: float = 0.0,
+        collect: int = 0,
+    ):
         self.phase = phase
         self.faster_than_s = faster_than_s
+        self.within_s = within_s
+        self.collect = collect  # `PhaseSearch.solve`: how many of the fastest are wanted
+        self.kept: list[float] = []  # the `collect` fastest steps so far, negated (a max-heap)
+        self.counted: set[Layout] = set()  # a layout may be simulated twice: counted once
         self.dense = phase.model.num_layers <= DENSE_MAX_LAYERS
         self.heap: list[tuple[float, int, str, object]] = []
         self.later: list[tuple[float, int, str, object]] = []
         self.order = itertools.count()
         self.best_s = math.inf
-        self._limit = faster_than_s  # `limit`: below the best step, below faster_than_s
+        # `limit`: below the best step (collecting: at most within_s), below faster_than_s.
+        self._limit = min(faster_than_s, within_s) if collect else faster_than_s
         self.simulated: list[tuple[float, int, Evaluation]] = []
         self.work = 0
         self.stopped_at: float | None = None
@@ -1464,10 +1487,25 @@ class _Run:
 
     def set_best(self, step_s: float) -> None:
         """A layout of step `step_s` simulated: the best so far and the limit follow (the
-        limit is read on every push, a million times in a long model's plan)."""
-        if step_s < self.best_s:
-            self.best_s = step_s
-            self._limit = min(step_s * (1 - PRUNE_TOLERANCE), self.faster_than_s)
+        limit is read on every push, a million times in a long model's plan). Collecting
+        (`PhaseSearch.solve`), the limit is `within_s`, then the `collect`-th fastest step
+        (`count`)."""
+        self.best_s = min(self.best_s, step_s)
+        if not self.collect:
+            self._limit = min(self.best_s * (1 - PRUNE_TOLERANCE), self.faster_than_s)
+
+    def count(self, evaluation: Evaluation) -> None:
+        """Collecting: one more layout within reach; once `collect` are, the limit is the
+        slowest of the fastest `collect`."""
+        step_s = evaluation.step_s
+        if step_s <= self.within_s and evaluation.layout not in self.counted:
+            self.counted.add(evaluation.layout)
+            heapq.heappush(self.kept, -step_s)
+            if len(self.kept) > self.collect:
+                heapq.heappop(self.kept)
+            if len(self.kept) == self.collect:  # only faster ones matter now
+                self.within_s = -self.kept[0] * (1 + PRUNE_TOLERANCE)
+                self._limit = min(self.within_s, self.faster_than_s)
 
     def search(self) -> None:
         while True:
@@ -1659,7 +1697,8 @@ class _Run:
         return None if result is None else result.boundaries
 
     def open_node(self, shape: Shape, schedule: Schedule, space: PartitionSpace, node: Node):
-        children = space.expand(node, self.limit(), searched=True)
+        # Collecting, a dominated forward-only prefix is a layout like any other: wanted.
+        children = space.expand(node, self.limit(), searched=not self.collect)
         self.work += WORK_PER_EXPANSION + len(children) * (WORK_PER_CHILD + node.depth // 100)
         for bound, child in children:
             if child.depth == shape.num_stages:
@@ -1682,6 +1721,8 @@ class _Run:
             return
         self.simulated.append((evaluation.step_s, next(self.order), evaluation))
         self.set_best(evaluation.step_s)
+        if self.collect:
+            self.count(evaluation)
 
     def solution(self, runner_ups: int) -> PhaseSolution:
         ranked = [e for _, _, e in sorted(self.simulated, key=lambda item: item[:2])]
@@ -1844,6 +1885,33 @@ def solve_phase(
     if alone:
         work.report()
     return solution
+
+
+def layouts_within(
+    model: CostModel,
+    global_batch: int,
+    frozen_layers: int,
+    cached: bool,
+    pins: Pins,
+    within_s: float,
+    work: PlanWork,
+    most: int,
+) -> list[Evaluation]:
+    """The `most` fastest layouts of the phase whose step is at most `within_s`, fastest first
+    (fewer when there are fewer, or the search runs out of work; none when nothing fits). What a
+    schedule-wide choice needs (`plan._over_the_schedule`): a layout no phase finds best can
+    still be the best to keep over several phases. Its work is the plan's (`work`), and its
+    stop is not a phase search's: nothing is reported."""
+    within_s *= 1 + WITHIN_ROUNDING  # a bound equal to a step may sit a rounding above it
+    search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, work.phase_limit())
+    try:
+        solution = search.solve(most - 1, math.inf, None, within_s, most)
+    except DoesNotFitError:
+        return []
+    finally:
+        work.left -= search.work_done
+    ranked = [solution.best, *solution.runner_ups]
+    return [e for e in ranked if e.step_s <= within_s]
 
 
 # --------------------------------------------------------------------------- baselines

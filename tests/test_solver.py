@@ -22,9 +22,11 @@ from pipeplan.partition import (
 from pipeplan.solver import (
     PhaseSearch,
     Pins,
+    PlanWork,
     Shape,
     equal_boundaries,
     greedy_boundaries,
+    layouts_within,
     solve_phase,
 )
 from pipeplan.synthetic import SyntheticLayer, preset_profile, synthetic_profile
@@ -237,6 +239,53 @@ def brute_force_best_step(
         if evaluation.fits:
             best = min(best, evaluation.step_s)
     return best
+
+
+def brute_force_steps(model: CostModel, global_batch: int, frozen: int, cached: bool) -> list:
+    """`brute_force_best_step`'s every fitting layout's step, fastest first."""
+    N, L = model.cluster.num_devices, model.num_layers
+    steps = []
+    for candidate in every_layout(model, global_batch, frozen, cached):
+        try:
+            candidate.check(L, N)
+        except BadArgumentError:
+            continue
+        evaluation = model.evaluate(candidate)
+        if evaluation.fits:
+            steps.append(evaluation.step_s)
+    return sorted(steps)
+
+
+def distinct(steps: list[float]) -> list[float]:
+    """Steps apart by more than rounding (layouts that tie, e.g. on two devices of one node,
+    count once: the search keeps one of them)."""
+    kept: list[float] = []
+    for step in steps:
+        if not kept or step > kept[-1] * (1 + 1e-9):
+            kept.append(step)
+    return kept
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), most=st.integers(1, 6), slack=st.floats(0, 0.5))
+def test_the_fastest_layouts_within_a_step_are_the_exhaustive_ones(seed, most, slack):
+    """`layouts_within` (what a plan's schedule-wide choice widens its candidates with): the
+    `most` fastest layouts whose step is within `slack` of the best are the brute force's,
+    step for step, fewer only when the brute force has fewer."""
+    model, batch, frozen, cached = random_instance(seed)
+    steps = brute_force_steps(model, batch, frozen, cached)
+    if not steps:
+        return
+    within = steps[0] * (1 + slack)
+    found = layouts_within(model, batch, frozen, cached, Pins(), within, PlanWork(), most)
+    found_steps = [e.step_s for e in found]
+    assert found_steps == sorted(found_steps) and all(e.fits for e in found)
+    assert len({e.layout for e in found}) == len(found) <= most
+    expected = distinct([s for s in steps if s <= within])
+    assert distinct(found_steps) == pytest.approx(expected[: len(distinct(found_steps))], rel=1e-9)
+    if len(found) < most:  # all of them
+        assert distinct(found_steps) == pytest.approx(expected, rel=1e-9)
+    assert found_steps[0] == pytest.approx(steps[0], rel=1e-9)
 
 
 @pytest.mark.parametrize("seed", range(6))
