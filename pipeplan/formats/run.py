@@ -1683,13 +1683,15 @@ def _check_cluster(run_dir: Path, config: RunConfig, phase: PhaseRecord, profile
     if cluster.cache_budget_bytes != budget:
         raise InputFileError(
             f"{where}: pricing.cluster.cache_budget_bytes {cluster.cache_budget_bytes} is not "
-            f"the run's {budget} (run.json's cache_budget_bytes, --cache-budget)"
+            f"the run's {budget} (run.json's cache_budget_bytes, --cache-budget): the run "
+            "prices with its own; the record or run.json was edited"
         )
     memory, given = cluster.device_memory_bytes, config.device_memory_bytes
     if config.plan is None and given is not None and memory != given:
         raise InputFileError(
             f"{where}: pricing.cluster.device_memory_bytes {memory} is not the run's {given} "
-            "(run.json's device_memory_bytes, --device-memory)"
+            "(run.json's device_memory_bytes, --device-memory): the run prices with its own; "
+            "the record or run.json was edited"
         )
     per_node, flag = cluster.devices_per_node, "pricing.cluster.devices_per_node"
     try:
