@@ -122,7 +122,18 @@ def test_the_epoch_line_states_the_forecast_and_its_continuations(priced):
     )
 
 
+def on_records_cluster(priced):
+    """`priced` on the cluster elastic_records' phases were priced on (`fake_pricing(2)`): a
+    run prices its forecasts on its phases' cluster (`check_one_cluster`)."""
+    from conftest import fake_pricing
+
+    profile, _, pricing = priced
+    cluster = fake_pricing(2).cluster
+    return profile, cluster, pricing.model_copy(update={"cluster": cluster})
+
+
 def test_the_report_shows_each_epochs_forecast(tmp_path, priced, capsys, monkeypatch):
+    priced = on_records_cluster(priced)
     records = elastic_records()
     # Each epoch's samples: its steps of whole batches (7 and 3), as the records hold them to.
     forecasts = [
@@ -201,6 +212,7 @@ def _forecast_run(tmp_path, priced):
     run directory holds (calibration-1.json, as an online refit names it)."""
     import shutil
 
+    priced = on_records_cluster(priced)
     pricing = priced[2].model_copy(update={"profile": "calibration-1.json"})
     forecasts = iter(
         [
@@ -263,3 +275,37 @@ def test_a_forecast_that_contradicts_its_run_is_refused(tmp_path, priced, capsys
     capsys.readouterr()
     _edit_last_forecast(run_dir, edit)
     refused(["report", str(run_dir)], tmp_path, capsys, ("run", fragment))
+
+
+@pytest.mark.parametrize(
+    "cluster, fragment",
+    [
+        ({"nodes": 2, "devices_per_node": 1}, "pricing.cluster.nodes 1, but phase 0"),
+        ({"device_memory_bytes": 1000000}, "pricing.cluster.device_memory_bytes 1073741824, but"),
+    ],
+    ids=["2 nodes x 1 device", "1000000 bytes"],
+)
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_phases_priced_on_another_cluster_than_their_forecasts_are_refused(
+    tmp_path, priced, capsys, cluster, fragment, command
+):
+    """Found by the fortieth round: every phase record of a local 2-rank run edited to 2 nodes
+    x 1 device, or to 1000000 bytes of device memory, was reported and calibrated from (exit
+    0, calibrate wrote its --out), while the epochs' forecasts beside them held the cluster
+    the run built. A run prices its phases and forecasts on one cluster until a --resume."""
+    import json
+
+    from test_hostile import refused
+
+    run_dir = _forecast_run(tmp_path, priced)
+    lines = [json.loads(line) for line in (run_dir / "run.jsonl").read_text().splitlines()]
+    for line in lines:
+        if line["kind"] == "phase":
+            line["pricing"]["cluster"].update(cluster)
+    (run_dir / "run.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "c.json"
+    argv = ["report", str(run_dir)]
+    if command == "calibrate":
+        argv = ["calibrate", str(run_dir), "--profile", str(PROFILE), "--out", str(out)]
+    refused(argv, tmp_path, capsys, ("run.jsonl:9: epoch 0's forecast: ", fragment))
+    assert not out.exists()

@@ -306,6 +306,72 @@ def test_records_that_contradict_their_run_or_world(tmp_path, capsys, damage, co
     refused(argv, tmp_path, capsys, ("run.jsonl", fragment))
 
 
+def _phases(lines: list[dict]) -> list[dict]:
+    return [line for line in lines if line["kind"] == "phase"]
+
+
+def _last_phase_on_2_nodes(run: Path) -> str:
+    """The repro's edit, on the last phase: a local 2-rank run's phase priced on 2 nodes x 1."""
+    lines = _lines(run)
+    phase = _phases(lines)[-1]
+    phase["pricing"]["cluster"].update(nodes=2, devices_per_node=1)
+    _rewrite(run, lines)
+    return f"phase {phase['phase']}: pricing.cluster.nodes 2, but phase 0 (RUN:1) has 1"
+
+
+def _memory_of_1_mb(run: Path) -> str:
+    """Every phase's device memory 1000000 bytes, less than any layout of the model needs."""
+    lines = _lines(run)
+    for phase in _phases(lines):
+        phase["pricing"]["cluster"]["device_memory_bytes"] = 1000000
+    _rewrite(run, lines)
+    return "phase 0: pricing.cluster.device_memory_bytes 1000000 is less than its layout"
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+@pytest.mark.parametrize("damage", [_last_phase_on_2_nodes, _memory_of_1_mb])
+def test_a_phase_priced_on_a_cluster_its_run_never_built_is_refused(
+    tmp_path, capsys, damage, command
+):
+    """Found by the fortieth round: run.jsonl's pricing.cluster was held to nothing, so a
+    local 2-rank run's phases edited to 2 nodes x 1 device, or to 1000000 bytes of device
+    memory, changed calibrate's fit and report's previewed speedup (exit 0). A run prices
+    every phase and forecast of an attempt on one cluster (`check_one_cluster`), and a
+    phase's layout fits its memory (`_check_cluster`); calibrate writes no --out."""
+    run, argv = _readable(tmp_path, command)
+    fragment = damage(run).replace("RUN", str(run / "run.jsonl"))
+    refused(argv, tmp_path, capsys, ("run.jsonl", fragment))
+    assert not (tmp_path / "c").exists()
+
+
+GIVEN = {"device_memory_bytes": 1 << 30}  # run.json's --device-memory: the fake cluster's
+
+
+@pytest.mark.parametrize(
+    "config, field, value, fragment",
+    [
+        (GIVEN, "device_memory_bytes", 1 << 29, "536870912 is not the run's 1073741824"),
+        (GIVEN, "cache_budget_bytes", 1 << 20, "1048576 is not the run's 1073741824"),
+        ({}, "device_memory_bytes", 1 << 45, "35184372088832 is more than the run gives"),
+    ],
+    ids=["not run.json's --device-memory", "not run.json's --cache-budget", "over the share"],
+)
+def test_a_phases_cluster_is_held_to_run_json(tmp_path, capsys, config, field, value, fragment):
+    """Found by the fortieth round (the class of F4): every phase's cluster edited alike, so
+    that the records agree with each other, is still held to what run.json and the profile
+    say the run built: its --device-memory (else no more than the profiled device's share
+    among a node's ranks) and its --cache-budget."""
+    run = _synthetic(tmp_path, **config)
+    assert cli.main(["report", str(run)]) == 0  # as written, it reads
+    capsys.readouterr()
+    lines = _lines(run)
+    for phase in _phases(lines):
+        phase["pricing"]["cluster"][field] = value
+    _rewrite(run, lines)
+    where = f"run.jsonl: phase 0: pricing.cluster.{field} {fragment}"
+    refused(["report", str(run)], tmp_path, capsys, where)
+
+
 def test_report_refuses_a_run_json_of_another_model_than_its_profile(tmp_path, capsys):
     """run.json's model edited to bert-synth: the records priced with the run's vit-digits
     profile were reported as bert-synth's (calibrate refused it against --profile)."""

@@ -55,6 +55,7 @@ from pipeplan.formats.base import (
     Versioned,
     check_json,
     check_keys,
+    first_difference,
     first_error,
     int_list,
     leading_zero,
@@ -890,6 +891,7 @@ def check_records(
         # the ranks of the step after it (`check_world`).
         ran = [(r, at) for r, at in zip(records, places, strict=True) if isinstance(r, PhaseRecord)]
         check_world([r for r, _ in ran], config, where, [at for _, at in ran])
+    check_one_cluster(records, places)
     for number, record in enumerate(records):
         at = places[number]
         _check_order(record, last, at)
@@ -1147,6 +1149,43 @@ def check_world(
             f"{at[first]}: phase {phase.phase}: pricing.cluster has {_devices(phase)}, but "
             f"run.json says nproc {config.nproc}"
         )
+
+
+def check_one_cluster(records: list, places: list[str]) -> None:
+    """Each run attempt prices on one cluster: an attempt's planner builds it once, from run.json
+    and the host its ranks run on (`executor.planning.RunPlanner.cluster`: `run_cluster`, or the
+    plan file's), and prices every phase and every epoch's forecast on it (a calibration the
+    run fits keeps the profile's links and memory). An attempt is the records from the start,
+    or from a phase entered by --resume (on another world, perhaps another host), to the next
+    such phase. Found by the fortieth round: a local 2-rank run's phase records edited to 2
+    nodes x 1 device, or to a device memory of 1 MB, changed calibrate's fit and report's
+    previewed speedup (exit 0) while the forecasts beside them held the run's cluster.
+    `places`: where each record is (`run.jsonl:3`). InputFileError naming the first field of
+    pricing.cluster that differs from the attempt's first record's.
+
+        check_one_cluster(records, ["run.jsonl:1", "run.jsonl:2", ...])
+    """
+    first: tuple[str, str, Cluster] | None = None  # the attempt's first priced record
+    for record, at in zip(records, places, strict=True):
+        if isinstance(record, PhaseRecord):
+            what, pricing = f"phase {record.phase}", record.pricing
+            if record.resumed:
+                first = None
+        elif isinstance(record, EpochRecord) and record.forecast is not None:
+            what, pricing = f"epoch {record.epoch}'s forecast", record.forecast.pricing
+        else:
+            continue
+        if first is None:
+            first = (what, at, pricing.cluster)
+            continue
+        differs = first_difference(pricing.cluster, first[2])
+        if differs is not None:
+            field, mine, theirs = differs
+            raise InputFileError(
+                f"{at}: {what}: pricing.cluster.{field} {mine}, but {first[0]} ({first[1]}) "
+                f"has {theirs}: a run prices its phases and forecasts on one cluster until a "
+                "phase entered by --resume (one of the two records was edited)"
+            )
 
 
 def _devices(phase: PhaseRecord) -> str:
@@ -1539,7 +1578,8 @@ def check_priced_profiles(run_dir: str | Path, config: RunConfig, records: list)
     of run.json's model and precision (`check_run_profile`): the run's own record of what it
     trained, so run.json's precision edited from fp32 to bf16 is refused by report and
     calibrate alike. Each phase, and each epoch's forecast, records the sha256 of the profile
-    that priced it, and a phase the run solved a step no longer than its stages allow.
+    that priced it, and a phase the run solved a step no longer than its stages allow; and each
+    phase's cluster is one the run built (`_check_cluster`).
 
         check_priced_profiles(run_dir, config, read_records(run_dir / "run.jsonl"))
     """
@@ -1550,13 +1590,16 @@ def check_priced_profiles(run_dir: str | Path, config: RunConfig, records: list)
         for r in records
         if isinstance(r, EpochRecord) and r.forecast is not None
     ]
+    profiles: dict[str, Profile] = {}
     for name in sorted({pricing.profile for _, pricing in priced}):
-        profile = _priced_profile(run_dir, name, priced)
+        profiles[name] = profile = _priced_profile(run_dir, name, priced)
         check_run_profile(run_dir, config, profile, f"its {name}", EDITED_SINCE)
         _check_unedited(run_dir, name, profile, priced)
         phases = [r for r in records if isinstance(r, PhaseRecord) and r.pricing.profile == name]
         for phase in phases:
             _check_step_bound(run_dir, name, phase, profile)
+    for phase in (r for r in records if isinstance(r, PhaseRecord)):  # in order: the first named
+        _check_cluster(run_dir, config, phase, profiles[phase.pricing.profile])
 
 
 def _priced_profile(run_dir: Path, name: str, priced: list[tuple[str, Pricing]]) -> Profile:
@@ -1617,6 +1660,60 @@ def _check_unedited(
         f"{field} is not the sha256 of {name} ({digest[:12]}…): the record or the file was "
         "edited since the run priced with it; restore it or start a new run"
     )
+
+
+def _check_cluster(run_dir: Path, config: RunConfig, phase: PhaseRecord, profile: Profile) -> None:
+    """A phase's pricing.cluster is one its run builds (`pipeplan.cluster.run_cluster`, or the
+    plan file's, which `executor.planning.check_plan` held to the run): the cache budget is
+    run.json's; each rank's memory is run.json's --device-memory when given, else at most the
+    profiled device's share among a node's ranks (`rank_memory` never gives more; less where
+    the run's host had less, which this host cannot tell); and the phase's layout fits it
+    (the planner and a plan keep only layouts that do). Found by the fortieth round: a phase's
+    device_memory_bytes edited to 1000000 was priced and calibrated from (exit 0). The nodes
+    a run's ranks ran on are not in run.json (torchrun's world): `check_one_cluster` holds them
+    to the run's other records.
+
+        _check_cluster(run_dir, config, phase, profile)   # profile: the one that priced it
+    """
+    from pipeplan.cluster import memory_source, profile_device_memory  # they import formats
+    from pipeplan.costmodel import CostModel
+
+    cluster, where = phase.pricing.cluster, f"{run_dir / 'run.jsonl'}: phase {phase.phase}"
+    budget = config.cache_budget_bytes
+    if cluster.cache_budget_bytes != budget:
+        raise InputFileError(
+            f"{where}: pricing.cluster.cache_budget_bytes {cluster.cache_budget_bytes} is not "
+            f"the run's {budget} (run.json's cache_budget_bytes, --cache-budget): the run "
+            "prices with its own; the record or run.json was edited"
+        )
+    memory, given = cluster.device_memory_bytes, config.device_memory_bytes
+    if config.plan is None and given is not None and memory != given:
+        raise InputFileError(
+            f"{where}: pricing.cluster.device_memory_bytes {memory} is not the run's {given} "
+            "(run.json's device_memory_bytes, --device-memory): the run prices with its own; "
+            "the record or run.json was edited"
+        )
+    per_node, flag = cluster.devices_per_node, "pricing.cluster.devices_per_node"
+    try:
+        share = profile_device_memory(profile, per_node, flag)
+    except PipeplanError:  # less than a byte each: no run priced so
+        share = 0
+    if given is None and memory > share:
+        source = memory_source(profile, per_node, flag) if share else "no byte a rank"
+        raise InputFileError(
+            f"{where}: pricing.cluster.device_memory_bytes {memory} is more than the run "
+            f"gives a rank: {share} bytes ({source}, of {phase.pricing.profile})"
+        )
+    if phase.layout.boundaries[-1] != len(profile.layers):
+        return  # a layout of another model than its profile: not priced by it at all
+    stages = CostModel(profile, cluster).evaluate(phase.layout, record=False).stages
+    s, stage = max(enumerate(stages), key=lambda st: st[1].memory_bytes)
+    if stage.memory_bytes > memory:
+        raise InputFileError(
+            f"{where}: pricing.cluster.device_memory_bytes {memory} is less than its layout "
+            f"({phase.layout.label()}) needs on stage {s}, {stage.memory_bytes} bytes: the run "
+            "priced only layouts that fit"
+        )
 
 
 def _check_step_bound(run_dir: Path, name: str, phase: PhaseRecord, profile: Profile) -> None:
