@@ -45,6 +45,8 @@ def check_writable(
         # Path() drops a final '/' or '/.', and the write would replace a file (x.txt/.) or
         # create one where the user named a folder.
         raise OutputError(f"{path}: names a directory; give a file name")
+    if os.path.islink(path):
+        raise OutputError(f"{path}: {LINKED}")
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     try:
@@ -68,6 +70,14 @@ def check_writable(
     os.close(fd)
     os.unlink(probe)
     return path
+
+
+# Why an output that is a symbolic link is refused, whatever it points at (a file, nothing, a
+# loop, a device): the write renames a new file over the link itself, so the link is replaced
+# and its target never written. Found by the forty-first round: `plan --out /dev/stdout`,
+# standard output redirected to a file, replaced the machine's /dev/stdout link with a plan.
+# Only the last component: folders above it that are links are followed, as everywhere.
+LINKED = "is a symbolic link, not a file of its own"
 
 
 def _no_folder(parent: Path) -> str:
@@ -278,6 +288,9 @@ def write_files(
         for target, content in contents:
             path = check_writable(target, run_owned=True)
             staged.append((_write_temporary(path, content), path))
+        for _, target in staged:  # a link made since `check_writable`: never renamed over
+            if os.path.islink(target):
+                raise OutputError(f"{target}: {LINKED}")
         with sigint_deferred():
             for target in stale:
                 moved.append((_move_aside(target), target))
@@ -586,7 +599,7 @@ def not_a_plain_file(path: str | Path) -> str | None:
     except OSError as exc:  # a file on its way, a name too long
         return f"cannot be reached ({exc.strerror or exc})"
     if stat.S_ISLNK(info.st_mode):
-        return "is a symbolic link, not a file of its own"
+        return LINKED
     if stat.S_ISDIR(info.st_mode):
         return "is a directory, not a file"
     if not stat.S_ISREG(info.st_mode):
