@@ -330,6 +330,8 @@ def write_failure(exc: BaseException, where: str | Path) -> str | None:
             raise OutputError(f"{out}: write failed ({reason})") from None
     """
     if isinstance(exc, OSError):
+        if exc.errno == errno.EFBIG and (limit := size_limit()) is not None:
+            return too_large(limit)
         return exc.strerror or str(exc)
     text = " ".join(str(exc).split())
     if type(exc).__name__ == "SafetensorError" and "I/O error" in text:
@@ -339,8 +341,47 @@ def write_failure(exc: BaseException, where: str | Path) -> str | None:
         free = _free_bytes(where)
         if free is not None and free < NEARLY_FULL:
             return os.strerror(errno.ENOSPC)
+        if (limit := size_limit()) is not None and _reached(where, limit):
+            return too_large(limit)
         return f"torch's file writer failed: {excerpt(text)}"
     return None
+
+
+def size_limit() -> int | None:
+    """The file size limit (`ulimit -f`, RLIMIT_FSIZE's soft limit) in bytes; None if none.
+    SIGXFSZ is ignored (`startup`), so a write past it fails with EFBIG, and torch's zip
+    writer, which loses the errno, leaves its file exactly this long."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def too_large(limit: int) -> str:
+    """EFBIG in words, with the limit that caused it. Found by the forty-first round: a
+    checkpoint under `ulimit -f 3000` quoted torch's "unexpected pos" and the free disk.
+
+        too_large(3072000)   # "File too large: the file size limit, ulimit -f, is 3072000 bytes"
+    """
+    return f"{os.strerror(errno.EFBIG)}: the file size limit, ulimit -f, is {limit} bytes"
+
+
+def _reached(where: str | Path, limit: int, most: int = 1000) -> bool:
+    """Whether `where`, or a file in it or in its folders (the first `most` entries, never
+    following a link), is at least `limit` bytes: what a write stopped by the limit leaves."""
+    seen = 0
+    for folder, dirs, files in os.walk(where):
+        for name in files:
+            seen += 1
+            with suppress(OSError):
+                if os.lstat(os.path.join(folder, name)).st_size >= limit:
+                    return True
+        if seen + len(dirs) > most:
+            return False
+    with suppress(OSError):
+        info = os.lstat(where)
+        return stat.S_ISREG(info.st_mode) and info.st_size >= limit
+    return False
 
 
 def _free_bytes(where: str | Path) -> int | None:
