@@ -20,6 +20,7 @@ resumed runtime moves what each rank owns onto its device (`PhaseRuntime`, `inst
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -147,10 +148,11 @@ def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest
         shutil.rmtree(tmp, ignore_errors=True)
         if not isinstance(exc, Exception):  # Ctrl-C, SystemExit: nothing to explain
             raise
-        free = shutil.disk_usage(root).free if root.exists() else 0
+        if not reason.startswith(os.strerror(errno.EFBIG)):  # a full disk, or unknown
+            free = shutil.disk_usage(root).free if root.exists() else 0
+            reason += f"; {free >> 20} MiB free on its disk"
         raise OutputError(
-            f"{final}: cannot write checkpoint {final.name} ({reason}; {free >> 20} MiB free on "
-            f"its disk); {_kept(root, final.name)}"
+            f"{final}: cannot write checkpoint {final.name} ({reason}); {_kept(root, final.name)}"
         ) from None
     return final
 

@@ -45,6 +45,8 @@ def check_writable(
         # Path() drops a final '/' or '/.', and the write would replace a file (x.txt/.) or
         # create one where the user named a folder.
         raise OutputError(f"{path}: names a directory; give a file name")
+    if os.path.islink(path):
+        raise OutputError(f"{path}: {LINKED}")
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     try:
@@ -68,6 +70,14 @@ def check_writable(
     os.close(fd)
     os.unlink(probe)
     return path
+
+
+# Why an output that is a symbolic link is refused, whatever it points at (a file, nothing, a
+# loop, a device): the write renames a new file over the link itself, so the link is replaced
+# and its target never written. Found by the forty-first round: `plan --out /dev/stdout`,
+# standard output redirected to a file, replaced the machine's /dev/stdout link with a plan.
+# Only the last component: folders above it that are links are followed, as everywhere.
+LINKED = "is a symbolic link, not a file of its own"
 
 
 def _no_folder(parent: Path) -> str:
@@ -278,6 +288,9 @@ def write_files(
         for target, content in contents:
             path = check_writable(target, run_owned=True)
             staged.append((_write_temporary(path, content), path))
+        for _, target in staged:  # a link made since `check_writable`: never renamed over
+            if os.path.islink(target):
+                raise OutputError(f"{target}: {LINKED}")
         with sigint_deferred():
             for target in stale:
                 moved.append((_move_aside(target), target))
@@ -317,6 +330,8 @@ def write_failure(exc: BaseException, where: str | Path) -> str | None:
             raise OutputError(f"{out}: write failed ({reason})") from None
     """
     if isinstance(exc, OSError):
+        if exc.errno == errno.EFBIG and (limit := size_limit()) is not None:
+            return too_large(limit)
         return exc.strerror or str(exc)
     text = " ".join(str(exc).split())
     if type(exc).__name__ == "SafetensorError" and "I/O error" in text:
@@ -326,8 +341,47 @@ def write_failure(exc: BaseException, where: str | Path) -> str | None:
         free = _free_bytes(where)
         if free is not None and free < NEARLY_FULL:
             return os.strerror(errno.ENOSPC)
+        if (limit := size_limit()) is not None and _reached(where, limit):
+            return too_large(limit)
         return f"torch's file writer failed: {excerpt(text)}"
     return None
+
+
+def size_limit() -> int | None:
+    """The file size limit (`ulimit -f`, RLIMIT_FSIZE's soft limit) in bytes; None if none.
+    SIGXFSZ is ignored (`startup`), so a write past it fails with EFBIG, and torch's zip
+    writer, which loses the errno, leaves its file exactly this long."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def too_large(limit: int) -> str:
+    """EFBIG in words, with the limit that caused it. Found by the forty-first round: a
+    checkpoint under `ulimit -f 3000` quoted torch's "unexpected pos" and the free disk.
+
+        too_large(3072000)   # "File too large: the file size limit, ulimit -f, is 3072000 bytes"
+    """
+    return f"{os.strerror(errno.EFBIG)}: the file size limit, ulimit -f, is {limit} bytes"
+
+
+def _reached(where: str | Path, limit: int, most: int = 1000) -> bool:
+    """Whether `where`, or a file in it or in its folders (the first `most` entries, never
+    following a link), is at least `limit` bytes: what a write stopped by the limit leaves."""
+    seen = 0
+    for folder, dirs, files in os.walk(where):
+        for name in files:
+            seen += 1
+            with suppress(OSError):
+                if os.lstat(os.path.join(folder, name)).st_size >= limit:
+                    return True
+        if seen + len(dirs) > most:
+            return False
+    with suppress(OSError):
+        info = os.lstat(where)
+        return stat.S_ISREG(info.st_mode) and info.st_size >= limit
+    return False
 
 
 def _free_bytes(where: str | Path) -> int | None:
@@ -586,7 +640,7 @@ def not_a_plain_file(path: str | Path) -> str | None:
     except OSError as exc:  # a file on its way, a name too long
         return f"cannot be reached ({exc.strerror or exc})"
     if stat.S_ISLNK(info.st_mode):
-        return "is a symbolic link, not a file of its own"
+        return LINKED
     if stat.S_ISDIR(info.st_mode):
         return "is a directory, not a file"
     if not stat.S_ISREG(info.st_mode):

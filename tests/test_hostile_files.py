@@ -1513,3 +1513,73 @@ def test_an_input_file_named_with_a_trailing_slash_is_not_read(tmp_path, capsys,
         said = f"pipeplan: error: {slashed}: not a directory ({given} is a regular file)"
     refused(argv, tmp_path, capsys, said)
     assert sorted(os.listdir(tmp_path)) == ["in"]
+
+
+# ------------------------------------------------------------- --out naming a symbolic link
+
+LINKS = {  # what the link points at, made under the test's folder → the link's target
+    "a regular file": lambda root: root / "target.json",
+    "nothing": lambda root: root / "missing.json",
+    "a loop": lambda root: root / "link",  # the link itself
+    "a device": lambda root: Path(os.devnull),
+}
+OUTS = {  # a command writing `--out`, in-process ({P}: a shipped profile)
+    "plan": ["plan", "--profile", "{P}", *PREVIEW],
+    "calibrate": ["calibrate", "{ROOT}/no-run", "--profile", "{P}"],
+    "profile": ["profile", "vit-digits"],
+}
+
+
+@pytest.mark.parametrize("command", OUTS)
+@pytest.mark.parametrize("points_at", LINKS)
+def test_an_out_that_is_a_symbolic_link_is_refused(tmp_path, capsys, command, points_at):
+    """Found by the forty-first round: `plan --out /dev/stdout`, standard output redirected to
+    a file, passed the regular-file check (followed) and the write renamed its temporary file
+    over the link /dev/stdout itself (exit 0, "wrote /dev/stdout"); calibrate's --out too,
+    and any link (to a file, to nothing, a loop) was replaced by a file where --plot and
+    export refuse one. Each --out that is a link is refused as they refuse it: one line,
+    exit 2, nothing written, the link and what it points at unchanged."""
+    (tmp_path / "target.json").write_text('{"kept": true}')
+    link = tmp_path / "link"
+    target = LINKS[points_at](tmp_path)
+    link.symlink_to(target)
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = [a.replace("{P}", profile).replace("{ROOT}", str(tmp_path)) for a in OUTS[command]]
+    refused([*argv, "--out", str(link)], tmp_path, capsys, f"{link}: is a symbolic link, not a")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "target.json"]
+    assert (tmp_path / "target.json").read_text() == '{"kept": true}'
+
+
+def test_a_link_below_a_linked_folder_is_written_through_the_folder(tmp_path):
+    """Only the last component of --out is held to be no link: a folder on its path that is a
+    link leads where it points, as for every other path."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to(tmp_path / "real", target_is_directory=True)
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    out = tmp_path / "via" / "plan.json"
+    assert cli.main(["plan", "--profile", profile, *PREVIEW, "--out", str(out)]) == 0
+    assert json.loads((tmp_path / "real" / "plan.json").read_text())["schema_version"]
+
+
+def test_the_writer_never_renames_over_a_link_made_after_the_check(tmp_path, monkeypatch):
+    """Found by the forty-first round (defence in depth): a caller that checked its target
+    (or forgot to) and a link put there before the rename: `write_files` looks again right
+    before renaming, and refuses the link, leaving it and no temporary file."""
+    from pipeplan import fileio
+    from pipeplan.errors import OutputError
+
+    out, victim = tmp_path / "out.json", tmp_path / "victim.json"
+    victim.write_text("kept")
+    staged = fileio._write_temporary
+
+    def then_a_link(path, content):
+        tmp = staged(path, content)
+        out.symlink_to(victim)  # after `check_writable`, before the rename
+        return tmp
+
+    monkeypatch.setattr(fileio, "_write_temporary", then_a_link)
+    with pytest.raises(OutputError, match=r"out\.json: is a symbolic link, not a file of its own"):
+        fileio.write_atomic(out, "new")
+    assert out.is_symlink() and victim.read_text() == "kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "victim.json"]
