@@ -4412,3 +4412,26 @@ def test_data_code_that_disables_logging_or_lowers_the_recursion_limit_is_refuse
     finally:
         logging.disable(logging.NOTSET)
         sys.setrecursionlimit(limit)
+
+
+@pytest.mark.timeout(60)
+def test_torchs_own_patch_of_a_method_in_data_code_is_not_refused():
+    """The forty-first round's hold of the kept classes' methods (above) keeps what torch's
+    own code patches as it runs: the first compiled call in a process (torch._dynamo's
+    `install_generation_tagging_init`) replaces nn.Module.__init__ and __setstate__ with
+    closures of its own that call the old ones, no `functools.wraps`. Data code that compiles
+    a function is no change, as it was before the round's hold."""
+    mutation_guard = pytest.importorskip("torch._dynamo.mutation_guard")
+    from executor.data import _contained
+
+    module = torch.nn.Module
+    flag = "___needs_generation_tag_patch"
+    real = {key: vars(module).get(key) for key in ("__init__", "__setstate__", flag)}
+    try:
+        setattr(module, flag, True)  # patch again, as a process's first compiled call does
+        with _contained("m:load", "the data function"):
+            mutation_guard.install_generation_tagging_init()
+        assert vars(module)["__init__"] is not real["__init__"]  # torch's patch, kept
+    finally:
+        for key, old in real.items():
+            _put_back(module, key, old)
