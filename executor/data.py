@@ -698,7 +698,7 @@ _kept_modules: list[tuple[str, types.ModuleType]] = []
 # `torch.optim.AdamW.step = no_op` made `pipeplan run` "train" nothing with exit 0. Every one of
 # them, not a list of names (which would miss the one a data module chose), except the types
 # Python lets no code change (`int`, torch._C.TensorBase: Py_TPFLAGS_IMMUTABLETYPE); with torch
-# 2.13 some 430 classes and 4,400 attributes, whose snapshot and comparison add ~0.35 ms of
+# 2.13 some 430 classes and 4,400 attributes, whose snapshot and comparison add ~0.4 ms of
 # CPU to each call into the data code (`functions_kept`). A class's base outside these modules
 # (a layer's nn.Module is in) or a class nested deeper (torch.distributed.pipelining's) is not.
 _kept_classes: list[tuple[str, type]] = []
@@ -764,7 +764,7 @@ def functions_kept(spec: str, doing: str) -> Iterator[None]:
     its function (`_its_own_wrapper`: a first optimizer wraps its class's `step`). Held where
     `torch_state_kept` is: every call into the data code, item reads a batch at a time (a
     snapshot and comparison of some 3,500 names and 4,400 class attributes costs ~0.5 ms of
-    CPU: the least of 400 calls on a busy 2-core machine; 0.13 ms for the names alone).
+    CPU, the least of 400 calls on an idle core; ~0.09 ms for the names alone).
 
         with functions_kept("m:load", "the data function"):
             torch.distributed.all_reduce = lambda *a, **k: None
@@ -776,8 +776,15 @@ def functions_kept(spec: str, doing: str) -> Iterator[None]:
     try:
         yield
     finally:
-        saved = {id(owner): names for _, owner, names in before}
-        changed = [change for kept in before for change in _rebound(*kept, saved)]
+        # The same objects in the same order, compared in C, inline: a call each cost more.
+        moved = [
+            (name, owner, names)
+            for name, owner, names in before
+            if len(vars(owner)) != len(names)
+            or not all(map(operator.is_, vars(owner).values(), names.values()))
+        ]
+        saved = {id(owner): names for _, owner, names in before} if moved else {}
+        changed = [change for kept in moved for change in _rebound(*kept, saved)]
         for owner, key, old, _, _ in changed:
             if old is _ADDED:
                 delattr(owner, key)
@@ -886,7 +893,7 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     run "training failed … exited with code 0", exit 2 (the ranks read theirs at the end);
     `logging.disable(logging.CRITICAL)` dropped every rank's progress line; and
     `sys.setrecursionlimit(60)` failed the run as "cannot build the model from its config".
-    Held where `torch_state_kept` is (~0.05 ms: a copy of the environment).
+    Held where `torch_state_kept` is (~0.04 ms: a copy of the environment).
 
         with process_state_kept("m:load", "the data function"):
             os.environ.clear()
@@ -2123,7 +2130,7 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
     the resource limits, the functions of KEPT_MODULES and their classes' methods, and the
     process's streams, environment, logging switch and recursion limit are held for the batch
     as a whole (`torch_state_kept`, `limits_kept`, `functions_kept`, `process_state_kept`:
-    together ~0.6 ms, where an item's read may cost microseconds), and a process the code
+    together ~0.65 ms, where an item's read may cost microseconds), and a process the code
     forks ends as the batch's reads come back (`forks_ended`)."""
     read = []
     first = f", item {indices[0]} first" if indices else ""
