@@ -521,7 +521,10 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     the error line; and the parent's own reads of the sets (`length`, `item`) ran unheld, so a
     `__getitem__`'s warnings were raw lines before the error line. A process the code forks
     that comes back ends at once (`forks_ended`), and code that closes the descriptors
-    pipeplan holds is refused (`held_descriptors_kept`): the fortieth round.
+    pipeplan holds is refused (`held_descriptors_kept`): the fortieth round. Code that rebinds
+    sys.stdout, removes environment variables, or changes `logging.disable` or lowers the
+    recursion limit is refused too (`process_state_kept`), as is code that replaces a method
+    of torch's classes (`functions_kept`): the forty-first round.
 
         with _contained("m:load", f"reading train item {index}"):
             value = dataset[index]
@@ -542,6 +545,9 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
             functions_kept(spec, doing),
             torch_state_kept(spec, doing),
             held_descriptors_kept(spec, doing),
+            # Inside redirect_stderr (a sys.stderr the code rebinds is seen, not undone), and
+            # first to end after a fork: a recursion limit it lowered is put back first.
+            process_state_kept(spec, doing),
             # Innermost of all: a child the code forked ends before any of the above runs.
             forks_ended(),
         ):
@@ -685,6 +691,18 @@ KEPT_MODULES = (
     "torch.optim",
 )
 _kept_modules: list[tuple[str, types.ModuleType]] = []
+# The classes at the top level of KEPT_MODULES, their methods held as the modules' functions
+# are (`functions_kept`): torch.Tensor, torch.nn.Module and every layer, torch.optim.Optimizer
+# and every optimizer, torch.autograd.Function, torch.Generator, the process group's classes,
+# json.JSONEncoder, … Found by the forty-first round: a `load` that set
+# `torch.optim.AdamW.step = no_op` made `pipeplan run` "train" nothing with exit 0. Every one of
+# them, not a list of names (which would miss the one a data module chose), except the types
+# Python lets no code change (`int`, torch._C.TensorBase: Py_TPFLAGS_IMMUTABLETYPE); with torch
+# 2.13 some 430 classes and 4,400 attributes, whose snapshot and comparison add ~0.4 ms of
+# CPU to each call into the data code (`functions_kept`). A class's base outside these modules
+# (a layer's nn.Module is in) or a class nested deeper (torch.distributed.pipelining's) is not.
+_kept_classes: list[tuple[str, type]] = []
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE (Python 3.10+): `int.x = 1` is a TypeError
 
 
 def _modules_kept() -> list[tuple[str, types.ModuleType]]:
@@ -697,6 +715,23 @@ def _modules_kept() -> list[tuple[str, types.ModuleType]]:
     return _kept_modules
 
 
+def _classes_kept() -> list[tuple[str, type]]:
+    """The classes at the top level of KEPT_MODULES that code can change (`_kept_classes`),
+    listed once, on the first call into the data code (before any of it runs), each by the
+    first name code calls it by: ("torch.optim.AdamW", AdamW)."""
+    if not _kept_classes:
+        seen: set[int] = set()
+        for name, module in _modules_kept():
+            for key, value in list(vars(module).items()):
+                # `type(...)`: an object may warn when its `__class__` is read (`_held`).
+                if not issubclass(type(value), type) or id(value) in seen:
+                    continue
+                seen.add(id(value))
+                if not value.__flags__ & _IMMUTABLE_TYPE:
+                    _kept_classes.append((f"{name}.{key}", value))
+    return _kept_classes
+
+
 def _held(value: Any) -> bool:
     """A function, class or module: what a rebinding replaces (a module's plain values, such as
     `tempfile.tempdir`, its own code sets as it runs). `type(...)`, not isinstance: an object
@@ -704,19 +739,32 @@ def _held(value: Any) -> bool:
     return callable(value) or issubclass(type(value), types.ModuleType)
 
 
+def _held_in_class(value: Any) -> bool:
+    """What of a class a rebinding replaces: as `_held`, and any descriptor (a property, a
+    classmethod, a slot: what `obj.name` calls into). A class's plain values (`__doc__`,
+    `__annotations__`, `__slotnames__`, which Python itself adds as it runs) are not."""
+    return _held(value) or hasattr(type(value), "__get__")
+
+
 @contextlib.contextmanager
 def functions_kept(spec: str, doing: str) -> Iterator[None]:
     """The user's data code (`doing`) leaves the functions of KEPT_MODULES as it found them
-    (each module's top level: every function, class and submodule, compared by identity), or
-    is refused in one line; each one replaced or deleted is put back, however the code ends.
+    (each module's top level: every function, class and submodule, compared by identity),
+    and the methods of their classes (`_classes_kept`: every function and descriptor of each
+    class's own, and none added over one it inherits: `torch.optim.AdamW.step = …` where AdamW
+    inherits Adam's), or is refused in one line; each one replaced or deleted is put back
+    (one added over an inherited one deleted), however the code ends.
     Found by the thirty-ninth round: a data module's `torch.distributed.all_reduce = lambda
     *a, **k: None` (at import or in `load`) made `pipeplan run` exit 0 with its replicas
     trained apart, its loss record off by 2x, and `json.dumps = lambda *a, **k: "{}"` in
-    `load` failed the run in a 75-line traceback of torch's launcher. Adding a name is no
-    change (a user may register things), nor is patching one and putting it back before
-    returning (`unittest.mock.patch` around what needs it). Held where `torch_state_kept` is:
-    every call into the data code, item reads a batch at a time (a snapshot and comparison
-    of some 3,500 names costs ~0.13 ms of CPU, ten times `torch_state_kept`).
+    `load` failed the run in a 75-line traceback of torch's launcher; by the forty-first, one
+    level down: `torch.optim.AdamW.step = no_op` in `load` "trained" nothing, exit 0. Adding a
+    name is no change (a user may register things), nor is patching one and putting it back
+    before returning (`unittest.mock.patch` around what needs it), nor torch's own wrapper of
+    its function (`_its_own_wrapper`: a first optimizer wraps its class's `step`). Held where
+    `torch_state_kept` is: every call into the data code, item reads a batch at a time (a
+    snapshot and comparison of some 3,500 names and 4,400 class attributes costs ~0.5 ms of
+    CPU, the least of 400 calls on an idle core; ~0.09 ms for the names alone).
 
         with functions_kept("m:load", "the data function"):
             torch.distributed.all_reduce = lambda *a, **k: None
@@ -724,12 +772,24 @@ def functions_kept(spec: str, doing: str) -> Iterator[None]:
         # torch.distributed.all_reduce; data code must leave …
     """
     before = [(name, module, vars(module).copy()) for name, module in _modules_kept()]
+    before += [(name, cls, vars(cls).copy()) for name, cls in _classes_kept()]
     try:
         yield
     finally:
-        changed = [change for kept in before for change in _rebound(*kept)]
-        for module, key, old, _, _ in changed:
-            setattr(module, key, old)
+        # The same objects in the same order, compared in C, inline: a call each cost more.
+        moved = [
+            (name, owner, names)
+            for name, owner, names in before
+            if len(vars(owner)) != len(names)
+            or not all(map(operator.is_, vars(owner).values(), names.values()))
+        ]
+        saved = {id(owner): names for _, owner, names in before} if moved else {}
+        changed = [change for kept in moved for change in _rebound(*kept, saved)]
+        for owner, key, old, _, _ in changed:
+            if old is _ADDED:
+                delattr(owner, key)
+            else:
+                setattr(owner, key, old)
     if not changed:
         return
     said = []
@@ -746,33 +806,66 @@ def functions_kept(spec: str, doing: str) -> Iterator[None]:
     )
 
 
+# What `_rebound` says a name added over an inherited one was before: nothing of the class's
+# own (put back by deleting it).
+_ADDED = object()
+
+
 def _rebound(
-    name: str, module: types.ModuleType, saved: dict[str, Any]
-) -> list[tuple[types.ModuleType, str, Any, str, bool]]:
-    """What of `saved` (the module's names before) the code replaced or deleted:
-    (module, name, the old object, its dotted name, whether deleted). Compared in C first
-    (the same objects in the same order: nothing to look at); by name where anything moved."""
-    now = vars(module)
+    name: str, owner: types.ModuleType | type, saved: dict[str, Any], before: dict[int, Any]
+) -> list[tuple[types.ModuleType | type, str, Any, str, bool]]:
+    """What of `saved` (the module's or class's names before) the code replaced or deleted,
+    and for a class, what it added over a function or descriptor the class inherits (the
+    class's behaviour changed as by a replacement; `before`: each kept class's names before,
+    by id): (owner, name, the old object or _ADDED, its dotted name, whether deleted).
+    Compared in C first (the same objects in the same order: nothing to look at); by name
+    where anything moved."""
+    now = vars(owner)
     if len(now) == len(saved) and all(map(operator.is_, now.values(), saved.values())):
         return []
+    is_class = isinstance(owner, type)
+    held = _held_in_class if is_class else _held
     missing = object()
-    changed = []
+    changed: list[tuple[types.ModuleType | type, str, Any, str, bool]] = []
     for key, old in saved.items():
         new = now.get(key, missing)
-        if new is not old and _held(old) and not _its_own_wrapper(name, old, new):
-            changed.append((module, key, old, f"{name}.{key}", new is missing))
+        if new is not old and held(old) and not _its_own_wrapper(name, old, new):
+            changed.append((owner, key, old, f"{name}.{key}", new is missing))
+    if not is_class:
+        return changed
+    for key in [key for key in now if key not in saved]:
+        inherited = _inherited(owner, key, missing, before)
+        if held(inherited) and not _its_own_wrapper(name, inherited, now[key]):
+            changed.append((owner, key, _ADDED, f"{name}.{key}", False))
     return changed
+
+
+def _inherited(cls: type, key: str, missing: Any, before: dict[int, Any]) -> Any:
+    """What `cls` had for `key` from its bases (the first in its MRO that has it), or
+    `missing`: as each base was before (`before`, by id) where it is a kept class. torch's own
+    wrapper of an inherited method wraps that one, which may have been wrapped since: a first
+    AdamW wraps Adam's `step` into AdamW, then a first Adam wraps Adam's own."""
+    for base in cls.__mro__[1:]:
+        found = before.get(id(base), vars(base)).get(key, missing)
+        if found is not missing:
+            return found
+    return missing
 
 
 def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
     """Whether `new` is the library's own wrapper of `old`: a function around the one it
-    replaces (`__wrapped__`), whose code is in the library's own files. Importing
-    torch._dynamo (torch.compile, a library that uses it) wraps torch.manual_seed so: kept.
-    A user's `functools.wraps` wrapper copies the name and module, not where its code is."""
+    replaces (`__wrapped__`), or one the library's code made as it ran (a closure, `<locals>`
+    in its name), whose code is in the library's own files. Importing torch._dynamo
+    (torch.compile, a library that uses it) wraps torch.manual_seed so, and its first compiled
+    call patches nn.Module.__init__ with a closure that calls the old one: kept. A user's
+    `functools.wraps` wrapper copies the name and module, not where its code is; a function
+    of torch's own put in another's place (`AdamW.step = SGD.step`) is no closure."""
     top = sys.modules.get(name.partition(".")[0])
     home = getattr(top, "__file__", None)
     try:
-        if not home or getattr(new, "__wrapped__", None) is not old:
+        if not home:
+            return False
+        if getattr(new, "__wrapped__", None) is not old and "<locals>" not in new.__qualname__:
             return False
         filename = new.__code__.co_filename
     except Exception:  # no function, or a user object whose __getattr__ failed: not torch's
@@ -780,6 +873,136 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
     if Path(home).name == "__init__.py":  # a package: its folder
         home = os.path.dirname(home)
     return isinstance(filename, str) and (filename == home or filename.startswith(home + os.sep))
+
+
+# The standard streams (by what code calls them): pipeplan writes its output and its lines
+# through them (`log.guard_console`'s wrappers; a rank's console).
+_STREAMS = ("stdin", "stdout", "stderr")
+
+
+@contextlib.contextmanager
+def process_state_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) leaves the process's state that pipeplan relies on and
+    no other check holds as it found it, or is refused in one line naming what changed; each
+    is put back, however the code ends: sys.stdin, sys.stdout and sys.stderr (compared by
+    identity), the environment's variables (none removed or changed: a variable added is no
+    change, as a library's `os.environ.setdefault(…)` is not), logging's
+    `logging.disable` level, and Python's recursion limit (lowered; raising it is no change,
+    as for `limits_kept`). Found by the forty-first round, each a data `load`: `sys.stdout =
+    io.StringIO()` lost `pipeplan run`'s summary, exit 0; `os.environ.clear()` made a finished
+    run "training failed … exited with code 0", exit 2 (the ranks read theirs at the end);
+    `logging.disable(logging.CRITICAL)` dropped every rank's progress line; and
+    `sys.setrecursionlimit(60)` failed the run as "cannot build the model from its config".
+    Held where `torch_state_kept` is (~0.04 ms: a copy of the environment).
+
+        with process_state_kept("m:load", "the data function"):
+            os.environ.clear()
+        # BadArgumentError: data 'm:load': the data function removed the environment
+        # variables HOME, PATH, PIPEPLAN_LAUNCHER_PID and 40 more; data code must leave …
+    """
+    streams = [getattr(sys, name) for name in _STREAMS]
+    environ, variables = os.environ, os.environ.copy()
+    disabled = logging.root.manager.disable
+    depth = sys.getrecursionlimit()
+    try:
+        yield
+    finally:
+        # First of all: the code below, pipeplan's, recurses too.
+        lowered = sys.getrecursionlimit()
+        if lowered < depth:
+            sys.setrecursionlimit(depth)
+        said = []
+        for name, old in zip(_STREAMS, streams, strict=True):
+            if getattr(sys, name) is not old:
+                setattr(sys, name, old)
+                said.append(("streams", f"replaced sys.{name}"))
+        said += [("environment", change) for change in _environment_put_back(environ, variables)]
+        if logging.root.manager.disable != disabled:
+            level = logging.root.manager.disable
+            logging.disable(disabled)
+            said.append(
+                (
+                    "logging",
+                    f"set logging.disable's level to {_level_name(level)} (it was "
+                    f"{_level_name(disabled)})",
+                )
+            )
+        if lowered < depth:
+            said.append(
+                ("recursion", f"lowered Python's recursion limit to {lowered:,} (it was {depth:,})")
+            )
+    if not said:
+        return
+    kinds = list(dict.fromkeys(kind for kind, _ in said))
+    raise BadArgumentError(
+        f"data {quoted(spec)}: {doing} {' and '.join(change for _, change in said)}; "
+        f"{'; '.join(_STATE[kind][0] for kind in kinds)} (put back now; "
+        f"{'; '.join(_STATE[kind][1] for kind in kinds)})"
+    )
+
+
+# Of each kind of state `process_state_kept` holds: the rule and why pipeplan needs it, and
+# what the code can do instead.
+_STATE = {
+    "streams": (
+        "data code must leave sys.stdin, sys.stdout and sys.stderr as it found them, as "
+        "pipeplan writes its output and its lines through them",
+        "to capture what your own code prints, use `with contextlib.redirect_stdout(...)` "
+        "around it",
+    ),
+    "environment": (
+        "data code must not remove or change the process's environment variables, as "
+        "pipeplan's ranks read theirs as they run and end, and inherit the launcher's",
+        "adding a variable is fine; to run a program in another environment, pass it "
+        "`env={**os.environ, ...}`",
+    ),
+    "logging": (
+        "data code must leave `logging.disable` as it found it, as pipeplan logs its progress "
+        "lines and warnings",
+        "to quiet a library, set its own logger's level: `logging.getLogger(name).setLevel(...)`",
+    ),
+    "recursion": (
+        "data code must not lower Python's recursion limit, as torch and pipeplan recurse as "
+        "they build the model and write its records",
+        "raising it is fine",
+    ),
+}
+
+
+def _level_name(level: int) -> str:
+    name = logging.getLevelName(level)
+    return name if isinstance(name, str) and not name.startswith("Level ") else str(level)
+
+
+def _environment_put_back(environ: Any, variables: dict[str, str]) -> list[str]:
+    """What the code did to the environment (`variables`, the copy of `environ`, os.environ,
+    before it): os.environ rebound, variables removed, changed, each said with three names at
+    most (never a value: it may be a secret); where any, os.environ is put back as it was,
+    the variables added since gone too. Variables added alone are no change."""
+    said = []
+    if os.environ is not environ:
+        os.environ = environ  # noqa: B003 (the object itself put back, not a new environment)
+        said.append("replaced os.environ")
+    now = environ.copy()
+    if now == variables and not said:
+        return []
+    removed = [key for key in variables if key not in now]
+    altered = [key for key, value in variables.items() if key in now and now[key] != value]
+    for keys, verb in ((removed, "removed"), (altered, "changed")):
+        if keys:
+            more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+            names = ", ".join(map(_shown_key, keys[:3]))
+            said.append(f"{verb} the environment variable{'s' * (len(keys) > 1)} {names}{more}")
+    if said:
+        environ.clear()
+        environ.update(variables)
+    return said
+
+
+def _shown_key(key: str) -> str:
+    """A variable's name as a line says it: itself, or quoted where it is odd."""
+    plain = key.isascii() and key.isprintable() and " " not in key and len(key) <= 64
+    return key if plain else quoted(key, 64)
 
 
 # What each resource limit is to pipeplan (`limits_kept`): its words and unit, and what
@@ -1904,10 +2127,11 @@ def batch_pair(
 
 def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[Any]:
     """Each item of `indices` read once and checked as `batch_rows` says. torch's settings,
-    the resource limits and the functions of KEPT_MODULES are held for the batch as a whole
-    (`torch_state_kept`, `limits_kept`, `functions_kept`: together ~0.2 ms, where an item's
-    read may cost microseconds), and a process the code forks ends as the batch's reads come
-    back (`forks_ended`)."""
+    the resource limits, the functions of KEPT_MODULES and their classes' methods, and the
+    process's streams, environment, logging switch and recursion limit are held for the batch
+    as a whole (`torch_state_kept`, `limits_kept`, `functions_kept`, `process_state_kept`:
+    together ~0.65 ms, where an item's read may cost microseconds), and a process the code
+    forks ends as the batch's reads come back (`forks_ended`)."""
     read = []
     first = f", item {indices[0]} first" if indices else ""
     batch = f"reading a batch ({len(indices)} {split} items{first})"
@@ -1915,6 +2139,7 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
         limits_kept(name, batch),
         functions_kept(name, batch),
         torch_state_kept(name, batch),
+        process_state_kept(name, batch),
         forks_ended(),  # a child the code forks ends at once (`_contained`)
     ):
         for index in indices:

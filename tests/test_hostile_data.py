@@ -18,6 +18,7 @@ import struct
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -4148,3 +4149,289 @@ def test_data_code_that_closes_pipeplans_descriptors_is_one_line(tmp_path, stder
                            "function closed descriptors pipeplan holds ("), said  # fmt: skip
     assert "data code must not close descriptors it did not open" in said
     assert not (tmp_path / "runs").exists()
+
+
+# ------------------------------- the 41st round: data code that changes state pipeplan relies on
+
+
+@pytest.mark.timeout(60)
+def test_a_data_function_that_replaces_an_optimizers_step_is_refused_by_run(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-first round: a `load` that set `torch.optim.AdamW.step = no_op` (a
+    method of a torch class, one level below the module functions `functions_kept` held) made
+    `pipeplan run` "train" every step with the replacement, no parameter updated, held-out
+    accuracy at chance and exit 0. The launcher's own call of `load` now refuses it in one
+    line naming the method, exit 2 before the run folder is made, and puts it back."""
+    monkeypatch.chdir(tmp_path)
+    adamw = torch.optim.AdamW
+    step = vars(adamw).get("step")  # its own (a first AdamW wraps Adam's) or none
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt41_step:load")
+    argv += ("--nproc", "1", "--name", "n")
+    in_load = "torch.optim.AdamW.step = lambda self, closure=None: None"
+    try:
+        code = _run_moving(tmp_path, "rt41_step", *argv, in_load=in_load)
+        after = vars(adamw).get("step")
+    finally:  # for the tests after this one, whatever happened
+        _put_back(adamw, "step", step)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after is step) == (2, True), lines
+    assert lines == [
+        "pipeplan: error: data 'rt41_step:load': the data function replaced "
+        "torch.optim.AdamW.step; data code must leave the functions of torch and of Python's "
+        "modules as it found them, as pipeplan trains and writes its records with them (put "
+        "back now; patch one only around your own code that needs it, as `with "
+        "unittest.mock.patch(...)` does)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_a_method_of_torchs_classes_replaced_deleted_or_overridden_is_refused_and_put_back():
+    """Found by the forty-first round (above): the methods of the classes pipeplan trains and
+    writes its records with (torch.Tensor, nn.Module and its layers, the optimizers, json's
+    encoder, …: every class at the top level of `data.KEPT_MODULES`) were not held. One the
+    data code replaces, deletes, or overrides in a subclass's own dict (`torch.Tensor.add =`
+    shadows torch._C.TensorBase's) is refused naming it, anywhere the code runs (a rank's
+    batch read, the launcher's calls), and put back. A name added that overrides nothing, a
+    patch the code undoes itself, and torch's own wrapper (a first optimizer of a class wraps
+    its `step`) are no change."""
+    import json
+    import unittest.mock
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    nn = torch.nn
+    kept = [
+        (torch.Tensor, "add"),
+        (nn.Module, "train"),
+        (nn.Linear, "forward"),
+        (json.JSONEncoder, "encode"),
+        (torch.optim.Optimizer, "zero_grad"),
+        (torch.optim.SGD, "step"),
+    ]
+    real = [vars(cls).get(key) for cls, key in kept]
+
+    def unchanged():
+        return [vars(cls).get(key) for cls, key in kept] == real
+
+    def changes(change):
+        class Items:
+            def __getitem__(self, index):
+                if index == 5:
+                    change()
+                return torch.zeros(2), torch.tensor(0)
+
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [4, 5], 0, "m:load", "train")
+        assert unchanged()
+        said = str(refused.value)
+        start = "data 'm:load': reading a batch (2 train items, item 4 first) "
+        assert said.startswith(start), said
+        assert said.endswith(
+            "; data code must leave the functions of torch and of Python's modules as it found "
+            "them, as pipeplan trains and writes its records with them (put back now; patch "
+            "one only around your own code that needs it, as `with unittest.mock.patch(...)` "
+            "does)"
+        ), said
+        return said.removeprefix(start).partition(";")[0]
+
+    try:
+        assert changes(lambda: setattr(nn.Module, "train", lambda self, mode=True: self)) == (
+            "replaced torch.nn.Module.train"
+        )
+        assert changes(lambda: setattr(torch.Tensor, "add", lambda *a, **k: None)) == (
+            "replaced torch.Tensor.add"
+        )
+        said = changes(
+            lambda: (
+                delattr(nn.Linear, "forward"),
+                setattr(json.JSONEncoder, "encode", lambda self, o: "{}"),
+            )
+        )
+        assert said == "replaced json.JSONEncoder.encode and deleted torch.nn.Linear.forward"
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            torch.optim.SGD.zero_grad = lambda self, set_to_none=True: None  # over Optimizer's
+        assert unchanged()
+        assert str(refused.value).startswith(
+            "data 'm:load': the data function replaced torch.optim.SGD.zero_grad; "
+        ), str(refused.value)
+
+        with _contained("m:load", "the data function"):
+            nn.Linear.rt41_registered = True  # an addition that overrides nothing
+            with unittest.mock.patch.object(nn.Module, "train", lambda self, mode=True: self):
+                pass
+            wrapped = torch.optim.Optimizer.profile_hook_step(torch.optim.SGD.step)
+            torch.optim.SGD.step = wrapped  # as torch's first SGD(...) does
+        assert vars(torch.optim.SGD)["step"] is wrapped  # torch's own wrapper, kept
+    finally:
+        _put_back(nn.Linear, "rt41_registered", None)
+        for (cls, key), old in zip(kept, real, strict=True):
+            _put_back(cls, key, old)
+
+
+def _put_back(cls: type, key: str, old) -> None:
+    """`cls`'s own `key` as it was (`old`; None: none of its own)."""
+    if vars(cls).get(key) is old:
+        return
+    if old is None:
+        delattr(cls, key)
+    else:
+        setattr(cls, key, old)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("stream", ["stdout", "stderr", "stdin"])
+def test_data_code_that_rebinds_a_standard_stream_is_refused_and_it_is_put_back(stream):
+    """Found by the forty-first round: a `load` that set `sys.stdout = io.StringIO()` made
+    `pipeplan run` exit 0 with nothing on stdout, its summary table and last line gone into
+    the data module's object. sys.stdin, sys.stdout and sys.stderr rebound by the data code
+    (the launcher's calls, `_contained`, whose own hold of sys.stderr undid the code's
+    silently; a rank's batch read) are refused in one line naming the stream, and put back."""
+    import io
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    real = (sys.stdin, sys.stdout, sys.stderr)
+
+    class Items:
+        def __getitem__(self, index):
+            setattr(sys, stream, io.StringIO())
+            return torch.zeros(2), torch.tensor(0)
+
+    try:
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            setattr(sys, stream, io.StringIO())
+        assert (sys.stdin, sys.stdout, sys.stderr) == real
+        assert str(refused.value) == (
+            f"data 'm:load': the data function replaced sys.{stream}; data code must leave "
+            "sys.stdin, sys.stdout and sys.stderr as it found them, as pipeplan writes its "
+            "output and its lines through them (put back now; to capture what your own code "
+            "prints, use `with contextlib.redirect_stdout(...)` around it)"
+        )
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [2], 0, "m:load", "eval")
+        assert (sys.stdin, sys.stdout, sys.stderr) == real
+        assert str(refused.value).startswith(
+            f"data 'm:load': reading a batch (1 eval items, item 2 first) replaced sys.{stream}; "
+        ), str(refused.value)
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = real
+
+
+@pytest.mark.timeout(30)
+def test_data_code_that_removes_or_changes_environment_variables_is_refused():
+    """Found by the forty-first round: a `load` that called `os.environ.clear()` ran in every
+    rank, which trained every step and wrote its model, and the launcher then called the run
+    a failure, "training failed … exited with code 0 before the run ended", exit 2: the ranks
+    read pipeplan's variables as they end. Environment variables the data code removes or
+    changes are refused in one line naming them (never their values), and the environment is
+    put back as it was; a variable added (a library's `os.environ.setdefault`) is no change."""
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    real = dict(os.environ)
+    try:
+        os.environ["RT41_A"], os.environ["RT41_B"] = "a", "b"
+        before = dict(os.environ)
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            os.environ.clear()
+            os.environ["RT41_NEW"] = "added"
+        assert dict(os.environ) == before
+        said = str(refused.value)
+        assert re.match(
+            r"data 'm:load': the data function removed the environment variables \w+, \w+, "
+            rf"\w+ and {len(before) - 3} more; data code must not remove or change the "
+            r"process's environment variables, as pipeplan's ranks read theirs as they run and "
+            r"end, and inherit the launcher's \(put back now; adding a variable is fine; ",
+            said,
+        ), said
+
+        class Items:
+            def __getitem__(self, index):
+                os.environ["RT41_A"] = "changed"
+                del os.environ["RT41_B"]
+                return torch.zeros(2), torch.tensor(0)
+
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [3], 0, "m:load", "train")
+        assert dict(os.environ) == before
+        assert str(refused.value).startswith(
+            "data 'm:load': reading a batch (1 train items, item 3 first) removed the "
+            "environment variable RT41_B and changed the environment variable RT41_A; "
+        ), str(refused.value)
+
+        with _contained("m:load", "the data function"):
+            os.environ.setdefault("RT41_NEW", "added")
+        assert os.environ["RT41_NEW"] == "added"
+    finally:
+        os.environ.clear()
+        os.environ.update(real)
+
+
+@pytest.mark.timeout(30)
+def test_data_code_that_disables_logging_or_lowers_the_recursion_limit_is_refused():
+    """Found by the forty-first round: a `load` calling `logging.disable(logging.CRITICAL)`
+    dropped every rank's progress line (`pipeplan: rank 0: INFO: epoch 1/1 …`) and warning,
+    and one calling `sys.setrecursionlimit(60)` failed the run as "vit-digits: cannot build
+    the model from its config (RecursionError …)", blaming the model. Each is refused in one
+    line naming the change, and put back; a recursion limit raised is no change."""
+    import logging
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    limit = sys.getrecursionlimit()
+    low = len(traceback.extract_stack()) + 60  # lower than the limit, above this depth
+
+    class Items:
+        def __getitem__(self, index):
+            logging.disable(logging.INFO)
+            return torch.zeros(2), torch.tensor(0)
+
+    try:
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [6], 0, "m:load", "train")
+        assert logging.root.manager.disable == logging.NOTSET
+        assert str(refused.value) == (
+            "data 'm:load': reading a batch (1 train items, item 6 first) set logging.disable's "
+            "level to INFO (it was NOTSET); data code must leave `logging.disable` as it found "
+            "it, as pipeplan logs its progress lines and warnings (put back now; to quiet a "
+            "library, set its own logger's level: `logging.getLogger(name).setLevel(...)`)"
+        )
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            sys.setrecursionlimit(low)
+        assert sys.getrecursionlimit() == limit
+        assert str(refused.value) == (
+            f"data 'm:load': the data function lowered Python's recursion limit to {low:,} (it "
+            f"was {limit:,}); data code must not lower Python's recursion limit, as torch and "
+            "pipeplan recurse as they build the model and write its records (put back now; "
+            "raising it is fine)"
+        )
+        with _contained("m:load", "the data function"):
+            sys.setrecursionlimit(limit + 100)
+        assert sys.getrecursionlimit() == limit + 100
+    finally:
+        logging.disable(logging.NOTSET)
+        sys.setrecursionlimit(limit)
+
+
+@pytest.mark.timeout(60)
+def test_torchs_own_patch_of_a_method_in_data_code_is_not_refused():
+    """The forty-first round's hold of the kept classes' methods (above) keeps what torch's
+    own code patches as it runs: the first compiled call in a process (torch._dynamo's
+    `install_generation_tagging_init`) replaces nn.Module.__init__ and __setstate__ with
+    closures of its own that call the old ones, no `functools.wraps`. Data code that compiles
+    a function is no change, as it was before the round's hold."""
+    mutation_guard = pytest.importorskip("torch._dynamo.mutation_guard")
+    from executor.data import _contained
+
+    module = torch.nn.Module
+    flag = "___needs_generation_tag_patch"
+    real = {key: vars(module).get(key) for key in ("__init__", "__setstate__", flag)}
+    try:
+        setattr(module, flag, True)  # patch again, as a process's first compiled call does
+        with _contained("m:load", "the data function"):
+            mutation_guard.install_generation_tagging_init()
+        assert vars(module)["__init__"] is not real["__init__"]  # torch's patch, kept
+    finally:
+        for key, old in real.items():
+            _put_back(module, key, old)
