@@ -421,12 +421,12 @@ def _over_the_schedule(
 
 # The schedule-wide choice's widening (`_widened`). It runs unless the plan is proven within
 # WIDEN_GAP of every sequence (no sequence costs less than the sum of the phases' floors):
-# bert-large's 10 phases on 2 × 8 devices are, within 2.0 % (widened, that plan took twice as
-# long and gained 0.07 %); the fortieth round's misses were not (3–46 %). A phase's search
-# keeps its WIDENED_PER_SEARCH fastest layouts (those beyond are the slowest within its
+# bert-large's 10 phases on 2 × 8 devices are (`bench_solver.py --only speed`: widening them
+# doubled the plan's time for well under 1 %); the fortieth round's misses were not. A phase's
+# search keeps its WIDENED_PER_SEARCH fastest layouts (those beyond are the slowest within its
 # allowance, the least likely in the best sequence), WIDENED_MOST in all (the shortest path
-# weighs pairs of consecutive layouts: 256 of them took 4 s); the searches together do at
-# most WIDENING_WORK times the work the phase searches did.
+# weighs pairs of consecutive layouts: its time grows with their square); the searches
+# together do at most WIDENING_WORK times the work the phase searches did.
 WIDEN_GAP = 0.025
 WIDENED_PER_SEARCH = 8
 WIDENED_MOST = 40

@@ -225,27 +225,20 @@ def every_layout(
 def brute_force_best_step(
     model: CostModel, global_batch: int, frozen: int, cached: bool = False, maps=family_maps
 ) -> float:
+    """The fastest of `brute_force_steps`; inf when nothing fits."""
+    steps = brute_force_steps(model, global_batch, frozen, cached, maps)
+    return steps[0] if steps else np.inf
+
+
+def brute_force_steps(
+    model: CostModel, global_batch: int, frozen: int, cached: bool = False, maps=family_maps
+) -> list[float]:
     """Independent of the solver: `every_layout` evaluated by the cost model, kept when it
     fits and passes Layout.check (which refuses 1F1B with M below the training stages and a
-    cached prefix outside stage 0)."""
-    N, L = model.cluster.num_devices, model.num_layers
-    best = np.inf
-    for candidate in every_layout(model, global_batch, frozen, cached, maps):
-        try:
-            candidate.check(L, N)
-        except BadArgumentError:
-            continue
-        evaluation = model.evaluate(candidate)
-        if evaluation.fits:
-            best = min(best, evaluation.step_s)
-    return best
-
-
-def brute_force_steps(model: CostModel, global_batch: int, frozen: int, cached: bool) -> list:
-    """`brute_force_best_step`'s every fitting layout's step, fastest first."""
+    cached prefix outside stage 0); their steps, fastest first."""
     N, L = model.cluster.num_devices, model.num_layers
     steps = []
-    for candidate in every_layout(model, global_batch, frozen, cached):
+    for candidate in every_layout(model, global_batch, frozen, cached, maps):
         try:
             candidate.check(L, N)
         except BadArgumentError:
