@@ -959,7 +959,8 @@ _STATE = {
     "logging": (
         "data code must leave `logging.disable` as it found it, as pipeplan logs its progress "
         "lines and warnings",
-        "to quiet a library, set its own logger's level: `logging.getLogger(name).setLevel(...)`",
+        "to quiet a library, set its own logger's level (`.setLevel(...)` on the logger "
+        "`logging.getLogger` gives for its name)",
     ),
     "recursion": (
         "data code must not lower Python's recursion limit, as torch and pipeplan recurse as "

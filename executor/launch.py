@@ -225,6 +225,7 @@ from executor.worker import (
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
 from pipeplan.cluster import HostRanks
+from pipeplan.costmodel import check_priced_clusters
 from pipeplan.errors import (
     BadArgumentError,
     Interrupted,
@@ -1754,7 +1755,7 @@ def check_resume(path: Path, saved: RunConfig, cfg: RunConfig, local: bool = Tru
         # The model folder as the run built it (its config.json's shape fields), as export
         # checks it; then every profile the phases were priced with.
         check_run_model(path, saved)
-        check_priced_profiles(path, saved, records)
+        check_priced_clusters(path, saved, records, check_priced_profiles(path, saved, records))
         # And the run's copy of its plan as its phases took it (a plan run's layouts).
         RunPlanner.for_run(path, cfg).check_records(path, phases)
         # Checksums, what the files hold, finite weights (an older one, with a notice).

@@ -15,12 +15,21 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
-from pipeplan.cluster import profiled_links
-from pipeplan.errors import BadArgumentError, InputFileError
-from pipeplan.formats import DEFAULT_GROUP_REBUILD_S, Cluster, Layout, Link, Profile
+from pipeplan.cluster import memory_source, profile_device_memory, profiled_links
+from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
+from pipeplan.formats import (
+    DEFAULT_GROUP_REBUILD_S,
+    Cluster,
+    Layout,
+    Link,
+    PhaseRecord,
+    Profile,
+    RunConfig,
+)
 from pipeplan.simulate import (
     StageWork,
     Timeline,
@@ -894,3 +903,72 @@ def every_rank_map(S: int, D: int, G: int, nodes: int) -> list[tuple[tuple[int, 
         if max(used) <= G:
             result.append(tuple(ranks))
     return result
+
+
+# --------------------------------------------------------------------------- run records
+
+
+def check_priced_clusters(
+    run_dir: Path, config: RunConfig, records: list, profiles: dict[str, Profile]
+) -> None:
+    """Each phase of run.jsonl's `records`, in order, priced on a cluster its run builds
+    (`check_priced_cluster`); `profiles`: those that priced them, by name
+    (`formats.check_priced_profiles`).
+
+        check_priced_clusters(run_dir, config, records, check_priced_profiles(run_dir, ...))
+    """
+    for phase in (r for r in records if isinstance(r, PhaseRecord)):
+        check_priced_cluster(run_dir, config, phase, profiles[phase.pricing.profile])
+
+
+def check_priced_cluster(
+    run_dir: Path, config: RunConfig, phase: PhaseRecord, profile: Profile
+) -> None:
+    """A phase's pricing.cluster is one its run builds (`pipeplan.cluster.run_cluster`, or the
+    plan file's, which `executor.planning.check_plan` held to the run): the cache budget is
+    run.json's; each rank's memory is run.json's --device-memory when given, else at most the
+    profiled device's share among a node's ranks (`rank_memory` never gives more; less where
+    the run's host had less, which this host cannot tell); and the phase's layout fits it
+    (the planner and a plan keep only layouts that do). Found by the fortieth round: a phase's
+    device_memory_bytes edited to 1000000 was priced and calibrated from (exit 0). The nodes
+    a run's ranks ran on are not in run.json (torchrun's world): `check_one_cluster` holds them
+    to the run's other records.
+
+        check_priced_cluster(run_dir, config, phase, profile)   # profile: the one that priced it
+    """
+    cluster, where = phase.pricing.cluster, f"{run_dir / 'run.jsonl'}: phase {phase.phase}"
+    budget = config.cache_budget_bytes
+    if cluster.cache_budget_bytes != budget:
+        raise InputFileError(
+            f"{where}: pricing.cluster.cache_budget_bytes {cluster.cache_budget_bytes} is not "
+            f"the run's {budget} (run.json's cache_budget_bytes, --cache-budget): the run "
+            "prices with its own; the record or run.json was edited"
+        )
+    memory, given = cluster.device_memory_bytes, config.device_memory_bytes
+    if config.plan is None and given is not None and memory != given:
+        raise InputFileError(
+            f"{where}: pricing.cluster.device_memory_bytes {memory} is not the run's {given} "
+            "(run.json's device_memory_bytes, --device-memory): the run prices with its own; "
+            "the record or run.json was edited"
+        )
+    per_node, flag = cluster.devices_per_node, "pricing.cluster.devices_per_node"
+    try:
+        share = profile_device_memory(profile, per_node, flag)
+    except PipeplanError:  # less than a byte each: no run priced so
+        share = 0
+    if given is None and memory > share:
+        source = memory_source(profile, per_node, flag) if share else "no byte a rank"
+        raise InputFileError(
+            f"{where}: pricing.cluster.device_memory_bytes {memory} is more than the run "
+            f"gives a rank: {share} bytes ({source}, of {phase.pricing.profile})"
+        )
+    if phase.layout.boundaries[-1] != len(profile.layers):
+        return  # a layout of another model than its profile: not priced by it at all
+    stages = CostModel(profile, cluster).evaluate(phase.layout, record=False).stages
+    s, stage = max(enumerate(stages), key=lambda st: st[1].memory_bytes)
+    if stage.memory_bytes > memory:
+        raise InputFileError(
+            f"{where}: pricing.cluster.device_memory_bytes {memory} is less than its layout "
+            f"({phase.layout.label()}) needs on stage {s}, {stage.memory_bytes} bytes: the run "
+            "priced only layouts that fit"
+        )

@@ -20,6 +20,7 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
+from pipeplan.costmodel import check_priced_clusters
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.fileio import check_distinct
 from pipeplan.formats import (
@@ -40,11 +41,11 @@ def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> No
     (`executor.checkpoint.check_trained_with`, as resume and export check it; its layout and
     position against the records, `executor.history.check_manifest_records`, as resume checks
     them; every older kept checkpoint's manifest likewise, `check_older_manifests`) and its
-    phases' profiles (`check_priced_profiles`); metrics.csv and summary.json are what the
-    run wrote from its records (`check_eval_metrics`, `check_summary`). InputFileError
-    naming the file and field."""
+    phases' profiles and clusters (`check_priced_profiles`, `check_priced_clusters`);
+    metrics.csv and summary.json are what the run wrote from its records
+    (`check_eval_metrics`, `check_summary`). InputFileError naming the file and field."""
     run_dir = Path(run_dir)
-    check_priced_profiles(run_dir, config, records)
+    check_priced_clusters(run_dir, config, records, check_priced_profiles(run_dir, config, records))
     if (run_dir / "checkpoints" / "latest").exists():
         # Imported here: it brings torch, which a run without checkpoints never needs.
         from executor.checkpoint import check_latest_trained_with

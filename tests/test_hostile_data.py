@@ -4395,7 +4395,8 @@ def test_data_code_that_disables_logging_or_lowers_the_recursion_limit_is_refuse
             "data 'm:load': reading a batch (1 train items, item 6 first) set logging.disable's "
             "level to INFO (it was NOTSET); data code must leave `logging.disable` as it found "
             "it, as pipeplan logs its progress lines and warnings (put back now; to quiet a "
-            "library, set its own logger's level: `logging.getLogger(name).setLevel(...)`)"
+            "library, set its own logger's level (`.setLevel(...)` on the logger "
+            "`logging.getLogger` gives for its name))"
         )
         with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
             sys.setrecursionlimit(low)

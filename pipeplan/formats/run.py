@@ -1573,15 +1573,18 @@ def run_input(run_dir: str | Path, records: list) -> FedInput | None:
 EDITED_SINCE = "run.json's model or the profile was edited after the run was prepared"
 
 
-def check_priced_profiles(run_dir: str | Path, config: RunConfig, records: list) -> None:
+def check_priced_profiles(
+    run_dir: str | Path, config: RunConfig, records: list
+) -> dict[str, Profile]:
     """The profiles the phases were priced with (files in the run directory) are there, and
     of run.json's model and precision (`check_run_profile`): the run's own record of what it
     trained, so run.json's precision edited from fp32 to bf16 is refused by report and
     calibrate alike. Each phase, and each epoch's forecast, records the sha256 of the profile
-    that priced it, and a phase the run solved a step no longer than its stages allow; and each
-    phase's cluster is one the run built (`_check_cluster`).
+    that priced it, and a phase the run solved a step no longer than its stages allow. Returns
+    the profiles by name (`pipeplan.costmodel.check_priced_clusters` holds each phase's
+    cluster to the run with them).
 
-        check_priced_profiles(run_dir, config, read_records(run_dir / "run.jsonl"))
+        profiles = check_priced_profiles(run_dir, config, read_records(run_dir / "run.jsonl"))
     """
     run_dir = Path(run_dir)
     priced = [(f"phase {r.phase}", r.pricing) for r in records if isinstance(r, PhaseRecord)]
@@ -1598,8 +1601,7 @@ def check_priced_profiles(run_dir: str | Path, config: RunConfig, records: list)
         phases = [r for r in records if isinstance(r, PhaseRecord) and r.pricing.profile == name]
         for phase in phases:
             _check_step_bound(run_dir, name, phase, profile)
-    for phase in (r for r in records if isinstance(r, PhaseRecord)):  # in order: the first named
-        _check_cluster(run_dir, config, phase, profiles[phase.pricing.profile])
+    return profiles
 
 
 def _priced_profile(run_dir: Path, name: str, priced: list[tuple[str, Pricing]]) -> Profile:
@@ -1660,60 +1662,6 @@ def _check_unedited(
         f"{field} is not the sha256 of {name} ({digest[:12]}…): the record or the file was "
         "edited since the run priced with it; restore it or start a new run"
     )
-
-
-def _check_cluster(run_dir: Path, config: RunConfig, phase: PhaseRecord, profile: Profile) -> None:
-    """A phase's pricing.cluster is one its run builds (`pipeplan.cluster.run_cluster`, or the
-    plan file's, which `executor.planning.check_plan` held to the run): the cache budget is
-    run.json's; each rank's memory is run.json's --device-memory when given, else at most the
-    profiled device's share among a node's ranks (`rank_memory` never gives more; less where
-    the run's host had less, which this host cannot tell); and the phase's layout fits it
-    (the planner and a plan keep only layouts that do). Found by the fortieth round: a phase's
-    device_memory_bytes edited to 1000000 was priced and calibrated from (exit 0). The nodes
-    a run's ranks ran on are not in run.json (torchrun's world): `check_one_cluster` holds them
-    to the run's other records.
-
-        _check_cluster(run_dir, config, phase, profile)   # profile: the one that priced it
-    """
-    from pipeplan.cluster import memory_source, profile_device_memory  # they import formats
-    from pipeplan.costmodel import CostModel
-
-    cluster, where = phase.pricing.cluster, f"{run_dir / 'run.jsonl'}: phase {phase.phase}"
-    budget = config.cache_budget_bytes
-    if cluster.cache_budget_bytes != budget:
-        raise InputFileError(
-            f"{where}: pricing.cluster.cache_budget_bytes {cluster.cache_budget_bytes} is not "
-            f"the run's {budget} (run.json's cache_budget_bytes, --cache-budget): the run "
-            "prices with its own; the record or run.json was edited"
-        )
-    memory, given = cluster.device_memory_bytes, config.device_memory_bytes
-    if config.plan is None and given is not None and memory != given:
-        raise InputFileError(
-            f"{where}: pricing.cluster.device_memory_bytes {memory} is not the run's {given} "
-            "(run.json's device_memory_bytes, --device-memory): the run prices with its own; "
-            "the record or run.json was edited"
-        )
-    per_node, flag = cluster.devices_per_node, "pricing.cluster.devices_per_node"
-    try:
-        share = profile_device_memory(profile, per_node, flag)
-    except PipeplanError:  # less than a byte each: no run priced so
-        share = 0
-    if given is None and memory > share:
-        source = memory_source(profile, per_node, flag) if share else "no byte a rank"
-        raise InputFileError(
-            f"{where}: pricing.cluster.device_memory_bytes {memory} is more than the run "
-            f"gives a rank: {share} bytes ({source}, of {phase.pricing.profile})"
-        )
-    if phase.layout.boundaries[-1] != len(profile.layers):
-        return  # a layout of another model than its profile: not priced by it at all
-    stages = CostModel(profile, cluster).evaluate(phase.layout, record=False).stages
-    s, stage = max(enumerate(stages), key=lambda st: st[1].memory_bytes)
-    if stage.memory_bytes > memory:
-        raise InputFileError(
-            f"{where}: pricing.cluster.device_memory_bytes {memory} is less than its layout "
-            f"({phase.layout.label()}) needs on stage {s}, {stage.memory_bytes} bytes: the run "
-            "priced only layouts that fit"
-        )
 
 
 def _check_step_bound(run_dir: Path, name: str, phase: PhaseRecord, profile: Profile) -> None:
