@@ -404,9 +404,13 @@ def _over_the_schedule(
     evaluated = {e.layout: e for e in found} | {c.layout: c.steady for *_, c in greedy}
     greedy_total = sum(c.total_s(e) for _, e, c in greedy)
     best_total, chosen = _shortest_path(model, shape, cache, greedy, placements, evaluated)
-    wider = _widened(model, shape, cache, greedy, floors, pins, work, min(best_total, greedy_total))
-    wider = [p for p in dict.fromkeys(wider) if p not in placements]
-    wider = wider[: min(WIDENED_MOST, room - len(placements))]
+    wider = []
+    if room > len(placements):  # else nothing widened could be weighed: not searched for
+        wider = _widened(
+            model, shape, cache, greedy, floors, pins, work, min(best_total, greedy_total)
+        )
+        wider = [p for p in dict.fromkeys(wider) if p not in placements]
+        wider = wider[: min(WIDENED_MOST, room - len(placements))]
     if wider:
         best_total, chosen = _shortest_path(
             model, shape, cache, greedy, placements + wider, evaluated
