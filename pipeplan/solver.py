@@ -1896,22 +1896,26 @@ def layouts_within(
     within_s: float,
     work: PlanWork,
     most: int,
-) -> list[Evaluation]:
+) -> tuple[list[Evaluation], bool]:
     """The `most` fastest layouts of the phase whose step is at most `within_s`, fastest first
-    (fewer when there are fewer, or the search runs out of work; none when nothing fits). What a
+    (fewer when there are fewer, or the search runs out of work; none when nothing fits), and
+    whether they are all of them (fewer than `most`, the search not stopped). What a
     schedule-wide choice needs (`plan._over_the_schedule`): a layout no phase finds best can
     still be the best to keep over several phases. Its work is the plan's (`work`), and its
-    stop is not a phase search's: nothing is reported."""
+    stop is not a phase search's: nothing is reported.
+
+        layouts, every_one = layouts_within(model, 64, 6, False, Pins(), 0.8, work, 8)"""
     within_s *= 1 + WITHIN_ROUNDING  # a bound equal to a step may sit a rounding above it
     search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, work.phase_limit())
     try:
         solution = search.solve(most - 1, math.inf, None, within_s, most)
     except DoesNotFitError:
-        return []
+        return [], True
     finally:
         work.left -= search.work_done
     ranked = [solution.best, *solution.runner_ups]
-    return [e for e in ranked if e.step_s <= within_s]
+    layouts = [e for e in ranked if e.step_s <= within_s]
+    return layouts, solution.proven and len(layouts) < most
 
 
 # --------------------------------------------------------------------------- baselines

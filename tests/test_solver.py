@@ -270,7 +270,10 @@ def test_the_fastest_layouts_within_a_step_are_the_exhaustive_ones(seed, most, s
     if not steps:
         return
     within = steps[0] * (1 + slack)
-    found = layouts_within(model, batch, frozen, cached, Pins(), within, PlanWork(), most)
+    found, every_one = layouts_within(
+        model, batch, frozen, cached, Pins(), within, PlanWork(), most
+    )
+    assert every_one == (len(found) < most)  # a search this small is never stopped
     found_steps = [e.step_s for e in found]
     assert found_steps == sorted(found_steps) and all(e.fits for e in found)
     assert len({e.layout for e in found}) == len(found) <= most
