@@ -69,7 +69,11 @@ def swapped(case: str, fifo: Path) -> str:
     try:
         done = subprocess.run(
             [sys.executable, "-c", SWAPPED, case, str(fifo)],
-            capture_output=True, text=True, timeout=HANG_S, env=env, cwd=fifo.parent,
+            capture_output=True,
+            text=True,
+            timeout=HANG_S,
+            env=env,
+            cwd=fifo.parent,
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{case}: blocked opening a FIFO swapped in after the check")
@@ -154,7 +158,7 @@ def test_concurrent_export_to_one_new_folder_says_what_happened(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["exr"]  # no temporary left behind
 
 
-@pytest.mark.parametrize("name", sorted(RUN_ENTRIES - {".lock"}) + ["calibration-3.json"])
+@pytest.mark.parametrize("name", [*sorted(RUN_ENTRIES - {".lock"}), "calibration-3.json"])
 def test_run_name_refuses_a_run_directorys_own_entries(name):
     """Found by the forty-second round: `run --name checkpoints` and `--name run.jsonl` were
     accepted, and the runs folder holding both was then a run directory: every later run in
