@@ -717,8 +717,8 @@ def not_a_new_directory(out: Path) -> str | None:
         return "exists and is not an empty directory"
     if out.is_symlink():
         return (
-            "is a symbolic link to an empty directory, not a directory of its own (the new "
-            "one is renamed into its place, which a link cannot be); give the folder itself"
+            "is a symbolic link to an empty directory, not a directory of its own: the new "
+            "directory is renamed into place, and a rename cannot put a folder where a link is"
         )
     return None
 
