@@ -30,10 +30,11 @@ import pickle
 import re
 import shlex
 import shutil
+import stat
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -304,11 +305,23 @@ def read_tensors(path: Path) -> dict:
 
 
 def file_sha256(path: Path) -> str:
-    """`file_sha256(path)`: the hex sha256 of a file's bytes, read in blocks."""
+    """`file_sha256(path)`: the hex sha256 of a file's bytes, read in blocks. OSError for
+    anything but a regular file, told by what was opened: opened without blocking, a FIFO
+    put in its place is refused, not waited on forever (forty-second round)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+        return handle_sha256(handle)
+
+
+def handle_sha256(handle: BinaryIO) -> str:
+    """The hex sha256 of an open file's bytes from where it stands, read in blocks: for a file
+    opened as checked (`formats.base.open_input`), not opened again by name."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    for block in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(block)
     return digest.hexdigest()
 
 

@@ -236,6 +236,7 @@ from pipeplan.errors import (
 )
 from pipeplan.exits import exits_raised, run_exit_callbacks
 from pipeplan.fileio import (
+    RUN_ENTRIES,
     check_not_stdout,
     check_writable,
     claim_directory,
@@ -247,6 +248,7 @@ from pipeplan.fileio import (
     not_a_plain_folder,
     open_append,
     release_directory,
+    run_entry,
     trains,
     where_now,
     where_now_as_named,
@@ -750,11 +752,21 @@ def check_run_location(run_dir: Path) -> None:
 
 def run_name(name: str) -> str:
     """A run's name is one plain folder name: never a path out of --runs-dir (the rule
-    RunConfig's `name` holds; checked again for configurations built without validation)."""
+    RunConfig's `name` holds; checked again for configurations built without validation),
+    and never the name of an entry a run directory keeps (`fileio.run_entry`). Found by the
+    forty-second round: runs named `checkpoints` and `run.jsonl` made --runs-dir itself look
+    like a run directory (`is_run_directory`), and every later run there was refused."""
     try:
-        return check_run_name(name)
+        check_run_name(name)
     except ValueError as exc:
         raise BadArgumentError(f"--name {exc}") from None
+    if run_entry(name):
+        reserved = ", ".join(sorted(RUN_ENTRIES - {".lock"})) + ", calibration-N.json"
+        raise BadArgumentError(
+            f"--name {name!r}: is the name of an entry a run directory keeps ({reserved}); "
+            "a run so named makes --runs-dir look like a run directory: choose another name"
+        )
+    return name
 
 
 # ----------------------------------------------------------------------------- one rank

@@ -63,7 +63,7 @@ from pipeplan.formats import (
     dumps,
     load,
 )
-from pipeplan.formats.base import check_input_file
+from pipeplan.formats.base import open_input
 from pipeplan.formats.presets import config_path
 from pipeplan.log import held
 
@@ -548,7 +548,7 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
     switched the check off), each a regular file within the input limit before it is hashed
     (a FIFO or /dev/zero hung the command), and its label_names the names the data gives.
     Runs whose data reads no file (built-in data) need no data.json."""
-    from executor.checkpoint import file_sha256
+    from executor.checkpoint import handle_sha256
 
     check_recorded_paths(run_dir, cfg)  # first: a relative path read from elsewhere
     path = run_dir / DATA_RECORD
@@ -597,9 +597,10 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
         )
         raise InputFileError(f"{path}: files {wrong}; restore data.json or start a new run")
     for file in record.files:
-        check_input_file(Path(file.path), why="too large to read as the run's data")
+        # Checked as opened: a FIFO swapped in after a stat blocked the open forever.
         try:
-            now = file_sha256(Path(file.path))
+            with open_input(Path(file.path), why="too large to read as the run's data") as f:
+                now = handle_sha256(f)
         except OSError as exc:
             raise InputFileError(f"{file.path}: cannot read the run's data ({exc})") from None
         if now != file.sha256:

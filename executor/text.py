@@ -38,6 +38,7 @@ import contextlib
 import csv
 import dataclasses
 import difflib
+import io
 import itertools
 import json
 import logging
@@ -62,6 +63,7 @@ from pipeplan.formats.base import (
     check_input_file,
     json_loads,
     label_name_problem,
+    open_input,
     read_input,
     unique_keys,
 )
@@ -299,11 +301,14 @@ def read_corpus(spec: str, seed: int = 0) -> Corpus:
 
 
 def _read_rows(path: Path, kinds: _LabelKinds, spellings: _Spellings) -> list[Row]:
-    check_input_file(path, why="too large to read as text data")
     try:
         # utf-8-sig: Excel's "CSV UTF-8" starts with a byte order mark, which is not part of
-        # the first column's name (the data.json sha256 still hashes the raw bytes).
-        with open(path, encoding="utf-8-sig", newline="") as handle:
+        # the first column's name (the data.json sha256 still hashes the raw bytes). Checked
+        # as opened (`open_input`): a FIFO swapped in after a stat blocked the open forever.
+        with (
+            open_input(path, why="too large to read as text data") as raw,
+            io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as handle,
+        ):
             if path.suffix.lower() == ".csv":
                 return _csv_rows(handle, path, kinds, spellings)
             return _jsonl_rows(handle, path, kinds, spellings)

@@ -303,7 +303,9 @@ def write_files(
         for aside, path in moved:
             os.replace(aside, path)
         if isinstance(exc, OSError):
-            raise OutputError(f"{target}: write failed ({exc.strerror or exc})") from None
+            # `write_failure`: past `ulimit -f`, the limit is named, as the run's own files
+            # name it (forty-second round: "write failed (File too large)" alone).
+            raise OutputError(f"{target}: write failed ({write_failure(exc, target)})") from None
         raise
     for aside, _ in moved:
         with suppress(FileNotFoundError):
@@ -335,8 +337,10 @@ def write_failure(exc: BaseException, where: str | Path) -> str | None:
         return exc.strerror or str(exc)
     text = " ".join(str(exc).split())
     if type(exc).__name__ == "SafetensorError" and "I/O error" in text:
+        # The export's weights: past `ulimit -f` the limit is named, as an OSError's is
+        # (forty-second round: "write failed (File too large)" alone).
         code = re.search(r"\(os error ([0-9]+)\)", text)
-        return os.strerror(int(code[1])) if code else text.split("I/O error:", 1)[1].strip()
+        return _strerror(int(code[1])) if code else text.split("I/O error:", 1)[1].strip()
     if isinstance(exc, RuntimeError) and TORCH_WRITER.search(text):
         free = _free_bytes(where)
         if free is not None and free < NEARLY_FULL:
@@ -345,6 +349,16 @@ def write_failure(exc: BaseException, where: str | Path) -> str | None:
             return too_large(limit)
         return f"torch's file writer failed: {excerpt(text)}"
     return None
+
+
+def _strerror(code: int | None) -> str | None:
+    """An errno in words, EFBIG with the file size limit that caused it (`too_large`); None
+    for no errno."""
+    if code is None:
+        return None
+    if code == errno.EFBIG and (limit := size_limit()) is not None:
+        return too_large(limit)
+    return os.strerror(code)
 
 
 def size_limit() -> int | None:
@@ -687,7 +701,9 @@ def not_a_new_directory(out: Path) -> str | None:
         not_a_new_directory(Path("old"))         # "exists and is not an empty directory"
 
     A link to nothing is no place to write either: `export --out` said "write failed (Not a
-    directory)" of one (twenty-sixth round), where `--plot` names it.
+    directory)" of one (twenty-sixth round), where `--plot` names it. Nor is a link to an
+    empty folder: the new directory is renamed into place, and a rename cannot put a folder
+    where a link is; it said the same after all the work (forty-second round).
     """
     try:
         mode = os.stat(out).st_mode  # through a link: a link to an empty folder is one
@@ -697,7 +713,14 @@ def not_a_new_directory(out: Path) -> str | None:
         return f"cannot be a directory ({exc.strerror})"
     if not stat.S_ISDIR(mode):
         return f"is {entry_kind(mode)}, not a directory"
-    return "exists and is not an empty directory" if any(out.iterdir()) else None
+    if any(out.iterdir()):
+        return "exists and is not an empty directory"
+    if out.is_symlink():
+        return (
+            "is a symbolic link to an empty directory, not a directory of its own: the new "
+            "directory is renamed into place, and a rename cannot put a folder where a link is"
+        )
+    return None
 
 
 # Locks held until this process exits (the kernel drops them when it dies, however it dies).

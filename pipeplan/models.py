@@ -697,6 +697,7 @@ def export(
         raise OutputError(f"{out}: {why}; export needs a new one")
     tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
     made = new_directories(out.parent) if parents else contextlib.nullcontext()
+    renaming = False  # the last step: a failure there is `out` changed meanwhile
     with made:  # folders made for `out` go again if nothing is written
         try:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -707,11 +708,20 @@ def export(
                     tokenizer.save_pretrained(tmp)
             _drop_ids_outside_vocabulary(tmp)
             give_output_modes(tmp)
+            renaming = True
             tmp.replace(out)  # an empty `out` is replaced
         except BaseException as exc:
             # Whatever stopped it (a full disk fails as an OSError in config.json, as a
             # SafetensorError in the weights; Ctrl-C anywhere), the partial directory goes.
             shutil.rmtree(tmp, ignore_errors=True)
+            if renaming and isinstance(exc, OSError) and (why := not_a_new_directory(out)):
+                # Not a failed write: `out` was made (another export of it) or changed while
+                # this one ran; it said "write failed (Directory not empty)" (forty-second
+                # round).
+                raise OutputError(
+                    f"{out}: {why} now (made or changed by another process while this export "
+                    "ran); export needs a new one"
+                ) from None
             reason = write_failure(exc, out.parent)
             if reason is None:
                 raise

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import re
+import stat
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -178,8 +180,10 @@ HEADER_BYTES = 64  # signature, IHDR chunk, the stamp's length and the stamp
 def _pipeplan_png(path: Path) -> bool:
     """Whether `path` is a PNG pipeplan wrote: a user's text file, or a user's own PNG, named
     like a stale plot stays (an unreadable file too)."""
-    try:
-        with open(path, "rb") as handle:
+    try:  # opened without blocking: a FIFO by that name is not waited on forever
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return False
             head = handle.read(HEADER_BYTES)
     except OSError:
         return False

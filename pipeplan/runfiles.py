@@ -32,7 +32,7 @@ from pipeplan.formats import (
     check_priced_profiles,
     load,
 )
-from pipeplan.formats.base import MAX_FILE_BYTES, check_input_file, check_json
+from pipeplan.formats.base import MAX_FILE_BYTES, check_json, open_input
 from pipeplan.formats.metrics import check_eval_metrics
 
 
@@ -287,8 +287,7 @@ def _first_record(path: Path) -> str | None:
     if path.is_symlink():
         return None  # refused as a link by the run's reader (`check_own_files`), never read
     try:
-        check_input_file(path, MAX_FILE_BYTES)
-        with path.open("rb") as f:
+        with open_input(path, MAX_FILE_BYTES) as f:  # a FIFO swapped in: refused, not waited on
             line = f.readline(FIRST_RECORD_LIMIT).decode("utf-8")
         record = check_json(line, str(path))
     except (OSError, UnicodeDecodeError, PipeplanError):

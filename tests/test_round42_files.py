@@ -1,0 +1,231 @@
+"""Files and outputs, found by the forty-second round: an input swapped for a FIFO between its
+check and its open (F11), `export --out` a link to an empty folder or a folder another export
+made meanwhile (F1), run names that are a run directory's own entries (F13), and the file size
+limit named by every writer (F14). Each refusal is one line; nothing hangs (every case that
+could block runs in a subprocess with a timeout)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import cli
+from executor.launch import run_name
+from pipeplan.errors import BadArgumentError, OutputError
+from pipeplan.fileio import RUN_ENTRIES, is_run_directory, not_a_new_directory
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILE = REPO / "profiles" / "vit-digits@cpu-1t.json"
+HANG_S = 20  # far above what any case takes; an open blocked on a FIFO never returns
+
+# A FIFO is opened by each reader as if a regular file had been there at its check: the check
+# (a stat) is made a no-op in the module that calls it, which is what a FIFO swapped in after
+# a real stat leaves. Prints the one line each reader refuses it with.
+SWAPPED = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from pipeplan.errors import PipeplanError
+    from pipeplan.formats import base
+    import pipeplan.runfiles as runfiles
+    import executor.text as text
+    import executor.checkpoint as checkpoint
+
+    def saw_a_regular_file(*args, **kwargs):
+        return None
+
+    for module in (base, runfiles, text):
+        if hasattr(module, "check_input_file"):
+            module.check_input_file = saw_a_regular_file
+    case, fifo = sys.argv[1], sys.argv[2]
+    try:
+        if case == "read_input":
+            base.read_input(fifo)
+        elif case == "read_lines":
+            list(base.read_lines(fifo, 1 << 10))
+        elif case == "first_record":
+            print("none" if runfiles._first_record(Path(fifo)) is None else "read")
+        elif case == "text_rows":
+            text._read_rows(Path(fifo), None, None)
+        elif case == "file_sha256":
+            checkpoint.file_sha256(Path(fifo))
+    except (PipeplanError, OSError) as exc:
+        print(exc)
+    """
+)
+
+
+def swapped(case: str, fifo: Path) -> str:
+    """What reader `case` prints for `fifo` checked as a regular file; fails if it hangs."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", SWAPPED, case, str(fifo)],
+            capture_output=True,
+            text=True,
+            timeout=HANG_S,
+            env=env,
+            cwd=fifo.parent,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{case}: blocked opening a FIFO swapped in after the check")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("case", ["read_input", "read_lines", "text_rows", "file_sha256"])
+def test_fifo_swapped_in_after_the_check_is_refused_not_waited_on(tmp_path, case):
+    """Found by the forty-second round: `read_input`/`read_lines` stat'ed a path (a regular
+    file), then `open`ed it; a FIFO swapped in between blocked every command forever (the
+    profile, cluster, plan, run.json, run.jsonl, text data, data.json's files). Each reader
+    now opens without blocking and checks what it opened: one line, at once."""
+    fifo = tmp_path / "p.json"
+    os.mkfifo(fifo)
+    out = swapped(case, fifo)
+    assert len(out.splitlines()) == 1, out
+    assert "not a regular file" in out, out
+
+
+def test_fifo_swapped_in_for_a_runs_first_record_is_not_waited_on(tmp_path):
+    """Found by the forty-second round: the first record of run.jsonl, read to tell runs
+    apart, blocked on a FIFO swapped in after its check as the readers did; now it is no
+    record (the records' reader names the FIFO)."""
+    fifo = tmp_path / "run.jsonl"
+    os.mkfifo(fifo)
+    assert swapped("first_record", fifo) == "none"
+
+
+def test_export_out_a_link_to_an_empty_folder_is_named_before_any_work(tmp_path):
+    """Found by the forty-second round: `export --out LINK`, LINK a link to an empty folder,
+    passed the up-front checks, did the work, and failed at the rename with "write failed (Not
+    a directory)"; a link to anything else was named at once. Now it is named up front."""
+    (tmp_path / "empty").mkdir()
+    link = tmp_path / "outlink"
+    link.symlink_to("empty")
+    why = not_a_new_directory(link)
+    assert why is not None and "symbolic link to an empty directory" in why, why
+    assert not_a_new_directory(tmp_path / "empty") is None  # the folder itself is fine
+
+
+def test_export_checks_out_a_link_to_an_empty_folder_before_reading_the_run(tmp_path):
+    """Found by the forty-second round: export's first check (`_check_new_directory`, before
+    the run is read or the model built) names the link."""
+    from executor.task import _check_new_directory
+
+    (tmp_path / "empty").mkdir()
+    link = tmp_path / "outlink"
+    link.symlink_to("empty")
+    with pytest.raises(OutputError, match="symbolic link to an empty directory"):
+        _check_new_directory(link)
+
+
+class _SlowModel:
+    """A model whose save_pretrained writes a config, while another export makes `out`."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def save_pretrained(self, folder: Path) -> None:
+        (Path(folder) / "config.json").write_text("{}\n")
+        self.out.mkdir()  # another `export --out` of the same new folder, finished first
+        (self.out / "config.json").write_text("{}\n")
+
+
+def test_concurrent_export_to_one_new_folder_says_what_happened(tmp_path):
+    """Found by the forty-second round: two exports to one new --out; the loser said "write
+    failed (Directory not empty)", as if the disk had failed. Now it says the folder exists
+    and is not empty, made while this export ran; the winner's folder is left whole."""
+    from pipeplan import models
+
+    out = tmp_path / "exr"
+    seq = SimpleNamespace(name="fake", hf_model=_SlowModel(out))
+    with pytest.raises(OutputError) as caught:
+        models.export(seq, out)
+    line = str(caught.value)
+    assert len(line.splitlines()) == 1, line
+    assert "write failed" not in line, line
+    assert "exists and is not an empty directory" in line, line
+    assert "another process" in line, line
+    assert sorted(p.name for p in out.iterdir()) == ["config.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["exr"]  # no temporary left behind
+
+
+@pytest.mark.parametrize("name", [*sorted(RUN_ENTRIES - {".lock"}), "calibration-3.json"])
+def test_run_name_refuses_a_run_directorys_own_entries(name):
+    """Found by the forty-second round: `run --name checkpoints` and `--name run.jsonl` were
+    accepted, and the runs folder holding both was then a run directory: every later run in
+    it was refused. Every name a run directory keeps is refused, naming them."""
+    with pytest.raises(BadArgumentError) as caught:
+        run_name(name)
+    line = str(caught.value)
+    assert line.startswith(f"--name '{name}'"), line
+    assert "checkpoints" in line and "run.jsonl" in line and "calibration-N.json" in line
+    assert run_name("checkpoints-2") == "checkpoints-2"
+
+
+@pytest.mark.parametrize("name", ["checkpoints", "run.jsonl"])
+def test_run_named_like_a_run_entry_is_refused_and_the_runs_folder_stays_usable(
+    tmp_path, capsys, name
+):
+    """Found by the forty-second round: the finding's reproduction, --prepare-only."""
+    runs = tmp_path / "runs3"
+    argv = ["run", "--model", "vit-digits", "--epochs", "1", "--nproc", "2", "--prepare-only"]
+    assert cli.main([*argv, "--name", name, "--runs-dir", str(runs)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeplan: error: --name"), lines
+    assert "a run directory keeps" in lines[0], lines[0]
+    assert not (runs / name).exists()
+    assert not is_run_directory(runs)
+
+
+def _limited(limit: int):
+    """A preexec_fn: the file size limit `limit` bytes, and SIGXFSZ ignored (as pipeplan
+    ignores it) so that nothing before pipeplan's start-up is killed by it."""
+
+    def set_limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    return set_limit
+
+
+def test_plan_out_past_the_file_size_limit_names_the_limit(tmp_path):
+    """Found by the forty-second round: under `ulimit -f`, `plan --out` said "write failed
+    (File too large)" without the limit, where a run's own files name it; `fileio.write_files`
+    (plan, calibrate, the plots) now words it as they do."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
+    argv = [
+        sys.executable, str(REPO / "cli.py"), "plan", "--profile", str(PROFILE),
+        "--devices-per-node", "2", "--global-batch", "32", "--samples", "640", "--epochs", "3",
+        "--out", "p.json",
+    ]  # fmt: skip
+    done = subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+        preexec_fn=_limited(2048),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("pipeplan: error: p.json: write failed (File too large"), lines
+    assert "ulimit -f, is 2048 bytes" in lines[0], lines[0]
+    assert not (tmp_path / "p.json").exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary left behind
+
+
+def test_export_weights_past_the_file_size_limit_name_it(monkeypatch):
+    """Found by the forty-second round: the export's weights (safetensors' own error, an
+    errno in its text) past `ulimit -f` said "File too large" alone."""
+    import pipeplan.fileio as fileio
+
+    SafetensorError = type("SafetensorError", (Exception,), {})
+    monkeypatch.setattr(fileio, "size_limit", lambda: 46080)
+    why = fileio.write_failure(SafetensorError("I/O error: File too large (os error 27)"), ".")
+    assert why == "File too large: the file size limit, ulimit -f, is 46080 bytes"
