@@ -1,8 +1,9 @@
-"""Files and outputs, found by the forty-second round: an input swapped for a FIFO between its
-check and its open (F11), `export --out` a link to an empty folder or a folder another export
-made meanwhile (F1), run names that are a run directory's own entries (F13), and the file size
-limit named by every writer (F14). Each refusal is one line; nothing hangs (every case that
-could block runs in a subprocess with a timeout)."""
+"""Paths that change under a command, and names it must not take (the forty-second round):
+an input swapped for a FIFO between its check and its open (F11), `export --out` a link to an
+empty folder or a folder another export made meanwhile (F1), run names that are a run
+directory's own entries (F13), and the file size limit named by every writer (F14). Each
+refusal is one line; nothing hangs (every case that could block runs in a subprocess with a
+timeout)."""
 
 from __future__ import annotations
 
