@@ -1133,6 +1133,7 @@ def _reopened(consoles: list[_Console]) -> list[str]:
             again = io.TextIOWrapper(open(fd, mode + "b", closefd=False), **keywords)  # noqa: SIM115
         except (OSError, ValueError, TypeError):
             continue
+        again.mode = mode  # as `open` sets it: what `_reopening` reads, if closed again
         for key in _STREAMS:
             if getattr(sys, key, None) is stream:
                 setattr(sys, key, again)
