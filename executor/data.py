@@ -49,6 +49,7 @@ import torch
 from torch.utils.data import Dataset
 
 from executor.faults import SignalInterrupt, classify
+from pipeplan import log as pipeplan_log
 from pipeplan.cluster import format_bytes
 from pipeplan.errors import (
     BadArgumentError,
@@ -61,7 +62,6 @@ from pipeplan.errors import (
 from pipeplan.exits import exits_raised, forks_ended
 from pipeplan.fileio import identity
 from pipeplan.formats.base import MAX_SAMPLES, one_line
-from pipeplan import log as pipeplan_log
 from pipeplan.log import write_line
 
 if TYPE_CHECKING:
@@ -525,7 +525,8 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     pipeplan holds is refused (`held_descriptors_kept`): the fortieth round. Code that rebinds
     sys.stdout, removes environment variables, or changes `logging.disable` or lowers the
     recursion limit is refused too (`process_state_kept`), as is code that replaces a method
-    of torch's classes (`functions_kept`): the forty-first round.
+    of torch's classes (`functions_kept`): the forty-first round; and code that patches or
+    closes a console stream, or changes pipeplan's loggers: the forty-second.
 
         with _contained("m:load", f"reading train item {index}"):
             value = dataset[index]
@@ -891,8 +892,11 @@ _STREAMS = ("stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__"
 def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     """The user's data code (`doing`) leaves the process's state that pipeplan relies on and
     no other check holds as it found it, or is refused in one line naming what changed; each
-    is put back, however the code ends: sys.stdin, sys.stdout and sys.stderr (compared by
-    identity), the environment's variables (none removed or changed: a variable added is no
+    is put back, however the code ends: sys.stdin, sys.stdout and sys.stderr and Python's
+    originals (compared by identity), the attributes of each stream object and of pipeplan's
+    own wrappers of them (`_attributes_put_back`), a stream closed in place (opened again on
+    its descriptor: `_reopened`), pipeplan's loggers (`_loggers_put_back`), the
+    environment's variables (none removed or changed: a variable added is no
     change, as a library's `os.environ.setdefault(…)` is not), logging's
     `logging.disable` level, and Python's recursion limit (lowered; raising it is no change,
     as for `limits_kept`). Found by the forty-first round, each a data `load`: `sys.stdout =
@@ -900,7 +904,10 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     run "training failed … exited with code 0", exit 2 (the ranks read theirs at the end);
     `logging.disable(logging.CRITICAL)` dropped every rank's progress line; and
     `sys.setrecursionlimit(60)` failed the run as "cannot build the model from its config".
-    Held where `torch_state_kept` is (~0.04 ms: a copy of the environment).
+    By the forty-second, past the identity check: `sys.stdout.write = lambda s: 0` (set on
+    pipeplan's wrapper) lost every line of stdout, exit 0; `sys.stdout.close()` ended in a
+    traceback; the "pipeplan" logger's `.setLevel(logging.CRITICAL)` lost every progress
+    line. Held where `torch_state_kept` is (~0.05 ms: a copy of the environment).
 
         with process_state_kept("m:load", "the data function"):
             os.environ.clear()
@@ -1026,7 +1033,7 @@ def _consoles() -> list[_Console]:
             found.setdefault(id(stream.stream), stream.stream)
             wrapped.setdefault(id(stream.stream), []).append(name)
     named = {}
-    for key, stream in found.items():
+    for key in found:
         names = list(dict.fromkeys(direct.get(key, [])))
         writers = [name for name in dict.fromkeys(wrapped.get(key, [])) if name not in names]
         if not names:
@@ -1196,8 +1203,8 @@ def _same(now: list, held: list, items: list) -> bool:
 
 def _loggers_put_back(before: list[tuple[str, logging.Logger, tuple, list]]) -> list[str]:
     """pipeplan's loggers (`_loggers_state`) put back as they were, and what the code changed
-    of them said. Found by the forty-second round: `logging.getLogger("pipeplan")
-    .setLevel(logging.CRITICAL)` in `load` dropped every progress line of the run, exit 0,
+    of them said. Found by the forty-second round: the "pipeplan" logger's
+    `.setLevel(logging.CRITICAL)` in `load` dropped every progress line of the run, exit 0,
     as `logging.disable` did (the forty-first)."""
     said = []
     for name, logger, state, handlers in before:
@@ -1223,15 +1230,15 @@ def _loggers_put_back(before: list[tuple[str, logging.Logger, tuple, list]]) -> 
             said.append(f"changed the filters of {named}")
             logger.filters = filter_list
             filter_list[:] = filters
-        for handler, level, formatter, filter_list, filters in handlers:
-            if handler.level != level or handler.formatter is not formatter:
+        for handler, its_level, formatter, its_list, its_filters in handlers:
+            if handler.level != its_level or handler.formatter is not formatter:
                 said.append(f"changed the level or format of a handler of {named}")
-                handler.setLevel(level)
+                handler.setLevel(its_level)
                 handler.formatter = formatter
-            if not _same(handler.filters, filter_list, filters):
+            if not _same(handler.filters, its_list, its_filters):
                 said.append(f"changed the filters of a handler of {named}")
-                handler.filters = filter_list
-                filter_list[:] = filters
+                handler.filters = its_list
+                its_list[:] = its_filters
     return said
 
 
