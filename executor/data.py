@@ -1002,10 +1002,16 @@ _STATE = {
 }
 
 
-# What `_consoles` keeps of a stream object: the name code reaches it by, the object, a copy of
-# its instance attributes (None: it has none), whether it was open, and how to open it again
-# on its descriptor (`_reopened`; None: not a file, or closed already).
-_Console = tuple[str, Any, "dict[str, Any] | None", bool, "tuple[int, str, dict[str, Any]] | None"]
+# What `_consoles` keeps of a stream object: the names code reaches it by (`_console_name`),
+# the object, a copy of its instance attributes (None: it has none), whether it was open, and
+# how to open it again on its descriptor (`_reopened`; None: not a file, or closed already).
+_Console = tuple[
+    "tuple[list[str], list[str]]",
+    Any,
+    "dict[str, Any] | None",
+    bool,
+    "tuple[int, str, dict[str, Any]] | None",
+]
 
 
 # The name of an Output that no name of sys's reaches now (sys.stderr's, while
@@ -1032,19 +1038,30 @@ def _consoles() -> list[_Console]:
         if isinstance(stream, pipeplan_log.Output):
             found.setdefault(id(stream.stream), stream.stream)
             wrapped.setdefault(id(stream.stream), []).append(name)
-    named = {}
-    for key in found:
-        names = list(dict.fromkeys(direct.get(key, [])))
-        writers = [name for name in dict.fromkeys(wrapped.get(key, [])) if name not in names]
-        if not names:
-            names, writers = writers[:1], writers[1:]
-        also = f" (also {', '.join(names[1:])})" if len(names) > 1 else ""
-        through = f" (what {' and '.join(writers)} writes to)" if writers else ""
-        named[key] = names[0] + also + through
     return [
-        (named[key], stream, _attributes(stream), _is_open(stream), _reopening(stream))
+        (
+            (direct.get(key, []), wrapped.get(key, [])),
+            stream,
+            _attributes(stream),
+            _is_open(stream),
+            _reopening(stream),
+        )
         for key, stream in found.items()
     ]
+
+
+def _console_name(reached: tuple[list[str], list[str]]) -> str:
+    """A stream object (`_consoles`) by the names that reach it, directly and through
+    pipeplan's wrappers: "sys.__stdout__ (what sys.stdout writes to)"; said only when it
+    changed, so made only then."""
+    direct, wrapped = reached
+    names = list(dict.fromkeys(direct))
+    writers = [name for name in dict.fromkeys(wrapped) if name not in names]
+    if not names:
+        names, writers = writers[:1], writers[1:]
+    also = f" (also {', '.join(names[1:])})" if len(names) > 1 else ""
+    through = f" (what {' and '.join(writers)} writes to)" if writers else ""
+    return names[0] + also + through
 
 
 def _is_open(stream: Any) -> bool:
@@ -1094,7 +1111,7 @@ def _attributes_put_back(consoles: list[_Console]) -> list[str]:
     is not the code's."""
     said = []
     missing = object()
-    for name, stream, before, _, _ in consoles:
+    for reached, stream, before, _, _ in consoles:
         if before is None:
             continue
         now = vars(stream)
@@ -1109,7 +1126,7 @@ def _attributes_put_back(consoles: list[_Console]) -> list[str]:
                 now[key] = before[key]
             else:
                 del now[key]
-        said += [f"replaced {_attribute(name, key)}" for key in keys]
+        said += [f"replaced {_attribute(_console_name(reached), key)}" for key in keys]
     return said
 
 
@@ -1128,10 +1145,10 @@ def _reopened(consoles: list[_Console]) -> list[str]:
     traceback of pipeplan's next flush ("I/O operation on closed file"), and
     `sys.__stderr__.close()` in CPython's "lost sys.stderr"."""
     said = []
-    for name, stream, _, was_open, reopening in consoles:
+    for reached, stream, _, was_open, reopening in consoles:
         if not was_open or _is_open(stream):
             continue
-        said.append(f"closed {name}")
+        said.append(f"closed {_console_name(reached)}")
         if reopening is None:
             continue
         fd, mode, keywords = reopening
