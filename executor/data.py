@@ -49,6 +49,7 @@ import torch
 from torch.utils.data import Dataset
 
 from executor.faults import SignalInterrupt, classify
+from pipeplan import log as pipeplan_log
 from pipeplan.cluster import format_bytes
 from pipeplan.errors import (
     BadArgumentError,
@@ -524,7 +525,8 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     pipeplan holds is refused (`held_descriptors_kept`): the fortieth round. Code that rebinds
     sys.stdout, removes environment variables, or changes `logging.disable` or lowers the
     recursion limit is refused too (`process_state_kept`), as is code that replaces a method
-    of torch's classes (`functions_kept`): the forty-first round.
+    of torch's classes (`functions_kept`): the forty-first round; and code that patches or
+    closes a console stream, or changes pipeplan's loggers: the forty-second.
 
         with _contained("m:load", f"reading train item {index}"):
             value = dataset[index]
@@ -554,7 +556,7 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
             yield
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
-        said = _lines(held.getvalue() + _text(raw))
+        said = _lines(_held_text(held) + _text(raw))
         if isinstance(exc.code, str):  # sys.exit("why"): Python would print it, exit 1
             said.append(exc.code)
         last = f"; its last line on stderr: {quoted(said[-1])}" if said else ""
@@ -563,7 +565,13 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
         ) from None
     except UserBaseException as exc:
         raise BadArgumentError(f"data {quoted(spec)}: {doing} raised {_one_line(exc)}") from None
-    _pass_on(spec, caught, held.getvalue() + _text(raw))
+    _pass_on(spec, caught, _held_text(held) + _text(raw))
+
+
+def _held_text(held: io.StringIO) -> str:
+    """What the code wrote to sys.stderr (`held`), or nothing where it closed that stream
+    (`sys.stderr.close()`: `process_state_kept` says so, unless the code exited first)."""
+    return "" if held.closed else held.getvalue()
 
 
 def _autocast(kind: str) -> tuple[bool, torch.dtype]:
@@ -876,16 +884,19 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
 
 
 # The standard streams (by what code calls them): pipeplan writes its output and its lines
-# through them (`log.guard_console`'s wrappers; a rank's console).
-_STREAMS = ("stdin", "stdout", "stderr")
+# through them (`log.guard_console`'s wrappers; a rank's console), and Python's originals.
+_STREAMS = ("stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__")
 
 
 @contextlib.contextmanager
 def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     """The user's data code (`doing`) leaves the process's state that pipeplan relies on and
     no other check holds as it found it, or is refused in one line naming what changed; each
-    is put back, however the code ends: sys.stdin, sys.stdout and sys.stderr (compared by
-    identity), the environment's variables (none removed or changed: a variable added is no
+    is put back, however the code ends: sys.stdin, sys.stdout and sys.stderr and Python's
+    originals (compared by identity), the attributes of each stream object and of pipeplan's
+    own wrappers of them (`_attributes_put_back`), a stream closed in place (opened again on
+    its descriptor: `_reopened`), pipeplan's loggers (`_loggers_put_back`), the
+    environment's variables (none removed or changed: a variable added is no
     change, as a library's `os.environ.setdefault(…)` is not), logging's
     `logging.disable` level, and Python's recursion limit (lowered; raising it is no change,
     as for `limits_kept`). Found by the forty-first round, each a data `load`: `sys.stdout =
@@ -893,7 +904,10 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     run "training failed … exited with code 0", exit 2 (the ranks read theirs at the end);
     `logging.disable(logging.CRITICAL)` dropped every rank's progress line; and
     `sys.setrecursionlimit(60)` failed the run as "cannot build the model from its config".
-    Held where `torch_state_kept` is (~0.04 ms: a copy of the environment).
+    By the forty-second, past the identity check: `sys.stdout.write = lambda s: 0` (set on
+    pipeplan's wrapper) lost every line of stdout, exit 0; `sys.stdout.close()` ended in a
+    traceback; the "pipeplan" logger's `.setLevel(logging.CRITICAL)` lost every progress
+    line. Held where `torch_state_kept` is (~0.05 ms: a copy of the environment).
 
         with process_state_kept("m:load", "the data function"):
             os.environ.clear()
@@ -901,6 +915,8 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
         # variables HOME, PATH, PIPEPLAN_LAUNCHER_PID and 40 more; data code must leave …
     """
     streams = [getattr(sys, name) for name in _STREAMS]
+    consoles = _consoles()
+    loggers = _loggers_state()
     environ, variables = os.environ, os.environ.copy()
     disabled = logging.root.manager.disable
     depth = sys.getrecursionlimit()
@@ -916,6 +932,8 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
             if getattr(sys, name) is not old:
                 setattr(sys, name, old)
                 said.append(("streams", f"replaced sys.{name}"))
+        said += [("streams", change) for change in _attributes_put_back(consoles)]
+        said += [("closed", change) for change in _reopened(consoles)]
         said += [("environment", change) for change in _environment_put_back(environ, variables)]
         if logging.root.manager.disable != disabled:
             level = logging.root.manager.disable
@@ -927,6 +945,7 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
                     f"{_level_name(disabled)})",
                 )
             )
+        said += [("loggers", change) for change in _loggers_put_back(loggers)]
         if lowered < depth:
             said.append(
                 ("recursion", f"lowered Python's recursion limit to {lowered:,} (it was {depth:,})")
@@ -950,6 +969,13 @@ _STATE = {
         "to capture what your own code prints, use `with contextlib.redirect_stdout(...)` "
         "around it",
     ),
+    "closed": (
+        "data code must not close sys.stdin, sys.stdout or sys.stderr (nor Python's "
+        "originals, sys.__stdout__ and the like), as pipeplan writes its output and its lines "
+        "through them",
+        "to keep your own code's output off the console, use "
+        "`with contextlib.redirect_stdout(io.StringIO()):` around it",
+    ),
     "environment": (
         "data code must not remove or change the process's environment variables, as "
         "pipeplan's ranks read theirs as they run and end, and inherit the launcher's",
@@ -962,12 +988,275 @@ _STATE = {
         "to quiet a library, set its own logger's level (`.setLevel(...)` on the logger "
         "`logging.getLogger` gives for its name)",
     ),
+    "loggers": (
+        "data code must leave pipeplan's loggers ('pipeplan' and those below it: their levels, "
+        "handlers, filters, propagation) as it found them, as pipeplan logs its progress "
+        "lines and warnings through them",
+        "to quiet a library, set its own logger's level",
+    ),
     "recursion": (
         "data code must not lower Python's recursion limit, as torch and pipeplan recurse as "
         "they build the model and write its records",
         "raising it is fine",
     ),
 }
+
+
+# What `_consoles` keeps of a stream object: the names code reaches it by (`_console_name`),
+# the object, a copy of its instance attributes (None: it has none), whether it was open, and
+# how to open it again on its descriptor (`_reopened`; None: not a file, or closed already).
+_Console = tuple[
+    "tuple[list[str], list[str]]",
+    Any,
+    "dict[str, Any] | None",
+    bool,
+    "tuple[int, str, dict[str, Any]] | None",
+]
+
+
+# The name of an Output that no name of sys's reaches now (sys.stderr's, while
+# `contextlib.redirect_stderr` holds it aside; a rank's console).
+_CONSOLE = "pipeplan's console"
+
+
+def _consoles() -> list[_Console]:
+    """Each stream object pipeplan writes through, once: sys's six (`_STREAMS`), pipeplan's
+    own wrappers (`log.outputs`: sys.stderr's is held aside by `contextlib.redirect_stderr`
+    while the data code runs) and the file each wraps, each named by the names that reach it:
+    "sys.__stdout__ (what sys.stdout writes to)" for the file under pipeplan's wrapper, which
+    `sys.stdout.close()` closes. A few µs: a copy of each one's attributes."""
+    direct: dict[int, list[str]] = {}
+    wrapped: dict[int, list[str]] = {}
+    found: dict[int, Any] = {}
+    for name, stream in [(f"sys.{key}", getattr(sys, key, None)) for key in _STREAMS] + [
+        (_CONSOLE, output) for output in pipeplan_log.outputs()
+    ]:
+        if stream is None or (name == _CONSOLE and id(stream) in found):
+            continue
+        found.setdefault(id(stream), stream)
+        direct.setdefault(id(stream), []).append(name)
+        if isinstance(stream, pipeplan_log.Output):
+            found.setdefault(id(stream.stream), stream.stream)
+            wrapped.setdefault(id(stream.stream), []).append(name)
+    return [
+        (
+            (direct.get(key, []), wrapped.get(key, [])),
+            stream,
+            _attributes(stream),
+            _is_open(stream),
+            _reopening(stream),
+        )
+        for key, stream in found.items()
+    ]
+
+
+def _console_name(reached: tuple[list[str], list[str]]) -> str:
+    """A stream object (`_consoles`) by the names that reach it, directly and through
+    pipeplan's wrappers: "sys.__stdout__ (what sys.stdout writes to)"; said only when it
+    changed, so made only then."""
+    direct, wrapped = reached
+    names = list(dict.fromkeys(direct))
+    writers = [name for name in dict.fromkeys(wrapped) if name not in names]
+    if not names:
+        names, writers = writers[:1], writers[1:]
+    also = f" (also {', '.join(names[1:])})" if len(names) > 1 else ""
+    through = f" (what {' and '.join(writers)} writes to)" if writers else ""
+    return names[0] + also + through
+
+
+def _is_open(stream: Any) -> bool:
+    """Whether `stream` is a file (not pipeplan's wrapper of one) that is open. Never raises:
+    the object may be anything code set."""
+    if isinstance(stream, pipeplan_log.Output):
+        return False
+    try:
+        return stream.closed is False
+    except Exception:
+        return False
+
+
+def _attributes(stream: Any) -> dict[str, Any] | None:
+    try:
+        return dict(vars(stream))
+    except TypeError:  # no instance attributes
+        return None
+
+
+def _reopening(stream: Any) -> tuple[int, str, dict[str, Any]] | None:
+    """How to open `stream` again as it is (descriptor, mode, keywords), where it is an open
+    text file on a descriptor it does not own (Python's standard streams: closing one closes
+    no descriptor); else None. Never raises: the object may be anything code set."""
+    if isinstance(stream, pipeplan_log.Output):
+        return None
+    try:
+        buffer = stream.buffer  # a FileIO itself where Python's are unbuffered (-u)
+        if stream.closed or getattr(buffer, "raw", buffer).closefd:
+            return None
+        keywords = dict(
+            encoding=stream.encoding,
+            errors=stream.errors,
+            line_buffering=stream.line_buffering,
+            write_through=stream.write_through,
+        )
+        fd, mode = stream.fileno(), stream.mode
+    except Exception:  # a StringIO, a user's object
+        return None
+    return (fd, mode, keywords) if isinstance(fd, int) and mode in ("r", "w") else None
+
+
+def _attributes_put_back(consoles: list[_Console]) -> list[str]:
+    """The instance attributes of the stream objects (`_consoles`) put back as they were:
+    `sys.stdout.write = lambda s: 0` set on pipeplan's wrapper lost all its output, exit 0
+    (the forty-second round). What an Output changes itself as it writes (`log.OWN_STATE`)
+    is not the code's."""
+    said = []
+    missing = object()
+    for reached, stream, before, _, _ in consoles:
+        if before is None:
+            continue
+        now = vars(stream)
+        own = pipeplan_log.OWN_STATE if isinstance(stream, pipeplan_log.Output) else ()
+        keys = [
+            key
+            for key in dict.fromkeys([*before, *now])
+            if key not in own and now.get(key, missing) is not before.get(key, missing)
+        ]
+        for key in keys:
+            if key in before:
+                now[key] = before[key]
+            else:
+                del now[key]
+        said += [f"replaced {_attribute(_console_name(reached), key)}" for key in keys]
+    return said
+
+
+def _attribute(name: str, key: str) -> str:
+    """`_attribute("sys.__stdout__ (what sys.stdout writes to)", "write")` →
+    "sys.__stdout__.write (what sys.stdout writes to)"."""
+    first, space, rest = name.partition(" (")
+    return f"{first}.{key}{space}{rest}"
+
+
+def _reopened(consoles: list[_Console]) -> list[str]:
+    """The stream files (`_consoles`) the code closed in place (`sys.stdout.close()`), each
+    opened again on its descriptor as it was and put where the closed one was (sys's names,
+    pipeplan's wrappers); one that cannot be (a StringIO, its descriptor gone) is said too.
+    Found by the forty-second round: `sys.stdout.close()` in `load` ended `pipeplan run` in a
+    traceback of pipeplan's next flush ("I/O operation on closed file"), and
+    `sys.__stderr__.close()` in CPython's "lost sys.stderr"."""
+    said = []
+    for reached, stream, _, was_open, reopening in consoles:
+        if not was_open or _is_open(stream):
+            continue
+        said.append(f"closed {_console_name(reached)}")
+        if reopening is None:
+            continue
+        fd, mode, keywords = reopening
+        try:
+            os.fstat(fd)
+            again = io.TextIOWrapper(open(fd, mode + "b", closefd=False), **keywords)  # noqa: SIM115
+        except (OSError, ValueError, TypeError):
+            continue
+        again.mode = mode  # as `open` sets it: what `_reopening` reads, if closed again
+        for key in _STREAMS:
+            if getattr(sys, key, None) is stream:
+                setattr(sys, key, again)
+        for output in pipeplan_log.outputs():
+            if output.stream is stream:
+                output.stream = again
+    return said
+
+
+# The loggers `_loggers_state` holds, as last listed, and how many loggers there were then:
+# listed again only when one was added (a process with transformers has hundreds).
+_pipeplan_loggers: list[tuple[str, logging.Logger]] = []
+_loggers_listed = [-1]
+
+
+def _pipeplan_loggers_now() -> list[tuple[str, logging.Logger]]:
+    """The loggers "pipeplan" and those below it ("pipeplan.run"), by name, as they are now."""
+    every = logging.root.manager.loggerDict
+    if len(every) != _loggers_listed[0]:
+        prefix = pipeplan_log.LOGGER
+        _pipeplan_loggers[:] = [
+            (name, logger)
+            for name, logger in list(every.items())
+            if (name == prefix or name.startswith(prefix + "."))
+            and isinstance(logger, logging.Logger)
+        ]
+        _loggers_listed[0] = len(every)
+    return list(_pipeplan_loggers)
+
+
+def _loggers_state() -> list[tuple[str, logging.Logger, tuple, list]]:
+    """What pipeplan's loggers log by (`_pipeplan_loggers_now`): each one's level, switch,
+    propagation, handler and filter lists (the list objects and what they hold), and each
+    handler's level, formatter and filters."""
+    return [
+        (
+            name,
+            logger,
+            (
+                logger.level,
+                logger.disabled,
+                logger.propagate,
+                logger.handlers,
+                list(logger.handlers),
+                logger.filters,
+                list(logger.filters),
+            ),
+            [
+                (handler, handler.level, handler.formatter, handler.filters, list(handler.filters))
+                for handler in logger.handlers
+            ],
+        )
+        for name, logger in _pipeplan_loggers_now()
+    ]
+
+
+def _same(now: list, held: list, items: list) -> bool:
+    return now is held and len(now) == len(items) and all(map(operator.is_, now, items))
+
+
+def _loggers_put_back(before: list[tuple[str, logging.Logger, tuple, list]]) -> list[str]:
+    """pipeplan's loggers (`_loggers_state`) put back as they were, and what the code changed
+    of them said. Found by the forty-second round: the "pipeplan" logger's
+    `.setLevel(logging.CRITICAL)` in `load` dropped every progress line of the run, exit 0,
+    as `logging.disable` did (the forty-first)."""
+    said = []
+    for name, logger, state, handlers in before:
+        level, disabled, propagate, handler_list, held, filter_list, filters = state
+        named = f"the logger {quoted(name)}"
+        if logger.level != level:
+            said.append(
+                f"set the level of {named} to {_level_name(logger.level)} (it was "
+                f"{_level_name(level)})"
+            )
+            logger.setLevel(level)
+        if logger.disabled != disabled:
+            said.append(f"{'disabled' if logger.disabled else 'enabled'} {named}")
+            logger.disabled = disabled
+        if logger.propagate != propagate:
+            said.append(f"turned {named}'s propagation {'on' if logger.propagate else 'off'}")
+            logger.propagate = propagate
+        if not _same(logger.handlers, handler_list, held):
+            said.append(f"changed the handlers of {named}")
+            logger.handlers = handler_list
+            handler_list[:] = held
+        if not _same(logger.filters, filter_list, filters):
+            said.append(f"changed the filters of {named}")
+            logger.filters = filter_list
+            filter_list[:] = filters
+        for handler, its_level, formatter, its_list, its_filters in handlers:
+            if handler.level != its_level or handler.formatter is not formatter:
+                said.append(f"changed the level or format of a handler of {named}")
+                handler.setLevel(its_level)
+                handler.formatter = formatter
+            if not _same(handler.filters, its_list, its_filters):
+                said.append(f"changed the filters of a handler of {named}")
+                handler.filters = its_list
+                its_list[:] = its_filters
+    return said
 
 
 def _level_name(level: int) -> str:

@@ -17,6 +17,7 @@ import errno
 import logging
 import os
 import sys
+import weakref
 from collections.abc import Iterator
 from typing import TextIO
 
@@ -88,6 +89,7 @@ class Output:
         # The descriptor was closed when the process started (`open_console`): the first
         # text written is this failure.
         self._closed = closed
+        _OUTPUTS.append(weakref.ref(self))
 
     def write(self, text: str) -> int:
         if text and self._closed is not None:
@@ -129,6 +131,23 @@ class Output:
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
+
+
+# Every Output alive, made first to last (`outputs`).
+_OUTPUTS: list[weakref.ReferenceType[Output]] = []
+# What of an Output's own attributes it changes itself as it writes (`_failed`): the rest are
+# what its maker set (`executor.data.process_state_kept` holds them across the user's code).
+OWN_STATE = frozenset({"failure", "_closed"})
+
+
+def outputs() -> list[Output]:
+    """The Outputs alive (sys.stdout's and sys.stderr's under the CLI, a rank's console),
+    first made first: the user's data code can reach one that is not `sys.stderr` now (held
+    aside by `contextlib.redirect_stderr`, a rank's console in its log handler)."""
+    alive = [output for ref in _OUTPUTS if (output := ref()) is not None]
+    if len(alive) < len(_OUTPUTS):
+        _OUTPUTS[:] = [weakref.ref(output) for output in alive]
+    return alive
 
 
 def guard_console() -> tuple[Output, Output]:

@@ -4436,3 +4436,224 @@ def test_torchs_own_patch_of_a_method_in_data_code_is_not_refused():
     finally:
         for key, old in real.items():
             _put_back(module, key, old)
+
+
+# ----------------------------------------------------------------------------- forty-second round
+# Process state held around the user's data code that the identity checks above let by: the
+# console streams' own attributes, a stream closed in place, pipeplan's loggers.
+
+
+@pytest.mark.timeout(30)
+def test_data_code_that_patches_a_console_streams_method_is_refused_and_it_is_put_back():
+    """Found by the forty-second round: a `load` that set `sys.stdout.write = lambda s: 0`
+    made `pipeplan run --prepare-only` exit 0 having printed nothing (a full run lost its
+    summary): during the data code sys.stdout is pipeplan's own wrapper (`log.Output`), and
+    the attribute set on it stayed, which the identity check of the streams cannot see. An
+    attribute set on (or taken from) a console stream, pipeplan's wrapper or the file under
+    it (sys.__stdout__), in the launcher's calls or a rank's batch read, is refused in one
+    line naming it, and put back; what the wrapper sets itself as a write fails is no
+    change."""
+    import io
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+    from pipeplan.log import Output
+
+    class Failing(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    real = (sys.stdout, sys.__stdout__)
+    out = Output(io.StringIO())
+    before = dict(vars(out))
+
+    class Items:
+        def __getitem__(self, index):
+            sys.__stdout__.write = print
+            return torch.zeros(2), torch.tensor(0)
+
+    try:
+        sys.stdout = out
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            sys.stdout.write = lambda s: 0
+        assert sys.stdout is out and vars(out) == before
+        assert str(refused.value) == (
+            "data 'm:load': the data function replaced sys.stdout.write; data code must leave "
+            "sys.stdin, sys.stdout and sys.stderr as it found them, as pipeplan writes its "
+            "output and its lines through them (put back now; to capture what your own code "
+            "prints, use `with contextlib.redirect_stdout(...)` around it)"
+        )
+        sys.stdout = Output(real[1])  # as the CLI has it: the wrapper over sys.__stdout__
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [4], 0, "m:load", "train")
+        assert "write" not in vars(real[1])
+        assert str(refused.value).startswith(
+            "data 'm:load': reading a batch (1 train items, item 4 first) replaced "
+            "sys.__stdout__.write (what sys.stdout writes to); "
+        ), str(refused.value)
+        sys.stdout = failing = Output(Failing())
+        with _contained("m:load", "the data function"):
+            print("to a closed pipe")  # the wrapper keeps its failure: not the code's change
+        assert isinstance(failing.failure, BrokenPipeError)
+    finally:
+        sys.stdout = real[0]
+        vars(real[1]).pop("write", None)
+
+
+@pytest.mark.timeout(30)
+def test_data_code_that_closes_a_console_stream_is_refused_and_it_is_opened_again(tmp_path):
+    """Found by the forty-second round: a `load` calling `sys.stdout.close()` or
+    `sys.__stdout__.close()` ended `pipeplan run` in a 68-line traceback from pipeplan's next
+    flush ("ValueError: I/O operation on closed file"), and `sys.__stderr__.close()` in
+    CPython's "lost sys.stderr", exit 1: the stream was closed in place, not rebound, and no
+    descriptor closed. Each is refused in one line naming the stream, and the file is opened
+    again on its descriptor where it was (the name, pipeplan's wrapper), so that pipeplan's
+    own lines still come out; sys.stderr, held by pipeplan while the code runs, closed is
+    refused too, with no traceback."""
+    from executor.data import BadArgumentError, _contained, batch_rows
+    from pipeplan.log import Output
+
+    real = (sys.stdout, sys.stderr)
+    fd = os.open(tmp_path / "console", os.O_WRONLY | os.O_CREAT)
+    file = open(fd, "w", closefd=False)  # noqa: SIM115 (as Python's own: closing it keeps fd)
+    out = Output(file)
+
+    class Items:
+        def __getitem__(self, index):
+            sys.stdout.close()
+            return torch.zeros(2), torch.tensor(0)
+
+    try:
+        sys.stdout = out
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            print("before", flush=True)
+            sys.stdout.close()
+        assert sys.stdout is out and out.stream is not file and not out.stream.closed
+        print("after", flush=True)
+        assert str(refused.value) == (
+            "data 'm:load': the data function closed sys.stdout; data code must not close "
+            "sys.stdin, sys.stdout or sys.stderr (nor Python's originals, sys.__stdout__ and "
+            "the like), as pipeplan writes its output and its lines through them (put back "
+            "now; to keep your own code's output off the console, use "
+            "`with contextlib.redirect_stdout(io.StringIO()):` around it)"
+        )
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [5], 0, "m:load", "eval")
+        assert not out.stream.closed
+        print("again", flush=True)
+        assert str(refused.value).startswith(
+            "data 'm:load': reading a batch (1 eval items, item 5 first) closed sys.stdout; "
+        ), str(refused.value)
+        assert (tmp_path / "console").read_text() == "before\nafter\nagain\n"
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            sys.stderr.close()  # pipeplan's hold of what the code writes there
+        assert str(refused.value).startswith("data 'm:load': the data function closed sys.stderr; ")
+        assert sys.stderr is real[1] and not sys.stderr.closed
+    finally:
+        sys.stdout, sys.stderr = real
+        os.close(fd)
+
+
+@pytest.mark.timeout(30)
+def test_data_code_that_changes_pipeplans_loggers_is_refused_and_they_are_put_back():
+    """Found by the forty-second round: a `load` calling
+    `logging.getLogger("pipeplan").setLevel(logging.CRITICAL)` dropped every progress line of
+    the run (`pipeplan: rank 0: INFO: epoch …`, `trained model …`), exit 0, as
+    `logging.disable` did before the forty-first round's hold. pipeplan's loggers ("pipeplan"
+    and those below it) are held as it is: a level, the disabled switch, propagation, the
+    handlers, the filters, and a handler's level and filters the code changed are refused in
+    one line naming the logger, and put back. A logger the code makes, and the root
+    logger's level, are no change."""
+    import logging
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    top, below = logging.getLogger("pipeplan"), logging.getLogger("pipeplan.rt42")
+    handler = logging.NullHandler()
+    top.addHandler(handler)
+    state = lambda: (  # noqa: E731
+        top.level, top.disabled, top.propagate, list(top.handlers), list(top.filters),
+        below.level, below.disabled, handler.level, list(handler.filters),
+    )  # fmt: skip
+    before, root = state(), logging.root.level
+
+    class Items:
+        def __getitem__(self, index):
+            below.disabled = True
+            handler.addFilter(lambda record: False)
+            return torch.zeros(2), torch.tensor(0)
+
+    try:
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            top.setLevel(logging.CRITICAL)
+            top.removeHandler(handler)
+            top.propagate = False
+        assert state() == before
+        assert str(refused.value) == (
+            "data 'm:load': the data function set the level of the logger 'pipeplan' to "
+            f"CRITICAL (it was {logging.getLevelName(before[0])}) and turned the logger "
+            "'pipeplan''s propagation off and changed the handlers of the logger 'pipeplan'; "
+            "data code must leave pipeplan's loggers ('pipeplan' and those below it: their "
+            "levels, handlers, filters, propagation) as it found them, as pipeplan logs its "
+            "progress lines and warnings through them (put back now; to quiet a library, set "
+            "its own logger's level)"
+        )
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [1], 0, "m:load", "train")
+        assert state() == before
+        assert str(refused.value).startswith(
+            "data 'm:load': reading a batch (1 train items, item 1 first) changed the filters "
+            "of a handler of the logger 'pipeplan' and disabled the logger 'pipeplan.rt42'; "
+        ), str(refused.value)
+        with _contained("m:load", "the data function"):
+            logging.getLogger("pipeplan.rt42.new").setLevel(logging.ERROR)
+            logging.root.setLevel(logging.ERROR)
+            top.info("a line of the data code's")
+    finally:
+        top.removeHandler(handler)
+        logging.root.setLevel(root)
+
+
+# `<LINE>` in a `load` of the forty-second round's, and the start of the refusal it now gets.
+CONSOLE_AND_LOGGERS = {
+    "stdout-write": (
+        "sys.stdout.write = lambda s: 0",
+        "the data function replaced sys.stdout.write; ",
+    ),
+    "closed": (
+        "sys.stdout.close(); sys.__stderr__.close()",
+        "the data function closed sys.__stdout__ (what sys.stdout writes to) and closed "
+        "sys.__stderr__ (what pipeplan's console writes to); ",
+    ),
+    "logger-level": (
+        "import logging; logging.getLogger('pipeplan').setLevel(logging.CRITICAL)",
+        "the data function set the level of the logger 'pipeplan' to CRITICAL (it was INFO); ",
+    ),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", list(CONSOLE_AND_LOGGERS))
+def test_pipeplan_run_refuses_data_code_that_patches_closes_or_quiets_its_output(tmp_path, case):
+    """Found by the forty-second round (above), as the user met it: `pipeplan run
+    --prepare-only` of a `load` that patched sys.stdout.write printed nothing, exit 0; one
+    that closed sys.stdout or sys.__stderr__ ended in a traceback or CPython's "lost
+    sys.stderr", exit 1; one that raised the "pipeplan" logger's level lost its lines. Each
+    is now one line on stderr naming the data and what it did, exit 2, nothing on stdout and
+    no run folder. In a subprocess: pipeplan's own console wrappers (`log.guard_console`)."""
+    line, said = CONSOLE_AND_LOGGERS[case]
+    root = Path(cli.__file__).resolve().parent
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    name = f"rt42_{case.replace('-', '_')}"
+    code = dict(at_import="import sys", in_load=line, in_item="")
+    (tmp_path / f"{name}.py").write_text(MOVING_MODULE.format(**code))
+    argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", f"{name}:load"]
+    argv += ["--nproc", "2", "--name", name]
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *argv], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=50, check=False,
+    )  # fmt: skip
+    lines = done.stderr.splitlines()
+    assert (done.returncode, done.stdout, len(lines)) == (2, "", 1), (done, lines)
+    assert lines[0].startswith(f"pipeplan: error: data '{name}:load': {said}"), lines[0]
+    assert not (tmp_path / "runs").exists()
