@@ -388,6 +388,25 @@ def test_a_phases_links_edited_alike_are_held_to_its_profile(
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("command", ["export", "resume"])
+def test_a_real_runs_links_edited_alike_are_refused_by_export_and_resume(
+    finished_run, tmp_path, capsys, command
+):
+    """Found by the forty-second round (above), on a run as pipeplan wrote it: the tester's
+    edit, every record's intra_node bandwidth set to 3e6 B/s, is refused by export and
+    resume too (export held no record's cluster before), in one line naming run.jsonl."""
+    run = copy_run(finished_run, tmp_path)
+    _links_edited_alike(run, "intra_node", "bandwidth_bytes_per_s", 3.0e6)
+    argv = ["export", str(run), "--out", str(tmp_path / "out")]
+    if command == "resume":
+        argv = ["run", "--resume", str(run), "--epochs", "2"]
+    fragment = "run.jsonl: phase 0: pricing.cluster.intra_node.bandwidth_bytes_per_s 3000000.0"
+    refused(argv, tmp_path, capsys, fragment)
+    assert not (tmp_path / "out").exists()
+
+
 GIVEN = {"device_memory_bytes": 1 << 30}  # run.json's --device-memory: the fake cluster's
 
 
