@@ -525,8 +525,10 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     pipeplan holds is refused (`held_descriptors_kept`): the fortieth round. Code that rebinds
     sys.stdout, removes environment variables, or changes `logging.disable` or lowers the
     recursion limit is refused too (`process_state_kept`), as is code that replaces a method
-    of torch's classes (`functions_kept`): the forty-first round; and code that patches or
-    closes a console stream, or changes pipeplan's loggers: the forty-second.
+    of torch's classes (`functions_kept`): the forty-first round. So is code that patches or
+    closes a console stream, or changes pipeplan's loggers (`process_state_kept`), leaves a
+    saved-tensor hook of autograd's installed (`autograd_state_kept`), or changes sys.path,
+    sys.meta_path or the modules already imported (`import_system_kept`): the forty-second.
 
         with _contained("m:load", f"reading train item {index}"):
             value = dataset[index]
@@ -546,7 +548,10 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
             limits_kept(spec, doing),
             functions_kept(spec, doing),
             torch_state_kept(spec, doing),
+            autograd_state_kept(spec, doing),
             held_descriptors_kept(spec, doing),
+            # sys.path, sys.modules, …: put back before the holds above, whose code may import.
+            import_system_kept(spec, doing),
             # Inside redirect_stderr (a sys.stderr the code rebinds is seen, not undone), and
             # first to end after a fork: a recursion limit it lowered is put back first.
             process_state_kept(spec, doing),
@@ -671,6 +676,108 @@ def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
         f"data {quoted(spec)}: {doing} changed torch's {' and '.join(changed)}; data code must "
         "leave torch's global settings as it found them, as pipeplan trains in them "
         f"({'; '.join(fixes)})"
+    )
+
+
+# autograd's process-wide state (of this thread) that a backward pass runs in, beyond grad
+# mode (`_TORCH_SETTINGS`): the saved-tensor hooks on top of its stack (what every op's
+# saved tensors are packed with and read back through), whether those hooks are disabled,
+# and anomaly detection. torch keeps the hooks in a stack it lets code read only the top of.
+_AUTOGRAD = torch._C._autograd
+
+
+def _saved_tensors_hooks() -> tuple[Any, Any] | None:
+    """The (pack, unpack) hooks on top of autograd's default stack, or None: none set."""
+    return _AUTOGRAD._top_saved_tensors_default_hooks(True)
+
+
+def _same_hooks(one: tuple[Any, Any] | None, other: tuple[Any, Any] | None) -> bool:
+    """The same hooks (by identity: torch gives a new tuple at each read)."""
+    if one is None or other is None:
+        return one is other
+    return one[0] is other[0] and one[1] is other[1]
+
+
+def _put_back_saved_tensors_hooks(old: tuple[Any, Any] | None) -> None:
+    """Pop what the code pushed until `old` is on top again (a bound: a code that pushed in a
+    loop); where the code popped below `old`, `old` is pushed back."""
+    for _ in range(10_000):
+        top = _saved_tensors_hooks()
+        if _same_hooks(top, old) or top is None:
+            break
+        _AUTOGRAD._pop_saved_tensors_default_hooks()
+    if old is not None and not _same_hooks(_saved_tensors_hooks(), old):
+        _AUTOGRAD._push_saved_tensors_default_hooks(*old)
+
+
+def _hooks_shown(hooks: tuple[Any, Any] | None) -> str:
+    if hooks is None:
+        return "none"
+    return " and ".join(
+        f"{what} {getattr(hook, '__qualname__', type(hook).__name__)}"
+        for what, hook in zip(("pack", "unpack"), hooks, strict=True)
+    )
+
+
+def _anomaly() -> tuple[bool, bool]:
+    return torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()
+
+
+@contextlib.contextmanager
+def autograd_state_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) leaves autograd's default saved-tensor hooks (the top
+    of their stack, by identity), their switch (`disable_saved_tensors_hooks`) and anomaly
+    detection as it found them, or is refused in one line; each is put back, however it
+    ends, and autograd's multithreading switch is put back without a word (it changes how
+    fast a backward runs, not what, as the thread count `torch_state_kept` puts back). Found
+    by the forty-second round: a `load` that entered
+    `torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t:
+    torch.zeros_like(t)).__enter__()` and never left it trained every step of `pipeplan run`
+    on zeroed saved tensors (the losses apart from step 2), wrote the model, then failed as
+    "run.jsonl:8: … grad_norms lacks active layer 0", blaming the records. Held where
+    `torch_state_kept` is (~1 µs). A `with saved_tensors_hooks(...):` left before the code
+    returns is no change.
+
+        with autograd_state_kept("m:load", "the data function"):
+            torch.autograd.graph.saved_tensors_hooks(pack, unpack).__enter__()
+        # BadArgumentError: data 'm:load': the data function set autograd's saved-tensor
+        # hooks to pack <lambda> and unpack <lambda> (it was none); …
+    """
+    hooks = _saved_tensors_hooks()
+    disabled = _AUTOGRAD._saved_tensors_hooks_get_disabled_error_message()
+    anomaly = _anomaly()
+    threaded = torch._C._is_multithreading_enabled()
+    try:
+        yield
+    finally:
+        said = []
+        now = _saved_tensors_hooks()
+        if not _same_hooks(now, hooks):
+            _put_back_saved_tensors_hooks(hooks)
+            said.append(
+                f"set autograd's saved-tensor hooks to {_hooks_shown(now)} (it was "
+                f"{_hooks_shown(hooks)})"
+            )
+        if _AUTOGRAD._saved_tensors_hooks_get_disabled_error_message() != disabled:
+            if disabled is None:
+                _AUTOGRAD._saved_tensors_hooks_enable()
+                said.append("disabled autograd's saved-tensor hooks")
+            else:
+                _AUTOGRAD._saved_tensors_hooks_disable(disabled, False)
+                said.append("changed whether autograd's saved-tensor hooks are disabled")
+        if _anomaly() != anomaly:
+            turned = "on" if torch.is_anomaly_enabled() else "off"
+            torch.set_anomaly_enabled(*anomaly)
+            said.append(f"turned autograd's anomaly detection {turned}")
+        if torch._C._is_multithreading_enabled() != threaded:
+            torch._C._set_multithreading_enabled(threaded)
+    if not said:
+        return
+    raise BadArgumentError(
+        f"data {quoted(spec)}: {doing} {' and '.join(said)}; data code must leave autograd's "
+        "global state as it found it, as pipeplan's backward pass runs in it (put back now; "
+        "use `with torch.autograd.graph.saved_tensors_hooks(...):` or `with "
+        "torch.autograd.detect_anomaly():` around what it should cover)"
     )
 
 
@@ -1919,8 +2026,118 @@ def _data_directory_on_path() -> Iterator[None]:
         with users_side():
             yield
     finally:
-        if added is not None:
+        # Where the code removed it too (`sys.path.clear()`: a ValueError, the forty-second
+        # round), `import_system_kept` says so.
+        if added is not None and added in sys.path:
             sys.path.remove(added)
+
+
+# The import system's state (`import_system_kept`): where Python looks for modules, with
+# what, and the modules already imported, each a name code uses.
+_IMPORT_LISTS = ("path", "meta_path", "path_hooks")
+# The entries of sys.modules that are pipeplan's own to replace: a data file's module
+# (`_import`), imported afresh each time the data is loaded.
+_OWN_ENTRIES = "_pipeplan_data_"
+
+
+def _removed(before: list[Any], now: list[Any]) -> list[Any]:
+    """What of `before` is no longer in `now` (by equality: sys.path's strings; a finder or
+    hook is its own object)."""
+    return [entry for entry in before if entry not in now]
+
+
+def _modules_moved(before: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The entries of sys.modules that were there before (`before`, a copy) and are replaced
+    or gone now: (name, whether gone). Compared in C first: entries added since come after
+    the old ones, which are the same objects in the same order where nothing moved."""
+    now = sys.modules
+    if len(now) >= len(before) and all(
+        map(operator.is_, itertools.islice(now.values(), len(before)), before.values())
+    ):
+        return []
+    missing = object()
+    moved = []
+    for name, old in before.items():
+        new = now.get(name, missing)
+        if new is not old and not name.startswith(_OWN_ENTRIES):
+            moved.append((name, new is missing))
+    return moved
+
+
+def _entry_shown(entry: Any) -> str:
+    """An entry of sys.path as a line says it (quoted), a finder or hook by its name: a
+    class (BuiltinImporter), a function, or an object by its class (FileFinder's hook is a
+    function: `path_hook_for_FileFinder`)."""
+    if isinstance(entry, str):
+        return quoted(entry, 60)
+    name = getattr(entry, "__name__", None)
+    return name if isinstance(name, str) else type(entry).__name__
+
+
+def _some(things: list[str]) -> str:
+    more = f" and {len(things) - 3} more" if len(things) > 3 else ""
+    return f"{', '.join(things[:3])}{more}"
+
+
+@contextlib.contextmanager
+def import_system_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) leaves Python's import system as it found it, or is
+    refused in one line naming what changed; it is put back, however the code ends: the
+    entries of sys.path, sys.meta_path and sys.path_hooks (none removed, nor the lists
+    rebound: one added is no change, as a library's own finder is not), and the modules
+    already imported (an entry of sys.modules replaced or deleted; one added is an import).
+    Found by the forty-second round, each a data `load`: `sys.path.clear()` was a traceback
+    of `_data_directory_on_path`, and `sys.meta_path.clear()` or `sys.modules["json"] =
+    types.ModuleType("json")` failed the run as "bert-synth: cannot build the model from its
+    config", blaming the model, a raw line of huggingface_hub's before it. Held where
+    `torch_state_kept` is (~0.1 ms: a copy of sys.modules' thousand-odd entries, compared
+    by identity). The entry `_data_directory_on_path` adds is no change: it is not there
+    before the code runs, and is gone after.
+
+        with import_system_kept("m:load", "the data function"):
+            sys.modules["json"] = types.ModuleType("json")
+        # BadArgumentError: data 'm:load': the data function replaced the imported module
+        # json in sys.modules; …
+    """
+    lists = [(name, getattr(sys, name)) for name in _IMPORT_LISTS]
+    entries = [list(found) for _, found in lists]
+    modules, imported = sys.modules, sys.modules.copy()
+    try:
+        yield
+    finally:
+        said = []
+        for (name, found), before in zip(lists, entries, strict=True):
+            now = getattr(sys, name)
+            gone = _removed(before, now)
+            if now is not found:
+                setattr(sys, name, found)
+                said.append(f"replaced sys.{name}")
+            elif gone:
+                shown = list(dict.fromkeys(_entry_shown(entry) for entry in gone))
+                said.append(f"removed {_some(shown)} from sys.{name}")
+            if gone or now is not found:
+                found[:] = before
+                if name == "path_hooks":  # folders looked at meanwhile were cached hookless
+                    sys.path_importer_cache.clear()
+        if sys.modules is not modules:
+            sys.modules = modules
+            said.append("replaced sys.modules")
+        moved = _modules_moved(imported)
+        for deleted, verb in ((False, "replaced"), (True, "deleted")):
+            names = [name for name, gone in moved if gone is deleted]
+            if names:
+                s = "s" * (len(names) > 1)
+                said.append(f"{verb} the imported module{s} {_some(names)} in sys.modules")
+        for name, _ in moved:
+            modules[name] = imported[name]
+    if not said:
+        return
+    raise BadArgumentError(
+        f"data {quoted(spec)}: {doing} {' and '.join(said)}; data code must leave Python's "
+        "import system as it found it (sys.path, sys.meta_path, sys.path_hooks and the modules "
+        "already imported), as pipeplan imports its own modules and the model's after it "
+        "(put back now; adding a path, a finder or a module is fine)"
+    )
 
 
 # What the user's data code set of the process's working directory and umask (None: nothing,
@@ -2418,9 +2635,10 @@ def batch_pair(
 def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[Any]:
     """Each item of `indices` read once and checked as `batch_rows` says. torch's settings,
     the resource limits, the functions of KEPT_MODULES and their classes' methods, and the
-    process's streams, environment, logging switch and recursion limit are held for the batch
-    as a whole (`torch_state_kept`, `limits_kept`, `functions_kept`, `process_state_kept`:
-    together ~0.65 ms, where an item's read may cost microseconds), and a process the code
+    process's streams, environment, logging switch and recursion limit, autograd's state and
+    the import system are held for the batch as a whole (`torch_state_kept`, `limits_kept`,
+    `functions_kept`, `process_state_kept`, `autograd_state_kept`, `import_system_kept`:
+    together ~0.75 ms, where an item's read may cost microseconds), and a process the code
     forks ends as the batch's reads come back (`forks_ended`)."""
     read = []
     first = f", item {indices[0]} first" if indices else ""
@@ -2429,6 +2647,8 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
         limits_kept(name, batch),
         functions_kept(name, batch),
         torch_state_kept(name, batch),
+        autograd_state_kept(name, batch),
+        import_system_kept(name, batch),
         process_state_kept(name, batch),
         forks_ended(),  # a child the code forks ends at once (`_contained`)
     ):

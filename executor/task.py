@@ -759,7 +759,8 @@ def _export(
     )
     from executor.history import check_manifest_records, check_older_manifests
     from executor.planning import check_run_model
-    from pipeplan.formats import read_records
+    from pipeplan.costmodel import check_priced_clusters
+    from pipeplan.formats import check_priced_profiles, read_records
     from pipeplan.formats.metrics import check_eval_metrics
 
     run_dir, out = Path(run_dir), Path(out)
@@ -806,6 +807,10 @@ def _export(
     # The records against metrics.csv and summary.json, as resume, report and calibrate hold
     # them (twenty-third round): one command's refusal is every command's.
     check_eval_metrics(run_dir, records)
+    # The profiles and the clusters its phases were priced with, as resume, report and
+    # calibrate hold them: links edited alike in every record (forty-second round) are refused
+    # by every command that reads the run.
+    check_priced_clusters(run_dir, cfg, records, check_priced_profiles(run_dir, cfg, records))
     if check_files is not None:
         check_files(run_dir, cfg, records)
     # Shapes and dtype kinds, named as the checkpoint read (an older one after a fallback).

@@ -12,6 +12,7 @@ stage memory §4.6, transitions §4.11.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -19,7 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeplan.cluster import memory_source, profile_device_memory, profiled_links
+from pipeplan.cluster import (
+    cluster_from_flags,
+    memory_source,
+    profile_device_memory,
+    profiled_links,
+)
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.formats import (
     DEFAULT_GROUP_REBUILD_S,
@@ -944,6 +950,8 @@ def check_priced_cluster(
             f"the run's {budget} (run.json's cache_budget_bytes, --cache-budget): the run "
             "prices with its own; the record or run.json was edited"
         )
+    if config.plan is None:
+        check_priced_links(where, cluster, profile, phase.pricing.profile)
     memory, given = cluster.device_memory_bytes, config.device_memory_bytes
     if config.plan is None and given is not None and memory != given:
         raise InputFileError(
@@ -971,4 +979,52 @@ def check_priced_cluster(
             f"{where}: pricing.cluster.device_memory_bytes {memory} is less than its layout "
             f"({phase.layout.label()}) needs on stage {s}, {stage.memory_bytes} bytes: the run "
             "priced only layouts that fit"
+        )
+
+
+# The fields of a cluster a run without a plan takes from its profile and pipeplan's defaults
+# alone (`cluster_from_flags`: a run has no link flags), in the file's order.
+_RUN_LINKS = (
+    "intra_node",
+    "intra_node_allreduce",
+    "inter_node",
+    "host_to_device_bandwidth_bytes_per_s",
+    "disk_bandwidth_bytes_per_s",
+)
+
+
+def check_priced_links(where: str, cluster: Cluster, profile: Profile, name: str) -> None:
+    """A phase's pricing.cluster (of a run without a plan) has the links its run builds: the
+    in-node point-to-point and all-reduce links measured in its profile (`profile.comm`, the
+    file `name` of the run directory; the format's defaults where it measured none), and
+    pipeplan's defaults between nodes, to the device and from disk (a run has no flag for
+    them). Found by the forty-second round: every record's intra_node bandwidth edited
+    alike (3e6 B/s), which `check_one_cluster` holds only to each other, changed calibrate's
+    fitted step overhead from 77.79 ms to 0.00 ms, exit 0. A run's plan gives its own links
+    (`executor.planning.check_plan` holds its file to the run). InputFileError naming the
+    field.
+
+        check_priced_links("runs/a/run.jsonl: phase 0", phase.pricing.cluster, profile,
+                           "profile.json")
+    """
+    # Of one device: the links are the same for any count, whose own checks are elsewhere.
+    built = cluster_from_flags(
+        nodes=1,
+        devices_per_node=1,
+        device_memory=cluster.device_memory_bytes,
+        cache_budget=cluster.cache_budget_bytes,
+        profile=profile,
+    )
+    recorded, own = cluster.model_dump(mode="json"), built.model_dump(mode="json")
+    for field in _RUN_LINKS:
+        mine, theirs = recorded.get(field), own.get(field)
+        if mine == theirs:
+            continue
+        if isinstance(mine, dict) and isinstance(theirs, dict):  # a link: its field that differs
+            key = next(k for k in theirs if mine.get(k) != theirs[k])
+            field, mine, theirs = f"{field}.{key}", mine.get(key), theirs[key]
+        raise InputFileError(
+            f"{where}: pricing.cluster.{field} {json.dumps(mine)} is not the run's "
+            f"{json.dumps(theirs)} (the links {name} measured, and pipeplan's defaults where "
+            "it measured none): a run without a plan prices on those; the record was edited"
         )

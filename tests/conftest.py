@@ -87,20 +87,19 @@ def fake_pricing(devices: int = 2, model: str = "vit-digits"):
     (`write_fake_profile`), as a run's does: report and calibrate refuse a priced profile
     missing."""
     from executor.planning import shipped_profile
-    from pipeplan.formats import Cluster, Link, Pricing, Profile, load
+    from pipeplan.cluster import cluster_from_flags
+    from pipeplan.formats import Pricing, Profile, load
     from pipeplan.formats.profile import profile_sha256
 
+    profile = load(Profile, shipped_profile(model, "cpu"))
     return Pricing(
         source="solver",
         profile="profile.json",
-        profile_sha256=profile_sha256(load(Profile, shipped_profile(model, "cpu"))),
+        profile_sha256=profile_sha256(profile),
         calibration="none",
-        cluster=Cluster(
-            nodes=1,
-            devices_per_node=devices,
-            device_memory_bytes=1 << 30,
-            intra_node=Link(bandwidth_bytes_per_s=1e9, latency_s=1e-5),
-            inter_node=Link(bandwidth_bytes_per_s=1e9, latency_s=1e-5),
+        # The links a run builds from its profile (`costmodel.check_priced_links` holds them).
+        cluster=cluster_from_flags(
+            nodes=1, devices_per_node=devices, device_memory=1 << 30, profile=profile
         ),
     )
 

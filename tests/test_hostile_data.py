@@ -4657,3 +4657,185 @@ def test_pipeplan_run_refuses_data_code_that_patches_closes_or_quiets_its_output
     assert (done.returncode, done.stdout, len(lines)) == (2, "", 1), (done, lines)
     assert lines[0].startswith(f"pipeplan: error: data '{name}:load': {said}"), lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+# ------------------------- the 42nd round: autograd's and the import system's global state
+
+
+@pytest.mark.timeout(60)
+def test_a_saved_tensor_hook_left_installed_by_load_is_refused_by_run(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-second round: a `load` that entered
+    `torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t:
+    torch.zeros_like(t)).__enter__()` and never left it trained every step of `pipeplan run`
+    on zeroed saved tensors (wrong gradients, the losses apart from step 2), then failed as
+    "run.jsonl:8: … grad_norms lacks active layer 0", blaming the records. The launcher's call
+    of `load` refuses it in one line naming the data, exit 2 before the run folder is made,
+    and the hook is gone after."""
+    monkeypatch.chdir(tmp_path)
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt42_hooks:load")
+    argv += ("--nproc", "1", "--name", "n")
+    in_load = (
+        "torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: torch.zeros_like(t))"
+        ".__enter__()"
+    )
+    try:
+        code = _run_moving(tmp_path, "rt42_hooks", *argv, in_load=in_load)
+        after = hooks(True)
+    finally:  # for the tests after this one, whatever happened
+        while hooks(True) is not None:
+            torch._C._autograd._pop_saved_tensors_default_hooks()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after) == (2, None), lines
+    assert lines == [
+        "pipeplan: error: data 'rt42_hooks:load': the data function set autograd's "
+        "saved-tensor hooks to pack load.<locals>.<lambda> and unpack load.<locals>.<lambda> "
+        "(it was none); data code must leave autograd's global state as it found it, as "
+        "pipeplan's backward pass runs in it (put back now; use `with "
+        "torch.autograd.graph.saved_tensors_hooks(...):` or `with "
+        "torch.autograd.detect_anomaly():` around what it should cover)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_autograds_state_changed_by_data_code_is_refused_and_put_back():
+    """Found by the forty-second round (above): autograd's saved-tensor hooks, their switch
+    and anomaly detection, changed by the data code anywhere it runs (the launcher's calls, a
+    rank's batch read), are refused in one line and put back; hooks used in a `with` that the
+    code leaves are no change."""
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    autograd = torch._C._autograd
+
+    def clean() -> bool:
+        return (
+            autograd._top_saved_tensors_default_hooks(True),
+            autograd._saved_tensors_hooks_get_disabled_error_message(),
+            torch.is_anomaly_enabled(),
+        ) == (None, None, False)
+
+    class Items:
+        def __getitem__(self, index):
+            autograd._saved_tensors_hooks_disable("no hooks")  # as the `with` enters it
+            return torch.zeros(2), torch.tensor(0)
+
+    try:
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t).__enter__()
+            torch.set_anomaly_enabled(True)
+        assert clean()
+        assert str(refused.value).startswith(
+            "data 'm:load': the data function set autograd's saved-tensor hooks to pack "
+            "test_autograds_state_changed_by_data_code_is_refused_and_put_back.<locals>.<lambda>"
+        ), str(refused.value)
+        assert "and turned autograd's anomaly detection on; " in str(refused.value)
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [1], 0, "m:load", "train")
+        assert clean()
+        assert str(refused.value).startswith(
+            "data 'm:load': reading a batch (1 train items, item 1 first) disabled autograd's "
+            "saved-tensor hooks; "
+        ), str(refused.value)
+        with (
+            _contained("m:load", "the data function"),
+            torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t),
+        ):
+            torch.ones(2, requires_grad=True).sigmoid().sum().backward()
+        assert clean()
+    finally:
+        while autograd._top_saved_tensors_default_hooks(True) is not None:
+            autograd._pop_saved_tensors_default_hooks()
+        autograd._saved_tensors_hooks_enable()
+        torch.set_anomaly_enabled(False)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "in_load, fragment",
+    [
+        ("sys.path.clear()", "the data function removed "),
+        ("sys.meta_path.clear()", "the data function removed "),
+        (
+            'sys.modules["json"] = types.ModuleType("json")',
+            "the data function replaced the imported module json in sys.modules; ",
+        ),
+    ],
+    ids=["sys.path", "sys.meta_path", "sys.modules"],
+)
+def test_data_code_that_changes_the_import_system_is_refused_by_run(
+    tmp_path, capsys, monkeypatch, in_load, fragment
+):
+    """Found by the forty-second round, each a data `load`: `sys.path.clear()` was a
+    55-line traceback of `_data_directory_on_path` (`list.remove(x): x not in list`), and
+    `sys.meta_path.clear()` or `sys.modules["json"] = types.ModuleType("json")` failed the run
+    as "cannot build the model from its config", blaming the model, with a raw line of
+    huggingface_hub's. Each is refused in one line naming the data, exit 2, and put back."""
+    import json as real_json
+
+    monkeypatch.chdir(tmp_path)
+    state = (list(sys.path), list(sys.meta_path), list(sys.path_hooks))
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt42_imports:load")
+    argv += ("--nproc", "1", "--name", "n")
+    try:
+        code = _run_moving(tmp_path, "rt42_imports", *argv, in_load=f"import sys, types; {in_load}")
+        after = (list(sys.path), list(sys.meta_path), list(sys.path_hooks))
+        json_after = sys.modules["json"]
+    finally:  # for the tests after this one, whatever happened
+        sys.path[:], sys.meta_path[:], sys.path_hooks[:] = state
+        sys.modules["json"] = real_json
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert (code, after, json_after) == (2, state, real_json), lines
+    assert len(lines) == 1 and captured.out == "", captured
+    assert lines[0].startswith(f"pipeplan: error: data 'rt42_imports:load': {fragment}"), lines
+    assert lines[0].endswith(
+        "data code must leave Python's import system as it found it (sys.path, sys.meta_path, "
+        "sys.path_hooks and the modules already imported), as pipeplan imports its own modules "
+        "and the model's after it (put back now; adding a path, a finder or a module is fine)"
+    ), lines
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_the_import_system_is_held_in_a_batch_read_and_additions_are_no_change():
+    """The forty-second round's hold of the import system (above) in a rank's batch read too:
+    an imported module deleted from sys.modules, or a hook removed from sys.path_hooks, is
+    refused and put back. A path, a finder or a module added is no change: data modules put
+    their own folder on sys.path and import as they read."""
+    import json as real_json
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    state = (list(sys.path), list(sys.meta_path), list(sys.path_hooks))
+
+    class Items:
+        def __init__(self, change):
+            self.change = change
+
+        def __getitem__(self, index):
+            self.change()
+            return torch.zeros(2), torch.tensor(0)
+
+    try:
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(lambda: sys.modules.pop("json")), [2], 0, "m:load", "train")
+        assert sys.modules["json"] is real_json
+        assert str(refused.value).startswith(
+            "data 'm:load': reading a batch (1 train items, item 2 first) deleted the imported "
+            "module json in sys.modules; "
+        ), str(refused.value)
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(sys.path_hooks.clear), [2], 0, "m:load", "train")
+        assert (list(sys.path), list(sys.meta_path), list(sys.path_hooks)) == state
+        assert "path_hook_for_FileFinder from sys.path_hooks; " in str(refused.value)
+
+        with _contained("m:load", "the data function"):
+            sys.path.insert(0, "/rt42/own/folder")
+            import colorsys  # noqa: F401 (an import: a new entry of sys.modules)
+        assert sys.path[0] == "/rt42/own/folder"
+    finally:
+        sys.path[:], sys.meta_path[:], sys.path_hooks[:] = state
+        sys.modules["json"] = real_json

@@ -344,6 +344,69 @@ def test_a_phase_priced_on_a_cluster_its_run_never_built_is_refused(
     assert not (tmp_path / "c").exists()
 
 
+def _links_edited_alike(run: Path, field: str, key: str, value) -> None:
+    """Every phase's and forecast's pricing.cluster `field` (a link: its `key`) set to `value`:
+    the records agree with each other (`check_one_cluster`)."""
+    lines = _lines(run)
+    for line in lines:
+        for pricing in (line.get("pricing"), (line.get("forecast") or {}).get("pricing")):
+            if pricing:
+                cluster = pricing["cluster"]
+                if key:
+                    cluster[field] = {**(cluster[field] or {"latency_s": 1e-5}), key: value}
+                else:
+                    cluster[field] = value
+    _rewrite(run, lines)
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+@pytest.mark.parametrize(
+    "field, key, value",
+    [
+        ("intra_node", "bandwidth_bytes_per_s", 3.0e6),
+        ("intra_node_allreduce", "bandwidth_bytes_per_s", 3.0e6),
+        ("inter_node", "latency_s", 1.0),
+        ("host_to_device_bandwidth_bytes_per_s", "", 3.0e6),
+        ("disk_bandwidth_bytes_per_s", "", 3.0e6),
+    ],
+    ids=lambda v: str(v),
+)
+def test_a_phases_links_edited_alike_are_held_to_its_profile(
+    tmp_path, capsys, command, field, key, value
+):
+    """Found by the forty-second round: every record's pricing.cluster.intra_node bandwidth
+    edited alike (3e6 B/s) passed `check_one_cluster`, which holds the records only to each
+    other, and changed calibrate's fitted step overhead from 77.79 ms to 0.00 ms, exit 0. A
+    run without a plan prices on the in-node links its profile measured and pipeplan's
+    defaults for the rest (`costmodel.check_priced_links`): any other is refused in one line
+    naming run.jsonl and the field; calibrate writes no --out."""
+    run, argv = _readable(tmp_path, command)
+    _links_edited_alike(run, field, key, value)
+    dotted = f"{field}.{key}" if key else field
+    fragment = f"run.jsonl: phase 0: pricing.cluster.{dotted} {json.dumps(value)} is not the run's "
+    refused(argv, tmp_path, capsys, ("run.jsonl", fragment))
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("command", ["export", "resume"])
+def test_a_real_runs_links_edited_alike_are_refused_by_export_and_resume(
+    finished_run, tmp_path, capsys, command
+):
+    """Found by the forty-second round (above), on a run as pipeplan wrote it: the tester's
+    edit, every record's intra_node bandwidth set to 3e6 B/s, is refused by export and
+    resume too (export held no record's cluster before), in one line naming run.jsonl."""
+    run = copy_run(finished_run, tmp_path)
+    _links_edited_alike(run, "intra_node", "bandwidth_bytes_per_s", 3.0e6)
+    argv = ["export", str(run), "--out", str(tmp_path / "out")]
+    if command == "resume":
+        argv = ["run", "--resume", str(run), "--epochs", "2"]
+    fragment = "run.jsonl: phase 0: pricing.cluster.intra_node.bandwidth_bytes_per_s 3000000.0"
+    refused(argv, tmp_path, capsys, fragment)
+    assert not (tmp_path / "out").exists()
+
+
 GIVEN = {"device_memory_bytes": 1 << 30}  # run.json's --device-memory: the fake cluster's
 
 
