@@ -236,7 +236,7 @@ from pipeplan.errors import (
 )
 from pipeplan.exits import exits_raised, run_exit_callbacks
 from pipeplan.fileio import (
-    RUN_ENTRIES,
+    RUN_MARKS,
     check_not_stdout,
     check_writable,
     claim_directory,
@@ -248,7 +248,6 @@ from pipeplan.fileio import (
     not_a_plain_folder,
     open_append,
     release_directory,
-    run_entry,
     trains,
     where_now,
     where_now_as_named,
@@ -753,18 +752,19 @@ def check_run_location(run_dir: Path) -> None:
 def run_name(name: str) -> str:
     """A run's name is one plain folder name: never a path out of --runs-dir (the rule
     RunConfig's `name` holds; checked again for configurations built without validation),
-    and never the name of an entry a run directory keeps (`fileio.run_entry`). Found by the
+    and never a name that marks a run directory (`fileio.RUN_MARKS`). Found by the
     forty-second round: runs named `checkpoints` and `run.jsonl` made --runs-dir itself look
-    like a run directory (`is_run_directory`), and every later run there was refused."""
+    like a run directory (`is_run_directory`), and every later run there was refused. Other
+    names a run keeps (`model`, `cache`, …) mark nothing and stay a user's to choose."""
     try:
         check_run_name(name)
     except ValueError as exc:
         raise BadArgumentError(f"--name {exc}") from None
-    if run_entry(name):
-        reserved = ", ".join(sorted(RUN_ENTRIES - {".lock"})) + ", calibration-N.json"
+    if name in RUN_MARKS:
+        marks = " and ".join(mark for mark in RUN_MARKS if not mark.startswith("."))
         raise BadArgumentError(
-            f"--name {name!r}: is the name of an entry a run directory keeps ({reserved}); "
-            "a run so named makes --runs-dir look like a run directory: choose another name"
+            f"--name {name!r}: is a name that marks a run directory ({marks}); runs so named "
+            "would make --runs-dir look like a run directory: choose another name"
         )
     return name
 
