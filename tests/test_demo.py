@@ -42,7 +42,7 @@ def _speedups(out: str) -> tuple[float, float]:
 
 
 @pytest.mark.multiprocess
-@pytest.mark.timeout(1500)  # about 2.5 min on 2 idle cores; far more under load
+@pytest.mark.timeout(1500)  # about 4 min on 2 idle cores; far more under load
 def test_demo_pretrains_once_then_fine_tunes_statically_and_elastically(tmp_path, capsys):
     runs = tmp_path / "runs"
     where = ["--runs-dir", str(runs)]
