@@ -4632,7 +4632,16 @@ CONSOLE_AND_LOGGERS = {
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("case", list(CONSOLE_AND_LOGGERS))
+@pytest.mark.parametrize(
+    "case",
+    # In `-m long`, for the suite's time: the in-process tests above hold the patched method
+    # and the logger level; the closed streams need a real process's console, and stay.
+    [
+        pytest.param("stdout-write", marks=pytest.mark.long),
+        "closed",
+        pytest.param("logger-level", marks=pytest.mark.long),
+    ],
+)
 def test_pipeplan_run_refuses_data_code_that_patches_closes_or_quiets_its_output(tmp_path, case):
     """Found by the forty-second round (above), as the user met it: `pipeplan run
     --prepare-only` of a `load` that patched sys.stdout.write printed nothing, exit 0; one

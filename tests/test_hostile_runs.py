@@ -390,7 +390,12 @@ def test_a_phases_links_edited_alike_are_held_to_its_profile(
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("command", ["export", "resume"])
+@pytest.mark.parametrize(
+    "command",
+    # resume in `-m long`, for the suite's time: it reads the records through the same
+    # `check_priced_clusters` that export's case and test_a_phases_links_edited_alike… hold.
+    ["export", pytest.param("resume", marks=pytest.mark.long)],
+)
 def test_a_real_runs_links_edited_alike_are_refused_by_export_and_resume(
     finished_run, tmp_path, capsys, command
 ):
