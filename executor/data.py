@@ -588,6 +588,11 @@ def _set_autocast(kind: str, state: tuple[bool, torch.dtype]) -> None:
     torch.set_autocast_dtype(kind, state[1])
 
 
+# Inference mode is left only by the guard that entered it: one held for the process's life
+# puts it back where data code entered `torch.inference_mode()` and kept it (the grad mode it
+# also turns off is put back as its own setting).
+_INFERENCE_GUARDS: list[Any] = []
+
 # torch's settings that are the process's, not a tensor's, and that a rank trains in: what
 # they are called, how to read and set one, and what data code should do instead. The default
 # dtype and device make the model's tensors, the grad mode its backward, autocast its
@@ -605,6 +610,12 @@ _TORCH_SETTINGS: tuple[tuple[str, Callable[[], Any], Callable[[Any], None], str]
         torch.is_grad_enabled,
         torch.set_grad_enabled,
         "use `with torch.no_grad():`",
+    ),
+    (
+        "inference mode",
+        torch.is_inference_mode_enabled,
+        lambda on: _INFERENCE_GUARDS.append(torch._C._InferenceMode(on)),
+        "use `with torch.inference_mode():` around what it should cover",
     ),
     (
         "default device",
@@ -633,7 +644,7 @@ def _shown(value: Any) -> str:
 @contextlib.contextmanager
 def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
     """The user's data code (`doing`) leaves torch's process-wide settings (`_TORCH_SETTINGS`:
-    default dtype and device, grad mode, autocast) as it found them, or is refused in one
+    default dtype and device, grad mode, inference mode, autocast) as it found them, or is refused in one
     line; they are put back either way, however it ends. Found by the thirty-seventh round: a
     `load` that called `torch.set_default_dtype(torch.float64)` or
     `torch.set_grad_enabled(False)` failed the run later in torch's words ("Input type

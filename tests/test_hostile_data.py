@@ -2966,6 +2966,35 @@ def _run_moving(tmp_path, name: str, *argv: str, **code: str) -> int:
         sys.modules.pop(name, None)
 
 
+@pytest.mark.timeout(60)
+def test_data_code_that_enters_inference_mode_and_stays_is_refused_and_undone(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-second round: a data `load` that entered `torch.inference_mode()`
+    and never left it (a reference kept), grad mode turned back on, passed the grad-mode
+    check, and every tensor a rank made was an inference tensor: training failed in torch's
+    words. Inference mode is one of the settings held (`data.torch_state_kept`): refused in
+    one line naming it, and put back."""
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt42_inf:load")
+    argv += ("--nproc", "1", "--name", "n")
+    enter = (
+        "global KEPT; KEPT = torch.inference_mode(); KEPT.__enter__(); "
+        "torch.set_grad_enabled(True)"
+    )
+    code = _run_moving(tmp_path, "rt42_inf", *argv, in_load=enter)
+    inference = torch.is_inference_mode_enabled()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, inference) == (2, False), lines
+    assert lines == [
+        "pipeplan: error: data 'rt42_inf:load': the data function changed torch's inference "
+        "mode to on (it was off); data code must leave torch's global settings as it found "
+        "them, as pipeplan trains in them (use `with torch.inference_mode():` around what it "
+        "should cover)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
 def test_data_code_that_changes_directory_moves_nothing_of_the_run(tmp_path, capsys, monkeypatch):
