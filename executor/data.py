@@ -801,6 +801,7 @@ KEPT_MODULES = (
     "builtins",
     "io",
     "json",
+    "logging",
     "os",
     "os.path",
     "pickle",
@@ -815,6 +816,9 @@ KEPT_MODULES = (
     "torch.nn",
     "torch.nn.functional",
     "torch.optim",
+    # The lines a run prints, its progress and warnings (the forty-second round's list:
+    # `logging.Logger.info = no_op` in a load lost every progress line, exit 0).
+    "pipeplan.log",
 )
 _kept_modules: list[tuple[str, types.ModuleType]] = []
 # The classes at the top level of KEPT_MODULES, their methods held as the modules' functions

@@ -2979,8 +2979,7 @@ def test_data_code_that_enters_inference_mode_and_stays_is_refused_and_undone(
     argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt42_inf:load")
     argv += ("--nproc", "1", "--name", "n")
     enter = (
-        "global KEPT; KEPT = torch.inference_mode(); KEPT.__enter__(); "
-        "torch.set_grad_enabled(True)"
+        "global KEPT; KEPT = torch.inference_mode(); KEPT.__enter__(); torch.set_grad_enabled(True)"
     )
     code = _run_moving(tmp_path, "rt42_inf", *argv, in_load=enter)
     inference = torch.is_inference_mode_enabled()
@@ -4212,6 +4211,42 @@ def test_a_data_function_that_replaces_an_optimizers_step_is_refused_by_run(
         "back now; patch one only around your own code that needs it, as `with "
         "unittest.mock.patch(...)` does)"
     ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("owner", ["logging.Logger", "pipeplan.log"])
+def test_a_data_function_that_silences_logging_is_refused_by_run(
+    tmp_path, capsys, monkeypatch, owner
+):
+    """Found by the forty-second round's list: a `load` that replaced `logging.Logger.info`
+    (a class of Python's logging, not held) lost every progress line of `pipeplan run`,
+    exit 0; one that replaced a function of pipeplan's own logging module the same.
+    `logging` and `pipeplan.log` are held with torch's modules (`data.KEPT_MODULES`):
+    refused in one line naming what was replaced, and put back."""
+    import logging
+
+    import pipeplan.log
+
+    monkeypatch.chdir(tmp_path)
+    target, key = {
+        "logging.Logger": (logging.Logger, "info"),
+        "pipeplan.log": (pipeplan.log, "setup"),
+    }[owner]
+    real = vars(target).get(key)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt42_log:load")
+    argv += ("--nproc", "1", "--name", "n")
+    in_load = f"import logging, pipeplan.log; {owner}.{key} = lambda *a, **k: None"
+    try:
+        code = _run_moving(tmp_path, "rt42_log", *argv, in_load=in_load)
+        after = vars(target).get(key)
+    finally:  # for the tests after this one, whatever happened
+        _put_back(target, key, real)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after is real) == (2, True), lines
+    assert len(lines) == 1 and lines[0].startswith(
+        f"pipeplan: error: data 'rt42_log:load': the data function replaced {owner}.{key}; "
+    ), lines
     assert not (tmp_path / "runs").exists()
 
 
