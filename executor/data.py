@@ -645,8 +645,8 @@ def _shown(value: Any) -> str:
 def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
     """The user's data code (`doing`) leaves torch's process-wide settings (`_TORCH_SETTINGS`:
     default dtype and device, grad mode, inference mode, autocast) as it found them, or is
-    refused in one line; they are put back either way, however it ends. Found by the thirty-seventh round: a
-    `load` that called `torch.set_default_dtype(torch.float64)` or
+    refused in one line; they are put back either way, however it ends. Found by the
+    thirty-seventh round: a `load` that called `torch.set_default_dtype(torch.float64)` or
     `torch.set_grad_enabled(False)` failed the run later in torch's words ("Input type
     (float) and bias type (double) should be the same", "step() requires gradients to be
     enabled"), naming no data. Refused, not only put back: data made under the setting it
