@@ -461,9 +461,9 @@ def test_a_plan_runs_links_edited_alike_are_held_to_its_plan(
 def test_a_plan_run_without_its_copy_of_the_plan_is_refused_by_report_and_calibrate(
     tmp_path, capsys, command
 ):
-    """Found with the forty-third round's finding above: the run's copy of its plan deleted,
-    nothing tells the links the run priced on, and report and calibrate read such a run as
-    any; they refuse it in resume's words (`formats.read_plan_copy`)."""
+    """Found by the forty-third round: with the fix above, the run's copy of its plan deleted
+    would leave nothing to hold the links to, and report and calibrate read such a run (exit
+    0); they refuse it in resume's words (`formats.read_plan_copy`)."""
     run, argv = _readable(tmp_path, command)
     _planned(run, tmp_path)
     capsys.readouterr()  # what making the plan printed
