@@ -33,6 +33,7 @@ from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.fileio import CALIBRATION_FILE, write_atomic
 from pipeplan.formats import (
+    RUN_PLAN,
     Cluster,
     Horizon,
     PhaseDecision,
@@ -46,11 +47,11 @@ from pipeplan.formats import (
     check_run_profile,
     dumps,
     load,
+    read_plan_copy,
 )
 from pipeplan.formats.base import (
     MAX_GENERATION_CONFIG_BYTES,
     first_difference,
-    parse,
     read_input,
     text_sha256,
 )
@@ -70,9 +71,6 @@ if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
 
 RUN_PROFILE = "profile.json"  # the profile a run started with, copied into its directory
-# The --plan file as the run started, copied beside it: the run follows this copy, so the file
-# given, replaced or deleted since, cannot change a resumed run's layouts mid-phase.
-RUN_PLAN = "run.plan.json"
 
 
 def profiles_dir() -> Path:
@@ -292,19 +290,7 @@ class RunPlanner:
         prepared, never the files run.json names (edited or gone since, they are not what the
         run planned with). `host` as `RunPlanner.host`."""
         profile = load(Profile, run_dir / RUN_PROFILE)
-        plan = None
-        if cfg.plan:
-            copy = run_dir / RUN_PLAN
-            if not copy.exists() and not copy.is_symlink():
-                # Deleted, or a run prepared before runs kept their plan: nothing tells what
-                # the plan was, and the file run.json names may hold another plan now.
-                raise InputFileError(
-                    f"{copy}: no such file: the run's copy of its plan {cfg.plan} is gone, so "
-                    "the plan it started with cannot be told; start a new run"
-                )
-            text = read_input(copy)
-            check_plan_copy(copy, text, cfg)
-            plan = parse(Plan, text, str(copy))
+        plan = read_plan_copy(run_dir, cfg)  # gone or edited since: refused
         if plan is not None:  # the copy edited by hand is held to the run as the file was
             check_plan(plan, profile, cfg, run_dir / RUN_PLAN)
         return cls(profile, RUN_PROFILE, False, cfg, plan, host)
@@ -407,23 +393,6 @@ class RunPlanner:
             )
         pricing = self.pricing("solver", horizon)
         return _decide(self.profile, pricing, self.config.global_batch, frozen_layers)
-
-
-def check_plan_copy(copy: Path, text: str, cfg: RunConfig) -> None:
-    """`check_plan_copy(run_dir / RUN_PLAN, text, cfg)`: the run's copy of its plan (`text`, as
-    read) has the sha256 run.json recorded when the run was prepared (`RunConfig.plan_sha256`);
-    InputFileError otherwise. A phase the run has not reached yet, edited between runs (a
-    schedule turned to gpipe), was otherwise obeyed by the resume. A run prepared before the
-    sha256 was recorded has none: its copy is held only to the phases it has taken
-    (`RunPlanner.check_records`), as it was then."""
-    if cfg.plan_sha256 is None:
-        return
-    digest = text_sha256(text)  # the bytes read, decoded back
-    if digest != cfg.plan_sha256:
-        raise InputFileError(
-            f"{copy}: edited since the run started (its sha256 is {digest[:12]}…, run.json "
-            f"recorded {cfg.plan_sha256[:12]}…); restore it or start a new run"
-        )
 
 
 def last_calibration(run_dir: Path) -> int:

@@ -29,12 +29,15 @@ from pipeplan.cluster import (
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.formats import (
     DEFAULT_GROUP_REBUILD_S,
+    RUN_PLAN,
     Cluster,
+    EpochRecord,
     Layout,
     Link,
     PhaseRecord,
     Profile,
     RunConfig,
+    read_plan_copy,
 )
 from pipeplan.simulate import (
     StageWork,
@@ -919,28 +922,44 @@ def check_priced_clusters(
 ) -> None:
     """Each phase of run.jsonl's `records`, in order, priced on a cluster its run builds
     (`check_priced_cluster`); `profiles`: those that priced them, by name
-    (`formats.check_priced_profiles`).
+    (`formats.check_priced_profiles`). A run of a plan prices every phase and every epoch's
+    forecast on its copy of the plan's cluster (`formats.read_plan_copy`, read here: gone
+    or edited since, it is refused as a resume refuses it), and their links are held to it
+    (`check_planned_links`).
 
         check_priced_clusters(run_dir, config, records, check_priced_profiles(run_dir, ...))
     """
+    plan = read_plan_copy(run_dir, config)
+    planned = None if plan is None else plan.inputs.cluster
     for phase in (r for r in records if isinstance(r, PhaseRecord)):
-        check_priced_cluster(run_dir, config, phase, profiles[phase.pricing.profile])
+        check_priced_cluster(run_dir, config, phase, profiles[phase.pricing.profile], planned)
+    if planned is None:
+        return  # the forecasts' are held to their phases' (`formats.run.check_one_cluster`)
+    for epoch in (r for r in records if isinstance(r, EpochRecord) and r.forecast is not None):
+        where = f"{run_dir / 'run.jsonl'}: epoch {epoch.epoch}'s forecast"
+        check_planned_links(where, epoch.forecast.pricing.cluster, planned, run_dir / RUN_PLAN)
 
 
 def check_priced_cluster(
-    run_dir: Path, config: RunConfig, phase: PhaseRecord, profile: Profile
+    run_dir: Path,
+    config: RunConfig,
+    phase: PhaseRecord,
+    profile: Profile,
+    planned: Cluster | None = None,
 ) -> None:
-    """A phase's pricing.cluster is one its run builds (`pipeplan.cluster.run_cluster`, or the
-    plan file's, which `executor.planning.check_plan` held to the run): the cache budget is
-    run.json's; each rank's memory is run.json's --device-memory when given, else at most the
-    profiled device's share among a node's ranks (`rank_memory` never gives more; less where
-    the run's host had less, which this host cannot tell); and the phase's layout fits it
-    (the planner and a plan keep only layouts that do). Found by the fortieth round: a phase's
-    device_memory_bytes edited to 1000000 was priced and calibrated from (exit 0). The nodes
-    a run's ranks ran on are not in run.json (torchrun's world): `check_one_cluster` holds them
-    to the run's other records.
+    """A phase's pricing.cluster is one its run builds (`pipeplan.cluster.run_cluster`, or
+    `planned`, the cluster of the run's copy of its plan, which `executor.planning.check_plan`
+    held to the run; its links are the run's: `check_priced_links`, `check_planned_links`):
+    the cache budget is run.json's; each rank's memory is run.json's --device-memory when
+    given, else at most the profiled device's share among a node's ranks (`rank_memory` never
+    gives more; less where the run's host had less, which this host cannot tell); and the
+    phase's layout fits it (the planner and a plan keep only layouts that do). Found by the
+    fortieth round: a phase's device_memory_bytes edited to 1000000 was priced and calibrated
+    from (exit 0). The nodes a run's ranks ran on are not in run.json (torchrun's world):
+    `check_one_cluster` holds them to the run's other records.
 
         check_priced_cluster(run_dir, config, phase, profile)   # profile: the one that priced it
+        check_priced_cluster(run_dir, config, phase, profile, plan.inputs.cluster)  # --plan
     """
     cluster, where = phase.pricing.cluster, f"{run_dir / 'run.jsonl'}: phase {phase.phase}"
     budget = config.cache_budget_bytes
@@ -950,7 +969,9 @@ def check_priced_cluster(
             f"the run's {budget} (run.json's cache_budget_bytes, --cache-budget): the run "
             "prices with its own; the record or run.json was edited"
         )
-    if config.plan is None:
+    if planned is not None:
+        check_planned_links(where, cluster, planned, run_dir / RUN_PLAN)
+    elif config.plan is None:
         check_priced_links(where, cluster, profile, phase.pricing.profile)
     memory, given = cluster.device_memory_bytes, config.device_memory_bytes
     if config.plan is None and given is not None and memory != given:
@@ -983,7 +1004,8 @@ def check_priced_cluster(
 
 
 # The fields of a cluster a run without a plan takes from its profile and pipeplan's defaults
-# alone (`cluster_from_flags`: a run has no link flags), in the file's order.
+# alone (`cluster_from_flags`: a run has no link flags), in the file's order; a run of a plan
+# takes them from the plan's cluster.
 _RUN_LINKS = (
     "intra_node",
     "intra_node_allreduce",
@@ -1015,16 +1037,48 @@ def check_priced_links(where: str, cluster: Cluster, profile: Profile, name: str
         cache_budget=cluster.cache_budget_bytes,
         profile=profile,
     )
-    recorded, own = cluster.model_dump(mode="json"), built.model_dump(mode="json")
+    differs = _link_difference(cluster, built)
+    if differs is not None:
+        field, mine, theirs = differs
+        raise InputFileError(
+            f"{where}: pricing.cluster.{field} {mine} is not the run's {theirs} (the links "
+            f"{name} measured, and pipeplan's defaults where it measured none): a run without "
+            "a plan prices on those; the record was edited"
+        )
+
+
+def check_planned_links(where: str, cluster: Cluster, planned: Cluster, copy: Path) -> None:
+    """A phase's or forecast's pricing.cluster, in a run of a plan, has the links of the
+    plan's cluster (`planned`, the inputs.cluster of the run's copy of its plan, `copy`):
+    the run prices every phase and forecast on that cluster (`executor.planning.RunPlanner.
+    cluster`). Found by the forty-third round: in a `--plan` run, every record's
+    intra_node_allreduce bandwidth edited alike (3e6 B/s) changed calibrate's fitted step
+    overhead from 21.62 ms to 0.00 ms, exit 0: only a run without a plan had its links held
+    (`check_priced_links`). InputFileError naming the field.
+
+        check_planned_links("runs/a/run.jsonl: phase 0", phase.pricing.cluster,
+                            plan.inputs.cluster, Path("runs/a/run.plan.json"))
+    """
+    differs = _link_difference(cluster, planned)
+    if differs is not None:
+        field, mine, theirs = differs
+        raise InputFileError(
+            f"{where}: pricing.cluster.{field} {mine} is not the run's {theirs} (inputs.cluster "
+            f"of its plan, {copy}): a run of a plan prices on the plan's cluster; the record "
+            "was edited"
+        )
+
+
+def _link_difference(recorded: Cluster, own: Cluster) -> tuple[str, str, str] | None:
+    """The first of _RUN_LINKS where `recorded` differs from `own` (a link: its field that
+    differs, "intra_node.bandwidth_bytes_per_s"), with both values as JSON; None if none."""
+    mine_all, theirs_all = recorded.model_dump(mode="json"), own.model_dump(mode="json")
     for field in _RUN_LINKS:
-        mine, theirs = recorded.get(field), own.get(field)
+        mine, theirs = mine_all.get(field), theirs_all.get(field)
         if mine == theirs:
             continue
         if isinstance(mine, dict) and isinstance(theirs, dict):  # a link: its field that differs
             key = next(k for k in theirs if mine.get(k) != theirs[k])
             field, mine, theirs = f"{field}.{key}", mine.get(key), theirs[key]
-        raise InputFileError(
-            f"{where}: pricing.cluster.{field} {json.dumps(mine)} is not the run's "
-            f"{json.dumps(theirs)} (the links {name} measured, and pipeplan's defaults where "
-            "it measured none): a run without a plan prices on those; the record was edited"
-        )
+        return field, json.dumps(mine), json.dumps(theirs)
+    return None

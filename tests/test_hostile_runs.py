@@ -388,6 +388,90 @@ def test_a_phases_links_edited_alike_are_held_to_its_profile(
     assert not (tmp_path / "c").exists()
 
 
+# The bandwidth between nodes the plan of `_planned` gives, other than pipeplan's default (a
+# run without a plan prices on that): a run of a plan prices on the plan's links.
+PLANNED_INTER_BW = 5.0e9
+
+
+def _planned(run: Path, tmp_path: Path) -> None:
+    """`run` (hand-made records of a run on 2 ranks) made a run of a plan, as `pipeplan run
+    --plan` leaves one: run.json names the plan and the sha256 of the run's copy of it
+    (run.plan.json), and every phase was priced from the plan ("plan") on its cluster, whose
+    link between nodes is PLANNED_INTER_BW (`--inter-bw`), not pipeplan's default."""
+    from pipeplan.formats.base import text_sha256
+
+    plan = tmp_path / "plan.json"
+    argv = ["plan", "--profile", str(PROFILE), "--devices-per-node", "2", "--global-batch"]
+    argv += ["64", "--samples", "1438", "--epochs", "2", "--inter-bw", "5GB/s"]
+    assert cli.main([*argv, "--out", str(plan)]) == 0
+    text = plan.read_text()
+    (run / "run.plan.json").write_text(text)
+    cluster = json.loads(text)["inputs"]["cluster"]
+    assert cluster["inter_node"]["bandwidth_bytes_per_s"] == PLANNED_INTER_BW
+    lines = _lines(run)
+    for line in lines:
+        for pricing in (line.get("pricing"), (line.get("forecast") or {}).get("pricing")):
+            if pricing:
+                pricing["cluster"] = cluster
+        if line["kind"] == "phase":
+            line["pricing"]["source"] = "plan"
+    _rewrite(run, lines)
+    doc = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(
+        json.dumps({**doc, "plan": str(plan), "plan_sha256": text_sha256(text)})
+    )
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+@pytest.mark.parametrize(
+    "field, key, value",
+    [
+        ("intra_node_allreduce", "bandwidth_bytes_per_s", 3.0e6),
+        # pipeplan's default, which a run without a plan prices on.
+        ("inter_node", "bandwidth_bytes_per_s", 3.125e9),
+        ("disk_bandwidth_bytes_per_s", "", 3.0e6),
+    ],
+    ids=lambda v: str(v),
+)
+def test_a_plan_runs_links_edited_alike_are_held_to_its_plan(
+    tmp_path, capsys, command, field, key, value
+):
+    """Found by the forty-third round: in a run of `--plan`, every record's pricing.cluster
+    links edited alike (intra_node_allreduce 3e6 B/s) were held to nothing
+    (`check_priced_links` holds a run without a plan only), and calibrate fitted a step
+    overhead of 0.00 ms instead of 21.62 ms, exit 0; report and export read it. A run of a
+    plan prices every phase and forecast on its copy of the plan's cluster (run.plan.json,
+    whose sha256 run.json records): any other link is refused in one line naming run.jsonl,
+    the phase and the field (`costmodel.check_planned_links`); calibrate writes no --out. As
+    written, the run reads, its link between nodes the plan's and not pipeplan's default."""
+    run, argv = _readable(tmp_path, command)
+    _planned(run, tmp_path)
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    shutil.rmtree(tmp_path / "c", ignore_errors=True)
+    (tmp_path / "c").unlink(missing_ok=True)
+    _links_edited_alike(run, field, key, value)
+    dotted = f"{field}.{key}" if key else field
+    fragment = f"run.jsonl: phase 0: pricing.cluster.{dotted} {json.dumps(value)} is not the run's "
+    refused(argv, tmp_path, capsys, ("run.jsonl", fragment, "run.plan.json"))
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_a_plan_run_without_its_copy_of_the_plan_is_refused_by_report_and_calibrate(
+    tmp_path, capsys, command
+):
+    """Found by the forty-third round: with the fix above, the run's copy of its plan deleted
+    would leave nothing to hold the links to, and report and calibrate read such a run (exit
+    0); they refuse it in resume's words (`formats.read_plan_copy`)."""
+    run, argv = _readable(tmp_path, command)
+    _planned(run, tmp_path)
+    capsys.readouterr()  # what making the plan printed
+    (run / "run.plan.json").unlink()
+    refused(argv, tmp_path, capsys, (f"{run / 'run.plan.json'}: no such file", "is gone"))
+    assert not (tmp_path / "c").exists()
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(

@@ -79,6 +79,7 @@ from pipeplan.formats.report import (
     StageReport,
 )
 from pipeplan.formats.run import (
+    RUN_PLAN,
     WARMUP_STEPS_PER_PHASE,
     DataFacts,
     DataFile,
@@ -99,6 +100,7 @@ from pipeplan.formats.run import (
     StepRecord,
     check_priced_profiles,
     check_run_profile,
+    read_plan_copy,
     read_records,
     steady_step,
     steady_steps,
@@ -151,6 +153,7 @@ __all__ = [
     "DEFAULT_GROUP_REBUILD_S",
     "NOT_A_FLAG",
     "PRECISION_DTYPE",
+    "RUN_PLAN",
     "SCHEDULES",
     "SCHEMAS",
     "WARMUP_STEPS_PER_PHASE",
@@ -223,6 +226,7 @@ __all__ = [
     "json_schema",
     "load",
     "parse",
+    "read_plan_copy",
     "read_records",
     "schema_version",
     "steady_step",

@@ -61,13 +61,17 @@ from pipeplan.formats.base import (
     leading_zero,
     load,
     out_of_memory,
+    parse,
+    read_input,
     read_lines,
     short,
+    text_sha256,
 )
 from pipeplan.formats.cluster import DEFAULT_CACHE_BUDGET_BYTES, Cluster
 from pipeplan.formats.freeze import Alpha
 from pipeplan.formats.layout import Layout
 from pipeplan.formats.plan import (
+    Plan,
     StagePlan,
     check_stages,
     check_step_holds_stages,
@@ -1571,6 +1575,53 @@ def run_input(run_dir: str | Path, records: list) -> FedInput | None:
 
 # What a run's own profile of another model than run.json's means (`check_run_profile`).
 EDITED_SINCE = "run.json's model or the profile was edited after the run was prepared"
+
+
+# The --plan file as the run started, copied beside its records (`executor.launch` prepares
+# it): the run follows this copy, so the file given, replaced or deleted since, cannot change a
+# resumed run's layouts mid-phase; and every phase and forecast is priced on its cluster.
+RUN_PLAN = "run.plan.json"
+
+
+def read_plan_copy(run_dir: str | Path, config: RunConfig) -> Plan | None:
+    """The run's copy of its plan (RUN_PLAN) as the run was prepared, or None for a run of no
+    plan (run.json's plan unset). Read here, in the formats, so that a resume
+    (`executor.planning.RunPlanner.for_run`) and the records' readers
+    (`pipeplan.costmodel.check_priced_clusters`, below the executor) take it alike.
+    InputFileError when it is gone (a run prepared before runs kept one, or deleted: nothing
+    tells what the plan was, and the file run.json names may hold another plan now) or edited
+    since (`check_plan_copy`).
+
+        plan = read_plan_copy(Path("runs/exp1"), load(RunConfig, "runs/exp1/run.json"))
+    """
+    if not config.plan:
+        return None
+    copy = Path(run_dir) / RUN_PLAN
+    if not copy.exists() and not copy.is_symlink():
+        raise InputFileError(
+            f"{copy}: no such file: the run's copy of its plan {config.plan} is gone, so "
+            "the plan it started with cannot be told; start a new run"
+        )
+    text = read_input(copy)
+    check_plan_copy(copy, text, config)
+    return parse(Plan, text, str(copy))
+
+
+def check_plan_copy(copy: Path, text: str, config: RunConfig) -> None:
+    """`check_plan_copy(run_dir / RUN_PLAN, text, config)`: the run's copy of its plan
+    (`text`, as read) has the sha256 run.json recorded when the run was prepared
+    (`RunConfig.plan_sha256`); InputFileError otherwise. A phase the run has not reached yet,
+    edited between runs (a schedule turned to gpipe), was otherwise obeyed by the resume. A
+    run prepared before the sha256 was recorded has none: its copy is held only to the phases
+    it has taken (`executor.planning.RunPlanner.check_records`), as it was then."""
+    if config.plan_sha256 is None:
+        return
+    digest = text_sha256(text)  # the bytes read, decoded back
+    if digest != config.plan_sha256:
+        raise InputFileError(
+            f"{copy}: edited since the run started (its sha256 is {digest[:12]}…, run.json "
+            f"recorded {config.plan_sha256[:12]}…); restore it or start a new run"
+        )
 
 
 def check_priced_profiles(
