@@ -629,7 +629,7 @@ def test_resume_continues_past_a_torn_last_record(finished_run, tmp_path, capsys
     """`--resume` said "not valid JSON" and could never continue the run; now it drops the
     torn record (with one notice) and trains the next epoch, its records whole lines. The
     eighteenth round: the torn record is one a crash can tear, after the checkpoint."""
-    from pipeplan.formats import EpochRecord, StepRecord, read_records
+    from pipeplan.formats import STEPS, EpochRecord, read_records
 
     run = copy_run(finished_run, tmp_path)
     _torn_resumed_phase(run)
@@ -638,7 +638,7 @@ def test_resume_continues_past_a_torn_last_record(finished_run, tmp_path, capsys
     text = (run / "run.jsonl").read_text()
     assert text.endswith("\n")
     records = read_records(run / "run.jsonl")
-    assert [r.step for r in records if isinstance(r, StepRecord)] == [0, 1, 2, 3]
+    assert [r.step for r in records if isinstance(r, STEPS)] == [0, 1, 2, 3]
     assert [r.epoch for r in records if isinstance(r, EpochRecord)] == [0, 1]
 
 
