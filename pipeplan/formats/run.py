@@ -675,8 +675,9 @@ class StepRow:
     line by line, in about a tenth of the memory. A StepRecord with its RankTimes is 4 kB of
     Python objects for a line of 770 bytes: a valid 695 MB run.jsonl of 890,000 steps took
     4.1 GB to report (the forty-second round, F12). Here each rank's placement (rank, stage,
-    replica, peak memory) is a tuple shared with the step before when alike, and its times
-    are packed floats; `ranks` makes them RankRows when read. `record()` is the StepRecord.
+    replica, peak memory) is a tuple shared with the step before when alike (as its epoch,
+    phase and cache hits are), and its times are packed floats; `ranks` makes them RankRows
+    when read. `record()` is the StepRecord.
 
         row = StepRow.of(step)      # row.step_s, row.ranks[0].fwd_s, row.record() == step
     """
@@ -690,9 +691,14 @@ class StepRow:
     def of(cls, step: StepRecord, before: StepRow | None = None) -> StepRow:
         """`step` held compactly; its placements shared with `before`'s when alike."""
         row = cls.__new__(cls)
-        row.step, row.epoch, row.phase = step.step, step.epoch, step.phase
-        row.step_s, row.loss, row.samples_per_s = step.step_s, step.loss, step.samples_per_s
-        row.cache_hits = step.cache_hits
+        row.step, row.step_s, row.loss = step.step, step.step_s, step.loss
+        row.samples_per_s = step.samples_per_s
+        # Alike from step to step: the objects of the step before (an epoch past 256 is an
+        # int object of 28 bytes a step otherwise).
+        for name in ("epoch", "phase", "cache_hits"):
+            value = getattr(step, name)
+            alike = before is not None and getattr(before, name) == value
+            setattr(row, name, getattr(before, name) if alike else value)
         ranks = step.ranks
         places = tuple((r.rank, r.stage, r.replica, r.peak_memory_bytes) for r in ranks)
         row._places = before._places if before is not None and before._places == places else places
