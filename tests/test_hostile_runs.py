@@ -660,6 +660,28 @@ def test_a_large_valid_run_is_read_in_less_memory_than_its_file(tmp_path):
         assert grown < RECORDS_MEMORY * size, (command, grown / size, peaks, size)
 
 
+def test_steps_read_back_are_the_step_records_written(tmp_path):
+    """Found by the forty-second round (F12): steps are held as StepRows, their ranks' times
+    packed. Each is the StepRecord written, field for field and dumped (a resume rewrites the
+    records it keeps from them), its ranks a peak memory of 2**40 + 7 included."""
+    from pipeplan.formats import STEPS, StepRecord, StepRow, read_records
+
+    written = elastic_records()
+    big = written[1].ranks[0].model_copy(update={"peak_memory_bytes": (1 << 40) + 7})
+    written[1] = written[1].model_copy(update={"ranks": [big, *written[1].ranks[1:]]})
+    run = write_run(tmp_path / "run", written)
+    read = read_records(run / "run.jsonl")
+    assert [type(r) for r in read] == [
+        StepRow if isinstance(r, StepRecord) else type(r) for r in written
+    ]
+    for before, after in zip(written, read, strict=True):
+        assert after == before
+        if isinstance(after, STEPS):
+            assert after.record() == before and after.model_dump_json() == before.model_dump_json()
+            assert [r.record() for r in after.ranks] == before.ranks
+    assert read[1].ranks[0].peak_memory_bytes == (1 << 40) + 7
+
+
 @pytest.mark.parametrize("refusal", ["--baseline", "--plot"])
 def test_a_torn_record_notice_never_precedes_a_refusal(tmp_path, capsys, refusal):
     """report printed a torn last record's notice before refusing something else (a baseline
