@@ -599,7 +599,7 @@ def test_records_repeated_a_million_times_are_refused_at_the_first_repeat(tmp_pa
 
 
 # What `report` and `calibrate` may hold beyond a tiny run's peak, as a fraction of run.jsonl's
-# size (docs/architecture.md, "what reading run.jsonl holds"; 5 to 8 before the forty-second
+# size (docs/architecture.md §3.1, what reading run.jsonl holds; 5 to 8 before the forty-second
 # round's F12).
 RECORDS_MEMORY = 1.0
 

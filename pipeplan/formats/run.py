@@ -884,7 +884,7 @@ def read_records(
     was read by resume and report without a word.
 
     Each step is validated as a StepRecord and held as a StepRow (a tenth of its memory), so
-    that what is held is a fraction of the file's size (docs/architecture.md, "Limits")."""
+    that what is held is a fraction of the file's size (docs/architecture.md §3.1)."""
     path = Path(path)
     records: list[PhaseRecord | StepRow | EpochRecord] = []
     numbers = array("q")  # each record's line: 8 bytes, not an int object and its slot
