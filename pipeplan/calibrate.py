@@ -48,7 +48,7 @@ from pipeplan.costmodel import CostModel, same_placement
 from pipeplan.errors import InputFileError
 from pipeplan.fileio import check_run_directory, reading_run
 from pipeplan.formats import (
-    STEPS,
+    STEP_RECORDS,
     Calibration,
     Cluster,
     FittedLink,
@@ -199,7 +199,7 @@ def observe(
     for run_dir in run_dirs:
         before = len(observations)
         config, records = load_run(run_dir, profile, training)
-        steps = [r for r in records if isinstance(r, STEPS)]
+        steps = [r for r in records if isinstance(r, STEP_RECORDS)]
         for phase in (r for r in records if isinstance(r, PhaseRecord)):
             model = CostModel(base, phase.pricing.cluster)
             settled = [s for s in steps if s.phase == phase.phase and steady_step(s, phase, config)]

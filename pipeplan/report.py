@@ -33,7 +33,7 @@ from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.fileio import check_run_directory, reading_run
 from pipeplan.formats import (
-    STEPS,
+    STEP_RECORDS,
     BaselineReport,
     Comparison,
     EpochRecord,
@@ -84,7 +84,7 @@ class _Run:
 
     def _split(self, records: list) -> None:
         self.phases = [r for r in records if isinstance(r, PhaseRecord)]
-        self.steps = [r for r in records if isinstance(r, STEPS)]
+        self.steps = [r for r in records if isinstance(r, STEP_RECORDS)]
         self.epochs = [r for r in records if isinstance(r, EpochRecord)]
 
     def _check(self) -> None:
@@ -284,7 +284,7 @@ def run_summary(config: RunConfig, records: list) -> RunSummary:
         run_summary(load(RunConfig, "runs/r/run.json"), read_records("runs/r/run.jsonl"))
     """
     phases = [r for r in records if isinstance(r, PhaseRecord)]
-    steps = [r for r in records if isinstance(r, STEPS)]
+    steps = [r for r in records if isinstance(r, STEP_RECORDS)]
     epochs = [r for r in records if isinstance(r, EpochRecord)]
     reports = [phase_report(p, [s for s in steps if s.phase == p.phase], config) for p in phases]
     return RunSummary(

@@ -26,7 +26,7 @@ from executor.topology import backend_device, comm_device
 from pipeplan import calibrate
 from pipeplan.errors import BadArgumentError
 from pipeplan.formats import (
-    STEPS,
+    STEP_RECORDS,
     CheckpointManifest,
     RankTimes,
     RunConfig,
@@ -179,7 +179,7 @@ def test_the_old_phase_is_freed_before_the_next_one_is_built(watched_run):
 @pytest.mark.timeout(300)
 def test_every_rank_step_time_is_the_sum_of_its_parts(watched_run):
     run_dir, _ = watched_run
-    steps = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, STEPS)]
+    steps = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, STEP_RECORDS)]
     assert len(steps) == 6
     for step in steps:
         for rank in step.ranks:

@@ -664,7 +664,7 @@ def test_steps_read_back_are_the_step_records_written(tmp_path):
     """Found by the forty-second round (F12): steps are held as StepRows, their ranks' times
     packed. Each is the StepRecord written, field for field and dumped (a resume rewrites the
     records it keeps from them), its ranks a peak memory of 2**40 + 7 included."""
-    from pipeplan.formats import STEPS, StepRecord, StepRow, read_records
+    from pipeplan.formats import STEP_RECORDS, StepRecord, StepRow, read_records
 
     written = elastic_records()
     big = written[1].ranks[0].model_copy(update={"peak_memory_bytes": (1 << 40) + 7})
@@ -676,7 +676,7 @@ def test_steps_read_back_are_the_step_records_written(tmp_path):
     ]
     for before, after in zip(written, read, strict=True):
         assert after == before
-        if isinstance(after, STEPS):
+        if isinstance(after, STEP_RECORDS):
             assert after.record() == before and after.model_dump_json() == before.model_dump_json()
             assert [r.record() for r in after.ranks] == before.ranks
     assert read[1].ranks[0].peak_memory_bytes == (1 << 40) + 7
@@ -713,7 +713,7 @@ def test_resume_continues_past_a_torn_last_record(finished_run, tmp_path, capsys
     """`--resume` said "not valid JSON" and could never continue the run; now it drops the
     torn record (with one notice) and trains the next epoch, its records whole lines. The
     eighteenth round: the torn record is one a crash can tear, after the checkpoint."""
-    from pipeplan.formats import STEPS, EpochRecord, read_records
+    from pipeplan.formats import STEP_RECORDS, EpochRecord, read_records
 
     run = copy_run(finished_run, tmp_path)
     _torn_resumed_phase(run)
@@ -722,7 +722,7 @@ def test_resume_continues_past_a_torn_last_record(finished_run, tmp_path, capsys
     text = (run / "run.jsonl").read_text()
     assert text.endswith("\n")
     records = read_records(run / "run.jsonl")
-    assert [r.step for r in records if isinstance(r, STEPS)] == [0, 1, 2, 3]
+    assert [r.step for r in records if isinstance(r, STEP_RECORDS)] == [0, 1, 2, 3]
     assert [r.epoch for r in records if isinstance(r, EpochRecord)] == [0, 1]
 
 

@@ -22,7 +22,7 @@ from pipeplan import models, profiler
 from pipeplan.cluster import cluster_from_flags
 from pipeplan.costmodel import CostModel
 from pipeplan.formats import (
-    STEPS,
+    STEP_RECORDS,
     EpochRecord,
     PhaseRecord,
     Profile,
@@ -301,7 +301,7 @@ def _tensors(tree):
 
 def _records(run_dir):
     records = read_records(run_dir / "run.jsonl")
-    steps = [r for r in records if isinstance(r, STEPS)]
+    steps = [r for r in records if isinstance(r, STEP_RECORDS)]
     return steps, [r for r in records if isinstance(r, EpochRecord)]
 
 

@@ -79,7 +79,7 @@ from pipeplan.formats.report import (
     StageReport,
 )
 from pipeplan.formats.run import (
-    STEPS,
+    STEP_RECORDS,
     WARMUP_STEPS_PER_PHASE,
     DataFacts,
     DataFile,
@@ -156,7 +156,7 @@ __all__ = [
     "PRECISION_DTYPE",
     "SCHEDULES",
     "SCHEMAS",
-    "STEPS",
+    "STEP_RECORDS",
     "WARMUP_STEPS_PER_PHASE",
     "AblationRow",
     "BaselineReport",

@@ -740,8 +740,8 @@ class StepRow:
         return f"StepRow(step={self.step}, epoch={self.epoch}, phase={self.phase})"
 
 
-# A step as the executor writes it or as `read_records` reads it back: `isinstance(r, STEPS)`.
-STEPS = (StepRecord, StepRow)
+# What a step record may be: as the executor writes it, or as `read_records` reads it back.
+STEP_RECORDS = (StepRecord, StepRow)
 
 
 Record = Annotated[PhaseRecord | StepRecord | EpochRecord, Field(discriminator="kind")]
@@ -1044,7 +1044,7 @@ def check_records(
         if phase is None:
             what = f"{record.kind} {getattr(record, record.kind)}"
             raise InputFileError(f"{at}: {what} is in phase {record.phase}, never started")
-        if isinstance(record, STEPS):
+        if isinstance(record, STEP_RECORDS):
             if phase is not current:
                 raise InputFileError(
                     f"{at}: step {record.step} is in phase {record.phase}, but phase "
@@ -1064,7 +1064,7 @@ def check_records(
     for number, record in enumerate(records):
         if isinstance(record, PhaseRecord):
             current = record
-        elif isinstance(record, STEPS):
+        elif isinstance(record, STEP_RECORDS):
             _check_rate(record, current, places[number])
             _check_cache_hits(record, current, places[number])
     finished: list[int] = []  # the epochs' frozen layers so far, as the forecasts continue them
