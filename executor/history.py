@@ -24,7 +24,7 @@ from executor.checkpoint import (
     read_manifest,
 )
 from pipeplan.errors import InputFileError
-from pipeplan.formats import CheckpointManifest, EpochRecord, PhaseRecord, RunConfig, StepRecord
+from pipeplan.formats import STEP_RECORDS, CheckpointManifest, EpochRecord, PhaseRecord, RunConfig
 from pipeplan.formats.base import first_difference, read_input
 from pipeplan.formats.run import torn_tail
 
@@ -51,7 +51,7 @@ def check_manifest_records(
         raise InputFileError(f"{where}: model: {why}")
     # The step before the checkpoint, not its epoch's record: a crash may tear the last
     # record, and a resume writes an epoch's record again (`read_records` leaves it out).
-    steps = {r.step: r for r in records if isinstance(r, StepRecord)}
+    steps = {r.step: r for r in records if isinstance(r, STEP_RECORDS)}
     last = steps.get(manifest.step - 1)
     if manifest.step > 0 and last is None:
         raise InputFileError(
@@ -129,7 +129,9 @@ def check_step_in_epoch(manifest: CheckpointManifest, records: list, where: Path
     """
     if manifest.step_in_epoch == 0:
         return  # at its epoch's start: the step before it is the last epoch's (checked)
-    first = min(r.step for r in records if isinstance(r, StepRecord) and r.epoch == manifest.epoch)
+    first = min(
+        r.step for r in records if isinstance(r, STEP_RECORDS) and r.epoch == manifest.epoch
+    )
     if manifest.step - first != manifest.step_in_epoch:
         raise InputFileError(
             f"{where}: step_in_epoch: {manifest.step_in_epoch} at step {manifest.step}, but "

@@ -255,6 +255,7 @@ from pipeplan.fileio import (
     write_failure,
 )
 from pipeplan.formats import (
+    STEP_RECORDS,
     CheckpointManifest,
     DataFacts,
     EpochRecord,
@@ -1608,7 +1609,7 @@ def failed_at(
         read = read_records(records, notice=False)
     except PipeplanError:
         return ""
-    steps = [i for i, r in enumerate(read) if isinstance(r, StepRecord)]
+    steps = [i for i, r in enumerate(read) if isinstance(r, STEP_RECORDS)]
     if not steps:
         return NO_STEP
     last = read[steps[-1]]

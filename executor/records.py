@@ -21,6 +21,7 @@ import torch
 from pipeplan.errors import OutputError
 from pipeplan.fileio import open_append, write_atomic, write_failure
 from pipeplan.formats import (
+    STEP_RECORDS,
     CheckpointManifest,
     EpochRecord,
     PhaseRecord,
@@ -151,7 +152,7 @@ class Recorder:
             raise OutputError(
                 f"{self.path}: write failed ({write_failure(exc, self.path)})"
             ) from None
-        if isinstance(record, StepRecord) and self.on_step is not None:
+        if isinstance(record, STEP_RECORDS) and self.on_step is not None:
             self.on_step(record)
         self._remember(record)
 
@@ -181,7 +182,7 @@ class Recorder:
     def _remember(self, record: Record) -> None:
         if isinstance(record, PhaseRecord):
             self._layouts[record.phase] = record.layout.label()
-        elif isinstance(record, StepRecord):
+        elif isinstance(record, STEP_RECORDS):
             self._open.append(record)
         elif isinstance(record, EpochRecord):
             self._epochs.append(record)
@@ -202,10 +203,12 @@ class Recorder:
             r
             for r in records
             if (isinstance(r, PhaseRecord) and r.phase <= manifest.phase)
-            or (isinstance(r, StepRecord) and r.step < manifest.step)
+            or (isinstance(r, STEP_RECORDS) and r.step < manifest.step)
             or (isinstance(r, EpochRecord) and r.epoch < manifest.epoch)
         ]
-        dropped_steps = any(isinstance(r, StepRecord) and r.step >= manifest.step for r in records)
+        dropped_steps = any(
+            isinstance(r, STEP_RECORDS) and r.step >= manifest.step for r in records
+        )
         self._file.close()
         if dropped_steps:  # before the records: a failure between leaves no stale summary
             self.path.with_name(SUMMARY_FILE).unlink(missing_ok=True)

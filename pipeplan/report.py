@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from pipeplan.costmodel import CostModel
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.fileio import check_run_directory, reading_run
 from pipeplan.formats import (
+    STEP_RECORDS,
     BaselineReport,
     Comparison,
     EpochRecord,
@@ -82,7 +84,7 @@ class _Run:
 
     def _split(self, records: list) -> None:
         self.phases = [r for r in records if isinstance(r, PhaseRecord)]
-        self.steps = [r for r in records if isinstance(r, StepRecord)]
+        self.steps = [r for r in records if isinstance(r, STEP_RECORDS)]
         self.epochs = [r for r in records if isinstance(r, EpochRecord)]
 
     def _check(self) -> None:
@@ -191,7 +193,7 @@ def stage_median(
     steps: Sequence[StepRecord], stage: int, value: Callable[[RankTimes], float]
 ) -> float | None:
     """Median over steps of the mean over the stage's ranks (its replicas) of `value`."""
-    per_step = []
+    per_step = array("d")  # 8 bytes a step, not a float object and its slot (a 10**6 steps' run)
     for step in steps:
         ranks = [r for r in step.ranks if r.stage == stage]
         if ranks:
@@ -200,12 +202,20 @@ def stage_median(
 
 
 def rank_breakdown(steps: Sequence[StepRecord], stage: int, replica: int) -> RankBreakdown | None:
-    rows = [r for s in steps for r in s.ranks if r.stage == stage and r.replica == replica]
-    if not rows:
-        return None
+    """The medians of the rank's parts of its steps, gathered as floats: a list of its rank
+    rows held every step's (F12 of the forty-second round: a fraction of the memory)."""
     fields = ("fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
-    medians = {f: statistics.median(getattr(r, f) for r in rows) for f in fields}
-    return RankBreakdown(rank=rows[0].rank, **medians)
+    columns = {f: array("d") for f in fields}
+    rank = None
+    for s in steps:
+        for r in s.ranks:
+            if r.stage == stage and r.replica == replica:
+                rank = r.rank if rank is None else rank
+                for f in fields:
+                    columns[f].append(getattr(r, f))
+    if rank is None:
+        return None
+    return RankBreakdown(rank=rank, **{f: statistics.median(columns[f]) for f in fields})
 
 
 # --------------------------------------------------------------------------- report
@@ -274,7 +284,7 @@ def run_summary(config: RunConfig, records: list) -> RunSummary:
         run_summary(load(RunConfig, "runs/r/run.json"), read_records("runs/r/run.jsonl"))
     """
     phases = [r for r in records if isinstance(r, PhaseRecord)]
-    steps = [r for r in records if isinstance(r, StepRecord)]
+    steps = [r for r in records if isinstance(r, STEP_RECORDS)]
     epochs = [r for r in records if isinstance(r, EpochRecord)]
     reports = [phase_report(p, [s for s in steps if s.phase == p.phase], config) for p in phases]
     return RunSummary(

@@ -24,6 +24,7 @@ from pipeplan.costmodel import check_priced_clusters
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
 from pipeplan.fileio import check_distinct
 from pipeplan.formats import (
+    STEP_RECORDS,
     EpochRecord,
     PhaseRecord,
     RunConfig,
@@ -212,7 +213,7 @@ def _past(record: PhaseRecord | StepRecord | EpochRecord) -> str:
     """The first record past run.json's epochs, for a message: "step 12 is of epoch 2"."""
     if isinstance(record, PhaseRecord):
         return f"phase {record.phase} starts in epoch {record.start_epoch}"
-    if isinstance(record, StepRecord):
+    if isinstance(record, STEP_RECORDS):
         return f"step {record.step} is of epoch {record.epoch}"
     return f"epoch {record.epoch} is recorded"
 
@@ -243,7 +244,7 @@ def _notice_extension(run_dir: Path, config: RunConfig, left_out: list) -> None:
 def _span(records: list) -> str:
     """What `records` are, by kind: "phase 1, steps 2 to 3 and the record of epoch 1"."""
     parts = []
-    for kind, name in ((PhaseRecord, "phase"), (StepRecord, "step"), (EpochRecord, "epoch")):
+    for kind, name in ((PhaseRecord, "phase"), (STEP_RECORDS, "step"), (EpochRecord, "epoch")):
         numbers = [getattr(r, name) for r in records if isinstance(r, kind)]
         if numbers:
             parts.append(_numbered(name, numbers))

@@ -231,7 +231,7 @@ ROW_BYTES, BUDGET_ROWS = 17 * 128 * 4, 700
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_two_replicas_compute_each_prefix_once_and_match_no_cache(tmp_path):
-    from pipeplan.formats import PhaseRecord, StepRecord, read_records
+    from pipeplan.formats import STEP_RECORDS, PhaseRecord, read_records
 
     # The run without a cache (the parameters to match) trains after it on the same ranks.
     budget = BUDGET_ROWS * ROW_BYTES
@@ -269,7 +269,7 @@ def test_two_replicas_compute_each_prefix_once_and_match_no_cache(tmp_path):
     assert described["filled_in_memory"] == len([i for i in everything if i < BUDGET_ROWS]) > 0
     assert described["filled_spilled"] == len([i for i in everything if i >= BUDGET_ROWS]) > 0
     # The records tell the same: misses = rows computed, the rest hit.
-    steps = [r for r in records if isinstance(r, StepRecord)]
+    steps = [r for r in records if isinstance(r, STEP_RECORDS)]
     hits = sum(s.cache_hits for s in steps)
     assert hits == len(FREEZE) * STEPS * BATCH - len(everything) > 0
 
@@ -279,7 +279,9 @@ def test_two_replicas_compute_each_prefix_once_and_match_no_cache(tmp_path):
     for key in got:
         assert torch.equal(got[key], expected[key]), key
     losses = [s.loss for s in steps]
-    no_cache = [r.loss for r in read_records(reference / "run.jsonl") if isinstance(r, StepRecord)]
+    no_cache = [
+        r.loss for r in read_records(reference / "run.jsonl") if isinstance(r, STEP_RECORDS)
+    ]
     assert losses == no_cache
     # The node's cache files are gone at the end (run directory and /dev/shm).
     assert not (run_dir / "cache").exists()

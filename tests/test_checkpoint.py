@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeplan.formats import StepRecord, read_records
+from pipeplan.formats import STEP_RECORDS, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = [
@@ -95,7 +95,7 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path, monkeypat
     assert full.keys() == cut.keys()
     assert all(torch.equal(full[k], cut[k]) for k in full)
     steps = [
-        r.step for r in read_records(tmp_path / "cut" / "run.jsonl") if isinstance(r, StepRecord)
+        r.step for r in read_records(tmp_path / "cut" / "run.jsonl") if isinstance(r, STEP_RECORDS)
     ]
     assert steps == list(range(12))  # records after the checkpoint were rewritten, not doubled
 
@@ -765,5 +765,5 @@ def test_a_mid_epoch_layout_change_checkpoint_resumes_bitwise(tmp_path):
     a = torch.load(full / "checkpoints" / "step-18" / "model.pt", weights_only=True)
     b = torch.load(cut / "checkpoints" / "step-18" / "model.pt", weights_only=True)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    steps = [r.step for r in read_records(cut / "run.jsonl") if isinstance(r, StepRecord)]
+    steps = [r.step for r in read_records(cut / "run.jsonl") if isinstance(r, STEP_RECORDS)]
     assert steps == list(range(18))

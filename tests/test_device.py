@@ -25,7 +25,14 @@ from executor.parallel import place_layers
 from executor.topology import backend_device, comm_device
 from pipeplan import calibrate
 from pipeplan.errors import BadArgumentError
-from pipeplan.formats import CheckpointManifest, RankTimes, RunConfig, StepRecord, read_records
+from pipeplan.formats import (
+    STEP_RECORDS,
+    CheckpointManifest,
+    RankTimes,
+    RunConfig,
+    StepRecord,
+    read_records,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -172,7 +179,7 @@ def test_the_old_phase_is_freed_before_the_next_one_is_built(watched_run):
 @pytest.mark.timeout(300)
 def test_every_rank_step_time_is_the_sum_of_its_parts(watched_run):
     run_dir, _ = watched_run
-    steps = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, StepRecord)]
+    steps = [r for r in read_records(run_dir / "run.jsonl") if isinstance(r, STEP_RECORDS)]
     assert len(steps) == 6
     for step in steps:
         for rank in step.ranks:

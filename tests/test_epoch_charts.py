@@ -7,7 +7,7 @@ from pathlib import Path
 
 from test_report import elastic_records, write_run
 
-from pipeplan.formats import EpochRecord, StepRecord
+from pipeplan.formats import STEP_RECORDS, EpochRecord
 from pipeplan.plots import _epochs_figure
 from pipeplan.report import make_report, write_report_plots
 
@@ -18,7 +18,7 @@ RESULTS = [(0.91, 0.5), (None, 0.8), (None, None), (0.37, 0.875)]
 def run_with_results(directory: Path) -> Path:
     records = elastic_records()
     last_epoch = [r for r in records if isinstance(r, EpochRecord)][-1]
-    steps = [r for r in records if isinstance(r, StepRecord) and r.epoch == last_epoch.epoch]
+    steps = [r for r in records if isinstance(r, STEP_RECORDS) and r.epoch == last_epoch.epoch]
     for epoch in (2, 3):  # each its own steps (copies of epoch 1's), as an epoch record counts
         first = steps[-1].step + 1 + (epoch - 2) * len(steps)
         records += [

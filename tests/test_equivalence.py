@@ -120,13 +120,13 @@ def plan(root, name, cached=True) -> list[str]:
 @pytest.mark.multiprocess
 @pytest.mark.timeout(400)
 def test_run_equals_a_plain_single_process_loop(runs):
-    from pipeplan.formats import PhaseRecord, StepRecord, read_records
+    from pipeplan.formats import STEP_RECORDS, PhaseRecord, read_records
 
     parameters, root = runs
     phases = [r for r in read_records(root / "cache" / "run.jsonl") if isinstance(r, PhaseRecord)]
     shapes = [(p.layout.num_stages, p.layout.replicas, p.layout.cached) for p in phases]
     assert shapes == [(2, 1, False), (1, 2, True)]  # the layout changes, the cache is read
-    steps = [r for r in read_records(root / "cache" / "run.jsonl") if isinstance(r, StepRecord)]
+    steps = [r for r in read_records(root / "cache" / "run.jsonl") if isinstance(r, STEP_RECORDS)]
     assert sum(s.cache_hits for s in steps) > 0  # samples of the second epoch hit
     per_epoch = [next(p for p in reversed(phases) if p.start_epoch <= e) for e in range(EPOCHS)]
     expected = flat(reference([p.layout.replicas for p in per_epoch]))
@@ -150,10 +150,12 @@ def test_cache_on_equals_cache_off_with_dropout(tmp_path):
     assert on.keys() == off.keys()
     for key in on:
         assert torch.equal(on[key], off[key]), key
-    from pipeplan.formats import StepRecord, read_records
+    from pipeplan.formats import STEP_RECORDS, read_records
 
     def steps(name):
-        return [r for r in read_records(tmp_path / name / "run.jsonl") if isinstance(r, StepRecord)]
+        return [
+            r for r in read_records(tmp_path / name / "run.jsonl") if isinstance(r, STEP_RECORDS)
+        ]
 
     assert [s.loss for s in steps("on")] == [s.loss for s in steps("off")]
     assert sum(s.cache_hits for s in steps("on")) > 0  # the cache was read, not only filled
@@ -169,7 +171,7 @@ PINNED_CUTS = {0: (0, 5, 10), 5: (0, 4, 10), 6: (0, 7, 10)}
 @pytest.mark.timeout(400)
 def test_a_forward_only_stage_in_and_out_equals_a_plain_single_process_loop(tmp_path):
     from pipeplan.calibrate import measured
-    from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
+    from pipeplan.formats import STEP_RECORDS, EpochRecord, PhaseRecord, read_records
 
     layouts = [
         make_layout(BATCH, frozen, False, PINNED_CUTS[frozen], ((0, 1),), 2, "1f1b")
@@ -192,7 +194,7 @@ def test_a_forward_only_stage_in_and_out_equals_a_plain_single_process_loop(tmp_
     assert len(epochs) == EPOCHS and all(e.eval_loss is not None for e in epochs)
     # Rank 0 holds the forward-only stage in phase 1: its record is forward time only, and
     # the step is one calibration can fit (every part adds up, every stage computed).
-    steps = [r for r in records if isinstance(r, StepRecord) and r.phase == 1]
+    steps = [r for r in records if isinstance(r, STEP_RECORDS) and r.phase == 1]
     assert len(steps) == STEPS
     for step in steps:
         first = next(r for r in step.ranks if r.stage == 0)

@@ -931,7 +931,7 @@ def test_resume_refuses_flags_it_cannot_apply(finished_run, tmp_path, capsys, fl
 def test_resume_applies_more_epochs_and_another_collective_timeout(finished_run, tmp_path):
     """--epochs and --collective-timeout are applied and saved; a flag given with the saved
     value (--seed 0) is no change. Training continues from the final checkpoint of epoch 0."""
-    from pipeplan.formats import EpochRecord, RunConfig, StepRecord, load, read_records
+    from pipeplan.formats import STEP_RECORDS, EpochRecord, RunConfig, load, read_records
 
     run = copy_run(finished_run, tmp_path)
     argv = ["run", "--resume", str(run), "--epochs", "2", "--collective-timeout", "120"]
@@ -940,7 +940,7 @@ def test_resume_applies_more_epochs_and_another_collective_timeout(finished_run,
     assert (cfg.epochs, cfg.collective_timeout_s) == (2, 120.0)
     records = read_records(run / "run.jsonl")
     assert [r.epoch for r in records if isinstance(r, EpochRecord)] == [0, 1]
-    assert [r.step for r in records if isinstance(r, StepRecord)] == [0, 1, 2, 3]
+    assert [r.step for r in records if isinstance(r, STEP_RECORDS)] == [0, 1, 2, 3]
 
 
 def _prepared(tmp_path: Path) -> Path:

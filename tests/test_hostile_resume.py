@@ -1302,11 +1302,11 @@ def test_a_failure_after_an_epochs_record_names_both_places_it_can_be(finished_r
 def _mid_epoch_records(finished_run: Path, path: Path, last_step: int, *later) -> None:
     """run.jsonl at `path`: `finished_run`'s phase 0, its step 0 copied as steps 0 to
     `last_step` of epoch 0 (an epoch of 4 steps: no epoch record yet), then `later`."""
-    from pipeplan.formats import PhaseRecord, StepRecord, read_records
+    from pipeplan.formats import STEP_RECORDS, PhaseRecord, read_records
 
     read = read_records(finished_run / "run.jsonl")
     phase = next(r for r in read if isinstance(r, PhaseRecord))
-    step = next(r for r in read if isinstance(r, StepRecord))
+    step = next(r for r in read if isinstance(r, STEP_RECORDS)).record()
     steps = [step.model_copy(update={"step": n, "epoch": 0}) for n in range(last_step + 1)]
     path.write_text("".join(r.model_dump_json() + "\n" for r in [phase, *steps, *later]))
 
@@ -1434,9 +1434,9 @@ def test_a_mid_epoch_checkpoint_that_fails_is_placed_after_its_step(tmp_path):
     )
     assert lines[0].startswith(prefix), lines[0]
     assert lines[0].endswith(f"no checkpoint to resume from: delete {run} to start it again")
-    from pipeplan.formats import StepRecord, read_records
+    from pipeplan.formats import STEP_RECORDS, read_records
 
-    steps = [r.step for r in read_records(run / "run.jsonl") if isinstance(r, StepRecord)]
+    steps = [r.step for r in read_records(run / "run.jsonl") if isinstance(r, STEP_RECORDS)]
     assert steps == [0, 1]
     assert list((run / "checkpoints").iterdir()) == []
 
@@ -1450,19 +1450,19 @@ def test_a_failed_extensions_resume_trains_as_the_extension_uninterrupted(
     """The printed command rewrites the failed resume's records and trains on exactly as it
     did (the same losses and held-out numbers, bit for bit: it was the extension,
     uninterrupted up to its checkpoint), and its checkpoint makes run.json 2 epochs."""
-    from pipeplan.formats import EpochRecord, StepRecord, read_records
+    from pipeplan.formats import STEP_RECORDS, EpochRecord, read_records
 
     run, err = failed_extension
     copy = copy_run(run, tmp_path)
     command = shlex.split(err.strip().splitlines()[-1].split("resume with: ")[1])
     assert cli.main([str(copy) if arg == str(run) else arg for arg in command[1:]]) == 0
     failed, resumed = (read_records(r / "run.jsonl") for r in (run, copy))
-    assert [r.step for r in resumed if isinstance(r, StepRecord)] == [0, 1, 2, 3]
+    assert [r.step for r in resumed if isinstance(r, STEP_RECORDS)] == [0, 1, 2, 3]
     assert [r.epoch for r in resumed if isinstance(r, EpochRecord)] == [0, 1]
     for before, after in zip(failed, resumed, strict=True):
-        if not isinstance(before, StepRecord | EpochRecord):
+        if not isinstance(before, (*STEP_RECORDS, EpochRecord)):
             continue
-        fields = ("loss",) if isinstance(before, StepRecord) else ("train_loss", "eval_loss")
+        fields = ("loss",) if isinstance(before, STEP_RECORDS) else ("train_loss", "eval_loss")
         assert [getattr(before, f) for f in fields] == [getattr(after, f) for f in fields]
     assert json.loads((copy / "run.json").read_text())["epochs"] == 2
 
@@ -3582,7 +3582,14 @@ def test_a_resume_keeps_the_layout_of_its_checkpoints_phase(tmp_path):
     import torch
 
     from executor.planning import RunPlanner
-    from pipeplan.formats import Horizon, PhaseRecord, RunConfig, StepRecord, load, read_records
+    from pipeplan.formats import (
+        STEP_RECORDS,
+        Horizon,
+        PhaseRecord,
+        RunConfig,
+        load,
+        read_records,
+    )
 
     profile = _slow_profile(tmp_path / "slow.json")
     args = ["--nproc", "2", "--epochs", "2", "--max-steps-per-epoch", "10", "--global-batch"]
@@ -3612,7 +3619,7 @@ def test_a_resume_keeps_the_layout_of_its_checkpoints_phase(tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
     def losses(run: Path) -> list:
-        return [r.loss for r in read_records(run / "run.jsonl") if isinstance(r, StepRecord)]
+        return [r.loss for r in read_records(run / "run.jsonl") if isinstance(r, STEP_RECORDS)]
 
     assert losses(cut) == losses(full) and len(losses(full)) == 20
 

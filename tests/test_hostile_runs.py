@@ -682,6 +682,90 @@ def test_records_repeated_a_million_times_are_refused_at_the_first_repeat(tmp_pa
     assert state(tmp_path) == before
 
 
+# What `report` and `calibrate` may hold beyond a tiny run's peak, as a fraction of run.jsonl's
+# size (docs/architecture.md §3.1, what reading run.jsonl holds; 5 to 8 before the forty-second
+# round's F12).
+RECORDS_MEMORY = 1.0
+
+
+def _peak_rss(commands: dict[str, list[str]], tmp_path: Path) -> dict[str, int]:
+    """Each `cli.main(argv)` in a child, all at once: its peak resident memory in bytes (VmHWM,
+    its own: a forked child's ru_maxrss starts at its parent's). Each must succeed."""
+    import subprocess
+    import sys
+
+    code = (
+        "import re, sys, cli; code = cli.main(sys.argv[2:]); status = open('/proc/self/status')"
+        ".read(); open(sys.argv[1], 'w').write(re.search(r'VmHWM:\\s*(\\d+) kB', status)[1]); "
+        "sys.exit(code)"
+    )
+    out = {name: tmp_path / f"{name}.peak" for name in commands}
+    children = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", code, str(out[name]), *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, argv in commands.items()
+    }
+    for name, child in children.items():
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 0, (name, err[-2000:])
+    return {name: int(path.read_text()) << 10 for name, path in out.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux's VmHWM")
+def test_a_large_valid_run_is_read_in_less_memory_than_its_file(tmp_path):
+    """Found by the forty-second round: `report` and `calibrate` of a large but valid
+    run.jsonl (890,000 steps on 2 ranks, 695 MB, under the 1 GiB cap) took 108 s and 4.1 GB:
+    every step was held as a StepRecord with its RankTimes, 6 times the file. Steps are now
+    held as StepRows, checked as StepRecords line by line. Each command's peak over a tiny
+    run's of the same phases stays under RECORDS_MEMORY (1) times the file's size. Observed
+    (2026-12-04, 9.0 MB of 16,000 steps): report +6.9 MB (0.76), calibrate +6.0 MB (0.66);
+    before, +70 MB (7.8) and +72 MB (8.0). About 10 s."""
+    from test_calibrate import write_run as write_fit_run
+
+    profile = load(Profile, PROFILE)
+    write_fit_run(tmp_path / "tiny", profile, 8, step_jitter=0.0)
+    write_fit_run(tmp_path / "big", profile, 3000, step_jitter=0.0)
+    size = (tmp_path / "big" / "run.jsonl").stat().st_size
+    assert size > 6 << 20, size
+    commands = {}
+    for run in ("tiny", "big"):
+        commands[f"report {run}"] = ["report", str(tmp_path / run)]
+        out = ["--profile", str(PROFILE), "--out", str(tmp_path / f"{run}.json")]
+        commands[f"calibrate {run}"] = ["calibrate", str(tmp_path / run), *out]
+    peaks = _peak_rss(commands, tmp_path)
+    for command in ("report", "calibrate"):
+        grown = peaks[f"{command} big"] - peaks[f"{command} tiny"]
+        assert grown < RECORDS_MEMORY * size, (command, grown / size, peaks, size)
+
+
+def test_steps_read_back_are_the_step_records_written(tmp_path):
+    """Found by the forty-second round (F12): steps are held as StepRows, their ranks' times
+    packed. Each is the StepRecord written, field for field and dumped (a resume rewrites the
+    records it keeps from them), its ranks a peak memory of 2**40 + 7 included."""
+    from pipeplan.formats import STEP_RECORDS, StepRecord, StepRow, read_records
+
+    written = elastic_records()
+    big = written[1].ranks[0].model_copy(update={"peak_memory_bytes": (1 << 40) + 7})
+    written[1] = written[1].model_copy(update={"ranks": [big, *written[1].ranks[1:]]})
+    run = write_run(tmp_path / "run", written)
+    read = read_records(run / "run.jsonl")
+    assert [type(r) for r in read] == [
+        StepRow if isinstance(r, StepRecord) else type(r) for r in written
+    ]
+    for before, after in zip(written, read, strict=True):
+        assert after == before
+        if isinstance(after, STEP_RECORDS):
+            assert after.record() == before and after.model_dump_json() == before.model_dump_json()
+            assert [r.record() for r in after.ranks] == before.ranks
+    assert read[1].ranks[0].peak_memory_bytes == (1 << 40) + 7
+
+
 @pytest.mark.parametrize("refusal", ["--baseline", "--plot"])
 def test_a_torn_record_notice_never_precedes_a_refusal(tmp_path, capsys, refusal):
     """report printed a torn last record's notice before refusing something else (a baseline
@@ -713,7 +797,7 @@ def test_resume_continues_past_a_torn_last_record(finished_run, tmp_path, capsys
     """`--resume` said "not valid JSON" and could never continue the run; now it drops the
     torn record (with one notice) and trains the next epoch, its records whole lines. The
     eighteenth round: the torn record is one a crash can tear, after the checkpoint."""
-    from pipeplan.formats import EpochRecord, StepRecord, read_records
+    from pipeplan.formats import STEP_RECORDS, EpochRecord, read_records
 
     run = copy_run(finished_run, tmp_path)
     _torn_resumed_phase(run)
@@ -722,7 +806,7 @@ def test_resume_continues_past_a_torn_last_record(finished_run, tmp_path, capsys
     text = (run / "run.jsonl").read_text()
     assert text.endswith("\n")
     records = read_records(run / "run.jsonl")
-    assert [r.step for r in records if isinstance(r, StepRecord)] == [0, 1, 2, 3]
+    assert [r.step for r in records if isinstance(r, STEP_RECORDS)] == [0, 1, 2, 3]
     assert [r.epoch for r in records if isinstance(r, EpochRecord)] == [0, 1]
 
 

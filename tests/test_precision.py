@@ -22,11 +22,11 @@ from pipeplan import models, profiler
 from pipeplan.cluster import cluster_from_flags
 from pipeplan.costmodel import CostModel
 from pipeplan.formats import (
+    STEP_RECORDS,
     EpochRecord,
     PhaseRecord,
     Profile,
     RunConfig,
-    StepRecord,
     load,
     read_records,
 )
@@ -301,7 +301,7 @@ def _tensors(tree):
 
 def _records(run_dir):
     records = read_records(run_dir / "run.jsonl")
-    steps = [r for r in records if isinstance(r, StepRecord)]
+    steps = [r for r in records if isinstance(r, STEP_RECORDS)]
     return steps, [r for r in records if isinstance(r, EpochRecord)]
 
 

@@ -13,6 +13,7 @@ import cli
 from executor.planning import shipped_profile
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import (
+    STEP_RECORDS,
     WARMUP_STEPS_PER_PHASE,
     Calibration,
     EpochRecord,
@@ -310,7 +311,7 @@ def test_a_phase_shorter_than_the_warmup_keeps_all_its_steps(tmp_path):
 
 def test_steps_that_fill_the_cache_are_not_steady(tmp_path):
     records = elastic_records()
-    filling = [r for r in records if isinstance(r, StepRecord) and r.phase == 1][:2]
+    filling = [r for r in records if isinstance(r, STEP_RECORDS) and r.phase == 1][:2]
     for r in filling:
         r.cache_hits = 63  # one sample short of the global batch: the prefix still ran
         r.step_s, r.samples_per_s = 1.0, GLOBAL_BATCH / 1.0
@@ -715,7 +716,7 @@ def test_a_run_resumed_on_another_world_size_is_titled_by_each(tmp_path, capsys,
         if isinstance(record, PhaseRecord) and record.phase == 1:
             pricing = record.pricing.model_copy(update={"cluster": fake_pricing(4).cluster})
             records[n] = record.model_copy(update={"pricing": pricing, "resumed": True})
-        elif isinstance(record, StepRecord) and record.phase == 1:
+        elif isinstance(record, STEP_RECORDS) and record.phase == 1:
             idle = [rank(2, None, None), rank(3, None, None)]
             records[n] = record.model_copy(update={"ranks": [*record.ranks, *idle]})
     run = write_run(tmp_path / "r", records, nproc=4)

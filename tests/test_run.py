@@ -12,7 +12,7 @@ from conftest import make_layout, pinned_plan, rank_processes
 
 import cli
 from executor.planning import shipped_profile
-from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
+from pipeplan.formats import STEP_RECORDS, EpochRecord, PhaseRecord, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def test_elastic_run_writes_its_records_and_changes_layout(tmp_path, capsys):
     assert {p.name for p in run_dir.iterdir()} >= {"run.json", "run.jsonl", "summary.json"}
     records = read_records(run_dir / "run.jsonl")
     phases = [r for r in records if isinstance(r, PhaseRecord)]
-    steps = [r for r in records if isinstance(r, StepRecord)]
+    steps = [r for r in records if isinstance(r, STEP_RECORDS)]
     epochs = [r for r in records if isinstance(r, EpochRecord)]
     assert [(p.layout.frozen_layers, p.layout.num_stages, p.layout.replicas) for p in phases] == [
         (0, 2, 1),

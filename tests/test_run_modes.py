@@ -9,7 +9,7 @@ from conftest import make_layout, pinned_plan
 
 import cli
 from executor.planning import shipped_profile
-from pipeplan.formats import EpochRecord, PhaseRecord, StepRecord, read_records
+from pipeplan.formats import STEP_RECORDS, EpochRecord, PhaseRecord, read_records
 from pipeplan.freeze import alpha_schedule
 
 PLANNED = ["--model", "vit-digits", "--nproc", "2"]  # with --plan: its cluster sets the memory
@@ -27,7 +27,7 @@ def records(run_dir):
     found = read_records(run_dir / "run.jsonl")
     return (
         [r for r in found if isinstance(r, PhaseRecord)],
-        [r for r in found if isinstance(r, StepRecord)],
+        [r for r in found if isinstance(r, STEP_RECORDS)],
         [r for r in found if isinstance(r, EpochRecord)],
     )
 

@@ -13,8 +13,11 @@ from __future__ import annotations
 import logging
 import math
 import re
+import struct
 import time
+from array import array
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -640,6 +643,111 @@ class EpochRecord(Strict):
     )
 
 
+# The fields of a rank's times that are floats, packed 8 bytes each in a step read back.
+RANK_FLOATS = ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
+
+
+class RankRow:
+    """A rank's times in a step read back (`StepRow.ranks`): RankTimes's fields, validated as
+    RankTimes when the line was read, made on access from the step's packed floats (a
+    RankTimes is about 1.5 kB of Python objects for 300 bytes of JSON)."""
+
+    __slots__ = ("rank", "stage", "replica", *RANK_FLOATS, "peak_memory_bytes")
+
+    def __init__(self, place: tuple, times: tuple[float, ...]) -> None:
+        self.rank, self.stage, self.replica, self.peak_memory_bytes = place
+        (
+            self.step_s,
+            self.fwd_s,
+            self.bwd_s,
+            self.wait_s,
+            self.allreduce_s,
+            self.optimizer_s,
+            self.input_s,
+        ) = times
+
+    def record(self) -> RankTimes:
+        """The RankTimes it was read as (checked then: not again)."""
+        return RankTimes.model_construct(**{name: getattr(self, name) for name in self.__slots__})
+
+    def __repr__(self) -> str:
+        return f"RankRow(rank={self.rank}, stage={self.stage}, step_s={self.step_s!r})"
+
+
+class StepRow:
+    """A step record as `read_records` holds it: StepRecord's fields, validated as StepRecord
+    line by line, in about a tenth of the memory. A StepRecord with its RankTimes is 4 kB of
+    Python objects for a line of 770 bytes: a valid 695 MB run.jsonl of 890,000 steps took
+    4.1 GB to report (the forty-second round, F12). Here each rank's placement (rank, stage,
+    replica, peak memory) is a tuple shared with the step before when alike (as its epoch,
+    phase and cache hits are), and its times are packed floats; `ranks` makes them RankRows
+    when read. `record()` is the StepRecord.
+
+        row = StepRow.of(step)      # row.step_s, row.ranks[0].fwd_s, row.record() == step
+    """
+
+    # StepRecord's fields but kind and ranks (made of _places and _times, both as read).
+    __slots__ = ("cache_hits", "epoch", "loss", "phase", "samples_per_s", "step", "step_s")
+    __slots__ += ("_places", "_times")
+    kind = "step"
+
+    @classmethod
+    def of(cls, step: StepRecord, before: StepRow | None = None) -> StepRow:
+        """`step` held compactly; its placements shared with `before`'s when alike."""
+        row = cls.__new__(cls)
+        row.step, row.step_s, row.loss = step.step, step.step_s, step.loss
+        row.samples_per_s = step.samples_per_s
+        # Alike from step to step: the objects of the step before (an epoch past 256 is an
+        # int object of 28 bytes a step otherwise).
+        for name in ("epoch", "phase", "cache_hits"):
+            value = getattr(step, name)
+            alike = before is not None and getattr(before, name) == value
+            setattr(row, name, getattr(before, name) if alike else value)
+        ranks = step.ranks
+        places = tuple((r.rank, r.stage, r.replica, r.peak_memory_bytes) for r in ranks)
+        row._places = before._places if before is not None and before._places == places else places
+        times = [getattr(r, name) for r in ranks for name in RANK_FLOATS]
+        row._times = struct.pack(f"{len(times)}d", *times)
+        return row
+
+    @property
+    def ranks(self) -> list[RankRow]:
+        count = len(RANK_FLOATS)
+        times = struct.unpack(f"{count * len(self._places)}d", self._times)
+        return [
+            RankRow(place, times[n * count : (n + 1) * count])
+            for n, place in enumerate(self._places)
+        ]
+
+    def record(self) -> StepRecord:
+        """The StepRecord it was read as (checked then: not again)."""
+        fields = {name: getattr(self, name) for name in self.__slots__ if name[0] != "_"}
+        ranks = [rank.record() for rank in self.ranks]
+        return StepRecord.model_construct(**fields, ranks=ranks)
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        """As its StepRecord dumps: the line it was read from (`executor.records` rewrites
+        the records a resume keeps)."""
+        return self.record().model_dump(**kwargs)
+
+    def model_dump_json(self, **kwargs: Any) -> str:
+        return self.record().model_dump_json(**kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StepRow | StepRecord):
+            return self.record() == (other.record() if isinstance(other, StepRow) else other)
+        return NotImplemented
+
+    __hash__ = None  # as a StepRecord's
+
+    def __repr__(self) -> str:
+        return f"StepRow(step={self.step}, epoch={self.epoch}, phase={self.phase})"
+
+
+# What a step record may be: as the executor writes it, or as `read_records` reads it back.
+STEP_RECORDS = (StepRecord, StepRow)
+
+
 Record = Annotated[PhaseRecord | StepRecord | EpochRecord, Field(discriminator="kind")]
 RECORDS = (PhaseRecord, StepRecord, EpochRecord)  # what a run.jsonl line may be
 _RECORD = TypeAdapter(Record)
@@ -765,7 +873,7 @@ def steady_steps(
 
 def read_records(
     path: str | Path, config: RunConfig | None = None, notice: bool = True
-) -> list[PhaseRecord | StepRecord | EpochRecord]:
+) -> list[PhaseRecord | StepRow | EpochRecord]:
     """Parse run.jsonl; a bad line is an InputFileError naming the line. With the run's
     `config` (run.json), the records must also agree with it (`check_records`).
 
@@ -777,9 +885,14 @@ def read_records(
     where the whole records end. A bad line
     that ends in a newline was written whole, and is refused; so is an empty line (or one of
     spaces), which pipeplan never writes: found by the twenty-fifth round, one inside the file
-    was read by resume and report without a word."""
+    was read by resume and report without a word.
+
+    Each step is validated as a StepRecord and held as a StepRow (a tenth of its memory), so
+    that what is held is a fraction of the file's size (docs/architecture.md §3.1)."""
     path = Path(path)
-    records, numbers = [], []
+    records: list[PhaseRecord | StepRow | EpochRecord] = []
+    numbers = array("q")  # each record's line: 8 bytes, not an int object and its slot
+    before: StepRow | None = None  # the step before, whose rank placements a step may share
     order: dict[str, int] = {}
     size = 0
     for number, line in enumerate(read_lines(path, MAX_RECORD_BYTES), start=1):
@@ -799,6 +912,8 @@ def read_records(
         # Here, not only in `check_records`: a file of one record repeated a million times is
         # refused at its second line, not after a million records are built.
         _check_order(record, order, where)
+        if isinstance(record, StepRecord):
+            record = before = StepRow.of(record, before)
         records.append(record)
         numbers.append(number)
     check_records(records, str(path), config, numbers)
@@ -861,8 +976,27 @@ def torn_tail(text: str) -> int | None:
     return text.rfind("\n") + 1
 
 
+class _Places(Sequence[str]):
+    """Where each record is, for a message ("run.jsonl:3"), made when asked: one string held
+    per record was 80 bytes a step of a run.jsonl of 10**6 steps."""
+
+    def __init__(self, where: str, count: int, lines: Sequence[int] | None) -> None:
+        self.where, self.count, self.lines = where, count, lines
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, number: int) -> str:  # type: ignore[override]
+        if not 0 <= number < self.count:
+            raise IndexError(number)
+        return f"{self.where}:{self.lines[number]}" if self.lines else self.where
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[number] for number in range(self.count))
+
+
 def check_records(
-    records: list, where: str, config: RunConfig | None = None, lines: list[int] | None = None
+    records: list, where: str, config: RunConfig | None = None, lines: Sequence[int] | None = None
 ) -> None:
     """What a run's records mean together: every step and epoch belongs to a phase that
     started before it, and every step to the latest phase (a step of phase 0 after phase 3
@@ -885,11 +1019,10 @@ def check_records(
     last: dict[str, int] = {}
     current: PhaseRecord | None = None
     sequence = _Sequence()
-    timed: list[tuple[StepRecord, PhaseRecord, str]] = []  # rates, checked last
     closed: list[tuple[EpochRecord, PhaseRecord, list[StepRecord], str]] = []  # likewise
     attempts: list[int] = []  # each closed epoch's run attempt (`_ForecastEpochs`)
     attempt = 0  # phases entered by --resume so far
-    places = [f"{where}:{lines[n]}" if lines else where for n in range(len(records))]
+    places = _Places(where, len(records), lines)
     if config is not None:
         # First: a phase's cluster edited to another world is named on its own line, not as
         # the ranks of the step after it (`check_world`).
@@ -915,14 +1048,13 @@ def check_records(
         if phase is None:
             what = f"{record.kind} {getattr(record, record.kind)}"
             raise InputFileError(f"{at}: {what} is in phase {record.phase}, never started")
-        if isinstance(record, StepRecord):
+        if isinstance(record, STEP_RECORDS):
             if phase is not current:
                 raise InputFileError(
                     f"{at}: step {record.step} is in phase {record.phase}, but phase "
                     f"{current.phase} started before it: a step belongs to the latest phase"
                 )
             _check_ranks(record, phase, at, config)
-            timed.append((record, phase, at))
             sequence.steps_on(record, at)
         else:
             closed.append((record, current, sequence.closes(record, current, at), at))
@@ -931,10 +1063,14 @@ def check_records(
         check_against_config(records, config, where)
     # After the phases' global batch is held to run.json's: a phase of another batch is named
     # as that, not as each of its steps' rates; and a step's 10**9 cache hits as more than
-    # run.json's batch, not as hits in an uncached phase.
-    for step, phase, at in timed:
-        _check_rate(step, phase, at)
-        _check_cache_hits(step, phase, at)
+    # run.json's batch, not as hits in an uncached phase. (Each step's phase is the latest
+    # before it, as held above: found again, not held in a list of every step.)
+    for number, record in enumerate(records):
+        if isinstance(record, PhaseRecord):
+            current = record
+        elif isinstance(record, STEP_RECORDS):
+            _check_rate(record, current, places[number])
+            _check_cache_hits(record, current, places[number])
     finished: list[int] = []  # the epochs' frozen layers so far, as the forecasts continue them
     priced = _ForecastEpochs(config, attempt)
     for (epoch, phase, steps, at), made_by in zip(closed, attempts, strict=True):
