@@ -4912,3 +4912,116 @@ def test_the_import_system_is_held_in_a_batch_read_and_additions_are_no_change()
     finally:
         sys.path[:], sys.meta_path[:], sys.path_hooks[:] = state
         sys.modules["json"] = real_json
+
+
+# ------------------------- the 43rd round: torch's modes, the consoles' encoding, the group
+
+# Modes of the forty-third round's, defined at a data module's import: each zeroes the
+# output of the linear layers (`torch.nn.functional.linear`; `aten.addmm`).
+ZEROING_MODES = """
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+class Zero(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 0 if func is torch.nn.functional.linear else out
+
+class ZeroAddmm(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 0 if func is torch.ops.aten.addmm.default else out
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "in_load, said",
+    [
+        ("Zero().__enter__()", "left torch's function mode Zero entered"),
+        (
+            "ZeroAddmm().__enter__(); ZeroAddmm().__enter__()",
+            "left torch's dispatch mode ZeroAddmm (2 times) entered",
+        ),
+    ],
+    ids=["function-mode", "dispatch-mode"],
+)
+def test_data_code_that_enters_a_torch_mode_and_stays_is_refused_and_it_is_popped(
+    tmp_path, capsys, monkeypatch, in_load, said
+):
+    """Found by the forty-third round: a `load` that entered a TorchFunctionMode zeroing
+    `torch.nn.functional.linear`'s output (`Zero().__enter__()`) and never left it trained
+    every step of `pipeplan run` under it, each loss exactly ln 2, exit 0; a TorchDispatchMode
+    zeroing `aten.addmm` did the same. torch's mode stacks are held (`data.torch_modes_kept`):
+    a mode left entered is refused in one line naming its class, exit 2 before the run
+    folder is made, and popped off."""
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt43_modes:load")
+    argv += ("--nproc", "1", "--name", "n")
+    lengths = lambda: (  # noqa: E731
+        torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()
+    )  # fmt: skip
+    before = lengths()
+    try:
+        code = _run_moving(tmp_path, "rt43_modes", *argv, at_import=ZEROING_MODES, in_load=in_load)
+        after = lengths()
+    finally:  # for the tests after this one, whatever happened
+        while torch._C._len_torch_function_stack() > before[0]:
+            torch._C._pop_torch_function_stack()
+        while torch._C._len_torch_dispatch_stack() > before[1]:
+            torch._C._pop_torch_dispatch_stack(None)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after) == (2, before), lines
+    fix = "Zero" if "function" in said else "ZeroAddmm"
+    assert lines == [
+        f"pipeplan: error: data 'rt43_modes:load': the data function {said}; data code must "
+        "leave torch's modes (TorchFunctionMode, TorchDispatchMode) as it found them, as every "
+        "op pipeplan trains with runs through the modes entered (put back now; use "
+        f"`with {fix}():` around what it should cover)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_torch_modes_are_held_in_a_batch_read_and_a_with_is_no_change():
+    """The forty-third round's hold of torch's modes (above) in a rank's batch read too, and
+    a mode the code took off the stack pushed back; a mode used in a `with` the code leaves,
+    and the default device set to what it was, are no change."""
+    from torch.overrides import TorchFunctionMode
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    class Kept(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class Items:
+        def __getitem__(self, index):
+            Kept().__enter__()
+            return torch.zeros(2), torch.tensor(0)
+
+    outer = Kept()
+    try:
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [3], 0, "m:load", "train")
+        assert torch._C._len_torch_function_stack() == 0
+        assert str(refused.value).startswith(
+            "data 'm:load': reading a batch (1 train items, item 3 first) left torch's function "
+            "mode test_torch_modes_are_held_in_a_batch_read_and_a_with_is_no_change.<locals>."
+            "Kept entered; "
+        ), str(refused.value)
+        outer.__enter__()
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            torch._C._pop_torch_function_stack()
+        assert torch._C._len_torch_function_stack() == 1
+        assert torch._C._get_function_stack_at(0) is outer
+        assert "the data function took torch's function mode " in str(refused.value)
+        outer.__exit__(None, None, None)
+        with _contained("m:load", "the data function"), Kept():
+            torch.ones(2).sum()
+        with _contained("m:load", "the data function"):
+            torch.set_default_device(torch.get_default_device())
+    finally:
+        torch.set_default_device(None)
+        while torch._C._len_torch_function_stack():
+            torch._C._pop_torch_function_stack()
