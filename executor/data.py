@@ -1160,7 +1160,9 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     By the forty-second, past the identity check: `sys.stdout.write = lambda s: 0` (set on
     pipeplan's wrapper) lost every line of stdout, exit 0; `sys.stdout.close()` ended in a
     traceback; the "pipeplan" logger's `.setLevel(logging.CRITICAL)` lost every progress
-    line. Held where `torch_state_kept` is (~0.05 ms: a copy of the environment).
+    line. By the forty-third, in place again: `sys.__stdout__.reconfigure(encoding="ascii")`
+    (`_encodings_put_back`). Held where `torch_state_kept` is (~0.05 ms: a copy of the
+    environment).
 
         with process_state_kept("m:load", "the data function"):
             os.environ.clear()
@@ -1169,6 +1171,7 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     """
     streams = [getattr(sys, name) for name in _STREAMS]
     consoles = _consoles()
+    encodings = _encodings(consoles)
     loggers = _loggers_state()
     environ, variables = os.environ, os.environ.copy()
     disabled = logging.root.manager.disable
@@ -1186,6 +1189,7 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
                 setattr(sys, name, old)
                 said.append(("streams", f"replaced sys.{name}"))
         said += [("streams", change) for change in _attributes_put_back(consoles)]
+        said += [("encoding", change) for change in _encodings_put_back(encodings)]
         said += [("closed", change) for change in _reopened(consoles)]
         said += [("environment", change) for change in _environment_put_back(environ, variables)]
         if logging.root.manager.disable != disabled:
@@ -1221,6 +1225,12 @@ _STATE = {
         "pipeplan writes its output and its lines through them",
         "to capture what your own code prints, use `with contextlib.redirect_stdout(...)` "
         "around it",
+    ),
+    "encoding": (
+        "data code must leave the console streams' encoding and errors as it found them, as "
+        "pipeplan writes its output and its lines through them",
+        "to write text of your own in an encoding, encode it yourself or open a file with "
+        "`encoding=`",
     ),
     "closed": (
         "data code must not close sys.stdin, sys.stdout or sys.stderr (nor Python's "
@@ -1380,6 +1390,48 @@ def _attributes_put_back(consoles: list[_Console]) -> list[str]:
             else:
                 del now[key]
         said += [f"replaced {_attribute(_console_name(reached), key)}" for key in keys]
+    return said
+
+
+def _encodings(consoles: list[_Console]) -> list[tuple[Any, Any, tuple[str, str]]]:
+    """Each text file of the stream objects (`_consoles`) with its encoding and errors, as
+    `reconfigure` changes them in place (`_encodings_put_back`); pipeplan's wrappers are not
+    files, and a StringIO has none."""
+    held = []
+    for reached, stream, _, _, _ in consoles:
+        if isinstance(stream, pipeplan_log.Output):
+            continue
+        try:  # the object may be anything code set
+            text = (stream.encoding, stream.errors)
+            can = callable(stream.reconfigure)
+        except Exception:
+            continue
+        if can and all(isinstance(part, str) for part in text):
+            held.append((reached, stream, text))
+    return held
+
+
+def _encodings_put_back(held: list[tuple[Any, Any, tuple[str, str]]]) -> list[str]:
+    """The encoding and errors of each console file (`_encodings`) put back where the code
+    changed them. Found by the forty-third round: a `load` calling
+    `sys.__stdout__.reconfigure(encoding="ascii", errors="strict")` ended a completed
+    `pipeplan run` in a traceback of its summary line (a runs folder named "rüns"), exit 1;
+    the identity and attribute checks cannot see a change made in place. One that cannot be
+    put back (a stdin already read from, a file closed) is said all the same."""
+    said = []
+    for reached, stream, (encoding, errors) in held:
+        try:
+            now = (stream.encoding, stream.errors)
+        except Exception:  # closed, or broken: `_reopened` says so, or it was the code's
+            continue
+        if now == (encoding, errors):
+            continue
+        with contextlib.suppress(Exception):
+            stream.reconfigure(encoding=encoding, errors=errors)
+        said.append(
+            f"reconfigured {_console_name(reached)} to encoding {now[0]}, errors {now[1]} (it "
+            f"was {encoding}, errors {errors})"
+        )
     return said
 
 

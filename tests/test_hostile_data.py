@@ -5025,3 +5025,51 @@ def test_torch_modes_are_held_in_a_batch_read_and_a_with_is_no_change():
         torch.set_default_device(None)
         while torch._C._len_torch_function_stack():
             torch._C._pop_torch_function_stack()
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_reconfigures_a_consoles_encoding_is_refused_and_it_is_put_back(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-third round: a `load` calling
+    `sys.__stdout__.reconfigure(encoding="ascii", errors="strict")` (and sys.__stderr__'s)
+    was neither refused nor undone: a completed `pipeplan run` then ended in a traceback of
+    its summary line (`UnicodeEncodeError` of a runs folder named "rüns"), exit 1, and with an
+    ASCII path the summary table came out in ASCII. The stream is changed in place, which the
+    identity and attribute checks cannot see. The consoles' encoding and errors are held with
+    the streams (`data.process_state_kept`): refused in one line naming each stream, exit 2
+    before the run folder is made, and put back."""
+    monkeypatch.chdir(tmp_path)
+    streams = (sys.__stdout__, sys.__stderr__, sys.stdout)
+    held = [(stream.encoding, stream.errors) for stream in streams]
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt43_ascii:load")
+    argv += ("--nproc", "1", "--name", "n")
+    in_load = (
+        "import sys; sys.__stdout__.reconfigure(encoding='ascii', errors='strict'); "
+        "sys.__stderr__.reconfigure(encoding='ascii', errors='strict'); "
+        "sys.stdout.reconfigure(errors='replace')"
+    )
+    try:
+        code = _run_moving(tmp_path, "rt43_ascii", *argv, in_load=in_load)
+        after = [(stream.encoding, stream.errors) for stream in streams]
+    finally:  # for the tests after this one, whatever happened
+        for stream, (encoding, errors) in zip(streams, held, strict=True):
+            stream.reconfigure(encoding=encoding, errors=errors)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert (code, after) == (2, held), lines
+    assert len(lines) == 1 and captured.out == "", captured
+    for name, (encoding, errors) in zip(("sys.__stdout__", "sys.__stderr__"), held[:2]):
+        assert f"reconfigured {name} to encoding ascii, errors strict (it was {encoding}, " in (
+            lines[0]
+        ), lines[0]
+    assert f"reconfigured sys.stdout to encoding {held[2][0]}, errors replace " in lines[0]
+    assert lines[0].startswith(
+        "pipeplan: error: data 'rt43_ascii:load': the data function reconfigured "
+    ), lines[0]
+    assert lines[0].endswith(
+        "data code must leave the console streams' encoding and errors as it found them, as "
+        "pipeplan writes its output and its lines through them (put back now; to write text "
+        "of your own in an encoding, encode it yourself or open a file with `encoding=`)"
+    ), lines[0]
+    assert not (tmp_path / "runs").exists()
