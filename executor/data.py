@@ -1176,6 +1176,7 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     environ, variables = os.environ, os.environ.copy()
     disabled = logging.root.manager.disable
     depth = sys.getrecursionlimit()
+    group = _group()
     try:
         yield
     finally:
@@ -1203,6 +1204,9 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
                 )
             )
         said += [("loggers", change) for change in _loggers_put_back(loggers)]
+        moved = _group_put_back(group)
+        if moved:
+            said.append(("group", moved))
         if lowered < depth:
             said.append(
                 ("recursion", f"lowered Python's recursion limit to {lowered:,} (it was {depth:,})")
@@ -1210,10 +1214,38 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     if not said:
         return
     kinds = list(dict.fromkeys(kind for kind, _ in said))
+    # A session cannot be left: said as it is (the command ends here all the same).
+    back = "put back now" if _group() == group else "put back now where the OS allows"
     raise BadArgumentError(
         f"data {quoted(spec)}: {doing} {' and '.join(change for _, change in said)}; "
-        f"{'; '.join(_STATE[kind][0] for kind in kinds)} (put back now; "
+        f"{'; '.join(_STATE[kind][0] for kind in kinds)} ({back}; "
         f"{'; '.join(_STATE[kind][1] for kind in kinds)})"
+    )
+
+
+def _group() -> tuple[int, int]:
+    """The process's group and session, which a terminal's Ctrl-C reaches it by."""
+    return os.getpgrp(), os.getsid(0)
+
+
+def _group_put_back(held: tuple[int, int]) -> str | None:
+    """What the code did to the process's group and session (`_group`), the group put back
+    where it can be; None: nothing. Found by the forty-third round: a launcher's `load`
+    calling `os.setpgrp()` moved `pipeplan run` out of the terminal's foreground group, so
+    that Ctrl-C no longer reached it and training went on. `os.setpgid(0, old)` puts it back
+    in its session; a process that made a session of its own (`os.setsid()`) cannot go back
+    to the old one, and the refusal ends the command all the same (the launcher's check of
+    the data comes before the run)."""
+    now = _group()
+    if now == held:
+        return None
+    if now[1] == held[1]:
+        with contextlib.suppress(OSError):  # the old group gone: said all the same
+            os.setpgid(0, held[0])
+        return f"moved the process to process group {now[0]} (it was {held[0]})"
+    return (
+        f"moved the process to a session of its own ({now[1]}, it was {held[1]}), which it "
+        "cannot leave"
     )
 
 
@@ -1256,6 +1288,12 @@ _STATE = {
         "handlers, filters, propagation) as it found them, as pipeplan logs its progress "
         "lines and warnings through them",
         "to quiet a library, set its own logger's level",
+    ),
+    "group": (
+        "data code must leave the process in its process group and session, as a terminal's "
+        "Ctrl-C reaches pipeplan through them",
+        "to start a program apart from the terminal, pass it `start_new_session=True` or "
+        "`process_group=0` (subprocess)",
     ),
     "recursion": (
         "data code must not lower Python's recursion limit, as torch and pipeplan recurse as "

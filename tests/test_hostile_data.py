@@ -5072,3 +5072,61 @@ def test_data_code_that_reconfigures_a_consoles_encoding_is_refused_and_it_is_pu
         "of your own in an encoding, encode it yourself or open a file with `encoding=`)"
     ), lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+# Run by the test below in a process of its own, from a folder holding the data modules
+# rt43_pgrp (a `load` that calls os.setpgrp()) and rt43_sid (os.setsid()): each module's
+# `pipeplan run --prepare-only` in turn, and what it left. The last line of stdout is JSON.
+GROUP_SCRIPT = """
+import json, os, sys
+import cli
+said = {"held": [os.getpgrp(), os.getsid(0)], "pid": os.getpid(), "runs": []}
+for name in ("rt43_pgrp", "rt43_sid"):
+    argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", name + ":load"]
+    code = cli.main(argv + ["--nproc", "1", "--name", name])
+    said["runs"].append([code, os.getpgrp(), os.getsid(0)])
+print(json.dumps(said))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_leaves_its_process_group_is_refused_and_it_is_put_back(tmp_path):
+    """Found by the forty-third round: a launcher's `load` calling `os.setpgrp()` was
+    accepted, and moved `pipeplan run` out of the terminal's foreground group: Ctrl-C no
+    longer reached it, and training went on. The process's group and session are held
+    (`data.process_state_kept`): the group changed is refused in one line, exit 2 before the
+    run folder is made, and put back (`os.setpgid`); a session of its own (`os.setsid()`),
+    which no process can leave, is refused too, in the same line with "where the OS allows".
+    In a process of its own, started in this one's group, neither leading it nor a session
+    (in-process, pytest may lead its group: `os.setpgrp()` would change nothing)."""
+    for name, call in (("rt43_pgrp", "os.setpgrp()"), ("rt43_sid", "os.setsid()")):
+        code = dict(at_import="", in_load=call, in_item="")
+        (tmp_path / f"{name}.py").write_text(MOVING_MODULE.format(**code))
+    root = Path(cli.__file__).resolve().parent
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", GROUP_SCRIPT], cwd=tmp_path, env={**os.environ, "PYTHONPATH": path},
+        capture_output=True, text=True, timeout=50, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done
+    said = json.loads(done.stdout.splitlines()[-1])
+    (group, session), pid = said["held"], said["pid"]
+    assert (group, session) == (os.getpgrp(), os.getsid(0)) and pid != group
+    # The group put back; the session, a new one of the process's own, kept.
+    assert said["runs"] == [[2, group, session], [2, pid, pid]], (said, done.stderr)
+    rule = (
+        "data code must leave the process in its process group and session, as a terminal's "
+        "Ctrl-C reaches pipeplan through them"
+    )
+    fix = (
+        "to start a program apart from the terminal, pass it `start_new_session=True` or "
+        "`process_group=0` (subprocess))"
+    )
+    assert done.stderr.splitlines() == [
+        f"pipeplan: error: data 'rt43_pgrp:load': the data function moved the process to "
+        f"process group {pid} (it was {group}); {rule} (put back now; {fix}",
+        f"pipeplan: error: data 'rt43_sid:load': the data function moved the process to a "
+        f"session of its own ({pid}, it was {session}), which it cannot leave; {rule} (put "
+        f"back now where the OS allows; {fix}",
+    ]
+    assert not (tmp_path / "runs").exists()
