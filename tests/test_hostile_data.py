@@ -4986,7 +4986,9 @@ def test_data_code_that_enters_a_torch_mode_and_stays_is_refused_and_it_is_poppe
 def test_torch_modes_are_held_in_a_batch_read_and_a_with_is_no_change():
     """The forty-third round's hold of torch's modes (above) in a rank's batch read too, and
     a mode the code took off the stack pushed back; a mode used in a `with` the code leaves,
-    and the default device set to what it was, are no change."""
+    and the default device set to what it was (a DeviceContext on the stack, which
+    `torch_state_kept` holds), are no change."""
+    import torch.utils._device as device
     from torch.overrides import TorchFunctionMode
 
     from executor.data import BadArgumentError, _contained, batch_rows
@@ -5000,11 +5002,20 @@ def test_torch_modes_are_held_in_a_batch_read_and_a_with_is_no_change():
             Kept().__enter__()
             return torch.zeros(2), torch.tensor(0)
 
+    def stack() -> list:
+        return [
+            torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())
+        ]
+
+    # As the tests before left it (a default device set and put back leaves a DeviceContext).
+    held = stack()
+    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    current = device.CURRENT_DEVICE
     outer = Kept()
     try:
         with pytest.raises(BadArgumentError) as refused:
             batch_rows(Items(), [3], 0, "m:load", "train")
-        assert torch._C._len_torch_function_stack() == 0
+        assert stack() == held
         assert str(refused.value).startswith(
             "data 'm:load': reading a batch (1 train items, item 3 first) left torch's function "
             "mode test_torch_modes_are_held_in_a_batch_read_and_a_with_is_no_change.<locals>."
@@ -5013,18 +5024,20 @@ def test_torch_modes_are_held_in_a_batch_read_and_a_with_is_no_change():
         outer.__enter__()
         with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
             torch._C._pop_torch_function_stack()
-        assert torch._C._len_torch_function_stack() == 1
-        assert torch._C._get_function_stack_at(0) is outer
+        assert stack() == [*held, outer]
         assert "the data function took torch's function mode " in str(refused.value)
         outer.__exit__(None, None, None)
         with _contained("m:load", "the data function"), Kept():
             torch.ones(2).sum()
         with _contained("m:load", "the data function"):
             torch.set_default_device(torch.get_default_device())
-    finally:
-        torch.set_default_device(None)
-        while torch._C._len_torch_function_stack():
+    finally:  # the stack and the default device as they were, whatever happened
+        for _ in range(torch._C._len_torch_function_stack()):
             torch._C._pop_torch_function_stack()
+        for mode in held:
+            torch._C._push_on_torch_function_stack(mode)
+        torch._GLOBAL_DEVICE_CONTEXT.device_context = context
+        device.CURRENT_DEVICE = current
 
 
 @pytest.mark.timeout(60)
