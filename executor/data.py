@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch.utils import _python_dispatch
+from torch.utils._device import DeviceContext as _DeviceContext
 from torch.utils.data import Dataset
 
 from executor.faults import SignalInterrupt, classify
@@ -529,6 +531,7 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     closes a console stream, or changes pipeplan's loggers (`process_state_kept`), leaves a
     saved-tensor hook of autograd's installed (`autograd_state_kept`), or changes sys.path,
     sys.meta_path or the modules already imported (`import_system_kept`): the forty-second.
+    So is code that leaves a mode of torch's entered (`torch_modes_kept`): the forty-third.
 
         with _contained("m:load", f"reading train item {index}"):
             value = dataset[index]
@@ -547,6 +550,8 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
             # which is the setting's change, not a function's.
             limits_kept(spec, doing),
             functions_kept(spec, doing),
+            # Put back after torch's settings: the default device is a mode on torch's stack.
+            torch_modes_kept(spec, doing),
             torch_state_kept(spec, doing),
             autograd_state_kept(spec, doing),
             held_descriptors_kept(spec, doing),
@@ -792,6 +797,132 @@ def autograd_state_kept(spec: str, doing: str) -> Iterator[None]:
     )
 
 
+# torch's two stacks of modes, which every torch call (function modes: `TorchFunctionMode`)
+# and every op under autograd (dispatch modes: `TorchDispatchMode`) runs through, for the
+# process (of this thread): how to read one, pop its top and push on it. The function stack's
+# DeviceContext is the default device, held by `torch_state_kept` (torch keeps it at the
+# bottom); it is no mode of the code's here.
+_DISPATCH = _python_dispatch
+
+
+def _function_modes() -> list[Any]:
+    return [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+
+
+def _code_function_modes() -> list[Any]:
+    """The function modes but the default device's (`torch_state_kept` holds that)."""
+    return [mode for mode in _function_modes() if not isinstance(mode, _DeviceContext)]
+
+
+def _dispatch_modes() -> list[Any]:
+    return _DISPATCH._get_current_dispatch_mode_stack()
+
+
+def _same_modes(one: list[Any], other: list[Any]) -> bool:
+    """The same modes in the same order, by identity (a mode's class may define `==`)."""
+    return len(one) == len(other) and all(a is b for a, b in zip(one, other, strict=True))
+
+
+def _pop_dispatch_mode(mode: Any) -> None:
+    """`mode`, on top of the dispatch stack, popped as its own `with` would (torch's
+    `TorchDispatchMode.__exit__`, not the class's own: that is the code's), which also puts
+    back torch's flags of whether a mode is on; one pushed without entering it is popped
+    alone."""
+    try:
+        _DISPATCH.TorchDispatchMode.__exit__(mode, None, None, None)
+    except Exception:  # pushed bare (`_push_mode`): no flags of its own to put back
+        _DISPATCH._pop_mode(getattr(mode, "_mode_key", None))
+
+
+def _function_modes_put_back(held: list[Any]) -> None:
+    """The function stack as `held` (by identity) again: what the code pushed on it popped,
+    a mode it popped pushed back; a DeviceContext (the default device) stays at the bottom."""
+    now = _function_modes()
+    devices = [mode for mode in now if isinstance(mode, _DeviceContext)]
+    for _ in now:
+        torch._C._pop_torch_function_stack()
+    for mode in devices + [mode for mode in held if not isinstance(mode, _DeviceContext)]:
+        torch._C._push_on_torch_function_stack(mode)
+
+
+def _dispatch_modes_put_back(held: list[Any]) -> None:
+    """The dispatch stack as `held` (by identity) again: what the code pushed popped off the
+    top (a bound: code that pushed in a loop), and a held mode it popped pushed back."""
+    for _ in range(10_000):
+        now = _dispatch_modes()
+        if not now or _same_modes(now, held[: len(now)]):
+            break
+        _pop_dispatch_mode(now[-1])
+    for mode in held[len(_dispatch_modes()) :]:
+        _DISPATCH._push_mode(mode)
+
+
+def _modes_changed(kind: str, before: list[Any], after: list[Any]) -> tuple[list[str], list[Any]]:
+    """What the code did to the stack of `kind` ("function", "dispatch"): each mode it left
+    pushed, by its class, and each it took off; and the modes it left pushed."""
+    pushed = [mode for mode in after if not any(mode is old for old in before)]
+    popped = [mode for mode in before if not any(mode is new for new in after)]
+    said = [f"left torch's {kind} mode {name} entered" for name in _classes_of(pushed)]
+    said += [f"took torch's {kind} mode {name} off its stack" for name in _classes_of(popped)]
+    # The same modes in another order: said as what it is.
+    return said or [f"reordered torch's {kind} modes"], pushed
+
+
+def _classes_of(modes: list[Any]) -> list[str]:
+    """Each class of `modes` once, by its qualified name: "Zero (3 times)"."""
+    counts: dict[str, int] = {}
+    for mode in modes:
+        name = type(mode).__qualname__
+        counts[name] = counts.get(name, 0) + 1
+    return [f"{name} ({count} times)" if count > 1 else name for name, count in counts.items()]
+
+
+@contextlib.contextmanager
+def torch_modes_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) leaves torch's stacks of modes (`TorchFunctionMode`,
+    `TorchDispatchMode`: by identity) as it found them, or is refused in one line naming each
+    mode it left entered (its class); each stack is put back, however the code ends. Found by
+    the forty-third round: a `load` that entered a TorchFunctionMode zeroing
+    `torch.nn.functional.linear`'s output (`Zero().__enter__()`) and never left it trained
+    every step of `pipeplan run` under it, each loss exactly ln 2, exit 0; a TorchDispatchMode
+    zeroing `aten.addmm` did the same. A mode used in a `with` the code leaves is no change;
+    the default device (a DeviceContext at the function stack's bottom) is
+    `torch_state_kept`'s, which puts it back first. Held where `torch_state_kept` is (a few
+    µs: the stacks are empty as pipeplan trains).
+
+        with torch_modes_kept("m:load", "the data function"):
+            Zero().__enter__()
+        # BadArgumentError: data 'm:load': the data function left torch's function mode Zero
+        # entered; data code must leave torch's modes as it found them, …
+    """
+    functions, dispatches = _code_function_modes(), _dispatch_modes()
+    try:
+        yield
+    finally:
+        said, pushed = [], []
+        for kind, held, now, put_back in (
+            ("function", functions, _code_function_modes, _function_modes_put_back),
+            ("dispatch", dispatches, _dispatch_modes, _dispatch_modes_put_back),
+        ):
+            after = now()
+            if not _same_modes(after, held):
+                changes, entered = _modes_changed(kind, held, after)
+                said, pushed = said + changes, pushed + entered
+                put_back(held)
+    if not said:
+        return
+    fix = (
+        f"use `with {type(pushed[0]).__name__}():` around what it should cover"
+        if pushed
+        else "leave the modes entered before it where they are"
+    )
+    raise BadArgumentError(
+        f"data {quoted(spec)}: {doing} {' and '.join(said)}; data code must leave torch's "
+        "modes (TorchFunctionMode, TorchDispatchMode) as it found them, as every op pipeplan "
+        f"trains with runs through the modes entered (put back now; {fix})"
+    )
+
+
 # The modules whose functions pipeplan trains, talks between its ranks and writes its records
 # with (by the names code calls them by). Every function, class and submodule at their top
 # level is held (`functions_kept`), whatever it is called: a list of names would miss the one
@@ -1029,7 +1160,9 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     By the forty-second, past the identity check: `sys.stdout.write = lambda s: 0` (set on
     pipeplan's wrapper) lost every line of stdout, exit 0; `sys.stdout.close()` ended in a
     traceback; the "pipeplan" logger's `.setLevel(logging.CRITICAL)` lost every progress
-    line. Held where `torch_state_kept` is (~0.05 ms: a copy of the environment).
+    line. By the forty-third, in place again: `sys.__stdout__.reconfigure(encoding="ascii")`
+    (`_encodings_put_back`). Held where `torch_state_kept` is (~0.05 ms: a copy of the
+    environment).
 
         with process_state_kept("m:load", "the data function"):
             os.environ.clear()
@@ -1038,10 +1171,12 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     """
     streams = [getattr(sys, name) for name in _STREAMS]
     consoles = _consoles()
+    encodings = _encodings(consoles)
     loggers = _loggers_state()
     environ, variables = os.environ, os.environ.copy()
     disabled = logging.root.manager.disable
     depth = sys.getrecursionlimit()
+    group = _group()
     try:
         yield
     finally:
@@ -1055,6 +1190,7 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
                 setattr(sys, name, old)
                 said.append(("streams", f"replaced sys.{name}"))
         said += [("streams", change) for change in _attributes_put_back(consoles)]
+        said += [("encoding", change) for change in _encodings_put_back(encodings)]
         said += [("closed", change) for change in _reopened(consoles)]
         said += [("environment", change) for change in _environment_put_back(environ, variables)]
         if logging.root.manager.disable != disabled:
@@ -1068,6 +1204,9 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
                 )
             )
         said += [("loggers", change) for change in _loggers_put_back(loggers)]
+        moved = _group_put_back(group)
+        if moved:
+            said.append(("group", moved))
         if lowered < depth:
             said.append(
                 ("recursion", f"lowered Python's recursion limit to {lowered:,} (it was {depth:,})")
@@ -1075,10 +1214,38 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     if not said:
         return
     kinds = list(dict.fromkeys(kind for kind, _ in said))
+    # A session cannot be left: said as it is (the command ends here all the same).
+    back = "put back now" if _group() == group else "put back now where the OS allows"
     raise BadArgumentError(
         f"data {quoted(spec)}: {doing} {' and '.join(change for _, change in said)}; "
-        f"{'; '.join(_STATE[kind][0] for kind in kinds)} (put back now; "
+        f"{'; '.join(_STATE[kind][0] for kind in kinds)} ({back}; "
         f"{'; '.join(_STATE[kind][1] for kind in kinds)})"
+    )
+
+
+def _group() -> tuple[int, int]:
+    """The process's group and session, which a terminal's Ctrl-C reaches it by."""
+    return os.getpgrp(), os.getsid(0)
+
+
+def _group_put_back(held: tuple[int, int]) -> str | None:
+    """What the code did to the process's group and session (`_group`), the group put back
+    where it can be; None: nothing. Found by the forty-third round: a launcher's `load`
+    calling `os.setpgrp()` moved `pipeplan run` out of the terminal's foreground group, so
+    that Ctrl-C no longer reached it and training went on. `os.setpgid(0, old)` puts it back
+    in its session; a process that made a session of its own (`os.setsid()`) cannot go back
+    to the old one, and the refusal ends the command all the same (the launcher's check of
+    the data comes before the run)."""
+    now = _group()
+    if now == held:
+        return None
+    if now[1] == held[1]:
+        with contextlib.suppress(OSError):  # the old group gone: said all the same
+            os.setpgid(0, held[0])
+        return f"moved the process to process group {now[0]} (it was {held[0]})"
+    return (
+        f"moved the process to a session of its own ({now[1]}, it was {held[1]}), which it "
+        "cannot leave"
     )
 
 
@@ -1090,6 +1257,12 @@ _STATE = {
         "pipeplan writes its output and its lines through them",
         "to capture what your own code prints, use `with contextlib.redirect_stdout(...)` "
         "around it",
+    ),
+    "encoding": (
+        "data code must leave the console streams' encoding and errors as it found them, as "
+        "pipeplan writes its output and its lines through them",
+        "to write text of your own in an encoding, encode it yourself or open a file with "
+        "`encoding=`",
     ),
     "closed": (
         "data code must not close sys.stdin, sys.stdout or sys.stderr (nor Python's "
@@ -1115,6 +1288,12 @@ _STATE = {
         "handlers, filters, propagation) as it found them, as pipeplan logs its progress "
         "lines and warnings through them",
         "to quiet a library, set its own logger's level",
+    ),
+    "group": (
+        "data code must leave the process in its process group and session, as a terminal's "
+        "Ctrl-C reaches pipeplan through them",
+        "to start a program apart from the terminal, pass it `start_new_session=True` or "
+        "`process_group=0` (subprocess)",
     ),
     "recursion": (
         "data code must not lower Python's recursion limit, as torch and pipeplan recurse as "
@@ -1249,6 +1428,48 @@ def _attributes_put_back(consoles: list[_Console]) -> list[str]:
             else:
                 del now[key]
         said += [f"replaced {_attribute(_console_name(reached), key)}" for key in keys]
+    return said
+
+
+def _encodings(consoles: list[_Console]) -> list[tuple[Any, Any, tuple[str, str]]]:
+    """Each text file of the stream objects (`_consoles`) with its encoding and errors, as
+    `reconfigure` changes them in place (`_encodings_put_back`); pipeplan's wrappers are not
+    files, and a StringIO has none."""
+    held = []
+    for reached, stream, _, _, _ in consoles:
+        if isinstance(stream, pipeplan_log.Output):
+            continue
+        try:  # the object may be anything code set
+            text = (stream.encoding, stream.errors)
+            can = callable(stream.reconfigure)
+        except Exception:
+            continue
+        if can and all(isinstance(part, str) for part in text):
+            held.append((reached, stream, text))
+    return held
+
+
+def _encodings_put_back(held: list[tuple[Any, Any, tuple[str, str]]]) -> list[str]:
+    """The encoding and errors of each console file (`_encodings`) put back where the code
+    changed them. Found by the forty-third round: a `load` calling
+    `sys.__stdout__.reconfigure(encoding="ascii", errors="strict")` ended a completed
+    `pipeplan run` in a traceback of its summary line (a runs folder named "rüns"), exit 1;
+    the identity and attribute checks cannot see a change made in place. One that cannot be
+    put back (a stdin already read from, a file closed) is said all the same."""
+    said = []
+    for reached, stream, (encoding, errors) in held:
+        try:
+            now = (stream.encoding, stream.errors)
+        except Exception:  # closed, or broken: `_reopened` says so, or it was the code's
+            continue
+        if now == (encoding, errors):
+            continue
+        with contextlib.suppress(Exception):
+            stream.reconfigure(encoding=encoding, errors=errors)
+        said.append(
+            f"reconfigured {_console_name(reached)} to encoding {now[0]}, errors {now[1]} (it "
+            f"was {encoding}, errors {errors})"
+        )
     return said
 
 
@@ -2650,17 +2871,19 @@ def batch_pair(
 def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[Any]:
     """Each item of `indices` read once and checked as `batch_rows` says. torch's settings,
     the resource limits, the functions of KEPT_MODULES and their classes' methods, and the
-    process's streams, environment, logging switch and recursion limit, autograd's state and
-    the import system are held for the batch as a whole (`torch_state_kept`, `limits_kept`,
-    `functions_kept`, `process_state_kept`, `autograd_state_kept`, `import_system_kept`:
-    together ~0.75 ms, where an item's read may cost microseconds), and a process the code
-    forks ends as the batch's reads come back (`forks_ended`)."""
+    process's streams, environment, logging switch and recursion limit, autograd's state,
+    torch's modes and the import system are held for the batch as a whole
+    (`torch_state_kept`, `limits_kept`, `functions_kept`, `process_state_kept`,
+    `autograd_state_kept`, `torch_modes_kept`, `import_system_kept`: together ~0.75 ms,
+    where an item's read may cost microseconds), and a process the code forks ends as the
+    batch's reads come back (`forks_ended`)."""
     read = []
     first = f", item {indices[0]} first" if indices else ""
     batch = f"reading a batch ({len(indices)} {split} items{first})"
     with (
         limits_kept(name, batch),
         functions_kept(name, batch),
+        torch_modes_kept(name, batch),
         torch_state_kept(name, batch),
         autograd_state_kept(name, batch),
         import_system_kept(name, batch),

@@ -4912,3 +4912,234 @@ def test_the_import_system_is_held_in_a_batch_read_and_additions_are_no_change()
     finally:
         sys.path[:], sys.meta_path[:], sys.path_hooks[:] = state
         sys.modules["json"] = real_json
+
+
+# ------------------------- the 43rd round: torch's modes, the consoles' encoding, the group
+
+# Modes of the forty-third round's, defined at a data module's import: each zeroes the
+# output of the linear layers (`torch.nn.functional.linear`; `aten.addmm`).
+ZEROING_MODES = """
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+class Zero(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 0 if func is torch.nn.functional.linear else out
+
+class ZeroAddmm(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 0 if func is torch.ops.aten.addmm.default else out
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "in_load, said",
+    [
+        ("Zero().__enter__()", "left torch's function mode Zero entered"),
+        (
+            "ZeroAddmm().__enter__(); ZeroAddmm().__enter__()",
+            "left torch's dispatch mode ZeroAddmm (2 times) entered",
+        ),
+    ],
+    ids=["function-mode", "dispatch-mode"],
+)
+def test_data_code_that_enters_a_torch_mode_and_stays_is_refused_and_it_is_popped(
+    tmp_path, capsys, monkeypatch, in_load, said
+):
+    """Found by the forty-third round: a `load` that entered a TorchFunctionMode zeroing
+    `torch.nn.functional.linear`'s output (`Zero().__enter__()`) and never left it trained
+    every step of `pipeplan run` under it, each loss exactly ln 2, exit 0; a TorchDispatchMode
+    zeroing `aten.addmm` did the same. torch's mode stacks are held (`data.torch_modes_kept`):
+    a mode left entered is refused in one line naming its class, exit 2 before the run
+    folder is made, and popped off."""
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt43_modes:load")
+    argv += ("--nproc", "1", "--name", "n")
+    lengths = lambda: (  # noqa: E731
+        torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()
+    )  # fmt: skip
+    before = lengths()
+    try:
+        code = _run_moving(tmp_path, "rt43_modes", *argv, at_import=ZEROING_MODES, in_load=in_load)
+        after = lengths()
+    finally:  # for the tests after this one, whatever happened
+        while torch._C._len_torch_function_stack() > before[0]:
+            torch._C._pop_torch_function_stack()
+        while torch._C._len_torch_dispatch_stack() > before[1]:
+            torch._C._pop_torch_dispatch_stack(None)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after) == (2, before), lines
+    fix = "Zero" if "function" in said else "ZeroAddmm"
+    assert lines == [
+        f"pipeplan: error: data 'rt43_modes:load': the data function {said}; data code must "
+        "leave torch's modes (TorchFunctionMode, TorchDispatchMode) as it found them, as every "
+        "op pipeplan trains with runs through the modes entered (put back now; use "
+        f"`with {fix}():` around what it should cover)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_torch_modes_are_held_in_a_batch_read_and_a_with_is_no_change():
+    """The forty-third round's hold of torch's modes (above) in a rank's batch read too, and
+    a mode the code took off the stack pushed back; a mode used in a `with` the code leaves,
+    and the default device set to what it was (a DeviceContext on the stack, which
+    `torch_state_kept` holds), are no change."""
+    import torch.utils._device as device
+    from torch.overrides import TorchFunctionMode
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    class Kept(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class Items:
+        def __getitem__(self, index):
+            Kept().__enter__()
+            return torch.zeros(2), torch.tensor(0)
+
+    def stack() -> list:
+        return [
+            torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())
+        ]
+
+    # As the tests before left it (a default device set and put back leaves a DeviceContext).
+    held = stack()
+    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    current = device.CURRENT_DEVICE
+    outer = Kept()
+    try:
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [3], 0, "m:load", "train")
+        assert stack() == held
+        assert str(refused.value).startswith(
+            "data 'm:load': reading a batch (1 train items, item 3 first) left torch's function "
+            "mode test_torch_modes_are_held_in_a_batch_read_and_a_with_is_no_change.<locals>."
+            "Kept entered; "
+        ), str(refused.value)
+        outer.__enter__()
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            torch._C._pop_torch_function_stack()
+        assert stack() == [*held, outer]
+        assert "the data function took torch's function mode " in str(refused.value)
+        outer.__exit__(None, None, None)
+        with _contained("m:load", "the data function"), Kept():
+            torch.ones(2).sum()
+        with _contained("m:load", "the data function"):
+            torch.set_default_device(torch.get_default_device())
+    finally:  # the stack and the default device as they were, whatever happened
+        for _ in range(torch._C._len_torch_function_stack()):
+            torch._C._pop_torch_function_stack()
+        for mode in held:
+            torch._C._push_on_torch_function_stack(mode)
+        torch._GLOBAL_DEVICE_CONTEXT.device_context = context
+        device.CURRENT_DEVICE = current
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_reconfigures_a_consoles_encoding_is_refused_and_it_is_put_back(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-third round: a `load` calling
+    `sys.__stdout__.reconfigure(encoding="ascii", errors="strict")` (and sys.__stderr__'s)
+    was neither refused nor undone: a completed `pipeplan run` then ended in a traceback of
+    its summary line (`UnicodeEncodeError` of a runs folder named "rüns"), exit 1, and with an
+    ASCII path the summary table came out in ASCII. The stream is changed in place, which the
+    identity and attribute checks cannot see. The consoles' encoding and errors are held with
+    the streams (`data.process_state_kept`): refused in one line naming each stream, exit 2
+    before the run folder is made, and put back."""
+    monkeypatch.chdir(tmp_path)
+    streams = (sys.__stdout__, sys.__stderr__, sys.stdout)
+    held = [(stream.encoding, stream.errors) for stream in streams]
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt43_ascii:load")
+    argv += ("--nproc", "1", "--name", "n")
+    in_load = (
+        "import sys; sys.__stdout__.reconfigure(encoding='ascii', errors='strict'); "
+        "sys.__stderr__.reconfigure(encoding='ascii', errors='strict'); "
+        "sys.stdout.reconfigure(errors='replace')"
+    )
+    try:
+        code = _run_moving(tmp_path, "rt43_ascii", *argv, in_load=in_load)
+        after = [(stream.encoding, stream.errors) for stream in streams]
+    finally:  # for the tests after this one, whatever happened
+        for stream, (encoding, errors) in zip(streams, held, strict=True):
+            stream.reconfigure(encoding=encoding, errors=errors)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert (code, after) == (2, held), lines
+    assert len(lines) == 1 and captured.out == "", captured
+    for name, (encoding, errors) in zip(("__stdout__", "__stderr__"), held[:2], strict=True):
+        said = f"reconfigured sys.{name} to encoding ascii, errors strict (it was {encoding}, "
+        assert f"{said}errors {errors})" in lines[0], lines[0]
+    assert f"reconfigured sys.stdout to encoding {held[2][0]}, errors replace " in lines[0]
+    assert lines[0].startswith(
+        "pipeplan: error: data 'rt43_ascii:load': the data function reconfigured "
+    ), lines[0]
+    assert lines[0].endswith(
+        "data code must leave the console streams' encoding and errors as it found them, as "
+        "pipeplan writes its output and its lines through them (put back now; to write text "
+        "of your own in an encoding, encode it yourself or open a file with `encoding=`)"
+    ), lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+# Run by the test below in a process of its own, from a folder holding the data modules
+# rt43_pgrp (a `load` that calls os.setpgrp()) and rt43_sid (os.setsid()): each module's
+# `pipeplan run --prepare-only` in turn, and what it left. The last line of stdout is JSON.
+GROUP_SCRIPT = """
+import json, os, sys
+import cli
+said = {"held": [os.getpgrp(), os.getsid(0)], "pid": os.getpid(), "runs": []}
+for name in ("rt43_pgrp", "rt43_sid"):
+    argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", name + ":load"]
+    code = cli.main(argv + ["--nproc", "1", "--name", name])
+    said["runs"].append([code, os.getpgrp(), os.getsid(0)])
+print(json.dumps(said))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_leaves_its_process_group_is_refused_and_it_is_put_back(tmp_path):
+    """Found by the forty-third round: a launcher's `load` calling `os.setpgrp()` was
+    accepted, and moved `pipeplan run` out of the terminal's foreground group: Ctrl-C no
+    longer reached it, and training went on. The process's group and session are held
+    (`data.process_state_kept`): the group changed is refused in one line, exit 2 before the
+    run folder is made, and put back (`os.setpgid`); a session of its own (`os.setsid()`),
+    which no process can leave, is refused too, in the same line with "where the OS allows".
+    In a process of its own, started in this one's group, neither leading it nor a session
+    (in-process, pytest may lead its group: `os.setpgrp()` would change nothing)."""
+    for name, call in (("rt43_pgrp", "os.setpgrp()"), ("rt43_sid", "os.setsid()")):
+        code = dict(at_import="", in_load=call, in_item="")
+        (tmp_path / f"{name}.py").write_text(MOVING_MODULE.format(**code))
+    root = Path(cli.__file__).resolve().parent
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", GROUP_SCRIPT], cwd=tmp_path, env={**os.environ, "PYTHONPATH": path},
+        capture_output=True, text=True, timeout=50, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done
+    said = json.loads(done.stdout.splitlines()[-1])
+    (group, session), pid = said["held"], said["pid"]
+    assert (group, session) == (os.getpgrp(), os.getsid(0)) and pid != group
+    # The group put back; the session, a new one of the process's own, kept.
+    assert said["runs"] == [[2, group, session], [2, pid, pid]], (said, done.stderr)
+    rule = (
+        "data code must leave the process in its process group and session, as a terminal's "
+        "Ctrl-C reaches pipeplan through them"
+    )
+    fix = (
+        "to start a program apart from the terminal, pass it `start_new_session=True` or "
+        "`process_group=0` (subprocess))"
+    )
+    assert done.stderr.splitlines() == [
+        f"pipeplan: error: data 'rt43_pgrp:load': the data function moved the process to "
+        f"process group {pid} (it was {group}); {rule} (put back now; {fix}",
+        f"pipeplan: error: data 'rt43_sid:load': the data function moved the process to a "
+        f"session of its own ({pid}, it was {session}), which it cannot leave; {rule} (put "
+        f"back now where the OS allows; {fix}",
+    ]
+    assert not (tmp_path / "runs").exists()
