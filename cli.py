@@ -1070,8 +1070,11 @@ def _output_status(code: int, out: log.Output) -> int:
     exit 2; a failed command keeps its own line and status."""
     if code != 0 or out.failure is None or out.reader_gone:
         return code
-    failure = out.failure
-    log.error(f"could not write the output to standard output: {failure.strerror or failure}")
+    from pipeplan.fileio import write_failure
+
+    # Past `ulimit -f`, the limit is named, as every file writer names it (forty-third round).
+    why = write_failure(out.failure, "-") or out.failure.strerror or out.failure
+    log.error(f"could not write the output to standard output: {why}")
     return 2
 
 

@@ -31,8 +31,9 @@ import re
 import shlex
 import shutil
 import stat
+import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
@@ -45,7 +46,7 @@ from executor.topology import host_group
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, excerpt, quoted
 from pipeplan.fileio import stops_raised, write_atomic, write_failure
 from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
-from pipeplan.formats.base import read_input
+from pipeplan.formats.base import open_input, read_input
 
 log = logging.getLogger("pipeplan.checkpoint")
 T = TypeVar("T")
@@ -293,15 +294,27 @@ def restore_rng(rng: dict[str, torch.Tensor], rank: int, device: torch.device) -
         torch.cuda.set_rng_state(rng[f"{rank}.cuda"], device)
 
 
-def read_tensors(path: Path) -> dict:
+# A checkpoint file is as large as the model and its AdamW state: no limit but the disk's.
+TENSOR_FILE_LIMIT = sys.maxsize
+
+
+def read_tensors(path: Path, handle: BinaryIO | None = None) -> dict:
     """A checkpoint file's tensors, on the host whatever device wrote them, without
-    unrestricted pickle (`read_tensors(step / "model.pt")`)."""
-    try:
-        with warnings.catch_warnings():  # torch warns about the pickle before refusing it
-            warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise InputFileError(f"{path}: not a checkpoint of tensors (refused unread)") from None
+    unrestricted pickle (`read_tensors(step / "model.pt")`). Read from `handle`, the file
+    as opened and checked (`load_checkpoint`), from its start; without one, `path` is
+    opened here (`open_input`: a FIFO is refused, not waited on). Never opened again by
+    name: torch.load(path) blocked forever on a FIFO swapped in after the checksum, and
+    would have loaded a regular file swapped in unchecked (forty-third round)."""
+    with contextlib.ExitStack() as opened:
+        if handle is None:
+            handle = opened.enter_context(open_input(path, TENSOR_FILE_LIMIT))
+        handle.seek(0)
+        try:
+            with warnings.catch_warnings():  # torch warns about the pickle before refusing it
+                warnings.simplefilter("ignore")
+                return torch.load(handle, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            raise InputFileError(f"{path}: not a checkpoint of tensors (refused unread)") from None
 
 
 def file_sha256(path: Path) -> str:
@@ -422,16 +435,18 @@ def load_checkpoint(path: Path) -> Loaded:
             raise InputFileError(f"{file}: missing (the manifest records its checksum)")
         if not file.is_file() or file.is_symlink():
             raise InputFileError(f"{file}: is not a regular file; a checkpoint writes its own")
-        if file_sha256(file) != recorded:
-            raise InputFileError(f"{file}: checksum mismatch (corrupted or replaced)")
-    try:
-        model = read_tensors(path / "model.pt")
-        optimizer = read_tensors(path / "optimizer.pt")
-        rng = read_tensors(path / "rng.pt")
-    except (OSError, RuntimeError, ValueError) as exc:
-        raise InputFileError(
-            f"{path}: unreadable checkpoint ({str(exc).splitlines()[0]})"
-        ) from None
+    with contextlib.ExitStack() as opened:
+        # Each file opened once, then hashed and loaded from what was opened: what is
+        # loaded is what was checked (`read_tensors`).
+        handles = {
+            name: opened.enter_context(_open_checked(path, name, manifest)) for name in FILES
+        }
+        try:
+            model, optimizer, rng = (read_tensors(path / n, handles[n]) for n in FILES)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise InputFileError(
+                f"{path}: unreadable checkpoint ({str(exc).splitlines()[0]})"
+            ) from None
     _check_structure(path, model, optimizer, rng)
     bad = next((n for n, t in model.items() if not torch.isfinite(t).all()), None)
     if bad is not None:
@@ -441,6 +456,18 @@ def load_checkpoint(path: Path) -> Loaded:
     _check_optimizer(path / "optimizer.pt", manifest.step, model, optimizer)
     _check_rng(path / "rng.pt", manifest.world_size, rng)
     return manifest, model, optimizer, rng
+
+
+@contextlib.contextmanager
+def _open_checked(path: Path, name: str, manifest: CheckpointManifest) -> Iterator[BinaryIO]:
+    """Checkpoint `path`'s file `name` opened (`open_input`: a regular file, by what was
+    opened) and its bytes' sha256 the manifest's; InputFileError otherwise, and the file
+    closed. `with _open_checked(step, "rng.pt", manifest) as f: read_tensors(step / "rng.pt", f)`"""
+    file = path / name
+    with open_input(file, TENSOR_FILE_LIMIT) as handle:
+        if handle_sha256(handle) != manifest.files[name]:
+            raise InputFileError(f"{file}: checksum mismatch (corrupted or replaced)")
+        yield handle
 
 
 def check_manifest_folder(path: Path, manifest: CheckpointManifest) -> None:

@@ -669,6 +669,66 @@ def test_a_parameter_of_another_float_dtype_is_refused(tmp_path):
         checkpoint.check_weights(weights, seq.layers, tmp_path)
 
 
+@pytest.mark.parametrize("swapped_in", ["fifo", "other rng.pt"])
+def test_a_file_swapped_after_its_checksum_is_not_what_is_loaded(
+    tmp_path, single_rank_group, monkeypatch, swapped_in
+):
+    """Found by the forty-third round: each file was checked by sha256 and then opened
+    again by name (`torch.load(path)`), so a FIFO renamed over rng.pt in between blocked
+    `export` (and `run --resume`, launcher and every rank) in open() for good, and a regular
+    file renamed over it would have been loaded unchecked. Now each file is opened once and
+    both hashed and loaded from what was opened: the swap, made just after rng.pt's
+    checksum, changes nothing. (The load runs in a thread: on a FIFO the test opens its
+    other end, so that a blocked load ends and the test fails instead of hanging.)"""
+    import threading
+
+    from executor import checkpoint
+    from pipeplan import models
+
+    seq = models.build("bert-synth")
+    layout = checkpoint._gather_layout(0, len(seq.layers))
+    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+    step = tmp_path / "checkpoints" / "step-4"
+    rng_file = step / "rng.pt"
+    saved = torch.load(rng_file, weights_only=True)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    other = tmp_path / "other.pt"
+    torch.save({key: torch.zeros_like(value) for key, value in saved.items()}, other)
+    hashed = []
+    real_sha256 = checkpoint.handle_sha256
+
+    def sha256_then_swap(handle):
+        digest = real_sha256(handle)
+        hashed.append(digest)
+        if len(hashed) == len(checkpoint.FILES):  # rng.pt's, the last: then the swap
+            os.replace(fifo if swapped_in == "fifo" else other, rng_file)
+        return digest
+
+    monkeypatch.setattr(checkpoint, "handle_sha256", sha256_then_swap)
+    result = {}
+
+    def load() -> None:
+        try:
+            result["loaded"] = checkpoint.load_checkpoint(step)
+        except Exception as exc:  # the assertion below names it
+            result["error"] = exc
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    loader.join(timeout=30)
+    blocked = loader.is_alive()
+    if blocked:  # a writer that comes and goes: the blocked open returns, the read ends
+        os.close(os.open(rng_file, os.O_WRONLY | os.O_NONBLOCK))
+        loader.join(timeout=30)
+    assert not blocked, "load_checkpoint blocked opening the FIFO swapped in for rng.pt"
+    assert "error" not in result, result.get("error")
+    assert len(hashed) == len(checkpoint.FILES)
+    rng = result["loaded"][3]
+    assert rng.keys() == saved.keys()
+    assert all(torch.equal(rng[key], saved[key]) for key in saved)  # what was checked
+
+
 def _steps_4_and_8(tmp_path):
     """Checkpoints step-4 and step-8 of bert-synth in tmp_path (latest: step-8); returns the
     checkpoint module."""

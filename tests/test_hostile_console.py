@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -115,6 +117,51 @@ def test_a_closed_stdout_is_one_line_and_exit_2_only_when_written():
     status, _, err = command(["schema", "nonsense"], shell=">&-")
     assert status == 2 and err.count("\n") == 1
     assert err.startswith("pipeplan: error: unknown schema"), err
+
+
+def _under_file_size_limit(limit: int) -> None:
+    """The child's `ulimit -f`, as a shell's: a write past `limit` bytes fails with EFBIG
+    (SIGXFSZ ignored, as Python and pipeplan have it), where the signal would end it."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    ("args", "unbuffered"),
+    [
+        (["report", "RUN", "--json"], "1"),
+        ([*PREVIEW, "--json"], "1"),
+        (["models"], "1"),
+        (["models"], ""),
+    ],
+    ids=["report-json", "preview-json", "models", "models-buffered"],
+)
+def test_stdout_cut_by_a_file_size_limit_is_one_line_naming_it_and_exit_2(
+    args, unbuffered, run_dir, tmp_path
+):
+    """Found by the forty-third round: under `ulimit -f 1`, `report --json`, `preview
+    --json` and `models` into a file kept its first 1,024 bytes (a JSON object cut
+    mid-token) and exited 0 with nothing said: under PYTHONUNBUFFERED=1 stdout handed each
+    output to the file in one write, and the short write it got was taken as whole. Now the
+    rest is written, fails with EFBIG, and the limit is named as every file writer names it.
+    Without PYTHONUNBUFFERED Python's buffer already retried; the line is the same."""
+    args = [str(run_dir) if arg == "RUN" else arg for arg in args]
+    out = tmp_path / "out.txt"
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
+    with out.open("wb") as stdout:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "cli.py"), *args],
+            cwd=ROOT,
+            env=env,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            preexec_fn=lambda: _under_file_size_limit(1024),
+        )
+    limit = "File too large: the file size limit, ulimit -f, is 1024 bytes"
+    assert (done.returncode, done.stderr) == (2, f"{STDOUT_FAILED}{limit}\n")
+    assert out.stat().st_size == 1024  # cut at the limit: the output was longer
 
 
 def test_any_failure_of_stdout_but_a_closed_pipe_is_exit_2_and_one_line(capsys):
