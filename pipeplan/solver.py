@@ -68,7 +68,8 @@ MESSAGE_BUDGET_S = 1.0
 # Work after which the search stops with the best layout so far and reports how far from
 # proven it is, in units of a few µs here (counted, not timed, so a plan is reproducible):
 # operations simulated, partial partitions generated, tables built. Models of tens of layers
-# stay below it (bert-large on 16 devices: at most 50 % of it, every phase proven); long
+# mostly stay below it (the benchmark's bert-large plan on 16 devices: at most 50 % of it,
+# every phase proven; those that reach it go on as sub-searches, SUB_SEARCH_WORK); long
 # pipelines of near-equal partitions, which the bounds cannot separate, reach it (the
 # 1,000-layer benchmark: 0.2–0.6 s a phase on 2 cores).
 DEFAULT_WORK_LIMIT = 120_000
