@@ -92,7 +92,7 @@ WORK_PER_LEAF_STAGE = 10
 # best-first simulates a layout only once its bound is the smallest, and hundreds of
 # thousands of partial partitions of every stage count lay below the optimum), 24 % slower
 # than `--stages 10`, which is proven within the limit.
-SUB_SEARCH_WORK = 4
+SUB_SEARCH_WORK = 2
 # Inside a sub-search, every this much work the node opened next is followed greedily to a
 # complete layout (smallest child bound), simulated at once: a best-first search reaches
 # its leaves last, and a sub-search that stops at its own limit needs layouts before then.
