@@ -68,7 +68,8 @@ MESSAGE_BUDGET_S = 1.0
 # Work after which the search stops with the best layout so far and reports how far from
 # proven it is, in units of a few µs here (counted, not timed, so a plan is reproducible):
 # operations simulated, partial partitions generated, tables built. Models of tens of layers
-# stay below it (bert-large on 16 devices: at most 50 % of it, every phase proven); long
+# mostly stay below it (the benchmark's bert-large plan on 16 devices: at most 50 % of it,
+# every phase proven; those that reach it go on as sub-searches, SUB_SEARCH_WORK); long
 # pipelines of near-equal partitions, which the bounds cannot separate, reach it (the
 # 1,000-layer benchmark: 0.2–0.6 s a phase on 2 cores).
 DEFAULT_WORK_LIMIT = 120_000
@@ -82,6 +83,20 @@ WORK_PER_EXPANSION = 40
 WORK_PER_CHILD = 8
 WORK_PER_TABLE_STAGE = 30
 WORK_PER_LEAF_STAGE = 10
+# A search of tens of layers that reaches its work limit goes on as sub-searches, one per
+# (stage count, schedule) of what is still waiting (`_Run.sub_searches`): each the search a
+# `--stages` and `--schedule` pin would make, from where the whole search left it, with the
+# best layout so far to prune against, within a work limit of its own; together at most
+# SUB_SEARCH_WORK times the phase's limit (and what the plan has left). The forty-second
+# round: bert-large on 2 × 8 devices stopped at its limit with its first layout (pure
+# best-first simulates a layout only once its bound is the smallest, and hundreds of
+# thousands of partial partitions of every stage count lay below the optimum), 24 % slower
+# than `--stages 10`, which is proven within the limit.
+SUB_SEARCH_WORK = 2
+# Inside a sub-search, every this much work the node opened next is followed greedily to a
+# complete layout (smallest child bound), simulated at once: a best-first search reaches
+# its leaves last, and a sub-search that stops at its own limit needs layouts before then.
+DIVE_WORK = DEFAULT_WORK_LIMIT // 64
 # Shapes with more forward-only stage counts than this get a cheaper bound over them.
 FORWARD_ONLY_COUNTS = 64
 # Bytes of root-batch tables a search keeps for the trees that may open (`_Run.bound_roots`):
@@ -145,6 +160,11 @@ class PlanWork:
     def phase_limit(self) -> int:
         """The next phase search's work limit: its own, unless the plan has less left."""
         return max(0, min(DEFAULT_WORK_LIMIT, self.left))
+
+    def sub_search_limit(self) -> int:
+        """The work the next phase search's sub-searches may add past its limit
+        (`_Run.sub_searches`): SUB_SEARCH_WORK phases' worth, unless the plan has less left."""
+        return max(0, min(SUB_SEARCH_WORK * DEFAULT_WORK_LIMIT, self.left - self.phase_limit()))
 
     def solve(self, search: PhaseSearch, *args) -> PhaseSolution:
         """`search.solve(*args)` (a search built with `phase_limit()`), its work counted
@@ -453,15 +473,21 @@ class PhaseSearch:
         pins: Pins | None = None,
         work_limit: int = DEFAULT_WORK_LIMIT,
         forward_only: bool | None = None,
+        sub_search_limit: int | None = None,
     ):
         """`forward_only`: whether an uncached phase's frozen prefix may span leading
-        forward-only stages (None: unless the model is long, see below)."""
+        forward-only stages (None: unless the model is long, see below).
+        `sub_search_limit`: the work the sub-searches may add when the search reaches
+        `work_limit` (`_Run.sub_searches`; None: SUB_SEARCH_WORK × `work_limit`)."""
         self.model = model
         self.global_batch = global_batch
         self.frozen_layers = frozen_layers
         self.cached = cached and frozen_layers > 0
         self.pins = pins or Pins()
         self.work_limit = work_limit
+        if sub_search_limit is None:
+            sub_search_limit = SUB_SEARCH_WORK * work_limit
+        self.sub_search_limit = sub_search_limit
         self.first_computed = frozen_layers if self.cached else 0
         # An uncached phase's frozen prefix may span several leading stages, which run forward
         # only (no gradient goes back to them); stage 0 of a cached phase reads the cache and
@@ -1475,6 +1501,9 @@ class _Run:
         # most KEPT_TABLE_BYTES of them.
         self.root_tables: dict[tuple[Shape, Schedule], dict[str, np.ndarray]] = {}
         self.kept_bytes = 0
+        # Sub-searches (`sub_searches`): the work at which the next node opened is dived.
+        self.next_dive: float = math.inf
+        self.dives = 0
 
     def push(self, bound: float, kind: str, item: object, later: bool = False) -> None:
         if bound < self.limit():
@@ -1515,7 +1544,9 @@ class _Run:
                 self.heap, self.later = self.later, []
                 continue
             if self.work > self.phase.work_limit and self.simulated:
-                self.stop()
+                self.sub_searches()
+                if self.heap:  # else every part was proven: so is the search
+                    self.stop()
                 return
             bound, _, kind, item = heapq.heappop(self.heap)
             if kind == "shape":
@@ -1526,6 +1557,57 @@ class _Run:
                 self.open_node(*item)  # type: ignore[misc]
             else:
                 self.simulate(*item)  # type: ignore[misc]
+
+    def sub_searches(self) -> None:
+        """Out of work, a search of tens of layers goes on as the sub-searches a user could
+        pin: what waits is split by (stage count, schedule) and each part is searched
+        best-first alone, diving now and then (DIVE_WORK), within a phase's work limit,
+        until its smallest bound reaches the best step (that part proven) or its limit is
+        spent; all of them within `sub_search_limit`. The part whose dive found the fastest
+        layout goes first: one greedy dive into each (a few expansions) orders them. What
+        is left waits again, so the proof (`stop`) covers every part; when none is left the
+        search is proven. Not for long models (whose partial partitions are costly and whose
+        searches reach their limit anyway) nor when collecting (`layouts_within`)."""
+        if not self.dense or self.collect or self.phase.pins.boundaries is not None:
+            return
+        until = self.work + self.phase.sub_search_limit
+        parts: dict[tuple[int, str], list] = {}
+        for entry in self.heap + self.later:
+            shape, schedule = entry[3][:2]  # type: ignore[index]
+            parts.setdefault((shape.num_stages, schedule), []).append(entry)
+        self.heap, self.later = [], []
+        found: dict[tuple[int, str], float] = {}
+        for key, entries in parts.items():  # one dive each, to order them
+            heapq.heapify(entries)
+            self.heap, simulated = entries, len(self.simulated)
+            self.search_part(until, dives=1)
+            found[key] = min((step for step, *_ in self.simulated[simulated:]), default=math.inf)
+            parts[key] = self.heap
+        for key in sorted(parts, key=lambda key: found[key]):
+            self.heap = parts[key]
+            self.search_part(min(until, self.work + self.phase.work_limit))
+            parts[key] = self.heap
+        self.heap = [e for entries in parts.values() for e in entries if e[0] < self.limit()]
+        heapq.heapify(self.heap)
+
+    def search_part(self, until: float, dives: int | None = None) -> None:
+        """Best-first over `heap` (one part, `sub_searches`), diving every DIVE_WORK, until
+        its smallest bound reaches the limit, the work reaches `until`, or (`dives`) that
+        many dives are done."""
+        self.next_dive, self.dives = self.work, 0
+        while self.heap and self.heap[0][0] < self.limit() and self.work < until:
+            if dives is not None and self.dives >= dives:
+                break
+            bound, _, kind, item = heapq.heappop(self.heap)
+            if kind == "shape":
+                self.open_shape(*item, bound)  # type: ignore[misc]
+            elif kind == "tree":
+                self.open_tree(*item)  # type: ignore[misc]
+            elif kind == "node":  # its bound holds for its children too
+                self.open_node(*item, floor=bound)  # type: ignore[misc]
+            else:
+                self.simulate(*item)  # type: ignore[misc]
+        self.next_dive = math.inf
 
     def stop(self) -> None:
         """Out of work: what is proven is the smallest bound still waiting. The one-stage
@@ -1696,17 +1778,56 @@ class _Run:
         result = solve_partition(self.phase.problem(shape, schedule, ranks))
         return None if result is None else result.boundaries
 
-    def open_node(self, shape: Shape, schedule: Schedule, space: PartitionSpace, node: Node):
+    def open_node(
+        self,
+        shape: Shape,
+        schedule: Schedule,
+        space: PartitionSpace,
+        node: Node,
+        floor: float = 0.0,
+    ):
+        """Push the node's children; in a sub-search when a dive is due (`next_dive`), follow
+        the child of smallest bound down to a complete layout and simulate it. `floor`: a
+        bound of the node (a sub-search's children wait at least at it)."""
+        dive = self.work >= self.next_dive
+        if dive:
+            self.next_dive, self.dives = self.work + DIVE_WORK, self.dives + 1
+        next_node: Node | None = node
+        while next_node is not None:
+            next_node, floor = self.expand(shape, schedule, space, next_node, dive, floor)
+
+    def expand(
+        self,
+        shape: Shape,
+        schedule: Schedule,
+        space: PartitionSpace,
+        node: Node,
+        dive: bool,
+        floor: float,
+    ) -> tuple[Node | None, float]:
+        """Push the node's children, each at least at `floor`; diving, the one of smallest
+        bound is returned instead, with its bound (or simulated, when complete)."""
         # Collecting, a dominated forward-only prefix is a layout like any other: wanted.
         children = space.expand(node, self.limit(), searched=not self.collect)
         self.work += WORK_PER_EXPANSION + len(children) * (WORK_PER_CHILD + node.depth // 100)
-        for bound, child in children:
+        follow = -1
+        if dive and children:
+            follow = min(range(len(children)), key=lambda n: children[n][0])
+        deeper = None
+        for n, (bound, child) in enumerate(children):
+            bound = max(bound, floor)
             if child.depth == shape.num_stages:
                 # The complete layout's own bound (all windows) often spares a simulation.
                 bound = max(bound, self.leaf_bound(space, child.boundaries))
-                self.push(bound, "leaf", (shape, schedule, child.boundaries))
+                if n == follow and bound < self.limit():
+                    self.simulate(shape, schedule, child.boundaries)
+                else:
+                    self.push(bound, "leaf", (shape, schedule, child.boundaries))
+            elif n == follow:
+                deeper, floor = child, bound
             else:
                 self.push(bound, "node", (shape, schedule, space, child))
+        return deeper, floor
 
     def leaf_bound(self, space: PartitionSpace, boundaries: tuple[int, ...]) -> float:
         self.work += WORK_PER_LEAF_STAGE * (len(boundaries) - 1)
@@ -1870,17 +1991,15 @@ def solve_phase(
     retries = not cached and frozen_layers > 0 and model.num_layers > DENSE_MAX_LAYERS
     if retries:
         faster_than_s = math.inf
-    limit = work.phase_limit()
+    limit, more = work.phase_limit(), work.sub_search_limit()
     try:
-        search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, limit)
+        search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, limit, None, more)
         solution = work.solve(search, runner_ups, faster_than_s, hint)
     except DoesNotFitError:
         if not retries:
             raise
-        limit = work.phase_limit()
-        search = PhaseSearch(
-            model, global_batch, frozen_layers, cached, pins, limit, forward_only=True
-        )
+        limit, more = work.phase_limit(), work.sub_search_limit()
+        search = PhaseSearch(model, global_batch, frozen_layers, cached, pins, limit, True, more)
         solution = work.solve(search, runner_ups, math.inf, hint)
     if alone:
         work.report()
