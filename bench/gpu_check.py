@@ -75,14 +75,14 @@ def mib(n: float) -> str:
 
 
 def summary(*run_dirs: str) -> int:
-    from pipeplan.formats import PhaseRecord, RunConfig, StepRecord, read_records, steady_steps
+    from pipeplan.formats import STEP_RECORDS, PhaseRecord, RunConfig, read_records, steady_steps
     from pipeplan.formats import load as load_model
 
     failures = 0
     for run_dir in map(Path, run_dirs):
         config = load_model(RunConfig, run_dir / "run.json")
         records = read_records(run_dir / "run.jsonl")
-        steps = [r for r in records if isinstance(r, StepRecord)]
+        steps = [r for r in records if isinstance(r, STEP_RECORDS)]
         phases = {r.phase: r for r in records if isinstance(r, PhaseRecord)}  # a resume re-records
         for phase in phases.values():
             mine = steady_steps([s for s in steps if s.phase == phase.phase], phase, config)

@@ -17,7 +17,7 @@ from torch.utils.data import DistributedSampler
 import cli
 from executor.data import load_data
 from pipeplan import models
-from pipeplan.formats import EpochRecord, PhaseRecord, RunSummary, StepRecord, load, read_records
+from pipeplan.formats import STEP_RECORDS, EpochRecord, PhaseRecord, RunSummary, load, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST_PROFILE = ["--micro-batch-sizes", "1,2,4,8", "--warmup", "0", "--repeats", "1"]
@@ -61,7 +61,7 @@ def _run(made, name, *args) -> Path:
 
 def _records(run_dir: Path):
     records = read_records(run_dir / "run.jsonl")
-    return [[r for r in records if isinstance(r, kind)] for kind in (PhaseRecord, StepRecord)]
+    return [[r for r in records if isinstance(r, kind)] for kind in (PhaseRecord, STEP_RECORDS)]
 
 
 def _first_global_batch(train, replicas: int, global_batch: int, seed: int = 0):
