@@ -1066,13 +1066,17 @@ def check_priced_prediction(
         evaluation = CostModel(profile, pricing.cluster).evaluate(layout, record=False)
         step_s, stages = evaluation.step_s, stage_plans(evaluation.stages)
     pairs = [("predicted_step_s", phase.predicted_step_s, step_s)]
-    for s, (recorded, price) in enumerate(zip(phase.predicted_stages or [], stages, strict=True)):
+    # A record's stages are its layout's (`formats.run.check_stages`), as many as priced.
+    recorded_stages = phase.predicted_stages or []
+    priced = stages[: len(recorded_stages)]
+    for s, (recorded, price) in enumerate(zip(recorded_stages, priced, strict=True)):
         pairs += [
             (f"predicted_stages[{s}].{f}", getattr(recorded, f), getattr(price, f))
             for f in STAGE_PRICES
         ]
     for field, recorded, price in pairs:
-        if recorded is None or math.isclose(recorded, price, rel_tol=PRICE_REL_TOL, abs_tol=1e-12):
+        close = math.isclose(recorded or 0.0, price, rel_tol=PRICE_REL_TOL, abs_tol=1e-12)
+        if recorded is None or close:
             continue
         raise InputFileError(
             f"{where}: phase {phase.phase}: {field} {recorded!r} is not what its layout "
