@@ -104,13 +104,13 @@ def fake_pricing(devices: int = 2, model: str = "vit-digits"):
     )
 
 
-def priced(record, profile=None):
+def priced(record, profile=None, *, fill: bool = False):
     """`record` (a hand-made PhaseRecord) with the predictions a run records for its layout:
     what the layout prices to (`CostModel.evaluate`, its stages as `plan.stage_plans` writes
     them) from `profile`, else the shipped CPU profile its pricing names by sha256
     (`fake_pricing`'s), on its pricing.cluster. Each prediction it has is replaced, none
-    added: report and calibrate refuse a prediction that is not its layout's
-    (`costmodel.check_priced_prediction`).
+    added unless `fill` (then both, as a run records them): report and calibrate refuse a
+    prediction that is not its layout's (`costmodel.check_priced_prediction`).
 
         record = priced(PhaseRecord(..., predicted_step_s=0.1, pricing=fake_pricing(2)))
     """
@@ -126,9 +126,9 @@ def priced(record, profile=None):
         profile = next(p for p in shipped if profile_sha256(p) == want)
     evaluation = CostModel(profile, record.pricing.cluster).evaluate(record.layout, record=False)
     update = {}
-    if record.predicted_step_s is not None:
+    if fill or record.predicted_step_s is not None:
         update["predicted_step_s"] = evaluation.step_s
-    if record.predicted_stages is not None:
+    if fill or record.predicted_stages is not None:
         update["predicted_stages"] = stage_plans(evaluation.stages)
     return record.model_copy(update=update)
 
