@@ -1023,19 +1023,21 @@ def check_priced_prediction(
     recorded the plan's prediction). The layout holds every other input of the price: the
     micro-batches and their size, the schedule, the freeze point, the cache and the ranks;
     the profile its calibration. Found by the forty-sixth round: predicted_step_s edited
-    within the bound of its stages (`formats.run._check_step_bound`) changed report's
-    predicted-vs-measured errors and calibrate's fit, exit 0. InputFileError naming the
-    file's line `where` ("runs/a/run.jsonl:3") and the field.
+    within the bounds of its stages (`formats.run._check_step_bound`,
+    `check_step_holds_stages`) changed report's predicted-vs-measured errors, and calibrate
+    and export read the run, exit 0. InputFileError naming the file's line `where`
+    ("runs/a/run.jsonl:3"), the phase and the field.
 
         check_priced_prediction("runs/a/run.jsonl:1", phase, profiles, read_plan_copy(...))
 
     Within PRICE_REL_TOL, the plan's own tolerance (`plan.check_plan_prices`): a plan's
     predictions and every recorded stage are rounded to 9 significant digits, and a run's
     records may be read on another platform, whose float sums differ in the last bits. A
-    phase whose pricing cannot be had again is checked as far as it can be: a plan phase
-    whose plan's profile no record names (none of the run's files is known to be it) is held
-    to the plan's recorded prediction for its layout, and a layout of another model than its
-    profile is refused elsewhere (`check_priced_cluster` leaves it)."""
+    phase whose pricing inputs are not all recorded is checked as far as it can be: a plan
+    phase whose plan's profile no record names (no file of the run is known to be it) is
+    held to the plan's own prediction for its freeze point, which the run copied; a layout
+    of another model than its profile is priced by it not at all (as `check_priced_cluster`
+    leaves it)."""
     from pipeplan.formats.profile import profile_sha256
     from pipeplan.plan import PRICE_REL_TOL, STAGE_PRICES, stage_plans  # it imports this
 
