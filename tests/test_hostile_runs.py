@@ -2205,6 +2205,32 @@ def test_a_prediction_that_is_not_its_layouts_price_is_refused(tmp_path, capsys,
     assert not (tmp_path / "c").exists()
 
 
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_a_plan_runs_prediction_is_the_plans_after_a_refit(tmp_path, capsys, command):
+    """Found by the forty-sixth round: a run of a plan that recalibrated itself names its
+    refit (calibration-2.json) in its later phases' pricing, yet records the plan's
+    prediction, priced from the plan's profile on the plan's cluster: read as written
+    (`_planned`), and refused with its step edited 5% up (no bound holds a plan phase's step
+    from above), naming the plan's pricing."""
+    run, argv = _readable(tmp_path, command)
+    if command == "calibrate":
+        _predicted(run)
+    _planned(run, tmp_path)
+    lines = _lines(run)
+    i = _last(lines, "phase")
+    if command == "report":  # calibrate's records were priced with profile.json alone
+        assert lines[i]["pricing"]["profile"] == "calibration-2.json"
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    shutil.rmtree(tmp_path / "c", ignore_errors=True)
+    (tmp_path / "c").unlink(missing_ok=True)
+    value = lines[i]["predicted_step_s"] * 1.05
+    lines[i]["predicted_step_s"] = value
+    _rewrite(run, lines)
+    fragment = f"predicted_step_s {value!r} is not what its layout"
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment, "the plan's profile"))
+
+
 # ----------------------------------------------------------------------------- tenth round
 
 
