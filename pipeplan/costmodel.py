@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -35,6 +36,7 @@ from pipeplan.formats import (
     Layout,
     Link,
     PhaseRecord,
+    Plan,
     Profile,
     RunConfig,
     read_plan_copy,
@@ -921,7 +923,8 @@ def check_priced_clusters(
     run_dir: Path, config: RunConfig, records: list, profiles: dict[str, Profile]
 ) -> None:
     """Each phase of run.jsonl's `records`, in order, priced on a cluster its run builds
-    (`check_priced_cluster`); `profiles`: those that priced them, by name
+    (`check_priced_cluster`), predicting what its layout prices to there
+    (`check_priced_prediction`); `profiles`: those that priced them, by name
     (`formats.check_priced_profiles`). A run of a plan prices every phase and every epoch's
     forecast on its copy of the plan's cluster (`formats.read_plan_copy`, read here: gone
     or edited since, it is refused as a resume refuses it), and their links are held to it
@@ -931,8 +934,12 @@ def check_priced_clusters(
     """
     plan = read_plan_copy(run_dir, config)
     planned = None if plan is None else plan.inputs.cluster
-    for phase in (r for r in records if isinstance(r, PhaseRecord)):
+    # Every line of run.jsonl is a record (`formats.read_records`): its line is its place.
+    for line, phase in enumerate(records, start=1):
+        if not isinstance(phase, PhaseRecord):
+            continue
         check_priced_cluster(run_dir, config, phase, profiles[phase.pricing.profile], planned)
+        check_priced_prediction(f"{run_dir / 'run.jsonl'}:{line}", phase, profiles, plan)
     if planned is None:
         return  # the forecasts' are held to their phases' (`formats.run.check_one_cluster`)
     for epoch in (r for r in records if isinstance(r, EpochRecord) and r.forecast is not None):
@@ -1000,6 +1007,83 @@ def check_priced_cluster(
             f"{where}: pricing.cluster.device_memory_bytes {memory} is less than its layout "
             f"({phase.layout.label()}) needs on stage {s}, {stage.memory_bytes} bytes: the run "
             "priced only layouts that fit"
+        )
+
+
+def check_priced_prediction(
+    where: str, phase: PhaseRecord, profiles: dict[str, Profile], plan: Plan | None
+) -> None:
+    """A phase record's predicted_step_s and predicted_stages are what its layout prices to
+    (`CostModel.evaluate`: its step, and its stages as `plan.stage_plans` writes them) from
+    the profile and on the cluster that priced it, as the run priced it
+    (`executor.planning`): a phase the run solved, from the profile its pricing names
+    (`profiles`, by file: calibration-N.json once the run recalibrated itself) on its
+    pricing.cluster; a phase taken from the run's `plan` (its copy of it), from the plan's
+    profile on the plan's cluster, whatever profile the run had refitted by then (it
+    recorded the plan's prediction). The layout holds every other input of the price: the
+    micro-batches and their size, the schedule, the freeze point, the cache and the ranks;
+    the profile its calibration. Found by the forty-sixth round: predicted_step_s edited
+    within the bounds of its stages (`formats.run._check_step_bound`,
+    `check_step_holds_stages`) changed report's predicted-vs-measured errors, and calibrate
+    and export read the run, exit 0. InputFileError naming the file's line `where`
+    ("runs/a/run.jsonl:3"), the phase and the field.
+
+        check_priced_prediction("runs/a/run.jsonl:1", phase, profiles, read_plan_copy(...))
+
+    Within PRICE_REL_TOL, the plan's own tolerance (`plan.check_plan_prices`): a plan's
+    predictions and every recorded stage are rounded to 9 significant digits, and a run's
+    records may be read on another platform, whose float sums differ in the last bits. A
+    phase whose pricing inputs are not all recorded is checked as far as it can be: a plan
+    phase whose plan's profile no record names (no file of the run is known to be it) is
+    held to the plan's own prediction for its freeze point, which the run copied; a layout
+    of another model than its profile is priced by it not at all (as `check_priced_cluster`
+    leaves it)."""
+    from pipeplan.formats.profile import profile_sha256
+    from pipeplan.plan import PRICE_REL_TOL, STAGE_PRICES, stage_plans  # it imports this
+
+    if phase.predicted_step_s is None and phase.predicted_stages is None:
+        return  # nothing predicted: nothing for report or calibrate to read
+    layout, pricing = phase.layout, phase.pricing
+    source = f"{pricing.profile} on its pricing.cluster"
+    if pricing.source == "plan" and plan is not None:
+        by_sha = {profile_sha256(p): p for p in profiles.values()}
+        profile = by_sha.get(plan.inputs.profile.sha256)
+        source = f"the plan's profile on the plan's inputs.cluster ({RUN_PLAN})"
+        if profile is None:  # not recorded: the plan's prediction, which the run copied
+            frozen = layout.frozen_layers
+            planned = next((p for p in plan.phases if p.layout.frozen_layers == frozen), None)
+            if planned is None:  # a phase the plan has not (`RunPlanner.check_records`)
+                return
+            step_s, stages = planned.step_s, planned.stages
+            source = f"what {RUN_PLAN} predicts for it"
+        elif layout.boundaries[-1] != len(profile.layers):
+            return
+        else:
+            evaluation = CostModel(profile, plan.inputs.cluster).evaluate(layout, record=False)
+            step_s, stages = evaluation.step_s, stage_plans(evaluation.stages)
+    else:
+        profile = profiles[pricing.profile]
+        if layout.boundaries[-1] != len(profile.layers):
+            return
+        evaluation = CostModel(profile, pricing.cluster).evaluate(layout, record=False)
+        step_s, stages = evaluation.step_s, stage_plans(evaluation.stages)
+    pairs = [("predicted_step_s", phase.predicted_step_s, step_s)]
+    # A record's stages are its layout's (`formats.run.check_stages`), as many as priced.
+    recorded_stages = phase.predicted_stages or []
+    priced = stages[: len(recorded_stages)]
+    for s, (recorded, price) in enumerate(zip(recorded_stages, priced, strict=True)):
+        pairs += [
+            (f"predicted_stages[{s}].{f}", getattr(recorded, f), getattr(price, f))
+            for f in STAGE_PRICES
+        ]
+    for field, recorded, price in pairs:
+        close = math.isclose(recorded or 0.0, price, rel_tol=PRICE_REL_TOL, abs_tol=1e-12)
+        if recorded is None or close:
+            continue
+        raise InputFileError(
+            f"{where}: phase {phase.phase}: {field} {recorded!r} is not what its layout "
+            f"({layout.label()}) prices to from {source}, {price!r}: the run records its "
+            "planner's prediction; the record was edited"
         )
 
 

@@ -104,6 +104,35 @@ def fake_pricing(devices: int = 2, model: str = "vit-digits"):
     )
 
 
+def priced(record, profile=None, *, fill: bool = False):
+    """`record` (a hand-made PhaseRecord) with the predictions a run records for its layout:
+    what the layout prices to (`CostModel.evaluate`, its stages as `plan.stage_plans` writes
+    them) from `profile`, else the shipped CPU profile its pricing names by sha256
+    (`fake_pricing`'s), on its pricing.cluster. Each prediction it has is replaced, none
+    added unless `fill` (then both, as a run records them): report and calibrate refuse a
+    prediction that is not its layout's (`costmodel.check_priced_prediction`).
+
+        record = priced(PhaseRecord(..., predicted_step_s=0.1, pricing=fake_pricing(2)))
+    """
+    from executor.planning import profiles_dir
+    from pipeplan.costmodel import CostModel
+    from pipeplan.formats import Profile, load
+    from pipeplan.formats.profile import profile_sha256
+    from pipeplan.plan import stage_plans
+
+    if profile is None:
+        shipped = (load(Profile, path) for path in sorted(profiles_dir().glob("*@cpu-1t*.json")))
+        want = record.pricing.profile_sha256
+        profile = next(p for p in shipped if profile_sha256(p) == want)
+    evaluation = CostModel(profile, record.pricing.cluster).evaluate(record.layout, record=False)
+    update = {}
+    if fill or record.predicted_step_s is not None:
+        update["predicted_step_s"] = evaluation.step_s
+    if fill or record.predicted_stages is not None:
+        update["predicted_stages"] = stage_plans(evaluation.stages)
+    return record.model_copy(update=update)
+
+
 def write_fake_profile(run_dir: Path, model: str = "vit-digits") -> None:
     """The profile `fake_pricing(devices, model)` names, in hand-made `run_dir` as a run
     writes it.

@@ -18,13 +18,14 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import priced
 from test_hostile import copy_run, refused
 from test_report import elastic_records, write_run
 
 import cli
 from executor.planning import shipped_profile
 from pipeplan.errors import InputFileError
-from pipeplan.formats import Profile, RunConfig, load
+from pipeplan.formats import PhaseRecord, Profile, RunConfig, load
 
 # ----------------------------------------------------------------------------- run directories
 
@@ -409,12 +410,16 @@ def _planned(run: Path, tmp_path: Path) -> None:
     cluster = json.loads(text)["inputs"]["cluster"]
     assert cluster["inter_node"]["bandwidth_bytes_per_s"] == PLANNED_INTER_BW
     lines = _lines(run)
-    for line in lines:
+    for n, line in enumerate(lines):
         for pricing in (line.get("pricing"), (line.get("forecast") or {}).get("pricing")):
             if pricing:
                 pricing["cluster"] = cluster
         if line["kind"] == "phase":
             line["pricing"]["source"] = "plan"
+            # Predicting what the plan's profile prices its layout to on the plan's cluster,
+            # whatever the run had refitted by then, as a run of a plan records it.
+            record = priced(PhaseRecord.model_validate(line), load(Profile, PROFILE))
+            lines[n] = record.model_dump(mode="json")
     _rewrite(run, lines)
     doc = json.loads((run / "run.json").read_text())
     (run / "run.json").write_text(
@@ -2129,6 +2134,101 @@ def test_a_real_runs_step_that_contradicts_its_stages_is_refused(
 
 def _damaged_line(lines: list[dict], damage) -> int:
     return damage(lines)[0] + 1
+
+
+# ------------------------------------------------------------- forty-sixth round: predictions
+# A phase record's predictions against what its layout prices to (`costmodel.
+# check_priced_prediction`), beyond their bounds above.
+
+
+def _predicted(run: Path) -> None:
+    """`run`'s phase records (calibrate's, which predict nothing) predicting what their
+    layouts price to, as a run records them (`conftest.priced`)."""
+    lines = _lines(run)
+    for n, line in enumerate(lines):
+        if line["kind"] == "phase":
+            record = priced(PhaseRecord.model_validate(line), fill=True)
+            lines[n] = record.model_dump(mode="json")
+    _rewrite(run, lines)
+
+
+def _slack_phase(lines: list[dict]) -> tuple[int, float, float]:
+    """The first phase record whose predicted step is below its stages' work one after
+    another (a pipeline's stages overlap): its index, step and that bound."""
+    from pipeplan.formats import StagePlan
+    from pipeplan.formats.plan import step_upper_bound_s
+
+    for i, line in enumerate(lines):
+        if line["kind"] != "phase":
+            continue
+        stages = [StagePlan.model_validate(st) for st in line["predicted_stages"]]
+        bound = step_upper_bound_s(stages, line["layout"]["micro_batches"], 0.0)
+        if line["predicted_step_s"] < 0.9 * bound:
+            return i, line["predicted_step_s"], bound
+    raise AssertionError("no phase of a pipeline's overlap")
+
+
+def _step_within_its_bounds(lines: list[dict]) -> tuple[int, str]:
+    i, step_s, bound = _slack_phase(lines)
+    value = (step_s + bound) / 2  # more than the stages' work, less than all of it in a row
+    lines[i]["predicted_step_s"] = value
+    return i, f"phase {lines[i]['phase']}: predicted_step_s {value!r} is not what its layout"
+
+
+def _stage_within_its_step(lines: list[dict]) -> tuple[int, str]:
+    i, _, _ = _slack_phase(lines)
+    stage = lines[i]["predicted_stages"][0]
+    stage["fwd_s"] = round(stage["fwd_s"] * 1.05, 12)  # still inside the step
+    return i, f"predicted_stages[0].fwd_s {stage['fwd_s']!r} is not what its layout"
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+@pytest.mark.parametrize("damage", [_step_within_its_bounds, _stage_within_its_step])
+def test_a_prediction_that_is_not_its_layouts_price_is_refused(tmp_path, capsys, command, damage):
+    """Found by the forty-sixth round: a phase record's predicted_step_s edited between its
+    stages' work and their sum (`check_step_holds_stages`, `step_upper_bound_s` hold it to
+    no more), or a stage's fwd_s edited 5% up inside its step, changed report's
+    predicted-vs-measured errors and was read by calibrate, exit 0. The run records what
+    the phase's layout prices to from the profile and on the cluster its pricing names:
+    refused on its line, naming the phase and the field. As written, the records read."""
+    run, argv = _readable(tmp_path, command)
+    if command == "calibrate":
+        _predicted(run)
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    shutil.rmtree(tmp_path / "c", ignore_errors=True)
+    (tmp_path / "c").unlink(missing_ok=True)
+    lines = _lines(run)
+    i, fragment = damage(lines)
+    _rewrite(run, lines)
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment, "the record was edited"))
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_a_plan_runs_prediction_is_the_plans_after_a_refit(tmp_path, capsys, command):
+    """Found by the forty-sixth round: a run of a plan that recalibrated itself names its
+    refit (calibration-2.json) in its later phases' pricing, yet records the plan's
+    prediction, priced from the plan's profile on the plan's cluster: read as written
+    (`_planned`), and refused with its step edited 5% up (no bound holds a plan phase's step
+    from above), naming the plan's pricing."""
+    run, argv = _readable(tmp_path, command)
+    if command == "calibrate":
+        _predicted(run)
+    _planned(run, tmp_path)
+    lines = _lines(run)
+    i = _last(lines, "phase")
+    if command == "report":  # calibrate's records were priced with profile.json alone
+        assert lines[i]["pricing"]["profile"] == "calibration-2.json"
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    shutil.rmtree(tmp_path / "c", ignore_errors=True)
+    (tmp_path / "c").unlink(missing_ok=True)
+    value = lines[i]["predicted_step_s"] * 1.05
+    lines[i]["predicted_step_s"] = value
+    _rewrite(run, lines)
+    fragment = f"predicted_step_s {value!r} is not what its layout"
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment, "the plan's profile"))
 
 
 # ----------------------------------------------------------------------------- tenth round

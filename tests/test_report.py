@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import fake_pricing, write_fake_profile
+from conftest import fake_pricing, priced, write_fake_profile
 
 import cli
 from executor.planning import shipped_profile
@@ -95,7 +95,14 @@ def phase_record(phase: int, *, stages: int, replicas: int, **fields) -> PhaseRe
         pricing=fake_pricing(stages * replicas),
     )
     record.update({k: v for k, v in fields.items() if k not in LAYOUT_FIELDS})
-    return PhaseRecord(phase=phase, layout=Layout(**layout), **record)
+    return priced_as_run(PhaseRecord(phase=phase, layout=Layout(**layout), **record))
+
+
+def priced_as_run(record: PhaseRecord) -> PhaseRecord:
+    """`record`'s predictions as its run records them (`conftest.priced`): from
+    calibrated_profile() where it names calibration-2.json."""
+    calibrated = record.pricing.profile == CALIBRATED_PRICING.profile
+    return priced(record, calibrated_profile() if calibrated else None)
 
 
 def rank(rank: int, stage: int | None, replica: int | None, **times: float) -> RankTimes:
@@ -258,26 +265,34 @@ def static(tmp_path) -> Path:
 # --------------------------------------------------------------------------- numbers
 
 
+def elastic_phase(phase: int) -> PhaseRecord:
+    """elastic_records()'s phase record `phase`, its predictions priced as its run's."""
+    return [r for r in elastic_records() if isinstance(r, PhaseRecord)][phase]
+
+
 def test_phase_step_median_skips_the_warmup_steps_and_gives_error_and_iqr(elastic):
     p0 = make_report(elastic).phases[0]
     assert (p0.steps, p0.measured_steps) == (7, 5)
     assert p0.measured_step_s == pytest.approx(0.3)  # median of 0.1..0.5, not of the 9 s steps
     # Quartiles of 0.1..0.5 (statistics.quantiles, exclusive): 0.15 and 0.45.
     assert p0.measured_iqr_s == pytest.approx(0.3)
-    assert p0.error == pytest.approx((0.1 - 0.3) / 0.3)
-    assert p0.layout.label() == "2x1 M=4 1f1b" and p0.predicted_step_s == 0.1
+    predicted = elastic_phase(0).predicted_step_s
+    assert p0.error == pytest.approx((predicted - 0.3) / 0.3)
+    assert p0.layout.label() == "2x1 M=4 1f1b" and p0.predicted_step_s == predicted
 
 
 def test_stage_predictions_are_per_step_and_measurements_are_medians(elastic):
     s0, s1 = make_report(elastic).phases[0].stages
     assert (s0.first_layer, s0.stop_layer, s0.ranks) == (0, 5, [0])
     # Predicted: M=4 micro-batches × (fwd + bwd); measured: median of 0.11..0.15.
-    assert s0.compute.predicted_s == pytest.approx(0.08)
+    plan = elastic_phase(0).predicted_stages[0]
+    compute = 4 * (plan.fwd_s + plan.bwd_s)
+    assert s0.compute.predicted_s == pytest.approx(compute)
     assert s0.compute.measured_s == pytest.approx(0.13)
-    assert s0.compute.error == pytest.approx((0.08 - 0.13) / 0.13)
-    assert s0.transfer.predicted_s == pytest.approx(0.004)
+    assert s0.compute.error == pytest.approx((compute - 0.13) / 0.13)
+    assert s0.transfer.predicted_s == pytest.approx(4 * plan.send_fwd_s)
     assert s0.transfer.measured_s == pytest.approx(0.02)
-    assert s0.optimizer.error == pytest.approx((0.002 - 0.004) / 0.004)
+    assert s0.optimizer.error == pytest.approx((plan.optimizer_s - 0.004) / 0.004)
     assert s0.measured_input_s == pytest.approx(0.001) and s1.measured_input_s is None
     # A zero prediction (no replicas to all-reduce with) has no relative error.
     assert s0.allreduce.predicted_s == 0.0 and s0.allreduce.error is None
@@ -288,7 +303,10 @@ def test_stage_measurement_averages_the_replicas_of_a_stage(elastic):
     (stage,) = make_report(elastic).phases[1].stages
     assert stage.ranks == [0, 1]
     assert stage.compute.measured_s == pytest.approx(0.05)  # mean of 0.03 and 0.07
-    assert stage.compute.predicted_s == pytest.approx(0.05) and stage.compute.error == 0.0
+    plan = elastic_phase(1).predicted_stages[0]  # one micro-batch
+    compute = plan.fwd_s + plan.bwd_s
+    assert stage.compute.predicted_s == pytest.approx(compute)
+    assert stage.compute.error == pytest.approx((compute - 0.05) / 0.05)
     assert stage.allreduce.measured_s == pytest.approx(0.007)
     assert stage.replica0 is not None and stage.replica0.fwd_s == pytest.approx(0.02)
 
@@ -296,7 +314,8 @@ def test_stage_measurement_averages_the_replicas_of_a_stage(elastic):
 def test_training_time_accuracy_and_epochs(elastic):
     report = make_report(elastic)
     assert report.training_s == pytest.approx(2.0 + 1.0 + 0.1 + 0.2)
-    assert report.predicted_training_s == pytest.approx(0.1 * 7 + 0.07 * 3)
+    p0, p1 = elastic_phase(0).predicted_step_s, elastic_phase(1).predicted_step_s
+    assert report.predicted_training_s == pytest.approx(p0 * 7 + p1 * 3)
     assert report.final_eval_accuracy == 0.8 and report.steps == 10
     assert [(e.epoch, e.stages, e.replicas) for e in report.epochs] == [(0, 2, 1), (1, 1, 2)]
     assert report.baseline is None
@@ -329,7 +348,7 @@ def test_speedup_against_a_baseline(elastic, static):
     baseline = make_report(elastic, static).baseline
     assert baseline is not None and baseline.name == "static"
     assert baseline.measured_speedup == pytest.approx((6.0 + 0.6) / 3.3)
-    assert baseline.predicted_training_s == pytest.approx(0.182 * 10)
+    assert baseline.predicted_training_s == pytest.approx(static_records()[0].predicted_step_s * 10)
     assert baseline.previewed_speedup is None and baseline.previewed_training_s is None
     why = "this run has epochs of 3, 7 steps: no one epoch to price"
     assert baseline.previewed_unavailable == why
@@ -510,7 +529,7 @@ def test_no_previewed_speedup_for_runs_started_from_different_profiles(
     for n, record in enumerate(records):
         if isinstance(record, PhaseRecord):
             pricing = record.pricing.model_copy(update={"profile_sha256": profile_sha256(other)})
-            records[n] = record.model_copy(update={"pricing": pricing})
+            records[n] = priced(record.model_copy(update={"pricing": pricing}), other)
     static = write_run(tmp_path / "static", records, epochs=PREVIEW_EPOCHS)
     (static / "profile.json").write_text(dumps(other))
     baseline = make_report(elastic, static).baseline
@@ -578,11 +597,13 @@ def test_timelines_for_the_plots(elastic):
 
 def test_the_prediction_beyond_the_simulated_schedule_is_overhead(elastic):
     phase = make_report(elastic).phases[1]
-    # One stage, one micro-batch: 0.02 + 0.03 compute, 0.007 all-reduce, 0.002 optimizer.
-    assert phase.predicted_overhead_s == pytest.approx(0.07 - 0.059)
+    # One stage, one micro-batch, priced with a calibration whose step overhead is OVERHEAD_S:
+    # the prediction is the simulated schedule plus that.
+    assert phase.predicted_overhead_s == pytest.approx(OVERHEAD_S)
     simulated = simulated_timeline(phase)
-    assert simulated is not None and simulated.step_s == pytest.approx(0.07)
-    assert max(e.end_s for e in simulated.events) == pytest.approx(0.059)
+    assert simulated is not None and simulated.step_s == pytest.approx(phase.predicted_step_s)
+    schedule_s = max(e.end_s for e in simulated.events)
+    assert schedule_s == pytest.approx(phase.predicted_step_s - OVERHEAD_S)
 
 
 # --------------------------------------------------------------------------- bad input
@@ -679,7 +700,8 @@ def test_cli_prints_the_phase_and_stage_tables_and_the_speedup(
     monkeypatch.setenv("COLUMNS", "160")  # rich wraps headers in a narrower console
     assert cli.main(["report", str(elastic), "--baseline", str(static)]) == 0
     out = capsys.readouterr().out
-    assert "predicted ms" in out and "2x1 M=4 1f1b" in out and "-67%" in out
+    error = (elastic_phase(0).predicted_step_s - 0.3) / 0.3
+    assert "predicted ms" in out and "2x1 M=4 1f1b" in out and f"{error:+.0%}" in out
     assert "phase 1: predicted / measured" in out and "pipeline bubbles" in out
     assert "speedup over static: measured 2.00×" in out and "(previewed n/a)" in out
 
