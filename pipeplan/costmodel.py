@@ -1022,7 +1022,7 @@ def check_priced_prediction(
     profile on the plan's cluster, whatever profile the run had refitted by then (it
     recorded the plan's prediction). The layout holds every other input of the price: the
     micro-batches and their size, the schedule, the freeze point, the cache and the ranks;
-    the profile its calibration. Found by the forty-sixth round: predicted_step_s edited
+    the profile its calibration. Left open since the forty-second round: predicted_step_s edited
     within the bounds of its stages (`formats.run._check_step_bound`,
     `check_step_holds_stages`) changed report's predicted-vs-measured errors, and calibrate
     and export read the run, exit 0. InputFileError naming the file's line `where`
@@ -1083,7 +1083,8 @@ def check_priced_prediction(
         raise InputFileError(
             f"{where}: phase {phase.phase}: {field} {recorded!r} is not what its layout "
             f"({layout.label()}) prices to from {source}, {price!r}: the run records its "
-            "planner's prediction; the record was edited"
+            "planner's prediction; the record was edited (or written by a pipeplan that "
+            "priced differently: read it with that version)"
         )
 
 

@@ -2136,7 +2136,7 @@ def _damaged_line(lines: list[dict], damage) -> int:
     return damage(lines)[0] + 1
 
 
-# ------------------------------------------------------------- forty-sixth round: predictions
+# --------------------------------------------- left open since the forty-second round: predictions
 # A phase record's predictions against what its layout prices to (`costmodel.
 # check_priced_prediction`), beyond their bounds above.
 
@@ -2185,7 +2185,7 @@ def _stage_within_its_step(lines: list[dict]) -> tuple[int, str]:
 @pytest.mark.parametrize("command", ["report", "calibrate"])
 @pytest.mark.parametrize("damage", [_step_within_its_bounds, _stage_within_its_step])
 def test_a_prediction_that_is_not_its_layouts_price_is_refused(tmp_path, capsys, command, damage):
-    """Found by the forty-sixth round: a phase record's predicted_step_s edited between its
+    """Left open since the forty-second round: a phase record's predicted_step_s edited between its
     stages' work and their sum (`check_step_holds_stages`, `step_upper_bound_s` hold it to
     no more), or a stage's fwd_s edited 5% up inside its step, changed report's
     predicted-vs-measured errors and was read by calibrate, exit 0. The run records what
@@ -2207,7 +2207,7 @@ def test_a_prediction_that_is_not_its_layouts_price_is_refused(tmp_path, capsys,
 
 @pytest.mark.parametrize("command", ["report", "calibrate"])
 def test_a_plan_runs_prediction_is_the_plans_after_a_refit(tmp_path, capsys, command):
-    """Found by the forty-sixth round: a run of a plan that recalibrated itself names its
+    """Left open since the forty-second round: a run of a plan that recalibrated itself names its
     refit (calibration-2.json) in its later phases' pricing, yet records the plan's
     prediction, priced from the plan's profile on the plan's cluster: read as written
     (`_planned`), and refused with its step edited 5% up (no bound holds a plan phase's step
