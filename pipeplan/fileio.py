@@ -11,7 +11,7 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
@@ -721,6 +721,76 @@ def not_a_new_directory(out: Path) -> str | None:
             "directory is renamed into place, and a rename cannot put a folder where a link is"
         )
     return None
+
+
+class HeldFolder:
+    """The folder an output is written into, held open (`held_folder`) from its check to
+    the output's last rename. Found by the forty-third round: `export --out par/exp` checked
+    that par/ lay in no run directory, then made its temporary folder and renamed it into
+    place by path seconds later; par/ swapped meanwhile for a link to a run directory put the
+    export inside that run (exit 0). Every step names its entries through the descriptor
+    (`entry`, `fd` as dir_fd), so a folder on the path swapped meanwhile redirects nothing,
+    and `confirm` refuses, before the rename, a path that no longer leads here.
+
+        with held_folder(out.parent, lambda: check_outside_runs(out), out) as folder:
+            os.mkdir(".tmp-x", dir_fd=folder.fd)
+            library.save(folder.entry(".tmp-x"))    # a library that takes a path
+            folder.confirm()
+            os.replace(".tmp-x", out.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+    """
+
+    def __init__(self, path: Path, fd: int, check: Callable[[], None] | None, out: Path):
+        self.path, self.fd, self.check, self.out = path, fd, check, out
+
+    def entry(self, name: str) -> Path:
+        """`name` in the held folder as a path, for code that takes only one (transformers'
+        save_pretrained): through the descriptor where the kernel names it (Linux's
+        /proc/self/fd), else by the folder's path, whose swap `confirm` then catches."""
+        through = Path(f"/proc/self/fd/{self.fd}")
+        return through / name if through.is_dir() else self.path / name
+
+    def confirm(self) -> None:
+        """The output's check again (`check`), and the folder's path still leading to the
+        held folder (links followed, as when it was opened); OutputError naming the output
+        otherwise: called just before the last rename, it is what the command says of a
+        folder swapped while it worked (the rename itself would land in the held one)."""
+        if self.check is not None:
+            self.check()
+        try:
+            there = os.stat(self.path)
+        except OSError:
+            there = None
+        if there is None or (there.st_dev, there.st_ino) != identity(self.fd):
+            raise OutputError(
+                f"{self.out}: the folder {self.path} was moved or replaced while this command "
+                "worked; nothing was written (write into a folder that stays where it is)"
+            )
+
+
+@contextmanager
+def held_folder(
+    folder: str | Path, check: Callable[[], None] | None = None, out: str | Path | None = None
+) -> Iterator[HeldFolder]:
+    """`folder` opened (links followed) for the block as a `HeldFolder`, once `check` (the
+    output's own: `check_outside_runs`) passes of the path that led to it; `out` names the
+    output in messages (the folder itself by default). OutputError naming what stands in the
+    folder's place when it cannot be opened."""
+    folder = Path(folder) if str(folder) else Path(".")
+    out = Path(out) if out is not None else folder
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError | NotADirectoryError):
+            why = _no_folder(folder)  # what stands on its path, as other outputs say
+        else:
+            why = f"cannot open {folder} ({exc.strerror or exc})"
+        raise OutputError(f"{out}: {why}") from None
+    try:
+        held = HeldFolder(folder, fd, check, out)
+        held.confirm()  # the check passes, of the folder now held
+        yield held
+    finally:
+        os.close(fd)
 
 
 # Locks held until this process exits (the kernel drops them when it dies, however it dies).
