@@ -278,6 +278,67 @@ def test_export_out_swapped_into_a_run_while_the_model_builds_is_refused(
     assert list((tmp_path / "d" / "par.old").iterdir()) == []
 
 
+def test_plan_out_through_a_folder_swapped_while_it_plans_lands_in_no_run(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-third round (F5's class, in `plan --out`, and `calibrate --out`
+    by the same writer): --out's folder, checked at the start, swapped for a link to a run
+    directory while the plan was made, and the plan was written into the run (exit 0):
+    the writer re-checked only that the file could be written. The writer holds the folder
+    (`fileio.write_files(user_output=True)`) and checks it again before the rename."""
+    import pipeplan.plan as plan
+
+    run = _a_run(tmp_path)
+    before = _listing(run)
+    par = tmp_path / "par"
+    par.mkdir()
+    made = plan.make_plan
+
+    def plan_then_swap(*args, **kwargs):
+        result = made(*args, **kwargs)
+        _swap_for_a_link(par, run)
+        return result
+
+    monkeypatch.setattr(plan, "make_plan", plan_then_swap)
+    assert cli.main(["plan", "--profile", str(PROFILE), "--out", str(par / "p.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pipeplan: error: "), err
+    assert "lies inside the run directory" in err[0], err
+    assert par.is_symlink() and _listing(run) == before
+    assert list((tmp_path / "par.old").iterdir()) == []
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_report_plot_swapped_into_a_run_between_its_plots_is_refused(
+    finished_run, tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-third round (F5's class, in `report --plot DIR`): DIR swapped for
+    a link to a run directory while the set was drawn; the last plot was staged inside the
+    run, the renames looked for the first ones through the link ("write failed (No such file
+    or directory)"), and their temporaries stayed in the folder. The set is written through
+    the folder held from its first plot and refused before any rename: exit 2, one line
+    naming the run, nothing in the run or in the folder."""
+    import pipeplan.plots as plots
+
+    run = _a_run(tmp_path)
+    before = _listing(run)
+    out = tmp_path / "plots"
+    drawn = plots.epochs_png  # the set's last plot
+
+    def swap_then_draw(*args, **kwargs):
+        _swap_for_a_link(out, run)
+        return drawn(*args, **kwargs)
+
+    monkeypatch.setattr(plots, "epochs_png", swap_then_draw)
+    assert cli.main(["report", str(finished_run), "--plot", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pipeplan: error: "), err
+    assert "lies inside the run directory" in err[0], err
+    assert out.is_symlink() and _listing(run) == before
+    assert list((tmp_path / "plots.old").iterdir()) == []
+
+
 @pytest.mark.parametrize("name", ["checkpoints", "run.jsonl"])
 def test_run_name_refuses_the_names_that_mark_a_run_directory(name):
     """Found by the forty-second round: `run --name checkpoints` and `--name run.jsonl` were
