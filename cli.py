@@ -207,7 +207,7 @@ def plan(
     check_writable(out, inputs=[given.get("profile"), given.get("cluster"), schedule])
     args = build(PlanRequest, given).resolve()
     result = make_plan(args.profile, args.cluster, **args.kwargs())
-    write_atomic(out, dumps(result))
+    write_atomic(out, dumps(result), user_output=True)
     args.warn_links()  # once the work is done: no warning line before an error line
     # On several nodes the rank map (the placement) decides which links are used: shown.
     several_nodes = args.cluster.nodes > 1

@@ -706,7 +706,7 @@ def save_model(seq: LayerSequence, run_dir: Path, tokenizer: Any = None) -> Path
     shutil.rmtree(out, ignore_errors=True)
     with stops_raised():  # SIGTERM too removes the partial `.tmp-model-PID/`, as Ctrl-C does
         # The run directory as it is, never made again.
-        models.export(seq, out, parents=False, tokenizer=tokenizer)
+        models.export(seq, out, parents=False, tokenizer=tokenizer, run_owned=True)
     log.info("trained model: %s (transformers: from_pretrained)", out)
     return out
 

@@ -59,7 +59,7 @@ def plan(profile: str, out: str | Path | None = None, **options: Any) -> Plan:
     args = _request(PlanRequest, {"profile": profile, **options}).resolve()
     result = make_plan(args.profile, args.cluster, **args.kwargs())
     if out is not None:
-        write_atomic(out, dumps(result))
+        write_atomic(out, dumps(result), user_output=True)
     args.warn_links()
     return result
 

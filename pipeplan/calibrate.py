@@ -932,5 +932,5 @@ def calibrate_to_file(run_dirs: list[str], profile_path: str, out: str) -> Profi
     runs = [Path(d) / name for d in run_dirs for name in ("run.jsonl", "run.json", "profile.json")]
     check_writable(out, inputs=[profile_path, *runs])
     calibrated = calibrate(run_dirs, load(Profile, profile_path))
-    write_atomic(out, dumps(calibrated))
+    write_atomic(out, dumps(calibrated), user_output=True)
     return calibrated

@@ -6,13 +6,14 @@ import errno
 import fcntl
 import os
 import re
+import secrets
 import shutil
 import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -260,14 +261,17 @@ def enclosing_run(path: str | Path, *, strictly: bool = False) -> Path | None:
     return None
 
 
-def write_atomic(path: str | Path, content: str | bytes) -> None:
+def write_atomic(path: str | Path, content: str | bytes, *, user_output: bool = False) -> None:
     """Write to a temporary file beside `path`, fsync, then rename over it (the caller has
-    checked a user's target with `check_writable`)."""
-    write_files([(path, content)])
+    checked a user's target with `check_writable`; `user_output`: see `write_files`)."""
+    write_files([(path, content)], user_output=user_output)
 
 
 def write_files(
-    contents: Iterable[tuple[str | Path, str | bytes]], stale: Iterable[Path] = ()
+    contents: Iterable[tuple[str | Path, str | bytes]],
+    stale: Iterable[Path] = (),
+    *,
+    user_output: bool = False,
 ) -> list[Path]:
     """Write a set of files all or nothing: each to a temporary file beside its target
     (fsynced), and only once every one is written, all renamed into place with Ctrl-C held
@@ -280,37 +284,65 @@ def write_files(
     `stale`: files of the set this one replaces that it does not write again (`phase5-step.png`
     of a longer plan), removed in the same step: moved aside before the renames, put back if
     one fails, deleted once all are done, so no mixed set is left either way.
+
+    Each target's folder is held open from its first file to the last rename (`held_folder`),
+    every step made through it: a folder on the path swapped meanwhile redirects nothing, and
+    is refused before any rename (the forty-third round's F5, found of export). `user_output`
+    (plan and calibrate's --out, the plots): the folder must lie in no run directory
+    (`check_outside_runs`) then too, not only when the command started.
     """
-    staged: list[tuple[str, Path]] = []  # (temporary, target)
-    moved: list[tuple[str, Path]] = []  # (where a stale file waits, its name)
+    staged: list[tuple[str, Path, HeldFolder]] = []  # (temporary, target, its folder)
+    moved: list[tuple[str, Path, HeldFolder]] = []  # (where a stale file waits, its name, …)
     target: str | Path = ""  # the file being written, for the message
+    with ExitStack() as holding:
+        folders: dict[Path, HeldFolder] = {}
+
+        def folder_of(path: Path) -> HeldFolder:
+            if path.parent not in folders:
+                check = (lambda: check_outside_runs(path)) if user_output else None
+                folders[path.parent] = holding.enter_context(held_folder(path.parent, check, path))
+            return folders[path.parent]
+
+        try:
+            for target, content in contents:
+                path = check_writable(target, run_owned=True)
+                folder = folder_of(path)
+                staged.append((_write_temporary(folder, path, content), path, folder))
+            for _, target, folder in staged:  # a link made since `check_writable`: never
+                if _is_link(folder, target.name):  # renamed over
+                    raise OutputError(f"{target}: {LINKED}")
+            for folder in folders.values():  # the paths still lead to the folders written
+                folder.confirm()
+            with sigint_deferred():
+                for target in stale:
+                    folder = folder_of(target)
+                    moved.append((_move_aside(folder, target), target, folder))
+                for tmp, target, folder in staged:
+                    os.replace(tmp, target.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+        except BaseException as exc:
+            for tmp, _, folder in staged:
+                with suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=folder.fd)
+            for aside, path, folder in moved:
+                os.replace(aside, path.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+            if isinstance(exc, OSError):
+                # `write_failure`: past `ulimit -f`, the limit is named, as the run's own files
+                # name it (forty-second round: "write failed (File too large)" alone).
+                why = write_failure(exc, target)
+                raise OutputError(f"{target}: write failed ({why})") from None
+            raise
+        for aside, _, folder in moved:
+            with suppress(FileNotFoundError):
+                os.unlink(aside, dir_fd=folder.fd)
+    return [path for _, path, _ in staged]
+
+
+def _is_link(folder: HeldFolder, name: str) -> bool:
+    """Whether `name` in the held `folder` is a symbolic link (not followed)."""
     try:
-        for target, content in contents:
-            path = check_writable(target, run_owned=True)
-            staged.append((_write_temporary(path, content), path))
-        for _, target in staged:  # a link made since `check_writable`: never renamed over
-            if os.path.islink(target):
-                raise OutputError(f"{target}: {LINKED}")
-        with sigint_deferred():
-            for target in stale:
-                moved.append((_move_aside(target), target))
-            for tmp, target in staged:
-                os.replace(tmp, target)
-    except BaseException as exc:
-        for tmp, _ in staged:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        for aside, path in moved:
-            os.replace(aside, path)
-        if isinstance(exc, OSError):
-            # `write_failure`: past `ulimit -f`, the limit is named, as the run's own files
-            # name it (forty-second round: "write failed (File too large)" alone).
-            raise OutputError(f"{target}: write failed ({write_failure(exc, target)})") from None
-        raise
-    for aside, _ in moved:
-        with suppress(FileNotFoundError):
-            os.unlink(aside)
-    return [path for _, path in staged]
+        return stat.S_ISLNK(os.stat(name, dir_fd=folder.fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 # What torch.save's zip writer raises when a write fails (a full disk): a RuntimeError whose
@@ -479,35 +511,55 @@ def _remove_empty(folders: Iterable[Path]) -> None:
             folder.rmdir()
 
 
-def _move_aside(path: Path) -> str:
-    """Rename `path` to a new hidden name beside it (reserved by mkstemp, so nothing else's
-    name is taken), from where it can be put back or deleted. Returns that name."""
-    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".stale")
+def _move_aside(folder: HeldFolder, path: Path) -> str:
+    """Rename `path`, in the held `folder`, to a new hidden name beside it (reserved as
+    mkstemp reserves one, so nothing else's name is taken), from where it can be put back or
+    deleted. Returns that name, in `folder`."""
+    fd, aside = _new_file(folder, f".{path.name}.", ".stale")
     os.close(fd)
     try:
-        os.replace(path, aside)
+        os.replace(path.name, aside, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
     except BaseException:
-        os.unlink(aside)
+        os.unlink(aside, dir_fd=folder.fd)
         raise
     return aside
 
 
-def _write_temporary(path: Path, content: str | bytes) -> str:
-    """`content` in a new temporary file beside `path`, fsynced, with the mode `path` gets;
-    removed again if the write fails. Returns its name."""
+def _write_temporary(folder: HeldFolder, path: Path, content: str | bytes) -> str:
+    """`content` in a new temporary file beside `path` in its held `folder`, fsynced, with
+    the mode `path` gets; removed again if the write fails. Returns its name, in `folder`."""
     data = content.encode("utf-8") if isinstance(content, str) else content
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _new_file(folder, f".{path.name}.", ".tmp")
     try:
-        # mkstemp makes a 0600 file: give it the replaced file's mode, or a new file's.
-        os.fchmod(fd, output_mode(path))
+        # A new file is made 0600: give it the replaced file's mode, or a new file's.
+        os.fchmod(fd, output_mode(path.name, folder.fd))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
-        os.unlink(tmp)
+        os.unlink(tmp, dir_fd=folder.fd)
         raise
     return tmp
+
+
+# The characters of a temporary name's random part, as tempfile draws them
+# (`executor.checkpoint` recognises the names by them).
+_NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+
+def _new_file(folder: HeldFolder, prefix: str, suffix: str) -> tuple[int, str]:
+    """A new file (0600) in the held `folder` named `prefix` + 8 random characters +
+    `suffix`, as tempfile.mkstemp makes one in a folder named by path: (its descriptor, its
+    name)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(tempfile.TMP_MAX):
+        name = prefix + "".join(secrets.choice(_NAME_CHARACTERS) for _ in range(8)) + suffix
+        try:
+            return os.open(name, flags, 0o600, dir_fd=folder.fd), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "No usable temporary file name found")
 
 
 @contextmanager
@@ -579,12 +631,13 @@ def stops_raised() -> Iterator[None]:
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
 
 
-def output_mode(path: str | Path) -> int:
-    """The permission bits a file written at `path` should have: those of the file it
-    replaces, else what `open` would give a new file (0666 less the umask), not the 0600
-    of a temporary file renamed into place (`os.fchmod(fd, output_mode(path))`)."""
+def output_mode(path: str | Path, dir_fd: int | None = None) -> int:
+    """The permission bits a file written at `path` (in the folder `dir_fd`, if given)
+    should have: those of the file it replaces, else what `open` would give a new file (0666
+    less the umask), not the 0600 of a temporary file renamed into place
+    (`os.fchmod(fd, output_mode(path))`)."""
     try:
-        return stat.S_IMODE(os.stat(path).st_mode)
+        return stat.S_IMODE(os.stat(path, dir_fd=dir_fd).st_mode)
     except OSError:
         return 0o666 & ~_umask()
 
@@ -721,6 +774,76 @@ def not_a_new_directory(out: Path) -> str | None:
             "directory is renamed into place, and a rename cannot put a folder where a link is"
         )
     return None
+
+
+class HeldFolder:
+    """The folder an output is written into, held open (`held_folder`) from its check to
+    the output's last rename. Found by the forty-third round: `export --out par/exp` checked
+    that par/ lay in no run directory, then made its temporary folder and renamed it into
+    place by path seconds later; par/ swapped meanwhile for a link to a run directory put the
+    export inside that run (exit 0). Every step names its entries through the descriptor
+    (`entry`, `fd` as dir_fd), so a folder on the path swapped meanwhile redirects nothing,
+    and `confirm` refuses, before the rename, a path that no longer leads here.
+
+        with held_folder(out.parent, lambda: check_outside_runs(out), out) as folder:
+            os.mkdir(".tmp-x", dir_fd=folder.fd)
+            library.save(folder.entry(".tmp-x"))    # a library that takes a path
+            folder.confirm()
+            os.replace(".tmp-x", out.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+    """
+
+    def __init__(self, path: Path, fd: int, check: Callable[[], None] | None, out: Path):
+        self.path, self.fd, self.check, self.out = path, fd, check, out
+
+    def entry(self, name: str) -> Path:
+        """`name` in the held folder as a path, for code that takes only one (transformers'
+        save_pretrained): through the descriptor where the kernel names it (Linux's
+        /proc/self/fd), else by the folder's path, whose swap `confirm` then catches."""
+        through = Path(f"/proc/self/fd/{self.fd}")
+        return through / name if through.is_dir() else self.path / name
+
+    def confirm(self) -> None:
+        """The output's check again (`check`), and the folder's path still leading to the
+        held folder (links followed, as when it was opened); OutputError naming the output
+        otherwise: called just before the last rename, it is what the command says of a
+        folder swapped while it worked (the rename itself would land in the held one)."""
+        if self.check is not None:
+            self.check()
+        try:
+            there = os.stat(self.path)
+        except OSError:
+            there = None
+        if there is None or (there.st_dev, there.st_ino) != identity(self.fd):
+            raise OutputError(
+                f"{self.out}: the folder {self.path} was moved or replaced while this command "
+                "worked; nothing was written (write into a folder that stays where it is)"
+            )
+
+
+@contextmanager
+def held_folder(
+    folder: str | Path, check: Callable[[], None] | None = None, out: str | Path | None = None
+) -> Iterator[HeldFolder]:
+    """`folder` opened (links followed) for the block as a `HeldFolder`, once `check` (the
+    output's own: `check_outside_runs`) passes of the path that led to it; `out` names the
+    output in messages (the folder itself by default). OutputError naming what stands in the
+    folder's place when it cannot be opened."""
+    folder = Path(folder) if str(folder) else Path(".")
+    out = Path(out) if out is not None else folder
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError | NotADirectoryError):
+            why = _no_folder(folder)  # what stands on its path, as other outputs say
+        else:
+            why = f"cannot open {folder} ({exc.strerror or exc})"
+        raise OutputError(f"{out}: {why}") from None
+    try:
+        held = HeldFolder(folder, fd, check, out)
+        held.confirm()  # the check passes, of the folder now held
+        yield held
+    finally:
+        os.close(fd)
 
 
 # Locks held until this process exits (the kernel drops them when it dies, however it dies).

@@ -55,7 +55,14 @@ from pipeplan.errors import (
     memory_failure,
     quoted,
 )
-from pipeplan.fileio import give_output_modes, new_directories, not_a_new_directory, write_failure
+from pipeplan.fileio import (
+    check_outside_runs,
+    give_output_modes,
+    held_folder,
+    new_directories,
+    not_a_new_directory,
+    write_failure,
+)
 from pipeplan.formats import Init, Task  # defined once, with the run options that take them
 from pipeplan.formats.base import (
     CONFIG_LIMIT,
@@ -674,7 +681,11 @@ def _first(exc: BaseException) -> str:
 
 
 def export(
-    seq: LayerSequence, out_dir: str | Path, parents: bool = True, tokenizer: Any = None
+    seq: LayerSequence,
+    out_dir: str | Path,
+    parents: bool = True,
+    tokenizer: Any = None,
+    run_owned: bool = False,
 ) -> Path:
     """Write `seq`'s current weights as a standard transformers directory (config.json and
     model.safetensors; with `tokenizer`, a transformers tokenizer, its files as its
@@ -689,27 +700,35 @@ def export(
     all. `parents`: the
     folders above it are made where missing; a run's model/ (`parents=False`) is written
     only into its run directory as it is, never into one made again at a path the run moved
-    away from (the twenty-eighth round)."""
+    away from (the twenty-eighth round). It lies in no run directory (`check_outside_runs`)
+    unless it is the run's own (`run_owned`: its model/). The folder above it is held open
+    from that check to the rename (`held_folder`): a folder on the path swapped meanwhile for
+    a link into a run directory put the export there (the forty-third round); now nothing is
+    written through it, and the export says the folder changed."""
     if seq.hf_model is None:
         raise BadArgumentError(f"'{seq.name}' was not built by models.build: nothing to export")
     out = Path(out_dir)
     if (why := not_a_new_directory(out)) is not None:  # a device was "not an empty directory"
         raise OutputError(f"{out}: {why}; export needs a new one")
-    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
+    name = f".tmp-{out.name}-{os.getpid()}"
     made = new_directories(out.parent) if parents else contextlib.nullcontext()
+    check = None if run_owned else lambda: check_outside_runs(out)
     renaming = False  # the last step: a failure there is `out` changed meanwhile
-    with made:  # folders made for `out` go again if nothing is written
+    with made, held_folder(out.parent, check, out) as folder:  # made: go again if not written
+        tmp = folder.entry(name)
         try:
             shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
+            os.mkdir(name, dir_fd=folder.fd)
             with quiet_transformers():
                 seq.hf_model.save_pretrained(tmp)
                 if tokenizer is not None:  # beside the weights: pipeline(model=out) reads it
                     tokenizer.save_pretrained(tmp)
             _drop_ids_outside_vocabulary(tmp)
             give_output_modes(tmp)
+            folder.confirm()  # the path still leads here: the rename lands where checked
             renaming = True
-            tmp.replace(out)  # an empty `out` is replaced
+            # An empty `out` is replaced.
+            os.replace(name, out.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
         except BaseException as exc:
             # Whatever stopped it (a full disk fails as an OSError in config.json, as a
             # SafetensorError in the weights; Ctrl-C anywhere), the partial directory goes.

@@ -560,7 +560,8 @@ def write_preview_plots(
     targets = [*(directory / f"phase{i}-step.png" for i in shown), directory / "epochs.png"]
     with checked_targets(targets):
         stale = stale_plots(directory, r"phase[0-9]+-step\.png", targets)
-        return write_files(_preview_figures(preview, shown, timelines, directory), stale)
+        figures = _preview_figures(preview, shown, timelines, directory)
+        return write_files(figures, stale, user_output=True)
 
 
 def _preview_figures(

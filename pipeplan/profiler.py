@@ -526,5 +526,5 @@ def profile_to_file(
     )
     if request.nproc >= 2:
         profile.comm = links.measure_links(request.nproc, device=request.device)
-    write_atomic(request.out, dumps(profile))
+    write_atomic(request.out, dumps(profile), user_output=not run_owned)
     return profile

@@ -597,4 +597,4 @@ def write_report_plots(report: Report, directory: str | Path) -> list[Path]:
 
     with checked_targets(targets):  # the folders it makes go again if the set is not written
         stale = stale_plots(directory, r"phase[0-9]+-measured-vs-simulated\.png", targets)
-        return write_files(figures(), stale)
+        return write_files(figures(), stale, user_output=True)

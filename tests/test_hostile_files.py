@@ -1573,8 +1573,8 @@ def test_the_writer_never_renames_over_a_link_made_after_the_check(tmp_path, mon
     victim.write_text("kept")
     staged = fileio._write_temporary
 
-    def then_a_link(path, content):
-        tmp = staged(path, content)
+    def then_a_link(*args):
+        tmp = staged(*args)
         out.symlink_to(victim)  # after `check_writable`, before the rename
         return tmp
 

@@ -159,6 +159,186 @@ def test_concurrent_export_to_one_new_folder_says_what_happened(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["exr"]  # no temporary left behind
 
 
+def _listing(root: Path) -> list[tuple[str, str]]:
+    """Every entry under `root` (links not followed): its path and a file's sha256, a
+    folder's or a link's kind; what a write into `root` would change."""
+    import hashlib
+
+    found = []
+    for folder, dirs, files in os.walk(root):
+        for name in sorted(dirs + files):
+            path = Path(folder) / name
+            kind = "link" if path.is_symlink() else "dir" if path.is_dir() else None
+            digest = kind or hashlib.sha256(path.read_bytes()).hexdigest()
+            found.append((str(path.relative_to(root)), digest))
+    return sorted(found)
+
+
+def _swap_for_a_link(folder: Path, run: Path) -> None:
+    """`mv folder folder.old; ln -s run folder`: the forty-third round's F5 swap."""
+    folder.rename(folder.with_name(folder.name + ".old"))
+    folder.symlink_to(run)
+
+
+class _SwappingModel:
+    """A model whose save_pretrained swaps the output's folder for a link to a run directory
+    before writing, and writes as transformers' does (its folder made if missing)."""
+
+    def __init__(self, folder: Path, run: Path) -> None:
+        self.folder, self.run = folder, run
+
+    def save_pretrained(self, target: Path) -> None:
+        _swap_for_a_link(self.folder, self.run)
+        os.makedirs(target, exist_ok=True)
+        (Path(target) / "config.json").write_text("{}\n")
+
+
+def _a_run(tmp_path: Path) -> Path:
+    """A run directory (`is_run_directory`: run.json, its lock, records and checkpoints)."""
+    run = tmp_path / "runs" / "ref1"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("run.json", "run.jsonl", ".lock"):
+        (run / name).write_text("{}\n")
+    assert is_run_directory(run)
+    return run
+
+
+def test_export_through_a_folder_swapped_while_it_writes_lands_in_no_run(tmp_path):
+    """Found by the forty-third round (F5): `export --out par/exp` checked that par/ lay in
+    no run directory, then wrote `par/.tmp-exp-PID` and renamed it to par/exp by path; par/
+    swapped meanwhile for a link to a run directory put the export inside that run (exit 0).
+    The folder is held open from its check to the rename (`fileio.held_folder`): what was
+    written goes into the folder checked, and the export refuses in one line, before the
+    rename, a path that now leads into a run; nothing is left in either folder."""
+    from pipeplan import models
+
+    run = _a_run(tmp_path)
+    before = _listing(run)
+    par = tmp_path / "d" / "par"
+    par.mkdir(parents=True)
+    seq = SimpleNamespace(name="fake", hf_model=_SwappingModel(par, run))
+    with pytest.raises(OutputError) as caught:
+        models.export(seq, par / "exp")
+    line = str(caught.value)
+    assert len(line.splitlines()) == 1, line
+    assert "lies inside the run directory" in line, line
+    assert _listing(run) == before
+    assert list((tmp_path / "d" / "par.old").iterdir()) == []  # no temporary left behind
+
+
+def test_export_through_a_folder_swapped_for_another_says_it_changed(tmp_path):
+    """F5's swap for a link to an ordinary folder: the rename would put the export in the
+    folder checked, no longer at the path given; refused in one line, nothing left."""
+    from pipeplan import models
+
+    other = tmp_path / "other"
+    other.mkdir()
+    par = tmp_path / "par"
+    par.mkdir()
+    seq = SimpleNamespace(name="fake", hf_model=_SwappingModel(par, other))
+    with pytest.raises(OutputError) as caught:
+        models.export(seq, par / "exp")
+    line = str(caught.value)
+    assert len(line.splitlines()) == 1, line
+    assert f"the folder {par} was moved or replaced while this command worked" in line, line
+    assert list(other.iterdir()) == [] and list((tmp_path / "par.old").iterdir()) == []
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_export_out_swapped_into_a_run_while_the_model_builds_is_refused(
+    finished_run, tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-third round (F5): `pipeplan export RUN --out par/exp`, par/ swapped
+    for a link to a run directory while the export built the model (after its first check,
+    `_check_new_directory`), wrote par/exp inside that run, exit 0. Now exit 2 with one line
+    naming the run, the run unchanged, and no temporary folder anywhere."""
+    from test_hostile import copy_run
+
+    import executor.task as task
+
+    run = copy_run(finished_run, tmp_path)
+    before = _listing(run)
+    par = tmp_path / "d" / "par"
+    par.mkdir(parents=True)
+    built = task.build_task
+
+    def build_then_swap(*args, **kwargs):
+        result = built(*args, **kwargs)
+        _swap_for_a_link(par, run)
+        return result
+
+    monkeypatch.setattr(task, "build_task", build_then_swap)
+    assert cli.main(["export", str(run), "--out", str(par / "exp")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pipeplan: error: "), err
+    assert "lies inside the run directory" in err[0], err
+    assert par.is_symlink()  # the swap happened
+    assert _listing(run) == before
+    assert list((tmp_path / "d" / "par.old").iterdir()) == []
+
+
+def test_plan_out_through_a_folder_swapped_while_it_plans_lands_in_no_run(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-third round (F5's class, in `plan --out`, and `calibrate --out`
+    by the same writer): --out's folder, checked at the start, swapped for a link to a run
+    directory while the plan was made, and the plan was written into the run (exit 0):
+    the writer re-checked only that the file could be written. The writer holds the folder
+    (`fileio.write_files(user_output=True)`) and checks it again before the rename."""
+    import pipeplan.plan as plan
+
+    run = _a_run(tmp_path)
+    before = _listing(run)
+    par = tmp_path / "par"
+    par.mkdir()
+    made = plan.make_plan
+
+    def plan_then_swap(*args, **kwargs):
+        result = made(*args, **kwargs)
+        _swap_for_a_link(par, run)
+        return result
+
+    monkeypatch.setattr(plan, "make_plan", plan_then_swap)
+    assert cli.main(["plan", "--profile", str(PROFILE), "--out", str(par / "p.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pipeplan: error: "), err
+    assert "lies inside the run directory" in err[0], err
+    assert par.is_symlink() and _listing(run) == before
+    assert list((tmp_path / "par.old").iterdir()) == []
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_report_plot_swapped_into_a_run_between_its_plots_is_refused(
+    finished_run, tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-third round (F5's class, in `report --plot DIR`): DIR swapped for
+    a link to a run directory while the set was drawn; the last plot was staged inside the
+    run, the renames looked for the first ones through the link ("write failed (No such file
+    or directory)"), and their temporaries stayed in the folder. The set is written through
+    the folder held from its first plot and refused before any rename: exit 2, one line
+    naming the run, nothing in the run or in the folder."""
+    import pipeplan.plots as plots
+
+    run = _a_run(tmp_path)
+    before = _listing(run)
+    out = tmp_path / "plots"
+    drawn = plots.epochs_png  # the set's last plot
+
+    def swap_then_draw(*args, **kwargs):
+        _swap_for_a_link(out, run)
+        return drawn(*args, **kwargs)
+
+    monkeypatch.setattr(plots, "epochs_png", swap_then_draw)
+    assert cli.main(["report", str(finished_run), "--plot", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pipeplan: error: "), err
+    assert "lies inside the run directory" in err[0], err
+    assert out.is_symlink() and _listing(run) == before
+    assert list((tmp_path / "plots.old").iterdir()) == []
+
+
 @pytest.mark.parametrize("name", ["checkpoints", "run.jsonl"])
 def test_run_name_refuses_the_names_that_mark_a_run_directory(name):
     """Found by the forty-second round: `run --name checkpoints` and `--name run.jsonl` were

@@ -336,8 +336,8 @@ def test_a_file_set_is_renamed_whole_under_ctrl_c(tmp_path, monkeypatch):
         path.write_bytes(b"old")
     real_replace = os.replace
 
-    def interrupted_after_the_first(src, dst):
-        real_replace(src, dst)
+    def interrupted_after_the_first(src, dst, **folders):
+        real_replace(src, dst, **folders)
         os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(os, "replace", interrupted_after_the_first)
@@ -385,10 +385,10 @@ def test_a_plot_set_removes_the_stale_plots_of_the_set_it_replaces(
     others.append(f"phase9-{suffix}.png")
     real_replace = os.replace
 
-    def a_rename_into_place_fails(src, dst):
+    def a_rename_into_place_fails(src, dst, **folders):
         if str(src).endswith(".tmp"):
             raise OSError(5, "Input/output error")
-        real_replace(src, dst)
+        real_replace(src, dst, **folders)
 
     monkeypatch.setattr(os, "replace", a_rename_into_place_fails)
     capsys.readouterr()
