@@ -363,6 +363,10 @@ def _make_run_directory(
         run_dir = claim_directory(run_dir)
         _check_empty(run_dir)
         try:
+            # Again once claimed: --runs-dir, or a folder on its path, swapped for a link into
+            # a run since `check_runs_root` put this run inside that one (the forty-third
+            # round's F5, found of export).
+            check_run_location(run_dir)
             for name, doc in files.items():
                 if doc is not None:
                     write_atomic(run_dir / name, doc if isinstance(doc, str) else dumps(doc))

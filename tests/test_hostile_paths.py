@@ -412,3 +412,33 @@ def test_export_weights_past_the_file_size_limit_name_it(monkeypatch):
     monkeypatch.setattr(fileio, "size_limit", lambda: 46080)
     why = fileio.write_failure(SafetensorError("I/O error: File too large (os error 27)"), ".")
     assert why == "File too large: the file size limit, ulimit -f, is 46080 bytes"
+
+
+def test_runs_dir_swapped_into_a_run_while_the_run_is_prepared_is_refused(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-third round's fixer (F5's class, in `run --runs-dir DIR`): DIR was
+    checked to lie in no run directory (`check_runs_root`), then the run's folder was made and
+    claimed by path; DIR swapped meanwhile for a link to a run directory put the new run inside
+    that run. The location is checked again once claimed: exit 2, one line naming the run,
+    nothing left in it, nothing in the folder swapped away."""
+    import executor.launch as launch
+
+    run = _a_run(tmp_path)
+    before = _listing(run)
+    out = tmp_path / "mine"
+    out.mkdir()
+    hashed = launch.data_record  # after check_runs_root, before the claim
+
+    def swap_then_hash(*args, **kwargs):
+        _swap_for_a_link(out, run)
+        return hashed(*args, **kwargs)
+
+    monkeypatch.setattr(launch, "data_record", swap_then_hash)
+    argv = ["run", "--model", "vit-digits", "--epochs", "1", "--nproc", "1", "--prepare-only"]
+    assert cli.main([*argv, "--runs-dir", str(out), "--name", "n"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pipeplan: error: "), err
+    assert "lies inside the run directory" in err[0], err
+    assert out.is_symlink() and _listing(run) == before
+    assert list((tmp_path / "mine.old").iterdir()) == []
