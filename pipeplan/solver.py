@@ -456,9 +456,28 @@ _LINKS: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary()
 # Per cost model, each (S, D)'s rank maps (`costmodel.placement_family`) and what the shape
 # bounds read from a map (`PhaseSearch._fastest_ring`), kept alike.
 _FAMILIES: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary()
+# Per cost model, each candidate space's shapes (`PhaseSearch._candidate_shapes`) for the
+# most stages asked so far, in order of S, with their S: a phase with fewer stages to place
+# (a longer frozen prefix) searches a prefix of them. Built again for each of a 1,000-layer
+# plan's 18 searches, they were 15 % of its time.
+_SHAPES: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary()
 # A long model's candidate for every placement of its (S, D) but "packed" (not a rank map:
 # `_Run.open_shape` makes it into the family's maps).
 OTHER_PLACEMENTS = "others"
+
+
+def _columns(shapes: list[Shape]) -> np.ndarray:
+    """[shape, (S, D, M, m, placement)], the placement as its index in PLACEMENTS (0:
+    "packed", the closed forms' map; OTHER_PLACEMENTS as 1, the first of the others): what
+    the shape bounds read, taken from tens of thousands of shapes once."""
+    index = {placement: i for i, placement in enumerate(PLACEMENTS)} | {OTHER_PLACEMENTS: 1}
+    return np.array(
+        [
+            (s.num_stages, s.replicas, s.micro_batches, s.micro_batch_size, index[s.placement])
+            for s in shapes
+        ],
+        dtype=np.int64,
+    ).reshape(len(shapes), 5)
 
 
 class PhaseSearch:
@@ -514,6 +533,7 @@ class PhaseSearch:
         self._links: dict[tuple[tuple[int, ...], ...], _RankLinks] = _LINKS.setdefault(model, {})
         self._families: dict[tuple, object] = _FAMILIES.setdefault(model, {})
         self._shapes: list[Shape] | None = None
+        self._columns = np.zeros((0, 5), dtype=np.int64)
         self._shape_set: set[Shape] | None = None
         self.work_done = 0  # by the last `solve`
 
@@ -522,10 +542,36 @@ class PhaseSearch:
 
     def shapes(self) -> list[Shape]:
         if self._shapes is None:
-            self._shapes = self._candidate_shapes()
+            self._shapes, self._columns = self._candidate_shapes()
         return self._shapes
 
-    def _candidate_shapes(self) -> list[Shape]:
+    def shape_columns(self) -> np.ndarray:
+        """`shapes()` as [shape, (S, D, M, m, placement)] (`_columns`)."""
+        self.shapes()
+        return self._columns
+
+    def _candidate_shapes(self) -> tuple[list[Shape], np.ndarray]:
+        """`_placed_shapes` and their `_columns`, from those kept for this model (`_SHAPES`)
+        where they hold the space: a search's shapes are those of S ≤ max_stages of any
+        space with as many stages or more, the same otherwise (global batch, pins; the
+        forward-only layers only where 1F1B is pinned, `candidate_shapes`). Pinned boundaries
+        are checked per search."""
+        if self.pins.boundaries is not None:
+            shapes = self._placed_shapes(self.max_stages)
+            return shapes, _columns(shapes)
+        fed = self.forward_only_layers if self.pins.schedule == "1f1b" else None
+        kept = _SHAPES.setdefault(self.model, {})
+        key = (self.global_batch, self.pins, fed)
+        if key not in kept or kept[key][0] < self.max_stages:
+            shapes = self._placed_shapes(self.max_stages)  # raises where there is none
+            kept[key] = (self.max_stages, shapes, _columns(shapes))
+        _, shapes, columns = kept[key]
+        n = int(np.searchsorted(columns[:, 0], self.max_stages, side="right"))
+        if n == 0:  # the refusal, as a search of these stages alone makes it
+            self._placed_shapes(self.max_stages)
+        return shapes[:n], columns[:n]
+
+    def _placed_shapes(self, max_stages: int) -> list[Shape]:
         if self.pins.boundaries is not None:
             try:  # else no layout is ever built from them, and the error would blame memory
                 check_boundaries(self.pins.boundaries, self.model.num_layers)
@@ -547,12 +593,12 @@ class PhaseSearch:
         else:
             pins = self.pins
         shapes = candidate_shapes(
-            self.model, self.global_batch, self.max_stages, pins, self.forward_only_layers
+            self.model, self.global_batch, max_stages, pins, self.forward_only_layers
         )
         if not shapes:
             raise BadArgumentError(
                 _no_shape_message(
-                    self.model, self.global_batch, self.max_stages, pins, self.forward_only_layers
+                    self.model, self.global_batch, max_stages, pins, self.forward_only_layers
                 )
             )
         if self.pins.boundaries is not None:
@@ -674,45 +720,55 @@ class PhaseSearch:
 
     # ------------------------------------------------------------------ shape bounds
 
-    def shape_bounds(self, candidates: list[tuple[Shape, Schedule]]) -> np.ndarray:
+    def shape_bounds(
+        self,
+        candidates: list[tuple[Shape, Schedule]],
+        columns: np.ndarray | None = None,
+        gpipe: np.ndarray | None = None,
+    ) -> np.ndarray:
         """A lower bound on the step of every partition of each (shape, schedule), in closed
         form and vectorised over the candidates of every micro-batch size (§4.8, `_Rows`):
         the smaller of the bound over partitions whose every stage trains (stage 0 holds the
         frozen prefix; GPipe, or 1F1B with M ≥ S) and, in an uncached phase, the bound over
         partitions with q ≥ 1 forward-only stages (`_forward_only_bounds`); plus the
-        calibrated overhead outside the schedule."""
+        calibrated overhead outside the schedule. `columns` and `gpipe`: the candidates'
+        `_columns` and whether each is GPipe, where the caller has them."""
         if not candidates:
             return np.zeros(0)
-        sizes = np.array([shape.micro_batch_size for shape, _ in candidates])
-        values, group = np.unique(sizes, return_inverse=True)
+        if columns is None or gpipe is None:
+            columns = _columns([shape for shape, _ in candidates])
+            gpipe = np.array([schedule == "gpipe" for _, schedule in candidates])
+        values, group = np.unique(columns[:, 3], return_inverse=True)
         views = tuple(
             _View(self.costs(int(m)), self.frozen_layers, self.first_computed, "all")
             for m in values
         )
         rows = _Rows(views, group)
-        S = np.array([shape.num_stages for shape, _ in candidates], dtype=float)
-        D = np.array([shape.replicas for shape, _ in candidates], dtype=float)
-        M = np.array([shape.micro_batches for shape, _ in candidates], dtype=float)
-        # The placement, as its index in PLACEMENTS (0: "packed", the closed forms' map).
-        P = np.array(
-            [
-                1 if shape.placement == OTHER_PLACEMENTS else PLACEMENTS.index(shape.placement)
-                for shape, _ in candidates
-            ]
-        )
-        gpipe = np.array([schedule == "gpipe" for _, schedule in candidates])
+        S, D, M = (columns[:, i].astype(float) for i in range(3))
+        P = columns[:, 4]
         bound = np.where(
             gpipe | (M >= S), self._pipeline_bounds(rows, S, S, D, P, M, gpipe), np.inf
         )
         if self.forward_only_layers:
             bound = np.minimum(bound, self._forward_only_bounds(rows, S, D, P, M, gpipe))
-        overhead = np.array(
-            [
-                self.model.overhead_s(shape.micro_batches * shape.micro_batch_size)
-                for shape, _ in candidates
-            ]
-        )
+        samples, which = np.unique(columns[:, 2] * columns[:, 3], return_inverse=True)
+        overhead = np.array([self.model.overhead_s(int(n)) for n in samples])[which]
         return bound + overhead
+
+    def schedule_rows(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The (shape, schedule) candidates of shapes given as `_columns`, in `schedules`'
+        order: (the shape of each, whether it is GPipe); `schedules` for each shape, at once."""
+        S, M = columns[:, 0], columns[:, 2]
+        if self.pins.schedule:
+            return np.arange(len(S)), np.full(len(S), self.pins.schedule == "gpipe")
+        only_1f1b = S == 1
+        training = S - np.minimum(self.forward_only_layers, S - 1)  # the fewest that train
+        only_gpipe = ~only_1f1b & (training > M)
+        counts = np.where(only_1f1b | only_gpipe, 1, 2)
+        which = np.repeat(np.arange(len(S)), counts)
+        first = np.arange(which.size) == np.repeat(np.cumsum(counts) - counts, counts)
+        # SCHEDULES is ("gpipe", "1f1b"): of two, GPipe first.
+        return which, np.where(counts[which] == 2, first, only_gpipe[which])
 
     def _forward_only_bounds(
         self,
@@ -1357,14 +1413,13 @@ class PhaseSearch:
         `within_s`, not for the best alone (`layouts_within`): bounds prune at `within_s`,
         then at the `collect`-th fastest step simulated; they come back as the best and its
         runner-ups (ask for `collect` − 1 of them)."""
-        shapes = self.shapes()
+        shapes, columns = self.shapes(), self.shape_columns()
         run = _Run(self, faster_than_s, within_s, collect)
-        candidates = [
-            (shape, sch)
-            for shape in shapes
-            for sch in self.schedules(shape.num_stages, shape.micro_batches)
-        ]
-        run.add_all(self.shape_bounds(candidates), candidates)
+        which, gpipe = self.schedule_rows(columns)
+        names: tuple[Schedule, Schedule] = ("1f1b", "gpipe")
+        pairs = zip(which.tolist(), gpipe.tolist(), strict=True)
+        candidates = [(shapes[i], names[g]) for i, g in pairs]
+        run.add_all(self.shape_bounds(candidates, columns[which], gpipe), candidates)
         if hint is not None:
             run.seed(hint)
         run.search()

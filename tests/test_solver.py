@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeplan import solver
 from pipeplan.cluster import Cluster, Link, cluster_from_flags
 from pipeplan.costmodel import CostModel, CostParams, Layout, rank_map
 from pipeplan.costmodel import every_rank_map as all_maps
@@ -1157,3 +1158,37 @@ def test_a_search_out_of_work_is_not_slower_than_a_pinned_one(cluster, batch, fr
             smaller = _bert_large(nodes, per_node, memory, intra, inter)
             step = solve_phase(smaller, batch, frozen, False).best.step_s
         assert free <= step * 1.001, (pin, free, step)
+
+
+@pytest.mark.parametrize(
+    "pins",
+    [Pins(), Pins(schedule="1f1b"), Pins(replicas=2), Pins(num_stages=3, schedule="gpipe")],
+    ids=["free", "1f1b", "replicas", "stages"],
+)
+def test_the_kept_shapes_are_each_searchs_own(pins):
+    """A plan's searches take their shapes from those kept for the model (`_SHAPES`, a prefix
+    of the most stages asked) and their schedules at once (`schedule_rows`): for every freeze
+    point, cached or not, in the order a plan asks (fewer stages first, then more again),
+    the same shapes, columns and candidates as a search building them alone would, in the
+    same order (the heap breaks ties by it)."""
+    model = CostModel(
+        preset_profile("bert-large"),
+        cluster_from_flags(nodes=2, devices_per_node=4, device_memory="16GiB", inter_bw="5GB/s"),
+    )
+    asked = 0
+    for frozen, cached in [(5, True), (0, False), (12, False), (12, True), (20, True), (3, False)]:
+        search = PhaseSearch(model, 64, frozen, cached, pins)
+        alone = search._placed_shapes(search.max_stages)  # what it built before they were kept
+        assert search.shapes() == alone
+        assert (search.shape_columns() == solver._columns(alone)).all()
+        which, gpipe = search.schedule_rows(search.shape_columns())
+        pairs = zip(which.tolist(), gpipe.tolist(), strict=True)
+        made = [(alone[i], ("1f1b", "gpipe")[g]) for i, g in pairs]
+        each = [
+            (shape, schedule)
+            for shape in alone
+            for schedule in search.schedules(shape.num_stages, shape.micro_batches)
+        ]
+        assert made == each
+        asked += len(each)
+    assert asked > 200  # a space of many shapes, schedules and placements
