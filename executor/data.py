@@ -593,6 +593,166 @@ def _set_autocast(kind: str, state: tuple[bool, torch.dtype]) -> None:
     torch.set_autocast_dtype(kind, state[1])
 
 
+# torch's float32 precision is kept in two APIs that read each other's settings: the old
+# (`torch.set_float32_matmul_precision`, `allow_tf32` of cuBLAS and cuDNN) and the new, per
+# backend and op (`torch.backends.mkldnn.matmul.fp32_precision = "bf16"`, …, whose "none"
+# takes its parent's). Held together: "medium" sets the new API's matmul precisions too, and
+# the old API's reads fail where code mixed the two ("mix of the legacy and new APIs").
+_C = torch._C
+_FP32_OLD = (
+    ("matmul precision", _C._get_float32_matmul_precision, _C._set_float32_matmul_precision),
+    ("cuBLAS TF32", _C._get_cublas_allow_tf32, _C._set_cublas_allow_tf32),
+    ("cuDNN TF32", _C._get_cudnn_allow_tf32, _C._set_cudnn_allow_tf32),
+)
+_FP32_NEW = (("generic", "all"), *itertools.product(("cuda", "mkldnn"), ("all", "matmul", "conv", "rnn")))
+
+
+def _fp32_precision() -> dict[str, Any]:
+    """Each float32 precision setting of both APIs: {"matmul precision": "highest", …,
+    "mkldnn matmul": "none"}; an old API's setting its getter refuses to read (the two APIs
+    mixed) is None."""
+    held: dict[str, Any] = {}
+    for what, get, _ in _FP32_OLD:
+        try:
+            held[what] = get()
+        except RuntimeError:
+            held[what] = None
+    for backend, op in _FP32_NEW:
+        held[f"{backend} {op}"] = _C._get_fp32_precision_getter(backend, op)
+    return held
+
+
+def _set_fp32_precision(held: dict[str, Any]) -> None:
+    """The old API's settings first (setting one sets the new API's), then the new API's."""
+    for what, _, put in _FP32_OLD:
+        if held[what] is not None:
+            put(held[what])
+    for backend, op in _FP32_NEW:
+        _C._set_fp32_precision_setter(backend, op, held[f"{backend} {op}"])
+
+
+# What `torch.set_flush_denormal` sets (the CPU's flush-to-zero of this thread) torch gives no
+# getter of: read from the arithmetic it changes, Python's own (no torch op, which a mode or a
+# kernel the code left in place would run).
+_SMALLEST_NORMAL, _TWO = sys.float_info.min, 2.0
+
+
+def _flushes_denormals() -> bool:
+    return _SMALLEST_NORMAL / _TWO == 0.0
+
+
+def _backend_flag(path: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    """How to read and set `torch.backends.<path>` ("cudnn.benchmark")."""
+    owner, _, name = path.rpartition(".")
+    module = operator.attrgetter(owner)(torch.backends)
+    return partial(getattr, module, name), partial(setattr, module, name)
+
+
+def _deterministic() -> dict[str, bool]:
+    return {
+        "enabled": torch.are_deterministic_algorithms_enabled(),
+        "warn only": torch.is_deterministic_algorithms_warn_only_enabled(),
+    }
+
+
+def _set_deterministic(held: dict[str, bool]) -> None:
+    torch.use_deterministic_algorithms(held["enabled"], warn_only=held["warn only"])
+
+
+def _sdp_backends() -> dict[str, bool]:
+    cuda = torch.backends.cuda
+    return {
+        "flash": cuda.flash_sdp_enabled(),
+        "memory-efficient": cuda.mem_efficient_sdp_enabled(),
+        "math": cuda.math_sdp_enabled(),
+        "cuDNN": cuda.cudnn_sdp_enabled(),
+        "math fp16/bf16 reduction": cuda.fp16_bf16_reduction_math_sdp_allowed(),
+    }
+
+
+def _set_sdp_backends(held: dict[str, bool]) -> None:
+    cuda = torch.backends.cuda
+    cuda.enable_flash_sdp(held["flash"])
+    cuda.enable_mem_efficient_sdp(held["memory-efficient"])
+    cuda.enable_math_sdp(held["math"])
+    cuda.enable_cudnn_sdp(held["cuDNN"])
+    cuda.allow_fp16_bf16_reduction_math_sdp(held["math fp16/bf16 reduction"])
+
+
+# What data code should do instead of changing one of the backends' settings below.
+_AROUND = "set it only around your own code that needs it, and back before returning"
+
+# The backends' settings that choose the kernels and precision a rank's arithmetic runs in
+# (the forty-fourth round: `torch.set_float32_matmul_precision("medium")` in a `load` trained
+# an fp32 run's matmuls in bfloat16 on a CPU with avx512_bf16, silently, its weights 2.7e-5
+# apart after 2 steps). Each read and set as torch does: how it is called, its reader and
+# setter, and what to do instead (`_TORCH_SETTINGS`).
+_BACKEND_SETTINGS: tuple[tuple[str, Callable[[], Any], Callable[[Any], None], str], ...] = (
+    (
+        "float32 precision",
+        _fp32_precision,
+        _set_fp32_precision,
+        "pipeplan trains float32 in full precision; " + _AROUND,
+    ),
+    (
+        "cuBLAS fp16 reduced-precision reduction",
+        _C._get_cublas_allow_fp16_reduced_precision_reduction,
+        partial(setattr, torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction"),
+        _AROUND,
+    ),
+    (
+        "cuBLAS bf16 reduced-precision reduction",
+        _C._get_cublas_allow_bf16_reduced_precision_reduction,
+        partial(setattr, torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction"),
+        _AROUND,
+    ),
+    (
+        "cuBLAS fp16 accumulation",
+        *_backend_flag("cuda.matmul.allow_fp16_accumulation"),
+        _AROUND,
+    ),
+    (
+        "CPU fp16 reduced-precision reduction",
+        _C._get_cpu_allow_fp16_reduced_precision_reduction,
+        _C._set_cpu_allow_fp16_reduced_precision_reduction,
+        _AROUND,
+    ),
+    *(
+        (f"backends.{path}", *_backend_flag(path), fix)
+        for path, fix in (
+            ("cudnn.enabled", "use `with torch.backends.cudnn.flags(...)`"),
+            ("cudnn.benchmark", "use `with torch.backends.cudnn.flags(...)`"),
+            ("cudnn.benchmark_limit", _AROUND),
+            ("cudnn.deterministic", "use `with torch.backends.cudnn.flags(...)`"),
+            ("mkldnn.enabled", "use `with torch.backends.mkldnn.flags(...)`"),
+            ("mkldnn.deterministic", "use `with torch.backends.mkldnn.flags(...)`"),
+            ("opt_einsum.enabled", _AROUND),
+            ("opt_einsum.strategy", _AROUND),
+        )
+    ),
+    ("deterministic algorithms", _deterministic, _set_deterministic, _AROUND),
+    (
+        "filling of uninitialized memory",
+        partial(getattr, torch.utils.deterministic, "fill_uninitialized_memory"),
+        partial(setattr, torch.utils.deterministic, "fill_uninitialized_memory"),
+        _AROUND,
+    ),
+    (
+        "scaled-dot-product-attention backends",
+        _sdp_backends,
+        _set_sdp_backends,
+        "use `with torch.nn.attention.sdpa_kernel(...)`",
+    ),
+    (
+        "multi-head attention fast path",
+        torch.backends.mha.get_fastpath_enabled,
+        torch.backends.mha.set_fastpath_enabled,
+        _AROUND,
+    ),
+    ("flushing of denormal numbers", _flushes_denormals, torch.set_flush_denormal, _AROUND),
+)
+
+
 # Inference mode is left only by the guard that entered it: one held for the process's life
 # puts it back where data code entered `torch.inference_mode()` and kept it (the grad mode it
 # also turns off is put back as its own setting).
@@ -635,22 +795,36 @@ _TORCH_SETTINGS: tuple[tuple[str, Callable[[], Any], Callable[[Any], None], str]
             ("cuda", "use `with torch.autocast('cuda'):` around what it should cover"),
         )
     ),
+    *_BACKEND_SETTINGS,
 )
 
 
 def _shown(value: Any) -> str:
     if isinstance(value, bool):
         return {True: "on", False: "off"}[value]
-    if isinstance(value, tuple):  # autocast: (enabled, dtype)
+    if isinstance(value, tuple) and isinstance(value[1], torch.dtype):  # autocast
         return f"on ({value[1]})" if value[0] else "off"
+    if isinstance(value, tuple):  # cuBLAS's reduced-precision reductions: (allowed, split-K)
+        return f"{_shown(value[0])} (split-K {_shown(value[1])})"
+    if isinstance(value, dict):  # settings held together: {"flash": True, …}
+        return ", ".join(f"{key} {'mixed' if on is None else _shown(on)}" for key, on in value.items())
     return str(value)
+
+
+def _changed_parts(old: Any, new: Any) -> tuple[Any, Any]:
+    """Of settings held together (dicts), those the code changed; any other value whole."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = [key for key in old if old[key] != new.get(key)]
+        return {key: old[key] for key in keys}, {key: new.get(key) for key in keys}
+    return old, new
 
 
 @contextlib.contextmanager
 def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
     """The user's data code (`doing`) leaves torch's process-wide settings (`_TORCH_SETTINGS`:
-    default dtype and device, grad mode, inference mode, autocast) as it found them, or is
-    refused in one line; they are put back either way, however it ends. Found by the
+    default dtype and device, grad mode, inference mode, autocast, and the backends' settings
+    of precision and kernels, `_BACKEND_SETTINGS`) as it found them, or is refused in one
+    line; they are put back either way, however it ends. Found by the
     thirty-seventh round: a `load` that called `torch.set_default_dtype(torch.float64)` or
     `torch.set_grad_enabled(False)` failed the run later in torch's words ("Input type
     (float) and bias type (double) should be the same", "step() requires gradients to be
@@ -660,6 +834,8 @@ def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
     the function, len() and the checks' items) and a rank's reads as it trains
     (`read_items`, a batch at a time). A setting changed and put back inside (`with
     torch.no_grad():`) is no change. The intra-op thread count is put back too, silently.
+    The forty-fourth round: `torch.set_float32_matmul_precision("medium")` trained an fp32
+    run's matmuls in bfloat16, silently (the backends' settings add ~25 µs to each call).
 
         with torch_state_kept("m:load", "the data function"):
             torch.set_default_dtype(torch.float64)
@@ -684,6 +860,7 @@ def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
     changed, fixes = [], []
     for (what, _, _, fix), old, new in zip(_TORCH_SETTINGS, before, after, strict=True):
         if new != old:
+            old, new = _changed_parts(old, new)
             changed.append(f"{what} to {_shown(new)} (it was {_shown(old)})")
             fixes.append(fix)
     if not changed:

@@ -5148,3 +5148,98 @@ def test_data_code_that_leaves_its_process_group_is_refused_and_it_is_put_back(t
         f"back now where the OS allows; {fix}",
     ]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_lowers_torchs_float32_matmul_precision_is_refused_and_undone(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-fourth round: a data `load` that called
+    `torch.set_float32_matmul_precision("medium")` made `pipeplan run` train an fp32 run's
+    matmuls in bfloat16 (a CPU with avx512_bf16), exit 0, no line, its weights 2.7e-5 apart
+    after 2 steps. torch's float32 precision is one of the settings held
+    (`data.torch_state_kept`): refused in one line naming what changed, and put back."""
+    from executor.data import _fp32_precision
+
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt44_mm:load")
+    argv += ("--nproc", "1", "--name", "n")
+    before = _fp32_precision()
+    try:
+        code = _run_moving(
+            tmp_path, "rt44_mm", *argv, in_load='torch.set_float32_matmul_precision("medium")'
+        )
+        after = _fp32_precision()
+    finally:  # for the tests after this one, whatever happened
+        torch.set_float32_matmul_precision("highest")
+        for what, value in before.items():
+            if " " in what and what.split()[0] in ("generic", "cuda", "mkldnn"):
+                torch._C._set_fp32_precision_setter(*what.split(), value)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after == before) == (2, True), lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        "pipeplan: error: data 'rt44_mm:load': the data function changed torch's float32 "
+        "precision to matmul precision medium, cuBLAS TF32 on, "
+    ), lines[0]
+    assert "(it was matmul precision highest, cuBLAS TF32 off, " in lines[0], lines[0]
+    assert "data code must leave torch's global settings as it found them" in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda: setattr(torch.backends.mkldnn.matmul, "fp32_precision", "bf16"),
+         "float32 precision to matmul precision mixed, mkldnn matmul bf16 (it was matmul "
+         "precision highest, mkldnn matmul none)"),
+        (lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+         "float32 precision to matmul precision high, cuBLAS TF32 on, cuda matmul tf32 (it "
+         "was matmul precision highest, cuBLAS TF32 off, cuda matmul none)"),
+        (lambda: setattr(torch.backends.cudnn, "allow_tf32", False),
+         "float32 precision to cuDNN TF32 off, cuda conv none, cuda rnn none (it was cuDNN "
+         "TF32 on, cuda conv tf32, cuda rnn tf32)"),
+        (lambda: setattr(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction",
+                         False),
+         "cuBLAS fp16 reduced-precision reduction to off (split-K on) (it was on (split-K on))"),
+        (lambda: setattr(torch.backends.cudnn, "benchmark", True),
+         "backends.cudnn.benchmark to on (it was off)"),
+        (lambda: setattr(torch.backends.cudnn, "deterministic", True),
+         "backends.cudnn.deterministic to on (it was off)"),
+        (lambda: setattr(torch.backends.mkldnn, "enabled", False),
+         "backends.mkldnn.enabled to off (it was on)"),
+        (lambda: torch.use_deterministic_algorithms(True, warn_only=True),
+         "deterministic algorithms to enabled on, warn only on (it was enabled off, warn only "
+         "off)"),
+        (lambda: torch.backends.cuda.enable_flash_sdp(False),
+         "scaled-dot-product-attention backends to flash off (it was flash on)"),
+        (lambda: torch.set_flush_denormal(True),
+         "flushing of denormal numbers to on (it was off)"),
+    ],
+    ids=["mkldnn-bf16", "cuda-tf32", "cudnn-tf32", "fp16-reduction", "cudnn-benchmark",
+         "cudnn-deterministic", "mkldnn-off", "deterministic", "sdpa-flash", "flush-denormal"],
+)  # fmt: skip
+def test_the_backends_precision_and_kernel_settings_are_held(change, said):
+    """The forty-fourth round's neighbours of the float32 matmul precision (above): each
+    setting of torch's backends that chooses the precision or the kernels a rank computes
+    with (`data._BACKEND_SETTINGS`), changed by data code, is refused naming it and put back;
+    one set and put back by the code itself (`torch.backends.cudnn.flags`) is no change.
+    The flush of denormals torch gives no getter of is read from Python's own arithmetic."""
+    from executor.data import _TORCH_SETTINGS, BadArgumentError, torch_state_kept
+
+    def settings() -> list:
+        return [get() for _, get, _, _ in _TORCH_SETTINGS]
+
+    before = settings()
+    if "denormal" in said and not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush denormals")
+    with pytest.raises(BadArgumentError) as refused, torch_state_kept("m:load", "the data function"):
+        change()
+    assert settings() == before
+    assert str(refused.value).startswith(
+        f"data 'm:load': the data function changed torch's {said}; data code must leave "
+        "torch's global settings as it found them, as pipeplan trains in them ("
+    ), str(refused.value)
+    with torch_state_kept("m:load", "the data function"), torch.backends.cudnn.flags(False):
+        torch.ones(2).sum()
