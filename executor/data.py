@@ -19,6 +19,7 @@ index.
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import gzip
 import importlib
 import importlib.util
@@ -47,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from torch.utils import _python_dispatch
+from torch.utils.serialization import config as _SERIALIZATION
 from torch.utils._device import DeviceContext as _DeviceContext
 from torch.utils.data import Dataset
 
@@ -560,6 +562,7 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
             # Inside redirect_stderr (a sys.stderr the code rebinds is seen, not undone), and
             # first to end after a fork: a recursion limit it lowered is put back first.
             process_state_kept(spec, doing),
+            pickling_kept(spec, doing),
             # Innermost of all: a child the code forked ends before any of the above runs.
             forks_ended(),
         ):
@@ -1112,6 +1115,7 @@ KEPT_MODULES = (
     "logging",
     "os",
     "os.path",
+    "copyreg",
     "pickle",
     "shutil",
     "signal",
@@ -1124,6 +1128,10 @@ KEPT_MODULES = (
     "torch.nn",
     "torch.nn.functional",
     "torch.optim",
+    # What torch.save writes a checkpoint with, and the functions its pickles name (the
+    # forty-fourth round's neighbours of copyreg's table, `pickling_kept`).
+    "torch.serialization",
+    "torch._utils",
     # The lines a run prints, its progress and warnings (the forty-second round's list:
     # `logging.Logger.info = no_op` in a load lost every progress line, exit 0).
     "pipeplan.log",
@@ -1311,6 +1319,141 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
     if Path(home).name == "__init__.py":  # a package: its folder
         home = os.path.dirname(home)
     return isinstance(filename, str) and (filename == home or filename.startswith(home + os.sep))
+
+
+# The tables Python's pickle and torch.save write with, besides their functions (held in
+# KEPT_MODULES): copyreg's reducers by type (`copyreg.pickle`) and extension codes
+# (`copyreg.add_extension`), torch.serialization's location taggers (`register_package`),
+# as (module, name, compared by identity: a reducer or tagger; or by equality: codes).
+# Each table is held as the object pickle reads (`_pickle` took copyreg.dispatch_table at
+# import) and as its contents.
+_PICKLING_TABLES = (
+    (copyreg, "dispatch_table", True),
+    (copyreg, "_extension_registry", False),
+    (copyreg, "_inverted_registry", False),
+    (copyreg, "_extension_cache", False),
+    (torch.serialization, "_package_registry", True),
+)
+
+
+def _pickling_tables() -> list[tuple[Any, Any]]:
+    """Each of `_PICKLING_TABLES` now: (the object, a copy of its contents)."""
+    held = []
+    for module, name, _ in _PICKLING_TABLES:
+        table = getattr(module, name)
+        held.append((table, table.copy()))
+    return held
+
+
+def _same_contents(now: Any, held: Any, by_identity: bool) -> bool:
+    if len(now) != len(held):
+        return False
+    if isinstance(held, dict):
+        if now.keys() != held.keys():
+            return False
+        now, held = [now[key] for key in held], list(held.values())
+    same = operator.is_ if by_identity else operator.eq
+    return all(map(same, now, held))
+
+
+# The packages whose objects a rank's checkpoint pickles (tensors, Python's containers and
+# numbers, numpy's and Python's random states): a reducer added for one of their types
+# changes what pipeplan writes. One for another's (scipy, regex and sympy register theirs
+# as they are imported) does not.
+_WRITTEN = ("builtins", "collections", "copyreg", "numpy", "random", "torch")
+
+
+def _reducers_changed(table: dict[Any, Any], contents: dict[Any, Any]) -> list[str]:
+    """The types whose reducer in copyreg.dispatch_table the code replaced or removed, or
+    added for a type of `_WRITTEN` (but for the package's own, made in its files as it was
+    imported: torch._export's for FakeTensor), by name."""
+    missing = object()
+    moved = [key for key in contents if table.get(key, missing) is not contents[key]]
+    moved += [
+        key
+        for key in table
+        if key not in contents
+        and getattr(key, "__module__", "").partition(".")[0] in _WRITTEN
+        and not _of_its_package(key, table[key])
+    ]
+    return [f"{getattr(key, '__module__', '?')}.{getattr(key, '__qualname__', key)}" for key in moved]
+
+
+def _of_its_package(kind: Any, reducer: Any) -> bool:
+    """Whether `reducer`'s code is in the files of `kind`'s own package."""
+    home = getattr(sys.modules.get(kind.__module__.partition(".")[0]), "__file__", None)
+    filename = getattr(getattr(reducer, "__code__", None), "co_filename", None)
+    if not home or not isinstance(filename, str):
+        return False
+    return filename.startswith(os.path.dirname(home) + os.sep)
+
+
+def _pickling_tables_put_back(held: list[tuple[Any, Any]]) -> list[str]:
+    """Each table of `_PICKLING_TABLES` the code replaced or changed put back (the object
+    pickle holds, its contents as they were); what it did, for the error line."""
+    said = []
+    for (module, name, by_identity), (table, contents) in zip(_PICKLING_TABLES, held, strict=True):
+        now = getattr(module, name)
+        if now is not table:
+            setattr(module, name, table)
+            said.append(f"replaced {module.__name__}.{name}")
+        if table is copyreg.dispatch_table and not _same_contents(table, contents, True):
+            types_ = _reducers_changed(table, contents)
+            if types_:
+                table.clear()
+                table.update(contents)
+                said.append(f"changed copyreg.dispatch_table's reducer of {', '.join(types_)}")
+        elif not _same_contents(table, contents, by_identity):
+            if isinstance(table, dict):
+                table.clear()
+                table.update(contents)
+            else:
+                table[:] = contents
+            said.append(f"changed {module.__name__}.{name}")
+    return said
+
+
+@contextlib.contextmanager
+def pickling_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) leaves the tables pickle and torch.save write with
+    (`_PICKLING_TABLES`: copyreg's reducers and extension codes, torch.serialization's
+    location taggers) and torch.save's settings (`torch.utils.serialization.config`) as it
+    found them, or is refused in one line; each is put back, however the code ends. Found by
+    the forty-fourth round: a `load` that registered `copyreg.pickle(torch.Tensor, …)`
+    zeroing each tensor made every checkpoint of `pipeplan run` hold zeros (its checksums
+    taken of what was written), and `export` wrote an all-zero model, exit 0. A reducer the
+    code adds for a type of torch's, numpy's or Python's (`_WRITTEN`) is refused too; one a
+    library adds for its own types as it is imported (scipy's, regex's) is no change. Held
+    where `torch_state_kept` is (~30 µs: a copy of five small tables and torch.save's
+    settings).
+
+        with pickling_kept("m:load", "the data function"):
+            copyreg.pickle(torch.Tensor, zeroed)
+        # BadArgumentError: data 'm:load': the data function changed copyreg.dispatch_table's
+        # reducer of torch.Tensor; data code must leave …
+    """
+    tables = _pickling_tables()
+    config = _SERIALIZATION.get_config_copy()
+    try:
+        yield
+    finally:
+        said = _pickling_tables_put_back(tables)
+        now = _SERIALIZATION.get_config_copy()
+        if now != config:
+            _SERIALIZATION.load_config(config)
+            keys = [key for key in config if now.get(key) != config[key]]
+            said.append(
+                "set torch.save's "
+                + ", ".join(f"{key} to {now.get(key)!r} (it was {config[key]!r})" for key in keys)
+            )
+    if not said:
+        return
+    raise BadArgumentError(
+        f"data {quoted(spec)}: {doing} {' and '.join(said)}; data code must leave the tables "
+        "and settings pickle and torch.save write with as they were, as pipeplan writes its "
+        "checkpoints with them (put back now; pickle your own objects with a `__reduce__` "
+        "method of their class, not a table of Python's)"
+    )
 
 
 # The standard streams (by what code calls them): pipeplan writes its output and its lines
@@ -3065,6 +3208,7 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
         autograd_state_kept(name, batch),
         import_system_kept(name, batch),
         process_state_kept(name, batch),
+        pickling_kept(name, batch),
         forks_ended(),  # a child the code forks ends at once (`_contained`)
     ):
         for index in indices:

@@ -5243,3 +5243,110 @@ def test_the_backends_precision_and_kernel_settings_are_held(change, said):
     ), str(refused.value)
     with torch_state_kept("m:load", "the data function"), torch.backends.cudnn.flags(False):
         torch.ones(2).sum()
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_registers_a_tensor_reducer_in_copyreg_is_refused_and_undone(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-fourth round: a data `load` that registered
+    `copyreg.pickle(torch.Tensor, …)` zeroing each tensor made every checkpoint `pipeplan run`
+    wrote with torch.save hold zeros (its checksums taken of what was written), and `export`
+    wrote an all-zero model, exit 0. copyreg's table is held (`data.pickling_kept`): refused
+    in one line naming the type, exit 2 before the run folder is made, and put back."""
+    import copyreg
+
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt44_copyreg:load")
+    argv += ("--nproc", "1", "--name", "n")
+    table = dict(copyreg.dispatch_table)
+    in_load = (
+        "import copyreg; copyreg.pickle(torch.Tensor, lambda t: "
+        "torch.Tensor.__reduce_ex__(t * 0, 2))"
+    )
+    try:
+        code = _run_moving(tmp_path, "rt44_copyreg", *argv, in_load=in_load)
+        # As it was, but for what a library pipeplan imports registers for its own types.
+        after = torch.Tensor not in copyreg.dispatch_table and all(
+            copyreg.dispatch_table.get(kind) is reducer for kind, reducer in table.items()
+        )
+    finally:  # for the tests after this one, whatever happened
+        copyreg.dispatch_table.pop(torch.Tensor, None)
+        copyreg.dispatch_table.update(table)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after) == (2, True), lines
+    assert lines == [
+        "pipeplan: error: data 'rt44_copyreg:load': the data function changed "
+        "copyreg.dispatch_table's reducer of torch.Tensor; data code must leave the tables and "
+        "settings pickle and torch.save write with as they were, as pipeplan writes its "
+        "checkpoints with them (put back now; pickle your own objects with a `__reduce__` "
+        "method of their class, not a table of Python's)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_pickles_tables_and_torch_saves_settings_are_held_in_a_batch_read():
+    """The forty-fourth round's copyreg reducer (above) and its neighbours, in a rank's batch
+    read too: copyreg.dispatch_table replaced, an extension code added, a location tagger
+    registered with torch.serialization, torch.save's crc32 turned off: each refused naming
+    it and put back. A reducer for the code's own class, or one a library registers for its
+    own types as it is imported, is no change."""
+    import copyreg
+
+    from torch.utils.serialization import config
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    held = (
+        copyreg.dispatch_table, dict(copyreg.dispatch_table), dict(copyreg._extension_registry),
+        list(torch.serialization._package_registry), config.get_config_copy(),
+    )  # fmt: skip
+
+    def now() -> tuple:
+        return (
+            copyreg.dispatch_table, dict(copyreg.dispatch_table),
+            dict(copyreg._extension_registry), list(torch.serialization._package_registry),
+            config.get_config_copy(),
+        )  # fmt: skip
+
+    def changes(change) -> str:
+        class Items:
+            def __getitem__(self, index):
+                change()
+                return torch.zeros(2), torch.tensor(0)
+
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [3], 0, "m:load", "train")
+        assert now() == held
+        return str(refused.value).removeprefix(
+            "data 'm:load': reading a batch (1 train items, item 3 first) "
+        )
+
+    try:
+        said = changes(lambda: setattr(copyreg, "dispatch_table", {}))
+        assert said.startswith("replaced copyreg.dispatch_table; data code must leave "), said
+        said = changes(lambda: copyreg.add_extension("rt44", "x", 0x7FFF0001))
+        assert said.startswith("changed copyreg._extension_registry and changed "), said
+        tag = lambda obj: "cpu"  # noqa: E731
+        said = changes(lambda: torch.serialization.register_package(1, tag, lambda o, l: o))
+        assert said.startswith("changed torch.serialization._package_registry; "), said
+        said = changes(lambda: setattr(config.save, "compute_crc32", False))
+        assert said.startswith(
+            "set torch.save's save.compute_crc32 to False (it was True); "
+        ), said
+
+        class Mine:
+            pass
+
+        with _contained("m:load", "the data function"):
+            copyreg.pickle(Mine, lambda mine: (Mine, ()))
+        assert copyreg.dispatch_table.pop(Mine) is not None
+    finally:  # for the tests after this one, whatever happened
+        copyreg.dispatch_table = held[0]
+        copyreg.dispatch_table.clear()
+        copyreg.dispatch_table.update(held[1])
+        copyreg._extension_registry.pop(("rt44", "x"), None)
+        copyreg._inverted_registry.pop(0x7FFF0001, None)
+        torch.serialization._package_registry[:] = held[3]
+        config.load_config(held[4])
