@@ -1128,10 +1128,18 @@ KEPT_MODULES = (
     "torch.nn",
     "torch.nn.functional",
     "torch.optim",
+    # The modules of the optimizer a rank steps (AdamW, an Adam) and of its base: `Adam.step`
+    # looks up the functions it calls in its own module at each step (the forty-fourth round:
+    # `torch.optim.adam._single_tensor_adam = lambda *a, **k: None` in a load "trained" a
+    # model that never moved, exit 0). Only those pipeplan steps with (~25 µs a call each
+    # held module adds; torch.optim.lr_scheduler's classes would add 20 µs more).
+    "torch.optim.adam",
+    "torch.optim.adamw",
+    "torch.optim.optimizer",
+    "torch.utils._foreach_utils",
     # What torch.save writes a checkpoint with, and the functions its pickles name (the
     # forty-fourth round's neighbours of copyreg's table, `pickling_kept`).
     "torch.serialization",
-    "torch._utils",
     # The lines a run prints, its progress and warnings (the forty-second round's list:
     # `logging.Logger.info = no_op` in a load lost every progress line, exit 0).
     "pipeplan.log",
@@ -1144,7 +1152,7 @@ _kept_modules: list[tuple[str, types.ModuleType]] = []
 # `torch.optim.AdamW.step = no_op` made `pipeplan run` "train" nothing with exit 0. Every one of
 # them, not a list of names (which would miss the one a data module chose), except the types
 # Python lets no code change (`int`, torch._C.TensorBase: Py_TPFLAGS_IMMUTABLETYPE); with torch
-# 2.13 some 430 classes and 4,400 attributes, whose snapshot and comparison add ~0.4 ms of
+# 2.13 some 480 classes and 4,900 attributes, whose snapshot and comparison add ~0.45 ms of
 # CPU to each call into the data code (`functions_kept`). A class's base outside these modules
 # (a layer's nn.Module is in) or a class nested deeper (torch.distributed.pipelining's) is not.
 _kept_classes: list[tuple[str, type]] = []
@@ -1209,8 +1217,9 @@ def functions_kept(spec: str, doing: str) -> Iterator[None]:
     before returning (`unittest.mock.patch` around what needs it), nor torch's own wrapper of
     its function (`_its_own_wrapper`: a first optimizer wraps its class's `step`). Held where
     `torch_state_kept` is: every call into the data code, item reads a batch at a time (a
-    snapshot and comparison of some 3,500 names and 4,400 class attributes costs ~0.5 ms of
-    CPU, the least of 400 calls on an idle core; ~0.09 ms for the names alone).
+    snapshot and comparison of some 3,900 names and 4,900 class attributes costs ~0.58 ms of
+    CPU, the least of 400 calls on an idle core, 0.53 ms before the forty-fourth round's
+    modules; ~0.1 ms for the names alone).
 
         with functions_kept("m:load", "the data function"):
             torch.distributed.all_reduce = lambda *a, **k: None

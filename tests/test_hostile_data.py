@@ -5350,3 +5350,41 @@ def test_pickles_tables_and_torch_saves_settings_are_held_in_a_batch_read():
         copyreg._inverted_registry.pop(0x7FFF0001, None)
         torch.serialization._package_registry[:] = held[3]
         config.load_config(held[4])
+
+
+@pytest.mark.timeout(60)
+def test_a_data_function_that_replaces_the_function_adams_step_calls_is_refused_by_run(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-fourth round: a `load` that replaced
+    `torch.optim.adam._single_tensor_adam` and `_multi_tensor_adam` (the module functions
+    AdamW's `step` looks up at each call, one module below `torch.optim`'s top level, which
+    was held) made `pipeplan run` "train" a model that never moved, every AdamW state zero,
+    exit 0. The modules of the optimizer pipeplan steps are held (`data.KEPT_MODULES`):
+    refused in one line naming the functions, exit 2 before the run folder is made, and put
+    back."""
+    import torch.optim.adam as adam
+
+    monkeypatch.chdir(tmp_path)
+    real = (adam._single_tensor_adam, adam._multi_tensor_adam)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt44_adam:load")
+    argv += ("--nproc", "1", "--name", "n")
+    in_load = (
+        "import importlib; m = importlib.import_module('torch.optim.adam'); "
+        "m._single_tensor_adam = lambda *a, **k: None; m._multi_tensor_adam = lambda *a, **k: None"
+    )
+    try:
+        code = _run_moving(tmp_path, "rt44_adam", *argv, in_load=in_load)
+        after = (adam._single_tensor_adam, adam._multi_tensor_adam)
+    finally:  # for the tests after this one, whatever happened
+        adam._single_tensor_adam, adam._multi_tensor_adam = real
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after == real) == (2, True), lines
+    assert lines == [
+        "pipeplan: error: data 'rt44_adam:load': the data function replaced "
+        "torch.optim.adam._single_tensor_adam, torch.optim.adam._multi_tensor_adam; data code "
+        "must leave the functions of torch and of Python's modules as it found them, as "
+        "pipeplan trains and writes its records with them (put back now; patch one only around "
+        "your own code that needs it, as `with unittest.mock.patch(...)` does)"
+    ]
+    assert not (tmp_path / "runs").exists()
