@@ -534,6 +534,9 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     saved-tensor hook of autograd's installed (`autograd_state_kept`), or changes sys.path,
     sys.meta_path or the modules already imported (`import_system_kept`): the forty-second.
     So is code that leaves a mode of torch's entered (`torch_modes_kept`): the forty-third.
+    So is code that lowers torch's float32 precision or changes another backend setting
+    (`torch_state_kept`), registers a kernel of torch's operators (`kernels_kept`), or
+    changes copyreg's reducers (`pickling_kept`): the forty-fourth.
 
         with _contained("m:load", f"reading train item {index}"):
             value = dataset[index]
@@ -554,6 +557,7 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
             functions_kept(spec, doing),
             # Put back after torch's settings: the default device is a mode on torch's stack.
             torch_modes_kept(spec, doing),
+            kernels_kept(spec, doing),
             torch_state_kept(spec, doing),
             autograd_state_kept(spec, doing),
             held_descriptors_kept(spec, doing),
@@ -1100,6 +1104,119 @@ def torch_modes_kept(spec: str, doing: str) -> Iterator[None]:
         f"data {quoted(spec)}: {doing} {' and '.join(said)}; data code must leave torch's "
         "modes (TorchFunctionMode, TorchDispatchMode) as it found them, as every op pipeplan "
         f"trains with runs through the modes entered (put back now; {fix})"
+    )
+
+
+# The kernels code registers for torch's operators from Python (`torch.library.Library(ns,
+# "IMPL").impl(…)`, `torch.library.impl`, `register_kernel`), as torch.library keeps them:
+# "aten/gelu/CPU" in `_impls` (some 1,800 of torch's own) and in the Library's `_op_impls`,
+# each Library undone by a finalizer (`_del_library`). Held for the namespaces of the
+# operators a rank computes and talks with; torch registers kernels of its own other
+# namespaces as its modules are imported (143 as torch._dynamo is: `_c10d_functional`, …).
+# A registration made below torch.library (`torch._C._dispatch_library` itself) is in no
+# table Python can read short of dumping every operator's dispatch table (`_dispatch_dump`,
+# some 2,800 operators): not held.
+_LIBRARY = torch.library
+_HELD_NAMESPACES = ("aten", "prims", "c10d")
+_seen_kernels: set[str] = set()  # `_impls` as last seen outside data code
+
+
+def _finalizers_made() -> int:
+    """A mark of the finalizers made so far (Python numbers them in order; taking a number
+    leaves a gap, nothing else)."""
+    return next(weakref.finalize._index_iter)
+
+
+def _libraries(since: int = -1) -> list[Any]:
+    """The live torch.library.Library objects, of those made after the mark `since`."""
+    found = []
+    for info in list(weakref.finalize._registry.values()):
+        if info.func is _LIBRARY._del_library and info.index > since:
+            library = info.weakref()
+            if library is not None:
+                found.append(library)
+    return found
+
+
+def _held_kernel(key: str, made: list[Any]) -> bool:
+    """Whether the kernel `key` ("ns/op/key") is of an operator of `_HELD_NAMESPACES` that none
+    of the Libraries the code `made` defined (code may register kernels of its own operators:
+    `torch.library.custom_op`)."""
+    namespace, name, _ = key.split("/", 2)
+    operator_ = f"{namespace}::{name.split('.')[0]}"
+    return namespace in _HELD_NAMESPACES and not any(
+        qualname.split(".")[0] == operator_ for library in made for qualname in library._op_defs
+    )
+
+
+def _kernel_shown(key: str) -> str:
+    namespace, name, dispatch = key.split("/", 2)
+    return f"{namespace}::{name} for {dispatch or 'every key'}"
+
+
+@contextlib.contextmanager
+def kernels_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) registers no kernel of an operator of torch's that a rank
+    computes or talks with (`_HELD_NAMESPACES`; torch.library's tables of Python kernels) and
+    no fallback kernel (a Library on the namespace "_"), or is refused in one line naming
+    each; the Library it made them with is destroyed (`Library._destroy`, as torch's own
+    `_scoped_library` does), however the code ends. Found by the forty-fourth round: a `load`
+    that ran `torch.library.Library("aten", "IMPL").impl("gelu", lambda x, approximate="none":
+    torch.relu(x), "CPU")` (the Library kept) trained every rank's ViT with ReLU in place of
+    GELU and exported it as a GELU model, exit 0, torch's warning passed on as 7 lines.
+    Kernels of the code's own operators (`torch.library.custom_op`) are no change. Not held:
+    a registration below torch.library (see `_LIBRARY`), and one through a Library made before
+    the code ran of a kernel Python had already registered (no table changes). A kernel added
+    to a Library made before is refused but cannot be taken back alone. Held where
+    `torch_state_kept` is (~0.5 µs: two lengths and a mark, `_impls` compared only when one
+    moved).
+
+        with kernels_kept("m:load", "the data function"):
+            KEEP = torch.library.Library("aten", "IMPL")
+            KEEP.impl("gelu", relu, "CPU")
+        # BadArgumentError: data 'm:load': the data function registered the kernel
+        # aten::gelu for CPU; data code must leave …
+    """
+    if len(_LIBRARY._impls) != len(_seen_kernels):  # torch's own, since: the baseline
+        _seen_kernels.clear()
+        _seen_kernels.update(_LIBRARY._impls)
+    mark = _finalizers_made()
+    refused: list[str] = []
+    fallbacks: list[Any] = []
+    kept: list[Any] = []
+    try:
+        yield
+    finally:
+        made = _libraries(mark) if _finalizers_made() != mark + 1 else []
+        if made or len(_LIBRARY._impls) != len(_seen_kernels):
+            added = (_LIBRARY._impls - _seen_kernels).union(
+                *(library._op_impls for library in made)
+            )
+            refused = sorted(key for key in added if _held_kernel(key, made))
+            fallbacks = [library for library in made if library.ns == "_"]
+            for library in _libraries() if refused or fallbacks else []:
+                if library in fallbacks or library._op_impls & set(refused):
+                    if any(library is new for new in made):
+                        library._destroy()
+                    else:
+                        kept.append(library)
+            _seen_kernels.clear()
+            _seen_kernels.update(_LIBRARY._impls)
+    if not refused and not fallbacks:
+        return
+    said = []
+    if refused:
+        more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+        kernels = ", ".join(_kernel_shown(key) for key in refused[:3])
+        said.append(f"registered the kernel{'s' if len(refused) > 1 else ''} {kernels}{more}")
+    if fallbacks:
+        said.append("made a Library of fallback kernels (namespace '_')")
+    back = "put back now" if not kept else "not put back: a Library made before the code holds it"
+    raise BadArgumentError(
+        f"data {quoted(spec)}: {doing} {' and '.join(said)}; data code must leave the kernels "
+        "of torch's operators as they were, as every op pipeplan trains with runs the kernel "
+        f"registered ({back}; define an operator of your own with `torch.library.custom_op` "
+        "for what your code computes)"
     )
 
 
@@ -3201,9 +3318,10 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
     """Each item of `indices` read once and checked as `batch_rows` says. torch's settings,
     the resource limits, the functions of KEPT_MODULES and their classes' methods, and the
     process's streams, environment, logging switch and recursion limit, autograd's state,
-    torch's modes and the import system are held for the batch as a whole
-    (`torch_state_kept`, `limits_kept`, `functions_kept`, `process_state_kept`,
-    `autograd_state_kept`, `torch_modes_kept`, `import_system_kept`: together ~0.75 ms,
+    torch's modes and kernels, the import system and pickle's tables are held for the batch
+    as a whole (`torch_state_kept`, `limits_kept`, `functions_kept`, `process_state_kept`,
+    `autograd_state_kept`, `torch_modes_kept`, `kernels_kept`, `import_system_kept`,
+    `pickling_kept`: together ~0.9 ms,
     where an item's read may cost microseconds), and a process the code forks ends as the
     batch's reads come back (`forks_ended`)."""
     read = []
@@ -3213,6 +3331,7 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
         limits_kept(name, batch),
         functions_kept(name, batch),
         torch_modes_kept(name, batch),
+        kernels_kept(name, batch),
         torch_state_kept(name, batch),
         autograd_state_kept(name, batch),
         import_system_kept(name, batch),

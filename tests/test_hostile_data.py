@@ -5388,3 +5388,91 @@ def test_a_data_function_that_replaces_the_function_adams_step_calls_is_refused_
         "your own code that needs it, as `with unittest.mock.patch(...)` does)"
     ]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_registers_an_aten_kernel_is_refused_and_it_is_destroyed(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-fourth round: a data `load` that registered a CPU kernel of
+    aten::gelu (`torch.library.Library("aten", "IMPL").impl("gelu", relu-like, "CPU")`, the
+    Library kept) trained every rank's ViT with ReLU in place of GELU and exported it as a
+    GELU model, exit 0, torch's warning passed on as 7 lines. A kernel of torch's operators
+    registered by data code is refused in one line naming it (`data.kernels_kept`), exit 2
+    before the run folder is made, and its Library destroyed: gelu is GELU again."""
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt44_lib:load")
+    argv += ("--nproc", "1", "--name", "n")
+    at_import = "KEEP = []"
+    in_load = (
+        "lib = torch.library.Library('aten', 'IMPL'); KEEP.append(lib); "
+        "lib.impl('gelu', lambda x, approximate='none': torch.relu(x), 'CPU')"
+    )
+    x = torch.tensor([-1.0, 1.0])
+    real = torch.nn.functional.gelu(x)
+    code = _run_moving(tmp_path, "rt44_lib", *argv, at_import=at_import, in_load=in_load)
+    after = torch.nn.functional.gelu(x)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, torch.equal(after, real)) == (2, True), lines
+    assert lines == [
+        "pipeplan: error: data 'rt44_lib:load': the data function registered the kernel "
+        "aten::gelu for CPU; data code must leave the kernels of torch's operators as they "
+        "were, as every op pipeplan trains with runs the kernel registered (put back now; "
+        "define an operator of your own with `torch.library.custom_op` for what your code "
+        "computes)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_kernels_are_held_in_a_batch_read_and_the_codes_own_operators_are_no_change():
+    """The forty-fourth round's aten kernel (above) in a rank's batch read too, through
+    `torch.library.impl` (a Library torch makes and keeps), and a fallback kernel for every
+    operator (a Library on '_'): refused naming them and undone. A kernel of an operator the
+    code defines itself (`torch.library.custom_op`), and the kernels torch registers for its
+    own namespaces as the code imports its modules, are no change."""
+    import importlib
+    import warnings
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    kept: list = []
+    x = torch.tensor([-1.0, 1.0])
+    real = torch.nn.functional.gelu(x)
+
+    def changes(change) -> str:
+        class Items:
+            def __getitem__(self, index):
+                change()
+                return torch.zeros(2), torch.tensor(0)
+
+        with pytest.raises(BadArgumentError) as refused, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            batch_rows(Items(), [3], 0, "m:load", "train")
+        assert torch.equal(torch.nn.functional.gelu(x), real)
+        return str(refused.value).removeprefix(
+            "data 'm:load': reading a batch (1 train items, item 3 first) "
+        )
+
+    relu = lambda x, approximate="none": torch.relu(x)  # noqa: E731
+    said = changes(lambda: torch.library.impl("aten::gelu", "CPU")(relu))
+    assert said.startswith("registered the kernel aten::gelu for CPU; "), said
+
+    def fallback():
+        kept.append(torch.library.Library("_", "IMPL"))
+        kept[-1].fallback(torch.library.fallthrough_kernel, "XLA")
+
+    said = changes(fallback)
+    assert said.startswith("made a Library of fallback kernels (namespace '_'); "), said
+    said = changes(fallback)  # the first was destroyed: a second may register again
+    assert said.startswith("made a Library of fallback kernels (namespace '_'); "), said
+
+    with _contained("m:load", "the data function"):
+
+        @torch.library.custom_op("rt44::twice", mutates_args=())
+        def twice(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+        kept.append(twice)
+        importlib.import_module("torch._dynamo")  # registers torch's own kernels
+    assert torch.equal(torch.ops.rt44.twice(x), x * 2)
