@@ -5159,22 +5159,29 @@ def test_data_code_that_lowers_torchs_float32_matmul_precision_is_refused_and_un
     matmuls in bfloat16 (a CPU with avx512_bf16), exit 0, no line, its weights 2.7e-5 apart
     after 2 steps. torch's float32 precision is one of the settings held
     (`data.torch_state_kept`): refused in one line naming what changed, and put back."""
-    from executor.data import _fp32_precision
-
     monkeypatch.chdir(tmp_path)
     argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt44_mm:load")
     argv += ("--nproc", "1", "--name", "n")
-    before = _fp32_precision()
+    backends = [("generic", "all")] + [
+        (backend, op) for backend in ("cuda", "mkldnn") for op in ("all", "matmul", "conv", "rnn")
+    ]
+
+    def precision() -> list:  # both of torch's APIs (the old one's reads fail where mixed)
+        return [torch._C._get_cublas_allow_tf32()] + [
+            torch._C._get_fp32_precision_getter(*backend) for backend in backends
+        ]
+
+    before = (torch.get_float32_matmul_precision(), precision())
     try:
         code = _run_moving(
             tmp_path, "rt44_mm", *argv, in_load='torch.set_float32_matmul_precision("medium")'
         )
-        after = _fp32_precision()
+        after = (torch.get_float32_matmul_precision(), precision())
     finally:  # for the tests after this one, whatever happened
-        torch.set_float32_matmul_precision("highest")
-        for what, value in before.items():
-            if " " in what and what.split()[0] in ("generic", "cuda", "mkldnn"):
-                torch._C._set_fp32_precision_setter(*what.split(), value)
+        torch.set_float32_matmul_precision(before[0])
+        torch._C._set_cublas_allow_tf32(before[1][0])
+        for backend, value in zip(backends, before[1][1:]):
+            torch._C._set_fp32_precision_setter(*backend, value)
     lines = capsys.readouterr().err.strip().splitlines()
     assert (code, after == before) == (2, True), lines
     assert len(lines) == 1, lines
