@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from torch.utils import _python_dispatch
-from torch.utils.serialization import config as _SERIALIZATION
 from torch.utils._device import DeviceContext as _DeviceContext
 from torch.utils.data import Dataset
+from torch.utils.serialization import config as _SERIALIZATION
 
 from executor.faults import SignalInterrupt, classify
 from pipeplan import log as pipeplan_log
@@ -611,7 +611,10 @@ _FP32_OLD = (
     ("cuBLAS TF32", _C._get_cublas_allow_tf32, _C._set_cublas_allow_tf32),
     ("cuDNN TF32", _C._get_cudnn_allow_tf32, _C._set_cudnn_allow_tf32),
 )
-_FP32_NEW = (("generic", "all"), *itertools.product(("cuda", "mkldnn"), ("all", "matmul", "conv", "rnn")))
+_FP32_NEW = (
+    ("generic", "all"),
+    *itertools.product(("cuda", "mkldnn"), ("all", "matmul", "conv", "rnn")),
+)
 
 
 def _fp32_precision() -> dict[str, Any]:
@@ -814,7 +817,9 @@ def _shown(value: Any) -> str:
     if isinstance(value, tuple):  # cuBLAS's reduced-precision reductions: (allowed, split-K)
         return f"{_shown(value[0])} (split-K {_shown(value[1])})"
     if isinstance(value, dict):  # settings held together: {"flash": True, …}
-        return ", ".join(f"{key} {'mixed' if on is None else _shown(on)}" for key, on in value.items())
+        return ", ".join(
+            f"{key} {'mixed' if on is None else _shown(on)}" for key, on in value.items()
+        )
     return str(value)
 
 
@@ -1502,7 +1507,9 @@ def _reducers_changed(table: dict[Any, Any], contents: dict[Any, Any]) -> list[s
         and getattr(key, "__module__", "").partition(".")[0] in _WRITTEN
         and not _of_its_package(key, table[key])
     ]
-    return [f"{getattr(key, '__module__', '?')}.{getattr(key, '__qualname__', key)}" for key in moved]
+    return [
+        f"{getattr(key, '__module__', '?')}.{getattr(key, '__qualname__', key)}" for key in moved
+    ]
 
 
 def _of_its_package(kind: Any, reducer: Any) -> bool:

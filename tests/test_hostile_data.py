@@ -5180,7 +5180,7 @@ def test_data_code_that_lowers_torchs_float32_matmul_precision_is_refused_and_un
     finally:  # for the tests after this one, whatever happened
         torch.set_float32_matmul_precision(before[0])
         torch._C._set_cublas_allow_tf32(before[1][0])
-        for backend, value in zip(backends, before[1][1:]):
+        for backend, value in zip(backends, before[1][1:], strict=True):
             torch._C._set_fp32_precision_setter(*backend, value)
     lines = capsys.readouterr().err.strip().splitlines()
     assert (code, after == before) == (2, True), lines
@@ -5241,7 +5241,10 @@ def test_the_backends_precision_and_kernel_settings_are_held(change, said):
     before = settings()
     if "denormal" in said and not torch.set_flush_denormal(False):
         pytest.skip("this CPU cannot flush denormals")
-    with pytest.raises(BadArgumentError) as refused, torch_state_kept("m:load", "the data function"):
+    with (
+        pytest.raises(BadArgumentError) as refused,
+        torch_state_kept("m:load", "the data function"),
+    ):
         change()
     assert settings() == before
     assert str(refused.value).startswith(
@@ -5336,12 +5339,10 @@ def test_pickles_tables_and_torch_saves_settings_are_held_in_a_batch_read():
         said = changes(lambda: copyreg.add_extension("rt44", "x", 0x7FFF0001))
         assert said.startswith("changed copyreg._extension_registry and changed "), said
         tag = lambda obj: "cpu"  # noqa: E731
-        said = changes(lambda: torch.serialization.register_package(1, tag, lambda o, l: o))
+        said = changes(lambda: torch.serialization.register_package(1, tag, lambda o, where: o))
         assert said.startswith("changed torch.serialization._package_registry; "), said
         said = changes(lambda: setattr(config.save, "compute_crc32", False))
-        assert said.startswith(
-            "set torch.save's save.compute_crc32 to False (it was True); "
-        ), said
+        assert said.startswith("set torch.save's save.compute_crc32 to False (it was True); "), said
 
         class Mine:
             pass
