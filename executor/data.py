@@ -19,6 +19,7 @@ index.
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import gzip
 import importlib
 import importlib.util
@@ -49,6 +50,7 @@ import torch
 from torch.utils import _python_dispatch
 from torch.utils._device import DeviceContext as _DeviceContext
 from torch.utils.data import Dataset
+from torch.utils.serialization import config as _SERIALIZATION
 
 from executor.faults import SignalInterrupt, classify
 from pipeplan import log as pipeplan_log
@@ -532,6 +534,9 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     saved-tensor hook of autograd's installed (`autograd_state_kept`), or changes sys.path,
     sys.meta_path or the modules already imported (`import_system_kept`): the forty-second.
     So is code that leaves a mode of torch's entered (`torch_modes_kept`): the forty-third.
+    So is code that lowers torch's float32 precision or changes another backend setting
+    (`torch_state_kept`), registers a kernel of torch's operators (`kernels_kept`), or
+    changes copyreg's reducers (`pickling_kept`): the forty-fourth.
 
         with _contained("m:load", f"reading train item {index}"):
             value = dataset[index]
@@ -552,6 +557,7 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
             functions_kept(spec, doing),
             # Put back after torch's settings: the default device is a mode on torch's stack.
             torch_modes_kept(spec, doing),
+            kernels_kept(spec, doing),
             torch_state_kept(spec, doing),
             autograd_state_kept(spec, doing),
             held_descriptors_kept(spec, doing),
@@ -560,6 +566,7 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
             # Inside redirect_stderr (a sys.stderr the code rebinds is seen, not undone), and
             # first to end after a fork: a recursion limit it lowered is put back first.
             process_state_kept(spec, doing),
+            pickling_kept(spec, doing),
             # Innermost of all: a child the code forked ends before any of the above runs.
             forks_ended(),
         ):
@@ -591,6 +598,169 @@ def _autocast(kind: str) -> tuple[bool, torch.dtype]:
 def _set_autocast(kind: str, state: tuple[bool, torch.dtype]) -> None:
     torch.set_autocast_enabled(kind, state[0])
     torch.set_autocast_dtype(kind, state[1])
+
+
+# torch's float32 precision is kept in two APIs that read each other's settings: the old
+# (`torch.set_float32_matmul_precision`, `allow_tf32` of cuBLAS and cuDNN) and the new, per
+# backend and op (`torch.backends.mkldnn.matmul.fp32_precision = "bf16"`, …, whose "none"
+# takes its parent's). Held together: "medium" sets the new API's matmul precisions too, and
+# the old API's reads fail where code mixed the two ("mix of the legacy and new APIs").
+_C = torch._C
+_FP32_OLD = (
+    ("matmul precision", _C._get_float32_matmul_precision, _C._set_float32_matmul_precision),
+    ("cuBLAS TF32", _C._get_cublas_allow_tf32, _C._set_cublas_allow_tf32),
+    ("cuDNN TF32", _C._get_cudnn_allow_tf32, _C._set_cudnn_allow_tf32),
+)
+_FP32_NEW = (
+    ("generic", "all"),
+    *itertools.product(("cuda", "mkldnn"), ("all", "matmul", "conv", "rnn")),
+)
+
+
+def _fp32_precision() -> dict[str, Any]:
+    """Each float32 precision setting of both APIs: {"matmul precision": "highest", …,
+    "mkldnn matmul": "none"}; an old API's setting its getter refuses to read (the two APIs
+    mixed) is None."""
+    held: dict[str, Any] = {}
+    for what, get, _ in _FP32_OLD:
+        try:
+            held[what] = get()
+        except RuntimeError:
+            held[what] = None
+    for backend, op in _FP32_NEW:
+        held[f"{backend} {op}"] = _C._get_fp32_precision_getter(backend, op)
+    return held
+
+
+def _set_fp32_precision(held: dict[str, Any]) -> None:
+    """The old API's settings first (setting one sets the new API's), then the new API's."""
+    for what, _, put in _FP32_OLD:
+        if held[what] is not None:
+            put(held[what])
+    for backend, op in _FP32_NEW:
+        _C._set_fp32_precision_setter(backend, op, held[f"{backend} {op}"])
+
+
+# What `torch.set_flush_denormal` sets (the CPU's flush-to-zero of this thread) torch gives no
+# getter of: read from the arithmetic it changes, Python's own (no torch op, which a mode or a
+# kernel the code left in place would run).
+_SMALLEST_NORMAL, _TWO = sys.float_info.min, 2.0
+
+
+def _flushes_denormals() -> bool:
+    return _SMALLEST_NORMAL / _TWO == 0.0
+
+
+def _backend_flag(path: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    """How to read and set `torch.backends.<path>` ("cudnn.benchmark")."""
+    owner, _, name = path.rpartition(".")
+    module = operator.attrgetter(owner)(torch.backends)
+    return partial(getattr, module, name), partial(setattr, module, name)
+
+
+def _deterministic() -> dict[str, bool]:
+    return {
+        "enabled": torch.are_deterministic_algorithms_enabled(),
+        "warn only": torch.is_deterministic_algorithms_warn_only_enabled(),
+    }
+
+
+def _set_deterministic(held: dict[str, bool]) -> None:
+    torch.use_deterministic_algorithms(held["enabled"], warn_only=held["warn only"])
+
+
+def _sdp_backends() -> dict[str, bool]:
+    cuda = torch.backends.cuda
+    return {
+        "flash": cuda.flash_sdp_enabled(),
+        "memory-efficient": cuda.mem_efficient_sdp_enabled(),
+        "math": cuda.math_sdp_enabled(),
+        "cuDNN": cuda.cudnn_sdp_enabled(),
+        "math fp16/bf16 reduction": cuda.fp16_bf16_reduction_math_sdp_allowed(),
+    }
+
+
+def _set_sdp_backends(held: dict[str, bool]) -> None:
+    cuda = torch.backends.cuda
+    cuda.enable_flash_sdp(held["flash"])
+    cuda.enable_mem_efficient_sdp(held["memory-efficient"])
+    cuda.enable_math_sdp(held["math"])
+    cuda.enable_cudnn_sdp(held["cuDNN"])
+    cuda.allow_fp16_bf16_reduction_math_sdp(held["math fp16/bf16 reduction"])
+
+
+# What data code should do instead of changing one of the backends' settings below.
+_AROUND = "set it only around your own code that needs it, and back before returning"
+
+# The backends' settings that choose the kernels and precision a rank's arithmetic runs in
+# (the forty-fourth round: `torch.set_float32_matmul_precision("medium")` in a `load` trained
+# an fp32 run's matmuls in bfloat16 on a CPU with avx512_bf16, silently, its weights 2.7e-5
+# apart after 2 steps). Each read and set as torch does: how it is called, its reader and
+# setter, and what to do instead (`_TORCH_SETTINGS`).
+_BACKEND_SETTINGS: tuple[tuple[str, Callable[[], Any], Callable[[Any], None], str], ...] = (
+    (
+        "float32 precision",
+        _fp32_precision,
+        _set_fp32_precision,
+        "pipeplan trains float32 in full precision; " + _AROUND,
+    ),
+    (
+        "cuBLAS fp16 reduced-precision reduction",
+        _C._get_cublas_allow_fp16_reduced_precision_reduction,
+        partial(setattr, torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction"),
+        _AROUND,
+    ),
+    (
+        "cuBLAS bf16 reduced-precision reduction",
+        _C._get_cublas_allow_bf16_reduced_precision_reduction,
+        partial(setattr, torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction"),
+        _AROUND,
+    ),
+    (
+        "cuBLAS fp16 accumulation",
+        *_backend_flag("cuda.matmul.allow_fp16_accumulation"),
+        _AROUND,
+    ),
+    (
+        "CPU fp16 reduced-precision reduction",
+        _C._get_cpu_allow_fp16_reduced_precision_reduction,
+        _C._set_cpu_allow_fp16_reduced_precision_reduction,
+        _AROUND,
+    ),
+    *(
+        (f"backends.{path}", *_backend_flag(path), fix)
+        for path, fix in (
+            ("cudnn.enabled", "use `with torch.backends.cudnn.flags(...)`"),
+            ("cudnn.benchmark", "use `with torch.backends.cudnn.flags(...)`"),
+            ("cudnn.benchmark_limit", _AROUND),
+            ("cudnn.deterministic", "use `with torch.backends.cudnn.flags(...)`"),
+            ("mkldnn.enabled", "use `with torch.backends.mkldnn.flags(...)`"),
+            ("mkldnn.deterministic", "use `with torch.backends.mkldnn.flags(...)`"),
+            ("opt_einsum.enabled", _AROUND),
+            ("opt_einsum.strategy", _AROUND),
+        )
+    ),
+    ("deterministic algorithms", _deterministic, _set_deterministic, _AROUND),
+    (
+        "filling of uninitialized memory",
+        partial(getattr, torch.utils.deterministic, "fill_uninitialized_memory"),
+        partial(setattr, torch.utils.deterministic, "fill_uninitialized_memory"),
+        _AROUND,
+    ),
+    (
+        "scaled-dot-product-attention backends",
+        _sdp_backends,
+        _set_sdp_backends,
+        "use `with torch.nn.attention.sdpa_kernel(...)`",
+    ),
+    (
+        "multi-head attention fast path",
+        torch.backends.mha.get_fastpath_enabled,
+        torch.backends.mha.set_fastpath_enabled,
+        _AROUND,
+    ),
+    ("flushing of denormal numbers", _flushes_denormals, torch.set_flush_denormal, _AROUND),
+)
 
 
 # Inference mode is left only by the guard that entered it: one held for the process's life
@@ -635,22 +805,38 @@ _TORCH_SETTINGS: tuple[tuple[str, Callable[[], Any], Callable[[Any], None], str]
             ("cuda", "use `with torch.autocast('cuda'):` around what it should cover"),
         )
     ),
+    *_BACKEND_SETTINGS,
 )
 
 
 def _shown(value: Any) -> str:
     if isinstance(value, bool):
         return {True: "on", False: "off"}[value]
-    if isinstance(value, tuple):  # autocast: (enabled, dtype)
+    if isinstance(value, tuple) and isinstance(value[1], torch.dtype):  # autocast
         return f"on ({value[1]})" if value[0] else "off"
+    if isinstance(value, tuple):  # cuBLAS's reduced-precision reductions: (allowed, split-K)
+        return f"{_shown(value[0])} (split-K {_shown(value[1])})"
+    if isinstance(value, dict):  # settings held together: {"flash": True, …}
+        return ", ".join(
+            f"{key} {'mixed' if on is None else _shown(on)}" for key, on in value.items()
+        )
     return str(value)
+
+
+def _changed_parts(old: Any, new: Any) -> tuple[Any, Any]:
+    """Of settings held together (dicts), those the code changed; any other value whole."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = [key for key in old if old[key] != new.get(key)]
+        return {key: old[key] for key in keys}, {key: new.get(key) for key in keys}
+    return old, new
 
 
 @contextlib.contextmanager
 def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
     """The user's data code (`doing`) leaves torch's process-wide settings (`_TORCH_SETTINGS`:
-    default dtype and device, grad mode, inference mode, autocast) as it found them, or is
-    refused in one line; they are put back either way, however it ends. Found by the
+    default dtype and device, grad mode, inference mode, autocast, and the backends' settings
+    of precision and kernels, `_BACKEND_SETTINGS`) as it found them, or is refused in one
+    line; they are put back either way, however it ends. Found by the
     thirty-seventh round: a `load` that called `torch.set_default_dtype(torch.float64)` or
     `torch.set_grad_enabled(False)` failed the run later in torch's words ("Input type
     (float) and bias type (double) should be the same", "step() requires gradients to be
@@ -660,6 +846,8 @@ def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
     the function, len() and the checks' items) and a rank's reads as it trains
     (`read_items`, a batch at a time). A setting changed and put back inside (`with
     torch.no_grad():`) is no change. The intra-op thread count is put back too, silently.
+    The forty-fourth round: `torch.set_float32_matmul_precision("medium")` trained an fp32
+    run's matmuls in bfloat16, silently (the backends' settings add ~25 µs to each call).
 
         with torch_state_kept("m:load", "the data function"):
             torch.set_default_dtype(torch.float64)
@@ -684,6 +872,7 @@ def torch_state_kept(spec: str, doing: str) -> Iterator[None]:
     changed, fixes = [], []
     for (what, _, _, fix), old, new in zip(_TORCH_SETTINGS, before, after, strict=True):
         if new != old:
+            old, new = _changed_parts(old, new)
             changed.append(f"{what} to {_shown(new)} (it was {_shown(old)})")
             fixes.append(fix)
     if not changed:
@@ -923,6 +1112,119 @@ def torch_modes_kept(spec: str, doing: str) -> Iterator[None]:
     )
 
 
+# The kernels code registers for torch's operators from Python (`torch.library.Library(ns,
+# "IMPL").impl(…)`, `torch.library.impl`, `register_kernel`), as torch.library keeps them:
+# "aten/gelu/CPU" in `_impls` (some 1,800 of torch's own) and in the Library's `_op_impls`,
+# each Library undone by a finalizer (`_del_library`). Held for the namespaces of the
+# operators a rank computes and talks with; torch registers kernels of its own other
+# namespaces as its modules are imported (143 as torch._dynamo is: `_c10d_functional`, …).
+# A registration made below torch.library (`torch._C._dispatch_library` itself) is in no
+# table Python can read short of dumping every operator's dispatch table (`_dispatch_dump`,
+# some 2,800 operators): not held.
+_LIBRARY = torch.library
+_HELD_NAMESPACES = ("aten", "prims", "c10d")
+_seen_kernels: set[str] = set()  # `_impls` as last seen outside data code
+
+
+def _finalizers_made() -> int:
+    """A mark of the finalizers made so far (Python numbers them in order; taking a number
+    leaves a gap, nothing else)."""
+    return next(weakref.finalize._index_iter)
+
+
+def _libraries(since: int = -1) -> list[Any]:
+    """The live torch.library.Library objects, of those made after the mark `since`."""
+    found = []
+    for info in list(weakref.finalize._registry.values()):
+        if info.func is _LIBRARY._del_library and info.index > since:
+            library = info.weakref()
+            if library is not None:
+                found.append(library)
+    return found
+
+
+def _held_kernel(key: str, made: list[Any]) -> bool:
+    """Whether the kernel `key` ("ns/op/key") is of an operator of `_HELD_NAMESPACES` that none
+    of the Libraries the code `made` defined (code may register kernels of its own operators:
+    `torch.library.custom_op`)."""
+    namespace, name, _ = key.split("/", 2)
+    operator_ = f"{namespace}::{name.split('.')[0]}"
+    return namespace in _HELD_NAMESPACES and not any(
+        qualname.split(".")[0] == operator_ for library in made for qualname in library._op_defs
+    )
+
+
+def _kernel_shown(key: str) -> str:
+    namespace, name, dispatch = key.split("/", 2)
+    return f"{namespace}::{name} for {dispatch or 'every key'}"
+
+
+@contextlib.contextmanager
+def kernels_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) registers no kernel of an operator of torch's that a rank
+    computes or talks with (`_HELD_NAMESPACES`; torch.library's tables of Python kernels) and
+    no fallback kernel (a Library on the namespace "_"), or is refused in one line naming
+    each; the Library it made them with is destroyed (`Library._destroy`, as torch's own
+    `_scoped_library` does), however the code ends. Found by the forty-fourth round: a `load`
+    that ran `torch.library.Library("aten", "IMPL").impl("gelu", lambda x, approximate="none":
+    torch.relu(x), "CPU")` (the Library kept) trained every rank's ViT with ReLU in place of
+    GELU and exported it as a GELU model, exit 0, torch's warning passed on as 7 lines.
+    Kernels of the code's own operators (`torch.library.custom_op`) are no change. Not held:
+    a registration below torch.library (see `_LIBRARY`), and one through a Library made before
+    the code ran of a kernel Python had already registered (no table changes). A kernel added
+    to a Library made before is refused but cannot be taken back alone. Held where
+    `torch_state_kept` is (~0.5 µs: two lengths and a mark, `_impls` compared only when one
+    moved).
+
+        with kernels_kept("m:load", "the data function"):
+            KEEP = torch.library.Library("aten", "IMPL")
+            KEEP.impl("gelu", relu, "CPU")
+        # BadArgumentError: data 'm:load': the data function registered the kernel
+        # aten::gelu for CPU; data code must leave …
+    """
+    if len(_LIBRARY._impls) != len(_seen_kernels):  # torch's own, since: the baseline
+        _seen_kernels.clear()
+        _seen_kernels.update(_LIBRARY._impls)
+    mark = _finalizers_made()
+    refused: list[str] = []
+    fallbacks: list[Any] = []
+    kept: list[Any] = []
+    try:
+        yield
+    finally:
+        made = _libraries(mark) if _finalizers_made() != mark + 1 else []
+        if made or len(_LIBRARY._impls) != len(_seen_kernels):
+            added = (_LIBRARY._impls - _seen_kernels).union(
+                *(library._op_impls for library in made)
+            )
+            refused = sorted(key for key in added if _held_kernel(key, made))
+            fallbacks = [library for library in made if library.ns == "_"]
+            for library in _libraries() if refused or fallbacks else []:
+                if library in fallbacks or library._op_impls & set(refused):
+                    if any(library is new for new in made):
+                        library._destroy()
+                    else:
+                        kept.append(library)
+            _seen_kernels.clear()
+            _seen_kernels.update(_LIBRARY._impls)
+    if not refused and not fallbacks:
+        return
+    said = []
+    if refused:
+        more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+        kernels = ", ".join(_kernel_shown(key) for key in refused[:3])
+        said.append(f"registered the kernel{'s' if len(refused) > 1 else ''} {kernels}{more}")
+    if fallbacks:
+        said.append("made a Library of fallback kernels (namespace '_')")
+    back = "put back now" if not kept else "not put back: a Library made before the code holds it"
+    raise BadArgumentError(
+        f"data {quoted(spec)}: {doing} {' and '.join(said)}; data code must leave the kernels "
+        "of torch's operators as they were, as every op pipeplan trains with runs the kernel "
+        f"registered ({back}; define an operator of your own with `torch.library.custom_op` "
+        "for what your code computes)"
+    )
+
+
 # The modules whose functions pipeplan trains, talks between its ranks and writes its records
 # with (by the names code calls them by). Every function, class and submodule at their top
 # level is held (`functions_kept`), whatever it is called: a list of names would miss the one
@@ -935,6 +1237,7 @@ KEPT_MODULES = (
     "logging",
     "os",
     "os.path",
+    "copyreg",
     "pickle",
     "shutil",
     "signal",
@@ -947,6 +1250,18 @@ KEPT_MODULES = (
     "torch.nn",
     "torch.nn.functional",
     "torch.optim",
+    # The modules of the optimizer a rank steps (AdamW, an Adam) and of its base: `Adam.step`
+    # looks up the functions it calls in its own module at each step (the forty-fourth round:
+    # `torch.optim.adam._single_tensor_adam = lambda *a, **k: None` in a load "trained" a
+    # model that never moved, exit 0). Only those pipeplan steps with (~25 µs a call each
+    # held module adds; torch.optim.lr_scheduler's classes would add 20 µs more).
+    "torch.optim.adam",
+    "torch.optim.adamw",
+    "torch.optim.optimizer",
+    "torch.utils._foreach_utils",
+    # What torch.save writes a checkpoint with, and the functions its pickles name (the
+    # forty-fourth round's neighbours of copyreg's table, `pickling_kept`).
+    "torch.serialization",
     # The lines a run prints, its progress and warnings (the forty-second round's list:
     # `logging.Logger.info = no_op` in a load lost every progress line, exit 0).
     "pipeplan.log",
@@ -959,7 +1274,7 @@ _kept_modules: list[tuple[str, types.ModuleType]] = []
 # `torch.optim.AdamW.step = no_op` made `pipeplan run` "train" nothing with exit 0. Every one of
 # them, not a list of names (which would miss the one a data module chose), except the types
 # Python lets no code change (`int`, torch._C.TensorBase: Py_TPFLAGS_IMMUTABLETYPE); with torch
-# 2.13 some 430 classes and 4,400 attributes, whose snapshot and comparison add ~0.4 ms of
+# 2.13 some 480 classes and 4,900 attributes, whose snapshot and comparison add ~0.45 ms of
 # CPU to each call into the data code (`functions_kept`). A class's base outside these modules
 # (a layer's nn.Module is in) or a class nested deeper (torch.distributed.pipelining's) is not.
 _kept_classes: list[tuple[str, type]] = []
@@ -1024,8 +1339,9 @@ def functions_kept(spec: str, doing: str) -> Iterator[None]:
     before returning (`unittest.mock.patch` around what needs it), nor torch's own wrapper of
     its function (`_its_own_wrapper`: a first optimizer wraps its class's `step`). Held where
     `torch_state_kept` is: every call into the data code, item reads a batch at a time (a
-    snapshot and comparison of some 3,500 names and 4,400 class attributes costs ~0.5 ms of
-    CPU, the least of 400 calls on an idle core; ~0.09 ms for the names alone).
+    snapshot and comparison of some 3,900 names and 4,900 class attributes costs ~0.58 ms of
+    CPU, the least of 400 calls on an idle core, 0.53 ms before the forty-fourth round's
+    modules; ~0.1 ms for the names alone).
 
         with functions_kept("m:load", "the data function"):
             torch.distributed.all_reduce = lambda *a, **k: None
@@ -1134,6 +1450,143 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
     if Path(home).name == "__init__.py":  # a package: its folder
         home = os.path.dirname(home)
     return isinstance(filename, str) and (filename == home or filename.startswith(home + os.sep))
+
+
+# The tables Python's pickle and torch.save write with, besides their functions (held in
+# KEPT_MODULES): copyreg's reducers by type (`copyreg.pickle`) and extension codes
+# (`copyreg.add_extension`), torch.serialization's location taggers (`register_package`),
+# as (module, name, compared by identity: a reducer or tagger; or by equality: codes).
+# Each table is held as the object pickle reads (`_pickle` took copyreg.dispatch_table at
+# import) and as its contents.
+_PICKLING_TABLES = (
+    (copyreg, "dispatch_table", True),
+    (copyreg, "_extension_registry", False),
+    (copyreg, "_inverted_registry", False),
+    (copyreg, "_extension_cache", False),
+    (torch.serialization, "_package_registry", True),
+)
+
+
+def _pickling_tables() -> list[tuple[Any, Any]]:
+    """Each of `_PICKLING_TABLES` now: (the object, a copy of its contents)."""
+    held = []
+    for module, name, _ in _PICKLING_TABLES:
+        table = getattr(module, name)
+        held.append((table, table.copy()))
+    return held
+
+
+def _same_contents(now: Any, held: Any, by_identity: bool) -> bool:
+    if len(now) != len(held):
+        return False
+    if isinstance(held, dict):
+        if now.keys() != held.keys():
+            return False
+        now, held = [now[key] for key in held], list(held.values())
+    same = operator.is_ if by_identity else operator.eq
+    return all(map(same, now, held))
+
+
+# The packages whose objects a rank's checkpoint pickles (tensors, Python's containers and
+# numbers, numpy's and Python's random states): a reducer added for one of their types
+# changes what pipeplan writes. One for another's (scipy, regex and sympy register theirs
+# as they are imported) does not.
+_WRITTEN = ("builtins", "collections", "copyreg", "numpy", "random", "torch")
+
+
+def _reducers_changed(table: dict[Any, Any], contents: dict[Any, Any]) -> list[str]:
+    """The types whose reducer in copyreg.dispatch_table the code replaced or removed, or
+    added for a type of `_WRITTEN` (but for the package's own, made in its files as it was
+    imported: torch._export's for FakeTensor), by name."""
+    missing = object()
+    moved = [key for key in contents if table.get(key, missing) is not contents[key]]
+    moved += [
+        key
+        for key in table
+        if key not in contents
+        and getattr(key, "__module__", "").partition(".")[0] in _WRITTEN
+        and not _of_its_package(key, table[key])
+    ]
+    return [
+        f"{getattr(key, '__module__', '?')}.{getattr(key, '__qualname__', key)}" for key in moved
+    ]
+
+
+def _of_its_package(kind: Any, reducer: Any) -> bool:
+    """Whether `reducer`'s code is in the files of `kind`'s own package."""
+    home = getattr(sys.modules.get(kind.__module__.partition(".")[0]), "__file__", None)
+    filename = getattr(getattr(reducer, "__code__", None), "co_filename", None)
+    if not home or not isinstance(filename, str):
+        return False
+    return filename.startswith(os.path.dirname(home) + os.sep)
+
+
+def _pickling_tables_put_back(held: list[tuple[Any, Any]]) -> list[str]:
+    """Each table of `_PICKLING_TABLES` the code replaced or changed put back (the object
+    pickle holds, its contents as they were); what it did, for the error line."""
+    said = []
+    for (module, name, by_identity), (table, contents) in zip(_PICKLING_TABLES, held, strict=True):
+        now = getattr(module, name)
+        if now is not table:
+            setattr(module, name, table)
+            said.append(f"replaced {module.__name__}.{name}")
+        if table is copyreg.dispatch_table and not _same_contents(table, contents, True):
+            types_ = _reducers_changed(table, contents)
+            if types_:
+                table.clear()
+                table.update(contents)
+                said.append(f"changed copyreg.dispatch_table's reducer of {', '.join(types_)}")
+        elif not _same_contents(table, contents, by_identity):
+            if isinstance(table, dict):
+                table.clear()
+                table.update(contents)
+            else:
+                table[:] = contents
+            said.append(f"changed {module.__name__}.{name}")
+    return said
+
+
+@contextlib.contextmanager
+def pickling_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) leaves the tables pickle and torch.save write with
+    (`_PICKLING_TABLES`: copyreg's reducers and extension codes, torch.serialization's
+    location taggers) and torch.save's settings (`torch.utils.serialization.config`) as it
+    found them, or is refused in one line; each is put back, however the code ends. Found by
+    the forty-fourth round: a `load` that registered `copyreg.pickle(torch.Tensor, …)`
+    zeroing each tensor made every checkpoint of `pipeplan run` hold zeros (its checksums
+    taken of what was written), and `export` wrote an all-zero model, exit 0. A reducer the
+    code adds for a type of torch's, numpy's or Python's (`_WRITTEN`) is refused too; one a
+    library adds for its own types as it is imported (scipy's, regex's) is no change. Held
+    where `torch_state_kept` is (~30 µs: a copy of five small tables and torch.save's
+    settings).
+
+        with pickling_kept("m:load", "the data function"):
+            copyreg.pickle(torch.Tensor, zeroed)
+        # BadArgumentError: data 'm:load': the data function changed copyreg.dispatch_table's
+        # reducer of torch.Tensor; data code must leave …
+    """
+    tables = _pickling_tables()
+    config = _SERIALIZATION.get_config_copy()
+    try:
+        yield
+    finally:
+        said = _pickling_tables_put_back(tables)
+        now = _SERIALIZATION.get_config_copy()
+        if now != config:
+            _SERIALIZATION.load_config(config)
+            keys = [key for key in config if now.get(key) != config[key]]
+            said.append(
+                "set torch.save's "
+                + ", ".join(f"{key} to {now.get(key)!r} (it was {config[key]!r})" for key in keys)
+            )
+    if not said:
+        return
+    raise BadArgumentError(
+        f"data {quoted(spec)}: {doing} {' and '.join(said)}; data code must leave the tables "
+        "and settings pickle and torch.save write with as they were, as pipeplan writes its "
+        "checkpoints with them (put back now; pickle your own objects with a `__reduce__` "
+        "method of their class, not a table of Python's)"
+    )
 
 
 # The standard streams (by what code calls them): pipeplan writes its output and its lines
@@ -2872,9 +3325,10 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
     """Each item of `indices` read once and checked as `batch_rows` says. torch's settings,
     the resource limits, the functions of KEPT_MODULES and their classes' methods, and the
     process's streams, environment, logging switch and recursion limit, autograd's state,
-    torch's modes and the import system are held for the batch as a whole
-    (`torch_state_kept`, `limits_kept`, `functions_kept`, `process_state_kept`,
-    `autograd_state_kept`, `torch_modes_kept`, `import_system_kept`: together ~0.75 ms,
+    torch's modes and kernels, the import system and pickle's tables are held for the batch
+    as a whole (`torch_state_kept`, `limits_kept`, `functions_kept`, `process_state_kept`,
+    `autograd_state_kept`, `torch_modes_kept`, `kernels_kept`, `import_system_kept`,
+    `pickling_kept`: together ~0.9 ms,
     where an item's read may cost microseconds), and a process the code forks ends as the
     batch's reads come back (`forks_ended`)."""
     read = []
@@ -2884,10 +3338,12 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
         limits_kept(name, batch),
         functions_kept(name, batch),
         torch_modes_kept(name, batch),
+        kernels_kept(name, batch),
         torch_state_kept(name, batch),
         autograd_state_kept(name, batch),
         import_system_kept(name, batch),
         process_state_kept(name, batch),
+        pickling_kept(name, batch),
         forks_ended(),  # a child the code forks ends at once (`_contained`)
     ):
         for index in indices:

@@ -5148,3 +5148,339 @@ def test_data_code_that_leaves_its_process_group_is_refused_and_it_is_put_back(t
         f"back now where the OS allows; {fix}",
     ]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_lowers_torchs_float32_matmul_precision_is_refused_and_undone(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-fourth round: a data `load` that called
+    `torch.set_float32_matmul_precision("medium")` made `pipeplan run` train an fp32 run's
+    matmuls in bfloat16 (a CPU with avx512_bf16), exit 0, no line, its weights 2.7e-5 apart
+    after 2 steps. torch's float32 precision is one of the settings held
+    (`data.torch_state_kept`): refused in one line naming what changed, and put back."""
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt44_mm:load")
+    argv += ("--nproc", "1", "--name", "n")
+    backends = [("generic", "all")] + [
+        (backend, op) for backend in ("cuda", "mkldnn") for op in ("all", "matmul", "conv", "rnn")
+    ]
+
+    def precision() -> list:  # both of torch's APIs (the old one's reads fail where mixed)
+        return [torch._C._get_cublas_allow_tf32()] + [
+            torch._C._get_fp32_precision_getter(*backend) for backend in backends
+        ]
+
+    before = (torch.get_float32_matmul_precision(), precision())
+    try:
+        code = _run_moving(
+            tmp_path, "rt44_mm", *argv, in_load='torch.set_float32_matmul_precision("medium")'
+        )
+        after = (torch.get_float32_matmul_precision(), precision())
+    finally:  # for the tests after this one, whatever happened
+        torch.set_float32_matmul_precision(before[0])
+        torch._C._set_cublas_allow_tf32(before[1][0])
+        for backend, value in zip(backends, before[1][1:], strict=True):
+            torch._C._set_fp32_precision_setter(*backend, value)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after == before) == (2, True), lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        "pipeplan: error: data 'rt44_mm:load': the data function changed torch's float32 "
+        "precision to matmul precision medium, cuBLAS TF32 on, "
+    ), lines[0]
+    assert "(it was matmul precision highest, cuBLAS TF32 off, " in lines[0], lines[0]
+    assert "data code must leave torch's global settings as it found them" in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda: setattr(torch.backends.mkldnn.matmul, "fp32_precision", "bf16"),
+         "float32 precision to matmul precision mixed, mkldnn matmul bf16 (it was matmul "
+         "precision highest, mkldnn matmul none)"),
+        (lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+         "float32 precision to matmul precision high, cuBLAS TF32 on, cuda matmul tf32 (it "
+         "was matmul precision highest, cuBLAS TF32 off, cuda matmul none)"),
+        (lambda: setattr(torch.backends.cudnn, "allow_tf32", False),
+         "float32 precision to cuDNN TF32 off, cuda conv none, cuda rnn none (it was cuDNN "
+         "TF32 on, cuda conv tf32, cuda rnn tf32)"),
+        (lambda: setattr(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction",
+                         False),
+         "cuBLAS fp16 reduced-precision reduction to off (split-K on) (it was on (split-K on))"),
+        (lambda: setattr(torch.backends.cudnn, "benchmark", True),
+         "backends.cudnn.benchmark to on (it was off)"),
+        (lambda: setattr(torch.backends.cudnn, "deterministic", True),
+         "backends.cudnn.deterministic to on (it was off)"),
+        (lambda: setattr(torch.backends.mkldnn, "enabled", False),
+         "backends.mkldnn.enabled to off (it was on)"),
+        (lambda: torch.use_deterministic_algorithms(True, warn_only=True),
+         "deterministic algorithms to enabled on, warn only on (it was enabled off, warn only "
+         "off)"),
+        (lambda: torch.backends.cuda.enable_flash_sdp(False),
+         "scaled-dot-product-attention backends to flash off (it was flash on)"),
+        (lambda: torch.set_flush_denormal(True),
+         "flushing of denormal numbers to on (it was off)"),
+    ],
+    ids=["mkldnn-bf16", "cuda-tf32", "cudnn-tf32", "fp16-reduction", "cudnn-benchmark",
+         "cudnn-deterministic", "mkldnn-off", "deterministic", "sdpa-flash", "flush-denormal"],
+)  # fmt: skip
+def test_the_backends_precision_and_kernel_settings_are_held(change, said):
+    """The forty-fourth round's neighbours of the float32 matmul precision (above): each
+    setting of torch's backends that chooses the precision or the kernels a rank computes
+    with (`data._BACKEND_SETTINGS`), changed by data code, is refused naming it and put back;
+    one set and put back by the code itself (`torch.backends.cudnn.flags`) is no change.
+    The flush of denormals torch gives no getter of is read from Python's own arithmetic."""
+    from executor.data import _TORCH_SETTINGS, BadArgumentError, torch_state_kept
+
+    def settings() -> list:
+        return [get() for _, get, _, _ in _TORCH_SETTINGS]
+
+    before = settings()
+    if "denormal" in said and not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush denormals")
+    with (
+        pytest.raises(BadArgumentError) as refused,
+        torch_state_kept("m:load", "the data function"),
+    ):
+        change()
+    assert settings() == before
+    assert str(refused.value).startswith(
+        f"data 'm:load': the data function changed torch's {said}; data code must leave "
+        "torch's global settings as it found them, as pipeplan trains in them ("
+    ), str(refused.value)
+    with torch_state_kept("m:load", "the data function"), torch.backends.cudnn.flags(False):
+        torch.ones(2).sum()
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_registers_a_tensor_reducer_in_copyreg_is_refused_and_undone(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-fourth round: a data `load` that registered
+    `copyreg.pickle(torch.Tensor, …)` zeroing each tensor made every checkpoint `pipeplan run`
+    wrote with torch.save hold zeros (its checksums taken of what was written), and `export`
+    wrote an all-zero model, exit 0. copyreg's table is held (`data.pickling_kept`): refused
+    in one line naming the type, exit 2 before the run folder is made, and put back."""
+    import copyreg
+
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt44_copyreg:load")
+    argv += ("--nproc", "1", "--name", "n")
+    table = dict(copyreg.dispatch_table)
+    in_load = (
+        "import copyreg; copyreg.pickle(torch.Tensor, lambda t: "
+        "torch.Tensor.__reduce_ex__(t * 0, 2))"
+    )
+    try:
+        code = _run_moving(tmp_path, "rt44_copyreg", *argv, in_load=in_load)
+        # As it was, but for what a library pipeplan imports registers for its own types.
+        after = torch.Tensor not in copyreg.dispatch_table and all(
+            copyreg.dispatch_table.get(kind) is reducer for kind, reducer in table.items()
+        )
+    finally:  # for the tests after this one, whatever happened
+        copyreg.dispatch_table.pop(torch.Tensor, None)
+        copyreg.dispatch_table.update(table)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after) == (2, True), lines
+    assert lines == [
+        "pipeplan: error: data 'rt44_copyreg:load': the data function changed "
+        "copyreg.dispatch_table's reducer of torch.Tensor; data code must leave the tables and "
+        "settings pickle and torch.save write with as they were, as pipeplan writes its "
+        "checkpoints with them (put back now; pickle your own objects with a `__reduce__` "
+        "method of their class, not a table of Python's)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_pickles_tables_and_torch_saves_settings_are_held_in_a_batch_read():
+    """The forty-fourth round's copyreg reducer (above) and its neighbours, in a rank's batch
+    read too: copyreg.dispatch_table replaced, an extension code added, a location tagger
+    registered with torch.serialization, torch.save's crc32 turned off: each refused naming
+    it and put back. A reducer for the code's own class, or one a library registers for its
+    own types as it is imported, is no change."""
+    import copyreg
+
+    from torch.utils.serialization import config
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    held = (
+        copyreg.dispatch_table, dict(copyreg.dispatch_table), dict(copyreg._extension_registry),
+        list(torch.serialization._package_registry), config.get_config_copy(),
+    )  # fmt: skip
+
+    def now() -> tuple:
+        return (
+            copyreg.dispatch_table, dict(copyreg.dispatch_table),
+            dict(copyreg._extension_registry), list(torch.serialization._package_registry),
+            config.get_config_copy(),
+        )  # fmt: skip
+
+    def changes(change) -> str:
+        class Items:
+            def __getitem__(self, index):
+                change()
+                return torch.zeros(2), torch.tensor(0)
+
+        with pytest.raises(BadArgumentError) as refused:
+            batch_rows(Items(), [3], 0, "m:load", "train")
+        assert now() == held
+        return str(refused.value).removeprefix(
+            "data 'm:load': reading a batch (1 train items, item 3 first) "
+        )
+
+    try:
+        said = changes(lambda: setattr(copyreg, "dispatch_table", {}))
+        assert said.startswith("replaced copyreg.dispatch_table; data code must leave "), said
+        said = changes(lambda: copyreg.add_extension("rt44", "x", 0x7FFF0001))
+        assert said.startswith("changed copyreg._extension_registry and changed "), said
+        tag = lambda obj: "cpu"  # noqa: E731
+        said = changes(lambda: torch.serialization.register_package(1, tag, lambda o, where: o))
+        assert said.startswith("changed torch.serialization._package_registry; "), said
+        said = changes(lambda: setattr(config.save, "compute_crc32", False))
+        assert said.startswith("set torch.save's save.compute_crc32 to False (it was True); "), said
+
+        class Mine:
+            pass
+
+        with _contained("m:load", "the data function"):
+            copyreg.pickle(Mine, lambda mine: (Mine, ()))
+        assert copyreg.dispatch_table.pop(Mine) is not None
+    finally:  # for the tests after this one, whatever happened
+        copyreg.dispatch_table = held[0]
+        copyreg.dispatch_table.clear()
+        copyreg.dispatch_table.update(held[1])
+        copyreg._extension_registry.pop(("rt44", "x"), None)
+        copyreg._inverted_registry.pop(0x7FFF0001, None)
+        torch.serialization._package_registry[:] = held[3]
+        config.load_config(held[4])
+
+
+@pytest.mark.timeout(60)
+def test_a_data_function_that_replaces_the_function_adams_step_calls_is_refused_by_run(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-fourth round: a `load` that replaced
+    `torch.optim.adam._single_tensor_adam` and `_multi_tensor_adam` (the module functions
+    AdamW's `step` looks up at each call, one module below `torch.optim`'s top level, which
+    was held) made `pipeplan run` "train" a model that never moved, every AdamW state zero,
+    exit 0. The modules of the optimizer pipeplan steps are held (`data.KEPT_MODULES`):
+    refused in one line naming the functions, exit 2 before the run folder is made, and put
+    back."""
+    import torch.optim.adam as adam
+
+    monkeypatch.chdir(tmp_path)
+    real = (adam._single_tensor_adam, adam._multi_tensor_adam)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt44_adam:load")
+    argv += ("--nproc", "1", "--name", "n")
+    in_load = (
+        "import importlib; m = importlib.import_module('torch.optim.adam'); "
+        "m._single_tensor_adam = lambda *a, **k: None; m._multi_tensor_adam = lambda *a, **k: None"
+    )
+    try:
+        code = _run_moving(tmp_path, "rt44_adam", *argv, in_load=in_load)
+        after = (adam._single_tensor_adam, adam._multi_tensor_adam)
+    finally:  # for the tests after this one, whatever happened
+        adam._single_tensor_adam, adam._multi_tensor_adam = real
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after == real) == (2, True), lines
+    assert lines == [
+        "pipeplan: error: data 'rt44_adam:load': the data function replaced "
+        "torch.optim.adam._single_tensor_adam, torch.optim.adam._multi_tensor_adam; data code "
+        "must leave the functions of torch and of Python's modules as it found them, as "
+        "pipeplan trains and writes its records with them (put back now; patch one only around "
+        "your own code that needs it, as `with unittest.mock.patch(...)` does)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_registers_an_aten_kernel_is_refused_and_it_is_destroyed(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-fourth round: a data `load` that registered a CPU kernel of
+    aten::gelu (`torch.library.Library("aten", "IMPL").impl("gelu", relu-like, "CPU")`, the
+    Library kept) trained every rank's ViT with ReLU in place of GELU and exported it as a
+    GELU model, exit 0, torch's warning passed on as 7 lines. A kernel of torch's operators
+    registered by data code is refused in one line naming it (`data.kernels_kept`), exit 2
+    before the run folder is made, and its Library destroyed: gelu is GELU again."""
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt44_lib:load")
+    argv += ("--nproc", "1", "--name", "n")
+    at_import = "KEEP = []"
+    in_load = (
+        "lib = torch.library.Library('aten', 'IMPL'); KEEP.append(lib); "
+        "lib.impl('gelu', lambda x, approximate='none': torch.relu(x), 'CPU')"
+    )
+    x = torch.tensor([-1.0, 1.0])
+    real = torch.nn.functional.gelu(x)
+    code = _run_moving(tmp_path, "rt44_lib", *argv, at_import=at_import, in_load=in_load)
+    after = torch.nn.functional.gelu(x)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, torch.equal(after, real)) == (2, True), lines
+    assert lines == [
+        "pipeplan: error: data 'rt44_lib:load': the data function registered the kernel "
+        "aten::gelu for CPU; data code must leave the kernels of torch's operators as they "
+        "were, as every op pipeplan trains with runs the kernel registered (put back now; "
+        "define an operator of your own with `torch.library.custom_op` for what your code "
+        "computes)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_kernels_are_held_in_a_batch_read_and_the_codes_own_operators_are_no_change():
+    """The forty-fourth round's aten kernel (above) in a rank's batch read too, through
+    `torch.library.impl` (a Library torch makes and keeps), and a fallback kernel for every
+    operator (a Library on '_'): refused naming them and undone. A kernel of an operator the
+    code defines itself (`torch.library.custom_op`), and the kernels torch registers for its
+    own namespaces as the code imports its modules, are no change."""
+    import importlib
+    import warnings
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    kept: list = []
+    x = torch.tensor([-1.0, 1.0])
+    real = torch.nn.functional.gelu(x)
+
+    def changes(change) -> str:
+        class Items:
+            def __getitem__(self, index):
+                change()
+                return torch.zeros(2), torch.tensor(0)
+
+        with pytest.raises(BadArgumentError) as refused, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            batch_rows(Items(), [3], 0, "m:load", "train")
+        assert torch.equal(torch.nn.functional.gelu(x), real)
+        return str(refused.value).removeprefix(
+            "data 'm:load': reading a batch (1 train items, item 3 first) "
+        )
+
+    relu = lambda x, approximate="none": torch.relu(x)  # noqa: E731
+    said = changes(lambda: torch.library.impl("aten::gelu", "CPU")(relu))
+    assert said.startswith("registered the kernel aten::gelu for CPU; "), said
+
+    def fallback():
+        kept.append(torch.library.Library("_", "IMPL"))
+        kept[-1].fallback(torch.library.fallthrough_kernel, "XLA")
+
+    said = changes(fallback)
+    assert said.startswith("made a Library of fallback kernels (namespace '_'); "), said
+    said = changes(fallback)  # the first was destroyed: a second may register again
+    assert said.startswith("made a Library of fallback kernels (namespace '_'); "), said
+
+    with _contained("m:load", "the data function"):
+
+        @torch.library.custom_op("rt44::twice", mutates_args=())
+        def twice(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+        kept.append(twice)
+        importlib.import_module("torch._dynamo")  # registers torch's own kernels
+    assert torch.equal(torch.ops.rt44.twice(x), x * 2)
