@@ -658,17 +658,6 @@ def _backend_flag(path: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
     return partial(getattr, module, name), partial(setattr, module, name)
 
 
-def _deterministic() -> dict[str, bool]:
-    return {
-        "enabled": torch.are_deterministic_algorithms_enabled(),
-        "warn only": torch.is_deterministic_algorithms_warn_only_enabled(),
-    }
-
-
-def _set_deterministic(held: dict[str, bool]) -> None:
-    torch.use_deterministic_algorithms(held["enabled"], warn_only=held["warn only"])
-
-
 def _sdp_backends() -> dict[str, bool]:
     cuda = torch.backends.cuda
     return {
@@ -696,7 +685,11 @@ _AROUND = "set it only around your own code that needs it, and back before retur
 # (the forty-fourth round: `torch.set_float32_matmul_precision("medium")` in a `load` trained
 # an fp32 run's matmuls in bfloat16 on a CPU with avx512_bf16, silently, its weights 2.7e-5
 # apart after 2 steps). Each read and set as torch does: how it is called, its reader and
-# setter, and what to do instead (`_TORCH_SETTINGS`).
+# setter, and what to do instead (`_TORCH_SETTINGS`). Not held: the settings that ask for
+# determinism or let cuDNN benchmark (`torch.use_deterministic_algorithms`, cudnn's and
+# mkldnn's `deterministic` and `benchmark`, filling uninitialized memory), which a user's
+# seed-everything helper sets on purpose for the whole run, and which choose among kernels
+# of the same precision rather than change it.
 _BACKEND_SETTINGS: tuple[tuple[str, Callable[[], Any], Callable[[Any], None], str], ...] = (
     (
         "float32 precision",
@@ -731,21 +724,10 @@ _BACKEND_SETTINGS: tuple[tuple[str, Callable[[], Any], Callable[[Any], None], st
         (f"backends.{path}", *_backend_flag(path), fix)
         for path, fix in (
             ("cudnn.enabled", "use `with torch.backends.cudnn.flags(...)`"),
-            ("cudnn.benchmark", "use `with torch.backends.cudnn.flags(...)`"),
-            ("cudnn.benchmark_limit", _AROUND),
-            ("cudnn.deterministic", "use `with torch.backends.cudnn.flags(...)`"),
             ("mkldnn.enabled", "use `with torch.backends.mkldnn.flags(...)`"),
-            ("mkldnn.deterministic", "use `with torch.backends.mkldnn.flags(...)`"),
             ("opt_einsum.enabled", _AROUND),
             ("opt_einsum.strategy", _AROUND),
         )
-    ),
-    ("deterministic algorithms", _deterministic, _set_deterministic, _AROUND),
-    (
-        "filling of uninitialized memory",
-        partial(getattr, torch.utils.deterministic, "fill_uninitialized_memory"),
-        partial(setattr, torch.utils.deterministic, "fill_uninitialized_memory"),
-        _AROUND,
     ),
     (
         "scaled-dot-product-attention backends",

@@ -5210,22 +5210,15 @@ def test_data_code_that_lowers_torchs_float32_matmul_precision_is_refused_and_un
         (lambda: setattr(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction",
                          False),
          "cuBLAS fp16 reduced-precision reduction to off (split-K on) (it was on (split-K on))"),
-        (lambda: setattr(torch.backends.cudnn, "benchmark", True),
-         "backends.cudnn.benchmark to on (it was off)"),
-        (lambda: setattr(torch.backends.cudnn, "deterministic", True),
-         "backends.cudnn.deterministic to on (it was off)"),
         (lambda: setattr(torch.backends.mkldnn, "enabled", False),
          "backends.mkldnn.enabled to off (it was on)"),
-        (lambda: torch.use_deterministic_algorithms(True, warn_only=True),
-         "deterministic algorithms to enabled on, warn only on (it was enabled off, warn only "
-         "off)"),
         (lambda: torch.backends.cuda.enable_flash_sdp(False),
          "scaled-dot-product-attention backends to flash off (it was flash on)"),
         (lambda: torch.set_flush_denormal(True),
          "flushing of denormal numbers to on (it was off)"),
     ],
-    ids=["mkldnn-bf16", "cuda-tf32", "cudnn-tf32", "fp16-reduction", "cudnn-benchmark",
-         "cudnn-deterministic", "mkldnn-off", "deterministic", "sdpa-flash", "flush-denormal"],
+    ids=["mkldnn-bf16", "cuda-tf32", "cudnn-tf32", "fp16-reduction", "mkldnn-off",
+         "sdpa-flash", "flush-denormal"],
 )  # fmt: skip
 def test_the_backends_precision_and_kernel_settings_are_held(change, said):
     """The forty-fourth round's neighbours of the float32 matmul precision (above): each
@@ -5253,6 +5246,29 @@ def test_the_backends_precision_and_kernel_settings_are_held(change, said):
     ), str(refused.value)
     with torch_state_kept("m:load", "the data function"), torch.backends.cudnn.flags(False):
         torch.ones(2).sum()
+
+
+@pytest.mark.timeout(30)
+def test_a_seed_everything_helpers_determinism_settings_are_the_users_to_keep():
+    """What a seed-everything helper in a `load` sets for the whole run on purpose (torch's
+    deterministic algorithms, cuDNN's and oneDNN's `deterministic`, cuDNN's `benchmark`)
+    chooses among kernels of one precision: not refused, and kept for training as asked."""
+    from executor.data import torch_state_kept
+
+    flags = (torch.backends.cudnn, "deterministic"), (torch.backends.cudnn, "benchmark")
+    held = [getattr(owner, name) for owner, name in flags]
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        with torch_state_kept("m:load", "the data function"):
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.deterministic
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+        for (owner, name), value in zip(flags, held, strict=True):
+            setattr(owner, name, value)
 
 
 @pytest.mark.timeout(60)
