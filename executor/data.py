@@ -1504,8 +1504,10 @@ def _exit_callbacks_taken_off(watched: _Watched) -> list[str]:
 
 
 def _callback_name(func: Any) -> str:
-    name = f"{getattr(func, '__module__', None) or '?'}.{getattr(func, '__qualname__', '?')}"
-    return one_line(name)
+    """`func` by its module and name, a data file's module by the file's name ("mydata.bye",
+    not the "_pipeplan_data_mydata" it is imported as)."""
+    module = str(getattr(func, "__module__", None) or "?").removeprefix(_OWN_ENTRIES)
+    return one_line(f"{module}.{getattr(func, '__qualname__', '?')}")
 
 
 def _users_file(filename: str) -> bool:

@@ -5377,3 +5377,45 @@ def test_data_code_that_adds_an_audit_hook_is_refused_and_the_hook_kept_out(
         "watch your own code, do so in a program of your own)"
     ]
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_signals_timers_and_tempfile_used_and_left_as_found_are_no_change(tmp_path):
+    """The forty-fourth round's holds (above) refuse a change left behind, not a use: a
+    signal blocked and unblocked, a handler set and put back, a timer armed and disarmed, a
+    repeating timer armed before (a sampling profiler's) left running, tempfile's first use
+    (which sets `tempfile.tempdir` from None) and an exit callback a library registers are no
+    change."""
+    import atexit
+    import tempfile
+
+    from executor.data import _contained
+
+    held = tempfile.tempdir
+    profiler = signal.getitimer(signal.ITIMER_PROF)
+    handler = signal.getsignal(signal.SIGTERM)
+
+    def callback() -> None:  # a callable of its own, taken off below
+        pass
+
+    try:
+        signal.setitimer(signal.ITIMER_PROF, 30.0, 30.0)
+        tempfile.tempdir = None
+        with _contained("m:load", "the data function"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, handler)
+            signal.setitimer(signal.ITIMER_VIRTUAL, 5.0)
+            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+            tempfile.mkdtemp(dir=tmp_path)
+            tempfile.gettempdir()
+            # Registered by installed code (a library's, here code of tempfile's file).
+            library = compile("atexit.register(f)", tempfile.__file__, "exec")
+            exec(library, {"atexit": atexit, "f": callback})
+        assert tempfile.tempdir == tempfile.gettempdir()
+        assert signal.getitimer(signal.ITIMER_PROF)[1] == 30.0
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, *profiler)
+        tempfile.tempdir = held
+        atexit.unregister(callback)
