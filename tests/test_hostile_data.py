@@ -3975,23 +3975,29 @@ def test_a_data_modules_exit_callback_that_raises_is_one_warning_line(tmp_path):
     nine lines after a successful run's. It is now one warning line naming the callback and
     its error after a command that succeeded, and nothing after one that failed, whose error
     line stays its one line (`cli._run_exit_callbacks`). In a subprocess: atexit's callbacks
-    run as the process ends."""
-    boom = "import atexit\ndef boom():\n    raise RuntimeError('atexit boom\\x1b[31m')"
+    run as the process ends. Since the forty-fourth round a data module's own registration
+    is refused (`test_data_code_that_registers_exit_callbacks_is_refused_and_they_are_taken_off`):
+    the callback here is registered as a library's is, by the program that runs pipeplan."""
     root = Path(cli.__file__).resolve().parent
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     said = []
     for name, in_load in (("rt37_atexit", ""), ("rt37_atexit_refused", "raise ValueError('no')")):
-        code = dict(at_import=boom, in_load=f"atexit.register(boom); {in_load}", in_item="")
+        code = dict(at_import="", in_load=in_load, in_item="")
         (tmp_path / f"{name}.py").write_text(MOVING_MODULE.format(**code))
         argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", f"{name}:load"]
         argv += ["--nproc", "1", "--name", name]
+        script = (
+            "import atexit, sys\nimport cli\n"
+            "def boom():\n    raise RuntimeError('atexit boom\\x1b[31m')\n"
+            f"atexit.register(boom)\nsys.argv[1:] = {argv!r}\ncli.entry()\n"
+        )
         done = subprocess.run(
-            [sys.executable, "-m", "cli", *argv], cwd=tmp_path, env=env, capture_output=True,
+            [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True,
             text=True, timeout=100, check=False,
         )  # fmt: skip
         said.append((done.returncode, done.stderr.splitlines()))
-    warned = "the exit callback rt37_atexit.boom raised RuntimeError: atexit boom [31m"
+    warned = "the exit callback __main__.boom raised RuntimeError: atexit boom [31m"
     assert said == [
         (0, [f"pipeplan: WARNING: {warned}"]),
         (2, ["pipeplan: error: data 'rt37_atexit_refused:load' raised ValueError: no"]),
@@ -4007,29 +4013,32 @@ def test_a_data_modules_exit_callback_that_exits_is_one_warning_line(tmp_path):
     that exits (`os._exit`, `sys.exit`) is now one that raises: pipeplan keeps its own exit
     status and says it in one warning line after a command that succeeded (nothing after one
     that failed, as for a callback that raised, above); the callbacks registered before it
-    still run. In a subprocess: atexit's callbacks run as the process ends."""
-    at_import = (
-        "import atexit, sys\n"
-        "def bye():\n    os._exit(3)\n"
-        "def leave():\n    sys.exit(4)\n"
-        "def last():\n    open(os.path.join(HERE, 'ran'), 'w').close()"
-    )
-    register = "atexit.register(last); atexit.register(leave); atexit.register(bye)"
-    code = dict(at_import=at_import, in_load=register, in_item="")
+    still run. In a subprocess: atexit's callbacks run as the process ends. Registered by the
+    program that runs pipeplan, as a library's are (a data module's own are refused since the
+    forty-fourth round)."""
+    code = dict(at_import="", in_load="", in_item="")
     (tmp_path / "rt38_exit.py").write_text(MOVING_MODULE.format(**code))
     root = Path(cli.__file__).resolve().parent
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", "rt38_exit:load"]
+    argv += ["--nproc", "1", "--name", "rt38_exit"]
+    script = (
+        "import atexit, os, sys\nimport cli\n"
+        "def bye():\n    os._exit(3)\n"
+        "def leave():\n    sys.exit(4)\n"
+        "def last():\n    open('ran', 'w').close()\n"
+        "atexit.register(last); atexit.register(leave); atexit.register(bye)\n"
+        f"sys.argv[1:] = {argv!r}\ncli.entry()\n"
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "cli", *argv, "--nproc", "1", "--name", "rt38_exit"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True,
-        timeout=100, check=False,
+        [sys.executable, "-c", script], cwd=tmp_path, env={**os.environ, "PYTHONPATH": path},
+        capture_output=True, text=True, timeout=100, check=False,
     )  # fmt: skip
     assert (done.returncode, done.stderr.splitlines()) == (
         0,
         [
-            "pipeplan: WARNING: the exit callback rt38_exit.bye exited with code 3",
-            "pipeplan: WARNING: the exit callback rt38_exit.leave exited with code 4",
+            "pipeplan: WARNING: the exit callback __main__.bye exited with code 3",
+            "pipeplan: WARNING: the exit callback __main__.leave exited with code 4",
         ],
     ), done.stderr
     assert (tmp_path / "ran").exists()  # the first registered, run last
