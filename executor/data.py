@@ -1195,7 +1195,7 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     try:
         yield
     finally:
-        _WATCH.now = watched.before  # what follows is pipeplan's own
+        _watched_ended(watched)  # what follows is pipeplan's own
         # First of all: the code below, pipeplan's, recurses too; and a timer the code armed
         # would stop it as an outside SIGALRM.
         lowered = sys.getrecursionlimit()
@@ -1412,8 +1412,10 @@ def _shown_value(value: Any) -> str:
 
 # What the user's data code does, in this thread, that cannot be seen afterwards
 # (`_watching`): the exit callbacks it registers (atexit has no list of them) and the audit
-# hooks it tries to add (none can be removed).
+# hooks it tries to add (none can be removed). `_ACTIVE`: the calls into it running now, in
+# any thread, which a thread of the data code's own (that no call runs in) is seen by.
 _WATCH = threading.local()
+_ACTIVE: list[_Watched] = []
 
 
 class _Watched:
@@ -1434,7 +1436,20 @@ def _watching() -> _Watched:
         sys.addaudithook(_audit)
     watched = _Watched(getattr(_WATCH, "now", None))
     _WATCH.now = watched
+    _ACTIVE.append(watched)
     return watched
+
+
+def _watched_now() -> _Watched | None:
+    """The call into the data code that this thread runs, else the latest running in any
+    thread (a thread the code started), else None: pipeplan's own code."""
+    return getattr(_WATCH, "now", None) or (_ACTIVE[-1] if _ACTIVE else None)
+
+
+def _watched_ended(watched: _Watched) -> None:
+    _WATCH.now = watched.before
+    with contextlib.suppress(ValueError):
+        _ACTIVE.remove(watched)
 
 
 # atexit's own register, once `_watching` has put `_register` in its place.
@@ -1445,7 +1460,7 @@ def _register(func: Any, /, *args: Any, **kwargs: Any) -> Any:
     """atexit.register, which registers what the user's own files register while their data
     code runs (`_watching`) as an `_ExitCallback` of its own, that `_exit_callbacks_taken_off`
     can take off again without touching another registration of the same function."""
-    watched = getattr(_WATCH, "now", None)
+    watched = _watched_now()
     if watched is None or not _users_file(sys._getframe(1).f_code.co_filename):
         return _WATCHERS[0](func, *args, **kwargs)
     if not callable(func):  # atexit's own error
@@ -1476,7 +1491,7 @@ def _audit(event: str, args: tuple) -> None:
     comparison first."""
     if event != "sys.addaudithook":
         return
-    watched = getattr(_WATCH, "now", None)
+    watched = _watched_now()
     if watched is None:
         return
     watched.hooks.append(sys._getframe(1).f_code.co_filename)
@@ -1506,8 +1521,9 @@ def _exit_callbacks_taken_off(watched: _Watched) -> list[str]:
 def _callback_name(func: Any) -> str:
     """`func` by its module and name, a data file's module by the file's name ("mydata.bye",
     not the "_pipeplan_data_mydata" it is imported as)."""
-    module = str(getattr(func, "__module__", None) or "?").removeprefix(_OWN_ENTRIES)
-    return one_line(f"{module}.{getattr(func, '__qualname__', '?')}")
+    module = str(getattr(func, "__module__", None) or "").removeprefix(_OWN_ENTRIES)
+    name = str(getattr(func, "__qualname__", None) or type(func).__qualname__)
+    return one_line(f"{module}.{name}" if module else name)
 
 
 def _users_file(filename: str) -> bool:

@@ -5428,3 +5428,35 @@ def test_signals_timers_and_tempfile_used_and_left_as_found_are_no_change(tmp_pa
         signal.setitimer(signal.ITIMER_PROF, *profiler)
         tempfile.tempdir = held
         atexit.unregister(callback)
+
+
+@pytest.mark.timeout(30)
+def test_an_audit_hook_or_exit_callback_from_a_thread_of_the_data_codes_own_is_refused():
+    """The forty-fourth round's audit hooks and exit callbacks (above), added from a thread
+    the data code starts (which no call into it runs in): kept out and taken off all the
+    same, in one refusal."""
+    import atexit
+    import threading
+
+    from executor.data import BadArgumentError, _contained
+
+    ran = []
+
+    def hook(event, args):  # on old code it stays: harmless
+        pass
+
+    def added() -> None:
+        sys.addaudithook(hook)
+        atexit.register(ran.append, 1)
+
+    try:
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            thread = threading.Thread(target=added)
+            thread.start()
+            thread.join(10)
+    finally:
+        atexit.unregister(ran.append)
+    assert str(refused.value).startswith(
+        "data 'm:load': the data function registered the exit callback list.append and "
+        "tried to add an audit hook (sys.addaudithook; kept out); "
+    ), str(refused.value)
