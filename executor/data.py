@@ -18,6 +18,7 @@ index.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copyreg
 import gzip
@@ -36,6 +37,8 @@ import site
 import sys
 import sysconfig
 import tempfile
+import threading
+import time
 import types
 import warnings
 import weakref
@@ -67,6 +70,7 @@ from pipeplan.exits import exits_raised, forks_ended
 from pipeplan.fileio import identity
 from pipeplan.formats.base import MAX_SAMPLES, one_line
 from pipeplan.log import write_line
+from pipeplan.startup import SIGNALS, signal_name
 
 if TYPE_CHECKING:
     from pipeplan.models import LayerSequence
@@ -535,8 +539,10 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     sys.meta_path or the modules already imported (`import_system_kept`): the forty-second.
     So is code that leaves a mode of torch's entered (`torch_modes_kept`): the forty-third.
     So is code that lowers torch's float32 precision or changes another backend setting
-    (`torch_state_kept`), registers a kernel of torch's operators (`kernels_kept`), or
-    changes copyreg's reducers (`pickling_kept`): the forty-fourth.
+    (`torch_state_kept`), registers a kernel of torch's operators (`kernels_kept`), changes
+    copyreg's reducers (`pickling_kept`), changes the handlers of the stop signals or blocks
+    them, arms an interval timer, moves tempfile's folder, registers an exit callback or adds
+    an audit hook (`process_state_kept`): the forty-fourth.
 
         with _contained("m:load", f"reading train item {index}"):
             value = dataset[index]
@@ -1596,8 +1602,12 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     pipeplan's wrapper) lost every line of stdout, exit 0; `sys.stdout.close()` ended in a
     traceback; the "pipeplan" logger's `.setLevel(logging.CRITICAL)` lost every progress
     line. By the forty-third, in place again: `sys.__stdout__.reconfigure(encoding="ascii")`
-    (`_encodings_put_back`). Held where `torch_state_kept` is (~0.05 ms: a copy of the
-    environment).
+    (`_encodings_put_back`). By the forty-fourth: the handlers of the signals pipeplan
+    stops on and the thread's signal mask (`_signals_put_back`), the interval timers
+    (`_timers_put_back`), tempfile's folder and prefix (`_temp_settings_put_back`), the exit
+    callbacks the user's files register (`_exit_callbacks_taken_off`) and the audit hooks the
+    code tries to add, kept out (`_audit_hooks_refused`). Held where `torch_state_kept` is
+    (~0.15 ms: a copy of the environment, the handlers of some 30 signals).
 
         with process_state_kept("m:load", "the data function"):
             os.environ.clear()
@@ -1612,14 +1622,22 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     disabled = logging.root.manager.disable
     depth = sys.getrecursionlimit()
     group = _group()
+    timers = _timers()
+    temp = _temp_settings()
+    handlers, mask = _signals()
+    watched = _watching()
     try:
         yield
     finally:
-        # First of all: the code below, pipeplan's, recurses too.
+        _watched_ended(watched)  # what follows is pipeplan's own
+        # First of all: the code below, pipeplan's, recurses too; and a timer the code armed
+        # would stop it as an outside SIGALRM.
         lowered = sys.getrecursionlimit()
         if lowered < depth:
             sys.setrecursionlimit(depth)
-        said = []
+        said = [("timers", change) for change in _timers_put_back(timers)]
+        said += [("exits", change) for change in _exit_callbacks_taken_off(watched)]
+        said += [("audit", change) for change in _audit_hooks_refused(watched)]
         for name, old in zip(_STREAMS, streams, strict=True):
             if getattr(sys, name) is not old:
                 setattr(sys, name, old)
@@ -1646,6 +1664,10 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
             said.append(
                 ("recursion", f"lowered Python's recursion limit to {lowered:,} (it was {depth:,})")
             )
+        said += [("tempfile", change) for change in _temp_settings_put_back(temp)]
+        # Last of all: a signal held back by the mask is delivered as it is put back, and
+        # its handler (pipeplan's: Interrupted, Stopped) may raise past what follows.
+        said += [("signals", change) for change in _signals_put_back(handlers, mask)]
     if not said:
         return
     kinds = list(dict.fromkeys(kind for kind, _ in said))
@@ -1682,6 +1704,284 @@ def _group_put_back(held: tuple[int, int]) -> str | None:
         f"moved the process to a session of its own ({now[1]}, it was {held[1]}), which it "
         "cannot leave"
     )
+
+
+# The signals whose handlers `process_state_kept` holds: Ctrl-C's and every stop
+# (`startup.SIGNALS`), which pipeplan stops and interrupts itself and its ranks with.
+_HELD_SIGNALS = SIGNALS
+
+
+def _signals() -> tuple[list[Any], set[int]]:
+    """This process's handlers of `_HELD_SIGNALS` (`signal.getsignal`) and this thread's
+    signal mask (the signals it blocks), as `_signals_put_back` compares them."""
+    return [signal.getsignal(signum) for signum in _HELD_SIGNALS], _mask()
+
+
+def _mask() -> set[int]:
+    return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
+def _signals_put_back(handlers: list[Any], mask: set[int]) -> list[str]:
+    """What the code did to the handlers and the mask `_signals` held, each put back: a
+    handler set again (the default where the old one was not installed from Python, as
+    `fileio.stops_raised` does), the mask set again (a signal it held back is delivered now).
+    Found by the forty-fourth round: a launcher's `load` that blocked SIGINT and SIGTERM
+    (`signal.pthread_sigmask`) or ignored them (`signal.signal(…, signal.SIG_IGN)`) left
+    every rank deaf to Ctrl-C and SIGTERM: torch's agent waited its 10 s and SIGKILLed them,
+    and a short run trained to its end and was said "stopped by SIGTERM", exit 143."""
+    said = []
+    changed = []
+    for signum, old in zip(_HELD_SIGNALS, handlers, strict=True):
+        new = signal.getsignal(signum)
+        if new is not old and new != old:
+            changed.append(signal_name(signum))
+            with contextlib.suppress(ValueError, OSError):  # off the main thread: none set it
+                signal.signal(signum, signal.SIG_DFL if old is None else old)
+    if changed:
+        said.append(f"changed the handler of {_some(changed)}")
+    now = _mask()
+    if now != mask:
+        blocked = [signal_name(signum) for signum in sorted(now - mask)]
+        unblocked = [signal_name(signum) for signum in sorted(mask - now)]
+        parts = [f"blocked {_some(blocked)}"] if blocked else []
+        parts += [f"unblocked {_some(unblocked)}"] if unblocked else []
+        said.append(f"{' and '.join(parts)} (signal.pthread_sigmask)")
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return said
+
+
+# The process's interval timers (`signal.setitimer`; `signal.alarm` is ITIMER_REAL's): each
+# one's name, the signal it sends when it runs out, and the clock it counts (wall time, the
+# process's user CPU time, its user and system CPU time).
+_TIMERS = (
+    ("ITIMER_REAL", signal.ITIMER_REAL, "SIGALRM", time.monotonic),
+    (
+        "ITIMER_VIRTUAL",
+        signal.ITIMER_VIRTUAL,
+        "SIGVTALRM",
+        lambda: resource.getrusage(resource.RUSAGE_SELF).ru_utime,
+    ),
+    (
+        "ITIMER_PROF",
+        signal.ITIMER_PROF,
+        "SIGPROF",
+        lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
+    ),
+)
+# How far a timer may be from where it would be, had the code not touched it (s): CPU time is
+# counted by the kernel's ticks.
+_TIMER_SLACK = 0.05
+
+
+def _timers() -> list[tuple[tuple[float, float], float]]:
+    """Each of `_TIMERS`: (its time left and its interval, `signal.getitimer`; (0, 0) where
+    it is not armed) and its clock's reading now."""
+    return [(signal.getitimer(kind), clock()) for _, kind, _, clock in _TIMERS]
+
+
+def _timers_put_back(held: list[tuple[tuple[float, float], float]]) -> list[str]:
+    """What the code did to the timers `_timers` held, each put back: one it armed disarmed,
+    one armed before (pytest-timeout's, an API user's) set to the time it would have left.
+    Found by the forty-fourth round: a `load` calling `signal.setitimer(signal.ITIMER_REAL, 3)`
+    ended `pipeplan run` 3 s later with `pipeplan: stopped by SIGALRM`, exit 142, the line
+    blaming a stop from outside for the data code's timer."""
+    said = []
+    for (name, kind, sends, clock), ((value, interval), then) in zip(_TIMERS, held, strict=True):
+        now_value, now_interval = signal.getitimer(kind)
+        if not value:  # not armed: any timer now is the code's
+            if now_value:
+                signal.setitimer(kind, 0)
+                said.append(f"armed the timer {name} ({sends} in {now_value:.3g} s)")
+            continue
+        left = value - (clock() - then)
+        if now_interval == interval and (
+            # A timer that repeats is somewhere in its interval: only its end is seen.
+            (interval and now_value)
+            or abs(now_value - max(left, 0.0)) <= _TIMER_SLACK
+            or (left <= _TIMER_SLACK and not now_value)  # it ran out (its signal was sent)
+        ):
+            continue
+        signal.setitimer(kind, max(left, 0.001) if left > 0 or not interval else interval, interval)
+        shown = f"{sends} in {now_value:.3g} s" if now_value else "disarmed"
+        said.append(f"re-armed the timer {name} ({shown}; {sends} was due in {max(left, 0):.3g} s)")
+    return said
+
+
+def _temp_settings() -> tuple[Any, Any]:
+    """tempfile's folder and prefix for the files it makes (`tempfile.tempdir`, which its first
+    use sets, and `tempfile.template`)."""
+    return tempfile.tempdir, tempfile.template
+
+
+def _temp_settings_put_back(held: tuple[Any, Any]) -> list[str]:
+    """What the code did to the settings `_temp_settings` held, each put back (a tempdir
+    tempfile set itself, from None to the folder it found, is no change). Found by the
+    forty-fourth round: a `load` that set `tempfile.tempdir = "/nonexistent/x"` failed `pipeplan
+    run` with a line naming a path of pipeplan's own temporary files, not the data; pointed
+    at a folder that exists, it moved them there in silence."""
+    said = []
+    for name, old in zip(("tempdir", "template"), held, strict=True):
+        new = getattr(tempfile, name)
+        if new == old or (name == "tempdir" and old is None and new == _default_tempdir()):
+            continue
+        setattr(tempfile, name, old)
+        said.append(f"set tempfile.{name} to {_shown_value(new)} (it was {_shown_value(old)})")
+    return said
+
+
+def _default_tempdir() -> str | None:
+    """The folder tempfile would choose (None where it finds none)."""
+    try:
+        return tempfile._get_default_tempdir()  # type: ignore[attr-defined]
+    except Exception:  # no folder that can be written: tempfile's own error, later
+        return None
+
+
+def _shown_value(value: Any) -> str:
+    try:
+        return quoted(value) if isinstance(value, str) else one_line(repr(value))[:80]
+    except Exception:  # a user object whose __repr__ raised
+        return type(value).__name__
+
+
+# What the user's data code does, in this thread, that cannot be seen afterwards
+# (`_watching`): the exit callbacks it registers (atexit has no list of them) and the audit
+# hooks it tries to add (none can be removed). `_ACTIVE`: the calls into it running now, in
+# any thread, which a thread of the data code's own (that no call runs in) is seen by.
+_WATCH = threading.local()
+_ACTIVE: list[_Watched] = []
+
+
+class _Watched:
+    """What `_watching` saw while one call into the data code ran."""
+
+    def __init__(self, before: _Watched | None) -> None:
+        self.before = before  # the call this one runs inside, if any
+        self.registered: list[_ExitCallback] = []  # by the user's own files
+        self.hooks: list[str] = []  # the file of the code that tried to add each hook
+
+
+def _watching() -> _Watched:
+    """A new `_Watched` for this thread, atexit.register watched and pipeplan's audit hook
+    added first where they are not yet (once a process)."""
+    if not _WATCHERS:
+        _WATCHERS.append(atexit.register)
+        atexit.register = _register  # type: ignore[assignment]
+        sys.addaudithook(_audit)
+    watched = _Watched(getattr(_WATCH, "now", None))
+    _WATCH.now = watched
+    _ACTIVE.append(watched)
+    return watched
+
+
+def _watched_now() -> _Watched | None:
+    """The call into the data code that this thread runs, else the latest running in any
+    thread (a thread the code started), else None: pipeplan's own code."""
+    return getattr(_WATCH, "now", None) or (_ACTIVE[-1] if _ACTIVE else None)
+
+
+def _watched_ended(watched: _Watched) -> None:
+    _WATCH.now = watched.before
+    with contextlib.suppress(ValueError):
+        _ACTIVE.remove(watched)
+
+
+# atexit's own register, once `_watching` has put `_register` in its place.
+_WATCHERS: list[Any] = []
+
+
+def _register(func: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """atexit.register, which registers what the user's own files register while their data
+    code runs (`_watching`) as an `_ExitCallback` of its own, that `_exit_callbacks_taken_off`
+    can take off again without touching another registration of the same function."""
+    watched = _watched_now()
+    if watched is None or not _users_file(sys._getframe(1).f_code.co_filename):
+        return _WATCHERS[0](func, *args, **kwargs)
+    if not callable(func):  # atexit's own error
+        return _WATCHERS[0](func, *args, **kwargs)
+    callback = _ExitCallback(func, args, kwargs)
+    _WATCHERS[0](callback)
+    watched.registered.append(callback)
+    return func
+
+
+class _ExitCallback:
+    """An exit callback the user's data code registered (`_register`): `func(*args,
+    **kwargs)`, unless taken off."""
+
+    def __init__(self, func: Any, args: tuple, kwargs: dict) -> None:
+        self.func, self.args, self.kwargs, self.off = func, args, kwargs, False
+
+    def __call__(self) -> Any:
+        if not self.off:
+            return self.func(*self.args, **self.kwargs)
+        return None
+
+
+def _audit(event: str, args: tuple) -> None:
+    """pipeplan's audit hook: an audit hook added while the data code runs is not added (an
+    exception derived from RuntimeError here keeps it out; `sys.addaudithook` then returns
+    as if it were), and noted for `_audit_hooks_refused`. Every audited event calls it: the
+    comparison first."""
+    if event != "sys.addaudithook":
+        return
+    watched = _watched_now()
+    if watched is None:
+        return
+    watched.hooks.append(sys._getframe(1).f_code.co_filename)
+    raise RuntimeError("pipeplan: no audit hooks from data code")
+
+
+def _exit_callbacks_taken_off(watched: _Watched) -> list[str]:
+    """The exit callbacks the user's own files registered while the call `watched` ran, each
+    taken off again; those of installed code (a library the data imports, multiprocessing's,
+    weakref's) are theirs and stay. atexit has no list to read, and `atexit.unregister(f)`
+    takes off every registration of `f` (`logging.shutdown` registered by the data and by
+    logging: logging's too), so `_register` registered each of the user's as an object of its
+    own (`_ExitCallback`), taken off alone. Found by the forty-fourth round: a `load` calling
+    `atexit.register(print, …)` printed a line after `pipeplan run`'s summary, and
+    `atexit.register(os._exit, 0)` added a line naming pipeplan's own wrapper of it."""
+    if not watched.registered:
+        return []
+    said = []
+    for callback in watched.registered:
+        callback.off = True
+        atexit.unregister(callback)
+        said.append(_callback_name(callback.func))
+    said = list(dict.fromkeys(said))
+    return [f"registered the exit callback{'s' if len(said) > 1 else ''} {_some(said)}"]
+
+
+def _callback_name(func: Any) -> str:
+    """`func` by its module and name, a data file's module by the file's name ("mydata.bye",
+    not the "_pipeplan_data_mydata" it is imported as)."""
+    module = str(getattr(func, "__module__", None) or "").removeprefix(_OWN_ENTRIES)
+    name = str(getattr(func, "__qualname__", None) or type(func).__qualname__)
+    return one_line(f"{module}.{name}" if module else name)
+
+
+def _users_file(filename: str) -> bool:
+    """Whether code of `filename` is the user's: not installed (the standard library,
+    site-packages), not pipeplan's own, not Python's own ("<frozen …>", "<string>")."""
+    if not filename or filename.startswith("<"):
+        return False
+    path = Path(filename).resolve()
+    own = Path(__file__).resolve().parents[1]
+    if any(path.is_relative_to(own / package) for package in OWN_PACKAGES):
+        return False
+    return not any(path.is_relative_to(folder) for folder in _installed_folders())
+
+
+def _audit_hooks_refused(watched: _Watched) -> list[str]:
+    """The audit hooks the code tried to add while `watched` ran (`_audit` kept them out).
+    Found by the forty-fourth round: a `load` adding one that raised on "os.rename" ended
+    `pipeplan run` as it wrote its records, in a 51-line traceback, exit 1; a hook cannot be
+    removed once added, so none from data code is."""
+    if not watched.hooks:
+        return []
+    count = len(watched.hooks)
+    hooks = "an audit hook" if count == 1 else f"{count} audit hooks"
+    return [f"tried to add {hooks} (sys.addaudithook; kept out)"]
 
 
 # Of each kind of state `process_state_kept` holds: the rule and why pipeplan needs it, and
@@ -1734,6 +2034,34 @@ _STATE = {
         "data code must not lower Python's recursion limit, as torch and pipeplan recurse as "
         "they build the model and write its records",
         "raising it is fine",
+    ),
+    "tempfile": (
+        "data code must leave tempfile's folder and prefix (tempfile.tempdir, "
+        "tempfile.template) as it found them, as pipeplan makes its temporary files with "
+        "tempfile",
+        "to make your own temporary files elsewhere, pass `dir=` to tempfile's functions",
+    ),
+    "signals": (
+        "data code must leave the process's signal handlers and mask as it found them, as "
+        "pipeplan and its ranks are stopped and interrupted by signals (Ctrl-C, SIGTERM)",
+        "to hold a signal off around your own code, block it and unblock it before returning",
+    ),
+    "timers": (
+        "data code must leave the process's interval timers (signal.setitimer, signal.alarm) "
+        "as it found them, as the signals they send (SIGALRM, SIGVTALRM, SIGPROF) stop pipeplan",
+        "to limit your own code's time, disarm the timer before returning "
+        "(`signal.setitimer(signal.ITIMER_REAL, 0)`)",
+    ),
+    "exits": (
+        "data code must not register exit callbacks (atexit.register), as pipeplan's last line "
+        "and its exit status are its own",
+        "to clean up what your code makes, do so before it returns "
+        "(`with tempfile.TemporaryDirectory():`)",
+    ),
+    "audit": (
+        "data code must not add audit hooks, which no code can remove, as pipeplan's own "
+        "writes and imports raise audit events",
+        "to watch your own code, do so in a program of your own",
     ),
 }
 

@@ -40,6 +40,9 @@ def exits_raised() -> Iterator[None]:
             real(code)
         raise SystemExit(code)
 
+    # Named as what code calls it by (`atexit.register(os._exit, 0)`: an exit callback's line
+    # named pipeplan's wrapper, the forty-fourth round).
+    exit_raised.__module__, exit_raised.__qualname__ = "os", "_exit"
     os._exit = exit_raised
     try:
         yield

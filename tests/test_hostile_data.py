@@ -3975,23 +3975,29 @@ def test_a_data_modules_exit_callback_that_raises_is_one_warning_line(tmp_path):
     nine lines after a successful run's. It is now one warning line naming the callback and
     its error after a command that succeeded, and nothing after one that failed, whose error
     line stays its one line (`cli._run_exit_callbacks`). In a subprocess: atexit's callbacks
-    run as the process ends."""
-    boom = "import atexit\ndef boom():\n    raise RuntimeError('atexit boom\\x1b[31m')"
+    run as the process ends. Since the forty-fourth round a data module's own registration
+    is refused (`test_data_code_that_registers_exit_callbacks_is_refused_and_they_are_taken_off`):
+    the callback here is registered as a library's is, by the program that runs pipeplan."""
     root = Path(cli.__file__).resolve().parent
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     said = []
     for name, in_load in (("rt37_atexit", ""), ("rt37_atexit_refused", "raise ValueError('no')")):
-        code = dict(at_import=boom, in_load=f"atexit.register(boom); {in_load}", in_item="")
+        code = dict(at_import="", in_load=in_load, in_item="")
         (tmp_path / f"{name}.py").write_text(MOVING_MODULE.format(**code))
         argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", f"{name}:load"]
         argv += ["--nproc", "1", "--name", name]
+        script = (
+            "import atexit, sys\nimport cli\n"
+            "def boom():\n    raise RuntimeError('atexit boom\\x1b[31m')\n"
+            f"atexit.register(boom)\nsys.argv[1:] = {argv!r}\ncli.entry()\n"
+        )
         done = subprocess.run(
-            [sys.executable, "-m", "cli", *argv], cwd=tmp_path, env=env, capture_output=True,
+            [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True,
             text=True, timeout=100, check=False,
         )  # fmt: skip
         said.append((done.returncode, done.stderr.splitlines()))
-    warned = "the exit callback rt37_atexit.boom raised RuntimeError: atexit boom [31m"
+    warned = "the exit callback __main__.boom raised RuntimeError: atexit boom [31m"
     assert said == [
         (0, [f"pipeplan: WARNING: {warned}"]),
         (2, ["pipeplan: error: data 'rt37_atexit_refused:load' raised ValueError: no"]),
@@ -4007,29 +4013,32 @@ def test_a_data_modules_exit_callback_that_exits_is_one_warning_line(tmp_path):
     that exits (`os._exit`, `sys.exit`) is now one that raises: pipeplan keeps its own exit
     status and says it in one warning line after a command that succeeded (nothing after one
     that failed, as for a callback that raised, above); the callbacks registered before it
-    still run. In a subprocess: atexit's callbacks run as the process ends."""
-    at_import = (
-        "import atexit, sys\n"
-        "def bye():\n    os._exit(3)\n"
-        "def leave():\n    sys.exit(4)\n"
-        "def last():\n    open(os.path.join(HERE, 'ran'), 'w').close()"
-    )
-    register = "atexit.register(last); atexit.register(leave); atexit.register(bye)"
-    code = dict(at_import=at_import, in_load=register, in_item="")
+    still run. In a subprocess: atexit's callbacks run as the process ends. Registered by the
+    program that runs pipeplan, as a library's are (a data module's own are refused since the
+    forty-fourth round)."""
+    code = dict(at_import="", in_load="", in_item="")
     (tmp_path / "rt38_exit.py").write_text(MOVING_MODULE.format(**code))
     root = Path(cli.__file__).resolve().parent
     path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
     argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", "rt38_exit:load"]
+    argv += ["--nproc", "1", "--name", "rt38_exit"]
+    script = (
+        "import atexit, os, sys\nimport cli\n"
+        "def bye():\n    os._exit(3)\n"
+        "def leave():\n    sys.exit(4)\n"
+        "def last():\n    open('ran', 'w').close()\n"
+        "atexit.register(last); atexit.register(leave); atexit.register(bye)\n"
+        f"sys.argv[1:] = {argv!r}\ncli.entry()\n"
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "cli", *argv, "--nproc", "1", "--name", "rt38_exit"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True,
-        timeout=100, check=False,
+        [sys.executable, "-c", script], cwd=tmp_path, env={**os.environ, "PYTHONPATH": path},
+        capture_output=True, text=True, timeout=100, check=False,
     )  # fmt: skip
     assert (done.returncode, done.stderr.splitlines()) == (
         0,
         [
-            "pipeplan: WARNING: the exit callback rt38_exit.bye exited with code 3",
-            "pipeplan: WARNING: the exit callback rt38_exit.leave exited with code 4",
+            "pipeplan: WARNING: the exit callback __main__.bye exited with code 3",
+            "pipeplan: WARNING: the exit callback __main__.leave exited with code 4",
         ],
     ), done.stderr
     assert (tmp_path / "ran").exists()  # the first registered, run last
@@ -5500,3 +5509,306 @@ def test_kernels_are_held_in_a_batch_read_and_the_codes_own_operators_are_no_cha
         kept.append(twice)
         importlib.import_module("torch._dynamo")  # registers torch's own kernels
     assert torch.equal(torch.ops.rt44.twice(x), x * 2)
+
+
+def _refused_moving(tmp_path, capsys, monkeypatch, name: str, **code: str) -> tuple[int, list[str]]:
+    """`run --prepare-only` of MOVING_MODULE (`code` put in, as `_run_moving` does) from
+    tmp_path: its exit code and the lines of its stderr, stdout asserted empty."""
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", f"{name}:load")
+    code_ = _run_moving(tmp_path, name, *argv, "--nproc", "1", "--name", "n", **code)
+    captured = capsys.readouterr()
+    assert captured.out == "", captured
+    return code_, captured.err.strip().splitlines()
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_blocks_or_ignores_the_stop_signals_is_refused_and_it_is_put_back(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-fourth round: a `load` that blocked SIGINT and SIGTERM
+    (`signal.pthread_sigmask(signal.SIG_BLOCK, …)`) or ignored them (`signal.signal(…,
+    signal.SIG_IGN)`) was accepted: every rank (each calls `load`) kept training through
+    Ctrl-C and SIGTERM until torch's agent SIGKILLed it 10 s later, and a short run trained to
+    its end and was said "stopped by SIGTERM", exit 143. The thread's signal mask and the
+    handlers of the signals pipeplan stops on are held (`data.process_state_kept`): refused
+    in one line naming each, exit 2 before the run folder is made, and put back."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    in_load = (
+        "import signal; "
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}); "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "signal.signal(signal.SIGHUP, signal.SIG_IGN)"
+    )
+    try:
+        code, lines = _refused_moving(tmp_path, capsys, monkeypatch, "rt44_sig", in_load=in_load)
+        after = (
+            signal.pthread_sigmask(signal.SIG_BLOCK, []),
+            {sig: signal.getsignal(sig) for sig in handlers},
+        )
+    finally:  # for the tests after this one, whatever happened
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert (code, after) == (2, (mask, handlers)), lines
+    assert lines == [
+        "pipeplan: error: data 'rt44_sig:load': the data function changed the handler of "
+        "SIGHUP, SIGTERM and blocked SIGINT, SIGTERM (signal.pthread_sigmask); data code must "
+        "leave the process's signal handlers and mask as it found them, as pipeplan and its "
+        "ranks are stopped and interrupted by signals (Ctrl-C, SIGTERM) (put back now; to hold "
+        "a signal off around your own code, block it and unblock it before returning)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "call, said",
+    [
+        (
+            "signal.setitimer(signal.ITIMER_VIRTUAL, 40.0)",
+            "the timer ITIMER_VIRTUAL (SIGVTALRM in 40 s",
+        ),
+        ("signal.alarm(40)", "the timer ITIMER_REAL (SIGALRM in 40 s"),
+    ],
+)
+def test_data_code_that_arms_an_interval_timer_is_refused_and_it_is_put_back(
+    tmp_path, capsys, monkeypatch, call, said
+):
+    """Found by the forty-fourth round: a `load` calling `signal.setitimer(signal.ITIMER_REAL,
+    3.0)` ended `pipeplan run` 3 s later with only `pipeplan: stopped by SIGALRM`, exit 142:
+    a timer the data code armed, blamed on a stop from outside. The interval timers are held
+    (`data.process_state_kept`): one armed is refused in one line naming it, exit 2 before
+    the run folder is made, and disarmed; one armed before (pytest-timeout's ITIMER_REAL,
+    here) is set back to the time it had left."""
+    kinds = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+    before = [signal.getitimer(kind) for kind in kinds]
+    start = time.monotonic()
+    try:
+        code, lines = _refused_moving(
+            tmp_path, capsys, monkeypatch, "rt44_timer", in_load=f"import signal; {call}"
+        )
+        after = [signal.getitimer(kind) for kind in kinds]
+    finally:  # for the tests after this one, whatever happened
+        spent = time.monotonic() - start
+        for kind, (value, interval) in zip(kinds, before, strict=True):
+            signal.setitimer(kind, max(value - spent, 0.001) if value else 0, interval)
+    assert code == 2, lines
+    for (value, interval), (now, now_interval) in zip(before, after, strict=True):
+        assert now_interval == interval and (now == 0 if not value else value - 5 < now <= value)
+    assert len(lines) == 1 and lines[0].startswith(
+        "pipeplan: error: data 'rt44_timer:load': the data function "
+    ), lines
+    assert said in lines[0], lines[0]
+    assert lines[0].endswith(
+        "data code must leave the process's interval timers (signal.setitimer, signal.alarm) "
+        "as it found them, as the signals they send (SIGALRM, SIGVTALRM, SIGPROF) stop pipeplan "
+        "(put back now; to limit your own code's time, disarm the timer before returning "
+        "(`signal.setitimer(signal.ITIMER_REAL, 0)`))"
+    ), lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_moves_tempfiles_folder_is_refused_and_it_is_put_back(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-fourth round: a `load` that set `tempfile.tempdir =
+    "/nonexistent/x"` failed `pipeplan run` with `pipeplan: error: /nonexistent/x/pipeplan-
+    stderr-…: No such file or directory`, naming pipeplan's own temporary file, not the data;
+    pointed at a folder that exists it moved pipeplan's temporary files there in silence.
+    tempfile's folder and prefix are held (`data.process_state_kept`): refused in one line,
+    exit 2 before the run folder is made, and put back."""
+    import tempfile
+
+    held = (tempfile.gettempdir(), tempfile.template)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    in_load = f"import tempfile; tempfile.tempdir = {str(elsewhere)!r}; tempfile.template = 'x'"
+    try:
+        code, lines = _refused_moving(tmp_path, capsys, monkeypatch, "rt44_tmp", in_load=in_load)
+        after = (tempfile.tempdir, tempfile.template)
+    finally:  # for the tests after this one, whatever happened
+        tempfile.tempdir, tempfile.template = held
+    assert (code, after) == (2, held), lines
+    assert lines == [
+        f"pipeplan: error: data 'rt44_tmp:load': the data function set tempfile.tempdir to "
+        f"'{elsewhere}' (it was '{held[0]}') and set tempfile.template to 'x' (it was "
+        f"'{held[1]}'); data code must leave tempfile's folder and prefix (tempfile.tempdir, "
+        "tempfile.template) as it found them, as pipeplan makes its temporary files with "
+        "tempfile (put back now; to make your own temporary files elsewhere, pass `dir=` to "
+        "tempfile's functions)"
+    ]
+    assert list(elsewhere.iterdir()) == [] and not (tmp_path / "runs").exists()
+
+
+# Run by the test below in a process of its own, from a folder holding the data modules
+# rt44_exit (a callback registered at import) and rt44_exit2 (in `load`, with os._exit and
+# logging.shutdown): each one's `pipeplan run --prepare-only` in turn, then a line of its own,
+# held by a handler that logging.shutdown flushes, and the process ends as Python ends one,
+# running the exit callbacks left.
+EXIT_SCRIPT = """
+import logging, logging.handlers, sys
+import cli
+codes = [cli.main(["run", "--prepare-only", "--model", "vit-digits", "--data", name + ":load",
+                   "--nproc", "1", "--name", name]) for name in ("rt44_exit", "rt44_exit2")]
+# Held until logging.shutdown, logging's own exit callback, flushes it as the process ends.
+held = logging.handlers.MemoryHandler(100, target=logging.StreamHandler(sys.stdout))
+logging.getLogger("rt44").addHandler(held)
+logging.getLogger("rt44").warning("LAST LINE %s", codes)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_registers_exit_callbacks_is_refused_and_they_are_taken_off(tmp_path):
+    """Found by the forty-fourth round: a `load` calling `atexit.register(print, …)` printed
+    its line after `pipeplan run`'s summary, exit 0, and `atexit.register(os._exit, 0)` added
+    a line naming pipeplan's own wrapper of os._exit. Exit callbacks the user's files
+    register (at import or in `load`) are refused in one line naming them, exit 2 before the
+    run folder is made, and taken off again (none runs as the process ends: no line after,
+    exit 0, not the 3 of the data's `os._exit(3)`); logging's own `logging.shutdown`, which
+    the data registered too, stays (`data._exit_callbacks_taken_off`). In a process of its
+    own: the callbacks left run as it ends."""
+    modules = {
+        "rt44_exit": dict(
+            at_import="import atexit\ndef bye():\n    print('EXTRA LINE')\natexit.register(bye)\n"
+        ),
+        "rt44_exit2": dict(
+            in_load="import atexit, logging; atexit.register(logging.shutdown); "
+            "atexit.register(os._exit, 3); atexit.register(print, 'EXTRA LINE')"
+        ),
+    }
+    for name, code in modules.items():
+        code = {"at_import": "", "in_load": "", "in_item": "", **code}
+        (tmp_path / f"{name}.py").write_text(MOVING_MODULE.format(**code))
+    root = Path(cli.__file__).resolve().parent
+    path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT], cwd=tmp_path, env={**os.environ, "PYTHONPATH": path},
+        capture_output=True, text=True, timeout=50, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "LAST LINE [2, 2]\n"), done
+    rule = (
+        "data code must not register exit callbacks (atexit.register), as pipeplan's last line "
+        "and its exit status are its own (put back now; to clean up what your code makes, do "
+        "so before it returns (`with tempfile.TemporaryDirectory():`))"
+    )
+    assert done.stderr.splitlines() == [
+        f"pipeplan: error: data 'rt44_exit:load': the data module registered the exit callback "
+        f"rt44_exit.bye; {rule}",
+        "pipeplan: error: data 'rt44_exit2:load': the data function registered the exit "
+        f"callbacks logging.shutdown, os._exit, builtins.print; {rule}",
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(60)
+def test_data_code_that_adds_an_audit_hook_is_refused_and_the_hook_kept_out(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-fourth round: a `load` that added an audit hook raising on
+    "os.rename" (`sys.addaudithook`) ended `pipeplan run` as it wrote its records, in a
+    51-line traceback, exit 1. A hook cannot be removed once added: pipeplan's own audit hook
+    keeps out one that data code adds (`data._audit`), and the data is refused in one line,
+    exit 2 before the run folder is made. The hook here raises only while the test lets it
+    (on old code it stays in the process)."""
+    import builtins
+
+    state = builtins.__dict__.setdefault("_rt44_audit", {"on": True, "seen": 0})
+    state["on"] = True
+    in_load = (
+        "import sys, builtins\n"
+        "    def hook(event, args, state=builtins._rt44_audit):\n"
+        "        if state['on'] and event == 'os.rename':\n"
+        "            state['seen'] += 1\n"
+        "            raise RuntimeError('no')\n"
+        "    sys.addaudithook(hook)"
+    )
+    try:
+        code, lines = _refused_moving(tmp_path, capsys, monkeypatch, "rt44_audit", in_load=in_load)
+        os.rename(tmp_path / "rt44_audit.py", tmp_path / "renamed.py")  # no hook raises
+    finally:
+        state["on"] = False
+    assert (code, state["seen"]) == (2, 0), lines
+    assert lines == [
+        "pipeplan: error: data 'rt44_audit:load': the data function tried to add an audit hook "
+        "(sys.addaudithook; kept out); data code must not add audit hooks, which no code can "
+        "remove, as pipeplan's own writes and imports raise audit events (put back now; to "
+        "watch your own code, do so in a program of your own)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_signals_timers_and_tempfile_used_and_left_as_found_are_no_change(tmp_path):
+    """The forty-fourth round's holds (above) refuse a change left behind, not a use: a
+    signal blocked and unblocked, a handler set and put back, a timer armed and disarmed, a
+    repeating timer armed before (a sampling profiler's) left running, tempfile's first use
+    (which sets `tempfile.tempdir` from None) and an exit callback a library registers are no
+    change."""
+    import atexit
+    import tempfile
+
+    from executor.data import _contained
+
+    held = tempfile.tempdir
+    profiler = signal.getitimer(signal.ITIMER_PROF)
+    handler = signal.getsignal(signal.SIGTERM)
+
+    def callback() -> None:  # a callable of its own, taken off below
+        pass
+
+    try:
+        signal.setitimer(signal.ITIMER_PROF, 30.0, 30.0)
+        tempfile.tempdir = None
+        with _contained("m:load", "the data function"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, handler)
+            signal.setitimer(signal.ITIMER_VIRTUAL, 5.0)
+            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+            tempfile.mkdtemp(dir=tmp_path)
+            tempfile.gettempdir()
+            # Registered by installed code (a library's, here code of tempfile's file).
+            library = compile("atexit.register(f)", tempfile.__file__, "exec")
+            exec(library, {"atexit": atexit, "f": callback})
+        assert tempfile.tempdir == tempfile.gettempdir()
+        assert signal.getitimer(signal.ITIMER_PROF)[1] == 30.0
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, *profiler)
+        tempfile.tempdir = held
+        atexit.unregister(callback)
+
+
+@pytest.mark.timeout(30)
+def test_an_audit_hook_or_exit_callback_from_a_thread_of_the_data_codes_own_is_refused():
+    """The forty-fourth round's audit hooks and exit callbacks (above), added from a thread
+    the data code starts (which no call into it runs in): kept out and taken off all the
+    same, in one refusal."""
+    import atexit
+    import threading
+
+    from executor.data import BadArgumentError, _contained
+
+    ran = []
+
+    def hook(event, args):  # on old code it stays: harmless
+        pass
+
+    def added() -> None:
+        sys.addaudithook(hook)
+        atexit.register(ran.append, 1)
+
+    try:
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            thread = threading.Thread(target=added)
+            thread.start()
+            thread.join(10)
+    finally:
+        atexit.unregister(ran.append)
+    assert str(refused.value).startswith(
+        "data 'm:load': the data function registered the exit callback list.append and "
+        "tried to add an audit hook (sys.addaudithook; kept out); "
+    ), str(refused.value)
