@@ -1298,6 +1298,7 @@ class PhaseSearch:
             suffix_bottleneck=self._suffix_bottleneck(m),
             forward_only_layers=self.forward_only_layers,
             min_forward_only_stages=forward_only,
+            receive_bytes=M * layers.boundary_bytes if self.forward_only_layers else None,
         )
 
     def _layer_prefixes(self, m: int) -> _LayerPrefixes:
