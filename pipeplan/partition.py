@@ -340,6 +340,10 @@ class StagePricing:
     # 1F1B with fewer micro-batches than stages runs only if the first S − M stages are
     # forward only (torch's Schedule1F1B needs a micro-batch per stage that trains).
     min_forward_only_stages: int = 0
+    # [position i]: the bytes of the M receives a stage starting at i posts at once when a
+    # forward-only stage feeds it (twice that for the first that trains, which also holds
+    # the batch its schedule splits; `CostModel.stages`), or None (no forward-only stage).
+    receive_bytes: np.ndarray | None = None
 
     @property
     def num_layers(self) -> int:
@@ -477,8 +481,29 @@ class PartitionSpace:
             p = self.p
             mem = p.memory_prefix[k]
             fits = np.searchsorted(mem, mem + p.memory_limit_bytes, side="right") - 1
+            if k > 0 and p.receive_bytes is not None:
+                fits = self._fed_ends(k, fits)
             self._last[k] = np.minimum(fits, p.num_layers - (p.num_stages - 1 - k))
         return self._last[k]
+
+    def _fed_ends(self, k: int, fits: np.ndarray) -> np.ndarray:
+        """`fits` (stage k's last end per start) where a forward-only stage feeds it (a start
+        within `forward_only_layers`): its receive buffers count too, once if it runs
+        forward only (ends within the prefix), twice if it trains (`CostModel.stages`).
+        Without them every leaf of a tight memory failed its simulation, and a search that
+        has simulated nothing that fits does not stop at its work limit (the forty-fourth
+        round's F9: 62 layers on 2 GiB devices, 100 times the limit, 31 to 68 s of CPU)."""
+        p = self.p
+        F = p.forward_only_layers
+        mem = p.memory_prefix[k]
+        room = mem[: F + 1] + p.memory_limit_bytes
+        receive = p.receive_bytes[: F + 1]  # type: ignore[index]
+        trains = np.searchsorted(mem, room - 2 * receive, side="right") - 1
+        forward = np.searchsorted(mem, room - receive, side="right") - 1
+        fed = np.where(trains > F, trains, np.minimum(forward, F))
+        fits = fits.copy()
+        fits[: F + 1] = np.minimum(fits[: F + 1], fed)
+        return fits
 
     def holds(self, boundaries: tuple[int, ...]) -> bool:
         """Whether `boundaries` is a leaf of this tree (each stage's end among `ends`)."""

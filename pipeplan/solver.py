@@ -71,7 +71,12 @@ MESSAGE_BUDGET_S = 1.0
 # mostly stay below it (the benchmark's bert-large plan on 16 devices: at most 50 % of it,
 # every phase proven; those that reach it go on as sub-searches, SUB_SEARCH_WORK); long
 # pipelines of near-equal partitions, which the bounds cannot separate, reach it (the
-# 1,000-layer benchmark: 0.2–0.6 s a phase on 2 cores).
+# 1,000-layer benchmark: 0.2–0.6 s a phase on 2 cores). A search of tens of layers does at
+# most this, SUB_SEARCH_WORK times this in sub-searches and one step of the search more
+# (about 1 s of CPU here, 2–3 µs a unit) once it has simulated a layout that fits; until then
+# it goes on, and the tree's stage ends, exact on memory (`PartitionSpace.last_ends`), make
+# its first dive one (the forty-fourth round's F9: leaves that failed their simulations kept
+# searches going to 100–250 times the limit, 31–68 s).
 DEFAULT_WORK_LIMIT = 120_000
 # Work all the phase searches of one plan may do together (`PlanWork`): the work limit bounds
 # one phase, this the plan, whose phases a schedule makes as many as its freeze points (the
@@ -1298,6 +1303,7 @@ class PhaseSearch:
             suffix_bottleneck=self._suffix_bottleneck(m),
             forward_only_layers=self.forward_only_layers,
             min_forward_only_stages=forward_only,
+            receive_bytes=M * layers.boundary_bytes if self.forward_only_layers else None,
         )
 
     def _layer_prefixes(self, m: int) -> _LayerPrefixes:
