@@ -78,6 +78,11 @@ MESSAGE_BUDGET_S = 1.0
 # its first dive one (the forty-fourth round's F9: leaves that failed their simulations kept
 # searches going to 100–250 times the limit, 31–68 s).
 DEFAULT_WORK_LIMIT = 120_000
+# A search that has simulated nothing that fits memory by this many times its work limit
+# stops and says so (`DoesNotFitError`): on tight memory leaf after leaf can fail its
+# simulation, and the forty-fifth round's 60- and 100-layer models on 16 devices searched
+# for minutes, the heap growing past 6 GB. About 3 s of CPU here.
+NOTHING_FITS_WORK = 10
 # Work all the phase searches of one plan may do together (`PlanWork`): the work limit bounds
 # one phase, this the plan, whose phases a schedule makes as many as its freeze points (the
 # twenty-ninth round: 9,990 of them on a 9,990-layer profile searched for hours). 32 phases
@@ -1432,6 +1437,8 @@ class PhaseSearch:
         self.work_done = run.work  # a plan's budget counts it (`PlanWork.solve`)
         if faster_than_s < math.inf and not (run.simulated and run.best_s < faster_than_s):
             raise NothingFasterError(faster_than_s)
+        if not run.simulated and run.gave_up:
+            raise DoesNotFitError(lambda: self._gave_up_message(run.work))
         if not run.simulated:
             raise DoesNotFitError(lambda: self._does_not_fit_message(shapes))
         return run.solution(runner_ups)
@@ -1501,6 +1508,17 @@ class PhaseSearch:
             checked += 1
         return int(np.ceil(best + self.model.reserve_bytes)), checked, len(smallest_m)
 
+    def _gave_up_message(self, work: int) -> str:
+        """Why a search that stopped at NOTHING_FITS_WORK × its limit found nothing."""
+        what = "with the pinned layout" if self.pins != Pins() else "in any layout"
+        return (
+            f"no layout that fits memory was found {what} in {work:,} units of search "
+            f"({NOTHING_FITS_WORK}× the work limit, where a search with nothing that fits "
+            f"stops; a device has {_gib(self.cluster.device_memory_bytes)}): use devices with "
+            "more memory, more devices or a smaller micro-batch, or pin a layout that fits "
+            "(--stages, --boundaries, --micro-batches)"
+        )
+
     def _does_not_fit_message(self, shapes: list[Shape]) -> str:
         # Bounded: a 4,096-device cluster has thousands of (S, D) pairs, each a bisection of
         # partition solves; the message must not take longer than the search did.
@@ -1552,6 +1570,7 @@ class _Run:
         # `limit`: below the best step (collecting: at most within_s), below faster_than_s.
         self._limit = min(faster_than_s, within_s) if collect else faster_than_s
         self.simulated: list[tuple[float, int, Evaluation]] = []
+        self.gave_up = False  # nothing that fits found by NOTHING_FITS_WORK × the limit
         self.work = 0
         self.stopped_at: float | None = None
         # Tens of layers: per stage count, the candidates and their closed-form bounds; a
@@ -1604,6 +1623,9 @@ class _Run:
                     return
                 self.heap, self.later = self.later, []
                 continue
+            if not self.simulated and self.work > NOTHING_FITS_WORK * self.phase.work_limit:
+                self.gave_up = True
+                return
             if self.work > self.phase.work_limit and self.simulated:
                 self.sub_searches()
                 if self.heap:  # else every part was proven: so is the search
