@@ -61,10 +61,12 @@ ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
 
 def attention_setting(config: dict[str, Any]) -> tuple[str, Any]:
     """The config key that sets the attention implementation transformers builds, and its
-    value: `_attn_implementation` where the config has it (transformers' config takes it through
-    its property's setter, and it wins over `attn_implementation`, even as null), else
-    `attn_implementation`. Found by the twenty-eighth round: the underscore key was built but
-    not read, so an eager folder was priced with an sdpa profile and flex_attention got through.
+    value: `_attn_implementation` where the config has it (earlier transformers 5 releases take
+    it through their property's setter, and it wins over `attn_implementation`, even as null;
+    5.25 ignores it), else `attn_implementation`. Found by the twenty-eighth round: the
+    underscore key was built but not read, so flex_attention got through. Both spellings are
+    held to `ATTENTION_IMPLEMENTATIONS` whatever the release reads; what a folder builds is
+    asked of transformers (`profile.model_mismatch`).
 
         attention_setting({"_attn_implementation": "eager"})   # ("_attn_implementation", "eager")
     """

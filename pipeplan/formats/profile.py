@@ -43,6 +43,7 @@ from pipeplan.formats.base import (
 from pipeplan.formats.modelconfig import (
     CONFIG_CLASSES,
     Dim,
+    attention_setting,
     built_attention,
     chunk_problem,
     config_value_problem,
@@ -1021,7 +1022,8 @@ def model_mismatch(
     if family != recorded.get("model_type") or family not in CONFIG_CLASSES:
         given = repr(family) if "model_type" in config else "no model_type"
         return _differs("model_type", recorded.get("model_type"), given, path, flags)
-    built = _built_config(family, config, path)
+    built_config = _built_config(family, config, path)
+    built = built_config.to_dict()
     try:  # what the profile's config builds today: the fields a newer transformers added
         measured = transformers_config(family, _without_type(recorded)).to_dict()
     except Exception:  # a config written by hand: its fields, as it says them
@@ -1034,9 +1036,18 @@ def model_mismatch(
             return _differs(field, measured.get(field), given, path, flags)
     # A profile made before the twenty-seventh round does not record its attention: not held.
     if {"attn_implementation", "_attn_implementation"} & recorded.keys():
-        timed, built_with = built_attention(recorded), built_attention(config)
+        # What transformers builds of the folder, asked of it: which spelling it reads changed
+        # between releases (5.25 ignores `_attn_implementation`, which earlier 5.x let win).
+        timed, built_with = built_attention(recorded), built_config._attn_implementation or "sdpa"
         if timed != built_with:
-            return _differs("attn_implementation", timed, repr(built_with), path, flags)
+            key, said = attention_setting(config)
+            given = repr(built_with)
+            if said != built_with:
+                import transformers  # imported already: the config was built with it
+
+                what = f"{key} {said!r}" if key in config else f"no {key}"
+                given = f"{what}, from which transformers {transformers.__version__} builds {given}"
+            return _differs("attn_implementation", timed, given, path, flags)
     return None
 
 
@@ -1155,13 +1166,13 @@ def _read_model_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def _built_config(family: str, config: dict[str, Any], path: Path) -> dict[str, Any]:
-    """The config transformers builds of a folder's config.json (`transformers_config`) as
-    to_dict() writes it, as a profile records its model's; InputFileError naming the file
+def _built_config(family: str, config: dict[str, Any], path: Path) -> Any:
+    """The config transformers builds of a folder's config.json (`transformers_config`),
+    whose to_dict() is what a profile records of its model; InputFileError naming the file
     when the family's class refuses it (a run builds the model first: report and calibrate
     read the folder of a run that may have been edited since)."""
     try:
-        return transformers_config(family, _without_type(config)).to_dict()
+        return transformers_config(family, _without_type(config))
     except Exception as exc:  # transformers' strict fields raise their own error classes
         raise InputFileError(f"{path}: invalid {family} config ({reason(exc)})") from None
 
