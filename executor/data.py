@@ -64,11 +64,12 @@ from pipeplan.errors import (
     Interrupted,
     OutputError,
     Stopped,
+    one_line,
     quoted,
 )
 from pipeplan.exits import exits_raised, forks_ended
 from pipeplan.fileio import identity
-from pipeplan.formats.base import MAX_SAMPLES, one_line
+from pipeplan.formats.base import MAX_SAMPLES
 from pipeplan.log import write_line
 from pipeplan.startup import SIGNALS, signal_name
 
@@ -1253,6 +1254,13 @@ KEPT_MODULES = (
     # The lines a run prints, its progress and warnings (the forty-second round's list:
     # `logging.Logger.info = no_op` in a load lost every progress line, exit 0).
     "pipeplan.log",
+    # What the records are named, hashed, checked and written with: the forty-sixth round's
+    # `hashlib.sha256 = hashlib.md5` in a load put a 32-digit digest into a profile identity,
+    # a 61-line traceback; pathlib's Path and csv's writer are the files' own.
+    "hashlib",
+    "math",
+    "pathlib",
+    "csv",
 )
 _kept_modules: list[tuple[str, types.ModuleType]] = []
 # The classes at the top level of KEPT_MODULES, their methods held as the modules' functions

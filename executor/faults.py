@@ -161,7 +161,7 @@ def describe(exc: BaseException, kind: str) -> str:
     the last line of its message (gloo's carry a source path first), each control character
     a space (`formats.base.one_line`). Found by the thirty-seventh round: an escape sequence
     of a user's exception ("\x1b[31m") reached the terminal raw in the launcher's line."""
-    from pipeplan.formats.base import one_line  # here: a rank imports this module as it starts
+    from pipeplan.errors import one_line  # here: a rank imports this module as it starts
 
     return one_line(_described(exc, kind)).strip()
 

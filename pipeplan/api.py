@@ -108,6 +108,12 @@ def _request(model: type[BaseModel], options: dict[str, Any]) -> Any:
             raise BadArgumentError(f"no option {key!r}; the options are: {names}")
         if isinstance(value, PurePath):  # files and directories are text on the command line
             value = str(value)
+        if isinstance(value, bool) and option.bare_type is not bool:
+            # Python's True is the integer 1, which pydantic takes for a number: the forty-
+            # sixth round's `devices_per_node=True, epochs=True` previewed 1 device, 1 epoch.
+            raise BadArgumentError(
+                f"{option.spelling}: {value} is a switch's value; give a number or text"
+            )
         given[option.field] = option.parse(value) if isinstance(value, str) else value
     check_needs(given, *model_needs(model))  # `freeze="none", alpha=0.5` as `--freeze none …`
     return build(model, given)

@@ -11,6 +11,24 @@ import re
 SHOWN = 200
 
 
+# What no printed string may hold: C0/C1 controls (Unicode category Cc: line feed, carriage
+# return, escape, NEL) and the line and paragraph separators. A name from a file is printed in
+# titles and errors; a line break in it forges a line ("pipeplan: error: fake") of its own.
+# Also the bidi controls (U+061C, U+200E/F, U+202A-E, U+2066-9) and the zero-width characters
+# (U+200B-D, U+2060, U+FEFF): a name or path holding them prints as another one ("o\u202e.json"
+# shows its tail reversed, "o\u200b.json" looks like o.json).
+CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]"
+)
+
+
+def one_line(text: str) -> str:
+    """`one_line("CUDA out of memory.\\tTried")` → "CUDA out of memory. Tried": what pipeplan
+    itself records or prints from elsewhere (an exception's message, a device's name, a line
+    the user's data code wrote) made printable, each control character a space."""
+    return CONTROL.sub(" ", text)
+
+
 def excerpt(text: str, limit: int = SHOWN) -> str:
     """What a message shows of a text it did not write (a file's contents, another program's
     message): at most `limit` characters, and a cut always visible, with the whole's length.

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
-from pipeplan.formats.base import one_line
+from pipeplan.errors import one_line
 
 
 @contextlib.contextmanager

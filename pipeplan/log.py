@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TextIO
 
-from pipeplan.errors import fitted
+from pipeplan.errors import fitted, one_line
 
 LOGGER = "pipeplan"
 # The longest message pipeplan prints on one line (an error's or a warning's), in characters:
@@ -227,12 +227,15 @@ def _null_on(fd: int) -> bool:
 
 class _Bounded(logging.Formatter):
     """pipeplan's warnings and notices, each bounded as an error is (`bounded`): the record's
-    line, not a traceback `--debug` adds below it."""
+    line, not a traceback `--debug` adds below it, each control character a space
+    (`errors.one_line`): a line relayed from the user's code or a library (the forty-sixth
+    round: a data `load`'s warning holding an escape sequence erased pipeplan's prefix on the
+    terminal, another retitled it) is one line of text, as an error's is."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)  # the format ends with the message
         prefix = line[: len(line) - len(record.message)]
-        return bounded(line[len(prefix) :], prefix)
+        return bounded(one_line(line[len(prefix) :]), prefix)
 
 
 class _Stderr(logging.StreamHandler):

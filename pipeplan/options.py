@@ -168,6 +168,11 @@ class Option:
     def unit(self) -> Unit | None:
         return UNITS[self.flag.unit] if self.flag.unit else None
 
+    @property
+    def bare_type(self) -> Any:
+        """The field's type without its constraints and None: `int` for `--epochs`."""
+        return _bare(self.info.annotation)[0]
+
     def parse(self, value: Any) -> Any:
         """The field's value from what typer gives: human units and numbers parsed, the rest
         as typed (comma lists stay text: the model's validators read them, with their own

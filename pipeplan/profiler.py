@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from pipeplan import precision as mixed
-from pipeplan.errors import BadArgumentError, excerpt, quoted
+from pipeplan.errors import BadArgumentError, excerpt, one_line, quoted
 from pipeplan.formats import (
     PRECISION_DTYPE,
     DeviceInfo,
@@ -42,7 +42,6 @@ from pipeplan.formats import (
     ProfileSettings,
     dumps,
 )
-from pipeplan.formats.base import one_line
 from pipeplan.formats.presets import config_path, model_argument
 from pipeplan.formats.profile import hidden_state_bytes
 from pipeplan.inputs import DEFAULT_MICRO_BATCH_SIZES, ProfileRequest

@@ -76,6 +76,12 @@ def test_profile_returns_the_profile_it_writes(tmp_path):
             "--alpha means nothing with --freeze none; it sets the α bound",
         ),
         (pipeplan.plan, dict(cache=False, cache_budget="1GB"), "means nothing with --no-cache"),
+        # A bool is Python's 1 or 0, which pydantic took for a number: `devices_per_node=True,
+        # epochs=True` previewed 1 device for 1 epoch (forty-sixth round). A switch takes one.
+        (pipeplan.preview, dict(devices_per_node=True), "--devices-per-node: True is a switch's"),
+        (pipeplan.preview, dict(epochs=True), "--epochs: True is a switch's value"),
+        (pipeplan.preview, dict(alpha=False), "--alpha: False is a switch's value"),
+        (pipeplan.plan, dict(device_memory=True), "--device-memory: True is a switch's value"),
     ],
 )
 def test_bad_options_raise_the_commands_one_line_error(call, options, message):

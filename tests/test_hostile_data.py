@@ -5434,6 +5434,69 @@ def test_a_data_function_that_replaces_the_function_adams_step_calls_is_refused_
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "module, name, replacement",
+    [
+        ("hashlib", "sha256", "m.md5"),
+        ("pathlib", "Path.write_bytes", None),
+        ("math", "isfinite", "lambda x: True"),
+    ],
+)
+def test_a_data_function_that_replaces_what_records_are_written_with_is_refused(
+    tmp_path, capsys, monkeypatch, module, name, replacement
+):
+    """Found by the forty-sixth round: `hashlib.sha256 = hashlib.md5` in a `load` was not held
+    (hashlib was not among `data.KEPT_MODULES`): the run priced its plan with a 32-digit
+    "sha256" in the profile's identity, a 61-line traceback, exit 1. hashlib, math, pathlib and
+    csv, what the records are hashed, checked and written with, are held: refused in one line
+    naming the function, before the run folder is made, and put back."""
+    import importlib
+
+    held = importlib.import_module(module)
+    owner_name, _, attribute = name.rpartition(".")
+    owner = getattr(held, owner_name) if owner_name else held
+    real = owner.__dict__[attribute] if owner_name else getattr(held, attribute)
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt46_kept:load")
+    argv += ("--nproc", "1", "--name", "n")
+    target = f"m.{name}"
+    value = replacement or "lambda *a, **k: 0"
+    in_load = f"import importlib; m = importlib.import_module({module!r}); {target} = {value}"
+    try:
+        code = _run_moving(tmp_path, "rt46_kept", *argv, in_load=in_load)
+        after = owner.__dict__[attribute] if owner_name else getattr(held, attribute)
+    finally:  # for the tests after this one, whatever happened
+        setattr(owner, attribute, real)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after is real) == (2, True), lines
+    assert len(lines) == 1 and lines[0].startswith(
+        f"pipeplan: error: data 'rt46_kept:load': the data function replaced {module}.{name}"
+    ), lines
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(60)
+def test_control_characters_of_what_data_code_says_are_spaces(tmp_path, capsys, monkeypatch):
+    """Found by the forty-sixth round: a `load` whose warning and stderr lines held an escape
+    sequence (erase the line), a BEL, a C1 CSI and an OSC (set the terminal's title) had
+    them printed raw in pipeplan's `WARNING:` lines, where an exception's message has them as
+    spaces. Every line pipeplan's logger writes is one line of text (`log._Bounded`)."""
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt46_ctrl:load")
+    argv += ("--nproc", "1", "--name", "n")
+    in_load = (
+        "import sys, warnings; sys.stderr.write('progress 50%\\rnext\\n'); "
+        "warnings.warn('a\\x1b[2Kb\\x07\\x9bc'); print('\\x1b]0;title\\x07', file=sys.stderr)"
+    )
+    assert _run_moving(tmp_path, "rt46_ctrl", *argv, in_load=in_load) == 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "rt46_ctrl:load" in line]
+    assert any("UserWarning: a [2Kb  c" in line for line in said), said
+    assert any("wrote:  ]0;title" in line for line in said), said
+    assert not re.search("[\\x00-\\x09\\x0b-\\x1f\\x7f-\\x9f]", err), repr(err)
+
+
+@pytest.mark.timeout(60)
 def test_data_code_that_registers_an_aten_kernel_is_refused_and_it_is_destroyed(
     tmp_path, capsys, monkeypatch
 ):

@@ -49,7 +49,14 @@ from pydantic import (
     model_validator,
 )
 
-from pipeplan.errors import InputFileError, PipeplanError, excerpt, quoted, reason
+from pipeplan.errors import (
+    CONTROL,
+    InputFileError,
+    PipeplanError,
+    excerpt,
+    quoted,
+    reason,
+)
 from pipeplan.fileio import is_run_directory
 
 NonNegFloat = Annotated[float, Field(ge=0.0)]
@@ -165,15 +172,8 @@ Scale = Annotated[float, Field(ge=1e-6, le=1e6)]
 Steps = Annotated[int, Field(ge=1, le=MAX_STEPS)]
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 
-# What no printed string may hold: C0/C1 controls (Unicode category Cc: line feed, carriage
-# return, escape, NEL) and the line and paragraph separators. A name from a file is printed in
-# titles and errors; a line break in it forges a line ("pipeplan: error: fake") of its own.
-# Also the bidi controls (U+061C, U+200E/F, U+202A-E, U+2066-9) and the zero-width characters
-# (U+200B-D, U+2060, U+FEFF): a name or path holding them prints as another one ("o\u202e.json"
-# shows its tail reversed, "o\u200b.json" looks like o.json).
-_CONTROL = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]"
-)
+# What no printed string may hold (`errors.CONTROL`).
+_CONTROL = CONTROL
 
 
 def printable(text: str) -> str:
@@ -191,13 +191,6 @@ def printable(text: str) -> str:
             "versions are printed on one line"
         )
     return text
-
-
-def one_line(text: str) -> str:
-    """`one_line("CUDA out of memory.\\tTried")` → "CUDA out of memory. Tried": what pipeplan
-    itself records from elsewhere (an exception's message, a device's name) made `printable`,
-    each control character a space."""
-    return _CONTROL.sub(" ", text)
 
 
 # The longest text a file may hold in a name, path, version or message: the profiler writes a
