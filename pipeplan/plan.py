@@ -61,6 +61,7 @@ from pipeplan.simulate import Timeline
 from pipeplan.solver import (
     DEFAULT_WORK_LIMIT,
     BaselineName,
+    DoesNotFitError,
     NothingFasterError,
     Pins,
     PlanWork,
@@ -681,9 +682,15 @@ def _choose(
         solution = solve_phase(
             model, shape.global_batch, frozen, cached, pins, 2, faster_than_s, previous, work
         )
-    except NothingFasterError:
-        if floors is not None:  # no step of the phase is below it
-            floors[cached] = faster_than_s
+    except (NothingFasterError, DoesNotFitError) as exc:
+        # Keeping the previous placement is the option left: when no layout is faster, and
+        # when the search found none that fits within its work (the forty-sixth round: the
+        # 100th phase of a 158-layer plan had 52 units of the plan's budget left, gave up at
+        # 520 and failed the plan, where the previous placement fits with one more layer
+        # frozen). Where nothing fits at all, neither does it: the search's error stands.
+        if floors is not None:  # no step is below faster_than_s; a search out of work
+            # proved nothing of the phase (a kept layout's error below sets ∞ again)
+            floors[cached] = faster_than_s if isinstance(exc, NothingFasterError) else 0.0
         kept = None if previous is None else _with_freeze(previous, frozen, cached, model)
         if kept is None:
             raise

@@ -1197,6 +1197,33 @@ def test_a_pinned_search_on_tight_memory_does_no_more_work_than_the_free_one():
 
 
 @pytest.mark.timeout(60)
+def test_a_phase_whose_share_of_the_plans_work_is_spent_still_finds_a_layout_that_fits():
+    """Found by the forty-sixth round: a plan of 100 phases of a 158-layer model on tight
+    memory spent the plan's shared budget by its 76th phase, which was left 52 units: its
+    search stopped at 10× that with nothing that fits simulated, and the plan failed, "no
+    layout that fits memory" (75 phases planned). A phase's nothing-fits stop counts from the
+    phase limit (DEFAULT_WORK_LIMIT) however little of the plan's budget is left: reduced here
+    to 32 blocks on 1.7 GiB with 50 units left, where the first fitting layout comes after
+    about 3,000 units (the old search gave up at 780)."""
+    profile = preset_profile("bert-large", num_blocks=32, hidden=1024)
+    cluster = cluster_from_flags(
+        nodes=2,
+        devices_per_node=8,
+        device_memory="1700MiB",
+        intra_bw="200MB/s",
+        inter_bw="100MB/s",
+        profile=profile,
+    )
+    model = CostModel(profile, cluster)
+    work = PlanWork()
+    work.left = 50
+    solution = solve_phase(model, 256, 16, False, Pins(), work=work)
+    assert solution.best.fits and not solution.proven
+    full = solve_phase(model, 256, 16, False, Pins(), work=PlanWork())
+    assert full.best.step_s <= solution.best.step_s
+
+
+@pytest.mark.timeout(60)
 def test_the_tree_holds_a_partition_with_forward_only_stages_exactly_when_it_fits():
     """Found by the forty-fourth round (F9, the cause): the tree's stage ends left out the
     receive buffers of a stage fed by a forward-only one, so it held partitions the cost
