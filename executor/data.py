@@ -1111,6 +1111,9 @@ def torch_modes_kept(spec: str, doing: str) -> Iterator[None]:
 # table Python can read short of dumping every operator's dispatch table (`_dispatch_dump`,
 # some 2,800 operators): not held.
 _LIBRARY = torch.library
+# The class itself, not looked up in weakref as the check runs: data code that rebound
+# `weakref.finalize` is refused by `functions_kept`, which puts it back after this check.
+_FINALIZE = weakref.finalize
 _HELD_NAMESPACES = ("aten", "prims", "c10d")
 _seen_kernels: set[str] = set()  # `_impls` as last seen outside data code
 
@@ -1118,13 +1121,13 @@ _seen_kernels: set[str] = set()  # `_impls` as last seen outside data code
 def _finalizers_made() -> int:
     """A mark of the finalizers made so far (Python numbers them in order; taking a number
     leaves a gap, nothing else)."""
-    return next(weakref.finalize._index_iter)
+    return next(_FINALIZE._index_iter)
 
 
 def _libraries(since: int = -1) -> list[Any]:
     """The live torch.library.Library objects, of those made after the mark `since`."""
     found = []
-    for info in list(weakref.finalize._registry.values()):
+    for info in list(_FINALIZE._registry.values()):
         if info.func is _LIBRARY._del_library and info.index > since:
             library = info.weakref()
             if library is not None:
@@ -1261,6 +1264,8 @@ KEPT_MODULES = (
     "math",
     "pathlib",
     "csv",
+    # `weakref.finalize = None` failed pipeplan's own clean-up of kernels in 22 tracebacks.
+    "weakref",
 )
 _kept_modules: list[tuple[str, types.ModuleType]] = []
 # The classes at the top level of KEPT_MODULES, their methods held as the modules' functions
@@ -3527,7 +3532,7 @@ def length(dataset: Any, name: str, split: str) -> int:
     parent's on a user's set is this one: held as all its data code is (`_contained`), and
     the same count at every call (`_check_same_length`)."""
     doing = f"len() of the {split} set"
-    with _contained(name, doing), _data_directory_on_path():
+    with _contained(name, doing), _data_directory_on_path(), reading(name, doing):
         try:
             count = len(dataset)
         except Exception as exc:
@@ -3574,7 +3579,7 @@ def item(dataset: Any, index: int, name: str, split: str) -> tuple[Any, Any]:
     of another kind (a dict, a triple, a number) in one line. Every item the parent reads
     is read here: held as all the user's data code is (`_contained`)."""
     doing = f"reading {split} item {index}"
-    with _contained(name, doing), _data_directory_on_path():
+    with _contained(name, doing), _data_directory_on_path(), reading(name, doing):
         try:
             value = dataset[index]
         except Exception as exc:
@@ -3639,6 +3644,40 @@ def batch_pair(
     return tuple(stack_part(values, indices, part, name, split) for part in (0, 1))  # type: ignore[return-value]
 
 
+# The read of the user's data a process is in (`reading`: an item, a len()): [when it began
+# (monotonic), --data, what], or empty; read by a rank's heartbeat thread (`hung_read`).
+_READING: list[Any] = []
+
+
+@contextlib.contextmanager
+def reading(name: str, doing: str) -> Iterator[None]:
+    """Marks a read of the user's data (`len()`, an item) as under way for `hung_read`."""
+    _READING[:] = [time.monotonic(), name, doing]
+    try:
+        yield
+    finally:
+        _READING.clear()
+
+
+def hung_read(timeout_s: float) -> str | None:
+    """What the user's data code has been reading for longer than `timeout_s` (the collective
+    timeout), in words, or None. Found by the forty-sixth round: a rank whose `__getitem__`
+    never returned kept its heartbeat thread beating, so the others waited for it as for slow
+    one-sided work, and a run whose ranks all hung in their data ran on, silent, for as long
+    as nobody stopped it. A rank's heartbeat ends it instead (`worker._Heartbeat`).
+
+        hung_read(600.0)   # "data 'm:load': reading train item 7 did not return within …"
+    """
+    reading = list(_READING)  # the main thread may clear it meanwhile
+    if not reading or time.monotonic() - reading[0] <= timeout_s:
+        return None
+    _, name, doing = reading
+    return (
+        f"data {quoted(name)}: {doing} did not return within the collective timeout of "
+        f"{timeout_s:g} s (hung; --collective-timeout sets how long a read may take)"
+    )
+
+
 def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[Any]:
     """Each item of `indices` read once and checked as `batch_rows` says. torch's settings,
     the resource limits, the functions of KEPT_MODULES and their classes' methods, and the
@@ -3667,7 +3706,8 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
         for index in indices:
             doing = f"reading {split} item {index}"
             try:
-                read.append(dataset[index])
+                with reading(name, doing):
+                    read.append(dataset[index])
             except Exception as exc:
                 if classify(exc) != "raised":
                     raise

@@ -32,12 +32,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
+from executor import faults
 from executor.cache import ActivationCache, cache_allowed, memory_dir_for
 from executor.checkpoint import has_checkpoint
 from executor.data import (
     batch_pair,
     batch_rows,
     check_batch_labels,
+    hung_read,
     is_user_code,
     keep_data_directory_on_path,
     users_side,
@@ -350,9 +352,10 @@ class _Heartbeat(threading.Thread):
     calls never wait for it). A rank's beats are compared with themselves only, by whoever
     waits, on its own clock: the nodes' clocks need not agree."""
 
-    def __init__(self, store: dist.Store, key: str):
+    def __init__(self, store: dist.Store, key: str, rank: int = 0, timeout_s: float = math.inf):
         super().__init__(name="pipeplan-heartbeat", daemon=True)
         self.store, self.key = store, key
+        self.rank, self.timeout_s = rank, timeout_s  # for `end_a_hung_read`
         self.arrived = self.beats = 0
         self.lock = threading.Lock()  # a beat never overwrites an arrival with its old count
         self.done = threading.Event()
@@ -368,12 +371,24 @@ class _Heartbeat(threading.Thread):
 
     def run(self) -> None:
         while not self.done.wait(BEAT_S):
+            self.end_a_hung_read()
             self.beats += 1
             try:
                 self.publish()
             except Exception as exc:  # the store went away: the run is ending; say nothing
                 log.debug("heartbeat stopped: %s", exc)
                 return
+
+    def end_a_hung_read(self) -> None:
+        """A rank whose data code has been reading one item for the collective timeout is
+        hung (`data.hung_read`): its main thread, in the user's code, cannot be made to
+        return, so this thread ends the rank with its report, which the launcher names it by,
+        as it names a rank that raised."""
+        hung = hung_read(self.timeout_s)
+        if hung is None:
+            return
+        faults.write_report(BadArgumentError(hung), self.rank, traced=False)
+        os._exit(faults.EXIT_FAILED)
 
 
 @dataclass
@@ -400,7 +415,7 @@ class OneSidedWaits:
         """Publish this rank's heartbeat (returns once the store holds it) and start it."""
         attempt = [os.environ.get(f"TORCHELASTIC_{key}", "") for key in ("RUN_ID", "RESTART_COUNT")]
         prefix = "pipeplan/one-sided/" + "/".join(attempt)  # once per start, as the start's
-        heartbeat = _Heartbeat(store.clone(), f"{prefix}/alive/{rank}")
+        heartbeat = _Heartbeat(store.clone(), f"{prefix}/alive/{rank}", rank, timeout_s)
         heartbeat.publish()
         heartbeat.start()
         return cls(store.clone(), rank, world, timeout_s, prefix, heartbeat)

@@ -5440,6 +5440,7 @@ def test_a_data_function_that_replaces_the_function_adams_step_calls_is_refused_
         ("hashlib", "sha256", "m.md5"),
         ("pathlib", "Path.write_bytes", None),
         ("math", "isfinite", "lambda x: True"),
+        ("weakref", "finalize", "None"),
     ],
 )
 def test_a_data_function_that_replaces_what_records_are_written_with_is_refused(

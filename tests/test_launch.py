@@ -307,6 +307,46 @@ def test_a_rank_that_raises_is_named_with_its_error(tmp_path, data, name, split,
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(
+    "rank, after",
+    [
+        ("1", "1"),  # rank 1 alone, from its second read, as the ranks check their data
+        # every rank, mid-run: nobody is left waiting in a collective to time out
+        pytest.param(None, "200", marks=pytest.mark.long),
+    ],
+)
+def test_a_rank_hung_in_its_data_code_ends_the_run_naming_the_read(tmp_path, rank, after):
+    """Found by the forty-sixth round: a rank whose `__getitem__` never returned kept its
+    heartbeat thread beating, so the others waited for it as for slow one-sided work: the run
+    ran on, silent, for minutes, and a run whose ranks all hung in their data until `timeout`
+    killed it. A read of the user's data that has not returned within the collective timeout
+    now ends its rank with a report naming the data and the item (`data.hung_read`), as a
+    read that raised is named: exit 2, one line, no rank left."""
+    paused = tmp_path / "paused"
+    env = {"PIPEPLAN_TEST_PAUSE_AFTER": after, "PIPEPLAN_TEST_PAUSED": str(paused)}
+    if rank is not None:
+        env["PIPEPLAN_TEST_PAUSE_RANK"] = rank
+    data = "tests.killer_data:digits_pause_once"
+    run = start_run(tmp_path, "--data", data, "--collective-timeout", "3", **env)
+    wait_for(paused, run)
+    hung = time.monotonic()
+    who = rank or r"\d"
+    one_line(
+        run,
+        2,
+        rf"pipeplan: error: training failed on rank {who}(?:{AT}| before the first step): "
+        r"data 'digits': reading train item \d+ did not return within the collective timeout "
+        r"of 3 s \(hung; --collective-timeout sets how long a read may take\)"
+        + LOGS
+        + NO_CHECKPOINT,
+        timeout=60,
+    )
+    assert time.monotonic() - hung < 3 + 15  # the timeout, a heartbeat's second, a margin
+    assert no_rank_left(tmp_path)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(
     "sig, what",
     [
         # long, for the 15-minute default run: `test_a_rank_that_exits_0_mid_run_is_named_not_
