@@ -44,7 +44,7 @@ from torch import nn
 from executor.migrate import ADAMW_STATE_KEYS, OptimizerState, migrate
 from executor.topology import host_group
 from pipeplan.errors import BadArgumentError, InputFileError, OutputError, excerpt, quoted
-from pipeplan.fileio import stops_raised, write_atomic, write_failure
+from pipeplan.fileio import stops_deferred, stops_raised, write_atomic, write_failure
 from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
 from pipeplan.formats.base import open_input, read_input
 
@@ -137,8 +137,9 @@ def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest
             with open(f, "rb") as handle:
                 os.fsync(handle.fileno())
         shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        write_atomic(root / "latest", final.name + "\n")
+        with stops_deferred():  # the folder in place and `latest` naming it, or neither
+            os.replace(tmp, final)
+            write_atomic(root / "latest", final.name + "\n")
         commit_config(run_dir)
     except BaseException as exc:
         # torch.save reports a full disk as a RuntimeError from its zip writer, not an

@@ -375,6 +375,37 @@ def test_sigterm_or_sighup_during_a_checkpoint_leaves_no_partial_folder(
     assert signal.getsignal(signum) is signal.SIG_DFL  # killing at once again after the write
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_as_the_checkpoint_is_renamed_into_place_still_points_latest_at_it(
+    tmp_path, single_rank_group, monkeypatch, signum
+):
+    """Found by the forty-sixth round: a stop landing between the checkpoint's folder renamed
+    into place and `latest` pointed at it (1 of 5 tries of SIGRTMIN+3 at the fifth step) left
+    `step-5/` complete and no `latest`, and the resume was refused until `latest` was written
+    by hand. The two are one step now (`fileio.stops_deferred`): the stop acts once `latest`
+    names the new checkpoint."""
+    from executor import checkpoint
+    from pipeplan import models
+    from pipeplan.errors import Stopped
+
+    seq = models.build("bert-synth")
+    layout = checkpoint._gather_layout(0, len(seq.layers))
+    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(2))
+    real_replace = os.replace
+
+    def stopped(src, dst, *args, **kwargs):
+        real_replace(src, dst, *args, **kwargs)
+        if Path(dst).name == "step-4":
+            os.kill(os.getpid(), signum)  # handled: at the next bytecode, unless held
+
+    monkeypatch.setattr(checkpoint.os, "replace", stopped)
+    with pytest.raises(KeyboardInterrupt if signum == signal.SIGINT else Stopped):
+        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+    root = tmp_path / "checkpoints"
+    assert (root / "latest").read_text() == "step-4\n"
+    assert checkpoint.load_latest(tmp_path, notice=False)[0].step == 4
+
+
 def test_a_second_stop_does_not_cut_the_clean_up_short():
     """Found by the twenty-fifth round (with the checkpoint's stop above): once a stop has
     landed in a write, later ones (the agent's SIGTERM after the command's, a second Ctrl-C)
