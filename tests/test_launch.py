@@ -327,21 +327,26 @@ def test_a_rank_hung_in_its_data_code_ends_the_run_naming_the_read(tmp_path, ran
         env["PIPEPLAN_TEST_PAUSE_RANK"] = rank
     data = "tests.killer_data:digits_pause_once"
     run = start_run(tmp_path, "--data", data, "--collective-timeout", "3", **env)
-    wait_for(paused, run)
-    hung = time.monotonic()
-    who = rank or r"\d"
-    one_line(
-        run,
-        2,
-        rf"pipeplan: error: training failed on rank {who}(?:{AT}| before the first step): "
-        r"data 'digits': reading train item \d+ did not return within the collective timeout "
-        r"of 3 s \(hung; --collective-timeout sets how long a read may take\)"
-        + LOGS
-        + NO_CHECKPOINT,
-        timeout=60,
-    )
-    assert time.monotonic() - hung < 3 + 15  # the timeout, a heartbeat's second, a margin
-    assert no_rank_left(tmp_path)
+    try:
+        wait_for(paused, run)
+        hung = time.monotonic()
+        who = rank or r"\d"
+        one_line(
+            run,
+            2,
+            rf"pipeplan: error: training failed on rank {who}(?:{AT}| before the first step): "
+            r"data 'digits': reading train item \d+ did not return within the collective "
+            r"timeout of 3 s \(hung; --collective-timeout sets how long a read may take\)"
+            + LOGS
+            + NO_CHECKPOINT,
+            timeout=60,
+        )
+        assert time.monotonic() - hung < 3 + 15  # the timeout, a heartbeat's second, a margin
+        assert no_rank_left(tmp_path)
+    finally:  # failing, the run would sleep on in its data for an hour
+        if run.poll() is None:
+            run.terminate()
+            run.wait(30)
 
 
 @pytest.mark.multiprocess
