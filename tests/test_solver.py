@@ -1160,6 +1160,21 @@ def test_a_search_out_of_work_is_not_slower_than_a_pinned_one(cluster, batch, fr
         assert free <= step * 1.001, (pin, free, step)
 
 
+def _tight_32_blocks() -> CostModel:
+    """A 32-block bert-large on 2 × 8 devices of 1.7 GiB: with 16 layers frozen, a space
+    where most partitions do not fit (the forty-fourth and forty-sixth rounds' cases)."""
+    profile = preset_profile("bert-large", num_blocks=32, hidden=1024)
+    cluster = cluster_from_flags(
+        nodes=2,
+        devices_per_node=8,
+        device_memory="1700MiB",
+        intra_bw="200MB/s",
+        inter_bw="100MB/s",
+        profile=profile,
+    )
+    return CostModel(profile, cluster)
+
+
 @pytest.mark.timeout(60)
 def test_a_pinned_search_on_tight_memory_does_no_more_work_than_the_free_one():
     """Found by the forty-fourth round: `plan` of a 62-block bert-large on 2 × 8 devices of
@@ -1174,16 +1189,7 @@ def test_a_pinned_search_on_tight_memory_does_no_more_work_than_the_free_one():
     that tie to the last bits (numpy's sums differ by CPU): within 1× on the earlier sessions'
     machine, 1.15× on an AMD EPYC (2026-12-04); 1.5× leaves a margin, where the old tree
     went on past 100×."""
-    profile = preset_profile("bert-large", num_blocks=32, hidden=1024)
-    cluster = cluster_from_flags(
-        nodes=2,
-        devices_per_node=8,
-        device_memory="1700MiB",
-        intra_bw="200MB/s",
-        inter_bw="100MB/s",
-        profile=profile,
-    )
-    model = CostModel(profile, cluster)
+    model = _tight_32_blocks()
     done = {}
     for name, pins in (("free", Pins()), ("pinned", Pins(num_stages=16))):
         work = PlanWork()
@@ -1205,16 +1211,7 @@ def test_a_phase_whose_share_of_the_plans_work_is_spent_still_finds_a_layout_tha
     phase limit (DEFAULT_WORK_LIMIT) however little of the plan's budget is left: reduced here
     to 32 blocks on 1.7 GiB with 50 units left, where the first fitting layout comes after
     about 3,000 units (the old search gave up at 780)."""
-    profile = preset_profile("bert-large", num_blocks=32, hidden=1024)
-    cluster = cluster_from_flags(
-        nodes=2,
-        devices_per_node=8,
-        device_memory="1700MiB",
-        intra_bw="200MB/s",
-        inter_bw="100MB/s",
-        profile=profile,
-    )
-    model = CostModel(profile, cluster)
+    model = _tight_32_blocks()
     work = PlanWork()
     work.left = 50
     solution = solve_phase(model, 256, 16, False, Pins(), work=work)
