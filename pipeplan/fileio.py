@@ -565,34 +565,24 @@ def _new_file(folder: HeldFolder, prefix: str, suffix: str) -> tuple[int, str]:
 @contextmanager
 def sigint_deferred() -> Iterator[None]:
     """Hold Ctrl-C until the block ends, then act on it as the handler before would have:
-    a set of renames is not cut in half. Off the main thread (no handlers there) a no-op.
+    a set of renames is not cut in half (`stops_deferred` for Ctrl-C alone).
 
         with sigint_deferred():
             for tmp, path in staged: os.replace(tmp, path)
     """
-    if threading.current_thread() is not threading.main_thread():
+    with stops_deferred((signal.SIGINT,)):
         yield
-        return
-    caught: list[tuple[int, Any]] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught and callable(previous):
-        previous(*caught[0])
-    elif caught and previous == signal.SIG_DFL:
-        raise KeyboardInterrupt
 
 
 STOPS = (signal.SIGINT, *STOP_SIGNALS)  # SIGTERM, SIGHUP, SIGUSR1, … (`startup.STOP_SIGNALS`)
 
 
 @contextmanager
-def stops_deferred() -> Iterator[None]:
-    """Hold every stop (STOPS: Ctrl-C, SIGTERM, SIGHUP, …) until the block ends, then act on
-    the first as the handler before would have (an ignored one stays ignored; a default one
-    ends the process as it would have): two steps that must not be parted are not. Found by
+def stops_deferred(signals: tuple[int, ...] | None = None) -> Iterator[None]:
+    """Hold every stop (`signals`, else STOPS: Ctrl-C, SIGTERM, SIGHUP, …) until the block
+    ends, then act on the first as the handler before would have (an ignored one stays
+    ignored; a default one ends the process as it would have): two steps that must not be
+    parted are not. Found by
     the forty-sixth round: a stop between a checkpoint's folder renamed into place and
     `latest` pointed at it left `step-5/` and no `latest`, and the resume was refused. Off the
     main thread (no handlers there) a no-op.
@@ -604,7 +594,7 @@ def stops_deferred() -> Iterator[None]:
         yield
         return
     caught: list[tuple[int, Any]] = []
-    before = {signum: signal.getsignal(signum) for signum in STOPS}
+    before = {signum: signal.getsignal(signum) for signum in signals or STOPS}
     for signum, previous in before.items():
         if previous != signal.SIG_IGN:
             signal.signal(signum, lambda signum, frame: caught.append((signum, frame)))
