@@ -305,6 +305,34 @@ def test_a_measured_group_rebuild_lets_the_plan_move_where_the_guess_kept_the_la
     assert epochs_moved + move + 2.0 > kept.total_s  # … and not with 2 s
 
 
+def test_a_phase_search_out_of_work_keeps_the_previous_placement_where_it_fits(monkeypatch):
+    """A phase whose search found nothing that fits within its work (`DoesNotFitError`: the
+    forty-sixth round's 100-phase plan) keeps the previous placement with the new freeze
+    point where that fits, as when nothing is faster; without a previous placement, or on
+    memory it does not fit, the search's error stands."""
+    import pipeplan.plan as plan_module
+    from pipeplan.plan import TrainingShape, decide_phase
+    from pipeplan.solver import DoesNotFitError
+
+    profile = preset_profile("bert-base")
+    cluster = cluster_from_flags(nodes=1, devices_per_node=4, device_memory="16GiB")
+    model, shape = CostModel(profile, cluster), TrainingShape(64, 640, 4)
+    first = decide_phase(model, shape, 0, 2, False, Pins(), None)
+
+    def out_of_work(*args, **kwargs):
+        raise DoesNotFitError(lambda: "no layout that fits memory was found")
+
+    monkeypatch.setattr(plan_module, "solve_phase", out_of_work)
+    kept = decide_phase(model, shape, 1, 2, False, Pins(), first.layout)
+    assert kept.layout == first.layout.model_copy(update={"frozen_layers": 1})
+    assert kept.transition_s == 0.0 and kept.steady.fits
+    with pytest.raises(DoesNotFitError):
+        decide_phase(model, shape, 1, 2, False, Pins(), None)
+    tight = cluster_from_flags(nodes=1, devices_per_node=4, device_memory="1MiB")
+    with pytest.raises(DoesNotFitError):
+        decide_phase(CostModel(profile, tight), shape, 1, 2, False, Pins(), first.layout)
+
+
 @pytest.mark.parametrize("epochs", [20, 40])
 def test_the_cached_option_prunes_the_uncached_search_without_changing_the_plan(
     monkeypatch, epochs
