@@ -36,7 +36,7 @@ from pipeplan.errors import (
     memory_failure,
     quoted,
 )
-from pipeplan.exits import run_exit_callbacks
+from pipeplan.exits import command_process, ignored_line, run_exit_callbacks
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_EPOCHS, Needs, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
@@ -878,10 +878,16 @@ def _check_help(args: list[str]) -> None:
 def _redeliver_dropped(unraisable: object) -> None:
     """Python drops an exception raised inside a __del__ or a weakref callback ("Exception
     ignored in ..."), so a signal whose handler ran there left the command running (a
-    1000-repeat profile went on after SIGHUP): the dropped stop is delivered again, silently."""
+    1000-repeat profile went on after SIGHUP): the dropped stop is delivered again, silently.
+    Another dropped exception is one warning line (`exits.ignored_line`)."""
     exc = unraisable.exc_value
     if not isinstance(exc, (Interrupted, Stopped)):
-        sys.__unraisablehook__(unraisable)
+        # Any other one is one warning line (Python's report is a traceback), or the report
+        # itself under --debug.
+        if _debug["on"]:
+            sys.__unraisablehook__(unraisable)
+        else:
+            logging.getLogger("pipeplan.cli").warning("%s", ignored_line(unraisable))
         return
     signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
     # From another thread, once this hook has returned: called here, the handler would run at
@@ -995,6 +1001,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _hoist_debug(given)
     previous = _install({signal.SIGINT: _interrupt, **dict.fromkeys(STOP_SIGNALS, _stop)})
     sys.unraisablehook = _redeliver_dropped
+    log.threads_held()
     try:
         _check_repeats(given)  # before hoisting, which folds `--debug --debug` into one
         _check_switch_values(args, _switches(command))  # before `--debug=` is "empty"
@@ -1006,7 +1013,11 @@ def main(argv: list[str] | None = None) -> int:
         _check_working_directory()
         _check_address_space()
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
-        return result if isinstance(result, int) else 0
+        code = result if isinstance(result, int) else 0
+        if code == 0:  # what the data code's threads wrote, once the command succeeded
+            for line in log.thread_lines():
+                logging.getLogger("pipeplan.cli").warning("%s", line)
+        return code
     except PipeplanError as exc:
         if _debug["on"]:  # the traceback too, and still the exit code of a user error
             traceback.print_exc()
@@ -1041,6 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         sys.unraisablehook = sys.__unraisablehook__
+        log.thread_lines()  # after a failure, nothing: its error line stays the last
         if previous is not None:
             _install(previous)
         if argv is None:  # the process's own run: a later Ctrl-C has nothing left to stop
@@ -1053,6 +1065,7 @@ def entry() -> None:
     atexit's callbacks, logging's flush among them, still run. Its console never fails the
     work (`log.guard_console`); what a failed stdout means is `_output_status`'s."""
     out, err = log.guard_console()
+    command_process()
     code = main()
     _run_exit_callbacks(code)
     out.flush()

@@ -67,7 +67,7 @@ from pipeplan.errors import (
     one_line,
     quoted,
 )
-from pipeplan.exits import exits_raised, forks_ended
+from pipeplan.exits import exits_raised, forks_ended, is_command_process
 from pipeplan.fileio import identity
 from pipeplan.formats.base import MAX_SAMPLES
 from pipeplan.log import write_line
@@ -495,7 +495,11 @@ def _load_user(spec: str, seed: int) -> TaskData:
         _refuse_a_file_as_folder(spec, target)
     before = set(sys.modules)
     _PASSED_ON.clear()  # a new loading of the data: its warnings are said again
-    with _contained(spec, "the data module"), _data_directory_on_path():
+    with (
+        reading(spec, f"importing {target}"),
+        _contained(spec, "the data module", wide=True),
+        _data_directory_on_path(),
+    ):
         module = _import(target, spec)
     func = getattr(module, func_name, None)
     if not callable(func):
@@ -505,7 +509,11 @@ def _load_user(spec: str, seed: int) -> TaskData:
         )
     # A module imported inside load() is found as the data module was: `import helper` in
     # load() was "No module named 'helper'" beside mydata.py (twenty-eighth round).
-    with _contained(spec, "the data function"), _data_directory_on_path():
+    with (
+        reading(spec, f"its function {func_name}"),
+        _contained(spec, "the data function", wide=True),
+        _data_directory_on_path(),
+    ):
         try:
             result = func(seed=seed) if _takes_seed(func) else func()
         except Exception as exc:  # the user's code: its error in one line, not our traceback
@@ -517,7 +525,7 @@ def _load_user(spec: str, seed: int) -> TaskData:
 
 
 @contextlib.contextmanager
-def _contained(spec: str, doing: str) -> Iterator[None]:
+def _contained(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
     """The user's data code (`doing`: the data module, its function, `len()` or an item of a
     set it returned), held to pipeplan's one-line errors: a SystemExit
     (`sys.exit`, argparse) is an error naming its code, not pipeplan's exit (`--data
@@ -543,13 +551,17 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
     (`torch_state_kept`), registers a kernel of torch's operators (`kernels_kept`), changes
     copyreg's reducers (`pickling_kept`), changes the handlers of the stop signals or blocks
     them, arms an interval timer, moves tempfile's folder, registers an exit callback or adds
-    an audit hook (`process_state_kept`): the forty-fourth.
+    an audit hook (`process_state_kept`): the forty-fourth. The module's import and its
+    function (`wide`) hold every module of WIDE_PACKAGES too, code that execs another program
+    is kept out (`_audit`), and the writes of the threads it leaves running are held
+    (`log.DATA_THREADS`): the forty-sixth.
 
         with _contained("m:load", f"reading train item {index}"):
             value = dataset[index]
     """
     held = io.StringIO()
     raw: list[bytes] = []
+    _watch_installed()
     try:
         with (
             _user_code(),
@@ -561,7 +573,7 @@ def _contained(spec: str, doing: str) -> Iterator[None]:
             # torch's settings last of all: setting the default dtype rebinds torch.Storage,
             # which is the setting's change, not a function's.
             limits_kept(spec, doing),
-            functions_kept(spec, doing),
+            functions_kept(spec, doing, wide),
             # Put back after torch's settings: the default device is a mode on torch's stack.
             torch_modes_kept(spec, doing),
             kernels_kept(spec, doing),
@@ -1309,6 +1321,72 @@ def _classes_kept() -> list[tuple[str, type]]:
     return _kept_classes
 
 
+# Held besides KEPT_MODULES while the data module is imported and its function runs (once
+# each in a process, where a snapshot of ~1,700 modules and ~5,300 classes costs ~50 ms once,
+# not a batch's ~25 µs a module): every module already imported of Python's standard library
+# and of the packages pipeplan runs on, and their classes. Found by the forty-sixth round:
+# `re.compile`, `subprocess.run`, `random.random`, `numpy.asarray` or transformers'
+# `PreTrainedModel.save_pretrained` replaced in a `load` was not refused, and the run then
+# failed blaming the model, or at its end.
+WIDE_PACKAGES = frozenset(sys.stdlib_module_names) | {
+    "torch",
+    "numpy",
+    "transformers",
+    "safetensors",
+    "tokenizers",
+    "huggingface_hub",
+    "scipy",
+    "networkx",
+    "pydantic",
+    "pydantic_core",
+    "typer",
+    "click",
+    "rich",
+    "pipeplan",
+    "executor",
+    "cli",
+}
+
+
+def _wide_kept() -> list[tuple[str, types.ModuleType | type]]:
+    """The modules of WIDE_PACKAGES imported now and their classes, (name, owner), less those
+    KEPT_MODULES holds at every call: listed afresh, as the code may import more between
+    its import and its function."""
+    kept = {id(owner) for _, owner in _modules_kept() + _classes_kept()}
+    modules = [
+        (name, module)
+        for name, module in list(sys.modules.items())
+        if name.partition(".")[0] in WIDE_PACKAGES
+        and issubclass(type(module), types.ModuleType)
+        and id(module) not in kept
+    ]
+    owners: list[tuple[str, types.ModuleType | type]] = list(modules)
+    seen = set(kept) | {id(module) for _, module in modules}
+    for name, module in modules:
+        for key, value in list(vars(module).items()):
+            if issubclass(type(value), type) and id(value) not in seen:
+                seen.add(id(value))
+                if not value.__flags__ & _IMMUTABLE_TYPE:
+                    owners.append((f"{name}.{key}", value))
+    return owners
+
+
+def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
+    """Whether `new`, put in the place of a held `name` of WIDE_PACKAGES, is its library's own
+    doing: an object made since (not one of those held, `there`, moved into another's place)
+    whose code is of the library's package. torch registers the properties of its compile
+    cache's classes (`CacheInfo.inductor_artifacts`) as its compiler is imported; a user's
+    function is of the user's module."""
+    if id(new) in there:
+        return False
+    try:
+        code = getattr(new, "fget", None) or getattr(new, "__func__", None) or new
+        module = code.__module__
+    except Exception:  # a user object whose __getattr__ failed: not the library's
+        return False
+    return isinstance(module, str) and module.partition(".")[0] == name.partition(".")[0]
+
+
 def _held(value: Any) -> bool:
     """A function, class or module: what a rebinding replaces (a module's plain values, such as
     `tempfile.tempdir`, its own code sets as it runs). `type(...)`, not isinstance: an object
@@ -1324,7 +1402,7 @@ def _held_in_class(value: Any) -> bool:
 
 
 @contextlib.contextmanager
-def functions_kept(spec: str, doing: str) -> Iterator[None]:
+def functions_kept(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
     """The user's data code (`doing`) leaves the functions of KEPT_MODULES as it found them
     (each module's top level: every function, class and submodule, compared by identity),
     and the methods of their classes (`_classes_kept`: every function and descriptor of each
@@ -1351,18 +1429,32 @@ def functions_kept(spec: str, doing: str) -> Iterator[None]:
     """
     before = [(name, module, vars(module).copy()) for name, module in _modules_kept()]
     before += [(name, cls, vars(cls).copy()) for name, cls in _classes_kept()]
+    narrow = len(before)
+    if wide:
+        before += [(name, owner, vars(owner).copy()) for name, owner in _wide_kept()]
     try:
         yield
     finally:
         # The same objects in the same order, compared in C, inline: a call each cost more.
         moved = [
-            (name, owner, names)
-            for name, owner, names in before
+            (index, (name, owner, names))
+            for index, (name, owner, names) in enumerate(before)
             if len(vars(owner)) != len(names)
             or not all(map(operator.is_, vars(owner).values(), names.values()))
         ]
         saved = {id(owner): names for _, owner, names in before} if moved else {}
-        changed = [change for kept in moved for change in _rebound(*kept, saved)]
+        there = (
+            {id(v) for _, _, names in before[narrow:] for v in names.values()}
+            if any(index >= narrow for index, _ in moved)
+            else set()
+        )
+        changed = [
+            change
+            for index, kept in moved
+            for change in _rebound(*kept, saved)
+            if index < narrow
+            or not _made_by_its_library(change[3], vars(change[0]).get(change[1]), there)
+        ]
         for owner, key, old, _, _ in changed:
             if old is _ADDED:
                 delattr(owner, key)
@@ -1638,11 +1730,16 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     timers = _timers()
     temp = _temp_settings()
     handlers, mask = _signals()
+    threads = set(threading.enumerate()) if pipeplan_log.holds_threads() else None
     watched = _watching()
     try:
         yield
     finally:
         _watched_ended(watched)  # what follows is pipeplan's own
+        if threads is not None:  # the threads it left running write held (`log.DATA_THREADS`)
+            for thread in set(threading.enumerate()) - threads:
+                if thread.ident is not None:
+                    pipeplan_log.DATA_THREADS[thread.ident] = (quoted(spec), thread)
         # First of all: the code below, pipeplan's, recurses too; and a timer the code armed
         # would stop it as an outside SIGALRM.
         lowered = sys.getrecursionlimit()
@@ -1651,6 +1748,7 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
         said = [("timers", change) for change in _timers_put_back(timers)]
         said += [("exits", change) for change in _exit_callbacks_taken_off(watched)]
         said += [("audit", change) for change in _audit_hooks_refused(watched)]
+        said += [("exec", change) for change in _execs_refused(watched)]
         for name, old in zip(_STREAMS, streams, strict=True):
             if getattr(sys, name) is not old:
                 setattr(sys, name, old)
@@ -1872,19 +1970,27 @@ class _Watched:
         self.before = before  # the call this one runs inside, if any
         self.registered: list[_ExitCallback] = []  # by the user's own files
         self.hooks: list[str] = []  # the file of the code that tried to add each hook
+        self.execs: list[str] = []  # the programs it tried to replace the process with
+        self.pid = os.getpid()  # a child it forks may exec: that is the child's own
 
 
 def _watching() -> _Watched:
     """A new `_Watched` for this thread, atexit.register watched and pipeplan's audit hook
-    added first where they are not yet (once a process)."""
-    if not _WATCHERS:
-        _WATCHERS.append(atexit.register)
-        atexit.register = _register  # type: ignore[assignment]
-        sys.addaudithook(_audit)
+    added first where they are not yet (`_watch_installed`)."""
+    _watch_installed()
     watched = _Watched(getattr(_WATCH, "now", None))
     _WATCH.now = watched
     _ACTIVE.append(watched)
     return watched
+
+
+def _watch_installed() -> None:
+    """atexit.register watched (`_register` in its place) and pipeplan's audit hook added,
+    once a process: before `functions_kept` takes its snapshot, whose wide hold holds atexit."""
+    if not _WATCHERS:
+        _WATCHERS.append(atexit.register)
+        atexit.register = _register  # type: ignore[assignment]
+        sys.addaudithook(_audit)
 
 
 def _watched_now() -> _Watched | None:
@@ -1936,11 +2042,19 @@ def _audit(event: str, args: tuple) -> None:
     exception derived from RuntimeError here keeps it out; `sys.addaudithook` then returns
     as if it were), and noted for `_audit_hooks_refused`. Every audited event calls it: the
     comparison first."""
-    if event != "sys.addaudithook":
+    if event != "sys.addaudithook" and event != "os.exec":
         return
     watched = _watched_now()
     if watched is None:
         return
+    if event == "os.exec":
+        if os.getpid() != watched.pid:  # fork, then exec, in the child: a program started
+            return
+        program = quoted(os.fsdecode(args[0])) if args else "another program"
+        watched.execs.append(program)
+        raise RuntimeError(
+            f"data code must not replace pipeplan's process with {program} (os.exec*; kept out)"
+        )
     watched.hooks.append(sys._getframe(1).f_code.co_filename)
     raise RuntimeError("pipeplan: no audit hooks from data code")
 
@@ -1983,6 +2097,16 @@ def _users_file(filename: str) -> bool:
     if any(path.is_relative_to(own / package) for package in OWN_PACKAGES):
         return False
     return not any(path.is_relative_to(folder) for folder in _installed_folders())
+
+
+def _execs_refused(watched: _Watched) -> list[str]:
+    """The programs the code tried to replace pipeplan's process with (`os.execv` and the
+    like; `_audit` kept them out). Found by the forty-sixth round: `os.execvp("true", …)` in a
+    data module ended `pipeplan run` with exit 0, nothing prepared and nothing said."""
+    if not watched.execs:
+        return []
+    return [f"tried to replace pipeplan's process with {_some(list(dict.fromkeys(watched.execs)))}"
+            " (os.exec*; kept out)"]  # fmt: skip
 
 
 def _audit_hooks_refused(watched: _Watched) -> list[str]:
@@ -2075,6 +2199,11 @@ _STATE = {
         "data code must not add audit hooks, which no code can remove, as pipeplan's own "
         "writes and imports raise audit events",
         "to watch your own code, do so in a program of your own",
+    ),
+    "exec": (
+        "data code must not replace pipeplan's process with another program, as pipeplan "
+        "trains and writes its records in it",
+        "to run a program, start it as a child (`subprocess.run`)",
     ),
 }
 
@@ -3071,9 +3200,26 @@ def _modules_moved(before: dict[str, Any]) -> list[tuple[str, bool]]:
     moved = []
     for name, old in before.items():
         new = now.get(name, missing)
-        if new is not old and not name.startswith(_OWN_ENTRIES):
+        if new is not old and not name.startswith(_OWN_ENTRIES) and not _reexecuted(old, new):
             moved.append((name, new is missing))
     return moved
+
+
+def _reexecuted(old: Any, new: Any) -> bool:
+    """Whether `new`, in the place of the imported module `old`, is the same module's file run
+    again by its own package: of the same name and file. transformers does so as its
+    processing_utils is first imported (`direct_transformers_import` runs its `__init__.py`
+    anew), which a data module building a decoder model does: it was refused as replacing
+    transformers in sys.modules (found as the wide hold was tested)."""
+    try:
+        return (
+            issubclass(type(new), types.ModuleType)
+            and new.__name__ == old.__name__
+            and isinstance(old.__file__, str)
+            and new.__file__ == old.__file__
+        )
+    except Exception:  # a module whose attributes are gone or raise: not a re-import
+        return False
 
 
 def _entry_shown(entry: Any) -> str:
@@ -3676,6 +3822,44 @@ def hung_read(timeout_s: float) -> str | None:
         f"data {quoted(name)}: {doing} did not return within the collective timeout of "
         f"{timeout_s:g} s (hung; --collective-timeout sets how long a read may take)"
     )
+
+
+@contextlib.contextmanager
+def watched_for_hangs(timeout_s: float) -> Iterator[None]:
+    """The launcher's checks of the data: a call into the data code (its import, its
+    function, a `len()`, an item: `reading`) that has not returned within `timeout_s` (the
+    collective timeout) ends the `pipeplan` command with one line naming it, exit 2, before
+    the run folder is made; in a rank its heartbeat does (`worker._Heartbeat`). Found by the
+    forty-seventh round: a data module that slept forever at import, in `load` or in an item
+    read by the launcher's checks hung `pipeplan run` with nothing said, whatever
+    --collective-timeout said.
+
+        with watched_for_hangs(cfg.collective_timeout_s):
+            seq, data = build_task(cfg)
+    """
+    if not is_command_process():  # the Python API's caller's process: theirs to stop
+        yield
+        return
+    # The console as it is now: the data code's calls hold descriptor 2 and sys.stderr.
+    console = os.dup(2)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(min(1.0, timeout_s / 4)):
+            hung = hung_read(timeout_s)
+            if hung is not None:
+                with contextlib.suppress(OSError):
+                    os.write(console, (pipeplan_log.error_line(hung) + "\n").encode())
+                os._exit(2)
+
+    watcher = threading.Thread(target=watch, name="pipeplan-data-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        os.close(console)
 
 
 def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[Any]:

@@ -189,6 +189,7 @@ from executor.checkpoint import (
     read_manifest,
     remove_partial,
 )
+from executor.data import watched_for_hangs
 from executor.history import check_manifest_records, check_older_manifests
 from executor.planning import (
     RUN_PLAN,
@@ -437,8 +438,9 @@ def check_run(
         check_local_ranks(cfg.nproc, cfg.device)
     elif cfg.device == "cuda":  # each rank checks its LOCAL_RANK against its own node's GPUs
         check_local_ranks(1, cfg.device)
-    seq, data = build_task(cfg, from_checkpoint=resumed is not None)
-    facts = data_facts(data, seq)
+    with watched_for_hangs(cfg.collective_timeout_s):
+        seq, data = build_task(cfg, from_checkpoint=resumed is not None)
+        facts = data_facts(data, seq)
     if resumed is not None:  # the data the run started with (its ranks hold theirs to it too)
         record = read_data_record(resumed[0])
         check_data_facts(record and record.facts, facts, cfg.data, "the resume", resumed[0])
@@ -1412,7 +1414,12 @@ def agent_scope(logs: Path) -> Iterator[pipeplan_log.FileHandler]:
         if threading.current_thread() is threading.main_thread():
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
-        mark.unlink(missing_ok=True)  # every rank is gone: none will look for it
+        # Every rank is gone: none will look for it. Not in a folder that is no longer the
+        # run's (a file or a FIFO put at its path: "runs/r/logs/interrupted: Not a directory"
+        # was the run's line, over where it went, in the forty-seventh round).
+        if not moved_away(logs.parent):
+            with contextlib.suppress(OSError):
+                mark.unlink(missing_ok=True)
 
 
 class NamedSignal(int):

@@ -17,6 +17,20 @@ from typing import Any, NoReturn
 
 from pipeplan.errors import one_line
 
+# Whether this process is the `pipeplan` command's own (`cli.entry`), started by the user's
+# shell, not a Python program of the user's that calls pipeplan (the API, a notebook): what
+# pipeplan may end outright when the user's code hangs (`data.watched_for_hangs`).
+_COMMAND = {"process": False}
+
+
+def command_process() -> None:
+    """Mark this process as the `pipeplan` command's own."""
+    _COMMAND["process"] = True
+
+
+def is_command_process() -> bool:
+    return _COMMAND["process"]
+
 
 @contextlib.contextmanager
 def exits_raised() -> Iterator[None]:
@@ -96,10 +110,14 @@ def run_exit_callbacks(say: Callable[[str], None] | None, traced: bool = False) 
     before = sys.unraisablehook
 
     def said(unraisable: Any) -> None:
-        if traced or not (unraisable.err_msg or "").endswith("in atexit callback"):
+        if traced:
             sys.__unraisablehook__(unraisable)
-        elif say is not None:
+        elif say is None:  # a failed command: its error line stays its last
+            return
+        elif (unraisable.err_msg or "").endswith("in atexit callback"):
             say(callback_line(unraisable.object, unraisable.exc_value))
+        else:
+            say(ignored_line(unraisable))
 
     sys.unraisablehook = said
     try:
@@ -122,6 +140,27 @@ def callback_line(func: object, exc: BaseException | None) -> str:
     text = _text(exc)
     why = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return f"the exit callback {name} raised {why}"
+
+
+def ignored_line(unraisable: Any) -> str:
+    """What Python's "Exception ignored in: …" and its traceback say, in one line: an exception
+    raised where Python cannot raise it (a `__del__`, a weakref callback), dropped.
+
+        ignored_line(u)   # "an exception was ignored in DS.__del__: ValueError: boom"
+
+    Found by the forty-sixth round: a data set whose `__del__` raised printed Python's six
+    lines, traceback and all, among a command's (rc 0)."""
+    where = unraisable.object
+    name = getattr(where, "__qualname__", None)
+    try:
+        shown = name if isinstance(name, str) else repr(where)
+    except Exception:  # a user object whose __repr__ raised
+        shown = type(where).__name__
+    exc = unraisable.exc_value
+    text = _text(exc) if exc is not None else ""
+    kind = type(exc).__name__ if exc is not None else "an exception"
+    why = f"{kind}: {text}" if text else kind
+    return f"an exception was ignored in {one_line(shown)[:120]}: {why}"
 
 
 def _text(value: object) -> str:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 
 import pytest
@@ -5886,3 +5887,299 @@ def test_an_audit_hook_or_exit_callback_from_a_thread_of_the_data_codes_own_is_r
         "data 'm:load': the data function registered the exit callback list.append and "
         "tried to add an audit hook (sys.addaudithook; kept out); "
     ), str(refused.value)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "module, name, where",
+    [
+        ("re", "compile", "in_load"),
+        ("subprocess", "run", "at_import"),
+        ("random", "random", "in_load"),
+        ("functools", "reduce", "in_load"),
+        ("uuid", "uuid4", "at_import"),
+        ("numpy", "asarray", "in_load"),
+        ("transformers", "PreTrainedModel.save_pretrained", "in_load"),
+        ("transformers.modeling_utils", "PreTrainedModel.save_pretrained", "at_import"),
+    ],
+)
+def test_data_code_that_replaces_a_function_of_pythons_or_pipeplans_packages_is_refused(
+    tmp_path, capsys, monkeypatch, module, name, where
+):
+    """Found by the forty-sixth round: `re.compile`, `subprocess.run`, `random.random`,
+    `numpy.asarray` or transformers' `PreTrainedModel.save_pretrained` replaced by a data
+    module (not among `data.KEPT_MODULES`, held at each batch) was not refused: the run then
+    failed blaming the model, or at its end. The data module's import and its function are
+    held wider (`data.WIDE_PACKAGES`: every module already imported of Python's library and of
+    the packages pipeplan runs on, and their classes): refused in one line naming the function,
+    before the run folder is made, and put back. The first name a module is imported by is
+    the one said (transformers' class is `transformers.PreTrainedModel`)."""
+    import importlib
+
+    held = importlib.import_module(module)
+    owner_name, _, attribute = name.rpartition(".")
+    owner = getattr(held, owner_name) if owner_name else held
+    real = vars(owner)[attribute]
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt47_wide:load")
+    argv += ("--nproc", "1", "--name", "n")
+    change = f"import importlib; m = importlib.import_module({module!r}); m.{name} = lambda *a: 0"
+    if where == "at_import":
+        change = change.replace("; m", "\nm", 1)
+    try:
+        code = _run_moving(tmp_path, "rt47_wide", *argv, **{where: change})
+        after = vars(owner)[attribute]
+    finally:  # for the tests after this one, whatever happened
+        setattr(owner, attribute, real)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (code, after is real) == (2, True), lines
+    doing = "the data module" if where == "at_import" else "the data function"
+    assert len(lines) == 1, lines
+    assert re.match(
+        f"pipeplan: error: data 'rt47_wide:load': {doing} replaced [a-z_.]*{name}; ", lines[0]
+    ), lines
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_data_module_that_uses_heavy_libraries_is_not_refused_by_the_wide_hold(
+    tmp_path, monkeypatch, capsys
+):
+    """What the wide hold must not refuse: a data module that imports and uses libraries which
+    register things in modules already imported as they load (torch's compiler registers the
+    properties of its cache's classes; transformers builds, saves and loads a decoder model,
+    and runs its own `__init__.py` again as it does), uses scipy's statistics, seeds Python's
+    and numpy's generators, and patches a function only around its own code
+    (`unittest.mock.patch`). Run alone, every one of these happens inside the hold; after
+    other tests, some were done before (`test_a_librarys_own_doing_is_no_change` holds them
+    whatever ran first)."""
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt47_heavy:load")
+    argv += ("--nproc", "1", "--name", "n")
+    at_import = (
+        "import random, unittest.mock, tempfile, numpy, scipy.stats, torch._inductor.codecache\n"
+        "import transformers, torch.compiler._cache\n"
+        "random.seed(0); numpy.random.seed(0)"
+    )
+    in_load = (
+        "model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=8, "
+        "n_head=2, n_positions=8, vocab_size=16)); "
+        "d = tempfile.mkdtemp(dir='.'); model.save_pretrained(d); "
+        "transformers.AutoModelForCausalLM.from_pretrained(d); "
+        "numpy.asarray(scipy.stats.norm.rvs(size=3)); "
+        'exec(\'with unittest.mock.patch("random.random", lambda: 0.5): '
+        "assert random.random() == 0.5')"
+    )
+    code = _run_moving(tmp_path, "rt47_heavy", *argv, at_import=at_import, in_load=in_load)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 0, lines
+    assert not [line for line in lines if "error" in line], lines
+
+
+def test_a_librarys_own_doing_is_no_change(tmp_path):
+    """What the wide hold and the import system's hold let pass as a library's own doing, each
+    against its refused twin: a property its own package's code made, put over one of its
+    classes' (torch's compiler cache), against the user's function or another of the library's
+    held functions moved into the place; a module's file run again by its package and put in
+    its place in sys.modules (transformers' `direct_transformers_import`), against another
+    module of that name."""
+    import importlib.util
+    import json.decoder
+
+    from executor.data import BadArgumentError, _made_by_its_library, import_system_kept
+
+    made = property(lambda self: 1)
+    made.fget.__module__ = "json.decoder"  # as the library's own code would have made it
+    name = "json.decoder.JSONDecoder.decode"
+    assert _made_by_its_library(name, made, there=set())
+    assert not _made_by_its_library(name, property(lambda self: 1), there=set())  # the user's
+    moved = json.decoder.JSONDecoder.raw_decode
+    assert not _made_by_its_library(name, moved, there={id(moved)})
+
+    (tmp_path / "rt47_again.py").write_text("VALUE = object()\n")
+    spec = importlib.util.spec_from_file_location("rt47_again", tmp_path / "rt47_again.py")
+    first = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(first)
+    sys.modules["rt47_again"] = first
+    try:
+        with import_system_kept("m:load", "the data function"):
+            again = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(again)
+            sys.modules["rt47_again"] = again
+        assert sys.modules["rt47_again"] is again
+        refused = pytest.raises(BadArgumentError, match="replaced the imported module rt47_again")
+        with refused, import_system_kept("m:load", "the data function"):
+            sys.modules["rt47_again"] = types.ModuleType("rt47_again")
+        assert sys.modules["rt47_again"] is again
+    finally:
+        sys.modules.pop("rt47_again", None)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["at_import", "in_load"])
+def test_data_code_that_execs_another_program_is_refused_and_kept_out(
+    tmp_path, capsys, monkeypatch, where
+):
+    """Found by the forty-sixth round: `os.execvp("true", ["true"])` in a data module replaced
+    pipeplan's process with `true`: exit 0, nothing prepared and nothing said. pipeplan's audit
+    hook keeps the exec out (`data._audit`): the code gets a RuntimeError saying so, and one
+    that catches it is refused when it returns. A child the code forks may exec (a program
+    started the old way): that one runs."""
+    monkeypatch.chdir(tmp_path)
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt47_exec:load")
+    argv += ("--nproc", "1", "--name", "n")
+    if where == "at_import":
+        code = {"at_import": "os.execv('/bin/true', ['true'])"}
+        said = "cannot import rt47_exec: RuntimeError: data code must not replace pipeplan's "
+        said += "process with '/bin/true' (os.exec*; kept out)"
+    else:
+        child = "pid = os.fork()\n    if pid == 0: "
+        child += "os.execv('/bin/sh', ['sh', '-c', 'echo ran > child'])"
+        caught = "try: os.execv('/bin/true', ['true'])\n    except RuntimeError: pass"
+        code = {"in_load": f"{child}\n    os.waitpid(pid, 0)\n    {caught}"}
+        said = "the data function tried to replace pipeplan's process with '/bin/true' "
+        said += "(os.exec*; kept out); data code must not replace pipeplan's process"
+    assert _run_moving(tmp_path, "rt47_exec", *argv, **code) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"pipeplan: error: data 'rt47_exec:load': {said}"
+    ), lines
+    assert not (tmp_path / "runs").exists()
+    if where == "in_load":
+        assert (tmp_path / "child").read_text() == "ran\n"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_data_sets_del_that_raises_is_one_warning_line(tmp_path, fails):
+    """Found by the forty-sixth round: a data set whose `__del__` raised printed Python's
+    "Exception ignored in: <function DS.__del__ …>" and its traceback, six lines among
+    `pipeplan run`'s, exit 0. Each is one warning line (`exits.ignored_line`) while the
+    command runs; after an error line, nothing (the error stays the last line). In a
+    subprocess: the data sets are dropped as the command's own process goes on."""
+    code = dict(
+        at_import="def _del(self):\n    raise ValueError('boom in del')\nDS.__del__ = _del",
+        in_load="",
+        in_item="",
+    )
+    module = MOVING_MODULE.replace("\n{at_import}\n", "\n").replace(
+        "def load(seed=0):", "{at_import}\n\ndef load(seed=0):"
+    )
+    (tmp_path / "rt47_del.py").write_text(module.format(**code))
+    argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", "rt47_del:load"]
+    argv += ["--nproc", "1", "--name", "n"]
+    if fails:
+        argv += ["--global-batch", "1000000000000"]
+    root = Path(cli.__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *argv], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=100, check=False,
+    )  # fmt: skip
+    lines = done.stderr.splitlines()
+    assert done.returncode == (2 if fails else 0), lines
+    assert not [line for line in lines if not line.startswith("pipeplan: ")], lines
+    ignored = [line for line in lines if "ignored" in line]
+    if fails:
+        assert lines[-1].startswith("pipeplan: error: "), lines
+    else:
+        assert ignored, lines
+    assert all(
+        line == "pipeplan: WARNING: an exception was ignored in _del: ValueError: boom in del"
+        for line in ignored
+    ), ignored
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fails", [False, True])
+def test_what_a_thread_the_data_code_left_running_writes_is_held(tmp_path, fails):
+    """Found by the forty-sixth round: a `load` that started a thread printing to sys.stderr
+    every 0.2 s put 22 raw lines before pipeplan's error line. What the data code's threads
+    write to the console after its call returned is held (`log.DATA_THREADS`): after a
+    command that succeeded, warning lines naming the data (10 of them, then a count); after
+    one that failed, nothing, the error its last line. In a subprocess: the command's own
+    console."""
+    code = dict(
+        at_import="import sys, threading",
+        in_load=(
+            "threading.Thread(target=lambda: [print('THREAD-LINE', file=sys.stderr, "
+            "flush=True) or time.sleep(0.02) for _ in range(1000)], daemon=True).start(); "
+            "time.sleep(0.3)"
+        ),
+        in_item="",
+    )
+    (tmp_path / "rt47_thread.py").write_text(
+        MOVING_MODULE.replace("import os\n", "import os, time\n", 1).format(**code)
+    )
+    argv = ["run", "--prepare-only", "--model", "vit-digits", "--data", "rt47_thread:load"]
+    argv += ["--nproc", "1", "--name", "n"]
+    if fails:
+        argv += ["--global-batch", "1000000000000"]
+    root = Path(cli.__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *argv], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=100, check=False,
+    )  # fmt: skip
+    lines = done.stderr.splitlines()
+    assert done.returncode == (2 if fails else 0), lines
+    assert not [line for line in lines if not line.startswith("pipeplan: ")], lines
+    if fails:
+        assert len(lines) == 1 and lines[0].startswith("pipeplan: error: "), lines
+        return
+    thread = "pipeplan: WARNING: data 'rt47_thread:load': a thread it started wrote: THREAD-LINE"
+    assert lines.count(thread) == 10, lines
+    assert re.fullmatch(
+        "pipeplan: WARNING: data 'rt47_thread:load': its threads wrote [0-9,]+ more lines "
+        r"\(not shown\)",
+        lines[-1],
+    ), lines
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize(
+    "where, doing",
+    [
+        ("at_import", "importing rt47_hang"),
+        ("in_load", "its function load"),
+        ("in_item", "reading train item 0"),
+    ],
+)
+def test_data_code_that_hangs_in_the_launchers_checks_ends_the_command(tmp_path, where, doing):
+    """Found by the forty-seventh round: a data module that slept forever at import, in `load`
+    or in an item the launcher's checks read hung `pipeplan run` with nothing said, whatever
+    --collective-timeout said (a rank's hung read was ended since the forty-sixth). The
+    command's checks are watched (`data.watched_for_hangs`): a call into the data code that
+    has not returned within the collective timeout ends it with one line naming the call,
+    exit 2, and no run folder. The `pipeplan` command itself (`cli.entry`), in a subprocess:
+    under the Python API the process is the caller's."""
+    code = {"at_import": "", "in_load": "", "in_item": "", where: "while True: time.sleep(0.1)"}
+    (tmp_path / "rt47_hang.py").write_text(
+        MOVING_MODULE.replace("import os\n", "import os, time\n", 1).format(**code)
+    )
+    argv = ["run", "--model", "vit-digits", "--data", "rt47_hang:load", "--nproc", "1"]
+    argv += ["--collective-timeout", "2", "--name", "n"]
+    root = Path(cli.__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, str(root / "cli.py"), *argv], cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    named = "'moving'" if where == "in_item" else "'rt47_hang:load'"  # an item: its set's name
+    assert (done.returncode, done.stderr.splitlines()) == (
+        2,
+        [
+            f"pipeplan: error: data {named}: {doing} did not return within the "
+            "collective timeout of 2 s (hung; --collective-timeout sets how long a read may take)"
+        ],
+    )
+    assert not (tmp_path / "runs").exists()
