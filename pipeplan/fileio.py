@@ -993,7 +993,10 @@ def moved_away(directory: str | Path) -> bool:
     trained = _trained_identity(directory)
     if trained is not False:
         there = identity(directory)
-        return there is None or there != trained
+        if there is None or there != trained:
+            return True
+        lock = _TRAINED_LOCK.get(trained)
+        return lock is not None and identity(directory / ".lock") != lock
     held = _held(directory)
     if held is None:
         return not directory.is_dir()
@@ -1090,6 +1093,10 @@ def release_directory(directory: str | Path) -> None:
 _TRAINED: dict[Path, tuple[int, int] | None] = {}
 # The folder each holds open, by the path the rank names it (`_where_trained_now`).
 _TRAINED_FD: dict[Path, int] = {}
+# The lock file of each folder a rank trains, as it started (None: none there): a folder
+# emptied under the run (`rm -rf`, which the run's next checkpoint kept from removing the
+# folder itself) is the same folder without it (forty-seventh round: it trained to the end).
+_TRAINED_LOCK: dict[tuple[int, int] | None, tuple[int, int] | None] = {}
 
 
 def trains(directory: str | Path) -> None:
@@ -1099,6 +1106,7 @@ def trains(directory: str | Path) -> None:
     found = identity(directory)
     _TRAINED[Path(os.path.abspath(directory))] = found
     _TRAINED[Path(directory).resolve()] = found
+    _TRAINED_LOCK[found] = identity(Path(directory) / ".lock")
     with suppress(OSError):  # held open to say where it went (`where_now`)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         with suppress(OSError, TypeError):  # one folder open for each name

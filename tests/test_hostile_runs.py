@@ -2817,3 +2817,92 @@ def test_a_live_runs_deleted_lock_file_does_not_free_its_directory(finished_run,
         holder.kill()
         holder.wait()
     assert cli.main(["report", str(run)]) == 0  # the holder gone, the run reads again
+
+
+def _empty_at_first_checkpoint(run: Path, deadline_s: float) -> None:
+    """Delete the files at the top of `run` (as `rm -rf` does before the folders it cannot
+    remove yet) once its first checkpoint is written; its ranks train on."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if (run / "checkpoints" / "latest").exists():
+            for entry in run.iterdir():
+                if entry.is_file() and not entry.is_symlink():
+                    entry.unlink()
+            return
+        time.sleep(0.005)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_run_directory_emptied_mid_run_stops_its_ranks(tmp_path, capsys):
+    """Found by the forty-seventh round: `rm -rf runs/r` of a live run deleted run.json,
+    run.jsonl and the lock file, then failed on checkpoints/ (the run had written a new
+    checkpoint meanwhile), so the folder stayed where it was: the ranks, which compared the
+    folder alone, trained to the end and wrote model/ and metrics.csv into a folder that was
+    no run's. A rank compares the run's lock file too (`fileio.trains`): it stops at the next
+    step, and the line says the run directory was deleted."""
+    runs = tmp_path / "runs"
+    run = runs / "rm"
+    emptier = threading.Thread(target=_empty_at_first_checkpoint, args=(run, 240))
+    emptier.start()
+    argv = ["run", "--nproc", "1", "--epochs", "2", "--max-steps-per-epoch", "4"]
+    code = cli.main([*argv, "--checkpoint-every", "1", "--name", "rm", "--runs-dir", str(runs)])
+    emptier.join()
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err == (
+        f"pipeplan: error: training stopped: {run}: the run directory moved or was deleted "
+        "while it trained; if it was moved, resume it where it is now with `pipeplan run "
+        "--resume NEWPATH`\n"
+    )
+    assert not (run / "model").exists() and not (run / "metrics.csv").exists()
+
+
+def test_a_rank_tells_its_run_directory_emptied(tmp_path):
+    """`fileio.moved_away` for a rank (`trains`): the folder at the path is the one it started
+    in, and so is its lock file where it had one; a folder that had none is moved away only
+    when the folder itself is."""
+    from pipeplan.fileio import moved_away, trains
+
+    held, bare = tmp_path / "held", tmp_path / "bare"
+    held.mkdir()
+    bare.mkdir()
+    (held / ".lock").write_text("")
+    trains(held)
+    trains(bare)
+    assert not moved_away(held) and not moved_away(bare)
+    (held / ".lock").unlink()
+    (bare / "run.json").write_text("{}")
+    assert moved_away(held) and not moved_away(bare)
+    (held / ".lock").write_text("")  # another lock file: another claim
+    assert moved_away(held)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("put", ["file", "fifo"])
+def test_a_run_directory_moved_and_replaced_by_a_file_names_where_it_went(tmp_path, capsys, put):
+    """Found by the forty-seventh round: a run directory moved mid-run and a file, a FIFO or a
+    link put at its path ended the run with "runs/r/logs/interrupted: Not a directory", the
+    launcher's clean-up of its Ctrl-C mark failing over the run's line. The mark is the run
+    folder's, wherever it went: the line names where the run went and how to resume it."""
+    runs = tmp_path / "runs"
+    run, moved = runs / "mv", runs / "mv2"
+
+    def move_and_replace() -> None:
+        _move_at_first_checkpoint(run, moved, 240)
+        if put == "file":
+            run.write_text("not a run\n")
+        else:
+            os.mkfifo(run)
+
+    mover = threading.Thread(target=move_and_replace)
+    mover.start()
+    argv = ["run", "--nproc", "1", "--epochs", "2", "--max-steps-per-epoch", "4"]
+    code = cli.main([*argv, "--checkpoint-every", "1", "--name", "mv", "--runs-dir", str(runs)])
+    mover.join()
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2, lines
+    assert len(lines) == 1 and f"the run directory moved to {moved} while it trained" in lines[0]
+    assert lines[0].endswith(f"resume with: pipeplan run --resume {moved}"), lines
+    assert not (moved / "logs" / "interrupted").exists()
