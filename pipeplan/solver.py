@@ -325,6 +325,17 @@ def _no_shape_message(
     # stages" beside --stages 2).
     stages = _pinned_stages(pins) if pins.num_stages else f"1..{possible} stages"
     replicas = f"{pins.replicas}" if pins.replicas else "1" if N // S == 1 else f"1..{N // S}"
+    most = pins.replicas or max(N // S, 1)
+    largest = model.max_micro_batch_size * MAX_MICRO_BATCHES * most
+    if not pins.micro_batches and global_batch > largest:
+        # The cap on micro-batches, not divisibility (forty-seventh round: 8192 over 2
+        # replicas of micro-batches of at most 2 was told to be divisible by 1 or 2).
+        return (
+            f"global batch {global_batch} needs more than {MAX_MICRO_BATCHES:,} micro-batches "
+            f"(the limit per replica and step) of at most {model.max_micro_batch_size} samples "
+            f"on each of at most {most} replicas ({stages}): at most {largest:,} samples; "
+            "choose a smaller --global-batch, or profile larger micro-batch sizes"
+        )
     return (
         f"global batch {global_batch} cannot be split into whole micro-batches of at most "
         f"{model.max_micro_batch_size} samples over any replica count ({replicas} for {stages}"

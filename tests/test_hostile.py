@@ -577,6 +577,33 @@ def test_more_micro_batches_than_samples_says_so_first(tmp_path, capsys, command
     refused(argv, tmp_path, capsys, fragment)
 
 
+@pytest.mark.parametrize("command", ["preview", "plan"])
+def test_a_global_batch_past_the_micro_batch_limit_says_so(tmp_path, capsys, command):
+    """Found by the forty-seventh round: `plan --global-batch 8192` on a profile whose largest
+    micro-batch was 2, over 2 devices, said the batch "cannot be split into whole
+    micro-batches of at most 2 samples … choose a global batch divisible by one of them",
+    which 8192 is: it needs more than the 1,024 micro-batches a replica may take a step
+    (`MAX_MICRO_BATCHES`). That is the line, with the largest batch that plans."""
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    # The largest micro-batch the cost model takes: twice the largest profiled (its
+    # extrapolation); 1,024 of them on each of 2 replicas at most.
+    size = 2 * max(PROFILE["settings"]["micro_batches"])
+    largest = 1024 * 2 * size
+    argv = [command, "--profile", str(profile), "--devices-per-node", "2", "--epochs", "3"]
+    argv += ["--global-batch", str(2 * largest), "--samples", str(20 * largest)]
+    if command == "plan":
+        argv += ["--out", str(tmp_path / "plan.json")]
+    fragment = (
+        f"global batch {2 * largest} needs more than 1,024 micro-batches (the limit per "
+        f"replica and step) of at most {size} samples on each of at most 2 "
+        f"replicas (1..2 stages): at most {largest:,} samples; choose a smaller --global-batch"
+    )
+    refused(argv, tmp_path, capsys, fragment)
+    argv[argv.index(str(2 * largest))] = str(largest)
+    assert cli.main(argv) == 0, capsys.readouterr().err
+
+
 HUGE = """
 import resource, sys, cli
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
