@@ -837,6 +837,44 @@ def _check_version(args: list[str]) -> None:
 MIN_ADDRESS_SPACE = 1 << 30
 
 
+def _check_openmp_environment() -> None:
+    """An OpenMP variable libgomp refuses (`OMP_NUM_THREADS=0`, `OMP_PROC_BIND=bogus`) is one
+    error line, not libgomp's own two lines on the console as torch loads it (in the
+    launcher and in every rank), before pipeplan's (forty-seventh round). torch's libgomp is
+    loaded here, its descriptor 2 held, where such a variable is set: torch then finds it
+    loaded, and it says nothing again. Nothing is loaded where none is set, or where torch
+    brings no libgomp of its own (a build that uses another OpenMP)."""
+    if not any(key.startswith(("OMP_", "GOMP_")) for key in os.environ):
+        return
+    import ctypes
+    import importlib.util
+    import tempfile
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torch")
+    folders = spec.submodule_search_locations if spec else None
+    found = sorted(Path(folders[0], "lib").glob("libgomp*.so*")) if folders else []
+    if not found:
+        return
+    with tempfile.TemporaryFile() as said:
+        kept = os.dup(2)
+        try:
+            os.dup2(said.fileno(), 2)
+            with contextlib.suppress(OSError):
+                ctypes.CDLL(str(found[0]))
+        finally:
+            os.dup2(kept, 2)
+            os.close(kept)
+        said.seek(0)
+        text = said.read(4096).decode(errors="replace")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines:
+        raise BadArgumentError(
+            f"the environment: {'; '.join(lines)} (torch's OpenMP library); unset the "
+            "variable or give it a value OpenMP takes"
+        )
+
+
 def _check_address_space() -> None:
     """A `ulimit -v` below MIN_ADDRESS_SPACE is refused before any library loads: above it
     a shortage is the one line `errors.memory_failure` makes of it."""
@@ -1012,6 +1050,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_help(args)
         _check_working_directory()
         _check_address_space()
+        _check_openmp_environment()
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         code = result if isinstance(result, int) else 0
         if code == 0:  # what the data code's threads wrote, once the command succeeded

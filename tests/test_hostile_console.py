@@ -236,3 +236,34 @@ def test_a_run_into_closed_pipes_trains_to_the_end_and_exits_0(tmp_path):
     assert command(args, closed=("stdout", "stderr"), timeout=240) == (0, "", "")
     summary = json.loads((runs / "r" / "summary.json").read_text())
     assert summary["steps"] == 2 and (runs / "r" / "model").is_dir()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "variable, value, refused",
+    [
+        ("OMP_NUM_THREADS", "0", True),
+        ("OMP_PROC_BIND", "bogus", True),
+        ("GOMP_SPINCOUNT", "x", True),
+        ("OMP_NUM_THREADS", "1", False),
+    ],
+)
+def test_an_openmp_variable_libgomp_refuses_is_one_error_line(
+    tmp_path, monkeypatch, variable, value, refused
+):
+    """Found by the forty-seventh round: `OMP_NUM_THREADS=0 pipeplan export …` printed a blank
+    line and "libgomp: Invalid value for environment variable OMP_NUM_THREADS" (libgomp's,
+    as torch loaded it) before pipeplan's error line, and a run printed the pair once per
+    process. torch's libgomp is loaded first with its stderr held (`cli`): its complaint is
+    pipeplan's one error line, naming the variable; a value it takes changes nothing."""
+    monkeypatch.setenv(variable, value)
+    code, _, err = command(["export", str(tmp_path / "no-run"), "--out", str(tmp_path / "e")])
+    lines = err.splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    if refused:
+        assert lines[0].startswith(
+            "pipeplan: error: the environment: libgomp: Invalid value for environment variable "
+            f"{variable} (torch's OpenMP library)"
+        ), lines
+    else:
+        assert "no-run" in lines[0] and "environment" not in lines[0], lines
