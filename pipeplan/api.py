@@ -8,6 +8,7 @@ named as on the command line without the dashes (or as the model's fields); path
     preview.predicted_speedup
     pipeplan.plan(profile="p.json", devices_per_node=4, out="plan.json")       # → Plan
     summary = pipeplan.run(model="vit-digits", epochs=2, device_memory="100MiB", name="r")
+    pipeplan.run(resume="runs/r", epochs=3)                # one more epoch → RunSummary
     pipeplan.export("runs/r", out="trained/")                                 # → Path
 
 Each function builds its command's typed request (`ProfileRequest`, `PlanRequest`,
@@ -76,14 +77,21 @@ def preview(profile: str, **options: Any) -> Preview:
     return result
 
 
-def run(runs_dir: str | Path = "runs", **options: Any) -> RunSummary:
+def run(
+    runs_dir: str | Path = "runs", resume: str | Path | None = None, **options: Any
+) -> RunSummary:
     """`pipeplan run …`: train on local ranks; returns the summary (the run directory is
     `runs_dir/summary.name`: records, metrics.csv, the trained model in model/). The epoch
-    lines and warnings go to stderr through the `pipeplan` logger."""
-    from executor.launch import start_run
+    lines and warnings go to stderr through the `pipeplan` logger. `resume="runs/r"` is
+    `pipeplan run --resume runs/r`: continued from its latest checkpoint, with only the
+    options a resume takes (nproc, epochs, collective_timeout); the rest are run.json's."""
+    from executor.launch import resume_run, start_run
 
     if not log.configured():  # the caller has not set up logging: show the epoch lines
         log.setup()
+    if resume is not None:
+        _, summary = resume_run(str(resume), _given(RunConfig, options))
+        return summary
     _, summary = start_run(_request(RunConfig, options), runs_dir)
     assert summary is not None  # not prepare-only
     return summary
@@ -99,6 +107,14 @@ def export(run_dir: str | Path, out: str | Path, checkpoint: str | None = None) 
 
 def _request(model: type[BaseModel], options: dict[str, Any]) -> Any:
     """The command's model from keyword options, as the command line builds it."""
+    given = _given(model, options)
+    check_needs(given, *model_needs(model))  # `freeze="none", alpha=0.5` as `--freeze none …`
+    return build(model, given)
+
+
+def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
+    """Keyword options as the command line's given values, by field, each parsed as its flag's
+    text is."""
     known = _options_by_name(model)
     given = {}
     for key, value in options.items():
@@ -115,8 +131,7 @@ def _request(model: type[BaseModel], options: dict[str, Any]) -> Any:
                 f"{option.spelling}: {value} is a switch's value; give a number or text"
             )
         given[option.field] = option.parse(value) if isinstance(value, str) else value
-    check_needs(given, *model_needs(model))  # `freeze="none", alpha=0.5` as `--freeze none …`
-    return build(model, given)
+    return given
 
 
 def _options_by_name(model: type[BaseModel]) -> dict[str, Option]:

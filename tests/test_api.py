@@ -2,6 +2,7 @@
 same results, same one-line errors), and `pipeplan.plan` is callable next to the planner
 module of the same name."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,20 @@ def test_run_builds_the_run_config_as_the_command_line_does(tmp_path, monkeypatc
     expected = RunConfig(model="vit-digits", epochs=2, device_memory_bytes=100 << 20, name="nb")
     assert seen["cfg"] == expected
     assert pipeplan.run.__module__ == "pipeplan.api"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_run_resumes_a_run_as_the_command_line_does(finished_run, tmp_path):
+    """Found by the forty-seventh round: the API's `run` had no resume (`resume=` was "no
+    option 'resume'"), so a notebook could not continue a run. `run(resume=RUN, epochs=E)` is
+    `pipeplan run --resume RUN --epochs E`: one more epoch trained from the checkpoint, its
+    summary returned; an option a resume does not take is refused as on the command line."""
+    from test_hostile import copy_run
+
+    run = copy_run(finished_run, tmp_path)
+    with pytest.raises(PipeplanError, match="--lr"):
+        pipeplan.run(resume=run, epochs=2, lr=0.5)
+    summary = pipeplan.run(resume=run, epochs=2)
+    assert summary.name == "r" and summary.steps == 4  # 2 steps an epoch, 2 epochs
+    assert json.loads((run / "run.json").read_text())["epochs"] == 2
