@@ -2829,6 +2829,15 @@ NINETEENTH_CONFIGS = {
         {**BERT_CONFIG, "num_labels": 10**12},
         "num_labels is 1000000000000; a classifier has 1..1,000,000 labels",
     ),
+    # Forty-seventh round: a classifier's labels named by id2label alone were not bounded as
+    # num_labels is; past the profile's bound, a traceback after the model was measured.
+    "bert id2label of 1,000,001 names": (
+        {
+            **{k: v for k, v in BERT_CONFIG.items() if k not in ("num_labels", "label2id")},
+            "id2label": {str(i): str(i) for i in range(1_000_001)},
+        },
+        "id2label names 1,000,001 labels; a classifier has 1..1,000,000 labels",
+    ),
     "llama rope_scaling a list": (
         {**LLAMA_CONFIG, "rope_scaling": [1, 2]},
         "rope_scaling is [1, 2]; an object or null",
@@ -4144,3 +4153,19 @@ def test_an_address_space_too_small_for_the_libraries_is_refused_before_they_loa
         "1024 MiB (its libraries abort below that): raise the limit"
     ], done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_causal_lms_vocabulary_past_a_count_is_a_profiles_num_labels():
+    """Found by the forty-seventh round: `pipeplan profile` of a GPT-2 folder with vocab_size
+    1,048,577 measured the model, then failed writing the profile in a pydantic traceback: its
+    num_labels (the vocabulary) was held to a count's bound, 2^20. A vocabulary is bounded by
+    the parameters a model may have; the record takes it."""
+    from pipeplan import models
+    from pipeplan.formats.profile import ModelInfo
+
+    described = models.build("gpt2-tiny", init="random").describe()
+    vocab = (1 << 20) + 1
+    described["config"] = {**described["config"], "vocab_size": vocab}
+    described["name"] = "m/config.json"  # a folder's model: its config is its own
+    info = ModelInfo(**{**described, "num_labels": vocab}, dtype="float32")
+    assert info.num_labels == vocab

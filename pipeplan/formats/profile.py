@@ -42,6 +42,7 @@ from pipeplan.formats.base import (
 )
 from pipeplan.formats.modelconfig import (
     CONFIG_CLASSES,
+    MAX_PARAMETERS,
     Dim,
     attention_setting,
     built_attention,
@@ -87,7 +88,10 @@ class ModelInfo(Strict):
     config: dict[str, Any] = Field(description="The exact transformers config (to_dict()).")
     input_shape: list[Count] = Field(description="Shape of one sample's input, without batch.")
     input_dtype: Literal["int64", "float32"]
-    num_labels: Count = Field(
+    # Not a Count (2^20 at most): a causal LM's vocabulary is bounded by the parameters a
+    # model may have (a vocabulary of 1,048,577 was a traceback after its profile was
+    # measured, in the forty-seventh round); a classifier's labels by its config's checks.
+    num_labels: Annotated[int, Field(ge=1, le=MAX_PARAMETERS)] = Field(
         description="Classes each prediction chooses among (the vocabulary for causal-lm)."
     )
     task: Task = "classification"
