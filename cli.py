@@ -297,6 +297,7 @@ def preview_freeze_lines(result: Any) -> list[str | Text]:
                 (f"{case.predicted_speedup:.2f}×", "bold"),
                 " over the baseline",
             ),
+            *_slower_line(case.predicted_speedup),
         ]
     lines = ["--freeze auto, frozen layers per epoch:"]
     for case in result.cases:
@@ -314,7 +315,20 @@ def preview_freeze_lines(result: Any) -> list[str | Text]:
             "freezes): `pipeplan run` prints its forecast each epoch",
         )
     )
-    return lines
+    return lines + _slower_line(high)
+
+
+def _slower_line(best: float) -> list[str]:
+    """A line where every schedule priced is slower than the baseline (`best`, the highest
+    speedup, below 1.00×): the frozen layers' forward costs more than their backward saved,
+    or the packing costs more than it gains. Found by the forty-seventh round: "predicted
+    speedup 0.65×–0.67×", its α bound called the best case, said nothing of a slowdown."""
+    if best >= 0.995:  # shown as 1.00× or more
+        return []
+    return [
+        f"freezing is predicted to slow this run: the schedules priced are at best {best:.2f}× "
+        "the baseline's speed; --freeze none trains at the baseline's (1.00×)"
+    ]
 
 
 # --------------------------------------------------------------------------- demo

@@ -4169,3 +4169,38 @@ def test_a_causal_lms_vocabulary_past_a_count_is_a_profiles_num_labels():
     described["name"] = "m/config.json"  # a folder's model: its config is its own
     info = ModelInfo(**{**described, "num_labels": vocab}, dtype="float32")
     assert info.num_labels == vocab
+
+
+@pytest.mark.parametrize("freeze", ["auto", "alpha"])
+def test_a_preview_where_freezing_slows_the_run_says_so(tmp_path, capsys, freeze):
+    """Found by the forty-seventh round: on a profile whose frozen layers' forward costs more
+    than their backward saves (no-grad forward 2× + 40 ms, backward 1 % of the forward),
+    `preview` printed "predicted speedup 0.65×–0.67× over the baseline", its α bound called
+    the best case, and nothing said the run would be slower. A line says so, with the best
+    of the schedules and what trains at the baseline's speed; a preview that gains says
+    nothing of the kind."""
+    slow = json.loads(json.dumps(PROFILE))
+    for layer in slow["layers"]:
+        for timing in layer["timings"]:
+            if timing["feasible"]:
+                timing["fwd_nograd_s"], timing["fwd_nograd_spread_s"] = (
+                    2 * timing["fwd_s"] + 0.04,
+                    0,
+                )
+                timing["bwd_s"], timing["bwd_spread_s"] = 0.01 * timing["fwd_s"], 0
+    for name, profile in (("slow", slow), ("shipped", PROFILE)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(profile))
+        argv = ["preview", "--profile", str(tmp_path / f"{name}.json"), "--nodes", "1"]
+        argv += ["--devices-per-node", "2", "--global-batch", "32", "--samples", "3200"]
+        argv += ["--epochs", "4", "--freeze", freeze]
+        assert cli.main(argv) == 0
+        out = capsys.readouterr().out
+        said = re.findall(
+            r"freezing is predicted to slow this run: the schedules priced are at best "
+            r"(0\.\d\d)× the baseline's speed; --freeze none trains at the baseline's",
+            out,
+        )
+        if name == "slow":
+            assert len(said) == 1 and float(said[0]) < 1, out
+        else:
+            assert not said, out
