@@ -1546,6 +1546,20 @@ class PhaseSearch:
         # device.memory_bytes of 1 read as "a device has 0.0 MiB", unexplained).
         source = self.cluster._memory_source
         origin = f" ({source})" if source else ""
+        if smallest <= self.cluster.device_memory_bytes:
+            # The min-max bound holds every stage to the same schedule; a stage after
+            # forward-only ones holds more in flight, which the simulator prices and the bound
+            # does not: a figure below the device's would contradict the refusal (forty-
+            # seventh round: "smallest achievable … is 7.99 GiB but a device has 10.00 GiB").
+            found = (
+                "every layout priced peaks above a device's memory (the least a bound over "
+                f"stages gives, {_gib(smallest)}, leaves out what stages after frozen ones hold)"
+            )
+            return (
+                f"the model does not fit {what}: {found}; a device has "
+                f"{_gib(self.cluster.device_memory_bytes)}{origin} "
+                "(use devices with more memory, more devices, or a smaller micro-batch)"
+            )
         return (
             f"the model does not fit {what}: {found} but a device has "
             f"{_gib(self.cluster.device_memory_bytes)}{origin} "

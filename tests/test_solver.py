@@ -1334,3 +1334,29 @@ def test_a_search_that_finds_nothing_that_fits_stops_and_the_plan_goes_on():
     (phase,) = plan.phases
     phase.layout.check(len(profile.layers), 16)
     assert phase.layout.forward_only_stages > 0, phase.layout  # 4 s here; the old code: no end
+
+
+def test_a_refusal_never_quotes_a_least_memory_that_fits(monkeypatch):
+    """Found by the forty-seventh round: a pinned layout after a frozen stage 0 was refused
+    as "the smallest achievable per-device memory is 7.99 GiB but a device has 10.00 GiB":
+    the min-max bound leaves out what a stage after forward-only ones holds, which the
+    simulator prices (15.36 GiB). A bound below the device's memory is not quoted as what the
+    layouts need; the line says every layout priced peaks above it."""
+    from pipeplan.cluster import cluster_from_flags
+    from pipeplan.solver import PhaseSearch
+
+    block = SyntheticLayer("block", 3_000_000_000, 1e-3, 2e-3, 1 << 20, 1e6)
+    cluster = cluster_from_flags(nodes=1, devices_per_node=2, device_memory="8GiB")
+    layers = [SyntheticLayer("embeddings", 50_000_000, 1e-3, 2e-3, 1 << 20, 1e6)]
+    layers += [block] * 8 + [SyntheticLayer("head", 1_000, 1e-4, 2e-4, 8, 1e3)]
+    model = CostModel(synthetic_profile(layers, micro_batches=(1, 2)), cluster)
+    with pytest.raises(PipeplanError) as info:
+        solve_phase(model, 8, frozen_layers=0)
+    assert "the smallest achievable per-device memory is" in str(info.value)
+    under = cluster.device_memory_bytes - (1 << 30)
+    monkeypatch.setattr(PhaseSearch, "smallest_peak_memory_bytes", lambda *a, **k: (under, 1, 1))
+    with pytest.raises(PipeplanError) as info:
+        solve_phase(model, 8, frozen_layers=0)
+    message = str(info.value)
+    assert "every layout priced peaks above a device's memory" in message, message
+    assert "smallest achievable" not in message and "a device has 8.00 GiB" in message
