@@ -496,9 +496,9 @@ def _load_user(spec: str, seed: int) -> TaskData:
     before = set(sys.modules)
     _PASSED_ON.clear()  # a new loading of the data: its warnings are said again
     with (
-        reading(spec, f"importing {target}"),
         _contained(spec, "the data module", wide=True),
         _data_directory_on_path(),
+        reading(spec, f"importing {target}"),  # innermost: pipeplan's holds are not its time
     ):
         module = _import(target, spec)
     func = getattr(module, func_name, None)
@@ -510,9 +510,9 @@ def _load_user(spec: str, seed: int) -> TaskData:
     # A module imported inside load() is found as the data module was: `import helper` in
     # load() was "No module named 'helper'" beside mydata.py (twenty-eighth round).
     with (
-        reading(spec, f"its function {func_name}"),
         _contained(spec, "the data function", wide=True),
         _data_directory_on_path(),
+        reading(spec, f"its function {func_name}"),
     ):
         try:
             result = func(seed=seed) if _takes_seed(func) else func()
@@ -3859,7 +3859,9 @@ def watched_for_hangs(timeout_s: float) -> Iterator[None]:
     finally:
         done.set()
         watcher.join()
-        os.close(console)
+        # The data code may have closed it (`os.closerange`): refused by its own check.
+        with contextlib.suppress(OSError):
+            os.close(console)
 
 
 def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[Any]:
