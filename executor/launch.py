@@ -878,14 +878,29 @@ def start_line(exc: BaseException, rank: int) -> tuple[str, int] | None:
         start_line(Stopped(signal.SIGTERM), 1)   # ("pipeplan: rank 1: stopped by SIGTERM", 143)
     """
     # Without its rank, a rank stopped by torchrun while it waited read as if torchrun itself
-    # had been stopped (the twenty-fifth round).
-    if isinstance(exc, Interrupted):
+    # had been stopped (the twenty-fifth round). A Ctrl-C mid-run too (the rank's SIGINT, or
+    # a failure raised as it unwound: gloo's "Connection closed by peer" once the peer's had
+    # gone): a traceback of pipeplan's SignalInterrupt and an error line under torchrun (the
+    # forty-seventh round).
+    if isinstance(exc, Interrupted) or _by_sigint(exc):
         return f"pipeplan: rank {rank}: interrupted", faults.EXIT_INTERRUPTED
     if isinstance(exc, Stopped):
         return f"pipeplan: rank {rank}: {stopped_by(exc.signum)}", 128 + exc.signum
     if isinstance(exc, StartAbandoned):
         return pipeplan_log.error_line(f"rank {rank}: {exc}"), 2
     return None
+
+
+def _by_sigint(exc: BaseException) -> bool:
+    """Whether the rank's own SIGINT (`faults.SignalInterrupt`) is `exc` or what it was
+    raised while handling (its context, a few levels at most)."""
+    for _ in range(8):
+        if isinstance(exc, faults.SignalInterrupt):
+            return True
+        if exc.__context__ is None:
+            return False
+        exc = exc.__context__
+    return False
 
 
 @contextlib.contextmanager

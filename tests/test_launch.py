@@ -1734,6 +1734,30 @@ def test_a_rank_ended_while_waiting_for_its_peers_says_it_as_the_cli_does(
     assert start_line(ValueError("x"), 3) is None  # any other failure: traceback, then its line
 
 
+def test_a_rank_interrupted_mid_run_says_interrupted_without_a_traceback():
+    """Found by the forty-seventh round: Ctrl-C of torchrun mid-run made each rank print a
+    15-line traceback of pipeplan's own SignalInterrupt and "pipeplan: error: rank 0:
+    interrupted by SIGINT"; the other rank, whose gloo connection closed as it unwound,
+    printed both tracebacks. A rank's own SIGINT, or a failure raised while it unwound, is
+    the line a rank interrupted as it waited prints, exit 130; a KeyboardInterrupt code
+    raised itself is not a signal, and stays a failure."""
+    from executor.faults import SignalInterrupt
+    from executor.launch import start_line
+
+    interrupted = ("pipeplan: rank 1: interrupted", 130)
+    assert start_line(SignalInterrupt(), 1) == interrupted
+    try:
+        try:
+            raise SignalInterrupt
+        except SignalInterrupt:
+            raise RuntimeError("[gloo] Connection closed by peer") from None
+    except RuntimeError as unwound:
+        assert unwound.__context__ is not None
+        assert start_line(unwound, 1) == interrupted
+    assert start_line(KeyboardInterrupt(), 1) is None
+    assert start_line(RuntimeError("[gloo] Connection closed by peer"), 1) is None
+
+
 @pytest.mark.parametrize(
     "exc", [Interrupted(), Stopped(signal.SIGTERM), Stopped(signal.SIGHUP), StartAbandoned("x")]
 )
