@@ -63,6 +63,7 @@ from executor.task import (
 )
 from executor.topology import comm_device, host_group, node_peers, set_host_group
 from pipeplan import freeze, models
+from pipeplan import log as pipeplan_log
 from pipeplan.errors import BadArgumentError, Interrupted, OutputError, PipeplanError, quoted
 from pipeplan.fileio import moved_away, where_now_as_named
 from pipeplan.formats import (
@@ -356,6 +357,9 @@ class _Heartbeat(threading.Thread):
         super().__init__(name="pipeplan-heartbeat", daemon=True)
         self.store, self.key = store, key
         self.rank, self.timeout_s = rank, timeout_s  # for `end_a_hung_read`
+        # Where the rank's line goes (torchrun's console, or its log under `pipeplan run`),
+        # as it is now: a hung call into the data code holds descriptor 2 and sys.stderr.
+        self.console = os.dup(2)
         self.arrived = self.beats = 0
         self.lock = threading.Lock()  # a beat never overwrites an arrival with its old count
         self.done = threading.Event()
@@ -370,14 +374,18 @@ class _Heartbeat(threading.Thread):
         self.publish()
 
     def run(self) -> None:
-        while not self.done.wait(BEAT_S):
-            self.end_a_hung_read()
-            self.beats += 1
-            try:
-                self.publish()
-            except Exception as exc:  # the store went away: the run is ending; say nothing
-                log.debug("heartbeat stopped: %s", exc)
-                return
+        try:
+            while not self.done.wait(BEAT_S):
+                self.end_a_hung_read()
+                self.beats += 1
+                try:
+                    self.publish()
+                except Exception as exc:  # the store went away: the run is ending; say nothing
+                    log.debug("heartbeat stopped: %s", exc)
+                    return
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self.console)
 
     def end_a_hung_read(self) -> None:
         """A rank whose data code has been reading one item for the collective timeout is
@@ -387,7 +395,13 @@ class _Heartbeat(threading.Thread):
         hung = hung_read(self.timeout_s)
         if hung is None:
             return
-        faults.write_report(BadArgumentError(hung), self.rank, traced=False)
+        report = faults.write_report(BadArgumentError(hung), self.rank, traced=False)
+        # Under torchrun this is the run's line, as a rank that raised prints its own (the
+        # forty-seventh round: rank 1 hung importing its data ended in torchrun's summary
+        # alone); under `pipeplan run`, its log's, the launcher saying it on the console.
+        line = pipeplan_log.error_line(f"rank {self.rank}: {report.message}") + "\n"
+        with contextlib.suppress(OSError):
+            os.write(self.console, line.encode())
         os._exit(faults.EXIT_FAILED)
 
 

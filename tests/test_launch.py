@@ -437,6 +437,35 @@ def test_a_torchrun_rank_whose_code_calls_os_exit_0_is_named(tmp_path):
     assert ours == ["pipeplan: error: rank 1: exited with code 0 before the run ended"], ours
 
 
+@pytest.mark.timeout(60)
+def test_a_rank_ended_by_its_heartbeat_for_a_hung_read_prints_its_line(tmp_path):
+    """Found by the forty-seventh round: under torchrun, rank 1 hung importing its data was
+    ended by its heartbeat (`worker._Heartbeat.end_a_hung_read`) with its report written and
+    nothing said: torchrun's summary alone, no line of pipeplan's. The rank prints its line,
+    as one that raised does, to the console it had as the heartbeat started (the hung call
+    holds descriptor 2: here /dev/null in its place)."""
+    script = (
+        "import os, time\n"
+        "import torch.distributed as dist\n"
+        "from executor import data, worker\n"
+        "beat = worker._Heartbeat(dist.HashStore(), 'k', rank=1, timeout_s=2.0)\n"
+        "null = os.open(os.devnull, os.O_WRONLY); os.dup2(null, 2)\n"
+        "data._READING[:] = [time.monotonic() - 10, 'm:load', 'importing m']\n"
+        "beat.end_a_hung_read()\n"
+    )
+    env = {**environment(), "TORCHELASTIC_ERROR_FILE": str(tmp_path / "error.json")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=50
+    )
+    assert (done.returncode, done.stderr.splitlines()) == (
+        faults.EXIT_FAILED,
+        [
+            "pipeplan: error: rank 1: data 'm:load': importing m did not return within the "
+            "collective timeout of 2 s (hung; --collective-timeout sets how long a read may take)"
+        ],
+    )
+
+
 # A rank's line for its data module's exit callback that called `os._exit(3)`.
 EXITED = "the exit callback __main__.bye exited with code 3"
 
