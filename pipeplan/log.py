@@ -121,6 +121,15 @@ def thread_lines(shown: int = 10) -> list[str]:
     return said
 
 
+def _encoded(text: str, encoding: str, errors: str | None) -> bytes:
+    """`text` in the console's encoding, its errors' way; a character it cannot encode
+    (stdout's `strict` or `surrogateescape`) escaped, as Python's stderr escapes it."""
+    try:
+        return text.encode(encoding, errors or "strict")
+    except UnicodeEncodeError:
+        return text.encode(encoding, "backslashreplace")
+
+
 class Output:
     """A console stream (`sys.stdout`, `sys.stderr`, a rank's console) whose writes never
     fail the command: the first failure of a write or flush is kept in `failure`, the
@@ -148,12 +157,16 @@ class Output:
             return len(text)
         if text and self._closed is not None:
             self._failed(self._closed)
+        # A console whose encoding lacks a character (PYTHONIOENCODING=ascii, LC_ALL=C with
+        # PYTHONUTF8=0) shows it escaped, as Python's stderr does: `×` and `α` of a table
+        # failed every table-printing command in a traceback (forty-seventh round).
         try:
             raw = _raw_beneath(self.stream)
             if raw is None:
-                return self.stream.write(text)
+                encoding = getattr(self.stream, "encoding", None) or "utf-8"
+                return self.stream.write(_encoded(text, encoding, "strict").decode(encoding))
             self.stream.flush()  # anything written to the stream itself goes first
-            write_whole(raw, text.encode(self.stream.encoding, self.stream.errors))
+            write_whole(raw, _encoded(text, self.stream.encoding, self.stream.errors))
             return len(text)
         except OSError as exc:
             self._failed(exc)

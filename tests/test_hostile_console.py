@@ -267,3 +267,27 @@ def test_an_openmp_variable_libgomp_refuses_is_one_error_line(
         ), lines
     else:
         assert "no-run" in lines[0] and "environment" not in lines[0], lines
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "environment",
+    [
+        {"PYTHONIOENCODING": "ascii"},
+        {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"},
+    ],
+    ids=["ascii", "C locale"],
+)
+@pytest.mark.parametrize("args", [["--help"], ["models"], [*PREVIEW, "--epochs", "2"]])
+def test_a_console_without_the_tables_characters_shows_them_escaped(monkeypatch, environment, args):
+    """Found by the forty-seventh round: under PYTHONIOENCODING=ascii or latin-1, or the C
+    locale without UTF-8 mode, `models`, `preview`, `report`, `profile` and every `--help`
+    failed in a traceback ("'ascii' codec can't encode character '\\xd7'"), exit 1, their
+    output cut. A character the console cannot encode is escaped, as Python's stderr escapes
+    it (`1.15\\xd7`): exit 0, the whole output, nothing on stderr."""
+    for key, value in environment.items():
+        monkeypatch.setenv(key, value)
+    code, out, err = command(args)
+    assert (code, err) == (0, ""), err
+    if args[0] == "preview":
+        assert "\\xd7" in out and "over the baseline" in out, out[-500:]
