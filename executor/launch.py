@@ -225,7 +225,7 @@ from executor.worker import (
 )
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
-from pipeplan.cluster import HostRanks
+from pipeplan.cluster import HostRanks, format_bytes
 from pipeplan.costmodel import check_priced_clusters
 from pipeplan.errors import (
     BadArgumentError,
@@ -707,6 +707,32 @@ def check_outputs(run_dir: Path, skip: list[Path] | tuple[Path, ...] = ()) -> No
                 raise OutputError(f"{path}: {why}; the run writes this file")
     for name in ("run.jsonl", METRICS_FILE, "summary.json", "run.json"):
         check_writable(run_dir / name, run_owned=True)  # and the folder takes new files
+    check_free_space(run_dir)
+
+
+# The least free space a run starts (or resumes) with: each rank's error report keeps its
+# room from its start (`errorfile.reserve`), and a step's records and the logs' first lines
+# follow. Less, and a rank failed with "exited with code 1", its report unwritten (forty-
+# seventh round: a resume on a full disk). A checkpoint that does not fit later is named
+# as it is written.
+MIN_FREE_BYTES = 16 << 20
+
+
+def check_free_space(run_dir: Path) -> None:
+    """OutputError where the file system holding `run_dir` has less than MIN_FREE_BYTES free
+    for this user (a quota, the reserved blocks: `statvfs`'s f_bavail)."""
+    try:
+        found = os.statvfs(run_dir)
+    except OSError:  # nothing to ask (the folder is made later): its writes say what fails
+        return
+    free = found.f_bavail * found.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise OutputError(
+            f"{run_dir}: the disk holding it has {format_bytes(free) if free else 'nothing'} "
+            "free; a run needs at "
+            f"least {format_bytes(MIN_FREE_BYTES)} to start (its records and each rank's "
+            "error report): free some space and run it again"
+        )
 
 
 def _entries(folder: Path, names: tuple[str, ...]) -> list[Path]:

@@ -3900,3 +3900,28 @@ def test_a_run_extended_by_more_epochs_makes_the_freeze_decision_its_end_did_not
     expected = alpha_schedule(0.5, 2, blocks).frozen_layers
     assert expected[1] > 0  # the decision matters
     assert [r.frozen_layers for r in records if isinstance(r, EpochRecord)] == expected
+
+
+def test_a_resume_on_a_full_disk_is_refused_naming_the_free_space(
+    finished_run, tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-seventh round: `--resume` of a run whose disk had 0 bytes free
+    failed as "training failed on rank 0 before the resume's first step: exited with code
+    1", the full disk said only in the rank's log (its report could not be written). A run
+    is refused before any rank starts where its disk has less than `launch.MIN_FREE_BYTES`
+    free, in one line naming it, and nothing of the run changes."""
+    from executor import launch
+
+    run = copy_run(finished_run, tmp_path)
+    real = os.statvfs
+
+    def full(path):
+        found = real(path)
+        return os.statvfs_result((found.f_bsize, found.f_frsize, *found[2:4], 0, *found[5:]))
+
+    monkeypatch.setattr(launch.os, "statvfs", full)
+    fragment = (
+        f"{run}: the disk holding it has nothing free; a run needs at least 16MiB to start",
+        "free some space and run it again",
+    )
+    refused(["run", "--resume", str(run), "--epochs", "2"], run, capsys, fragment)
