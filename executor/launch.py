@@ -139,7 +139,11 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))  # faults.EXIT_INTERRUPTED
     # Under `pipeplan run` this process ignored SIGINT until now (RANK_SHELL): one forwarded
     # meanwhile was lost, but the launcher made its file first.
-    if os.environ.get(INTERRUPTED) and os.path.exists(os.environ[INTERRUPTED]):
+    # The mark is its launcher's alone (`under_pipeplan_run`, inline: defined below): under
+    # torchrun the variable set by hand to any file there ended every rank silently (forty-
+    # seventh round).
+    ours = os.environ.get(LAUNCHER_PID) == str(os.getppid())
+    if ours and os.environ.get(INTERRUPTED) and os.path.exists(os.environ[INTERRUPTED]):
         os._exit(130)
     # Before the imports that take seconds too: a rank stopped (SIGSTOP) while it imported
     # outlived a launcher killed meanwhile, stopped for ever (the seventeenth round).

@@ -466,6 +466,27 @@ def test_a_rank_ended_by_its_heartbeat_for_a_hung_read_prints_its_line(tmp_path)
     )
 
 
+@pytest.mark.timeout(60)
+def test_a_torchrun_rank_ignores_an_interrupt_mark_it_was_not_given(tmp_path):
+    """Found by the forty-seventh round: PIPEPLAN_INTERRUPTED naming any file that exists, set
+    in torchrun's environment, made every rank exit 130 at its first statement, silently: the
+    mark is `pipeplan run`'s, for its own ranks. A rank torchrun started goes on (here to its
+    run directory, which is missing: its line)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIPEPLAN_", "TORCHELASTIC"))}
+    env.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", PYTHONPATH=str(ROOT))
+    mark = tmp_path / "interrupted"
+    mark.write_text("")
+    env["PIPEPLAN_INTERRUPTED"] = str(mark)
+    done = subprocess.run(
+        [sys.executable, "-m", "executor.launch", str(tmp_path / "none")],
+        env=env, capture_output=True, text=True, timeout=50, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1 and done.stderr.splitlines() == [
+        f"pipeplan: error: rank 1: {tmp_path / 'none' / 'run.json'}: no such file"
+    ], done.stderr
+
+
 # A rank's line for its data module's exit callback that called `os._exit(3)`.
 EXITED = "the exit callback __main__.bye exited with code 3"
 
