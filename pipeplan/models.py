@@ -77,6 +77,7 @@ from pipeplan.formats.base import (
     out_of_memory,
     printable,
     read_input,
+    run_file_kind,
     unique_keys,
 )
 from pipeplan.formats.modelconfig import (
@@ -824,6 +825,14 @@ def _resolve(name_or_path: str) -> _Source:
         raise UnknownModelError(
             f"unknown model {quoted(name_or_path)}; known: {', '.join(PRESETS)} "
             "(or a transformers directory / config.json path)"
+        )
+    folder = path.parent if path.name == "config.json" else path
+    if not path.exists() and (kind := run_file_kind(folder)) is not None:
+        # Forty-seventh round: a run folder given as MODEL was "runs/ft/config.json: no such
+        # file"; its trained model is the folder's model/ (a checkpoint: `pipeplan export`).
+        raise InputFileError(
+            f"{folder}: not a model folder (it is {kind}); `pipeplan export RUN --out DIR` "
+            "makes one of a run's trained model or of a checkpoint (--checkpoint step-N)"
         )
     _check_config_file(path)
     data = _read_config(path)

@@ -3925,3 +3925,18 @@ def test_a_resume_on_a_full_disk_is_refused_naming_the_free_space(
         "free some space and run it again",
     )
     refused(["run", "--resume", str(run), "--epochs", "2"], run, capsys, fragment)
+
+
+@pytest.mark.parametrize("given", ["", "checkpoints/latest-folder"])
+def test_a_run_directory_given_as_model_is_named_as_one(finished_run, tmp_path, capsys, given):
+    """Found by the forty-seventh round: `pipeplan profile runs/ft` (a run directory where a
+    model folder belongs) said "runs/ft/config.json: no such file", as did a checkpoint's
+    folder; `--profile runs/r1` says "not a profile (it is a run directory)". MODEL says so
+    too, and what makes a model folder of it."""
+    folder = finished_run
+    if given:
+        latest = (finished_run / "checkpoints" / "latest").read_text().strip()
+        folder = finished_run / "checkpoints" / latest
+    kind = "a checkpoint folder" if given else "a run directory"
+    fragment = f"{folder}: not a model folder (it is {kind}); `pipeplan export RUN --out DIR`"
+    refused(["profile", str(folder), "--out", str(tmp_path / "p.json")], tmp_path, capsys, fragment)
