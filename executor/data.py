@@ -3805,7 +3805,7 @@ def reading(name: str, doing: str) -> Iterator[None]:
         _READING.clear()
 
 
-def hung_read(timeout_s: float) -> str | None:
+def hung_read(timeout_s: float, early_s: float = 0.0) -> str | None:
     """What the user's data code has been reading for longer than `timeout_s` (the collective
     timeout), in words, or None. Found by the forty-sixth round: a rank whose `__getitem__`
     never returned kept its heartbeat thread beating, so the others waited for it as for slow
@@ -3813,9 +3813,12 @@ def hung_read(timeout_s: float) -> str | None:
     as nobody stopped it. A rank's heartbeat ends it instead (`worker._Heartbeat`).
 
         hung_read(600.0)   # "data 'm:load': reading train item 7 did not return within …"
+
+    `early_s`: said that much before the timeout, so that a rank says it before a peer
+    waiting for it in a collective times out (a rank's heartbeat, which looks once a second).
     """
     reading = list(_READING)  # the main thread may clear it meanwhile
-    if not reading or time.monotonic() - reading[0] <= timeout_s:
+    if not reading or time.monotonic() - reading[0] <= timeout_s - early_s:
         return None
     _, name, doing = reading
     return (

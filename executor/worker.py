@@ -392,7 +392,10 @@ class _Heartbeat(threading.Thread):
         hung (`data.hung_read`): its main thread, in the user's code, cannot be made to
         return, so this thread ends the rank with its report, which the launcher names it by,
         as it names a rank that raised."""
-        hung = hung_read(self.timeout_s)
+        # Early by two beats (at most half the timeout): a peer waiting in a collective
+        # entered it after this read began, but within a beat or two, and timed out first,
+        # naming itself (forty-seventh round: rank 0 blamed under torchrun, no item named).
+        hung = hung_read(self.timeout_s, min(2 * BEAT_S, self.timeout_s / 2))
         if hung is None:
             return
         report = faults.write_report(BadArgumentError(hung), self.rank, traced=False)
