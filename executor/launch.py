@@ -345,6 +345,8 @@ def _make_run_directory(
     # run.json records absolute paths: a resume, an export or another node (torchrun on a
     # shared file system) may start in another directory. The checks above name the paths
     # as they were given.
+    if "name" not in cfg.model_fields_set:  # run-DATE-TIME: two runs started in one second
+        cfg = cfg.model_copy(update={"name": _free_name(runs_root, cfg.name)})
     cfg = absolute_paths(cfg)
     # Hashed before the folder is claimed: a failure loses nothing.
     record = data_record(cfg, facts)
@@ -394,6 +396,17 @@ def _make_run_directory(
                 "started: run it again"
             ) from None
     return run_dir
+
+
+def _free_name(runs_root: str | Path, name: str) -> str:
+    """The default name `name` (run-DATE-TIME), or `name-2`, `name-3`, … where a run took it:
+    two runs started without --name in the same second were refused "already holds a run;
+    pick another --name", a name the user never gave (the forty-seventh round)."""
+    for count in range(1, 1000):
+        free = name if count == 1 else f"{name}-{count}"
+        if not os.path.lexists(Path(runs_root) / free):
+            return free
+    return name  # a thousand in one second: the claim says the folder is taken
 
 
 def _unprepare(

@@ -2906,3 +2906,26 @@ def test_a_run_directory_moved_and_replaced_by_a_file_names_where_it_went(tmp_pa
     assert len(lines) == 1 and f"the run directory moved to {moved} while it trained" in lines[0]
     assert lines[0].endswith(f"resume with: pipeplan run --resume {moved}"), lines
     assert not (moved / "logs" / "interrupted").exists()
+
+
+def test_two_runs_started_in_one_second_without_a_name_both_start(tmp_path, capsys, monkeypatch):
+    """Found by the forty-seventh round: two `pipeplan run` started without --name in the same
+    second collided on the default run-DATE-TIME, and the second was refused "already holds a
+    run; pick another --name", a name the user never gave. A default name a run holds is
+    followed by -2, -3, …; a name given is still refused (that user chose it)."""
+    import time as time_module
+
+    real = time_module.strftime
+    fixed = "run-20260101-000000"
+    monkeypatch.setattr(
+        time_module, "strftime", lambda f, *a: fixed if f.startswith("run-") else real(f, *a)
+    )
+    runs = tmp_path / "runs"
+    (runs / fixed).mkdir(parents=True)
+    (runs / fixed / "run.json").write_text("{}")
+    argv = ["run", "--prepare-only", "--nproc", "1", "--epochs", "1", "--runs-dir", str(runs)]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert (runs / f"{fixed}-2" / "run.json").is_file()
+    assert capsys.readouterr().out.rstrip().endswith(f"{runs / fixed}-2")
+    assert cli.main([*argv, "--name", fixed]) == 2
+    assert "already holds a run; pick another --name" in capsys.readouterr().err

@@ -227,7 +227,9 @@ class RunConfig(Versioned):
 
     schema_version: Literal[1] = 1
     name: Annotated[Text, Flag(default="run-DATE-TIME")] = Field(
-        default_factory=_timestamp, description="Run name: the run directory is runs/NAME/."
+        default_factory=_timestamp,
+        description="Run name: the run directory is runs/NAME/ (by default run-DATE-TIME, "
+        "-2, -3, … after it where another run took it).",
     )
     model: Text = Field(
         "vit-digits",
