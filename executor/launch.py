@@ -220,6 +220,7 @@ from executor.task import (
     read_run_config,
 )
 from executor.worker import (
+    DIVERGED,
     ONE_SIDED_TIMEOUT_S,
     StartAbandoned,
     StartWait,
@@ -1540,6 +1541,10 @@ def failure_line(
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
     line = f"training failed on rank {rank}{at}: {why}; rank logs in {run_dir / 'logs'}"
+    if why.startswith(DIVERGED):
+        # A resume keeps the run's --lr and diverges again (forty-seventh round: the line
+        # said both "lower --lr" and "resume with", and the resume said it again).
+        return line + "; a resume keeps its --lr: start a new run (another --name) to lower it"
     return line + what_next(run_dir, cfg)
 
 

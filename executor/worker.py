@@ -526,6 +526,10 @@ def end_one_sided_waits() -> None:
         _one_sided.pop().close()
 
 
+# How a run that diverged says so (`Trainer.diverged`); the launcher's line tells it apart.
+DIVERGED = "training diverged"
+
+
 class RunDirectoryMoved(OutputError):
     """The run directory is no longer at the path its ranks write to: moved or deleted while
     they trained (`Trainer.check_in_place`)."""
@@ -1120,7 +1124,7 @@ class Trainer:
     def diverged(self, what: str, epoch: int) -> None:
         """Stop the run on a non-finite loss, before a record holds it, saying what to do."""
         raise PipeplanError(
-            f"training diverged: {what} (epoch {epoch + 1}); lower --lr (it is "
+            f"{DIVERGED}: {what} (epoch {epoch + 1}); lower --lr (it is "
             f"{self.cfg.lr:g}) or check the data for NaN or infinite values"
         )
 

@@ -3971,6 +3971,10 @@ def test_a_diverging_run_says_so_and_keeps_its_records_valid(tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pipeplan: error: training failed on rank 0")
     assert "training diverged: the" in lines[0] and "lower --lr (it is 1e+30)" in lines[0]
+    # Not "resume with": a resume keeps --lr and diverges again (the forty-seventh round).
+    assert lines[0].endswith(
+        "; a resume keeps its --lr: start a new run (another --name) to lower it"
+    ), lines[0]
     # One numbering of steps per line (twenty-third round: "at step 1: … at step 2").
     failed_at, diverged_at = re.findall(r"at step (\d+)", lines[0])
     assert failed_at == diverged_at
