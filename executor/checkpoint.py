@@ -171,6 +171,12 @@ def _kept(root: Path, failed: str) -> str:
     except (OSError, ValueError):
         kept = ""
     if not STEP_DIR.fullmatch(kept) or not (root / kept).is_dir():
+        # Step folders, but a pointer that names none of them (made a folder, edited by
+        # hand): "no earlier checkpoint is kept" beside "resume with" said both (forty-
+        # seventh round). What a resume needs is said instead.
+        with contextlib.suppress(OSError):
+            if any(STEP_DIR.fullmatch(entry.name) for entry in root.iterdir()):
+                return f"{root / 'latest'} names no checkpoint kept, which a resume needs"
         return "no earlier checkpoint is kept"
     if kept == failed:  # written and pointed to; what failed came after
         return f"{kept} itself is kept"

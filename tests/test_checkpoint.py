@@ -259,6 +259,14 @@ def test_a_failed_checkpoint_names_its_step_and_the_step_kept(
         "(No space left on device; "
     )
     assert str(err.value).endswith("; the last checkpoint written, step-2, is kept")
+    # The forty-seventh round: `latest` made a folder beside kept steps said "no earlier
+    # checkpoint is kept" and "resume with" in one line; what a resume needs is said.
+    (tmp_path / "checkpoints" / "latest").unlink()
+    (tmp_path / "checkpoints" / "latest").mkdir()
+    with pytest.raises(OutputError) as err:
+        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+    latest = tmp_path / "checkpoints" / "latest"
+    assert str(err.value).endswith(f"; {latest} names no checkpoint kept, which a resume needs")
     shutil.rmtree(tmp_path / "checkpoints")
     with pytest.raises(OutputError, match=r"; no earlier checkpoint is kept$"):
         checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
