@@ -498,7 +498,8 @@ def _load_user(spec: str, seed: int) -> TaskData:
     with (
         _contained(spec, "the data module", wide=True),
         _data_directory_on_path(),
-        reading(spec, f"importing {target}"),  # innermost: pipeplan's holds are not its time
+        # Innermost: pipeplan's holds are not its time.
+        reading(spec, f"importing {target}", LOAD_LIMIT_S),
     ):
         module = _import(target, spec)
     func = getattr(module, func_name, None)
@@ -512,7 +513,7 @@ def _load_user(spec: str, seed: int) -> TaskData:
     with (
         _contained(spec, "the data function", wide=True),
         _data_directory_on_path(),
-        reading(spec, f"its function {func_name}"),
+        reading(spec, f"its function {func_name}", LOAD_LIMIT_S),
     ):
         try:
             result = func(seed=seed) if _takes_seed(func) else func()
@@ -3796,9 +3797,10 @@ _READING: list[Any] = []
 
 
 @contextlib.contextmanager
-def reading(name: str, doing: str) -> Iterator[None]:
-    """Marks a read of the user's data (`len()`, an item) as under way for `hung_read`."""
-    _READING[:] = [time.monotonic(), name, doing]
+def reading(name: str, doing: str, least_s: float = 0.0) -> Iterator[None]:
+    """Marks a call into the user's data (`len()`, an item; its import or function, which may
+    take `least_s` whatever the collective timeout) as under way for `hung_read`."""
+    _READING[:] = [time.monotonic(), name, doing, least_s]
     try:
         yield
     finally:
@@ -3818,13 +3820,27 @@ def hung_read(timeout_s: float, early_s: float = 0.0) -> str | None:
     waiting for it in a collective times out (a rank's heartbeat, which looks once a second).
     """
     reading = list(_READING)  # the main thread may clear it meanwhile
-    if not reading or time.monotonic() - reading[0] <= timeout_s - early_s:
+    if not reading:
         return None
-    _, name, doing = reading
+    started, name, doing, least_s = reading
+    if time.monotonic() - started <= max(timeout_s, least_s) - early_s:
+        return None
+    if least_s > timeout_s:
+        return (
+            f"data {quoted(name)}: {doing} did not return within {least_s:g} s (hung; a data "
+            "module's import or function may take the collective timeout or "
+            f"{least_s:g} s, whichever is longer)"
+        )
     return (
         f"data {quoted(name)}: {doing} did not return within the collective timeout of "
         f"{timeout_s:g} s (hung; --collective-timeout sets how long a read may take)"
     )
+
+
+# The longest a data module's import or its function may take, if the collective timeout is
+# shorter: they load and prepare data sets (tokenizing a corpus takes minutes) once, where a
+# read of an item takes milliseconds and is held to the collective timeout.
+LOAD_LIMIT_S = 600.0
 
 
 @contextlib.contextmanager

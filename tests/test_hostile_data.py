@@ -6155,10 +6155,11 @@ def test_data_code_that_hangs_in_the_launchers_checks_ends_the_command(tmp_path,
     """Found by the forty-seventh round: a data module that slept forever at import, in `load`
     or in an item the launcher's checks read hung `pipeplan run` with nothing said, whatever
     --collective-timeout said (a rank's hung read was ended since the forty-sixth). The
-    command's checks are watched (`data.watched_for_hangs`): a call into the data code that
-    has not returned within the collective timeout ends it with one line naming the call,
-    exit 2, and no run folder. The `pipeplan` command itself (`cli.entry`), in a subprocess:
-    under the Python API the process is the caller's."""
+    command's checks are watched (`data.watched_for_hangs`): an item or a len() that has not
+    returned within the collective timeout, an import or a function within it or
+    `data.LOAD_LIMIT_S` (600 s: loading a corpus may take minutes), ends it with one line
+    naming the call, exit 2, and no run folder. The `pipeplan` command itself (`cli.entry`),
+    in a subprocess: under the Python API the process is the caller's."""
     code = {"at_import": "", "in_load": "", "in_item": "", where: "while True: time.sleep(0.1)"}
     (tmp_path / "rt47_hang.py").write_text(
         MOVING_MODULE.replace("import os\n", "import os, time\n", 1).format(**code)
@@ -6170,16 +6171,23 @@ def test_data_code_that_hangs_in_the_launchers_checks_ends_the_command(tmp_path,
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
     }
+    # The import and the function may take 600 s (`data.LOAD_LIMIT_S`), here 3: the
+    # `pipeplan` command as its entry runs it, the limit set first.
+    entry = "import sys; from executor import data; data.LOAD_LIMIT_S = 3.0; import cli; "
+    entry += "sys.argv[1:] = " + repr(argv) + "; cli.entry()"
     done = subprocess.run(
-        [sys.executable, str(root / "cli.py"), *argv], cwd=tmp_path, env=env,
+        [sys.executable, "-c", entry], cwd=tmp_path, env=env,
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    named = "'moving'" if where == "in_item" else "'rt47_hang:load'"  # an item: its set's name
-    assert (done.returncode, done.stderr.splitlines()) == (
-        2,
-        [
-            f"pipeplan: error: data {named}: {doing} did not return within the "
-            "collective timeout of 2 s (hung; --collective-timeout sets how long a read may take)"
-        ],
-    )
+    if where == "in_item":  # an item: its set's name, and the collective timeout
+        said = (
+            f"data 'moving': {doing} did not return within the collective timeout of 2 s "
+            "(hung; --collective-timeout sets how long a read may take)"
+        )
+    else:
+        said = (
+            f"data 'rt47_hang:load': {doing} did not return within 3 s (hung; a data module's "
+            "import or function may take the collective timeout or 3 s, whichever is longer)"
+        )
+    assert (done.returncode, done.stderr.splitlines()) == (2, [f"pipeplan: error: {said}"])
     assert not (tmp_path / "runs").exists()

@@ -450,7 +450,7 @@ def test_a_rank_ended_by_its_heartbeat_for_a_hung_read_prints_its_line(tmp_path)
         "from executor import data, worker\n"
         "beat = worker._Heartbeat(dist.HashStore(), 'k', rank=1, timeout_s=2.0)\n"
         "null = os.open(os.devnull, os.O_WRONLY); os.dup2(null, 2)\n"
-        "data._READING[:] = [time.monotonic() - 10, 'm:load', 'importing m']\n"
+        "data._READING[:] = [time.monotonic() - 10, 'm:load', 'importing m', 0.0]\n"
         "beat.end_a_hung_read()\n"
     )
     env = {**environment(), "TORCHELASTIC_ERROR_FILE": str(tmp_path / "error.json")}
