@@ -42,6 +42,13 @@ STARTED=$SECONDS
 
 pipeplan() { python -c 'import sys, cli; sys.exit(cli.main())' "$@"; }
 
+# The check running now (its process group): a TERM, INT or HUP to this script (an outer
+# `timeout`) ends it too. Without this, a device session's `timeout 540 bench/gpu_check.sh |
+# tee LOG` ended the script alone: the check, in a process group of its own, held the pipe
+# open, and the session's whole command ran past its limit with nothing back (2026-12-04).
+CURRENT=""
+trap 'if [ -n "$CURRENT" ]; then kill -TERM -- "-$CURRENT" 2>/dev/null; sleep 2; kill -KILL -- "-$CURRENT" 2>/dev/null; fi; exit 143' TERM INT HUP
+
 # within SECONDS COMMAND…: the command (a function too) in a background job; past the
 # deadline its whole process group gets SIGTERM, then SIGKILL, and the status is 124.
 within() {
@@ -49,17 +56,20 @@ within() {
     shift
     "$@" &
     local job=$!
+    CURRENT=$job
     while kill -0 "$job" 2>/dev/null; do
         if [ "$tenths" -ge $((limit * 10)) ]; then
             kill -TERM -- "-$job" 2>/dev/null
             sleep 5
             kill -KILL -- "-$job" 2>/dev/null
             wait "$job"
+            CURRENT=""
             return 124
         fi
         sleep 0.1
         tenths=$((tenths + 1))
     done
+    CURRENT=""
     wait "$job"
 }
 
