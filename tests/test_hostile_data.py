@@ -2962,6 +2962,23 @@ def load(seed=0):
 """
 
 
+def _pipeplan_in_a_subprocess(
+    tmp_path: Path, argv: list[str], first: str = ""
+) -> subprocess.CompletedProcess:
+    """The `pipeplan` command (`cli.entry`, its own process) with `argv`, from tmp_path, the
+    checkout on the path; `first`: Python run before it (a limit set for the test)."""
+    root = Path(cli.__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+    entry = f"import sys; {first or 'pass'}; import cli; sys.argv[1:] = {argv!r}; cli.entry()"
+    return subprocess.run(
+        [sys.executable, "-c", entry], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+
+
 def _run_moving(tmp_path, name: str, *argv: str, **code: str) -> int:
     """`pipeplan run` (or `argv`, when given) of MOVING_MODULE with `code` put in at import,
     in load() and in `__getitem__` (`at_import`, `in_load`, `in_item`), from tmp_path, the
@@ -6070,15 +6087,7 @@ def test_a_data_sets_del_that_raises_is_one_warning_line(tmp_path, fails):
     argv += ["--nproc", "1", "--name", "n"]
     if fails:
         argv += ["--global-batch", "1000000000000"]
-    root = Path(cli.__file__).resolve().parent
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "cli", *argv], cwd=tmp_path, env=env, capture_output=True,
-        text=True, timeout=100, check=False,
-    )  # fmt: skip
+    done = _pipeplan_in_a_subprocess(tmp_path, argv)
     lines = done.stderr.splitlines()
     assert done.returncode == (2 if fails else 0), lines
     assert not [line for line in lines if not line.startswith("pipeplan: ")], lines
@@ -6118,15 +6127,7 @@ def test_what_a_thread_the_data_code_left_running_writes_is_held(tmp_path, fails
     argv += ["--nproc", "1", "--name", "n"]
     if fails:
         argv += ["--global-batch", "1000000000000"]
-    root = Path(cli.__file__).resolve().parent
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "cli", *argv], cwd=tmp_path, env=env, capture_output=True,
-        text=True, timeout=100, check=False,
-    )  # fmt: skip
+    done = _pipeplan_in_a_subprocess(tmp_path, argv)
     lines = done.stderr.splitlines()
     assert done.returncode == (2 if fails else 0), lines
     assert not [line for line in lines if not line.startswith("pipeplan: ")], lines
@@ -6166,19 +6167,10 @@ def test_data_code_that_hangs_in_the_launchers_checks_ends_the_command(tmp_path,
     )
     argv = ["run", "--model", "vit-digits", "--data", "rt47_hang:load", "--nproc", "1"]
     argv += ["--collective-timeout", "2", "--name", "n"]
-    root = Path(cli.__file__).resolve().parent
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-    }
     # The import and the function may take 600 s (`data.LOAD_LIMIT_S`), here 3: the
     # `pipeplan` command as its entry runs it, the limit set first.
-    entry = "import sys; from executor import data; data.LOAD_LIMIT_S = 3.0; import cli; "
-    entry += "sys.argv[1:] = " + repr(argv) + "; cli.entry()"
-    done = subprocess.run(
-        [sys.executable, "-c", entry], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    first = "from executor import data; data.LOAD_LIMIT_S = 3.0"
+    done = _pipeplan_in_a_subprocess(tmp_path, argv, first)
     if where == "in_item":  # an item: its set's name, and the collective timeout
         said = (
             f"data 'moving': {doing} did not return within the collective timeout of 2 s "
