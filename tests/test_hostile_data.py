@@ -2962,6 +2962,32 @@ def load(seed=0):
 """
 
 
+def _replaced_by_data_code(
+    tmp_path: Path, capsys, data: str, module: str, name: str, value: str, where: str = "in_load"
+) -> tuple[int, bool, list[str]]:
+    """`pipeplan run --prepare-only` of MOVING_MODULE (as `data`) whose import or load
+    (`where`) sets `module.name` ("Path.write_bytes": a class's method) to `value`: its exit
+    code, whether the function was put back, and its stderr's lines. Put back here too,
+    whatever happened, for the tests after it."""
+    import importlib
+
+    held = importlib.import_module(module)
+    owner_name, _, attribute = name.rpartition(".")
+    owner = getattr(held, owner_name) if owner_name else held
+    real = vars(owner)[attribute]
+    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", f"{data}:load")
+    argv += ("--nproc", "1", "--name", "n")
+    change = f"import importlib; m = importlib.import_module({module!r}); m.{name} = {value}"
+    if where == "at_import":
+        change = change.replace("; m", "\nm", 1)
+    try:
+        code = _run_moving(tmp_path, data, *argv, **{where: change})
+        after = vars(owner)[attribute]
+    finally:
+        setattr(owner, attribute, real)
+    return code, after is real, capsys.readouterr().err.strip().splitlines()
+
+
 def _pipeplan_in_a_subprocess(
     tmp_path: Path, argv: list[str], first: str = ""
 ) -> subprocess.CompletedProcess:
@@ -5469,25 +5495,12 @@ def test_a_data_function_that_replaces_what_records_are_written_with_is_refused(
     "sha256" in the profile's identity, a 61-line traceback, exit 1. hashlib, math, pathlib and
     csv, what the records are hashed, checked and written with, are held: refused in one line
     naming the function, before the run folder is made, and put back."""
-    import importlib
-
-    held = importlib.import_module(module)
-    owner_name, _, attribute = name.rpartition(".")
-    owner = getattr(held, owner_name) if owner_name else held
-    real = owner.__dict__[attribute] if owner_name else getattr(held, attribute)
     monkeypatch.chdir(tmp_path)
-    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt46_kept:load")
-    argv += ("--nproc", "1", "--name", "n")
-    target = f"m.{name}"
     value = replacement or "lambda *a, **k: 0"
-    in_load = f"import importlib; m = importlib.import_module({module!r}); {target} = {value}"
-    try:
-        code = _run_moving(tmp_path, "rt46_kept", *argv, in_load=in_load)
-        after = owner.__dict__[attribute] if owner_name else getattr(held, attribute)
-    finally:  # for the tests after this one, whatever happened
-        setattr(owner, attribute, real)
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert (code, after is real) == (2, True), lines
+    code, put_back, lines = _replaced_by_data_code(
+        tmp_path, capsys, "rt46_kept", module, name, value
+    )
+    assert (code, put_back) == (2, True), lines
     assert len(lines) == 1 and lines[0].startswith(
         f"pipeplan: error: data 'rt46_kept:load': the data function replaced {module}.{name}"
     ), lines
@@ -5931,25 +5944,11 @@ def test_data_code_that_replaces_a_function_of_pythons_or_pipeplans_packages_is_
     the packages pipeplan runs on, and their classes): refused in one line naming the function,
     before the run folder is made, and put back. The first name a module is imported by is
     the one said (transformers' class is `transformers.PreTrainedModel`)."""
-    import importlib
-
-    held = importlib.import_module(module)
-    owner_name, _, attribute = name.rpartition(".")
-    owner = getattr(held, owner_name) if owner_name else held
-    real = vars(owner)[attribute]
     monkeypatch.chdir(tmp_path)
-    argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt47_wide:load")
-    argv += ("--nproc", "1", "--name", "n")
-    change = f"import importlib; m = importlib.import_module({module!r}); m.{name} = lambda *a: 0"
-    if where == "at_import":
-        change = change.replace("; m", "\nm", 1)
-    try:
-        code = _run_moving(tmp_path, "rt47_wide", *argv, **{where: change})
-        after = vars(owner)[attribute]
-    finally:  # for the tests after this one, whatever happened
-        setattr(owner, attribute, real)
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert (code, after is real) == (2, True), lines
+    code, put_back, lines = _replaced_by_data_code(
+        tmp_path, capsys, "rt47_wide", module, name, "lambda *a: 0", where
+    )
+    assert (code, put_back) == (2, True), lines
     doing = "the data module" if where == "at_import" else "the data function"
     assert len(lines) == 1, lines
     assert re.match(
