@@ -5,6 +5,8 @@
 # cores, most of it process start-up and CPU training; BENCHMARKS.md).
 #
 #   bench/gpu_check.sh            # GPU_CHECK_DIR=DIR to choose where it writes (default runs/)
+#   GPU_CHECK_BUDGET_S=450 bench/gpu_check.sh   # end within 450 s: later checks are cut short
+#                                               # or skipped, and the summary still prints
 #
 # It profiles vit-digits, bert-synth and bert-base on CUDA (and in bf16 where `--precision`
 # exists), previews bert-base on this node's GPUs, trains vit-digits over NCCL on up to two
@@ -39,6 +41,9 @@ fi
 PASSED=()
 FAILED=()
 STARTED=$SECONDS
+# A lease of device time is short: with a budget, each check's deadline is cut to what is left
+# (less 20 s for the summary), and a check with under 15 s left is skipped and named as such.
+BUDGET=${GPU_CHECK_BUDGET_S:-0}
 
 pipeplan() { python -c 'import sys, cli; sys.exit(cli.main())' "$@"; }
 
@@ -75,8 +80,17 @@ within() {
 
 # check NAME SECONDS COMMAND…: run it under a deadline, output to the log, verdict kept.
 check() {
-    local name=$1 limit=$2 start=$SECONDS code=0 why
+    local name=$1 limit=$2 start=$SECONDS code=0 why left
     shift 2
+    if [ "$BUDGET" -gt 0 ]; then
+        left=$((BUDGET - (SECONDS - STARTED) - 20))
+        if [ "$left" -lt 15 ]; then
+            FAILED+=("$name: skipped: GPU_CHECK_BUDGET_S=$BUDGET spent")
+            echo "$name: skipped (budget spent)"
+            return
+        fi
+        [ "$left" -lt "$limit" ] && limit=$left
+    fi
     printf '\n== %s: %s\n' "$name" "$*" >>"$LOG"
     within "$limit" "$@" >>"$LOG" 2>&1 || code=$?
     if [ "$code" = 0 ]; then
@@ -97,23 +111,33 @@ precision_flag() { [ "$1" = fp32 ] && [ "$PRECISIONS" = fp32 ] || echo "--precis
     echo "precisions: $PRECISIONS; NCCL runs on $NPROC rank(s); output in $OUT"
 } | tee -a "$LOG"
 
-# 1. Profiles on CUDA: one layer at a time on the GPU; links over NCCL with two GPUs.
+# 1. Profiles on CUDA: one layer at a time on the GPU; links over NCCL with two GPUs. The
+# training runs need fp32's three and bert-synth's in the last precision; the other bf16
+# profiles come last (9.), so that a short budget spends itself on training first.
 LINKS=()
 [ "$NPROC" -ge 2 ] && LINKS=(--nproc "$NPROC")
-for precision in $PRECISIONS; do
-    # shellcheck disable=SC2046
-    check "profile vit-digits $precision" 120 pipeplan profile vit-digits --device cuda \
-        --micro-batch-sizes 1,2,4,8,16 "${LINKS[@]}" $(precision_flag "$precision") \
-        --out "$OUT/vit-digits@cuda-$precision.json"
-    # shellcheck disable=SC2046
-    check "profile bert-synth $precision" 120 pipeplan profile bert-synth --device cuda \
-        --micro-batch-sizes 1,2,4,8 $(precision_flag "$precision") \
-        --out "$OUT/bert-synth@cuda-$precision.json"
-    # shellcheck disable=SC2046
-    check "profile bert-base $precision" 180 pipeplan profile bert-base --device cuda \
-        --micro-batch-sizes 1,2,4,8 --repeats 3 $(precision_flag "$precision") \
-        --out "$OUT/bert-base@cuda-$precision.json"
-done
+# shellcheck disable=SC2046
+profile_vit() {
+    check "profile vit-digits $1" 120 pipeplan profile vit-digits --device cuda \
+        --micro-batch-sizes 1,2,4,8,16 "${LINKS[@]}" $(precision_flag "$1") \
+        --out "$OUT/vit-digits@cuda-$1.json"
+}
+# shellcheck disable=SC2046
+profile_bert_synth() {
+    check "profile bert-synth $1" 120 pipeplan profile bert-synth --device cuda \
+        --micro-batch-sizes 1,2,4,8 $(precision_flag "$1") \
+        --out "$OUT/bert-synth@cuda-$1.json"
+}
+# shellcheck disable=SC2046
+profile_bert_base() {
+    check "profile bert-base $1" 180 pipeplan profile bert-base --device cuda \
+        --micro-batch-sizes 1,2,4,8 --repeats 3 $(precision_flag "$1") \
+        --out "$OUT/bert-base@cuda-$1.json"
+}
+profile_vit fp32
+profile_bert_synth fp32
+profile_bert_base fp32
+[ "${PRECISIONS##* }" != fp32 ] && profile_bert_synth "${PRECISIONS##* }"
 
 # 2. Preview bert-base on this node's GPUs, each with its whole memory.
 check "preview bert-base" 120 pipeplan preview --profile "$OUT/bert-base@cuda-fp32.json" \
@@ -184,18 +208,25 @@ check "train bert-synth $BERT_PRECISION" 180 pipeplan run --nproc "$NPROC" --dev
     --profile "$OUT/bert-synth@cuda-$BERT_PRECISION.json" $(precision_flag "$BERT_PRECISION") \
     --name "bert-$BERT_PRECISION" --runs-dir "$RUNS"
 
-# 7. The CUDA tests (NCCL's device, stage placement, a model profiled layer by layer).
+# 7. Measured against planned, per phase.
+check "measured vs planned" 60 python bench/gpu_check.py summary "$RUNS/vit-fp32" \
+    "$RUNS/bert-$BERT_PRECISION"
+
+# 8. The CUDA tests (NCCL's device, stage placement, a model profiled layer by layer).
 check "CUDA tests" 300 python -m pytest -q -p no:cacheprovider tests/test_device.py \
     -m "not multiprocess"
 
-# 8. Measured against planned, per phase.
-check "measured vs planned" 60 python bench/gpu_check.py summary "$RUNS/vit-fp32" \
-    "$RUNS/bert-$BERT_PRECISION"
+# 9. The other profiles of the other precisions.
+for precision in $PRECISIONS; do
+    [ "$precision" = fp32 ] && continue
+    profile_vit "$precision"
+    profile_bert_base "$precision"
+done
 
 {
     echo
     echo "== summary ($((SECONDS - STARTED)) s)"
-    sed -n '/^== measured vs planned/,$p' "$LOG" | sed '1d' | grep -v '^== summary' || true
+    awk '/^== /{on = /^== measured vs planned/; next} on' "$LOG"
     for line in "${PASSED[@]}"; do echo "ok    $line"; done
     for line in "${FAILED[@]}"; do echo "FAIL  $line"; done
     echo "log: $LOG"
