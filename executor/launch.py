@@ -27,6 +27,7 @@ online recalibration).
 from __future__ import annotations
 
 # ruff: noqa: E402 (a rank takes SIGINT over before the imports that take seconds)
+import dataclasses
 import os
 import sys
 
@@ -1394,9 +1395,15 @@ def local_config(nproc: int, logs: Path) -> LaunchConfig:
         max_restarts=0,
         monitor_interval=0.1,
         logs_specs=RankLogs(logs),
-        shutdown_timeout=SHUTDOWN_S,
-        signals_to_handle=AGENT_HANDLES,
+        **_newer_fields(shutdown_timeout=SHUTDOWN_S, signals_to_handle=AGENT_HANDLES),
     )
+
+
+def _newer_fields(**fields) -> dict:
+    """The LaunchConfig fields this torch has: a GPU image's torch may be older than the pin
+    (torch 2.11's has neither of these, and runs with its defaults: a 30 s shutdown)."""
+    known = {f.name for f in dataclasses.fields(LaunchConfig)}
+    return {name: value for name, value in fields.items() if name in known}
 
 
 class RankLogs(LogsSpecs):

@@ -2084,3 +2084,29 @@ def test_the_rendezvous_names_its_events_callers_as_torch_does():
     got = handler_method(dynamic_rendezvous.get_method_name)
     assert got == handler_method(by_inspect) == "handler_method"
     assert dynamic_rendezvous.get_method_name(10_000) == by_inspect(10_000) == "no_method_name"
+
+
+def test_the_launch_config_takes_only_the_fields_this_torch_has(tmp_path, monkeypatch):
+    """torch 2.11 (a GPU image's, 2026-12-04) has no `shutdown_timeout` or `signals_to_handle`:
+    passing them failed every `pipeplan run` there with a TypeError."""
+    from dataclasses import field, fields, make_dataclass
+
+    from executor import launch
+
+    config = launch.local_config(2, tmp_path)
+    assert config.shutdown_timeout == launch.SHUTDOWN_S
+    assert config.signals_to_handle == launch.AGENT_HANDLES
+
+    newer = ("shutdown_timeout", "signals_to_handle")
+    older = make_dataclass(
+        "LaunchConfig",
+        [
+            (f.name, f.type, field(default=f.default, default_factory=f.default_factory))
+            for f in fields(launch.LaunchConfig)
+            if f.name not in newer
+        ],
+    )
+    monkeypatch.setattr(launch, "LaunchConfig", older)
+    config = launch.local_config(2, tmp_path)
+    assert (config.nproc_per_node, config.max_restarts) == (2, 0)
+    assert not any(hasattr(config, name) for name in newer)
