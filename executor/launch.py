@@ -228,6 +228,7 @@ from executor.worker import (
     Trainer,
     end_one_sided_waits,
     init_distributed,
+    named_silent,
 )
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
@@ -853,7 +854,8 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         with exits_raised():  # an `os._exit(0)` in data code is this rank's failure, named
             train_rank(Path(args.run_dir), args.resume, console)
-    except BaseException as exc:  # every failure is reported, then the rank exits
+    except BaseException as caught:  # every failure is reported, then the rank exits
+        exc = named_silent(caught)  # a collective's timeout names the peer that fell silent
         said = start_line(exc, rank)
         # Bad input (a run file missing or edited, a diverged run: a PipeplanError) is one
         # line under torchrun as on the CLI; only a failure of the code shows its traceback.

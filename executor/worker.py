@@ -520,6 +520,51 @@ def one_sided_done(by_rank0: bool = False) -> None:
     _one_sided[0].wait(by_rank0)
 
 
+def silent_peers(look_s: float = 2.5 * BEAT_S) -> list[int]:
+    """The other ranks whose heartbeat did not advance over `look_s` (stopped or hung), read
+    twice from the run's store: for a rank whose collective timed out, so that it names the
+    peer that stopped answering rather than itself. Under torchrun no launcher of pipeplan's
+    watches the ranks' process states (forty-seventh round: a SIGSTOPped rank went unnamed,
+    the waiting rank 0 was). [] when there is no store to ask, or it does not answer.
+
+        silent_peers()   # → [1]: rank 1 was SIGSTOPped
+    """
+    if not _one_sided:
+        return []
+    waits = _one_sided[0]
+    names = [f"{waits.prefix}/alive/{r}" for r in range(waits.world)]
+    try:
+        store = waits.store.clone()
+        store.set_timeout(_dt.timedelta(seconds=look_s))  # a store gone must not hang the report
+        before = store.multi_get(names)
+        time.sleep(look_s)
+        after = store.multi_get(names)
+    except Exception as exc:  # the store went away with the run: no names to give
+        log.debug("no heartbeats to read: %s", exc)
+        return []
+    return [
+        rank
+        for rank, (a, b) in enumerate(zip(before, after, strict=True))
+        if rank != waits.rank and a.split()[1:] == b.split()[1:]
+    ]
+
+
+def named_silent(exc: BaseException) -> BaseException:
+    """`exc`, or where it is a collective's timeout and peers are silent, a PeerSilent that
+    names them (chained from `exc`), as a wait for one-sided work names them."""
+    if faults.classify(exc) != "timeout" or isinstance(exc, PeerSilent):
+        return exc
+    silent = silent_peers()
+    if not silent:
+        return exc
+    named = PeerSilent(
+        f"no response from {_ranks(silent)} (stopped or hung: no heartbeat) while rank "
+        f"{_one_sided[0].rank} waited in a collective: {faults.describe(exc, 'timeout')}"
+    )
+    named.__cause__ = exc
+    return named
+
+
 def end_one_sided_waits() -> None:
     """At the run's end, before the process group goes: the heartbeat stops."""
     if _one_sided:

@@ -372,3 +372,47 @@ def test_metrics_csv_has_a_row_per_epoch_and_follows_a_resume(tmp_path):
     other = Recorder(tmp_path / "sub" / "run.jsonl", writes=False)  # ranks other than 0
     other.write(_epoch(0, 0))
     assert not other.metrics_path.exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_timed_out_collective_names_the_peer_whose_heartbeat_stopped(monkeypatch):
+    """Found by the forty-seventh round: under torchrun a rank SIGSTOPped mid-step went
+    unnamed; rank 0, whose collective timed out waiting for it, blamed itself. Its report now
+    reads the heartbeats (`worker.named_silent`): a peer whose beats did not move is named,
+    as a wait for one-sided work names it. Three ranks in one store: 0 reports, 1 is
+    stopped (its beats never move), 2 beats."""
+    import threading
+    import time
+
+    from executor import faults, worker
+
+    store = dist.HashStore()
+    waits = worker.OneSidedWaits.start(store, timeout_s=600, rank=0, world=3)
+    monkeypatch.setattr(worker, "_one_sided", [waits])
+    store.set(f"{waits.prefix}/alive/1", "0 5")
+    done = threading.Event()
+
+    def beat() -> None:
+        for n in itertools.count():
+            store.set(f"{waits.prefix}/alive/2", f"0 {n}")
+            if done.wait(0.1):
+                return
+
+    threading.Thread(target=beat, daemon=True).start()
+    try:
+        time.sleep(0.2)
+        assert worker.silent_peers(look_s=1.5) == [1]
+        gloo = "[../gloo/transport/tcp/pair.cc:534] Timed out waiting 10000ms for recv operation"
+        timeout = RuntimeError(gloo)
+        named = worker.named_silent(timeout)
+        assert isinstance(named, faults.PeerSilent) and named.__cause__ is timeout
+        assert str(named) == (
+            "no response from rank 1 (stopped or hung: no heartbeat) while rank 0 waited in a "
+            "collective: a collective failed: Timed out waiting 10000ms for recv operation"
+        )
+        assert faults.classify(named) == "timeout"
+        other = ValueError("sample 3 is unreadable")  # not a timeout: kept as it is
+        assert worker.named_silent(other) is other
+    finally:
+        done.set()
+        waits.close()
