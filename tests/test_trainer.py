@@ -416,3 +416,28 @@ def test_a_timed_out_collective_names_the_peer_whose_heartbeat_stopped(monkeypat
     finally:
         done.set()
         waits.close()
+
+
+@pytest.mark.parametrize("there", [True, False])
+def test_a_skipped_recalibration_says_nothing_once_the_run_directory_is_gone(
+    tmp_path, caplog, there
+):
+    """Found by the forty-seventh round: `rm -rf` of a live run at a refit printed "INFO:
+    recalibration skipped: runs/r: no such run directory" before the run's line that the
+    directory was deleted. Skipped for too few steps, it is said; for a directory gone, the
+    next step's line says it alone."""
+    from pipeplan.errors import PipeplanError
+
+    def too_few(*args):
+        raise PipeplanError("too few steps to fit")
+
+    run_dir = tmp_path / "r"
+    if there:
+        run_dir.mkdir()
+    planner = SimpleNamespace(profile=None)
+    trainer = SimpleNamespace(fit_profile=too_few, run_dir=run_dir, planner=planner, cfg=None)
+    with caplog.at_level("DEBUG", logger="pipeplan"):
+        Trainer.refit(trainer)
+    infos = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert infos == (["recalibration skipped: too few steps to fit"] if there else [])
+    assert any("recalibration skipped" in r.getMessage() for r in caplog.records)
