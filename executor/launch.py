@@ -163,6 +163,7 @@ import logging
 import re
 import shlex
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -852,6 +853,8 @@ def main(argv: list[str] | None = None) -> None:
         # SIGTERM kills at once again (a rank blocked in a collective would not run a handler
         # until it returned; the agent stops the ranks with it).
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if not args.log_dir:  # torchrun's rank: no launcher of ours tells how it ended
+            stops_reported(rank)
         with exits_raised():  # an `os._exit(0)` in data code is this rank's failure, named
             train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as caught:  # every failure is reported, then the rank exits
@@ -914,6 +917,67 @@ def exit_without_teardown(code: int, console: TextIO, rank: int, debug: bool = F
     for stream in (sys.stdout, sys.stderr, console):
         stream.flush()
     os._exit(code)
+
+
+# The stops a torchrun rank reports as it ends (`stops_reported`): all but SIGTERM, the
+# agent's own stop, which kills at once (and SIGKILL, which nothing can catch).
+REPORTED_STOPS = tuple(sig for sig in STOP_SIGNALS if sig != signal.SIGTERM)
+
+
+def stops_reported(rank: int) -> None:
+    """Under torchrun, a stop signal to this rank mid-run (SIGHUP, SIGUSR1, … REPORTED_STOPS)
+    ends it with its report and line, `pipeplan: rank 1: stopped by SIGUSR1`, exit 128 + the
+    signal, its /dev/shm cache removed. By default such a signal killed the rank in silence,
+    its cache left behind (forty-seventh round). The handler raises Stopped, reported as every
+    failure, where the main thread runs Python; in a collective it runs none until that
+    returns, so the signal's number, which Python's C handler writes to the wakeup descriptor
+    at once, also wakes a thread of the rank's, which ends it if the handler has not run
+    within STOP_GRACE_S. A block that holds stops (`fileio.stops_deferred`, `stops_raised`:
+    a checkpoint's write) has its own handler installed: the thread waits for the block.
+
+        stops_reported(rank=1)   # `kill -USR1 <rank 1>` → "pipeplan: rank 1: stopped by SIGUSR1"
+    """
+    read, write = os.pipe()
+    os.set_blocking(write, False)  # as Python requires of a wakeup descriptor
+    console = os.dup(2)  # the rank's stderr now: code may point descriptor 2 elsewhere later
+    handled: set[int] = set()
+
+    def on_stop(signum: int, frame: object) -> None:
+        handled.add(signum)
+        raise Stopped(signum)
+
+    def end(signum: int) -> None:
+        faults.write_report(Stopped(signum), rank, traced=False)
+        line, code = start_line(Stopped(signum), rank)  # type: ignore[misc]
+        with contextlib.suppress(OSError):
+            os.write(console, (line + "\n").encode())
+        remove_own_caches()
+        os._exit(code)
+
+    def watch() -> None:
+        while True:
+            try:
+                heard = os.read(read, 64)
+            except OSError:
+                return
+            for signum in heard:
+                if signum not in REPORTED_STOPS:
+                    continue
+                ends = time.monotonic() + STOP_GRACE_S
+                while signum not in handled:
+                    if time.monotonic() > ends and signal.getsignal(signum) is on_stop:
+                        end(signum)
+                    time.sleep(0.05)
+
+    for sig in REPORTED_STOPS:
+        signal.signal(sig, on_stop)
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    threading.Thread(target=watch, name="pipeplan-stops", daemon=True).start()
+
+
+# Seconds a stop's handler has to run (the main thread back in Python) before the thread of
+# `stops_reported` ends the rank itself.
+STOP_GRACE_S = 0.5
 
 
 def start_line(exc: BaseException, rank: int) -> tuple[str, int] | None:

@@ -2110,3 +2110,67 @@ def test_the_launch_config_takes_only_the_fields_this_torch_has(tmp_path, monkey
     config = launch.local_config(2, tmp_path)
     assert (config.nproc_per_node, config.max_restarts) == (2, 0)
     assert not any(hasattr(config, name) for name in newer)
+
+
+# A torchrun rank with `launch.stops_reported` on, then one of three: its main thread blocked
+# in C (a mutex it holds, locked again: no signal interrupts it, as in a collective), in
+# Python, or in a block that holds stops (a checkpoint's write).
+STOPPED_RANK = """
+import ctypes, sys, time
+from pathlib import Path
+from executor import cache, errorfile, launch
+from pipeplan.errors import Stopped
+from pipeplan.fileio import stops_deferred
+errorfile.reserve()
+made = Path(sys.argv[2])
+made.mkdir()
+cache._MADE.append(made)
+launch.stops_reported(1)
+print("ready", flush=True)
+try:
+    if sys.argv[1] == "c":
+        mutex, libc = ctypes.create_string_buffer(64), ctypes.CDLL(None)
+        libc.pthread_mutex_lock(mutex)
+        libc.pthread_mutex_lock(mutex)  # its own lock again: blocks for good, GIL released
+    elif sys.argv[1] == "python":
+        while True:
+            pass
+    else:
+        with stops_deferred():
+            time.sleep(2)
+            print("the block ended", flush=True)
+        time.sleep(60)
+except Stopped as exc:
+    print(f"raised Stopped({exc.signum})", flush=True)
+    sys.exit(5)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["c", "python", "held"])
+def test_a_torchrun_rank_sent_a_stop_signal_says_so_and_removes_its_cache(tmp_path, where):
+    """Found by the forty-seventh round: under torchrun a rank sent SIGUSR1 or SIGHUP
+    mid-step died by the signal's default action, saying nothing, its /dev/shm folder left.
+    Blocked in C, its thread ends it: its line, exit 128 + 10, its report, its cache gone.
+    In Python, the handler raises Stopped (reported as every failure: one line, not two).
+    In a block that holds stops, nothing happens until the block ends."""
+    error_file = tmp_path / "error.json"
+    made = tmp_path / "shm-node0"
+    env = {**environment(), "TORCHELASTIC_ERROR_FILE": str(error_file)}
+    rank = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_RANK, where, str(made)], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert rank.stdout.readline() == "ready\n"
+    time.sleep(0.3)
+    rank.send_signal(signal.SIGUSR1)
+    out, err = rank.communicate(timeout=30)
+    if where == "c":
+        assert (rank.returncode, out, err) == (138, "", "pipeplan: rank 1: stopped by SIGUSR1\n")
+        report = json.loads(error_file.read_text())
+        assert "stopped by SIGUSR1" in json.dumps(report)
+        assert not made.exists()
+    else:
+        said = ("the block ended\n" if where == "held" else "") + "raised Stopped(10)\n"
+        assert (rank.returncode, out, err) == (5, said, "")
+        assert made.exists()  # the main thread's failure path removes it (`main`)
