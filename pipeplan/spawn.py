@@ -17,6 +17,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch.multiprocessing as mp
 
@@ -113,11 +114,12 @@ def run_ranks(
     """Run fn(rank, *args) in `nproc` spawned processes; raise RankFailedError on failure.
     They die with this process, however it dies (`die_with_parent`)."""
     args = (os.getpid(), fn, *args)
-    with _ctrl_c_ignored():  # inherited: the ranks ignore Ctrl-C; this process decides
+    with _ctrl_c_ignored(), _quiet_cpp_log():  # inherited by the ranks
         ctx = mp.start_processes(
             _orphan_proof, args=args, nprocs=nproc, join=False, start_method="spawn"
         )
     deadline = time.monotonic() + deadline_s
+    stopped_since: dict[int, float] = {}
     # torch says "Terminating process N via signal SIGTERM" as it stops the others once one
     # has failed: the stop is this function's, and its error is the command's one line.
     spawn_log = logging.getLogger("torch.multiprocessing.spawn")
@@ -125,6 +127,7 @@ def run_ranks(
     spawn_log.setLevel(logging.ERROR)
     try:
         while not ctx.join(timeout=0.5):
+            _check_stopped(ctx.processes, stopped_since, what)
             if time.monotonic() > deadline:
                 raise RankFailedError(f"{what} did not finish within {deadline_s:.0f} s", None)
     except mp.ProcessRaisedException as exc:
@@ -142,6 +145,54 @@ def run_ranks(
                 process.kill()
         for process in ctx.processes:
             process.join(timeout=5)
+
+
+# Seconds a rank may stay stopped (SIGSTOP, a debugger) before the group fails naming it: its
+# peers wait in a collective up to its timeout (60 s), then blamed themselves (forty-seventh
+# round: `profile --nproc 2` with a link rank stopped named the rank that was not).
+STOPPED_S = 10.0
+
+
+def _check_stopped(processes: list, since: dict[int, float], what: str) -> None:
+    """RankFailedError naming the first rank stopped for STOPPED_S, as this process has seen
+    it (Linux's /proc; elsewhere none is seen). A stop of the whole command (Ctrl-Z) stops
+    this process too, and the ranks continue with it."""
+    now = time.monotonic()
+    for rank, process in enumerate(processes):
+        if _is_stopped(process.pid):
+            since.setdefault(rank, now)
+            if now - since[rank] >= STOPPED_S:
+                raise RankFailedError(
+                    f"{what}: rank {rank} was stopped (SIGSTOP, or held by a debugger) for "
+                    f"{STOPPED_S:g} s",
+                    rank,
+                )
+        else:
+            since.pop(rank, None)
+
+
+def _is_stopped(pid: int | None) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] in (["T"], ["t"])
+
+
+@contextlib.contextmanager
+def _quiet_cpp_log():
+    """The ranks start with torch's C++ log at FATAL: a peer stopped or gone made c10d print
+    up to 40 lines of socket timeouts and stack frames before the command's one line. What
+    failed reaches this process as the rank's exception (`run_ranks`), not through stderr."""
+    before = os.environ.get("TORCH_CPP_LOG_LEVEL")
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TORCH_CPP_LOG_LEVEL", None)
+        else:
+            os.environ["TORCH_CPP_LOG_LEVEL"] = before
 
 
 def _in_group(rank: int, fn: Callable[..., None], world: int, port: int, timeout_s: float, *args):

@@ -289,6 +289,13 @@ def sleeping_rank(rank: int, started: str) -> None:
     time.sleep(600)
 
 
+def logged_sleeping_rank(rank: int, started: str) -> None:
+    """`sleeping_rank`, which first writes the C++ log level torch started with."""
+    level = os.environ.get("TORCH_CPP_LOG_LEVEL", "")
+    (Path(started) / f"cpp-log-level-{rank}").write_text(level)
+    sleeping_rank(rank, started)
+
+
 def sigint_disposition(rank: int, out: str) -> None:
     """For `pipeplan.spawn.run_ranks`: write how this rank treats SIGINT ("ignored" or not)."""
     import signal

@@ -735,6 +735,47 @@ def test_spawned_ranks_die_with_a_terminated_parent(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
+def test_a_spawned_rank_stopped_is_named_and_no_rank_is_left(tmp_path):
+    """Found by the forty-seventh round: a link rank of `profile --nproc 2` stopped (SIGSTOP)
+    was never named: its peer timed out after 60 s and was blamed, after up to 40 lines of
+    c10d's C++ log. `run_ranks` watches its ranks' states: one stopped for STOPPED_S (2 s
+    here) fails the group, named; the ranks start with torch's C++ log at FATAL."""
+    import signal
+    import time
+
+    started = tmp_path / "started"
+    started.mkdir()
+    code = (
+        "import os, sys, killer_data\n"
+        "from pipeplan import spawn\n"
+        "spawn.STOPPED_S = 2\n"
+        "try:\n"
+        "    spawn.run_ranks(\n"
+        f"        killer_data.logged_sleeping_rank, 2, ({str(started)!r},), 90, 'probe'\n"
+        "    )\n"
+        "except spawn.RankFailedError as exc:\n"
+        "    sys.exit(f'pipeplan: error: {exc}')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 90
+    while len(list(started.glob("[0-9]"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ranks = [int((started / str(rank)).read_text()) for rank in range(2)]
+    os.kill(ranks[1], signal.SIGSTOP)
+    _, err = parent.communicate(timeout=60)
+    assert parent.returncode == 1 and err.splitlines() == [
+        "pipeplan: error: probe: rank 1 was stopped (SIGSTOP, or held by a debugger) for 2 s"
+    ], err
+    assert (started / "cpp-log-level-0").read_text() == "FATAL"
+    time.sleep(1)
+    assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
 def test_a_spawned_rank_that_dies_is_the_commands_one_line(tmp_path):
     """Found by the twenty-fifth round: SIGKILL to a link rank of `profile --nproc 2` printed
     torch's "W… Terminating process N via signal SIGTERM" and the other rank's "pipeplan:
