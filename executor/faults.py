@@ -283,7 +283,17 @@ def verdict(
     # the agent did not cause came first: named rank 0, which the agent had stopped as a
     # consequence, for a SIGTERM that killed rank 1 before it could report (twenty-fifth round).
     stopped = [r for r in reports.values() if r.kind == "stopped"]
-    if stopped and all(code == -signal.SIGTERM and by_agent(r) for r, code in silent.items()):
+
+    def agents_stop(rank: int, code: int) -> bool:
+        """Whether the agent ended `rank`: its SIGTERM, or the SIGKILL it follows that with
+        for a rank that did not end within the shutdown time (blocked in C, as gloo's connect
+        of the ranks: the forty-eighth round named that rank, killed, for rank 0's SIGTERM).
+        That SIGKILL only where the agent is heard stopping this very rank."""
+        if code == -signal.SIGTERM:
+            return by_agent(rank)
+        return code == -signal.SIGKILL and failures[rank].pid in agent_stopped
+
+    if stopped and all(agents_stop(r, code) for r, code in silent.items()):
         first = min(stopped, key=lambda r: r.time)
         return first.rank, first.message
     if silent:

@@ -1343,6 +1343,7 @@ def run_local(cfg: RunConfig, run_dir: Path, resume: bool = False) -> RunSummary
     args += ["--log-dir", str(logs)]
     args += ["--resume"] * resume + ["--debug"] * log.isEnabledFor(logging.DEBUG)
     name_rendezvous_events_cheaply()
+    stop_ranks_within_shutdown_timeout()
     launcher_log = None
     # A rank stopped (SIGSTOP) the collective timeout, killed and named: as it starts, where
     # no heartbeat exists yet and the others wait for it without a limit (the thirty-seventh
@@ -1445,6 +1446,20 @@ def name_rendezvous_events_cheaply() -> None:
             return "no_method_name"
 
     dynamic_rendezvous.get_method_name = get_method_name
+
+
+def stop_ranks_within_shutdown_timeout() -> None:
+    """torch's agent stops the ranks still running once one has failed (`_stop_workers`)
+    with its own 30 s before SIGKILL, not the config's `shutdown_timeout` (SHUTDOWN_S), which
+    it keeps for a signal to itself: a rank blocked in C as the ranks connected (gloo's full
+    mesh, where no handler runs) held the run's line 30 s (forty-eighth round). With the
+    config's time, where this torch's agent has one."""
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    def _stop_workers(self, worker_group) -> None:
+        self._shutdown(timeout=getattr(self, "_shutdown_timeout", 30))
+
+    LocalElasticAgent._stop_workers = _stop_workers
 
 
 def local_config(nproc: int, logs: Path) -> LaunchConfig:

@@ -1600,6 +1600,19 @@ def test_the_verdict_names_the_first_to_fail(failures, expected):
             {11},
             (1, "no response within the collective timeout of 5 s (stopped or hung)"),
         ),
+        # forty-eighth round: rank 0 stopped by SIGTERM as the ranks connected; rank 1,
+        # blocked in gloo's connect, outlived the agent's SIGTERM and got its SIGKILL
+        (
+            {0: Failure(143, report(0, "stopped", 1.0, "S"), 10), 1: Failure(-9, pid=11)},
+            {11},
+            (0, "S"),
+        ),
+        # a SIGKILL the agent is not heard to have followed up is no stop of its own
+        (
+            {0: Failure(143, report(0, "stopped", 1.0, "S"), 10), 1: Failure(-9, pid=11)},
+            {12},
+            (1, "killed by SIGKILL"),
+        ),
     ],
 )
 def test_the_verdict_never_names_a_rank_the_agent_stopped_for_an_earlier_death(
@@ -2174,3 +2187,22 @@ def test_a_torchrun_rank_sent_a_stop_signal_says_so_and_removes_its_cache(tmp_pa
         said = ("the block ended\n" if where == "held" else "") + "raised Stopped(10)\n"
         assert (rank.returncode, out, err) == (5, said, "")
         assert made.exists()  # the main thread's failure path removes it (`main`)
+
+
+def test_the_agent_stops_the_other_ranks_within_the_configs_shutdown_time():
+    """Found by the forty-eighth round: once a rank failed, torch's agent gave the others its
+    own 30 s before SIGKILL, not the config's `shutdown_timeout`: a rank blocked in gloo's
+    connect held the run's line 30 s. `pipeplan run` gives the agent SHUTDOWN_S."""
+    from types import SimpleNamespace
+
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    from executor import launch
+
+    launch.stop_ranks_within_shutdown_timeout()
+    asked = []
+    agent = SimpleNamespace(
+        _shutdown_timeout=launch.SHUTDOWN_S, _shutdown=lambda **kw: asked.append(kw)
+    )
+    LocalElasticAgent._stop_workers(agent, None)
+    assert asked == [{"timeout": launch.SHUTDOWN_S}] and launch.SHUTDOWN_S < 30
