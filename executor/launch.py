@@ -1449,17 +1449,26 @@ def name_rendezvous_events_cheaply() -> None:
 
 
 def stop_ranks_within_shutdown_timeout() -> None:
-    """torch's agent stops the ranks still running once one has failed (`_stop_workers`)
-    with its own 30 s before SIGKILL, not the config's `shutdown_timeout` (SHUTDOWN_S), which
-    it keeps for a signal to itself: a rank blocked in C as the ranks connected (gloo's full
-    mesh, where no handler runs) held the run's line 30 s (forty-eighth round). With the
-    config's time, where this torch's agent has one."""
-    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+    """torch's agent stops the ranks still running once one has failed with 30 s before
+    SIGKILL (`PContext.close`'s default, from the poll that saw the failure, and its
+    `_stop_workers`), not the config's `shutdown_timeout` (SHUTDOWN_S), which it keeps for a
+    signal to itself: a rank blocked in C as the ranks connected (gloo's full mesh, where no
+    handler runs) held the run's line 30 s (forty-eighth round). Every stop of the ranks of
+    this process's agents takes at most SHUTDOWN_S.
 
-    def _stop_workers(self, worker_group) -> None:
-        self._shutdown(timeout=getattr(self, "_shutdown_timeout", 30))
+        stop_ranks_within_shutdown_timeout()   # once, before `elastic_launch`
+    """
+    from torch.distributed.elastic.multiprocessing.api import PContext
 
-    LocalElasticAgent._stop_workers = _stop_workers
+    if getattr(PContext.close, "_pipeplan", False):
+        return
+    close = PContext.close
+
+    def bounded_close(self, death_sig=None, timeout: int = SHUTDOWN_S) -> None:
+        close(self, death_sig, min(timeout, SHUTDOWN_S))
+
+    bounded_close._pipeplan = True  # type: ignore[attr-defined]
+    PContext.close = bounded_close
 
 
 def local_config(nproc: int, logs: Path) -> LaunchConfig:

@@ -2192,17 +2192,21 @@ def test_a_torchrun_rank_sent_a_stop_signal_says_so_and_removes_its_cache(tmp_pa
 def test_the_agent_stops_the_other_ranks_within_the_configs_shutdown_time():
     """Found by the forty-eighth round: once a rank failed, torch's agent gave the others its
     own 30 s before SIGKILL, not the config's `shutdown_timeout`: a rank blocked in gloo's
-    connect held the run's line 30 s. `pipeplan run` gives the agent SHUTDOWN_S."""
-    from types import SimpleNamespace
-
-    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+    connect held the run's line 30 s. `pipeplan run` bounds every stop by SHUTDOWN_S."""
+    from torch.distributed.elastic.multiprocessing.api import PContext
 
     from executor import launch
 
     launch.stop_ranks_within_shutdown_timeout()
+    launch.stop_ranks_within_shutdown_timeout()  # once: not wrapped twice
     asked = []
-    agent = SimpleNamespace(
-        _shutdown_timeout=launch.SHUTDOWN_S, _shutdown=lambda **kw: asked.append(kw)
-    )
-    LocalElasticAgent._stop_workers(agent, None)
-    assert asked == [{"timeout": launch.SHUTDOWN_S}] and launch.SHUTDOWN_S < 30
+
+    class Ranks:  # what `PContext.close` touches
+        _tail_logs, filtered_stdout, filtered_stderr = (), None, None
+
+        def _close(self, death_sig, timeout):
+            asked.append(timeout)
+
+    for timeout in ((), (30,), (5,)):
+        PContext.close(Ranks(), None, *timeout)
+    assert asked == [launch.SHUTDOWN_S, launch.SHUTDOWN_S, 5] and launch.SHUTDOWN_S < 30
