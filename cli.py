@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# First, before typer and rich (half a second of imports): a start interrupted by a signal
+# ends with the command's line, not a traceback from inside an import (forty-eighth round).
+from pipeplan.startup import STOP_SIGNALS, stopped_by  # isort: skip
+
 import _thread
 import contextlib
 import json
@@ -24,7 +28,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
-from pipeplan.startup import STOP_SIGNALS, stopped_by  # isort: skip  (first: ends a start interrupted by a signal)
 from pipeplan import log
 from pipeplan.errors import (
     SHOWN,

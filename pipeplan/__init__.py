@@ -11,14 +11,9 @@ loaded on first use: importing the package stays light (no torch, no transformer
 import importlib
 import sys
 import types
-from importlib import metadata
 
 from pipeplan.errors import PipeplanError
 
-try:
-    __version__ = metadata.version("pipeplan")
-except metadata.PackageNotFoundError:  # a checkout on sys.path that was never pip-installed
-    __version__ = "0.1.0"
 __all__ = ["PipeplanError", "__version__", "export", "plan", "preview", "profile", "run"]
 
 API = ("export", "plan", "preview", "profile", "run")
@@ -30,9 +25,22 @@ def _api() -> types.ModuleType:
     return importlib.import_module("pipeplan.api")
 
 
+def _version() -> str:
+    """The installed distribution's version, asked for on first use: importlib.metadata
+    costs the command's start tens of milliseconds, in which a Ctrl-C was a traceback."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("pipeplan")
+    except metadata.PackageNotFoundError:  # a checkout on sys.path never pip-installed
+        return "0.1.0"
+
+
 def __getattr__(name: str):
     if name in API:
         return getattr(_api(), name)
+    if name == "__version__":
+        return _version()
     raise AttributeError(f"module 'pipeplan' has no attribute {name!r}")
 
 

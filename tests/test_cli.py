@@ -893,6 +893,27 @@ def test_a_signal_while_the_command_still_imports_is_one_line(signum, line, star
     assert (done.returncode, done.stdout, done.stderr) == (128 + signum, "", line + "\n")
 
 
+def test_the_command_takes_signals_before_any_heavy_import():
+    """Found by the forty-eighth round: cli.py imported typer and rich (half a second) before
+    `pipeplan.startup`, and the package imported importlib.metadata, so a Ctrl-C in the
+    first half second of any command was a KeyboardInterrupt traceback. The startup module
+    is cli.py's first import, and importing it loads none of them."""
+    import ast
+
+    body = ast.parse((ROOT / "cli.py").read_text()).body
+    imports = [n for n in body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert [n.module for n in imports[:2]] == ["__future__", "pipeplan.startup"]
+    code = (  # what the import itself loads: the interpreter's start may load some already
+        "import sys\nbefore = set(sys.modules)\nimport pipeplan.startup\n"
+        "print(sorted(m for m in ('typer', 'rich', 'importlib.metadata', 'torch') "
+        "if m in set(sys.modules) - before))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("name", ["SIGUSR1", "SIGUSR2", "SIGALRM", "SIGQUIT"])
 @pytest.mark.parametrize("stage", ["importing", "checking"])
