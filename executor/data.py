@@ -340,10 +340,15 @@ def label_count(data: TaskData) -> int | None:
             return None
         _check_eval_labels(data)
         count = 1 + max(int(d.labels.max()) for d in splits)
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_LABELS:
-        # Before the head is built: TaskData(num_labels=10**9) ran out of memory after 40 s.
+    if isinstance(count, bool) or not isinstance(count, int):  # 2.0 read as inside the range
         raise BadArgumentError(
-            f"data '{data.name}' has {count!r} classes; a classifier takes 1..{MAX_LABELS}"
+            f"data '{data.name}' has {count!r} classes: num_labels must be a whole number"
+        )
+    if not 1 <= count <= MAX_LABELS:
+        # Before the head is built: TaskData(num_labels=10**9) ran out of memory after 40 s.
+        # One class is refused with its own line (`task._check_classes`): 2 is the least.
+        raise BadArgumentError(
+            f"data '{data.name}' has {count!r} classes; a classifier takes 2..{MAX_LABELS}"
         )
     return count
 

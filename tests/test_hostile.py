@@ -2313,7 +2313,22 @@ USER_DATA = {  # a --data file (or None: the spec alone) → the fragment of the
         "    x, y = torch.zeros(100, 1, 8, 8), torch.zeros(100, dtype=torch.int64)\n"
         "    return TaskData('m', TensorPairs(x, y), TensorPairs(x, y), num_labels=1_000_001)\n",
         "load",
-        "1000001 classes; a classifier takes 1..1000000",
+        "1000001 classes; a classifier takes 2..1000000",
+    ),
+    # forty-eighth round: 0 was told "takes 1..", 2.0 "has 2.0 classes; … takes 1..1000000"
+    "TaskData with no classes": (
+        "import torch\nfrom executor.data import TaskData, TensorPairs\ndef load():\n"
+        "    x, y = torch.zeros(100, 1, 8, 8), torch.zeros(100, dtype=torch.int64)\n"
+        "    return TaskData('m', TensorPairs(x, y), TensorPairs(x, y), num_labels=0)\n",
+        "load",
+        "0 classes; a classifier takes 2..1000000",
+    ),
+    "TaskData with a label count of 2.0": (
+        "import torch\nfrom executor.data import TaskData, TensorPairs\ndef load():\n"
+        "    x, y = torch.zeros(100, 1, 8, 8), torch.zeros(100, dtype=torch.int64)\n"
+        "    return TaskData('m', TensorPairs(x, y), TensorPairs(x, y), num_labels=2.0)\n",
+        "load",
+        "2.0 classes: num_labels must be a whole number",
     ),
 }
 
