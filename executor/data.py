@@ -295,6 +295,43 @@ def check_batch_labels(
     )
 
 
+def check_batch_inputs(
+    inputs: torch.Tensor,
+    indices: list[int],
+    name: str,
+    split: str,
+    seq: LayerSequence,
+    padded: bool,
+) -> None:
+    """A rank's check of a batch's token ids (int64 inputs of a model with a vocabulary)
+    against that vocabulary, as the launcher's checks hold the items they read
+    (`_check_inputs`): PADDING is padding in `padded` data. Found by the forty-eighth round:
+    an id past the vocabulary in an item only a rank read was torch's "IndexError: index
+    out of range in self" (on CUDA a device-side assert), naming no data.
+
+        check_batch_inputs(ids, [5, 50], "m:load", "train", seq, padded=False)
+        # BadArgumentError: data 'm:load': train item 50's token ids hold 256: model 'llama'
+        # has vocab_size 256
+    """
+    from pipeplan.models import PADDING
+
+    vocab = getattr(seq.config, "vocab_size", None)
+    if inputs.dtype != torch.int64 or not isinstance(vocab, int) or not len(inputs):
+        return
+    bad = (inputs < 0) | (inputs >= vocab)
+    if padded:
+        bad &= inputs != PADDING
+    if not bool(bad.any()):
+        return
+    row = int(bad.reshape(len(bad), -1).any(dim=1).nonzero()[0, 0])
+    value = int(inputs[row].reshape(-1)[bad[row].reshape(-1)][0])
+    padding = f" ({PADDING} is padding in TaskData(..., padded=True))" if value == PADDING else ""
+    raise BadArgumentError(
+        f"data '{name}': {split} item {indices[row]}'s token ids hold {value}: model "
+        f"'{seq.name}' has vocab_size {vocab}{padding}"
+    )
+
+
 def _check_has_targets(labels: torch.Tensor, name: str) -> None:
     """A causal LM trains on next tokens: position t predicts labels[t+1]. Training texts
     that all have fewer than 2 tokens give it nothing to predict, and every step's loss would

@@ -38,6 +38,7 @@ from executor.checkpoint import has_checkpoint
 from executor.data import (
     batch_pair,
     batch_rows,
+    check_batch_inputs,
     check_batch_labels,
     hung_read,
     is_user_code,
@@ -936,6 +937,7 @@ class Trainer:
         indices = [int(i) for i in indices]
         with users_side():
             x, y = batch_pair(dataset, indices, self.data.name, split)
+        check_batch_inputs(x, indices, self.data.name, split, self.seq, self.data.padded)
         check_batch_labels(y, indices, self.data.name, split, self.seq)
         return x, y
 
@@ -957,7 +959,9 @@ class Trainer:
         indices = [int(i) for i in indices]
         with users_side():
             rows = batch_rows(dataset, indices, part, self.data.name, split)
-        if part == 1:
+        if part == 0:
+            check_batch_inputs(rows, indices, self.data.name, split, self.seq, self.data.padded)
+        else:
             check_batch_labels(rows, indices, self.data.name, split, self.seq)
         return rows
 

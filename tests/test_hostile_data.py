@@ -3615,6 +3615,35 @@ def test_a_ranks_label_check_is_the_launchers():
     )
 
 
+def test_a_ranks_token_id_check_is_the_launchers():
+    """Found by the forty-eighth round: an input token id outside the vocabulary (or negative)
+    on an item only a rank read failed it with torch's "IndexError: index out of range in
+    self", naming no data (on CUDA, a device-side assert). A rank holds each batch's token
+    ids to the vocabulary as the launcher's checks do (`data.check_batch_inputs`); PADDING
+    is padding in padded data, and named where the data is not padded."""
+    from executor.data import BadArgumentError, check_batch_inputs
+    from pipeplan.models import PADDING
+
+    decoder = models.build("gpt2-tiny", task="causal-lm")
+    ids = torch.tensor([[5, 7, 511], [6, 0, 3]])
+    check_batch_inputs(ids, [3, 4], "m:load", "train", decoder, padded=False)
+    check_batch_inputs(torch.rand(2, 3), [3, 4], "m:load", "train", decoder, padded=False)
+    for bad, said in (
+        (512, ""),
+        (-1000, ""),
+        (PADDING, " (-100 is padding in TaskData(..., padded=True))"),
+    ):
+        ids[1, 2] = bad
+        with pytest.raises(BadArgumentError) as refused:
+            check_batch_inputs(ids, [3, 50], "m:load", "eval", decoder, padded=False)
+        assert str(refused.value) == (
+            f"data 'm:load': eval item 50's token ids hold {bad}: model 'gpt2-tiny' has "
+            f"vocab_size 512{said}"
+        )
+    ids[1, 2] = PADDING
+    check_batch_inputs(ids, [3, 50], "m:load", "eval", decoder, padded=True)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
 def test_a_data_function_that_changes_torchs_default_dtype_in_a_rank_is_refused(
