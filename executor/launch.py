@@ -246,6 +246,7 @@ from pipeplan.errors import (
 from pipeplan.exits import exits_raised, run_exit_callbacks
 from pipeplan.fileio import (
     RUN_MARKS,
+    DirectoryTaken,
     check_not_stdout,
     check_writable,
     claim_directory,
@@ -345,12 +346,31 @@ def _make_run_directory(
     cfg: RunConfig, runs_root: str | Path, planner: RunPlanner, facts: DataFacts
 ) -> Path:
     """`prepare` once the checks passed: runs/NAME/ claimed, run.json and the copies, and
-    data.json with what the checks saw of the data (`facts`), which each rank's must match."""
+    data.json with what the checks saw of the data (`facts`), which each rank's must match.
+    Without --name (run-DATE-TIME), a name another run took first, even as this one claimed
+    it, gives way to the next free one: two runs started in one second both start."""
+    if "name" in cfg.model_fields_set:
+        return _make_named_run_directory(cfg, runs_root, planner, facts)
+    for tries_left in reversed(range(MAX_NAME_TRIES)):
+        named = cfg.model_copy(update={"name": _free_name(runs_root, cfg.name)})
+        try:
+            return _make_named_run_directory(named, runs_root, planner, facts)
+        except DirectoryTaken:  # another run claimed it first (forty-eighth round: 4 of 4)
+            if not tries_left:
+                raise
+    raise AssertionError("unreachable")
+
+
+# Default names tried before a run started without --name says its last one is taken.
+MAX_NAME_TRIES = 100
+
+
+def _make_named_run_directory(
+    cfg: RunConfig, runs_root: str | Path, planner: RunPlanner, facts: DataFacts
+) -> Path:
     # run.json records absolute paths: a resume, an export or another node (torchrun on a
     # shared file system) may start in another directory. The checks above name the paths
     # as they were given.
-    if "name" not in cfg.model_fields_set:  # run-DATE-TIME: two runs started in one second
-        cfg = cfg.model_copy(update={"name": _free_name(runs_root, cfg.name)})
     cfg = absolute_paths(cfg)
     # Hashed before the folder is claimed: a failure loses nothing.
     record = data_record(cfg, facts)
@@ -432,9 +452,9 @@ def _check_empty(run_dir: Path) -> None:
         return
     held = [p.name for p in run_dir.iterdir() if p.name != ".lock"]
     if "run.json" in held:
-        raise OutputError(f"{run_dir}: already holds a run; pick another --name")
+        raise DirectoryTaken(f"{run_dir}: already holds a run; pick another --name")
     if held:
-        raise OutputError(
+        raise DirectoryTaken(
             f"{run_dir}: exists and is not empty (it holds {held[0]}); pick another --name"
         )
 

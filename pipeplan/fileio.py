@@ -900,6 +900,11 @@ def _open_lock(lock: Path):
     return os.fdopen(fd, "a")
 
 
+class DirectoryTaken(OutputError):
+    """A directory another process holds (`claim_directory`), or a new run's folder that holds
+    a run or files already: a run without --name takes the next free name instead."""
+
+
 def claim_directory(directory: str | Path) -> Path:
     """Hold an exclusive lock on `directory` (its `.lock` file) for the life of this process,
     so two runs, or two resumes, can never share a run directory. OutputError if another
@@ -921,14 +926,14 @@ def claim_directory(directory: str | Path) -> Path:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        raise OutputError(f"{directory}: in use by another pipeplan process") from None
+        raise DirectoryTaken(f"{directory}: in use by another pipeplan process") from None
     try:
         folder = _lock_folder(directory, fcntl.LOCK_EX)
     except BlockingIOError:
         handle.close()
         if lock_made:  # the holder's was deleted: leave its folder as it was
             (directory / ".lock").unlink(missing_ok=True)
-        raise OutputError(f"{directory}: in use by another pipeplan process") from None
+        raise DirectoryTaken(f"{directory}: in use by another pipeplan process") from None
     _HELD[key] = handle
     _HELD_AS[Path(os.path.abspath(directory))] = (key, identity(directory))
     if folder is not None:

@@ -2929,3 +2929,38 @@ def test_two_runs_started_in_one_second_without_a_name_both_start(tmp_path, caps
     assert capsys.readouterr().out.rstrip().endswith(f"{runs / fixed}-2")
     assert cli.main([*argv, "--name", fixed]) == 2
     assert "already holds a run; pick another --name" in capsys.readouterr().err
+
+
+def test_a_default_name_taken_as_the_run_claims_it_gives_way_to_the_next(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the forty-eighth round: the forty-seventh's fix chose the free name long
+    before the claim, so runs started together still collided ("already holds a run; pick
+    another --name", 4 of 4 with 2 to 5 runs). A default name another run claims first,
+    even between the choice and the claim (forced here: the choice sees it free), gives way
+    to the next free one."""
+    import time as time_module
+
+    from executor import launch
+
+    real = time_module.strftime
+    fixed = "run-20260101-000000"
+    monkeypatch.setattr(
+        time_module, "strftime", lambda f, *a: fixed if f.startswith("run-") else real(f, *a)
+    )
+    runs = tmp_path / "runs"
+    (runs / fixed).mkdir(parents=True)
+    (runs / fixed / "run.json").write_text("{}")
+    choices = []
+    free_name = launch._free_name
+
+    def late(root, name):  # the first choice made before the other run claimed the name
+        choices.append(name if not choices else free_name(root, name))
+        return choices[-1]
+
+    monkeypatch.setattr(launch, "_free_name", late)
+    argv = ["run", "--prepare-only", "--nproc", "1", "--epochs", "1", "--runs-dir", str(runs)]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert choices == [fixed, f"{fixed}-2"]
+    assert (runs / f"{fixed}-2" / "run.json").is_file()
+    assert (runs / fixed / "run.json").read_text() == "{}"  # the other run's, untouched
