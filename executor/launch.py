@@ -335,6 +335,7 @@ def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
     absolute). `local`: the ranks run on this host (else torchrun starts them, some on other
     nodes)."""
     check_runs_root(runs_root)
+    check_free_space(Path(runs_root))  # a new run too, before its folder (forty-eighth round)
     # Warnings (a head replaced, a plan for other epochs) only once the run is prepared: a
     # command refused in one line says nothing before it.
     with pipeplan_log.held():
@@ -761,10 +762,16 @@ MIN_FREE_BYTES = 16 << 20
 
 def check_free_space(run_dir: Path) -> None:
     """OutputError where the file system holding `run_dir` has less than MIN_FREE_BYTES free
-    for this user (a quota, the reserved blocks: `statvfs`'s f_bavail)."""
+    for this user (a quota, the reserved blocks: `statvfs`'s f_bavail). A new run's folder,
+    not made yet, is asked of the nearest folder above it that is: the check passed over
+    every new run (forty-eighth round: one with 140 KiB free trained, then failed at its
+    checkpoint, leaving a folder that could neither resume nor start again)."""
+    where = Path(os.path.abspath(run_dir))
+    while not where.exists() and where != where.parent:
+        where = where.parent
     try:
-        found = os.statvfs(run_dir)
-    except OSError:  # nothing to ask (the folder is made later): its writes say what fails
+        found = os.statvfs(where)
+    except OSError:  # nothing to ask: its writes say what fails
         return
     free = found.f_bavail * found.f_frsize
     if free < MIN_FREE_BYTES:

@@ -2964,3 +2964,35 @@ def test_a_default_name_taken_as_the_run_claims_it_gives_way_to_the_next(
     assert choices == [fixed, f"{fixed}-2"]
     assert (runs / f"{fixed}-2" / "run.json").is_file()
     assert (runs / fixed / "run.json").read_text() == "{}"  # the other run's, untouched
+
+
+@pytest.mark.parametrize("made", [True, False])
+def test_a_new_run_on_a_full_disk_is_refused_naming_the_free_space(
+    tmp_path, capsys, monkeypatch, made
+):
+    """Found by the forty-eighth round: the free-space check of the forty-seventh asked the
+    run's folder, which a new run has not made yet, and so passed: a run with 140 KiB free
+    trained, then failed at its checkpoint, leaving a folder it could neither resume nor
+    start again. A new run asks the disk of --runs-dir (or the folder above it that exists)
+    and is refused before anything is made."""
+    from executor import launch
+
+    real = os.statvfs
+
+    def full(path):
+        found = real(path)
+        return os.statvfs_result((found.f_bsize, found.f_frsize, *found[2:4], 0, *found[5:]))
+
+    monkeypatch.setattr(launch.os, "statvfs", full)
+    runs = tmp_path / "runs"
+    if made:
+        runs.mkdir()
+    argv = ["run", "--prepare-only", "--nproc", "1", "--epochs", "1", "--runs-dir", str(runs)]
+    assert cli.main([*argv, "--name", "r"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"pipeplan: error: {runs}: the disk holding it has nothing free; a run needs at least "
+        "16MiB to start (its records and each rank's error report): free some space and run it "
+        "again\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["runs"] if made else [])
