@@ -593,15 +593,20 @@ class CostModel:
             )
         return self._links[rank_map]
 
-    def evaluate(self, layout: Layout, record: bool = True) -> Evaluation:
+    def evaluate(
+        self, layout: Layout, record: bool = True, shown_stages: int | None = None
+    ) -> Evaluation:
         """Per-stage costs, memory and the simulated step of `layout` (each stage's reported
-        all-reduce as long as the shared node links made it, §4.5)."""
+        all-reduce as long as the shared node links made it, §4.5); the timeline's events of
+        stages 0..shown_stages−1 only when given (`simulate.timeline_of`)."""
         works, reports = self.stages(layout)
         result = simulate_step(works, layout.micro_batches, layout.schedule)
         overhead = self.step_overhead_s(layout)
         if overhead:
             result = replace(result, step_s=result.step_s + overhead)
-        timeline = timeline_of(works, layout.micro_batches, layout.schedule, result, record)
+        timeline = timeline_of(
+            works, layout.micro_batches, layout.schedule, result, record, shown_stages
+        )
         reports = [
             replace(report, allreduce_s=result.allreduce_s(s)) if work.has_backward else report
             for s, (work, report) in enumerate(zip(works, reports, strict=True))

@@ -927,10 +927,18 @@ def phase_timelines(
     profile: Profile, plan: Plan, shown: list[int] | None = None, params: CostParams | None = None
 ) -> list[Timeline]:
     """One simulated step per phase (steady state) of the phases `shown` (None: all), for the
-    Gantt plots."""
+    Gantt plots: the events of the stages a chart draws (`plots.gantt_rows`) only, so a
+    1,000-stage step does not hold millions of events."""
+    from pipeplan.plots import gantt_rows  # matplotlib: only where a chart is drawn
+
     model = CostModel(profile, plan.inputs.cluster, params)
     shown = range(len(plan.phases)) if shown is None else shown
-    return [model.evaluate(plan.phases[i].layout, record=True).timeline for i in shown]
+    timelines = []
+    for i in shown:
+        layout = plan.phases[i].layout
+        drawn = gantt_rows(layout.num_stages, layout.micro_batches)
+        timelines.append(model.evaluate(layout, record=True, shown_stages=drawn).timeline)
+    return timelines
 
 
 # --------------------------------------------------------------------------- preview

@@ -22,6 +22,7 @@ so there is no pyplot global state and no display is needed.
 from __future__ import annotations
 
 import io
+import logging
 import math
 import os
 import re
@@ -67,6 +68,21 @@ COMM_LANE = (0.15, 0.25)
 COMM_KINDS = frozenset({"send", "allreduce"})
 MAX_LABELS = 2000  # more micro-batch labels than this would be unreadable and slow: draw none
 LABEL_PX_PER_CHAR = 7.0
+# A Gantt chart draws at most this many stages' worth of boxes: a stage of a step of M
+# micro-batches has at most 4·M + 2 (forward, backward, a transfer each way, then all-reduce
+# and optimizer), and a chart of more draws its first `gantt_rows` stages only, as its title
+# says. 1,000 stages × 1,024 micro-batches drawn whole took 216 s and 7.3 GB.
+MAX_GANTT_BOXES = 50_000
+
+log = logging.getLogger("pipeplan.plots")
+
+
+def gantt_rows(num_stages: int, micro_batches: int) -> int:
+    """The stages a Gantt chart of a step of `num_stages` stages and `micro_batches`
+    micro-batches draws: all when their boxes are at most MAX_GANTT_BOXES, else the first
+    that many (at least one): `gantt_rows(1000, 1024)` → 12, `gantt_rows(8, 4)` → 8."""
+    per_stage = 4 * max(micro_batches, 1) + 2
+    return max(1, min(num_stages, MAX_GANTT_BOXES // per_stage))
 
 
 # --------------------------------------------------------------------------- public API
@@ -197,12 +213,13 @@ def _pipeplan_png(path: Path) -> bool:
 def _timeline_figure(timeline: Any, title: str = "") -> Figure:
     """The Gantt figure of `plot_timeline`, without writing it (tests inspect it)."""
     tl = _Timeline.of(timeline, "timeline")
-    fig = Figure(figsize=(FIG_WIDTH_IN, _gantt_height_in(tl.num_stages)), layout="constrained")
+    fig = Figure(figsize=(FIG_WIDTH_IN, _gantt_height_in(tl.drawn)), layout="constrained")
     ax = fig.add_subplot()
     _draw_gantt(ax, tl, _x_range_ms([tl]))
     ax.set_xlabel("time (ms)")
     step_label = f"step end ({tl.step_s * 1e3:.4g} ms)" if tl.step_s > 0 else "step end"
     _gantt_legend(fig, step_label, tl)
+    title = ", ".join(part for part in (title, tl.cut_note()) if part)
     if title:
         fig.suptitle(title)
     return fig
@@ -212,14 +229,15 @@ def _timeline_figure(timeline: Any, title: str = "") -> Figure:
 def _comparison_figure(measured: Any, simulated: Any, title: str = "") -> Figure:
     m = _Timeline.of(measured, "measured timeline")
     s = _Timeline.of(simulated, "simulated timeline")
-    heights = [_gantt_height_in(m.num_stages), _gantt_height_in(s.num_stages)]
+    heights = [_gantt_height_in(m.drawn), _gantt_height_in(s.drawn)]
     fig = Figure(figsize=(FIG_WIDTH_IN, sum(heights)), layout="constrained")
     ax_m, ax_s = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": heights})
     x_range = _x_range_ms([m, s])
     _draw_gantt(ax_m, m, x_range)
     _draw_gantt(ax_s, s, x_range)
-    ax_m.set_title(f"measured: step {m.step_s * 1e3:.4g} ms", loc="left", fontsize=10)
-    ax_s.set_title(f"simulated: step {s.step_s * 1e3:.4g} ms", loc="left", fontsize=10)
+    for ax, tl, what in ((ax_m, m, "measured"), (ax_s, s, "simulated")):
+        head = f"{what}: step {tl.step_s * 1e3:.4g} ms"
+        ax.set_title(", ".join(p for p in (head, tl.cut_note()) if p), loc="left", fontsize=10)
     ax_s.set_xlabel("time (ms)")
     _gantt_legend(fig, "step end", m, s)
     if title:
@@ -249,8 +267,14 @@ class _Event:
 
 
 class _Timeline:
-    def __init__(self, events: list[_Event], step_s: float, num_stages: int) -> None:
-        self.events = events
+    """A step's events of the stages drawn: the first `drawn` of `num_stages` (`gantt_rows`
+    of the step's micro-batches, the largest micro-batch index + 1)."""
+
+    def __init__(
+        self, events: list[_Event], step_s: float, num_stages: int, drawn: int | None = None
+    ) -> None:
+        self.drawn = num_stages if drawn is None else drawn
+        self.events = [e for e in events if e.stage < self.drawn]
         self.step_s = step_s
         self.num_stages = num_stages
 
@@ -264,7 +288,26 @@ class _Timeline:
             _Event(e, f"{what} event {i}", num_stages)
             for i, e in enumerate(_get(raw, "events", what))
         ]
-        return cls(events, step_s, num_stages)
+        numbered = [e.micro_batch for e in events if isinstance(e.micro_batch, int)]
+        micro_batches = max(numbered, default=0) + 1
+        drawn = gantt_rows(num_stages, micro_batches)
+        if drawn < num_stages:
+            log.info(
+                "%s of %d stages × %d micro-batches: its Gantt chart draws stages 0–%d only "
+                "(at most %s boxes a chart)",
+                what,
+                num_stages,
+                micro_batches,
+                drawn - 1,
+                f"{MAX_GANTT_BOXES:,}",
+            )
+        return cls(events, step_s, num_stages, drawn)
+
+    def cut_note(self) -> str:
+        """What the chart title says when only the first stages are drawn, else ""."""
+        if self.drawn == self.num_stages:
+            return ""
+        return f"stages 0–{self.drawn - 1} of {self.num_stages} drawn"
 
 
 def _gantt_height_in(num_stages: int) -> float:
@@ -286,7 +329,7 @@ def _draw_gantt(ax: Axes, tl: _Timeline, x_range: tuple[float, float]) -> None:
         bars[(e.stage, e.kind)].append((e.start_ms, e.end_ms - e.start_ms))
 
     # White separators help when bars are wide; with very many bars they would hide the colours.
-    edge = 0.5 if len(tl.events) <= 150 * tl.num_stages else 0.0
+    edge = 0.5 if len(tl.events) <= 150 * tl.drawn else 0.0
     for (stage, kind), xranges in bars.items():
         _, colour, _ = KINDS.get(kind, OTHER)
         y0, h = COMM_LANE if kind in COMM_KINDS else COMPUTE_LANE
@@ -301,11 +344,9 @@ def _draw_gantt(ax: Axes, tl: _Timeline, x_range: tuple[float, float]) -> None:
         _note(ax, "no events")
 
     ax.set_xlim(*x_range)
-    ax.set_ylim(tl.num_stages - 0.5, -0.5)  # inverted: stage 0 at the top
-    ax.set_yticks(range(tl.num_stages))
-    ax.set_yticklabels(
-        [f"stage {s}" for s in range(tl.num_stages)], fontsize=9 if tl.num_stages <= 24 else 6
-    )
+    ax.set_ylim(tl.drawn - 0.5, -0.5)  # inverted: stage 0 at the top
+    ax.set_yticks(range(tl.drawn))
+    ax.set_yticklabels([f"stage {s}" for s in range(tl.drawn)], fontsize=9 if tl.drawn <= 24 else 6)
     ax.grid(axis="x", color="#DDDDDD", linewidth=0.6)
     ax.set_axisbelow(True)
 
@@ -323,7 +364,7 @@ def _label_micro_batches(ax: Axes, tl: _Timeline, x_range: tuple[float, float]) 
     if len(labels) > MAX_LABELS:
         return
     y0, h = COMPUTE_LANE
-    fontsize = 7 if tl.num_stages <= 24 else 5
+    fontsize = 7 if tl.drawn <= 24 else 5
     for e, text in labels:
         ax.text(
             (e.start_ms + e.end_ms) / 2,

@@ -159,12 +159,19 @@ class _Schedule:
 
 
 def _event_schedule(
-    stages: Sequence[StageWork], micro_batches: int, schedule: Schedule, record: bool
+    stages: Sequence[StageWork],
+    micro_batches: int,
+    schedule: Schedule,
+    record: bool,
+    shown_stages: int | None = None,
 ) -> _Schedule:
     """Play every operation: an op starts at max(stage free, input ready); transfers do not
-    occupy the sender, and each directed link carries one at a time."""
+    occupy the sender, and each directed link carries one at a time. With `record`, the
+    events of stages 0..shown_stages−1 (all when None) are kept: a chart of the first stages
+    of a 1,000-stage step need not hold its millions of events."""
     num_stages = len(stages)
     last = num_stages - 1
+    shown = (num_stages if shown_stages is None else shown_stages) if record else -1
     orders = [
         stage_order(schedule, num_stages, s, micro_batches, st.has_backward)
         for s, st in enumerate(stages)
@@ -201,19 +208,21 @@ def _event_schedule(
                 break
             start = free if free > ready else ready
             free = start + (fwd_s if is_fwd else bwd_s)
-            if record:
+            if s <= shown:  # s − 1 may be shown (a send drawn as its sender's)
                 # A transfer timed into the op (`received_in_op`) is drawn as its sender's.
                 received = work.recv_fwd_s if is_fwd else work.recv_bwd_s
-                if received > 0:
-                    events.append((s - 1 if is_fwd else s + 1, "send", j, start, start + received))
-                events.append((s, kind, j, start + received, free))
+                sender = s - 1 if is_fwd else s + 1
+                if received > 0 and sender < shown:
+                    events.append((sender, "send", j, start, start + received))
+                if s < shown:
+                    events.append((s, kind, j, start + received, free))
             if is_fwd:
                 if s < last:
                     send_start = free if free > link_free_fwd[s] else link_free_fwd[s]
                     send_end = send_start + work.send_fwd_s
                     link_free_fwd[s] = send_end
                     fwd_ready[s + 1][j] = send_end
-                    if record and work.send_fwd_s > 0:
+                    if s < shown and work.send_fwd_s > 0:
                         events.append((s, "send", j, send_start, send_end))
                     if not queued[s + 1]:
                         queued[s + 1] = True
@@ -223,7 +232,7 @@ def _event_schedule(
                 send_end = send_start + work.send_bwd_s
                 link_free_bwd[s] = send_end
                 bwd_ready[s - 1][j] = send_end
-                if record and work.send_bwd_s > 0:
+                if s < shown and work.send_bwd_s > 0:
                     events.append((s, "send", j, send_start, send_end))
                 if not queued[s - 1]:
                     queued[s - 1] = True
@@ -536,13 +545,15 @@ def timeline_of(
     schedule: Schedule,
     result: StepResult,
     record: bool = True,
+    shown_stages: int | None = None,
 ) -> Timeline:
     """The Timeline of a simulated step: its events when `record` (every op and transfer, and
-    each all-reduce as long as the shared links made it), else none."""
+    each all-reduce as long as the shared links made it), else none; with `shown_stages`,
+    those of stages 0..shown_stages−1 only (`num_stages` is still the step's)."""
     events = []
     if record:
-        events = _event_schedule(stages, micro_batches, schedule, record=True).events
-        for s, work in enumerate(stages):
+        events = _event_schedule(stages, micro_batches, schedule, True, shown_stages).events
+        for s, work in enumerate(stages[:shown_stages]):
             if not work.has_backward:
                 continue
             start, end = result.allreduce_start_s[s], result.allreduce_end_s[s]

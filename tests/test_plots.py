@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from pipeplan import plots
+from pipeplan.cluster import cluster_from_flags
 from pipeplan.errors import BadArgumentError, OutputError
+from pipeplan.freeze import no_freezing
+from pipeplan.plan import make_plan, phase_timelines
 from pipeplan.plots import (
+    MAX_GANTT_BOXES,
     _epochs_figure,
     _timeline_figure,
+    gantt_rows,
     plot_epochs,
     plot_measured_vs_simulated,
     plot_timeline,
 )
+from pipeplan.solver import Pins
+from pipeplan.synthetic import synthetic_profile, transformer_layers
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -399,3 +408,60 @@ def test_a_plot_set_removes_the_stale_plots_of_the_set_it_replaces(
     monkeypatch.setattr(os, "replace", real_replace)
     assert cli.main(argv) == 0
     assert sorted(p.name for p in plots.iterdir()) == sorted(fresh + others)
+
+
+def test_a_step_of_more_boxes_than_a_chart_holds_draws_its_first_stages(caplog, monkeypatch):
+    """MAX_GANTT_BOXES (here made 2,000): a step of more draws its first `gantt_rows` stages,
+    and the title and an INFO line say so (drawn whole, 1,000 × 1,024 took 216 s, 7.3 GB)."""
+    monkeypatch.setattr(plots, "MAX_GANTT_BOXES", 2_000)
+    tl = gpipe(40, 16)
+    drawn = gantt_rows(40, 16)
+    assert drawn == 2_000 // (4 * 16 + 2) == 30
+    with caplog.at_level(logging.INFO, logger="pipeplan.plots"):
+        fig = _timeline_figure(tl, "phase 0")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"stage {s}" for s in range(drawn)]
+    assert fig.get_suptitle() == "phase 0, stages 0–29 of 40 drawn"
+    assert sum(len(c.get_paths()) for c in ax.collections) <= 2_000
+    assert "draws stages 0–29 only (at most 2,000 boxes a chart)" in caplog.text
+    assert gantt_rows(1, 1024) == 1  # one stage at least, whatever its micro-batches
+
+
+def test_a_small_chart_draws_every_stage_as_before(caplog):
+    with caplog.at_level(logging.INFO, logger="pipeplan.plots"):
+        fig = _timeline_figure(gpipe(6, 8), "phase 1")
+    assert fig.get_suptitle() == "phase 1"
+    assert len(fig.axes[0].get_yticklabels()) == 6 == gantt_rows(6, 8)
+    assert "Gantt" not in caplog.text
+
+
+def test_the_timeline_of_a_many_stage_phase_holds_the_drawn_stages_only(tmp_path):
+    """`plan.phase_timelines` records the stages a chart draws, not 300 × 256 × 4 events
+    (1,000 × 1,024 held millions: 7.3 GB); the chart of it is written."""
+    profile = synthetic_profile(
+        transformer_layers(num_blocks=300, hidden=64, seq_len=16, vocab=1000),
+        name="syn300",
+        hidden=64,
+    )
+    cluster = cluster_from_flags(nodes=1, devices_per_node=302, device_memory="80GiB")
+    plan = make_plan(
+        profile,
+        cluster,
+        global_batch=256,
+        samples=256,
+        epochs=1,
+        freeze=no_freezing(1),
+        pins=Pins(num_stages=300, micro_batches=256),
+    )
+    layout = plan.phases[0].layout
+    assert (layout.num_stages, layout.micro_batches) == (300, 256)
+    drawn = gantt_rows(300, 256)
+    (timeline,) = phase_timelines(profile, plan)
+    assert timeline.num_stages == 300
+    assert timeline.step_s == pytest.approx(plan.phases[0].step_s, rel=1e-8)
+    assert 0 < len(timeline.events) <= MAX_GANTT_BOXES
+    assert {e.stage for e in timeline.events} == set(range(drawn))
+    t0 = time.process_time()
+    plot_timeline(timeline, tmp_path / "phase0-step.png", "phase 0")
+    assert time.process_time() - t0 < 15.0
+    assert_png(tmp_path / "phase0-step.png")

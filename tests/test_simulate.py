@@ -13,8 +13,10 @@ from pipeplan.simulate import (
     in_flight,
     received_in_op,
     simulate,
+    simulate_step,
     stage_order,
     step_lower_bound_s,
+    timeline_of,
 )
 
 
@@ -279,3 +281,30 @@ def test_1f1b_by_rounds_equals_the_event_simulation(data, uniform, extra, frozen
     events = _finish(stages, _event_schedule(stages, M, "1f1b", record=False)).step_s
     rounds = _finish(stages, _one_f_one_b_rounds(stages, M)).step_s
     assert rounds == pytest.approx(events, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("shown", [0, 1, 3, 5, 6])
+def test_a_timeline_of_the_first_stages_holds_their_events_of_the_whole_step(schedule, shown):
+    """`timeline_of(..., shown_stages=k)` (the stages a Gantt chart draws): the whole step's
+    events of stages 0..k−1, in the same order, each transfer timed into its op included."""
+    stages = received_in_op(
+        [
+            StageWork(
+                1.0 + s,
+                2.0,
+                s > 0,
+                send_fwd_s=0.3,
+                send_bwd_s=0.2,
+                allreduce_s=0.5,
+                optimizer_s=0.1,
+            )
+            for s in range(6)
+        ]
+    )
+    result = simulate_step(stages, 7, schedule)
+    whole = timeline_of(stages, 7, schedule, result)
+    part = timeline_of(stages, 7, schedule, result, shown_stages=shown)
+    assert part.events == [e for e in whole.events if e.stage < shown]
+    assert (part.step_s, part.num_stages) == (whole.step_s, whole.num_stages)
+    assert {e.kind for e in whole.events} == {"fwd", "bwd", "send", "allreduce", "optimizer"}
