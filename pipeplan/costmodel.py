@@ -14,7 +14,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -61,6 +62,54 @@ RESERVE_BYTES = {"cuda": GIB, "cpu": 64 << 20}
 # Moves a cost model keeps priced (`CostModel.move_s`): a bound on what they hold, as the
 # schedule-wide choice prices up to placements² of them per phase.
 MAX_KEPT_MOVES = 100_000
+# Rank-map cells (replicas × stages) the planner's caches of rank maps keep, each (a map's
+# tuple of Python ints, about 40 bytes a cell, or its arrays): a map has up to a million
+# cells (1,000 stages × 1,024 replicas), and kept for every (S, D) the search opened they
+# grew with the devices (2^18 devices: 2.7 GB; 2^20: beyond 7.5 GB). Least recently used
+# first out; what is dropped is made again from the cluster when asked (the same values).
+KEPT_RANK_CELLS = 1 << 20
+
+
+def rank_cells(rank_map: Sequence[Sequence[int]] | np.ndarray) -> int:
+    """Cells of a rank map: `rank_cells(((0, 1), (2, 3)))` → 4."""
+    return len(rank_map) * len(rank_map[0]) if len(rank_map) else 0
+
+
+class BoundedCache:
+    """A cache that forgets its least recently used entries once their sizes add up to more
+    than `limit` (the newest is always kept): for values that are pure functions of their
+    key, so that forgetting one changes nothing but the time to make it again.
+
+        cache = BoundedCache(KEPT_RANK_CELLS)
+        ranks = cache.get((S, D), lambda: rank_array(S, D, G, nodes), rank_cells)
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self._items: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()
+
+    def get(self, key: Hashable, make: Callable[[], object], size: Callable[[object], int]):
+        """The value of `key`, made by `make()` when not kept; `size(value)` its share."""
+        item = self._items.get(key)
+        if item is not None:
+            self._items.move_to_end(key)
+            return item[0]
+        value = make()
+        cost = size(value)
+        self._items[key] = (value, cost)
+        self.size += cost
+        while self.size > self.limit and len(self._items) > 1:
+            _, (_, dropped) = self._items.popitem(last=False)
+            self.size -= dropped
+        return value
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.size = 0
 
 
 @dataclass(frozen=True)
@@ -334,8 +383,11 @@ class CostModel:
         )
         self._phase_costs = lru_cache(maxsize=4096)(self._phase_costs_uncached)
         self.boundary_rate_table = lru_cache(maxsize=64)(self._boundary_rate_table)
-        self._links: dict[tuple[tuple[int, ...], ...], tuple] = {}
+        # Keyed by rank maps: bounded by their cells (KEPT_RANK_CELLS), as every layout the
+        # search simulates names one.
+        self._links = BoundedCache(KEPT_RANK_CELLS)
         self._moves: dict[tuple, float] = {}
+        self._moves_cells = 0
 
     # ------------------------------------------------------------------ per layer
 
@@ -585,13 +637,15 @@ class CostModel:
     ) -> tuple[list[Link], list[Link], list[tuple[int, ...]]]:
         """Per rank map (the search simulates many layouts of one): the boundary links, the
         all-reduce links and the nodes each all-reduce crosses."""
-        if rank_map not in self._links:
-            self._links[rank_map] = (
+        return self._links.get(
+            rank_map,
+            lambda: (
                 self.boundary_links(rank_map),
                 self.allreduce_links(rank_map),
                 self.allreduce_nodes(rank_map),
-            )
-        return self._links[rank_map]
+            ),
+            lambda _: 2 * rank_cells(rank_map),  # the map and its rings' nodes
+        )
 
     def evaluate(
         self, layout: Layout, record: bool = True, shown_stages: int | None = None
@@ -709,9 +763,13 @@ class CostModel:
         # schedule-wide choice (`plan._over_the_schedule`).
         key = (old.boundaries, old.rank_map, new.boundaries, new.rank_map, new.frozen_layers)
         if key not in self._moves:
-            if len(self._moves) >= MAX_KEPT_MOVES:
+            # Its key holds two rank maps: bounded by their cells too (KEPT_RANK_CELLS).
+            cells = rank_cells(old.rank_map) + rank_cells(new.rank_map)
+            if len(self._moves) >= MAX_KEPT_MOVES or self._moves_cells + cells > KEPT_RANK_CELLS:
                 self._moves.clear()
+                self._moves_cells = 0
             self._moves[key] = self._move_s(old, new)
+            self._moves_cells += cells
         return self._moves[key]
 
     def _move_s(self, old: Layout, new: Layout) -> float:

@@ -31,12 +31,15 @@ from typing import Literal
 import numpy as np
 
 from pipeplan.costmodel import (
+    KEPT_RANK_CELLS,
     PACKED,
     PLACEMENTS,
+    BoundedCache,
     CostModel,
     Evaluation,
     PhaseCosts,
     placement_family,
+    rank_cells,
     slowest_link,
 )
 from pipeplan.errors import BadArgumentError, PipeplanError
@@ -471,12 +474,15 @@ class _Received:
     first_bwd: np.ndarray
 
 
-# Per cost model, the links of each rank map (`PhaseSearch._rank_links`), kept while the model
-# lives: the phases of one plan search the same maps.
+# Per cost model, the links of each (S, D, placement) rank map (`PhaseSearch._rank_links`),
+# kept while the model lives: the phases of one plan search the same maps. Keyed by the
+# map's (S, D, placement), not by the map: kept for every map opened, a million devices'
+# maps held gigabytes (KEPT_RANK_CELLS).
 _LINKS: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary()
-# Per cost model, each (S, D)'s rank maps (`costmodel.placement_family`) and what the shape
-# bounds read from a map (`PhaseSearch._fastest_ring`), kept alike.
-_FAMILIES: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary()
+# Per cost model, each (S, D)'s placements (`costmodel.placement_family`: their names, and
+# their maps, as many as KEPT_RANK_CELLS holds) and what the shape bounds read from a map
+# (`PhaseSearch._fastest_ring`), kept alike.
+_FAMILIES: weakref.WeakKeyDictionary[CostModel, _Families] = weakref.WeakKeyDictionary()
 # Per cost model, each candidate space's shapes (`PhaseSearch._candidate_shapes`) for the
 # most stages asked so far, in order of S, with their S: a phase with fewer stages to place
 # (a longer frozen prefix) searches a prefix of them. Built again for each of a 1,000-layer
@@ -485,6 +491,17 @@ _SHAPES: weakref.WeakKeyDictionary[CostModel, dict] = weakref.WeakKeyDictionary(
 # A long model's candidate for every placement of its (S, D) but "packed" (not a rank map:
 # `_Run.open_shape` makes it into the family's maps).
 OTHER_PLACEMENTS = "others"
+
+
+class _Families:
+    """A cost model's rank maps by (S, D) (`PhaseSearch.family`): the names of each (S, D)'s
+    placements and the shape bounds' `_fastest_ring` kept, the maps themselves as many as
+    KEPT_RANK_CELLS holds (a map of 1,000 stages × 1,024 replicas is a million cells)."""
+
+    def __init__(self) -> None:
+        self.maps = BoundedCache(KEPT_RANK_CELLS)
+        self.names: dict[tuple[int, int], tuple[str, ...]] = {}
+        self.fastest: dict[tuple[int, int, int], tuple[float, float]] = {}
 
 
 def _columns(shapes: list[Shape]) -> np.ndarray:
@@ -546,13 +563,15 @@ class PhaseSearch:
         self.cluster = model.cluster
         # Memory the layers may use: the reserve is part of every stage.
         self.memory_limit_bytes = self.cluster.device_memory_bytes - model.reserve_bytes
-        self._ranks: dict[tuple[int, int, str], tuple[tuple[int, ...], ...]] = {}
+        # Rank maps as a Layout holds them (tuples of Python ints): as many as
+        # KEPT_RANK_CELLS holds.
+        self._ranks = BoundedCache(KEPT_RANK_CELLS)
         self._bottlenecks: dict[object, np.ndarray] = {}
         self._shared_tables: dict[tuple, dict] = {}
         self._prefixes: dict[int, _LayerPrefixes] = {}
         # Rank links depend on the cluster and the map only: every phase of a plan shares them.
-        self._links: dict[tuple[tuple[int, ...], ...], _RankLinks] = _LINKS.setdefault(model, {})
-        self._families: dict[tuple, object] = _FAMILIES.setdefault(model, {})
+        self._links: dict[tuple[int, int, str], _RankLinks] = _LINKS.setdefault(model, {})
+        self._families = _FAMILIES.setdefault(model, _Families())
         self._shapes: list[Shape] | None = None
         self._columns = np.zeros((0, 5), dtype=np.int64)
         self._shape_set: set[Shape] | None = None
@@ -696,16 +715,22 @@ class PhaseSearch:
         """The rank maps of (S, D) by placement (`costmodel.placement_family`), kept per
         cost model: every phase of a plan searches the same."""
         key = (num_stages, replicas)
-        if key not in self._families:
-            cluster = self.cluster
-            members = placement_family(
-                num_stages, replicas, cluster.devices_per_node, cluster.nodes
-            )
-            self._families[key] = dict(members)
-        return self._families[key]  # type: ignore[return-value]
+        cluster = self.cluster
+
+        def members() -> dict[str, np.ndarray]:
+            family = placement_family(num_stages, replicas, cluster.devices_per_node, cluster.nodes)
+            self._families.names[key] = tuple(placement for placement, _ in family)
+            return dict(family)
+
+        return self._families.maps.get(  # type: ignore[return-value]
+            key, members, lambda maps: sum(ranks.size for ranks in maps.values())
+        )
 
     def placements(self, num_stages: int, replicas: int) -> tuple[str, ...]:
-        return tuple(self.family(num_stages, replicas))
+        key = (num_stages, replicas)
+        if key not in self._families.names:
+            self.family(num_stages, replicas)
+        return self._families.names[key]
 
     def placement_of(self, layout: Layout) -> str | None:
         """The placement whose map is `layout`'s rank map, None when none of the family is."""
@@ -720,10 +745,15 @@ class PhaseSearch:
 
     def layout_ranks(self, shape: Shape) -> tuple[tuple[int, ...], ...]:
         key = (shape.num_stages, shape.replicas, shape.placement)
-        if key not in self._ranks:
-            ranks = self.family(shape.num_stages, shape.replicas)[shape.placement]
-            self._ranks[key] = tuple(tuple(r) for r in ranks.tolist())
-        return self._ranks[key]
+        return self._ranks.get(
+            key,
+            lambda: tuple(tuple(r) for r in self.rank_array(shape).tolist()),
+            rank_cells,
+        )
+
+    def rank_array(self, shape: Shape) -> np.ndarray:
+        """The shape's rank map as the [replica, stage] array of its family."""
+        return self.family(shape.num_stages, shape.replicas)[shape.placement]
 
     def layout(self, shape: Shape, schedule: Schedule, boundaries: tuple[int, ...]) -> Layout:
         return Layout(
@@ -1085,8 +1115,8 @@ class PhaseSearch:
         prices the rings of the (S, D) map of PLACEMENTS[placement] on: a stage in one node
         uses the in-node link, one spanning nodes the inter-node link, or the slower of both
         per term where two of its ranks share a node. Kept per cost model."""
-        key = ("fastest ring", S, D, placement)
-        if key not in self._families:
+        key = (S, D, placement)
+        if key not in self._families.fastest:
             model = self.model
             ranks = self.family(S, D)[PLACEMENTS[placement]]
             nodes = np.sort(ranks // self.cluster.devices_per_node, axis=0)
@@ -1102,11 +1132,11 @@ class PhaseSearch:
                 )
                 if used.any()
             ]
-            self._families[key] = (
+            self._families.fastest[key] = (
                 min(link.latency_s for link in links),
                 max(link.bandwidth_bytes_per_s for link in links),
             )
-        return self._families[key]  # type: ignore[return-value]
+        return self._families.fastest[key]
 
     def _first_stage_tail(
         self, rows: _Rows, k: int, S: np.ndarray, D: np.ndarray, P: np.ndarray
@@ -1343,8 +1373,9 @@ class PhaseSearch:
     def _rank_links(self, shape: Shape) -> _RankLinks:
         """What the rank map of (S, D) decides: each boundary's and each stage's link, and
         which node links the all-reduces share."""
-        ranks = self.layout_ranks(shape)
-        if ranks not in self._links:
+        key = (shape.num_stages, shape.replicas, shape.placement)
+        if key not in self._links:
+            ranks = self.rank_array(shape)
             model, D = self.model, shape.replicas
             boundary = model.boundary_links(ranks)
             ring = [model.allreduce_links(ranks), model.inter_allreduce_link]
@@ -1356,7 +1387,7 @@ class PhaseSearch:
             def per_byte(link: Link) -> float:
                 return steps / D / link.bandwidth_bytes_per_s if D > 1 else 0.0
 
-            self._links[ranks] = _RankLinks(
+            self._links[key] = _RankLinks(
                 latency=np.array([link.latency_s for link in boundary]),
                 per_byte=np.array([1 / link.bandwidth_bytes_per_s for link in boundary]),
                 allreduce_latency=np.array([latency(link) for link in ring[0]]),
@@ -1365,7 +1396,7 @@ class PhaseSearch:
                 shared_latency=latency(ring[1]),
                 shared_per_byte=per_byte(ring[1]),
             )
-        return self._links[ranks]
+        return self._links[key]
 
     def shared_tables(self, key: tuple) -> dict:
         """Partition tables that shapes with the same stages, micro-batch size, schedule and

@@ -1360,3 +1360,32 @@ def test_a_refusal_never_quotes_a_least_memory_that_fits(monkeypatch):
     message = str(info.value)
     assert "every layout priced peaks above a device's memory" in message, message
     assert "smallest achievable" not in message and "a device has 8.00 GiB" in message
+
+
+def test_a_search_on_a_huge_cluster_keeps_no_more_rank_maps_than_a_small_one():
+    """The rank maps a search opens (a 502-stage pipeline of 512 replicas is 257,024 ranks)
+    are kept up to KEPT_RANK_CELLS cells, not all of them: kept for every map, a 1,000-layer
+    preview grew with the devices (2^18 devices: 2.7 GB; 2^20 beyond 7.5 GB). Here the old
+    code's peak grew by 144 MB from 2^14 to 2^19 devices (107 → 251 MB), now by ~26 MB (80 →
+    106 MB: the larger candidate set and one map's arrays). Same layouts at both sizes."""
+    import tracemalloc
+
+    from pipeplan.synthetic import transformer_layers
+
+    profile = synthetic_profile(
+        transformer_layers(num_blocks=500, hidden=1024, seq_len=256, vocab=30522),
+        name="syn500",
+        hidden=1024,
+    )
+    peaks, labels = [], []
+    for nodes in (16, 512):
+        cluster = cluster_from_flags(nodes=nodes, devices_per_node=1024, device_memory="80GiB")
+        tracemalloc.start()
+        try:
+            best = solve_phase(CostModel(profile, cluster), 1024).best
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        labels.append(best.layout.label())
+    assert labels == ["57x256 M=4 gpipe", "502x512 M=2 gpipe"]
+    assert peaks[1] - peaks[0] < 60e6, [f"{p / 1e6:.0f} MB" for p in peaks]
