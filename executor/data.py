@@ -63,6 +63,7 @@ from pipeplan.errors import (
     InputFileError,
     Interrupted,
     OutputError,
+    PipeplanError,
     Stopped,
     one_line,
     quoted,
@@ -561,10 +562,12 @@ def _load_user(spec: str, seed: int) -> TaskData:
             result = func(seed=seed) if _takes_seed(func) else func()
         except Exception as exc:  # the user's code: its error in one line, not our traceback
             raise BadArgumentError(f"data {quoted(spec)} raised {_one_line(exc)}") from exc
-        _refuse_awaitables(result, spec)
+        with looking_at(spec, "what it returned"):
+            _refuse_awaitables(result, spec)
     if getattr(module, "__file__", None):  # what `helper_files` picks the user's files from
         _BROUGHT_IN[Path(module.__file__).resolve()] = before
-    return _as_task_data(result, spec)
+    with looking_at(spec, "what it returned"):
+        return _as_task_data(result, spec)
 
 
 @contextlib.contextmanager
@@ -3457,6 +3460,27 @@ def _not_the_file_here(target: str, module: Any) -> str:
     )
 
 
+@contextlib.contextmanager
+def looking_at(name: str, what: str) -> Iterator[None]:
+    """What the user's code returned, looked at by pipeplan (its parts, its tensors' kinds):
+    an exception the objects raise there (a tuple subclass whose `__iter__` raises, a tensor
+    subclass whose `__torch_function__` does, a `len()` that lies) is one line naming the
+    data and `what`, as the user's own calls are. Found by the forty-eighth round: eight such
+    objects gave a 60-line traceback, exit 1.
+
+        with looking_at("m:load", "train item 50"):
+            refuse_odd_tensors(value, 50, "m:load", "train")
+    """
+    try:
+        yield
+    except PipeplanError:
+        raise
+    except Exception as exc:
+        raise BadArgumentError(
+            f"data {quoted(name)}: {what} raised {_one_line(exc)} as pipeplan looked at it"
+        ) from exc
+
+
 def _refuse_awaitables(result: Any, spec: str) -> None:
     """Refuses what an `async def` data function (or a plain one returning one) gives back:
     a coroutine, an async generator or another awaitable, alone or as a set of the returned
@@ -3633,7 +3657,8 @@ def _parts(value: Any, name: str = "", depth: int = 0) -> Iterator[tuple[str, An
         inner = [(str(i), v) for i, v in enumerate(value[:_PART_WIDTH])]
     else:
         return
-    pair = depth == 0 and isinstance(value, tuple | list) and len(value) == 2
+    # The parts it holds, not what its len() says (a tuple subclass may lie: forty-eighth).
+    pair = depth == 0 and isinstance(value, tuple | list) and len(inner) == 2
     for key, part in inner:
         if depth:
             part_name = f"{name}[{key}]"
@@ -3773,10 +3798,12 @@ def item(dataset: Any, index: int, name: str, split: str) -> tuple[Any, Any]:
             value = dataset[index]
         except Exception as exc:
             raise BadArgumentError(f"data '{name}': {doing} raised {_one_line(exc)}") from None
-        refuse_awaitable_item(value, dataset, index, name, split)
-    _check_pair(value, name, split, index)
-    refuse_odd_tensors(value, index, name, split)
-    return _plain(value[0]), _plain(value[1])
+        with looking_at(name, f"{split} item {index}"):
+            refuse_awaitable_item(value, dataset, index, name, split)
+    with looking_at(name, f"{split} item {index}"):
+        _check_pair(value, name, split, index)
+        refuse_odd_tensors(value, index, name, split)
+        return _plain(value[0]), _plain(value[1])
 
 
 def _plain(value: Any) -> Any:
@@ -3792,9 +3819,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _held(value: tuple | list) -> int:
+    """How many values a tuple or list holds, counted by the builtin's own iteration: a
+    subclass's `len()` or `__iter__` may say otherwise (forty-eighth round: one whose len()
+    said 2 held 3)."""
+    return sum(1 for _ in (tuple if isinstance(value, tuple) else list).__iter__(value))
+
+
 def _check_pair(value: Any, name: str, split: str, index: int) -> None:
-    if not (isinstance(value, tuple | list) and len(value) == 2):
-        kind = f"a {len(value)}-tuple" if isinstance(value, tuple | list) else type(value).__name__
+    held = _held(value) if isinstance(value, tuple | list) else 0
+    if not (isinstance(value, tuple | list) and held == 2):
+        kind = f"a {held}-tuple" if isinstance(value, tuple | list) else type(value).__name__
         raise BadArgumentError(
             f"data '{name}': {split} item {index} is {kind}, not an (input, label) pair"
         )
@@ -3963,10 +3998,11 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
     # Checked once the settings are: an item made under a changed one is said as that change.
     values = []
     for index, value in zip(indices, read, strict=True):
-        refuse_awaitable_item(value, dataset, index, name, split)
-        _check_pair(value, name, split, index)
-        refuse_odd_tensors(value, index, name, split)
-        values.append((_plain(value[0]), _plain(value[1])))
+        with looking_at(name, f"{split} item {index}"):
+            refuse_awaitable_item(value, dataset, index, name, split)
+            _check_pair(value, name, split, index)
+            refuse_odd_tensors(value, index, name, split)
+            values.append((_plain(value[0]), _plain(value[1])))
     return values
 
 

@@ -2323,6 +2323,38 @@ USER_DATA = {  # a --data file (or None: the spec alone) → the fragment of the
         "load",
         "0 classes; a classifier takes 2..1000000",
     ),
+    # forty-eighth round: objects whose own methods raise as pipeplan looks at them
+    "an item whose tuple subclass's __iter__ raises": (
+        "import torch\nclass T(tuple):\n    def __iter__(self): raise RuntimeError('evil iter')\n"
+        f"class D:\n    def __len__(self): return 64\n"
+        f"    def __getitem__(self, i): return T(({_ITEM}))\ndef load():\n    return D(), D()\n",
+        "load",
+        "train item 0 raised RuntimeError: evil iter as pipeplan looked at it",
+    ),
+    "an item whose tuple subclass's len() lies": (
+        "import torch\nclass T(tuple):\n    def __len__(self): return 2\n"
+        f"class D:\n    def __len__(self): return 64\n"
+        f"    def __getitem__(self, i): return T(({_ITEM}, 0))\ndef load():\n    return D(), D()\n",
+        "load",
+        "train item 0 is a 3-tuple, not an (input, label) pair",
+    ),
+    "an input whose __torch_function__ raises": (
+        "import torch\nclass Evil(torch.Tensor):\n    @classmethod\n"
+        "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+        "        raise RuntimeError('evil torch function')\n"
+        "class D:\n    def __len__(self): return 64\n"
+        "    def __getitem__(self, i): return torch.zeros(1, 8, 8).as_subclass(Evil), "
+        "torch.tensor(0)\ndef load():\n    return D(), D()\n",
+        "load",
+        "train item 0 raised RuntimeError: evil torch function as pipeplan looked at it",
+    ),
+    "a returned tuple subclass whose __iter__ raises": (
+        "import torch\nclass T(tuple):\n    def __iter__(self): raise RuntimeError('evil load')\n"
+        f"class D:\n    def __len__(self): return 64\n"
+        f"    def __getitem__(self, i): return {_ITEM}\ndef load():\n    return T((D(), D()))\n",
+        "load",
+        "what it returned raised RuntimeError: evil load as pipeplan looked at it",
+    ),
     "TaskData with a label count of 2.0": (
         "import torch\nfrom executor.data import TaskData, TensorPairs\ndef load():\n"
         "    x, y = torch.zeros(100, 1, 8, 8), torch.zeros(100, dtype=torch.int64)\n"
