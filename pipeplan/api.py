@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from pipeplan import log
-from pipeplan.errors import BadArgumentError
+from pipeplan.errors import BadArgumentError, excerpt
 from pipeplan.formats import RunConfig
+from pipeplan.formats.base import MAX_TEXT, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
 from pipeplan.options import Option, build, check_needs, model_needs, model_options
 
@@ -78,21 +79,27 @@ def preview(profile: str, **options: Any) -> Preview:
 
 
 def run(
-    runs_dir: str | Path = "runs", resume: str | Path | None = None, **options: Any
+    runs_dir: str | Path | None = None, resume: str | Path | None = None, **options: Any
 ) -> RunSummary:
     """`pipeplan run …`: train on local ranks; returns the summary (the run directory is
-    `runs_dir/summary.name`: records, metrics.csv, the trained model in model/). The epoch
-    lines and warnings go to stderr through the `pipeplan` logger. `resume="runs/r"` is
-    `pipeplan run --resume runs/r`: continued from its latest checkpoint, with only the
-    options a resume takes (nproc, epochs, collective_timeout); the rest are run.json's."""
+    `runs_dir/summary.name`, "runs" by default: records, metrics.csv, the trained model in
+    model/). The epoch lines and warnings go to stderr through the `pipeplan` logger.
+    `resume="runs/r"` is `pipeplan run --resume runs/r`: continued from its latest
+    checkpoint, with only the options a resume takes (nproc, epochs, collective_timeout); the
+    rest are run.json's."""
     from executor.launch import resume_run, start_run
 
     if not log.configured():  # the caller has not set up logging: show the epoch lines
         log.setup()
     if resume is not None:
-        _, summary = resume_run(str(resume), _given(RunConfig, options))
+        if runs_dir is not None:  # as the command line refuses it
+            raise BadArgumentError(
+                "--runs-dir means nothing with --resume; a resumed run stays in its own "
+                "directory, RUN"
+            )
+        _, summary = resume_run(_resumed_path(resume), _given(RunConfig, options))
         return summary
-    _, summary = start_run(_request(RunConfig, options), runs_dir)
+    _, summary = start_run(_request(RunConfig, options), "runs" if runs_dir is None else runs_dir)
     assert summary is not None  # not prepare-only
     return summary
 
@@ -103,6 +110,27 @@ def export(run_dir: str | Path, out: str | Path, checkpoint: str | None = None) 
     from pipeplan.runfiles import check_summary
 
     return export_run(run_dir, out, checkpoint, check_files=check_summary)
+
+
+def _resumed_path(resume: Any) -> str:
+    """`resume=` checked as the command line checks `--resume`'s text: a path (text or a
+    Path), not empty, no space around it, no NUL, at most a path's length. Found by the
+    forty-eighth round: "" resumed ".", True was "True: no such run directory", a NUL a
+    ValueError traceback, and a 10^7-character value a message as long."""
+    if isinstance(resume, PurePath):
+        resume = str(resume)
+    if not isinstance(resume, str):
+        raise BadArgumentError(
+            f"--resume: {excerpt(repr(resume))} is not a run directory's path; give one"
+        )
+    if resume == "":
+        raise BadArgumentError("--resume is empty; give a value")
+    if resume != resume.strip():
+        raise BadArgumentError(f"--resume: {spaced(resume)}")
+    if "\0" in resume or len(resume) > MAX_TEXT:
+        why = "holds a NUL byte" if "\0" in resume else f"is {len(resume):,} characters long"
+        raise BadArgumentError(f"--resume: {excerpt(resume)} {why}; no path does")
+    return resume
 
 
 def _request(model: type[BaseModel], options: dict[str, Any]) -> Any:

@@ -125,3 +125,27 @@ def test_run_resumes_a_run_as_the_command_line_does(finished_run, tmp_path):
     summary = pipeplan.run(resume=run, epochs=2)
     assert summary.name == "r" and summary.steps == 4  # 2 steps an epoch, 2 epochs
     assert json.loads((run / "run.json").read_text())["epochs"] == 2
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        ({"resume": "runs/r", "runs_dir": "elsewhere"}, "--runs-dir means nothing with --resume"),
+        ({"resume": ""}, "--resume is empty; give a value"),
+        ({"resume": " runs/r"}, "--resume: ' runs/r' has space around it (a quoting mistake?)"),
+        ({"resume": "runs/r\0x"}, "holds a NUL byte; no path does"),
+        ({"resume": "x" * 10**6}, "is 1,000,000 characters long; no path does"),
+        ({"resume": True}, "--resume: True is not a run directory's path; give one"),
+        ({"resume": 5}, "--resume: 5 is not a run directory's path; give one"),
+    ],
+)
+def test_runs_resume_is_checked_as_the_command_lines(tmp_path, monkeypatch, given, said):
+    """Found by the forty-eighth round: `run(resume=…)` skipped the command line's checks:
+    `runs_dir=` beside it was ignored and the resume trained, "" resumed ".", a NUL was a
+    ValueError traceback, a 10^7-character value a message as long, True "True: no such run
+    directory". Each is refused in one line, before anything runs."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("executor.launch.resume_run", lambda *a: pytest.fail("resumed"))
+    with pytest.raises(PipeplanError) as refused:
+        pipeplan.run(**given)
+    assert said in str(refused.value) and len(str(refused.value)) < 1000, str(refused.value)
