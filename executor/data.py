@@ -42,7 +42,7 @@ import time
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -173,7 +173,13 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
                 raise BadArgumentError(f"data '{data.name}' has no training samples")
             continue
         inputs, labels = _samples(dataset, data.name, split)
-        _check_inputs(inputs, data.name, seq, data.padded)
+        # Which item each row is, to name the first one refused (forty-eighth round).
+        rows = (
+            range(len(labels))
+            if isinstance(dataset, TensorPairs)
+            else [0, length(dataset, data.name, split) - 1]
+        )
+        _check_inputs(inputs, data.name, seq, data.padded, _Rows(split, rows))
         if data.padded:
             _check_not_all_padding(inputs, data.name, split, isinstance(dataset, TensorPairs))
             old_padding[split] = _old_padding_rows(inputs, seq)
@@ -182,7 +188,7 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
                 f"data '{data.name}': {split} labels must be int64, not {_dtype(labels.dtype)}"
             )
         if _is_token_task(seq):
-            _check_token_labels(labels, inputs, data.name, split, seq)
+            _check_token_labels(labels, inputs, data.name, split, seq, _Rows(split, rows))
             if split == "train" and isinstance(dataset, TensorPairs):  # every sample at hand
                 _check_has_targets(labels, data.name)
             continue
@@ -198,10 +204,11 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
                 f"{_shape(tuple(labels.shape[1:]))}, token sequences, but model '{seq.name}' "
                 "is a classifier; a decoder trains on them with --task causal-lm"
             )
-        if bool(_not_labels(labels, seq).any()):
+        if bool((bad := _not_labels(labels, seq)).any()):
             low, high = int(labels.min()), int(labels.max())
             raise BadArgumentError(
                 f"data '{data.name}' has {split} labels in {low}..{high} but {_labels_taken(seq)}"
+                f"{_Rows(split, rows).first(bad)}"
             )
     if any(old_padding.values()):
         from pipeplan.models import PADDING
@@ -219,8 +226,27 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Rows:
+    """Which item each row of the samples the launcher's checks read is (`_samples`: every
+    row of a TensorPairs, else the first and the last item), to name the first refused."""
+
+    split: str
+    items: Sequence[int]
+
+    def first(self, bad: torch.Tensor) -> str:
+        """ " (train item 37 first)": the item of the first row `bad` (a mask) marks."""
+        marked = bad.reshape(len(bad), -1).any(dim=1).nonzero()
+        return f" ({self.split} item {self.items[int(marked[0, 0])]} first)" if len(marked) else ""
+
+
 def _check_token_labels(
-    labels: torch.Tensor, inputs: torch.Tensor, name: str, split: str, seq: LayerSequence
+    labels: torch.Tensor,
+    inputs: torch.Tensor,
+    name: str,
+    split: str,
+    seq: LayerSequence,
+    rows: _Rows | None = None,
 ) -> None:
     """A causal LM's labels: one token id per input position (the input ids themselves),
     IGNORE_INDEX where the loss skips a position (padding)."""
@@ -233,11 +259,11 @@ def _check_token_labels(
             f"{_shape(tuple(inputs.shape[1:]))} positions: labels are the input ids "
             f"({IGNORE_INDEX} at padding)"
         )
-    if bool(_not_labels(labels, seq).any()):
+    if bool((bad := _not_labels(labels, seq)).any()):
         kept = labels[labels != IGNORE_INDEX]
         raise BadArgumentError(
             f"data '{name}' has {split} token labels in {int(kept.min())}..{int(kept.max())} "
-            f"but {_labels_taken(seq)}"
+            f"but {_labels_taken(seq)}{rows.first(bad) if rows else ''}"
         )
 
 
@@ -4070,7 +4096,9 @@ def _samples(dataset: Any, name: str, split: str) -> tuple[torch.Tensor, torch.T
     return torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
 
 
-def _check_inputs(inputs: torch.Tensor, name: str, seq: LayerSequence, padded: bool) -> None:
+def _check_inputs(
+    inputs: torch.Tensor, name: str, seq: LayerSequence, padded: bool, rows: _Rows | None = None
+) -> None:
     """Inputs of the model's shape and dtype; token ids within its vocabulary, or PADDING in
     `padded` data. `_check_inputs(ids, "d.jsonl", seq, padded=True)`."""
     from pipeplan.models import PADDING
@@ -4091,9 +4119,12 @@ def _check_inputs(inputs: torch.Tensor, name: str, seq: LayerSequence, padded: b
             padding = f" ({PADDING} at padding)" if padded else ""
             if not padded and low == PADDING:
                 padding = f" ({PADDING} is padding in TaskData(..., padded=True))"
+            bad = (inputs < 0) | (inputs >= vocab)
+            if padded:
+                bad &= inputs != PADDING
             raise BadArgumentError(
                 f"data '{name}' has token ids in {low}..{high} but model '{seq.name}' has "
-                f"vocab_size {vocab}{padding}"
+                f"vocab_size {vocab}{padding}{rows.first(bad) if rows else ''}"
             )
 
 

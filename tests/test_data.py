@@ -354,6 +354,39 @@ def test_check_compatible_rejects_out_of_range_labels_and_tokens(synth, bert):
     _one_line_error(D.check_compatible, D.TaskData("x", too_big, too_big), bert, match="token ids")
 
 
+def test_a_refused_label_or_token_id_names_the_first_item_holding_it(synth, bert):
+    """Found by the forty-eighth round: "has train labels in 5000..5000 but model
+    'bert-synth' has 2 classes" named no item, where a rank's check names one. The launcher's
+    checks name the first item refused: a row of an in-memory set, or the first or last item
+    of another."""
+    labels = synth.eval.labels.clone()
+    labels[7] = 5000
+    odd = D.TaskData("x", synth.train, D.TensorPairs(synth.eval.inputs, labels))
+    message = _one_line_error(D.check_compatible, odd, bert)
+    assert message.endswith("has 2 classes (0..1) (eval item 7 first)"), message
+    inputs = synth.train.inputs.clone()
+    inputs[3, 5] = 10**6
+    odd = D.TaskData("x", D.TensorPairs(inputs, synth.train.labels), synth.eval)
+    message = _one_line_error(D.check_compatible, odd, bert)
+    assert "token ids in" in message and message.endswith("(train item 3 first)"), message
+
+    class Listed:  # not in memory: its first and last items are read
+        def __init__(self, pairs):
+            self.pairs = pairs
+
+        def __len__(self):
+            return len(self.pairs.labels)
+
+        def __getitem__(self, i):
+            return self.pairs.inputs[i], self.pairs.labels[i]
+
+    labels = synth.eval.labels.clone()
+    labels[-1] = 9
+    odd = D.TaskData("x", synth.train, Listed(D.TensorPairs(synth.eval.inputs, labels)))
+    message = _one_line_error(D.check_compatible, odd, bert)
+    assert message.endswith(f"(eval item {len(labels) - 1} first)"), message
+
+
 def test_check_compatible_rejects_bad_items(user_file, synth, bert):
     task = D.load_data(f"{user_file}:int_labels", bert)
     _one_line_error(D.check_compatible, task, bert, match="int64 scalar")
