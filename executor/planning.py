@@ -433,14 +433,14 @@ def replan(run_dir: Path, decision: PhaseDecision, global_batch: int) -> PhaseDe
     return _decide(profile, pricing, global_batch, decision.layout.frozen_layers)
 
 
-def _check_identity(plan: Plan, identity: ProfileIdentity) -> None:
+def _check_identity(plan: Plan, identity: ProfileIdentity, where: str | Path = "the plan") -> None:
     """The plan's inputs.profile names the profile its sha256 is of: a model or device edited
     beside the same sha256 contradicts it (seventeenth round: a device of "Other CPU" ran)."""
     for field in ("model", "device"):
         recorded, actual = getattr(plan.inputs.profile, field), getattr(identity, field)
         if recorded != actual:
             raise BadArgumentError(
-                f"the plan's inputs.profile.{field} is {recorded!r} but the profile of its "
+                f"{where}: inputs.profile.{field} is {recorded!r} but the profile of its "
                 f"sha256 has {actual!r}; the plan was edited: re-plan"
             )
 
@@ -474,11 +474,12 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig, where: str | Path) 
             f"the plan is for global batch {plan.inputs.global_batch}, not {cfg.global_batch}"
         )
     if plan.inputs.profile.sha256 != profile_identity(profile).sha256:
-        raise BadArgumentError(
-            "the plan was made from another profile (its sha256 differs from the run's "
-            "profile); pass the plan's profile with --profile or re-plan"
+        raise BadArgumentError(  # the file and its field named (forty-eighth round)
+            f"{where}: the plan was made from another profile (its inputs.profile.sha256 "
+            "differs from the run's profile's); pass the plan's profile with --profile or "
+            "re-plan"
         )
-    _check_identity(plan, profile_identity(profile))
+    _check_identity(plan, profile_identity(profile), where)
     # A rank has no more memory than the run would plan it with itself (`rank_memory`: the
     # profiled device's share, never more than this host's; --device-memory is refused beside
     # --plan): the plan's node is a host whose memory its devices share (a local run is one

@@ -1103,7 +1103,9 @@ def test_a_plan_of_a_shipped_bf16_profile_runs_in_bf16_without_flags(tmp_path, c
     assert load(RunConfig, tmp_path / "runs" / "a" / "run.json").precision == "bf16"
     capsys.readouterr()
     assert cli.main([*run, "b", "--precision", "fp32"]) == 2
-    assert "the plan was made from another profile" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the file and its field named (forty-eighth round)
+    assert f"{tmp_path / 'p.json'}: the plan was made from another profile (its " in err
+    assert "inputs.profile.sha256 differs" in err
 
 
 def test_help_with_anything_after_it_is_refused(capsys):
