@@ -1748,13 +1748,25 @@ def resume_command(run_dir: Path, cfg: RunConfig) -> str:
 
 
 def _steps_per_epoch(run_dir: Path, cfg: RunConfig) -> int | None:
-    """The run's steps per epoch from data.json's facts; None where they cannot be read."""
+    """The run's steps per epoch from data.json's facts, else from a phase record's horizon
+    (its samples an epoch: whole global batches); None where neither can be read. Data that
+    reads no file (the built-in sets) has no data.json: a rank stopped in epoch 1's
+    evaluation was said "at step 4", a step never started (forty-eighth round)."""
     try:
         record = read_data_record(run_dir)
     except (PipeplanError, OSError):
+        record = None
+    if record is not None and record.facts is not None:
+        return cfg.steps_per_epoch(record.facts.train_samples)
+    try:
+        records = read_records(run_dir / "run.jsonl", notice=False)
+    except (PipeplanError, OSError):
         return None
-    facts = None if record is None else record.facts
-    return None if facts is None else cfg.steps_per_epoch(facts.train_samples)
+    for phase in (r for r in records if isinstance(r, PhaseRecord)):
+        horizon = phase.pricing.horizon
+        if horizon is not None:
+            return horizon.samples // cfg.global_batch
+    return None
 
 
 def _file_state(path: Path) -> tuple | None:

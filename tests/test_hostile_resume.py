@@ -3941,3 +3941,22 @@ def test_a_run_directory_given_as_model_is_named_as_one(finished_run, tmp_path, 
     kind = "a checkpoint folder" if given else "a run directory"
     fragment = f"{folder}: not a model folder (it is {kind}); `pipeplan export RUN --out DIR`"
     refused(["profile", str(folder), "--out", str(tmp_path / "p.json")], tmp_path, capsys, fragment)
+
+
+def test_a_failure_in_the_first_epochs_evaluation_is_placed_without_a_data_record(
+    finished_run, tmp_path
+):
+    """Found by the forty-eighth round: a rank stopped in epoch 1's evaluation (built-in
+    data: no data.json) was said "at step 4", a step never started: without data.json's
+    facts the steps per epoch were unknown. A phase record's horizon (its samples an epoch)
+    tells them."""
+    from executor import launch
+    from pipeplan.formats import RunConfig, load
+
+    run = copy_run(finished_run, tmp_path)
+    assert not (run / "data.json").exists()  # the built-in digits
+    records = (run / "run.jsonl").read_text().splitlines(keepends=True)
+    kept = [r for r in records if json.loads(r)["kind"] in ("phase", "step")]
+    (run / "run.jsonl").write_text("".join(kept))  # its epoch's record never written
+    cfg = load(RunConfig, run / "run.json")
+    assert launch._placed(run, cfg) == " after step 1, at the end of epoch 1"
