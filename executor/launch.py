@@ -27,7 +27,6 @@ online recalibration).
 from __future__ import annotations
 
 # ruff: noqa: E402 (a rank takes SIGINT over before the imports that take seconds)
-import dataclasses
 import os
 import sys
 
@@ -159,6 +158,7 @@ if __name__ == "__main__":
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import re
 import shlex
