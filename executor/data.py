@@ -3845,7 +3845,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _held(value: tuple | list) -> int:
+def _values_held(value: tuple | list) -> int:
     """How many values a tuple or list holds, counted by the builtin's own iteration: a
     subclass's `len()` or `__iter__` may say otherwise (forty-eighth round: one whose len()
     said 2 held 3)."""
@@ -3853,7 +3853,7 @@ def _held(value: tuple | list) -> int:
 
 
 def _check_pair(value: Any, name: str, split: str, index: int) -> None:
-    held = _held(value) if isinstance(value, tuple | list) else 0
+    held = _values_held(value) if isinstance(value, tuple | list) else 0
     if not (isinstance(value, tuple | list) and held == 2):
         kind = f"a {held}-tuple" if isinstance(value, tuple | list) else type(value).__name__
         raise BadArgumentError(
