@@ -2908,11 +2908,9 @@ def test_a_run_directory_moved_and_replaced_by_a_file_names_where_it_went(tmp_pa
     assert not (moved / "logs" / "interrupted").exists()
 
 
-def test_two_runs_started_in_one_second_without_a_name_both_start(tmp_path, capsys, monkeypatch):
-    """Found by the forty-seventh round: two `pipeplan run` started without --name in the same
-    second collided on the default run-DATE-TIME, and the second was refused "already holds a
-    run; pick another --name", a name the user never gave. A default name a run holds is
-    followed by -2, -3, …; a name given is still refused (that user chose it)."""
+def _a_default_name_taken(tmp_path: Path, monkeypatch) -> tuple[Path, str]:
+    """(runs, name): the default run name fixed to `name` (run-DATE-TIME's clock stopped),
+    which a run in `runs` holds already."""
     import time as time_module
 
     real = time_module.strftime
@@ -2923,6 +2921,15 @@ def test_two_runs_started_in_one_second_without_a_name_both_start(tmp_path, caps
     runs = tmp_path / "runs"
     (runs / fixed).mkdir(parents=True)
     (runs / fixed / "run.json").write_text("{}")
+    return runs, fixed
+
+
+def test_two_runs_started_in_one_second_without_a_name_both_start(tmp_path, capsys, monkeypatch):
+    """Found by the forty-seventh round: two `pipeplan run` started without --name in the same
+    second collided on the default run-DATE-TIME, and the second was refused "already holds a
+    run; pick another --name", a name the user never gave. A default name a run holds is
+    followed by -2, -3, …; a name given is still refused (that user chose it)."""
+    runs, fixed = _a_default_name_taken(tmp_path, monkeypatch)
     argv = ["run", "--prepare-only", "--nproc", "1", "--epochs", "1", "--runs-dir", str(runs)]
     assert cli.main(argv) == 0, capsys.readouterr().err
     assert (runs / f"{fixed}-2" / "run.json").is_file()
@@ -2939,18 +2946,9 @@ def test_a_default_name_taken_as_the_run_claims_it_gives_way_to_the_next(
     another --name", 4 of 4 with 2 to 5 runs). A default name another run claims first,
     even between the choice and the claim (forced here: the choice sees it free), gives way
     to the next free one."""
-    import time as time_module
-
     from executor import launch
 
-    real = time_module.strftime
-    fixed = "run-20260101-000000"
-    monkeypatch.setattr(
-        time_module, "strftime", lambda f, *a: fixed if f.startswith("run-") else real(f, *a)
-    )
-    runs = tmp_path / "runs"
-    (runs / fixed).mkdir(parents=True)
-    (runs / fixed / "run.json").write_text("{}")
+    runs, fixed = _a_default_name_taken(tmp_path, monkeypatch)
     choices = []
     free_name = launch._free_name
 
