@@ -342,8 +342,10 @@ def check_batch_inputs(
     """
     from pipeplan.models import PADDING
 
+    if inputs.dtype != torch.int64 or not len(inputs):  # images, embeddings: no token ids
+        return
     vocab = getattr(seq.config, "vocab_size", None)
-    if inputs.dtype != torch.int64 or not isinstance(vocab, int) or not len(inputs):
+    if not isinstance(vocab, int):
         return
     bad = (inputs < 0) | (inputs >= vocab)
     if padded:

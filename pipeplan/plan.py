@@ -57,7 +57,7 @@ from pipeplan.formats.base import MAX_COUNT, MAX_EPOCHS, MAX_SAMPLES
 from pipeplan.formats.profile import profile_sha256
 from pipeplan.freeze import continuations, describe, phases
 from pipeplan.partition import DENSE_MAX_LAYERS
-from pipeplan.simulate import Timeline
+from pipeplan.simulate import Timeline, gantt_rows
 from pipeplan.solver import (
     DEFAULT_WORK_LIMIT,
     BaselineName,
@@ -927,9 +927,8 @@ def phase_timelines(
     profile: Profile, plan: Plan, shown: list[int] | None = None, params: CostParams | None = None
 ) -> list[Timeline]:
     """One simulated step per phase (steady state) of the phases `shown` (None: all), for the
-    Gantt plots: the events of the stages a chart draws (`plots.gantt_rows`) only, so a
+    Gantt plots: the events of the stages a chart draws (`simulate.gantt_rows`) only, so a
     1,000-stage step does not hold millions of events."""
-    from pipeplan.plots import gantt_rows  # matplotlib: only where a chart is drawn
 
     model = CostModel(profile, plan.inputs.cluster, params)
     shown = range(len(plan.phases)) if shown is None else shown

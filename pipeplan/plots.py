@@ -40,6 +40,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
+from pipeplan import simulate
 from pipeplan.errors import BadArgumentError
 from pipeplan.fileio import (
     check_outside_runs,
@@ -68,21 +69,8 @@ COMM_LANE = (0.15, 0.25)
 COMM_KINDS = frozenset({"send", "allreduce"})
 MAX_LABELS = 2000  # more micro-batch labels than this would be unreadable and slow: draw none
 LABEL_PX_PER_CHAR = 7.0
-# A Gantt chart draws at most this many stages' worth of boxes: a stage of a step of M
-# micro-batches has at most 4·M + 2 (forward, backward, a transfer each way, then all-reduce
-# and optimizer), and a chart of more draws its first `gantt_rows` stages only, as its title
-# says. 1,000 stages × 1,024 micro-batches drawn whole took 216 s and 7.3 GB.
-MAX_GANTT_BOXES = 50_000
 
 log = logging.getLogger("pipeplan.plots")
-
-
-def gantt_rows(num_stages: int, micro_batches: int) -> int:
-    """The stages a Gantt chart of a step of `num_stages` stages and `micro_batches`
-    micro-batches draws: all when their boxes are at most MAX_GANTT_BOXES, else the first
-    that many (at least one): `gantt_rows(1000, 1024)` → 12, `gantt_rows(8, 4)` → 8."""
-    per_stage = 4 * max(micro_batches, 1) + 2
-    return max(1, min(num_stages, MAX_GANTT_BOXES // per_stage))
 
 
 # --------------------------------------------------------------------------- public API
@@ -290,7 +278,7 @@ class _Timeline:
         ]
         numbered = [e.micro_batch for e in events if isinstance(e.micro_batch, int)]
         micro_batches = max(numbered, default=0) + 1
-        drawn = gantt_rows(num_stages, micro_batches)
+        drawn = simulate.gantt_rows(num_stages, micro_batches)
         if drawn < num_stages:
             log.info(
                 "%s of %d stages × %d micro-batches: its Gantt chart draws stages 0–%d only "
@@ -299,7 +287,7 @@ class _Timeline:
                 num_stages,
                 micro_batches,
                 drawn - 1,
-                f"{MAX_GANTT_BOXES:,}",
+                f"{simulate.MAX_GANTT_BOXES:,}",
             )
         return cls(events, step_s, num_stages, drawn)
 

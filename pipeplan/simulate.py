@@ -37,6 +37,21 @@ class Timeline(BaseModel):
     num_stages: int
 
 
+# A Gantt chart draws at most this many stages' worth of boxes: a stage of a step of M
+# micro-batches has at most 4·M + 2 (forward, backward, a transfer each way, then all-reduce
+# and optimizer), and a chart of more draws its first `gantt_rows` stages only, as its title
+# says. 1,000 stages × 1,024 micro-batches drawn whole took 216 s and 7.3 GB.
+MAX_GANTT_BOXES = 50_000
+
+
+def gantt_rows(num_stages: int, micro_batches: int) -> int:
+    """The stages a Gantt chart of a step of `num_stages` stages and `micro_batches`
+    micro-batches draws: all when their boxes are at most MAX_GANTT_BOXES, else the first
+    that many (at least one): `gantt_rows(1000, 1024)` → 12, `gantt_rows(8, 4)` → 8."""
+    per_stage = 4 * max(micro_batches, 1) + 2
+    return max(1, min(num_stages, MAX_GANTT_BOXES // per_stage))
+
+
 @dataclass(frozen=True)
 class StageWork:
     """Per-micro-batch work of one stage, in seconds.

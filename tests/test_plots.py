@@ -9,20 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from pipeplan import plots
+from pipeplan import simulate
 from pipeplan.cluster import cluster_from_flags
 from pipeplan.errors import BadArgumentError, OutputError
 from pipeplan.freeze import no_freezing
 from pipeplan.plan import make_plan, phase_timelines
 from pipeplan.plots import (
-    MAX_GANTT_BOXES,
     _epochs_figure,
     _timeline_figure,
-    gantt_rows,
     plot_epochs,
     plot_measured_vs_simulated,
     plot_timeline,
 )
+from pipeplan.simulate import MAX_GANTT_BOXES, gantt_rows
 from pipeplan.solver import Pins
 from pipeplan.synthetic import synthetic_profile, transformer_layers
 
@@ -413,7 +412,7 @@ def test_a_plot_set_removes_the_stale_plots_of_the_set_it_replaces(
 def test_a_step_of_more_boxes_than_a_chart_holds_draws_its_first_stages(caplog, monkeypatch):
     """MAX_GANTT_BOXES (here made 2,000): a step of more draws its first `gantt_rows` stages,
     and the title and an INFO line say so (drawn whole, 1,000 × 1,024 took 216 s, 7.3 GB)."""
-    monkeypatch.setattr(plots, "MAX_GANTT_BOXES", 2_000)
+    monkeypatch.setattr(simulate, "MAX_GANTT_BOXES", 2_000)
     tl = gpipe(40, 16)
     drawn = gantt_rows(40, 16)
     assert drawn == 2_000 // (4 * 16 + 2) == 30

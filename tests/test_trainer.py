@@ -277,7 +277,7 @@ def test_a_training_step_reads_each_of_stage_0s_items_once(held):
     the frozen prefix (here ×10) and then stored."""
     data = _Counted()
     fake = SimpleNamespace(
-        data=SimpleNamespace(train=data, name="m:load"),
+        data=SimpleNamespace(train=data, name="m:load", padded=False),
         seq=None,
         cache=None if held is None else _Cache(held),
         frozen_prefix=lambda x: 10 * x,
