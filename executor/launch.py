@@ -959,8 +959,9 @@ def stops_reported(rank: int) -> None:
     failure, where the main thread runs Python; in a collective it runs none until that
     returns, so the signal's number, which Python's C handler writes to the wakeup descriptor
     at once, also wakes a thread of the rank's, which ends it if the handler has not run
-    within STOP_GRACE_S. A block that holds stops (`fileio.stops_deferred`, `stops_raised`:
-    a checkpoint's write) has its own handler installed: the thread waits for the block.
+    within STOP_GRACE_S. A signal that comes while another handler is installed (a block that
+    holds stops, `fileio.stops_deferred` or `stops_raised`: a checkpoint's write; data code's
+    own SIGALRM) is that handler's: the thread leaves it to the main thread.
 
         stops_reported(rank=1)   # `kill -USR1 <rank 1>` → "pipeplan: rank 1: stopped by SIGUSR1"
     """
@@ -988,13 +989,15 @@ def stops_reported(rank: int) -> None:
             except OSError:
                 return
             for signum in heard:
-                if signum not in REPORTED_STOPS:
+                # Another handler as it came (a block that holds stops, or code's own alarm):
+                # that handler has it, and the main thread acts, in Python as it is.
+                if signum not in REPORTED_STOPS or signal.getsignal(signum) is not on_stop:
                     continue
                 ends = time.monotonic() + STOP_GRACE_S
-                while signum not in handled:
-                    if time.monotonic() > ends and signal.getsignal(signum) is on_stop:
-                        end(signum)
+                while signum not in handled and time.monotonic() < ends:
                     time.sleep(0.05)
+                if signum not in handled and signal.getsignal(signum) is on_stop:
+                    end(signum)
 
     for sig in REPORTED_STOPS:
         signal.signal(sig, on_stop)

@@ -2129,7 +2129,7 @@ def test_the_launch_config_takes_only_the_fields_this_torch_has(tmp_path, monkey
 # in C (a mutex it holds, locked again: no signal interrupts it, as in a collective), in
 # Python, or in a block that holds stops (a checkpoint's write).
 STOPPED_RANK = """
-import ctypes, sys, time
+import ctypes, signal, sys, time
 from pathlib import Path
 from executor import cache, errorfile, launch
 from pipeplan.errors import Stopped
@@ -2148,6 +2148,13 @@ try:
     elif sys.argv[1] == "python":
         while True:
             pass
+    elif sys.argv[1] == "own":  # the code's own handler for a while, then pipeplan's again
+        ours = signal.signal(signal.SIGUSR1, lambda *a: print("its own", flush=True))
+        time.sleep(1.5)
+        signal.signal(signal.SIGUSR1, ours)
+        time.sleep(1.5)
+        print("went on", flush=True)
+        sys.exit(0)
     else:
         with stops_deferred():
             time.sleep(2)
@@ -2160,13 +2167,14 @@ except Stopped as exc:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("where", ["c", "python", "held"])
+@pytest.mark.parametrize("where", ["c", "python", "held", "own"])
 def test_a_torchrun_rank_sent_a_stop_signal_says_so_and_removes_its_cache(tmp_path, where):
     """Found by the forty-seventh round: under torchrun a rank sent SIGUSR1 or SIGHUP
     mid-step died by the signal's default action, saying nothing, its /dev/shm folder left.
     Blocked in C, its thread ends it: its line, exit 128 + 10, its report, its cache gone.
     In Python, the handler raises Stopped (reported as every failure: one line, not two).
-    In a block that holds stops, nothing happens until the block ends."""
+    In a block that holds stops, nothing happens until the block ends; one that comes while
+    the code's own handler is installed is that handler's."""
     error_file = tmp_path / "error.json"
     made = tmp_path / "shm-node0"
     env = {**environment(), "TORCHELASTIC_ERROR_FILE": str(error_file)}
@@ -2183,6 +2191,8 @@ def test_a_torchrun_rank_sent_a_stop_signal_says_so_and_removes_its_cache(tmp_pa
         report = json.loads(error_file.read_text())
         assert "stopped by SIGUSR1" in json.dumps(report)
         assert not made.exists()
+    elif where == "own":  # the code's handler had it: the rank goes on
+        assert (rank.returncode, out, err) == (0, "its own\nwent on\n", "")
     else:
         said = ("the block ended\n" if where == "held" else "") + "raised Stopped(10)\n"
         assert (rank.returncode, out, err) == (5, said, "")
