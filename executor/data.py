@@ -236,8 +236,10 @@ class _Rows:
 
     def first(self, bad: torch.Tensor) -> str:
         """ " (train item 37 first)": the item of the first row `bad` (a mask) marks."""
-        marked = bad.reshape(len(bad), -1).any(dim=1).nonzero()
-        return f" ({self.split} item {self.items[int(marked[0, 0])]} first)" if len(marked) else ""
+        if not bool(bad.any()):
+            return ""
+        row, _ = _first_marked(bad, bad)
+        return f" ({self.split} item {self.items[row]} first)"
 
 
 def _check_token_labels(
@@ -282,6 +284,23 @@ def _not_labels(labels: torch.Tensor, seq: LayerSequence) -> torch.Tensor:
     return outside & (labels != IGNORE_INDEX) if _is_token_task(seq) else outside
 
 
+def _not_tokens(inputs: torch.Tensor, vocab: int, padded: bool) -> torch.Tensor:
+    """Where int64 `inputs` hold no token id of a vocabulary of `vocab`: PADDING is padding in
+    `padded` data. The one rule of the launcher's checks (`_check_inputs`) and of a rank's
+    reads (`check_batch_inputs`)."""
+    from pipeplan.models import PADDING
+
+    bad = (inputs < 0) | (inputs >= vocab)
+    return bad & (inputs != PADDING) if padded else bad
+
+
+def _first_marked(values: torch.Tensor, bad: torch.Tensor) -> tuple[int, int]:
+    """(row, value): the first row of `values` that the mask `bad` marks, and its first
+    marked value (`bad` marks one at least)."""
+    row = int(bad.reshape(len(bad), -1).any(dim=1).nonzero()[0, 0])
+    return row, int(values[row].reshape(-1)[bad[row].reshape(-1)][0])
+
+
 def _labels_taken(seq: LayerSequence) -> str:
     """What labels `seq` takes, for a message: "model 'vit-digits' has 10 classes (0..9)"."""
     from pipeplan.models import IGNORE_INDEX
@@ -310,8 +329,7 @@ def check_batch_labels(
     bad = _not_labels(labels, seq)
     if not len(bad) or not bool(bad.any()):
         return
-    row = int(bad.reshape(len(bad), -1).any(dim=1).nonzero()[0, 0])
-    value = int(labels[row].reshape(-1)[bad[row].reshape(-1)][0])
+    row, value = _first_marked(labels, bad)
     what = (
         f"labels hold {value}, not a token id"
         if _is_token_task(seq)
@@ -347,13 +365,10 @@ def check_batch_inputs(
     vocab = getattr(seq.config, "vocab_size", None)
     if not isinstance(vocab, int):
         return
-    bad = (inputs < 0) | (inputs >= vocab)
-    if padded:
-        bad &= inputs != PADDING
+    bad = _not_tokens(inputs, vocab, padded)
     if not bool(bad.any()):
         return
-    row = int(bad.reshape(len(bad), -1).any(dim=1).nonzero()[0, 0])
-    value = int(inputs[row].reshape(-1)[bad[row].reshape(-1)][0])
+    row, value = _first_marked(inputs, bad)
     padding = f" ({PADDING} is padding in TaskData(..., padded=True))" if value == PADDING else ""
     raise BadArgumentError(
         f"data '{name}': {split} item {indices[row]}'s token ids hold {value}: model "
@@ -4121,12 +4136,10 @@ def _check_inputs(
             padding = f" ({PADDING} at padding)" if padded else ""
             if not padded and low == PADDING:
                 padding = f" ({PADDING} is padding in TaskData(..., padded=True))"
-            bad = (inputs < 0) | (inputs >= vocab)
-            if padded:
-                bad &= inputs != PADDING
+            where = rows.first(_not_tokens(inputs, vocab, padded)) if rows else ""
             raise BadArgumentError(
                 f"data '{name}' has token ids in {low}..{high} but model '{seq.name}' has "
-                f"vocab_size {vocab}{padding}{rows.first(bad) if rows else ''}"
+                f"vocab_size {vocab}{padding}{where}"
             )
 
 

@@ -474,8 +474,7 @@ class OneSidedWaits:
     ) -> None:
         """PeerSilent when a rank that has not arrived has been silent for the timeout (or,
         `bounded`, has not arrived within it)."""
-        names = [f"{self.prefix}/alive/{r}" for r in range(self.world)]
-        values = [v.decode().split() for v in self.store.multi_get(names)]
+        values = [v.decode().split() for v in self.store.multi_get(self.alive_keys())]
         missing, silent = [], []
         for rank, (arrived, beats) in enumerate(values):
             if int(arrived) >= self.count:
@@ -496,6 +495,10 @@ class OneSidedWaits:
                 f"no response from {_ranks(missing)} within the collective timeout of "
                 f"{self.timeout_s:g} s (stopped or hung) while rank 0 waited after its own work"
             )
+
+    def alive_keys(self) -> list[str]:
+        """Each rank's heartbeat key in the store, rank by rank."""
+        return [f"{self.prefix}/alive/{r}" for r in range(self.world)]
 
     def close(self) -> None:
         """Stop the heartbeat (the run's end: no wait follows), its last beat written."""
@@ -533,7 +536,7 @@ def silent_peers(look_s: float = 2.5 * BEAT_S) -> list[int]:
     if not _one_sided:
         return []
     waits = _one_sided[0]
-    names = [f"{waits.prefix}/alive/{r}" for r in range(waits.world)]
+    names = waits.alive_keys()
     try:
         store = waits.store.clone()
         store.set_timeout(_dt.timedelta(seconds=look_s))  # a store gone must not hang the report
