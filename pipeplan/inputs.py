@@ -392,8 +392,10 @@ class PlanRequest(Strict):
         return best, autofreeze_earliest(alpha, self.epochs, num_blocks)
 
     def _cluster(self, profile: Profile) -> Cluster:
+        # A memory no flag gave is named with its file in "does not fit" refusals (forty-
+        # eighth round: a cluster file's device_memory_bytes of 1 was refused unnamed).
         if self.cluster is None:
-            return cluster_from_flags(
+            cluster = cluster_from_flags(
                 nodes=self.nodes,
                 devices_per_node=self.devices_per_node,
                 device_memory=self.device_memory_bytes,
@@ -402,10 +404,15 @@ class PlanRequest(Strict):
                 cache_budget=self.cache_budget_bytes,
                 profile=profile,
             )
+            if cluster._memory_source:
+                cluster._memory_source += f", {self.profile}"
+            return cluster
         given = [f for f in CLUSTER_FIELDS if f in self.model_fields_set]
         if given:
             raise BadArgumentError(f"give --cluster or {flag_of(PlanRequest, given[0])}, not both")
-        return load(Cluster, self.cluster)
+        cluster = load(Cluster, self.cluster)
+        cluster._memory_source = f"{self.cluster}'s device_memory_bytes"
+        return cluster
 
 
 def shown(link: Any) -> str:

@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
-from test_hostile import DIGITS, PREVIEW, PROFILE, refused, snapshot, with_path
+from test_hostile import CLUSTER, DIGITS, PREVIEW, PROFILE, refused, snapshot, with_path
 from text_data import BERT
 
 import cli
@@ -1294,7 +1294,22 @@ def test_a_device_memory_from_the_profile_is_named_as_the_profiles(tmp_path, cap
     else:
         argv = ["run", "--model", "bert-tiny", "--data", "synth-text", "--nproc", "1"]
         argv += ["--profile", str(path), "--prepare-only", "--runs-dir", str(tmp_path / "r")]
-    refused(argv, tmp_path, capsys, ("a device has 1 byte (the profile's device.memory_bytes 1)"))
+    # The forty-eighth round: plan's line named the field but not the file.
+    named = f", {path})" if command == "plan" else ")"
+    said = f"a device has 1 byte (the profile's device.memory_bytes 1{named}"
+    refused(argv, tmp_path, capsys, (said,))
+
+
+@pytest.mark.parametrize("command", ["plan", "preview"])
+def test_a_cluster_files_memory_too_small_names_the_file_and_field(tmp_path, capsys, command):
+    """Found by the forty-eighth round: a cluster file's device_memory_bytes of 1 gave "the
+    model does not fit …: a device has 1 byte" naming neither the file nor the field."""
+    cluster = tmp_path / "c.json"
+    cluster.write_text(json.dumps(CLUSTER | {"device_memory_bytes": 1}))
+    argv = [command, "--profile", str(shipped_profile("bert-tiny", "cpu"))]
+    argv += ["--cluster", str(cluster)]
+    argv += ["--out", str(tmp_path / "o.json")] if command == "plan" else []
+    refused(argv, tmp_path, capsys, (f"a device has 1 byte ({cluster}'s device_memory_bytes)",))
 
 
 def test_a_plans_profile_identity_is_its_profiles(tmp_path, capsys):
