@@ -1661,6 +1661,11 @@ def failure_line(
     6", the old run's place, steps the resume never reached."""
     if moved_away(run_dir):
         return moved_line(run_dir, cfg)
+    # A rank names the data as run.json records it, absolute: said as the user gave it, as
+    # the launcher's checks say it (forty-eighth round: "data '/tmp/w/d/m.py:load'" from a
+    # rank, "data 'd/m.py:load'" from the launcher). A resume's is run.json's: no change.
+    recorded = absolute_paths(cfg).data
+    why = why.replace(recorded, cfg.data) if recorded != cfg.data else why
     if old_records is not None and _file_state(run_dir / "run.jsonl") == old_records:
         at = " before the resume's first step"
     else:

@@ -1148,6 +1148,26 @@ def test_a_failure_without_a_checkpoint_says_to_delete_the_run(finished_run, tmp
     )
 
 
+def test_a_ranks_line_names_the_data_as_the_user_gave_it(finished_run, tmp_path, monkeypatch):
+    """Found by the forty-eighth round: a rank's refusal of a data item named the data as
+    run.json records it, `data '/tmp/w/d/m.py:load'`, where the launcher's checks said
+    `data 'd/m.py:load'`. The line says it as given; a resume (run.json's) is unchanged."""
+    from executor.launch import failure_line
+    from pipeplan.formats import RunConfig, load
+
+    monkeypatch.chdir(tmp_path)
+    run = copy_run(finished_run, tmp_path)
+    cfg = load(RunConfig, run / "run.json").model_copy(update={"epochs": 2})
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "m.py").write_text("def load(): ...\n")
+    given = cfg.model_copy(update={"data": "d/m.py:load"})
+    why = f"data '{tmp_path / 'd' / 'm.py'}:load': train item 7 is None, not an (input, label) pair"
+    line = failure_line(1, why, run, given)
+    assert "data 'd/m.py:load': train item 7 is None" in line and str(tmp_path / "d") not in line
+    recorded = given.model_copy(update={"data": f"{tmp_path / 'd' / 'm.py'}:load"})
+    assert why in failure_line(1, why, run, recorded)
+
+
 def test_a_failed_checkpoints_line_says_where_before_why(finished_run, tmp_path):
     """Found by the fifteenth round: "…; the previous checkpoint is kept (at step 4); rank
     logs in …" read as if step 4 were the checkpoint kept. The step the rank failed at comes
