@@ -222,6 +222,7 @@ from executor.task import (
     read_run_config,
 )
 from executor.worker import (
+    BEFORE_ANY_UPDATE,
     DIVERGED,
     ONE_SIDED_TIMEOUT_S,
     StartAbandoned,
@@ -1668,12 +1669,14 @@ def failure_line(
     why = why.replace(recorded, cfg.data) if recorded != cfg.data else why
     if old_records is not None and _file_state(run_dir / "run.jsonl") == old_records:
         at = " before the resume's first step"
+    elif why.startswith(DIVERGED) and BEFORE_ANY_UPDATE in why:
+        at = ""  # "at step 0 (epoch 1), before any update" places it: not twice
     else:
         at = _placed(run_dir, cfg)
     # Where it failed comes before why: after it, "(at step 4)" read as part of the reason
     # ("… the last checkpoint written, step-2, is kept (at step 4)").
     line = f"training failed on rank {rank}{at}: {why}; rank logs in {run_dir / 'logs'}"
-    if why.startswith(DIVERGED):
+    if why.startswith(DIVERGED) and BEFORE_ANY_UPDATE not in why:
         # A resume keeps the run's --lr and diverges again (forty-seventh round: the line
         # said both "lower --lr" and "resume with", and the resume said it again).
         return line + "; a resume keeps its --lr: start a new run (another --name) to lower it"

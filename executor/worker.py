@@ -577,6 +577,7 @@ def end_one_sided_waits() -> None:
 
 # How a run that diverged says so (`Trainer.diverged`); the launcher's line tells it apart.
 DIVERGED = "training diverged"
+BEFORE_ANY_UPDATE = "before any update"
 
 
 class RunDirectoryMoved(OutputError):
@@ -1174,10 +1175,19 @@ class Trainer:
             raise RunDirectoryMoved(moved_message(self.run_dir, self.step_index))
 
     def diverged(self, what: str, epoch: int) -> None:
-        """Stop the run on a non-finite loss, before a record holds it, saying what to do."""
+        """Stop the run on a non-finite loss, before a record holds it, saying what to do.
+        A loss that is not finite before any update is the data's or the weights', never the
+        learning rate's (forty-eighth round: NaN inputs were told to lower --lr, the data
+        unnamed)."""
+        data = f"the data {quoted(self.cfg.data)}"
+        if self.step_index == 0 and epoch == 0:
+            raise PipeplanError(
+                f"{DIVERGED}: {what} (epoch 1), {BEFORE_ANY_UPDATE}: check {data} and the "
+                "model's weights for NaN or infinite values"
+            )
         raise PipeplanError(
             f"{DIVERGED}: {what} (epoch {epoch + 1}); lower --lr (it is "
-            f"{self.cfg.lr:g}) or check the data for NaN or infinite values"
+            f"{self.cfg.lr:g}) or check {data} for NaN or infinite values"
         )
 
     def recalibrate(self) -> None:

@@ -3020,6 +3020,23 @@ def _run_moving(tmp_path, name: str, *argv: str, **code: str) -> int:
         sys.modules.pop(name, None)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_nan_inputs_are_the_datas_not_the_learning_rates(tmp_path, capsys, monkeypatch):
+    """Found by the forty-eighth round: NaN inputs gave "training failed on rank 0 before
+    the first step: training diverged: the loss is nan at step 0 (epoch 1); lower --lr … or
+    check the data for NaN …": two places, advice about --lr (no update was made yet), and
+    no data named. A loss not finite before any update names the data and the weights."""
+    monkeypatch.chdir(tmp_path)
+    nan = 'return torch.full((1, 8, 8), float("nan")), torch.tensor(0)'
+    line = _ranks_line(tmp_path, capsys, "rt48_nan", in_item=nan)
+    assert line.startswith(
+        "pipeplan: error: training failed on rank 0: training diverged: the loss is nan at "
+        "step 0 (epoch 1), before any update: check the data 'rt48_nan:load' and the model's "
+        "weights for NaN or infinite values; rank logs in "
+    ), line
+
+
 @pytest.mark.timeout(60)
 def test_data_code_that_enters_inference_mode_and_stays_is_refused_and_undone(
     tmp_path, capsys, monkeypatch
