@@ -495,7 +495,8 @@ def check_run(
     samples = facts.train_samples  # the user's __len__, held (`length`)
     if samples < cfg.global_batch:
         raise BadArgumentError(
-            f"--global-batch {cfg.global_batch} is larger than the {samples} training samples"
+            f"--global-batch {cfg.global_batch} is larger than the {samples} training "
+            f"sample{'s' * (samples != 1)} of data {quoted(cfg.data)}"
         )
     check_run_length(cfg, cfg.steps_per_epoch(samples))
     if cfg.freeze == "list":  # validated as `plan --freeze-schedule` validates its list

@@ -79,7 +79,7 @@ def test_elastic_run_writes_its_records_and_changes_layout(tmp_path, capsys):
     [
         (["--model", "bert-synth", "--data", "digits"], "model 'bert-synth' takes"),
         (["--freeze", "0,x"], "freeze schedule"),
-        (["--global-batch", "5000"], "larger than the"),
+        (["--global-batch", "5000"], "larger than the 1438 training samples of data 'digits'"),
         (["--device-memory", "1MiB"], "does not fit"),
         (["--model", "bert-base", "--data", "synth-text"], "no shipped profile"),
     ],
