@@ -2298,7 +2298,10 @@ USER_DATA = {  # a --data file (or None: the spec alone) → the fragment of the
         f"import torch\nclass D:\n    def __len__(self): return 2**50\n"
         f"    def __getitem__(self, i): return {_ITEM}\ndef load():\n    return D(), D()\n",
         "load",
-        "beyond the limit of 1099511627776",
+        # Samples, bytes and the limit, as below it (the forty-eighth round: no bytes).
+        "the train set has 1,125,899,906,842,624 samples, beyond the limit of "
+        "1,099,511,627,776: their order alone would take 50,331,648.0 GiB in each rank (48 "
+        "bytes a sample)",
     ),
     "__getitem__ that raises": (
         "class D:\n    def __len__(self): return 10\n"
