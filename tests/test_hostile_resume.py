@@ -3923,17 +3923,22 @@ def test_a_run_extended_by_more_epochs_makes_the_freeze_decision_its_end_did_not
     assert [r.frozen_layers for r in records if isinstance(r, EpochRecord)] == expected
 
 
+@pytest.mark.parametrize("torn", [False, True])
 def test_a_resume_on_a_full_disk_is_refused_naming_the_free_space(
-    finished_run, tmp_path, capsys, monkeypatch
+    finished_run, tmp_path, capsys, monkeypatch, torn
 ):
     """Found by the forty-seventh round: `--resume` of a run whose disk had 0 bytes free
     failed as "training failed on rank 0 before the resume's first step: exited with code
     1", the full disk said only in the rank's log (its report could not be written). A run
     is refused before any rank starts where its disk has less than `launch.MIN_FREE_BYTES`
-    free, in one line naming it, and nothing of the run changes."""
+    free, in one line naming it, and nothing of the run changes. A torn last record's notice
+    is not said before it (the forty-seventh round's R4: a WARNING line came first)."""
     from executor import launch
 
     run = copy_run(finished_run, tmp_path)
+    if torn:  # a crash mid-append
+        with open(run / "run.jsonl", "a") as records:
+            records.write('{"kind": "st')
     real = os.statvfs
 
     def full(path):
