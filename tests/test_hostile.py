@@ -2953,6 +2953,16 @@ NINETEENTH_CONFIGS = {
         {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "zorp", "factor": 2.0}},
         "rope_parameters.rope_type is 'zorp'; one of default, linear",
     ),
+    # The forty-eighth round: trained and exported, the export's forward failed.
+    "llama sliding layer without a window": (
+        {**LLAMA_CONFIG, "layer_types": ["full_attention", "sliding_attention"]},
+        "layer_types names sliding_attention but sliding_window is None; a sliding layer "
+        "needs a window, an integer ≥ 1",
+    ),
+    "llama layer_types of another length": (
+        {**LLAMA_CONFIG, "layer_types": ["full_attention"]},
+        "layer_types has 1 entry; one a layer: num_hidden_layers 2",
+    ),
 }
 NINETEENTH_COMMANDS = [(c, m) for c in NINETEENTH_CONFIGS for m in ("run", "profile")]
 

@@ -218,6 +218,33 @@ def type_problem(config: dict[str, Any]) -> str | None:
     return None
 
 
+def layer_types_problem(config: dict[str, Any]) -> str | None:
+    """What is wrong with `layer_types` (each layer's attention), in words, or None: one
+    entry a layer, and a window for sliding layers. Found by the forty-eighth round: a Llama
+    config naming sliding_attention without sliding_window trained and exported, and the
+    export's default forward then failed inside transformers (its cache reads the window).
+
+        layer_types_problem({"layer_types": ["sliding_attention"], "num_hidden_layers": 1})
+        # "layer_types names sliding_attention but sliding_window is None; …"
+    """
+    types = config.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or not all(isinstance(kind, str) for kind in types):
+        return f"layer_types is {quoted(types)}; a list of attention kinds, one a layer"
+    layers = config.get("num_hidden_layers")
+    if type(layers) is int and len(types) != layers:
+        entries = f"{len(types)} entr{'y' if len(types) == 1 else 'ies'}"
+        return f"layer_types has {entries}; one a layer: num_hidden_layers {layers}"
+    window = config.get("sliding_window")
+    if "sliding_attention" in types and not (type(window) is int and window >= 1):
+        return (
+            f"layer_types names sliding_attention but sliding_window is {quoted(window)}; a "
+            "sliding layer needs a window, an integer ≥ 1"
+        )
+    return None
+
+
 def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = True) -> str | None:
     """What is wrong with the config's values, in words, or None: no key transformers' config
     class cannot take (`unsettable_problem`), each key's JSON type
@@ -270,6 +297,8 @@ def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = 
     if (why := rope_problem(config)) is not None:
         return why
     if (why := switch_problem(config)) is not None:
+        return why
+    if (why := layer_types_problem(config)) is not None:
         return why
     if labels and (why := label_map_problem(config)) is not None:
         return why
