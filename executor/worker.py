@@ -278,8 +278,43 @@ def _join_store(
             )
             said = True
         time.sleep(min(POLL_S, max(deadline - now, 0.0)))
-    left = max(deadline - time.monotonic(), 1.0)
-    return dist.TCPStore(host, port, world, False, timeout=_dt.timedelta(seconds=min(left, 30)))
+    wait_s = min(max(deadline - time.monotonic(), 1.0), 30.0)
+    return _store_client(host, port, world, wait_s, start.limit())
+
+
+# Seconds a store client is given past its own timeout before the rank stops waiting for it.
+STORE_GRACE_S = 2.0
+
+
+def _store_client(host: str, port: int, world: int, wait_s: float, limit: str) -> dist.TCPStore:
+    """A TCPStore client of host:port, made in a thread the rank waits for `wait_s` (plus
+    STORE_GRACE_S) at most, a POLL_S at a time so that a signal's handler runs. torch's client
+    waits for the store's answer without a limit once a connection is taken: a port held by
+    another program that accepts and never answers kept a rank past --collective-timeout,
+    deaf to Ctrl-C and SIGTERM, until that program closed it (the forty-seventh round). The
+    thread, still waiting in C++, goes with the process. `limit`: the start's, for the line."""
+    made: list[Any] = []
+
+    def connect() -> None:
+        try:
+            timeout = _dt.timedelta(seconds=wait_s)
+            made.append(dist.TCPStore(host, port, world, False, timeout=timeout))
+        except BaseException as exc:  # raised again in the rank's own thread
+            made.append(exc)
+
+    threading.Thread(target=connect, name="pipeplan-store-client", daemon=True).start()
+    started = time.monotonic()
+    while not made:
+        if time.monotonic() - started >= wait_s + STORE_GRACE_S:
+            raise StartAbandoned(
+                f"MASTER_PORT={port}: something at {host}:{port} took the connection but never "
+                f"answered as the ranks' store within {limit}: another program holds the port; "
+                "pick a free one"
+            )
+        time.sleep(0.01 if time.monotonic() - started < 1 else POLL_S)  # a real store: at once
+    if isinstance(made[0], BaseException):
+        raise made[0]
+    return made[0]
 
 
 def _await_all(

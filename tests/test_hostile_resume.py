@@ -2944,6 +2944,39 @@ def test_a_rank_whose_peers_never_start_gives_up_naming_them(tmp_path, capsys, r
     assert snapshot(run) == before
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(150)
+def test_a_rank_whose_master_port_another_program_holds_gives_up_in_time(tmp_path, capsys):
+    """Found by the forty-seventh round: a rank whose MASTER_PORT another program held (one
+    that takes connections and never answers) waited past --collective-timeout, deaf to
+    Ctrl-C and SIGTERM, until that program closed the port; then 30 lines of c10d's C++ log.
+    torch's store client waits without a limit once connected: the rank waits for it in a
+    thread, bounded (`worker._store_client`), and gives up in one line naming the port."""
+    import socket
+    import time
+
+    rank_process, run, port = _lone_rank(tmp_path, capsys, 1, "--collective-timeout", "3")
+    # Listening is enough: the kernel takes the connection; nothing ever answers on it.
+    held = socket.create_server(("127.0.0.1", int(port)))
+    before = snapshot(run)
+    started = time.monotonic()
+    try:
+        _, err = rank_process.communicate(timeout=90)
+    finally:
+        rank_process.kill()
+        held.close()
+    took = time.monotonic() - started
+    lines = err.splitlines()
+    assert rank_process.returncode == 2 and len(lines) == 1, err[-3000:]
+    assert lines[0] == (
+        f"pipeplan: error: rank 1: MASTER_PORT={port}: something at 127.0.0.1:{port} took the "
+        "connection but never answered as the ranks' store within 3 s (the run's "
+        "--collective-timeout): another program holds the port; pick a free one"
+    ), lines[0]
+    assert took < 45, took  # torch's import, then at most 3 s + STORE_GRACE_S
+    assert snapshot(run) == before
+
+
 def _torchrun(run: Path, nproc: int = 2, timeout: float = 100) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc-per-node NPROC -m executor.launch RUN`, as a user starts
     it on one node (no `pipeplan run` above it, the rendezvous on a free port)."""
