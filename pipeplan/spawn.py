@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -78,9 +79,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _orphan_proof(rank: int, parent: int, fn: Callable[..., None], *args) -> None:
+def _orphan_proof(rank: int, parent: int, said: str, fn: Callable[..., None], *args) -> None:
     if not die_with_parent(parent):
         os._exit(1)
+    # What the rank writes to stderr goes to a file (`said`/rank-R.err) the parent passes on
+    # (`_pass_on`): C++ lines (libstdc++'s "terminate called …" as memory ran out, gloo's)
+    # came before the command's one line (the forty-seventh round, under `ulimit -v`).
+    held = os.open(Path(said) / f"rank-{rank}.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(held, 2)
+    os.close(held)
     fn(rank, *args)  # a failure propagates: torch's wrapper reports it and exits 1
     # Done: exit without the interpreter's teardown (freeing torch's modules costs 1-2 s of
     # CPU a rank), once atexit's callbacks have run and the output is flushed.
@@ -113,7 +120,11 @@ def run_ranks(
 ) -> None:
     """Run fn(rank, *args) in `nproc` spawned processes; raise RankFailedError on failure.
     They die with this process, however it dies (`die_with_parent`)."""
-    args = (os.getpid(), fn, *args)
+    with tempfile.TemporaryDirectory(prefix="pipeplan-ranks-") as said:
+        _run_held(nproc, (os.getpid(), said, fn, *args), deadline_s, what, Path(said))
+
+
+def _run_held(nproc: int, args: tuple, deadline_s: float, what: str, said: Path) -> None:
     with _ctrl_c_ignored(), _quiet_cpp_log():  # inherited by the ranks
         ctx = mp.start_processes(
             _orphan_proof, args=args, nprocs=nproc, join=False, start_method="spawn"
@@ -130,14 +141,15 @@ def run_ranks(
             _check_stopped(ctx.processes, stopped_since, what)
             if time.monotonic() > deadline:
                 raise RankFailedError(f"{what} did not finish within {deadline_s:.0f} s", None)
+        _pass_on(said, nproc)
     except mp.ProcessRaisedException as exc:
         last = str(exc).strip().splitlines()[-1]
         message = f"{what} failed on rank {exc.error_index}: {last}"
         raise RankFailedError(message, exc.error_index) from None
     except mp.ProcessExitedException as exc:
-        raise RankFailedError(
-            f"{what}: rank {exc.error_index} died (exit code {exc.exit_code})", exc.error_index
-        ) from None
+        rank = exc.error_index
+        why = _death(exc.exit_code) + _last_words(said / f"rank-{rank}.err")
+        raise RankFailedError(f"{what}: rank {rank} died ({why})", rank) from None
     finally:
         spawn_log.setLevel(level)
         for process in ctx.processes:
@@ -145,6 +157,42 @@ def run_ranks(
                 process.kill()
         for process in ctx.processes:
             process.join(timeout=5)
+
+
+def _pass_on(said: Path, nproc: int) -> None:
+    """Each rank's stderr (its warnings), once the group has succeeded, in rank order."""
+    for rank in range(nproc):
+        with contextlib.suppress(OSError):
+            if text := (said / f"rank-{rank}.err").read_text(errors="replace"):
+                sys.stderr.write(text)
+
+
+def _death(code: int) -> str:
+    """`"killed by SIGABRT"` for a rank's exit code -6, `"exit code 1"` for 1."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+# Characters of a dead rank's last stderr line its error line quotes at most.
+LAST_WORDS_CHARS = 200
+
+
+def _last_words(path: Path) -> str:
+    """`"; its last line: 'terminate called …'"`, the last line a dead rank wrote to stderr
+    (bounded), or "" where it wrote none."""
+    try:
+        with open(path, "rb") as held:
+            held.seek(max(os.fstat(held.fileno()).st_size - 4096, 0))
+            lines = held.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    if not lines:
+        return ""
+    last = lines[-1].strip()
+    last = last if len(last) <= LAST_WORDS_CHARS else last[: LAST_WORDS_CHARS - 1] + "…"
+    return f"; its last line: {last!r}"
 
 
 # Seconds a rank may stay stopped (SIGSTOP, a debugger) before the group fails naming it: its

@@ -304,14 +304,18 @@ def sigint_disposition(rank: int, out: str) -> None:
     (Path(out) / str(rank)).write_text("ignored" if ignored else "handled")
 
 
-def rank_0_dies(rank: int, started: str) -> None:
+def rank_0_dies(rank: int, started: str, how: str = "kill") -> None:
     """For `pipeplan.spawn.run_ranks`: both ranks say they started; rank 0 then SIGKILLs
-    itself once rank 1 has, and rank 1 sleeps until the parent stops it."""
+    itself once rank 1 has (`how` "abort": aborts as C++'s std::terminate does, its line
+    written to file descriptor 2 first), and rank 1 sleeps until the parent stops it."""
     (Path(started) / f".{rank}").write_text(str(os.getpid()))
     os.replace(Path(started) / f".{rank}", Path(started) / str(rank))
     if rank == 0:
         while not (Path(started) / "1").exists():
             time.sleep(0.01)
         time.sleep(0.5)  # rank 1 is asleep by now
+        if how == "abort":
+            os.write(2, b"terminate called without an active exception\n")
+            os.abort()
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(600)

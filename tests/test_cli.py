@@ -776,7 +776,18 @@ def test_a_spawned_rank_stopped_is_named_and_no_rank_is_left(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
-def test_a_spawned_rank_that_dies_is_the_commands_one_line(tmp_path):
+@pytest.mark.parametrize(
+    "how, said",
+    [
+        ("kill", "killed by SIGKILL"),
+        # The forty-seventh round, under `ulimit -v`: libstdc++'s line came before the one line.
+        (
+            "abort",
+            "killed by SIGABRT; its last line: 'terminate called without an active exception'",
+        ),
+    ],
+)
+def test_a_spawned_rank_that_dies_is_the_commands_one_line(tmp_path, how, said):
     """Found by the twenty-fifth round: SIGKILL to a link rank of `profile --nproc 2` printed
     torch's "W… Terminating process N via signal SIGTERM" and the other rank's "pipeplan:
     stopped by SIGTERM" (a spawned rank is given the command's argv and took itself for the
@@ -792,7 +803,7 @@ def test_a_spawned_rank_that_dies_is_the_commands_one_line(tmp_path):
         "from pipeplan.spawn import RankFailedError, run_ranks\n"
         "if __name__ == '__main__':\n"
         "    try:\n"
-        f"        run_ranks(killer_data.rank_0_dies, 2, ({str(started)!r},), 90, 'probe')\n"
+        f"        run_ranks(killer_data.rank_0_dies, 2, ({str(started)!r}, {how!r}), 90, 'probe')\n"
         "    except RankFailedError as exc:\n"
         "        sys.exit(f'pipeplan: error: {exc}')\n"
     )
@@ -806,7 +817,7 @@ def test_a_spawned_rank_that_dies_is_the_commands_one_line(tmp_path):
         timeout=100,
     )
     assert done.returncode == 1, done.stderr
-    assert done.stderr.splitlines() == ["pipeplan: error: probe: rank 0 died (exit code -9)"]
+    assert done.stderr.splitlines() == [f"pipeplan: error: probe: rank 0 died ({said})"]
 
 
 @pytest.mark.multiprocess
