@@ -189,8 +189,8 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
             )
         if _is_token_task(seq):
             _check_token_labels(labels, inputs, data.name, split, seq, _Rows(split, rows))
-            if split == "train" and isinstance(dataset, TensorPairs):  # every sample at hand
-                _check_has_targets(labels, data.name)
+            if isinstance(dataset, TensorPairs):  # every sample at hand
+                _check_has_targets(labels, data.name, split)
             continue
         if labels.dim() != 1 and labels.shape[1:] != inputs.shape[1:]:  # (twenty-seventh round)
             raise BadArgumentError(
@@ -376,15 +376,17 @@ def check_batch_inputs(
     )
 
 
-def _check_has_targets(labels: torch.Tensor, name: str) -> None:
-    """A causal LM trains on next tokens: position t predicts labels[t+1]. Training texts
-    that all have fewer than 2 tokens give it nothing to predict, and every step's loss would
-    be the mean of no tokens."""
+def _check_has_targets(labels: torch.Tensor, name: str, split: str) -> None:
+    """A causal LM trains on next tokens: position t predicts labels[t+1]. Texts that all
+    have fewer than 2 tokens give it nothing to predict: every step's loss would be the mean
+    of no tokens, and a held-out set of them ran the run without evaluation, unsaid (forty-
+    ninth round), where an empty held-out set is refused."""
     from pipeplan.models import IGNORE_INDEX
 
     if not bool((labels[:, 1:] != IGNORE_INDEX).any()):
+        which = "training" if split == "train" else "held-out"
         raise BadArgumentError(
-            f"data '{name}': no training text has a next token to predict (each has fewer "
+            f"data '{name}': no {which} text has a next token to predict (each has fewer "
             "than 2 tokens, padding aside); a causal LM needs texts of 2 tokens or more"
         )
 

@@ -1462,8 +1462,13 @@ class Trainer:
         sums = sums.to(comm_device())
         dist.all_reduce(sums)
         sums = sums.cpu()
-        loss = float(sums[0] / sums[1]) if sums[1] > 0 else None
-        return loss, float(sums[2] / sums[3]) if sums[3] > 0 else None
+        if sums[1] == 0:  # every rank has the sums: all stop here (forty-ninth round)
+            raise BadArgumentError(
+                f"data {quoted(self.cfg.data)}: no held-out text has a next token to predict "
+                "(each has fewer than 2 tokens, padding aside); a causal LM needs texts of 2 "
+                "tokens or more"
+            )
+        return float(sums[0] / sums[1]), float(sums[2] / sums[3]) if sums[3] > 0 else None
 
     def eval_rows(
         self, indices: torch.Tensor, local: int

@@ -148,7 +148,7 @@ def _run_held(nproc: int, args: tuple, deadline_s: float, what: str, said: Path)
         raise RankFailedError(message, exc.error_index) from None
     except mp.ProcessExitedException as exc:
         rank = exc.error_index
-        why = _death(exc.exit_code) + _last_words(said / f"rank-{rank}.err")
+        why = _death(exc.exit_code) + _last_words(said / f"rank-{rank}.err") + _capped()
         raise RankFailedError(f"{what}: rank {rank} died ({why})", rank) from None
     finally:
         spawn_log.setLevel(level)
@@ -173,6 +173,18 @@ def _death(code: int) -> str:
         with contextlib.suppress(ValueError):
             return f"killed by {signal.Signals(-code).name}"
     return f"exit code {code}"
+
+
+def _capped() -> str:
+    """Where this process's address space is capped (`ulimit -v`, which the ranks inherit),
+    says so: a rank's allocation past it aborts in C++ ("terminate called …") and the rank
+    dies by SIGABRT, naming no memory (the forty-seventh round)."""
+    import resource
+
+    cap = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if cap == resource.RLIM_INFINITY:
+        return ""
+    return f"; each process's address space is capped at {cap >> 20} MiB (ulimit -v): raise it"
 
 
 # Characters of a dead rank's last stderr line its error line quotes at most.

@@ -53,6 +53,11 @@ def test_a_causal_lm_corpus_without_a_next_token_is_refused_before_any_rank_star
     labels = torch.where(ids == pad, IGNORE, ids)
     pairs = TensorPairs(ids, labels)
     check_compatible(TaskData("lm.jsonl", pairs, pairs, padded=True), seq)
+    # The held-out set alike (the forty-ninth round: the run went without evaluation).
+    short = torch.where(torch.arange(8) < 1, ids, IGNORE)  # each text's first token only
+    held_out = TensorPairs(ids, short)
+    with pytest.raises(BadArgumentError, match=r"'lm\.jsonl'.*no held-out text has a next token"):
+        check_compatible(TaskData("lm.jsonl", pairs, held_out, padded=True), seq)
 
 
 def test_padded_user_data_marks_padding_with_minus_100_and_its_pad_ids_are_tokens():
