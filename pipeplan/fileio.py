@@ -974,7 +974,10 @@ def _held(directory: Path) -> tuple[Any, bool] | None:
     if named is not None and named[0] in _HELD:
         key, claimed = named
         return _HELD[key], identity(directory) != claimed
-    handle = _HELD.get(directory.resolve())
+    try:
+        handle = _HELD.get(directory.resolve())
+    except (OSError, RuntimeError):  # a link loop (forty-ninth round): held by no one
+        return None
     return None if handle is None else (handle, False)
 
 
@@ -1125,7 +1128,11 @@ def _trained_identity(directory: str | Path) -> tuple[int, int] | Literal[False]
     by the resolved path alone, a folder moved away and a link to it put in its place was
     another path, not the rank's: the rank trained on, then took its own lock for another
     process's (thirtieth round)."""
-    for key in (Path(os.path.abspath(directory)), Path(directory).resolve()):
+    try:
+        resolved = Path(directory).resolve()
+    except (OSError, RuntimeError):  # a link loop (forty-ninth round): no rank's folder
+        return False
+    for key in (Path(os.path.abspath(directory)), resolved):
         if key in _TRAINED:
             return _TRAINED[key]
     return False

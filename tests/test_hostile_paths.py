@@ -442,3 +442,25 @@ def test_runs_dir_swapped_into_a_run_while_the_run_is_prepared_is_refused(
     assert "lies inside the run directory" in err[0], err
     assert out.is_symlink() and _listing(run) == before
     assert list((tmp_path / "mine.old").iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["export", "report", "calibrate", "run"])
+def test_a_run_directory_that_is_a_loop_of_links_is_one_line(tmp_path, capsys, command):
+    """Found by the forty-ninth round: `export` of a loop of links (`loop1` → `loop2` →
+    `loop1`) was a 58-line traceback (pathlib's "Symlink loop"), where report, calibrate and
+    `run --resume` said it in one line. Every reader of a run directory says it alike."""
+    os.symlink(tmp_path / "loop2", tmp_path / "loop1")
+    os.symlink(tmp_path / "loop1", tmp_path / "loop2")
+    loop = str(tmp_path / "loop1")
+    argv = {
+        "export": ["export", loop, "--out", str(tmp_path / "out")],
+        "report": ["report", loop],
+        "calibrate": ["calibrate", loop, "--profile", str(PROFILE), "--out", str(tmp_path / "c")],
+        "run": ["run", "--resume", loop],
+    }[command]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"pipeplan: error: {loop}: cannot be reached (Too many levels of symbolic links)"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop1", "loop2"]
