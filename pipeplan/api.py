@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from pipeplan import log
 from pipeplan.errors import BadArgumentError, excerpt
 from pipeplan.formats import RunConfig
-from pipeplan.formats.base import MAX_TEXT, spaced
+from pipeplan.formats.base import MAX_TEXT, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
 from pipeplan.options import Option, build, check_needs, model_needs, model_options
 
@@ -53,12 +53,16 @@ def plan(profile: str, out: str | Path | None = None, **options: Any) -> Plan:
     from pipeplan.formats import dumps
     from pipeplan.plan import make_plan
 
+    # The values first (cheap), as the command line checks them: `out` beside a profile of
+    # 5 was a TypeError from pathlib (forty-ninth round); then `out` before the work.
+    request = _request(PlanRequest, {"profile": profile, **options})
     if out is not None:
         from pipeplan.freeze import schedule_file
 
-        inputs = [profile, options.get("cluster"), schedule_file(options.get("freeze_schedule"))]
-        check_writable(str(out), inputs=inputs)
-    args = _request(PlanRequest, {"profile": profile, **options}).resolve()
+        out = _path_text(out, "--out")
+        inputs = [request.profile, request.cluster, schedule_file(request.freeze_schedule)]
+        check_writable(out, inputs=inputs)
+    args = request.resolve()
     result = make_plan(args.profile, args.cluster, **args.kwargs())
     if out is not None:
         write_atomic(out, dumps(result), user_output=True)
@@ -97,7 +101,7 @@ def run(
                 "--runs-dir means nothing with --resume; a resumed run stays in its own "
                 "directory, RUN"
             )
-        _, summary = resume_run(_resumed_path(resume), _given(RunConfig, options))
+        _, summary = resume_run(_path_text(resume, "--resume"), _given(RunConfig, options))
         return summary
     _, summary = start_run(_request(RunConfig, options), "runs" if runs_dir is None else runs_dir)
     assert summary is not None  # not prepare-only
@@ -109,28 +113,36 @@ def export(run_dir: str | Path, out: str | Path, checkpoint: str | None = None) 
     from executor.task import export_run
     from pipeplan.runfiles import check_summary
 
+    # Each checked as the command line checks its text (forty-ninth round: None, 5 or a NUL
+    # were tracebacks from pathlib, "" exported ".", a newline in `out` was written).
+    run_dir = _path_text(run_dir, "RUN_DIR")
+    out = _path_text(out, "--out")
+    checkpoint = None if checkpoint is None else _path_text(checkpoint, "--checkpoint")
     return export_run(run_dir, out, checkpoint, check_files=check_summary)
 
 
-def _resumed_path(resume: Any) -> str:
-    """`resume=` checked as the command line checks `--resume`'s text: a path (text or a
-    Path), not empty, no space around it, no NUL, at most a path's length. Found by the
-    forty-eighth round: "" resumed ".", True was "True: no such run directory", a NUL a
-    ValueError traceback, and a 10^7-character value a message as long."""
-    if isinstance(resume, PurePath):
-        resume = str(resume)
-    if not isinstance(resume, str):
-        raise BadArgumentError(
-            f"--resume: {excerpt(repr(resume))} is not a run directory's path; give one"
-        )
-    if resume == "":
-        raise BadArgumentError("--resume is empty; give a value")
-    if resume != resume.strip():
-        raise BadArgumentError(f"--resume: {spaced(resume)}")
-    if "\0" in resume or len(resume) > MAX_TEXT:
-        why = "holds a NUL byte" if "\0" in resume else f"is {len(resume):,} characters long"
-        raise BadArgumentError(f"--resume: {excerpt(resume)} {why}; no path does")
-    return resume
+def _path_text(value: Any, flag: str) -> str:
+    """A path argument (`resume=`, `out=`, export's) checked as the command line checks its
+    text: a path (text or a Path), not empty, no space around it, no NUL or other control
+    character, at most a path's length. Found by the forty-eighth round (`resume=`): ""
+    resumed ".", True was "True: no such run directory", a NUL a ValueError traceback, and a
+    10^7-character value a message as long."""
+    if isinstance(value, PurePath):
+        value = str(value)
+    if not isinstance(value, str):
+        raise BadArgumentError(f"{flag}: {excerpt(repr(value))} is not a path; give one")
+    if value == "":
+        raise BadArgumentError(f"{flag} is empty; give a value")
+    if value != value.strip():
+        raise BadArgumentError(f"{flag}: {spaced(value)}")
+    if "\0" in value or len(value) > MAX_TEXT:
+        why = "holds a NUL byte" if "\0" in value else f"is {len(value):,} characters long"
+        shown = excerpt(value.replace("\0", "\\x00"))  # a NUL printed would cut the line
+        raise BadArgumentError(f"{flag}: {shown} {why}; no path does")
+    try:
+        return printable(value)
+    except ValueError as exc:
+        raise BadArgumentError(f"{flag}: {exc}") from None
 
 
 def _request(model: type[BaseModel], options: dict[str, Any]) -> Any:
@@ -152,14 +164,26 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
             raise BadArgumentError(f"no option {key!r}; the options are: {names}")
         if isinstance(value, PurePath):  # files and directories are text on the command line
             value = str(value)
-        if isinstance(value, bool) and option.bare_type is not bool:
+        if _is_boolean(value) and option.bare_type is not bool:
             # Python's True is the integer 1, which pydantic takes for a number: the forty-
-            # sixth round's `devices_per_node=True, epochs=True` previewed 1 device, 1 epoch.
+            # sixth round's `devices_per_node=True, epochs=True` previewed 1 device, 1 epoch
+            # (numpy's and torch's booleans too: the forty-ninth round).
             raise BadArgumentError(
                 f"{option.spelling}: {value} is a switch's value; give a number or text"
             )
+        if option.bare_type is bool and not isinstance(value, bool):
+            # A switch is on or off: cache=0, "no" or numpy's False were taken as --no-cache.
+            raise BadArgumentError(
+                f"{option.spelling}: {excerpt(repr(value))} is not True or False; a switch "
+                "takes one of them"
+            )
         given[option.field] = option.parse(value) if isinstance(value, str) else value
     return given
+
+
+def _is_boolean(value: Any) -> bool:
+    """Python's, numpy's or torch's boolean (a scalar, or an array of them)."""
+    return isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
 
 
 def _options_by_name(model: type[BaseModel]) -> dict[str, Option]:

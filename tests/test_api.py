@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 import cli
 import pipeplan
@@ -83,12 +85,54 @@ def test_profile_returns_the_profile_it_writes(tmp_path):
         (pipeplan.preview, dict(epochs=True), "--epochs: True is a switch's value"),
         (pipeplan.preview, dict(alpha=False), "--alpha: False is a switch's value"),
         (pipeplan.plan, dict(device_memory=True), "--device-memory: True is a switch's value"),
+        # The forty-ninth round: numpy's and torch's booleans were counts too, and a switch
+        # took 0, "no" or numpy's False for False.
+        (pipeplan.preview, dict(devices_per_node=np.bool_(True)), "--devices-per-node: True is"),
+        (pipeplan.preview, dict(epochs=torch.tensor(True)), "--epochs: True is a switch's"),
+        (pipeplan.plan, dict(cache=0), "--cache: 0 is not True or False"),
+        (pipeplan.plan, dict(cache="no"), "--cache: 'no' is not True or False"),
+        (pipeplan.plan, dict(cache=np.bool_(False)), "--cache: np.False_ is not True or False"),
+        # And `out` beside a value of the wrong type: a TypeError from pathlib.
+        (pipeplan.plan, dict(cluster=5, out="o.json"), "--cluster: Input should be a valid str"),
     ],
 )
 def test_bad_options_raise_the_commands_one_line_error(call, options, message):
     with pytest.raises(PipeplanError) as info:
         call(profile=PROFILE, **options)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "call, given, said",
+    [
+        ("plan", {"out": 5}, "--out: 5 is not a path; give one"),
+        ("plan", {"out": "a\tb.json"}, "--out: holds the control character U+0009"),
+        ("plan", {"out": " "}, "--out: ' ' "),
+        ("plan", {"out": "o\u202e.json"}, "--out: holds the invisible bidi"),
+        ("plan", {"out": "d\0.json"}, "--out: d\\x00.json holds a NUL byte; no path does"),
+        ("export", {"run_dir": None, "out": "x"}, "RUN_DIR: None is not a path; give one"),
+        ("export", {"run_dir": "", "out": "x"}, "RUN_DIR is empty; give a value"),
+        ("export", {"run_dir": "runs/r", "out": "x\ny"}, "--out: holds the control character"),
+        ("export", {"run_dir": "runs/r", "out": 5}, "--out: 5 is not a path; give one"),
+        (
+            "export",
+            {"run_dir": "runs/r", "out": "x", "checkpoint": 2},
+            "--checkpoint: 2 is not a path; give one",
+        ),
+    ],
+)
+def test_path_arguments_are_checked_as_the_command_lines(tmp_path, monkeypatch, call, given, said):
+    """Found by the forty-ninth round: `plan(out=…)` and `export(…)` took their paths
+    unchecked: 5 or None was a TypeError from pathlib, a NUL a ValueError, "" exported ".",
+    and a name with a tab, a newline or U+202E was written. Each is refused in one line,
+    nothing written."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("executor.task.export_run", lambda *a, **k: pytest.fail("exported"))
+    arguments = {"profile": PROFILE, "epochs": 1} if call == "plan" else {}
+    with pytest.raises(PipeplanError) as refused:
+        getattr(pipeplan, call)(**arguments, **given)
+    assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_run_builds_the_run_config_as_the_command_line_does(tmp_path, monkeypatch):
@@ -135,8 +179,8 @@ def test_run_resumes_a_run_as_the_command_line_does(finished_run, tmp_path):
         ({"resume": " runs/r"}, "--resume: ' runs/r' has space around it (a quoting mistake?)"),
         ({"resume": "runs/r\0x"}, "holds a NUL byte; no path does"),
         ({"resume": "x" * 10**6}, "is 1,000,000 characters long; no path does"),
-        ({"resume": True}, "--resume: True is not a run directory's path; give one"),
-        ({"resume": 5}, "--resume: 5 is not a run directory's path; give one"),
+        ({"resume": True}, "--resume: True is not a path; give one"),
+        ({"resume": 5}, "--resume: 5 is not a path; give one"),
     ],
 )
 def test_runs_resume_is_checked_as_the_command_lines(tmp_path, monkeypatch, given, said):
