@@ -35,6 +35,7 @@ from pipeplan.cluster import format_bandwidth, format_bytes, parse_bandwidth, pa
 from pipeplan.errors import BadArgumentError, excerpt, quoted
 from pipeplan.formats.base import (
     DECIMAL,
+    MAX_DIGITS,
     Flag,
     Needs,
     flag_marker,
@@ -110,6 +111,14 @@ def number(text: Any, kind: Any, spelling: str) -> Any:
     if text != text.strip():
         raise BadArgumentError(f"{spelling}: {spaced(text)}")
     if kind is int:
+        digits = text.removeprefix("-")
+        if len(digits) > MAX_DIGITS and digits.isascii() and digits.isdigit():
+            # Read as 10**100 (`whole_number`), the field's range then quoted a value never
+            # typed (forty-ninth round): said as typed, cut.
+            raise BadArgumentError(
+                f"{spelling}: {quoted(text)} has {len(digits):,} digits; it is beyond every "
+                "limit pipeplan has"
+            )
         value = whole_number(text)
         if value is None:
             why = leading_zero(text)

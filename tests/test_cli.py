@@ -1212,3 +1212,18 @@ def test_a_working_directory_deleted_before_the_command_is_one_line(tmp_path):
         "cd to one that does"
     ], done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", ["--epochs", "--devices-per-node", "--global-batch"])
+@pytest.mark.parametrize("digits", ["7" * 101, "-" + "9" * 5000])
+def test_an_integer_of_more_digits_than_any_limit_is_quoted_as_typed(capsys, flag, digits):
+    """Found by the forty-ninth round: an integer flag of more than 100 digits was read as
+    10**100 (int() raises past 4,300 digits) and the field's range quoted that, a value never
+    typed. The value is quoted as typed, cut where long, with its digit count."""
+    profile = str(shipped_profile("bert-tiny", "cpu"))
+    assert cli.main(["preview", "--profile", profile, flag, digits]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    count = len(digits.lstrip("-"))
+    assert len(err) == 1 and err[0].startswith(f"pipeplan: error: {flag}: '{digits[:50]}"), err
+    assert err[0].endswith(f"has {count:,} digits; it is beyond every limit pipeplan has"), err
+    assert "1" + "0" * 100 not in err[0] and len(err[0]) < 400

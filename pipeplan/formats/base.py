@@ -491,7 +491,7 @@ def leading_zero(text: str) -> str | None:
             return "'-0' has a sign on 0; write 0"
         if len(digits) > 1 and digits.startswith("0"):
             value = _digits(digits) * (-1 if part.startswith("-") else 1)
-            octal = set(digits) <= set("01234567") and len(digits) <= _MAX_DIGITS
+            octal = set(digits) <= set("01234567") and len(digits) <= MAX_DIGITS
             other = int(part, 8) if octal else value
             read = f": read as {value}, though in octal it is {other}" if other != value else ""
             return f"{quoted(part)} has a leading zero{read}; write {value}"
@@ -500,11 +500,11 @@ def leading_zero(text: str) -> str | None:
 
 # Beyond every limit a count has: more digits than this are read as 10**100, so the field's
 # range refuses the value by name (int() raises past 4300 digits: a traceback).
-_MAX_DIGITS = 100
+MAX_DIGITS = 100
 
 
 def _digits(text: str) -> int:
-    return int(text) if len(text) <= _MAX_DIGITS else 10**_MAX_DIGITS
+    return int(text) if len(text) <= MAX_DIGITS else 10**MAX_DIGITS
 
 
 def whole_number(text: str) -> int | None:
