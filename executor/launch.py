@@ -963,7 +963,10 @@ def stops_reported(rank: int) -> None:
     at once, also wakes a thread of the rank's, which ends it if the handler has not run
     within STOP_GRACE_S. A signal that comes while another handler is installed (a block that
     holds stops, `fileio.stops_deferred` or `stops_raised`: a checkpoint's write; data code's
-    own SIGALRM) is that handler's: the thread leaves it to the main thread.
+    own SIGALRM) is that handler's: the thread leaves it to the main thread. SIGTERM, the
+    agent's stop, still ends the rank in silence as its default did, but removes the node's
+    cache this rank made first (forty-ninth round: rank 0, stopped by the agent once rank 1
+    had failed, left its /dev/shm folder); inside `stops_raised` it is raised, as before.
 
         stops_reported(rank=1)   # `kill -USR1 <rank 1>` → "pipeplan: rank 1: stopped by SIGUSR1"
     """
@@ -976,7 +979,22 @@ def stops_reported(rank: int) -> None:
         handled.add(signum)
         raise Stopped(signum)
 
+    def on_term(signum: int, frame: object) -> None:
+        handled.add(signum)
+        end(signum)
+
+    on_term.at_once = True  # type: ignore[attr-defined]  # `fileio.stops_raised` raises first
+
     def end(signum: int) -> None:
+        if signum == signal.SIGTERM:  # the agent's stop: silent, as its default kills, but
+            # the node's /dev/shm cache this rank made goes first (forty-ninth round: rank 0,
+            # stopped so once rank 1 had failed, left it behind)
+            with contextlib.suppress(OSError):
+                remove_own_caches()
+            if threading.current_thread() is threading.main_thread():  # its default action
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+            os._exit(128 + signal.SIGTERM)  # the thread's (no handler changes there): as a shell
         faults.write_report(Stopped(signum), rank, traced=False)
         line, code = start_line(Stopped(signum), rank)  # type: ignore[misc]
         with contextlib.suppress(OSError):
@@ -993,16 +1011,20 @@ def stops_reported(rank: int) -> None:
             for signum in heard:
                 # Another handler as it came (a block that holds stops, or code's own alarm):
                 # that handler has it, and the main thread acts, in Python as it is.
-                if signum not in REPORTED_STOPS or signal.getsignal(signum) is not on_stop:
+                ours = on_term if signum == signal.SIGTERM else on_stop
+                if signum not in (*REPORTED_STOPS, signal.SIGTERM):
+                    continue
+                if signal.getsignal(signum) is not ours:
                     continue
                 ends = time.monotonic() + STOP_GRACE_S
                 while signum not in handled and time.monotonic() < ends:
                     time.sleep(0.05)
-                if signum not in handled and signal.getsignal(signum) is on_stop:
+                if signum not in handled and signal.getsignal(signum) is ours:
                     end(signum)
 
     for sig in REPORTED_STOPS:
         signal.signal(sig, on_stop)
+    signal.signal(signal.SIGTERM, on_term)
     signal.set_wakeup_fd(write, warn_on_full_buffer=False)
     threading.Thread(target=watch, name="pipeplan-stops", daemon=True).start()
 

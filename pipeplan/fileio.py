@@ -638,7 +638,9 @@ def stops_raised() -> Iterator[None]:
     def stop(signum: int, frame: Any) -> None:
         previous = before[signum]
         try:
-            if callable(previous):  # raises, or holds the stop for later (the CLI's, in an import)
+            # Raises, or holds the stop for later (the CLI's, in an import); one that ends the
+            # process at once (a torchrun rank's SIGTERM) would cut the write's clean-up short.
+            if callable(previous) and not getattr(previous, "at_once", False):
                 previous(signum, frame)
                 return
             raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)

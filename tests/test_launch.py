@@ -2133,7 +2133,7 @@ import ctypes, signal, sys, time
 from pathlib import Path
 from executor import cache, errorfile, launch
 from pipeplan.errors import Stopped
-from pipeplan.fileio import stops_deferred
+from pipeplan.fileio import stops_deferred, stops_raised
 errorfile.reserve()
 made = Path(sys.argv[2])
 made.mkdir()
@@ -2155,6 +2155,9 @@ try:
         time.sleep(1.5)
         print("went on", flush=True)
         sys.exit(0)
+    elif sys.argv[1] == "write":  # a checkpoint's write: its clean-up runs
+        with stops_raised():
+            time.sleep(60)
     else:
         with stops_deferred():
             time.sleep(2)
@@ -2197,6 +2200,35 @@ def test_a_torchrun_rank_sent_a_stop_signal_says_so_and_removes_its_cache(tmp_pa
         said = ("the block ended\n" if where == "held" else "") + "raised Stopped(10)\n"
         assert (rank.returncode, out, err) == (5, said, "")
         assert made.exists()  # the main thread's failure path removes it (`main`)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["c", "python", "held", "write"])
+def test_a_torchrun_rank_the_agent_stops_removes_its_cache_in_silence(tmp_path, where):
+    """Found by the forty-ninth round: under torchrun, once rank 1 had failed, the agent's
+    SIGTERM killed rank 0 by its default action, and the node's /dev/shm folder rank 0 had
+    made stayed. SIGTERM still ends the rank at once and in silence (the agent's stop: no
+    line, no report), its cache removed first; in a block that holds stops, once it ends; in
+    a write's block (`stops_raised`), raised as before, for the write's clean-up."""
+    error_file = tmp_path / "error.json"
+    made = tmp_path / "shm-node0"
+    env = {**environment(), "TORCHELASTIC_ERROR_FILE": str(error_file)}
+    rank = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_RANK, where, str(made)], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert rank.stdout.readline() == "ready\n"
+    time.sleep(0.3)
+    rank.send_signal(signal.SIGTERM)
+    out, err = rank.communicate(timeout=30)
+    if where == "write":
+        assert (rank.returncode, out, err) == (5, "raised Stopped(15)\n", "")
+        return
+    said = "the block ended\n" if where == "held" else ""
+    # Blocked in C, the rank's thread ends it, with the exit code a shell gives that death.
+    code = 128 + signal.SIGTERM if where == "c" else -signal.SIGTERM
+    assert (rank.returncode, out, err) == (code, said, "")
+    assert not made.exists() and not error_file.exists()
 
 
 def test_the_agent_stops_the_other_ranks_within_the_configs_shutdown_time():
