@@ -858,14 +858,19 @@ def _check_openmp_environment() -> None:
     """An OpenMP variable libgomp refuses (`OMP_NUM_THREADS=0`, `OMP_PROC_BIND=bogus`) is one
     error line, not libgomp's own two lines on the console as torch loads it (in the
     launcher and in every rank), before pipeplan's (forty-seventh round). torch's libgomp is
-    loaded here, its descriptor 2 held, where such a variable is set: torch then finds it
-    loaded, and it says nothing again. Nothing is loaded where none is set, or where torch
-    brings no libgomp of its own (a build that uses another OpenMP)."""
-    if not any(key.startswith(("OMP_", "GOMP_")) for key in os.environ):
+    first loaded in a child process, bounded by OPENMP_PROBE_S: libgomp's parser never
+    returns from some values (`GOMP_CPU_AFFINITY=abc` spun at 100 % CPU, deaf to Ctrl-C:
+    forty-ninth round). Where the child said nothing, it is loaded here, its descriptor 2
+    held: torch then finds it loaded, and it says nothing again. `OMP_DISPLAY_ENV`'s block is
+    what the user asked for, not a refusal: passed on. Nothing is loaded where no such
+    variable is set, or where torch brings no libgomp of its own."""
+    import subprocess
+
+    named = sorted(key for key in os.environ if key.startswith(("OMP_", "GOMP_")))
+    if not named:
         return
     import ctypes
     import importlib.util
-    import tempfile
     from pathlib import Path
 
     spec = importlib.util.find_spec("torch")
@@ -873,23 +878,59 @@ def _check_openmp_environment() -> None:
     found = sorted(Path(folders[0], "lib").glob("libgomp*.so*")) if folders else []
     if not found:
         return
-    with tempfile.TemporaryFile() as said:
-        kept = os.dup(2)
-        try:
-            os.dup2(said.fileno(), 2)
-            with contextlib.suppress(OSError):
-                ctypes.CDLL(str(found[0]))
-        finally:
-            os.dup2(kept, 2)
-            os.close(kept)
-        said.seek(0)
-        text = said.read(4096).decode(errors="replace")
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    load = "import ctypes, sys\ntry: ctypes.CDLL(sys.argv[1])\nexcept OSError: pass"
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", load, str(found[0])],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=OPENMP_PROBE_S,
+        )
+    except subprocess.TimeoutExpired:
+        values = ", ".join(f"{key}={quoted(os.environ[key], 60)}" for key in named)
+        raise BadArgumentError(
+            f"the environment: torch's OpenMP library never finished reading {values} "
+            f"(waited {OPENMP_PROBE_S:g} s); unset the variable or give it a value OpenMP takes"
+        ) from None
+    text = probe.stderr[:4096].decode(errors="replace")
+    shown, lines = _display_block(text)
     if lines:
         raise BadArgumentError(
             f"the environment: {'; '.join(lines)} (torch's OpenMP library); unset the "
             "variable or give it a value OpenMP takes"
         )
+    kept, quiet = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(quiet, 2)
+        with contextlib.suppress(OSError):
+            ctypes.CDLL(str(found[0]))
+    finally:
+        os.dup2(kept, 2)
+        os.close(kept)
+        os.close(quiet)
+    if shown:
+        sys.stderr.write(shown)
+
+
+# Seconds torch's OpenMP library is given to read the environment (it loads in milliseconds).
+OPENMP_PROBE_S = 10.0
+
+
+def _display_block(text: str) -> tuple[str, list[str]]:
+    """What libgomp wrote as it loaded, split into the block `OMP_DISPLAY_ENV` asks for
+    (passed on as written) and the other lines (a refusal), stripped."""
+    shown, lines, inside = [], [], False
+    for line in text.splitlines(keepends=True):
+        if "OPENMP DISPLAY ENVIRONMENT BEGIN" in line:
+            inside = True
+        if inside:
+            shown.append(line)
+        elif line.strip():
+            lines.append(line.strip())
+        if "OPENMP DISPLAY ENVIRONMENT END" in line:
+            inside = False
+    return "".join(shown), lines
 
 
 def _check_address_space() -> None:

@@ -246,6 +246,10 @@ def test_a_run_into_closed_pipes_trains_to_the_end_and_exits_0(tmp_path):
         ("OMP_PROC_BIND", "bogus", True),
         ("GOMP_SPINCOUNT", "x", True),
         ("OMP_NUM_THREADS", "1", False),
+        # The forty-ninth round: libgomp's parser never returned (deaf to Ctrl-C), and a
+        # display of the settings (a value OpenMP takes) was refused.
+        ("GOMP_CPU_AFFINITY", "abc", "never finished reading GOMP_CPU_AFFINITY='abc'"),
+        ("OMP_DISPLAY_ENV", "true", False),
     ],
 )
 def test_an_openmp_variable_libgomp_refuses_is_one_error_line(
@@ -259,8 +263,15 @@ def test_an_openmp_variable_libgomp_refuses_is_one_error_line(
     monkeypatch.setenv(variable, value)
     code, _, err = command(["export", str(tmp_path / "no-run"), "--out", str(tmp_path / "e")])
     lines = err.splitlines()
+    if variable == "OMP_DISPLAY_ENV":  # the block asked for, then the command's own line
+        assert lines[0] == "OPENMP DISPLAY ENVIRONMENT BEGIN" and "END" in lines[-2], lines
+        lines = lines[-1:]
     assert code == 2 and len(lines) == 1, lines
-    if refused:
+    if isinstance(refused, str):
+        assert lines[0].startswith(
+            f"pipeplan: error: the environment: torch's OpenMP library {refused}"
+        )
+    elif refused:
         assert lines[0].startswith(
             "pipeplan: error: the environment: libgomp: Invalid value for environment variable "
             f"{variable} (torch's OpenMP library)"
