@@ -142,13 +142,18 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
         raise BadArgumentError(
             f"{what} {quoted(text)} has no unit: give it, e.g. {value:g}GB/s or {value * 8:g}Gbit/s"
         )
-    if unit and not unit.endswith(("/s", "ps")):  # '5GB' is a size: a typo, not 5 GB/s
+    if not unit:  # a number: bytes/s already
+        return _within(value, MIN_BANDWIDTH, MAX_BANDWIDTH, what, text, "bytes/s")
+    if not unit.endswith(("/s", "ps")):  # '5GB' is a size: a typo, not 5 GB/s
         raise BadArgumentError(f"{what} {quoted(text)} is not a rate (use e.g. GB/s, Gbit/s, Gbps)")
     unit = unit.removesuffix("/s").removesuffix("ps")
-    match = re.fullmatch(r"([kKmMgGtT]?)(i?)(bit|b|B|byte|Byte)?", unit)
-    if not match or (match.group(2) and match.group(3) in (None, "bit")):
+    match = re.fullmatch(r"([kKmMgGtT]?)(i?)(bit|b|B|byte|Byte)", unit)
+    if not match or (match.group(2) and match.group(3) == "bit"):
+        # Bytes or bits said: '5/s' was 5 bytes/s, the unit forgotten, and '10G/s' read as
+        # 10 GB/s where 10 Gbit/s may be meant, 8 times less (forty-ninth round).
         raise BadArgumentError(
-            f"unknown unit in {what} {quoted(text)} (use e.g. GB/s, GiB/s, Gbit/s, Gbps)"
+            f"unknown unit in {what} {quoted(text)} (use e.g. GB/s, GiB/s, Gbit/s, Gbps: bytes "
+            "or bits said)"
         )
     prefix, binary, base = match.group(1).lower(), match.group(2), match.group(3) or "B"
     scale = (2 ** (10 * "kmgt".index(prefix) + 10) if prefix else 1) if binary else _SI[prefix]

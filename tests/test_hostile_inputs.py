@@ -3759,3 +3759,14 @@ def test_a_rate_without_its_unit_is_refused(tmp_path, capsys, command, flag, val
     out = ["--out", str(tmp_path / "p.json")] if command == "plan" else []
     refused([*argv, *out, flag, value], tmp_path, capsys, (flag, f"'{value}' has no unit", example))
     assert cli.main([*argv, *out, flag, f"{value}GB/s"]) == 0
+
+
+@pytest.mark.parametrize("value", ["5/s", "10G/s", "10Gps", "2kps"])
+def test_a_rate_that_says_neither_bytes_nor_bits_is_refused(tmp_path, capsys, value):
+    """Found by the forty-ninth round: `--intra-bw 5/s` planned for 5 bytes/s (the unit
+    forgotten, as `--intra-bw 5` was before), and `10G/s` read as 10 GB/s where 10 Gbit/s,
+    8 times less, may be meant. A rate says bytes or bits."""
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = ["plan", "--profile", profile, *PREVIEW, "--out", str(tmp_path / "p.json")]
+    fragments = ("--intra-bw", f"unknown unit in bandwidth '{value}'", "bytes or bits said")
+    refused([*argv, "--intra-bw", value], tmp_path, capsys, fragments)
