@@ -191,7 +191,9 @@ def test_killing_one_agent_stops_the_other_and_the_run_resumes_under_torchrun(tm
         == 0
     )
     paused = tmp_path / "paused"
-    pause = {"PIPEPLAN_TEST_PAUSE_AFTER": "300", "PIPEPLAN_TEST_PAUSED": str(paused)}
+    # Node 1's rank pauses in epoch 1's evaluation, after the checkpoint of step 2: at 300
+    # reads the run (3 steps an epoch, eval reads chunked since) had ended without pausing.
+    pause = {"PIPEPLAN_TEST_PAUSE_AFTER": "100", "PIPEPLAN_TEST_PAUSED": str(paused)}
     agents = start_agents(nodes, tmp_path, port, node1_env=pause)
     wait_for(paused, agents[0])
     run_dir = tmp_path / "runs" / "exp1"
