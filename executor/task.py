@@ -576,6 +576,15 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
         # any of the user's .py files under its folder may be listed; each is hashed below.
         extra = [p for p in extra if not is_helper_file(cfg.data, Path(p))]
     reads, s = _what_reads(cfg)
+    folder = cfg.tokenizer or cfg.model  # a text run's tokenizer, absolute in run.json
+    gone = [p for p in extra if Path(p).parent == Path(folder) and not Path(p).exists()]
+    if gone and text.is_text_spec(cfg.data):
+        # A tokenizer's file deleted since: data.json is right about what the run read
+        # (forty-ninth round: "restore data.json", which was never edited).
+        raise InputFileError(
+            f"{gone[0]}: read by the run ({path} lists it) but gone, moved or deleted since "
+            "the run started; restore it there or start a new run"
+        )
     if extra:
         raise InputFileError(
             f"{path}: files names '{extra[0]}', which {reads} do{'es' if s else ''} not read; "

@@ -3135,6 +3135,30 @@ def test_a_tokenizer_file_made_since_the_run_is_named_not_data_json(
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("command", ["export", "resume"])
+def test_a_tokenizer_file_deleted_since_the_run_is_named_not_data_json(
+    made, tmp_path, capsys, command
+):
+    """Found by the forty-ninth round: the run's tokenizer.json deleted (or moved) was
+    refused as "data.json: files names '…/tokenizer.json', which … do not read; restore
+    data.json", blaming the intact record. The file is named as gone."""
+    tokenizer = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
+    argv = test_hostile_data.prepare(made, tmp_path, data, tokenizer=tokenizer)
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    gone = tokenizer / "tokenizer.json"
+    gone.rename(tmp_path / "elsewhere.json")
+    run = tmp_path / "runs" / "r"
+    command_argv = {
+        "export": ["export", str(run), "--out", str(tmp_path / "out")],
+        "resume": ["run", "--resume", str(run)],
+    }[command]
+    said = (f"{gone}: read by the run ({run / 'data.json'} lists it) but gone, moved or deleted",)
+    refused(command_argv, tmp_path, capsys, said)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", ["export", "resume"])
 def test_a_data_file_that_is_not_a_regular_file_is_refused_unread(made, tmp_path, capsys, command):
     """The data file replaced by a FIFO (listed in data.json as the run named it) blocked the
     sha256 forever: every file is checked as an input (a regular file within the limit)
