@@ -616,6 +616,13 @@ FORGED_SAYS = {
         lambda o: o.update({"99.w": {}}),
         "optimizer.pt: 99.w: no such parameter in model.pt",
     ),
+    # The forty-ninth round: resumed with fresh moments for it, in silence.
+    "an active parameter's state missing": (
+        "optimizer.pt",
+        lambda o: o.pop(next(iter(o))),
+        "optimizer.pt: lacks AdamW's state of 0.embeddings.word_embeddings.weight, a "
+        "parameter of layer 0, which is not frozen at step 8 (frozen_layers 0)",
+    ),
     "a parameter as float64": (
         "model.pt",
         lambda o: o.update({next(iter(o)): _first_state(o).double()}),
