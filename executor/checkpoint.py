@@ -1016,14 +1016,28 @@ def read_manifest(folder: Path) -> CheckpointManifest:
         raise InputFileError(f"{folder}: not a folder; a checkpoint is a folder of {_FOLDER}")
     if not os.path.lexists(path):
         raise InputFileError(f"{folder}: checkpoint is incomplete (no manifest.json)")
-    return load(CheckpointManifest, path)
+    manifest = load(CheckpointManifest, path)
+    if len(_READ_FROM) >= 4096:  # a command reads a few dozen: bounded all the same
+        _READ_FROM.clear()
+    _READ_FROM[id(manifest)] = (manifest, path)
+    return manifest
+
+
+# Where each manifest read was read from (`read_manifest`), by id() while it lives: a copy of
+# another checkpoint in a step folder (its own step in its manifest) was named by that step,
+# a path that does not exist (forty-ninth round: "step-8/manifest.json" read from step-6/).
+_READ_FROM: dict[int, tuple[CheckpointManifest, Path]] = {}
 
 
 _FOLDER = f"manifest.json, {', '.join(FILES[:-1])} and {FILES[-1]}"  # a checkpoint's files, said
 
 
 def manifest_path(run_dir: Path, manifest: CheckpointManifest) -> Path:
-    """The manifest's file: its folder is named after its step (`load_checkpoint` checks)."""
+    """The manifest's file: where it was read from (`read_manifest`), else the folder named
+    after its step (`load_checkpoint` checks the two agree)."""
+    read = _READ_FROM.get(id(manifest))
+    if read is not None and read[0] is manifest:
+        return read[1]
     return run_dir / "checkpoints" / f"step-{manifest.step}" / "manifest.json"
 
 

@@ -873,3 +873,22 @@ def test_a_mid_epoch_layout_change_checkpoint_resumes_bitwise(tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     steps = [r.step for r in read_records(cut / "run.jsonl") if isinstance(r, STEP_RECORDS)]
     assert steps == list(range(18))
+
+
+def test_a_manifest_is_named_where_it_was_read_not_by_its_step(finished_run, tmp_path):
+    """Found by the forty-ninth round: another run's step-8 copied into a run's step-6/ was
+    refused as "runs/oc2/checkpoints/step-8/manifest.json: …", a file that does not exist:
+    the path was made from the manifest's own step. It is the file read."""
+    from test_hostile import copy_run
+
+    from executor import checkpoint
+
+    run = copy_run(finished_run, tmp_path)
+    latest = (run / "checkpoints" / "latest").read_text().strip()
+    moved = run / "checkpoints" / "step-6"
+    shutil.copytree(run / "checkpoints" / latest, moved)
+    manifest = checkpoint.read_manifest(moved)
+    assert f"step-{manifest.step}" != moved.name
+    assert checkpoint.manifest_path(run, manifest) == moved / "manifest.json"
+    made = manifest.model_copy()  # not read from a file: the folder its step names
+    assert checkpoint.manifest_path(run, made) == run / "checkpoints" / latest / "manifest.json"
