@@ -22,13 +22,15 @@ with units ("100MiB", "15.75GB/s"; a rate's text needs its unit, as on the comma
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from pipeplan import log
-from pipeplan.errors import BadArgumentError, excerpt
+from pipeplan.errors import BadArgumentError, Interrupted, excerpt
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_TEXT, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
@@ -40,6 +42,22 @@ if TYPE_CHECKING:
 __all__ = ["export", "plan", "preview", "profile", "run"]
 
 
+def _interrupts_raised(command: Callable[..., Any]) -> Callable[..., Any]:
+    """A Ctrl-C anywhere in a call raises `Interrupted`, as the command line says
+    `pipeplan: interrupted`: in a call's first seconds (its imports) it was a bare
+    KeyboardInterrupt from importlib, pydantic or torch (forty-ninth round)."""
+
+    @functools.wraps(command)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise Interrupted from None
+
+    return call
+
+
+@_interrupts_raised
 def profile(model: str, **options: Any) -> Profile:
     """`pipeplan profile MODEL --out FILE …`: measure and write the profile; returns it."""
     from pipeplan.profiler import profile_to_file
@@ -47,6 +65,7 @@ def profile(model: str, **options: Any) -> Profile:
     return profile_to_file(_request(ProfileRequest, {"model": model, **options}))
 
 
+@_interrupts_raised
 def plan(profile: str, out: str | Path | None = None, **options: Any) -> Plan:
     """`pipeplan plan --profile P …`: the elastic plan, also written to `out` when given."""
     from pipeplan.fileio import check_writable, write_atomic
@@ -70,6 +89,7 @@ def plan(profile: str, out: str | Path | None = None, **options: Any) -> Plan:
     return result
 
 
+@_interrupts_raised
 def preview(profile: str, **options: Any) -> Preview:
     """`pipeplan preview --profile P …`: the predicted speedup (`.predicted_speedup`), per
     epoch rows, the baseline and the ablation; `.cases` states each freeze schedule priced
@@ -82,6 +102,7 @@ def preview(profile: str, **options: Any) -> Preview:
     return result
 
 
+@_interrupts_raised
 def run(
     runs_dir: str | Path | None = None, resume: str | Path | None = None, **options: Any
 ) -> RunSummary:
@@ -103,11 +124,15 @@ def run(
             )
         _, summary = resume_run(_path_text(resume, "--resume"), _given(RunConfig, options))
         return summary
-    _, summary = start_run(_request(RunConfig, options), "runs" if runs_dir is None else runs_dir)
+    # Checked as --runs-dir is: a newline in it trained every step, then failed (forty-ninth
+    # round); "" trained into the current folder.
+    runs = "runs" if runs_dir is None else _path_text(runs_dir, "--runs-dir")
+    _, summary = start_run(_request(RunConfig, options), runs)
     assert summary is not None  # not prepare-only
     return summary
 
 
+@_interrupts_raised
 def export(run_dir: str | Path, out: str | Path, checkpoint: str | None = None) -> Path:
     """`pipeplan export RUN --out DIR [--checkpoint step-N]`: a transformers directory."""
     from executor.task import export_run

@@ -114,6 +114,10 @@ def test_bad_options_raise_the_commands_one_line_error(call, options, message):
         ("export", {"run_dir": "", "out": "x"}, "RUN_DIR is empty; give a value"),
         ("export", {"run_dir": "runs/r", "out": "x\ny"}, "--out: holds the control character"),
         ("export", {"run_dir": "runs/r", "out": 5}, "--out: 5 is not a path; give one"),
+        ("run", {"runs_dir": "ap\nir"}, "--runs-dir: holds the control character U+000A"),
+        ("run", {"runs_dir": ""}, "--runs-dir is empty; give a value"),
+        ("run", {"runs_dir": " "}, "--runs-dir: ' ' "),
+        ("run", {"runs_dir": 5}, "--runs-dir: 5 is not a path; give one"),
         (
             "export",
             {"run_dir": "runs/r", "out": "x", "checkpoint": 2},
@@ -128,6 +132,7 @@ def test_path_arguments_are_checked_as_the_command_lines(tmp_path, monkeypatch, 
     nothing written."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("executor.task.export_run", lambda *a, **k: pytest.fail("exported"))
+    monkeypatch.setattr("executor.launch.start_run", lambda *a, **k: pytest.fail("started"))
     arguments = {"profile": PROFILE, "epochs": 1} if call == "plan" else {}
     with pytest.raises(PipeplanError) as refused:
         getattr(pipeplan, call)(**arguments, **given)
@@ -148,7 +153,7 @@ def test_run_builds_the_run_config_as_the_command_line_does(tmp_path, monkeypatc
     summary = pipeplan.run(
         runs_dir=tmp_path, model="vit-digits", epochs=2, device_memory="100MiB", name="nb"
     )
-    assert summary.name == "nb" and seen["runs_dir"] == tmp_path
+    assert summary.name == "nb" and seen["runs_dir"] == str(tmp_path)
     expected = RunConfig(model="vit-digits", epochs=2, device_memory_bytes=100 << 20, name="nb")
     assert seen["cfg"] == expected
     assert pipeplan.run.__module__ == "pipeplan.api"
@@ -193,3 +198,18 @@ def test_runs_resume_is_checked_as_the_command_lines(tmp_path, monkeypatch, give
     with pytest.raises(PipeplanError) as refused:
         pipeplan.run(**given)
     assert said in str(refused.value) and len(str(refused.value)) < 1000, str(refused.value)
+
+
+def test_a_ctrl_c_in_a_call_raises_interrupted(monkeypatch):
+    """Found by the forty-ninth round: a Ctrl-C in a call's first seconds (its imports) was a
+    bare KeyboardInterrupt from importlib, pydantic or torch, and from `preview` and
+    `profile` at any time. Every call raises `Interrupted`, as the command line says
+    `pipeplan: interrupted`."""
+    from pipeplan.errors import Interrupted
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("pipeplan.plan.make_preview", interrupted)
+    with pytest.raises(Interrupted):
+        pipeplan.preview(profile=PROFILE)
