@@ -302,3 +302,18 @@ def test_a_console_without_the_tables_characters_shows_them_escaped(monkeypatch,
     assert (code, err) == (0, ""), err
     if args[0] == "preview":
         assert "\\xd7" in out and "over the baseline" in out, out[-500:]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("args", [["run", "--help"], ["--help"]])
+def test_a_huge_columns_is_laid_out_as_the_widest_console(monkeypatch, args):
+    """Found by the forty-ninth round: rich pads each help line to COLUMNS: COLUMNS=10^7 took
+    27 s and 1.5 GB, 10^8 ran past 2 minutes. A COLUMNS beyond `cli.MAX_COLUMNS` is read as
+    that many; the help is as long as it is at that width."""
+    import cli
+
+    monkeypatch.setenv("COLUMNS", str(10**8))
+    code, out, err = command(args, timeout=60)
+    assert code == 0 and err == ""
+    assert max(len(line) for line in out.splitlines()) <= cli.MAX_COLUMNS
+    assert len(out) < 200_000
