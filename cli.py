@@ -496,6 +496,7 @@ def run(
                 f"--rdzv-conf=join_timeout={join},last_call_timeout=1 "
                 f"-m executor.launch {shlex.quote(str(run_dir))}"  # a folder name with a space
             )
+            _said_or_unprepared(run_dir)
             return
     table = Table(
         "phase",
@@ -1181,6 +1182,27 @@ def entry() -> None:
     out.flush()
     err.flush()
     os._exit(_output_status(code, out))
+
+
+def _said_or_unprepared(run_dir: Any) -> None:
+    """A run prepared for torchrun whose command could not be written to stdout (`>
+    /dev/full`) is not kept: its folder blocked the name, unused (forty-ninth round). A
+    reader gone (a closed pipe) wanted no more: the run stays."""
+    import shutil
+
+    from pipeplan.errors import OutputError
+    from pipeplan.fileio import release_directory
+
+    sys.stdout.flush()
+    failure = getattr(sys.stdout, "failure", None)
+    if failure is None or getattr(sys.stdout, "reader_gone", False):
+        return
+    release_directory(run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    raise OutputError(
+        f"could not write the output to standard output: {failure.strerror or failure}; the "
+        f"run prepared for torchrun, {run_dir}, is removed"
+    )
 
 
 def _output_status(code: int, out: log.Output) -> int:

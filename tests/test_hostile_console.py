@@ -317,3 +317,21 @@ def test_a_huge_columns_is_laid_out_as_the_widest_console(monkeypatch, args):
     assert code == 0 and err == ""
     assert max(len(line) for line in out.splitlines()) <= cli.MAX_COLUMNS
     assert len(out) < 200_000
+
+
+@pytest.mark.timeout(120)
+def test_a_prepared_run_whose_command_cannot_be_said_is_not_kept(tmp_path):
+    """Found by the forty-ninth round: `run --prepare-only > /dev/full` failed (exit 2) but
+    kept the prepared folder, which then blocked its name ("already holds a run"); the
+    torchrun command it was for was never seen. It is removed; a closed pipe (a reader that
+    wanted no more) keeps it."""
+    runs = tmp_path / "runs"
+    argv = ["run", "--prepare-only", "--epochs", "1", "--runs-dir", str(runs), "--name", "p"]
+    code, _, err = command(argv, shell=">/dev/full")
+    assert code == 2 and err == (
+        "pipeplan: error: could not write the output to standard output: No space left on "
+        f"device; the run prepared for torchrun, {runs / 'p'}, is removed\n"
+    )
+    assert not (runs / "p").exists()
+    code, _, err = command(argv, closed=("stdout",))
+    assert (code, err) == (0, "") and (runs / "p" / "run.json").is_file()
