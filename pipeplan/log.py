@@ -17,13 +17,14 @@ import errno
 import io
 import logging
 import os
+import re
 import sys
 import threading
 import weakref
 from collections.abc import Iterator
 from typing import TextIO
 
-from pipeplan.errors import fitted, one_line
+from pipeplan.errors import SHOWN, fitted, one_line
 
 LOGGER = "pipeplan"
 # The longest message pipeplan prints on one line (an error's or a warning's), in characters:
@@ -39,8 +40,24 @@ def bounded(message: str, prefix: str = "") -> str:
     unchanged up to MAX_LINE characters, else the message cut visibly, `… (N characters)`
     (N: the message's length), so that the whole line, prefix and cut included, is
     MAX_LINE characters. The bound is the line's as printed: counting the message alone,
-    a cut line was 16,424 characters (twenty-third round)."""
+    a cut line was 16,424 characters (twenty-third round). A word longer than any path the
+    system takes (PATH_MAX, 4,096 bytes: a path of thousands of short folders, which no call
+    opens) is cut to its first SHOWN characters (forty-ninth round: a 4,500-character line)."""
+    message = _LONGER_THAN_A_PATH.sub(_cut_word, message)
     return prefix + fitted(message, MAX_LINE - len(prefix))
+
+
+_LONGER_THAN_A_PATH = re.compile(r"\S{4097,}")
+PATH_MAX = 4096
+
+
+def _cut_word(found: re.Match) -> str:
+    """A word cut to SHOWN characters and its length said, a ':' after it kept (a path)."""
+    word = found.group()
+    core = word.rstrip(":;,")
+    if len(core) <= PATH_MAX:
+        return word
+    return fitted(core, SHOWN + 30) + word[len(core) :]
 
 
 ERROR_PREFIX = "pipeplan: error: "

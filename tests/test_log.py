@@ -120,7 +120,8 @@ def test_a_log_file_on_a_full_disk_fails_in_silence(tmp_path, capfd):
 
 
 # A message longer than any line pipeplan prints: the file and field first, then 10 MB.
-HUGE = "p.json: field 'model.name': is " + "x" * 10**7
+# Words, not one: a word longer than any path is cut on its own (`log.bounded`).
+HUGE = "p.json: field 'model.name': is " + "x " * (5 * 10**6)
 
 
 def _bounded_line(err: str, start: str) -> str:
@@ -153,14 +154,14 @@ def test_a_line_is_bounded_with_its_prefix_and_its_cut(pipeplan_logger, capsys):
     16,384 the README states: the bound counted the message, not the `pipeplan: error: `
     before it nor the `… (N characters)` after the cut. Now the line as printed is bounded,
     a rank's warning (the longer prefix) too; a line of exactly MAX_LINE is not cut."""
-    message = "x" * 100_000
+    message = "x " * 50_000
     log.error(message)
-    line = _bounded_line(capsys.readouterr().err, "pipeplan: error: xxx")
-    assert line.endswith("x… (100000 characters)"), line[-40:]
+    line = _bounded_line(capsys.readouterr().err, "pipeplan: error: x x")
+    assert line.endswith("… (100000 characters)"), line[-40:]
     log.setup(rank=12)
     logging.getLogger("pipeplan.run").warning("%s", message)
-    _bounded_line(capsys.readouterr().err, "pipeplan: rank 12: WARNING: xxx")
-    exact = "y" * (log.MAX_LINE - len("pipeplan: error: "))
+    _bounded_line(capsys.readouterr().err, "pipeplan: rank 12: WARNING: x x")
+    exact = ("y " * log.MAX_LINE)[: log.MAX_LINE - len("pipeplan: error: ")]
     log.error(exact)
     assert capsys.readouterr().err == f"pipeplan: error: {exact}\n"
     assert log.error_line(message) == log.bounded(message, "pipeplan: error: ")
@@ -260,3 +261,18 @@ def test_an_error_line_is_one_write_so_ranks_sharing_a_console_do_not_merge_line
         "pipeplan: error: rank 0: runs/k: moved\n",
         "pipeplan: rank 1: interrupted\n",
     ]
+
+
+def test_a_word_longer_than_any_path_is_cut_with_its_colon_kept():
+    """Found by the forty-ninth round: a path of 500 short folders (4,500 characters, longer
+    than PATH_MAX) was printed whole in a 4,500-character error line. A word longer than
+    any path the system takes keeps its first characters and says its length; a real path
+    (up to 4,096) is printed whole."""
+    from pipeplan.log import bounded
+
+    long = "d/" * 2500
+    line = bounded(f"{long}p.json: cannot write (File name too long)", "pipeplan: error: ")
+    assert line.endswith("… (5006 characters): cannot write (File name too long)"), line
+    assert line.startswith("pipeplan: error: d/d/") and len(line) < 300
+    path = "d/" * 2047 + "dd"  # 4,096 characters
+    assert bounded(f"{path}: no such file") == f"{path}: no such file"
