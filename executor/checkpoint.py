@@ -793,6 +793,14 @@ def _folder_manifest(path: Path) -> CheckpointManifest:
     calibrate read of a checkpoint (`check_latest_trained_with`)."""
     manifest = read_manifest(path)
     check_manifest_folder(path, manifest)
+    # Its files there, as plain files: no tensor is read (forty-ninth round: a newest
+    # checkpoint without model.pt was reported on in silence, where export said so).
+    for name in FILES:  # said as `load_checkpoint` says it
+        file = path / name
+        if not file.exists() and not file.is_symlink():
+            raise InputFileError(f"{file}: missing (the manifest records its checksum)")
+        if not file.is_file() or file.is_symlink():
+            raise InputFileError(f"{file}: is not a regular file; a checkpoint writes its own")
     return manifest
 
 

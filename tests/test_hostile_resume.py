@@ -3899,6 +3899,28 @@ def test_a_newest_checkpoint_without_its_manifest_is_passed_over_by_export_and_r
         assert (tmp_path / "out" / "config.json").exists()
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["export", "report"])
+def test_a_newest_checkpoint_without_its_weights_is_passed_over_by_report_too(
+    two_kept_run, tmp_path, capsys, command
+):
+    """Found by the forty-ninth round: the newest step-6 without its model.pt was passed over
+    by export with a notice, and by report in silence (it reads manifests only). Report
+    looks that a checkpoint's files are there, and says it as export does."""
+    run = copy_run(two_kept_run, tmp_path)
+    (run / "checkpoints" / "step-6" / "model.pt").unlink()
+    before = snapshot(run)
+    assert cli.main(_two_kept_commands(run, tmp_path)[command]) == 0
+    err = capsys.readouterr().err
+    doing = {"export": "exporting", "report": "checking the run against"}[command]
+    notice = (
+        f"pipeplan: WARNING: {run / 'checkpoints' / 'step-6' / 'model.pt'}: missing (the "
+        f"manifest records its checksum); {doing} the older step-4"
+    )
+    assert [line for line in err.splitlines() if "WARNING" in line] == [notice], err
+    assert snapshot(run) == before
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(240)
 # "a file in its place" in `-m long`, for the suite's time: the same pass over it.
