@@ -612,6 +612,8 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
                 now = handle_sha256(f)
         except OSError as exc:
             raise InputFileError(f"{file.path}: cannot read the run's data ({exc})") from None
+        except InputFileError as exc:  # the record that names it, named (forty-ninth round)
+            raise InputFileError(f"{exc} ({path} lists it as the run's data)") from None
         if now != file.sha256:
             raise InputFileError(
                 f"{file.path}: changed since the run started (its sha256 in {path} is "

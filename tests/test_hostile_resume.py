@@ -3170,7 +3170,9 @@ def test_a_data_file_that_is_not_a_regular_file_is_refused_unread(made, tmp_path
         "export": ["export", str(run), "--out", str(tmp_path / "out")],
         "resume": ["run", "--resume", str(run)],
     }[command]
-    refused(argv, tmp_path, capsys, (str(data), "not a regular file"))
+    # And the record that lists it (the forty-ninth round: a helper's entry named alone).
+    listed = f"({run / 'data.json'} lists it as the run's data)"
+    refused(argv, tmp_path, capsys, (str(data), "not a regular file", listed))
 
 
 @pytest.mark.timeout(60)
