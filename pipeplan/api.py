@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from pipeplan import log
-from pipeplan.errors import BadArgumentError, Interrupted, excerpt
+from pipeplan.errors import (
+    BadArgumentError,
+    InputFileError,
+    Interrupted,
+    PipeplanError,
+    excerpt,
+)
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_TEXT, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
@@ -45,7 +51,8 @@ __all__ = ["export", "plan", "preview", "profile", "run"]
 def _interrupts_raised(command: Callable[..., Any]) -> Callable[..., Any]:
     """A Ctrl-C anywhere in a call raises `Interrupted`, as the command line says
     `pipeplan: interrupted`: in a call's first seconds (its imports) it was a bare
-    KeyboardInterrupt from importlib, pydantic or torch (forty-ninth round)."""
+    KeyboardInterrupt from importlib, pydantic or torch (forty-ninth round). What the file
+    system refuses (a name too long) is an InputFileError, the command line's line."""
 
     @functools.wraps(command)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -53,6 +60,13 @@ def _interrupts_raised(command: Callable[..., Any]) -> Callable[..., Any]:
             return command(*args, **kwargs)
         except KeyboardInterrupt:
             raise Interrupted from None
+        except OSError as exc:  # what the file system refuses, as the command line says it
+            where = f"{exc.filename}: " if isinstance(exc.filename, str) else ""
+            raise InputFileError(log.bounded(f"{where}{exc.strerror or exc}")) from exc
+        except PipeplanError as exc:  # bounded as the command line's line (a 10 MB value)
+            if len(message := str(exc)) > log.MAX_LINE:
+                exc.args = (log.bounded(message),)
+            raise
 
     return call
 

@@ -213,3 +213,15 @@ def test_a_ctrl_c_in_a_call_raises_interrupted(monkeypatch):
     monkeypatch.setattr("pipeplan.plan.make_preview", interrupted)
     with pytest.raises(Interrupted):
         pipeplan.preview(profile=PROFILE)
+
+
+def test_what_the_file_system_refuses_is_the_command_lines_line(tmp_path):
+    """Found by the forty-ninth round: `profile("x" * 256, out=…)` raised a bare OSError
+    (File name too long), and `preview(profile="x" * 10**6)` a message of a million
+    characters. A call raises the command line's one bounded line."""
+    with pytest.raises(PipeplanError) as refused:
+        pipeplan.profile("x" * 256, out=tmp_path / "p.json")
+    assert str(refused.value).endswith(": File name too long"), str(refused.value)
+    with pytest.raises(PipeplanError) as refused:
+        pipeplan.preview(profile="x" * 10**6)
+    assert len(str(refused.value)) < 1000 and "characters)" in str(refused.value)
