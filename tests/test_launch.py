@@ -2171,6 +2171,20 @@ except Stopped as exc:
 """
 
 
+def _stopped_rank(where: str, signum: int, error_file: Path, made: Path):
+    """STOPPED_RANK run at `where`, sent `signum` once ready: (the process, stdout, stderr)."""
+    env = {**environment(), "TORCHELASTIC_ERROR_FILE": str(error_file)}
+    rank = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_RANK, where, str(made)], cwd=ROOT, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert rank.stdout.readline() == "ready\n"
+    time.sleep(0.3)
+    rank.send_signal(signum)
+    out, err = rank.communicate(timeout=30)
+    return rank, out, err
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("where", ["c", "python", "held", "own"])
 def test_a_torchrun_rank_sent_a_stop_signal_says_so_and_removes_its_cache(tmp_path, where):
@@ -2180,17 +2194,8 @@ def test_a_torchrun_rank_sent_a_stop_signal_says_so_and_removes_its_cache(tmp_pa
     In Python, the handler raises Stopped (reported as every failure: one line, not two).
     In a block that holds stops, nothing happens until the block ends; one that comes while
     the code's own handler is installed is that handler's."""
-    error_file = tmp_path / "error.json"
-    made = tmp_path / "shm-node0"
-    env = {**environment(), "TORCHELASTIC_ERROR_FILE": str(error_file)}
-    rank = subprocess.Popen(
-        [sys.executable, "-c", STOPPED_RANK, where, str(made)], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert rank.stdout.readline() == "ready\n"
-    time.sleep(0.3)
-    rank.send_signal(signal.SIGUSR1)
-    out, err = rank.communicate(timeout=30)
+    error_file, made = tmp_path / "error.json", tmp_path / "shm-node0"
+    rank, out, err = _stopped_rank(where, signal.SIGUSR1, error_file, made)
     if where == "c":
         assert (rank.returncode, out, err) == (138, "", "pipeplan: rank 1: stopped by SIGUSR1\n")
         report = json.loads(error_file.read_text())
@@ -2212,17 +2217,8 @@ def test_a_torchrun_rank_the_agent_stops_removes_its_cache_in_silence(tmp_path, 
     made stayed. SIGTERM still ends the rank at once and in silence (the agent's stop: no
     line, no report), its cache removed first; in a block that holds stops, once it ends; in
     a write's block (`stops_raised`), raised as before, for the write's clean-up."""
-    error_file = tmp_path / "error.json"
-    made = tmp_path / "shm-node0"
-    env = {**environment(), "TORCHELASTIC_ERROR_FILE": str(error_file)}
-    rank = subprocess.Popen(
-        [sys.executable, "-c", STOPPED_RANK, where, str(made)], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert rank.stdout.readline() == "ready\n"
-    time.sleep(0.3)
-    rank.send_signal(signal.SIGTERM)
-    out, err = rank.communicate(timeout=30)
+    error_file, made = tmp_path / "error.json", tmp_path / "shm-node0"
+    rank, out, err = _stopped_rank(where, signal.SIGTERM, error_file, made)
     if where == "write":
         assert (rank.returncode, out, err) == (5, "raised Stopped(15)\n", "")
         return
