@@ -603,16 +603,40 @@ def _load_user(spec: str, seed: int) -> TaskData:
         _data_directory_on_path(),
         reading(spec, f"its function {func_name}", LOAD_LIMIT_S),
     ):
+        hooks = sys.gettrace(), sys.getprofile()  # a debugger's or coverage's, kept
         try:
             result = func(seed=seed) if _takes_seed(func) else func()
+            # Here, where a hook's first call in pipeplan's code (pdb quitting without a
+            # console, a tracer that raises) is still the data's error, not a traceback of
+            # pipeplan's (forty-ninth round: `--data pdb:set_trace`).
+            left = _hooks_put_back(hooks)
         except Exception as exc:  # the user's code: its error in one line, not our traceback
+            _hooks_put_back(hooks)
             raise BadArgumentError(f"data {quoted(spec)} raised {_one_line(exc)}") from exc
+        if left:
+            raise BadArgumentError(
+                f"data {quoted(spec)}: the data function left a {' and a '.join(left)} "
+                "function set (sys.settrace, sys.setprofile, pdb.set_trace(), breakpoint()); "
+                "taken off now: data code must leave them as it found them"
+            )
         with looking_at(spec, "what it returned"):
             _refuse_awaitables(result, spec)
     if getattr(module, "__file__", None):  # what `helper_files` picks the user's files from
         _BROUGHT_IN[Path(module.__file__).resolve()] = before
     with looking_at(spec, "what it returned"):
         return _as_task_data(result, spec)
+
+
+def _hooks_put_back(hooks: tuple[Any, Any]) -> list[str]:
+    """The trace and profile functions put back as they were (`hooks`: sys.gettrace(),
+    sys.getprofile() before the data's code ran); the ones it had changed, named."""
+    now = sys.gettrace(), sys.getprofile()
+    changed = [
+        name for name, a, b in zip(("trace", "profile"), now, hooks, strict=True) if a is not b
+    ]
+    sys.settrace(hooks[0])
+    sys.setprofile(hooks[1])
+    return changed
 
 
 @contextlib.contextmanager

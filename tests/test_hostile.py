@@ -2282,6 +2282,19 @@ USER_DATA = {  # a --data file (or None: the spec alone) → the fragment of the
         "load",
         "exited (code 1); its last line on stderr: 'no data'",
     ),
+    # The forty-ninth round: the hooks ran in pipeplan's code, a traceback (pdb's BdbQuit).
+    "a function that leaves a profile function set": (
+        "import sys\nfrom executor.data import load_data\ndef load():\n"
+        "    sys.setprofile(lambda *a: None)\n    return load_data('digits')\n",
+        "load",
+        "the data function left a profile function set (sys.settrace, sys.setprofile, ",
+    ),
+    "a function that sets a tracer that raises": (
+        "import sys\nfrom executor.data import load_data\ndef bad(*a):\n    raise KeyError('x')\n"
+        "def load():\n    sys.settrace(bad)\n    return load_data('digits')\n",
+        "load",
+        "raised KeyError: 'x'",
+    ),
     "__len__ of -1": (
         f"import torch\nclass D:\n    def __len__(self): return -1\n"
         f"    def __getitem__(self, i): return {_ITEM}\ndef load():\n    return D(), D()\n",
