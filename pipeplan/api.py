@@ -23,6 +23,7 @@ with units ("100MiB", "15.75GB/s"; a rate's text needs its unit, as on the comma
 from __future__ import annotations
 
 import functools
+import numbers
 from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
@@ -203,6 +204,7 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
             raise BadArgumentError(f"no option {key!r}; the options are: {names}")
         if isinstance(value, PurePath):  # files and directories are text on the command line
             value = str(value)
+        value = _plain_number(value, option.spelling)
         if _is_boolean(value) and option.bare_type is not bool:
             # Python's True is the integer 1, which pydantic takes for a number: the forty-
             # sixth round's `devices_per_node=True, epochs=True` previewed 1 device, 1 epoch
@@ -218,6 +220,34 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
             )
         given[option.field] = option.parse(value) if isinstance(value, str) else value
     return given
+
+
+def _plain_number(value: Any, spelling: str) -> Any:
+    """A number of another type (numpy's, Decimal, Fraction) as Python's int or float, and
+    one beyond every limit refused as the command line refuses its digits: 10**5000 was a
+    ValueError from int() and Decimal("1e5000") an OverflowError (fiftieth round)."""
+    if isinstance(value, bool) or _is_boolean(value) or not isinstance(value, numbers.Number):
+        return value
+    if isinstance(value, numbers.Integral):
+        value = int(value)
+        if value.bit_length() > MAX_BITS:
+            raise BadArgumentError(
+                f"{spelling}: an integer of about {int(value.bit_length() * 0.30103):,} digits "
+                "is beyond every limit pipeplan has"
+            )
+        return value
+    if not isinstance(value, float):  # Decimal (not a numbers.Real), Fraction, numpy's
+        try:
+            return float(value)
+        except (OverflowError, ValueError):
+            return float("inf")  # refused by the option's range, as 1e400 typed is
+        except TypeError:  # a complex number: refused as it is
+            return value
+    return value
+
+
+# An integer of more bits than this (about 100 digits) is beyond every limit an option has.
+MAX_BITS = 332
 
 
 def _is_boolean(value: Any) -> bool:

@@ -5,6 +5,7 @@ module of the same name."""
 import json
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +93,11 @@ def test_profile_returns_the_profile_it_writes(tmp_path):
         (pipeplan.plan, dict(cache=0), "--cache: 0 is not True or False"),
         (pipeplan.plan, dict(cache="no"), "--cache: 'no' is not True or False"),
         (pipeplan.plan, dict(cache=np.bool_(False)), "--cache: np.False_ is not True or False"),
+        # The fiftieth round: int() and float() raised past every limit.
+        (pipeplan.preview, dict(epochs=10**5000), "--epochs: an integer of about 5,000 digits"),
+        (pipeplan.preview, dict(nodes=-(10**5000)), "--nodes: an integer of about 5,000 digits"),
+        (pipeplan.preview, dict(epochs=Decimal("1e5000")), "--epochs: Input should be a finite"),
+        (pipeplan.plan, dict(device_memory=Decimal("1e5000")), "--device-memory: Input should"),
         # And `out` beside a value of the wrong type: a TypeError from pathlib.
         (pipeplan.plan, dict(cluster=5, out="o.json"), "--cluster: Input should be a valid str"),
     ],

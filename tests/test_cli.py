@@ -1227,3 +1227,18 @@ def test_an_integer_of_more_digits_than_any_limit_is_quoted_as_typed(capsys, fla
     assert len(err) == 1 and err[0].startswith(f"pipeplan: error: {flag}: '{digits[:50]}"), err
     assert err[0].endswith(f"has {count:,} digits; it is beyond every limit pipeplan has"), err
     assert "1" + "0" * 100 not in err[0] and len(err[0]) < 400
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--freeze-schedule", "0,{n}"), ("--boundaries", "0,{n},6")]
+)
+def test_a_list_of_integers_with_one_of_many_digits_is_quoted_as_typed(capsys, flag, value):
+    """Found by the fiftieth round: a list flag's integer of more than 100 digits was read as
+    10**100 and quoted so ("boundaries [0, 1000…0, 6]"), a value never typed."""
+    profile = str(shipped_profile("bert-tiny", "cpu"))
+    given = value.format(n="9" * 300)
+    argv = ["preview", "--profile", profile, "--devices-per-node", "2", flag, given]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'9999" in err[0] and "1" + "0" * 100 not in err[0], err
+    assert err[0].endswith("has 300 digits; it is beyond every limit pipeplan has"), err

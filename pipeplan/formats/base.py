@@ -458,7 +458,18 @@ def int_list(text: str) -> list[int] | None:
     parts = [part.strip() for part in text.split(",")]
     if not all(part.isascii() and part.isdigit() for part in parts) or leading_zero(text):
         return None
+    if long := next((part for part in parts if len(part) > MAX_DIGITS), None):
+        # Read as 10**100 (`_digits`), a message then quoted a value never typed (fiftieth
+        # round): said as typed, cut.
+        raise LongInteger(
+            f"{quoted(long)} has {len(long):,} digits; it is beyond every limit pipeplan has"
+        )
     return [_digits(part) for part in parts]
+
+
+class LongInteger(PipeplanError, ValueError):
+    """An integer of more than MAX_DIGITS digits in a list: a user's error (one line) where a
+    flag is read, a field's error where pydantic reads it (a ValueError names the field)."""
 
 
 # A decimal number as a user types one, in flags and their units (`16GiB`, `0.3`, `1e-3`,
