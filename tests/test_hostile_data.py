@@ -272,6 +272,18 @@ def test_a_tokenizer_config_value_of_the_wrong_type_or_range(made, tmp_path, cap
     _refused_tokenizer_config(made, tmp_path, capsys, fields, fragment)
 
 
+def test_a_chat_template_file_is_held_to_the_keys_bound(made, tmp_path, capsys):
+    """Found by the fiftieth round: transformers' own chat_template.jinja of 22 MB passed
+    unchecked (the tokenizer_config.json key is held to 1 MiB) and was copied into the
+    trained model. The file is held to the key's bound, and hashed with the tokenizer."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    (tok / "chat_template.jinja").write_text("{{ x }}" * 300_000)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    fragment = "a chat template of 2,100,000 characters; at most 1,048,576"
+    refused(argv, tmp_path, capsys, (f"{tok / 'chat_template.jinja'}: ", fragment))
+
+
 @pytest.mark.parametrize("name", ["tokenizer_config.json", "special_tokens_map.json"])
 def test_a_pad_token_not_in_the_vocabulary_is_named(made, tmp_path, capsys, name):
     """Found by the twenty-fifth round: a pad_token of '[NOPE]', in none of the tokenizer's
