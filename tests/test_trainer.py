@@ -156,6 +156,8 @@ def _evaluation_of_one_rank(monkeypatch, samples, replicas, replica, ahead_bytes
     def all_reduce(tensor, op=None):
         if tensor.dtype == torch.int64:  # eval_ahead's: the largest first batch
             tensor.fill_(96)
+        else:  # the sums: another replica's predictions counted (this one may have none)
+            tensor[1] += 1
 
     monkeypatch.setattr(worker, "EVAL_AHEAD_BYTES", ahead_bytes)
     monkeypatch.setattr(worker, "one_sided_done", lambda: events.append(("wait",)))
