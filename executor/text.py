@@ -1475,23 +1475,25 @@ def _special_ids_agree(tok: Any, seq: LayerSequence, directory: Path, quiet: boo
     tokenizer whose eos is [EOS] (0) exported eos_token_id 2, the word "good" of it, so
     `generate` stopped at "good" and never at [EOS]."""
     pad, model_pad = tok.pad_token_id, seq.config.pad_token_id
+    # Each names the folder or file to edit (fiftieth round: neither was named).
     if pad is None:
         raise BadArgumentError(
-            "the tokenizer has no pad token; text is padded to --seq-len: set one "
-            "(tokenizer.pad_token = ...) and save it again"
+            f"{directory}: the tokenizer has no pad token; text is padded to --seq-len: set "
+            "one (tokenizer.pad_token = ...) and save it again"
         )
     if pad != model_pad:
         # A built-in has no config.json of the user's to edit (thirty-third round): its pad
         # id is fixed as its embedding was built with it.
+        config = config_path(seq.name)
         fix = (
-            "set pad_token_id in the model's config.json"
-            if config_path(seq.name) is not None
+            f"set pad_token_id in {config}"
+            if config is not None
             else f"{seq.name} pads with id {model_pad}: use a tokenizer whose pad token is "
             f"id {model_pad}, or a model folder whose config.json says pad_token_id {pad}"
         )
         raise BadArgumentError(
-            f"the tokenizer pads with id {pad} but the model's pad_token_id is {model_pad}; "
-            f"they must agree ({fix})"
+            f"{directory}: the tokenizer pads with id {pad} but the model's pad_token_id is "
+            f"{model_pad}; they must agree ({fix})"
         )
     hf_model = seq.hf_model
     generation = getattr(hf_model, "generation_config", None)  # a decoder's

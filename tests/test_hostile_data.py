@@ -2867,11 +2867,25 @@ def test_a_built_in_whose_pad_id_is_not_the_tokenizers_is_told_what_it_can_do(tm
     argv = ["run", "--nproc", "1", "--model", "gpt2-tiny", "--data", data, "--tokenizer", str(tok)]
     argv += ["--seq-len", "8", "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
     fragments = (
-        "the tokenizer pads with id 1 but the model's pad_token_id is 0",
+        f"{tok}: the tokenizer pads with id 1 but the model's pad_token_id is 0",
         "gpt2-tiny pads with id 0: use a tokenizer whose pad token is id 0, or a model folder "
         "whose config.json says pad_token_id 1",
     )
     refused(argv, tmp_path, capsys, fragments)
+
+
+@pytest.mark.timeout(60)
+def test_a_tokenizer_without_a_pad_token_is_named(tmp_path, capsys):
+    """Found by the fiftieth round: "the tokenizer has no pad token" named no folder, where
+    every other tokenizer problem names its file. The tokenizer's folder is named."""
+    tok = eos_tokenizer(tmp_path / "tok")
+    config = json.loads((tok / "tokenizer_config.json").read_text())
+    del config["pad_token"]
+    (tok / "tokenizer_config.json").write_text(json.dumps(config))
+    data = f"{eos_texts(tmp_path / 't.jsonl', 5)},{eos_texts(tmp_path / 'e.jsonl', 1)}"
+    argv = ["run", "--nproc", "1", "--model", "gpt2-tiny", "--data", data, "--tokenizer", str(tok)]
+    argv += ["--seq-len", "8", "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
+    refused(argv, tmp_path, capsys, (f"{tok}: the tokenizer has no pad token",))
 
 
 @pytest.mark.timeout(60)
