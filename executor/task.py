@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import shutil
 from collections.abc import Callable, Iterator
@@ -577,13 +578,15 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
         extra = [p for p in extra if not is_helper_file(cfg.data, Path(p))]
     reads, s = _what_reads(cfg)
     folder = cfg.tokenizer or cfg.model  # a text run's tokenizer, absolute in run.json
-    gone = [p for p in extra if Path(p).parent == Path(folder) and not Path(p).exists()]
+    gone = [p for p in extra if Path(p).parent == Path(folder) and not Path(p).is_file()]
     if gone and text.is_text_spec(cfg.data):
-        # A tokenizer's file deleted since: data.json is right about what the run read
-        # (forty-ninth round: "restore data.json", which was never edited).
+        # A tokenizer's file deleted, or a folder or FIFO put in its place, since: data.json
+        # is right about what the run read (forty-ninth and fiftieth rounds: "restore
+        # data.json", which was never edited).
+        what = "gone, moved or deleted" if not os.path.lexists(gone[0]) else "not a regular file"
         raise InputFileError(
-            f"{gone[0]}: read by the run ({path} lists it) but gone, moved or deleted since "
-            "the run started; restore it there or start a new run"
+            f"{gone[0]}: read by the run ({path} lists it) but {what} since the run started; "
+            "restore it there or start a new run"
         )
     if extra:
         raise InputFileError(

@@ -3134,9 +3134,10 @@ def test_a_tokenizer_file_made_since_the_run_is_named_not_data_json(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("swapped", [False, True])
 @pytest.mark.parametrize("command", ["export", "resume"])
 def test_a_tokenizer_file_deleted_since_the_run_is_named_not_data_json(
-    made, tmp_path, capsys, command
+    made, tmp_path, capsys, command, swapped
 ):
     """Found by the forty-ninth round: the run's tokenizer.json deleted (or moved) was
     refused as "data.json: files names '…/tokenizer.json', which … do not read; restore
@@ -3148,12 +3149,15 @@ def test_a_tokenizer_file_deleted_since_the_run_is_named_not_data_json(
     capsys.readouterr()
     gone = tokenizer / "tokenizer.json"
     gone.rename(tmp_path / "elsewhere.json")
+    if swapped:  # the fiftieth round: a folder in its place was blamed on data.json too
+        gone.mkdir()
     run = tmp_path / "runs" / "r"
     command_argv = {
         "export": ["export", str(run), "--out", str(tmp_path / "out")],
         "resume": ["run", "--resume", str(run)],
     }[command]
-    said = (f"{gone}: read by the run ({run / 'data.json'} lists it) but gone, moved or deleted",)
+    what = "not a regular file" if swapped else "gone, moved or deleted"
+    said = (f"{gone}: read by the run ({run / 'data.json'} lists it) but {what} since the run",)
     refused(command_argv, tmp_path, capsys, said)
 
 
