@@ -943,11 +943,10 @@ def _bound_columns() -> None:
     """COLUMNS beyond MAX_COLUMNS is read as MAX_COLUMNS, below MIN_COLUMNS as MIN_COLUMNS
     (rich and click read it): COLUMNS=0 printed no table and no summary, exit 0, and leading
     zeros hid a huge width from the bound (fiftieth round)."""
-    given = os.environ.get("COLUMNS", "")
-    if not (given.isascii() and given.isdigit()):
+    try:  # as rich reads it: int() takes leading zeros and other scripts' digits
+        width = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
         return  # not a width: rich and click take their default
-    digits = given.lstrip("0") or "0"
-    width = MAX_COLUMNS + 1 if len(digits) > 8 else int(digits)
     if not MIN_COLUMNS <= width <= MAX_COLUMNS:
         os.environ["COLUMNS"] = str(min(max(width, MIN_COLUMNS), MAX_COLUMNS))
 

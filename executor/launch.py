@@ -280,7 +280,7 @@ from pipeplan.formats import (
     load,
     read_records,
 )
-from pipeplan.formats.base import flag_of, text_sha256
+from pipeplan.formats.base import MAX_DIGITS, flag_of, text_sha256
 from pipeplan.formats.metrics import check_eval_metrics
 from pipeplan.formats.run import (
     check_priced_profiles,
@@ -1143,6 +1143,10 @@ def launch_environment() -> dict[str, int]:
             )
         if not raw.isascii() or not raw.isdigit():  # int() also takes " 1", "+1", "1_0"
             raise BadArgumentError(f"{key}={raw!r}: not a non-negative integer")
+        if len(raw.lstrip("0")) > MAX_DIGITS:  # int() raises past 4,300 (fiftieth round)
+            raise BadArgumentError(
+                f"{key}={quoted(raw)}: {len(raw):,} digits, beyond every limit pipeplan has"
+            )
         values[key] = int(raw)
     limits = (
         ("WORLD_SIZE", 1, None),

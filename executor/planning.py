@@ -451,7 +451,10 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig, where: str | Path) 
     their layouts price to (`check_plan_prices`); BadArgumentError otherwise."""
     devices = plan.inputs.cluster.num_devices
     if devices != cfg.nproc:
-        raise BadArgumentError(f"the plan is for {devices} devices but --nproc is {cfg.nproc}")
+        raise BadArgumentError(
+            f"{where}: the plan is for {devices} devices (inputs.cluster) but --nproc is "
+            f"{cfg.nproc}"
+        )
     # Held to the run's profile, which is the run's model's (`config_profile`: a folder is its
     # config, whatever its spelling): compared with --model as typed, a plan of a folder
     # profiled as `./gpt2` passed the launcher (the same spelling) and failed every rank,

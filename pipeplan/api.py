@@ -226,6 +226,8 @@ def _plain_number(value: Any, spelling: str) -> Any:
     """A number of another type (numpy's, Decimal, Fraction) as Python's int or float, and
     one beyond every limit refused as the command line refuses its digits: 10**5000 was a
     ValueError from int() and Decimal("1e5000") an OverflowError (fiftieth round)."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # a 0-d tensor or array
+        value = value.item()  # (torch warned of a tensor that requires grad: fiftieth round)
     if isinstance(value, bool) or _is_boolean(value) or not isinstance(value, numbers.Number):
         return value
     if isinstance(value, numbers.Integral):

@@ -90,9 +90,10 @@ def test_profile_returns_the_profile_it_writes(tmp_path):
         # took 0, "no" or numpy's False for False.
         (pipeplan.preview, dict(devices_per_node=np.bool_(True)), "--devices-per-node: True is"),
         (pipeplan.preview, dict(epochs=torch.tensor(True)), "--epochs: True is a switch's"),
+        (pipeplan.preview, dict(epochs=torch.tensor(0.0, requires_grad=True)), "--epochs: Input"),
         (pipeplan.plan, dict(cache=0), "--cache: 0 is not True or False"),
         (pipeplan.plan, dict(cache="no"), "--cache: 'no' is not True or False"),
-        (pipeplan.plan, dict(cache=np.bool_(False)), "--cache: np.False_ is not True or False"),
+        (pipeplan.plan, dict(cache=np.int64(0)), "--cache: 0 is not True or False"),
         # The fiftieth round: int() and float() raised past every limit.
         (pipeplan.preview, dict(epochs=10**5000), "--epochs: an integer of about 5,000 digits"),
         (pipeplan.preview, dict(nodes=-(10**5000)), "--nodes: an integer of about 5,000 digits"),

@@ -463,7 +463,8 @@ def test_a_flag_left_out_takes_the_plan_s_or_profile_s_value(tmp_path, capsys, m
     assert (saved.nproc, saved.global_batch) == (4, 256)
     capsys.readouterr()
     for given, refusal in (
-        (["--nproc", "2"], "the plan is for 4 devices but --nproc is 2"),
+        # The fiftieth round: the file named as every plan mismatch names it.
+        (["--nproc", "2"], "p.json: the plan is for 4 devices (inputs.cluster) but --nproc is 2"),
         (["--global-batch", "64"], "the plan is for global batch 256, not 64"),
     ):
         assert cli.main([*run, "b", *given]) == 2

@@ -305,7 +305,7 @@ def test_a_console_without_the_tables_characters_shows_them_escaped(monkeypatch,
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("columns", [str(10**8), "0000000010000000", "0", "00", "1"])
+@pytest.mark.parametrize("columns", [str(10**8), "0000000010000000", "١٠٠٠٠٠٠٠", "0", "00", "1"])
 @pytest.mark.parametrize("args", [["run", "--help"], ["models"]])
 def test_a_columns_out_of_bounds_is_laid_out_as_the_nearest_bound(monkeypatch, args, columns):
     """Found by the forty-ninth round: rich pads each help line to COLUMNS: COLUMNS=10^7 took

@@ -135,7 +135,8 @@ def test_a_plan_for_another_world_size_is_refused(tmp_path, capsys):
     assert cli.main([*made, "--samples", "1400", "--epochs", "2", "--out", str(plan)]) == 0
     args = ["run", "--nproc", "2", "--plan", str(plan), "--runs-dir", str(tmp_path)]
     assert cli.main(args) == 2
-    assert "the plan is for 4 devices but --nproc is 2" in capsys.readouterr().err
+    said = f"{plan}: the plan is for 4 devices (inputs.cluster) but --nproc is 2"
+    assert said in capsys.readouterr().err
 
 
 def test_a_plan_for_more_nodes_than_the_run_has_is_refused(tmp_path, capsys, monkeypatch):
