@@ -2557,6 +2557,9 @@ def _main_forked(argv: list[str], env: dict[str, str], timeout: float = 30) -> t
         ({"LOCAL_RANK": "1"}, "LOCAL_RANK=1: must be in 0..0"),
         ({"LOCAL_WORLD_SIZE": "2"}, "LOCAL_WORLD_SIZE=2: must be in 1..1"),
         ({"WORLD_SIZE": " 1"}, "WORLD_SIZE=' 1'"),
+        # The fiftieth round: int() raised past 4,300 digits, a traceback.
+        ({"MASTER_PORT": "9" * 5000}, "5,000 digits, beyond every limit pipeplan has"),
+        ({"RANK": "9" * 5000}, "RANK='9999"),
     ],
 )
 def test_the_entry_refuses_a_wrong_environment_in_one_line(tmp_path, env, fragment):
