@@ -42,6 +42,7 @@ from pipeplan.formats import (
     ProfileSettings,
     dumps,
 )
+from pipeplan.formats.base import limit_of
 from pipeplan.formats.presets import config_path, model_argument
 from pipeplan.formats.profile import hidden_state_bytes
 from pipeplan.inputs import DEFAULT_MICRO_BATCH_SIZES, ProfileRequest
@@ -525,5 +526,13 @@ def profile_to_file(
     )
     if request.nproc >= 2:
         profile.comm = links.measure_links(request.nproc, device=request.device)
-    write_atomic(request.out, dumps(profile), user_output=not run_owned)
+    text = dumps(profile)
+    if len(text.encode()) > limit_of(Profile):  # a file no command would read (fiftieth round)
+        labels = len(getattr(seq.config, "id2label", None) or {})
+        raise BadArgumentError(
+            f"{request.out}: the profile would be {len(text.encode()) >> 20} MiB, beyond the "
+            f"{limit_of(Profile) >> 20} MiB limit for a profile (its model config names "
+            f"{labels:,} labels); nothing written: train with fewer labels"
+        )
+    write_atomic(request.out, text, user_output=not run_owned)
     return profile

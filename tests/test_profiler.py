@@ -181,3 +181,20 @@ def test_profile_records_the_padding_mask_channel():
     assert prof.model.padding_mask and prof.model.task == "classification"
     assert prof.layers[1].out_bytes_per_sample == 32 * (seq.config.hidden_size + 1) * 4
     assert prof.layers[-1].out_bytes_per_sample == seq.num_labels * 4
+
+
+def test_a_profile_no_command_would_read_is_not_written(tmp_path, capsys, monkeypatch):
+    """Found by the fiftieth round: `profile --num-labels 1000000` wrote a 65 MB profile (its
+    model config's 10^6 label names), which every command then refused as beyond the 32 MiB
+    limit for a profile. A profile past the limit is refused before it is written (here the
+    limit made small, as 10^6 labels would build a head of 128 M weights)."""
+    import cli
+    from pipeplan import profiler
+
+    monkeypatch.setattr(profiler, "limit_of", lambda model: 4 << 10)
+    out = tmp_path / "p.json"
+    argv = ["profile", "bert-tiny", "--micro-batch-sizes", "1", "--repeats", "1"]
+    assert cli.main([*argv, "--warmup", "0", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"pipeplan: error: {out}: the profile would be"), err
+    assert "MiB limit for a profile" in err[0] and not out.exists()
