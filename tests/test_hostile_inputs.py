@@ -2835,7 +2835,8 @@ def test_a_size_in_bytes_is_a_whole_number(tmp_path, capsys, flag, size):
     [
         ("--epochs", "9" * 5000, "--epochs"),
         # Also was "File name too long": the list was first tried as a trajectory file's name.
-        ("--freeze-schedule", "0," + "9" * 5000, "freeze schedule epoch 1"),
+        # Quoted as typed, not as 10**100 (the fiftieth round).
+        ("--freeze-schedule", "0," + "9" * 5000, "has 5,000 digits; it is beyond every limit"),
     ],
     ids=["integer flag", "integer list"],
 )

@@ -3252,6 +3252,8 @@ def _checkpoint_of(finished_run: Path, run: Path, **trained) -> None:
     run.json's with `trained` changes: what the run trained under by its own record."""
     step = run / "checkpoints" / "step-2"
     step.mkdir(parents=True, exist_ok=True)
+    for name in ("model.pt", "optimizer.pt", "rng.pt"):  # there, as report looks (unread)
+        shutil.copy(_manifest(finished_run).parent / name, step / name)
     doc = json.loads(_manifest(finished_run).read_text())
     config = json.loads((run / "run.json").read_text())
     (step / "manifest.json").write_text(json.dumps({**doc, "config": {**config, **trained}}))
