@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["export", "plan", "preview", "profile", "run"]
 
 
-def _interrupts_raised(command: Callable[..., Any]) -> Callable[..., Any]:
+def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
     """A Ctrl-C anywhere in a call raises `Interrupted`, as the command line says
     `pipeplan: interrupted`: in a call's first seconds (its imports) it was a bare
     KeyboardInterrupt from importlib, pydantic or torch (forty-ninth round). What the file
@@ -72,7 +72,7 @@ def _interrupts_raised(command: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-@_interrupts_raised
+@_as_the_command_line
 def profile(model: str, **options: Any) -> Profile:
     """`pipeplan profile MODEL --out FILE …`: measure and write the profile; returns it."""
     from pipeplan.profiler import profile_to_file
@@ -80,7 +80,7 @@ def profile(model: str, **options: Any) -> Profile:
     return profile_to_file(_request(ProfileRequest, {"model": model, **options}))
 
 
-@_interrupts_raised
+@_as_the_command_line
 def plan(profile: str, out: str | Path | None = None, **options: Any) -> Plan:
     """`pipeplan plan --profile P …`: the elastic plan, also written to `out` when given."""
     from pipeplan.fileio import check_writable, write_atomic
@@ -104,7 +104,7 @@ def plan(profile: str, out: str | Path | None = None, **options: Any) -> Plan:
     return result
 
 
-@_interrupts_raised
+@_as_the_command_line
 def preview(profile: str, **options: Any) -> Preview:
     """`pipeplan preview --profile P …`: the predicted speedup (`.predicted_speedup`), per
     epoch rows, the baseline and the ablation; `.cases` states each freeze schedule priced
@@ -117,7 +117,7 @@ def preview(profile: str, **options: Any) -> Preview:
     return result
 
 
-@_interrupts_raised
+@_as_the_command_line
 def run(
     runs_dir: str | Path | None = None, resume: str | Path | None = None, **options: Any
 ) -> RunSummary:
@@ -147,7 +147,7 @@ def run(
     return summary
 
 
-@_interrupts_raised
+@_as_the_command_line
 def export(run_dir: str | Path, out: str | Path, checkpoint: str | None = None) -> Path:
     """`pipeplan export RUN --out DIR [--checkpoint step-N]`: a transformers directory."""
     from executor.task import export_run
