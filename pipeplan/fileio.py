@@ -1224,6 +1224,15 @@ def _missing(run_dir: Path, name: str) -> str:
     twenty-seventh round)."""
     if name != "run.jsonl" or _entry(run_dir / "run.json") != "a regular file":
         return f"not a run directory (no {name})"
+    try:  # its ranks starting, before their first record (fiftieth round: "not started")
+        held = None if _held(run_dir) is not None else _lock_folder(run_dir, fcntl.LOCK_SH)
+    except BlockingIOError:
+        return (
+            "in use by a pipeplan process training it (a run or a resume), which has recorded "
+            "no step yet; read it once that ends"
+        )
+    if held is not None:
+        os.close(held)
     logs = run_dir / "logs"
     said = f"; its rank logs are in {logs}" if _entry(logs) == "a directory" else ""
     return (

@@ -748,3 +748,30 @@ def test_a_run_resumed_on_another_world_size_is_titled_by_each(tmp_path, capsys,
     assert "run r: vit-digits, 2 then 4 ranks" in capsys.readouterr().out
     assert make_report(run).worlds == [2, 4]
     assert make_report(write_run(tmp_path / "e", elastic_records())).worlds == [2]
+
+
+def test_a_run_whose_ranks_are_starting_is_in_use_not_unstarted(tmp_path, capsys):
+    """Found by the fiftieth round: for some seconds while a run's ranks started (run.json
+    written, no run.jsonl yet), `report` and `calibrate` said "has recorded no step …
+    prepared and not started", of a live run. A folder another process holds is in use."""
+    import fcntl
+    import os
+
+    import cli
+
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    holder = os.open(run, os.O_RDONLY | os.O_DIRECTORY)  # as a live run holds it
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        assert cli.main(["report", str(run)]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line == (
+            f"pipeplan: error: {run}: in use by a pipeplan process training it (a run or a "
+            "resume), which has recorded no step yet; read it once that ends"
+        )
+    finally:
+        os.close(holder)
+    assert cli.main(["report", str(run)]) == 2
+    assert "has recorded no step (no run.jsonl" in capsys.readouterr().err
