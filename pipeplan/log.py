@@ -47,8 +47,8 @@ def bounded(message: str, prefix: str = "") -> str:
     return prefix + fitted(message, MAX_LINE - len(prefix))
 
 
-_LONGER_THAN_A_PATH = re.compile(r"\S{4097,}")
 PATH_MAX = 4096
+_LONGER_THAN_A_PATH = re.compile(rf"\S{{{PATH_MAX + 1},}}")
 
 
 def _cut_word(found: re.Match) -> str:

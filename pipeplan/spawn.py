@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch.multiprocessing as mp
 
-from pipeplan.errors import BadArgumentError, PipeplanError
+from pipeplan.errors import BadArgumentError, PipeplanError, quoted
 from pipeplan.startup import die_with_parent
 
 
@@ -187,10 +187,6 @@ def _capped() -> str:
     return f"; each process's address space is capped at {cap >> 20} MiB (ulimit -v): raise it"
 
 
-# Characters of a dead rank's last stderr line its error line quotes at most.
-LAST_WORDS_CHARS = 200
-
-
 def _last_words(path: Path) -> str:
     """`"; its last line: 'terminate called …'"`, the last line a dead rank wrote to stderr
     (bounded), or "" where it wrote none."""
@@ -202,9 +198,7 @@ def _last_words(path: Path) -> str:
         return ""
     if not lines:
         return ""
-    last = lines[-1].strip()
-    last = last if len(last) <= LAST_WORDS_CHARS else last[: LAST_WORDS_CHARS - 1] + "…"
-    return f"; its last line: {last!r}"
+    return f"; its last line: {quoted(lines[-1].strip())}"  # cut as every quoted value is
 
 
 # Seconds a rank may stay stopped (SIGSTOP, a debugger) before the group fails naming it: its
