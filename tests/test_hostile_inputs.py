@@ -631,7 +631,7 @@ CALIBRATION36 = {
     ),
     "a fitted all-reduce deleted": (
         _without(FITTED, ("calibration", "allreduce")),
-        ("'calibration'", "allreduce is null", "not_fitted does not name it"),
+        ("'calibration'", "calibration.allreduce is missing", "calibrate writes every field"),
     ),
     "a fitted optimizer term set to null": (
         with_path(CALIBRATED, ("calibration", "optimizer_s_per_byte"), None),
@@ -639,7 +639,16 @@ CALIBRATION36 = {
     ),
     "a fitted call scale deleted": (
         _without(CALIBRATED, ("calibration", "bwd_call_scale")),
-        ("'calibration'", "bwd_call_scale is null", "not_fitted does not name it"),
+        ("'calibration'", "calibration.bwd_call_scale is missing", "calibrate writes every"),
+    ),
+    # The fiftieth round's b R4: its default (1.0) was refused under nograd_scale's name.
+    "the forward scale deleted": (
+        _without(CALIBRATED, ("calibration", "fwd_scale")),
+        ("'calibration'", "calibration.fwd_scale is missing", "calibrate writes every field"),
+    ),
+    "the reasons deleted": (
+        _without(CALIBRATED, ("calibration", "not_fitted")),
+        ("'calibration'", "calibration.not_fitted is missing", "calibrate writes every field"),
     ),
     "the reasons of the unfitted links dropped": (
         with_path(CALIBRATED, ("calibration", "not_fitted"), {"nograd_scale": "x"}),

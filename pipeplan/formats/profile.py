@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from pipeplan.errors import InputFileError, quoted, reason
 from pipeplan.formats.base import (
@@ -669,6 +669,21 @@ class Profile(Versioned):
     layers: list[LayerProfile]
     comm: CommProfile | None = None
     calibration: Calibration | None = None
+
+    @field_validator("calibration", mode="before")
+    @classmethod
+    def _calibration_whole(cls, value: Any) -> Any:
+        """A calibration read from a file holds every field, as calibrate writes it: one left
+        out took its default, and a deleted fwd_scale (1.0) was then refused under the name of
+        the scale pinned to it (the fiftieth round's b R4)."""
+        if isinstance(value, dict):
+            for name in Calibration.model_fields:
+                if name not in value:
+                    raise ValueError(
+                        f"calibration.{name} is missing: calibrate writes every field; give "
+                        "it back (or calibrate again)"
+                    )
+        return value
 
     @model_validator(mode="after")
     def _layers_indexed_in_order(self) -> Profile:
