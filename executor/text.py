@@ -1230,13 +1230,20 @@ def run_tokenizer(given: str | None, seq: LayerSequence, data: str) -> Any:
     weights, `AutoTokenizer.from_pretrained(export)` gives the ids the run trained on. Without
     it transformers built a tokenizer of 5 special tokens from config.json alone, every word
     [UNK], and said nothing (the thirty-eighth round). A fresh load, not the run's: the run
-    pads and cuts on the right, and the export keeps the folder's sides (for generation).
+    pads and cuts on the right; a causal LM's export keeps the folder's sides (a decoder's
+    tokenizer pads on the left for batched generation). A classifier's export pads and cuts
+    on the right as the run did: a GPT-2 classifier batched with a left-padding tokenizer
+    shifted its absolute positions and missed the run's held-out accuracy (the fiftieth
+    round's a R5).
 
         models.export(seq, "trained/", tokenizer=run_tokenizer("tok/", seq, "t.jsonl"))
     """
     directory = tokenizer_directory(given, seq, data)
     with rust_panics_named(directory):
-        return _load_for(directory, seq)
+        tok = _load_for(directory, seq)
+    if seq.task != "causal-lm":
+        tok.padding_side = tok.truncation_side = "right"
+    return tok
 
 
 def _load_for(directory: Path, seq: LayerSequence) -> Any:

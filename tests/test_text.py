@@ -518,3 +518,25 @@ def test_one_spelling_with_spaces_is_still_the_name_without_them(tmp_path):
     path = _labelled_file(tmp_path / "d.csv", [" pos", " neg"] * 5)
     corpus = text.read_corpus(str(path))
     assert corpus.label_names == ["neg", "pos"]
+
+
+@pytest.mark.timeout(60)
+def test_a_classifiers_export_pads_on_the_right_as_the_run_did_and_a_causal_lm_keeps_its_side(
+    tmp_path,
+):
+    """Found by the fiftieth round (a R5): the export kept a tokenizer's left padding, so a
+    GPT-2 classifier batched with its own export's tokenizer shifted its absolute positions
+    and missed the run's held-out accuracy. A classifier's export now pads and cuts on the
+    right as the run does; a causal LM's keeps the folder's sides (left, for generation)."""
+    from pipeplan import models
+
+    tok = make_tokenizer(tmp_path / "tok")
+    settings = json.loads((tok / "tokenizer_config.json").read_text())
+    sides = {"padding_side": "left", "truncation_side": "left"}
+    (tok / "tokenizer_config.json").write_text(json.dumps({**settings, **sides}))
+    classifier = models.build("gpt2-tiny", seq_len=16, task="classification", num_labels=2)
+    lm = models.build("gpt2-tiny", seq_len=16, task="causal-lm")
+    exported = text.run_tokenizer(str(tok), classifier, "t.jsonl")
+    assert (exported.padding_side, exported.truncation_side) == ("right", "right")
+    generating = text.run_tokenizer(str(tok), lm, "t.jsonl")
+    assert (generating.padding_side, generating.truncation_side) == ("left", "left")
