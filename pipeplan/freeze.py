@@ -31,6 +31,7 @@ from pipeplan.formats import FreezePhase, FreezeSchedule
 from pipeplan.formats.base import (
     MAX_EPOCHS,
     MAX_SMALL_JSON_BYTES,
+    LongInteger,
     check_json,
     check_keys,
     first_error,
@@ -103,7 +104,10 @@ def list_schedule(
 
 def parse_list(text: str) -> list[int]:
     """'0,0,3,5' → [0, 0, 3, 5] (the --freeze-schedule flag's inline form)."""
-    values = int_list(text)
+    try:
+        values = int_list(text)
+    except LongInteger as exc:
+        raise BadArgumentError(f"--freeze-schedule: {exc}") from None
     if leading_zero(text):
         raise BadArgumentError(f"--freeze-schedule: {leading_zero(text)}")
     if values is None:

@@ -1242,4 +1242,18 @@ def test_a_list_of_integers_with_one_of_many_digits_is_quoted_as_typed(capsys, f
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'9999" in err[0] and "1" + "0" * 100 not in err[0], err
+    assert err[0].startswith(f"pipeplan: error: {flag}: '9999"), err
     assert err[0].endswith("has 300 digits; it is beyond every limit pipeplan has"), err
+
+
+@pytest.mark.parametrize("value", ["0,{n}", "{n}"])
+def test_runs_freeze_list_with_an_integer_of_many_digits_names_the_flag(tmp_path, capsys, value):
+    """Found by the thirty-fourth session's own checks: `run --freeze 0,999…9` (and a
+    --freeze-schedule of `plan`) said the integer was beyond every limit, naming no flag."""
+    given = value.format(n="9" * 300)
+    argv = ["run", "--model", "bert-tiny", "--data", "synth-text", "--freeze", given]
+    assert cli.main([*argv, "--runs-dir", str(tmp_path), "--prepare-only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pipeplan: error: --freeze: '9999"), err
+    assert err[0].endswith("has 300 digits; it is beyond every limit pipeplan has"), err
+    assert list(tmp_path.iterdir()) == []

@@ -42,6 +42,7 @@ from pipeplan.formats.base import (
     Count,
     DataText,
     Flag,
+    LongInteger,
     Needs,
     NonNegFloat,
     NonNegInt,
@@ -160,7 +161,10 @@ def freezes_something(value: Any) -> bool:
     can (the file is not read before the flags are checked)."""
     if value == "none":
         return False
-    layers = int_list(value) if isinstance(value, str) else value
+    try:
+        layers = int_list(value) if isinstance(value, str) else value
+    except LongInteger:  # 10^100 and more freeze something; the flag's own reading says why
+        return True
     return not isinstance(layers, list) or any(layers)
 
 
@@ -410,7 +414,10 @@ class RunConfig(Versioned):
         """`--freeze 0,2,4` is freeze=list with freeze_list [0, 2, 4]."""
         freeze = values.get("freeze") if isinstance(values, dict) else None
         if isinstance(freeze, str) and freeze not in get_args(FreezeMode):
-            layers = int_list(freeze)
+            try:
+                layers = int_list(freeze)
+            except LongInteger as exc:  # a model's error names no field: the flag said here
+                raise ValueError(f"--freeze: {exc}") from None
             if layers is not None:
                 return {**values, "freeze": "list", "freeze_list": layers}
         return values
