@@ -162,20 +162,27 @@ def export(run_dir: str | Path, out: str | Path, checkpoint: str | None = None) 
 
 
 def _path_text(value: Any, flag: str) -> str:
-    """A path argument (`resume=`, `out=`, export's) checked as the command line checks its
-    text: a path (text or a Path), not empty, no space around it, no NUL or other control
-    character, at most a path's length. Found by the forty-eighth round (`resume=`): ""
-    resumed ".", True was "True: no such run directory", a NUL a ValueError traceback, and a
-    10^7-character value a message as long."""
+    """A path argument (`resume=`, `out=`, export's): text or a Path, checked as `_text`.
+    Found by the forty-eighth round (`resume=`): True was "True: no such run directory"."""
     if isinstance(value, PurePath):
         value = str(value)
     if not isinstance(value, str):
         raise BadArgumentError(f"{flag}: {excerpt(repr(value))} is not a path; give one")
+    return _text(value, flag)
+
+
+def _text(value: str, flag: str, longest: int | None = MAX_TEXT) -> str:
+    """Any text argument checked as the command line checks its tokens: not empty, no space
+    around it, no NUL or other control character; a path at most a path's length (`longest`:
+    None for an option, whose text a list may make long, as a command line's). Found by the
+    forty-eighth round (`resume=`): "" resumed ".", a NUL a ValueError traceback, and a
+    10^7-character value a message as long; by the fifty-first, in the options of preview,
+    plan and profile (`profile="a\\0b"` a ValueError, `cluster="a\\nb"` a two-line message)."""
     if value == "":
         raise BadArgumentError(f"{flag} is empty; give a value")
     if value != value.strip():
         raise BadArgumentError(f"{flag}: {spaced(value)}")
-    if "\0" in value or len(value) > MAX_TEXT:
+    if "\0" in value or (longest is not None and len(value) > longest):
         why = "holds a NUL byte" if "\0" in value else f"is {len(value):,} characters long"
         shown = excerpt(value.replace("\0", "\\x00"))  # a NUL printed would cut the line
         raise BadArgumentError(f"{flag}: {shown} {why}; no path does")
@@ -204,6 +211,8 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
             raise BadArgumentError(f"no option {key!r}; the options are: {names}")
         if isinstance(value, PurePath):  # files and directories are text on the command line
             value = str(value)
+        if isinstance(value, str):
+            value = _text(value, option.spelling, longest=None)
         value = _plain_number(value, option.spelling)
         if _is_boolean(value) and option.bare_type is not bool:
             # Python's True is the integer 1, which pydantic takes for a number: the forty-

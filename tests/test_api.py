@@ -147,6 +147,38 @@ def test_path_arguments_are_checked_as_the_command_lines(tmp_path, monkeypatch, 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "call, given, said",
+    [
+        ("preview", {"profile": "a\0b"}, "--profile: a\\x00b holds a NUL byte"),
+        ("plan", {"profile": "a\0b", "out": "o.json"}, "--profile: a\\x00b holds a NUL byte"),
+        ("preview", {"cluster": "c\0"}, "--cluster: c\\x00 holds a NUL byte"),
+        ("preview", {"freeze_schedule": "a\0.json"}, "--freeze-schedule: a\\x00.json holds"),
+        ("profile", {"model": "vit-digits", "out": "p\0.json"}, "--out: p\\x00.json holds"),
+        ("profile", {"model": "/tmp/a\0/config.json", "out": "p.json"}, "MODEL: /tmp/a\\x00"),
+        ("preview", {"profile": "a\nb"}, "--profile: holds the control character U+000A"),
+        ("plan", {"cluster": "a\nb", "out": "o.json"}, "--cluster: holds the control character"),
+        ("profile", {"model": "vit-digits", "out": "/no/a\nb.json"}, "--out: holds the control"),
+        ("preview", {"cluster": ""}, "--cluster is empty; give a value"),
+        ("preview", {"cluster": " c.json"}, "--cluster: ' c.json' has space around it"),
+        ("run", {"model": "vit-digits", "name": "r\tx"}, "--name: holds the control character"),
+    ],
+)
+def test_text_options_are_checked_as_the_command_lines_tokens(
+    tmp_path, monkeypatch, call, given, said
+):
+    """Found by the fifty-first round: the options of preview, plan and profile took a NUL
+    (a ValueError from the file system) and a newline (a message of two lines) where the
+    command line refuses both in one line; every text option is now checked as its token."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("executor.launch.start_run", lambda *a, **k: pytest.fail("started"))
+    arguments = {"profile": PROFILE} if call in ("plan", "preview") else {}
+    with pytest.raises(PipeplanError) as refused:
+        getattr(pipeplan, call)(**{**arguments, **given})
+    assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_run_builds_the_run_config_as_the_command_line_does(tmp_path, monkeypatch):
     seen = {}
 
