@@ -790,50 +790,66 @@ def _check_timings(profile: Profile) -> None:
     trains), a larger micro-batch absurdly faster than a smaller one, a peak above the
     device's memory (seventeenth round: each was planned), a peak on a CPU (nineteenth round:
     accepted, and ignored)."""
-    memory, cpu = profile.device.memory_bytes, profile.device.kind == "cpu"
+    for layer in profile.layers:
+        if (problem := timing_problem(layer, profile.settings, profile.device)) is not None:
+            raise ValueError(problem[1])
+
+
+def timing_problem(
+    layer: LayerProfile, settings: ProfileSettings, device: DeviceInfo
+) -> tuple[list[int], str] | None:
+    """The first of `_check_timings`' rules that one layer's timings break, as (the
+    micro-batch sizes of the timings concerned, why), or None. The profiler measures those
+    sizes again: a spike of a shared machine broke a rule, and its own profile was refused
+    (the fifty-first round).
+
+        timing_problem(profile.layers[3], profile.settings, profile.device)
+        # ([1, 2], "layers.3.timings.1.fwd_s is 0.000129 s at micro-batch 2 but …")
+    """
+    memory, cpu = device.memory_bytes, device.kind == "cpu"
     # Without warm-up rounds a layer's first call (allocations, kernel selection) is in its
     # first size's times: 16 ms beside 0.13 ms measured on a CPU with --warmup 0, far more on
     # a GPU. The two ratios below hold for times measured warm.
-    warm = profile.settings.warmup >= 1
-    for layer in profile.layers:
-        timed = [(j, t) for j, t in enumerate(layer.timings) if t.feasible]
-        for j, t in timed:
-            where = f"layers.{layer.index}.timings.{j}"
-            assert t.fwd_s is not None and t.bwd_s is not None and t.fwd_nograd_s is not None
-            if warm and t.fwd_nograd_s > NOGRAD_FACTOR * t.fwd_s + NOGRAD_SLACK_S:
-                raise ValueError(
-                    f"{where}.fwd_nograd_s is {t.fwd_nograd_s:.3g} s but its fwd_s (the same "
-                    f"forward with autograd) is {t.fwd_s:.3g} s: more than "
-                    f"{NOGRAD_FACTOR:g}× + {NOGRAD_SLACK_S:g} s slower without autograd"
+    warm = settings.warmup >= 1
+    timed = [(j, t) for j, t in enumerate(layer.timings) if t.feasible]
+    for j, t in timed:
+        where, size = f"layers.{layer.index}.timings.{j}", [t.micro_batch]
+        assert t.fwd_s is not None and t.bwd_s is not None and t.fwd_nograd_s is not None
+        if warm and t.fwd_nograd_s > NOGRAD_FACTOR * t.fwd_s + NOGRAD_SLACK_S:
+            return size, (
+                f"{where}.fwd_nograd_s is {t.fwd_nograd_s:.3g} s but its fwd_s (the same "
+                f"forward with autograd) is {t.fwd_s:.3g} s: more than "
+                f"{NOGRAD_FACTOR:g}× + {NOGRAD_SLACK_S:g} s slower without autograd"
+            )
+        if (why := _spread_problem(t, settings.repeats, warm)) is not None:
+            return size, f"{where}.{why}"
+        if layer.params > 0 and t.bwd_s == 0:
+            return size, (
+                f"{where}.bwd_s is 0 but the layer has {layer.params} parameters: "
+                "a layer with weights takes time backward"
+            )
+        # The peak is CUDA's allocator's (`profiler`): a CPU has none to measure, as a
+        # CPU run's step records have none (`formats.run`).
+        if t.peak_mem_bytes is not None and cpu:
+            return size, (
+                f"{where}.peak_mem_bytes is {t.peak_mem_bytes} but device.kind is 'cpu': "
+                "the peak is CUDA's max_memory_allocated, null on CPU"
+            )
+        if t.peak_mem_bytes is not None and t.peak_mem_bytes > memory:
+            return size, (
+                f"{where}.peak_mem_bytes is {t.peak_mem_bytes} but device.memory_bytes is "
+                f"{memory}: a measured peak fits in the device"
+            )
+    for (_, a), (j, b) in itertools.pairwise(timed if warm else []):
+        for name in ("fwd_s", "bwd_s", "fwd_nograd_s"):
+            small, large = getattr(a, name), getattr(b, name)
+            if small > 0 and large < MIN_TIME_RATIO * small:
+                return [a.micro_batch, b.micro_batch], (
+                    f"layers.{layer.index}.timings.{j}.{name} is {large:.3g} s at "
+                    f"micro-batch {b.micro_batch} but {small:.3g} s at {a.micro_batch}: a "
+                    f"larger micro-batch takes at least {MIN_TIME_RATIO:g}× the time"
                 )
-            if (why := _spread_problem(t, profile.settings.repeats, warm)) is not None:
-                raise ValueError(f"{where}.{why}")
-            if layer.params > 0 and t.bwd_s == 0:
-                raise ValueError(
-                    f"{where}.bwd_s is 0 but the layer has {layer.params} parameters: "
-                    "a layer with weights takes time backward"
-                )
-            # The peak is CUDA's allocator's (`profiler`): a CPU has none to measure, as a
-            # CPU run's step records have none (`formats.run`).
-            if t.peak_mem_bytes is not None and cpu:
-                raise ValueError(
-                    f"{where}.peak_mem_bytes is {t.peak_mem_bytes} but device.kind is 'cpu': "
-                    "the peak is CUDA's max_memory_allocated, null on CPU"
-                )
-            if t.peak_mem_bytes is not None and t.peak_mem_bytes > memory:
-                raise ValueError(
-                    f"{where}.peak_mem_bytes is {t.peak_mem_bytes} but device.memory_bytes is "
-                    f"{memory}: a measured peak fits in the device"
-                )
-        for (_, a), (j, b) in itertools.pairwise(timed if warm else []):
-            for name in ("fwd_s", "bwd_s", "fwd_nograd_s"):
-                small, large = getattr(a, name), getattr(b, name)
-                if small > 0 and large < MIN_TIME_RATIO * small:
-                    raise ValueError(
-                        f"layers.{layer.index}.timings.{j}.{name} is {large:.3g} s at "
-                        f"micro-batch {b.micro_batch} but {small:.3g} s at {a.micro_batch}: a "
-                        f"larger micro-batch takes at least {MIN_TIME_RATIO:g}× the time"
-                    )
+    return None
 
 
 def _spread_problem(timing: MicroBatchTiming, repeats: int, warm: bool) -> str | None:
