@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from pydantic import ValidationError
 
 from pipeplan import precision as mixed
 from pipeplan.errors import BadArgumentError, PipeplanError, excerpt, one_line, quoted
@@ -42,7 +43,7 @@ from pipeplan.formats import (
     ProfileSettings,
     dumps,
 )
-from pipeplan.formats.base import limit_of
+from pipeplan.formats.base import first_error, limit_of
 from pipeplan.formats.presets import config_path, model_argument
 from pipeplan.formats.profile import hidden_state_bytes, timing_problem
 from pipeplan.inputs import DEFAULT_MICRO_BATCH_SIZES, ProfileRequest
@@ -498,13 +499,19 @@ def profile_layers(
         )
         device_said = device_info(dev, threads)
         layers = profiler.settle(layers, settings, device_said)
-    return Profile(
-        created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        model=ModelInfo(**seq.describe(), dtype=PRECISION_DTYPE[precision]),
-        device=device_said,
-        settings=settings,
-        layers=layers,
-    )
+    try:
+        return Profile(
+            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            model=ModelInfo(**seq.describe(), dtype=PRECISION_DTYPE[precision]),
+            device=device_said,
+            settings=settings,
+            layers=layers,
+        )
+    except ValidationError as exc:  # what `settle` cannot measure away: one line, not a trace
+        raise PipeplanError(
+            f"the measured profile breaks its format's rules ({first_error(exc)}); profile "
+            "again, on an idle device"
+        ) from exc
 
 
 def profile_to_file(

@@ -243,3 +243,17 @@ def test_a_device_too_busy_to_time_a_layer_is_one_line(monkeypatch):
         f"(measured {profiler.MEASURE_AGAIN + 1} times): the device is too busy to time this "
         "layer; profile on an idle one, or give more --repeats"
     ), said
+
+
+def test_a_measured_profile_its_format_refuses_is_one_line(monkeypatch):
+    """Whatever `settle` does not measure away (here: it is told nothing is wrong) is one line
+    naming the field, not a pydantic traceback."""
+    from pipeplan.errors import PipeplanError
+
+    _spiked(monkeypatch, spikes=100)
+    monkeypatch.setattr(profiler, "timing_problem", lambda *args: None)
+    with pytest.raises(PipeplanError) as refused:
+        profiler.profile_layers(models.build("bert-synth"), micro_batches=[1, 2], repeats=1)
+    said = str(refused.value)
+    assert said.startswith("the measured profile breaks its format's rules (") and "\n" not in said
+    assert "layers.2.timings.1.fwd_s" in said and said.endswith("on an idle device"), said
