@@ -578,7 +578,9 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
         extra = [p for p in extra if not is_helper_file(cfg.data, Path(p))]
     reads, s = _what_reads(cfg)
     folder = cfg.tokenizer or cfg.model  # a text run's tokenizer, absolute in run.json
-    gone = [p for p in extra if Path(p).parent == Path(folder) and not Path(p).is_file()]
+    # In the folder or (chat templates) a folder of it.
+    inside = [p for p in extra if Path(folder) in Path(p).parents]
+    gone = [p for p in inside if not Path(p).is_file()]
     if gone and text.is_text_spec(cfg.data):
         # A tokenizer's file deleted, or a folder or FIFO put in its place, since: data.json
         # is right about what the run read (forty-ninth and fiftieth rounds: "restore

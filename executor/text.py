@@ -1383,7 +1383,17 @@ def tokenizer_files(directory: Path) -> list[Path]:
     vocabularies, merges and sentencepiece models; not a model's weights beside them."""
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if p.is_file() and _tokenizer_name(p))
+    return sorted(p for p in _tokenizer_entries(directory) if p.is_file())
+
+
+def _tokenizer_entries(directory: Path) -> list[Path]:
+    """Every entry of `directory` named as a tokenizer's file, and the chat templates
+    transformers reads from its CHAT_TEMPLATE_DIR (`*.jinja`), whatever kind each is."""
+    entries = [p for p in directory.iterdir() if _tokenizer_name(p)]
+    templates = directory / CHAT_TEMPLATE_DIR
+    if templates.is_dir():
+        entries += templates.glob("*.jinja")
+    return entries
 
 
 def _tokenizer_name(path: Path) -> bool:
@@ -1399,6 +1409,9 @@ def _tokenizer_name(path: Path) -> bool:
 # with the tokenizer and held to the key's bound (fiftieth round: 22 MB passed unchecked
 # into the trained model).
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
+# And its folder of more templates, each `NAME.jinja`, which transformers reads too (the
+# fifty-first round: 30 MB added there after a run went into its export unchecked).
+CHAT_TEMPLATE_DIR = "additional_chat_templates"
 
 
 def _vocabulary_name(path: Path) -> bool:
@@ -1411,6 +1424,25 @@ def _vocabulary_name(path: Path) -> bool:
     return path.name == "tokenizer.json" or path.name.startswith("vocab") or path.suffix == ".model"
 
 
+def _check_chat_templates(files: list[Path]) -> None:
+    """The chat templates transformers reads whole into the tokenizer (CHAT_TEMPLATE_FILE
+    and CHAT_TEMPLATE_DIR's), at most MAX_CHAT_TEMPLATE characters together, as
+    tokenizer_config.json's key is; a file of more bytes than 4 a character allows is refused
+    unread."""
+    from pipeplan.formats.tokenizerconfig import MAX_CHAT_TEMPLATE
+
+    read = 0
+    for template in files:
+        size = len(read_input(template, 4 * MAX_CHAT_TEMPLATE, why="not a tokenizer's file"))
+        read += size
+        if read > MAX_CHAT_TEMPLATE:
+            before = f" (with {read - size:,} in the ones before it)" if read > size else ""
+            raise InputFileError(
+                f"{template}: a chat template of {size:,} characters{before}; at most "
+                f"{MAX_CHAT_TEMPLATE:,} in all"
+            )
+
+
 def _check_tokenizer_json(directory: Path) -> None:
     """The tokenizer's own JSON files parse, no key twice: transformers ignores a garbled
     tokenizer_config.json, and the tokenizer then loads without its pad token, which was
@@ -1420,19 +1452,10 @@ def _check_tokenizer_json(directory: Path) -> None:
     # lists: a FIFO named tokenizer.json was skipped by transformers, which then failed in a
     # truncated sentence ("Couldn't instantiate the backend tokenizer from one of: "), as model
     # weight files are checked (nineteenth round).
-    for path in sorted(p for p in directory.iterdir() if _tokenizer_name(p)):
+    entries = sorted(_tokenizer_entries(directory))
+    for path in entries:
         check_input_file(path, why="not a tokenizer's file")
-    template = directory / CHAT_TEMPLATE_FILE
-    if template.is_file():
-        from pipeplan.formats.tokenizerconfig import MAX_CHAT_TEMPLATE
-
-        # At most 4 bytes a character: a larger file is refused unread.
-        text = read_input(template, 4 * MAX_CHAT_TEMPLATE, why="not a tokenizer's file")
-        if len(text) > MAX_CHAT_TEMPLATE:
-            raise InputFileError(
-                f"{template}: a chat template of {len(text):,} characters; at most "
-                f"{MAX_CHAT_TEMPLATE:,}"
-            )
+    _check_chat_templates([p for p in entries if p.suffix == ".jinja"])
     for name in TOKENIZER_JSON:
         path = directory / name
         if not path.is_file():

@@ -280,8 +280,37 @@ def test_a_chat_template_file_is_held_to_the_keys_bound(made, tmp_path, capsys):
     (tok / "chat_template.jinja").write_text("{{ x }}" * 300_000)
     data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
     argv = prepare(made, tmp_path, data, tokenizer=tok)
-    fragment = "a chat template of 2,100,000 characters; at most 1,048,576"
+    fragment = "a chat template of 2,100,000 characters; at most 1,048,576 in all"
     refused(argv, tmp_path, capsys, (f"{tok / 'chat_template.jinja'}: ", fragment))
+
+
+@pytest.mark.parametrize(
+    "templates, fragment",
+    [
+        ({"big.jinja": "{{ x }}" * 300_000}, "big.jinja: a chat template of 2,100,000 characters"),
+        (
+            {"a.jinja": "{{ x }}" * 100_000, "b.jinja": "{{ y }}" * 100_000},
+            "b.jinja: a chat template of 700,000 characters (with 700,000 in the ones before it)",
+        ),
+        ({"f.jinja": None}, "f.jinja: "),  # a folder of a template's name
+    ],
+    ids=["one large", "two together", "a folder"],
+)
+def test_additional_chat_templates_are_held_to_the_bound(
+    made, tmp_path, capsys, templates, fragment
+):
+    """Found by the fifty-first round: transformers also reads every
+    `additional_chat_templates/*.jinja`; 30 MB there went into an export unchecked, and a
+    sparse 3 GiB file was a MemoryError blamed on tokenizer_config.json. They are held to the
+    chat template's bound, together with chat_template.jinja, each a regular file."""
+    tok = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    folder = tok / "additional_chat_templates"
+    folder.mkdir()
+    for name, text in templates.items():
+        (folder / name).mkdir() if text is None else (folder / name).write_text(text)
+    data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
+    argv = prepare(made, tmp_path, data, tokenizer=tok)
+    refused(argv, tmp_path, capsys, (f"{folder}/", fragment))
 
 
 @pytest.mark.parametrize("name", ["tokenizer_config.json", "special_tokens_map.json"])

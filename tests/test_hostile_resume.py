@@ -3112,20 +3112,23 @@ def test_a_folder_or_file_the_run_reads_moved_away_is_named_as_run_jsons(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["special_tokens_map.json", "additional_chat_templates/t.jinja"])
 @pytest.mark.parametrize("command", ["export", "resume"])
 def test_a_tokenizer_file_made_since_the_run_is_named_not_data_json(
-    made, tmp_path, capsys, command
+    made, tmp_path, capsys, command, name
 ):
     """Found by the twenty-sixth round: a special_tokens_map.json added to the run's
     tokenizer folder was refused as "data.json: files lacks '…/special_tokens_map.json'…;
     restore data.json", blaming the intact record. A file made after data.json was written
-    is named as the folder's new file."""
+    is named as the folder's new file; a chat template added to transformers' folder of them
+    too (the fifty-first round: exported unchecked)."""
     tokenizer = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
     data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
     argv = test_hostile_data.prepare(made, tmp_path, data, tokenizer=tokenizer)
     assert cli.main(argv) == 0
     capsys.readouterr()
-    added = tokenizer / "special_tokens_map.json"
+    added = tokenizer / name
+    added.parent.mkdir(exist_ok=True)
     added.write_text(json.dumps({"unk_token": "[CLS]"}))
     run = tmp_path / "runs" / "r"
     command_argv = {
@@ -3137,20 +3140,24 @@ def test_a_tokenizer_file_made_since_the_run_is_named_not_data_json(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["tokenizer.json", "additional_chat_templates/t.jinja"])
 @pytest.mark.parametrize("swapped", [False, True])
 @pytest.mark.parametrize("command", ["export", "resume"])
 def test_a_tokenizer_file_deleted_since_the_run_is_named_not_data_json(
-    made, tmp_path, capsys, command, swapped
+    made, tmp_path, capsys, command, swapped, name
 ):
     """Found by the forty-ninth round: the run's tokenizer.json deleted (or moved) was
     refused as "data.json: files names '…/tokenizer.json', which … do not read; restore
-    data.json", blaming the intact record. The file is named as gone."""
+    data.json", blaming the intact record. The file is named as gone; so is a chat template
+    of transformers' folder of them (the fifty-first round)."""
     tokenizer = Path(shutil.copytree(made["tokenizer"], tmp_path / "tok"))
+    (tokenizer / "additional_chat_templates").mkdir()
+    (tokenizer / "additional_chat_templates" / "t.jinja").write_text("{{ x }}")
     data = write_jsonl(tmp_path / "reviews.jsonl", reviews(20, seed=1))
     argv = test_hostile_data.prepare(made, tmp_path, data, tokenizer=tokenizer)
     assert cli.main(argv) == 0
     capsys.readouterr()
-    gone = tokenizer / "tokenizer.json"
+    gone = tokenizer / name
     gone.rename(tmp_path / "elsewhere.json")
     if swapped:  # the fiftieth round: a folder in its place was blamed on data.json too
         gone.mkdir()
