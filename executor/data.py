@@ -589,7 +589,14 @@ def _load_user(spec: str, seed: int) -> TaskData:
         # Innermost: pipeplan's holds are not its time.
         reading(spec, f"importing {target}", LOAD_LIMIT_S),
     ):
-        module = _import(target, spec)
+        hooks = _hooks()
+        try:
+            module = _import(target, spec)
+            left = _hooks_put_back(hooks)  # a tracer that raises here: the import's error
+        except BaseException:
+            _hooks_put_back(hooks)  # (Python took a tracer that raised off already)
+            raise
+        _refuse_hooks_left(spec, left, "the data module")
     func = getattr(module, func_name, None)
     if not callable(func):
         raise BadArgumentError(
@@ -603,7 +610,7 @@ def _load_user(spec: str, seed: int) -> TaskData:
         _data_directory_on_path(),
         reading(spec, f"its function {func_name}", LOAD_LIMIT_S),
     ):
-        hooks = sys.gettrace(), sys.getprofile()  # a debugger's or coverage's, kept
+        hooks = _hooks()
         try:
             result = func(seed=seed) if _takes_seed(func) else func()
             # Here, where a hook's first call in pipeplan's code (pdb quitting without a
@@ -613,12 +620,7 @@ def _load_user(spec: str, seed: int) -> TaskData:
         except Exception as exc:  # the user's code: its error in one line, not our traceback
             _hooks_put_back(hooks)
             raise BadArgumentError(f"data {quoted(spec)} raised {_one_line(exc)}") from exc
-        if left:
-            raise BadArgumentError(
-                f"data {quoted(spec)}: the data function left a {' and a '.join(left)} "
-                "function set (sys.settrace, sys.setprofile, pdb.set_trace(), breakpoint()); "
-                "taken off now: data code must leave them as it found them"
-            )
+        _refuse_hooks_left(spec, left, "the data function")
         with looking_at(spec, "what it returned"):
             _refuse_awaitables(result, spec)
     if getattr(module, "__file__", None):  # what `helper_files` picks the user's files from
@@ -627,16 +629,40 @@ def _load_user(spec: str, seed: int) -> TaskData:
         return _as_task_data(result, spec)
 
 
-def _hooks_put_back(hooks: tuple[Any, Any]) -> list[str]:
-    """The trace and profile functions put back as they were (`hooks`: sys.gettrace(),
-    sys.getprofile() before the data's code ran); the ones it had changed, named."""
-    now = sys.gettrace(), sys.getprofile()
-    changed = [
-        name for name, a, b in zip(("trace", "profile"), now, hooks, strict=True) if a is not b
-    ]
-    sys.settrace(hooks[0])
-    sys.setprofile(hooks[1])
+# The trace and profile functions data code may leave set: this thread's, and those
+# threading gives each thread it starts (the fifty-first round: `threading.settrace` left set
+# ran in pipeplan's own watch threads and torch's, and a tracer that raised killed them).
+HOOKS = (
+    ("trace", sys.gettrace, sys.settrace),
+    ("profile", sys.getprofile, sys.setprofile),
+    ("thread trace", threading.gettrace, threading.settrace),
+    ("thread profile", threading.getprofile, threading.setprofile),
+)
+
+
+def _hooks() -> tuple[Any, ...]:
+    """The HOOKS as they are now (a debugger's or coverage's are kept)."""
+    return tuple(get() for _, get, _ in HOOKS)
+
+
+def _hooks_put_back(hooks: tuple[Any, ...]) -> list[str]:
+    """The HOOKS put back as they were (`hooks`: `_hooks()` before the data's code ran); the
+    ones it had changed, named."""
+    changed = [name for (name, get, _), was in zip(HOOKS, hooks, strict=True) if get() is not was]
+    for (_, _, put), was in zip(HOOKS, hooks, strict=True):
+        put(was)
     return changed
+
+
+def _refuse_hooks_left(spec: str, left: list[str], doing: str) -> None:
+    """One line for the HOOKS `doing` (the data module, its function) left set, taken off."""
+    if left:
+        raise BadArgumentError(
+            f"data {quoted(spec)}: {doing} left a {' and a '.join(left)} function set "
+            "(sys.settrace, sys.setprofile, threading.settrace, threading.setprofile, "
+            "pdb.set_trace(), breakpoint()); taken off now: data code must leave them as it "
+            "found them"
+        )
 
 
 @contextlib.contextmanager

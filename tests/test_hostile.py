@@ -2289,6 +2289,27 @@ USER_DATA = {  # a --data file (or None: the spec alone) → the fragment of the
         "load",
         "the data function left a profile function set (sys.settrace, sys.setprofile, ",
     ),
+    # The fifty-first round: threading's hooks ran in pipeplan's and torch's threads.
+    "a function that leaves a thread trace function set": (
+        "import threading\nfrom executor.data import load_data\ndef bad(*a):\n"
+        "    raise RuntimeError('boom')\ndef load():\n    threading.settrace(bad)\n"
+        "    return load_data('digits')\n",
+        "load",
+        "the data function left a thread trace function set (sys.settrace, sys.setprofile, "
+        "threading.settrace, ",
+    ),
+    "a function that leaves a thread profile function set": (
+        "import threading\nfrom executor.data import load_data\ndef load():\n"
+        "    threading.setprofile(print)\n    return load_data('digits')\n",
+        "load",
+        "the data function left a thread profile function set",
+    ),
+    "a module that leaves a tracer set at import": (
+        "import sys\nfrom executor.data import load_data\nsys.setprofile(lambda *a: None)\n"
+        "def load():\n    return load_data('digits')\n",
+        "load",
+        "the data module left a profile function set",
+    ),
     "a function that sets a tracer that raises": (
         "import sys\nfrom executor.data import load_data\ndef bad(*a):\n    raise KeyError('x')\n"
         "def load():\n    sys.settrace(bad)\n    return load_data('digits')\n",
@@ -2384,10 +2405,14 @@ USER_DATA = {  # a --data file (or None: the spec alone) → the fragment of the
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("case", USER_DATA, ids=str)
 def test_user_data_that_exits_or_misbehaves_is_one_line(tmp_path, capsys, case):
+    from executor.data import _hooks
+
     text, func, fragment = USER_DATA[case]
     inputs, argv = _user_data_run(tmp_path, text, func)
+    hooks = _hooks()
     refused(argv, inputs, capsys, fragment)
     assert not (tmp_path / "runs").exists()
+    assert _hooks() == hooks  # any trace or profile function the code set is off again
 
 
 def _user_data_run(tmp_path: Path, text: str | None, func: str) -> tuple[Path, list[str]]:
