@@ -879,7 +879,13 @@ def _check_openmp_environment() -> None:
     found = sorted(Path(folders[0], "lib").glob("libgomp*.so*")) if folders else []
     if not found:
         return
-    load = "import ctypes, sys\ntry: ctypes.CDLL(sys.argv[1])\nexcept OSError: pass"
+    # Loaded, then two threads started: a stack size libgomp parses but cannot give
+    # (`OMP_STACKSIZE=16000G`) fails only there, in libgomp's own line and exit 1 (the
+    # fifty-first round: `profile --threads 2`).
+    load = (
+        "import ctypes, sys\ntry: lib = ctypes.CDLL(sys.argv[1])\nexcept OSError: sys.exit()\n"
+        "lib.GOMP_parallel(ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: None), None, 2, 0)"
+    )
     try:
         probe = subprocess.run(
             [sys.executable, "-I", "-S", "-c", load, str(found[0])],
