@@ -902,6 +902,11 @@ def _check_openmp_environment() -> None:
         ) from None
     text = probe.stderr[:4096].decode(errors="replace")
     shown, lines = _display_block(text)
+    if probe.returncode != 0 and not lines:  # ended without a word of libgomp's
+        last = [line.strip() for line in text.splitlines() if line.strip()][-1:]
+        code = probe.returncode
+        ended = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+        lines = last or [f"loading it ended the process ({ended})"]
     if lines:
         raise BadArgumentError(
             f"the environment: {'; '.join(lines)} (torch's OpenMP library); unset the "
@@ -926,14 +931,16 @@ OPENMP_PROBE_S = 10.0
 
 def _display_block(text: str) -> tuple[str, list[str]]:
     """What libgomp wrote as it loaded, split into the block `OMP_DISPLAY_ENV` asks for
-    (passed on as written) and the other lines (a refusal), stripped."""
+    (passed on as written) and its own messages (a refusal: each begins `libgomp:`),
+    stripped. Other lines are the probe's threads' (`OMP_DISPLAY_AFFINITY`), not passed on:
+    the command's own threads say theirs."""
     shown, lines, inside = [], [], False
     for line in text.splitlines(keepends=True):
         if "OPENMP DISPLAY ENVIRONMENT BEGIN" in line:
             inside = True
         if inside:
             shown.append(line)
-        elif line.strip():
+        elif line.strip().startswith("libgomp:"):
             lines.append(line.strip())
         if "OPENMP DISPLAY ENVIRONMENT END" in line:
             inside = False

@@ -253,6 +253,7 @@ def test_a_run_into_closed_pipes_trains_to_the_end_and_exits_0(tmp_path):
         # The fifty-first round: parsed, but no thread can have it (libgomp's line, exit 1).
         ("OMP_STACKSIZE", "16000G", "libgomp: Thread creation failed"),
         ("OMP_STACKSIZE", "4M", False),
+        ("OMP_DISPLAY_AFFINITY", "true", False),  # the probe's threads' lines: not a refusal
     ],
 )
 def test_an_openmp_variable_libgomp_refuses_is_one_error_line(
