@@ -61,6 +61,7 @@ def plain_console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, markup=False, emoji=False)
 
 
+log.bound_console_size()  # before the console below reads COLUMNS and LINES
 console = plain_console(stderr=True)
 
 
@@ -947,27 +948,6 @@ def _display_block(text: str) -> tuple[str, list[str]]:
     return "".join(shown), lines
 
 
-# The widest console the help and the tables are laid out for: rich pads each help line to
-# COLUMNS, and COLUMNS=10^7 took 27 s and 1.5 GB (forty-ninth round).
-MAX_COLUMNS = 1000
-
-
-def _bound_columns() -> None:
-    """COLUMNS beyond MAX_COLUMNS is read as MAX_COLUMNS, below MIN_COLUMNS as MIN_COLUMNS
-    (rich and click read it): COLUMNS=0 printed no table and no summary, exit 0, and leading
-    zeros hid a huge width from the bound (fiftieth round)."""
-    try:  # as rich reads it: int() takes leading zeros and other scripts' digits
-        width = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        return  # not a width: rich and click take their default
-    if not MIN_COLUMNS <= width <= MAX_COLUMNS:
-        os.environ["COLUMNS"] = str(min(max(width, MIN_COLUMNS), MAX_COLUMNS))
-
-
-# The narrowest: a table or line laid out in fewer columns prints nothing (rich).
-MIN_COLUMNS = 20
-
-
 def _check_address_space() -> None:
     """A `ulimit -v` below MIN_ADDRESS_SPACE is refused before any library loads: above it
     a shortage is the one line `errors.memory_failure` makes of it."""
@@ -1144,7 +1124,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_working_directory()
         _check_address_space()
         _check_openmp_environment()
-        _bound_columns()
+        log.bound_console_size()
         result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         code = result if isinstance(result, int) else 0
         if code == 0:  # what the data code's threads wrote, once the command succeeded

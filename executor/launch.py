@@ -859,6 +859,7 @@ def main(argv: list[str] | None = None) -> None:
     """One rank: `python -m executor.launch RUN_DIR [--resume] [--log-dir DIR] [--debug]`,
     started by torchrun on every node or by `pipeplan run` through elastic_launch. Exits 0, or
     with the code of its report (`executor.faults`) after writing it."""
+    pipeplan_log.bound_console_size()  # torchrun's environment, as `pipeplan` reads it
     try:
         args = _parse(argv)
         world = launch_environment()

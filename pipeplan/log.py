@@ -420,3 +420,34 @@ def held() -> Iterator[None]:
         logger.handlers = saved
     for record in hold.records:  # reached only when the block did not raise
         logger.handle(record)
+
+
+# The widest console the help and the tables are laid out for: rich pads each help line to
+# COLUMNS, and COLUMNS=10^7 took 27 s and 1.5 GB (forty-ninth round).
+MAX_COLUMNS = 1000
+
+
+def bound_console_size() -> None:
+    """COLUMNS beyond MAX_COLUMNS is read as MAX_COLUMNS, below MIN_COLUMNS as MIN_COLUMNS
+    (rich and click read it): COLUMNS=0 printed no table and no summary, exit 0, and leading
+    zeros hid a huge width from the bound (fiftieth round). LINES likewise, to 1..MAX_LINES:
+    rich reads both with int(), which refuses more than 4,300 digits, and a console made of
+    either was a traceback (fifty-first round). `cli` calls it as it loads, before its
+    console is made, and in `main` (a caller's environment may have changed since); a
+    torchrun rank as it starts (rank 0 shows a progress bar)."""
+    for name, low, high in (("COLUMNS", MIN_COLUMNS, MAX_COLUMNS), ("LINES", 1, MAX_LINES)):
+        given = os.environ.get(name, "")
+        try:  # as rich reads it: int() takes leading zeros and other scripts' digits
+            size = int(given)
+        except ValueError:
+            if not given.isdigit():
+                continue  # not a size: rich and click take their default
+            size = high + 1  # more digits than int() reads: beyond any bound
+        if not low <= size <= high:
+            os.environ[name] = str(min(max(size, low), high))
+
+
+# The narrowest: a table or line laid out in fewer columns prints nothing (rich).
+MIN_COLUMNS = 20
+# The tallest console rich is told of (it lays out nothing by it here; only a bound).
+MAX_LINES = 100_000

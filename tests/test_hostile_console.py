@@ -311,20 +311,33 @@ def test_a_console_without_the_tables_characters_shows_them_escaped(monkeypatch,
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("columns", [str(10**8), "0000000010000000", "١٠٠٠٠٠٠٠", "0", "00", "1"])
+@pytest.mark.parametrize(
+    "columns", [str(10**8), "0000000010000000", "١٠٠٠٠٠٠٠", "0", "00", "1", "9" * 4301]
+)
 @pytest.mark.parametrize("args", [["run", "--help"], ["models"]])
 def test_a_columns_out_of_bounds_is_laid_out_as_the_nearest_bound(monkeypatch, args, columns):
     """Found by the forty-ninth round: rich pads each help line to COLUMNS: COLUMNS=10^7 took
     27 s and 1.5 GB, 10^8 ran past 2 minutes; by the fiftieth, leading zeros hid 10^7 from
-    the bound, and COLUMNS=0 printed nothing at all, exit 0. A COLUMNS beyond
-    `cli.MAX_COLUMNS` (or below `cli.MIN_COLUMNS`) is read as that bound."""
-    import cli
+    the bound, and COLUMNS=0 printed nothing at all, exit 0; by the fifty-first, more digits
+    than int() reads (4,300) were a traceback as cli.py loaded. A COLUMNS beyond
+    `log.MAX_COLUMNS` (or below `log.MIN_COLUMNS`) is read as that bound."""
+    from pipeplan import log
 
     monkeypatch.setenv("COLUMNS", columns)
     code, out, err = command(args, timeout=60)
     assert code == 0 and err == ""
-    assert max(len(line) for line in out.splitlines()) <= cli.MAX_COLUMNS
+    assert max(len(line) for line in out.splitlines()) <= log.MAX_COLUMNS
     assert 1000 < len(out) < 200_000, len(out)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("lines", ["9" * 4301, "0", "10000000"])
+def test_a_lines_of_any_size_is_read_within_bounds(monkeypatch, lines):
+    """Found by the fifty-first round: LINES of more than 4,300 digits was a traceback from
+    rich (int()) as cli.py loaded, every command, exit 1."""
+    monkeypatch.setenv("LINES", lines)
+    code, out, err = command(["models"], timeout=60)
+    assert (code, err) == (0, "") and "bert-tiny" in out
 
 
 @pytest.mark.timeout(120)
