@@ -40,6 +40,7 @@ from executor.data import (
     batch_rows,
     check_batch_inputs,
     check_batch_labels,
+    descriptor_2_held,
     hung_read,
     is_user_code,
     keep_data_directory_on_path,
@@ -302,18 +303,32 @@ def _store_client(host: str, port: int, world: int, wait_s: float, limit: str) -
         except BaseException as exc:  # raised again in the rank's own thread
             made.append(exc)
 
-    threading.Thread(target=connect, name="pipeplan-store-client", daemon=True).start()
-    started = time.monotonic()
-    while not made:
-        if time.monotonic() - started >= wait_s + STORE_GRACE_S:
-            raise StartAbandoned(
-                f"MASTER_PORT={port}: something at {host}:{port} took the connection but never "
-                f"answered as the ranks' store within {limit}: another program holds the port; "
-                "pick a free one"
-            )
-        time.sleep(0.01 if time.monotonic() - started < 1 else POLL_S)  # a real store: at once
+    # torch's client logs each failed try of its handshake, with a C++ backtrace, to
+    # descriptor 2: 85 to 181 lines before the one line (the fifty-first round: a port held by
+    # a program that answers, or closes at once). Held, and passed on only where it connects.
+    said: list[bytes] = []
+    with descriptor_2_held(said):
+        threading.Thread(target=connect, name="pipeplan-store-client", daemon=True).start()
+        started = time.monotonic()
+        while not made:
+            if time.monotonic() - started >= wait_s + STORE_GRACE_S:
+                raise StartAbandoned(
+                    f"MASTER_PORT={port}: something at {host}:{port} took the connection but "
+                    f"never answered as the ranks' store within {limit}: another program holds "
+                    "the port; pick a free one"
+                )
+            time.sleep(0.01 if time.monotonic() - started < 1 else POLL_S)  # a store: at once
+    if isinstance(made[0], dist.DistError):
+        # It connected, but what answered is no store of torch's (or the store went away in
+        # the handshake): "lost the store … the rank hosting it stopped" blamed a rank.
+        raise StartAbandoned(
+            f"MASTER_PORT={port}: something at {host}:{port} took the connection but did not "
+            f"answer as the ranks' store ({_last_line(made[0])}): another program holds the "
+            "port, or rank 0's store stopped as this rank joined; pick a free port"
+        )
     if isinstance(made[0], BaseException):
         raise made[0]
+    os.write(2, b"".join(said))
     return made[0]
 
 

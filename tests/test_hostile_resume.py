@@ -2980,6 +2980,55 @@ def test_a_rank_whose_master_port_another_program_holds_gives_up_in_time(tmp_pat
     assert snapshot(run) == before
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("answer", [b"", b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"])
+def test_a_rank_whose_master_port_a_program_answers_on_is_one_line(tmp_path, capsys, answer):
+    """Found by the fifty-first round: where the program holding MASTER_PORT answers (an HTTP
+    server) or closes each connection at once, the rank printed 85 to 181 lines of c10d's C++
+    retries and backtraces, then blamed "the rank hosting it", which never existed. The
+    retries are held; the line names the port and the store's failed handshake."""
+    import contextlib
+    import socket
+    import threading
+
+    rank_process, run, port = _lone_rank(tmp_path, capsys, 1, "--collective-timeout", "3")
+    held = socket.create_server(("127.0.0.1", int(port)))
+    held.settimeout(0.5)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                peer, _ = held.accept()
+            except OSError:
+                continue
+            with contextlib.suppress(OSError), peer:
+                if answer:
+                    peer.recv(100)
+                    peer.sendall(answer)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    before = snapshot(run)
+    try:
+        _, err = rank_process.communicate(timeout=120)
+    finally:
+        rank_process.kill()
+        stop.set()
+        server.join(timeout=5)
+        held.close()
+    lines = err.splitlines()
+    assert rank_process.returncode == 2 and len(lines) == 1, err[-3000:]
+    # Closed at once, torch's client may still be retrying when the rank stops waiting.
+    assert lines[0].startswith(
+        f"pipeplan: error: rank 1: MASTER_PORT={port}: something at 127.0.0.1:{port} took the "
+        "connection but "
+    ), lines[0]
+    assert "another program holds the port" in lines[0] and "hosting" not in lines[0], lines[0]
+    assert snapshot(run) == before
+
+
 def _torchrun(run: Path, nproc: int = 2, timeout: float = 100) -> subprocess.CompletedProcess:
     """`torchrun --standalone --nproc-per-node NPROC -m executor.launch RUN`, as a user starts
     it on one node (no `pipeplan run` above it, the rendezvous on a free port)."""
