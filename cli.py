@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import pathlib
 import resource
 import shlex
 import signal
@@ -474,6 +475,7 @@ def run(
     """Train for real: elastic pipeline × data parallel with AutoFreeze and AutoCache."""
     from executor.launch import resume_run, start_run
     from executor.task import MODEL_DIR
+    from pipeplan.fileio import missing_folders
 
     if resume:
         if prepare_only:  # under torchrun a resume is `-m executor.launch RUN --resume`
@@ -484,6 +486,7 @@ def run(
         run_dir, summary = resume_run(resume, given)
     else:
         cfg = build(RunConfig, given)
+        made = missing_folders(pathlib.Path(runs_dir))  # what the run makes for itself
         run_dir, summary = start_run(cfg, runs_dir, prepare_only)
         if summary is None:  # --prepare-only: the command for every node
             # torchrun starts no rank until every node's agent has joined, for join_timeout
@@ -497,7 +500,7 @@ def run(
                 f"--rdzv-conf=join_timeout={join},last_call_timeout=1 "
                 f"-m executor.launch {shlex.quote(str(run_dir))}"  # a folder name with a space
             )
-            _said_or_unprepared(run_dir)
+            _said_or_unprepared(run_dir, made)
             return
     table = Table(
         "phase",
@@ -1186,14 +1189,15 @@ def entry() -> None:
     os._exit(_output_status(code, out))
 
 
-def _said_or_unprepared(run_dir: Any) -> None:
+def _said_or_unprepared(run_dir: Any, made: list[pathlib.Path]) -> None:
     """A run prepared for torchrun whose command could not be written to stdout (`>
-    /dev/full`) is not kept: its folder blocked the name, unused (forty-ninth round). A
+    /dev/full`) is not kept: its folder blocked the name, unused (forty-ninth round); nor
+    are the folders above it the command `made` (the fifty-first round), where empty. A
     reader gone (a closed pipe) wanted no more: the run stays."""
     import shutil
 
     from pipeplan.errors import OutputError
-    from pipeplan.fileio import release_directory
+    from pipeplan.fileio import release_directory, remove_empty
 
     sys.stdout.flush()
     failure = getattr(sys.stdout, "failure", None)
@@ -1201,6 +1205,7 @@ def _said_or_unprepared(run_dir: Any) -> None:
         return
     release_directory(run_dir)
     shutil.rmtree(run_dir, ignore_errors=True)
+    remove_empty(made)
     raise OutputError(
         f"could not write the output to standard output: {failure.strerror or failure}; the "
         f"run prepared for torchrun, {run_dir}, is removed"

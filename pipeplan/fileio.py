@@ -451,21 +451,28 @@ def new_directories(directory: str | Path) -> Iterator[Path]:
             write_files(...)
     """
     directory = Path(directory)
-    missing = []  # deepest first
-    for folder in (directory, *directory.parents):
-        if folder.exists() or folder.is_symlink():
-            break
-        missing.append(folder)
+    missing = missing_folders(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        _remove_empty(missing)
+        remove_empty(missing)
         raise OutputError(f"{directory}: {_not_made(directory, exc)}") from None
     try:
         yield directory
     except BaseException:
-        _remove_empty(missing)
+        remove_empty(missing)
         raise
+
+
+def missing_folders(directory: Path) -> list[Path]:
+    """`directory` and the folders above it that do not exist yet, deepest first: what a
+    command that makes it made (`remove_empty` takes them away again)."""
+    missing = []
+    for folder in (directory, *directory.parents):
+        if folder.exists() or folder.is_symlink():
+            break
+        missing.append(folder)
+    return missing
 
 
 def _not_made(directory: Path, exc: OSError) -> str:
@@ -504,7 +511,7 @@ def _what_is_there(path: Path) -> str | None:
     return "a symbolic link to nothing"
 
 
-def _remove_empty(folders: Iterable[Path]) -> None:
+def remove_empty(folders: Iterable[Path]) -> None:
     """Remove each of `folders` (deepest first) that is empty; one that is not stays."""
     for folder in folders:
         with suppress(OSError):
