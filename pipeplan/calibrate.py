@@ -908,9 +908,10 @@ def _calibrate(run_dirs: list[str | Path], profile: Profile, training: Training 
     fitted = fit_transfers_and_overhead(profile, partial, observations)
     # The byte moves are priced as the calibrated model prices them (its p2p link), so that
     # model's transitions reproduce the measured ones.
-    rebuild, why_rebuild = fit_group_rebuild(
-        run_dirs, profile.model_copy(update={"calibration": fitted}), training
-    )
+    with held(said=False):  # observe read the same runs and said their notices (once)
+        rebuild, why_rebuild = fit_group_rebuild(
+            run_dirs, profile.model_copy(update={"calibration": fitted}), training
+        )
     earlier = {k: v for k, v in fitted.not_fitted.items() if k != "group_rebuild_s"}
     fitted = fitted.model_copy(
         update={"group_rebuild_s": rebuild, "not_fitted": {**earlier, **why_rebuild}}

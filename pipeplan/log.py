@@ -403,10 +403,11 @@ class _Held(logging.Handler):
 
 
 @contextlib.contextmanager
-def held() -> Iterator[None]:
+def held(said: bool = True) -> Iterator[None]:
     """What "pipeplan" loggers say inside is shown only once the block succeeds: a command
     refused in one line must not print a warning first (a checkpoint's head replaced, then a
-    global batch larger than the data).
+    global batch larger than the data). `said=False`: never shown (a second reading of what
+    was read, and said, before).
 
         with log.held():
             planner, facts = check_run(cfg)   # its warnings come out after it passes
@@ -418,7 +419,7 @@ def held() -> Iterator[None]:
         yield
     finally:
         logger.handlers = saved
-    for record in hold.records:  # reached only when the block did not raise
+    for record in hold.records if said else ():  # reached only when the block did not raise
         logger.handle(record)
 
 

@@ -3939,7 +3939,7 @@ UNUSABLE_NEWEST = {
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("command", ["export", "report"])
+@pytest.mark.parametrize("command", ["export", "report", "calibrate"])
 @pytest.mark.parametrize("damage", UNUSABLE_NEWEST)
 def test_a_newest_checkpoint_without_its_manifest_is_passed_over_by_export_and_report(
     two_kept_run, tmp_path, capsys, command, damage
@@ -3949,13 +3949,14 @@ def test_a_newest_checkpoint_without_its_manifest_is_passed_over_by_export_and_r
     checkpoint is incomplete", never naming the usable step-4 beside it; one without its
     model.pt was passed over for step-4 with a notice. Both are one class, unusable: passed
     over with the notice, step-4 exported (report checks the run against it), the run
-    unchanged."""
+    unchanged. Said once by calibrate too (the fifty-first round: twice, as it read the run
+    for the phases and again for the transitions)."""
     run = copy_run(two_kept_run, tmp_path)
     _unusable_newest(run, damage)
     before = snapshot(run)
     assert cli.main(_two_kept_commands(run, tmp_path)[command]) == 0
     err = capsys.readouterr().err
-    doing = {"export": "exporting", "report": "checking the run against"}[command]
+    doing = {"export": "exporting"}.get(command, "checking the run against")
     notice = (
         f"pipeplan: WARNING: {run / 'checkpoints' / 'step-6'}: {UNUSABLE_NEWEST[damage]}; "
         f"{doing} the older step-4"
