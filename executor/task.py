@@ -596,7 +596,13 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
             "restore data.json or start a new run"
         )
     of_tokenizer = sorted(set(missing) - {str(f) for f in data_files(cfg.data)})
-    if of_tokenizer == missing and not twice and (gained := _made_since(missing, path)):
+    tokenizer = text.is_text_spec(cfg.data)
+    if (
+        tokenizer
+        and of_tokenizer == missing
+        and not twice
+        and (gained := _made_since(missing, path))
+    ):
         # A file the tokenizer folder gained after data.json was written (its inode changed
         # later): data.json is intact, the folder is not (twenty-sixth round).
         raise InputFileError(
@@ -698,6 +704,17 @@ def check_data_module(path: Path, spec: str, listed: list[str], found: list[str]
     module = spec.rpartition(":")[0]
     if text.is_text_spec(spec) or data_files(spec) or not listed or found == listed[:1]:
         return  # not the module form, or a list data.json's own checks name
+    recorded = Path(listed[0])
+    if recorded.is_symlink() or (os.path.lexists(recorded) and not recorded.is_file()):
+        # The file itself swapped since, here: a link (even to a copy), a FIFO or a folder
+        # was "in the run's tokenizer folder", or "not found … run from the directory the
+        # run was started from" (the fifty-first round).
+        target = Path(os.path.realpath(recorded)) if recorded.is_symlink() else None  # a loop
+        what = f"a link to {target}" if target and target.is_file() else "not a regular file"
+        raise InputFileError(
+            f"{recorded}: the run's data module '{module}' ({path} lists it), now {what}; "
+            "put the file back or start a new run"
+        )
     root = module_root(spec)
     if root is not None and Path(listed[0]).is_relative_to(root):
         # From the folder the run started in: the module dropped from data.json or listed

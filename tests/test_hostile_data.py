@@ -1885,6 +1885,40 @@ def test_module_data_found_elsewhere_or_edited_is_refused(tmp_path, capsys, monk
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("swap", ["a link to a copy", "a FIFO", "a folder", "a loop of links"])
+def test_a_data_module_swapped_since_the_run_is_named(tmp_path, capsys, monkeypatch, swap):
+    """Found by the fifty-first round: the run's module replaced by a link to a copy of
+    itself was refused as a file "in the run's tokenizer folder" (a run with no tokenizer),
+    and replaced by a FIFO or a folder as "not found … run this command from the directory
+    the run was started from", which it was. The module's own file is named, and what it is
+    now."""
+    name = "rt51_mydata"
+    monkeypatch.chdir(tmp_path)
+    module = tmp_path / f"{name}.py"
+    module.write_text(DATA_MODULE.format(draw=1))
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--nproc", "1"]
+    assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    sys.modules.pop(name)
+    copy = tmp_path / "copy.py"
+    module.rename(copy)
+    if swap == "a link to a copy":
+        module.symlink_to(copy)
+    elif swap == "a FIFO":
+        os.mkfifo(module)
+    elif swap == "a folder":
+        module.mkdir()
+    else:
+        module.symlink_to(module.name)
+    run = tmp_path / "runs" / "m"
+    now = f"a link to {copy}" if swap == "a link to a copy" else "not a regular file"
+    said = (f"{module}: the run's data module '{name}' ({run / 'data.json'} lists it), now {now}",)
+    for argv in (["run", "--resume", str(run)], ["export", str(run), "--out", "o"]):
+        refused(argv, tmp_path, capsys, said)
+    assert name not in sys.modules
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("package", [False, True], ids=["beside", "package"])
 def test_a_helper_module_data_imports_edited_is_refused(tmp_path, capsys, monkeypatch, package):
     """Found by the twenty-eighth round: data.json held only the `--data module:function`
