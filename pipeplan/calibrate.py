@@ -45,7 +45,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from pipeplan.costmodel import CostModel, same_placement
-from pipeplan.errors import InputFileError
+from pipeplan.errors import InputFileError, OutputError
 from pipeplan.fileio import check_run_directory, reading_run
 from pipeplan.formats import (
     STEP_RECORDS,
@@ -64,7 +64,7 @@ from pipeplan.formats import (
     read_records,
     steady_step,
 )
-from pipeplan.formats.base import first_error
+from pipeplan.formats.base import TooLargeToRead, first_error
 from pipeplan.formats.profile import (
     MIN_STEADY_STEPS,
     STRAGGLER_FACTOR,
@@ -933,5 +933,9 @@ def calibrate_to_file(run_dirs: list[str], profile_path: str, out: str) -> Profi
     runs = [Path(d) / name for d in run_dirs for name in ("run.jsonl", "run.json", "profile.json")]
     check_writable(out, inputs=[profile_path, *runs])
     calibrated = calibrate(run_dirs, load(Profile, profile_path))
-    write_atomic(out, dumps(calibrated), user_output=True)
+    try:
+        text = dumps(calibrated)
+    except TooLargeToRead as exc:  # the profile near the limit, its calibration past it
+        raise OutputError(f"{out}: {exc}") from None
+    write_atomic(out, text, user_output=True)
     return calibrated

@@ -43,7 +43,7 @@ from pipeplan.formats import (
     ProfileSettings,
     dumps,
 )
-from pipeplan.formats.base import first_error, limit_of
+from pipeplan.formats.base import TooLargeToRead, first_error
 from pipeplan.formats.presets import config_path, model_argument
 from pipeplan.formats.profile import hidden_state_bytes, timing_problem
 from pipeplan.inputs import DEFAULT_MICRO_BATCH_SIZES, ProfileRequest
@@ -570,13 +570,12 @@ def profile_to_file(
     )
     if request.nproc >= 2:
         profile.comm = links.measure_links(request.nproc, device=request.device)
-    text = dumps(profile)
-    if len(text.encode()) > limit_of(Profile):  # a file no command would read (fiftieth round)
+    try:
+        text = dumps(profile)
+    except TooLargeToRead as exc:  # a file no command would read (fiftieth round)
         labels = len(getattr(seq.config, "id2label", None) or {})
         raise BadArgumentError(
-            f"{request.out}: the profile would be {len(text.encode()) >> 20} MiB, beyond the "
-            f"{limit_of(Profile) >> 20} MiB limit for a profile (its model config names "
-            f"{labels:,} labels); nothing written: train with fewer labels"
-        )
+            f"{request.out}: {exc} (its model config names {labels:,} labels: train with fewer)"
+        ) from None
     write_atomic(request.out, text, user_output=not run_owned)
     return profile

@@ -979,6 +979,28 @@ def test_runs_without_frozen_layers_price_a_frozen_layer_as_a_trained_forward(tm
 
 
 @pytest.mark.timeout(120)
+def test_a_calibrated_profile_no_command_would_read_is_not_written(tmp_path, capsys, monkeypatch):
+    """Found by the fifty-first round: a profile just under the 32 MiB limit (a model config
+    holding a large key) was calibrated into a file 1,305 bytes past it, which every command
+    then refused. calibrate refuses it before writing, naming --out (here the limit set just
+    above the profile given, below it with its calibration)."""
+    from pipeplan.formats import base
+
+    given = max(PROFILE_PATH.stat().st_size, len(base.dumps(load(Profile, PROFILE_PATH))))
+    out = tmp_path / "cal.json"
+    write_run(tmp_path / "run", load(Profile, PROFILE_PATH))
+    monkeypatch.setattr(base, "limit_of", lambda model: given + 100)
+    argv = ["calibrate", str(tmp_path / "run"), "--profile", str(PROFILE_PATH), "--out", str(out)]
+    assert cli.main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"pipeplan: error: {out}: a profile of "), line
+    assert line.endswith(
+        f"is beyond the {given + 100:,} (0 MiB) any command reads of a profile; nothing written"
+    ), line
+    assert not out.exists()
+
+
+@pytest.mark.timeout(120)
 def test_a_calibrations_fitted_allreduce_set_to_null_is_refused(tmp_path, capsys):
     """Found by the thirty-sixth round: `pipeplan calibrate`'s output with its fitted
     `allreduce` set to null (or deleted), not_fitted unchanged, was accepted and priced the

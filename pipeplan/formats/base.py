@@ -1016,11 +1016,25 @@ def load(model: type[M], path: str | Path) -> M:
 
 
 def dumps(obj: BaseModel) -> str:
-    """Canonical JSON: field order from the model, two-space indent, trailing newline."""
+    """Canonical JSON: field order from the model, two-space indent, trailing newline. Never
+    larger than `load` reads of its kind (`TooLargeToRead`): a file written that no command
+    reads (the fiftieth and fifty-first rounds: a profile, a calibrated profile)."""
+    kind = kind_of(type(obj))
     try:
-        return json.dumps(obj.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
+        text = json.dumps(obj.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
     except ValueError as exc:
-        raise PipeplanError(f"refusing to write a {kind_of(type(obj))}: {exc}") from None
+        raise PipeplanError(f"refusing to write a {kind}: {exc}") from None
+    limit = limit_of(type(obj))
+    if len(text) > limit // 4 and (size := len(text.encode())) > limit:  # 4 bytes a char
+        raise TooLargeToRead(
+            f"a {kind} of {size:,} bytes is beyond the {limit:,} ({limit >> 20} MiB) any "
+            f"command reads of a {kind}; nothing written"
+        )
+    return text
+
+
+class TooLargeToRead(PipeplanError):
+    """A document `dumps` will not write: larger than `load` reads of its kind."""
 
 
 def first_difference(given: BaseModel, other: BaseModel) -> tuple[str, str, str] | None:
