@@ -131,7 +131,8 @@ def _write(run_dir: Path, tensors: dict[str, dict], manifest: CheckpointManifest
         for name, value in tensors.items():
             torch.save(value, tmp / name)
         files = {name: file_sha256(tmp / name) for name in tensors}
-        manifest = manifest.model_copy(update={"files": files})
+        sizes = {name: (tmp / name).stat().st_size for name in tensors}
+        manifest = manifest.model_copy(update={"files": files, "sizes": sizes})
         (tmp / "manifest.json").write_text(dumps(manifest))
         for f in tmp.iterdir():
             with open(f, "rb") as handle:
@@ -502,6 +503,12 @@ def _open_checked(path: Path, name: str, manifest: CheckpointManifest) -> Iterat
     closed. `with _open_checked(step, "rng.pt", manifest) as f: read_tensors(step / "rng.pt", f)`"""
     file = path / name
     with open_input(file, TENSOR_FILE_LIMIT) as handle:
+        expected = (manifest.sizes or {}).get(name)
+        if expected is not None and (size := os.fstat(handle.fileno()).st_size) != expected:
+            raise InputFileError(
+                f"{file}: {size:,} bytes, but the manifest records {expected:,} (corrupted or "
+                "replaced)"
+            )
         if handle_sha256(handle) != manifest.files[name]:
             raise InputFileError(f"{file}: checksum mismatch (corrupted or replaced)")
         yield handle
@@ -519,14 +526,17 @@ def check_manifest_folder(path: Path, manifest: CheckpointManifest) -> None:
             "(a checkpoint moved or copied over another)"
         )
     # An extra entry is named as one, a missing one as missing: both said "names".
-    extra = sorted(set(manifest.files) - set(FILES))
-    lacking = sorted(set(FILES) - set(manifest.files))
-    if extra or lacking:
-        what = f"names {extra[0]!r}" if extra else f"lacks {lacking[0]!r}"
-        raise InputFileError(
-            f"{path / 'manifest.json'}: files {what}; a checkpoint's files are exactly "
-            f"{', '.join(FILES)}"
-        )
+    for field, named in (("files", manifest.files), ("sizes", manifest.sizes)):
+        if named is None:  # sizes, in a manifest written before them
+            continue
+        extra = sorted(set(named) - set(FILES))
+        lacking = sorted(set(FILES) - set(named))
+        if extra or lacking:
+            what = f"names {extra[0]!r}" if extra else f"lacks {lacking[0]!r}"
+            raise InputFileError(
+                f"{path / 'manifest.json'}: {field} {what}; a checkpoint's files are exactly "
+                f"{', '.join(FILES)}"
+            )
 
 
 def _check_structure(path: Path, model: object, optimizer: object, rng: object) -> None:
@@ -801,6 +811,12 @@ def _folder_manifest(path: Path) -> CheckpointManifest:
             raise InputFileError(f"{file}: missing (the manifest records its checksum)")
         if not file.is_file() or file.is_symlink():
             raise InputFileError(f"{file}: is not a regular file; a checkpoint writes its own")
+        expected = (manifest.sizes or {}).get(name)
+        if expected is not None and (size := file.stat().st_size) != expected:
+            raise InputFileError(
+                f"{file}: {size:,} bytes, but the manifest records {expected:,} (corrupted or "
+                "replaced)"
+            )
     return manifest
 
 

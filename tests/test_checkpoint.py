@@ -688,6 +688,7 @@ def test_a_forged_optimizer_or_rng_state_is_refused_and_the_previous_one_used(
     torch.save(value, newest / name)
     manifest = json.loads((newest / "manifest.json").read_text())
     manifest["files"][name] = hashlib.sha256((newest / name).read_bytes()).hexdigest()
+    manifest["sizes"][name] = (newest / name).stat().st_size
     (newest / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(InputFileError) as err:
         checkpoint.load_checkpoint(newest)

@@ -1083,6 +1083,7 @@ def _forge(run: Path, name: str, value) -> None:
     torch.save(value, step / name)
     manifest = json.loads((step / "manifest.json").read_text())
     manifest["files"][name] = hashlib.sha256((step / name).read_bytes()).hexdigest()
+    manifest["sizes"][name] = (step / name).stat().st_size
     (step / "manifest.json").write_text(json.dumps(manifest))
 
 

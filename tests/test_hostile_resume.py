@@ -3847,6 +3847,34 @@ def _two_kept_commands(run: Path, tmp_path: Path) -> dict[str, list[str]]:
     return {**_commands(run, tmp_path), "resume": ["run", "--resume", str(run), "--epochs", "3"]}
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["export", "report"])
+def test_a_checkpoint_file_of_another_size_is_passed_over_unhashed(
+    two_kept_run, tmp_path, capsys, command
+):
+    """Found by the fifty-first round: a checkpoint file of any size was hashed whole before
+    its checksum failed: model.pt made a sparse 20 GiB took 88 s, a terabyte would take
+    hours. The manifest records each file's size; one of another size is passed over at once,
+    with the notice."""
+    import time
+
+    run = copy_run(two_kept_run, tmp_path)
+    model = run / "checkpoints" / "step-6" / "model.pt"
+    written = model.stat().st_size
+    os.truncate(model, 20 << 30)  # sparse: no disk taken
+    started = time.monotonic()
+    assert cli.main(_two_kept_commands(run, tmp_path)[command]) == 0
+    took = time.monotonic() - started
+    doing = {"export": "exporting"}.get(command, "checking the run against")
+    notice = (
+        f"pipeplan: WARNING: {model}: {20 << 30:,} bytes, but the manifest records {written:,} "
+        f"(corrupted or replaced); {doing} the older step-4"
+    )
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "WARNING" in line] == [notice], err
+    assert took < 60, took  # hashing 20 GiB took 88 s
+
+
 def _corrupt(path: Path) -> None:
     """One byte in the middle of `path` flipped, as a disk or a copy damages it."""
     data = bytearray(path.read_bytes())
