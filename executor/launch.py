@@ -728,6 +728,19 @@ RUN_WRITES_FILES = {
 }
 
 
+def _shared_log(path: Path) -> str | None:
+    """Why a log the run appends to (`*.log`) may not be written: a file of other names too
+    (a hard link), whose every name the appended lines would reach. Found by the fifty-first
+    round: a rank's log hard-linked to a file outside the run was appended to by the resume.
+    The run's other files are replaced whole (a rename), which leaves a linked one alone."""
+    if path.suffix != ".log":
+        return None
+    names = os.lstat(path).st_nlink
+    if names < 2:
+        return None
+    return f"is a hard link ({names} names of one file): copy it to a file of its own"
+
+
 def check_outputs(run_dir: Path, skip: list[Path] | tuple[Path, ...] = ()) -> None:
     """What a run writes into its directory (RUN_WRITES_FOLDERS, RUN_WRITES_FILES) can be
     written there, before any rank starts: each folder absent or a plain folder, each file
@@ -746,7 +759,7 @@ def check_outputs(run_dir: Path, skip: list[Path] | tuple[Path, ...] = ()) -> No
                 raise OutputError(f"{path}: {why}; the run writes into it")
     for folder, names in RUN_WRITES_FILES.items():
         for path in _entries(run_dir / folder, names):
-            why = not_a_plain_file(path)
+            why = not_a_plain_file(path) or _shared_log(path)
             if why is not None:
                 raise OutputError(f"{path}: {why}; the run writes this file")
     for name in ("run.jsonl", METRICS_FILE, "summary.json", "run.json"):

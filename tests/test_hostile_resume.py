@@ -605,6 +605,26 @@ def test_a_run_file_linked_to_a_file_of_text_is_refused_as_a_link(
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["rank-0.log", "launcher.log"])
+def test_a_log_hard_linked_to_a_file_outside_the_run_is_not_appended_to(
+    mid_epoch_run, tmp_path, capsys, name
+):
+    """Found by the fifty-first round: a rank's log hard-linked to a file outside the run was
+    appended to by the resume (a symbolic link there is refused). A log the run appends to,
+    with other names, is refused in one line; the file is untouched."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    log = run / "logs" / name
+    log.unlink(missing_ok=True)
+    os.link(victim, log)
+    fragment = f"{log}: is a hard link (2 names of one file): copy it to a file of its own"
+    refused(_commands(run, tmp_path)["resume"], tmp_path, capsys, fragment)
+    assert victim.read_text() == "precious\n"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
 def test_a_runs_profile_linked_to_a_copy_is_refused_as_a_link(
     mid_epoch_run, tmp_path, capsys, command
