@@ -483,9 +483,10 @@ def _check_active_states(
         layer = name.partition(".")[0]
         return layer.isdigit() and int(layer) >= manifest.frozen_layers
 
-    # Where no active parameter has a state, none was written (a checkpoint made by hand, as
-    # tests make them): a resume then starts the moments afresh, for all alike.
-    if manifest.step == 0 or not any(active(name) for name in optimizer):
+    # Every checkpoint `save` writes after a step holds them: with none at all (optimizer.pt
+    # emptied, its checksum rewritten) the resume started every moment afresh and trained
+    # other weights, in silence (the fifty-first round; one removed: the forty-ninth).
+    if manifest.step == 0:
         return
     for name in model:
         layer = name.partition(".")[0]

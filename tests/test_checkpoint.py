@@ -167,12 +167,12 @@ def test_a_failed_write_is_a_clear_error_and_keeps_the_previous_checkpoint(
     seq = models.build("bert-synth")
     spec = _gather_layout(0, len(seq.layers))
 
-    checkpoint.save(tmp_path, seq.layers, spec, {}, _manifest(4))
+    checkpoint.save(tmp_path, seq.layers, spec, _adamw_states(seq.layers, 4.0), _manifest(4))
     before = (tmp_path / "checkpoints" / "step-4" / "model.pt").read_bytes()
     # The next write cannot create its temporary directory: a file is in the way.
     (tmp_path / "checkpoints" / ".tmp-step-8").write_text("in the way")
     with pytest.raises(OutputError, match="cannot write checkpoint") as err:
-        checkpoint.save(tmp_path, seq.layers, spec, {}, _manifest(8))
+        checkpoint.save(tmp_path, seq.layers, spec, _adamw_states(seq.layers, 8.0), _manifest(8))
     assert "\n" not in str(err.value)
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step-4"
     assert (tmp_path / "checkpoints" / "step-4" / "model.pt").read_bytes() == before
@@ -210,7 +210,7 @@ def test_a_full_disk_during_torch_save_leaves_nothing_behind(
 
     seq = models.build("bert-synth")
     layout = checkpoint._gather_layout(0, len(seq.layers))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+    checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 4.0), _manifest(4))
     real_save = torch.save
 
     def full_disk(obj, path, **kwargs):
@@ -221,7 +221,7 @@ def test_a_full_disk_during_torch_save_leaves_nothing_behind(
 
     monkeypatch.setattr(torch, "save", full_disk)
     with pytest.raises(OutputError, match="cannot write checkpoint") as err:
-        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(8))
+        checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 8.0), _manifest(8))
     monkeypatch.setattr(torch, "save", real_save)
     assert "\n" not in str(err.value) and "MiB free" in str(err.value)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-4"]
@@ -241,7 +241,7 @@ def test_a_failed_checkpoint_names_its_step_and_the_step_kept(
 
     seq = models.build("bert-synth")
     layout = checkpoint._gather_layout(0, len(seq.layers))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(2))
+    checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 2.0), _manifest(2))
     real_save = torch.save
 
     def full_disk(obj, path, **kwargs):
@@ -253,7 +253,7 @@ def test_a_failed_checkpoint_names_its_step_and_the_step_kept(
     full = shutil._ntuple_diskusage(total=1 << 30, used=(1 << 30) - 4096, free=4096)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: full)  # what a full disk leaves
     with pytest.raises(OutputError) as err:
-        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+        checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 4.0), _manifest(4))
     assert str(err.value).startswith(
         f"{tmp_path / 'checkpoints' / 'step-4'}: cannot write checkpoint step-4 "
         "(No space left on device; "
@@ -264,12 +264,12 @@ def test_a_failed_checkpoint_names_its_step_and_the_step_kept(
     (tmp_path / "checkpoints" / "latest").unlink()
     (tmp_path / "checkpoints" / "latest").mkdir()
     with pytest.raises(OutputError) as err:
-        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+        checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 4.0), _manifest(4))
     latest = tmp_path / "checkpoints" / "latest"
     assert str(err.value).endswith(f"; {latest} names no checkpoint kept, which a resume needs")
     shutil.rmtree(tmp_path / "checkpoints")
     with pytest.raises(OutputError, match=r"; no earlier checkpoint is kept$"):
-        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+        checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 4.0), _manifest(4))
 
 
 UNDER_A_SIZE_LIMIT = """
@@ -333,7 +333,7 @@ def test_ctrl_c_during_a_checkpoint_leaves_no_partial_folder(
 
     seq = models.build("bert-synth")
     layout = checkpoint._gather_layout(0, len(seq.layers))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(2))
+    checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 2.0), _manifest(2))
     real_save = torch.save
 
     def interrupted(obj, path, **kwargs):
@@ -344,7 +344,7 @@ def test_ctrl_c_during_a_checkpoint_leaves_no_partial_folder(
 
     monkeypatch.setattr(torch, "save", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+        checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 4.0), _manifest(4))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-2"]
 
 
@@ -363,7 +363,7 @@ def test_sigterm_or_sighup_during_a_checkpoint_leaves_no_partial_folder(
 
     seq = models.build("bert-synth")
     layout = checkpoint._gather_layout(0, len(seq.layers))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(2))
+    checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 2.0), _manifest(2))
     real_save = torch.save
 
     def stopped(obj, path, **kwargs):
@@ -377,7 +377,7 @@ def test_sigterm_or_sighup_during_a_checkpoint_leaves_no_partial_folder(
 
     monkeypatch.setattr(torch, "save", stopped)
     with pytest.raises(Stopped) as err:
-        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+        checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 4.0), _manifest(4))
     assert err.value.signum == signum
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-2"]
     assert signal.getsignal(signum) is signal.SIG_DFL  # killing at once again after the write
@@ -398,7 +398,7 @@ def test_a_stop_as_the_checkpoint_is_renamed_into_place_still_points_latest_at_i
 
     seq = models.build("bert-synth")
     layout = checkpoint._gather_layout(0, len(seq.layers))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(2))
+    checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 2.0), _manifest(2))
     real_replace = os.replace
 
     def stopped(src, dst, *args, **kwargs):
@@ -408,7 +408,7 @@ def test_a_stop_as_the_checkpoint_is_renamed_into_place_still_points_latest_at_i
 
     monkeypatch.setattr(checkpoint.os, "replace", stopped)
     with pytest.raises(KeyboardInterrupt if signum == signal.SIGINT else Stopped):
-        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+        checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 4.0), _manifest(4))
     root = tmp_path / "checkpoints"
     assert (root / "latest").read_text() == "step-4\n"
     assert checkpoint.load_latest(tmp_path, notice=False)[0].step == 4
@@ -507,8 +507,8 @@ def test_a_corrupted_checkpoint_is_refused_and_the_previous_one_used(
 
     seq = models.build("bert-synth")
     layout = checkpoint._gather_layout(0, len(seq.layers))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(8))
+    checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 4.0), _manifest(4))
+    checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 8.0), _manifest(8))
     newest = tmp_path / "checkpoints" / "step-8"
     if damage == "bit flip":
         data = bytearray((newest / "model.pt").read_bytes())
@@ -517,7 +517,9 @@ def test_a_corrupted_checkpoint_is_refused_and_the_previous_one_used(
     elif damage == "NaN weights":  # written with NaNs: the checksum holds, the values do not
         with torch.no_grad():
             next(seq.layers.parameters()).fill_(float("nan"))
-        checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(12))
+        checkpoint.save(
+            tmp_path, seq.layers, layout, _adamw_states(seq.layers, 12.0), _manifest(12)
+        )
         newest = tmp_path / "checkpoints" / "step-12"
     elif damage == "missing file":
         (newest / "rng.pt").unlink()
@@ -620,6 +622,13 @@ FORGED_SAYS = {
     "an active parameter's state missing": (
         "optimizer.pt",
         lambda o: o.pop(next(iter(o))),
+        "optimizer.pt: lacks AdamW's state of 0.embeddings.word_embeddings.weight, a "
+        "parameter of layer 0, which is not frozen at step 8 (frozen_layers 0)",
+    ),
+    # The fifty-first round: every state removed was taken as a hand-made checkpoint's.
+    "every state removed": (
+        "optimizer.pt",
+        lambda o: o.clear(),
         "optimizer.pt: lacks AdamW's state of 0.embeddings.word_embeddings.weight, a "
         "parameter of layer 0, which is not frozen at step 8 (frozen_layers 0)",
     ),
@@ -734,7 +743,7 @@ def test_a_file_swapped_after_its_checksum_is_not_what_is_loaded(
 
     seq = models.build("bert-synth")
     layout = checkpoint._gather_layout(0, len(seq.layers))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
+    checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 4.0), _manifest(4))
     step = tmp_path / "checkpoints" / "step-4"
     rng_file = step / "rng.pt"
     saved = torch.load(rng_file, weights_only=True)
@@ -784,8 +793,8 @@ def _steps_4_and_8(tmp_path):
 
     seq = models.build("bert-synth")
     layout = checkpoint._gather_layout(0, len(seq.layers))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(4))
-    checkpoint.save(tmp_path, seq.layers, layout, {}, _manifest(8))
+    checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 4.0), _manifest(4))
+    checkpoint.save(tmp_path, seq.layers, layout, _adamw_states(seq.layers, 8.0), _manifest(8))
     return checkpoint
 
 

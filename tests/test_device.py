@@ -203,7 +203,7 @@ def test_a_run_checkpoint_holds_every_rank_random_state_and_the_whole_optimizer(
 def rewrite_as_if_on_a_gpu(path: Path) -> None:
     """Write a checkpoint's files again the way torch.save writes tensors that lie on cuda:0
     (torch's own serialization registry tags them; not a hand-made file), and record the new
-    checksums in its manifest."""
+    checksums and sizes in its manifest."""
     import torch.serialization as serialization
 
     from pipeplan.formats import dumps, load
@@ -222,7 +222,9 @@ def rewrite_as_if_on_a_gpu(path: Path) -> None:
         ]
     manifest = load(CheckpointManifest, path / "manifest.json")
     files = {name: checkpoint.file_sha256(path / name) for name in checkpoint.FILES}
-    (path / "manifest.json").write_text(dumps(manifest.model_copy(update={"files": files})))
+    sizes = {name: (path / name).stat().st_size for name in checkpoint.FILES}
+    written = manifest.model_copy(update={"files": files, "sizes": sizes})
+    (path / "manifest.json").write_text(dumps(written))
 
 
 def _manifest(step: int) -> CheckpointManifest:
