@@ -148,10 +148,18 @@ def run(
 
 
 @_as_the_command_line
-def export(run_dir: str | Path, out: str | Path, checkpoint: str | None = None) -> Path:
+def export(
+    run_dir: str | Path, out: str | Path, checkpoint: str | None = None, **options: Any
+) -> Path:
     """`pipeplan export RUN --out DIR [--checkpoint step-N]`: a transformers directory."""
     from executor.task import export_run
     from pipeplan.runfiles import check_summary
+
+    if options:  # as the other functions say it, not Python's TypeError (fifty-first round)
+        raise BadArgumentError(
+            f"no option {excerpt(repr(next(iter(options))))}; the options are: checkpoint, out, "
+            "run_dir"
+        )
 
     # Each checked as the command line checks its text (forty-ninth round: None, 5 or a NUL
     # were tracebacks from pathlib, "" exported ".", a newline in `out` was written).
@@ -206,11 +214,17 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
     given = {}
     for key, value in options.items():
         option = known.get(key)
-        if option is None:
-            names = ", ".join(sorted({o.field for o in known.values()}))
-            raise BadArgumentError(f"no option {key!r}; the options are: {names}")
+        if option is None:  # named as documented: the flags without their dashes
+            names = ", ".join(sorted({_keyword(o) for o in known.values()}))
+            raise BadArgumentError(f"no option {excerpt(repr(key))}; the options are: {names}")
         if isinstance(value, PurePath):  # files and directories are text on the command line
             value = str(value)
+        if isinstance(value, bytes | bytearray | memoryview):
+            # Read as their text, b" 2" and b"2_0" passed where " 2" and "2_0" are refused
+            # (the fifty-first round): a command line's values are text.
+            raise BadArgumentError(
+                f"{option.spelling}: {excerpt(repr(value))} is bytes; give text (a str) or a number"
+            )
         if isinstance(value, str):
             value = _text(value, option.spelling, longest=None)
         value = _plain_number(value, option.spelling)
@@ -266,11 +280,16 @@ def _is_boolean(value: Any) -> bool:
     return isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
 
 
+def _keyword(option: Option) -> str:
+    """The keyword an option is documented by: its flag without dashes (`device_memory`)."""
+    return option.spelling.lstrip("-").replace("-", "_").lower()
+
+
 def _options_by_name(model: type[BaseModel]) -> dict[str, Option]:
     """Each option under its field name and its flag's name: `device_memory_bytes` and
     `device_memory` are the same option."""
     known = {}
     for option in model_options(model):
         known[option.field] = option
-        known[option.spelling.lstrip("-").replace("-", "_").lower()] = option
+        known[_keyword(option)] = option
     return known

@@ -179,6 +179,29 @@ def test_text_options_are_checked_as_the_command_lines_tokens(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "call, given, said",
+    [
+        ("preview", {"epochs": b" 2"}, "--epochs: b' 2' is bytes; give text (a str) or a number"),
+        ("preview", {"global_batch": bytearray(b"0256")}, "--global-batch: bytearray(b'0256')"),
+        ("preview", {"alpha": np.bytes_(b"+0.3")}, "--alpha: np.bytes_(b'+0.3') is bytes"),
+        ("preview", {"devices": 4}, "no option 'devices'; the options are: alpha, boundaries, "),
+        ("export", {"run_dir": "r", "out": "o", "force": True}, "no option 'force'; the options"),
+    ],
+)
+def test_bytes_and_unknown_keywords_are_one_line(tmp_path, monkeypatch, call, given, said):
+    """Found by the fifty-first round: bytes skipped the text checks (`epochs=b" 2"` and
+    `b"2_0"`, 20, were taken where " 2" and "2_0" are refused), an unknown keyword of export
+    was Python's TypeError, and the others listed fields (`device_memory_bytes`) where the
+    documented keywords are the flags' names (`device_memory`)."""
+    monkeypatch.chdir(tmp_path)
+    arguments = {"profile": PROFILE} if call == "preview" else {}
+    with pytest.raises(PipeplanError) as refused:
+        getattr(pipeplan, call)(**{**arguments, **given})
+    assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+    assert "_bytes" not in str(refused.value)
+
+
 def test_run_builds_the_run_config_as_the_command_line_does(tmp_path, monkeypatch):
     seen = {}
 
