@@ -229,7 +229,7 @@ def _death(exitcode: int) -> str:
         return "exited with code 0 before the run ended"
     if exitcode == EXIT_INTERRUPTED:
         return "interrupted by SIGINT"
-    if exitcode == -signal.SIGTERM:
+    if exitcode in (-signal.SIGTERM, 128 + signal.SIGTERM):  # killed, or its handler's exit
         return "stopped by SIGTERM"
     return f"killed by {signal_name(-exitcode)}" if exitcode < 0 else f"exited with code {exitcode}"
 
@@ -255,10 +255,15 @@ def verdict(
         verdict({0: <stopped, from its file>, 1: <exit -9, no file>}, 600, (), (), {1})
         → (1, "no response within the collective timeout of 600 s (stopped or hung)")
     """
+    # A rank the agent is heard stopping reports "stopped" too: a consequence, never the
+    # first failure; it counts as silent, by its exit code. Found by the fifty-first round:
+    # rank 0, SIGSTOPped as it wrote a checkpoint, was named "stopped by SIGTERM" (the agent's,
+    # once rank 1 had reported it silent), its report the only "stopped" one.
     reports = {
         rank: report
         for rank, failure in failures.items()
         if (report := Report.from_error_data(failure.error_file_data)) is not None
+        and not (report.kind == "stopped" and failure.pid in agent_stopped)
     }
     own = [r for r in reports.values() if r.kind in OWN_FAULT]
     if own:
@@ -295,6 +300,13 @@ def verdict(
 
     if stopped and all(agents_stop(r, code) for r, code in silent.items()):
         first = min(stopped, key=lambda r: r.time)
+        return first.rank, first.message
+    timed_out_any = any(r.kind == "timeout" for r in reports.values())
+    heard = {rank for rank in silent if rank in failures and failures[rank].pid in agent_stopped}
+    if reports and silent and set(silent) <= heard and not timed_out_any:
+        # Every silent rank is one the agent is heard stopping, after a failure another rank
+        # reported (its collective lost): that report came first.
+        first = min(reports.values(), key=lambda r: r.time)
         return first.rank, first.message
     if silent:
         # The agent stops the other ranks with SIGTERM once one has failed: a rank that ended

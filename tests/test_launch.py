@@ -1615,6 +1615,25 @@ def test_the_verdict_names_the_first_to_fail(failures, expected):
             {12},
             (1, "killed by SIGKILL"),
         ),
+        # fifty-first round: rank 0 SIGSTOPped (in a checkpoint's write); rank 1 reported it
+        # silent; the agent's SIGTERM then reached rank 0, whose "stopped" report was named
+        (
+            {
+                0: Failure(143, report(0, "stopped", 2.0, "S"), 10),
+                1: Failure(1, report(1, "timeout", 1.0, "T"), 11),
+            },
+            {10},
+            (0, "no response within the collective timeout of 5 s (stopped or hung)"),
+        ),
+        # and without a timeout report, the agent's stop is said as one
+        (
+            {
+                0: Failure(143, report(0, "stopped", 2.0, "S"), 10),
+                1: Failure(1, report(1, "lost", 1.0, "L"), 11),
+            },
+            {10},
+            (1, "L"),
+        ),
     ],
 )
 def test_the_verdict_never_names_a_rank_the_agent_stopped_for_an_earlier_death(
