@@ -3971,15 +3971,34 @@ def batch_pair(
 
 
 # The read of the user's data a process is in (`reading`: an item, a len()): [when it began
-# (monotonic), --data, what], or empty; read by a rank's heartbeat thread (`hung_read`).
+# (monotonic), --data, what, least_s, the seconds seen stopped then], or empty; read by a
+# rank's heartbeat thread (`hung_read`).
 _READING: list[Any] = []
+# [hung_read's last look (monotonic), the process's CPU time then, the seconds it has been
+# seen stopped in all]: a gap between two looks (each a second or less apart) in which the
+# process took no CPU is a stop (SIGSTOP, a suspended job), not its data's time. Found by
+# the fifty-first round: every rank stopped past the timeout and continued ended blaming its
+# data ("reading train item 75 did not return"), whose reads take 50 ms.
+_LOOKED: list[float] = [0.0, 0.0, 0.0]
+STOPPED_GAP_S = 5.0
+
+
+def _stopped_s() -> float:
+    """The seconds this process has been seen stopped (`_LOOKED`), this look counted."""
+    now, cpu = time.monotonic(), time.process_time()
+    last, last_cpu, stopped = _LOOKED
+    gap = now - last
+    if last and gap > STOPPED_GAP_S and cpu - last_cpu < 0.1 * gap:
+        stopped += gap
+    _LOOKED[:] = [now, cpu, stopped]
+    return stopped
 
 
 @contextlib.contextmanager
 def reading(name: str, doing: str, least_s: float = 0.0) -> Iterator[None]:
     """Marks a call into the user's data (`len()`, an item; its import or function, which may
     take `least_s` whatever the collective timeout) as under way for `hung_read`."""
-    _READING[:] = [time.monotonic(), name, doing, least_s]
+    _READING[:] = [time.monotonic(), name, doing, least_s, _LOOKED[2]]
     try:
         yield
     finally:
@@ -3998,11 +4017,12 @@ def hung_read(timeout_s: float, early_s: float = 0.0) -> str | None:
     `early_s`: said that much before the timeout, so that a rank says it before a peer
     waiting for it in a collective times out (a rank's heartbeat, which looks once a second).
     """
+    stopped = _stopped_s()
     reading = list(_READING)  # the main thread may clear it meanwhile
     if not reading:
         return None
-    started, name, doing, least_s = reading
-    if time.monotonic() - started <= max(timeout_s, least_s) - early_s:
+    started, name, doing, least_s, stopped_before = reading
+    if time.monotonic() - started - (stopped - stopped_before) <= max(timeout_s, least_s) - early_s:
         return None
     if least_s > timeout_s:
         return (

@@ -452,7 +452,7 @@ def test_a_rank_ended_by_its_heartbeat_for_a_hung_read_prints_its_line(tmp_path)
         "from executor import data, worker\n"
         "beat = worker._Heartbeat(dist.HashStore(), 'k', rank=1, timeout_s=2.0)\n"
         "null = os.open(os.devnull, os.O_WRONLY); os.dup2(null, 2)\n"
-        "data._READING[:] = [time.monotonic() - 10, 'm:load', 'importing m', 0.0]\n"
+        "data._READING[:] = [time.monotonic() - 10, 'm:load', 'importing m', 0.0, 0.0]\n"
         "beat.end_a_hung_read()\n"
     )
     env = {**environment(), "TORCHELASTIC_ERROR_FILE": str(tmp_path / "error.json")}
@@ -466,6 +466,29 @@ def test_a_rank_ended_by_its_heartbeat_for_a_hung_read_prints_its_line(tmp_path)
             "collective timeout of 2 s (hung; --collective-timeout sets how long a read may take)"
         ],
     )
+
+
+@pytest.mark.parametrize("cpu_in_gap", [0.0, 15.0], ids=["stopped", "computing"])
+def test_a_process_stopped_past_the_timeout_is_not_its_datas_hang(monkeypatch, cpu_in_gap):
+    """Found by the fifty-first round: every rank stopped (SIGSTOP, a suspended job) for
+    longer than the collective timeout and continued ended blaming its data ("reading train
+    item 75 did not return within …"), whose reads take 50 ms. A gap between two looks of
+    the watch (each a second apart) in which the process took no CPU is a stop, not the
+    read's time; one in which it computed (a C call that held the GIL) is the read's."""
+    import time
+
+    from executor import data
+
+    now = time.monotonic()
+    monkeypatch.setattr(data, "_LOOKED", [now - 20, time.process_time() - cpu_in_gap, 0.0])
+    monkeypatch.setattr(data, "_READING", [now - 21, "m:load", "reading train item 75", 0.0, 0.0])
+    hung = data.hung_read(10.0)
+    if cpu_in_gap:
+        assert hung is not None and "reading train item 75 did not return within" in hung
+    else:
+        assert hung is None  # 1 s of reading, 20 s of the process stopped
+        data._READING[0] = time.monotonic() - 32  # and a read that then hangs is still seen
+        assert "did not return within the collective timeout of 10 s" in data.hung_read(10.0)
 
 
 @pytest.mark.timeout(60)
