@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
 from executor import faults
-from executor.cache import ActivationCache, cache_allowed, memory_dir_for
+from executor.cache import ActivationCache, cache_allowed, memory_dir_for, remove_own_caches
 from executor.checkpoint import has_checkpoint
 from executor.data import (
     batch_pair,
@@ -456,6 +456,10 @@ class _Heartbeat(threading.Thread):
         line = pipeplan_log.error_line(f"rank {self.rank}: {report.message}") + "\n"
         with contextlib.suppress(OSError):
             os.write(self.console, line.encode())
+        # The node's /dev/shm cache this rank made, as a rank that raised removes it (the
+        # fifty-first round: rank 0, hung in an evaluation read under torchrun, left it).
+        with contextlib.suppress(OSError):
+            remove_own_caches()
         os._exit(faults.EXIT_FAILED)
 
 

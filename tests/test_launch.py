@@ -445,11 +445,17 @@ def test_a_rank_ended_by_its_heartbeat_for_a_hung_read_prints_its_line(tmp_path)
     ended by its heartbeat (`worker._Heartbeat.end_a_hung_read`) with its report written and
     nothing said: torchrun's summary alone, no line of pipeplan's. The rank prints its line,
     as one that raised does, to the console it had as the heartbeat started (the hung call
-    holds descriptor 2: here /dev/null in its place)."""
+    holds descriptor 2: here /dev/null in its place). The fifty-first round: its node's
+    /dev/shm cache (here a folder it made) is removed first, as a rank that raised removes it."""
+    made = tmp_path / "node-cache"
+    made.mkdir()
+    (made / "rows").write_bytes(b"x")
     script = (
         "import os, time\n"
+        "from pathlib import Path\n"
         "import torch.distributed as dist\n"
-        "from executor import data, worker\n"
+        "from executor import cache, data, worker\n"
+        f"cache._MADE.append(Path({str(made)!r}))\n"
         "beat = worker._Heartbeat(dist.HashStore(), 'k', rank=1, timeout_s=2.0)\n"
         "null = os.open(os.devnull, os.O_WRONLY); os.dup2(null, 2)\n"
         "data._READING[:] = [time.monotonic() - 10, 'm:load', 'importing m', 0.0, 0.0]\n"
@@ -466,6 +472,7 @@ def test_a_rank_ended_by_its_heartbeat_for_a_hung_read_prints_its_line(tmp_path)
             "collective timeout of 2 s (hung; --collective-timeout sets how long a read may take)"
         ],
     )
+    assert not made.exists()
 
 
 @pytest.mark.parametrize("cpu_in_gap", [0.0, 15.0], ids=["stopped", "computing"])
