@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import stat
 
@@ -81,12 +82,20 @@ def _fitted(text: str, budget: int, end: bool = False) -> str:
     return "..." + text[len(text) - kept :] if end else text[:kept] + "..."
 
 
+# A rank's own failures (its code raised, its SIGINT); the others are a peer's consequence.
+OWN_FAULT = ("raised", "interrupted")
+
+
 def _dumps(rank: int, kind: str, when: float, message: str, callstack: str) -> str:
+    # torch's agent names the root cause by the whole-second timestamp, the lowest rank on a
+    # tie: a peer that lost rank 1 in the second rank 1 raised was named (the fifty-first
+    # round, 3 of 14). An own fault's second is taken down, a consequence's up.
+    stamp = math.floor(when) if kind in OWN_FAULT else math.ceil(when)
     return json.dumps(
         {
             "message": {
                 "message": f"rank {rank}: {message}",
-                "extraInfo": {"py_callstack": callstack, "timestamp": str(int(when))},
+                "extraInfo": {"py_callstack": callstack, "timestamp": str(stamp)},
             },
             "pipeplan": {"rank": rank, "kind": kind, "time": when, "error": message},
         }

@@ -55,7 +55,7 @@ from pipeplan.startup import signal_name, stopped_by
 
 # The launcher's own lines (`StoppedRanks`), into logs/launcher.log (`launch.agent_scope`).
 log = logging.getLogger("pipeplan.launcher")
-OWN_FAULT = ("raised", "interrupted")
+OWN_FAULT = errorfile.OWN_FAULT
 EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
 EXIT_FAILED = 1
 

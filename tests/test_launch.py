@@ -2299,3 +2299,25 @@ def test_the_agent_stops_the_other_ranks_within_the_configs_shutdown_time():
     for timeout in ((), (30,), (5,)):
         PContext.close(Ranks(), None, *timeout)
     assert asked == [launch.SHUTDOWN_S, launch.SHUTDOWN_S, 5] and launch.SHUTDOWN_S < 30
+
+
+def test_torchruns_root_cause_is_the_own_fault_within_one_second():
+    """Found by the fifty-first round: torch's agent names the root cause by an error file's
+    whole-second timestamp, the lowest rank on a tie: rank 0, which lost rank 1 in the second
+    rank 1 raised, was named (3 of 14). An own fault's second is taken down, a
+    consequence's up, so within one second the fault sorts first."""
+    stamps = {
+        kind: int(
+            json.loads(report(r, kind, 100.6 if kind == "lost" else 100.3).to_json())["message"][
+                "extraInfo"
+            ]["timestamp"]
+        )
+        for r, kind in ((0, "lost"), (1, "raised"))
+    }
+    assert stamps == {"lost": 101, "raised": 100}
+    assert (
+        int(
+            json.loads(report(0, "interrupted", 7.9).to_json())["message"]["extraInfo"]["timestamp"]
+        )
+        == 7
+    )
