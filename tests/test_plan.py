@@ -145,6 +145,10 @@ def test_human_units():
     assert parse_bandwidth("10Gbit/s") == pytest.approx(1.25e9)
     assert parse_bandwidth("100Gbps") == pytest.approx(12.5e9)
     assert parse_bandwidth("1GiB/s") == pytest.approx(2**30)
+    # The fifty-first round: IEC's Gibit/s was refused (Gib/s taken), and peta unknown.
+    assert parse_bandwidth("10Gibit/s") == parse_bandwidth("10Gib/s") == pytest.approx(10 * 2**27)
+    assert parse_bandwidth("1PB/s") == pytest.approx(1e15)
+    assert parse_bandwidth("8Pbit/s") == pytest.approx(1e15)
     assert parse_duration("5us") == pytest.approx(5e-6)
     assert parse_duration("1.5ms") == pytest.approx(1.5e-3)
     for bad, parser in [
