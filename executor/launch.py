@@ -253,6 +253,7 @@ from pipeplan.fileio import (
     claim_directory,
     enclosing_run,
     held_directories,
+    missing_folders,
     moved_away,
     new_directories,
     not_a_plain_file,
@@ -2190,17 +2191,6 @@ def start_run(
         raise
     finally:
         release_directory(run_dir)  # trained: readers in other processes may read it now
-
-
-def missing_folders(directory: Path) -> list[Path]:
-    """`directory` and the folders above it that do not exist yet, deepest first: what a
-    command that creates it made (and may remove again)."""
-    missing = []
-    for folder in (directory, *directory.parents):
-        if folder.exists() or folder.is_symlink():
-            break
-        missing.append(folder)
-    return missing
 
 
 # What a start that trained nothing leaves in logs/: the launcher's log, the ranks' logs and
