@@ -3868,6 +3868,53 @@ def _two_kept_commands(run: Path, tmp_path: Path) -> dict[str, list[str]]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "forged, said",
+    [
+        ("its size", "not the zip archive torch.save writes"),
+        ("no size", "not the zip archive torch.save writes"),
+        ("all holes", "not the zip archive torch.save writes"),
+        ("a hole between entries", " bytes lie outside the archive's entries"),
+    ],
+)
+def test_a_sparse_checkpoint_file_the_manifest_agrees_with_is_passed_over_unhashed(
+    two_kept_run, tmp_path, capsys, forged, said
+):
+    """Found by the fifty-second round: with the manifest's size edited to the file's (or
+    deleted, as a manifest written before sizes), a sparse model.pt of 8 GiB was hashed for
+    24 s, of 15 TiB for hours. A tensor file is first held to the zip archive torch.save
+    writes, from its directory at its end: bytes outside its entries, or no archive at all,
+    are refused at once, and the older checkpoint used."""
+    import time
+
+    run = copy_run(two_kept_run, tmp_path)
+    model = run / "checkpoints" / "step-6" / "model.pt"
+    if forged == "all holes":  # nothing of the archive left: 20 GiB of holes
+        model.write_bytes(b"")
+    if forged == "a hole between entries":  # a whole archive, its entries 20 GiB apart
+        import zipfile
+
+        with open(model, "wb") as raw, zipfile.ZipFile(raw, "w") as archive:
+            archive.writestr("k/data.pkl", b"x")
+            archive.start_dir += 20 << 30  # where zipfile writes the next entry
+            archive.writestr("k/data/0", b"y")
+    else:
+        os.truncate(model, 20 << 30)  # the archive, then holes
+    manifest = json.loads(model.with_name("manifest.json").read_text())
+    sizes = {**manifest["sizes"], "model.pt": model.stat().st_size}
+    manifest["sizes"] = None if forged == "no size" else sizes
+    model.with_name("manifest.json").write_text(json.dumps(manifest))
+    started = time.monotonic()
+    assert cli.main(_two_kept_commands(run, tmp_path)["export"]) == 0
+    took = time.monotonic() - started
+    warned = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
+    assert len(warned) == 1 and warned[0].startswith(f"pipeplan: WARNING: {model}: "), warned
+    assert said in warned[0], warned
+    assert warned[0].endswith("(corrupted or replaced); exporting the older step-4"), warned
+    assert took < 60, took  # hashing the 20 GiB took minutes
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("command", ["export", "report"])
 def test_a_checkpoint_file_of_another_size_is_passed_over_unhashed(
     two_kept_run, tmp_path, capsys, command
