@@ -654,6 +654,23 @@ def _hooks_put_back(hooks: tuple[Any, ...]) -> list[str]:
     return changed
 
 
+@contextlib.contextmanager
+def hooks_kept(spec: str, doing: str) -> Iterator[None]:
+    """The HOOKS as the user's data code (`doing`: an item, len(), a batch) found them, or
+    one line; put back either way. Found by the fifty-second round: set in a `__getitem__`,
+    a tracer ran for the whole run, in silence (the import and the function were held)."""
+    hooks = _hooks()
+    try:
+        yield
+    finally:
+        try:
+            left = _hooks_put_back(hooks)
+        except Exception as exc:  # a tracer that raised here (Python has taken it off)
+            _hooks_put_back(hooks)
+            raise BadArgumentError(f"data {quoted(spec)}: {doing} raised {_one_line(exc)}") from exc
+    _refuse_hooks_left(spec, left, doing)
+
+
 def _refuse_hooks_left(spec: str, left: list[str], doing: str) -> None:
     """One line for the HOOKS `doing` (the data module, its function) left set, taken off."""
     if left:
@@ -720,6 +737,7 @@ def _contained(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
             kernels_kept(spec, doing),
             torch_state_kept(spec, doing),
             autograd_state_kept(spec, doing),
+            hooks_kept(spec, doing),
             held_descriptors_kept(spec, doing),
             # sys.path, sys.modules, …: put back before the holds above, whose code may import.
             import_system_kept(spec, doing),
@@ -4102,6 +4120,7 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
         kernels_kept(name, batch),
         torch_state_kept(name, batch),
         autograd_state_kept(name, batch),
+        hooks_kept(name, batch),
         import_system_kept(name, batch),
         process_state_kept(name, batch),
         pickling_kept(name, batch),

@@ -2311,6 +2311,16 @@ USER_DATA = {  # a --data file (or None: the spec alone) → the fragment of the
         "load",
         "the data module left a profile function set",
     ),
+    # The fifty-second round: set in an item the launcher reads, it ran for the whole run.
+    "an item that leaves a tracer set": (
+        "import sys, threading\nfrom executor.data import load_data\ndef tr(*a):\n    return tr\n"
+        "class D:\n    def __init__(s, d): s.d = d\n    def __len__(s): return len(s.d)\n"
+        "    def __getitem__(s, i):\n        sys.settrace(tr); threading.settrace(tr)\n"
+        "        return s.d[i]\ndef load():\n    d = load_data('digits')\n"
+        "    return D(d.train), D(d.eval)\n",
+        "load",
+        "reading train item 0 left a trace and a thread trace function set",
+    ),
     "a function that sets a tracer that raises": (
         "import sys\nfrom executor.data import load_data\ndef bad(*a):\n    raise KeyError('x')\n"
         "def load():\n    sys.settrace(bad)\n    return load_data('digits')\n",
