@@ -64,6 +64,7 @@ from pipeplan.formats.base import (
     json_loads,
     label_name_problem,
     open_input,
+    printable,
     read_input,
     unique_keys,
 )
@@ -1454,6 +1455,10 @@ def _check_tokenizer_json(directory: Path) -> None:
     # weight files are checked (nineteenth round).
     entries = sorted(_tokenizer_entries(directory))
     for path in entries:
+        try:  # data.json records each by its path: a traceback at the record (52nd round)
+            printable(str(path))
+        except ValueError as exc:
+            raise InputFileError(f"{quoted(str(path))}: {exc}; rename it") from None
         check_input_file(path, why="not a tokenizer's file")
     _check_chat_templates([p for p in entries if p.suffix == ".jinja"])
     for name in TOKENIZER_JSON:

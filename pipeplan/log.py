@@ -65,8 +65,10 @@ ERROR_PREFIX = "pipeplan: error: "
 
 def error_line(message: object) -> str:
     """`error_line(exc)` → "pipeplan: error: p.json: …", bounded: the line `error` prints,
-    for a caller that prints it elsewhere (a rank's failure in the launcher)."""
-    return bounded(str(message), ERROR_PREFIX)
+    for a caller that prints it elsewhere (a rank's failure in the launcher). Each control
+    character a space, as a warning's (`_Bounded`): a path holding a line feed split the line
+    in two, an escape reached the terminal (the fifty-second round: a chat template's name)."""
+    return bounded(one_line(str(message)), ERROR_PREFIX)
 
 
 def error(message: object, stream: TextIO | None = None) -> None:

@@ -293,8 +293,10 @@ def test_a_chat_template_file_is_held_to_the_keys_bound(made, tmp_path, capsys):
             "b.jinja: a chat template of 700,000 characters (with 700,000 in the ones before it)",
         ),
         ({"f.jinja": None}, "f.jinja: "),  # a folder of a template's name
+        # The fifty-second round: data.json's record of it was a traceback.
+        ({"a\nb.jinja": "{{ x }}"}, "a\\nb.jinja': holds the control character U+000A"),
     ],
-    ids=["one large", "two together", "a folder"],
+    ids=["one large", "two together", "a folder", "a line feed in its name"],
 )
 def test_additional_chat_templates_are_held_to_the_bound(
     made, tmp_path, capsys, templates, fragment
@@ -310,7 +312,7 @@ def test_additional_chat_templates_are_held_to_the_bound(
         (folder / name).mkdir() if text is None else (folder / name).write_text(text)
     data = write_jsonl(tmp_path / "r.jsonl", reviews(20, seed=1))
     argv = prepare(made, tmp_path, data, tokenizer=tok)
-    refused(argv, tmp_path, capsys, (f"{folder}/", fragment))
+    refused(argv, tmp_path, capsys, (f"{folder}", fragment))
 
 
 @pytest.mark.parametrize("name", ["tokenizer_config.json", "special_tokens_map.json"])
