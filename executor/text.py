@@ -297,6 +297,12 @@ def read_corpus(spec: str, seed: int = 0) -> Corpus:
         names = _label_names([label for split in rows for _, label, _ in split])
     if len(rows) == 1:
         rows = _hold_out(rows[0], seed)
+        if not rows[1]:  # as an empty EVAL: it trained with no evaluation (52nd round)
+            raise InputFileError(
+                f"{spec}: {len(rows[0])} row{'s' if len(rows[0]) != 1 else ''} of text, of "
+                f"which {EVAL_FRACTION:.0%} holds none out: it would train with no evaluation; "
+                "give at least 3 rows, or --data TRAIN,EVAL"
+            )
     train, eval_ = (_columns(split, names) for split in rows)
     return Corpus(spec, train[0], eval_[0], train[1], eval_[1], names or None, train[2], eval_[2])
 

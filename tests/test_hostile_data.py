@@ -1091,6 +1091,18 @@ def test_an_empty_held_out_file_is_refused(made, tmp_path, capsys, name, content
     refused(argv, tmp_path, capsys, (f"{held}: no rows of text", "held-out file"))
 
 
+@pytest.mark.parametrize("rows", [1, 2])
+def test_one_file_too_small_to_hold_rows_out_is_refused(made, tmp_path, capsys, rows):
+    """Found by the fifty-second round: one file of 2 rows held round(0.2 · 2) = 0 of them
+    out and trained with no evaluation, exit 0, as an empty EVAL file did before it was
+    refused. Refused alike, naming the file and what to give."""
+    data = write_jsonl(tmp_path / "few.jsonl", reviews(rows, seed=1))
+    argv = prepare(made, tmp_path, str(data))
+    noun = "rows" if rows > 1 else "row"
+    said = (f"{data}: {rows} {noun} of text, of which 20% holds none out", "at least 3 rows")
+    refused(argv, tmp_path, capsys, said)
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"], ids=["same file", "eval file"])
 def test_integer_and_named_labels_mixed(made, tmp_path, capsys, suffix):
     """Found by the tenth independent round: `{"label": 1}` beside `{"label": "cat"}` made
@@ -1235,7 +1247,7 @@ def test_text_data_for_an_image_model_names_the_model(tmp_path, capsys):
     """Thirteenth round: CSV or JSONL data with vit-digits was refused as "a padding mask
     applies to text models only", a flag the user never gave."""
     data = tmp_path / "d.csv"
-    data.write_text("text,label\nthe film,a\nthe book,b\n")
+    data.write_text("text,label\nthe film,a\nthe book,b\nthe song,a\n")
     argv = ["run", "--model", "vit-digits", "--data", str(data), "--prepare-only"]
     refused(
         [*argv, "--runs-dir", str(tmp_path / "runs")],
