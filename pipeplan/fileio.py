@@ -469,7 +469,7 @@ def missing_folders(directory: Path) -> list[Path]:
     command that makes it made (`remove_empty` takes them away again)."""
     missing = []
     for folder in (directory, *directory.parents):
-        if folder.exists() or folder.is_symlink():
+        if os.path.lexists(folder):  # a name too long is not there: its writer says why
             break
         missing.append(folder)
     return missing

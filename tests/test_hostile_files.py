@@ -1327,7 +1327,9 @@ def _calibrated_at_maxima(doc: dict) -> None:
         "steps_used": 2,
         "residual_median": 0.0,
         "residual_max": 0.0,
-        # The links and the group rebuild null: unfitted, as calibrate says of them.
+        # The links and the group rebuild null: unfitted, as calibrate says of them (and
+        # writes them: every field, the fiftieth round's b R4).
+        **dict.fromkeys(("allreduce", "p2p", "group_rebuild_s")),
         "not_fitted": dict.fromkeys(("allreduce", "p2p", "group_rebuild_s"), "not measured"),
     }
 
