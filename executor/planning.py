@@ -473,8 +473,11 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig, where: str | Path) 
             f"cover exactly its epochs: re-plan with --epochs {cfg.epochs}"
         )
     if plan.inputs.global_batch != cfg.global_batch:
-        raise BadArgumentError(
-            f"the plan is for global batch {plan.inputs.global_batch}, not {cfg.global_batch}"
+        raise BadArgumentError(  # the file, its field and what to do (52nd round)
+            f"{where}: the plan is for global batch {plan.inputs.global_batch} "
+            f"(inputs.global_batch), not --global-batch {cfg.global_batch}: give "
+            f"--global-batch {plan.inputs.global_batch}, or re-plan with --global-batch "
+            f"{cfg.global_batch}"
         )
     if plan.inputs.profile.sha256 != profile_identity(profile).sha256:
         raise BadArgumentError(  # the file and its field named (forty-eighth round)

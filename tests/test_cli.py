@@ -465,7 +465,12 @@ def test_a_flag_left_out_takes_the_plan_s_or_profile_s_value(tmp_path, capsys, m
     for given, refusal in (
         # The fiftieth round: the file named as every plan mismatch names it.
         (["--nproc", "2"], "p.json: the plan is for 4 devices (inputs.cluster) but --nproc is 2"),
-        (["--global-batch", "64"], "the plan is for global batch 256, not 64"),
+        # The fifty-second round: this one too, its field and what to do.
+        (
+            ["--global-batch", "64"],
+            "p.json: the plan is for global batch 256 (inputs.global_batch), not --global-batch "
+            "64: give --global-batch 256, or re-plan with --global-batch 64",
+        ),
     ):
         assert cli.main([*run, "b", *given]) == 2
         assert capsys.readouterr().err.splitlines() == [f"pipeplan: error: {refusal}"]
