@@ -396,7 +396,17 @@ def _csv_rows(handle: Any, path: Path, kinds: _LabelKinds, spellings: _Spellings
     reader = csv.reader(lines, strict=True)
     header = _next_record(reader, lines, path, "the header row")
     if header is None or "text" not in header:
-        raise InputFileError(f"{path}: the header row must name a 'text' column")
+        # What it found, and why (the fifty-second round: 'Text,Label', 'text;label' or
+        # tab-separated were told only that a 'text' column was wanted).
+        found = "no header row" if not header else f"the header row reads {quoted(header, 80)}"
+        hint = (
+            "; columns are separated by commas"
+            if header and len(header) == 1 and any(c in header[0] for c in ";\t|")
+            else "; column names are lower case"
+            if header and "text" in (h.strip().lower() for h in header)
+            else ""
+        )
+        raise InputFileError(f"{path}: {found}, with no 'text' column{hint}")
     # Counted once each: header.count per name was quadratic in a header of many columns.
     twice = sorted(name for name, n in collections.Counter(header).items() if n > 1)
     if twice:

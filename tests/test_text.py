@@ -103,10 +103,20 @@ def test_a_memory_error_decoding_a_line_is_one_line(tmp_path, monkeypatch):
     _one_line(InputFileError, text.read_corpus, str(path), match=r"r\.jsonl:1: out of memory")
 
 
-def test_csv_needs_a_text_column_and_files_must_exist(tmp_path):
+@pytest.mark.parametrize(
+    "header, said",
+    [
+        ("sentence,label", "the header row reads ['sentence', 'label'], with no 'text' column"),
+        # The fifty-second round: what it found and why, for a capital or another separator.
+        ("Text,Label", "reads ['Text', 'Label'], with no 'text' column; column names are lower"),
+        ("text;label", "reads ['text;label'], with no 'text' column; columns are separated by"),
+        ("text\tlabel", "with no 'text' column; columns are separated by commas"),
+    ],
+)
+def test_csv_needs_a_text_column_and_files_must_exist(tmp_path, header, said):
     path = tmp_path / "bad.csv"
-    path.write_text("sentence,label\nhello,1\n", encoding="utf-8")
-    _one_line(InputFileError, text.read_corpus, str(path), match="must name a 'text' column")
+    path.write_text(f"{header}\nhello,1\n", encoding="utf-8")
+    _one_line(InputFileError, text.read_corpus, str(path), match=re.escape(said))
     _one_line(InputFileError, text.read_corpus, str(tmp_path / "no.jsonl"), match="no such file")
 
 
