@@ -314,7 +314,7 @@ def verdict(
         rank = min(silent, key=lambda r: (by_agent(r), silent[r] == -signal.SIGTERM, r))
         # Killed by the launcher, stopped the timeout (before any heartbeat: the others
         # waited for it to start, no collective to time out): its SIGKILL was not the cause.
-        timed_out = rank in stalled or any(r.kind == "timeout" for r in reports.values())
+        timed_out = rank in stalled or timed_out_any
         if silent[rank] != 0 and timed_out:
             return (
                 rank,
