@@ -433,17 +433,7 @@ def load_checkpoint(path: Path) -> Loaded:
     `_check_rng`). InputFileError (one line) if anything is off."""
     if path.is_symlink():
         raise InputFileError(f"{path}: is a symbolic link; a run's checkpoints are its own folders")
-    manifest = read_manifest(path)
-    check_manifest_folder(path, manifest)
-    for name in FILES:
-        recorded = manifest.files.get(name)
-        if recorded is None:
-            raise InputFileError(f"{path}: the manifest has no checksum for {name}")
-        file = path / name
-        if not file.exists() and not file.is_symlink():
-            raise InputFileError(f"{file}: missing (the manifest records its checksum)")
-        if not file.is_file() or file.is_symlink():
-            raise InputFileError(f"{file}: is not a regular file; a checkpoint writes its own")
+    manifest = _folder_manifest(path)  # its files there, of their sizes, before any hash
     with contextlib.ExitStack() as opened:
         # Each file opened once, then hashed and loaded from what was opened: what is
         # loaded is what was checked (`read_tensors`).
@@ -505,12 +495,8 @@ def _open_checked(path: Path, name: str, manifest: CheckpointManifest) -> Iterat
     closed. `with _open_checked(step, "rng.pt", manifest) as f: read_tensors(step / "rng.pt", f)`"""
     file = path / name
     with open_input(file, TENSOR_FILE_LIMIT) as handle:
-        expected = (manifest.sizes or {}).get(name)
-        if expected is not None and (size := os.fstat(handle.fileno()).st_size) != expected:
-            raise InputFileError(
-                f"{file}: {size:,} bytes, but the manifest records {expected:,} (corrupted or "
-                "replaced)"
-            )
+        # Its size was held to the manifest's (`_folder_manifest`); one swapped in since is
+        # held to an archive's bytes here, before the hash reads them all.
         _check_archive(handle, file)
         if handle_sha256(handle) != manifest.files[name]:
             raise InputFileError(f"{file}: checksum mismatch (corrupted or replaced)")
@@ -828,13 +814,14 @@ def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> CheckpointManife
 
 
 def _folder_manifest(path: Path) -> CheckpointManifest:
-    """The manifest of the checkpoint folder `path`, its step the folder's: what report and
-    calibrate read of a checkpoint (`check_latest_trained_with`)."""
+    """The manifest of the checkpoint folder `path`, its step the folder's, and its files
+    there, of the sizes it records: what report and calibrate read of a checkpoint
+    (`check_latest_trained_with`), and what `load_checkpoint` checks before it hashes."""
     manifest = read_manifest(path)
     check_manifest_folder(path, manifest)
     # Its files there, as plain files: no tensor is read (forty-ninth round: a newest
     # checkpoint without model.pt was reported on in silence, where export said so).
-    for name in FILES:  # said as `load_checkpoint` says it
+    for name in FILES:
         file = path / name
         if not file.exists() and not file.is_symlink():
             raise InputFileError(f"{file}: missing (the manifest records its checksum)")
