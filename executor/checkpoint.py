@@ -806,8 +806,12 @@ def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> CheckpointManife
     passed over for the older, with a notice, as resume and export pass it over
     (`load_latest`). Returns the manifest (None without a checkpoint).
     `check_latest_trained_with(run_dir, load(RunConfig, run_dir / "run.json"))`."""
-    if not (run_dir / "checkpoints" / "latest").exists():
+    pointer = run_dir / "checkpoints" / "latest"
+    if not (pointer.exists() or pointer.is_symlink() or checkpoints_written(pointer.parent)):
         return None  # a run stopped before its first checkpoint: nothing to check against
+    # A pointer deleted beside its checkpoints is `latest`'s refusal here too: passed over,
+    # report and calibrate read run.json unchecked where export and resume refused the run
+    # (the fifty-second round).
     _, manifest = _first_usable(run_dir, "report", _folder_manifest, True)
     check_trained_with(manifest, cfg, run_dir / "run.json")
     return manifest

@@ -47,7 +47,7 @@ def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> No
     (`check_eval_metrics`, `check_summary`). InputFileError naming the file and field."""
     run_dir = Path(run_dir)
     check_priced_clusters(run_dir, config, records, check_priced_profiles(run_dir, config, records))
-    if (run_dir / "checkpoints" / "latest").exists():
+    if (run_dir / "checkpoints").exists():
         # Imported here: it brings torch, which a run without checkpoints never needs.
         from executor.checkpoint import check_latest_trained_with
         from executor.history import check_manifest_records, check_older_manifests

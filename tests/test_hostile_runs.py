@@ -1253,17 +1253,18 @@ def test_a_manifest_lacking_a_file_says_it_lacks_it(finished_run, tmp_path, caps
 
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("command", ["export", "resume"])
+@pytest.mark.parametrize("command", ["export", "resume", "report", "calibrate"])
 def test_a_deleted_latest_pointer_is_named(finished_run, tmp_path, capsys, command):
     """Found by the seventeenth round: checkpoints/latest deleted with step-N intact said
     "no checkpoint to resume from", though one is there. A missing pointer is refused as an
     edited one is (which checkpoint is the run's is not guessed), naming the pointer and the
-    checkpoints kept."""
+    checkpoints kept. The fifty-second round: report and calibrate passed over the run.json
+    check against the checkpoint in silence instead."""
     run = copy_run(finished_run, tmp_path)
     (run / "checkpoints" / "latest").unlink()
     argv = ["run", "--resume", str(run), "--epochs", "2"]
-    if command == "export":
-        argv = ["export", str(run), "--out", str(tmp_path / "e")]
+    if command in RUN_READERS:
+        argv = RUN_READERS[command][0](run, tmp_path)
     fragment = "checkpoints/latest: is missing, though the run has checkpoints (step-2)"
     refused(argv, tmp_path, capsys, fragment)
 
@@ -1443,7 +1444,7 @@ def test_outputs_inside_a_run_directory_are_refused(tmp_path, capsys, command, l
     if lock:
         (run / ".lock").touch()  # what claim_directory leaves in every run directory
     (run / "checkpoints" / "step-3").mkdir(parents=True)
-    (run / "checkpoints" / "step-3" / "manifest.json").write_text("{}")
+    (run / "checkpoints" / "step-3" / "model.pt").write_bytes(b"")  # a folder, no manifest
     (run / "model").mkdir()
     _readable(tmp_path, "calibrate")
     refused(_targets(run, tmp_path)[command], tmp_path, capsys, "which `pipeplan run` keeps")
@@ -1507,7 +1508,7 @@ def test_an_output_beside_a_runs_own_files_is_refused_too(tmp_path, capsys, comm
     written anywhere in it (the demo rebuilds its own, which would delete a user's file)."""
     run = _synthetic(tmp_path)
     (run / "checkpoints" / "step-3").mkdir(parents=True)
-    (run / "checkpoints" / "step-3" / "manifest.json").write_text("{}")
+    (run / "checkpoints" / "step-3" / "model.pt").write_bytes(b"")  # a folder, no manifest
     argv = _beside(run, tmp_path)[command]
     where = {"calibrate --out RUN/c.json": tmp_path / "fit", "preview --plot LINK/plots": None}
     where = where.get(command, run) or tmp_path / "link"  # named as spelled
