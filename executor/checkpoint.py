@@ -870,36 +870,46 @@ def _first_usable(
         reverse=True,
     )
     candidates = [newest, *older]
-    first_error: InputFileError | None = None
+    errors: dict[Path, InputFileError] = {}
     for path in candidates:
         try:
             value = read(path)
         except InputFileError as exc:
-            first_error = first_error or exc
+            errors[path] = exc
             continue
+        first_error = errors.get(newest)
         if path != newest and notice:
             log.warning("%s; %s %s", first_error, USING_OLDER[purpose], _instead(path, newest))
         elif notice and purpose != "report":  # report never said it: no new line where it reads
             _say_newer(newest, candidates, purpose)
         return path, value
-    assert first_error is not None
-    raise _none_left(run_dir, first_error, older)
+    raise _none_left(run_dir, errors)
 
 
-def _none_left(run_dir: Path, error: InputFileError, older: list[Path]) -> InputFileError:
-    """The one line when no checkpoint of the run verifies: why the newest does not (`error`),
-    that the `older` ones do not either and those an earlier resume set aside (`UNUSABLE`)
-    did not, and what is left to do. Naming the newest alone read as if removing it would
+# How many older checkpoints' defects the line names (a run keeps KEEP; more are by hand).
+NAMED_OLDER = 3
+
+
+def _none_left(run_dir: Path, errors: dict[Path, InputFileError]) -> InputFileError:
+    """The one line when no checkpoint of the run verifies: why the newest does not (the
+    first of `errors`), why each older one does not either, those an earlier resume set aside
+    (`UNUSABLE`), and what is left to do. Naming the newest alone read as if removing it would
     do, where it was the last: the only checkpoint, or the one left after a fallback resume
-    moved the newer aside (the thirty-fifth and thirty-sixth rounds).
+    moved the newer aside (the thirty-fifth and thirty-sixth rounds); naming the older ones
+    without their defects left the user to find each (the fifty-second round).
 
-        _none_left(run_dir, error, [])
+        _none_left(run_dir, {step_4: error})
         # "…/step-4/model.pt: checksum mismatch (…); unusable-step-6 was set aside before (it
         #  did not verify); no checkpoint of this run is left to continue from: delete …"
     """
-    said = [str(error)]
-    if older:
-        said.append(f"the older {', '.join(p.name for p in older)} cannot be used either")
+    newest, *older = errors
+    said = [str(errors[newest])]
+    for path in older[:NAMED_OLDER]:
+        # Said within its folder's name: the run's path once, in the newest's defect.
+        why = str(errors[path]).replace(f"{path}/", "").replace(f"{path}: ", "")
+        said.append(f"the older {path.name} cannot be used either ({why})")
+    if rest := older[NAMED_OLDER:]:
+        said.append(f"nor can {', '.join(p.name for p in rest)}")
     aside = sorted(
         (p.name for p in (run_dir / "checkpoints").glob(UNUSABLE + "step-*")),
         key=lambda name: (_step_of(Path(name.removeprefix(UNUSABLE).split(".")[0])), name),

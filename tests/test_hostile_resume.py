@@ -382,7 +382,10 @@ def test_every_checkpoint_corrupted_is_said_of_them_all(
         "resume": ["run", "--resume", str(run), "--epochs", "2"],
         "export": ["export", str(run), "--out", str(tmp_path / "out")],
     }[command]
-    said = ("step-4/model.pt: checksum mismatch", "the older step-3 cannot be used either")
+    said = (
+        "step-4/model.pt: checksum mismatch",
+        "the older step-3 cannot be used either (model.pt: checksum mismatch",
+    )
     refused(argv, tmp_path, capsys, (*said, "no checkpoint of this run is left"))
 
 
@@ -3998,13 +4001,14 @@ def test_no_checkpoint_that_verifies_is_said_alike_by_every_command(
     """Found by the thirty-sixth round (with its missing manifest): both checkpoints without
     their manifest.json, resume, export and report each said "step-6: checkpoint is
     incomplete". Each says, in the one line, that the older one cannot be used either and
-    that no checkpoint of the run is left."""
+    that no checkpoint of the run is left; the fifty-second round: and why."""
     run = copy_run(two_kept_run, tmp_path)
     for manifest in (run / "checkpoints").glob("step-*/manifest.json"):
         manifest.unlink()
     said = (
         f"pipeplan: error: {run / 'checkpoints' / 'step-6'}: checkpoint is incomplete (no "
-        "manifest.json); the older step-4 cannot be used either; no checkpoint of this run is "
+        "manifest.json); the older step-4 cannot be used either (checkpoint is incomplete (no "
+        "manifest.json)); no checkpoint of this run is "
         f"left to continue from: delete {run} to run it again"
     )
     refused(_two_kept_commands(run, tmp_path)[command], tmp_path, capsys, said)
