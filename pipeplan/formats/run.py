@@ -1027,6 +1027,7 @@ def check_records(
     phases: dict[int, PhaseRecord] = {}
     last: dict[str, int] = {}
     current: PhaseRecord | None = None
+    current_at = ""  # where `current` was read
     sequence = _Sequence()
     closed: list[tuple[EpochRecord, PhaseRecord, list[StepRecord], str]] = []  # likewise
     attempts: list[int] = []  # each closed epoch's run attempt (`_ForecastEpochs`)
@@ -1051,12 +1052,19 @@ def check_records(
             if config is not None:
                 _check_phase_config(record, config, at)
             phases[record.phase] = current = record
+            current_at = at
             attempt += record.resumed
             continue
         phase = phases.get(record.phase)
         if phase is None:
             what = f"{record.kind} {getattr(record, record.kind)}"
-            raise InputFileError(f"{at}: {what} is in phase {record.phase}, never started")
+            # The phase record before it named too: which of the two was edited is not told.
+            before = (
+                f" (the phase record before it, {current_at}, is phase {current.phase})"
+                if current is not None
+                else ""
+            )
+            raise InputFileError(f"{at}: {what} is in phase {record.phase}, never started{before}")
         if isinstance(record, STEP_RECORDS):
             if phase is not current:
                 raise InputFileError(
@@ -1091,9 +1099,14 @@ def check_records(
 
 
 def _check_order(record: PhaseRecord | StepRecord | EpochRecord, last: dict[str, int], at: str):
-    """Phases, steps and epochs each come once, in order: `last` holds the latest index of
-    each kind so far (updated here)."""
+    """Phases, steps and epochs each come once, in order, phases from 0: `last` holds the
+    latest index of each kind so far (updated here)."""
     index = getattr(record, record.kind)
+    if record.kind == "phase" and "phase" not in last and index != 0:
+        # Edited, its steps were blamed, on the next line (the fifty-first round).
+        raise InputFileError(
+            f"{at}: phase {index} is the run's first phase record; a run's phases count from 0"
+        )
     if index <= last.get(record.kind, -1):
         raise InputFileError(
             f"{at}: {record.kind} {index} after {record.kind} {last[record.kind]}: "
