@@ -110,10 +110,35 @@ def die_with_launcher() -> None:
     if not die_with_parent(launcher) or os.getppid() == 1:
         if named and os.getppid() != 1:  # set by hand: a rank of torchrun, not of that process
             sys.stderr.write(
-                f"pipeplan: error: {LAUNCHER_PID}={named!r} is set, but this rank was not "
-                "started by that process: it is `pipeplan run`'s own variable; unset it\n"
+                f"pipeplan: error: {named_rank()}{LAUNCHER_PID}={named!r} is set, but this "
+                "rank was not started by that process: it is `pipeplan run`'s own variable; "
+                "unset it\n"
             )
+            os._exit(2)  # bad input, as every refusal of the environment (fifty-third round)
         os._exit(1)  # faults.EXIT_FAILED (not imported yet)
+
+
+def named_rank() -> str:
+    """ "rank 1: " from torchrun's RANK, for a line said before the rank parsed its
+    environment ("" where RANK is not a rank number). Light: no torch."""
+    rank = os.environ.get("RANK", "")
+    return f"rank {int(rank)}: " if rank.isascii() and rank.isdigit() and len(rank) < 10 else ""
+
+
+def openmp_checked() -> None:
+    """torchrun's rank, before torch loads: an OpenMP variable libgomp refuses is this rank's
+    one line and exit 2, as the `pipeplan` command says it (`check_openmp_environment`).
+    Unchecked, `OMP_NUM_THREADS=0` printed libgomp's two lines and trained, and
+    `GOMP_CPU_AFFINITY=abc` spun every rank at 100 % CPU, deaf to SIGTERM, without bound
+    (the fifty-third round). Light: no torch."""
+    from pipeplan.errors import PipeplanError
+    from pipeplan.openmp import check_openmp_environment
+
+    try:
+        check_openmp_environment()
+    except PipeplanError as exc:
+        sys.stderr.write(f"pipeplan: error: {named_rank()}{exc}\n")
+        os._exit(2)
 
 
 def _stopped_as_it_starts(signum: int, frame: object) -> None:
@@ -150,6 +175,8 @@ if __name__ == "__main__":
     die_with_launcher()
     if replaced_as_it_started():  # not a file written there: its launcher says it moved
         os._exit(1)  # faults.EXIT_FAILED (not imported yet)
+    if not ours:  # torchrun's rank: `pipeplan run` made this check before it started ranks
+        openmp_checked()
     # `pipeplan run`'s rank: its report's room, kept now (its launcher removes a killed
     # rank's; torchrun would not, and shows a rank's own lines on its console anyway).
     if os.environ.get(LAUNCHER_PID):
@@ -878,7 +905,7 @@ def main(argv: list[str] | None = None) -> None:
         args = _parse(argv)
         world = launch_environment()
     except PipeplanError as exc:  # before anything: one line, as the CLI says it
-        pipeplan_log.error(exc)
+        pipeplan_log.error(f"{named_rank()}{exc}")  # which of torchrun's ranks (53rd round)
         sys.exit(2)
     rank = world["RANK"]
     die_with_launcher()
@@ -1172,8 +1199,8 @@ def launch_environment() -> dict[str, int]:
     )
     for key, low, high in limits:
         if values[key] < low or (high is not None and values[key] > high):
-            top = "" if high is None else f"..{high}"
-            raise BadArgumentError(f"{key}={values[key]}: must be in {low}{top}")
+            within = f"at least {low}" if high is None else f"in {low}..{high}"
+            raise BadArgumentError(f"{key}={values[key]}: must be {within}")
     if not os.environ.get("MASTER_ADDR"):
         raise BadArgumentError("MASTER_ADDR is not set: start it with torchrun")
     check_equal_nodes(values)

@@ -2583,17 +2583,22 @@ def _main_forked(argv: list[str], env: dict[str, str], timeout: float = 30) -> t
         # The fiftieth round: int() raised past 4,300 digits, a traceback.
         ({"MASTER_PORT": "9" * 5000}, "5,000 digits, beyond every limit pipeplan has"),
         ({"RANK": "9" * 5000}, "RANK='9999"),
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0: must be at least 1"),  # was "must be in 1"
     ],
 )
 def test_the_entry_refuses_a_wrong_environment_in_one_line(tmp_path, env, fragment):
     """A wrong launcher environment was a ValueError traceback, argparse's usage and error,
     or (RANK beyond the world) 65 lines after a minute of rendezvous retries. Refused before
-    any process group or file: the run directory need not exist."""
+    any process group or file: the run directory need not exist. The fifty-third round: the
+    line names the rank where RANK is a number (three ranks said the same unnamed line)."""
     given = {k: v for k, v in {**os.environ, **RANK_ENV, **env}.items() if v is not None}
     given.pop("PIPEPLAN_LAUNCHER_PID", None)
     code, err = _main_forked([str(tmp_path / "runs" / "r")], given)
     assert code == 2 and err.count("\n") == 1, err[-3000:]
     assert err.startswith("pipeplan: error: ") and fragment in err, err
+    rank = given.get("RANK", "")
+    if rank.isdigit() and len(rank) < 10:
+        assert err.startswith(f"pipeplan: error: rank {rank}: "), err
 
 
 @pytest.mark.timeout(120)
@@ -2687,7 +2692,7 @@ def test_the_entry_refuses_nodes_of_different_sizes(tmp_path, capsys, world, loc
     code, err = _main_forked([str(run)], env)
     assert code == 2, err[-3000:]
     assert err.splitlines() == [
-        f"pipeplan: error: WORLD_SIZE={world}: not LOCAL_WORLD_SIZE={local} ranks on {on}; "
+        f"pipeplan: error: rank 0: WORLD_SIZE={world}: not LOCAL_WORLD_SIZE={local} ranks on {on}; "
         "a run is planned for nodes of as many ranks each: start torchrun with the same "
         "--nproc-per-node on every node"
     ]

@@ -2620,9 +2620,52 @@ def test_pipeplan_run_variables_set_by_hand_under_torchrun_are_not_believed(tmp_
         cwd=Path(launch.__file__).parents[1],
     )
     lines = done.stderr.splitlines()
-    assert done.returncode == 1 and len(lines) == 1, done.stderr
-    assert lines[0].startswith("pipeplan: error: PIPEPLAN_LAUNCHER_PID='999999999' is set")
+    # The fifty-third round: exit 1, and no rank named; every refusal of the environment is 2.
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(
+        "pipeplan: error: rank 0: PIPEPLAN_LAUNCHER_PID='999999999' is set"
+    ), lines
     assert "unset it" in lines[0] and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "variable, value, said",
+    [
+        ("OMP_NUM_THREADS", "0", "libgomp: Invalid value for environment variable OMP_NUM_THREADS"),
+        ("GOMP_CPU_AFFINITY", "abc", "never finished reading GOMP_CPU_AFFINITY='abc'"),
+    ],
+)
+def test_a_torchrun_rank_refuses_an_openmp_variable_before_torch_loads(
+    tmp_path, variable, value, said
+):
+    """Found by the fifty-third round: under torchrun (the entry, `python -m executor.launch`)
+    `OMP_NUM_THREADS=0` printed libgomp's blank line and refusal and trained, and
+    `GOMP_CPU_AFFINITY=abc` spun the rank at 100 % CPU, deaf to SIGTERM, for 690 s and more.
+    The rank checks the variables as the `pipeplan` command does, before torch loads: its one
+    line, naming it, exit 2, within the probe's bound; nothing written."""
+    import subprocess
+    import sys
+    import time
+
+    from executor import launch
+
+    env = {**os.environ, variable: value, "RANK": "1"}
+    for key in (launch.LAUNCHER_PID, launch.RUN_DIR_ID):
+        env.pop(key, None)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "executor.launch", str(tmp_path / "r")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=Path(launch.__file__).parents[1],
+    )
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("pipeplan: error: rank 1: the environment: ") and said in lines[0]
+    assert time.monotonic() - started < 60 and list(tmp_path.iterdir()) == []
 
 
 def test_a_rank_whose_run_directory_was_replaced_as_it_started_writes_nothing(
