@@ -186,6 +186,8 @@ if __name__ == "__main__":
 import argparse
 import contextlib
 import dataclasses
+import hashlib
+import json
 import logging
 import re
 import shlex
@@ -248,6 +250,7 @@ from executor.task import (
     read_data_record,
     read_run_config,
 )
+from executor.topology import host_group
 from executor.worker import (
     BEFORE_ANY_UPDATE,
     DIVERGED,
@@ -1377,6 +1380,8 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
         remove_stale_caches()  # of runs killed before they could remove their cache
     with stoppable():  # waiting for the others takes Ctrl-C, SIGTERM and SIGHUP
         device = init_distributed(cfg.device, cfg.collective_timeout_s, start_wait(cfg))
+    if not under_pipeplan_run():  # `pipeplan run`'s ranks read one folder
+        check_one_run(run_dir, cfg)
     rank = dist.get_rank()
     if rank != 0 and int(os.environ["LOCAL_RANK"]) == 0 and not under_pipeplan_run():
         # Another node's copy of the run is locked too, for the run's life (rank 0 took its
@@ -1405,6 +1410,46 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
         commit_config(run_dir)  # a resume that took no checkpoint has still finished
         summarize(run_dir)
     dist.destroy_process_group()
+
+
+def check_one_run(run_dir: Path, cfg: RunConfig) -> None:
+    """torchrun's nodes each read their own copy of the run: every rank's run.json (`cfg`, as
+    this rank runs it) and data.json are rank 0's, or every rank refuses the run in one line
+    naming the first rank that differs and how. Nodes prepared with another --lr or --seed
+    trained one run under both, its records stating rank 0's; another --global-batch ended in
+    torch's shape error (the fifty-third round).
+
+        check_one_run(Path("runs/exp1"), cfg)
+        # "runs/exp1/run.json: rank 1's differs from rank 0's: lr 0.002 there, 0.001 on rank 0; …"
+    """
+    data = run_dir / DATA_RECORD
+    mine = (
+        json.loads(dumps(cfg)),
+        hashlib.sha256(data.read_bytes()).hexdigest() if data.is_file() else None,
+    )
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine, group=host_group())
+    first, first_data = every[0]
+    for other, (config, data_sha) in enumerate(every):
+        if config != first:
+            fields = sorted(
+                k for k in first.keys() | config.keys() if first.get(k) != config.get(k)
+            )
+            said = "; ".join(
+                f"{k} {quoted(config.get(k), 60)} there, {quoted(first.get(k), 60)} on rank 0"
+                for k in fields[:3]
+            )
+            more = f" and {len(fields) - 3} more" if len(fields) > 3 else ""
+            raise BadArgumentError(
+                f"{run_dir / 'run.json'}: rank {other}'s differs from rank 0's: {said}{more}; "
+                "every node runs one prepared run: copy rank 0's run directory to every node"
+            )
+        if data_sha != first_data:
+            raise BadArgumentError(
+                f"{data}: rank {other}'s differs from rank 0's (another --data, or other data "
+                "files): every node runs one prepared run: copy rank 0's run directory and "
+                "data to every node"
+            )
 
 
 def rank_config(run_dir: Path, resume: bool) -> RunConfig:

@@ -179,6 +179,43 @@ def test_the_printed_torchrun_command_waits_for_a_missing_node_at_most_the_runs_
     assert not (tmp_path / "runs" / "exp1" / "run.jsonl").exists()  # no rank ever started
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_nodes_prepared_with_other_flags_are_refused_before_they_train(tmp_path):
+    """Found by the fifty-third round: two nodes whose copies of the run were prepared with
+    another --lr (or --seed) trained one run under both, rank 0's run.json stating its own
+    rate; another --global-batch ended in torch's shape error. Each rank holds its run.json
+    and data.json to rank 0's once the job has met: one line, naming the field, on both
+    nodes; nothing recorded."""
+    port = free_port()
+    prepare, nodes = readme_commands(port)
+    folders = [tmp_path / "node0", tmp_path / "node1"]
+    for folder, extra in zip(folders, ([], ["--lr", "0.002"]), strict=True):
+        folder.mkdir()
+        done = subprocess.run(
+            [*prepare, *extra], cwd=folder, env=environment(), capture_output=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+    agents = []
+    for command, folder in zip(nodes, folders, strict=True):
+        log = open(folder / "agent.log", "w")  # noqa: SIM115
+        agents.append(
+            subprocess.Popen(
+                command, cwd=folder, env=environment(), stdout=log, stderr=subprocess.STDOUT
+            )
+        )
+    codes = [agent.wait(timeout=240) for agent in agents]
+    logs = [(folder / "agent.log").read_text() for folder in folders]
+    assert codes[0] != 0 and codes[1] != 0, logs
+    said = "run.json: rank 1's differs from rank 0's: lr 0.002 there, 0.001 on rank 0"
+    for rank, text in enumerate(logs):
+        ours = [line for line in text.splitlines() if line.startswith("pipeplan: error:")]
+        assert len(ours) == 1 and ours[0].startswith(f"pipeplan: error: rank {rank}: ")
+        assert said in ours[0], ours
+    for folder in folders:
+        assert not (folder / "runs" / "exp1" / "run.jsonl").exists()
+
+
 @pytest.mark.long
 @pytest.mark.multiprocess
 @pytest.mark.timeout(900)
