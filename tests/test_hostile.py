@@ -1549,6 +1549,8 @@ def hostile_files(tmp_path: Path, plans: dict[str, str]) -> dict[str, str]:
         "BOM": ("bom.json", b"\xef\xbb\xbf{}"),
         "LIST": ("list.json", b"[]"),
         "TRAJ": ("traj.json", b'{"frozen_layers": ["3"]}'),
+        "T": ("t.json", b'{"frozen_layers": [0, 1]}'),
+        "TLIST": ("tlist.json", b"[0, 1]"),
         "DUP": ("dup.json", b'{"schema_version": 1, "nodes": 2, "nodes": 3}'),
     }
     paths = {"DIR": str(d), "B": str(shipped_profile("bert-tiny", "cpu")), **plans}
@@ -1592,6 +1594,15 @@ def test_a_fresh_round_of_hostile_inputs(tmp_path, capsys, plans, case):
             f"preview --profile {{P}} --freeze-schedule {{MANIFEST}} {SHAPE}",
             "{MANIFEST}: not a freeze trajectory (it is a checkpoint manifest)",
         ),
+        # The fifty-third round: a trajectory was "profile has no schema_version", and a bare
+        # list "expected a JSON object", not named as the trajectory it is.
+        (f"preview --profile {{T}} {SHAPE}", "{T}: not a profile (it is a freeze trajectory)"),
+        (f"preview --profile {{P}} --cluster {{T}} {SHAPE}", "{T}: not a cluster (it is a freeze"),
+        (
+            f"preview --profile {{TLIST}} {SHAPE}",
+            "{TLIST}: expected a JSON object for a profile (it is a JSON list: a freeze "
+            "trajectory is one)",
+        ),
     ],
     ids=[
         "profile as --plan",
@@ -1600,6 +1611,9 @@ def test_a_fresh_round_of_hostile_inputs(tmp_path, capsys, plans, case):
         "cluster",
         "freeze",
         "manifest as --freeze-schedule",
+        "trajectory as --profile",
+        "trajectory as --cluster",
+        "bare trajectory as --profile",
     ],
 )
 def test_a_file_of_another_kind_is_named_as_that_kind(tmp_path, capsys, plans, template, fragment):

@@ -37,7 +37,7 @@ from pipeplan.formats.base import (
 )
 from pipeplan.formats.checkpoint import CheckpointManifest
 from pipeplan.formats.cluster import Cluster, Link
-from pipeplan.formats.freeze import FreezePhase, FreezeSchedule
+from pipeplan.formats.freeze import FreezePhase, FreezeSchedule, TrajectoryFile
 from pipeplan.formats.layout import SCHEDULES, Layout, Schedule
 from pipeplan.formats.plan import (
     AblationRow,
@@ -132,7 +132,10 @@ KINDS.update(
         Report: "report",
         CheckpointManifest: "checkpoint manifest",
         DataRecord: "data record",
-        FreezeSchedule: "freeze schedule",
+        # Both are a freeze trajectory file (written out whole, or its frozen_layers alone):
+        # given for a profile or cluster, neither was named (the fifty-third round).
+        FreezeSchedule: "freeze trajectory",
+        TrajectoryFile: "freeze trajectory",
     }
 )
 
@@ -140,7 +143,9 @@ KINDS.update(
 # Each kind's largest file (`load` refuses a larger one unread): small ones of a few fields,
 # and those that grow with a run's phases or decisions; the others (a profile of 4,096 blocks,
 # a data record) take `MAX_JSON_BYTES`.
-FILE_LIMITS.update(dict.fromkeys((Cluster, RunConfig, FreezeSchedule), MAX_SMALL_JSON_BYTES))
+FILE_LIMITS.update(
+    dict.fromkeys((Cluster, RunConfig, FreezeSchedule, TrajectoryFile), MAX_SMALL_JSON_BYTES)
+)
 FILE_LIMITS.update(
     dict.fromkeys((Plan, RunSummary, Report, CheckpointManifest), MAX_PHASED_JSON_BYTES)
 )

@@ -752,8 +752,8 @@ def other_kind(model: type[BaseModel], data: dict) -> str | None:
     # `frozen_layers` a freeze trajectory requires, and was refused for its type.
     if required and required <= set(data) <= set(model.model_fields):
         return None
-    others = [name for kind, name in KINDS.items() if kind is not model and _is_kind(kind, data)]
-    return others[0] if len(others) == 1 else None
+    others = {name for kind, name in KINDS.items() if kind is not model and _is_kind(kind, data)}
+    return others.pop() if len(others) == 1 else None
 
 
 def parse(model: type[M], text: str, source: str = "input") -> M:
@@ -761,7 +761,10 @@ def parse(model: type[M], text: str, source: str = "input") -> M:
     kind = kind_of(model)
     data = check_json(text, source)
     if not isinstance(data, dict):
-        raise InputFileError(f"{source}: expected a JSON object for a {kind}")
+        # A list of counts is what a freeze trajectory is, bare (the fifty-third round).
+        counts = isinstance(data, list) and all(type(x) is int for x in data[:100])
+        it = " (it is a JSON list: a freeze trajectory is one)" if counts and data else ""
+        raise InputFileError(f"{source}: expected a JSON object for a {kind}{it}")
     # Before its version: a profile given as --plan was "plan schema_version 1 is not
     # supported", as if it were an old plan.
     other = other_kind(model, data)
