@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, get_args
 
 from pipeplan import freeze, models
 from pipeplan.cluster import HostRanks, format_bytes, rank_memory, run_cluster
-from pipeplan.costmodel import CostModel
+from pipeplan.costmodel import CostModel, check_profile
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.fileio import CALIBRATION_FILE, write_atomic
 from pipeplan.formats import (
@@ -128,6 +128,7 @@ def config_profile(cfg: RunConfig, seq: LayerSequence | None = None) -> Profile:
             "--profile P.json"
         )
     profile = load(Profile, path)
+    check_profile(profile, str(path))
     # The advice measures the input the run feeds too: a profile of the folder alone was
     # refused next for its input (a second refusal after following the first).
     flags = _profile_flags(seq, cfg) if seq is not None else _precision_flag(cfg)
@@ -462,8 +463,9 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig, where: str | Path) 
     # thirty-fifth round); any other spelling was refused.
     if plan.inputs.profile.model != profile.model.name:
         raise BadArgumentError(
-            f"the plan is for model '{plan.inputs.profile.model}', not '{cfg.model}' "
-            f"(its profile is of '{profile.model.name}')"
+            f"{where}: the plan is for model '{plan.inputs.profile.model}' "
+            f"(inputs.profile.model), not '{cfg.model}' (its profile is of "
+            f"'{profile.model.name}')"
         )
     if plan.inputs.epochs != cfg.epochs:
         # A plan's phases tile its epochs: fewer cut its schedule where it never said to stop

@@ -187,8 +187,17 @@ def _fit_line(sizes: Sequence[int], times: Sequence[float]) -> tuple[float, floa
     return float(a), float(c)
 
 
-def check_profile(profile: Profile) -> None:
-    """The layer sequence must be embeddings, the model's blocks, head, each with a timing."""
+def check_profile(profile: Profile, where: str | None = None) -> None:
+    """The layer sequence must be embeddings, the model's blocks, head, each with a timing.
+    `where`: the profile's file, named in the line (the fifty-third round: a layer with no
+    usable size was the one profile refusal not naming it)."""
+    try:
+        _check_layers(profile)
+    except InputFileError as exc:
+        raise InputFileError(f"{where}: {exc}" if where else str(exc)) from None
+
+
+def _check_layers(profile: Profile) -> None:
     layers = profile.layers
     expected = profile.model.config.get("num_hidden_layers")
     if expected is not None and len(layers) != expected + 2:
@@ -205,14 +214,16 @@ def check_profile(profile: Profile) -> None:
     for layer in layers:
         if not any(t.feasible for t in layer.timings):
             raise InputFileError(
-                f"profile layer {layer.index} ({layer.name}) has no feasible micro-batch size"
+                f"profile layer {layer.index} ({layer.name}) has no feasible micro-batch size "
+                f"(layers.{layer.index}.timings)"
             )
         # The planner never uses a size at or above a layer's smallest infeasible one; at 1
         # no size is left, and the floor of 1 planned that size anyway (thirty-first round).
         if any(t.micro_batch == 1 and not t.feasible for t in layer.timings):
             raise InputFileError(
                 f"profile layer {layer.index} ({layer.name}) ran out of memory at micro-batch "
-                "size 1: no micro-batch size can run it; profile on a device with more memory"
+                f"size 1 (layers.{layer.index}.timings): no micro-batch size can run it; "
+                "profile on a device with more memory"
             )
 
 

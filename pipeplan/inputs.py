@@ -338,9 +338,11 @@ class PlanRequest(Strict):
 
     def resolve(self) -> PlanArgs:
         """Load the profile and cluster, build the freeze schedule and the pins."""
+        from pipeplan.costmodel import check_profile
         from pipeplan.solver import Pins  # the solver pulls in scipy: not at start-up
 
         profile = load(Profile, self.profile)
+        check_profile(profile, self.profile)
         if self.precision is not None:  # left out, it is the profile's own
             check_precision(profile, self.precision, self.profile)
         cluster = self._cluster(profile)

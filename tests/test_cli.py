@@ -474,6 +474,14 @@ def test_a_flag_left_out_takes_the_plan_s_or_profile_s_value(tmp_path, capsys, m
     ):
         assert cli.main([*run, "b", *given]) == 2
         assert capsys.readouterr().err.splitlines() == [f"pipeplan: error: {refusal}"]
+    # The fifty-third round: an edited model was the one plan mismatch not naming the file.
+    doc = json.loads((tmp_path / "p.json").read_text())
+    doc["inputs"]["profile"]["model"] = "bert-tiny"
+    (tmp_path / "e.json").write_text(json.dumps(doc))
+    assert cli.main([*(x if x != "p.json" else "e.json" for x in run), "b"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "pipeplan: error: e.json: the plan is for model 'bert-tiny' (inputs.profile.model), not "
+    )
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["a"]
     capsys.readouterr()
     bf16 = str(shipped_profile("vit-digits", "cpu", "bf16"))

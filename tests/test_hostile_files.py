@@ -1416,7 +1416,9 @@ def test_a_layer_out_of_memory_at_one_sample_is_refused_not_planned(tmp_path, ca
     argv += ["--global-batch", "8", "--samples", "80", "--epochs", "1", "--freeze", "none"]
     if command == "plan":
         argv = [a for a in argv if a != "--freeze" and a != "none"] + ["--out", str(tmp_path / "p")]
-    refused(argv, tmp_path, capsys, ("layer 3", "out of memory at micro-batch size 1"))
+    # The fifty-third round: the file and field named, as every other profile refusal does.
+    said = f"{path}: profile layer 3 (block3) ran out of memory at micro-batch size 1 (layers.3"
+    refused(argv, tmp_path, capsys, said)
 
 
 LONG = "a" * 300  # longer than any file system's name (255 bytes on most)
