@@ -44,6 +44,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 import warnings
 from collections.abc import Iterator
@@ -861,11 +862,11 @@ def _read(encoder: _Encoder, texts: list[str]) -> tuple[torch.Tensor, list[int]]
         ids, short = _read(encoder, ["good film", " " * 2000 + "good film"])   # short: []
     """
     reach = CHARS_PER_TOKEN * encoder.length
-    ids, used = encoder([text[:reach] for text in texts])
+    ids, used = encoder([_window(text, reach) for text in texts])
     short = [i for i, n in enumerate(used) if n < encoder.length and len(texts[i]) > reach]
     while short and reach < MAX_READ_GROWTH * CHARS_PER_TOKEN * encoder.length:
         reach *= 2
-        again, used = encoder([texts[i][:reach] for i in short])
+        again, used = encoder([_window(texts[i], reach) for i in short])
         ids[short] = again
         short = [
             i
@@ -873,6 +874,26 @@ def _read(encoder: _Encoder, texts: list[str]) -> tuple[torch.Tensor, list[int]]
             if n < encoder.length and len(texts[i]) > reach
         ]
     return ids, short
+
+
+def _window(text: str, reach: int) -> str:
+    """`text` cut to at most `reach` characters, before the word the cut would split: a word cut
+    short is another token ("go" where the text says "good"), which the exported tokenizer,
+    reading the text whole, never gives, and the run trained on it where it filled the last
+    token (the fifty-third round: held-out accuracy 50 %, the export's 100 %). Every tokenizer
+    pipeplan loads splits words at whitespace first, so the tokens before it are the whole
+    text's. A window with no whitespace is cut where it ends: one word of `reach` characters.
+
+        _window("aaa good film", 6)   # "aaa"
+    """
+    if len(text) <= reach:
+        return text
+    last = _LAST_SPACE.search(text, 0, reach + 1)  # a space at `reach` itself ends a word too
+    return text[: last.start()] if last is not None and last.start() > 0 else text[:reach]
+
+
+# The last whitespace of a string (what `_window` cuts at).
+_LAST_SPACE = re.compile(r"\s(?=\S*\Z)")
 
 
 def _warn_read_short(first: str, count: int, length: int) -> None:
