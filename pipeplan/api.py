@@ -22,7 +22,9 @@ with units ("100MiB", "15.75GB/s"; a rate's text needs its unit, as on the comma
 
 from __future__ import annotations
 
+import difflib
 import functools
+import inspect
 import numbers
 from collections.abc import Callable
 from pathlib import Path, PurePath
@@ -55,8 +57,14 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
     KeyboardInterrupt from importlib, pydantic or torch (forty-ninth round). What the file
     system refuses (a name too long) is an InputFileError, the command line's line."""
 
+    signature = inspect.signature(command)
+
     @functools.wraps(command)
     def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:  # Python's own words, as the command line's one line
+            raise BadArgumentError(_misnamed(command.__name__, signature, kwargs, exc)) from None
         try:
             return command(*args, **kwargs)
         except KeyboardInterrupt:
@@ -70,6 +78,23 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
             raise
 
     return call
+
+
+def _misnamed(name: str, signature: inspect.Signature, given: dict, exc: TypeError) -> str:
+    """What a call the signature refuses lacks, and the keyword given that may have been
+    meant for it: `preview(profil="p.json")` was Python's bare TypeError "missing 1 required
+    positional argument" (the fifty-third round).
+
+        _misnamed("preview", signature, {"profil": "p.json"}, exc)
+        # "preview(): missing 1 required positional argument: 'profile' (given profil=:
+        #  did you mean profile=?)"
+    """
+    said = str(exc).removeprefix(f"{name}() ")
+    named = [p for p, v in signature.parameters.items() if v.kind is not v.VAR_KEYWORD]
+    for key in given:
+        if key not in named and (close := difflib.get_close_matches(key, named, n=1)):
+            return f"{name}(): {said} (given {key}=: did you mean {close[0]}=?)"
+    return f"{name}(): {said}"
 
 
 @_as_the_command_line
@@ -194,6 +219,12 @@ def _text(value: str, flag: str, longest: int | None = MAX_TEXT) -> str:
         why = "holds a NUL byte" if "\0" in value else f"is {len(value):,} characters long"
         shown = excerpt(value.replace("\0", "\\x00"))  # a NUL printed would cut the line
         raise BadArgumentError(f"{flag}: {shown} {why}; no path does")
+    try:
+        value.encode()
+    except UnicodeEncodeError:  # a lone surrogate: no file name, and no line, can hold it
+        raise BadArgumentError(
+            f"{flag}: {excerpt(ascii(value))} is not text UTF-8 can encode (a lone surrogate)"
+        ) from None
     try:
         return printable(value)
     except ValueError as exc:

@@ -187,6 +187,19 @@ def test_text_options_are_checked_as_the_command_lines_tokens(
         ("preview", {"alpha": np.bytes_(b"+0.3")}, "--alpha: np.bytes_(b'+0.3') is bytes"),
         ("preview", {"devices": 4}, "no option 'devices'; the options are: alpha, boundaries, "),
         ("export", {"run_dir": "r", "out": "o", "force": True}, "no option 'force'; the options"),
+        # The fifty-third round: a misspelt required keyword was Python's bare TypeError, and
+        # a lone surrogate a UnicodeEncodeError from the file system.
+        (
+            "preview",
+            {"profile": None, "profil": "x.json"},
+            "preview(): missing a required argument: 'profile' (given profil=: did you mean "
+            "profile=?)",
+        ),
+        ("export", {"run_dir": "r", "outt": "x"}, "export(): missing a required argument: 'out'"),
+        ("profile", {"modl": "bert-synth"}, "(given modl=: did you mean model=?)"),
+        ("preview", {"profile": "\ud800.json"}, "--profile: '\\ud800.json' is not text UTF-8"),
+        ("export", {"run_dir": "\ud800", "out": "o"}, "RUN_DIR: '\\ud800' is not text UTF-8 can"),
+        ("preview", {"cluster": "\ud800"}, "--cluster: '\\ud800' is not text UTF-8 can encode"),
     ],
 )
 def test_bytes_and_unknown_keywords_are_one_line(tmp_path, monkeypatch, call, given, said):
@@ -196,10 +209,11 @@ def test_bytes_and_unknown_keywords_are_one_line(tmp_path, monkeypatch, call, gi
     documented keywords are the flags' names (`device_memory`)."""
     monkeypatch.chdir(tmp_path)
     arguments = {"profile": PROFILE} if call == "preview" else {}
+    given = {k: v for k, v in {**arguments, **given}.items() if v is not None}
     with pytest.raises(PipeplanError) as refused:
-        getattr(pipeplan, call)(**{**arguments, **given})
+        getattr(pipeplan, call)(**given)
     assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
-    assert "_bytes" not in str(refused.value)
+    assert "_bytes" not in str(refused.value) and list(tmp_path.iterdir()) == []
 
 
 def test_run_builds_the_run_config_as_the_command_line_does(tmp_path, monkeypatch):
