@@ -592,6 +592,20 @@ CALIBRATION17 = {
         with_path(CALIBRATED, ("calibration", "not_fitted"), {"fwd_scale": "x"}),
         ("'calibration'", "not_fitted names fwd_scale, but it holds 1.25, a fitted value"),
     ),
+    # The fifty-third round: fwd_scale edited, which an unfitted nograd_scale copies, was
+    # named as nograd_scale alone (and the advice would have made the edit pass).
+    "a scale edited that an unfitted one copies": (
+        with_path(
+            with_path(
+                with_path(CALIBRATED, ("calibration", "not_fitted"), {"nograd_scale": "x"}),
+                ("calibration", "nograd_scale"),
+                1.25,
+            ),
+            ("calibration", "fwd_scale"),
+            1.5,
+        ),
+        ("'calibration'", "unfitted, it is 1.5 (nograd_scale or fwd_scale was edited)"),
+    ),
     "a fitted term said not fitted": (
         with_path(CALIBRATED, ("calibration", "not_fitted"), {"optimizer_s_per_byte": "x"}),
         ("'calibration'", "not_fitted names optimizer_s_per_byte, but it holds 2e-09"),

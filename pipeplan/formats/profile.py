@@ -614,6 +614,16 @@ PINNED: dict[str, Any] = {
 }
 
 
+# The fields each PINNED value is taken from, where it is another field's.
+PINNED_FROM = {
+    "nograd_scale": ("fwd_scale",),
+    "fwd_call_scale": ("fwd_scale",),
+    "nograd_call_scale": ("nograd_scale", "fwd_call_scale"),
+    "bwd_scale": ("fwd_scale",),
+    "bwd_call_scale": ("bwd_scale", "fwd_call_scale"),
+}
+
+
 # The parameters whose unfitted value is null (`PINNED`): calibrate writes a number for each
 # it fits (a call scale it cannot separate gets its parent's), so null comes with a reason.
 NULL_WHEN_UNFITTED = (
@@ -642,9 +652,13 @@ def _check_not_fitted(calibration: Calibration, name: str) -> None:
     value, allowed = getattr(calibration, name), PINNED[name](calibration)
     if value not in allowed:
         shown = " or ".join("null" if a is None else repr(a) for a in allowed)
+        # Where the value is another field's, that one may be the one edited: both named (the
+        # fifty-third round: an edited fwd_scale was named as nograd_scale alone).
+        sources = PINNED_FROM.get(name, ())
+        edited = f" ({' or '.join((name, *sources))} was edited)" if sources else ""
         raise ValueError(
             f"not_fitted names {name}, but it holds {value!r}, a fitted value: unfitted, it is "
-            f"{shown}"
+            f"{shown}{edited}"
         )
 
 
