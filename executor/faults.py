@@ -95,6 +95,13 @@ class PeerSilent(PipeplanError):
     collective's timeout, so the launcher names the silent rank, not the rank that waited."""
 
 
+class PeerLost(PipeplanError):
+    """Under torchrun, a rank whose collective failed for a lost connection found a peer
+    whose heartbeat had stopped: killed or failed (`worker.named_lost`). Still a "lost"
+    report, a consequence; its line names the peer, where gloo's "Connection reset by peer"
+    named no one (the fifty-third round)."""
+
+
 class SignalInterrupt(KeyboardInterrupt):
     """The KeyboardInterrupt a rank's SIGINT raises (`on_sigint`). Any other one was raised by
     code, the user's data code most often: not a signal (twenty-eighth round: `raise
@@ -119,6 +126,8 @@ def classify(exc: BaseException) -> str:
         return "stopped"
     if isinstance(exc, PeerSilent):  # a peer's fault, seen by this rank: as a collective's
         return "timeout"
+    if isinstance(exc, PeerLost):
+        return "lost"
     backend = _backend_error(exc)
     if backend is None:
         return "raised"

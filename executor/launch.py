@@ -260,6 +260,7 @@ from executor.worker import (
     Trainer,
     end_one_sided_waits,
     init_distributed,
+    named_lost,
     named_silent,
 )
 from pipeplan import log as pipeplan_log
@@ -933,6 +934,8 @@ def main(argv: list[str] | None = None) -> None:
             train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as caught:  # every failure is reported, then the rank exits
         exc = named_silent(caught)  # a collective's timeout names the peer that fell silent
+        if not args.log_dir:  # torchrun's: no launcher of ours names the rank that died
+            exc = named_lost(exc)
         said = start_line(exc, rank)
         # Bad input (a run file missing or edited, a diverged run: a PipeplanError) is one
         # line under torchrun as on the CLI; only a failure of the code shows its traceback.

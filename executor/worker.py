@@ -47,7 +47,7 @@ from executor.data import (
     users_side,
     warn_once_per_place,
 )
-from executor.faults import PeerSilent
+from executor.faults import PeerLost, PeerSilent
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseRuntime, StepMean, StepTimes, frozen_forward
 from executor.planning import RunPlanner
@@ -618,6 +618,26 @@ def named_silent(exc: BaseException) -> BaseException:
     named = PeerSilent(
         f"no response from {_ranks(silent)} (stopped or hung: no heartbeat) while rank "
         f"{_one_sided[0].rank} waited in a collective: {faults.describe(exc, 'timeout')}"
+    )
+    named.__cause__ = exc
+    return named
+
+
+def named_lost(exc: BaseException) -> BaseException:
+    """`exc`, or where it is a collective's lost connection and peers' heartbeats have
+    stopped, a PeerLost that names them (chained from `exc`). For torchrun's ranks, whom no
+    launcher of pipeplan's names: a peer killed mid-step left the survivor's line saying
+    gloo's "Connection reset by peer", naming no one (the fifty-third round). [] heartbeats
+    to read (the store went with the rank that hosted it): `exc` as it is."""
+    if faults.classify(exc) != "lost" or isinstance(exc, PeerLost):
+        return exc
+    silent = silent_peers()
+    if not silent:
+        return exc
+    named = PeerLost(
+        f"lost {_ranks(silent)} (its heartbeat stopped: killed or failed; its node's output "
+        f"says why) while rank {_one_sided[0].rank} waited in a collective: "
+        f"{faults.describe(exc, 'lost')}"
     )
     named.__cause__ = exc
     return named

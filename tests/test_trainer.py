@@ -415,6 +415,18 @@ def test_a_timed_out_collective_names_the_peer_whose_heartbeat_stopped(monkeypat
         assert faults.classify(named) == "timeout"
         other = ValueError("sample 3 is unreadable")  # not a timeout: kept as it is
         assert worker.named_silent(other) is other
+        # The fifty-third round: a peer killed mid-step, gloo's lost connection named no one
+        # under torchrun. The peer whose beats stopped is named; still a "lost" report.
+        gloo = "[../gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:1929: Connection reset"
+        lost = RuntimeError(gloo + " by peer")
+        named = worker.named_lost(lost)
+        assert isinstance(named, faults.PeerLost) and named.__cause__ is lost
+        assert str(named) == (
+            "lost rank 1 (its heartbeat stopped: killed or failed; its node's output says why) "
+            "while rank 0 waited in a collective: a collective failed: Read error "
+            "[127.0.0.1]:1929: Connection reset by peer"
+        )
+        assert faults.classify(named) == "lost" and worker.named_lost(timeout) is timeout
     finally:
         done.set()
         waits.close()
