@@ -21,6 +21,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copyreg
+import faulthandler
+import gc
 import gzip
 import importlib
 import importlib.util
@@ -1889,6 +1891,7 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     timers = _timers()
     temp = _temp_settings()
     handlers, mask = _signals()
+    callbacks, interval = list(gc.callbacks), sys.getswitchinterval()
     threads = set(threading.enumerate()) if pipeplan_log.holds_threads() else None
     watched = _watching()
     try:
@@ -1935,6 +1938,20 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
                 ("recursion", f"lowered Python's recursion limit to {lowered:,} (it was {depth:,})")
             )
         said += [("tempfile", change) for change in _temp_settings_put_back(temp)]
+        # The fifty-third round: a gc callback ran in pipeplan's code (one that set a tracer
+        # made a raising tracer the model build's failure); a switch interval of 1e6 s left
+        # the hang watch, a thread, no turn to run; a faulthandler watchdog (which no call can
+        # see armed) ended the command, exit 1, in silence: disarmed after every call.
+        faulthandler.cancel_dump_traceback_later()
+        if gc.callbacks != callbacks:
+            gc.callbacks[:] = callbacks
+            said.append(("gc", "changed gc.callbacks"))
+        if sys.getswitchinterval() != interval:
+            changed = sys.getswitchinterval()
+            _set_switch_interval(interval)
+            said.append(
+                ("switch", f"set the switch interval to {changed:g} s (it was {interval:g} s)")
+            )
         # Last of all: a signal held back by the mask is delivered as it is put back, and
         # its handler (pipeplan's: Interrupted, Stopped) may raise past what follows.
         said += [("signals", change) for change in _signals_put_back(handlers, mask)]
@@ -1976,9 +1993,35 @@ def _group_put_back(held: tuple[int, int]) -> str | None:
     )
 
 
+# The longest switch interval code may set in a pipeplan process (`sys.setswitchinterval`):
+# the hang watch is a thread, which a Python loop holding the interpreter lets run only once
+# an interval is over. Found by the fifty-third round: 1e6 s before a looping read hung the
+# command and every rank without bound. Longer is refused as the call is made, and any other
+# change after the data code returns (`process_state_kept`).
+MAX_SWITCH_INTERVAL_S = 1.0
+_set_switch_interval = sys.setswitchinterval
+
+
+def _bounded_switch_interval(interval: float) -> None:
+    """sys.setswitchinterval, in a pipeplan process: at most MAX_SWITCH_INTERVAL_S."""
+    if interval > MAX_SWITCH_INTERVAL_S:
+        raise ValueError(
+            f"switch interval {interval!r} s: pipeplan allows at most {MAX_SWITCH_INTERVAL_S:g} "
+            "s, as its hang watch is a thread"
+        )
+    _set_switch_interval(interval)
+
+
+sys.setswitchinterval = _bounded_switch_interval
+
+
 # The signals whose handlers `process_state_kept` holds: Ctrl-C's and every stop
-# (`startup.SIGNALS`), which pipeplan stops and interrupts itself and its ranks with.
-_HELD_SIGNALS = SIGNALS
+# (`startup.SIGNALS`), which pipeplan stops and interrupts itself and its ranks with; SIGCHLD,
+# by which torch's agent learns that a rank ended (the fifty-third round: a `load` that
+# reaped children, or ignored SIGCHLD, turned a rank's failure into "summary.json: no such
+# file" and the run folder was deleted); SIGPIPE, which Python ignores so that a closed
+# stdout is an error pipeplan says (restored to its default, a run ended 141 in silence).
+_HELD_SIGNALS = (*SIGNALS, signal.SIGCHLD, signal.SIGPIPE)
 
 
 def _signals() -> tuple[list[Any], set[int]]:
@@ -2341,6 +2384,16 @@ _STATE = {
         "data code must leave the process's signal handlers and mask as it found them, as "
         "pipeplan and its ranks are stopped and interrupted by signals (Ctrl-C, SIGTERM)",
         "to hold a signal off around your own code, block it and unblock it before returning",
+    ),
+    "gc": (
+        "data code must leave gc.callbacks as it found them, as they run inside pipeplan's "
+        "own code",
+        "to run code after a collection, call it yourself",
+    ),
+    "switch": (
+        "data code must leave Python's switch interval (sys.setswitchinterval) as it found it, "
+        "as pipeplan's hang watch is a thread that needs its turn",
+        "leave the interval to Python",
     ),
     "timers": (
         "data code must leave the process's interval timers (signal.setitimer, signal.alarm) "

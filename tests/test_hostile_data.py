@@ -5887,6 +5887,59 @@ def test_data_code_that_arms_an_interval_timer_is_refused_and_it_is_put_back(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "call, said",
+    [
+        (
+            "import signal; signal.signal(signal.SIGCHLD, signal.SIG_IGN)",
+            "the data function changed the handler of SIGCHLD",
+        ),
+        (
+            "import signal; signal.signal(signal.SIGPIPE, signal.SIG_DFL)",
+            "the data function changed the handler of SIGPIPE",
+        ),
+        ("import gc; gc.callbacks.append(lambda phase, info: None)", "changed gc.callbacks"),
+        (
+            "import sys; sys.setswitchinterval(0.5)",
+            "set the switch interval to 0.5 s (it was 0.005 s)",
+        ),
+        ("import sys; sys.setswitchinterval(1e6)", "raised ValueError: switch interval 1000000.0"),
+    ],
+    ids=["SIGCHLD", "SIGPIPE", "gc.callbacks", "switch interval", "switch interval 1e6"],
+)
+def test_data_code_that_changes_what_pipeplans_watches_rely_on_is_refused_and_put_back(
+    tmp_path, capsys, monkeypatch, call, said
+):
+    """Found by the fifty-third round, each a launcher's `load`: SIGCHLD reaped or ignored
+    turned a rank's failure into "summary.json: no such file" and deleted the run folder;
+    SIGPIPE at its default ended a run piped into `true` with 141 in silence; a gc callback
+    set a tracer inside pipeplan's code (its failure blamed on the model build); a switch
+    interval of 1e6 s starved the hang watch of its turn (a looping read hung without bound).
+    Each is refused in one line, exit 2 before the run folder is made, and put back."""
+    import faulthandler
+    import gc
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGCHLD, signal.SIGPIPE)}
+    callbacks, interval = list(gc.callbacks), sys.getswitchinterval()
+    try:
+        code, lines = _refused_moving(tmp_path, capsys, monkeypatch, "rt53_state", in_load=call)
+        after = (
+            {sig: signal.getsignal(sig) for sig in handlers},
+            list(gc.callbacks),
+            sys.getswitchinterval(),
+        )
+    finally:  # for the tests after this one, whatever happened
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        gc.callbacks[:] = callbacks
+        faulthandler.cancel_dump_traceback_later()
+    assert (code, after) == (2, (handlers, callbacks, interval)), lines
+    assert len(lines) == 1 and lines[0].startswith("pipeplan: error: data 'rt53_state:load'")
+    assert said in lines[0], lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(60)
 def test_data_code_that_moves_tempfiles_folder_is_refused_and_it_is_put_back(
     tmp_path, capsys, monkeypatch
 ):
