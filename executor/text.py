@@ -1281,6 +1281,13 @@ def run_tokenizer(given: str | None, seq: LayerSequence, data: str) -> Any:
         tok = _load_for(directory, seq)
     if seq.task != "causal-lm":
         tok.padding_side = tok.truncation_side = "right"
+    names = list(getattr(tok, "model_input_names", []))
+    if "token_type_ids" in names and not hasattr(seq.config, "type_vocab_size"):
+        # A model with no token-type embedding of its own (GPT-2 adds its word embedding of
+        # them) read a BERT tokenizer's token_type_ids, which the run never fed: the export's
+        # held-out loss moved (the fifty-third round). Its tokenizer no longer gives them.
+        kept = [name for name in names if name != "token_type_ids"]
+        tok.model_input_names = tok.init_kwargs["model_input_names"] = kept  # saved, too
     return tok
 
 

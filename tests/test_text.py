@@ -550,3 +550,29 @@ def test_a_classifiers_export_pads_on_the_right_as_the_run_did_and_a_causal_lm_k
     assert (exported.padding_side, exported.truncation_side) == ("right", "right")
     generating = text.run_tokenizer(str(tok), lm, "t.jsonl")
     assert (generating.padding_side, generating.truncation_side) == ("left", "left")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("model", "typed"), [("gpt2-tiny", False), ("bert-tiny", True)])
+def test_an_exported_tokenizer_gives_token_types_only_to_a_model_with_their_embedding(
+    tmp_path, model, typed
+):
+    """Found by the fifty-third round: a GPT-2 classifier trained with a BERT-style tokenizer
+    was exported with it, and `m(**tok(texts))` fed its token_type_ids, which GPT-2 adds as
+    word embeddings and the run never fed: the held-out loss moved (0.6798 against 0.6788).
+    A model without a token-type embedding of its own (no `type_vocab_size`) gets a tokenizer
+    that no longer gives them, saved so; BERT's, whose zeros are its default, keeps them."""
+    import transformers
+
+    from pipeplan import models
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "film"]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
+    tok = tmp_path / "tok"
+    transformers.BertTokenizerFast(str(tmp_path / "vocab.txt")).save_pretrained(tok)
+    assert "token_type_ids" in transformers.AutoTokenizer.from_pretrained(tok)("good film")
+    seq = models.build(model, seq_len=16, task="classification", num_labels=2)
+    text.run_tokenizer(str(tok), seq, "t.jsonl").save_pretrained(tmp_path / "out")
+    reloaded = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert ("token_type_ids" in reloaded("good film")) is typed
+    assert "input_ids" in reloaded("good film") and "attention_mask" in reloaded("good film")
