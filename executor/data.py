@@ -4184,6 +4184,10 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
             try:
                 with reading(name, doing):
                     read.append(dataset[index])
+            except SystemExit as exc:  # sys.exit, or os._exit (`exits_raised`): named as
+                # the launcher's own read names it, not "exited with code 7" (53rd round)
+                code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
+                raise BadArgumentError(f"data '{name}': {doing} exited (code {code or 0})") from exc
             except Exception as exc:
                 if classify(exc) != "raised":
                     raise

@@ -426,14 +426,15 @@ def test_a_rank_that_exits_0_mid_run_is_named_not_the_rank_that_noticed(tmp_path
     """Found by the thirtieth round: a rank whose data code called `os._exit(0)` mid-run was
     taken by torch's agent for a rank that succeeded, and the line blamed rank 0 for a
     "Connection reset by peer" (one rank: "summary.json: no such file"). Its report's room,
-    left until a rank's normal end, tells the launcher that it ended before the run did."""
+    left until a rank's normal end, tells the launcher that it ended before the run did. The
+    fifty-third round: called in an item's read, the line names the data and the item."""
     run = start_run(tmp_path, "--data", "tests.killer_data:digits_then_exit_0", nproc=nproc)
     one_line(
         run,
         2,
         rf"pipeplan: error: training failed on rank {nproc - 1}"
         + AT
-        + ": exited with code 0 before the run ended"
+        + r": data 'digits-exit-0': reading train item \d+ exited \(code 0\)"
         + LOGS
         + NO_CHECKPOINT,
     )
