@@ -183,11 +183,32 @@ def write(rank: int, kind: str, when: float, message: str, callstack: str = "") 
             os.ftruncate(fd, len(data))  # the rest of the room given back
         finally:
             os.close(fd)
-        os.replace(room, room.removesuffix(".tmp"))
+        if room in _FOLDERS:  # a room of ours (`pipeplan run`'s rank): its error file
+            os.replace(room, room.removesuffix(".tmp"))
+        else:  # torchrun's path, new for each attempt: never over a file that is there
+            _placed_new(room, room.removesuffix(".tmp"))
         return True
     except OSError:
         release()
         return False
+
+
+def _placed_new(room: str, path: str) -> None:
+    """`room` renamed to `path` where nothing is at `path` (a hard link, then the room's name
+    removed), else OSError. Found by the fifty-third round: a TORCHELASTIC_ERROR_FILE set by
+    hand to the run's run.json (or any file) was replaced by a refused rank's report."""
+    try:
+        os.link(room, path)
+    except FileExistsError:
+        os.unlink(room)
+        raise
+    except OSError:  # a file system without hard links: looked at first, then renamed
+        if os.path.lexists(path):
+            os.unlink(room)
+            raise FileExistsError(path) from None
+        os.replace(room, path)
+        return
+    os.unlink(room)
 
 
 def _open_room(room: str) -> int | None:

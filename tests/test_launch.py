@@ -1952,6 +1952,26 @@ def test_a_rank_whose_report_cannot_be_written_still_exits_leaving_no_partial_re
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_torchrun_ranks_report_never_replaces_a_file_that_is_there(tmp_path, monkeypatch):
+    """Found by the fifty-third round: TORCHELASTIC_ERROR_FILE set by hand to the run's own
+    run.json (or any file) was replaced by a refused rank's report, and the run could not be
+    read again. torchrun names a new file for each attempt: a report of a rank that reserved
+    no room is written only where nothing is; one where nothing is still is."""
+    from executor import errorfile
+
+    kept = tmp_path / "run.json"
+    kept.write_text('{"schema_version": 1}\n')
+    monkeypatch.setenv(errorfile.ENV, str(kept))
+    assert not errorfile.write(0, "raised", time.time(), "WORLD_SIZE=2: prepared for 1")
+    assert kept.read_text() == '{"schema_version": 1}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+    new = tmp_path / "error.json"
+    monkeypatch.setenv(errorfile.ENV, str(new))
+    assert errorfile.write(0, "raised", time.time(), "WORLD_SIZE=2: prepared for 1")
+    assert json.loads(new.read_text())["pipeplan"]["error"] == "WORLD_SIZE=2: prepared for 1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["error.json", "run.json"]
+
+
 def test_a_rank_whose_run_folder_moved_writes_no_report_into_what_is_there_now(
     tmp_path, monkeypatch
 ):
