@@ -597,17 +597,19 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
         )
     of_tokenizer = sorted(set(missing) - {str(f) for f in data_files(cfg.data)})
     tokenizer = text.is_text_spec(cfg.data)
-    if (
-        tokenizer
-        and of_tokenizer == missing
-        and not twice
-        and (gained := _made_since(missing, path))
-    ):
+    if of_tokenizer == missing and not twice and (gained := _made_since(missing, path)):
         # A file the tokenizer folder gained after data.json was written (its inode changed
-        # later): data.json is intact, the folder is not (twenty-sixth round).
+        # later): data.json is intact, the folder is not (twenty-sixth round). Likewise a
+        # data module's: a package dm/ or a dm.pyc put beside dm.py, which Python imports
+        # instead (the fifty-third round: "restore data.json", which was never edited).
+        where = (
+            "the run's tokenizer folder"
+            if tokenizer
+            else f"the folder data '{cfg.data}' imports from"
+        )
         raise InputFileError(
-            f"{gained}: in the run's tokenizer folder now, but made after the run started "
-            f"({path} lists what it read); remove it or start a new run"
+            f"{gained}: in {where} now, but made after the run started ({path} lists what "
+            "it read); remove it or start a new run"
         )
     if missing or twice:
         wrong = (

@@ -1955,6 +1955,31 @@ def test_a_data_module_swapped_since_the_run_is_named(tmp_path, capsys, monkeypa
 
 
 @pytest.mark.timeout(120)
+def test_a_package_that_shadows_the_data_module_since_the_run_is_named(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the fifty-third round: a package of the module's name put beside its file
+    since the run (Python imports it instead) was refused as "data.json: files lacks
+    '…/__init__.py'; restore data.json", which was never edited. The new file is named, as
+    made after the run started."""
+    name = "rt53_mydata"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / f"{name}.py").write_text(DATA_MODULE.format(draw=1))
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--nproc", "1"]
+    assert cli.main([*argv, "--name", "m", "--prepare-only"]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    sys.modules.pop(name)
+    time.sleep(0.01)  # the package's inode is newer than data.json's write
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text(DATA_MODULE.format(draw=2))
+    run = tmp_path / "runs" / "m"
+    said = f"{tmp_path / name / '__init__.py'}: in the folder data '{name}:load' imports from now"
+    for argv in (["run", "--resume", str(run)], ["export", str(run), "--out", "o"]):
+        refused(argv, tmp_path, capsys, (said, "remove it or start a new run"))
+    sys.modules.pop(name, None)
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("package", [False, True], ids=["beside", "package"])
 def test_a_helper_module_data_imports_edited_is_refused(tmp_path, capsys, monkeypatch, package):
     """Found by the twenty-eighth round: data.json held only the `--data module:function`
