@@ -315,6 +315,7 @@ from pipeplan.formats import (
 from pipeplan.formats.base import MAX_DIGITS, flag_of, text_sha256
 from pipeplan.formats.metrics import check_eval_metrics
 from pipeplan.formats.run import (
+    MAX_RANKS,
     check_priced_profiles,
     check_run_name,
 )
@@ -1197,16 +1198,15 @@ def launch_environment() -> dict[str, int]:
             )
         values[key] = int(raw)
     limits = (
-        ("WORLD_SIZE", 1, None),
+        ("WORLD_SIZE", 1, MAX_RANKS),  # advice to prepare more ranks than a run takes was none
         ("RANK", 0, values["WORLD_SIZE"] - 1),
         ("LOCAL_WORLD_SIZE", 1, values["WORLD_SIZE"]),
         ("LOCAL_RANK", 0, values["LOCAL_WORLD_SIZE"] - 1),
         ("MASTER_PORT", 1, 65535),
     )
     for key, low, high in limits:
-        if values[key] < low or (high is not None and values[key] > high):
-            within = f"at least {low}" if high is None else f"in {low}..{high}"
-            raise BadArgumentError(f"{key}={values[key]}: must be {within}")
+        if not low <= values[key] <= high:
+            raise BadArgumentError(f"{key}={values[key]}: must be in {low}..{high}")
     if not os.environ.get("MASTER_ADDR"):
         raise BadArgumentError("MASTER_ADDR is not set: start it with torchrun")
     check_equal_nodes(values)

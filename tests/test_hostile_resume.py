@@ -2583,7 +2583,8 @@ def _main_forked(argv: list[str], env: dict[str, str], timeout: float = 30) -> t
         # The fiftieth round: int() raised past 4,300 digits, a traceback.
         ({"MASTER_PORT": "9" * 5000}, "5,000 digits, beyond every limit pipeplan has"),
         ({"RANK": "9" * 5000}, "RANK='9999"),
-        ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0: must be at least 1"),  # was "must be in 1"
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0: must be in 1..4096"),  # was "must be in 1"
+        ({"WORLD_SIZE": "4097"}, "WORLD_SIZE=4097: must be in 1..4096"),  # advised --nproc 4097
     ],
 )
 def test_the_entry_refuses_a_wrong_environment_in_one_line(tmp_path, env, fragment):
