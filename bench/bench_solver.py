@@ -7,7 +7,8 @@ run from the repository root:
 
     python bench/bench_solver.py            # everything (about 5 minutes on 2 cores)
     python bench/bench_solver.py --quick    # 300 instances, no 1,000-layer plan
-    python bench/bench_solver.py --only exact|speed|baselines|superset|pins [--instances N]
+    python bench/bench_solver.py --only exact|speed|baselines|superset|pins|widening
+                                 [--instances N]
                                  [--seed S]
 """
 
@@ -701,10 +702,54 @@ def _pinned_total(profile, cluster, shape, pins: Pins) -> list[float]:
         return []
 
 
+def bench_widening(instances: int, first_seed: int) -> None:
+    """The schedule-wide choice with and without widening down to a tie for short schedules
+    of short models (`plan.WIDEN_ALWAYS_PHASE_LAYERS`; 0: only beyond WIDEN_GAP, as before
+    the fifty-third round), side by side on the same random instances: how many plans are
+    faster and by how much, and what each costs in time (median and max of a plan, and
+    their ratio)."""
+    from pipeplan import plan as planning
+
+    profiles = {}
+    for name in ("bert-tiny", "vit-digits", "bert-synth"):
+        with resources.as_file(resources.files("profiles") / f"{name}@cpu-1t.json") as path:
+            profiles[name] = load(Profile, path)
+    wide = planning.WIDEN_ALWAYS_PHASE_LAYERS
+    totals: dict[int, list[float]] = {0: [], wide: []}
+    times: dict[int, list[float]] = {0: [], wide: []}
+    for seed in range(first_seed, first_seed + instances):
+        _, profile, cluster, shape = random_pinned_instance(seed, profiles)
+        results = {}
+        for limit in (0, wide):
+            planning.WIDEN_ALWAYS_PHASE_LAYERS = limit
+            began = time.perf_counter()
+            try:
+                results[limit] = make_plan(profile, cluster, **shape).predicted_total_s
+            except PipeplanError:
+                break
+            times[limit].append(time.perf_counter() - began)
+        planning.WIDEN_ALWAYS_PHASE_LAYERS = wide
+        if len(results) == 2:
+            for limit, total in results.items():
+                totals[limit].append(total)
+    gains = [old / new - 1 for old, new in zip(totals[0], totals[wide], strict=True)]
+    faster = [g for g in gains if g > 1e-9]
+    slower = [g for g in gains if g < -1e-9]
+    print(
+        f"widening to a tie: {len(gains)} instances; faster plans on {len(faster)} (max "
+        f"{100 * max(faster, default=0):.2f} %), slower on {len(slower)}; a plan's time median "
+        f"{statistics.median(times[0]) * 1000:.0f} → {statistics.median(times[wide]) * 1000:.0f} "
+        f"ms (×{statistics.median(times[wide]) / statistics.median(times[0]):.2f}), max "
+        f"{max(times[0]) * 1000:.0f} → {max(times[wide]) * 1000:.0f} ms"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=["exact", "speed", "baselines", "superset", "pins"])
+    parser.add_argument(
+        "--only", choices=["exact", "speed", "baselines", "superset", "pins", "widening"]
+    )
     parser.add_argument("--instances", type=int)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=5)
@@ -722,6 +767,8 @@ def main() -> None:
         bench_superset(args.instances or (300 if args.quick else 1000), args.seed)
     if args.only in (None, "pins"):
         bench_pins(args.instances or (60 if args.quick else 200), args.seed)
+    if args.only in (None, "widening"):
+        bench_widening(args.instances or (60 if args.quick else 200), args.seed)
 
 
 if __name__ == "__main__":
