@@ -464,15 +464,15 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig, where: str | Path) 
     if plan.inputs.profile.model != profile.model.name:
         raise BadArgumentError(
             f"{where}: the plan is for model '{plan.inputs.profile.model}' "
-            f"(inputs.profile.model), not '{cfg.model}' (its profile is of "
-            f"'{profile.model.name}')"
+            f"(inputs.profile.model), but the run's profile is of '{profile.model.name}': "
+            "pass the profile the plan was made from with --profile, or re-plan with this one"
         )
     if plan.inputs.epochs != cfg.epochs:
         # A plan's phases tile its epochs: fewer cut its schedule where it never said to stop
         # (a freeze planned for epoch 5 of 10 never came), more train epochs it has no phase for.
         raise BadArgumentError(
-            f"the plan is for {plan.inputs.epochs} epochs, not --epochs {cfg.epochs}; its phases "
-            f"cover exactly its epochs: re-plan with --epochs {cfg.epochs}"
+            f"{where}: the plan is for {plan.inputs.epochs} epochs, not --epochs {cfg.epochs}; "
+            f"its phases cover exactly its epochs: re-plan with --epochs {cfg.epochs}"
         )
     if plan.inputs.global_batch != cfg.global_batch:
         raise BadArgumentError(  # the file, its field and what to do (52nd round)

@@ -480,7 +480,9 @@ def test_a_flag_left_out_takes_the_plan_s_or_profile_s_value(tmp_path, capsys, m
     (tmp_path / "e.json").write_text(json.dumps(doc))
     assert cli.main([*(x if x != "p.json" else "e.json" for x in run), "b"]) == 2
     assert capsys.readouterr().err.startswith(
-        "pipeplan: error: e.json: the plan is for model 'bert-tiny' (inputs.profile.model), not "
+        "pipeplan: error: e.json: the plan is for model 'bert-tiny' (inputs.profile.model), but "
+        "the run's profile is of 'vit-digits': pass the profile the plan was made from with "
+        "--profile, or re-plan with this one"
     )
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["a"]
     capsys.readouterr()

@@ -2248,7 +2248,10 @@ def test_a_plan_runs_exactly_its_epochs(tmp_path, capsys):
     capsys.readouterr()
     for epochs in ("3", "11"):
         refused(
-            [*run, "--epochs", epochs], tmp_path, capsys, f"is for 10 epochs, not --epochs {epochs}"
+            [*run, "--epochs", epochs],
+            tmp_path,
+            capsys,
+            f"{plan}: the plan is for 10 epochs, not --epochs {epochs}",  # its file: 54th round
         )
     assert cli.main([*run, "--name", "planned"]) == 0
     assert json.loads((tmp_path / "runs" / "planned" / "run.json").read_text())["epochs"] == 10
