@@ -2233,13 +2233,18 @@ def with_file_values(cfg: RunConfig) -> RunConfig:
     if not taken:
         return cfg
     try:
-        return build(RunConfig, {**cfg.model_dump(), **{k: v for k, (v, _) in taken.items()}})
+        built = build(RunConfig, {**cfg.model_dump(), **{k: v for k, (v, _) in taken.items()}})
     except BadArgumentError as exc:  # held to the flag's bounds, and said where it came from
         field = next((k for k in taken if str(exc).startswith(flag_of(RunConfig, k))), None)
         if field is None:
             raise
         given_as = f"{flag_of(RunConfig, field)} was not given"
         raise BadArgumentError(f"{exc} (taken from {taken[field][1]}, as {given_as})") from None
+    # What was given stays what was given: rebuilt from every field, a default name counted
+    # as given, and two runs of a --profile without --name started in one second did not
+    # take the next free name; one was refused (the fifty-fourth round).
+    built.__pydantic_fields_set__ = cfg.model_fields_set | set(taken)
+    return built
 
 
 def start_run(

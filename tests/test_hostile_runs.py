@@ -2985,14 +2985,16 @@ def test_two_runs_started_in_one_second_without_a_name_both_start(tmp_path, caps
     assert "already holds a run; pick another --name" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("profile", [False, True], ids=["", "with --profile"])
 def test_a_default_name_taken_as_the_run_claims_it_gives_way_to_the_next(
-    tmp_path, capsys, monkeypatch
+    tmp_path, capsys, monkeypatch, profile
 ):
     """Found by the forty-eighth round: the forty-seventh's fix chose the free name long
     before the claim, so runs started together still collided ("already holds a run; pick
     another --name", 4 of 4 with 2 to 5 runs). A default name another run claims first,
     even between the choice and the claim (forced here: the choice sees it free), gives way
-    to the next free one."""
+    to the next free one. The fifty-fourth round: with --profile (or --plan), whose values
+    rebuilt the configuration, the default name counted as given, and was refused (4 of 4)."""
     from executor import launch
 
     runs, fixed = _a_default_name_taken(tmp_path, monkeypatch)
@@ -3005,6 +3007,7 @@ def test_a_default_name_taken_as_the_run_claims_it_gives_way_to_the_next(
 
     monkeypatch.setattr(launch, "_free_name", late)
     argv = ["run", "--prepare-only", "--nproc", "1", "--epochs", "1", "--runs-dir", str(runs)]
+    argv += ["--profile", str(PROFILE)] if profile else []
     assert cli.main(argv) == 0, capsys.readouterr().err
     assert choices == [fixed, f"{fixed}-2"]
     assert (runs / f"{fixed}-2" / "run.json").is_file()
