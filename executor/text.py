@@ -246,7 +246,9 @@ def not_text(spec: str) -> str:
             f"--data {quoted(spec)}: a text file is FILE.jsonl or FILE.csv, not {other[0]}; "
             "rename it to the extension of its content (--tokenizer applies to text files)"
         )
-    return "--tokenizer applies to text files: --data FILE.jsonl or FILE.csv"
+    # The data named: `--data train` (meant train.jsonl) or a folder was told only about
+    # --tokenizer, which was right (the fifty-fourth round).
+    return f"--tokenizer applies to text files: --data FILE.jsonl or FILE.csv, not {quoted(spec)}"
 
 
 def check_two_files(spec: str) -> None:
