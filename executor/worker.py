@@ -610,34 +610,34 @@ def silent_peers(look_s: float = 2.5 * BEAT_S) -> list[int]:
 def named_silent(exc: BaseException) -> BaseException:
     """`exc`, or where it is a collective's timeout and peers are silent, a PeerSilent that
     names them (chained from `exc`), as a wait for one-sided work names them."""
-    if faults.classify(exc) != "timeout" or isinstance(exc, PeerSilent):
-        return exc
-    silent = silent_peers()
-    if not silent:
-        return exc
-    named = PeerSilent(
-        f"no response from {_ranks(silent)} (stopped or hung: no heartbeat) while rank "
-        f"{_one_sided[0].rank} waited in a collective: {faults.describe(exc, 'timeout')}"
+    return _peers_named(
+        exc, "timeout", PeerSilent, "no response from {} (stopped or hung: no heartbeat)"
     )
-    named.__cause__ = exc
-    return named
 
 
 def named_lost(exc: BaseException) -> BaseException:
     """`exc`, or where it is a collective's lost connection and peers' heartbeats have
     stopped, a PeerLost that names them (chained from `exc`). For torchrun's ranks, whom no
     launcher of pipeplan's names: a peer killed mid-step left the survivor's line saying
-    gloo's "Connection reset by peer", naming no one (the fifty-third round). [] heartbeats
+    gloo's "Connection reset by peer", naming no one (the fifty-third round). No heartbeats
     to read (the store went with the rank that hosted it): `exc` as it is."""
-    if faults.classify(exc) != "lost" or isinstance(exc, PeerLost):
+    what = "lost {} (its heartbeat stopped: killed or failed; its node's output says why)"
+    return _peers_named(exc, "lost", PeerLost, what)
+
+
+def _peers_named(
+    exc: BaseException, kind: str, error: type[PipeplanError], what: str
+) -> BaseException:
+    """`exc`, or where it is a collective's failure of `kind` and peers' heartbeats have
+    stopped (`silent_peers`), an `error` saying `what` of them (chained from `exc`)."""
+    if faults.classify(exc) != kind or isinstance(exc, error):
         return exc
     silent = silent_peers()
     if not silent:
         return exc
-    named = PeerLost(
-        f"lost {_ranks(silent)} (its heartbeat stopped: killed or failed; its node's output "
-        f"says why) while rank {_one_sided[0].rank} waited in a collective: "
-        f"{faults.describe(exc, 'lost')}"
+    named = error(
+        f"{what.format(_ranks(silent))} while rank {_one_sided[0].rank} waited in a "
+        f"collective: {faults.describe(exc, kind)}"
     )
     named.__cause__ = exc
     return named

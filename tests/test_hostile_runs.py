@@ -13,6 +13,8 @@ import math
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -2600,8 +2602,6 @@ def test_pipeplan_run_variables_set_by_hand_under_torchrun_are_not_believed(tmp_
     environment made every torchrun rank exit 1 in silence (its folder is not the one it
     names), and a PIPEPLAN_LAUNCHER_PID did too (its process is not the rank's parent). The
     first is believed only for `pipeplan run`'s ranks; the second says what is wrong."""
-    import subprocess
-    import sys
 
     from executor import launch
 
@@ -2614,14 +2614,7 @@ def test_pipeplan_run_variables_set_by_hand_under_torchrun_are_not_believed(tmp_
 
     env = {**os.environ, launch.LAUNCHER_PID: "999999999", "RANK": "0"}
     env.pop(launch.RUN_DIR_ID)
-    done = subprocess.run(
-        [sys.executable, "-m", "executor.launch", str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(launch.__file__).parents[1],
-    )
+    done = _entry_by_hand(tmp_path, env)
     lines = done.stderr.splitlines()
     # The fifty-third round: exit 1, and no rank named; every refusal of the environment is 2.
     assert done.returncode == 2 and len(lines) == 1, done.stderr
@@ -2629,6 +2622,20 @@ def test_pipeplan_run_variables_set_by_hand_under_torchrun_are_not_believed(tmp_
         "pipeplan: error: rank 0: PIPEPLAN_LAUNCHER_PID='999999999' is set"
     ), lines
     assert "unset it" in lines[0] and list(tmp_path.iterdir()) == []
+
+
+def _entry_by_hand(run_dir: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """torchrun's entry, `python -m executor.launch RUN_DIR`, started by hand under `env`."""
+    from executor import launch
+
+    return subprocess.run(
+        [sys.executable, "-m", "executor.launch", str(run_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=Path(launch.__file__).parents[1],
+    )
 
 
 @pytest.mark.timeout(120)
@@ -2647,8 +2654,6 @@ def test_a_torchrun_rank_refuses_an_openmp_variable_before_torch_loads(
     `GOMP_CPU_AFFINITY=abc` spun the rank at 100 % CPU, deaf to SIGTERM, for 690 s and more.
     The rank checks the variables as the `pipeplan` command does, before torch loads: its one
     line, naming it, exit 2, within the probe's bound; nothing written."""
-    import subprocess
-    import sys
     import time
 
     from executor import launch
@@ -2657,14 +2662,7 @@ def test_a_torchrun_rank_refuses_an_openmp_variable_before_torch_loads(
     for key in (launch.LAUNCHER_PID, launch.RUN_DIR_ID):
         env.pop(key, None)
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "executor.launch", str(tmp_path / "r")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        cwd=Path(launch.__file__).parents[1],
-    )
+    done = _entry_by_hand(tmp_path / "r", env)
     lines = done.stderr.splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert lines[0].startswith("pipeplan: error: rank 1: the environment: ") and said in lines[0]
