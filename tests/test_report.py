@@ -681,6 +681,22 @@ def test_an_edited_phase_index_names_the_phase_record(tmp_path, capsys, edited, 
         assert f"run.jsonl:{at + 1}, is phase 5)" in err, err
 
 
+@pytest.mark.parametrize(("kind", "value"), [("step", 1), ("epoch", 1), ("epoch", 2)])
+def test_an_edited_step_or_epoch_index_ahead_is_named_on_its_line(tmp_path, capsys, kind, value):
+    """Found by the fifty-fourth round: the first step record's `step` edited from 0 to 1 was
+    blamed on the intact record after it ("run.jsonl:3: step 1 after step 1"), and so was
+    the first epoch record's `epoch`. Steps and epochs follow one another from 0: one ahead is
+    named on its own line."""
+    records = elastic_records()
+    at = next(i for i, r in enumerate(records) if r.kind == kind)
+    records[at] = records[at].model_copy(update={kind: value})
+    run = write_run(tmp_path / "edited", records)
+    assert cli.main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    said = f"run.jsonl:{at + 1}: {kind} {value} after no {kind} record: {kind}s follow one another"
+    assert len(err.splitlines()) == 1 and said in err, err
+
+
 @pytest.mark.parametrize("case", BAD_RUNS)
 def test_bad_run_directory_is_one_input_error_line(tmp_path, capsys, case):
     make, fragment = BAD_RUNS[case]

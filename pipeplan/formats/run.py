@@ -1099,13 +1099,21 @@ def check_records(
 
 
 def _check_order(record: PhaseRecord | StepRecord | EpochRecord, last: dict[str, int], at: str):
-    """Phases, steps and epochs each come once, in order, phases from 0: `last` holds the
-    latest index of each kind so far (updated here)."""
+    """Phases, steps and epochs each come once, in order, phases from 0, steps and epochs
+    one after another from 0: `last` holds the latest index of each kind so far (updated
+    here)."""
     index = getattr(record, record.kind)
     if record.kind == "phase" and "phase" not in last and index != 0:
         # Edited, its steps were blamed, on the next line (the fifty-first round).
         raise InputFileError(
             f"{at}: phase {index} is the run's first phase record; a run's phases count from 0"
+        )
+    if record.kind in ("step", "epoch") and index > (after := last.get(record.kind, -1)) + 1:
+        # Steps and epochs follow one another: one ahead is named on its own line, not the
+        # intact record after it as "step 1 after step 1" (the fifty-fourth round).
+        before = f"{record.kind} {after}" if after >= 0 else f"no {record.kind} record"
+        raise InputFileError(
+            f"{at}: {record.kind} {index} after {before}: {record.kind}s follow one another from 0"
         )
     if index <= last.get(record.kind, -1):
         raise InputFileError(
