@@ -902,7 +902,7 @@ def read_records(
     records: list[PhaseRecord | StepRow | EpochRecord] = []
     numbers = array("q")  # each record's line: 8 bytes, not an int object and its slot
     before: StepRow | None = None  # the step before, whose rank placements a step may share
-    order: dict[str, int] = {}
+    order: dict[str, Any] = {}
     size = 0
     for number, line in enumerate(read_lines(path, MAX_RECORD_BYTES), start=1):
         size += len(line)
@@ -920,7 +920,7 @@ def read_records(
             raise
         # Here, not only in `check_records`: a file of one record repeated a million times is
         # refused at its second line, not after a million records are built.
-        _check_order(record, order, where)
+        _check_order(record, order, where, epochs_ahead=False)
         if isinstance(record, StepRecord):
             record = before = StepRow.of(record, before)
         records.append(record)
@@ -1025,7 +1025,7 @@ def check_records(
     InputFileError with one line otherwise, naming the record's line (`lines`: each
     record's line number in the file, when read from one)."""
     phases: dict[int, PhaseRecord] = {}
-    last: dict[str, int] = {}
+    last: dict[str, Any] = {}
     current: PhaseRecord | None = None
     current_at = ""  # where `current` was read
     sequence = _Sequence()
@@ -1098,29 +1098,42 @@ def check_records(
             _check_continuations(epoch, epoch.forecast, config, at)
 
 
-def _check_order(record: PhaseRecord | StepRecord | EpochRecord, last: dict[str, int], at: str):
-    """Phases, steps and epochs each come once, in order, phases from 0, steps and epochs
-    one after another from 0: `last` holds the latest index of each kind so far (updated
-    here)."""
+def _check_order(
+    record: PhaseRecord | StepRecord | EpochRecord,
+    last: dict[str, Any],
+    at: str,
+    epochs_ahead: bool = True,
+) -> None:
+    """Phases, steps and epochs each come once, in order, phases from 0, steps and epochs one
+    after another from 0: `last` holds the latest index of each kind so far (updated here).
+    A step or epoch ahead of the one before it is named on its own line, not on the intact
+    record after it as "step 1 after step 1" (the fifty-fourth round). An epoch ahead is
+    named at once only where `epochs_ahead`; else (as the file is read) once a record after
+    it is out of order: where an epoch record was deleted instead, the phase after it names
+    the epoch its records lack (`check_records`, the eighteenth round)."""
     index = getattr(record, record.kind)
     if record.kind == "phase" and "phase" not in last and index != 0:
         # Edited, its steps were blamed, on the next line (the fifty-first round).
         raise InputFileError(
             f"{at}: phase {index} is the run's first phase record; a run's phases count from 0"
         )
-    if record.kind in ("step", "epoch") and index > (after := last.get(record.kind, -1)) + 1:
-        # Steps and epochs follow one another: one ahead is named on its own line, not the
-        # intact record after it as "step 1 after step 1" (the fifty-fourth round).
+    after = last.get(record.kind, -1)
+    ahead = None
+    if record.kind in ("step", "epoch") and index > after + 1:
         before = f"{record.kind} {after}" if after >= 0 else f"no {record.kind} record"
-        raise InputFileError(
+        ahead = (
             f"{at}: {record.kind} {index} after {before}: {record.kind}s follow one another from 0"
         )
-    if index <= last.get(record.kind, -1):
+        if record.kind == "step" or epochs_ahead:
+            raise InputFileError(ahead)
+    if index <= after:
         raise InputFileError(
-            f"{at}: {record.kind} {index} after {record.kind} {last[record.kind]}: "
-            "records come once each, in order"
+            last.get(f"{record.kind} ahead")
+            or f"{at}: {record.kind} {index} after {record.kind} {after}: records come once "
+            "each, in order"
         )
     last[record.kind] = index
+    last[f"{record.kind} ahead"] = ahead  # the line to blame if the next is out of order
 
 
 class _Sequence:
