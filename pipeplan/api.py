@@ -83,11 +83,11 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
 def _misnamed(name: str, signature: inspect.Signature, given: dict, exc: TypeError) -> str:
     """What a call the signature refuses lacks, and the keyword given that may have been
     meant for it: `preview(profil="p.json")` was Python's bare TypeError "missing 1 required
-    positional argument" (the fifty-third round).
+    positional argument" (the fifty-third round); the signature's own binding says it now.
 
         _misnamed("preview", signature, {"profil": "p.json"}, exc)
-        # "preview(): missing 1 required positional argument: 'profile' (given profil=:
-        #  did you mean profile=?)"
+        # "preview(): missing a required argument: 'profile' (given profil=: did you mean
+        #  profile=?)"
     """
     said = str(exc).removeprefix(f"{name}() ")
     named = [p for p, v in signature.parameters.items() if v.kind is not v.VAR_KEYWORD]
