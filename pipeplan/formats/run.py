@@ -902,7 +902,7 @@ def read_records(
     records: list[PhaseRecord | StepRow | EpochRecord] = []
     numbers = array("q")  # each record's line: 8 bytes, not an int object and its slot
     before: StepRow | None = None  # the step before, whose rank placements a step may share
-    order: dict[str, Any] = {}
+    order: dict[str, tuple[int, str | None]] = {}
     size = 0
     for number, line in enumerate(read_lines(path, MAX_RECORD_BYTES), start=1):
         size += len(line)
@@ -1025,7 +1025,7 @@ def check_records(
     InputFileError with one line otherwise, naming the record's line (`lines`: each
     record's line number in the file, when read from one)."""
     phases: dict[int, PhaseRecord] = {}
-    last: dict[str, Any] = {}
+    last: dict[str, tuple[int, str | None]] = {}
     current: PhaseRecord | None = None
     current_at = ""  # where `current` was read
     sequence = _Sequence()
@@ -1100,12 +1100,13 @@ def check_records(
 
 def _check_order(
     record: PhaseRecord | StepRecord | EpochRecord,
-    last: dict[str, Any],
+    last: dict[str, tuple[int, str | None]],
     at: str,
     epochs_ahead: bool = True,
 ) -> None:
     """Phases, steps and epochs each come once, in order, phases from 0, steps and epochs one
-    after another from 0: `last` holds the latest index of each kind so far (updated here).
+    after another from 0: `last` holds, by kind, the latest index so far and the line to
+    blame if the next is out of order, where that one ran ahead (updated here).
     A step or epoch ahead of the one before it is named on its own line, not on the intact
     record after it as "step 1 after step 1" (the fifty-fourth round). An epoch ahead is
     named at once only where `epochs_ahead`; else (as the file is read) once a record after
@@ -1117,7 +1118,7 @@ def _check_order(
         raise InputFileError(
             f"{at}: phase {index} is the run's first phase record; a run's phases count from 0"
         )
-    after = last.get(record.kind, -1)
+    after, jumped = last.get(record.kind, (-1, None))
     ahead = None
     if record.kind in ("step", "epoch") and index > after + 1:
         before = f"{record.kind} {after}" if after >= 0 else f"no {record.kind} record"
@@ -1128,12 +1129,11 @@ def _check_order(
             raise InputFileError(ahead)
     if index <= after:
         raise InputFileError(
-            last.get(f"{record.kind} ahead")
+            jumped
             or f"{at}: {record.kind} {index} after {record.kind} {after}: records come once "
             "each, in order"
         )
-    last[record.kind] = index
-    last[f"{record.kind} ahead"] = ahead  # the line to blame if the next is out of order
+    last[record.kind] = (index, ahead)
 
 
 class _Sequence:
