@@ -272,6 +272,12 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
                 f"{option.spelling}: {excerpt(repr(value))} is not True or False; a switch "
                 "takes one of them"
             )
+        if option.bare_type is int and option.unit is None and isinstance(value, float):
+            # pydantic takes 2.0 for 2 where the command line refuses "2.0" (the thirty-sixth
+            # session's list): a count is a whole number in both.
+            raise BadArgumentError(
+                f"{option.spelling}: expected a whole number, not {value!r} (a float)"
+            )
         given[option.field] = option.parse(value) if isinstance(value, str) else value
     return given
 
