@@ -727,7 +727,7 @@ def check_unfinished(
         more = f"give --epochs N > {cfg.epochs} to train on"
     else:
         more = (
-            f"this entry trains run.json's epochs and takes no --epochs; train on with "
+            f"torchrun's entry trains the epochs run.json holds; to train on: "
             f"pipeplan run --resume {shlex.quote(str(run_dir))} --epochs N > {cfg.epochs}"
         )
     if not (run_dir / MODEL_DIR).is_dir():  # it failed after the checkpoint, or was deleted
@@ -1161,6 +1161,17 @@ class _Parser(argparse.ArgumentParser):
         raise BadArgumentError(message)
 
 
+class _Once(argparse.Action):
+    """An option given once: argparse keeps the last of two (`--resume --resume`, `--log-dir a
+    --log-dir b`) where the `pipeplan` command refuses the second (fifty-third round)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        if getattr(namespace, f"_{self.dest}_given", False):
+            raise BadArgumentError(f"{option_string} is given more than once; give it once")
+        setattr(namespace, f"_{self.dest}_given", True)
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = _Parser(
         prog="python -m executor.launch",
@@ -1168,9 +1179,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "by torchrun: RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous come from its environment.",
     )
     parser.add_argument("run_dir", help="The run directory, runs/NAME.")
-    parser.add_argument("--resume", action="store_true", help="Continue from its checkpoint.")
-    parser.add_argument("--log-dir", help="Send this rank's output to DIR/rank-R.log.")
-    parser.add_argument("--debug", action="store_true", help="Log DEBUG messages too.")
+    parser.add_argument(
+        "--resume", action=_Once, nargs=0, default=False, help="Continue from its checkpoint."
+    )
+    parser.add_argument(
+        "--log-dir", action=_Once, help="Send this rank's output to DIR/rank-R.log."
+    )
+    parser.add_argument(
+        "--debug", action=_Once, nargs=0, default=False, help="Log DEBUG messages too."
+    )
     return parser.parse_args(argv)
 
 

@@ -2293,7 +2293,9 @@ def test_the_entry_without_resume_refuses_a_run_that_started(finished_run, tmp_p
     finished run is said to be finished (the twenty-seventh round: the line advised a
     --resume, which was then refused as finished)."""
     run = copy_run(finished_run, tmp_path)
-    more = f"takes no --epochs; train on with pipeplan run --resume {run} --epochs N > 1"
+    more = (
+        f"trains the epochs run.json holds; to train on: pipeplan run --resume {run} --epochs N > 1"
+    )
     # The one refusal in its own process.
     _entry_refused(run, fragment=(str(run), "finished all its 1 epochs", more), process=True)
 
@@ -2323,9 +2325,22 @@ def test_the_entry_resume_makes_the_checks_pipeplan_run_resume_makes(finished_ru
     """--resume of a finished run rewrote its manifest, run.jsonl and summary.json (exit 0),
     where `pipeplan run --resume` refuses it."""
     run = copy_run(finished_run, tmp_path)
-    # The entry takes no --epochs: its line says so, and where more epochs are given.
-    more = f"takes no --epochs; train on with pipeplan run --resume {run} --epochs N > 1"
+    # The entry takes no --epochs: its line says where more epochs are given (it said "takes
+    # no --epochs" where none was given: the fifty-third round).
+    more = (
+        f"trains the epochs run.json holds; to train on: pipeplan run --resume {run} --epochs N > 1"
+    )
     _entry_refused(run, "--resume", fragment=(str(run), "finished all its 1 epochs", more))
+
+
+@pytest.mark.parametrize(
+    "args", [("--resume", "--resume"), ("--log-dir", "a", "--log-dir=b"), ("--debug", "--debug")]
+)
+def test_the_entry_refuses_an_option_given_twice(finished_run, tmp_path, args):
+    """argparse kept the last of two, where `pipeplan` refuses the second (fifty-third round:
+    `--resume --resume` went on to the run's checks)."""
+    run = copy_run(finished_run, tmp_path)
+    _entry_refused(run, *args, fragment=(f"{args[-1].split('=')[0]} is given more than once",))
 
 
 def _stale_pending(run: Path, **changes) -> None:
