@@ -25,6 +25,7 @@ from pipeplan.errors import (
     excerpt,
     quoted,
 )
+from pipeplan.log import PATH_MAX
 from pipeplan.startup import STOP_SIGNALS
 
 
@@ -120,6 +121,12 @@ def check_name_lengths(path: str | Path, flag: str) -> None:
         # OutputError: --out 'aaa…' (300 characters): file name too long (300 bytes; …)
     """
     given = str(path)
+    whole = len(os.fsencode(os.path.abspath(given)))
+    if whole >= PATH_MAX:  # the kernel's limit on a path, NUL included (fifty-third round)
+        raise OutputError(
+            f"{flag} {quoted(given)}: path too long ({whole:,} bytes from /; the file system "
+            f"takes {PATH_MAX - 1:,} a path)"
+        )
     parts = Path(given).parts
     for i, name in enumerate(parts):
         size = len(os.fsencode(name))

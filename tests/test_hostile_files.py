@@ -1456,6 +1456,26 @@ def test_an_output_name_too_long_names_the_flag(finished_run, tmp_path, capsys, 
     assert os.listdir(tmp_path) == []
 
 
+DEEP = "a/" * 2100  # 4,200 bytes of short names: over the kernel's PATH_MAX (4,096)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", LONG_OUTPUTS)
+def test_an_output_path_too_long_names_the_flag(finished_run, tmp_path, capsys, monkeypatch, case):
+    """Found by the fifty-third round: a --runs-dir of thousands of short folders (each name
+    fits, the whole path does not) said "<path>: File name too long" without the flag. The
+    whole path is held to PATH_MAX too: one line naming the flag; nothing is made."""
+    monkeypatch.chdir(tmp_path)
+    argv, flag = LONG_OUTPUTS[case]
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = [a.replace("{RUN}", str(finished_run)).replace("{P}", profile) for a in argv]
+    at = argv.index(flag) + 1
+    argv[at] = argv[at].replace(LONG, DEEP + "z")
+    said = f"{flag} {quoted(argv[at])}: path too long ("
+    refused(argv, tmp_path, capsys, said)
+    assert os.listdir(tmp_path) == []
+
+
 RUN_PREPARED = ["--prepare-only", "--name", "r", "--nproc", "1"]
 SLASHED = {  # a command given one input file ({F}) with a trailing slash: argv, what {F} holds
     "plan --profile": (["plan", "--profile", "{F}/", *PREVIEW, "--out", "o.json"], "profile"),
