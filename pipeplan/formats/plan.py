@@ -148,6 +148,10 @@ class ScoredLayout(Strict):
     step_s: PredictedSeconds
 
 
+# More runner-ups than a plan could show a reader; the planner writes 2 (`solve_phase`).
+MAX_RUNNER_UPS = 16
+
+
 # Counts are bounded by the planner's own limits (`TrainingShape.check`): an epoch count of
 # 10**400 would not even convert to a float to be multiplied by an epoch's time.
 class PhasePlan(Strict):
@@ -160,7 +164,9 @@ class PhasePlan(Strict):
     transition_s: NonNegFloat = Field(description="Re-partitioning before the phase starts.")
     total_s: NonNegFloat = Field(description="transition + all epochs of the phase.")
     stages: list[StagePlan]
-    runner_ups: list[ScoredLayout]
+    # The planner keeps 2. Each is read before the count is checked (microseconds), but not yet checked against its
+    # phase: a plan of 120,000 took 47 s and 1.2 GB to read (fifty-third round).
+    runner_ups: list[ScoredLayout] = Field(max_length=MAX_RUNNER_UPS)
 
     @model_validator(mode="after")
     def _stages_match_layout(self) -> PhasePlan:
