@@ -164,8 +164,8 @@ class PhasePlan(Strict):
     transition_s: NonNegFloat = Field(description="Re-partitioning before the phase starts.")
     total_s: NonNegFloat = Field(description="transition + all epochs of the phase.")
     stages: list[StagePlan]
-    # The planner keeps 2. Each is read before the count is checked (microseconds), but not yet checked against its
-    # phase: a plan of 120,000 took 47 s and 1.2 GB to read (fifty-third round).
+    # The planner keeps 2. Each is read before the count is checked (microseconds), but not
+    # checked against its phase: a plan of 120,000 took 47 s and 1.2 GB (fifty-third round).
     runner_ups: list[ScoredLayout] = Field(max_length=MAX_RUNNER_UPS)
 
     @model_validator(mode="after")
