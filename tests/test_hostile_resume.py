@@ -2340,6 +2340,8 @@ def test_the_entry_refuses_an_option_given_twice(finished_run, tmp_path, args):
     """argparse kept the last of two, where `pipeplan` refuses the second (fifty-third round:
     `--resume --resume` went on to the run's checks)."""
     run = copy_run(finished_run, tmp_path)
+    args = tuple(str(tmp_path / a) if a in ("a", "b") else a for a in args)  # logs kept there
+    args = tuple(a.replace("=b", f"={tmp_path / 'b'}") for a in args)
     _entry_refused(run, *args, fragment=(f"{args[-1].split('=')[0]} is given more than once",))
 
 
@@ -3936,6 +3938,57 @@ def test_a_sparse_checkpoint_file_the_manifest_agrees_with_is_passed_over_unhash
     assert said in warned[0], warned
     assert warned[0].endswith("(corrupted or replaced); exporting the older step-4"), warned
     assert took < 60, took  # hashing the 20 GiB took minutes
+
+
+@pytest.mark.timeout(120)
+def test_a_checkpoint_archive_of_too_many_entries_is_passed_over_unread(
+    two_kept_run, tmp_path, capsys, monkeypatch
+):
+    """Found by the fifty-third round: a model.pt forged with 1.5 M empty entries, its
+    manifest's checksum and size rewritten, was read whole (28 s, 1.1 GB) and resumed. The
+    archive's own count is read from its end record first, held to MAX_ARCHIVE_ENTRIES (here
+    lowered to the most any of the run's checkpoint files holds, model.pt forged to one more:
+    the forgery at a size a test affords)."""
+    import hashlib
+    import zipfile
+
+    from executor import checkpoint
+
+    run = copy_run(two_kept_run, tmp_path)
+    model = run / "checkpoints" / "step-6" / "model.pt"
+    most = max(len(zipfile.ZipFile(f).infolist()) for f in run.glob("checkpoints/step-*/*.pt"))
+    monkeypatch.setattr(checkpoint, "MAX_ARCHIVE_ENTRIES", most)
+    with zipfile.ZipFile(model, "a") as archive:
+        for i in range(most + 1 - len(archive.infolist())):
+            archive.writestr(f"archive/forged/{i}", b"")
+    manifest = json.loads(model.with_name("manifest.json").read_text())
+    manifest["files"]["model.pt"] = hashlib.sha256(model.read_bytes()).hexdigest()
+    manifest["sizes"]["model.pt"] = model.stat().st_size
+    model.with_name("manifest.json").write_text(json.dumps(manifest))
+    assert cli.main(_two_kept_commands(run, tmp_path)["export"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
+    assert len(warned) == 1 and warned[0].startswith(f"pipeplan: WARNING: {model}: "), warned
+    listed = checkpoint.MAX_ARCHIVE_ENTRIES + 1
+    assert f"its archive lists {listed:,} entries; a checkpoint file holds at most" in warned[0]
+    assert warned[0].endswith("(corrupted or replaced); exporting the older step-4"), warned
+
+
+def test_an_archive_s_entry_count_is_read_from_its_end_record_or_zip64_record():
+    """`_listed_entries` reads the count zipfile would list, from the end record and, past
+    65,535 entries, from the zip64 record zipfile writes; None without an end record."""
+    import io
+    import zipfile
+
+    from executor.checkpoint import _listed_entries
+
+    for count in (0, 3, 70_000):
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            for i in range(count):
+                archive.writestr(f"e{i}", b"")
+            archive.comment = b"c" * 1000  # the end record is searched for behind a comment
+        assert _listed_entries(buffer, len(buffer.getvalue())) == count
+    assert _listed_entries(io.BytesIO(b"x" * 100), 100) is None
 
 
 @pytest.mark.timeout(120)
