@@ -258,17 +258,26 @@ def _join_store(
     started = time.monotonic()
     said = False
     while True:
+        # A name not (yet) known is waited for too: a cluster's DNS may learn a node's name
+        # only once it is up. The line says which it was (47th round: "nothing listens").
+        unknown = None
         try:
             socket.create_connection((host, port), timeout=min(1.0, start.limit_s)).close()
             break
+        except socket.gaierror as exc:
+            unknown = exc.strerror
         except OSError:
             pass
         now = time.monotonic()
         if now >= deadline:
+            why = (
+                "nothing listens there; start every rank within that time, with"
+                if unknown is None
+                else f"no host of that name is known ({unknown}); give every rank"
+            )
             raise StartAbandoned(
                 f"gave up after {start.limit()} waiting for rank 0 of WORLD_SIZE={world} to "
-                f"open its store at {host}:{port}: nothing listens there; start every rank "
-                "within that time, with the same MASTER_ADDR and MASTER_PORT"
+                f"open its store at {host}:{port}: {why} the same MASTER_ADDR and MASTER_PORT"
             )
         if start.say and not said and now - started >= NOTICE_AFTER_S:
             log.info(

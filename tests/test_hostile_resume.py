@@ -4305,3 +4305,28 @@ def test_a_failure_in_the_first_epochs_evaluation_is_placed_without_a_data_recor
     (run / "run.jsonl").write_text("".join(kept))  # its epoch's record never written
     cfg = load(RunConfig, run / "run.json")
     assert launch._placed(run, cfg) == " after step 1, at the end of epoch 1"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("host", ["no-such-host.invalid", "127.0.0.1"])
+def test_a_rank_waiting_for_an_unknown_master_addr_says_the_name_is_unknown(host):
+    """Found by the forty-seventh round: MASTER_ADDR naming no host was waited for, then told
+    "nothing listens there". It is still waited for (a cluster's DNS may learn a node's name
+    only once the node is up), and the line says the name is unknown; a known host where no
+    store listens is still "nothing listens there"."""
+    import time
+
+    from executor.worker import StartAbandoned, StartWait, _join_store
+    from pipeplan.spawn import free_port
+
+    port = free_port()
+    start = StartWait(1.0, "the run's --collective-timeout")
+    with pytest.raises(StartAbandoned) as gave_up:
+        _join_store(host, port, 2, time.monotonic() + 1.0, start)
+    said = str(gave_up.value)
+    assert said.startswith("gave up after 1 s (the run's --collective-timeout) waiting for rank 0")
+    if host == "127.0.0.1":
+        assert f"at {host}:{port}: nothing listens there; start every rank within" in said
+    else:
+        assert f"at {host}:{port}: no host of that name is known (" in said, said
+        assert said.endswith("); give every rank the same MASTER_ADDR and MASTER_PORT"), said
