@@ -908,6 +908,8 @@ def main(argv: list[str] | None = None) -> None:
     pipeplan_log.bound_console_size()  # torchrun's environment, as `pipeplan` reads it
     try:
         args = _parse(argv)
+        if not under_pipeplan_run():  # `pipeplan run` puts its ranks' reports in the logs
+            check_error_file_outside(Path(args.run_dir))
         world = launch_environment()
     except PipeplanError as exc:  # before anything: one line, as the CLI says it
         pipeplan_log.error(f"{named_rank()}{exc}")  # which of torchrun's ranks (53rd round)
@@ -1159,6 +1161,24 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         raise BadArgumentError(message)
+
+
+def check_error_file_outside(run_dir: Path) -> None:
+    """torchrun's TORCHELASTIC_ERROR_FILE, set by hand, lies outside the run directory: a
+    report there took a name of the run's own (summary.json: the fifty-fifth round), and
+    export, report and resume then refused the run. BadArgumentError, the variable unset so
+    that the refusal's own report is not written there either."""
+    path = os.environ.get(errorfile.ENV)
+    if not path:
+        return
+    where = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    run = os.path.realpath(run_dir)
+    if where == run or where.startswith(run.rstrip(os.sep) + os.sep):
+        del os.environ[errorfile.ENV]
+        raise BadArgumentError(
+            f"{errorfile.ENV}={quoted(path)} lies inside the run directory {run_dir}; point "
+            "it outside (torchrun's own lies in its temporary folder)"
+        )
 
 
 class _Once(argparse.Action):

@@ -33,7 +33,7 @@ from test_report import elastic_records, write_run
 from text_data import reviews, write_jsonl
 
 import cli
-from pipeplan.errors import BadArgumentError, Stopped
+from pipeplan.errors import BadArgumentError, Stopped, quoted
 
 MORE = ["--epochs", "2"]  # a resume that has an epoch to train: only the damage stops it
 
@@ -4330,3 +4330,21 @@ def test_a_rank_waiting_for_an_unknown_master_addr_says_the_name_is_unknown(host
     else:
         assert f"at {host}:{port}: no host of that name is known (" in said, said
         assert said.endswith("); give every rank the same MASTER_ADDR and MASTER_PORT"), said
+
+
+@pytest.mark.parametrize("inside", ["summary.json", "logs/rank-0.error.json", "link/summary.json"])
+def test_a_torchrun_error_file_inside_the_run_directory_is_refused(
+    finished_run, tmp_path, monkeypatch, inside
+):
+    """Found by the fifty-fifth round: TORCHELASTIC_ERROR_FILE set by hand to RUN/summary.json
+    (a name the run writes later) got a failed rank's report, and export, report and resume
+    then refused the run as one with a summary of no version. The entry refuses an error file
+    inside the run directory (through a link too) before anything is written there."""
+    run = copy_run(finished_run, tmp_path)
+    (run / "summary.json").unlink()  # as before the run ends
+    (tmp_path / "link").symlink_to(run)
+    path = tmp_path / inside if inside.startswith("link") else run / inside
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+    said = f"TORCHELASTIC_ERROR_FILE={quoted(str(path))} lies inside the run directory {run}"
+    _entry_refused(run, "--resume", fragment=(said,))
+    assert not (run / "summary.json").exists()
