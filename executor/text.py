@@ -884,7 +884,8 @@ def _window(text: str, reach: int) -> str:
     reading the text whole, never gives, and the run trained on it where it filled the last
     token (the fifty-third round: held-out accuracy 50 %, the export's 100 %). Every tokenizer
     pipeplan loads splits words at whitespace first, so the tokens before it are the whole
-    text's. A window with no whitespace is cut where it ends: one word of `reach` characters.
+    text's. A window with no space, tab or line end is cut where it ends: one word of `reach`
+    characters.
 
         _window("aaa good film", 6)   # "aaa"
     """
@@ -894,8 +895,11 @@ def _window(text: str, reach: int) -> str:
     return text[: last.start()] if last is not None and last.start() > 0 else text[:reach]
 
 
-# The last whitespace of a string (what `_window` cuts at).
-_LAST_SPACE = re.compile(r"\s(?=\S*\Z)")
+# The last space, tab or line end of a string (what `_window` cuts at): the whitespace every
+# tokenizer splits words at and no normalizer removes. Python's \s also holds controls that
+# BERT's normalizer deletes (\x1c-\x1f, \x0b, \x0c): "good\x1fday" is one word, "goodday",
+# to the tokenizer, and a cut there trained on "good" (the fifty-fifth round).
+_LAST_SPACE = re.compile(r"[ \t\n\r](?=[^ \t\n\r]*\Z)")
 
 
 def _warn_read_short(first: str, count: int, length: int) -> None:
