@@ -258,6 +258,10 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
             )
         if isinstance(value, str):
             value = _text(value, option.spelling, longest=None)
+        if isinstance(value, list | tuple):  # `boundaries=[0, 5, 10]`, as "0,5,10" typed
+            # `[0, True, 10]` planned 0,1,10 (the fifty-fifth round): each item is a number
+            # as a lone value is, never a switch's.
+            value = [_item(v, option.spelling) for v in value]
         value = _plain_number(value, option.spelling)
         if _is_boolean(value) and option.bare_type is not bool:
             # Python's True is the integer 1, which pydantic takes for a number: the forty-
@@ -282,6 +286,17 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
+def _item(value: Any, spelling: str) -> Any:
+    """One item of a list option (layer indices, micro-batch sizes: whole numbers), as a lone
+    number is read (`_plain_number`), a boolean or a float refused."""
+    value = _plain_number(value, spelling)
+    if _is_boolean(value):
+        raise BadArgumentError(f"{spelling}: {value} is a switch's value; give whole numbers")
+    if isinstance(value, float):
+        raise BadArgumentError(f"{spelling}: expected whole numbers, not {value!r} (a float)")
+    return value
+
+
 def _plain_number(value: Any, spelling: str) -> Any:
     """A number of another type (numpy's, Decimal, Fraction) as Python's int or float, and
     one beyond every limit refused as the command line refuses its digits: 10**5000 was a
@@ -291,7 +306,13 @@ def _plain_number(value: Any, spelling: str) -> Any:
     if isinstance(value, bool) or _is_boolean(value) or not isinstance(value, numbers.Number):
         return value
     if isinstance(value, numbers.Integral):
-        value = int(value)
+        try:  # an int subclass's own __int__ may raise anything (the fifty-fifth round)
+            value = int(value)
+        except Exception as exc:
+            raise BadArgumentError(
+                f"{spelling}: {excerpt(type(value).__name__)} cannot be read as an integer "
+                f"({type(exc).__name__}: {excerpt(str(exc))})"
+            ) from None
         if value.bit_length() > MAX_BITS:
             raise BadArgumentError(
                 f"{spelling}: an integer of about {int(value.bit_length() * 0.30103):,} digits "
@@ -305,6 +326,11 @@ def _plain_number(value: Any, spelling: str) -> Any:
             return float("inf")  # refused by the option's range, as 1e400 typed is
         except TypeError:  # a complex number: refused as it is
             return value
+        except Exception as exc:  # a subclass's own __float__
+            raise BadArgumentError(
+                f"{spelling}: {excerpt(type(value).__name__)} cannot be read as a number "
+                f"({type(exc).__name__}: {excerpt(str(exc))})"
+            ) from None
     return value
 
 

@@ -67,6 +67,13 @@ def test_profile_returns_the_profile_it_writes(tmp_path):
     assert out.read_text() == dumps(result)
 
 
+class _RaisingInt(int):
+    """An int whose own conversion raises (what `int()` calls on a subclass)."""
+
+    def __int__(self):
+        raise RuntimeError("no")
+
+
 @pytest.mark.parametrize(
     "call, options, message",
     [
@@ -103,6 +110,11 @@ def test_profile_returns_the_profile_it_writes(tmp_path):
         (pipeplan.preview, dict(epochs=2.0), "--epochs: expected a whole number, not 2.0 (a"),
         (pipeplan.plan, dict(global_batch=8.0), "--global-batch: expected a whole number, not"),
         (pipeplan.preview, dict(micro_batches=np.float32(4)), "--micro-batches: expected a who"),
+        # The fifty-fifth round: a list's items were not held to a count's rules, and an int
+        # subclass whose own __int__ raises escaped as its error.
+        (pipeplan.plan, dict(boundaries=[0, True, 10]), "--boundaries: True is a switch's"),
+        (pipeplan.plan, dict(boundaries=(0, 5.0, 10)), "--boundaries: expected whole numbers"),
+        (pipeplan.preview, dict(epochs=_RaisingInt(2)), "--epochs: _RaisingInt cannot be read"),
         # And `out` beside a value of the wrong type: a TypeError from pathlib.
         (pipeplan.plan, dict(cluster=5, out="o.json"), "--cluster: Input should be a valid str"),
     ],
