@@ -1214,7 +1214,13 @@ def check_run_directory(run_dir: str | Path, needs: Iterable[str] = RUN_FILES) -
     run_dir = Path(run_dir)
     what = _entry(run_dir)
     if what is None:
-        raise InputFileError(f"{run_dir}: no such run directory")
+        # A bare name, as `pipeplan run --name NAME` takes it: the run is runs/NAME (the
+        # fifty-fifth round: `--resume NAME` said only "no such run directory").
+        under = Path("runs") / run_dir
+        there = not run_dir.is_absolute() and _entry(under) == "a directory"
+        raise InputFileError(
+            f"{run_dir}: no such run directory" + (f"; did you mean {under}?" if there else "")
+        )
     if what != "a directory":
         # A run directory is the folder `pipeplan run` wrote, not one of its files.
         what = "a file" if what == "a regular file" else what

@@ -3042,3 +3042,29 @@ def test_a_new_run_on_a_full_disk_is_refused_naming_the_free_space(
         "again\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == (["runs"] if made else [])
+
+
+@pytest.mark.parametrize("command", ["report", "export", "resume"])
+def test_a_run_named_without_its_runs_folder_is_pointed_to(
+    finished_run, tmp_path, capsys, monkeypatch, command
+):
+    """Found by the fifty-fifth round: `run --resume NAME` (the name `--name` took) said only
+    "NAME: no such run directory", though runs/NAME was there. The line asks whether runs/NAME
+    was meant; a name with no run there is told as before."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(finished_run, tmp_path / "runs" / "k", symlinks=True)
+    argv = {
+        "report": ["report", "k"],
+        "export": ["export", "k", "--out", "o"],
+        "resume": ["run", "--resume", "k", "--epochs", "3"],
+    }[command]
+    assert cli.main(argv) == 2
+    assert (
+        capsys.readouterr().err
+        == "pipeplan: error: k: no such run directory; did you mean runs/k?\n"
+    )
+    assert cli.main([a.replace("k", "q") if a == "k" else a for a in argv]) == 2
+    assert capsys.readouterr().err == "pipeplan: error: q: no such run directory\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
