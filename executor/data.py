@@ -1918,7 +1918,12 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
         said += [("streams", change) for change in _attributes_put_back(consoles)]
         said += [("encoding", change) for change in _encodings_put_back(encodings)]
         said += [("closed", change) for change in _reopened(consoles)]
+        startup = _startup_added(environ, variables)  # before the environment is put back
         said += [("environment", change) for change in _environment_put_back(environ, variables)]
+        if startup:
+            said.append(("startup", startup))
+            for key in set(environ) - set(variables):
+                del environ[key]
         if logging.root.manager.disable != disabled:
             level = logging.root.manager.disable
             logging.disable(disabled)
@@ -2351,6 +2356,12 @@ _STATE = {
         "adding a variable is fine; to run a program in another environment, pass it "
         "`env={**os.environ, ...}`",
     ),
+    "startup": (
+        "data code must not add the variables a rank's start reads (Python's PYTHON*, "
+        "OpenMP's OMP_*, GOMP_*, KMP_*, the loader's LD_*, the launcher's), as pipeplan's "
+        "ranks inherit the launcher's environment and read them before any check",
+        "set them in the shell before pipeplan starts, where pipeplan checks them",
+    ),
     "logging": (
         "data code must leave `logging.disable` as it found it, as pipeplan logs its progress "
         "lines and warnings",
@@ -2747,6 +2758,49 @@ def _environment_put_back(environ: Any, variables: dict[str, str]) -> list[str]:
         environ.clear()
         environ.update(variables)
     return said
+
+
+def _startup_added(environ: Any, variables: dict[str, str]) -> str:
+    """The variables the code added that a rank's start reads (`_STARTUP`), said with three
+    names at most, or "". Found by the fifty-fifth round: `GOMP_CPU_AFFINITY=abc` added by a
+    data function spun every rank in libgomp without bound, `OMP_NUM_THREADS=0` printed
+    libgomp's line and trained, `PYTHONHOME` printed Python's failed start on every rank."""
+    added = [
+        key
+        for key in environ
+        if key not in variables and (key.startswith(_STARTUP) or key in _LAUNCH_NAMES)
+    ]
+    if not added:
+        return ""
+    more = f" and {len(added) - 3} more" if len(added) > 3 else ""
+    names = ", ".join(map(_shown_key, added[:3]))
+    return f"added the environment variable{'s' * (len(added) > 1)} {names}{more}"
+
+
+# Variables a rank's start reads, before any code of pipeplan's could check them: Python's,
+# OpenMP's (libgomp, Intel's), the dynamic loader's and allocator's, torch's launcher's, and
+# pipeplan's own between launcher and rank.
+_STARTUP = (
+    "PYTHON",
+    "OMP_",
+    "GOMP_",
+    "KMP_",
+    "LD_",
+    "MALLOC_",
+    "GLIBC_TUNABLES",
+    "TORCHELASTIC_",
+    "PIPEPLAN_",
+)
+_LAUNCH_NAMES = {
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+}
 
 
 def _shown_key(key: str) -> str:

@@ -4697,6 +4697,52 @@ def test_data_code_that_removes_or_changes_environment_variables_is_refused():
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "added",
+    [
+        {"GOMP_CPU_AFFINITY": "abc"},
+        {"OMP_NUM_THREADS": "0"},
+        {"PYTHONHOME": "/nonexistent"},
+        {"LD_PRELOAD": "x.so", "KMP_AFFINITY": "y", "MASTER_PORT": "1", "WORLD_SIZE": "3"},
+    ],
+    ids=lambda added: ",".join(added),
+)
+def test_data_code_that_adds_a_variable_a_ranks_start_reads_is_refused(added):
+    """Found by the fifty-fifth round: a data function that added `GOMP_CPU_AFFINITY=abc` spun
+    every rank in libgomp without bound (the ranks inherit the launcher's environment, and
+    read it before any check of pipeplan's), `OMP_NUM_THREADS=0` trained after libgomp's
+    line, `PYTHONHOME` printed Python's failed start on every rank. Such variables added are
+    refused in one line naming them, and taken off; others added (`TOKENIZERS_PARALLELISM`,
+    `RANKING_MODEL`) are no change, as before."""
+    from executor.data import BadArgumentError, _contained
+
+    real = dict(os.environ)
+    try:
+        for key in added:
+            os.environ.pop(key, None)
+        before = dict(os.environ)
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            os.environ.update(added)
+        assert dict(os.environ) == before
+        names = ", ".join(list(added)[:3]) + (
+            f" and {len(added) - 3} more" if len(added) > 3 else ""
+        )
+        said = str(refused.value)
+        assert said.startswith(
+            f"data 'm:load': the data function added the environment variable"
+            f"{'s' * (len(added) > 1)} {names}; data code must not add the variables a rank's "
+            "start reads"
+        ), said
+        assert "\n" not in said
+        with _contained("m:load", "the data function"):
+            os.environ.update(TOKENIZERS_PARALLELISM="false", RANKING_MODEL="m")
+        assert os.environ["RANKING_MODEL"] == "m"
+    finally:
+        os.environ.clear()
+        os.environ.update(real)
+
+
+@pytest.mark.timeout(30)
 def test_data_code_that_disables_logging_or_lowers_the_recursion_limit_is_refused():
     """Found by the forty-first round: a `load` calling `logging.disable(logging.CRITICAL)`
     dropped every rank's progress line (`pipeplan: rank 0: INFO: epoch 1/1 …`) and warning,
