@@ -662,14 +662,15 @@ BAD_RUNS = {
     ("edited", "fragment"),
     [
         (0, "run.jsonl:1: phase 1 is the run's first phase record; a run's phases count from 0"),
-        (1, "never started (the phase record before it, "),
+        (1, "phase 5 after phase 0: phases follow one another from 0"),
     ],
 )
 def test_an_edited_phase_index_names_the_phase_record(tmp_path, capsys, edited, fragment):
     """Found by the fifty-first round: the first phase record's `phase` edited from 0 to 1 was
     blamed on the intact step record after it, "run.jsonl:2: step 0 is in phase 0, never
-    started". The phase record's own line is named; a later phase edited (its steps then
-    name a phase never started) names the phase record before them too."""
+    started". The phase record's own line is named; a later phase edited ahead too (the
+    fifty-fifth round: its steps named a phase never started, or the intact phase record
+    after it was blamed, "phase 2 after phase 2")."""
     records = elastic_records()
     at = [i for i, r in enumerate(records) if r.kind == "phase"][edited]
     records[at] = records[at].model_copy(update={"phase": 5 if edited else 1})
@@ -678,7 +679,7 @@ def test_an_edited_phase_index_names_the_phase_record(tmp_path, capsys, edited, 
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and fragment in err, err
     if edited:
-        assert f"run.jsonl:{at + 1}, is phase 5)" in err, err
+        assert f"run.jsonl:{at + 1}: phase 5 after" in err, err
 
 
 @pytest.mark.parametrize(("kind", "value"), [("step", 1), ("epoch", 1), ("epoch", 2)])

@@ -1104,11 +1104,11 @@ def _check_order(
     at: str,
     epochs_ahead: bool = True,
 ) -> None:
-    """Phases, steps and epochs each come once, in order, phases from 0, steps and epochs one
-    after another from 0: `last` holds, by kind, the latest index so far and the line to
-    blame if the next is out of order, where that one ran ahead (updated here).
-    A step or epoch ahead of the one before it is named on its own line, not on the intact
-    record after it as "step 1 after step 1" (the fifty-fourth round). An epoch ahead is
+    """Phases, steps and epochs each come once, one after another from 0 (a resume's phase
+    is the next too): `last` holds, by kind, the latest index so far and the line to blame if
+    the next is out of order, where that one ran ahead (updated here). A record ahead of the
+    one before it is named on its own line, not on the intact record after it as "step 1
+    after step 1" (the fifty-fourth round; phases: the fifty-fifth). An epoch ahead is
     named at once only where `epochs_ahead`; else (as the file is read) once a record after
     it is out of order: where an epoch record was deleted instead, the phase after it names
     the epoch its records lack (`check_records`, the eighteenth round)."""
@@ -1120,12 +1120,12 @@ def _check_order(
         )
     after, jumped = last.get(record.kind, (-1, None))
     ahead = None
-    if record.kind in ("step", "epoch") and index > after + 1:
+    if index > after + 1:
         before = f"{record.kind} {after}" if after >= 0 else f"no {record.kind} record"
         ahead = (
             f"{at}: {record.kind} {index} after {before}: {record.kind}s follow one another from 0"
         )
-        if record.kind == "step" or epochs_ahead:
+        if record.kind != "epoch" or epochs_ahead:
             raise InputFileError(ahead)
     if index <= after:
         raise InputFileError(
