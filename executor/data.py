@@ -1892,6 +1892,8 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     temp = _temp_settings()
     handlers, mask = _signals()
     callbacks, interval = list(gc.callbacks), sys.getswitchinterval()
+    collector = gc.isenabled(), gc.get_threshold()
+    wakeup = _wakeup_fd()
     threads = set(threading.enumerate()) if pipeplan_log.holds_threads() else None
     watched = _watching()
     try:
@@ -1951,6 +1953,13 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
         if gc.callbacks != callbacks:
             gc.callbacks[:] = callbacks
             said.append(("gc", "changed gc.callbacks"))
+        # The collector's switch and thresholds are put back without a word, as a thread count
+        # is: a speed setting of the code's own (the fifty-fifth round: off, cyclic garbage of
+        # a long run was never freed; at (1, 1, 1) a run went at half its speed).
+        if (gc.isenabled(), gc.get_threshold()) != collector:
+            (gc.enable if collector[0] else gc.disable)()
+            gc.set_threshold(*collector[1])
+        said += [("signals", change) for change in _wakeup_fd_put_back(wakeup)]
         if sys.getswitchinterval() != interval:
             changed = sys.getswitchinterval()
             _set_switch_interval(interval)
@@ -2033,6 +2042,31 @@ def _signals() -> tuple[list[Any], set[int]]:
     """This process's handlers of `_HELD_SIGNALS` (`signal.getsignal`) and this thread's
     signal mask (the signals it blocks), as `_signals_put_back` compares them."""
     return [signal.getsignal(signum) for signum in _HELD_SIGNALS], _mask()
+
+
+def _wakeup_fd() -> int | None:
+    """The file descriptor signals are written to (`signal.set_wakeup_fd`; -1: none), or None
+    off the main thread, where it can be neither read nor set."""
+    try:
+        fd = signal.set_wakeup_fd(-1)  # the one way to read it: set it, then set it back
+    except ValueError:
+        return None
+    with contextlib.suppress(ValueError, OSError):  # made blocking since: left off
+        signal.set_wakeup_fd(fd)
+    return fd
+
+
+def _wakeup_fd_put_back(fd: int | None) -> list[str]:
+    """What the code did to the wakeup fd `_wakeup_fd` read, put back. Found by the fifty-
+    fifth round: a `load` that set one (a pipe whose reader it closed) had a later Ctrl-C
+    print Python's "Exception ignored when trying to write to the signal wakeup fd" and a
+    warning before `pipeplan: interrupted`."""
+    now = _wakeup_fd()
+    if fd is None or now is None or now == fd:
+        return []
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(fd)
+    return [f"set the signal wakeup fd to {now} (signal.set_wakeup_fd)"]
 
 
 def _mask() -> set[int]:
@@ -2392,8 +2426,8 @@ _STATE = {
         "to make your own temporary files elsewhere, pass `dir=` to tempfile's functions",
     ),
     "signals": (
-        "data code must leave the process's signal handlers and mask as it found them, as "
-        "pipeplan and its ranks are stopped and interrupted by signals (Ctrl-C, SIGTERM)",
+        "data code must leave the process's signal handlers, mask and wakeup fd as it found "
+        "them, as pipeplan and its ranks are stopped and interrupted by signals (Ctrl-C, SIGTERM)",
         "to hold a signal off around your own code, block it and unblock it before returning",
     ),
     "gc": (

@@ -5907,9 +5907,9 @@ def test_data_code_that_blocks_or_ignores_the_stop_signals_is_refused_and_it_is_
     assert lines == [
         "pipeplan: error: data 'rt44_sig:load': the data function changed the handler of "
         "SIGHUP, SIGTERM and blocked SIGINT, SIGTERM (signal.pthread_sigmask); data code must "
-        "leave the process's signal handlers and mask as it found them, as pipeplan and its "
-        "ranks are stopped and interrupted by signals (Ctrl-C, SIGTERM) (put back now; to hold "
-        "a signal off around your own code, block it and unblock it before returning)"
+        "leave the process's signal handlers, mask and wakeup fd as it found them, as pipeplan "
+        "and its ranks are stopped and interrupted by signals (Ctrl-C, SIGTERM) (put back now; "
+        "to hold a signal off around your own code, block it and unblock it before returning)"
     ]
     assert not (tmp_path / "runs").exists()
 
@@ -6482,3 +6482,39 @@ def test_data_code_that_hangs_in_the_launchers_checks_ends_the_command(tmp_path,
         )
     assert (done.returncode, done.stderr.splitlines()) == (2, [f"pipeplan: error: {said}"])
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_data_code_that_sets_the_signal_wakeup_fd_is_refused_and_gc_settings_put_back():
+    """Found by the fifty-fifth round: a `load` that set a signal wakeup fd (a pipe whose
+    reader it closed) had a later Ctrl-C print Python's "Exception ignored when trying to
+    write to the signal wakeup fd" and a warning before `pipeplan: interrupted`: refused in one
+    line and put back. One that turned the collector off or set its thresholds to (1, 1, 1)
+    left the launcher and every rank so (cyclic garbage never freed, or a run at half its
+    speed): put back without a word, as a thread count is."""
+    import gc
+
+    from executor.data import BadArgumentError, _contained
+
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    collector = gc.isenabled(), gc.get_threshold()
+    try:
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            signal.set_wakeup_fd(write)
+        assert signal.set_wakeup_fd(-1) == -1  # put back (and read so)
+        assert str(refused.value).startswith(
+            f"data 'm:load': the data function set the signal wakeup fd to {write} "
+            "(signal.set_wakeup_fd); data code must leave the process's signal handlers, mask "
+            "and wakeup fd as it found them"
+        ), str(refused.value)
+        with _contained("m:load", "the data function"):
+            gc.disable()
+            gc.set_threshold(1, 1, 1)
+        assert (gc.isenabled(), gc.get_threshold()) == collector
+    finally:
+        signal.set_wakeup_fd(-1)
+        os.close(read)
+        os.close(write)
+        gc.enable() if collector[0] else gc.disable()
+        gc.set_threshold(*collector[1])
