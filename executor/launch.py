@@ -1164,20 +1164,23 @@ class _Parser(argparse.ArgumentParser):
 
 
 def check_error_file_outside(run_dir: Path) -> None:
-    """torchrun's TORCHELASTIC_ERROR_FILE, set by hand, lies outside the run directory: a
-    report there took a name of the run's own (summary.json: the fifty-fifth round), and
-    export, report and resume then refused the run. BadArgumentError, the variable unset so
-    that the refusal's own report is not written there either."""
+    """torchrun's TORCHELASTIC_ERROR_FILE, set by hand, lies outside the run directory, or in
+    its logs folder (where `pipeplan run` puts its ranks' reports): a report elsewhere in it
+    took a name of the run's own (summary.json: the fifty-fifth round), and export, report
+    and resume then refused the run. BadArgumentError, the variable unset so that the
+    refusal's own report is not written there either."""
     path = os.environ.get(errorfile.ENV)
     if not path:
         return
     where = os.path.realpath(os.path.dirname(os.path.abspath(path)))
     run = os.path.realpath(run_dir)
-    if where == run or where.startswith(run.rstrip(os.sep) + os.sep):
+    logs = os.path.join(run, "logs")
+    inside = where == run or where.startswith(run.rstrip(os.sep) + os.sep)
+    if inside and where != logs:
         del os.environ[errorfile.ENV]
         raise BadArgumentError(
             f"{errorfile.ENV}={quoted(path)} lies inside the run directory {run_dir}; point "
-            "it outside (torchrun's own lies in its temporary folder)"
+            "it outside, or into its logs folder (torchrun's own lies in its temporary folder)"
         )
 
 

@@ -4332,14 +4332,15 @@ def test_a_rank_waiting_for_an_unknown_master_addr_says_the_name_is_unknown(host
         assert said.endswith("); give every rank the same MASTER_ADDR and MASTER_PORT"), said
 
 
-@pytest.mark.parametrize("inside", ["summary.json", "logs/rank-0.error.json", "link/summary.json"])
+@pytest.mark.parametrize("inside", ["summary.json", "model/e.json", "link/summary.json"])
 def test_a_torchrun_error_file_inside_the_run_directory_is_refused(
     finished_run, tmp_path, monkeypatch, inside
 ):
     """Found by the fifty-fifth round: TORCHELASTIC_ERROR_FILE set by hand to RUN/summary.json
     (a name the run writes later) got a failed rank's report, and export, report and resume
     then refused the run as one with a summary of no version. The entry refuses an error file
-    inside the run directory (through a link too) before anything is written there."""
+    inside the run directory (through a link too), but in its logs folder, where `pipeplan
+    run` puts its ranks' reports, before anything is written there."""
     run = copy_run(finished_run, tmp_path)
     (run / "summary.json").unlink()  # as before the run ends
     (tmp_path / "link").symlink_to(run)
