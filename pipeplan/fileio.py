@@ -354,7 +354,11 @@ def _is_link(folder: HeldFolder, name: str) -> bool:
 
 # What torch.save's zip writer raises when a write fails (a full disk): a RuntimeError whose
 # text names its C++ source, never an errno.
-TORCH_WRITER = re.compile(r"PytorchStreamWriter|inline_container|file write failed|unexpected pos")
+# (The last: the C++ stream under torch's writer, where the limit is met as it closes the
+# archive: the fifty-fifth round's checkpoint said "basic_ios::clear: iostream error".)
+TORCH_WRITER = re.compile(
+    r"PytorchStreamWriter|inline_container|file write failed|unexpected pos|basic_ios::clear"
+)
 # Below this many free bytes, a writer that failed without an errno ran out of space.
 NEARLY_FULL = 1 << 20
 

@@ -280,7 +280,8 @@ sys.path.insert(0, sys.argv[2])
 from test_checkpoint import _manifest
 from executor import checkpoint
 from pipeplan.errors import OutputError
-resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+limit = int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 try:
     checkpoint._write(Path(sys.argv[1]), {"model.pt": {"w": torch.zeros(1 << 16)}}, _manifest(3))
 except OutputError as exc:
@@ -288,20 +289,30 @@ except OutputError as exc:
 """
 
 
-def test_a_checkpoint_past_the_file_size_limit_names_the_limit(tmp_path):
+@pytest.mark.parametrize("short", [None, 40])
+def test_a_checkpoint_past_the_file_size_limit_names_the_limit(tmp_path, short):
     """Found by the forty-first round: under `ulimit -f 3000` a checkpoint's line quoted
     torch's "[enforce fail at inline_container.cc:672] . unexpected pos …" and the MiB free
     on its disk, never "File too large" (export and calibrate said it). Python ignores
     SIGXFSZ, so the write fails with EFBIG and torch's writer leaves its file at the limit:
-    the line names the limit and its size, and no partial folder is left."""
+    the line names the limit and its size, and no partial folder is left. The fifty-fifth
+    round: a limit met as the archive closes (`short` bytes under the file's size) failed in
+    the C++ stream under torch's writer, "basic_ios::clear: iostream error", and the line
+    named the free disk."""
+    limit = 1 << 16
+    if short is not None:
+        torch.save({"w": torch.zeros(1 << 16)}, tmp_path / "whole.pt")
+        limit = (tmp_path / "whole.pt").stat().st_size - short
+        (tmp_path / "whole.pt").unlink()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    code = [sys.executable, "-c", UNDER_A_SIZE_LIMIT, str(tmp_path), str(Path(__file__).parent)]
+    here = str(Path(__file__).parent)
+    code = [sys.executable, "-c", UNDER_A_SIZE_LIMIT, str(tmp_path), here, str(limit)]
     done = subprocess.run(code, capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     said = done.stdout.strip()
     assert said == (
         f"{tmp_path / 'checkpoints' / 'step-3'}: cannot write checkpoint step-3 (File too "
-        "large: the file size limit, ulimit -f, is 65536 bytes); no earlier checkpoint is kept"
+        f"large: the file size limit, ulimit -f, is {limit} bytes); no earlier checkpoint is kept"
     ), said
     assert list((tmp_path / "checkpoints").iterdir()) == []
 
