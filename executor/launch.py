@@ -269,6 +269,7 @@ from pipeplan.cluster import HostRanks, format_bytes
 from pipeplan.costmodel import check_priced_clusters
 from pipeplan.errors import (
     BadArgumentError,
+    InputFileError,
     Interrupted,
     OutputError,
     PipeplanError,
@@ -1846,6 +1847,10 @@ def what_next(run_dir: Path, cfg: RunConfig) -> str:
     again", "; every epoch was trained: its model: pipeplan export …", or "" (a checkpoint
     without its pointer: the resume's checks say what to do)."""
     shown = shlex.quote(str(run_dir))
+    if has_checkpoint(run_dir) and not (run_dir / "run.jsonl").exists():
+        # Removed while the ranks trained (the fifty-fifth round: the line said to export a
+        # run every command then refused): the checkpoints cannot be read without them.
+        return f"; its records are gone, so no command reads it now: delete {shown} to start again"
     if not has_checkpoint(run_dir):
         # Neither resumable nor a name a new run takes (its logs say why it failed): said,
         # where the line named nothing to do (the twenty-sixth round).
@@ -1981,8 +1986,8 @@ def failed_at(
 
         failed_at(Path("runs/k/run.jsonl"))   # " at step 7"
     """
-    if not records.exists():
-        return NO_STEP
+    if not records.exists():  # not there yet, or removed while the ranks trained
+        return "" if has_checkpoint(records.parent) else NO_STEP
     try:
         read = read_records(records, notice=False)
     except PipeplanError:
@@ -2059,6 +2064,10 @@ NO_STEP = " before the first step"  # `failed_at`'s answer for a run that record
 
 def summarize(run_dir: Path) -> RunSummary:
     """Measured vs predicted step time per phase, from run.jsonl; written to summary.json."""
+    if not (run_dir / "run.jsonl").exists():  # `make_report` would take it for a run starting
+        raise InputFileError(
+            f"{run_dir / 'run.jsonl'}: removed while the run trained; the run's records are lost"
+        )
     report = make_report(run_dir)
     summary = RunSummary(
         name=report.name,

@@ -319,3 +319,21 @@ def rank_0_dies(rank: int, started: str, how: str = "kill") -> None:
             os.abort()
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(600)
+
+
+class RemovesFile(OnceAfter):
+    """On its read number `after + 1`, rank 0 removes the file PIPEPLAN_TEST_REMOVE names (a
+    user deleting a running run's file)."""
+
+    def act(self) -> None:
+        if os.environ.get("RANK") == "0":
+            Path(os.environ["PIPEPLAN_TEST_REMOVE"]).unlink()
+
+
+def digits_remove_records(seed: int = 0) -> TaskData:
+    """Digits; rank 0 removes PIPEPLAN_TEST_REMOVE on its training read number 49, where that
+    is set (the launcher's own reads of the data leave it)."""
+    data = load_data("digits", models.build("vit-digits"), seed=seed)
+    removes = "PIPEPLAN_TEST_REMOVE" in os.environ and "RANK" in os.environ
+    train = RemovesFile(data.train, 48) if removes else data.train
+    return TaskData("digits", train, data.eval, False)

@@ -3068,3 +3068,30 @@ def test_a_run_named_without_its_runs_folder_is_pointed_to(
     assert cli.main([a.replace("k", "q") if a == "k" else a for a in argv]) == 2
     assert capsys.readouterr().err == "pipeplan: error: q: no such run directory\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_a_run_whose_records_are_removed_as_it_trains_says_so(tmp_path, capsys, monkeypatch):
+    """Found by the fifty-fifth round: run.jsonl removed under a running run (all its steps
+    then trained, its checkpoints and model written) ended in "training failed on rank 0
+    before the first step: runs/k: in use by a pipeplan process training it …, which has
+    recorded no step yet", and advised an export every command then refused. The line says
+    the records were removed, places the failure nowhere it cannot tell, and says what is
+    left to do."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the ranks import tests.killer_data
+    run = tmp_path / "k"
+    monkeypatch.setenv("PIPEPLAN_TEST_REMOVE", str(run / "run.jsonl"))
+    argv = ["run", "--data", "tests.killer_data:digits_remove_records", "--epochs", "2"]
+    argv += ["--max-steps-per-epoch", "4", "--global-batch", "16", "--nproc", "1"]
+    assert cli.main([*argv, "--name", "k", "--runs-dir", str(tmp_path)]) == 2
+    lines = [x for x in capsys.readouterr().err.splitlines() if "INFO" not in x]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("pipeplan: error: training failed on rank 0: "), lines[0]
+    assert (
+        f"{run / 'run.jsonl'}: removed while the run trained; the run's records are lost"
+        in lines[0]
+    )
+    assert lines[0].endswith(
+        f"; its records are gone, so no command reads it now: delete {run} to start again"
+    ), lines[0]
