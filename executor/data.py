@@ -3522,6 +3522,42 @@ def _reexecuted(old: Any, new: Any) -> bool:
         return False
 
 
+def _made_by_hand(before: dict[str, Any]) -> list[str]:
+    """The entries of sys.modules added since `before` (a copy) that stand for a module of
+    pipeplan's or of a library it imports (`_OWN_PACKAGES`) and were not imported (no
+    `__spec__`): the real one, imported later, would never be. Found by the fifty-fifth
+    round: `sys.modules["safetensors.torch"] = types.ModuleType(…)` in a `load` failed the
+    run as "cannot build the model from its config"."""
+    return sorted(
+        name
+        for name in sys.modules.keys() - before.keys()
+        if name.partition(".")[0] in _OWN_PACKAGES
+        and getattr(sys.modules.get(name), "__spec__", None) is None
+    )
+
+
+# The packages whose modules pipeplan imports as it runs (`_made_by_hand`).
+_OWN_PACKAGES = {
+    "pipeplan",
+    "executor",
+    "profiles",
+    "cli",
+    "torch",
+    "transformers",
+    "safetensors",
+    "tokenizers",
+    "huggingface_hub",
+    "numpy",
+    "scipy",
+    "networkx",
+    "pydantic",
+    "pydantic_core",
+    "typer",
+    "click",
+    "rich",
+}
+
+
 def _entry_shown(entry: Any) -> str:
     """An entry of sys.path as a line says it (quoted), a finder or hook by its name: a
     class (BuiltinImporter), a function, or an object by its class (FileFinder's hook is a
@@ -3573,7 +3609,10 @@ def import_system_kept(spec: str, doing: str) -> Iterator[None]:
             elif gone:
                 shown = list(dict.fromkeys(_entry_shown(entry) for entry in gone))
                 said.append(f"removed {_some(shown)} from sys.{name}")
-            if gone or now is not found:
+            ahead = name == "meta_path" and not gone and now[: len(before)] != before
+            if ahead:  # a finder put before Python's own sees every import first
+                said.append(f"put a finder before {_entry_shown(before[0])} in sys.meta_path")
+            if gone or now is not found or ahead:
                 found[:] = before
                 if name == "path_hooks":  # folders looked at meanwhile were cached hookless
                     sys.path_importer_cache.clear()
@@ -3588,13 +3627,20 @@ def import_system_kept(spec: str, doing: str) -> Iterator[None]:
                 said.append(f"{verb} the imported module{s} {_some(names)} in sys.modules")
         for name, _ in moved:
             modules[name] = imported[name]
+        made = _made_by_hand(imported)
+        if made:
+            s = "s" * (len(made) > 1)
+            said.append(f"put the module{s} {_some(made)} in sys.modules by hand")
+            for name in made:
+                modules.pop(name, None)
     if not said:
         return
     raise BadArgumentError(
         f"data {quoted(spec)}: {doing} {' and '.join(said)}; data code must leave Python's "
         "import system as it found it (sys.path, sys.meta_path, sys.path_hooks and the modules "
         "already imported), as pipeplan imports its own modules and the model's after it "
-        "(put back now; adding a path, a finder or a module is fine)"
+        "(put back now; adding a path, a finder after Python's own or a module imported is "
+        "fine)"
     )
 
 

@@ -5145,8 +5145,18 @@ def test_autograds_state_changed_by_data_code_is_refused_and_put_back():
             'sys.modules["json"] = types.ModuleType("json")',
             "the data function replaced the imported module json in sys.modules; ",
         ),
+        # The fifty-fifth round: a module pipeplan imports later, stood in for by hand, and a
+        # finder refusing imports put first, failed the run blaming the model.
+        (
+            'sys.modules["safetensors.rt55"] = types.ModuleType("safetensors.rt55")',
+            "the data function put the module safetensors.rt55 in sys.modules by hand; ",
+        ),
+        (
+            "sys.meta_path.insert(0, types.SimpleNamespace(find_spec=lambda *a: None))",
+            "the data function put a finder before ",
+        ),
     ],
-    ids=["sys.path", "sys.meta_path", "sys.modules"],
+    ids=["sys.path", "sys.meta_path", "sys.modules", "made by hand", "a finder first"],
 )
 def test_data_code_that_changes_the_import_system_is_refused_by_run(
     tmp_path, capsys, monkeypatch, in_load, fragment
@@ -5169,7 +5179,9 @@ def test_data_code_that_changes_the_import_system_is_refused_by_run(
     finally:  # for the tests after this one, whatever happened
         sys.path[:], sys.meta_path[:], sys.path_hooks[:] = state
         sys.modules["json"] = real_json
+        made = sys.modules.pop("safetensors.rt55", None)
     captured = capsys.readouterr()
+    assert made is None
     lines = captured.err.strip().splitlines()
     assert (code, after, json_after) == (2, state, real_json), lines
     assert len(lines) == 1 and captured.out == "", captured
@@ -5177,7 +5189,8 @@ def test_data_code_that_changes_the_import_system_is_refused_by_run(
     assert lines[0].endswith(
         "data code must leave Python's import system as it found it (sys.path, sys.meta_path, "
         "sys.path_hooks and the modules already imported), as pipeplan imports its own modules "
-        "and the model's after it (put back now; adding a path, a finder or a module is fine)"
+        "and the model's after it (put back now; adding a path, a finder after Python's own or "
+        "a module imported is fine)"
     ), lines
     assert not (tmp_path / "runs").exists()
 
