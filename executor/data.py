@@ -3524,38 +3524,17 @@ def _reexecuted(old: Any, new: Any) -> bool:
 
 def _made_by_hand(before: dict[str, Any]) -> list[str]:
     """The entries of sys.modules added since `before` (a copy) that stand for a module of
-    pipeplan's or of a library it imports (`_OWN_PACKAGES`) and were not imported (no
-    `__spec__`): the real one, imported later, would never be. Found by the fifty-fifth
+    pipeplan's, a library it imports or the standard library's (`WIDE_PACKAGES`) and were
+    not imported (no `__spec__`): the real one, imported later, would never be. Found by the
+    fifty-fifth
     round: `sys.modules["safetensors.torch"] = types.ModuleType(…)` in a `load` failed the
     run as "cannot build the model from its config"."""
     return sorted(
         name
         for name in sys.modules.keys() - before.keys()
-        if name.partition(".")[0] in _OWN_PACKAGES
+        if name.partition(".")[0] in WIDE_PACKAGES
         and getattr(sys.modules.get(name), "__spec__", None) is None
     )
-
-
-# The packages whose modules pipeplan imports as it runs (`_made_by_hand`).
-_OWN_PACKAGES = {
-    "pipeplan",
-    "executor",
-    "profiles",
-    "cli",
-    "torch",
-    "transformers",
-    "safetensors",
-    "tokenizers",
-    "huggingface_hub",
-    "numpy",
-    "scipy",
-    "networkx",
-    "pydantic",
-    "pydantic_core",
-    "typer",
-    "click",
-    "rich",
-}
 
 
 def _entry_shown(entry: Any) -> str:
