@@ -258,6 +258,8 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
             )
         if isinstance(value, str):
             value = _text(value, option.spelling, longest=None)
+        if getattr(value, "ndim", 0) >= 1 and hasattr(value, "tolist"):  # numpy's, torch's
+            value = value.tolist()  # its items held as a list's (a float array was taken)
         if isinstance(value, list | tuple):  # `boundaries=[0, 5, 10]`, as "0,5,10" typed
             # `[0, True, 10]` planned 0,1,10 (the fifty-fifth round): each item is a number
             # as a lone value is, never a switch's.
@@ -282,6 +284,10 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
             raise BadArgumentError(
                 f"{option.spelling}: expected a whole number, not {value!r} (a float)"
             )
+        if option.unit is not None and isinstance(value, int | float):
+            # As its text on the command line: a rate without a unit is refused there, where
+            # `inter_bw=5` was 5 bytes/s here (the fifty-sixth round); a size is bytes in both.
+            value = str(value)
         given[option.field] = option.parse(value) if isinstance(value, str) else value
     return given
 
@@ -289,6 +295,11 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
 def _item(value: Any, spelling: str) -> Any:
     """One item of a list option (layer indices, micro-batch sizes: whole numbers), as a lone
     number is read (`_plain_number`), a boolean or a float refused."""
+    if isinstance(value, str | bytes | bytearray | memoryview):  # pydantic read "+4", " 0"
+        raise BadArgumentError(
+            f"{spelling}: {excerpt(repr(value))} in a list; give whole numbers, or the whole "
+            'list as text ("0,5,10")'
+        )
     value = _plain_number(value, spelling)
     if _is_boolean(value):
         raise BadArgumentError(f"{spelling}: {value} is a switch's value; give whole numbers")

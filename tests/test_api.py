@@ -105,7 +105,7 @@ class _RaisingInt(int):
         (pipeplan.preview, dict(epochs=10**5000), "--epochs: an integer of about 5,000 digits"),
         (pipeplan.preview, dict(nodes=-(10**5000)), "--nodes: an integer of about 5,000 digits"),
         (pipeplan.preview, dict(epochs=Decimal("1e5000")), "--epochs: expected a whole number"),
-        (pipeplan.plan, dict(device_memory=Decimal("1e5000")), "--device-memory: Input should"),
+        (pipeplan.plan, dict(device_memory=Decimal("1e5000")), "--device-memory: cannot read"),
         # pydantic took 2.0 for 2 where the command line refuses "2.0" (thirty-sixth session).
         (pipeplan.preview, dict(epochs=2.0), "--epochs: expected a whole number, not 2.0 (a"),
         (pipeplan.plan, dict(global_batch=8.0), "--global-batch: expected a whole number, not"),
@@ -115,6 +115,13 @@ class _RaisingInt(int):
         (pipeplan.plan, dict(boundaries=[0, True, 10]), "--boundaries: True is a switch's"),
         (pipeplan.plan, dict(boundaries=(0, 5.0, 10)), "--boundaries: expected whole numbers"),
         (pipeplan.preview, dict(epochs=_RaisingInt(2)), "--epochs: _RaisingInt cannot be read"),
+        # The fifty-sixth round: a list's items given as text or as an array skipped the
+        # command line's reading, and a rate without a unit was bytes/s.
+        (pipeplan.plan, dict(boundaries=["0", "+4", "8"]), "--boundaries: '0' in a list; give"),
+        (pipeplan.plan, dict(boundaries=[0, b"4", 8]), "--boundaries: b'4' in a list; give"),
+        (pipeplan.plan, dict(boundaries=np.array([0.0, 4.0, 10.0])), "--boundaries: expected who"),
+        (pipeplan.plan, dict(boundaries=torch.tensor([0.0, 4.0, 10.0])), "--boundaries: expect"),
+        (pipeplan.preview, dict(inter_bw=5), "--inter-bw: bandwidth '5' has no unit"),
         # And `out` beside a value of the wrong type: a TypeError from pathlib.
         (pipeplan.plan, dict(cluster=5, out="o.json"), "--cluster: Input should be a valid str"),
     ],
