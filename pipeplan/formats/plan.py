@@ -148,8 +148,8 @@ class ScoredLayout(Strict):
     step_s: PredictedSeconds
 
 
-# More runner-ups than a plan could show a reader; the planner writes 2 (`solve_phase`).
-MAX_RUNNER_UPS = 16
+# Twice the runner-ups the planner writes (`solve_phase`'s 2).
+MAX_RUNNER_UPS = 4
 
 
 # Counts are bounded by the planner's own limits (`TrainingShape.check`): an epoch count of
@@ -264,6 +264,12 @@ class Plan(Versioned):
             return self
         num_layers = self.phases[0].layout.boundaries[-1]
         devices = self.inputs.cluster.num_devices
+        if len(self.phases) > num_layers:  # before each is checked (the fifty-sixth round:
+            # 10,000 phases of 16 runner-ups took 38 s and 1.6 GB to refuse)
+            raise ValueError(
+                f"{len(self.phases):,} phases over {num_layers} layers; a phase freezes more "
+                f"layers than the one before it, and never the head: at most {num_layers}"
+            )
         for i, phase in enumerate(self.phases):
             ends = phase.layout.boundaries[-1]
             if ends != num_layers:
