@@ -510,13 +510,19 @@ def _check_archive(handle: BinaryIO, file: Path) -> None:
     sparse file of terabytes, or one extended by holes, took hours to hash, its size given in
     the manifest too (the fifty-second round). Leaves `handle` at the start."""
     size = os.fstat(handle.fileno()).st_size
-    listed = _listed_entries(handle, size)
-    if listed is not None and listed > MAX_ARCHIVE_ENTRIES:
-        # zipfile reads every entry's line of the directory into an object: 1.5 M empty
-        # entries forged into a model.pt took 28 s and 1.1 GB (the fifty-third round).
+    listed, directory = _listed_entries(handle, size) or (0, 0)
+    # zipfile reads every entry's line of the directory into an object: 1.5 M empty entries
+    # forged into a model.pt took 28 s and 1.1 GB (the fifty-third round); it walks the
+    # directory by its size, whatever count the end record gives (the fifty-sixth).
+    if listed > MAX_ARCHIVE_ENTRIES:
         raise InputFileError(
             f"{file}: its archive lists {listed:,} entries; a checkpoint file holds at most "
             f"{MAX_ARCHIVE_ENTRIES:,} (corrupted or replaced)"
+        )
+    if directory > MAX_DIRECTORY_BYTES:
+        raise InputFileError(
+            f"{file}: its archive's directory is {directory:,} bytes; a checkpoint file's is "
+            f"at most {MAX_DIRECTORY_BYTES:,} (corrupted or replaced)"
         )
     try:
         entries = zipfile.ZipFile(handle).infolist()  # not closed: `handle` is the caller's
@@ -533,25 +539,27 @@ def _check_archive(handle: BinaryIO, file: Path) -> None:
     handle.seek(0)
 
 
-def _listed_entries(handle: BinaryIO, size: int) -> int | None:
-    """The entry count a zip archive's end record gives (its zip64 record's where the end
-    record's is full), read from the file's last 64 KiB; None where there is none (zipfile
-    then refuses the file)."""
+def _listed_entries(handle: BinaryIO, size: int) -> tuple[int, int] | None:
+    """The entry count and directory size a zip archive's end record gives (its zip64
+    record's where the end record's are full), read from the file's last 64 KiB; None where
+    there is none (zipfile then refuses the file)."""
     tail = min(size, _END_SIZE + 0xFFFF)  # the end record, then a comment of up to 64 KiB
     handle.seek(size - tail)
     data = handle.read(tail)
     at = data.rfind(b"PK\x05\x06")
     if at < 0 or at + _END_SIZE > len(data):
         return None
-    (count,) = struct.unpack_from("<H", data, at + 10)  # entries in the directory, in all
-    if count == 0xFFFF and at >= 20 and data[at - 20 : at - 16] == b"PK\x06\x07":
+    # Entries in the directory, in all, and its bytes.
+    count, directory = struct.unpack_from("<HI", data, at + 10)
+    full = count == 0xFFFF or directory == 0xFFFFFFFF
+    if full and at >= 20 and data[at - 20 : at - 16] == b"PK\x06\x07":
         (offset,) = struct.unpack_from("<Q", data, at - 12)  # the zip64 end record's place
-        if offset + 40 <= size:
+        if offset + 48 <= size:
             handle.seek(offset)
-            record = handle.read(40)
+            record = handle.read(48)
             if record[:4] == b"PK\x06\x06":
-                (count,) = struct.unpack_from("<Q", record, 32)
-    return count
+                count, directory = struct.unpack_from("<QQ", record, 32)
+    return count, directory
 
 
 _END_SIZE = 22  # a zip archive's end-of-directory record, comment aside
@@ -559,6 +567,9 @@ _END_SIZE = 22  # a zip archive's end-of-directory record, comment aside
 # More entries than any checkpoint file holds: one per tensor's storage (and AdamW's two
 # moments and step a parameter), a few more for torch's own records.
 MAX_ARCHIVE_ENTRIES = 1_000_000
+# And more directory than they take: an entry's line is 46 bytes and its name (torch's are
+# tens of characters; a model of 100,000 tensors with AdamW's state takes some 30 MB).
+MAX_DIRECTORY_BYTES = 64 << 20
 
 # Bytes of a torch.save archive outside its entries' headers and data, per entry (its line
 # in the directory, alignment: about 80 to 140 measured) and once (the directory's end).
