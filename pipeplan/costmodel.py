@@ -530,7 +530,9 @@ class CostModel:
             link = self.p2p_link(bool(crosses))
             if share > 1:
                 shared = link.bandwidth_bytes_per_s / int(share)
-                link = Link(latency_s=link.latency_s, bandwidth_bytes_per_s=shared)
+                # Derived, not input: unchecked, as `_with_extra`'s (a 1 B/s link shared by two
+                # was 0.5 B/s, below the format's bound: a traceback, the fifty-sixth round).
+                link = Link.model_construct(latency_s=link.latency_s, bandwidth_bytes_per_s=shared)
             if mixed:
                 link = slowest_link(link, self.intra_p2p_link)
             links.append(link)

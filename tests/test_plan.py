@@ -744,3 +744,23 @@ def test_a_phase_that_only_fills_the_cache_for_the_next_is_weighed(nodes, device
             p.total_s for p in priced_phases(plan.model_copy(update={"phases": phases}), profile)
         )
         assert plan.predicted_total_s <= other * (1 + 1e-9), (flags, plan.predicted_total_s, other)
+
+
+def test_a_one_byte_a_second_network_shared_by_replicas_is_priced_not_refused(tmp_path):
+    """Found by the fifty-sixth round: `--inter-bw 1B/s`, the least the flag takes, shared by
+    two replicas' transfers across the nodes was a link of 0.5 B/s, which the cost model built
+    as a checked Link: a traceback. A shared link is derived, not input: the plan is written,
+    priced at the shared rate (seconds of a transfer: its bytes over 0.5 B/s)."""
+    import cli
+
+    profile = str(Path(__file__).resolve().parents[1] / "profiles" / "bert-tiny@cpu-1t.json")
+    out = tmp_path / "y.json"
+    argv = ["plan", "--profile", profile, "--nodes", "2", "--devices-per-node", "2"]
+    argv += ["--device-memory", "120MiB", "--intra-bw", "10GB/s", "--inter-bw", "1B/s"]
+    argv += ["--global-batch", "8", "--samples", "800", "--epochs", "2", "--freeze-schedule", "1"]
+    argv += ["--stages", "2", "--boundaries", "0,1,6", "--micro-batches", "1", "--schedule"]
+    argv += ["gpipe", "--out", str(out)]
+    assert cli.main(argv) == 0
+    plan = json.loads(out.read_text())
+    assert plan["phases"][0]["layout"]["rank_map"] == [[0, 2], [1, 3]]
+    assert plan["phases"][0]["step_s"] > 1e5  # bytes over half a byte a second
