@@ -1892,7 +1892,7 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
     temp = _temp_settings()
     handlers, mask = _signals()
     callbacks, interval = list(gc.callbacks), sys.getswitchinterval()
-    collector = gc.isenabled(), gc.get_threshold()
+    collector = gc.isenabled(), gc.get_threshold(), gc.get_debug()
     wakeup = _wakeup_fd()
     threads = set(threading.enumerate()) if pipeplan_log.holds_threads() else None
     watched = _watching()
@@ -1956,9 +1956,10 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
         # The collector's switch and thresholds are put back without a word, as a thread count
         # is: a speed setting of the code's own (the fifty-fifth round: off, cyclic garbage of
         # a long run was never freed; at (1, 1, 1) a run went at half its speed).
-        if (gc.isenabled(), gc.get_threshold()) != collector:
+        if (gc.isenabled(), gc.get_threshold(), gc.get_debug()) != collector:
             (gc.enable if collector[0] else gc.disable)()
             gc.set_threshold(*collector[1])
+            gc.set_debug(collector[2])  # DEBUG_STATS printed 1,000 lines (fifty-sixth round)
         said += [("signals", change) for change in _wakeup_fd_put_back(wakeup)]
         if sys.getswitchinterval() != interval:
             changed = sys.getswitchinterval()
@@ -2391,9 +2392,10 @@ _STATE = {
         "`env={**os.environ, ...}`",
     ),
     "startup": (
-        "data code must not add the variables a rank's start reads (Python's PYTHON*, "
-        "OpenMP's OMP_*, GOMP_*, KMP_*, the loader's LD_*, the launcher's), as pipeplan's "
-        "ranks inherit the launcher's environment and read them before any check",
+        "data code must not add the variables a rank's start and its libraries read (Python's "
+        "PYTHON*, OpenMP's OMP_*, GOMP_*, KMP_*, the loader's LD_*, the launcher's, gloo's, "
+        "NCCL's, MKL's), as pipeplan's ranks inherit the launcher's environment and read them "
+        "before any check",
         "set them in the shell before pipeplan starts, where pipeplan checks them",
     ),
     "logging": (
@@ -2812,8 +2814,8 @@ def _startup_added(environ: Any, variables: dict[str, str]) -> str:
 
 
 # Variables a rank's start reads, before any code of pipeplan's could check them: Python's,
-# OpenMP's (libgomp, Intel's), the dynamic loader's and allocator's, torch's launcher's, and
-# pipeplan's own between launcher and rank.
+# OpenMP's (libgomp, Intel's), the dynamic loader's and allocator's, torch's launcher's,
+# pipeplan's own between launcher and rank; and torch's libraries' as the rank runs.
 _STARTUP = (
     "PYTHON",
     "OMP_",
@@ -2824,6 +2826,16 @@ _STARTUP = (
     "GLIBC_TUNABLES",
     "TORCHELASTIC_",
     "PIPEPLAN_",
+    # Read by torch's libraries in a rank once it runs (the fifty-sixth round:
+    # GLOO_SOCKET_IFNAME failed every collective, MKL_VERBOSE printed a line a product).
+    "GLOO_",
+    "NCCL_",
+    "TORCH_NCCL_",
+    "TORCH_DISTRIBUTED_",
+    "TORCH_CPP_",
+    "MKL_",
+    "OPENBLAS_",
+    "CUDA_",
 )
 _LAUNCH_NAMES = {
     "MASTER_ADDR",
