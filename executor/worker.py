@@ -231,7 +231,17 @@ def meet_every_rank(start: StartWait) -> dist.TCPStore | None:
 
 def _host_store(host: str, port: int, world: int) -> dist.TCPStore:
     """Rank 0's store on MASTER_PORT, as env:// makes it, but not waiting for the others in
-    its constructor (a C++ wait): `_await_all` waits for them."""
+    its constructor (a C++ wait): `_await_all` waits for them. MASTER_ADDR names this node:
+    one that does not resolve is said at once (the fifty-sixth round: torch's store warned
+    in 51 lines of C++ frames, and waited past the timeout)."""
+    try:
+        socket.getaddrinfo(host, port)
+    except (OSError, UnicodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not a host name"
+        raise StartAbandoned(
+            f"MASTER_ADDR={host}: no host of that name is known ({why}); rank 0 hosts the "
+            "ranks' store there: give the address of its node"
+        ) from None
     try:
         return dist.TCPStore(
             host,
@@ -266,6 +276,8 @@ def _join_store(
             break
         except socket.gaierror as exc:
             unknown = exc.strerror
+        except UnicodeError:  # a name no resolver can be asked for (`a..b`: 56th round)
+            unknown = "not a host name"
         except OSError:
             pass
         now = time.monotonic()

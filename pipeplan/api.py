@@ -282,7 +282,7 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
             # pydantic takes 2.0 for 2 where the command line refuses "2.0" (the thirty-sixth
             # session's list): a count is a whole number in both.
             raise BadArgumentError(
-                f"{option.spelling}: expected a whole number, not {value!r} (a float)"
+                f"{option.spelling}: expected a whole number, not {float.__repr__(value)} (a float)"
             )
         if option.unit is not None and isinstance(value, int | float):
             # As its text on the command line: a rate without a unit is refused there, where
@@ -304,7 +304,8 @@ def _item(value: Any, spelling: str) -> Any:
     if _is_boolean(value):
         raise BadArgumentError(f"{spelling}: {value} is a switch's value; give whole numbers")
     if isinstance(value, float):
-        raise BadArgumentError(f"{spelling}: expected whole numbers, not {value!r} (a float)")
+        shown = float.__repr__(value)  # a subclass's own repr may raise (fifty-sixth round)
+        raise BadArgumentError(f"{spelling}: expected whole numbers, not {shown} (a float)")
     return value
 
 

@@ -4350,7 +4350,7 @@ def test_a_failure_in_the_first_epochs_evaluation_is_placed_without_a_data_recor
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("host", ["no-such-host.invalid", "127.0.0.1"])
+@pytest.mark.parametrize("host", ["no-such-host.invalid", "a..b", "127.0.0.1"])
 def test_a_rank_waiting_for_an_unknown_master_addr_says_the_name_is_unknown(host):
     """Found by the forty-seventh round: MASTER_ADDR naming no host was waited for, then told
     "nothing listens there". It is still waited for (a cluster's DNS may learn a node's name
@@ -4391,3 +4391,20 @@ def test_a_torchrun_error_file_inside_the_run_directory_is_refused(
     said = f"TORCHELASTIC_ERROR_FILE={quoted(str(path))} lies inside the run directory {run}"
     _entry_refused(run, "--resume", fragment=(said,))
     assert not (run / "summary.json").exists()
+
+
+@pytest.mark.parametrize("host", ["a..b", "no-such-host.invalid", "ho st"])
+def test_rank_0_refuses_to_host_its_store_at_an_unknown_master_addr(host):
+    """Found by the fifty-sixth round: rank 0 given a MASTER_ADDR that names no host (`a..b`,
+    `ho st`) had torch's store print 51 lines of warnings and C++ frames, and wait past the
+    collective timeout (a joining rank's `a..b` was a UnicodeError traceback, above). Rank 0
+    hosts the store at that name: one that does not resolve is said at once."""
+    from executor.worker import StartAbandoned, _host_store
+    from pipeplan.spawn import free_port
+
+    with pytest.raises(StartAbandoned) as refused:
+        _host_store(host, free_port(), 2)
+    assert str(refused.value).startswith(f"MASTER_ADDR={host}: no host of that name is known (")
+    assert str(refused.value).endswith(
+        "rank 0 hosts the ranks' store there: give the address of its node"
+    )
