@@ -25,6 +25,7 @@ import faulthandler
 import gc
 import gzip
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import io
@@ -3546,7 +3547,32 @@ def _made_by_hand(before: dict[str, Any]) -> list[str]:
         for name in sys.modules.keys() - before.keys()
         if name.partition(".")[0] in WIDE_PACKAGES
         and getattr(sys.modules.get(name), "__spec__", None) is None
+        and _importable(name)
     )
+
+
+def _importable(name: str) -> bool:
+    """Whether a file the import system would load as `name` is there: the module a spec-less
+    entry stands in for. An extension's own submodules (scipy's `…_highspy._core.cb`, made
+    by its C code as it is imported) have none: no stand-in. Each package on the way is the
+    one imported, else looked for as the import would (none is imported here)."""
+    parts = name.split(".")
+    path = None
+    for i, part in enumerate(parts):
+        module = sys.modules.get(".".join(parts[: i + 1])) if i < len(parts) - 1 else None
+        try:
+            if module is not None and getattr(module, "__spec__", None) is not None:
+                path = getattr(module, "__path__", None)
+            else:
+                spec = importlib.machinery.PathFinder.find_spec(part, path)
+                if spec is None:
+                    return False
+                path = spec.submodule_search_locations
+        except Exception:  # an odd __path__ or file: no stand-in told
+            return False
+        if i < len(parts) - 1 and path is None:  # a module, not a package: nothing under it
+            return False
+    return True
 
 
 def _entry_shown(entry: Any) -> str:

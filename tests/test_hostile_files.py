@@ -816,7 +816,9 @@ def test_a_plan_whose_last_phase_unfreezes_is_refused(tmp_path, capsys):
     assert doc["inputs"]["freeze"]["frozen_layers"] == [0, 5, 7]
     run = ["run", "--model", "vit-digits", "--prepare-only", "--runs-dir", str(tmp_path / "runs")]
     assert cli.main([*run, "--plan", str(path), "--name", "good"]) == 0  # as written, it runs
-    doc["phases"][-1]["layout"]["frozen_layers"] = 0
+    # Uncached too: a cached layout without a frozen prefix is refused as such first (phases
+    # 1 and 2 are cached since the fifty-fifth round: phase 1 fills the cache phase 2 reads).
+    doc["phases"][-1]["layout"].update(frozen_layers=0, cached=False)
     bad = tmp_path / "rp_bad.json"
     bad.write_text(json.dumps(doc))
     capsys.readouterr()
