@@ -1076,12 +1076,13 @@ def main(argv: list[str] | None = None) -> int:
         log.error(f"{where}{exc.strerror or exc}")
         return 2
     finally:
+        if argv is None:  # the process's own run: a later Ctrl-C has nothing left to stop (it
+            # raised at exit, or a traceback; one in the lines below did: the fifty-sixth round)
+            _install({**(previous or {}), signal.SIGINT: signal.SIG_IGN})
+        elif previous is not None:
+            _install(previous)
         sys.unraisablehook = sys.__unraisablehook__
         log.thread_lines()  # after a failure, nothing: its error line stays the last
-        if previous is not None:
-            _install(previous)
-        if argv is None:  # the process's own run: a later Ctrl-C has nothing left to stop
-            _install({signal.SIGINT: signal.SIG_IGN})  # (it raised at exit, or a traceback)
 
 
 def entry() -> None:

@@ -1272,3 +1272,31 @@ def test_runs_freeze_list_with_an_integer_of_many_digits_names_the_flag(tmp_path
     assert len(err) == 1 and err[0].startswith("pipeplan: error: --freeze: '9999"), err
     assert err[0].endswith("has 300 digits; it is beyond every limit pipeplan has"), err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ctrl_c_as_the_command_ends_is_ignored_not_a_traceback(monkeypatch, capsys):
+    """Found by the fifty-sixth round: a second Ctrl-C that landed in `main`'s last lines
+    (after the first was reported, as its thread lines were written) raised Interrupted out
+    of `main`: a traceback, exit 1. The process's own run ignores SIGINT from its `finally` on:
+    the command has ended, and its line stands."""
+    import signal
+
+    from pipeplan import log
+
+    real = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(sys, "argv", ["pipeplan", "--version"])
+    calls = []
+
+    def lines_then_ctrl_c():  # the second call: `main`'s finally
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return []
+
+    monkeypatch.setattr(log, "thread_lines", lines_then_ctrl_c)
+    try:
+        assert cli.main() == 0  # argv None: the process's own run
+        assert len(calls) == 2 and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, real)
+    assert capsys.readouterr().err == ""
