@@ -1841,16 +1841,21 @@ def failure_line(
     return line + what_next(run_dir, cfg)
 
 
+# What every command reading a run's checkpoints reads with them (`what_next`).
+RUN_OWN_FILES = ("run.json", "run.jsonl", "profile.json")
+
+
 def what_next(run_dir: Path, cfg: RunConfig) -> str:
     """What a failed run's line says to do with `run_dir` (`failure_line`): "; resume with:
     pipeplan run --resume runs/k", "; no checkpoint to resume from: delete runs/k to start it
     again", "; every epoch was trained: its model: pipeplan export …", or "" (a checkpoint
     without its pointer: the resume's checks say what to do)."""
     shown = shlex.quote(str(run_dir))
-    if has_checkpoint(run_dir) and not (run_dir / "run.jsonl").exists():
-        # Removed while the ranks trained (the fifty-fifth round: the line said to export a
-        # run every command then refused): the checkpoints cannot be read without them.
-        return f"; its records are gone, so no command reads it now: delete {shown} to start again"
+    gone = [name for name in RUN_OWN_FILES if not (run_dir / name).exists()]
+    if has_checkpoint(run_dir) and gone:
+        # Removed while the ranks trained (the fifty-fifth and fifty-sixth rounds: the line
+        # said to export a run every command then refused): the checkpoints are read with them.
+        return f"; its {gone[0]} is gone, so no command reads it now: delete {shown} to start again"
     if not has_checkpoint(run_dir):
         # Neither resumable nor a name a new run takes (its logs say why it failed): said,
         # where the line named nothing to do (the twenty-sixth round).

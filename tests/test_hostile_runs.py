@@ -3093,5 +3093,5 @@ def test_a_run_whose_records_are_removed_as_it_trains_says_so(tmp_path, capsys, 
         in lines[0]
     )
     assert lines[0].endswith(
-        f"; its records are gone, so no command reads it now: delete {run} to start again"
+        f"; its run.jsonl is gone, so no command reads it now: delete {run} to start again"
     ), lines[0]
