@@ -321,6 +321,7 @@ from pipeplan.formats.run import (
     check_run_name,
 )
 from pipeplan.freeze import list_schedule
+from pipeplan.log import PATH_MAX
 from pipeplan.options import build, check_needs_against
 from pipeplan.report import make_report, phase_summaries
 from pipeplan.runfiles import check_summary
@@ -797,7 +798,8 @@ def check_outputs(run_dir: Path, skip: list[Path] | tuple[Path, ...] = ()) -> No
             if why is not None:
                 raise OutputError(f"{path}: {why}; the run writes this file")
     for name in ("run.jsonl", METRICS_FILE, "summary.json", "run.json"):
-        check_writable(run_dir / name, run_owned=True)  # and the folder takes new files
+        # (a path too long is --runs-dir's and --name's: the fifty-sixth round said --out)
+        check_writable(run_dir / name, run_owned=True, flag="--runs-dir/--name")
     check_free_space(run_dir)
 
 
@@ -841,10 +843,23 @@ def _entries(folder: Path, names: tuple[str, ...]) -> list[Path]:
     return sorted(folder / name for name in os.listdir(folder) if pattern.fullmatch(name))
 
 
+# The longest path a run writes below its directory, with room: checkpoints/.tmp-step-N/
+# optimizer.pt, logs/rank-R.error.json.tmp.
+RUN_FILES_DEPTH = 64
+
+
 def run_directory(runs_root: str | Path, name: str) -> Path:
     """`runs_root/name`, a plain folder inside --runs-dir: not a path out of it, and not a
     symbolic link that would put the run's files somewhere else."""
     run_dir = Path(runs_root) / run_name(name)
+    whole = len(os.fsencode(os.path.abspath(run_dir))) + RUN_FILES_DEPTH
+    if whole >= PATH_MAX:  # its files' paths would be too long (the fifty-sixth round: the
+        # line named --out, or no flag at all)
+        raise OutputError(
+            f"--runs-dir/--name {quoted(str(run_dir))}: path too long ({whole - RUN_FILES_DEPTH:,}"
+            f" bytes from /, and the run's files lie up to {RUN_FILES_DEPTH} deeper; the file "
+            f"system takes {PATH_MAX - 1:,} a path)"
+        )
     if run_dir.is_symlink():
         raise OutputError(
             f"{run_dir}: is a symbolic link; a run directory is a plain folder in --runs-dir"

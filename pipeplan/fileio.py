@@ -30,7 +30,11 @@ from pipeplan.startup import STOP_SIGNALS
 
 
 def check_writable(
-    path: str | Path, inputs: Iterable[str | Path | None] = (), *, run_owned: bool = False
+    path: str | Path,
+    inputs: Iterable[str | Path | None] = (),
+    *,
+    run_owned: bool = False,
+    flag: str = "--out",
 ) -> Path:
     """Fail early, before expensive work, if `path` cannot be created or replaced, is one of
     the command's `inputs` (a plan written over the profile it was made from), or lies inside
@@ -38,7 +42,7 @@ def check_writable(
 
         check_writable("plan.json", inputs=[profile_path, cluster_path])
     """
-    check_not_stdout(path, "--out", "file")
+    check_not_stdout(path, flag, "file")  # `flag`: what named the path, for its line
     if not run_owned:
         check_outside_runs(path)
     if isinstance(path, str) and (

@@ -1630,3 +1630,21 @@ def test_the_writer_never_renames_over_a_link_made_after_the_check(tmp_path, mon
         fileio.write_atomic(out, "new")
     assert out.is_symlink() and victim.read_text() == "kept"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "victim.json"]
+
+
+@pytest.mark.timeout(60)
+def test_a_run_directory_whose_files_would_pass_path_max_names_runs_dir_and_name(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the fifty-sixth round: a --runs-dir and --name each within the limits whose
+    run directory's files would pass PATH_MAX said "--out '…/run.json': path too long", a
+    flag `run` does not have, or "File name too long" with no flag. The run directory is held
+    to PATH_MAX with room for the run's deepest file: one line naming both flags; nothing is
+    made."""
+    monkeypatch.chdir(tmp_path)
+    deep = "a/" * ((4000 - len(str(tmp_path))) // 2)
+    argv = ["run", "--model", "vit-digits", "--prepare-only", "--nproc", "1"]
+    argv += ["--runs-dir", deep, "--name", "n" * 120]
+    said = f"--runs-dir/--name {quoted(deep + 'n' * 120)}: path too long ("
+    refused(argv, tmp_path, capsys, said)
+    assert os.listdir(tmp_path) == []
