@@ -3539,9 +3539,10 @@ def _made_by_hand(before: dict[str, Any]) -> list[str]:
     """The entries of sys.modules added since `before` (a copy) that stand for a module of
     pipeplan's, a library it imports or the standard library's (`WIDE_PACKAGES`) and were
     not imported (no `__spec__`): the real one, imported later, would never be. Found by the
-    fifty-fifth
-    round: `sys.modules["safetensors.torch"] = types.ModuleType(…)` in a `load` failed the
-    run as "cannot build the model from its config"."""
+    fifty-fifth round: `sys.modules["safetensors.torch"] = types.ModuleType(…)` in a `load`
+    failed the run as "cannot build the model from its config"."""
+    if len(sys.modules) <= len(before):  # nothing added: a batch read's usual case, at once
+        return []
     return sorted(
         name
         for name in sys.modules.keys() - before.keys()
