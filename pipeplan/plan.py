@@ -560,7 +560,7 @@ def _shortest_path(
     for p, (_, epochs, greedy_choice) in enumerate(greedy):
         # A phase that only fills its cache pays off in the next, cached phase (the fifty-
         # fifth round: never weighed, a plan was 22 % slower than with it); in the last none.
-        fill_only = p < len(greedy) - 1
+        followed = p < len(greedy) - 1
         frozen = greedy_choice.layout.frozen_layers
         ends = sorted(paths[-1].items(), key=lambda end: end[1][0]) if paths else [(None, (0.0,))]
         now: dict[Layout, tuple[float, Layout | None, _Choice]] = {}
@@ -575,7 +575,7 @@ def _shortest_path(
                 for previous, (so_far, *_) in ends:
                     if layout in now and so_far + floor >= now[layout][0]:
                         break
-                    if cached and not (fill_only or cache_can_hit(epochs, previous)):
+                    if cached and not (followed or cache_can_hit(epochs, previous)):
                         continue
                     choice = priced(layout, previous)
                     total = so_far + choice.total_s(epochs)
