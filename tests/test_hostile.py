@@ -4192,7 +4192,8 @@ def test_resume_refuses_a_checkpoint_folder_that_is_a_link(finished_run, tmp_pat
         ),
         (
             {"freeze": "list"},
-            "run.json: run config: freeze=list needs freeze_list: give the layers, --freeze 0,2,4",
+            "run.json: run config: --freeze list names no layers: give the frozen layers per "
+            "epoch, as --freeze 0,2,4",
         ),
     ],
     ids=["a field", "the whole object"],

@@ -3794,3 +3794,14 @@ def test_a_rate_that_says_neither_bytes_nor_bits_is_refused(tmp_path, capsys, va
     argv = ["plan", "--profile", profile, *PREVIEW, "--out", str(tmp_path / "p.json")]
     fragments = ("--intra-bw", f"unknown unit in bandwidth '{value}'", "bytes or bits said")
     refused([*argv, "--intra-bw", value], tmp_path, capsys, fragments)
+
+
+def test_freeze_list_without_layers_is_said_in_the_flag_s_words(tmp_path, capsys):
+    """Found by the fifty-sixth round: `run --freeze list` said "freeze=list needs freeze_list",
+    the run config's internal field names. The line speaks of the flag and shows the form."""
+    refused(
+        [*_argv("run", tmp_path), "--model", "vit-digits", "--freeze", "list"],
+        tmp_path,
+        capsys,
+        "--freeze list names no layers: give the frozen layers per epoch, as --freeze 0,2,4",
+    )

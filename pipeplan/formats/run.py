@@ -476,7 +476,9 @@ class RunConfig(Versioned):
     @model_validator(mode="after")
     def _list_has_layers(self) -> RunConfig:
         if self.freeze == "list" and self.freeze_list is None:
-            raise ValueError("freeze=list needs freeze_list: give the layers, --freeze 0,2,4")
+            raise ValueError(
+                "--freeze list names no layers: give the frozen layers per epoch, as --freeze 0,2,4"
+            )
         return self
 
     def steps_per_epoch(self, samples: int) -> int:
