@@ -64,3 +64,30 @@ def test_an_installed_wheel_finds_its_profiles_outside_the_checkout(wheel, tmp_p
     profile, *modules = done.stdout.split()
     assert Path(profile) == site / "profiles" / "vit-digits@cpu-1t.json"
     assert [Path(m) for m in modules] == [site / "cli.py", site / "pipeplan/formats/__init__.py"]
+
+
+@pytest.mark.timeout(120)
+def test_the_suite_keeps_no_passing_test_s_folder(tmp_path):
+    """A test's tmp_path often holds a copy of a run (30 MB and more). pytest keeps every one of
+    three sessions by default; they filled a CI machine's disk mid-suite (2026-12-05). Under the
+    project's settings a passing test's folder is gone when it ends, and a failing one's kept."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "def test_passes(tmp_path):\n    (tmp_path / 'run.bin').write_bytes(b'x' * 4096)\n\n"
+        "def test_fails(tmp_path):\n    (tmp_path / 'run.bin').write_bytes(b'x' * 4096)\n"
+        "    assert False\n"
+    )
+    root = tmp_path / "temproot"
+    root.mkdir()
+    command = [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml")]
+    command += ["--rootdir", str(tmp_path), "-p", "no:cacheprovider", "-n", "0", "-m", ""]
+    done = subprocess.run(
+        [*command, str(probe)],
+        env={**os.environ, "PYTEST_DEBUG_TEMPROOT": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert "1 failed, 1 passed" in done.stdout, done.stdout + done.stderr
+    kept = sorted(p.parent.name for p in root.rglob("run.bin"))
+    assert kept == ["test_fails0"]
