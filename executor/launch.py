@@ -248,6 +248,7 @@ from executor.task import (
     data_facts,
     data_record,
     read_data_record,
+    read_files,
     read_run_config,
 )
 from executor.topology import host_group
@@ -1467,7 +1468,7 @@ def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
     if rank == 0:
         trainer.check_in_place()  # run.json and summary.json: never a new folder's
         commit_config(run_dir)  # a resume that took no checkpoint has still finished
-        summarize(run_dir)
+        summarize(run_dir, cfg)
     dist.destroy_process_group()
 
 
@@ -1856,8 +1857,16 @@ def failure_line(
     return line + what_next(run_dir, cfg)
 
 
-# What every command reading a run's checkpoints reads with them (`what_next`).
+# What every command reading a run's checkpoints reads with them (`what_next`), and data.json
+# where the run's data reads files (`own_files_gone`).
 RUN_OWN_FILES = ("run.json", "run.jsonl", "profile.json")
+
+
+def own_files_gone(run_dir: Path, cfg: RunConfig) -> list[str]:
+    """The files of RUN_OWN_FILES, and data.json where the data reads files (`check_data`
+    refuses a resume or an export without it), that are no longer in `run_dir`."""
+    names = [*RUN_OWN_FILES, *([DATA_RECORD] if read_files(cfg) else [])]
+    return [name for name in names if not (run_dir / name).exists()]
 
 
 def what_next(run_dir: Path, cfg: RunConfig) -> str:
@@ -1866,7 +1875,7 @@ def what_next(run_dir: Path, cfg: RunConfig) -> str:
     again", "; every epoch was trained: its model: pipeplan export …", or "" (a checkpoint
     without its pointer: the resume's checks say what to do)."""
     shown = shlex.quote(str(run_dir))
-    gone = [name for name in RUN_OWN_FILES if not (run_dir / name).exists()]
+    gone = own_files_gone(run_dir, cfg)
     if has_checkpoint(run_dir) and gone:
         # Removed while the ranks trained (the fifty-fifth and fifty-sixth rounds: the line
         # said to export a run every command then refused): the checkpoints are read with them.
@@ -2082,11 +2091,18 @@ NO_STEP = " before the first step"  # `failed_at`'s answer for a run that record
 # ----------------------------------------------------------------------------- the command
 
 
-def summarize(run_dir: Path) -> RunSummary:
-    """Measured vs predicted step time per phase, from run.jsonl; written to summary.json."""
+def summarize(run_dir: Path, cfg: RunConfig) -> RunSummary:
+    """Measured vs predicted step time per phase, from run.jsonl; written to summary.json. A
+    record the run's readers need, removed while it trained, fails it: the run would end well
+    and every later command refuse it (the fifty-sixth round, of data.json)."""
     if not (run_dir / "run.jsonl").exists():  # `make_report` would take it for a run starting
         raise InputFileError(
             f"{run_dir / 'run.jsonl'}: removed while the run trained; the run's records are lost"
+        )
+    if DATA_RECORD in own_files_gone(run_dir, cfg):
+        raise InputFileError(
+            f"{run_dir / DATA_RECORD}: removed while the run trained; a resume or an export "
+            "can no longer tell the data was kept"
         )
     report = make_report(run_dir)
     summary = RunSummary(

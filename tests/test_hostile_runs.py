@@ -3095,3 +3095,28 @@ def test_a_run_whose_records_are_removed_as_it_trains_says_so(tmp_path, capsys, 
     assert lines[0].endswith(
         f"; its run.jsonl is gone, so no command reads it now: delete {run} to start again"
     ), lines[0]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_a_run_whose_data_record_is_removed_as_it_trains_says_so(tmp_path, capsys, monkeypatch):
+    """Found by the fifty-sixth round: data.json removed under a running run went unnoticed:
+    the run ended well (exit 0) and its export then refused it ("no such file … the run's
+    record of its data is gone"). The run fails at its end, naming the file, and says what
+    is left to do; a run whose data reads no file has no data.json to miss."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the ranks import tests.killer_data
+    run = tmp_path / "k"
+    monkeypatch.setenv("PIPEPLAN_TEST_REMOVE", str(run / "data.json"))
+    argv = ["run", "--data", "tests.killer_data:digits_remove_records", "--epochs", "2"]
+    argv += ["--max-steps-per-epoch", "4", "--global-batch", "16", "--nproc", "1"]
+    assert cli.main([*argv, "--name", "k", "--runs-dir", str(tmp_path)]) == 2
+    lines = [x for x in capsys.readouterr().err.splitlines() if "INFO" not in x]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("pipeplan: error: training failed on rank 0"), lines[0]
+    assert (
+        f"{run / 'data.json'}: removed while the run trained; a resume or an export can no "
+        "longer tell the data was kept" in lines[0]
+    ), lines[0]
+    assert lines[0].endswith(
+        f"; its data.json is gone, so no command reads it now: delete {run} to start again"
+    ), lines[0]
