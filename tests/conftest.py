@@ -15,8 +15,17 @@ from pipeplan import spawn
 FIRST = ("test_demo.py", "test_checkpoint.py", "test_launch.py")
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path.name not in FIRST)  # stable: the rest keep their order
+    # A `-m` given replaces pyproject's `-m 'not long'`: `-m "not multiprocess"`, the README's
+    # quick run, took in the long tests that start no ranks (minutes more). Unless the
+    # expression names them (`-m long`), or is empty (`-m ""`: every test), they stay out.
+    expression = config.option.markexpr
+    if expression and "long" not in expression:
+        long = [item for item in items if item.get_closest_marker("long")]
+        if long:
+            config.hook.pytest_deselected(items=long)
+            items[:] = [item for item in items if not item.get_closest_marker("long")]
 
 
 @pytest.fixture(autouse=True)

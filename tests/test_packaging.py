@@ -91,3 +91,26 @@ def test_the_suite_keeps_no_passing_test_s_folder(tmp_path):
     assert "1 failed, 1 passed" in done.stdout, done.stdout + done.stderr
     kept = sorted(p.parent.name for p in root.rglob("run.bin"))
     assert kept == ["test_fails0"]
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(
+    "expression, long_kept",
+    [("not multiprocess", False), ("long", True)],
+)
+def test_a_marker_expression_takes_in_long_tests_only_when_it_names_them(expression, long_kept):
+    """`-m "not multiprocess"`, the README's quick run, replaced pyproject's `-m 'not long'`
+    and took in long tests that start no ranks (the fifty-sixth round). A long test is in only
+    where the expression names long, or is empty (`-m ""`, every test: the hostile count's)."""
+    long_test = "test_text.py::test_a_huge_line_is_cut_before_the_tokenizer_sees_it"
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0"]
+    done = subprocess.run(
+        [*command, "-m", expression, "-p", "no:cacheprovider", "tests/test_text.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (long_test in done.stdout) == long_kept, done.stdout
+    assert "test_text.py::" in done.stdout  # the file's other tests are collected either way
