@@ -31,7 +31,6 @@ import re
 import shlex
 import shutil
 import stat
-import struct
 import sys
 import warnings
 import zipfile
@@ -510,7 +509,7 @@ def _check_archive(handle: BinaryIO, file: Path) -> None:
     sparse file of terabytes, or one extended by holes, took hours to hash, its size given in
     the manifest too (the fifty-second round). Leaves `handle` at the start."""
     size = os.fstat(handle.fileno()).st_size
-    listed, directory = _listed_entries(handle, size) or (0, 0)
+    listed, directory = _listed_entries(handle) or (0, 0)
     # zipfile reads every entry's line of the directory into an object: 1.5 M empty entries
     # forged into a model.pt took 28 s and 1.1 GB (the fifty-third round); it walks the
     # directory by its size, whatever count the end record gives (the fifty-sixth).
@@ -539,30 +538,21 @@ def _check_archive(handle: BinaryIO, file: Path) -> None:
     handle.seek(0)
 
 
-def _listed_entries(handle: BinaryIO, size: int) -> tuple[int, int] | None:
-    """The entry count and directory size a zip archive's end record gives (its zip64
-    record's where the end record's are full), read from the file's last 64 KiB; None where
-    there is none (zipfile then refuses the file)."""
-    tail = min(size, _END_SIZE + 0xFFFF)  # the end record, then a comment of up to 64 KiB
-    handle.seek(size - tail)
-    data = handle.read(tail)
-    at = data.rfind(b"PK\x05\x06")
-    if at < 0 or at + _END_SIZE > len(data):
+def _listed_entries(handle: BinaryIO) -> tuple[int, int] | None:
+    """The entry count and directory size of a zip archive's end record, as zipfile reads
+    it (`zipfile._EndRecData`: its zip64 record wherever a locator precedes the end record,
+    the last 22 bytes first); None where there is none (zipfile then refuses the file). A
+    reading of its own let past what zipfile then walked: a zip64 record without the end
+    record's markers, a locator pointing elsewhere, an end record holding its own signature
+    (the fifty-seventh round)."""
+    try:
+        found = zipfile._EndRecData(handle)  # type: ignore[attr-defined]
+    except OSError:
         return None
-    # Entries in the directory, in all, and its bytes.
-    count, directory = struct.unpack_from("<HI", data, at + 10)
-    full = count == 0xFFFF or directory == 0xFFFFFFFF
-    if full and at >= 20 and data[at - 20 : at - 16] == b"PK\x06\x07":
-        (offset,) = struct.unpack_from("<Q", data, at - 12)  # the zip64 end record's place
-        if offset + 48 <= size:
-            handle.seek(offset)
-            record = handle.read(48)
-            if record[:4] == b"PK\x06\x06":
-                count, directory = struct.unpack_from("<QQ", record, 32)
-    return count, directory
+    if not found:
+        return None
+    return found[zipfile._ECD_ENTRIES_TOTAL], found[zipfile._ECD_SIZE]  # type: ignore[attr-defined]
 
-
-_END_SIZE = 22  # a zip archive's end-of-directory record, comment aside
 
 # More entries than any checkpoint file holds: one per tensor's storage (and AdamW's two
 # moments and step a parameter), a few more for torch's own records.

@@ -3989,8 +3989,56 @@ def test_an_archive_s_entry_count_is_read_from_its_end_record_or_zip64_record():
             archive.comment = b"c" * 1000  # the end record is searched for behind a comment
         entries = zipfile.ZipFile(buffer).infolist()
         directory = sum(46 + len(e.filename) + len(e.extra) + len(e.comment) for e in entries)
-        assert _listed_entries(buffer, len(buffer.getvalue())) == (count, directory)
-    assert _listed_entries(io.BytesIO(b"x" * 100), 100) is None
+        assert _listed_entries(buffer) == (count, directory)
+    assert _listed_entries(io.BytesIO(b"x" * 100)) is None
+
+
+def _forged_end(how: str, count: int) -> tuple[bytes, int]:
+    """An archive of `count` empty entries whose end record lies about its directory as the
+    fifty-seventh round's forgeries did, and the directory's true size."""
+    import io
+    import struct
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for i in range(count):
+            archive.writestr(f"e{i}", b"")
+    data = buffer.getvalue()
+    directory, offset = struct.unpack_from("<II", data, len(data) - 10)
+    body = data[: offset + directory]
+    if how == "end record holding its signature":  # the counts' four bytes read PK\x05\x06
+        return data[:-14] + b"PK\x05\x06" + data[-10:], directory
+    # A zip64 record and its locator, the end record after them unflagged (1 entry, 46 bytes):
+    # zipfile takes the zip64 record wherever a locator precedes the end record.
+    zip64 = struct.pack(
+        "<4sQHHIIQQQQ", b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, directory, offset
+    )
+    locator = struct.pack("<4sIQI", b"PK\x06\x07", 0, len(body), 1)
+    end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 1, 1, 46, offset, 0)
+    return body + zip64 + locator + end, directory
+
+
+@pytest.mark.parametrize(
+    "how", ["zip64 record without the end record's markers", "end record holding its signature"]
+)
+def test_an_archive_s_directory_is_sized_as_zipfile_reads_it(how):
+    """Found by the fifty-seventh round: `_listed_entries` read the end record its own way, and
+    zipfile another: a zip64 record the end record did not flag, or an end record whose count
+    fields hold its own signature, passed the limits with 1 entry (or none) while zipfile
+    walked 1.5 M entries (29 s, 800 MB). It now reads what zipfile reads."""
+    import io
+    import zipfile
+
+    from executor.checkpoint import _listed_entries
+
+    data, directory = _forged_end(how, 500)
+    walked = len(zipfile.ZipFile(io.BytesIO(data)).infolist())
+    assert walked == 500
+    listed = _listed_entries(io.BytesIO(data))
+    assert listed is not None and listed[1] == directory
+    if how.startswith("zip64"):
+        assert listed[0] == walked
 
 
 @pytest.mark.timeout(120)
@@ -4012,7 +4060,7 @@ def test_a_checkpoint_archive_whose_end_record_lists_too_few_entries_is_passed_o
 
     def directory(path: Path) -> int:
         with open(path, "rb") as handle:
-            return checkpoint._listed_entries(handle, path.stat().st_size)[1]
+            return checkpoint._listed_entries(handle)[1]
 
     most = max(directory(f) for f in run.glob("checkpoints/step-*/*.pt"))
     monkeypatch.setattr(checkpoint, "MAX_DIRECTORY_BYTES", most)
