@@ -1189,7 +1189,9 @@ def check_error_file_outside(run_dir: Path) -> None:
     path = os.environ.get(errorfile.ENV)
     if not path:
         return
-    where = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    # The whole path resolved, its links before its `..`s as the kernel takes them: `..` taken
+    # off first (abspath) put `link/../runs/k/summary.json` outside (the fifty-seventh round).
+    where = os.path.dirname(os.path.realpath(path))
     run = os.path.realpath(run_dir)
     logs = os.path.join(run, "logs")
     inside = where == run or where.startswith(run.rstrip(os.sep) + os.sep)

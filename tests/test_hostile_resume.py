@@ -4422,7 +4422,9 @@ def test_a_rank_waiting_for_an_unknown_master_addr_says_the_name_is_unknown(host
         assert said.endswith("); give every rank the same MASTER_ADDR and MASTER_PORT"), said
 
 
-@pytest.mark.parametrize("inside", ["summary.json", "model/e.json", "link/summary.json"])
+@pytest.mark.parametrize(
+    "inside", ["summary.json", "model/e.json", "link/summary.json", "a/up/../RUN/summary.json"]
+)
 def test_a_torchrun_error_file_inside_the_run_directory_is_refused(
     finished_run, tmp_path, monkeypatch, inside
 ):
@@ -4430,11 +4432,17 @@ def test_a_torchrun_error_file_inside_the_run_directory_is_refused(
     (a name the run writes later) got a failed rank's report, and export, report and resume
     then refused the run as one with a summary of no version. The entry refuses an error file
     inside the run directory (through a link too), but in its logs folder, where `pipeplan
-    run` puts its ranks' reports, before anything is written there."""
+    run` puts its ranks' reports, before anything is written there. A link's `..` is taken
+    as the kernel takes it, the link first (the fifty-seventh round: `a/up/../RUN`, up a link
+    to a folder beside the run, was read as a/RUN, outside)."""
     run = copy_run(finished_run, tmp_path)
     (run / "summary.json").unlink()  # as before the run ends
     (tmp_path / "link").symlink_to(run)
-    path = tmp_path / inside if inside.startswith("link") else run / inside
+    (run.parent / "beside").mkdir()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "up").symlink_to(run.parent / "beside")
+    inside = inside.replace("RUN", run.name)
+    path = tmp_path / inside if inside.startswith(("link", "a/")) else run / inside
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
     said = f"TORCHELASTIC_ERROR_FILE={quoted(str(path))} lies inside the run directory {run}"
     _entry_refused(run, "--resume", fragment=(said,))
