@@ -1546,7 +1546,25 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
         module = code.__module__
     except Exception:  # a user object whose __getattr__ failed: not the library's
         return False
-    return isinstance(module, str) and module.partition(".")[0] == name.partition(".")[0]
+    if not isinstance(module, str):
+        return False
+    return module.partition(".")[0] == name.partition(".")[0] or _installed_package(module)
+
+
+def _installed_package(module: str) -> bool:
+    """Whether `module` (a name in sys.modules) is an installed package's, its file in
+    site-packages: a library the data code imports may patch the standard library as it
+    loads, and it is the library's doing, not the user's. Found by the fifty-seventh round:
+    `from sklearn.datasets import load_digits` was refused, as joblib's loky puts its own
+    `multiprocessing.synchronize.SemLock._make_name` in place on import."""
+    found = sys.modules.get(module)
+    file = getattr(found, "__file__", None)
+    if not isinstance(file, str):
+        return False
+    paths = sysconfig.get_paths()
+    stdlib = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib") if k in paths}
+    path = Path(file).resolve()
+    return any(path.is_relative_to(f) for f in _installed_folders() if f not in stdlib)
 
 
 def _held(value: Any) -> bool:
@@ -1923,10 +1941,9 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
         said += [("closed", change) for change in _reopened(consoles)]
         startup = _startup_added(environ, variables)  # before the environment is put back
         said += [("environment", change) for change in _environment_put_back(environ, variables)]
-        if startup:
-            said.append(("startup", startup))
-            for key in set(environ) - set(variables):
-                del environ[key]
+        for key in startup:  # the ranks start in the environment pipeplan was started in
+            log.debug("took off %s, which data code %s added", _shown_key(key), quoted(spec))
+            environ.pop(key, None)
         if logging.root.manager.disable != disabled:
             level = logging.root.manager.disable
             logging.disable(disabled)
@@ -2392,13 +2409,6 @@ _STATE = {
         "adding a variable is fine; to run a program in another environment, pass it "
         "`env={**os.environ, ...}`",
     ),
-    "startup": (
-        "data code must not add the variables a rank's start and its libraries read (Python's "
-        "PYTHON*, OpenMP's OMP_*, GOMP_*, KMP_*, the loader's LD_*, the launcher's, gloo's, "
-        "NCCL's, MKL's), as pipeplan's ranks inherit the launcher's environment and read them "
-        "before any check",
-        "set them in the shell before pipeplan starts, where pipeplan checks them",
-    ),
     "logging": (
         "data code must leave `logging.disable` as it found it, as pipeplan logs its progress "
         "lines and warnings",
@@ -2797,21 +2807,20 @@ def _environment_put_back(environ: Any, variables: dict[str, str]) -> list[str]:
     return said
 
 
-def _startup_added(environ: Any, variables: dict[str, str]) -> str:
-    """The variables the code added that a rank's start reads (`_STARTUP`), said with three
-    names at most, or "". Found by the fifty-fifth round: `GOMP_CPU_AFFINITY=abc` added by a
+def _startup_added(environ: Any, variables: dict[str, str]) -> list[str]:
+    """The variables the code added that a rank's start reads (`_STARTUP`), which are taken
+    off without a word: the ranks inherit the launcher's environment and read them before any
+    check of pipeplan's. Found by the fifty-fifth round: `GOMP_CPU_AFFINITY=abc` added by a
     data function spun every rank in libgomp without bound, `OMP_NUM_THREADS=0` printed
-    libgomp's line and trained, `PYTHONHOME` printed Python's failed start on every rank."""
-    added = [
+    libgomp's line and trained, `PYTHONHOME` printed Python's failed start on every rank.
+    Refused at first, but libraries add them as they load (scikit-learn's
+    `KMP_DUPLICATE_LIB_OK`, the fifty-seventh round): the code's own process keeps what it
+    loaded, and a rank that runs the code sets them again in its own."""
+    return [
         key
         for key in environ
         if key not in variables and (key.startswith(_STARTUP) or key in _LAUNCH_NAMES)
     ]
-    if not added:
-        return ""
-    more = f" and {len(added) - 3} more" if len(added) > 3 else ""
-    names = ", ".join(map(_shown_key, added[:3]))
-    return f"added the environment variable{'s' * (len(added) > 1)} {names}{more}"
 
 
 # Variables a rank's start reads, before any code of pipeplan's could check them: Python's,
