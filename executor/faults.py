@@ -240,6 +240,15 @@ def _death(exitcode: int) -> str:
         return "interrupted by SIGINT"
     if exitcode in (-signal.SIGTERM, 128 + signal.SIGTERM):  # killed, or its handler's exit
         return "stopped by SIGTERM"
+    if exitcode == -signal.SIGBUS:
+        # The fifty-seventh round: a disk filled by another process under the activation
+        # cache's files (mapped, sparse: a page is taken as it is first written) killed rank 0
+        # so, and its line said nothing of the disk.
+        return (
+            "killed by SIGBUS (what a write into a memory-mapped file gives when its disk is "
+            "full: the activation cache's files, in /dev/shm and the run's cache/, are mapped; "
+            "free some space before resuming)"
+        )
     return f"killed by {signal_name(-exitcode)}" if exitcode < 0 else f"exited with code {exitcode}"
 
 
