@@ -45,7 +45,7 @@ from executor.data import (
     module_root,
 )
 from pipeplan import models
-from pipeplan.errors import BadArgumentError, InputFileError, OutputError, quoted
+from pipeplan.errors import BadArgumentError, InputFileError, OutputError, PipeplanError, quoted
 from pipeplan.fileio import (
     check_not_stdout,
     check_outside_runs,
@@ -542,6 +542,21 @@ def _made_since(missing: list[str], record: Path) -> str | None:
         return None
 
 
+def _checkpoint_data(run_dir: Path) -> str | None:
+    """The --data of run.json as the run's latest checkpoint holds it, or None (no checkpoint,
+    or one that cannot be read: the resume's own checks say why). Which of run.json and
+    data.json to blame when they disagree (the fifty-seventh round: data.json's edit was
+    blamed on run.json, and "restore it" sent the user to edit the good file)."""
+    from executor.checkpoint import has_checkpoint, latest, read_manifest
+
+    if not has_checkpoint(run_dir):
+        return None
+    try:
+        return read_manifest(latest(run_dir)).config.data
+    except (PipeplanError, OSError):
+        return None
+
+
 def check_data(run_dir: Path, cfg: RunConfig) -> None:
     """Before the task is rebuilt from run.json (a resume, an export): the data must be what
     the run started with, or label ids would silently change meaning. data.json must list
@@ -563,6 +578,12 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
         return
     record = load(DataRecord, path)
     if record.data != cfg.data:
+        if _checkpoint_data(run_dir) == cfg.data:  # run.json is as the run trained: data.json
+            raise InputFileError(
+                f"{path}: data '{record.data}', but the run trained on '{cfg.data}' (run.json "
+                "and its checkpoint say so); data.json was edited since: restore data.json or "
+                "start a new run"
+            )
         raise InputFileError(
             f"{run_dir / 'run.json'}: data '{cfg.data}' is not the data the run started with "
             f"('{record.data}', {path}); restore it or start a new run"

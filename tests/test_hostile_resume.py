@@ -4464,3 +4464,27 @@ def test_rank_0_refuses_to_host_its_store_at_an_unknown_master_addr(host):
     assert str(refused.value).endswith(
         "rank 0 hosts the ranks' store there: give the address of its node"
     )
+
+
+def test_data_json_naming_other_data_than_the_trained_run_s_is_blamed_on_data_json(
+    finished_run, tmp_path
+):
+    """Found by the fifty-seventh round: data.json's `data` edited ("digits" where the run
+    trained on filedata:load) was refused as "run.json: data 'filedata:load' is not the data
+    the run started with …; restore it": run.json, which its checkpoint vouches for, blamed,
+    and the user sent to edit the good file. Where the checkpoint's run.json agrees with
+    run.json, data.json is named as the edited one."""
+    from executor.task import check_data
+    from pipeplan.errors import InputFileError
+    from pipeplan.formats import DataRecord, RunConfig, dumps, load
+
+    run = copy_run(finished_run, tmp_path)
+    cfg = load(RunConfig, run / "run.json")
+    (run / "data.json").write_text(dumps(DataRecord(data="filedata:load", files=[])))
+    with pytest.raises(InputFileError) as refused:
+        check_data(run, cfg)
+    assert str(refused.value) == (
+        f"{run / 'data.json'}: data 'filedata:load', but the run trained on '{cfg.data}' "
+        "(run.json and its checkpoint say so); data.json was edited since: restore data.json "
+        "or start a new run"
+    )
