@@ -211,6 +211,7 @@ def _text(value: str, flag: str, longest: int | None = MAX_TEXT) -> str:
     forty-eighth round (`resume=`): "" resumed ".", a NUL a ValueError traceback, and a
     10^7-character value a message as long; by the fifty-first, in the options of preview,
     plan and profile (`profile="a\\0b"` a ValueError, `cluster="a\\nb"` a two-line message)."""
+    value = str.__str__(value)  # exactly a str: a subclass's own __eq__ or strip may raise
     if value == "":
         raise BadArgumentError(f"{flag} is empty; give a value")
     if value != value.strip():
@@ -248,48 +249,62 @@ def _given(model: type[BaseModel], options: dict[str, Any]) -> dict[str, Any]:
         if option is None:  # named as documented: the flags without their dashes
             names = ", ".join(sorted({_keyword(o) for o in known.values()}))
             raise BadArgumentError(f"no option {excerpt(repr(key))}; the options are: {names}")
-        if isinstance(value, PurePath):  # files and directories are text on the command line
-            value = str(value)
-        if isinstance(value, bytes | bytearray | memoryview):
-            # Read as their text, b" 2" and b"2_0" passed where " 2" and "2_0" are refused
-            # (the fifty-first round): a command line's values are text.
+        try:
+            given[option.field] = _value(option, value)
+        except PipeplanError:
+            raise
+        except Exception as exc:  # a value's own methods (a property, __iter__) may raise anything
             raise BadArgumentError(
-                f"{option.spelling}: {excerpt(repr(value))} is bytes; give text (a str) or a number"
-            )
-        if isinstance(value, str):
-            value = _text(value, option.spelling, longest=None)
-        if getattr(value, "ndim", 0) >= 1 and hasattr(value, "tolist"):  # numpy's, torch's
-            value = value.tolist()  # its items held as a list's (a float array was taken)
-        if isinstance(value, list | tuple):  # `boundaries=[0, 5, 10]`, as "0,5,10" typed
-            # `[0, True, 10]` planned 0,1,10 (the fifty-fifth round): each item is a number
-            # as a lone value is, never a switch's.
-            value = [_item(v, option.spelling) for v in value]
-        value = _plain_number(value, option.spelling)
-        if _is_boolean(value) and option.bare_type is not bool:
-            # Python's True is the integer 1, which pydantic takes for a number: the forty-
-            # sixth round's `devices_per_node=True, epochs=True` previewed 1 device, 1 epoch
-            # (numpy's and torch's booleans too: the forty-ninth round).
-            raise BadArgumentError(
-                f"{option.spelling}: {value} is a switch's value; give a number or text"
-            )
-        if option.bare_type is bool and not isinstance(value, bool):
-            # A switch is on or off: cache=0, "no" or numpy's False were taken as --no-cache.
-            raise BadArgumentError(
-                f"{option.spelling}: {excerpt(repr(value))} is not True or False; a switch "
-                "takes one of them"
-            )
-        if option.bare_type is int and option.unit is None and isinstance(value, float):
-            # pydantic takes 2.0 for 2 where the command line refuses "2.0" (the thirty-sixth
-            # session's list): a count is a whole number in both.
-            raise BadArgumentError(
-                f"{option.spelling}: expected a whole number, not {float.__repr__(value)} (a float)"
-            )
-        if option.unit is not None and isinstance(value, int | float):
-            # As its text on the command line: a rate without a unit is refused there, where
-            # `inter_bw=5` was 5 bytes/s here (the fifty-sixth round); a size is bytes in both.
-            value = str(value)
-        given[option.field] = option.parse(value) if isinstance(value, str) else value
+                f"{option.spelling}: {excerpt(type(value).__name__)} cannot be read "
+                f"({type(exc).__name__}: {excerpt(str(exc))})"
+            ) from None
     return given
+
+
+def _value(option: Option, value: Any) -> Any:
+    """One keyword option's value as the command line's given value, parsed as its flag's text
+    is: `_value(device_memory, "1GiB")` is 1073741824."""
+    if isinstance(value, PurePath):  # files and directories are text on the command line
+        value = str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        # Read as their text, b" 2" and b"2_0" passed where " 2" and "2_0" are refused
+        # (the fifty-first round): a command line's values are text.
+        raise BadArgumentError(
+            f"{option.spelling}: {excerpt(repr(value))} is bytes; give text (a str) or a number"
+        )
+    if isinstance(value, str):
+        value = _text(value, option.spelling, longest=None)
+    if getattr(value, "ndim", 0) >= 1 and hasattr(value, "tolist"):  # numpy's, torch's
+        value = value.tolist()  # its items held as a list's (a float array was taken)
+    if isinstance(value, list | tuple):  # `boundaries=[0, 5, 10]`, as "0,5,10" typed
+        # `[0, True, 10]` planned 0,1,10 (the fifty-fifth round): each item is a number
+        # as a lone value is, never a switch's.
+        value = [_item(v, option.spelling) for v in value]
+    value = _plain_number(value, option.spelling)
+    if _is_boolean(value) and option.bare_type is not bool:
+        # Python's True is the integer 1, which pydantic takes for a number: the forty-
+        # sixth round's `devices_per_node=True, epochs=True` previewed 1 device, 1 epoch
+        # (numpy's and torch's booleans too: the forty-ninth round).
+        raise BadArgumentError(
+            f"{option.spelling}: {value} is a switch's value; give a number or text"
+        )
+    if option.bare_type is bool and not isinstance(value, bool):
+        # A switch is on or off: cache=0, "no" or numpy's False were taken as --no-cache.
+        raise BadArgumentError(
+            f"{option.spelling}: {excerpt(repr(value))} is not True or False; a switch "
+            "takes one of them"
+        )
+    if option.bare_type is int and option.unit is None and isinstance(value, float):
+        # pydantic takes 2.0 for 2 where the command line refuses "2.0" (the thirty-sixth
+        # session's list): a count is a whole number in both.
+        raise BadArgumentError(
+            f"{option.spelling}: expected a whole number, not {float.__repr__(value)} (a float)"
+        )
+    if option.unit is not None and isinstance(value, int | float):
+        # As its text on the command line: a rate without a unit is refused there, where
+        # `inter_bw=5` was 5 bytes/s here (the fifty-sixth round); a size is bytes in both.
+        value = str(value)
+    return option.parse(value) if isinstance(value, str) else value
 
 
 def _item(value: Any, spelling: str) -> Any:
@@ -343,7 +358,7 @@ def _plain_number(value: Any, spelling: str) -> Any:
                 f"{spelling}: {excerpt(type(value).__name__)} cannot be read as a number "
                 f"({type(exc).__name__}: {excerpt(str(exc))})"
             ) from None
-    return value
+    return float.__float__(value)  # exactly a float: a subclass's own __str__ may raise
 
 
 # An integer of more bits than this (about 100 digits) is beyond every limit an option has.

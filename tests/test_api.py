@@ -239,6 +239,48 @@ def test_bytes_and_unknown_keywords_are_one_line(tmp_path, monkeypatch, call, gi
     assert "_bytes" not in str(refused.value) and list(tmp_path.iterdir()) == []
 
 
+class _LoudFloat(float):
+    """A float whose own text and conversion raise."""
+
+    def __repr__(self):
+        raise RuntimeError("repr")
+
+    __str__ = __float__ = __repr__
+
+
+class _LoudText(str):
+    """Text whose own comparison and strip raise."""
+
+    def __eq__(self, other):
+        raise RuntimeError("eq")
+
+    __hash__ = str.__hash__
+
+    def strip(self, *chars):
+        raise RuntimeError("strip")
+
+
+class _LoudList(list):
+    def __iter__(self):
+        raise RuntimeError("iter")
+
+
+def test_a_subclass_whose_own_methods_raise_is_read_as_its_value():
+    """Found by the fifty-seventh round: `device_memory=` a float subclass whose `__str__`
+    raises, and `inter_bw=` or `cluster=` a str subclass whose `__eq__` or `strip` raises,
+    escaped as that RuntimeError. Each is read as the float or the text it holds; what cannot
+    be read at all (a list whose own `__iter__` raises) is one line naming the option."""
+    given = dict(device_memory=16 * 2**30, inter_bw="5GB/s", **SHAPE)
+    expected = dumps(pipeplan.preview(profile=PROFILE, **given))
+    loud = dict(given, device_memory=_LoudFloat(16 * 2**30), inter_bw=_LoudText("5GB/s"))
+    assert dumps(pipeplan.preview(profile=_LoudText(PROFILE), **loud)) == expected
+    with pytest.raises(PipeplanError, match=r"^nowhere\.json: no such file$"):
+        pipeplan.preview(profile=PROFILE, cluster=_LoudText("nowhere.json"))
+    with pytest.raises(PipeplanError) as refused:
+        pipeplan.plan(profile=PROFILE, boundaries=_LoudList([0, 6]))
+    assert str(refused.value) == "--boundaries: _LoudList cannot be read (RuntimeError: iter)"
+
+
 def test_run_builds_the_run_config_as_the_command_line_does(tmp_path, monkeypatch):
     seen = {}
 
