@@ -26,9 +26,9 @@ import difflib
 import functools
 import inspect
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_origin
 
 from pydantic import BaseModel
 
@@ -280,6 +280,14 @@ def _value(option: Option, value: Any) -> Any:
         # `[0, True, 10]` planned 0,1,10 (the fifty-fifth round): each item is a number
         # as a lone value is, never a switch's.
         value = [_item(v, option.spelling) for v in value]
+    elif isinstance(value, Iterable) and not isinstance(value, str) and _is_list(option):
+        # pydantic takes a set, a generator, a deque or a dict's keys for a list, its items
+        # unchecked and a set's in any order: `boundaries={0, 3.0, 6}` planned 0,3,6 (the
+        # fifty-seventh round).
+        raise BadArgumentError(
+            f"{option.spelling}: a {excerpt(type(value).__name__)} is not a list; give the "
+            'numbers in order as a list or tuple, or as text ("0,5,10")'
+        )
     value = _plain_number(value, option.spelling)
     if _is_boolean(value) and option.bare_type is not bool:
         # Python's True is the integer 1, which pydantic takes for a number: the forty-
@@ -368,6 +376,11 @@ MAX_BITS = 332
 def _is_boolean(value: Any) -> bool:
     """Python's, numpy's or torch's boolean (a scalar, or an array of them)."""
     return isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
+
+
+def _is_list(option: Option) -> bool:
+    """Whether the option holds a list (`--boundaries`, `--micro-batch-sizes`)."""
+    return get_origin(option.bare_type) in (list, tuple)
 
 
 def _keyword(option: Option) -> str:

@@ -5,6 +5,7 @@ module of the same name."""
 import json
 import subprocess
 import sys
+from collections import deque
 from decimal import Decimal
 from pathlib import Path
 
@@ -237,6 +238,32 @@ def test_bytes_and_unknown_keywords_are_one_line(tmp_path, monkeypatch, call, gi
         getattr(pipeplan, call)(**given)
     assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
     assert "_bytes" not in str(refused.value) and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "call, given, said",
+    [
+        ("plan", {"boundaries": {0, 3.0, 6}}, "--boundaries: a set is not a list; give the"),
+        ("plan", {"boundaries": frozenset(["0", "+3", "6"])}, "--boundaries: a frozenset is"),
+        ("plan", {"boundaries": (x for x in [0, True, 6])}, "--boundaries: a generator is not"),
+        ("plan", {"boundaries": {0: 1, 3.0: 1, 6: 1}.keys()}, "--boundaries: a dict_keys is"),
+        ("plan", {"boundaries": range(0, 7, 3)}, "--boundaries: a range is not a list; give"),
+        ("profile", {"micro_batch_sizes": deque([1, 2, True])}, "--micro-batch-sizes: a deque"),
+    ],
+)
+def test_a_list_option_takes_a_list_a_tuple_or_an_array(tmp_path, monkeypatch, call, given, said):
+    """Found by the fifty-seventh round: a list option's items were checked only in a list or
+    a tuple; pydantic took a set, a generator, a deque or a dict's keys unchecked (and a set in
+    any order): `boundaries={0, 3.0, 6}` planned 0,3,6, a generator's True was layer 1, and
+    `deque([1, 2, True])` said "micro-batch size 1 is given twice". Each is refused in one
+    line that says to give a list."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("pipeplan.profiler.profile_to_file", lambda *a: pytest.fail("profiled"))
+    arguments = {"profile": PROFILE} if call == "plan" else {"model": "bert-synth", "out": "p"}
+    with pytest.raises(PipeplanError) as refused:
+        getattr(pipeplan, call)(**arguments, **given)
+    assert said in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 class _LoudFloat(float):
