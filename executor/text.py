@@ -46,6 +46,7 @@ import math
 import os
 import re
 import time
+import unicodedata
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -898,8 +899,14 @@ def _window(text: str, reach: int) -> str:
 # The last space, tab or line end of a string (what `_window` cuts at): the whitespace every
 # tokenizer splits words at and no normalizer removes. Python's \s also holds controls that
 # BERT's normalizer deletes (\x1c-\x1f, \x0b, \x0c): "good\x1fday" is one word, "goodday",
-# to the tokenizer, and a cut there trained on "good" (the fifty-fifth round).
-_LAST_SPACE = re.compile(r"[ \t\n\r](?=[^ \t\n\r]*\Z)")
+# to the tokenizer, and a cut there trained on "good" (the fifty-fifth round). Unicode's
+# spaces (Zs: the no-break space, U+3000 of CJK text, …) split words as the ASCII space does,
+# for BERT's pre-tokenizer and byte-level BPE's alike: a window of words joined by them was cut
+# inside one (the fifty-seventh round).
+_SPACES = " \t\n\r" + "".join(
+    c for c in map(chr, range(0x80, 0x3001)) if unicodedata.category(c) == "Zs"
+)
+_LAST_SPACE = re.compile(f"[{_SPACES}](?=[^{_SPACES}]*\\Z)")
 
 
 def _warn_read_short(first: str, count: int, length: int) -> None:

@@ -1662,7 +1662,7 @@ def test_a_text_whose_start_holds_no_token_is_read_farther(made, tmp_path, start
     assert (~padding).sum(dim=1).min() >= 2  # words, not padding
 
 
-@pytest.mark.parametrize("joint", [" ", "\x1f", "\x0c", "\x0b"])
+@pytest.mark.parametrize("joint", [" ", "\x1f", "\x0c", "\x0b", "\xa0", "\u3000", "\u202f"])
 def test_a_word_the_read_window_would_cut_is_read_whole(tmp_path, joint):
     """Found by the fifty-third round: a text is read to CHARS_PER_TOKEN characters a token
     (1,024 at --seq-len 16), and where that cut fell inside a word ("good" read as "go") whose
@@ -1670,7 +1670,9 @@ def test_a_word_the_read_window_would_cut_is_read_whole(tmp_path, joint):
     tokenizer gives for the whole text: held-out accuracy 50 % in the run, 100 % exported.
     The window ends before the word it would cut: the ids are the whole text's. The fifty-
     fifth round: a control character Python counts as whitespace (`joint`: "\x1f"), which
-    BERT's normalizer deletes, was cut at: "good\x1fday" is "goodday" to the tokenizer."""
+    BERT's normalizer deletes, was cut at: "good\x1fday" is "goodday" to the tokenizer. The
+    fifty-seventh: words joined by Unicode's spaces (a no-break space, U+3000), which split
+    words as the ASCII space does, were cut inside one, there being no ASCII space to cut at."""
     import transformers
 
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "good", "bad", "film", "great", "movie"]
@@ -1679,12 +1681,15 @@ def test_a_word_the_read_window_would_cut_is_read_whole(tmp_path, joint):
     tok = transformers.BertTokenizerFast(str(tmp_path / "vocab.txt"))
     prefix = " ".join(["z" * 78] * 8 + ["q" * 77] * 4 + ["q" * 73]) + " "  # 13 unknown words
     assert len(prefix) == 1018  # "day" straddles character 1,024, `joint` before it
+    if ord(joint) > 127:  # Unicode's spaces join every word, and "good" straddles it
+        prefix = joint.join(["z" * 78] * 8 + ["q" * 77] * 4 + ["q" * 76]) + joint
+        assert len(prefix) == 1021
     texts = [prefix + word + joint + "day film great movie" for word in ("good", "bad")]
     ids, short = text_files._read(text_files._Encoder(tok, 16, tmp_path, "d.jsonl"), texts)
     whole = tok(texts, padding="max_length", truncation=True, max_length=16)
     padding = ids == models.PADDING
     assert ids.masked_fill(padding, tok.pad_token_id).tolist() == whole["input_ids"]
-    token = "good" if joint == " " else "goodday"
+    token = "goodday" if joint < " " else "good"
     assert whole["input_ids"][0][14] == words.index(token) and short == []
 
 
