@@ -420,11 +420,11 @@ def check_data_facts(
     """
     if recorded is None:
         return
-    for field, words in FACT_WORDS.items():
+    for field in FACT_WORDS:
         mine, checked = getattr(got, field), getattr(recorded, field)
         if mine == checked:
             continue
-        said = words.format(mine) if mine is not None else "no classes (a causal LM)"
+        said = _fact_words(got, field)
         checked = "none" if checked is None else checked
         if resumed is not None:
             raise BadArgumentError(
@@ -445,16 +445,6 @@ def read_data_record(run_dir: Path) -> DataRecord | None:
     """
     path = run_dir / DATA_RECORD
     return load(DataRecord, path) if path.exists() else None
-
-
-def recorded_data(run_dir: Path) -> list[DataFile] | None:
-    """The files data.json lists, with their sha256; None without one: what a resume holds
-    to its checkpoint's manifest (`check_data_kept`).
-
-        recorded_data(Path("runs/exp1"))   # [DataFile(path="/home/me/mydata.py", …)]
-    """
-    record = read_data_record(run_dir)
-    return None if record is None else record.files
 
 
 def data_modules_imported(cfg: RunConfig, known: set[str], seen: set[str]) -> list[DataFile]:
@@ -673,22 +663,24 @@ def check_data(run_dir: Path, cfg: RunConfig) -> None:
 
 def check_data_kept(run_dir: Path, manifest: CheckpointManifest, where: Path) -> None:
     """data.json still lists each file the checkpoint's manifest recorded it listing (`where`:
-    the manifest), with the same sha256. `check_data` holds data.json to the files; this
-    holds it to the checkpoint, for what data.json alone cannot tell: a module of yours may
-    be listed or not (`check_data` accepts any of your helpers), so a helper's entry
-    deleted by hand, and the helper edited, resumed on the edited data with exit 0, and the
-    next checkpoint recorded the edit (thirty-first round). Files data.json lists beyond the
+    the manifest), with the same sha256, and holds the facts it recorded. `check_data` holds
+    data.json to the files; this holds it to the checkpoint, for what data.json alone cannot
+    tell: a module of yours may be listed or not (`check_data` accepts any of your helpers),
+    so a helper's entry deleted by hand, and the helper edited, resumed on the edited data
+    with exit 0, and the next checkpoint recorded the edit (thirty-first round); and facts
+    may be absent (a run prepared before them), so deleted by hand they switched
+    `check_data_facts` off (fifty-seventh round). Files data.json lists beyond the
     manifest's are allowed: a rank's newly found module added to data.json just before a
-    crash that kept the checkpoint from being written. A manifest without the field (written
-    before it) holds nothing. InputFileError naming data.json, the checkpoint and the file:
+    crash that kept the checkpoint from being written. A manifest without a field (written
+    before it) holds nothing of it. InputFileError naming data.json, the checkpoint and the
+    file or fact:
 
         check_data_kept(run_dir, manifest, manifest_path(run_dir, manifest))
     """
-    if manifest.data is None:
-        return
     path = run_dir / DATA_RECORD
-    listed = {file.path: file.sha256 for file in recorded_data(run_dir) or []}
-    for file in manifest.data:
+    record = read_data_record(run_dir)
+    listed = {file.path: file.sha256 for file in record.files} if record else {}
+    for file in manifest.data or []:
         now = listed.get(file.path)
         if now == file.sha256:
             continue
@@ -700,6 +692,28 @@ def check_data_kept(run_dir: Path, manifest: CheckpointManifest, where: Path) ->
             f"with sha256 {file.sha256[:16]}… as the run's data; data.json was edited since: "
             "restore data.json or start a new run"
         )
+    kept, facts = manifest.data_facts, record and record.facts
+    if kept is None or facts == kept:
+        return
+    if facts is None:
+        wrong, what = ("lacks facts", "edited") if record else ("no such file", "deleted")
+        said = ", ".join(_fact_words(kept, field) for field in list(FACT_WORDS)[:3])
+    else:
+        field = next(f for f in FACT_WORDS if getattr(facts, f) != getattr(kept, f))
+        wrong, what = f"facts give {_fact_words(facts, field)}", "edited"
+        said = _fact_words(kept, field)
+    raise InputFileError(
+        f"{path}: {wrong}, but checkpoint step-{manifest.step} ({where}) recorded {said} as "
+        f"what the run's data gave; data.json was {what} since: restore data.json or start a "
+        "new run"
+    )
+
+
+def _fact_words(facts: DataFacts, field: str) -> str:
+    """`_fact_words(facts, "train_samples")` → "384 training samples": one of the data's facts
+    as `check_data_facts` says it."""
+    value = getattr(facts, field)
+    return "no classes (a causal LM)" if value is None else FACT_WORDS[field].format(value)
 
 
 def label_names(cfg: RunConfig) -> list[str] | None:

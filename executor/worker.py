@@ -1373,6 +1373,8 @@ class Trainer:
             config=self.cfg,
             # data.json as rank 0 keeps it, the modules just found included; the writer's.
             data=self.data_record.files if self.rank == 0 and self.data_record else None,
+            # And the facts it holds, as the run started: a resume refuses data.json without them.
+            data_facts=self.data_record.facts if self.rank == 0 and self.data_record else None,
         )
         states = optimizer_states(self.runtime.optimizer)
         # The records the checkpoint follows reach the disk first: a resume refuses a

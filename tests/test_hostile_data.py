@@ -3551,6 +3551,73 @@ def test_export_names_the_data_when_its_classes_changed(tmp_path, capsys, monkey
         sys.modules.pop(name, None)
 
 
+# Data whose size comes from a file data.json does not list (samples.txt beside it).
+SIZED_FILE_MODULE = """
+from pathlib import Path
+import torch
+from executor.data import TaskData, TensorPairs
+
+def load(seed=0):
+    n = int(Path(__file__).with_name("samples.txt").read_text())
+    x = torch.rand(n, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(n) % 10
+    k = n * 3 // 4
+    return TaskData("n", TensorPairs(x[:k], y[:k]), TensorPairs(x[k:], y[k:]), num_labels=10)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_facts_deleted_from_data_json_are_refused_by_the_checkpoint(tmp_path, capsys, monkeypatch):
+    """Found by the fifty-seventh round: data.json's `facts` may be absent (a run prepared
+    before them), so deleted by hand from a current run's they switched the data's check off:
+    a resume or an export of `module:function` data of another size (750 training samples,
+    not 384) went on without a word. Each checkpoint's manifest holds data.json's facts
+    (`data_facts`): a data.json without them, or with others, is refused by both in one line
+    naming data.json, the checkpoint and the fact. Restored, the run exports; a manifest
+    written before the field (without it) holds nothing, as before."""
+    name = "rt57_sized"
+    (tmp_path / f"{name}.py").write_text(SIZED_FILE_MODULE)
+    (samples := tmp_path / "samples.txt").write_text("64\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", f"{name}:load", "--epochs", "1"]
+    argv += ["--global-batch", "16", "--freeze", "none", "--name", "r", "--nproc", "1"]
+    run = tmp_path / "runs" / "r"
+    record, step = run / "data.json", run / "checkpoints" / "step-1" / "manifest.json"
+    commands = (["export", str(run), "--out", "o"], ["run", "--resume", str(run), "--epochs", "2"])
+    try:
+        assert cli.main([*argv, "--max-steps-per-epoch", "1"]) == 0, capsys.readouterr()
+        capsys.readouterr()
+        kept = record.read_text()
+        doc = json.loads(kept)
+        assert json.loads(step.read_text())["data_facts"] == doc["facts"]
+        samples.write_text("128\n")  # 96 training samples now, not 48
+        no_facts = {k: v for k, v in doc.items() if k != "facts"}
+        other = {**doc, "facts": {**doc["facts"], "train_samples": 96, "eval_samples": 32}}
+        for edited, wrong, said in (
+            (no_facts, "lacks facts", "48 training samples, 16 eval samples, 10 classes"),
+            (other, "facts give 96 training samples", "48 training samples"),
+        ):
+            record.write_text(json.dumps(edited))
+            fragments = (
+                f"{record}: {wrong}, but checkpoint step-1 ({step}) recorded {said}",
+                "data.json was edited since: restore data.json or start a new run",
+            )
+            for command in commands:
+                refused(command, tmp_path, capsys, fragments)
+        samples.write_text("64\n")
+        record.write_text(kept)
+        assert cli.main(commands[0]) == 0, capsys.readouterr().err
+        # A manifest without the field, and data.json without facts: nothing to hold it to.
+        manifest = json.loads(step.read_text())
+        del manifest["data_facts"]
+        step.write_text(json.dumps(manifest))
+        record.write_text(json.dumps(no_facts))
+        assert cli.main(["export", str(run), "--out", "o2"]) == 0, capsys.readouterr().err
+    finally:
+        sys.modules.pop(name, None)
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 def test_a_plan_of_a_folder_profiled_by_a_relative_path_runs(tmp_path, capsys, monkeypatch):

@@ -25,7 +25,7 @@ from pipeplan.formats.base import (
     Versioned,
 )
 from pipeplan.formats.layout import Layout
-from pipeplan.formats.run import DataFile, RunConfig
+from pipeplan.formats.run import DataFacts, DataFile, RunConfig
 
 # A layer's index as a JSON key, written by `str(i)`: "01", " 1" or "-1" is not one (int()
 # took "abc" inside a rank, and "-1" as the head).
@@ -212,6 +212,15 @@ class CheckpointManifest(Versioned):
         "modules the ranks had found included): a resume or an export refuses a data.json "
         "that lacks one of them or lists it with another sha256 (`executor.task."
         "check_data_kept`).",
+    )
+    # Absent (None) in a manifest written before the field, for built-in data (no data.json)
+    # and for a run prepared before data.json recorded its facts. data.json alone was trusted:
+    # its `facts` deleted by hand, a resume or an export took data of another size without a
+    # word (the fifty-seventh round).
+    data_facts: DataFacts | None = Field(
+        None,
+        description="data.json's `facts` when the checkpoint was taken: a resume or an export "
+        "refuses a data.json without them or with others (`executor.task.check_data_kept`).",
     )
 
     @model_validator(mode="after")
