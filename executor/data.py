@@ -386,6 +386,13 @@ def _check_has_targets(labels: torch.Tensor, name: str, split: str) -> None:
     ninth round), where an empty held-out set is refused."""
     from pipeplan.models import IGNORE_INDEX
 
+    if labels.dim() == 2 and labels.shape[1] == 1:
+        # Every text is one token long, whatever it held: the length is the cut's (the
+        # fifty-seventh round: --seq-len 1 was blamed on texts of 4 to 14 tokens).
+        raise BadArgumentError(
+            f"--seq-len 1: data '{name}' is read 1 token a text, and a causal LM predicts each "
+            "token from those before it: nothing to predict; give --seq-len 2 or more"
+        )
     if not bool((labels[:, 1:] != IGNORE_INDEX).any()):
         which = "training" if split == "train" else "held-out"
         raise BadArgumentError(

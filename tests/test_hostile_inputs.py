@@ -60,6 +60,21 @@ def test_a_causal_lm_corpus_without_a_next_token_is_refused_before_any_rank_star
         check_compatible(TaskData("lm.jsonl", pairs, held_out, padded=True), seq)
 
 
+def test_a_causal_lm_read_one_token_a_text_is_blamed_on_seq_len():
+    """Found by the fifty-seventh round: `--seq-len 1` on a causal LM said "no training text
+    has a next token to predict (each has fewer than 2 tokens …)" of texts of 4 to 14 tokens:
+    the cut was --seq-len's. The line names the flag."""
+    seq = models.build("gpt2-tiny", padding_mask=True, seq_len=1)
+    ids = torch.full((6, 1), 5, dtype=torch.int64)  # every text cut to its first token
+    pairs = TensorPairs(ids, ids.clone())
+    with pytest.raises(BadArgumentError) as refused:
+        check_compatible(TaskData("lm.jsonl", pairs, pairs, padded=True), seq)
+    assert str(refused.value) == (
+        "--seq-len 1: data 'lm.jsonl' is read 1 token a text, and a causal LM predicts each "
+        "token from those before it: nothing to predict; give --seq-len 2 or more"
+    )
+
+
 def test_padded_user_data_marks_padding_with_minus_100_and_its_pad_ids_are_tokens():
     """Found by the twenty-ninth round: ids equal to pad_token_id were padding, so a real
     token that is the pad token (pad = eos) was dropped from attention and the loss. A data
