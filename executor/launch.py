@@ -377,6 +377,7 @@ def prepare(cfg: RunConfig, runs_root: str | Path, local: bool = True) -> Path:
     # command refused in one line says nothing before it.
     with pipeplan_log.held():
         planner, facts = check_run(cfg, local)
+        check_checkpoint_room(Path(runs_root), planner.profile)
         return _make_run_directory(cfg, runs_root, planner, facts)
 
 
@@ -818,20 +819,49 @@ def check_free_space(run_dir: Path) -> None:
     not made yet, is asked of the nearest folder above it that is: the check passed over
     every new run (forty-eighth round: one with 140 KiB free trained, then failed at its
     checkpoint, leaving a folder that could neither resume nor start again)."""
-    where = Path(os.path.abspath(run_dir))
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    try:
-        found = os.statvfs(where)
-    except OSError:  # nothing to ask: its writes say what fails
-        return
-    free = found.f_bavail * found.f_frsize
-    if free < MIN_FREE_BYTES:
+    free = _free_bytes(run_dir)
+    if free is not None and free < MIN_FREE_BYTES:
         raise OutputError(
             f"{run_dir}: the disk holding it has {format_bytes(free) if free else 'nothing'} "
             "free; a run needs at "
             f"least {format_bytes(MIN_FREE_BYTES)} to start (its records and each rank's "
             "error report): free some space and run it again"
+        )
+
+
+def _free_bytes(path: Path) -> int | None:
+    """Bytes free for this user on the disk holding `path`, asked of the nearest folder above
+    it that exists; None where nothing can be asked (its writes say what fails)."""
+    where = Path(os.path.abspath(path))
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        found = os.statvfs(where)
+    except OSError:
+        return None
+    return found.f_bavail * found.f_frsize
+
+
+# A checkpoint's bytes a parameter: its float32 weights (model.pt) and AdamW's two moments
+# (optimizer.pt), every layer active, as a run's first checkpoint may be.
+CHECKPOINT_BYTES_PER_PARAM = 12
+
+
+def check_checkpoint_room(runs_root: Path, profile: Profile) -> None:
+    """OutputError where the disk of `runs_root` cannot hold the run's first checkpoint beside
+    MIN_FREE_BYTES: found by the fifty-seventh round, a run on 18 MB free passed the start's
+    16 MiB, trained every epoch, and lost them all at its first checkpoint (19 MB). Later
+    checkpoints that do not fit are named as they are written, the previous one kept."""
+    params = sum(layer.params for layer in profile.layers)
+    checkpoint = CHECKPOINT_BYTES_PER_PARAM * params
+    free = _free_bytes(runs_root)
+    if free is not None and free < checkpoint + MIN_FREE_BYTES:
+        raise OutputError(
+            f"{runs_root}: the disk holding it has {format_bytes(free)} free; the run's first "
+            f"checkpoint takes about {format_bytes(checkpoint)} ({params:,} parameters, "
+            f"{CHECKPOINT_BYTES_PER_PARAM} bytes each: the float32 weights and AdamW's two "
+            f"moments), and a run needs {format_bytes(MIN_FREE_BYTES)} more to start: free "
+            "some space and run it again"
         )
 
 
