@@ -243,8 +243,12 @@ def _host_store(host: str, port: int, world: int) -> dist.TCPStore:
             "ranks' store there: give the address of its node"
         ) from None
     try:
+        # The store listens on every address of the node; its own client, made with it,
+        # connects over the loopback: through MASTER_ADDR it waited 60 s and printed C++
+        # frames where the name resolved to an address that is not this node's, then blamed
+        # the port (the fifty-seventh round). Whether the others reach it is theirs to say.
         return dist.TCPStore(
-            host,
+            "127.0.0.1",
             port,
             world,
             is_master=True,

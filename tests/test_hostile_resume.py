@@ -4488,3 +4488,22 @@ def test_data_json_naming_other_data_than_the_trained_run_s_is_blamed_on_data_js
         "(run.json and its checkpoint say so); data.json was edited since: restore data.json "
         "or start a new run"
     )
+
+
+@pytest.mark.timeout(120)
+def test_rank_0_hosts_its_store_at_once_where_master_addr_is_not_its_node_s():
+    """Found by the fifty-seventh round: a MASTER_ADDR that resolves, but to an address that is
+    not rank 0's node (a typo naming another host, here a documentation address), had torch's
+    store wait 60 s for its own client and print some 60 lines of C++ frames, then the line
+    blamed MASTER_PORT. The store listens on every address of the node, and its own client
+    connects over the loopback: hosted at once."""
+    import time
+
+    from executor.worker import _host_store
+    from pipeplan.spawn import free_port
+
+    started = time.monotonic()
+    store = _host_store("203.0.113.7", free_port(), 1)
+    store.set("k", "v")
+    assert store.get("k") == b"v"
+    assert time.monotonic() - started < 20
