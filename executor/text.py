@@ -1055,20 +1055,24 @@ def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]
         _check_encoded(tok, Path("tok"), "reviews.jsonl", [train_ids, eval_ids])
 
     Found by the twentieth round: a tokenizer without a vocabulary loaded and gave [UNK] for
-    every word. A vocabulary that knows one word of the data passes (the data's own business)."""
+    every word. A vocabulary that knows one word of each split passes (the data's own
+    business). Each split alone: a training file of another language, every text [UNK],
+    trained to the end beside a held-out file of one known word (the fifty-seventh round)."""
     from pipeplan.models import PADDING
 
     special = (set(tok.all_special_ids) | {tok.unk_token_id, PADDING}) - {None}
-    if not special or all(t.numel() == 0 for t in ids):
+    if not special:
         return
     # Each tensor alone: a concatenation was one more copy of every id (`_check_room`).
     known = torch.tensor(sorted(special), dtype=torch.int64)
-    if not all(bool(torch.isin(t, known).all()) for t in ids):
+    unknown = [t.numel() > 0 and bool(torch.isin(t, known).all()) for t in ids]
+    if not any(unknown):
         return
+    which = "" if all(unknown) or len(ids) != 2 else ("training " if unknown[0] else "held-out ")
     names = ", ".join(sorted(set(tok.all_special_tokens)))
     raise InputFileError(
-        f"{directory}: the tokenizer turns every text of {data} into its unknown or special "
-        f"tokens ({names}); its vocabulary cannot encode the data"
+        f"{directory}: the tokenizer turns every {which}text of {data} into its unknown or "
+        f"special tokens ({names}); its vocabulary cannot encode the data"
     )
 
 
@@ -1081,22 +1085,31 @@ def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: list[torch
 
     Found by the twenty-sixth round: a normalizer's Prepend of "great " made every text 16
     copies of 'great' (a word of the vocabulary, so not every text was unknown tokens)."""
-    ids = [t for t in ids if t.shape[0]]
-    if sum(t.shape[0] for t in ids) < 2 or not all(bool((t == ids[0][0]).all()) for t in ids):
+    named = zip(ids, (corpus.train, corpus.eval), ("training ", "held-out "), strict=True)
+    splits = [(t, texts, which) for t, texts, which in named if t.shape[0]]
+    if not splits:
         return
-    texts = corpus.train + corpus.eval
-    if all(text == texts[0] for text in texts):  # the data's own texts are one text
-        return
-    from pipeplan.models import PADDING
+    # The whole data, then each split alone (the fifty-seventh round: a training file of one
+    # repeated sequence passed beside held-out texts that differ).
+    first = splits[0][0][0]
+    found = []
+    if sum(t.shape[0] for t, _, _ in splits) >= 2 and all(
+        bool((t == first).all()) for t, _, _ in splits
+    ):
+        found.append(([text for _, texts, _ in splits for text in texts], "", first))
+    found += [(x, which, t[0]) for t, x, which in splits if t.shape[0] >= 2 and (t == t[0]).all()]
+    for texts, which, row in found:
+        if all(text == texts[0] for text in texts):  # the data's own texts are one text
+            continue
+        from pipeplan.models import PADDING
 
-    first = ids[0][0]
-    length, tokens = first.shape[0], first[first != PADDING]  # what it padded is no token
-    shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(tokens[:4].tolist()))
-    raise InputFileError(
-        f"{directory}: the tokenizer encodes every text of {corpus.name} as the same "
-        f"{len(tokens)} tokens ({shown}, …): what it adds to a text fills --seq-len {length} "
-        "(or the texts differ only beyond it)"
-    )
+        length, tokens = row.shape[0], row[row != PADDING]  # what it padded is no token
+        shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(tokens[:4].tolist()))
+        raise InputFileError(
+            f"{directory}: the tokenizer encodes every {which}text of {corpus.name} as the "
+            f"same {len(tokens)} tokens ({shown}, …): what it adds to a text fills --seq-len "
+            f"{length} (or the texts differ only beyond it)"
+        )
 
 
 def _check_backend(tok: Any, directory: Path, length: int) -> None:

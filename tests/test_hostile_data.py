@@ -893,6 +893,31 @@ def test_a_vocabulary_that_knows_no_word_of_the_data(made, tmp_path, capsys):
     refused(argv, tmp_path, capsys, fragments)
 
 
+@pytest.mark.parametrize("case", ["unknown", "one sequence"])
+def test_a_training_file_the_tokenizer_cannot_encode_is_refused_beside_a_good_one(
+    made, tmp_path, capsys, case
+):
+    """Found by the fifty-seventh round: the vocabulary checks looked at the training and
+    held-out texts together, so a training file of another language (every text [UNK]), or
+    one whose texts all encode as one sequence, trained to the end beside a held-out file of
+    known words, exit 0. Each split is checked alone, and the line says which."""
+    labels = ["positive", "negative"]
+    if case == "unknown":  # another language's words
+        texts = ["водка рыба", "рыба", "дом водка дом", "кот"] * 3
+    else:  # a known word filling --seq-len 12, the texts differing beyond it
+        texts = ["plot " * 30 + word for word in ("dull", "great", "flat")] * 4
+    train = [{"text": text, "label": labels[i % 2]} for i, text in enumerate(texts)]
+    data = f"{write_jsonl(tmp_path / 't.jsonl', train)},"
+    data += str(write_jsonl(tmp_path / "e.jsonl", reviews(8, seed=1)))
+    argv = prepare(made, tmp_path, data)
+    fragment = (
+        "the tokenizer turns every training text of"
+        if case == "unknown"
+        else "the tokenizer encodes every training text of"
+    )
+    refused(argv, tmp_path, capsys, (f"{made['tokenizer']}: ", fragment))
+
+
 def test_a_tokenizer_edited_since_the_run_started(made, tmp_path, capsys):
     """Found by the sixth independent round: data.json hashed the data files only; ids of
     the tokenizer swapped between a run and its resume re-tokenised the data silently."""
