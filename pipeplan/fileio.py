@@ -110,10 +110,18 @@ def check_not_stdout(path: str | Path, flag: str, kind: str) -> None:
     refused. OutputError naming the flag. (./- names such a file or folder.)"""
     if str(path) == "-":
         raise OutputError(f"-: {flag} takes a {kind} name, not standard output")
-    check_name_lengths(path, flag)  # before anything probes the path (`check_outside_runs`)
+    # A directory's files lie below it: an --out or --plot within PATH_MAX whose files were
+    # not was written, or half of it, and named no flag (the fifty-seventh round).
+    depth = OUTPUT_FILES_DEPTH if kind == "directory" else 0
+    check_name_lengths(path, flag, depth)  # before anything probes the path
 
 
-def check_name_lengths(path: str | Path, flag: str) -> None:
+# The longest name a command writes in an output directory, with room: an export's
+# `.tmp-NAME-PID/tokenizer_config.json`, a plot's `phase12-step.png`.
+OUTPUT_FILES_DEPTH = 64
+
+
+def check_name_lengths(path: str | Path, flag: str, depth: int = 0) -> None:
     """Every name along an output path `path` fits the file system (its NAME_MAX, 255 bytes
     on most), told before anything looks at the path. Found by the thirty-sixth round:
     `export --out NAME` of a 300-character NAME said "<out>/run.json: File name too long",
@@ -126,10 +134,11 @@ def check_name_lengths(path: str | Path, flag: str) -> None:
     """
     given = str(path)
     whole = len(os.fsencode(os.path.abspath(given)))
-    if whole >= PATH_MAX:  # the kernel's limit on a path, NUL included (fifty-third round)
+    if whole + depth >= PATH_MAX:  # the kernel's limit on a path, NUL included (53rd round)
+        deeper = f", and the files written in it lie up to {depth} deeper" if depth else ""
         raise OutputError(
-            f"{flag} {quoted(given)}: path too long ({whole:,} bytes from /; the file system "
-            f"takes {PATH_MAX - 1:,} a path)"
+            f"{flag} {quoted(given)}: path too long ({whole:,} bytes from /{deeper}; the file "
+            f"system takes {PATH_MAX - 1:,} a path)"
         )
     parts = Path(given).parts
     for i, name in enumerate(parts):

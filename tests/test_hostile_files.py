@@ -1499,6 +1499,29 @@ def test_an_output_path_too_long_names_the_flag(finished_run, tmp_path, capsys, 
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", ["export", "export, nested", "preview --plot", "report --plot"])
+def test_an_output_folder_whose_files_would_pass_path_max_names_the_flag(
+    finished_run, tmp_path, capsys, monkeypatch, case
+):
+    """Found by the fifty-seventh round: an export --out 30 bytes short of PATH_MAX passed the
+    check of its own length, and its files' did not: the export was written (its files
+    beyond any path a program can open) and the line said "File name too long" of no flag;
+    --plot alike, or naming --out. A folder's files are held to PATH_MAX with it: one line
+    naming the flag; nothing is made."""
+    monkeypatch.chdir(tmp_path)
+    argv, flag = LONG_OUTPUTS[case]
+    profile = str(shipped_profile("vit-digits", "cpu"))
+    argv = [a.replace("{RUN}", str(finished_run)).replace("{P}", profile) for a in argv]
+    room = 4096 - 30 - len(os.fsencode(str(tmp_path))) - 1  # the folder's own path fits
+    at = argv.index(flag) + 1
+    argv[at] = "a/" * (room // 2 - 1) + "z" * (room % 2 + 2)
+    assert len(os.fsencode(os.path.abspath(argv[at]))) == 4096 - 30
+    said = f"{flag} {quoted(argv[at])}: path too long (4,066 bytes from /, and the files written"
+    refused(argv, tmp_path, capsys, said)
+    assert os.listdir(tmp_path) == []
+
+
 RUN_PREPARED = ["--prepare-only", "--name", "r", "--nproc", "1"]
 SLASHED = {  # a command given one input file ({F}) with a trailing slash: argv, what {F} holds
     "plan --profile": (["plan", "--profile", "{F}/", *PREVIEW, "--out", "o.json"], "profile"),
