@@ -34,6 +34,7 @@ loss on relative errors is applied by reweighting.
 
 from __future__ import annotations
 
+import logging
 import statistics
 from array import array
 from collections.abc import Sequence
@@ -200,12 +201,31 @@ def observe(
         before = len(observations)
         config, records = load_run(run_dir, profile, training)
         steps = [r for r in records if isinstance(r, STEP_RECORDS)]
+        first = ""  # why the run's first step that is no measurement was left out
         for phase in (r for r in records if isinstance(r, PhaseRecord)):
             model = CostModel(base, phase.pricing.cluster)
             settled = [s for s in steps if s.phase == phase.phase and steady_step(s, phase, config)]
             # A step measured at zero time on a rank that computes is not a measurement.
-            mine = [s for s in settled[WARMUP_STEPS_PER_PHASE:] if measured(s)]
+            after_warmup = settled[WARMUP_STEPS_PER_PHASE:]
+            reasons = [unmeasured(s) for s in after_warmup]
+            mine = [s for s, why in zip(after_warmup, reasons, strict=True) if not why]
+            left = [
+                f"step {s.step}: {why}" for s, why in zip(after_warmup, reasons, strict=True) if why
+            ]
+            first = first or next(iter(left), "")
             if len(mine) < MIN_STEADY_STEPS:
+                # Steps left out in silence read as a phase too short (the fifty-seventh
+                # round: "a phase needs 5 steps" of phases of 8).
+                if len(after_warmup) >= MIN_STEADY_STEPS:
+                    logging.getLogger("pipeplan.calibrate").warning(
+                        "%s: phase %d left out of the fit: %d of its %d steps after warm-up are "
+                        "no measurements, the first %s",
+                        run_dir,
+                        phase.phase,
+                        len(left),
+                        len(after_warmup),
+                        left[0],
+                    )
                 continue
             median = statistics.median(s.step_s for s in mine)
             steady = [s for s in mine if s.step_s <= STRAGGLER_FACTOR * median]
@@ -217,23 +237,48 @@ def observe(
                 f"{run_dir}: no phase with enough steps to fit: a phase needs "
                 f"{WARMUP_STEPS_PER_PHASE + MIN_STEADY_STEPS} steps ({WARMUP_STEPS_PER_PHASE} "
                 f"warm-up, {MIN_STEADY_STEPS} measured)"
+                + (
+                    f", and steps that are no measurements are left out, the first {first}"
+                    if first
+                    else ""
+                )
                 + ("; leave it out" if len(run_dirs) > 1 else "")
             )
     return observations
 
 
 def measured(step: StepRecord) -> bool:
-    """Every rank with a stage spent time computing, the step took time, every time is 0 or
-    at least MIN_MEASURED_S, and every rank's parts add up to its step time (`parts_add_up`)."""
-    computing = [r for r in step.ranks if r.stage is not None]
-    times = [step.step_s] + [getattr(r, n) for r in step.ranks for n in (*RANK_PARTS, "step_s")]
-    return (
-        step.step_s >= MIN_MEASURED_S
-        and bool(computing)
-        and all(r.fwd_s >= MIN_MEASURED_S for r in computing)
-        and all(t == 0 or t >= MIN_MEASURED_S for t in times)
-        and all(parts_add_up(r) for r in step.ranks)
-    )
+    """Whether the step is a measurement calibrate fits (`unmeasured` says why not)."""
+    return not unmeasured(step)
+
+
+def unmeasured(step: StepRecord) -> str:
+    """Why the step is no measurement, "" when it is one: the step took time, every rank with
+    a stage spent time computing, every time is 0 or at least MIN_MEASURED_S, and every
+    rank's parts add up to its step time (`parts_add_up`).
+
+        unmeasured(step)  # "rank 1's parts … add up to 0.0105 s, not its step_s 0.017 s"
+    """
+    if step.step_s < MIN_MEASURED_S:
+        return f"step_s {step.step_s:g} s is below {MIN_MEASURED_S:g} s, which no timer resolves"
+    if not any(r.stage is not None for r in step.ranks):
+        return "no rank has a stage: nothing computed"
+    for r in step.ranks:
+        if r.stage is not None and r.fwd_s < MIN_MEASURED_S:
+            return f"rank {r.rank} computes but its fwd_s is {r.fwd_s:g} s"
+        for name in (*RANK_PARTS, "step_s"):
+            if 0 < (t := getattr(r, name)) < MIN_MEASURED_S:
+                return (
+                    f"rank {r.rank}'s {name} {t:g} s is below {MIN_MEASURED_S:g} s, which no "
+                    "timer resolves"
+                )
+        if not parts_add_up(r):
+            parts = sum(getattr(r, name) for name in RANK_PARTS)
+            return (
+                f"rank {r.rank}'s parts ({' + '.join(RANK_PARTS)}) add up to {parts:.6g} s, "
+                f"not its step_s {r.step_s:.6g} s"
+            )
+    return ""
 
 
 def parts_add_up(rank: RankTimes) -> bool:

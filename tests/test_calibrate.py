@@ -711,6 +711,48 @@ def test_a_run_named_with_no_phase_to_fit_is_refused_not_left_out(tmp_path, prof
     assert not out.exists()
 
 
+def _parts_off(run: Path, phases: set[int]) -> None:
+    """Rank 0's fwd_s of every step of `phases` halved, its step_s what its parts were."""
+    path = run / "run.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        if line["kind"] == "step" and line["phase"] in phases:
+            rank = line["ranks"][0]
+            rank["step_s"] = sum(v for k, v in rank.items() if k.endswith("_s") and k != "step_s")
+            rank["fwd_s"] /= 2
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_a_run_whose_steps_are_no_measurements_says_why(tmp_path, profile, capsys):
+    """Found by the fifty-seventh round: calibrate said "no phase with enough steps to fit: a
+    phase needs 5 steps" of phases of 8 steps, every one left out because a rank's parts no
+    longer added up to its step_s. The line now says so, naming the first step and rank."""
+    write_run(tmp_path / "run", profile)
+    _parts_off(tmp_path / "run", set(range(len(PHASES))))
+    out = tmp_path / "fitted.json"
+    argv = ["calibrate", str(tmp_path / "run"), "--profile", str(PROFILE_PATH), "--out", str(out)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not out.exists(), err
+    assert (
+        "a phase needs 5 steps (2 warm-up, 3 measured), and steps that are no measurements" in err
+    )
+    assert "left out, the first step 2: rank 0's parts (input_s + fwd_s" in err, err
+    assert "not its step_s" in err, err
+
+
+def test_a_phase_whose_steps_are_no_measurements_is_said_left_out(tmp_path, profile, caplog):
+    """Found by the fifty-seventh round: a phase whose steps were all left out (times below
+    a nanosecond, parts that miss the step) was dropped from the fit in silence ("fit over 1
+    phases" of a run of 2). A warning names the phase, how many steps and the first reason."""
+    write_run(tmp_path / "run", profile)
+    _parts_off(tmp_path / "run", {3})
+    c = calibrate([tmp_path / "run"], profile).calibration
+    assert c.phases_used == len(PHASES) - 1
+    said = "phase 3 left out of the fit: 6 of its 6 steps after warm-up are no measurements, "
+    assert said + "the first step 26: rank 0's parts" in caplog.text, caplog.text
+
+
 # bert-synth's 8 layers on 2 ranks: one phase, enough steps to fit.
 BERT_PHASES = [Phase(0, 2, 1, 16, "1f1b", (0, 4, 8))]  # m = 4
 
