@@ -937,6 +937,7 @@ def _calibrate(run_dirs: list[str | Path], profile: Profile, training: Training 
     observations = observe(run_dirs, profile, training)
     ranks = [r for o in observations for r in o.ranks]
     scales, why_compute = fit_compute(ranks)
+    check_off_the_floor(run_dirs, scales, ranks)
     allreduce, why_allreduce = fit_allreduce(ranks)
     optimizer, why_optimizer = fit_optimizer(ranks)
     partial = Calibration(
@@ -968,6 +969,34 @@ def _calibrate(run_dirs: list[str | Path], profile: Profile, training: Training 
     )
     # model_copy does not validate: the fields it set are checked here, the rest were at birth.
     return profile.model_copy(update={"calibration": Calibration.model_validate(dict(final))})
+
+
+def check_off_the_floor(
+    run_dirs: list[str | Path], scales: dict[str, float], ranks: list[RankObservation]
+) -> None:
+    """Refuse a forward or backward scale held at MIN_SCALE: the runs were faster than any
+    scale calibrate fits, so the scales are no fit, and every step was priced slower than
+    measured (the fifty-seventh round: a profile written at exit 0 whose steps were 1,203 %
+    off, the runs 10^4 times faster than it). Its ceiling is the format's (`calibrate`).
+
+        check_off_the_floor(run_dirs, scales, ranks)   # InputFileError when on the floor
+    """
+    for kind in ("fwd", "bwd"):
+        if scales[f"{kind}_scale"] > MIN_SCALE * (1 + 1e-9):  # bounded_lstsq's rounding
+            continue
+        if kind == "fwd":
+            pairs = [(r.active_fwd_s + r.nograd_fwd_s, r.measured_fwd_s) for r in ranks]
+        else:
+            pairs = [(r.bwd_s, r.measured_bwd_s) for r in ranks]
+        faster = statistics.median(p / m for p, m in pairs if p > 0 and m > 0)
+        runs = ", ".join(str(d) for d in run_dirs)
+        words = {"fwd": "forward", "bwd": "backward"}[kind]
+        raise InputFileError(
+            f"{runs}: the measured {words} is {faster:,.0f}× faster than the profile predicts, "
+            f"beyond what calibrate fits (a compute scale of at least {MIN_SCALE:g}); the "
+            "profile is likely of another device: profile the device the runs ran on "
+            "(pipeplan profile) and calibrate that profile"
+        )
 
 
 def calibrate_to_file(run_dirs: list[str], profile_path: str, out: str) -> Profile:

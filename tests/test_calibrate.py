@@ -753,6 +753,21 @@ def test_a_phase_whose_steps_are_no_measurements_is_said_left_out(tmp_path, prof
     assert said + "the first step 26: rank 0's parts" in caplog.text, caplog.text
 
 
+def test_runs_faster_than_any_scale_calibrate_fits_are_refused(tmp_path, profile, capsys):
+    """Found by the fifty-seventh round: runs 10^4 times faster than the profile were
+    "fitted" at exit 0 with every compute scale on its floor (0.001) and a step-time error of
+    1,203 %. A scale held at its floor is no fit: refused in one line, nothing written."""
+    fast = TRUTH.model_copy(update={"fwd_scale": 1e-5, "bwd_scale": 1e-5, "nograd_scale": 1e-5})
+    write_run(tmp_path / "run", profile, truth=fast)
+    out = tmp_path / "fitted.json"
+    argv = ["calibrate", str(tmp_path / "run"), "--profile", str(PROFILE_PATH), "--out", str(out)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not out.exists(), err
+    assert "the measured forward is 100,000× faster than the profile predicts, beyond what " in err
+    assert "(a compute scale of at least 0.001); the profile is likely of another device" in err
+
+
 # bert-synth's 8 layers on 2 ranks: one phase, enough steps to fit.
 BERT_PHASES = [Phase(0, 2, 1, 16, "1f1b", (0, 4, 8))]  # m = 4
 
