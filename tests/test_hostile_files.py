@@ -654,6 +654,16 @@ SELF_CONTRADICTIONS = {
         lambda doc: _one_epoch_phases(doc, 12),
         ("12 phases over 10 layers; a phase freezes more layers than the one before it",),
     ),
+    # Fifty-seventh round: counted only once every phase was built, 50,000 phases took 75 s
+    # and 1.08 GB to refuse. Counted in the file's list, the line is the count's, not a phase's.
+    "more phases than layers, a later one broken": (
+        lambda doc: (_one_epoch_phases(doc, 12), doc["phases"][11].update(step_s="slow")),
+        ("12 phases over 10 layers; a phase freezes more layers than the one before it",),
+    ),
+    "more phases than a plan has epochs": (
+        lambda doc: _one_epoch_phases(doc, 10_001),
+        ("10,001 phases: a phase trains at least one epoch, a plan at most 10,000",),
+    ),
     "phases that split different layer counts": (
         lambda doc: (
             doc["phases"][1]["layout"].update(boundaries=[0, 12]),

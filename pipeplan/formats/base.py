@@ -779,6 +779,12 @@ def parse(model: type[M], text: str, source: str = "input") -> M:
             f"{source}: {kind} schema_version {version!r} is not supported "
             f"(this pipeplan reads {expected})"
         )
+    # A model's own lists counted before pydantic builds them (`Plan.check_counts`).
+    if (check_counts := getattr(model, "check_counts", None)) is not None:
+        try:
+            check_counts(data)
+        except ValueError as exc:
+            raise InputFileError(f"{source}: {kind}: {exc}") from None
     check_keys(data, (model,), source)  # before pydantic makes an error of each unknown key
     del data  # the decoded copy: validation decodes the text again
     try:

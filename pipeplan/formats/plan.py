@@ -224,11 +224,51 @@ PINNED: dict[str, Callable[[Layout], int | str | list[int]]] = {
 }
 
 
+def check_phase_count(phases: int, num_layers: int) -> None:
+    """`check_phase_count(11, 10)` raises: a plan's phases over its layers (`Plan`)."""
+    if phases > num_layers:
+        raise ValueError(
+            f"{phases:,} phases over {num_layers} layers; a phase freezes more layers than the "
+            f"one before it, and never the head: at most {num_layers}"
+        )
+
+
 class Plan(Versioned):
     schema_version: Literal[2] = 2
     inputs: PlanInputs
     phases: list[PhasePlan]
     predicted_total_s: NonNegFloat
+
+    @classmethod
+    def check_counts(cls, document: dict) -> None:
+        """The phases and each one's runner-ups counted in the decoded file, before pydantic
+        builds them (`formats.base.parse` calls it), with the lines their checks give once
+        built (`_layouts_run`, `PhasePlan.runner_ups`): built first, a plan of 50,000 phases
+        took 75 s and 1.08 GB to refuse (the fifty-seventh round). A phase trains an epoch or
+        more, a plan at most MAX_EPOCHS. Not a "before" validator: that hands pydantic Python
+        lists, which strict validation refuses as tuples (a layout's boundaries).
+
+            Plan.check_counts(json.loads(text))   # ValueError: "50,000 phases: …"
+        """
+        phases = document.get("phases")
+        if not isinstance(phases, list):
+            return  # the fields' own checks say what it is
+        if len(phases) > MAX_EPOCHS:
+            raise ValueError(
+                f"{len(phases):,} phases: a phase trains at least one epoch, a plan at most "
+                f"{MAX_EPOCHS:,}"
+            )
+        layout = phases[0].get("layout") if phases and isinstance(phases[0], dict) else None
+        ends = layout.get("boundaries") if isinstance(layout, dict) else None
+        if isinstance(ends, list) and ends and type(ends[-1]) is int and ends[-1] > 0:
+            check_phase_count(len(phases), ends[-1])  # phase 0's layers, as once built
+        for i, phase in enumerate(phases):
+            others = phase.get("runner_ups") if isinstance(phase, dict) else None
+            if isinstance(others, list) and len(others) > MAX_RUNNER_UPS:
+                raise ValueError(  # as pydantic says it of the built list (`PhasePlan`)
+                    f"field 'phases.{i}.runner_ups': List should have at most {MAX_RUNNER_UPS} "
+                    f"items, not {len(others)}"
+                )
 
     @model_validator(mode="after")
     def _phases_fit_inputs(self) -> Plan:
@@ -264,12 +304,9 @@ class Plan(Versioned):
             return self
         num_layers = self.phases[0].layout.boundaries[-1]
         devices = self.inputs.cluster.num_devices
-        if len(self.phases) > num_layers:  # before each is checked (the fifty-sixth round:
-            # 10,000 phases of 16 runner-ups took 38 s and 1.6 GB to refuse)
-            raise ValueError(
-                f"{len(self.phases):,} phases over {num_layers} layers; a phase freezes more "
-                f"layers than the one before it, and never the head: at most {num_layers}"
-            )
+        # Before each is checked (the fifty-sixth round: 10,000 phases of 16 runner-ups took
+        # 38 s and 1.6 GB to refuse), and before they are built (`check_counts`).
+        check_phase_count(len(self.phases), num_layers)
         for i, phase in enumerate(self.phases):
             ends = phase.layout.boundaries[-1]
             if ends != num_layers:
