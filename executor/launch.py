@@ -957,6 +957,8 @@ def main(argv: list[str] | None = None) -> None:
         args = _parse(argv)
         if not under_pipeplan_run():  # `pipeplan run` puts its ranks' reports in the logs
             check_error_file_outside(Path(args.run_dir))
+            if args.log_dir:
+                check_log_dir(args.log_dir)
         world = launch_environment()
     except PipeplanError as exc:  # before anything: one line, as the CLI says it
         pipeplan_log.error(f"{named_rank()}{exc}")  # which of torchrun's ranks (53rd round)
@@ -1408,6 +1410,22 @@ def check_not_trained(run_dir: Path, cfg: RunConfig) -> None:
     else:  # "--resume" was refused: "no checkpoint to resume from" (the twenty-sixth round)
         more = "it has no checkpoint to resume from: prepare a new run to train it again"
     raise BadArgumentError(f"{run_dir}: has started already (it holds {started}); {more}")
+
+
+def check_log_dir(log_dir: str) -> None:
+    """torchrun's entry given --log-dir by hand: a folder, or one its parent can hold, whose
+    files' paths fit, or OutputError naming the flag before anything starts. Found by the
+    fifty-seventh round: a file there, a missing parent or a path too long failed the rank
+    (exit 1) as a log it could not open, the line naming no flag; `pipeplan run`'s own
+    folder is checked before its ranks start."""
+    check_not_stdout(log_dir, "--log-dir", "directory")
+    path = Path(log_dir)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"--log-dir {quoted(log_dir)}: not a directory")
+    if not path.exists() and not path.absolute().parent.is_dir():
+        raise OutputError(
+            f"--log-dir {quoted(log_dir)}: its folder {path.absolute().parent} does not exist"
+        )
 
 
 def rank_output(log_dir: str | None, rank: int) -> TextIO:

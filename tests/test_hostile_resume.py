@@ -4507,3 +4507,24 @@ def test_rank_0_hosts_its_store_at_once_where_master_addr_is_not_its_node_s():
     store.set("k", "v")
     assert store.get("k") == b"v"
     assert time.monotonic() - started < 20
+
+
+@pytest.mark.parametrize("how", ["a file", "no parent", "too deep"])
+def test_torchrun_s_entry_refuses_a_log_dir_it_cannot_use_naming_the_flag(
+    finished_run, tmp_path, how
+):
+    """Found by the fifty-seventh round: torchrun's entry given a --log-dir that is a file,
+    whose parent is missing, or whose files' paths pass PATH_MAX, failed the rank (exit 1) as a
+    log it could not open, the line naming no flag. Refused before anything starts: exit 2,
+    one line naming --log-dir."""
+    run = copy_run(finished_run, tmp_path)
+    if how == "a file":
+        (tmp_path / "ld").write_text("")
+        given, said = str(tmp_path / "ld"), "not a directory"
+    elif how == "no parent":
+        given, said = str(tmp_path / "none" / "ld"), "does not exist"
+    else:
+        room = 4096 - 30 - len(os.fsencode(str(tmp_path))) - 1
+        given = str(tmp_path / ("a/" * (room // 2 - 1) + "z" * (room % 2 + 2)))
+        said = "path too long"
+    _entry_refused(run, "--resume", "--log-dir", given, fragment=("--log-dir ", said))
