@@ -5304,8 +5304,16 @@ def test_autograds_state_changed_by_data_code_is_refused_and_put_back():
             "sys.meta_path.insert(0, types.SimpleNamespace(find_spec=lambda *a: None))",
             "the data function put a finder before ",
         ),
+        # The fifty-seventh round: a folder's finder replaced, which Python's own PathFinder
+        # asks for every import from that folder (here one that finds nothing).
+        (
+            "import importlib.machinery as m; F = type('F', (m.FileFinder,), {}); "
+            "c = sys.path_importer_cache; "
+            "[c.__setitem__(k, F(k)) for k, v in list(c.items()) if type(v) is m.FileFinder]",
+            "the data function put a finder of its own in sys.path_importer_cache for ",
+        ),
     ],
-    ids=["sys.path", "sys.meta_path", "sys.modules", "made by hand", "a finder first"],
+    ids=["sys.path", "sys.meta_path", "sys.modules", "made by hand", "a finder first", "cache"],
 )
 def test_data_code_that_changes_the_import_system_is_refused_by_run(
     tmp_path, capsys, monkeypatch, in_load, fragment
@@ -5319,6 +5327,7 @@ def test_data_code_that_changes_the_import_system_is_refused_by_run(
 
     monkeypatch.chdir(tmp_path)
     state = (list(sys.path), list(sys.meta_path), list(sys.path_hooks))
+    finders = dict(sys.path_importer_cache)
     argv = ("run", "--prepare-only", "--model", "vit-digits", "--data", "rt42_imports:load")
     argv += ("--nproc", "1", "--name", "n")
     try:
@@ -5327,6 +5336,8 @@ def test_data_code_that_changes_the_import_system_is_refused_by_run(
         json_after = sys.modules["json"]
     finally:  # for the tests after this one, whatever happened
         sys.path[:], sys.meta_path[:], sys.path_hooks[:] = state
+        placed = {k: v for k, v in sys.path_importer_cache.items() if type(v).__name__ == "F"}
+        sys.path_importer_cache.update({k: finders[k] for k in placed if k in finders})
         sys.modules["json"] = real_json
         made = sys.modules.get("safetensors.flax")
         if made is not None and made.__spec__ is None:  # a stand-in left: not the test's next
@@ -5335,6 +5346,7 @@ def test_data_code_that_changes_the_import_system_is_refused_by_run(
     assert made is None or made.__spec__ is not None
     lines = captured.err.strip().splitlines()
     assert (code, after, json_after) == (2, state, real_json), lines
+    assert not placed, sorted(placed)[:3]
     assert len(lines) == 1 and captured.out == "", captured
     assert lines[0].startswith(f"pipeplan: error: data 'rt42_imports:load': {fragment}"), lines
     assert lines[0].endswith(
