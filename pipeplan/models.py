@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import pickle
+import re
 import shutil
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -719,6 +720,7 @@ def export(
         tmp = folder.entry(name)
         try:
             shutil.rmtree(tmp, ignore_errors=True)
+            _remove_orphans(folder.entry(""), out.name)
             os.mkdir(name, dir_fd=folder.fd)
             with quiet_transformers():
                 seq.hf_model.save_pretrained(tmp)
@@ -747,6 +749,28 @@ def export(
                 raise
             raise OutputError(f"{out}: write failed ({reason})") from None
     return out
+
+
+def _remove_orphans(folder: Path, name: str) -> None:
+    """The temporary folders `.tmp-NAME-PID` of exports to `folder/NAME` whose process is gone:
+    one killed outright (SIGKILL, the OOM killer) left its half-written copy of the model,
+    as large as the model, and every later export beside it (the fifty-seventh round). A
+    live process's is its own."""
+    pattern = re.compile(rf"\.tmp-{re.escape(name)}-([0-9]{{1,10}})")
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return
+    for entry in entries:
+        match = pattern.fullmatch(entry)
+        if match is None or int(match[1]) == os.getpid():
+            continue
+        try:
+            os.kill(int(match[1]), 0)
+        except ProcessLookupError:  # gone: its folder is no one's
+            shutil.rmtree(folder / entry, ignore_errors=True)
+        except (PermissionError, OverflowError):  # another user's, or no such pid
+            continue
 
 
 def _drop_ids_outside_vocabulary(folder: Path) -> None:

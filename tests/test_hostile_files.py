@@ -1047,6 +1047,30 @@ def test_an_export_that_cannot_be_written_leaves_nothing(tmp_path, monkeypatch, 
     assert entries(tmp_path) == []
 
 
+def test_an_export_removes_what_a_killed_export_left_beside_its_folder(tmp_path):
+    """Found by the fifty-seventh round: `export` killed outright (SIGKILL) left its
+    `.tmp-DIR-PID/`, as large as the model, beside DIR, and every later export to DIR left it
+    there. An export removes those of processes that are gone; a live one's, and another
+    DIR's, stay."""
+    import subprocess
+
+    from pipeplan import models
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    out = tmp_path / "model"
+    orphan, live, other = (
+        tmp_path / f".tmp-model-{gone.pid}",
+        tmp_path / f".tmp-model-{os.getppid()}",
+        tmp_path / f".tmp-other-{gone.pid}",
+    )
+    for folder in (orphan, live, other):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"x" * 1000)
+    models.export(models.build("bert-synth"), out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model", live.name, other.name])
+
+
 def test_an_export_whose_tokenizer_cannot_be_written_leaves_nothing(tmp_path, monkeypatch):
     """Found by the thirty-eighth round: a text run's export now carries its tokenizer
     (models.export(tokenizer=…)); written into the same temporary folder as the weights, a
