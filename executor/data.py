@@ -1949,7 +1949,9 @@ def process_state_kept(spec: str, doing: str) -> Iterator[None]:
         said += [("closed", change) for change in _reopened(consoles)]
         startup = _startup_added(environ, variables)  # before the environment is put back
         said += [("environment", change) for change in _environment_put_back(environ, variables)]
-        for key in startup:  # the ranks start in the environment pipeplan was started in
+        # The ranks start in the environment pipeplan was started in; a rank itself starts
+        # none, and its data code may read what it set as it reads (HF_DATASETS_OFFLINE).
+        for key in startup if "RANK" not in environ else []:
             log.debug("took off %s, which data code %s added", _shown_key(key), quoted(spec))
             environ.pop(key, None)
         if logging.root.manager.disable != disabled:
@@ -2848,12 +2850,16 @@ _STARTUP = (
     # GLOO_SOCKET_IFNAME failed every collective, MKL_VERBOSE printed a line a product).
     "GLOO_",
     "NCCL_",
-    "TORCH_NCCL_",
-    "TORCH_DISTRIBUTED_",
-    "TORCH_CPP_",
     "MKL_",
     "OPENBLAS_",
     "CUDA_",
+    # And by the libraries a rank imports as it starts (the fifty-seventh round: an added
+    # TRANSFORMERS_VERBOSITY put transformers' debug line before the run's one line).
+    "TRANSFORMERS_",
+    "HF_",
+    "TORCH_",
+    "PYTORCH_",
+    "LOGLEVEL",
 )
 _LAUNCH_NAMES = {
     "MASTER_ADDR",

@@ -4803,6 +4803,7 @@ def test_data_code_that_removes_or_changes_environment_variables_is_refused():
         {"LD_PRELOAD": "x.so", "KMP_AFFINITY": "y", "MASTER_PORT": "1", "WORLD_SIZE": "3"},
         {"GLOO_SOCKET_IFNAME": "nosuchif0"},  # the fifty-sixth round's
         {"MKL_VERBOSE": "1"},
+        {"TRANSFORMERS_VERBOSITY": "debug"},  # the fifty-seventh round's
     ],
     ids=lambda added: ",".join(added),
 )
@@ -4829,6 +4830,11 @@ def test_data_code_that_adds_a_variable_a_ranks_start_reads_has_it_taken_off(add
             "TOKENIZERS_PARALLELISM": "false",
             "RANKING_MODEL": "m",
         }
+        # In a rank, which starts no other, what the code set is its own to read as it reads.
+        os.environ["RANK"] = "1"
+        with _contained("m:load", "the data function"):
+            os.environ.update(added)
+        assert {key: os.environ[key] for key in added} == added
     finally:
         os.environ.clear()
         os.environ.update(real)
