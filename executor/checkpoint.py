@@ -433,7 +433,7 @@ def load_checkpoint(path: Path) -> Loaded:
     `_check_rng`). InputFileError (one line) if anything is off."""
     if path.is_symlink():
         raise InputFileError(f"{path}: is a symbolic link; a run's checkpoints are its own folders")
-    manifest = _folder_manifest(path)  # its files there, of their sizes, before any hash
+    manifest = folder_manifest(path)  # its files there, of their sizes, before any hash
     with contextlib.ExitStack() as opened:
         # Each file opened once, then hashed and loaded from what was opened: what is
         # loaded is what was checked (`read_tensors`).
@@ -495,7 +495,7 @@ def _open_checked(path: Path, name: str, manifest: CheckpointManifest) -> Iterat
     closed. `with _open_checked(step, "rng.pt", manifest) as f: read_tensors(step / "rng.pt", f)`"""
     file = path / name
     with open_input(file, TENSOR_FILE_LIMIT) as handle:
-        # Its size was held to the manifest's (`_folder_manifest`); one swapped in since is
+        # Its size was held to the manifest's (`folder_manifest`); one swapped in since is
         # held to an archive's bytes here, before the hash reads them all.
         _check_archive(handle, file)
         if handle_sha256(handle) != manifest.files[name]:
@@ -849,12 +849,12 @@ def check_latest_trained_with(run_dir: Path, cfg: RunConfig) -> CheckpointManife
     # A pointer deleted beside its checkpoints is `latest`'s refusal here too: passed over,
     # report and calibrate read run.json unchecked where export and resume refused the run
     # (the fifty-second round).
-    _, manifest = _first_usable(run_dir, "report", _folder_manifest, True)
+    _, manifest = _first_usable(run_dir, "report", folder_manifest, True)
     check_trained_with(manifest, cfg, run_dir / "run.json")
     return manifest
 
 
-def _folder_manifest(path: Path) -> CheckpointManifest:
+def folder_manifest(path: Path) -> CheckpointManifest:
     """The manifest of the checkpoint folder `path`, its step the folder's, and its files
     there, of the sizes it records: what report and calibrate read of a checkpoint
     (`check_latest_trained_with`), and what `load_checkpoint` checks before it hashes."""
@@ -898,7 +898,7 @@ def _first_usable(
     missing, a folder emptied or a file in its place, as a corrupt model.pt (the thirty-sixth
     round). InputFileError (`_none_left`) when none is left.
 
-        path, manifest = _first_usable(run_dir, "report", _folder_manifest, True)
+        path, manifest = _first_usable(run_dir, "report", folder_manifest, True)
     """
     newest = latest(run_dir, purpose)
     older = sorted(

@@ -4528,3 +4528,22 @@ def test_torchrun_s_entry_refuses_a_log_dir_it_cannot_use_naming_the_flag(
         given = str(tmp_path / ("a/" * (room // 2 - 1) + "z" * (room % 2 + 2)))
         said = "path too long"
     _entry_refused(run, "--resume", "--log-dir", given, fragment=("--log-dir ", said))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_an_older_checkpoint_whose_files_disagree_with_its_sizes_is_refused(
+    two_kept_run, tmp_path, capsys, command
+):
+    """Found by the fifty-seventh round: an older kept checkpoint whose manifest records
+    12 bytes for its 6 MB model.pt (the run's one fallback, broken) passed report, calibrate
+    and export at exit 0, where the newest is refused so. The older ones' files are held to
+    their sizes too (a stat each: nothing is hashed)."""
+    run = copy_run(two_kept_run, tmp_path)
+    manifest = run / "checkpoints" / "step-4" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    real = doc["sizes"]["model.pt"]
+    doc["sizes"]["model.pt"] = 12
+    manifest.write_text(json.dumps(doc))
+    said = (f"{manifest.parent / 'model.pt'}: {real:,} bytes, but the manifest records 12",)
+    refused(_two_kept_commands(run, tmp_path)[command], tmp_path, capsys, said)
