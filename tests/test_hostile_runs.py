@@ -3157,3 +3157,19 @@ def test_a_run_whose_data_record_is_removed_as_it_trains_says_so(tmp_path, capsy
     assert lines[0].endswith(
         f"; its data.json is gone, so no command reads it now: delete {run} to start again"
     ), lines[0]
+
+
+def test_records_past_the_read_limit_are_said_to_be_pipeplan_s_own(finished_run, tmp_path, capsys):
+    """Found by the fifty-seventh round: a run.jsonl past the 1 GiB every file is read to (a
+    step's record takes about 0.3 KB a rank: 64 ranks reach it in some 58,000 steps) was
+    refused as "larger than 1024 MiB, not a pipeplan file", of pipeplan's own records. The
+    line says what the limit is and how a run reaches it (here a sparse file: no disk)."""
+    run = tmp_path / "r"
+    shutil.copytree(finished_run, run, symlinks=True)
+    os.truncate(run / "run.jsonl", (1 << 30) + 1)
+    assert cli.main(["report", str(run)]) == 2
+    assert capsys.readouterr().err == (
+        f"pipeplan: error: {run / 'run.jsonl'}: larger than 1024 MiB, the most pipeplan reads "
+        "of a run's records (a step's record takes about 0.3 KB a rank: 64 ranks reach it in "
+        "some 58,000 steps); a run that long is not read back yet\n"
+    )

@@ -869,14 +869,20 @@ def _read_at_most(f: BinaryIO, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_lines(path: str | Path, line_limit: int, limit: int = MAX_FILE_BYTES) -> Iterator[str]:
+def read_lines(
+    path: str | Path,
+    line_limit: int,
+    limit: int = MAX_FILE_BYTES,
+    *,
+    why: str = "not a pipeplan file",
+) -> Iterator[str]:
     """A regular file's lines, read one at a time (each with its newline, the last one maybe
     without), at most `limit` bytes in all: a file of records is never held whole, so a
     reader that finds a bad record early stops early (`for line in read_lines(path, 1 << 24)`).
     A line of more than `line_limit` characters is yielded cut after them; the reader
     refuses it by its length."""
     total = 0
-    with open_input(path, limit) as f:
+    with open_input(path, limit, why=why) as f:
         try:
             # A UTF-8 character is at most 4 bytes: a line of line_limit + 1 characters
             # takes no more than this to tell apart from a legal one.
@@ -884,7 +890,7 @@ def read_lines(path: str | Path, line_limit: int, limit: int = MAX_FILE_BYTES) -
             while line := f.readline(most):
                 total += len(line)
                 if total > limit:  # the file grew since it was opened
-                    raise InputFileError(f"{path}: larger than {_size(limit)}, not a pipeplan file")
+                    raise InputFileError(f"{path}: larger than {_size(limit)}, {why}")
                 # A line cut at `most` may end inside a character: it is refused by its length.
                 cut = len(line) == most and not line.endswith(b"\n")
                 yield line.decode("utf-8", errors="ignore" if cut else "strict")
