@@ -3107,55 +3107,38 @@ def test_a_run_named_without_its_runs_folder_is_pointed_to(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
 
 
+REMOVED_AS_IT_TRAINS = {  # a file of the run removed mid-run → what the run's line says of it
+    "run.jsonl": "removed while the run trained; the run's records are lost",
+    "data.json": (
+        "removed while the run trained; a resume or an export can no longer tell the data was kept"
+    ),
+}
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(200)
-def test_a_run_whose_records_are_removed_as_it_trains_says_so(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("name", REMOVED_AS_IT_TRAINS)
+def test_a_run_whose_records_are_removed_as_it_trains_says_so(tmp_path, capsys, monkeypatch, name):
     """Found by the fifty-fifth round: run.jsonl removed under a running run (all its steps
     then trained, its checkpoints and model written) ended in "training failed on rank 0
     before the first step: runs/k: in use by a pipeplan process training it …, which has
     recorded no step yet", and advised an export every command then refused. The line says
     the records were removed, places the failure nowhere it cannot tell, and says what is
-    left to do."""
+    left to do. The fifty-sixth: data.json removed went unnoticed, the run ending well (exit
+    0) and its export refused; the run now fails at its end naming it (a run whose data reads
+    no file has no data.json to miss)."""
     monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the ranks import tests.killer_data
     run = tmp_path / "k"
-    monkeypatch.setenv("PIPEPLAN_TEST_REMOVE", str(run / "run.jsonl"))
-    argv = ["run", "--data", "tests.killer_data:digits_remove_records", "--epochs", "2"]
-    argv += ["--max-steps-per-epoch", "4", "--global-batch", "16", "--nproc", "1"]
-    assert cli.main([*argv, "--name", "k", "--runs-dir", str(tmp_path)]) == 2
-    lines = [x for x in capsys.readouterr().err.splitlines() if "INFO" not in x]
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("pipeplan: error: training failed on rank 0: "), lines[0]
-    assert (
-        f"{run / 'run.jsonl'}: removed while the run trained; the run's records are lost"
-        in lines[0]
-    )
-    assert lines[0].endswith(
-        f"; its run.jsonl is gone, so no command reads it now: delete {run} to start again"
-    ), lines[0]
-
-
-@pytest.mark.multiprocess
-@pytest.mark.timeout(200)
-def test_a_run_whose_data_record_is_removed_as_it_trains_says_so(tmp_path, capsys, monkeypatch):
-    """Found by the fifty-sixth round: data.json removed under a running run went unnoticed:
-    the run ended well (exit 0) and its export then refused it ("no such file … the run's
-    record of its data is gone"). The run fails at its end, naming the file, and says what
-    is left to do; a run whose data reads no file has no data.json to miss."""
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the ranks import tests.killer_data
-    run = tmp_path / "k"
-    monkeypatch.setenv("PIPEPLAN_TEST_REMOVE", str(run / "data.json"))
+    monkeypatch.setenv("PIPEPLAN_TEST_REMOVE", str(run / name))
     argv = ["run", "--data", "tests.killer_data:digits_remove_records", "--epochs", "2"]
     argv += ["--max-steps-per-epoch", "4", "--global-batch", "16", "--nproc", "1"]
     assert cli.main([*argv, "--name", "k", "--runs-dir", str(tmp_path)]) == 2
     lines = [x for x in capsys.readouterr().err.splitlines() if "INFO" not in x]
     assert len(lines) == 1, lines
     assert lines[0].startswith("pipeplan: error: training failed on rank 0"), lines[0]
-    assert (
-        f"{run / 'data.json'}: removed while the run trained; a resume or an export can no "
-        "longer tell the data was kept" in lines[0]
-    ), lines[0]
+    assert f"{run / name}: {REMOVED_AS_IT_TRAINS[name]}" in lines[0], lines[0]
     assert lines[0].endswith(
-        f"; its data.json is gone, so no command reads it now: delete {run} to start again"
+        f"; its {name} is gone, so no command reads it now: delete {run} to start again"
     ), lines[0]
 
 
