@@ -45,7 +45,6 @@ import time
 import types
 import warnings
 import weakref
-import zipimport
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -3687,23 +3686,22 @@ def import_system_kept(spec: str, doing: str) -> Iterator[None]:
 
 
 def _finders_put_back(before: dict[str, Any]) -> list[str]:
-    """The folders' finders in sys.path_importer_cache (`before`: a copy) that the code put in
-    place of Python's, said and put back: a value of a type no path hook made before (not a
-    FileFinder, a zipimporter or a finder type already cached). Python's own PathFinder sees
-    every import of a folder through them, the meta_path check passed (the fifty-seventh
+    """The folders' finders in sys.path_importer_cache (`before`: a copy) that the code
+    replaced with one of another type, said and put back: Python's own PathFinder asks them
+    for every import from their folder, and the meta_path check passed (the fifty-seventh
     round: a logging FileFinder subclass saw ~340 imports in the launcher and each rank).
-    Entries added by an import, or dropped by importlib.invalidate_caches, are no change."""
+    Entries added by an import (a path hook's own finder, an editable install's), or dropped
+    by importlib.invalidate_caches, are no change."""
     cache = sys.path_importer_cache
     if len(cache) == len(before) and all(map(operator.is_, cache.values(), before.values())):
         return []  # the usual case, a batch read's: nothing changed
-    known = {importlib.machinery.FileFinder, zipimport.zipimporter, type(None)}
-    known |= {type(finder) for finder in before.values()}
-    placed = [path for path, finder in list(cache.items()) if type(finder) not in known]
+    placed = [
+        path
+        for path, finder in list(cache.items())
+        if before.get(path) is not None and type(finder) not in (type(before[path]), type(None))
+    ]
     for path in placed:
-        if path in before:
-            cache[path] = before[path]
-        else:
-            del cache[path]
+        cache[path] = before[path]
     if not placed:
         return []
     return [
