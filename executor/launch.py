@@ -1914,8 +1914,14 @@ RUN_OWN_FILES = ("run.json", "run.jsonl", "profile.json")
 
 def own_files_gone(run_dir: Path, cfg: RunConfig) -> list[str]:
     """The files of RUN_OWN_FILES, and data.json where the data reads files (`check_data`
-    refuses a resume or an export without it), that are no longer in `run_dir`."""
-    names = [*RUN_OWN_FILES, *([DATA_RECORD] if read_files(cfg) else [])]
+    refuses a resume or an export without it), that are no longer in `run_dir`. Said in a
+    failure's line: data whose files cannot be listed now (a tokenizer folder gone) is
+    left to the resume's own checks."""
+    try:
+        reads = bool(read_files(cfg))
+    except (PipeplanError, OSError):
+        reads = False
+    names = [*RUN_OWN_FILES, *([DATA_RECORD] if reads else [])]
     return [name for name in names if not (run_dir / name).exists()]
 
 
