@@ -1568,10 +1568,8 @@ def _installed_package(module: str) -> bool:
     file = getattr(found, "__file__", None)
     if not isinstance(file, str):
         return False
-    paths = sysconfig.get_paths()
-    stdlib = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib") if k in paths}
     path = Path(file).resolve()
-    return any(path.is_relative_to(f) for f in _installed_folders() if f not in stdlib)
+    return any(path.is_relative_to(folder) for folder in _site_packages(_stdlib_folders()))
 
 
 def _held(value: Any) -> bool:
@@ -3394,6 +3392,18 @@ def _installed_folders() -> list[Path]:
     return [Path(p).resolve() for p in found if p]
 
 
+def _stdlib_folders() -> set[Path]:
+    """The interpreter's standard library folders, resolved."""
+    paths = sysconfig.get_paths()
+    return {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib") if k in paths}
+
+
+def _site_packages(stdlib: set[Path]) -> list[Path]:
+    """`_installed_folders` less the standard library's (`stdlib`): site-packages lies inside
+    the standard library's folder, so a path is told apart by these first."""
+    return [folder for folder in _installed_folders() if folder not in stdlib]
+
+
 def is_helper_file(spec: str, path: Path) -> bool:
     """Whether `path` may be one of the user's own modules that `spec`'s data code imports: a
     .py file under `module_root`, not installed code (a virtual environment inside the
@@ -3813,10 +3823,8 @@ def _not_the_file_here(target: str, module: Any) -> str:
     mine = here.resolve() if here.name == f"{top}.py" else here.parent.resolve()
     if path.is_relative_to(mine):
         return ""
-    paths = sysconfig.get_paths()
-    stdlib = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib") if k in paths}
-    site_packages = [f for f in _installed_folders() if f not in stdlib]  # inside stdlib
-    if any(path.is_relative_to(folder) for folder in site_packages):
+    stdlib = _stdlib_folders()
+    if any(path.is_relative_to(folder) for folder in _site_packages(stdlib)):
         whose = "an installed package's "
     else:
         whose = "the standard library's " if any(map(path.is_relative_to, stdlib)) else ""
