@@ -1085,6 +1085,8 @@ def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: list[torch
 
     Found by the twenty-sixth round: a normalizer's Prepend of "great " made every text 16
     copies of 'great' (a word of the vocabulary, so not every text was unknown tokens)."""
+    from pipeplan.models import PADDING
+
     named = zip(ids, (corpus.train, corpus.eval), ("training ", "held-out "), strict=True)
     splits = [(t, texts, which) for t, texts, which in named if t.shape[0]]
     if not splits:
@@ -1101,8 +1103,6 @@ def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: list[torch
     for texts, which, row in found:
         if all(text == texts[0] for text in texts):  # the data's own texts are one text
             continue
-        from pipeplan.models import PADDING
-
         length, tokens = row.shape[0], row[row != PADDING]  # what it padded is no token
         shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(tokens[:4].tolist()))
         raise InputFileError(
