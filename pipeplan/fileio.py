@@ -941,14 +941,21 @@ class DirectoryTaken(OutputError):
 def claim_directory(directory: str | Path) -> Path:
     """Hold an exclusive lock on `directory` (its `.lock` file) for the life of this process,
     so two runs, or two resumes, can never share a run directory. OutputError if another
-    process holds it. Claiming a directory this process already holds is a no-op.
+    process holds it. Claiming a directory this process already holds is a no-op (where the
+    folder at its path is still the one it holds).
 
         run_dir = claim_directory(runs / name)   # then check it is empty, write run.json
     """
     directory = Path(directory)
     key = directory.resolve()
     if key in _HELD:
-        return directory
+        held = _held(directory)
+        if held is not None and not held[1] and identity(directory / ".lock") == identity(held[0]):
+            return directory
+        # The folder this process claimed went (deleted, and another made at its path): an
+        # API caller preparing at the same path again was told "moved or was deleted while
+        # the run was prepared" of the new folder. Its old claim holds nothing; claim anew.
+        release_directory(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -1120,6 +1127,8 @@ def release_directory(directory: str | Path) -> None:
     """
     named = _HELD_AS.pop(Path(os.path.abspath(directory)), None)
     key = named[0] if named is not None else Path(directory).resolve()
+    for name in [name for name, (held, _) in _HELD_AS.items() if held == key]:
+        del _HELD_AS[name]  # the claim by another name, which would name a claim gone
     handle = _HELD.pop(key, None)
     if handle is not None:
         handle.close()

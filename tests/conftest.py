@@ -1,5 +1,6 @@
-"""Shared fixtures: one thread per test, the distributed set-up every multi-process test uses
-(`gloo_ranks`, `single_rank_group`), and small record builders."""
+"""Shared fixtures: one thread per test, claims released as a test ends, the distributed
+set-up every multi-process test uses (`gloo_ranks`, `single_rank_group`), and small record
+builders."""
 
 import os
 from pathlib import Path
@@ -35,6 +36,19 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _claims_end_with_the_test():
+    # A command's claims on run directories last its process's life; in the suite a test's end
+    # is that end. pytest reuses a passing test's tmp_path, so a claim kept past it would be
+    # taken for the next test's own folder at that path.
+    from pipeplan.fileio import held_directories, release_directory
+
+    before = held_directories()
+    yield
+    for directory in held_directories() - before:
+        release_directory(directory)
 
 
 @pytest.fixture

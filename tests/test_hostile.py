@@ -402,6 +402,27 @@ def test_a_run_directory_is_held_by_one_process(tmp_path):
         fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
+def test_a_claimed_folder_deleted_and_made_again_is_claimed_anew(tmp_path, capsys):
+    """Found by CI: a process that prepared a run (its claim held for life) and prepared again
+    at the same path, once the folder was deleted and made anew, took the old claim for the
+    new folder and said "moved or was deleted while the run was prepared" (pytest reuses a
+    passing test's tmp_path). The new folder is claimed: its lock is held, and prepared."""
+    import fcntl
+
+    from pipeplan.fileio import claim_directory, moved_away
+
+    runs = tmp_path / "runs"
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--name", "p", "--prepare-only"]
+    argv += ["--runs-dir", str(runs)]
+    assert cli.main(argv) == 0
+    shutil.rmtree(runs)
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert not moved_away(runs / "p") and (runs / "p" / "run.json").is_file()
+    with open(runs / "p" / ".lock", "a") as other, pytest.raises(BlockingIOError):
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert claim_directory(runs / "p") == runs / "p"  # held: claiming again is a no-op
+
+
 # ----------------------------------------------------------------------------- flags, resources
 
 FLAG_CASES = {
