@@ -33,7 +33,7 @@ from pipeplan.formats import (
     check_priced_profiles,
     load,
 )
-from pipeplan.formats.base import MAX_FILE_BYTES, check_json, open_input
+from pipeplan.formats.base import MAX_FILE_BYTES, check_json, file_state, open_input
 from pipeplan.formats.metrics import check_eval_metrics
 
 
@@ -220,12 +220,12 @@ def _past(record: PhaseRecord | StepRecord | EpochRecord) -> str:
 
 # Records left out already noticed, by run.jsonl and its length: calibrate reads a run's
 # records twice, and says so once (as `formats.run` notices a torn record).
-_NOTICED: set[tuple[Path, int]] = set()
+_NOTICED: set[tuple] = set()
 
 
 def _notice_extension(run_dir: Path, config: RunConfig, left_out: list) -> None:
     path = run_dir / "run.jsonl"
-    key = (path.resolve(), path.stat().st_size)
+    key = (*file_state(path), path.stat().st_size)
     if key in _NOTICED:
         return
     _NOTICED.add(key)

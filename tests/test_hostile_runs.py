@@ -636,6 +636,25 @@ def test_a_torn_last_record_is_left_out_but_a_whole_bad_line_is_refused(tmp_path
     refused(argv, tmp_path, capsys, (f"run.jsonl:{number}", "not a run record"))
 
 
+def test_a_torn_record_of_a_run_made_again_at_its_path_is_noticed_again(tmp_path, capsys):
+    """Found by CI (pytest reuses a passing test's tmp_path): the notice was said once a
+    process by path and length, so a second run made at the same path and torn the same was
+    read without it. Another file at the path is noticed again; the same file once."""
+    import shutil
+
+    said = []
+    for _ in range(2):
+        shutil.rmtree(tmp_path / "s", ignore_errors=True)
+        (tmp_path / "s").mkdir()
+        run, argv = _readable(tmp_path / "s", "report")
+        _tear(run)
+        assert cli.main(argv) == 0
+        said.append(len(_notices(capsys.readouterr().err)))
+    assert cli.main(argv) == 0  # the same file read again by the process
+    said.append(len(_notices(capsys.readouterr().err)))
+    assert said == [1, 1, 0]
+
+
 # An empty line in run.jsonl (which pipeplan never writes): (its line number, counted from 1,
 # -1 for after the last record; its text).
 EMPTY_LINES = {

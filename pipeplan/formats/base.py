@@ -1072,3 +1072,13 @@ def first_difference(given: BaseModel, other: BaseModel) -> tuple[str, str, str]
 def _shown(value: Any) -> str:
     """A value as JSON writes it, a string without quotes: `[0, 5, 10]`, `true`, `1f1b`."""
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def file_state(path: Path) -> tuple:
+    """(resolved path, inode, mtime in ns): which file `path` is, as last written; the path
+    alone where it cannot be read."""
+    try:
+        info = path.stat()
+    except OSError:
+        return (path.resolve(),)
+    return (path.resolve(), info.st_ino, info.st_mtime_ns)

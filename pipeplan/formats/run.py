@@ -59,6 +59,7 @@ from pipeplan.formats.base import (
     Versioned,
     check_json,
     check_keys,
+    file_state,
     first_difference,
     first_error,
     int_list,
@@ -941,12 +942,13 @@ def read_records(
 
 
 # Torn records already noticed, by file and length: a command that reads the records twice
-# (calibrate) says it once.
-_NOTICED: set[tuple[Path, int]] = set()
+# (calibrate) says it once. The file's identity too (`file_state`): another file at the path
+# (a run made again where one was deleted, in one Python process) is said again.
+_NOTICED: set[tuple] = set()
 
 
 def _notice_torn(path: Path, length: int, where: str) -> None:
-    key = (path.resolve(), length)
+    key = (*file_state(path), length)
     if key not in _NOTICED:
         _NOTICED.add(key)
         log.warning("%s: a torn last record (a crash mid-append); left out", where)
