@@ -3018,6 +3018,17 @@ NINETEENTH_CONFIGS = {
         {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "longrope", "long_factor": [1.0] * 3}},
         "rope_parameters.long_factor has 3 factors; one per rotary frequency: 8",
     ),
+    "llama dynamic with a yarn parameter": (
+        {
+            **LLAMA_CONFIG,
+            "rope_scaling": {
+                "rope_type": "dynamic",
+                "factor": 2.0,
+                "original_max_position_embeddings": 4,
+            },
+        },
+        "rope_scaling.original_max_position_embeddings is not a parameter of a dynamic RoPE",
+    ),
     "llama yarn beta_fast 0": (
         {**LLAMA_CONFIG, "rope_parameters": {"rope_type": "yarn", "factor": 2.0, "beta_fast": 0}},
         "rope_parameters.beta_fast is 0; a number > 0",
@@ -3271,6 +3282,48 @@ def test_the_rope_types_are_transformers_and_each_builds_a_llama():
     from pipeplan.formats.modelconfig import ROPE_TYPES
 
     assert set(ROPE_TYPES) == {"default", *ROPE_INIT_FUNCTIONS}
+
+
+def test_the_rope_parameters_read_are_transformers_and_others_are_refused():
+    """Found by the fifty-seventh round: a dynamic RoPE's original_max_position_embeddings,
+    which transformers logs as unrecognized and ignores, trained without a word, and its
+    export warned on every load. For each RoPE type, every parameter any type takes (and one
+    no type takes): transformers' own validator calls it unrecognized exactly where
+    `rope_problem` refuses it, naming it."""
+    import logging
+
+    import transformers
+
+    from pipeplan.formats.modelconfig import ROPE_KEYS, ROPE_TYPES, rope_problem
+
+    values = {
+        "factor": 2.0, "original_max_position_embeddings": 64, "attention_factor": 1.0,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0,
+        "truncate": True, "short_factor": [1.0] * 64, "long_factor": [2.0] * 64,
+        "low_freq_factor": 1.0, "high_freq_factor": 4.0, "rope_theta": 10000.0,
+        "partial_rotary_factor": 1.0, "zorp": 1.0,
+    }  # fmt: skip
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    rope_log = logging.getLogger("transformers.modeling_rope_utils")
+    rope_log.addHandler(handler)
+    try:
+        config = transformers.LlamaConfig()  # head_dim 128: 64 frequencies
+        for kind in ROPE_TYPES:
+            base = {"rope_type": kind, "rope_theta": 10000.0}
+            base |= {name: values[name] for name in ROPE_KEYS[kind]}
+            for extra in [None, *values]:
+                params = base if extra is None else {**base, extra: values[extra]}
+                said.clear()
+                getattr(config, f"_validate_{kind}_rope_parameters")(dict(params))
+                unrecognized = any("Unrecognized keys" in line for line in said)
+                why = rope_problem({"rope_parameters": params})
+                refused = why is not None and "is not a parameter of" in why
+                assert unrecognized == refused, (kind, extra, said, why)
+                assert not refused or why.startswith(f"rope_parameters.{extra} is not"), why
+    finally:
+        rope_log.removeHandler(handler)
 
 
 def test_every_field_a_family_declares_has_a_json_type():

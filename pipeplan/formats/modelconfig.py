@@ -720,6 +720,27 @@ _ROPE_BASE = (
 # Llama applies the rotary embedding to whole heads: a part (0.5) was a shape mismatch inside
 # the first forward.
 _WHOLE_HEADS = "1 (Llama rotates whole heads)"
+# The parameters transformers reads of each RoPE type (its `_validate_*_rope_parameters`,
+# required and optional), besides those every type takes (`_ROPE_COMMON`): another key it logs
+# as unrecognized and ignores. Found by the fifty-seventh round: a dynamic RoPE's
+# original_max_position_embeddings trained without a word, and its export warned on every load.
+# A test holds them to transformers'.
+_ROPE_COMMON = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+ROPE_KEYS = {
+    "default": (),
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "yarn": (
+        "factor", "original_max_position_embeddings", "attention_factor", "beta_fast",
+        "beta_slow", "mscale", "mscale_all_dim", "truncate",
+    ),
+    "longrope": (
+        "short_factor", "long_factor", "original_max_position_embeddings", "attention_factor",
+        "factor",
+    ),
+    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+    "proportional": (),
+}  # fmt: skip
 _ROPE_FACTOR = f"a RoPE scaling factor is a number in 1..{MAX_ROPE_FACTOR:,}"
 _ROPE_POSITIVE = f"a number > 0 and at most {MAX_ROPE_FACTOR:,}"
 
@@ -788,6 +809,14 @@ def _rope_parameters_problem(rope: dict[str, Any], config: dict[str, Any]) -> st
     key = "rope_type" if "rope_type" in rope else "type"
     if kind not in ROPE_TYPES:
         return f"{key} is {shown(kind)}; one of {', '.join(ROPE_TYPES)}"
+    read = (*_ROPE_COMMON[2:], *ROPE_KEYS[kind])
+    unread = [name for name in rope if name not in _ROPE_COMMON[:2] and name not in read]
+    if unread:
+        name = unread[0] if unread[0].isidentifier() else shown(unread[0])
+        return (
+            f"{name} is not a parameter of a {kind} RoPE, which transformers would ignore (a "
+            f"{kind} RoPE's are {', '.join(sorted(read))}): remove it"
+        )
     checks: dict[str, tuple[Callable[[Any], bool], str]] = {
         "rope_theta": (_rope_base, _ROPE_BASE),
         "factor": (lambda v: _in(v, 1, MAX_ROPE_FACTOR), _ROPE_FACTOR),
