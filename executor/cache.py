@@ -68,6 +68,7 @@ import torch
 
 from pipeplan.errors import OutputError
 from pipeplan.formats.checkpoint import CACHE_MANIFEST_FORMAT
+from pipeplan.spawn import pid_namespace, process_start
 
 logger = logging.getLogger("pipeplan.cache")
 
@@ -95,30 +96,6 @@ def _dtype_name(dtype: torch.dtype) -> str:
 # boot; TOKEN random so that no one can know the name before it exists.
 SHM = Path("/dev/shm")
 _NODE_DIR = re.compile(r"pipeplan-(\d+)-(\d+)-(\d+)-[0-9a-f]{16}")
-
-
-def pid_namespace() -> int | None:
-    """The identity (inode) of this process's pid namespace: pids mean something only there.
-    None without /proc."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return None
-
-
-def process_start(pid: int) -> int | None:
-    """`process_start(os.getpid())` → when process `pid` started, in clock ticks after boot
-    (field 22 of /proc/PID/stat), which tells it from a later process given the same pid; None
-    when there is no such process (or no /proc to ask)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
-        return None
-    fields = text.rsplit(")", 1)[-1].split()  # the command's name, in (), may hold spaces
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
 
 
 def memory_dir_for(fallback: Path, need_bytes: int, root: Path = SHM) -> Path:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import torch.distributed as dist
 
 from pipeplan.errors import BadArgumentError
 from pipeplan.formats import CommProfile, LinkFit, LinkSample
-from pipeplan.spawn import free_port, run_ranks
+from pipeplan.spawn import free_port, run_ranks, scratch_directory
 
 DEFAULT_SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 8 << 20, 32 << 20)
 COLLECTIVE_TIMEOUT_S = 60
@@ -150,7 +149,7 @@ def measure_links(
         raise BadArgumentError(
             f"--nproc {nproc} needs {nproc} GPUs; this host has {torch.cuda.device_count()}"
         )
-    with tempfile.TemporaryDirectory(prefix="pipeplan-links-") as tmp:
+    with scratch_directory("links") as tmp:
         out_path = os.path.join(tmp, "links.json")
         args = (nproc, free_port(), device, sizes, repeats, out_path)
         run_ranks(_worker, nproc, args, deadline_s, "link measurement")

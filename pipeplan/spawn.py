@@ -12,12 +12,13 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch.multiprocessing as mp
@@ -73,6 +74,91 @@ def check_threads(threads: int) -> None:
         )
 
 
+def pid_namespace() -> int | None:
+    """The identity (inode) of this process's pid namespace: pids mean something only there.
+    None without /proc."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def process_start(pid: int) -> int | None:
+    """`process_start(os.getpid())` → when process `pid` started, in clock ticks after boot
+    (field 22 of /proc/PID/stat), which tells it from a later process given the same pid; None
+    when there is no such process (or no /proc to ask)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = text.rsplit(")", 1)[-1].split()  # the command's name, in (), may hold spaces
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+# A scratch folder of a command's ranks in TMPDIR (`scratch_directory`): its kind, then its
+# maker's pid namespace, pid and start (`process_start`), then tempfile's random part.
+_SCRATCH = re.compile(r"pipeplan-(ranks|links)-(\d+)-(\d+)-(\d+)-[a-z0-9_]+")
+# What the ranks write there: each rank's stderr (`_orphan_proof`) and the link measurement.
+_SCRATCH_FILES = re.compile(r"rank-\d+\.err|links\.json")
+
+
+@contextlib.contextmanager
+def scratch_directory(kind: str) -> Iterator[str]:
+    """`with scratch_directory("ranks") as folder:` a new private folder in TMPDIR, removed as
+    the block ends, named after this process. Those a command of this user killed outright
+    left (SIGKILL, the OOM killer: nothing of its could clean up; the fifty-seventh round
+    found one pair left by each killed `profile --nproc 2`) are removed first: their maker is
+    gone, and they hold nothing but what ranks write there. Without /proc nothing is provably
+    gone, and the folder is named as tempfile names it."""
+    namespace, start = pid_namespace(), process_start(os.getpid())
+    if namespace is None or start is None:
+        prefix = f"pipeplan-{kind}-"
+    else:
+        prefix = f"pipeplan-{kind}-{namespace}-{os.getpid()}-{start}-"
+        _remove_left_scratch(namespace)
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        yield folder
+
+
+def _remove_left_scratch(namespace: int) -> None:
+    """The scratch folders of TMPDIR whose maker, in this pid namespace, is gone, removed where
+    they are this user's folders (not links) holding only `_SCRATCH_FILES`; a folder holding
+    anything else keeps all of it."""
+    root = tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        named = _SCRATCH.fullmatch(entry.name)
+        if named is None or int(named[2]) != namespace:
+            continue
+        if process_start(int(named[3])) == int(named[4]):
+            continue  # its maker lives (if only stopped)
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
+                continue
+            inside = list(os.scandir(entry.path))
+        except OSError:
+            continue
+        if not all(_SCRATCH_FILES.fullmatch(f.name) and _plain_file(f) for f in inside):
+            continue
+        with contextlib.suppress(OSError):
+            for f in inside:
+                os.unlink(f.path)
+            os.rmdir(entry.path)
+
+
+def _plain_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -120,7 +206,7 @@ def run_ranks(
 ) -> None:
     """Run fn(rank, *args) in `nproc` spawned processes; raise RankFailedError on failure.
     They die with this process, however it dies (`die_with_parent`)."""
-    with tempfile.TemporaryDirectory(prefix="pipeplan-ranks-") as said:
+    with scratch_directory("ranks") as said:
         _run_held(nproc, (os.getpid(), said, fn, *args), deadline_s, what, Path(said))
 
 

@@ -1,5 +1,7 @@
 """Link measurement between local ranks (starts processes with gloo)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -59,3 +61,57 @@ def test_fit_from_noisy_samples_stays_within_the_noise():
         for b in links.DEFAULT_SIZES_BYTES:
             line = fit.latency_s + b / fit.bandwidth_bytes_per_s
             assert line == pytest.approx(latency + b / bandwidth, rel=0.25)
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from pipeplan.spawn import scratch_directory
+with scratch_directory(sys.argv[1]) as folder:
+    (Path(folder) / sys.argv[2]).write_text("a rank's stderr")
+    print(folder, flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_scratch_folders_of_killed_commands_are_removed_and_no_other(tmp_path, monkeypatch):
+    """Found by the fifty-seventh round: each SIGKILLed `profile --nproc 2` left its
+    pipeplan-links-* and pipeplan-ranks-* folders in TMPDIR for good. The next scratch folder
+    made removes those whose maker is gone and that hold only what ranks write there; a live
+    command's, one holding anything else, a link, and tempfile's own names stay."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from pipeplan.spawn import scratch_directory
+
+    root = tmp_path / "t"
+    root.mkdir()
+    env = {**os.environ, "TMPDIR": str(root)}
+
+    def held(kind: str, name: str) -> tuple[subprocess.Popen, str]:
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, kind, name], stdout=subprocess.PIPE, text=True, env=env
+        )
+        return holder, holder.stdout.readline().strip()
+
+    killed = [held("links", "links.json"), held("ranks", "rank-1.err"), held("ranks", "x.txt")]
+    live, live_folder = held("ranks", "rank-0.err")
+    for holder, _ in killed:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    try:
+        (root / "pipeplan-ranks-a1b2c3d4").mkdir()  # an older pipeplan's, or tempfile's name
+        os.symlink(killed[0][1], root / f"{Path(killed[1][1]).name}x")
+        monkeypatch.setattr(tempfile, "tempdir", str(root))
+        with scratch_directory("ranks") as mine:
+            left = sorted(p.name for p in root.iterdir() if p.name != Path(mine).name)
+    finally:
+        live.kill()
+        live.wait(timeout=30)
+    kept = [Path(killed[2][1]).name, Path(live_folder).name, "pipeplan-ranks-a1b2c3d4"]
+    assert left == sorted([*kept, f"{Path(killed[1][1]).name}x"])
+    assert not Path(mine).exists()
