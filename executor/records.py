@@ -10,6 +10,7 @@ other ranks the recorder drops what it is given.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 import torch
 
 from pipeplan.errors import OutputError
-from pipeplan.fileio import open_append, write_atomic, write_failure
+from pipeplan.fileio import CALIBRATION_FILE, open_append, write_atomic, write_failure
 from pipeplan.formats import (
     STEP_RECORDS,
     CheckpointManifest,
@@ -31,7 +32,7 @@ from pipeplan.formats import (
 )
 from pipeplan.formats.base import read_input
 from pipeplan.formats.metrics import METRICS_FILE, metrics_csv
-from pipeplan.formats.run import torn_tail
+from pipeplan.formats.run import priced_records, torn_tail
 
 if TYPE_CHECKING:
     from executor.parallel import StepTimes
@@ -213,6 +214,7 @@ class Recorder:
         if dropped_steps:  # before the records: a failure between leaves no stale summary
             self.path.with_name(SUMMARY_FILE).unlink(missing_ok=True)
         write_atomic(self.path, "".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in kept))
+        _remove_unpriced_calibrations(self.path.parent, kept)
         self._file = _append(self.path)
         self._layouts, self._epochs, self._open = {}, [], []
         for record in kept:
@@ -224,3 +226,18 @@ class Recorder:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _remove_unpriced_calibrations(run_dir: Path, kept: list) -> None:
+    """The calibration-N.json files a resume's truncation leaves no record of: fitted after
+    the checkpoint, they priced only records dropped with it; the resumed run fits its own,
+    and numbered past them, each crash and resume left one more (the fifty-seventh round).
+    Only those numbered after every one a kept record was priced with (a phase, an epoch's
+    forecast: `priced_records`) go; after the records, so a failure between leaves a file
+    unread, never a record without its file."""
+    named = [CALIBRATION_FILE.fullmatch(p.profile) for _, p in priced_records(kept)]
+    last = max((int(m.group(1)) for m in named if m), default=0)
+    for name in os.listdir(run_dir):
+        if (found := CALIBRATION_FILE.fullmatch(name)) and int(found.group(1)) > last:
+            with contextlib.suppress(FileNotFoundError):
+                (run_dir / name).unlink()

@@ -3845,6 +3845,31 @@ def test_a_resume_plans_on_with_the_profile_its_phase_was_priced_with(tmp_path, 
     assert planner.pricing("solver").calibration == "online"
 
 
+@pytest.mark.parametrize("phase, kept", [(1, ["calibration-2.json"]), (0, [])])
+def test_a_resumes_truncation_removes_the_fits_no_kept_phase_was_priced_with(tmp_path, phase, kept):
+    """Found by the fifty-seventh round: each crash and resume left one more calibration-N.json
+    that no record names (a fit after the checkpoint, whose phases the resume drops; the
+    resumed run's own fit took the next number). The truncation removes the fits numbered
+    after every one a kept phase was priced with, and keeps those."""
+    from types import SimpleNamespace
+
+    from test_report import CALIBRATED_PRICING
+
+    from executor.records import Recorder
+    from pipeplan.formats import PhaseRecord
+
+    records = elastic_records()
+    later = [n for n, r in enumerate(records) if isinstance(r, PhaseRecord) and r.phase == 1]
+    records[later[0]] = records[later[0]].model_copy(update={"pricing": CALIBRATED_PRICING})
+    run = write_run(tmp_path / "k", records)
+    for n in (2, 3, 4):
+        (run / f"calibration-{n}.json").write_text("{}")
+    start = next(r for r in records if isinstance(r, PhaseRecord) and r.phase == phase)
+    recorder = Recorder(run / "run.jsonl", writes=True)
+    recorder.truncate(SimpleNamespace(phase=phase, step=start.start_step + 1, epoch=0))
+    assert sorted(p.name for p in run.glob("calibration-*.json")) == kept
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(180)
 def test_a_resume_whose_data_gives_another_length_is_refused(tmp_path, capsys, monkeypatch):

@@ -1816,6 +1816,21 @@ def check_plan_copy(copy: Path, text: str, config: RunConfig) -> None:
         )
 
 
+def priced_records(records: Sequence[Any]) -> list[tuple[str, Pricing]]:
+    """What in `records` was priced with a profile, said, and its pricing: each phase, and
+    each epoch's forecast (`pricing.profile` names the run's file that priced it).
+
+        priced_records(records)   # [("phase 0", Pricing(...)), ("epoch 0's forecast", ...)]
+    """
+    priced = [(f"phase {r.phase}", r.pricing) for r in records if isinstance(r, PhaseRecord)]
+    priced += [
+        (f"epoch {r.epoch}'s forecast", r.forecast.pricing)
+        for r in records
+        if isinstance(r, EpochRecord) and r.forecast is not None
+    ]
+    return priced
+
+
 def check_priced_profiles(
     run_dir: str | Path, config: RunConfig, records: list
 ) -> dict[str, Profile]:
@@ -1830,12 +1845,7 @@ def check_priced_profiles(
         profiles = check_priced_profiles(run_dir, config, read_records(run_dir / "run.jsonl"))
     """
     run_dir = Path(run_dir)
-    priced = [(f"phase {r.phase}", r.pricing) for r in records if isinstance(r, PhaseRecord)]
-    priced += [
-        (f"epoch {r.epoch}'s forecast", r.forecast.pricing)
-        for r in records
-        if isinstance(r, EpochRecord) and r.forecast is not None
-    ]
+    priced = priced_records(records)
     profiles: dict[str, Profile] = {}
     for name in sorted({pricing.profile for _, pricing in priced}):
         profiles[name] = profile = _priced_profile(run_dir, name, priced)
