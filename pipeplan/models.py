@@ -34,7 +34,9 @@ import math
 import os
 import pickle
 import re
+import secrets
 import shutil
+import stat
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +59,7 @@ from pipeplan.errors import (
     quoted,
 )
 from pipeplan.fileio import (
+    HeldFolder,
     check_outside_runs,
     give_output_modes,
     held_folder,
@@ -103,6 +106,7 @@ from pipeplan.formats.modelconfig import (
     type_problem,
 )
 from pipeplan.formats.presets import PRESETS, config_path, shadowed_folder
+from pipeplan.spawn import OWNER_TAG, owner_gone, owner_tag
 
 log = logging.getLogger("pipeplan.models")
 
@@ -712,22 +716,25 @@ def export(
     out = Path(out_dir)
     if (why := not_a_new_directory(out)) is not None:  # a device was "not an empty directory"
         raise OutputError(f"{out}: {why}; export needs a new one")
-    name = f".tmp-{out.name}-{os.getpid()}"
+    # Named after this process, not `out`: a name near NAME_MAX made a longer one, "File name
+    # too long" (the fifty-eighth round); and a later export removes it if this one is killed.
+    name = f".pipeplan-export-{owner_tag() or os.getpid()}-{secrets.token_hex(4)}"
     made = new_directories(out.parent) if parents else contextlib.nullcontext()
     check = None if run_owned else lambda: check_outside_runs(out)
     renaming = False  # the last step: a failure there is `out` changed meanwhile
     with made, held_folder(out.parent, check, out) as folder:  # made: go again if not written
         tmp = folder.entry(name)
         try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            _remove_orphans(folder.entry(""), out.name)
+            _remove_orphans(folder)
             os.mkdir(name, dir_fd=folder.fd)
+            (tmp / EXPORT_MARK).touch()  # what `_remove_orphans` takes for an export's
             with quiet_transformers():
                 seq.hf_model.save_pretrained(tmp)
                 if tokenizer is not None:  # beside the weights: pipeline(model=out) reads it
                     tokenizer.save_pretrained(tmp)
             _drop_ids_outside_vocabulary(tmp)
             give_output_modes(tmp)
+            (tmp / EXPORT_MARK).unlink()
             folder.confirm()  # the path still leads here: the rename lands where checked
             renaming = True
             # An empty `out` is replaced.
@@ -751,26 +758,32 @@ def export(
     return out
 
 
-def _remove_orphans(folder: Path, name: str) -> None:
-    """The temporary folders `.tmp-NAME-PID` of exports to `folder/NAME` whose process is gone:
-    one killed outright (SIGKILL, the OOM killer) left its half-written copy of the model,
-    as large as the model, and every later export beside it (the fifty-seventh round). A
-    live process's is its own."""
-    pattern = re.compile(rf"\.tmp-{re.escape(name)}-([0-9]{{1,10}})")
+# An export's folder as it is written (`export`), and the file in it that says so.
+_EXPORT_FOLDER = re.compile(rf"\.pipeplan-export-({OWNER_TAG})-[0-9a-f]{{8}}")
+EXPORT_MARK = ".pipeplan-export-incomplete"
+
+
+def _remove_orphans(folder: HeldFolder) -> None:
+    """The folders of exports into `folder` whose process is gone (`owner_gone`): one killed
+    outright (SIGKILL, the OOM killer) left its half-written copy of the model, as large as
+    the model, and every later export beside it (the fifty-seventh round). Only a folder
+    named as `export` names its own and holding its mark: a user's folder that looked like
+    one (`.tmp-NAME-PID`) went, contents and all (the fifty-eighth round); a live process's,
+    another host's or another container's is never judged."""
     try:
-        entries = os.listdir(folder)
+        entries = os.listdir(folder.fd)
     except OSError:
         return
     for entry in entries:
-        match = pattern.fullmatch(entry)
-        if match is None or int(match[1]) == os.getpid():
+        named = _EXPORT_FOLDER.fullmatch(entry)
+        if named is None or not owner_gone(named[1]):
             continue
         try:
-            os.kill(int(match[1]), 0)
-        except ProcessLookupError:  # gone: its folder is no one's
-            shutil.rmtree(folder / entry, ignore_errors=True)
-        except (PermissionError, OverflowError):  # another user's, or no such pid
+            mark = os.stat(f"{entry}/{EXPORT_MARK}", dir_fd=folder.fd, follow_symlinks=False)
+        except OSError:
             continue
+        if stat.S_ISREG(mark.st_mode):
+            shutil.rmtree(folder.entry(entry), ignore_errors=True)
 
 
 def _drop_ids_outside_vocabulary(folder: Path) -> None:

@@ -98,9 +98,44 @@ def process_start(pid: int) -> int | None:
         return None
 
 
+def owner_tag() -> str | None:
+    """`owner_tag()` → "BOOT-NS-PID-START": this process, named so that a later one can tell
+    whether it is gone (`owner_gone`): this host's boot (the first 8 hex digits of its
+    boot_id: another host's, on a shared file system, is never judged here), its pid
+    namespace (a container's pids mean something only there), its pid and start time (a
+    later process given the pid has another). None without /proc."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text()[:8]
+    except OSError:
+        return None
+    namespace, start = pid_namespace(), process_start(os.getpid())
+    if not re.fullmatch(r"[0-9a-f]{8}", boot) or namespace is None or start is None:
+        return None
+    return f"{boot}-{namespace}-{os.getpid()}-{start}"
+
+
+OWNER_TAG = r"[0-9a-f]{8}-\d{1,20}-\d{1,10}-\d{1,20}"  # `owner_tag`, in a name's pattern
+
+
+def owner_gone(tag: str) -> bool:
+    """Whether the process `tag` (`owner_tag`) names is provably gone: one of this host's
+    boot and pid namespace that no longer runs. Another host's, another namespace's, or any
+    where /proc cannot tell: False.
+
+        owner_gone(owner_tag())   # False
+    """
+    mine = owner_tag()
+    if mine is None or not re.fullmatch(OWNER_TAG, tag):
+        return False
+    boot, namespace, pid, start = tag.split("-")
+    if mine.split("-")[:2] != [boot, namespace]:
+        return False
+    return process_start(int(pid)) != int(start)
+
+
 # A scratch folder of a command's ranks in TMPDIR (`scratch_directory`): its kind, then its
-# maker's pid namespace, pid and start (`process_start`), then tempfile's random part.
-_SCRATCH = re.compile(r"pipeplan-(ranks|links)-(\d+)-(\d+)-(\d+)-[a-z0-9_]+")
+# maker (`owner_tag`), then tempfile's random part.
+_SCRATCH = re.compile(rf"pipeplan-(?:ranks|links)-({OWNER_TAG})-[a-z0-9_]+")
 # What the ranks write there: each rank's stderr (`_orphan_proof`) and the link measurement.
 _SCRATCH_FILES = re.compile(r"rank-\d+\.err|links\.json")
 
@@ -113,20 +148,20 @@ def scratch_directory(kind: str) -> Iterator[str]:
     found one pair left by each killed `profile --nproc 2`) are removed first: their maker is
     gone, and they hold nothing but what ranks write there. Without /proc nothing is provably
     gone, and the folder is named as tempfile names it."""
-    namespace, start = pid_namespace(), process_start(os.getpid())
-    if namespace is None or start is None:
+    tag = owner_tag()
+    if tag is None:
         prefix = f"pipeplan-{kind}-"
     else:
-        prefix = f"pipeplan-{kind}-{namespace}-{os.getpid()}-{start}-"
-        _remove_left_scratch(namespace)
+        prefix = f"pipeplan-{kind}-{tag}-"
+        _remove_left_scratch()
     with tempfile.TemporaryDirectory(prefix=prefix) as folder:
         yield folder
 
 
-def _remove_left_scratch(namespace: int) -> None:
-    """The scratch folders of TMPDIR whose maker, in this pid namespace, is gone, removed where
-    they are this user's folders (not links) holding only `_SCRATCH_FILES`; a folder holding
-    anything else keeps all of it."""
+def _remove_left_scratch() -> None:
+    """The scratch folders of TMPDIR whose maker is gone (`owner_gone`), removed where they are
+    this user's folders (not links) holding only `_SCRATCH_FILES`; a folder holding anything
+    else keeps all of it."""
     root = tempfile.gettempdir()
     try:
         entries = list(os.scandir(root))
@@ -134,10 +169,8 @@ def _remove_left_scratch(namespace: int) -> None:
         return
     for entry in entries:
         named = _SCRATCH.fullmatch(entry.name)
-        if named is None or int(named[2]) != namespace:
+        if named is None or not owner_gone(named[1]):
             continue
-        if process_start(int(named[3])) == int(named[4]):
-            continue  # its maker lives (if only stopped)
         try:
             if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.getuid():
                 continue

@@ -1048,27 +1048,51 @@ def test_an_export_that_cannot_be_written_leaves_nothing(tmp_path, monkeypatch, 
 
 
 def test_an_export_removes_what_a_killed_export_left_beside_its_folder(tmp_path):
-    """Found by the fifty-seventh round: `export` killed outright (SIGKILL) left its
-    `.tmp-DIR-PID/`, as large as the model, beside DIR, and every later export to DIR left it
-    there. An export removes those of processes that are gone; a live one's, and another
-    DIR's, stay."""
+    """Found by the fifty-seventh round: `export` killed outright (SIGKILL) left its temporary
+    folder, as large as the model, beside DIR, and every later export to DIR left it there.
+    An export removes those of processes that are gone. By the fifty-eighth: it also removed
+    a user's own folder named like one (`.tmp-DIR-PID`, contents and all). Only a folder named
+    as an export names its own (its maker's boot, pid namespace, pid and start) and holding
+    its mark goes; a live one's, another host's, an unmarked one and a user's stay."""
     import subprocess
 
+    from executor.cache import process_start
+    from pipeplan import models
+    from pipeplan.spawn import owner_tag
+
+    sleeper = subprocess.Popen(["sleep", "30"])
+    boot, namespace, _, _ = owner_tag().split("-")
+    gone = f"{boot}-{namespace}-{sleeper.pid}-{process_start(sleeper.pid)}"
+    sleeper.kill()
+    sleeper.wait()
+    named = {
+        "orphan": f".pipeplan-export-{gone}-0a1b2c3d",
+        "live": f".pipeplan-export-{owner_tag()}-0a1b2c3d",
+        "other host": f".pipeplan-export-{'f' * 8}-{gone.split('-', 1)[1]}-0a1b2c3d",
+        "unmarked": f".pipeplan-export-{gone}-1a1b2c3d",
+        "user's": f".tmp-model-{sleeper.pid}",
+    }
+    for kind, name in named.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"x" * 1000)
+        if kind != "unmarked":
+            (tmp_path / name / models.EXPORT_MARK).touch()
+    models.export(models.build("bert-synth"), tmp_path / "model")
+    kept = [name for kind, name in named.items() if kind != "orphan"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model", *kept])
+    assert not (tmp_path / "model" / models.EXPORT_MARK).exists()
+
+
+def test_an_export_to_a_name_near_name_max_is_written(tmp_path):
+    """Found by the fifty-eighth round: `export --out` of a name of 245 to 255 bytes, which
+    the file system takes, failed "write failed (File name too long)" naming no flag: the
+    temporary folder beside it was named after it, 11 bytes longer. It is named after the
+    process now, and the export is written."""
     from pipeplan import models
 
-    gone = subprocess.Popen(["true"])
-    gone.wait()
-    out = tmp_path / "model"
-    orphan, live, other = (
-        tmp_path / f".tmp-model-{gone.pid}",
-        tmp_path / f".tmp-model-{os.getppid()}",
-        tmp_path / f".tmp-other-{gone.pid}",
-    )
-    for folder in (orphan, live, other):
-        folder.mkdir()
-        (folder / "model.safetensors").write_bytes(b"x" * 1000)
+    out = tmp_path / ("m" * 255)
     models.export(models.build("bert-synth"), out)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["model", live.name, other.name])
+    assert (out / "config.json").is_file()
 
 
 def test_an_export_whose_tokenizer_cannot_be_written_leaves_nothing(tmp_path, monkeypatch):
