@@ -48,6 +48,7 @@ from pipeplan.errors import BadArgumentError, InputFileError, OutputError, excer
 from pipeplan.fileio import stops_deferred, stops_raised, write_atomic, write_failure
 from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
 from pipeplan.formats.base import open_input, read_input
+from pipeplan.models import EXPORT_FOLDER
 
 log = logging.getLogger("pipeplan.checkpoint")
 T = TypeVar("T")
@@ -222,9 +223,10 @@ def prune(root: Path, keep: int = KEEP) -> None:
 
 
 # What a rank writes before it renames it, by folder of the run ("." the run directory): a
-# checkpoint's `.tmp-step-N/` (beside the `step-N/` it becomes), the model's `.tmp-model-PID/`
-# (`models.export`, for `model/`); and the files `write_atomic` stages beside the run's own
-# (`.latest.RANDOM8.tmp`, `.run.json.RANDOM8.tmp`, …) with the probe it writes first.
+# checkpoint's `.tmp-step-N/` (beside the `step-N/` it becomes), the model's folder as
+# `models.export` writes it (`EXPORT_FOLDER`, for `model/`; `.tmp-model-PID/` before); and
+# the files `write_atomic` stages beside the run's own (`.latest.RANDOM8.tmp`,
+# `.run.json.RANDOM8.tmp`, …) with the probe it writes first.
 PARTIAL = ".tmp-"
 _MKSTEMP = r"[a-z0-9_]{8}"  # tempfile's random part of a name
 _PROBE = rf"\.pipeplan-probe-{_MKSTEMP}"  # `check_writable`'s
@@ -233,7 +235,7 @@ _RUN_FILES = (
 )
 PARTIAL_FOLDERS = {
     "checkpoints": re.compile(r"\.tmp-step-[0-9]{1,12}"),
-    ".": re.compile(r"\.tmp-model-[0-9]{1,12}"),
+    ".": re.compile(rf"\.tmp-model-[0-9]{{1,12}}|{EXPORT_FOLDER.pattern}"),  # older, and now
 }
 PARTIAL_FILES = {
     "checkpoints": re.compile(rf"\.latest\.{_MKSTEMP}\.tmp|{_PROBE}"),

@@ -210,6 +210,7 @@ import executor
 from executor import faults
 from executor.cache import remove_own_caches, remove_run_caches, remove_stale_caches
 from executor.checkpoint import (
+    PARTIAL_FOLDERS,
     PENDING_CONFIG,
     RESUMABLE,
     check_kept_trained_with,
@@ -748,7 +749,10 @@ def check_unfinished(
 # Ctrl-C mark). model/ and a checkpoint's step-N/ are made anew whole: what they hold is
 # removed, never written through. The activation cache checks its own folders (`executor.cache`).
 RUN_WRITES_FOLDERS = {
-    ".": (*map(re.escape, ("checkpoints", "logs", MODEL_DIR, "cache")), r"\.tmp-model-[0-9]+"),
+    ".": (
+        *map(re.escape, ("checkpoints", "logs", MODEL_DIR, "cache")),
+        PARTIAL_FOLDERS["."].pattern,
+    ),
     "checkpoints": (r"(\.tmp-)?step-[0-9]+",),
 }
 RUN_WRITES_FILES = {

@@ -156,6 +156,8 @@ def check_name_lengths(path: str | Path, flag: str, depth: int = 0) -> None:
 
 # The least NAME_MAX POSIX allows: a name no longer than this fits every file system.
 _SHORTEST_NAME_MAX = 14
+# The usual NAME_MAX (ext4, xfs, btrfs, tmpfs, NFS), where a file system does not tell.
+_NAME_MAX = 255
 
 
 def _name_max(folder: Path) -> int:
@@ -167,7 +169,7 @@ def _name_max(folder: Path) -> int:
             return os.pathconf(candidate, "PC_NAME_MAX")
         except (OSError, ValueError):  # not there (yet), or a name too long itself
             continue
-    return 255
+    return _NAME_MAX
 
 
 def check_distinct(paths: Iterable[str | Path], what: str) -> None:
@@ -560,7 +562,10 @@ def _write_temporary(folder: HeldFolder, path: Path, content: str | bytes) -> st
     """`content` in a new temporary file beside `path` in its held `folder`, fsynced, with
     the mode `path` gets; removed again if the write fails. Returns its name, in `folder`."""
     data = content.encode("utf-8") if isinstance(content, str) else content
-    fd, tmp = _new_file(folder, f".{path.name}.", ".tmp")
+    # The target's name, cut to leave room for the 14 bytes around it: a name of 242 to 255
+    # bytes, which the file system takes, failed "File name too long" (the fifty-eighth round).
+    name = os.fsdecode(os.fsencode(path.name)[: _NAME_MAX - 14])
+    fd, tmp = _new_file(folder, f".{name}.", ".tmp")
     try:
         # A new file is made 0600: give it the replaced file's mode, or a new file's.
         os.fchmod(fd, output_mode(path.name, folder.fd))
@@ -913,6 +918,11 @@ _HELD: dict[Path, object] = {}
 _HELD_AS: dict[Path, tuple[Path, tuple[int, int] | None]] = {}
 # Each held directory's own open folder, locked as its `.lock` is (`_lock_folder`).
 _FOLDER_HELD: dict[Path, int] = {}
+# The thread each held directory was claimed in: the locks are the process's, so a call of the
+# API in another thread (a notebook's second call while the first trains) took the claim for
+# its own and trained the run twice at once, or read it mid-write (the fifty-eighth round).
+_HELD_BY: dict[Path, int] = {}
+_IN_ANOTHER_THREAD = "in use by another pipeplan call of this process (another thread)"
 
 
 def _open_lock(lock: Path):
@@ -948,6 +958,8 @@ def claim_directory(directory: str | Path) -> Path:
     """
     directory = Path(directory)
     key = directory.resolve()
+    if key in _HELD and _HELD_BY.get(key) != threading.get_ident():
+        raise DirectoryTaken(f"{directory}: {_IN_ANOTHER_THREAD}")
     if key in _HELD:
         held = _held(directory)
         if held is not None and not held[1] and identity(directory / ".lock") == identity(held[0]):
@@ -975,6 +987,7 @@ def claim_directory(directory: str | Path) -> Path:
             (directory / ".lock").unlink(missing_ok=True)
         raise DirectoryTaken(f"{directory}: in use by another pipeplan process") from None
     _HELD[key] = handle
+    _HELD_BY[key] = threading.get_ident()
     _HELD_AS[Path(os.path.abspath(directory))] = (key, identity(directory))
     if folder is not None:
         _FOLDER_HELD[key] = folder
@@ -1019,6 +1032,25 @@ def _held(directory: Path) -> tuple[Any, bool] | None:
     except (OSError, RuntimeError):  # a link loop (forty-ninth round): held by no one
         return None
     return None if handle is None else (handle, False)
+
+
+@contextmanager
+def claims_released() -> Iterator[None]:
+    """The claims (`claim_directory`) this thread makes inside the block are given up as it
+    ends: an API call's, as a command's go when its process ends. Kept for the process's life,
+    a notebook's `run(prepare_only=True)` kept the torchrun it then started from the run, and
+    another thread's call was refused the run long after the first had returned.
+
+        with claims_released():
+            train(run_dir)
+    """
+    me = threading.get_ident()
+    before = {key for key, thread in _HELD_BY.items() if thread == me}
+    try:
+        yield
+    finally:
+        for key in [k for k, thread in _HELD_BY.items() if thread == me and k not in before]:
+            release_directory(key)
 
 
 def held_directories() -> set[Path]:
@@ -1130,6 +1162,7 @@ def release_directory(directory: str | Path) -> None:
     for name in [name for name, (held, _) in _HELD_AS.items() if held == key]:
         del _HELD_AS[name]  # the claim by another name, which would name a claim gone
     handle = _HELD.pop(key, None)
+    _HELD_BY.pop(key, None)
     if handle is not None:
         handle.close()
     folder = _FOLDER_HELD.pop(key, None)
@@ -1193,7 +1226,11 @@ def reading_run(directory: str | Path) -> Iterator[None]:
             records = read_records(Path("runs/exp1") / "run.jsonl")
     """
     directory = Path(directory)
-    if _held(directory) is not None or _trained_identity(directory) is not False:
+    if (held := _held(directory)) is not None:
+        key = next((k for k, h in _HELD.items() if h is held[0]), None)
+        if _HELD_BY.get(key) != threading.get_ident():
+            raise OutputError(f"{directory}: {_IN_ANOTHER_THREAD}; read it once that ends")
+    if held is not None or _trained_identity(directory) is not False:
         yield
         return
     in_use = OutputError(

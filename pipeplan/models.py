@@ -758,8 +758,9 @@ def export(
     return out
 
 
-# An export's folder as it is written (`export`), and the file in it that says so.
-_EXPORT_FOLDER = re.compile(rf"\.pipeplan-export-({OWNER_TAG})-[0-9a-f]{{8}}")
+# An export's folder as it is written (`export`; its pid alone where there is no /proc), and
+# the file in it that says so.
+EXPORT_FOLDER = re.compile(rf"\.pipeplan-export-({OWNER_TAG}|[0-9]{{1,10}})-[0-9a-f]{{8}}")
 EXPORT_MARK = ".pipeplan-export-incomplete"
 
 
@@ -775,7 +776,7 @@ def _remove_orphans(folder: HeldFolder) -> None:
     except OSError:
         return
     for entry in entries:
-        named = _EXPORT_FOLDER.fullmatch(entry)
+        named = EXPORT_FOLDER.fullmatch(entry)
         if named is None or not owner_gone(named[1]):
             continue
         try:

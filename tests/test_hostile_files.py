@@ -1095,6 +1095,21 @@ def test_an_export_to_a_name_near_name_max_is_written(tmp_path):
     assert (out / "config.json").is_file()
 
 
+@pytest.mark.parametrize("name", ["p" * 255, "é" * 127 + "p"], ids=["ascii", "two-byte"])
+def test_a_file_output_named_near_name_max_is_written(tmp_path, capsys, name):
+    """Found by the fifty-eighth round: `plan --out` (and every file written atomically) of a
+    name of 242 to 255 bytes failed "write failed (File name too long)": the temporary file
+    beside it was the name and 14 bytes more. Its name part is cut to fit (at a byte, even
+    inside a character)."""
+    from pipeplan.formats import Plan, load
+
+    out = tmp_path / name
+    profile = shipped_profile("bert-tiny", "cpu")
+    argv = ["plan", "--profile", str(profile), "--devices-per-node", "2", "--out", str(out)]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert load(Plan, out).phases and os.listdir(tmp_path) == [name]
+
+
 def test_an_export_whose_tokenizer_cannot_be_written_leaves_nothing(tmp_path, monkeypatch):
     """Found by the thirty-eighth round: a text run's export now carries its tokenizer
     (models.export(tokenizer=…)); written into the same temporary folder as the weights, a
