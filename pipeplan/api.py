@@ -40,6 +40,7 @@ from pipeplan.errors import (
     PipeplanError,
     excerpt,
 )
+from pipeplan.fileio import claims_released
 from pipeplan.formats import RunConfig
 from pipeplan.formats.base import MAX_TEXT, printable, spaced
 from pipeplan.inputs import PlanRequest, ProfileRequest
@@ -66,7 +67,8 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
         except TypeError as exc:  # Python's own words, as the command line's one line
             raise BadArgumentError(_misnamed(command.__name__, signature, kwargs, exc)) from None
         try:
-            return command(*args, **kwargs)
+            with claims_released():  # the run directories it claimed, as its process ends
+                return command(*args, **kwargs)
         except KeyboardInterrupt:
             raise Interrupted from None
         except OSError as exc:  # what the file system refuses, as the command line says it

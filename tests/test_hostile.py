@@ -402,6 +402,42 @@ def test_a_run_directory_is_held_by_one_process(tmp_path):
         fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
+def test_a_run_claimed_by_a_call_in_one_thread_is_in_use_to_another(tmp_path):
+    """Found by the fifty-eighth round: the run directory's lock is the process's, so a
+    notebook's `pipeplan.run(resume=RUN)` in one thread while another thread's call trained
+    RUN took the claim for its own: both trained it at once and left it unreadable; an
+    export from another thread read it mid-run. Another thread's claim or read is refused in
+    one line while the call holds it, and free once the call has ended (`claims_released`)."""
+    import threading
+
+    from pipeplan.errors import OutputError
+    from pipeplan.fileio import claim_directory, claims_released, reading_run
+
+    run = tmp_path / "r"
+    held, done = threading.Event(), threading.Event()
+
+    def call() -> None:
+        with claims_released():
+            claim_directory(run)
+            held.set()
+            done.wait(60)
+
+    first = threading.Thread(target=call)
+    first.start()
+    try:
+        assert held.wait(60)
+        said = "in use by another pipeplan call of this process (another thread)"
+        with pytest.raises(OutputError, match=re.escape(said)):
+            claim_directory(run)
+        with pytest.raises(OutputError, match=re.escape(said)), reading_run(run):
+            pass
+    finally:
+        done.set()
+        first.join(60)
+    with claims_released():
+        assert claim_directory(run) == run  # the first call has ended: free
+
+
 def test_a_claimed_folder_deleted_and_made_again_is_claimed_anew(tmp_path, capsys):
     """Found by CI: a process that prepared a run (its claim held for life) and prepared again
     at the same path, once the folder was deleted and made anew, took the old claim for the
