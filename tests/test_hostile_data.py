@@ -6513,6 +6513,42 @@ def test_a_librarys_own_doing_is_no_change(tmp_path):
         sys.modules.pop("rt47_again", None)
 
 
+SUBMODULE_IMPORT = """
+import json, sys
+import tokenizers
+from executor.data import functions_kept
+assert "tokenizers.trainers" not in sys.modules  # the Rust extension's module at the name
+try:
+    with functions_kept("m:load", "the data function", wide=True):
+        if sys.argv[1] == "import":
+            import tokenizers.trainers  # what `from transformers import AutoTokenizer` does
+        else:
+            tokenizers.trainers = json  # another module at the name
+    print("kept")
+except Exception as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("what", ["import", "replace"])
+def test_a_submodule_imported_over_its_packages_name_is_the_import_s_doing(what):
+    """Found by the fifty-eighth round: data code doing `from transformers import
+    AutoTokenizer` trained, then its resume and export were refused ("the data function
+    replaced tokenizers.trainers"): the package holds its Rust extension's module at that name
+    until the Python submodule is imported over it, which Python's import does. Another
+    module put there is still refused. In a fresh process, where tokenizers.trainers is not
+    imported yet."""
+    done = subprocess.run(
+        [sys.executable, "-c", SUBMODULE_IMPORT, what], capture_output=True, text=True, timeout=100
+    )
+    said = done.stdout.strip().splitlines()[-1]
+    if what == "import":
+        assert said == "kept", done.stderr
+    else:
+        assert "the data function replaced tokenizers.trainers" in said, said
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("where", ["at_import", "in_load"])
 def test_data_code_that_execs_another_program_is_refused_and_kept_out(
