@@ -220,6 +220,8 @@ def test_what_the_data_cannot_train_is_one_line(files, data, options, match):
         ("{f},", "names no file after its comma"),
         (",{f}", "names no file before its comma"),
         ("{f},eval.txt", "is not two text files"),
+        # The fifty-eighth round: " {f}: no such file", its space unseen, of a file there.
+        ("{f}, {f}", "has space around it (a quoting mistake?)"),
     ],
 )
 def test_data_of_other_than_one_or_two_text_files_names_data(

@@ -448,6 +448,14 @@ class RunConfig(Versioned):
             raise ValueError(f"{quoted(value)} names no file {where} its comma; {takes}")
         if len(parts) > 2:
             raise ValueError(f"{quoted(value)} names {len(parts)} files; {takes}")
+        # As the whole value's is (the fifty-eighth round: "a.jsonl, b.jsonl" said " b.jsonl:
+        # no such file", its space unseen, of a file that is there).
+        spaced = next((part for part in parts if part != part.strip()), None)
+        if spaced is not None:
+            raise ValueError(
+                f"{quoted(value)}: {quoted(spaced)} has space around it (a quoting mistake?); "
+                f"{takes}"
+            )
         if not all(part.lower().endswith(TEXT_DATA_SUFFIXES) for part in parts):
             raise ValueError(f"{quoted(value)} is not two text files; {takes}")
         return value
