@@ -122,9 +122,40 @@ def run_exit_callbacks(say: Callable[[str], None] | None, traced: bool = False) 
     sys.unraisablehook = said
     try:
         with exits_raised():
+            _run_threading_exits(said)
             atexit._run_exitfuncs()
     finally:
         sys.unraisablehook = before
+
+
+def _run_threading_exits(said: Callable[[Any], None]) -> None:
+    """The callbacks libraries register with `threading._register_atexit`, which the
+    interpreter runs before atexit's (its `threading._shutdown`): a library's executor shuts
+    its workers down there (concurrent.futures; joblib's loky, its processes too), and
+    multiprocessing's atexit callback then joins them. Run after them, it joined live loky
+    workers until their idle timeout: a run whose data code used `joblib.Parallel` hung five
+    minutes at its end, and a signal then exited 0 (the fifty-eighth round). Each that raises
+    is said as an atexit callback is (`said`); the rest still run."""
+    calls = getattr(threading, "_threading_atexits", None)
+    if not isinstance(calls, list):
+        return
+    threading._SHUTTING_DOWN = True  # type: ignore[attr-defined]  # as _shutdown says it
+    while calls:
+        call = calls.pop()  # the last registered first, as _shutdown runs them
+        try:
+            call()
+        except BaseException as exc:  # each callback's end is its own
+            said(_Unraisable(exc, call))
+
+
+class _Unraisable:
+    """What `sys.unraisablehook` is given of a callback that raised (`run_exit_callbacks`)."""
+
+    err_msg = "Exception ignored in atexit callback"
+
+    def __init__(self, exc: BaseException, func: object):
+        self.exc_type, self.exc_value, self.exc_traceback = type(exc), exc, exc.__traceback__
+        self.object = func
 
 
 def callback_line(func: object, exc: BaseException | None) -> str:

@@ -4357,6 +4357,44 @@ def test_a_data_modules_exit_callback_that_raises_is_one_warning_line(tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["rt37_atexit"]
 
 
+JOBLIB_MODULE = """
+import numpy as np, torch
+from joblib import Parallel, delayed
+from sklearn.datasets import load_digits
+from executor.data import TensorPairs
+
+def load(seed=0):
+    X, y = load_digits(return_X_y=True)
+    parts = Parallel(n_jobs=2)(delayed(np.multiply)(X[i::2], 1.0) for i in range(2))
+    X = np.empty_like(X, dtype=float)
+    X[0::2], X[1::2] = parts
+    X, y = torch.tensor(X / 16.0, dtype=torch.float32).reshape(-1, 1, 8, 8), torch.tensor(y)
+    return TensorPairs(X[:1400], y[:1400]), TensorPairs(X[1400:], y[1400:])
+"""
+
+
+@pytest.mark.timeout(200)
+def test_data_code_using_joblibs_workers_ends_without_waiting_for_them(tmp_path):
+    """Found by the fifty-eighth round: data code using `joblib.Parallel` (loky's worker
+    processes, a legitimate sklearn-style loader) made `pipeplan run` and its rank 0 hang
+    about five minutes at their end, and a signal then exited 0: pipeplan ran atexit's
+    callbacks itself, where multiprocessing's joined loky's live workers, before the
+    callbacks the interpreter runs first (`threading._register_atexit`), where loky shuts
+    them down. They run first now: `--prepare-only` (the data loaded in the launcher) ends
+    as soon as it is done, with its one line."""
+    (tmp_path / "rt58_joblib.py").write_text(JOBLIB_MODULE)
+    root = Path(cli.__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path)])}
+    argv = [sys.executable, "-m", "cli", "run", "--prepare-only", "--model", "vit-digits"]
+    argv += ["--data", "rt58_joblib:load", "--nproc", "1", "--name", "j"]
+    began = time.monotonic()
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    took = time.monotonic() - began
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    # The launcher's work is ~10-40 s here; loky's workers wait 300 s idle before they end.
+    assert took < 150, took
+
+
 @pytest.mark.timeout(120)
 def test_a_data_modules_exit_callback_that_exits_is_one_warning_line(tmp_path):
     """Found by the thirty-eighth round: a data module's `atexit` callback that called
