@@ -115,3 +115,39 @@ def test_scratch_folders_of_killed_commands_are_removed_and_no_other(tmp_path, m
     kept = [Path(killed[2][1]).name, Path(live_folder).name, "pipeplan-ranks-a1b2c3d4"]
     assert left == sorted([*kept, f"{Path(killed[1][1]).name}x"])
     assert not Path(mine).exists()
+
+
+def _links_json(spike: float) -> dict:
+    """What the ranks write: times of a 1 ms latency and 1 GB/s link, the largest message's
+    times `spike` × slower (a loaded host's)."""
+    sizes = [4096, 1 << 20, 32 << 20]
+    timed = [[n, [(1e-3 + n / 1e9) * (spike if n == sizes[-1] else 1.0)] * 5] for n in sizes]
+    return {"p2p": timed, "allreduce": timed, "group_rebuild_s": 0.01}
+
+
+@pytest.mark.parametrize("spikes, measured", [([30.0, 1.0], 2), ([30.0] * 3, 3)])
+def test_a_fit_its_samples_contradict_is_measured_again_then_one_line(
+    monkeypatch, spikes, measured
+):
+    """Found by the fifty-eighth session's rehearsal under load: one 32 MiB message timed far
+    slower than the others said, the fit contradicted its own samples, and `profile --nproc
+    2` ended in a pydantic traceback. The links are measured again (up to MEASUREMENTS
+    times); where every measurement contradicts its fit, one line says the host is busy."""
+    import json
+
+    from pipeplan.errors import PipeplanError
+
+    runs = []
+
+    def ranks(fn, nproc, args, deadline_s, what):
+        Path(args[-1]).write_text(json.dumps(_links_json(spikes[len(runs)])))
+        runs.append(what)
+
+    monkeypatch.setattr(links, "run_ranks", ranks)
+    if spikes[-1] == 1.0:  # the last measurement fits
+        comm = links.measure_links(2)
+        assert comm.p2p.bandwidth_bytes_per_s == pytest.approx(1e9, rel=1e-6)
+    else:
+        with pytest.raises(PipeplanError, match="the host is too busy to time its links"):
+            links.measure_links(2)
+    assert len(runs) == measured
