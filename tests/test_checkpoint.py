@@ -199,6 +199,30 @@ def _manifest(step: int):
     )
 
 
+@pytest.mark.parametrize("sum_, steps, kept", [(4 * 3.4e38, 4, True), (1.5e308, 4, False)])
+def test_gradient_norm_sums_past_float32s_norms_are_refused(sum_, steps, kept):
+    """Found by the fifty-eighth round: a manifest's grad_norm_sums of 1.5e308 each resumed,
+    went into the epoch's record and --freeze auto decided by them. A norm computed in
+    float32 is at most its largest finite value: a sum of `grad_norm_steps` of them is held
+    to that many times it; an epoch record's mean norm to it."""
+    from pydantic import ValidationError
+
+    from pipeplan.formats import EpochRecord
+
+    doc = _manifest(steps).model_dump(mode="json") | {"grad_norm_sums": {"0": sum_}}
+    manifest = type(_manifest(steps))
+    if kept:
+        assert manifest.model_validate(doc).grad_norm_sums == {"0": sum_}
+        return
+    with pytest.raises(ValidationError, match=r"grad_norm_sums\[0\] is 1\.5e\+308"):
+        manifest.model_validate(doc)
+    from test_report import elastic_records
+
+    epoch = next(r for r in elastic_records() if isinstance(r, EpochRecord))
+    with pytest.raises(ValidationError, match=r"1e\+39 is past float32's largest value"):
+        EpochRecord.model_validate(epoch.model_dump(mode="json") | {"grad_norms": {"0": 1e39}})
+
+
 def test_a_full_disk_during_torch_save_leaves_nothing_behind(
     tmp_path, single_rank_group, monkeypatch
 ):

@@ -153,6 +153,9 @@ SignedSeconds = Annotated[
 # ≈ 1e56, far from overflowing a float. No subnormal check: a prediction is not a clock's
 # reading (nothing divides by it unguarded), and a plan's times never had one.
 MAX_PREDICTED_S = 1e40
+# float32's largest finite value: a gradient norm computed in float32 (fp32 and bf16 runs
+# alike) is at most this, or infinite.
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def predictable(value: float) -> float:

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, StringConstraints, model_validator
 
 from pipeplan.formats.base import (
+    FLOAT32_MAX,
     MAX_COUNT,
     MAX_EPOCHS,
     MAX_SAMPLES,
@@ -243,6 +244,16 @@ class CheckpointManifest(Versioned):
             raise ValueError(
                 f"grad_norm_sums is empty, but grad_norm_steps is {self.grad_norm_steps} (each "
                 "step measures every active layer)"
+            )
+        # A mean norm past float32's largest (the fifty-eighth round: 1.5e308 of every layer
+        # resumed, and --freeze auto decided by it).
+        bound = self.grad_norm_steps * FLOAT32_MAX
+        big = next(((k, v) for k, v in self.grad_norm_sums.items() if v > bound), None)
+        if big is not None:
+            raise ValueError(
+                f"grad_norm_sums[{big[0]}] is {big[1]:.6g}, over grad_norm_steps "
+                f"{self.grad_norm_steps} step(s) of norms at most float32's largest "
+                f"({FLOAT32_MAX:.6g}) each"
             )
         _check_norm_steps(self)
         # A resume takes frozen_layers: one that contradicts the layout it was taken in

@@ -32,6 +32,7 @@ from pydantic import (
 
 from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError, quoted
 from pipeplan.formats.base import (
+    FLOAT32_MAX,
     MAX_COUNT,
     MAX_EPOCHS,
     MAX_RECORD_BYTES,
@@ -635,6 +636,17 @@ class Forecast(Strict):
     cases: list[ForecastCase]
 
 
+def _float32_norm(value: float) -> float:
+    """A gradient norm as the run computes it, in float32: at most its largest finite value
+    (the fifty-eighth round: 2.5e307 of every layer was reported and decided by)."""
+    if value > FLOAT32_MAX:
+        raise ValueError(
+            f"{value:.6g} is past float32's largest value ({FLOAT32_MAX:.6g}), where a norm "
+            "computed in float32 ends"
+        )
+    return value
+
+
 class EpochRecord(Strict):
     kind: Literal["epoch"] = "epoch"
     epoch: NonNegInt
@@ -654,8 +666,9 @@ class EpochRecord(Strict):
         description="Held-out accuracy: of classes, or of next tokens (causal-lm)."
     )
     samples_per_s: NonNegFloat
-    grad_norms: dict[Text, NonNegFloat] = Field(
-        default_factory=dict, description="Mean gradient norm per active layer this epoch."
+    grad_norms: dict[Text, Annotated[NonNegFloat, AfterValidator(_float32_norm)]] = Field(
+        default_factory=dict,
+        description="Mean gradient norm per active layer this epoch (computed in float32).",
     )
     # Added later, with a default: records written before it still load.
     forecast: Forecast | None = Field(
