@@ -73,6 +73,11 @@ def with_path(doc: dict, path: tuple, value) -> dict:
 CLUSTER_CASES = {
     "nodes as a string": (with_path(CLUSTER, ("nodes",), "2"), "nodes"),
     "version true": (with_path(CLUSTER, ("schema_version",), True), "schema_version"),
+    # The fifty-eighth round: "schema_version '1' is not supported (this pipeplan reads 1)".
+    "version as a string": (
+        with_path(CLUSTER, ("schema_version",), "1"),
+        "schema_version is '1', not an integer (this pipeplan reads 1)",
+    ),
     "nodes 10**400": (with_path(CLUSTER, ("nodes",), 10**400), "nodes"),
     "memory 10**400 bytes": (with_path(CLUSTER, ("device_memory_bytes",), 10**400), "memory"),
     "bandwidth 1e-300": (

@@ -777,7 +777,12 @@ def parse(model: type[M], text: str, source: str = "input") -> M:
     if "schema_version" not in data:  # not "schema_version None", a value never written
         raise InputFileError(f"{source}: {missing_version(kind, expected)}")
     # `true == 1` in Python: the type is checked too, so a boolean is not a version.
-    if type(version) is not int or version != expected:
+    if type(version) is not int:  # '2' was "… '2' is not supported (this pipeplan reads 2)"
+        raise InputFileError(
+            f"{source}: {kind} schema_version is {excerpt(repr(version))}, not an integer "
+            f"(this pipeplan reads {expected})"
+        )
+    if version != expected:
         raise InputFileError(
             f"{source}: {kind} schema_version {version!r} is not supported "
             f"(this pipeplan reads {expected})"
