@@ -403,3 +403,22 @@ def test_names_of_any_script_are_still_names():
     doc = minimal_profile()
     doc["model"]["name"] = "/modèles/БЕРТ 小"
     assert formats.parse(formats.Profile, json.dumps(doc)).model.name == "/modèles/БЕРТ 小"
+
+
+def test_an_accuracy_and_a_calibrated_rate_are_held_as_their_kind_are():
+    """Found by the fifty-eighth round: a run summary's final_eval_accuracy took -0.137 and
+    5e-324 (only the cross-check against the records caught them), and a profile's
+    calibration took a subnormal optimizer_s_per_byte, where every calibrated time refuses
+    one. An accuracy is a fraction; the rate is never subnormal."""
+    from pydantic import ValidationError
+
+    from pipeplan.formats.profile import Calibration
+    from pipeplan.formats.run import RunSummary
+
+    summary = {"name": "a", "total_s": 1.0, "steps": 1, "phases": []}
+    for bad in (-0.137, 1.5):
+        with pytest.raises(ValidationError, match="final_eval_accuracy"):
+            RunSummary.model_validate({**summary, "final_eval_accuracy": bad})
+    assert RunSummary.model_validate({**summary, "final_eval_accuracy": 1.0})
+    with pytest.raises(ValidationError, match="optimizer_s_per_byte"):
+        Calibration.model_validate({"optimizer_s_per_byte": 5e-324})

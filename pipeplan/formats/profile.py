@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from pipeplan.errors import InputFileError, quoted, reason
 from pipeplan.formats.base import (
@@ -35,6 +35,7 @@ from pipeplan.formats.base import (
     Versioned,
     dumps,
     json_loads,
+    not_subnormal,
     out_of_memory,
     read_input,
     text_sha256,
@@ -488,7 +489,10 @@ class Calibration(Strict):
     p2p: FittedLink | None = Field(
         None, description="Stage-to-stage transfers inside a node, as the pipeline sees them."
     )
-    optimizer_s_per_byte: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    # Never subnormal, as every calibrated time (the fifty-eighth round: 5e-324 was taken).
+    optimizer_s_per_byte: (
+        Annotated[float, Field(ge=0.0, le=1.0), AfterValidator(not_subnormal)] | None
+    ) = None
     micro_batch_overhead_s: Seconds = Field(
         0.0, description="Per micro-batch and stage: the schedule's own work around each chunk."
     )

@@ -885,7 +885,9 @@ class RunSummary(Versioned):
     name: Text
     total_s: NonNegFloat
     steps: NonNegInt
-    final_eval_accuracy: float | None
+    # A fraction, as the epoch records' eval_accuracy it repeats (the fifty-eighth round:
+    # -0.137 passed the format, caught only by the cross-check).
+    final_eval_accuracy: Annotated[float, Field(ge=0, le=1)] | None
     phases: list[PhaseSummary]
 
 
