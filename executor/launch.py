@@ -574,6 +574,7 @@ def check_run(
         check_weights(weights, seq.layers, manifest_path(run_dir, manifest).parent)
         # Not what rank 0 moves aside before it writes (a `step-N` file passed over).
         check_outputs(run_dir, skip=passed_over(run_dir, manifest))
+        check_checkpoint_room(run_dir, planner.profile)  # its next checkpoint, beside those kept
     if planner.plan is not None and nodes is not None:  # a local run is one node
         where = cfg.plan if resumed is None else resumed[0] / RUN_PLAN
         check_plan_nodes(planner.plan, where, nodes, cfg.nproc)
@@ -854,8 +855,10 @@ CHECKPOINT_BYTES_PER_PARAM = 12
 def check_checkpoint_room(runs_root: Path, profile: Profile) -> None:
     """OutputError where the disk of `runs_root` cannot hold the run's first checkpoint beside
     MIN_FREE_BYTES: found by the fifty-seventh round, a run on 18 MB free passed the start's
-    16 MiB, trained every epoch, and lost them all at its first checkpoint (19 MB). Later
-    checkpoints that do not fit are named as they are written, the previous one kept."""
+    16 MiB, trained every epoch, and lost them all at its first checkpoint (19 MB). Asked as a
+    run is prepared, as torchrun starts it (the disk may have filled since: the fifty-eighth
+    round) and as it resumes (its next checkpoint). Later checkpoints that do not fit are
+    named as they are written, the previous one kept."""
     params = sum(layer.params for layer in profile.layers)
     checkpoint = CHECKPOINT_BYTES_PER_PARAM * params
     free = _free_bytes(runs_root)
@@ -1370,6 +1373,8 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
             plan = RunPlanner.for_run(run_dir, saved).plan
             check_plan_nodes(plan, run_dir / RUN_PLAN, nodes, saved.nproc)
         check_outputs(run_dir)  # a resume checks them in `check_run`
+        if world["RANK"] == 0:  # its checkpoints are rank 0's: the disk may have filled since
+            check_checkpoint_room(run_dir, RunPlanner.for_run(run_dir, saved).profile)
         if world["RANK"] == 0:  # a start that trained nothing left it (`trained`): not this one's
             (run_dir / "run.jsonl").unlink(missing_ok=True)
         return

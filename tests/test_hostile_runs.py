@@ -3100,6 +3100,30 @@ def test_a_new_run_whose_first_checkpoint_cannot_fit_is_refused(
     assert not runs.exists()
 
 
+def test_a_prepared_run_torchrun_starts_on_a_fuller_disk_is_refused(tmp_path, capsys, monkeypatch):
+    """Found by the fifty-eighth round: torchrun's start of a run prepared with room asked
+    for 16 MiB only, and on a disk filled since it trained and lost everything at its first
+    checkpoint. Rank 0's start asks for the first checkpoint's bytes too."""
+    from executor import launch
+    from pipeplan.errors import OutputError
+
+    real, free = os.statvfs, {"mib": 40}
+
+    def some_free(path):
+        found = real(path)
+        blocks = (free["mib"] << 20) // found.f_frsize
+        return os.statvfs_result((*found[:4], blocks, *found[5:]))
+
+    monkeypatch.setattr(launch.os, "statvfs", some_free)
+    runs = tmp_path / "runs"
+    argv = ["run", "--prepare-only", "--nproc", "1", "--epochs", "1", "--runs-dir", str(runs)]
+    assert cli.main([*argv, "--name", "r"]) == 0, capsys.readouterr().err
+    free["mib"] = 20
+    world = {"RANK": 0, "WORLD_SIZE": 1, "LOCAL_WORLD_SIZE": 1, "LOCAL_RANK": 0}
+    with pytest.raises(OutputError, match="the disk holding it has 20MiB free; the run's first"):
+        launch.enter_run(runs / "r", resume=False, world=world)
+
+
 @pytest.mark.parametrize("command", ["report", "export", "resume"])
 def test_a_run_named_without_its_runs_folder_is_pointed_to(
     finished_run, tmp_path, capsys, monkeypatch, command
