@@ -283,6 +283,7 @@ from pipeplan.fileio import (
     RUN_MARKS,
     DirectoryTaken,
     check_not_stdout,
+    check_outside_runs,
     check_writable,
     claim_directory,
     enclosing_run,
@@ -965,7 +966,7 @@ def main(argv: list[str] | None = None) -> None:
         if not under_pipeplan_run():  # `pipeplan run` puts its ranks' reports in the logs
             check_error_file_outside(Path(args.run_dir))
             if args.log_dir:
-                check_log_dir(args.log_dir)
+                check_log_dir(args.log_dir, Path(args.run_dir))
         world = launch_environment()
     except PipeplanError as exc:  # before anything: one line, as the CLI says it
         pipeplan_log.error(f"{named_rank()}{exc}")  # which of torchrun's ranks (53rd round)
@@ -1421,14 +1422,21 @@ def check_not_trained(run_dir: Path, cfg: RunConfig) -> None:
     raise BadArgumentError(f"{run_dir}: has started already (it holds {started}); {more}")
 
 
-def check_log_dir(log_dir: str) -> None:
+def check_log_dir(log_dir: str, run_dir: Path) -> None:
     """torchrun's entry given --log-dir by hand: a folder, or one its parent can hold, whose
-    files' paths fit, or OutputError naming the flag before anything starts. Found by the
-    fifty-seventh round: a file there, a missing parent or a path too long failed the rank
-    (exit 1) as a log it could not open, the line naming no flag; `pipeplan run`'s own
-    folder is checked before its ranks start."""
+    files' paths fit, and in no run directory but as the run's own logs/, or OutputError
+    naming the flag before anything starts. Found by the fifty-seventh round: a file there, a
+    missing parent or a path too long failed the rank (exit 1) as a log it could not open,
+    the line naming no flag; by the fifty-eighth: `RUN/checkpoints` made the prepared run
+    "started already" for good, and another run's folder took the logs too. `pipeplan
+    run`'s own folder is checked before its ranks start."""
     check_not_stdout(log_dir, "--log-dir", "directory")
     path = Path(log_dir)
+    if os.path.realpath(path) != os.path.realpath(run_dir / "logs"):
+        try:
+            check_outside_runs(path)
+        except OutputError as exc:
+            raise OutputError(f"--log-dir {exc} (the run's own: {run_dir / 'logs'})") from None
     if path.exists() and not path.is_dir():
         raise OutputError(f"--log-dir {quoted(log_dir)}: not a directory")
     if not path.exists() and not path.absolute().parent.is_dir():

@@ -4534,7 +4534,9 @@ def test_rank_0_hosts_its_store_at_once_where_master_addr_is_not_its_node_s():
     assert time.monotonic() - started < 20
 
 
-@pytest.mark.parametrize("how", ["a file", "no parent", "too deep"])
+@pytest.mark.parametrize(
+    "how", ["a file", "no parent", "too deep", "its checkpoints", "another run's logs"]
+)
 def test_torchrun_s_entry_refuses_a_log_dir_it_cannot_use_naming_the_flag(
     finished_run, tmp_path, how
 ):
@@ -4548,6 +4550,11 @@ def test_torchrun_s_entry_refuses_a_log_dir_it_cannot_use_naming_the_flag(
         given, said = str(tmp_path / "ld"), "not a directory"
     elif how == "no parent":
         given, said = str(tmp_path / "none" / "ld"), "does not exist"
+    elif how == "its checkpoints":  # the fifty-eighth round: the run "started already" for good
+        given, said = str(run / "checkpoints"), "which `pipeplan run` keeps"
+    elif how == "another run's logs":
+        other = copy_run(finished_run, tmp_path / "o")
+        given, said = str(other / "logs"), "which `pipeplan run` keeps"
     else:
         room = 4096 - 30 - len(os.fsencode(str(tmp_path))) - 1
         given = str(tmp_path / ("a/" * (room // 2 - 1) + "z" * (room % 2 + 2)))
