@@ -1931,15 +1931,33 @@ RUN_OWN_FILES = ("run.json", "run.jsonl", "profile.json")
 
 def own_files_gone(run_dir: Path, cfg: RunConfig) -> list[str]:
     """The files of RUN_OWN_FILES, and data.json where the data reads files (`check_data`
-    refuses a resume or an export without it), that are no longer in `run_dir`. Said in a
-    failure's line: data whose files cannot be listed now (a tokenizer folder gone) is
-    left to the resume's own checks."""
+    refuses a resume or an export without it, or replaced: `data_record_lost`), that are no
+    longer in `run_dir`. Said in a failure's line: data whose files cannot be listed now (a
+    tokenizer folder gone) is left to the resume's own checks."""
     try:
         reads = bool(read_files(cfg))
     except (PipeplanError, OSError):
         reads = False
-    names = [*RUN_OWN_FILES, *([DATA_RECORD] if reads else [])]
-    return [name for name in names if not (run_dir / name).exists()]
+    gone = [name for name in RUN_OWN_FILES if not (run_dir / name).exists()]
+    return gone + ([DATA_RECORD] if reads and data_record_lost(run_dir) else [])
+
+
+def data_record_lost(run_dir: Path) -> str | None:
+    """How data.json no longer vouches for the run's data, or None: "removed", or "replaced"
+    where the latest checkpoint's record of it refuses it now (`check_data_kept`, as export
+    and resume hold it). Found by the fifty-eighth round: data.json replaced while the run
+    trained let it end well (exit 0), and every later command refused it."""
+    if not (run_dir / DATA_RECORD).exists():
+        return "removed"
+    try:
+        manifest = read_manifest(latest(run_dir))
+    except (PipeplanError, OSError):  # no checkpoint (yet): nothing holds data.json
+        return None
+    try:
+        check_data_kept(run_dir, manifest, manifest_path(run_dir, manifest))
+    except (PipeplanError, OSError):
+        return "replaced"
+    return None
 
 
 def what_next(run_dir: Path, cfg: RunConfig) -> str:
@@ -1952,7 +1970,9 @@ def what_next(run_dir: Path, cfg: RunConfig) -> str:
     if has_checkpoint(run_dir) and gone:
         # Removed while the ranks trained (the fifty-fifth and fifty-sixth rounds: the line
         # said to export a run every command then refused): the checkpoints are read with them.
-        return f"; its {gone[0]} is gone, so no command reads it now: delete {shown} to start again"
+        state = "was replaced" if data_record_lost(run_dir) == "replaced" else "is gone"
+        state = "is gone" if gone[0] != DATA_RECORD else state
+        return f"; its {gone[0]} {state}, so no command reads it now: delete {shown} to start again"
     if not has_checkpoint(run_dir):
         # Neither resumable nor a name a new run takes (its logs say why it failed): said,
         # where the line named nothing to do (the twenty-sixth round).
@@ -2174,8 +2194,8 @@ def summarize(run_dir: Path, cfg: RunConfig) -> RunSummary:
         )
     if DATA_RECORD in own_files_gone(run_dir, cfg):
         raise InputFileError(
-            f"{run_dir / DATA_RECORD}: removed while the run trained; a resume or an export "
-            "can no longer tell the data was kept"
+            f"{run_dir / DATA_RECORD}: {data_record_lost(run_dir)} while the run trained; a "
+            "resume or an export can no longer tell the data was kept"
         )
     report = make_report(run_dir)
     summary = RunSummary(

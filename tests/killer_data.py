@@ -326,8 +326,13 @@ class RemovesFile(OnceAfter):
     user deleting a running run's file)."""
 
     def act(self) -> None:
-        if os.environ.get("RANK") == "0":
-            Path(os.environ["PIPEPLAN_TEST_REMOVE"]).unlink()
+        if os.environ.get("RANK") != "0":
+            return
+        path = Path(os.environ["PIPEPLAN_TEST_REMOVE"])
+        if "PIPEPLAN_TEST_REPLACE" in os.environ:  # replaced by this text, not removed
+            path.write_text(os.environ["PIPEPLAN_TEST_REPLACE"])
+        else:
+            path.unlink()
 
 
 def digits_remove_records(seed: int = 0) -> TaskData:

@@ -3155,6 +3155,10 @@ REMOVED_AS_IT_TRAINS = {  # a file of the run removed mid-run → what the run's
     "data.json": (
         "removed while the run trained; a resume or an export can no longer tell the data was kept"
     ),
+    # The fifty-eighth round: replaced, the run ended well and every later command refused it.
+    "data.json replaced": (
+        "replaced while the run trained; a resume or an export can no longer tell the data was kept"
+    ),
 }
 
 
@@ -3172,16 +3176,21 @@ def test_a_run_whose_records_are_removed_as_it_trains_says_so(tmp_path, capsys, 
     no file has no data.json to miss)."""
     monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the ranks import tests.killer_data
     run = tmp_path / "k"
+    name, replaced = name.split()[0], name.endswith("replaced")
     monkeypatch.setenv("PIPEPLAN_TEST_REMOVE", str(run / name))
+    if replaced:
+        monkeypatch.setenv("PIPEPLAN_TEST_REPLACE", '{"schema_version": 1, "garbage": true}')
     argv = ["run", "--data", "tests.killer_data:digits_remove_records", "--epochs", "2"]
     argv += ["--max-steps-per-epoch", "4", "--global-batch", "16", "--nproc", "1"]
     assert cli.main([*argv, "--name", "k", "--runs-dir", str(tmp_path)]) == 2
     lines = [x for x in capsys.readouterr().err.splitlines() if "INFO" not in x]
     assert len(lines) == 1, lines
     assert lines[0].startswith("pipeplan: error: training failed on rank 0"), lines[0]
-    assert f"{run / name}: {REMOVED_AS_IT_TRAINS[name]}" in lines[0], lines[0]
+    said = REMOVED_AS_IT_TRAINS[f"{name} replaced" if replaced else name]
+    assert f"{run / name}: {said}" in lines[0], lines[0]
+    state = "was replaced" if replaced else "is gone"
     assert lines[0].endswith(
-        f"; its {name} is gone, so no command reads it now: delete {run} to start again"
+        f"; its {name} {state}, so no command reads it now: delete {run} to start again"
     ), lines[0]
 
 
