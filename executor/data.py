@@ -3280,26 +3280,49 @@ def _user_code() -> Iterator[None]:
         with _user_code():
             dataset[0]   # raise KeyboardInterrupt → "… raised KeyboardInterrupt"
     """
+    signalled = [False]
+    with _sigint_told(signalled):
+        try:
+            with exits_raised():
+                yield
+        except KeyboardInterrupt as exc:
+            # A signal's only where SIGINT raised it: a rank's (`faults.SignalInterrupt`), or
+            # Python's own handler in an API call, told apart (`_sigint_told`). Under the CLI
+            # Ctrl-C raises Interrupted, so a KeyboardInterrupt is the code's: its failure, as
+            # in a rank (thirtieth round), and in an API call (the fifty-eighth round: an
+            # empty Interrupted, where the command line named the code's own).
+            if isinstance(exc, SignalInterrupt) or signalled[0]:
+                raise Interrupted from None
+            raise UserBaseException(exc) from exc
+        # An Exception is the caller's to name (as "... raised ValueError: …"): taken for a
+        # BaseException, one was named twice ("raised BadArgumentError: data 'm:f' raised …").
+        except (Exception, SystemExit, Interrupted, Stopped):  # exits: `_contained` names them
+            raise
+        except BaseException as exc:  # GeneratorExit, a user `class E(BaseException)`
+            raise UserBaseException(exc) from exc
+
+
+@contextlib.contextmanager
+def _sigint_told(signalled: list[bool]) -> Iterator[None]:
+    """Where SIGINT has Python's own handler (an API call's main thread), a SIGINT inside the
+    block sets `signalled[0]` and raises KeyboardInterrupt as that handler does: the code's own
+    `raise KeyboardInterrupt` is then told from Ctrl-C. The handler is put back as the block
+    ends unless the code replaced it meanwhile (left for the signal checks to name)."""
+    own = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if not own or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def told(signum: int, frame: Any) -> None:
+        signalled[0] = True
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, told)
     try:
-        with exits_raised():
-            yield
-    except KeyboardInterrupt as exc:
-        # A signal's only where SIGINT raises one: Python's own handler (an API call), a
-        # rank's (`faults.SignalInterrupt`). Under the CLI Ctrl-C raises Interrupted, so a
-        # KeyboardInterrupt is the code's: its failure, as in a rank (thirtieth round).
-        if isinstance(exc, SignalInterrupt) or _sigint_raises_keyboard_interrupt():
-            raise Interrupted from None
-        raise UserBaseException(exc) from exc
-    # An Exception is the caller's to name (as "... raised ValueError: …"): taken for a
-    # BaseException, one was named twice ("raised BadArgumentError: data 'm:f' raised …").
-    except (Exception, SystemExit, Interrupted, Stopped):  # exits: `_contained` names them
-        raise
-    except BaseException as exc:  # GeneratorExit, a user `class E(BaseException)`
-        raise UserBaseException(exc) from exc
-
-
-def _sigint_raises_keyboard_interrupt() -> bool:
-    return signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is told:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class UserBaseException(Exception):

@@ -398,3 +398,37 @@ def test_what_the_file_system_refuses_is_the_command_lines_line(tmp_path):
     with pytest.raises(PipeplanError) as refused:
         pipeplan.preview(profile="x" * 10**6)
     assert len(str(refused.value)) < 1000 and "characters)" in str(refused.value)
+
+
+STOPS_ITSELF = """
+import os, signal, time
+
+def raises(seed=0):
+    raise KeyboardInterrupt("in load")
+
+def signalled(seed=0):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+"""
+
+
+@pytest.mark.parametrize("function", ["raises", "signalled"])
+def test_a_data_functions_own_keyboard_interrupt_is_its_failure_a_sigint_an_interruption(
+    tmp_path, monkeypatch, function
+):
+    """Found by the fifty-eighth round: in an API call a data function's own `raise
+    KeyboardInterrupt("in load")` raised an empty `Interrupted`, where the command line names
+    it ("… raised KeyboardInterrupt: in load"): with Python's own SIGINT handler, every one
+    was taken for Ctrl-C. A SIGINT is told apart: it alone is an interruption."""
+    from pipeplan.errors import Interrupted
+
+    (tmp_path / "rt58_stops.py").write_text(STOPS_ITSELF)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    options = dict(model="vit-digits", data=f"rt58_stops:{function}", nproc=1, name="s")
+    if function == "raises":
+        with pytest.raises(PipeplanError, match="raised KeyboardInterrupt: in load"):
+            pipeplan.run(runs_dir=tmp_path / "runs", **options)
+    else:
+        with pytest.raises(Interrupted):
+            pipeplan.run(runs_dir=tmp_path / "runs", **options)
+    assert not (tmp_path / "runs" / "s").exists()
