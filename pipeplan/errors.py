@@ -120,6 +120,11 @@ class Stopped(BaseException):
         super().__init__(signum)
         self.signum = signum
 
+    def __str__(self) -> str:  # as the command line says it (an API call's was "15")
+        from pipeplan.startup import stopped_by
+
+        return stopped_by(self.signum)
+
 
 # What the loader says when a shared object cannot be mapped for lack of address space
 # (`ulimit -v`): torch, numpy, scipy and transformers load theirs lazily, at the first use.

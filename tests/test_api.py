@@ -432,3 +432,14 @@ def test_a_data_functions_own_keyboard_interrupt_is_its_failure_a_sigint_an_inte
         with pytest.raises(Interrupted):
             pipeplan.run(runs_dir=tmp_path / "runs", **options)
     assert not (tmp_path / "runs" / "s").exists()
+
+
+def test_a_stop_in_a_call_says_what_stopped_it():
+    """Found by the fifty-eighth round: SIGTERM during `pipeplan.run` raised `Stopped` whose
+    message was "15", where the command line says "stopped by SIGTERM"."""
+    import signal
+
+    from pipeplan.errors import Stopped
+
+    assert str(Stopped(signal.SIGTERM)) == "stopped by SIGTERM"
+    assert str(Stopped(signal.SIGHUP)) == "stopped by SIGHUP"
