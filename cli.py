@@ -39,6 +39,7 @@ from pipeplan.errors import (
     excerpt,
     memory_failure,
     quoted,
+    tempdir_failure,
 )
 from pipeplan.exits import command_process, ignored_line, run_exit_callbacks
 from pipeplan.formats import RunConfig
@@ -1069,7 +1070,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # what the file system refuses (a name too long, …) in one line
         if _debug["on"]:
             traceback.print_exc()
-        if (failure := memory_failure(exc)) is not None:
+        if (failure := memory_failure(exc) or tempdir_failure(exc)) is not None:
             log.error(failure)
             return 2
         where = f"{exc.filename}: " if exc.filename else ""

@@ -152,3 +152,31 @@ def memory_failure(exc: BaseException) -> PipeplanError | None:
         f"not enough memory to load {excerpt(library, 80)} ({excerpt(said)}); run pipeplan "
         "with more memory"
     )
+
+
+def tempdir_failure(exc: BaseException) -> PipeplanError | None:
+    """The one-line error `tempfile`'s "No usable temporary directory found in [...]" is, or
+    None: it tries to write a few bytes in each folder it knows, and says nothing of why none
+    took them. Found by the fifty-eighth round: under `ulimit -f 0` every folder was writable
+    and the line listed them all; `profile` blamed the model's config. The limit is named
+    where it is the cause; else the folders asked.
+
+        tempdir_failure(FileNotFoundError(2, "No usable temporary directory found in […]"))
+    """
+    if not isinstance(exc, FileNotFoundError) or "No usable temporary directory" not in str(exc):
+        return None
+    import os
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY and soft < 512:
+        return PipeplanError(
+            f"no temporary file can be written: the file size limit (ulimit -f) is {soft} "
+            "bytes; raise it (ulimit -f unlimited)"
+        )
+    where = os.environ.get("TMPDIR")
+    asked = f"TMPDIR ({quoted(where)}), " if where else ""
+    return PipeplanError(
+        f"no temporary file can be written in {asked}/tmp, /var/tmp, /usr/tmp or the working "
+        "folder (full, read-only or missing): set TMPDIR to a folder that takes one"
+    )

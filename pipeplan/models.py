@@ -57,6 +57,7 @@ from pipeplan.errors import (
     excerpt,
     memory_failure,
     quoted,
+    tempdir_failure,
 )
 from pipeplan.fileio import (
     HeldFolder,
@@ -670,8 +671,8 @@ def _building(name: str) -> Iterator[None]:
     except PipeplanError:
         raise
     except Exception as exc:
-        if (failure := memory_failure(exc)) is not None:  # not the config's fault
-            raise failure from None
+        if (failure := memory_failure(exc) or tempdir_failure(exc)) is not None:
+            raise failure from None  # not the config's fault
         reason = _first(exc)
         raise InputFileError(f"{name}: cannot build the model from its config ({reason})") from None
 

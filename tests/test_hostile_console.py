@@ -356,3 +356,22 @@ def test_a_prepared_run_whose_command_cannot_be_said_is_not_kept(tmp_path):
     assert list(tmp_path.iterdir()) == []
     code, _, err = command(argv, closed=("stdout",))
     assert (code, err) == (0, "") and (runs / "p" / "run.json").is_file()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("limit, said", [(0, "the file size limit (ulimit -f) is 0 bytes")])
+def test_no_temporary_file_under_a_zero_file_size_limit_is_named(tmp_path, limit, said):
+    """Found by the fifty-eighth round: under `ulimit -f 0` `profile` said "vit-digits: cannot
+    build the model from its config ([Errno 2] No usable temporary directory found in […])"
+    (tempfile writes a few bytes in each folder it tries), and run and export listed every
+    folder, each writable. The limit is named, in one line."""
+    argv = [sys.executable, str(ROOT / "cli.py"), "profile", "vit-digits"]
+    argv += ["--out", str(tmp_path / "p.json"), "--micro-batch-sizes", "1", "--repeats", "1"]
+    done = subprocess.run(
+        argv, cwd=tmp_path, capture_output=True, text=True, timeout=100,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        preexec_fn=lambda: _under_file_size_limit(limit),
+    )  # fmt: skip
+    assert done.returncode == 2
+    expected = f"no temporary file can be written: {said}; raise it (ulimit -f unlimited)"
+    assert done.stderr == f"pipeplan: error: {expected}\n"
