@@ -73,7 +73,7 @@ from pipeplan.errors import (
 )
 from pipeplan.exits import exits_raised, forks_ended, is_command_process
 from pipeplan.fileio import identity
-from pipeplan.formats.base import MAX_SAMPLES
+from pipeplan.formats.base import MAX_SAMPLES, file_state
 from pipeplan.log import write_line
 from pipeplan.startup import SIGNALS, signal_name
 
@@ -3517,13 +3517,54 @@ def _import(target: str, spec: str) -> Any:
                 sys.modules.pop(name, None)
                 raise
             return module
-        return importlib.import_module(target)
+        _forget_if_edited(target, spec)
+        before = set(sys.modules)
+        module = importlib.import_module(target)
+        if target not in before:  # imported now, not kept from a call before
+            _remember_files(target, spec, set(sys.modules) - before)
+        return module
     except BadArgumentError:
         raise
     except Exception as exc:
         raise BadArgumentError(
             f"data {quoted(spec)}: cannot import {target}: {_one_line(exc)}"
         ) from exc
+
+
+# The user's files of each data module imported by name (`--data module:function`), and of
+# the user's modules its import brought in, each with its state then (`file_state`): Python
+# keeps an imported module, so an API call after the file was edited ran the old code in the
+# launcher and the new in its ranks (the fifty-eighth round: a loader fixed after a failure
+# still failed; a module edited between runs was "a data function must return the same data
+# in every process"). An edited one is imported afresh, with the user's modules it brought in.
+_IMPORTED_FILES: dict[str, dict[str, tuple]] = {}
+
+
+def _remember_files(target: str, spec: str, added: set[str]) -> None:
+    files = {}
+    for name in {target, *added}:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if isinstance(file, str) and (name == target or is_helper_file(spec, Path(file))):
+            files[name] = file_state(Path(file))
+    _IMPORTED_FILES[target] = files
+
+
+def _forget_if_edited(target: str, spec: str) -> None:
+    """Take the data module `target`, and the user's modules its import brought in, out of
+    sys.modules where any of their files changed since (`_IMPORTED_FILES`): the import that
+    follows reads them as they are now, as a new command's would."""
+    files = _IMPORTED_FILES.get(target)
+    if target not in sys.modules or files is None:
+        return
+    now = {
+        name: file_state(Path(file))
+        for name in files
+        if isinstance(file := getattr(sys.modules.get(name), "__file__", None), str)
+    }
+    if now != files:
+        for name in files:
+            sys.modules.pop(name, None)
+        importlib.invalidate_caches()
 
 
 @contextlib.contextmanager

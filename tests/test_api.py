@@ -443,3 +443,36 @@ def test_a_stop_in_a_call_says_what_stopped_it():
 
     assert str(Stopped(signal.SIGTERM)) == "stopped by SIGTERM"
     assert str(Stopped(signal.SIGHUP)) == "stopped by SIGHUP"
+
+
+def test_a_data_module_edited_between_calls_is_imported_again(tmp_path, monkeypatch):
+    """Found by the fifty-eighth round: the API imported a `--data module:function` module
+    once a process, so a loader fixed after a failure still failed with the old error, and
+    one edited between runs ran old in the launcher and new in the ranks ("a data function
+    must return the same data in every process"). A call reads the module, and the user's
+    modules it imports, as they are now; unedited, they are not imported again."""
+    import os
+
+    (tmp_path / "rt58_helper.py").write_text("WORD = 'first'\n")
+    loader = "import rt58_helper\n\ndef load(seed=0):\n    raise ValueError(rt58_helper.WORD{})\n"
+    (tmp_path / "rt58_edited.py").write_text(loader.format(""))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    options = dict(model="vit-digits", data="rt58_edited:load", nproc=1, name="e")
+
+    def said() -> str:
+        with pytest.raises(PipeplanError) as refused:
+            pipeplan.run(runs_dir=tmp_path / "runs", **options)
+        return str(refused.value).rpartition(": ")[2]
+
+    def edit(name: str, text: str) -> None:
+        (tmp_path / name).write_text(text)
+        stat = (tmp_path / name).stat()  # a later mtime, however fast the edit
+        os.utime(tmp_path / name, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+
+    assert said() == "first"
+    module = sys.modules["rt58_edited"]
+    assert said() == "first" and sys.modules["rt58_edited"] is module  # unedited: kept
+    edit("rt58_edited.py", loader.format(" + ' fixed'"))
+    assert said() == "first fixed"
+    edit("rt58_helper.py", "WORD = 'second'\n")
+    assert said() == "second fixed"

@@ -1083,10 +1083,10 @@ def _shown(value: Any) -> str:
 
 
 def file_state(path: Path) -> tuple:
-    """(resolved path, inode, mtime in ns): which file `path` is, as last written; the path
-    alone where it cannot be read."""
+    """(resolved path, inode, mtime in ns, size): which file `path` is, as last written; the
+    path alone where it cannot be read."""
     try:
         info = path.stat()
     except OSError:
         return (path.resolve(),)
-    return (path.resolve(), info.st_ino, info.st_mtime_ns)
+    return (path.resolve(), info.st_ino, info.st_mtime_ns, info.st_size)
