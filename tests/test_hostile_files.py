@@ -644,6 +644,13 @@ SELF_CONTRADICTIONS = {
         lambda doc: _runner_up(doc, frozen_layers=3),
         ("phase 0: runner_ups[0] freezes 3 layers, its phase 0",),
     ),
+    # Fifty-eighth round: a runner-up of another global batch (12 in a plan of 32) passed.
+    "a runner-up of another global batch": (
+        lambda doc: _runner_up(
+            doc, micro_batch_size=doc["phases"][0]["layout"]["micro_batch_size"] * 2
+        ),
+        ("phase 0: runner_ups[0]: its layout's global batch", "is not the plan's"),
+    ),
     # Fifty-third round: 120,000 runner-ups took 47 s and 1.2 GB to read; the planner keeps 2.
     "ten thousand runner-ups": (
         lambda doc: (_runner_up(doc), doc["phases"][0].update(runner_ups=_ups(doc) * 10_000)),

@@ -332,6 +332,14 @@ class Plan(Versioned):
                         f"phase {i}: runner_ups[{j}] freezes {other.layout.frozen_layers} "
                         f"layers, its phase {phase.layout.frozen_layers}"
                     )
+                # Of the same step too (the fifty-eighth round: one of 12 samples, and one of
+                # a micro-batch of 2^70, passed in a plan of 32).
+                if other.layout.global_batch != self.inputs.global_batch:
+                    raise ValueError(
+                        f"phase {i}: runner_ups[{j}]: its layout's global batch "
+                        f"{other.layout.global_batch} is not the plan's "
+                        f"{self.inputs.global_batch}"
+                    )
         for epoch, frozen in enumerate(self.inputs.freeze.frozen_layers):
             if frozen > num_layers - 1:
                 raise ValueError(
