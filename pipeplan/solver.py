@@ -1527,28 +1527,29 @@ class PhaseSearch:
         but 1F1B with fewer micro-batches than stages, whose partitions the DP cannot hold to
         leading forward-only stages (GPipe with the same shape runs any partition); with
         the shapes of the most stages (the least memory each) first, until `budget_s` is
-        spent. Returns (bytes, (S, D) pairs checked, pairs)."""
+        spent. Every micro-batch size of each (S, D): the smallest uses the least memory in
+        float32, but under bf16 autocast's weight copies are held once per micro-batch in
+        flight, and more, smaller ones can take more (the fifty-eighth round: 79.7 MiB said,
+        where a layout of the largest fit in 78.8). Returns (bytes, shapes checked, shapes)."""
         best = np.inf
-        smallest_m: dict[tuple[int, int], Shape] = {}
-        for shape in shapes:  # per (S, D) the smallest micro-batch uses the least memory
+        by_size: dict[tuple[int, int, int], Shape] = {}
+        for shape in shapes:
             if shape.placement == OTHER_PLACEMENTS:
                 continue  # memory does not depend on the map
-            key = (shape.num_stages, shape.replicas)
-            if key not in smallest_m or shape.micro_batch_size < smallest_m[key].micro_batch_size:
-                smallest_m[key] = shape
+            by_size.setdefault((shape.num_stages, shape.replicas, shape.micro_batch_size), shape)
         deadline = time.monotonic() + budget_s
         checked = 0
-        for key in sorted(smallest_m, key=lambda k: (-k[0], -k[1])):
+        for key in sorted(by_size, key=lambda k: (-k[0], -k[1], k[2])):
             if checked and time.monotonic() > deadline:
                 break
-            shape = smallest_m[key]
+            shape = by_size[key]
             for schedule in self.schedules(shape.num_stages, shape.micro_batches):
                 if schedule == "1f1b" and shape.micro_batches < shape.num_stages:
                     continue
                 problem = self.problem(shape, schedule, self.layout_ranks(shape))
                 best = min(best, _min_max_memory(problem, self.pins.boundaries))
             checked += 1
-        return int(np.ceil(best + self.model.reserve_bytes)), checked, len(smallest_m)
+        return int(np.ceil(best + self.model.reserve_bytes)), checked, len(by_size)
 
     def _gave_up_message(self, work: int) -> str:
         """Why a search that stopped at NOTHING_FITS_WORK × its limit found nothing."""
@@ -1589,12 +1590,12 @@ class PhaseSearch:
             return (
                 f"the model does not fit {what}: {found}; a device has "
                 f"{_gib(self.cluster.device_memory_bytes)}{origin} "
-                "(use devices with more memory, more devices, or a smaller micro-batch)"
+                "(use devices with more memory, more devices, or another micro-batch size)"
             )
         return (
             f"the model does not fit {what}: {found} but a device has "
             f"{_gib(self.cluster.device_memory_bytes)}{origin} "
-            "(use devices with more memory, more devices, or a smaller micro-batch)"
+            "(use devices with more memory, more devices, or another micro-batch size)"
         )
 
 

@@ -1389,3 +1389,27 @@ def test_a_search_on_a_huge_cluster_keeps_no_more_rank_maps_than_a_small_one():
         labels.append(best.layout.label())
     assert labels == ["57x256 M=4 gpipe", "502x512 M=2 gpipe"]
     assert peaks[1] - peaks[0] < 60e6, [f"{p / 1e6:.0f} MB" for p in peaks]
+
+
+def test_the_smallest_memory_said_is_not_above_one_that_fits_under_bf16(tmp_path, capsys):
+    """Found by the fifty-eighth round: under bf16 a refusal said the smallest achievable
+    memory was 79.7 MiB while a layout of the largest micro-batch fit in 78.8 MiB: the figure
+    took each (S, D)'s smallest micro-batch for its least memory, and autocast's weight
+    copies, held once per micro-batch in flight, make more, smaller ones take more. Every
+    micro-batch size is weighed: half a MiB below the figure said, nothing fits."""
+    import re
+
+    import cli
+    from executor.planning import shipped_profile
+
+    profile = shipped_profile("vit-digits", "cpu", precision="bf16")
+    argv = ["plan", "--profile", str(profile), "--devices-per-node", "2", "--global-batch", "4"]
+    argv += ["--samples", "640", "--epochs", "1", "--freeze", "none"]
+    assert cli.main([*argv, "--device-memory", "63MiB", "--out", str(tmp_path / "a")]) == 2
+    said = re.search(
+        r"smallest achievable per-device memory is ([0-9.]+) MiB", capsys.readouterr().err
+    )
+    assert said is not None
+    below = f"{float(said[1]) - 0.5:.1f}MiB"
+    assert cli.main([*argv, "--device-memory", below, "--out", str(tmp_path / "b")]) == 2
+    assert "does not fit" in capsys.readouterr().err
