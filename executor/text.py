@@ -902,8 +902,9 @@ def _window(text: str, reach: int) -> str:
 # to the tokenizer, and a cut there trained on "good" (the fifty-fifth round). Unicode's
 # spaces (Zs: the no-break space, U+3000 of CJK text, …) split words as the ASCII space does,
 # for BERT's pre-tokenizer and byte-level BPE's alike: a window of words joined by them was cut
-# inside one (the fifty-seventh round).
-_SPACES = " \t\n\r" + "".join(
+# inside one (the fifty-seventh round); so do the line and paragraph separators, U+2028 and
+# U+2029 (Zl, Zp: the fifty-eighth round).
+_SPACES = " \t\n\r\u2028\u2029" + "".join(
     c for c in map(chr, range(0x80, 0x3001)) if unicodedata.category(c) == "Zs"
 )
 _LAST_SPACE = re.compile(f"[{_SPACES}](?=[^{_SPACES}]*\\Z)")

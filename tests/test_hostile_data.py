@@ -1687,7 +1687,9 @@ def test_a_text_whose_start_holds_no_token_is_read_farther(made, tmp_path, start
     assert (~padding).sum(dim=1).min() >= 2  # words, not padding
 
 
-@pytest.mark.parametrize("joint", [" ", "\x1f", "\x0c", "\x0b", "\xa0", "\u3000", "\u202f"])
+@pytest.mark.parametrize(
+    "joint", [" ", "\x1f", "\x0c", "\x0b", "\xa0", "\u3000", "\u202f", "\u2028", "\u2029"]
+)
 def test_a_word_the_read_window_would_cut_is_read_whole(tmp_path, joint):
     """Found by the fifty-third round: a text is read to CHARS_PER_TOKEN characters a token
     (1,024 at --seq-len 16), and where that cut fell inside a word ("good" read as "go") whose
@@ -1697,7 +1699,8 @@ def test_a_word_the_read_window_would_cut_is_read_whole(tmp_path, joint):
     fifth round: a control character Python counts as whitespace (`joint`: "\x1f"), which
     BERT's normalizer deletes, was cut at: "good\x1fday" is "goodday" to the tokenizer. The
     fifty-seventh: words joined by Unicode's spaces (a no-break space, U+3000), which split
-    words as the ASCII space does, were cut inside one, there being no ASCII space to cut at."""
+    words as the ASCII space does, were cut inside one, there being no ASCII space to cut at;
+    the fifty-eighth: so were the line and paragraph separators (U+2028, U+2029)."""
     import transformers
 
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "good", "bad", "film", "great", "movie"]
