@@ -26,7 +26,7 @@ import difflib
 import functools
 import inspect
 import numbers
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, get_origin
 
@@ -282,10 +282,11 @@ def _value(option: Option, value: Any) -> Any:
         # `[0, True, 10]` planned 0,1,10 (the fifty-fifth round): each item is a number
         # as a lone value is, never a switch's.
         value = [_item(v, option.spelling) for v in value]
-    elif isinstance(value, Iterable) and not isinstance(value, str) and _is_list(option):
+    elif _is_list(option) and value is not None and not isinstance(value, str | numbers.Number):
         # pydantic takes a set, a generator, a deque or a dict's keys for a list, its items
         # unchecked and a set's in any order: `boundaries={0, 3.0, 6}` planned 0,3,6 (the
-        # fifty-seventh round).
+        # fifty-seventh round); and an old-style sequence (`__getitem__` alone, no Iterable)
+        # the same way (the fifty-eighth round: [0, True, 6] planned 0,1,6).
         raise BadArgumentError(
             f"{option.spelling}: a {excerpt(type(value).__name__)} is not a list; give the "
             'numbers in order as a list or tuple, or as text ("0,5,10")'

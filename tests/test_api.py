@@ -240,6 +240,16 @@ def test_bytes_and_unknown_keywords_are_one_line(tmp_path, monkeypatch, call, gi
     assert "_bytes" not in str(refused.value) and list(tmp_path.iterdir()) == []
 
 
+class _OldSequence:
+    """A sequence by `__getitem__` alone, as Python's iteration protocol takes one."""
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+
+    def __getitem__(self, i: int):
+        return self.items[i]
+
+
 @pytest.mark.parametrize(
     "call, given, said",
     [
@@ -249,6 +259,8 @@ def test_bytes_and_unknown_keywords_are_one_line(tmp_path, monkeypatch, call, gi
         ("plan", {"boundaries": {0: 1, 3.0: 1, 6: 1}.keys()}, "--boundaries: a dict_keys is"),
         ("plan", {"boundaries": range(0, 7, 3)}, "--boundaries: a range is not a list; give"),
         ("profile", {"micro_batch_sizes": deque([1, 2, True])}, "--micro-batch-sizes: a deque"),
+        # The fifty-eighth round: a sequence of `__getitem__` alone is no Iterable.
+        ("plan", {"boundaries": _OldSequence([0, True, 6])}, "--boundaries: a _OldSequence is"),
     ],
 )
 def test_a_list_option_takes_a_list_a_tuple_or_an_array(tmp_path, monkeypatch, call, given, said):
