@@ -199,11 +199,19 @@ def export(
 def _path_text(value: Any, flag: str) -> str:
     """A path argument (`resume=`, `out=`, export's): text or a Path, checked as `_text`.
     Found by the forty-eighth round (`resume=`): True was "True: no such run directory"."""
-    if isinstance(value, PurePath):
-        value = str(value)
-    if not isinstance(value, str):
-        raise BadArgumentError(f"{flag}: {excerpt(repr(value))} is not a path; give one")
-    return _text(value, flag)
+    try:  # a subclass's own methods may raise (the fifty-eighth round: a raw exception)
+        if isinstance(value, PurePath):
+            value = str(value)
+        if isinstance(value, str):
+            return _text(str.__str__(value), flag)
+        shown = excerpt(repr(value))
+    except PipeplanError:
+        raise
+    except Exception as exc:
+        raise BadArgumentError(
+            f"{flag}: {excerpt(type(value).__name__)} cannot be read ({type(exc).__name__})"
+        ) from None
+    raise BadArgumentError(f"{flag}: {shown} is not a path; give one")
 
 
 def _text(value: str, flag: str, longest: int | None = MAX_TEXT) -> str:

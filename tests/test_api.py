@@ -488,3 +488,25 @@ def test_a_data_module_edited_between_calls_is_imported_again(tmp_path, monkeypa
     assert said() == "first fixed"
     edit("rt58_helper.py", "WORD = 'second'\n")
     assert said() == "second fixed"
+
+
+class _LoudPath(type(Path())):
+    def __str__(self) -> str:
+        raise RuntimeError("str")
+
+
+class _LoudRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+
+@pytest.mark.parametrize("value", [_LoudPath("runs/r"), _LoudRepr()], ids=["path", "object"])
+def test_a_path_argument_whose_own_methods_raise_is_one_line(tmp_path, value):
+    """Found by the fifty-eighth round: `out=`, `resume=`, `runs_dir=` or `run_dir=` given an
+    object whose own `__str__` (or `__repr__`) raises came out as that raw exception, not the
+    command line's one line naming the flag."""
+    with pytest.raises(PipeplanError) as refused:
+        pipeplan.export(run_dir=value, out=tmp_path / "o")
+    assert str(refused.value).startswith("RUN_DIR: "), str(refused.value)
+    with pytest.raises(PipeplanError, match=r"^--resume: "):
+        pipeplan.run(resume=value)
