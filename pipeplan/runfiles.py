@@ -104,10 +104,13 @@ def check_summary(run_dir: Path, config: RunConfig, records: list) -> None:
     records_file = run_dir / "run.jsonl"
     epochs = [r for r in records if isinstance(r, EpochRecord)]
     if epochs and not _close(summary.final_eval_accuracy, expected.final_eval_accuracy):
+        # Named as the other fields are, summary.json first (the fifty-eighth round: its edit
+        # was blamed on run.jsonl).
         raise InputFileError(
-            f"{records_file}: epoch {epochs[-1].epoch}: eval_accuracy "
-            f"{expected.final_eval_accuracy!r}, but {path} says final_eval_accuracy "
-            f"{summary.final_eval_accuracy!r}"
+            f"{path}: final_eval_accuracy is {summary.final_eval_accuracy!r}, but "
+            f"{records_file} makes it {expected.final_eval_accuracy!r} (epoch "
+            f"{epochs[-1].epoch}'s eval_accuracy; the run wrote summary.json from its records: "
+            "one of the two files was changed since)"
         )
     have, want = summary.model_dump(), expected.model_dump()
     phases = [r for r in records if isinstance(r, PhaseRecord)]

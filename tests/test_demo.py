@@ -116,7 +116,7 @@ def _tampered_pretraining_is_not_reused(pretrained: Path, weights: Path) -> None
     summary = pretrained / "summary.json"
     text = summary.read_text()
     summary.write_text(json.dumps({**json.loads(text), "final_eval_accuracy": 0.999}))
-    assert "says final_eval_accuracy 0.999" in check(pretrained)
+    assert "summary.json: final_eval_accuracy is 0.999, but" in check(pretrained)
     summary.write_text(text)
     records = pretrained / "run.jsonl"
     records.rename(pretrained / "aside.jsonl")

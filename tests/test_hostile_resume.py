@@ -553,6 +553,12 @@ SUMMARIES = {
         "phases.0.measured_step_s is 9.0, but",
     ),
     "a phase's steps": ((("phases", 0, "steps"), 2), None, "phases.0.steps is 2, but"),
+    # The fifty-eighth round: this one alone was blamed on run.jsonl.
+    "the accuracy": (
+        (("final_eval_accuracy",), 0.5),
+        None,
+        "final_eval_accuracy is 0.5, but",
+    ),
 }
 
 
