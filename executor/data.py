@@ -1551,11 +1551,36 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
     try:
         code = getattr(new, "fget", None) or getattr(new, "__func__", None) or new
         module = code.__module__
+        made_in = getattr(getattr(code, "__code__", None), "co_filename", None)
     except Exception:  # a user object whose __getattr__ failed: not the library's
         return False
+    if isinstance(made_in, str):
+        # A function is the library's by where its code is, not by the `__module__` it
+        # names, which `functools.wraps` copies from what it wraps (the fifty-eighth round:
+        # a wrapped no-op in pipeplan's own check_data_facts' place trained ranks on other
+        # data, exit 0).
+        return _in_package(Path(made_in), name) or _installed_file(Path(made_in))
     if not isinstance(module, str):
         return False
     return module.partition(".")[0] == name.partition(".")[0] or _installed_package(module)
+
+
+def _in_package(file: Path, name: str) -> bool:
+    """Whether `file` is of the package `name`'s top-level module is (its folder, or its
+    file for a lone module)."""
+    home = getattr(sys.modules.get(name.partition(".")[0]), "__file__", None)
+    if not isinstance(home, str):
+        return False
+    home_path = Path(home).resolve()
+    if home_path.name == "__init__.py":
+        return file.resolve().is_relative_to(home_path.parent)
+    return file.resolve() == home_path
+
+
+def _installed_file(file: Path) -> bool:
+    """Whether `file` lies in site-packages: an installed package's code."""
+    path = file.resolve()
+    return any(path.is_relative_to(folder) for folder in _site_packages(_stdlib_folders()))
 
 
 def _installed_package(module: str) -> bool:
@@ -1566,10 +1591,7 @@ def _installed_package(module: str) -> bool:
     `multiprocessing.synchronize.SemLock._make_name` in place on import."""
     found = sys.modules.get(module)
     file = getattr(found, "__file__", None)
-    if not isinstance(file, str):
-        return False
-    path = Path(file).resolve()
-    return any(path.is_relative_to(folder) for folder in _site_packages(_stdlib_folders()))
+    return isinstance(file, str) and _installed_file(Path(file))
 
 
 def _held(value: Any) -> bool:
@@ -3778,9 +3800,10 @@ def import_system_kept(spec: str, doing: str) -> Iterator[None]:
 
 def _finders_put_back(before: dict[str, Any]) -> list[str]:
     """The folders' finders in sys.path_importer_cache (`before`: a copy) that the code
-    replaced with one of another type, said and put back: Python's own PathFinder asks them
-    for every import from their folder, and the meta_path check passed (the fifty-seventh
-    round: a logging FileFinder subclass saw ~340 imports in the launcher and each rank).
+    replaced with one of another type, or one looking in another folder (`_looks_elsewhere`),
+    said and put back: Python's own PathFinder asks them for every import from their folder,
+    and the meta_path check passed (the fifty-seventh round: a logging FileFinder subclass
+    saw ~340 imports in the launcher and each rank).
     Entries added by an import (a path hook's own finder, an editable install's), or dropped
     by importlib.invalidate_caches, are no change."""
     cache = sys.path_importer_cache
@@ -3789,7 +3812,9 @@ def _finders_put_back(before: dict[str, Any]) -> list[str]:
     placed = [
         path
         for path, finder in list(cache.items())
-        if before.get(path) is not None and type(finder) not in (type(before[path]), type(None))
+        if before.get(path) is not None
+        and finder is not None
+        and (type(finder) is not type(before[path]) or _looks_elsewhere(path, finder))
     ]
     for path in placed:
         cache[path] = before[path]
@@ -3799,6 +3824,18 @@ def _finders_put_back(before: dict[str, Any]) -> list[str]:
         f"put a finder of its own in sys.path_importer_cache for "
         f"{_some([quoted(path, 80) for path in placed])}"
     ]
+
+
+def _looks_elsewhere(path: str, finder: Any) -> bool:
+    """Whether a folder's finder (a FileFinder: its `path`) looks in another folder than the
+    one it is cached for: the same type put in place (the fifty-eighth round: the standard
+    library's folder's finder, one for the data's own folder, and pipeplan's later imports
+    came from there)."""
+    try:
+        where = finder.path
+    except Exception:  # no `path`, or one that raises: judged by its type alone
+        return False
+    return isinstance(where, str) and os.path.abspath(where) != os.path.abspath(path or ".")
 
 
 # What the user's data code set of the process's working directory and umask (None: nothing,
