@@ -560,8 +560,10 @@ def _listed_entries(handle: BinaryIO) -> tuple[int, int] | None:
 # moments and step a parameter), a few more for torch's own records.
 MAX_ARCHIVE_ENTRIES = 1_000_000
 # And more directory than they take: an entry's line is 46 bytes and its name (torch's are
-# tens of characters; a model of 100,000 tensors with AdamW's state takes some 30 MB).
-MAX_DIRECTORY_BYTES = 64 << 20
+# tens of characters; a model of 100,000 tensors with AdamW's state takes some 30 MB). No
+# more than MAX_ARCHIVE_ENTRIES lines of the least size, so the count holds whatever the end
+# record says: 64 MiB let a forged count walk 1.43 M entries (the fifty-eighth round).
+MAX_DIRECTORY_BYTES = 46 * MAX_ARCHIVE_ENTRIES
 
 # Bytes of a torch.save archive outside its entries' headers and data, per entry (its line
 # in the directory, alignment: about 80 to 140 measured) and once (the directory's end).

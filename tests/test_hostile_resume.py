@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -4070,6 +4071,18 @@ def test_an_archive_s_directory_is_sized_as_zipfile_reads_it(how):
     assert listed is not None and listed[1] == directory
     if how.startswith("zip64"):
         assert listed[0] == walked
+
+
+def test_the_archive_directory_limit_holds_the_entry_count():
+    """Found by the fifty-eighth round: an end record forging its count let zipfile walk a
+    directory of 64 MiB, 1.43 M entries of 46 bytes (12 s, 0.6 GB), past the 1,000,000 a
+    checkpoint file may hold. The directory's limit is no more than that many of the least
+    lines a zip directory holds (46 bytes, an entry without a name)."""
+    from executor import checkpoint
+
+    least_line = struct.calcsize("<4s4B4HL2L5H2L")  # zipfile's central directory record
+    assert least_line == 46
+    assert checkpoint.MAX_DIRECTORY_BYTES // least_line <= checkpoint.MAX_ARCHIVE_ENTRIES
 
 
 @pytest.mark.timeout(120)
