@@ -243,11 +243,13 @@ def _death(exitcode: int) -> str:
     if exitcode == -signal.SIGBUS:
         # The fifty-seventh round: a disk filled by another process under the activation
         # cache's files (mapped, sparse: a page is taken as it is first written) killed rank 0
-        # so, and its line said nothing of the disk.
+        # so, and its line said nothing of the disk. The fifty-eighth: the data's own mapped
+        # file cut short does too, with the disk far from full: both are said.
         return (
-            "killed by SIGBUS (what a write into a memory-mapped file gives when its disk is "
-            "full: the activation cache's files, in /dev/shm and the run's cache/, are mapped; "
-            "free some space before resuming)"
+            "killed by SIGBUS (an access to a memory-mapped file the system cannot back: one "
+            "cut short, or one written on a full disk; the activation cache's files, in "
+            "/dev/shm and the run's cache/, are mapped, and so may be your data's: if a disk "
+            "is full, free some space before resuming)"
         )
     return f"killed by {signal_name(-exitcode)}" if exitcode < 0 else f"exited with code {exitcode}"
 
