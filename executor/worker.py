@@ -218,7 +218,8 @@ def meet_every_rank(start: StartWait) -> dist.TCPStore | None:
         store.set(f"{prefix}/{rank}", "1")
         if store.add(f"{prefix}/count", 1) == world:  # the last to arrive says all have
             store.set(f"{prefix}/all", "1")
-        _await_all(store, prefix, world, deadline, start, f"{host}:{port}")
+        hint = _not_this_node(host) if not agent and rank == 0 else ""  # where it listens
+        _await_all(store, prefix, world, deadline, start, f"{host}:{port}", hint)
     except KeyboardInterrupt:
         raise Interrupted from None
     except dist.DistError as exc:  # the store went away (its host gave up, or died)
@@ -227,6 +228,30 @@ def meet_every_rank(start: StartWait) -> dist.TCPStore | None:
             f"WORLD_SIZE={world} ({_last_line(exc)}); the rank hosting it stopped"
         ) from None
     return None if agent else store
+
+
+def _not_this_node(host: str) -> str:
+    """`", and MASTER_ADDR=HOST … is no address of this node …"` where none of the addresses
+    `host` resolves to is this node's (none can be bound here), else "". Said, not refused,
+    in rank 0's line when the others never come: a name for this node's address that the
+    node itself does not hold (a cloud's public address, a service's) can still reach it.
+    Found by the fifty-eighth round: rank 0 said it waited "at 192.0.2.1", another host's
+    address, where the others went."""
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return ""
+    for family, kind, proto, _, address in found:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.bind((address[0], 0, *address[2:]))
+            return ""
+        except OSError:
+            continue
+    return (
+        f", and MASTER_ADDR={host}, where the others look for rank 0, is no address of this "
+        "node: give every rank rank 0's node's"
+    )
 
 
 def _host_store(host: str, port: int, world: int) -> dist.TCPStore:
@@ -358,11 +383,17 @@ def _store_client(host: str, port: int, world: int, wait_s: float, limit: str) -
 
 
 def _await_all(
-    store: dist.TCPStore, prefix: str, world: int, deadline: float, start: StartWait, at: str
+    store: dist.TCPStore,
+    prefix: str,
+    world: int,
+    deadline: float,
+    start: StartWait,
+    at: str,
+    hint: str = "",
 ) -> None:
     """Look (never blocking) every POLL_S at most until the last rank has arrived; say once
     that this rank waits (`start.say`, after NOTICE_AFTER_S); StartAbandoned naming the ranks
-    that never arrived once `deadline` is past."""
+    that never arrived once `deadline` is past, and `hint` (`_not_this_node`)."""
     started = time.monotonic()
     said = False
     pause = 0.01
@@ -372,7 +403,7 @@ def _await_all(
             raise StartAbandoned(
                 f"gave up after {start.limit()} waiting at {at} for the other ranks of "
                 f"WORLD_SIZE={world}: {_missing(store, prefix, world)}; start every rank "
-                "within that time"
+                f"within that time{hint}"
             )
         if start.say and not said and now - started >= NOTICE_AFTER_S:
             arrived = store.add(f"{prefix}/count", 0)

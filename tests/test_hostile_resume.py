@@ -4598,3 +4598,28 @@ def test_an_older_checkpoint_whose_files_disagree_with_its_sizes_is_refused(
     manifest.write_text(json.dumps(doc))
     said = (f"{manifest.parent / 'model.pt'}: {real:,} bytes, but the manifest records 12",)
     refused(_two_kept_commands(run, tmp_path)[command], tmp_path, capsys, said)
+
+
+def test_rank_0_whose_master_addr_is_another_nodes_says_so():
+    """Found by the fifty-eighth round: rank 0 hosts the store on every address of its node,
+    and where MASTER_ADDR named another node's (the others looking there), its line said it
+    waited "at 192.0.2.1" for ranks that "never did" arrive, as if they had not started. The
+    line says MASTER_ADDR is no address of this node; of its own address it says nothing."""
+    from executor import worker
+
+    class Nobody:  # a store no other rank reached
+        def check(self, keys):
+            return False
+
+        def add(self, key, amount):
+            return 1
+
+    assert worker._not_this_node("127.0.0.1") == ""
+    hint = worker._not_this_node("192.0.2.1")  # TEST-NET-1: no host's
+    start = worker.StartWait(0, "the run's --collective-timeout")
+    with pytest.raises(worker.StartAbandoned) as ended:
+        worker._await_all(Nobody(), "p", 2, 0.0, start, "192.0.2.1:29731", hint)
+    assert str(ended.value).endswith(
+        "start every rank within that time, and MASTER_ADDR=192.0.2.1, where the others look "
+        "for rank 0, is no address of this node: give every rank rank 0's node's"
+    ), str(ended.value)
