@@ -1226,21 +1226,43 @@ def check_error_file_outside(run_dir: Path) -> None:
     took a name of the run's own (summary.json: the fifty-fifth round), and export, report
     and resume then refused the run. BadArgumentError, the variable unset so that the
     refusal's own report is not written there either."""
-    path = os.environ.get(errorfile.ENV)
-    if not path:
-        return
-    # The whole path resolved, its links before its `..`s as the kernel takes them: `..` taken
-    # off first (abspath) put `link/../runs/k/summary.json` outside (the fifty-seventh round).
+    # torch's agent gives each rank a file of its own, and keeps the value given to torchrun
+    # for itself: a rank's failure report is copied there, over run.json (the fifty-eighth
+    # round). Its value is the agent's environment's; the rank, with its own unset, writes no
+    # report, so the agent copies none.
+    given = [(os.environ.get(errorfile.ENV), "")]
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        given.append((_agent_variable(errorfile.ENV), " given to torchrun"))
+    for path, whose in given:
+        if path and _inside_run(path, run_dir):
+            os.environ.pop(errorfile.ENV, None)
+            raise BadArgumentError(
+                f"{errorfile.ENV}={quoted(path)}{whose} lies inside the run directory "
+                f"{run_dir}; point it outside, or into its logs folder (torchrun's own lies "
+                "in its temporary folder)"
+            )
+
+
+def _inside_run(path: str, run_dir: Path) -> bool:
+    """Whether `path`'s folder is the run directory or lies in it, but its logs folder. The
+    whole path resolved, its links before its `..`s as the kernel takes them: `..` taken off
+    first (abspath) put `link/../runs/k/summary.json` outside (the fifty-seventh round)."""
     where = os.path.dirname(os.path.realpath(path))
     run = os.path.realpath(run_dir)
-    logs = os.path.join(run, "logs")
     inside = where == run or where.startswith(run.rstrip(os.sep) + os.sep)
-    if inside and where != logs:
-        del os.environ[errorfile.ENV]
-        raise BadArgumentError(
-            f"{errorfile.ENV}={quoted(path)} lies inside the run directory {run_dir}; point "
-            "it outside, or into its logs folder (torchrun's own lies in its temporary folder)"
-        )
+    return inside and where != os.path.join(run, "logs")
+
+
+def _agent_variable(name: str) -> str | None:
+    """The variable `name` as the process that started this one (torchrun's agent) was given
+    it (its /proc environ: its start's), or None where it cannot be read."""
+    try:
+        entries = Path(f"/proc/{os.getppid()}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    prefix = os.fsencode(name) + b"="
+    found = next((e[len(prefix) :] for e in entries if e.startswith(prefix)), None)
+    return None if found is None else os.fsdecode(found)
 
 
 class _Once(argparse.Action):

@@ -4623,3 +4623,34 @@ def test_rank_0_whose_master_addr_is_another_nodes_says_so():
         "start every rank within that time, and MASTER_ADDR=192.0.2.1, where the others look "
         "for rank 0, is no address of this node: give every rank rank 0's node's"
     ), str(ended.value)
+
+
+def test_a_torchrun_error_file_given_to_the_agent_inside_the_run_is_refused(tmp_path, monkeypatch):
+    """Found by the fifty-eighth round: torch's agent gives each rank its own
+    TORCHELASTIC_ERROR_FILE and keeps the one given to torchrun for itself, copying a failed
+    rank's report there: RUN/run.json became torch's error report. The rank reads the
+    agent's value from the agent's environment (`_agent_variable`), refuses one inside the
+    run, and unsets its own, so that no report is written for the agent to copy."""
+    from executor import errorfile, launch
+    from pipeplan.errors import BadArgumentError
+
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    mine = tmp_path / "agent-tmp" / "error.json"
+    monkeypatch.setenv(errorfile.ENV, str(mine))  # the agent's, for this rank
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setattr(launch, "_agent_variable", lambda name: str(run / "run.json"))
+    with pytest.raises(BadArgumentError, match="given to torchrun lies inside the run directory"):
+        launch.check_error_file_outside(run)
+    assert errorfile.ENV not in os.environ
+    monkeypatch.setenv(errorfile.ENV, str(mine))
+    monkeypatch.setattr(launch, "_agent_variable", lambda name: str(run / "logs" / "e.json"))
+    launch.check_error_file_outside(run)  # its logs folder: pipeplan run's own place
+    # What a child reads of its parent's environment (the agent's, under torchrun).
+    read = "import sys; from executor.launch import _agent_variable as a; print(a('RT58_X'))"
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {read!r}])"
+    env = {**os.environ, "RT58_X": "given", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "given", done.stderr
