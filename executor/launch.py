@@ -988,13 +988,18 @@ def main(argv: list[str] | None = None) -> None:
         # SIGTERM kills at once again (a rank blocked in a collective would not run a handler
         # until it returned; the agent stops the ranks with it).
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if not args.log_dir:  # torchrun's rank: no launcher of ours tells how it ended
+        # A hand-given --log-dir is torchrun's rank's all the same: `pipeplan run` passes one
+        # too, and only there does a launcher of ours say the rank's line (the fifty-eighth
+        # round: a torchrun rank given --log-dir failed with no line on the console).
+        ours = under_pipeplan_run()
+        if not ours:  # torchrun's rank: no launcher of ours tells how it ended
             stops_reported(rank)
         with exits_raised():  # an `os._exit(0)` in data code is this rank's failure, named
             train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as caught:  # every failure is reported, then the rank exits
         exc = named_silent(caught)  # a collective's timeout names the peer that fell silent
-        if not args.log_dir:  # torchrun's: no launcher of ours names the rank that died
+        ours = under_pipeplan_run()
+        if not ours:  # torchrun's: no launcher of ours names the rank that died
             exc = named_lost(exc)
         said = start_line(exc, rank)
         # Bad input (a run file missing or edited, a diverged run: a PipeplanError) is one
@@ -1006,11 +1011,11 @@ def main(argv: list[str] | None = None) -> None:
         if said is not None:  # its own line, as the CLI's: a start that never trained
             line, code = said
             # Under `pipeplan run` into the rank's log: the launcher says it on the console.
-            pipeplan_log.write_line(line, sys.stderr if args.log_dir else console)
+            pipeplan_log.write_line(line, sys.stderr if ours else console)
         else:
             if args.log_dir or not user:
                 traceback.print_exc()  # into the rank's log (or torchrun's console)
-            if not args.log_dir:  # under torchrun: one line of ours after torch's traceback
+            if not ours:  # under torchrun: one line of ours after torch's traceback
                 pipeplan_log.error(f"rank {rank}: {report.message}", console)
             code = faults.exit_code(report)
         for stream in (sys.stdout, sys.stderr, console):

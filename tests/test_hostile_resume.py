@@ -4654,3 +4654,44 @@ def test_a_torchrun_error_file_given_to_the_agent_inside_the_run_is_refused(tmp_
         [sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.stdout.strip() == "given", done.stderr
+
+
+RANKS_REFUSE = """
+import os
+from executor.data import load_data
+from pipeplan import models
+
+def load(seed=0):
+    if "RANK" in os.environ:  # the rank's load, not the launcher's
+        raise RuntimeError("the ranks' data is gone")
+    return load_data("digits", models.build("vit-digits"), seed=seed)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_torchrun_rank_given_a_log_dir_says_its_failure_on_the_console(tmp_path, capsys):
+    """Found by the fifty-eighth round: torchrun's rank given `--log-dir` by hand wrote its
+    failure's line into its log only (the console had none: exit 1 and torch's summary),
+    as if `pipeplan run`, which passes one too and says the line itself, had started it.
+    Only `pipeplan run`'s rank leaves the line to its launcher."""
+    from pipeplan.fileio import release_directory
+    from pipeplan.spawn import free_port
+
+    (tmp_path / "rt58_refuse.py").write_text(RANKS_REFUSE)
+    argv = ["run", "--model", "vit-digits", "--nproc", "1", "--epochs", "1", "--name", "g"]
+    argv += ["--data", str(tmp_path / "rt58_refuse.py") + ":load", "--prepare-only"]
+    assert cli.main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    run = tmp_path / "runs" / "g"
+    release_directory(run)  # prepared in this process, which holds its lock: the rank takes it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
+    env.pop("PIPEPLAN_LAUNCHER_PID", None)
+    env = {**env, **RANK_ENV, "MASTER_PORT": str(free_port()), "PYTHONPATH": str(ROOT)}
+    logs = tmp_path / "mylogs"
+    command = [sys.executable, "-m", "executor.launch", str(run), "--log-dir", str(logs)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=150)
+    lines = done.stderr.splitlines()
+    assert done.returncode != 0 and len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith("pipeplan: error: rank 0: ") and "data is gone" in lines[0]
+    assert "the ranks' data is gone" in (logs / "rank-0.log").read_text()
