@@ -109,8 +109,8 @@ def check_summary(run_dir: Path, config: RunConfig, records: list) -> None:
         raise InputFileError(
             f"{path}: final_eval_accuracy is {summary.final_eval_accuracy!r}, but "
             f"{records_file} makes it {expected.final_eval_accuracy!r} (epoch "
-            f"{epochs[-1].epoch}'s eval_accuracy; the run wrote summary.json from its records: "
-            "one of the two files was changed since)"
+            f"{epochs[-1].epoch}: eval_accuracy {expected.final_eval_accuracy!r}; the run wrote "
+            "summary.json from its records: one of the two files was changed since)"
         )
     have, want = summary.model_dump(), expected.model_dump()
     phases = [r for r in records if isinstance(r, PhaseRecord)]
