@@ -1566,8 +1566,8 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
 
 
 def _in_package(file: Path, name: str) -> bool:
-    """Whether `file` is of the package `name`'s top-level module is (its folder, or its
-    file for a lone module)."""
+    """Whether `file` is code of the top-level module of the dotted `name`: in its folder (a
+    package), or its file (a lone module)."""
     home = getattr(sys.modules.get(name.partition(".")[0]), "__file__", None)
     if not isinstance(home, str):
         return False
@@ -1754,19 +1754,13 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
     call patches nn.Module.__init__ with a closure that calls the old one: kept. A user's
     `functools.wraps` wrapper copies the name and module, not where its code is; a function
     of torch's own put in another's place (`AdamW.step = SGD.step`) is no closure."""
-    top = sys.modules.get(name.partition(".")[0])
-    home = getattr(top, "__file__", None)
     try:
-        if not home:
-            return False
         if getattr(new, "__wrapped__", None) is not old and "<locals>" not in new.__qualname__:
             return False
         filename = new.__code__.co_filename
     except Exception:  # no function, or a user object whose __getattr__ failed: not torch's
         return False
-    if Path(home).name == "__init__.py":  # a package: its folder
-        home = os.path.dirname(home)
-    return isinstance(filename, str) and (filename == home or filename.startswith(home + os.sep))
+    return isinstance(filename, str) and _in_package(Path(filename), name)
 
 
 # The tables Python's pickle and torch.save write with, besides their functions (held in

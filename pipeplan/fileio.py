@@ -949,8 +949,9 @@ class DirectoryTaken(OutputError):
 
 
 def claim_directory(directory: str | Path) -> Path:
-    """Hold an exclusive lock on `directory` (its `.lock` file) for the life of this process,
-    so two runs, or two resumes, can never share a run directory. OutputError if another
+    """Hold an exclusive lock on `directory` (its `.lock` file) for the life of this process
+    (of an API call: `claims_released`), so two runs, or two resumes, can never share a run
+    directory. OutputError if another
     process holds it. Claiming a directory this process already holds is a no-op (where the
     folder at its path is still the one it holds).
 
@@ -1037,9 +1038,8 @@ def _held(directory: Path) -> tuple[Any, bool] | None:
 @contextmanager
 def claims_released() -> Iterator[None]:
     """The claims (`claim_directory`) this thread makes inside the block are given up as it
-    ends: an API call's, as a command's go when its process ends. Kept for the process's life,
-    a notebook's `run(prepare_only=True)` kept the torchrun it then started from the run, and
-    another thread's call was refused the run long after the first had returned.
+    ends: an API call's, as a command's go when its process ends. Kept for the process's
+    life, another thread's call was refused the run long after the first call had returned.
 
         with claims_released():
             train(run_dir)

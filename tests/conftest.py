@@ -43,12 +43,10 @@ def _claims_end_with_the_test():
     # A command's claims on run directories last its process's life; in the suite a test's end
     # is that end. pytest reuses a passing test's tmp_path, so a claim kept past it would be
     # taken for the next test's own folder at that path.
-    from pipeplan.fileio import held_directories, release_directory
+    from pipeplan.fileio import claims_released
 
-    before = held_directories()
-    yield
-    for directory in held_directories() - before:
-        release_directory(directory)
+    with claims_released():
+        yield
 
 
 @pytest.fixture
