@@ -980,6 +980,10 @@ def main(argv: list[str] | None = None) -> None:
             enter_run(Path(args.run_dir), args.resume, world)
         except PipeplanError as exc:
             refuse_entry(exc, rank, console)
+    # A hand-given --log-dir is torchrun's rank's all the same: `pipeplan run` passes one too,
+    # and only there does a launcher of ours say the rank's line (the fifty-eighth round: a
+    # torchrun rank given --log-dir failed with no line on the console).
+    ours = under_pipeplan_run()
     try:
         # From here Ctrl-C is reported as every failure is (and its traceback goes to the rank's
         # log under `pipeplan run`): a KeyboardInterrupt again, where the top of this module
@@ -988,17 +992,12 @@ def main(argv: list[str] | None = None) -> None:
         # SIGTERM kills at once again (a rank blocked in a collective would not run a handler
         # until it returned; the agent stops the ranks with it).
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        # A hand-given --log-dir is torchrun's rank's all the same: `pipeplan run` passes one
-        # too, and only there does a launcher of ours say the rank's line (the fifty-eighth
-        # round: a torchrun rank given --log-dir failed with no line on the console).
-        ours = under_pipeplan_run()
         if not ours:  # torchrun's rank: no launcher of ours tells how it ended
             stops_reported(rank)
         with exits_raised():  # an `os._exit(0)` in data code is this rank's failure, named
             train_rank(Path(args.run_dir), args.resume, console)
     except BaseException as caught:  # every failure is reported, then the rank exits
         exc = named_silent(caught)  # a collective's timeout names the peer that fell silent
-        ours = under_pipeplan_run()
         if not ours:  # torchrun's: no launcher of ours names the rank that died
             exc = named_lost(exc)
         said = start_line(exc, rank)
