@@ -1397,6 +1397,9 @@ def test_a_failure_after_a_mid_epoch_checkpoints_step_names_both_places_it_can_b
     if later:
         phase = next(r for r in read_records(records) if isinstance(r, PhaseRecord))
         update = {"phase": 1, "start_step": last_step + 1, "resumed": later == "resumed"}
+        # Decided from phase 0's layout, as a run records it (`formats.run._Horizons`).
+        horizon = phase.pricing.horizon.model_copy(update={"previous": phase.layout})
+        update["pricing"] = phase.pricing.model_copy(update={"horizon": horizon})
         with open(records, "a") as out:
             out.write(phase.model_copy(update=update).model_dump_json() + "\n")
     before = records.read_bytes()
@@ -1557,9 +1560,11 @@ def _extended_fit_run(tmp_path: Path, resumed: bool) -> tuple[Path, list[str]]:
 
     run, argv = _readable(tmp_path, "calibrate")
     lines = []
+    before = [s["step_s"] for s in _lines(run) if s["kind"] == "step" and s["phase"] < 2]
     for line in _lines(run):
         if line["kind"] == "phase" and line["phase"] == 2:
-            closed = epoch(0, 0, epoch_s=2.0, accuracy=None, steps=16)
+            # An epoch lasts at least its steps.
+            closed = epoch(0, 0, epoch_s=sum(before) + 1.0, accuracy=None, steps=16)
             lines.append(closed.model_dump(mode="json"))
         if line["kind"] == "phase" and line["phase"] >= 2:
             line = {**line, "start_epoch": 1, "resumed": resumed and line["phase"] == 2}

@@ -1882,9 +1882,10 @@ def _closed_epoch(lines: list[dict]) -> int:
     losses = [s["loss"] for s in steps if s["loss"] is not None]
     frozen = phase["layout"]["frozen_layers"]
     record = dict(kind="epoch", epoch=0, phase=steps[0]["phase"], frozen_layers=frozen)
-    record |= dict(steps=len(steps), epoch_s=1.0, eval_accuracy=None)
+    epoch_s = sum(s["step_s"] for s in steps) + 1.0  # an epoch lasts at least its steps
+    record |= dict(steps=len(steps), epoch_s=epoch_s, eval_accuracy=None)
     record["train_loss"] = sum(losses) / len(losses) if losses else None
-    record["samples_per_s"] = len(steps) * _global_batch(phase) / 1.0
+    record["samples_per_s"] = len(steps) * _global_batch(phase) / epoch_s
     layers = phase["layout"]["boundaries"][-1]
     record["grad_norms"] = {str(layer): 0.5 for layer in range(frozen, layers)}
     lines.append(record)
@@ -1991,6 +1992,117 @@ def test_a_cached_phase_solved_without_the_cache_is_refused(tmp_path, capsys):
     _rewrite(run, lines)
     fragment = "phase 1: layout.cached true, but pricing.horizon.cache is false"
     refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
+
+
+# 1 rank, 3 epochs of 3 steps, frozen 0, 3, 5: phases 0, 1, 2 at lines 1, 6 and 11, each
+# solved over the epochs left from the layout before it; checkpoints at each epoch's end.
+HORIZONS = ["--model", "vit-digits", "--nproc", "1", "--epochs", "3", "--freeze", "0,3,5"]
+HORIZONS += ["--max-steps-per-epoch", "3", "--checkpoint-every", "3"]
+
+
+@pytest.fixture(scope="module")
+def horizons_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("horizons")
+    assert cli.main(["run", *HORIZONS, "--name", "h", "--runs-dir", str(root)]) == 0
+    return root / "h"
+
+
+def _resumed_at_step_6(run: Path, tmp_path: Path, *flags: str) -> Path:
+    """A copy of `horizons_run` as a kill after checkpoint step-6 leaves it, resumed to its
+    end with `flags`: phase 3 (line 12) is entered by the resume."""
+    cut = copy_run(run, tmp_path)
+    for done in (cut / "checkpoints" / "step-9", cut / "model"):
+        shutil.rmtree(done)
+    (cut / "summary.json").unlink()
+    (cut / "checkpoints" / "latest").write_text("step-6\n")
+    assert cli.main(["run", "--resume", str(cut), *flags]) == 0
+    return cut
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("flags", [(), ("--epochs", "4"), ("--nproc", "2")])
+def test_the_horizons_of_a_resumed_run_are_read(horizons_run, tmp_path, flags):
+    """The horizons a resume records pass: a phase continued as its checkpoint's (same ranks,
+    also with more epochs: its predecessor's horizon copied) and one planned afresh (other
+    ranks: from no layout). A check of horizons that refused them would refuse real runs."""
+    run = _resumed_at_step_6(horizons_run, tmp_path, *flags)
+    phases = [line for line in _lines(run) if line["kind"] == "phase"]
+    assert [p["resumed"] for p in phases] == [False, False, False, True]
+    assert cli.main(["report", str(run)]) == 0
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "line, field, value, fragment",
+    [
+        (1, "samples", 64000, "run.jsonl:1: phase 0: pricing.horizon.samples 64000 (1000 steps"),
+        (6, "samples", 64000, "run.jsonl:6: phase 1: pricing.horizon.samples 64000 (1000 steps"),
+        (6, "samples", 100, "run.jsonl:6: phase 1: pricing.horizon.samples 100 is not whole"),
+        (1, "epochs", 9, "run.jsonl:1: phase 0: pricing.horizon.epochs 9 from epoch 0 ends"),
+        (6, "epochs", 9, "run.jsonl:6: phase 1: pricing.horizon.epochs 9 from epoch 1 ends"),
+        (11, "epochs", 3, "run.jsonl:11: phase 2: pricing.horizon.epochs 3 from epoch 2 ends"),
+        (6, "previous", None, "run.jsonl:6: phase 1: pricing.horizon.previous is null"),
+        (6, "previous", "M=5", "run.jsonl:6: phase 1: pricing.horizon.previous is 1x1 M=5"),
+        (1, "previous", "M=1", "it is the run's first phase: no layout is before it"),
+        (11, "previous", "frozen 0", "previous is 1x1 M=1 1f1b, but the phase before it, phase 1"),
+        (6, "previous", "frozen 2", "1f1b with frozen_layers 2, but the phase before it, phase 0"),
+        (1, "cache", False, "run.jsonl:1: phase 0: pricing.horizon.cache false, but phase 1"),
+    ],
+    ids=lambda value: str(value),
+)
+def test_a_horizon_that_contradicts_its_run_is_refused(
+    horizons_run, tmp_path, capsys, line, field, value, fragment
+):
+    """Found by the fifty-eighth round: a phase record's `pricing.horizon` was held to nothing
+    but its layout's cache. 64000 samples an epoch in a run of 192 made `report --baseline`
+    find "epochs of 12, 1000 steps" and worded a failure's step; 9 epochs in a 3-epoch run, and
+    a previous layout the run never ran, were reported and calibrated from (exit 0). Each is
+    refused on its own line, naming the field, for report and calibrate alike."""
+    run = copy_run(horizons_run, tmp_path)
+    lines = _lines(run)
+    horizon = lines[line - 1]["pricing"]["horizon"]
+    before = next(p for p in lines if p["kind"] == "phase")["layout"]
+    if value == "M=5":
+        value = {**horizon["previous"], "micro_batches": 5}
+    elif value in ("M=1", "frozen 0"):
+        value = before  # phase 0's layout, which froze 0 layers
+    elif value == "frozen 2":
+        value = {**before, "frozen_layers": 2}  # its shape, another freeze point
+    horizon[field] = value
+    _rewrite(run, lines)
+    refused(["report", str(run)], tmp_path, capsys, fragment)
+    argv = ["calibrate", str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "c.json")]
+    refused(argv, tmp_path, capsys, fragment)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("edited", ["the epoch", "its steps"])
+def test_an_epoch_shorter_than_its_steps_is_refused(horizons_run, tmp_path, capsys, edited):
+    """Found by the fifty-eighth round: an epoch's time was held to nothing but its own rate.
+    Epoch 0 of 3 steps of 0.4 s "took" 1.6 ms (epoch_s and samples_per_s edited alike) and
+    was reported at 1000 times its rate; the converse, its steps' times scaled up 1000 times
+    (each rank's parts, step_s and samples_per_s alike), was calibrated from. Both are
+    refused on the epoch's line."""
+    run = copy_run(horizons_run, tmp_path)
+    lines = _lines(run)
+    i = next(i for i, line in enumerate(lines) if line["kind"] == "epoch")
+    if edited == "the epoch":
+        lines[i]["epoch_s"] /= 1000
+        lines[i]["samples_per_s"] *= 1000
+    else:
+        for line in _steps(lines[:i]):
+            for rank in line["ranks"]:
+                for field in ("step_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s"):
+                    rank[field] *= 1000
+                rank["input_s"] *= 1000
+            line["step_s"] *= 1000
+            line["samples_per_s"] /= 1000
+    _rewrite(run, lines)
+    fragment = f"run.jsonl:{i + 1}: epoch 0: epoch_s "
+    refused(["report", str(run)], tmp_path, capsys, (fragment, "an epoch lasts at least its steps"))
+    argv = ["calibrate", str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "c.json")]
+    refused(argv, tmp_path, capsys, fragment)
 
 
 @pytest.mark.parametrize(

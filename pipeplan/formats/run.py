@@ -1068,6 +1068,7 @@ def check_records(
     closed: list[tuple[EpochRecord, PhaseRecord, list[StepRecord], str]] = []  # likewise
     attempts: list[int] = []  # each closed epoch's run attempt (`_ForecastEpochs`)
     attempt = 0  # phases entered by --resume so far
+    horizons = _Horizons()
     places = _Places(where, len(records), lines)
     if config is not None:
         # First: a phase's cluster edited to another world is named on its own line, not as
@@ -1090,6 +1091,7 @@ def check_records(
             phases[record.phase] = current = record
             current_at = at
             attempt += record.resumed
+            horizons.phase(record, attempt, at)
             continue
         phase = phases.get(record.phase)
         if phase is None:
@@ -1112,8 +1114,10 @@ def check_records(
         else:
             closed.append((record, current, sequence.closes(record, current, at), at))
             attempts.append(attempt)
+            horizons.epoch(record, current.layout.global_batch, at)
     if config is not None:
         check_against_config(records, config, where)
+    horizons.check(config, attempt)
     # After the phases' global batch is held to run.json's: a phase of another batch is named
     # as that, not as each of its steps' rates; and a step's 10**9 cache hits as more than
     # run.json's batch, not as hits in an uncached phase. (Each step's phase is the latest
@@ -1132,6 +1136,169 @@ def check_records(
         priced.check(epoch, made_by, at)
         if config is not None and epoch.forecast is not None:
             _check_continuations(epoch, epoch.forecast, config, at)
+
+
+class _Horizons:
+    """Each solved phase's `pricing.horizon` is what the run weighed when it decided it
+    (`executor.worker.Worker.plan_phase`): the samples of an epoch (whole global batches, the
+    steps its epoch records count), the epochs left of the attempt that decided it (a run
+    attempt as `_ForecastEpochs` counts them), the layout of the phase before it (or none:
+    the first phase, a resume onto other ranks), and whether the run reads the cache (one
+    answer a run). A phase taken from a plan file has none (a solved phase without one is
+    held to nothing: its epochs say their length). A phase a resume continues
+    (`Worker.kept_phase`: its predecessor's decision copied whole) is its predecessor's and
+    is held to nothing more. An edited horizon was reported (a run "of 12, 1000 steps" an
+    epoch) and worded a failure's step (the fifty-eighth round). Each is blamed on its own
+    phase where the epochs or run.json tell which; else both phases are named.
+
+        horizons = _Horizons()
+        horizons.phase(record, attempt, "run.jsonl:1")   # each phase record in turn
+        horizons.epoch(record, 64, "run.jsonl:6")        # each epoch record, its batch
+        horizons.check(config, attempt)                  # then (config: run.json, or None)
+    """
+
+    def __init__(self) -> None:
+        self.before: PhaseRecord | None = None  # the phase record before
+        self.priced: list[tuple[PhaseRecord, int, bool, str]] = []  # (phase, attempt, kept, at)
+        self.length: tuple[int, str] | None = None  # an epoch's samples, and which epoch said
+
+    def phase(self, record: PhaseRecord, attempt: int, at: str) -> None:
+        before, self.before = self.before, record
+        horizon = record.pricing.horizon
+        if horizon is None:
+            return
+        name = f"phase {record.phase}"
+        if record.pricing.source == "plan":
+            raise InputFileError(
+                f"{at}: {name}: pricing.horizon given, but pricing.source is 'plan': a phase "
+                "taken from a plan file weighed nothing of the run"
+            )
+        batch = record.layout.global_batch
+        if horizon.samples % batch:
+            raise InputFileError(
+                f"{at}: {name}: pricing.horizon.samples {horizon.samples} is not whole global "
+                f"batches of its layout's {batch}: an epoch trains whole steps"
+            )
+        kept = (
+            record.resumed
+            and before is not None
+            and (record.layout, record.pricing) == (before.layout, before.pricing)
+        )
+        self.priced.append((record, attempt, kept, at))
+        if kept:
+            return
+        previous = before.layout if before is not None else None
+        if horizon.previous is None and before is not None and not record.resumed:
+            raise InputFileError(
+                f"{at}: {name}: pricing.horizon.previous is null, but it follows phase "
+                f"{before.phase} ({before.layout.label()}): a phase weighs moving from the "
+                "layout it follows"
+            )
+        said = horizon.previous
+        if said is not None and said != previous:
+            told, ran = said.label(), previous and previous.label()
+            if previous is not None and told == ran:  # the same shape: name the field
+                fields = Layout.model_fields
+                field = next(f for f in fields if getattr(said, f) != getattr(previous, f))
+                told = f"{told} with {field} {getattr(said, field)}"
+                ran = f"{ran} with {field} {getattr(previous, field)}"
+            was = (
+                "it is the run's first phase: no layout is before it"
+                if before is None
+                else f"the phase before it, phase {before.phase}, ran {ran}"
+            )
+            raise InputFileError(
+                f"{at}: {name}: pricing.horizon.previous is {told}, but {was}: a phase weighs "
+                "moving from the layout it follows"
+            )
+
+    def epoch(self, record: EpochRecord, batch: int, at: str) -> None:
+        if self.length is None:
+            self.length = (record.steps * batch, f"epoch {record.epoch} ({at}) ran")
+
+    def check(self, config: RunConfig | None, last: int) -> None:
+        self._samples()
+        self._cache()
+        if config is not None:
+            self._ends_against(config.epochs, last)
+        ends: dict[int, tuple[int, str]] = {}  # each attempt's end, as its first phase said it
+        for record, attempt, kept, at in self.priced:
+            end, exact = _end(record)
+            said = ends.get(attempt)
+            if kept:  # its predecessor's horizon, of the attempt before
+                continue
+            if not exact:  # a bound: the end can lie before it
+                if said is None or end >= said[0]:
+                    continue
+            elif said is None:
+                ends[attempt] = (end, f"phase {record.phase} ({at})")
+                continue
+            elif end == said[0]:
+                continue
+            raise InputFileError(
+                f"{at}: phase {record.phase}: pricing.horizon.epochs "
+                f"{record.pricing.horizon.epochs} from epoch {record.start_epoch} ends the run "
+                f"{_ending(end, exact)}, but {said[1]} ends it {_ending(said[0], True)}: a "
+                "run's phases are priced to one end (only a resume moves it)"
+            )
+
+    def _samples(self) -> None:
+        for record, _, _, at in self.priced:
+            samples = record.pricing.horizon.samples
+            told = self.length or (samples, f"phase {record.phase} ({at}) has")
+            self.length = told
+            if samples != told[0]:
+                batch = record.layout.global_batch
+                raise InputFileError(
+                    f"{at}: phase {record.phase}: pricing.horizon.samples {samples} ("
+                    f"{samples // batch} steps of {batch}), but {told[1]} {told[0] // batch} "
+                    f"steps ({told[0]} samples): a run's epochs are of one length"
+                )
+
+    def _cache(self) -> None:
+        # A cached phase's horizon said true (`_check_phase_config`): it tells the run's answer.
+        told = next((p for p in self.priced if p[0].layout.cached), None)
+        told = told or (self.priced[0] if self.priced else None)
+        for record, _, _, at in self.priced:
+            value, was = record.pricing.horizon.cache, told[0].pricing.horizon.cache
+            if value != was:
+                raise InputFileError(
+                    f"{at}: phase {record.phase}: pricing.horizon.cache {str(value).lower()}, "
+                    f"but phase {told[0].phase} ({told[3]}) has {str(was).lower()}: a run reads "
+                    "the cache or not throughout"
+                )
+
+    def _ends_against(self, epochs: int, last: int) -> None:
+        """The ends agree with run.json's epochs as `_ForecastEpochs` holds a forecast's."""
+        for record, attempt, kept, at in self.priced:
+            end, exact = _end(record)
+            if kept:
+                continue
+            if attempt == last == 0 and (end != epochs if exact else end < epochs):
+                why = "a run's phases are priced over its epochs"
+            elif attempt < last and exact and end > epochs:
+                why = "a run before a resume had no more epochs than run.json has since"
+            elif attempt == last and end < epochs:
+                why = "the latest resume runs at least the epochs run.json has"
+            else:
+                continue
+            raise InputFileError(
+                f"{at}: phase {record.phase}: pricing.horizon.epochs "
+                f"{record.pricing.horizon.epochs} from epoch {record.start_epoch} ends the run "
+                f"{_ending(end, exact)}, but run.json says epochs {epochs}: {why}"
+            )
+
+
+def _end(record: PhaseRecord) -> tuple[int, bool]:
+    """Where a solved phase's horizon ends its run: (the epoch after its last, exact). It is
+    priced over max(1, end - start) epochs, so one epoch tells only a bound."""
+    epochs = record.pricing.horizon.epochs
+    return record.start_epoch + epochs, epochs > 1
+
+
+def _ending(end: int, exact: bool) -> str:
+    """`_ending(3, True)` → "with epoch 2": the last epoch a horizon prices."""
+    return f"with epoch {end - 1}" + ("" if exact else " at the latest")
 
 
 def _check_order(
@@ -1535,10 +1702,30 @@ def check_epoch(
             f"{epoch.steps} steps x {batch} samples in epoch_s {epoch.epoch_s!r} is "
             f"{expected:.6g}"
         )
+    _check_epoch_time(epoch, steps, where)
     _check_train_loss(epoch, steps, where)
     _check_grad_norms(epoch, phase, where)
     if epoch.forecast is not None:
         _check_forecast(epoch, epoch.forecast, phase, where, finished)
+
+
+# The least share of its steps' times an epoch's may be. The epoch's clock runs on rank 0
+# through every step (a mid-epoch resume adds the recorded times of the steps before it), and
+# a step's time is its slowest rank's, each rank's steps closed by one collective: apart only
+# by how far the ranks leave that collective apart (1.00 to 1.12 observed on CPU). Half leaves
+# room for clocks on many nodes and refuses times scaled by hand (an epoch "of 5.5 ms" over
+# steps of 0.4 s was reported at 138,796 samples/s: the fifty-eighth round).
+EPOCH_TIME_FLOOR = 0.5
+
+
+def _check_epoch_time(epoch: EpochRecord, steps: list[StepRecord], where: str) -> None:
+    stepped = math.fsum(s.step_s for s in steps)
+    if epoch.epoch_s < EPOCH_TIME_FLOOR * stepped:
+        raise InputFileError(
+            f"{where}: epoch {epoch.epoch}: epoch_s {epoch.epoch_s!r}, but its "
+            f"{len(steps)} steps took {stepped:.6g} s (their step_s): an epoch lasts at least "
+            "its steps"
+        )
 
 
 # How far train_loss may be from the mean of the steps' losses, relatively: the executor takes
