@@ -865,11 +865,12 @@ def _read(encoder: _Encoder, texts: list[str]) -> tuple[torch.Tensor, list[int]]
         ids, short = _read(encoder, ["good film", " " * 2000 + "good film"])   # short: []
     """
     reach = CHARS_PER_TOKEN * encoder.length
-    ids, used = encoder([_window(text, reach) for text in texts])
+    breaks = encoder.breaks
+    ids, used = encoder([_window(text, reach, breaks) for text in texts])
     short = [i for i, n in enumerate(used) if n < encoder.length and len(texts[i]) > reach]
     while short and reach < MAX_READ_GROWTH * CHARS_PER_TOKEN * encoder.length:
         reach *= 2
-        again, used = encoder([_window(texts[i], reach) for i in short])
+        again, used = encoder([_window(texts[i], reach, breaks) for i in short])
         ids[short] = again
         short = [
             i
@@ -879,20 +880,22 @@ def _read(encoder: _Encoder, texts: list[str]) -> tuple[torch.Tensor, list[int]]
     return ids, short
 
 
-def _window(text: str, reach: int) -> str:
+def _window(text: str, reach: int, breaks: re.Pattern | None = None) -> str:
     """`text` cut to at most `reach` characters, before the word the cut would split: a word cut
     short is another token ("go" where the text says "good"), which the exported tokenizer,
     reading the text whole, never gives, and the run trained on it where it filled the last
-    token (the fifty-third round: held-out accuracy 50 %, the export's 100 %). Every tokenizer
-    pipeplan loads splits words at whitespace first, so the tokens before it are the whole
-    text's. A window with no space, tab or line end is cut where it ends: one word of `reach`
-    characters.
+    token (the fifty-third round: held-out accuracy 50 %, the export's 100 %). The tokenizer
+    splits words at whitespace first (`breaks`: the last of the characters it ends a word at,
+    `word_breaks`; the whitespace every tokenizer splits at when not given), so the tokens
+    before it are the whole text's. A window with no such character is cut where it ends:
+    one word of `reach` characters.
 
         _window("aaa good film", 6)   # "aaa"
     """
     if len(text) <= reach:
         return text
-    last = _LAST_SPACE.search(text, 0, reach + 1)  # a space at `reach` itself ends a word too
+    # A break at `reach` itself ends a word too.
+    last = (breaks or _LAST_SPACE).search(text, 0, reach + 1)
     return text[: last.start()] if last is not None and last.start() > 0 else text[:reach]
 
 
@@ -908,6 +911,40 @@ _SPACES = " \t\n\r\u2028\u2029" + "".join(
     c for c in map(chr, range(0x80, 0x3001)) if unicodedata.category(c) == "Zs"
 )
 _LAST_SPACE = re.compile(f"[{_SPACES}](?=[^{_SPACES}]*\\Z)")
+# What may end a word for some tokenizer: Python's whitespace (\s: the controls \x1c-\x1f,
+# \x0b, \x0c and \x85 among it) and Unicode's spaces and separators.
+_MAYBE_BREAKS = "".join(
+    c for c in map(chr, range(0x3001)) if c.isspace() or unicodedata.category(c) == "Zs"
+)
+
+
+def word_breaks(tok: Any) -> re.Pattern:
+    """What `_window` cuts at for `tok`: the last of the characters its own normalizer and
+    pre-tokenizer end a word at, asked of them ("a" is a word of "a\x0cb": ended there).
+    Byte-level BPE splits at \x0b, \x0c, \x1c-\x1f and \x85, which BERT's normalizer deletes
+    ("good\x1fday" is "goodday" to it): no one set is right for both, and a window cut at the
+    characters both split at alone cut "good" to "go" for byte-level BPE where those joined
+    its words (the fifty-eighth round). A tokenizer with no pre-tokenizer of the `tokenizers`
+    library to ask (a slow one) takes `_LAST_SPACE`.
+
+        word_breaks(gpt2_tokenizer).search("a\x0cgood", 0, 4)   # matches at 1
+    """
+    backend = getattr(tok, "backend_tokenizer", None)
+    pre = getattr(backend, "pre_tokenizer", None)
+    if pre is None:
+        return _LAST_SPACE
+    normalizer = backend.normalizer
+
+    def words(text: str) -> list[str]:
+        text = normalizer.normalize_str(text) if normalizer is not None else text
+        return [word for word, _ in pre.pre_tokenize_str(text)]
+
+    alone = words("a")
+    found = "".join(c for c in _MAYBE_BREAKS if (w := words(f"a{c}b"))[:1] == alone and len(w) > 1)
+    if not found:
+        return re.compile(r"(?!)")  # nothing: cut where the window ends
+    found = re.escape(found)
+    return re.compile(f"[{found}](?=[^{found}]*\\Z)")
 
 
 def _warn_read_short(first: str, count: int, length: int) -> None:
@@ -955,6 +992,7 @@ class _Encoder:
 
     def __init__(self, tok: Any, length: int, directory: Path, data: str) -> None:
         self.tok, self.length, self.directory, self.data = tok, length, directory, data
+        self.breaks = word_breaks(tok)  # what `_window` cuts at
         self.size = FIRST_CHUNK  # the next chunk's texts at most
         self.pace = 0.0  # the last chunk's seconds a character (0: none timed yet)
         # Seconds, characters and texts timed since the pace was last judged.

@@ -1721,6 +1721,39 @@ def test_a_word_the_read_window_would_cut_is_read_whole(tmp_path, joint):
     assert whole["input_ids"][0][14] == words.index(token) and short == []
 
 
+@pytest.mark.parametrize("joint", [" ", "\x0c", "\x0b", "\x1c", "\x1f", "\x85", "\u2028", "\xa0"])
+def test_a_byte_level_window_is_cut_where_byte_level_bpe_splits(tmp_path, joint):
+    """Found by the fifty-eighth round: byte-level BPE (GPT-2's, RoBERTa's) splits words at
+    \x0b, \x0c, \x1c-\x1f and \x85, which BERT's normalizer deletes; the window cut only at
+    the characters both split at, so words joined by those alone were cut inside one: "go"
+    where the whole text gives "good". The window now cuts where the tokenizer's own
+    normalizer and pre-tokenizer end a word: the ids are the whole text's, for each joint."""
+    import tokenizers
+    import transformers
+    from tokenizers import decoders, pre_tokenizers, trainers
+
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=None))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<pad>"], initial_alphabet=alphabet, show_progress=False
+    )
+    # Trained on texts like the test's: each long word and each joint is one token.
+    words = ["z" * 145] * 6 + ["q" * 144, "good", "day film great movie bad goodday"]
+    bpe.train_from_iterator([joint + joint.join(words)] * 50, trainer)
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>")
+    # 1,021 characters of unknown words, then "good" straddling character 1,024.
+    prefix = joint + joint.join(["z" * 145] * 6 + ["q" * 144]) + joint
+    texts = [prefix + word + joint + "day film great movie" for word in ("good", "bad")]
+    ids, short = text_files._read(text_files._Encoder(tok, 16, tmp_path, "d.jsonl"), texts)
+    whole = tok(texts, padding="max_length", truncation=True, max_length=16)
+    padding = ids == models.PADDING
+    assert ids.masked_fill(padding, tok.pad_token_id).tolist() == whole["input_ids"]
+    cut = tok([t[:1024] for t in texts], padding="max_length", truncation=True, max_length=16)
+    assert cut["input_ids"] != whole["input_ids"] and short == []  # a cut there would differ
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
 def test_a_text_short_of_the_length_after_the_most_read_is_said(made, tmp_path, capsys, suffix):
     """Found by the twenty-seventh round: texts whose first 64 characters a token held no token
