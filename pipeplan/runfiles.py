@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pipeplan.costmodel import check_priced_clusters
-from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError
+from pipeplan.errors import BadArgumentError, InputFileError, PipeplanError, quoted
 from pipeplan.fileio import check_distinct
 from pipeplan.formats import (
     STEP_RECORDS,
@@ -35,6 +35,7 @@ from pipeplan.formats import (
 )
 from pipeplan.formats.base import MAX_FILE_BYTES, check_json, file_state, open_input
 from pipeplan.formats.metrics import check_eval_metrics
+from pipeplan.freeze import continuations
 
 
 def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> None:
@@ -63,6 +64,51 @@ def check_run_files(run_dir: str | Path, config: RunConfig, records: list) -> No
     # schedule edited in run.jsonl is one the checkpoint was not taken in).
     check_eval_metrics(run_dir, records)
     check_summary(run_dir, config, records)
+    check_forecast_schedules(run_dir, config, records)
+
+
+def check_forecast_schedules(run_dir: Path, config: RunConfig, records: list) -> None:
+    """Each epoch's forecast prices the schedules `pipeplan.freeze.continuations` gives after
+    the epochs so far, under run.json's --freeze, --alpha and list, as the run computed them
+    (`executor.worker.Worker.forecast`): a `--freeze 0,3,5` run's forecast of 0, 4, 6 was
+    reported as where the run was heading (the fifty-eighth round). Its speedups are not
+    priced again here: each case is a whole preview, seconds a run of many epochs.
+
+        check_forecast_schedules(Path("runs/r1"), config, records)
+    """
+    finished: list[int] = []
+    layers = 0
+    for line, record in enumerate(records, start=1):
+        if isinstance(record, PhaseRecord):
+            layers = record.layout.boundaries[-1]
+        if not isinstance(record, EpochRecord):
+            continue
+        finished.append(record.frozen_layers)
+        if record.forecast is None:
+            continue
+        cases, where = record.forecast.cases, f"{run_dir / 'run.jsonl'}:{line}"
+        try:
+            expected = continuations(
+                config.freeze,
+                config.alpha,
+                list(config.freeze_list or []),
+                layers - 2,
+                finished,
+                len(cases[0].frozen_layers),
+            )
+        except (PipeplanError, ValueError) as exc:
+            raise InputFileError(
+                f"{where}: epoch {record.epoch}: the epochs so far continue as no schedule "
+                f"under freeze {config.freeze}: {exc}"
+            ) from None
+        for number, (case, (name, schedule)) in enumerate(zip(cases, expected, strict=True)):
+            if case.frozen_layers != schedule.frozen_layers:
+                raise InputFileError(
+                    f"{where}: epoch {record.epoch}: forecast.cases[{number}].frozen_layers "
+                    f"{quoted(case.frozen_layers, 40)}, but {name} under freeze "
+                    f"{config.freeze} continues the epochs so far as "
+                    f"{quoted(schedule.frozen_layers, 40)}"
+                )
 
 
 # A summary.json float and the one its records make again: the same computation on the same

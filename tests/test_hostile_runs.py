@@ -2077,6 +2077,35 @@ def test_a_horizon_that_contradicts_its_run_is_refused(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "field, value, fragment",
+    [
+        ("frozen_layers", [0, 4, 6], "[0, 4, 6], but schedule under freeze list continues the"),
+        ("frozen_layers", [0, 3, 3], "[0, 3, 3], but schedule under freeze list continues the"),
+        ("speedup", 5e-324, "speedup': 5e-324 is no ratio of two totals"),
+        ("speedup", 0.0, "forecast.cases.0.speedup': Input should be greater than 0"),
+    ],
+    ids=["another list", "no further freezing", "subnormal", "zero"],
+)
+def test_a_forecast_the_run_never_made_is_refused(
+    horizons_run, tmp_path, capsys, field, value, fragment
+):
+    """Found by the fifty-eighth round: epoch 0's forecast of a `--freeze 0,3,5` run, edited
+    to price 0, 4, 6 (a list the run never had), and speedups of 5e-324 ("0.00×") and 0, were
+    reported and calibrated from. The schedules are the continuations run.json's --freeze
+    gives after the epochs so far; a speedup is a normal positive ratio."""
+    run = copy_run(horizons_run, tmp_path)
+    lines = _lines(run)
+    i = next(i for i, line in enumerate(lines) if line["kind"] == "epoch")
+    assert lines[i]["forecast"]["cases"][0]["frozen_layers"] == [0, 3, 5]
+    lines[i]["forecast"]["cases"][0][field] = value
+    _rewrite(run, lines)
+    refused(["report", str(run)], tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
+    argv = ["calibrate", str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "c.json")]
+    refused(argv, tmp_path, capsys, fragment)
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("edited", ["the epoch", "its steps"])
 def test_an_epoch_shorter_than_its_steps_is_refused(horizons_run, tmp_path, capsys, edited):
     """Found by the fifty-eighth round: an epoch's time was held to nothing but its own rate.

@@ -14,6 +14,7 @@ import logging
 import math
 import re
 import struct
+import sys
 import time
 from array import array
 from collections import Counter
@@ -605,6 +606,12 @@ class StepRecord(Strict):
 Continuation = Literal["schedule", "no-further-freezing", "alpha-bound"]
 
 
+def _normal_ratio(value: float) -> float:
+    if value < sys.float_info.min or not math.isfinite(value):
+        raise ValueError(f"{value!r} is no ratio of two totals (0 < speedup, finite, normal)")
+    return value
+
+
 class ForecastCase(Strict):
     continuation: Continuation = Field(
         description="schedule: the rest of a schedule decided without gradients (none, list, "
@@ -615,7 +622,9 @@ class ForecastCase(Strict):
         description="The schedule priced, per epoch of the whole run: the finished epochs' "
         "frozen layers, then the continuation."
     )
-    speedup: NonNegFloat = Field(
+    # A ratio of two positive totals, rounded to 9 digits: never 0 nor subnormal (5e-324 was
+    # reported as "0.00×", the fifty-eighth round).
+    speedup: Annotated[float, Field(gt=0.0), AfterValidator(_normal_ratio)] = Field(
         description="End-to-end speedup of that schedule's elastic plan over the best static "
         "plan: `make_preview(...).predicted_speedup`."
     )
