@@ -202,9 +202,13 @@ def observe(
         config, records = load_run(run_dir, profile, training)
         steps = [r for r in records if isinstance(r, STEP_RECORDS)]
         first = ""  # why the run's first step that is no measurement was left out
+        filling = ""  # the run's first phase with steps left out as filling the cache
         for phase in (r for r in records if isinstance(r, PhaseRecord)):
             model = CostModel(base, phase.pricing.cluster)
-            settled = [s for s in steps if s.phase == phase.phase and steady_step(s, phase, config)]
+            own = [s for s in steps if s.phase == phase.phase]
+            settled = [s for s in own if steady_step(s, phase, config)]
+            if len(settled) < len(own) and not filling:
+                filling = f"phase {phase.phase}: {len(own) - len(settled)} of its {len(own)}"
             # A step measured at zero time on a rank that computes is not a measurement.
             after_warmup = settled[WARMUP_STEPS_PER_PHASE:]
             reasons = [unmeasured(s) for s in after_warmup]
@@ -237,6 +241,14 @@ def observe(
                 f"{run_dir}: no phase with enough steps to fit: a phase needs "
                 f"{WARMUP_STEPS_PER_PHASE + MIN_STEADY_STEPS} steps ({WARMUP_STEPS_PER_PHASE} "
                 f"warm-up, {MIN_STEADY_STEPS} measured)"
+                # Left out in silence, a phase of 12 cache-filling steps read as too short
+                # (the fifty-ninth round).
+                + (
+                    ", and steps that still fill the activation cache (computing the frozen "
+                    f"prefix) are left out ({filling})"
+                    if filling
+                    else ""
+                )
                 + (
                     f", and steps that are no measurements are left out, the first {first}"
                     if first

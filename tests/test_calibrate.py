@@ -753,6 +753,29 @@ def test_a_phase_whose_steps_are_no_measurements_is_said_left_out(tmp_path, prof
     assert said + "the first step 26: rank 0's parts" in caplog.text, caplog.text
 
 
+def test_a_run_whose_steps_all_fill_the_cache_says_so(tmp_path, profile, capsys):
+    """Found by the fifty-ninth round: a cached phase of 8 steps, every one still filling the
+    cache (no step read its whole batch from it), was refused as "a phase needs 5 steps",
+    which read as a phase too short. The line says the steps were left out as filling the
+    cache, naming the phase and how many."""
+    write_run(tmp_path / "run", profile, phases=[Phase(5, 1, 2, 1, "1f1b", (0, 10), cached=True)])
+    path = tmp_path / "run" / "run.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        if line["kind"] == "step":
+            line["cache_hits"] = 0  # the phase's first epoch: the cache starts empty
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "fitted.json"
+    argv = ["calibrate", str(tmp_path / "run"), "--profile", str(PROFILE_PATH), "--out", str(out)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not out.exists(), err
+    assert (
+        "and steps that still fill the activation cache (computing the frozen prefix) are " in err
+    )
+    assert "left out (phase 0: 8 of its 8)" in err, err
+
+
 def test_runs_faster_than_any_scale_calibrate_fits_are_refused(tmp_path, profile, capsys):
     """Found by the fifty-seventh round: runs 10^4 times faster than the profile were
     "fitted" at exit 0 with every compute scale on its floor (0.001) and a step-time error of

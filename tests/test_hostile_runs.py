@@ -2106,6 +2106,20 @@ def test_a_forecast_the_run_never_made_is_refused(
 
 
 @pytest.mark.timeout(120)
+def test_a_placed_rank_recorded_idle_is_refused(horizons_run, tmp_path, capsys):
+    """Found by the fifty-ninth round: a rank of the phase's rank map recorded with no stage
+    and replica (idle) was accepted; report showed its stage unmeasured and calibrate fitted
+    without it. A rank the rank map places records its place."""
+    run = copy_run(horizons_run, tmp_path)
+    lines = _lines(run)
+    i = next(i for i, line in enumerate(lines) if line["kind"] == "step")
+    lines[i]["ranks"][0] |= {"stage": None, "replica": None}
+    _rewrite(run, lines)
+    fragment = f"run.jsonl:{i + 1}: step 0: rank 0 records no stage, but the phase's rank map "
+    refused(["report", str(run)], tmp_path, capsys, (fragment, "makes it stage 0 of replica 0"))
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("edited", ["the epoch", "its steps"])
 def test_an_epoch_shorter_than_its_steps_is_refused(horizons_run, tmp_path, capsys, edited):
     """Found by the fifty-eighth round: an epoch's time was held to nothing but its own rate.

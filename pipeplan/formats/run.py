@@ -1632,6 +1632,19 @@ def _check_ranks(
                 "but no replica or the reverse"
             )
         if stage is None:
+            placed = next(
+                (
+                    (r, row.index(times.rank))
+                    for r, row in enumerate(layout.rank_map)
+                    if times.rank in row
+                ),
+                None,
+            )
+            if placed is not None:  # stage 1's measurements read as none (fifty-ninth round)
+                raise InputFileError(
+                    f"{where}: step {step.step}: rank {times.rank} records no stage, but the "
+                    f"phase's rank map makes it stage {placed[1]} of replica {placed[0]}"
+                )
             continue
         if stage >= layout.num_stages or replica >= layout.replicas:
             raise InputFileError(
