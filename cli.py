@@ -1151,7 +1151,7 @@ def _run_exit_callbacks(code: int) -> None:
     by the thirty-eighth, one that called `os._exit(3)` ended `pipeplan run` with status 3.
     `--debug` keeps Python's traceback."""
     warn = logging.getLogger("pipeplan.cli").warning
-    run_exit_callbacks((lambda line: warn("%s", line)) if code == 0 else None, _debug["on"])
+    run_exit_callbacks((lambda line: warn("%s", line)) if code == 0 else None, _debug["on"], code)
 
 
 if __name__ == "__main__":

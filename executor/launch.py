@@ -1054,7 +1054,7 @@ def exit_without_teardown(code: int, console: TextIO, rank: int, debug: bool = F
     def say(line: str) -> None:
         pipeplan_log.write_line(f"pipeplan: rank {rank}: WARNING: {line}")
 
-    run_exit_callbacks(say, traced=debug)
+    run_exit_callbacks(say, traced=debug, status=code)
     for stream in (sys.stdout, sys.stderr, console):
         stream.flush()
     os._exit(code)

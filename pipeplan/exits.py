@@ -93,13 +93,27 @@ def forks_ended() -> Iterator[None]:
             _EXIT(0)
 
 
-def run_exit_callbacks(say: Callable[[str], None] | None, traced: bool = False) -> None:
+# How long the exit callbacks may run: the command's work is done; a callback that waits on
+# the user's code (concurrent.futures' joining a task still running, a process pool's busy
+# worker) held `pipeplan run` and its ranks for ever, Ctrl-C ignored (the fifty-ninth round).
+EXIT_CALLBACKS_S = 10.0
+
+
+def run_exit_callbacks(
+    say: Callable[[str], None] | None,
+    traced: bool = False,
+    status: int = 0,
+    limit_s: float = EXIT_CALLBACKS_S,
+) -> None:
     """atexit's callbacks, run now (the process then exits without the interpreter's teardown,
     with the status pipeplan chose). Each callback's end is its own: one that raises, or that
     ends the process (`os._exit(3)`, `sys.exit(3)`: SystemExit here, `exits_raised`), is
     one line given to `say` (`callback_line`), or nothing where `say` is None (a command that
     failed: its error line stays its last); the callbacks after it still run. `traced`:
     Python's own report of each instead, its traceback (--debug).
+    Callbacks still running after `limit_s` (waiting on the user's code) are left: one line
+    to `say`, the processes multiprocessing started are killed, and the process exits with
+    `status` at once (`_late`).
 
         run_exit_callbacks(log.warning)   # "the exit callback m.bye exited with code 3"
 
@@ -120,12 +134,41 @@ def run_exit_callbacks(say: Callable[[str], None] | None, traced: bool = False) 
             say(ignored_line(unraisable))
 
     sys.unraisablehook = said
+    done = threading.Event()
+    watch = threading.Thread(
+        target=_late, args=(done, limit_s, say, status), name="pipeplan-exit-watch", daemon=True
+    )
+    watch.start()
     try:
         with exits_raised():
             _run_threading_exits(said)
             atexit._run_exitfuncs()
     finally:
+        done.set()
         sys.unraisablehook = before
+
+
+def _late(
+    done: threading.Event, limit_s: float, say: Callable[[str], None] | None, status: int
+) -> None:
+    """The exit callbacks' watch (`run_exit_callbacks`): past `limit_s`, one line, the
+    multiprocessing children (a pool's busy workers) killed, and the exit with `status`."""
+    if done.wait(limit_s):
+        return
+    if say is not None:
+        say(
+            f"the exit callbacks still ran after {limit_s:g} s, waiting on work the data code "
+            "left running (a thread pool's task, a process pool's worker): not waited for"
+        )
+    with contextlib.suppress(Exception):
+        import multiprocessing
+
+        for child in multiprocessing.active_children():
+            child.kill()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    _EXIT(status)
 
 
 def _run_threading_exits(said: Callable[[Any], None]) -> None:

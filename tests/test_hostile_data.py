@@ -4434,6 +4434,46 @@ def test_data_code_using_joblibs_workers_ends_without_waiting_for_them(tmp_path)
     assert took < 150, took
 
 
+FUTURES_MODULE = """
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from executor.demotasks import target
+
+_pool = ThreadPoolExecutor(1)
+_pool.submit(threading.Event().wait)  # a task that never ends, left running
+
+
+def load():
+    return target()
+"""
+
+
+@pytest.mark.timeout(180)
+def test_data_code_that_leaves_a_task_running_ends_after_a_bounded_wait(tmp_path):
+    """Found by the fifty-ninth round: data code whose thread pool still ran a task at the
+    end (concurrent.futures' exit callback joins it) held `pipeplan run` for ever after its
+    success line, Ctrl-C ignored, and its ranks likewise. The exit callbacks get
+    EXIT_CALLBACKS_S; then one warning line, and the command's own status."""
+    from pipeplan.exits import EXIT_CALLBACKS_S
+
+    (tmp_path / "rt59_futures.py").write_text(FUTURES_MODULE)
+    root = Path(cli.__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path)])}
+    argv = [sys.executable, "-m", "cli", "run", "--prepare-only", "--model", "vit-digits"]
+    argv += ["--data", "rt59_futures:load", "--nproc", "1", "--name", "f"]
+    began = time.monotonic()
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)
+    took = time.monotonic() - began
+    assert done.returncode == 0 and (tmp_path / "runs" / "f" / "run.json").is_file()
+    assert done.stderr == (
+        f"pipeplan: WARNING: the exit callbacks still ran after {EXIT_CALLBACKS_S:g} s, waiting "
+        "on work the data code left running (a thread pool's task, a process pool's worker): "
+        "not waited for\n"
+    )
+    assert EXIT_CALLBACKS_S <= took < 140, took  # the launcher's work: ~5-40 s here
+
+
 @pytest.mark.timeout(120)
 def test_a_data_modules_exit_callback_that_exits_is_one_warning_line(tmp_path):
     """Found by the thirty-eighth round: a data module's `atexit` callback that called
