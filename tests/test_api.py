@@ -3,6 +3,7 @@ same results, same one-line errors), and `pipeplan.plan` is callable next to the
 module of the same name."""
 
 import json
+import re
 import subprocess
 import sys
 from collections import deque
@@ -510,3 +511,44 @@ def test_a_path_argument_whose_own_methods_raise_is_one_line(tmp_path, value):
     assert str(refused.value).startswith("RUN_DIR: "), str(refused.value)
     with pytest.raises(PipeplanError, match=r"^--resume: "):
         pipeplan.run(resume=value)
+
+
+@pytest.mark.timeout(120)
+def test_a_call_while_another_runs_in_another_thread_is_refused(monkeypatch):
+    """Found by the fifty-ninth round: two calls at once in two threads (two runs, two
+    exports, even of other runs) each took the other's hold on the process (fd 2 captured,
+    os._exit replaced, the logger's handlers) for its data's doing: both failed blaming the
+    built-in `digits` data, and the process's stderr was left on a deleted file. Calls run
+    one at a time: the second is refused in one line naming the first, and runs once the
+    first has returned."""
+    import threading
+
+    import pipeplan.plan
+    from pipeplan.errors import OutputError
+
+    entered, release = threading.Event(), threading.Event()
+    real = pipeplan.plan.make_preview
+
+    def held(*args, **kwargs):
+        entered.set()
+        release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeplan.plan, "make_preview", held)
+    results: list = []
+    options = dict(profile=str(PROFILE), devices_per_node=2, epochs=2)
+    first = threading.Thread(
+        target=lambda: results.append(pipeplan.preview(**options)), name="first-call"
+    )
+    first.start()
+    try:
+        assert entered.wait(60)
+        said = "another pipeplan call is running in this process (preview() in thread "
+        with pytest.raises(OutputError, match=re.escape(said + "'first-call'): calls run one")):
+            pipeplan.preview(**options)
+    finally:
+        release.set()
+        first.join(60)
+    assert len(results) == 1 and results[0].predicted_speedup > 0
+    monkeypatch.setattr(pipeplan.plan, "make_preview", real)
+    assert pipeplan.preview(**options).predicted_speedup == results[0].predicted_speedup
