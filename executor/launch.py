@@ -1238,12 +1238,19 @@ def check_error_file_outside(run_dir: Path) -> None:
     if "TORCHELASTIC_RUN_ID" in os.environ:
         given.append((_agent_variable(errorfile.ENV), " given to torchrun"))
     for path, whose in given:
-        if path and _inside_run(path, run_dir):
+        if not path:
+            continue
+        # Another run's folder is no place either: its summary.json took a failed rank's
+        # report, and that run was refused by every command (the fifty-ninth round).
+        other = enclosing_run(os.path.dirname(os.path.realpath(path)))
+        if other is not None and os.path.realpath(other) == os.path.realpath(run_dir):
+            other = None
+        if _inside_run(path, run_dir) or other is not None:
             os.environ.pop(errorfile.ENV, None)
             raise BadArgumentError(
                 f"{errorfile.ENV}={quoted(path)}{whose} lies inside the run directory "
-                f"{run_dir}; point it outside, or into its logs folder (torchrun's own lies "
-                "in its temporary folder)"
+                f"{other or run_dir}; point it outside every run directory, or into this "
+                "run's logs folder (torchrun's own lies in its temporary folder)"
             )
 
 

@@ -4498,6 +4498,29 @@ def test_a_torchrun_error_file_inside_the_run_directory_is_refused(
     assert not (run / "summary.json").exists()
 
 
+def test_a_torchrun_error_file_inside_another_run_directory_is_refused(
+    finished_run, tmp_path, monkeypatch
+):
+    """Found by the fifty-ninth round: the error file was refused only inside the run being
+    trained; one in another run's folder (victim/summary.json) took a failed rank's report,
+    and every command then refused the victim. Any run directory is refused, but this run's
+    logs folder, before anything is written."""
+    from executor import errorfile, launch
+    from pipeplan.errors import BadArgumentError
+
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    victim = copy_run(finished_run, tmp_path / "other")
+    (victim / "summary.json").unlink()
+    monkeypatch.setenv(errorfile.ENV, str(victim / "summary.json"))
+    said = f"lies inside the run directory {victim}; point it outside every run directory"
+    with pytest.raises(BadArgumentError, match=re.escape(said)):
+        launch.check_error_file_outside(run)
+    assert errorfile.ENV not in os.environ and not (victim / "summary.json").exists()
+    monkeypatch.setenv(errorfile.ENV, str(tmp_path / "elsewhere" / "e.json"))
+    launch.check_error_file_outside(run)  # outside every run: torchrun's own kind of place
+
+
 @pytest.mark.parametrize("host", ["a..b", "no-such-host.invalid", "ho st"])
 def test_rank_0_refuses_to_host_its_store_at_an_unknown_master_addr(host):
     """Found by the fifty-sixth round: rank 0 given a MASTER_ADDR that names no host (`a..b`,
