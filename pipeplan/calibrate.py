@@ -67,6 +67,7 @@ from pipeplan.formats import (
 )
 from pipeplan.formats.base import TooLargeToRead, first_error
 from pipeplan.formats.profile import (
+    MIN_SCALE,
     MIN_STEADY_STEPS,
     STRAGGLER_FACTOR,
     WARMUP_STEPS_PER_PHASE,
@@ -89,7 +90,6 @@ RANK_PARTS = ("input_s", "fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s
 # 5e-324 in an edited run.jsonl) is not a measurement, and dividing by it overflowed the fit.
 MIN_MEASURED_S = 1e-9
 SOFT_L1_SCALE = 0.1  # relative error where the soft-L1 loss turns from quadratic to linear
-MIN_SCALE = 1e-3  # compute scales stay positive (the format requires it)
 # Distance of a parameter's unit column from the span of those admitted before it, below which
 # the runs cannot tell it apart from them. Exact collinearity leaves ~1e-11 (finite differences
 # through the simulator); the designs the tests use give 0.16 and more.

@@ -1191,3 +1191,19 @@ def test_a_per_call_part_within_the_noise_keeps_its_kinds_scale():
     scales, why = fit_compute([rank(8, 10.0, 0.0), rank(2, 2.5, 0.0)])
     assert scales["fwd_call_scale"] == pytest.approx(0.5) and "fwd_call_scale" not in why
     assert scales["bwd_call_scale"] == pytest.approx(0.5) and "bwd_call_scale" not in why
+
+
+@pytest.mark.parametrize("field", ["fwd_scale", "bwd_call_scale"])
+def test_a_calibration_scale_below_what_calibrate_fits_is_refused(tmp_path, capsys, field):
+    """Found by the fifty-ninth round: compute scales between 1e-6 and 1e-3 were planned and
+    run with, where calibrate never fits one below 1e-3 and the format says a calibration holds
+    what calibrate can write. Refused naming the field, for each command reading the profile."""
+    from test_hostile import refused
+    from test_report import calibrated_profile
+
+    doc = json.loads(calibrated_profile().model_dump_json())  # a calibration as calibrate writes
+    doc["calibration"][field] = 1e-4
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    said = f"{field} 0.0001 is below 0.001, the least compute scale `pipeplan calibrate` fits"
+    refused(["preview", "--profile", str(path), "--devices-per-node", "2"], tmp_path, capsys, said)

@@ -466,6 +466,20 @@ def fewest_steps_kept(measured: int = MIN_STEADY_STEPS) -> int:
     return measured // 2 + 1
 
 
+# The least compute scale `pipeplan calibrate` fits (its bound: scales stay positive); a
+# calibration's own scales are held to it (the fifty-ninth round: 1e-6 was planned with).
+MIN_SCALE = 1e-3
+# A calibration's compute scales, held to MIN_SCALE.
+COMPUTE_SCALES = (
+    "fwd_scale",
+    "bwd_scale",
+    "nograd_scale",
+    "fwd_call_scale",
+    "bwd_call_scale",
+    "nograd_call_scale",
+)
+
+
 class Calibration(Strict):
     """Corrections fitted from measured runs (`pipeplan calibrate`); the cost model applies
     them on top of the profile's measurements."""
@@ -536,6 +550,13 @@ class Calibration(Strict):
         can reach, and `not_fitted` naming its parameters, each at the value it is pinned to.
         Each of these, hand-edited, was planned with (a step overhead of -100 s clamped every
         step to 0, scales "fitted" from 0 phases)."""
+        for field in COMPUTE_SCALES:
+            value = getattr(self, field)
+            if value is not None and value < MIN_SCALE:
+                raise ValueError(
+                    f"{field} {value!r} is below {MIN_SCALE:g}, the least compute scale "
+                    "`pipeplan calibrate` fits"
+                )
         if not self.runs or self.phases_used < len(self.runs):
             raise ValueError(
                 f"runs {quoted(self.runs)} and phases_used {self.phases_used}: a calibration is "
