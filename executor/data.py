@@ -1559,10 +1559,44 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
         # names, which `functools.wraps` copies from what it wraps (the fifty-eighth round:
         # a wrapped no-op in pipeplan's own check_data_facts' place trained ranks on other
         # data, exit 0).
-        return _in_package(Path(made_in), name) or _installed_file(Path(made_in))
+        if _in_package(Path(made_in), name):
+            return True
+        file = _module_file(module)
+        return (
+            file is not None and file == Path(made_in).resolve() and _patched_so(name, code, file)
+        )
     if not isinstance(module, str):
         return False
-    return module.partition(".")[0] == name.partition(".")[0] or _installed_package(module)
+    if module.partition(".")[0] == name.partition(".")[0]:
+        return True
+    file = _module_file(module)
+    return file is not None and _patched_so(name, code, file)
+
+
+# The packages no library patches: pipeplan's own (`cli` is the launcher's entry module).
+NEVER_PATCHED = ("executor", "pipeplan", "profiles", "cli")
+
+
+def _patched_so(name: str, new: Any, file: Path) -> bool:
+    """Whether `new`, of the installed module `file`, put at `name` reads as an installed
+    library's patch of another package as it loads (loky's own `_make_name` over
+    `multiprocessing.synchronize.SemLock._make_name`, as `from sklearn.datasets import
+    load_digits` imports it: the fifty-seventh round): its file in site-packages, under the
+    name it replaces, and never over pipeplan's own. Found by the fifty-ninth round: any
+    function of any installed package passed, so `re.compile` or pipeplan's own
+    `check_data_facts` replaced by matplotlib's `noop` (a rank then trained on other data
+    unchecked), or by a function compiled under a site-packages file name."""
+    return (
+        name.partition(".")[0] not in NEVER_PATCHED
+        and getattr(new, "__name__", None) == name.rpartition(".")[2]
+        and _installed_file(file)
+    )
+
+
+def _module_file(module: Any) -> Path | None:
+    """The resolved file of the imported module named `module`, None if there is none."""
+    file = getattr(sys.modules.get(module) if isinstance(module, str) else None, "__file__", None)
+    return Path(file).resolve() if isinstance(file, str) else None
 
 
 def _in_package(file: Path, name: str) -> bool:
@@ -1581,17 +1615,6 @@ def _installed_file(file: Path) -> bool:
     """Whether `file` lies in site-packages: an installed package's code."""
     path = file.resolve()
     return any(path.is_relative_to(folder) for folder in _site_packages(_stdlib_folders()))
-
-
-def _installed_package(module: str) -> bool:
-    """Whether `module` (a name in sys.modules) is an installed package's, its file in
-    site-packages: a library the data code imports may patch the standard library as it
-    loads, and it is the library's doing, not the user's. Found by the fifty-seventh round:
-    `from sklearn.datasets import load_digits` was refused, as joblib's loky puts its own
-    `multiprocessing.synchronize.SemLock._make_name` in place on import."""
-    found = sys.modules.get(module)
-    file = getattr(found, "__file__", None)
-    return isinstance(file, str) and _installed_file(Path(file))
 
 
 def _held(value: Any) -> bool:
@@ -1755,7 +1778,11 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
     `functools.wraps` wrapper copies the name and module, not where its code is; a function
     of torch's own put in another's place (`AdamW.step = SGD.step`) is no closure."""
     try:
-        if getattr(new, "__wrapped__", None) is not old and "<locals>" not in new.__qualname__:
+        wrapped = getattr(new, "__wrapped__", None)
+        # A closure of the library's around another function than the one it replaces is
+        # the user's decorated: `@torch.no_grad()` over a no-op put at AdamW.step trained
+        # nothing, exit 0 (the fifty-ninth round).
+        if wrapped is not old and (wrapped is not None or "<locals>" not in new.__qualname__):
             return False
         filename = new.__code__.co_filename
     except Exception:  # no function, or a user object whose __getattr__ failed: not torch's

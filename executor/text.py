@@ -1407,6 +1407,13 @@ def _load_tokenizer(
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     if not directory.is_dir():
+        # A file given is no folder: the line said "no such" of a tokenizer.json that exists
+        # (the fifty-ninth round).
+        if directory.exists():
+            raise InputFileError(
+                f"{directory}: not a directory; --tokenizer takes the tokenizer's folder (the "
+                f"one holding tokenizer.json: {directory.parent})"
+            )
         raise InputFileError(f"{directory}: no such tokenizer directory")
     _check_tokenizer_json(directory)
     # Found by the twentieth round: without one, AutoTokenizer built a BertTokenizer from a

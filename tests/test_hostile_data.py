@@ -76,6 +76,17 @@ def csv_file(tmp_path: Path, header: str, rows: list[str]) -> Path:
 GOOD_ROWS = [f"great film {i},positive" if i % 2 else f"dull plot {i},negative" for i in range(20)]
 
 
+def test_a_tokenizer_file_given_for_its_folder_is_said_so(made, tmp_path, capsys):
+    """Found by the fifty-ninth round: `--tokenizer TOK/tokenizer.json` (a user's natural
+    try: `--model` takes a config.json file) was "no such tokenizer directory" of a file that
+    exists. The line says it is no directory and names the folder to give."""
+    data = csv_file(tmp_path, "text,label", GOOD_ROWS)
+    given = made["tokenizer"] / "tokenizer.json"
+    assert given.is_file()
+    said = f"{given}: not a directory; --tokenizer takes the tokenizer's folder (the one holding"
+    refused(prepare(made, tmp_path, data, tokenizer=given), tmp_path, capsys, said)
+
+
 def test_a_csv_header_naming_a_column_twice(made, tmp_path, capsys):
     """`text,text,label`: DictReader let the last `text` column win, silently."""
     data = csv_file(tmp_path, "text,text,label", [f"a{i},b{i},{i % 2}" for i in range(20)])
@@ -4990,9 +5001,11 @@ def test_data_code_that_loads_the_digits_with_scikit_learn_is_not_refused(tmp_pa
 
 
 def test_an_installed_library_s_patch_of_the_standard_library_is_its_own(tmp_path):
-    """`_made_by_its_library`: a function of an installed package's (networkx here) put in the
-    place of one of the standard library's is the library's doing; one of a module of the
-    user's, outside site-packages, is not."""
+    """`_made_by_its_library`: a function of an installed package's put in the place of one
+    of the standard library's under its name (loky's `_make_name`, in
+    test_an_installed_function_or_a_torch_decorator_does_not_pass_a_patch_as_the_librarys) is
+    the library's doing; one under another name (networkx's `not_implemented_for`: the
+    fifty-ninth round), or one of a module of the user's outside site-packages, is not."""
     import importlib.util
 
     import networkx.utils.decorators
@@ -5001,7 +5014,7 @@ def test_an_installed_library_s_patch_of_the_standard_library_is_its_own(tmp_pat
 
     name = "multiprocessing.synchronize.SemLock._make_name"
     installed = staticmethod(networkx.utils.decorators.not_implemented_for)  # its code there
-    assert _made_by_its_library(name, installed, there=set())
+    assert not _made_by_its_library(name, installed, there=set())
     (tmp_path / "rt57_mine.py").write_text("def make_name():\n    return 'x'\n")
     spec = importlib.util.spec_from_file_location("rt57_mine", tmp_path / "rt57_mine.py")
     mine = importlib.util.module_from_spec(spec)
@@ -6652,6 +6665,40 @@ def test_a_librarys_own_doing_is_no_change(tmp_path):
         assert sys.modules["rt47_again"] is again
     finally:
         sys.modules.pop("rt47_again", None)
+
+
+def test_an_installed_function_or_a_torch_decorator_does_not_pass_a_patch_as_the_librarys():
+    """Found by the fifty-ninth round: any function whose code lay in site-packages passed
+    as a library's own patch, so `re.compile` or pipeplan's own `check_data_facts` replaced
+    by matplotlib's `noop` was let through (a rank trained on other data, unchecked); and a
+    user's no-op under `@torch.no_grad()` (a closure of torch's files) put at AdamW.step
+    passed as torch's own wrapper: the run trained nothing, exit 0. An installed library's
+    patch is its function under the name it replaces, defined in its own module, never over
+    pipeplan's; torch's wrapper is of the function it replaces. loky's `_make_name` (the
+    fifty-seventh round's sklearn import) still passes."""
+    import multiprocessing.synchronize
+
+    import joblib.externals.loky.backend  # noqa: F401  (puts loky's _make_name in place)
+    import torch
+    from matplotlib.testing.widgets import noop
+
+    from executor.data import _its_own_wrapper, _made_by_its_library
+
+    assert not _made_by_its_library("re.compile", noop, there=set())
+    assert not _made_by_its_library("executor.worker.check_data_facts", noop, there=set())
+    loky = vars(multiprocessing.synchronize.SemLock)["_make_name"]
+    assert _made_by_its_library("multiprocessing.synchronize.SemLock._make_name", loky, set())
+    namespace: dict = {}
+    exec(compile("def compile(*a): pass", noop.__code__.co_filename, "exec"), namespace)
+    assert not _made_by_its_library("re.compile", namespace["compile"], there=set())
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        return None
+
+    old = vars(torch.optim.Adam)["step"]
+    assert not _its_own_wrapper("torch.optim.Adam.step", old, step)
+    assert _its_own_wrapper("torch.optim.Adam.step", old, torch.no_grad()(old))
 
 
 SUBMODULE_IMPORT = """
