@@ -3358,13 +3358,47 @@ def test_the_rope_parameters_read_are_transformers_and_others_are_refused():
                 params = base if extra is None else {**base, extra: values[extra]}
                 said.clear()
                 getattr(config, f"_validate_{kind}_rope_parameters")(dict(params))
-                unrecognized = any("Unrecognized keys" in line for line in said)
+                # The one key transformers' validator calls unrecognized and its RoPE reads:
+                # proportional's `factor` divides its frequencies (the fifty-ninth round).
+                read = "'proportional': {'factor'}"
+                unrecognized = any(
+                    "Unrecognized keys" in line and not line.endswith(read) for line in said
+                )
                 why = rope_problem({"rope_parameters": params})
                 refused = why is not None and "is not a parameter of" in why
                 assert unrecognized == refused, (kind, extra, said, why)
                 assert not refused or why.startswith(f"rope_parameters.{extra} is not"), why
     finally:
         rope_log.removeHandler(handler)
+
+
+def test_a_proportional_rope_takes_its_factor_and_a_share_of_the_head():
+    """Found by the fifty-ninth round: a proportional RoPE's `factor` was refused as a key
+    transformers ignores (it divides the frequencies by it) and its partial_rotary_factor
+    0.5 as "Llama rotates whole heads" (transformers rotates that share, the rest unrotated).
+    Both are taken, and read: the frequencies differ from the plain RoPE's as said. A share
+    below the head is still refused for the other types, whose Llama layer takes the head."""
+    import torch
+    import transformers
+
+    from pipeplan.formats.modelconfig import rope_problem
+
+    rope = {"rope_type": "proportional", "rope_theta": 10000.0, "factor": 2.0}
+    rope["partial_rotary_factor"] = 0.5
+    assert rope_problem({"rope_parameters": rope}) is None
+    assert rope_problem({"rope_parameters": rope | {"partial_rotary_factor": 1.5}}) == (
+        "rope_parameters.partial_rotary_factor is 1.5; a share of the head in 0..1"
+    )
+    linear = {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}
+    assert "partial_rotary_factor is 0.5; 1 (Llama rotates whole heads)" in rope_problem(
+        {"rope_parameters": linear | {"partial_rotary_factor": 0.5}}
+    )
+    sizes = dict(hidden_size=16, num_attention_heads=2, num_hidden_layers=1, vocab_size=32)
+    plain = transformers.LlamaConfig(**sizes, intermediate_size=8)
+    config = transformers.LlamaConfig(**sizes, intermediate_size=8, rope_parameters=rope)
+    freq = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding(config).inv_freq
+    base = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding(plain).inv_freq
+    assert torch.allclose(freq[:2], base[:2] / 2) and not freq[2:].any()  # half the head: 4 of 8
 
 
 def test_every_field_a_family_declares_has_a_json_type():

@@ -739,7 +739,9 @@ ROPE_KEYS = {
         "factor",
     ),
     "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
-    "proportional": (),
+    # transformers' validator calls `factor` unrecognized here, but its proportional RoPE
+    # divides the frequencies by it (the fifty-ninth round: refused, yet read).
+    "proportional": ("factor",),
 }  # fmt: skip
 _ROPE_FACTOR = f"a RoPE scaling factor is a number in 1..{MAX_ROPE_FACTOR:,}"
 _ROPE_POSITIVE = f"a number > 0 and at most {MAX_ROPE_FACTOR:,}"
@@ -780,13 +782,35 @@ def rope_problem(config: dict[str, Any]) -> str | None:
     """
     if "rope_theta" in config and not _rope_base(config["rope_theta"]):
         return f"rope_theta is {shown(config['rope_theta'])}; {_ROPE_BASE}"
-    if "partial_rotary_factor" in config and config["partial_rotary_factor"] != 1:
-        return f"partial_rotary_factor is {shown(config['partial_rotary_factor'])}; {_WHOLE_HEADS}"
+    if "partial_rotary_factor" in config and (
+        why := _partial_problem(config["partial_rotary_factor"], _rope_kind(config))
+    ):
+        return f"partial_rotary_factor is {shown(config['partial_rotary_factor'])}; {why}"
     for outer in ("rope_parameters", "rope_scaling"):
         inner = config.get(outer)
         if isinstance(inner, dict) and (why := _rope_parameters_problem(inner, config)):
             return f"{outer}.{why}"
     return None
+
+
+def _rope_kind(config: dict[str, Any]) -> Any:
+    """The RoPE type the config's rope_parameters (or rope_scaling) names; "default" without."""
+    for outer in ("rope_parameters", "rope_scaling"):
+        inner = config.get(outer)
+        if isinstance(inner, dict):
+            return inner.get("rope_type", inner.get("type", "default"))
+    return "default"
+
+
+def _partial_problem(value: Any, kind: Any) -> str | None:
+    """Why `value` is no partial_rotary_factor for a Llama RoPE of type `kind`, or None. Its
+    rotary layer takes the whole head (its default RoPE reads no share, the scaled types' a
+    share shorter than the head fails), but a proportional RoPE rotates that share of the
+    head and leaves the rest unrotated (the fifty-ninth round: 0.5 was refused, which
+    transformers builds and recommends)."""
+    if kind == "proportional":
+        return None if _in(value, 0, 1) else "a share of the head in 0..1"
+    return None if _number(value) and value == 1 else _WHOLE_HEADS
 
 
 def _rope_base(value: Any) -> bool:
@@ -830,7 +854,6 @@ def _rope_parameters_problem(rope: dict[str, Any], config: dict[str, Any]) -> st
         ),
         "low_freq_factor": (lambda v: _in(v, 0, MAX_ROPE_FACTOR, low_open=True), _ROPE_POSITIVE),
         "high_freq_factor": (lambda v: _in(v, 0, MAX_ROPE_FACTOR, low_open=True), _ROPE_POSITIVE),
-        "partial_rotary_factor": (lambda v: _number(v) and v == 1, _WHOLE_HEADS),
         "original_max_position_embeddings": (
             lambda v: type(v) is int and v >= 1,
             "an integer ≥ 1",
@@ -845,6 +868,10 @@ def _rope_parameters_problem(rope: dict[str, Any], config: dict[str, Any]) -> st
         value = rope.get(name)
         if name in rope and not fits(value) and not (value is None and name in optional):
             return f"{name} is {shown(value)}; {words}"
+    if "partial_rotary_factor" in rope and (
+        why := _partial_problem(rope["partial_rotary_factor"], kind)
+    ):
+        return f"partial_rotary_factor is {shown(rope['partial_rotary_factor'])}; {why}"
     for name in ("short_factor", "long_factor"):
         if name in rope and (why := _factor_list_problem(rope[name], config, rope)):
             return f"{name} {why}"
