@@ -673,6 +673,21 @@ SELF_CONTRADICTIONS = {
         lambda doc: doc["phases"][0].update(stages=[{}] * 100_000),
         ("field 'phases.0': 100000 predicted stages for a",),
     ),
+    # Fifty-ninth round: as many boundaries as stages were built first (300,000: 1.7 GB).
+    "a hundred thousand stages over as many boundaries": (
+        lambda doc: (
+            doc["phases"][1]["layout"].update(boundaries=list(range(100_001))),
+            doc["phases"][1].update(stages=[{}] * 100_000),
+        ),
+        ("phase 1: its boundaries end at layer 100000, phase 0's at 10",),
+    ),
+    "more stages than devices, over as many layers": (
+        lambda doc: (
+            doc["phases"][0]["layout"].update(boundaries=list(range(11))),
+            doc["phases"][0].update(stages=[{}] * 10),
+        ),
+        ("phase 0: a 10-stage layout, but inputs.cluster has 2 devices: each stage takes one",),
+    ),
     "more phases than a plan has epochs": (
         lambda doc: _one_epoch_phases(doc, 10_001),
         ("10,001 phases: a phase trains at least one epoch, a plan at most 10,000",),

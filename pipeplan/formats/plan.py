@@ -225,6 +225,19 @@ PINNED: dict[str, Callable[[Layout], int | str | list[int]]] = {
 }
 
 
+def _devices(document: dict) -> int | None:
+    """The devices of a decoded plan's inputs.cluster (nodes × devices_per_node), None where
+    they are not plain positive integers (its own checks say why once built)."""
+    inputs = document.get("inputs")
+    cluster = inputs.get("cluster") if isinstance(inputs, dict) else None
+    if not isinstance(cluster, dict):
+        return None
+    nodes, per_node = cluster.get("nodes"), cluster.get("devices_per_node")
+    if type(nodes) is not int or type(per_node) is not int or nodes < 1 or per_node < 1:
+        return None
+    return nodes * per_node
+
+
 def check_phase_count(phases: int, num_layers: int) -> None:
     """`check_phase_count(11, 10)` raises: a plan's phases over its layers (`Plan`)."""
     if phases > num_layers:
@@ -261,8 +274,11 @@ class Plan(Versioned):
             )
         layout = phases[0].get("layout") if phases and isinstance(phases[0], dict) else None
         ends = layout.get("boundaries") if isinstance(layout, dict) else None
+        layers = None
         if isinstance(ends, list) and ends and type(ends[-1]) is int and ends[-1] > 0:
-            check_phase_count(len(phases), ends[-1])  # phase 0's layers, as once built
+            layers = ends[-1]
+            check_phase_count(len(phases), layers)  # phase 0's layers, as once built
+        devices = _devices(document)
         for i, phase in enumerate(phases):
             others = phase.get("runner_ups") if isinstance(phase, dict) else None
             if isinstance(others, list) and len(others) > MAX_RUNNER_UPS:
@@ -283,6 +299,18 @@ class Plan(Versioned):
                 and all(a < b for a, b in itertools.pairwise(ends))
             )
             count = len(ends) - 1 if plain else None
+            # The boundaries too, bounded by the layers and the devices (the fifty-ninth round:
+            # 300,000 stages over 300,001 boundaries were built, 1.7 GB, before the refusal).
+            if count is not None and layers is not None and count > layers:
+                raise ValueError(
+                    f"phase {i}: its boundaries end at layer {ends[-1]}, phase 0's at "
+                    f"{layers}: every phase splits the same layers"
+                )
+            if count is not None and devices is not None and count > devices:
+                raise ValueError(
+                    f"phase {i}: a {count}-stage layout, but inputs.cluster has {devices} "
+                    "devices: each stage takes one"
+                )
             if isinstance(stages, list) and count is not None and len(stages) != count:
                 raise ValueError(
                     f"field 'phases.{i}': {len(stages)} predicted stages for a {count}-stage layout"
