@@ -44,7 +44,14 @@ from torch import nn
 
 from executor.migrate import ADAMW_STATE_KEYS, OptimizerState, migrate
 from executor.topology import host_group
-from pipeplan.errors import BadArgumentError, InputFileError, OutputError, excerpt, quoted
+from pipeplan.errors import (
+    BadArgumentError,
+    InputFileError,
+    OutputError,
+    excerpt,
+    open_files_failure,
+    quoted,
+)
 from pipeplan.fileio import stops_deferred, stops_raised, write_atomic, write_failure
 from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
 from pipeplan.formats.base import open_input, read_input
@@ -445,7 +452,7 @@ def load_checkpoint(path: Path) -> Loaded:
         try:
             model, optimizer, rng = (read_tensors(path / n, handles[n]) for n in FILES)
         except (OSError, RuntimeError, ValueError) as exc:
-            raise InputFileError(
+            raise open_files_failure(exc, path) or InputFileError(
                 f"{path}: unreadable checkpoint ({str(exc).splitlines()[0]})"
             ) from None
     _check_structure(path, model, optimizer, rng)

@@ -328,7 +328,7 @@ from pipeplan.log import PATH_MAX
 from pipeplan.options import build, check_needs_against
 from pipeplan.report import make_report, phase_summaries
 from pipeplan.runfiles import check_summary
-from pipeplan.spawn import RankFailedError, check_local_ranks
+from pipeplan.spawn import RankFailedError, check_local_ranks, check_open_files
 from pipeplan.startup import STOP_SIGNALS, signal_name, stopped_by
 
 log = logging.getLogger("pipeplan.run")
@@ -516,6 +516,7 @@ def check_run(
 
         planner, facts = check_run(cfg)   # BadArgumentError with one line naming the flag
     """
+    check_open_files()
     if local:
         check_local_ranks(cfg.nproc, cfg.device)
     elif cfg.device == "cuda":  # each rank checks its LOCAL_RANK against its own node's GPUs

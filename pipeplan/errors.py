@@ -103,6 +103,27 @@ class OutputError(PipeplanError):
     """An output path cannot be written."""
 
 
+def open_files_failure(exc: BaseException, path: object) -> PipeplanError | None:
+    """The one line for `path` that could not be opened because this process or the system
+    has too many files open (EMFILE, ENFILE), else None: the file is not at fault. Found by
+    the fifty-ninth round: under `ulimit -n 7` a resume read the checkpoints as unreadable,
+    "no checkpoint of this run is left to continue from: delete RUN" of a healthy run.
+
+        open_files_failure(OSError(errno.EMFILE, "Too many open files"), "c/model.pt")
+    """
+    import errno
+    import resource
+
+    if not isinstance(exc, OSError) or exc.errno not in (errno.EMFILE, errno.ENFILE):
+        return None
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    whose = "this process has" if exc.errno == errno.EMFILE else "the system has"
+    return PipeplanError(
+        f"{path}: cannot be opened: {whose} too many files open (the open-files limit, ulimit "
+        f"-n, is {soft}); raise it and run again: the file is not at fault"
+    )
+
+
 class Interrupted(BaseException):
     """Ctrl-C. The CLI prints `pipeplan: interrupted` and exits 130. Not a KeyboardInterrupt:
     typer turns that into exit code 130 silently, before the CLI could say anything."""

@@ -41,6 +41,26 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
+# The least open-files limit a run starts under: a 2-rank CPU run holds about 40 (its ranks'
+# pipes and logs, the store, gloo's links), CUDA and more ranks more; the usual limit is 1024.
+# Below it torch's store retried for minutes then printed tracebacks, or a rank aborted with
+# no line (the fifty-ninth round: `ulimit -n 16`, `ulimit -n 9`).
+MIN_OPEN_FILES = 256
+
+
+def check_open_files() -> None:
+    """BadArgumentError naming the limit when this process may open fewer than
+    MIN_OPEN_FILES files (`ulimit -n`), which its ranks inherit."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and soft < MIN_OPEN_FILES:
+        raise BadArgumentError(
+            f"the open-files limit (ulimit -n) is {soft}; a run needs at least "
+            f"{MIN_OPEN_FILES} (its ranks' links, store and logs): raise it (ulimit -n 1024)"
+        )
+
+
 def check_local_ranks(nproc: int, device: str) -> None:
     """`check_local_ranks(2, "cpu")`: `nproc` ranks started on this host fit what it has, one
     rank per CPU core (gloo) or per GPU (cuda); BadArgumentError naming `--nproc` and the

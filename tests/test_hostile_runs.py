@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import priced
-from test_hostile import copy_run, refused
+from test_hostile import copy_run, refused, snapshot
 from test_report import elastic_records, write_run
 
 import cli
@@ -3363,3 +3363,50 @@ def test_records_past_the_read_limit_are_said_to_be_pipeplan_s_own(finished_run,
         "of a run's records (a step's record takes about 0.3 KB a rank: 64 ranks reach it in "
         "some 58,000 steps); a run that long is not read back yet\n"
     )
+
+
+def _open_files_capped(limit: int):
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
+
+    return cap
+
+
+@pytest.mark.timeout(180)
+def test_a_low_open_files_limit_is_named_not_blamed_on_the_run(finished_run, tmp_path):
+    """Found by the fifty-ninth round: under `ulimit -n 16` a run retried torch's store for two
+    minutes and printed tracebacks (at 9 it aborted with no line); under `ulimit -n 7` export
+    and resume read a healthy run's checkpoints as unreadable and said to delete it. A run
+    starts only under MIN_OPEN_FILES; a file that cannot be opened for the limit says so and
+    blames no file. Each in a process of its own, the limit set before it starts."""
+    from pipeplan.spawn import MIN_OPEN_FILES
+
+    run = copy_run(finished_run, tmp_path)
+    root = Path(cli.__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    commands = {
+        16: ["run", "--nproc", "2", "--model", "vit-digits", "--epochs", "1", "--name", "n"],
+        7: ["export", str(run), "--out", str(tmp_path / "x")],
+    }
+    before = snapshot(tmp_path)
+    for limit, argv in commands.items():
+        done = subprocess.run(
+            [sys.executable, "-m", "cli", *argv],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=150,
+            preexec_fn=_open_files_capped(limit),
+        )
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        if limit == 16:
+            said = f"the open-files limit (ulimit -n) is 16; a run needs at least {MIN_OPEN_FILES}"
+        else:
+            said = "cannot be opened: this process has too many files open (the open-files "
+        assert said in done.stderr and "delete" not in done.stderr, done.stderr
+    assert snapshot(tmp_path) == before

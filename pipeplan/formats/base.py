@@ -54,6 +54,7 @@ from pipeplan.errors import (
     InputFileError,
     PipeplanError,
     excerpt,
+    open_files_failure,
     quoted,
     reason,
 )
@@ -854,7 +855,9 @@ def read_input(
     except NotADirectoryError:
         raise InputFileError(f"{path}: {_not_a_folder(path)}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(f"{path}: cannot read ({reason(exc)})") from None
+        raise open_files_failure(exc, path) or InputFileError(
+            f"{path}: cannot read ({reason(exc)})"
+        ) from None
     except MemoryError:  # a file under a large limit, in a process with less
         why = "out of memory reading it; run pipeplan with more memory"
         raise InputFileError(f"{path}: {why}") from None
@@ -903,7 +906,9 @@ def read_lines(
                 cut = len(line) == most and not line.endswith(b"\n")
                 yield line.decode("utf-8", errors="ignore" if cut else "strict")
         except (OSError, UnicodeDecodeError) as exc:
-            raise InputFileError(f"{path}: cannot read ({reason(exc)})") from None
+            raise open_files_failure(exc, path) or InputFileError(
+                f"{path}: cannot read ({reason(exc)})"
+            ) from None
 
 
 def open_input(
@@ -924,7 +929,9 @@ def open_input(
     except NotADirectoryError:  # a file given where a folder is: Python's name leaked
         raise InputFileError(f"{path}: {_not_a_folder(path)}") from None
     except OSError as exc:
-        raise InputFileError(f"{path}: cannot read ({reason(exc)})") from None
+        raise open_files_failure(exc, path) or InputFileError(
+            f"{path}: cannot read ({reason(exc)})"
+        ) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -936,7 +943,9 @@ def open_input(
     except BaseException as exc:
         os.close(fd)
         if isinstance(exc, OSError):
-            raise InputFileError(f"{path}: cannot read ({reason(exc)})") from None
+            raise open_files_failure(exc, path) or InputFileError(
+                f"{path}: cannot read ({reason(exc)})"
+            ) from None
         raise
 
 
@@ -958,7 +967,9 @@ def check_input_file(
     except NotADirectoryError:  # a file given where a folder is: Python's name leaked
         raise InputFileError(f"{path}: {_not_a_folder(path)}") from None
     except OSError as exc:
-        raise InputFileError(f"{path}: cannot read ({reason(exc)})") from None
+        raise open_files_failure(exc, path) or InputFileError(
+            f"{path}: cannot read ({reason(exc)})"
+        ) from None
     if not stat.S_ISREG(info.st_mode):
         raise InputFileError(f"{path}: not a regular file")
     if info.st_size > limit:
