@@ -591,6 +591,14 @@ def _load_user(spec: str, seed: int) -> TaskData:
         raise BadArgumentError(f"data {quoted(spec)}: expected module:function or file.py:function")
     if _names_a_file(target):
         _refuse_a_file_as_folder(spec, target)
+    try:
+        return _load_user_data(spec, seed, target, func_name)
+    finally:
+        _remember_files(target, spec)  # what a later call imports afresh where edited
+
+
+def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskData:
+    _forget_if_edited(target)  # pipeplan's own doing: before the import system is held
     before = set(sys.modules)
     _PASSED_ON.clear()  # a new loading of the data: its warnings are said again
     with (
@@ -3560,12 +3568,7 @@ def _import(target: str, spec: str) -> Any:
                 sys.modules.pop(name, None)
                 raise
             return module
-        _forget_if_edited(target, spec)
-        before = set(sys.modules)
-        module = importlib.import_module(target)
-        if target not in before:  # imported now, not kept from a call before
-            _remember_files(target, spec, set(sys.modules) - before)
-        return module
+        return importlib.import_module(target)
     except BadArgumentError:
         raise
     except Exception as exc:
@@ -3574,33 +3577,43 @@ def _import(target: str, spec: str) -> Any:
         ) from exc
 
 
-# The user's files of each data module imported by name (`--data module:function`), and of
-# the user's modules its import brought in, each with its state then (`file_state`): Python
-# keeps an imported module, so an API call after the file was edited ran the old code in the
-# launcher and the new in its ranks (the fifty-eighth round: a loader fixed after a failure
-# still failed; a module edited between runs was "a data function must return the same data
-# in every process"). An edited one is imported afresh, with the user's modules it brought in.
+# The user's modules loaded with each data target (`--data module:function` or
+# file.py:function): the data module and every module of the user's in sys.modules once its
+# function has run (imported by the module, inside `load`, or by the user's program before),
+# each with its file's state then (`file_state`). Python keeps an imported module, so an API
+# call after the file was edited ran the old code in the launcher and the new in its ranks
+# (the fifty-eighth round: a loader fixed after a failure still failed; a module edited
+# between runs was "a data function must return the same data in every process"; the
+# fifty-ninth: a helper imported inside `load`, a module the user had imported, a file.py's
+# helper). Where any was edited, all are imported afresh.
 _IMPORTED_FILES: dict[str, dict[str, tuple]] = {}
 
 
-def _remember_files(target: str, spec: str, added: set[str]) -> None:
-    files = {}
-    for name in {target, *added}:
-        file = getattr(sys.modules.get(name), "__file__", None)
-        if isinstance(file, str) and (name == target or is_helper_file(spec, Path(file))):
-            files[name] = file_state(Path(file))
+def _remember_files(target: str, spec: str) -> None:
+    """Record the user's modules in sys.modules now, with their files' states, for `target`."""
+    root = module_root(spec)
+    if root is None:
+        return
+    installed, files = _installed_folders(), {}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str):
+            continue
+        path = Path(file).resolve()
+        if name == target or (_user_file(path, root, installed) and path.is_file()):
+            files[name] = file_state(path)
     _IMPORTED_FILES[target] = files
 
 
-def _forget_if_edited(target: str, spec: str) -> None:
-    """Take the data module `target`, and the user's modules its import brought in, out of
-    sys.modules where any of their files changed since (`_IMPORTED_FILES`): the import that
-    follows reads them as they are now, as a new command's would."""
+def _forget_if_edited(target: str) -> None:
+    """Take the user's modules loaded with `target` out of sys.modules where any of their files
+    changed since (`_IMPORTED_FILES`): the import that follows reads them as they are now, as
+    a new command's would."""
     files = _IMPORTED_FILES.get(target)
-    if target not in sys.modules or files is None:
+    if files is None:
         return
     now = {
-        name: file_state(Path(file))
+        name: file_state(Path(file).resolve())
         for name in files
         if isinstance(file := getattr(sys.modules.get(name), "__file__", None), str)
     }

@@ -491,6 +491,39 @@ def test_a_data_module_edited_between_calls_is_imported_again(tmp_path, monkeypa
     assert said() == "second fixed"
 
 
+@pytest.mark.parametrize("form", ["helper imported in load", "imported first", "file.py"])
+def test_a_data_helper_edited_between_calls_is_imported_again(tmp_path, monkeypatch, form):
+    """Found by the fifty-ninth round: only the modules the data module's own import brought
+    in were watched, so a helper imported inside `load`, a data module the user's program had
+    imported before the call, and a `file.py:load`'s helper ran stale after an edit (the
+    launcher old, the ranks new). Every module of the user's loaded with the data is."""
+    import importlib
+    import os
+
+    (tmp_path / "rt59_helper.py").write_text("WORD = 'first'\n")
+    loader = "def load(seed=0):\n    import rt59_helper\n    raise ValueError(rt59_helper.WORD)\n"
+    name = f"rt59_{abs(hash(form)) % 10**6}"
+    (tmp_path / f"{name}.py").write_text(loader)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    sys.modules.pop("rt59_helper", None)
+    data = f"{tmp_path / name}.py:load" if form == "file.py" else f"{name}:load"
+    if form == "imported first":
+        importlib.import_module(name)
+    options = dict(model="vit-digits", data=data, nproc=1, name="e")
+
+    def said() -> str:
+        with pytest.raises(PipeplanError) as refused:
+            pipeplan.run(runs_dir=tmp_path / "runs", **options)
+        return str(refused.value).rpartition(": ")[2]
+
+    assert said() == "first"
+    (tmp_path / "rt59_helper.py").write_text("WORD = 'second'\n")
+    stat = (tmp_path / "rt59_helper.py").stat()  # a later mtime, however fast the edit
+    os.utime(tmp_path / "rt59_helper.py", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert said() == "second"
+
+
 class _LoudPath(type(Path())):
     def __str__(self) -> str:
         raise RuntimeError("str")
