@@ -293,7 +293,7 @@ class RunPlanner:
         profile = load(Profile, run_dir / RUN_PROFILE)
         plan = read_plan_copy(run_dir, cfg)  # gone or edited since: refused
         if plan is not None:  # the copy edited by hand is held to the run as the file was
-            check_plan(plan, profile, cfg, run_dir / RUN_PLAN)
+            check_plan(plan, profile, cfg, run_dir / RUN_PLAN, copied=True)
         return cls(profile, RUN_PROFILE, False, cfg, plan, host)
 
     def check_records(self, run_dir: Path, phases: list[PhaseRecord]) -> None:
@@ -446,15 +446,25 @@ def _check_identity(plan: Plan, identity: ProfileIdentity, where: str | Path = "
             )
 
 
-def check_plan(plan: Plan, profile: Profile, cfg: RunConfig, where: str | Path) -> None:
+# What a resume of a plan's run is told where --epochs or --nproc differ from the plan's: it
+# said "re-plan with --epochs 5", and --resume then refused --plan (the fifty-ninth round).
+PLAN_FIXED = (
+    "; a run of a plan trains the plan's epochs on its devices, which --resume cannot change: "
+    "start a new run with a plan made for them"
+)
+
+
+def check_plan(
+    plan: Plan, profile: Profile, cfg: RunConfig, where: str | Path, copied: bool = False
+) -> None:
     """`check_plan(plan, profile, cfg, "plan.json")`: the plan `where` (the --plan file, or a
-    run's copy of it) was made for this run (`cfg`) from `profile`, and its phases are what
-    their layouts price to (`check_plan_prices`); BadArgumentError otherwise."""
+    run's copy of it: `copied`) was made for this run (`cfg`) from `profile`, and its phases
+    are what their layouts price to (`check_plan_prices`); BadArgumentError otherwise."""
     devices = plan.inputs.cluster.num_devices
     if devices != cfg.nproc:
         raise BadArgumentError(
             f"{where}: the plan is for {devices} devices (inputs.cluster) but --nproc is "
-            f"{cfg.nproc}"
+            f"{cfg.nproc}" + (PLAN_FIXED if copied else "")
         )
     # Held to the run's profile, which is the run's model's (`config_profile`: a folder is its
     # config, whatever its spelling): compared with --model as typed, a plan of a folder
@@ -470,9 +480,10 @@ def check_plan(plan: Plan, profile: Profile, cfg: RunConfig, where: str | Path) 
     if plan.inputs.epochs != cfg.epochs:
         # A plan's phases tile its epochs: fewer cut its schedule where it never said to stop
         # (a freeze planned for epoch 5 of 10 never came), more train epochs it has no phase for.
+        advice = PLAN_FIXED if copied else f": re-plan with --epochs {cfg.epochs}"
         raise BadArgumentError(
             f"{where}: the plan is for {plan.inputs.epochs} epochs, not --epochs {cfg.epochs}; "
-            f"its phases cover exactly its epochs: re-plan with --epochs {cfg.epochs}"
+            f"its phases cover exactly its epochs{advice}"
         )
     if plan.inputs.global_batch != cfg.global_batch:
         raise BadArgumentError(  # the file, its field and what to do (52nd round)

@@ -3568,6 +3568,22 @@ def plan_run(tmp_path_factory) -> tuple[Path, Path]:
     return root / "p", plan
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("flag, value", [("--epochs", "5"), ("--nproc", "2")])
+def test_a_plan_runs_resume_that_changes_the_plan_says_what_to_do(
+    plan_run, tmp_path, capsys, flag, value
+):
+    """Found by the fifty-ninth round: `run --resume RUN --epochs 5` of a plan's run was told
+    "re-plan with --epochs 5", and the resume then refused --plan: the advice led to a second
+    refusal. A run of a plan trains the plan's epochs on its devices: the line says so and
+    that a new run with a plan made for them is the way."""
+    from test_hostile import refused
+
+    run = copy_run(plan_run[0], tmp_path)
+    fragment = "a run of a plan trains the plan's epochs on its devices, which --resume cannot"
+    refused(["run", "--resume", str(run), flag, value], tmp_path, capsys, (fragment,))
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 # "deleted": long (the same check of the plan's sha256), for the 15-minute default run.
