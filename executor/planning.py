@@ -121,6 +121,15 @@ def config_profile(cfg: RunConfig, seq: LayerSequence | None = None) -> Profile:
         precision = "" if cfg.precision == "fp32" else f" in {cfg.precision}"
         flags = _profile_flags(seq, cfg) if seq is not None else _precision_flag(cfg)
         folder = " (a path names a model folder: profiles ship for built-in names only)"
+        if cfg.plan is not None:
+            # A plan is priced with one profile: a new one was refused next as another (the
+            # fifty-ninth round), so the plan's own is what to pass.
+            raise BadArgumentError(
+                f"no shipped profile for {cfg.model} on {cfg.device}{precision}"
+                f"{folder if config_path(cfg.model) is not None else ''}; pass the profile "
+                f"the plan {cfg.plan} was made from with --profile (its inputs.profile names "
+                "it by sha256)"
+            )
         raise BadArgumentError(
             f"no shipped profile for {cfg.model} on {cfg.device}{precision}"
             f"{folder if config_path(cfg.model) is not None else ''}; run `pipeplan profile "

@@ -3039,6 +3039,23 @@ def test_a_folder_named_like_a_built_in_has_no_shipped_profile(
     refused(argv, tmp_path, capsys, fragments)
 
 
+def test_a_plans_run_of_a_folder_without_a_profile_is_told_to_pass_the_plans(
+    bert_tiny_folder, tmp_path, capsys
+):
+    """Found by the fifty-ninth round: `run --plan P --model FOLDER` without --profile was told
+    to profile the folder and pass that profile, which the plan then refused as another (its
+    sha256 differs): a second refusal after following the first. The line says to pass the
+    profile the plan was made from."""
+    plan = tmp_path / "plan.json"
+    argv = ["plan", "--profile", str(shipped_profile("bert-tiny", "cpu")), "--devices-per-node"]
+    assert cli.main([*argv, "1", "--epochs", "1", "--global-batch", "8", "--out", str(plan)]) == 0
+    capsys.readouterr()
+    argv = ["run", "--plan", str(plan), "--model", str(bert_tiny_folder), "--init", "random"]
+    argv += ["--data", "synth-text", "--name", "a", "--runs-dir", str(tmp_path / "runs")]
+    said = f"; pass the profile the plan {plan} was made from with --profile (its inputs.profile"
+    refused([*argv, "--prepare-only"], tmp_path, capsys, ("no shipped profile for", said))
+
+
 def test_a_shipped_profile_of_another_head_is_refused_not_used(tmp_path, capsys):
     """Found by the twenty-seventh round: a profile's head (num_labels) was never held to the
     head a run builds from its data. A shipped profile is held alike: vit-digits' (10
