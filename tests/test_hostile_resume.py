@@ -86,8 +86,8 @@ MANIFESTS = {
         {"epoch": 0, "step_in_epoch": 1, "grad_norm_steps": 1, "grad_norm_sums": EVERY_LAYER},
         "not a position",
     ),
-    # rng.pt holds one rank's state: the checkpoint's files are compared first (22nd round).
-    "another world": ({"world_size": 2}, "lacks rank 1's state; it holds a state for each of"),
+    # The checkpoint's own configuration is compared first (the fifty-ninth round).
+    "another world": ({"world_size": 2}, "config.nproc 1, but world_size 2: a checkpoint is"),
     "a phase never recorded": ({"phase": 5}, "phase: 5, but run.jsonl has no such phase"),
     "frozen layers the phase did not freeze (no layout)": (
         {"layout": None, "frozen_layers": 1},
@@ -229,7 +229,7 @@ def _commands(run: Path, tmp_path: Path) -> dict[str, list[str]]:
 # An older kept checkpoint's manifest edited: (fields as edited, what the one line says).
 OLDER_MANIFESTS = {
     "an unknown key": ({"evil": 1}, "invalid checkpoint manifest: field 'evil'"),
-    "another world size": ({"world_size": 3}, "world_size: 3, but phase 0 ran on 1 ranks"),
+    "another world size": ({"world_size": 3}, "config.nproc 1, but world_size 3: a checkpoint is"),
     "another epoch": ({"epoch": 1}, "epoch: 1 at step 2, but run.jsonl recorded step 1 in epoch 0"),
 }
 

@@ -226,6 +226,13 @@ class CheckpointManifest(Versioned):
 
     @model_validator(mode="after")
     def _agree(self) -> CheckpointManifest:
+        # The ranks that took it are its configuration's: nproc 3 beside world_size 2 was
+        # exported, reported and resumed from (the fifty-ninth round).
+        if self.config.nproc != self.world_size:
+            raise ValueError(
+                f"config.nproc {self.config.nproc}, but world_size {self.world_size}: a "
+                "checkpoint is taken by its configuration's ranks"
+            )
         # A position inside its own count: a step within the epoch is among the steps done.
         if self.step_in_epoch > self.step or self.grad_norm_steps > self.step_in_epoch:
             raise ValueError(
