@@ -295,6 +295,7 @@ from pipeplan.fileio import (
     not_a_plain_folder,
     open_append,
     release_directory,
+    size_limit,
     trains,
     where_now,
     where_now_as_named,
@@ -863,6 +864,15 @@ def check_checkpoint_room(runs_root: Path, profile: Profile) -> None:
     named as they are written, the previous one kept."""
     params = sum(layer.params for layer in profile.layers)
     checkpoint = CHECKPOINT_BYTES_PER_PARAM * params
+    # Its model.pt alone is 4 bytes a parameter (the float32 weights): past `ulimit -f`, a run
+    # trained every step and lost it writing its final checkpoint (the fifty-ninth round).
+    limit = size_limit()
+    if limit is not None and limit < 4 * params:
+        raise OutputError(
+            f"the file size limit (ulimit -f) is {limit:,} bytes, but the run's checkpoints "
+            f"write a model.pt of about {4 * params / 2**20:,.1f} MiB ({params:,} parameters, "
+            "4 bytes each): raise it (ulimit -f unlimited)"
+        )
     free = _free_bytes(runs_root)
     if free is not None and free < checkpoint + MIN_FREE_BYTES:
         raise OutputError(

@@ -195,7 +195,7 @@ def _manifest(step: int):
         grad_norm_steps=step,
         world_size=1,
         model="bert-synth",
-        config=checkpoint.RunConfig(name="t", model="bert-synth"),
+        config=checkpoint.RunConfig(name="t", model="bert-synth", nproc=1),
     )
 
 

@@ -240,7 +240,7 @@ def _manifest(step: int) -> CheckpointManifest:
         grad_norm_steps=step,
         world_size=1,
         model="bert-synth",
-        config=RunConfig(name="t", model="bert-synth"),
+        config=RunConfig(name="t", model="bert-synth", nproc=1),
     )
 
 

@@ -3410,3 +3410,32 @@ def test_a_low_open_files_limit_is_named_not_blamed_on_the_run(finished_run, tmp
             said = "cannot be opened: this process has too many files open (the open-files "
         assert said in done.stderr and "delete" not in done.stderr, done.stderr
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.timeout(180)
+def test_a_file_size_limit_below_a_checkpoint_is_refused_before_training(tmp_path):
+    """Found by the fifty-ninth round: under `ulimit -f 2000` (2 MB) a run passed the disk's
+    room check, trained every step and failed writing its final checkpoint, none kept. The
+    limit is held to the checkpoint's model.pt (4 bytes a parameter) as the run starts."""
+    import resource
+
+    def cap() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2_048_000, hard))
+
+    root = Path(cli.__file__).resolve().parent
+    argv = [sys.executable, "-m", "cli", "run", "--nproc", "1", "--model", "vit-digits"]
+    argv += ["--epochs", "1", "--max-steps-per-epoch", "2", "--name", "a"]
+    done = subprocess.run(
+        argv,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=150,
+        preexec_fn=cap,
+    )
+    said = "the file size limit (ulimit -f) is 2,048,000 bytes, but the run's checkpoints write a"
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert said in done.stderr and "(1,590,666 parameters, 4 bytes each)" in done.stderr
+    assert not (tmp_path / "runs").exists()
