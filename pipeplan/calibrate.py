@@ -697,8 +697,15 @@ def fit_allreduce(ranks: list[RankObservation]) -> tuple[FittedLink | None, dict
         fitted = FittedLink(latency_s=k * latency, bandwidth_bytes_per_s=bandwidth / k)
         return fitted, {}
     latency, inverse_bandwidth = robust_linear(terms, measured, np.zeros(2))
-    # No bandwidth term at all is an infinitely fast link; the format needs a finite one.
-    bandwidth = 1.0 / max(float(inverse_bandwidth), 1e-15)
+    if float(inverse_bandwidth) <= 1e-15:
+        # No bandwidth term at all is no fit of one: it was written as 10^15 B/s, "fitted",
+        # and later plans priced all-reduces as free (the fifty-ninth round).
+        why = (
+            "the all-reduces' times did not grow with their gradient bytes: no bandwidth can "
+            "be fitted from them (the profile's link is kept)"
+        )
+        return None, {"allreduce": why}
+    bandwidth = 1.0 / float(inverse_bandwidth)
     return FittedLink(latency_s=float(latency), bandwidth_bytes_per_s=bandwidth), {}
 
 

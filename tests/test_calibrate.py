@@ -538,6 +538,32 @@ def test_one_gradient_size_on_two_links_leaves_the_allreduce_to_the_cluster():
     assert link is None and "same gradient bytes per replica" in why["allreduce"]
 
 
+def test_all_reduces_that_do_not_grow_with_their_bytes_fit_no_bandwidth():
+    """Found by the fifty-ninth round: all-reduces of 2.85 ms whatever their gradient bytes
+    fitted a bandwidth of 10^15 B/s (the clamp of a zero slope), shown as fitted, and plans
+    then priced all-reduces as free. No bandwidth is fitted then: the profile's link is kept,
+    and not_fitted says why. One that grows is still fitted."""
+
+    def point(grad_bytes: float, measured: float, replicas: int = 2) -> RankObservation:
+        return RankObservation(
+            1e-3, 1e-3, measured, 1e-3, *[1e-3] * 6, grad_bytes=grad_bytes, replicas=replicas,
+            allreduce_in_node=True, allreduce_link=(1e-4, 1e9),
+        )  # fmt: skip
+
+    flat = [point(4e6, 2.85e-3), point(8e6, 2.85e-3), point(16e6, 2.85e-3)]
+    link, why = fit_allreduce(flat)
+    assert link is None and "did not grow with their gradient bytes" in why["allreduce"]
+    # 2(D-1)·λ + 2(D-1)/D·G/β with λ = 1e-4 s, β = 1e9 B/s: both recovered.
+    grows = [
+        point(g, 2 * (d - 1) * (1e-4 + g / d / 1e9), d) for g, d in ((4e6, 2), (8e6, 4), (16e6, 2))
+    ]
+    link, why = fit_allreduce(grows)
+    assert link is not None and why == {}
+    assert link.latency_s == pytest.approx(1e-4) and link.bandwidth_bytes_per_s == pytest.approx(
+        1e9
+    )
+
+
 def test_per_call_scales_need_two_micro_batch_sizes():
     """Found by the thirty-seventh round: one 2×1 run at m = 8 fitted every per-call scale to
     its floor (0.001) with a 0 % residual: its two ranks hold other layers, whose per-call
