@@ -651,6 +651,14 @@ SELF_CONTRADICTIONS = {
         ),
         ("phase 0: runner_ups[0]: its layout's global batch", "is not the plan's"),
     ),
+    # Fifty-ninth round: a runner-up "of 1 µs" (its layout prices to 36 ms) was run and kept.
+    "a runner-up of a microsecond": (
+        lambda doc: (
+            _runner_up(doc, schedule="gpipe"),
+            _ups(doc)[0].update(step_s=1e-6),
+        ),
+        ("phase 0: runner_ups[0].step_s 1e-06 is not what its layout", "prices to from the"),
+    ),
     # Fifty-third round: 120,000 runner-ups took 47 s and 1.2 GB to read; the planner keeps 2.
     "ten thousand runner-ups": (
         lambda doc: (_runner_up(doc), doc["phases"][0].update(runner_ups=_ups(doc) * 10_000)),
