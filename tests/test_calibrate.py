@@ -749,17 +749,23 @@ def _parts_off(run: Path, phases: set[int]) -> None:
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
+def _refused_line(run: Path, capsys) -> str:
+    """`calibrate RUN` refused: exit 2, its one line (returned), no output written."""
+    out = run.parent / "fitted.json"
+    argv = ["calibrate", str(run), "--profile", str(PROFILE_PATH), "--out", str(out)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not out.exists(), err
+    return err
+
+
 def test_a_run_whose_steps_are_no_measurements_says_why(tmp_path, profile, capsys):
     """Found by the fifty-seventh round: calibrate said "no phase with enough steps to fit: a
     phase needs 5 steps" of phases of 8 steps, every one left out because a rank's parts no
     longer added up to its step_s. The line now says so, naming the first step and rank."""
     write_run(tmp_path / "run", profile)
     _parts_off(tmp_path / "run", set(range(len(PHASES))))
-    out = tmp_path / "fitted.json"
-    argv = ["calibrate", str(tmp_path / "run"), "--profile", str(PROFILE_PATH), "--out", str(out)]
-    assert cli.main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and not out.exists(), err
+    err = _refused_line(tmp_path / "run", capsys)
     assert (
         "a phase needs 5 steps (2 warm-up, 3 measured), and steps that are no measurements" in err
     )
@@ -791,11 +797,7 @@ def test_a_run_whose_steps_all_fill_the_cache_says_so(tmp_path, profile, capsys)
         if line["kind"] == "step":
             line["cache_hits"] = 0  # the phase's first epoch: the cache starts empty
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    out = tmp_path / "fitted.json"
-    argv = ["calibrate", str(tmp_path / "run"), "--profile", str(PROFILE_PATH), "--out", str(out)]
-    assert cli.main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and not out.exists(), err
+    err = _refused_line(tmp_path / "run", capsys)
     assert (
         "and steps that still fill the activation cache (computing the frozen prefix) are " in err
     )

@@ -4423,6 +4423,22 @@ def load(seed=0):
 """
 
 
+def _prepared_with(tmp_path: Path, name: str, code: str, timeout: float):
+    """`pipeplan run --prepare-only --data NAME:load` in a process of its own, the module
+    `code` beside it (its exit callbacks run as the process ends): the finished process and
+    the seconds it took."""
+    (tmp_path / f"{name}.py").write_text(code)
+    root = Path(cli.__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path)])}
+    argv = [sys.executable, "-m", "cli", "run", "--prepare-only", "--model", "vit-digits"]
+    argv += ["--data", f"{name}:load", "--nproc", "1", "--name", "r"]
+    began = time.monotonic()
+    done = subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    return done, time.monotonic() - began
+
+
 @pytest.mark.timeout(200)
 def test_data_code_using_joblibs_workers_ends_without_waiting_for_them(tmp_path):
     """Found by the fifty-eighth round: data code using `joblib.Parallel` (loky's worker
@@ -4432,14 +4448,7 @@ def test_data_code_using_joblibs_workers_ends_without_waiting_for_them(tmp_path)
     callbacks the interpreter runs first (`threading._register_atexit`), where loky shuts
     them down. They run first now: `--prepare-only` (the data loaded in the launcher) ends
     as soon as it is done, with its one line."""
-    (tmp_path / "rt58_joblib.py").write_text(JOBLIB_MODULE)
-    root = Path(cli.__file__).resolve().parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path)])}
-    argv = [sys.executable, "-m", "cli", "run", "--prepare-only", "--model", "vit-digits"]
-    argv += ["--data", "rt58_joblib:load", "--nproc", "1", "--name", "j"]
-    began = time.monotonic()
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
-    took = time.monotonic() - began
+    done, took = _prepared_with(tmp_path, "rt58_joblib", JOBLIB_MODULE, timeout=180)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     # The launcher's work is ~10-40 s here; loky's workers wait 300 s idle before they end.
     assert took < 150, took
@@ -4468,15 +4477,8 @@ def test_data_code_that_leaves_a_task_running_ends_after_a_bounded_wait(tmp_path
     EXIT_CALLBACKS_S; then one warning line, and the command's own status."""
     from pipeplan.exits import EXIT_CALLBACKS_S
 
-    (tmp_path / "rt59_futures.py").write_text(FUTURES_MODULE)
-    root = Path(cli.__file__).resolve().parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(tmp_path)])}
-    argv = [sys.executable, "-m", "cli", "run", "--prepare-only", "--model", "vit-digits"]
-    argv += ["--data", "rt59_futures:load", "--nproc", "1", "--name", "f"]
-    began = time.monotonic()
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)
-    took = time.monotonic() - began
-    assert done.returncode == 0 and (tmp_path / "runs" / "f" / "run.json").is_file()
+    done, took = _prepared_with(tmp_path, "rt59_futures", FUTURES_MODULE, timeout=150)
+    assert done.returncode == 0 and (tmp_path / "runs" / "r" / "run.json").is_file()
     assert done.stderr == (
         f"pipeplan: WARNING: the exit callbacks still ran after {EXIT_CALLBACKS_S:g} s, waiting "
         "on work the data code left running (a thread pool's task, a process pool's worker): "
