@@ -1232,10 +1232,9 @@ class _Horizons:
             self._ends_against(config.epochs, last)
         ends: dict[int, tuple[int, str]] = {}  # each attempt's end, as its first phase said it
         for record, attempt, kept, at in self.priced:
-            end, exact = _end(record)
-            said = ends.get(attempt)
             if kept:  # its predecessor's horizon, of the attempt before
                 continue
+            (end, exact), said = _end(record), ends.get(attempt)
             if not exact:  # a bound: the end can lie before it
                 if said is None or end >= said[0]:
                     continue
