@@ -209,9 +209,12 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
             )
         if bool((bad := _not_labels(labels, seq)).any()):
             low, high = int(labels.min()), int(labels.max())
+            # A head sized by the data's own num_labels is said so: the line blamed the
+            # model's config, which held 10 (the fifty-ninth round).
+            sized = ", its head sized by the data's num_labels" if data.num_labels else ""
             raise BadArgumentError(
                 f"data '{data.name}' has {split} labels in {low}..{high} but {_labels_taken(seq)}"
-                f"{_Rows(split, rows).first(bad)}"
+                f"{sized}{_Rows(split, rows).first(bad)}"
             )
     if any(old_padding.values()):
         from pipeplan.models import PADDING

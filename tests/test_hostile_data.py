@@ -1940,6 +1940,24 @@ def test_an_eval_label_no_training_sample_has_is_refused_for_user_data(tmp_path,
     refused(argv, tmp_path, capsys, fragments)
 
 
+@pytest.mark.timeout(60)
+def test_labels_beyond_the_datas_own_class_count_say_who_sized_the_head(tmp_path, capsys):
+    """Found by the fifty-ninth round: TaskData(num_labels=3) with digits' labels 0..9 was
+    refused as "model '…' has 3 classes (0..2)", blaming the model, whose config held 10: the
+    3 was the data's. The line says the head was sized by the data's num_labels."""
+    path = tmp_path / "three.py"
+    path.write_text(
+        "import dataclasses\n"
+        "from executor.data import load_data\n"
+        "def load(seed=0):\n"
+        "    return dataclasses.replace(load_data('digits'), num_labels=3)\n"
+    )
+    argv = ["run", "--nproc", "1", "--model", "vit-digits", "--prepare-only", "--name", "x"]
+    argv += ["--data", f"{path}:load", "--runs-dir", str(tmp_path / "runs")]
+    said = "has 3 classes (0..2), its head sized by the data's num_labels"
+    refused(argv, tmp_path, capsys, ("data 'digits' has train labels in 0..9 but model", said))
+
+
 # ----------------------------------------------------------------------------- twenty-seventh round
 # `--data module:function`: the module a resume, an export or torchrun's entry imports.
 
