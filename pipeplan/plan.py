@@ -913,6 +913,7 @@ def check_plan_prices(plan: Plan, profile: Profile, where: str) -> None:
     significant digits; another platform's floats may differ in the last bits: agreement
     within PRICE_REL_TOL is the planner's."""
     redo = "the plan was edited: re-run `pipeplan plan`"
+    model = CostModel(profile, plan.inputs.cluster)  # the runner-ups' prices
     try:
         priced = priced_phases(plan, profile)
     except BadArgumentError as exc:
@@ -933,18 +934,14 @@ def check_plan_prices(plan: Plan, profile: Profile, where: str) -> None:
         # A runner-up's step is its layout's too (the fifty-ninth round: one "of 1 µs" beside
         # a chosen 35.6 ms was run and copied into the run).
         for r, other in enumerate(phase.runner_ups):
-            price = _runner_up_step(plan, profile, other.layout)
+            # The steady step its layout prices to on the plan's cluster, as the solver scored it.
+            price = _r(model.evaluate(other.layout, record=False).step_s)
             if not math.isclose(other.step_s, price, rel_tol=PRICE_REL_TOL, abs_tol=1e-12):
                 raise BadArgumentError(
                     f"{where}: phase {i}: runner_ups[{r}].step_s {other.step_s!r} is not what "
                     f"its layout ({other.layout.label()}) prices to from the plan's profile "
                     f"and cluster, {price!r}; {redo}"
                 )
-
-
-def _runner_up_step(plan: Plan, profile: Profile, layout: Layout) -> float:
-    """The steady step `layout` prices to on the plan's cluster, as the solver scored it."""
-    return _r(CostModel(profile, plan.inputs.cluster).evaluate(layout, record=False).step_s)
 
 
 def phase_timelines(
