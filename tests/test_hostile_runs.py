@@ -1767,6 +1767,17 @@ def _rank_slower_than_its_step(lines: list[dict]) -> tuple[int, str]:
     return i, f"step {lines[i]['step']}: rank 1: step_s 100.0 is longer than the step's step_s"
 
 
+def _step_slower_than_its_slowest_rank(lines: list[dict]) -> tuple[int, str]:
+    i = _last(lines, "step")
+    parts = ("fwd_s", "bwd_s", "wait_s", "allreduce_s", "optimizer_s", "input_s")
+    for rank in lines[i]["ranks"]:  # each rank timed as the executor times it: its parts
+        rank["step_s"] = math.fsum(rank[part] for part in parts)
+    slowest = max(rank["step_s"] for rank in lines[i]["ranks"])
+    lines[i]["step_s"] = 2 * slowest  # its rate with it, as a careful edit would
+    lines[i]["samples_per_s"] = 64 / lines[i]["step_s"]
+    return i, f"step {lines[i]['step']}: step_s {2 * slowest!r} is longer than its slowest rank's"
+
+
 def _peak_memory_on_cpu(lines: list[dict]) -> tuple[int, str]:
     i = _last(lines, "step")
     lines[i]["ranks"][0]["peak_memory_bytes"] = 10**15
@@ -1788,6 +1799,7 @@ EPOCH_CONTRADICTIONS = [
 STEP_CONTRADICTIONS = [
     _rank_forward_beyond_its_step,
     _rank_slower_than_its_step,
+    _step_slower_than_its_slowest_rank,
     _peak_memory_on_cpu,
     _cluster_of_another_world,
 ]

@@ -1687,6 +1687,14 @@ def _check_rank_times(step: StepRecord, where: str, config: RunConfig | None) ->
     longer than the step's. A CPU run records no peak memory (it is CUDA's allocator's). A
     rank's 100 s forward inside a step of 0.17 s was reported and calibrated from."""
     limit = step.step_s * (1 + RATE_TOLERANCE_REL) + PART_TOLERANCE_S
+    # Nor is the step longer than its slowest rank's. Records that time only the parts (every
+    # rank's step_s 0: hand-made ones) have no rank time to hold it to.
+    slowest = max((times.step_s for times in step.ranks), default=0.0)
+    if slowest > 0 and step.step_s > slowest * (1 + RATE_TOLERANCE_REL) + PART_TOLERANCE_S:
+        raise InputFileError(
+            f"{where}: step {step.step}: step_s {step.step_s!r} is longer than its slowest "
+            f"rank's step_s {slowest!r}, which it is"
+        )
     for times in step.ranks:
         for part in ("step_s", *RANK_PARTS):
             value = getattr(times, part)
