@@ -338,7 +338,8 @@ def test_a_phase_search_out_of_work_keeps_the_previous_placement_where_it_fits(m
         decide_phase(CostModel(profile, tight), shape, 1, 2, False, Pins(), first.layout)
 
 
-@pytest.mark.parametrize("epochs", [20, 40])
+# 40 epochs (11 s) runs with `-m long`: 20 already prunes and keeps the plan.
+@pytest.mark.parametrize("epochs", [20, pytest.param(40, marks=pytest.mark.long)])
 def test_the_cached_option_prunes_the_uncached_search_without_changing_the_plan(
     monkeypatch, epochs
 ):
