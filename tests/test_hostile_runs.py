@@ -1821,6 +1821,31 @@ def test_records_that_contradict_their_own_steps_are_refused(tmp_path, capsys, c
     refused(argv, tmp_path, capsys, _damaged(run, damage))
 
 
+@pytest.mark.parametrize("part", ["bwd_s", "allreduce_s", "optimizer_s"])
+def test_a_backward_timed_on_a_forward_only_stage_is_refused(tmp_path, capsys, part):
+    """Left open by the fifty-ninth round: a rank of a stage holding frozen layers only (it runs
+    forward only: the executor leaves its backward, all-reduce and optimizer times 0) was read
+    with a backward timed there, as a record of some other layout. The clean records read."""
+    from test_calibrate import PHASES, Phase
+    from test_calibrate import write_run as write_fit_run
+
+    run = tmp_path / "fit"
+    write_fit_run(
+        run, load(Profile, PROFILE), phases=[*PHASES, Phase(5, 2, 1, 2, "gpipe", (0, 5, 10))]
+    )
+    argv = ["calibrate", str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "c")]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    (tmp_path / "c").unlink()
+    lines = _lines(run)
+    i = _last(lines, "step")
+    assert lines[i]["ranks"][0]["stage"] == 0 and lines[i]["ranks"][0][part] == 0
+    lines[i]["ranks"][0][part] = 0.001
+    _rewrite(run, lines)
+    fragment = f"rank 0: {part} 0.001, but stage 0 of the phase's"
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment, "runs forward only"))
+
+
 @pytest.mark.parametrize(
     "digits, fragment",
     [

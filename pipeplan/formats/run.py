@@ -1655,6 +1655,17 @@ def _check_ranks(
                 f"{where}: step {step.step}: rank {times.rank} is not stage {stage} of replica "
                 f"{replica} in the phase's rank map"
             )
+        if stage < layout.forward_only_stages:
+            # A forward-only stage runs no backward, all-reduce or optimizer: the executor
+            # leaves those parts 0 (`executor.parallel.PhaseRuntime.forward_only_step`); a backward
+            # timed there is a record of some other layout (the sixtieth round's open list).
+            for part in FORWARD_ONLY_ZERO:
+                if getattr(times, part):
+                    raise InputFileError(
+                        f"{where}: step {step.step}: rank {times.rank}: {part} "
+                        f"{getattr(times, part)!r}, but stage {stage} of the phase's "
+                        f"{layout.label()} holds frozen layers only and runs forward only"
+                    )
 
 
 def _check_cache_hits(step: StepRecord, phase: PhaseRecord, where: str) -> None:
@@ -1672,6 +1683,9 @@ def _check_cache_hits(step: StepRecord, phase: PhaseRecord, where: str) -> None:
             f"{phase.phase}'s layout ({phase.layout.label()}) is not cached: it reads no "
             "sample from the cache"
         )
+
+
+FORWARD_ONLY_ZERO = ("bwd_s", "allreduce_s", "optimizer_s")
 
 
 # The parts of a rank's step, each timed inside its step_s (`executor.parallel`, the trainer's
