@@ -27,6 +27,7 @@ from pipeplan.costmodel import CostModel, same_placement
 from pipeplan.errors import BadArgumentError, InputFileError
 from pipeplan.formats import (
     Calibration,
+    EpochRecord,
     FittedLink,
     Layout,
     Link,
@@ -148,6 +149,23 @@ def noisy(ranks: list[RankTimes], rng: np.random.Generator, sigma: float) -> lis
     ]
 
 
+def closing_record(lines: list, epoch: int, phase: int, frozen: int) -> EpochRecord:
+    """The record closing `epoch`, whose steps are the last of `lines`, as the executor
+    writes it: its steps counted, its time theirs, their mean loss."""
+    steps = [r for r in lines if isinstance(r, StepRecord) and r.epoch == epoch]
+    epoch_s = sum(r.step_s for r in steps)
+    return EpochRecord(
+        epoch=epoch,
+        phase=phase,
+        frozen_layers=frozen,
+        steps=len(steps),
+        epoch_s=epoch_s,
+        train_loss=1.0,
+        eval_accuracy=None,
+        samples_per_s=64 * len(steps) / epoch_s,
+    )
+
+
 def write_run(
     run_dir: Path,
     profile: Profile,
@@ -167,8 +185,12 @@ def write_run(
     with lognormal noise (`seed`); both 0 is exact data. `model`: run.json's, a built-in
     name or a folder; `priced`: the built-in whose shipped profile priced the run (`model`'s)."""
     data = "digits" if model == "vit-digits" else "synth-text"
+    # An epoch for each cached phase whose cache starts empty, and the last.
+    epochs = 1 + sum(
+        p.cached and (i == 0 or not phases[i - 1].cached) for i, p in enumerate(phases)
+    )
     config = RunConfig(
-        name=run_dir.name, model=model, data=data, nproc=nproc, global_batch=64, epochs=1
+        name=run_dir.name, model=model, data=data, nproc=nproc, global_batch=64, epochs=epochs
     )
     run_dir.mkdir()
     (run_dir / "run.json").write_text(dumps(config))
@@ -176,18 +198,17 @@ def write_run(
         profile.model_copy(update={"calibration": truth}), run_cluster(config, profile)
     )
     rng = np.random.default_rng(seed)
-    lines, step, previous = [], 0, None
+    lines, step, epoch, previous = [], 0, 0, None
     for index, phase in enumerate(phases):
         layout = layout_of(phase)
         step_s = cost.evaluate(layout, record=False).step_s
         # A transition takes what `truth` prices: its byte move plus its group rebuild.
         transition_s = cost.transition_s(previous, layout) if previous is not None else 0.0
-        previous = layout
         lines.append(
             PhaseRecord(
                 phase=index,
                 start_step=step,
-                start_epoch=0,
+                start_epoch=epoch,
                 layout=layout,
                 predicted_step_s=None,
                 pricing=fake_pricing(nproc, priced or model).model_copy(
@@ -197,6 +218,26 @@ def write_run(
             )
         )
         ranks = rank_times(cost, layout)
+        if layout.cached and (previous is None or not previous.cached):
+            # Its cache starts empty: the epoch it starts in fills it (no hits: calibrate
+            # leaves those steps out), and it is read from the next epoch on.
+            filling = [
+                StepRecord(
+                    step=step + n,
+                    epoch=epoch,
+                    phase=index,
+                    step_s=step_s,
+                    loss=1.0,
+                    samples_per_s=64 / step_s,
+                    ranks=ranks,
+                )
+                for n in range(steps_per_phase)
+            ]
+            lines += filling
+            step += len(filling)
+            lines.append(closing_record(lines, epoch, index, layout.frozen_layers))
+            epoch += 1
+        previous = layout
         for _ in range(steps_per_phase):
             factor = float(rng.normal(1.0, step_jitter)) if step_jitter else 1.0
             if sigma:
@@ -206,7 +247,7 @@ def write_run(
             lines.append(
                 StepRecord(
                     step=step,
-                    epoch=0,
+                    epoch=epoch,
                     phase=index,
                     step_s=step_s * factor,
                     loss=1.0,
@@ -794,9 +835,10 @@ def test_a_run_whose_steps_all_fill_the_cache_says_so(tmp_path, profile, capsys)
     write_run(tmp_path / "run", profile, phases=[Phase(5, 1, 2, 1, "1f1b", (0, 10), cached=True)])
     path = tmp_path / "run" / "run.jsonl"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    for line in lines:
-        if line["kind"] == "step":
-            line["cache_hits"] = 0  # the phase's first epoch: the cache starts empty
+    # Its first epoch alone (the cache starts empty: no hits), as a run stopped there.
+    lines = [line for line in lines if line["kind"] == "phase" or line.get("epoch") == 0]
+    lines = [line for line in lines if line["kind"] != "epoch"]
+    assert [line["cache_hits"] for line in lines[1:]] == [0] * 8
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     err = _refused_line(tmp_path / "run", capsys)
     assert (

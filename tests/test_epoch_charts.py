@@ -19,8 +19,9 @@ def run_with_results(directory: Path) -> Path:
     records = elastic_records()
     last_epoch = [r for r in records if isinstance(r, EpochRecord)][-1]
     steps = [r for r in records if isinstance(r, STEP_RECORDS) and r.epoch == last_epoch.epoch]
-    for epoch in (2, 3):  # each its own steps (copies of epoch 1's), as an epoch record counts
-        first = steps[-1].step + 1 + (epoch - 2) * len(steps)
+    extra = range(last_epoch.epoch + 1, len(RESULTS))
+    for epoch in extra:  # each its own steps (copies of the last's), as an epoch record counts
+        first = steps[-1].step + 1 + (epoch - extra.start) * len(steps)
         records += [
             s.model_copy(update=dict(step=first + i, epoch=epoch)) for i, s in enumerate(steps)
         ]

@@ -132,14 +132,20 @@ def on_records_cluster(priced):
     return profile, cluster, pricing.model_copy(update={"cluster": cluster})
 
 
+def elastic_forecasts(priced) -> list[Forecast]:
+    """A forecast for each of elastic_records' epochs: its frozen layers so far, and its
+    samples its steps of whole batches (7, 1 and 2), as the records hold them to."""
+    return [
+        forecast(priced, "auto", [0], samples=7 * BATCH),
+        forecast(priced, "auto", [0, 3], samples=1 * BATCH),
+        forecast(priced, "auto", [0, 3, 3], samples=2 * BATCH),
+    ]
+
+
 def test_the_report_shows_each_epochs_forecast(tmp_path, priced, capsys, monkeypatch):
     priced = on_records_cluster(priced)
     records = elastic_records()
-    # Each epoch's samples: its steps of whole batches (7 and 3), as the records hold them to.
-    forecasts = [
-        forecast(priced, "auto", [0], samples=7 * BATCH),
-        forecast(priced, "auto", [0, 3], samples=3 * BATCH),
-    ]
+    forecasts = elastic_forecasts(priced)
     epochs = iter(forecasts)
     records = [
         r.model_copy(update=dict(forecast=next(epochs))) if isinstance(r, EpochRecord) else r
@@ -214,12 +220,7 @@ def _forecast_run(tmp_path, priced):
 
     priced = on_records_cluster(priced)
     pricing = priced[2].model_copy(update={"profile": "calibration-1.json"})
-    forecasts = iter(
-        [
-            forecast(priced, "auto", [0], samples=7 * BATCH),
-            forecast(priced, "auto", [0, 3], samples=3 * BATCH),
-        ]
-    )
+    forecasts = iter(elastic_forecasts(priced))
     records = [
         r.model_copy(update=dict(forecast=next(forecasts).model_copy(update={"pricing": pricing})))
         if isinstance(r, EpochRecord)
@@ -231,11 +232,12 @@ def _forecast_run(tmp_path, priced):
     return run_dir
 
 
-def _edit_last_forecast(run_dir, edit) -> None:
+def _edit_second_forecast(run_dir, edit) -> None:
+    """`edit` epoch 1's forecast (its second)."""
     import json
 
     lines = [json.loads(line) for line in (run_dir / "run.jsonl").read_text().splitlines()]
-    edit(lines[-1]["forecast"])
+    edit(next(r for r in lines if r["kind"] == "epoch" and r["epoch"] == 1)["forecast"])
     (run_dir / "run.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
@@ -255,7 +257,10 @@ def _edit_last_forecast(run_dir, edit) -> None:
             "forecast.cases[0].frozen_layers [4, 4, 4, 4, 4, 4] does not begin with the epochs "
             "so far, [0, 3]",
         ),
-        (lambda f: f.update(samples=7), "forecast.samples 7, but its 3 steps of 64 samples"),
+        (
+            lambda f: f.update(samples=7),
+            "forecast.samples 7, but its 1 step of 64 samples come from 64..127",
+        ),
         (
             lambda f: f["pricing"].update(profile_sha256="0" * 64),
             "epoch 1's forecast: pricing.profile_sha256 000000000000… is not the sha256 of "
@@ -273,7 +278,7 @@ def test_a_forecast_that_contradicts_its_run_is_refused(tmp_path, priced, capsys
     run_dir = _forecast_run(tmp_path, priced)
     assert cli.main(["report", str(run_dir)]) == 0  # as written, it reads
     capsys.readouterr()
-    _edit_last_forecast(run_dir, edit)
+    _edit_second_forecast(run_dir, edit)
     refused(["report", str(run_dir)], tmp_path, capsys, ("run", fragment))
 
 

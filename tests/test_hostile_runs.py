@@ -1666,10 +1666,13 @@ def test_a_step_of_a_later_epoch_is_named_with_the_epochs_closed(tmp_path, capsy
         times = {k: v for k, v in lines[i - 2].items() if k not in ("step", "epoch")}
         for line in _steps(lines[i:]):
             line.update(times)
+        for line in lines[i:]:  # and its epochs phase 0's
+            if line["kind"] == "epoch":
+                line.update(phase=0, frozen_layers=0)
     i = _last(lines, "step")
     lines[i]["epoch"] = 7
     _rewrite(run, lines)
-    closed = "closed epoch 0: a step is of the current epoch, 1"
+    closed = "closed epochs 0 to 1: a step is of the current epoch, 2"
     closed = closed if command == "report" else "closed no epoch: a step is of the current epoch, 0"
     fragment = f"step {lines[i]['step']}: epoch 7, but the records before it {closed}"
     refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
@@ -1734,7 +1737,7 @@ def _epoch_rate_unlike_its_steps(lines: list[dict]) -> tuple[int, str]:
 def _train_loss_unlike_its_steps(lines: list[dict]) -> tuple[int, str]:
     i = _last(lines, "epoch")
     lines[i]["train_loss"] = 99.0
-    return i, "train_loss 99.0, but the mean loss of its 3 steps is 1"
+    return i, "train_loss 99.0, but the mean loss of its 2 steps is 1"
 
 
 def _grad_norm_of_a_layer_beyond_the_model(lines: list[dict]) -> tuple[int, str]:
@@ -1819,6 +1822,37 @@ def test_records_that_contradict_their_own_steps_are_refused(tmp_path, capsys, c
     was blamed on the next line's step ranks. Each is refused on its own line and field."""
     run, argv = _readable(tmp_path, command)
     refused(argv, tmp_path, capsys, _damaged(run, damage))
+
+
+def test_cache_hits_in_the_epoch_a_cache_starts_empty_are_refused(tmp_path, capsys):
+    """Left open by the fifty-ninth round: a cached phase after an uncached one (or the first
+    of a run attempt) starts with an empty cache, and an epoch deals each sample once, so no
+    step of the epoch it starts in reads a sample it cached; 64 hits on its first step were
+    read, and calibrate took the step as steady."""
+    run, argv = _readable(tmp_path, "report")
+    lines = _lines(run)
+    i = _last(lines, "phase") + 1  # phase 1's first step: epoch 1, where it starts
+    assert lines[i]["epoch"] == 1 and lines[i]["cache_hits"] == 0
+    lines[i]["cache_hits"] = 64
+    _rewrite(run, lines)
+    fragment = "cache_hits 64 in epoch 1, where phase 1 started with an empty cache"
+    refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
+
+
+def test_a_cached_phase_after_a_cached_one_reads_its_cache_from_its_first_step(tmp_path):
+    """Its cache's rows are advanced from the last phase's (`Worker.prepare_cache`): hits in
+    the epoch it starts in are real, and read."""
+    from test_calibrate import Phase
+    from test_calibrate import write_run as write_fit_run
+
+    run = tmp_path / "fit"
+    cached = [Phase(3, 1, 2, 1, "1f1b", (0, 10), True), Phase(5, 1, 2, 1, "1f1b", (0, 10), True)]
+    write_fit_run(run, load(Profile, PROFILE), phases=cached)
+    lines = _lines(run)
+    second = _last(lines, "phase")
+    assert lines[second]["start_epoch"] == 1 and lines[second + 1]["cache_hits"] == 64
+    argv = ["calibrate", str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "c")]
+    assert cli.main(argv) == 0
 
 
 @pytest.mark.parametrize("part", ["bwd_s", "allreduce_s", "optimizer_s"])
@@ -2011,8 +2045,8 @@ def test_a_forecast_that_freezes_beyond_no_further_freezing_is_refused(tmp_path,
     the epoch's frozen layers to the end; one that froze 3 more layers was reported."""
     run, argv = _readable(tmp_path, "report")
     lines = _lines(run)
-    i = next(i for i, line in enumerate(lines) if line["kind"] == "epoch")  # epoch 0 of 2
-    _with_forecast(lines, i, ("no-further-freezing", [0, 3]), ("alpha-bound", [0, 3]))
+    i = next(i for i, line in enumerate(lines) if line["kind"] == "epoch")  # epoch 0 of 3
+    _with_forecast(lines, i, ("no-further-freezing", [0, 3, 3]), ("alpha-bound", [0, 3, 3]))
     _rewrite(run, lines)
     fragment = "forecast.cases[0].frozen_layers: epoch 1: 3, but no-further-freezing under freeze"
     refused(argv, tmp_path, capsys, (f"run.jsonl:{i + 1}: ", fragment))
@@ -2541,8 +2575,8 @@ METRICS_EDITS = {
         ("metrics.csv: epoch 0: train_loss '9", "run.jsonl's record of that epoch says"),
     ),
     "a row for an epoch never run": (
-        lambda m: m + m.splitlines()[-1].replace("1,", "7,", 1) + "\n",
-        ("metrics.csv: row 4 (epoch 7) has no epoch record in", "run.jsonl"),
+        lambda m: m + m.splitlines()[-1].replace("2,", "7,", 1) + "\n",
+        ("metrics.csv: row 5 (epoch 7) has no epoch record in", "run.jsonl"),
     ),
     "an unknown column": (
         lambda m: m.replace("layout\n", "layout,extra\n"),
@@ -2560,7 +2594,7 @@ METRICS_EDITS = {
 # record in run.jsonl" (and one inside the table "epoch 1's row has 0 cells"): an empty row is
 # named as one, wherever it is.
 EMPTY_ROWS = {
-    "an empty last line": (lambda m: m + "\n", "metrics.csv: row 4 is empty; pipeplan writes no"),
+    "an empty last line": (lambda m: m + "\n", "metrics.csv: row 5 is empty; pipeplan writes no"),
     "an empty line inside": (
         lambda m: m.replace("\n1,", "\n\n1,", 1),
         "metrics.csv: row 3 is empty",
@@ -2578,7 +2612,7 @@ def test_metrics_csv_is_what_the_records_say(tmp_path, capsys, case):
     cell the record's value, a regular file; the line names both files."""
     run, argv = _readable(tmp_path, "report")
     _with_eval_files(run, summary=False)
-    assert len([r for r in _lines(run) if r["kind"] == "epoch"]) == 2
+    assert len([r for r in _lines(run) if r["kind"] == "epoch"]) == 3
     assert cli.main(argv) == 0, capsys.readouterr().err  # as the run writes it: read
     capsys.readouterr()
     table = run / "metrics.csv"

@@ -174,7 +174,8 @@ def write_run(directory: Path, records: list, **config) -> Path:
 
 
 def elastic_records() -> list:
-    """Phase 0: 2 stages × 1 replica, M=4, 7 steps; phase 1: 1 stage × 2 replicas, 3 steps."""
+    """Phase 0: 2 stages × 1 replica, M=4, 7 steps in epoch 0; phase 1: 1 stage × 2 replicas,
+    cached, 3 steps: 1 filling its cache in epoch 1, 2 reading it in epoch 2."""
     p0 = phase_record(
         0,
         stages=2,
@@ -224,12 +225,17 @@ def elastic_records() -> list:
         ],
     )
     records.append(p1)
-    for n in range(3):
-        step_s = WARMUP_S if n < WARMUP_STEPS_PER_PHASE else 0.06
+    # Its cache starts empty (phase 0 cached nothing): epoch 1's step fills it (no hits, the
+    # frozen prefix computed), epoch 2's steps read it whole.
+    replica0 = rank(0, 0, 0, fwd_s=0.05, bwd_s=0.01, allreduce_s=0.006, optimizer_s=0.004)
+    replica1 = rank(1, 0, 1, fwd_s=0.07, bwd_s=0.03, allreduce_s=0.008, optimizer_s=0.004)
+    records.append(step(7, 1, 1, 0.12, [replica0, replica1]))
+    records.append(epoch(1, 1, epoch_s=0.5, accuracy=0.75, steps=1, frozen=3))  # 0.12 s
+    for n in range(2):
         replica0 = rank(0, 0, 0, fwd_s=0.02, bwd_s=0.01, allreduce_s=0.006, optimizer_s=0.004)
         replica1 = rank(1, 0, 1, fwd_s=0.04, bwd_s=0.03, allreduce_s=0.008, optimizer_s=0.004)
-        records.append(step(7 + n, 1, 1, step_s, [replica0, replica1], cache_hits=64))
-    records.append(epoch(1, 1, epoch_s=2.0, accuracy=0.8, steps=3, frozen=3))  # 1.86 s
+        records.append(step(8 + n, 2, 1, 0.06, [replica0, replica1], cache_hits=64))
+    records.append(epoch(2, 1, epoch_s=1.5, accuracy=0.8, steps=2, frozen=3))  # 0.12 s
     return records
 
 
@@ -317,7 +323,8 @@ def test_training_time_accuracy_and_epochs(elastic):
     p0, p1 = elastic_phase(0).predicted_step_s, elastic_phase(1).predicted_step_s
     assert report.predicted_training_s == pytest.approx(p0 * 7 + p1 * 3)
     assert report.final_eval_accuracy == 0.8 and report.steps == 10
-    assert [(e.epoch, e.stages, e.replicas) for e in report.epochs] == [(0, 2, 1), (1, 1, 2)]
+    epochs = [(e.epoch, e.stages, e.replicas) for e in report.epochs]
+    assert epochs == [(0, 2, 1), (1, 1, 2), (2, 1, 2)]
     assert report.baseline is None
 
 
@@ -330,10 +337,13 @@ def test_a_phase_shorter_than_the_warmup_keeps_all_its_steps(tmp_path):
 
 def test_steps_that_fill_the_cache_are_not_steady(tmp_path):
     records = elastic_records()
-    filling = [r for r in records if isinstance(r, STEP_RECORDS) and r.phase == 1][:2]
-    for r in filling:
-        r.cache_hits = 63  # one sample short of the global batch: the prefix still ran
-        r.step_s, r.samples_per_s = 1.0, GLOBAL_BATCH / 1.0
+    # Phase 1's first step fills its cache (epoch 1: no hits); its second, in epoch 2, one
+    # sample short of the global batch: the prefix still ran.
+    _, short, _ = [r for r in records if isinstance(r, STEP_RECORDS) and r.phase == 1]
+    short.cache_hits = 63
+    short.step_s, short.samples_per_s = 1.0, GLOBAL_BATCH / 1.0
+    assert records[records.index(short) + 2].epoch == 2
+    records[records.index(short) + 2] = epoch(2, 1, epoch_s=2.5, accuracy=0.8, steps=2, frozen=3)
     phase = make_report(write_run(tmp_path / "filling", records)).phases[1]
     assert (phase.steps, phase.cache_filling_steps, phase.measured_steps) == (3, 2, 1)
     # The one settled step is fewer than the warm-up: kept, as in summary.json, rather than
@@ -343,14 +353,14 @@ def test_steps_that_fill_the_cache_are_not_steady(tmp_path):
 
 def test_speedup_against_a_baseline(elastic, static):
     """The measured speedup from both runs' records; the previewed one needs one epoch length
-    to price the runs' epochs with, which the hand-made elastic run (epochs of 7 and 3 steps)
+    to price the runs' epochs with, which the hand-made elastic run (epochs of 7, 1, 2 steps)
     does not have: n/a, saying so, rather than its step predictions' ratio."""
     baseline = make_report(elastic, static).baseline
     assert baseline is not None and baseline.name == "static"
     assert baseline.measured_speedup == pytest.approx((6.0 + 0.6) / 5.8)
     assert baseline.predicted_training_s == pytest.approx(static_records()[0].predicted_step_s * 10)
     assert baseline.previewed_speedup is None and baseline.previewed_training_s is None
-    why = "this run has epochs of 3, 7 steps: no one epoch to price"
+    why = "this run has epochs of 1, 2, 7 steps: no one epoch to price"
     assert baseline.previewed_unavailable == why
     assert (baseline.final_eval_accuracy, baseline.steps) == (0.7, 10)
 
@@ -650,7 +660,7 @@ BAD_RUNS = {
         lambda tmp: write_run(tmp / "empty", elastic_records()[:1]),
         "incomplete",
     ),
-    "malformed record": (malformed_line, "run.jsonl:15: not a run record"),
+    "malformed record": (malformed_line, "run.jsonl:16: not a run record"),
     "step without phase": (
         lambda tmp: write_run(tmp / "orphan", elastic_records()[1:3]),
         "never started",

@@ -1131,12 +1131,14 @@ def check_records(
     # as that, not as each of its steps' rates; and a step's 10**9 cache hits as more than
     # run.json's batch, not as hits in an uncached phase. (Each step's phase is the latest
     # before it, as held above: found again, not held in a list of every step.)
+    empty, before = False, None  # whether the current phase's cache started empty
     for number, record in enumerate(records):
         if isinstance(record, PhaseRecord):
-            current = record
+            empty = record.resumed or before is None or not before.layout.cached
+            current = before = record
         elif isinstance(record, STEP_RECORDS):
             _check_rate(record, current, places[number])
-            _check_cache_hits(record, current, places[number])
+            _check_cache_hits(record, current, places[number], empty)
     finished: list[int] = []  # the epochs' frozen layers so far, as the forecasts continue them
     priced = _ForecastEpochs(config, attempt)
     for (epoch, phase, steps, at), made_by in zip(closed, attempts, strict=True):
@@ -1668,20 +1670,30 @@ def _check_ranks(
                     )
 
 
-def _check_cache_hits(step: StepRecord, phase: PhaseRecord, where: str) -> None:
+def _check_cache_hits(step: StepRecord, phase: PhaseRecord, where: str, empty: bool) -> None:
     """Only a cached phase reads the cache: a phase whose layout is not cached feeds stage 0
     from the data alone (`executor.worker.Worker.stage0_batch`, its node's cache dropped), so
     its steps have no hits; 5 hits on a step of a phase that froze nothing were read back
     (exit 0) as reads that never happened. (At most the global batch: `check_against_config`
-    holds them to run.json's.)
+    holds them to run.json's.) And a cache that started `empty` with the phase (after an
+    uncached phase, or in a run attempt's first phase: a new process) holds no sample of the
+    epoch the phase starts in before the step that computes it: an epoch deals each sample
+    once, to one step, whatever the layouts (`Worker.epoch_batches`); only a cached phase
+    after a cached one starts with rows, advanced from the last (`Worker.prepare_cache`).
 
-        _check_cache_hits(step, phase, "run.jsonl:2")
+        _check_cache_hits(step, phase, "run.jsonl:2", empty=False)
     """
     if step.cache_hits and not phase.layout.cached:
         raise InputFileError(
             f"{where}: step {step.step}: cache_hits {step.cache_hits}, but phase "
             f"{phase.phase}'s layout ({phase.layout.label()}) is not cached: it reads no "
             "sample from the cache"
+        )
+    if step.cache_hits and empty and step.epoch == phase.start_epoch:
+        raise InputFileError(
+            f"{where}: step {step.step}: cache_hits {step.cache_hits} in epoch {step.epoch}, "
+            f"where phase {phase.phase} started with an empty cache: the epoch deals each "
+            "sample once, so no step of it reads one the phase has cached"
         )
 
 
@@ -1850,7 +1862,8 @@ def _check_forecast(
     if not low <= forecast.samples < high:
         raise InputFileError(
             f"{where}: epoch {epoch.epoch}: forecast.samples {forecast.samples}, but its "
-            f"{epoch.steps} steps of {batch} samples come from {low}..{high - 1} samples"
+            f"{epoch.steps} step{'s' * (epoch.steps != 1)} of {batch} samples come from "
+            f"{low}..{high - 1} samples"
         )
     for number, case in enumerate(forecast.cases):
         field = f"forecast.cases[{number}].frozen_layers"
