@@ -853,6 +853,8 @@ def _free_bytes(path: Path) -> int | None:
 # A checkpoint's bytes a parameter: its float32 weights (model.pt) and AdamW's two moments
 # (optimizer.pt), every layer active, as a run's first checkpoint may be.
 CHECKPOINT_BYTES_PER_PARAM = 12
+OPTIMIZER_BYTES_PER_PARAM = 8  # its largest file, optimizer.pt
+PICKLE_ROOM_BYTES = 2**20  # torch.save's archive around the tensors, with room
 
 
 def check_checkpoint_room(runs_root: Path, profile: Profile) -> None:
@@ -864,14 +866,16 @@ def check_checkpoint_room(runs_root: Path, profile: Profile) -> None:
     named as they are written, the previous one kept."""
     params = sum(layer.params for layer in profile.layers)
     checkpoint = CHECKPOINT_BYTES_PER_PARAM * params
-    # Its model.pt alone is 4 bytes a parameter (the float32 weights): past `ulimit -f`, a run
-    # trained every step and lost it writing its final checkpoint (the fifty-ninth round).
-    limit = size_limit()
-    if limit is not None and limit < 4 * params:
+    # Its largest file is optimizer.pt, 8 bytes a parameter (AdamW's two float32 moments),
+    # and some pickling around them: past `ulimit -f`, a run trained every step and lost it
+    # writing a checkpoint (the fifty-ninth round at model.pt's 4 bytes, the sixtieth at 8).
+    limit, largest = size_limit(), OPTIMIZER_BYTES_PER_PARAM * params + PICKLE_ROOM_BYTES
+    if limit is not None and limit < largest:
         raise OutputError(
             f"the file size limit (ulimit -f) is {limit:,} bytes, but the run's checkpoints "
-            f"write a model.pt of about {4 * params / 2**20:,.1f} MiB ({params:,} parameters, "
-            "4 bytes each): raise it (ulimit -f unlimited)"
+            f"write an optimizer.pt of about {largest / 2**20:,.1f} MiB ({params:,} "
+            f"parameters, {OPTIMIZER_BYTES_PER_PARAM} bytes each: AdamW's two moments): raise "
+            "it (ulimit -f unlimited)"
         )
     free = _free_bytes(runs_root)
     if free is not None and free < checkpoint + MIN_FREE_BYTES:

@@ -3484,15 +3484,17 @@ def test_a_low_open_files_limit_is_named_not_blamed_on_the_run(finished_run, tmp
 
 
 @pytest.mark.timeout(180)
-def test_a_file_size_limit_below_a_checkpoint_is_refused_before_training(tmp_path):
+@pytest.mark.parametrize("limit", [2_048_000, 9_000_000])
+def test_a_file_size_limit_below_a_checkpoint_is_refused_before_training(tmp_path, limit):
     """Found by the fifty-ninth round: under `ulimit -f 2000` (2 MB) a run passed the disk's
-    room check, trained every step and failed writing its final checkpoint, none kept. The
-    limit is held to the checkpoint's model.pt (4 bytes a parameter) as the run starts."""
+    room check, trained every step and failed writing its final checkpoint, none kept; by the
+    sixtieth, between model.pt's 4 bytes a parameter and optimizer.pt's 8 (9 MB here: model.pt
+    6.4 MB, optimizer.pt 12.7 MB). The limit is held to the largest file as the run starts."""
     import resource
 
     def cap() -> None:
         hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
-        resource.setrlimit(resource.RLIMIT_FSIZE, (2_048_000, hard))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
 
     root = Path(cli.__file__).resolve().parent
     argv = [sys.executable, "-m", "cli", "run", "--nproc", "1", "--model", "vit-digits"]
@@ -3506,7 +3508,8 @@ def test_a_file_size_limit_below_a_checkpoint_is_refused_before_training(tmp_pat
         timeout=150,
         preexec_fn=cap,
     )
-    said = "the file size limit (ulimit -f) is 2,048,000 bytes, but the run's checkpoints write a"
+    said = f"the file size limit (ulimit -f) is {limit:,} bytes, but the run's checkpoints write"
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert said in done.stderr and "(1,590,666 parameters, 4 bytes each)" in done.stderr
+    assert said in done.stderr and "an optimizer.pt of about 13.1 MiB" in done.stderr
+    assert "(1,590,666 parameters, 8 bytes each: AdamW's two moments)" in done.stderr
     assert not (tmp_path / "runs").exists()
