@@ -696,6 +696,15 @@ SELF_CONTRADICTIONS = {
         ),
         ("phase 0: a 10-stage layout, but inputs.cluster has 2 devices: each stage takes one",),
     ),
+    # Sixtieth round: 2,000,000 rows of [0] were built first (24 s, 1.5 GB).
+    "a hundred thousand rank map rows": (
+        lambda doc: doc["phases"][1]["layout"].update(rank_map=[[0]] * 100_000),
+        ("phase 1: its rank map places 100,000 ranks, but inputs.cluster has 2 devices",),
+    ),
+    "a runner-up's rank map row of a hundred thousand": (
+        lambda doc: _runner_up(doc, rank_map=[[0] * 100_000]),
+        ("phase 0's runner_ups[0]: its rank map places 100,000 ranks, but inputs.cluster",),
+    ),
     "more phases than a plan has epochs": (
         lambda doc: _one_epoch_phases(doc, 10_001),
         ("10,001 phases: a phase trains at least one epoch, a plan at most 10,000",),
