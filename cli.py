@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeplan import log
+from pipeplan.calls import one_call
 from pipeplan.errors import (
     SHOWN,
     BadArgumentError,
@@ -1038,7 +1039,10 @@ def main(argv: list[str] | None = None) -> int:
         _check_address_space()
         check_openmp_environment()
         log.bound_console_size()
-        result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
+        # One call at a time in the process, as the API's (a data function's `pipeplan.run`
+        # under `pipeplan run` trained a whole inner run: the sixtieth round).
+        with one_call(f"the command `pipeplan {next(iter(args), '')}`"):
+            result = command.main(args=args, prog_name="pipeplan", standalone_mode=False)
         code = result if isinstance(result, int) else 0
         if code == 0:  # what the data code's threads wrote, once the command succeeded
             for line in log.thread_lines():

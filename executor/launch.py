@@ -732,7 +732,10 @@ def check_unfinished(
     run.json's epochs and takes none)."""
     if not finished(manifest, cfg):
         return
-    if local:
+    if cfg.plan is not None:  # its epochs are the plan's (the sixtieth round: told --epochs N)
+        more = f"a run of a plan trains the plan's {cfg.epochs} epochs; to train on, start a "
+        more += "new run with a plan made for more"
+    elif local:
         more = f"give --epochs N > {cfg.epochs} to train on"
     else:
         more = (

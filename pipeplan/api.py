@@ -26,7 +26,6 @@ import difflib
 import functools
 import inspect
 import numbers
-import threading
 from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, get_origin
@@ -34,11 +33,11 @@ from typing import TYPE_CHECKING, Any, get_origin
 from pydantic import BaseModel
 
 from pipeplan import log
+from pipeplan.calls import one_call
 from pipeplan.errors import (
     BadArgumentError,
     InputFileError,
     Interrupted,
-    OutputError,
     PipeplanError,
     excerpt,
 )
@@ -54,21 +53,12 @@ if TYPE_CHECKING:
 __all__ = ["export", "plan", "preview", "profile", "run"]
 
 
-# The call running in this process, and its thread: one at a time. Around the user's code a
-# call holds what is the process's (fd 2 and sys.stderr captured, os._exit and the signal
-# handlers replaced, the `pipeplan` logger's handlers): two calls at once in two threads each
-# took the other's for the data's doing, both failed blaming the built-in data, and left the
-# process's stderr on a deleted file (the fifty-ninth round).
-_CALL = threading.Lock()
-_CALLER: list[str] = []
-
-
 def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
     """A Ctrl-C anywhere in a call raises `Interrupted`, as the command line says
     `pipeplan: interrupted`: in a call's first seconds (its imports) it was a bare
     KeyboardInterrupt from importlib, pydantic or torch (forty-ninth round). What the file
     system refuses (a name too long) is an InputFileError, the command line's line. Calls
-    run one at a time (`_CALL`): another, from another thread or from inside the user's
+    run one at a time (`calls.one_call`): another, from another thread or from inside the user's
     code during a call, is refused in one line."""
 
     signature = inspect.signature(command)
@@ -79,15 +69,9 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
             signature.bind(*args, **kwargs)
         except TypeError as exc:  # Python's own words, as the command line's one line
             raise BadArgumentError(_misnamed(command.__name__, signature, kwargs, exc)) from None
-        if not _CALL.acquire(blocking=False):
-            raise OutputError(
-                f"another pipeplan call is running in this process ({_CALLER[0]}): calls run "
-                "one at a time (each holds the process's stderr, os._exit and signal handlers "
-                "around your code); call again once it has returned"
-            )
-        _CALLER[:] = [f"{command.__name__}() in thread {threading.current_thread().name!r}"]
         try:
-            with claims_released():  # the run directories it claimed, as its process ends
+            with one_call(f"{command.__name__}()"), claims_released():
+                # claims_released: the run directories it claimed, as its process ends
                 return command(*args, **kwargs)
         except KeyboardInterrupt:
             raise Interrupted from None
@@ -98,9 +82,6 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
             if len(message := str(exc)) > log.MAX_LINE:
                 exc.args = (log.bounded(message),)
             raise
-        finally:
-            _CALLER.clear()
-            _CALL.release()
 
     return call
 

@@ -585,3 +585,70 @@ def test_a_call_while_another_runs_in_another_thread_is_refused(monkeypatch):
     assert len(results) == 1 and results[0].predicted_speedup > 0
     monkeypatch.setattr(pipeplan.plan, "make_preview", real)
     assert pipeplan.preview(**options).predicted_speedup == results[0].predicted_speedup
+
+
+@pytest.mark.timeout(120)
+def test_a_child_forked_while_another_thread_calls_starts_free(monkeypatch):
+    """Found by the sixtieth round: a child forked while a call ran in another thread
+    inherited the held call, and every pipeplan call in it was refused ("another pipeplan
+    call is running ... call again once it has returned": it never returns there). The child
+    starts free; the parent still refuses until the call returns."""
+    import os
+    import threading
+
+    import pipeplan.plan
+    from pipeplan.errors import OutputError
+
+    entered, release = threading.Event(), threading.Event()
+    real = pipeplan.plan.make_preview
+
+    def held(*args, **kwargs):
+        entered.set()
+        release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeplan.plan, "make_preview", held)
+    options = dict(profile=str(PROFILE), devices_per_node=2, epochs=2)
+    first = threading.Thread(target=lambda: pipeplan.preview(**options), name="first-call")
+    first.start()
+    try:
+        assert entered.wait(60)
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # the child: its own call runs (the patched function, not held here)
+            code = 1
+            try:
+                monkeypatch.setattr(pipeplan.plan, "make_preview", real)
+                code = 0 if pipeplan.preview(**options).predicted_speedup > 0 else 1
+            finally:
+                os.write(write, bytes([code]))
+                os._exit(code)
+        os.close(write)
+        with pytest.raises(OutputError, match="another pipeplan call is running"):
+            pipeplan.preview(**options)
+        assert os.read(read, 1) == b"\0"
+        assert os.waitpid(child, 0)[1] == 0
+    finally:
+        release.set()
+        first.join(60)
+
+
+def test_a_pipeplan_call_from_data_code_under_the_command_is_refused(tmp_path, capsys, monkeypatch):
+    """Found by the sixtieth round: a data function calling `pipeplan.run(...)` while
+    `pipeplan run` ran trained a whole inner run, and the command then blamed the logger's
+    handlers; a nested `pipeplan.preview` passed. The command is a call too: the nested one is
+    refused, naming the command."""
+    (tmp_path / "rt60_nested.py").write_text(
+        "import pipeplan\n"
+        "from executor.demotasks import target\n\n"
+        "def load():\n"
+        f"    pipeplan.preview(profile={str(PROFILE)!r}, devices_per_node=2, epochs=2)\n"
+        "    return target()\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--model", "vit-digits", "--data", "rt60_nested:load", "--prepare-only"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    said = "another pipeplan call is running in this process (the command `pipeplan run` in"
+    assert err.count("\n") == 1 and said in err, err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

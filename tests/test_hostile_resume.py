@@ -3588,6 +3588,17 @@ def test_a_plan_runs_resume_that_changes_the_plan_says_what_to_do(
     refused(["run", "--resume", str(run), flag, value], tmp_path, capsys, (fragment,))
 
 
+def test_a_finished_plan_runs_resume_is_told_to_start_a_new_run(plan_run, tmp_path, capsys):
+    """Found by the sixtieth round: the finished run of a plan, resumed, was told "give
+    --epochs N > 1 to train on", which its next resume refused (a plan's run keeps the plan's
+    epochs). The line says a new run with a plan made for more epochs is the way."""
+    from test_hostile import refused
+
+    run = copy_run(plan_run[0], tmp_path)
+    said = "finished all its 1 epochs (checkpoint step-3); a run of a plan trains the plan's 1"
+    refused(["run", "--resume", str(run)], tmp_path, capsys, (said, "plan made for more"))
+
+
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
 # "deleted": long (the same check of the plan's sha256), for the 15-minute default run.
