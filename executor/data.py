@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch.utils import _python_dispatch
+from torch.utils import _contextlib, _python_dispatch
 from torch.utils._device import DeviceContext as _DeviceContext
 from torch.utils.data import Dataset
 from torch.utils.serialization import config as _SERIALIZATION
@@ -1472,6 +1472,7 @@ _kept_modules: list[tuple[str, types.ModuleType]] = []
 # (a layer's nn.Module is in) or a class nested deeper (torch.distributed.pipelining's) is not.
 _kept_classes: list[tuple[str, type]] = []
 _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE (Python 3.10+): `int.x = 1` is a TypeError
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not C
 
 
 def _modules_kept() -> list[tuple[str, types.ModuleType]]:
@@ -1569,19 +1570,63 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
         # A function is the library's by where its code is, not by the `__module__` it
         # names, which `functools.wraps` copies from what it wraps (the fifty-eighth round:
         # a wrapped no-op in pipeplan's own check_data_facts' place trained ranks on other
-        # data, exit 0).
+        # data, exit 0); and its code is its module's, with that module's globals (the
+        # sixtieth: a function compiled under re's file name passed as re's own).
+        if not _code_of_its_module(code, made_in):
+            return False
         if _in_package(Path(made_in), name):
             return True
         file = _module_file(module)
         return (
             file is not None and file == Path(made_in).resolve() and _patched_so(name, code, file)
         )
-    if not isinstance(module, str):
+    # An object without code of its own (a C function, a class, a callable object): the
+    # library's own under the name it replaces, never over pipeplan's. The sixtieth round: a
+    # user's callable object naming `__module__ = "executor.task"` passed in pipeplan's own
+    # check_data_facts' place (a rank trained on other data unchecked), torch's nn.Identity at
+    # clip_grad_norm_, a functools.partial at functools.reduce.
+    if (
+        not isinstance(module, str)
+        or name.partition(".")[0] in NEVER_PATCHED
+        or isinstance(new, partial)
+        or getattr(new, "__name__", None) != name.rpartition(".")[2]
+        or not _classes_code_is_its_own(new if isinstance(new, type) else type(new))
+    ):
         return False
     if module.partition(".")[0] == name.partition(".")[0]:
         return True
     file = _module_file(module)
     return file is not None and _patched_so(name, code, file)
+
+
+def _code_of_its_module(function: Any, made_in: str) -> bool:
+    """Whether `function`'s globals are an imported module's own and its code that module's
+    file (or code the module generated, "<string>": dataclasses, namedtuple)."""
+    found = getattr(function, "__globals__", None)
+    home = sys.modules.get(found.get("__name__")) if isinstance(found, dict) else None
+    if home is None or getattr(home, "__dict__", None) is not found:
+        return False
+    if made_in.startswith("<"):
+        return True
+    file = getattr(home, "__file__", None)
+    return isinstance(file, str) and os.path.realpath(file) == os.path.realpath(made_in)
+
+
+def _classes_code_is_its_own(cls: type) -> bool:
+    """Whether every function a class defines (its own and its bases' up to the first
+    built-in one) is code of the module it names: a class naming `__module__ = "numpy"`
+    whose `__call__` is the user's is not numpy's."""
+    for klass in cls.__mro__:
+        if not klass.__flags__ & _HEAP_TYPE:
+            break  # a built-in (C) class: no user code
+        for value in vars(klass).values():
+            function = getattr(value, "__func__", value)
+            code = getattr(function, "__code__", None)
+            if code is not None and not _code_of_its_module(function, code.co_filename):
+                return False
+            if code is not None and not _in_package(Path(code.co_filename), klass.__module__):
+                return False
+    return True
 
 
 # The packages no library patches: pipeplan's own (`cli` is the launcher's entry module).
@@ -1795,10 +1840,34 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
         # nothing, exit 0 (the fifty-ninth round).
         if wrapped is not old and (wrapped is not None or "<locals>" not in new.__qualname__):
             return False
+        # And it holds the old one: a function made of torch's own `zero_grad` code, naming
+        # the old step as `__wrapped__`, trained nothing (the sixtieth round).
+        if wrapped is old and not any(_holds(cell, old) for cell in new.__closure__ or ()):
+            return False
         filename = new.__code__.co_filename
     except Exception:  # no function, or a user object whose __getattr__ failed: not torch's
         return False
-    return isinstance(filename, str) and _in_package(Path(filename), name)
+    # torch decorates its own functions with its grad modes where it defines them, never as
+    # a later replacement: `F.linear = torch.no_grad()(F.linear)` in `load` trained nothing,
+    # exit 0 (the sixtieth round).
+    return (
+        isinstance(filename, str)
+        and _in_package(Path(filename), name)
+        and _code_of_its_module(new, filename)
+        and os.path.realpath(filename) != _CONTEXT_DECORATORS
+    )
+
+
+# The code of torch's grad-mode decorators (no_grad, enable_grad, inference_mode, ...).
+_CONTEXT_DECORATORS = os.path.realpath(_contextlib.__file__)
+
+
+def _holds(cell: Any, value: Any) -> bool:
+    """Whether a closure's `cell` holds `value` (an empty cell holds nothing)."""
+    try:
+        return cell.cell_contents is value
+    except ValueError:
+        return False
 
 
 # The tables Python's pickle and torch.save write with, besides their functions (held in
@@ -2784,7 +2853,7 @@ def _pipeplan_loggers_now() -> list[tuple[str, logging.Logger]]:
     return list(_pipeplan_loggers)
 
 
-def _loggers_state() -> list[tuple[str, logging.Logger, tuple, list]]:
+def _loggers_state() -> list[tuple[str, logging.Logger, tuple, list, dict[str, Any]]]:
     """What pipeplan's loggers log by (`_pipeplan_loggers_now`): each one's level, switch,
     propagation, handler and filter lists (the list objects and what they hold), and each
     handler's level, formatter and filters."""
@@ -2802,27 +2871,63 @@ def _loggers_state() -> list[tuple[str, logging.Logger, tuple, list]]:
                 list(logger.filters),
             ),
             [
-                (handler, handler.level, handler.formatter, handler.filters, list(handler.filters))
+                (
+                    handler,
+                    handler.level,
+                    handler.formatter,
+                    handler.filters,
+                    list(handler.filters),
+                    _methods_set(handler),
+                )
                 for handler in logger.handlers
             ],
+            _methods_set(logger),
         )
         for name, logger in _pipeplan_loggers_now()
     ]
+
+
+def _methods_set(obj: Any) -> dict[str, Any]:
+    """The methods of its class that `obj` has set on itself (`logger.info = noop`)."""
+    return {
+        key: value
+        for key, value in vars(obj).items()
+        if callable(value) and callable(getattr(type(obj), key, None))
+    }
+
+
+def _methods_put_back(obj: Any, held: dict[str, Any], what: str, said: list[str]) -> None:
+    """`obj`'s methods set on itself as `held` (`_methods_set`) again; what changed said.
+    Found by the sixtieth round: `info`, `warning` and `error` set to a no-op on pipeplan's
+    loggers dropped every progress and warning line of a run, exit 0."""
+    now = _methods_set(obj)
+    if now.keys() == held.keys() and all(now[key] is held[key] for key in now):
+        return
+    names = sorted(now.keys() ^ held.keys() or now)
+    said.append(f"replaced the method{'s' * (len(names) > 1)} {', '.join(names)} of {what}")
+    for key in now:
+        if key not in held:
+            delattr(obj, key)
+    for key, value in held.items():
+        setattr(obj, key, value)
 
 
 def _same(now: list, held: list, items: list) -> bool:
     return now is held and len(now) == len(items) and all(map(operator.is_, now, items))
 
 
-def _loggers_put_back(before: list[tuple[str, logging.Logger, tuple, list]]) -> list[str]:
+def _loggers_put_back(
+    before: list[tuple[str, logging.Logger, tuple, list, dict[str, Any]]],
+) -> list[str]:
     """pipeplan's loggers (`_loggers_state`) put back as they were, and what the code changed
     of them said. Found by the forty-second round: the "pipeplan" logger's
     `.setLevel(logging.CRITICAL)` in `load` dropped every progress line of the run, exit 0,
     as `logging.disable` did (the forty-first)."""
-    said = []
-    for name, logger, state, handlers in before:
+    said: list[str] = []
+    for name, logger, state, handlers, methods in before:
         level, disabled, propagate, handler_list, held, filter_list, filters = state
         named = f"the logger {quoted(name)}"
+        _methods_put_back(logger, methods, named, said)
         if logger.level != level:
             said.append(
                 f"set the level of {named} to {_level_name(logger.level)} (it was "
@@ -2843,7 +2948,8 @@ def _loggers_put_back(before: list[tuple[str, logging.Logger, tuple, list]]) -> 
             said.append(f"changed the filters of {named}")
             logger.filters = filter_list
             filter_list[:] = filters
-        for handler, its_level, formatter, its_list, its_filters in handlers:
+        for handler, its_level, formatter, its_list, its_filters, its_methods in handlers:
+            _methods_put_back(handler, its_methods, f"a handler of {named}", said)
             if handler.level != its_level or handler.formatter is not formatter:
                 said.append(f"changed the level or format of a handler of {named}")
                 handler.setLevel(its_level)

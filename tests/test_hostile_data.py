@@ -5291,6 +5291,35 @@ def test_data_code_that_changes_pipeplans_loggers_is_refused_and_they_are_put_ba
         logging.root.setLevel(root)
 
 
+def test_data_code_that_sets_methods_on_pipeplans_loggers_is_refused_and_they_are_put_back():
+    """Found by the sixtieth round: `info`, `warning` and `error` set to a no-op on each of
+    pipeplan's loggers (on the instance, past the level and handlers the check held) dropped
+    every progress and warning line of a run, exit 0; a handler's `emit` likewise. Refused in
+    one line naming them, and put back."""
+    import logging
+
+    from executor.data import BadArgumentError, _contained
+
+    top = logging.getLogger("pipeplan")
+    handler = logging.NullHandler()
+    top.addHandler(handler)
+    noop = lambda *args, **kwargs: None  # noqa: E731
+    try:
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            top.info = top.warning = noop
+            handler.emit = noop
+        assert (
+            "info" not in vars(top) and "warning" not in vars(top) and "emit" not in vars(handler)
+        )
+        said = str(refused.value)
+        assert said.startswith(
+            "data 'm:load': the data function replaced the methods info, warning of the logger "
+            "'pipeplan' and replaced the method emit of a handler of the logger 'pipeplan'"
+        ), said
+    finally:
+        top.removeHandler(handler)
+
+
 # `<LINE>` in a `load` of the forty-second round's, and the start of the refusal it now gets.
 CONSOLE_AND_LOGGERS = {
     "stdout-write": (
@@ -6718,7 +6747,60 @@ def test_an_installed_function_or_a_torch_decorator_does_not_pass_a_patch_as_the
 
     old = vars(torch.optim.Adam)["step"]
     assert not _its_own_wrapper("torch.optim.Adam.step", old, step)
-    assert _its_own_wrapper("torch.optim.Adam.step", old, torch.no_grad()(old))
+    # What a first optimizer does to its class's step (`Optimizer._patch_step_function`).
+    hooked = torch.optim.Optimizer.profile_hook_step(old)
+    assert _its_own_wrapper("torch.optim.Adam.step", old, hooked)
+
+
+def test_callable_objects_forged_code_and_torch_decorators_do_not_pass_as_the_librarys():
+    """Found by the sixtieth round, past the fifty-ninth's fix: an object without code of its
+    own passed by the `__module__` it names (a user's callable object naming "executor.task"
+    in check_data_facts' place: a rank trained on other data unchecked, exit 0; a partial at
+    functools.reduce; numpy.vectorize at numpy.asarray; nn.Identity at clip_grad_norm_); a
+    function made of torch's own zero_grad code naming the old step as `__wrapped__`, and
+    `torch.no_grad()` around the very function it replaces, passed as torch's own wrapper
+    (the runs trained nothing, exit 0); a function compiled under re's file name with the
+    user's globals passed as re's."""
+    import functools
+    import re
+    import types
+
+    import numpy
+    import torch
+
+    from executor.data import _its_own_wrapper, _made_by_its_library
+
+    class Check:
+        __module__ = "executor.task"
+
+        def __call__(self, *args, **kwargs):
+            return None
+
+    forged = {
+        "executor.worker.check_data_facts": Check(),
+        "functools.reduce": functools.partial(print),
+        "numpy.asarray": numpy.vectorize(abs),
+        "torch.nn.utils.clip_grad_norm_": torch.nn.Identity(),
+    }
+    for name, new in forged.items():
+        assert not _made_by_its_library(name, new, there=set()), name
+    Check.__module__ = "numpy"
+    assert not _made_by_its_library("numpy.asarray", Check(), there=set())
+    namespace: dict = {}
+    exec(compile("def compile(*a): pass", re.__file__, "exec"), namespace)
+    assert not _made_by_its_library("re.compile", namespace["compile"], there=set())
+
+    old = vars(torch.optim.Adam)["step"]
+    zero = torch.optim.Optimizer.zero_grad
+    made = types.FunctionType(
+        zero.__code__, zero.__globals__, "step", zero.__defaults__, zero.__closure__
+    )
+    made.__wrapped__ = old
+    assert not _its_own_wrapper("torch.optim.Adam.step", old, made)
+    for mode in (torch.no_grad, torch.enable_grad, torch.inference_mode):
+        assert not _its_own_wrapper("torch.optim.Adam.step", old, mode()(old)), mode
+    linear = torch.nn.functional.linear
+    assert not _its_own_wrapper("torch.nn.functional.linear", linear, torch.no_grad()(linear))
 
 
 SUBMODULE_IMPORT = """
