@@ -296,9 +296,10 @@ def write_files(
     user_output: bool = False,
 ) -> list[Path]:
     """Write a set of files all or nothing: each to a temporary file beside its target
-    (fsynced), and only once every one is written, all renamed into place with Ctrl-C held
-    until the last rename. A failure (a full disk, an error making the next file's content)
-    removes the temporaries and changes no target.
+    (fsynced), and only once every one is written, all renamed into place with every stop
+    (Ctrl-C, SIGTERM, …: `stops_deferred`) held until the last rename. A failure (a full
+    disk, an error making the next file's content) removes the temporaries and changes no
+    target.
 
         write_files((directory / name, render(figure)) for name, figure in figures)
 
@@ -335,12 +336,18 @@ def write_files(
                     raise OutputError(f"{target}: {LINKED}")
             for folder in folders.values():  # the paths still lead to the folders written
                 folder.confirm()
-            with sigint_deferred():
+            # Every stop held, not Ctrl-C alone: a SIGTERM between two renames left a mixed
+            # set of old and new plots (the sixtieth round).
+            with stops_deferred():
                 for target in stale:
                     folder = folder_of(target)
                     moved.append((_move_aside(folder, target), target, folder))
                 for tmp, target, folder in staged:
                     os.replace(tmp, target.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+                for aside, _, folder in moved:  # the set in place: before a stop acts
+                    with suppress(FileNotFoundError):
+                        os.unlink(aside, dir_fd=folder.fd)
+                moved.clear()
         except BaseException as exc:
             for tmp, _, folder in staged:
                 with suppress(FileNotFoundError):
@@ -353,9 +360,6 @@ def write_files(
                 why = write_failure(exc, target)
                 raise OutputError(f"{target}: write failed ({why})") from None
             raise
-        for aside, _, folder in moved:
-            with suppress(FileNotFoundError):
-                os.unlink(aside, dir_fd=folder.fd)
     return [path for _, path, _ in staged]
 
 
@@ -596,18 +600,6 @@ def _new_file(folder: HeldFolder, prefix: str, suffix: str) -> tuple[int, str]:
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "No usable temporary file name found")
-
-
-@contextmanager
-def sigint_deferred() -> Iterator[None]:
-    """Hold Ctrl-C until the block ends, then act on it as the handler before would have:
-    a set of renames is not cut in half (`stops_deferred` for Ctrl-C alone).
-
-        with sigint_deferred():
-            for tmp, path in staged: os.replace(tmp, path)
-    """
-    with stops_deferred((signal.SIGINT,)):
-        yield
 
 
 STOPS = (signal.SIGINT, *STOP_SIGNALS)  # SIGTERM, SIGHUP, SIGUSR1, … (`startup.STOP_SIGNALS`)

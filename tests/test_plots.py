@@ -357,6 +357,44 @@ def test_a_file_set_is_renamed_whole_under_ctrl_c(tmp_path, monkeypatch):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP", "SIGUSR1"])
+def test_a_file_set_is_renamed_whole_under_every_stop(tmp_path, monkeypatch, name):
+    """Found by the sixtieth round: only Ctrl-C was held between the renames of `write_files`;
+    a SIGTERM there (the CLI raises `Stopped`) left two new plots, the old rest and the old
+    set's stale plot. Every stop is held until the set is in place, then acted on."""
+    import os
+    import signal
+
+    from pipeplan import fileio
+    from pipeplan.errors import Stopped
+
+    signum = getattr(signal, name)
+    targets = [tmp_path / "a.png", tmp_path / "b.png", tmp_path / "c.png"]
+    for path in [*targets, tmp_path / "d.png"]:
+        path.write_bytes(b"old")
+    real_replace = os.replace
+
+    def stopped_after_the_first(src, dst, **folders):
+        real_replace(src, dst, **folders)
+        if src.endswith(".tmp"):  # a new plot in place (not the stale one moved aside)
+            os.kill(os.getpid(), signum)
+
+    def stop(signum, frame):
+        raise Stopped(signum)  # what the CLI's handler raises
+
+    monkeypatch.setattr(os, "replace", stopped_after_the_first)
+    before = signal.signal(signum, stop)
+    try:
+        with pytest.raises(Stopped):
+            contents = ((path, b"new " + path.name.encode()) for path in targets)
+            fileio.write_files(contents, stale=[tmp_path / "d.png"])
+        assert signal.getsignal(signum) is stop
+    finally:
+        signal.signal(signum, before)
+    assert [p.read_bytes() for p in targets] == [b"new a.png", b"new b.png", b"new c.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.png", "c.png"]
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["report", "preview"])
 def test_a_plot_set_removes_the_stale_plots_of_the_set_it_replaces(
