@@ -26,6 +26,7 @@ from pipeplan.errors import (
     quoted,
 )
 from pipeplan.log import PATH_MAX
+from pipeplan.spawn import OWNER_TAG, owner_gone, owner_tag
 from pipeplan.startup import STOP_SIGNALS
 
 
@@ -324,6 +325,7 @@ def write_files(
             if path.parent not in folders:
                 check = (lambda: check_outside_runs(path)) if user_output else None
                 folders[path.parent] = holding.enter_context(held_folder(path.parent, check, path))
+                _remove_left_temporaries(folders[path.parent])
             return folders[path.parent]
 
         try:
@@ -566,10 +568,12 @@ def _write_temporary(folder: HeldFolder, path: Path, content: str | bytes) -> st
     """`content` in a new temporary file beside `path` in its held `folder`, fsynced, with
     the mode `path` gets; removed again if the write fails. Returns its name, in `folder`."""
     data = content.encode("utf-8") if isinstance(content, str) else content
-    # The target's name, cut to leave room for the 14 bytes around it: a name of 242 to 255
+    # Named after this process (`_remove_left_temporaries`), where /proc can name it.
+    owner = f"{tag}-" if (tag := owner_tag()) else ""
+    # The target's name, cut to leave room for the bytes around it: a name of 242 to 255
     # bytes, which the file system takes, failed "File name too long" (the fifty-eighth round).
-    name = os.fsdecode(os.fsencode(path.name)[: _NAME_MAX - 14])
-    fd, tmp = _new_file(folder, f".{name}.", ".tmp")
+    name = os.fsdecode(os.fsencode(path.name)[: _NAME_MAX - 14 - len(owner)])
+    fd, tmp = _new_file(folder, f".{name}.{owner}", ".tmp")
     try:
         # A new file is made 0600: give it the replaced file's mode, or a new file's.
         os.fchmod(fd, output_mode(path.name, folder.fd))
@@ -586,6 +590,30 @@ def _write_temporary(folder: HeldFolder, path: Path, content: str | bytes) -> st
 # The characters of a temporary name's random part, as tempfile draws them
 # (`executor.checkpoint` recognises the names by them).
 _NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+# What follows the target's name in its temporary's (`_write_temporary`): its maker, where
+# there is /proc to name it (`owner_tag`), then the random part.
+TEMPORARY_PART = rf"(?:{OWNER_TAG}-)?[a-z0-9_]{{8}}\.tmp"
+_LEFT_TEMPORARY = re.compile(rf"\..+\.({OWNER_TAG})-[a-z0-9_]{{8}}\.tmp", re.DOTALL)
+
+
+def _remove_left_temporaries(folder: HeldFolder) -> None:
+    """The temporaries that writes into the held `folder` staged and whose process is gone
+    (`owner_gone`), removed: one killed outright (SIGKILL, the OOM killer) as it staged a
+    `--plot` set left a hidden `.NAME.png.….tmp` for each plot, which no later write removed
+    (the sixtieth round). Only this user's plain files named as `_write_temporary` names
+    them; a live process's, another host's or another container's are never judged."""
+    try:
+        entries = os.listdir(folder.fd)
+    except OSError:
+        return
+    for entry in entries:
+        named = _LEFT_TEMPORARY.fullmatch(entry)
+        if named is None or not owner_gone(named[1]):
+            continue
+        with suppress(OSError):
+            found = os.stat(entry, dir_fd=folder.fd, follow_symlinks=False)
+            if stat.S_ISREG(found.st_mode) and found.st_uid == os.getuid():
+                os.unlink(entry, dir_fd=folder.fd)
 
 
 def _new_file(folder: HeldFolder, prefix: str, suffix: str) -> tuple[int, str]:

@@ -21,8 +21,6 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import torch.multiprocessing as mp
-
 from pipeplan.errors import BadArgumentError, PipeplanError, quoted
 from pipeplan.startup import die_with_parent
 
@@ -293,6 +291,9 @@ def run_ranks(
 
 
 def _run_held(nproc: int, args: tuple, deadline_s: float, what: str, said: Path) -> None:
+    # Here: the rest of this module (`owner_tag`, for every output's temporaries) needs no torch.
+    import torch.multiprocessing as mp
+
     with _ctrl_c_ignored(), _quiet_cpp_log(), _main_not_run_again(args):  # as ranks start
         ctx = mp.start_processes(
             _orphan_proof, args=args, nprocs=nproc, join=False, start_method="spawn"

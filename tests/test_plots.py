@@ -395,6 +395,48 @@ def test_a_file_set_is_renamed_whole_under_every_stop(tmp_path, monkeypatch, nam
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.png", "c.png"]
 
 
+KILLED_MID_SET = """
+import os, signal, sys
+from pipeplan import fileio
+
+def contents():
+    yield sys.argv[1] + "/a.png", b"new a"
+    os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer does: the set half staged
+    yield sys.argv[1] + "/b.png", b"new b"
+
+fileio.write_files(contents(), user_output=True)
+"""
+
+
+def test_a_killed_sets_temporaries_go_with_the_next_write_into_its_folder(tmp_path):
+    """Found by the sixtieth round: SIGKILL as `report --plot DIR` staged its set left a
+    hidden `.NAME.png.XXXXXXXX.tmp` for each plot staged, which no later `--plot DIR`
+    removed. The next write into the folder removes those of a process that is gone; a live
+    process's (it may be staging its own set) stay."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from pipeplan import fileio
+    from pipeplan.spawn import owner_tag
+
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root}
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_MID_SET, str(plots)], env=env, cwd=tmp_path, timeout=60
+    )
+    assert killed.returncode == -signal.SIGKILL
+    (left,) = plots.iterdir()
+    assert left.name.startswith(".a.png.") and left.name.endswith(".tmp")
+    live = plots / f".b.png.{owner_tag()}-abcdefgh.tmp"  # this process's own
+    live.write_bytes(b"staged")
+    fileio.write_files([(plots / "a.png", b"a")], user_output=True)
+    assert sorted(p.name for p in plots.iterdir()) == sorted(["a.png", live.name])
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["report", "preview"])
 def test_a_plot_set_removes_the_stale_plots_of_the_set_it_replaces(
