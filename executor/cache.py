@@ -67,6 +67,7 @@ import numpy as np
 import torch
 
 from pipeplan.errors import OutputError
+from pipeplan.fileio import write_failure
 from pipeplan.formats.checkpoint import CACHE_MANIFEST_FORMAT
 from pipeplan.spawn import pid_namespace, process_start
 
@@ -326,7 +327,10 @@ def _create_file(path: Path, size: int) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise OutputError(f"{path}: cannot create a cache file ({exc.strerror or exc})") from None
+        # `write_failure`: past `ulimit -f` the limit is named, as every other write names it
+        # (the sixtieth round: "cannot create a cache file (File too large)" alone).
+        why = write_failure(exc, path)
+        raise OutputError(f"{path}: cannot create a cache file ({why})") from None
 
 
 def _map(path: Path, rows: int, row_bytes: int) -> np.memmap | None:

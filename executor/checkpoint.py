@@ -52,7 +52,13 @@ from pipeplan.errors import (
     open_files_failure,
     quoted,
 )
-from pipeplan.fileio import stops_deferred, stops_raised, write_atomic, write_failure
+from pipeplan.fileio import (
+    TEMPORARY_PART,
+    stops_deferred,
+    stops_raised,
+    write_atomic,
+    write_failure,
+)
 from pipeplan.formats import CheckpointManifest, Layout, RunConfig, dumps, load
 from pipeplan.formats.base import open_input, read_input
 from pipeplan.models import EXPORT_FOLDER
@@ -232,8 +238,8 @@ def prune(root: Path, keep: int = KEEP) -> None:
 # What a rank writes before it renames it, by folder of the run ("." the run directory): a
 # checkpoint's `.tmp-step-N/` (beside the `step-N/` it becomes), the model's folder as
 # `models.export` writes it (`EXPORT_FOLDER`, for `model/`; `.tmp-model-PID/` before); and
-# the files `write_atomic` stages beside the run's own (`.latest.RANDOM8.tmp`,
-# `.run.json.RANDOM8.tmp`, …) with the probe it writes first.
+# the files `write_atomic` stages beside the run's own (`.latest.[OWNER-]RANDOM8.tmp`,
+# `.run.json.[OWNER-]RANDOM8.tmp`, …) with the probe it writes first.
 PARTIAL = ".tmp-"
 _MKSTEMP = r"[a-z0-9_]{8}"  # tempfile's random part of a name
 _PROBE = rf"\.pipeplan-probe-{_MKSTEMP}"  # `check_writable`'s
@@ -245,8 +251,8 @@ PARTIAL_FOLDERS = {
     ".": re.compile(rf"\.tmp-model-[0-9]{{1,12}}|{EXPORT_FOLDER.pattern}"),  # older, and now
 }
 PARTIAL_FILES = {
-    "checkpoints": re.compile(rf"\.latest\.{_MKSTEMP}\.tmp|{_PROBE}"),
-    ".": re.compile(rf"\.(?:{_RUN_FILES})\.{_MKSTEMP}\.tmp|{_PROBE}"),
+    "checkpoints": re.compile(rf"\.latest\.{TEMPORARY_PART}|{_PROBE}"),
+    ".": re.compile(rf"\.(?:{_RUN_FILES})\.{TEMPORARY_PART}|{_PROBE}"),
 }
 
 

@@ -26,6 +26,7 @@ from pipeplan.errors import (
     quoted,
 )
 from pipeplan.log import PATH_MAX
+from pipeplan.spawn import OWNER_TAG, owner_gone, owner_tag
 from pipeplan.startup import STOP_SIGNALS
 
 
@@ -296,9 +297,10 @@ def write_files(
     user_output: bool = False,
 ) -> list[Path]:
     """Write a set of files all or nothing: each to a temporary file beside its target
-    (fsynced), and only once every one is written, all renamed into place with Ctrl-C held
-    until the last rename. A failure (a full disk, an error making the next file's content)
-    removes the temporaries and changes no target.
+    (fsynced), and only once every one is written, all renamed into place with every stop
+    (Ctrl-C, SIGTERM, …: `stops_deferred`) held until the last rename. A failure (a full
+    disk, an error making the next file's content) removes the temporaries and changes no
+    target.
 
         write_files((directory / name, render(figure)) for name, figure in figures)
 
@@ -323,6 +325,7 @@ def write_files(
             if path.parent not in folders:
                 check = (lambda: check_outside_runs(path)) if user_output else None
                 folders[path.parent] = holding.enter_context(held_folder(path.parent, check, path))
+                _remove_left_temporaries(folders[path.parent])
             return folders[path.parent]
 
         try:
@@ -335,12 +338,18 @@ def write_files(
                     raise OutputError(f"{target}: {LINKED}")
             for folder in folders.values():  # the paths still lead to the folders written
                 folder.confirm()
-            with sigint_deferred():
+            # Every stop held, not Ctrl-C alone: a SIGTERM between two renames left a mixed
+            # set of old and new plots (the sixtieth round).
+            with stops_deferred():
                 for target in stale:
                     folder = folder_of(target)
                     moved.append((_move_aside(folder, target), target, folder))
                 for tmp, target, folder in staged:
                     os.replace(tmp, target.name, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+                for aside, _, folder in moved:  # the set in place: before a stop acts
+                    with suppress(FileNotFoundError):
+                        os.unlink(aside, dir_fd=folder.fd)
+                moved.clear()
         except BaseException as exc:
             for tmp, _, folder in staged:
                 with suppress(FileNotFoundError):
@@ -353,9 +362,6 @@ def write_files(
                 why = write_failure(exc, target)
                 raise OutputError(f"{target}: write failed ({why})") from None
             raise
-        for aside, _, folder in moved:
-            with suppress(FileNotFoundError):
-                os.unlink(aside, dir_fd=folder.fd)
     return [path for _, path, _ in staged]
 
 
@@ -562,10 +568,12 @@ def _write_temporary(folder: HeldFolder, path: Path, content: str | bytes) -> st
     """`content` in a new temporary file beside `path` in its held `folder`, fsynced, with
     the mode `path` gets; removed again if the write fails. Returns its name, in `folder`."""
     data = content.encode("utf-8") if isinstance(content, str) else content
-    # The target's name, cut to leave room for the 14 bytes around it: a name of 242 to 255
+    # Named after this process (`_remove_left_temporaries`), where /proc can name it.
+    owner = f"{tag}-" if (tag := owner_tag()) else ""
+    # The target's name, cut to leave room for the bytes around it: a name of 242 to 255
     # bytes, which the file system takes, failed "File name too long" (the fifty-eighth round).
-    name = os.fsdecode(os.fsencode(path.name)[: _NAME_MAX - 14])
-    fd, tmp = _new_file(folder, f".{name}.", ".tmp")
+    name = os.fsdecode(os.fsencode(path.name)[: _NAME_MAX - 14 - len(owner)])
+    fd, tmp = _new_file(folder, f".{name}.{owner}", ".tmp")
     try:
         # A new file is made 0600: give it the replaced file's mode, or a new file's.
         os.fchmod(fd, output_mode(path.name, folder.fd))
@@ -582,6 +590,30 @@ def _write_temporary(folder: HeldFolder, path: Path, content: str | bytes) -> st
 # The characters of a temporary name's random part, as tempfile draws them
 # (`executor.checkpoint` recognises the names by them).
 _NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+# What follows the target's name in its temporary's (`_write_temporary`): its maker, where
+# there is /proc to name it (`owner_tag`), then the random part.
+TEMPORARY_PART = rf"(?:{OWNER_TAG}-)?[a-z0-9_]{{8}}\.tmp"
+_LEFT_TEMPORARY = re.compile(rf"\..+\.({OWNER_TAG})-[a-z0-9_]{{8}}\.tmp", re.DOTALL)
+
+
+def _remove_left_temporaries(folder: HeldFolder) -> None:
+    """The temporaries that writes into the held `folder` staged and whose process is gone
+    (`owner_gone`), removed: one killed outright (SIGKILL, the OOM killer) as it staged a
+    `--plot` set left a hidden `.NAME.png.….tmp` for each plot, which no later write removed
+    (the sixtieth round). Only this user's plain files named as `_write_temporary` names
+    them; a live process's, another host's or another container's are never judged."""
+    try:
+        entries = os.listdir(folder.fd)
+    except OSError:
+        return
+    for entry in entries:
+        named = _LEFT_TEMPORARY.fullmatch(entry)
+        if named is None or not owner_gone(named[1]):
+            continue
+        with suppress(OSError):
+            found = os.stat(entry, dir_fd=folder.fd, follow_symlinks=False)
+            if stat.S_ISREG(found.st_mode) and found.st_uid == os.getuid():
+                os.unlink(entry, dir_fd=folder.fd)
 
 
 def _new_file(folder: HeldFolder, prefix: str, suffix: str) -> tuple[int, str]:
@@ -596,18 +628,6 @@ def _new_file(folder: HeldFolder, prefix: str, suffix: str) -> tuple[int, str]:
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "No usable temporary file name found")
-
-
-@contextmanager
-def sigint_deferred() -> Iterator[None]:
-    """Hold Ctrl-C until the block ends, then act on it as the handler before would have:
-    a set of renames is not cut in half (`stops_deferred` for Ctrl-C alone).
-
-        with sigint_deferred():
-            for tmp, path in staged: os.replace(tmp, path)
-    """
-    with stops_deferred((signal.SIGINT,)):
-        yield
 
 
 STOPS = (signal.SIGINT, *STOP_SIGNALS)  # SIGTERM, SIGHUP, SIGUSR1, … (`startup.STOP_SIGNALS`)

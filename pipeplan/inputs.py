@@ -148,7 +148,7 @@ class ProfileRequest(Strict):
     @classmethod
     def _threads_fit(cls, value: int) -> int:
         """No more threads than this host's cores: the one check of `--threads`."""
-        from pipeplan.spawn import check_threads  # torch.multiprocessing: only when profiling
+        from pipeplan.spawn import check_threads
 
         check_threads(value)
         return value

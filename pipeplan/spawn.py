@@ -21,8 +21,6 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import torch.multiprocessing as mp
-
 from pipeplan.errors import BadArgumentError, PipeplanError, quoted
 from pipeplan.startup import die_with_parent
 
@@ -254,17 +252,49 @@ def _ctrl_c_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def _main_not_run_again(args: tuple):
+    """Ranks started in the block (given `args`) import what they run, not the caller's main
+    script: spawn runs that again in each (as `__mp_main__`), so a script calling
+    `pipeplan.profile(..., nproc=2)` without `if __name__ == "__main__":` ran its top level
+    in each link rank, whose own call multiprocessing refused: 165 lines of tracebacks, then
+    "rank 1 died" (the sixtieth round). Ranks running a function of that script itself (a
+    benchmark's) still get it, which they need to find the function."""
+    from multiprocessing import spawn as mp_spawn
+
+    if any(getattr(f, "__module__", None) == "__main__" for f in args):
+        yield
+        return
+    prepare = mp_spawn.get_preparation_data
+
+    def without_main(name: str) -> dict:
+        data = prepare(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)  # `python -m script`
+        return data
+
+    mp_spawn.get_preparation_data = without_main  # read by each process's start
+    try:
+        yield
+    finally:
+        mp_spawn.get_preparation_data = prepare
+
+
 def run_ranks(
     fn: Callable[..., None], nproc: int, args: tuple, deadline_s: float, what: str
 ) -> None:
     """Run fn(rank, *args) in `nproc` spawned processes; raise RankFailedError on failure.
-    They die with this process, however it dies (`die_with_parent`)."""
+    They die with this process, however it dies (`die_with_parent`), and do not run the
+    caller's main script (`_main_not_run_again`)."""
     with scratch_directory("ranks") as said:
         _run_held(nproc, (os.getpid(), said, fn, *args), deadline_s, what, Path(said))
 
 
 def _run_held(nproc: int, args: tuple, deadline_s: float, what: str, said: Path) -> None:
-    with _ctrl_c_ignored(), _quiet_cpp_log():  # inherited by the ranks
+    # Here: the rest of this module (`owner_tag`, for every output's temporaries) needs no torch.
+    import torch.multiprocessing as mp
+
+    with _ctrl_c_ignored(), _quiet_cpp_log(), _main_not_run_again(args):  # as ranks start
         ctx = mp.start_processes(
             _orphan_proof, args=args, nprocs=nproc, join=False, start_method="spawn"
         )

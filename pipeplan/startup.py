@@ -94,8 +94,8 @@ def _end(signum: int, frame: object) -> None:
 def is_the_command() -> bool:
     """Whether this process is `pipeplan …` (the console script) or `python -m cli …`. Not
     a rank it spawned (`spawn.run_ranks`): multiprocessing gives the rank the command's
-    argv and runs its main module again, and a rank the command stops on purpose (its peer
-    died) printed "pipeplan: stopped by SIGTERM" as if the command had been stopped."""
+    argv, and a rank the command stops on purpose (its peer died) printed "pipeplan:
+    stopped by SIGTERM" as if the command had been stopped."""
     import multiprocessing
 
     if multiprocessing.current_process().name != "MainProcess":  # named before main runs

@@ -3,6 +3,7 @@ same results, same one-line errors), and `pipeplan.plan` is callable next to the
 module of the same name."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -67,6 +68,35 @@ def test_profile_returns_the_profile_it_writes(tmp_path):
     result = pipeplan.profile("bert-synth", out=out, micro_batch_sizes="1,2", warmup=0, repeats=1)
     assert isinstance(result, Profile) and len(result.layers) == 8
     assert out.read_text() == dumps(result)
+
+
+UNGUARDED = """
+import os, pipeplan
+print("top level ran in", os.getpid(), flush=True)
+pipeplan.profile("bert-synth", out="p.json", nproc=2, micro_batch_sizes="1,2", warmup=0,
+                 repeats=1)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_profile_with_nproc_runs_from_a_script_without_a_main_guard(tmp_path):
+    """Found by the sixtieth round: `pipeplan.profile(..., nproc=2)` in a plain script (no
+    `if __name__ == "__main__":`) ran the script again in each link rank (multiprocessing's
+    spawn), whose own `profile` call multiprocessing refused: 165 lines of tracebacks and
+    "rank 1 died". The ranks import what they run, never the script: it runs once."""
+    (tmp_path / "nb.py").write_text(UNGUARDED)
+    result = subprocess.run(
+        [sys.executable, "nb.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=280,
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.stdout.count("top level ran") == 1, result.stdout
+    assert json.loads((tmp_path / "p.json").read_text())["comm"]["nproc"] == 2
 
 
 class _RaisingInt(int):

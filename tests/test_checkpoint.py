@@ -497,6 +497,7 @@ def test_remove_partial_takes_only_what_an_unfinished_write_left(tmp_path):
     kept.append(points / ".tmp-step-16")
     staged = [points / ".latest.ab_12xyz.tmp", points / ".pipeplan-probe-0jqs7t64"]
     staged += [run / ".run.jsonl.k2j4m9q1.tmp", run / ".metrics.csv.abcdefgh.tmp"]
+    staged.append(run / ".run.json.0a1b2c3d-4026531836-77-123456-k2j4m9q1.tmp")  # its maker's
     for path in staged:
         path.write_text("partial")
     removed = checkpoint.remove_partial(run)

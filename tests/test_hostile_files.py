@@ -1377,6 +1377,32 @@ def test_a_link_put_in_place_of_a_made_cache_file_is_refused_by_its_peers(tmp_pa
     unchanged(folder, victim)
 
 
+def test_a_cache_file_past_the_file_size_limit_names_the_limit(tmp_path):
+    """Found by the sixtieth round: under `ulimit -f 7000` a run's AutoCache rows file (12.5 MB)
+    failed "cannot create a cache file (File too large)", naming no limit, where every other
+    write past it names it. The cache's line names it too."""
+    import resource
+    import signal
+
+    import torch
+
+    from pipeplan.errors import OutputError
+
+    cache = node_cache(tmp_path)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # as the command ignores it
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, hard))
+    try:
+        with pytest.raises(OutputError) as refused:
+            cache.create(3, ROW, torch.float32)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, ignored)
+    assert str(refused.value).endswith(
+        ": cannot create a cache file (File too large: the file size limit, ulimit -f, is 64 bytes)"
+    ), str(refused.value)
+
+
 def test_the_node_cache_folder_is_new_and_private_each_time(tmp_path):
     """Found by the seventeenth round: the folder's name came from the run directory's path, so
     anyone could make it first. It is now made by the node's leader (os.mkdir: never one that

@@ -357,6 +357,86 @@ def test_a_file_set_is_renamed_whole_under_ctrl_c(tmp_path, monkeypatch):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP", "SIGUSR1"])
+def test_a_file_set_is_renamed_whole_under_every_stop(tmp_path, monkeypatch, name):
+    """Found by the sixtieth round: only Ctrl-C was held between the renames of `write_files`;
+    a SIGTERM there (the CLI raises `Stopped`) left two new plots, the old rest and the old
+    set's stale plot. Every stop is held until the set is in place, then acted on."""
+    import os
+    import signal
+
+    from pipeplan import fileio
+    from pipeplan.errors import Stopped
+
+    signum = getattr(signal, name)
+    targets = [tmp_path / "a.png", tmp_path / "b.png", tmp_path / "c.png"]
+    for path in [*targets, tmp_path / "d.png"]:
+        path.write_bytes(b"old")
+    real_replace = os.replace
+
+    def stopped_after_the_first(src, dst, **folders):
+        real_replace(src, dst, **folders)
+        if src.endswith(".tmp"):  # a new plot in place (not the stale one moved aside)
+            os.kill(os.getpid(), signum)
+
+    def stop(signum, frame):
+        raise Stopped(signum)  # what the CLI's handler raises
+
+    monkeypatch.setattr(os, "replace", stopped_after_the_first)
+    before = signal.signal(signum, stop)
+    try:
+        with pytest.raises(Stopped):
+            contents = ((path, b"new " + path.name.encode()) for path in targets)
+            fileio.write_files(contents, stale=[tmp_path / "d.png"])
+        assert signal.getsignal(signum) is stop
+    finally:
+        signal.signal(signum, before)
+    assert [p.read_bytes() for p in targets] == [b"new a.png", b"new b.png", b"new c.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.png", "c.png"]
+
+
+KILLED_MID_SET = """
+import os, signal, sys
+from pipeplan import fileio
+
+def contents():
+    yield sys.argv[1] + "/a.png", b"new a"
+    os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer does: the set half staged
+    yield sys.argv[1] + "/b.png", b"new b"
+
+fileio.write_files(contents(), user_output=True)
+"""
+
+
+def test_a_killed_sets_temporaries_go_with_the_next_write_into_its_folder(tmp_path):
+    """Found by the sixtieth round: SIGKILL as `report --plot DIR` staged its set left a
+    hidden `.NAME.png.XXXXXXXX.tmp` for each plot staged, which no later `--plot DIR`
+    removed. The next write into the folder removes those of a process that is gone; a live
+    process's (it may be staging its own set) stay."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from pipeplan import fileio
+    from pipeplan.spawn import owner_tag
+
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root}
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_MID_SET, str(plots)], env=env, cwd=tmp_path, timeout=60
+    )
+    assert killed.returncode == -signal.SIGKILL
+    (left,) = plots.iterdir()
+    assert left.name.startswith(".a.png.") and left.name.endswith(".tmp")
+    live = plots / f".b.png.{owner_tag()}-abcdefgh.tmp"  # this process's own
+    live.write_bytes(b"staged")
+    fileio.write_files([(plots / "a.png", b"a")], user_output=True)
+    assert sorted(p.name for p in plots.iterdir()) == sorted(["a.png", live.name])
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["report", "preview"])
 def test_a_plot_set_removes_the_stale_plots_of_the_set_it_replaces(
