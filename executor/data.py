@@ -177,11 +177,8 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
             continue
         inputs, labels = _samples(dataset, data.name, split)
         # Which item each row is, to name the first one refused (forty-eighth round).
-        rows = (
-            range(len(labels))
-            if isinstance(dataset, TensorPairs)
-            else [0, length(dataset, data.name, split) - 1]
-        )
+        every = isinstance(dataset, TensorPairs)
+        rows = range(len(labels)) if every else [0, length(dataset, data.name, split) - 1]
         _check_inputs(inputs, data.name, seq, data.padded, _Rows(split, rows))
         if data.padded:
             _check_not_all_padding(inputs, data.name, split, isinstance(dataset, TensorPairs))
@@ -191,7 +188,7 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
                 f"data '{data.name}': {split} labels must be int64, not {_dtype(labels.dtype)}"
             )
         if _is_token_task(seq):
-            _check_token_labels(labels, inputs, data.name, split, seq, _Rows(split, rows))
+            _check_token_labels(labels, inputs, data.name, split, seq, _Rows(split, rows, every))
             if isinstance(dataset, TensorPairs):  # every sample at hand
                 _check_has_targets(labels, data.name, split)
             continue
@@ -208,13 +205,15 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
                 "is a classifier; a decoder trains on them with --task causal-lm"
             )
         if bool((bad := _not_labels(labels, seq)).any()):
-            low, high = int(labels.min()), int(labels.max())
+            read = _Rows(split, rows, every)
+            # Of two items read, their labels: not the set's range (the sixtieth round).
+            held = f"in {int(labels.min())}..{int(labels.max())}" if every else read.values(labels)
             # A head sized by the data's own num_labels is said so: the line blamed the
             # model's config, which held 10 (the fifty-ninth round).
             sized = ", its head sized by the data's num_labels" if data.num_labels else ""
             raise BadArgumentError(
-                f"data '{data.name}' has {split} labels in {low}..{high} but {_labels_taken(seq)}"
-                f"{sized}{_Rows(split, rows).first(bad)}"
+                f"{read.have(data.name)} labels {held} but {_labels_taken(seq)}"
+                f"{sized}{read.first(bad)}"
             )
     if any(old_padding.values()):
         from pipeplan.models import PADDING
@@ -239,6 +238,23 @@ class _Rows:
 
     split: str
     items: Sequence[int]
+    every: bool = True  # whether the rows are every item of the split
+
+    def have(self, name: str) -> str:
+        """ "data 'd' has train", or where not every item was read, which were: "data 'd':
+        train items 0 and 127 (the first and last, read before training) have". What the
+        two items hold is not the set's (the sixtieth round: labels 0..9 said "in 4..5")."""
+        if self.every:
+            return f"data '{name}' has {self.split}"
+        items = sorted(set(self.items))
+        if len(items) == 1:
+            return f"data '{name}': {self.split} item {items[0]} (its only one) has"
+        named, read = " and ".join(map(str, items)), "the first and last, read before training"
+        return f"data '{name}': {self.split} items {named} ({read}) have"
+
+    def values(self, labels: torch.Tensor) -> str:
+        """The scalar labels of the items read, in their order: "5 and 4"."""
+        return " and ".join(str(int(v)) for v in labels[: len(set(self.items))])
 
     def first(self, bad: torch.Tensor) -> str:
         """ " (train item 37 first)": the item of the first row `bad` (a mask) marks."""
@@ -269,8 +285,9 @@ def _check_token_labels(
         )
     if bool((bad := _not_labels(labels, seq)).any()):
         kept = labels[labels != IGNORE_INDEX]
+        have = rows.have(name) if rows else f"data '{name}' has {split}"
         raise BadArgumentError(
-            f"data '{name}' has {split} token labels in {int(kept.min())}..{int(kept.max())} "
+            f"{have} token labels in {int(kept.min())}..{int(kept.max())} "
             f"but {_labels_taken(seq)}{rows.first(bad) if rows else ''}"
         )
 

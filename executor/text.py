@@ -849,7 +849,7 @@ def _tokenize(corpus: Corpus, directory: Path, seq: LayerSequence, quiet: bool) 
 
     read_short: list[tuple[int, int]] = []  # (file, line) of the texts read short
     train, eval_ = split(held_out=False), split(held_out=True)
-    _check_encoded(tok, directory, corpus.name, [train.inputs, eval_.inputs])
+    _check_encoded(tok, directory, corpus, [train.inputs, eval_.inputs])
     _check_texts_kept(tok, directory, corpus, [train.inputs, eval_.inputs])
     if read_short and not quiet:
         file, line = min(read_short)
@@ -1087,11 +1087,12 @@ def _check_lengths(rows: list[list[int]], length: int, directory: Path, data: st
     )
 
 
-def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]) -> None:
+def _check_encoded(tok: Any, directory: Path, corpus: Corpus, ids: list[torch.Tensor]) -> None:
     """Refuses a tokenizer that turns every text of the data into unknown or special tokens:
-    its vocabulary cannot encode the data, and training on it learns nothing from the text.
+    its vocabulary cannot encode the data, and training on it learns nothing from the text
+    (texts that are all blank are named as the data's fault). `ids`: each split's.
 
-        _check_encoded(tok, Path("tok"), "reviews.jsonl", [train_ids, eval_ids])
+        _check_encoded(tok, Path("tok"), corpus, [train_ids, eval_ids])
 
     Found by the twentieth round: a tokenizer without a vocabulary loaded and gave [UNK] for
     every word. A vocabulary that knows one word of each split passes (the data's own
@@ -1108,10 +1109,17 @@ def _check_encoded(tok: Any, directory: Path, data: str, ids: list[torch.Tensor]
     if not any(unknown):
         return
     which = "" if all(unknown) or len(ids) != 2 else ("training " if unknown[0] else "held-out ")
+    # Texts that are all blank encode as special tokens whatever the vocabulary (the sixtieth
+    # round: an empty training column was blamed on the tokenizer).
+    texts = {"": corpus.train + corpus.eval, "training ": corpus.train, "held-out ": corpus.eval}
+    if all(not text.strip() for text in texts[which]):
+        files = corpus.name.split(",")  # the split's own file, where it has one
+        named = files[which == "held-out "] if which and len(files) == 2 else corpus.name
+        raise InputFileError(f"{named}: every {which}text is empty or whitespace")
     names = ", ".join(sorted(set(tok.all_special_tokens)))
     raise InputFileError(
-        f"{directory}: the tokenizer turns every {which}text of {data} into its unknown or "
-        f"special tokens ({names}); its vocabulary cannot encode the data"
+        f"{directory}: the tokenizer turns every {which}text of {corpus.name} into its unknown "
+        f"or special tokens ({names}); its vocabulary cannot encode the data"
     )
 
 
@@ -1144,10 +1152,21 @@ def _check_texts_kept(tok: Any, directory: Path, corpus: Corpus, ids: list[torch
             continue
         length, tokens = row.shape[0], row[row != PADDING]  # what it padded is no token
         shown = ", ".join(repr(t) for t in tok.convert_ids_to_tokens(tokens[:4].tolist()))
+        shown += ", …" if len(tokens) > 4 else ""
+        same = f"{directory}: the tokenizer encodes every {which}text of {corpus.name} as the "
+        if len(tokens) == length:
+            raise InputFileError(
+                f"{same}same {len(tokens)} tokens ({shown}): what it adds to a text fills "
+                f"--seq-len {length} (or the texts differ only beyond it)"
+            )
+        # Room was left, so the texts' own differences were mapped away (the sixtieth round:
+        # digits a vocabulary lacks, all [UNK]; case and spaces an uncased tokenizer drops).
+        other = next(text for text in texts if text != texts[0])
+        pair = " and ".join(repr(t if len(t) <= 40 else t[:40] + "…") for t in (texts[0], other))
         raise InputFileError(
-            f"{directory}: the tokenizer encodes every {which}text of {corpus.name} as the "
-            f"same {len(tokens)} tokens ({shown}, …): what it adds to a text fills --seq-len "
-            f"{length} (or the texts differ only beyond it)"
+            f"{same}same {len(tokens)} tokens ({shown}), fewer than --seq-len {length}: it "
+            f"maps texts that differ to the same tokens (e.g. {pair}; characters it has no "
+            "token for, or case or whitespace it normalizes away)"
         )
 
 

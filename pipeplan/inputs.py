@@ -108,7 +108,7 @@ class ProfileRequest(Strict):
     """`pipeplan profile MODEL --out FILE …`: what to measure, how often, where to write it."""
 
     model: Annotated[str, Flag(argument=True)] = Field(
-        description="Built-in model name or path to an HF config.json."
+        description="Built-in model name, or a transformers directory (or its config.json)."
     )
     out: Annotated[str, Flag(short="-o")] = Field(description="Profile JSON to write.")
     # Bounded: the profile's time grows with every size, round and thread asked for.

@@ -2148,6 +2148,18 @@ def _check_loaded(
         )
         if part
     )
+    # An output projection (`Family.labels`) the checkpoint holds at its size is loaded: a
+    # token classifier's classifier.* beside the pooler it lacks. Only what it lacks is then
+    # fresh (the sixtieth round: "the head starts from random weights" of a loaded one).
+    modules = tuple(f"{module}." for module in FAMILIES[seq.family].labels)
+    kept = sorted(k for k in _tensor_owners(seq) if k.startswith(modules) and fresh(k))
+    if kept and other_classes is None and not {*lacking, *other_size} & set(kept):
+        log.warning(
+            f"{source.directory}: the checkpoint holds part of the head for this task ({why}): "
+            f"those start from random weights (seed {seed}); "
+            f"{', '.join(map(_tensor_name, kept))} ({seq.num_labels} outputs) are the checkpoint's"
+        )
+        return
     log.warning(
         f"{source.directory}: the checkpoint has no head for this task ({why}); {fresh_rows}"
     )

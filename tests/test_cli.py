@@ -135,6 +135,21 @@ def test_debug_after_the_subcommand_shows_the_traceback_in_a_fresh_process(capsy
     assert cli.main(["--help"]) == 0 and "--debug" in capsys.readouterr().out  # still documented
 
 
+def test_help_names_every_schema_and_a_model_folder_for_profile(capsys, monkeypatch):
+    """Found by the sixtieth round: `schema --help` listed 6 of the 8 names `schema` takes (no
+    checkpoint, data), and `profile --help`'s MODEL said "path to an HF config.json" where a
+    model folder works too, as the README and `run --help` say."""
+    from pipeplan.formats import SCHEMAS
+
+    monkeypatch.setenv("COLUMNS", "400")  # one help row per argument
+    assert cli.main(["schema", "--help"]) == 0
+    (row,) = [r for r in capsys.readouterr().out.splitlines() if "summary" in r]
+    assert all(re.search(rf"\b{name}\b", row) for name in SCHEMAS), row
+    assert cli.main(["profile", "--help"]) == 0
+    (row,) = [r for r in capsys.readouterr().out.splitlines() if "Built-in model" in r]
+    assert "a transformers directory (or its config.json)" in row, row
+
+
 def test_models_lists_presets(capsys):
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out

@@ -387,6 +387,46 @@ def test_a_refused_label_or_token_id_names_the_first_item_holding_it(synth, bert
     assert message.endswith(f"(eval item {len(labels) - 1} first)"), message
 
 
+class _Listed:
+    """A set not in memory: the launcher reads its first and last items only."""
+
+    def __init__(self, inputs, labels):
+        self.inputs, self.labels = inputs, labels
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.inputs[i], self.labels[i]
+
+
+def test_a_refused_label_range_of_two_items_read_is_said_to_be_theirs(synth, bert):
+    """Found by the sixtieth round: a set not in memory, labels 0..9 on a 5-class head, was
+    "has train labels in 4..5": the range of its first and last items, the two the launcher
+    reads, said as the set's. So was a causal LM's token labels' range. The line names the
+    items read and what they hold."""
+    labels = torch.arange(len(synth.train.labels)) % 10
+    labels[0], labels[-1] = 5, 4
+    odd = D.TaskData("x", _Listed(synth.train.inputs, labels), synth.eval)
+    message = _one_line_error(D.check_compatible, odd, bert)
+    last = len(labels) - 1
+    assert message == (
+        f"data 'x': train items 0 and {last} (the first and last, read before training) have "
+        "labels 5 and 4 but model 'bert-synth' has 2 classes (0..1) (train item 0 first)"
+    )
+    decoder = models.build("gpt2-tiny", seq_len=4, task="causal-lm")
+    inputs = torch.tensor([[5, 7, 9, 11], [3, 3, 3, 3], [29, 40, 41, 42]])
+    tokens = inputs.clone()
+    tokens[0, 1] = 900
+    odd = D.TaskData("t", _Listed(inputs, tokens), D.TensorPairs(inputs, inputs.clone()))
+    message = _one_line_error(D.check_compatible, odd, decoder)
+    assert message == (
+        "data 't': train items 0 and 2 (the first and last, read before training) have token "
+        "labels in 5..900 but model 'gpt2-tiny' has vocab_size 512 (or -100: skip) (train "
+        "item 0 first)"
+    )
+
+
 def test_check_compatible_rejects_bad_items(user_file, synth, bert):
     task = D.load_data(f"{user_file}:int_labels", bert)
     _one_line_error(D.check_compatible, task, bert, match="int64 scalar")

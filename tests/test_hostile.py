@@ -3003,7 +3003,13 @@ NINETEENTH_CONFIGS = {
     "vit dtype true": ({**VIT_CONFIG, "dtype": True}, "dtype is True; a string or null"),
     "bert num_labels 10^12": (
         {**BERT_CONFIG, "num_labels": 10**12},
-        "num_labels is 1000000000000; a classifier has 1..1,000,000 labels",
+        "num_labels is 1000000000000; a classifier has 2..1,000,000 labels",
+    ),
+    # Sixtieth round: num_labels 0 was told "a classifier has 1..1,000,000 labels", and 1 is
+    # refused too (a regression head): the bound said is the real one.
+    "bert num_labels 0": (
+        {**BERT_CONFIG, "num_labels": 0},
+        "num_labels is 0; a classifier has 2..1,000,000 labels",
     ),
     # Forty-seventh round: a classifier's labels named by id2label alone were not bounded as
     # num_labels is; past the profile's bound, a traceback after the model was measured.
@@ -3012,7 +3018,7 @@ NINETEENTH_CONFIGS = {
             **{k: v for k, v in BERT_CONFIG.items() if k not in ("num_labels", "label2id")},
             "id2label": {str(i): str(i) for i in range(1_000_001)},
         },
-        "id2label names 1,000,001 labels; a classifier has 1..1,000,000 labels",
+        "id2label names 1,000,001 labels; a classifier has 2..1,000,000 labels",
     ),
     "llama rope_scaling a list": (
         {**LLAMA_CONFIG, "rope_scaling": [1, 2]},

@@ -929,6 +929,37 @@ def test_a_training_file_the_tokenizer_cannot_encode_is_refused_beside_a_good_on
     refused(argv, tmp_path, capsys, (f"{made['tokenizer']}: ", fragment))
 
 
+def test_texts_the_tokenizer_maps_alike_are_not_blamed_on_the_length(made, tmp_path, capsys):
+    """Found by the sixtieth round: texts that differ only in case (an uncased tokenizer) all
+    encoded as the same 4 of --seq-len 16 tokens, and the line said what the tokenizer adds
+    fills --seq-len (or the texts differ only beyond it), with "…" after all 4 tokens. Where
+    room is left, the line says the tokenizer maps texts that differ alike, and shows two."""
+    texts = ["great film", "GREAT FILM", "Great Film", "great  film"] * 3
+    labels = ["positive", "negative"]
+    rows = [{"text": text, "label": labels[i % 2]} for i, text in enumerate(texts)]
+    data = write_jsonl(tmp_path / "case.jsonl", rows)
+    argv = prepare(made, tmp_path, data)
+    fragments = (
+        f"{made['tokenizer']}: the tokenizer encodes every text of ",
+        "as the same 2 tokens ('great', 'film'), fewer than --seq-len 12: ",
+        "maps texts that differ to the same tokens (e.g. 'great film' and 'GREAT FILM';",
+    )
+    refused(argv, tmp_path, capsys, fragments)
+
+
+def test_empty_training_texts_are_not_blamed_on_the_vocabulary(made, tmp_path, capsys):
+    """Found by the sixtieth round: a training file whose texts were all "" (the held-out
+    file normal) was "its vocabulary cannot encode the data": the training file is named as
+    empty."""
+    labels = ["positive", "negative"]
+    train = write_jsonl(
+        tmp_path / "t.jsonl", [{"text": "", "label": labels[i % 2]} for i in range(8)]
+    )
+    data = f"{train},{write_jsonl(tmp_path / 'e.jsonl', reviews(8, seed=1))}"
+    argv = prepare(made, tmp_path, data)
+    refused(argv, tmp_path, capsys, f"error: {train}: every training text is empty or whitespace")
+
+
 def test_a_tokenizer_edited_since_the_run_started(made, tmp_path, capsys):
     """Found by the sixth independent round: data.json hashed the data files only; ids of
     the tokenizer swapped between a run and its resume re-tokenised the data silently."""

@@ -151,6 +151,35 @@ def test_a_checkpoint_without_the_head_gets_a_fresh_one_and_one_warning(
     assert torch.equal(again.hf_model.classifier.weight, seq.hf_model.classifier.weight)
 
 
+DISTILBERT = dict(vocab_size=512, dim=32, n_layers=2, n_heads=2, hidden_dim=64)
+
+
+@pytest.mark.parametrize(
+    "cls, config, fresh",
+    [
+        ("BertForTokenClassification", ("BertConfig", BERT), "bert.pooler.dense.bias"),
+        ("DistilBertForTokenClassification", ("DistilBertConfig", DISTILBERT), "pre_classifier"),
+    ],
+)
+def test_a_token_classifiers_classifier_is_kept_and_the_warning_says_so(
+    tmp_path, caplog, cls, config, fresh
+):
+    """Found by the sixtieth round: a token classifier's checkpoint (BertForTokenClassification,
+    DistilBERT's) lacks only the pooler (or pre_classifier) of a sequence head; its classifier,
+    of the same size, is loaded, yet the warning said "the head starts from random weights".
+    It names what starts fresh, and the classifier as the checkpoint's."""
+    reference = _save(tmp_path, cls, config[0], num_labels=3, **config[1])
+    with caplog.at_level(logging.WARNING, logger="pipeplan.models"):
+        seq = models.build(str(tmp_path), num_labels=3, seed=9)
+    (record,) = _warnings(caplog)
+    message = record.getMessage()
+    assert "the checkpoint holds part of the head for this task (no " in message, message
+    assert fresh in message and "those start from random weights (seed 9)" in message, message
+    assert message.endswith("classifier.bias, classifier.weight (3 outputs) are the checkpoint's")
+    assert "the head starts from random weights" not in message
+    assert torch.equal(seq.hf_model.classifier.weight, reference.classifier.weight)
+
+
 def test_a_head_for_other_num_labels_is_replaced(tmp_path, caplog):
     _save(tmp_path, "BertForSequenceClassification", "BertConfig", num_labels=2, **BERT)
     with caplog.at_level(logging.WARNING, logger="pipeplan.models"):

@@ -85,3 +85,15 @@ def test_the_readme_python_api_block(tmp_path, monkeypatch, capsys):
     assert scope["summary"].steps > 0 and (tmp_path / "runs" / "nb" / "metrics.csv").exists()
     assert (tmp_path / "trained" / "config.json").exists()
     assert (tmp_path / "trained" / "model.safetensors").exists()
+
+
+def test_the_readme_says_how_the_log_and_the_files_number_epochs():
+    """Found by the sixtieth round: the README showed the log line `epoch 2/3` (counted from
+    1) beside `metrics.csv` "for pandas", whose epochs, like run.jsonl's, `report`'s and
+    `preview`'s, count from 0, and said neither: a user matching them was off by one. The
+    README says both, after the log line it shows."""
+    text = (ROOT / "README.md").read_text()
+    shown = text.index("pipeplan: rank 0: INFO: epoch 2/3: ")
+    said = text[shown : text.index("\n\n", text.index("```", shown) + 4)]
+    assert "counts epochs from 1 (`epoch 2/3` is the second of three)" in said, said
+    assert "`metrics.csv`, `run.jsonl`,\n`pipeplan report` and `preview` number them from 0" in said

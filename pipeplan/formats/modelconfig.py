@@ -282,15 +282,17 @@ def config_value_problem(config: dict[str, Any], family: str, *, labels: bool = 
             return f"{key} is {quoted(value)}; a chunk size is an integer ≥ 0 (0: no chunking)"
         if key == "position_embedding_type" and value not in POSITION_TYPES:
             return f"{key} is {quoted(value)}; pipeplan builds absolute position embeddings only"
+        # The bound said is a classifier's: `head_labels_problem` refuses its 1 (a decoder's
+        # config may say 1). The sixtieth round: 0 was told "1..", and 1 was then refused.
         if key == "num_labels" and not 1 <= value <= MAX_CONFIG_LABELS:
-            return f"{key} is {quoted(value)}; a classifier has 1..{MAX_CONFIG_LABELS:,} labels"
+            return f"{key} is {quoted(value)}; a classifier has 2..{MAX_CONFIG_LABELS:,} labels"
         # Its id2label names the labels where num_labels is absent: bounded alike (forty-
         # seventh round: an id2label of 1,048,577 names failed a profile's record in a
         # traceback, after 75 s of work).
         if key == "id2label" and isinstance(value, dict) and len(value) > MAX_CONFIG_LABELS:
             return (
                 f"{key} names {len(value):,} labels; a classifier has "
-                f"1..{MAX_CONFIG_LABELS:,} labels"
+                f"2..{MAX_CONFIG_LABELS:,} labels"
             )
     if (why := rotary_problem(config, family)) is not None:
         return why
