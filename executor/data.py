@@ -1323,7 +1323,11 @@ _LIBRARY = torch.library
 # The class itself, not looked up in weakref as the check runs: data code that rebound
 # `weakref.finalize` is refused by `functions_kept`, which puts it back after this check.
 _FINALIZE = weakref.finalize
-_HELD_NAMESPACES = ("aten", "prims", "c10d")
+# Not prims: its kernels serve torch.compile's decompositions, never an eager op a rank runs,
+# and torch registers some as its compiler loads (`torch._inductor.lowering`: a `load`
+# compiling a function was refused as registering prims::_unsafe_index_put_, the sixtieth
+# round).
+_HELD_NAMESPACES = ("aten", "c10d")
 _seen_kernels: set[str] = set()  # `_impls` as last seen outside data code
 
 

@@ -6216,6 +6216,30 @@ def test_data_code_that_registers_an_aten_kernel_is_refused_and_it_is_destroyed(
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.timeout(120)
+def test_data_code_that_compiles_a_function_is_not_refused_for_torchs_own_kernels():
+    """Found by the sixtieth round: a `load` running torch.compile (or importing
+    torch._inductor.lowering) was refused as "the data function registered the kernels
+    prims::_unsafe_index_put_ for Autograd, …": torch's compiler registers them as it loads,
+    and eager training never runs a prims kernel. (In a process of its own: the compiler's
+    import takes seconds and stays.)"""
+    code = (
+        "import torch\n"
+        "from executor.data import kernels_kept\n"
+        "with kernels_kept('m:load', 'the data function'):\n"
+        "    import torch._inductor.lowering\n"
+        "print('kept')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(cli.__file__).resolve().parent,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0 and done.stdout == "kept\n", done.stderr[-2000:]
+
+
 def test_kernels_are_held_in_a_batch_read_and_the_codes_own_operators_are_no_change():
     """The forty-fourth round's aten kernel (above) in a rank's batch read too, through
     `torch.library.impl` (a Library torch makes and keeps), and a fallback kernel for every
