@@ -618,7 +618,7 @@ def _load_user(spec: str, seed: int) -> TaskData:
 
 
 def _load_user_data(spec: str, seed: int, target: str, func_name: str) -> TaskData:
-    _forget_if_edited(target)  # pipeplan's own doing: before the import system is held
+    _forget_if_edited(target, spec)  # pipeplan's own doing: before the import system is held
     before = set(sys.modules)
     _PASSED_ON.clear()  # a new loading of the data: its warnings are said again
     with (
@@ -3635,10 +3635,12 @@ def is_helper_file(spec: str, path: Path) -> bool:
     return _user_file(path, module_root(spec), _installed_folders())
 
 
-def _user_file(path: Path, root: Path | None, installed: list[Path]) -> bool:
+def _user_file(
+    path: Path, root: Path | None, installed: list[Path], suffixes: tuple[str, ...] = (".py",)
+) -> bool:
     """`is_helper_file` with the folder and the installed folders found once, for a scan of
     sys.modules (`helper_files`: a rank's, at each checkpoint)."""
-    if root is None or path.suffix != ".py" or not path.is_relative_to(root):
+    if root is None or path.suffix not in suffixes or not path.is_relative_to(root):
         return False
     return not any(path.is_relative_to(folder) for folder in installed)
 
@@ -3717,28 +3719,41 @@ def _import(target: str, spec: str) -> Any:
 # fifty-ninth: a helper imported inside `load`, a module the user had imported, a file.py's
 # helper). Where any was edited, all are imported afresh.
 _IMPORTED_FILES: dict[str, dict[str, tuple]] = {}
+_RECORDED_AT: dict[str, int] = {}  # when each was recorded (time.time_ns, a file's clock)
 
 
 def _remember_files(target: str, spec: str) -> None:
     """Record the user's modules in sys.modules now, with their files' states, for `target`."""
+    _RECORDED_AT[target] = time.time_ns()
+    _IMPORTED_FILES[target] = {
+        name: file_state(path) for name, path in _user_modules(target, spec).items()
+    }
+
+
+def _user_modules(target: str, spec: str) -> dict[str, Path]:
+    """The user's modules in sys.modules now (beside the data's module, sources or sourceless
+    .pyc files), by name: their files."""
     root = module_root(spec)
     if root is None:
-        return
-    installed, files = _installed_folders(), {}
+        return {}
+    installed, found = _installed_folders(), {}
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
-        if not isinstance(file, str):
-            continue
+        if not isinstance(file, str) or name in ("__main__", "__mp_main__"):
+            continue  # the user's running script is never imported afresh
         path = Path(file).resolve()
-        if name == target or (_user_file(path, root, installed) and path.is_file()):
-            files[name] = file_state(path)
-    _IMPORTED_FILES[target] = files
+        mine = _user_file(path, root, installed, (".py", ".pyc"))
+        if name == target or (mine and path.is_file()):
+            found[name] = path
+    return found
 
 
-def _forget_if_edited(target: str) -> None:
+def _forget_if_edited(target: str, spec: str) -> None:
     """Take the user's modules loaded with `target` out of sys.modules where any of their files
-    changed since (`_IMPORTED_FILES`): the import that follows reads them as they are now, as
-    a new command's would."""
+    changed since (`_IMPORTED_FILES`), or where one of them came in after the record (a helper
+    an item read imported: the sixtieth round's, run stale after an edit, as was a sourceless
+    .pyc helper): the import that follows reads them as they are now, as a new command's
+    would."""
     files = _IMPORTED_FILES.get(target)
     if files is None:
         return
@@ -3747,8 +3762,15 @@ def _forget_if_edited(target: str) -> None:
         for name in files
         if isinstance(file := getattr(sys.modules.get(name), "__file__", None), str)
     }
-    if now != files:
-        for name in files:
+    # Of those that came in since, the ones whose file was written since the record: the
+    # user's program's own modules of that folder stay as they are, unedited.
+    later = [
+        name
+        for name, path in _user_modules(target, spec).items()
+        if name not in files and file_state(path)[2:3] > (_RECORDED_AT[target],)
+    ]
+    if now != files or later:
+        for name in [*files, *later]:
             sys.modules.pop(name, None)
         importlib.invalidate_caches()
 

@@ -554,6 +554,58 @@ def test_a_data_helper_edited_between_calls_is_imported_again(tmp_path, monkeypa
     assert said() == "second"
 
 
+@pytest.mark.parametrize("form", ["imported as items are read", "a sourceless .pyc"])
+def test_a_lazy_or_sourceless_data_helper_edited_between_calls_is_imported_again(
+    tmp_path, monkeypatch, form
+):
+    """Found by the sixtieth round: a helper first imported as items are read (after `load`
+    returned, when the modules loaded with the data were recorded) and a helper that exists
+    only as a .pyc ran stale after an edit: both calls failed with the helper's old error."""
+    import os
+    import py_compile
+
+    helper, name = f"rt60_helper_{form[0]}", f"rt60_data_{form[0]}"
+    lazy = form.startswith("imported")
+
+    def write_helper(word: str) -> None:
+        source = tmp_path / f"{helper}.py"
+        source.write_text(f"WORD = {word!r}\n")
+        if not lazy:  # the .pyc alone, where a sourceless import finds it
+            py_compile.compile(str(source), cfile=str(tmp_path / f"{helper}.pyc"))
+            source.unlink()
+        made = tmp_path / (f"{helper}.py" if lazy else f"{helper}.pyc")
+        stat = made.stat()  # a later mtime, however fast the edit
+        os.utime(made, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+
+    write_helper("first")
+    reads = (
+        "    def __getitem__(self, i):\n        import {0}\n        raise ValueError({0}.WORD)\n"
+    )
+    (tmp_path / f"{name}.py").write_text(
+        ("" if lazy else f"import {helper}\n")
+        + "from executor.data import TaskData\n\nclass Items:\n"
+        + "    def __len__(self):\n        return 8\n"
+        + (
+            reads.format(helper)
+            if lazy
+            else f"    def __getitem__(self, i):\n        raise ValueError({helper}.WORD)\n"
+        )
+        + "\ndef load(seed=0):\n    return TaskData('x', Items(), Items(), num_labels=2)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    options = dict(model="vit-digits", data=f"{name}:load", nproc=1, name="e")
+
+    def said() -> str:
+        with pytest.raises(PipeplanError) as refused:
+            pipeplan.run(runs_dir=tmp_path / "runs", **options)
+        return str(refused.value)
+
+    assert "first" in said()
+    write_helper("second")
+    assert "second" in said()
+
+
 class _LoudPath(type(Path())):
     def __str__(self) -> str:
         raise RuntimeError("str")
