@@ -1429,9 +1429,11 @@ def _load_tokenizer(
         # A file given is no folder: the line said "no such" of a tokenizer.json that exists
         # (the fifty-ninth round).
         if directory.exists():
+            # The folder holding it: not "holding tokenizer.json", which a folder of
+            # vocab.txt does not (the sixtieth round).
             raise InputFileError(
                 f"{directory}: not a directory; --tokenizer takes the tokenizer's folder (the "
-                f"one holding tokenizer.json: {directory.parent})"
+                f"one holding this file: {directory.parent})"
             )
         raise InputFileError(f"{directory}: no such tokenizer directory")
     _check_tokenizer_json(directory)

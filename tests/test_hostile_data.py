@@ -79,12 +79,16 @@ GOOD_ROWS = [f"great film {i},positive" if i % 2 else f"dull plot {i},negative" 
 def test_a_tokenizer_file_given_for_its_folder_is_said_so(made, tmp_path, capsys):
     """Found by the fifty-ninth round: `--tokenizer TOK/tokenizer.json` (a user's natural
     try: `--model` takes a config.json file) was "no such tokenizer directory" of a file that
-    exists. The line says it is no directory and names the folder to give."""
+    exists. The line says it is no directory and names the folder to give; by the sixtieth,
+    without saying that folder holds a tokenizer.json (a WordPiece folder's vocab.txt, given,
+    was told of "the one holding tokenizer.json")."""
     data = csv_file(tmp_path, "text,label", GOOD_ROWS)
-    given = made["tokenizer"] / "tokenizer.json"
-    assert given.is_file()
-    said = f"{given}: not a directory; --tokenizer takes the tokenizer's folder (the one holding"
-    refused(prepare(made, tmp_path, data, tokenizer=given), tmp_path, capsys, said)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        given = made["tokenizer"] / name
+        assert given.is_file()
+        said = f"{given}: not a directory; --tokenizer takes the tokenizer's folder (the one "
+        said += f"holding this file: {made['tokenizer']})"
+        refused(prepare(made, tmp_path, data, tokenizer=given), tmp_path, capsys, said)
 
 
 def test_a_csv_header_naming_a_column_twice(made, tmp_path, capsys):
