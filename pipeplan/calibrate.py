@@ -67,6 +67,7 @@ from pipeplan.formats import (
 )
 from pipeplan.formats.base import TooLargeToRead, first_error
 from pipeplan.formats.profile import (
+    MAX_FITTED_BANDWIDTH,
     MIN_SCALE,
     MIN_STEADY_STEPS,
     STRAGGLER_FACTOR,
@@ -694,12 +695,18 @@ def fit_allreduce(ranks: list[RankObservation]) -> tuple[FittedLink | None, dict
         modelled = terms @ np.array([latency, 1.0 / bandwidth])
         (k,) = robust_linear(modelled[:, None], measured, np.zeros(1))
         k = max(float(k), MIN_SCALE)
+        if bandwidth / k > MAX_FITTED_BANDWIDTH:  # a link faster than any (`FittedLink`'s)
+            return None, {
+                "allreduce": f"{why}; scaled to their times, the cluster's link would be "
+                f"faster than any device's (over {MAX_FITTED_BANDWIDTH:g} B/s)"
+            }
         fitted = FittedLink(latency_s=k * latency, bandwidth_bytes_per_s=bandwidth / k)
         return fitted, {}
     latency, inverse_bandwidth = robust_linear(terms, measured, np.zeros(2))
-    if float(inverse_bandwidth) <= 1e-15:
-        # No bandwidth term at all is no fit of one: it was written as 10^15 B/s, "fitted",
-        # and later plans priced all-reduces as free (the fifty-ninth round).
+    if float(inverse_bandwidth) * MAX_FITTED_BANDWIDTH <= 1.0:
+        # No bandwidth term at all (or one past any link) is no fit of one: it was written as
+        # 10^15 B/s, "fitted", and later plans priced all-reduces as free (the fifty-ninth
+        # round); the format refuses it since the sixtieth (`MAX_FITTED_BANDWIDTH`).
         why = (
             "the all-reduces' times did not grow with their gradient bytes: no bandwidth can "
             "be fitted from them (the profile's link is kept)"

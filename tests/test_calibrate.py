@@ -1290,6 +1290,39 @@ def test_a_per_call_part_within_the_noise_keeps_its_kinds_scale():
     assert scales["bwd_call_scale"] == pytest.approx(0.5) and "bwd_call_scale" not in why
 
 
+def test_a_calibrations_allreduce_faster_than_any_link_is_refused(tmp_path, capsys):
+    """Found by the sixtieth round: a calibration's all-reduce of 10^15 B/s and no latency,
+    what calibrate wrote before the fifty-ninth round's fix, was planned with: a 6.4 MB
+    all-reduce priced at 6 ns. A fitted all-reduce is held to MAX_FITTED_BANDWIDTH, refused
+    naming the file and the field, and calibrate fits none past it (the profile's link kept)."""
+    from test_hostile import refused
+    from test_report import calibrated_profile
+
+    doc = json.loads(calibrated_profile().model_dump_json())  # a calibration as calibrate writes
+    doc["calibration"]["allreduce"] = {"latency_s": 0.0, "bandwidth_bytes_per_s": 1e15}
+    doc["calibration"]["not_fitted"].pop("allreduce", None)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    said = (
+        f"{path}: invalid profile: field 'calibration': allreduce.bandwidth_bytes_per_s 1e+15 "
+        "B/s is above 1e+13 B/s, over 10× the fastest device link"
+    )
+    refused(["preview", "--profile", str(path), "--devices-per-node", "2"], tmp_path, capsys, said)
+    doc["calibration"]["allreduce"]["bandwidth_bytes_per_s"] = 1e11  # a fast link: taken
+    path.write_text(json.dumps(doc))
+    assert cli.main(["preview", "--profile", str(path), "--devices-per-node", "2"]) == 0
+
+    # All-reduces growing by 10^-14 s a byte (10^14 B/s): no bandwidth fitted from them.
+    def point(grad_bytes: float) -> RankObservation:
+        return RankObservation(
+            1e-3, 1e-3, 2 * (1e-4 + grad_bytes / 2 / 1e14), 1e-3, *[1e-3] * 6,
+            grad_bytes=grad_bytes, replicas=2, allreduce_in_node=True, allreduce_link=(1e-4, 1e9),
+        )  # fmt: skip
+
+    link, why = fit_allreduce([point(4e6), point(8e6), point(16e6)])
+    assert link is None and "did not grow with their gradient bytes" in why["allreduce"]
+
+
 @pytest.mark.parametrize("field", ["fwd_scale", "bwd_call_scale"])
 def test_a_calibration_scale_below_what_calibrate_fits_is_refused(tmp_path, capsys, field):
     """Found by the fifty-ninth round: compute scales between 1e-6 and 1e-3 were planned and

@@ -449,6 +449,15 @@ class FittedLink(Strict):
     bandwidth_bytes_per_s: Bandwidth
 
 
+# The fastest all-reduce bandwidth `pipeplan calibrate` fits (ring terms, B/s): 10^13, over 10×
+# the fastest device link there is (NVLink 4, 9·10^11 B/s). What the runs put past it is no
+# bandwidth but noise around 0 s per byte, fitted as none (`calibrate.fit_allreduce`); a
+# calibration's own all-reduce is held to it (the sixtieth round: 10^15 B/s, written by
+# calibrate before the fifty-ninth round's fix, priced a 6.4 MB all-reduce at 6 ns). The p2p
+# link's bandwidth is no fit: the cluster link's, as its format bounds it.
+MAX_FITTED_BANDWIDTH = 1e13
+
+
 # The first steps of a phase build buffers, shapes and process-group state: not measured.
 WARMUP_STEPS_PER_PHASE = 2
 # What `pipeplan calibrate` keeps of a phase (one definition, the fit's and the format's): a
@@ -557,6 +566,13 @@ class Calibration(Strict):
                     f"{field} {value!r} is below {MIN_SCALE:g}, the least compute scale "
                     "`pipeplan calibrate` fits"
                 )
+        link = self.allreduce
+        if link is not None and link.bandwidth_bytes_per_s > MAX_FITTED_BANDWIDTH:
+            raise ValueError(
+                f"allreduce.bandwidth_bytes_per_s {link.bandwidth_bytes_per_s:g} B/s is above "
+                f"{MAX_FITTED_BANDWIDTH:g} B/s, over 10× the fastest device link: no link "
+                "`pipeplan calibrate` fits (calibrate again)"
+            )
         if not self.runs or self.phases_used < len(self.runs):
             raise ValueError(
                 f"runs {quoted(self.runs)} and phases_used {self.phases_used}: a calibration is "
