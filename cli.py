@@ -431,10 +431,12 @@ def calibrate(
     with log.held():  # a notice (a torn last record) only once nothing else is refused
         c = calibrate_to_file(run_dirs, profile, out).calibration
     call = {kind: c.scales(kind)[0] for kind in ("fwd", "bwd", "nograd")}
+    # Three significant digits, not decimals: 0.00132 was "0.001", which reads as the floor
+    # (MIN_SCALE) calibrate refuses (the sixtieth round).
     say(
-        f"compute scales per sample / per call: forward {c.fwd_scale:.3f} / {call['fwd']:.3f}, "
-        f"backward {c.bwd_scale:.3f} / {call['bwd']:.3f}, no-grad {c.nograd_scale:.3f} / "
-        f"{call['nograd']:.3f}; step overhead {c.step_overhead_s * 1e3:.2f} ms + "
+        f"compute scales per sample / per call: forward {c.fwd_scale:.3g} / {call['fwd']:.3g}, "
+        f"backward {c.bwd_scale:.3g} / {call['bwd']:.3g}, no-grad {c.nograd_scale:.3g} / "
+        f"{call['nograd']:.3g}; step overhead {c.step_overhead_s * 1e3:.2f} ms + "
         f"{c.input_s_per_sample * 1e6:.1f} µs/sample; "
         f"{c.micro_batch_overhead_s * 1e3:.2f} ms per micro-batch and stage"
     )

@@ -67,6 +67,7 @@ from pipeplan.formats import (
 )
 from pipeplan.formats.base import TooLargeToRead, first_error
 from pipeplan.formats.profile import (
+    MAX_FITTED_BANDWIDTH,
     MIN_SCALE,
     MIN_STEADY_STEPS,
     STRAGGLER_FACTOR,
@@ -694,12 +695,18 @@ def fit_allreduce(ranks: list[RankObservation]) -> tuple[FittedLink | None, dict
         modelled = terms @ np.array([latency, 1.0 / bandwidth])
         (k,) = robust_linear(modelled[:, None], measured, np.zeros(1))
         k = max(float(k), MIN_SCALE)
+        if bandwidth / k > MAX_FITTED_BANDWIDTH:  # a link faster than any (`FittedLink`'s)
+            return None, {
+                "allreduce": f"{why}; scaled to their times, the cluster's link would be "
+                f"faster than any device's (over {MAX_FITTED_BANDWIDTH:g} B/s)"
+            }
         fitted = FittedLink(latency_s=k * latency, bandwidth_bytes_per_s=bandwidth / k)
         return fitted, {}
     latency, inverse_bandwidth = robust_linear(terms, measured, np.zeros(2))
-    if float(inverse_bandwidth) <= 1e-15:
-        # No bandwidth term at all is no fit of one: it was written as 10^15 B/s, "fitted",
-        # and later plans priced all-reduces as free (the fifty-ninth round).
+    if float(inverse_bandwidth) * MAX_FITTED_BANDWIDTH <= 1.0:
+        # No bandwidth term at all (or one past any link) is no fit of one: it was written as
+        # 10^15 B/s, "fitted", and later plans priced all-reduces as free (the fifty-ninth
+        # round); the format refuses it since the sixtieth (`MAX_FITTED_BANDWIDTH`).
         why = (
             "the all-reduces' times did not grow with their gradient bytes: no bandwidth can "
             "be fitted from them (the profile's link is kept)"
@@ -982,10 +989,12 @@ def _calibrate(run_dirs: list[str | Path], profile: Profile, training: Training 
         update={"group_rebuild_s": rebuild, "not_fitted": {**earlier, **why_rebuild}}
     )
     calibrated = profile.model_copy(update={"calibration": fitted})
-    errors = [abs(predict(calibrated, o) / o.measured_step_s - 1) for o in observations]
+    signed = [predict(calibrated, o) / o.measured_step_s - 1 for o in observations]
+    errors = [abs(e) for e in signed]
     final = fitted.model_copy(
         update={"residual_median": float(np.median(errors)), "residual_max": float(max(errors))}
     )
+    check_fits_its_runs(run_dirs, final, float(np.median(signed)))
     # model_copy does not validate: the fields it set are checked here, the rest were at birth.
     return profile.model_copy(update={"calibration": Calibration.model_validate(dict(final))})
 
@@ -1016,6 +1025,45 @@ def check_off_the_floor(
             "profile is likely of another device: profile the device the runs ran on "
             "(pipeplan profile) and calibrate that profile"
         )
+
+
+# The most a fit's median step-time error may be: 10× what real fits show (median 4.7–5.1 %
+# over 33 runs of a model, BENCHMARKS.md's Fidelity; the raw profile's own 9.5 %) and about
+# twice their worst single phase (27 %). Past it the fitted terms sit on their bounds (the
+# runs faster than any within them can price) and price the runs' own steps ×1.5 or more off.
+MAX_FIT_ERROR = 0.5
+
+
+def check_fits_its_runs(run_dirs: list[str | Path], fit: Calibration, signed: float) -> None:
+    """Refuse a fit whose median step-time error on its own runs is past MAX_FIT_ERROR: no
+    calibration of them (the sixtieth round: runs faster than the profile's links allow were
+    "fitted" at exit 0, 146 % off, p2p latency and step overhead on their floor of 0).
+    `signed` is the median signed error: > 0, the fit prices the steps slower than measured.
+
+        check_fits_its_runs(run_dirs, calibration, median_signed_error)  # InputFileError
+    """
+    if fit.residual_median <= MAX_FIT_ERROR:
+        return
+    # The step fit's terms (`StepFit`) a fit put on their lower bound, 0 (not a default).
+    terms = [
+        ("p2p latency", "p2p", fit.p2p.latency_s if fit.p2p else None),
+        ("step overhead", "step_overhead_s", fit.step_overhead_s),
+        ("per micro-batch overhead", "micro_batch_overhead_s", fit.micro_batch_overhead_s),
+        ("input time per sample", "input_s_per_sample", fit.input_s_per_sample),
+    ]
+    floored = [name for name, field, v in terms if v == 0 and field not in fit.not_fitted]
+    if signed > 0:
+        why = "the runs were faster than any terms within the model's bounds can price them"
+        why += f" ({', '.join(floored)} on their floor of 0)" if floored else ""
+    else:
+        why = "the runs were slower than the fitted terms price them"
+    runs = ", ".join(str(d) for d in run_dirs)
+    raise InputFileError(
+        f"{runs}: the calibration fitted to these runs prices their steps with a median error "
+        f"of {fit.residual_median:.1%} (worst {fit.residual_max:.1%}), past the "
+        f"{MAX_FIT_ERROR:.0%} a fit may have: {why}; the profile is likely of another device: "
+        "profile the device the runs ran on (pipeplan profile) and calibrate that profile"
+    )
 
 
 def calibrate_to_file(run_dirs: list[str], profile_path: str, out: str) -> Profile:

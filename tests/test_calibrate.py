@@ -862,6 +862,32 @@ def test_runs_faster_than_any_scale_calibrate_fits_are_refused(tmp_path, profile
     assert "(a compute scale of at least 0.001); the profile is likely of another device" in err
 
 
+def test_a_fit_far_off_its_own_runs_is_refused(tmp_path, profile, capsys):
+    """Found by the sixtieth round: runs faster than the profile's links allow were "fitted"
+    at exit 0, their steps priced with a median error of 146 %, the p2p latency and step
+    overhead on their floor of 0. A fit that far from the runs it was fitted on is no
+    calibration: refused in one line naming its error and why, nothing written."""
+    truth = TRUTH.model_copy(update={"step_overhead_s": 0.0, "input_s_per_sample": 0.0})
+    write_run(tmp_path / "run", profile, truth=truth, step_jitter=0.0)
+    scale_steps(tmp_path / "run", 0.5)  # twice as fast as their ranks' own times simulate
+    err = _refused_line(tmp_path / "run", capsys)
+    assert "the calibration fitted to these runs prices their steps with a median error " in err
+    assert "of 99.9% (worst 100.0%), past the 50% a fit may have: the runs were faster than " in err
+    assert "any terms within the model's bounds can price them (p2p latency, step " in err, err
+
+
+def test_a_scale_near_its_floor_is_printed_as_its_value(tmp_path, profile, capsys):
+    """Found by the sixtieth round: a fitted forward scale of 0.00132 was printed "0.001",
+    which reads as the floor calibrate refuses. Printed to three significant digits."""
+    small = {"fwd_scale": 0.00132, "bwd_scale": 0.0025, "nograd_scale": 0.0031}
+    write_run(tmp_path / "run", profile, truth=TRUTH.model_copy(update=small), step_jitter=0.0)
+    out = tmp_path / "fitted.json"
+    argv = ["calibrate", str(tmp_path / "run"), "--profile", str(PROFILE_PATH), "--out", str(out)]
+    assert cli.main(argv) == 0
+    said = capsys.readouterr().err  # `cli.say`: stderr
+    assert "forward 0.00132 / 0.00132, backward 0.0025 / 0.0025, no-grad 0.0031 / " in said
+
+
 # bert-synth's 8 layers on 2 ranks: one phase, enough steps to fit.
 BERT_PHASES = [Phase(0, 2, 1, 16, "1f1b", (0, 4, 8))]  # m = 4
 
@@ -1262,6 +1288,39 @@ def test_a_per_call_part_within_the_noise_keeps_its_kinds_scale():
     scales, why = fit_compute([rank(8, 10.0, 0.0), rank(2, 2.5, 0.0)])
     assert scales["fwd_call_scale"] == pytest.approx(0.5) and "fwd_call_scale" not in why
     assert scales["bwd_call_scale"] == pytest.approx(0.5) and "bwd_call_scale" not in why
+
+
+def test_a_calibrations_allreduce_faster_than_any_link_is_refused(tmp_path, capsys):
+    """Found by the sixtieth round: a calibration's all-reduce of 10^15 B/s and no latency,
+    what calibrate wrote before the fifty-ninth round's fix, was planned with: a 6.4 MB
+    all-reduce priced at 6 ns. A fitted all-reduce is held to MAX_FITTED_BANDWIDTH, refused
+    naming the file and the field, and calibrate fits none past it (the profile's link kept)."""
+    from test_hostile import refused
+    from test_report import calibrated_profile
+
+    doc = json.loads(calibrated_profile().model_dump_json())  # a calibration as calibrate writes
+    doc["calibration"]["allreduce"] = {"latency_s": 0.0, "bandwidth_bytes_per_s": 1e15}
+    doc["calibration"]["not_fitted"].pop("allreduce", None)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    said = (
+        f"{path}: invalid profile: field 'calibration': allreduce.bandwidth_bytes_per_s 1e+15 "
+        "B/s is above 1e+13 B/s, over 10× the fastest device link"
+    )
+    refused(["preview", "--profile", str(path), "--devices-per-node", "2"], tmp_path, capsys, said)
+    doc["calibration"]["allreduce"]["bandwidth_bytes_per_s"] = 1e11  # a fast link: taken
+    path.write_text(json.dumps(doc))
+    assert cli.main(["preview", "--profile", str(path), "--devices-per-node", "2"]) == 0
+
+    # All-reduces growing by 10^-14 s a byte (10^14 B/s): no bandwidth fitted from them.
+    def point(grad_bytes: float) -> RankObservation:
+        return RankObservation(
+            1e-3, 1e-3, 2 * (1e-4 + grad_bytes / 2 / 1e14), 1e-3, *[1e-3] * 6,
+            grad_bytes=grad_bytes, replicas=2, allreduce_in_node=True, allreduce_link=(1e-4, 1e9),
+        )  # fmt: skip
+
+    link, why = fit_allreduce([point(4e6), point(8e6), point(16e6)])
+    assert link is None and "did not grow with their gradient bytes" in why["allreduce"]
 
 
 @pytest.mark.parametrize("field", ["fwd_scale", "bwd_call_scale"])

@@ -1034,6 +1034,36 @@ def test_a_profiles_spreads_and_threads_are_ones_it_could_measure(tmp_path, caps
     plan_refuses_profile(doc, ("profile.json", *fragments), tmp_path, capsys)
 
 
+# The shipped bert-tiny profile (links measured between 2 ranks) with a comm edit the sixtieth
+# round made, or one like it.
+COMM_EDITS = {
+    "nproc 4096, its all-reduce fitted over 2": (
+        _edit((("comm", "nproc"), 4096)),
+        ("'comm'", "nproc 4096: in ring terms over 4096 ranks the allreduce fit's latency_s"),
+        ("(more than 10× apart); over 2 to 67 ranks they agree: nproc is not the ranks its",),
+    ),
+    "nproc beyond profile --nproc's bound": (
+        _edit((("comm", "nproc"), 2**21)),
+        ("'comm.nproc'", "1048576"),
+    ),
+    "a p2p sample's spread of 1000 s": (
+        _edit(((*P2P, "samples", 0, "spread_s"), 1000.0)),
+        ("'comm.p2p.samples.0'", "spread_s is 1e+03 s but its time_s", "more than 100× + 1 s"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", COMM_EDITS)
+def test_a_profiles_links_are_held_to_what_profile_nproc_measures(tmp_path, capsys, case):
+    """Found by the sixtieth round: comm.nproc 4096 was refused as the all-reduce fit's fault
+    ("the fit is not of its samples"), where the fit was the profiler's and nproc edited; a
+    p2p sample's spread of 1000 s beside 5.6e-5 s was accepted. nproc is named where other
+    ring sizes make the fit agree, bounded as `profile --nproc` is (a Count), and a link
+    sample's spread is held as a layer timing's (100× + 1 s)."""
+    doc, *fragments = COMM_EDITS[case]
+    plan_refuses_profile(doc, ("profile.json", *sum(fragments, ())), tmp_path, capsys)
+
+
 def test_spreads_the_profiler_measures_load():
     """What the spread rules leave alone: a cold profile's (--warmup 0: a first call's time in
     one repeat), two repeats' spread equal to their median, and the shipped profiles (the

@@ -1360,6 +1360,11 @@ def _mid_epoch_records(finished_run: Path, path: Path, last_step: int, *later) -
 
     read = read_records(finished_run / "run.jsonl")
     phase = next(r for r in read if isinstance(r, PhaseRecord))
+    # Its horizon an epoch of 4 steps too: one shorter than the steps run in it is refused
+    # (`formats.run._Horizons`, the sixtieth round).
+    horizon = phase.pricing.horizon.model_copy(update={"samples": 4 * phase.layout.global_batch})
+    pricing = phase.pricing.model_copy(update={"horizon": horizon})
+    phase = phase.model_copy(update={"pricing": pricing})
     step = next(r for r in read if isinstance(r, STEP_RECORDS)).record()
     steps = [step.model_copy(update={"step": n, "epoch": 0}) for n in range(last_step + 1)]
     path.write_text("".join(r.model_dump_json() + "\n" for r in [phase, *steps, *later]))

@@ -2149,6 +2149,38 @@ def test_a_horizon_that_contradicts_its_run_is_refused(
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
+    "samples, fragment",
+    [
+        (192, None),  # 3 steps of 64: what the run weighed
+        (64000, "(1000 steps of 64), but run.json's max_steps_per_epoch 3 allows at most 192"),
+        (64, "(1 steps of 64), but epoch 0 has run 2 steps already (from "),
+    ],
+)
+def test_the_horizon_of_a_run_stopped_in_its_first_epoch_is_held(
+    horizons_run, tmp_path, capsys, samples, fragment
+):
+    """Found by the sixtieth round: a run stopped in its first epoch (no epoch record) had
+    its phase's pricing.horizon.samples held to nothing: 64000 in a run capped at 30 steps
+    an epoch was reported as "this run's 1000" steps an epoch. Held to run.json's cap and to
+    the steps its first epoch ran, for report and calibrate alike; the real one is read."""
+    run = copy_run(horizons_run, tmp_path)
+    for name in ("summary.json", "metrics.csv", "model", "checkpoints"):  # as stopped at step 2
+        shutil.rmtree(run / name) if (run / name).is_dir() else (run / name).unlink()
+    lines = _lines(run)[:3]  # phase 0 and 2 of its 3 steps
+    assert lines[0]["pricing"]["horizon"]["samples"] == 192
+    lines[0]["pricing"]["horizon"]["samples"] = samples
+    _rewrite(run, lines)
+    if fragment is None:
+        assert cli.main(["report", str(run)]) == 0
+        return
+    fragment = ("run.jsonl:1: phase 0: pricing.horizon.samples ", fragment)
+    refused(["report", str(run)], tmp_path, capsys, fragment)
+    argv = ["calibrate", str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "c.json")]
+    refused(argv, tmp_path, capsys, fragment)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
     "field, value, fragment",
     [
         ("frozen_layers", [0, 4, 6], "[0, 4, 6], but schedule under freeze list continues the"),

@@ -365,6 +365,25 @@ def test_speedup_against_a_baseline(elastic, static):
     assert (baseline.final_eval_accuracy, baseline.steps) == (0.7, 10)
 
 
+def test_a_run_stopped_mid_epoch_counts_its_open_epochs_steps(tmp_path, static, capsys):
+    """Found by the sixtieth round: a run stopped after 12 steps of its first epoch (no epoch
+    record) was "training 0.1 s", its transition alone, and "measured 57.97×" over a baseline
+    of the same 12 steps it was slower than. Its open epoch's steps count in training_s, as
+    in predicted_training_s: here the same 10 steps of 0.6 s as the baseline's."""
+    records = [r for r in static_records() if not isinstance(r, EpochRecord)]
+    # A shorter transition: another run's first record, not a copy of the baseline's.
+    records[0] = records[0].model_copy(update={"transition_s": 0.3})
+    stopped = write_run(tmp_path / "stopped", records, epochs=2, max_steps_per_epoch=20)
+    report = make_report(stopped, static)
+    assert report.training_s == pytest.approx(0.3 + 10 * 0.6)
+    assert report.predicted_training_s == pytest.approx(10 * records[0].predicted_step_s)
+    assert report.baseline is not None
+    assert report.baseline.measured_speedup == pytest.approx((6.0 + 0.6) / 6.3)
+    assert cli.main(["report", str(stopped), "--baseline", str(static)]) == 0
+    out = capsys.readouterr().out
+    assert "10 steps, 0/2 epochs, training 6.3 s" in out and "measured 1.05×" in out
+
+
 # --------------------------------------------------------------------------- previewed speedup
 
 PREVIEW_STEPS = 4  # steps per epoch of the planned runs: 256 samples of 64

@@ -351,6 +351,20 @@ class LinkSample(Strict):
     time_s: Seconds
     spread_s: Seconds
 
+    @model_validator(mode="after")
+    def _spread_measured(self) -> LinkSample:
+        """The spread is the interquartile range of the link's timed repeats (10, warm:
+        `links.measure_links`), held as a layer timing's is (`SPREAD_FACTOR`): a spread of
+        1000 s beside 5.6e-5 s, a quarter of the repeats lasting 1000 s, was accepted (the
+        sixtieth round), where a rank stopped for 60 s fails the measurement."""
+        if self.spread_s > SPREAD_FACTOR * self.time_s + SPREAD_SLACK_S:
+            raise ValueError(
+                f"spread_s is {self.spread_s:.3g} s but its time_s (the median of the same "
+                f"repeats) is {self.time_s:.3g} s: more than {SPREAD_FACTOR:g}× + "
+                f"{SPREAD_SLACK_S:g} s, not a spread the profiler measures"
+            )
+        return self
+
 
 MIN_LINK_SAMPLES = 2
 
@@ -392,7 +406,8 @@ DEFAULT_GROUP_REBUILD_S = 2.0
 
 class CommProfile(Strict):
     backend: Literal["gloo", "nccl"]
-    nproc: Annotated[int, Field(ge=2)]
+    # The ranks `profile --nproc` measured between: a Count, as the flag.
+    nproc: Annotated[Count, Field(ge=2)]
     p2p: LinkFit
     allreduce: LinkFit
     group_rebuild_s: Seconds | None = Field(
@@ -407,8 +422,18 @@ class CommProfile(Strict):
     def _fits_are_of_their_samples(self) -> CommProfile:
         for name, ring in (("p2p", None), ("allreduce", self.nproc)):
             why = _link_fit_mismatch(getattr(self, name), ring)
-            if why:
-                raise ValueError(f"{name}: {why}")
+            if not why:
+                continue
+            # The all-reduce's ring terms are nproc's too: where other ring sizes make its fit
+            # agree, nproc is named (the sixtieth round: nproc 4096 was blamed on the fit).
+            if ring is not None and (sizes := _ring_sizes(self.allreduce)) is not None:
+                said = why.removesuffix(NOT_OF_ITS_SAMPLES)
+                raise ValueError(
+                    f"nproc {ring}: in ring terms over {ring} ranks the allreduce fit's {said}; "
+                    f"over {sizes[0]} to {sizes[1]} ranks they agree: nproc is not the ranks "
+                    "its links were measured between (or the fit was edited)"
+                )
+            raise ValueError(f"{name}: {why}")
         return self
 
 
@@ -416,6 +441,43 @@ class CommProfile(Strict):
 # profiles' fits are within 0.15..1.3 of every sample; a factor of 10 leaves room for a noisy
 # host and refuses a bandwidth edited to 1e15 B/s (0.005 of the measured time).
 LINK_FIT_FACTOR = 10.0
+NOT_OF_ITS_SAMPLES = ": the fit is not of its samples"  # `_link_fit_mismatch`'s conclusion
+
+
+def _ring_sizes(fit: LinkFit) -> tuple[int, int] | None:
+    """The ring sizes N (2..MAX_COUNT) over which the all-reduce `fit` is of its samples
+    (`_link_fit_mismatch`), as (least, most), or None. Each sample's predicted time grows with
+    N, so its upper bounds hold up to some N and the largest sample's lower bound from some N:
+    the sizes are one range, found by bisection.
+
+        _ring_sizes(profile.comm.allreduce)  # (2, 11)
+    """
+
+    def bisect(holds: Any, low: int, high: int) -> int:
+        """The last n in low..high where `holds` (true up to some n, false after)."""
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if holds(middle) else (low, middle - 1)
+        return low
+
+    def ratios(n: int) -> tuple[float, float]:  # (largest sample's, smallest's)
+        steps, share = 2.0 * (n - 1), 2.0 * (n - 1) / n
+        return tuple(
+            (steps * fit.latency_s + share * s.bytes / fit.bandwidth_bytes_per_s) / s.time_s
+            for s in (fit.samples[-1], fit.samples[0])
+        )
+
+    def below(n: int) -> bool:
+        return max(ratios(n)) <= LINK_FIT_FACTOR
+
+    def above(n: int) -> bool:
+        return ratios(n)[0] >= 1 / LINK_FIT_FACTOR
+
+    if not below(2) or not above(MAX_COUNT):
+        return None
+    most = bisect(below, 2, MAX_COUNT)
+    least = bisect(lambda n: not above(n), 1, MAX_COUNT) + 1  # 1: above at 2 already
+    return (least, most) if least <= most else None
 
 
 def _link_fit_mismatch(fit: LinkFit, ring: int | None) -> str | None:
@@ -439,7 +501,7 @@ def _link_fit_mismatch(fit: LinkFit, ring: int | None) -> str | None:
             return (
                 f"latency_s and bandwidth_bytes_per_s predict {predicted(sample.bytes):.3g} s "
                 f"for {sample.bytes} bytes, but its sample measured {sample.time_s:.3g} s "
-                f"(more than {LINK_FIT_FACTOR:g}× apart): the fit is not of its samples"
+                f"(more than {LINK_FIT_FACTOR:g}× apart){NOT_OF_ITS_SAMPLES}"
             )
     return None
 
@@ -447,6 +509,15 @@ def _link_fit_mismatch(fit: LinkFit, ring: int | None) -> str | None:
 class FittedLink(Strict):
     latency_s: Latency
     bandwidth_bytes_per_s: Bandwidth
+
+
+# The fastest all-reduce bandwidth `pipeplan calibrate` fits (ring terms, B/s): 10^13, over 10×
+# the fastest device link there is (NVLink 4, 9·10^11 B/s). What the runs put past it is no
+# bandwidth but noise around 0 s per byte, fitted as none (`calibrate.fit_allreduce`); a
+# calibration's own all-reduce is held to it (the sixtieth round: 10^15 B/s, written by
+# calibrate before the fifty-ninth round's fix, priced a 6.4 MB all-reduce at 6 ns). The p2p
+# link's bandwidth is no fit: the cluster link's, as its format bounds it.
+MAX_FITTED_BANDWIDTH = 1e13
 
 
 # The first steps of a phase build buffers, shapes and process-group state: not measured.
@@ -557,6 +628,13 @@ class Calibration(Strict):
                     f"{field} {value!r} is below {MIN_SCALE:g}, the least compute scale "
                     "`pipeplan calibrate` fits"
                 )
+        link = self.allreduce
+        if link is not None and link.bandwidth_bytes_per_s > MAX_FITTED_BANDWIDTH:
+            raise ValueError(
+                f"allreduce.bandwidth_bytes_per_s {link.bandwidth_bytes_per_s:g} B/s is above "
+                f"{MAX_FITTED_BANDWIDTH:g} B/s, over 10× the fastest device link: no link "
+                "`pipeplan calibrate` fits (calibrate again)"
+            )
         if not self.runs or self.phases_used < len(self.runs):
             raise ValueError(
                 f"runs {quoted(self.runs)} and phases_used {self.phases_used}: a calibration is "

@@ -154,7 +154,10 @@ class Report(Versioned):
     epochs_planned: PosInt
     epochs_completed: NonNegInt
     steps: NonNegInt
-    training_s: NonNegFloat = Field(description="Σ epoch training time + Σ transitions.")
+    training_s: NonNegFloat = Field(
+        description="Σ epoch training time + Σ transitions, and Σ step time of an epoch left "
+        "open (a run stopped mid-epoch): every step's, as predicted_training_s counts them."
+    )
     predicted_training_s: NonNegFloat | None = Field(description=PREDICTED_TRAINING)
     final_eval_accuracy: float | None
     phases: list[PhaseReport]

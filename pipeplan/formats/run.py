@@ -1120,6 +1120,7 @@ def check_records(
                 )
             _check_ranks(record, phase, at, config)
             sequence.steps_on(record, at)
+            horizons.step(record, at)
         else:
             closed.append((record, current, sequence.closes(record, current, at), at))
             attempts.append(attempt)
@@ -1164,6 +1165,7 @@ class _Horizons:
 
         horizons = _Horizons()
         horizons.phase(record, attempt, "run.jsonl:1")   # each phase record in turn
+        horizons.step(record, "run.jsonl:2")            # each step record
         horizons.epoch(record, 64, "run.jsonl:6")        # each epoch record, its batch
         horizons.check(config, attempt)                  # then (config: run.json, or None)
     """
@@ -1172,6 +1174,7 @@ class _Horizons:
         self.before: PhaseRecord | None = None  # the phase record before
         self.priced: list[tuple[PhaseRecord, int, bool, str]] = []  # (phase, attempt, kept, at)
         self.length: tuple[int, str] | None = None  # an epoch's samples, and which epoch said
+        self.open: tuple[int, int, str] | None = None  # (epoch, its steps so far, the first's line)
 
     def phase(self, record: PhaseRecord, attempt: int, at: str) -> None:
         before, self.before = self.before, record
@@ -1223,11 +1226,21 @@ class _Horizons:
                 "moving from the layout it follows"
             )
 
+    def step(self, record: StepRecord | StepRow, at: str) -> None:
+        """Counts the steps of the first epoch, which `_open_epoch` bounds a horizon with
+        while no epoch record says its length."""
+        if self.open is None:
+            self.open = (record.epoch, 0, at)
+        if record.epoch == self.open[0]:
+            self.open = (record.epoch, self.open[1] + 1, self.open[2])
+
     def epoch(self, record: EpochRecord, batch: int, at: str) -> None:
         if self.length is None:
             self.length = (record.steps * batch, f"epoch {record.epoch} ({at}) ran")
 
     def check(self, config: RunConfig | None, last: int) -> None:
+        if self.length is None and self.priced:
+            self._open_epoch(config)
         self._samples()
         self._cache()
         if config is not None:
@@ -1250,6 +1263,28 @@ class _Horizons:
                 f"{record.pricing.horizon.epochs} from epoch {record.start_epoch} ends the run "
                 f"{_ending(end, exact)}, but {said[1]} ends it {_ending(said[0], True)}: a "
                 "run's phases are priced to one end (only a resume moves it)"
+            )
+
+    def _open_epoch(self, config: RunConfig | None) -> None:
+        """Before any epoch record, the first solved phase's horizon (which `_samples` holds
+        the others to) is still an epoch's: at most the steps run.json's max_steps_per_epoch
+        allows, and at least the steps its first epoch has run. Found by the sixtieth round:
+        held to nothing then, a run capped at 30 steps an epoch was reported of 1,000."""
+        record, _, _, at = self.priced[0]
+        samples, batch = record.pricing.horizon.samples, record.layout.global_batch
+        said = f"{at}: phase {record.phase}: pricing.horizon.samples {samples} ("
+        said += f"{samples // batch} steps of {batch}), but"
+        cap = config.max_steps_per_epoch if config is not None else None
+        if cap is not None and samples > cap * batch:
+            raise InputFileError(
+                f"{said} run.json's max_steps_per_epoch {cap} allows at most {cap * batch} "
+                "samples an epoch"
+            )
+        if self.open is not None and samples < self.open[1] * batch:
+            epoch, steps, first = self.open
+            raise InputFileError(
+                f"{said} epoch {epoch} has run {steps} steps already (from {first}): an "
+                "epoch is at least the steps it ran"
             )
 
     def _samples(self) -> None:
