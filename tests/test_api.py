@@ -2,6 +2,7 @@
 same results, same one-line errors), and `pipeplan.plan` is callable next to the planner
 module of the same name."""
 
+import contextlib
 import json
 import os
 import re
@@ -628,18 +629,14 @@ def test_a_path_argument_whose_own_methods_raise_is_one_line(tmp_path, value):
         pipeplan.run(resume=value)
 
 
-@pytest.mark.timeout(120)
-def test_a_call_while_another_runs_in_another_thread_is_refused(monkeypatch):
-    """Found by the fifty-ninth round: two calls at once in two threads (two runs, two
-    exports, even of other runs) each took the other's hold on the process (fd 2 captured,
-    os._exit replaced, the logger's handlers) for its data's doing: both failed blaming the
-    built-in `digits` data, and the process's stderr was left on a deleted file. Calls run
-    one at a time: the second is refused in one line naming the first, and runs once the
-    first has returned."""
+@contextlib.contextmanager
+def _preview_held_in_another_thread(monkeypatch):
+    """A `pipeplan.preview` call held running (its make_preview waits) in the thread
+    'first-call' for the block, then released and joined: yields the list its result goes
+    to once it returns, the options it was called with, and the real make_preview."""
     import threading
 
     import pipeplan.plan
-    from pipeplan.errors import OutputError
 
     entered, release = threading.Event(), threading.Event()
     real = pipeplan.plan.make_preview
@@ -658,14 +655,28 @@ def test_a_call_while_another_runs_in_another_thread_is_refused(monkeypatch):
     first.start()
     try:
         assert entered.wait(60)
-        said = "another pipeplan call is running in this process (preview() in thread "
-        with pytest.raises(OutputError, match=re.escape(said + "'first-call'): calls run one")):
-            pipeplan.preview(**options)
+        yield results, options, real
     finally:
         release.set()
         first.join(60)
+        monkeypatch.setattr(pipeplan.plan, "make_preview", real)
+
+
+@pytest.mark.timeout(120)
+def test_a_call_while_another_runs_in_another_thread_is_refused(monkeypatch):
+    """Found by the fifty-ninth round: two calls at once in two threads (two runs, two
+    exports, even of other runs) each took the other's hold on the process (fd 2 captured,
+    os._exit replaced, the logger's handlers) for its data's doing: both failed blaming the
+    built-in `digits` data, and the process's stderr was left on a deleted file. Calls run
+    one at a time: the second is refused in one line naming the first, and runs once the
+    first has returned."""
+    from pipeplan.errors import OutputError
+
+    with _preview_held_in_another_thread(monkeypatch) as (results, options, _):
+        said = "another pipeplan call is running in this process (preview() in thread "
+        with pytest.raises(OutputError, match=re.escape(said + "'first-call'): calls run one")):
+            pipeplan.preview(**options)
     assert len(results) == 1 and results[0].predicted_speedup > 0
-    monkeypatch.setattr(pipeplan.plan, "make_preview", real)
     assert pipeplan.preview(**options).predicted_speedup == results[0].predicted_speedup
 
 
@@ -676,28 +687,14 @@ def test_a_child_forked_while_another_thread_calls_starts_free(monkeypatch):
     call is running ... call again once it has returned": it never returns there). The child
     starts free; the parent still refuses until the call returns."""
     import os
-    import threading
 
     import pipeplan.plan
     from pipeplan.errors import OutputError
 
-    entered, release = threading.Event(), threading.Event()
-    real = pipeplan.plan.make_preview
-
-    def held(*args, **kwargs):
-        entered.set()
-        release.wait(60)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(pipeplan.plan, "make_preview", held)
-    options = dict(profile=str(PROFILE), devices_per_node=2, epochs=2)
-    first = threading.Thread(target=lambda: pipeplan.preview(**options), name="first-call")
-    first.start()
-    try:
-        assert entered.wait(60)
+    with _preview_held_in_another_thread(monkeypatch) as (_, options, real):
         read, write = os.pipe()
         child = os.fork()
-        if child == 0:  # the child: its own call runs (the patched function, not held here)
+        if child == 0:  # the child: its own call runs (the real function, not held here)
             code = 1
             try:
                 monkeypatch.setattr(pipeplan.plan, "make_preview", real)
@@ -710,9 +707,6 @@ def test_a_child_forked_while_another_thread_calls_starts_free(monkeypatch):
             pipeplan.preview(**options)
         assert os.read(read, 1) == b"\0"
         assert os.waitpid(child, 0)[1] == 0
-    finally:
-        release.set()
-        first.join(60)
 
 
 def test_a_pipeplan_call_from_data_code_under_the_command_is_refused(tmp_path, capsys, monkeypatch):

@@ -2103,6 +2103,12 @@ def test_the_horizons_of_a_resumed_run_are_read(horizons_run, tmp_path, flags):
     assert cli.main(["report", str(run)]) == 0
 
 
+def _refused_by_report_and_calibrate(run: Path, tmp_path: Path, capsys, fragment) -> None:
+    refused(["report", str(run)], tmp_path, capsys, fragment)
+    argv = ["calibrate", str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "c.json")]
+    refused(argv, tmp_path, capsys, fragment)
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "line, field, value, fragment",
@@ -2142,9 +2148,7 @@ def test_a_horizon_that_contradicts_its_run_is_refused(
         value = {**before, "frozen_layers": 2}  # its shape, another freeze point
     horizon[field] = value
     _rewrite(run, lines)
-    refused(["report", str(run)], tmp_path, capsys, fragment)
-    argv = ["calibrate", str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "c.json")]
-    refused(argv, tmp_path, capsys, fragment)
+    _refused_by_report_and_calibrate(run, tmp_path, capsys, fragment)
 
 
 @pytest.mark.timeout(120)
@@ -2174,9 +2178,7 @@ def test_the_horizon_of_a_run_stopped_in_its_first_epoch_is_held(
         assert cli.main(["report", str(run)]) == 0
         return
     fragment = ("run.jsonl:1: phase 0: pricing.horizon.samples ", fragment)
-    refused(["report", str(run)], tmp_path, capsys, fragment)
-    argv = ["calibrate", str(run), "--profile", str(PROFILE), "--out", str(tmp_path / "c.json")]
-    refused(argv, tmp_path, capsys, fragment)
+    _refused_by_report_and_calibrate(run, tmp_path, capsys, fragment)
 
 
 @pytest.mark.timeout(120)
