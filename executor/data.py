@@ -179,7 +179,7 @@ def check_compatible(data: TaskData, seq: LayerSequence) -> None:
         # Which item each row is, to name the first one refused (forty-eighth round).
         every = isinstance(dataset, TensorPairs)
         rows = range(len(labels)) if every else [0, length(dataset, data.name, split) - 1]
-        _check_inputs(inputs, data.name, seq, data.padded, _Rows(split, rows))
+        _check_inputs(inputs, data.name, seq, data.padded, _Rows(split, rows, every))
         if data.padded:
             _check_not_all_padding(inputs, data.name, split, isinstance(dataset, TensorPairs))
             old_padding[split] = _old_padding_rows(inputs, seq)
@@ -4804,8 +4804,10 @@ def _check_inputs(
             if not padded and low == PADDING:
                 padding = f" ({PADDING} is padding in TaskData(..., padded=True))"
             where = rows.first(_not_tokens(inputs, vocab, padded)) if rows else ""
+            # Of two items read, theirs: not the set's range (the sixtieth round's labels).
+            have = rows.have(name) if rows and not rows.every else f"data '{name}' has"
             raise BadArgumentError(
-                f"data '{name}' has token ids in {low}..{high} but model '{seq.name}' has "
+                f"{have} token ids in {low}..{high} but model '{seq.name}' has "
                 f"vocab_size {vocab}{padding}{where}"
             )
 

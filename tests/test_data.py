@@ -425,6 +425,14 @@ def test_a_refused_label_range_of_two_items_read_is_said_to_be_theirs(synth, ber
         "labels in 5..900 but model 'gpt2-tiny' has vocab_size 512 (or -100: skip) (train "
         "item 0 first)"
     )
+    tokens = inputs.clone()
+    tokens[2, 0] = 900  # an input token id past the vocabulary, in the last item read
+    odd = D.TaskData("t", _Listed(tokens, inputs), D.TensorPairs(inputs, inputs.clone()))
+    message = _one_line_error(D.check_compatible, odd, decoder)
+    assert message.startswith(
+        "data 't': train items 0 and 2 (the first and last, read before training) have token "
+        "ids in 5..900 but model 'gpt2-tiny' has vocab_size 512"
+    ), message
 
 
 def test_check_compatible_rejects_bad_items(user_file, synth, bert):
