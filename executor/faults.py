@@ -192,6 +192,16 @@ def _described(exc: BaseException, kind: str) -> str:
         return last
     if kind in ("lost", "timeout"):
         gloo = last.rsplit("] ", 1)[-1]  # drop "[/…/gloo/transport/tcp/pair.cc:537] "
+        if "Too many open files" in gloo:  # gloo's "rv != -1. -1 vs -1. Too many open files"
+            # The limit named, as every other open-files failure (the sixtieth round: data
+            # code that took every descriptor of a rank got gloo's words alone).
+            import resource
+
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            return (
+                "a collective failed: this rank has too many files open (the open-files "
+                f"limit, ulimit -n, is {soft}; its own code, such as data code, holds them)"
+            )
         return f"a collective failed: {gloo}"
     if isinstance(exc, SystemExit):  # the user's code ended its rank (`data.exits_raised`)
         code = 0 if exc.code is None else exc.code

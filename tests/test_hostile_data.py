@@ -2897,6 +2897,24 @@ def test_a_keyboard_interrupt_raised_in_a_rank_is_not_a_sigint(tmp_path):
     assert faults.describe(signalled, "interrupted") == "interrupted by SIGINT"
 
 
+def test_a_rank_out_of_file_descriptors_in_a_collective_names_the_limit():
+    """Found by the sixtieth round (a note): data code that took every file descriptor of a
+    rank ended the run with gloo's own words, "a collective failed: rv != -1. -1 vs -1. Too
+    many open files", naming neither the limit nor what holds them."""
+    import resource
+
+    from executor import faults
+
+    gloo = "[../third_party/gloo/gloo/transport/tcp/pair.cc:123] rv != -1. -1 vs -1. "
+    raised = RuntimeError(gloo + "Too many open files")
+    kind = faults.classify(raised)
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert faults.describe(raised, kind) == (
+        "a collective failed: this rank has too many files open (the open-files limit, ulimit "
+        f"-n, is {soft}; its own code, such as data code, holds them)"
+    )
+
+
 # ------------------------------------------------------------- a pad token that is a real token
 
 PAD_SHARED_WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "fast", "a", "big", "red"]
