@@ -1132,11 +1132,11 @@ def check_records(
     # as that, not as each of its steps' rates; and a step's 10**9 cache hits as more than
     # run.json's batch, not as hits in an uncached phase. (Each step's phase is the latest
     # before it, as held above: found again, not held in a list of every step.)
-    empty, before = False, None  # whether the current phase's cache started empty
+    current, empty = None, False  # whether the current phase's cache started empty
     for number, record in enumerate(records):
         if isinstance(record, PhaseRecord):
-            empty = record.resumed or before is None or not before.layout.cached
-            current = before = record
+            empty = record.resumed or current is None or not current.layout.cached
+            current = record
         elif isinstance(record, STEP_RECORDS):
             _check_rate(record, current, places[number])
             _check_cache_hits(record, current, places[number], empty)
