@@ -90,6 +90,41 @@ def test_malformed_files_are_one_line_naming_file_and_line(tmp_path, content, ma
     _one_line(InputFileError, text.read_corpus, str(path), match=match)
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_byte_that_is_not_utf8_is_named_by_the_files_line_and_offset(tmp_path, suffix):
+    """Found by the sixty-first round: a bad byte past the decoder's first chunk (8 KB) was
+    said to be "in position 127" of the chunk, where the file holds plain ASCII, with no line.
+    Now its line and its byte offset in the file, CRLF line ends counted as one."""
+    rows = [
+        f"good film number {i},{i % 2}"
+        if suffix == ".csv"
+        else json.dumps({"text": f"good film number {i}", "label": i % 2})
+        for i in range(3000)
+    ]
+    lines = [row.encode() for row in (["text,label"] if suffix == ".csv" else []) + rows]
+    lines[2000] = lines[2000].replace(b"good", b"caf\xe9", 1)
+    data = b"\r\n".join(lines) + b"\r\n"
+    path = tmp_path / f"big{suffix}"
+    path.write_bytes(data)
+    said = _one_line(InputFileError, text.read_corpus, str(path), match="not UTF-8 text")
+    assert said.startswith(f"{path}:2001: not UTF-8 text (byte 0xe9 at offset ")
+    offset = data.index(b"\xe9")
+    assert f"at offset {offset} of the file" in said
+
+
+def test_a_json_error_is_placed_in_the_files_line_not_the_rows_text(tmp_path):
+    """Found by the sixty-first round: a row ending too soon at line 15001 read "(Expecting
+    ',' delimiter: line 2 column 1 (char 27))", json counting lines within the row's text.
+    Now a column of the file's line, or its end."""
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "a", "label": 1}\n{"text": "b" "label": 0}\n{"text": "c"\n')
+    said = _one_line(InputFileError, text.read_corpus, str(path), match="not a JSON object")
+    assert said == f"{path}:2: not a JSON object (Expecting ',' delimiter at column 14)"
+    path.write_text('{"text": "a", "label": 1}\n{"text": "c"\n')
+    said = _one_line(InputFileError, text.read_corpus, str(path), match="not a JSON object")
+    assert said == f"{path}:2: not a JSON object (Expecting ',' delimiter at the end of the line)"
+
+
 def test_a_memory_error_decoding_a_line_is_one_line(tmp_path, monkeypatch):
     """Found by the eighteenth round: every JSON reader shares one way to fail, a MemoryError
     while decoding (a line of 900 MB under `ulimit -v`); a data line's was a traceback.
