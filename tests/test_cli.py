@@ -256,6 +256,10 @@ def test_every_run_option_is_a_run_config_field_with_its_default(capsys, monkeyp
             continue
         # Typed back as the user would type it: units and numbers are text (`Option.parse`).
         assert options[name].parse(param.default) == field.default, name
+        if (marker := flag_marker(RunConfig, name).default) is not None:
+            # A file given may replace it (--precision, a --profile's): shown in words.
+            assert f"[default: ({marker})]" in row, row
+            continue
         shown = param.default
         if isinstance(shown, bool):  # a --x/--no-x switch shows the side that is on
             shown = name if shown else f"no-{name}"
@@ -511,6 +515,25 @@ def test_a_flag_left_out_takes_the_plan_s_or_profile_s_value(tmp_path, capsys, m
     assert load(RunConfig, tmp_path / "runs" / "c" / "run.json").precision == "bf16"
     assert cli.main([*run, "d", "--precision", "fp32"]) == 2
     assert "bf16 precision, classification, but this run feeds" in capsys.readouterr().err
+
+
+def test_run_help_and_schema_say_a_precision_left_out_is_the_profiles(capsys, monkeypatch):
+    """Found by the sixty-first round: `run --help` and `pipeplan schema run` said --precision
+    defaults to fp32, while a run of a bf16 --profile without it trained in bf16 (above), as
+    plan and preview's help said of theirs. Now run's help and schema say it too."""
+    monkeypatch.setenv("COLUMNS", "400")  # one help row per option
+    assert cli.main(["run", "--help"]) == 0
+    (row,) = [r for r in capsys.readouterr().out.splitlines() if "--precision " in r]
+    assert "[default: (the profile's, else fp32)]" in row and "[default: fp32]" not in row
+    assert "left out of the command line, it is --profile's" in row
+    assert cli.main(["schema", "run"]) == 0
+    said = json.loads(capsys.readouterr().out)["properties"]["precision"]["description"]
+    assert (
+        "left out of the command line, it is --profile's, or that of the shipped profile "
+        "--plan was made from, else fp32 (a run.json's default)" in said
+    )
+    assert cli.main(["plan", "--help"]) == 0
+    assert "[default: (the profile's)]" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("pointer", ["step-5", "step-04"])

@@ -276,10 +276,14 @@ class RunConfig(Versioned):
     device: Literal["cpu", "cuda"] = Field(
         "cpu", description="cpu (gloo) or cuda (NCCL, one GPU per rank)."
     )
-    precision: Precision = Field(
+    # fp32 in a run.json that lacks it; a command line that leaves it out takes the file's
+    # (`launch.with_file_values`): said so, as plan and preview say it (the sixty-first round).
+    precision: Annotated[Precision, Flag(default="the profile's, else fp32")] = Field(
         "fp32",
         description="fp32, or bf16: bfloat16 autocast with float32 weights and AdamW state, "
-        "activations between stages and in the cache in bfloat16. Needs a profile of it.",
+        "activations between stages and in the cache in bfloat16. Needs a profile of it: left "
+        "out of the command line, it is --profile's, or that of the shipped profile --plan was "
+        "made from, else fp32 (a run.json's default).",
     )
     global_batch: Count = Field(64, description="Global batch, fixed across phases.")
     epochs: PosInt = Field(4, le=MAX_EPOCHS, description="Epochs.")
