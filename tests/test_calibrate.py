@@ -543,7 +543,9 @@ def test_one_gradient_size_per_replica_scales_the_clusters_allreduce(tmp_path, p
     the cluster's link the run's all-reduces were: the fit scales that link as a whole, and
     recovers a truth that is the cluster's link `slower` times over (the fidelity grid of
     2026-12-03: left at the profiled link, a 1×2 phase of another G/D than the others was
-    predicted 18 % short)."""
+    predicted 18 % short). Found by the sixty-first round: nothing said the link was not
+    fitted as two parameters (the README promised not_fitted would); now not_fitted says so,
+    and the calibration loads and prices as calibrate wrote it."""
     phases = [
         Phase(0, 2, 1, 2, "gpipe", (0, 5, 10)),
         Phase(0, 2, 1, 4, "1f1b", (0, 5, 10)),
@@ -557,8 +559,13 @@ def test_one_gradient_size_per_replica_scales_the_clusters_allreduce(tmp_path, p
     )
     truth = TRUTH.model_copy(update={"allreduce": scaled})
     write_run(tmp_path / "run", profile, phases=phases, truth=truth, step_jitter=0.0)
-    c = calibrate([tmp_path / "run"], profile).calibration
-    assert set(c.not_fitted) == {"nograd_call_scale"}
+    calibrated = calibrate([tmp_path / "run"], profile)
+    c = calibrated.calibration
+    assert set(c.not_fitted) == {"nograd_call_scale", "allreduce"}
+    said = c.not_fitted["allreduce"]
+    assert said.startswith("every all-reduce had the same gradient bytes per replica (G/D)")
+    assert f"is scaled as a whole to their times (×{slower:.2f}), keeping its split" in said
+    assert Profile.model_validate_json(calibrated.model_dump_json()) == calibrated
     got, want = parameters(c), parameters(truth)
     for name in set(want) - {"p2p latency"}:
         assert got[name] == pytest.approx(want[name], rel=1e-6, abs=1e-12), name

@@ -602,7 +602,8 @@ class Calibration(Strict):
     residual_max: NonNegFloat
     not_fitted: dict[Text, Text] = Field(
         default_factory=dict,
-        description="Parameters the runs cannot identify, left at their defaults: name → why.",
+        description="Parameters the runs cannot identify, left at their defaults (an all-reduce "
+        "link of one gradient size: the cluster's, scaled as a whole): name → why.",
     )
 
     def overhead_s(self, samples_per_replica: int) -> float:
@@ -707,7 +708,8 @@ PINNED: dict[str, Any] = {
     "nograd_call_scale": lambda c: (None, c.nograd_scale, c.fwd_call_scale),
     "bwd_scale": lambda c: (c.fwd_scale,),
     "bwd_call_scale": lambda c: (None, c.bwd_scale, c.fwd_call_scale),
-    "allreduce": lambda c: (None,),
+    # Null, or of one gradient size the cluster's link scaled as a whole (`fit_allreduce`).
+    "allreduce": lambda c: (None, c.allreduce),
     "p2p": lambda c: (None,),
     "optimizer_s_per_byte": lambda c: (None,),
     "group_rebuild_s": lambda c: (None,),
