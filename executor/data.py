@@ -1578,8 +1578,10 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
     doing: an object made since (not one of those held, `there`, moved into another's place)
     whose code is of the library's package. torch registers the properties of its compile
     cache's classes (`CacheInfo.inductor_artifacts`) as its compiler is imported; a user's
-    function is of the user's module."""
-    if id(new) in there:
+    function is of the user's module. Nothing new over pipeplan's own names is: no library
+    patches pipeplan (the sixty-first round: a bound method of pipeplan's own class in
+    check_data_facts' place, its code pipeplan's, trained a rank on other data, exit 0)."""
+    if id(new) in there or name.partition(".")[0] in NEVER_PATCHED or _moved_method(new, there):
         return False
     try:
         code = getattr(new, "fget", None) or getattr(new, "__func__", None) or new
@@ -1602,13 +1604,12 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
             file is not None and file == Path(made_in).resolve() and _patched_so(name, code, file)
         )
     # An object without code of its own (a C function, a class, a callable object): the
-    # library's own under the name it replaces, never over pipeplan's. The sixtieth round: a
-    # user's callable object naming `__module__ = "executor.task"` passed in pipeplan's own
-    # check_data_facts' place (a rank trained on other data unchecked), torch's nn.Identity at
-    # clip_grad_norm_, a functools.partial at functools.reduce.
+    # library's own under the name it replaces. The sixtieth round: a user's callable object
+    # naming `__module__ = "executor.task"` passed in pipeplan's own check_data_facts' place
+    # (a rank trained on other data unchecked), torch's nn.Identity at clip_grad_norm_, a
+    # functools.partial at functools.reduce.
     if (
         not isinstance(module, str)
-        or name.partition(".")[0] in NEVER_PATCHED
         or isinstance(new, partial)
         or getattr(new, "__name__", None) != name.rpartition(".")[2]
         or not _classes_code_is_its_own(new if isinstance(new, type) else type(new))
@@ -1618,6 +1619,18 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
         return True
     file = _module_file(module)
     return file is not None and _patched_so(name, code, file)
+
+
+def _moved_method(new: Any, there: set[int]) -> bool:
+    """Whether `new` is a method bound to an object of a class held (`there`), or to such a
+    class: a new object each time it is read, but one of the held functions moved (the
+    sixty-first round: `stage_backward = torch.nn.Module().zero_grad`)."""
+    if type(new) is not types.MethodType:
+        return False
+    bound = new.__self__
+    return any(
+        id(klass) in there for klass in (bound if isinstance(bound, type) else type(bound)).__mro__
+    )
 
 
 def _code_of_its_module(function: Any, made_in: str) -> bool:
@@ -1853,7 +1866,10 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
     (torch.compile, a library that uses it) wraps torch.manual_seed so, and its first compiled
     call patches nn.Module.__init__ with a closure that calls the old one: kept. A user's
     `functools.wraps` wrapper copies the name and module, not where its code is; a function
-    of torch's own put in another's place (`AdamW.step = SGD.step`) is no closure."""
+    of torch's own put in another's place (`AdamW.step = SGD.step`) is no closure. pipeplan's
+    own (`pipeplan.log`) are wrapped by no library (NEVER_PATCHED)."""
+    if name.partition(".")[0] in NEVER_PATCHED:
+        return False
     try:
         wrapped = getattr(new, "__wrapped__", None)
         # A closure of the library's around another function than the one it replaces is

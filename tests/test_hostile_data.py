@@ -7105,3 +7105,33 @@ def test_data_code_that_sets_the_signal_wakeup_fd_is_refused_and_gc_settings_put
         gc.enable() if collector[0] else gc.disable()
         gc.set_threshold(*collector[1])
         gc.set_debug(collector[2])
+
+
+def test_nothing_new_passes_over_pipeplans_own_names_nor_a_held_method_moved():
+    """Found by the sixty-first round: a bound method of pipeplan's own class
+    (`executor.faults.AgentStops().__exit__`, its code pipeplan's) in pipeplan's own
+    check_data_facts' place passed the wide check as the library's doing (a rank trained on
+    other data unchecked, exit 0), as did torch's `nn.Module().zero_grad` at stage_backward.
+    No library patches pipeplan: whatever is put over its names is refused, a closure of
+    pipeplan's around the very function too; a method bound to a held class is held code
+    moved, never made."""
+    import torch.distributed.pipelining.stage as stage
+
+    import executor.faults
+    import executor.worker
+    import pipeplan.log
+    from executor.data import BadArgumentError, _its_own_wrapper, functions_kept
+    from pipeplan.api import _as_the_command_line
+
+    for owner, key, new in (
+        (executor.worker, "check_data_facts", executor.faults.AgentStops().__exit__),
+        (stage, "stage_backward", torch.nn.Module().zero_grad),
+        (stage, "stage_backward", torch.autograd.Function.apply),
+    ):
+        old = getattr(owner, key)
+        refused = pytest.raises(BadArgumentError, match=f"replaced {owner.__name__}.{key};")
+        with refused, functions_kept("m:load", "the data function", wide=True):
+            setattr(owner, key, new)
+        assert getattr(owner, key) is old
+    old = pipeplan.log.write_line
+    assert not _its_own_wrapper("pipeplan.log.write_line", old, _as_the_command_line(old))
