@@ -1587,38 +1587,111 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
         code = getattr(new, "fget", None) or getattr(new, "__func__", None) or new
         module = code.__module__
         made_in = getattr(getattr(code, "__code__", None), "co_filename", None)
+        wrapped = _wrapped_by(new)
+        named = isinstance(getattr(new, "__dict__", None), dict) and "__name__" in vars(new)
     except Exception:  # a user object whose __getattr__ failed: not the library's
         return False
     if isinstance(made_in, str):
-        # A function is the library's by where its code is, not by the `__module__` it
-        # names, which `functools.wraps` copies from what it wraps (the fifty-eighth round:
-        # a wrapped no-op in pipeplan's own check_data_facts' place trained ranks on other
-        # data, exit 0); and its code is its module's, with that module's globals (the
-        # sixtieth: a function compiled under re's file name passed as re's own).
-        if not _code_of_its_module(code, made_in):
+        if not _code_is_the_librarys(name, code, made_in):
             return False
-        if _in_package(Path(made_in), name):
-            return True
-        file = _module_file(module)
-        return (
-            file is not None and file == Path(made_in).resolve() and _patched_so(name, code, file)
-        )
     # An object without code of its own (a C function, a class, a callable object): the
     # library's own under the name it replaces. The sixtieth round: a user's callable object
     # naming `__module__ = "executor.task"` passed in pipeplan's own check_data_facts' place
     # (a rank trained on other data unchecked), torch's nn.Identity at clip_grad_norm_, a
-    # functools.partial at functools.reduce.
-    if (
+    # functools.partial at functools.reduce. A name set on the object itself, over nothing it
+    # wraps, is the user's: `m = torch.nn.Identity(); m.__name__ = "stage_backward"` (the
+    # sixty-first).
+    elif (
         not isinstance(module, str)
         or isinstance(new, partial)
         or getattr(new, "__name__", None) != name.rpartition(".")[2]
+        or (named and not wrapped)
         or not _classes_code_is_its_own(new if isinstance(new, type) else type(new))
     ):
         return False
-    if module.partition(".")[0] == name.partition(".")[0]:
+    elif module.partition(".")[0] != name.partition(".")[0]:
+        file = _module_file(module)
+        if file is None or not _patched_so(name, code, file):
+            return False
+    # And what it wraps is the library's too: the sixty-first round's `torch.no_grad()`,
+    # `torch._dynamo.disable`, `functools.lru_cache` or an nn.Module whose `forward` was set
+    # on it, each around a user's no-op at stage_backward, trained nothing, exit 0.
+    return _only_the_librarys(name, wrapped, MAX_WRAPPED, {id(new)})
+
+
+def _code_is_the_librarys(name: str, code: Any, made_in: str) -> bool:
+    """Whether the function `code`, made in the file `made_in`, is the library's own at the
+    held `name`. A function is the library's by where its code is, not by the `__module__`
+    it names, which `functools.wraps` copies from what it wraps (the fifty-eighth round: a
+    wrapped no-op in pipeplan's own check_data_facts' place trained ranks on other data, exit
+    0); and its code is its module's, with that module's globals (the sixtieth: a function
+    compiled under re's file name passed as re's own)."""
+    if not _code_of_its_module(code, made_in):
+        return False
+    if _in_package(Path(made_in), name):
         return True
-    file = _module_file(module)
-    return file is not None and _patched_so(name, code, file)
+    file = _module_file(code.__module__)
+    return file is not None and file == Path(made_in).resolve() and _patched_so(name, code, file)
+
+
+# How deep `_only_the_librarys` follows wrappers within wrappers: torch's own nest two or
+# three (a grad mode's closure holds its context's bound method); deeper is not the library's.
+MAX_WRAPPED = 8
+
+
+def _wrapped_by(obj: Any) -> list[Any]:
+    """The callables `obj` wraps: `__wrapped__` (`functools.wraps`, `lru_cache`), a property's
+    functions, a method's function, np.vectorize's `pyfunc`, a partial's `func`, what a
+    function's closure holds, and what an object holds in its own `__dict__` (an nn.Module
+    whose `forward` was set on it)."""
+    if isinstance(obj, (type, types.ModuleType)):
+        return []
+    found = [getattr(obj, "__wrapped__", None)]
+    if isinstance(obj, property):
+        found += [obj.fget, obj.fset, obj.fdel]
+    elif isinstance(obj, (types.MethodType, staticmethod, classmethod)):
+        found.append(obj.__func__)
+    elif isinstance(obj, types.FunctionType):
+        found += [_contents(cell) for cell in obj.__closure__ or ()]
+    elif isinstance(getattr(obj, "__dict__", None), dict):
+        found += list(vars(obj).values())
+    if isinstance(obj, np.vectorize):
+        found.append(obj.pyfunc)
+    if isinstance(obj, partial):
+        found.append(obj.func)
+    return [value for value in found if callable(value)]
+
+
+def _contents(cell: Any) -> Any:
+    """What a closure's `cell` holds (None: an empty cell)."""
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return None
+
+
+def _only_the_librarys(name: str, wrapped: list[Any], depth: int, seen: set[int]) -> bool:
+    """Whether each of `wrapped` (`_wrapped_by`), and what it wraps in turn (`depth` levels
+    at most), is the library's own code at the held `name` as `_made_by_its_library` tells
+    it: a function of its package, an object of a class whose code is the library's."""
+    for inner in wrapped:
+        if id(inner) in seen:
+            continue
+        seen.add(id(inner))
+        try:
+            made_in = getattr(getattr(inner, "__code__", None), "co_filename", None)
+            more = _wrapped_by(inner)
+        except Exception:  # a user object whose __getattr__ failed: not the library's
+            return False
+        if isinstance(made_in, str):
+            its = _code_is_the_librarys(name, inner, made_in)
+        else:
+            its = _classes_code_is_its_own(inner if isinstance(inner, type) else type(inner))
+        if not its or (
+            more and (depth == 0 or not _only_the_librarys(name, more, depth - 1, seen))
+        ):
+            return False
+    return True
 
 
 def _moved_method(new: Any, there: set[int]) -> bool:

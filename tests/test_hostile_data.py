@@ -7135,3 +7135,59 @@ def test_nothing_new_passes_over_pipeplans_own_names_nor_a_held_method_moved():
         assert getattr(owner, key) is old
     old = pipeplan.log.write_line
     assert not _its_own_wrapper("pipeplan.log.write_line", old, _as_the_command_line(old))
+
+
+def test_a_library_wrapper_around_the_users_function_is_not_the_librarys():
+    """Found by the sixty-first round: in the wide check, a closure of torch's around a
+    user's no-op (`torch.no_grad()`, `torch._dynamo.disable`, `torch.compiler.disable`,
+    torch._tensor's type-error wrapper) at stage_backward passed as torch's own doing, as did
+    objects without code wrapping it (`functools.lru_cache`, `functools.cache`,
+    `np.vectorize`), an nn.Identity given the name, and an nn.Module whose `forward` was set
+    on it: the runs trained nothing, exit 0. What a wrapper wraps (its `__wrapped__`, its
+    closure, an object's own functions) must be the library's too; torch's wrapper around
+    torch's own function still is."""
+    import functools
+
+    import numpy as np
+    import torch.distributed.pipelining.stage as stage
+
+    from executor.data import BadArgumentError, functions_kept
+
+    def mine(*args, **kwargs):
+        return None
+
+    def named(new):
+        new.__name__ = "stage_backward"
+        return new
+
+    def module_around():
+        module = named(torch.nn.Module())
+        module.forward = mine
+        return module
+
+    wrappers = {
+        "no_grad": lambda: torch.no_grad()(mine),
+        "enable_grad": lambda: torch.enable_grad()(mine),
+        "dynamo": lambda: torch._dynamo.disable(mine),
+        "compiler": lambda: torch.compiler.disable(mine),
+        "type error": lambda: (
+            torch._tensor._handle_torch_function_and_wrap_type_error_to_not_implemented(mine)
+        ),
+        "lru_cache": lambda: functools.lru_cache(None)(functools.wraps(stage.stage_backward)(mine)),
+        "cache": lambda: functools.cache(functools.wraps(stage.stage_backward)(mine)),
+        "vectorize": lambda: named(np.vectorize(mine)),
+        "identity": lambda: named(torch.nn.Identity()),
+        "module": module_around,
+    }
+    old = stage.stage_backward
+    for what, make in wrappers.items():
+        new = make()
+        refused = pytest.raises(BadArgumentError, match=r"replaced torch\.distributed\.pipelining")
+        with refused, functions_kept("m:load", "the data function", wide=True):
+            stage.stage_backward = new
+        assert stage.stage_backward is old, what
+    try:
+        with functions_kept("m:load", "the data function", wide=True):
+            stage.stage_backward = torch._dynamo.disable(old)  # torch's, around torch's own
+    finally:
+        stage.stage_backward = old
