@@ -1592,7 +1592,9 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
     except Exception:  # a user object whose __getattr__ failed: not the library's
         return False
     if isinstance(made_in, str):
-        if not _code_is_the_librarys(name, code, made_in):
+        # No library puts torch's grad-mode or autocast decorator over another's function
+        # as it loads (`_its_own_wrapper`, the sixty-first round).
+        if not _code_is_the_librarys(name, code, made_in) or _a_decorators(made_in):
             return False
     # An object without code of its own (a C function, a class, a callable object): the
     # library's own under the name it replaces. The sixtieth round: a user's callable object
@@ -1957,19 +1959,31 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
         filename = new.__code__.co_filename
     except Exception:  # no function, or a user object whose __getattr__ failed: not torch's
         return False
-    # torch decorates its own functions with its grad modes where it defines them, never as
-    # a later replacement: `F.linear = torch.no_grad()(F.linear)` in `load` trained nothing,
-    # exit 0 (the sixtieth round).
+    # torch decorates its own functions with its grad modes and autocast where it defines
+    # them, never as a later replacement: `F.linear = torch.no_grad()(F.linear)` in `load`
+    # trained nothing, exit 0 (the sixtieth round), and `torch.autocast("cpu",
+    # dtype=torch.bfloat16)(F.linear)` an fp32 run's every linear layer in bfloat16 (the
+    # sixty-first).
     return (
         isinstance(filename, str)
         and _in_package(Path(filename), name)
         and _code_of_its_module(new, filename)
-        and os.path.realpath(filename) != _CONTEXT_DECORATORS
+        and not _a_decorators(filename)
     )
 
 
-# The code of torch's grad-mode decorators (no_grad, enable_grad, inference_mode, ...).
-_CONTEXT_DECORATORS = os.path.realpath(_contextlib.__file__)
+# The code of torch's decorators that change how what they wrap computes: its grad modes
+# (no_grad, enable_grad, inference_mode, set_grad_enabled) and autocast (`torch.autocast(…)`
+# as a decorator, `torch.amp.custom_fwd`/`custom_bwd`, and torch.cuda.amp's and
+# torch.cpu.amp's, which make torch.amp's).
+_DECORATORS = frozenset(
+    os.path.realpath(module.__file__) for module in (_contextlib, torch.amp.autocast_mode)
+)
+
+
+def _a_decorators(filename: str) -> bool:
+    """Whether code of `filename` is one of torch's `_DECORATORS`' closures."""
+    return os.path.realpath(filename) in _DECORATORS
 
 
 def _holds(cell: Any, value: Any) -> bool:

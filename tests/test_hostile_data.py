@@ -7191,3 +7191,38 @@ def test_a_library_wrapper_around_the_users_function_is_not_the_librarys():
             stage.stage_backward = torch._dynamo.disable(old)  # torch's, around torch's own
     finally:
         stage.stage_backward = old
+
+
+def test_torchs_autocast_decorators_over_the_function_they_replace_are_not_its_wrapper():
+    """Found by the sixty-first round: `F.linear = torch.autocast("cpu",
+    dtype=torch.bfloat16)(F.linear)` in a `load` passed as torch's own wrapper, and the fp32
+    run computed every linear layer in bfloat16, exit 0; so did `torch.amp.custom_fwd` over
+    F.dropout and autocast over Linear.forward and AdamW.step. Like the grad-mode decorators,
+    torch's autocast ones are no library's runtime wrapper, in the narrow check and in the
+    wide one (a grad mode over stage_backward itself)."""
+    import torch.distributed.pipelining.stage as stage
+    import torch.nn.functional as F
+
+    from executor.data import BadArgumentError, _its_own_wrapper, functions_kept
+
+    bf16 = torch.bfloat16
+    for name, old, new in (
+        ("torch.nn.functional.linear", F.linear, torch.autocast("cpu", dtype=bf16)(F.linear)),
+        (
+            "torch.nn.functional.dropout",
+            F.dropout,
+            torch.amp.custom_fwd(F.dropout, device_type="cpu", cast_inputs=bf16),
+        ),
+        (
+            "torch.nn.Linear.forward",
+            torch.nn.Linear.forward,
+            torch.autocast("cpu", dtype=bf16)(torch.nn.Linear.forward),
+        ),
+    ):
+        assert not _its_own_wrapper(name, old, new), name
+    old = stage.stage_backward
+    for decorate in (torch.no_grad(), torch.autocast("cpu", dtype=bf16)):
+        refused = pytest.raises(BadArgumentError, match=r"replaced torch\.distributed\.pipelining")
+        with refused, functions_kept("m:load", "the data function", wide=True):
+            stage.stage_backward = decorate(old)
+        assert stage.stage_backward is old
