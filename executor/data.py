@@ -750,7 +750,8 @@ def _contained(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
     an audit hook (`process_state_kept`): the forty-fourth. The module's import and its
     function (`wide`) hold every module of WIDE_PACKAGES too, code that execs another program
     is kept out (`_audit`), and the writes of the threads it leaves running are held
-    (`log.DATA_THREADS`): the forty-sixth.
+    (`log.DATA_THREADS`): the forty-sixth. So is code that leaves a global hook of torch's
+    registered (`global_hooks_kept`): the sixty-first.
 
         with _contained("m:load", f"reading train item {index}"):
             value = dataset[index]
@@ -775,6 +776,7 @@ def _contained(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
             kernels_kept(spec, doing),
             torch_state_kept(spec, doing),
             autograd_state_kept(spec, doing),
+            global_hooks_kept(spec, doing),
             hooks_kept(spec, doing),
             held_descriptors_kept(spec, doing),
             # sys.path, sys.modules, …: put back before the holds above, whose code may import.
@@ -1181,6 +1183,101 @@ def autograd_state_kept(spec: str, doing: str) -> Iterator[None]:
         "global state as it found it, as pipeplan's backward pass runs in it (put back now; "
         "use `with torch.autograd.graph.saved_tensors_hooks(...):` or `with "
         "torch.autograd.detect_anomaly():` around what it should cover)"
+    )
+
+
+# torch's global hooks, which run for every module or optimizer of the process: (the module
+# that keeps them, its name for them, the function that registers one). Each is a dict of
+# hooks by their handle's id (`_global_is_full_backward_hook`: whether the backward ones are
+# full hooks, set as one is registered).
+_MODULE = importlib.import_module("torch.nn.modules.module")
+_OPTIMIZER = importlib.import_module("torch.optim.optimizer")  # torch.optim deletes the name
+_GLOBAL_HOOKS = tuple(
+    (module, name, registers)
+    for module, name, registers in (
+        (_MODULE, "_global_forward_hooks", "register_module_forward_hook"),
+        (_MODULE, "_global_forward_hooks_with_kwargs", "register_module_forward_hook"),
+        (_MODULE, "_global_forward_hooks_always_called", "register_module_forward_hook"),
+        (_MODULE, "_global_forward_pre_hooks", "register_module_forward_pre_hook"),
+        (_MODULE, "_global_backward_hooks", "register_module_full_backward_hook"),
+        (_MODULE, "_global_is_full_backward_hook", "register_module_full_backward_hook"),
+        (_MODULE, "_global_backward_pre_hooks", "register_module_full_backward_pre_hook"),
+        (
+            _MODULE,
+            "_global_module_registration_hooks",
+            "register_module_module_registration_hook",
+        ),
+        (
+            _MODULE,
+            "_global_parameter_registration_hooks",
+            "register_module_parameter_registration_hook",
+        ),
+        (
+            _MODULE,
+            "_global_buffer_registration_hooks",
+            "register_module_buffer_registration_hook",
+        ),
+        (_OPTIMIZER, "_global_optimizer_pre_hooks", "register_optimizer_step_pre_hook"),
+        (_OPTIMIZER, "_global_optimizer_post_hooks", "register_optimizer_step_post_hook"),
+    )
+    if hasattr(module, name)
+)
+
+
+def _global_hooks() -> list[tuple[Any, Any]]:
+    """Each of `_GLOBAL_HOOKS` now: (the object, a copy of its contents where a dict)."""
+    held = []
+    for module, name, _ in _GLOBAL_HOOKS:
+        value = getattr(module, name)
+        held.append((value, value.copy() if isinstance(value, dict) else value))
+    return held
+
+
+@contextlib.contextmanager
+def global_hooks_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) leaves torch's global hooks (`_GLOBAL_HOOKS`: of every
+    module's forward and backward passes and registrations, and of every optimizer's step)
+    as it found them, or is refused in one line naming the kind it left registered; each is
+    put back (the hooks it registered taken off), however the code ends. Found by the
+    sixty-first round: a `load` whose `register_module_forward_hook` zeroed every
+    nn.Linear's output, or whose `register_optimizer_step_pre_hook` zeroed the gradients
+    before each step, trained nothing, exit 0. Held where `torch_state_kept` is (~10 µs). A
+    hook removed before the code returns (its handle's `remove()`) is no change.
+
+        with global_hooks_kept("m:load", "the data function"):
+            torch.nn.modules.module.register_module_forward_hook(zero)
+        # BadArgumentError: data 'm:load': the data function left torch's global hooks
+        # registered (register_module_forward_hook); …
+    """
+    held = _global_hooks()
+    try:
+        yield
+    finally:
+        said = []
+        for (module, name, registers), (was, contents) in zip(_GLOBAL_HOOKS, held, strict=True):
+            now = getattr(module, name, None)
+            if isinstance(was, dict):
+                # The same hooks in the same order, compared in C (the dicts are empty as
+                # pipeplan trains).
+                if (
+                    now is was
+                    and len(now) == len(contents)
+                    and all(map(operator.is_, now.values(), contents.values()))
+                ):
+                    continue
+                was.clear()
+                was.update(contents)
+            elif now is was:
+                continue
+            setattr(module, name, was)
+            said.append(registers)
+    if not said:
+        return
+    raise BadArgumentError(
+        f"data {quoted(spec)}: {doing} left torch's global hooks registered "
+        f"({', '.join(dict.fromkeys(said))}); data code must leave them as it found them, as "
+        "they run in every module and optimizer pipeplan trains with (taken off now; "
+        "register a hook on your own module, or remove a global one before returning)"
     )
 
 
@@ -4772,10 +4869,10 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
     """Each item of `indices` read once and checked as `batch_rows` says. torch's settings,
     the resource limits, the functions of KEPT_MODULES and their classes' methods, and the
     process's streams, environment, logging switch and recursion limit, autograd's state,
-    torch's modes and kernels, the import system and pickle's tables are held for the batch
-    as a whole (`torch_state_kept`, `limits_kept`, `functions_kept`, `process_state_kept`,
-    `autograd_state_kept`, `torch_modes_kept`, `kernels_kept`, `import_system_kept`,
-    `pickling_kept`: together ~0.9 ms,
+    torch's modes, kernels and global hooks, the import system and pickle's tables are held
+    for the batch as a whole (`torch_state_kept`, `limits_kept`, `functions_kept`,
+    `process_state_kept`, `autograd_state_kept`, `torch_modes_kept`, `kernels_kept`,
+    `global_hooks_kept`, `import_system_kept`, `pickling_kept`: together ~0.9 ms,
     where an item's read may cost microseconds), and a process the code forks ends as the
     batch's reads come back (`forks_ended`)."""
     read = []
@@ -4788,6 +4885,7 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
         kernels_kept(name, batch),
         torch_state_kept(name, batch),
         autograd_state_kept(name, batch),
+        global_hooks_kept(name, batch),
         hooks_kept(name, batch),
         import_system_kept(name, batch),
         process_state_kept(name, batch),

@@ -7226,3 +7226,40 @@ def test_torchs_autocast_decorators_over_the_function_they_replace_are_not_its_w
         with refused, functions_kept("m:load", "the data function", wide=True):
             stage.stage_backward = decorate(old)
         assert stage.stage_backward is old
+
+
+def test_torchs_global_hooks_left_registered_by_data_code_are_refused_and_taken_off():
+    """Found by the sixty-first round: a `load` whose
+    `torch.nn.modules.module.register_module_forward_hook` zeroed every nn.Linear's output,
+    or whose `register_optimizer_step_pre_hook` zeroed the gradients before each step,
+    trained nothing, exit 0: no check held torch's global hooks. Left registered, in the
+    data's function or as a batch is read, each is refused in one line naming the kind and
+    taken off; one removed before returning is no change."""
+    import warnings
+
+    from torch.nn.modules import module
+    from torch.optim import optimizer
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    def zero(layer, args, output):
+        return output * 0
+
+    refused = pytest.raises(BadArgumentError, match=r"registered \(register_module_forward_hook\)")
+    with refused, warnings.catch_warnings(), _contained("m:load", "the data function"):
+        warnings.simplefilter("ignore")
+        module.register_module_forward_hook(zero)
+    assert not module._global_forward_hooks
+
+    class Items:
+        def __getitem__(self, index):
+            optimizer.register_optimizer_step_pre_hook(lambda opt, args, kwargs: None)
+            return torch.zeros(2), torch.tensor(0)
+
+    refused = pytest.raises(BadArgumentError, match=r"\(register_optimizer_step_pre_hook\)")
+    with refused, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batch_rows(Items(), [3], 0, "m:load", "train")
+    assert not optimizer._global_optimizer_pre_hooks
+    with _contained("m:load", "the data function"):
+        module.register_module_forward_hook(zero).remove()
