@@ -1952,20 +1952,122 @@ def functions_kept(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
                 delattr(owner, key)
             else:
                 setattr(owner, key, old)
-    if not changed:
+        planted = _planted(before) if wide else []
+    if not changed and not planted:
         return
     said = []
     for deleted, verb in ((False, "replaced"), (True, "deleted")):
         names = [name for _, _, _, name, gone in changed if gone is deleted]
         if names:
-            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-            said.append(f"{verb} {', '.join(names[:3])}{more}")
+            said.append(f"{verb} {_some(names)}")
+    if planted:
+        modules = list(dict.fromkeys(module for _, module in planted))
+        said.append(
+            f"replaced {_some([name for name, _ in planted])} with its own code, in "
+            f"{_some(modules)}, which it imported itself"
+        )
+    back = "put back now" if changed else ""
+    if planted:  # never seen as it was: unloaded, imported afresh where next needed
+        unloaded = f"{_some(_unloaded(modules))} unloaded now, to be imported afresh"
+        back = f"{back} and {unloaded}" if back else unloaded
     raise BadArgumentError(
         f"data {quoted(spec)}: {doing} {' and '.join(said)}; data code must leave the "
         "functions of torch and of Python's modules as it found them, as pipeplan trains and "
-        "writes its records with them (put back now; patch one only around your own code that "
+        f"writes its records with them ({back}; patch one only around your own code that "
         "needs it, as `with unittest.mock.patch(...)` does)"
     )
+
+
+def _planted(before: list[tuple[str, Any, dict[str, Any]]]) -> list[tuple[str, str]]:
+    """The functions and classes of user code now at the top level of the modules of
+    WIDE_PACKAGES imported as the code ran (not among the owners `before`): (its dotted name,
+    its module's). Found by the sixty-first round: `import safetensors.torch as st;
+    st.save_file = mine` at a data module's top (safetensors.torch not imported before it)
+    was compared with nothing, and the run exported a model of all-zero tensors, exit 0. As
+    it was never seen, only code of the user's is told apart: a function whose file (or whose
+    globals' module's) is no installed code nor of that module's own package, and a class
+    (an object's) holding one; a library's names imported from another package (`from os
+    import path`) are not. Cheap: only new modules, each file looked up once."""
+    known = {id(owner) for _, owner, _ in before}
+    installed = _installed_folders()
+    prefixes = tuple(f"{folder}{os.sep}" for folder in installed)
+    files: dict[tuple[str, str], bool] = {}  # (a file, a package): whether the user's
+    # (a code's file, its globals' id, a package): whether the user's; the globals are held
+    # by the function, so their id stands for them while this runs.
+    decided: dict[tuple[str, int, str], bool] = {}
+
+    def users_file(file: Any, package: str) -> bool:
+        if not isinstance(file, str) or file.startswith("<"):
+            return False
+        if (file, package) not in files:
+            # Installed code's files are named under the installed folders as they are:
+            # resolved only where not (a link, a relative name, the user's).
+            path = None if file.startswith(prefixes) else Path(file).resolve()
+            files[file, package] = (
+                path is not None
+                and not any(path.is_relative_to(folder) for folder in installed)
+                and not _in_package(path, package)
+            )
+        return files[file, package]
+
+    def users(function: Any, package: str) -> bool:
+        key = (function.__code__.co_filename, id(function.__globals__), package)
+        if key not in decided:
+            found = function.__globals__
+            home = sys.modules.get(found.get("__name__")) if isinstance(found, dict) else None
+            ours = home is not None and getattr(home, "__dict__", None) is found
+            decided[key] = users_file(key[0], package) or (
+                ours and users_file(getattr(home, "__file__", None), package)
+            )
+        return decided[key]
+
+    classes: dict[int, bool] = {}  # a class: whether it holds a function of the user's
+    planted = []
+    for name, module in list(sys.modules.items()):
+        package = name.partition(".")[0]
+        if (
+            package not in WIDE_PACKAGES
+            or id(module) in known
+            or not issubclass(type(module), types.ModuleType)
+        ):
+            continue
+        # A module of the user's own under a standard library's name (`test.py`): no library's.
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and not file.startswith(prefixes) and _users_file(file):
+            continue
+        for key, value in list(vars(module).items()):
+            if isinstance(value, types.FunctionType):
+                its = users(value, package)
+            elif not callable(value) or isinstance(value, types.ModuleType):
+                continue
+            else:
+                cls = value if isinstance(value, type) else type(value)
+                if id(cls) not in classes:
+                    classes[id(cls)] = bool(cls.__flags__ & _HEAP_TYPE) and any(
+                        isinstance(function, types.FunctionType) and users(function, package)
+                        for member in vars(cls).values()
+                        for function in (getattr(member, "__func__", member),)
+                    )
+                its = classes[id(cls)]
+            if its:
+                planted.append((f"{name}.{key}", name))
+    return planted
+
+
+def _unloaded(modules: list[str]) -> list[str]:
+    """`modules` and their submodules taken out of sys.modules, and off their parents'
+    names, so that the next import runs their files afresh (the names, in order)."""
+    gone = [
+        name
+        for name in list(sys.modules)
+        if any(name == module or name.startswith(f"{module}.") for module in modules)
+    ]
+    for name in gone:
+        module = sys.modules.pop(name)
+        parent, _, child = name.rpartition(".")
+        if parent and getattr(sys.modules.get(parent), child, None) is module:
+            delattr(sys.modules[parent], child)
+    return gone
 
 
 # What `_rebound` says a name added over an inherited one was before: nothing of the class's

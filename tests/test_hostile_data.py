@@ -7263,3 +7263,38 @@ def test_torchs_global_hooks_left_registered_by_data_code_are_refused_and_taken_
     assert not optimizer._global_optimizer_pre_hooks
     with _contained("m:load", "the data function"):
         module.register_module_forward_hook(zero).remove()
+
+
+def test_a_module_the_data_code_imports_and_patches_in_one_step_is_refused_and_unloaded():
+    """Found by the sixty-first round: `import safetensors.torch as st; st.save_file =
+    mine` at a data module's top, safetensors.torch first imported there, was compared with
+    nothing (it was not imported when the hold began), and the run exported a model of
+    all-zero tensors, exit 0. A module of WIDE_PACKAGES imported in the step and holding the
+    user's code is refused in one line naming it, and unloaded to be imported afresh (what
+    it held before was never seen); one only imported, holding its own and other libraries'
+    functions, is no change. colorsys stands for it: a module no test imports."""
+    import importlib
+
+    from executor.data import BadArgumentError, functions_kept
+
+    def mine(r, g, b):
+        return (0.0, 0.0, 0.0)
+
+    held = sys.modules.pop("colorsys", None)
+    try:
+        with functions_kept("m:load", "the data module", wide=True):
+            importlib.import_module("colorsys")
+        assert "colorsys" in sys.modules
+        sys.modules.pop("colorsys")
+        refused = pytest.raises(
+            BadArgumentError,
+            match=r"the data module replaced colorsys\.rgb_to_hsv with its own code, in colorsys, "
+            r"which it imported itself; .* \(colorsys unloaded now, to be imported afresh; ",
+        )
+        with refused, functions_kept("m:load", "the data module", wide=True):
+            importlib.import_module("colorsys").rgb_to_hsv = mine
+        assert "colorsys" not in sys.modules
+        assert importlib.import_module("colorsys").rgb_to_hsv is not mine
+    finally:
+        if held is not None:
+            sys.modules["colorsys"] = held
