@@ -1576,6 +1576,18 @@ KEPT_MODULES = (
     "csv",
     # `weakref.finalize = None` failed pipeplan's own clean-up of kernels in 22 tracebacks.
     "weakref",
+    # The pipeline every rank trains with: its stages (`PipelineStage`), its schedules
+    # (`Schedule1F1B`, `ScheduleGPipe`) and the backward they run (`stage_backward`, looked up
+    # in its module at each call). The sixty-first round: `stage_backward = no_op` set in a
+    # `__getitem__`, where only these modules are held, trained nothing, exit 0.
+    "torch.distributed.pipelining.stage",
+    "torch.distributed.pipelining.schedules",
+    "torch.distributed.pipelining._backward",
+    # pipeplan's own modules whose functions a rank looks up as it trains (`check_data_facts`,
+    # `frozen_forward`, …): the sixty-first round's bound method at check_data_facts.
+    "executor.worker",
+    "executor.parallel",
+    "executor.task",
 )
 _kept_modules: list[tuple[str, types.ModuleType]] = []
 # The classes at the top level of KEPT_MODULES, their methods held as the modules' functions
@@ -1585,9 +1597,9 @@ _kept_modules: list[tuple[str, types.ModuleType]] = []
 # `torch.optim.AdamW.step = no_op` made `pipeplan run` "train" nothing with exit 0. Every one of
 # them, not a list of names (which would miss the one a data module chose), except the types
 # Python lets no code change (`int`, torch._C.TensorBase: Py_TPFLAGS_IMMUTABLETYPE); with torch
-# 2.13 some 480 classes and 4,900 attributes, whose snapshot and comparison add ~0.45 ms of
-# CPU to each call into the data code (`functions_kept`). A class's base outside these modules
-# (a layer's nn.Module is in) or a class nested deeper (torch.distributed.pipelining's) is not.
+# 2.13 some 600 classes and 6,600 attributes, whose snapshot and comparison add ~0.6 ms of CPU
+# to each call into the data code (`functions_kept`). A class's base outside these modules (a
+# layer's nn.Module is in) or a class nested deeper (torch.distributed.tensor's) is not.
 _kept_classes: list[tuple[str, type]] = []
 _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE (Python 3.10+): `int.x = 1` is a TypeError
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not C
@@ -1910,9 +1922,10 @@ def functions_kept(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
     before returning (`unittest.mock.patch` around what needs it), nor torch's own wrapper of
     its function (`_its_own_wrapper`: a first optimizer wraps its class's `step`). Held where
     `torch_state_kept` is: every call into the data code, item reads a batch at a time (a
-    snapshot and comparison of some 3,900 names and 4,900 class attributes costs ~0.58 ms of
-    CPU, the least of 400 calls on an idle core, 0.53 ms before the forty-fourth round's
-    modules; ~0.1 ms for the names alone).
+    snapshot and comparison of some 4,600 names and 6,600 class attributes costs ~0.83 ms of
+    CPU, the least of 400 calls on a shared core, where it took 0.60 ms before the
+    sixty-first round's pipeline and executor modules (0.58 ms on an idle core before them,
+    0.53 ms before the forty-fourth round's); ~0.1 ms for the names alone).
 
         with functions_kept("m:load", "the data function"):
             torch.distributed.all_reduce = lambda *a, **k: None
@@ -4974,8 +4987,9 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
     torch's modes, kernels and global hooks, the import system and pickle's tables are held
     for the batch as a whole (`torch_state_kept`, `limits_kept`, `functions_kept`,
     `process_state_kept`, `autograd_state_kept`, `torch_modes_kept`, `kernels_kept`,
-    `global_hooks_kept`, `import_system_kept`, `pickling_kept`: together ~0.9 ms,
-    where an item's read may cost microseconds), and a process the code forks ends as the
+    `global_hooks_kept`, `import_system_kept`, `pickling_kept`: together ~1.6 ms on a shared
+    core, 1.4 ms before the sixty-first round's modules and hooks, where an item's read may
+    cost microseconds), and a process the code forks ends as the
     batch's reads come back (`forks_ended`)."""
     read = []
     first = f", item {indices[0]} first" if indices else ""

@@ -7298,3 +7298,39 @@ def test_a_module_the_data_code_imports_and_patches_in_one_step_is_refused_and_u
     finally:
         if held is not None:
             sys.modules["colorsys"] = held
+
+
+def test_the_pipeline_and_pipeplans_rank_modules_are_held_as_items_are_read():
+    """Found by the sixty-first round: as items are read only KEPT_MODULES are held, and
+    they lacked torch.distributed.pipelining's, which every rank trains with: a
+    `__getitem__` setting `stage_backward` to a plain no-op trained nothing, exit 0. The
+    pipeline's stage, schedules and backward, and pipeplan's own rank modules whose functions
+    a rank looks up as it trains, are held in a batch read too."""
+    import warnings
+
+    import torch.distributed.pipelining.schedules as schedules
+    import torch.distributed.pipelining.stage as stage
+
+    import executor.worker
+    from executor.data import BadArgumentError, batch_rows
+
+    def mine(*args, **kwargs):
+        return None
+
+    for owner, key in (
+        (stage, "stage_backward"),
+        (schedules, "_batch_p2p"),
+        (executor.worker, "check_data_facts"),
+    ):
+        old = getattr(owner, key)
+
+        class Items:
+            def __getitem__(self, index):
+                setattr(owner, key, mine)  # noqa: B023  (read within the loop's turn)
+                return torch.zeros(2), torch.tensor(0)
+
+        refused = pytest.raises(BadArgumentError, match=f"replaced {owner.__name__}.{key};")
+        with refused, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            batch_rows(Items(), [3], 0, "m:load", "train")
+        assert getattr(owner, key) is old
