@@ -750,7 +750,8 @@ def _contained(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
     an audit hook (`process_state_kept`): the forty-fourth. The module's import and its
     function (`wide`) hold every module of WIDE_PACKAGES too, code that execs another program
     is kept out (`_audit`), and the writes of the threads it leaves running are held
-    (`log.DATA_THREADS`): the forty-sixth.
+    (`log.DATA_THREADS`): the forty-sixth. So is code that leaves a global hook of torch's
+    registered (`global_hooks_kept`): the sixty-first.
 
         with _contained("m:load", f"reading train item {index}"):
             value = dataset[index]
@@ -775,6 +776,7 @@ def _contained(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
             kernels_kept(spec, doing),
             torch_state_kept(spec, doing),
             autograd_state_kept(spec, doing),
+            global_hooks_kept(spec, doing),
             hooks_kept(spec, doing),
             held_descriptors_kept(spec, doing),
             # sys.path, sys.modules, …: put back before the holds above, whose code may import.
@@ -1184,6 +1186,101 @@ def autograd_state_kept(spec: str, doing: str) -> Iterator[None]:
     )
 
 
+# torch's global hooks, which run for every module or optimizer of the process: (the module
+# that keeps them, its name for them, the function that registers one). Each is a dict of
+# hooks by their handle's id (`_global_is_full_backward_hook`: whether the backward ones are
+# full hooks, set as one is registered).
+_MODULE = importlib.import_module("torch.nn.modules.module")
+_OPTIMIZER = importlib.import_module("torch.optim.optimizer")  # torch.optim deletes the name
+_GLOBAL_HOOKS = tuple(
+    (module, name, registers)
+    for module, name, registers in (
+        (_MODULE, "_global_forward_hooks", "register_module_forward_hook"),
+        (_MODULE, "_global_forward_hooks_with_kwargs", "register_module_forward_hook"),
+        (_MODULE, "_global_forward_hooks_always_called", "register_module_forward_hook"),
+        (_MODULE, "_global_forward_pre_hooks", "register_module_forward_pre_hook"),
+        (_MODULE, "_global_backward_hooks", "register_module_full_backward_hook"),
+        (_MODULE, "_global_is_full_backward_hook", "register_module_full_backward_hook"),
+        (_MODULE, "_global_backward_pre_hooks", "register_module_full_backward_pre_hook"),
+        (
+            _MODULE,
+            "_global_module_registration_hooks",
+            "register_module_module_registration_hook",
+        ),
+        (
+            _MODULE,
+            "_global_parameter_registration_hooks",
+            "register_module_parameter_registration_hook",
+        ),
+        (
+            _MODULE,
+            "_global_buffer_registration_hooks",
+            "register_module_buffer_registration_hook",
+        ),
+        (_OPTIMIZER, "_global_optimizer_pre_hooks", "register_optimizer_step_pre_hook"),
+        (_OPTIMIZER, "_global_optimizer_post_hooks", "register_optimizer_step_post_hook"),
+    )
+    if hasattr(module, name)
+)
+
+
+def _global_hooks() -> list[tuple[Any, Any]]:
+    """Each of `_GLOBAL_HOOKS` now: (the object, a copy of its contents where a dict)."""
+    held = []
+    for module, name, _ in _GLOBAL_HOOKS:
+        value = getattr(module, name)
+        held.append((value, value.copy() if isinstance(value, dict) else value))
+    return held
+
+
+@contextlib.contextmanager
+def global_hooks_kept(spec: str, doing: str) -> Iterator[None]:
+    """The user's data code (`doing`) leaves torch's global hooks (`_GLOBAL_HOOKS`: of every
+    module's forward and backward passes and registrations, and of every optimizer's step)
+    as it found them, or is refused in one line naming the kind it left registered; each is
+    put back (the hooks it registered taken off), however the code ends. Found by the
+    sixty-first round: a `load` whose `register_module_forward_hook` zeroed every
+    nn.Linear's output, or whose `register_optimizer_step_pre_hook` zeroed the gradients
+    before each step, trained nothing, exit 0. Held where `torch_state_kept` is (~10 µs). A
+    hook removed before the code returns (its handle's `remove()`) is no change.
+
+        with global_hooks_kept("m:load", "the data function"):
+            torch.nn.modules.module.register_module_forward_hook(zero)
+        # BadArgumentError: data 'm:load': the data function left torch's global hooks
+        # registered (register_module_forward_hook); …
+    """
+    held = _global_hooks()
+    try:
+        yield
+    finally:
+        said = []
+        for (module, name, registers), (was, contents) in zip(_GLOBAL_HOOKS, held, strict=True):
+            now = getattr(module, name, None)
+            if isinstance(was, dict):
+                # The same hooks in the same order, compared in C (the dicts are empty as
+                # pipeplan trains).
+                if (
+                    now is was
+                    and len(now) == len(contents)
+                    and all(map(operator.is_, now.values(), contents.values()))
+                ):
+                    continue
+                was.clear()
+                was.update(contents)
+            elif now is was:
+                continue
+            setattr(module, name, was)
+            said.append(registers)
+    if not said:
+        return
+    raise BadArgumentError(
+        f"data {quoted(spec)}: {doing} left torch's global hooks registered "
+        f"({', '.join(dict.fromkeys(said))}); data code must leave them as it found them, as "
+        "they run in every module and optimizer pipeplan trains with (taken off now; "
+        "register a hook on your own module, or remove a global one before returning)"
+    )
+
+
 # torch's two stacks of modes, which every torch call (function modes: `TorchFunctionMode`)
 # and every op under autograd (dispatch modes: `TorchDispatchMode`) runs through, for the
 # process (of this thread): how to read one, pop its top and push on it. The function stack's
@@ -1479,6 +1576,18 @@ KEPT_MODULES = (
     "csv",
     # `weakref.finalize = None` failed pipeplan's own clean-up of kernels in 22 tracebacks.
     "weakref",
+    # The pipeline every rank trains with: its stages (`PipelineStage`), its schedules
+    # (`Schedule1F1B`, `ScheduleGPipe`) and the backward they run (`stage_backward`, looked up
+    # in its module at each call). The sixty-first round: `stage_backward = no_op` set in a
+    # `__getitem__`, where only these modules are held, trained nothing, exit 0.
+    "torch.distributed.pipelining.stage",
+    "torch.distributed.pipelining.schedules",
+    "torch.distributed.pipelining._backward",
+    # pipeplan's own modules whose functions a rank looks up as it trains (`check_data_facts`,
+    # `frozen_forward`, …): the sixty-first round's bound method at check_data_facts.
+    "executor.worker",
+    "executor.parallel",
+    "executor.task",
 )
 _kept_modules: list[tuple[str, types.ModuleType]] = []
 # The classes at the top level of KEPT_MODULES, their methods held as the modules' functions
@@ -1488,9 +1597,9 @@ _kept_modules: list[tuple[str, types.ModuleType]] = []
 # `torch.optim.AdamW.step = no_op` made `pipeplan run` "train" nothing with exit 0. Every one of
 # them, not a list of names (which would miss the one a data module chose), except the types
 # Python lets no code change (`int`, torch._C.TensorBase: Py_TPFLAGS_IMMUTABLETYPE); with torch
-# 2.13 some 480 classes and 4,900 attributes, whose snapshot and comparison add ~0.45 ms of
-# CPU to each call into the data code (`functions_kept`). A class's base outside these modules
-# (a layer's nn.Module is in) or a class nested deeper (torch.distributed.pipelining's) is not.
+# 2.13 some 600 classes and 6,600 attributes, whose snapshot and comparison add ~0.6 ms of CPU
+# to each call into the data code (`functions_kept`). A class's base outside these modules (a
+# layer's nn.Module is in) or a class nested deeper (torch.distributed.tensor's) is not.
 _kept_classes: list[tuple[str, type]] = []
 _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE (Python 3.10+): `int.x = 1` is a TypeError
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not C
@@ -1578,46 +1687,134 @@ def _made_by_its_library(name: str, new: Any, there: set[int]) -> bool:
     doing: an object made since (not one of those held, `there`, moved into another's place)
     whose code is of the library's package. torch registers the properties of its compile
     cache's classes (`CacheInfo.inductor_artifacts`) as its compiler is imported; a user's
-    function is of the user's module."""
-    if id(new) in there:
+    function is of the user's module. Nothing new over pipeplan's own names is: no library
+    patches pipeplan (the sixty-first round: a bound method of pipeplan's own class in
+    check_data_facts' place, its code pipeplan's, trained a rank on other data, exit 0)."""
+    if id(new) in there or name.partition(".")[0] in NEVER_PATCHED or _moved_method(new, there):
         return False
     try:
         code = getattr(new, "fget", None) or getattr(new, "__func__", None) or new
         module = code.__module__
         made_in = getattr(getattr(code, "__code__", None), "co_filename", None)
+        wrapped = _wrapped_by(new)
+        named = isinstance(getattr(new, "__dict__", None), dict) and "__name__" in vars(new)
     except Exception:  # a user object whose __getattr__ failed: not the library's
         return False
     if isinstance(made_in, str):
-        # A function is the library's by where its code is, not by the `__module__` it
-        # names, which `functools.wraps` copies from what it wraps (the fifty-eighth round:
-        # a wrapped no-op in pipeplan's own check_data_facts' place trained ranks on other
-        # data, exit 0); and its code is its module's, with that module's globals (the
-        # sixtieth: a function compiled under re's file name passed as re's own).
-        if not _code_of_its_module(code, made_in):
+        # No library puts torch's grad-mode or autocast decorator over another's function
+        # as it loads (`_its_own_wrapper`, the sixty-first round).
+        if not _code_is_the_librarys(name, code, made_in) or _a_decorators(made_in):
             return False
-        if _in_package(Path(made_in), name):
-            return True
-        file = _module_file(module)
-        return (
-            file is not None and file == Path(made_in).resolve() and _patched_so(name, code, file)
-        )
     # An object without code of its own (a C function, a class, a callable object): the
-    # library's own under the name it replaces, never over pipeplan's. The sixtieth round: a
-    # user's callable object naming `__module__ = "executor.task"` passed in pipeplan's own
-    # check_data_facts' place (a rank trained on other data unchecked), torch's nn.Identity at
-    # clip_grad_norm_, a functools.partial at functools.reduce.
-    if (
+    # library's own under the name it replaces. The sixtieth round: a user's callable object
+    # naming `__module__ = "executor.task"` passed in pipeplan's own check_data_facts' place
+    # (a rank trained on other data unchecked), torch's nn.Identity at clip_grad_norm_, a
+    # functools.partial at functools.reduce. A name set on the object itself, over nothing it
+    # wraps, is the user's: `m = torch.nn.Identity(); m.__name__ = "stage_backward"` (the
+    # sixty-first).
+    elif (
         not isinstance(module, str)
-        or name.partition(".")[0] in NEVER_PATCHED
         or isinstance(new, partial)
         or getattr(new, "__name__", None) != name.rpartition(".")[2]
+        or (named and not wrapped)
         or not _classes_code_is_its_own(new if isinstance(new, type) else type(new))
     ):
         return False
-    if module.partition(".")[0] == name.partition(".")[0]:
+    elif module.partition(".")[0] != name.partition(".")[0]:
+        file = _module_file(module)
+        if file is None or not _patched_so(name, code, file):
+            return False
+    # And what it wraps is the library's too: the sixty-first round's `torch.no_grad()`,
+    # `torch._dynamo.disable`, `functools.lru_cache` or an nn.Module whose `forward` was set
+    # on it, each around a user's no-op at stage_backward, trained nothing, exit 0.
+    return _only_the_librarys(name, wrapped, MAX_WRAPPED, {id(new)})
+
+
+def _code_is_the_librarys(name: str, code: Any, made_in: str) -> bool:
+    """Whether the function `code`, made in the file `made_in`, is the library's own at the
+    held `name`. A function is the library's by where its code is, not by the `__module__`
+    it names, which `functools.wraps` copies from what it wraps (the fifty-eighth round: a
+    wrapped no-op in pipeplan's own check_data_facts' place trained ranks on other data, exit
+    0); and its code is its module's, with that module's globals (the sixtieth: a function
+    compiled under re's file name passed as re's own)."""
+    if not _code_of_its_module(code, made_in):
+        return False
+    if _in_package(Path(made_in), name):
         return True
-    file = _module_file(module)
-    return file is not None and _patched_so(name, code, file)
+    file = _module_file(code.__module__)
+    return file is not None and file == Path(made_in).resolve() and _patched_so(name, code, file)
+
+
+# How deep `_only_the_librarys` follows wrappers within wrappers: torch's own nest two or
+# three (a grad mode's closure holds its context's bound method); deeper is not the library's.
+MAX_WRAPPED = 8
+
+
+def _wrapped_by(obj: Any) -> list[Any]:
+    """The callables `obj` wraps: `__wrapped__` (`functools.wraps`, `lru_cache`), a property's
+    functions, a method's function, np.vectorize's `pyfunc`, a partial's `func`, what a
+    function's closure holds, and what an object holds in its own `__dict__` (an nn.Module
+    whose `forward` was set on it)."""
+    if isinstance(obj, (type, types.ModuleType)):
+        return []
+    found = [getattr(obj, "__wrapped__", None)]
+    if isinstance(obj, property):
+        found += [obj.fget, obj.fset, obj.fdel]
+    elif isinstance(obj, (types.MethodType, staticmethod, classmethod)):
+        found.append(obj.__func__)
+    elif isinstance(obj, types.FunctionType):
+        found += [_contents(cell) for cell in obj.__closure__ or ()]
+    elif isinstance(getattr(obj, "__dict__", None), dict):
+        found += list(vars(obj).values())
+    if isinstance(obj, np.vectorize):
+        found.append(obj.pyfunc)
+    if isinstance(obj, partial):
+        found.append(obj.func)
+    return [value for value in found if callable(value)]
+
+
+def _contents(cell: Any) -> Any:
+    """What a closure's `cell` holds (None: an empty cell)."""
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return None
+
+
+def _only_the_librarys(name: str, wrapped: list[Any], depth: int, seen: set[int]) -> bool:
+    """Whether each of `wrapped` (`_wrapped_by`), and what it wraps in turn (`depth` levels
+    at most), is the library's own code at the held `name` as `_made_by_its_library` tells
+    it: a function of its package, an object of a class whose code is the library's."""
+    for inner in wrapped:
+        if id(inner) in seen:
+            continue
+        seen.add(id(inner))
+        try:
+            made_in = getattr(getattr(inner, "__code__", None), "co_filename", None)
+            more = _wrapped_by(inner)
+        except Exception:  # a user object whose __getattr__ failed: not the library's
+            return False
+        if isinstance(made_in, str):
+            its = _code_is_the_librarys(name, inner, made_in)
+        else:
+            its = _classes_code_is_its_own(inner if isinstance(inner, type) else type(inner))
+        if not its or (
+            more and (depth == 0 or not _only_the_librarys(name, more, depth - 1, seen))
+        ):
+            return False
+    return True
+
+
+def _moved_method(new: Any, there: set[int]) -> bool:
+    """Whether `new` is a method bound to an object of a class held (`there`), or to such a
+    class: a new object each time it is read, but one of the held functions moved (the
+    sixty-first round: `stage_backward = torch.nn.Module().zero_grad`)."""
+    if type(new) is not types.MethodType:
+        return False
+    bound = new.__self__
+    return any(
+        id(klass) in there for klass in (bound if isinstance(bound, type) else type(bound)).__mro__
+    )
 
 
 def _code_of_its_module(function: Any, made_in: str) -> bool:
@@ -1725,9 +1922,10 @@ def functions_kept(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
     before returning (`unittest.mock.patch` around what needs it), nor torch's own wrapper of
     its function (`_its_own_wrapper`: a first optimizer wraps its class's `step`). Held where
     `torch_state_kept` is: every call into the data code, item reads a batch at a time (a
-    snapshot and comparison of some 3,900 names and 4,900 class attributes costs ~0.58 ms of
-    CPU, the least of 400 calls on an idle core, 0.53 ms before the forty-fourth round's
-    modules; ~0.1 ms for the names alone).
+    snapshot and comparison of some 4,600 names and 6,600 class attributes costs ~0.83 ms of
+    CPU, the least of 400 calls on a shared core, where it took 0.60 ms before the
+    sixty-first round's pipeline and executor modules (0.58 ms on an idle core before them,
+    0.53 ms before the forty-fourth round's); ~0.1 ms for the names alone).
 
         with functions_kept("m:load", "the data function"):
             torch.distributed.all_reduce = lambda *a, **k: None
@@ -1767,20 +1965,122 @@ def functions_kept(spec: str, doing: str, wide: bool = False) -> Iterator[None]:
                 delattr(owner, key)
             else:
                 setattr(owner, key, old)
-    if not changed:
+        planted = _planted(before) if wide else []
+    if not changed and not planted:
         return
     said = []
     for deleted, verb in ((False, "replaced"), (True, "deleted")):
         names = [name for _, _, _, name, gone in changed if gone is deleted]
         if names:
-            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-            said.append(f"{verb} {', '.join(names[:3])}{more}")
+            said.append(f"{verb} {_some(names)}")
+    if planted:
+        modules = list(dict.fromkeys(module for _, module in planted))
+        said.append(
+            f"replaced {_some([name for name, _ in planted])} with its own code, in "
+            f"{_some(modules)}, which it imported itself"
+        )
+    back = "put back now" if changed else ""
+    if planted:  # never seen as it was: unloaded, imported afresh where next needed
+        unloaded = f"{_some(_unloaded(modules))} unloaded now, to be imported afresh"
+        back = f"{back} and {unloaded}" if back else unloaded
     raise BadArgumentError(
         f"data {quoted(spec)}: {doing} {' and '.join(said)}; data code must leave the "
         "functions of torch and of Python's modules as it found them, as pipeplan trains and "
-        "writes its records with them (put back now; patch one only around your own code that "
+        f"writes its records with them ({back}; patch one only around your own code that "
         "needs it, as `with unittest.mock.patch(...)` does)"
     )
+
+
+def _planted(before: list[tuple[str, Any, dict[str, Any]]]) -> list[tuple[str, str]]:
+    """The functions and classes of user code now at the top level of the modules of
+    WIDE_PACKAGES imported as the code ran (not among the owners `before`): (its dotted name,
+    its module's). Found by the sixty-first round: `import safetensors.torch as st;
+    st.save_file = mine` at a data module's top (safetensors.torch not imported before it)
+    was compared with nothing, and the run exported a model of all-zero tensors, exit 0. As
+    it was never seen, only code of the user's is told apart: a function whose file (or whose
+    globals' module's) is no installed code nor of that module's own package, and a class
+    (an object's) holding one; a library's names imported from another package (`from os
+    import path`) are not. Cheap: only new modules, each file looked up once."""
+    known = {id(owner) for _, owner, _ in before}
+    installed = _installed_folders()
+    prefixes = tuple(f"{folder}{os.sep}" for folder in installed)
+    files: dict[tuple[str, str], bool] = {}  # (a file, a package): whether the user's
+    # (a code's file, its globals' id, a package): whether the user's; the globals are held
+    # by the function, so their id stands for them while this runs.
+    decided: dict[tuple[str, int, str], bool] = {}
+
+    def users_file(file: Any, package: str) -> bool:
+        if not isinstance(file, str) or file.startswith("<"):
+            return False
+        if (file, package) not in files:
+            # Installed code's files are named under the installed folders as they are:
+            # resolved only where not (a link, a relative name, the user's).
+            path = None if file.startswith(prefixes) else Path(file).resolve()
+            files[file, package] = (
+                path is not None
+                and not any(path.is_relative_to(folder) for folder in installed)
+                and not _in_package(path, package)
+            )
+        return files[file, package]
+
+    def users(function: Any, package: str) -> bool:
+        key = (function.__code__.co_filename, id(function.__globals__), package)
+        if key not in decided:
+            found = function.__globals__
+            home = sys.modules.get(found.get("__name__")) if isinstance(found, dict) else None
+            ours = home is not None and getattr(home, "__dict__", None) is found
+            decided[key] = users_file(key[0], package) or (
+                ours and users_file(getattr(home, "__file__", None), package)
+            )
+        return decided[key]
+
+    classes: dict[int, bool] = {}  # a class: whether it holds a function of the user's
+    planted = []
+    for name, module in list(sys.modules.items()):
+        package = name.partition(".")[0]
+        if (
+            package not in WIDE_PACKAGES
+            or id(module) in known
+            or not issubclass(type(module), types.ModuleType)
+        ):
+            continue
+        # A module of the user's own under a standard library's name (`test.py`): no library's.
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and not file.startswith(prefixes) and _users_file(file):
+            continue
+        for key, value in list(vars(module).items()):
+            if isinstance(value, types.FunctionType):
+                its = users(value, package)
+            elif not callable(value) or isinstance(value, types.ModuleType):
+                continue
+            else:
+                cls = value if isinstance(value, type) else type(value)
+                if id(cls) not in classes:
+                    classes[id(cls)] = bool(cls.__flags__ & _HEAP_TYPE) and any(
+                        isinstance(function, types.FunctionType) and users(function, package)
+                        for member in vars(cls).values()
+                        for function in (getattr(member, "__func__", member),)
+                    )
+                its = classes[id(cls)]
+            if its:
+                planted.append((f"{name}.{key}", name))
+    return planted
+
+
+def _unloaded(modules: list[str]) -> list[str]:
+    """`modules` and their submodules taken out of sys.modules, and off their parents'
+    names, so that the next import runs their files afresh (the names, in order)."""
+    gone = [
+        name
+        for name in list(sys.modules)
+        if any(name == module or name.startswith(f"{module}.") for module in modules)
+    ]
+    for name in gone:
+        module = sys.modules.pop(name)
+        parent, _, child = name.rpartition(".")
+        if parent and getattr(sys.modules.get(parent), child, None) is module:
+            delattr(sys.modules[parent], child)
+    return gone
 
 
 # What `_rebound` says a name added over an inherited one was before: nothing of the class's
@@ -1853,7 +2153,10 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
     (torch.compile, a library that uses it) wraps torch.manual_seed so, and its first compiled
     call patches nn.Module.__init__ with a closure that calls the old one: kept. A user's
     `functools.wraps` wrapper copies the name and module, not where its code is; a function
-    of torch's own put in another's place (`AdamW.step = SGD.step`) is no closure."""
+    of torch's own put in another's place (`AdamW.step = SGD.step`) is no closure. pipeplan's
+    own (`pipeplan.log`) are wrapped by no library (NEVER_PATCHED)."""
+    if name.partition(".")[0] in NEVER_PATCHED:
+        return False
     try:
         wrapped = getattr(new, "__wrapped__", None)
         # A closure of the library's around another function than the one it replaces is
@@ -1868,19 +2171,31 @@ def _its_own_wrapper(name: str, old: Any, new: Any) -> bool:
         filename = new.__code__.co_filename
     except Exception:  # no function, or a user object whose __getattr__ failed: not torch's
         return False
-    # torch decorates its own functions with its grad modes where it defines them, never as
-    # a later replacement: `F.linear = torch.no_grad()(F.linear)` in `load` trained nothing,
-    # exit 0 (the sixtieth round).
+    # torch decorates its own functions with its grad modes and autocast where it defines
+    # them, never as a later replacement: `F.linear = torch.no_grad()(F.linear)` in `load`
+    # trained nothing, exit 0 (the sixtieth round), and `torch.autocast("cpu",
+    # dtype=torch.bfloat16)(F.linear)` an fp32 run's every linear layer in bfloat16 (the
+    # sixty-first).
     return (
         isinstance(filename, str)
         and _in_package(Path(filename), name)
         and _code_of_its_module(new, filename)
-        and os.path.realpath(filename) != _CONTEXT_DECORATORS
+        and not _a_decorators(filename)
     )
 
 
-# The code of torch's grad-mode decorators (no_grad, enable_grad, inference_mode, ...).
-_CONTEXT_DECORATORS = os.path.realpath(_contextlib.__file__)
+# The code of torch's decorators that change how what they wrap computes: its grad modes
+# (no_grad, enable_grad, inference_mode, set_grad_enabled) and autocast (`torch.autocast(…)`
+# as a decorator, `torch.amp.custom_fwd`/`custom_bwd`, and torch.cuda.amp's and
+# torch.cpu.amp's, which make torch.amp's).
+_DECORATORS = frozenset(
+    os.path.realpath(module.__file__) for module in (_contextlib, torch.amp.autocast_mode)
+)
+
+
+def _a_decorators(filename: str) -> bool:
+    """Whether code of `filename` is one of torch's `_DECORATORS`' closures."""
+    return os.path.realpath(filename) in _DECORATORS
 
 
 def _holds(cell: Any, value: Any) -> bool:
@@ -4669,11 +4984,12 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
     """Each item of `indices` read once and checked as `batch_rows` says. torch's settings,
     the resource limits, the functions of KEPT_MODULES and their classes' methods, and the
     process's streams, environment, logging switch and recursion limit, autograd's state,
-    torch's modes and kernels, the import system and pickle's tables are held for the batch
-    as a whole (`torch_state_kept`, `limits_kept`, `functions_kept`, `process_state_kept`,
-    `autograd_state_kept`, `torch_modes_kept`, `kernels_kept`, `import_system_kept`,
-    `pickling_kept`: together ~0.9 ms,
-    where an item's read may cost microseconds), and a process the code forks ends as the
+    torch's modes, kernels and global hooks, the import system and pickle's tables are held
+    for the batch as a whole (`torch_state_kept`, `limits_kept`, `functions_kept`,
+    `process_state_kept`, `autograd_state_kept`, `torch_modes_kept`, `kernels_kept`,
+    `global_hooks_kept`, `import_system_kept`, `pickling_kept`: together ~1.6 ms on a shared
+    core, 1.4 ms before the sixty-first round's modules and hooks, where an item's read may
+    cost microseconds), and a process the code forks ends as the
     batch's reads come back (`forks_ended`)."""
     read = []
     first = f", item {indices[0]} first" if indices else ""
@@ -4685,6 +5001,7 @@ def read_items(dataset: Any, indices: list[int], name: str, split: str) -> list[
         kernels_kept(name, batch),
         torch_state_kept(name, batch),
         autograd_state_kept(name, batch),
+        global_hooks_kept(name, batch),
         hooks_kept(name, batch),
         import_system_kept(name, batch),
         process_state_kept(name, batch),

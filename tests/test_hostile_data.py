@@ -7105,3 +7105,232 @@ def test_data_code_that_sets_the_signal_wakeup_fd_is_refused_and_gc_settings_put
         gc.enable() if collector[0] else gc.disable()
         gc.set_threshold(*collector[1])
         gc.set_debug(collector[2])
+
+
+def test_nothing_new_passes_over_pipeplans_own_names_nor_a_held_method_moved():
+    """Found by the sixty-first round: a bound method of pipeplan's own class
+    (`executor.faults.AgentStops().__exit__`, its code pipeplan's) in pipeplan's own
+    check_data_facts' place passed the wide check as the library's doing (a rank trained on
+    other data unchecked, exit 0), as did torch's `nn.Module().zero_grad` at stage_backward.
+    No library patches pipeplan: whatever is put over its names is refused, a closure of
+    pipeplan's around the very function too; a method bound to a held class is held code
+    moved, never made."""
+    import torch.distributed.pipelining.stage as stage
+
+    import executor.faults
+    import executor.worker
+    import pipeplan.log
+    from executor.data import BadArgumentError, _its_own_wrapper, functions_kept
+    from pipeplan.api import _as_the_command_line
+
+    for owner, key, new in (
+        (executor.worker, "check_data_facts", executor.faults.AgentStops().__exit__),
+        (stage, "stage_backward", torch.nn.Module().zero_grad),
+        (stage, "stage_backward", torch.autograd.Function.apply),
+    ):
+        old = getattr(owner, key)
+        refused = pytest.raises(BadArgumentError, match=f"replaced {owner.__name__}.{key};")
+        with refused, functions_kept("m:load", "the data function", wide=True):
+            setattr(owner, key, new)
+        assert getattr(owner, key) is old
+    old = pipeplan.log.write_line
+    assert not _its_own_wrapper("pipeplan.log.write_line", old, _as_the_command_line(old))
+
+
+def test_a_library_wrapper_around_the_users_function_is_not_the_librarys():
+    """Found by the sixty-first round: in the wide check, a closure of torch's around a
+    user's no-op (`torch.no_grad()`, `torch._dynamo.disable`, `torch.compiler.disable`,
+    torch._tensor's type-error wrapper) at stage_backward passed as torch's own doing, as did
+    objects without code wrapping it (`functools.lru_cache`, `functools.cache`,
+    `np.vectorize`), an nn.Identity given the name, and an nn.Module whose `forward` was set
+    on it: the runs trained nothing, exit 0. What a wrapper wraps (its `__wrapped__`, its
+    closure, an object's own functions) must be the library's too; torch's wrapper around
+    torch's own function still is."""
+    import functools
+
+    import numpy as np
+    import torch.distributed.pipelining.stage as stage
+
+    from executor.data import BadArgumentError, functions_kept
+
+    def mine(*args, **kwargs):
+        return None
+
+    def named(new):
+        new.__name__ = "stage_backward"
+        return new
+
+    def module_around():
+        module = named(torch.nn.Module())
+        module.forward = mine
+        return module
+
+    wrappers = {
+        "no_grad": lambda: torch.no_grad()(mine),
+        "enable_grad": lambda: torch.enable_grad()(mine),
+        "dynamo": lambda: torch._dynamo.disable(mine),
+        "compiler": lambda: torch.compiler.disable(mine),
+        "type error": lambda: (
+            torch._tensor._handle_torch_function_and_wrap_type_error_to_not_implemented(mine)
+        ),
+        "lru_cache": lambda: functools.lru_cache(None)(functools.wraps(stage.stage_backward)(mine)),
+        "cache": lambda: functools.cache(functools.wraps(stage.stage_backward)(mine)),
+        "vectorize": lambda: named(np.vectorize(mine)),
+        "identity": lambda: named(torch.nn.Identity()),
+        "module": module_around,
+    }
+    old = stage.stage_backward
+    for what, make in wrappers.items():
+        new = make()
+        refused = pytest.raises(BadArgumentError, match=r"replaced torch\.distributed\.pipelining")
+        with refused, functions_kept("m:load", "the data function", wide=True):
+            stage.stage_backward = new
+        assert stage.stage_backward is old, what
+    try:
+        with functions_kept("m:load", "the data function", wide=True):
+            stage.stage_backward = torch._dynamo.disable(old)  # torch's, around torch's own
+    finally:
+        stage.stage_backward = old
+
+
+def test_torchs_autocast_decorators_over_the_function_they_replace_are_not_its_wrapper():
+    """Found by the sixty-first round: `F.linear = torch.autocast("cpu",
+    dtype=torch.bfloat16)(F.linear)` in a `load` passed as torch's own wrapper, and the fp32
+    run computed every linear layer in bfloat16, exit 0; so did `torch.amp.custom_fwd` over
+    F.dropout and autocast over Linear.forward and AdamW.step. Like the grad-mode decorators,
+    torch's autocast ones are no library's runtime wrapper, in the narrow check and in the
+    wide one (a grad mode over stage_backward itself)."""
+    import torch.distributed.pipelining.stage as stage
+    import torch.nn.functional as F
+
+    from executor.data import BadArgumentError, _its_own_wrapper, functions_kept
+
+    bf16 = torch.bfloat16
+    for name, old, new in (
+        ("torch.nn.functional.linear", F.linear, torch.autocast("cpu", dtype=bf16)(F.linear)),
+        (
+            "torch.nn.functional.dropout",
+            F.dropout,
+            torch.amp.custom_fwd(F.dropout, device_type="cpu", cast_inputs=bf16),
+        ),
+        (
+            "torch.nn.Linear.forward",
+            torch.nn.Linear.forward,
+            torch.autocast("cpu", dtype=bf16)(torch.nn.Linear.forward),
+        ),
+    ):
+        assert not _its_own_wrapper(name, old, new), name
+    old = stage.stage_backward
+    for decorate in (torch.no_grad(), torch.autocast("cpu", dtype=bf16)):
+        refused = pytest.raises(BadArgumentError, match=r"replaced torch\.distributed\.pipelining")
+        with refused, functions_kept("m:load", "the data function", wide=True):
+            stage.stage_backward = decorate(old)
+        assert stage.stage_backward is old
+
+
+def test_torchs_global_hooks_left_registered_by_data_code_are_refused_and_taken_off():
+    """Found by the sixty-first round: a `load` whose
+    `torch.nn.modules.module.register_module_forward_hook` zeroed every nn.Linear's output,
+    or whose `register_optimizer_step_pre_hook` zeroed the gradients before each step,
+    trained nothing, exit 0: no check held torch's global hooks. Left registered, in the
+    data's function or as a batch is read, each is refused in one line naming the kind and
+    taken off; one removed before returning is no change."""
+    import warnings
+
+    from torch.nn.modules import module
+    from torch.optim import optimizer
+
+    from executor.data import BadArgumentError, _contained, batch_rows
+
+    def zero(layer, args, output):
+        return output * 0
+
+    refused = pytest.raises(BadArgumentError, match=r"registered \(register_module_forward_hook\)")
+    with refused, warnings.catch_warnings(), _contained("m:load", "the data function"):
+        warnings.simplefilter("ignore")
+        module.register_module_forward_hook(zero)
+    assert not module._global_forward_hooks
+
+    class Items:
+        def __getitem__(self, index):
+            optimizer.register_optimizer_step_pre_hook(lambda opt, args, kwargs: None)
+            return torch.zeros(2), torch.tensor(0)
+
+    refused = pytest.raises(BadArgumentError, match=r"\(register_optimizer_step_pre_hook\)")
+    with refused, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batch_rows(Items(), [3], 0, "m:load", "train")
+    assert not optimizer._global_optimizer_pre_hooks
+    with _contained("m:load", "the data function"):
+        module.register_module_forward_hook(zero).remove()
+
+
+def test_a_module_the_data_code_imports_and_patches_in_one_step_is_refused_and_unloaded():
+    """Found by the sixty-first round: `import safetensors.torch as st; st.save_file =
+    mine` at a data module's top, safetensors.torch first imported there, was compared with
+    nothing (it was not imported when the hold began), and the run exported a model of
+    all-zero tensors, exit 0. A module of WIDE_PACKAGES imported in the step and holding the
+    user's code is refused in one line naming it, and unloaded to be imported afresh (what
+    it held before was never seen); one only imported, holding its own and other libraries'
+    functions, is no change. colorsys stands for it: a module no test imports."""
+    import importlib
+
+    from executor.data import BadArgumentError, functions_kept
+
+    def mine(r, g, b):
+        return (0.0, 0.0, 0.0)
+
+    held = sys.modules.pop("colorsys", None)
+    try:
+        with functions_kept("m:load", "the data module", wide=True):
+            importlib.import_module("colorsys")
+        assert "colorsys" in sys.modules
+        sys.modules.pop("colorsys")
+        refused = pytest.raises(
+            BadArgumentError,
+            match=r"the data module replaced colorsys\.rgb_to_hsv with its own code, in colorsys, "
+            r"which it imported itself; .* \(colorsys unloaded now, to be imported afresh; ",
+        )
+        with refused, functions_kept("m:load", "the data module", wide=True):
+            importlib.import_module("colorsys").rgb_to_hsv = mine
+        assert "colorsys" not in sys.modules
+        assert importlib.import_module("colorsys").rgb_to_hsv is not mine
+    finally:
+        if held is not None:
+            sys.modules["colorsys"] = held
+
+
+def test_the_pipeline_and_pipeplans_rank_modules_are_held_as_items_are_read():
+    """Found by the sixty-first round: as items are read only KEPT_MODULES are held, and
+    they lacked torch.distributed.pipelining's, which every rank trains with: a
+    `__getitem__` setting `stage_backward` to a plain no-op trained nothing, exit 0. The
+    pipeline's stage, schedules and backward, and pipeplan's own rank modules whose functions
+    a rank looks up as it trains, are held in a batch read too."""
+    import warnings
+
+    import torch.distributed.pipelining.schedules as schedules
+    import torch.distributed.pipelining.stage as stage
+
+    import executor.worker
+    from executor.data import BadArgumentError, batch_rows
+
+    def mine(*args, **kwargs):
+        return None
+
+    for owner, key in (
+        (stage, "stage_backward"),
+        (schedules, "_batch_p2p"),
+        (executor.worker, "check_data_facts"),
+    ):
+        old = getattr(owner, key)
+
+        class Items:
+            def __getitem__(self, index):
+                setattr(owner, key, mine)  # noqa: B023  (read within the loop's turn)
+                return torch.zeros(2), torch.tensor(0)
+
+        refused = pytest.raises(BadArgumentError, match=f"replaced {owner.__name__}.{key};")
+        with refused, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            batch_rows(Items(), [3], 0, "m:load", "train")
+        assert getattr(owner, key) is old
