@@ -267,6 +267,7 @@ from executor.worker import (
 )
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
+from pipeplan.calls import held_for_life
 from pipeplan.cluster import HostRanks, format_bytes
 from pipeplan.costmodel import check_priced_clusters
 from pipeplan.errors import (
@@ -990,6 +991,9 @@ def main(argv: list[str] | None = None) -> None:
         pipeplan_log.error(f"{named_rank()}{exc}")  # which of torchrun's ranks (53rd round)
         sys.exit(2)
     rank = world["RANK"]
+    # The process's one pipeplan call, as the command's and the API's: the user's data code
+    # runs in this rank, and its `pipeplan.run(...)` is refused at once, naming this rank.
+    held_for_life(f"rank {rank} of the run in {args.run_dir}")
     die_with_launcher()
     console = rank_output(args.log_dir, rank)
     pipeplan_log.setup(rank=rank, debug=args.debug, stream=console if args.log_dir else None)

@@ -4057,6 +4057,27 @@ def test_a_data_function_that_changes_torchs_default_dtype_in_a_rank_is_refused(
     ), line
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_pipeplan_call_from_data_code_in_a_rank_is_refused(tmp_path, capsys, monkeypatch):
+    """Found by the sixty-first round: a data function calling `pipeplan.run(...)` in a rank
+    (torchrun's entry, `executor.launch`, held no call) trained a whole inner run, and the
+    outer run then blamed the logger's handlers. A rank holds the process's one call for its
+    life: the nested call is refused at once, naming the rank, and no inner run is made."""
+    monkeypatch.chdir(tmp_path)
+    code = (
+        'if "RANK" in os.environ: import pipeplan; pipeplan.run(runs_dir=os.path.join(HERE, '
+        '"inner"), model="vit-digits", epochs=1, nproc=1)'
+    )
+    line = _ranks_line(tmp_path, capsys, "rt61_inner", in_load=code)
+    assert line.startswith(
+        "pipeplan: error: training failed on rank 0 before the first step: data "
+        "'rt61_inner:load' raised OutputError: another pipeplan call is running in this "
+        "process (rank 0 of the run in runs/n in thread 'MainThread'): calls run one at a time"
+    ), line
+    assert not (tmp_path / "inner").exists()
+
+
 @pytest.mark.timeout(60)
 def test_data_code_that_turns_gradients_off_is_refused_and_undone(tmp_path, capsys, monkeypatch):
     """Found by the thirty-seventh round: a data `load` that called
