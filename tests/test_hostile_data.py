@@ -5016,6 +5016,55 @@ def test_data_code_that_removes_or_changes_environment_variables_is_refused():
 
 
 @pytest.mark.timeout(30)
+def test_the_variable_torchs_compiler_sets_itself_is_not_the_data_codes_change():
+    """Found by the sixty-first round: a `load` that ran `torch.compile` was refused in the
+    ranks for changing `_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR`: inductor sets it to its own
+    process's address each time it loads a compiled kernel, and a rank inherits the
+    launcher's. Torch's private `_TORCHINDUCTOR_` variables are not the data code's to be
+    refused: their change is no change, and a put-back leaves them as torch set them."""
+    from executor.data import BadArgumentError, _contained
+
+    real = dict(os.environ)
+    name = "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"
+    try:
+        os.environ[name], os.environ["RT61_A"] = "1111", "a"
+        with _contained("m:load", "the data function"):
+            os.environ[name] = "2222"
+        assert os.environ[name] == "2222"
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            os.environ[name] = "3333"
+            os.environ["RT61_A"] = "changed"
+        assert str(refused.value).startswith(
+            "data 'm:load': the data function changed the environment variable RT61_A; "
+        ), str(refused.value)
+        assert (os.environ[name], os.environ["RT61_A"]) == ("3333", "a")
+    finally:
+        os.environ.clear()
+        os.environ.update(real)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.long  # a real compile in the launcher and in each rank: a minute or more
+@pytest.mark.timeout(600)
+def test_a_data_function_that_compiles_runs_in_the_ranks(tmp_path, capsys, monkeypatch):
+    """Found by the sixty-first round: a `load` running `torch.compile` on a tiny function
+    was refused in the ranks of `pipeplan run --nproc 2` for the variable inductor sets
+    itself (the test above holds the rule); it now trains."""
+    monkeypatch.chdir(tmp_path)
+    code = "f = torch.compile(lambda x: torch.sin(x) + 1); f(torch.ones(4))"
+    (tmp_path / "rt61_compiled.py").write_text(
+        MOVING_MODULE.format(at_import="", in_load=code, in_item="")
+    )
+    argv = ["run", "--model", "vit-digits", "--data", "rt61_compiled:load", "--epochs", "1"]
+    argv += ["--global-batch", "16", "--freeze", "none", "--nproc", "2", "--name", "n"]
+    try:
+        assert cli.main(argv) == 0, capsys.readouterr().err
+    finally:
+        sys.modules.pop("rt61_compiled", None)
+    assert (tmp_path / "runs" / "n" / "summary.json").exists()
+
+
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize(
     "added",
     [
