@@ -4078,6 +4078,39 @@ def test_a_pipeplan_call_from_data_code_in_a_rank_is_refused(tmp_path, capsys, m
     assert not (tmp_path / "inner").exists()
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_data_code_that_takes_every_descriptor_in_the_final_evaluation_is_named(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the sixty-first round: a held-out set whose `__getitem__` opened files until
+    EMFILE in the final evaluation ended the run "writing the final checkpoint, model or
+    summary: exited with code 1", the cause in the rank's log alone and no rank-0.error.json
+    (the report could not be opened either). A rank keeps a spare descriptor for its report,
+    and a write that failed for want of descriptors names the open-files limit."""
+    import resource
+
+    monkeypatch.chdir(tmp_path)
+    code = (  # the eighth held-out read of rank 0: well into its final evaluation
+        'if os.environ.get("RANK") == "0" and self.offset == 1000:\n'
+        "            READS.append(i)\n"
+        "            while len(READS) == 8:\n"
+        "                try:\n"
+        "                    KEPT.append(os.open(os.devnull, os.O_RDONLY))\n"
+        "                except OSError:\n"
+        "                    break"
+    )
+    line = _ranks_line(tmp_path, capsys, "rt61_fds", at_import="READS, KEPT = [], []", in_item=code)
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert line.startswith(
+        "pipeplan: error: training failed on rank 0 after the last step (step 3), writing the "
+        "final checkpoint, model or summary: runs/n/"
+    ), line
+    said = f"(this process has too many files open: the open-files limit, ulimit -n, is {soft}; "
+    assert said in line, line
+    assert (tmp_path / "runs" / "n" / "logs" / "rank-0.error.json").exists()
+
+
 @pytest.mark.timeout(60)
 def test_data_code_that_turns_gradients_off_is_refused_and_undone(tmp_path, capsys, monkeypatch):
     """Found by the thirty-seventh round: a data `load` that called
