@@ -3549,3 +3549,60 @@ def test_a_file_size_limit_below_a_checkpoint_is_refused_before_training(tmp_pat
     assert said in done.stderr and "an optimizer.pt of about 13.1 MiB" in done.stderr
     assert "(1,590,666 parameters, 8 bytes each: AdamW's two moments)" in done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(180)
+def test_a_file_size_limit_below_the_runs_records_is_refused_before_training(tmp_path):
+    """Found by the sixty-first round: under `ulimit -f 1150` a tiny model's run passed the
+    checkpoint's bound (its optimizer.pt 79 KB), trained 1,667 steps and failed writing
+    run.jsonl (705 bytes a step on 2 ranks), every step lost. The limit is held to what
+    run.jsonl reaches by the run's end too (here 20 MB: optimizer.pt's 13.1 MiB fits, the
+    43,140 steps' records do not)."""
+    import resource
+
+    limit = 20_480_000
+
+    def cap() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+
+    root = Path(cli.__file__).resolve().parent
+    argv = [sys.executable, "-m", "cli", "run", "--nproc", "1", "--model", "vit-digits"]
+    argv += ["--epochs", "60", "--global-batch", "2", "--name", "a"]
+    done = subprocess.run(
+        argv,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=150,
+        preexec_fn=cap,
+    )
+    assert done.returncode == 2 and done.stderr == (
+        f"pipeplan: error: the file size limit (ulimit -f) is {limit:,} bytes, but the run's "
+        "records, run.jsonl, reach about 23.2 MiB by its end (43,140 steps on 1 rank, at most "
+        "538 bytes a step): raise it (ulimit -f unlimited)\n"
+    ), done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(30)
+def test_a_resumes_records_are_held_to_the_file_size_limit(tmp_path, monkeypatch):
+    """Found by the sixty-first round (the test above): a resume appends to its run.jsonl,
+    whose bytes now count with the steps it has left."""
+    from executor import launch
+    from pipeplan.errors import OutputError
+    from pipeplan.formats import RunConfig
+
+    cfg = RunConfig(model="vit-digits", epochs=2, nproc=2)
+    records = tmp_path / "run.jsonl"
+    records.write_bytes(b"x" * 700_000)
+    monkeypatch.setattr(launch, "size_limit", lambda: 1_177_600)
+    launch.check_records_room(cfg, 1000, 4, (records, 1600))  # 400 steps more fit
+    with pytest.raises(OutputError) as refused:
+        launch.check_records_room(cfg, 1000, 4, (records, 1000))
+    assert str(refused.value) == (
+        "the file size limit (ulimit -f) is 1,177,600 bytes, but the run's records, run.jsonl, "
+        "reach about 1.5 MiB by its end (1,000 steps more on 2 ranks, at most 866 bytes a "
+        "step; it holds 700,000 bytes now): raise it (ulimit -f unlimited)"
+    )
