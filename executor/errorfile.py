@@ -139,7 +139,9 @@ def _write_all(fd: int, data: bytes) -> None:
 # that the report can be opened where the rank's own code took every other one: data code
 # that did so in the final evaluation failed the run's last writes, and the report could not
 # be opened either, the launcher's line "exited with code 1" (the sixty-first round).
-_SPARE: list[int] = []
+# Kept with its device and inode: a number that data code closed, and something else then
+# opened, is not closed in its stead (the rank's log may be it).
+_SPARE: list[tuple[int, tuple[int, int]]] = []
 
 
 def reserve() -> None:
@@ -151,7 +153,8 @@ def reserve() -> None:
         return
     if not _SPARE:
         with contextlib.suppress(OSError):
-            _SPARE.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+            fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            _SPARE.append((fd, _fd_identity(fd)))
     _FOLDERS[room] = _identity(os.path.dirname(room) or ".")
     for size in (ROOM, MIN_ROOM):
         try:
@@ -177,8 +180,10 @@ def write(rank: int, kind: str, when: float, message: str, callstack: str = "") 
     if room is None or _moved(room):
         return False
     while _SPARE:  # its slot, for the room's descriptor
+        fd, identity = _SPARE.pop()
         with contextlib.suppress(OSError):
-            os.close(_SPARE.pop())
+            if _fd_identity(fd) == identity:
+                os.close(fd)
     fd = _open_room(room)
     if fd is None:  # a link, FIFO or folder put there: gone, and the report a new file
         release()
@@ -204,6 +209,11 @@ def write(rank: int, kind: str, when: float, message: str, callstack: str = "") 
     except OSError:
         release()
         return False
+
+
+def _fd_identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
 
 
 def _placed_new(room: str, path: str) -> None:
