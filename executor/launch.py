@@ -1487,7 +1487,13 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
             check_plan_nodes(plan, run_dir / RUN_PLAN, nodes, saved.nproc)
         check_outputs(run_dir)  # a resume checks them in `check_run`
         if world["RANK"] == 0:  # its checkpoints are rank 0's: the disk may have filled since
-            check_checkpoint_room(run_dir, RunPlanner.for_run(run_dir, saved).profile)
+            profile = RunPlanner.for_run(run_dir, saved).profile
+            check_checkpoint_room(run_dir, profile)
+            # And its records, rank 0's too, under this rank's `ulimit -f`, not the prepare's.
+            record = read_data_record(run_dir)
+            if record is not None and record.facts is not None:
+                steps = saved.steps_per_epoch(record.facts.train_samples)
+                check_records_room(saved, steps, len(profile.layers))
         if world["RANK"] == 0:  # a start that trained nothing left it (`trained`): not this one's
             (run_dir / "run.jsonl").unlink(missing_ok=True)
         return

@@ -78,7 +78,7 @@ def step_record_bytes(world: int, steps: int) -> int:
     Found by the sixty-first round: a tiny model's run.jsonl (705 bytes a step on 2 ranks)
     passed `ulimit -f` 1,667 steps in, and the run lost them all.
 
-        step_record_bytes(2, 2000)   # 1,0xx: a written step of 2 ranks takes about 700
+        step_record_bytes(2, 2000)   # 866: a written step of 2 ranks took 705 (that round's)
     """
     wide = _WIDEST_FLOAT
     times = dict.fromkeys(RANK_TIMES, wide)

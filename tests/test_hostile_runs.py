@@ -3586,6 +3586,30 @@ def test_a_file_size_limit_below_the_runs_records_is_refused_before_training(tmp
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_prepared_run_torchrun_starts_under_a_lower_file_size_limit_is_refused(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the sixty-first round (the test above): torchrun's ranks run under their own
+    `ulimit -f`, which the prepare never saw. Rank 0's start holds its records to it."""
+    from executor import launch
+    from pipeplan.errors import OutputError
+
+    # Data of a module: data.json holds its length (built-in data's is the prepare's alone).
+    (tmp_path / "rt61_target.py").write_text("from executor.demotasks import target as load\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--prepare-only", "--nproc", "1", "--epochs", "120", "--global-batch", "2"]
+    argv += ["--data", "rt61_target:load", "--name", "r"]
+    try:
+        assert cli.main(argv) == 0, capsys.readouterr().err
+    finally:
+        sys.modules.pop("rt61_target", None)
+    monkeypatch.setattr(launch, "size_limit", lambda: 20_480_000)
+    world = {"RANK": 0, "WORLD_SIZE": 1, "LOCAL_WORLD_SIZE": 1, "LOCAL_RANK": 0}
+    said = r"the run's records, run.jsonl, reach about [0-9.]+ MiB by its end \(43,080 steps on 1"
+    with pytest.raises(OutputError, match=said):
+        launch.enter_run(Path("runs/r"), resume=False, world=world)
+
+
 @pytest.mark.timeout(30)
 def test_a_resumes_records_are_held_to_the_file_size_limit(tmp_path, monkeypatch):
     """Found by the sixty-first round (the test above): a resume appends to its run.jsonl,
