@@ -3314,8 +3314,12 @@ def _environment_put_back(environ: Any, variables: dict[str, str]) -> list[str]:
     now = environ.copy()
     if now == variables and not said:
         return []
-    removed = [key for key in variables if key not in now]
-    altered = [key for key, value in variables.items() if key in now and now[key] != value]
+    removed = [key for key in variables if key not in now and not _torchs_own(key)]
+    altered = [
+        key
+        for key, value in variables.items()
+        if key in now and now[key] != value and not _torchs_own(key)
+    ]
     for keys, verb in ((removed, "removed"), (altered, "changed")):
         if keys:
             more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
@@ -3323,8 +3327,20 @@ def _environment_put_back(environ: Any, variables: dict[str, str]) -> list[str]:
             said.append(f"{verb} the environment variable{'s' * (len(keys) > 1)} {names}{more}")
     if said:
         environ.clear()
-        environ.update(variables)
+        environ.update({key: value for key, value in variables.items() if not _torchs_own(key)})
+        environ.update({key: value for key, value in now.items() if _torchs_own(key)})
     return said
+
+
+def _torchs_own(key: str) -> bool:
+    """Whether torch's own code sets the variable `key` as it runs, which no data code is
+    refused for (and a put-back leaves as torch set it): inductor sets
+    `_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR` to its process's own address each time it
+    loads a compiled kernel, so a rank whose data code compiles changed the value it
+    inherited from the launcher's compile, and was refused for torch's doing (the
+    sixty-first round). Torch's private, underscored prefix alone: the variables a user
+    sets (TORCHINDUCTOR_CACHE_DIR) stay held."""
+    return key.startswith("_TORCHINDUCTOR_")
 
 
 def _startup_added(environ: Any, variables: dict[str, str]) -> list[str]:

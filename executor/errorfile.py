@@ -135,13 +135,26 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+# A descriptor kept from `reserve` until a report is written (`write` closes it first), so
+# that the report can be opened where the rank's own code took every other one: data code
+# that did so in the final evaluation failed the run's last writes, and the report could not
+# be opened either, the launcher's line "exited with code 1" (the sixty-first round).
+# Kept with its device and inode: a number that data code closed, and something else then
+# opened, is not closed in its stead (the rank's log may be it).
+_SPARE: list[tuple[int, tuple[int, int]]] = []
+
+
 def reserve() -> None:
     """Make this rank's report's room (`errorfile.reserve()`, as the rank starts): ROOM bytes,
     or MIN_ROOM where the disk has not ROOM left. Where it has not even that, nothing stays:
-    the report is tried as a new file then."""
+    the report is tried as a new file then. A spare descriptor is kept for it too."""
     room = _room()
     if room is None:
         return
+    if not _SPARE:
+        with contextlib.suppress(OSError):
+            fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            _SPARE.append((fd, _fd_identity(fd)))
     _FOLDERS[room] = _identity(os.path.dirname(room) or ".")
     for size in (ROOM, MIN_ROOM):
         try:
@@ -166,6 +179,11 @@ def write(rank: int, kind: str, when: float, message: str, callstack: str = "") 
     room = _room()
     if room is None or _moved(room):
         return False
+    while _SPARE:  # its slot, for the room's descriptor
+        fd, identity = _SPARE.pop()
+        with contextlib.suppress(OSError):
+            if _fd_identity(fd) == identity:
+                os.close(fd)
     fd = _open_room(room)
     if fd is None:  # a link, FIFO or folder put there: gone, and the report a new file
         release()
@@ -191,6 +209,11 @@ def write(rank: int, kind: str, when: float, message: str, callstack: str = "") 
     except OSError:
         release()
         return False
+
+
+def _fd_identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
 
 
 def _placed_new(room: str, path: str) -> None:

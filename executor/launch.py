@@ -236,7 +236,7 @@ from executor.planning import (
     model_files_sha256,
     shipped_precision,
 )
-from executor.records import METRICS_FILE, mend_torn_tail
+from executor.records import METRICS_FILE, mend_torn_tail, step_record_bytes
 from executor.task import (
     DATA_RECORD,
     MODEL_DIR,
@@ -267,6 +267,7 @@ from executor.worker import (
 )
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
+from pipeplan.calls import held_for_life
 from pipeplan.cluster import HostRanks, format_bytes
 from pipeplan.costmodel import check_priced_clusters
 from pipeplan.errors import (
@@ -540,6 +541,9 @@ def check_run(
             f"sample{'s' * (samples != 1)} of data {quoted(cfg.data)}"
         )
     check_run_length(cfg, cfg.steps_per_epoch(samples))
+    # run.jsonl, which grows with the steps, against `ulimit -f` (a resume's, appended to).
+    kept = None if resumed is None else (resumed[0] / "run.jsonl", resumed[1].step)
+    check_records_room(cfg, cfg.steps_per_epoch(samples), len(seq.layers), kept)
     if cfg.freeze == "list":  # validated as `plan --freeze-schedule` validates its list
         # A list longer than --epochs is refused when typed. Not on resume (run.json's list,
         # as it was saved; --epochs only grows there), nor beside --plan: the plan's list is
@@ -891,6 +895,60 @@ def check_checkpoint_room(runs_root: Path, profile: Profile) -> None:
         )
 
 
+# run.jsonl's bytes beside its step records, per epoch and per freeze decision: an epoch
+# record and a phase record, about 1.3 KB each on a small model (the sixty-first round's),
+# more with its layers' gradient norms (some 33 bytes a layer) and the forecast's two
+# schedules (a frozen-layer count an epoch of the run, some 5 bytes each), bounded here well
+# above what was measured.
+EPOCH_RECORDS_BYTES = 16 << 10
+RECORD_BYTES_PER_LAYER = 48
+RECORD_BYTES_PER_EPOCH = 16
+
+
+def check_records_room(
+    cfg: RunConfig, steps: int, layers: int, kept: tuple[Path, int] | None = None
+) -> None:
+    """OutputError where the file size limit (`ulimit -f`) is below what run.jsonl, the run's
+    largest record, reaches by the run's end: the run's `cfg.epochs` epochs of `steps` steps
+    on its `cfg.nproc` ranks (`records.step_record_bytes`, at most, a step), its epoch and
+    phase records (a model of `layers` layers). `kept`: a resume's run.jsonl and the step its
+    checkpoint ends at, whose records it keeps and appends to. Found by the sixty-first
+    round: a tiny model's run passed the checkpoint's bound (`check_checkpoint_room`),
+    trained 1,667 steps and lost them all writing run.jsonl. metrics.csv (a row an epoch)
+    and the logs stay far smaller.
+
+        check_records_room(cfg, 1000, 4)   # the file size limit (ulimit -f) is 1,177,600 …
+    """
+    limit = size_limit()
+    if limit is None:
+        return
+    total = cfg.epochs * steps
+    decisions = cfg.epochs + (total // cfg.freeze_every if cfg.freeze_every else 0)
+    per_epoch = (
+        EPOCH_RECORDS_BYTES + RECORD_BYTES_PER_LAYER * layers + RECORD_BYTES_PER_EPOCH * cfg.epochs
+    )
+    path, done = kept if kept is not None else (None, 0)
+    held = _file_size(path) if path is not None else 0
+    each = step_record_bytes(cfg.nproc, total)
+    need = held + (total - done) * each + decisions * per_epoch
+    if limit < need:
+        more = " more" if kept is not None else ""
+        now = f"; it holds {held:,} bytes now" if held else ""
+        raise OutputError(
+            f"the file size limit (ulimit -f) is {limit:,} bytes, but the run's records, "
+            f"run.jsonl, reach about {need / 2**20:,.1f} MiB by its end ({total - done:,} steps"
+            f"{more} on {cfg.nproc} rank{'s' * (cfg.nproc > 1)}, at most {each:,} bytes a "
+            f"step{now}): raise it (ulimit -f unlimited)"
+        )
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:  # none yet: the resume's checks say what is wrong with one
+        return 0
+
+
 def _entries(folder: Path, names: tuple[str, ...]) -> list[Path]:
     """The entries of `folder` (a plain one: `check_outputs` checked it first) whose names
     match one of `names` (regular expressions), sorted; none when it is absent."""
@@ -990,6 +1048,9 @@ def main(argv: list[str] | None = None) -> None:
         pipeplan_log.error(f"{named_rank()}{exc}")  # which of torchrun's ranks (53rd round)
         sys.exit(2)
     rank = world["RANK"]
+    # The process's one pipeplan call, as the command's and the API's: the user's data code
+    # runs in this rank, and its `pipeplan.run(...)` is refused at once, naming this rank.
+    held_for_life(f"rank {rank} of the run in {args.run_dir}")
     die_with_launcher()
     console = rank_output(args.log_dir, rank)
     pipeplan_log.setup(rank=rank, debug=args.debug, stream=console if args.log_dir else None)
@@ -1426,7 +1487,13 @@ def enter_run(run_dir: Path, resume: bool, world: dict[str, int]) -> None:
             check_plan_nodes(plan, run_dir / RUN_PLAN, nodes, saved.nproc)
         check_outputs(run_dir)  # a resume checks them in `check_run`
         if world["RANK"] == 0:  # its checkpoints are rank 0's: the disk may have filled since
-            check_checkpoint_room(run_dir, RunPlanner.for_run(run_dir, saved).profile)
+            profile = RunPlanner.for_run(run_dir, saved).profile
+            check_checkpoint_room(run_dir, profile)
+            # And its records, rank 0's too, under this rank's `ulimit -f`, not the prepare's.
+            record = read_data_record(run_dir)
+            if record is not None and record.facts is not None:
+                steps = saved.steps_per_epoch(record.facts.train_samples)
+                check_records_room(saved, steps, len(profile.layers))
         if world["RANK"] == 0:  # a start that trained nothing left it (`trained`): not this one's
             (run_dir / "run.jsonl").unlink(missing_ok=True)
         return

@@ -67,6 +67,31 @@ def step_row(
     return torch.tensor([float(values[name]) for name in STEP_ROW], dtype=torch.float64)
 
 
+# The longest JSON a non-negative float takes (23 characters: repr's 17 digits and an
+# exponent of three), which every time and loss of `step_record_bytes` is written as.
+_WIDEST_FLOAT = 2.2250738585072014e-308
+
+
+def step_record_bytes(world: int, steps: int) -> int:
+    """The most bytes a step's record takes in run.jsonl on `world` ranks, in a run of `steps`
+    steps: one made of the longest value each field takes, measured as `write` writes it.
+    Found by the sixty-first round: a tiny model's run.jsonl (705 bytes a step on 2 ranks)
+    passed `ulimit -f` 1,667 steps in, and the run lost them all.
+
+        step_record_bytes(2, 2000)   # 866: a written step of 2 ranks took 705 (that round's)
+    """
+    wide = _WIDEST_FLOAT
+    times = dict.fromkeys(RANK_TIMES, wide)
+    rank = RankTimes.model_construct(
+        rank=world, stage=world, replica=world, peak_memory_bytes=2**53, **times
+    )
+    record = StepRecord.model_construct(
+        step=steps, epoch=steps, phase=steps, step_s=wide, loss=wide, samples_per_s=wide,
+        cache_hits=steps, ranks=[rank] * world,
+    )  # fmt: skip
+    return len(json.dumps(record.model_dump(mode="json")) + "\n")
+
+
 def step_loss(rows: list[torch.Tensor]) -> float | None:
     """The step's loss from every rank's row: the mean over the ranks that computed one (the
     last stage's replicas), NaN or infinite if any of them is; None if none computed one."""

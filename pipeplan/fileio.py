@@ -59,7 +59,7 @@ def check_writable(
     try:
         info = path.stat() if path.exists() else None
     except OSError as exc:  # e.g. a name longer than the file system allows
-        raise OutputError(f"{path}: cannot write ({exc.strerror})") from None
+        raise OutputError(f"{path}: cannot write ({os_reason(exc)})") from None
     if path.is_dir():
         raise OutputError(f"{path}: is a directory, not a file")
     if info is not None and not stat.S_ISREG(info.st_mode):
@@ -73,7 +73,7 @@ def check_writable(
     try:
         fd, probe = tempfile.mkstemp(dir=parent, prefix=".pipeplan-probe-")
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write in {parent} ({exc.strerror})") from None
+        raise OutputError(f"{path}: cannot write in {parent} ({os_reason(exc)})") from None
     os.close(fd)
     os.unlink(probe)
     return path
@@ -396,9 +396,7 @@ def write_failure(exc: BaseException, where: str | Path) -> str | None:
             raise OutputError(f"{out}: write failed ({reason})") from None
     """
     if isinstance(exc, OSError):
-        if exc.errno == errno.EFBIG and (limit := size_limit()) is not None:
-            return too_large(limit)
-        return exc.strerror or str(exc)
+        return os_reason(exc)
     text = " ".join(str(exc).split())
     if type(exc).__name__ == "SafetensorError" and "I/O error" in text:
         # The export's weights: past `ulimit -f` the limit is named, as an OSError's is
@@ -416,13 +414,42 @@ def write_failure(exc: BaseException, where: str | Path) -> str | None:
 
 
 def _strerror(code: int | None) -> str | None:
-    """An errno in words, EFBIG with the file size limit that caused it (`too_large`); None
-    for no errno."""
+    """An errno in words, EFBIG with the file size limit that caused it (`too_large`), EMFILE
+    and ENFILE with the open-files limit (`too_many_open`); None for no errno."""
     if code is None:
         return None
     if code == errno.EFBIG and (limit := size_limit()) is not None:
         return too_large(limit)
+    if code in (errno.EMFILE, errno.ENFILE):
+        return too_many_open(code)
     return os.strerror(code)
+
+
+def os_reason(exc: OSError) -> str:
+    """Why an OSError failed, in words, with the limit that caused it where one did
+    (`_strerror`): `os_reason(OSError(errno.EMFILE, "Too many open files"))`."""
+    if exc.errno in (errno.EFBIG, errno.EMFILE, errno.ENFILE):
+        return _strerror(exc.errno) or str(exc)
+    return exc.strerror or str(exc)
+
+
+def too_many_open(code: int) -> str:
+    """EMFILE in words, with the open-files limit, as a failed collective says it (`faults`);
+    ENFILE, the system's table. Found by the sixty-first round: data code that took every
+    descriptor of a rank in its final evaluation failed the run's last writes "(Too many
+    open files)", the limit never named.
+
+        too_many_open(errno.EMFILE)   # "this process has too many files open: the open-…"
+    """
+    import resource
+
+    if code == errno.ENFILE:
+        return "the system has too many files open (its file table, fs.file-max, is full)"
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return (
+        f"this process has too many files open: the open-files limit, ulimit -n, is {soft}; "
+        "its own code, such as data code, may hold them"
+    )
 
 
 def size_limit() -> int | None:
@@ -769,7 +796,7 @@ def open_append(path: str | Path) -> int:
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as exc:
-        why = not_a_plain_file(path) or f"cannot open it to write ({exc.strerror or exc})"
+        why = not_a_plain_file(path) or f"cannot open it to write ({os_reason(exc)})"
         raise OutputError(f"{path}: {why}") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):  # a FIFO that had a reader, a device
@@ -921,7 +948,7 @@ def held_folder(
         if isinstance(exc, FileNotFoundError | NotADirectoryError):
             why = _no_folder(folder)  # what stands on its path, as other outputs say
         else:
-            why = f"cannot open {folder} ({exc.strerror or exc})"
+            why = f"cannot open {folder} ({os_reason(exc)})"
         raise OutputError(f"{out}: {why}") from None
     try:
         held = HeldFolder(folder, fd, check, out)

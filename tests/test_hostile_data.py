@@ -4057,6 +4057,60 @@ def test_a_data_function_that_changes_torchs_default_dtype_in_a_rank_is_refused(
     ), line
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_a_pipeplan_call_from_data_code_in_a_rank_is_refused(tmp_path, capsys, monkeypatch):
+    """Found by the sixty-first round: a data function calling `pipeplan.run(...)` in a rank
+    (torchrun's entry, `executor.launch`, held no call) trained a whole inner run, and the
+    outer run then blamed the logger's handlers. A rank holds the process's one call for its
+    life: the nested call is refused at once, naming the rank, and no inner run is made."""
+    monkeypatch.chdir(tmp_path)
+    code = (
+        'if "RANK" in os.environ: import pipeplan; pipeplan.run(runs_dir=os.path.join(HERE, '
+        '"inner"), model="vit-digits", epochs=1, nproc=1)'
+    )
+    line = _ranks_line(tmp_path, capsys, "rt61_inner", in_load=code)
+    assert line.startswith(
+        "pipeplan: error: training failed on rank 0 before the first step: data "
+        "'rt61_inner:load' raised OutputError: another pipeplan call is running in this "
+        "process (rank 0 of the run in runs/n in thread 'MainThread'): calls run one at a time"
+    ), line
+    assert not (tmp_path / "inner").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(180)
+def test_data_code_that_takes_every_descriptor_in_the_final_evaluation_is_named(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the sixty-first round: a held-out set whose `__getitem__` opened files until
+    EMFILE in the final evaluation ended the run "writing the final checkpoint, model or
+    summary: exited with code 1", the cause in the rank's log alone and no rank-0.error.json
+    (the report could not be opened either). A rank keeps a spare descriptor for its report,
+    and a write that failed for want of descriptors names the open-files limit."""
+    import resource
+
+    monkeypatch.chdir(tmp_path)
+    code = (  # the eighth held-out read of rank 0: well into its final evaluation
+        'if os.environ.get("RANK") == "0" and self.offset == 1000:\n'
+        "            READS.append(i)\n"
+        "            while len(READS) == 8:\n"
+        "                try:\n"
+        "                    KEPT.append(os.open(os.devnull, os.O_RDONLY))\n"
+        "                except OSError:\n"
+        "                    break"
+    )
+    line = _ranks_line(tmp_path, capsys, "rt61_fds", at_import="READS, KEPT = [], []", in_item=code)
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert line.startswith(
+        "pipeplan: error: training failed on rank 0 after the last step (step 3), writing the "
+        "final checkpoint, model or summary: runs/n/"
+    ), line
+    said = f"(this process has too many files open: the open-files limit, ulimit -n, is {soft}; "
+    assert said in line, line
+    assert (tmp_path / "runs" / "n" / "logs" / "rank-0.error.json").exists()
+
+
 @pytest.mark.timeout(60)
 def test_data_code_that_turns_gradients_off_is_refused_and_undone(tmp_path, capsys, monkeypatch):
     """Found by the thirty-seventh round: a data `load` that called
@@ -4992,6 +5046,55 @@ def test_data_code_that_removes_or_changes_environment_variables_is_refused():
     finally:
         os.environ.clear()
         os.environ.update(real)
+
+
+@pytest.mark.timeout(30)
+def test_the_variable_torchs_compiler_sets_itself_is_not_the_data_codes_change():
+    """Found by the sixty-first round: a `load` that ran `torch.compile` was refused in the
+    ranks for changing `_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR`: inductor sets it to its own
+    process's address each time it loads a compiled kernel, and a rank inherits the
+    launcher's. Torch's private `_TORCHINDUCTOR_` variables are not the data code's to be
+    refused: their change is no change, and a put-back leaves them as torch set them."""
+    from executor.data import BadArgumentError, _contained
+
+    real = dict(os.environ)
+    name = "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"
+    try:
+        os.environ[name], os.environ["RT61_A"] = "1111", "a"
+        with _contained("m:load", "the data function"):
+            os.environ[name] = "2222"
+        assert os.environ[name] == "2222"
+        with pytest.raises(BadArgumentError) as refused, _contained("m:load", "the data function"):
+            os.environ[name] = "3333"
+            os.environ["RT61_A"] = "changed"
+        assert str(refused.value).startswith(
+            "data 'm:load': the data function changed the environment variable RT61_A; "
+        ), str(refused.value)
+        assert (os.environ[name], os.environ["RT61_A"]) == ("3333", "a")
+    finally:
+        os.environ.clear()
+        os.environ.update(real)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.long  # a real compile in the launcher and in each rank: a minute or more
+@pytest.mark.timeout(600)
+def test_a_data_function_that_compiles_runs_in_the_ranks(tmp_path, capsys, monkeypatch):
+    """Found by the sixty-first round: a `load` running `torch.compile` on a tiny function
+    was refused in the ranks of `pipeplan run --nproc 2` for the variable inductor sets
+    itself (the test above holds the rule); it now trains."""
+    monkeypatch.chdir(tmp_path)
+    code = "f = torch.compile(lambda x: torch.sin(x) + 1); f(torch.ones(4))"
+    (tmp_path / "rt61_compiled.py").write_text(
+        MOVING_MODULE.format(at_import="", in_load=code, in_item="")
+    )
+    argv = ["run", "--model", "vit-digits", "--data", "rt61_compiled:load", "--epochs", "1"]
+    argv += ["--global-batch", "16", "--freeze", "none", "--nproc", "2", "--name", "n"]
+    try:
+        assert cli.main(argv) == 0, capsys.readouterr().err
+    finally:
+        sys.modules.pop("rt61_compiled", None)
+    assert (tmp_path / "runs" / "n" / "summary.json").exists()
 
 
 @pytest.mark.timeout(30)

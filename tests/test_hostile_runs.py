@@ -3549,3 +3549,84 @@ def test_a_file_size_limit_below_a_checkpoint_is_refused_before_training(tmp_pat
     assert said in done.stderr and "an optimizer.pt of about 13.1 MiB" in done.stderr
     assert "(1,590,666 parameters, 8 bytes each: AdamW's two moments)" in done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(180)
+def test_a_file_size_limit_below_the_runs_records_is_refused_before_training(tmp_path):
+    """Found by the sixty-first round: under `ulimit -f 1150` a tiny model's run passed the
+    checkpoint's bound (its optimizer.pt 79 KB), trained 1,667 steps and failed writing
+    run.jsonl (705 bytes a step on 2 ranks), every step lost. The limit is held to what
+    run.jsonl reaches by the run's end too (here 20 MB: optimizer.pt's 13.1 MiB fits, the
+    43,140 steps' records do not)."""
+    import resource
+
+    limit = 20_480_000
+
+    def cap() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+
+    root = Path(cli.__file__).resolve().parent
+    argv = [sys.executable, "-m", "cli", "run", "--nproc", "1", "--model", "vit-digits"]
+    argv += ["--epochs", "60", "--global-batch", "2", "--name", "a"]
+    done = subprocess.run(
+        argv,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=150,
+        preexec_fn=cap,
+    )
+    assert done.returncode == 2 and done.stderr == (
+        f"pipeplan: error: the file size limit (ulimit -f) is {limit:,} bytes, but the run's "
+        "records, run.jsonl, reach about 23.2 MiB by its end (43,140 steps on 1 rank, at most "
+        "538 bytes a step): raise it (ulimit -f unlimited)\n"
+    ), done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_prepared_run_torchrun_starts_under_a_lower_file_size_limit_is_refused(
+    tmp_path, capsys, monkeypatch
+):
+    """Found by the sixty-first round (the test above): torchrun's ranks run under their own
+    `ulimit -f`, which the prepare never saw. Rank 0's start holds its records to it."""
+    from executor import launch
+    from pipeplan.errors import OutputError
+
+    # Data of a module: data.json holds its length (built-in data's is the prepare's alone).
+    (tmp_path / "rt61_target.py").write_text("from executor.demotasks import target as load\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--prepare-only", "--nproc", "1", "--epochs", "120", "--global-batch", "2"]
+    argv += ["--data", "rt61_target:load", "--name", "r"]
+    try:
+        assert cli.main(argv) == 0, capsys.readouterr().err
+    finally:
+        sys.modules.pop("rt61_target", None)
+    monkeypatch.setattr(launch, "size_limit", lambda: 20_480_000)
+    world = {"RANK": 0, "WORLD_SIZE": 1, "LOCAL_WORLD_SIZE": 1, "LOCAL_RANK": 0}
+    said = r"the run's records, run.jsonl, reach about [0-9.]+ MiB by its end \(43,080 steps on 1"
+    with pytest.raises(OutputError, match=said):
+        launch.enter_run(Path("runs/r"), resume=False, world=world)
+
+
+@pytest.mark.timeout(30)
+def test_a_resumes_records_are_held_to_the_file_size_limit(tmp_path, monkeypatch):
+    """Found by the sixty-first round (the test above): a resume appends to its run.jsonl,
+    whose bytes now count with the steps it has left."""
+    from executor import launch
+    from pipeplan.errors import OutputError
+    from pipeplan.formats import RunConfig
+
+    cfg = RunConfig(model="vit-digits", epochs=2, nproc=2)
+    records = tmp_path / "run.jsonl"
+    records.write_bytes(b"x" * 700_000)
+    monkeypatch.setattr(launch, "size_limit", lambda: 1_177_600)
+    launch.check_records_room(cfg, 1000, 4, (records, 1600))  # 400 steps more fit
+    with pytest.raises(OutputError) as refused:
+        launch.check_records_room(cfg, 1000, 4, (records, 1000))
+    assert str(refused.value) == (
+        "the file size limit (ulimit -f) is 1,177,600 bytes, but the run's records, run.jsonl, "
+        "reach about 1.5 MiB by its end (1,000 steps more on 2 ranks, at most 866 bytes a "
+        "step; it holds 700,000 bytes now): raise it (ulimit -f unlimited)"
+    )
