@@ -13,11 +13,14 @@ command then blamed the logger's handlers (the sixtieth).
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from pipeplan.errors import OutputError
+from pipeplan.errors import OutputError, Stopped
+from pipeplan.startup import STOP_SIGNALS
 
 _LOCK = threading.Lock()
 _RUNNING: list[tuple[str, int]] = []  # (the call, its thread's ident) while one runs
@@ -39,6 +42,48 @@ def one_call(what: str) -> Iterator[None]:
     finally:
         _RUNNING.clear()
         _LOCK.release()
+
+
+@contextmanager
+def stops_raised_in_call() -> Iterator[None]:
+    """An API call's stops: SIGTERM, SIGHUP and the other stop signals (`startup.STOP_SIGNALS`)
+    raise Stopped for the call's duration, as the command line's do (`cli._stop`: `pipeplan:
+    stopped by SIGTERM`), so the call undoes what it made as a stopped command does. The
+    handlers before the call (your own, or the default) are back as it ends, however it ends;
+    during it pipeplan's stand in for yours, and a signal set to SIG_IGN stays ignored. Ctrl-C
+    keeps Python's own handler (KeyboardInterrupt, raised as `Interrupted`). Off the main
+    thread (no handlers can be set there) a no-op.
+
+        with stops_raised_in_call():
+            start_run(...)   # kill -TERM: Stopped(SIGTERM), the run directory undone
+
+    Found by the sixty-first round: a SIGTERM or SIGHUP during `run()` (before its ranks
+    started), `export()` or `profile(nproc=2)` took the default action: the user's program
+    died at once, leaving the run directory's `.lock` and staged run.json (the same run then
+    refused), a half-written export folder, the ranks' scratch folders in TMPDIR."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Stopped(signum)
+
+    before = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum, previous in before.items():
+        if previous != signal.SIG_IGN:
+            signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        # Held while they are put back (one landing midway left the rest pipeplan's); one
+        # that came meanwhile is then the restored handler's.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            for signum, previous in before.items():
+                # None: a handler not installed from Python; the default stands in for it.
+                signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _forked() -> None:
