@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from pipeplan.errors import OutputError, Stopped
-from pipeplan.startup import STOP_SIGNALS
+from pipeplan.startup import STOP_SIGNALS, importing
 
 _LOCK = threading.Lock()
 _RUNNING: list[tuple[str, int]] = []  # (the call, its thread's ident) while one runs
@@ -65,7 +67,17 @@ def stops_raised_in_call() -> Iterator[None]:
         yield
         return
 
+    # A stop that lands in an import (raised there, it left torch half-imported, and every
+    # later call failed: "Only a single TORCH_LIBRARY …") is held until the import is done;
+    # one still importing IMPORT_GRACE_S later is raised where it is ("forced").
+    held = {"signum": None, "forced": False}
+
     def stop(signum: int, frame: Any) -> None:
+        if importing(frame) and not held["forced"]:
+            if held["signum"] is None:  # one waiter however many come meanwhile
+                held["signum"] = signum
+                threading.Thread(target=_after_imports, args=(held,), daemon=True).start()
+            return
         raise Stopped(signum)
 
     before = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
@@ -77,13 +89,31 @@ def stops_raised_in_call() -> Iterator[None]:
     finally:
         # Held while they are put back (one landing midway left the rest pipeplan's); one
         # that came meanwhile is then the restored handler's.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             for signum, previous in before.items():
                 # None: a handler not installed from Python; the default stands in for it.
                 signal.signal(signum, signal.SIG_DFL if previous is None else previous)
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _after_imports(held: dict[str, Any]) -> None:
+    """The stop `stops_raised_in_call` held as the main thread imported, delivered to it
+    again once the import is done (or IMPORT_GRACE_S later: raised inside the import then).
+    A call that has ended meanwhile leaves it to the handler then (yours, or the default)."""
+    main = threading.main_thread().ident
+    end = time.monotonic() + IMPORT_GRACE_S
+    while importing(sys._current_frames().get(main)) and time.monotonic() < end:
+        time.sleep(0.01)
+    held["forced"] = time.monotonic() >= end
+    signum, held["signum"] = held["signum"], None
+    if main is not None:
+        signal.pthread_kill(main, signum)
+
+
+# Seconds an import may hold a stop back (as the command's, `cli.IMPORT_GRACE_S`).
+IMPORT_GRACE_S = 5.0
 
 
 def _forked() -> None:
