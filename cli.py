@@ -4,7 +4,7 @@ from __future__ import annotations
 
 # First, before typer and rich (half a second of imports): a start interrupted by a signal
 # ends with the command's line, not a traceback from inside an import (forty-eighth round).
-from pipeplan.startup import STOP_SIGNALS, stopped_by  # isort: skip
+from pipeplan.startup import STOP_SIGNALS, importing, stopped_by  # isort: skip
 
 import _thread
 import contextlib
@@ -980,13 +980,7 @@ def _console_copy() -> int:
 _CONSOLE = _console_copy()
 
 
-def _importing(frame: FrameType | None) -> bool:
-    """Whether `frame` runs inside an import: importlib's own frames are on its stack."""
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
-        frame = frame.f_back
-    return False
+_importing = importing  # whether a frame runs inside an import (`startup.importing`)
 
 
 def _deliver_after_imports(signum: int) -> None:

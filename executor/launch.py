@@ -186,6 +186,7 @@ if __name__ == "__main__":
 import argparse
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import logging
@@ -836,6 +837,7 @@ def check_free_space(run_dir: Path) -> None:
     checkpoint, leaving a folder that could neither resume nor start again)."""
     free = _free_bytes(run_dir)
     if free is not None and free < MIN_FREE_BYTES:
+        _check_disk_writable(run_dir)  # read-only: no space freed lets it write
         raise OutputError(
             f"{run_dir}: the disk holding it has {format_bytes(free) if free else 'nothing'} "
             "free; a run needs at "
@@ -847,14 +849,40 @@ def check_free_space(run_dir: Path) -> None:
 def _free_bytes(path: Path) -> int | None:
     """Bytes free for this user on the disk holding `path`, asked of the nearest folder above
     it that exists; None where nothing can be asked (its writes say what fails)."""
-    where = Path(os.path.abspath(path))
-    while not where.exists() and where != where.parent:
-        where = where.parent
     try:
-        found = os.statvfs(where)
+        found = os.statvfs(_nearest_folder(path))
     except OSError:
         return None
     return found.f_bavail * found.f_frsize
+
+
+def _nearest_folder(path: Path) -> Path:
+    """`path`, or the nearest folder above it that exists (absolute)."""
+    where = Path(os.path.abspath(path))
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    return where
+
+
+def _check_disk_writable(path: Path) -> None:
+    """OutputError where nothing can be written at `path` (the nearest folder of it that
+    exists): a read-only file system, or a folder this user may not write; the space checks
+    ask it before they say "free some space", which would not help. Found by the sixty-first
+    round: `--runs-dir` on a small read-only mount was told the disk had 3MiB free.
+
+        _check_disk_writable(Path("/mnt/ro/runs"))  # "/mnt/ro/runs: cannot create directory
+                                                    #  (Read-only file system)"
+    """
+    where = _nearest_folder(path)
+    try:
+        read_only = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+    except OSError:
+        return
+    if read_only or not os.access(where, os.W_OK):
+        why = os.strerror(errno.EROFS if read_only else errno.EACCES)
+        if os.path.lexists(path):
+            raise OutputError(f"{path}: cannot be written ({why})")
+        raise OutputError(f"{path}: cannot create directory ({why})")
 
 
 # A checkpoint's bytes a parameter: its float32 weights (model.pt) and AdamW's two moments
@@ -886,6 +914,7 @@ def check_checkpoint_room(runs_root: Path, profile: Profile) -> None:
         )
     free = _free_bytes(runs_root)
     if free is not None and free < checkpoint + MIN_FREE_BYTES:
+        _check_disk_writable(runs_root)
         raise OutputError(
             f"{runs_root}: the disk holding it has {format_bytes(free)} free; the run's first "
             f"checkpoint takes about {format_bytes(checkpoint)} ({params:,} parameters, "

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, get_origin
 from pydantic import BaseModel
 
 from pipeplan import log
-from pipeplan.calls import one_call
+from pipeplan.calls import one_call, stops_raised_in_call
 from pipeplan.errors import (
     BadArgumentError,
     InputFileError,
@@ -55,7 +55,8 @@ __all__ = ["export", "plan", "preview", "profile", "run"]
 
 def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
     """A Ctrl-C anywhere in a call raises `Interrupted`, as the command line says
-    `pipeplan: interrupted`: in a call's first seconds (its imports) it was a bare
+    `pipeplan: interrupted`, and SIGTERM, SIGHUP and the other stop signals `Stopped`
+    (`calls.stops_raised_in_call`): in a call's first seconds (its imports) it was a bare
     KeyboardInterrupt from importlib, pydantic or torch (forty-ninth round). What the file
     system refuses (a name too long) is an InputFileError, the command line's line. Calls
     run one at a time (`calls.one_call`): another, from another thread or from inside the user's
@@ -70,8 +71,9 @@ def _as_the_command_line(command: Callable[..., Any]) -> Callable[..., Any]:
         except TypeError as exc:  # Python's own words, as the command line's one line
             raise BadArgumentError(_misnamed(command.__name__, signature, kwargs, exc)) from None
         try:
-            with one_call(f"{command.__name__}()"), claims_released():
-                # claims_released: the run directories it claimed, as its process ends
+            # claims_released: the run directories it claimed, as its process ends;
+            # stops_raised_in_call: SIGTERM, SIGHUP, … raise Stopped, as the command's do
+            with one_call(f"{command.__name__}()"), stops_raised_in_call(), claims_released():
                 return command(*args, **kwargs)
         except KeyboardInterrupt:
             raise Interrupted from None

@@ -14,11 +14,16 @@ run's rank (the sixty-first: a rank holds the call for its life, `held_for_life`
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from pipeplan.errors import OutputError
+from pipeplan.errors import OutputError, Stopped
+from pipeplan.startup import STOP_SIGNALS, importing
 
 _LOCK = threading.Lock()
 _RUNNING: list[tuple[str, int]] = []  # (the call, its thread's ident) while one runs
@@ -56,6 +61,76 @@ def _take(what: str) -> None:
             "your code); call again once it has returned"
         )
     _RUNNING[:] = [(f"{what} in thread {threading.current_thread().name!r}", threading.get_ident())]
+
+
+@contextmanager
+def stops_raised_in_call() -> Iterator[None]:
+    """An API call's stops: SIGTERM, SIGHUP and the other stop signals (`startup.STOP_SIGNALS`)
+    raise Stopped for the call's duration, as the command line's do (`cli._stop`: `pipeplan:
+    stopped by SIGTERM`), so the call undoes what it made as a stopped command does. The
+    handlers before the call (your own, or the default) are back as it ends, however it ends;
+    during it pipeplan's stand in for yours, and a signal set to SIG_IGN stays ignored. Ctrl-C
+    keeps Python's own handler (KeyboardInterrupt, raised as `Interrupted`). Off the main
+    thread (no handlers can be set there) a no-op.
+
+        with stops_raised_in_call():
+            start_run(...)   # kill -TERM: Stopped(SIGTERM), the run directory undone
+
+    Found by the sixty-first round: a SIGTERM or SIGHUP during `run()` (before its ranks
+    started), `export()` or `profile(nproc=2)` took the default action: the user's program
+    died at once, leaving the run directory's `.lock` and staged run.json (the same run then
+    refused), a half-written export folder, the ranks' scratch folders in TMPDIR."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    # A stop that lands in an import (raised there, it left torch half-imported, and every
+    # later call failed: "Only a single TORCH_LIBRARY …") is held until the import is done;
+    # one still importing IMPORT_GRACE_S later is raised where it is ("forced").
+    held = {"signum": None, "forced": False}
+
+    def stop(signum: int, frame: Any) -> None:
+        if importing(frame) and not held["forced"]:
+            if held["signum"] is None:  # one waiter however many come meanwhile
+                held["signum"] = signum
+                threading.Thread(target=_after_imports, args=(held,), daemon=True).start()
+            return
+        raise Stopped(signum)
+
+    before = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum, previous in before.items():
+        if previous != signal.SIG_IGN:
+            signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        # Held while they are put back (one landing midway left the rest pipeplan's); one
+        # that came meanwhile is then the restored handler's.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            for signum, previous in before.items():
+                # None: a handler not installed from Python; the default stands in for it.
+                signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _after_imports(held: dict[str, Any]) -> None:
+    """The stop `stops_raised_in_call` held as the main thread imported, delivered to it
+    again once the import is done (or IMPORT_GRACE_S later: raised inside the import then).
+    A call that has ended meanwhile leaves it to the handler then (yours, or the default)."""
+    main = threading.main_thread().ident
+    end = time.monotonic() + IMPORT_GRACE_S
+    while importing(sys._current_frames().get(main)) and time.monotonic() < end:
+        time.sleep(0.01)
+    held["forced"] = time.monotonic() >= end
+    signum, held["signum"] = held["signum"], None
+    if main is not None:
+        signal.pthread_kill(main, signum)
+
+
+# Seconds an import may hold a stop back (as the command's, `cli.IMPORT_GRACE_S`).
+IMPORT_GRACE_S = 5.0
 
 
 def _forked() -> None:

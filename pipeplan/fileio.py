@@ -12,6 +12,7 @@ import signal
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
@@ -1063,6 +1064,71 @@ def _lock_folder(directory: Path, kind: int) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+@contextmanager
+def folder_locked(directory: Path, what: str, wait_s: float | None = None) -> Iterator[None]:
+    """Hold `directory` itself locked for the block (an exclusive flock on the open folder,
+    links followed: no lock file is left in it), waiting up to `wait_s` (FOLDER_WAIT_S) for
+    another process's block, then OutputError naming `what` it writes. Around a set written
+    into the folder, from deciding which earlier files it replaces (`stale`) to the last
+    rename (`write_files`), so two sets replace each other whole. Where the folder cannot be
+    opened (the writes then say why) or its file system locks no folders, nothing is held.
+
+        with folder_locked(Path("plots"), "its plots"):
+            write_files(figures, stale_plots(Path("plots"), pattern, targets))
+
+    Found by the sixty-first round: two `report --plot DIR` at once each listed the plots to
+    remove before the other had written, and DIR ended with one's epochs.png beside the
+    other's phase2 plot, a set neither wrote."""
+    wait_s = FOLDER_WAIT_S if wait_s is None else wait_s
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            fd = None
+            break
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() >= deadline:
+                raise OutputError(
+                    f"{directory}: another pipeplan process has been writing {what} there for "
+                    f"{wait_s:g} s; run this command again once it has finished, or give "
+                    "another folder"
+                ) from None
+            time.sleep(FOLDER_POLL_S)
+            continue
+        except OSError:  # a file system that locks no folders
+            os.close(fd)
+            fd = None
+            break
+        if _same_folder(fd, directory):
+            break
+        # The folder at the path went meanwhile (the holder's set failed and removed the
+        # folder it had made) or was replaced: the one there now is held instead.
+        os.close(fd)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+# Seconds a set's writer waits for another's into the same folder (`folder_locked`): a set
+# of plots takes seconds to draw; and between two looks.
+FOLDER_WAIT_S = 60.0
+FOLDER_POLL_S = 0.05
+
+
+def _same_folder(fd: int, directory: Path) -> bool:
+    """Whether the open folder `fd` is the one at `directory` now (links followed)."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(directory))
+    except OSError:
+        return False
 
 
 def _held(directory: Path) -> tuple[Any, bool] | None:

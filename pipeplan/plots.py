@@ -45,6 +45,7 @@ from pipeplan.errors import BadArgumentError
 from pipeplan.fileio import (
     check_outside_runs,
     check_writable,
+    folder_locked,
     new_directories,
     write_atomic,
     write_files,
@@ -137,16 +138,21 @@ def checked_targets(paths: Sequence[Path]) -> Iterator[None]:
     """Every plot a command will write can be written, checked before the first is drawn
     (then `write_files` in the block writes the set all or nothing); the folders made for
     them go again if the block fails (a full disk, Ctrl-C), so a failed `--plot DIR` leaves
-    no empty DIR.
+    no empty DIR. Each folder is held for the block (`folder_locked`): another command's set
+    into it waits, so the stale plots listed in the block are still the folder's at the
+    renames.
 
         with checked_targets(targets):
-            return write_files(figures(), stale)
+            return write_files(figures(), stale_plots(...))
     """
     for path in paths:
         check_outside_runs(path)  # before a folder is made in a run directory
     with ExitStack() as made:
-        for folder in dict.fromkeys(path.parent for path in paths):
+        folders = list(dict.fromkeys(path.parent for path in paths))
+        for folder in folders:
             made.enter_context(new_directories(folder))
+        for folder in sorted(folders):  # in one order: two writers never wait on each other
+            made.enter_context(folder_locked(folder, "its plots"))
         for path in paths:
             check_writable(path)
         yield

@@ -13,6 +13,7 @@ take seconds), so this module stays light: no torch.
 import os
 import signal
 import sys
+from typing import Any
 
 # Signals that stop pipeplan as Ctrl-C does, with one line (`pipeplan: stopped by SIGUSR1`)
 # and exit code 128 + the signal, in the command's process (`cli.main`), under `pipeplan
@@ -83,6 +84,18 @@ def signal_name(signum: int) -> str:
         above = signum - low
         return f"SIGRTMIN+{above}" if above <= (high - low) // 2 else f"SIGRTMAX-{high - signum}"
     return f"signal {signum}"
+
+
+def importing(frame: Any) -> bool:
+    """Whether `frame` (a signal handler's) runs inside an import: importlib's own frames are
+    on its stack. A stop raised there can leave a library half-imported (torch's "Only a
+    single TORCH_LIBRARY …" in every later import), so handlers hold it until the import is
+    done (`cli._deferred`, `calls.stops_raised_in_call`)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _end(signum: int, frame: object) -> None:

@@ -489,6 +489,134 @@ def test_a_stop_in_a_call_says_what_stopped_it():
     assert str(Stopped(signal.SIGHUP)) == "stopped by SIGHUP"
 
 
+STOPPED_CALL = """
+import json, os, signal, sys
+from pathlib import Path
+
+import executor.launch, pipeplan, pipeplan.models, pipeplan.spawn
+from pipeplan.errors import Stopped
+
+case, signum = sys.argv[1], getattr(signal, sys.argv[2])
+mine = lambda signum, frame: print("the user's handler ran", flush=True)
+signal.signal(signal.SIGUSR1, mine)  # the user's own handler: back after the call
+signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # ignored by the user: ignored in the call too
+run = lambda: pipeplan.run(
+    runs_dir="runs", name="s", model="vit-digits", nproc=1, epochs=1, max_steps_per_epoch=2)
+calls = {
+    "run": (executor.launch, "run_local", run),  # prepared, before its ranks start
+    "prepare": (executor.launch, "check_run_location", run),  # its folder claimed
+    "export": (pipeplan.models, "_drop_ids_outside_vocabulary", lambda: pipeplan.export(
+        sys.argv[3], out="ex/m")),
+    "profile": (pipeplan.spawn, "_check_stopped", lambda: pipeplan.profile(
+        "vit-digits", out="p.json", nproc=2, micro_batch_sizes="1", repeats=1, warmup=0)),
+}
+module, name, call = calls[case]
+real = getattr(module, name)
+
+def stopped(*args, **kwargs):  # the stop, as the call has made its files
+    setattr(module, name, real)
+    signal.raise_signal(signal.SIGUSR2)
+    os.kill(os.getpid(), signum)
+    return real(*args, **kwargs)
+
+setattr(module, name, stopped)
+try:
+    call()
+    said = "completed"
+except Stopped as exc:
+    said = str(exc)
+left = sorted(str(p) for where in (".", os.environ["TMPDIR"]) for p in Path(where).rglob("*"))
+again = call() is not None
+handlers = [signal.getsignal(signal.SIGUSR1) is mine,
+            signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN]
+print(json.dumps({"said": said, "left": left, "again": again, "handlers": handlers}))
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize(
+    "case, signame",
+    [("run", "SIGTERM"), ("prepare", "SIGUSR1"), ("export", "SIGHUP"), ("profile", "SIGTERM")],
+)
+def test_a_stop_signal_in_a_call_raises_stopped_and_undoes_it(
+    finished_run, tmp_path, case, signame
+):
+    """Found by the sixty-first round: SIGTERM or SIGHUP during `run()` before its ranks
+    started, `export()` or `profile(nproc=2)` took the default action: the user's program
+    died at once, leaving the run directory's `.lock` and staged run.json (the same run then
+    refused), the export's staging folder, the ranks' scratch folders in TMPDIR. Each raises
+    `Stopped` as the command line says `pipeplan: stopped by SIGTERM`: nothing is left, the
+    same call then works, and the user's handlers (their own, and SIG_IGN, which stays
+    ignored during the call) are back."""
+    (tmp_path / "stopped.py").write_text(STOPPED_CALL)
+    work, temp = tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    temp.mkdir()
+    result = subprocess.run(
+        [sys.executable, tmp_path / "stopped.py", case, signame, str(finished_run)],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)},
+        timeout=380,
+    )
+    assert result.returncode == 0, (result.returncode, result.stderr[-3000:])
+    seen = json.loads(result.stdout.splitlines()[-1])
+    assert seen["said"] == f"stopped by {signame}", seen
+    assert seen["left"] == [] and seen["again"] and seen["handlers"] == [True, True], seen
+    assert "the user's handler ran" not in result.stdout
+
+
+STOPPED_IMPORTING = """
+import json, os, signal, sys, time
+
+import pipeplan, pipeplan.plan
+from pipeplan.errors import Stopped
+
+open("rt61_slow.py", "w").write(
+    "import os, signal, time\\n"
+    "os.kill(os.getpid(), signal.SIGTERM)\\n"
+    "time.sleep(0.3)\\n"
+    "WHOLE = True\\n"
+)
+sys.path.insert(0, ".")
+
+def preview(*args, **kwargs):  # the call imports a module as the stop comes
+    import rt61_slow
+    time.sleep(5)  # where the held stop lands once the import is done
+
+pipeplan.plan.make_preview = preview
+try:
+    pipeplan.preview(profile=sys.argv[1])
+    said = "completed"
+except Stopped as exc:
+    said = str(exc)
+print(json.dumps({"said": said, "whole": getattr(sys.modules.get("rt61_slow"), "WHOLE", False)}))
+"""
+
+
+def test_a_stop_signal_as_a_call_imports_is_raised_once_the_import_is_done(tmp_path):
+    """Found as the sixty-first round's R1 was mended: SIGTERM that lands in a call's imports
+    (torch's, seconds long) raised there left torch half-imported, and every later call in
+    the process failed ("Only a single TORCH_LIBRARY can be used …"). As on the command line
+    (`cli._deferred`), the stop is held until the import is done, then raised."""
+    (tmp_path / "importing.py").write_text(STOPPED_IMPORTING)
+    result = subprocess.run(
+        [sys.executable, tmp_path / "importing.py", PROFILE],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert result.returncode == 0, (result.returncode, result.stderr[-3000:])
+    assert json.loads(result.stdout.splitlines()[-1]) == {
+        "said": "stopped by SIGTERM",
+        "whole": True,
+    }
+
+
 def test_a_data_module_edited_between_calls_is_imported_again(tmp_path, monkeypatch):
     """Found by the fifty-eighth round: the API imported a `--data module:function` module
     once a process, so a loader fixed after a failure still failed with the old error, and

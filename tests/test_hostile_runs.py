@@ -3323,6 +3323,33 @@ def test_a_new_run_on_a_full_disk_is_refused_naming_the_free_space(
     assert sorted(p.name for p in tmp_path.iterdir()) == (["runs"] if made else [])
 
 
+@pytest.mark.parametrize("made", [True, False])
+def test_a_new_run_on_a_small_read_only_disk_is_told_it_is_read_only(
+    tmp_path, capsys, monkeypatch, made
+):
+    """Found by the sixty-first round: `--runs-dir` on a read-only 3 MiB mount was told "the
+    disk holding it has 3MiB free … free some space and run it again", which no freed space
+    mends. The space checks ask first whether the disk can be written, and say it cannot."""
+    from executor import launch
+
+    real = os.statvfs
+
+    def full_and_read_only(path):  # (as root, chmod stops no write: the mount's flag)
+        found = real(path)
+        flags = found.f_flag | os.ST_RDONLY
+        return os.statvfs_result((*found[:4], 0, *found[5:8], flags, found.f_namemax))
+
+    monkeypatch.setattr(launch.os, "statvfs", full_and_read_only)
+    runs = tmp_path / "runs"
+    if made:
+        runs.mkdir()
+    argv = ["run", "--prepare-only", "--nproc", "1", "--epochs", "1", "--runs-dir", str(runs)]
+    assert cli.main([*argv, "--name", "r"]) == 2
+    said = "cannot be written" if made else "cannot create directory"
+    assert capsys.readouterr().err == f"pipeplan: error: {runs}: {said} (Read-only file system)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["runs"] if made else [])
+
+
 @pytest.mark.parametrize("free_mib", [20, 40])
 def test_a_new_run_whose_first_checkpoint_cannot_fit_is_refused(
     tmp_path, capsys, monkeypatch, free_mib

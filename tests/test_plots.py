@@ -438,6 +438,76 @@ def test_a_killed_sets_temporaries_go_with_the_next_write_into_its_folder(tmp_pa
 
 
 @pytest.mark.timeout(60)
+def test_two_plot_sets_written_into_one_folder_at_once_leave_one_whole_set(tmp_path, monkeypatch):
+    """Found by the sixty-first round: two `preview --plot DIR` (or `report --plot DIR`) at
+    once each listed the stale plots to remove before the other had written, and DIR ended
+    with the 2-epoch preview's set beside phase2..5-step.png of the 8-epoch one, a set
+    neither wrote. A set holds the folder from that list to its last rename: the second
+    waits, then replaces the first whole; no lock file is left."""
+    import threading
+    from types import SimpleNamespace
+
+    from pipeplan import plots
+    from pipeplan.plots import PNG_SIGNATURE, STAMP
+
+    folder = tmp_path / "plots"
+    listed, release, failures = threading.Event(), threading.Event(), []
+
+    def figures(preview, shown, timelines, directory):  # drawn at once, marked by writer
+        png = PNG_SIGNATURE + STAMP + preview.who.encode()
+        for index in shown:
+            yield directory / f"phase{index}-step.png", png
+        if preview.who == "short":  # its stale plots listed (none yet): the other writes
+            listed.set()
+            release.wait(30)
+        yield directory / "epochs.png", png
+
+    def write(who, phases):
+        preview = SimpleNamespace(who=who, plan=SimpleNamespace(phases=[None] * phases))
+        try:
+            plots.write_preview_plots(preview, [], folder)
+        except BaseException as exc:
+            failures.append(exc)
+
+    monkeypatch.setattr(plots, "_preview_figures", figures)
+    short = threading.Thread(target=write, args=("short", 2))
+    short.start()
+    assert listed.wait(30)
+    long = threading.Thread(target=write, args=("long", 6))
+    long.start()
+    long.join(3)  # it waits for the folder now; it wrote its set at once before
+    release.set()
+    short.join(30)
+    long.join(30)
+    assert not failures, failures
+    written = {p.name: p.read_bytes().removeprefix(PNG_SIGNATURE + STAMP) for p in folder.iterdir()}
+    shorts = {f"phase{i}-step.png": b"short" for i in range(2)} | {"epochs.png": b"short"}
+    longs = {f"phase{i}-step.png": b"long" for i in range(6)} | {"epochs.png": b"long"}
+    assert written in (shorts, longs), written
+
+
+@pytest.mark.timeout(60)
+def test_a_plot_set_waits_for_another_into_its_folder_a_bounded_time(tmp_path, monkeypatch, capsys):
+    """The sixty-first round's fix: a `--plot DIR` whose folder another set holds past
+    FOLDER_WAIT_S is refused in one line naming DIR, nothing written."""
+    import cli
+    from pipeplan import fileio
+
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    monkeypatch.setattr(fileio, "FOLDER_WAIT_S", 0.3)
+    with fileio.folder_locked(plots, "its plots"):  # another writer's set, mid-way
+        assert cli.main(plot_command("preview", tmp_path, plots)) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"pipeplan: error: {plots}: another pipeplan process has been writing its plots there "
+        "for 0.3 s; run this command again once it has finished, or give another folder"
+    ]
+    assert list(plots.iterdir()) == []
+    assert cli.main(plot_command("preview", tmp_path, plots)) == 0
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["report", "preview"])
 def test_a_plot_set_removes_the_stale_plots_of_the_set_it_replaces(
     kind, tmp_path, monkeypatch, capsys
