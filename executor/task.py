@@ -684,13 +684,18 @@ def check_data_kept(run_dir: Path, manifest: CheckpointManifest, where: Path) ->
         now = listed.get(file.path)
         if now == file.sha256:
             continue
-        wrong = (
-            f"lacks '{file.path}'" if now is None else f"gives '{file.path}' the sha256 {now[:16]}…"
-        )
+        if now is None:
+            raise InputFileError(
+                f"{path}: files lacks '{file.path}', but checkpoint step-{manifest.step} "
+                f"({where}) recorded it with sha256 {file.sha256[:16]}… as the run's data; "
+                "data.json was edited since: restore data.json or start a new run"
+            )
+        # data.json's sha256 is the file's own (`check_data` hashed it first): the manifest
+        # may be the one edited (the sixty-first round: "restore data.json", never edited).
         raise InputFileError(
-            f"{path}: files {wrong}, but checkpoint step-{manifest.step} ({where}) recorded it "
-            f"with sha256 {file.sha256[:16]}… as the run's data; data.json was edited since: "
-            "restore data.json or start a new run"
+            f"{path}: files gives '{file.path}' the sha256 {now[:16]}… (the file's now), but "
+            f"checkpoint step-{manifest.step} ({where}) recorded it with sha256 "
+            f"{file.sha256[:16]}… as the run's data; {ONE_EDITED}"
         )
     kept, facts = manifest.data_facts, record and record.facts
     if kept is None or facts == kept:
@@ -698,15 +703,23 @@ def check_data_kept(run_dir: Path, manifest: CheckpointManifest, where: Path) ->
     if facts is None:
         wrong, what = ("lacks facts", "edited") if record else ("no such file", "deleted")
         said = ", ".join(_fact_words(kept, field) for field in list(FACT_WORDS)[:3])
+        blame = f"data.json was {what} since: restore data.json or start a new run"
     else:
+        # Two records of one fact, either of which a hand may have edited.
         field = next(f for f in FACT_WORDS if getattr(facts, f) != getattr(kept, f))
-        wrong, what = f"facts give {_fact_words(facts, field)}", "edited"
-        said = _fact_words(kept, field)
+        wrong, said = f"facts give {_fact_words(facts, field)}", _fact_words(kept, field)
+        blame = ONE_EDITED
     raise InputFileError(
         f"{path}: {wrong}, but checkpoint step-{manifest.step} ({where}) recorded {said} as "
-        f"what the run's data gave; data.json was {what} since: restore data.json or start a "
-        "new run"
+        f"what the run's data gave; {blame}"
     )
+
+
+# Where data.json and a checkpoint's manifest disagree and neither is proved the run's.
+ONE_EDITED = (
+    "data.json or the checkpoint's manifest.json was edited since the run wrote them: restore "
+    "the edited one or start a new run"
+)
 
 
 def _fact_words(facts: DataFacts, field: str) -> str:

@@ -3740,14 +3740,24 @@ def test_facts_deleted_from_data_json_are_refused_by_the_checkpoint(tmp_path, ca
         samples.write_text("128\n")  # 96 training samples now, not 48
         no_facts = {k: v for k, v in doc.items() if k != "facts"}
         other = {**doc, "facts": {**doc["facts"], "train_samples": 96, "eval_samples": 32}}
-        for edited, wrong, said in (
-            (no_facts, "lacks facts", "48 training samples, 16 eval samples, 10 classes"),
-            (other, "facts give 96 training samples", "48 training samples"),
+        for edited, wrong, said, blame in (
+            (
+                no_facts,
+                "lacks facts",
+                "48 training samples, 16 eval samples, 10 classes",
+                "data.json was edited since: restore data.json or start a new run",
+            ),
+            (
+                other,
+                "facts give 96 training samples",
+                "48 training samples",
+                "data.json or the checkpoint's manifest.json was edited since the run wrote them",
+            ),
         ):
             record.write_text(json.dumps(edited))
             fragments = (
                 f"{record}: {wrong}, but checkpoint step-1 ({step}) recorded {said}",
-                "data.json was edited since: restore data.json or start a new run",
+                blame,
             )
             for command in commands:
                 refused(command, tmp_path, capsys, fragments)
@@ -3760,6 +3770,20 @@ def test_facts_deleted_from_data_json_are_refused_by_the_checkpoint(tmp_path, ca
         step.write_text(json.dumps(manifest))
         record.write_text(json.dumps(no_facts))
         assert cli.main(["export", str(run), "--out", "o2"]) == 0, capsys.readouterr().err
+        # The sixty-first round: the manifest's sha256 of the data module edited was blamed
+        # on data.json ("restore data.json"), whose sha256 is the file's own: either may be
+        # the edited one.
+        entry = manifest["data"][0]
+        entry["sha256"] = "0" * 64
+        step.write_text(json.dumps(manifest))
+        said = (
+            f"{record}: files gives '{entry['path']}' the sha256 ",
+            f"(the file's now), but checkpoint step-1 ({step}) recorded it with sha256 "
+            "0000000000000000…",
+            "data.json or the checkpoint's manifest.json was edited since the run wrote them",
+        )
+        capsys.readouterr()
+        refused(["export", str(run), "--out", "o3"], tmp_path, capsys, said)
     finally:
         sys.modules.pop(name, None)
 
