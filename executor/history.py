@@ -17,13 +17,22 @@ from pathlib import Path
 
 from executor.checkpoint import (
     check_manifest_layers,
+    check_sums_measured,
     checkpoints_written,
     folder_manifest,
     kept_manifest,
     manifest_path,
 )
 from pipeplan.errors import InputFileError
-from pipeplan.formats import STEP_RECORDS, CheckpointManifest, EpochRecord, PhaseRecord, RunConfig
+from pipeplan.formats import (
+    STEP_RECORDS,
+    CheckpointManifest,
+    EpochRecord,
+    PhaseRecord,
+    Profile,
+    RunConfig,
+    load,
+)
 from pipeplan.formats.base import first_difference, read_input
 from pipeplan.formats.run import torn_tail
 
@@ -104,6 +113,7 @@ def check_manifest_records(
     # The layers it names are the model's, which the layout of its phase spans (the model is
     # not built to read a run): `check_position`'s, for report and calibrate too.
     check_manifest_layers(manifest, phase.layout.boundaries[-1], where)
+    check_sums_profiled(manifest, phase, run_dir, where)
     phases = [r for r in records if isinstance(r, PhaseRecord) and r.phase <= manifest.phase]
     check_run_ends_recorded(manifest, phases, where)
     decisions = gradient_decisions(manifest, phases, cfg)
@@ -116,6 +126,31 @@ def check_manifest_records(
             f"{cfg.freeze} {made} {manifest.step} (one entry each)"
         )
     check_history_recorded(manifest, records, phases, cfg, where)
+
+
+def check_sums_profiled(
+    manifest: CheckpointManifest, phase: PhaseRecord, run_dir: Path, where: Path
+) -> None:
+    """grad_norm_sums holds every active layer with parameters (`check_sums_measured`, the
+    rule export and resume hold it to with the model built), the layers with parameters
+    taken from the profile that priced the checkpoint's phase: its params are the model
+    config's (`Profile` holds them so). step-30's sum of layer 9 deleted was reported and
+    calibrated from, while export and resume refused it (the sixty-first round). A profile
+    that is not there, or of another number of layers, is `check_priced_profiles`'s to name.
+
+        check_sums_profiled(manifest, phase, run_dir, where)   # "…: grad_norm_sums: layer 9 …"
+    """
+    name = phase.pricing.profile
+    if Path(name).name != name or not (run_dir / name).is_file():
+        return
+    layers = load(Profile, run_dir / name).layers
+    if len(layers) != phase.layout.boundaries[-1]:
+        return
+
+    def refuse(field: str, why: str) -> None:
+        raise InputFileError(f"{where}: {field}: {why}")
+
+    check_sums_measured(manifest, [layer.params > 0 for layer in layers], refuse)
 
 
 def check_step_in_epoch(manifest: CheckpointManifest, records: list, where: Path) -> None:

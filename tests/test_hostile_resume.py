@@ -352,6 +352,41 @@ def test_every_command_holds_every_field_of_an_older_manifest_to_the_run(
     assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
 
 
+# The data's facts, which a run of built-in data (no data.json) records none of.
+FACTS = {"train_samples": 5, "eval_samples": 359, "num_labels": 10}
+FACTS |= {"padded": False, "augmented": False}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "command, case",
+    [(c, "sum") for c in ("report", "calibrate")] + [(c, "facts") for c in ("export", "resume")],
+)
+def test_an_older_manifest_is_held_to_the_latests_rules_by_every_command(
+    mid_epoch_run, tmp_path, capsys, command, case
+):
+    """Found by the sixty-first round: step-2's manifest without the sum of layer 9 (active,
+    with parameters) was reported and calibrated from, which export and resume refused (the
+    rule needed the model, which only they build); and step-2's data_facts added in a run
+    of built-in data (no data.json) was exported and resumed from, though the latest
+    manifest's were refused. report and calibrate take the layers with parameters from the
+    profile, and export and resume hold every kept manifest to data.json as the latest."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    assert not (run / "data.json").exists()
+    path = run / "checkpoints" / "step-2" / "manifest.json"
+    doc = json.loads(path.read_text())
+    if case == "sum":
+        doc["grad_norm_sums"] = _without_layer_9(doc)
+        fragment = "grad_norm_sums: layer 9 is missing, but grad_norm_steps is 2"
+    else:
+        doc["data_facts"] = FACTS
+        fragment = f"data.json: no such file, but checkpoint step-2 ({path}) recorded 5 training"
+    path.write_text(json.dumps(doc))
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, (str(path), fragment))
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
+
+
 # 1 rank, 1 epoch of 4 steps, --freeze auto deciding every 2 steps, a checkpoint each step:
 # step-3 (its history the decision at step 2, which no record holds) and the final step-4 kept.
 EVERY_2_STEPS = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "4"]
