@@ -110,6 +110,7 @@ def check_manifest_records(
                 f"recorded step {last.step} in epoch {last.epoch}"
             )
         check_step_in_epoch(manifest, records, where)
+    check_within_epochs(manifest, records, where)
     # The layers it names are the model's, which the layout of its phase spans (the model is
     # not built to read a run): `check_position`'s, for report and calibrate too.
     check_manifest_layers(manifest, phase.layout.boundaries[-1], where)
@@ -126,6 +127,38 @@ def check_manifest_records(
             f"{cfg.freeze} {made} {manifest.step} (one entry each)"
         )
     check_history_recorded(manifest, records, phases, cfg, where)
+
+
+def check_within_epochs(manifest: CheckpointManifest, records: list, where: Path) -> None:
+    """The checkpoint is a position of the run its config describes: before its last epoch's
+    end (config.epochs at least its epoch + 1), or that end itself, its run's final one, which
+    the records go past only where they record a resume there (a run ends at its final
+    checkpoint; --resume adds epochs). An older checkpoint's config.epochs of 2 six steps into
+    epoch 2 (a final checkpoint in mid-epoch, no resume recorded) was read by every command,
+    and resumed from (the sixty-first round).
+
+        check_within_epochs(manifest, records, where)   # "…: config.epochs: 2, but …"
+    """
+    epochs, epoch, step = manifest.config.epochs, manifest.epoch, manifest.step
+    into = manifest.step_in_epoch
+    if epoch > epochs or (epoch == epochs and into > 0):
+        end = (step - into) // epoch * epochs  # epoch > 0: epochs is ≥ 1
+        raise InputFileError(
+            f"{where}: config.epochs: {epochs}, but the checkpoint is at step {step}, {into} "
+            f"step{'s' * (into != 1)} into epoch {epoch} (counted from 0): past the end of a "
+            f"run of {epochs} epochs (step {end}, its final checkpoint)"
+        )
+    if epoch < epochs:
+        return
+    resumed = any(
+        isinstance(r, PhaseRecord) and r.resumed and r.start_step == step for r in records
+    )
+    if not resumed and any(isinstance(r, STEP_RECORDS) and r.step >= step for r in records):
+        raise InputFileError(
+            f"{where}: config.epochs: {epochs} makes step {step} (epoch {epoch}'s start) its "
+            f"run's final checkpoint, but run.jsonl records step {step} and later without a "
+            "resume there; --resume is the one way a run goes past its end"
+        )
 
 
 def check_sums_profiled(

@@ -4051,6 +4051,43 @@ def test_a_sparse_checkpoint_file_the_manifest_agrees_with_is_passed_over_unhash
     assert took < 60, took  # hashing the 20 GiB took minutes
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
+def test_an_older_manifest_past_its_own_configs_end_is_refused(
+    two_kept_run, tmp_path, capsys, command
+):
+    """Found by the sixty-first round: step-4's manifest (1 step into epoch 1) with its
+    config.epochs edited to 1, a final checkpoint in mid-epoch with no resume recorded, was
+    reported, calibrated, exported and resumed from (exit 0). A checkpoint's config.epochs
+    is at least its epoch + 1, or its epoch at that epoch's start (its run's final one)."""
+    run = copy_run(two_kept_run, tmp_path)
+    path = run / "checkpoints" / "step-4" / "manifest.json"
+    doc = json.loads(path.read_text())
+    assert (doc["epoch"], doc["step_in_epoch"], doc["config"]["epochs"]) == (1, 1, 2)
+    doc["config"]["epochs"] = 1
+    path.write_text(json.dumps(doc))
+    said = "config.epochs: 1, but the checkpoint is at step 4, 1 step into epoch 1 (counted "
+    said += "from 0): past the end of a run of 1 epochs (step 3, its final checkpoint)"
+    refused(_two_kept_commands(run, tmp_path)[command], tmp_path, capsys, (f"{path}: {said}",))
+
+
+def test_a_final_checkpoint_the_records_go_past_without_a_resume_is_refused(
+    boundary_run, tmp_path, capsys
+):
+    """Found by the sixty-first round (its general rule): step-5's manifest (epoch 1's
+    start) with config.epochs 1 is its run's final checkpoint, but run.jsonl records the
+    steps after it and no resume there: the run cannot have gone on. Refused as that, not
+    as the gradient decisions it then seems to lack."""
+    run = copy_run(boundary_run, tmp_path)
+    path = run / "checkpoints" / f"step-{EPOCH}" / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc["config"]["epochs"] = 1
+    path.write_text(json.dumps(doc))
+    said = f"config.epochs: 1 makes step {EPOCH} (epoch 1's start) its run's final checkpoint"
+    refused(["report", str(run)], tmp_path, capsys, (f"{path}: {said}", "without a resume"))
+
+
 @pytest.mark.timeout(120)
 def test_a_checkpoint_archive_of_too_many_entries_is_passed_over_unread(
     two_kept_run, tmp_path, capsys, monkeypatch
