@@ -2222,22 +2222,53 @@ def test_a_finished_run_resumed_at_an_epochs_end_is_extended_and_checked(
 def test_a_summary_of_the_end_a_resume_continued_from_is_read(boundary_resumed, tmp_path, capsys):
     """A summary of fewer steps than the records is one written at the end a resume then
     continued from (a resume killed before its own end leaves it): read, as long as run.jsonl
-    records that resume at its step; any other count is refused. One of as many steps but
-    other totals is the end before a resume from an older checkpoint ran the steps again
-    (test_checkpoint's mid-epoch resume): read, where run.jsonl records that resume."""
+    records that resume at its step, and held to the records before it; any other count is
+    refused. Found by the sixty-first round: one of as many steps but other totals was read
+    too, where run.jsonl records a resume (taken for the end before a resume from an older
+    checkpoint ran the steps again, whose summary that resume now drops): a resumed run's
+    summary is every field of its records' (or of the end's before the resume)."""
+    from pipeplan.formats import RunConfig, load, read_records
+    from pipeplan.report import run_summary
+
     run = copy_run(boundary_resumed, tmp_path)
     resumed = [r["start_step"] for r in _lines(run) if r["kind"] == "phase" and r["resumed"]]
     assert resumed == [EPOCH]
     summary = run / "summary.json"
     doc = json.loads(summary.read_text())
+    fragment = f"{summary}: total_s is {doc['total_s'] * 2}, but {run / 'run.jsonl'} makes it"
     summary.write_text(json.dumps({**doc, "total_s": doc["total_s"] * 2}))
-    assert cli.main(["report", str(run)]) == 0, capsys.readouterr().err
-    summary.write_text(json.dumps({**doc, "steps": EPOCH}))
+    refused(["report", str(run)], tmp_path, capsys, fragment)
+    records = read_records(run / "run.jsonl")
+    cut = next(i for i, r in enumerate(records) if getattr(r, "resumed", False))
+    earlier = run_summary(load(RunConfig, run / "run.json"), records[:cut]).model_dump()
+    assert earlier["steps"] == EPOCH
+    summary.write_text(json.dumps(earlier))
     assert cli.main(["report", str(run)]) == 0, capsys.readouterr().err
     capsys.readouterr()
+    summary.write_text(json.dumps({**earlier, "total_s": earlier["total_s"] + 1}))
+    refused(["report", str(run)], tmp_path, capsys, f"{summary}: total_s is ")
     summary.write_text(json.dumps({**doc, "steps": EPOCH - 1}))
     fragment = f"{summary}: steps is {EPOCH - 1}, but {run / 'run.jsonl'} records {2 * EPOCH}"
     refused(["report", str(run)], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_a_resumed_runs_records_are_held_to_its_summary(
+    boundary_resumed, tmp_path, capsys, command
+):
+    """Found by the sixty-first round: in a resumed run, phase 0's transition_s raised to
+    10^6 s in run.jsonl was reported ("training 1000021.8 s" of a 22 s run) and calibrated
+    from: summary.json, which the run wrote from its records, was held to them only without
+    a resume. It is held in every field now: one line naming both files."""
+    run = copy_run(boundary_resumed, tmp_path)
+    lines = _lines(run)
+    next(r for r in lines if r["kind"] == "phase")["transition_s"] = 1e6
+    _rewrite(run, lines)
+    total = json.loads((run / "summary.json").read_text())["total_s"]
+    fragment = f"{run / 'summary.json'}: total_s is {total!r}, but {run / 'run.jsonl'} makes it "
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, fragment)
 
 
 @pytest.mark.multiprocess
