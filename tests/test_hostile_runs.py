@@ -3549,3 +3549,26 @@ def test_a_file_size_limit_below_a_checkpoint_is_refused_before_training(tmp_pat
     assert said in done.stderr and "an optimizer.pt of about 13.1 MiB" in done.stderr
     assert "(1,590,666 parameters, 8 bytes each: AdamW's two moments)" in done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_transition_within_an_epoch_is_held_to_its_epochs_time(tmp_path, capsys):
+    """Found by the sixty-first round: a phase's measured transition_s raised to 10^6 s was
+    reported wherever summary.json did not hold it (a resumed run's, or none). A transition
+    within an epoch (--freeze-every) runs on the epoch's clock: at most its epoch_s."""
+    argv = ["run", "--nproc", "1", "--epochs", "2", "--max-steps-per-epoch", "4"]
+    argv += ["--freeze", "auto", "--alpha", "0.9", "--freeze-every", "1"]
+    assert cli.main([*argv, "--name", "mid", "--runs-dir", str(tmp_path)]) == 0
+    run = tmp_path / "mid"
+    assert cli.main(["report", str(run)]) == 0  # as the run wrote it: read
+    capsys.readouterr()
+    lines = _lines(run)
+    phase = next(r for r in lines if r["kind"] == "phase" and r["start_step"] % 4)
+    epoch = next(r for r in lines if r["kind"] == "epoch" and r["epoch"] == phase["start_epoch"])
+    phase["transition_s"] = epoch["epoch_s"] * 2
+    _rewrite(run, lines)
+    (run / "summary.json").unlink()
+    said = f"phase {phase['phase']}: transition_s {phase['transition_s']!r}, but it was entered "
+    said += f"within epoch {epoch['epoch']} (at step {phase['start_step']}), all of which took"
+    refused(["report", str(run)], tmp_path, capsys, (f"{run / 'run.jsonl'}:", said))
