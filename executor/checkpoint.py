@@ -1168,30 +1168,39 @@ def _unmeasured(norms: dict[str, float], frozen_layers: int, layers: nn.ModuleLi
     return None
 
 
-def _check_sums_measured(
-    manifest: CheckpointManifest, layers: nn.ModuleList, refuse: Callable[[str, str], None]
+def check_sums_measured(
+    manifest: CheckpointManifest, with_params: list[bool], refuse: Callable[[str, str], None]
 ) -> None:
     """With steps summed, grad_norm_sums holds exactly the active layers that have parameters
     (from frozen_layers to the head): a sum left out was resumed as zero and the epoch's
     mean gradient norms differed from the uninterrupted run's (twenty-third round).
+    `with_params`: per layer of the model, whether it has parameters: the model's own
+    (`has_parameters`, export and resume) or its profile's params (report and calibrate,
+    which build no model: `executor.history.check_manifest_records`), so that every command
+    holds every kept manifest to the one rule (the sixty-first round).
 
-        _check_sums_measured(manifest, seq.layers, refuse)   # refuse(field, why) raises
+        check_sums_measured(manifest, has_parameters(seq.layers), refuse)   # refuse raises
     """
     if not manifest.grad_norm_steps:
         return  # none summed: the manifest's own validator holds the sums empty
-    active = range(manifest.frozen_layers, len(layers))
-    measured = {str(i) for i in active if any(True for _ in layers[i].parameters())}
+    active = range(manifest.frozen_layers, len(with_params))
+    measured = {str(i) for i in active if with_params[i]}
     missing = next((i for i in active if str(i) in measured - set(manifest.grad_norm_sums)), None)
     if missing is not None:
         refuse(
             "grad_norm_sums",
             f"layer {missing} is missing, but grad_norm_steps is {manifest.grad_norm_steps}: "
             f"every active layer with parameters (of {manifest.frozen_layers}.."
-            f"{len(layers) - 1}) has a sum",
+            f"{len(with_params) - 1}) has a sum",
         )
     extra = next((k for k in manifest.grad_norm_sums if k not in measured), None)
     if extra is not None:
         refuse("grad_norm_sums", f"layer {extra}, but it has no parameters and no gradient norm")
+
+
+def has_parameters(layers: nn.ModuleList) -> list[bool]:
+    """`has_parameters(seq.layers)` → [True, …]: per layer, whether it has parameters."""
+    return [any(True for _ in layer.parameters()) for layer in layers]
 
 
 def check_manifest_layers(manifest: CheckpointManifest, num_layers: int, where: Path) -> None:
@@ -1276,7 +1285,7 @@ def check_position(
                 f"layer {missing} is missing; every active layer ({first}..{num_layers - 1}) "
                 "has a norm",
             )
-    _check_sums_measured(manifest, layers, refuse)
+    check_sums_measured(manifest, has_parameters(layers), refuse)
     if manifest.layout is not None and manifest.world_size == cfg.nproc:
         try:
             manifest.layout.check(num_layers, cfg.nproc)

@@ -17,13 +17,22 @@ from pathlib import Path
 
 from executor.checkpoint import (
     check_manifest_layers,
+    check_sums_measured,
     checkpoints_written,
     folder_manifest,
     kept_manifest,
     manifest_path,
 )
 from pipeplan.errors import InputFileError
-from pipeplan.formats import STEP_RECORDS, CheckpointManifest, EpochRecord, PhaseRecord, RunConfig
+from pipeplan.formats import (
+    STEP_RECORDS,
+    CheckpointManifest,
+    EpochRecord,
+    PhaseRecord,
+    Profile,
+    RunConfig,
+    load,
+)
 from pipeplan.formats.base import first_difference, read_input
 from pipeplan.formats.run import torn_tail
 
@@ -101,9 +110,11 @@ def check_manifest_records(
                 f"recorded step {last.step} in epoch {last.epoch}"
             )
         check_step_in_epoch(manifest, records, where)
+    check_within_epochs(manifest, records, where)
     # The layers it names are the model's, which the layout of its phase spans (the model is
     # not built to read a run): `check_position`'s, for report and calibrate too.
     check_manifest_layers(manifest, phase.layout.boundaries[-1], where)
+    check_sums_profiled(manifest, phase, run_dir, where)
     phases = [r for r in records if isinstance(r, PhaseRecord) and r.phase <= manifest.phase]
     check_run_ends_recorded(manifest, phases, where)
     decisions = gradient_decisions(manifest, phases, cfg)
@@ -116,6 +127,63 @@ def check_manifest_records(
             f"{cfg.freeze} {made} {manifest.step} (one entry each)"
         )
     check_history_recorded(manifest, records, phases, cfg, where)
+
+
+def check_within_epochs(manifest: CheckpointManifest, records: list, where: Path) -> None:
+    """The checkpoint is a position of the run its config describes: before its last epoch's
+    end (config.epochs at least its epoch + 1), or that end itself, its run's final one, which
+    the records go past only where they record a resume there (a run ends at its final
+    checkpoint; --resume adds epochs). An older checkpoint's config.epochs of 2 six steps into
+    epoch 2 (a final checkpoint in mid-epoch, no resume recorded) was read by every command,
+    and resumed from (the sixty-first round).
+
+        check_within_epochs(manifest, records, where)   # "…: config.epochs: 2, but …"
+    """
+    epochs, epoch, step = manifest.config.epochs, manifest.epoch, manifest.step
+    into = manifest.step_in_epoch
+    if epoch > epochs or (epoch == epochs and into > 0):
+        end = (step - into) // epoch * epochs  # epoch > 0: epochs is ≥ 1
+        raise InputFileError(
+            f"{where}: config.epochs: {epochs}, but the checkpoint is at step {step}, {into} "
+            f"step{'s' * (into != 1)} into epoch {epoch} (counted from 0): past the end of a "
+            f"run of {epochs} epochs (step {end}, its final checkpoint)"
+        )
+    if epoch < epochs:
+        return
+    resumed = any(
+        isinstance(r, PhaseRecord) and r.resumed and r.start_step == step for r in records
+    )
+    if not resumed and any(isinstance(r, STEP_RECORDS) and r.step >= step for r in records):
+        raise InputFileError(
+            f"{where}: config.epochs: {epochs} makes step {step} (epoch {epoch}'s start) its "
+            f"run's final checkpoint, but run.jsonl records step {step} and later without a "
+            "resume there; --resume is the one way a run goes past its end"
+        )
+
+
+def check_sums_profiled(
+    manifest: CheckpointManifest, phase: PhaseRecord, run_dir: Path, where: Path
+) -> None:
+    """grad_norm_sums holds every active layer with parameters (`check_sums_measured`, the
+    rule export and resume hold it to with the model built), the layers with parameters
+    taken from the profile that priced the checkpoint's phase: its params are the model
+    config's (`Profile` holds them so). step-30's sum of layer 9 deleted was reported and
+    calibrated from, while export and resume refused it (the sixty-first round). A profile
+    that is not there, or of another number of layers, is `check_priced_profiles`'s to name.
+
+        check_sums_profiled(manifest, phase, run_dir, where)   # "…: grad_norm_sums: layer 9 …"
+    """
+    name = phase.pricing.profile
+    if Path(name).name != name or not (run_dir / name).is_file():
+        return
+    layers = load(Profile, run_dir / name).layers
+    if len(layers) != phase.layout.boundaries[-1]:
+        return
+
+    def refuse(field: str, why: str) -> None:
+        raise InputFileError(f"{where}: {field}: {why}")
+
+    check_sums_measured(manifest, [layer.params > 0 for layer in layers], refuse)
 
 
 def check_step_in_epoch(manifest: CheckpointManifest, records: list, where: Path) -> None:

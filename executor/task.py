@@ -884,7 +884,11 @@ def _export(
     # sums, its position), the model in hand (twenty-sixth round).
 
     def position(older: CheckpointManifest) -> None:
-        check_position(older, cfg, samples, seq.layers, manifest_path(run_dir, older))
+        where = manifest_path(run_dir, older)
+        check_position(older, cfg, samples, seq.layers, where)
+        # data.json as it saw it, as the one read: facts added to an older manifest of a
+        # run of built-in data (no data.json) passed (the sixty-first round).
+        check_data_kept(run_dir, older, where)
 
     check_older_manifests(manifest, records, run_dir, cfg, position)
     # The records against metrics.csv and summary.json, as resume, report and calibrate hold

@@ -67,6 +67,7 @@ from pipeplan.formats import (
 )
 from pipeplan.formats.base import TooLargeToRead, first_error
 from pipeplan.formats.profile import (
+    MAX_FIT_ERROR,
     MAX_FITTED_BANDWIDTH,
     MIN_SCALE,
     MIN_STEADY_STEPS,
@@ -1032,13 +1033,6 @@ def check_off_the_floor(
             "profile is likely of another device: profile the device the runs ran on "
             "(pipeplan profile) and calibrate that profile"
         )
-
-
-# The most a fit's median step-time error may be: 10× what real fits show (median 4.7–5.1 %
-# over 33 runs of a model, BENCHMARKS.md's Fidelity; the raw profile's own 9.5 %) and about
-# twice their worst single phase (27 %). Past it the fitted terms sit on their bounds (the
-# runs faster than any within them can price) and price the runs' own steps ×1.5 or more off.
-MAX_FIT_ERROR = 0.5
 
 
 def check_fits_its_runs(run_dirs: list[str | Path], fit: Calibration, signed: float) -> None:

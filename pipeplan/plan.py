@@ -432,10 +432,17 @@ def _over_the_schedule(
         per_search, most = per_search * WIDENING_ROUNDS_GROW, most * WIDENING_ROUNDS_GROW
     if best_total >= greedy_total * (1 - BEAT_MARGIN):
         return greedy  # ties keep the phase-by-phase plan, as `pipeplan run` would decide it
+    # The phase-by-phase search's runner-ups but the layout chosen instead of its best: a
+    # plan lists each other layout once (`Plan._layouts_run`).
     return [
-        (start, epochs, replace(choice, runner_ups=greedy_choice.runner_ups))
+        (start, epochs, replace(choice, runner_ups=_others(greedy_choice.runner_ups, choice)))
         for (start, epochs, greedy_choice), choice in zip(greedy, chosen, strict=True)
     ]
+
+
+def _others(runner_ups: list[Evaluation], choice: _Choice) -> list[Evaluation]:
+    """`runner_ups` but `choice`'s layout: `_others(greedy.runner_ups, chosen)`."""
+    return [e for e in runner_ups if e.layout != choice.layout]
 
 
 # The schedule-wide choice's widening (`_widened`). It runs unless the plan is proven within
@@ -935,7 +942,18 @@ def check_plan_prices(plan: Plan, profile: Profile, where: str) -> None:
         # a chosen 35.6 ms was run and copied into the run).
         for r, other in enumerate(phase.runner_ups):
             # The steady step its layout prices to on the plan's cluster, as the solver scored it.
-            price = _r(model.evaluate(other.layout, record=False).step_s)
+            evaluation = model.evaluate(other.layout, record=False)
+            # And it fits, as the phase's stages do (the solver keeps only layouts that fit):
+            # one of 165 MB on a 100 MiB device passed (the sixty-first round).
+            if not evaluation.fits:
+                memory = plan.inputs.cluster.device_memory_bytes
+                s, need = max(enumerate(evaluation.stages), key=lambda e: e[1].memory_bytes)
+                raise BadArgumentError(
+                    f"{where}: phase {i}: runner_ups[{r}].layout ({other.layout.label()}) needs "
+                    f"{need.memory_bytes} bytes on its stage {s}, over "
+                    f"inputs.cluster.device_memory_bytes {memory}; {redo}"
+                )
+            price = _r(evaluation.step_s)
             if not math.isclose(other.step_s, price, rel_tol=PRICE_REL_TOL, abs_tol=1e-12):
                 raise BadArgumentError(
                     f"{where}: phase {i}: runner_ups[{r}].step_s {other.step_s!r} is not what "

@@ -119,12 +119,11 @@ SUMMARY_TOLERANCE_REL = 1e-9
 def check_summary(run_dir: Path, config: RunConfig, records: list) -> None:
     """summary.json, when the run has one, is what the run wrote at an end from its records
     and run.json (`report.run_summary`): its name run.json's; and when it sums up these
-    records (as many steps) every field, each phase's included, but where run.jsonl records
-    a resume: then its final_eval_accuracy and the phases that ended before the resume (a
-    summary of as many steps may be that of the end before a resume from an older checkpoint
-    ran them again). A summary of fewer or more steps is one written at an earlier end,
-    before a resume that run.jsonl records at that step (a resume killed since, or one from
-    an older checkpoint that rewrote the records after it). steps 7 and name "other" in a
+    records, or those of an earlier end a resume continued from (`_ends_summed`), every
+    field, each phase's included, a resumed run's too. A summary of fewer or more steps
+    than the records is one written at an earlier end, before a resume that run.jsonl
+    records at that step (a resume killed since, or one from an older checkpoint that
+    rewrote the records after it: then held to nothing more). steps 7 and name "other" in a
     6-step run r1's summary were reported, exported and calibrated from (twenty-fourth
     round). InputFileError naming both files.
 
@@ -146,10 +145,13 @@ def check_summary(run_dir: Path, config: RunConfig, records: list) -> None:
     expected = run_summary(config, records)
     if summary.steps != expected.steps:
         _check_earlier_end(path, summary.steps, expected.steps, records, run_dir)
-        return
     records_file = run_dir / "run.jsonl"
     epochs = [r for r in records if isinstance(r, EpochRecord)]
-    if epochs and not _close(summary.final_eval_accuracy, expected.final_eval_accuracy):
+    if (
+        summary.steps == expected.steps
+        and epochs
+        and not _close(summary.final_eval_accuracy, expected.final_eval_accuracy)
+    ):
         # Named as the other fields are, summary.json first (the fifty-eighth round: its edit
         # was blamed on run.jsonl).
         raise InputFileError(
@@ -158,23 +160,48 @@ def check_summary(run_dir: Path, config: RunConfig, records: list) -> None:
             f"{epochs[-1].epoch}: eval_accuracy {expected.final_eval_accuracy!r}; the run wrote "
             "summary.json from its records: one of the two files was changed since)"
         )
-    have, want = summary.model_dump(), expected.model_dump()
-    phases = [r for r in records if isinstance(r, PhaseRecord)]
-    rerun = min((p.start_step for p in phases if p.resumed), default=None)
-    if rerun is not None:
-        # A resume at that step ran the steps after it again or on: the summary may be the
-        # one written at an earlier end of as many steps (a resume of a finished run from an
-        # older checkpoint), its totals and later phases other measurements. The phases that
-        # ended before the resume are records it never rewrote: held still.
-        kept = next((i for i, p in enumerate(phases[1:]) if p.start_step >= rerun), 0)
-        have, want = ({"phases": doc["phases"][:kept]} for doc in (have, want))
-    field = _first_field_differing(have, want)
-    if field is not None:
-        name, have, want = field
-        raise InputFileError(
-            f"{path}: {name} is {_cut(have)}, but {records_file} makes it {_cut(want)} (the run "
-            "wrote summary.json from its records: one of the two files was changed since)"
-        )
+    ends = _ends_summed(config, records, summary.steps, expected)
+    if not ends:
+        return  # records a resume from an older checkpoint rewrote (`_check_earlier_end`)
+    have = summary.model_dump()
+    differ = [_first_field_differing(have, end.model_dump()) for end in ends]
+    if None in differ:
+        return
+    # Named against the end of as many phases, else the records' last end.
+    field = next(
+        (d for d, e in zip(differ, ends, strict=True) if len(e.phases) == len(summary.phases)), None
+    )
+    name, have, want = field or differ[0]
+    raise InputFileError(
+        f"{path}: {name} is {_cut(have)}, but {records_file} makes it {_cut(want)} (the run "
+        "wrote summary.json from its records: one of the two files was changed since)"
+    )
+
+
+def _ends_summed(
+    config: RunConfig, records: list, steps: int, expected: RunSummary
+) -> list[RunSummary]:
+    """The summaries the run wrote, from `records`, at an end of `steps` steps: at the
+    records' own end when they hold as many steps, and at an end a resume continued from
+    (the records before each phase resumed at that step: a resume that has trained no step
+    yet, or one for more epochs). A resume rewrites no record before its checkpoint, and
+    drops a summary of steps it runs again (`executor.records.Recorder.truncate`), so each is
+    every field of the summary, in a resumed run too: the resume switched the check off, and
+    a transition_s of 10^6 s in the records of a 22 s run was reported and calibrated from
+    (the sixty-first round). None: records rewritten after that end (`_check_earlier_end`).
+    `expected`: the records' own summary (`report.run_summary`).
+
+        _ends_summed(config, records, summary.steps, run_summary(config, records))
+    """
+    from pipeplan.report import run_summary  # it imports this module
+
+    ends = [expected] if expected.steps == steps else []
+    for i, record in enumerate(records):
+        if isinstance(record, PhaseRecord) and record.resumed and record.start_step == steps:
+            before = records[:i]
+            if sum(isinstance(r, STEP_RECORDS) for r in before) == steps:
+                ends.append(run_summary(config, before))
+    return ends
 
 
 def _check_earlier_end(path: Path, steps: int, recorded: int, records: list, run_dir: Path) -> None:

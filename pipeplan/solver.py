@@ -1567,12 +1567,13 @@ class PhaseSearch:
         # partition solves; the message must not take longer than the search did.
         smallest, checked, pairs = self.smallest_peak_memory_bytes(shapes, MESSAGE_BUDGET_S)
         what = "with the pinned layout" if self.pins != Pins() else "even spread over all devices"
+        least, has = _sizes_apart(smallest, self.cluster.device_memory_bytes)
         if checked == pairs:
-            found = f"the smallest achievable per-device memory is {_gib(smallest)}"
+            found = f"the smallest achievable per-device memory is {least}"
         else:
             found = (
                 f"the smallest per-device memory of the {checked} layout shapes with the most "
-                f"stages (of {pairs}; the rest not checked) is {_gib(smallest)}"
+                f"stages (of {pairs}; the rest not checked) is {least}"
             )
         # A memory no flag gave is named by its source (seventeenth round: a profile's
         # device.memory_bytes of 1 read as "a device has 0.0 MiB", unexplained).
@@ -1585,16 +1586,14 @@ class PhaseSearch:
             # seventh round: "smallest achievable … is 7.99 GiB but a device has 10.00 GiB").
             found = (
                 "every layout priced peaks above a device's memory (the least a bound over "
-                f"stages gives, {_gib(smallest)}, leaves out what stages after frozen ones hold)"
+                f"stages gives, {least}, leaves out what stages after frozen ones hold)"
             )
             return (
-                f"the model does not fit {what}: {found}; a device has "
-                f"{_gib(self.cluster.device_memory_bytes)}{origin} "
+                f"the model does not fit {what}: {found}; a device has {has}{origin} "
                 "(use devices with more memory, more devices, or another micro-batch size)"
             )
         return (
-            f"the model does not fit {what}: {found} but a device has "
-            f"{_gib(self.cluster.device_memory_bytes)}{origin} "
+            f"the model does not fit {what}: {found} but a device has {has}{origin} "
             "(use devices with more memory, more devices, or another micro-batch size)"
         )
 
@@ -2084,6 +2083,19 @@ def _gib(nbytes: float) -> str:
     if nbytes >= 0.1 * (1 << 20):
         return f"{nbytes / (1 << 20):.1f} MiB"
     return f"{nbytes:,.0f} byte" + ("" if round(nbytes) == 1 else "s")
+
+
+def _sizes_apart(a: float, b: float) -> tuple[str, str]:
+    """`a` and `b` as `_gib` says them, each with its bytes where the two read alike: the
+    sixty-first round's "smallest achievable … is 79.2 MiB but a device has 79.2 MiB" (83,000,320
+    bytes against 83,000,319) read as a contradiction.
+
+        _sizes_apart(83_000_320, 83_000_319)   # ("79.2 MiB (83,000,320 bytes)", "79.2 MiB (…)")
+    """
+    first, second = _gib(a), _gib(b)
+    if first != second or "byte" in first:
+        return first, second
+    return f"{first} ({a:,.0f} bytes)", f"{second} ({b:,.0f} bytes)"
 
 
 def _min_max_memory(problem: PartitionProblem, pinned: tuple[int, ...] | None) -> float:

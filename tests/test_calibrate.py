@@ -151,9 +151,17 @@ def noisy(ranks: list[RankTimes], rng: np.random.Generator, sigma: float) -> lis
 
 def closing_record(lines: list, epoch: int, phase: int, frozen: int) -> EpochRecord:
     """The record closing `epoch`, whose steps are the last of `lines`, as the executor
-    writes it: its steps counted, its time theirs, their mean loss."""
+    writes it: its steps counted, its time theirs and that of the transitions within it
+    (its clock runs through them: the sixty-first round holds a record to that), their mean
+    loss."""
     steps = [r for r in lines if isinstance(r, StepRecord) and r.epoch == epoch]
-    epoch_s = sum(r.step_s for r in steps)
+    stepped, within = None, 0.0  # the epoch of the last step; the transitions within `epoch`
+    for record in lines:
+        if isinstance(record, StepRecord):
+            stepped = record.epoch
+        elif isinstance(record, PhaseRecord) and stepped == record.start_epoch == epoch:
+            within += record.transition_s
+    epoch_s = sum(r.step_s for r in steps) + within
     return EpochRecord(
         epoch=epoch,
         phase=phase,

@@ -659,6 +659,23 @@ SELF_CONTRADICTIONS = {
         ),
         ("phase 0: runner_ups[0].step_s 1e-06 is not what its layout", "prices to from the"),
     ),
+    # Sixty-first round: runner-ups the planner never lists (it keeps layouts that fit, each
+    # once, besides the phase's) passed `run --plan`.
+    "a runner-up that is its phase's layout": (
+        lambda doc: _runner_up(doc),
+        ("phase 0: runner_ups[0]: its layout (1x2 M=1 1f1b) is the phase's own",),
+    ),
+    "a runner-up listed twice": (
+        lambda doc: (_runner_up(doc, schedule="gpipe"), _ups(doc).append(_ups(doc)[0])),
+        ("phase 0: runner_ups[1]: its layout (1x2 M=1 gpipe) is runner_ups[0]'s",),
+    ),
+    "a runner-up that does not fit the devices": (
+        lambda doc: (
+            _runner_up(doc, rank_map=[[0]], micro_batches=1, micro_batch_size=64),
+            doc["inputs"]["cluster"].update(device_memory_bytes=_peak(doc)),
+        ),
+        ("phase 0: runner_ups[0].layout (1x1 M=1 1f1b) needs", "bytes on its stage 0, over "),
+    ),
     # Fifty-third round: 120,000 runner-ups took 47 s and 1.2 GB to read; the planner keeps 2.
     "ten thousand runner-ups": (
         lambda doc: (_runner_up(doc), doc["phases"][0].update(runner_ups=_ups(doc) * 10_000)),
@@ -745,6 +762,11 @@ def _runner_up(doc: dict, **changed) -> None:
     phase = doc["phases"][0]
     layout = {**phase["layout"], **changed}
     phase["runner_ups"] = [{"layout": layout, "step_s": phase["step_s"]}]
+
+
+def _peak(doc: dict) -> int:
+    """The most memory a stage of the plan's phases needs: the least its devices may have."""
+    return max(stage["memory_bytes"] for phase in doc["phases"] for stage in phase["stages"])
 
 
 def _one_epoch_phases(doc: dict, count: int) -> None:

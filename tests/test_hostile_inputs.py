@@ -638,6 +638,42 @@ def test_a_hand_edited_calibration_is_held_to_what_calibrate_writes(tmp_path, ca
     plan_refuses_profile(doc, ("profile.json: invalid profile", *fragments), tmp_path, capsys)
 
 
+# (document, what the message must name): CALIBRATED with one hand edit of the sixty-first
+# round, each of which preview, plan and run --profile took (exit 0).
+CALIBRATION61 = {
+    "a fit 146 % off": (
+        with_path(
+            with_path(CALIBRATED, ("calibration", "residual_median"), 1.46),
+            ("calibration", "residual_max"),
+            1.46,
+        ),
+        ("'calibration'", "residual_median 1.46 is past 50%, the most median step-time error"),
+    ),
+    "10^300 steps fitted": (
+        with_path(CALIBRATED, ("calibration", "steps_used"), 10**300),
+        ("'calibration'", "steps_used 1000", "is above 16777216, the most steps the run.jsonl"),
+    ),
+    "10^20 phases fitted": (
+        with_path(CALIBRATED, ("calibration", "phases_used"), 10**20),
+        ("'calibration'", "phases_used 100000000000000000000 is above 8388608, the most phases"),
+    ),
+    "a run named by nothing": (
+        with_path(CALIBRATED, ("calibration", "runs"), ["runs/a", ""]),
+        ("'calibration'", "runs[1] is empty: calibrate names each run directory it read"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CALIBRATION61)
+def test_a_calibration_calibrate_would_not_write_is_refused(tmp_path, capsys, case):
+    """Found by the sixty-first round: a calibration with a median error of 146 % (which
+    calibrate refuses to write, past MAX_FIT_ERROR), 10^300 steps or 10^20 phases fitted
+    (more than the runs' run.jsonl, at most 1 GiB each, can hold), or a run named by an empty
+    path was planned with, exit 0. Each is refused, naming the field."""
+    doc, fragments = CALIBRATION61[case]
+    plan_refuses_profile(doc, ("profile.json: invalid profile", *fragments), tmp_path, capsys)
+
+
 def _without(doc: dict, path: tuple) -> dict:
     """`doc` with the key at `path` deleted."""
     doc = json.loads(json.dumps(doc))

@@ -352,6 +352,41 @@ def test_every_command_holds_every_field_of_an_older_manifest_to_the_run(
     assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
 
 
+# The data's facts, which a run of built-in data (no data.json) records none of.
+FACTS = {"train_samples": 5, "eval_samples": 359, "num_labels": 10}
+FACTS |= {"padded": False, "augmented": False}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "command, case",
+    [(c, "sum") for c in ("report", "calibrate")] + [(c, "facts") for c in ("export", "resume")],
+)
+def test_an_older_manifest_is_held_to_the_latests_rules_by_every_command(
+    mid_epoch_run, tmp_path, capsys, command, case
+):
+    """Found by the sixty-first round: step-2's manifest without the sum of layer 9 (active,
+    with parameters) was reported and calibrated from, which export and resume refused (the
+    rule needed the model, which only they build); and step-2's data_facts added in a run
+    of built-in data (no data.json) was exported and resumed from, though the latest
+    manifest's were refused. report and calibrate take the layers with parameters from the
+    profile, and export and resume hold every kept manifest to data.json as the latest."""
+    run = copy_run(mid_epoch_run, tmp_path)
+    assert not (run / "data.json").exists()
+    path = run / "checkpoints" / "step-2" / "manifest.json"
+    doc = json.loads(path.read_text())
+    if case == "sum":
+        doc["grad_norm_sums"] = _without_layer_9(doc)
+        fragment = "grad_norm_sums: layer 9 is missing, but grad_norm_steps is 2"
+    else:
+        doc["data_facts"] = FACTS
+        fragment = f"data.json: no such file, but checkpoint step-2 ({path}) recorded 5 training"
+    path.write_text(json.dumps(doc))
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, (str(path), fragment))
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
+
+
 # 1 rank, 1 epoch of 4 steps, --freeze auto deciding every 2 steps, a checkpoint each step:
 # step-3 (its history the decision at step 2, which no record holds) and the final step-4 kept.
 EVERY_2_STEPS = ["--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "4"]
@@ -2187,22 +2222,53 @@ def test_a_finished_run_resumed_at_an_epochs_end_is_extended_and_checked(
 def test_a_summary_of_the_end_a_resume_continued_from_is_read(boundary_resumed, tmp_path, capsys):
     """A summary of fewer steps than the records is one written at the end a resume then
     continued from (a resume killed before its own end leaves it): read, as long as run.jsonl
-    records that resume at its step; any other count is refused. One of as many steps but
-    other totals is the end before a resume from an older checkpoint ran the steps again
-    (test_checkpoint's mid-epoch resume): read, where run.jsonl records that resume."""
+    records that resume at its step, and held to the records before it; any other count is
+    refused. Found by the sixty-first round: one of as many steps but other totals was read
+    too, where run.jsonl records a resume (taken for the end before a resume from an older
+    checkpoint ran the steps again, whose summary that resume now drops): a resumed run's
+    summary is every field of its records' (or of the end's before the resume)."""
+    from pipeplan.formats import RunConfig, load, read_records
+    from pipeplan.report import run_summary
+
     run = copy_run(boundary_resumed, tmp_path)
     resumed = [r["start_step"] for r in _lines(run) if r["kind"] == "phase" and r["resumed"]]
     assert resumed == [EPOCH]
     summary = run / "summary.json"
     doc = json.loads(summary.read_text())
+    fragment = f"{summary}: total_s is {doc['total_s'] * 2}, but {run / 'run.jsonl'} makes it"
     summary.write_text(json.dumps({**doc, "total_s": doc["total_s"] * 2}))
-    assert cli.main(["report", str(run)]) == 0, capsys.readouterr().err
-    summary.write_text(json.dumps({**doc, "steps": EPOCH}))
+    refused(["report", str(run)], tmp_path, capsys, fragment)
+    records = read_records(run / "run.jsonl")
+    cut = next(i for i, r in enumerate(records) if getattr(r, "resumed", False))
+    earlier = run_summary(load(RunConfig, run / "run.json"), records[:cut]).model_dump()
+    assert earlier["steps"] == EPOCH
+    summary.write_text(json.dumps(earlier))
     assert cli.main(["report", str(run)]) == 0, capsys.readouterr().err
     capsys.readouterr()
+    summary.write_text(json.dumps({**earlier, "total_s": earlier["total_s"] + 1}))
+    refused(["report", str(run)], tmp_path, capsys, f"{summary}: total_s is ")
     summary.write_text(json.dumps({**doc, "steps": EPOCH - 1}))
     fragment = f"{summary}: steps is {EPOCH - 1}, but {run / 'run.jsonl'} records {2 * EPOCH}"
     refused(["report", str(run)], tmp_path, capsys, fragment)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("command", ["report", "calibrate"])
+def test_a_resumed_runs_records_are_held_to_its_summary(
+    boundary_resumed, tmp_path, capsys, command
+):
+    """Found by the sixty-first round: in a resumed run, phase 0's transition_s raised to
+    10^6 s in run.jsonl was reported ("training 1000021.8 s" of a 22 s run) and calibrated
+    from: summary.json, which the run wrote from its records, was held to them only without
+    a resume. It is held in every field now: one line naming both files."""
+    run = copy_run(boundary_resumed, tmp_path)
+    lines = _lines(run)
+    next(r for r in lines if r["kind"] == "phase")["transition_s"] = 1e6
+    _rewrite(run, lines)
+    total = json.loads((run / "summary.json").read_text())["total_s"]
+    fragment = f"{run / 'summary.json'}: total_s is {total!r}, but {run / 'run.jsonl'} makes it "
+    refused(_commands(run, tmp_path)[command], tmp_path, capsys, fragment)
 
 
 @pytest.mark.multiprocess
@@ -4014,6 +4080,43 @@ def test_a_sparse_checkpoint_file_the_manifest_agrees_with_is_passed_over_unhash
     assert said in warned[0], warned
     assert warned[0].endswith("(corrupted or replaced); exporting the older step-4"), warned
     assert took < 60, took  # hashing the 20 GiB took minutes
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["report", "calibrate", "export", "resume"])
+def test_an_older_manifest_past_its_own_configs_end_is_refused(
+    two_kept_run, tmp_path, capsys, command
+):
+    """Found by the sixty-first round: step-4's manifest (1 step into epoch 1) with its
+    config.epochs edited to 1, a final checkpoint in mid-epoch with no resume recorded, was
+    reported, calibrated, exported and resumed from (exit 0). A checkpoint's config.epochs
+    is at least its epoch + 1, or its epoch at that epoch's start (its run's final one)."""
+    run = copy_run(two_kept_run, tmp_path)
+    path = run / "checkpoints" / "step-4" / "manifest.json"
+    doc = json.loads(path.read_text())
+    assert (doc["epoch"], doc["step_in_epoch"], doc["config"]["epochs"]) == (1, 1, 2)
+    doc["config"]["epochs"] = 1
+    path.write_text(json.dumps(doc))
+    said = "config.epochs: 1, but the checkpoint is at step 4, 1 step into epoch 1 (counted "
+    said += "from 0): past the end of a run of 1 epochs (step 3, its final checkpoint)"
+    refused(_two_kept_commands(run, tmp_path)[command], tmp_path, capsys, (f"{path}: {said}",))
+
+
+def test_a_final_checkpoint_the_records_go_past_without_a_resume_is_refused(
+    boundary_run, tmp_path, capsys
+):
+    """Found by the sixty-first round (its general rule): step-5's manifest (epoch 1's
+    start) with config.epochs 1 is its run's final checkpoint, but run.jsonl records the
+    steps after it and no resume there: the run cannot have gone on. Refused as that, not
+    as the gradient decisions it then seems to lack."""
+    run = copy_run(boundary_run, tmp_path)
+    path = run / "checkpoints" / f"step-{EPOCH}" / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc["config"]["epochs"] = 1
+    path.write_text(json.dumps(doc))
+    said = f"config.epochs: 1 makes step {EPOCH} (epoch 1's start) its run's final checkpoint"
+    refused(["report", str(run)], tmp_path, capsys, (f"{path}: {said}", "without a resume"))
 
 
 @pytest.mark.timeout(120)

@@ -3657,3 +3657,26 @@ def test_a_resumes_records_are_held_to_the_file_size_limit(tmp_path, monkeypatch
         "reach about 1.5 MiB by its end (1,000 steps more on 2 ranks, at most 866 bytes a "
         "step; it holds 700,000 bytes now): raise it (ulimit -f unlimited)"
     )
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_transition_within_an_epoch_is_held_to_its_epochs_time(tmp_path, capsys):
+    """Found by the sixty-first round: a phase's measured transition_s raised to 10^6 s was
+    reported wherever summary.json did not hold it (a resumed run's, or none). A transition
+    within an epoch (--freeze-every) runs on the epoch's clock: at most its epoch_s."""
+    argv = ["run", "--nproc", "1", "--epochs", "2", "--max-steps-per-epoch", "4"]
+    argv += ["--freeze", "auto", "--alpha", "0.9", "--freeze-every", "1"]
+    assert cli.main([*argv, "--name", "mid", "--runs-dir", str(tmp_path)]) == 0
+    run = tmp_path / "mid"
+    assert cli.main(["report", str(run)]) == 0  # as the run wrote it: read
+    capsys.readouterr()
+    lines = _lines(run)
+    phase = next(r for r in lines if r["kind"] == "phase" and r["start_step"] % 4)
+    epoch = next(r for r in lines if r["kind"] == "epoch" and r["epoch"] == phase["start_epoch"])
+    phase["transition_s"] = epoch["epoch_s"] * 2
+    _rewrite(run, lines)
+    (run / "summary.json").unlink()
+    said = f"phase {phase['phase']}: transition_s {phase['transition_s']!r}, but it was entered "
+    said += f"within epoch {epoch['epoch']} (at step {phase['start_step']}), all of which took"
+    refused(["report", str(run)], tmp_path, capsys, (f"{run / 'run.jsonl'}:", said))

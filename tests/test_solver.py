@@ -1413,3 +1413,22 @@ def test_the_smallest_memory_said_is_not_above_one_that_fits_under_bf16(tmp_path
     below = f"{float(said[1]) - 0.5:.1f}MiB"
     assert cli.main([*argv, "--device-memory", below, "--out", str(tmp_path / "b")]) == 2
     assert "does not fit" in capsys.readouterr().err
+
+
+def test_a_smallest_memory_that_rounds_as_the_devices_is_said_in_bytes(tmp_path, capsys):
+    """Found by the sixty-first round: at --device-memory 83000319B the refusal said "the
+    smallest achievable per-device memory is 79.2 MiB but a device has 79.2 MiB" (it needs
+    83,000,320 bytes: one more), which read as a contradiction. Where the two round alike,
+    each is said with its bytes; one byte more plans."""
+    import cli
+    from executor.planning import shipped_profile
+
+    profile = shipped_profile("bert-tiny", "cpu")
+    argv = ["plan", "--profile", str(profile), "--nodes", "2", "--devices-per-node", "4"]
+    argv += ["--global-batch", "64", "--samples", "640", "--epochs", "2"]
+    argv += ["--freeze-schedule", "1,1", "--out", str(tmp_path / "p.json")]
+    assert cli.main([*argv, "--device-memory", "83000319B"]) == 2
+    err = capsys.readouterr().err
+    said = "is 79.2 MiB (83,000,320 bytes) but a device has 79.2 MiB (83,000,319 bytes)"
+    assert said in err, err
+    assert cli.main([*argv, "--device-memory", "83000320B"]) == 0

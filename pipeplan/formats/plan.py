@@ -411,6 +411,16 @@ class Plan(Versioned):
                         f"{other.layout.global_batch} is not the plan's "
                         f"{self.inputs.global_batch}"
                     )
+                # Others than the phase's and each other's (`solve_phase` skips a layout it
+                # listed): the sixty-first round's copies of the chosen one passed.
+                seen = [phase.layout, *(o.layout for o in phase.runner_ups[:j])]
+                if other.layout in seen:
+                    which = seen.index(other.layout)
+                    same = "the phase's own" if which == 0 else f"runner_ups[{which - 1}]'s"
+                    raise ValueError(
+                        f"phase {i}: runner_ups[{j}]: its layout ({other.layout.label()}) is "
+                        f"{same}; the planner lists each other layout once"
+                    )
         for epoch, frozen in enumerate(self.inputs.freeze.frozen_layers):
             if frozen > num_layers - 1:
                 raise ValueError(

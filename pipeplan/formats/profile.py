@@ -16,6 +16,7 @@ from pipeplan.formats.base import (
     CONFIG_LIMIT,
     MAX_CONFIG_BYTES,
     MAX_COUNT,
+    MAX_FILE_BYTES,
     Bandwidth,
     Bytes,
     Count,
@@ -537,6 +538,23 @@ def fewest_steps_kept(measured: int = MIN_STEADY_STEPS) -> int:
     return measured // 2 + 1
 
 
+# The most a fit's median step-time error may be: 10× what real fits show (median 4.7–5.1 %
+# over 33 runs of a model, BENCHMARKS.md's Fidelity; the raw profile's own 9.5 %) and about
+# twice their worst single phase (27 %). Past it the fitted terms sit on their bounds (the
+# runs faster than any within them can price) and price the runs' own steps ×1.5 or more off.
+# `pipeplan calibrate` refuses such a fit (`calibrate.check_fits_its_runs`); a calibration
+# read is held to it (`Calibration`).
+MAX_FIT_ERROR = 0.5
+
+# The most steps calibrate can fit from one run: a run's records are read from a run.jsonl of
+# at most MAX_FILE_BYTES (1 GiB), where each step is a line of its own of at least 64 bytes
+# (a step record's required keys "step", "epoch", "phase", "step_s", "loss", "samples_per_s"
+# and "ranks" alone, quoted, each with a colon and a value, take 70): 16,777,216 steps. A
+# calibration's steps_used is at most that per run it names, and its phases_used at most those
+# steps over the fewest a fitted phase adds (`fewest_steps_kept`).
+MAX_STEPS_PER_RUN = MAX_FILE_BYTES // 64
+
+
 # The least compute scale `pipeplan calibrate` fits (its bound: scales stay positive); a
 # calibration's own scales are held to it (the fifty-ninth round: 1e-6 was planned with).
 MIN_SCALE = 1e-3
@@ -641,6 +659,24 @@ class Calibration(Strict):
                 f"runs {quoted(self.runs)} and phases_used {self.phases_used}: a calibration is "
                 "fitted from at least one phase of each run it names"
             )
+        # A run is a directory calibrate read: never named by nothing (the sixty-first round).
+        if "" in self.runs:
+            raise ValueError(
+                f"runs[{self.runs.index('')}] is empty: calibrate names each run directory it read"
+            )
+        # What the runs' records can hold (MAX_STEPS_PER_RUN): 10^300 steps "fitted" passed.
+        most, kept = MAX_STEPS_PER_RUN * len(self.runs), fewest_steps_kept()
+        records = f"the run.jsonl of {len(self.runs)} run{'s' * (len(self.runs) != 1)} can hold"
+        if self.steps_used > most:
+            raise ValueError(
+                f"steps_used {quoted(self.steps_used, 40)} is above {most}, the most steps "
+                f"{records} (at most {MAX_FILE_BYTES >> 30} GiB each, a step at least 64 bytes)"
+            )
+        if self.phases_used > most // kept:
+            raise ValueError(
+                f"phases_used {quoted(self.phases_used, 40)} is above {most // kept}, the most "
+                f"phases of at least {kept} steady steps {records}"
+            )
         # calibrate refuses a run given twice; written twice by hand, its phases count twice.
         spelled = [os.path.normpath(run) for run in self.runs]
         if len(set(spelled)) < len(spelled):
@@ -657,6 +693,14 @@ class Calibration(Strict):
                 f"phases_used {self.phases_used} can be fitted from: calibrate keeps at least "
                 f"{fewest_steps_kept()} steady steps of each phase it fits (of "
                 f"{MIN_STEADY_STEPS} measured, after {WARMUP_STEPS_PER_PHASE} warm-up)"
+            )
+        # calibrate refuses a fit past MAX_FIT_ERROR (`check_fits_its_runs`): one of 146 %
+        # written by hand was planned with, as trusted as any (the sixty-first round).
+        if self.residual_median > MAX_FIT_ERROR:
+            raise ValueError(
+                f"residual_median {self.residual_median!r} is past {MAX_FIT_ERROR:.0%}, the "
+                "most median step-time error of a fit `pipeplan calibrate` writes (calibrate "
+                "the runs again)"
             )
         if self.residual_median > self.residual_max:
             raise ValueError(

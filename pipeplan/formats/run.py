@@ -1144,6 +1144,7 @@ def check_records(
         elif isinstance(record, STEP_RECORDS):
             _check_rate(record, current, places[number])
             _check_cache_hits(record, current, places[number], empty)
+    _check_transitions_timed(records, places)
     finished: list[int] = []  # the epochs' frozen layers so far, as the forecasts continue them
     priced = _ForecastEpochs(config, attempt)
     for (epoch, phase, steps, at), made_by in zip(closed, attempts, strict=True):
@@ -1152,6 +1153,40 @@ def check_records(
         priced.check(epoch, made_by, at)
         if config is not None and epoch.forecast is not None:
             _check_continuations(epoch, epoch.forecast, config, at)
+
+
+def _check_transitions_timed(records: list, places: Sequence[str]) -> None:
+    """A transition within an epoch (its phase entered after a step of the same epoch, by
+    --freeze-every) ran on that epoch's clock (`executor.worker.Worker.train`): its
+    transition_s is at most the epoch's epoch_s, unless a resume later in the epoch
+    restarted that clock (the steps before a resume count by their recorded times alone).
+    A transition at an epoch's start, or a resume's, is timed outside every epoch: held
+    only by summary.json's total (`runfiles.check_summary`). A mid-epoch transition of
+    10^6 s was reported (the sixty-first round).
+
+        _check_transitions_timed(records, places)   # "run.jsonl:9: phase 2: transition_s …"
+    """
+    inside: list[tuple[PhaseRecord, int]] = []  # the open epoch's transitions on its clock
+    stepped: int | None = None  # the epoch of the last step
+    for number, record in enumerate(records):
+        if isinstance(record, PhaseRecord):
+            if record.resumed:
+                inside = []
+            elif stepped == record.start_epoch:
+                inside.append((record, number))
+        elif isinstance(record, STEP_RECORDS):
+            stepped = record.epoch
+        else:
+            for phase, at in inside:
+                if phase.start_epoch == record.epoch and phase.transition_s > record.epoch_s:
+                    raise InputFileError(
+                        f"{places[at]}: phase {phase.phase}: transition_s "
+                        f"{phase.transition_s!r}, but it was entered within epoch {record.epoch} "
+                        f"(at step {phase.start_step}), all of which took {record.epoch_s!r} s "
+                        f"(its epoch_s, {places[number]}): a transition within an epoch runs on "
+                        "its clock"
+                    )
+            inside = []
 
 
 class _Horizons:
