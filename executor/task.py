@@ -700,10 +700,19 @@ def check_data_kept(run_dir: Path, manifest: CheckpointManifest, where: Path) ->
     kept, facts = manifest.data_facts, record and record.facts
     if kept is None or facts == kept:
         return
-    if facts is None:
-        wrong, what = ("lacks facts", "edited") if record else ("no such file", "deleted")
+    if facts is None and record:
+        wrong = "lacks facts"
         said = ", ".join(_fact_words(kept, field) for field in list(FACT_WORDS)[:3])
-        blame = f"data.json was {what} since: restore data.json or start a new run"
+        blame = "data.json was edited since: restore data.json or start a new run"
+    elif facts is None:
+        # No data.json: deleted, or never written (built-in data reads no file, and its
+        # manifests hold no facts: the sixty-first round's were added by hand).
+        wrong = "no such file"
+        said = ", ".join(_fact_words(kept, field) for field in list(FACT_WORDS)[:3])
+        blame = (
+            "data.json was deleted or the checkpoint's manifest.json edited since the run "
+            "wrote them: restore the edited one or start a new run"
+        )
     else:
         # Two records of one fact, either of which a hand may have edited.
         field = next(f for f in FACT_WORDS if getattr(facts, f) != getattr(kept, f))
