@@ -537,7 +537,13 @@ print(json.dumps({"said": said, "left": left, "again": again, "handlers": handle
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize(
     "case, signame",
-    [("run", "SIGTERM"), ("prepare", "SIGUSR1"), ("export", "SIGHUP"), ("profile", "SIGTERM")],
+    [
+        ("run", "SIGTERM"),
+        ("export", "SIGHUP"),
+        # In `-m long`, for the default run's 15 minutes: the same hold, other calls.
+        pytest.param("prepare", "SIGUSR1", marks=pytest.mark.long),
+        pytest.param("profile", "SIGTERM", marks=pytest.mark.long),
+    ],
 )
 def test_a_stop_signal_in_a_call_raises_stopped_and_undoes_it(
     finished_run, tmp_path, case, signame

@@ -2421,7 +2421,7 @@ def test_a_helpers_entry_deleted_from_data_json_is_refused_by_the_checkpoint(
             (run / "data.json").write_text(json.dumps(doc))
             fragments = (f"{run / 'data.json'}: files {wrong} '{lazy}'", "checkpoint step-1")
             for command in commands:
-                refused(command, tmp_path, capsys, (*fragments, "restore data.json"))
+                refused(command, tmp_path, capsys, (*fragments, "restore the edited one"))
         lazy.write_text("SCALE = 1.0\n")
         (run / "data.json").write_text(kept)
         assert cli.main(commands[0]) == 0, capsys.readouterr().err
@@ -2478,7 +2478,7 @@ def test_data_json_edited_while_the_run_trains_is_not_taken_into_its_checkpoint(
         assert "1000" in lazy.read_text()  # edited as the rank trained
         fragments = (f"{run / 'data.json'}: files gives '{lazy}'", "checkpoint step-1")
         for command in (["export", str(run), "--out", "o"], ["run", "--resume", str(run)]):
-            refused(command, tmp_path, capsys, (*fragments, "restore data.json"))
+            refused(command, tmp_path, capsys, (*fragments, "restore the edited one"))
     finally:
         for loaded in (name, helper):
             sys.modules.pop(loaded, None)

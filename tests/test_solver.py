@@ -1362,6 +1362,7 @@ def test_a_refusal_never_quotes_a_least_memory_that_fits(monkeypatch):
     assert "smallest achievable" not in message and "a device has 8.00 GiB" in message
 
 
+@pytest.mark.long  # 20 s of tracemalloc: in `-m long`, for the default run's 15 minutes
 def test_a_search_on_a_huge_cluster_keeps_no_more_rank_maps_than_a_small_one():
     """The rank maps a search opens (a 502-stage pipeline of 512 replicas is 257,024 ranks)
     are kept up to KEPT_RANK_CELLS cells, not all of them: kept for every map, a 1,000-layer
