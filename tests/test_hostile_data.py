@@ -2412,16 +2412,17 @@ def test_a_helpers_entry_deleted_from_data_json_is_refused_by_the_checkpoint(
         digest = hashlib.sha256(edited.encode()).hexdigest()
         only_the_module = {**record, "files": record["files"][:1]}
         laundered = {**record, "files": [record["files"][0], {"path": str(lazy), "sha256": digest}]}
-        for helper_text, doc, wrong in (
-            ("SCALE = 1.0\n", only_the_module, "lacks"),  # the helper as it was
-            (edited, only_the_module, "lacks"),
-            (edited, laundered, "gives"),  # what the resume left: the edit's sha256
+        for helper_text, doc, wrong, restore in (
+            ("SCALE = 1.0\n", only_the_module, "lacks", "restore data.json"),  # as it was
+            (edited, only_the_module, "lacks", "restore data.json"),
+            # What the resume left, the edit's sha256: data.json's is the file's own now.
+            (edited, laundered, "gives", "restore the edited one"),
         ):
             lazy.write_text(helper_text)
             (run / "data.json").write_text(json.dumps(doc))
             fragments = (f"{run / 'data.json'}: files {wrong} '{lazy}'", "checkpoint step-1")
             for command in commands:
-                refused(command, tmp_path, capsys, (*fragments, "restore the edited one"))
+                refused(command, tmp_path, capsys, (*fragments, restore))
         lazy.write_text("SCALE = 1.0\n")
         (run / "data.json").write_text(kept)
         assert cli.main(commands[0]) == 0, capsys.readouterr().err
