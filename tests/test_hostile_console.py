@@ -248,7 +248,13 @@ def test_a_run_into_closed_pipes_trains_to_the_end_and_exits_0(tmp_path):
         ("OMP_NUM_THREADS", "1", False),
         # The forty-ninth round: libgomp's parser never returned (deaf to Ctrl-C), and a
         # display of the settings (a value OpenMP takes) was refused.
-        ("GOMP_CPU_AFFINITY", "abc", "never finished reading GOMP_CPU_AFFINITY='abc'"),
+        # In `-m long`, for the default run's 15 minutes (a probe that never ends, 10 s).
+        pytest.param(
+            "GOMP_CPU_AFFINITY",
+            "abc",
+            "never finished reading GOMP_CPU_AFFINITY='abc'",
+            marks=pytest.mark.long,
+        ),
         ("OMP_DISPLAY_ENV", "true", False),
         # The fifty-first round: parsed, but no thread can have it (libgomp's line, exit 1).
         ("OMP_STACKSIZE", "16000G", "libgomp: Thread creation failed"),

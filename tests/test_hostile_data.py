@@ -4620,6 +4620,9 @@ def load():
 
 
 @pytest.mark.timeout(180)
+# In `-m long`, for the default run's 15 minutes (a 10 s wait): the exit callbacks' other
+# cases (one that exits, one that raises) stay in it.
+@pytest.mark.long
 def test_data_code_that_leaves_a_task_running_ends_after_a_bounded_wait(tmp_path):
     """Found by the fifty-ninth round: data code whose thread pool still ran a task at the
     end (concurrent.futures' exit callback joins it) held `pipeplan run` for ever after its
