@@ -3550,6 +3550,28 @@ def test_a_low_open_files_limit_is_named_not_blamed_on_the_run(finished_run, tmp
     assert snapshot(tmp_path) == before
 
 
+def _run_under_file_size_limit(tmp_path: Path, limit: int, *flags: str):
+    """`pipeplan run --nproc 1 --model vit-digits --name a FLAGS` in `tmp_path`, in a
+    subprocess whose file size limit (`ulimit -f`) is `limit` bytes."""
+    import resource
+
+    def cap() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+
+    root = Path(cli.__file__).resolve().parent
+    argv = [sys.executable, "-m", "cli", "run", "--nproc", "1", "--model", "vit-digits"]
+    return subprocess.run(
+        [*argv, "--name", "a", *flags],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=150,
+        preexec_fn=cap,
+    )
+
+
 @pytest.mark.timeout(180)
 # 9 MB, between model.pt's 4 bytes a parameter and optimizer.pt's 8: below 4 (the
 # fifty-ninth round's 2 MB) is the same check, with `-m long`.
@@ -3559,23 +3581,8 @@ def test_a_file_size_limit_below_a_checkpoint_is_refused_before_training(tmp_pat
     room check, trained every step and failed writing its final checkpoint, none kept; by the
     sixtieth, between model.pt's 4 bytes a parameter and optimizer.pt's 8 (9 MB here: model.pt
     6.4 MB, optimizer.pt 12.7 MB). The limit is held to the largest file as the run starts."""
-    import resource
-
-    def cap() -> None:
-        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-
-    root = Path(cli.__file__).resolve().parent
-    argv = [sys.executable, "-m", "cli", "run", "--nproc", "1", "--model", "vit-digits"]
-    argv += ["--epochs", "1", "--max-steps-per-epoch", "2", "--name", "a"]
-    done = subprocess.run(
-        argv,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(root)},
-        capture_output=True,
-        text=True,
-        timeout=150,
-        preexec_fn=cap,
+    done = _run_under_file_size_limit(
+        tmp_path, limit, "--epochs", "1", "--max-steps-per-epoch", "2"
     )
     said = f"the file size limit (ulimit -f) is {limit:,} bytes, but the run's checkpoints write"
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
@@ -3591,26 +3598,8 @@ def test_a_file_size_limit_below_the_runs_records_is_refused_before_training(tmp
     run.jsonl (705 bytes a step on 2 ranks), every step lost. The limit is held to what
     run.jsonl reaches by the run's end too (here 20 MB: optimizer.pt's 13.1 MiB fits, the
     43,140 steps' records do not)."""
-    import resource
-
     limit = 20_480_000
-
-    def cap() -> None:
-        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-
-    root = Path(cli.__file__).resolve().parent
-    argv = [sys.executable, "-m", "cli", "run", "--nproc", "1", "--model", "vit-digits"]
-    argv += ["--epochs", "60", "--global-batch", "2", "--name", "a"]
-    done = subprocess.run(
-        argv,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(root)},
-        capture_output=True,
-        text=True,
-        timeout=150,
-        preexec_fn=cap,
-    )
+    done = _run_under_file_size_limit(tmp_path, limit, "--epochs", "60", "--global-batch", "2")
     assert done.returncode == 2 and done.stderr == (
         f"pipeplan: error: the file size limit (ulimit -f) is {limit:,} bytes, but the run's "
         "records, run.jsonl, reach about 23.2 MiB by its end (43,140 steps on 1 rank, at most "
