@@ -53,6 +53,10 @@ from executor import errorfile
 from pipeplan.errors import Interrupted, PipeplanError, Stopped, quoted
 from pipeplan.startup import signal_name, stopped_by
 
+# How a run that diverged says so (`Trainer.diverged`); the launcher's line tells it apart.
+DIVERGED = "training diverged"
+BEFORE_ANY_UPDATE = "before any update"
+
 # The launcher's own lines (`StoppedRanks`), into logs/launcher.log (`launch.agent_scope`).
 log = logging.getLogger("pipeplan.launcher")
 OWN_FAULT = errorfile.OWN_FAULT

@@ -198,7 +198,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import torch
 import torch.distributed as dist
@@ -227,6 +227,7 @@ from executor.checkpoint import (
     remove_partial,
 )
 from executor.data import watched_for_hangs
+from executor.faults import BEFORE_ANY_UPDATE, DIVERGED
 from executor.history import check_manifest_records, check_older_manifests
 from executor.planning import (
     RUN_PLAN,
@@ -254,18 +255,6 @@ from executor.task import (
     read_run_config,
 )
 from executor.topology import host_group
-from executor.worker import (
-    BEFORE_ANY_UPDATE,
-    DIVERGED,
-    ONE_SIDED_TIMEOUT_S,
-    StartAbandoned,
-    StartWait,
-    Trainer,
-    end_one_sided_waits,
-    init_distributed,
-    named_lost,
-    named_silent,
-)
 from pipeplan import log as pipeplan_log
 from pipeplan.calibrate import calibrate
 from pipeplan.calls import held_for_life
@@ -333,6 +322,9 @@ from pipeplan.report import make_report, phase_summaries
 from pipeplan.runfiles import check_summary
 from pipeplan.spawn import RankFailedError, check_local_ranks, check_open_files
 from pipeplan.startup import STOP_SIGNALS, signal_name, stopped_by
+
+if TYPE_CHECKING:  # the rank imports it in `main`
+    from executor.worker import StartWait
 
 log = logging.getLogger("pipeplan.run")
 
@@ -1069,6 +1061,11 @@ def main(argv: list[str] | None = None) -> None:
     """One rank: `python -m executor.launch RUN_DIR [--resume] [--log-dir DIR] [--debug]`,
     started by torchrun on every node or by `pipeplan run` through elastic_launch. Exits 0, or
     with the code of its report (`executor.faults`) after writing it."""
+    # The training code comes in here, not at the module's top: `pipeplan run`'s own process
+    # imports this module to launch and never trains (torch's pipelining and transformers
+    # took it ~3 s of CPU, the parent of every run and resume).
+    from executor.worker import named_lost, named_silent
+
     pipeplan_log.bound_console_size()  # torchrun's environment, as `pipeplan` reads it
     try:
         args = _parse(argv)
@@ -1275,6 +1272,8 @@ def start_line(exc: BaseException, rank: int) -> tuple[str, int] | None:
         return f"pipeplan: rank {rank}: interrupted", faults.EXIT_INTERRUPTED
     if isinstance(exc, Stopped):
         return f"pipeplan: rank {rank}: {stopped_by(exc.signum)}", 128 + exc.signum
+    from executor.worker import StartAbandoned
+
     if isinstance(exc, StartAbandoned):
         return pipeplan_log.error_line(f"rank {rank}: {exc}"), 2
     return None
@@ -1324,6 +1323,8 @@ def start_wait(cfg: RunConfig) -> StartWait:
     one-sided work (its ranks start together, and its agent stops them all if one fails to),
     in silence; under torchrun (or any launcher) the run's --collective-timeout, said once
     when it waits: a node started late or never, whose rank no agent here watches."""
+    from executor.worker import ONE_SIDED_TIMEOUT_S, StartWait
+
     if under_pipeplan_run():
         return StartWait(ONE_SIDED_TIMEOUT_S)
     return StartWait(cfg.collective_timeout_s, "the run's --collective-timeout", say=True)
@@ -1652,6 +1653,8 @@ def rank_console(log_dir: Path, rank: int) -> TextIO:
 
 def train_rank(run_dir: Path, resume: bool, console: TextIO) -> None:
     """This rank's share of the run: join the job, train, and on rank 0 write summary.json."""
+    from executor.worker import Trainer, end_one_sided_waits, init_distributed
+
     trains(run_dir)  # its launcher holds the lock; this rank reads what it writes
     cfg = rank_config(run_dir, resume)
     if int(os.environ["LOCAL_RANK"]) == 0:  # one rank per node: /dev/shm is the node's

@@ -47,7 +47,7 @@ from executor.data import (
     users_side,
     warn_once_per_place,
 )
-from executor.faults import PeerLost, PeerSilent
+from executor.faults import BEFORE_ANY_UPDATE, DIVERGED, PeerLost, PeerSilent
 from executor.migrate import install_states, migrate, optimizer_states
 from executor.parallel import PhaseRuntime, StepMean, StepTimes, frozen_forward
 from executor.planning import RunPlanner
@@ -703,11 +703,6 @@ def end_one_sided_waits() -> None:
     """At the run's end, before the process group goes: the heartbeat stops."""
     if _one_sided:
         _one_sided.pop().close()
-
-
-# How a run that diverged says so (`Trainer.diverged`); the launcher's line tells it apart.
-DIVERGED = "training diverged"
-BEFORE_ANY_UPDATE = "before any update"
 
 
 class RunDirectoryMoved(OutputError):
