@@ -49,6 +49,22 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> Non
 # ----------------------------------------------------------------------------- the README
 
 
+@pytest.mark.timeout(120)
+def test_the_launchers_process_does_not_import_the_training_code():
+    """`pipeplan run`'s own process imports `executor.launch` to start the ranks; the
+    training code (`executor.worker`: torch's pipelining, dynamo and DTensor, ~1.2 s of CPU)
+    is the ranks' alone, imported in a rank's `main`."""
+    probe = (
+        "import sys, executor.launch\n"
+        "print(sorted(m for m in ('executor.worker', 'executor.parallel',"
+        " 'torch.distributed.pipelining') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0 and done.stdout == "[]\n", (done.stdout, done.stderr)
+
+
 def readme_torchrun_block() -> list[str]:
     """The shell lines of the README's torchrun block, continuation lines joined."""
     start = README.index("```sh\n", README.index("Across machines")) + len("```sh\n")
