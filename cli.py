@@ -4,7 +4,7 @@ from __future__ import annotations
 
 # First, before typer and rich (half a second of imports): a start interrupted by a signal
 # ends with the command's line, not a traceback from inside an import (forty-eighth round).
-from pipeplan.startup import STOP_SIGNALS, importing, stopped_by  # isort: skip
+from pipeplan.startup import STOP_SIGNALS, ignored, importing, stopped_by  # isort: skip
 
 import _thread
 import contextlib
@@ -1024,7 +1024,8 @@ def main(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     given = sys.argv[1:] if argv is None else list(argv)
     args = _hoist_debug(given)
-    previous = _install({signal.SIGINT: _interrupt, **dict.fromkeys(STOP_SIGNALS, _stop)})
+    handlers = {signal.SIGINT: _interrupt, **dict.fromkeys(STOP_SIGNALS, _stop)}
+    previous = _install({signum: handlers[signum] for signum in set(handlers) - set(ignored())})
     sys.unraisablehook = _redeliver_dropped
     log.threads_held()
     try:

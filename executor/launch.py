@@ -321,7 +321,7 @@ from pipeplan.options import build, check_needs_against
 from pipeplan.report import make_report, phase_summaries
 from pipeplan.runfiles import check_summary
 from pipeplan.spawn import RankFailedError, check_local_ranks, check_open_files
-from pipeplan.startup import STOP_SIGNALS, signal_name, stopped_by
+from pipeplan.startup import STOP_SIGNALS, ignored, signal_name, stopped_by
 
 if TYPE_CHECKING:  # the rank imports it in `main`
     from executor.worker import StartWait
@@ -351,7 +351,9 @@ AGENT_SIGNALS = (signal.SIGINT, *STOP_SIGNALS)
 # without a line, and its ranks then died of their parent-death signal (the thirty-fourth round).
 # Torch takes a signal by its name in Python's signal module, which has none for SIGRTMIN+1 …
 # SIGRTMAX-1: those are `agent_scope`'s, handled as torch handles the others (`agent_stop`).
-AGENT_HANDLES = ",".join(
+# Those this process ignores (`nohup`'s SIGHUP) are left out: they stay ignored
+# (`startup.ignored`, `agent_handles`).
+AGENT_HANDLES = tuple(
     name for signum in STOP_SIGNALS if hasattr(signal, name := signal_name(signum))
 )
 AGENT_UNNAMED = tuple(s for s in STOP_SIGNALS if not hasattr(signal, signal_name(s)))
@@ -1911,8 +1913,15 @@ def local_config(nproc: int, logs: Path) -> LaunchConfig:
         max_restarts=0,
         monitor_interval=0.1,
         logs_specs=RankLogs(logs),
-        **_newer_fields(shutdown_timeout=SHUTDOWN_S, signals_to_handle=AGENT_HANDLES),
+        **_newer_fields(shutdown_timeout=SHUTDOWN_S, signals_to_handle=agent_handles()),
     )
+
+
+def agent_handles() -> str:
+    """The signals torch's agent takes over for the run (LaunchConfig's `signals_to_handle`):
+    AGENT_HANDLES but those this process ignores (`startup.ignored`), which stay ignored."""
+    left_out = {signal_name(signum) for signum in ignored(STOP_SIGNALS)}
+    return ",".join(name for name in AGENT_HANDLES if name not in left_out)
 
 
 def _newer_fields(**fields) -> dict:
@@ -1973,9 +1982,9 @@ def agent_scope(logs: Path) -> Iterator[pipeplan_log.FileHandler]:
     mark.unlink(missing_ok=True)  # left by a launcher killed after a Ctrl-C: not this one's
     os.environ[INTERRUPTED] = str(mark)
     if threading.current_thread() is threading.main_thread():  # no handlers elsewhere
-        signal.signal(signal.SIGINT, on_ctrl_c(mark))
-        for sig in AGENT_UNNAMED:
-            signal.signal(sig, agent_stop)
+        ours = {signal.SIGINT: on_ctrl_c(mark), **dict.fromkeys(AGENT_UNNAMED, agent_stop)}
+        for sig in set(ours) - set(ignored(tuple(ours))):  # an ignored one stays ignored
+            signal.signal(sig, ours[sig])
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     loggers = {logger: logger.propagate for logger in map(logging.getLogger, AGENT_LOGGERS)}
     for logger in loggers:

@@ -116,8 +116,17 @@ def is_the_command() -> bool:
     return bool(sys.argv) and os.path.basename(sys.argv[0]) in ("pipeplan", "cli.py")
 
 
+def ignored(signals: tuple[int, ...] = SIGNALS) -> tuple[int, ...]:
+    """Those of `signals` this process ignores (SIG_IGN): they stay ignored, by the command,
+    an API call and `pipeplan run`'s agent alike, as Python leaves them. `nohup pipeplan run`
+    ignores SIGHUP so that closing the terminal leaves the run training, and a shell's
+    background job ignores SIGINT; found by the sixty-second round: pipeplan's handlers (and
+    torch's agent's) took both over, and the closed terminal stopped the run."""
+    return tuple(signum for signum in signals if signal.getsignal(signum) == signal.SIG_IGN)
+
+
 if is_the_command():
-    for _signal in SIGNALS:
+    for _signal in set(SIGNALS) - set(ignored()):
         signal.signal(_signal, _end)
 
 

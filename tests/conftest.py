@@ -3,12 +3,22 @@ set-up every multi-process test uses (`gloo_ranks`, `single_rank_group`), and sm
 builders."""
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 import torch
 
 from pipeplan import spawn
+from pipeplan.startup import ignored
+
+# A signal ignored where the suite starts (a shell's background job ignores SIGINT and
+# SIGQUIT, `nohup` SIGHUP) would stay ignored in every command a test starts, as pipeplan
+# leaves an inherited SIG_IGN alone (`startup.ignored`): the tests that stop commands with
+# them need the defaults, so the suite behaves the same however it was started.
+for _signum in ignored():
+    _default = signal.default_int_handler if _signum == signal.SIGINT else signal.SIG_DFL
+    signal.signal(_signum, _default)
 
 # The longest files first: with `--no-loadscope-reorder` pytest-xdist hands files to its
 # workers in the order they come (by default, the files of the most tests first: the demo's

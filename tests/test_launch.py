@@ -65,6 +65,41 @@ def test_the_launchers_process_does_not_import_the_training_code():
     assert done.returncode == 0 and done.stdout == "[]\n", (done.stdout, done.stderr)
 
 
+def _ignore_hangup_and_interrupt() -> None:  # as `nohup` (SIGHUP) and a background job
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(200)
+def test_a_run_started_with_sighup_and_sigint_ignored_trains_through_them(tmp_path):
+    """Found by the sixty-second round: `nohup pipeplan run …` (SIGHUP ignored, so that
+    closing the terminal leaves the job) was stopped by SIGHUP, and an ignored SIGINT became
+    `interrupted`: pipeplan's handlers, then torch's agent's, took over SIG_IGN. A signal
+    ignored as the command starts stays ignored: both, sent throughout, leave the run to
+    train to its end, exit 0."""
+    command = [*PIPEPLAN, "run", "--nproc", "1", "--epochs", "1", "--max-steps-per-epoch", "2"]
+    run = subprocess.Popen(
+        [*command, "--runs-dir", str(tmp_path), "--name", "k"],
+        cwd=ROOT,
+        env=environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ignore_hangup_and_interrupt,
+    )
+    sent = 0
+    while run.poll() is None:
+        os.kill(run.pid, (signal.SIGHUP, signal.SIGINT)[sent % 2])
+        sent += 1
+        time.sleep(0.05)
+    err = run.stderr.read()
+    assert run.returncode == 0 and sent > 20, (sent, err)
+    assert "stopped" not in err and "interrupted" not in err, err
+    assert (tmp_path / "k" / "summary.json").exists()
+
+
 def readme_torchrun_block() -> list[str]:
     """The shell lines of the README's torchrun block, continuation lines joined."""
     start = README.index("```sh\n", README.index("Across machines")) + len("```sh\n")
@@ -2235,7 +2270,7 @@ def test_the_launch_config_takes_only_the_fields_this_torch_has(tmp_path, monkey
 
     config = launch.local_config(2, tmp_path)
     assert config.shutdown_timeout == launch.SHUTDOWN_S
-    assert config.signals_to_handle == launch.AGENT_HANDLES
+    assert config.signals_to_handle == ",".join(launch.AGENT_HANDLES)
 
     newer = ("shutdown_timeout", "signals_to_handle")
     older = make_dataclass(
